@@ -1,0 +1,167 @@
+// The op interface every architecture is written against (design.md §2, §4). A backend knows
+// tensors and page tables, never models or requests. Implementations: cpu/ (the float32
+// reference, plain loops plus BLAS) and cuda/ (the product).
+//
+// Conventions: activations are row-major [tokens, features] tensors in the backend's
+// activation dtype (f32 on CPU). Weights of linear layers are [out_features, in_features] as in
+// Hugging Face checkpoints. Calls are made from the one engine thread; a backend is not
+// thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/attention_metadata.h"
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace strata {
+
+// Memory owned by a backend (host memory on CPU, device memory on CUDA). Frees on destruction.
+class DeviceTensor {
+ public:
+  virtual ~DeviceTensor() = default;
+  const Tensor& view() const { return view_; }
+  operator const Tensor&() const { return view_; }  // NOLINT: pass where a Tensor is expected
+
+ protected:
+  Tensor view_;
+};
+using DeviceTensorPtr = std::unique_ptr<DeviceTensor>;
+
+// A linear layer's parameters on the device. y = x · weightᵀ + bias.
+struct LinearWeight {
+  DeviceTensorPtr weight;  // [out, in]
+  DeviceTensorPtr bias;    // [out] or null
+  int64_t out_features() const { return weight->view().dim(0); }
+  int64_t in_features() const { return weight->view().dim(1); }
+};
+
+// Paged KV storage for all layers. Each token of each layer stores `k_dim` K values and `v_dim`
+// V values (GQA: both kv_heads × head_dim; MLA: k_dim = kv_lora_rank + rope dim, v_dim = 0).
+struct KvLayout {
+  int num_layers = 0;
+  int64_t num_pages = 0;
+  int page_size = 1;
+  int k_dim = 0;
+  int v_dim = 0;
+  DType dtype = DType::kF32;
+  // Per-layer dtype override (mixed precision); empty = `dtype` everywhere.
+  std::vector<DType> layer_dtypes;
+
+  DType layer_dtype(int layer) const {
+    return layer_dtypes.empty() ? dtype : layer_dtypes[size_t(layer)];
+  }
+  int64_t bytes_per_token() const;
+  int64_t total_bytes() const { return bytes_per_token() * num_pages * page_size; }
+};
+
+class KvStorage {
+ public:
+  virtual ~KvStorage() = default;
+  const KvLayout& layout() const { return layout_; }
+  // [num_pages, page_size, k_dim] in layout.layer_dtype(layer)
+  virtual Tensor k(int layer) const = 0;
+  // [num_pages, page_size, v_dim]; empty when v_dim == 0
+  virtual Tensor v(int layer) const = 0;
+  // Per-layer dequantization scales (stored = value / scale); 1.0 unless set.
+  float k_scale(int layer) const { return k_scales_[size_t(layer)]; }
+  float v_scale(int layer) const { return v_scales_[size_t(layer)]; }
+  void set_scales(int layer, float k_scale, float v_scale) {
+    k_scales_[size_t(layer)] = k_scale;
+    v_scales_[size_t(layer)] = v_scale;
+  }
+
+ protected:
+  explicit KvStorage(KvLayout layout)
+      : layout_(std::move(layout)),
+        k_scales_(size_t(layout_.num_layers), 1.0f),
+        v_scales_(size_t(layout_.num_layers), 1.0f) {}
+  KvLayout layout_;
+  std::vector<float> k_scales_, v_scales_;
+};
+
+// How rope is applied to one tensor (see arch/rope.h for how the frequencies are computed).
+struct RopeArgs {
+  const float* inv_freq = nullptr;  // host [rotary_dim / 2]
+  float attention_factor = 1.0f;    // multiplies cos and sin (YaRN)
+  int rotary_dim = 0;
+  int offset = 0;  // first rotated dim within each head
+  bool interleaved = false;
+};
+
+struct AttentionArgs {
+  float scale = 1.0f;  // softmax scale
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;    // of q and k
+  int v_head_dim = 0;  // of v and the output
+};
+
+// MLA attention in the absorbed form: the query is already projected into the latent space.
+struct MlaArgs {
+  float scale = 1.0f;
+  int num_heads = 0;
+  int kv_lora_rank = 0;  // latent width (also the value width in latent space)
+  int rope_dim = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+  // The dtype of activations this backend computes in.
+  virtual DType activation_dtype() const = 0;
+
+  // ---- memory ----
+  virtual DeviceTensorPtr alloc(DType dtype, const Shape& shape) = 0;
+  // Copies a float32 host tensor to a new device tensor of `dtype` (weights, tables).
+  virtual DeviceTensorPtr upload(const Tensor& host_f32, DType dtype) = 0;
+  // Copies a device tensor to float32 host memory (logits, tests, traces).
+  virtual void download_f32(const Tensor& src, float* dst) = 0;
+  virtual std::unique_ptr<KvStorage> alloc_kv(const KvLayout& layout) = 0;
+  // The dtype weights are stored in on this backend.
+  virtual DType weight_dtype() const = 0;
+
+  // ---- ops ----
+  // out[t] = table[ids[t]]; ids: host int32 [T]; table [V, H]; out [T, H]
+  virtual void embedding(const int32_t* ids, int num_tokens, const Tensor& table, const Tensor& out) = 0;
+  // out = x · wᵀ (+ bias); x [T, in], out [T, out]
+  virtual void linear(const Tensor& x, const LinearWeight& w, const Tensor& out) = 0;
+  // out[r] = x[r] / rms(x[r]) * weight; x, out [R, D]; weight [D]. out may alias x.
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) = 0;
+  // residual += x; out = rms_norm(residual). x, residual, out [T, H].
+  virtual void add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, float eps,
+                            const Tensor& out) = 0;
+  // out = a + b (same shapes). out may alias a.
+  virtual void add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // out[t, i] = silu(x[t, i]) * x[t, I + i]; x [T, 2I], out [T, I]
+  virtual void silu_mul(const Tensor& x, const Tensor& out) = 0;
+  // Rotates, in place, dims [offset, offset + rotary_dim) of each head; x [T, heads, head_stride];
+  // positions host int32 [T].
+  virtual void rope(const Tensor& x, const int32_t* positions, const RopeArgs& args) = 0;
+  // Writes the new tokens' K and V (k [T, k_dim], v [T, v_dim] or empty) into `layer` at
+  // meta.slot_mapping, quantizing to the layer's KV dtype with its scales.
+  virtual void kv_write(KvStorage& kv, int layer, const Tensor& k, const Tensor& v,
+                        const AttentionMetadata& meta) = 0;
+  // Causal paged attention of the new tokens over each sequence's whole context.
+  // q [T, num_heads, head_dim]; out [T, num_heads, v_head_dim].
+  virtual void paged_attention(const Tensor& q, const KvStorage& kv, int layer,
+                               const AttentionMetadata& meta, const AttentionArgs& args,
+                               const Tensor& out) = 0;
+  // Absorbed MLA: q_latent [T, heads, kv_lora_rank + rope_dim] against the cached latent
+  // [.., kv_lora_rank + rope_dim]; out [T, heads, kv_lora_rank] (values are the latent part).
+  virtual void mla_attention(const Tensor& q_latent, const KvStorage& kv, int layer,
+                             const AttentionMetadata& meta, const MlaArgs& args,
+                             const Tensor& out) = 0;
+  // out[i] = x[rows[i]]; rows host int32 [n]; x [T, H]; out [n, H]
+  virtual void gather_rows(const Tensor& x, const int32_t* rows, int n, const Tensor& out) = 0;
+};
+
+// The CPU reference backend.
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace strata

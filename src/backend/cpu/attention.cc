@@ -1,0 +1,118 @@
+// Paged attention on the CPU reference: for each sequence, gather its context from the page
+// table into contiguous float32 rows (dequantizing fp8/bf16 KV), then plain causal softmax
+// attention per (new token, head) in float32.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/thread_pool.h"
+
+namespace strata::cpu {
+namespace {
+
+// Copies the first `len` token rows of sequence `s` from a paged cache tensor
+// [num_pages, page_size, dim] into dst [len, dim] as float32.
+void gather_context(const Tensor& cache, const AttentionMetadata& meta, int s, int64_t len,
+                    int64_t dim, float scale, std::vector<float>& dst) {
+  dst.resize(size_t(len * dim));
+  const int64_t row_bytes = dtype_bytes_for(cache.dtype, dim);
+  const int32_t* pages = meta.page_indices + meta.page_indptr[s];
+  const int64_t num_pages = meta.page_indptr[s + 1] - meta.page_indptr[s];
+  CHECK_MSG((len + meta.page_size - 1) / meta.page_size <= num_pages,
+            "sequence {} has {} tokens but {} pages", s, len, num_pages);
+  parallel_for(len, 256, [&](int64_t b, int64_t e) {
+    for (int64_t j = b; j < e; ++j) {
+      const int64_t slot = int64_t(pages[j / meta.page_size]) * meta.page_size + j % meta.page_size;
+      load_kv_row(cache.dtype, static_cast<const char*>(cache.data) + slot * row_bytes, dim, scale,
+                  dst.data() + j * dim);
+    }
+  });
+}
+
+// softmax(q·kⱼ · scale) over j < ctx, then out = Σ pⱼ vⱼ. k rows have stride k_stride, v rows
+// v_stride; `scores` is scratch of at least ctx floats.
+void attend_one(const float* q, const float* k, int64_t k_stride, int head_dim, const float* v,
+                int64_t v_stride, int v_dim, int64_t ctx, float scale, float* scores, float* out) {
+  float max_score = -INFINITY;
+  for (int64_t j = 0; j < ctx; ++j) {
+    const float* kj = k + j * k_stride;
+    float dot = 0;
+    for (int d = 0; d < head_dim; ++d) dot += q[d] * kj[d];
+    scores[j] = dot * scale;
+    max_score = std::max(max_score, scores[j]);
+  }
+  double sum = 0;
+  for (int64_t j = 0; j < ctx; ++j) {
+    scores[j] = std::exp(scores[j] - max_score);
+    sum += scores[j];
+  }
+  const float inv = float(1.0 / sum);
+  std::fill(out, out + v_dim, 0.0f);
+  for (int64_t j = 0; j < ctx; ++j) {
+    const float p = scores[j] * inv;
+    const float* vj = v + j * v_stride;
+    for (int d = 0; d < v_dim; ++d) out[d] += p * vj[d];
+  }
+}
+
+}  // namespace
+
+void CpuBackend::paged_attention(const Tensor& q, const KvStorage& kv, int layer,
+                                 const AttentionMetadata& meta, const AttentionArgs& args,
+                                 const Tensor& out) {
+  const KvLayout& lay = kv.layout();
+  const int heads = args.num_heads, kv_heads = args.num_kv_heads;
+  const int hd = args.head_dim, vd = args.v_head_dim;
+  CHECK_EQ(lay.k_dim, kv_heads * hd);
+  CHECK_EQ(lay.v_dim, kv_heads * vd);
+  CHECK_EQ(heads % kv_heads, 0);
+  const int group = heads / kv_heads;
+  std::vector<float> keys, values;
+  for (int s = 0; s < meta.num_seqs; ++s) {
+    const int64_t q0 = meta.q_indptr[s], n_new = meta.q_indptr[s + 1] - q0, len = meta.kv_lens[s];
+    if (n_new == 0) continue;
+    gather_context(kv.k(layer), meta, s, len, lay.k_dim, kv.k_scale(layer), keys);
+    gather_context(kv.v(layer), meta, s, len, lay.v_dim, kv.v_scale(layer), values);
+    const int64_t first_pos = len - n_new;
+    parallel_for(n_new * heads, 4, [&](int64_t b, int64_t e) {
+      std::vector<float> scores(static_cast<size_t>(len));
+      for (int64_t w = b; w < e; ++w) {
+        const int64_t i = w / heads, h = w % heads, kvh = h / group;
+        const float* qi = q.ptr<float>() + ((q0 + i) * heads + h) * hd;
+        float* oi = out.ptr<float>() + ((q0 + i) * heads + h) * vd;
+        attend_one(qi, keys.data() + kvh * hd, lay.k_dim, hd, values.data() + kvh * vd, lay.v_dim,
+                   vd, first_pos + i + 1, args.scale, scores.data(), oi);
+      }
+    });
+  }
+}
+
+void CpuBackend::mla_attention(const Tensor& q_latent, const KvStorage& kv, int layer,
+                               const AttentionMetadata& meta, const MlaArgs& args,
+                               const Tensor& out) {
+  const KvLayout& lay = kv.layout();
+  const int heads = args.num_heads, rank = args.kv_lora_rank;
+  const int width = rank + args.rope_dim;
+  CHECK_EQ(lay.k_dim, width);
+  std::vector<float> latent;
+  for (int s = 0; s < meta.num_seqs; ++s) {
+    const int64_t q0 = meta.q_indptr[s], n_new = meta.q_indptr[s + 1] - q0, len = meta.kv_lens[s];
+    if (n_new == 0) continue;
+    gather_context(kv.k(layer), meta, s, len, width, kv.k_scale(layer), latent);
+    const int64_t first_pos = len - n_new;
+    parallel_for(n_new * heads, 4, [&](int64_t b, int64_t e) {
+      std::vector<float> scores(static_cast<size_t>(len));
+      for (int64_t w = b; w < e; ++w) {
+        const int64_t i = w / heads, h = w % heads;
+        const float* qi = q_latent.ptr<float>() + ((q0 + i) * heads + h) * width;
+        float* oi = out.ptr<float>() + ((q0 + i) * heads + h) * rank;
+        // Keys are the whole latent row (latent + rope part); values its first `rank` dims.
+        attend_one(qi, latent.data(), width, width, latent.data(), width, rank, first_pos + i + 1,
+                   args.scale, scores.data(), oi);
+      }
+    });
+  }
+}
+
+}  // namespace strata::cpu

@@ -1,0 +1,95 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <cstring>
+
+#include "core/check.h"
+
+namespace strata {
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<cpu::CpuBackend>(); }
+
+namespace cpu {
+
+CpuKvStorage::CpuKvStorage(const KvLayout& layout) : KvStorage(layout) {
+  for (int l = 0; l < layout.num_layers; ++l) {
+    const DType dt = layout.layer_dtype(l);
+    k_.emplace_back(dt, Shape{layout.num_pages, layout.page_size, layout.k_dim});
+    v_.emplace_back(dt, Shape{layout.num_pages, layout.page_size, layout.v_dim});
+  }
+}
+
+DeviceTensorPtr CpuBackend::alloc(DType dtype, const Shape& shape) {
+  return std::make_unique<CpuTensor>(dtype, shape);
+}
+
+DeviceTensorPtr CpuBackend::upload(const Tensor& host_f32, DType dtype) {
+  CHECK(host_f32.dtype == DType::kF32 && host_f32.is_contiguous());
+  auto t = std::make_unique<CpuTensor>(dtype, host_f32.shape);
+  from_f32(dtype, host_f32.ptr<float>(), t->view().data, host_f32.numel());
+  return t;
+}
+
+void CpuBackend::download_f32(const Tensor& src, float* dst) {
+  CHECK(src.is_contiguous());
+  to_f32(src.dtype, src.data, dst, src.numel());
+}
+
+std::unique_ptr<KvStorage> CpuBackend::alloc_kv(const KvLayout& layout) {
+  return std::make_unique<CpuKvStorage>(layout);
+}
+
+void CpuBackend::gather_rows(const Tensor& x, const int32_t* rows, int n, const Tensor& out) {
+  CHECK_EQ(out.dim(0), n);
+  const int64_t h = x.dim(-1);
+  for (int i = 0; i < n; ++i) {
+    CHECK_LT(rows[i], x.dim(0));
+    std::memcpy(out.ptr<float>() + i * h, x.ptr<float>() + int64_t(rows[i]) * h, size_t(h) * 4);
+  }
+}
+
+void CpuBackend::embedding(const int32_t* ids, int num_tokens, const Tensor& table,
+                           const Tensor& out) {
+  const int64_t vocab = table.dim(0), h = table.dim(1);
+  CHECK_EQ(out.dim(0), num_tokens);
+  for (int t = 0; t < num_tokens; ++t) {
+    CHECK_MSG(ids[t] >= 0 && ids[t] < vocab, "token id {} outside vocab {}", ids[t], vocab);
+    std::memcpy(out.ptr<float>() + t * h, table.ptr<float>() + int64_t(ids[t]) * h, size_t(h) * 4);
+  }
+}
+
+void load_kv_row(DType dtype, const void* row, int64_t n, float scale, float* dst) {
+  to_f32(dtype, row, dst, n);
+  if (scale != 1.0f)
+    for (int64_t i = 0; i < n; ++i) dst[i] *= scale;
+}
+
+void store_kv_row(DType dtype, const float* src, int64_t n, float scale, void* row) {
+  if (scale == 1.0f) {
+    from_f32(dtype, src, row, n);
+    return;
+  }
+  std::vector<float> tmp(static_cast<size_t>(n));
+  const float inv = 1.0f / scale;
+  for (int64_t i = 0; i < n; ++i) tmp[size_t(i)] = src[i] * inv;
+  from_f32(dtype, tmp.data(), row, n);
+}
+
+void CpuBackend::kv_write(KvStorage& kv, int layer, const Tensor& k, const Tensor& v,
+                          const AttentionMetadata& meta) {
+  const KvLayout& lay = kv.layout();
+  const DType dt = lay.layer_dtype(layer);
+  Tensor kc = kv.k(layer), vc = kv.v(layer);
+  const int64_t row_k = dtype_bytes_for(dt, lay.k_dim), row_v = dtype_bytes_for(dt, lay.v_dim);
+  for (int t = 0; t < meta.num_tokens; ++t) {
+    const int64_t slot = meta.slot_mapping[t];
+    CHECK_MSG(slot >= 0 && slot < lay.num_pages * lay.page_size, "slot {} out of pool", slot);
+    store_kv_row(dt, k.ptr<float>() + t * lay.k_dim, lay.k_dim, kv.k_scale(layer),
+                 static_cast<char*>(kc.data) + slot * row_k);
+    if (lay.v_dim > 0)
+      store_kv_row(dt, v.ptr<float>() + t * lay.v_dim, lay.v_dim, kv.v_scale(layer),
+                   static_cast<char*>(vc.data) + slot * row_v);
+  }
+}
+
+}  // namespace cpu
+}  // namespace strata

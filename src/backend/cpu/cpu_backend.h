@@ -1,0 +1,65 @@
+// The CPU reference backend: float32 activations, float32 weights (dequantized at load), KV in
+// f32/bf16/fp8. Plain loops plus OpenBLAS sgemm; parallel_for over rows/heads. Used by CI, the
+// golden tests and as the twin every CUDA op is compared with.
+#pragma once
+
+#include "backend/backend.h"
+
+namespace strata::cpu {
+
+class CpuTensor : public DeviceTensor {
+ public:
+  CpuTensor(DType dtype, const Shape& shape) : buffer_(dtype_bytes_for(dtype, shape_numel(shape))) {
+    view_ = buffer_.as_tensor(dtype, shape);
+  }
+
+ private:
+  Buffer buffer_;
+};
+
+class CpuKvStorage : public KvStorage {
+ public:
+  explicit CpuKvStorage(const KvLayout& layout);
+  Tensor k(int layer) const override { return k_[size_t(layer)].view(); }
+  Tensor v(int layer) const override { return v_[size_t(layer)].view(); }
+
+ private:
+  std::vector<CpuTensor> k_, v_;  // per layer [num_pages, page_size, k_dim|v_dim]
+};
+
+class CpuBackend : public Backend {
+ public:
+  Device device() const override { return Device::kCpu; }
+  std::string name() const override { return "cpu"; }
+  DType activation_dtype() const override { return DType::kF32; }
+  DType weight_dtype() const override { return DType::kF32; }
+
+  DeviceTensorPtr alloc(DType dtype, const Shape& shape) override;
+  DeviceTensorPtr upload(const Tensor& host_f32, DType dtype) override;
+  void download_f32(const Tensor& src, float* dst) override;
+  std::unique_ptr<KvStorage> alloc_kv(const KvLayout& layout) override;
+
+  void embedding(const int32_t* ids, int num_tokens, const Tensor& table, const Tensor& out) override;
+  void linear(const Tensor& x, const LinearWeight& w, const Tensor& out) override;
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) override;
+  void add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, float eps,
+                    const Tensor& out) override;
+  void add(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void silu_mul(const Tensor& x, const Tensor& out) override;
+  void rope(const Tensor& x, const int32_t* positions, const RopeArgs& args) override;
+  void kv_write(KvStorage& kv, int layer, const Tensor& k, const Tensor& v,
+                const AttentionMetadata& meta) override;
+  void paged_attention(const Tensor& q, const KvStorage& kv, int layer,
+                       const AttentionMetadata& meta, const AttentionArgs& args,
+                       const Tensor& out) override;
+  void mla_attention(const Tensor& q_latent, const KvStorage& kv, int layer,
+                     const AttentionMetadata& meta, const MlaArgs& args, const Tensor& out) override;
+  void gather_rows(const Tensor& x, const int32_t* rows, int n, const Tensor& out) override;
+};
+
+// Reads `n` KV values of a stored row (any KV dtype) as float32, multiplied by `scale`.
+void load_kv_row(DType dtype, const void* row, int64_t n, float scale, float* dst);
+// Stores `n` float32 values divided by `scale` into a KV row of `dtype`.
+void store_kv_row(DType dtype, const float* src, int64_t n, float scale, void* row);
+
+}  // namespace strata::cpu
