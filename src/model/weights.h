@@ -1,0 +1,69 @@
+// WeightStore: every tensor of a checkpoint directory (single `model.safetensors` or sharded
+// `model.safetensors.index.json`), memory-mapped, with float32 loading that dequantizes
+// quantized weights transparently.
+//
+// Names: find()/names() see the tensors exactly as stored (`...gate_proj.weight_packed`,
+// `...weight_scale`, `...weight_scale_inv`: the raw forms a GPU backend uploads as they are).
+// contains()/shape_of()/load_f32() see logical weights: `...gate_proj.weight` exists when it is
+// stored plainly or as an INT4 `.weight_packed` + `.weight_scale` pair.
+//
+// Thread-safety: const methods may be called from any thread once open() returns.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "model/safetensors.h"
+#include "model/spec.h"
+
+namespace strata {
+
+class WeightStore {
+ public:
+  // Opens `dir`/model.safetensors, or every shard named by `dir`/model.safetensors.index.json.
+  // Errors: missing directory, no checkpoint file, missing shard, a tensor of the weight_map
+  // absent from its shard, a tensor name stored twice, and every header corruption
+  // SafetensorsFile::open detects. `quant` (from ModelSpec::quant) fixes the INT4 group size and
+  // fp8 block size that load_f32 checks against; with kNone they are inferred from scale shapes.
+  static StatusOr<WeightStore> open(const std::string& dir, const QuantSpec& quant = {});
+
+  WeightStore(WeightStore&&) noexcept = default;
+  WeightStore& operator=(WeightStore&&) noexcept = default;
+
+  const std::string& dir() const { return dir_; }
+  // Stored tensor, or nullptr. The raw INT4 form is find(name + "_packed").
+  const TensorInfo* find(const std::string& name) const;
+  // Logical presence: stored as is, or (for "<m>.weight") stored as "<m>.weight_packed".
+  bool contains(const std::string& name) const;
+  // Stored tensor names, sorted.
+  std::vector<std::string> names() const;
+  // Logical shape: [out, in] for a packed INT4 weight (from `weight_shape` when stored).
+  StatusOr<Shape> shape_of(const std::string& name) const;
+  // True when `name` ("<m>.weight") is stored quantized (INT4 packed or fp8 with block scales).
+  bool is_quantized(const std::string& name) const;
+
+  // Loads a weight as float32, converting bf16/f16/f32/fp8 and dequantizing INT4 pack-quantized
+  // and fp8 block weights; checks the shape against `expected_shape` (error names tensor, file,
+  // expected and actual shapes). Costs a full copy: for CPU inference and tests.
+  StatusOr<HostTensor> load_f32(const std::string& name, const Shape& expected_shape) const;
+  // Same, without a shape check.
+  StatusOr<HostTensor> load_f32(const std::string& name) const;
+
+ private:
+  WeightStore() = default;
+  Status add_file(std::unique_ptr<SafetensorsFile> file);
+  StatusOr<HostTensor> load_int4(const std::string& name, const TensorInfo& packed) const;
+  StatusOr<HostTensor> load_fp8_block(const TensorInfo& w, const TensorInfo& scale) const;
+  StatusOr<HostTensor> load_plain(const TensorInfo& t) const;
+
+  std::string dir_;
+  QuantSpec quant_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;  // own the mappings TensorInfo points into
+  std::unordered_map<std::string, const TensorInfo*> by_name_;
+};
+
+}  // namespace strata
