@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -195,8 +196,16 @@ StatusOr<HostTensor> WeightStore::load_plain(const TensorInfo& t) const {
   HostTensor out = HostTensor::zeros_f32(t.shape);
   const int64_t n = t.numel();
   const int64_t esize = dtype_size(t.dtype);
+  const uint8_t* src = t.data;
+  // Writers pad the header to 8 bytes, so data is aligned; a file that is not gets copied
+  // first rather than read through misaligned pointers.
+  std::vector<uint8_t> aligned;
+  if (reinterpret_cast<uintptr_t>(src) % uintptr_t(esize) != 0) {
+    aligned.assign(src, src + t.nbytes);
+    src = aligned.data();
+  }
   parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) {
-    to_f32(t.dtype, t.data + b * esize, out.f32() + b, e - b);
+    to_f32(t.dtype, src + b * esize, out.f32() + b, e - b);
   });
   return out;
 }
