@@ -108,6 +108,35 @@ struct MlaArgs {
   int rope_dim = 0;
 };
 
+// ---- mixture of experts (DeepSeek / Kimi routing) ----
+enum class MoeScoring : uint8_t { kSoftmax, kSigmoid };
+// How a group of experts is scored when routing is group-limited.
+enum class MoeGroupScore : uint8_t {
+  kMax,      // best expert of the group (DeepSeek-V2 group_limited_greedy)
+  kTop2Sum,  // sum of the group's two best (biased) scores (DeepSeek-V3 noaux_tc)
+};
+
+struct MoeRouteArgs {
+  int num_experts = 0;
+  int top_k = 0;
+  int num_groups = 1;   // experts split into equal contiguous groups; 1 = no group limit
+  int topk_groups = 1;  // groups a token may pick experts from
+  MoeScoring scoring = MoeScoring::kSoftmax;
+  MoeGroupScore group_score = MoeGroupScore::kMax;
+  bool normalize = false;        // divide the chosen weights by their sum (norm_topk_prob)
+  float scaling_factor = 1.0f;   // multiplies the final weights (routed_scaling_factor)
+};
+
+// Routed experts' SwiGLU weights stacked along a leading expert dim, so a backend can run
+// grouped GEMMs. Expert e: y = down_e · (silu(gate_e x) ⊙ up_e x).
+struct MoeExpertWeights {
+  DeviceTensorPtr gate_up;  // [num_experts, 2 · inter, hidden]: gate rows, then up rows
+  DeviceTensorPtr down;     // [num_experts, hidden, inter]
+  int64_t num_experts() const { return gate_up->view().dim(0); }
+  int64_t inter() const { return down->view().dim(2); }
+  int64_t hidden() const { return down->view().dim(1); }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -159,6 +188,30 @@ class Backend {
                              const Tensor& out) = 0;
   // out[i] = x[rows[i]]; rows host int32 [n]; x [T, H]; out [n, H]
   virtual void gather_rows(const Tensor& x, const int32_t* rows, int n, const Tensor& out) = 0;
+  // out = x[:, begin:end]; x [R, C]; out [R, end - begin] (splits fused projections).
+  virtual void slice_columns(const Tensor& x, int64_t begin, int64_t end, const Tensor& out) = 0;
+
+  // ---- MLA helpers (absorbed attention: arch/mla.h) ----
+  // Writes x's columns [begin, end) into out's columns [out_begin, out_begin + end - begin),
+  // leaving out's other columns as they are. Rows are over the last dim: x [.., Cx] and
+  // out [.., Co] with the same number of rows.
+  virtual void copy_columns(const Tensor& x, int64_t begin, int64_t end, const Tensor& out,
+                            int64_t out_begin) = 0;
+  // A different linear map per head: out[t, h, out_begin + n] = Σ_k x[t, h, x_begin + k] · w[h, n, k].
+  // x [T, heads, Dx]; w [heads, N, K]; out [T, heads, Do]; out's other columns untouched.
+  virtual void per_head_linear(const Tensor& x, int64_t x_begin, const Tensor& w, const Tensor& out,
+                               int64_t out_begin) = 0;
+
+  // ---- mixture of experts ----
+  // Picks each token's experts. router_logits float32 [T, num_experts]; correction_bias float32
+  // [num_experts] or an empty Tensor (added to the scores for the choice only, never to the
+  // weights); topk_ids int32 [T, top_k]; topk_weights float32 [T, top_k].
+  virtual void moe_route(const Tensor& router_logits, const Tensor& correction_bias,
+                         const MoeRouteArgs& args, const Tensor& topk_ids,
+                         const Tensor& topk_weights) = 0;
+  // out[t] = Σ_j topk_weights[t, j] · expert_{topk_ids[t, j]}(x[t]); x, out [T, hidden].
+  virtual void moe_experts(const Tensor& x, const MoeExpertWeights& experts, const Tensor& topk_ids,
+                           const Tensor& topk_weights, const Tensor& out) = 0;
 };
 
 // The CPU reference backend.

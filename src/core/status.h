@@ -103,7 +103,9 @@ class [[nodiscard]] StatusOr {
 #define STRATA_CONCAT_INNER(a, b) a##b
 #define STRATA_CONCAT(a, b) STRATA_CONCAT_INNER(a, b)
 // STRATA_ASSIGN_OR_RETURN(auto x, make_x()); returns the error if make_x() failed.
-#define STRATA_ASSIGN_OR_RETURN(decl, expr)                                  \
-  auto STRATA_CONCAT(_so_, __LINE__) = (expr);                               \
-  if (!STRATA_CONCAT(_so_, __LINE__).ok()) return STRATA_CONCAT(_so_, __LINE__).status(); \
-  decl = std::move(STRATA_CONCAT(_so_, __LINE__)).value()
+#define STRATA_ASSIGN_OR_RETURN(decl, expr) \
+  STRATA_ASSIGN_OR_RETURN_IMPL(STRATA_CONCAT(_status_or_, __COUNTER__), decl, expr)
+#define STRATA_ASSIGN_OR_RETURN_IMPL(tmp, decl, expr) \
+  auto tmp = (expr);                                  \
+  if (!tmp.ok()) return tmp.status();                 \
+  decl = std::move(tmp).value()

@@ -47,6 +47,14 @@ void CpuBackend::gather_rows(const Tensor& x, const int32_t* rows, int n, const 
   }
 }
 
+void CpuBackend::slice_columns(const Tensor& x, int64_t begin, int64_t end, const Tensor& out) {
+  const int64_t rows = x.dim(0), cols = x.numel() / rows, w = end - begin;
+  CHECK(0 <= begin && begin <= end && end <= cols);
+  CHECK_EQ(out.numel(), rows * w);
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(out.ptr<float>() + r * w, x.ptr<float>() + r * cols + begin, size_t(w) * 4);
+}
+
 void CpuBackend::embedding(const int32_t* ids, int num_tokens, const Tensor& table,
                            const Tensor& out) {
   const int64_t vocab = table.dim(0), h = table.dim(1);

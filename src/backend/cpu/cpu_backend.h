@@ -55,6 +55,16 @@ class CpuBackend : public Backend {
   void mla_attention(const Tensor& q_latent, const KvStorage& kv, int layer,
                      const AttentionMetadata& meta, const MlaArgs& args, const Tensor& out) override;
   void gather_rows(const Tensor& x, const int32_t* rows, int n, const Tensor& out) override;
+  void slice_columns(const Tensor& x, int64_t begin, int64_t end, const Tensor& out) override;
+  void copy_columns(const Tensor& x, int64_t begin, int64_t end, const Tensor& out,
+                    int64_t out_begin) override;
+  void per_head_linear(const Tensor& x, int64_t x_begin, const Tensor& w, const Tensor& out,
+                       int64_t out_begin) override;
+  void moe_route(const Tensor& router_logits, const Tensor& correction_bias,
+                 const MoeRouteArgs& args, const Tensor& topk_ids,
+                 const Tensor& topk_weights) override;
+  void moe_experts(const Tensor& x, const MoeExpertWeights& experts, const Tensor& topk_ids,
+                   const Tensor& topk_weights, const Tensor& out) override;
 };
 
 // Reads `n` KV values of a stored row (any KV dtype) as float32, multiplied by `scale`.

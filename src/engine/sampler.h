@@ -1,0 +1,42 @@
+// Token sampling on the host from float32 logits: greedy at temperature 0, else temperature,
+// top-k, top-p (nucleus) and min-p filtering, drawn from a per-request seeded generator so a
+// request's output depends only on its seed, never on the batch it ran in.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <utility>
+#include <vector>
+
+namespace strata {
+
+struct SampleConfig {
+  float temperature = 0.0f;  // 0 = greedy
+  float top_p = 1.0f;        // (0, 1]
+  int top_k = 0;             // 0 or negative = off
+  float min_p = 0.0f;        // [0, 1)
+};
+
+// Per-request random stream (seeded once; advanced one draw per sampled token).
+class SamplerRng {
+ public:
+  explicit SamplerRng(uint64_t seed) : gen_(seed) {}
+  // Uniform in [0, 1).
+  double uniform() { return double(gen_() >> 11) * 0x1.0p-53; }
+
+ private:
+  std::mt19937_64 gen_;
+};
+
+// Picks the next token. `scratch` is reused between calls to avoid allocation.
+int32_t sample_token(const float* logits, int64_t vocab, const SampleConfig& cfg, SamplerRng& rng,
+                     std::vector<std::pair<float, int32_t>>& scratch);
+
+// Log-probabilities under the model's distribution (log_softmax of the raw logits).
+struct TokenLogprobs {
+  float logprob = 0;                              // of the chosen token
+  std::vector<std::pair<int32_t, float>> top;     // the `top_n` most likely, descending
+};
+TokenLogprobs token_logprobs(const float* logits, int64_t vocab, int32_t chosen, int top_n);
+
+}  // namespace strata

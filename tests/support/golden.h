@@ -1,0 +1,146 @@
+// Test support: read Hugging Face reference tensors and run a model on one sequence through the
+// paged KV path (pages handed out in a scrambled order, so page tables really matter).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "arch/model.h"
+#include "model/safetensors.h"
+
+namespace strata::testing {
+
+inline std::string shared_dir() { return STRATA_SHARED_DIR; }
+
+class Reference {
+ public:
+  explicit Reference(const std::string& path) {
+    auto f = SafetensorsFile::open(path);
+    EXPECT_TRUE(f.ok()) << f.status().to_string();
+    if (f.ok()) file_ = std::move(f).value();
+  }
+  bool ok() const { return file_ != nullptr; }
+  bool has(const std::string& name) const { return find(name) != nullptr; }
+  std::vector<int32_t> i32(const std::string& name) const {
+    const TensorInfo* t = find(name);
+    EXPECT_TRUE(t && t->dtype == DType::kI32) << name;
+    if (!t) return {};
+    std::vector<int32_t> v(size_t(t->numel()));
+    std::memcpy(v.data(), t->data, v.size() * 4);
+    return v;
+  }
+  std::vector<float> f32(const std::string& name) const {
+    const TensorInfo* t = find(name);
+    EXPECT_TRUE(t && t->dtype == DType::kF32) << name;
+    if (!t) return {};
+    std::vector<float> v(size_t(t->numel()));
+    std::memcpy(v.data(), t->data, v.size() * 4);
+    return v;
+  }
+
+ private:
+  const TensorInfo* find(const std::string& name) const {
+    if (!file_) return nullptr;
+    for (const auto& t : file_->tensors())
+      if (t.name == name) return &t;
+    return nullptr;
+  }
+  std::unique_ptr<SafetensorsFile> file_;
+};
+
+// max |a - b| / max |b|
+inline double rel_max_error(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    num = std::max(num, double(std::fabs(a[i] - b[i])));
+    den = std::max(den, double(std::fabs(b[i])));
+  }
+  return den > 0 ? num / den : num;
+}
+
+// Runs one sequence: prefill in chunks of `chunk` tokens, then greedy decode. Pages are
+// assigned in reverse order to exercise the page table.
+class SingleSequence {
+ public:
+  SingleSequence(Model& model, int page_size, int max_tokens, DType kv_dtype = DType::kF32)
+      : model_(model), page_size_(page_size) {
+    KvLayout layout = model.kv_layout();
+    layout.page_size = page_size;
+    layout.num_pages = (max_tokens + page_size - 1) / page_size;
+    layout.dtype = kv_dtype;
+    kv_ = model.backend().alloc_kv(layout);
+    pages_.resize(size_t(layout.num_pages));
+    std::iota(pages_.rbegin(), pages_.rend(), 0);
+  }
+
+  // Appends `ids`, returning logits of every new token ([n, vocab]) when all_logits, else of the
+  // last one.
+  std::vector<float> step(const std::vector<int32_t>& ids, bool all_logits) {
+    const int n = int(ids.size());
+    const int32_t start = len_;
+    len_ += n;
+    std::vector<int32_t> positions(static_cast<size_t>(n)), slots(static_cast<size_t>(n)), rows;
+    for (int i = 0; i < n; ++i) {
+      positions[size_t(i)] = start + i;
+      slots[size_t(i)] = pages_[size_t((start + i) / page_size_)] * page_size_ + (start + i) % page_size_;
+    }
+    const int32_t used_pages = (len_ + page_size_ - 1) / page_size_;
+    int32_t q_indptr[2] = {0, n}, kv_lens[1] = {len_}, page_indptr[2] = {0, used_pages};
+    if (all_logits) {
+      rows.resize(size_t(n));
+      std::iota(rows.begin(), rows.end(), 0);
+    } else {
+      rows = {n - 1};
+    }
+    ForwardBatch b;
+    b.token_ids = ids.data();
+    b.attn.num_seqs = 1;
+    b.attn.num_tokens = n;
+    b.attn.page_size = page_size_;
+    b.attn.q_indptr = q_indptr;
+    b.attn.kv_lens = kv_lens;
+    b.attn.page_indptr = page_indptr;
+    b.attn.page_indices = pages_.data();
+    b.attn.positions = positions.data();
+    b.attn.slot_mapping = slots.data();
+    b.logit_rows = rows.data();
+    b.num_logit_rows = int(rows.size());
+    std::vector<float> logits(rows.size() * size_t(model_.spec().vocab_size));
+    model_.forward(b, *kv_, logits.data());
+    return logits;
+  }
+
+  std::vector<int32_t> greedy(const std::vector<int32_t>& prompt, int new_tokens, int chunk) {
+    std::vector<float> logits;
+    for (size_t i = 0; i < prompt.size(); i += size_t(chunk)) {
+      std::vector<int32_t> part(prompt.begin() + long(i),
+                                prompt.begin() + long(std::min(prompt.size(), i + size_t(chunk))));
+      logits = step(part, false);
+    }
+    std::vector<int32_t> out;
+    for (int i = 0; i < new_tokens; ++i) {
+      const int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      out.push_back(next);
+      if (i + 1 < new_tokens) logits = step({next}, false);
+    }
+    return out;
+  }
+
+  KvStorage& kv() { return *kv_; }
+
+ private:
+  Model& model_;
+  int page_size_;
+  int32_t len_ = 0;
+  std::vector<int32_t> pages_;
+  std::unique_ptr<KvStorage> kv_;
+};
+
+}  // namespace strata::testing
