@@ -1,0 +1,47 @@
+// BatchPlan: the host-side metadata of one forward step, built from the sequences the scheduler
+// picked: the flattened new tokens and, per sequence, its slice of them, its context length, its
+// CSR page table and where each new token's K/V goes. view() is the AttentionMetadata contract the
+// backends read (backend/attention_metadata.h).
+//
+// Built on the engine thread once per step; O(new tokens + pages). Immutable afterwards.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "backend/attention_metadata.h"
+#include "engine/request.h"
+
+namespace strata {
+
+// One sequence of a step: its next num_new_tokens tokens (from request->kv_len()) are computed.
+struct ScheduledSeq {
+  Request* request = nullptr;
+  int32_t num_new_tokens = 0;
+  bool sample = false;  // its last new token's logits are sampled (false: a non-final prefill chunk)
+};
+
+class BatchPlan {
+ public:
+  // Each request's page table must cover kv_len() + num_new_tokens tokens.
+  static BatchPlan build(std::span<const ScheduledSeq> seqs, int32_t page_size);
+
+  int num_seqs() const { return static_cast<int>(kv_lens.size()); }
+  int num_tokens() const { return static_cast<int>(token_ids.size()); }
+  // The contract with the backends; valid while this plan lives and is not modified.
+  AttentionMetadata view() const;
+
+  int32_t page_size = 1;
+  std::vector<int32_t> token_ids;     // [num_tokens] flattened new tokens, sequence by sequence
+  std::vector<int32_t> positions;     // [num_tokens] position of each new token in its sequence
+  std::vector<int32_t> q_indptr;      // [num_seqs + 1] rows of each sequence's new tokens
+  std::vector<int32_t> kv_lens;       // [num_seqs] context after this step (cached + new)
+  std::vector<int32_t> page_indptr;   // [num_seqs + 1] into page_indices
+  std::vector<int32_t> page_indices;  // [page_indptr[num_seqs]] pages covering kv_lens[s] tokens
+  std::vector<int32_t> slot_mapping;  // [num_tokens] page * page_size + offset of each new token
+  std::vector<int32_t> logits_rows;   // [num_sampled] row of the last new token of each sampled seq
+  std::vector<int32_t> sampled_seqs;  // [num_sampled] which sequence each logits row belongs to
+};
+
+}  // namespace strata

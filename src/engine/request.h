@@ -1,0 +1,124 @@
+// Request: one generation request as the engine thread sees it: its tokens, sampling parameters,
+// KV pages and a small state machine. Owned by the engine; mutated only on the engine thread
+// (ScheduleState and the engine loop). Illegal state transitions are bugs and CHECK-fail.
+//
+//   kWaiting ──admit──> kPrefilling ──last chunk + first token──> kDecoding ──> kFinished
+//      │                    │   ▲                                      │
+//      │                    │   └──────────── re-admit ── kRetracted <─┘ (pages given back)
+//      └────────────────────┴── abort / reject (any live state) ──> kAborted
+//
+// A retracted request keeps its output tokens; it re-prefills prompt + output (reusing whatever of
+// it the radix cache still holds) and then continues decoding.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/sampling_params.h"
+#include "kv/radix_cache.h"
+
+namespace strata {
+
+enum class RequestState { kWaiting, kPrefilling, kDecoding, kRetracted, kFinished, kAborted };
+enum class FinishReason { kNone, kStop, kLength, kAbort };
+
+const char* request_state_name(RequestState s);
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort" (OpenAI names)
+
+class Request {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Request(int64_t id, std::vector<int32_t> prompt_ids, SamplingParams params);
+
+  int64_t id() const { return id_; }
+  RequestState state() const { return state_; }
+  bool is_live() const { return state_ != RequestState::kFinished && state_ != RequestState::kAborted; }
+  bool is_running() const {
+    return state_ == RequestState::kPrefilling || state_ == RequestState::kDecoding;
+  }
+  const SamplingParams& params() const { return params_; }
+  const std::vector<int32_t>& prompt_ids() const { return prompt_ids_; }
+  const std::vector<int32_t>& output_ids() const { return output_ids_; }
+  int32_t prompt_len() const { return static_cast<int32_t>(prompt_ids_.size()); }
+  int32_t output_len() const { return static_cast<int32_t>(output_ids_.size()); }
+  // Tokens whose KV the request needs: prompt then output. The last sampled token's KV is
+  // computed by the next decode step, so while decoding kv_len() == total_len() - 1.
+  int32_t total_len() const { return prompt_len() + output_len(); }
+  int32_t token_at(int32_t i) const {
+    return i < prompt_len() ? prompt_ids_[i] : output_ids_[i - prompt_len()];
+  }
+  // The first n tokens of prompt + output.
+  std::vector<int32_t> tokens(int32_t n) const;
+
+  // Effective output limit: params().max_new_tokens, clamped by the engine so that prompt + output
+  // always fits the KV pool (set_max_new_tokens_limit).
+  int32_t max_new_tokens() const { return max_new_tokens_; }
+  int32_t remaining_new_tokens() const { return std::max(0, max_new_tokens_ - output_len()); }
+  void set_max_new_tokens_limit(int32_t limit);
+
+  // KV bookkeeping (ScheduleState writes these).
+  int32_t kv_len() const { return kv_len_; }  // tokens whose KV is computed
+  void set_kv_len(int32_t n);
+  int32_t prefix_hit_tokens() const { return prefix_hit_tokens_; }  // cache hit at last admission
+  void set_prefix_hit_tokens(int32_t n) { prefix_hit_tokens_ = n; }
+  // Page table: pages[i] holds tokens [i*page_size, (i+1)*page_size). The first
+  // cached_pages() come from the radix cache (locked through cache_node()); the rest are the
+  // request's own. The request holds one pool reference on each.
+  std::vector<PageId>& pages() { return pages_; }
+  const std::vector<PageId>& pages() const { return pages_; }
+  int32_t cached_pages() const { return cached_pages_; }
+  RadixNodeHandle cache_node() const { return cache_node_; }
+  void set_cache_lock(RadixNodeHandle node, int32_t cached_pages) {
+    cache_node_ = node;
+    cached_pages_ = cached_pages;
+  }
+
+  // Transitions (CHECKed).
+  void start_prefill();                  // kWaiting | kRetracted -> kPrefilling
+  void start_decode();                   // kPrefilling -> kDecoding (after its first token)
+  void retract();                        // kPrefilling | kDecoding -> kRetracted (kv_len -> 0)
+  void finish(FinishReason reason);      // kPrefilling | kDecoding -> kFinished (stop / length)
+  void abort(std::string error = "");    // any live state -> kAborted; error empty: client abort
+
+  // Appends a sampled token. Returns the finish reason it causes (kNone while the request goes
+  // on): a stop token or, unless ignore_eos, one of eos_ids -> kStop; the output limit -> kLength.
+  // It does not change the state: the caller finishes the request. Stop strings are the
+  // detokenizer's business.
+  FinishReason append_output(int32_t token, std::span<const int32_t> eos_ids);
+
+  FinishReason finish_reason() const { return finish_reason_; }
+  const std::string& error() const { return error_; }  // why it was aborted by the engine
+  int32_t num_retractions() const { return num_retractions_; }
+
+  // Timestamps (steady clock); default-constructed until the event happens.
+  Clock::time_point arrival_time() const { return arrival_time_; }
+  Clock::time_point first_scheduled_time() const { return first_scheduled_time_; }
+  Clock::time_point first_token_time() const { return first_token_time_; }
+  Clock::time_point finish_time() const { return finish_time_; }
+
+ private:
+  int64_t id_;
+  std::vector<int32_t> prompt_ids_;
+  std::vector<int32_t> output_ids_;
+  SamplingParams params_;
+  int32_t max_new_tokens_;
+  RequestState state_ = RequestState::kWaiting;
+  FinishReason finish_reason_ = FinishReason::kNone;
+  std::string error_;
+  int32_t kv_len_ = 0;
+  int32_t prefix_hit_tokens_ = 0;
+  std::vector<PageId> pages_;
+  int32_t cached_pages_ = 0;
+  RadixNodeHandle cache_node_ = nullptr;
+  int32_t num_retractions_ = 0;
+  Clock::time_point arrival_time_;
+  Clock::time_point first_scheduled_time_{};
+  Clock::time_point first_token_time_{};
+  Clock::time_point finish_time_{};
+};
+
+}  // namespace strata

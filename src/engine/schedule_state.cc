@@ -1,0 +1,303 @@
+#include "engine/schedule_state.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "core/check.h"
+
+namespace strata {
+
+ScheduleState::ScheduleState(const SchedulerConfig& config, PagePool* pool, RadixCache* cache,
+                             std::vector<int32_t> eos_token_ids)
+    : config_(config),
+      pool_(pool),
+      cache_(cache),
+      eos_token_ids_(std::move(eos_token_ids)),
+      new_token_ratio_(config.init_new_token_ratio) {
+  CHECK_EQ(config_.page_size, pool_->page_size());
+  CHECK_EQ(config_.page_size, cache_->page_size());
+}
+
+Status ScheduleState::submit(Request* r) {
+  CHECK(r->state() == RequestState::kWaiting);
+  CHECK_MSG(!live_.contains(r->id()), "request id {} submitted twice", r->id());
+  if (r->prompt_len() == 0) {
+    r->abort("empty prompt");
+    return invalid_argument("request {}: the prompt is empty", r->id());
+  }
+  int64_t capacity = pool_->capacity_tokens();
+  if (r->prompt_len() < capacity) r->set_max_new_tokens_limit(int32_t(capacity - r->prompt_len()));
+  waiting_.push_back(r);
+  live_[r->id()] = r;
+  return Status::ok_status();
+}
+
+Request* ScheduleState::lookup(int64_t id) const {
+  auto it = live_.find(id);
+  CHECK_MSG(it != live_.end(), "decision names unknown request {}", id);
+  return it->second;
+}
+
+SchedulerSnapshot ScheduleState::snapshot() const {
+  SchedulerSnapshot s;
+  s.total_pages = pool_->num_pages();
+  s.free_pages = pool_->num_free_pages();
+  s.evictable_pages = cache_->evictable_pages();
+  s.new_token_ratio = new_token_ratio_;
+  for (const Request* r : running_) {
+    s.running.push_back(RunningEntry{
+        .id = r->id(),
+        .decoding = r->state() == RequestState::kDecoding,
+        .kv_len = r->kv_len(),
+        .total_len = r->total_len(),
+        .held_pages = int32_t(r->pages().size()),
+        .prompt_len = r->prompt_len(),
+        .output_len = r->output_len(),
+        .remaining_new_tokens = r->remaining_new_tokens(),
+        .max_new_tokens = r->max_new_tokens(),
+        .releasable_pages = int32_t(r->pages().size()) - r->cached_pages() +
+                            cache_->exclusive_locked_pages(r->cache_node())});
+  }
+  // Admission is FCFS and stops at the first request that does not fit, so the head of the queue
+  // is enough: the free slots plus one.
+  int64_t fitting = 0;
+  int64_t slots = std::max<int64_t>(0, config_.max_running_requests - int64_t(running_.size()));
+  for (const Request* r : waiting_) {
+    if (fitting > slots) break;
+    WaitingEntry w{.id = r->id(),
+                   .total_len = r->total_len(),
+                   .remaining_new_tokens = r->remaining_new_tokens()};
+    if (pool_->pages_for_tokens(int64_t{r->total_len()} + 1) <= pool_->num_pages()) {
+      // The last token is always computed: its logits are needed.
+      RadixPeek peek = cache_->peek_prefix(r->tokens(r->total_len() - 1));
+      w.cached_tokens = peek.matched_tokens;
+      w.cached_evictable_pages = peek.evictable_pages;
+      ++fitting;
+    }
+    s.waiting.push_back(w);
+  }
+  s.more_waiting = s.waiting.size() < waiting_.size();
+  return s;
+}
+
+void ScheduleState::remove_running(Request* r) {
+  auto it = std::find(running_.begin(), running_.end(), r);
+  CHECK(it != running_.end());
+  running_.erase(it);
+}
+
+void ScheduleState::remove_waiting(Request* r) {
+  auto it = std::find(waiting_.begin(), waiting_.end(), r);
+  CHECK(it != waiting_.end());
+  waiting_.erase(it);
+}
+
+// Takes the cached prefix of a waiting request: lock, retain, and start its prefill.
+void ScheduleState::admit(Request* r) {
+  RadixMatch m = cache_->match_prefix(r->tokens(r->total_len() - 1));
+  cache_->inc_lock_ref(m.node);
+  pool_->retain(m.pages);
+  r->pages() = std::move(m.pages);
+  r->set_cache_lock(m.node, int32_t(r->pages().size()));
+  r->set_kv_len(m.matched_tokens);
+  r->set_prefix_hit_tokens(m.matched_tokens);
+  r->start_prefill();
+  remove_waiting(r);
+  running_.push_back(r);
+}
+
+// Grows r's page table to cover `tokens` tokens, evicting cached prefixes when the pool is short.
+void ScheduleState::ensure_pages(Request* r, int32_t tokens) {
+  int64_t need = pool_->pages_for_tokens(tokens) - int64_t(r->pages().size());
+  if (need <= 0) return;
+  if (pool_->num_free_pages() < need) cache_->evict(int32_t(need - pool_->num_free_pages()));
+  bool ok = pool_->allocate_into(int32_t(need), &r->pages());
+  CHECK_MSG(ok, "request {}: the decision over-committed the pool ({} pages wanted, {} free)",
+            r->id(), need, pool_->num_free_pages());
+}
+
+// Gives back everything r holds: full computed pages go to the radix cache (so a retried or
+// retracted request finds them), the rest to the pool; the prefix lock is dropped.
+void ScheduleState::release_kv(Request* r) {
+  if (r->cache_node() == nullptr) return;
+  const int32_t full = r->kv_len() / config_.page_size;
+  std::vector<PageId>& pages = r->pages();
+  CHECK_LE(full, int32_t(pages.size()));
+  if (full > 0) {
+    cache_->insert(r->tokens(full * config_.page_size), std::span(pages).first(full));
+  }
+  pool_->release(std::span(pages).subspan(full));
+  pages.clear();
+  cache_->dec_lock_ref(r->cache_node());
+  r->set_cache_lock(nullptr, 0);
+}
+
+// After a non-final chunk: caches its full pages now so other requests can share them, and
+// switches the request to the tree's pages (a page computed twice is released).
+void ScheduleState::cache_unfinished(Request* r) {
+  const int32_t full = r->kv_len() / config_.page_size;
+  if (full <= r->cached_pages()) return;
+  std::vector<int32_t> tokens = r->tokens(full * config_.page_size);
+  std::vector<PageId>& pages = r->pages();
+  cache_->insert(tokens, std::span(pages).first(full));  // consumes r's references to them
+  RadixMatch m = cache_->match_prefix(tokens, /*record_stats=*/false);
+  CHECK_EQ(m.matched_tokens, full * config_.page_size);
+  pool_->retain(m.pages);
+  std::copy(m.pages.begin(), m.pages.end(), pages.begin());
+  cache_->inc_lock_ref(m.node);
+  cache_->dec_lock_ref(r->cache_node());
+  r->set_cache_lock(m.node, full);
+}
+
+ScheduledStep ScheduleState::apply(const Decision& d) {
+  ScheduledStep step;
+  for (int64_t id : d.reject) {
+    Request* r = lookup(id);
+    remove_waiting(r);
+    live_.erase(id);
+    r->abort(fmt::format("the prompt ({} tokens) and one generated token can never fit the KV "
+                         "cache ({} tokens); raise --mem-fraction-static or shorten the prompt",
+                         r->total_len(), pool_->capacity_tokens()));
+    step.rejected.push_back(r);
+  }
+  // Retracted requests go back to the head of the queue, in the decision's order.
+  for (auto it = d.retract.rbegin(); it != d.retract.rend(); ++it) {
+    Request* r = lookup(*it);
+    release_kv(r);
+    r->retract();
+    remove_running(r);
+    waiting_.push_front(r);
+    step.retracted.insert(step.retracted.begin(), r);
+  }
+  for (int64_t id : d.truncate) {
+    Request* r = lookup(id);
+    release_kv(r);
+    r->finish(FinishReason::kLength);
+    remove_running(r);
+    live_.erase(id);
+    step.truncated.push_back(r);
+  }
+  // Lock every admitted prefix before allocating, so no allocation evicts a prefix just chosen.
+  for (const PrefillWork& w : d.prefill) {
+    Request* r = lookup(w.id);
+    if (!r->is_running()) admit(r);
+  }
+  for (const PrefillWork& w : d.prefill) {
+    Request* r = lookup(w.id);
+    int32_t n = std::min(w.num_tokens, r->total_len() - r->kv_len());
+    CHECK_GT(n, 0);
+    ensure_pages(r, r->kv_len() + n);
+    step.seqs.push_back({.request = r, .num_new_tokens = n, .sample = r->kv_len() + n == r->total_len()});
+  }
+  step.is_prefill = !d.prefill.empty();
+  for (int64_t id : d.decode) {
+    Request* r = lookup(id);
+    CHECK(r->state() == RequestState::kDecoding);
+    int32_t steps = std::min(d.num_decode_steps, std::max(1, r->remaining_new_tokens()));
+    ensure_pages(r, r->kv_len() + steps);  // reserved for the whole continuous decode
+    step.seqs.push_back({.request = r, .num_new_tokens = 1, .sample = true});
+  }
+  step.num_decode_steps = d.decode.empty() ? 1 : d.num_decode_steps;
+  new_token_ratio_ = d.new_token_ratio;
+  return step;
+}
+
+ScheduledStep ScheduleState::continue_decode() {
+  ScheduledStep step;
+  for (Request* r : running_) {
+    if (r->state() != RequestState::kDecoding) continue;
+    if (pool_->pages_for_tokens(r->kv_len() + 1) > int64_t(r->pages().size())) return {};
+    step.seqs.push_back({.request = r, .num_new_tokens = 1, .sample = true});
+  }
+  return step;
+}
+
+std::vector<Request*> ScheduleState::complete(const ScheduledStep& step,
+                                              std::span<const int32_t> sampled) {
+  std::vector<Request*> finished;
+  size_t next = 0;
+  for (const ScheduledSeq& seq : step.seqs) {
+    Request* r = seq.request;
+    int32_t token = seq.sample ? sampled[next++] : -1;
+    if (!r->is_running()) continue;  // aborted since the step was planned
+    r->set_kv_len(r->kv_len() + seq.num_new_tokens);
+    if (!seq.sample) {
+      cache_unfinished(r);
+      continue;
+    }
+    CHECK_EQ(r->kv_len(), r->total_len());
+    FinishReason reason = r->append_output(token, eos_token_ids_);
+    if (reason == FinishReason::kNone) {
+      if (r->state() == RequestState::kPrefilling) r->start_decode();
+      continue;
+    }
+    release_kv(r);
+    r->finish(reason);
+    remove_running(r);
+    live_.erase(r->id());
+    finished.push_back(r);
+  }
+  CHECK_EQ(next, sampled.size());
+  return finished;
+}
+
+void ScheduleState::finish(Request* r, FinishReason reason) {
+  CHECK(r->is_running());
+  release_kv(r);
+  r->finish(reason);
+  remove_running(r);
+  live_.erase(r->id());
+}
+
+void ScheduleState::abort(Request* r, std::string error) {
+  CHECK(r->is_live());
+  if (r->is_running()) {
+    release_kv(r);
+    remove_running(r);
+  } else {
+    remove_waiting(r);
+  }
+  live_.erase(r->id());
+  r->abort(std::move(error));
+}
+
+bool ScheduleState::flush_cache() {
+  if (!running_.empty()) return false;
+  return cache_->reset();
+}
+
+void ScheduleState::check_invariants() const {
+  pool_->check_invariants();
+  cache_->check_invariants();
+  std::vector<int32_t> holders(pool_->num_pages(), 0);
+  cache_->for_each_page([&](PageId p) { ++holders[p]; });
+  std::unordered_set<PageId> locked;
+  for (const Request* r : running_) {
+    CHECK(r->is_running());
+    CHECK(r->cache_node() != nullptr);
+    CHECK(live_.at(r->id()) == r);
+    std::vector<PageId> path = cache_->path_pages(r->cache_node());
+    CHECK_EQ(int32_t(path.size()), r->cached_pages());
+    CHECK_MSG(std::equal(path.begin(), path.end(), r->pages().begin()),
+              "request {}: prefix pages differ from its cache path", r->id());
+    CHECK_GE(r->kv_len(), r->cached_pages() * config_.page_size);
+    CHECK_GE(int64_t(r->pages().size()), pool_->pages_for_tokens(r->kv_len()));
+    if (r->state() == RequestState::kDecoding) CHECK_EQ(r->kv_len(), r->total_len() - 1);
+    std::unordered_set<PageId> own(r->pages().begin(), r->pages().end());
+    CHECK_MSG(own.size() == r->pages().size(), "request {} holds a page twice", r->id());
+    for (PageId p : r->pages()) ++holders[p];
+    locked.insert(path.begin(), path.end());
+  }
+  for (PageId p = 0; p < pool_->num_pages(); ++p)
+    CHECK_MSG(pool_->refcount(p) == holders[p], "page {}: refcount {} but {} holders", p,
+              pool_->refcount(p), holders[p]);
+  CHECK_EQ(int32_t(locked.size()), cache_->locked_pages());
+  for (const Request* r : waiting_) {
+    CHECK(r->state() == RequestState::kWaiting || r->state() == RequestState::kRetracted);
+    CHECK(r->pages().empty() && r->cache_node() == nullptr && r->kv_len() == 0);
+    CHECK(live_.at(r->id()) == r);
+  }
+  CHECK_EQ(live_.size(), waiting_.size() + running_.size());
+}
+
+}  // namespace strata

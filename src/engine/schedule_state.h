@@ -1,0 +1,105 @@
+// ScheduleState: the engine thread's request queues and KV bookkeeping, and the one place that
+// applies a scheduler Decision to the page pool, the radix cache and the requests. The engine loop:
+//
+//   ScheduledStep step = state.schedule(scheduler);   // snapshot -> decide -> apply
+//   report step.rejected / step.truncated;             // errors / finished for those requests
+//   for (int i = 0; i < step.num_decode_steps && !step.seqs.empty(); ++i) {
+//     if (i > 0) step = state.continue_decode();
+//     BatchPlan plan = BatchPlan::build(step.seqs, page_size);
+//     ... forward(plan.view()), sample rows plan.logits_rows ...
+//     finished = state.complete(step, sampled);       // one token per plan.logits_rows entry
+//   }
+//
+// Requests are owned by the caller and must outlive their time here (until they are finished,
+// aborted or rejected). Not thread-safe: the engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/batch_plan.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "kv/page_pool.h"
+#include "kv/radix_cache.h"
+
+namespace strata {
+
+struct ScheduledStep {
+  std::vector<ScheduledSeq> seqs;  // prefill chunks, or decodes (one token each)
+  bool is_prefill = false;
+  int32_t num_decode_steps = 1;      // decode steps to run (continue_decode for steps 2..n)
+  std::vector<Request*> rejected;    // now kAborted with error(): can never fit the KV pool
+  std::vector<Request*> retracted;   // sent back to the waiting queue
+  std::vector<Request*> truncated;   // now kFinished with reason length (pool exhausted)
+};
+
+class ScheduleState {
+ public:
+  // eos_token_ids finish a request (reason stop) unless it sets ignore_eos.
+  ScheduleState(const SchedulerConfig& config, PagePool* pool, RadixCache* cache,
+                std::vector<int32_t> eos_token_ids);
+
+  // Queues a new request (state kWaiting) and clamps its max_new_tokens so that prompt + output
+  // fits the pool. An empty prompt is an error (the request is then aborted).
+  Status submit(Request* request);
+
+  // The scheduler's view: the head of the waiting queue (as many entries as could be admitted,
+  // plus one), every running request, pool and cache counts. Cost: a radix peek per entry.
+  SchedulerSnapshot snapshot() const;
+  // Applies a decision made on snapshot() (no change in between). Allocates pages (evicting
+  // cached prefixes as needed), locks and retains admitted prefixes, retracts, rejects.
+  ScheduledStep apply(const Decision& decision);
+  ScheduledStep schedule(const Scheduler& scheduler) { return apply(scheduler.decide(snapshot())); }
+  // The next step of a continuous decode: every decoding request, one token each. Empty when a
+  // request has no room for its token (the caller then schedules again).
+  ScheduledStep continue_decode();
+
+  // After the forward pass of `step`: advances kv_len, appends the sampled tokens (sampled[i] for
+  // the i-th seq with sample set), caches the prefixes of finished requests and of non-final
+  // chunks, and returns the requests that finished (stop token, EOS, length).
+  std::vector<Request*> complete(const ScheduledStep& step, std::span<const int32_t> sampled);
+
+  // Finishes a running request for a reason found outside (e.g. a stop string).
+  void finish(Request* request, FinishReason reason);
+  // Aborts a live request in any state; its pages are released (full pages stay cached).
+  void abort(Request* request, std::string error = "");
+  // Drops the whole prefix cache; refuses (false) while requests run.
+  bool flush_cache();
+
+  size_t num_waiting() const { return waiting_.size(); }
+  size_t num_running() const { return running_.size(); }
+  const std::vector<Request*>& running() const { return running_; }
+  const std::deque<Request*>& waiting() const { return waiting_; }
+  double new_token_ratio() const { return new_token_ratio_; }
+  const SchedulerConfig& config() const { return config_; }
+
+  // CHECKs pool and cache invariants and that refcounts equal holders (tree + running requests),
+  // every running request's prefix equals its locked cache path, locked pages equal the union of
+  // those paths, and waiting requests hold nothing. O(pages + tokens); for tests.
+  void check_invariants() const;
+
+ private:
+  void admit(Request* r);
+  void ensure_pages(Request* r, int32_t tokens);
+  void release_kv(Request* r);
+  void cache_unfinished(Request* r);
+  void remove_running(Request* r);
+  void remove_waiting(Request* r);
+  Request* lookup(int64_t id) const;
+
+  SchedulerConfig config_;
+  PagePool* pool_;
+  RadixCache* cache_;
+  std::vector<int32_t> eos_token_ids_;
+  std::deque<Request*> waiting_;
+  std::vector<Request*> running_;
+  std::unordered_map<int64_t, Request*> live_;
+  double new_token_ratio_;
+};
+
+}  // namespace strata
