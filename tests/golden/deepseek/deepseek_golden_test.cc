@@ -3,6 +3,10 @@
 // routed experts) and the trained house-mla model.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
 #include "support/golden.h"
 
 namespace strata::testing {
@@ -178,6 +182,46 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, DeepseekGolden, ::testing::ValuesIn(fixtures(
                              if (c == '-') c = '_';
                            return n;
                          });
+
+// kimi_k25: the VL wrapper around a DeepSeek-V3 text model with INT4 routed experts. Rebuild the
+// INT4 fixture as such a checkpoint (text weights under `language_model.`, a vision tower that
+// must be ignored, the config under `text_config`) and expect the fixture's reference logits.
+TEST(DeepseekGoldenKimi, K25WrapperLayout) {
+  const std::string src = shared_dir() + "/fixtures/tiny/deepseek-v3-int4-experts";
+  const std::string dir = ::testing::TempDir() + "/strata_kimi_k25_tiny";
+  std::filesystem::create_directories(dir);
+  nlohmann::json text;
+  std::ifstream(src + "/config.json") >> text;
+  nlohmann::json wrapper = {{"architectures", {"KimiK25ForConditionalGeneration"}},
+                            {"model_type", "kimi_k25"},
+                            {"quantization_config", text["quantization_config"]},
+                            {"vision_config", {{"hidden_size", 8}}},
+                            {"text_config", text}};
+  std::ofstream(dir + "/config.json") << wrapper.dump(2);
+  auto file = SafetensorsFile::open(src + "/model.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  std::vector<SafetensorsEntry> entries;
+  for (const TensorInfo& t : (*file)->tensors()) {
+    SafetensorsEntry e{.name = "language_model." + t.name, .dtype = t.dtype, .shape = t.shape,
+                       .bytes = std::vector<uint8_t>(t.data, t.data + t.nbytes)};
+    entries.push_back(std::move(e));
+  }
+  entries.push_back({.name = "vision_tower.patch_embed.weight", .dtype = DType::kF32,
+                     .shape = {2, 2}, .bytes = std::vector<uint8_t>(16, 0)});
+  ASSERT_TRUE(write_safetensors(dir + "/model.safetensors", entries).ok());
+
+  auto backend = make_cpu_backend();
+  auto model = load(*backend, dir);
+  ASSERT_NE(model, nullptr);
+  EXPECT_EQ(model->spec().weight_prefix, "language_model.model.");
+  Reference ref(src + "/reference.safetensors");
+  auto ids = ref.i32("seq0.input_ids");
+  SingleSequence run(*model, 4, int(ids.size()));
+  const double err = rel_max_error(run.step(ids, true), ref.f32("seq0.logits"));
+  std::printf("kimi_k25 wrapper of deepseek-v3-int4-experts: rel max error %.3g\n", err);
+  EXPECT_LT(err, kMaxRelError);
+  std::filesystem::remove_all(dir);
+}
 
 // YaRN far past original_max_position_embeddings (128): 400 random ids, logits everywhere.
 TEST(DeepseekGoldenLong, TinyYarnPast128) {
