@@ -85,7 +85,11 @@ class DeepseekModel : public Model {
   RopeFrequencies rope_freqs_;
 };
 
-MoeRouteArgs route_args_from(const MoeSpec& m) {
+// Routing as the config says (model/config.cc defaults V3-family configs to sigmoid + noaux_tc,
+// which transformers 5.17's DeepseekV3TopkRouter hard-codes). transformers' DeepseekV2TopkRouter
+// never renormalizes the chosen weights, whatever norm_topk_prob says; follow it.
+MoeRouteArgs route_args_from(const ModelSpec& spec) {
+  const MoeSpec& m = spec.moe;
   MoeRouteArgs a{.num_experts = m.n_routed_experts,
                  .top_k = m.num_experts_per_tok,
                  .num_groups = m.n_group,
@@ -94,7 +98,7 @@ MoeRouteArgs route_args_from(const MoeSpec& m) {
                                                                     : MoeScoring::kSoftmax,
                  .group_score = m.topk_method == TopkMethod::kNoauxTc ? MoeGroupScore::kTop2Sum
                                                                       : MoeGroupScore::kMax,
-                 .normalize = m.norm_topk_prob,
+                 .normalize = m.norm_topk_prob && spec.text_model_type != "deepseek_v2",
                  .scaling_factor = float(m.routed_scaling_factor)};
   if (m.topk_method == TopkMethod::kGreedy) a.num_groups = a.topk_groups = 1;
   return a;
@@ -203,7 +207,7 @@ Status DeepseekModel::load(const WeightStore& ws) {
   }
   rope_freqs_ = compute_rope_frequencies(s.rope, s.max_position_embeddings);
   softmax_scale_ = mla_softmax_scale(s);
-  if (s.moe.n_routed_experts > 0) route_args_ = route_args_from(s.moe);
+  if (s.moe.n_routed_experts > 0) route_args_ = route_args_from(s);
   return Status();
 }
 

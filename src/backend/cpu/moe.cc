@@ -57,9 +57,9 @@ void route_token(const float* logits, const float* bias, const MoeRouteArgs& a, 
     top_k_indices(group_scores.data(), a.num_groups, a.topk_groups, idx);
     std::vector<bool> keep(static_cast<size_t>(a.num_groups), false);
     for (int g : idx) keep[size_t(g)] = true;
-    // Experts of the other groups are masked to 0.0, not -inf, exactly as transformers does.
+    // Experts of the other groups can never be picked (transformers 5 masks them to -inf).
     for (int e = 0; e < e_count; ++e)
-      if (!keep[size_t(e / per_group)]) choice[size_t(e)] = 0.0f;
+      if (!keep[size_t(e / per_group)]) choice[size_t(e)] = -INFINITY;
   }
   top_k_indices(choice.data(), e_count, a.top_k, idx);
   float sum = 0;

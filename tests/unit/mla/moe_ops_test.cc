@@ -1,5 +1,5 @@
 // The backend's MoE ops (moe_route, moe_experts) on hand-made routing cases whose answers follow
-// from transformers' DeepSeek-V2/V3 routers, and on random experts against a double-precision sum.
+// from transformers 5.17's DeepSeek-V2/V3 routers, and on random experts against a double-precision sum.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -63,16 +63,15 @@ TEST(MoeRoute, CorrectionBiasChoosesButDoesNotWeigh) {
   EXPECT_NEAR(r.weights[0], 2.5f * sigmoid(0.5f), 1e-6);
 }
 
-// transformers masks the experts of unchosen groups to 0.0 (not -inf) before the final top-k, so
-// when every biased score of the chosen groups is negative the masked experts win. Reproduced on
-// purpose: the references come from transformers.
-TEST(MoeRoute, MaskedExpertsScoreZeroAsInTransformers) {
+// Experts outside the chosen groups are out even when every biased score inside is negative
+// (transformers 5.17 masks them to -inf; an older 0.0 mask would have let them win here).
+TEST(MoeRoute, UnchosenGroupsNeverWin) {
   auto be = make_cpu_backend();
   MoeRouteArgs a{.num_experts = 4, .top_k = 2, .num_groups = 2, .topk_groups = 1,
                  .scoring = MoeScoring::kSigmoid, .group_score = MoeGroupScore::kTop2Sum,
                  .normalize = true, .scaling_factor = 1.0f};
   Routed r = route(*be, {0.0f, 0.0f, 0.0f, 0.0f}, {-2.0f, -2.0f, -3.0f, -3.0f}, a);
-  EXPECT_EQ(r.ids, (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{0, 1}));
   EXPECT_NEAR(r.weights[0], 0.5f, 1e-6);
 }
 
