@@ -87,7 +87,7 @@ void AddedVocab::index(Matcher* m) {
 }
 
 const AddedVocab::Matcher::Entry* AddedVocab::match_at(const Matcher& m, std::string_view text,
-                                                        size_t pos, bool allow_special) const {
+                                                       size_t pos, bool allow_special) const {
   for (uint32_t idx : m.by_first_byte[static_cast<unsigned char>(text[pos])]) {
     const Matcher::Entry& e = m.patterns[idx];
     if (!allow_special && tokens_[e.token].special) continue;

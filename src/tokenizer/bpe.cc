@@ -76,8 +76,9 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::from_json(const Json& j, std::stri
       STRATA_ASSIGN_OR_RETURN(int32_t a, model->lookup_merge_part(parts.first, where));
       STRATA_ASSIGN_OR_RETURN(int32_t b, model->lookup_merge_part(parts.second, where));
       std::string merged = parts.first;
-      merged += std::string_view(parts.second).substr(
-          parts.second.starts_with(model->continuing_subword_prefix_) ? prefix_len : 0);
+      merged +=
+          std::string_view(parts.second)
+              .substr(parts.second.starts_with(model->continuing_subword_prefix_) ? prefix_len : 0);
       STRATA_ASSIGN_OR_RETURN(int32_t new_id, model->lookup_merge_part(merged, where));
       // A repeated pair keeps its last rank, as in Hugging Face (HashMap collect).
       model->merges_[pair_key(a, b)] = MergeInfo{int32_t(i), new_id};

@@ -55,7 +55,9 @@ class BpeModel {
 
   StatusOr<int32_t> lookup_merge_part(const std::string& part, std::string_view where) const;
   void merge_word(std::string_view word, std::vector<int32_t>* ids) const;
-  static uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
+  static uint64_t pair_key(int32_t a, int32_t b) {
+    return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
+  }
 
   StringIdMap vocab_;
   std::vector<std::string> id_to_token_;  // [id_limit]; "" for holes

@@ -77,7 +77,8 @@ class StripNormalizer final : public Normalizer {
     if (right_) {
       while (end > begin) {
         size_t start = end - 1;
-        while (start > begin && (static_cast<unsigned char>((*text)[start]) & 0xC0) == 0x80) --start;
+        while (start > begin && (static_cast<unsigned char>((*text)[start]) & 0xC0) == 0x80)
+          --start;
         size_t p = start;
         if (!is_unicode_whitespace(next_code_point(*text, &p))) break;
         end = start;
@@ -110,8 +111,8 @@ StatusOr<std::unique_ptr<Normalizer>> make_normalizer(const Json& j, std::string
     }
     std::vector<std::unique_ptr<Normalizer>> steps;
     for (size_t i = 0; i < it->size(); ++i) {
-      STRATA_ASSIGN_OR_RETURN(auto step,
-                              make_normalizer((*it)[i], fmt::format("{}.normalizers[{}]", where, i)));
+      STRATA_ASSIGN_OR_RETURN(
+          auto step, make_normalizer((*it)[i], fmt::format("{}.normalizers[{}]", where, i)));
       if (step) steps.push_back(std::move(step));
     }
     return std::unique_ptr<Normalizer>(new SequenceNormalizer(std::move(steps)));

@@ -87,8 +87,8 @@ class MetaspacePreTokenizer final : public PreTokenizer {
   void pre_tokenize(std::vector<Word>* words) const override {
     for (Word& w : *words) {
       w.text = replace_spaces(w.text);
-      const bool prepend = scheme_ == PrependScheme::kAlways ||
-                           (scheme_ == PrependScheme::kFirst && w.at_start);
+      const bool prepend =
+          scheme_ == PrependScheme::kAlways || (scheme_ == PrependScheme::kFirst && w.at_start);
       if (prepend && !w.text.starts_with(replacement_)) w.text.insert(0, replacement_);
     }
     if (!split_) return;
@@ -256,7 +256,8 @@ StatusOr<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(const Json& j, std::s
     return Ptr(new SplitPreTokenizer(std::move(pattern), behavior, invert));
   }
   if (type == "ByteLevel") {
-    STRATA_ASSIGN_OR_RETURN(bool add_prefix_space, json_bool_or(j, "add_prefix_space", true, where));
+    STRATA_ASSIGN_OR_RETURN(bool add_prefix_space,
+                            json_bool_or(j, "add_prefix_space", true, where));
     STRATA_ASSIGN_OR_RETURN(bool use_regex, json_bool_or(j, "use_regex", true, where));
     std::unique_ptr<SplitPreTokenizer> split;
     if (use_regex) {

@@ -1,5 +1,4 @@
 #include "tokenizer/tokenizer.h"
-
 #include "tokenizer/utf8.h"
 
 namespace strata {

@@ -171,8 +171,9 @@ StatusOr<Tokenizer> Tokenizer::from_json_text(std::string_view tokenizer_json,
       STRATA_ASSIGN_OR_RETURN(t.model_, tok::BpeModel::from_json(model, "model"));
       STRATA_ASSIGN_OR_RETURN(t.normalizer_,
                               tok::make_normalizer(j.value("normalizer", Json()), "normalizer"));
-      STRATA_ASSIGN_OR_RETURN(t.pre_tokenizer_, tok::make_pre_tokenizer(
-                                                    j.value("pre_tokenizer", Json()), "pre_tokenizer"));
+      STRATA_ASSIGN_OR_RETURN(
+          t.pre_tokenizer_,
+          tok::make_pre_tokenizer(j.value("pre_tokenizer", Json()), "pre_tokenizer"));
       STRATA_ASSIGN_OR_RETURN(t.decoder_, tok::make_decoder(j.value("decoder", Json()), "decoder"));
       STRATA_RETURN_IF_ERROR(parse_post_processor(j.value("post_processor", Json()),
                                                   "post_processor", &t.template_prefix_,
@@ -194,12 +195,15 @@ StatusOr<Tokenizer> Tokenizer::from_json_text(std::string_view tokenizer_json,
     t.added_slot_[size_t(t.added_->tokens()[i].id)] = int32_t(i);
   }
   for (int32_t id : t.template_prefix_) {
-    if (id < 0 || id >= size) return invalid_argument("{}: post_processor id {} out of range", source, id);
+    if (id < 0 || id >= size)
+      return invalid_argument("{}: post_processor id {} out of range", source, id);
   }
   for (int32_t id : t.template_suffix_) {
-    if (id < 0 || id >= size) return invalid_argument("{}: post_processor id {} out of range", source, id);
+    if (id < 0 || id >= size)
+      return invalid_argument("{}: post_processor id {} out of range", source, id);
   }
-  if (!config_json.empty()) STRATA_RETURN_IF_ERROR(t.parse_config(config_json, "tokenizer_config.json"));
+  if (!config_json.empty())
+    STRATA_RETURN_IF_ERROR(t.parse_config(config_json, "tokenizer_config.json"));
   return t;
 }
 
@@ -258,7 +262,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special
   return ids;
 }
 
-void Tokenizer::encode_plain(std::string_view text, bool at_start, std::vector<int32_t>* ids) const {
+void Tokenizer::encode_plain(std::string_view text, bool at_start,
+                             std::vector<int32_t>* ids) const {
   if (text.empty()) return;
   if (!pre_tokenizer_) {
     model_->tokenize(text, ids);

@@ -88,9 +88,9 @@ class Tokenizer {
   std::unique_ptr<tok::BpeModel> model_;
   std::unique_ptr<tok::Decoder> decoder_;
   std::unique_ptr<tok::AddedVocab> added_;
-  std::vector<int32_t> added_slot_;        // [vocab_size] index into added tokens, -1 if none
-  std::vector<int32_t> template_prefix_;   // post-processor ids before the sequence
-  std::vector<int32_t> template_suffix_;   // and after it
+  std::vector<int32_t> added_slot_;       // [vocab_size] index into added tokens, -1 if none
+  std::vector<int32_t> template_prefix_;  // post-processor ids before the sequence
+  std::vector<int32_t> template_suffix_;  // and after it
   SpecialTokens special_;
 };
 

@@ -72,6 +72,31 @@ TEST(HouseTokenizer, FixtureCasesEncodeDecodeStream) {
   }
 }
 
+// ByteLevel's own GPT-2 regex (use_regex=true) splits these texts exactly as the house Split
+// pattern does, so the Hugging Face ids must come out unchanged. (Newline runs differ: GPT-2's
+// `\s+(?!\S)` leaves "\n\n" before a word as "\n" + "\n".)
+TEST(HouseTokenizer, ByteLevelBuiltinRegexOnSameSplits) {
+  std::ifstream in(kShared + "/models/house-llama/tokenizer.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(ss.str());
+  j["pre_tokenizer"] = {{"type", "ByteLevel"},
+                        {"add_prefix_space", false},
+                        {"trim_offsets", true},
+                        {"use_regex", true}};
+  auto r = Tokenizer::from_json_text(j.dump());
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  int checked = 0;
+  for (const Case& c : load_cases()) {
+    if (c.text == "Hello world" || c.text == "   leading spaces" ||
+        c.text == "The quick brown fox jumps over the lazy dog.") {
+      EXPECT_EQ(r->encode(c.text), c.ids) << c.text;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 3);
+}
+
 TEST(HouseTokenizer, VocabAndSpecialTokens) {
   const Tokenizer& t = house();
   EXPECT_EQ(t.vocab_size(), 8192);
@@ -134,9 +159,9 @@ TEST(HouseTokenizer, StreamSkipsSpecialAndHoldsPartialCharacters) {
 // Random code points from many scripts, whitespace kinds and emoji.
 std::string random_text(std::mt19937& rng, size_t n_chars) {
   static const std::vector<std::pair<char32_t, char32_t>> ranges = {
-      {0x20, 0x7E}, {0x20, 0x7E}, {0x20, 0x7E}, {0x09, 0x0D}, {0x80, 0x24F}, {0x370, 0x3FF},
-      {0x400, 0x4FF}, {0x590, 0x6FF}, {0x2000, 0x206F}, {0x3000, 0x30FF}, {0x4E00, 0x4FFF},
-      {0xAC00, 0xAD00}, {0x1F300, 0x1F64F}, {0xE000, 0xE010}, {0x10000, 0x10100}};
+      {0x20, 0x7E},     {0x20, 0x7E},     {0x20, 0x7E},       {0x09, 0x0D},     {0x80, 0x24F},
+      {0x370, 0x3FF},   {0x400, 0x4FF},   {0x590, 0x6FF},     {0x2000, 0x206F}, {0x3000, 0x30FF},
+      {0x4E00, 0x4FFF}, {0xAC00, 0xAD00}, {0x1F300, 0x1F64F}, {0xE000, 0xE010}, {0x10000, 0x10100}};
   std::string out;
   for (size_t i = 0; i < n_chars; ++i) {
     const auto& [lo, hi] = ranges[rng() % ranges.size()];

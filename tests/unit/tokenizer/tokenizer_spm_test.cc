@@ -17,8 +17,8 @@ using nlohmann::json;
 
 // Ids: <unk>=0 <s>=1 </s>=2, <0x00>..<0xFF> = 3..258, then the pieces below.
 constexpr int32_t kByte0 = 3;
-const std::vector<std::string> kPieces = {"▁",  "h",   "e",    "l",     "o",      "w",
-                                          "r",  "d",   "▁h",   "ll",    "▁he",    "▁hell",
+const std::vector<std::string> kPieces = {"▁",      "h",  "e",  "l",    "o",     "w",
+                                          "r",      "d",  "▁h", "ll",   "▁he",   "▁hell",
                                           "▁hello", "or", "▁w", "▁wor", "▁worl", "▁world"};
 int32_t piece_id(const std::string& p) {
   for (size_t i = 0; i < kPieces.size(); ++i) {
@@ -33,52 +33,53 @@ json spm_json(bool metaspace, bool byte_fallback) {
   for (int b = 0; b < 256; ++b) vocab[fmt::format("<0x{:02X}>", b)] = kByte0 + b;
   for (size_t i = 0; i < kPieces.size(); ++i) vocab[kPieces[i]] = 259 + int(i);
   auto added = [](int id, const char* content) {
-    return json{{"id", id},        {"content", content}, {"single_word", false},
-                {"lstrip", false}, {"rstrip", false},    {"normalized", false},
-                {"special", true}};
+    return json{{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
+                {"rstrip", false}, {"normalized", false}, {"special", true}};
   };
-  json j = {
-      {"version", "1.0"},
-      {"added_tokens", {added(0, "<unk>"), added(1, "<s>"), added(2, "</s>")}},
-      {"post_processor",
-       {{"type", "TemplateProcessing"},
-        {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
-                    {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-        {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
-      {"model",
-       {{"type", "BPE"},
-        {"dropout", nullptr},
-        {"unk_token", "<unk>"},
-        {"continuing_subword_prefix", nullptr},
-        {"end_of_word_suffix", nullptr},
-        {"fuse_unk", true},
-        {"byte_fallback", byte_fallback},
-        {"vocab", vocab},
-        {"merges", {"▁ h", "l l", "▁h e", "▁he ll", "▁hell o", "o r", "▁ w", "▁w or", "▁wor l",
-                    "▁worl d"}}}}};
+  json j = {{"version", "1.0"},
+            {"added_tokens", {added(0, "<unk>"), added(1, "<s>"), added(2, "</s>")}},
+            {"post_processor",
+             {{"type", "TemplateProcessing"},
+              {"single",
+               {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+              {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
+            {"model",
+             {{"type", "BPE"},
+              {"dropout", nullptr},
+              {"unk_token", "<unk>"},
+              {"continuing_subword_prefix", nullptr},
+              {"end_of_word_suffix", nullptr},
+              {"fuse_unk", true},
+              {"byte_fallback", byte_fallback},
+              {"vocab", vocab},
+              {"merges",
+               {"▁ h", "l l", "▁h e", "▁he ll", "▁hell o", "o r", "▁ w", "▁w or", "▁wor l",
+                "▁worl d"}}}}};
   if (metaspace) {  // newer Mistral/Llama layout
     j["normalizer"] = nullptr;
-    j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "▁"},
-                          {"prepend_scheme", "first"}, {"split", false}};
+    j["pre_tokenizer"] = {
+        {"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", "first"}, {"split", false}};
     j["decoder"] = {{"type", "Sequence"},
-                    {"decoders", {{{"type", "Metaspace"}, {"replacement", "▁"},
-                                   {"prepend_scheme", "first"}, {"split", false}},
-                                  {{"type", "ByteFallback"}},
-                                  {{"type", "Fuse"}}}}};
+                    {"decoders",
+                     {{{"type", "Metaspace"},
+                       {"replacement", "▁"},
+                       {"prepend_scheme", "first"},
+                       {"split", false}},
+                      {{"type", "ByteFallback"}},
+                      {{"type", "Fuse"}}}}};
   } else {  // Llama-2 layout
     j["normalizer"] = {{"type", "Sequence"},
-                       {"normalizers", {{{"type", "Prepend"}, {"prepend", "▁"}},
-                                        {{"type", "Replace"},
-                                         {"pattern", {{"String", " "}}},
-                                         {"content", "▁"}}}}};
+                       {"normalizers",
+                        {{{"type", "Prepend"}, {"prepend", "▁"}},
+                         {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "▁"}}}}};
     j["pre_tokenizer"] = nullptr;
     j["decoder"] = {{"type", "Sequence"},
-                    {"decoders", {{{"type", "Replace"}, {"pattern", {{"String", "▁"}}},
-                                   {"content", " "}},
-                                  {{"type", "ByteFallback"}},
-                                  {{"type", "Fuse"}},
-                                  {{"type", "Strip"}, {"content", " "}, {"start", 1},
-                                   {"stop", 0}}}}};
+                    {"decoders",
+                     {{{"type", "Replace"}, {"pattern", {{"String", "▁"}}}, {"content", " "}},
+                      {{"type", "ByteFallback"}},
+                      {{"type", "Fuse"}},
+                      {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}};
   }
   return j;
 }
@@ -114,9 +115,8 @@ TEST(SentencePieceBpe, MergesByRank) {
 TEST(SentencePieceBpe, ByteFallbackForUnknownCharacters) {
   const Tokenizer t = make(false);
   // "hi 😀" -> "▁hi▁😀": 'i' and the emoji are not pieces, so they fall back to bytes.
-  const std::vector<int32_t> want = {piece_id("▁h"), kByte0 + 0x69, piece_id("▁"),
-                                     kByte0 + 0xF0,  kByte0 + 0x9F, kByte0 + 0x98,
-                                     kByte0 + 0x80};
+  const std::vector<int32_t> want = {piece_id("▁h"), kByte0 + 0x69, piece_id("▁"), kByte0 + 0xF0,
+                                     kByte0 + 0x9F,  kByte0 + 0x98, kByte0 + 0x80};
   EXPECT_EQ(t.encode("hi 😀"), want);
   EXPECT_EQ(t.decode(want), "hi 😀");
   EXPECT_EQ(stream(t, want), "hi 😀");
@@ -154,7 +154,10 @@ TEST(Utf8, MaximalSubpartRepair) {
   EXPECT_FALSE(tok::is_valid_utf8("\xC0\x80"));
   EXPECT_FALSE(tok::is_valid_utf8("\xED\xA0\x80"));  // surrogate
   // Same replacement counts as Rust's String::from_utf8_lossy / Python's errors="replace".
-  EXPECT_EQ(tok::to_valid_utf8("a\xF0\x9F\x98" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(tok::to_valid_utf8("a\xF0\x9F\x98"
+                               "b"),
+            "a\xEF\xBF\xBD"
+            "b");
   EXPECT_EQ(tok::to_valid_utf8("\xC0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_EQ(tok::to_valid_utf8("\xE0\x80\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_EQ(tok::to_valid_utf8("\xF4\x90\x80\x80"),
@@ -190,7 +193,8 @@ TEST(TokenizerErrors, MissingFileMalformedAndUnsupported) {
   auto missing = Tokenizer::load("/nonexistent/model");
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
-  EXPECT_NE(missing.status().message().find("/nonexistent/model/tokenizer.json"), std::string::npos);
+  EXPECT_NE(missing.status().message().find("/nonexistent/model/tokenizer.json"),
+            std::string::npos);
 
   const auto dir = std::filesystem::path(::testing::TempDir()) / "tok_bad_json";
   std::filesystem::create_directories(dir);
@@ -215,8 +219,10 @@ TEST(TokenizerErrors, MissingFileMalformedAndUnsupported) {
   EXPECT_NE(st.message().find("'zz'"), std::string::npos) << st.message();
 
   j = spm_json(false, true);
-  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}},
-                        {"behavior", "Isolated"}, {"invert", false}};
+  j["pre_tokenizer"] = {{"type", "Split"},
+                        {"pattern", {{"Regex", "(unclosed"}}},
+                        {"behavior", "Isolated"},
+                        {"invert", false}};
   st = load_error(j);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("pre_tokenizer"), std::string::npos) << st.message();
@@ -229,8 +235,8 @@ TEST(TokenizerErrors, MissingFileMalformedAndUnsupported) {
   j["model"]["vocab"] = "not an object";
   EXPECT_EQ(load_error(j).code(), StatusCode::kInvalidArgument);
 
-  auto bad_config = Tokenizer::from_json_text(spm_json(false, true).dump(),
-                                              R"({"bos_token": "<nope>"})");
+  auto bad_config =
+      Tokenizer::from_json_text(spm_json(false, true).dump(), R"({"bos_token": "<nope>"})");
   ASSERT_FALSE(bad_config.ok());
   EXPECT_NE(bad_config.status().message().find("<nope>"), std::string::npos);
   auto good_config = Tokenizer::from_json_text(
@@ -243,8 +249,12 @@ TEST(TokenizerErrors, MissingFileMalformedAndUnsupported) {
 
 TEST(AddedTokens, LstripRstripSingleWord) {
   json j = spm_json(false, true);
-  j["added_tokens"].push_back({{"id", 300}, {"content", "<mask>"}, {"single_word", true},
-                               {"lstrip", true}, {"rstrip", true}, {"normalized", false},
+  j["added_tokens"].push_back({{"id", 300},
+                               {"content", "<mask>"},
+                               {"single_word", true},
+                               {"lstrip", true},
+                               {"rstrip", true},
+                               {"normalized", false},
                                {"special", true}});
   auto r = Tokenizer::from_json_text(j.dump());
   ASSERT_TRUE(r.ok()) << r.status().to_string();
@@ -255,6 +265,22 @@ TEST(AddedTokens, LstripRstripSingleWord) {
   // Inside a word the single_word token is not matched.
   const auto inside = t.encode("hello<mask>");
   EXPECT_EQ(std::count(inside.begin(), inside.end(), 300), 0);
+}
+
+TEST(SentencePieceBpe, IgnoreMergesTakesWholeWordsFromVocab) {
+  for (bool ignore : {false, true}) {
+    json j = spm_json(true, true);
+    j["pre_tokenizer"]["split"] = true;
+    j["model"]["vocab"]["▁hlo"] = 400;  // reachable by no merge
+    j["model"]["ignore_merges"] = ignore;
+    auto r = Tokenizer::from_json_text(j.dump());
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    const std::vector<int32_t> want =
+        ignore ? std::vector<int32_t>{400}
+               : std::vector<int32_t>{piece_id("▁h"), piece_id("l"), piece_id("o")};
+    EXPECT_EQ(r->encode("hlo"), want) << ignore;
+    EXPECT_EQ(r->decode(want), "hlo");
+  }
 }
 
 }  // namespace
