@@ -270,6 +270,33 @@ StatusOr<DType> parse_weight_dtype(const std::string& name, const std::string& w
                           where, name);
 }
 
+// Token ids, dtype and quantization: the text config first, then the wrapper (VL wrappers may
+// put quantization_config at the top level, in text_config, or both).
+Status parse_ids_dtype_quant(const json& config, const json& text, const std::string& file,
+                             const std::string& where, ModelSpec* spec) {
+  Reader top(config, file);
+  Reader r(text, where);
+  spec->eos_token_ids = r.has("eos_token_id") ? r.int_list("eos_token_id") : top.int_list("eos_token_id");
+  Reader& bos_src = r.has("bos_token_id") ? r : top;
+  if (bos_src.has("bos_token_id")) spec->bos_token_id = int(bos_src.int_or("bos_token_id", 0));
+  std::string dtype = r.str_or("torch_dtype", r.str_or("dtype", ""));
+  if (dtype.empty()) dtype = top.str_or("torch_dtype", top.str_or("dtype", ""));
+  STRATA_RETURN_IF_ERROR(r.status());
+  STRATA_RETURN_IF_ERROR(top.status());
+  STRATA_ASSIGN_OR_RETURN(spec->weight_dtype, parse_weight_dtype(dtype, where));
+
+  const json* qc = top.get("quantization_config");
+  std::string qc_where = file;
+  if (qc == nullptr && &text != &config) {
+    qc = r.get("quantization_config");
+    qc_where = where;
+  }
+  if (qc != nullptr) {
+    STRATA_ASSIGN_OR_RETURN(spec->quant, parse_quant_spec(*qc, qc_where));
+  }
+  return Status();
+}
+
 StatusOr<ModelSpec> parse_at(const json& config, const std::string& file) {
   if (!config.is_object()) return invalid_argument("{}: top level must be a JSON object", file);
   Reader top(config, file);
@@ -328,27 +355,7 @@ StatusOr<ModelSpec> parse_at(const json& config, const std::string& file) {
   if (spec.head_dim <= 0) return invalid_argument("{}: head_dim must be positive", where);
   STRATA_RETURN_IF_ERROR(parse_rope(*text, r, &spec));
 
-  // Token ids and dtype: the text config first, then the wrapper.
-  spec.eos_token_ids = r.has("eos_token_id") ? r.int_list("eos_token_id") : top.int_list("eos_token_id");
-  const bool has_bos = r.has("bos_token_id");
-  Reader& bos_src = has_bos ? r : top;
-  if (bos_src.has("bos_token_id")) spec.bos_token_id = int(bos_src.int_or("bos_token_id", 0));
-  std::string dtype = r.str_or("torch_dtype", r.str_or("dtype", ""));
-  if (dtype.empty()) dtype = top.str_or("torch_dtype", top.str_or("dtype", ""));
-  STRATA_RETURN_IF_ERROR(r.status());
-  STRATA_RETURN_IF_ERROR(top.status());
-  STRATA_ASSIGN_OR_RETURN(spec.weight_dtype, parse_weight_dtype(dtype, where));
-
-  // VL wrappers may put quantization_config at the top level, in text_config, or both.
-  const json* qc = top.get("quantization_config");
-  std::string qc_where = file;
-  if (qc == nullptr && text != &config) {
-    qc = r.get("quantization_config");
-    qc_where = where;
-  }
-  if (qc != nullptr) {
-    STRATA_ASSIGN_OR_RETURN(spec.quant, parse_quant_spec(*qc, qc_where));
-  }
+  STRATA_RETURN_IF_ERROR(parse_ids_dtype_quant(config, *text, file, where, &spec));
   return spec;
 }
 

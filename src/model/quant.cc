@@ -53,7 +53,8 @@ Status parse_compressed_tensors(const json& qc, const std::string& where, QuantS
     return unimplemented("{}: quantization_config has {} config_groups; only one scheme is supported",
                          where, groups->size());
   }
-  const auto& [group_name, group] = *groups->items().begin();
+  const std::string group_name = groups->begin().key();
+  const json& group = groups->begin().value();
   if (group.contains("format") && group["format"].is_string()) format = group["format"].get<std::string>();
   if (format != "pack-quantized") {
     return unimplemented("{}: compressed-tensors format '{}' is not supported ({})", where, format,
