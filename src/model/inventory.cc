@@ -1,0 +1,321 @@
+#include "model/inventory.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "core/check.h"
+#include "model/quant.h"
+
+namespace strata {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// SGLang's VocabParallelEmbedding / ParallelLMHead pad the vocab to a multiple of 64.
+constexpr int64_t kVocabPadding = 64;
+
+class Builder {
+ public:
+  explicit Builder(const ModelSpec& spec) : spec_(spec) {}
+
+  std::vector<WeightEntry> build() {
+    add(spec_.weight_prefix + "embed_tokens.weight", {spec_.vocab_size, spec_.hidden_size},
+        Sharding::kVocab, WeightRole::kEmbedding);
+    for (int l = 0; l < spec_.num_layers; ++l) {
+      layer_ = l;
+      std::string p = fmt::format("{}layers.{}.", spec_.weight_prefix, l);
+      norm(p + "input_layernorm.weight", spec_.hidden_size);
+      if (spec_.is_mla()) {
+        mla_attention(p + "self_attn.");
+      } else {
+        gqa_attention(p + "self_attn.");
+      }
+      norm(p + "post_attention_layernorm.weight", spec_.hidden_size);
+      if (spec_.is_moe_layer(l)) {
+        moe(p + "mlp.");
+      } else {
+        mlp(p + "mlp.", spec_.intermediate_size, WeightRole::kDenseMlp);
+      }
+    }
+    layer_ = -1;
+    norm(spec_.weight_prefix + "norm.weight", spec_.hidden_size);
+    if (!spec_.tie_word_embeddings) {
+      add(spec_.lm_head_name, {spec_.vocab_size, spec_.hidden_size}, Sharding::kVocab,
+          WeightRole::kLmHead);
+    }
+    return std::move(out_);
+  }
+
+ private:
+  WeightEntry& add(std::string name, std::vector<int64_t> shape, Sharding sharding,
+                   WeightRole role) {
+    WeightEntry w;
+    w.name = std::move(name);
+    w.shape = std::move(shape);
+    w.dtype = spec_.weight_dtype;
+    w.sharding = sharding;
+    w.role = role;
+    w.layer = layer_;
+    w.expert = expert_;
+    out_.push_back(std::move(w));
+    return out_.back();
+  }
+
+  // A linear layer's weight (+ optional bias); quantized when the checkpoint's
+  // quantization_config covers the module (honouring its `ignore` list).
+  void linear(const std::string& module, int64_t out, int64_t in, Sharding sharding,
+              WeightRole role, bool bias = false) {
+    WeightEntry& w = add(module + ".weight", {out, in}, sharding, role);
+    if (quantized(module)) {
+      w.quant = spec_.quant.method;
+      w.dtype = spec_.quant.method == QuantMethod::kInt4PackQuantized ? DType::kInt4Packed
+                                                                      : DType::kFP8E4M3;
+    }
+    if (sharding == Sharding::kKvHeads) w.head_dim = spec_.head_dim;
+    if (bias) {
+      // Column-parallel layers split their bias with the outputs; row-parallel ones add the
+      // full bias once after the all-reduce, so it is replicated.
+      Sharding bias_sharding = sharding == Sharding::kRow ? Sharding::kReplicated : sharding;
+      WeightEntry& b = add(module + ".bias", {out}, bias_sharding, role);
+      if (sharding == Sharding::kKvHeads) b.head_dim = spec_.head_dim;
+    }
+  }
+
+  // Routed experts of one layer take expert 0's decision: matching the `ignore` regexes against
+  // every expert costs seconds for Kimi-K2.5 (69K modules), and configs quantize experts alike.
+  bool quantized(const std::string& module) {
+    if (spec_.quant.method == QuantMethod::kNone) return false;
+    if (expert_ <= 0) {
+      const bool q = is_quantized_module(spec_.quant, module);
+      if (expert_ == 0) expert_decision_[module.substr(module.rfind('.') + 1)] = q;
+      return q;
+    }
+    return expert_decision_.at(module.substr(module.rfind('.') + 1));
+  }
+
+  void norm(const std::string& name, int64_t n) {
+    add(name, {n}, Sharding::kReplicated, WeightRole::kNorm);
+  }
+
+  void gqa_attention(const std::string& p) {
+    const int64_t q_out = int64_t(spec_.num_heads) * spec_.head_dim;
+    const int64_t kv_out = int64_t(spec_.num_kv_heads) * spec_.head_dim;
+    const int64_t h = spec_.hidden_size;
+    const bool b = spec_.attention_bias;
+    linear(p + "q_proj", q_out, h, Sharding::kColumn, WeightRole::kAttention, b);
+    linear(p + "k_proj", kv_out, h, Sharding::kKvHeads, WeightRole::kAttention, b);
+    linear(p + "v_proj", kv_out, h, Sharding::kKvHeads, WeightRole::kAttention, b);
+    linear(p + "o_proj", h, q_out, Sharding::kRow, WeightRole::kAttention,
+           spec_.attention_out_bias);
+    if (spec_.qk_norm) {
+      norm(p + "q_norm.weight", spec_.head_dim);
+      norm(p + "k_norm.weight", spec_.head_dim);
+    }
+  }
+
+  // MLA: the latent projections (q_a, kv_a) and their norms are small and replicated; the
+  // per-head up-projections split by heads; o_proj is row-parallel.
+  void mla_attention(const std::string& p) {
+    const MlaSpec& m = spec_.mla;
+    const int64_t heads = spec_.num_heads;
+    const int64_t h = spec_.hidden_size;
+    const int64_t q_head = m.qk_nope_head_dim + m.qk_rope_head_dim;
+    if (m.q_lora_rank > 0) {
+      linear(p + "q_a_proj", m.q_lora_rank, h, Sharding::kReplicated, WeightRole::kAttention);
+      norm(p + "q_a_layernorm.weight", m.q_lora_rank);
+      linear(p + "q_b_proj", heads * q_head, m.q_lora_rank, Sharding::kColumn,
+             WeightRole::kAttention);
+    } else {
+      linear(p + "q_proj", heads * q_head, h, Sharding::kColumn, WeightRole::kAttention);
+    }
+    linear(p + "kv_a_proj_with_mqa", m.kv_lora_rank + m.qk_rope_head_dim, h, Sharding::kReplicated,
+           WeightRole::kAttention);
+    norm(p + "kv_a_layernorm.weight", m.kv_lora_rank);
+    linear(p + "kv_b_proj", heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank,
+           Sharding::kColumn, WeightRole::kAttention);
+    linear(p + "o_proj", h, heads * m.v_head_dim, Sharding::kRow, WeightRole::kAttention);
+  }
+
+  void mlp(const std::string& p, int64_t inter, WeightRole role) {
+    const int64_t h = spec_.hidden_size;
+    const bool b = spec_.mlp_bias;
+    linear(p + "gate_proj", inter, h, Sharding::kColumn, role, b);
+    linear(p + "up_proj", inter, h, Sharding::kColumn, role, b);
+    linear(p + "down_proj", h, inter, Sharding::kRow, role, b);
+  }
+
+  void moe(const std::string& p) {
+    const MoeSpec& m = spec_.moe;
+    const int64_t h = spec_.hidden_size;
+    add(p + "gate.weight", {m.n_routed_experts, h}, Sharding::kReplicated, WeightRole::kRouter);
+    if (m.topk_method == TopkMethod::kNoauxTc) {
+      // Stored in float32 in DeepSeek-V3 / Kimi checkpoints.
+      add(p + "gate.e_score_correction_bias", {m.n_routed_experts}, Sharding::kReplicated,
+          WeightRole::kRouter)
+          .dtype = DType::kF32;
+    }
+    for (int e = 0; e < m.n_routed_experts; ++e) {
+      expert_ = e;
+      mlp(fmt::format("{}experts.{}.", p, e), m.moe_intermediate_size, WeightRole::kRoutedExpert);
+    }
+    expert_ = -1;
+    if (m.n_shared_experts > 0) {
+      mlp(p + "shared_experts.", int64_t(m.moe_intermediate_size) * m.n_shared_experts,
+          WeightRole::kSharedExpert);
+    }
+  }
+
+  const ModelSpec& spec_;
+  std::vector<WeightEntry> out_;
+  int layer_ = -1;
+  int expert_ = -1;
+  std::map<std::string, bool> expert_decision_;  // projection -> quantized, for this layer
+};
+
+}  // namespace
+
+int64_t WeightEntry::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::vector<WeightEntry> build_inventory(const ModelSpec& spec) { return Builder(spec).build(); }
+
+std::vector<int64_t> shard_shape(const WeightEntry& w, int tp) {
+  CHECK_MSG(tp >= 1, "tp must be >= 1");
+  std::vector<int64_t> s = w.shape;
+  if (tp == 1 || s.empty()) return s;
+  switch (w.sharding) {
+    case Sharding::kReplicated:
+      break;
+    case Sharding::kColumn:
+      s[0] = ceil_div(s[0], tp);
+      break;
+    case Sharding::kRow:
+      CHECK_MSG(s.size() == 2, "row-parallel weight {} must be 2-D", w.name);
+      s[1] = ceil_div(s[1], tp);
+      break;
+    case Sharding::kVocab:
+      s[0] = ceil_div(ceil_div(s[0], kVocabPadding) * kVocabPadding, tp);
+      break;
+    case Sharding::kKvHeads: {
+      CHECK_MSG(w.head_dim > 0, "kv-head weight {} has no head_dim", w.name);
+      const int64_t heads = s[0] / w.head_dim;
+      // SGLang: with tp >= num_kv_heads each rank holds one head (heads replicated tp/kv times).
+      s[0] = std::max<int64_t>(1, ceil_div(heads, tp)) * w.head_dim;
+      break;
+    }
+  }
+  return s;
+}
+
+int64_t storage_bytes(const WeightEntry& w, const std::vector<int64_t>& shape,
+                      const QuantLayout& layout) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  if (w.quant == QuantMethod::kNone || shape.size() != 2) {
+    return dtype_bytes_for(w.dtype, n);
+  }
+  const int64_t out = shape[0], in = shape[1];
+  if (w.quant == QuantMethod::kInt4PackQuantized) {
+    // int32 words of 8 nibbles per row + one bf16 scale per group (weight_shape's 8 bytes are
+    // not counted: GPU loaders do not keep it).
+    return out * ceil_div(in, 8) * 4 + out * ceil_div(in, layout.int4_group_size) * 2;
+  }
+  return out * in + ceil_div(out, layout.fp8_block_out) * ceil_div(in, layout.fp8_block_in) * 4;
+}
+
+std::vector<std::string> stored_tensor_names(const WeightEntry& w) {
+  const std::string suffix = ".weight";
+  const bool is_weight = w.name.size() > suffix.size() && w.name.ends_with(suffix);
+  if (w.quant == QuantMethod::kNone || !is_weight) return {w.name};
+  const std::string m = w.name.substr(0, w.name.size() - suffix.size());
+  if (w.quant == QuantMethod::kInt4PackQuantized) {
+    return {m + ".weight_packed", m + ".weight_scale", m + ".weight_shape"};
+  }
+  return {m + ".weight", m + ".weight_scale_inv"};
+}
+
+InventorySummary summarize_inventory(const ModelSpec& spec, const std::vector<WeightEntry>& inv,
+                                     int tp, const QuantLayout& layout) {
+  InventorySummary s;
+  std::map<int, int64_t> routed_by_layer;
+  for (const WeightEntry& w : inv) {
+    const int64_t n = w.numel();
+    s.total_params += n;
+    if (w.role == WeightRole::kRoutedExpert) {
+      s.routed_expert_params += n;
+      routed_by_layer[w.layer] += n;
+    }
+    const int64_t bytes = storage_bytes(w, w.shape, layout);
+    s.total_bytes += bytes;
+    s.bytes_per_rank += storage_bytes(w, shard_shape(w, tp), layout);
+    switch (w.dtype) {
+      case DType::kBF16:
+        s.bf16_bytes += bytes;
+        break;
+      case DType::kInt4Packed:
+        s.int4_bytes += bytes;
+        break;
+      case DType::kFP8E4M3:
+        s.fp8_bytes += bytes;
+        break;
+      case DType::kF32:
+        s.f32_bytes += bytes;
+        break;
+      default:
+        s.other_bytes += bytes;
+        break;
+    }
+  }
+  s.active_params = s.total_params - s.routed_expert_params;
+  const int64_t n_routed = spec.moe.n_routed_experts;
+  for (const auto& [layer, params] : routed_by_layer) {
+    // Experts of a layer are equal in size: top-k of them are active per token.
+    s.active_params += params / n_routed * spec.moe.num_experts_per_tok;
+  }
+  return s;
+}
+
+const char* sharding_name(Sharding s) {
+  switch (s) {
+    case Sharding::kReplicated:
+      return "replicated";
+    case Sharding::kColumn:
+      return "column";
+    case Sharding::kRow:
+      return "row";
+    case Sharding::kVocab:
+      return "vocab";
+    case Sharding::kKvHeads:
+      return "kv_heads";
+  }
+  return "?";
+}
+
+const char* weight_role_name(WeightRole r) {
+  switch (r) {
+    case WeightRole::kEmbedding:
+      return "embedding";
+    case WeightRole::kLmHead:
+      return "lm_head";
+    case WeightRole::kNorm:
+      return "norm";
+    case WeightRole::kAttention:
+      return "attention";
+    case WeightRole::kDenseMlp:
+      return "dense_mlp";
+    case WeightRole::kSharedExpert:
+      return "shared_expert";
+    case WeightRole::kRouter:
+      return "router";
+    case WeightRole::kRoutedExpert:
+      return "routed_expert";
+  }
+  return "?";
+}
+
+}  // namespace strata
