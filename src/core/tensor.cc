@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <sys/mman.h>
 
 #include <fmt/format.h>
 
@@ -59,15 +60,28 @@ Tensor Tensor::reshape(Shape new_shape) const {
   return make(data, dtype, std::move(new_shape), device);
 }
 
-void Buffer::Free::operator()(void* p) const { std::free(p); }
+void BufferFree::operator()(void* p) const {
+  if (mapped_bytes > 0) {
+    munmap(p, mapped_bytes);
+  } else {
+    std::free(p);
+  }
+}
 
 Buffer::Buffer(int64_t nbytes) : nbytes_(nbytes) {
+  constexpr size_t kMapThreshold = size_t(1) << 20;
   size_t rounded = (size_t(nbytes) + 63) / 64 * 64;
   if (rounded == 0) rounded = 64;
+  if (rounded >= kMapThreshold) {
+    void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK_MSG(p != MAP_FAILED, "host allocation of {} bytes failed", nbytes);
+    data_ = std::unique_ptr<void, BufferFree>(p, BufferFree{rounded});
+    return;
+  }
   void* p = std::aligned_alloc(64, rounded);
   CHECK_MSG(p != nullptr, "host allocation of {} bytes failed", nbytes);
   std::memset(p, 0, rounded);
-  data_.reset(p);
+  data_ = std::unique_ptr<void, BufferFree>(p, BufferFree{0});
 }
 
 Tensor Buffer::as_tensor(DType dtype, Shape shape) const {

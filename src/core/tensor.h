@@ -47,7 +47,14 @@ struct Tensor {
   Tensor reshape(Shape new_shape) const;
 };
 
-// Owning, 64-byte aligned host memory. Move-only.
+// Frees a Buffer's memory (munmap for mapped buffers, free otherwise).
+struct BufferFree {
+  size_t mapped_bytes = 0;  // > 0: the memory came from mmap
+  void operator()(void* p) const;
+};
+
+// Owning, zeroed, 64-byte aligned host memory. Move-only. Large buffers (>= 1 MiB, e.g. the CPU
+// KV pool) come from anonymous mmap, so untouched pages cost nothing until used.
 class Buffer {
  public:
   Buffer() = default;
@@ -61,10 +68,7 @@ class Buffer {
   Tensor as_tensor(DType dtype, Shape shape) const;
 
  private:
-  struct Free {
-    void operator()(void* p) const;
-  };
-  std::unique_ptr<void, Free> data_;
+  std::unique_ptr<void, BufferFree> data_;
   int64_t nbytes_ = 0;
 };
 

@@ -1,0 +1,163 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/log.h"
+#include "engine/batch_plan.h"
+#include "engine/live_request.h"
+#include "engine/schedule_state.h"
+#include "kv/page_pool.h"
+#include "kv/radix_cache.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace strata {
+
+StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
+  std::unique_ptr<Engine> e(new Engine());
+  e->config_ = config;
+  if (config.device == "cpu") {
+    e->backend_ = make_cpu_backend();
+  } else if (config.device == "cuda") {
+#ifdef STRATA_CUDA
+    e->backend_ = make_cuda_backend();
+#else
+    return failed_precondition("--device cuda: this build has no CUDA backend (configure with -DSTRATA_CUDA=ON)");
+#endif
+  } else {
+    return invalid_argument("--device must be cpu or cuda, got '{}'", config.device);
+  }
+  if (config.page_size < 1) return invalid_argument("--page-size must be >= 1, got {}", config.page_size);
+
+  STRATA_ASSIGN_OR_RETURN(ModelSpec spec, load_model_spec(config.model_path));
+  STRATA_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(config.model_path));
+  e->tokenizer_ = std::make_unique<Tokenizer>(std::move(tok));
+
+  // KV dtype: "auto" is the activation dtype of the backend (exact).
+  DType kv_dtype = e->backend_->activation_dtype();
+  if (config.kv_cache_dtype != "auto") {
+    STRATA_ASSIGN_OR_RETURN(kv_dtype, parse_kv_cache_dtype(config.kv_cache_dtype));
+  }
+
+  Deployment dep;
+  const double mem_gib = config.device_memory_gib > 0 ? config.device_memory_gib : 4.0;
+  dep.gpu_memory_bytes = int64_t(mem_gib * double(int64_t(1) << 30));
+  dep.tp_size = 1;
+  dep.mem_fraction_static = config.mem_fraction_static;
+  dep.kv_cache_dtype = kv_dtype;
+  dep.page_size = config.page_size;
+  dep.context_length = config.context_length;
+  dep.max_running_requests = config.max_running_requests;
+  dep.max_total_tokens = config.max_total_tokens;
+  dep.chunked_prefill_size = config.chunked_prefill_size;
+  if (config.device == "cpu") {
+    // No CUDA context, graphs or communicators: the budget is the whole static part, and the
+    // GPU-size rule for the default fraction does not apply.
+    dep.runtime_reserved_bytes = 0;
+    dep.load_overhead_bytes = 0;
+    if (!dep.mem_fraction_static) dep.mem_fraction_static = 0.9;
+  }
+  STRATA_ASSIGN_OR_RETURN(e->plan_, plan_kv_capacity(spec, dep));
+  const Plan& plan = e->plan_;
+  if (plan.kv_tokens < config.page_size)
+    return resource_exhausted(
+        "KV cache has room for {} tokens: the weights ({:.2f} GiB) leave nothing of {:.2f} GiB x "
+        "mem-fraction-static {:.2f}; raise the memory budget or the fraction",
+        plan.kv_tokens, double(plan.weight_bytes_per_rank) / double(1 << 30), mem_gib,
+        plan.mem_fraction_static);
+  e->context_length_ = plan.context_length;
+
+  STRATA_ASSIGN_OR_RETURN(WeightStore weights, WeightStore::open(config.model_path, spec.quant));
+  STRATA_ASSIGN_OR_RETURN(e->model_, create_model(spec, weights, *e->backend_));
+
+  KvLayout layout = e->model_->kv_layout();
+  layout.page_size = config.page_size;
+  layout.num_pages = plan.kv_tokens / config.page_size;
+  layout.dtype = kv_dtype;
+  e->kv_ = e->backend_->alloc_kv(layout);
+  e->pool_ = std::make_unique<PagePool>(int32_t(layout.num_pages), config.page_size);
+  e->cache_ = std::make_unique<RadixCache>(e->pool_.get());
+
+  SchedulerConfig sc;
+  sc.page_size = config.page_size;
+  sc.chunked_prefill_size = config.chunked_prefill_size;
+  sc.max_prefill_tokens = config.max_prefill_tokens;
+  sc.max_running_requests = plan.max_running_requests;
+  sc.num_continuous_decode_steps = std::max(1, config.num_continuous_decode_steps);
+  e->scheduler_ = std::make_unique<Scheduler>(sc);
+  e->state_ = std::make_unique<ScheduleState>(sc, e->pool_.get(), e->cache_.get(), spec.eos_token_ids);
+
+  LOG_INFO("KV cache: {} tokens ({}, {:.2f} GiB, {} B/token) · page size {} · max running requests {} · "
+           "context {} · device {}",
+           plan.kv_tokens, kv_cache_dtype_name(kv_dtype),
+           double(plan.kv_pool_bytes) / double(1 << 30), plan.kv_bytes_per_token, config.page_size,
+           plan.max_running_requests, plan.context_length, e->backend_->name());
+  e->stats_.kv_tokens_total = plan.kv_tokens;
+  e->thread_ = std::thread([eng = e.get()] { eng->loop(); });
+  return e;
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+int64_t Engine::kv_capacity_tokens() const { return plan_.kv_tokens; }
+
+StatusOr<int64_t> Engine::submit(GenerateRequest g) {
+  if (g.prompt_ids.empty()) return invalid_argument("the prompt is empty");
+  const int64_t vocab = model_->spec().vocab_size;
+  for (int32_t id : g.prompt_ids)
+    if (id < 0 || id >= vocab) return invalid_argument("token id {} is outside the vocabulary (size {})", id, vocab);
+  const int64_t n = int64_t(g.prompt_ids.size());
+  const int64_t limit = std::min<int64_t>(context_length_, plan_.kv_tokens);
+  if (n >= limit)
+    return out_of_range("the prompt has {} tokens; this server's limit is {} ({}), leaving no room to generate",
+                        n, limit - 1, limit == context_length_ ? "context length" : "KV cache capacity");
+  if (g.params.max_new_tokens < 0) return invalid_argument("max_tokens must be >= 0");
+  if (n + g.params.max_new_tokens > context_length_)
+    return out_of_range("prompt ({} tokens) + max_tokens ({}) exceeds the context length {}", n,
+                        g.params.max_new_tokens, context_length_);
+  std::lock_guard<std::mutex> lk(mu_);
+  if (stop_) return unavailable("the engine is shutting down");
+  const int64_t id = next_id_++;
+  const uint64_t seed = g.params.seed ? *g.params.seed : config_.seed * 1000003u + uint64_t(id);
+  auto live = std::make_unique<Live>(id, std::move(g), *tokenizer_, seed);
+  for (const auto& s : live->request.params().stop_strings) live->max_stop_len = std::max(live->max_stop_len, s.size());
+  inbox_.push_back(std::move(live));
+  ++live_count_;
+  cv_.notify_all();
+  return id;
+}
+
+void Engine::abort(int64_t id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  abort_inbox_.push_back(id);
+  cv_.notify_all();
+}
+
+void Engine::wait_idle() {
+  std::unique_lock<std::mutex> lk(mu_);
+  idle_cv_.wait(lk, [&] { return live_count_ == 0; });
+}
+
+bool Engine::flush_cache() {
+  std::unique_lock<std::mutex> lk(mu_);
+  flush_requested_ = true;
+  flush_done_ = false;
+  cv_.notify_all();
+  idle_cv_.wait(lk, [&] { return flush_done_ || stop_; });
+  return flush_result_;
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stats_;
+}
+
+}  // namespace strata

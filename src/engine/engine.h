@@ -1,0 +1,154 @@
+// Engine: owns the model, the KV pool, the radix cache and the scheduler, and runs them on one
+// engine thread (design.md §1). Other threads submit requests and receive their tokens through
+// callbacks; the loop is: decide, apply, run, postprocess.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "arch/model.h"
+#include "core/status.h"
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "engine/sampling_params.h"
+#include "engine/scheduler.h"
+#include "planner/planner.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata {
+
+class PagePool;
+class RadixCache;
+class ScheduleState;
+
+struct EngineConfig {
+  std::string model_path;
+  std::string device = "cpu";                 // cpu | cuda
+  std::string kv_cache_dtype = "auto";        // auto (f32 on cpu, bf16 on cuda) | bf16 | fp8_e4m3 | fp8_e5m2
+  int page_size = 16;
+  std::optional<double> mem_fraction_static;  // nullopt: the planner's default
+  // Memory the KV pool is planned against: the GPU's on cuda; on cpu a budget standing in for it.
+  double device_memory_gib = 0;               // 0: cpu 4 GiB, cuda: what the device reports
+  std::optional<int64_t> max_total_tokens;    // caps the KV pool, as in SGLang
+  std::optional<int> max_running_requests;
+  int chunked_prefill_size = 8192;
+  int max_prefill_tokens = 16384;
+  int num_continuous_decode_steps = 1;
+  bool disable_radix_cache = false;
+  int64_t context_length = 0;                 // 0: the model's max_position_embeddings
+  uint64_t seed = 0;                          // for requests that give none
+};
+
+// What a request's callback receives, on the engine thread (keep the callback short).
+struct StreamEvent {
+  std::vector<int32_t> token_ids;        // tokens sampled since the last event
+  std::string text;                      // complete UTF-8 text since the last event
+  std::vector<TokenLogprobs> logprobs;   // one per token when requested
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string error;                     // set when the engine aborted the request
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t cached_tokens = 0;             // prompt tokens served from the prefix cache
+};
+using StreamCallback = std::function<void(const StreamEvent&)>;
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt_ids;
+  SamplingParams params;
+  int top_logprobs = -1;  // -1: no logprobs; n >= 0: the chosen token's and the top n
+  StreamCallback on_event;
+};
+
+// A consistent snapshot of the engine's counters (thread-safe to read).
+struct EngineStats {
+  int64_t num_running = 0;
+  int64_t num_waiting = 0;
+  int64_t kv_tokens_total = 0;
+  int64_t kv_tokens_used = 0;        // held by running requests or the prefix cache
+  int64_t kv_tokens_cached = 0;      // held by the prefix cache only (evictable)
+  int64_t prompt_tokens_total = 0;
+  int64_t generation_tokens_total = 0;
+  int64_t cache_hit_tokens_total = 0;
+  int64_t cache_lookup_tokens_total = 0;
+  int64_t requests_finished_total = 0;
+  int64_t requests_aborted_total = 0;
+  int64_t retractions_total = 0;
+  int64_t steps_total = 0;
+  double new_token_ratio = 0;
+};
+
+class Engine {
+ public:
+  // Loads tokenizer, model and weights, sizes the KV pool through the planner (logged in tokens
+  // and bytes) and starts the engine thread.
+  static StatusOr<std::unique_ptr<Engine>> create(const EngineConfig& config);
+  ~Engine();  // aborts what is still live (callbacks get abort) and joins the thread
+
+  // Thread-safe. Validates the request (empty prompt, prompt beyond the context, token ids
+  // outside the vocabulary) and returns its id; the callback then receives every event.
+  StatusOr<int64_t> submit(GenerateRequest request);
+  // Thread-safe; a finished or unknown id is ignored. The callback gets a final abort event.
+  void abort(int64_t id);
+  // Blocks until no request is live. For tests and batch jobs.
+  void wait_idle();
+  // Drops the prefix cache (false while requests run). Thread-safe.
+  bool flush_cache();
+
+  EngineStats stats() const;
+  const ModelSpec& spec() const { return model_->spec(); }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const Plan& plan() const { return plan_; }
+  const EngineConfig& config() const { return config_; }
+  int64_t context_length() const { return context_length_; }
+  int64_t kv_capacity_tokens() const;
+
+ private:
+  struct Live;  // a request and its streaming state
+  Engine() = default;
+  void loop();
+  void drain_inbox();
+  void run_step();
+  void emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogprobs> logprobs);
+  void finalize(Live& live);
+  void update_stats();
+
+  EngineConfig config_;
+  Plan plan_;
+  int64_t context_length_ = 0;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<KvStorage> kv_;
+  std::unique_ptr<PagePool> pool_;
+  std::unique_ptr<RadixCache> cache_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<ScheduleState> state_;
+
+  // Engine-thread state.
+  std::unordered_map<int64_t, std::unique_ptr<Live>> live_;
+  std::vector<float> logits_;
+  std::vector<std::pair<float, int32_t>> sample_scratch_;
+
+  // Shared with other threads (under mu_).
+  mutable std::mutex mu_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<std::unique_ptr<Live>> inbox_;
+  std::vector<int64_t> abort_inbox_;
+  bool flush_requested_ = false, flush_result_ = false, flush_done_ = false;
+  bool stop_ = false;
+  int64_t next_id_ = 1;
+  int64_t live_count_ = 0;  // submitted and not yet finalized
+  EngineStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace strata

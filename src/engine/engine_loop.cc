@@ -1,0 +1,216 @@
+// The engine thread: drain submissions and aborts, decide, apply, run the forward pass, sample,
+// stream, finalize. Everything here runs on the engine thread only.
+#include <algorithm>
+#include <chrono>
+
+#include "core/log.h"
+#include "engine/batch_plan.h"
+#include "engine/live_request.h"
+#include "engine/schedule_state.h"
+#include "kv/page_pool.h"
+#include "kv/radix_cache.h"
+
+namespace strata {
+namespace {
+
+// Largest prefix length <= n that does not cut a UTF-8 sequence.
+size_t utf8_safe_prefix(const std::string& s, size_t n) {
+  while (n > 0 && n < s.size() && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return n;
+}
+
+}  // namespace
+
+void Engine::loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] {
+        return stop_ || !inbox_.empty() || !abort_inbox_.empty() || flush_requested_ || !live_.empty();
+      });
+      if (stop_) break;
+    }
+    drain_inbox();
+    if (!live_.empty()) run_step();
+    update_stats();
+  }
+  // Shutdown: everything still live ends with an abort event.
+  drain_inbox();
+  for (auto& [id, live] : live_) {
+    if (live->request.is_live()) state_->abort(&live->request);
+    finalize(*live);
+  }
+  live_.clear();
+  update_stats();
+}
+
+void Engine::drain_inbox() {
+  std::deque<std::unique_ptr<Live>> incoming;
+  std::vector<int64_t> aborts;
+  bool flush = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    incoming.swap(inbox_);
+    aborts.swap(abort_inbox_);
+    flush = flush_requested_;
+    flush_requested_ = false;
+  }
+  for (auto& live : incoming) {
+    Status st = stop_ ? unavailable("the engine is shutting down") : state_->submit(&live->request);
+    if (!st.ok()) {
+      if (live->request.is_live()) live->request.abort(st.message());
+      finalize(*live);
+      continue;
+    }
+    const int64_t id = live->request.id();
+    live_[id] = std::move(live);
+  }
+  for (int64_t id : aborts) {
+    auto it = live_.find(id);
+    if (it == live_.end()) continue;
+    if (it->second->request.is_live()) state_->abort(&it->second->request);
+    finalize(*it->second);
+    live_.erase(it);
+  }
+  if (flush) {
+    const bool ok = state_->flush_cache();
+    std::lock_guard<std::mutex> lk(mu_);
+    flush_result_ = ok;
+    flush_done_ = true;
+    idle_cv_.notify_all();
+  }
+}
+
+void Engine::run_step() {
+  ScheduledStep step = state_->schedule(*scheduler_);
+  auto end_request = [&](Request* r) {
+    auto it = live_.find(r->id());
+    if (it == live_.end()) return;
+    finalize(*it->second);
+    live_.erase(it);
+  };
+  for (Request* r : step.rejected) end_request(r);
+  for (Request* r : step.truncated) end_request(r);
+  if (!step.retracted.empty()) {
+    std::lock_guard<std::mutex> lk(mu_);
+    stats_.retractions_total += int64_t(step.retracted.size());
+  }
+  if (step.seqs.empty()) {
+    // Nothing runnable (should not last): wait for new input instead of spinning.
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait_for(lk, std::chrono::milliseconds(5));
+    return;
+  }
+  const int64_t vocab = model_->spec().vocab_size;
+  for (int i = 0; i < step.num_decode_steps; ++i) {
+    if (i > 0) {
+      drain_inbox();  // aborts take effect between continuous decode steps
+      step = state_->continue_decode();
+      if (step.seqs.empty()) break;
+    }
+    BatchPlan plan = BatchPlan::build(step.seqs, config_.page_size);
+    ForwardBatch fb;
+    fb.token_ids = plan.token_ids.data();
+    fb.attn = plan.view();
+    fb.logit_rows = plan.logits_rows.data();
+    fb.num_logit_rows = int(plan.logits_rows.size());
+    logits_.resize(plan.logits_rows.size() * size_t(vocab));
+    model_->forward(fb, *kv_, logits_.data());
+
+    std::vector<int32_t> sampled(plan.logits_rows.size());
+    std::vector<TokenLogprobs> lps(plan.logits_rows.size());
+    for (size_t j = 0; j < plan.logits_rows.size(); ++j) {
+      Request* r = step.seqs[size_t(plan.sampled_seqs[j])].request;
+      Live& live = *live_.at(r->id());
+      const SamplingParams& p = r->params();
+      const SampleConfig sc{.temperature = p.temperature, .top_p = p.top_p, .top_k = p.top_k};
+      const float* row = logits_.data() + j * size_t(vocab);
+      sampled[j] = sample_token(row, vocab, sc, live.rng, sample_scratch_);
+      if (live.top_logprobs >= 0) lps[j] = token_logprobs(row, vocab, sampled[j], live.top_logprobs);
+    }
+    std::vector<Request*> finished = state_->complete(step, sampled);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      ++stats_.steps_total;
+      stats_.generation_tokens_total += int64_t(sampled.size());
+    }
+    for (size_t j = 0; j < sampled.size(); ++j) {
+      Request* r = step.seqs[size_t(plan.sampled_seqs[j])].request;
+      Live& live = *live_.at(r->id());
+      std::vector<TokenLogprobs> lp;
+      if (live.top_logprobs >= 0) lp.push_back(std::move(lps[j]));
+      emit(live, {sampled[j]}, std::move(lp));
+      if (live.stopped_by_string && r->state() == RequestState::kDecoding) {
+        state_->finish(r, FinishReason::kStop);
+        finished.push_back(r);
+      }
+    }
+    for (Request* r : finished) end_request(r);
+  }
+}
+
+// Streams one step's tokens of a request: detokenize, check stop strings, hold back text that
+// could still begin a stop string.
+void Engine::emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogprobs> logprobs) {
+  if (live.stopped_by_string) return;
+  for (int32_t t : tokens) live.pending_text += live.decoder.push(t);
+  StreamEvent ev;
+  ev.token_ids = std::move(tokens);
+  ev.logprobs = std::move(logprobs);
+  const auto& stops = live.request.params().stop_strings;
+  size_t stop_at = std::string::npos;
+  for (const auto& s : stops) {
+    if (s.empty()) continue;
+    size_t p = live.pending_text.find(s);
+    if (p != std::string::npos) stop_at = std::min(stop_at, p);
+  }
+  if (stop_at != std::string::npos) {
+    ev.text = live.pending_text.substr(0, stop_at);
+    live.pending_text.clear();
+    live.stopped_by_string = true;
+  } else {
+    const size_t hold = live.max_stop_len > 0 ? live.max_stop_len - 1 : 0;
+    const size_t n = live.pending_text.size() > hold
+                         ? utf8_safe_prefix(live.pending_text, live.pending_text.size() - hold)
+                         : 0;
+    ev.text = live.pending_text.substr(0, n);
+    live.pending_text.erase(0, n);
+  }
+  ev.prompt_tokens = live.request.prompt_len();
+  ev.completion_tokens = live.request.output_len();
+  if (live.on_event) live.on_event(ev);
+}
+
+void Engine::finalize(Live& live) {
+  const Request& r = live.request;
+  StreamEvent ev;
+  ev.finished = true;
+  if (!live.stopped_by_string) ev.text = live.pending_text + live.decoder.finish();
+  ev.finish_reason = r.state() == RequestState::kAborted ? FinishReason::kAbort : r.finish_reason();
+  if (live.stopped_by_string) ev.finish_reason = FinishReason::kStop;
+  ev.error = r.error();
+  ev.prompt_tokens = r.prompt_len();
+  ev.completion_tokens = r.output_len();
+  ev.cached_tokens = r.prefix_hit_tokens();
+  if (live.on_event) live.on_event(ev);
+  std::lock_guard<std::mutex> lk(mu_);
+  if (ev.finish_reason == FinishReason::kAbort) ++stats_.requests_aborted_total;
+  else ++stats_.requests_finished_total;
+  stats_.prompt_tokens_total += r.prompt_len();
+  if (--live_count_ == 0) idle_cv_.notify_all();
+}
+
+void Engine::update_stats() {
+  const RadixCacheStats cs = cache_->stats();
+  std::lock_guard<std::mutex> lk(mu_);
+  stats_.num_running = int64_t(state_->num_running());
+  stats_.num_waiting = int64_t(state_->num_waiting()) + int64_t(inbox_.size());
+  stats_.kv_tokens_total = plan_.kv_tokens;
+  stats_.kv_tokens_used = int64_t(pool_->num_used_pages()) * config_.page_size;
+  stats_.kv_tokens_cached = int64_t(cs.evictable_pages) * config_.page_size;
+  stats_.cache_hit_tokens_total = cs.hit_tokens;
+  stats_.cache_lookup_tokens_total = cs.lookup_tokens;
+  stats_.new_token_ratio = state_->new_token_ratio();
+}
+
+}  // namespace strata

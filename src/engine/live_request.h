@@ -1,0 +1,28 @@
+// Engine-internal: a request plus what its stream needs (the detokenizer, text held back while
+// it could still be the start of a stop string, the sampler's random stream).
+#pragma once
+
+#include <string>
+
+#include "engine/engine.h"
+
+namespace strata {
+
+struct Engine::Live {
+  Live(int64_t id, GenerateRequest g, const Tokenizer& tok, uint64_t seed)
+      : request(id, std::move(g.prompt_ids), g.params),
+        on_event(std::move(g.on_event)),
+        top_logprobs(g.top_logprobs),
+        decoder(tok, /*skip_special=*/true),
+        rng(seed) {}
+  Request request;
+  StreamCallback on_event;
+  int top_logprobs;
+  StreamDecoder decoder;
+  SamplerRng rng;
+  std::string pending_text;  // decoded, not yet emitted
+  size_t max_stop_len = 0;   // longest stop string: that much text minus one is held back
+  bool stopped_by_string = false;
+};
+
+}  // namespace strata

@@ -1,0 +1,35 @@
+// Turns user input into prompt token ids the way Hugging Face does: chat messages through the
+// model's chat template (then tokenized without adding special tokens, since the template writes
+// them), raw text through the tokenizer's post-processor (e.g. a BOS token).
+// Thread-safe after load: the server's HTTP threads share one.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata {
+
+class PromptEncoder {
+ public:
+  // `tokenizer` must outlive the encoder. A model without a chat template is fine: chat
+  // requests then fail with an error that says so.
+  static StatusOr<PromptEncoder> load(const std::string& model_dir, const Tokenizer& tokenizer);
+
+  bool has_chat_template() const { return chat_.has_value(); }
+  StatusOr<std::string> render_chat(const nlohmann::json& messages, bool add_generation_prompt) const;
+  StatusOr<std::vector<int32_t>> encode_chat(const nlohmann::json& messages,
+                                             bool add_generation_prompt = true) const;
+  std::vector<int32_t> encode_raw(const std::string& text) const;
+
+ private:
+  const Tokenizer* tokenizer_ = nullptr;
+  std::optional<ChatTemplate> chat_;
+};
+
+}  // namespace strata

@@ -1,0 +1,91 @@
+#include "pipeline/dataset.h"
+
+#include <fstream>
+#include <unordered_set>
+
+namespace strata {
+namespace {
+
+StatusOr<nlohmann::json> normalize_turns(const nlohmann::json& turns, const std::string& where) {
+  if (!turns.is_array()) return invalid_argument("{}: conversation must be an array", where);
+  if (turns.empty()) return invalid_argument("{}: conversation is empty", where);
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < turns.size(); ++i) {
+    const auto& t = turns[i];
+    if (!t.is_object()) return invalid_argument("{}: turn {} is not an object", where, i);
+    std::string role, content;
+    if (t.contains("role")) {
+      if (!t["role"].is_string()) return invalid_argument("{}: turn {} role is not a string", where, i);
+      role = t["role"].get<std::string>();
+    } else if (t.contains("from") && t["from"].is_string()) {
+      const std::string from = t["from"].get<std::string>();
+      role = from == "human" ? "user" : from == "gpt" ? "assistant" : from;
+    } else {
+      return invalid_argument("{}: turn {} has no \"role\"", where, i);
+    }
+    const char* key = t.contains("content") ? "content" : "value";
+    if (!t.contains(key) || !t[key].is_string())
+      return invalid_argument("{}: turn {} has no string \"content\"", where, i);
+    content = t[key].get<std::string>();
+    out.push_back({{"role", role}, {"content", content}});
+  }
+  return out;
+}
+
+}  // namespace
+
+StatusOr<PromptRecord> parse_prompt_line(const std::string& text, int64_t line_number,
+                                         const std::string& dataset) {
+  const std::string where = dataset + " line " + std::to_string(line_number);
+  PromptRecord r;
+  r.line = line_number;
+  try {
+    r.original = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    return invalid_argument("{}: malformed JSON ({})", where, e.what());
+  }
+  if (!r.original.is_object()) return invalid_argument("{}: expected a JSON object", where);
+  const auto& o = r.original;
+  if (o.contains("id")) {
+    if (o["id"].is_string()) r.id = o["id"].get<std::string>();
+    else if (o["id"].is_number_integer()) r.id = std::to_string(o["id"].get<int64_t>());
+    else return invalid_argument("{}: \"id\" must be a string or an integer", where);
+  } else {
+    r.id = dataset + "-" + std::to_string(line_number);
+  }
+  if (o.contains("conversations") || o.contains("messages")) {
+    const auto& turns = o.contains("conversations") ? o["conversations"] : o["messages"];
+    STRATA_ASSIGN_OR_RETURN(r.messages, normalize_turns(turns, where));
+  } else if (o.contains("prompt")) {
+    if (!o["prompt"].is_string()) return invalid_argument("{}: \"prompt\" must be a string", where);
+    r.prompt = o["prompt"].get<std::string>();
+  } else {
+    return invalid_argument("{}: needs \"conversations\", \"messages\" or \"prompt\"", where);
+  }
+  return r;
+}
+
+StatusOr<std::vector<PromptRecord>> read_prompt_file(const std::string& path,
+                                                     const std::string& dataset) {
+  std::ifstream in(path);
+  if (!in) return not_found("cannot open input file '{}'", path);
+  std::vector<PromptRecord> out;
+  std::unordered_set<std::string> ids;
+  std::string line;
+  for (int64_t n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    STRATA_ASSIGN_OR_RETURN(PromptRecord r, parse_prompt_line(line, n, path));
+    if (!ids.insert(r.id).second)
+      return invalid_argument("{} line {}: duplicate id '{}'", path, n, r.id);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+nlohmann::json prompt_messages(const nlohmann::json& messages) {
+  nlohmann::json m = messages;
+  while (!m.empty() && m.back().value("role", "") == "assistant") m.erase(m.size() - 1);
+  return m;
+}
+
+}  // namespace strata

@@ -1,0 +1,36 @@
+// Prompt datasets: JSONL lines in the SpecForge/ShareGPT layout {"id", "conversations": [...]},
+// the OpenAI layout {"messages": [...]}, or plain {"prompt": "..."}; conversations use
+// {"role","content"} or ShareGPT's {"from","value"} (human/gpt/system).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace strata {
+
+struct PromptRecord {
+  std::string id;              // the line's "id", else "<dataset>-<line number>"
+  nlohmann::json messages;     // [{"role","content"}...] normalized; null for a raw prompt
+  std::string prompt;          // raw text when there are no messages
+  nlohmann::json original;     // the input line as read (output appends to it)
+  int64_t line = 0;            // 1-based line number in the file
+};
+
+// Parses one JSONL line. Errors name the line and the problem.
+StatusOr<PromptRecord> parse_prompt_line(const std::string& line_text, int64_t line_number,
+                                         const std::string& dataset);
+
+// Reads every record of a file; the first bad line is an error naming file and line.
+// Blank lines are skipped. Duplicate ids are an error (outputs are keyed by id).
+StatusOr<std::vector<PromptRecord>> read_prompt_file(const std::string& path,
+                                                     const std::string& dataset);
+
+// Trailing assistant turns are dropped so the model generates the assistant's answer (SpecForge
+// regenerates the last assistant turn); the result ends with a user/system/tool turn.
+nlohmann::json prompt_messages(const nlohmann::json& messages);
+
+}  // namespace strata

@@ -1,0 +1,75 @@
+#include "engine_flags.h"
+
+#include <filesystem>
+
+#include "core/log.h"
+
+namespace strata::tools {
+
+void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_model) {
+  EngineConfig& c = f.config;
+  c.model_path = default_model;
+  app.add_option("--model-path,--model", c.model_path, "model directory (config.json, safetensors, tokenizer)")
+      ->capture_default_str();
+  app.add_option("--device", c.device, "cpu | cuda")->capture_default_str();
+  app.add_option("--kv-cache-dtype", c.kv_cache_dtype, "auto | bf16 | fp8_e4m3 | fp8_e5m2 (auto: exact)")
+      ->capture_default_str();
+  app.add_option("--page-size", c.page_size, "tokens per KV page")->capture_default_str();
+  app.add_option("--mem-fraction-static", f.mem_fraction_static,
+                 "fraction of device memory for weights + KV pool (default: SGLang's rule)");
+  app.add_option("--device-memory-gib", c.device_memory_gib,
+                 "memory the KV pool is planned against (cpu: a budget standing in for GPU memory; default 4)");
+  app.add_option("--max-total-tokens", f.max_total_tokens, "cap on the KV pool in tokens");
+  app.add_option("--max-running-requests", f.max_running_requests, "most requests decoding at once");
+  app.add_option("--chunked-prefill-size", c.chunked_prefill_size, "prefill tokens per chunk")
+      ->capture_default_str();
+  app.add_option("--max-prefill-tokens", c.max_prefill_tokens, "prefill tokens per step")->capture_default_str();
+  app.add_option("--num-continuous-decode-steps", c.num_continuous_decode_steps,
+                 "decode steps per scheduling decision")
+      ->capture_default_str();
+  app.add_option("--context-length", c.context_length, "override the model's context length");
+  app.add_option("--random-seed", c.seed, "seed for requests that give none")->capture_default_str();
+  app.add_option("--log-level", f.log_level, "trace | debug | info | warning | error")->capture_default_str();
+}
+
+StatusOr<EngineConfig> finish_engine_flags(EngineFlags& f) {
+  if (!set_log_level(f.log_level)) return invalid_argument("--log-level: unknown level '{}'", f.log_level);
+  EngineConfig c = f.config;
+  if (f.mem_fraction_static != 0) {
+    if (!(f.mem_fraction_static > 0 && f.mem_fraction_static < 1))
+      return invalid_argument("--mem-fraction-static must be in (0, 1), got {}", f.mem_fraction_static);
+    c.mem_fraction_static = f.mem_fraction_static;
+  }
+  if (f.max_total_tokens < 0) return invalid_argument("--max-total-tokens must be positive");
+  if (f.max_total_tokens > 0) c.max_total_tokens = f.max_total_tokens;
+  if (f.max_running_requests < 0) return invalid_argument("--max-running-requests must be positive");
+  if (f.max_running_requests > 0) c.max_running_requests = f.max_running_requests;
+  if (c.page_size < 1) return invalid_argument("--page-size must be >= 1");
+  if (c.chunked_prefill_size < c.page_size)
+    return invalid_argument("--chunked-prefill-size must be >= --page-size");
+  if (c.num_continuous_decode_steps < 1) return invalid_argument("--num-continuous-decode-steps must be >= 1");
+  if (c.device_memory_gib < 0) return invalid_argument("--device-memory-gib must be positive");
+  if (!std::filesystem::is_directory(c.model_path))
+    return not_found("--model-path '{}' is not a directory", c.model_path);
+  return c;
+}
+
+std::string default_model_path() {
+  for (const char* p : {"../shared/models/house-llama", "shared/models/house-llama"})
+    if (std::filesystem::is_directory(p)) return p;
+  return "../shared/models/house-llama";
+}
+
+int parse_cli(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "%s: error: %s\n", app.get_name().c_str(), e.what());
+    return 2;
+  }
+  return -1;
+}
+
+}  // namespace strata::tools

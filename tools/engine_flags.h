@@ -1,0 +1,37 @@
+// The engine flags shared by `strata serve` and `strata generate`, named as in SGLang so an
+// operator's launch command carries over.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "engine/engine.h"
+
+namespace strata::tools {
+
+struct EngineFlags {
+  EngineConfig config;
+  std::string log_level = "info";
+  double mem_fraction_static = 0;  // 0: planner default
+  int64_t max_total_tokens = 0;    // 0: no cap
+  int max_running_requests = 0;    // 0: planner default
+};
+
+// Registers --model-path, --device, --kv-cache-dtype, --page-size, --mem-fraction-static,
+// --device-memory-gib, --max-total-tokens, --max-running-requests, --chunked-prefill-size,
+// --max-prefill-tokens, --num-continuous-decode-steps, --context-length, --random-seed,
+// --log-level.
+void add_engine_flags(CLI::App& app, EngineFlags& flags, const std::string& default_model);
+
+// Turns parsed flags into an EngineConfig (validating ranges) and applies --log-level.
+StatusOr<EngineConfig> finish_engine_flags(EngineFlags& flags);
+
+// The default model: ../shared/models/house-llama relative to the working directory, else
+// relative to the binary's source checkout.
+std::string default_model_path();
+
+// Runs CLI11 parsing; on error prints a one-line message (or help) and returns the exit code.
+// Returns -1 when parsing succeeded.
+int parse_cli(CLI::App& app, int argc, char** argv);
+
+}  // namespace strata::tools
