@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libcpp-httplib-dev
-      libspdlog-dev libfmt-dev libcli11-dev libpcre2-dev libgtest-dev libopenblas-dev
+      libspdlog-dev libfmt-dev libcli11-dev libpcre2-dev libgtest-dev
       libxxhash-dev)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -67,6 +67,11 @@ class CpuBackend : public Backend {
                    const Tensor& topk_weights, const Tensor& out) override;
 };
 
+// out[r][j] = x[r] · w[j] (+ bias[j]) for r < m, j < n over k inputs, with row strides ldx, ldw,
+// ldo. Batch-invariant: each element's summation order depends only on k (see linear.cc).
+void gemm_nt(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w,
+             int64_t ldw, float* out, int64_t ldo, const float* bias = nullptr);
+
 // Reads `n` KV values of a stored row (any KV dtype) as float32, multiplied by `scale`.
 void load_kv_row(DType dtype, const void* row, int64_t n, float scale, float* dst);
 // Stores `n` float32 values divided by `scale` into a KV row of `dtype`.

@@ -1,6 +1,5 @@
 // Column copies and per-head linear maps of the CPU reference backend: the pieces of absorbed
 // MLA attention (arch/mla.h) that are not plain linear layers.
-#include <cblas.h>
 
 #include <cstring>
 
@@ -36,9 +35,8 @@ void CpuBackend::per_head_linear(const Tensor& x, int64_t x_begin, const Tensor&
   if (tokens == 0) return;
   for (int64_t h = 0; h < heads; ++h) {
     // Strided rows: token t's head h starts at (t · heads + h) · D.
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(tokens), int(n), int(k), 1.0f,
-                x.ptr<float>() + h * dx + x_begin, int(heads * dx), w.ptr<float>() + h * n * k,
-                int(k), 0.0f, out.ptr<float>() + h * dout + out_begin, int(heads * dout));
+    gemm_nt(tokens, n, k, x.ptr<float>() + h * dx + x_begin, heads * dx, w.ptr<float>() + h * n * k,
+            k, out.ptr<float>() + h * dout + out_begin, heads * dout);
   }
 }
 

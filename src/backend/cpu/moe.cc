@@ -1,6 +1,5 @@
 // Mixture-of-experts routing and expert compute on the CPU reference: Hugging Face transformers'
 // DeepSeek-V2/V3 semantics, one token at a time for routing and one GEMM pair per hit expert.
-#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
@@ -132,17 +131,14 @@ void CpuBackend::moe_experts(const Tensor& x, const MoeExpertWeights& experts,
     for (int64_t r = 0; r < n; ++r)
       std::memcpy(xs.data() + r * hidden, x.ptr<float>() + list[size_t(r)].first * hidden,
                   size_t(hidden) * sizeof(float));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(2 * inter), int(hidden), 1.0f,
-                xs.data(), int(hidden), gate_up + e * 2 * inter * hidden, int(hidden), 0.0f,
-                gu.data(), int(2 * inter));
+    gemm_nt(n, 2 * inter, hidden, xs.data(), hidden, gate_up + e * 2 * inter * hidden, hidden,
+            gu.data(), 2 * inter);
     for (int64_t r = 0; r < n; ++r) {
       const float *g = gu.data() + r * 2 * inter, *u = g + inter;
       for (int64_t i = 0; i < inter; ++i)
         act[size_t(r * inter + i)] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(hidden), int(inter), 1.0f,
-                act.data(), int(inter), down + e * hidden * inter, int(inter), 0.0f, ys.data(),
-                int(hidden));
+    gemm_nt(n, hidden, inter, act.data(), inter, down + e * hidden * inter, inter, ys.data(), hidden);
     for (int64_t r = 0; r < n; ++r) {
       const auto [t, wt] = list[size_t(r)];
       for (int64_t i = 0; i < hidden; ++i) po[t * hidden + i] += wt * ys[size_t(r * hidden + i)];
