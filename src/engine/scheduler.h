@@ -62,9 +62,9 @@ struct RunningEntry {
 };
 
 struct SchedulerSnapshot {
-  std::vector<WaitingEntry> waiting;  // queue order (may be a prefix of the queue)
+  std::vector<WaitingEntry> waiting{};  // queue order (may be a prefix of the queue)
   bool more_waiting = false;          // the queue holds more than `waiting`
-  std::vector<RunningEntry> running;
+  std::vector<RunningEntry> running{};
   int32_t total_pages = 0;
   int32_t free_pages = 0;
   int32_t evictable_pages = 0;

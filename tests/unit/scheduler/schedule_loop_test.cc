@@ -162,8 +162,12 @@ TEST_P(ScheduleLoop, RandomTrafficKeepsInvariantsAndFinishes) {
   EXPECT_GT(h.rejected, 0);
   EXPECT_GT(aborted, 0);
   EXPECT_GT(h.cache.stats().hit_tokens, 0);
-  if (c.chunked_prefill_size > 0) EXPECT_GT(h.chunks, 0);
-  if (c.decode_steps > 1) EXPECT_GT(h.multi_steps, 0);
+  if (c.chunked_prefill_size > 0) {
+    EXPECT_GT(h.chunks, 0);
+  }
+  if (c.decode_steps > 1) {
+    EXPECT_GT(h.multi_steps, 0);
+  }
   std::printf("pages %d x %d: %zu requests, %ld rejected, %ld retracted, %ld aborted, %ld chunks, "
               "%ld extra decode steps, hit %ld of %ld lookup tokens, %ld pages evicted\n",
               c.num_pages, c.page_size, h.requests.size(), long(h.rejected), long(h.retracted),
@@ -174,7 +178,14 @@ TEST_P(ScheduleLoop, RandomTrafficKeepsInvariantsAndFinishes) {
 INSTANTIATE_TEST_SUITE_P(Pools, ScheduleLoop,
                          ::testing::Values(LoopCase{1, 96, 16, 1, 1}, LoopCase{1, 64, 0, 4, 2},
                                            LoopCase{4, 24, 16, 1, 3}, LoopCase{4, 40, 12, 3, 4},
-                                           LoopCase{2, 200, 32, 2, 5}, LoopCase{16, 8, 32, 1, 6}));
+                                           LoopCase{2, 200, 32, 2, 5}, LoopCase{16, 8, 32, 1, 6}),
+                         [](const ::testing::TestParamInfo<LoopCase>& i) {
+                           const LoopCase& c = i.param;
+                           return "page" + std::to_string(c.page_size) + "_pages" +
+                                  std::to_string(c.num_pages) + "_chunk" +
+                                  std::to_string(c.chunked_prefill_size) + "_steps" +
+                                  std::to_string(c.decode_steps);
+                         });
 
 }  // namespace
 }  // namespace strata

@@ -71,7 +71,9 @@ TEST(ScheduleState, RetractionHappensInATinyPoolAndEveryoneStillFinishes) {
       if (step.is_prefill && r->num_retractions() > 0)
         readmitted_with_hit += r->prefix_hit_tokens() > 0;
     }
-    if (!step.retracted.empty()) EXPECT_GT(f.state.new_token_ratio(), 0.7);
+    if (!step.retracted.empty()) {
+      EXPECT_GT(f.state.new_token_ratio(), 0.7);
+    }
   }
   EXPECT_GT(retractions, 0);
   EXPECT_GT(readmitted_with_hit, 0);  // re-prefill reuses the shared, still-cached prefix
