@@ -30,7 +30,7 @@ enum class ExprKind {
   kOr,       // children[0] or children[1]
   kCompare,  // children[0] ops[0] children[1] ops[1] children[2] ... (chained, like Python)
   kCond,     // children[1] if children[0] else children[2] (children[2] null: undefined)
-  kList,     // [children...]; tuples are lists too
+  kList,     // [children...]; `negated` marks a tuple literal (a, b)
   kDict,     // {children[0]: children[1], children[2]: children[3], ...}
 };
 

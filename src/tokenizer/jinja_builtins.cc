@@ -287,6 +287,37 @@ const std::unordered_map<std::string_view, FilterFn>& filters() {
        [](Renderer&, const Value& v, CallArgs&) -> StatusOr<Value> {
          return Value(py_capitalize(to_output(v)));
        }},
+      {"batch",
+       [](Renderer&, const Value& v, CallArgs& a) -> StatusOr<Value> {
+         const Value* n = a.get(0, "linecount");
+         if (n == nullptr || !n->is_int() || n->as_int() <= 0)
+           return invalid_argument("batch needs a positive count");
+         const Value* fill = a.get(1, "fill_with");
+         STRATA_ASSIGN_OR_RETURN(List items, iterate(v));
+         List out;
+         for (size_t i = 0; i < items.size(); i += static_cast<size_t>(n->as_int())) {
+           List chunk;
+           for (size_t j = i; j < items.size() && j < i + static_cast<size_t>(n->as_int()); ++j)
+             chunk.push_back(items[j]);
+           while (fill != nullptr && !fill->is_none() &&
+                  static_cast<int64_t>(chunk.size()) < n->as_int())
+             chunk.push_back(*fill);
+           out.push_back(Value(std::move(chunk)));
+         }
+         return Value(std::move(out));
+       }},
+      {"center",
+       [](Renderer& r, const Value& v, CallArgs& a) -> StatusOr<Value> {
+         const Value* w = a.get(0, "width");
+         int64_t width = w != nullptr && w->is_int() ? w->as_int() : 80;
+         std::string s = to_output(v);
+         int64_t len = static_cast<int64_t>(utf8_length(s));
+         if (width <= len) return Value(std::move(s));
+         STRATA_RETURN_IF_ERROR(r.check_size(s.size() + static_cast<size_t>(width - len)));
+         int64_t pad = width - len;
+         int64_t left = pad / 2 + (pad & width & 1);  // Python's str.center
+         return Value(std::string(left, ' ') + s + std::string(pad - left, ' '));
+       }},
       {"count",
        [](Renderer&, const Value& v, CallArgs&) -> StatusOr<Value> {
          STRATA_ASSIGN_OR_RETURN(int64_t n, length_of(v));
@@ -307,7 +338,8 @@ const std::unordered_map<std::string_view, FilterFn>& filters() {
          const Value* by = a.get(1, "by");
          bool by_value = by != nullptr && to_output(*by) == "value";
          List pairs;
-         for (const auto& [k, item] : v.dict().items) pairs.push_back(Value(List{Value(k), item}));
+         for (const auto& [k, item] : v.dict().items)
+           pairs.push_back(Value::tuple(List{Value(k), item}));
          Value attr(by_value ? "1" : "0");
          STRATA_ASSIGN_OR_RETURN(List s,
                                  sorted(pairs, &attr, arg_bool(a, 0, "case_sensitive", false),
@@ -342,7 +374,8 @@ const std::unordered_map<std::string_view, FilterFn>& filters() {
          if (v.is_undefined()) return Value(List{});
          if (!v.is_dict()) return invalid_argument("items: expected a dict, got {}", v.type_name());
          List pairs;
-         for (const auto& [k, item] : v.dict().items) pairs.push_back(Value(List{Value(k), item}));
+         for (const auto& [k, item] : v.dict().items)
+           pairs.push_back(Value::tuple(List{Value(k), item}));
          return Value(std::move(pairs));
        }},
       {"join", f_join},

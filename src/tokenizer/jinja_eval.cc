@@ -404,7 +404,7 @@ StatusOr<Value> Renderer::eval_container(const Expr& e) {
       STRATA_ASSIGN_OR_RETURN(Value v, eval(*c));
       list.push_back(std::move(v));
     }
-    result = Value(std::move(list));
+    result = e.negated ? Value::tuple(std::move(list)) : Value(std::move(list));
   } else {
     Dict dict;
     for (size_t i = 0; i + 1 < e.children.size(); i += 2) {

@@ -261,7 +261,7 @@ StatusOr<Value> dict_method(const Value& obj, std::string_view name, CallArgs& a
   out.reserve(d.items.size());
   for (const auto& [k, v] : d.items) {
     if (name == "items") {
-      out.push_back(Value(List{Value(k), v}));
+      out.push_back(Value::tuple(List{Value(k), v}));
     } else {
       out.push_back(name == "keys" ? Value(k) : v);
     }

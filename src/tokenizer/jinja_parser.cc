@@ -307,6 +307,7 @@ class Parser {
       return std::move(items[0]);
     }
     ExprPtr list = make(ExprKind::kList, line);
+    list->negated = true;  // a tuple
     list->children = std::move(items);
     return list;
   }
@@ -635,6 +636,7 @@ class Parser {
     if (skip_op("(")) {
       if (skip_op(")")) {  // empty tuple
         e->kind = ExprKind::kList;
+        e->negated = true;  // ()
         return e;
       }
       if (++depth_ > kMaxNesting) return error("expression nests too deeply");

@@ -80,9 +80,7 @@ std::vector<std::string> py_split(std::string_view s, const std::optional<std::s
     if (i == cps.size()) break;
     size_t b = i;
     if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
-      size_t e = cps.size();
-      while (e > b && py_isspace(cps[e - 1])) --e;
-      std::vector<uint32_t> rest(cps.begin() + b, cps.begin() + e);
+      std::vector<uint32_t> rest(cps.begin() + b, cps.end());  // the remainder keeps its whitespace
       if (from_right) std::reverse(rest.begin(), rest.end());
       parts.push_back(encode(rest, 0, rest.size()));
       break;

@@ -150,14 +150,15 @@ void repr_items(const Value& v, std::string& out, int depth) {
     return;
   }
   if (v.is_list()) {
-    out += '[';
+    out += v.is_tuple() ? '(' : '[';
     bool first = true;
     for (const Value& item : v.list()) {
       if (!first) out += ", ";
       first = false;
       repr_at(item, out, depth + 1);
     }
-    out += ']';
+    if (v.is_tuple() && v.list().size() == 1) out += ',';
+    out += v.is_tuple() ? ')' : ']';
     return;
   }
   const Dict& d = v.is_dict() ? v.dict() : v.ns().attrs;

@@ -62,6 +62,13 @@ class Value {
   // stack.
   static constexpr uint32_t kMaxDepth = 256;
   static Value none() { return Value(NoneTag{}); }
+  // A Python tuple: a list that prints as (a, b). Only repr() tells them apart.
+  static Value tuple(List l) {
+    Value v(std::move(l));
+    v.tuple_ = true;
+    return v;
+  }
+  bool is_tuple() const { return tuple_; }
   Value(bool b) : v_(b) {}                       // NOLINT: implicit, like Python literals
   Value(int64_t i) : v_(i) {}                    // NOLINT
   Value(int i) : v_(static_cast<int64_t>(i)) {}  // NOLINT
@@ -108,6 +115,7 @@ class Value {
   std::variant<UndefinedTag, NoneTag, bool, int64_t, double, StrPtr, ListPtr, DictPtr, NsPtr, FnPtr>
       v_;
   uint32_t depth_ = 0;  // for lists and dicts; namespaces keep theirs
+  bool tuple_ = false;
 };
 
 // Python ==, with int/float/bool numeric equality; undefined equals only undefined.
