@@ -217,4 +217,9 @@ class Backend {
 // The CPU reference backend.
 std::unique_ptr<Backend> make_cpu_backend();
 
+#ifdef STRATA_CUDA
+// The CUDA backend (backend/cuda/): bf16 weights and activations on the current device.
+std::unique_ptr<Backend> make_cuda_backend();
+#endif
+
 }  // namespace strata

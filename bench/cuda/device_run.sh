@@ -1,0 +1,39 @@
+#!/bin/bash
+# Runs on the GPU machine (the device tool) from the repository root: unpacks the carried
+# pcre2/pkgconf .debs (the image has neither), configures and builds the CUDA targets, then runs
+# the stages named in $@: parity (tests/parity), bench (bench/cuda/llama_bench.cc + SDPA),
+# generate (strata generate --device cuda on house-llama). Logs go to $OUT.
+# Carry: .devcarry/cuda (debs/ and shared/: the models and fixtures the tests read).
+set -u
+OUT=${OUT:-/tmp/strata_out}
+mkdir -p "$OUT"
+C=$PWD/.devcarry/cuda
+P=/tmp/strata_deps
+mkdir -p $P
+for f in $C/debs/*.deb; do dpkg -x "$f" $P; done
+for pc in $P/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc; do sed -i "s|^prefix=.*|prefix=$P/usr|" "$pc"; done
+export PKG_CONFIG_PATH=$P/usr/lib/x86_64-linux-gnu/pkgconfig
+export LD_LIBRARY_PATH=$P/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+PKG=""
+command -v pkg-config >/dev/null || PKG="-DPKG_CONFIG_EXECUTABLE=$P/usr/bin/pkgconf"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+t0=$(date +%s)
+cmake -S . -B build-dev -G Ninja -DSTRATA_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
+  -DSTRATA_SHARED_DIR=$C/shared $PKG >"$OUT/cmake.log" 2>&1 || { tail -40 "$OUT/cmake.log"; exit 1; }
+cmake --build build-dev -j16 --target strata_parity_test strata_bench_llama_bench \
+  >"$OUT/build.log" 2>&1 || { grep -B3 -A12 -E "error|Error" "$OUT/build.log" | head -80; exit 1; }
+# The CLI also needs the server/eval libraries (other people's work in progress): optional.
+cmake --build build-dev -j16 --target strata >"$OUT/build_cli.log" 2>&1 || echo "strata CLI did not build"
+echo "build: $(( $(date +%s) - t0 )) s"
+for stage in "$@"; do
+  case $stage in
+    parity)
+      ./build-dev/strata_parity_test 2>&1 | tee "$OUT/parity.log" | grep -E "nmse|agreement|greedy|graph|OK|FAILED|PASSED|Failure|error|Expected|Which is|actual" | head -150 ;;
+    bench)
+      ./build-dev/strata_bench_llama_bench 2>&1 | tee "$OUT/bench.log"
+      python3 bench/cuda/sdpa_bench.py 2>&1 | tee "$OUT/sdpa.log" ;;
+    generate)
+      ./build-dev/strata generate --device cuda --model-path $C/shared/models/house-llama \
+        --prompt "The Linux kernel" --max-new-tokens 32 --no-progress 2>&1 | tail -20 | tee "$OUT/generate.log" ;;
+  esac
+done

@@ -1,0 +1,355 @@
+// CUDA backend benchmarks on random bf16 weights of a real Llama shape (default Llama-3.1-8B):
+//   ceilings   device-to-device copy bandwidth and the cuBLAS bf16 GEMM rate, measured here
+//   decode     batch-1 decode after a 512-token prompt through the real forward pass
+//              (arch/llama.cc), eager and with CUDA graphs, against the weight-streaming limit
+//   attention  the paged decode kernel at batch 64 × 4,096 context and causal prefill attention
+//              of 8,192 tokens (compare with bench/cuda/sdpa_bench.py)
+// The checkpoint is written as a sparse (zero) safetensors file, loaded through the normal
+// loader, and every device allocation is then filled with random values: timings never see zeros.
+//
+// Usage: strata_bench_llama_bench [--config PATH] [--what ceilings,decode,attention]
+//                                 [--steps N] [--prompt N]
+#include <cublas_v2.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "arch/model.h"
+#include "backend/cuda/cuda_backend.h"
+
+namespace strata {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Writes `dir`/model.safetensors with every Llama tensor of `config` as zero bf16 (a sparse
+// file: instant, no disk) and copies the config. Returns the bytes of weights.
+int64_t write_zero_checkpoint(const std::string& config_path, const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(config_path, dir + "/config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  json c = json::parse(std::ifstream(config_path));
+  const int64_t hidden = c["hidden_size"], inter = c["intermediate_size"];
+  const int64_t layers = c["num_hidden_layers"], heads = c["num_attention_heads"];
+  const int64_t kv_heads = c.value("num_key_value_heads", heads);
+  const int64_t hd = c.value("head_dim", hidden / heads), vocab = c["vocab_size"];
+  const bool tied = c.value("tie_word_embeddings", false);
+  std::vector<std::pair<std::string, std::vector<int64_t>>> t = {
+      {"model.embed_tokens.weight", {vocab, hidden}}, {"model.norm.weight", {hidden}}};
+  if (!tied) t.push_back({"lm_head.weight", {vocab, hidden}});
+  for (int64_t l = 0; l < layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    t.push_back({p + "input_layernorm.weight", {hidden}});
+    t.push_back({p + "post_attention_layernorm.weight", {hidden}});
+    t.push_back({p + "self_attn.q_proj.weight", {heads * hd, hidden}});
+    t.push_back({p + "self_attn.k_proj.weight", {kv_heads * hd, hidden}});
+    t.push_back({p + "self_attn.v_proj.weight", {kv_heads * hd, hidden}});
+    t.push_back({p + "self_attn.o_proj.weight", {hidden, heads * hd}});
+    t.push_back({p + "mlp.gate_proj.weight", {inter, hidden}});
+    t.push_back({p + "mlp.up_proj.weight", {inter, hidden}});
+    t.push_back({p + "mlp.down_proj.weight", {hidden, inter}});
+  }
+  json header = json::object();
+  int64_t off = 0;
+  for (auto& [name, shape] : t) {
+    const int64_t bytes = 2 * std::accumulate(shape.begin(), shape.end(), int64_t(1), std::multiplies<>());
+    header[name] = {{"dtype", "BF16"}, {"shape", shape}, {"data_offsets", {off, off + bytes}}};
+    off += bytes;
+  }
+  std::string h = header.dump();
+  while (h.size() % 8) h.push_back(' ');
+  const std::string path = dir + "/model.safetensors";
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  const uint64_t n = h.size();
+  f.write(reinterpret_cast<const char*>(&n), 8);
+  f.write(h.data(), std::streamsize(h.size()));
+  f.close();
+  std::filesystem::resize_file(path, 8 + h.size() + uint64_t(off));
+  return off;
+}
+
+// Times `fn` (device work on `stream`) with events: median over `reps` after `warmup`.
+template <typename F>
+double time_ms(cudaStream_t stream, int warmup, int reps, F&& fn) {
+  for (int i = 0; i < warmup; ++i) fn();
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<float> ms;
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < reps; ++i) {
+    CUDA_CHECK(cudaEventRecord(a, stream));
+    fn();
+    CUDA_CHECK(cudaEventRecord(b, stream));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+struct Ceilings {
+  double copy_gbs = 0;      // (read + write) bytes / s, device to device
+  double gemm_tflops = 0;   // cuBLAS bf16, 8192³
+};
+
+Ceilings measure_ceilings(cuda::CudaBackend& be) {
+  Ceilings c;
+  const int64_t bytes = int64_t(4) << 30;
+  auto src = be.alloc(DType::kU8, {bytes}), dst = be.alloc(DType::kU8, {bytes});
+  be.fill_random(*src, 7, 1.0f);
+  const double copy_ms = time_ms(be.stream(), 3, 10, [&] {
+    CUDA_CHECK(cudaMemcpyAsync(dst->view().data, src->view().data, size_t(bytes),
+                               cudaMemcpyDeviceToDevice, be.stream()));
+  });
+  c.copy_gbs = 2.0 * double(bytes) / (copy_ms * 1e-3) / 1e9;
+  src.reset();
+  dst.reset();
+  const int n = 8192;
+  auto a = be.alloc(DType::kBF16, {n, n}), b = be.alloc(DType::kBF16, {n, n});
+  auto o = be.alloc(DType::kBF16, {n, n});
+  be.fill_random(*a, 1, 1.0f);
+  be.fill_random(*b, 2, 1.0f);
+  cublasHandle_t h;
+  CHECK(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+  cublasSetStream(h, be.stream());
+  const float alpha = 1, beta = 0;
+  const double gemm_ms = time_ms(be.stream(), 3, 10, [&] {
+    CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &alpha, a->view().data, CUDA_R_16BF, n,
+                       b->view().data, CUDA_R_16BF, n, &beta, o->view().data, CUDA_R_16BF, n,
+                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+  });
+  cublasDestroy(h);
+  c.gemm_tflops = 2.0 * n * double(n) * n / (gemm_ms * 1e-3) / 1e12;
+  std::printf("ceiling  D2D copy %.0f GB/s (read+write, 4 GiB, median of 10)\n", c.copy_gbs);
+  std::printf("ceiling  cuBLAS bf16 GEMM 8192^3: %.0f TFLOP/s (median of 10, random data)\n",
+              c.gemm_tflops);
+  return c;
+}
+
+// The decode GEMV (linear with one row) alone on the Llama-3.1-8B shapes, weights rotated over
+// copies that together exceed the L2 cache. Returns the summed time of one token's GEMVs.
+double bench_gemv(cuda::CudaBackend& be, const Ceilings& c) {
+  struct Shape2 {
+    const char* name;
+    int64_t n, k, per_token;
+  };
+  double token_ms = 0;
+  for (Shape2 s : {Shape2{"qkv", 6144, 4096, 32}, Shape2{"o_proj", 4096, 4096, 32},
+                   Shape2{"gate_up", 28672, 4096, 32}, Shape2{"down", 4096, 14336, 32},
+                   Shape2{"lm_head", 128256, 4096, 1}}) {
+    const int copies = int(std::max<int64_t>(2, (int64_t(256) << 20) / (2 * s.n * s.k) + 1));
+    std::vector<LinearWeight> w(static_cast<size_t>(copies));
+    for (int i = 0; i < copies; ++i) {
+      w[size_t(i)].weight = be.alloc(DType::kBF16, {s.n, s.k});
+      be.fill_random(*w[size_t(i)].weight, 100 + uint64_t(i), 0.02f);
+    }
+    auto x = be.alloc(DType::kBF16, {1, s.k}), out = be.alloc(DType::kBF16, {1, s.n});
+    be.fill_random(*x, 99, 1.0f);
+    const double ms = time_ms(be.stream(), 2, 10, [&] {
+      for (auto& wi : w) be.linear(*x, wi, *out);
+    }) / copies;
+    const double gbs = 2.0 * s.n * s.k / (ms * 1e-3) / 1e9;
+    std::printf("gemv     %-8s %6lld x %5lld: %.1f us, %.0f GB/s = %.1f%% of copy bandwidth\n", s.name,
+                (long long)s.n, (long long)s.k, ms * 1e3, gbs, 100.0 * gbs / c.copy_gbs);
+    token_ms += ms * double(s.per_token);
+  }
+  std::printf("gemv     one decode token's GEMVs back to back: %.3f ms\n", token_ms);
+  return token_ms;
+}
+
+// One sequence through the model: prefill then decode steps, pages in order.
+class Runner {
+ public:
+  Runner(Model& m, int capacity, int page_size) : m_(m), page_size_(page_size) {
+    KvLayout layout = m.kv_layout();
+    layout.page_size = page_size;
+    layout.num_pages = (capacity + page_size - 1) / page_size;
+    layout.dtype = DType::kBF16;
+    kv_ = m.backend().alloc_kv(layout);
+    pages_.resize(size_t(layout.num_pages));
+    std::iota(pages_.begin(), pages_.end(), 0);
+    logits_.resize(size_t(m.spec().vocab_size));
+  }
+  // Appends `ids`; returns the argmax of the last position's logits.
+  int32_t step(const std::vector<int32_t>& ids) {
+    const int n = int(ids.size());
+    const int32_t start = len_;
+    len_ += n;
+    std::vector<int32_t> pos(static_cast<size_t>(n)), slots(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      pos[size_t(i)] = start + i;
+      slots[size_t(i)] = pages_[size_t((start + i) / page_size_)] * page_size_ + (start + i) % page_size_;
+    }
+    int32_t q_indptr[2] = {0, n}, kv_lens[1] = {len_};
+    int32_t page_indptr[2] = {0, (len_ + page_size_ - 1) / page_size_}, rows[1] = {n - 1};
+    ForwardBatch b;
+    b.token_ids = ids.data();
+    b.attn = AttentionMetadata{.num_seqs = 1, .num_tokens = n, .page_size = page_size_,
+                               .q_indptr = q_indptr, .kv_lens = kv_lens,
+                               .page_indptr = page_indptr, .page_indices = pages_.data(),
+                               .positions = pos.data(), .slot_mapping = slots.data()};
+    b.logit_rows = rows;
+    b.num_logit_rows = 1;
+    m_.forward(b, *kv_, logits_.data());
+    return int32_t(std::max_element(logits_.begin(), logits_.end()) - logits_.begin());
+  }
+  int len() const { return len_; }
+
+ private:
+  Model& m_;
+  int page_size_;
+  int32_t len_ = 0;
+  std::vector<int32_t> pages_;
+  std::vector<float> logits_;
+  std::unique_ptr<KvStorage> kv_;
+};
+
+void bench_decode(cuda::CudaBackend& be, const std::string& config, const Ceilings& c, int prompt,
+                  int steps) {
+  const std::string dir = "/tmp/strata_bench_llama";
+  auto t0 = Clock::now();
+  const int64_t ckpt_bytes = write_zero_checkpoint(config, dir);
+  auto m = load_model(dir, be);
+  CHECK_MSG(m.ok(), "{}", m.status().to_string());
+  be.fill_all_random(42, 0.02f);
+  const ModelSpec& s = (*m)->spec();
+  std::printf("model    %s: %d layers, hidden %lld, %.2f GB of bf16 weights, loaded in %.1f s\n",
+              config.c_str(), s.num_layers, (long long)s.hidden_size, double(ckpt_bytes) / 1e9,
+              seconds_since(t0));
+  // Bytes one decode token must stream: every weight but the embedding table (one row), plus
+  // the KV cache read by attention.
+  const int64_t embed_bytes = 2 * s.vocab_size * s.hidden_size;
+  const int64_t weight_bytes = ckpt_bytes - (s.tie_word_embeddings ? 0 : embed_bytes);
+  const int64_t kv_per_token = 2 * int64_t(s.num_kv_heads) * s.head_dim * 2 * s.num_layers;
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int32_t> tok(0, int32_t(s.vocab_size - 1));
+  struct Mode {
+    bool graphs, pdl;
+  };
+  for (Mode mode : {Mode{false, true}, Mode{true, false}, Mode{true, true}}) {
+    const bool graphs = mode.graphs;
+    be.set_pdl(mode.pdl);
+    be.set_graph_mode(graphs);
+    Runner r(**m, prompt + steps + 16, 16);
+    std::vector<int32_t> ids(static_cast<size_t>(prompt));
+    for (auto& x : ids) x = tok(rng);
+    auto tp = Clock::now();
+    int32_t next = r.step(ids);
+    const double prefill_s = seconds_since(tp);
+    for (int i = 0; i < 8; ++i) next = r.step({next});  // warm-up (graph capture)
+    auto td = Clock::now();
+    for (int i = 0; i < steps; ++i) next = r.step({next});
+    const double per_token_s = seconds_since(td) / steps;
+    const double bytes = double(weight_bytes) + double(kv_per_token) * (prompt + 8 + steps / 2);
+    const double limit_s = bytes / (c.copy_gbs * 1e9);
+    std::printf("decode   batch 1, %s%s, prompt %d: %.3f ms/token = %.1f tok/s; %.2f GB/token -> "
+                "%.0f GB/s = %.1f%% of the copy-bandwidth limit (%.1f tok/s); prefill %d tokens "
+                "%.1f ms\n",
+                graphs ? "CUDA graphs" : "eager", mode.pdl ? " + PDL" : "", prompt, per_token_s * 1e3, 1.0 / per_token_s,
+                bytes / 1e9, bytes / per_token_s / 1e9, 100.0 * limit_s / per_token_s,
+                1.0 / limit_s, prompt, prefill_s * 1e3);
+  }
+  const auto& st = be.graph_stats();
+  std::printf("graphs   captures %lld, replays %lld\n", (long long)st.captures, (long long)st.replays);
+  be.set_graph_mode(false);
+}
+
+// Paged attention alone: random KV, pages scrambled.
+void bench_attention(cuda::CudaBackend& be, const Ceilings& c, int seqs, int ctx, int fresh,
+                     int heads, int kv_heads, int hd) {
+  const int page = 16;
+  const int pages_per_seq = (ctx + page - 1) / page;
+  const int64_t num_pages = int64_t(seqs) * pages_per_seq;
+  KvLayout lay{.num_layers = 1, .num_pages = num_pages, .page_size = page,
+               .k_dim = kv_heads * hd, .v_dim = kv_heads * hd, .dtype = DType::kBF16};
+  auto kv = be.alloc_kv(lay);
+  be.fill_random(kv->k(0), 11, 1.0f);
+  be.fill_random(kv->v(0), 12, 1.0f);
+  std::vector<int32_t> perm(static_cast<size_t>(num_pages));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(5));
+  std::vector<int32_t> q_indptr{0}, kv_lens, page_indptr{0}, pos, slots;
+  for (int s = 0; s < seqs; ++s) {
+    q_indptr.push_back(q_indptr.back() + fresh);
+    kv_lens.push_back(ctx);
+    page_indptr.push_back((s + 1) * pages_per_seq);
+    for (int j = ctx - fresh; j < ctx; ++j) {
+      pos.push_back(j);
+      slots.push_back(perm[size_t(s * pages_per_seq + j / page)] * page + j % page);
+    }
+  }
+  const int t = q_indptr.back();
+  AttentionMetadata meta{.num_seqs = seqs, .num_tokens = t, .page_size = page,
+                         .q_indptr = q_indptr.data(), .kv_lens = kv_lens.data(),
+                         .page_indptr = page_indptr.data(), .page_indices = perm.data(),
+                         .positions = pos.data(), .slot_mapping = slots.data()};
+  auto q = be.alloc(DType::kBF16, {t, heads, hd}), out = be.alloc(DType::kBF16, {t, heads, hd});
+  be.fill_random(*q, 13, 1.0f);
+  AttentionArgs args{.scale = float(1.0 / std::sqrt(double(hd))), .num_heads = heads,
+                     .num_kv_heads = kv_heads, .head_dim = hd, .v_head_dim = hd};
+  const double ms = time_ms(be.stream(), 3, 20, [&] {
+    be.paged_attention(*q, *kv, 0, meta, args, *out);
+  });
+  if (fresh == 1) {
+    const double bytes = double(seqs) * ctx * lay.k_dim * 2 * 2;
+    std::printf("attn     decode %d seqs x %d ctx (%d/%d heads, hd %d, page %d): %.3f ms, %.0f GB/s "
+                "of KV = %.1f%% of copy bandwidth\n",
+                seqs, ctx, heads, kv_heads, hd, page, ms, bytes / (ms * 1e-3) / 1e9,
+                100.0 * bytes / (ms * 1e-3) / 1e9 / c.copy_gbs);
+  } else {
+    const double flops = 4.0 * heads * hd * double(ctx) * ctx / 2;  // causal half of QKᵀ and PV
+    std::printf("attn     prefill causal %d tokens (%d/%d heads, hd %d, page %d): %.3f ms, %.0f "
+                "TFLOP/s (causal FLOPs)\n",
+                ctx, heads, kv_heads, hd, page, ms, flops / (ms * 1e-3) / 1e12);
+  }
+}
+
+}  // namespace
+}  // namespace strata
+
+int main(int argc, char** argv) {
+  using namespace strata;
+  std::string config = std::string(STRATA_SHARED_DIR) + "/configs/llama-3.1-8b/config.json";
+  std::string what = "ceilings,gemv,attention,decode";
+  int steps = 128, prompt = 512;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--config") config = argv[i + 1];
+    else if (a == "--what") what = argv[i + 1];
+    else if (a == "--steps") steps = std::atoi(argv[i + 1]);
+    else if (a == "--prompt") prompt = std::atoi(argv[i + 1]);
+  }
+  auto backend = make_cuda_backend();
+  auto& be = dynamic_cast<cuda::CudaBackend&>(*backend);
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device   %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  const Ceilings c = measure_ceilings(be);
+  if (what.find("attention") != std::string::npos) {
+    bench_attention(be, c, 64, 4096, 1, 32, 8, 128);
+    bench_attention(be, c, 1, 8192, 8192, 32, 8, 128);
+  }
+  if (what.find("gemv") != std::string::npos) bench_gemv(be, c);
+  if (what.find("decode") != std::string::npos) bench_decode(be, config, c, prompt, steps);
+  return 0;
+}

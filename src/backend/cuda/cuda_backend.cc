@@ -1,0 +1,336 @@
+// CudaBackend: memory (caching pool, KV storage), host-input staging, steps and CUDA graphs,
+// uploads and downloads. The ops' dispatch is in dispatch.cc.
+#include "backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/log.h"
+
+namespace strata {
+
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<cuda::CudaBackend>(); }
+
+namespace cuda {
+namespace {
+
+constexpr size_t kAlign = 256;
+constexpr size_t kStagingBytes = size_t(64) << 20;
+constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
+
+size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+}  // namespace
+
+// ---- DevicePool ----
+DevicePool::~DevicePool() {
+  for (auto& [p, bytes] : owned_) cudaFree(p);
+}
+
+void* DevicePool::alloc(size_t bytes) {
+  bytes = std::max(kAlign, round_up(bytes, kAlign));
+  auto& list = free_[bytes];
+  if (!list.empty()) {
+    void* p = list.back();
+    list.pop_back();
+    return p;
+  }
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, bytes);
+  CHECK_MSG(err == cudaSuccess, "cudaMalloc of {} bytes failed ({} reserved): {}", bytes,
+            reserved_, cudaGetErrorString(err));
+  owned_.push_back({p, bytes});
+  reserved_ += bytes;
+  return p;
+}
+
+void DevicePool::release(void* ptr, size_t bytes) {
+  bytes = std::max(kAlign, round_up(bytes, kAlign));
+  free_[bytes].push_back(ptr);
+}
+
+CudaTensor::CudaTensor(std::shared_ptr<DevicePool> pool, DType dtype, const Shape& shape)
+    : pool_(std::move(pool)), bytes_(size_t(dtype_bytes_for(dtype, shape_numel(shape)))) {
+  void* p = bytes_ > 0 ? pool_->alloc(bytes_) : nullptr;
+  view_ = Tensor::make(p, dtype, shape, Device::kCuda);
+}
+
+CudaTensor::~CudaTensor() {
+  if (view_.data) pool_->release(view_.data, bytes_);
+}
+
+// ---- KV storage ----
+CudaKvStorage::CudaKvStorage(const KvLayout& layout) : KvStorage(layout) {
+  std::vector<size_t> k_off, v_off;
+  size_t total = 0;
+  const int64_t slots = layout.num_pages * layout.page_size;
+  for (int l = 0; l < layout.num_layers; ++l) {
+    const DType dt = layout.layer_dtype(l);
+    CHECK_MSG(dt == DType::kBF16,
+              "CUDA backend: KV dtype {} of layer {} is not supported yet (bf16 only)",
+              dtype_name(dt), l);
+    CHECK_MSG(!layout.k_row_is_split(l), "CUDA backend: split MLA KV rows are not supported yet");
+    k_off.push_back(total);
+    total += round_up(size_t(dtype_bytes_for(dt, slots * layout.k_dim)), kAlign);
+    v_off.push_back(total);
+    total += round_up(size_t(dtype_bytes_for(dt, slots * layout.v_dim)), kAlign);
+  }
+  CUDA_CHECK(cudaMalloc(&memory_, std::max<size_t>(total, kAlign)));
+  CUDA_CHECK(cudaMemset(memory_, 0, std::max<size_t>(total, kAlign)));
+  char* base = static_cast<char*>(memory_);
+  for (int l = 0; l < layout.num_layers; ++l) {
+    const DType dt = layout.layer_dtype(l);
+    k_.push_back(Tensor::make(base + k_off[size_t(l)], dt,
+                              {layout.num_pages, layout.page_size, layout.k_dim}, Device::kCuda));
+    v_.push_back(Tensor::make(layout.v_dim > 0 ? base + v_off[size_t(l)] : nullptr, dt,
+                              {layout.num_pages, layout.page_size, layout.v_dim}, Device::kCuda));
+  }
+}
+
+CudaKvStorage::~CudaKvStorage() { cudaFree(memory_); }
+
+// ---- Staging ----
+Staging::Staging(size_t capacity_bytes) : capacity_(capacity_bytes) {
+  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_), capacity_));
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_), capacity_));
+}
+
+Staging::~Staging() {
+  cudaFreeHost(host_);
+  cudaFree(device_);
+}
+
+size_t Staging::reserve(size_t bytes) {
+  const size_t off = used_;
+  used_ = round_up(used_ + bytes, kAlign);
+  CHECK_MSG(used_ <= capacity_, "host-input staging overflow: {} of {} bytes", used_, capacity_);
+  return off;
+}
+
+int64_t Staging::find(const int32_t* host, int64_t n) const {
+  for (const Entry& e : entries_)
+    if (e.n == n && std::memcmp(host_ + e.offset, host, size_t(n) * 4) == 0) return int64_t(e.offset);
+  return -1;
+}
+
+// ---- CudaBackend ----
+CudaBackend::CudaBackend() : pool_(std::make_shared<DevicePool>()), staging_(kStagingBytes) {
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, dev));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CHECK(cublasCreate(&cublas_) == CUBLAS_STATUS_SUCCESS);
+  CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
+  // A fixed workspace keeps cuBLAS from allocating during graph capture.
+  CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes) == CUBLAS_STATUS_SUCCESS);
+  CHECK(cublasSetStream(cublas_, stream_) == CUBLAS_STATUS_SUCCESS);
+  init_attention_kernels();
+}
+
+CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(stream_);
+  for (auto& [h, g] : graphs_) cudaGraphExecDestroy(g.exec);
+  cublasDestroy(cublas_);
+  cudaFree(cublas_workspace_);
+  cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::begin_op() {
+  if (in_step_) return;
+  in_step_ = true;
+  staging_.reset();
+  meta_valid_ = false;
+}
+
+void CudaBackend::flush() {
+  if (!graph_mode_ || pending_.empty()) return;
+  const size_t h = std::hash<std::string>{}(signature_);
+  auto it = graphs_.find(h);
+  if (it != graphs_.end() && it->second.signature == signature_) {
+    CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
+    ++stats_.replays;
+  } else {
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    for (auto& fn : pending_) fn(stream_);
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    if (it != graphs_.end()) cudaGraphExecDestroy(it->second.exec);
+    graphs_[h] = Graph{signature_, exec};
+    CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+    ++stats_.captures;
+  }
+  pending_.clear();
+  signature_.clear();
+  last_op_ = 0;
+}
+
+void CudaBackend::end_step() {
+  if (graph_mode_) {
+    flush();
+  } else if (in_step_) {
+    ++stats_.eager_steps;
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  in_step_ = false;
+}
+
+void CudaBackend::synchronize() { end_step(); }
+
+void CudaBackend::fill_random(const Tensor& t, uint64_t seed, float scale) {
+  end_step();
+  launch_fill_random_bf16(static_cast<bf16_bits*>(t.data), t.nbytes() / 2, seed, scale, stream_);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::fill_all_random(uint64_t seed, float scale) {
+  end_step();
+  for (auto& [p, bytes] : pool_->allocations())
+    launch_fill_random_bf16(static_cast<bf16_bits*>(p), int64_t(bytes / 2), seed++, scale, stream_);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::set_graph_mode(bool on) {
+  end_step();
+  graph_mode_ = on;
+}
+
+void CudaBackend::set_pdl(bool on) {
+  end_step();
+  set_pdl_enabled(on);
+  for (auto& [h, g] : graphs_) cudaGraphExecDestroy(g.exec);
+  graphs_.clear();
+}
+
+const int32_t* CudaBackend::stage_i32(const int32_t* host, int64_t n, int64_t copy_n) {
+  begin_op();
+  const int64_t found = staging_.find(host, n);
+  if (found >= 0) return reinterpret_cast<const int32_t*>(staging_.device(size_t(found)));
+  if (copy_n < n) copy_n = n;
+  const size_t off = staging_.reserve(size_t(copy_n) * 4);
+  std::memcpy(staging_.host(off), host, size_t(n) * 4);
+  staging_.remember(off, n);
+  struct CopyParams {
+    void* dst;
+    const void* src;
+    size_t bytes;
+  } p;
+  std::memset(&p, 0, sizeof p);
+  p.dst = staging_.device(off);
+  p.src = staging_.host(off);
+  p.bytes = size_t(copy_n) * 4;
+  record<CopyParams>(1, p, [](const CopyParams& c, cudaStream_t s) {
+    CUDA_CHECK(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyHostToDevice, s));
+  });
+  return reinterpret_cast<const int32_t*>(staging_.device(off));
+}
+
+const DeviceMeta& CudaBackend::device_meta(const AttentionMetadata& m) {
+  begin_op();
+  const int n = m.num_seqs, t = m.num_tokens;
+  const int num_pages = m.page_indptr[n];
+  // Everything the kernels read, in one array: q_indptr, kv_lens, page_indptr, positions,
+  // slot_mapping, page_indices.
+  std::vector<int32_t> packed;
+  packed.reserve(size_t(3 * n + 2 + 2 * t + num_pages));
+  packed.insert(packed.end(), m.q_indptr, m.q_indptr + n + 1);
+  packed.insert(packed.end(), m.kv_lens, m.kv_lens + n);
+  packed.insert(packed.end(), m.page_indptr, m.page_indptr + n + 1);
+  packed.insert(packed.end(), m.positions, m.positions + t);
+  packed.insert(packed.end(), m.slot_mapping, m.slot_mapping + t);
+  packed.insert(packed.end(), m.page_indices, m.page_indices + num_pages);
+  if (meta_valid_ && meta_host_.num_seqs == n && meta_host_.num_tokens == t &&
+      meta_host_.page_size == m.page_size && packed == meta_copy_)
+    return meta_dev_;
+
+  // The copy size is rounded up to a power of two so that a decode step's graph survives
+  // sequences gaining pages.
+  int64_t copy_n = 1024;
+  while (copy_n < int64_t(packed.size())) copy_n *= 2;
+  const int32_t* dev = stage_i32(packed.data(), int64_t(packed.size()), copy_n);
+  // Let rope find the positions inside the packed copy.
+  const size_t base = size_t(reinterpret_cast<const char*>(dev) - staging_.device(0));
+  staging_.remember(base + size_t(3 * n + 2) * 4, t);
+
+  meta_dev_ = DeviceMeta{};
+  meta_dev_.q_indptr = dev;
+  meta_dev_.kv_lens = dev + n + 1;
+  meta_dev_.page_indptr = dev + 2 * n + 1;
+  meta_dev_.positions = dev + 3 * n + 2;
+  meta_dev_.slot_mapping = dev + 3 * n + 2 + t;
+  meta_dev_.page_indices = dev + 3 * n + 2 + 2 * t;
+  meta_dev_.num_seqs = n;
+  meta_dev_.num_tokens = t;
+  meta_dev_.page_size = m.page_size;
+  meta_host_ = m;
+  meta_copy_ = std::move(packed);
+  meta_valid_ = true;
+  meta_max_q_ = 0;
+  meta_min_q_ = n > 0 ? INT32_MAX : 0;
+  meta_max_kv_ = 0;
+  for (int s = 0; s < n; ++s) {
+    const int q = m.q_indptr[s + 1] - m.q_indptr[s];
+    meta_max_q_ = std::max(meta_max_q_, q);
+    meta_min_q_ = std::min(meta_min_q_, q);
+    meta_max_kv_ = std::max(meta_max_kv_, int(m.kv_lens[s]));
+    CHECK_MSG(q <= m.kv_lens[s], "sequence {} has {} new tokens but length {}", s, q, m.kv_lens[s]);
+    const int pages = m.page_indptr[s + 1] - m.page_indptr[s];
+    CHECK_MSG((m.kv_lens[s] + m.page_size - 1) / m.page_size <= pages,
+              "sequence {} has {} tokens but {} pages", s, m.kv_lens[s], pages);
+  }
+  return meta_dev_;
+}
+
+DeviceTensorPtr CudaBackend::alloc(DType dtype, const Shape& shape) {
+  return std::make_unique<CudaTensor>(pool_, dtype, shape);
+}
+
+DeviceTensorPtr CudaBackend::upload(const Tensor& host_f32, DType dtype) {
+  CHECK(host_f32.dtype == DType::kF32 && host_f32.is_contiguous());
+  end_step();
+  auto t = alloc(dtype, host_f32.shape);
+  const int64_t n = host_f32.numel();
+  if (n == 0) return t;
+  if (dtype == DType::kBF16) {
+    // Convert on the device: a float32 copy in, one kernel (weights of 8B-class models load fast).
+    float* tmp = nullptr;
+    CUDA_CHECK(cudaMalloc(&tmp, size_t(n) * 4));
+    CUDA_CHECK(cudaMemcpyAsync(tmp, host_f32.data, size_t(n) * 4, cudaMemcpyHostToDevice, stream_));
+    launch_f32_to_bf16({tmp, static_cast<bf16_bits*>(t->view().data), n}, stream_);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CUDA_CHECK(cudaFree(tmp));
+  } else {
+    std::vector<char> bytes(size_t(dtype_bytes_for(dtype, n)));
+    from_f32(dtype, host_f32.ptr<float>(), bytes.data(), n);
+    CUDA_CHECK(cudaMemcpy(t->view().data, bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+  }
+  return t;
+}
+
+void CudaBackend::download_f32(const Tensor& src, float* dst) {
+  CHECK(src.is_contiguous());
+  end_step();
+  const int64_t n = src.numel();
+  if (n == 0) return;
+  if (src.dtype == DType::kF32) {
+    CUDA_CHECK(cudaMemcpy(dst, src.data, size_t(n) * 4, cudaMemcpyDeviceToHost));
+    return;
+  }
+  std::vector<char> bytes(size_t(src.nbytes()));
+  CUDA_CHECK(cudaMemcpy(bytes.data(), src.data, bytes.size(), cudaMemcpyDeviceToHost));
+  if (src.dtype == DType::kI32) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = float(reinterpret_cast<const int32_t*>(bytes.data())[i]);
+  } else {
+    to_f32(src.dtype, bytes.data(), dst, n);
+  }
+}
+
+std::unique_ptr<KvStorage> CudaBackend::alloc_kv(const KvLayout& layout) {
+  end_step();
+  return std::make_unique<CudaKvStorage>(layout);
+}
+
+}  // namespace cuda
+}  // namespace strata

@@ -1,0 +1,242 @@
+// The CUDA backend: bf16 weights and activations, float32 accumulation, paged bf16 KV.
+//
+// Files: one .cu per op (kernels.h lists the launchers); dispatch.cc turns Backend calls into
+// launches; this class owns memory, host-input staging and CUDA graphs; fallback.cc runs the
+// ops not yet ported (MLA attention, MoE) on the CPU twin through host copies.
+//
+// Execution model. Every op becomes one or more launches, each a trivially copyable parameter
+// block plus a launcher. In eager mode (the default) a launch runs at once on the backend's
+// stream. In graph mode (set_graph_mode) the launches of a step are recorded, and a step ends at
+// the next download_f32 (the forward pass's logits): the step's parameter bytes are its
+// signature; an identical signature replays the graph captured for it, a new one is captured
+// once. This needs no help from the architecture code: host inputs (token ids, positions, page
+// tables) are copied into pinned staging at offsets that depend only on the step's shapes, so a
+// replay's copy nodes pick up the new values; device memory comes from a LIFO caching pool, so
+// the same sequence of allocations returns the same addresses.
+//
+// Thread-safety: none (the engine thread only), like every Backend.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/kernels.h"
+
+namespace strata::cuda {
+
+// Device memory, cached by exact (256-byte rounded) size and reused last-freed-first. Never
+// returns memory to the driver before destruction: decode steps allocate the same sizes again.
+class DevicePool {
+ public:
+  DevicePool() = default;
+  DevicePool(const DevicePool&) = delete;
+  DevicePool& operator=(const DevicePool&) = delete;
+  ~DevicePool();
+  void* alloc(size_t bytes);
+  void release(void* ptr, size_t bytes);
+  size_t bytes_reserved() const { return reserved_; }
+  // Every allocation and its size (benchmarks fill them with random values).
+  const std::vector<std::pair<void*, size_t>>& allocations() const { return owned_; }
+
+ private:
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  std::vector<std::pair<void*, size_t>> owned_;
+  size_t reserved_ = 0;
+};
+
+class CudaTensor : public DeviceTensor {
+ public:
+  CudaTensor(std::shared_ptr<DevicePool> pool, DType dtype, const Shape& shape);
+  ~CudaTensor() override;
+
+ private:
+  std::shared_ptr<DevicePool> pool_;
+  size_t bytes_ = 0;
+};
+
+class CudaKvStorage : public KvStorage {
+ public:
+  explicit CudaKvStorage(const KvLayout& layout);
+  ~CudaKvStorage() override;
+  Tensor k(int layer) const override { return k_[size_t(layer)]; }
+  Tensor v(int layer) const override { return v_[size_t(layer)]; }
+
+ private:
+  void* memory_ = nullptr;
+  std::vector<Tensor> k_, v_;  // per layer [num_pages, page_size, k_dim | v_dim], bf16
+};
+
+// Pinned host memory mirrored by device memory: the per-step host inputs. Offsets restart at
+// every step, so a step's layout depends only on the order and sizes of what it stages.
+class Staging {
+ public:
+  explicit Staging(size_t capacity_bytes);
+  ~Staging();
+  void reset() {
+    used_ = 0;
+    entries_.clear();
+  }
+  // Reserves `bytes` (256-byte aligned); returns the offset.
+  size_t reserve(size_t bytes);
+  char* host(size_t offset) const { return host_ + offset; }
+  char* device(size_t offset) const { return device_ + offset; }
+  // A staged int32 array whose contents equal host[0..n), or -1.
+  int64_t find(const int32_t* host, int64_t n) const;
+  void remember(size_t offset, int64_t n) { entries_.push_back({offset, n}); }
+  size_t capacity() const { return capacity_; }
+
+ private:
+  struct Entry {
+    size_t offset;
+    int64_t n;
+  };
+  char* host_ = nullptr;
+  char* device_ = nullptr;
+  size_t capacity_ = 0, used_ = 0;
+  std::vector<Entry> entries_;
+};
+
+struct GraphStats {
+  int64_t captures = 0;
+  int64_t replays = 0;
+  int64_t eager_steps = 0;
+};
+
+class CudaBackend : public Backend {
+ public:
+  CudaBackend();
+  ~CudaBackend() override;
+
+  Device device() const override { return Device::kCuda; }
+  std::string name() const override { return "cuda"; }
+  DType activation_dtype() const override { return DType::kBF16; }
+  DType weight_dtype() const override { return DType::kBF16; }
+
+  DeviceTensorPtr alloc(DType dtype, const Shape& shape) override;
+  DeviceTensorPtr upload(const Tensor& host_f32, DType dtype) override;
+  void download_f32(const Tensor& src, float* dst) override;
+  std::unique_ptr<KvStorage> alloc_kv(const KvLayout& layout) override;
+
+  void embedding(const int32_t* ids, int num_tokens, const Tensor& table, const Tensor& out) override;
+  void linear(const Tensor& x, const LinearWeight& w, const Tensor& out) override;
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) override;
+  void add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, float eps,
+                    const Tensor& out) override;
+  void add(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void silu_mul(const Tensor& x, const Tensor& out) override;
+  void rope(const Tensor& x, const int32_t* positions, const RopeArgs& args) override;
+  void kv_write(KvStorage& kv, int layer, const Tensor& k, const Tensor& v,
+                const AttentionMetadata& meta) override;
+  void paged_attention(const Tensor& q, const KvStorage& kv, int layer,
+                       const AttentionMetadata& meta, const AttentionArgs& args,
+                       const Tensor& out) override;
+  void mla_attention(const Tensor& q_latent, const KvStorage& kv, int layer,
+                     const AttentionMetadata& meta, const MlaArgs& args, const Tensor& out) override;
+  void gather_rows(const Tensor& x, const int32_t* rows, int n, const Tensor& out) override;
+  void slice_columns(const Tensor& x, int64_t begin, int64_t end, const Tensor& out) override;
+  void copy_columns(const Tensor& x, int64_t begin, int64_t end, const Tensor& out,
+                    int64_t out_begin) override;
+  void per_head_linear(const Tensor& x, int64_t x_begin, const Tensor& w, const Tensor& out,
+                       int64_t out_begin) override;
+  void moe_route(const Tensor& router_logits, const Tensor& correction_bias,
+                 const MoeRouteArgs& args, const Tensor& topk_ids,
+                 const Tensor& topk_weights) override;
+  void moe_experts(const Tensor& x, const MoeExpertWeights& experts, const Tensor& topk_ids,
+                   const Tensor& topk_weights, const Tensor& out) override;
+
+  // ---- CUDA-specific ----
+  // Graph mode: see the file comment. Switching flushes the current step.
+  void set_graph_mode(bool on);
+  // Programmatic dependent launch on/off (A/B): drops the captured graphs.
+  void set_pdl(bool on);
+  const GraphStats& graph_stats() const { return stats_; }
+  cudaStream_t stream() const { return stream_; }
+  // Waits for all work of the backend (benchmarks, tests).
+  void synchronize();
+  int num_sms() const { return num_sms_; }
+  // Benchmarks: fills `t` (bf16 view of its bytes), or every live pool allocation (weights of a
+  // model loaded from a zero-filled checkpoint), with uniform random bf16 in [-scale, scale].
+  void fill_random(const Tensor& t, uint64_t seed, float scale);
+  void fill_all_random(uint64_t seed, float scale);
+  size_t pool_bytes() const { return pool_->bytes_reserved(); }
+
+ private:
+  friend struct Dispatch;
+  // Marks the start of a step at the first op after a download.
+  void begin_op();
+  // Graph mode: replays or captures the recorded launches. Eager: nothing.
+  void flush();
+  // Flushes and waits; the next op starts a new step.
+  void end_step();
+
+  // Runs (eager) or records (graph mode) one launch. `op` and the bytes of `p` join the step's
+  // signature; `p` must be fully initialized, padding included (memset before filling).
+  template <typename P>
+  void record(int op, const P& p, void (*fn)(const P&, cudaStream_t)) {
+    if (!graph_mode_) {
+      fn(p, stream_);
+      return;
+    }
+    last_op_ = op;
+    last_sig_start_ = signature_.size();
+    signature_.append(reinterpret_cast<const char*>(&op), sizeof op);
+    signature_.append(reinterpret_cast<const char*>(&p), sizeof p);
+    pending_.emplace_back([p, fn](cudaStream_t s) { fn(p, s); });
+  }
+
+  // Graph mode: removes the last recorded launch (to record a merged one instead).
+  void drop_last() {
+    pending_.pop_back();
+    signature_.resize(last_sig_start_);
+    last_op_ = 0;
+  }
+
+  // Copies host int32 [n] into staging (or finds an identical staged copy this step) and
+  // returns its device address. `copy_n` >= n elements are copied (a stable size for graphs).
+  const int32_t* stage_i32(const int32_t* host, int64_t n, int64_t copy_n = -1);
+  // The device copy of `meta` for this step (uploaded once per step and content).
+  const DeviceMeta& device_meta(const AttentionMetadata& meta);
+  // Scratch device memory for the duration of one op (returns to the pool at once; stream order
+  // keeps later reuse safe).
+  DeviceTensorPtr scratch(int64_t bytes) { return alloc(DType::kU8, {bytes}); }
+
+  std::shared_ptr<DevicePool> pool_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  void* cublas_workspace_ = nullptr;
+  int num_sms_ = 0;
+  Staging staging_;
+  bool in_step_ = false;
+
+  // The metadata of this step, as uploaded.
+  bool meta_valid_ = false;
+  AttentionMetadata meta_host_;
+  std::vector<int32_t> meta_copy_;  // the host values it was uploaded from
+  DeviceMeta meta_dev_{};
+  int meta_max_q_ = 0, meta_min_q_ = 0, meta_max_kv_ = 0;
+
+  bool graph_mode_ = false;
+  // The last recorded launch (graph mode): consecutive column slices of one tensor and the q/k
+  // rope pair merge into one launch.
+  int last_op_ = 0;
+  size_t last_sig_start_ = 0;
+  MultiSliceParams last_slice_{};
+  RopeParams last_rope_{};
+  std::string signature_;
+  std::vector<std::function<void(cudaStream_t)>> pending_;
+  struct Graph {
+    std::string signature;
+    cudaGraphExec_t exec = nullptr;
+  };
+  std::unordered_map<size_t, Graph> graphs_;
+  GraphStats stats_;
+};
+
+}  // namespace strata::cuda

@@ -1,0 +1,205 @@
+// Launch parameters and launchers of the CUDA backend's kernels (one .cu file per op). Every
+// parameter block is a trivially copyable struct: the backend records it by value, so that in
+// graph mode the bytes of all blocks of a step are that step's signature (cuda_backend.h), and a
+// captured graph is replayed only when every launch would be identical.
+//
+// Conventions: activations and weights are bf16 (uint16_t bits here, __nv_bfloat16 in kernels);
+// float32 accumulation everywhere; row-major [rows, cols]. Launchers are asynchronous on
+// `stream` and check the launch (CUDA_CHECK on cudaGetLastError).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/check.h"
+
+#define CUDA_CHECK(expr)                                                                   \
+  do {                                                                                     \
+    const cudaError_t err_ = (expr);                                                       \
+    CHECK_MSG(err_ == cudaSuccess, "CUDA: {} ({})", cudaGetErrorString(err_), #expr);      \
+  } while (0)
+
+namespace strata::cuda {
+
+using bf16_bits = uint16_t;
+
+// ---- elementwise / row ops (elementwise.cu, norm.cu, rope.cu) ----
+struct ConvertParams {  // dst = src, f32 -> bf16
+  const float* src;
+  bf16_bits* dst;
+  int64_t n;
+};
+void launch_f32_to_bf16(const ConvertParams& p, cudaStream_t stream);
+// Programmatic dependent launch of the decode-path kernels (common.cuh); on by default.
+void set_pdl_enabled(bool on);
+
+// Fills n bf16 values with uniform random values in [-scale, scale] (benchmarks' weights).
+void launch_fill_random_bf16(bf16_bits* dst, int64_t n, uint64_t seed, float scale,
+                             cudaStream_t stream);
+
+struct RmsNormParams {
+  const bf16_bits* x;     // [rows, dim]
+  bf16_bits* residual;    // [rows, dim] or null: residual += x first, then norm(residual)
+  const void* weight;     // [dim], bf16 or f32 (weight_f32)
+  bf16_bits* out;         // [rows, dim]; may alias x
+  int64_t rows;
+  int dim;
+  float eps;
+  int weight_f32;
+};
+void launch_rms_norm(const RmsNormParams& p, cudaStream_t stream);
+
+struct AddParams {  // out = a + b
+  const bf16_bits* a;
+  const bf16_bits* b;
+  bf16_bits* out;
+  int64_t n;
+};
+void launch_add(const AddParams& p, cudaStream_t stream);
+
+struct SiluMulParams {  // out[r, i] = silu(x[r, i]) · x[r, inter + i]
+  const bf16_bits* x;   // [rows, 2 · inter]
+  bf16_bits* out;       // [rows, inter]
+  int64_t rows;
+  int64_t inter;
+};
+void launch_silu_mul(const SiluMulParams& p, cudaStream_t stream);
+
+// out[i, out_begin + c] = x[rows ? rows[i] : i, x_begin + c] for c < width: embedding, gather,
+// slice_columns and copy_columns are all this copy (elements of `elem_bytes`).
+struct CopyRowsParams {
+  const void* x;
+  void* out;
+  const int32_t* rows;  // device [n] or null (identity)
+  int64_t n;            // output rows
+  int64_t x_stride;     // elements per x row
+  int64_t out_stride;   // elements per out row
+  int64_t x_begin;
+  int64_t out_begin;
+  int64_t width;
+  int elem_bytes;
+};
+void launch_copy_rows(const CopyRowsParams& p, cudaStream_t stream);
+
+// Up to four column slices of the same rows in one launch (graph mode merges the Q/K/V slices of
+// a fused projection): segment s copies x[:, x_begin_s : x_begin_s + width_s] to out_s.
+constexpr int kMaxSlices = 4;
+struct MultiSliceParams {
+  const void* x;
+  int64_t n;         // rows
+  int64_t x_stride;  // elements per x row
+  int elem_bytes;
+  int count;
+  void* out[kMaxSlices];
+  int64_t x_begin[kMaxSlices];
+  int64_t width[kMaxSlices];  // = out row stride
+};
+void launch_multi_slice(const MultiSliceParams& p, cudaStream_t stream);
+
+struct BiasAddParams {  // out[r, j] += bias[j]
+  bf16_bits* out;
+  const float* bias;
+  int64_t rows;
+  int64_t cols;
+};
+void launch_bias_add(const BiasAddParams& p, cudaStream_t stream);
+
+constexpr int kMaxRopeHalf = 256;
+struct RopeParams {
+  bf16_bits* x;              // [tokens, heads, stride]
+  bf16_bits* x2;             // a second tensor rotated in the same launch (q and k), or null
+  int heads2;
+  int stride2;
+  const int32_t* positions;  // device [tokens]
+  int64_t tokens;
+  int heads;
+  int stride;
+  int offset;
+  int half;  // rotary_dim / 2
+  int interleaved;
+  float attention_factor;
+  float inv_freq[kMaxRopeHalf];
+};
+void launch_rope(const RopeParams& p, cudaStream_t stream);
+
+// ---- linear.cu ----
+// out [m, n] = x [m, k] · w [n, k]ᵀ for small m: one warp per output row, bf16 weights streamed
+// once with 16-byte loads (decode GEMV). Needs k % 8 == 0 and 16-byte aligned rows.
+constexpr int kGemvMaxRows = 8;
+struct GemvParams {
+  const bf16_bits* x;
+  const bf16_bits* w;
+  const float* bias;  // [n] or null
+  bf16_bits* out;
+  int m;
+  int64_t n;
+  int64_t k;
+};
+void launch_gemv(const GemvParams& p, cudaStream_t stream);
+
+// ---- kv_write.cu ----
+struct KvWriteParams {  // K and V rows of the new tokens in one launch
+  const bf16_bits* src_k;   // [tokens, k_dim]
+  const bf16_bits* src_v;   // [tokens, v_dim] (v_dim may be 0)
+  bf16_bits* cache_k;       // [num_slots, k_dim]
+  bf16_bits* cache_v;       // [num_slots, v_dim]
+  const int32_t* slots;     // device [tokens]
+  int64_t tokens;
+  int k_dim;
+  int v_dim;
+  float inv_scale_k;
+  float inv_scale_v;
+};
+void launch_kv_write(const KvWriteParams& p, cudaStream_t stream);
+
+// ---- attention (attention_decode.cu, attention_prefill.cu) ----
+// The device copy of AttentionMetadata (all int32 device pointers).
+struct DeviceMeta {
+  const int32_t* q_indptr;      // [num_seqs + 1]
+  const int32_t* kv_lens;       // [num_seqs]
+  const int32_t* page_indptr;   // [num_seqs + 1]
+  const int32_t* page_indices;  // [page_indptr[num_seqs]]
+  const int32_t* positions;     // [num_tokens]
+  const int32_t* slot_mapping;  // [num_tokens]
+  int num_seqs;
+  int num_tokens;
+  int page_size;
+  int pad_;
+};
+
+struct AttentionParams {
+  const bf16_bits* q;        // [tokens, heads, head_dim]
+  const bf16_bits* k_cache;  // [slots, kv_heads · head_dim]
+  const bf16_bits* v_cache;  // [slots, kv_heads · head_dim]
+  bf16_bits* out;            // [tokens, heads, head_dim]
+  DeviceMeta meta;
+  int heads;
+  int kv_heads;
+  int head_dim;
+  float scale_log2;  // softmax scale · log2(e)
+  float kv_scale;    // k_scale · v_scale folded where possible (1 for bf16)
+  float k_scale;
+  float v_scale;
+  // decode: split-KV
+  int num_splits;
+  int split_len;       // tokens per split (multiple of the block's tokens per iteration)
+  float* partial_o;    // [num_seqs, heads, num_splits, head_dim]
+  float* partial_ml;   // [num_seqs, heads, num_splits, 2]
+  // prefill: the (sequence, first q row) of each 64-row query tile
+  const int32_t* tiles;  // device [num_tiles, 2]
+  int num_tiles;
+};
+// Decode: every sequence has exactly one new token. Grid (splits, kv_heads, seqs).
+bool decode_attention_supported(int head_dim, int group);
+void launch_decode_attention(const AttentionParams& p, cudaStream_t stream);
+// Tokens one decode block handles per loop iteration (split_len is a multiple of it).
+int decode_tokens_per_iteration(int head_dim);
+// Prefill (any ragged batch, causal, chunked): tensor-core tiles of 64 queries × 64 keys.
+constexpr int kPrefillTileRows = 64;
+bool prefill_attention_supported(int head_dim);
+void launch_prefill_attention(const AttentionParams& p, cudaStream_t stream);
+// Sets the kernels' shared-memory limits once (before any graph capture).
+void init_attention_kernels();
+
+}  // namespace strata::cuda

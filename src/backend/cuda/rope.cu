@@ -1,0 +1,49 @@
+// Rotary embedding in place on bf16 [tokens, heads, stride]: HF semantics (float32 angle
+// position · inv_freq, cos/sin × attention_factor), neox (halves) or interleaved pairs. The
+// inverse frequencies travel in the launch parameters, so a captured graph needs no upload.
+#include "backend/cuda/common.cuh"
+
+namespace strata::cuda {
+namespace {
+
+// One thread per (token, rotated pair), looping over heads so each cos/sin is computed once.
+__global__ void rope_kernel(RopeParams p) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (idx >= p.tokens * p.half) return;
+  const int64_t t = idx / p.half;
+  const int i = int(idx - t * p.half);
+  const float angle = float(p.positions[t]) * p.inv_freq[i];
+  float s, c;
+  sincosf(angle, &s, &c);  // accurate range reduction: positions reach 1e5+ radians
+  c *= p.attention_factor;
+  s *= p.attention_factor;
+  const int i0 = p.offset + (p.interleaved ? 2 * i : i);
+  const int i1 = p.offset + (p.interleaved ? 2 * i + 1 : i + p.half);
+  for (int h = 0; h < p.heads; ++h) {
+    bf16_bits* v = p.x + (t * p.heads + h) * p.stride;
+    const float a = bf16_to_float(v[i0]), b = bf16_to_float(v[i1]);
+    v[i0] = float_to_bf16(a * c - b * s);
+    v[i1] = float_to_bf16(b * c + a * s);
+  }
+  if (p.x2) {
+    for (int h = 0; h < p.heads2; ++h) {
+      bf16_bits* v = p.x2 + (t * p.heads2 + h) * p.stride2;
+      const float a = bf16_to_float(v[i0]), b = bf16_to_float(v[i1]);
+      v[i0] = float_to_bf16(a * c - b * s);
+      v[i1] = float_to_bf16(b * c + a * s);
+    }
+  }
+}
+
+}  // namespace
+
+void launch_rope(const RopeParams& p, cudaStream_t stream) {
+  const int64_t n = p.tokens * p.half;
+  if (n == 0) return;
+  launch_pdl(rope_kernel, dim3(unsigned(ceil_div(n, 128))), dim3(128), 0, stream, p);
+  CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace strata::cuda
