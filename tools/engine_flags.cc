@@ -12,8 +12,17 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_
   app.add_option("--model-path,--model", c.model_path, "model directory (config.json, safetensors, tokenizer)")
       ->capture_default_str();
   app.add_option("--device", c.device, "cpu | cuda")->capture_default_str();
-  app.add_option("--kv-cache-dtype", c.kv_cache_dtype, "auto | bf16 | fp8_e4m3 | fp8_e5m2 (auto: exact)")
+  app.add_option("--kv-cache-dtype", c.kv_cache_dtype, "auto | bf16 | fp8_e4m3 | fp8_e5m2 | fp8_flashmla (auto: exact; fp8 needs an eval-kv record)")
       ->capture_default_str();
+  app.add_option("--kv-bf16-layers", f.kv_bf16_layers, "layers kept in bf16 with an fp8 KV cache, e.g. 0,7");
+  app.add_option("--kv-scales", c.kv_scales_path, "per-layer K/V scales JSON (strata eval-kv --calibrate)");
+  app.add_option("--kv-mla-rope-dtype", c.kv_mla_rope_dtype, "MLA rope part of the KV cache: bf16 | fp8_e4m3 | fp8_e5m2");
+  app.add_option("--kv-quality-budget", f.kv_gate.budget_nats,
+                 "mean KL divergence (nats) a lossy KV cache may cost, per its eval-kv record")
+      ->capture_default_str();
+  app.add_flag("--allow-lossy-kv", f.kv_gate.allow_lossy, "start with a lossy KV cache without a record within budget");
+  app.add_option("--kv-quality-records", f.kv_gate.records_dir,
+                 "where eval-kv records are read (default $STRATA_KV_QUALITY_DIR or ~/.cache/strata/kv-quality)");
   app.add_option("--page-size", c.page_size, "tokens per KV page")->capture_default_str();
   app.add_option("--mem-fraction-static", f.mem_fraction_static,
                  "fraction of device memory for weights + KV pool (default: SGLang's rule)");
@@ -26,6 +35,9 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_
   app.add_option("--max-prefill-tokens", c.max_prefill_tokens, "prefill tokens per step")->capture_default_str();
   app.add_option("--num-continuous-decode-steps", c.num_continuous_decode_steps,
                  "decode steps per scheduling decision")
+      ->capture_default_str();
+  app.add_option("--schedule-conservativeness", c.schedule_conservativeness,
+                 "scales the decode reservation of admission (lower admits more, may retract)")
       ->capture_default_str();
   app.add_option("--context-length", c.context_length, "override the model's context length");
   app.add_option("--random-seed", c.seed, "seed for requests that give none")->capture_default_str();
@@ -51,6 +63,8 @@ StatusOr<EngineConfig> finish_engine_flags(EngineFlags& f) {
   if (c.device_memory_gib < 0) return invalid_argument("--device-memory-gib must be positive");
   if (!std::filesystem::is_directory(c.model_path))
     return not_found("--model-path '{}' is not a directory", c.model_path);
+  STRATA_ASSIGN_OR_RETURN(c.kv_bf16_layers, parse_layer_list(f.kv_bf16_layers, "--kv-bf16-layers"));
+  STRATA_RETURN_IF_ERROR(enforce_kv_quality_gate(c.model_path, kv_cache_options(c), f.kv_gate));
   return c;
 }
 

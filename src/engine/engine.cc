@@ -14,6 +14,13 @@
 
 namespace strata {
 
+KvCacheOptions kv_cache_options(const EngineConfig& c) {
+  return KvCacheOptions{.dtype = c.kv_cache_dtype,
+                        .bf16_layers = c.kv_bf16_layers,
+                        .scales_path = c.kv_scales_path,
+                        .mla_rope_dtype = c.kv_mla_rope_dtype};
+}
+
 StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   std::unique_ptr<Engine> e(new Engine());
   e->config_ = config;
@@ -34,11 +41,13 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   STRATA_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(config.model_path));
   e->tokenizer_ = std::make_unique<Tokenizer>(std::move(tok));
 
-  // KV dtype: "auto" is the activation dtype of the backend (exact).
-  DType kv_dtype = e->backend_->activation_dtype();
-  if (config.kv_cache_dtype != "auto") {
-    STRATA_ASSIGN_OR_RETURN(kv_dtype, parse_kv_cache_dtype(config.kv_cache_dtype));
-  }
+  // KV dtype: "auto" is the activation dtype of the backend (exact). Per-layer bf16, scales and
+  // MLA row formats: engine/kv_config.h.
+  STRATA_ASSIGN_OR_RETURN(WeightStore weights, WeightStore::open(config.model_path, spec.quant));
+  STRATA_ASSIGN_OR_RETURN(e->kv_config_,
+                          resolve_kv_cache_config(kv_cache_options(config), spec, &weights,
+                                                  e->backend_->activation_dtype()));
+  const DType kv_dtype = e->kv_config_.dtype;
 
   Deployment dep;
   const double mem_gib = config.device_memory_gib > 0 ? config.device_memory_gib : 4.0;
@@ -46,6 +55,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   dep.tp_size = 1;
   dep.mem_fraction_static = config.mem_fraction_static;
   dep.kv_cache_dtype = kv_dtype;
+  dep.kv_bf16_layers = e->kv_config_.bf16_layers;
   dep.page_size = config.page_size;
   dep.context_length = config.context_length;
   dep.max_running_requests = config.max_running_requests;
@@ -68,14 +78,22 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
         plan.mem_fraction_static);
   e->context_length_ = plan.context_length;
 
-  STRATA_ASSIGN_OR_RETURN(WeightStore weights, WeightStore::open(config.model_path, spec.quant));
   STRATA_ASSIGN_OR_RETURN(e->model_, create_model(spec, weights, *e->backend_));
 
-  KvLayout layout = e->model_->kv_layout();
+  KvLayout layout = apply_kv_layout(e->kv_config_, spec, e->model_->kv_layout());
   layout.page_size = config.page_size;
+  if (layout.bytes_per_token() > plan.kv_bytes_per_token) {
+    // MLA rows with a bf16 rope part or FlashMLA tile scales: the planner counts dtype bytes
+    // only, so fit the pool's planned bytes with the real row size.
+    const int64_t pages = plan.kv_pool_bytes / (layout.bytes_per_token() * config.page_size);
+    if (pages < 1) return resource_exhausted("KV cache: no room for one page of {}", e->kv_config_.describe());
+    e->plan_.kv_tokens = pages * config.page_size;
+    e->plan_.kv_bytes_per_token = layout.bytes_per_token();
+    e->plan_.kv_pool_bytes = e->plan_.kv_tokens * e->plan_.kv_bytes_per_token;
+  }
   layout.num_pages = plan.kv_tokens / config.page_size;
-  layout.dtype = kv_dtype;
   e->kv_ = e->backend_->alloc_kv(layout);
+  apply_kv_scales(e->kv_config_, *e->kv_);
   e->pool_ = std::make_unique<PagePool>(int32_t(layout.num_pages), config.page_size);
   e->cache_ = std::make_unique<RadixCache>(e->pool_.get());
 
@@ -85,12 +103,16 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   sc.max_prefill_tokens = config.max_prefill_tokens;
   sc.max_running_requests = plan.max_running_requests;
   sc.num_continuous_decode_steps = std::max(1, config.num_continuous_decode_steps);
+  if (config.schedule_conservativeness <= 0)
+    return invalid_argument("--schedule-conservativeness must be > 0");
+  sc.init_new_token_ratio = std::min(1.0, sc.init_new_token_ratio * config.schedule_conservativeness);
+  sc.min_new_token_ratio = std::min(sc.init_new_token_ratio, sc.min_new_token_ratio * config.schedule_conservativeness);
   e->scheduler_ = std::make_unique<Scheduler>(sc);
   e->state_ = std::make_unique<ScheduleState>(sc, e->pool_.get(), e->cache_.get(), spec.eos_token_ids);
 
   LOG_INFO("KV cache: {} tokens ({}, {:.2f} GiB, {} B/token) · page size {} · max running requests {} · "
            "context {} · device {}",
-           plan.kv_tokens, kv_cache_dtype_name(kv_dtype),
+           plan.kv_tokens, e->kv_config_.describe(),
            double(plan.kv_pool_bytes) / double(1 << 30), plan.kv_bytes_per_token, config.page_size,
            plan.max_running_requests, plan.context_length, e->backend_->name());
   e->stats_.kv_tokens_total = plan.kv_tokens;
@@ -119,7 +141,7 @@ StatusOr<int64_t> Engine::submit(GenerateRequest g) {
   if (n >= limit)
     return out_of_range("the prompt has {} tokens; this server's limit is {} ({}), leaving no room to generate",
                         n, limit - 1, limit == context_length_ ? "context length" : "KV cache capacity");
-  if (g.params.max_new_tokens < 0) return invalid_argument("max_tokens must be >= 0");
+  if (g.params.max_new_tokens < 1) return invalid_argument("max_tokens must be >= 1");
   if (n + g.params.max_new_tokens > context_length_)
     return out_of_range("prompt ({} tokens) + max_tokens ({}) exceeds the context length {}", n,
                         g.params.max_new_tokens, context_length_);

@@ -16,6 +16,7 @@
 
 #include "arch/model.h"
 #include "core/status.h"
+#include "engine/kv_config.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
@@ -32,7 +33,10 @@ class ScheduleState;
 struct EngineConfig {
   std::string model_path;
   std::string device = "cpu";                 // cpu | cuda
-  std::string kv_cache_dtype = "auto";        // auto (f32 on cpu, bf16 on cuda) | bf16 | fp8_e4m3 | fp8_e5m2
+  std::string kv_cache_dtype = "auto";        // auto (f32 on cpu, bf16 on cuda) | bf16 | fp8_e4m3 | fp8_e5m2 | fp8_flashmla
+  std::vector<int> kv_bf16_layers;            // layers kept in bf16 when kv_cache_dtype is fp8
+  std::string kv_scales_path;                 // per-layer K/V scales (strata eval-kv --calibrate)
+  std::string kv_mla_rope_dtype;              // MLA rope part: "" (as kv_cache_dtype) | bf16 | fp8_*
   int page_size = 16;
   std::optional<double> mem_fraction_static;  // nullopt: the planner's default
   // Memory the KV pool is planned against: the GPU's on cuda; on cpu a budget standing in for it.
@@ -42,10 +46,15 @@ struct EngineConfig {
   int chunked_prefill_size = 8192;
   int max_prefill_tokens = 16384;
   int num_continuous_decode_steps = 1;
-  bool disable_radix_cache = false;
+  // SGLang's --schedule-conservativeness: scales the decode reservation (new-token ratio) that
+  // admission holds back for running requests. Below 1 admits more and retracts when wrong.
+  double schedule_conservativeness = 1.0;
   int64_t context_length = 0;                 // 0: the model's max_position_embeddings
   uint64_t seed = 0;                          // for requests that give none
 };
+
+// The KV options of a config, for resolve_kv_cache_config (engine/kv_config.h).
+KvCacheOptions kv_cache_options(const EngineConfig& config);
 
 // What a request's callback receives, on the engine thread (keep the callback short).
 struct StreamEvent {
@@ -107,6 +116,7 @@ class Engine {
   const ModelSpec& spec() const { return model_->spec(); }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const Plan& plan() const { return plan_; }
+  const KvCacheConfig& kv_config() const { return kv_config_; }
   const EngineConfig& config() const { return config_; }
   int64_t context_length() const { return context_length_; }
   int64_t kv_capacity_tokens() const;
@@ -123,6 +133,7 @@ class Engine {
 
   EngineConfig config_;
   Plan plan_;
+  KvCacheConfig kv_config_;
   int64_t context_length_ = 0;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Tokenizer> tokenizer_;
@@ -146,7 +157,8 @@ class Engine {
   bool flush_requested_ = false, flush_result_ = false, flush_done_ = false;
   bool stop_ = false;
   int64_t next_id_ = 1;
-  int64_t live_count_ = 0;  // submitted and not yet finalized
+  int64_t live_count_ = 0;  // submitted and not yet finalized (as of the last update_stats)
+  int64_t finalized_pending_ = 0;
   EngineStats stats_;
   std::thread thread_;
 };

@@ -74,6 +74,7 @@ void Engine::drain_inbox() {
   }
   if (flush) {
     const bool ok = state_->flush_cache();
+    update_stats();  // the caller reads stats right after: they must show the flush
     std::lock_guard<std::mutex> lk(mu_);
     flush_result_ = ok;
     flush_done_ = true;
@@ -197,7 +198,7 @@ void Engine::finalize(Live& live) {
   if (ev.finish_reason == FinishReason::kAbort) ++stats_.requests_aborted_total;
   else ++stats_.requests_finished_total;
   stats_.prompt_tokens_total += r.prompt_len();
-  if (--live_count_ == 0) idle_cv_.notify_all();
+  ++finalized_pending_;  // leaves live_count_ after the stats reflect it (update_stats)
 }
 
 void Engine::update_stats() {
@@ -211,6 +212,11 @@ void Engine::update_stats() {
   stats_.cache_hit_tokens_total = cs.hit_tokens;
   stats_.cache_lookup_tokens_total = cs.lookup_tokens;
   stats_.new_token_ratio = state_->new_token_ratio();
+  // Requests finalized since the last update stop counting as live only now, so wait_idle()
+  // returns with stats that already show them gone.
+  live_count_ -= finalized_pending_;
+  finalized_pending_ = 0;
+  if (live_count_ == 0) idle_cv_.notify_all();
 }
 
 }  // namespace strata
