@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "eval/kv_quality.h"
 
 namespace strata::tools {
 
@@ -15,15 +16,20 @@ struct EngineFlags {
   double mem_fraction_static = 0;  // 0: planner default
   int64_t max_total_tokens = 0;    // 0: no cap
   int max_running_requests = 0;    // 0: planner default
+  std::string kv_bf16_layers;      // "0,7"
+  KvGateOptions kv_gate;           // --kv-quality-budget, --allow-lossy-kv, --kv-quality-records
 };
 
 // Registers --model-path, --device, --kv-cache-dtype, --page-size, --mem-fraction-static,
 // --device-memory-gib, --max-total-tokens, --max-running-requests, --chunked-prefill-size,
 // --max-prefill-tokens, --num-continuous-decode-steps, --context-length, --random-seed,
-// --log-level.
+// --log-level, and the KV quality flags (--kv-bf16-layers, --kv-scales, --kv-mla-rope-dtype,
+// --kv-quality-budget, --allow-lossy-kv, --kv-quality-records).
 void add_engine_flags(CLI::App& app, EngineFlags& flags, const std::string& default_model);
 
-// Turns parsed flags into an EngineConfig (validating ranges) and applies --log-level.
+// Turns parsed flags into an EngineConfig (validating ranges) and applies --log-level. Runs the
+// KV quality gate (eval/kv_quality.h): a lossy KV configuration without a record within budget
+// (and no --allow-lossy-kv) is a FailedPrecondition error; the measured quality is logged.
 StatusOr<EngineConfig> finish_engine_flags(EngineFlags& flags);
 
 // The default model: ../shared/models/house-llama relative to the working directory, else

@@ -1,10 +1,33 @@
 #include "backend/backend.h"
 
+#include "core/check.h"
+
 namespace strata {
+
+namespace {
+bool is_fp8(DType t) { return t == DType::kFP8E4M3 || t == DType::kFP8E5M2; }
+}  // namespace
+
+bool KvLayout::k_row_is_split(int layer) const {
+  if (rope_dim <= 0 || !is_fp8(layer_dtype(layer))) return false;
+  return format == KvFormat::kFlashMlaFp8 || (rope_dtype && *rope_dtype != layer_dtype(layer));
+}
+
+int64_t KvLayout::k_row_bytes(int layer) const {
+  const DType dt = layer_dtype(layer);
+  if (!k_row_is_split(layer)) return dtype_bytes_for(dt, k_dim);
+  const int64_t latent = k_dim - rope_dim;
+  CHECK_MSG(latent > 0, "rope_dim {} must be below k_dim {}", rope_dim, k_dim);
+  if (format == KvFormat::kFlashMlaFp8) {
+    const int64_t tiles = (latent + kFlashMlaTile - 1) / kFlashMlaTile;
+    return latent + tiles * 4 + dtype_bytes_for(DType::kBF16, rope_dim);
+  }
+  return dtype_bytes_for(dt, latent) + dtype_bytes_for(*rope_dtype, rope_dim);
+}
 
 int64_t KvLayout::bytes_per_token() const {
   int64_t total = 0;
-  for (int l = 0; l < num_layers; ++l) total += dtype_bytes_for(layer_dtype(l), k_dim + v_dim);
+  for (int l = 0; l < num_layers; ++l) total += k_row_bytes(l) + v_row_bytes(l);
   return total;
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,16 @@ struct LinearWeight {
   int64_t in_features() const { return weight->view().dim(1); }
 };
 
+// How the K rows of a layer whose dtype is fp8 are laid out (V rows are always plain).
+enum class KvFormat : uint8_t {
+  kPlain,  // k_dim values in the layer's dtype, one per-layer scale (the rope split below aside)
+  // DeepSeek FlashMLA's FP8 MLA row: the latent (k_dim - rope_dim values) as fp8 e4m3 in
+  // 128-wide tiles, then one float32 scale per tile (tile amax / 448, set at write time), then
+  // the rope part in bf16. 656 bytes per token per layer for DeepSeek-V3 (512 + 4·4 + 64·2).
+  kFlashMlaFp8,
+};
+constexpr int kFlashMlaTile = 128;
+
 // Paged KV storage for all layers. Each token of each layer stores `k_dim` K values and `v_dim`
 // V values (GQA: both kv_heads × head_dim; MLA: k_dim = kv_lora_rank + rope dim, v_dim = 0).
 struct KvLayout {
@@ -50,10 +61,21 @@ struct KvLayout {
   DType dtype = DType::kF32;
   // Per-layer dtype override (mixed precision); empty = `dtype` everywhere.
   std::vector<DType> layer_dtypes;
+  // MLA: the last `rope_dim` values of each K row are the rope part (0: no split).
+  int rope_dim = 0;
+  // MLA: the rope part's dtype in layers whose dtype is fp8 (unset: the layer's dtype). bf16 rope
+  // values are stored unscaled.
+  std::optional<DType> rope_dtype;
+  KvFormat format = KvFormat::kPlain;  // applies to fp8 layers only
 
   DType layer_dtype(int layer) const {
     return layer_dtypes.empty() ? dtype : layer_dtypes[size_t(layer)];
   }
+  // True when layer's K rows are not k_dim values of one dtype (rope split or FlashMLA rows):
+  // its storage is then raw bytes [num_pages, page_size, k_row_bytes].
+  bool k_row_is_split(int layer) const;
+  int64_t k_row_bytes(int layer) const;
+  int64_t v_row_bytes(int layer) const { return dtype_bytes_for(layer_dtype(layer), v_dim); }
   int64_t bytes_per_token() const;
   int64_t total_bytes() const { return bytes_per_token() * num_pages * page_size; }
 };
@@ -62,7 +84,8 @@ class KvStorage {
  public:
   virtual ~KvStorage() = default;
   const KvLayout& layout() const { return layout_; }
-  // [num_pages, page_size, k_dim] in layout.layer_dtype(layer)
+  // [num_pages, page_size, k_dim] in layout.layer_dtype(layer); raw bytes (kU8)
+  // [num_pages, page_size, k_row_bytes] when layout.k_row_is_split(layer) (backend/kv_format.h).
   virtual Tensor k(int layer) const = 0;
   // [num_pages, page_size, v_dim]; empty when v_dim == 0
   virtual Tensor v(int layer) const = 0;

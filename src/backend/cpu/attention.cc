@@ -6,17 +6,23 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/kv_format.h"
 #include "core/thread_pool.h"
 
 namespace strata::cpu {
 namespace {
 
-// Copies the first `len` token rows of sequence `s` from a paged cache tensor
-// [num_pages, page_size, dim] into dst [len, dim] as float32.
-void gather_context(const Tensor& cache, const AttentionMetadata& meta, int s, int64_t len,
-                    int64_t dim, float scale, std::vector<float>& dst) {
+// Copies the first `len` token rows of sequence `s` from layer `layer`'s paged K (is_k) or V cache
+// [num_pages, page_size, row] into dst [len, dim] as float32.
+void gather_context(const KvStorage& kv, int layer, bool is_k, const AttentionMetadata& meta,
+                    int s, int64_t len, std::vector<float>& dst) {
+  const KvLayout& lay = kv.layout();
+  const Tensor cache = is_k ? kv.k(layer) : kv.v(layer);
+  const int64_t dim = is_k ? lay.k_dim : lay.v_dim;
+  const float scale = is_k ? kv.k_scale(layer) : kv.v_scale(layer);
+  const DType dt = lay.layer_dtype(layer);
   dst.resize(size_t(len * dim));
-  const int64_t row_bytes = dtype_bytes_for(cache.dtype, dim);
+  const int64_t row_bytes = is_k ? lay.k_row_bytes(layer) : lay.v_row_bytes(layer);
   const int32_t* pages = meta.page_indices + meta.page_indptr[s];
   const int64_t num_pages = meta.page_indptr[s + 1] - meta.page_indptr[s];
   CHECK_MSG((len + meta.page_size - 1) / meta.page_size <= num_pages,
@@ -24,8 +30,11 @@ void gather_context(const Tensor& cache, const AttentionMetadata& meta, int s, i
   parallel_for(len, 256, [&](int64_t b, int64_t e) {
     for (int64_t j = b; j < e; ++j) {
       const int64_t slot = int64_t(pages[j / meta.page_size]) * meta.page_size + j % meta.page_size;
-      load_kv_row(cache.dtype, static_cast<const char*>(cache.data) + slot * row_bytes, dim, scale,
-                  dst.data() + j * dim);
+      const char* row = static_cast<const char*>(cache.data) + slot * row_bytes;
+      if (is_k)
+        decode_k_row(lay, layer, row, scale, dst.data() + j * dim);
+      else
+        load_kv_row(dt, row, dim, scale, dst.data() + j * dim);
     }
   });
 }
@@ -72,8 +81,8 @@ void CpuBackend::paged_attention(const Tensor& q, const KvStorage& kv, int layer
   for (int s = 0; s < meta.num_seqs; ++s) {
     const int64_t q0 = meta.q_indptr[s], n_new = meta.q_indptr[s + 1] - q0, len = meta.kv_lens[s];
     if (n_new == 0) continue;
-    gather_context(kv.k(layer), meta, s, len, lay.k_dim, kv.k_scale(layer), keys);
-    gather_context(kv.v(layer), meta, s, len, lay.v_dim, kv.v_scale(layer), values);
+    gather_context(kv, layer, true, meta, s, len, keys);
+    gather_context(kv, layer, false, meta, s, len, values);
     const int64_t first_pos = len - n_new;
     parallel_for(n_new * heads, 4, [&](int64_t b, int64_t e) {
       std::vector<float> scores(static_cast<size_t>(len));
@@ -99,7 +108,7 @@ void CpuBackend::mla_attention(const Tensor& q_latent, const KvStorage& kv, int 
   for (int s = 0; s < meta.num_seqs; ++s) {
     const int64_t q0 = meta.q_indptr[s], n_new = meta.q_indptr[s + 1] - q0, len = meta.kv_lens[s];
     if (n_new == 0) continue;
-    gather_context(kv.k(layer), meta, s, len, width, kv.k_scale(layer), latent);
+    gather_context(kv, layer, true, meta, s, len, latent);
     const int64_t first_pos = len - n_new;
     parallel_for(n_new * heads, 4, [&](int64_t b, int64_t e) {
       std::vector<float> scores(static_cast<size_t>(len));

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "backend/kv_format.h"
 #include "core/check.h"
 
 namespace strata {
@@ -13,7 +14,10 @@ namespace cpu {
 CpuKvStorage::CpuKvStorage(const KvLayout& layout) : KvStorage(layout) {
   for (int l = 0; l < layout.num_layers; ++l) {
     const DType dt = layout.layer_dtype(l);
-    k_.emplace_back(dt, Shape{layout.num_pages, layout.page_size, layout.k_dim});
+    if (layout.k_row_is_split(l))  // raw rows: backend/kv_format.h
+      k_.emplace_back(DType::kU8, Shape{layout.num_pages, layout.page_size, layout.k_row_bytes(l)});
+    else
+      k_.emplace_back(dt, Shape{layout.num_pages, layout.page_size, layout.k_dim});
     v_.emplace_back(dt, Shape{layout.num_pages, layout.page_size, layout.v_dim});
   }
 }
@@ -66,20 +70,11 @@ void CpuBackend::embedding(const int32_t* ids, int num_tokens, const Tensor& tab
 }
 
 void load_kv_row(DType dtype, const void* row, int64_t n, float scale, float* dst) {
-  to_f32(dtype, row, dst, n);
-  if (scale != 1.0f)
-    for (int64_t i = 0; i < n; ++i) dst[i] *= scale;
+  decode_plain_row(dtype, row, n, scale, dst);
 }
 
 void store_kv_row(DType dtype, const float* src, int64_t n, float scale, void* row) {
-  if (scale == 1.0f) {
-    from_f32(dtype, src, row, n);
-    return;
-  }
-  std::vector<float> tmp(static_cast<size_t>(n));
-  const float inv = 1.0f / scale;
-  for (int64_t i = 0; i < n; ++i) tmp[size_t(i)] = src[i] * inv;
-  from_f32(dtype, tmp.data(), row, n);
+  encode_plain_row(dtype, src, n, scale, row);
 }
 
 void CpuBackend::kv_write(KvStorage& kv, int layer, const Tensor& k, const Tensor& v,
@@ -87,11 +82,11 @@ void CpuBackend::kv_write(KvStorage& kv, int layer, const Tensor& k, const Tenso
   const KvLayout& lay = kv.layout();
   const DType dt = lay.layer_dtype(layer);
   Tensor kc = kv.k(layer), vc = kv.v(layer);
-  const int64_t row_k = dtype_bytes_for(dt, lay.k_dim), row_v = dtype_bytes_for(dt, lay.v_dim);
+  const int64_t row_k = lay.k_row_bytes(layer), row_v = lay.v_row_bytes(layer);
   for (int t = 0; t < meta.num_tokens; ++t) {
     const int64_t slot = meta.slot_mapping[t];
     CHECK_MSG(slot >= 0 && slot < lay.num_pages * lay.page_size, "slot {} out of pool", slot);
-    store_kv_row(dt, k.ptr<float>() + t * lay.k_dim, lay.k_dim, kv.k_scale(layer),
+    encode_k_row(lay, layer, k.ptr<float>() + t * lay.k_dim, kv.k_scale(layer),
                  static_cast<char*>(kc.data) + slot * row_k);
     if (lay.v_dim > 0)
       store_kv_row(dt, v.ptr<float>() + t * lay.v_dim, lay.v_dim, kv.v_scale(layer),
