@@ -1,5 +1,7 @@
 #include "pipeline/dataset.h"
 
+#include <filesystem>
+#include <cctype>
 #include <fstream>
 #include <unordered_set>
 
@@ -74,7 +76,10 @@ StatusOr<std::vector<PromptRecord>> read_prompt_file(const std::string& path,
   std::string line;
   for (int64_t n = 1; std::getline(in, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    STRATA_ASSIGN_OR_RETURN(PromptRecord r, parse_prompt_line(line, n, path));
+    // Ids default to "<dataset>-<line>"; errors name the file too.
+    auto parsed = parse_prompt_line(line, n, dataset);
+    if (!parsed.ok()) return parsed.status().with_context("{}", path);
+    PromptRecord r = std::move(parsed).value();
     if (!ids.insert(r.id).second)
       return invalid_argument("{} line {}: duplicate id '{}'", path, n, r.id);
     out.push_back(std::move(r));
@@ -86,6 +91,37 @@ nlohmann::json prompt_messages(const nlohmann::json& messages) {
   nlohmann::json m = messages;
   while (!m.empty() && m.back().value("role", "") == "assistant") m.erase(m.size() - 1);
   return m;
+}
+
+StatusOr<Dataset> parse_dataset_spec(const std::string& spec) {
+  Dataset d;
+  const size_t eq = spec.find('=');
+  d.path = eq == std::string::npos ? spec : spec.substr(eq + 1);
+  d.name = eq == std::string::npos ? std::filesystem::path(spec).stem().string() : spec.substr(0, eq);
+  if (d.path.empty()) return invalid_argument("--input '{}': no file given", spec);
+  if (d.name.empty()) return invalid_argument("--input '{}': empty dataset name", spec);
+  for (char c : d.name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-'))
+      return invalid_argument("--input '{}': dataset name '{}' may use only letters, digits, '.', '_', '-'",
+                              spec, d.name);
+  }
+  return d;
+}
+
+Status load_dataset(Dataset& dataset) {
+  STRATA_ASSIGN_OR_RETURN(dataset.records, read_prompt_file(dataset.path, dataset.name));
+  return Status();
+}
+
+uint64_t prompt_seed(uint64_t base_seed, const std::string& id) {
+  // FNV-1a over the id, then a splitmix64 finalizer mixed with the base seed: stable across
+  // platforms and releases (results must not change when a job resumes on another build).
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : id) h = (h ^ c) * 0x100000001b3ull;
+  uint64_t z = h ^ (base_seed + 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return (z ^ (z >> 31)) & 0x7fffffffffffffffull;  // fits a JSON/OpenAI int64 seed
 }
 
 }  // namespace strata

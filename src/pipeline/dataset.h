@@ -29,6 +29,24 @@ StatusOr<PromptRecord> parse_prompt_line(const std::string& line_text, int64_t l
 StatusOr<std::vector<PromptRecord>> read_prompt_file(const std::string& path,
                                                      const std::string& dataset);
 
+// One input dataset: `--input NAME=FILE` (or `--input FILE`, named by the file's stem).
+struct Dataset {
+  std::string name{};
+  std::string path{};                  // empty for prompts given on the command line
+  std::vector<PromptRecord> records{};  // in file order
+};
+
+// Splits "NAME=FILE" (or "FILE": the name is the file's stem). Names must be non-empty and
+// use only [A-Za-z0-9._-], since --output-dir makes a file from them.
+StatusOr<Dataset> parse_dataset_spec(const std::string& spec);
+
+// Reads the file of a parsed spec into `records`.
+Status load_dataset(Dataset& dataset);
+
+// The sampling seed of one prompt: a hash of the base seed and the prompt's id, not of its
+// position, so a resumed run (or a reordered file) samples every prompt exactly as before.
+uint64_t prompt_seed(uint64_t base_seed, const std::string& id);
+
 // Trailing assistant turns are dropped so the model generates the assistant's answer (SpecForge
 // regenerates the last assistant turn); the result ends with a user/system/tool turn.
 nlohmann::json prompt_messages(const nlohmann::json& messages);

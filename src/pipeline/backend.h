@@ -1,0 +1,83 @@
+// What a batch job runs its prompts on: the in-process engine (engine_backend.h) or an
+// OpenAI-compatible server (server_backend.h). The job (runner.h) feeds tasks up to
+// max_in_flight() and writes each outcome as it arrives.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "pipeline/dataset.h"
+
+namespace strata {
+
+// The sampling settings of a job; every prompt's seed is prompt_seed(seed, id).
+struct JobSampling {
+  float temperature = 0.0f;  // 0: greedy
+  float top_p = 1.0f;
+  int top_k = -1;            // -1: off
+  int max_new_tokens = 128;
+  std::vector<std::string> stop{};
+  bool ignore_eos = false;
+  uint64_t seed = 0;
+
+  // The settings as stored in every record's meta (and compared on resume).
+  nlohmann::json to_json() const;
+};
+
+struct GenerationTask {
+  std::string dataset{};
+  const PromptRecord* record = nullptr;  // owned by the job; outlives the task
+  uint64_t seed = 0;                     // prompt_seed(sampling.seed, record->id)
+};
+
+enum class OutcomeKind {
+  kDone,         // generated: written to the results file
+  kFailed,       // gave up on this prompt (4xx, or retries exhausted): written to the failures file
+  kInterrupted,  // the job is stopping (server gone too long): written nowhere, resumed next run
+};
+
+struct GenerationOutcome {
+  OutcomeKind kind = OutcomeKind::kDone;
+  std::string text;
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  std::string finish_reason;  // "stop" | "length" | "abort" (OpenAI names)
+  std::string error;          // for kFailed / kInterrupted
+  int http_status = 0;        // server mode: the last HTTP status (0: none / transport error)
+  int attempts = 1;
+};
+
+using OutcomeCallback = std::function<void(GenerationOutcome)>;
+
+class GenerationBackend {
+ public:
+  virtual ~GenerationBackend() = default;
+  // The model name stored in records (the directory name, or the server's model id).
+  virtual std::string model_name() const = 0;
+  // How many tasks the job keeps started and unfinished at once.
+  virtual int max_in_flight() const = 0;
+  // Starts one task. `done` is called exactly once, from any thread (possibly inside start());
+  // it must be short. Called from the job's thread only.
+  virtual void start(const GenerationTask& task, OutcomeCallback done) = 0;
+};
+
+// Retries with capped exponential backoff and jitter, for server mode.
+struct RetryPolicy {
+  int max_attempts = 6;          // per prompt, for retryable errors (5xx, 429, timeouts, resets)
+  double initial_delay_s = 0.5;
+  double max_delay_s = 30.0;
+  double multiplier = 2.0;
+  // How long the server may stay unreachable (connection refused) before the job stops (its
+  // work is saved; the same command resumes). Refused connections cost no attempts.
+  double server_down_timeout_s = 600.0;
+};
+
+// The wait before retry number `retry` (1 = the first retry): min(max, initial*mult^(retry-1))
+// scaled by a uniform factor in [0.5, 1] ("equal jitter"), so clients that failed together do
+// not come back together. Pure apart from `rng`.
+double backoff_delay_s(const RetryPolicy& policy, int retry, std::mt19937_64& rng);
+
+}  // namespace strata

@@ -1,0 +1,65 @@
+#include "pipeline/engine_backend.h"
+
+#include <algorithm>
+#include <filesystem>
+
+namespace strata {
+
+StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::create(Engine& engine, const JobSampling& sampling,
+                                                               int max_in_flight) {
+  STRATA_ASSIGN_OR_RETURN(PromptEncoder enc, PromptEncoder::load(engine.config().model_path, engine.tokenizer()));
+  std::unique_ptr<EngineBackend> b(new EngineBackend(engine, std::move(enc), sampling));
+  b->model_name_ = std::filesystem::path(engine.config().model_path).lexically_normal().filename().string();
+  if (b->model_name_.empty())
+    b->model_name_ = std::filesystem::path(engine.config().model_path).lexically_normal().parent_path().filename();
+  b->max_in_flight_ = max_in_flight > 0 ? max_in_flight : std::max(64, 2 * engine.plan().max_running_requests);
+  return b;
+}
+
+void EngineBackend::start(const GenerationTask& task, OutcomeCallback done) {
+  const PromptRecord& r = *task.record;
+  StatusOr<std::vector<int32_t>> ids = std::vector<int32_t>{};
+  if (r.messages.is_null()) {
+    ids = encoder_.encode_raw(r.prompt);
+  } else {
+    ids = encoder_.encode_chat(prompt_messages(r.messages));
+  }
+  auto fail = [&](const Status& s) {
+    GenerationOutcome o;
+    o.kind = OutcomeKind::kFailed;
+    o.error = s.message();
+    done(std::move(o));
+  };
+  if (!ids.ok()) return fail(ids.status());
+  GenerateRequest req;
+  req.prompt_ids = std::move(ids).value();
+  req.params.temperature = sampling_.temperature;
+  req.params.top_p = sampling_.top_p;
+  req.params.top_k = sampling_.top_k;
+  req.params.max_new_tokens = sampling_.max_new_tokens;
+  req.params.stop_strings = sampling_.stop;
+  req.params.ignore_eos = sampling_.ignore_eos;
+  req.params.seed = task.seed;
+  // The callback runs on the engine thread: it only appends text, and hands the outcome over
+  // once finished.
+  auto text = std::make_shared<std::string>();
+  req.on_event = [text, done](const StreamEvent& ev) {
+    *text += ev.text;
+    if (!ev.finished) return;
+    GenerationOutcome o;
+    o.prompt_tokens = ev.prompt_tokens;
+    o.completion_tokens = ev.completion_tokens;
+    o.finish_reason = finish_reason_name(ev.finish_reason);
+    if (!ev.error.empty() || ev.finish_reason == FinishReason::kAbort) {
+      o.kind = OutcomeKind::kFailed;
+      o.error = ev.error.empty() ? "the engine aborted the request" : ev.error;
+    } else {
+      o.text = std::move(*text);
+    }
+    done(std::move(o));
+  };
+  auto id = engine_.submit(std::move(req));
+  if (!id.ok()) fail(id.status());
+}
+
+}  // namespace strata

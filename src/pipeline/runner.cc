@@ -1,0 +1,366 @@
+#include "pipeline/runner.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+
+#include "core/log.h"
+#include "pipeline/output_log.h"
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Outcomes handed from backend threads to the job's thread. Shared with the callbacks, so
+// an early return (write error) leaves them a valid place to post to.
+struct Inbox {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::pair<size_t, GenerationOutcome>> items;  // (task index, outcome)
+};
+
+// One results file, its failures file and its .done marker, fed by one or more datasets.
+struct Sink {
+  std::string results_path, failures_path, done_path;
+  std::string default_dataset;  // per-dataset files: records need not name it
+  std::vector<size_t> datasets;
+  ScanResult results, failures;
+  std::unique_ptr<AppendLog> results_log, failures_log;
+};
+
+struct Task {
+  size_t dataset = 0;
+  size_t sink = 0;
+  GenerationTask task;
+};
+
+// Scans a file, compacting it first if it holds duplicates (rescanning after).
+StatusOr<ScanResult> scan_and_repair(const std::string& path, const ScanOptions& opts) {
+  STRATA_ASSIGN_OR_RETURN(ScanResult scan, scan_output(path, opts));
+  if (scan.torn_bytes > 0)
+    LOG_WARN("{}: dropping a torn last line ({} bytes) left by an interrupted write", path, scan.torn_bytes);
+  if (!scan.duplicates.empty()) {
+    LOG_WARN("{}: {} duplicate records; keeping the first of each", path, scan.duplicates.size());
+    STRATA_RETURN_IF_ERROR(compact_output(path, scan));
+    STRATA_ASSIGN_OR_RETURN(scan, scan_output(path, opts));
+  }
+  return scan;
+}
+
+// The resumed file must have been made with this job's model and sampling settings, or the
+// dataset would silently mix two distributions.
+Status check_settings(const Sink& sink, const nlohmann::json& meta_now, bool allow_mixed) {
+  const nlohmann::json& first = sink.results.first_record;
+  if (allow_mixed || first.is_null() || !first.contains("meta")) return Status();
+  const nlohmann::json& meta = first["meta"];
+  for (const char* key : {"model", "sampling"}) {
+    if (meta.value(key, nlohmann::json()) != meta_now[key]) {
+      return failed_precondition(
+          "{} was generated with {} {} but this run uses {}; use another output, or pass "
+          "--allow-mixed-settings to add to it anyway",
+          sink.results_path, key, meta.value(key, nlohmann::json()).dump(), meta_now[key].dump());
+    }
+  }
+  return Status();
+}
+
+nlohmann::json result_record(const PromptRecord& r, const std::string& dataset, const nlohmann::json& meta_base,
+                             uint64_t seed, const GenerationOutcome& o) {
+  nlohmann::json out = r.original;
+  if (!r.messages.is_null()) {
+    const char* key = out.contains("messages") ? "messages" : "conversations";
+    nlohmann::json conv = prompt_messages(r.messages);
+    conv.push_back({{"role", "assistant"}, {"content", o.text}});
+    out[key] = std::move(conv);
+  } else {
+    out["completion"] = o.text;
+  }
+  if (!out.contains("id")) out["id"] = r.id;
+  nlohmann::json meta = meta_base;
+  meta["dataset"] = dataset;
+  meta["seed"] = seed;
+  meta["prompt_tokens"] = o.prompt_tokens;
+  meta["completion_tokens"] = o.completion_tokens;
+  meta["finish_reason"] = o.finish_reason;
+  if (o.kind != OutcomeKind::kDone) meta["error"] = o.error;
+  out["meta"] = std::move(meta);
+  return out;
+}
+
+nlohmann::json failure_record(const PromptRecord& r, const std::string& dataset, const std::string& model,
+                              const GenerationOutcome& o) {
+  return {{"id", r.id},         {"dataset", dataset},          {"model", model},
+          {"error", o.error},   {"http_status", o.http_status}, {"attempts", o.attempts}};
+}
+
+class Job {
+ public:
+  Job(const std::vector<Dataset>& datasets, GenerationBackend& backend, const JobOptions& options)
+      : datasets_(datasets), backend_(backend), options_(options), inbox_(std::make_shared<Inbox>()) {}
+
+  StatusOr<JobSummary> run();
+
+ private:
+  Status open_sinks();
+  void plan_tasks();
+  Status handle(size_t index, GenerationOutcome& outcome);
+  void report_progress(bool force);
+  Status finish_sinks();
+
+  const std::vector<Dataset>& datasets_;
+  GenerationBackend& backend_;
+  const JobOptions& options_;
+  std::shared_ptr<Inbox> inbox_;
+  nlohmann::json meta_base_;
+  std::vector<Sink> sinks_;
+  std::vector<Task> tasks_;
+  JobSummary summary_;
+  std::vector<std::pair<size_t, size_t>> record_slots_;  // memory mode: task -> (dataset, record)
+  Clock::time_point start_ = Clock::now(), last_progress_ = Clock::now();
+  int64_t finished_this_run_ = 0;
+};
+
+Status Job::open_sinks() {
+  const bool per_dataset = !options_.output_dir.empty();
+  if (per_dataset) {
+    std::error_code ec;
+    std::filesystem::create_directories(options_.output_dir, ec);
+    if (ec) return internal_error("cannot create --output-dir '{}': {}", options_.output_dir, ec.message());
+  } else if (options_.output_file.empty()) {
+    return Status();  // memory mode
+  }
+  for (size_t d = 0; d < datasets_.size(); ++d) {
+    if (per_dataset || sinks_.empty()) {
+      Sink s;
+      s.results_path = per_dataset ? (std::filesystem::path(options_.output_dir) / (datasets_[d].name + ".jsonl")).string()
+                                   : options_.output_file;
+      s.failures_path = s.results_path + ".failures.jsonl";
+      s.done_path = s.results_path + ".done";
+      if (per_dataset) s.default_dataset = datasets_[d].name;
+      sinks_.push_back(std::move(s));
+    }
+    sinks_.back().datasets.push_back(d);
+  }
+  for (Sink& s : sinks_) {
+    STRATA_ASSIGN_OR_RETURN(s.results, scan_and_repair(s.results_path, {.default_dataset = s.default_dataset}));
+    STRATA_ASSIGN_OR_RETURN(
+        s.failures, scan_and_repair(s.failures_path, {.default_dataset = s.default_dataset, .keep_records = true}));
+    STRATA_RETURN_IF_ERROR(check_settings(s, meta_base_, options_.allow_mixed_settings));
+    STRATA_ASSIGN_OR_RETURN(s.results_log, AppendLog::open(s.results_path, s.results.valid_bytes));
+    STRATA_ASSIGN_OR_RETURN(s.failures_log, AppendLog::open(s.failures_path, s.failures.valid_bytes));
+    if (s.results.records > 0) LOG_INFO("resuming {}: {} records already written", s.results_path, s.results.records);
+  }
+  return Status();
+}
+
+void Job::plan_tasks() {
+  for (size_t d = 0; d < datasets_.size(); ++d) {
+    const Dataset& ds = datasets_[d];
+    DatasetSummary& sum = summary_.datasets[d];
+    const size_t sink = sinks_.empty() ? 0 : (sinks_.size() == 1 ? 0 : d);
+    for (size_t i = 0; i < ds.records.size(); ++i) {
+      const PromptRecord& r = ds.records[i];
+      if (!sinks_.empty()) {
+        const Sink& s = sinks_[sink];
+        if (s.results.contains(ds.name, r.id)) {
+          ++sum.done_before;
+          continue;
+        }
+        if (!options_.retry_failures && s.failures.contains(ds.name, r.id)) {
+          ++sum.failed;
+          continue;
+        }
+      }
+      tasks_.push_back({.dataset = d,
+                        .sink = sink,
+                        .task = {.dataset = ds.name, .record = &r, .seed = prompt_seed(options_.sampling.seed, r.id)}});
+      record_slots_.emplace_back(d, i);
+    }
+  }
+}
+
+Status Job::handle(size_t index, GenerationOutcome& o) {
+  const Task& t = tasks_[index];
+  DatasetSummary& sum = summary_.datasets[t.dataset];
+  const PromptRecord& r = *t.task.record;
+  if (o.kind == OutcomeKind::kInterrupted) {
+    ++summary_.interrupted;
+    if (summary_.interrupt_reason.empty()) summary_.interrupt_reason = o.error;
+    return Status();
+  }
+  ++finished_this_run_;
+  sum.prompt_tokens += o.prompt_tokens;
+  sum.completion_tokens += o.completion_tokens;
+  if (o.kind == OutcomeKind::kDone) ++sum.done;
+  else ++sum.failed;
+  if (sinks_.empty()) {
+    summary_.records[index] = result_record(r, t.task.dataset, meta_base_, t.task.seed, o);
+    return Status();
+  }
+  Sink& s = sinks_[t.sink];
+  if (o.kind == OutcomeKind::kDone)
+    return s.results_log->append(result_record(r, t.task.dataset, meta_base_, t.task.seed, o).dump());
+  LOG_WARN("{} id {}: {}", t.task.dataset, r.id, o.error);
+  return s.failures_log->append(failure_record(r, t.task.dataset, meta_base_["model"], o).dump());
+}
+
+void Job::report_progress(bool force) {
+  const auto now = Clock::now();
+  if (!options_.progress) return;
+  if (!force && std::chrono::duration<double>(now - last_progress_).count() < options_.progress_interval_s) return;
+  last_progress_ = now;
+  ProgressSnapshot snap{.datasets = summary_.datasets,
+                        .elapsed_s = std::chrono::duration<double>(now - start_).count(),
+                        .done_this_run = finished_this_run_};
+  std::fprintf(stderr, "%s\n", format_progress(snap).c_str());
+}
+
+Status Job::finish_sinks() {
+  if (summary_.interrupted > 0) return Status();
+  for (Sink& s : sinks_) {
+    STRATA_RETURN_IF_ERROR(s.results_log->sync());
+    STRATA_RETURN_IF_ERROR(s.failures_log->sync());
+    JobSummary part;
+    part.seconds = summary_.seconds;
+    part.complete = true;
+    for (size_t d : s.datasets) part.datasets.push_back(summary_.datasets[d]);
+    nlohmann::json j = part.to_json();
+    j["model"] = meta_base_["model"];
+    j["sampling"] = meta_base_["sampling"];
+    STRATA_RETURN_IF_ERROR(write_file_atomic(s.done_path, j.dump(2) + "\n"));
+  }
+  return Status();
+}
+
+StatusOr<JobSummary> Job::run() {
+  std::set<std::string> names;
+  for (const Dataset& d : datasets_) {
+    if (!names.insert(d.name).second) return invalid_argument("dataset name '{}' is given twice", d.name);
+    summary_.datasets.push_back({.name = d.name, .total = int64_t(d.records.size())});
+  }
+  meta_base_ = {{"model", backend_.model_name()}, {"sampling", options_.sampling.to_json()}};
+  STRATA_RETURN_IF_ERROR(open_sinks());
+  plan_tasks();
+  if (!tasks_.empty()) {
+    for (Sink& s : sinks_) std::filesystem::remove(s.done_path);  // stale: there is work again
+  }
+  if (sinks_.empty()) summary_.records.resize(tasks_.size());
+
+  const size_t max_in_flight = size_t(std::max(1, backend_.max_in_flight()));
+  size_t next = 0, in_flight = 0;
+  std::vector<std::pair<size_t, GenerationOutcome>> batch;
+  while (next < tasks_.size() || in_flight > 0) {
+    while (summary_.interrupted == 0 && next < tasks_.size() && in_flight < max_in_flight) {
+      const size_t index = next++;
+      ++in_flight;
+      std::shared_ptr<Inbox> inbox = inbox_;
+      backend_.start(tasks_[index].task, [inbox, index](GenerationOutcome o) {
+        std::lock_guard<std::mutex> lk(inbox->mu);
+        inbox->items.emplace_back(index, std::move(o));
+        inbox->cv.notify_one();
+      });
+    }
+    if (summary_.interrupted > 0 && in_flight == 0) break;
+    {
+      std::unique_lock<std::mutex> lk(inbox_->mu);
+      inbox_->cv.wait_for(lk, std::chrono::milliseconds(200), [&] { return !inbox_->items.empty(); });
+      batch.assign(std::make_move_iterator(inbox_->items.begin()), std::make_move_iterator(inbox_->items.end()));
+      inbox_->items.clear();
+    }
+    for (auto& [index, outcome] : batch) {
+      --in_flight;
+      STRATA_RETURN_IF_ERROR(handle(index, outcome));
+    }
+    // One fdatasync per batch of lines: a kill never tears more than the line being written,
+    // and a power loss loses at most this batch (which resumes).
+    if (!batch.empty()) {
+      for (Sink& s : sinks_) {
+        STRATA_RETURN_IF_ERROR(s.results_log->sync());
+        STRATA_RETURN_IF_ERROR(s.failures_log->sync());
+      }
+    }
+    report_progress(false);
+  }
+  summary_.interrupted += int64_t(tasks_.size() - next);
+  summary_.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+  summary_.complete = summary_.interrupted == 0;
+  report_progress(true);
+  STRATA_RETURN_IF_ERROR(finish_sinks());
+  return std::move(summary_);
+}
+
+}  // namespace
+
+int64_t JobSummary::failed() const {
+  int64_t n = 0;
+  for (const auto& d : datasets) n += d.failed;
+  return n;
+}
+
+nlohmann::json JobSummary::to_json() const {
+  nlohmann::json ds = nlohmann::json::array();
+  for (const auto& d : datasets) {
+    ds.push_back({{"name", d.name},
+                  {"total", d.total},
+                  {"done", d.done_before + d.done},
+                  {"done_this_run", d.done},
+                  {"failed", d.failed},
+                  {"prompt_tokens_this_run", d.prompt_tokens},
+                  {"completion_tokens_this_run", d.completion_tokens}});
+  }
+  return {{"datasets", ds}, {"seconds_this_run", seconds}, {"complete", complete}, {"interrupted", interrupted}};
+}
+
+StatusOr<JobSummary> run_job(const std::vector<Dataset>& datasets, GenerationBackend& backend,
+                             const JobOptions& options) {
+  Job job(datasets, backend, options);
+  return job.run();
+}
+
+std::string format_duration(double s) {
+  if (!(s >= 0) || s > 1e9) return "?";
+  const int64_t t = int64_t(s + 0.5);
+  if (t < 60) return fmt::format("{}s", t);
+  if (t < 3600) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  if (t < 86400) return fmt::format("{}h{:02}m", t / 3600, (t % 3600) / 60);
+  return fmt::format("{}d{:02}h", t / 86400, (t % 86400) / 3600);
+}
+
+std::string format_progress(const ProgressSnapshot& p) {
+  std::string line = "[generate]";
+  int64_t total = 0, finished = 0, prompt_tokens = 0, completion_tokens = 0, failed = 0;
+  for (const auto& d : p.datasets) {
+    const int64_t f = d.done_before + d.done + d.failed;
+    line += fmt::format(" {} {}/{}", d.name, f, d.total);
+    if (d.failed > 0) line += fmt::format(" ({} failed)", d.failed);
+    line += " ·";
+    total += d.total;
+    finished += f;
+    failed += d.failed;
+    prompt_tokens += d.prompt_tokens;
+    completion_tokens += d.completion_tokens;
+  }
+  const double secs = std::max(p.elapsed_s, 1e-9);
+  line += fmt::format(" total {}/{} ({:.1f}%)", finished, total, total ? 100.0 * double(finished) / double(total) : 100.0);
+  if (p.datasets.size() == 1 && failed > 0) line += fmt::format(" {} failed", failed);
+  line += fmt::format(" · prompt {:.0f} tok/s · gen {:.0f} tok/s", double(prompt_tokens) / secs,
+                      double(completion_tokens) / secs);
+  const int64_t left = total - finished;
+  if (left == 0) {
+    line += fmt::format(" · elapsed {}", format_duration(p.elapsed_s));
+  } else if (p.done_this_run > 0) {
+    line += fmt::format(" · ETA {}", format_duration(p.elapsed_s / double(p.done_this_run) * double(left)));
+  } else {
+    line += " · ETA ?";
+  }
+  return line;
+}
+
+}  // namespace strata

@@ -1,0 +1,129 @@
+// Dataset specs, the per-prompt seed, and OpenAI request/reply handling (pure parts of the
+// server backend) and the backoff policy.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "pipeline/dataset.h"
+#include "pipeline/server_backend.h"
+
+namespace strata {
+namespace {
+
+TEST(DatasetSpec, NameEqualsFileAndBareFile) {
+  auto d = parse_dataset_spec("define=/data/prompts-define.jsonl");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->name, "define");
+  EXPECT_EQ(d->path, "/data/prompts-define.jsonl");
+  d = parse_dataset_spec("/data/prompts-explain.jsonl");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->name, "prompts-explain");
+  EXPECT_FALSE(parse_dataset_spec("=x.jsonl").ok());
+  EXPECT_FALSE(parse_dataset_spec("a=").ok());
+  EXPECT_FALSE(parse_dataset_spec("a/b=x.jsonl").ok());  // would escape --output-dir
+}
+
+TEST(DatasetSpec, LoadsTheSharedPrompts) {
+  auto d = parse_dataset_spec(std::string("explain=") + STRATA_SHARED_DIR + "/data/prompts-explain.jsonl");
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE(load_dataset(*d).ok());
+  ASSERT_EQ(d->records.size(), 3000u);
+  EXPECT_EQ(d->records[0].id, "explain-00000");
+  EXPECT_EQ(d->records[0].messages[0]["role"], "user");
+  auto missing = parse_dataset_spec("x=/nonexistent/file.jsonl");
+  ASSERT_TRUE(missing.ok());
+  EXPECT_EQ(load_dataset(*missing).code(), StatusCode::kNotFound);
+}
+
+TEST(PromptSeed, MatchesTheDocumentedHashAndDependsOnlyOnSeedAndId) {
+  // Values from an independent Python implementation of FNV-1a + splitmix64 (dataset.cc).
+  EXPECT_EQ(prompt_seed(0, "define-00000"), 5106128956112826967ull);
+  EXPECT_EQ(prompt_seed(42, "define-00000"), 8357999837833331606ull);
+  EXPECT_EQ(prompt_seed(0, ""), 7625481859077937184ull);
+  EXPECT_NE(prompt_seed(0, "define-00001"), prompt_seed(0, "define-00000"));
+  EXPECT_LE(prompt_seed(12345, "x"), uint64_t(INT64_MAX));
+}
+
+TEST(ServerUrl, Parses) {
+  auto u = parse_server_url("http://127.0.0.1:30000");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->scheme_host_port, "http://127.0.0.1:30000");
+  EXPECT_EQ(u->prefix, "");
+  u = parse_server_url("http://host:8000/v1/");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->scheme_host_port, "http://host:8000");
+  EXPECT_EQ(u->prefix, "");
+  u = parse_server_url("http://host/proxy/v1");
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(u->prefix, "/proxy");
+  EXPECT_FALSE(parse_server_url("host:8000").ok());
+  EXPECT_FALSE(parse_server_url("https://host").ok());
+  EXPECT_FALSE(parse_server_url("http://").ok());
+}
+
+TEST(OpenAiBody, ChatAndCompletion) {
+  auto chat = parse_prompt_line(
+      R"({"id":"a","conversations":[{"from":"human","value":"hi"},{"from":"gpt","value":"old"}]})", 1, "d");
+  ASSERT_TRUE(chat.ok());
+  JobSampling s{.temperature = 0.7f, .top_p = 0.9f, .top_k = 20, .max_new_tokens = 64, .stop = {"END"}};
+  nlohmann::json b = openai_request_body(*chat, s, "m", 99);
+  EXPECT_EQ(b["model"], "m");
+  EXPECT_EQ(b["max_tokens"], 64);
+  EXPECT_EQ(b["seed"], 99);
+  EXPECT_EQ(b["top_k"], 20);
+  EXPECT_EQ(b["stop"], nlohmann::json({"END"}));
+  EXPECT_EQ(b["stream"], false);
+  EXPECT_FALSE(b.contains("ignore_eos"));
+  // The old assistant turn is dropped: the model regenerates it.
+  EXPECT_EQ(b["messages"], nlohmann::json::parse(R"([{"role":"user","content":"hi"}])"));
+  auto raw = parse_prompt_line(R"({"prompt":"Once upon"})", 3, "d");
+  ASSERT_TRUE(raw.ok());
+  b = openai_request_body(*raw, JobSampling{.ignore_eos = true}, "m", 1);
+  EXPECT_EQ(b["prompt"], "Once upon");
+  EXPECT_FALSE(b.contains("messages"));
+  EXPECT_FALSE(b.contains("top_k"));
+  EXPECT_EQ(b["ignore_eos"], true);
+}
+
+TEST(OpenAiReply, Parses) {
+  GenerationOutcome o;
+  ASSERT_TRUE(parse_openai_reply(
+                  R"({"choices":[{"message":{"role":"assistant","content":"hello"},"finish_reason":"length"}],
+                      "usage":{"prompt_tokens":5,"completion_tokens":7}})",
+                  true, o)
+                  .ok());
+  EXPECT_EQ(o.text, "hello");
+  EXPECT_EQ(o.finish_reason, "length");
+  EXPECT_EQ(o.prompt_tokens, 5);
+  EXPECT_EQ(o.completion_tokens, 7);
+  GenerationOutcome c;
+  ASSERT_TRUE(parse_openai_reply(R"({"choices":[{"text":"abc","finish_reason":"stop"}]})", false, c).ok());
+  EXPECT_EQ(c.text, "abc");
+  GenerationOutcome n;
+  ASSERT_TRUE(parse_openai_reply(R"({"choices":[{"message":{"content":null}}]})", true, n).ok());
+  EXPECT_EQ(n.text, "");
+  EXPECT_FALSE(parse_openai_reply("<html>", true, o).ok());
+  EXPECT_FALSE(parse_openai_reply(R"({"choices":[]})", true, o).ok());
+  EXPECT_FALSE(parse_openai_reply(R"({"choices":[{"text":"x"}]})", true, o).ok());  // chat needs message
+}
+
+TEST(Backoff, GrowsIsCappedAndJittered) {
+  RetryPolicy p{.initial_delay_s = 0.5, .max_delay_s = 4.0, .multiplier = 2.0};
+  std::mt19937_64 rng(1);
+  for (int retry = 1; retry <= 10; ++retry) {
+    const double cap = std::min(4.0, 0.5 * std::pow(2.0, retry - 1));
+    double lo = 1e9, hi = 0;
+    for (int k = 0; k < 200; ++k) {
+      const double d = backoff_delay_s(p, retry, rng);
+      lo = std::min(lo, d);
+      hi = std::max(hi, d);
+    }
+    EXPECT_GE(lo, cap * 0.5) << retry;
+    EXPECT_LE(hi, cap) << retry;
+    EXPECT_LT(lo, hi) << retry;  // jittered, not a constant
+  }
+}
+
+}  // namespace
+}  // namespace strata

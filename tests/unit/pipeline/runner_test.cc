@@ -1,0 +1,284 @@
+// The batch job against a fake backend: resume after interruption, exactly-once, failures and
+// --retry-failures, settings check, per-dataset files, repair of a damaged output, progress.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <set>
+
+#include "pipeline/output_log.h"
+#include "pipeline/runner.h"
+
+namespace strata {
+namespace {
+
+// Completes tasks deterministically: text "<id>|<seed>". Fails ids in `fail_ids`; after
+// `interrupt_after` starts every task ends kInterrupted (a server that went away).
+class FakeBackend : public GenerationBackend {
+ public:
+  std::set<std::string> fail_ids;
+  int64_t interrupt_after = -1;
+  bool async = false;
+  int in_flight = 4;
+  std::vector<std::string> started;
+
+  ~FakeBackend() override {
+    for (auto& f : futures_) f.wait();
+  }
+  std::string model_name() const override { return "fake-model"; }
+  int max_in_flight() const override { return in_flight; }
+  void start(const GenerationTask& task, OutcomeCallback done) override {
+    started.push_back(task.dataset + "/" + task.record->id);
+    GenerationOutcome o;
+    if (interrupt_after >= 0 && int64_t(started.size()) > interrupt_after) {
+      o.kind = OutcomeKind::kInterrupted;
+      o.error = "server gone";
+    } else if (fail_ids.count(task.record->id)) {
+      o.kind = OutcomeKind::kFailed;
+      o.error = "HTTP 400: prompt too long";
+      o.http_status = 400;
+    } else {
+      o.text = task.record->id + "|" + std::to_string(task.seed);
+      o.prompt_tokens = 3;
+      o.completion_tokens = 5;
+      o.finish_reason = "length";
+    }
+    if (async) {
+      futures_.push_back(std::async(std::launch::async, [done, o] { done(o); }));
+    } else {
+      done(o);
+    }
+  }
+
+ private:
+  std::vector<std::future<void>> futures_;
+};
+
+Dataset make_dataset(const std::string& name, int n, const std::string& id_prefix = "p") {
+  Dataset d{.name = name};
+  for (int i = 0; i < n; ++i) {
+    auto r = parse_prompt_line(
+        nlohmann::json({{"id", id_prefix + std::to_string(i)},
+                        {"conversations", {{{"role", "user"}, {"content", "q" + std::to_string(i)}}}}})
+            .dump(),
+        i + 1, name);
+    EXPECT_TRUE(r.ok());
+    d.records.push_back(*r);
+  }
+  return d;
+}
+
+std::vector<nlohmann::json> read_lines(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+class RunnerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("strata_runner_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    opts_.output_file = (dir_ / "out.jsonl").string();
+    opts_.progress = false;
+    opts_.sampling.seed = 11;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+  JobOptions opts_;
+};
+
+TEST_F(RunnerTest, MemoryModeKeepsInputOrderAndAppendsTheAnswer) {
+  JobOptions o = opts_;
+  o.output_file.clear();
+  FakeBackend b;
+  b.async = true;
+  std::vector<Dataset> ds{make_dataset("d", 9)};
+  auto s = run_job(ds, b, o);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  ASSERT_EQ(s->records.size(), 9u);
+  for (int i = 0; i < 9; ++i) {
+    const auto& r = s->records[i];
+    EXPECT_EQ(r["id"], "p" + std::to_string(i));
+    ASSERT_EQ(r["conversations"].size(), 2u);
+    EXPECT_EQ(r["conversations"][1]["role"], "assistant");
+    EXPECT_EQ(r["conversations"][1]["content"],
+              "p" + std::to_string(i) + "|" + std::to_string(prompt_seed(11, "p" + std::to_string(i))));
+    EXPECT_EQ(r["meta"]["dataset"], "d");
+    EXPECT_EQ(r["meta"]["model"], "fake-model");
+    EXPECT_EQ(r["meta"]["sampling"]["seed"], 11);
+    EXPECT_EQ(r["meta"]["completion_tokens"], 5);
+    EXPECT_EQ(r["meta"]["finish_reason"], "length");
+  }
+  EXPECT_TRUE(s->complete);
+}
+
+TEST_F(RunnerTest, InterruptedRunResumesExactlyOnce) {
+  std::vector<Dataset> ds{make_dataset("a", 20), make_dataset("b", 15)};
+  for (int round = 0; round < 6; ++round) {
+    FakeBackend b;
+    b.interrupt_after = 7;
+    b.async = round % 2 == 1;
+    auto s = run_job(ds, b, opts_);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    const bool done = 7 * (round + 1) >= 35;
+    EXPECT_EQ(s->complete, done) << round;
+    EXPECT_EQ(std::filesystem::exists(opts_.output_file + ".done"), done) << round;
+    EXPECT_EQ(int64_t(read_lines(opts_.output_file).size()), std::min(35, 7 * (round + 1)));
+  }
+  std::map<std::string, int> seen;
+  for (const auto& r : read_lines(opts_.output_file)) {
+    ++seen[r["meta"]["dataset"].get<std::string>() + "/" + r["id"].get<std::string>()];
+    EXPECT_EQ(r["meta"]["seed"], prompt_seed(11, r["id"]));
+  }
+  EXPECT_EQ(seen.size(), 35u);
+  for (const auto& [k, n] : seen) EXPECT_EQ(n, 1) << k;
+  // A run on a finished output starts nothing.
+  FakeBackend b;
+  auto s = run_job(ds, b, opts_);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(b.started.empty());
+  EXPECT_TRUE(s->complete);
+  EXPECT_EQ(s->datasets[0].done_before, 20);
+}
+
+TEST_F(RunnerTest, FailuresAreRecordedNotRetriedUnlessAsked) {
+  std::vector<Dataset> ds{make_dataset("a", 10)};
+  {
+    FakeBackend b;
+    b.fail_ids = {"p3", "p7"};
+    auto s = run_job(ds, b, opts_);
+    ASSERT_TRUE(s.ok());
+    EXPECT_TRUE(s->complete);
+    EXPECT_EQ(s->failed(), 2);
+    EXPECT_EQ(read_lines(opts_.output_file).size(), 8u);
+    auto f = read_lines(opts_.output_file + ".failures.jsonl");
+    ASSERT_EQ(f.size(), 2u);
+    EXPECT_EQ(f[0]["id"], "p3");
+    EXPECT_EQ(f[0]["dataset"], "a");
+    EXPECT_EQ(f[0]["http_status"], 400);
+    EXPECT_NE(f[0]["error"].get<std::string>().find("prompt too long"), std::string::npos);
+  }
+  {
+    FakeBackend b;  // would succeed now, but failures are not retried by default
+    auto s = run_job(ds, b, opts_);
+    ASSERT_TRUE(s.ok());
+    EXPECT_TRUE(b.started.empty());
+    EXPECT_EQ(s->failed(), 2);
+  }
+  {
+    JobOptions o = opts_;
+    o.retry_failures = true;
+    FakeBackend b;
+    auto s = run_job(ds, b, o);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(b.started, (std::vector<std::string>{"a/p3", "a/p7"}));
+    EXPECT_EQ(s->failed(), 0);
+    EXPECT_EQ(read_lines(opts_.output_file).size(), 10u);
+  }
+  FakeBackend b;
+  auto s = run_job(ds, b, opts_);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->failed(), 0);  // done wins over an old failure record
+}
+
+TEST_F(RunnerTest, ResumingWithOtherSettingsIsRefused) {
+  std::vector<Dataset> ds{make_dataset("a", 6)};
+  FakeBackend b;
+  b.interrupt_after = 3;
+  ASSERT_TRUE(run_job(ds, b, opts_).ok());
+  JobOptions o = opts_;
+  o.sampling.temperature = 0.8f;
+  FakeBackend b2;
+  auto s = run_job(ds, b2, o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("--allow-mixed-settings"), std::string::npos);
+  o.allow_mixed_settings = true;
+  s = run_job(ds, b2, o);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(s->complete);
+}
+
+TEST_F(RunnerTest, OutputDirWritesOneFilePerDataset) {
+  JobOptions o = opts_;
+  o.output_file.clear();
+  o.output_dir = (dir_ / "outdir").string();
+  std::vector<Dataset> ds{make_dataset("define", 5), make_dataset("explain", 4)};  // same ids p0..
+  FakeBackend b;
+  b.interrupt_after = 6;
+  ASSERT_TRUE(run_job(ds, b, o).ok());
+  FakeBackend b2;
+  auto s = run_job(ds, b2, o);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(b2.started.size(), 3u);
+  EXPECT_EQ(read_lines(o.output_dir + "/define.jsonl").size(), 5u);
+  EXPECT_EQ(read_lines(o.output_dir + "/explain.jsonl").size(), 4u);
+  EXPECT_TRUE(std::filesystem::exists(o.output_dir + "/define.jsonl.done"));
+  auto done = nlohmann::json::parse(std::ifstream(o.output_dir + "/explain.jsonl.done"));
+  EXPECT_EQ(done["datasets"][0]["name"], "explain");
+  EXPECT_EQ(done["datasets"][0]["done"], 4);
+  EXPECT_EQ(done["complete"], true);
+}
+
+TEST_F(RunnerTest, SameIdInTwoDatasetsOfOneFileIsTwoRecords) {
+  std::vector<Dataset> ds{make_dataset("a", 3), make_dataset("b", 3)};
+  FakeBackend b;
+  ASSERT_TRUE(run_job(ds, b, opts_).ok());
+  EXPECT_EQ(read_lines(opts_.output_file).size(), 6u);
+}
+
+TEST_F(RunnerTest, RepairsTornTailAndDuplicatesBeforeResuming) {
+  std::vector<Dataset> ds{make_dataset("a", 5)};
+  FakeBackend b;
+  b.interrupt_after = 3;
+  ASSERT_TRUE(run_job(ds, b, opts_).ok());
+  auto lines = read_lines(opts_.output_file);
+  ASSERT_EQ(lines.size(), 3u);
+  {
+    std::ofstream out(opts_.output_file, std::ios::app);
+    out << lines[1].dump() << "\n" << lines[0].dump().substr(0, 17);  // a duplicate and a torn tail
+  }
+  FakeBackend b2;
+  auto s = run_job(ds, b2, opts_);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(b2.started.size(), 2u);
+  auto after = scan_output(opts_.output_file);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->records, 5);
+  EXPECT_TRUE(after->duplicates.empty());
+  EXPECT_EQ(after->torn_bytes, 0);
+}
+
+TEST_F(RunnerTest, DuplicateDatasetNamesAreAnError) {
+  std::vector<Dataset> ds{make_dataset("a", 1), make_dataset("a", 1)};
+  FakeBackend b;
+  EXPECT_EQ(run_job(ds, b, opts_).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Progress, FormatsPerDatasetTotalsRatesAndEta) {
+  ProgressSnapshot p;
+  p.datasets = {{.name = "define", .total = 100, .done_before = 10, .done = 20, .prompt_tokens = 400, .completion_tokens = 1000},
+                {.name = "explain", .total = 50, .done = 5, .failed = 1}};
+  p.elapsed_s = 10;
+  p.done_this_run = 26;
+  const std::string line = format_progress(p);
+  EXPECT_NE(line.find("define 30/100"), std::string::npos) << line;
+  EXPECT_NE(line.find("explain 6/50 (1 failed)"), std::string::npos) << line;
+  EXPECT_NE(line.find("total 36/150 (24.0%)"), std::string::npos) << line;
+  EXPECT_NE(line.find("prompt 40 tok/s"), std::string::npos) << line;
+  EXPECT_NE(line.find("gen 100 tok/s"), std::string::npos) << line;
+  EXPECT_NE(line.find("ETA 44s"), std::string::npos) << line;  // 114 left at 2.6/s
+  EXPECT_EQ(format_duration(3725), "1h02m");
+  EXPECT_EQ(format_duration(185), "3m05s");
+  EXPECT_EQ(format_duration(2 * 86400 + 7200), "2d02h");
+}
+
+}  // namespace
+}  // namespace strata
