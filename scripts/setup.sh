@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libcpp-httplib-dev
       libspdlog-dev libfmt-dev libcli11-dev libpcre2-dev libgtest-dev
-      libxxhash-dev)
+      libxxhash-dev prometheus)  # prometheus: promtool checks /metrics in the server e2e tests
+command -v node >/dev/null 2>&1 || PKGS+=(nodejs npm)  # the openai npm client (tests/e2e/js)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -15,6 +16,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+# The official openai npm client for tests/e2e/js (its test skips, saying so, when missing).
+if command -v npm >/dev/null 2>&1; then
+  (cd tests/e2e/js && npm ci --no-audit --no-fund --loglevel=error) || echo "warning: npm ci failed in tests/e2e/js"
 fi
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"

@@ -1,0 +1,239 @@
+#include "server/generation.h"
+
+#include <fmt/format.h>
+
+#include <ctime>
+#include <algorithm>
+#include <random>
+
+#include "server/sse.h"
+
+namespace strata {
+namespace {
+
+using nlohmann::json;
+
+double seconds(Generation::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+std::string random_id(const char* prefix) {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  return fmt::format("{}{:016x}{:08x}", prefix, rng(), uint32_t(rng()));
+}
+
+ApiError status_to_error(const Status& s, const std::string& param) {
+  switch (s.code()) {
+    case StatusCode::kUnavailable:
+      return server_error(503, s.message(), "unavailable");
+    case StatusCode::kResourceExhausted:
+      return server_error(503, s.message(), "resource_exhausted");
+    case StatusCode::kOutOfRange:
+      return bad_request(s.message(), param, "context_length_exceeded");
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kNotFound:
+    case StatusCode::kFailedPrecondition:
+      return bad_request(s.message(), param);
+    default:
+      return server_error(500, s.message());
+  }
+}
+
+}  // namespace
+
+Generation::Generation(ServerState& state, OpenAiRequest req) : state_(state), req_(std::move(req)) {
+  meta_.id = random_id(req_.endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
+  meta_.created = int64_t(std::time(nullptr));
+  meta_.model = state_.config().served_model_name;
+}
+
+std::variant<ApiError, std::unique_ptr<Generation>> Generation::start(ServerState& state, OpenAiRequest req,
+                                                                      Clock::time_point arrival) {
+  const std::string& served = state.config().served_model_name;
+  if (!req.model.empty() && req.model != served)
+    return api_error(404, fmt::format("The model '{}' does not exist; this server serves '{}'", req.model, served),
+                     "invalid_request_error", "model", "model_not_found");
+  const bool chat = req.endpoint == Endpoint::kChat;
+  const char* prompt_param = chat ? "messages" : "prompt";
+  std::vector<std::vector<int32_t>> prompts;
+  if (chat) {
+    if (!state.encoder().has_chat_template())
+      return bad_request("this model has no chat template; use /v1/completions", "messages");
+    auto ids = state.encoder().encode_chat(req.messages);
+    if (!ids.ok()) return bad_request(ids.status().message(), "messages");
+    prompts.push_back(std::move(ids).value());
+  } else {
+    for (const auto& t : req.text_prompts) prompts.push_back(state.encoder().encode_raw(t));
+    const int64_t vocab = state.engine().tokenizer().vocab_size();
+    for (auto& p : req.token_prompts) {
+      for (int32_t id : p)
+        if (id >= vocab)
+          return bad_request(fmt::format("token id {} is outside the vocabulary (size {})", id, vocab), "prompt");
+      prompts.push_back(std::move(p));
+    }
+  }
+  const int64_t context = state.engine().context_length();
+  const int64_t limit = std::min(context, state.engine().kv_capacity_tokens());
+  for (const auto& p : prompts) {
+    const int64_t len = int64_t(p.size());
+    if (len == 0) return bad_request("the prompt is empty after tokenization", prompt_param);
+    if (len >= limit)
+      return bad_request(fmt::format("This model's maximum context length is {} tokens. However, your prompt has "
+                                     "{} tokens, leaving no room for the completion.", limit, len),
+                         prompt_param, "context_length_exceeded");
+    if (req.max_tokens && len + *req.max_tokens > context)
+      return bad_request(fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
+                                     "tokens ({} in the prompt, {} for the completion).",
+                                     context, len + *req.max_tokens, len, *req.max_tokens),
+                         "max_tokens", "context_length_exceeded");
+  }
+  std::unique_ptr<Generation> g(new Generation(state, std::move(req)));
+  if (auto e = g->submit_all(std::move(prompts), arrival)) return *e;
+  return g;
+}
+
+std::optional<ApiError> Generation::submit_all(std::vector<std::vector<int32_t>> prompts, Clock::time_point arrival) {
+  const int total = int(prompts.size()) * req_.n;
+  switch (state_.admit(total)) {
+    case ServerState::Admit::kOk:
+      break;
+    case ServerState::Admit::kQueueFull:
+      state_.metrics()->requests_rejected.inc();
+      return server_error(503, "the server's request queue is full (--max-queued-requests); retry later",
+                          "queue_full");
+    case ServerState::Admit::kDraining:
+      state_.metrics()->requests_rejected.inc();
+      return server_error(503, "the server is shutting down", "unavailable");
+  }
+  admitted_ = total;
+  stream_ = std::make_shared<RequestStream>(total);
+  choices_.resize(size_t(total));
+  finished_.assign(size_t(total), false);
+  engine_ids_.assign(size_t(total), -1);
+  prompt_tokens_.assign(size_t(total), 0);
+  cached_tokens_.assign(size_t(total), 0);
+  const int64_t context = state_.engine().context_length();
+  for (int i = 0; i < total; ++i) {
+    const auto& prompt = prompts[size_t(i / req_.n)];
+    GenerateRequest g;
+    g.prompt_ids = prompt;
+    g.params.temperature = req_.temperature;
+    g.params.top_p = req_.top_p;
+    g.params.top_k = req_.top_k;
+    if (req_.seed) g.params.seed = *req_.seed + uint64_t(i);
+    const int64_t room = context - int64_t(prompt.size());
+    const int64_t dflt = req_.endpoint == Endpoint::kChat ? room : std::min<int64_t>(16, room);
+    g.params.max_new_tokens = int32_t(req_.max_tokens ? *req_.max_tokens : dflt);
+    g.params.stop_strings = req_.stop;
+    g.params.stop_token_ids = req_.stop_token_ids;
+    g.params.ignore_eos = req_.ignore_eos;
+    g.top_logprobs = req_.top_logprobs;
+    prompt_tokens_[size_t(i)] = int32_t(prompt.size());
+    g.on_event = [stream = stream_, metrics = state_.metrics(), i, arrival,
+                  last = Clock::time_point{}](const StreamEvent& ev) mutable {
+      const auto now = Clock::now();
+      if (!ev.token_ids.empty()) {
+        if (last == Clock::time_point{}) {
+          metrics->ttft.observe(seconds(now - arrival));
+        } else {
+          metrics->itl.observe(seconds(now - last) / double(ev.token_ids.size()));
+        }
+        last = now;
+      }
+      if (ev.finished) metrics->e2e.observe(seconds(now - arrival));
+      stream->push(i, ev);
+    };
+    auto id = state_.engine().submit(std::move(g));
+    if (!id.ok()) {
+      abort();  // the destructor releases the slots
+      return status_to_error(id.status(), req_.endpoint == Endpoint::kChat ? "messages" : "prompt");
+    }
+    engine_ids_[size_t(i)] = *id;
+    state_.track(*id);
+  }
+  return std::nullopt;
+}
+
+Generation::~Generation() {
+  abort();
+  for (int64_t id : engine_ids_)
+    if (id >= 0) state_.untrack(id);
+  if (admitted_ > 0) state_.release(admitted_);
+}
+
+void Generation::abort() {
+  for (size_t i = 0; i < engine_ids_.size(); ++i)
+    if (engine_ids_[i] >= 0 && !finished_[i]) state_.engine().abort(engine_ids_[i]);
+}
+
+void Generation::apply(ChoiceEvent& ce) {
+  ChoiceResult& c = choices_[size_t(ce.choice)];
+  StreamEvent& ev = ce.event;
+  c.text += ev.text;
+  c.token_ids.insert(c.token_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
+  for (auto& lp : ev.logprobs) c.logprobs.push_back(lp);
+  if (ev.finished) {
+    c.finish_reason = ev.finish_reason;
+    c.error = ev.error;
+    finished_[size_t(ce.choice)] = true;
+    cached_tokens_[size_t(ce.choice)] = ev.cached_tokens;
+  }
+}
+
+Usage Generation::usage() const {
+  Usage usage;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    usage.completion_tokens += int64_t(choices_[i].token_ids.size());
+    if (i % size_t(req_.n) == 0) {
+      usage.prompt_tokens += prompt_tokens_[i];
+      usage.cached_tokens += cached_tokens_[i];
+    }
+  }
+  return usage;
+}
+
+nlohmann::json Generation::wait_response() {
+  while (!std::all_of(finished_.begin(), finished_.end(), [](bool f) { return f; })) {
+    for (auto& ce : stream_->pop(std::chrono::milliseconds(1000))) apply(ce);
+  }
+  return build_response(req_, meta_, choices_, usage(), state_.engine().tokenizer());
+}
+
+bool Generation::next_sse(std::string* out, std::chrono::milliseconds heartbeat) {
+  const Tokenizer& tok = state_.engine().tokenizer();
+  if (!started_stream_) {
+    started_stream_ = true;
+    if (req_.endpoint == Endpoint::kChat) {
+      for (int i = 0; i < int(choices_.size()); ++i) {
+        ChunkPart role;
+        role.choice = i;
+        role.first = true;
+        *out += sse_event(build_chunk(req_, meta_, role, tok));
+      }
+    }
+  }
+  auto events = stream_->pop(heartbeat);
+  if (events.empty()) *out += sse_comment("keep-alive");
+  for (auto& ce : events) {
+    ChunkPart part;
+    part.choice = ce.choice;
+    part.text = ce.event.text;
+    part.token_ids = ce.event.token_ids;
+    part.logprobs = ce.event.logprobs;
+    part.text_offset = choices_[size_t(ce.choice)].text.size();
+    apply(ce);
+    if (!part.text.empty() || (req_.top_logprobs >= 0 && !part.token_ids.empty()))
+      *out += sse_event(build_chunk(req_, meta_, part, tok));
+    if (ce.event.finished) {
+      ChunkPart end;
+      end.choice = ce.choice;
+      end.finish = ce.event.finish_reason;
+      *out += sse_event(build_chunk(req_, meta_, end, tok));
+    }
+  }
+  if (!std::all_of(finished_.begin(), finished_.end(), [](bool f) { return f; })) return false;
+  if (req_.include_usage) *out += sse_event(build_usage_chunk(req_, meta_, usage()));
+  *out += sse_done();
+  done_sent_ = true;
+  return true;
+}
+
+}  // namespace strata

@@ -1,0 +1,60 @@
+// Generation: one /v1/completions or /v1/chat/completions request in flight. start() validates
+// it against the served model and the context, takes queue slots and submits one engine request
+// per choice; the HTTP thread then either waits for the whole response or pulls SSE text.
+// The engine callbacks only push into the RequestStream and observe latency histograms.
+// One HTTP thread uses a Generation at a time; destroying it aborts unfinished choices (a
+// client that went away) and releases the queue slots.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "server/openai_schema.h"
+#include "server/request_stream.h"
+#include "server/server_state.h"
+
+namespace strata {
+
+class Generation {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static std::variant<ApiError, std::unique_ptr<Generation>> start(ServerState& state, OpenAiRequest req,
+                                                                   Clock::time_point arrival);
+  ~Generation();
+  Generation(const Generation&) = delete;
+  Generation& operator=(const Generation&) = delete;
+
+  bool streaming() const { return req_.stream; }
+  // Non-streaming: blocks until every choice finished; the response body.
+  nlohmann::json wait_response();
+  // Streaming: waits up to `heartbeat` for events and appends their SSE text to *out (a
+  // keep-alive comment when nothing happened). Returns true when *out ends the stream with
+  // `data: [DONE]`; the caller then sends it and stops.
+  bool next_sse(std::string* out, std::chrono::milliseconds heartbeat);
+  // Aborts every unfinished choice (the client went away); events still drain normally.
+  void abort();
+
+ private:
+  Generation(ServerState& state, OpenAiRequest req);
+  std::optional<ApiError> submit_all(std::vector<std::vector<int32_t>> prompts, Clock::time_point arrival);
+  void apply(ChoiceEvent& ce);  // folds an event into choices_
+  Usage usage() const;  // prompts counted once, not once per choice
+
+  ServerState& state_;
+  OpenAiRequest req_;
+  ResponseMeta meta_;
+  std::shared_ptr<RequestStream> stream_;
+  std::vector<int64_t> engine_ids_;  // per choice; -1 when not submitted
+  std::vector<ChoiceResult> choices_;
+  std::vector<bool> finished_;
+  std::vector<int32_t> prompt_tokens_;  // per choice
+  std::vector<int32_t> cached_tokens_;
+  int admitted_ = 0;
+  bool started_stream_ = false;
+  bool done_sent_ = false;
+};
+
+}  // namespace strata

@@ -1,0 +1,425 @@
+#include "server/openai_schema.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "tokenizer/utf8.h"
+
+namespace strata {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kMaxN = 128;
+constexpr int kMaxTopLogprobs = 20;
+constexpr size_t kMaxStops = 16;
+
+const char* type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "boolean";
+    case json::value_t::string: return "string";
+    case json::value_t::array: return "array";
+    case json::value_t::object: return "object";
+    case json::value_t::number_float: return "number";
+    default: return "integer";
+  }
+}
+
+ApiError wrong_type(const std::string& param, const char* want, const json& got) {
+  return bad_request(fmt::format("'{}' must be {}, got {}", param, want, type_name(got)), param);
+}
+
+// Field readers: absent or null leaves *out unchanged; a wrong type is an error.
+std::optional<ApiError> read_bool(const json& b, const char* key, bool* out) {
+  auto it = b.find(key);
+  if (it == b.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) return wrong_type(key, "a boolean", *it);
+  *out = it->get<bool>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_number(const json& b, const char* key, double lo, double hi, double* out) {
+  auto it = b.find(key);
+  if (it == b.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) return wrong_type(key, "a number", *it);
+  const double v = it->get<double>();
+  if (!std::isfinite(v) || v < lo || v > hi)
+    return bad_request(fmt::format("'{}' must be between {} and {}, got {}", key, lo, hi, v), key);
+  *out = v;
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_int(const json& b, const char* key, int64_t lo, int64_t hi,
+                                 std::optional<int64_t>* out) {
+  auto it = b.find(key);
+  if (it == b.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number_integer() && !(it->is_number_float() && it->get<double>() == std::floor(it->get<double>())))
+    return wrong_type(key, "an integer", *it);
+  const double d = it->get<double>();
+  if (d < double(lo) || d > double(hi))
+    return bad_request(fmt::format("'{}' must be between {} and {}, got {}", key, lo, hi, it->dump()), key);
+  *out = it->is_number_unsigned() ? int64_t(it->get<uint64_t>()) : it->get<int64_t>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_string(const json& b, const char* key, std::string* out) {
+  auto it = b.find(key);
+  if (it == b.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string()) return wrong_type(key, "a string", *it);
+  *out = it->get<std::string>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> read_token_ids(const json& v, const std::string& param, std::vector<int32_t>* out) {
+  for (const auto& t : v) {
+    if (!t.is_number_integer()) return wrong_type(param, "an array of token ids (integers)", t);
+    const int64_t id = t.get<int64_t>();
+    if (id < 0 || id > INT32_MAX) return bad_request(fmt::format("token id {} in '{}' is out of range", id, param), param);
+    out->push_back(int32_t(id));
+  }
+  return std::nullopt;
+}
+
+// prompt: string | [string] | [int] | [[int]].
+std::optional<ApiError> parse_prompt(const json& b, OpenAiRequest* r) {
+  auto it = b.find("prompt");
+  if (it == b.end() || it->is_null()) return bad_request("'prompt' is required", "prompt");
+  const json& p = *it;
+  if (p.is_string()) {
+    r->text_prompts.push_back(p.get<std::string>());
+  } else if (p.is_array()) {
+    if (p.empty()) return bad_request("'prompt' must not be empty", "prompt");
+    if (p[0].is_number_integer()) {
+      r->token_prompts.emplace_back();
+      if (auto e = read_token_ids(p, "prompt", &r->token_prompts.back())) return e;
+    } else {
+      for (const auto& x : p) {
+        if (x.is_string()) {
+          r->text_prompts.push_back(x.get<std::string>());
+        } else if (x.is_array()) {
+          if (x.empty()) return bad_request("a token-id prompt must not be empty", "prompt");
+          r->token_prompts.emplace_back();
+          if (auto e = read_token_ids(x, "prompt", &r->token_prompts.back())) return e;
+        } else {
+          return wrong_type("prompt", "a string, an array of strings or an array of token ids", x);
+        }
+      }
+      if (!r->text_prompts.empty() && !r->token_prompts.empty())
+        return bad_request("'prompt' must not mix strings and token ids", "prompt");
+    }
+  } else {
+    return wrong_type("prompt", "a string, an array of strings or an array of token ids", p);
+  }
+  for (const auto& s : r->text_prompts)
+    if (s.empty()) return bad_request("'prompt' must not be empty", "prompt");
+  return std::nullopt;
+}
+
+// messages: [{role, content}] with content a string, null or text parts; normalized to strings.
+std::optional<ApiError> parse_messages(const json& b, OpenAiRequest* r) {
+  auto it = b.find("messages");
+  if (it == b.end() || it->is_null()) return bad_request("'messages' is required", "messages");
+  if (!it->is_array()) return wrong_type("messages", "an array", *it);
+  if (it->empty()) return bad_request("'messages' must contain at least one message", "messages");
+  r->messages = json::array();
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    const std::string param = fmt::format("messages[{}]", i);
+    if (!m.is_object()) return wrong_type(param, "an object", m);
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string())
+      return bad_request(fmt::format("'{}.role' must be a string", param), param + ".role");
+    const std::string rs = role->get<std::string>();
+    if (rs != "system" && rs != "user" && rs != "assistant" && rs != "tool" && rs != "developer")
+      return bad_request(fmt::format("'{}.role' must be system, user, assistant, tool or developer, got '{}'",
+                                     param, rs), param + ".role");
+    std::string content;
+    auto c = m.find("content");
+    if (c != m.end() && !c->is_null()) {
+      if (c->is_string()) {
+        content = c->get<std::string>();
+      } else if (c->is_array()) {
+        for (const auto& part : *c) {
+          if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+              !part["text"].is_string())
+            return bad_request(fmt::format("'{}.content' parts must be {{\"type\": \"text\", \"text\": ...}}; "
+                                           "other content types are not supported", param), param + ".content");
+          content += part["text"].get<std::string>();
+        }
+      } else {
+        return wrong_type(param + ".content", "a string or an array of text parts", *c);
+      }
+    } else if (rs != "assistant") {
+      return bad_request(fmt::format("'{}.content' is required", param), param + ".content");
+    }
+    json msg = {{"role", rs}, {"content", content}};
+    if (auto name = m.find("name"); name != m.end() && name->is_string()) msg["name"] = *name;
+    r->messages.push_back(std::move(msg));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> reject_unsupported(const json& b) {
+  for (const char* key : {"frequency_penalty", "presence_penalty"}) {
+    auto it = b.find(key);
+    if (it == b.end() || it->is_null()) continue;
+    if (!it->is_number()) return wrong_type(key, "a number", *it);
+    if (it->get<double>() != 0) return bad_request(fmt::format("'{}' is not supported yet (only 0)", key), key);
+  }
+  for (const char* key : {"tools", "functions", "logit_bias"}) {
+    auto it = b.find(key);
+    if (it != b.end() && !it->is_null() && !it->empty())
+      return bad_request(fmt::format("'{}' is not supported", key), key);
+  }
+  if (auto it = b.find("response_format"); it != b.end() && it->is_object() && it->value("type", "text") != "text")
+    return bad_request("'response_format' other than text is not supported", "response_format");
+  if (auto it = b.find("echo"); it != b.end() && it->is_boolean() && it->get<bool>())
+    return bad_request("'echo' is not supported", "echo");
+  if (auto it = b.find("suffix"); it != b.end() && !it->is_null())
+    return bad_request("'suffix' is not supported", "suffix");
+  if (auto it = b.find("best_of"); it != b.end() && it->is_number() && it->get<double>() > 1)
+    return bad_request("'best_of' is not supported", "best_of");
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_stop(const json& b, OpenAiRequest* r) {
+  auto it = b.find("stop");
+  if (it == b.end() || it->is_null()) return std::nullopt;
+  if (it->is_string()) {
+    r->stop.push_back(it->get<std::string>());
+  } else if (it->is_array()) {
+    for (const auto& s : *it) {
+      if (!s.is_string()) return wrong_type("stop", "a string or an array of strings", s);
+      r->stop.push_back(s.get<std::string>());
+    }
+  } else {
+    return wrong_type("stop", "a string or an array of strings", *it);
+  }
+  if (r->stop.size() > kMaxStops) return bad_request(fmt::format("'stop' allows at most {} strings", kMaxStops), "stop");
+  for (const auto& s : r->stop)
+    if (s.empty()) return bad_request("'stop' strings must not be empty", "stop");
+  if (auto ids = b.find("stop_token_ids"); ids != b.end() && !ids->is_null()) {
+    if (!ids->is_array()) return wrong_type("stop_token_ids", "an array of integers", *ids);
+    if (auto e = read_token_ids(*ids, "stop_token_ids", &r->stop_token_ids)) return e;
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_sampling(const json& b, OpenAiRequest* r) {
+  std::optional<int64_t> v;
+  if (auto e = read_int(b, "n", 1, kMaxN, &v)) return e;
+  if (v) r->n = int(*v);
+  v.reset();
+  if (auto e = read_int(b, "max_tokens", 1, INT32_MAX, &v)) return e;
+  if (v) r->max_tokens = int32_t(*v);
+  v.reset();
+  if (auto e = read_int(b, "max_completion_tokens", 1, INT32_MAX, &v)) return e;
+  if (v) r->max_tokens = int32_t(*v);
+  double d = r->temperature;
+  if (auto e = read_number(b, "temperature", 0, 2, &d)) return e;
+  r->temperature = float(d);
+  d = r->top_p;
+  if (auto e = read_number(b, "top_p", 0, 1, &d)) return e;
+  if (d <= 0) return bad_request("'top_p' must be greater than 0", "top_p");
+  r->top_p = float(d);
+  v.reset();
+  if (auto e = read_int(b, "top_k", -1, INT32_MAX, &v)) return e;
+  if (v) r->top_k = int32_t(*v);
+  v.reset();
+  if (auto e = read_int(b, "seed", INT64_MIN, INT64_MAX, &v)) return e;
+  if (v) r->seed = uint64_t(*v);
+  if (auto e = read_bool(b, "ignore_eos", &r->ignore_eos)) return e;
+  return parse_stop(b, r);
+}
+
+std::optional<ApiError> parse_logprobs(const json& b, OpenAiRequest* r) {
+  std::optional<int64_t> v;
+  if (r->endpoint == Endpoint::kCompletions) {
+    if (auto e = read_int(b, "logprobs", 0, kMaxTopLogprobs, &v)) return e;
+    if (v) r->top_logprobs = int(*v);
+    return std::nullopt;
+  }
+  bool want = false;
+  if (auto e = read_bool(b, "logprobs", &want)) return e;
+  if (auto e = read_int(b, "top_logprobs", 0, kMaxTopLogprobs, &v)) return e;
+  if (v && !want) return bad_request("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
+  if (want) r->top_logprobs = v ? int(*v) : 0;
+  return std::nullopt;
+}
+
+// A token's text for logprobs: its bytes may be part of a UTF-8 sequence, so the string is made
+// valid and the raw bytes are given separately (as OpenAI does).
+struct TokenText {
+  std::string text;
+  json bytes;
+};
+TokenText token_text(const Tokenizer& tok, int32_t id) {
+  const std::string raw = tok.decode(std::span<const int32_t>(&id, 1));
+  json bytes = json::array();
+  for (unsigned char c : raw) bytes.push_back(int(c));
+  return {tok::to_valid_utf8(raw), std::move(bytes)};
+}
+
+json chat_logprobs(const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>& lps, const Tokenizer& tok) {
+  json content = json::array();
+  for (size_t i = 0; i < ids.size() && i < lps.size(); ++i) {
+    TokenText t = token_text(tok, ids[i]);
+    json top = json::array();
+    for (const auto& [tid, lp] : lps[i].top) {
+      TokenText tt = token_text(tok, tid);
+      top.push_back({{"token", tt.text}, {"logprob", lp}, {"bytes", tt.bytes}});
+    }
+    content.push_back({{"token", t.text}, {"logprob", lps[i].logprob}, {"bytes", t.bytes}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+json completion_logprobs(const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>& lps,
+                         const Tokenizer& tok, size_t text_offset) {
+  json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
+  for (size_t i = 0; i < ids.size() && i < lps.size(); ++i) {
+    TokenText t = token_text(tok, ids[i]);
+    tokens.push_back(t.text);
+    token_lps.push_back(lps[i].logprob);
+    json top = json::object();
+    for (const auto& [tid, lp] : lps[i].top) top[token_text(tok, tid).text] = lp;
+    tops.push_back(top);
+    offsets.push_back(text_offset);
+    text_offset += t.text.size();
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+}  // namespace
+
+json ApiError::to_json() const {
+  return {{"error",
+           {{"message", message},
+            {"type", type},
+            {"param", param.empty() ? json(nullptr) : json(param)},
+            {"code", code.empty() ? json(nullptr) : json(code)}}}};
+}
+
+ApiError api_error(int status, std::string message, std::string type, std::string param, std::string code) {
+  ApiError e;
+  e.status = status;
+  e.message = std::move(message);
+  e.type = std::move(type);
+  e.param = std::move(param);
+  e.code = std::move(code);
+  return e;
+}
+
+ApiError bad_request(std::string message, std::string param, std::string code) {
+  return api_error(400, std::move(message), "invalid_request_error", std::move(param), std::move(code));
+}
+
+ApiError server_error(int status, std::string message, std::string code) {
+  return api_error(status, std::move(message), "server_error", "", std::move(code));
+}
+
+std::optional<ApiError> parse_openai_request(std::string_view body, Endpoint endpoint, OpenAiRequest* r) {
+  if (!tok::is_valid_utf8(body)) return bad_request("the request body is not valid UTF-8", "", "invalid_utf8");
+  json b;
+  try {
+    b = json::parse(body);
+  } catch (const json::parse_error& e) {
+    return bad_request(fmt::format("the request body is not valid JSON: {}", e.what()), "", "invalid_json");
+  }
+  if (!b.is_object()) return bad_request("the request body must be a JSON object");
+  r->endpoint = endpoint;
+  if (auto e = read_string(b, "model", &r->model)) return e;
+  if (auto e = reject_unsupported(b)) return e;
+  if (auto e = endpoint == Endpoint::kChat ? parse_messages(b, r) : parse_prompt(b, r)) return e;
+  if (auto e = parse_sampling(b, r)) return e;
+  if (auto e = parse_logprobs(b, r)) return e;
+  if (auto e = read_bool(b, "stream", &r->stream)) return e;
+  if (auto so = b.find("stream_options"); so != b.end() && !so->is_null()) {
+    if (!so->is_object()) return wrong_type("stream_options", "an object", *so);
+    if (auto e = read_bool(*so, "include_usage", &r->include_usage)) return e;
+  }
+  if (int64_t(r->num_prompts()) * r->n > kMaxN)
+    return bad_request(fmt::format("prompts x n must be at most {}", kMaxN), "n");
+  return std::nullopt;
+}
+
+json Usage::to_json() const {
+  json u = {{"prompt_tokens", prompt_tokens},
+            {"completion_tokens", completion_tokens},
+            {"total_tokens", prompt_tokens + completion_tokens}};
+  u["prompt_tokens_details"] = {{"cached_tokens", cached_tokens}};
+  return u;
+}
+
+json finish_reason_json(FinishReason r) {
+  if (r == FinishReason::kNone) return nullptr;
+  return finish_reason_name(r);
+}
+
+json build_response(const OpenAiRequest& req, const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
+                    const Usage& usage, const Tokenizer& tok) {
+  const bool chat = req.endpoint == Endpoint::kChat;
+  json out = {{"id", meta.id},
+              {"object", chat ? "chat.completion" : "text_completion"},
+              {"created", meta.created},
+              {"model", meta.model}};
+  json cs = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceResult& c = choices[i];
+    json choice = {{"index", i}, {"finish_reason", finish_reason_json(c.finish_reason)}};
+    json lp = nullptr;
+    if (req.top_logprobs >= 0)
+      lp = chat ? chat_logprobs(c.token_ids, c.logprobs, tok) : completion_logprobs(c.token_ids, c.logprobs, tok, 0);
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    } else {
+      choice["text"] = c.text;
+    }
+    choice["logprobs"] = lp;
+    if (!c.error.empty()) choice["error"] = c.error;
+    cs.push_back(std::move(choice));
+  }
+  out["choices"] = std::move(cs);
+  out["usage"] = usage.to_json();
+  return out;
+}
+
+json build_chunk(const OpenAiRequest& req, const ResponseMeta& meta, const ChunkPart& part, const Tokenizer& tok) {
+  const bool chat = req.endpoint == Endpoint::kChat;
+  json choice = {{"index", part.choice}};
+  json lp = nullptr;
+  if (req.top_logprobs >= 0 && !part.token_ids.empty())
+    lp = chat ? chat_logprobs(part.token_ids, part.logprobs, tok)
+              : completion_logprobs(part.token_ids, part.logprobs, tok, part.text_offset);
+  if (chat) {
+    json delta = json::object();
+    if (part.first) delta["role"] = "assistant";
+    if (part.first || !part.text.empty()) delta["content"] = part.text;
+    choice["delta"] = std::move(delta);
+  } else {
+    choice["text"] = part.text;
+  }
+  choice["logprobs"] = lp;
+  choice["finish_reason"] = part.finish ? finish_reason_json(*part.finish) : json(nullptr);
+  json out = {{"id", meta.id},
+              {"object", chat ? "chat.completion.chunk" : "text_completion"},
+              {"created", meta.created},
+              {"model", meta.model},
+              {"choices", json::array({std::move(choice)})}};
+  if (req.include_usage) out["usage"] = nullptr;
+  return out;
+}
+
+json build_usage_chunk(const OpenAiRequest& req, const ResponseMeta& meta, const Usage& usage) {
+  const bool chat = req.endpoint == Endpoint::kChat;
+  return {{"id", meta.id},
+          {"object", chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", meta.created},
+          {"model", meta.model},
+          {"choices", json::array()},
+          {"usage", usage.to_json()}};
+}
+
+}  // namespace strata

@@ -1,0 +1,110 @@
+// The OpenAI wire format: parse and validate /v1/completions and /v1/chat/completions request
+// bodies into OpenAiRequest, and build the response, streaming chunk and error JSON.
+// Pure functions (no engine, no HTTP): unit-testable and thread-safe.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace strata {
+
+// An OpenAI-shaped error: {"error": {"message", "type", "param", "code"}} with an HTTP status.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // empty: null
+  std::string code;   // empty: null
+  nlohmann::json to_json() const;
+};
+ApiError api_error(int status, std::string message, std::string type, std::string param = "",
+                   std::string code = "");
+// 400 invalid_request_error.
+ApiError bad_request(std::string message, std::string param = "", std::string code = "");
+// 5xx server_error (503 responses also carry Retry-After).
+ApiError server_error(int status, std::string message, std::string code = "");
+
+enum class Endpoint { kCompletions, kChat };
+
+struct OpenAiRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;                                // empty: the served model
+  nlohmann::json messages;                          // chat: [{role, content (string)}]
+  std::vector<std::string> text_prompts;            // completions: one per prompt
+  std::vector<std::vector<int32_t>> token_prompts;  // completions given token ids
+  int n = 1;
+  std::optional<int32_t> max_tokens;  // unset: completions 16, chat the rest of the context
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int32_t top_k = -1;
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;  // SGLang extension
+  bool ignore_eos = false;              // SGLang extension
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  int top_logprobs = -1;       // -1: no logprobs; else the chosen token's and the top n
+  int num_prompts() const {
+    return endpoint == Endpoint::kChat ? 1 : int(text_prompts.size() + token_prompts.size());
+  }
+};
+
+// Parses `body`. Returns an error for malformed JSON, invalid UTF-8, wrong types and values out
+// of range; the model name and the context length are checked by the caller (they need the
+// server's state).
+std::optional<ApiError> parse_openai_request(std::string_view body, Endpoint endpoint, OpenAiRequest* out);
+
+// What one choice produced.
+struct ChoiceResult {
+  std::string text;
+  std::vector<int32_t> token_ids;
+  std::vector<TokenLogprobs> logprobs;  // one per token when requested
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string error;
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;
+  nlohmann::json to_json() const;
+};
+
+// Identity fields shared by a response and its chunks.
+struct ResponseMeta {
+  std::string id;       // cmpl-… / chatcmpl-…
+  int64_t created = 0;  // unix seconds
+  std::string model;
+};
+
+// The non-streaming response body.
+nlohmann::json build_response(const OpenAiRequest& req, const ResponseMeta& meta,
+                              const std::vector<ChoiceResult>& choices, const Usage& usage,
+                              const Tokenizer& tok);
+
+// One streaming chunk for one choice: new text (and its tokens' logprobs); `finish` set on the
+// last one. `first` adds the chat role delta. `text_offset` is the choice's text length before
+// this chunk (completions logprobs).
+struct ChunkPart {
+  int choice = 0;
+  bool first = false;
+  std::string text;
+  std::vector<int32_t> token_ids;
+  std::vector<TokenLogprobs> logprobs;
+  std::optional<FinishReason> finish;
+  size_t text_offset = 0;
+};
+nlohmann::json build_chunk(const OpenAiRequest& req, const ResponseMeta& meta, const ChunkPart& part,
+                           const Tokenizer& tok);
+// The final usage-only chunk (stream_options.include_usage).
+nlohmann::json build_usage_chunk(const OpenAiRequest& req, const ResponseMeta& meta, const Usage& usage);
+
+// "stop", "length", "abort"; null for kNone.
+nlohmann::json finish_reason_json(FinishReason r);
+
+}  // namespace strata

@@ -1,0 +1,247 @@
+#include "server/server_state.h"
+
+#include <fmt/format.h>
+
+#include <ctime>
+#include <filesystem>
+
+#include "core/log.h"
+
+namespace strata {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+ServerMetrics::ServerMetrics(const std::string& model_name)
+    : registry({{"model_name", model_name}}),
+      running(registry.gauge("strata_num_running_requests", "Requests prefilling or decoding in the engine.")),
+      queued(registry.gauge("strata_num_queued_requests", "Requests waiting for admission in the engine.")),
+      http_in_flight(registry.gauge("strata_http_requests_in_flight",
+                                    "Engine requests admitted by the HTTP server and not yet finished.")),
+      kv_capacity(registry.gauge("strata_kv_cache_capacity_tokens", "Tokens the KV pool holds.")),
+      kv_used(registry.gauge("strata_kv_cache_used_tokens",
+                             "KV tokens in use (running requests and the prefix cache).")),
+      kv_cached(registry.gauge("strata_kv_cache_prefix_cached_tokens",
+                               "KV tokens held only by the prefix cache (evictable).")),
+      kv_usage(registry.gauge("strata_kv_cache_usage_ratio", "Used KV tokens / capacity.")),
+      cache_hit_rate(registry.gauge("strata_prefix_cache_hit_ratio",
+                                    "Prompt tokens served from the prefix cache / prompt tokens looked up.")),
+      gen_throughput(registry.gauge("strata_generation_throughput_tokens_per_second",
+                                    "Generated tokens per second over the last monitor interval.")),
+      prompt_tokens(registry.counter("strata_prompt_tokens_total", "Prompt tokens of finished requests.")),
+      generation_tokens(registry.counter("strata_generation_tokens_total", "Generated tokens.")),
+      cache_hit_tokens(registry.counter("strata_prefix_cache_hit_tokens_total",
+                                        "Prompt tokens served from the prefix cache.")),
+      requests_finished(registry.counter("strata_requests_finished_total", "Requests that finished.")),
+      requests_aborted(registry.counter("strata_requests_aborted_total",
+                                        "Requests aborted (client gone, drain timeout, engine error).")),
+      requests_rejected(registry.counter("strata_requests_rejected_total",
+                                         "HTTP requests refused with 503 (queue full or draining).")),
+      retractions(registry.counter("strata_retractions_total", "Requests retracted to free KV.")),
+      ttft(registry.histogram("strata_time_to_first_token_seconds",
+                              "From HTTP arrival to the first generated token.", latency_buckets_seconds())),
+      itl(registry.histogram("strata_inter_token_latency_seconds", "Time between generated tokens.",
+                             latency_buckets_seconds())),
+      e2e(registry.histogram("strata_e2e_request_latency_seconds", "From HTTP arrival to the last token.",
+                             latency_buckets_seconds())) {}
+
+ServerState::ServerState(ServerConfig config, Engine& engine, const PromptEncoder& encoder)
+    : config_(std::move(config)),
+      engine_(engine),
+      encoder_(encoder),
+      metrics_(std::make_shared<ServerMetrics>(config_.served_model_name)),
+      start_time_(int64_t(std::time(nullptr))),
+      last_progress_(Clock::now()) {
+  if (config_.max_queued_requests >= 0)
+    capacity_ = int64_t(engine_.plan().max_running_requests) + config_.max_queued_requests;
+  refresh_engine_metrics(engine_.stats());
+  monitor_ = std::thread([this] { monitor_loop(); });
+}
+
+ServerState::~ServerState() {
+  {
+    std::lock_guard<std::mutex> lk(monitor_mu_);
+    stop_monitor_ = true;
+  }
+  monitor_cv_.notify_all();
+  monitor_.join();
+}
+
+ServerState::Admit ServerState::admit(int n) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (draining_) return Admit::kDraining;
+  if (capacity_ >= 0 && outstanding_ + n > capacity_) return Admit::kQueueFull;
+  outstanding_ += n;
+  metrics_->http_in_flight.set(double(outstanding_));
+  return Admit::kOk;
+}
+
+void ServerState::release(int n) {
+  std::lock_guard<std::mutex> lk(mu_);
+  outstanding_ -= n;
+  metrics_->http_in_flight.set(double(outstanding_));
+  if (outstanding_ == 0) drained_cv_.notify_all();
+}
+
+int64_t ServerState::outstanding() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return outstanding_;
+}
+
+void ServerState::track(int64_t id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  live_ids_.insert(id);
+}
+
+void ServerState::untrack(int64_t id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  live_ids_.erase(id);
+}
+
+void ServerState::begin_drain() { draining_ = true; }
+
+bool ServerState::wait_drained(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  return drained_cv_.wait_for(lk, timeout, [&] { return outstanding_ == 0; });
+}
+
+void ServerState::abort_all() {
+  std::set<int64_t> ids;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ids = live_ids_;
+  }
+  for (int64_t id : ids) engine_.abort(id);
+}
+
+// The engine thread is alive when it is idle and answers a one-token probe, or when it is busy
+// and has completed a step within health_timeout_s.
+std::optional<std::string> ServerState::health_problem() {
+  if (draining_) return "the server is shutting down";
+  const EngineStats s = engine_.stats();
+  const auto timeout = std::chrono::duration<double>(config_.health_timeout_s);
+  if (outstanding() > 0 || s.num_running > 0 || s.num_waiting > 0) {
+    std::lock_guard<std::mutex> lk(mu_);
+    const auto stalled = Clock::now() - last_progress_;
+    if (stalled > timeout)
+      return fmt::format("the engine has made no progress for {:.0f}s",
+                         std::chrono::duration<double>(stalled).count());
+    return std::nullopt;
+  }
+  if (!probe_engine()) return "the engine did not answer a one-token probe";
+  return std::nullopt;
+}
+
+bool ServerState::probe_engine() {
+  std::lock_guard<std::mutex> serial(probe_mu_);
+  if (Clock::now() - last_probe_ok_ < std::chrono::seconds(1)) return true;
+  struct Probe {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  auto probe = std::make_shared<Probe>();
+  GenerateRequest g;
+  g.prompt_ids = encoder_.encode_raw("health");
+  if (g.prompt_ids.empty()) g.prompt_ids = {0};
+  g.params.temperature = 0;
+  g.params.max_new_tokens = 1;
+  g.on_event = [probe](const StreamEvent& ev) {
+    if (!ev.finished) return;
+    std::lock_guard<std::mutex> lk(probe->mu);
+    probe->done = true;
+    probe->cv.notify_all();
+  };
+  auto id = engine_.submit(std::move(g));
+  if (!id.ok()) return false;
+  std::unique_lock<std::mutex> lk(probe->mu);
+  const bool ok = probe->cv.wait_for(lk, std::chrono::duration<double>(config_.health_timeout_s),
+                                     [&] { return probe->done; });
+  if (!ok) {
+    engine_.abort(*id);
+    return false;
+  }
+  last_probe_ok_ = Clock::now();
+  return true;
+}
+
+json ServerState::server_info() {
+  const EngineStats s = engine_.stats();
+  const Plan& p = engine_.plan();
+  const EngineConfig& c = engine_.config();
+  return {{"model_path", c.model_path},
+          {"served_model_name", config_.served_model_name},
+          {"kv_capacity_tokens", engine_.kv_capacity_tokens()},
+          {"max_total_num_tokens", engine_.kv_capacity_tokens()},
+          {"max_running_requests", p.max_running_requests},
+          {"max_queued_requests", config_.max_queued_requests},
+          {"context_length", engine_.context_length()},
+          {"page_size", c.page_size},
+          {"kv_bytes_per_token", p.kv_bytes_per_token},
+          {"device", c.device},
+          {"num_running_requests", s.num_running},
+          {"num_queued_requests", s.num_waiting},
+          {"kv_tokens_used", s.kv_tokens_used},
+          {"kv_tokens_cached", s.kv_tokens_cached},
+          {"http_requests_in_flight", outstanding()},
+          {"draining", draining()},
+          {"start_time", start_time_},
+          {"flags", config_.flags}};
+}
+
+void ServerState::refresh_engine_metrics(const EngineStats& s) {
+  ServerMetrics& m = *metrics_;
+  m.running.set(double(s.num_running));
+  m.queued.set(double(s.num_waiting));
+  m.kv_capacity.set(double(s.kv_tokens_total));
+  m.kv_used.set(double(s.kv_tokens_used));
+  m.kv_cached.set(double(s.kv_tokens_cached));
+  m.kv_usage.set(s.kv_tokens_total > 0 ? double(s.kv_tokens_used) / double(s.kv_tokens_total) : 0.0);
+  m.cache_hit_rate.set(s.cache_lookup_tokens_total > 0
+                           ? double(s.cache_hit_tokens_total) / double(s.cache_lookup_tokens_total)
+                           : 0.0);
+  m.prompt_tokens.set_total(double(s.prompt_tokens_total));
+  m.generation_tokens.set_total(double(s.generation_tokens_total));
+  m.cache_hit_tokens.set_total(double(s.cache_hit_tokens_total));
+  m.requests_finished.set_total(double(s.requests_finished_total));
+  m.requests_aborted.set_total(double(s.requests_aborted_total));
+  m.retractions.set_total(double(s.retractions_total));
+}
+
+std::string ServerState::render_metrics() {
+  refresh_engine_metrics(engine_.stats());
+  return metrics_->registry.render();
+}
+
+void ServerState::monitor_loop() {
+  EngineStats prev = engine_.stats();
+  auto prev_time = Clock::now();
+  auto last_log = prev_time;
+  std::unique_lock<std::mutex> lk(monitor_mu_);
+  while (!stop_monitor_) {
+    monitor_cv_.wait_for(lk, std::chrono::seconds(1), [&] { return stop_monitor_; });
+    if (stop_monitor_) break;
+    const EngineStats s = engine_.stats();
+    const auto now = Clock::now();
+    const double secs = std::chrono::duration<double>(now - prev_time).count();
+    const double throughput = double(s.generation_tokens_total - prev.generation_tokens_total) / std::max(secs, 1e-9);
+    metrics_->gen_throughput.set(throughput);
+    const bool busy = s.num_running > 0 || s.num_waiting > 0 || outstanding() > 0;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (!busy || s.steps_total != prev.steps_total) last_progress_ = now;
+    }
+    if (busy && std::chrono::duration<double>(now - last_log).count() >= config_.log_interval_s) {
+      LOG_INFO("Decode batch. #running-req: {}, #token: {}, token usage: {:.2f}, gen throughput (token/s): {:.2f}, "
+               "#queue-req: {}",
+               s.num_running, s.kv_tokens_used,
+               s.kv_tokens_total > 0 ? double(s.kv_tokens_used) / double(s.kv_tokens_total) : 0.0, throughput,
+               s.num_waiting);
+      last_log = now;
+    }
+    prev = s;
+    prev_time = now;
+  }
+}
+
+}  // namespace strata

@@ -1,0 +1,179 @@
+// strata serve: the OpenAI-compatible HTTP server over the in-process engine.
+// SIGTERM/SIGINT drain: stop accepting, finish (or after --drain-timeout abort) what is in
+// flight so every connected client gets a complete response, then exit 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "command.h"
+#include "core/log.h"
+#include "engine/prompt.h"
+#include "engine_flags.h"
+#include "server/http_server.h"
+
+namespace strata::tools {
+namespace {
+
+// SGLang flags that strata knows but has not built: accepted by the parser so the message can
+// say so, then rejected (an operator must not believe a setting took effect).
+struct NotImplemented {
+  const char* name;
+  bool takes_value;
+  const char* what;
+};
+constexpr NotImplemented kNotImplemented[] = {
+    {"--dp-size", true, "data parallelism"},
+    {"--ep-size", true, "expert parallelism"},
+    {"--nnodes", true, "multi-node serving"},
+    {"--node-rank", true, "multi-node serving"},
+    {"--dist-init-addr", true, "multi-node serving"},
+    {"--enable-hierarchical-cache", false, "the host-memory KV tier"},
+    {"--hicache-size", true, "the host-memory KV tier"},
+    {"--hicache-ratio", true, "the host-memory KV tier"},
+    {"--hicache-write-policy", true, "the host-memory KV tier"},
+    {"--hicache-io-backend", true, "the host-memory KV tier"},
+    {"--hicache-storage-backend", true, "the host-memory KV tier"},
+    {"--disable-radix-cache", false, "running without the prefix cache"},
+    {"--disable-custom-all-reduce", false, "custom all-reduce (tensor parallelism)"},
+    {"--enable-dp-attention", false, "DP attention"},
+    {"--speculative-algorithm", true, "speculative decoding"},
+    {"--quantization", true, "on-the-fly quantization"},
+    {"--attention-backend", true, "choosing the attention backend"},
+    {"--disable-cuda-graph", false, "CUDA graphs"},
+    {"--cuda-graph-max-bs", true, "CUDA graphs"},
+    {"--enable-torch-compile", false, "torch.compile"},
+    {"--schedule-policy", true, "scheduling policies other than the default"},
+    {"--chat-template", true, "overriding the model's chat template"},
+    {"--tokenizer-path", true, "a tokenizer outside --model-path"},
+    {"--api-key", true, "API keys"},
+    {"--lora-paths", true, "LoRA adapters"},
+};
+
+struct ServeFlags {
+  ServerConfig server;
+  int tp_size = 1;
+  bool enable_metrics = false;
+  bool trust_remote_code = false;
+  std::vector<std::string> not_implemented_values;  // one slot per kNotImplemented entry
+  std::vector<bool> not_implemented_flags;
+};
+
+int fail(const Status& s) {
+  std::fprintf(stderr, "strata serve: error: %s\n", s.message().c_str());
+  return 1;
+}
+
+// Blocks SIGTERM/SIGINT in every thread (call before starting any) and waits for them on one
+// thread, so the drain runs in ordinary code, not in a signal handler.
+class SignalWatcher {
+ public:
+  SignalWatcher() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGTERM);
+    sigaddset(&set_, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);  // a client that went away is a failed write, not a crash
+  }
+  // Calls on_signal once when a signal arrives; stops watching when stop() is called.
+  void start(std::function<void()> on_signal) {
+    thread_ = std::thread([this, on_signal = std::move(on_signal)] {
+      const timespec tick{0, 200 * 1000 * 1000};
+      while (!stop_) {
+        siginfo_t info;
+        if (sigtimedwait(&set_, &info, &tick) > 0) {
+          LOG_INFO("received {}: shutting down", info.si_signo == SIGTERM ? "SIGTERM" : "SIGINT");
+          on_signal();
+          return;
+        }
+      }
+    });
+  }
+  void stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  ~SignalWatcher() { stop(); }
+
+ private:
+  sigset_t set_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+int serve_main(int argc, char** argv) {
+  CLI::App app("strata serve: OpenAI-compatible HTTP server", "strata serve");
+  EngineFlags ef;
+  ServeFlags sf;
+  add_engine_flags(app, ef, default_model_path());
+  ServerConfig& sc = sf.server;
+  app.add_option("--host", sc.host, "address to listen on")->capture_default_str();
+  app.add_option("--port", sc.port, "port to listen on (0: any free port)")->capture_default_str();
+  app.add_option("--served-model-name", sc.served_model_name, "model name clients use (default: basename of --model-path)");
+  app.add_option("--max-queued-requests", sc.max_queued_requests,
+                 "requests waiting beyond the running slots before 503 + Retry-After (-1: unbounded)")
+      ->capture_default_str();
+  app.add_option("--drain-timeout", sc.drain_timeout_s,
+                 "seconds in-flight requests get after SIGTERM before they are aborted")
+      ->capture_default_str();
+  app.add_option("--tp-size,--tp", sf.tp_size, "tensor parallel size (only 1 so far)")->capture_default_str();
+  app.add_flag("--enable-metrics", sf.enable_metrics, "accepted for SGLang compatibility: /metrics is always on");
+  app.add_flag("--trust-remote-code", sf.trust_remote_code, "accepted for SGLang compatibility: no code is ever run");
+  sf.not_implemented_values.resize(std::size(kNotImplemented));
+  sf.not_implemented_flags.resize(std::size(kNotImplemented));
+  std::vector<CLI::Option*> ni_opts;
+  for (size_t i = 0; i < std::size(kNotImplemented); ++i) {
+    const auto& ni = kNotImplemented[i];
+    const std::string help = std::string("not implemented yet (") + ni.what + ")";
+    ni_opts.push_back(ni.takes_value ? app.add_option(ni.name, sf.not_implemented_values[i], help)
+                                     : app.add_flag(ni.name, help));
+  }
+  if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
+  for (size_t i = 0; i < ni_opts.size(); ++i)
+    if (ni_opts[i]->count() > 0)
+      return fail(unimplemented("{} is not implemented yet ({})", kNotImplemented[i].name, kNotImplemented[i].what));
+  if (sf.tp_size != 1) return fail(unimplemented("--tp-size {} is not implemented yet (only 1)", sf.tp_size));
+  if (sc.port < 0 || sc.port > 65535) return fail(invalid_argument("--port must be in [0, 65535]"));
+  if (sc.max_queued_requests < -1) return fail(invalid_argument("--max-queued-requests must be >= -1"));
+  if (sc.drain_timeout_s < 0) return fail(invalid_argument("--drain-timeout must be >= 0"));
+  auto cfg = finish_engine_flags(ef);
+  if (!cfg.ok()) return fail(cfg.status());
+  if (sc.served_model_name.empty())
+    sc.served_model_name = std::filesystem::path(cfg->model_path).lexically_normal().filename().string();
+  if (sc.served_model_name.empty())  // a path ending in '/'
+    sc.served_model_name = std::filesystem::path(cfg->model_path).lexically_normal().parent_path().filename().string();
+  if (sf.enable_metrics) LOG_INFO("--enable-metrics: /metrics is always enabled");
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->count() == 0 || opt->get_name() == "--help") continue;
+    const auto results = opt->results();
+    sc.flags[opt->get_name()] = results.size() == 1 ? nlohmann::json(results[0]) : nlohmann::json(results);
+  }
+
+  SignalWatcher signals;  // before any thread starts, so all of them inherit the mask
+  auto engine_or = Engine::create(*cfg);
+  if (!engine_or.ok()) return fail(engine_or.status());
+  Engine& engine = **engine_or;
+  auto enc_or = PromptEncoder::load(cfg->model_path, engine.tokenizer());
+  if (!enc_or.ok()) return fail(enc_or.status());
+  int rc = 0;
+  {
+    ServerState state(sc, engine, *enc_or);
+    HttpServer server(state);
+    if (Status s = server.bind(); !s.ok()) return fail(s);
+    signals.start([&server] { server.shutdown(); });
+    LOG_INFO("serving '{}' on http://{}:{} (OpenAI API at /v1)", sc.served_model_name, sc.host, server.port());
+    if (Status s = server.run(); !s.ok()) rc = fail(s);
+    signals.stop();
+  }
+  LOG_INFO("server stopped");
+  return rc;
+}
+
+const CommandRegistrar reg("serve", "OpenAI-compatible HTTP server", serve_main);
+
+}  // namespace
+}  // namespace strata::tools
