@@ -1,7 +1,8 @@
 #!/bin/bash
 # Runs on the GPU machine (the device tool) from the repository root: unpacks the carried
 # pcre2/pkgconf .debs (the image has neither), configures and builds the CUDA targets, then runs
-# the stages named in $@: parity (tests/parity), bench (bench/cuda/llama_bench.cc + SDPA),
+# the stages named in $@: parity (tests/parity), bench (bench/cuda/llama_bench.cc), profile
+# (per-op device time of a decode step, 4 layers of 8B shape), sdpa (PyTorch SDPA reference),
 # generate (strata generate --device cuda on house-llama). Logs go to $OUT.
 # Carry: .devcarry/cuda (debs/ and shared/: the models and fixtures the tests read).
 set -u
@@ -23,6 +24,8 @@ cmake -S . -B build-dev -G Ninja -DSTRATA_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
 cmake --build build-dev -j16 --target strata_parity_test strata_bench_llama_bench \
   >"$OUT/build.log" 2>&1 || { grep -B3 -A12 -E "error|Error" "$OUT/build.log" | head -80; exit 1; }
 # The CLI also needs the server/eval libraries (other people's work in progress): optional.
+# g++ 13 there needs <csignal> spelled out in serve_main.cc (patched in this disposable copy only).
+grep -q '<csignal>' tools/serve_main.cc 2>/dev/null || sed -i '1i #include <csignal>' tools/serve_main.cc
 cmake --build build-dev -j16 --target strata >"$OUT/build_cli.log" 2>&1 || echo "strata CLI did not build"
 echo "build: $(( $(date +%s) - t0 )) s"
 for stage in "$@"; do
@@ -30,10 +33,14 @@ for stage in "$@"; do
     parity)
       ./build-dev/strata_parity_test 2>&1 | tee "$OUT/parity.log" | grep -E "nmse|agreement|greedy|graph|OK|FAILED|PASSED|Failure|error|Expected|Which is|actual" | head -150 ;;
     bench)
-      ./build-dev/strata_bench_llama_bench 2>&1 | tee "$OUT/bench.log"
+      ./build-dev/strata_bench_llama_bench 2>&1 | tee "$OUT/bench.log" ;;
+    profile)
+      ./build-dev/strata_bench_llama_bench --what profile --steps 16 \
+        --config $C/shared/configs/llama-3.1-8b-4layers/config.json 2>&1 | tee "$OUT/profile.log" ;;
+    sdpa)
       python3 bench/cuda/sdpa_bench.py 2>&1 | tee "$OUT/sdpa.log" ;;
     generate)
       ./build-dev/strata generate --device cuda --model-path $C/shared/models/house-llama \
-        --prompt "The Linux kernel" --max-new-tokens 32 --no-progress 2>&1 | tail -20 | tee "$OUT/generate.log" ;;
+        --prompt "What is the Linux kernel?" --max-new-tokens 32 --mem-fraction-static 0.8 --no-progress 2>&1 | tail -20 | tee "$OUT/generate.log" ;;
   esac
 done

@@ -148,7 +148,9 @@ Ceilings measure_ceilings(cuda::CudaBackend& be) {
 
 // The decode GEMV (linear with one row) alone on the Llama-3.1-8B shapes, weights rotated over
 // copies that together exceed the L2 cache. Returns the summed time of one token's GEMVs.
-double bench_gemv(cuda::CudaBackend& be, const Ceilings& c) {
+double bench_gemv(cuda::CudaBackend& be, const Ceilings& c, int max_ksplit) {
+  cuda::set_gemv_max_ksplit(max_ksplit);
+  std::printf("gemv     up to %d warps per output row:\n", max_ksplit);
   struct Shape2 {
     const char* name;
     int64_t n, k, per_token;
@@ -274,6 +276,24 @@ void bench_decode(cuda::CudaBackend& be, const std::string& config, const Ceilin
   be.set_graph_mode(false);
 }
 
+// Device time per op kind of one decode step (eager, events around every launch).
+void bench_profile(cuda::CudaBackend& be, const std::string& config, int prompt, int steps) {
+  const std::string dir = "/tmp/strata_bench_profile";
+  write_zero_checkpoint(config, dir);
+  auto m = load_model(dir, be);
+  CHECK_MSG(m.ok(), "{}", m.status().to_string());
+  be.fill_all_random(43, 0.02f);
+  Runner r(**m, prompt + steps + 16, 16);
+  std::vector<int32_t> ids(static_cast<size_t>(prompt), 7);
+  int32_t next = r.step(ids);
+  for (int i = 0; i < 4; ++i) next = r.step({next});
+  be.set_profile(true);
+  for (int i = 0; i < steps; ++i) next = r.step({next});
+  std::printf("profile  %s (%d layers), decode batch 1 after %d tokens:\n%s", config.c_str(),
+              (*m)->spec().num_layers, prompt, be.profile_report(steps).c_str());
+  be.set_profile(false);
+}
+
 // Paged attention alone: random KV, pages scrambled.
 void bench_attention(cuda::CudaBackend& be, const Ceilings& c, int seqs, int ctx, int fresh,
                      int heads, int kv_heads, int hd) {
@@ -346,10 +366,19 @@ int main(int argc, char** argv) {
   std::printf("device   %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   const Ceilings c = measure_ceilings(be);
   if (what.find("attention") != std::string::npos) {
-    bench_attention(be, c, 64, 4096, 1, 32, 8, 128);
+    for (int per_sm : {4, 8, 16}) {
+      cuda::set_decode_blocks_per_sm(per_sm);
+      std::printf("attn     split-KV target %d blocks per SM:\n", per_sm);
+      bench_attention(be, c, 64, 4096, 1, 32, 8, 128);
+    }
+    cuda::set_decode_blocks_per_sm(4);
     bench_attention(be, c, 1, 8192, 8192, 32, 8, 128);
   }
-  if (what.find("gemv") != std::string::npos) bench_gemv(be, c);
+  if (what.find("gemv") != std::string::npos) {
+    bench_gemv(be, c, 1);
+    bench_gemv(be, c, 4);
+  }
+  if (what.find("profile") != std::string::npos) bench_profile(be, config, prompt, steps);
   if (what.find("decode") != std::string::npos) bench_decode(be, config, c, prompt, steps);
   return 0;
 }

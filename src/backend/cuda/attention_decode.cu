@@ -141,24 +141,33 @@ __global__ void __launch_bounds__(kWarps * 32) decode_kernel(AttentionParams p) 
   }
 }
 
-// Merges the splits of one (sequence, head): blockDim = head_dim.
+// Merges the splits of one (sequence, head): blockDim = head_dim. The splits' (max, sum) pairs
+// are staged in shared memory first, so the per-split loop has no dependent global loads.
 __global__ void combine_kernel(AttentionParams p) {
   pdl_wait();
   pdl_trigger();
+  extern __shared__ float sm[];  // [num_splits] max, then [num_splits] weight
+  float* sm_m = sm;
+  float* sm_w = sm + p.num_splits;
   const int sh = blockIdx.x;  // s · heads + h
-  const int s = sh / p.heads, d = threadIdx.x;
-  const int row = p.meta.q_indptr[s];
-  const int h = sh % p.heads;
+  const int s = sh / p.heads, h = sh % p.heads, d = threadIdx.x;
   const float* ml = p.partial_ml + int64_t(sh) * p.num_splits * 2;
-  float mx = -INFINITY;
-  for (int i = 0; i < p.num_splits; ++i) mx = fmaxf(mx, ml[2 * i]);
-  float sum = 0, o = 0;
-  for (int i = 0; i < p.num_splits; ++i) {
-    if (ml[2 * i] == -INFINITY) continue;  // a split past the sequence's end
-    const float w = exp2f(ml[2 * i] - mx);
-    sum += ml[2 * i + 1] * w;
-    o += p.partial_o[(int64_t(sh) * p.num_splits + i) * p.head_dim + d] * w;
+  for (int i = d; i < p.num_splits; i += blockDim.x) {
+    sm_m[i] = ml[2 * i];
+    sm_w[i] = ml[2 * i + 1];
   }
+  __syncthreads();
+  float mx = -INFINITY;
+  for (int i = 0; i < p.num_splits; ++i) mx = fmaxf(mx, sm_m[i]);
+  float sum = 0, o = 0;
+  const float* po = p.partial_o + int64_t(sh) * p.num_splits * p.head_dim + d;
+#pragma unroll 8
+  for (int i = 0; i < p.num_splits; ++i) {
+    const float w = sm_m[i] == -INFINITY ? 0.0f : exp2f(sm_m[i] - mx);  // empty split: 0
+    sum += sm_w[i] * w;
+    o += po[int64_t(i) * p.head_dim] * w;
+  }
+  const int row = p.meta.q_indptr[s];
   p.out[(int64_t(row) * p.heads + h) * p.head_dim + d] = float_to_bf16(o / sum * p.v_scale);
 }
 
@@ -194,7 +203,8 @@ void launch_decode_attention(const AttentionParams& p, cudaStream_t stream) {
     default: CHECK_MSG(false, "decode attention: head_dim {}", p.head_dim);
   }
   if (p.num_splits > 1) {
-    launch_pdl(combine_kernel, dim3(unsigned(p.meta.num_seqs * p.heads)), dim3(p.head_dim), 0, stream, p);
+    launch_pdl(combine_kernel, dim3(unsigned(p.meta.num_seqs * p.heads)), dim3(p.head_dim),
+               size_t(p.num_splits) * 2 * sizeof(float), stream, p);
     CUDA_LAUNCH_CHECK();
   }
 }

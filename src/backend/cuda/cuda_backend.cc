@@ -175,6 +175,41 @@ void CudaBackend::end_step() {
   }
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   in_step_ = false;
+  collect_profile();
+}
+
+void CudaBackend::collect_profile() {
+  for (const Profiled& e : profiled_) {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e.start, e.stop));
+    auto& acc = profile_ms_[e.op];
+    acc.first += ms;
+    ++acc.second;
+    cudaEventDestroy(e.start);
+    cudaEventDestroy(e.stop);
+  }
+  profiled_.clear();
+}
+
+void CudaBackend::set_profile(bool on) {
+  end_step();
+  profile_ = on;
+  profile_ms_.clear();
+}
+
+std::string CudaBackend::profile_report(int steps) {
+  end_step();
+  std::vector<std::pair<int, std::pair<double, int64_t>>> rows(profile_ms_.begin(), profile_ms_.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  double total = 0;
+  for (auto& r : rows) total += r.second.first;
+  std::string out;
+  for (auto& [op, v] : rows)
+    out += fmt::format("profile  {:<14} {:8.1f} us/step  {:5.1f} launches/step  {:6.2f} us/launch  {:5.1f}%\n",
+                       op_name(op), 1e3 * v.first / steps, double(v.second) / steps,
+                       1e3 * v.first / double(v.second), 100.0 * v.first / total);
+  out += fmt::format("profile  total          {:8.1f} us/step\n", 1e3 * total / steps);
+  return out;
 }
 
 void CudaBackend::synchronize() { end_step(); }

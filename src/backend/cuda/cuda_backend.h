@@ -161,6 +161,10 @@ class CudaBackend : public Backend {
   // Waits for all work of the backend (benchmarks, tests).
   void synchronize();
   int num_sms() const { return num_sms_; }
+  // Eager-mode profile (benchmarks): device time of every launch, summed per op kind, between
+  // set_profile(true) and profile_report(). Events around each launch serialize them.
+  void set_profile(bool on);
+  std::string profile_report(int steps);
   // Benchmarks: fills `t` (bf16 view of its bytes), or every live pool allocation (weights of a
   // model loaded from a zero-filled checkpoint), with uniform random bf16 in [-scale, scale].
   void fill_random(const Tensor& t, uint64_t seed, float scale);
@@ -181,7 +185,17 @@ class CudaBackend : public Backend {
   template <typename P>
   void record(int op, const P& p, void (*fn)(const P&, cudaStream_t)) {
     if (!graph_mode_) {
-      fn(p, stream_);
+      if (profile_) {
+        Profiled e{op, nullptr, nullptr};
+        CUDA_CHECK(cudaEventCreate(&e.start));
+        CUDA_CHECK(cudaEventCreate(&e.stop));
+        CUDA_CHECK(cudaEventRecord(e.start, stream_));
+        fn(p, stream_);
+        CUDA_CHECK(cudaEventRecord(e.stop, stream_));
+        profiled_.push_back(e);
+      } else {
+        fn(p, stream_);
+      }
       return;
     }
     last_op_ = op;
@@ -237,6 +251,18 @@ class CudaBackend : public Backend {
   };
   std::unordered_map<size_t, Graph> graphs_;
   GraphStats stats_;
+
+  bool profile_ = false;
+  struct Profiled {
+    int op;
+    cudaEvent_t start, stop;
+  };
+  std::vector<Profiled> profiled_;
+  std::unordered_map<int, std::pair<double, int64_t>> profile_ms_;  // op -> (ms, launches)
+  void collect_profile();
 };
+
+// The name of a dispatch op id (profiles).
+const char* op_name(int op);
 
 }  // namespace strata::cuda

@@ -27,6 +27,24 @@ enum Op : int {
   kOpSlice,
 };
 
+}  // namespace
+
+namespace {
+int g_decode_blocks_per_sm = 4;  // split-KV target: this many decode blocks per SM
+}  // namespace
+
+void set_decode_blocks_per_sm(int n) { g_decode_blocks_per_sm = std::max(1, n); }
+
+const char* op_name(int op) {
+  static const char* names[] = {"?",      "h2d_copy", "copy_rows", "rms_norm", "add",
+                                "silu_mul", "rope",   "gemv",      "gemm",     "bias",
+                                "kv_write", "attn_decode", "attn_prefill", "gemm_batched",
+                                "slice"};
+  return op >= 0 && op < int(sizeof names / sizeof names[0]) ? names[op] : "?";
+}
+
+namespace {
+
 template <typename P>
 P zeroed() {
   P p;
@@ -425,8 +443,10 @@ void CudaBackend::paged_attention(const Tensor& q, const KvStorage& kv, int laye
     int64_t bucket = 256;
     while (bucket < meta_max_kv_) bucket *= 2;
     const int64_t blocks_per_split = int64_t(meta.num_seqs) * kv_heads;
-    int64_t splits = std::max<int64_t>(1, (4 * num_sms_ + blocks_per_split - 1) / blocks_per_split);
-    splits = std::min<int64_t>(splits, (bucket + tpi - 1) / tpi);
+    const int64_t target = int64_t(g_decode_blocks_per_sm) * num_sms_;
+    int64_t splits = std::max<int64_t>(1, (target + blocks_per_split - 1) / blocks_per_split);
+    // At least 64 tokens per split: shorter splits cost more in merging than they gain.
+    splits = std::min<int64_t>(splits, std::max<int64_t>(1, bucket / std::max(64, tpi)));
     int64_t split_len = (bucket + splits - 1) / splits;
     split_len = (split_len + tpi - 1) / tpi * tpi;
     splits = (bucket + split_len - 1) / split_len;

@@ -137,6 +137,8 @@ struct GemvParams {
   int64_t k;
 };
 void launch_gemv(const GemvParams& p, cudaStream_t stream);
+// Most warps that share one output row (1, 2 or 4; default 1, which measured best on the H200).
+void set_gemv_max_ksplit(int ks);
 
 // ---- kv_write.cu ----
 struct KvWriteParams {  // K and V rows of the new tokens in one launch
@@ -193,6 +195,8 @@ struct AttentionParams {
 // Decode: every sequence has exactly one new token. Grid (splits, kv_heads, seqs).
 bool decode_attention_supported(int head_dim, int group);
 void launch_decode_attention(const AttentionParams& p, cudaStream_t stream);
+// Split-KV sizing: aim at this many decode blocks per SM (default 4; benchmarks compare).
+void set_decode_blocks_per_sm(int n);
 // Tokens one decode block handles per loop iteration (split_len is a multiple of it).
 int decode_tokens_per_iteration(int head_dim);
 // Prefill (any ragged batch, causal, chunked): tensor-core tiles of 64 queries × 64 keys.

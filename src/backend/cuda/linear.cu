@@ -10,6 +10,7 @@ namespace {
 
 constexpr int kGemvWarps = 8;
 constexpr int kUnroll = 4;  // independent 16-byte weight loads in flight per lane
+int g_max_ksplit = 1;  // most warps sharing one output row: 1 measured best on H200 (bench)
 
 __device__ __forceinline__ float dot8(const float* a, const float* b) {
   float s = 0;
@@ -18,42 +19,50 @@ __device__ __forceinline__ float dot8(const float* a, const float* b) {
   return s;
 }
 
-template <int M>
+// KS warps share each output row (interleaved 256-element blocks of k) so that small-n layers
+// still put enough loads in flight on every SM; partial sums meet in shared memory.
+template <int M, int KS>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
   pdl_wait();
   pdl_trigger();
+  constexpr int kRows = kGemvWarps / KS;
+  __shared__ float red[kGemvWarps][M];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t n = int64_t(blockIdx.x) * kGemvWarps + warp;
-  if (n >= p.n) return;
-  const bf16_bits* wrow = p.w + n * p.k;
+  const int64_t n = int64_t(blockIdx.x) * kRows + warp / KS;
+  const int part = warp % KS;
   float acc[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) acc[m] = 0;
-  int64_t k = int64_t(lane) * 8;
-  for (; k + (kUnroll - 1) * 256 < p.k; k += kUnroll * 256) {
-    uint4 wv[kUnroll];
+  if (n < p.n) {
+    const bf16_bits* wrow = p.w + n * p.k;
+    constexpr int kStep = KS * 256;
+    int64_t k = int64_t(part) * 256 + lane * 8;
+    for (; k + (kUnroll - 1) * kStep < p.k; k += kUnroll * kStep) {
+      uint4 wv[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) wv[u] = __ldcs(reinterpret_cast<const uint4*>(wrow + k + u * 256));
+      for (int u = 0; u < kUnroll; ++u)
+        wv[u] = __ldcs(reinterpret_cast<const uint4*>(wrow + k + u * kStep));
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < kUnroll; ++u) {
+        float wf[8];
+        unpack8(wv[u], wf);
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          float xf[8];
+          unpack8(__ldg(reinterpret_cast<const uint4*>(p.x + m * p.k + k + u * kStep)), xf);
+          acc[m] += dot8(wf, xf);
+        }
+      }
+    }
+    for (; k < p.k; k += kStep) {
       float wf[8];
-      unpack8(wv[u], wf);
+      unpack8(__ldcs(reinterpret_cast<const uint4*>(wrow + k)), wf);
 #pragma unroll
       for (int m = 0; m < M; ++m) {
         float xf[8];
-        unpack8(__ldg(reinterpret_cast<const uint4*>(p.x + m * p.k + k + u * 256)), xf);
+        unpack8(__ldg(reinterpret_cast<const uint4*>(p.x + m * p.k + k)), xf);
         acc[m] += dot8(wf, xf);
       }
-    }
-  }
-  for (; k < p.k; k += 256) {
-    float wf[8];
-    unpack8(__ldcs(reinterpret_cast<const uint4*>(wrow + k)), wf);
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      float xf[8];
-      unpack8(__ldg(reinterpret_cast<const uint4*>(p.x + m * p.k + k)), xf);
-      acc[m] += dot8(wf, xf);
     }
   }
 #pragma unroll
@@ -61,19 +70,57 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_kernel(GemvParams p) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], o);
   }
-  if (lane == 0) {
+  if (KS > 1) {
+    if (lane == 0) {
+#pragma unroll
+      for (int m = 0; m < M; ++m) red[warp][m] = acc[m];
+    }
+    __syncthreads();
+    if (lane == 0 && part == 0) {
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        float s = 0;
+#pragma unroll
+        for (int j = 0; j < KS; ++j) s += red[warp + j][m];
+        acc[m] = s;
+      }
+    }
+  }
+  if (lane == 0 && part == 0 && n < p.n) {
     const float b = p.bias ? p.bias[n] : 0.0f;
 #pragma unroll
     for (int m = 0; m < M; ++m) p.out[m * p.n + n] = float_to_bf16(acc[m] + b);
   }
 }
 
+int num_sms() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  return sms;
+}
+
 template <int M>
 void launch_gemv_m(const GemvParams& p, cudaStream_t stream) {
-  launch_pdl(gemv_kernel<M>, dim3(unsigned(ceil_div(p.n, kGemvWarps))), dim3(kGemvWarps * 32), 0, stream, p);
+  // The fewest warps per row that give every SM ~48 warps of loads in flight.
+  int ks = 1;
+  while (ks < g_max_ksplit && p.n * ks < int64_t(num_sms()) * 48) ks *= 2;
+  const dim3 block(kGemvWarps * 32);
+  const dim3 grid(unsigned(ceil_div(p.n, kGemvWarps / ks)));
+  if (ks == 1) launch_pdl(gemv_kernel<M, 1>, grid, block, 0, stream, p);
+  else if (ks == 2) launch_pdl(gemv_kernel<M, 2>, grid, block, 0, stream, p);
+  else launch_pdl(gemv_kernel<M, 4>, grid, block, 0, stream, p);
 }
 
 }  // namespace
+
+void set_gemv_max_ksplit(int ks) {
+  CHECK(ks == 1 || ks == 2 || ks == 4);
+  g_max_ksplit = ks;
+}
 
 void launch_gemv(const GemvParams& p, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0) return;
@@ -89,7 +136,6 @@ void launch_gemv(const GemvParams& p, cudaStream_t stream) {
     case 8: launch_gemv_m<8>(p, stream); break;
     default: CHECK_MSG(false, "gemv: {} rows (max {})", p.m, kGemvMaxRows);
   }
-  CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace strata::cuda

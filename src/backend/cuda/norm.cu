@@ -1,5 +1,7 @@
 // RMSNorm and fused residual-add + RMSNorm: one block per row, float32 sum of squares, the
 // row kept in registers between the two passes (dim <= kThreads · kMaxPerThread).
+#include <algorithm>
+
 #include "backend/cuda/common.cuh"
 
 namespace strata::cuda {
@@ -96,12 +98,74 @@ __global__ void rms_norm_warp_kernel(RmsNormParams p) {
   }
 }
 
+// Rows whose dim is a multiple of 8 (every hidden size): 16-byte loads, one 8-value chunk per
+// thread per pass (up to kChunks passes), values kept in registers between the two passes.
+template <int kChunks>
+__global__ void __launch_bounds__(1024) rms_norm_vec_kernel(RmsNormParams p) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ float shared[32];
+  const int64_t row = blockIdx.x;
+  const int nchunk = p.dim / 8;
+  const uint4* x = reinterpret_cast<const uint4*>(p.x + row * p.dim);
+  uint4* res = p.residual ? reinterpret_cast<uint4*>(p.residual + row * p.dim) : nullptr;
+  float v[kChunks][8];
+  float ss = 0;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int idx = threadIdx.x + c * blockDim.x;
+    if (idx < nchunk) {
+      unpack8(x[idx], v[c]);
+      if (res) {
+        float r[8];
+        unpack8(res[idx], r);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[c][e] = bf16_to_float(float_to_bf16(v[c][e] + r[e]));
+        res[idx] = pack8(v[c]);
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) ss += v[c][e] * v[c][e];
+    }
+  }
+  ss = block_sum(ss, shared);
+  const float inv = rsqrtf(ss / float(p.dim) + p.eps);
+  uint4* out = reinterpret_cast<uint4*>(p.out + row * p.dim);
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int idx = threadIdx.x + c * blockDim.x;
+    if (idx < nchunk) {
+      float w[8], o[8];
+      if (p.weight_f32) {
+        const float4* wf = static_cast<const float4*>(p.weight) + 2 * idx;
+        const float4 a = wf[0], b = wf[1];
+        w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
+      } else {
+        unpack8(static_cast<const uint4*>(p.weight)[idx], w);
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) o[e] = w[e] * (v[c][e] * inv);
+      out[idx] = pack8(o);
+    }
+  }
+}
+
 }  // namespace
 
 void launch_rms_norm(const RmsNormParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;
   CHECK_MSG(p.dim <= kThreads * kMaxPerThread, "rms_norm: dim {} too large", p.dim);
-  if (p.dim <= 256) {
+  const bool vec = p.dim % 8 == 0 && p.dim > 256 && p.dim / 8 <= 4 * 1024 &&
+                   uintptr_t(p.x) % 16 == 0 && uintptr_t(p.out) % 16 == 0 &&
+                   uintptr_t(p.weight) % 16 == 0 && uintptr_t(p.residual) % 16 == 0;
+  if (vec) {
+    const int nchunk = p.dim / 8;
+    const int threads = int(std::min<int64_t>(1024, ceil_div(nchunk, 32) * 32));
+    const int chunks = int(ceil_div(nchunk, threads));
+    const dim3 grid{unsigned(p.rows)}, block{unsigned(threads)};
+    if (chunks == 1) launch_pdl(rms_norm_vec_kernel<1>, grid, block, 0, stream, p);
+    else if (chunks == 2) launch_pdl(rms_norm_vec_kernel<2>, grid, block, 0, stream, p);
+    else launch_pdl(rms_norm_vec_kernel<4>, grid, block, 0, stream, p);
+  } else if (p.dim <= 256) {
     launch_pdl(rms_norm_warp_kernel, dim3(unsigned(ceil_div(p.rows, 8))), dim3(256), 0, stream, p);
   } else {
     launch_pdl(rms_norm_kernel, dim3(unsigned(p.rows)), dim3(kThreads), 0, stream, p);

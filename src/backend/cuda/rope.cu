@@ -6,14 +6,17 @@
 namespace strata::cuda {
 namespace {
 
-// One thread per (token, rotated pair), looping over heads so each cos/sin is computed once.
+// One thread per (token, head, rotated pair) over both tensors (q and k when merged).
 __global__ void rope_kernel(RopeParams p) {
   pdl_wait();
   pdl_trigger();
+  const int heads_total = p.heads + (p.x2 ? p.heads2 : 0);
   const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (idx >= p.tokens * p.half) return;
-  const int64_t t = idx / p.half;
-  const int i = int(idx - t * p.half);
+  if (idx >= p.tokens * heads_total * p.half) return;
+  const int i = int(idx % p.half);
+  const int64_t rest = idx / p.half;
+  const int h = int(rest % heads_total);
+  const int64_t t = rest / heads_total;
   const float angle = float(p.positions[t]) * p.inv_freq[i];
   float s, c;
   sincosf(angle, &s, &c);  // accurate range reduction: positions reach 1e5+ radians
@@ -21,26 +24,17 @@ __global__ void rope_kernel(RopeParams p) {
   s *= p.attention_factor;
   const int i0 = p.offset + (p.interleaved ? 2 * i : i);
   const int i1 = p.offset + (p.interleaved ? 2 * i + 1 : i + p.half);
-  for (int h = 0; h < p.heads; ++h) {
-    bf16_bits* v = p.x + (t * p.heads + h) * p.stride;
-    const float a = bf16_to_float(v[i0]), b = bf16_to_float(v[i1]);
-    v[i0] = float_to_bf16(a * c - b * s);
-    v[i1] = float_to_bf16(b * c + a * s);
-  }
-  if (p.x2) {
-    for (int h = 0; h < p.heads2; ++h) {
-      bf16_bits* v = p.x2 + (t * p.heads2 + h) * p.stride2;
-      const float a = bf16_to_float(v[i0]), b = bf16_to_float(v[i1]);
-      v[i0] = float_to_bf16(a * c - b * s);
-      v[i1] = float_to_bf16(b * c + a * s);
-    }
-  }
+  bf16_bits* v = h < p.heads ? p.x + (t * p.heads + h) * p.stride
+                             : p.x2 + (t * p.heads2 + (h - p.heads)) * p.stride2;
+  const float a = bf16_to_float(v[i0]), b = bf16_to_float(v[i1]);
+  v[i0] = float_to_bf16(a * c - b * s);
+  v[i1] = float_to_bf16(b * c + a * s);
 }
 
 }  // namespace
 
 void launch_rope(const RopeParams& p, cudaStream_t stream) {
-  const int64_t n = p.tokens * p.half;
+  const int64_t n = p.tokens * (p.heads + (p.x2 ? p.heads2 : 0)) * p.half;
   if (n == 0) return;
   launch_pdl(rope_kernel, dim3(unsigned(ceil_div(n, 128))), dim3(128), 0, stream, p);
   CUDA_LAUNCH_CHECK();
