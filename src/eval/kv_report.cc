@@ -81,13 +81,16 @@ std::string format_kv_table(const std::vector<CandidateResult>& results) {
   }
   s += "\nmean KLD by context position:\n";
   s += fmt::format("{:<34}", "kv config");
-  if (!results.empty())
-    for (const auto& b : results[0].metrics.to_json()["buckets"])
+  if (!results.empty()) {
+    const nlohmann::json first = results[0].metrics.to_json();  // named: ["buckets"] of a temporary dangles
+    for (const auto& b : first["buckets"])
       s += fmt::format(" {:>13}", fmt::format("[{},{})", b["begin"].get<int64_t>(), b["end"].get<int64_t>()));
+  }
   s += "\n";
   for (const auto& r : results) {
     s += fmt::format("{:<34}", r.label.substr(0, 34));
-    for (const auto& b : r.metrics.to_json()["buckets"]) s += fmt::format(" {:>13.3e}", b["kld"]["mean"].get<double>());
+    const nlohmann::json m = r.metrics.to_json();
+    for (const auto& b : m["buckets"]) s += fmt::format(" {:>13.3e}", b["kld"]["mean"].get<double>());
     s += "\n";
   }
   return s;
@@ -100,7 +103,8 @@ Status write_kld_plot(const std::string& png, const std::vector<CandidateResult>
     if (!f) return invalid_argument("--plot: cannot write '{}'", dat);
     for (const auto& r : results) {
       f << "\"" << r.label << "\"\n";
-      for (const auto& b : r.metrics.to_json()["buckets"])
+      const nlohmann::json m = r.metrics.to_json();
+      for (const auto& b : m["buckets"])
         f << 0.5 * double(b["begin"].get<int64_t>() + b["end"].get<int64_t>()) << " "
           << std::max(1e-12, b["kld"]["mean"].get<double>()) << " " << b["kld"]["se"].get<double>() << "\n";
       f << "\n\n";
