@@ -1,0 +1,215 @@
+// strata serve end to end: endpoints, OpenAI response shapes, and one test per kind of bad input
+// (status code and message). One server for the whole suite.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "server_process.h"
+
+namespace strata::e2e {
+namespace {
+
+using nlohmann::json;
+
+class ApiTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess();
+    ASSERT_TRUE(server_->start({"--max-total-tokens", "8192"})) << server_->log();
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(server_->stop(), 0) << server_->log();
+    delete server_;
+  }
+  static HttpResponse post(const std::string& path, const std::string& body) {
+    return http(server_->port(), "POST", path, body);
+  }
+  // Posts `body` and checks an OpenAI-shaped error with `status` whose message contains `needle`.
+  static json expect_error(const std::string& path, const std::string& body, int status, const std::string& needle,
+                           const char* param = nullptr) {
+    HttpResponse r = post(path, body);
+    EXPECT_EQ(r.status, status) << r.body;
+    json j = json::parse(r.body, nullptr, false);
+    EXPECT_TRUE(j.is_object() && j.contains("error")) << r.body;
+    if (!j.is_object() || !j.contains("error")) return j;
+    const json& e = j["error"];
+    EXPECT_TRUE(e.contains("message") && e.contains("type") && e.contains("param") && e.contains("code")) << r.body;
+    EXPECT_NE(e["message"].get<std::string>().find(needle), std::string::npos) << r.body;
+    if (param) {
+      EXPECT_EQ(e["param"], param) << r.body;
+    }
+    return j;
+  }
+  static ServerProcess* server_;
+};
+ServerProcess* ApiTest::server_ = nullptr;
+
+TEST_F(ApiTest, ModelsAndInfo) {
+  HttpResponse r = http(server_->port(), "GET", "/v1/models");
+  ASSERT_EQ(r.status, 200);
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "list");
+  ASSERT_EQ(j["data"].size(), 1u);
+  EXPECT_EQ(j["data"][0]["id"], "house-llama");  // basename of --model-path
+  EXPECT_EQ(http(server_->port(), "GET", "/v1/models/house-llama").status, 200);
+  EXPECT_EQ(http(server_->port(), "GET", "/v1/models/nope").status, 404);
+
+  r = http(server_->port(), "GET", "/get_server_info");
+  ASSERT_EQ(r.status, 200);
+  j = json::parse(r.body);
+  EXPECT_EQ(j["kv_capacity_tokens"], 8192);  // --max-total-tokens caps the pool
+  EXPECT_EQ(j["context_length"], 4096);
+  EXPECT_EQ(j["served_model_name"], "house-llama");
+  EXPECT_EQ(j["flags"]["--max-total-tokens"], "8192");
+  EXPECT_GT(j["max_running_requests"].get<int>(), 0);
+}
+
+TEST_F(ApiTest, HealthAndFlush) {
+  EXPECT_EQ(http(server_->port(), "GET", "/health").status, 200);
+  HttpResponse r = post("/flush_cache", "");
+  EXPECT_EQ(r.status, 200) << r.body;
+}
+
+TEST_F(ApiTest, CompletionShape) {
+  HttpResponse r = post("/v1/completions",
+                        R"({"model":"house-llama","prompt":"The kernel","max_tokens":5,"temperature":0,"logprobs":2})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "text_completion");
+  ASSERT_EQ(j["choices"].size(), 1u);
+  const json& c = j["choices"][0];
+  EXPECT_EQ(c["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 5);
+  EXPECT_GT(j["usage"]["prompt_tokens"].get<int>(), 0);
+  ASSERT_EQ(c["logprobs"]["tokens"].size(), 5u);
+  ASSERT_EQ(c["logprobs"]["top_logprobs"][0].size(), 2u);
+  // Greedy: the chosen token is the most likely one.
+  const double chosen = c["logprobs"]["token_logprobs"][0];
+  for (auto& [tok, lp] : c["logprobs"]["top_logprobs"][0].items()) EXPECT_LE(lp.get<double>(), chosen + 1e-5);
+}
+
+TEST_F(ApiTest, ChatStreamShape) {
+  HttpResponse r = post("/v1/chat/completions",
+                        R"({"messages":[{"role":"user","content":"What is a kernel?"}],"max_tokens":6,
+                            "temperature":0,"stream":true,"stream_options":{"include_usage":true},"n":2})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(r.complete);
+  EXPECT_EQ(r.headers["content-type"].rfind("text/event-stream", 0), 0u);
+  auto events = sse_data(r.body);
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  json usage = json::parse(events[events.size() - 2]);
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 12);
+  std::string text[2];
+  int finished = 0;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    json e = json::parse(events[i]);
+    EXPECT_EQ(e["object"], "chat.completion.chunk");
+    const json& c = e["choices"][0];
+    const int idx = c["index"];
+    if (c["delta"].contains("content")) text[idx] += c["delta"]["content"].get<std::string>();
+    if (!c["finish_reason"].is_null()) ++finished;
+  }
+  EXPECT_EQ(finished, 2);
+  EXPECT_EQ(text[0], text[1]);  // greedy: both choices agree
+  EXPECT_FALSE(text[0].empty());
+}
+
+TEST_F(ApiTest, StopString) {
+  HttpResponse r = post("/v1/completions", R"({"prompt":"The kernel","max_tokens":40,"temperature":0})");
+  ASSERT_EQ(r.status, 200);
+  const std::string full = json::parse(r.body)["choices"][0]["text"];
+  ASSERT_GT(full.size(), 6u);
+  const std::string stop = full.substr(4, 2);
+  r = post("/v1/completions", json{{"prompt", "The kernel"}, {"max_tokens", 40}, {"temperature", 0}, {"stop", {stop}}}.dump());
+  ASSERT_EQ(r.status, 200);
+  json c = json::parse(r.body)["choices"][0];
+  EXPECT_EQ(c["finish_reason"], "stop");
+  EXPECT_EQ(c["text"], full.substr(0, full.find(stop)));
+}
+
+TEST_F(ApiTest, MalformedJson) {
+  expect_error("/v1/chat/completions", R"({"messages": [)", 400, "not valid JSON");
+  expect_error("/v1/completions", R"([1, 2])", 400, "must be a JSON object");
+}
+
+TEST_F(ApiTest, WrongFieldTypes) {
+  expect_error("/v1/completions", R"({"prompt":"hi","temperature":"hot"})", 400, "must be a number", "temperature");
+  expect_error("/v1/completions", R"({"prompt":"hi","max_tokens":"8"})", 400, "must be an integer", "max_tokens");
+  expect_error("/v1/completions", R"({"prompt":42})", 400, "'prompt' must be", "prompt");
+  expect_error("/v1/chat/completions", R"({"messages":"hello"})", 400, "must be an array", "messages");
+  expect_error("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"stream":"yes"})", 400,
+               "must be a boolean", "stream");
+  expect_error("/v1/completions", R"({"prompt":"hi","stop":[1]})", 400, "'stop' must be", "stop");
+  expect_error("/v1/completions", R"({"prompt":"hi","n":0})", 400, "'n' must be between", "n");
+  expect_error("/v1/completions", R"({"prompt":"hi","temperature":3})", 400, "between 0 and 2", "temperature");
+  expect_error("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"top_logprobs":3})", 400,
+               "requires 'logprobs'", "top_logprobs");
+}
+
+TEST_F(ApiTest, UnknownModel) {
+  json j = expect_error("/v1/completions", R"({"model":"gpt-4","prompt":"hi"})", 404, "does not exist", "model");
+  EXPECT_EQ(j["error"]["code"], "model_not_found");
+}
+
+TEST_F(ApiTest, EmptyMessages) {
+  expect_error("/v1/chat/completions", R"({"messages":[]})", 400, "at least one message", "messages");
+  expect_error("/v1/chat/completions", R"({"model":"house-llama"})", 400, "'messages' is required", "messages");
+  expect_error("/v1/completions", R"({"prompt":""})", 400, "must not be empty", "prompt");
+}
+
+TEST_F(ApiTest, PromptLongerThanContext) {
+  std::string prompt;
+  for (int i = 0; i < 5000; ++i) prompt += "kernel ";
+  json j = expect_error("/v1/completions", json{{"prompt", prompt}}.dump(), 400, "maximum context length", "prompt");
+  EXPECT_EQ(j["error"]["code"], "context_length_exceeded");
+  expect_error("/v1/chat/completions", json{{"messages", {{{"role", "user"}, {"content", prompt}}}}}.dump(), 400,
+               "maximum context length", "messages");
+}
+
+TEST_F(ApiTest, MaxTokensBeyondContext) {
+  json j = expect_error("/v1/completions", R"({"prompt":"hi","max_tokens":5000})", 400, "maximum context length",
+                        "max_tokens");
+  EXPECT_EQ(j["error"]["code"], "context_length_exceeded");
+  expect_error("/v1/chat/completions",
+               R"({"messages":[{"role":"user","content":"hi"}],"max_completion_tokens":4096})", 400,
+               "maximum context length", "max_tokens");
+}
+
+TEST_F(ApiTest, InvalidUtf8) {
+  const std::string body = std::string(R"({"prompt":"caf)") + "\xC3\x28" + R"(","max_tokens":2})";
+  json j = expect_error("/v1/completions", body, 400, "not valid UTF-8");
+  EXPECT_EQ(j["error"]["code"], "invalid_utf8");
+}
+
+TEST_F(ApiTest, UnknownEndpointAndUnsupported) {
+  HttpResponse r = http(server_->port(), "GET", "/v1/nothing");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_NE(r.body.find("unknown endpoint"), std::string::npos) << r.body;
+  expect_error("/v1/completions", R"({"prompt":"hi","presence_penalty":0.5})", 400, "not supported",
+               "presence_penalty");
+}
+
+TEST_F(ApiTest, MetricsPassPromtool) {
+  // Some traffic first so the histograms have samples.
+  ASSERT_EQ(post("/v1/completions", R"({"prompt":"The","max_tokens":3})").status, 200);
+  HttpResponse r = http(server_->port(), "GET", "/metrics");
+  ASSERT_EQ(r.status, 200);
+  for (const char* name : {"strata_num_running_requests", "strata_num_queued_requests", "strata_kv_cache_used_tokens",
+                           "strata_prefix_cache_hit_ratio", "strata_prompt_tokens_total",
+                           "strata_generation_tokens_total", "strata_time_to_first_token_seconds_count",
+                           "strata_inter_token_latency_seconds_count", "strata_generation_throughput_tokens_per_second"})
+    EXPECT_GE(metric_value(r.body, name), 0) << name;
+  EXPECT_GT(metric_value(r.body, "strata_time_to_first_token_seconds_count"), 0);
+  std::string out;
+  if (run_command("command -v promtool", &out) != 0) GTEST_SKIP() << "promtool not installed (Debian package prometheus)";
+  const std::string path = ::testing::TempDir() + "strata_metrics.txt";
+  {
+    std::ofstream f(path);
+    f << r.body;
+  }
+  EXPECT_EQ(run_command("promtool check metrics < " + path, &out), 0) << out;
+}
+
+}  // namespace
+}  // namespace strata::e2e

@@ -1,0 +1,31 @@
+// Runs the Node tests in tests/e2e/js (the official `openai` npm client) against a real
+// `strata serve`. Skips, saying why, when node or the npm packages are not installed
+// (`npm ci` in tests/e2e/js; scripts/setup.sh does it).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "server_process.h"
+
+namespace strata::e2e {
+namespace {
+
+TEST(ServeNodeClientTest, OfficialOpenAiClient) {
+  const std::filesystem::path js_dir = std::filesystem::path(__FILE__).parent_path().parent_path() / "js";
+  std::string out;
+  if (run_command("command -v node", &out) != 0) GTEST_SKIP() << "node is not installed";
+  if (!std::filesystem::exists(js_dir / "node_modules" / "openai" / "package.json"))
+    GTEST_SKIP() << "the openai npm package is missing: run `npm ci` in " << js_dir;
+  ServerProcess server;
+  ASSERT_TRUE(server.start({})) << server.log();
+  const std::string cmd = "cd '" + js_dir.string() + "' && STRATA_BASE_URL=http://127.0.0.1:" +
+                          std::to_string(server.port()) + "/v1 STRATA_BINARY='" + STRATA_BINARY +
+                          "' STRATA_MODEL_PATH='" + house_llama() + "' node --test";
+  const int rc = run_command(cmd, &out);
+  std::printf("%s\n", out.c_str());
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(server.stop(), 0) << server.log();
+}
+
+}  // namespace
+}  // namespace strata::e2e

@@ -1,0 +1,160 @@
+// Starts the real `strata serve` on a free port for e2e tests and stops it with SIGTERM.
+// Readiness is polled (the log line with the port, then /health), never slept for.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "http_client.h"
+
+namespace strata::e2e {
+
+inline std::string house_llama() { return std::string(STRATA_SHARED_DIR) + "/models/house-llama"; }
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Polls `pred` every 20 ms until it holds or `timeout_s` passes.
+template <typename Pred>
+bool poll_until(Pred pred, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return pred();
+}
+
+class ServerProcess {
+ public:
+  ~ServerProcess() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  // Runs `strata serve --port 0 <args>`; returns once /health answers 200 (false on failure).
+  bool start(std::vector<std::string> args, double timeout_s = 120) {
+    log_path_ = ::testing::TempDir() + "strata_serve_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++) + ".log";
+    std::vector<std::string> argv = {STRATA_BINARY, "serve", "--model-path", house_llama(), "--port", "0"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      FILE* f = std::freopen(log_path_.c_str(), "w", stderr);
+      (void)f;
+      ::dup2(::fileno(stderr), STDOUT_FILENO);
+      std::vector<char*> cargv;
+      for (auto& a : argv) cargv.push_back(a.data());
+      cargv.push_back(nullptr);
+      ::execv(cargv[0], cargv.data());
+      std::_Exit(127);
+    }
+    const std::string marker = "on http://127.0.0.1:";
+    const bool logged = poll_until(
+        [&] {
+          const std::string log = read_file(log_path_);
+          size_t p = log.find(marker);
+          if (p == std::string::npos) return exited();
+          port_ = std::atoi(log.c_str() + p + marker.size());
+          return true;
+        },
+        timeout_s);
+    if (!logged || port_ <= 0) return false;
+    return poll_until([&] { return http(port_, "GET", "/health", "", 10).status == 200; }, timeout_s);
+  }
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  std::string log() const { return read_file(log_path_); }
+  // True once the process has exited (reaps it and records the exit code).
+  bool exited() {
+    if (pid_ <= 0) return true;
+    int st = 0;
+    if (::waitpid(pid_, &st, WNOHANG) == pid_) {
+      exit_code_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      pid_ = -1;
+      return true;
+    }
+    return false;
+  }
+  void signal(int sig) { if (pid_ > 0) ::kill(pid_, sig); }
+  // SIGTERM, then waits for the exit; returns the exit code (-1 on timeout).
+  int stop(double timeout_s = 60) {
+    signal(SIGTERM);
+    if (!poll_until([&] { return exited(); }, timeout_s)) return -1;
+    return exit_code_;
+  }
+  int exit_code() const { return exit_code_; }
+  // Resident set size in KiB (from /proc).
+  long rss_kib() const {
+    std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
+    return -1;
+  }
+
+ private:
+  static int& counter() {
+    static int n = 0;
+    return n;
+  }
+  pid_t pid_ = -1;
+  int port_ = -1;
+  int exit_code_ = -1;
+  std::string log_path_;
+};
+
+// Runs a command, returns its exit code and output (stdout + stderr).
+inline int run_command(const std::string& cmd, std::string* output) {
+  std::string full = cmd + " 2>&1";
+  FILE* p = ::popen(full.c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  size_t n;
+  output->clear();
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) output->append(buf, n);
+  int st = ::pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+// Parses `name{labels} value` from Prometheus text (first sample of that name).
+inline double metric_value(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    if (line.compare(0, name.size(), name) != 0) continue;
+    const char next = line.size() > name.size() ? line[name.size()] : ' ';
+    if (next != '{' && next != ' ') continue;
+    return std::atof(line.c_str() + line.rfind(' ') + 1);
+  }
+  return -1;
+}
+
+// SSE `data:` payloads of a streamed body, in order ("[DONE]" included verbatim).
+inline std::vector<std::string> sse_data(const std::string& body) {
+  std::vector<std::string> out;
+  std::istringstream in(body);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("data: ", 0) == 0) out.push_back(line.substr(6));
+  return out;
+}
+
+}  // namespace strata::e2e
