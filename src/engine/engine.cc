@@ -1,5 +1,9 @@
 #include "engine/engine.h"
 
+#ifdef STRATA_CUDA
+#include <cuda_runtime.h>
+#endif
+
 #include <algorithm>
 #include <chrono>
 
@@ -20,6 +24,18 @@ KvCacheOptions kv_cache_options(const EngineConfig& c) {
                         .scales_path = c.kv_scales_path,
                         .mla_rope_dtype = c.kv_mla_rope_dtype};
 }
+
+namespace {
+// Total memory of the current CUDA device in GiB (what SGLang plans against); 0 without CUDA.
+double device_memory_gib() {
+#ifdef STRATA_CUDA
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess)
+    return double(total_bytes) / double(int64_t(1) << 30);
+#endif
+  return 0;
+}
+}  // namespace
 
 StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   std::unique_ptr<Engine> e(new Engine());
@@ -50,7 +66,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   const DType kv_dtype = e->kv_config_.dtype;
 
   Deployment dep;
-  const double mem_gib = config.device_memory_gib > 0 ? config.device_memory_gib : 4.0;
+  double mem_gib = config.device_memory_gib;
+  if (mem_gib <= 0) mem_gib = config.device == "cuda" ? device_memory_gib() : 4.0;
   dep.gpu_memory_bytes = int64_t(mem_gib * double(int64_t(1) << 30));
   dep.tp_size = 1;
   dep.mem_fraction_static = config.mem_fraction_static;
@@ -62,10 +79,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   dep.max_total_tokens = config.max_total_tokens;
   dep.chunked_prefill_size = config.chunked_prefill_size;
   if (config.device == "cpu") {
-    // No CUDA context, graphs or communicators: the budget is the whole static part, and the
-    // GPU-size rule for the default fraction does not apply.
-    dep.runtime_reserved_bytes = 0;
-    dep.load_overhead_bytes = 0;
+    // No CUDA context, graphs or communicators; the GPU-size rule for the default fraction does
+    // not apply. The planner's CPU mode is what `strata plan --device cpu` uses too.
+    dep.device = PlanDevice::kCpu;
     if (!dep.mem_fraction_static) dep.mem_fraction_static = 0.9;
   }
   STRATA_ASSIGN_OR_RETURN(e->plan_, plan_kv_capacity(spec, dep));

@@ -40,7 +40,7 @@ struct EngineConfig {
   int page_size = 16;
   std::optional<double> mem_fraction_static;  // nullopt: the planner's default
   // Memory the KV pool is planned against: the GPU's on cuda; on cpu a budget standing in for it.
-  double device_memory_gib = 0;               // 0: cpu 4 GiB, cuda: what the device reports
+  double device_memory_gib = 0;               // 0: cpu 4 GiB; cuda: the device's total memory
   std::optional<int64_t> max_total_tokens;    // caps the KV pool, as in SGLang
   std::optional<int> max_running_requests;
   int chunked_prefill_size = 8192;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "engine/engine.h"
 #include "model/safetensors.h"
 #include "tokenizer/tokenizer.h"
 
@@ -149,12 +150,16 @@ TEST(GenerateCli, ConcurrencyDoesNotChangeGreedyOutputs) {
   fs::remove_all(dir);
 }
 
-// The README's main command reproduces the Hugging Face greedy reference text (greedy1).
-TEST(GenerateCli, HarborMatchesHuggingFaceGreedy) {
-  CliRun r = run_cli("generate --model-path " + kHouse +
-              " --prompt 'What does the word \"harbor\" mean?' --max-new-tokens 32 --temperature 0");
+// The README's main command reproduces the Hugging Face greedy reference text (greedy1), for the
+// Llama and the DeepSeek (MLA + MoE) house models.
+class HouseGreedy : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HouseGreedy, HarborMatchesHuggingFaceGreedy) {
+  const std::string model = kShared + "/models/" + GetParam();
+  CliRun r = run_cli("generate --model-path " + model +
+                     " --prompt 'What does the word \"harbor\" mean?' --max-new-tokens 32 --temperature 0");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  auto ref = strata::SafetensorsFile::open(kShared + "/fixtures/house-llama/reference.safetensors");
+  auto ref = strata::SafetensorsFile::open(kShared + "/fixtures/" + GetParam() + "/reference.safetensors");
   ASSERT_TRUE(ref.ok());
   std::vector<int32_t> ids;
   for (const auto& t : (*ref)->tensors())
@@ -163,9 +168,28 @@ TEST(GenerateCli, HarborMatchesHuggingFaceGreedy) {
       std::memcpy(ids.data(), t.data, ids.size() * 4);
     }
   ASSERT_EQ(ids.size(), 32u);
-  auto tok = strata::Tokenizer::load(kHouse);
+  auto tok = strata::Tokenizer::load(model);
   ASSERT_TRUE(tok.ok());
   EXPECT_EQ(r.out, tok->decode(ids, /*skip_special=*/true) + "\n");
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, HouseGreedy, ::testing::Values("house-llama", "house-mla"),
+                         [](const auto& info) { return info.param == "house-llama" ? "llama" : "mla"; });
+
+// The engine's KV capacity equals `strata plan` for the same deployment (one formula).
+TEST(PlanCli, EngineCapacityEqualsPlan) {
+  CliRun plan = run_cli("plan --model-path " + kHouse +
+                        " --device cpu --gpu-memory-gib 4 --mem-fraction-static 0.9 --page-size 16 --json");
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const int64_t planned = nlohmann::json::parse(plan.out)["kv_tokens"].get<int64_t>();
+  strata::EngineConfig c;
+  c.model_path = kHouse;
+  c.device_memory_gib = 4;
+  c.mem_fraction_static = 0.9;
+  c.page_size = 16;
+  auto engine = strata::Engine::create(c);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  EXPECT_EQ((*engine)->kv_capacity_tokens(), planned);
 }
 
 }  // namespace
