@@ -11,7 +11,7 @@ namespace {
 
 using nlohmann::json;
 
-class ApiTest : public ::testing::Test {
+class ServeApiTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     server_ = new ServerProcess();
@@ -42,9 +42,9 @@ class ApiTest : public ::testing::Test {
   }
   static ServerProcess* server_;
 };
-ServerProcess* ApiTest::server_ = nullptr;
+ServerProcess* ServeApiTest::server_ = nullptr;
 
-TEST_F(ApiTest, ModelsAndInfo) {
+TEST_F(ServeApiTest, ModelsAndInfo) {
   HttpResponse r = http(server_->port(), "GET", "/v1/models");
   ASSERT_EQ(r.status, 200);
   json j = json::parse(r.body);
@@ -64,13 +64,13 @@ TEST_F(ApiTest, ModelsAndInfo) {
   EXPECT_GT(j["max_running_requests"].get<int>(), 0);
 }
 
-TEST_F(ApiTest, HealthAndFlush) {
+TEST_F(ServeApiTest, HealthAndFlush) {
   EXPECT_EQ(http(server_->port(), "GET", "/health").status, 200);
   HttpResponse r = post("/flush_cache", "");
   EXPECT_EQ(r.status, 200) << r.body;
 }
 
-TEST_F(ApiTest, CompletionShape) {
+TEST_F(ServeApiTest, CompletionShape) {
   HttpResponse r = post("/v1/completions",
                         R"({"model":"house-llama","prompt":"The kernel","max_tokens":5,"temperature":0,"logprobs":2})");
   ASSERT_EQ(r.status, 200) << r.body;
@@ -88,7 +88,7 @@ TEST_F(ApiTest, CompletionShape) {
   for (auto& [tok, lp] : c["logprobs"]["top_logprobs"][0].items()) EXPECT_LE(lp.get<double>(), chosen + 1e-5);
 }
 
-TEST_F(ApiTest, ChatStreamShape) {
+TEST_F(ServeApiTest, ChatStreamShape) {
   HttpResponse r = post("/v1/chat/completions",
                         R"({"messages":[{"role":"user","content":"What is a kernel?"}],"max_tokens":6,
                             "temperature":0,"stream":true,"stream_options":{"include_usage":true},"n":2})");
@@ -115,7 +115,7 @@ TEST_F(ApiTest, ChatStreamShape) {
   EXPECT_FALSE(text[0].empty());
 }
 
-TEST_F(ApiTest, StopString) {
+TEST_F(ServeApiTest, StopString) {
   HttpResponse r = post("/v1/completions", R"({"prompt":"The kernel","max_tokens":40,"temperature":0})");
   ASSERT_EQ(r.status, 200);
   const std::string full = json::parse(r.body)["choices"][0]["text"];
@@ -128,12 +128,12 @@ TEST_F(ApiTest, StopString) {
   EXPECT_EQ(c["text"], full.substr(0, full.find(stop)));
 }
 
-TEST_F(ApiTest, MalformedJson) {
+TEST_F(ServeApiTest, MalformedJson) {
   expect_error("/v1/chat/completions", R"({"messages": [)", 400, "not valid JSON");
   expect_error("/v1/completions", R"([1, 2])", 400, "must be a JSON object");
 }
 
-TEST_F(ApiTest, WrongFieldTypes) {
+TEST_F(ServeApiTest, WrongFieldTypes) {
   expect_error("/v1/completions", R"({"prompt":"hi","temperature":"hot"})", 400, "must be a number", "temperature");
   expect_error("/v1/completions", R"({"prompt":"hi","max_tokens":"8"})", 400, "must be an integer", "max_tokens");
   expect_error("/v1/completions", R"({"prompt":42})", 400, "'prompt' must be", "prompt");
@@ -147,18 +147,18 @@ TEST_F(ApiTest, WrongFieldTypes) {
                "requires 'logprobs'", "top_logprobs");
 }
 
-TEST_F(ApiTest, UnknownModel) {
+TEST_F(ServeApiTest, UnknownModel) {
   json j = expect_error("/v1/completions", R"({"model":"gpt-4","prompt":"hi"})", 404, "does not exist", "model");
   EXPECT_EQ(j["error"]["code"], "model_not_found");
 }
 
-TEST_F(ApiTest, EmptyMessages) {
+TEST_F(ServeApiTest, EmptyMessages) {
   expect_error("/v1/chat/completions", R"({"messages":[]})", 400, "at least one message", "messages");
   expect_error("/v1/chat/completions", R"({"model":"house-llama"})", 400, "'messages' is required", "messages");
   expect_error("/v1/completions", R"({"prompt":""})", 400, "must not be empty", "prompt");
 }
 
-TEST_F(ApiTest, PromptLongerThanContext) {
+TEST_F(ServeApiTest, PromptLongerThanContext) {
   std::string prompt;
   for (int i = 0; i < 5000; ++i) prompt += "kernel ";
   json j = expect_error("/v1/completions", json{{"prompt", prompt}}.dump(), 400, "maximum context length", "prompt");
@@ -167,7 +167,7 @@ TEST_F(ApiTest, PromptLongerThanContext) {
                "maximum context length", "messages");
 }
 
-TEST_F(ApiTest, MaxTokensBeyondContext) {
+TEST_F(ServeApiTest, MaxTokensBeyondContext) {
   json j = expect_error("/v1/completions", R"({"prompt":"hi","max_tokens":5000})", 400, "maximum context length",
                         "max_tokens");
   EXPECT_EQ(j["error"]["code"], "context_length_exceeded");
@@ -176,13 +176,13 @@ TEST_F(ApiTest, MaxTokensBeyondContext) {
                "maximum context length", "max_tokens");
 }
 
-TEST_F(ApiTest, InvalidUtf8) {
+TEST_F(ServeApiTest, InvalidUtf8) {
   const std::string body = std::string(R"({"prompt":"caf)") + "\xC3\x28" + R"(","max_tokens":2})";
   json j = expect_error("/v1/completions", body, 400, "not valid UTF-8");
   EXPECT_EQ(j["error"]["code"], "invalid_utf8");
 }
 
-TEST_F(ApiTest, UnknownEndpointAndUnsupported) {
+TEST_F(ServeApiTest, UnknownEndpointAndUnsupported) {
   HttpResponse r = http(server_->port(), "GET", "/v1/nothing");
   EXPECT_EQ(r.status, 404);
   EXPECT_NE(r.body.find("unknown endpoint"), std::string::npos) << r.body;
@@ -190,7 +190,7 @@ TEST_F(ApiTest, UnknownEndpointAndUnsupported) {
                "presence_penalty");
 }
 
-TEST_F(ApiTest, MetricsPassPromtool) {
+TEST_F(ServeApiTest, MetricsPassPromtool) {
   // Some traffic first so the histograms have samples.
   ASSERT_EQ(post("/v1/completions", R"({"prompt":"The","max_tokens":3})").status, 200);
   HttpResponse r = http(server_->port(), "GET", "/metrics");

@@ -8,7 +8,7 @@
 namespace strata {
 namespace {
 
-TEST(OpenAiSchemaTest, ParsesChatRequest) {
+TEST(ServerSchemaTest, ParsesChatRequest) {
   OpenAiRequest r;
   auto e = parse_openai_request(
       R"({"model":"m","messages":[{"role":"system","content":"be brief"},
@@ -29,7 +29,7 @@ TEST(OpenAiSchemaTest, ParsesChatRequest) {
   EXPECT_TRUE(r.stream && r.include_usage);
 }
 
-TEST(OpenAiSchemaTest, ParsesPromptForms) {
+TEST(ServerSchemaTest, ParsesPromptForms) {
   OpenAiRequest a, b, c;
   EXPECT_FALSE(parse_openai_request(R"({"prompt":["x","y"],"logprobs":1})", Endpoint::kCompletions, &a));
   EXPECT_EQ(a.text_prompts.size(), 2u);
@@ -40,7 +40,7 @@ TEST(OpenAiSchemaTest, ParsesPromptForms) {
   EXPECT_EQ(c.num_prompts(), 2);
 }
 
-TEST(OpenAiSchemaTest, RejectsBadInput) {
+TEST(ServerSchemaTest, RejectsBadInput) {
   struct Case {
     const char* body;
     Endpoint ep;
@@ -75,7 +75,7 @@ TEST(OpenAiSchemaTest, RejectsBadInput) {
   EXPECT_EQ(e->code, "invalid_utf8");
 }
 
-TEST(MetricsTest, RendersPrometheusText) {
+TEST(ServerMetricsTest, RendersPrometheusText) {
   MetricsRegistry reg(std::vector<std::pair<std::string, std::string>>{{"model_name", "a\"b"}});
   reg.counter("x_total", "an x").inc(3);
   reg.gauge("y_ratio", "a y").set(0.25);
@@ -93,7 +93,7 @@ TEST(MetricsTest, RendersPrometheusText) {
   EXPECT_NE(t.find("z_seconds_sum{model_name=\"a\\\"b\"} 5.55\n"), std::string::npos) << t;
 }
 
-TEST(SseTest, Framing) {
+TEST(ServerSseTest, Framing) {
   EXPECT_EQ(sse_event(nlohmann::json{{"a", 1}}), "data: {\"a\":1}\n\n");
   EXPECT_EQ(sse_done(), "data: [DONE]\n\n");
   EXPECT_EQ(sse_comment("x"), ": x\n\n");
