@@ -179,7 +179,7 @@ INSTANTIATE_TEST_SUITE_P(Models, HouseGreedy, ::testing::Values("house-llama", "
 // The engine's KV capacity equals `strata plan` for the same deployment (one formula).
 TEST(PlanCli, EngineCapacityEqualsPlan) {
   CliRun plan = run_cli("plan --model-path " + kHouse +
-                        " --device cpu --gpu-memory-gib 4 --mem-fraction-static 0.9 --page-size 16 --json");
+                        " --device cpu --gpu-memory-gib 4 --mem-fraction-static 0.9 --page-size 16 --kv-cache-dtype f32 --json");  // f32: the CPU engine's exact (auto) KV dtype
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
   const int64_t planned = nlohmann::json::parse(plan.out)["kv_tokens"].get<int64_t>();
   strata::EngineConfig c;
