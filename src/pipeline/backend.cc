@@ -2,11 +2,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+
+#include <fmt/format.h>
 
 namespace strata {
 
+namespace {
+// 0.8f as 0.8, not 0.800000011920929: the shortest decimal that reads back as the same float.
+double shortest(float v) { return std::stod(fmt::format("{}", v)); }
+}  // namespace
+
 nlohmann::json JobSampling::to_json() const {
-  return {{"temperature", temperature}, {"top_p", top_p},   {"top_k", top_k},
+  return {{"temperature", shortest(temperature)}, {"top_p", shortest(top_p)},   {"top_k", top_k},
           {"max_new_tokens", max_new_tokens}, {"stop", stop}, {"ignore_eos", ignore_eos},
           {"seed", seed}};
 }

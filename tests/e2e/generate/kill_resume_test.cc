@@ -1,0 +1,150 @@
+// `strata generate` killed with SIGKILL at random moments, again and again, then resumed by
+// the same command: the output must hold every prompt id exactly once, as whole lines.
+// In-process engine on house-llama, a few hundred prompts of prompts-define, few new tokens.
+#include <gtest/gtest.h>
+#include <sys/inotify.h>
+
+#include <algorithm>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+
+#include "pipeline/output_log.h"
+#include "process.h"
+
+namespace strata {
+namespace {
+
+using testing_support::Child;
+
+constexpr int kPrompts = 240;
+constexpr int kKills = 12;
+
+int64_t count_lines(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::count(std::istreambuf_iterator<char>(in), {}, '\n');
+}
+
+// Waits (inotify on the directory, no polling loop) until `path` has `lines` complete lines or
+// the child exits. Returns the child's exit status if it exited, nullopt otherwise.
+std::optional<int> wait_for_lines(Child& child, const std::string& dir, const std::string& path, int64_t lines) {
+  const int fd = ::inotify_init1(IN_CLOEXEC);
+  ::inotify_add_watch(fd, dir.c_str(), IN_MODIFY | IN_CREATE);
+  std::optional<int> rc;
+  char buf[4096];
+  while (count_lines(path) < lines) {
+    pollfd p{fd, POLLIN, 0};
+    ::poll(&p, 1, 100);  // also wakes to notice a child that exited without writing
+    if (p.revents & POLLIN) (void)!::read(fd, buf, sizeof(buf));
+    if ((rc = child.wait_for(0))) break;
+  }
+  ::close(fd);
+  return rc;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(GenerateKillResume, SigkillAtRandomMomentsYieldsEveryIdExactlyOnce) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("strata_kill_resume_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string input = (dir / "define.jsonl").string(), output = (dir / "out.jsonl").string(),
+                    log = (dir / "log.txt").string();
+  std::vector<std::string> ids;
+  {
+    std::ifstream in(std::string(STRATA_SHARED_DIR) + "/data/prompts-define.jsonl");
+    std::ofstream out(input);
+    std::string line;
+    for (int i = 0; i < kPrompts && std::getline(in, line); ++i) {
+      out << line << "\n";
+      ids.push_back(nlohmann::json::parse(line)["id"]);
+    }
+  }
+  ASSERT_EQ(int(ids.size()), kPrompts);
+  const std::vector<std::string> cmd = {STRATA_BINARY, "generate",
+                                        "--model-path", std::string(STRATA_SHARED_DIR) + "/models/house-llama",
+                                        "--input", "define=" + input,
+                                        "--output", output,
+                                        "--max-new-tokens", "4",
+                                        "--temperature", "0.8",
+                                        "--seed", "5",
+                                        // Small waves, so records land all through the run.
+                                        "--concurrency", "8"};
+
+  // Kill moments follow the generator's own progress, so they are random on any machine speed:
+  // two kills at a random moment of startup (loading, scanning, truncating), the others once
+  // the output has grown by a random 1..20 records, plus a random 0..200 ms so that some land
+  // in the middle of a write.
+  std::mt19937 rng(std::random_device{}());
+  const unsigned seed = rng();
+  rng.seed(seed);
+  int kills = 0;
+  std::vector<int64_t> records_after_kill;
+  for (int k = 0; k < kKills; ++k) {
+    Child c = Child::spawn(cmd, log);
+    std::optional<int> rc;
+    if (k % 6 == 0) {
+      rc = c.wait_for(int(rng() % 600));
+    } else {
+      const int64_t target = count_lines(output) + 1 + int64_t(rng() % 20);
+      rc = wait_for_lines(c, dir.string(), output, target);
+      if (!rc) rc = c.wait_for(int(rng() % 200));
+    }
+    if (rc) {
+      ASSERT_EQ(*rc, 0) << "the generator failed before it was killed; log:\n" << read_file(log);
+      break;  // finished early: nothing left to kill
+    }
+    c.kill9();
+    ++kills;
+    auto scan = scan_output(output);
+    ASSERT_TRUE(scan.ok()) << scan.status().message();
+    EXPECT_TRUE(scan->duplicates.empty()) << "after kill " << kills;
+    records_after_kill.push_back(scan->records);
+  }
+  Child last = Child::spawn(cmd, log);
+  auto rc = last.wait_for(100000);
+  ASSERT_TRUE(rc.has_value());
+  ASSERT_EQ(*rc, 0) << read_file(log);
+  EXPECT_GE(kills, 10) << "the job finished too fast to be killed 10 times (seed " << seed << ")";
+
+  auto scan = scan_output(output);
+  ASSERT_TRUE(scan.ok()) << scan.status().message();
+  EXPECT_EQ(scan->torn_bytes, 0);
+  EXPECT_TRUE(scan->duplicates.empty());
+  EXPECT_EQ(scan->records, kPrompts);
+  std::map<std::string, int> count;
+  std::ifstream in(output);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    ++count[j["id"]];
+    const auto& conv = j["conversations"];
+    ASSERT_EQ(conv.size(), 2u) << line;
+    EXPECT_EQ(conv[1]["role"], "assistant");
+    EXPECT_EQ(j["meta"]["dataset"], "define");
+    EXPECT_EQ(j["meta"]["model"], "house-llama");
+    EXPECT_GT(j["meta"]["completion_tokens"].get<int>(), 0);
+    EXPECT_LE(j["meta"]["completion_tokens"].get<int>(), 4);
+  }
+  for (const auto& id : ids) EXPECT_EQ(count[id], 1) << id;
+  EXPECT_EQ(count.size(), ids.size());
+  EXPECT_TRUE(std::filesystem::exists(output + ".done"));
+  // Progress was made between kills (the resume does not restart from scratch).
+  int grew = 0;
+  for (size_t i = 1; i < records_after_kill.size(); ++i) grew += records_after_kill[i] > records_after_kill[i - 1];
+  EXPECT_GE(grew, 5) << "kill seed " << seed;
+  std::printf("kills: %d, records after each kill:", kills);
+  for (auto n : records_after_kill) std::printf(" %lld", (long long)n);
+  std::printf(" (seed %u)\n", seed);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace strata
