@@ -23,6 +23,8 @@ struct EvalKvFlags {
   std::string scales_path;
   std::string rope_dtype;
   int auto_bf16_layers = 0;
+  std::string mixed_bf16_layers;  // a mixed candidate from an earlier sensitivity run
+  std::string calibrated_scales;  // a calibrated candidate from an earlier --calibrate
   int64_t sensitivity_tokens = 8192;
   std::string calibrate_path;
   std::string calibration_data;
@@ -83,6 +85,25 @@ Status run(EvalKvFlags& f) {
       cands.push_back({c.describe() + " (auto)", c});
     }
   }
+  // Candidates derived from the first plain fp8 one, with layers or scales chosen earlier.
+  const KvCacheConfig* first_fp8 = nullptr;
+  for (const auto& b : bases)
+    if (!first_fp8 && b.lossy() && b.format == KvFormat::kPlain) first_fp8 = &b;
+  if (!f.mixed_bf16_layers.empty() || !f.calibrated_scales.empty()) {
+    if (!first_fp8) return invalid_argument("--mixed-bf16-layers / --calibrated-scales need an fp8_e4m3 or fp8_e5m2 --kv-cache-dtype");
+    const std::string dtype = kv_cache_dtype_name(first_fp8->dtype);
+    if (!f.mixed_bf16_layers.empty()) {
+      STRATA_ASSIGN_OR_RETURN(std::vector<int> layers, parse_layer_list(f.mixed_bf16_layers, "--mixed-bf16-layers"));
+      KvCacheOptions o{.dtype = dtype, .bf16_layers = layers, .scales_path = f.scales_path, .mla_rope_dtype = f.rope_dtype};
+      STRATA_ASSIGN_OR_RETURN(KvCacheConfig c, ev->resolve(o));
+      cands.push_back({c.describe() + " (mixed)", c});
+    }
+    if (!f.calibrated_scales.empty()) {
+      KvCacheOptions o{.dtype = dtype, .bf16_layers = bf16_layers, .scales_path = f.calibrated_scales, .mla_rope_dtype = f.rope_dtype};
+      STRATA_ASSIGN_OR_RETURN(KvCacheConfig c, ev->resolve(o));
+      cands.push_back({dtype + " calibrated", c});
+    }
+  }
   if (!f.calibrate_path.empty()) {
     const KvCacheConfig* base = nullptr;
     for (const auto& b : bases)
@@ -136,6 +157,10 @@ int eval_kv_main(int argc, char** argv) {
   app.add_option("--kv-mla-rope-dtype", f.rope_dtype, "MLA rope part: bf16 | fp8_e4m3 | fp8_e5m2");
   app.add_option("--auto-bf16-layers", f.auto_bf16_layers,
                  "also evaluate the first fp8 candidate with its N most sensitive layers in bf16 (measured)");
+  app.add_option("--mixed-bf16-layers", f.mixed_bf16_layers,
+                 "also evaluate the first fp8 candidate with these layers in bf16 (e.g. from an earlier --auto-bf16-layers)");
+  app.add_option("--calibrated-scales", f.calibrated_scales,
+                 "also evaluate the first fp8 candidate with these scales (a file from an earlier --calibrate)");
   app.add_option("--sensitivity-tokens", f.sensitivity_tokens, "tokens for the per-layer sensitivity")->capture_default_str();
   app.add_option("--calibrate", f.calibrate_path, "compute per-layer scales (amax/max finite), write FILE, evaluate them");
   app.add_option("--calibration-data", f.calibration_data, "JSONL for calibration and sensitivity (default: --data)");
