@@ -2,9 +2,6 @@
 // the same command: the output must hold every prompt id exactly once, as whole lines.
 // In-process engine on house-llama, a few hundred prompts of prompts-define, few new tokens.
 #include <gtest/gtest.h>
-#include <sys/inotify.h>
-
-#include <algorithm>
 
 #include <filesystem>
 #include <fstream>
@@ -19,31 +16,11 @@ namespace strata {
 namespace {
 
 using testing_support::Child;
+using testing_support::count_lines;
+using testing_support::wait_for_lines;
 
 constexpr int kPrompts = 240;
 constexpr int kKills = 12;
-
-int64_t count_lines(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::count(std::istreambuf_iterator<char>(in), {}, '\n');
-}
-
-// Waits (inotify on the directory, no polling loop) until `path` has `lines` complete lines or
-// the child exits. Returns the child's exit status if it exited, nullopt otherwise.
-std::optional<int> wait_for_lines(Child& child, const std::string& dir, const std::string& path, int64_t lines) {
-  const int fd = ::inotify_init1(IN_CLOEXEC);
-  ::inotify_add_watch(fd, dir.c_str(), IN_MODIFY | IN_CREATE);
-  std::optional<int> rc;
-  char buf[4096];
-  while (count_lines(path) < lines) {
-    pollfd p{fd, POLLIN, 0};
-    ::poll(&p, 1, 100);  // also wakes to notice a child that exited without writing
-    if (p.revents & POLLIN) (void)!::read(fd, buf, sizeof(buf));
-    if ((rc = child.wait_for(0))) break;
-  }
-  ::close(fd);
-  return rc;
-}
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

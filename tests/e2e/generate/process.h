@@ -3,12 +3,18 @@
 #pragma once
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/inotify.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -88,5 +94,40 @@ class Child {
   pid_t pid_ = -1;
   int pidfd_ = -1;
 };
+
+// A loopback TCP port that was free a moment ago.
+inline int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+inline int64_t count_lines(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::count(std::istreambuf_iterator<char>(in), {}, '\n');
+}
+
+// Waits (inotify on the directory, no polling loop) until `path` has `lines` complete lines or
+// the child exits. Returns the child's exit status if it exited, nullopt otherwise.
+inline std::optional<int> wait_for_lines(Child& child, const std::string& dir, const std::string& path, int64_t lines) {
+  const int fd = ::inotify_init1(IN_CLOEXEC);
+  ::inotify_add_watch(fd, dir.c_str(), IN_MODIFY | IN_CREATE);
+  std::optional<int> rc;
+  char buf[4096];
+  while (count_lines(path) < lines) {
+    pollfd p{fd, POLLIN, 0};
+    ::poll(&p, 1, 100);  // also wakes to notice a child that exited without writing
+    if (p.revents & POLLIN) (void)!::read(fd, buf, sizeof(buf));
+    if ((rc = child.wait_for(0))) break;
+  }
+  ::close(fd);
+  return rc;
+}
 
 }  // namespace strata::testing_support

@@ -7,8 +7,6 @@
 
 #if __has_include(<httplib.h>)
 #include <httplib.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <atomic>
 #include <filesystem>
@@ -24,19 +22,8 @@ namespace strata {
 namespace {
 
 using testing_support::Child;
+using testing_support::free_port;
 constexpr int kWaitMs = 90000;  // a hung generator fails the test instead of hanging it
-
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 struct Life {
   int die_after = -1;       // crash (exit, connections reset) on this request number
