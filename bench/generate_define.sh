@@ -29,8 +29,10 @@ head -n "$N" "$SHARED/data/prompts-define.jsonl" > "$OUT/define.jsonl"
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(uname -n) $(nproc) cores; mode=$MODE N=$N max_new_tokens=$MAX_NEW_TOKENS concurrency=$CONCURRENCY"
 GEN=("$STRATA" generate --input "define=$OUT/define.jsonl" --output "$OUT/define.out.jsonl"
      --max-new-tokens "$MAX_NEW_TOKENS" --temperature 0 --concurrency "$CONCURRENCY")
+SUMMARY='^\[generate\] (finished|stopped|define:)|Maximum resident|Elapsed \(wall'
 if [[ $MODE == engine ]]; then
-  /usr/bin/time -v "${GEN[@]}" --model-path "$MODEL" 2> >(tee "$OUT/generate.log" >&2 | grep -E "^\[generate\] (finished|define:)|Maximum resident" >&2)
+  /usr/bin/time -v "${GEN[@]}" --model-path "$MODEL" 2> "$OUT/generate.log" || { tail "$OUT/generate.log"; exit 1; }
+  grep -E "$SUMMARY" "$OUT/generate.log"
   exit
 fi
 URL=${SERVER_URL:-}
@@ -45,7 +47,7 @@ if [[ -z $URL ]]; then
     sleep 0.5
   done
 fi
-start=$(date +%s.%N)
-"${GEN[@]}" --server "$URL" 2> >(tee "$OUT/generate.log" | grep -E "^\[generate\] (finished|stopped|define:)" >&2)
-end=$(date +%s.%N)
-echo "wall: $(echo "$end - $start" | bc) s; records: $(wc -l < "$OUT/define.out.jsonl")"
+# Progress lines go to $OUT/generate.log (tail -f it); the summary prints at the end.
+/usr/bin/time -v "${GEN[@]}" --server "$URL" 2> "$OUT/generate.log" || { tail "$OUT/generate.log"; exit 1; }
+grep -E "$SUMMARY" "$OUT/generate.log"
+echo "records: $(wc -l < "$OUT/define.out.jsonl")"
