@@ -249,7 +249,7 @@ struct ServerBackend::Impl {
       if (t == Try::kFatal || (t == Try::kRetryable && streak >= config.retry.max_attempts))
         return unavailable("{}/v1/models: {}", config.url, error);
       if (!still_waiting_for_server())
-        return unavailable("{} stayed unavailable for {:.0f}s: {}", config.url,
+        return unavailable("{} stayed unavailable for {:g}s: {}", config.url,
                            config.retry.server_down_timeout_s, error);
       if (!wait(backoff_delay_s(config.retry, streak, rng))) return unavailable("stopped");
     }
