@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/simd.h"
 #include "backend/kv_format.h"
 #include "core/thread_pool.h"
 
@@ -40,15 +41,14 @@ void gather_context(const KvStorage& kv, int layer, bool is_k, const AttentionMe
 }
 
 // softmax(q·kⱼ · scale) over j < ctx, then out = Σ pⱼ vⱼ. k rows have stride k_stride, v rows
-// v_stride; `scores` is scratch of at least ctx floats.
-void attend_one(const float* q, const float* k, int64_t k_stride, int head_dim, const float* v,
-                int64_t v_stride, int v_dim, int64_t ctx, float scale, float* scores, float* out) {
+// v_stride; `scores` is scratch of at least ctx floats. Each q·kⱼ is simd.h's dot8, so a score
+// depends only on the two rows, never on ctx or the batch. Cloned for AVX2.
+__attribute__((target_clones("avx2", "default"))) void attend_one(
+    const float* q, const float* k, int64_t k_stride, int head_dim, const float* v,
+    int64_t v_stride, int v_dim, int64_t ctx, float scale, float* scores, float* out) {
   float max_score = -INFINITY;
   for (int64_t j = 0; j < ctx; ++j) {
-    const float* kj = k + j * k_stride;
-    float dot = 0;
-    for (int d = 0; d < head_dim; ++d) dot += q[d] * kj[d];
-    scores[j] = dot * scale;
+    scores[j] = dot8(q, k + j * k_stride, head_dim) * scale;
     max_score = std::max(max_score, scores[j]);
   }
   double sum = 0;
