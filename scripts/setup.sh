@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libcpp-httplib-dev
       libspdlog-dev libfmt-dev libcli11-dev libpcre2-dev libgtest-dev
-      libxxhash-dev prometheus)  # prometheus: promtool checks /metrics in the server e2e tests
+      libxxhash-dev prometheus  # prometheus: promtool checks /metrics in the server e2e tests
+      clang libclang-rt-14-dev llvm)  # sanitizer + libFuzzer build (fuzz/ci.sh); llvm: llvm-symbolizer
 command -v node >/dev/null 2>&1 || PKGS+=(nodejs npm)  # the openai npm client (tests/e2e/js)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -4,6 +4,7 @@
 // Thread-safe after load: the server's HTTP threads share one.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -23,12 +24,20 @@ class PromptEncoder {
 
   bool has_chat_template() const { return chat_.has_value(); }
   StatusOr<std::string> render_chat(const nlohmann::json& messages, bool add_generation_prompt) const;
+  // OutOfRange, before tokenizing, when the rendered text is longer than `max_text_bytes`.
   StatusOr<std::vector<int32_t>> encode_chat(const nlohmann::json& messages,
-                                             bool add_generation_prompt = true) const;
+                                             bool add_generation_prompt = true,
+                                             size_t max_text_bytes = SIZE_MAX) const;
   std::vector<int32_t> encode_raw(const std::string& text) const;
+
+  // The most text bytes that `max_tokens` tokens can cover: the longest vocabulary entry times
+  // max_tokens, times 4 for normalizers that shrink text. A longer prompt cannot fit, so the
+  // server refuses it before tokenizing (the BPE takes minutes on 64 MiB of spaces).
+  size_t max_prompt_bytes(int64_t max_tokens) const;
 
  private:
   const Tokenizer* tokenizer_ = nullptr;
+  size_t max_token_bytes_ = 1;  // longest vocabulary entry (added tokens included)
   std::optional<ChatTemplate> chat_;
 };
 

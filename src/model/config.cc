@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/json_limits.h"
 #include "model/quant.h"
 
 namespace strata {
@@ -36,10 +37,22 @@ class Reader {
   int64_t int_or(const char* key, int64_t dflt) {
     const json* v = get(key);
     if (v == nullptr) return dflt;
-    if (v->is_number_integer()) return v->get<int64_t>();
+    // Every size, id and count of a real config fits in int32; larger values would wrap when
+    // narrowed to the spec's int fields (and casting a float past int64 is undefined).
+    auto out_of_range = [&] {
+      fail(invalid_argument("{}: field '{}' is out of range, got {}", where_, key, v->dump()));
+      return dflt;
+    };
+    if (v->is_number_unsigned()) {
+      return v->get<uint64_t>() > uint64_t(INT32_MAX) ? out_of_range() : int64_t(v->get<uint64_t>());
+    }
+    if (v->is_number_integer()) {
+      const int64_t i = v->get<int64_t>();
+      return i < INT32_MIN || i > INT32_MAX ? out_of_range() : i;
+    }
     // Some writers emit integral floats ("original_max_position_embeddings": 4096.0).
     if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>()) {
-      return int64_t(v->get<double>());
+      return std::fabs(v->get<double>()) > double(INT32_MAX) ? out_of_range() : int64_t(v->get<double>());
     }
     fail(invalid_argument("{}: field '{}' must be an integer, got {}", where_, key, v->dump()));
     return dflt;
@@ -297,6 +310,51 @@ Status parse_ids_dtype_quant(const json& config, const json& text, const std::st
   return Status();
 }
 
+// Upper bounds far above any real checkpoint (the largest have ~130 layers, hidden ~25k, vocab
+// ~256k, 384 experts) that keep every tensor size and the planner's byte totals inside int64: a
+// hostile config.json is an error, not a billion-entry tensor inventory or an overflow.
+Status check_sizes(const ModelSpec& s, const std::string& where) {
+  struct Bound {
+    const char* field;
+    int64_t value, lo, hi;
+  };
+  const Bound bounds[] = {
+      {"vocab_size", s.vocab_size, 1, 1 << 23},
+      {"hidden_size", s.hidden_size, 1, 1 << 17},
+      {"intermediate_size", s.intermediate_size, 0, 1 << 18},
+      {"num_hidden_layers", s.num_layers, 1, 1 << 10},
+      {"num_attention_heads", s.num_heads, 1, 1 << 12},
+      {"num_key_value_heads", s.num_kv_heads, 1, 1 << 12},
+      {"head_dim", s.head_dim, 1, 1 << 12},
+      {"max_position_embeddings", s.max_position_embeddings, 1, INT32_MAX},
+      {"rotary dims (head_dim x partial_rotary_factor)", s.rope.rotary_dim, 0, s.head_dim},
+      {"q_lora_rank", s.mla.q_lora_rank, 0, 1 << 16},
+      {"kv_lora_rank", s.mla.kv_lora_rank, 0, 1 << 16},
+      {"qk_nope_head_dim", s.mla.qk_nope_head_dim, 0, 1 << 12},
+      {"qk_rope_head_dim", s.mla.qk_rope_head_dim, 0, 1 << 12},
+      {"v_head_dim", s.mla.v_head_dim, 0, 1 << 12},
+      {"n_routed_experts", s.moe.n_routed_experts, 0, 1 << 12},
+      {"n_shared_experts", s.moe.n_shared_experts, 0, 1 << 12},
+      {"num_experts_per_tok", s.moe.num_experts_per_tok, 0, 1 << 12},
+      {"moe_intermediate_size", s.moe.moe_intermediate_size, 0, 1 << 18},
+      {"first_k_dense_replace", s.moe.first_k_dense_replace, 0, 1 << 10},
+      {"moe_layer_freq", s.moe.moe_layer_freq, 1, 1 << 10},
+  };
+  for (const Bound& b : bounds) {
+    if (b.value < b.lo || b.value > b.hi) {
+      return invalid_argument("{}: {} is {}; it must be between {} and {}", where, b.field, b.value,
+                              b.lo, b.hi);
+    }
+  }
+  // The tensor inventory lists every routed expert of every layer (Kimi-K2.5: 61 x 384).
+  constexpr int64_t kMaxExpertLayers = 1 << 17;
+  if (int64_t(s.num_layers) * s.moe.n_routed_experts > kMaxExpertLayers) {
+    return invalid_argument("{}: num_hidden_layers {} x n_routed_experts {} is more than {} routed experts",
+                            where, s.num_layers, s.moe.n_routed_experts, kMaxExpertLayers);
+  }
+  return Status();
+}
+
 StatusOr<ModelSpec> parse_at(const json& config, const std::string& file) {
   if (!config.is_object()) return invalid_argument("{}: top level must be a JSON object", file);
   Reader top(config, file);
@@ -354,6 +412,7 @@ StatusOr<ModelSpec> parse_at(const json& config, const std::string& file) {
   STRATA_RETURN_IF_ERROR(r.status());
   if (spec.head_dim <= 0) return invalid_argument("{}: head_dim must be positive", where);
   STRATA_RETURN_IF_ERROR(parse_rope(*text, r, &spec));
+  STRATA_RETURN_IF_ERROR(check_sizes(spec, where));
 
   STRATA_RETURN_IF_ERROR(parse_ids_dtype_quant(config, *text, file, where, &spec));
   return spec;
@@ -371,6 +430,7 @@ StatusOr<ModelSpec> load_model_spec(const std::string& dir) {
   if (!in) return not_found("{}: cannot open (is '{}' a model directory?)", path, dir);
   std::stringstream ss;
   ss << in.rdbuf();
+  STRATA_RETURN_IF_ERROR(check_json_depth(ss.str(), path));
   json config = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
   if (config.is_discarded()) return invalid_argument("{}: not valid JSON", path);
   return parse_at(config, path);

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/json_limits.h"
+
 namespace strata {
 namespace {
 
@@ -105,6 +107,8 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
 
 Status SafetensorsFile::parse_header(const std::string& header, int64_t data_begin) {
   const std::string& file = path_;
+  // Metadata values are dumped back to text, which recurses once per nesting level.
+  STRATA_RETURN_IF_ERROR(check_json_depth(header, file + ": header"));
   json h = json::parse(header, nullptr, /*allow_exceptions=*/false);
   if (h.is_discarded()) return data_loss("{}: header is not valid JSON", file);
   if (!h.is_object()) return data_loss("{}: header is not a JSON object", file);

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <unordered_set>
 
+#include "core/json_limits.h"
+
 namespace strata {
 namespace {
 
@@ -41,6 +43,8 @@ StatusOr<PromptRecord> parse_prompt_line(const std::string& text, int64_t line_n
   const std::string where = dataset + " line " + std::to_string(line_number);
   PromptRecord r;
   r.line = line_number;
+  // The runner copies and dumps the line's JSON, which recurses once per nesting level.
+  STRATA_RETURN_IF_ERROR(check_json_depth(text, where));
   try {
     r.original = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {

@@ -54,14 +54,29 @@ std::variant<ApiError, std::unique_ptr<Generation>> Generation::start(ServerStat
   const bool chat = req.endpoint == Endpoint::kChat;
   const char* prompt_param = chat ? "messages" : "prompt";
   std::vector<std::vector<int32_t>> prompts;
+  const int64_t context = state.engine().context_length();
+  const int64_t limit = std::min(context, state.engine().kv_capacity_tokens());
+  // Text that cannot fit in `limit` tokens is refused before tokenizing, which would hold this
+  // thread for minutes on a 64 MiB body of spaces.
+  const size_t max_bytes = state.encoder().max_prompt_bytes(limit);
+  auto too_long = [&](size_t bytes) {
+    return bad_request(fmt::format("This model's maximum context length is {} tokens. However, your prompt "
+                                   "is {} bytes, more than {} tokens can hold.", limit, bytes, limit),
+                       prompt_param, "context_length_exceeded");
+  };
   if (chat) {
     if (!state.encoder().has_chat_template())
       return bad_request("this model has no chat template; use /v1/completions", "messages");
-    auto ids = state.encoder().encode_chat(req.messages);
+    auto ids = state.encoder().encode_chat(req.messages, /*add_generation_prompt=*/true, max_bytes);
+    if (ids.status().code() == StatusCode::kOutOfRange)
+      return bad_request(ids.status().message(), "messages", "context_length_exceeded");
     if (!ids.ok()) return bad_request(ids.status().message(), "messages");
     prompts.push_back(std::move(ids).value());
   } else {
-    for (const auto& t : req.text_prompts) prompts.push_back(state.encoder().encode_raw(t));
+    for (const auto& t : req.text_prompts) {
+      if (t.size() > max_bytes) return too_long(t.size());
+      prompts.push_back(state.encoder().encode_raw(t));
+    }
     const int64_t vocab = state.engine().tokenizer().vocab_size();
     for (auto& p : req.token_prompts) {
       for (int32_t id : p)
@@ -70,8 +85,6 @@ std::variant<ApiError, std::unique_ptr<Generation>> Generation::start(ServerStat
       prompts.push_back(std::move(p));
     }
   }
-  const int64_t context = state.engine().context_length();
-  const int64_t limit = std::min(context, state.engine().kv_capacity_tokens());
   for (const auto& p : prompts) {
     const int64_t len = int64_t(p.size());
     if (len == 0) return bad_request("the prompt is empty after tokenization", prompt_param);

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/json_limits.h"
 #include "tokenizer/utf8.h"
 
 namespace strata {
@@ -322,6 +323,8 @@ ApiError server_error(int status, std::string message, std::string code) {
 
 std::optional<ApiError> parse_openai_request(std::string_view body, Endpoint endpoint, OpenAiRequest* r) {
   if (!tok::is_valid_utf8(body)) return bad_request("the request body is not valid UTF-8", "", "invalid_utf8");
+  if (Status s = check_json_depth(body, "the request body"); !s.ok())
+    return bad_request(s.message(), "", "invalid_json");
   json b;
   try {
     b = json::parse(body);

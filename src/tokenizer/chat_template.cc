@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/json_limits.h"
 #include "tokenizer/jinja_lexer.h"
 
 namespace strata {
@@ -21,6 +22,7 @@ StatusOr<std::string> read_file(const fs::path& path) {
 
 StatusOr<nlohmann::json> read_json(const fs::path& path) {
   STRATA_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  STRATA_RETURN_IF_ERROR(check_json_depth(text, path.string()));
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return data_loss("{} is not valid JSON", path.string());
   return j;

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/json_limits.h"
 #include "tokenizer/added_vocab.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/decoder.h"
@@ -28,6 +29,7 @@ StatusOr<std::string> read_file(const std::filesystem::path& path) {
 }
 
 StatusOr<Json> parse_json(std::string_view text, std::string_view source) {
+  STRATA_RETURN_IF_ERROR(check_json_depth(text, source));
   try {
     return Json::parse(text);
   } catch (const Json::exception& e) {

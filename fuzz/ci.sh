@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# CI's sanitizer + fuzz stage (called by .ci/run after the main build and ctest; FUZZING.md).
+# One clang build dir with ASan+UBSan and libFuzzer coverage (-DSTRATA_FUZZ=ON) builds the
+# unit tests and the fuzz targets from a single compile of the libraries (no CUDA, no e2e, no
+# golden tests), runs every unit test under the sanitizers, then each fuzz target for a bounded
+# time over its seed corpus.
+# Env: STRATA_FUZZ_BUILD (build dir, default build-fuzz), STRATA_FUZZ_SECONDS (per target,
+# default 25), STRATA_FUZZ_JOBS (targets at once, default 2), STRATA_FUZZ_OPT (default -O0:
+# with the sanitizers, -O1 doubles the compile time, which CI's 2 cores cannot afford).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${STRATA_FUZZ_BUILD:-build-fuzz}
+secs=${STRATA_FUZZ_SECONDS:-25}
+jobs=${STRATA_FUZZ_JOBS:-2}
+opt=${STRATA_FUZZ_OPT:--O0}
+t0=$(date +%s)
+
+cmake -S . -B "$build" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$opt -gline-tables-only" \
+  -DSTRATA_FUZZ=ON >/dev/null
+units=()
+for d in tests/unit/*/; do units+=("strata_unit_$(basename "$d")_test"); done
+cmake --build "$build" -j"$(nproc)" --target "${units[@]}" strata_fuzz_all
+t1=$(date +%s)
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+ctest --test-dir "$build" -L unit --output-on-failure -j2 --timeout 600
+t2=$(date +%s)
+
+fuzz/run.sh -b "$build" -t "$secs" -j "$jobs"
+t3=$(date +%s)
+echo "sanitizer+fuzz stage: build $((t1 - t0)) s, unit tests under ASan+UBSan $((t2 - t1)) s, fuzz $((t3 - t2)) s"

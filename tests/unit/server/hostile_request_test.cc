@@ -1,0 +1,52 @@
+// Hostile request bodies (fuzz/openai_request_fuzz.cc; FUZZING.md): each a 400, never a crash.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "engine/prompt.h"
+#include "server/openai_schema.h"
+#include "tokenizer/tokenizer.h"
+
+namespace strata {
+namespace {
+
+TEST(ServerHostileTest, DeeplyNestedBodyIsInvalidJson) {
+  const std::string deep = std::string(300000, '[') + std::string(300000, ']');
+  OpenAiRequest r;
+  auto e = parse_openai_request(R"({"messages": [{"role": "user", "content": "x", "x": )" + deep + "}]}",
+                                Endpoint::kChat, &r);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->status, 400);
+  EXPECT_EQ(e->code, "invalid_json");
+  EXPECT_NE(e->message.find("nests deeper than"), std::string::npos) << e->message;
+}
+
+// The server refuses text longer than max_prompt_bytes(context) before tokenizing (64 MiB of
+// spaces took the BPE minutes). The bound must never refuse a prompt that fits: check it against
+// the Hugging Face token counts of the fixture strings.
+TEST(ServerHostileTest, PromptByteBoundHoldsForFixtures) {
+  const std::string dir = std::string(STRATA_SHARED_DIR) + "/models/house-llama";
+  auto tok = Tokenizer::load(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  auto enc = PromptEncoder::load(dir, *tok);
+  ASSERT_TRUE(enc.ok()) << enc.status().to_string();
+  std::ifstream in(std::string(STRATA_SHARED_DIR) + "/fixtures/tokenizer_cases.json");
+  const nlohmann::json cases = nlohmann::json::parse(in);
+  for (const auto& c : cases["cases"]) {
+    const std::string text = c["text"];
+    EXPECT_LE(text.size(), enc->max_prompt_bytes(int64_t(c["ids"].size()))) << text;
+  }
+  EXPECT_EQ(enc->max_prompt_bytes(0), 0u);
+  const size_t max_bytes = enc->max_prompt_bytes(16);
+  nlohmann::json long_chat = {{{"role", "user"}, {"content", std::string(max_bytes, ' ')}}};
+  auto ids = enc->encode_chat(long_chat, true, max_bytes);
+  ASSERT_FALSE(ids.ok());
+  EXPECT_EQ(ids.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(ids.status().message().find("more than the context can hold"), std::string::npos);
+  EXPECT_TRUE(enc->encode_chat({{{"role", "user"}, {"content", "hi"}}}, true, max_bytes).ok());
+}
+
+}  // namespace
+}  // namespace strata
