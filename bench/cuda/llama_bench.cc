@@ -26,6 +26,7 @@
 
 #include "arch/model.h"
 #include "backend/cuda/cuda_backend.h"
+#include "bench_checkpoint.h"
 
 namespace strata {
 namespace {
@@ -35,52 +36,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// Writes `dir`/model.safetensors with every Llama tensor of `config` as zero bf16 (a sparse
-// file: instant, no disk) and copies the config. Returns the bytes of weights.
-int64_t write_zero_checkpoint(const std::string& config_path, const std::string& dir) {
-  std::filesystem::create_directories(dir);
-  std::filesystem::copy_file(config_path, dir + "/config.json",
-                             std::filesystem::copy_options::overwrite_existing);
-  json c = json::parse(std::ifstream(config_path));
-  const int64_t hidden = c["hidden_size"], inter = c["intermediate_size"];
-  const int64_t layers = c["num_hidden_layers"], heads = c["num_attention_heads"];
-  const int64_t kv_heads = c.value("num_key_value_heads", heads);
-  const int64_t hd = c.value("head_dim", hidden / heads), vocab = c["vocab_size"];
-  const bool tied = c.value("tie_word_embeddings", false);
-  std::vector<std::pair<std::string, std::vector<int64_t>>> t = {
-      {"model.embed_tokens.weight", {vocab, hidden}}, {"model.norm.weight", {hidden}}};
-  if (!tied) t.push_back({"lm_head.weight", {vocab, hidden}});
-  for (int64_t l = 0; l < layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    t.push_back({p + "input_layernorm.weight", {hidden}});
-    t.push_back({p + "post_attention_layernorm.weight", {hidden}});
-    t.push_back({p + "self_attn.q_proj.weight", {heads * hd, hidden}});
-    t.push_back({p + "self_attn.k_proj.weight", {kv_heads * hd, hidden}});
-    t.push_back({p + "self_attn.v_proj.weight", {kv_heads * hd, hidden}});
-    t.push_back({p + "self_attn.o_proj.weight", {hidden, heads * hd}});
-    t.push_back({p + "mlp.gate_proj.weight", {inter, hidden}});
-    t.push_back({p + "mlp.up_proj.weight", {inter, hidden}});
-    t.push_back({p + "mlp.down_proj.weight", {hidden, inter}});
-  }
-  json header = json::object();
-  int64_t off = 0;
-  for (auto& [name, shape] : t) {
-    const int64_t bytes = 2 * std::accumulate(shape.begin(), shape.end(), int64_t(1), std::multiplies<>());
-    header[name] = {{"dtype", "BF16"}, {"shape", shape}, {"data_offsets", {off, off + bytes}}};
-    off += bytes;
-  }
-  std::string h = header.dump();
-  while (h.size() % 8) h.push_back(' ');
-  const std::string path = dir + "/model.safetensors";
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  const uint64_t n = h.size();
-  f.write(reinterpret_cast<const char*>(&n), 8);
-  f.write(h.data(), std::streamsize(h.size()));
-  f.close();
-  std::filesystem::resize_file(path, 8 + h.size() + uint64_t(off));
-  return off;
 }
 
 // Times `fn` (device work on `stream`) with events: median over `reps` after `warmup`.
@@ -296,13 +251,15 @@ void bench_profile(cuda::CudaBackend& be, const std::string& config, int prompt,
 
 // Paged attention alone: random KV, pages scrambled.
 void bench_attention(cuda::CudaBackend& be, const Ceilings& c, int seqs, int ctx, int fresh,
-                     int heads, int kv_heads, int hd) {
+                     int heads, int kv_heads, int hd, DType kv_dtype = DType::kBF16) {
   const int page = 16;
   const int pages_per_seq = (ctx + page - 1) / page;
   const int64_t num_pages = int64_t(seqs) * pages_per_seq;
   KvLayout lay{.num_layers = 1, .num_pages = num_pages, .page_size = page,
-               .k_dim = kv_heads * hd, .v_dim = kv_heads * hd, .dtype = DType::kBF16};
+               .k_dim = kv_heads * hd, .v_dim = kv_heads * hd, .dtype = kv_dtype};
   auto kv = be.alloc_kv(lay);
+  // Random bytes: as bf16, values in [-1, 1]; as fp8, values of every binade (e4m3 has no
+  // infinities; its NaN codes are 2 of 256, harmless to a timing).
   be.fill_random(kv->k(0), 11, 1.0f);
   be.fill_random(kv->v(0), 12, 1.0f);
   std::vector<int32_t> perm(static_cast<size_t>(num_pages));
@@ -331,16 +288,16 @@ void bench_attention(cuda::CudaBackend& be, const Ceilings& c, int seqs, int ctx
     be.paged_attention(*q, *kv, 0, meta, args, *out);
   });
   if (fresh == 1) {
-    const double bytes = double(seqs) * ctx * lay.k_dim * 2 * 2;
-    std::printf("attn     decode %d seqs x %d ctx (%d/%d heads, hd %d, page %d): %.3f ms, %.0f GB/s "
-                "of KV = %.1f%% of copy bandwidth\n",
-                seqs, ctx, heads, kv_heads, hd, page, ms, bytes / (ms * 1e-3) / 1e9,
+    const double bytes = double(seqs) * ctx * lay.k_dim * 2 * dtype_size(kv_dtype);
+    std::printf("attn     decode %d seqs x %d ctx (%d/%d heads, hd %d, page %d, KV %s): %.3f ms, "
+                "%.0f GB/s of KV = %.1f%% of copy bandwidth\n",
+                seqs, ctx, heads, kv_heads, hd, page, dtype_name(kv_dtype), ms, bytes / (ms * 1e-3) / 1e9,
                 100.0 * bytes / (ms * 1e-3) / 1e9 / c.copy_gbs);
   } else {
     const double flops = 4.0 * heads * hd * double(ctx) * ctx / 2;  // causal half of QKᵀ and PV
-    std::printf("attn     prefill causal %d tokens (%d/%d heads, hd %d, page %d): %.3f ms, %.0f "
-                "TFLOP/s (causal FLOPs)\n",
-                ctx, heads, kv_heads, hd, page, ms, flops / (ms * 1e-3) / 1e12);
+    std::printf("attn     prefill causal %d tokens (%d/%d heads, hd %d, page %d, KV %s): %.3f ms, "
+                "%.0f TFLOP/s (causal FLOPs)\n",
+                ctx, heads, kv_heads, hd, page, dtype_name(kv_dtype), ms, flops / (ms * 1e-3) / 1e12);
   }
 }
 
@@ -366,13 +323,15 @@ int main(int argc, char** argv) {
   std::printf("device   %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   const Ceilings c = measure_ceilings(be);
   if (what.find("attention") != std::string::npos) {
-    for (int per_sm : {4, 8, 16}) {
+    for (int per_sm : {2, 4, 8}) {
       cuda::set_decode_blocks_per_sm(per_sm);
       std::printf("attn     split-KV target %d blocks per SM:\n", per_sm);
       bench_attention(be, c, 64, 4096, 1, 32, 8, 128);
+      bench_attention(be, c, 64, 4096, 1, 32, 8, 128, DType::kFP8E4M3);
     }
     cuda::set_decode_blocks_per_sm(4);
     bench_attention(be, c, 1, 8192, 8192, 32, 8, 128);
+    bench_attention(be, c, 1, 8192, 8192, 32, 8, 128, DType::kFP8E4M3);
   }
   if (what.find("gemv") != std::string::npos) {
     bench_gemv(be, c, 1);

@@ -175,6 +175,9 @@ class Backend {
   // Copies a device tensor to float32 host memory (logits, tests, traces).
   virtual void download_f32(const Tensor& src, float* dst) = 0;
   virtual std::unique_ptr<KvStorage> alloc_kv(const KvLayout& layout) = 0;
+  // Whether this backend implements `layout` (dtypes, row formats); alloc_kv CHECK-fails on a
+  // layout this refuses, so callers that take a layout from users ask first. Default: all.
+  virtual Status check_kv_layout(const KvLayout& layout) const { return Status(); }
   // The dtype weights are stored in on this backend.
   virtual DType weight_dtype() const = 0;
 

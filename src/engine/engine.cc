@@ -108,6 +108,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
     e->plan_.kv_pool_bytes = e->plan_.kv_tokens * e->plan_.kv_bytes_per_token;
   }
   layout.num_pages = plan.kv_tokens / config.page_size;
+  STRATA_RETURN_IF_ERROR(e->backend_->check_kv_layout(layout));
   e->kv_ = e->backend_->alloc_kv(layout);
   apply_kv_scales(e->kv_config_, *e->kv_);
   e->pool_ = std::make_unique<PagePool>(int32_t(layout.num_pages), config.page_size);

@@ -117,6 +117,9 @@ class Engine {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const Plan& plan() const { return plan_; }
   const KvCacheConfig& kv_config() const { return kv_config_; }
+  // The engine thread's backend. Only for benchmarks that prepare device state (random weights)
+  // before the first request: the backend is not thread-safe.
+  Backend& backend() const { return *backend_; }
   const EngineConfig& config() const { return config_; }
   int64_t context_length() const { return context_length_; }
   int64_t kv_capacity_tokens() const;

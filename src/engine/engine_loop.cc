@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "core/log.h"
+#include "core/thread_pool.h"
 #include "engine/batch_plan.h"
 #include "engine/live_request.h"
 #include "engine/schedule_state.h"
@@ -120,15 +121,23 @@ void Engine::run_step() {
 
     std::vector<int32_t> sampled(plan.logits_rows.size());
     std::vector<TokenLogprobs> lps(plan.logits_rows.size());
-    for (size_t j = 0; j < plan.logits_rows.size(); ++j) {
-      Request* r = step.seqs[size_t(plan.sampled_seqs[j])].request;
-      Live& live = *live_.at(r->id());
-      const SamplingParams& p = r->params();
-      const SampleConfig sc{.temperature = p.temperature, .top_p = p.top_p, .top_k = p.top_k};
-      const float* row = logits_.data() + j * size_t(vocab);
-      sampled[j] = sample_token(row, vocab, sc, live.rng, sample_scratch_);
-      if (live.top_logprobs >= 0) lps[j] = token_logprobs(row, vocab, sampled[j], live.top_logprobs);
-    }
+    std::vector<Live*> row_live(plan.logits_rows.size());
+    for (size_t j = 0; j < row_live.size(); ++j)
+      row_live[j] = live_.at(step.seqs[size_t(plan.sampled_seqs[j])].request->id()).get();
+    // Rows are independent (each request has its own generator), so they are sampled in
+    // parallel: a large decode batch's rows over a 128K vocabulary take tens of ms on one core.
+    parallel_for(int64_t(row_live.size()), 8, [&](int64_t begin, int64_t end) {
+      thread_local std::vector<std::pair<float, int32_t>> scratch;
+      for (int64_t j = begin; j < end; ++j) {
+        Live& live = *row_live[size_t(j)];
+        const SamplingParams& p = live.request.params();
+        const SampleConfig sc{.temperature = p.temperature, .top_p = p.top_p, .top_k = p.top_k};
+        const float* row = logits_.data() + size_t(j) * size_t(vocab);
+        sampled[size_t(j)] = sample_token(row, vocab, sc, live.rng, scratch);
+        if (live.top_logprobs >= 0)
+          lps[size_t(j)] = token_logprobs(row, vocab, sampled[size_t(j)], live.top_logprobs);
+      }
+    });
     std::vector<Request*> finished = state_->complete(step, sampled);
     {
       std::lock_guard<std::mutex> lk(mu_);

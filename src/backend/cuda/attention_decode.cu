@@ -1,138 +1,287 @@
-// Paged decode attention (one new token per sequence), GQA-aware and split-KV.
+// Paged decode attention (one new token per sequence), GQA-aware and split-KV, on tensor cores.
 //
-// Grid (splits, kv_heads, seqs); 4 warps. Each K/V row of the kv head is read once per block and
-// serves all `group` query heads that share it. D/8 lanes hold one token's row (16 bytes each),
-// so a warp walks 32/(D/8) tokens at a time, each lane group keeping its own online softmax; the
-// block merges its partial states in shared memory. With several splits, each block writes an
-// unnormalized partial (o, max, sum) and a second kernel merges the splits; the grid depends only
-// on the split count, never on the lengths, so a decode step can be replayed as a CUDA graph.
+// Grid (splits, kv_heads, seqs); 4 warps. A block walks its split of one sequence's context for
+// one KV head in chunks of 64 tokens. Each chunk's K and V rows are gathered from the page table
+// into shared memory with cp.async (16-byte pieces; every row is read once per KV head and serves
+// all `group` query heads), kStages chunks in flight, so loads of the next chunks overlap the math
+// of this one. The group's query heads are the rows of one 16-row mma.sync m16n8k16 tile (rows
+// >= group are zero): warp w takes tokens [16w, 16w + 16) of each chunk, S = Q·Kᵀ and O += P·V on
+// bf16 tensor cores with float32 accumulation, one online-softmax update per warp and chunk (the
+// fragment layouts are the prefill kernel's). The 4 warps' states merge in shared memory at the
+// end. With fp8 K/V (e4m3, e5m2) the mma runs in f16: fragments are widened exactly as they are
+// read; the K scale multiplies the scores, the V scale the output. With several splits each block writes an
+// unnormalized partial (o, max, sum) and combine_kernel merges them; the grid depends only on the
+// split count, never on the lengths, so a decode step replays as a CUDA graph.
 #include <cfloat>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/fp8.cuh"
 
 namespace strata::cuda {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kUnroll = 2;
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kChunk = 64;   // tokens per pipeline stage (16 per warp)
+constexpr int kStages = 3;
+constexpr int kRows = 8;     // query heads a block serves (the mma tile's first 8 rows)
 
-template <int D>
-struct DecodeShape {
-  static constexpr int kLanes = D / 8;               // lanes per token row
-  static constexpr int kTokensPerWarp = 32 / kLanes;
-  static constexpr int kTokensPerIter = kWarps * kTokensPerWarp;
+template <int D, int E>
+struct Tile {
+  static constexpr int kEb = E == kKvBf16 ? 2 : 1;
+  static constexpr int kRowBytes = D * kEb;
+  // A 16-byte pad per row keeps the fragment reads conflict-free.
+  static constexpr int kStride = kRowBytes + 16;
+  static constexpr int kPieces = kRowBytes / 16;            // 16-byte pieces per row
+  static constexpr int kStageBytes = 2 * kChunk * kStride;  // K rows, then V rows
+  static constexpr int kMergeBytes = kWarps * kRows * (D + 2) * 4;
+  static constexpr int kSmemBytes =
+      kStages * kStageBytes > kMergeBytes ? kStages * kStageBytes : kMergeBytes;
 };
 
-template <int D, int GM>
-__global__ void __launch_bounds__(kWarps * 32) decode_kernel(AttentionParams p) {
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const uint32_t s = uint32_t(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// fp8 caches run the mma in f16 (every e4m3 and e5m2 value is an f16, so K and V fragments are
+// one conversion instruction away; Q and P are rounded to f16 instead of bf16, which keeps more
+// mantissa); bf16 caches run it in bf16.
+__device__ __forceinline__ void mma_f16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <int E>
+__device__ __forceinline__ void mma_kv(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  if constexpr (E == kKvBf16) mma_bf16(c, a, b0, b1);
+  else mma_f16(c, a, b0, b1);
+}
+// Two floats as the mma's input pair (bf16 or f16).
+template <int E>
+__device__ __forceinline__ uint32_t pack_in(float lo, float hi) {
+  if constexpr (E == kKvBf16) {
+    return pack2(lo, hi);
+  } else {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    uint32_t u;
+    std::memcpy(&u, &h, 4);
+    return u;
+  }
+}
+// Two fp8 values (low byte first) as an f16 pair (exact).
+template <int E>
+__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t v) {
+  if constexpr (E == kKvE4M3) {
+    uint32_t h2;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(uint16_t(v)));
+    return h2;
+  } else {
+    return (v & 0xffu) << 8 | (v & 0xff00u) << 16;
+  }
+}
+
+// Elements [c, c + 1] of a smem row of element type E, as an mma input pair.
+template <int E>
+__device__ __forceinline__ uint32_t pair_at(const char* row, int c) {
+  if constexpr (E == kKvBf16) return *reinterpret_cast<const uint32_t*>(row + 2 * c);
+  else return fp8x2_to_f16x2<E>(*reinterpret_cast<const uint16_t*>(row + c));
+}
+// Element c of row r0 (low half) and of row r1 (high half), as an mma input pair.
+template <int E>
+__device__ __forceinline__ uint32_t column_pair(const char* r0, const char* r1, int c) {
+  if constexpr (E == kKvBf16) {
+    return uint32_t(*reinterpret_cast<const uint16_t*>(r0 + 2 * c)) |
+           (uint32_t(*reinterpret_cast<const uint16_t*>(r1 + 2 * c)) << 16);
+  } else {
+    return fp8x2_to_f16x2<E>(uint32_t(uint8_t(r0[c])) | (uint32_t(uint8_t(r1[c])) << 8));
+  }
+}
+
+template <int D, int E>
+__global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
+  using T = Tile<D, E>;
+  extern __shared__ __align__(16) char smem[];
+
   pdl_wait();
   pdl_trigger();
-  using S = DecodeShape<D>;
-  constexpr int L = S::kLanes;
-  __shared__ float sm_ml[S::kTokensPerIter][GM][2];
-  __shared__ float sm_acc[S::kTokensPerIter][GM][D];
-
   const int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int sub = lane / L, part = lane % L;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int gr = lane / 4, gc = (lane % 4) * 2;
   const int group = p.heads / p.kv_heads;
   const int len = p.meta.kv_lens[s];
   const int row = p.meta.q_indptr[s];
   const int begin = split * p.split_len;
   const int end = min(len, begin + p.split_len);
+  const int nchunks = end > begin ? (end - begin + kChunk - 1) / kChunk : 0;
   const int page_size = p.meta.page_size;
   const int32_t* pages = p.meta.page_indices + p.meta.page_indptr[s];
   const int64_t kdim = int64_t(p.kv_heads) * D;
-  const int64_t col = int64_t(kvh) * D + part * 8;
+  const char* kc = static_cast<const char*>(p.k_cache);
+  const char* vc = static_cast<const char*>(p.v_cache);
 
-  float q[GM][8], acc[GM][8], m[GM], l[GM];
-  const float qscale = p.scale_log2 * p.k_scale;
-#pragma unroll
-  for (int g = 0; g < GM; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[g][e] = 0;
-    if (g < group) {
-      const uint4 qv = *reinterpret_cast<const uint4*>(
-          p.q + (int64_t(row) * p.heads + kvh * group + g) * D + part * 8);
-      unpack8(qv, q[g]);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) q[g][e] *= qscale;
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) q[g][e] = 0;
-    }
-  }
-
-  for (int base = begin; base < end; base += S::kTokensPerIter * kUnroll) {
-    uint4 kv[kUnroll], vv[kUnroll];
-    bool valid[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int j = base + u * S::kTokensPerIter + warp * S::kTokensPerWarp + sub;
-      valid[u] = j < end;
-      kv[u] = vv[u] = make_uint4(0, 0, 0, 0);
-      if (valid[u]) {
+  // Tokens past the split's end get zero rows: P is 0 there, and 0 · (stale bits) could be NaN.
+  auto load_chunk = [&](int chunk) {
+    char* kb = smem + (chunk % kStages) * T::kStageBytes;
+    char* vb = kb + kChunk * T::kStride;
+    const int t0 = begin + chunk * kChunk;
+    for (int idx = tid; idx < kChunk * T::kPieces; idx += kThreads) {
+      const int r = idx / T::kPieces, piece = idx % T::kPieces, j = t0 + r;
+      char* kd = kb + r * T::kStride + piece * 16;
+      char* vd = vb + r * T::kStride + piece * 16;
+      if (j < end) {
         const int64_t slot = int64_t(pages[j / page_size]) * page_size + j % page_size;
-        kv[u] = __ldcs(reinterpret_cast<const uint4*>(p.k_cache + slot * kdim + col));
-        vv[u] = __ldcs(reinterpret_cast<const uint4*>(p.v_cache + slot * kdim + col));
+        const int64_t off = (slot * kdim + int64_t(kvh) * D) * T::kEb + piece * 16;
+        cp_async16(kd, kc + off);
+        cp_async16(vd, vc + off);
+      } else {
+        *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);
       }
     }
+  };
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      float kf[8], vf[8];
-      unpack8(kv[u], kf);
-      unpack8(vv[u], vf);
+  for (int c = 0; c < kStages - 1; ++c) {
+    if (c < nchunks) load_chunk(c);
+    cp_async_commit();
+  }
+
+  // Q as the A operand: row gr is query head gr of the group (zero past the group); rows 8..15
+  // are always zero.
+  uint32_t qa[D / 16][2];
+  {
+    const bf16_bits* qrow = p.q + (int64_t(row) * p.heads + kvh * group + gr) * D;
 #pragma unroll
-      for (int g = 0; g < GM; ++g) {
-        float dot = 0;
+    for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) dot = fmaf(q[g][e], kf[e], dot);
-#pragma unroll
-        for (int o = L / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        if (valid[u] && g < group) {
-          const float m_new = fmaxf(m[g], dot);
-          const float c = exp2f(m[g] - m_new), pr = exp2f(dot - m_new);
-          l[g] = l[g] * c + pr;
-#pragma unroll
-          for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(acc[g][e], c, pr * vf[e]);
-          m[g] = m_new;
-        }
+      for (int h = 0; h < 2; ++h) {
+        uint32_t v = gr < group ? *reinterpret_cast<const uint32_t*>(qrow + kk * 16 + gc + 8 * h) : 0u;
+        if constexpr (E != kKvBf16) v = pack_in<E>(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
+        qa[kk][h] = v;
       }
     }
   }
+  const float qk_scale = p.scale_log2 * p.k_scale;
+  float o[D / 8][2];
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = 0.0f;
+  float m = -INFINITY, l = 0.0f;  // row gr's running max and (this lane's part of the) sum
 
-  const int pi = warp * S::kTokensPerWarp + sub;
+  for (int c = 0; c < nchunks; ++c) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // chunk c landed; everyone is done with chunk c - 1's buffers
+    if (c + kStages - 1 < nchunks) load_chunk(c + kStages - 1);
+    cp_async_commit();
+    const char* kb = smem + (c % kStages) * T::kStageBytes + warp * 16 * T::kStride;
+    const char* vb = kb + kChunk * T::kStride;
+    const int valid = min(16, end - (begin + c * kChunk + warp * 16));  // may be <= 0
+
+    float sc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
 #pragma unroll
-  for (int g = 0; g < GM; ++g) {
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t a[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
 #pragma unroll
-    for (int e = 0; e < 8; ++e) sm_acc[pi][g][part * 8 + e] = acc[g][e];
-    if (part == 0) {
-      sm_ml[pi][g][0] = m[g];
-      sm_ml[pi][g][1] = l[g];
+      for (int nt = 0; nt < 2; ++nt) {
+        const char* kr = kb + (nt * 8 + gr) * T::kStride;
+        mma_kv<E>(sc[nt], a, pair_at<E>(kr, kk * 16 + gc), pair_at<E>(kr, kk * 16 + gc + 8));
+      }
     }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int t = nt * 8 + gc + e;
+        sc[nt][e] = t < valid ? sc[nt][e] * qk_scale : -INFINITY;
+        mx = fmaxf(mx, sc[nt][e]);
+      }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mn = fmaxf(m, mx);
+    const float ref = mn == -INFINITY ? 0.0f : mn;  // nothing seen yet: exp2 gives 0, not NaN
+    const float corr = exp2f(m - ref);
+    m = mn;
+    float rs = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        sc[nt][e] = exp2f(sc[nt][e] - ref);
+        rs += sc[nt][e];
+      }
+    l = l * corr + rs;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      o[dt][0] *= corr;
+      o[dt][1] *= corr;
+    }
+    // P (row gr; rows 8..15 zero) · V[16 tokens][D].
+    const uint32_t a[4] = {pack_in<E>(sc[0][0], sc[0][1]), 0u, pack_in<E>(sc[1][0], sc[1][1]), 0u};
+    const char* v0 = vb + gc * T::kStride;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      const int col = dt * 8 + gr;
+      const uint32_t b0 = column_pair<E>(v0, v0 + T::kStride, col);
+      const uint32_t b1 = column_pair<E>(v0 + 8 * T::kStride, v0 + 9 * T::kStride, col);
+      float acc[4] = {o[dt][0], o[dt][1], 0.0f, 0.0f};
+      mma_kv<E>(acc, a, b0, b1);
+      o[dt][0] = acc[0];
+      o[dt][1] = acc[1];
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the stage buffers are free: merge the warps' states there
+
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  float* mo = reinterpret_cast<float*>(smem);  // [kWarps][kRows][D] o, then [kWarps][kRows] m, l
+  float* mm = mo + kWarps * kRows * D;
+  float* ml = mm + kWarps * kRows;
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) {
+    mo[(warp * kRows + gr) * D + dt * 8 + gc] = o[dt][0];
+    mo[(warp * kRows + gr) * D + dt * 8 + gc + 1] = o[dt][1];
+  }
+  if (gc == 0) {
+    mm[warp * kRows + gr] = m;
+    ml[warp * kRows + gr] = l;
   }
   __syncthreads();
-
-  for (int idx = threadIdx.x; idx < group * D; idx += kWarps * 32) {
+  for (int idx = tid; idx < group * D; idx += kThreads) {
     const int g = idx / D, d = idx % D;
     float mx = -INFINITY;
-    for (int i = 0; i < S::kTokensPerIter; ++i) mx = fmaxf(mx, sm_ml[i][g][0]);
-    float sum = 0, o = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, mm[w * kRows + g]);
+    float sum = 0.0f, acc = 0.0f;
     if (mx != -INFINITY) {
-      for (int i = 0; i < S::kTokensPerIter; ++i) {
-        const float w = exp2f(sm_ml[i][g][0] - mx);
-        sum += sm_ml[i][g][1] * w;
-        o += sm_acc[i][g][d] * w;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float wt = exp2f(mm[w * kRows + g] - mx);
+        sum += ml[w * kRows + g] * wt;
+        acc += mo[(w * kRows + g) * D + d] * wt;
       }
     }
     const int h = kvh * group + g;
     if (p.num_splits == 1) {
-      p.out[(int64_t(row) * p.heads + h) * D + d] = float_to_bf16(o / sum * p.v_scale);
+      p.out[(int64_t(row) * p.heads + h) * D + d] = float_to_bf16(acc / sum * p.v_scale);
     } else {
       const int64_t at = (int64_t(s) * p.heads + h) * p.num_splits + split;
-      p.partial_o[at * D + d] = o;
+      p.partial_o[at * D + d] = acc;
       if (d == 0) {
         p.partial_ml[at * 2] = mx;
         p.partial_ml[at * 2 + 1] = sum;
@@ -171,26 +320,44 @@ __global__ void combine_kernel(AttentionParams p) {
   p.out[(int64_t(row) * p.heads + h) * p.head_dim + d] = float_to_bf16(o / sum * p.v_scale);
 }
 
+template <int D, int E>
+void launch_de(const AttentionParams& p, cudaStream_t stream) {
+  const dim3 grid(p.num_splits, p.kv_heads, p.meta.num_seqs);
+  launch_pdl(decode_kernel<D, E>, grid, dim3(kThreads), size_t(Tile<D, E>::kSmemBytes), stream, p);
+  CUDA_LAUNCH_CHECK();
+}
+
 template <int D>
 void launch_d(const AttentionParams& p, cudaStream_t stream) {
-  const int group = p.heads / p.kv_heads;
-  const dim3 grid(p.num_splits, p.kv_heads, p.meta.num_seqs);
-  if (group <= 1) launch_pdl(decode_kernel<D, 1>, grid, dim3(kWarps * 32), 0, stream, p);
-  else if (group <= 2) launch_pdl(decode_kernel<D, 2>, grid, dim3(kWarps * 32), 0, stream, p);
-  else if (group <= 4) launch_pdl(decode_kernel<D, 4>, grid, dim3(kWarps * 32), 0, stream, p);
-  else launch_pdl(decode_kernel<D, 8>, grid, dim3(kWarps * 32), 0, stream, p);
-  CUDA_LAUNCH_CHECK();
+  if (p.kv_elem == kKvE4M3) launch_de<D, kKvE4M3>(p, stream);
+  else if (p.kv_elem == kKvE5M2) launch_de<D, kKvE5M2>(p, stream);
+  else launch_de<D, kKvBf16>(p, stream);
+}
+
+template <int D>
+void set_limits_d() {
+  CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<D, kKvBf16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  Tile<D, kKvBf16>::kSmemBytes));
+  CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<D, kKvE4M3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  Tile<D, kKvE4M3>::kSmemBytes));
+  CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<D, kKvE5M2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  Tile<D, kKvE5M2>::kSmemBytes));
 }
 
 }  // namespace
 
 bool decode_attention_supported(int head_dim, int group) {
   return (head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128) && group >= 1 &&
-         group <= 8;
+         group <= kRows;
 }
 
-int decode_tokens_per_iteration(int head_dim) {
-  return kWarps * (32 / (head_dim / 8)) * kUnroll;
+int decode_tokens_per_iteration(int head_dim) { return kChunk; }
+
+void init_decode_attention_kernels() {
+  set_limits_d<16>();
+  set_limits_d<32>();
+  set_limits_d<64>();
+  set_limits_d<128>();
 }
 
 void launch_decode_attention(const AttentionParams& p, cudaStream_t stream) {

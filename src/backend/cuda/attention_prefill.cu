@@ -7,6 +7,7 @@
 #include <cfloat>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/fp8.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -30,12 +31,24 @@ __device__ __forceinline__ uint32_t ld_pair(const bf16_bits* lo, const bf16_bits
   return uint32_t(*lo) | (uint32_t(*hi) << 16);
 }
 
+// Eight KV elements of type E at element offset `off` of `base`, as eight bf16 (16 bytes).
+template <int E>
+__device__ __forceinline__ uint4 load8_bf16(const void* base, int64_t off) {
+  if constexpr (E == kKvBf16) {
+    return *reinterpret_cast<const uint4*>(static_cast<const bf16_bits*>(base) + off);
+  } else {
+    float f[8];
+    kv_unpack8<E>(static_cast<const uint8_t*>(base) + off, f);
+    return pack8(f);  // exact: every e4m3 and e5m2 value is a bf16
+  }
+}
+
 template <int D>
 constexpr int prefill_smem_bytes() {
   return (kBM + 2 * kBN) * (D + kPad) * 2;
 }
 
-template <int D>
+template <int D, int E>
 __global__ void __launch_bounds__(128) prefill_kernel(AttentionParams p) {
   constexpr int LD = D + kPad;
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
@@ -93,8 +106,8 @@ __global__ void __launch_bounds__(128) prefill_kernel(AttentionParams p) {
       if (j < kv_end) {
         const int64_t slot = int64_t(pages[j / page_size]) * page_size + j % page_size;
         const int64_t off = slot * kdim + int64_t(kvh) * D + c;
-        kv = *reinterpret_cast<const uint4*>(p.k_cache + off);
-        vv = *reinterpret_cast<const uint4*>(p.v_cache + off);
+        kv = load8_bf16<E>(p.k_cache, off);
+        vv = load8_bf16<E>(p.v_cache, off);
       }
       *reinterpret_cast<uint4*>(ks + r * LD + c) = kv;
       *reinterpret_cast<uint4*>(vs + r * LD + c) = vv;
@@ -196,14 +209,20 @@ __global__ void __launch_bounds__(128) prefill_kernel(AttentionParams p) {
 template <int D>
 void launch_p(const AttentionParams& p, cudaStream_t stream) {
   const dim3 grid(p.num_tiles, p.heads);
-  prefill_kernel<D><<<grid, 128, prefill_smem_bytes<D>(), stream>>>(p);
+  if (p.kv_elem == kKvE4M3)
+    prefill_kernel<D, kKvE4M3><<<grid, 128, prefill_smem_bytes<D>(), stream>>>(p);
+  else if (p.kv_elem == kKvE5M2)
+    prefill_kernel<D, kKvE5M2><<<grid, 128, prefill_smem_bytes<D>(), stream>>>(p);
+  else
+    prefill_kernel<D, kKvBf16><<<grid, 128, prefill_smem_bytes<D>(), stream>>>(p);
   CUDA_LAUNCH_CHECK();
 }
 
 template <int D>
 void set_smem_limit() {
-  CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  prefill_smem_bytes<D>()));
+  for (auto* k : {prefill_kernel<D, kKvBf16>, prefill_kernel<D, kKvE4M3>, prefill_kernel<D, kKvE5M2>})
+    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    prefill_smem_bytes<D>()));
 }
 
 }  // namespace
@@ -213,6 +232,7 @@ bool prefill_attention_supported(int head_dim) {
 }
 
 void init_attention_kernels() {
+  init_decode_attention_kernels();
   set_smem_limit<16>();
   set_smem_limit<32>();
   set_smem_limit<64>();

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/log.h"
+#include "core/thread_pool.h"
 
 namespace strata {
 
@@ -27,8 +28,19 @@ DevicePool::~DevicePool() {
   for (auto& [p, bytes] : owned_) cudaFree(p);
 }
 
-void* DevicePool::alloc(size_t bytes) {
+// Size classes: 256-byte multiples up to 1 MiB, then four classes per power of two, so that the
+// activations of decode batches of every size (a new size each step under continuous batching)
+// share a bounded set of blocks instead of each size keeping its own.
+size_t DevicePool::size_class(size_t bytes) {
   bytes = std::max(kAlign, round_up(bytes, kAlign));
+  if (bytes <= (size_t(1) << 20)) return bytes;
+  size_t pow2 = size_t(1) << 20;
+  while (pow2 * 2 < bytes) pow2 *= 2;
+  return round_up(bytes, pow2 / 4);
+}
+
+void* DevicePool::alloc(size_t bytes) {
+  bytes = size_class(bytes);
   auto& list = free_[bytes];
   if (!list.empty()) {
     void* p = list.back();
@@ -36,7 +48,13 @@ void* DevicePool::alloc(size_t bytes) {
     return p;
   }
   void* p = nullptr;
-  const cudaError_t err = cudaMalloc(&p, bytes);
+  cudaError_t err = cudaMalloc(&p, bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    // Give the cached free blocks back to the driver and retry once.
+    (void)cudaGetLastError();
+    trim();
+    err = cudaMalloc(&p, bytes);
+  }
   CHECK_MSG(err == cudaSuccess, "cudaMalloc of {} bytes failed ({} reserved): {}", bytes,
             reserved_, cudaGetErrorString(err));
   owned_.push_back({p, bytes});
@@ -44,9 +62,21 @@ void* DevicePool::alloc(size_t bytes) {
   return p;
 }
 
+void DevicePool::trim() {
+  CUDA_CHECK(cudaDeviceSynchronize());  // cached blocks may still be in use by queued work
+  if (on_trim_) on_trim_();
+  for (auto& [bytes, list] : free_) {
+    for (void* p : list) {
+      CUDA_CHECK(cudaFree(p));
+      reserved_ -= bytes;
+      owned_.erase(std::find(owned_.begin(), owned_.end(), std::pair<void*, size_t>{p, bytes}));
+    }
+    list.clear();
+  }
+}
+
 void DevicePool::release(void* ptr, size_t bytes) {
-  bytes = std::max(kAlign, round_up(bytes, kAlign));
-  free_[bytes].push_back(ptr);
+  free_[size_class(bytes)].push_back(ptr);
 }
 
 CudaTensor::CudaTensor(std::shared_ptr<DevicePool> pool, DType dtype, const Shape& shape)
@@ -60,16 +90,41 @@ CudaTensor::~CudaTensor() {
 }
 
 // ---- KV storage ----
+namespace {
+Status check_cuda_kv_layout(const KvLayout& layout) {
+  for (int l = 0; l < layout.num_layers; ++l) {
+    const DType dt = layout.layer_dtype(l);
+    const bool fp8 = dt == DType::kFP8E4M3 || dt == DType::kFP8E5M2;
+    if (dt != DType::kBF16 && !fp8)
+      return unimplemented("CUDA backend: KV dtype {} (layer {}) is not implemented; use bf16, "
+                           "fp8_e4m3 or fp8_e5m2", dtype_name(dt), l);
+    if (!fp8) continue;
+    if (layout.format == KvFormat::kFlashMlaFp8)
+      return unimplemented("CUDA backend: the FlashMLA FP8 KV layout (fp8_flashmla) is not "
+                           "implemented; use --device cpu or a bf16 KV cache");
+    if (layout.k_row_is_split(l))
+      return unimplemented("CUDA backend: MLA KV rows with a separate rope dtype "
+                           "(--kv-mla-rope-dtype) are not implemented; use --device cpu");
+    if (layout.rope_dim > 0)
+      return unimplemented("CUDA backend: fp8 MLA KV caches are not implemented (the MLA "
+                           "attention kernels are not ported); use --device cpu or bf16 KV");
+  }
+  return Status();
+}
+}  // namespace
+
+Status CudaBackend::check_kv_layout(const KvLayout& layout) const {
+  return check_cuda_kv_layout(layout);
+}
+
 CudaKvStorage::CudaKvStorage(const KvLayout& layout) : KvStorage(layout) {
+  const Status st = check_cuda_kv_layout(layout);
+  CHECK_MSG(st.ok(), "{}", st.message());
   std::vector<size_t> k_off, v_off;
   size_t total = 0;
   const int64_t slots = layout.num_pages * layout.page_size;
   for (int l = 0; l < layout.num_layers; ++l) {
     const DType dt = layout.layer_dtype(l);
-    CHECK_MSG(dt == DType::kBF16,
-              "CUDA backend: KV dtype {} of layer {} is not supported yet (bf16 only)",
-              dtype_name(dt), l);
-    CHECK_MSG(!layout.k_row_is_split(l), "CUDA backend: split MLA KV rows are not supported yet");
     k_off.push_back(total);
     total += round_up(size_t(dtype_bytes_for(dt, slots * layout.k_dim)), kAlign);
     v_off.push_back(total);
@@ -125,10 +180,18 @@ CudaBackend::CudaBackend() : pool_(std::make_shared<DevicePool>()), staging_(kSt
   CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes) == CUBLAS_STATUS_SUCCESS);
   CHECK(cublasSetStream(cublas_, stream_) == CUBLAS_STATUS_SUCCESS);
   init_attention_kernels();
+  // Captured graphs hold addresses of cached blocks: a trim drops them (re-captured on demand).
+  pool_->set_on_trim([this] {
+    // Launches recorded for a graph but not yet run may use cached blocks: never free under them.
+    CHECK_MSG(pending_.empty(), "device memory exhausted while recording a CUDA graph step");
+    for (auto& [h, g] : graphs_) cudaGraphExecDestroy(g.exec);
+    graphs_.clear();
+  });
 }
 
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
+  if (download_buffer_) cudaFreeHost(download_buffer_);
   for (auto& [h, g] : graphs_) cudaGraphExecDestroy(g.exec);
   cublasDestroy(cublas_);
   cudaFree(cublas_workspace_);
@@ -353,13 +416,24 @@ void CudaBackend::download_f32(const Tensor& src, float* dst) {
     CUDA_CHECK(cudaMemcpy(dst, src.data, size_t(n) * 4, cudaMemcpyDeviceToHost));
     return;
   }
-  std::vector<char> bytes(size_t(src.nbytes()));
-  CUDA_CHECK(cudaMemcpy(bytes.data(), src.data, bytes.size(), cudaMemcpyDeviceToHost));
-  if (src.dtype == DType::kI32) {
-    for (int64_t i = 0; i < n; ++i) dst[i] = float(reinterpret_cast<const int32_t*>(bytes.data())[i]);
-  } else {
-    to_f32(src.dtype, bytes.data(), dst, n);
+  // Through a pinned buffer (a pageable copy runs at a fraction of the bus rate), converted by
+  // the host thread pool: a decode batch's logits are hundreds of MB per step.
+  const size_t bytes = size_t(src.nbytes());
+  if (bytes > download_capacity_) {
+    if (download_buffer_) CUDA_CHECK(cudaFreeHost(download_buffer_));
+    download_capacity_ = std::max(bytes, size_t(1) << 20);
+    CUDA_CHECK(cudaMallocHost(&download_buffer_, download_capacity_));
   }
+  CUDA_CHECK(cudaMemcpy(download_buffer_, src.data, bytes, cudaMemcpyDeviceToHost));
+  const char* host = static_cast<const char*>(download_buffer_);
+  if (src.dtype == DType::kI32) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = float(reinterpret_cast<const int32_t*>(host)[i]);
+    return;
+  }
+  const DType dt = src.dtype;
+  parallel_for(n, int64_t(1) << 16, [&](int64_t b, int64_t e) {
+    to_f32(dt, host + dtype_bytes_for(dt, b), dst + b, e - b);
+  });
 }
 
 std::unique_ptr<KvStorage> CudaBackend::alloc_kv(const KvLayout& layout) {

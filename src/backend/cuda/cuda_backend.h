@@ -1,4 +1,5 @@
-// The CUDA backend: bf16 weights and activations, float32 accumulation, paged bf16 KV.
+// The CUDA backend: bf16 weights and activations, float32 accumulation, paged KV in bf16 or fp8
+// (e4m3 / e5m2, per-layer scales and dtypes; fp8.cuh).
 //
 // Files: one .cu per op (kernels.h lists the launchers); dispatch.cc turns Backend calls into
 // launches; this class owns memory, host-input staging and CUDA graphs; fallback.cc runs the
@@ -31,8 +32,8 @@
 
 namespace strata::cuda {
 
-// Device memory, cached by exact (256-byte rounded) size and reused last-freed-first. Never
-// returns memory to the driver before destruction: decode steps allocate the same sizes again.
+// Device memory, cached by size class (size_class) and reused last-freed-first. Returns cached
+// memory to the driver only when an allocation would otherwise fail (trim).
 class DevicePool {
  public:
   DevicePool() = default;
@@ -42,6 +43,10 @@ class DevicePool {
   void* alloc(size_t bytes);
   void release(void* ptr, size_t bytes);
   size_t bytes_reserved() const { return reserved_; }
+  // Frees every cached block (alloc does this once before failing for lack of memory).
+  void trim();
+  void set_on_trim(std::function<void()> fn) { on_trim_ = std::move(fn); }
+  static size_t size_class(size_t bytes);
   // Every allocation and its size (benchmarks fill them with random values).
   const std::vector<std::pair<void*, size_t>>& allocations() const { return owned_; }
 
@@ -49,6 +54,7 @@ class DevicePool {
   std::unordered_map<size_t, std::vector<void*>> free_;
   std::vector<std::pair<void*, size_t>> owned_;
   size_t reserved_ = 0;
+  std::function<void()> on_trim_;
 };
 
 class CudaTensor : public DeviceTensor {
@@ -70,7 +76,7 @@ class CudaKvStorage : public KvStorage {
 
  private:
   void* memory_ = nullptr;
-  std::vector<Tensor> k_, v_;  // per layer [num_pages, page_size, k_dim | v_dim], bf16
+  std::vector<Tensor> k_, v_;  // per layer [num_pages, page_size, k_dim | v_dim], layer dtype
 };
 
 // Pinned host memory mirrored by device memory: the per-step host inputs. Offsets restart at
@@ -123,6 +129,9 @@ class CudaBackend : public Backend {
   DeviceTensorPtr upload(const Tensor& host_f32, DType dtype) override;
   void download_f32(const Tensor& src, float* dst) override;
   std::unique_ptr<KvStorage> alloc_kv(const KvLayout& layout) override;
+  // bf16, fp8_e4m3 and fp8_e5m2 plain rows per layer (mixed allowed); refuses MLA fp8 rows
+  // (rope split, FlashMLA tiles), fp8 MLA caches in general, and every other dtype.
+  Status check_kv_layout(const KvLayout& layout) const override;
 
   void embedding(const int32_t* ids, int num_tokens, const Tensor& table, const Tensor& out) override;
   void linear(const Tensor& x, const LinearWeight& w, const Tensor& out) override;
@@ -251,6 +260,9 @@ class CudaBackend : public Backend {
   };
   std::unordered_map<size_t, Graph> graphs_;
   GraphStats stats_;
+
+  void* download_buffer_ = nullptr;  // pinned host memory for download_f32
+  size_t download_capacity_ = 0;
 
   bool profile_ = false;
   struct Profiled {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/fp8.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -377,6 +378,17 @@ void CudaBackend::rope(const Tensor& x, const int32_t* positions, const RopeArgs
   last_rope_ = p;
 }
 
+// The kernels' element code of a KV cache tensor (CudaKvStorage holds bf16 and fp8 layers only).
+static int kv_elem_of(const Tensor& cache) {
+  switch (cache.dtype) {
+    case DType::kBF16: return kKvBf16;
+    case DType::kFP8E4M3: return kKvE4M3;
+    case DType::kFP8E5M2: return kKvE5M2;
+    default: CHECK_MSG(false, "CUDA KV cache of dtype {}", dtype_name(cache.dtype));
+  }
+  return kKvBf16;
+}
+
 void CudaBackend::kv_write(KvStorage& kv, int layer, const Tensor& k, const Tensor& v,
                            const AttentionMetadata& meta) {
   const KvLayout& lay = kv.layout();
@@ -390,16 +402,19 @@ void CudaBackend::kv_write(KvStorage& kv, int layer, const Tensor& k, const Tens
   check_bf16(k, "kv_write k");
   auto p = zeroed<KvWriteParams>();
   p.src_k = k.ptr<bf16_bits>();
-  p.cache_k = kv.k(layer).ptr<bf16_bits>();
+  p.cache_k = kv.k(layer).data;
+  p.kv_elem = kv_elem_of(kv.k(layer));
   p.slots = dm.slot_mapping;
   p.tokens = meta.num_tokens;
   p.k_dim = lay.k_dim;
+  // 1 / scale in float, as the CPU reference computes it (backend/kv_format.cc).
   p.inv_scale_k = 1.0f / kv.k_scale(layer);
+  p.inv_scale_v = 1.0f;
   if (lay.v_dim > 0) {
     check_bf16(v, "kv_write v");
     CHECK_EQ(v.numel(), int64_t(meta.num_tokens) * lay.v_dim);
     p.src_v = v.ptr<bf16_bits>();
-    p.cache_v = kv.v(layer).ptr<bf16_bits>();
+    p.cache_v = kv.v(layer).data;
     p.v_dim = lay.v_dim;
     p.inv_scale_v = 1.0f / kv.v_scale(layer);
   }
@@ -418,13 +433,13 @@ void CudaBackend::paged_attention(const Tensor& q, const KvStorage& kv, int laye
   CHECK_EQ(heads % kv_heads, 0);
   check_bf16(q, "attention q");
   check_bf16(out, "attention out");
-  check_bf16(kv.k(layer), "attention k cache");
   if (meta.num_tokens == 0) return;
   const DeviceMeta& dm = device_meta(meta);
   auto p = zeroed<AttentionParams>();
   p.q = q.ptr<bf16_bits>();
-  p.k_cache = kv.k(layer).ptr<bf16_bits>();
-  p.v_cache = kv.v(layer).ptr<bf16_bits>();
+  p.k_cache = kv.k(layer).data;
+  p.v_cache = kv.v(layer).data;
+  p.kv_elem = kv_elem_of(kv.k(layer));
   p.out = out.ptr<bf16_bits>();
   p.meta = dm;
   p.heads = heads;

@@ -144,14 +144,16 @@ void set_gemv_max_ksplit(int ks);
 struct KvWriteParams {  // K and V rows of the new tokens in one launch
   const bf16_bits* src_k;   // [tokens, k_dim]
   const bf16_bits* src_v;   // [tokens, v_dim] (v_dim may be 0)
-  bf16_bits* cache_k;       // [num_slots, k_dim]
-  bf16_bits* cache_v;       // [num_slots, v_dim]
+  void* cache_k;            // [num_slots, k_dim] of kv_elem
+  void* cache_v;            // [num_slots, v_dim] of kv_elem
   const int32_t* slots;     // device [tokens]
   int64_t tokens;
   int k_dim;
   int v_dim;
-  float inv_scale_k;
+  float inv_scale_k;        // stored = value · inv_scale (1 / the layer's scale, as on the CPU)
   float inv_scale_v;
+  int kv_elem;              // KvElem (fp8.cuh): bf16, fp8 e4m3 or fp8 e5m2
+  int pad_;
 };
 void launch_kv_write(const KvWriteParams& p, cudaStream_t stream);
 
@@ -172,8 +174,8 @@ struct DeviceMeta {
 
 struct AttentionParams {
   const bf16_bits* q;        // [tokens, heads, head_dim]
-  const bf16_bits* k_cache;  // [slots, kv_heads · head_dim]
-  const bf16_bits* v_cache;  // [slots, kv_heads · head_dim]
+  const void* k_cache;       // [slots, kv_heads · head_dim] of kv_elem
+  const void* v_cache;       // [slots, kv_heads · head_dim] of kv_elem
   bf16_bits* out;            // [tokens, heads, head_dim]
   DeviceMeta meta;
   int heads;
@@ -183,6 +185,7 @@ struct AttentionParams {
   float kv_scale;    // k_scale · v_scale folded where possible (1 for bf16)
   float k_scale;
   float v_scale;
+  int kv_elem;       // KvElem (fp8.cuh): bf16, fp8 e4m3 or fp8 e5m2 (dequantized on load)
   // decode: split-KV
   int num_splits;
   int split_len;       // tokens per split (multiple of the block's tokens per iteration)
@@ -192,7 +195,8 @@ struct AttentionParams {
   const int32_t* tiles;  // device [num_tiles, 2]
   int num_tiles;
 };
-// Decode: every sequence has exactly one new token. Grid (splits, kv_heads, seqs).
+// Decode: every sequence has exactly one new token. Grid (splits, kv_heads, seqs); K/V chunks of
+// 64 tokens through a cp.async pipeline in shared memory (attention_decode.cu).
 bool decode_attention_supported(int head_dim, int group);
 void launch_decode_attention(const AttentionParams& p, cudaStream_t stream);
 // Split-KV sizing: aim at this many decode blocks per SM (default 4; benchmarks compare).
@@ -205,5 +209,6 @@ bool prefill_attention_supported(int head_dim);
 void launch_prefill_attention(const AttentionParams& p, cudaStream_t stream);
 // Sets the kernels' shared-memory limits once (before any graph capture).
 void init_attention_kernels();
+void init_decode_attention_kernels();  // called by init_attention_kernels
 
 }  // namespace strata::cuda

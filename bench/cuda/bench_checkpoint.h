@@ -1,0 +1,62 @@
+// Random-weight checkpoints of a real Llama shape for the CUDA benchmarks: the safetensors file
+// is written as a sparse (zero) file, loaded through the normal loader, and the device copies are
+// then filled with random values (CudaBackend::fill_all_random): timings never see zeros.
+#pragma once
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+// Writes `dir`/model.safetensors with every Llama tensor of `config` as zero bf16 (a sparse
+// file: instant, no disk) and copies the config. Returns the bytes of weights.
+inline int64_t write_zero_checkpoint(const std::string& config_path, const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(config_path, dir + "/config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  nlohmann::json c = nlohmann::json::parse(std::ifstream(config_path));
+  const int64_t hidden = c["hidden_size"], inter = c["intermediate_size"];
+  const int64_t layers = c["num_hidden_layers"], heads = c["num_attention_heads"];
+  const int64_t kv_heads = c.value("num_key_value_heads", heads);
+  const int64_t hd = c.value("head_dim", hidden / heads), vocab = c["vocab_size"];
+  const bool tied = c.value("tie_word_embeddings", false);
+  std::vector<std::pair<std::string, std::vector<int64_t>>> t = {
+      {"model.embed_tokens.weight", {vocab, hidden}}, {"model.norm.weight", {hidden}}};
+  if (!tied) t.push_back({"lm_head.weight", {vocab, hidden}});
+  for (int64_t l = 0; l < layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    t.push_back({p + "input_layernorm.weight", {hidden}});
+    t.push_back({p + "post_attention_layernorm.weight", {hidden}});
+    t.push_back({p + "self_attn.q_proj.weight", {heads * hd, hidden}});
+    t.push_back({p + "self_attn.k_proj.weight", {kv_heads * hd, hidden}});
+    t.push_back({p + "self_attn.v_proj.weight", {kv_heads * hd, hidden}});
+    t.push_back({p + "self_attn.o_proj.weight", {hidden, heads * hd}});
+    t.push_back({p + "mlp.gate_proj.weight", {inter, hidden}});
+    t.push_back({p + "mlp.up_proj.weight", {inter, hidden}});
+    t.push_back({p + "mlp.down_proj.weight", {hidden, inter}});
+  }
+  nlohmann::json header = nlohmann::json::object();
+  int64_t off = 0;
+  for (auto& [name, shape] : t) {
+    const int64_t bytes = 2 * std::accumulate(shape.begin(), shape.end(), int64_t(1), std::multiplies<>());
+    header[name] = {{"dtype", "BF16"}, {"shape", shape}, {"data_offsets", {off, off + bytes}}};
+    off += bytes;
+  }
+  std::string h = header.dump();
+  while (h.size() % 8) h.push_back(' ');
+  const std::string path = dir + "/model.safetensors";
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  const uint64_t n = h.size();
+  f.write(reinterpret_cast<const char*>(&n), 8);
+  f.write(h.data(), std::streamsize(h.size()));
+  f.close();
+  std::filesystem::resize_file(path, 8 + h.size() + uint64_t(off));
+  return off;
+}
+
+
+}  // namespace strata

@@ -1,0 +1,215 @@
+// Offline throughput through the real engine (continuous batching, chunked prefill, the paged
+// pool, host sampling) on random bf16 weights of a real Llama shape (default Llama-3.1-8B):
+// N prompts of random token ids, fixed output length (ignore_eos), greedy — the workload of
+// SGLang's bench_offline_throughput with --dataset-name random. Output tokens per second of
+// wall time from the first submission to the last completion.
+//
+// Then a breakdown of one decode step at batch B and context C outside the engine: the forward
+// pass (with the logits' download), the logits' download alone and the host argmax of B rows, so
+// the engine's per-step cost can be split into GPU work and host work.
+//
+// Usage: strata_bench_offline_bench [--config PATH] [--tokenizer DIR] [--prompts N] [--in N]
+//   [--out N] [--kv-cache-dtype auto|fp8_e4m3|fp8_e5m2] [--max-running N] [--mem-fraction F]
+//   [--max-seconds S] [--breakdown-batch B] [--breakdown-context C]
+// The tokenizer directory only supplies tokenizer files (ids past its vocabulary decode to
+// nothing); the default is house-llama's.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "backend/cuda/cuda_backend.h"
+#include "bench_checkpoint.h"
+#include "engine/engine.h"
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct Args {
+  std::string config = std::string(STRATA_SHARED_DIR) + "/configs/llama-3.1-8b/config.json";
+  std::string tokenizer = std::string(STRATA_SHARED_DIR) + "/models/house-llama";
+  int prompts = 1000, in = 1024, out = 1024, max_running = 0;
+  std::string kv = "auto";
+  double mem_fraction = 0.88, max_seconds = 400;
+  int bd_batch = 256, bd_context = 1536;
+};
+
+std::string prepare_dir(const Args& a) {
+  const std::string dir = "/tmp/strata_offline_model";
+  write_zero_checkpoint(a.config, dir);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
+    const std::string src = a.tokenizer + "/" + f;
+    if (std::filesystem::exists(src))
+      std::filesystem::copy_file(src, dir + "/" + f, std::filesystem::copy_options::overwrite_existing);
+  }
+  return dir;
+}
+
+void run_engine(const Args& a, const std::string& dir) {
+  EngineConfig ec;
+  ec.model_path = dir;
+  ec.device = "cuda";
+  ec.kv_cache_dtype = a.kv;
+  ec.mem_fraction_static = a.mem_fraction;
+  ec.context_length = a.in + a.out + 64;
+  if (a.max_running > 0) ec.max_running_requests = a.max_running;
+  auto t_load = Clock::now();
+  auto e = Engine::create(ec);
+  CHECK_MSG(e.ok(), "{}", e.status().to_string());
+  Engine& eng = **e;
+  dynamic_cast<cuda::CudaBackend&>(eng.backend()).fill_all_random(42, 0.02f);
+  std::printf("engine   %s, KV %s, %lld KV tokens, max running %d, loaded in %.1f s\n",
+              a.config.c_str(), eng.kv_config().describe().c_str(),
+              (long long)eng.plan().kv_tokens, eng.plan().max_running_requests, since(t_load));
+
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int32_t> tok(0, int32_t(eng.spec().vocab_size - 1));
+  std::atomic<int64_t> out_tokens{0}, done{0};
+  std::vector<int64_t> ids;
+  auto t0 = Clock::now();
+  for (int i = 0; i < a.prompts; ++i) {
+    GenerateRequest r;
+    r.prompt_ids.resize(size_t(a.in));
+    for (auto& x : r.prompt_ids) x = tok(rng);
+    r.params.temperature = 0.0f;
+    r.params.max_new_tokens = a.out;
+    r.params.ignore_eos = true;
+    r.on_event = [&](const StreamEvent& ev) {
+      out_tokens += int64_t(ev.token_ids.size());
+      if (ev.finished) ++done;
+    };
+    auto id = eng.submit(std::move(r));
+    CHECK_MSG(id.ok(), "{}", id.status().to_string());
+    ids.push_back(*id);
+  }
+  int64_t max_running = 0;
+  double next_print = 10;
+  bool aborted = false;
+  while (done < a.prompts) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const EngineStats st = eng.stats();
+    max_running = std::max(max_running, st.num_running);
+    const double t = since(t0);
+    if (t >= next_print) {
+      std::printf("progress %6.1f s: %lld output tokens (%.0f tok/s), %lld done, %lld running, %lld "
+                  "waiting, %lld steps\n",
+                  t, (long long)out_tokens.load(), double(out_tokens) / t, (long long)done.load(),
+                  (long long)st.num_running, (long long)st.num_waiting, (long long)st.steps_total);
+      std::fflush(stdout);
+      next_print += 10;
+    }
+    if (t > a.max_seconds) {
+      aborted = true;
+      break;
+    }
+  }
+  const double wall = since(t0);
+  const int64_t toks = out_tokens, finished = done;
+  const EngineStats st = eng.stats();
+  std::printf("offline  %d prompts x %d in / %d out, greedy, KV %s: %lld output tokens in %.1f s = "
+              "%.0f output tok/s (%.0f total tok/s); %lld of %d finished%s; %lld steps, max running "
+              "%lld, retractions %lld\n",
+              a.prompts, a.in, a.out, eng.kv_config().describe().c_str(), (long long)toks, wall,
+              double(toks) / wall, double(toks + finished * a.in) / wall, (long long)finished,
+              a.prompts, aborted ? " (stopped at --max-seconds; rate over the tokens made so far)" : "",
+              (long long)st.steps_total, (long long)max_running, (long long)st.retractions_total);
+  std::fflush(stdout);
+  if (aborted)
+    for (int64_t id : ids) eng.abort(id);
+  eng.wait_idle();
+}
+
+// One decode step at batch B, context C (random KV, pages in order) outside the engine.
+void breakdown(const Args& a, const std::string& dir) {
+  auto backend = make_cuda_backend();
+  auto& be = dynamic_cast<cuda::CudaBackend&>(*backend);
+  auto m = load_model(dir, be);
+  CHECK_MSG(m.ok(), "{}", m.status().to_string());
+  be.fill_all_random(43, 0.02f);
+  Model& model = **m;
+  const int B = a.bd_batch, C = a.bd_context, page = 16;
+  const int pages_per_seq = (C + page) / page;
+  KvLayout lay = model.kv_layout();
+  lay.page_size = page;
+  lay.num_pages = int64_t(B) * pages_per_seq;
+  lay.dtype = a.kv == "auto" || a.kv == "bf16" ? DType::kBF16
+              : a.kv == "fp8_e5m2"             ? DType::kFP8E5M2
+                                               : DType::kFP8E4M3;
+  auto kv = be.alloc_kv(lay);
+  std::vector<int32_t> q_indptr{0}, kv_lens, page_indptr{0}, pages, pos, slots, tokens, rows;
+  for (int s = 0; s < B; ++s) {
+    q_indptr.push_back(s + 1);
+    kv_lens.push_back(C);
+    for (int p = 0; p < pages_per_seq; ++p) pages.push_back(s * pages_per_seq + p);
+    page_indptr.push_back(int32_t(pages.size()));
+    pos.push_back(C - 1);
+    slots.push_back((s * pages_per_seq + (C - 1) / page) * page + (C - 1) % page);
+    tokens.push_back(s * 7 % 1000);
+    rows.push_back(s);
+  }
+  ForwardBatch fb;
+  fb.token_ids = tokens.data();
+  fb.attn = AttentionMetadata{.num_seqs = B, .num_tokens = B, .page_size = page,
+                              .q_indptr = q_indptr.data(), .kv_lens = kv_lens.data(),
+                              .page_indptr = page_indptr.data(), .page_indices = pages.data(),
+                              .positions = pos.data(), .slot_mapping = slots.data()};
+  fb.logit_rows = rows.data();
+  fb.num_logit_rows = B;
+  const int64_t vocab = model.spec().vocab_size;
+  std::vector<float> logits(size_t(B) * size_t(vocab));
+  auto time_it = [&](int reps, auto&& fn) {
+    fn();
+    be.synchronize();
+    auto t = Clock::now();
+    for (int i = 0; i < reps; ++i) fn();
+    be.synchronize();
+    return since(t) / reps * 1e3;
+  };
+  const double fwd = time_it(5, [&] { model.forward(fb, *kv, logits.data()); });
+  auto dev_logits = be.alloc(DType::kBF16, {B, vocab});
+  be.fill_random(*dev_logits, 5, 1.0f);
+  const double dl = time_it(5, [&] { be.download_f32(*dev_logits, logits.data()); });
+  const double am = time_it(3, [&] {
+    volatile int64_t sink = 0;
+    for (int s = 0; s < B; ++s) {
+      const float* r = logits.data() + size_t(s) * size_t(vocab);
+      sink = sink + (std::max_element(r, r + vocab) - r);
+    }
+  });
+  std::printf("step     decode batch %d, context %d, KV %s: forward incl. logits download %.2f ms "
+              "(%.0f tok/s if nothing else ran); logits download + bf16->f32 alone %.2f ms; host "
+              "argmax of %d rows %.2f ms\n",
+              B, C, dtype_name(lay.dtype), fwd, B / (fwd * 1e-3), dl, B, am);
+}
+
+}  // namespace
+}  // namespace strata
+
+int main(int argc, char** argv) {
+  using namespace strata;
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--config") a.config = v;
+    else if (k == "--tokenizer") a.tokenizer = v;
+    else if (k == "--prompts") a.prompts = std::stoi(v);
+    else if (k == "--in") a.in = std::stoi(v);
+    else if (k == "--out") a.out = std::stoi(v);
+    else if (k == "--kv-cache-dtype") a.kv = v;
+    else if (k == "--max-running") a.max_running = std::stoi(v);
+    else if (k == "--mem-fraction") a.mem_fraction = std::stod(v);
+    else if (k == "--max-seconds") a.max_seconds = std::stod(v);
+    else if (k == "--breakdown-batch") a.bd_batch = std::stoi(v);
+    else if (k == "--breakdown-context") a.bd_context = std::stoi(v);
+  }
+  const std::string dir = prepare_dir(a);
+  if (a.prompts > 0) run_engine(a, dir);
+  if (a.bd_batch > 0) breakdown(a, dir);
+  return 0;
+}
