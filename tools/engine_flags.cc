@@ -41,8 +41,48 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_
       ->capture_default_str();
   app.add_option("--context-length", c.context_length, "override the model's context length");
   app.add_option("--random-seed", c.seed, "seed for requests that give none")->capture_default_str();
+  app.add_flag("--enable-hierarchical-cache", c.enable_hierarchical_cache,
+               "keep prefixes evicted from the KV pool in a host-memory tier and promote them back on a hit");
+  app.add_option("--hicache-size", f.hicache_size_gb,
+                 "host KV tier in GB per rank (implies --enable-hierarchical-cache; not with --hicache-ratio)");
+  app.add_option("--hicache-ratio", f.hicache_ratio,
+                 "host KV tier as a multiple of the device KV pool (implies --enable-hierarchical-cache; default 2)");
+  app.add_option("--hicache-write-policy", f.hicache_write_policy,
+                 "write_through (default) | write_through_selective (back up a prefix hit twice) | write_back (copy on eviction)");
+  app.add_option("--hicache-io-backend", f.hicache_io_backend,
+                 "host tier copies on cuda: kernel (default; gather/scatter kernel) | direct (cudaMemcpyAsync per page run)");
   app.add_option("--log-level", f.log_level, "trace | debug | info | warning | error")->capture_default_str();
 }
+
+namespace {
+
+// The host KV tier's flags: sizes are validated here, names of policies and io backends by the
+// engine (kv/hicache.h, backend/kv_host_io.h) so library users get the same errors.
+Status finish_hicache_flags(const EngineFlags& f, EngineConfig& c) {
+  if (f.hicache_size_gb && f.hicache_ratio)
+    return invalid_argument("--hicache-size and --hicache-ratio both given: give one (GB, or a multiple of the device pool)");
+  if (f.hicache_size_gb) {
+    if (!(*f.hicache_size_gb > 0)) return invalid_argument("--hicache-size must be > 0 GB, got {}", *f.hicache_size_gb);
+    c.hicache_size_gb = *f.hicache_size_gb;
+    c.enable_hierarchical_cache = true;
+  }
+  if (f.hicache_ratio) {
+    if (!(*f.hicache_ratio > 0)) return invalid_argument("--hicache-ratio must be > 0, got {}", *f.hicache_ratio);
+    c.hicache_ratio = *f.hicache_ratio;
+    c.enable_hierarchical_cache = true;
+  }
+  if (!c.enable_hierarchical_cache && (f.hicache_write_policy || f.hicache_io_backend))
+    return invalid_argument("{} has no effect without --enable-hierarchical-cache (or --hicache-size / --hicache-ratio)",
+                            f.hicache_write_policy ? "--hicache-write-policy" : "--hicache-io-backend");
+  if (f.hicache_write_policy) c.hicache_write_policy = *f.hicache_write_policy;
+  if (f.hicache_io_backend) {
+    if (f.hicache_io_backend->empty()) return invalid_argument("--hicache-io-backend is empty");
+    c.hicache_io_backend = *f.hicache_io_backend;
+  }
+  return Status::ok_status();
+}
+
+}  // namespace
 
 StatusOr<EngineConfig> finish_engine_flags(EngineFlags& f) {
   if (!set_log_level(f.log_level)) return invalid_argument("--log-level: unknown level '{}'", f.log_level);
@@ -61,6 +101,7 @@ StatusOr<EngineConfig> finish_engine_flags(EngineFlags& f) {
     return invalid_argument("--chunked-prefill-size must be >= --page-size");
   if (c.num_continuous_decode_steps < 1) return invalid_argument("--num-continuous-decode-steps must be >= 1");
   if (c.device_memory_gib < 0) return invalid_argument("--device-memory-gib must be positive");
+  STRATA_RETURN_IF_ERROR(finish_hicache_flags(f, c));
   if (!std::filesystem::is_directory(c.model_path))
     return not_found("--model-path '{}' is not a directory", c.model_path);
   STRATA_ASSIGN_OR_RETURN(c.kv_bf16_layers, parse_layer_list(f.kv_bf16_layers, "--kv-bf16-layers"));

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 
 #include "engine/engine.h"
@@ -18,12 +19,17 @@ struct EngineFlags {
   int max_running_requests = 0;    // 0: planner default
   std::string kv_bf16_layers;      // "0,7"
   KvGateOptions kv_gate;           // --kv-quality-budget, --allow-lossy-kv, --kv-quality-records
+  // Host KV tier: unset unless given on the command line (a value given without the tier
+  // enabled is an error, never ignored).
+  std::optional<double> hicache_size_gb, hicache_ratio;
+  std::optional<std::string> hicache_write_policy, hicache_io_backend;
 };
 
 // Registers --model-path, --device, --kv-cache-dtype, --page-size, --mem-fraction-static,
 // --device-memory-gib, --max-total-tokens, --max-running-requests, --chunked-prefill-size,
 // --max-prefill-tokens, --num-continuous-decode-steps, --context-length, --random-seed,
-// --log-level, and the KV quality flags (--kv-bf16-layers, --kv-scales, --kv-mla-rope-dtype,
+// --log-level, the host KV tier (--enable-hierarchical-cache, --hicache-size, --hicache-ratio,
+// --hicache-write-policy, --hicache-io-backend), and the KV quality flags (--kv-bf16-layers, --kv-scales, --kv-mla-rope-dtype,
 // --kv-quality-budget, --allow-lossy-kv, --kv-quality-records).
 void add_engine_flags(CLI::App& app, EngineFlags& flags, const std::string& default_model);
 

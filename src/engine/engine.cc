@@ -4,13 +4,18 @@
 #include <cuda_runtime.h>
 #endif
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "core/log.h"
 #include "engine/batch_plan.h"
 #include "engine/live_request.h"
 #include "engine/schedule_state.h"
+#include "backend/kv_host_io.h"
+#include "kv/host_pool.h"
 #include "kv/page_pool.h"
 #include "kv/radix_cache.h"
 #include "model/config.h"
@@ -35,9 +40,89 @@ double device_memory_gib() {
 #endif
   return 0;
 }
+// The host tier's copies through the backend's copier (kv/ knows no backend).
+class BackendHiCacheIo : public HiCacheIo {
+ public:
+  explicit BackendHiCacheIo(KvHostIo* io) : io_(io) {}
+  uint64_t device_to_host(std::span<const PageCopy> c) override { return io_->device_to_host(convert(c)); }
+  uint64_t host_to_device(std::span<const PageCopy> c) override { return io_->host_to_device(convert(c)); }
+  bool done(uint64_t ticket) override { return io_->done(ticket); }
+  void wait(uint64_t ticket) override { io_->wait(ticket); }
+  int64_t page_bytes() const override { return io_->page_bytes(); }
+  double copy_seconds() const override { return io_->copy_seconds(); }
+
+ private:
+  const std::vector<KvPageCopy>& convert(std::span<const PageCopy> c) {
+    buf_.resize(c.size());
+    for (size_t i = 0; i < c.size(); ++i) buf_[i] = KvPageCopy{c[i].device_page, c[i].host_page};
+    return buf_;
+  }
+  KvHostIo* io_;
+  std::vector<KvPageCopy> buf_;
+};
+
+double physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? double(pages) * double(page) : 0;
+}
 }  // namespace
 
+// The host tier's options on their own (before any loading, so a bad flag fails fast).
+static Status check_host_tier_options(const EngineConfig& c) {
+  if (!c.enable_hierarchical_cache) {
+    if (c.hicache_size_gb != 0 || c.hicache_ratio != 0 || !c.hicache_io_backend.empty())
+      return invalid_argument("--hicache-size/--hicache-ratio/--hicache-io-backend need --enable-hierarchical-cache");
+    return Status::ok_status();
+  }
+  if (c.hicache_size_gb != 0 && c.hicache_ratio != 0)
+    return invalid_argument("--hicache-size and --hicache-ratio both set: give one (size in GB, or a multiple of the device pool)");
+  if (c.hicache_size_gb < 0 || std::isnan(c.hicache_size_gb))
+    return invalid_argument("--hicache-size must be > 0 GB, got {}", c.hicache_size_gb);
+  if (c.hicache_ratio < 0 || std::isnan(c.hicache_ratio))
+    return invalid_argument("--hicache-ratio must be > 0, got {}", c.hicache_ratio);
+  STRATA_RETURN_IF_ERROR(parse_hicache_write_policy(c.hicache_write_policy).status());
+  STRATA_RETURN_IF_ERROR(parse_kv_io_backend(c.hicache_io_backend).status());
+  return Status::ok_status();
+}
+
+Status Engine::setup_host_tier(const KvLayout& layout) {
+  const EngineConfig& c = config_;
+  if (!c.enable_hierarchical_cache) return Status::ok_status();
+  STRATA_ASSIGN_OR_RETURN(HiCacheWritePolicy policy, parse_hicache_write_policy(c.hicache_write_policy));
+  STRATA_ASSIGN_OR_RETURN(KvIoBackend io, parse_kv_io_backend(c.hicache_io_backend));
+  if (backend_->device() == Device::kCpu && (io == KvIoBackend::kDirect || io == KvIoBackend::kKernel)) {
+    LOG_WARN("--hicache-io-backend {} does not apply on the cpu backend: host copies are memcpy",
+             kv_io_backend_name(io));
+    io = KvIoBackend::kMemcpy;
+  }
+  const int64_t page_bytes = layout.bytes_per_token() * layout.page_size;
+  const double ratio = c.hicache_ratio > 0 ? c.hicache_ratio : 2.0;
+  const int64_t pages = c.hicache_size_gb > 0 ? int64_t(c.hicache_size_gb * 1e9 / double(page_bytes))
+                                              : int64_t(double(layout.num_pages) * ratio);
+  if (pages < 1)
+    return invalid_argument("host KV tier of {} holds no {}-byte page: raise --hicache-size/--hicache-ratio",
+                            c.hicache_size_gb > 0 ? fmt::format("{} GB", c.hicache_size_gb)
+                                                  : fmt::format("ratio {}", ratio),
+                            page_bytes);
+  if (pages > int64_t(INT32_MAX)) return invalid_argument("host KV tier: {} pages is too many", pages);
+  const double bytes = double(pages) * double(page_bytes);
+  const double ram = physical_memory_bytes();
+  if (ram > 0 && bytes > 0.9 * ram)
+    return resource_exhausted("host KV tier of {:.2f} GB exceeds 90% of this machine's {:.2f} GB of memory",
+                              bytes / 1e9, ram / 1e9);
+  STRATA_ASSIGN_OR_RETURN(host_io_, make_kv_host_io(*backend_, *kv_, pages, io));
+  hicache_io_ = std::make_unique<BackendHiCacheIo>(host_io_.get());
+  host_pool_ = std::make_unique<HostPool>(int32_t(pages), layout.page_size);
+  hicache_ = std::make_unique<HiCache>(pool_.get(), cache_.get(), host_pool_.get(), hicache_io_.get(), policy);
+  stats_.hicache_capacity_tokens = host_pool_->capacity_tokens();
+  LOG_INFO("Host KV tier: {} tokens ({:.2f} GB, {:.2f}x the device pool) · write policy {} · io {}",
+           host_pool_->capacity_tokens(), bytes / 1e9, double(pages) / double(layout.num_pages),
+           hicache_write_policy_name(policy), kv_io_backend_name(host_io_->backend()));
+  return Status::ok_status();
+}
+
 StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
+  STRATA_RETURN_IF_ERROR(check_host_tier_options(config));
   std::unique_ptr<Engine> e(new Engine());
   e->config_ = config;
   if (config.device == "cpu") {
@@ -125,7 +210,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   sc.init_new_token_ratio = std::min(1.0, sc.init_new_token_ratio * config.schedule_conservativeness);
   sc.min_new_token_ratio = std::min(sc.init_new_token_ratio, sc.min_new_token_ratio * config.schedule_conservativeness);
   e->scheduler_ = std::make_unique<Scheduler>(sc);
-  e->state_ = std::make_unique<ScheduleState>(sc, e->pool_.get(), e->cache_.get(), spec.eos_token_ids);
+  STRATA_RETURN_IF_ERROR(e->setup_host_tier(layout));
+  e->state_ = std::make_unique<ScheduleState>(sc, e->pool_.get(), e->cache_.get(), spec.eos_token_ids,
+                                              e->hicache_.get());
 
   LOG_INFO("KV cache: {} tokens ({}, {:.2f} GiB, {} B/token) · page size {} · max running requests {} · "
            "context {} · device {}",

@@ -21,6 +21,7 @@
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
+#include "kv/hicache.h"
 #include "planner/planner.h"
 #include "tokenizer/tokenizer.h"
 
@@ -29,6 +30,7 @@ namespace strata {
 class PagePool;
 class RadixCache;
 class ScheduleState;
+class KvHostIo;
 
 struct EngineConfig {
   std::string model_path;
@@ -51,6 +53,13 @@ struct EngineConfig {
   double schedule_conservativeness = 1.0;
   int64_t context_length = 0;                 // 0: the model's max_position_embeddings
   uint64_t seed = 0;                          // for requests that give none
+  // Host KV tier (kv/hicache.h), SGLang's flags. Its size: hicache_size_gb (1e9 bytes) per rank,
+  // or hicache_ratio x the device pool; 2x the device pool when neither is set. Not both.
+  bool enable_hierarchical_cache = false;
+  double hicache_size_gb = 0;                 // 0: unset
+  double hicache_ratio = 0;                   // 0: unset
+  std::string hicache_write_policy = "write_through";  // | write_through_selective | write_back
+  std::string hicache_io_backend;             // "": kernel on cuda, memcpy on cpu | direct | kernel
 };
 
 // The KV options of a config, for resolve_kv_cache_config (engine/kv_config.h).
@@ -93,6 +102,9 @@ struct EngineStats {
   int64_t retractions_total = 0;
   int64_t steps_total = 0;
   double new_token_ratio = 0;
+  int64_t prefill_tokens_total = 0;  // prompt tokens computed by prefill (not served from a cache)
+  int64_t hicache_capacity_tokens = 0;  // host KV tier (0 when off)
+  HiCacheStats hicache;                 // host-tier counters (zero when off)
 };
 
 class Engine {
@@ -133,6 +145,8 @@ class Engine {
   void emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogprobs> logprobs);
   void finalize(Live& live);
   void update_stats();
+  // Builds the host KV tier when the config enables it (validates its options, logs its size).
+  Status setup_host_tier(const KvLayout& layout);
 
   EngineConfig config_;
   Plan plan_;
@@ -146,6 +160,11 @@ class Engine {
   std::unique_ptr<RadixCache> cache_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ScheduleState> state_;
+  // Host KV tier (null when off); declared after cache_ so it is destroyed first.
+  std::unique_ptr<KvHostIo> host_io_;
+  std::unique_ptr<HiCacheIo> hicache_io_;
+  std::unique_ptr<HostPool> host_pool_;
+  std::unique_ptr<HiCache> hicache_;
 
   // Engine-thread state.
   std::unordered_map<int64_t, std::unique_ptr<Live>> live_;

@@ -211,6 +211,7 @@ void Engine::finalize(Live& live) {
 }
 
 void Engine::update_stats() {
+  if (hicache_) hicache_->poll();  // landed copies let go of their pages before counting
   const RadixCacheStats cs = cache_->stats();
   std::lock_guard<std::mutex> lk(mu_);
   stats_.num_running = int64_t(state_->num_running());
@@ -221,6 +222,8 @@ void Engine::update_stats() {
   stats_.cache_hit_tokens_total = cs.hit_tokens;
   stats_.cache_lookup_tokens_total = cs.lookup_tokens;
   stats_.new_token_ratio = state_->new_token_ratio();
+  stats_.prefill_tokens_total = state_->prefill_tokens_total();
+  if (hicache_) stats_.hicache = hicache_->stats();
   // Requests finalized since the last update stop counting as live only now, so wait_idle()
   // returns with stats that already show them gone.
   live_count_ -= finalized_pending_;

@@ -8,10 +8,11 @@
 namespace strata {
 
 ScheduleState::ScheduleState(const SchedulerConfig& config, PagePool* pool, RadixCache* cache,
-                             std::vector<int32_t> eos_token_ids)
+                             std::vector<int32_t> eos_token_ids, HiCache* hicache)
     : config_(config),
       pool_(pool),
       cache_(cache),
+      hicache_(hicache),
       eos_token_ids_(std::move(eos_token_ids)),
       new_token_ratio_(config.init_new_token_ratio) {
   CHECK_EQ(config_.page_size, pool_->page_size());
@@ -94,7 +95,9 @@ void ScheduleState::remove_waiting(Request* r) {
 
 // Takes the cached prefix of a waiting request: lock, retain, and start its prefill.
 void ScheduleState::admit(Request* r) {
-  RadixMatch m = cache_->match_prefix(r->tokens(r->total_len() - 1));
+  const std::vector<int32_t> key = r->tokens(r->total_len() - 1);
+  RadixMatch m = cache_->match_prefix(key);
+  if (hicache_) hicache_->on_match(key, m.matched_tokens);
   cache_->inc_lock_ref(m.node);
   pool_->retain(m.pages);
   r->pages() = std::move(m.pages);
@@ -110,10 +113,37 @@ void ScheduleState::admit(Request* r) {
 void ScheduleState::ensure_pages(Request* r, int32_t tokens) {
   int64_t need = pool_->pages_for_tokens(tokens) - int64_t(r->pages().size());
   if (need <= 0) return;
-  if (pool_->num_free_pages() < need) cache_->evict(int32_t(need - pool_->num_free_pages()));
+  if (pool_->num_free_pages() < need) evict(int32_t(need - pool_->num_free_pages()));
   bool ok = pool_->allocate_into(int32_t(need), &r->pages());
   CHECK_MSG(ok, "request {}: the decision over-committed the pool ({} pages wanted, {} free)",
             r->id(), need, pool_->num_free_pages());
+}
+
+void ScheduleState::evict(int32_t pages) {
+  if (hicache_) hicache_->evict_device(pages);  // demotes to host per the write policy
+  else cache_->evict(pages);
+}
+
+// Extends r's cached prefix with pages the host tier holds, up to end - 1 (this step's chunk
+// keeps at least one token to compute): promoted pages join the device tree and r's locked path.
+// Only when r holds exactly its locked prefix (admission, or a chunk that ended on a page).
+void ScheduleState::promote_from_host(Request* r, int32_t end) {
+  const int32_t ps = config_.page_size;
+  if (r->kv_len() != r->cached_pages() * ps || int32_t(r->pages().size()) != r->cached_pages()) return;
+  const std::vector<int32_t> key = r->tokens(r->total_len() - 1);
+  const int32_t promoted = hicache_->promote(key, r->kv_len(), std::min(end - 1, int32_t(key.size())));
+  if (promoted == 0) return;
+  const int32_t n = r->kv_len() + promoted;
+  RadixMatch m = cache_->match_prefix(std::span(key).first(size_t(n)), /*record_stats=*/false);
+  CHECK_EQ(m.matched_tokens, n);
+  pool_->retain(m.pages);
+  pool_->release(r->pages());
+  r->pages() = std::move(m.pages);
+  cache_->inc_lock_ref(m.node);
+  cache_->dec_lock_ref(r->cache_node());
+  r->set_cache_lock(m.node, n / ps);
+  r->set_kv_len(n);
+  r->set_prefix_hit_tokens(r->prefix_hit_tokens() + promoted);
 }
 
 // Gives back everything r holds: full computed pages go to the radix cache (so a retried or
@@ -124,7 +154,9 @@ void ScheduleState::release_kv(Request* r) {
   std::vector<PageId>& pages = r->pages();
   CHECK_LE(full, int32_t(pages.size()));
   if (full > 0) {
-    cache_->insert(r->tokens(full * config_.page_size), std::span(pages).first(full));
+    const std::vector<int32_t> tokens = r->tokens(full * config_.page_size);
+    cache_->insert(tokens, std::span(pages).first(full));
+    if (hicache_) hicache_->on_insert(tokens);
   }
   pool_->release(std::span(pages).subspan(full));
   pages.clear();
@@ -140,6 +172,7 @@ void ScheduleState::cache_unfinished(Request* r) {
   std::vector<int32_t> tokens = r->tokens(full * config_.page_size);
   std::vector<PageId>& pages = r->pages();
   cache_->insert(tokens, std::span(pages).first(full));  // consumes r's references to them
+  if (hicache_) hicache_->on_insert(tokens);
   RadixMatch m = cache_->match_prefix(tokens, /*record_stats=*/false);
   CHECK_EQ(m.matched_tokens, full * config_.page_size);
   pool_->retain(m.pages);
@@ -151,6 +184,7 @@ void ScheduleState::cache_unfinished(Request* r) {
 
 ScheduledStep ScheduleState::apply(const Decision& d) {
   ScheduledStep step;
+  if (hicache_) hicache_->poll();  // retire landed copies (unlocks host prefixes)
   for (int64_t id : d.reject) {
     Request* r = lookup(id);
     remove_waiting(r);
@@ -182,13 +216,19 @@ ScheduledStep ScheduleState::apply(const Decision& d) {
     Request* r = lookup(w.id);
     if (!r->is_running()) admit(r);
   }
+  // The chunk's end stays where the decision put it, so pages promoted from host replace pages
+  // the decision budgeted for computing: the step never needs more pages than decided.
   for (const PrefillWork& w : d.prefill) {
     Request* r = lookup(w.id);
-    int32_t n = std::min(w.num_tokens, r->total_len() - r->kv_len());
+    const int32_t end = std::min(r->kv_len() + w.num_tokens, r->total_len());
+    if (hicache_) promote_from_host(r, end);
+    int32_t n = end - r->kv_len();
     CHECK_GT(n, 0);
     ensure_pages(r, r->kv_len() + n);
+    prefill_tokens_total_ += n;
     step.seqs.push_back({.request = r, .num_new_tokens = n, .sample = r->kv_len() + n == r->total_len()});
   }
+  if (hicache_ && !d.prefill.empty()) hicache_->wait_promotions();  // the forward reads them
   step.is_prefill = !d.prefill.empty();
   for (int64_t id : d.decode) {
     Request* r = lookup(id);
@@ -263,7 +303,8 @@ void ScheduleState::abort(Request* r, std::string error) {
 
 bool ScheduleState::flush_cache() {
   if (!running_.empty()) return false;
-  return cache_->reset();
+  if (!cache_->reset()) return false;
+  return hicache_ == nullptr || hicache_->reset();
 }
 
 void ScheduleState::check_invariants() const {
@@ -271,6 +312,10 @@ void ScheduleState::check_invariants() const {
   cache_->check_invariants();
   std::vector<int32_t> holders(pool_->num_pages(), 0);
   cache_->for_each_page([&](PageId p) { ++holders[p]; });
+  if (hicache_) {
+    hicache_->check_invariants();
+    hicache_->for_each_held_device_page([&](PageId p) { ++holders[p]; });
+  }
   std::unordered_set<PageId> locked;
   for (const Request* r : running_) {
     CHECK(r->is_running());

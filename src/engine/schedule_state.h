@@ -24,6 +24,7 @@
 #include "engine/batch_plan.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "kv/hicache.h"
 #include "kv/page_pool.h"
 #include "kv/radix_cache.h"
 
@@ -41,8 +42,10 @@ struct ScheduledStep {
 class ScheduleState {
  public:
   // eos_token_ids finish a request (reason stop) unless it sets ignore_eos.
+  // hicache (optional) is the host KV tier behind pool/cache: evictions demote through it, and
+  // prefill steps extend a request's device prefix with pages promoted from host.
   ScheduleState(const SchedulerConfig& config, PagePool* pool, RadixCache* cache,
-                std::vector<int32_t> eos_token_ids);
+                std::vector<int32_t> eos_token_ids, HiCache* hicache = nullptr);
 
   // Queues a new request (state kWaiting) and clamps its max_new_tokens so that prompt + output
   // fits the pool. An empty prompt is an error (the request is then aborted).
@@ -76,6 +79,8 @@ class ScheduleState {
   const std::vector<Request*>& running() const { return running_; }
   const std::deque<Request*>& waiting() const { return waiting_; }
   double new_token_ratio() const { return new_token_ratio_; }
+  // Prompt tokens scheduled for computation by prefill steps (cache and host-tier hits excluded).
+  int64_t prefill_tokens_total() const { return prefill_tokens_total_; }
   const SchedulerConfig& config() const { return config_; }
 
   // CHECKs pool and cache invariants and that refcounts equal holders (tree + running requests),
@@ -88,6 +93,8 @@ class ScheduleState {
   void ensure_pages(Request* r, int32_t tokens);
   void release_kv(Request* r);
   void cache_unfinished(Request* r);
+  void promote_from_host(Request* r, int32_t end);
+  void evict(int32_t pages);
   void remove_running(Request* r);
   void remove_waiting(Request* r);
   Request* lookup(int64_t id) const;
@@ -95,11 +102,13 @@ class ScheduleState {
   SchedulerConfig config_;
   PagePool* pool_;
   RadixCache* cache_;
+  HiCache* hicache_;  // null without a host tier
   std::vector<int32_t> eos_token_ids_;
   std::deque<Request*> waiting_;
   std::vector<Request*> running_;
   std::unordered_map<int64_t, Request*> live_;
   double new_token_ratio_;
+  int64_t prefill_tokens_total_ = 0;
 };
 
 }  // namespace strata

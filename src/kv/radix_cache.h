@@ -58,6 +58,8 @@ struct EvictedNode {
   std::span<const int32_t> path_tokens;  // tokens from the root to the end of this node
   int32_t first_token = 0;               // index in path_tokens of the node's first token
   std::span<const PageId> pages;         // the node's pages: path_tokens[first_token:]
+  RadixNodeHandle parent = nullptr;      // still cached: path_pages(parent) gives the pages
+                                         // of path_tokens[:first_token] (the root when 0)
 };
 using EvictHook = std::function<void(const EvictedNode&)>;
 

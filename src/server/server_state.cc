@@ -43,7 +43,25 @@ ServerMetrics::ServerMetrics(const std::string& model_name)
       itl(registry.histogram("strata_inter_token_latency_seconds", "Time between generated tokens.",
                              latency_buckets_seconds())),
       e2e(registry.histogram("strata_e2e_request_latency_seconds", "From HTTP arrival to the last token.",
-                             latency_buckets_seconds())) {}
+                             latency_buckets_seconds())),
+      prefill_tokens(registry.counter("strata_prefill_computed_tokens_total",
+                                      "Prompt tokens computed by prefill (not served from the prefix cache or host tier).")),
+      hicache_capacity(registry.gauge("strata_hicache_capacity_tokens", "Tokens the host KV tier holds (0: off).")),
+      hicache_cached(registry.gauge("strata_hicache_cached_tokens", "Tokens cached in the host KV tier.")),
+      hicache_hit_tokens(registry.counter("strata_hicache_hit_tokens_total",
+                                          "Prompt tokens promoted from the host KV tier (extending device cache hits).")),
+      hicache_promotions(registry.counter("strata_hicache_promotions_total", "Promotions from the host KV tier.")),
+      hicache_demotions(registry.counter("strata_hicache_demotions_total",
+                                         "Prefixes evicted from the device pool and kept whole in the host tier.")),
+      hicache_demoted_tokens(registry.counter("strata_hicache_demoted_tokens_total",
+                                              "Evicted device tokens the host tier kept.")),
+      hicache_dropped_tokens(registry.counter("strata_hicache_dropped_tokens_total",
+                                              "Evicted device tokens the host tier did not hold (lost).")),
+      hicache_bytes_to_host(registry.counter("strata_hicache_bytes_to_host_total", "KV bytes copied device -> host.")),
+      hicache_bytes_to_device(registry.counter("strata_hicache_bytes_to_device_total",
+                                               "KV bytes copied host -> device.")),
+      hicache_copy_seconds(registry.counter("strata_hicache_copy_seconds_total",
+                                            "Time the host-tier copies took (device time on cuda).")) {}
 
 ServerState::ServerState(ServerConfig config, Engine& engine, const PromptEncoder& encoder)
     : config_(std::move(config)),
@@ -206,6 +224,18 @@ void ServerState::refresh_engine_metrics(const EngineStats& s) {
   m.requests_finished.set_total(double(s.requests_finished_total));
   m.requests_aborted.set_total(double(s.requests_aborted_total));
   m.retractions.set_total(double(s.retractions_total));
+  const int64_t page = engine_.config().page_size;
+  m.prefill_tokens.set_total(double(s.prefill_tokens_total));
+  m.hicache_capacity.set(double(s.hicache_capacity_tokens));
+  m.hicache_cached.set(double(int64_t(s.hicache.host_cached_pages) * page));
+  m.hicache_hit_tokens.set_total(double(s.hicache.host_hit_tokens));
+  m.hicache_promotions.set_total(double(s.hicache.promotions));
+  m.hicache_demotions.set_total(double(s.hicache.demotions));
+  m.hicache_demoted_tokens.set_total(double(s.hicache.demoted_pages * page));
+  m.hicache_dropped_tokens.set_total(double(s.hicache.dropped_pages * page));
+  m.hicache_bytes_to_host.set_total(double(s.hicache.bytes_to_host));
+  m.hicache_bytes_to_device.set_total(double(s.hicache.bytes_to_device));
+  m.hicache_copy_seconds.set_total(s.hicache.copy_seconds);
 }
 
 std::string ServerState::render_metrics() {

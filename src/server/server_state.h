@@ -58,6 +58,18 @@ struct ServerMetrics {
   Histogram& ttft;
   Histogram& itl;
   Histogram& e2e;
+  // Prefill work and the host KV tier (issue 10; zero while the tier is off).
+  Counter& prefill_tokens;
+  Gauge& hicache_capacity;
+  Gauge& hicache_cached;
+  Counter& hicache_hit_tokens;
+  Counter& hicache_promotions;
+  Counter& hicache_demotions;
+  Counter& hicache_demoted_tokens;
+  Counter& hicache_dropped_tokens;
+  Counter& hicache_bytes_to_host;
+  Counter& hicache_bytes_to_device;
+  Counter& hicache_copy_seconds;
 };
 
 class ServerState {

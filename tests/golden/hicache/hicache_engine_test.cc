@@ -1,0 +1,177 @@
+// The host KV tier end to end on the house models (CPU): a prefix-heavy workload whose shared
+// prefixes exceed the device KV pool gives the same greedy tokens with and without the tier,
+// while the tier serves prefixes from host (promoted tokens > 0) and prefill computes fewer
+// tokens. Every write policy; flags that cannot apply are errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+
+namespace strata {
+namespace {
+
+const std::string kShared = STRATA_SHARED_DIR;
+
+// Three shared prefixes of 48 held-out tokens; each request appends a short suffix of its own.
+// Each prefix is asked three times in a row (write_through_selective backs up on the second
+// hit), and the whole sequence twice: the second round finds its prefixes only on host.
+std::vector<std::vector<int32_t>> make_workload(const Tokenizer& tok) {
+  std::ifstream in(kShared + "/data/heldout.jsonl");
+  std::vector<std::vector<int32_t>> texts;
+  std::string line;
+  while (texts.size() < 6 && std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (!j.contains("text")) continue;
+    auto ids = tok.encode(j["text"].get<std::string>());
+    if (ids.size() >= 120) texts.push_back(std::move(ids));
+  }
+  EXPECT_EQ(texts.size(), 6u);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int round = 0; round < 2; ++round)
+    for (int k = 0; k < 3; ++k)
+      for (int rep = 0; rep < 3; ++rep) {
+        std::vector<int32_t> p(texts[size_t(k)].begin(), texts[size_t(k)].begin() + 48);
+        const auto& tail = texts[size_t(3 + k)];
+        const size_t from = size_t(10 * (round * 3 + rep)), len = 3 + size_t((round + rep + k) % 7);
+        p.insert(p.end(), tail.begin() + std::ptrdiff_t(from), tail.begin() + std::ptrdiff_t(from + len));
+        prompts.push_back(std::move(p));
+      }
+  return prompts;
+}
+
+struct Result {
+  std::vector<std::vector<int32_t>> tokens;
+  EngineStats stats;
+};
+
+// One request at a time, so the device pool holds one prefix and the order of evictions is fixed.
+Result run_sequential(Engine& engine, const std::vector<std::vector<int32_t>>& prompts) {
+  Result out;
+  out.tokens.resize(prompts.size());
+  std::mutex mu;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerateRequest g;
+    g.prompt_ids = prompts[i];
+    g.params.temperature = 0;
+    g.params.max_new_tokens = 3;
+    g.params.ignore_eos = true;
+    g.on_event = [&out, &mu, i](const StreamEvent& ev) {
+      std::lock_guard<std::mutex> lk(mu);
+      out.tokens[i].insert(out.tokens[i].end(), ev.token_ids.begin(), ev.token_ids.end());
+      EXPECT_TRUE(ev.error.empty()) << ev.error;
+    };
+    auto id = engine.submit(std::move(g));
+    EXPECT_TRUE(id.ok()) << id.status().to_string();
+    engine.wait_idle();
+  }
+  out.stats = engine.stats();
+  return out;
+}
+
+EngineConfig base_config(const std::string& model, int page_size) {
+  EngineConfig c;
+  c.model_path = kShared + "/models/" + model;
+  c.page_size = page_size;
+  c.max_total_tokens = 96;  // one 48-token prefix and its request fit; two do not
+  c.chunked_prefill_size = 32;  // prefixes span chunks: promotion continues across chunks
+  return c;
+}
+
+std::unique_ptr<Engine> make(const EngineConfig& c) {
+  auto e = Engine::create(c);
+  EXPECT_TRUE(e.ok()) << e.status().to_string();
+  return e.ok() ? std::move(e).value() : nullptr;
+}
+
+struct Case {
+  std::string model;
+  int page_size;
+  std::vector<std::string> policies;
+};
+
+class HostTier : public ::testing::TestWithParam<Case> {};
+
+TEST_P(HostTier, SameGreedyOutputsFewerPrefillTokens) {
+  const Case& tc = GetParam();
+  const EngineConfig off = base_config(tc.model, tc.page_size);
+  auto plain = make(off);
+  ASSERT_NE(plain, nullptr);
+  const auto prompts = make_workload(plain->tokenizer());
+  const Result ref = run_sequential(*plain, prompts);
+  EXPECT_EQ(ref.stats.hicache.promoted_pages, 0);
+  EXPECT_EQ(ref.stats.hicache_capacity_tokens, 0);
+  for (const std::string& policy : tc.policies) {
+    SCOPED_TRACE(policy);
+    EngineConfig on = off;
+    on.enable_hierarchical_cache = true;
+    on.hicache_ratio = 4;
+    on.hicache_write_policy = policy;
+    auto engine = make(on);
+    ASSERT_NE(engine, nullptr);
+    EXPECT_EQ(engine->stats().hicache_capacity_tokens, 4 * engine->kv_capacity_tokens());
+    const Result got = run_sequential(*engine, prompts);
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got.tokens[i], ref.tokens[i]) << "request " << i;
+    const HiCacheStats& h = got.stats.hicache;
+    std::printf("%s %s: prefill computed %lld tokens (%lld without the tier), host hits %lld tokens in %lld "
+                "promotions, demoted %lld pages, dropped %lld, %lld B to host, %lld B to device\n",
+                tc.model.c_str(), policy.c_str(), (long long)got.stats.prefill_tokens_total,
+                (long long)ref.stats.prefill_tokens_total, (long long)h.host_hit_tokens, (long long)h.promotions,
+                (long long)h.demoted_pages, (long long)h.dropped_pages, (long long)h.bytes_to_host,
+                (long long)h.bytes_to_device);
+    EXPECT_GT(h.host_hit_tokens, 0);
+    EXPECT_GT(h.promotions, 0);
+    EXPECT_GT(h.demoted_pages, 0);
+    EXPECT_GT(h.bytes_to_host, 0);
+    EXPECT_EQ(h.bytes_to_device, h.promoted_pages * h.bytes_to_host / std::max<int64_t>(1, h.backed_up_pages));
+    EXPECT_LT(got.stats.prefill_tokens_total, ref.stats.prefill_tokens_total);
+    EXPECT_EQ(got.stats.prompt_tokens_total, ref.stats.prompt_tokens_total);
+    // Every prompt token is computed or served from a cache tier.
+    EXPECT_EQ(got.stats.prefill_tokens_total + got.stats.cache_hit_tokens_total + h.host_hit_tokens,
+              got.stats.prompt_tokens_total);
+    EXPECT_EQ(got.stats.kv_tokens_used, got.stats.kv_tokens_cached);  // idle: nothing locked
+    EXPECT_TRUE(engine->flush_cache());
+    EXPECT_EQ(engine->stats().hicache.host_cached_pages, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(HouseModels, HostTier,
+                         ::testing::Values(Case{"house-llama", 4, {"write_through", "write_through_selective", "write_back"}},
+                                           Case{"house-mla", 16, {"write_back"}}),
+                         [](const auto& info) {
+                           std::string n = info.param.model;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+TEST(HostTierFlags, InvalidSettingsAreErrors) {
+  EngineConfig c = base_config("house-llama", 4);
+  c.hicache_ratio = 2;  // without enable_hierarchical_cache
+  EXPECT_FALSE(Engine::create(c).ok());
+  c.enable_hierarchical_cache = true;
+  c.hicache_size_gb = 1;  // and a ratio
+  auto both = Engine::create(c);
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("--hicache-size"), std::string::npos);
+  c.hicache_ratio = 0;
+  c.hicache_size_gb = 1e-9;  // less than a page
+  EXPECT_FALSE(Engine::create(c).ok());
+  c.hicache_size_gb = 0;
+  c.hicache_ratio = -1;
+  EXPECT_FALSE(Engine::create(c).ok());
+  c.hicache_ratio = 1;
+  c.hicache_write_policy = "write_sometimes";
+  EXPECT_FALSE(Engine::create(c).ok());
+  c.hicache_write_policy = "write_back";
+  c.hicache_io_backend = "dma";
+  EXPECT_FALSE(Engine::create(c).ok());
+  c.hicache_io_backend = "kernel";  // cuda's: logged as not applicable on cpu, memcpy used
+  EXPECT_TRUE(Engine::create(c).ok());
+}
+
+}  // namespace
+}  // namespace strata
