@@ -1,0 +1,51 @@
+#!/bin/bash
+# Runs on the GPU machine from the repository root (carry .devcarry/cuda): the host KV tier through
+# the real engine on CUDA. Six prompts (three chunks of bench/RESULTS.md, asked twice) through
+# `strata generate --device cuda` on house-llama with a KV pool too small for all three
+# (--max-total-tokens 1024), without and with the tier (both io backends); greedy outputs must
+# be identical and the tier's summary line must show tokens served from host.
+set -u
+OUT=${OUT:-/tmp/strata_out}
+mkdir -p "$OUT"
+C=$PWD/.devcarry/cuda
+P=/tmp/strata_deps
+mkdir -p $P
+for f in $C/debs/*.deb; do dpkg -x "$f" $P; done
+for pc in $P/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc; do sed -i "s|^prefix=.*|prefix=$P/usr|" "$pc"; done
+export PKG_CONFIG_PATH=$P/usr/lib/x86_64-linux-gnu/pkgconfig
+export LD_LIBRARY_PATH=$P/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+PKG=""
+command -v pkg-config >/dev/null || PKG="-DPKG_CONFIG_EXECUTABLE=$P/usr/bin/pkgconf"
+t0=$(date +%s)
+cmake -S . -B build-dev -G Ninja -DSTRATA_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DSTRATA_TESTS=OFF \
+  -DSTRATA_SHARED_DIR=$C/shared $PKG >"$OUT/cmake.log" 2>&1 || { tail -40 "$OUT/cmake.log"; exit 1; }
+grep -q '<csignal>' tools/serve_main.cc 2>/dev/null || sed -i '1i #include <csignal>' tools/serve_main.cc
+cmake --build build-dev -j16 --target strata >"$OUT/build.log" 2>&1 || { grep -B3 -A12 -E "error|Error" "$OUT/build.log" | head -60; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+python3 - "$OUT/prompts.jsonl" <<'PY'
+import json, sys
+text = open("bench/RESULTS.md").read().replace("\n", " ")
+chunks = [text[i * 1400:(i + 1) * 1400] for i in range(3)]
+with open(sys.argv[1], "w") as f:
+    for r in range(2):
+        for k, c in enumerate(chunks):
+            f.write(json.dumps({"id": f"p{k}r{r}", "conversations": [{"role": "user", "content": c}]}) + "\n")
+PY
+run() {
+  ./build-dev/strata generate --device cuda --model-path $C/shared/models/house-llama --input "$OUT/prompts.jsonl" \
+    --max-new-tokens 24 --concurrency 1 --max-total-tokens 1024 --mem-fraction-static 0.5 --no-progress "$@"
+}
+run -o "$OUT/off.jsonl" 2>&1 | grep -E "KV cache|error" | tail -3
+for io in kernel direct; do
+  run -o "$OUT/on_$io.jsonl" --hicache-ratio 4 --hicache-write-policy write_back --hicache-io-backend $io 2>&1 \
+    | grep -E "Host KV|error" | tail -3
+  python3 - "$OUT/off.jsonl" "$OUT/on_$io.jsonl" <<'PY'
+import json, sys
+def load(p):
+    return {r["id"]: r for r in map(json.loads, open(p))}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+keys = sorted(a)
+same = sum(a[k]["conversations"] == b[k]["conversations"] for k in keys)
+print(f"identical outputs: {same}/{len(keys)}")
+PY
+done
