@@ -13,7 +13,7 @@ std::string nested(int depth, char open = '[', char close = ']') {
 
 TEST(JsonLimits, CountsNestingOutsideStrings) {
   EXPECT_EQ(json_nesting_depth("1"), 0);
-  EXPECT_EQ(json_nesting_depth(R"({"a": [1, {"b": []}], "c": {}})"), 3);
+  EXPECT_EQ(json_nesting_depth(R"({"a": [1, {"b": []}], "c": {}})"), 4);
   EXPECT_EQ(json_nesting_depth(R"({"s": "[[[[{{{{"})"), 1);
   EXPECT_EQ(json_nesting_depth(R"(["\"[[[", "\\", [2]])"), 2);  // escaped quote, escaped backslash
   EXPECT_EQ(json_nesting_depth(nested(512)), 512);

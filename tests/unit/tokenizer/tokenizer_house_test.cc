@@ -164,7 +164,10 @@ std::string random_text(std::mt19937& rng, size_t n_chars) {
       {0x4E00, 0x4FFF}, {0xAC00, 0xAD00}, {0x1F300, 0x1F64F}, {0xE000, 0xE010}, {0x10000, 0x10100}};
   std::string out;
   for (size_t i = 0; i < n_chars; ++i) {
-    const auto& [lo, hi] = ranges[rng() % ranges.size()];
+    // Named members, not a structured binding: clang 14 (the sanitizer/fuzz build) cannot
+    // capture one in the lambda below.
+    const auto& range = ranges[rng() % ranges.size()];
+    const char32_t lo = range.first, hi = range.second;
     out += [&] {
       std::string s;
       tok::append_utf8(lo + char32_t(rng() % (hi - lo + 1)), &s);
