@@ -7,9 +7,8 @@
 #include <cstring>
 #include <vector>
 
+#include "arch/decoder.h"
 #include "arch/mla.h"
-#include "arch/model.h"
-#include "arch/rope.h"
 #include "model/weights.h"
 
 namespace strata {
@@ -48,10 +47,10 @@ struct DeepseekLayer {
   MoeBlock moe;                // MoE layers
 };
 
-class DeepseekModel : public Model {
+class DeepseekModel : public DecoderModel {
  public:
   DeepseekModel(const ModelSpec& spec, Backend& backend)
-      : Model(spec, backend), dims_(mla_dims(spec)) {}
+      : DecoderModel(spec, backend, mla_dims(spec).qk_rope_head_dim), dims_(mla_dims(spec)) {}
 
   Status load(const WeightStore& ws);
 
@@ -63,26 +62,31 @@ class DeepseekModel : public Model {
     return l;
   }
 
-  void forward(const ForwardBatch& batch, KvStorage& kv, float* logits) override;
-
  private:
+  const DeviceTensor& input_norm(int layer) const override { return *layers_[size_t(layer)].input_norm; }
+  const DeviceTensor& post_norm(int layer) const override { return *layers_[size_t(layer)].post_norm; }
   Status load_attention(const WeightStore& ws, const std::string& p, DeepseekLayer& L);
   StatusOr<SwiGlu> load_swiglu(const WeightStore& ws, const std::string& p, int64_t inter);
   Status load_moe(const WeightStore& ws, const std::string& p, MoeBlock& m);
 
   void attention_block(int layer, const Tensor& h, const ForwardBatch& batch, KvStorage& kv,
-                       const RopeArgs& rope, const Tensor& out);
+                       const RopeArgs& rope, const Tensor& out) override;
+  // Dense layers run a SwiGLU MLP, MoE layers the routed experts (+ shared experts).
+  void mlp_block(int layer, const Tensor& h, const Tensor& out) override {
+    const DeepseekLayer& L = layers_[size_t(layer)];
+    if (L.is_moe) {
+      moe_block(layer, h, out);
+    } else {
+      swiglu(L.mlp, h, out);
+    }
+  }
   void swiglu(const SwiGlu& w, const Tensor& h, const Tensor& out);
   void moe_block(int layer, const Tensor& h, const Tensor& out);
 
   MlaDims dims_;
   float softmax_scale_ = 1.0f;
   MoeRouteArgs route_args_;
-  DeviceTensorPtr embed_;       // [vocab, hidden]
-  DeviceTensorPtr final_norm_;  // [hidden]
-  LinearWeight lm_head_;        // [vocab, hidden]
   std::vector<DeepseekLayer> layers_;
-  RopeFrequencies rope_freqs_;
 };
 
 // Routing as the config says (model/config.cc defaults V3-family configs to sigmoid + noaux_tc,
@@ -274,61 +278,6 @@ void DeepseekModel::moe_block(int layer, const Tensor& h, const Tensor& out) {
     trace(*shared, "shared_out", layer);
     be.add(out, *shared, out);
   }
-}
-
-void DeepseekModel::forward(const ForwardBatch& batch, KvStorage& kv, float* logits) {
-  Backend& be = *backend_;
-  const int64_t t = batch.attn.num_tokens, hidden = spec_.hidden_size;
-  const float eps = float(spec_.rms_norm_eps);
-  const DType act = be.activation_dtype();
-
-  RopeFrequencies dyn;
-  const RopeFrequencies* freqs = &rope_freqs_;
-  if (spec_.rope.type == RopeType::kDynamic) {
-    int64_t max_len = 0;
-    for (int s = 0; s < batch.attn.num_seqs; ++s) max_len = std::max<int64_t>(max_len, batch.attn.kv_lens[s]);
-    dyn = dynamic_rope_frequencies(spec_.rope, spec_.max_position_embeddings, max_len);
-    freqs = &dyn;
-  }
-  const RopeArgs rope{.inv_freq = freqs->inv_freq.data(),
-                      .attention_factor = freqs->attention_factor,
-                      .rotary_dim = dims_.qk_rope_head_dim,
-                      .offset = 0,
-                      .interleaved = spec_.rope.interleaved};
-
-  auto residual = be.alloc(act, {t, hidden});
-  be.embedding(batch.token_ids, int(t), *embed_, *residual);
-  trace(*residual, "embed");
-  auto h = be.alloc(act, {t, hidden});
-  auto branch = be.alloc(act, {t, hidden});  // output of the last attention/MLP block
-  for (int l = 0; l < spec_.num_layers; ++l) {
-    const DeepseekLayer& L = layers_[size_t(l)];
-    if (l == 0) {
-      be.rms_norm(*residual, *L.input_norm, eps, *h);
-    } else {
-      be.add_rms_norm(*branch, *residual, *L.input_norm, eps, *h);
-    }
-    trace(*h, "attn_norm", l);
-    attention_block(l, *h, batch, kv, rope, *branch);
-    trace(*branch, "attn_out", l);
-    be.add_rms_norm(*branch, *residual, *L.post_norm, eps, *h);
-    trace(*h, "mlp_norm", l);
-    if (L.is_moe) {
-      moe_block(l, *h, *branch);
-    } else {
-      swiglu(L.mlp, *h, *branch);
-    }
-    trace(*branch, "mlp_out", l);
-  }
-  be.add_rms_norm(*branch, *residual, *final_norm_, eps, *h);
-  trace(*h, "final_norm");
-  const int n = batch.num_logit_rows;
-  if (n == 0) return;
-  auto rows = be.alloc(act, {n, hidden});
-  be.gather_rows(*h, batch.logit_rows, n, *rows);
-  auto out = be.alloc(act, {n, spec_.vocab_size});
-  be.linear(*rows, lm_head_, *out);
-  be.download_f32(*out, logits);
 }
 
 }  // namespace

@@ -3,8 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "arch/model.h"
-#include "arch/rope.h"
+#include "arch/decoder.h"
 #include "model/weights.h"
 
 namespace strata {
@@ -21,9 +20,10 @@ struct LlamaLayer {
   LinearWeight down;            // [hidden, intermediate]
 };
 
-class LlamaModel : public Model {
+class LlamaModel : public DecoderModel {
  public:
-  LlamaModel(const ModelSpec& spec, Backend& backend) : Model(spec, backend) {}
+  LlamaModel(const ModelSpec& spec, Backend& backend)
+      : DecoderModel(spec, backend, spec.rope.rotary_dim) {}
 
   Status load(const WeightStore& ws);
 
@@ -35,18 +35,14 @@ class LlamaModel : public Model {
     return l;
   }
 
-  void forward(const ForwardBatch& batch, KvStorage& kv, float* logits) override;
-
  private:
+  const DeviceTensor& input_norm(int layer) const override { return *layers_[size_t(layer)].input_norm; }
+  const DeviceTensor& post_norm(int layer) const override { return *layers_[size_t(layer)].post_norm; }
   void attention_block(int layer, const Tensor& h, const ForwardBatch& batch, KvStorage& kv,
-                       const RopeArgs& rope, const Tensor& out);
-  void mlp_block(int layer, const Tensor& h, const Tensor& out);
+                       const RopeArgs& rope, const Tensor& out) override;
+  void mlp_block(int layer, const Tensor& h, const Tensor& out) override;
 
-  DeviceTensorPtr embed_;      // [vocab, hidden]
-  DeviceTensorPtr final_norm_; // [hidden]
-  LinearWeight lm_head_;       // [vocab, hidden] (the embedding when tied)
   std::vector<LlamaLayer> layers_;
-  RopeFrequencies rope_freqs_;
 };
 
 Status LlamaModel::load(const WeightStore& ws) {
@@ -133,57 +129,6 @@ void LlamaModel::mlp_block(int layer, const Tensor& h, const Tensor& out) {
   auto act = be.alloc(be.activation_dtype(), {t, inter});
   be.silu_mul(*gu, *act);
   be.linear(*act, L.down, out);
-}
-
-void LlamaModel::forward(const ForwardBatch& batch, KvStorage& kv, float* logits) {
-  Backend& be = *backend_;
-  const int64_t t = batch.attn.num_tokens, hidden = spec_.hidden_size;
-  const float eps = float(spec_.rms_norm_eps);
-  const DType act = be.activation_dtype();
-
-  RopeFrequencies dyn;
-  const RopeFrequencies* freqs = &rope_freqs_;
-  if (spec_.rope.type == RopeType::kDynamic) {
-    int64_t max_len = 0;
-    for (int s = 0; s < batch.attn.num_seqs; ++s) max_len = std::max<int64_t>(max_len, batch.attn.kv_lens[s]);
-    dyn = dynamic_rope_frequencies(spec_.rope, spec_.max_position_embeddings, max_len);
-    freqs = &dyn;
-  }
-  const RopeArgs rope{.inv_freq = freqs->inv_freq.data(),
-                      .attention_factor = freqs->attention_factor,
-                      .rotary_dim = spec_.rope.rotary_dim,
-                      .offset = 0,
-                      .interleaved = spec_.rope.interleaved};
-
-  auto residual = be.alloc(act, {t, hidden});
-  be.embedding(batch.token_ids, int(t), *embed_, *residual);
-  trace(*residual, "embed");
-  auto h = be.alloc(act, {t, hidden});
-  auto branch = be.alloc(act, {t, hidden});  // output of the last attention/MLP block
-  for (int l = 0; l < spec_.num_layers; ++l) {
-    const LlamaLayer& L = layers_[size_t(l)];
-    if (l == 0) {
-      be.rms_norm(*residual, *L.input_norm, eps, *h);
-    } else {
-      be.add_rms_norm(*branch, *residual, *L.input_norm, eps, *h);
-    }
-    trace(*h, "attn_norm", l);
-    attention_block(l, *h, batch, kv, rope, *branch);
-    trace(*branch, "attn_out", l);
-    be.add_rms_norm(*branch, *residual, *L.post_norm, eps, *h);
-    trace(*h, "mlp_norm", l);
-    mlp_block(l, *h, *branch);
-    trace(*branch, "mlp_out", l);
-  }
-  be.add_rms_norm(*branch, *residual, *final_norm_, eps, *h);
-  trace(*h, "final_norm");
-  const int n = batch.num_logit_rows;
-  if (n == 0) return;
-  auto rows = be.alloc(act, {n, hidden});
-  be.gather_rows(*h, batch.logit_rows, n, *rows);
-  auto out = be.alloc(act, {n, spec_.vocab_size});
-  be.linear(*rows, lm_head_, *out);
-  be.download_f32(*out, logits);
 }
 
 }  // namespace

@@ -1,0 +1,41 @@
+// DecoderModel: the pre-norm decoder stack every architecture here shares, written once —
+// embedding; per layer input norm → attention → residual add + norm → MLP; final norm; logits of
+// the requested rows. An architecture supplies the two blocks and its per-layer norms.
+#pragma once
+
+#include "arch/model.h"
+#include "arch/rope.h"
+
+namespace strata {
+
+class DecoderModel : public Model {
+ public:
+  void forward(const ForwardBatch& batch, KvStorage& kv, float* logits) final;
+
+ protected:
+  // rotary_dim: the dims rope rotates (the whole head for Llama, qk_rope_head_dim for MLA).
+  DecoderModel(const ModelSpec& spec, Backend& backend, int rotary_dim)
+      : Model(spec, backend), rotary_dim_(rotary_dim) {}
+
+  virtual const DeviceTensor& input_norm(int layer) const = 0;  // [hidden]
+  virtual const DeviceTensor& post_norm(int layer) const = 0;   // [hidden]
+  // Each writes its block's output for the normalized hidden states h [tokens, hidden] to out.
+  virtual void attention_block(int layer, const Tensor& h, const ForwardBatch& batch, KvStorage& kv,
+                               const RopeArgs& rope, const Tensor& out) = 0;
+  virtual void mlp_block(int layer, const Tensor& h, const Tensor& out) = 0;
+
+  // Set by the architecture's load().
+  DeviceTensorPtr embed_;       // [vocab, hidden]
+  DeviceTensorPtr final_norm_;  // [hidden]
+  LinearWeight lm_head_;        // [vocab, hidden] (the embedding when tied)
+  RopeFrequencies rope_freqs_;  // for the model's context; dynamic NTK recomputes per batch
+
+ private:
+  // The rope arguments of one batch; `dynamic` holds frequencies recomputed for it (dynamic NTK
+  // grows the base once a sequence outgrows the original context).
+  RopeArgs rope_args(const AttentionMetadata& attn, RopeFrequencies* dynamic) const;
+
+  int rotary_dim_;
+};
+
+}  // namespace strata
