@@ -203,10 +203,11 @@ Usage Generation::usage() const {
   return usage;
 }
 
-nlohmann::json Generation::wait_response() {
-  while (!std::all_of(finished_.begin(), finished_.end(), [](bool f) { return f; })) {
-    for (auto& ce : stream_->pop(std::chrono::milliseconds(1000))) apply(ce);
-  }
+std::optional<nlohmann::json> Generation::poll_response(std::chrono::milliseconds wait) {
+  auto all_finished = [&] { return std::all_of(finished_.begin(), finished_.end(), [](bool f) { return f; }); };
+  if (!all_finished())
+    for (auto& ce : stream_->pop(wait)) apply(ce);
+  if (!all_finished()) return std::nullopt;
   return build_response(req_, meta_, choices_, usage(), state_.engine().tokenizer());
 }
 

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -28,8 +29,9 @@ class Generation {
   Generation& operator=(const Generation&) = delete;
 
   bool streaming() const { return req_.stream; }
-  // Non-streaming: blocks until every choice finished; the response body.
-  nlohmann::json wait_response();
+  // Non-streaming: waits up to `wait` for every choice to finish. Returns the response body when
+  // they have, nullopt otherwise (call again).
+  std::optional<nlohmann::json> poll_response(std::chrono::milliseconds wait);
   // Streaming: waits up to `heartbeat` for events and appends their SSE text to *out (a
   // keep-alive comment when nothing happened). Returns true when *out ends the stream with
   // `data: [DONE]`; the caller then sends it and stops.

@@ -54,6 +54,7 @@ struct HttpServer::Impl {
 
   void routes();
   void generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  static void respond_when_done(std::shared_ptr<Generation> gen, httplib::Response& res);
 };
 
 void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
@@ -63,10 +64,7 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
   auto started = Generation::start(state, std::move(r), arrival);
   if (auto* e = std::get_if<ApiError>(&started)) return send_error(res, *e);
   std::shared_ptr<Generation> gen = std::move(std::get<std::unique_ptr<Generation>>(started));
-  if (!gen->streaming()) {
-    res.set_content(dump(gen->wait_response()), "application/json");
-    return;
-  }
+  if (!gen->streaming()) return respond_when_done(std::move(gen), res);
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   // The provider runs on this connection's thread until [DONE]; a failed write means the client
@@ -81,6 +79,30 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
           return false;
         }
         if (done) sink.done();
+        return true;
+      },
+      [gen](bool success) {
+        if (!success) gen->abort();
+      });
+}
+
+// Non-streaming: the JSON body goes out in one piece once every choice finished. While it runs,
+// the provider writes one space per second: insignificant whitespace before a JSON value, which
+// every JSON parser skips, and the only way to learn that the client hung up (cpp-httplib hands
+// the handler no socket to watch; a write to a closed connection fails). The request is then
+// aborted instead of generating to max_tokens. A request that finishes within the first second
+// sends the bare JSON.
+void HttpServer::Impl::respond_when_done(std::shared_ptr<Generation> gen, httplib::Response& res) {
+  res.set_chunked_content_provider(
+      "application/json",
+      [gen](size_t /*offset*/, httplib::DataSink& sink) {
+        std::optional<json> body = gen->poll_response(std::chrono::milliseconds(1000));
+        const std::string out = body ? dump(*body) : std::string(" ");
+        if (!sink.write(out.data(), out.size())) {
+          gen->abort();
+          return false;
+        }
+        if (body) sink.done();
         return true;
       },
       [gen](bool success) {

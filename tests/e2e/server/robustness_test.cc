@@ -1,6 +1,6 @@
 // strata serve under load and misbehaving clients: a bounded load test (200 concurrent streaming
 // clients, 2,000 requests, nothing lost, KV released, RSS flat across two identical rounds),
-// a client that hangs up mid-stream, the bounded queue's 503, SIGTERM drain, and flag handling.
+// clients that hang up (streaming or not), the bounded queue's 503, SIGTERM drain, and flag handling.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -114,6 +114,35 @@ TEST(ServeRobustnessTest, ClientDisconnectMidStreamFreesKv) {
   EXPECT_EQ(metric_value(metrics, "strata_requests_aborted_total"), 1);
   json info = json::parse(http(server.port(), "GET", "/get_server_info").body);
   EXPECT_EQ(info["kv_tokens_used"], info["kv_tokens_cached"]);
+  EXPECT_EQ(server.stop(), 0) << server.log();
+}
+
+// The same for a non-streaming request: nothing is sent until it finishes, so the server writes a
+// space per second (JSON whitespace) to learn the client is gone, then aborts it. A request that
+// outlives the first heartbeats still gets a body that parses, with every token.
+TEST(ServeRobustnessTest, ClientDisconnectNonStreamingFreesKv) {
+  ServerProcess server;
+  ASSERT_TRUE(server.start({})) << server.log();
+  {
+    HttpConn c;
+    ASSERT_TRUE(c.connect(server.port()));
+    ASSERT_TRUE(c.send_request("POST", "/v1/completions",
+                               R"({"prompt":"The kernel","max_tokens":3500,"ignore_eos":true})"));
+    ASSERT_TRUE(poll_until([&] {
+      return metric_value(http(server.port(), "GET", "/metrics").body, "strata_kv_cache_used_tokens") > 64;
+    }, 60));
+    EXPECT_EQ(metric_value(http(server.port(), "GET", "/metrics").body, "strata_num_running_requests"), 1);
+  }  // hang up
+  std::string metrics;
+  ASSERT_TRUE(kv_released(server.port(), &metrics)) << metrics;
+  EXPECT_EQ(metric_value(metrics, "strata_requests_aborted_total"), 1);
+
+  HttpResponse r = http(server.port(), "POST", "/v1/completions",
+                        R"({"prompt":"The kernel","max_tokens":120,"ignore_eos":true})", 300);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 120);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(server.stop(), 0) << server.log();
 }
 
