@@ -40,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   strata::OpenAiRequest req;
   if (auto err = strata::parse_openai_request(body, endpoint, &req)) {
-    (void)err->to_json().dump();
+    (void)err->to_json().dump();  // strict: throws (and fails) on invalid UTF-8 in the message
     if (err->status < 400 || err->status > 599) __builtin_trap();
     return 0;
   }

@@ -329,7 +329,9 @@ std::optional<ApiError> parse_openai_request(std::string_view body, Endpoint end
   try {
     b = json::parse(body);
   } catch (const json::parse_error& e) {
-    return bad_request(fmt::format("the request body is not valid JSON: {}", e.what()), "", "invalid_json");
+    // The parser's message quotes the bytes it stopped at, possibly half a UTF-8 character.
+    return bad_request(fmt::format("the request body is not valid JSON: {}", tok::to_valid_utf8(e.what())), "",
+                       "invalid_json");
   }
   if (!b.is_object()) return bad_request("the request body must be a JSON object");
   r->endpoint = endpoint;

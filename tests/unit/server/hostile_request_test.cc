@@ -8,6 +8,7 @@
 #include "engine/prompt.h"
 #include "server/openai_schema.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace strata {
 namespace {
@@ -21,6 +22,19 @@ TEST(ServerHostileTest, DeeplyNestedBodyIsInvalidJson) {
   EXPECT_EQ(e->status, 400);
   EXPECT_EQ(e->code, "invalid_json");
   EXPECT_NE(e->message.find("nests deeper than"), std::string::npos) << e->message;
+}
+
+// Found by fuzz/openai_request_fuzz.cc (fuzz/corpus/openai_request/crash_error_message_utf8): the
+// JSON parser's message quotes the bytes where it stopped, which cut a 2-byte character in half,
+// and the error body could not be serialized.
+TEST(ServerHostileTest, ParseErrorMessageIsValidUtf8) {
+  const std::string body = std::string("{\xd4\x8frompt\": ") + '\0' + "{\"prom[[1p" + '\0';
+  OpenAiRequest r;
+  auto e = parse_openai_request(body, Endpoint::kCompletions, &r);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code, "invalid_json");
+  EXPECT_TRUE(tok::is_valid_utf8(e->message)) << e->message;
+  EXPECT_NO_THROW((void)e->to_json().dump());
 }
 
 // The server refuses text longer than max_prompt_bytes(context) before tokenizing (64 MiB of
