@@ -198,8 +198,8 @@ TEST(ServeRobustnessTest, SigtermDrainsInFlightRequests) {
 
 TEST(ServeFlagsTest, UnimplementedFlagsAreRejected) {
   const std::string base = std::string(STRATA_BINARY) + " serve --model-path " + house_llama() + " --port 0 ";
-  for (const char* flags : {"--tp-size 2", "--enable-hierarchical-cache", "--hicache-size 4", "--disable-radix-cache",
-                            "--disable-custom-all-reduce", "--hicache-write-policy write_back"}) {
+  for (const char* flags : {"--tp-size 2", "--disable-radix-cache", "--disable-custom-all-reduce",
+                            "--hicache-storage-backend file"}) {
     std::string out;
     EXPECT_EQ(run_command(base + flags, &out), 1) << flags << ": " << out;
     EXPECT_NE(out.find("not implemented yet"), std::string::npos) << flags << ": " << out;
@@ -207,6 +207,21 @@ TEST(ServeFlagsTest, UnimplementedFlagsAreRejected) {
   std::string out;
   EXPECT_EQ(run_command(base + "--no-such-flag", &out), 2) << out;
   EXPECT_NE(out.find("no-such-flag"), std::string::npos) << out;
+  // A policy without the tier is a mistake, not a silent no-op.
+  EXPECT_EQ(run_command(base + "--hicache-write-policy write_back", &out), 1) << out;
+  EXPECT_NE(out.find("has no effect without"), std::string::npos) << out;
+}
+
+// The host KV tier's SGLang flags are implemented: the server starts with them and says so.
+TEST(ServeFlagsTest, HostTierFlagsStartTheTier) {
+  ServerProcess server;
+  ASSERT_TRUE(server.start({"--enable-hierarchical-cache", "--hicache-ratio", "2", "--hicache-write-policy",
+                            "write_back"})) << server.log();
+  HttpResponse r = http(server.port(), "POST", "/v1/completions", R"({"prompt":"The kernel","max_tokens":4})");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(server.log().find("Host KV tier:"), std::string::npos) << server.log();
+  EXPECT_NE(http(server.port(), "GET", "/metrics").body.find("strata_hicache_"), std::string::npos);
+  EXPECT_EQ(server.stop(), 0) << server.log();
 }
 
 }  // namespace
