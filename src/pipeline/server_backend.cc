@@ -7,6 +7,8 @@
 #include <mutex>
 #include <thread>
 
+#include "core/log.h"
+
 #if __has_include(<httplib.h>)
 #include <httplib.h>
 #define STRATA_HAVE_HTTPLIB 1
@@ -116,6 +118,7 @@ struct ServerBackend::Impl {
   std::deque<Item> queue;
   bool stop = false;          // destructor: workers exit
   std::atomic<bool> down{false};  // the server stayed unavailable too long: interrupt everything
+  std::atomic<bool> waiting{false};  // logged that the server is unavailable; log when it is back
   std::atomic<int64_t> last_contact_ms{0};  // steady clock ms of the last HTTP response
   std::vector<std::thread> workers;
 
@@ -158,6 +161,18 @@ struct ServerBackend::Impl {
     return Try::kFatal;
   }
 
+  // One line when the server stops answering (whichever worker sees it first) and one when it
+  // answers again, so a user watching the job knows why progress paused and that nothing is lost.
+  void report_unavailable(const std::string& error) {
+    if (!waiting.exchange(true))
+      LOG_WARN("{} is unavailable ({}); retrying with backoff, unfinished prompts are kept; giving up "
+               "after {:g}s without a reply (--server-down-timeout)",
+               config.url, error, config.retry.server_down_timeout_s);
+  }
+  void report_back() {
+    if (waiting.exchange(false)) LOG_INFO("{} answers again; continuing", config.url);
+  }
+
   // True while the server has been unavailable for less than the timeout; flips `down` after.
   bool still_waiting_for_server() {
     if (down) return false;
@@ -197,8 +212,10 @@ struct ServerBackend::Impl {
       double delay;
       if (t == Try::kUnavailable) {
         if (!still_waiting_for_server()) continue;  // ends kInterrupted above
+        report_unavailable(error);
         delay = backoff_delay_s(config.retry, ++unavailable_streak, rng);
       } else {
+        report_back();
         if (t != Try::kOk) ++out.attempts;
         unavailable_streak = 0;
         if (out.attempts >= config.retry.max_attempts) {
@@ -238,6 +255,7 @@ struct ServerBackend::Impl {
       std::string error;
       const Try t = classify(res, status, error);
       if (t == Try::kOk) {
+        report_back();
         nlohmann::json j = nlohmann::json::parse(res->body, nullptr, false);
         if (j.is_object() && j.contains("data") && j["data"].is_array() && !j["data"].empty() &&
             j["data"][0].is_object() && j["data"][0].contains("id") && j["data"][0]["id"].is_string()) {
@@ -251,6 +269,7 @@ struct ServerBackend::Impl {
       if (!still_waiting_for_server())
         return unavailable("{} stayed unavailable for {:g}s: {}", config.url,
                            config.retry.server_down_timeout_s, error);
+      report_unavailable(error);
       if (!wait(backoff_delay_s(config.retry, streak, rng))) return unavailable("stopped");
     }
   }

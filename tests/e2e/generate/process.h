@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <optional>
 #include <string>
@@ -113,14 +114,14 @@ inline int64_t count_lines(const std::string& path) {
   return std::count(std::istreambuf_iterator<char>(in), {}, '\n');
 }
 
-// Waits (inotify on the directory, no polling loop) until `path` has `lines` complete lines or
-// the child exits. Returns the child's exit status if it exited, nullopt otherwise.
-inline std::optional<int> wait_for_lines(Child& child, const std::string& dir, const std::string& path, int64_t lines) {
+// Waits (inotify on the directory, no polling loop) until done() holds or the child exits.
+// Returns the child's exit status if it exited, nullopt otherwise.
+inline std::optional<int> wait_until(Child& child, const std::string& dir, const std::function<bool()>& done) {
   const int fd = ::inotify_init1(IN_CLOEXEC);
   ::inotify_add_watch(fd, dir.c_str(), IN_MODIFY | IN_CREATE);
   std::optional<int> rc;
   char buf[4096];
-  while (count_lines(path) < lines) {
+  while (!done()) {
     pollfd p{fd, POLLIN, 0};
     ::poll(&p, 1, 100);  // also wakes to notice a child that exited without writing
     if (p.revents & POLLIN) (void)!::read(fd, buf, sizeof(buf));
@@ -128,6 +129,21 @@ inline std::optional<int> wait_for_lines(Child& child, const std::string& dir, c
   }
   ::close(fd);
   return rc;
+}
+
+// Until `path` (in `dir`) has `lines` complete lines.
+inline std::optional<int> wait_for_lines(Child& child, const std::string& dir, const std::string& path, int64_t lines) {
+  return wait_until(child, dir, [&] { return count_lines(path) >= lines; });
+}
+
+inline bool file_contains(const std::string& path, const std::string& text) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {}).find(text) != std::string::npos;
+}
+// Until `path` (in `dir`) contains `text`.
+inline std::optional<int> wait_for_text(Child& child, const std::string& dir, const std::string& path,
+                                        const std::string& text) {
+  return wait_until(child, dir, [&] { return file_contains(path, text); });
 }
 
 }  // namespace strata::testing_support

@@ -1,6 +1,7 @@
 // `strata generate --server` against the real `strata serve` (house-llama, CPU), with the
 // server killed (SIGKILL) mid-run and started again: the job rides through the outage and
-// ends with every id exactly once; its greedy answers equal the in-process engine's.
+// ends with every id exactly once; its greedy answers equal the in-process engine's. The generator
+// starts before the server and says so while it waits.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -15,8 +16,10 @@ namespace {
 
 using testing_support::Child;
 using testing_support::count_lines;
+using testing_support::file_contains;
 using testing_support::free_port;
 using testing_support::wait_for_lines;
+using testing_support::wait_for_text;
 
 constexpr int kPrompts = 120;
 constexpr int kWaitMs = 120000;
@@ -56,8 +59,10 @@ TEST(GenerateRealServer, ServerKilledAndRestartedMidRun) {
                                   "--server-down-timeout", "60"};
   gen.insert(gen.end(), common.begin(), common.end());
 
+  // The generator starts first: it says it is waiting (connections refused) and waits.
+  Child g = Child::spawn(gen, log);
+  ASSERT_FALSE(wait_for_text(g, dir.string(), log, "is unavailable").has_value()) << "generator exited early";
   Child server = Child::spawn(serve, log);
-  Child g = Child::spawn(gen, log);  // waits for the server to come up (refused connections)
   ASSERT_FALSE(wait_for_lines(g, dir.string(), output, 30).has_value()) << "generator exited early";
   server.kill9();
   const int64_t at_kill = count_lines(output);
@@ -66,6 +71,7 @@ TEST(GenerateRealServer, ServerKilledAndRestartedMidRun) {
   std::ifstream lf(log);
   ASSERT_EQ(rc.value_or(-1), 0) << std::string((std::istreambuf_iterator<char>(lf)), {});
   EXPECT_LT(at_kill, kPrompts) << "the server was killed after the job ended";
+  EXPECT_TRUE(file_contains(log, "answers again")) << "the generator did not say the server came back";
 
   const auto via_server = answers(output);
   EXPECT_EQ(int(via_server.size()), kPrompts);
