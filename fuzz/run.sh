@@ -31,7 +31,8 @@ run_one() {
   [ -x "$bin" ] || { echo "$name: $bin not built" > "$work/$name.log"; echo 1 > "$work/$name.rc"; return; }
   mkdir -p "$work/$name" "$work/$name-artifacts"
   # -timeout: one input taking longer is a hang; -rss_limit_mb: a hostile input must not OOM.
-  "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=16384 \
+  # -seed: a fixed seed makes a CI run repeatable (set STRATA_FUZZ_SEED=0 for a random one by hand).
+  "$bin" -max_total_time="$secs" -seed="${STRATA_FUZZ_SEED:-1}" -timeout=10 -rss_limit_mb=2048 -max_len=16384 \
     -print_final_stats=1 -artifact_prefix="$work/$name-artifacts/" \
     "$work/$name" "fuzz/corpus/$name" > "$work/$name.log" 2>&1
   echo $? > "$work/$name.rc"

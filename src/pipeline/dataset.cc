@@ -47,7 +47,7 @@ StatusOr<PromptRecord> parse_prompt_line(const std::string& text, int64_t line_n
   STRATA_RETURN_IF_ERROR(check_json_depth(text, where));
   try {
     r.original = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
     return invalid_argument("{}: malformed JSON ({})", where, e.what());
   }
   if (!r.original.is_object()) return invalid_argument("{}: expected a JSON object", where);

@@ -328,8 +328,9 @@ std::optional<ApiError> parse_openai_request(std::string_view body, Endpoint end
   json b;
   try {
     b = json::parse(body);
-  } catch (const json::parse_error& e) {
-    // The parser's message quotes the bytes it stopped at, possibly half a UTF-8 character.
+  } catch (const json::exception& e) {
+    // parse_error, or out_of_range for a number beyond double (1e999). The parser's message
+    // quotes the bytes it stopped at, possibly half a UTF-8 character.
     return bad_request(fmt::format("the request body is not valid JSON: {}", tok::to_valid_utf8(e.what())), "",
                        "invalid_json");
   }

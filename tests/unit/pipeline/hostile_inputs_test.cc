@@ -22,5 +22,14 @@ TEST(HostileDataset, DeeplyNestedLineIsAnError) {
   EXPECT_TRUE(ok.ok()) << ok.status().to_string();
 }
 
+// Found by fuzz/dataset_fuzz.cc with a fixed seed (fuzz/corpus/dataset/crash_number_overflow): a
+// number beyond double threw out_of_range past the parse_error handler and aborted the job.
+TEST(HostileDataset, NumberOverflowIsAnError) {
+  auto r = parse_prompt_line(R"({"prompt": "x", "seed": 7.888E88888888888})", 3, "define");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("define line 3: malformed JSON"), std::string::npos)
+      << r.status().to_string();
+}
+
 }  // namespace
 }  // namespace strata

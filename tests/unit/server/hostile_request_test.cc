@@ -37,6 +37,20 @@ TEST(ServerHostileTest, ParseErrorMessageIsValidUtf8) {
   EXPECT_NO_THROW((void)e->to_json().dump());
 }
 
+// Found by fuzz/openai_request_fuzz.cc with a fixed seed (fuzz/corpus/openai_request/
+// crash_number_overflow): a number beyond double made the parser throw out_of_range, not
+// parse_error, which nothing caught: one request body took the server down.
+TEST(ServerHostileTest, NumberOverflowIsInvalidJson) {
+  for (const char* body : {R"({"prompt": "x", "max_tokens": 1e999})", R"({"prompt": "x", "temperature": -7.8E888888})"}) {
+    OpenAiRequest r;
+    auto e = parse_openai_request(body, Endpoint::kCompletions, &r);
+    ASSERT_TRUE(e) << body;
+    EXPECT_EQ(e->status, 400);
+    EXPECT_EQ(e->code, "invalid_json");
+    EXPECT_NE(e->message.find("number overflow"), std::string::npos) << e->message;
+  }
+}
+
 // The server refuses text longer than max_prompt_bytes(context) before tokenizing (64 MiB of
 // spaces took the BPE minutes). The bound must never refuse a prompt that fits: check it against
 // the Hugging Face token counts of the fixture strings.
