@@ -7,6 +7,7 @@
 
 #include <deque>
 #include <memory>
+#include <string>
 #include <random>
 
 #include "engine/batch_plan.h"
@@ -190,7 +191,12 @@ INSTANTIATE_TEST_SUITE_P(
                       TierCase{HiCacheWritePolicy::kWriteThroughSelective, 2, 40, 12, 3},
                       TierCase{HiCacheWritePolicy::kWriteBack, 1, 48, 0, 4},
                       TierCase{HiCacheWritePolicy::kWriteBack, 4, 24, 8, 5},
-                      TierCase{HiCacheWritePolicy::kWriteBack, 16, 8, 32, 6}));
+                      TierCase{HiCacheWritePolicy::kWriteBack, 16, 8, 32, 6}),
+    // Readable, stable names (the default prints the struct's bytes, padding included).
+    [](const ::testing::TestParamInfo<TierCase>& info) {
+      return std::string(hicache_write_policy_name(info.param.policy)) + "_page" +
+             std::to_string(info.param.page_size) + "_seed" + std::to_string(info.param.seed);
+    });
 
 }  // namespace
 }  // namespace strata

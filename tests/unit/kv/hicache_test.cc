@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <deque>
 #include <random>
+#include <string>
 #include <unordered_set>
 
 #include "core/check.h"
@@ -279,7 +280,13 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{HiCacheWritePolicy::kWriteThrough, 1}, Case{HiCacheWritePolicy::kWriteThrough, 4},
                       Case{HiCacheWritePolicy::kWriteThroughSelective, 1},
                       Case{HiCacheWritePolicy::kWriteThroughSelective, 4},
-                      Case{HiCacheWritePolicy::kWriteBack, 1}, Case{HiCacheWritePolicy::kWriteBack, 4}));
+                      Case{HiCacheWritePolicy::kWriteBack, 1}, Case{HiCacheWritePolicy::kWriteBack, 4}),
+    // Readable, stable names (the default prints the struct's bytes, padding included, so ctest's
+    // discovered names could differ from the run's and a filter would then match nothing).
+    [](const ::testing::TestParamInfo<Case>& info) {
+      return std::string(hicache_write_policy_name(info.param.policy)) + "_page" +
+             std::to_string(info.param.page_size);
+    });
 
 TEST(HiCachePolicyTest, ParsesPolicies) {
   EXPECT_EQ(*parse_hicache_write_policy("write_back"), HiCacheWritePolicy::kWriteBack);
