@@ -8,17 +8,7 @@
 # Face generate baseline, bench/cuda/hf_generate_bench.py). Logs go to $OUT.
 # Carry: .devcarry/cuda (debs/ and shared/: the models and fixtures the tests read).
 set -u
-OUT=${OUT:-/tmp/strata_out}
-mkdir -p "$OUT"
-C=$PWD/.devcarry/cuda
-P=/tmp/strata_deps
-mkdir -p $P
-for f in $C/debs/*.deb; do dpkg -x "$f" $P; done
-for pc in $P/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc; do sed -i "s|^prefix=.*|prefix=$P/usr|" "$pc"; done
-export PKG_CONFIG_PATH=$P/usr/lib/x86_64-linux-gnu/pkgconfig
-export LD_LIBRARY_PATH=$P/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-PKG=""
-command -v pkg-config >/dev/null || PKG="-DPKG_CONFIG_EXECUTABLE=$P/usr/bin/pkgconf"
+source bench/cuda/device_env.sh  # OUT, C, P, PKG; carried deps unpacked
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 t0=$(date +%s)
 cmake -S . -B build-dev -G Ninja -DSTRATA_CUDA=ON -DCMAKE_BUILD_TYPE=Release \

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_checkpoint.h"
 #include "arch/model.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/kv_host_io.h"
@@ -149,48 +150,6 @@ void bench_bandwidth(cuda::CudaBackend& be, const std::string& config, double gi
   }
 }
 
-// Writes `dir`/model.safetensors with every Llama tensor of `config` as zero bf16 (a sparse file)
-// and the config; the device copies are filled with random values after loading.
-int64_t write_zero_llama(const std::string& config_path, const std::string& dir) {
-  std::filesystem::create_directories(dir);
-  std::filesystem::copy_file(config_path, dir + "/config.json", std::filesystem::copy_options::overwrite_existing);
-  json c = json::parse(std::ifstream(config_path));
-  const int64_t hidden = c["hidden_size"], inter = c["intermediate_size"], layers = c["num_hidden_layers"];
-  const int64_t heads = c["num_attention_heads"], kv_heads = c.value("num_key_value_heads", heads);
-  const int64_t hd = c.value("head_dim", hidden / heads), vocab = c["vocab_size"];
-  std::vector<std::pair<std::string, std::vector<int64_t>>> t = {{"model.embed_tokens.weight", {vocab, hidden}},
-                                                                 {"model.norm.weight", {hidden}}};
-  if (!c.value("tie_word_embeddings", false)) t.push_back({"lm_head.weight", {vocab, hidden}});
-  for (int64_t l = 0; l < layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    t.push_back({p + "input_layernorm.weight", {hidden}});
-    t.push_back({p + "post_attention_layernorm.weight", {hidden}});
-    t.push_back({p + "self_attn.q_proj.weight", {heads * hd, hidden}});
-    t.push_back({p + "self_attn.k_proj.weight", {kv_heads * hd, hidden}});
-    t.push_back({p + "self_attn.v_proj.weight", {kv_heads * hd, hidden}});
-    t.push_back({p + "self_attn.o_proj.weight", {hidden, heads * hd}});
-    t.push_back({p + "mlp.gate_proj.weight", {inter, hidden}});
-    t.push_back({p + "mlp.up_proj.weight", {inter, hidden}});
-    t.push_back({p + "mlp.down_proj.weight", {hidden, inter}});
-  }
-  json header = json::object();
-  int64_t off = 0;
-  for (const auto& [name, shape] : t) {
-    const int64_t n = std::accumulate(shape.begin(), shape.end(), int64_t(1), std::multiplies<>()) * 2;
-    header[name] = {{"dtype", "BF16"}, {"shape", shape}, {"data_offsets", {off, off + n}}};
-    off += n;
-  }
-  std::string h = header.dump();
-  h.resize((h.size() + 7) / 8 * 8, ' ');
-  std::ofstream f(dir + "/model.safetensors", std::ios::binary | std::ios::trunc);
-  const uint64_t hl = h.size();
-  f.write(reinterpret_cast<const char*>(&hl), 8);
-  f.write(h.data(), std::streamsize(h.size()));
-  f.close();
-  std::filesystem::resize_file(dir + "/model.safetensors", 8 + hl + uint64_t(off));
-  return off;
-}
-
 // Runs `ids` (positions start..start+n) through the model for one sequence whose page table is
 // `pages`; returns the argmax of the last position.
 int32_t forward(Model& m, KvStorage& kv, const std::vector<int32_t>& pages, int page, int32_t start,
@@ -219,7 +178,7 @@ void bench_ttft(cuda::CudaBackend& be, const std::string& config, int prompt) {
   const int page = 16, chunk = 8192;
   const std::string dir = "/tmp/strata_bench_hicache";
   auto t0 = Clock::now();
-  const int64_t weight_bytes = write_zero_llama(config, dir);
+  const int64_t weight_bytes = write_zero_checkpoint(config, dir);
   auto m = load_model(dir, be);
   CHECK_MSG(m.ok(), "{}", m.status().to_string());
   be.fill_all_random(42, 0.02f);

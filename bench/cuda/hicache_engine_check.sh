@@ -5,17 +5,7 @@
 # (--max-total-tokens 1024), without and with the tier (both io backends); greedy outputs must
 # be identical and the tier's summary line must show tokens served from host.
 set -u
-OUT=${OUT:-/tmp/strata_out}
-mkdir -p "$OUT"
-C=$PWD/.devcarry/cuda
-P=/tmp/strata_deps
-mkdir -p $P
-for f in $C/debs/*.deb; do dpkg -x "$f" $P; done
-for pc in $P/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc; do sed -i "s|^prefix=.*|prefix=$P/usr|" "$pc"; done
-export PKG_CONFIG_PATH=$P/usr/lib/x86_64-linux-gnu/pkgconfig
-export LD_LIBRARY_PATH=$P/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-PKG=""
-command -v pkg-config >/dev/null || PKG="-DPKG_CONFIG_EXECUTABLE=$P/usr/bin/pkgconf"
+source bench/cuda/device_env.sh  # OUT, C, P, PKG; carried deps unpacked
 t0=$(date +%s)
 cmake -S . -B build-dev -G Ninja -DSTRATA_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DSTRATA_TESTS=OFF \
   -DSTRATA_SHARED_DIR=$C/shared $PKG >"$OUT/cmake.log" 2>&1 || { tail -40 "$OUT/cmake.log"; exit 1; }

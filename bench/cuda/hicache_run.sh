@@ -4,17 +4,7 @@
 # configs under .devcarry/cuda/shared); builds only strata_bench_hicache_bench. Logs go to $OUT.
 # Carry: .devcarry/cuda. Arguments are passed to the benchmark.
 set -u
-OUT=${OUT:-/tmp/strata_out}
-mkdir -p "$OUT"
-C=$PWD/.devcarry/cuda
-P=/tmp/strata_deps
-mkdir -p $P
-for f in $C/debs/*.deb; do dpkg -x "$f" $P; done
-for pc in $P/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc; do sed -i "s|^prefix=.*|prefix=$P/usr|" "$pc"; done
-export PKG_CONFIG_PATH=$P/usr/lib/x86_64-linux-gnu/pkgconfig
-export LD_LIBRARY_PATH=$P/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-PKG=""
-command -v pkg-config >/dev/null || PKG="-DPKG_CONFIG_EXECUTABLE=$P/usr/bin/pkgconf"
+source bench/cuda/device_env.sh  # OUT, C, P, PKG; carried deps unpacked
 nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader
 t0=$(date +%s)
 cmake -S . -B build-dev -G Ninja -DSTRATA_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DSTRATA_TESTS=OFF \
