@@ -228,6 +228,9 @@ TEST(KvFp8, PrefillAttention) {
     run_fp8_attention(dt, 32, 8, 128, 16, {{0, 77}, {50, 13}, {0, 1}, {200, 130}}, 1.0f, 1.0f);
     run_fp8_attention(dt, 5, 1, 64, 3, {{0, 200}, {31, 5}}, 0.37f, 2.5f);
     run_fp8_attention(dt, 4, 2, 32, 7, {{10, 64}, {0, 3}}, 3.0f, 0.5f);
+    // The pipelined kernel's fp8 staging over many tiles, groups 1 and 8.
+    run_fp8_attention(dt, 8, 8, 128, 16, {{0, 300}, {700, 65}}, 0.37f, 2.5f);
+    run_fp8_attention(dt, 16, 2, 128, 16, {{0, 1030}}, 1.0f, 1.0f);
   }
 }
 

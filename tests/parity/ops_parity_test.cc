@@ -281,5 +281,18 @@ TEST(CudaParity, PrefillAttention) {
   run_attention({4, 2, 32, 7, {{10, 64}, {0, 3}}});
 }
 
+TEST(CudaParity, PrefillAttentionTiles) {
+  // The pipelined GQA kernel (head_dim 64/128): a block is 128 query rows = 128 / group tokens,
+  // K/V tiles of 64 keys. Group sizes 1, 3 (rows not a multiple of the group), 4, 8, 16; chunk
+  // lengths around the tile edges (63/64/65/128 new tokens, contexts on and off 64-key edges);
+  // a long chunked context (many tiles, the double buffer and slot table wrap many times).
+  run_attention({8, 8, 128, 16, {{0, 300}, {129, 128}, {64, 64}}});
+  run_attention({6, 2, 64, 5, {{0, 100}, {37, 43}, {0, 1}}});
+  run_attention({8, 2, 128, 16, {{64, 64}, {0, 63}, {128, 65}, {1, 128}, {63, 1}}});
+  run_attention({32, 4, 128, 16, {{0, 257}, {1000, 17}}});
+  run_attention({16, 1, 64, 8, {{0, 40}, {5, 9}, {3000, 2}}});
+  run_attention({32, 8, 128, 16, {{1500, 700}}});
+}
+
 }  // namespace
 }  // namespace strata

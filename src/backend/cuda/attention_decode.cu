@@ -14,6 +14,7 @@
 // split count, never on the lengths, so a decode step replays as a CUDA graph.
 #include <cfloat>
 
+#include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/fp8.cuh"
 
@@ -35,14 +36,15 @@ struct Tile {
   static constexpr int kPieces = kRowBytes / 16;            // 16-byte pieces per row
   static constexpr int kStageBytes = 2 * kChunk * kStride;  // K rows, then V rows
   static constexpr int kMergeBytes = kWarps * kRows * (D + 2) * 4;
-  static constexpr int kSmemBytes =
-      kStages * kStageBytes > kMergeBytes ? kStages * kStageBytes : kMergeBytes;
+  // The slot table: [kStages][kChunk] cache slots of the chunks in flight (-1 past the end).
+  static constexpr int kSlotOff = kStages * kStageBytes;
+  static constexpr int kLoopBytes = kSlotOff + kStages * kChunk * 4;
+  static constexpr int kSmemBytes = kLoopBytes > kMergeBytes ? kLoopBytes : kMergeBytes;
+  static constexpr int kRowStep = kThreads / kPieces;  // rows apart of one thread's pieces
+  // Rows one thread copies per chunk (small rows: fewer than one, threads past kChunk idle).
+  static constexpr int kRowsPerThread = kRowStep >= kChunk ? 1 : kChunk / kRowStep;
 };
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const uint32_t s = uint32_t(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -135,26 +137,32 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
   const char* kc = static_cast<const char*>(p.k_cache);
   const char* vc = static_cast<const char*>(p.v_cache);
 
-  // Tokens past the split's end get zero rows: P is 0 there, and 0 · (stale bits) could be NaN.
+  // Slots come from a table in shared memory, filled one chunk ahead of its copies, so the
+  // copies never wait on a page-table load. Tokens past the split's end get zero rows (cp.async
+  // zero fill): P is 0 there, and 0 · (stale bits) could be NaN.
+  int32_t* slots = reinterpret_cast<int32_t*>(smem + T::kSlotOff);
+  auto slot_of = [&](int j) { return pages[j / page_size] * page_size + j % page_size; };
   auto load_chunk = [&](int chunk) {
-    char* kb = smem + (chunk % kStages) * T::kStageBytes;
-    char* vb = kb + kChunk * T::kStride;
-    const int t0 = begin + chunk * kChunk;
-    for (int idx = tid; idx < kChunk * T::kPieces; idx += kThreads) {
-      const int r = idx / T::kPieces, piece = idx % T::kPieces, j = t0 + r;
-      char* kd = kb + r * T::kStride + piece * 16;
-      char* vd = vb + r * T::kStride + piece * 16;
-      if (j < end) {
-        const int64_t slot = int64_t(pages[j / page_size]) * page_size + j % page_size;
-        const int64_t off = (slot * kdim + int64_t(kvh) * D) * T::kEb + piece * 16;
-        cp_async16(kd, kc + off);
-        cp_async16(vd, vc + off);
-      } else {
-        *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
-        *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);
-      }
+    const uint32_t kb = attn::smem_addr(smem + (chunk % kStages) * T::kStageBytes);
+    const uint32_t vb = kb + kChunk * T::kStride;
+    const int32_t* st = slots + (chunk % kStages) * kChunk;
+    const int piece = tid % T::kPieces, r0 = tid / T::kPieces;
+#pragma unroll
+    for (int i = 0; i < T::kRowsPerThread; ++i) {
+      const int r = r0 + i * T::kRowStep;
+      if (T::kRowStep > kChunk && r >= kChunk) break;
+      const int slot = st[r];
+      const int64_t off = slot >= 0 ? (int64_t(slot) * kdim + int64_t(kvh) * D) * T::kEb + piece * 16 : 0;
+      const uint32_t d = uint32_t(r * T::kStride + piece * 16);
+      attn::cp_async16_zfill(kb + d, kc + off, slot >= 0 ? 16 : 0);
+      attn::cp_async16_zfill(vb + d, vc + off, slot >= 0 ? 16 : 0);
     }
   };
+  for (int i = tid; i < kStages * kChunk; i += kThreads) {
+    const int j = begin + i;  // chunks 0 .. kStages-1 fill the table's stages in order
+    slots[i] = j < end ? slot_of(j) : -1;
+  }
+  __syncthreads();
 #pragma unroll
   for (int c = 0; c < kStages - 1; ++c) {
     if (c < nchunks) load_chunk(c);
@@ -177,6 +185,9 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
     }
   }
   const float qk_scale = p.scale_log2 * p.k_scale;
+  // ldmatrix row addresses (bytes) of this lane in a warp's 16-token slice (bf16 caches).
+  const uint32_t k_lane = uint32_t(((lane >> 4) * 8 + (lane & 7)) * T::kStride + ((lane >> 3) & 1) * 16);
+  const uint32_t v_lane = uint32_t((((lane >> 3) & 1) * 8 + (lane & 7)) * T::kStride + (lane >> 4) * 16);
   float o[D / 8][2];
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = 0.0f;
@@ -187,6 +198,10 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
     __syncthreads();  // chunk c landed; everyone is done with chunk c - 1's buffers
     if (c + kStages - 1 < nchunks) load_chunk(c + kStages - 1);
     cp_async_commit();
+    // Page lookup of chunk c + kStages, stored at the end of this iteration (latency hidden).
+    const int jn = begin + (c + kStages) * kChunk + tid;
+    int next_slot = -1;
+    if (tid < kChunk && jn < end) next_slot = slot_of(jn);
     const char* kb = smem + (c % kStages) * T::kStageBytes + warp * 16 * T::kStride;
     const char* vb = kb + kChunk * T::kStride;
     const int valid = min(16, end - (begin + c * kChunk + warp * 16));  // may be <= 0
@@ -195,10 +210,17 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t a[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
+      if constexpr (E == kKvBf16) {  // both 8-token tiles' fragments in one ldmatrix
+        uint32_t b[4];
+        attn::ldmatrix_x4(b, attn::smem_addr(kb) + k_lane + kk * 32);
+        mma_kv<E>(sc[0], a, b[0], b[1]);
+        mma_kv<E>(sc[1], a, b[2], b[3]);
+      } else {
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        const char* kr = kb + (nt * 8 + gr) * T::kStride;
-        mma_kv<E>(sc[nt], a, pair_at<E>(kr, kk * 16 + gc), pair_at<E>(kr, kk * 16 + gc + 8));
+        for (int nt = 0; nt < 2; ++nt) {
+          const char* kr = kb + (nt * 8 + gr) * T::kStride;
+          mma_kv<E>(sc[nt], a, pair_at<E>(kr, kk * 16 + gc), pair_at<E>(kr, kk * 16 + gc + 8));
+        }
       }
     }
     float mx = -INFINITY;
@@ -232,9 +254,23 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
     }
     // P (row gr; rows 8..15 zero) · V[16 tokens][D].
     const uint32_t a[4] = {pack_in<E>(sc[0][0], sc[0][1]), 0u, pack_in<E>(sc[1][0], sc[1][1]), 0u};
+    if constexpr (E == kKvBf16) {  // two 8-column tiles' fragments per ldmatrix.trans
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t b[4];
+        attn::ldmatrix_x4_trans(b, attn::smem_addr(vb) + v_lane + dp * 32);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float acc[4] = {o[2 * dp + h][0], o[2 * dp + h][1], 0.0f, 0.0f};
+          mma_kv<E>(acc, a, b[2 * h], b[2 * h + 1]);
+          o[2 * dp + h][0] = acc[0];
+          o[2 * dp + h][1] = acc[1];
+        }
+      }
+    }
     const char* v0 = vb + gc * T::kStride;
 #pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
+    for (int dt = 0; dt < (E == kKvBf16 ? 0 : D / 8); ++dt) {
       const int col = dt * 8 + gr;
       const uint32_t b0 = column_pair<E>(v0, v0 + T::kStride, col);
       const uint32_t b1 = column_pair<E>(v0 + 8 * T::kStride, v0 + 9 * T::kStride, col);
@@ -243,6 +279,9 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
       o[dt][0] = acc[0];
       o[dt][1] = acc[1];
     }
+    // Stage c % kStages of the table was last read copying chunk c (two iterations ago) and is
+    // next read copying chunk c + kStages (next iteration, after its barrier).
+    if (tid < kChunk) slots[(c % kStages) * kChunk + tid] = next_slot;
   }
   cp_async_wait<0>();
   __syncthreads();  // the stage buffers are free: merge the warps' states there

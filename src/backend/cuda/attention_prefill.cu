@@ -1,11 +1,14 @@
 // Paged causal attention for prefill and mixed batches (ragged, chunked: a chunk's queries also
-// attend to the sequence's earlier pages). FlashAttention-2 style on bf16 tensor cores
+// attend to the sequence's earlier pages). head_dim 64 and 128 run the pipelined GQA kernel of
+// attention_prefill_fa.cu; this file keeps the simple kernel for the other head sizes (16, 32)
+// and the dispatch. The simple kernel: FlashAttention-2 style on bf16 tensor cores
 // (mma.sync m16n8k16, float32 accumulation): a block owns 64 query rows of one head, 4 warps of
 // 16 rows; K/V tiles of 64 tokens are gathered from the page table into shared memory; scores,
 // the online softmax and P stay in registers (the accumulator layout of S is the A-operand layout
 // of P·V). Tiles are scheduled longest-first.
 #include <cfloat>
 
+#include "backend/cuda/attention_prefill_fa.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/fp8.cuh"
 
@@ -231,8 +234,13 @@ bool prefill_attention_supported(int head_dim) {
   return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
 }
 
+int prefill_tile_tokens(int head_dim, int group) {
+  return fa_prefill_supported(head_dim, group) ? kFaPrefillRows / group : kPrefillTileRows;
+}
+
 void init_attention_kernels() {
   init_decode_attention_kernels();
+  init_fa_prefill_kernels();
   set_smem_limit<16>();
   set_smem_limit<32>();
   set_smem_limit<64>();
@@ -241,6 +249,10 @@ void init_attention_kernels() {
 
 void launch_prefill_attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.num_tiles == 0) return;
+  if (fa_prefill_supported(p.head_dim, p.heads / p.kv_heads)) {
+    launch_fa_prefill(p, stream);
+    return;
+  }
   switch (p.head_dim) {
     case 16: launch_p<16>(p, stream); break;
     case 32: launch_p<32>(p, stream); break;

@@ -479,9 +479,10 @@ void CudaBackend::paged_attention(const Tensor& q, const KvStorage& kv, int laye
   }
   CHECK_MSG(prefill_attention_supported(hd), "CUDA paged attention: head_dim {} not supported", hd);
   std::vector<int32_t> tiles;
+  const int tile_tokens = prefill_tile_tokens(hd, group);
   for (int s = 0; s < meta.num_seqs; ++s) {
     const int n_new = meta.q_indptr[s + 1] - meta.q_indptr[s];
-    for (int r = 0; r < n_new; r += kPrefillTileRows) {
+    for (int r = 0; r < n_new; r += tile_tokens) {
       tiles.push_back(s);
       tiles.push_back(r);
     }

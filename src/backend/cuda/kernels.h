@@ -203,9 +203,11 @@ void launch_decode_attention(const AttentionParams& p, cudaStream_t stream);
 void set_decode_blocks_per_sm(int n);
 // Tokens one decode block handles per loop iteration (split_len is a multiple of it).
 int decode_tokens_per_iteration(int head_dim);
-// Prefill (any ragged batch, causal, chunked): tensor-core tiles of 64 queries × 64 keys.
+// Prefill (any ragged batch, causal, chunked): tensor-core tiles of queries × 64 keys.
 constexpr int kPrefillTileRows = 64;
 bool prefill_attention_supported(int head_dim);
+// Tokens per entry of `tiles` (head_dim 64/128: 128 query rows = 128 / group tokens of a KV head).
+int prefill_tile_tokens(int head_dim, int group);
 void launch_prefill_attention(const AttentionParams& p, cudaStream_t stream);
 // Sets the kernels' shared-memory limits once (before any graph capture).
 void init_attention_kernels();

@@ -1,0 +1,30 @@
+#!/bin/bash
+# Attention-kernel iteration on the GPU machine (the device tool), from the repository root:
+# builds only the parity tests and llama_bench, then runs the attention parity suites, the
+# attention benchmark (with its ceilings), the PyTorch SDPA reference and, with NCU=1, an Nsight
+# Compute profile of one prefill and one decode attention launch. Logs go to $OUT.
+# Carry: .devcarry/cuda (debs/ and shared/). Env: PARITY_FILTER (default: the attention suites).
+set -u
+source bench/cuda/device_env.sh  # OUT, C, P, PKG; carried deps unpacked
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+t0=$(date +%s)
+cmake -S . -B build-dev -G Ninja -DSTRATA_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
+  -DSTRATA_SHARED_DIR=$C/shared $PKG >"$OUT/cmake.log" 2>&1 || { tail -40 "$OUT/cmake.log"; exit 1; }
+cmake --build build-dev -j16 --target strata_parity_test strata_bench_llama_bench \
+  >"$OUT/build.log" 2>&1 || { grep -B3 -A12 -E "error|Error" "$OUT/build.log" | head -80; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+./build-dev/strata_parity_test \
+  --gtest_filter=${PARITY_FILTER:-CudaParity.*Attention*:KvFp8.*Attention*} 2>&1 |
+  tee "$OUT/parity.log" | grep -E "nmse|OK|FAILED|PASSED|Failure|error|Expected|Which is|actual" | head -80
+echo "parity: $(( $(date +%s) - t0 )) s"
+./build-dev/strata_bench_llama_bench --what ${BENCH_WHAT:-attention} 2>&1 | tee "$OUT/bench.log"
+echo "bench: $(( $(date +%s) - t0 )) s"
+[ "${SDPA:-1}" = 1 ] && python3 bench/cuda/sdpa_bench.py 2>&1 | tee "$OUT/sdpa.log"
+if [ "${NCU:-0}" = 1 ]; then
+  ncu --clock-control none -k regex:"fa_prefill_kernel|decode_kernel" --launch-skip 3 --launch-count 2 \
+    --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
+    --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section SchedulerStats \
+    ./build-dev/strata_bench_llama_bench --what attention-ncu > "$OUT/ncu.log" 2>&1
+  grep -E "fa_prefill|decode_kernel|Duration|Throughput|Warp Cycles|Issued|Achieved Occupancy|Registers|Stall|smsp__pcsamp|Eligible|No Eligible|Bank|L1/TEX Hit|L2 Hit|DRAM" "$OUT/ncu.log" | head -90
+fi
+echo "total: $(( $(date +%s) - t0 )) s"
