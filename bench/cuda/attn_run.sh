@@ -13,18 +13,21 @@ cmake -S . -B build-dev -G Ninja -DSTRATA_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
 cmake --build build-dev -j16 --target strata_parity_test strata_bench_llama_bench \
   >"$OUT/build.log" 2>&1 || { grep -B3 -A12 -E "error|Error" "$OUT/build.log" | head -80; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
-./build-dev/strata_parity_test \
+timeout 150 ./build-dev/strata_parity_test \
   --gtest_filter=${PARITY_FILTER:-CudaParity.*Attention*:KvFp8.*Attention*} 2>&1 |
   tee "$OUT/parity.log" | grep -E "nmse|OK|FAILED|PASSED|Failure|error|Expected|Which is|actual" | head -80
 echo "parity: $(( $(date +%s) - t0 )) s"
-./build-dev/strata_bench_llama_bench --what ${BENCH_WHAT:-attention} 2>&1 | tee "$OUT/bench.log"
+timeout 150 ./build-dev/strata_bench_llama_bench --what ${BENCH_WHAT:-attention} 2>&1 | tee "$OUT/bench.log"
 echo "bench: $(( $(date +%s) - t0 )) s"
 [ "${SDPA:-1}" = 1 ] && python3 bench/cuda/sdpa_bench.py 2>&1 | tee "$OUT/sdpa.log"
 if [ "${NCU:-0}" = 1 ]; then
-  ncu --clock-control none -k regex:"fa_prefill_kernel|decode_kernel" --launch-skip 3 --launch-count 2 \
-    --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
-    --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section SchedulerStats \
-    ./build-dev/strata_bench_llama_bench --what attention-ncu > "$OUT/ncu.log" 2>&1
-  grep -E "fa_prefill|decode_kernel|Duration|Throughput|Warp Cycles|Issued|Achieved Occupancy|Registers|Stall|smsp__pcsamp|Eligible|No Eligible|Bank|L1/TEX Hit|L2 Hit|DRAM" "$OUT/ncu.log" | head -90
+  # NCU_KERNELS: regexes of the kernels to profile, one launch each (after 2 warm-up launches).
+  for k in ${NCU_KERNELS:-decode_kernel fa_prefill_kernel wgmma_prefill_kernel}; do
+    timeout 120 ncu --clock-control none -k regex:"$k" --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
+      --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section SchedulerStats \
+      ./build-dev/strata_bench_llama_bench --what attention-ncu > "$OUT/ncu_$k.log" 2>&1
+    grep -E "prefill_kernel|decode_kernel|Duration|Throughput|Warp Cycles|Issued|Achieved Occupancy|Registers|Eligible|Bank|L2 Hit|DRAM|Stall|spill" "$OUT/ncu_$k.log" | head -40
+  done
 fi
 echo "total: $(( $(date +%s) - t0 )) s"

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "arch/model.h"
+#include "backend/cuda/attention_prefill_fa.h"
 #include "backend/cuda/cuda_backend.h"
 #include "bench_checkpoint.h"
 
@@ -335,6 +336,8 @@ int main(int argc, char** argv) {
     const Ceilings none{.copy_gbs = 1, .gemm_tflops = 1};
     bench_attention(be, none, 64, 4096, 1, 32, 8, 128, DType::kBF16, 2);
     bench_attention(be, none, 1, 8192, 8192, 32, 8, 128, DType::kBF16, 2);
+    cuda::set_prefill_variant(cuda::PrefillVariant::kWgmma128);
+    bench_attention(be, none, 1, 8192, 8192, 32, 8, 128, DType::kBF16, 2);
     return 0;
   }
   const Ceilings c = measure_ceilings(be);
@@ -346,13 +349,21 @@ int main(int argc, char** argv) {
       bench_attention(be, c, 64, 4096, 1, 32, 8, 128, DType::kFP8E4M3);
     }
     cuda::set_decode_blocks_per_sm(4);
-    bench_attention(be, c, 1, 8192, 8192, 32, 8, 128);
-    bench_attention(be, c, 1, 8192, 8192, 32, 8, 128, DType::kFP8E4M3);
-    // Other shapes of the prefill kernel: MHA (group 1), group 8, head_dim 64, chunked batches.
-    bench_attention(be, c, 1, 8192, 8192, 32, 32, 128);
-    bench_attention(be, c, 1, 8192, 8192, 64, 8, 128);
-    bench_attention(be, c, 1, 8192, 8192, 32, 8, 64);
-    bench_attention(be, c, 8, 8192, 1024, 32, 8, 128);
+    const cuda::PrefillVariant chosen = cuda::prefill_variant();
+    // The default (kAuto) picks wgmma128 for bf16 KV at head_dim 128 and wgmma64 otherwise.
+    for (auto v : {cuda::PrefillVariant::kMma, cuda::PrefillVariant::kWgmma64,
+                   cuda::PrefillVariant::kWgmma128}) {
+      cuda::set_prefill_variant(v);
+      std::printf("attn     prefill kernel %s:\n", cuda::prefill_variant_name(v));
+      bench_attention(be, c, 1, 8192, 8192, 32, 8, 128);
+      bench_attention(be, c, 1, 8192, 8192, 32, 8, 128, DType::kFP8E4M3);
+      // Other shapes: MHA (group 1), group 8, head_dim 64, a batch of 1,024-token chunks.
+      bench_attention(be, c, 1, 8192, 8192, 32, 32, 128);
+      bench_attention(be, c, 1, 8192, 8192, 64, 8, 128);
+      bench_attention(be, c, 1, 8192, 8192, 32, 8, 64);
+      bench_attention(be, c, 8, 8192, 1024, 32, 8, 128);
+    }
+    cuda::set_prefill_variant(chosen);
   }
   if (what.find("gemv") != std::string::npos) {
     bench_gemv(be, c, 1);

@@ -27,6 +27,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/cuda/attention_prefill_fa.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/fp8.cuh"
 #include "support/golden.h"
@@ -224,14 +225,21 @@ TEST(KvFp8, DecodeAttention) {
 }
 
 TEST(KvFp8, PrefillAttention) {
-  for (DType dt : {DType::kFP8E4M3, DType::kFP8E5M2}) {
-    run_fp8_attention(dt, 32, 8, 128, 16, {{0, 77}, {50, 13}, {0, 1}, {200, 130}}, 1.0f, 1.0f);
-    run_fp8_attention(dt, 5, 1, 64, 3, {{0, 200}, {31, 5}}, 0.37f, 2.5f);
-    run_fp8_attention(dt, 4, 2, 32, 7, {{10, 64}, {0, 3}}, 3.0f, 0.5f);
-    // The pipelined kernel's fp8 staging over many tiles, groups 1 and 8.
-    run_fp8_attention(dt, 8, 8, 128, 16, {{0, 300}, {700, 65}}, 0.37f, 2.5f);
-    run_fp8_attention(dt, 16, 2, 128, 16, {{0, 1030}}, 1.0f, 1.0f);
+  const cuda::PrefillVariant before = cuda::prefill_variant();
+  for (auto v : {cuda::PrefillVariant::kMma, cuda::PrefillVariant::kWgmma64,
+                 cuda::PrefillVariant::kWgmma128}) {
+    cuda::set_prefill_variant(v);
+    std::printf("prefill kernel %s\n", cuda::prefill_variant_name(v));
+    for (DType dt : {DType::kFP8E4M3, DType::kFP8E5M2}) {
+      run_fp8_attention(dt, 32, 8, 128, 16, {{0, 77}, {50, 13}, {0, 1}, {200, 130}}, 1.0f, 1.0f);
+      run_fp8_attention(dt, 5, 1, 64, 3, {{0, 200}, {31, 5}}, 0.37f, 2.5f);
+      run_fp8_attention(dt, 4, 2, 32, 7, {{10, 64}, {0, 3}}, 3.0f, 0.5f);
+      // The pipelined kernels' fp8 staging over many tiles, groups 1 and 8.
+      run_fp8_attention(dt, 8, 8, 128, 16, {{0, 300}, {700, 65}}, 0.37f, 2.5f);
+      run_fp8_attention(dt, 16, 2, 128, 16, {{0, 1030}}, 1.0f, 1.0f);
+    }
   }
+  cuda::set_prefill_variant(before);
 }
 
 TEST(KvFp8, RefusesLayoutsItDoesNotImplement) {

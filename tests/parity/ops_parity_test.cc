@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/attention_prefill_fa.h"
 #include "backend/cuda/cuda_backend.h"
 
 namespace strata {
@@ -273,25 +274,42 @@ TEST(CudaParity, DecodeAttention) {
   run_attention({4, 2, 32, 1, {{60, 1}}});
 }
 
+// Every prefill kernel variant of head_dim 64/128 (mma.sync, wgmma with 64- or 128-key tiles)
+// runs each case; head_dim 16/32 always take the simple kernel.
+constexpr cuda::PrefillVariant kPrefillVariants[] = {
+    cuda::PrefillVariant::kMma, cuda::PrefillVariant::kWgmma64, cuda::PrefillVariant::kWgmma128};
+
 TEST(CudaParity, PrefillAttention) {
   // Ragged, chunked (cached tokens before the new ones), mixed with decodes.
-  run_attention({32, 8, 128, 16, {{0, 77}, {50, 13}, {0, 1}, {200, 130}}});
-  run_attention({5, 1, 64, 3, {{0, 200}, {31, 5}}});
+  const cuda::PrefillVariant before = cuda::prefill_variant();
+  for (auto v : kPrefillVariants) {
+    cuda::set_prefill_variant(v);
+    std::printf("prefill kernel %s\n", cuda::prefill_variant_name(v));
+    run_attention({32, 8, 128, 16, {{0, 77}, {50, 13}, {0, 1}, {200, 130}}});
+    run_attention({5, 1, 64, 3, {{0, 200}, {31, 5}}});
+  }
+  cuda::set_prefill_variant(before);
   run_attention({4, 4, 16, 4, {{0, 65}, {100, 1}}});
   run_attention({4, 2, 32, 7, {{10, 64}, {0, 3}}});
 }
 
 TEST(CudaParity, PrefillAttentionTiles) {
-  // The pipelined GQA kernel (head_dim 64/128): a block is 128 query rows = 128 / group tokens,
-  // K/V tiles of 64 keys. Group sizes 1, 3 (rows not a multiple of the group), 4, 8, 16; chunk
-  // lengths around the tile edges (63/64/65/128 new tokens, contexts on and off 64-key edges);
-  // a long chunked context (many tiles, the double buffer and slot table wrap many times).
-  run_attention({8, 8, 128, 16, {{0, 300}, {129, 128}, {64, 64}}});
-  run_attention({6, 2, 64, 5, {{0, 100}, {37, 43}, {0, 1}}});
-  run_attention({8, 2, 128, 16, {{64, 64}, {0, 63}, {128, 65}, {1, 128}, {63, 1}}});
-  run_attention({32, 4, 128, 16, {{0, 257}, {1000, 17}}});
-  run_attention({16, 1, 64, 8, {{0, 40}, {5, 9}, {3000, 2}}});
-  run_attention({32, 8, 128, 16, {{1500, 700}}});
+  // The pipelined GQA kernels (head_dim 64/128): a block is 128 query rows = 128 / group tokens,
+  // K/V tiles of 64 or 128 keys. Group sizes 1, 3 (rows not a multiple of the group), 4, 8, 16;
+  // chunk lengths around the tile edges (63/64/65/128 new tokens, contexts on and off tile
+  // edges); a long chunked context (many tiles: the double buffer and slot table wrap).
+  const cuda::PrefillVariant before = cuda::prefill_variant();
+  for (auto v : kPrefillVariants) {
+    cuda::set_prefill_variant(v);
+    std::printf("prefill kernel %s\n", cuda::prefill_variant_name(v));
+    run_attention({8, 8, 128, 16, {{0, 300}, {129, 128}, {64, 64}}});
+    run_attention({6, 2, 64, 5, {{0, 100}, {37, 43}, {0, 1}}});
+    run_attention({8, 2, 128, 16, {{64, 64}, {0, 63}, {128, 65}, {1, 128}, {63, 1}, {256, 129}}});
+    run_attention({32, 4, 128, 16, {{0, 257}, {1000, 17}}});
+    run_attention({16, 1, 64, 8, {{0, 40}, {5, 9}, {3000, 2}}});
+    run_attention({32, 8, 128, 16, {{1500, 700}}});
+  }
+  cuda::set_prefill_variant(before);
 }
 
 }  // namespace

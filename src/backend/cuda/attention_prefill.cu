@@ -7,6 +7,8 @@
 // the online softmax and P stay in registers (the accumulator layout of S is the A-operand layout
 // of P·V). Tiles are scheduled longest-first.
 #include <cfloat>
+#include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/attention_prefill_fa.h"
 #include "backend/cuda/common.cuh"
@@ -228,7 +230,28 @@ void set_smem_limit() {
                                     prefill_smem_bytes<D>()));
 }
 
+PrefillVariant variant_from_env() {
+  const char* v = std::getenv("STRATA_CUDA_PREFILL");
+  if (v == nullptr) return PrefillVariant::kAuto;
+  if (std::strcmp(v, "mma") == 0) return PrefillVariant::kMma;
+  if (std::strcmp(v, "wgmma64") == 0) return PrefillVariant::kWgmma64;
+  if (std::strcmp(v, "wgmma128") == 0) return PrefillVariant::kWgmma128;
+  return PrefillVariant::kAuto;
+}
+PrefillVariant g_variant = variant_from_env();
+
 }  // namespace
+
+void set_prefill_variant(PrefillVariant v) { g_variant = v; }
+PrefillVariant prefill_variant() { return g_variant; }
+const char* prefill_variant_name(PrefillVariant v) {
+  switch (v) {
+    case PrefillVariant::kWgmma64: return "wgmma64";
+    case PrefillVariant::kWgmma128: return "wgmma128";
+    case PrefillVariant::kMma: return "mma";
+    default: return "auto";
+  }
+}
 
 bool prefill_attention_supported(int head_dim) {
   return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
@@ -241,6 +264,7 @@ int prefill_tile_tokens(int head_dim, int group) {
 void init_attention_kernels() {
   init_decode_attention_kernels();
   init_fa_prefill_kernels();
+  init_wgmma_prefill_kernels();
   set_smem_limit<16>();
   set_smem_limit<32>();
   set_smem_limit<64>();
@@ -250,7 +274,14 @@ void init_attention_kernels() {
 void launch_prefill_attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.num_tiles == 0) return;
   if (fa_prefill_supported(p.head_dim, p.heads / p.kv_heads)) {
-    launch_fa_prefill(p, stream);
+    PrefillVariant v = g_variant;
+    if (v == PrefillVariant::kAuto)
+      v = p.kv_elem == kKvBf16 && p.head_dim == 128 ? PrefillVariant::kWgmma128 : PrefillVariant::kWgmma64;
+    switch (v) {
+      case PrefillVariant::kWgmma64: launch_wgmma_prefill(p, 64, stream); break;
+      case PrefillVariant::kWgmma128: launch_wgmma_prefill(p, 128, stream); break;
+      default: launch_fa_prefill(p, stream);
+    }
     return;
   }
   switch (p.head_dim) {
