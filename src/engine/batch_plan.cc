@@ -1,5 +1,7 @@
 #include "engine/batch_plan.h"
 
+#include <cstring>
+
 #include "core/check.h"
 
 namespace strata {
@@ -49,6 +51,101 @@ AttentionMetadata BatchPlan::view() const {
                            .page_indices = page_indices.data(),
                            .positions = positions.data(),
                            .slot_mapping = slot_mapping.data()};
+}
+
+namespace {
+
+constexpr uint32_t kPlanMagic = 0x53545042;  // "STPB"
+constexpr uint32_t kPlanVersion = 1;
+
+void put_u32(std::vector<uint8_t>& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(uint8_t(v >> (8 * i)));
+}
+void put_vec(std::vector<uint8_t>& out, const std::vector<int32_t>& v) {
+  put_u32(out, uint32_t(v.size()));
+  for (int32_t x : v) put_u32(out, uint32_t(x));
+}
+
+struct Reader {
+  std::span<const uint8_t> in;
+  size_t at = 0;
+  bool u32(uint32_t* v) {
+    if (in.size() - at < 4) return false;
+    *v = 0;
+    for (int i = 0; i < 4; ++i) *v |= uint32_t(in[at + size_t(i)]) << (8 * i);
+    at += 4;
+    return true;
+  }
+  bool vec(std::vector<int32_t>* v) {
+    uint32_t n = 0;
+    if (!u32(&n) || (in.size() - at) / 4 < n) return false;
+    v->resize(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      uint32_t x = 0;
+      u32(&x);
+      (*v)[i] = int32_t(x);
+    }
+    return true;
+  }
+};
+
+// A CSR offsets array: n + 1 entries from 0, non-decreasing, ending at `total`; or none at all
+// for an empty plan.
+bool valid_indptr(const std::vector<int32_t>& p, size_t n, size_t total) {
+  if (p.empty()) return n == 0 && total == 0;  // a default-constructed (empty) plan
+  if (p.size() != n + 1 || p.front() != 0 || size_t(p.back()) != total) return false;
+  for (size_t i = 0; i < n; ++i)
+    if (p[i] > p[i + 1]) return false;
+  return true;
+}
+
+}  // namespace
+
+std::vector<uint8_t> BatchPlan::serialize() const {
+  std::vector<uint8_t> out;
+  out.reserve(64 + 4 * (token_ids.size() * 3 + page_indices.size() + kv_lens.size() * 3));
+  put_u32(out, kPlanMagic);
+  put_u32(out, kPlanVersion);
+  put_u32(out, uint32_t(page_size));
+  for (const auto* v : {&token_ids, &positions, &q_indptr, &kv_lens, &page_indptr, &page_indices,
+                        &slot_mapping, &logits_rows, &sampled_seqs})
+    put_vec(out, *v);
+  return out;
+}
+
+StatusOr<BatchPlan> BatchPlan::deserialize(std::span<const uint8_t> bytes) {
+  Reader r{bytes};
+  uint32_t magic = 0, version = 0, page_size = 0;
+  if (!r.u32(&magic) || magic != kPlanMagic) return data_loss("batch plan message: bad magic");
+  if (!r.u32(&version) || version != kPlanVersion)
+    return data_loss("batch plan message: version {} (this build reads {})", version, kPlanVersion);
+  BatchPlan p;
+  if (!r.u32(&page_size) || page_size < 1 || page_size > (1u << 20))
+    return data_loss("batch plan message: bad page size {}", page_size);
+  p.page_size = int32_t(page_size);
+  for (auto* v : {&p.token_ids, &p.positions, &p.q_indptr, &p.kv_lens, &p.page_indptr, &p.page_indices,
+                  &p.slot_mapping, &p.logits_rows, &p.sampled_seqs})
+    if (!r.vec(v)) return data_loss("batch plan message: truncated at byte {} of {}", r.at, bytes.size());
+  if (r.at != bytes.size()) return data_loss("batch plan message: {} trailing bytes", bytes.size() - r.at);
+  const size_t seqs = p.kv_lens.size(), tokens = p.token_ids.size();
+  if (p.positions.size() != tokens || p.slot_mapping.size() != tokens || !valid_indptr(p.q_indptr, seqs, tokens) ||
+      !valid_indptr(p.page_indptr, seqs, p.page_indices.size()) || p.sampled_seqs.size() != p.logits_rows.size())
+    return data_loss("batch plan message: inconsistent lengths ({} seqs, {} tokens)", seqs, tokens);
+  for (size_t s = 0; s < seqs; ++s) {
+    const int64_t new_tokens = p.q_indptr[s + 1] - p.q_indptr[s];
+    const int64_t pages = p.page_indptr[s + 1] - p.page_indptr[s];
+    if (p.kv_lens[s] < new_tokens || int64_t(p.kv_lens[s]) > pages * p.page_size)
+      return data_loss("batch plan message: sequence {} has {} tokens of context on {} pages", s, p.kv_lens[s], pages);
+  }
+  for (size_t i = 0; i < p.logits_rows.size(); ++i)
+    if (p.logits_rows[i] < 0 || size_t(p.logits_rows[i]) >= tokens || p.sampled_seqs[i] < 0 ||
+        size_t(p.sampled_seqs[i]) >= seqs)
+      return data_loss("batch plan message: logits row {} out of range", i);
+  for (int32_t x : p.page_indices)
+    if (x < 0) return data_loss("batch plan message: negative page id {}", x);
+  for (size_t i = 0; i < tokens; ++i)
+    if (p.slot_mapping[i] < 0 || p.positions[i] < 0) return data_loss("batch plan message: negative slot or position");
+  return p;
 }
 
 }  // namespace strata

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/attention_metadata.h"
+#include "core/status.h"
 #include "engine/request.h"
 
 namespace strata {
@@ -31,6 +32,13 @@ class BatchPlan {
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
   // The contract with the backends; valid while this plan lives and is not modified.
   AttentionMetadata view() const;
+
+  // The wire form rank 0 broadcasts to the other tensor-parallel ranks each step
+  // (engine/tp_driver.h): every field below, little-endian, behind a magic and a version.
+  // O(plan size). deserialize() checks every length and CSR invariant the backends rely on, so a
+  // corrupt message is a DataLoss error, never an out-of-bounds read.
+  std::vector<uint8_t> serialize() const;
+  static StatusOr<BatchPlan> deserialize(std::span<const uint8_t> bytes);
 
   int32_t page_size = 1;
   std::vector<int32_t> token_ids;     // [num_tokens] flattened new tokens, sequence by sequence

@@ -162,6 +162,40 @@ StatusOr<HostTensor> WeightStore::load_f32(const std::string& name,
   return load_f32(name);
 }
 
+StatusOr<HostTensor> WeightStore::load_f32_slice(const std::string& name, const Shape& expected_shape,
+                                                 int64_t row_begin, int64_t row_end,
+                                                 int64_t col_begin, int64_t col_end) const {
+  STRATA_ASSIGN_OR_RETURN(Shape actual, shape_of(name));
+  const TensorInfo* t = find(name);
+  const TensorInfo* where = t != nullptr ? t : find(name + "_packed");
+  STRATA_RETURN_IF_ERROR(check_shape(*where, name, actual, expected_shape));
+  const int64_t rows = actual[0], cols = actual.size() == 2 ? actual[1] : 1;
+  if (actual.size() > 2 || row_begin < 0 || row_begin > row_end || row_end > rows || col_begin < 0 ||
+      col_begin > col_end || col_end > cols)
+    return invalid_argument("{}: tensor '{}' of shape {}: slice rows [{}, {}) cols [{}, {}) is outside it",
+                            where->file, name, shape_str(actual), row_begin, row_end, col_begin, col_end);
+  const int64_t out_rows = row_end - row_begin, out_cols = col_end - col_begin;
+  const Shape out_shape = actual.size() == 2 ? Shape{out_rows, out_cols} : Shape{out_rows};
+  const bool plain = t != nullptr && (t->dtype == DType::kF32 || t->dtype == DType::kBF16 ||
+                                      t->dtype == DType::kF16);
+  HostTensor out = HostTensor::zeros_f32(out_shape);
+  if (plain) {
+    const int64_t esize = dtype_size(t->dtype);
+    std::vector<uint8_t> row_buf(size_t(out_cols * esize));
+    for (int64_t r = 0; r < out_rows; ++r) {
+      // memcpy first: the mapping need not be aligned for the element type.
+      std::memcpy(row_buf.data(), t->data + ((row_begin + r) * cols + col_begin) * esize, row_buf.size());
+      to_f32(t->dtype, row_buf.data(), out.f32() + r * out_cols, out_cols);
+    }
+    return out;
+  }
+  STRATA_ASSIGN_OR_RETURN(HostTensor full, load_f32(name));
+  for (int64_t r = 0; r < out_rows; ++r)
+    std::memcpy(out.f32() + r * out_cols, full.f32() + (row_begin + r) * cols + col_begin,
+                size_t(out_cols) * sizeof(float));
+  return out;
+}
+
 StatusOr<HostTensor> WeightStore::load_f32(const std::string& name) const {
   const TensorInfo* t = find(name);
   if (t == nullptr) {
