@@ -12,6 +12,9 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_
   app.add_option("--model-path,--model", c.model_path, "model directory (config.json, safetensors, tokenizer)")
       ->capture_default_str();
   app.add_option("--device", c.device, "cpu | cuda")->capture_default_str();
+  app.add_option("--tp-size,--tp", c.tp_size,
+                 "tensor-parallel ranks (cuda: one per visible GPU over NCCL; cpu: in-process ranks)")
+      ->capture_default_str();
   app.add_option("--kv-cache-dtype", c.kv_cache_dtype, "auto | bf16 | fp8_e4m3 | fp8_e5m2 | fp8_flashmla (auto: exact; fp8 needs an eval-kv record)")
       ->capture_default_str();
   app.add_option("--kv-bf16-layers", f.kv_bf16_layers, "layers kept in bf16 with an fp8 KV cache, e.g. 0,7");

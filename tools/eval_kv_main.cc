@@ -177,8 +177,20 @@ int eval_kv_main(int argc, char** argv) {
   app.add_option("--plot", f.plot_path, "PNG of mean KLD against position (gnuplot)");
   app.add_option("--kv-quality-records", f.records_dir, "records directory (default " + default_kv_records_dir() + ")");
   app.add_flag("--no-save-records", f.no_records, "do not write records for the quality gate");
+  int tp_size = 1;
+  app.add_option("--tp-size,--tp", tp_size, "tensor-parallel ranks: eval-kv runs at 1 (see the error for why)")
+      ->capture_default_str();
   app.add_option("--log-level", f.log_level, "trace | debug | info | warning | error")->capture_default_str();
   if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
+  if (tp_size != 1) {
+    // Refused, not clamped: the user should know the record is made at tp 1 and why it applies.
+    std::fprintf(stderr,
+                 "strata eval-kv: InvalidArgument: --tp-size %d: eval-kv runs on the CPU at tp 1. Its records hold for "
+                 "every --tp-size: tensor parallelism gives each rank whole KV heads (or the whole MLA latent) with "
+                 "the same per-layer dtypes and scales, so every cached value is quantized exactly as at tp 1\n",
+                 tp_size);
+    return 1;
+  }
   const Status s = run(f);
   if (!s.ok()) {
     std::fprintf(stderr, "strata eval-kv: %s\n", s.to_string().c_str());

@@ -143,6 +143,8 @@ int generate_main(int argc, char** argv) {
   std::unique_ptr<GenerationBackend> backend;
   if (!g.server.url.empty()) {
     if (!set_log_level(ef.log_level)) return fail(invalid_argument("--log-level: unknown level '{}'", ef.log_level));
+    if (ef.config.tp_size != 1)
+      return fail(invalid_argument("--tp-size applies to the in-process engine; with --server the server's own --tp-size counts"));
     g.server.sampling = g.job.sampling;
     if (g.concurrency > 0) g.server.concurrency = g.concurrency;
     auto b = ServerBackend::create(g.server);

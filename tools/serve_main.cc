@@ -34,7 +34,6 @@ constexpr NotImplemented kNotImplemented[] = {
     {"--dist-init-addr", true, "multi-node serving"},
     {"--hicache-storage-backend", true, "a storage backend behind the host KV tier"},
     {"--disable-radix-cache", false, "running without the prefix cache"},
-    {"--disable-custom-all-reduce", false, "custom all-reduce (tensor parallelism)"},
     {"--enable-dp-attention", false, "DP attention"},
     {"--speculative-algorithm", true, "speculative decoding"},
     {"--quantization", true, "on-the-fly quantization"},
@@ -51,7 +50,7 @@ constexpr NotImplemented kNotImplemented[] = {
 
 struct ServeFlags {
   ServerConfig server;
-  int tp_size = 1;
+  bool disable_custom_all_reduce = false;
   bool enable_metrics = false;
   bool trust_remote_code = false;
   std::vector<std::string> not_implemented_values;  // one slot per kNotImplemented entry
@@ -115,7 +114,8 @@ int serve_main(int argc, char** argv) {
   app.add_option("--drain-timeout", sc.drain_timeout_s,
                  "seconds in-flight requests get after SIGTERM before they are aborted")
       ->capture_default_str();
-  app.add_option("--tp-size,--tp", sf.tp_size, "tensor parallel size (only 1 so far)")->capture_default_str();
+  app.add_flag("--disable-custom-all-reduce", sf.disable_custom_all_reduce,
+               "accepted for SGLang compatibility: every all-reduce is NCCL's (there is no custom one)");
   app.add_flag("--enable-metrics", sf.enable_metrics, "accepted for SGLang compatibility: /metrics is always on");
   app.add_flag("--trust-remote-code", sf.trust_remote_code, "accepted for SGLang compatibility: no code is ever run");
   sf.not_implemented_values.resize(std::size(kNotImplemented));
@@ -131,7 +131,6 @@ int serve_main(int argc, char** argv) {
   for (size_t i = 0; i < ni_opts.size(); ++i)
     if (ni_opts[i]->count() > 0)
       return fail(unimplemented("{} is not implemented yet ({})", kNotImplemented[i].name, kNotImplemented[i].what));
-  if (sf.tp_size != 1) return fail(unimplemented("--tp-size {} is not implemented yet (only 1)", sf.tp_size));
   if (sc.port < 0 || sc.port > 65535) return fail(invalid_argument("--port must be in [0, 65535]"));
   if (sc.max_queued_requests < -1) return fail(invalid_argument("--max-queued-requests must be >= -1"));
   if (sc.drain_timeout_s < 0) return fail(invalid_argument("--drain-timeout must be >= 0"));

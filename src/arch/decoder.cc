@@ -1,6 +1,8 @@
 #include "arch/decoder.h"
 
 #include <algorithm>
+#include <cstring>
+#include <vector>
 
 namespace strata {
 
@@ -28,7 +30,11 @@ void DecoderModel::forward(const ForwardBatch& batch, KvStorage& kv, float* logi
   const RopeArgs rope = rope_args(batch.attn, &dynamic);
 
   auto residual = be.alloc(act, {t, hidden});
-  be.embedding(batch.token_ids, int(t), *embed_, *residual);
+  if (tp_.active()) {
+    tp_embedding(batch, *residual);
+  } else {
+    be.embedding(batch.token_ids, int(t), *embed_, *residual);
+  }
   trace(*residual, "embed");
   auto h = be.alloc(act, {t, hidden});
   auto branch = be.alloc(act, {t, hidden});  // output of the last attention/MLP block
@@ -40,10 +46,12 @@ void DecoderModel::forward(const ForwardBatch& batch, KvStorage& kv, float* logi
     }
     trace(*h, "attn_norm", l);
     attention_block(l, *h, batch, kv, rope, *branch);
+    if (tp_.active()) tp_.comm->all_reduce_sum(*branch);
     trace(*branch, "attn_out", l);
     be.add_rms_norm(*branch, *residual, post_norm(l), eps, *h);
     trace(*h, "mlp_norm", l);
     mlp_block(l, *h, *branch);
+    if (tp_.active()) tp_.comm->all_reduce_sum(*branch);
     trace(*branch, "mlp_out", l);
   }
   be.add_rms_norm(*branch, *residual, *final_norm_, eps, *h);
@@ -52,9 +60,50 @@ void DecoderModel::forward(const ForwardBatch& batch, KvStorage& kv, float* logi
   if (n == 0) return;
   auto rows = be.alloc(act, {n, hidden});
   be.gather_rows(*h, batch.logit_rows, n, *rows);
+  if (tp_.active()) return tp_logits(*rows, logits);
   auto out = be.alloc(act, {n, spec_.vocab_size});
   be.linear(*rows, lm_head_, *out);
   be.download_f32(*out, logits);
+}
+
+void DecoderModel::tp_embedding(const ForwardBatch& batch, const Tensor& out) {
+  const Range vocab = tp_.shard().vocab;
+  const int t = batch.attn.num_tokens;
+  std::vector<int32_t> local(static_cast<size_t>(t));
+  for (int i = 0; i < t; ++i) {
+    const int32_t id = batch.token_ids[i];
+    local[size_t(i)] = id >= vocab.begin && id < vocab.end ? int32_t(id - vocab.begin) : int32_t(vocab.size());
+  }
+  backend_->embedding(local.data(), t, *embed_, out);
+  tp_.comm->all_reduce_sum(out);
+}
+
+void DecoderModel::tp_logits(const Tensor& rows, float* logits) {
+  Backend& be = *backend_;
+  const int64_t n = rows.dim(0), vocab = spec_.vocab_size;
+  const int tp = tp_.size();
+  // Ranks' vocab slices may differ by one row (uneven plans): gather equal [n, widest] blocks.
+  int64_t widest = 0;
+  for (int r = 0; r < tp; ++r) widest = std::max(widest, tp_.plan->rank(r).vocab.size());
+  const int64_t mine = tp_.shard().vocab.size();
+  auto part = be.alloc(be.activation_dtype(), {n, widest});
+  if (mine == widest) {
+    be.linear(rows, lm_head_, *part);
+  } else {
+    auto narrow = be.alloc(be.activation_dtype(), {n, mine});
+    be.linear(rows, lm_head_, *narrow);
+    be.copy_columns(*narrow, 0, mine, *part, 0);
+  }
+  auto all = be.alloc(be.activation_dtype(), {tp, n, widest});
+  tp_.comm->all_gather(*part, *all);
+  std::vector<float> host(size_t(tp * n * widest));
+  be.download_f32(*all, host.data());
+  for (int r = 0; r < tp; ++r) {
+    const Range v = tp_.plan->rank(r).vocab;
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(logits + i * vocab + v.begin, host.data() + (r * n + i) * widest,
+                  size_t(v.size()) * sizeof(float));
+  }
 }
 
 }  // namespace strata

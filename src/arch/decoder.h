@@ -5,6 +5,7 @@
 
 #include "arch/model.h"
 #include "arch/rope.h"
+#include "arch/tp.h"
 
 namespace strata {
 
@@ -29,11 +30,19 @@ class DecoderModel : public Model {
   DeviceTensorPtr final_norm_;  // [hidden]
   LinearWeight lm_head_;        // [vocab, hidden] (the embedding when tied)
   RopeFrequencies rope_freqs_;  // for the model's context; dynamic NTK recomputes per batch
+  // Tensor parallelism (tp = 1: inactive, no communicator call anywhere). When active, embed_ is
+  // [vocab_shard + 1, hidden] (a zero row last), lm_head_ [vocab_shard, hidden], and the blocks
+  // write this rank's partial sums, which forward() all-reduces.
+  TpRank tp_;
 
  private:
   // The rope arguments of one batch; `dynamic` holds frequencies recomputed for it (dynamic NTK
   // grows the base once a sequence outgrows the original context).
   RopeArgs rope_args(const AttentionMetadata& attn, RopeFrequencies* dynamic) const;
+  // Vocab-parallel embedding: this rank's rows (others' tokens read the zero row), all-reduced.
+  void tp_embedding(const ForwardBatch& batch, const Tensor& out);
+  // Vocab-parallel logits: this rank's [n, vocab_shard] columns, all-gathered into host `logits`.
+  void tp_logits(const Tensor& rows, float* logits);
 
   int rotary_dim_;
 };

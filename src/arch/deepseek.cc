@@ -49,8 +49,11 @@ struct DeepseekLayer {
 
 class DeepseekModel : public DecoderModel {
  public:
-  DeepseekModel(const ModelSpec& spec, Backend& backend)
-      : DecoderModel(spec, backend, mla_dims(spec).qk_rope_head_dim), dims_(mla_dims(spec)) {}
+  DeepseekModel(const ModelSpec& spec, Backend& backend, const TpRank& tp)
+      : DecoderModel(spec, backend, mla_dims(spec).qk_rope_head_dim), dims_(mla_dims(spec)) {
+    tp_ = tp;
+    if (tp.active()) dims_.num_heads = int(tp.shard().q_heads.size());  // this rank's heads
+  }
 
   Status load(const WeightStore& ws);
 
@@ -83,7 +86,7 @@ class DeepseekModel : public DecoderModel {
   void swiglu(const SwiGlu& w, const Tensor& h, const Tensor& out);
   void moe_block(int layer, const Tensor& h, const Tensor& out);
 
-  MlaDims dims_;
+  MlaDims dims_;  // num_heads: this rank's query heads
   float softmax_scale_ = 1.0f;
   MoeRouteArgs route_args_;
   std::vector<DeepseekLayer> layers_;
@@ -112,27 +115,28 @@ Status DeepseekModel::load_attention(const WeightStore& ws, const std::string& p
                                      DeepseekLayer& L) {
   const ModelSpec& s = spec_;
   Backend& be = *backend_;
-  const int64_t hidden = s.hidden_size, heads = s.num_heads;
+  const TpRank& tp = tp_;
+  const int64_t hidden = s.hidden_size, heads = s.num_heads;  // full sizes: the loaders shard
   const int64_t q_out = heads * dims_.q_head_dim();
   const bool bias = s.attention_bias;
   if (s.mla.q_lora_rank > 0) {
     const int64_t qr = s.mla.q_lora_rank;
     STRATA_ASSIGN_OR_RETURN(L.q_a, load_fused_linear(ws, be, {{p + "q_a_proj", qr}}, hidden, bias));
     STRATA_ASSIGN_OR_RETURN(L.q_a_norm, load_weight(ws, be, p + "q_a_layernorm.weight", {qr}));
-    STRATA_ASSIGN_OR_RETURN(L.q_b, load_fused_linear(ws, be, {{p + "q_b_proj", q_out}}, qr, false));
+    STRATA_ASSIGN_OR_RETURN(L.q_b, load_sharded_linear(ws, be, tp, {{p + "q_b_proj", q_out}}, qr, false));
   } else {
     STRATA_ASSIGN_OR_RETURN(L.q_proj,
-                            load_fused_linear(ws, be, {{p + "q_proj", q_out}}, hidden, false));
+                            load_sharded_linear(ws, be, tp, {{p + "q_proj", q_out}}, hidden, false));
   }
   STRATA_ASSIGN_OR_RETURN(
       L.kv_a, load_fused_linear(ws, be, {{p + "kv_a_proj_with_mqa", dims_.cache_dim()}}, hidden, bias));
   STRATA_ASSIGN_OR_RETURN(L.kv_a_norm,
                           load_weight(ws, be, p + "kv_a_layernorm.weight", {dims_.kv_lora_rank}));
   const int64_t kv_b_rows = heads * (dims_.qk_nope_head_dim + dims_.v_head_dim);
-  STRATA_ASSIGN_OR_RETURN(HostTensor kv_b, ws.load_f32(p + "kv_b_proj.weight",
-                                                       {kv_b_rows, dims_.kv_lora_rank}));
+  STRATA_ASSIGN_OR_RETURN(HostTensor kv_b, load_shard_f32(ws, tp, p + "kv_b_proj.weight",
+                                                           {kv_b_rows, dims_.kv_lora_rank}));
   L.absorbed = split_kv_b(be, kv_b.view, dims_);
-  STRATA_ASSIGN_OR_RETURN(L.o_proj, load_fused_linear(ws, be, {{p + "o_proj", hidden}},
+  STRATA_ASSIGN_OR_RETURN(L.o_proj, load_sharded_linear(ws, be, tp, {{p + "o_proj", hidden}},
                                                       heads * dims_.v_head_dim, bias));
   return Status();
 }
@@ -142,17 +146,19 @@ StatusOr<SwiGlu> DeepseekModel::load_swiglu(const WeightStore& ws, const std::st
   SwiGlu m;
   const int64_t hidden = spec_.hidden_size;
   STRATA_ASSIGN_OR_RETURN(
-      m.gate_up, load_fused_linear(ws, *backend_, {{p + "gate_proj", inter}, {p + "up_proj", inter}},
-                                   hidden, false));
+      m.gate_up, load_sharded_linear(ws, *backend_, tp_, {{p + "gate_proj", inter}, {p + "up_proj", inter}},
+                                     hidden, false));
   STRATA_ASSIGN_OR_RETURN(m.down,
-                          load_fused_linear(ws, *backend_, {{p + "down_proj", hidden}}, inter, false));
+                          load_sharded_linear(ws, *backend_, tp_, {{p + "down_proj", hidden}}, inter, false));
   return m;
 }
 
 Status DeepseekModel::load_moe(const WeightStore& ws, const std::string& p, MoeBlock& m) {
   const MoeSpec& ms = spec_.moe;
   Backend& be = *backend_;
-  const int64_t hidden = spec_.hidden_size, inter = ms.moe_intermediate_size;
+  const int64_t hidden = spec_.hidden_size, full_inter = ms.moe_intermediate_size;
+  // Every rank holds every expert, with its slice of the intermediate dim (model/sharding.h).
+  const int64_t inter = tp_.active() ? tp_.shard().moe_intermediate.size() : full_inter;
   const int64_t n = ms.n_routed_experts;
   STRATA_ASSIGN_OR_RETURN(m.gate.weight, load_weight(ws, be, p + "gate.weight", {n, hidden}));
   const std::string bias_name = p + "gate.e_score_correction_bias";
@@ -166,9 +172,9 @@ Status DeepseekModel::load_moe(const WeightStore& ws, const std::string& p, MoeB
   const size_t block = size_t(inter * hidden);
   for (int64_t e = 0; e < n; ++e) {
     const std::string ep = p + "experts." + std::to_string(e) + ".";
-    STRATA_ASSIGN_OR_RETURN(HostTensor g, ws.load_f32(ep + "gate_proj.weight", {inter, hidden}));
-    STRATA_ASSIGN_OR_RETURN(HostTensor u, ws.load_f32(ep + "up_proj.weight", {inter, hidden}));
-    STRATA_ASSIGN_OR_RETURN(HostTensor d, ws.load_f32(ep + "down_proj.weight", {hidden, inter}));
+    STRATA_ASSIGN_OR_RETURN(HostTensor g, load_shard_f32(ws, tp_, ep + "gate_proj.weight", {full_inter, hidden}));
+    STRATA_ASSIGN_OR_RETURN(HostTensor u, load_shard_f32(ws, tp_, ep + "up_proj.weight", {full_inter, hidden}));
+    STRATA_ASSIGN_OR_RETURN(HostTensor d, load_shard_f32(ws, tp_, ep + "down_proj.weight", {hidden, full_inter}));
     std::memcpy(gate_up.f32() + size_t(e) * 2 * block, g.f32(), block * sizeof(float));
     std::memcpy(gate_up.f32() + size_t(e) * 2 * block + block, u.f32(), block * sizeof(float));
     std::memcpy(down.f32() + size_t(e) * block, d.f32(), block * sizeof(float));
@@ -178,7 +184,7 @@ Status DeepseekModel::load_moe(const WeightStore& ws, const std::string& p, MoeB
   if (ms.n_shared_experts > 0) {
     m.has_shared = true;
     STRATA_ASSIGN_OR_RETURN(m.shared, load_swiglu(ws, p + "shared_experts.",
-                                                  int64_t(ms.n_shared_experts) * inter));
+                                                  int64_t(ms.n_shared_experts) * full_inter));
   }
   return Status();
 }
@@ -190,10 +196,11 @@ Status DeepseekModel::load(const WeightStore& ws) {
   const int64_t hidden = s.hidden_size;
   if (s.mla.kv_lora_rank <= 0 || s.mla.qk_rope_head_dim <= 0 || s.mla.v_head_dim <= 0)
     return invalid_argument("{}: MLA needs kv_lora_rank, qk_rope_head_dim and v_head_dim", ws.dir());
-  STRATA_ASSIGN_OR_RETURN(embed_, load_weight(ws, be, pre + "embed_tokens.weight", {s.vocab_size, hidden}));
+  STRATA_ASSIGN_OR_RETURN(embed_, load_vocab_parallel_embedding(ws, be, tp_, pre + "embed_tokens.weight",
+                                                                {s.vocab_size, hidden}));
   STRATA_ASSIGN_OR_RETURN(final_norm_, load_weight(ws, be, pre + "norm.weight", {hidden}));
   const std::string head_name = s.tie_word_embeddings ? pre + "embed_tokens.weight" : s.lm_head_name;
-  STRATA_ASSIGN_OR_RETURN(lm_head_.weight, load_weight(ws, be, head_name, {s.vocab_size, hidden}));
+  STRATA_ASSIGN_OR_RETURN(lm_head_.weight, load_sharded_weight(ws, be, tp_, head_name, {s.vocab_size, hidden}));
   for (int l = 0; l < s.num_layers; ++l) {
     const std::string p = pre + "layers." + std::to_string(l) + ".";
     DeepseekLayer L;
@@ -284,8 +291,8 @@ void DeepseekModel::moe_block(int layer, const Tensor& h, const Tensor& out) {
 
 StatusOr<std::unique_ptr<Model>> create_deepseek_model(const ModelSpec& spec,
                                                        const WeightStore& weights,
-                                                       Backend& backend) {
-  auto m = std::make_unique<DeepseekModel>(spec, backend);
+                                                       Backend& backend, const TpRank& tp) {
+  auto m = std::make_unique<DeepseekModel>(spec, backend, tp);
   STRATA_RETURN_IF_ERROR(m->load(weights));
   return std::unique_ptr<Model>(std::move(m));
 }

@@ -22,16 +22,20 @@ struct LlamaLayer {
 
 class LlamaModel : public DecoderModel {
  public:
-  LlamaModel(const ModelSpec& spec, Backend& backend)
-      : DecoderModel(spec, backend, spec.rope.rotary_dim) {}
+  LlamaModel(const ModelSpec& spec, Backend& backend, const TpRank& tp)
+      : DecoderModel(spec, backend, spec.rope.rotary_dim) {
+    tp_ = tp;
+    heads_ = tp.active() ? int(tp.shard().q_heads.size()) : spec.num_heads;
+    kv_heads_ = tp.active() ? int(tp.shard().kv_heads.size()) : spec.num_kv_heads;
+  }
 
   Status load(const WeightStore& ws);
 
   KvLayout kv_layout() const override {
     KvLayout l;
     l.num_layers = spec_.num_layers;
-    l.k_dim = spec_.num_kv_heads * spec_.head_dim;
-    l.v_dim = spec_.num_kv_heads * spec_.head_dim;
+    l.k_dim = kv_heads_ * spec_.head_dim;  // this rank's KV heads
+    l.v_dim = kv_heads_ * spec_.head_dim;
     return l;
   }
 
@@ -43,6 +47,8 @@ class LlamaModel : public DecoderModel {
   void mlp_block(int layer, const Tensor& h, const Tensor& out) override;
 
   std::vector<LlamaLayer> layers_;
+  int heads_ = 0;     // query heads on this rank (all of them at tp = 1)
+  int kv_heads_ = 0;  // KV heads on this rank
 };
 
 Status LlamaModel::load(const WeightStore& ws) {
@@ -50,10 +56,12 @@ Status LlamaModel::load(const WeightStore& ws) {
   Backend& be = *backend_;
   const std::string& pre = s.weight_prefix;
   const int64_t hidden = s.hidden_size, hd = s.head_dim;
-  STRATA_ASSIGN_OR_RETURN(embed_, load_weight(ws, be, pre + "embed_tokens.weight", {s.vocab_size, hidden}));
+  const TpRank& tp = tp_;
+  STRATA_ASSIGN_OR_RETURN(embed_, load_vocab_parallel_embedding(ws, be, tp, pre + "embed_tokens.weight",
+                                                                {s.vocab_size, hidden}));
   STRATA_ASSIGN_OR_RETURN(final_norm_, load_weight(ws, be, pre + "norm.weight", {hidden}));
   const std::string head_name = s.tie_word_embeddings ? pre + "embed_tokens.weight" : s.lm_head_name;
-  STRATA_ASSIGN_OR_RETURN(lm_head_.weight, load_weight(ws, be, head_name, {s.vocab_size, hidden}));
+  STRATA_ASSIGN_OR_RETURN(lm_head_.weight, load_sharded_weight(ws, be, tp, head_name, {s.vocab_size, hidden}));
   for (int l = 0; l < s.num_layers; ++l) {
     const std::string p = pre + "layers." + std::to_string(l) + ".";
     LlamaLayer L;
@@ -61,23 +69,23 @@ Status LlamaModel::load(const WeightStore& ws) {
     STRATA_ASSIGN_OR_RETURN(L.post_norm,
                             load_weight(ws, be, p + "post_attention_layernorm.weight", {hidden}));
     STRATA_ASSIGN_OR_RETURN(
-        L.qkv, load_fused_linear(ws, be,
+        L.qkv, load_sharded_linear(ws, be, tp,
                                  {{p + "self_attn.q_proj", s.num_heads * hd},
                                   {p + "self_attn.k_proj", s.num_kv_heads * hd},
                                   {p + "self_attn.v_proj", s.num_kv_heads * hd}},
                                  hidden, s.attention_bias));
-    STRATA_ASSIGN_OR_RETURN(L.o_proj, load_fused_linear(ws, be, {{p + "self_attn.o_proj", hidden}},
+    STRATA_ASSIGN_OR_RETURN(L.o_proj, load_sharded_linear(ws, be, tp, {{p + "self_attn.o_proj", hidden}},
                                                         s.num_heads * hd, s.attention_out_bias));
     if (s.qk_norm) {
       STRATA_ASSIGN_OR_RETURN(L.q_norm, load_weight(ws, be, p + "self_attn.q_norm.weight", {hd}));
       STRATA_ASSIGN_OR_RETURN(L.k_norm, load_weight(ws, be, p + "self_attn.k_norm.weight", {hd}));
     }
     STRATA_ASSIGN_OR_RETURN(L.gate_up,
-                            load_fused_linear(ws, be,
+                            load_sharded_linear(ws, be, tp,
                                               {{p + "mlp.gate_proj", s.intermediate_size},
                                                {p + "mlp.up_proj", s.intermediate_size}},
                                               hidden, s.mlp_bias));
-    STRATA_ASSIGN_OR_RETURN(L.down, load_fused_linear(ws, be, {{p + "mlp.down_proj", hidden}},
+    STRATA_ASSIGN_OR_RETURN(L.down, load_sharded_linear(ws, be, tp, {{p + "mlp.down_proj", hidden}},
                                                       s.intermediate_size, s.mlp_bias));
     layers_.push_back(std::move(L));
   }
@@ -90,7 +98,7 @@ void LlamaModel::attention_block(int layer, const Tensor& h, const ForwardBatch&
   Backend& be = *backend_;
   const LlamaLayer& L = layers_[size_t(layer)];
   const int64_t t = batch.attn.num_tokens, hd = spec_.head_dim;
-  const int64_t heads = spec_.num_heads, kvh = spec_.num_kv_heads;
+  const int64_t heads = heads_, kvh = kv_heads_;
   const DType act = be.activation_dtype();
   auto qkv = be.alloc(act, {t, (heads + 2 * kvh) * hd});
   be.linear(h, L.qkv, *qkv);
@@ -123,7 +131,7 @@ void LlamaModel::attention_block(int layer, const Tensor& h, const ForwardBatch&
 void LlamaModel::mlp_block(int layer, const Tensor& h, const Tensor& out) {
   Backend& be = *backend_;
   const LlamaLayer& L = layers_[size_t(layer)];
-  const int64_t t = h.dim(0), inter = spec_.intermediate_size;
+  const int64_t t = h.dim(0), inter = L.down.in_features();  // this rank's slice
   auto gu = be.alloc(be.activation_dtype(), {t, 2 * inter});
   be.linear(h, L.gate_up, *gu);
   auto act = be.alloc(be.activation_dtype(), {t, inter});
@@ -134,8 +142,9 @@ void LlamaModel::mlp_block(int layer, const Tensor& h, const Tensor& out) {
 }  // namespace
 
 StatusOr<std::unique_ptr<Model>> create_llama_model(const ModelSpec& spec,
-                                                    const WeightStore& weights, Backend& backend) {
-  auto m = std::make_unique<LlamaModel>(spec, backend);
+                                                    const WeightStore& weights, Backend& backend,
+                                                    const TpRank& tp) {
+  auto m = std::make_unique<LlamaModel>(spec, backend, tp);
   STRATA_RETURN_IF_ERROR(m->load(weights));
   return std::unique_ptr<Model>(std::move(m));
 }

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "arch/tp.h"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -15,11 +16,18 @@ StatusOr<std::unique_ptr<Model>> load_model(const std::string& dir, Backend& bac
 
 StatusOr<std::unique_ptr<Model>> create_model(const ModelSpec& spec, const WeightStore& weights,
                                               Backend& backend) {
+  return create_model(spec, weights, backend, TpRank{});
+}
+
+StatusOr<std::unique_ptr<Model>> create_model(const ModelSpec& spec, const WeightStore& weights,
+                                              Backend& backend, const TpRank& tp) {
+  if (tp.active() && (tp.plan == nullptr || tp.plan->tp() != tp.size()))
+    return internal_error("tensor-parallel rank {} of {} without a matching sharding plan", tp.rank(), tp.size());
   switch (spec.arch) {
     case ArchKind::kLlama:
-      return create_llama_model(spec, weights, backend);
+      return create_llama_model(spec, weights, backend, tp);
     case ArchKind::kDeepseek:
-      return create_deepseek_model(spec, weights, backend);
+      return create_deepseek_model(spec, weights, backend, tp);
   }
   return internal_error("unknown architecture");
 }

@@ -15,6 +15,7 @@
 namespace strata {
 
 class WeightStore;
+struct TpRank;
 
 // One forward step over a ragged batch (prefill chunks and decodes mixed).
 struct ForwardBatch {
@@ -58,13 +59,18 @@ StatusOr<std::unique_ptr<Model>> load_model(const std::string& dir, Backend& bac
 // Same with an already-parsed spec and opened weights.
 StatusOr<std::unique_ptr<Model>> create_model(const ModelSpec& spec, const WeightStore& weights,
                                               Backend& backend);
+// Rank tp.rank() of a tensor-parallel group (arch/tp.h): loads only that rank's weight slices and
+// runs its part of every forward with the group. Thread-safe across ranks (one thread each).
+StatusOr<std::unique_ptr<Model>> create_model(const ModelSpec& spec, const WeightStore& weights,
+                                              Backend& backend, const TpRank& tp);
 
 // Per-architecture factories (arch/llama.cc, arch/deepseek.cc).
 StatusOr<std::unique_ptr<Model>> create_llama_model(const ModelSpec& spec,
-                                                    const WeightStore& weights, Backend& backend);
+                                                    const WeightStore& weights, Backend& backend,
+                                                    const TpRank& tp);
 StatusOr<std::unique_ptr<Model>> create_deepseek_model(const ModelSpec& spec,
                                                        const WeightStore& weights,
-                                                       Backend& backend);
+                                                       Backend& backend, const TpRank& tp);
 
 // Helpers shared by the architectures' loaders.
 // Loads `name` with `shape` as float32 and uploads it in the backend's weight dtype.

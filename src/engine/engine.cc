@@ -14,6 +14,7 @@
 #include "engine/batch_plan.h"
 #include "engine/live_request.h"
 #include "engine/schedule_state.h"
+#include "engine/tp_driver.h"
 #include "backend/kv_host_io.h"
 #include "kv/host_pool.h"
 #include "kv/page_pool.h"
@@ -137,6 +138,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
     return invalid_argument("--device must be cpu or cuda, got '{}'", config.device);
   }
   if (config.page_size < 1) return invalid_argument("--page-size must be >= 1, got {}", config.page_size);
+  if (config.tp_size < 1) return invalid_argument("--tp-size must be >= 1, got {}", config.tp_size);
+  if (config.tp_size > 1 && config.enable_hierarchical_cache)
+    return unimplemented("--enable-hierarchical-cache with --tp-size {}: the host tier copies one rank's KV "
+                         "pool only (not implemented for tensor parallelism yet)", config.tp_size);
 
   STRATA_ASSIGN_OR_RETURN(ModelSpec spec, load_model_spec(config.model_path));
   STRATA_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(config.model_path));
@@ -154,7 +159,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   double mem_gib = config.device_memory_gib;
   if (mem_gib <= 0) mem_gib = config.device == "cuda" ? device_memory_gib() : 4.0;
   dep.gpu_memory_bytes = int64_t(mem_gib * double(int64_t(1) << 30));
-  dep.tp_size = 1;
+  // An uneven split (tests only) is planned as tp 1: no rank holds more than that.
+  dep.tp_size = config.tp_allow_uneven ? 1 : config.tp_size;
   dep.mem_fraction_static = config.mem_fraction_static;
   dep.kv_cache_dtype = kv_dtype;
   dep.kv_bf16_layers = e->kv_config_.bf16_layers;
@@ -179,7 +185,14 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
         plan.mem_fraction_static);
   e->context_length_ = plan.context_length;
 
-  STRATA_ASSIGN_OR_RETURN(e->model_, create_model(spec, weights, *e->backend_));
+  if (config.tp_size > 1) {
+    const TpConfig tpc{.tp_size = config.tp_size, .device = config.device,
+                       .sharding = {.allow_uneven = config.tp_allow_uneven}};
+    STRATA_ASSIGN_OR_RETURN(TpRankFactory factory, make_tp_rank_factory(tpc));
+    STRATA_ASSIGN_OR_RETURN(e->model_, create_tp_model(spec, weights, tpc, factory, &e->backend_));
+  } else {
+    STRATA_ASSIGN_OR_RETURN(e->model_, create_model(spec, weights, *e->backend_));
+  }
 
   KvLayout layout = apply_kv_layout(e->kv_config_, spec, e->model_->kv_layout());
   layout.page_size = config.page_size;

@@ -35,6 +35,10 @@ class KvHostIo;
 struct EngineConfig {
   std::string model_path;
   std::string device = "cpu";                 // cpu | cuda
+  // --tp-size: tensor-parallel ranks (engine/tp_driver.h): cpu runs them as threads of this
+  // process, cuda one per visible GPU. tp_allow_uneven: tests only (model/sharding.h).
+  int tp_size = 1;
+  bool tp_allow_uneven = false;
   std::string kv_cache_dtype = "auto";        // auto (f32 on cpu, bf16 on cuda) | bf16 | fp8_e4m3 | fp8_e5m2 | fp8_flashmla
   std::vector<int> kv_bf16_layers;            // layers kept in bf16 when kv_cache_dtype is fp8
   std::string kv_scales_path;                 // per-layer K/V scales (strata eval-kv --calibrate)

@@ -1,0 +1,45 @@
+// A model's tensor-parallel rank: its communicator and its slice of the weights
+// (model/sharding.h), plus the loaders the architectures use so that tp = 1 loads exactly as
+// before (the whole tensor, no communicator).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "arch/model.h"
+#include "backend/comm.h"
+#include "model/sharding.h"
+#include "model/weights.h"
+
+namespace strata {
+
+struct TpRank {
+  Communicator* comm = nullptr;       // null: tp = 1
+  const TpShardPlan* plan = nullptr;  // null: tp = 1
+  // True when the forward must talk to other ranks (tp > 1).
+  bool active() const { return comm != nullptr && comm->size() > 1; }
+  int rank() const { return comm ? comm->rank() : 0; }
+  int size() const { return comm ? comm->size() : 1; }
+  const RankShard& shard() const { return plan->rank(rank()); }
+};
+
+// This rank's slice of checkpoint tensor `name` (full shape `shape`) as float32: the whole
+// tensor when tp is not active; an empty HostTensor (numel 0) for a row-parallel bias off rank 0.
+StatusOr<HostTensor> load_shard_f32(const WeightStore& weights, const TpRank& tp,
+                                    const std::string& name, const Shape& shape);
+// load_weight (arch/model.h) for this rank's slice.
+StatusOr<DeviceTensorPtr> load_sharded_weight(const WeightStore& weights, Backend& backend,
+                                              const TpRank& tp, const std::string& name,
+                                              const Shape& shape);
+// load_fused_linear for this rank's slices: parts give full output sizes and `in_features` the
+// full input size; column-parallel parts keep their rows, row-parallel ones their columns.
+StatusOr<LinearWeight> load_sharded_linear(const WeightStore& weights, Backend& backend,
+                                           const TpRank& tp, const std::vector<LinearPart>& parts,
+                                           int64_t in_features, bool with_bias);
+// The vocab-parallel embedding table: this rank's rows plus one zero row at the end, which
+// tokens owned by other ranks look up (so the all-reduce of the rows sums exactly one table row).
+StatusOr<DeviceTensorPtr> load_vocab_parallel_embedding(const WeightStore& weights, Backend& backend,
+                                                        const TpRank& tp, const std::string& name,
+                                                        const Shape& shape);
+
+}  // namespace strata

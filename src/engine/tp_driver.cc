@@ -1,0 +1,364 @@
+#include "engine/tp_driver.h"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <cstring>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "arch/tp.h"
+#include "backend/cpu/comm_local.h"
+#include "core/log.h"
+#include "engine/batch_plan.h"
+#include "model/weights.h"
+#ifdef STRATA_HAVE_NCCL
+#include "backend/cuda/nccl_comm.h"
+#endif
+
+namespace strata {
+namespace {
+
+enum class TpMessage : uint8_t { kInitKv = 1, kStep = 2, kShutdown = 3 };
+
+// What the rank threads of this process share: the first failure, which stops every rank's
+// communicator so nobody waits on a rank that is gone.
+class TpGroupState {
+ public:
+  void fail(const Status& s) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (first_.ok()) first_ = s;
+    failed_.store(true);
+    for (Communicator* c : comms_) c->abort(first_);
+  }
+  void add(Communicator* c) {
+    std::lock_guard<std::mutex> lk(mu_);
+    comms_.push_back(c);
+    if (!first_.ok()) c->abort(first_);
+  }
+  void remove(Communicator* c) {
+    std::lock_guard<std::mutex> lk(mu_);
+    comms_.erase(std::remove(comms_.begin(), comms_.end(), c), comms_.end());
+  }
+  Status first() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return first_;
+  }
+  const std::atomic<bool>& failed() const { return failed_; }
+
+ private:
+  mutable std::mutex mu_;
+  Status first_;
+  std::atomic<bool> failed_{false};
+  std::vector<Communicator*> comms_;
+};
+
+// ---- wire helpers (host byte order: every rank of a group runs this same build) ----
+template <typename T>
+void put(std::vector<uint8_t>& out, T v) {
+  const auto* p = reinterpret_cast<const uint8_t*>(&v);
+  out.insert(out.end(), p, p + sizeof(T));
+}
+template <typename T>
+bool get(std::span<const uint8_t> in, size_t& at, T* v) {
+  if (in.size() - at < sizeof(T)) return false;
+  std::memcpy(v, in.data() + at, sizeof(T));
+  at += sizeof(T);
+  return true;
+}
+
+// kInitKv: rank 0's pool `id` (pages, dtypes, scales); each rank keeps its own K/V widths.
+std::vector<uint8_t> encode_init_kv(const KvStorage& kv, uint32_t id) {
+  const KvLayout& l = kv.layout();
+  std::vector<uint8_t> out{uint8_t(TpMessage::kInitKv)};
+  put<uint32_t>(out, id);
+  put<int32_t>(out, l.num_layers);
+  put<int64_t>(out, l.num_pages);
+  put<int32_t>(out, l.page_size);
+  put<uint8_t>(out, uint8_t(l.dtype));
+  put<uint32_t>(out, uint32_t(l.layer_dtypes.size()));
+  for (DType d : l.layer_dtypes) put<uint8_t>(out, uint8_t(d));
+  put<int32_t>(out, l.rope_dim);
+  put<int16_t>(out, l.rope_dtype ? int16_t(*l.rope_dtype) : int16_t(-1));
+  put<uint8_t>(out, uint8_t(l.format));
+  for (int i = 0; i < l.num_layers; ++i) {
+    put<float>(out, kv.k_scale(i));
+    put<float>(out, kv.v_scale(i));
+  }
+  return out;
+}
+
+StatusOr<std::unique_ptr<KvStorage>> decode_init_kv(std::span<const uint8_t> in, const Model& model,
+                                                    Backend& backend) {
+  size_t at = 5;                   // kind, id
+  KvLayout l = model.kv_layout();  // this rank's widths
+  int32_t layers = 0, page_size = 0, rope_dim = 0;
+  int64_t pages = 0;
+  uint8_t dtype = 0, format = 0;
+  uint32_t n_layer_dtypes = 0;
+  int16_t rope_dtype = -1;
+  bool ok = get(in, at, &layers) && get(in, at, &pages) && get(in, at, &page_size) && get(in, at, &dtype) &&
+            get(in, at, &n_layer_dtypes) && n_layer_dtypes <= uint32_t(std::max(0, layers));
+  if (ok && layers != l.num_layers) return data_loss("KV init message: {} layers, this rank's model has {}", layers, l.num_layers);
+  std::vector<DType> layer_dtypes(ok ? n_layer_dtypes : 0);
+  for (auto& d : layer_dtypes) {
+    uint8_t v = 0;
+    ok = ok && get(in, at, &v);
+    d = DType(v);
+  }
+  ok = ok && get(in, at, &rope_dim) && get(in, at, &rope_dtype) && get(in, at, &format);
+  std::vector<float> scales(size_t(std::max(0, layers)) * 2);
+  for (float& s : scales) ok = ok && get(in, at, &s);
+  if (!ok || at != in.size() || pages < 1 || page_size < 1) return data_loss("KV init message: malformed");
+  l.num_pages = pages;
+  l.page_size = page_size;
+  l.dtype = DType(dtype);
+  l.layer_dtypes = std::move(layer_dtypes);
+  l.rope_dim = rope_dim;
+  if (rope_dtype >= 0) l.rope_dtype = DType(rope_dtype);
+  l.format = KvFormat(format);
+  STRATA_RETURN_IF_ERROR(backend.check_kv_layout(l));
+  auto kv = backend.alloc_kv(l);
+  for (int i = 0; i < layers; ++i) kv->set_scales(i, scales[size_t(2 * i)], scales[size_t(2 * i + 1)]);
+  return kv;
+}
+
+// A step's plan as rank 0's forward sees it (the engine's BatchPlan, through ForwardBatch).
+BatchPlan plan_of(const ForwardBatch& b) {
+  const AttentionMetadata& a = b.attn;
+  BatchPlan p;
+  p.page_size = a.page_size;
+  auto take = [](const int32_t* x, int64_t n) { return std::vector<int32_t>(x, x + n); };
+  p.token_ids = take(b.token_ids, a.num_tokens);
+  p.positions = take(a.positions, a.num_tokens);
+  p.q_indptr = take(a.q_indptr, a.num_seqs + 1);
+  p.kv_lens = take(a.kv_lens, a.num_seqs);
+  p.page_indptr = take(a.page_indptr, a.num_seqs + 1);
+  p.page_indices = take(a.page_indices, a.page_indptr[a.num_seqs]);
+  p.slot_mapping = take(a.slot_mapping, a.num_tokens);
+  p.logits_rows = take(b.logit_rows, b.num_logit_rows);
+  for (int32_t row : p.logits_rows) {
+    const auto it = std::upper_bound(p.q_indptr.begin(), p.q_indptr.end(), row);
+    p.sampled_seqs.push_back(int32_t(it - p.q_indptr.begin()) - 1);
+  }
+  return p;
+}
+
+ForwardBatch batch_of(const BatchPlan& p) {
+  ForwardBatch b;
+  b.token_ids = p.token_ids.data();
+  b.attn = p.view();
+  b.logit_rows = p.logits_rows.data();
+  b.num_logit_rows = int(p.logits_rows.size());
+  return b;
+}
+
+// A worker's step: the plan must fit the rank's pool (pages and slots), or the message is bad.
+Status check_plan_fits(const BatchPlan& p, const KvStorage* kv) {
+  if (kv == nullptr) return data_loss("step message before the KV init message");
+  const int64_t pages = kv->layout().num_pages;
+  if (p.page_size != kv->layout().page_size)
+    return data_loss("step message: page size {} but the pool's is {}", p.page_size, kv->layout().page_size);
+  for (int32_t x : p.page_indices)
+    if (x >= pages) return data_loss("step message: page {} outside the pool of {}", x, pages);
+  for (int32_t s : p.slot_mapping)
+    if (s >= pages * p.page_size) return data_loss("step message: slot {} outside the pool", s);
+  return Status();
+}
+
+// Ranks 1..N-1: receive, run, repeat until kShutdown or the group fails. Keeps one pool per id
+// rank 0 uses (the engine has one; eval-kv a reference and a candidate).
+Status worker_loop(Communicator& comm, Model& model, Backend& backend) {
+  std::unordered_map<uint32_t, std::unique_ptr<KvStorage>> pools;
+  std::vector<float> logits;
+  std::vector<uint8_t> msg;
+  for (;;) {
+    STRATA_RETURN_IF_ERROR(comm.broadcast_bytes(msg, 0));
+    if (msg.empty()) return data_loss("empty tensor-parallel message");
+    uint32_t id = 0;
+    size_t at = 1;
+    if (TpMessage(msg[0]) != TpMessage::kShutdown && !get(msg, at, &id))
+      return data_loss("tensor-parallel message without a pool id");
+    switch (TpMessage(msg[0])) {
+      case TpMessage::kShutdown:
+        return Status();
+      case TpMessage::kInitKv: {
+        pools[id].reset();
+        STRATA_ASSIGN_OR_RETURN(pools[id], decode_init_kv(msg, model, backend));
+        break;
+      }
+      case TpMessage::kStep: {
+        STRATA_ASSIGN_OR_RETURN(BatchPlan plan,
+                                BatchPlan::deserialize(std::span<const uint8_t>(msg).subspan(at)));
+        auto it = pools.find(id);
+        KvStorage* kv = it == pools.end() ? nullptr : it->second.get();
+        STRATA_RETURN_IF_ERROR(check_plan_fits(plan, kv));
+        logits.resize(plan.logits_rows.size() * size_t(model.spec().vocab_size));
+        model.forward(batch_of(plan), *kv, logits.data());
+        STRATA_RETURN_IF_ERROR(comm.status());
+        break;
+      }
+      default:
+        return data_loss("unknown tensor-parallel message kind {}", int(msg[0]));
+    }
+  }
+}
+
+// Rank 0's model as the engine sees it: forward() broadcasts the step, then runs rank 0's part.
+class TpModel : public Model {
+ public:
+  TpModel(std::unique_ptr<Model> inner, std::unique_ptr<Communicator> comm,
+          std::shared_ptr<TpGroupState> state, std::shared_ptr<TpShardPlan> plan,
+          std::vector<std::thread> workers)
+      : Model(inner->spec(), inner->backend()),
+        inner_(std::move(inner)),
+        comm_(std::move(comm)),
+        state_(std::move(state)),
+        plan_(std::move(plan)),
+        workers_(std::move(workers)) {}
+
+  ~TpModel() override {
+    std::vector<uint8_t> msg{uint8_t(TpMessage::kShutdown)};
+    if (comm_->status().ok()) {
+      const Status st = comm_->broadcast_bytes(msg, 0);
+      if (!st.ok()) LOG_WARN("tensor-parallel shutdown: {}", st.to_string());
+    }
+    for (auto& t : workers_) t.join();
+    state_->remove(comm_.get());
+  }
+
+  KvLayout kv_layout() const override { return inner_->kv_layout(); }
+
+  void forward(const ForwardBatch& batch, KvStorage& kv, float* logits) override {
+    broadcast_step(batch, kv);
+    inner_->forward(batch, kv, logits);
+    check(comm_->status());
+  }
+
+ private:
+  // Sends the step (and first the pool's layout when the workers do not have it yet).
+  void broadcast_step(const ForwardBatch& batch, KvStorage& kv) {
+    // A pool the workers have not mirrored yet (or a new pool at a freed one's address with
+    // another layout): send its layout first.
+    auto [it, fresh] = pools_.try_emplace(&kv, Pool{uint32_t(pools_.size()), {}});
+    std::vector<uint8_t> init = encode_init_kv(kv, it->second.id);
+    if (fresh || init != it->second.init) {
+      it->second.init = init;
+      check(comm_->broadcast_bytes(init, 0));
+    }
+    std::vector<uint8_t> bytes = plan_of(batch).serialize();
+    std::vector<uint8_t> head{uint8_t(TpMessage::kStep)};
+    put<uint32_t>(head, it->second.id);
+    bytes.insert(bytes.begin(), head.begin(), head.end());
+    check(comm_->broadcast_bytes(bytes, 0));
+  }
+  // The engine's forward cannot return an error: a failed group stops the process, naming the
+  // rank and its error (the other ranks' collectives have already returned).
+  void check(const Status& st) const {
+    CHECK_MSG(st.ok(), "tensor-parallel group of {} ranks stopped: {}", comm_->size(), st.to_string());
+  }
+
+  std::unique_ptr<Model> inner_;
+  std::unique_ptr<Communicator> comm_;
+  std::shared_ptr<TpGroupState> state_;
+  std::shared_ptr<TpShardPlan> plan_;
+  std::vector<std::thread> workers_;
+  // The pools the workers mirror, by rank 0's address: their id and last init message. Workers
+  // keep a pool until shutdown (the engine has one; eval-kv reuses a few addresses).
+  struct Pool {
+    uint32_t id;
+    std::vector<uint8_t> init;
+  };
+  std::unordered_map<const KvStorage*, Pool> pools_;
+};
+
+// Rank r's setup on its thread: resources, weights, then the group barrier.
+struct RankSetup {
+  TpRankResources res;
+  std::unique_ptr<Model> model;
+};
+StatusOr<RankSetup> setup_rank(int r, const ModelSpec& spec, const WeightStore& weights,
+                               const TpShardPlan& plan, const TpRankFactory& factory,
+                               TpGroupState& state) {
+  RankSetup s;
+  STRATA_ASSIGN_OR_RETURN(s.res, factory(r, state.failed()));
+  state.add(s.res.comm.get());
+  auto model = create_model(spec, weights, *s.res.backend, TpRank{.comm = s.res.comm.get(), .plan = &plan});
+  if (!model.ok()) return model.status();
+  s.model = std::move(model).value();
+  return s;
+}
+
+}  // namespace
+
+StatusOr<TpRankFactory> make_tp_rank_factory(const TpConfig& config) {
+  if (config.tp_size < 1) return invalid_argument("--tp-size must be >= 1, got {}", config.tp_size);
+  if (config.device == "cpu") {
+    auto comms = std::make_shared<std::vector<std::unique_ptr<Communicator>>>(make_local_comm_group(config.tp_size));
+    auto taken = std::make_shared<std::mutex>();
+    return TpRankFactory([comms, taken](int r, const std::atomic<bool>&) -> StatusOr<TpRankResources> {
+      std::lock_guard<std::mutex> lk(*taken);
+      CHECK_MSG((*comms)[size_t(r)] != nullptr, "rank {} taken twice", r);
+      return TpRankResources{.backend = make_cpu_backend(), .comm = std::move((*comms)[size_t(r)])};
+    });
+  }
+  if (config.device == "cuda") {
+#ifdef STRATA_HAVE_NCCL
+    const int tp = config.tp_size;
+    STRATA_ASSIGN_OR_RETURN(int gpus, cuda_visible_device_count());
+    if (gpus < tp)
+      return failed_precondition("--tp-size {} runs one rank per GPU, but {} GPU{} visible{}", tp, gpus,
+                                 gpus == 1 ? " is" : "s are", nccl_visible_devices_note());
+    STRATA_ASSIGN_OR_RETURN(NcclId id, nccl_new_id());
+    return TpRankFactory([id, tp](int r, const std::atomic<bool>& failed) -> StatusOr<TpRankResources> {
+      STRATA_RETURN_IF_ERROR(cuda_bind_device(r));
+      TpRankResources res;
+      res.backend = make_cuda_backend();
+      STRATA_ASSIGN_OR_RETURN(res.comm, make_nccl_comm(id, r, tp, cuda_backend_stream(*res.backend), &failed));
+      return res;
+    });
+#else
+    return failed_precondition("--device cuda --tp-size {}: this build has no NCCL (configure with -DSTRATA_CUDA=ON "
+                               "where nccl.h and libnccl are found, or set NCCL_ROOT)", config.tp_size);
+#endif
+  }
+  return invalid_argument("--device must be cpu or cuda, got '{}'", config.device);
+}
+
+StatusOr<std::unique_ptr<Model>> create_tp_model(const ModelSpec& spec, const WeightStore& weights,
+                                                 const TpConfig& config, const TpRankFactory& factory,
+                                                 std::unique_ptr<Backend>* rank0_backend) {
+  STRATA_ASSIGN_OR_RETURN(TpShardPlan plan_value, plan_tp_sharding(spec, config.tp_size, config.sharding));
+  auto plan = std::make_shared<TpShardPlan>(std::move(plan_value));
+  auto state = std::make_shared<TpGroupState>();
+  std::vector<std::thread> workers;
+  for (int r = 1; r < config.tp_size; ++r) {
+    // Workers keep only `spec` and `plan` (shared) after the barrier; `weights` is read before it.
+    workers.emplace_back([r, spec, &weights, plan, &factory, state] {
+      auto s = setup_rank(r, spec, weights, *plan, factory, *state);
+      if (!s.ok()) return state->fail(s.status().with_context("tensor-parallel rank {}", r));
+      Communicator& comm = *s->res.comm;
+      Status st = comm.barrier();  // every rank loaded
+      if (st.ok()) st = worker_loop(comm, *s->model, *s->res.backend);
+      if (!st.ok() && !state->failed().load()) state->fail(st.with_context("tensor-parallel rank {}", r));
+      state->remove(&comm);
+    });
+  }
+  auto s0 = setup_rank(0, spec, weights, *plan, factory, *state);
+  Status st = s0.ok() ? s0->res.comm->barrier() : s0.status().with_context("tensor-parallel rank 0");
+  if (!st.ok()) {
+    state->fail(st);
+    for (auto& t : workers) t.join();
+    if (s0.ok()) state->remove(s0->res.comm.get());
+    return state->first();
+  }
+  LOG_INFO("tensor parallel: {} ranks on {} · {} heads, {} vocab rows per rank{}", config.tp_size, config.device,
+           plan->rank(0).q_heads.size(), plan->rank(0).vocab.size(),
+           plan->kv_heads_replicated() ? " · KV heads replicated" : "");
+  *rank0_backend = std::move(s0->res.backend);
+  return std::unique_ptr<Model>(new TpModel(std::move(s0->model), std::move(s0->res.comm), state, plan,
+                                            std::move(workers)));
+}
+
+}  // namespace strata
