@@ -18,16 +18,23 @@ timeout 150 ./build-dev/strata_parity_test \
   tee "$OUT/parity.log" | grep -E "nmse|OK|FAILED|PASSED|Failure|error|Expected|Which is|actual" | head -80
 echo "parity: $(( $(date +%s) - t0 )) s"
 timeout 150 ./build-dev/strata_bench_llama_bench --what ${BENCH_WHAT:-attention} 2>&1 | tee "$OUT/bench.log"
+if [ "${CALLS1:-0}" = 1 ]; then  # decode timed one call per region (host work included)
+  ATTN_CALLS=1 timeout 60 ./build-dev/strata_bench_llama_bench --what attention-decode 2>&1 | grep "attn     decode" | sed 's/^/calls=1 /'
+fi
 echo "bench: $(( $(date +%s) - t0 )) s"
 [ "${SDPA:-1}" = 1 ] && python3 bench/cuda/sdpa_bench.py 2>&1 | tee "$OUT/sdpa.log"
 if [ "${NCU:-0}" = 1 ]; then
-  # NCU_KERNELS: regexes of the kernels to profile, one launch each (after 2 warm-up launches).
-  for k in ${NCU_KERNELS:-decode_kernel fa_prefill_kernel wgmma_prefill_kernel}; do
-    timeout 120 ncu --clock-control none -k regex:"$k" --launch-skip 2 --launch-count 1 \
+  # NCU_SPECS: "kernel-regex:launches-to-skip ..." (attention-ncu mode runs 12 launches of each
+  # of: decode, prefill wgmma128, prefill wgmma128s3, prefill mma); one profiled launch each.
+  for spec in ${NCU_SPECS:-decode_kernel:2 wgmma_prefill_kernel:2 wgmma_prefill_kernel:14}; do
+    k=${spec%%:*}; skip=${spec##*:}
+    timeout 120 ncu --clock-control none -k regex:"$k" --launch-skip $skip --launch-count 1 \
       --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
       --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section SchedulerStats \
-      ./build-dev/strata_bench_llama_bench --what attention-ncu > "$OUT/ncu_$k.log" 2>&1
-    grep -E "prefill_kernel|decode_kernel|Duration|Throughput|Warp Cycles|Issued|Achieved Occupancy|Registers|Eligible|Bank|L2 Hit|DRAM|Stall|spill" "$OUT/ncu_$k.log" | head -40
+      --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio,regex:sm__pipe_tensor.*cycles_active.avg.pct_of_peak_sustained_active,regex:sm__inst_executed_pipe_tensor.*sum" \
+      ./build-dev/strata_bench_llama_bench --what attention-ncu > "$OUT/ncu_${k}_$skip.log" 2>&1
+    grep -E "prefill_kernel|decode_kernel|Duration|Compute \(SM\)|Issued Ipc|Registers Per|Achieved Occ|L2 Cache Thr|DRAM Thr|tensor|stalled" "$OUT/ncu_${k}_$skip.log" |
+      awk '$NF+0 > 0.05 || /kernel|Duration|Compute|Ipc|Registers|Occ|Thr/' | head -45
   done
 fi
 echo "total: $(( $(date +%s) - t0 )) s"

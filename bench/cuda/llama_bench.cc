@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -287,8 +288,10 @@ void bench_attention(cuda::CudaBackend& be, const Ceilings& c, int seqs, int ctx
   AttentionArgs args{.scale = float(1.0 / std::sqrt(double(hd))), .num_heads = heads,
                      .num_kv_heads = kv_heads, .head_dim = hd, .v_head_dim = hd};
   // Several launches per timed region, so the host's per-call work (tile list, staging) overlaps
-  // the device's and only the kernels are timed; `reps` regions, median.
-  constexpr int kCalls = 4;
+  // the device's and only the kernels are timed; `reps` regions, median. ATTN_CALLS=1 times
+  // one call per region, host work included (how the numbers before 2026-11-29 evening were taken).
+  const char* calls_env = std::getenv("ATTN_CALLS");
+  const int kCalls = calls_env != nullptr ? std::max(1, std::atoi(calls_env)) : 4;
   const double ms = time_ms(be.stream(), reps > 2 ? 2 : 1, reps, [&] {
     for (int i = 0; i < kCalls; ++i) be.paged_attention(*q, *kv, 0, meta, args, *out);
   }) / kCalls;
@@ -335,12 +338,20 @@ int main(int argc, char** argv) {
   if (what == "attention-ncu") {  // one of each attention kernel, for a profiler run
     const Ceilings none{.copy_gbs = 1, .gemm_tflops = 1};
     bench_attention(be, none, 64, 4096, 1, 32, 8, 128, DType::kBF16, 2);
-    bench_attention(be, none, 1, 8192, 8192, 32, 8, 128, DType::kBF16, 2);
-    cuda::set_prefill_variant(cuda::PrefillVariant::kWgmma128);
-    bench_attention(be, none, 1, 8192, 8192, 32, 8, 128, DType::kBF16, 2);
+    for (auto v : {cuda::PrefillVariant::kWgmma128, cuda::PrefillVariant::kWgmma128S3,
+                   cuda::PrefillVariant::kMma}) {
+      cuda::set_prefill_variant(v);
+      bench_attention(be, none, 1, 8192, 8192, 32, 8, 128, DType::kBF16, 2);
+    }
     return 0;
   }
   const Ceilings c = measure_ceilings(be);
+  if (what == "attention-decode") {  // the decode kernel alone (ATTN_CALLS comparisons)
+    cuda::set_decode_blocks_per_sm(2);
+    bench_attention(be, c, 64, 4096, 1, 32, 8, 128);
+    bench_attention(be, c, 64, 4096, 1, 32, 8, 128, DType::kFP8E4M3);
+    return 0;
+  }
   if (what.find("attention") != std::string::npos) {
     for (int per_sm : {2, 4, 8}) {
       cuda::set_decode_blocks_per_sm(per_sm);
@@ -351,8 +362,7 @@ int main(int argc, char** argv) {
     cuda::set_decode_blocks_per_sm(4);
     const cuda::PrefillVariant chosen = cuda::prefill_variant();
     // The default (kAuto) picks wgmma128 for bf16 KV at head_dim 128 and wgmma64 otherwise.
-    for (auto v : {cuda::PrefillVariant::kMma, cuda::PrefillVariant::kWgmma64,
-                   cuda::PrefillVariant::kWgmma128}) {
+    for (auto v : cuda::kPrefillVariants) {
       cuda::set_prefill_variant(v);
       std::printf("attn     prefill kernel %s:\n", cuda::prefill_variant_name(v));
       bench_attention(be, c, 1, 8192, 8192, 32, 8, 128);

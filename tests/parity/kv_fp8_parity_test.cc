@@ -226,8 +226,7 @@ TEST(KvFp8, DecodeAttention) {
 
 TEST(KvFp8, PrefillAttention) {
   const cuda::PrefillVariant before = cuda::prefill_variant();
-  for (auto v : {cuda::PrefillVariant::kMma, cuda::PrefillVariant::kWgmma64,
-                 cuda::PrefillVariant::kWgmma128}) {
+  for (auto v : cuda::kPrefillVariants) {
     cuda::set_prefill_variant(v);
     std::printf("prefill kernel %s\n", cuda::prefill_variant_name(v));
     for (DType dt : {DType::kFP8E4M3, DType::kFP8E5M2}) {

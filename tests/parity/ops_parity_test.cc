@@ -274,10 +274,9 @@ TEST(CudaParity, DecodeAttention) {
   run_attention({4, 2, 32, 1, {{60, 1}}});
 }
 
-// Every prefill kernel variant of head_dim 64/128 (mma.sync, wgmma with 64- or 128-key tiles)
-// runs each case; head_dim 16/32 always take the simple kernel.
-constexpr cuda::PrefillVariant kPrefillVariants[] = {
-    cuda::PrefillVariant::kMma, cuda::PrefillVariant::kWgmma64, cuda::PrefillVariant::kWgmma128};
+// Every prefill kernel variant of head_dim 64/128 (mma.sync; wgmma with 64- or 128-key tiles,
+// with and without the overlapped P·V) runs each case; head_dim 16/32 take the simple kernel.
+using cuda::kPrefillVariants;
 
 TEST(CudaParity, PrefillAttention) {
   // Ragged, chunked (cached tokens before the new ones), mixed with decodes.

@@ -236,6 +236,9 @@ PrefillVariant variant_from_env() {
   if (std::strcmp(v, "mma") == 0) return PrefillVariant::kMma;
   if (std::strcmp(v, "wgmma64") == 0) return PrefillVariant::kWgmma64;
   if (std::strcmp(v, "wgmma128") == 0) return PrefillVariant::kWgmma128;
+  if (std::strcmp(v, "wgmma64s3") == 0) return PrefillVariant::kWgmma64S3;
+  if (std::strcmp(v, "wgmma128s3") == 0) return PrefillVariant::kWgmma128S3;
+  if (std::strcmp(v, "wgmma128ov") == 0) return PrefillVariant::kWgmma128Ov;
   return PrefillVariant::kAuto;
 }
 PrefillVariant g_variant = variant_from_env();
@@ -248,6 +251,9 @@ const char* prefill_variant_name(PrefillVariant v) {
   switch (v) {
     case PrefillVariant::kWgmma64: return "wgmma64";
     case PrefillVariant::kWgmma128: return "wgmma128";
+    case PrefillVariant::kWgmma64S3: return "wgmma64s3";
+    case PrefillVariant::kWgmma128S3: return "wgmma128s3";
+    case PrefillVariant::kWgmma128Ov: return "wgmma128ov";
     case PrefillVariant::kMma: return "mma";
     default: return "auto";
   }
@@ -275,11 +281,18 @@ void launch_prefill_attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.num_tiles == 0) return;
   if (fa_prefill_supported(p.head_dim, p.heads / p.kv_heads)) {
     PrefillVariant v = g_variant;
-    if (v == PrefillVariant::kAuto)
-      v = p.kv_elem == kKvBf16 && p.head_dim == 128 ? PrefillVariant::kWgmma128 : PrefillVariant::kWgmma64;
+    if (v == PrefillVariant::kAuto) {  // the fastest on the H200 (bench/RESULTS.md)
+      v = p.kv_elem == kKvBf16 && p.head_dim == 64 ? PrefillVariant::kWgmma64S3
+                                                   : PrefillVariant::kWgmma64;
+    }
     switch (v) {
-      case PrefillVariant::kWgmma64: launch_wgmma_prefill(p, 64, stream); break;
-      case PrefillVariant::kWgmma128: launch_wgmma_prefill(p, 128, stream); break;
+      case PrefillVariant::kWgmma64: launch_wgmma_prefill(p, 64, 2, stream); break;
+      case PrefillVariant::kWgmma128: launch_wgmma_prefill(p, 128, 2, stream); break;
+      case PrefillVariant::kWgmma64S3: launch_wgmma_prefill(p, 64, 3, stream); break;
+      case PrefillVariant::kWgmma128S3: launch_wgmma_prefill(p, 128, 3, stream); break;
+      case PrefillVariant::kWgmma128Ov:
+        launch_wgmma_prefill(p, 128, p.head_dim == 128 ? 1 : 3, stream);
+        break;
       default: launch_fa_prefill(p, stream);
     }
     return;

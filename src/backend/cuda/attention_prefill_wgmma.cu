@@ -1,13 +1,19 @@
 // Paged causal prefill attention on Hopper's warpgroup tensor cores (wgmma, sm_90a), head_dim
 // 64 and 128: the same work split, tile list and semantics as attention_prefill_fa.cu (128 query
 // rows = (token, query head of the group) pairs of one KV head per block, K/V tiles gathered
-// through the page table by cp.async, double-buffered, page lookups two tiles ahead), but the
-// block is two warpgroups of 64 rows, and both products run as wgmma from shared memory:
-// S = Q·Kᵀ with Q and K as K-major operands, O += P·V with P from registers (the accumulator of
-// S, rounded to bf16) and V as a transposed (MN-major) operand, so no fragment passes through
-// the register file by ldmatrix. Q, K and V tiles sit in shared memory in the 128-byte swizzled
-// layout wgmma reads: [d / 64][rows][64] bf16, 16-byte piece c of row r stored at piece
-// c ^ (r % 8). While one warpgroup runs its softmax the other's wgmma keep the tensor cores busy.
+// through the page table by cp.async, page lookups a tile ahead of their copies), but the block
+// is two warpgroups of 64 rows, and both products run as wgmma from shared memory: S = Q·Kᵀ with
+// Q and K as K-major operands, O += P·V with P from registers (the accumulator of S, rounded to
+// bf16) and V as a transposed (MN-major) operand, so no fragment passes through the register
+// file by ldmatrix. Q, K and V tiles sit in shared memory in the 128-byte swizzled layout wgmma
+// reads: [d / 64][rows][64] bf16, 16-byte piece c of row r stored at piece c ^ (r % 8).
+// K/V tiles of 64 or 128 keys, 2 or 3 stages (NS). While one warpgroup runs its softmax the
+// other's wgmma keep the tensor cores busy (the two meet at one barrier per tile).
+// ptxas serializes wgmma that sit on a path it cannot prove uniform across the warpgroup
+// (C7520: 6-7% here), so every warpgroup multiplies every tile, masking what it must not
+// see, instead of branching around tiles. NS = kOverlap issues each tile's P·V one tile late, to
+// run during the next softmax (FlashAttention-3's intra-warpgroup overlap); ptxas serializes
+// that too (C7514: the softmax reads S between the two waits), so it is measured, not used.
 // fp8 K/V are staged raw and widened to bf16 into the swizzled tiles (exact).
 #include <cfloat>
 
@@ -24,23 +30,37 @@ using namespace attn;
 
 constexpr int kRows = kFaPrefillRows;  // query rows per block, 64 per warpgroup
 constexpr int kThreads = 256;
+// The stage count that selects the overlapped schedule (see wgmma_prefill_kernel).
+constexpr int kOverlap = 1;
 
-template <int D, int E, int BN>
+template <int D, int E, int BN, int NS>
 struct WLayout {
   static constexpr bool kFp8 = E != kKvBf16;
   static constexpr int kQBytes = kRows * D * 2;
-  static constexpr int kTileBytes = BN * D * 2;       // one K or V tile in bf16
-  static constexpr int kStages = kFp8 ? 1 : 2;
-  static constexpr int kLdRaw = D + 16;               // fp8 staging bytes per row
+  static constexpr int kTileBytes = BN * D * 2;  // one K or V tile in bf16
+  // bf16 tiles: NS stages of K and V (tile t + NS - 1 is copied while tile t is used); fp8: the
+  // raw bytes are double-buffered and widened into one bf16 K and V.
+  // NS = kOverlap: one tile in flight, K double- and V triple-buffered (P·V of tile t-1 reads
+  // its V while tile t+1 lands).
+  static constexpr bool kOv = NS == kOverlap && !kFp8;
+  static constexpr int kKTiles = kFp8 ? 1 : (kOv ? 2 : NS);
+  static constexpr int kVTiles = kFp8 ? 1 : (kOv ? 3 : NS);
+  static constexpr int kAhead = kFp8 || kOv ? 1 : NS - 1;  // tiles in flight beyond the one in use
+  static constexpr int kSlotStages = kAhead + 1;
+  static constexpr int kLdRaw = D + 16;          // fp8 staging bytes per row
   static constexpr int kRawTileBytes = BN * kLdRaw;
   static constexpr int kRawBytes = kFp8 ? 2 * 2 * kRawTileBytes : 0;
-  static constexpr int kKvOff = kQBytes;
-  static constexpr int kRawOff = kKvOff + kStages * 2 * kTileBytes;
+  static constexpr int kKOff = kQBytes;
+  static constexpr int kVOff = kKOff + kKTiles * kTileBytes;
+  static constexpr int kRawOff = kVOff + kVTiles * kTileBytes;
   static constexpr int kSlotOff = kRawOff + kRawBytes;
-  static constexpr int kBytes = kSlotOff + 2 * BN * 4 + 1024;  // + alignment slack
+  static constexpr int kBytes = kSlotOff + kSlotStages * BN * 4 + 1024;  // + alignment slack
   static constexpr int kPieces = D * (kFp8 ? 1 : 2) / 16;     // 16-byte pieces per global row
   static constexpr int kRowStep = kThreads / kPieces;
   static constexpr int kRowsPerThread = BN / kRowStep;
+  // Shared-memory offsets of tile t's bf16 K and V.
+  __device__ static int k_off(int t) { return kKOff + (t % kKTiles) * kTileBytes; }
+  __device__ static int v_off(int t) { return kVOff + (t % kVTiles) * kTileBytes; }
 };
 
 // Byte offset of 16-byte piece c (of d) of row r in a swizzled [D / 64][rows][64] bf16 tile.
@@ -48,12 +68,13 @@ __device__ __forceinline__ uint32_t swz(int r, int c, int rows) {
   return uint32_t((c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
-template <int D, int E, int BN>
+template <int D, int E, int BN, int NS>
 __device__ __forceinline__ void w_issue_tile(const AttentionParams& p, char* smem, int t, int kvh,
                                              int tid) {
-  using L = WLayout<D, E, BN>;
+  using L = WLayout<D, E, BN, NS>;
   constexpr int kEb = L::kFp8 ? 1 : 2;
-  const int32_t* slots = reinterpret_cast<const int32_t*>(smem + L::kSlotOff) + (t & 1) * BN;
+  const int32_t* slots =
+      reinterpret_cast<const int32_t*>(smem + L::kSlotOff) + (t % L::kSlotStages) * BN;
   const int piece = tid % L::kPieces, r0 = tid / L::kPieces;
   const int64_t kdim_bytes = int64_t(p.kv_heads) * D * kEb;
   const int64_t col_bytes = int64_t(kvh) * D * kEb + piece * 16;
@@ -64,8 +85,8 @@ __device__ __forceinline__ void w_issue_tile(const AttentionParams& p, char* sme
     k_dst = smem_addr(smem + L::kRawOff + (t & 1) * 2 * L::kRawTileBytes);
     v_dst = k_dst + L::kRawTileBytes;
   } else {
-    k_dst = smem_addr(smem + L::kKvOff + (t & 1) * 2 * L::kTileBytes);
-    v_dst = k_dst + L::kTileBytes;
+    k_dst = smem_addr(smem + L::k_off(t));
+    v_dst = smem_addr(smem + L::v_off(t));
   }
 #pragma unroll
   for (int i = 0; i < L::kRowsPerThread; ++i) {
@@ -81,12 +102,12 @@ __device__ __forceinline__ void w_issue_tile(const AttentionParams& p, char* sme
   }
 }
 
-template <int D, int E, int BN>
+template <int D, int E, int BN, int NS>
 __device__ __forceinline__ void w_widen_tile(char* smem, int t, int tid) {
-  using L = WLayout<D, E, BN>;
+  using L = WLayout<D, E, BN, NS>;
   constexpr int kGroups = BN * D / 8;
   const char* raw = smem + L::kRawOff + (t & 1) * 2 * L::kRawTileBytes;
-  char* dst = smem + L::kKvOff;
+  char* dst = smem + L::kKOff;  // K, then V right after it (kKTiles = 1)
 #pragma unroll 4
   for (int i = tid; i < 2 * kGroups; i += kThreads) {
     const int which = i / kGroups, g = i % kGroups;
@@ -110,9 +131,21 @@ __device__ __forceinline__ void wgmma_rs_t(float* d, const uint32_t* a, uint64_t
   else wgmma_rs_m64n128k16<1>(d, a, db);
 }
 
-template <int D, int E, int BN>
-__global__ void __launch_bounds__(kThreads, BN == 64 ? 2 : 1) wgmma_prefill_kernel(AttentionParams p) {
-  using L = WLayout<D, E, BN>;
+// o (the accumulator layout: rows g and g + 8 alternate in pairs) times the rows' factors.
+template <int D>
+__device__ __forceinline__ void rescale_o(float* o, const float* corr) {
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) {
+    o[4 * dt] *= corr[0];
+    o[4 * dt + 1] *= corr[0];
+    o[4 * dt + 2] *= corr[1];
+    o[4 * dt + 3] *= corr[1];
+  }
+}
+
+template <int D, int E, int BN, int NS>
+__global__ void __launch_bounds__(kThreads, BN == 64 && NS == 2 ? 2 : 1) wgmma_prefill_kernel(AttentionParams p) {
+  using L = WLayout<D, E, BN, NS>;
   extern __shared__ __align__(128) char smem_raw[];
   // wgmma's swizzle works on address bits: tiles start 1024-byte aligned.
   char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
@@ -132,7 +165,7 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 2 : 1) wgmma_prefill_kern
   const int32_t* pages = p.meta.page_indices + p.meta.page_indptr[s];
   int32_t* slots = reinterpret_cast<int32_t*>(smem + L::kSlotOff);
 
-  for (int j = tid; j < 2 * BN; j += kThreads)
+  for (int j = tid; j < L::kSlotStages * BN; j += kThreads)  // tiles 0 .. kAhead
     slots[j] = j < kv_end ? pages[j / page_size] * page_size + j % page_size : -1;
   const uint32_t q_s = smem_addr(smem);
   for (int i = tid; i < kRows * (D / 8); i += kThreads) {
@@ -144,16 +177,18 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 2 : 1) wgmma_prefill_kern
     cp_async16_zfill(q_s + swz(r, c, kRows), src, ok ? 16 : 0);
   }
   __syncthreads();
-  w_issue_tile<D, E, BN>(p, smem, 0, kvh, tid);
-  cp_async_commit();
+#pragma unroll
+  for (int t = 0; t < L::kAhead; ++t) {  // Q joins tile 0's group
+    if (t < n_tiles) w_issue_tile<D, E, BN, NS>(p, smem, t, kvh, tid);
+    cp_async_commit();
+  }
 
   // This thread's rows: warpgroup wg, warp's 16 rows, g and g + 8.
   const int wr = wg * 64, g = lane / 4, c2 = (lane % 4) * 2;
   int pos[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) pos[h] = pos_base + (wr + warp * 16 + h * 8 + g) / group;
-  const int wg_min_pos = pos_base + wr / group, wg_max_pos = pos_base + (wr + 63) / group;
-  const bool wg_active = wr < valid_rows;
+  const int wg_min_pos = pos_base + wr / group;
   const float qk = p.scale_log2 * p.k_scale;
 
   float o[D / 2];
@@ -161,37 +196,55 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 2 : 1) wgmma_prefill_kern
   for (int i = 0; i < D / 2; ++i) o[i] = 0;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
 
+  uint32_t pa[BN / 16][4];  // P (bf16) as the A operand of P·V
+  float corr_prev[2] = {1, 1};  // kOv: tile t-1's rescale of o, applied before its P·V
+
   for (int t = 0; t < n_tiles; ++t) {
-    cp_async_wait<0>();
+    cp_async_wait<L::kAhead - 1>();  // tile t landed (later tiles may be in flight)
     fence_proxy_async();  // cp.async writes, read next by wgmma (the async proxy)
-    __syncthreads();
-    if (t + 1 < n_tiles) w_issue_tile<D, E, BN>(p, smem, t + 1, kvh, tid);
+    __syncthreads();      // ... for every thread; everyone is done with tile t-1's stage
+    if (t + L::kAhead < n_tiles) w_issue_tile<D, E, BN, NS>(p, smem, t + L::kAhead, kvh, tid);
     cp_async_commit();
-    const int jn = (t + 2) * BN + tid;
+    // Page lookup of tile t + kAhead + 1, stored at the end of this iteration (latency hidden).
+    const int jn = (t + L::kAhead + 1) * BN + tid;
     int next_page = 0;
     if (tid < BN && jn < kv_end) next_page = pages[jn / page_size];
-    uint32_t k_s = smem_addr(smem + L::kKvOff);
     if constexpr (L::kFp8) {
-      w_widen_tile<D, E, BN>(smem, t, tid);
+      w_widen_tile<D, E, BN, NS>(smem, t, tid);
       fence_proxy_async();
       __syncthreads();
-    } else {
-      k_s += (t & 1) * 2 * L::kTileBytes;
     }
-    const uint32_t v_s = k_s + L::kTileBytes;
+    const uint32_t k_s = smem_addr(smem + L::k_off(t));
+    const uint32_t v_s = smem_addr(smem + L::v_off(t));
     const int kv0 = t * BN;
 
-    if (wg_active && kv0 <= wg_max_pos) {
-      float sc[BN / 2];
-      wgmma_fence();
+    // Overlap (kOv): P·V runs one tile behind. The P·V of tile t-1 is issued right after
+    // S = Q·Kᵀ of tile t and runs on the tensor cores during tile t's softmax (FlashAttention-3's
+    // intra-warpgroup overlap); o is rescaled once it completes.
+    // Every warpgroup multiplies every tile, also one wholly in its rows' future (masked to
+    // nothing) or one with no rows (not stored): a wgmma on a path ptxas cannot prove uniform
+    // across the warpgroup is serialized (C7520), which costs far more than the skipped work.
+    const bool pending = L::kOv && t > 0;  // P of tile t-1 still waits for its P·V
+    if (pending) rescale_o<D>(o, corr_prev);  // to tile t-1's max, before its P·V adds in
+    float sc[BN / 2];
+    wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-        const uint32_t qa = q_s + (ks / 4) * kRows * 128 + wr * 128 + (ks % 4) * 32;
-        const uint32_t kb = k_s + (ks / 4) * BN * 128 + (ks % 4) * 32;
-        wgmma_ss<BN>(sc, make_smem_desc(qa, 16, 1024), make_smem_desc(kb, 16, 1024), ks > 0);
-      }
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const uint32_t qa = q_s + (ks / 4) * kRows * 128 + wr * 128 + (ks % 4) * 32;
+      const uint32_t kb = k_s + (ks / 4) * BN * 128 + (ks % 4) * 32;
+      wgmma_ss<BN>(sc, make_smem_desc(qa, 16, 1024), make_smem_desc(kb, 16, 1024), ks > 0);
+    }
+    wgmma_commit();
+    if (pending) {
+      const uint32_t v_prev = smem_addr(smem + L::v_off(t - 1));
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk)
+        wgmma_rs_t<D>(o, pa[kk], make_smem_desc(v_prev + kk * 16 * 128, BN * 128, 1024));
       wgmma_commit();
-      wgmma_wait<0>();
+    }
+    {
+      if (pending) wgmma_wait<1>();  // S is ready; the P·V behind it may still run
+      else wgmma_wait<0>();
       reg_fence<BN / 2>(sc);
       if (kv0 + BN - 1 > wg_min_pos || kv0 + BN > kv_end) {
 #pragma unroll
@@ -200,6 +253,7 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 2 : 1) wgmma_prefill_kern
           if (key > pos[(i >> 1) & 1] || key >= kv_end) sc[i] = -INFINITY;
         }
       }
+      float corr[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float mx = -INFINITY;
@@ -208,8 +262,9 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 2 : 1) wgmma_prefill_kern
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float m_new = fmaxf(m[h], mx * qk);
+        // A row with no visible key yet keeps -inf: 0 as its reference gives exp2 = 0, not NaN.
         const float ref = m_new == -INFINITY ? 0.0f : m_new;
-        const float corr = fast_exp2(m[h] - ref);
+        corr[h] = fast_exp2(m[h] - ref);
         m[h] = m_new;
         float rs = 0;
 #pragma unroll
@@ -218,14 +273,18 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 2 : 1) wgmma_prefill_kern
           sc[4 * nt + 2 * h + 1] = fast_exp2(fmaf(sc[4 * nt + 2 * h + 1], qk, -ref));
           rs += sc[4 * nt + 2 * h] + sc[4 * nt + 2 * h + 1];
         }
-        l[h] = l[h] * corr + rs;
-#pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt) {
-          o[4 * dt + 2 * h] *= corr;
-          o[4 * dt + 2 * h + 1] *= corr;
-        }
+        l[h] = l[h] * corr[h] + rs;
       }
-      uint32_t pa[BN / 16][4];
+      if (pending) {  // o and pa belong to the previous tile's P·V until it completes
+        wgmma_wait<0>();
+        reg_fence<D / 2>(o);
+      }
+      if constexpr (L::kOv) {
+        corr_prev[0] = corr[0];
+        corr_prev[1] = corr[1];
+      } else {
+        rescale_o<D>(o, corr);
+      }
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
         pa[kk][0] = pack_bf16x2(sc[8 * kk + 0], sc[8 * kk + 1]);
@@ -233,18 +292,34 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 2 : 1) wgmma_prefill_kern
         pa[kk][2] = pack_bf16x2(sc[8 * kk + 4], sc[8 * kk + 5]);
         pa[kk][3] = pack_bf16x2(sc[8 * kk + 6], sc[8 * kk + 7]);
       }
-      wgmma_fence();
+      if constexpr (!L::kOv) {
+        wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) {
-        // V rows kk·16 .. +15 (two 8-row groups 1024 B apart), d halves BN·128 B apart.
-        wgmma_rs_t<D>(o, pa[kk], make_smem_desc(v_s + kk * 16 * 128, BN * 128, 1024));
+        for (int kk = 0; kk < BN / 16; ++kk) {
+          // V rows kk·16 .. +15 (two 8-row groups 1024 B apart), d halves BN·128 B apart.
+          wgmma_rs_t<D>(o, pa[kk], make_smem_desc(v_s + kk * 16 * 128, BN * 128, 1024));
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        reg_fence<D / 2>(o);
       }
-      wgmma_commit();
-      wgmma_wait<0>();
-      reg_fence<D / 2>(o);
     }
+    // Slot stage t % kSlotStages was last read copying tile t and is next read copying tile
+    // t + kAhead + 1 (next iteration, after its barrier).
     if (tid < BN)
-      slots[(t & 1) * BN + tid] = jn < kv_end ? next_page * page_size + jn % page_size : -1;
+      slots[(t % L::kSlotStages) * BN + tid] =
+          jn < kv_end ? next_page * page_size + jn % page_size : -1;
+  }
+  if (L::kOv) {  // the last tile's P·V (its V is still in place: nothing was prefetched)
+    rescale_o<D>(o, corr_prev);
+    wgmma_fence();
+    const uint32_t v_last = smem_addr(smem + L::v_off(n_tiles - 1));
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+      wgmma_rs_t<D>(o, pa[kk], make_smem_desc(v_last + kk * 16 * 128, BN * 128, 1024));
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence<D / 2>(o);
   }
 
 #pragma unroll
@@ -264,28 +339,34 @@ __global__ void __launch_bounds__(kThreads, BN == 64 ? 2 : 1) wgmma_prefill_kern
   }
 }
 
-template <int D, int E, int BN>
+template <int D, int E, int BN, int NS>
 void w_launch(const AttentionParams& p, cudaStream_t stream) {
-  wgmma_prefill_kernel<D, E, BN>
-      <<<p.num_tiles * p.kv_heads, kThreads, WLayout<D, E, BN>::kBytes, stream>>>(p);
+  wgmma_prefill_kernel<D, E, BN, NS>
+      <<<p.num_tiles * p.kv_heads, kThreads, WLayout<D, E, BN, NS>::kBytes, stream>>>(p);
   CUDA_LAUNCH_CHECK();
 }
 
-template <int D, int BN>
+template <int D, int BN, int NS>
 void w_launch_d(const AttentionParams& p, cudaStream_t stream) {
-  if (p.kv_elem == kKvE4M3) w_launch<D, kKvE4M3, BN>(p, stream);
-  else if (p.kv_elem == kKvE5M2) w_launch<D, kKvE5M2, BN>(p, stream);
-  else w_launch<D, kKvBf16, BN>(p, stream);
+  if (p.kv_elem == kKvE4M3) w_launch<D, kKvE4M3, BN, 2>(p, stream);
+  else if (p.kv_elem == kKvE5M2) w_launch<D, kKvE5M2, BN, 2>(p, stream);
+  else w_launch<D, kKvBf16, BN, NS>(p, stream);
 }
 
+template <int D, int E, int BN, int NS>
+void w_set_limit() {
+  static_assert(WLayout<D, E, BN, NS>::kBytes <= 227 * 1024, "shared memory per block");
+  CUDA_CHECK(cudaFuncSetAttribute(wgmma_prefill_kernel<D, E, BN, NS>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  WLayout<D, E, BN, NS>::kBytes));
+}
 template <int D, int BN>
 void w_set_limits() {
-  CUDA_CHECK(cudaFuncSetAttribute(wgmma_prefill_kernel<D, kKvBf16, BN>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, WLayout<D, kKvBf16, BN>::kBytes));
-  CUDA_CHECK(cudaFuncSetAttribute(wgmma_prefill_kernel<D, kKvE4M3, BN>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, WLayout<D, kKvE4M3, BN>::kBytes));
-  CUDA_CHECK(cudaFuncSetAttribute(wgmma_prefill_kernel<D, kKvE5M2, BN>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, WLayout<D, kKvE5M2, BN>::kBytes));
+  w_set_limit<D, kKvBf16, BN, 2>();
+  w_set_limit<D, kKvBf16, BN, 3>();
+  w_set_limit<D, kKvBf16, BN, kOverlap>();
+  w_set_limit<D, kKvE4M3, BN, 2>();
+  w_set_limit<D, kKvE5M2, BN, 2>();
 }
 
 }  // namespace
@@ -297,13 +378,21 @@ void init_wgmma_prefill_kernels() {
   w_set_limits<128, 128>();
 }
 
-void launch_wgmma_prefill(const AttentionParams& p, int keys_per_tile, cudaStream_t stream) {
+void launch_wgmma_prefill(const AttentionParams& p, int keys_per_tile, int stages,
+                          cudaStream_t stream) {
   CHECK_MSG(p.scale_log2 * p.k_scale > 0, "prefill attention: scale {} · k_scale {} must be > 0",
             p.scale_log2, p.k_scale);
-  const bool wide = keys_per_tile == 128;
+  const bool wide = keys_per_tile == 128, deep = stages == 3;
+  if (stages == kOverlap && p.head_dim == 128 && wide) return w_launch_d<128, 128, kOverlap>(p, stream);
   switch (p.head_dim) {
-    case 64: wide ? w_launch_d<64, 128>(p, stream) : w_launch_d<64, 64>(p, stream); break;
-    case 128: wide ? w_launch_d<128, 128>(p, stream) : w_launch_d<128, 64>(p, stream); break;
+    case 64:
+      if (wide) deep ? w_launch_d<64, 128, 3>(p, stream) : w_launch_d<64, 128, 2>(p, stream);
+      else deep ? w_launch_d<64, 64, 3>(p, stream) : w_launch_d<64, 64, 2>(p, stream);
+      break;
+    case 128:
+      if (wide) deep ? w_launch_d<128, 128, 3>(p, stream) : w_launch_d<128, 128, 2>(p, stream);
+      else deep ? w_launch_d<128, 64, 3>(p, stream) : w_launch_d<128, 64, 2>(p, stream);
+      break;
     default: CHECK_MSG(false, "wgmma prefill attention: head_dim {}", p.head_dim);
   }
 }
