@@ -1,12 +1,13 @@
 // Offline throughput through the real engine (continuous batching, chunked prefill, the paged
-// pool, host sampling) on random bf16 weights of a real Llama shape (default Llama-3.1-8B):
+// pool, sampling on the GPU) on random bf16 weights of a real Llama shape (default Llama-3.1-8B):
 // N prompts of random token ids, fixed output length (ignore_eos), greedy — the workload of
 // SGLang's bench_offline_throughput with --dataset-name random. Output tokens per second of
 // wall time from the first submission to the last completion.
 //
 // Then a breakdown of one decode step at batch B and context C outside the engine: the forward
-// pass (with the logits' download), the logits' download alone and the host argmax of B rows, so
-// the engine's per-step cost can be split into GPU work and host work.
+// pass with GPU sampling (what the engine runs: only ids come back), the same with the logits'
+// download instead, the logits' download alone, the sampling op alone and the host argmax of B
+// rows, so the engine's per-step cost can be split into GPU work and host work.
 //
 // Usage: strata_bench_offline_bench [--config PATH] [--tokenizer DIR] [--prompts N] [--in N]
 //   [--out N] [--kv-cache-dtype auto|fp8_e4m3|fp8_e5m2] [--max-running N] [--mem-fraction F]
@@ -114,11 +115,12 @@ void run_engine(const Args& a, const std::string& dir) {
   const EngineStats st = eng.stats();
   std::printf("offline  %d prompts x %d in / %d out, greedy, KV %s: %lld output tokens in %.1f s = "
               "%.0f output tok/s (%.0f total tok/s); %lld of %d finished%s; %lld steps, max running "
-              "%lld, retractions %lld\n",
+              "%lld, retractions %lld; %.1f ms per engine step\n",
               a.prompts, a.in, a.out, eng.kv_config().describe().c_str(), (long long)toks, wall,
               double(toks) / wall, double(toks + finished * a.in) / wall, (long long)finished,
               a.prompts, aborted ? " (stopped at --max-seconds; rate over the tokens made so far)" : "",
-              (long long)st.steps_total, (long long)max_running, (long long)st.retractions_total);
+              (long long)st.steps_total, (long long)max_running, (long long)st.retractions_total,
+              st.steps_total > 0 ? wall * 1e3 / double(st.steps_total) : 0.0);
   std::fflush(stdout);
   if (aborted)
     for (int64_t id : ids) eng.abort(id);
@@ -172,9 +174,17 @@ void breakdown(const Args& a, const std::string& dir) {
     return since(t) / reps * 1e3;
   };
   const double fwd = time_it(5, [&] { model.forward(fb, *kv, logits.data()); });
+  std::vector<SampleRowParams> greedy(static_cast<size_t>(B));
+  std::vector<int32_t> ids(static_cast<size_t>(B));
+  const SampleArgs args{.params = greedy.data(), .token_ids = ids.data()};
+  const double fwd_sample = time_it(5, [&] { model.forward_sample(fb, *kv, args); });
   auto dev_logits = be.alloc(DType::kBF16, {B, vocab});
   be.fill_random(*dev_logits, 5, 1.0f);
   const double dl = time_it(5, [&] { be.download_f32(*dev_logits, logits.data()); });
+  const double op = time_it(5, [&] { be.sample(*dev_logits, greedy.data(), ids.data()); });
+  std::vector<SampleRowParams> hot(static_cast<size_t>(B), SampleRowParams{.temperature = 0.8f, .top_p = 0.95f,
+                                                               .uniform = 0.5});
+  const double op_hot = time_it(5, [&] { be.sample(*dev_logits, hot.data(), ids.data()); });
   const double am = time_it(3, [&] {
     volatile int64_t sink = 0;
     for (int s = 0; s < B; ++s) {
@@ -182,10 +192,12 @@ void breakdown(const Args& a, const std::string& dir) {
       sink = sink + (std::max_element(r, r + vocab) - r);
     }
   });
-  std::printf("step     decode batch %d, context %d, KV %s: forward incl. logits download %.2f ms "
-              "(%.0f tok/s if nothing else ran); logits download + bf16->f32 alone %.2f ms; host "
-              "argmax of %d rows %.2f ms\n",
-              B, C, dtype_name(lay.dtype), fwd, B / (fwd * 1e-3), dl, B, am);
+  std::printf("step     decode batch %d, context %d, KV %s: forward + GPU greedy sampling %.2f ms "
+              "(%.0f tok/s if nothing else ran); forward incl. logits download %.2f ms; logits "
+              "download + bf16->f32 alone %.2f ms; sampling op alone: greedy %.3f ms, T 0.8 top_p "
+              "0.95 %.3f ms; host argmax of %d rows on one core %.2f ms\n",
+              B, C, dtype_name(lay.dtype), fwd_sample, B / (fwd_sample * 1e-3), fwd, dl, op, op_hot,
+              B, am);
 }
 
 }  // namespace

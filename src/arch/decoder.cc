@@ -63,7 +63,40 @@ void DecoderModel::forward(const ForwardBatch& batch, KvStorage& kv, float* logi
   if (tp_.active()) return tp_logits(*rows, logits);
   auto out = be.alloc(act, {n, spec_.vocab_size});
   be.linear(*rows, lm_head_, *out);
+  if (sample_args_ != nullptr) return sample_device_logits(*out, *sample_args_);
   be.download_f32(*out, logits);
+}
+
+void DecoderModel::forward_sample(const ForwardBatch& batch, KvStorage& kv,
+                                  const SampleArgs& args) {
+  const int n = batch.num_logit_rows;
+  const int64_t vocab = spec_.vocab_size;
+  if (tp_.active()) {
+    // Tensor parallel: the logits are gathered to the host anyway; sample them there.
+    std::vector<float> logits(size_t(n) * size_t(vocab));
+    forward(batch, kv, logits.data());
+    std::vector<std::pair<float, int32_t>> scratch;
+    for (int i = 0; i < n; ++i)
+      args.token_ids[i] = sample_row_reference(logits.data() + size_t(i) * size_t(vocab), vocab,
+                                               args.params[i], scratch);
+    for (int i = 0; i < args.num_keep; ++i)
+      std::memcpy(args.kept_logits + size_t(i) * size_t(vocab),
+                  logits.data() + size_t(args.keep_rows[i]) * size_t(vocab), size_t(vocab) * 4);
+    return;
+  }
+  sample_args_ = &args;
+  forward(batch, kv, nullptr);
+  sample_args_ = nullptr;
+}
+
+void DecoderModel::sample_device_logits(const Tensor& logits, const SampleArgs& args) {
+  Backend& be = *backend_;
+  be.sample(logits, args.params, args.token_ids);
+  if (args.num_keep == 0) return;
+  // Only the rows that need logprobs come back in full.
+  auto kept = be.alloc(logits.dtype, {args.num_keep, logits.dim(1)});
+  be.gather_rows(logits, args.keep_rows, args.num_keep, *kept);
+  be.download_f32(*kept, args.kept_logits);
 }
 
 void DecoderModel::tp_embedding(const ForwardBatch& batch, const Tensor& out) {

@@ -12,6 +12,7 @@ namespace strata {
 class DecoderModel : public Model {
  public:
   void forward(const ForwardBatch& batch, KvStorage& kv, float* logits) final;
+  void forward_sample(const ForwardBatch& batch, KvStorage& kv, const SampleArgs& args) final;
 
  protected:
   // rotary_dim: the dims rope rotates (the whole head for Llama, qk_rope_head_dim for MLA).
@@ -43,6 +44,11 @@ class DecoderModel : public Model {
   void tp_embedding(const ForwardBatch& batch, const Tensor& out);
   // Vocab-parallel logits: this rank's [n, vocab_shard] columns, all-gathered into host `logits`.
   void tp_logits(const Tensor& rows, float* logits);
+
+  // Set by forward_sample for the duration of its forward(): the logits are then sampled on the
+  // device (sample_device_logits) instead of downloaded.
+  const SampleArgs* sample_args_ = nullptr;
+  void sample_device_logits(const Tensor& logits, const SampleArgs& args);
 
   int rotary_dim_;
 };

@@ -26,6 +26,17 @@ struct ForwardBatch {
   int num_logit_rows = 0;
 };
 
+// What Model::forward_sample does with the logit rows: each is sampled where the logits are
+// (Backend::sample; on CUDA only the ids come back), and the rows a caller needs in full (top
+// logprobs) are also downloaded.
+struct SampleArgs {
+  const SampleRowParams* params = nullptr;  // host [num_logit_rows]
+  int32_t* token_ids = nullptr;             // host [num_logit_rows], written
+  const int32_t* keep_rows = nullptr;       // host [num_keep]: indices into the logit rows
+  int num_keep = 0;
+  float* kept_logits = nullptr;             // host [num_keep, vocab_size] float32, written
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -38,6 +49,9 @@ class Model {
   // Runs the batch, writes the new tokens' K/V into `kv`, and writes float32 logits
   // [num_logit_rows, vocab_size] to host memory `logits`. Engine thread only.
   virtual void forward(const ForwardBatch& batch, KvStorage& kv, float* logits) = 0;
+  // Runs the batch like forward() and samples its logit rows by `args` (SampleArgs) instead of
+  // handing back all logits. Engine thread only.
+  virtual void forward_sample(const ForwardBatch& batch, KvStorage& kv, const SampleArgs& args) = 0;
 
   // Receives every named intermediate (design.md §7) when set: tests diff layer by layer.
   using Tracer = std::function<void(std::string_view name, int layer, const Tensor& t)>;

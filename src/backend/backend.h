@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/attention_metadata.h"
@@ -160,6 +161,33 @@ struct MoeExpertWeights {
   int64_t hidden() const { return down->view().dim(1); }
 };
 
+// ---- sampling ----
+// How one row of logits becomes a token: greedy at temperature 0 (or top_k 1), else softmax at
+// `temperature` over the candidates sorted by (logit descending, id ascending), cut to the top_k,
+// to those within min_p of the top probability and to the smallest prefix whose mass reaches
+// top_p, then the inverse CDF at `uniform` in that order. The caller draws `uniform` from the
+// request's own generator (engine/sampler.h), one draw per non-greedy token, so a seeded request
+// gives the same tokens on every backend and in every batch.
+// Defined edge cases (every backend): greedy is std::max_element (ties and +-0 to the lowest id;
+// NaN never wins unless it is element 0, then 0 wins); when sampling, NaN counts as -inf, and a
+// row whose largest logit is not finite (+inf, or nothing above -inf) returns the greedy token.
+struct SampleRowParams {
+  float temperature = 0.0f;  // <= 0: greedy
+  float top_p = 1.0f;        // (0, 1]
+  int32_t top_k = 0;         // <= 0 or >= vocab: off; 1: greedy
+  float min_p = 0.0f;        // [0, 1)
+  double uniform = 0.0;      // [0, 1); unused when greedy
+};
+inline bool sample_is_greedy(const SampleRowParams& p) {
+  return p.temperature <= 0.0f || p.top_k == 1;
+}
+// The reference (the CPU twin, backend/cpu/sampling.cc): one float32 row. `scratch` is reused
+// between calls.
+int32_t sample_row_reference(const float* logits, int64_t vocab, const SampleRowParams& p,
+                             std::vector<std::pair<float, int32_t>>& scratch);
+// std::max_element's index over one float32 row.
+int32_t argmax_row_reference(const float* logits, int64_t vocab);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -238,6 +266,12 @@ class Backend {
   // out[t] = Σ_j topk_weights[t, j] · expert_{topk_ids[t, j]}(x[t]); x, out [T, hidden].
   virtual void moe_experts(const Tensor& x, const MoeExpertWeights& experts, const Tensor& topk_ids,
                            const Tensor& topk_weights, const Tensor& out) = 0;
+
+  // ---- sampling ----
+  // One token per row of `logits` [rows, vocab] (a tensor of this backend, float dtype) into host
+  // out_ids [rows], by SampleRowParams' rules with params[r] (host [rows]); only the ids leave the
+  // device. Ends the backend's step (waits for the work queued before it).
+  virtual void sample(const Tensor& logits, const SampleRowParams* params, int32_t* out_ids) = 0;
 };
 
 // The CPU reference backend.

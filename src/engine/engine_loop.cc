@@ -4,7 +4,6 @@
 #include <chrono>
 
 #include "core/log.h"
-#include "core/thread_pool.h"
 #include "engine/batch_plan.h"
 #include "engine/live_request.h"
 #include "engine/schedule_state.h"
@@ -116,28 +115,35 @@ void Engine::run_step() {
     fb.attn = plan.view();
     fb.logit_rows = plan.logits_rows.data();
     fb.num_logit_rows = int(plan.logits_rows.size());
-    logits_.resize(plan.logits_rows.size() * size_t(vocab));
-    model_->forward(fb, *kv_, logits_.data());
-
-    std::vector<int32_t> sampled(plan.logits_rows.size());
-    std::vector<TokenLogprobs> lps(plan.logits_rows.size());
-    std::vector<Live*> row_live(plan.logits_rows.size());
-    for (size_t j = 0; j < row_live.size(); ++j)
-      row_live[j] = live_.at(step.seqs[size_t(plan.sampled_seqs[j])].request->id()).get();
-    // Rows are independent (each request has its own generator), so they are sampled in
-    // parallel: a large decode batch's rows over a 128K vocabulary take tens of ms on one core.
-    parallel_for(int64_t(row_live.size()), 8, [&](int64_t begin, int64_t end) {
-      thread_local std::vector<std::pair<float, int32_t>> scratch;
-      for (int64_t j = begin; j < end; ++j) {
-        Live& live = *row_live[size_t(j)];
-        const SamplingParams& p = live.request.params();
-        const SampleConfig sc{.temperature = p.temperature, .top_p = p.top_p, .top_k = p.top_k};
-        const float* row = logits_.data() + size_t(j) * size_t(vocab);
-        sampled[size_t(j)] = sample_token(row, vocab, sc, live.rng, scratch);
-        if (live.top_logprobs >= 0)
-          lps[size_t(j)] = token_logprobs(row, vocab, sampled[size_t(j)], live.top_logprobs);
-      }
-    });
+    // Each row's sampling parameters, with its request's draw (one per sampled token, in the
+    // request's own stream); the backend samples where the logits are and only ids come back,
+    // plus the full rows of requests that asked for logprobs.
+    const size_t n = plan.logits_rows.size();
+    std::vector<Live*> row_live(n);
+    std::vector<SampleRowParams> row_params(n);
+    std::vector<int32_t> keep_rows;
+    for (size_t j = 0; j < n; ++j) {
+      Live& live = *live_.at(step.seqs[size_t(plan.sampled_seqs[j])].request->id());
+      row_live[j] = &live;
+      const SamplingParams& p = live.request.params();
+      row_params[j] = draw_row_params(
+          SampleConfig{.temperature = p.temperature, .top_p = p.top_p, .top_k = p.top_k}, live.rng);
+      if (live.top_logprobs >= 0) keep_rows.push_back(int32_t(j));
+    }
+    std::vector<int32_t> sampled(n);
+    logits_.resize(keep_rows.size() * size_t(vocab));
+    model_->forward_sample(fb, *kv_,
+                           SampleArgs{.params = row_params.data(),
+                                      .token_ids = sampled.data(),
+                                      .keep_rows = keep_rows.data(),
+                                      .num_keep = int(keep_rows.size()),
+                                      .kept_logits = logits_.data()});
+    std::vector<TokenLogprobs> lps(n);
+    for (size_t i = 0; i < keep_rows.size(); ++i) {
+      const size_t j = size_t(keep_rows[i]);
+      lps[j] = token_logprobs(logits_.data() + i * size_t(vocab), vocab, sampled[j],
+                              row_live[j]->top_logprobs);
+    }
     std::vector<Request*> finished = state_->complete(step, sampled);
     {
       std::lock_guard<std::mutex> lk(mu_);

@@ -1,12 +1,16 @@
-// Token sampling on the host from float32 logits: greedy at temperature 0, else temperature,
-// top-k, top-p (nucleus) and min-p filtering, drawn from a per-request seeded generator so a
-// request's output depends only on its seed, never on the batch it ran in.
+// Token sampling: greedy at temperature 0, else temperature, top-k, top-p (nucleus) and min-p
+// filtering, drawn from a per-request seeded generator so a request's output depends only on its
+// seed, never on the batch it ran in. The rules are backend.h's SampleRowParams: the engine draws
+// each row's uniform here (draw_row_params) and a backend samples the rows where the logits are
+// (Backend::sample, on the GPU for CUDA); sample_token does both on the host.
 #pragma once
 
 #include <cstdint>
 #include <random>
 #include <utility>
 #include <vector>
+
+#include "backend/backend.h"
 
 namespace strata {
 
@@ -28,7 +32,12 @@ class SamplerRng {
   std::mt19937_64 gen_;
 };
 
-// Picks the next token. `scratch` is reused between calls to avoid allocation.
+// The row parameters of one token: the config plus, unless greedy, one draw from `rng` (the
+// stream advances exactly one draw per sampled token, none per greedy one).
+SampleRowParams draw_row_params(const SampleConfig& cfg, SamplerRng& rng);
+
+// Picks the next token on the host (draw_row_params + sample_row_reference). `scratch` is reused
+// between calls to avoid allocation.
 int32_t sample_token(const float* logits, int64_t vocab, const SampleConfig& cfg, SamplerRng& rng,
                      std::vector<std::pair<float, int32_t>>& scratch);
 

@@ -65,6 +65,8 @@ class CpuBackend : public Backend {
                  const Tensor& topk_weights) override;
   void moe_experts(const Tensor& x, const MoeExpertWeights& experts, const Tensor& topk_ids,
                    const Tensor& topk_weights, const Tensor& out) override;
+  // sampling.cc: sample_row_reference per row, rows in parallel.
+  void sample(const Tensor& logits, const SampleRowParams* params, int32_t* out_ids) override;
 };
 
 // out[r][j] = x[r] · w[j] (+ bias[j]) for r < m, j < n over k inputs, with row strides ldx, ldw,

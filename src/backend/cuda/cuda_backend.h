@@ -159,6 +159,8 @@ class CudaBackend : public Backend {
                  const Tensor& topk_weights) override;
   void moe_experts(const Tensor& x, const MoeExpertWeights& experts, const Tensor& topk_ids,
                    const Tensor& topk_weights, const Tensor& out) override;
+  // sampling.cu, one block per row; only the ids are copied back.
+  void sample(const Tensor& logits, const SampleRowParams* params, int32_t* out_ids) override;
 
   // ---- CUDA-specific ----
   // Graph mode: see the file comment. Switching flushes the current step.

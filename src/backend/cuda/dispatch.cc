@@ -2,6 +2,7 @@
 // parameters and records the launch (cuda_backend.h). Kernels live one op per .cu file.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "backend/cuda/cuda_backend.h"
@@ -26,6 +27,7 @@ enum Op : int {
   kOpPrefill,
   kOpGemmBatched,
   kOpSlice,
+  kOpSample,
 };
 
 }  // namespace
@@ -40,7 +42,7 @@ const char* op_name(int op) {
   static const char* names[] = {"?",      "h2d_copy", "copy_rows", "rms_norm", "add",
                                 "silu_mul", "rope",   "gemv",      "gemm",     "bias",
                                 "kv_write", "attn_decode", "attn_prefill", "gemm_batched",
-                                "slice"};
+                                "slice", "sample"};
   return op >= 0 && op < int(sizeof names / sizeof names[0]) ? names[op] : "?";
 }
 
@@ -491,6 +493,49 @@ void CudaBackend::paged_attention(const Tensor& q, const KvStorage& kv, int laye
   if (p.num_tiles == 0) return;
   p.tiles = stage_i32(tiles.data(), int64_t(tiles.size()));
   record(kOpPrefill, p, launch_prefill_attention);
+}
+
+void CudaBackend::sample(const Tensor& logits, const SampleRowParams* params, int32_t* out_ids) {
+  static_assert(sizeof(SampleRowDev) == sizeof(SampleRowParams) &&
+                offsetof(SampleRowParams, uniform) == offsetof(SampleRowDev, uniform) &&
+                offsetof(SampleRowParams, min_p) == offsetof(SampleRowDev, min_p));
+  CHECK(logits.is_contiguous());
+  CHECK_MSG(logits.dtype == DType::kBF16 || logits.dtype == DType::kF32,
+            "sample: logits must be bf16 or f32, got {}", dtype_name(logits.dtype));
+  const int64_t rows = logits.numel() == 0 ? 0 : logits.dim(0), vocab = logits.dim(-1);
+  if (rows == 0) return;
+  CHECK_MSG(vocab < (int64_t(1) << 31), "sample: vocab {} too large", vocab);
+  bool any_sampling = false;
+  for (int64_t r = 0; r < rows; ++r) any_sampling |= !sample_is_greedy(params[r]);
+  if (logits.dtype == DType::kF32 && any_sampling) {
+    // Float32 logits (not produced by this backend's models): the reference on the host.
+    std::vector<float> host(size_t(rows * vocab));
+    download_f32(logits, host.data());
+    std::vector<std::pair<float, int32_t>> scratch;
+    for (int64_t r = 0; r < rows; ++r)
+      out_ids[r] = sample_row_reference(host.data() + r * vocab, vocab, params[r], scratch);
+    return;
+  }
+  // The row parameters travel through staging as raw 32-bit words (24 bytes a row).
+  const int32_t* dev_params =
+      stage_i32(reinterpret_cast<const int32_t*>(params), rows * int64_t(sizeof(SampleRowParams) / 4));
+  auto out = alloc(DType::kI32, {rows});
+  DeviceTensorPtr hist;
+  if (any_sampling) hist = scratch(rows * 65536 * 4);
+  auto p = zeroed<SampleParams>();
+  p.logits = logits.data;
+  p.params = reinterpret_cast<const SampleRowDev*>(dev_params);
+  p.out = static_cast<int32_t*>(out->view().data);
+  p.hist = hist ? static_cast<uint32_t*>(hist->view().data) : nullptr;
+  p.vocab = vocab;
+  p.rows = int(rows);
+  p.f32 = logits.dtype == DType::kF32;
+  const int64_t row_bytes = vocab * dtype_size(logits.dtype);
+  p.vec = row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(logits.data) % 16 == 0;
+  p.any_sampling = any_sampling;
+  record(kOpSample, p, launch_sample);
+  end_step();
+  CUDA_CHECK(cudaMemcpy(out_ids, out->view().data, size_t(rows) * 4, cudaMemcpyDeviceToHost));
 }
 
 }  // namespace strata::cuda

@@ -213,4 +213,26 @@ void launch_prefill_attention(const AttentionParams& p, cudaStream_t stream);
 void init_attention_kernels();
 void init_decode_attention_kernels();  // called by init_attention_kernels
 
+// ---- sampling.cu ----
+// backend.h's SampleRowParams, byte for byte (the host array is staged as is).
+struct SampleRowDev {
+  float temperature;
+  float top_p;
+  int32_t top_k;
+  float min_p;
+  double uniform;
+};
+struct SampleParams {
+  const void* logits;          // [rows, vocab] bf16 (or f32: greedy rows only)
+  const SampleRowDev* params;  // device [rows]
+  int32_t* out;                // device [rows]
+  uint32_t* hist;              // device [rows, 65536] scratch when any row samples, else null
+  int64_t vocab;
+  int rows;
+  int f32;
+  int vec;           // rows are 16-byte aligned and a whole number of 16-byte vectors
+  int any_sampling;
+};
+void launch_sample(const SampleParams& p, cudaStream_t stream);
+
 }  // namespace strata::cuda
