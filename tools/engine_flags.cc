@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/log.h"
+#include "engine/tp_driver.h"
 
 namespace strata::tools {
 
@@ -128,6 +129,16 @@ int parse_cli(CLI::App& app, int argc, char** argv) {
     return 2;
   }
   return -1;
+}
+
+std::optional<Status> run_tp_worker_if_launched(const EngineConfig& c) {
+  if (c.tp_size <= 1) return std::nullopt;
+  TpConfig tpc{.tp_size = c.tp_size, .device = c.device, .sharding = {.allow_uneven = c.tp_allow_uneven}};
+  auto launch = tp_launch_from_env(c.tp_size, c.device, &tpc.nccl_id_file);
+  if (!launch.ok()) return launch.status();
+  if (!*launch || (*launch)->rank == 0) return std::nullopt;
+  tpc.launch = *launch;
+  return run_tp_worker(c.model_path, tpc);
 }
 
 }  // namespace strata::tools

@@ -153,6 +153,7 @@ int generate_main(int argc, char** argv) {
   } else {
     auto cfg = finish_engine_flags(ef);
     if (!cfg.ok()) return fail(cfg.status());
+    if (auto worker = run_tp_worker_if_launched(*cfg)) return worker->ok() ? 0 : fail(*worker);
     auto e = Engine::create(*cfg);
     if (!e.ok()) return fail(e.status());
     engine = std::move(e).value();

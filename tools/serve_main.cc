@@ -136,6 +136,7 @@ int serve_main(int argc, char** argv) {
   if (sc.drain_timeout_s < 0) return fail(invalid_argument("--drain-timeout must be >= 0"));
   auto cfg = finish_engine_flags(ef);
   if (!cfg.ok()) return fail(cfg.status());
+  if (auto worker = run_tp_worker_if_launched(*cfg)) return worker->ok() ? 0 : fail(*worker);
   if (sc.served_model_name.empty())
     sc.served_model_name = std::filesystem::path(cfg->model_path).lexically_normal().filename().string();
   if (sc.served_model_name.empty())  // a path ending in '/'

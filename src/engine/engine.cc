@@ -186,8 +186,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   e->context_length_ = plan.context_length;
 
   if (config.tp_size > 1) {
-    const TpConfig tpc{.tp_size = config.tp_size, .device = config.device,
-                       .sharding = {.allow_uneven = config.tp_allow_uneven}};
+    TpConfig tpc{.tp_size = config.tp_size, .device = config.device,
+                 .sharding = {.allow_uneven = config.tp_allow_uneven}};
+    // Started by mpirun/srun as rank 0 of several processes: the others run run_tp_worker.
+    STRATA_ASSIGN_OR_RETURN(tpc.launch, tp_launch_from_env(config.tp_size, config.device, &tpc.nccl_id_file));
     STRATA_ASSIGN_OR_RETURN(TpRankFactory factory, make_tp_rank_factory(tpc));
     STRATA_ASSIGN_OR_RETURN(e->model_, create_tp_model(spec, weights, tpc, factory, &e->backend_));
   } else {

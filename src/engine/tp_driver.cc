@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <cstring>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "backend/cpu/comm_local.h"
 #include "core/log.h"
 #include "engine/batch_plan.h"
+#include "model/config.h"
 #include "model/weights.h"
 #ifdef STRATA_HAVE_NCCL
 #include "backend/cuda/nccl_comm.h"
@@ -292,8 +294,49 @@ StatusOr<RankSetup> setup_rank(int r, const ModelSpec& spec, const WeightStore& 
 
 }  // namespace
 
+StatusOr<std::optional<LaunchRank>> tp_launch_from_env(int tp_size, const std::string& device,
+                                                       std::string* nccl_id_file) {
+  STRATA_ASSIGN_OR_RETURN(LaunchRank launch, launch_rank_from_env());
+  if (launch.size <= 1) return std::optional<LaunchRank>();
+  if (launch.size != tp_size)
+    return invalid_argument("the launcher started {} processes ({}) but --tp-size is {}: give --tp-size {} (one "
+                            "rank per process)", launch.size, launch.source, tp_size, launch.size);
+  if (device != "cuda")
+    return invalid_argument("{} ranks started by a launcher ({}) need --device cuda: ranks of several processes "
+                            "talk through NCCL", launch.size, launch.source);
+  if (const char* f = std::getenv("STRATA_NCCL_ID_FILE"); f != nullptr && *f != '\0') {
+    *nccl_id_file = f;
+  } else {
+    std::string job = "0";
+    for (const char* v : {"SLURM_JOB_ID", "OMPI_MCA_orte_ess_jobid", "PMI_JOBID"})
+      if (const char* j = std::getenv(v); j != nullptr && *j != '\0') {
+        job = j;
+        break;
+      }
+    *nccl_id_file = ".strata_nccl_id." + job;
+  }
+  return std::optional<LaunchRank>(launch);
+}
+
 StatusOr<TpRankFactory> make_tp_rank_factory(const TpConfig& config) {
   if (config.tp_size < 1) return invalid_argument("--tp-size must be >= 1, got {}", config.tp_size);
+  if (config.launch) {
+#ifdef STRATA_HAVE_NCCL
+    const LaunchRank launch = *config.launch;
+    const std::string id_file = config.nccl_id_file;
+    return TpRankFactory([launch, id_file](int r, const std::atomic<bool>& failed) -> StatusOr<TpRankResources> {
+      CHECK_EQ(r, launch.rank);
+      STRATA_RETURN_IF_ERROR(cuda_bind_device(launch.local_rank));
+      TpRankResources res;
+      res.backend = make_cuda_backend();
+      STRATA_ASSIGN_OR_RETURN(NcclId id, nccl_id_for_launch(launch, id_file, 600));
+      STRATA_ASSIGN_OR_RETURN(res.comm, make_nccl_comm(id, r, launch.size, cuda_backend_stream(*res.backend), &failed));
+      return res;
+    });
+#else
+    return failed_precondition("launcher-started ranks need a build with NCCL (-DSTRATA_CUDA=ON)");
+#endif
+  }
   if (config.device == "cpu") {
     auto comms = std::make_shared<std::vector<std::unique_ptr<Communicator>>>(make_local_comm_group(config.tp_size));
     auto taken = std::make_shared<std::mutex>();
@@ -333,7 +376,11 @@ StatusOr<std::unique_ptr<Model>> create_tp_model(const ModelSpec& spec, const We
   auto plan = std::make_shared<TpShardPlan>(std::move(plan_value));
   auto state = std::make_shared<TpGroupState>();
   std::vector<std::thread> workers;
-  for (int r = 1; r < config.tp_size; ++r) {
+  if (config.launch && config.launch->rank != 0)
+    return internal_error("rank {} of a launcher job runs run_tp_worker, not the engine", config.launch->rank);
+  // With a launcher the other ranks are other processes; else threads of this one.
+  const int local_ranks = config.launch ? 1 : config.tp_size;
+  for (int r = 1; r < local_ranks; ++r) {
     // Workers keep only `spec` and `plan` (shared) after the barrier; `weights` is read before it.
     workers.emplace_back([r, spec, &weights, plan, &factory, state] {
       auto s = setup_rank(r, spec, weights, *plan, factory, *state);
@@ -359,6 +406,25 @@ StatusOr<std::unique_ptr<Model>> create_tp_model(const ModelSpec& spec, const We
   *rank0_backend = std::move(s0->res.backend);
   return std::unique_ptr<Model>(new TpModel(std::move(s0->model), std::move(s0->res.comm), state, plan,
                                             std::move(workers)));
+}
+
+Status run_tp_worker(const std::string& model_path, const TpConfig& config) {
+  if (!config.launch || config.launch->rank == 0) return internal_error("run_tp_worker: not a worker rank");
+  const int r = config.launch->rank;
+  STRATA_ASSIGN_OR_RETURN(ModelSpec spec, load_model_spec(model_path));
+  STRATA_ASSIGN_OR_RETURN(WeightStore weights, WeightStore::open(model_path, spec.quant));
+  STRATA_ASSIGN_OR_RETURN(TpShardPlan plan, plan_tp_sharding(spec, config.tp_size, config.sharding));
+  STRATA_ASSIGN_OR_RETURN(TpRankFactory factory, make_tp_rank_factory(config));
+  TpGroupState state;
+  auto s = setup_rank(r, spec, weights, plan, factory, state);
+  if (!s.ok()) return s.status().with_context("tensor-parallel rank {}", r);
+  Communicator& comm = *s->res.comm;
+  LOG_INFO("tensor parallel: rank {} of {} ({}) loaded; serving rank 0's steps", r, config.tp_size,
+           config.launch->source);
+  Status st = comm.barrier();
+  if (st.ok()) st = worker_loop(comm, *s->model, *s->res.backend);
+  state.remove(&comm);
+  return st.with_context("tensor-parallel rank {}", r);
 }
 
 }  // namespace strata

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 
@@ -28,8 +29,22 @@ class WeightStore;
 struct TpConfig {
   int tp_size = 1;
   std::string device = "cpu";  // cpu: in-process ranks; cuda: one rank per visible GPU (NCCL)
-  ShardingOptions sharding;    // allow_uneven: tests only (model/sharding.h)
+  ShardingOptions sharding{};  // allow_uneven: tests only (model/sharding.h)
+  // Set when an existing launcher (mpirun, srun) started one process per rank
+  // (tp_launch_from_env): this process hosts only rank launch->rank, on GPU launch->local_rank,
+  // and the NCCL id travels through `nccl_id_file` (or STRATA_NCCL_ID). Rank 0 runs the engine
+  // (create_tp_model); every other rank runs run_tp_worker until rank 0 shuts the group down.
+  std::optional<LaunchRank> launch{};
+  std::string nccl_id_file{};
 };
+
+// The launcher's ranks when this process was started as one of several (size > 1), else nullopt.
+// Errors: a launcher size that is not --tp-size (no silent clamping), or a CPU device (ranks of
+// several processes talk through NCCL only). The id file: $STRATA_NCCL_ID_FILE, else
+// ./.strata_nccl_id.<job id from SLURM_JOB_ID / OMPI_MCA_orte_ess_jobid / PMI, or "0"> (on a
+// filesystem every node sees; multi-node jobs may set STRATA_NCCL_ID instead).
+StatusOr<std::optional<LaunchRank>> tp_launch_from_env(int tp_size, const std::string& device,
+                                                       std::string* nccl_id_file);
 
 // Makes rank r's backend and communicator on rank r's own thread (CUDA: binds the thread to GPU
 // r first; NCCL's init must run on all ranks at once). `group_failed` turns true when another
@@ -51,5 +66,10 @@ StatusOr<TpRankFactory> make_tp_rank_factory(const TpConfig& config);
 StatusOr<std::unique_ptr<Model>> create_tp_model(const ModelSpec& spec, const WeightStore& weights,
                                                  const TpConfig& config, const TpRankFactory& factory,
                                                  std::unique_ptr<Backend>* rank0_backend);
+
+// A launcher-started rank other than 0 (config.launch set): loads this rank's slices, then runs
+// rank 0's broadcast steps until its shutdown message. Returns the group's error if any rank
+// failed (the process should then exit non-zero, which makes the launcher stop the others).
+Status run_tp_worker(const std::string& model_path, const TpConfig& config);
 
 }  // namespace strata

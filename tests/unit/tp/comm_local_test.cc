@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "backend/cpu/comm_local.h"
+#include "engine/tp_driver.h"
 
 namespace strata {
 namespace {
@@ -121,6 +122,23 @@ TEST(LaunchRank, ReadsLauncherVariables) {
   EXPECT_EQ(lr->local_rank, 1);
   setenv("OMPI_COMM_WORLD_RANK", "9", 1);
   EXPECT_FALSE(launch_rank_from_env().ok());  // rank beyond size
+  // The engine's view: the launcher's size must be --tp-size, and ranks of several processes need
+  // NCCL (cuda); no silent clamping.
+  setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+  std::string id_file;
+  auto wrong_size = tp_launch_from_env(4, "cuda", &id_file);
+  ASSERT_FALSE(wrong_size.ok());
+  EXPECT_NE(wrong_size.status().message().find("--tp-size 8"), std::string::npos) << wrong_size.status().message();
+  auto on_cpu = tp_launch_from_env(8, "cpu", &id_file);
+  ASSERT_FALSE(on_cpu.ok());
+  EXPECT_NE(on_cpu.status().message().find("--device cuda"), std::string::npos);
+  setenv("STRATA_NCCL_ID_FILE", "/shared/job/nccl.id", 1);
+  auto ok = tp_launch_from_env(8, "cuda", &id_file);
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  ASSERT_TRUE(ok->has_value());
+  EXPECT_EQ((*ok)->rank, 1);
+  EXPECT_EQ(id_file, "/shared/job/nccl.id");
+  unsetenv("STRATA_NCCL_ID_FILE");
   unsetenv("OMPI_COMM_WORLD_RANK");
   unsetenv("OMPI_COMM_WORLD_SIZE");
   unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
