@@ -237,6 +237,12 @@ class TpModel : public Model {
     inner_->forward(batch, kv, logits);
     check(comm_->status());
   }
+  // The workers run forward() either way: sampling happens on rank 0 only.
+  void forward_sample(const ForwardBatch& batch, KvStorage& kv, const SampleArgs& args) override {
+    broadcast_step(batch, kv);
+    inner_->forward_sample(batch, kv, args);
+    check(comm_->status());
+  }
 
  private:
   // Sends the step (and first the pool's layout when the workers do not have it yet).
