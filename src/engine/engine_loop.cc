@@ -2,6 +2,7 @@
 // stream, finalize. Everything here runs on the engine thread only.
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 #include "core/log.h"
 #include "engine/batch_plan.h"
@@ -18,6 +19,34 @@ size_t utf8_safe_prefix(const std::string& s, size_t n) {
   while (n > 0 && n < s.size() && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
   return n;
 }
+
+using StepClock = std::chrono::steady_clock;
+
+// STRATA_STEP_TIMING=1: every 256 steps, the engine logs how a step's wall time splits between
+// forward_sample (the GPU's work, with the host's launches overlapping it) and the rest (scheduling,
+// batch plan, streaming: time the GPU idles). Engine thread only.
+struct StepTiming {
+  bool on = [] {
+    const char* e = std::getenv("STRATA_STEP_TIMING");
+    return e != nullptr && e[0] == '1';
+  }();
+  double forward_s = 0, rest_s = 0;
+  int64_t steps = 0, rows = 0;
+  void add(StepClock::time_point begin, StepClock::time_point fwd_begin,
+           StepClock::time_point fwd_end, size_t n) {
+    if (!on) return;
+    const auto now = StepClock::now();
+    forward_s += std::chrono::duration<double>(fwd_end - fwd_begin).count();
+    rest_s += std::chrono::duration<double>((fwd_begin - begin) + (now - fwd_end)).count();
+    rows += int64_t(n);
+    if (++steps < 256) return;
+    LOG_INFO("engine steps: {} steps, {:.1f} rows each: forward + sampling {:.2f} ms, the rest of the "
+             "step (host only) {:.2f} ms per step", steps, double(rows) / double(steps),
+             1e3 * forward_s / double(steps), 1e3 * rest_s / double(steps));
+    forward_s = rest_s = 0;
+    steps = rows = 0;
+  }
+};
 
 }  // namespace
 
@@ -83,6 +112,8 @@ void Engine::drain_inbox() {
 }
 
 void Engine::run_step() {
+  static thread_local StepTiming timing;
+  auto step_begin = StepClock::now();
   ScheduledStep step = state_->schedule(*scheduler_);
   auto end_request = [&](Request* r) {
     auto it = live_.find(r->id());
@@ -132,12 +163,14 @@ void Engine::run_step() {
     }
     std::vector<int32_t> sampled(n);
     logits_.resize(keep_rows.size() * size_t(vocab));
+    const auto fwd_begin = StepClock::now();
     model_->forward_sample(fb, *kv_,
                            SampleArgs{.params = row_params.data(),
                                       .token_ids = sampled.data(),
                                       .keep_rows = keep_rows.data(),
                                       .num_keep = int(keep_rows.size()),
                                       .kept_logits = logits_.data()});
+    const auto fwd_end = StepClock::now();
     std::vector<TokenLogprobs> lps(n);
     for (size_t i = 0; i < keep_rows.size(); ++i) {
       const size_t j = size_t(keep_rows[i]);
@@ -162,6 +195,8 @@ void Engine::run_step() {
       }
     }
     for (Request* r : finished) end_request(r);
+    timing.add(step_begin, fwd_begin, fwd_end, n);
+    step_begin = StepClock::now();
   }
 }
 
