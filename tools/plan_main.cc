@@ -11,6 +11,7 @@
 
 #include "command.h"
 #include "model/config.h"
+#include "model/sharding.h"
 #include "planner/planner.h"
 
 namespace strata::tools {
@@ -239,6 +240,14 @@ int plan_main(int argc, char** argv) {
   if (!spec.ok()) {
     std::fprintf(stderr, "strata plan: %s\n", spec.status().message().c_str());
     return 2;
+  }
+  // The weights must shard over --tp-size as the engine will shard them (model/sharding.h):
+  // intermediate, vocab and expert sizes, quantization groups; the planner checks the heads.
+  if (f.tp_size > 1) {
+    if (auto sharding = plan_tp_sharding(*spec, f.tp_size); !sharding.ok()) {
+      std::fprintf(stderr, "strata plan: %s\n", sharding.status().message().c_str());
+      return 2;
+    }
   }
   std::vector<StatusOr<Plan>> plans;
   int rc = 0;
