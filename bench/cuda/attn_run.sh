@@ -2,7 +2,8 @@
 # Attention-kernel iteration on the GPU machine (the device tool), from the repository root:
 # builds only the parity tests and llama_bench, then runs the attention parity suites, the
 # attention benchmark (with its ceilings), the PyTorch SDPA reference and, with NCU=1, an Nsight
-# Compute profile of one prefill and one decode attention launch. Logs go to $OUT.
+# Compute profile of attention launches (NCU_SPECS). BENCH=0 / SDPA=0 skip those stages. Logs go
+# to $OUT.
 # Carry: .devcarry/cuda (debs/ and shared/). Env: PARITY_FILTER (default: the attention suites).
 set -u
 source bench/cuda/device_env.sh  # OUT, C, P, PKG; carried deps unpacked
@@ -17,7 +18,8 @@ timeout 150 ./build-dev/strata_parity_test \
   --gtest_filter=${PARITY_FILTER:-CudaParity.*Attention*:KvFp8.*Attention*} 2>&1 |
   tee "$OUT/parity.log" | grep -E "nmse|OK|FAILED|PASSED|Failure|error|Expected|Which is|actual" | head -80
 echo "parity: $(( $(date +%s) - t0 )) s"
-timeout 150 ./build-dev/strata_bench_llama_bench --what ${BENCH_WHAT:-attention} 2>&1 | tee "$OUT/bench.log"
+[ "${BENCH:-1}" = 1 ] &&
+  timeout 150 ./build-dev/strata_bench_llama_bench --what ${BENCH_WHAT:-attention} 2>&1 | tee "$OUT/bench.log"
 if [ "${CALLS1:-0}" = 1 ]; then  # decode timed one call per region (host work included)
   ATTN_CALLS=1 timeout 60 ./build-dev/strata_bench_llama_bench --what attention-decode 2>&1 | grep "attn     decode" | sed 's/^/calls=1 /'
 fi
