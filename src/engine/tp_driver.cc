@@ -210,18 +210,20 @@ Status worker_loop(Communicator& comm, Model& model, Backend& backend) {
 // Rank 0's model as the engine sees it: forward() broadcasts the step, then runs rank 0's part.
 class TpModel : public Model {
  public:
-  TpModel(std::unique_ptr<Model> inner, std::unique_ptr<Communicator> comm,
+  TpModel(std::unique_ptr<Model> inner, std::unique_ptr<Communicator> comm, std::function<void()> bind_thread,
           std::shared_ptr<TpGroupState> state, std::shared_ptr<TpShardPlan> plan,
           std::vector<std::thread> workers)
       : Model(inner->spec(), inner->backend()),
         inner_(std::move(inner)),
         comm_(std::move(comm)),
+        bind_thread_(std::move(bind_thread)),
         state_(std::move(state)),
         plan_(std::move(plan)),
         workers_(std::move(workers)) {}
 
   ~TpModel() override {
     std::vector<uint8_t> msg{uint8_t(TpMessage::kShutdown)};
+    if (bind_thread_) bind_thread_();
     if (comm_->status().ok()) {
       const Status st = comm_->broadcast_bytes(msg, 0);
       if (!st.ok()) LOG_WARN("tensor-parallel shutdown: {}", st.to_string());
@@ -247,6 +249,7 @@ class TpModel : public Model {
  private:
   // Sends the step (and first the pool's layout when the workers do not have it yet).
   void broadcast_step(const ForwardBatch& batch, KvStorage& kv) {
+    if (bind_thread_) bind_thread_();
     // A pool the workers have not mirrored yet (or a new pool at a freed one's address with
     // another layout): send its layout first.
     auto [it, fresh] = pools_.try_emplace(&kv, Pool{uint32_t(pools_.size()), {}});
@@ -269,6 +272,7 @@ class TpModel : public Model {
 
   std::unique_ptr<Model> inner_;
   std::unique_ptr<Communicator> comm_;
+  std::function<void()> bind_thread_;  // rank 0's device, for the engine thread
   std::shared_ptr<TpGroupState> state_;
   std::shared_ptr<TpShardPlan> plan_;
   std::vector<std::thread> workers_;
@@ -332,8 +336,17 @@ StatusOr<TpRankFactory> make_tp_rank_factory(const TpConfig& config) {
     const std::string id_file = config.nccl_id_file;
     return TpRankFactory([launch, id_file](int r, const std::atomic<bool>& failed) -> StatusOr<TpRankResources> {
       CHECK_EQ(r, launch.rank);
-      STRATA_RETURN_IF_ERROR(cuda_bind_device(launch.local_rank));
+      // One GPU visible per process (a launcher that sets CUDA_VISIBLE_DEVICES per rank): that
+      // one; else the rank's GPU on its node.
+      STRATA_ASSIGN_OR_RETURN(int gpus, cuda_visible_device_count());
+      if (gpus < 1) return failed_precondition("rank {}: no CUDA device visible{}", r, nccl_visible_devices_note());
+      const int device = gpus == 1 ? 0 : launch.local_rank;
+      if (device >= gpus)
+        return failed_precondition("rank {}: local rank {} but {} GPUs visible{}", r, launch.local_rank, gpus,
+                                   nccl_visible_devices_note());
+      STRATA_RETURN_IF_ERROR(cuda_bind_device(device));
       TpRankResources res;
+      res.bind_thread = [device] { CHECK_MSG(cuda_bind_device(device).ok(), "cannot bind GPU {}", device); };
       res.backend = make_cuda_backend();
       STRATA_ASSIGN_OR_RETURN(NcclId id, nccl_id_for_launch(launch, id_file, 600));
       STRATA_ASSIGN_OR_RETURN(res.comm, make_nccl_comm(id, r, launch.size, cuda_backend_stream(*res.backend), &failed));
@@ -363,6 +376,7 @@ StatusOr<TpRankFactory> make_tp_rank_factory(const TpConfig& config) {
     return TpRankFactory([id, tp](int r, const std::atomic<bool>& failed) -> StatusOr<TpRankResources> {
       STRATA_RETURN_IF_ERROR(cuda_bind_device(r));
       TpRankResources res;
+      res.bind_thread = [r] { CHECK_MSG(cuda_bind_device(r).ok(), "cannot bind GPU {}", r); };
       res.backend = make_cuda_backend();
       STRATA_ASSIGN_OR_RETURN(res.comm, make_nccl_comm(id, r, tp, cuda_backend_stream(*res.backend), &failed));
       return res;
@@ -410,8 +424,8 @@ StatusOr<std::unique_ptr<Model>> create_tp_model(const ModelSpec& spec, const We
            plan->rank(0).q_heads.size(), plan->rank(0).vocab.size(),
            plan->kv_heads_replicated() ? " · KV heads replicated" : "");
   *rank0_backend = std::move(s0->res.backend);
-  return std::unique_ptr<Model>(new TpModel(std::move(s0->model), std::move(s0->res.comm), state, plan,
-                                            std::move(workers)));
+  return std::unique_ptr<Model>(new TpModel(std::move(s0->model), std::move(s0->res.comm),
+                                            std::move(s0->res.bind_thread), state, plan, std::move(workers)));
 }
 
 Status run_tp_worker(const std::string& model_path, const TpConfig& config) {

@@ -52,6 +52,9 @@ StatusOr<std::optional<LaunchRank>> tp_launch_from_env(int tp_size, const std::s
 struct TpRankResources {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Communicator> comm;
+  // Binds the calling thread to this rank's device (CUDA); rank 0's forward calls it, since the
+  // engine thread is not the thread that made the resources. Empty on the CPU.
+  std::function<void()> bind_thread{};
 };
 using TpRankFactory =
     std::function<StatusOr<TpRankResources>(int rank, const std::atomic<bool>& group_failed)>;
