@@ -12,6 +12,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "arch/tp.h"
 #include "engine/tp_driver.h"
@@ -91,6 +94,97 @@ TEST(TpParity, LogitsMatchTp1AndReference) {
       }
     }
   }
+}
+
+// A Llama-3.1-8B-shaped model (its config, `layers` layers) with deterministic random bf16
+// weights written to `dir`: the ranks must load the same values tp 1 does, so the values live
+// in the checkpoint (uniform ±0.035, norms near 1). About 1.5 B parameters (3 GB) at 2 layers.
+void write_random_llama(const std::string& config_path, const std::string& dir, int layers) {
+  std::filesystem::create_directories(dir);
+  nlohmann::json c = nlohmann::json::parse(std::ifstream(config_path));
+  c["num_hidden_layers"] = layers;
+  std::ofstream(dir + "/config.json") << c.dump(2);
+  const int64_t hidden = c["hidden_size"], inter = c["intermediate_size"], heads = c["num_attention_heads"];
+  const int64_t kvh = c["num_key_value_heads"], hd = c.value("head_dim", hidden / heads), vocab = c["vocab_size"];
+  std::vector<std::pair<std::string, std::vector<int64_t>>> t = {
+      {"model.embed_tokens.weight", {vocab, hidden}}, {"model.norm.weight", {hidden}}, {"lm_head.weight", {vocab, hidden}}};
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    t.push_back({p + "input_layernorm.weight", {hidden}});
+    t.push_back({p + "post_attention_layernorm.weight", {hidden}});
+    t.push_back({p + "self_attn.q_proj.weight", {heads * hd, hidden}});
+    t.push_back({p + "self_attn.k_proj.weight", {kvh * hd, hidden}});
+    t.push_back({p + "self_attn.v_proj.weight", {kvh * hd, hidden}});
+    t.push_back({p + "self_attn.o_proj.weight", {hidden, heads * hd}});
+    t.push_back({p + "mlp.gate_proj.weight", {inter, hidden}});
+    t.push_back({p + "mlp.up_proj.weight", {inter, hidden}});
+    t.push_back({p + "mlp.down_proj.weight", {hidden, inter}});
+  }
+  nlohmann::json header = nlohmann::json::object();
+  int64_t off = 0;
+  for (auto& [name, shape] : t) {
+    const int64_t bytes = 2 * shape_numel(shape);
+    header[name] = {{"dtype", "BF16"}, {"shape", shape}, {"data_offsets", {off, off + bytes}}};
+    off += bytes;
+  }
+  std::string h = header.dump();
+  while (h.size() % 8) h.push_back(' ');
+  std::ofstream f(dir + "/model.safetensors", std::ios::binary | std::ios::trunc);
+  const uint64_t n = h.size();
+  f.write(reinterpret_cast<const char*>(&n), 8);
+  f.write(h.data(), std::streamsize(h.size()));
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  std::vector<uint16_t> buf;
+  for (auto& [name, shape] : t) {
+    const bool norm = name.find("norm") != std::string::npos;
+    buf.resize(size_t(shape_numel(shape)));
+    for (auto& v : buf) {
+      state += 0x9E3779B97F4A7C15ull;  // splitmix64
+      uint64_t z = state;
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      z ^= z >> 31;
+      const float u = float(z >> 40) / float(1 << 24) * 2.0f - 1.0f;  // [-1, 1)
+      v = f32_to_bf16(norm ? 1.0f + 0.1f * u : 0.035f * u);
+    }
+    f.write(reinterpret_cast<const char*>(buf.data()), std::streamsize(buf.size() * 2));
+  }
+}
+
+TEST(TpParity, Llama31_8BShapedRandomModelMatchesTp1) {
+  int gpus = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&gpus), cudaSuccess);
+  if (gpus < 2) GTEST_SKIP() << "needs 2+ GPUs, " << gpus << " visible";
+  const std::string dir = "/tmp/strata_tp_llama8b_random";
+  write_random_llama(shared_dir() + "/configs/llama-3.1-8b/config.json", dir, 2);
+  auto spec = load_model_spec(dir);
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  auto weights = WeightStore::open(dir, spec->quant);
+  ASSERT_TRUE(weights.ok()) << weights.status().to_string();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  std::vector<int32_t> ids(96);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7919 + 13) % size_t(spec->vocab_size));
+  std::vector<float> ref;
+  {
+    auto backend1 = make_cuda_backend();
+    auto tp1 = create_model(*spec, *weights, *backend1);
+    ASSERT_TRUE(tp1.ok()) << tp1.status().to_string();
+    SingleSequence one(**tp1, 16, int(ids.size()), DType::kBF16);
+    ref = one.step(ids, true);
+  }
+  for (int tp = 2; tp <= std::min(gpus, 8); tp *= 2) {
+    const TpConfig config{.tp_size = tp, .device = "cuda"};
+    auto factory = make_tp_rank_factory(config);
+    ASSERT_TRUE(factory.ok()) << factory.status().to_string();
+    std::unique_ptr<Backend> backend0;
+    auto tpn = create_tp_model(*spec, *weights, config, *factory, &backend0);
+    ASSERT_TRUE(tpn.ok()) << "tp " << tp << ": " << tpn.status().to_string();
+    SingleSequence many(**tpn, 16, int(ids.size()), DType::kBF16);
+    const double e = nmse_of(many.step(ids, true), ref);
+    std::printf("llama-3.1-8b shape (2 layers, random) tp %d: nmse vs tp 1 %.3g\n", tp, e);
+    EXPECT_LT(e, 5e-4) << "tp " << tp;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
