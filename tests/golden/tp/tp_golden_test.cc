@@ -118,6 +118,58 @@ TEST(TpLoad, ErrorsNameTheFailingRankAndNobodyHangs) {
   EXPECT_NE(broken.status().message().find("no device"), std::string::npos) << broken.status().to_string();
 }
 
+// A communicator whose rank `fail_rank` fails at its `fail_at`-th all-reduce (a rank dying in the
+// middle of a forward): it aborts the group, as the driver does when a rank's work fails.
+class FailingComm : public Communicator {
+ public:
+  FailingComm(std::unique_ptr<Communicator> inner, int fail_rank, int fail_at)
+      : inner_(std::move(inner)), fail_rank_(fail_rank), fail_at_(fail_at) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  void all_reduce_sum(const Tensor& x) override {
+    if (rank() == fail_rank_ && ++calls_ == fail_at_)
+      return inner_->abort(internal_error("rank {}: injected failure in all-reduce {}", rank(), calls_));
+    inner_->all_reduce_sum(x);
+  }
+  void all_gather(const Tensor& in, const Tensor& out) override { inner_->all_gather(in, out); }
+  Status broadcast_bytes(std::vector<uint8_t>& bytes, int root) override { return inner_->broadcast_bytes(bytes, root); }
+  Status barrier() override { return inner_->barrier(); }
+  void abort(const Status& reason) override { inner_->abort(reason); }
+  Status status() const override { return inner_->status(); }
+
+ private:
+  std::unique_ptr<Communicator> inner_;
+  int fail_rank_, fail_at_, calls_ = 0;
+};
+
+// A rank failing mid-forward stops the group: rank 0's forward ends the process with the failing
+// rank's error instead of waiting for it forever.
+TEST(TpFailureDeathTest, RankFailingMidForwardStopsTheGroupWithItsError) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string dir = shared_dir() + "/fixtures/tiny/llama-gqa";
+  auto spec = load_model_spec(dir);
+  ASSERT_TRUE(spec.ok());
+  auto weights = WeightStore::open(dir, spec->quant);
+  ASSERT_TRUE(weights.ok());
+  const TpConfig config{.tp_size = 2, .device = "cpu"};
+  auto inner = make_tp_rank_factory(config);
+  ASSERT_TRUE(inner.ok());
+  TpRankFactory failing = [&](int r, const std::atomic<bool>& failed) -> StatusOr<TpRankResources> {
+    STRATA_ASSIGN_OR_RETURN(TpRankResources res, (*inner)(r, failed));
+    res.comm = std::make_unique<FailingComm>(std::move(res.comm), /*fail_rank=*/1, /*fail_at=*/3);
+    return res;
+  };
+  EXPECT_DEATH(
+      {
+        std::unique_ptr<Backend> backend0;
+        auto model = create_tp_model(*spec, *weights, config, failing, &backend0);
+        CHECK(model.ok());
+        SingleSequence run(**model, 4, 8);
+        run.step({1, 2, 3, 4}, true);
+      },
+      "tensor-parallel group of 2 ranks stopped: .*rank 1: injected failure");
+}
+
 // Greedy continuations through the engine: rank 0 schedules and broadcasts each BatchPlan.
 std::vector<std::vector<int32_t>> engine_greedy(const std::string& model, int tp,
                                                 const std::vector<std::vector<int32_t>>& prompts, int new_tokens) {
