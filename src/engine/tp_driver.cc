@@ -317,10 +317,14 @@ StatusOr<std::optional<LaunchRank>> tp_launch_from_env(int tp_size, const std::s
   if (const char* f = std::getenv("STRATA_NCCL_ID_FILE"); f != nullptr && *f != '\0') {
     *nccl_id_file = f;
   } else {
+    // A job id every rank of this launch sees (so a file left by an earlier job is not read).
     std::string job = "0";
-    for (const char* v : {"SLURM_JOB_ID", "OMPI_MCA_orte_ess_jobid", "PMI_JOBID"})
+    for (const char* v : {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid", "SLURM_JOB_ID",
+                          "PMI_JOBID"})
       if (const char* j = std::getenv(v); j != nullptr && *j != '\0') {
         job = j;
+        if (const char* step = std::getenv("SLURM_STEP_ID"); step != nullptr && std::string(v) == "SLURM_JOB_ID")
+          job += std::string(".") + step;
         break;
       }
     *nccl_id_file = ".strata_nccl_id." + job;

@@ -41,8 +41,9 @@ struct TpConfig {
 // The launcher's ranks when this process was started as one of several (size > 1), else nullopt.
 // Errors: a launcher size that is not --tp-size (no silent clamping), or a CPU device (ranks of
 // several processes talk through NCCL only). The id file: $STRATA_NCCL_ID_FILE, else
-// ./.strata_nccl_id.<job id from SLURM_JOB_ID / OMPI_MCA_orte_ess_jobid / PMI, or "0"> (on a
-// filesystem every node sees; multi-node jobs may set STRATA_NCCL_ID instead).
+// ./.strata_nccl_id.<job id: PMIX_NAMESPACE, Open MPI's jobid, SLURM_JOB_ID.SLURM_STEP_ID, PMI_JOBID,
+// or "0" when the launcher gives none> (on a filesystem every node sees; multi-node jobs may set
+// STRATA_NCCL_ID, the hex id, instead).
 StatusOr<std::optional<LaunchRank>> tp_launch_from_env(int tp_size, const std::string& device,
                                                        std::string* nccl_id_file);
 
