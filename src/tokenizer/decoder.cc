@@ -14,6 +14,12 @@ class SequenceDecoder final : public Decoder {
   void decode_chain(std::vector<std::string>* tokens) const override {
     for (const auto& s : steps_) s->decode_chain(tokens);
   }
+  bool joins_byte_runs() const override {
+    for (const auto& s : steps_) {
+      if (s->joins_byte_runs()) return true;
+    }
+    return false;
+  }
 
  private:
   std::vector<std::unique_ptr<Decoder>> steps_;
@@ -48,6 +54,7 @@ class ByteLevelDecoder final : public Decoder {
 // "<0xNN>" tokens -> bytes; a run of them that is not valid UTF-8 becomes one U+FFFD per byte.
 class ByteFallbackDecoder final : public Decoder {
  public:
+  bool joins_byte_runs() const override { return true; }
   void decode_chain(std::vector<std::string>* tokens) const override {
     std::vector<std::string> out;
     out.reserve(tokens->size());

@@ -16,6 +16,9 @@ class Decoder {
  public:
   virtual ~Decoder() = default;
   virtual void decode_chain(std::vector<std::string>* tokens) const = 0;
+  // True when "<0xNN>" tokens are joined into runs whose text depends on the whole run (an
+  // invalid run becomes one U+FFFD per byte, so a later byte can change earlier text).
+  virtual bool joins_byte_runs() const { return false; }
 };
 
 // null -> nullptr. Unknown types -> Unimplemented.

@@ -317,6 +317,13 @@ std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
   return model_->token_to_id(token);
 }
 
+bool Tokenizer::is_byte_fallback_piece(int32_t id) const {
+  if (!decoder_ || !decoder_->joins_byte_runs() || id < 0 || id >= vocab_size()) return false;
+  if (added_slot_[size_t(id)] >= 0) return false;  // added tokens decode as their content
+  const std::string& t = model_->id_to_token(id);
+  return t.size() == 6 && t.starts_with("<0x") && t.back() == '>';
+}
+
 std::string Tokenizer::id_to_token(int32_t id) const {
   if (id < 0 || id >= vocab_size()) return {};
   const int32_t slot = added_slot_[size_t(id)];

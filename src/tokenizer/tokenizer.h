@@ -69,6 +69,9 @@ class Tokenizer {
   // The raw vocabulary string (e.g. "Ġworld"); empty for unknown ids.
   std::string id_to_token(int32_t id) const;
   bool is_special(int32_t id) const;
+  // A "<0xNN>" piece of a ByteFallback decoder: text around it is final only once its byte run
+  // has ended (StreamDecoder holds back until then).
+  bool is_byte_fallback_piece(int32_t id) const;
   // Ids of every special added token.
   std::vector<int32_t> special_ids() const;
 
@@ -110,9 +113,10 @@ class StreamDecoder {
  private:
   const Tokenizer* tokenizer_;
   bool skip_special_;
-  std::vector<int32_t> ids_;  // window: context ids, then ids not yet emitted
-  std::string prefix_;        // decode of the context ids
-  size_t prefix_index_ = 0;   // ids_[0, prefix_index_) are context
+  std::vector<int32_t> ids_;  // window: anchor ids, context ids, then ids not yet emitted
+  std::string prefix_;        // decode of ids_[0, context_end_)
+  size_t anchor_len_ = 0;     // ids_[0, anchor_len_): the stream's first ids (0: not yet known)
+  size_t context_end_ = 0;    // ids_[anchor_len_, context_end_) are context
 };
 
 }  // namespace strata
