@@ -1,7 +1,26 @@
 #!/usr/bin/env python3
-"""Markdown rows for bench/RESULTS.md from `strata eval-kv --json` files (one per model)."""
+"""Markdown rows for bench/RESULTS.md from `strata eval-kv --json` files (one per model).
+With --buckets: the mean KLD by context position of each row instead."""
 import json
 import sys
+
+
+def bucket_tables(paths):
+    for path in paths:
+        recs = json.load(open(path))
+        recs = recs if isinstance(recs, list) else [recs]
+        buckets = recs[0]["metrics"]["buckets"]
+        print(f"\nMean KLD (nats) by context position, {recs[0]['model']['name']}:\n")
+        print("| KV config | " + " | ".join(f"[{b['begin']},{b['end']})" for b in buckets) + " |")
+        print("|---|" + "---|" * len(buckets))
+        for r in recs:
+            cells = [f"{b['kld']['mean']:.2e} ± {b['kld']['se']:.0e}" for b in r["metrics"]["buckets"]]
+            print(f"| {r['label']} | " + " | ".join(cells) + " |")
+
+
+if sys.argv[1:2] == ["--buckets"]:
+    bucket_tables(sys.argv[2:])
+    sys.exit(0)
 
 print("| model | KV config | tokens | mean KLD ± SE (nats) | median | p99 | p99.9 | max | top-1 ± SE | Δp mean | Δp RMS | Δp p1 / p99 | ln(PPL_X/PPL_bf16) ± SE | free-run diverged (first pos.) |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
