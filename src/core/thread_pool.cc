@@ -1,7 +1,6 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
-#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
@@ -34,29 +33,40 @@ class Pool {
       fn(0, n);
       return;
     }
+    Job job;
     {
       std::lock_guard<std::mutex> lk(mu_);
-      fn_ = &fn;
-      n_ = n;
-      chunks_ = chunks;
-      next_.store(0);
+      job = Job{&fn, n, chunks, ++generation_};
+      job_ = job;
+      next_ = 0;
       pending_ = chunks;
-      ++generation_;
     }
     cv_.notify_all();
-    work();
+    work(job);
     std::unique_lock<std::mutex> lk(mu_);
     done_cv_.wait(lk, [this] { return pending_ == 0; });
-    fn_ = nullptr;
   }
 
  private:
-  void work() {
+  struct Job {
+    const std::function<void(int64_t, int64_t)>* fn = nullptr;
+    int64_t n = 0, chunks = 0;
+    uint64_t generation = 0;
+  };
+
+  // Chunks are claimed under the lock and only for the job the worker woke for. A worker woken
+  // for one job can reach here after that job finished and the next one started (ThreadSanitizer
+  // caught it reading the next job's fields): it must not claim the new job's chunks with the
+  // old job's bounds, or a chunk runs twice and the job "ends" while a chunk still runs.
+  void work(const Job& job) {
     for (;;) {
-      int64_t c = next_.fetch_add(1);
-      if (c >= chunks_) return;
-      const int64_t begin = n_ * c / chunks_, end = n_ * (c + 1) / chunks_;
-      (*fn_)(begin, end);
+      int64_t c;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (generation_ != job.generation || next_ >= job.chunks) return;
+        c = next_++;
+      }
+      (*job.fn)(job.n * c / job.chunks, job.n * (c + 1) / job.chunks);
       std::lock_guard<std::mutex> lk(mu_);
       if (--pending_ == 0) done_cv_.notify_all();
     }
@@ -64,23 +74,25 @@ class Pool {
   void loop() {
     uint64_t seen = 0;
     for (;;) {
+      Job job;
       {
         std::unique_lock<std::mutex> lk(mu_);
         cv_.wait(lk, [&] { return stop_ || generation_ != seen; });
         if (stop_) return;
         seen = generation_;
-        if (fn_ == nullptr) continue;
+        job = job_;
       }
-      work();
+      work(job);
     }
   }
 
   std::vector<std::thread> workers_;
-  std::mutex mu_, run_mu_;
+  std::mutex mu_, run_mu_;  // run_mu_: one job at a time (a nested parallel_for runs inline)
   std::condition_variable cv_, done_cv_;
-  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
-  int64_t n_ = 0, chunks_ = 0, pending_ = 0;
-  std::atomic<int64_t> next_{0};
+  // Guarded by mu_. The generation only advances once pending_ reached 0, so every chunk that
+  // decrements pending_ belongs to the current job.
+  Job job_;
+  int64_t next_ = 0, pending_ = 0;
   uint64_t generation_ = 0;
   bool stop_ = false;
 };

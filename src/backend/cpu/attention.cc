@@ -43,7 +43,7 @@ void gather_context(const KvStorage& kv, int layer, bool is_k, const AttentionMe
 // softmax(q·kⱼ · scale) over j < ctx, then out = Σ pⱼ vⱼ. k rows have stride k_stride, v rows
 // v_stride; `scores` is scratch of at least ctx floats. Each q·kⱼ is simd.h's dot8, so a score
 // depends only on the two rows, never on ctx or the batch. Cloned for AVX2.
-__attribute__((target_clones("avx2", "default"))) void attend_one(
+STRATA_CPU_CLONES void attend_one(
     const float* q, const float* k, int64_t k_stride, int head_dim, const float* v,
     int64_t v_stride, int v_dim, int64_t ctx, float scale, float* scores, float* out) {
   float max_score = -INFINITY;

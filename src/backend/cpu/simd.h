@@ -15,6 +15,20 @@
 // files that include this header (the warning fires where the helpers are inlined).
 #pragma GCC diagnostic ignored "-Wpsabi"
 
+// The AVX2 + default clones of a hot kernel. A clone is picked by an ifunc resolver that the
+// dynamic loader runs before any runtime is initialised; ThreadSanitizer instruments the resolver,
+// which then crashes at load time, so TSan builds keep only the default clone.
+#if defined(__SANITIZE_THREAD__)
+#define STRATA_CPU_CLONES
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define STRATA_CPU_CLONES
+#endif
+#endif
+#ifndef STRATA_CPU_CLONES
+#define STRATA_CPU_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+
 namespace strata::cpu {
 
 typedef float V8 __attribute__((vector_size(32)));
