@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "support/engine_greedy.h"
 
 namespace strata {
 namespace {
@@ -38,23 +39,7 @@ struct Outputs {
 
 Outputs run_all(Engine& engine, const std::vector<std::vector<int32_t>>& prompts, int new_tokens) {
   Outputs out;
-  out.tokens.resize(prompts.size());
-  std::mutex mu;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    GenerateRequest g;
-    g.prompt_ids = prompts[i];
-    g.params.temperature = 0;
-    g.params.max_new_tokens = new_tokens;
-    g.params.ignore_eos = true;
-    g.on_event = [&out, &mu, i](const StreamEvent& ev) {
-      std::lock_guard<std::mutex> lk(mu);
-      out.tokens[i].insert(out.tokens[i].end(), ev.token_ids.begin(), ev.token_ids.end());
-      EXPECT_TRUE(ev.error.empty()) << ev.error;
-    };
-    auto id = engine.submit(std::move(g));
-    EXPECT_TRUE(id.ok()) << id.status().to_string();
-  }
-  engine.wait_idle();
+  out.tokens = testing::greedy_tokens(engine, prompts, new_tokens);
   out.stats = engine.stats();
   return out;
 }

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "support/engine_greedy.h"
 
 namespace strata {
 namespace {
@@ -52,23 +53,7 @@ struct Result {
 // One request at a time, so the device pool holds one prefix and the order of evictions is fixed.
 Result run_sequential(Engine& engine, const std::vector<std::vector<int32_t>>& prompts) {
   Result out;
-  out.tokens.resize(prompts.size());
-  std::mutex mu;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    GenerateRequest g;
-    g.prompt_ids = prompts[i];
-    g.params.temperature = 0;
-    g.params.max_new_tokens = 3;
-    g.params.ignore_eos = true;
-    g.on_event = [&out, &mu, i](const StreamEvent& ev) {
-      std::lock_guard<std::mutex> lk(mu);
-      out.tokens[i].insert(out.tokens[i].end(), ev.token_ids.begin(), ev.token_ids.end());
-      EXPECT_TRUE(ev.error.empty()) << ev.error;
-    };
-    auto id = engine.submit(std::move(g));
-    EXPECT_TRUE(id.ok()) << id.status().to_string();
-    engine.wait_idle();
-  }
+  out.tokens = testing::greedy_tokens(engine, prompts, 3, /*one_at_a_time=*/true);
   out.stats = engine.stats();
   return out;
 }

@@ -15,6 +15,7 @@
 #include "engine/tp_driver.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "support/engine_greedy.h"
 #include "support/golden.h"
 
 namespace strata::testing {
@@ -182,22 +183,7 @@ std::vector<std::vector<int32_t>> engine_greedy(const std::string& model, int tp
   auto e = Engine::create(c);
   EXPECT_TRUE(e.ok()) << e.status().to_string();
   if (!e.ok()) return {};
-  std::vector<std::vector<int32_t>> out(prompts.size());
-  std::mutex mu;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    GenerateRequest g;
-    g.prompt_ids = prompts[i];
-    g.params.temperature = 0;
-    g.params.max_new_tokens = new_tokens;
-    g.params.ignore_eos = true;
-    g.on_event = [&out, &mu, i](const StreamEvent& ev) {
-      std::lock_guard<std::mutex> lk(mu);
-      out[i].insert(out[i].end(), ev.token_ids.begin(), ev.token_ids.end());
-    };
-    EXPECT_TRUE((*e)->submit(std::move(g)).ok());
-  }
-  (*e)->wait_idle();
-  return out;
+  return testing::greedy_tokens(**e, prompts, new_tokens);
 }
 
 TEST(TpEngine, GreedyContinuationsEqualTp1) {
