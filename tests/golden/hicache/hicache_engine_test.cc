@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"

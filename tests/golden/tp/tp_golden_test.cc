@@ -8,7 +8,6 @@
 // below the 1e-4 the tp = 1 golden tests use (measured <= 1.3e-6).
 #include <gtest/gtest.h>
 
-#include <mutex>
 
 #include "arch/tp.h"
 #include "engine/engine.h"
