@@ -9,14 +9,13 @@ set -u
 source bench/cuda/device_env.sh  # OUT, C, P, PKG; carried deps unpacked
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 t0=$(date +%s)
-cmake -S . -B build-dev -G Ninja -DSTRATA_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
-  -DSTRATA_SHARED_DIR=$C/shared $PKG >"$OUT/cmake.log" 2>&1 || { tail -40 "$OUT/cmake.log"; exit 1; }
-cmake --build build-dev -j16 --target strata_parity_test strata_bench_llama_bench \
-  >"$OUT/build.log" 2>&1 || { grep -B3 -A12 -E "error|Error" "$OUT/build.log" | head -80; exit 1; }
+dev_configure
+dev_build strata_parity_test strata_bench_llama_bench
 echo "build: $(( $(date +%s) - t0 )) s"
 timeout 150 ./build-dev/strata_parity_test \
-  --gtest_filter=${PARITY_FILTER:-CudaParity.*Attention*:KvFp8.*Attention*} 2>&1 |
-  tee "$OUT/parity.log" | grep -E "nmse|OK|FAILED|PASSED|Failure|error|Expected|Which is|actual" | head -80
+  --gtest_filter=${PARITY_FILTER:-CudaParity.*Attention*:KvFp8.*Attention*} >"$OUT/parity.log" 2>&1
+echo "parity: exit status $?"
+grep -E "nmse|OK|FAILED|PASSED|Failure|error|Expected|Which is|actual" "$OUT/parity.log" | tail -80
 echo "parity: $(( $(date +%s) - t0 )) s"
 [ "${BENCH:-1}" = 1 ] &&
   timeout 150 ./build-dev/strata_bench_llama_bench --what ${BENCH_WHAT:-attention} 2>&1 | tee "$OUT/bench.log"

@@ -1,10 +1,12 @@
 # Sourced by the bench/cuda/*.sh device scripts (from the repository root on the GPU machine):
 # unpacks the carried pcre2/pkgconf .debs (the image has neither) and points pkg-config and the
-# loader at them. Sets OUT (log folder), C (.devcarry/cuda: debs/ and shared/), P (unpacked deps)
-# and PKG (extra cmake flag naming pkgconf when the image has no pkg-config).
+# loader at them. Sets OUT (log folder), C (the carried folder: debs/ and shared/; .devcarry/cuda
+# unless STRATA_CARRY names another, e.g. one holding house-mla: both house models do not fit in
+# one call's 64 MiB carry), P (unpacked deps) and PKG (extra cmake flag naming pkgconf when the
+# image has no pkg-config). Defines dev_configure [cmake flags] and dev_build TARGET...
 OUT=${OUT:-/tmp/strata_out}
 mkdir -p "$OUT"
-C=$PWD/.devcarry/cuda
+C=${STRATA_CARRY:-$PWD/.devcarry/cuda}
 P=/tmp/strata_deps
 mkdir -p $P
 for f in $C/debs/*.deb; do dpkg -x "$f" $P; done
@@ -13,3 +15,13 @@ export PKG_CONFIG_PATH=$P/usr/lib/x86_64-linux-gnu/pkgconfig
 export LD_LIBRARY_PATH=$P/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 PKG=""
 command -v pkg-config >/dev/null || PKG="-DPKG_CONFIG_EXECUTABLE=$P/usr/bin/pkgconf"
+
+# The Release CUDA build in build-dev, reading the carried models and fixtures.
+dev_configure() {
+  cmake -S . -B build-dev -G Ninja -DSTRATA_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
+    -DSTRATA_SHARED_DIR=$C/shared $PKG "$@" >"$OUT/cmake.log" 2>&1 || { tail -40 "$OUT/cmake.log"; exit 1; }
+}
+dev_build() {
+  cmake --build build-dev -j"$(nproc)" --target "$@" >>"$OUT/build.log" 2>&1 ||
+    { grep -B3 -A12 -E "error|Error" "$OUT/build.log" | head -80; exit 1; }
+}

@@ -7,10 +7,8 @@
 set -u
 source bench/cuda/device_env.sh  # OUT, C, P, PKG; carried deps unpacked
 t0=$(date +%s)
-cmake -S . -B build-dev -G Ninja -DSTRATA_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DSTRATA_TESTS=OFF \
-  -DSTRATA_SHARED_DIR=$C/shared $PKG >"$OUT/cmake.log" 2>&1 || { tail -40 "$OUT/cmake.log"; exit 1; }
-grep -q '<csignal>' tools/serve_main.cc 2>/dev/null || sed -i '1i #include <csignal>' tools/serve_main.cc
-cmake --build build-dev -j16 --target strata >"$OUT/build.log" 2>&1 || { grep -B3 -A12 -E "error|Error" "$OUT/build.log" | head -60; exit 1; }
+dev_configure -DSTRATA_TESTS=OFF
+dev_build strata
 echo "build: $(( $(date +%s) - t0 )) s"
 python3 - "$OUT/prompts.jsonl" <<'PY'
 import json, sys

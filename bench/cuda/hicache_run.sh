@@ -7,9 +7,7 @@ set -u
 source bench/cuda/device_env.sh  # OUT, C, P, PKG; carried deps unpacked
 nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader
 t0=$(date +%s)
-cmake -S . -B build-dev -G Ninja -DSTRATA_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DSTRATA_TESTS=OFF \
-  -DSTRATA_SHARED_DIR=$C/shared $PKG >"$OUT/cmake.log" 2>&1 || { tail -40 "$OUT/cmake.log"; exit 1; }
-cmake --build build-dev -j16 --target strata_bench_hicache_bench \
-  >"$OUT/build.log" 2>&1 || { grep -B3 -A12 -E "error|Error" "$OUT/build.log" | head -80; exit 1; }
+dev_configure -DSTRATA_TESTS=OFF
+dev_build strata_bench_hicache_bench
 echo "build: $(( $(date +%s) - t0 )) s"
 ./build-dev/strata_bench_hicache_bench "$@" 2>&1 | tee "$OUT/hicache_bench.log"

@@ -3,7 +3,9 @@
 //   decode     batch-1 decode after a 512-token prompt through the real forward pass
 //              (arch/llama.cc), eager and with CUDA graphs, against the weight-streaming limit
 //   attention  the paged decode kernel at batch 64 × 4,096 context and causal prefill attention
-//              of 8,192 tokens (compare with bench/cuda/sdpa_bench.py)
+//              of 8,192 tokens (compare with bench/cuda/sdpa_bench.py); 16/64/256-token chunks
+//              over 4,096/32,768 cached tokens, regular kernels vs split-KV (attention-chunk:
+//              those alone)
 // The checkpoint is written as a sparse (zero) safetensors file, loaded through the normal
 // loader, and every device allocation is then filled with random values: timings never see zeros.
 //
@@ -27,6 +29,7 @@
 
 #include "arch/model.h"
 #include "backend/cuda/attention_prefill_fa.h"
+#include "backend/cuda/attention_prefill_split.h"
 #include "backend/cuda/cuda_backend.h"
 #include "bench_checkpoint.h"
 
@@ -252,9 +255,9 @@ void bench_profile(cuda::CudaBackend& be, const std::string& config, int prompt,
 }
 
 // Paged attention alone: random KV, pages scrambled.
-void bench_attention(cuda::CudaBackend& be, const Ceilings& c, int seqs, int ctx, int fresh,
-                     int heads, int kv_heads, int hd, DType kv_dtype = DType::kBF16,
-                     int reps = 20) {
+double bench_attention(cuda::CudaBackend& be, const Ceilings& c, int seqs, int ctx, int fresh,
+                       int heads, int kv_heads, int hd, DType kv_dtype = DType::kBF16,
+                       int reps = 20) {
   const int page = 16;
   const int pages_per_seq = (ctx + page - 1) / page;
   const int64_t num_pages = int64_t(seqs) * pages_per_seq;
@@ -309,10 +312,58 @@ void bench_attention(cuda::CudaBackend& be, const Ceilings& c, int seqs, int ctx
     const double flops = 4.0 * heads * hd * visits * seqs;
     const double tflops = flops / (ms * 1e-3) / 1e12;
     std::printf("attn     prefill causal %d x %d new of %d tokens (%d/%d heads, hd %d, page %d, KV %s): "
-                "%.3f ms, %.0f TFLOP/s (causal FLOPs) = %.1f%% of the GEMM rate\n",
+                "%.3f ms, %.0f TFLOP/s (causal FLOPs) = %.1f%% of the GEMM rate",
                 seqs, fresh, ctx, heads, kv_heads, hd, page, dtype_name(kv_dtype), ms, tflops,
                 100.0 * tflops / c.gemm_tflops);
+    if (fresh < ctx) {  // a chunk over cached tokens: the KV cache read once is the floor
+      const double bytes = double(seqs) * ctx * lay.k_dim * 2 * dtype_size(kv_dtype);
+      std::printf("; KV %.0f GB/s = %.1f%% of copy bandwidth", bytes / (ms * 1e-3) / 1e9,
+                  100.0 * bytes / (ms * 1e-3) / 1e9 / c.copy_gbs);
+    }
+    std::printf("\n");
   }
+  return ms;
+}
+
+// Short query chunks over long cached contexts (prefix-cache and host-tier hits, the last chunk
+// of chunked prefill): the regular prefill kernels (split mode 0) against split-KV (forced: auto
+// mode takes it for all of these cases but 256 tokens over fp8 KV, where it lost).
+void bench_chunk_attention(cuda::CudaBackend& be, const Ceilings& c) {
+  const int mode = cuda::prefill_split_mode();
+  struct Case {
+    int fresh, ctx;
+    DType kv;
+  };
+  std::vector<std::string> summary;
+  for (Case k : {Case{16, 32768, DType::kBF16}, Case{64, 32768, DType::kBF16},
+                 Case{256, 32768, DType::kBF16}, Case{16, 4096, DType::kBF16},
+                 Case{64, 4096, DType::kBF16}, Case{256, 4096, DType::kBF16},
+                 Case{16, 32768, DType::kFP8E4M3}, Case{256, 32768, DType::kFP8E4M3}}) {
+    cuda::set_prefill_split_mode(0);
+    std::printf("attn     chunk: regular prefill kernels\n");
+    const double before = bench_attention(be, c, 1, k.ctx, k.fresh, 32, 8, 128, k.kv);
+    cuda::set_prefill_split_mode(2);
+    double best = 1e30;
+    int best_per_sm = 0;
+    for (int per_sm : {1, 2, 4}) {
+      cuda::set_prefill_split_blocks_per_sm(per_sm);
+      std::printf("attn     chunk: split-KV, %d blocks per SM\n", per_sm);
+      const double ms = bench_attention(be, c, 1, k.ctx, k.fresh, 32, 8, 128, k.kv);
+      if (ms < best) best = ms, best_per_sm = per_sm;
+    }
+    cuda::set_prefill_split_blocks_per_sm(2);
+    const double ms2 = bench_attention(be, c, 1, k.ctx, k.fresh, 32, 8, 128, k.kv);
+    const double gbs = double(k.ctx) * 8 * 128 * 2 * dtype_size(k.kv) / (ms2 * 1e-3) / 1e9;
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "chunk    %3d new over %5d (KV %s): regular %.3f ms -> split %.3f ms (%.1fx), "
+                  "KV %.0f GB/s = %.0f%% of copy; best %.3f ms at %d blocks/SM",
+                  k.fresh, k.ctx, dtype_name(k.kv), before, ms2, before / ms2, gbs,
+                  100.0 * gbs / c.copy_gbs, best, best_per_sm);
+    summary.push_back(line);
+  }
+  cuda::set_prefill_split_mode(mode);
+  for (const auto& l : summary) std::printf("%s\n", l.c_str());
 }
 
 }  // namespace
@@ -352,6 +403,10 @@ int main(int argc, char** argv) {
     bench_attention(be, c, 64, 4096, 1, 32, 8, 128, DType::kFP8E4M3);
     return 0;
   }
+  if (what == "attention-chunk") {  // the split-KV prefill cases alone
+    bench_chunk_attention(be, c);
+    return 0;
+  }
   if (what.find("attention") != std::string::npos) {
     for (int per_sm : {2, 4, 8}) {
       cuda::set_decode_blocks_per_sm(per_sm);
@@ -374,6 +429,7 @@ int main(int argc, char** argv) {
       bench_attention(be, c, 8, 8192, 1024, 32, 8, 128);
     }
     cuda::set_prefill_variant(chosen);
+    bench_chunk_attention(be, c);
   }
   if (what.find("gemv") != std::string::npos) {
     bench_gemv(be, c, 1);

@@ -1,16 +1,29 @@
 #!/bin/bash
 # Tensor-parallel check on a multi-GPU device kind (e.g. nvidia-h200-x2), from the repository root:
-# builds strata_parity_test, runs the NCCL communicator and tp-vs-tp-1 logits suites, then the
-# single-GPU model suite on its own. Logs go to $OUT. Carry: .devcarry/cuda (debs/ and shared/).
+# builds strata_parity_test and the offline benchmark, runs the NCCL communicator and tp-vs-tp-1
+# suites (TP_FILTER), then the offline benchmark at each size of TP_SIZES (OFFLINE_ARGS) with the
+# engine's and the ranks' step timing. Logs go to $OUT.
+# Carry: .devcarry/cuda (house-llama), or a folder with house-mla named by STRATA_CARRY (the two
+# house models do not fit in one call's carry): e.g. TP_FILTER='NcclComm.*:*/house_mla:*/llama_gqa'.
 set -u
-source bench/cuda/device_env.sh
+source bench/cuda/device_env.sh  # OUT, C, PKG, dev_configure, dev_build
 nvidia-smi -L
 t0=$(date +%s)
-cmake -S . -B build-dev -G Ninja -DSTRATA_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DSTRATA_SHARED_DIR=$C/shared $PKG >"$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
+dev_configure
 grep -i nccl "$OUT/cmake.log" | head -3
-cmake --build build-dev -j32 --target strata_parity_test >"$OUT/build.log" 2>&1 || { grep -B3 -A12 -E "error|Error" "$OUT/build.log" | head -60; exit 1; }
+dev_build strata_parity_test strata_bench_offline_bench
 echo "build: $(( $(date +%s) - t0 )) s"
 export NCCL_NVLS_ENABLE=0
-timeout 120 ./build-dev/strata_parity_test --gtest_filter='NcclComm.*:TpParity.*' 2>&1 | tee "$OUT/tp.log" | grep -vE "^\[ *(RUN|OK) " | tail -40
+timeout 240 ./build-dev/strata_parity_test --gtest_filter="${TP_FILTER:-NcclComm.*:TpParity*}" >"$OUT/tp.log" 2>&1
+echo "tp parity: exit status $?"
+grep -vE "^\[ *(RUN|OK) |^\[20" "$OUT/tp.log" | tail -60
 echo "tp: $(( $(date +%s) - t0 )) s"
-timeout 45 ./build-dev/strata_parity_test --gtest_filter='Fixtures/CudaModel.*' 2>&1 | tee "$OUT/cudamodel.log" | tail -8; echo "rc=${PIPESTATUS[0]}"
+for tp in ${TP_SIZES:-1 2}; do
+  STRATA_STEP_TIMING=1 timeout ${OFFLINE_TIMEOUT:-200} ./build-dev/strata_bench_offline_bench \
+    --config $C/shared/configs/llama-3.1-8b/config.json --tokenizer $C/shared/models/house-llama \
+    --tp-size $tp ${OFFLINE_ARGS:---prompts 256 --in 1024 --out 256} >"$OUT/offline_tp$tp.log" 2>&1
+  echo "offline tp $tp: exit status $?"
+  grep -vE "^progress" "$OUT/offline_tp$tp.log" | grep -vE "^\[20.*\] \[info\] (Loaded|Tokenizer)" | tail -24
+  grep -E "^progress" "$OUT/offline_tp$tp.log" | tail -3
+  echo "offline tp $tp done: $(( $(date +%s) - t0 )) s"
+done

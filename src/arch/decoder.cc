@@ -1,7 +1,6 @@
 #include "arch/decoder.h"
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 namespace strata {
@@ -60,7 +59,7 @@ void DecoderModel::forward(const ForwardBatch& batch, KvStorage& kv, float* logi
   if (n == 0) return;
   auto rows = be.alloc(act, {n, hidden});
   be.gather_rows(*h, batch.logit_rows, n, *rows);
-  if (tp_.active()) return tp_logits(*rows, logits);
+  if (tp_.active()) return tp_logits(*rows, logits);  // samples too when sample_args_ is set
   auto out = be.alloc(act, {n, spec_.vocab_size});
   be.linear(*rows, lm_head_, *out);
   if (sample_args_ != nullptr) return sample_device_logits(*out, *sample_args_);
@@ -69,21 +68,7 @@ void DecoderModel::forward(const ForwardBatch& batch, KvStorage& kv, float* logi
 
 void DecoderModel::forward_sample(const ForwardBatch& batch, KvStorage& kv,
                                   const SampleArgs& args) {
-  const int n = batch.num_logit_rows;
-  const int64_t vocab = spec_.vocab_size;
-  if (tp_.active()) {
-    // Tensor parallel: the logits are gathered to the host anyway; sample them there.
-    std::vector<float> logits(size_t(n) * size_t(vocab));
-    forward(batch, kv, logits.data());
-    std::vector<std::pair<float, int32_t>> scratch;
-    for (int i = 0; i < n; ++i)
-      args.token_ids[i] = sample_row_reference(logits.data() + size_t(i) * size_t(vocab), vocab,
-                                               args.params[i], scratch);
-    for (int i = 0; i < args.num_keep; ++i)
-      std::memcpy(args.kept_logits + size_t(i) * size_t(vocab),
-                  logits.data() + size_t(args.keep_rows[i]) * size_t(vocab), size_t(vocab) * 4);
-    return;
-  }
+  // Tensor parallel too: tp_logits assembles the full rows on rank 0's device and samples there.
   sample_args_ = &args;
   forward(batch, kv, nullptr);
   sample_args_ = nullptr;
@@ -115,28 +100,32 @@ void DecoderModel::tp_logits(const Tensor& rows, float* logits) {
   Backend& be = *backend_;
   const int64_t n = rows.dim(0), vocab = spec_.vocab_size;
   const int tp = tp_.size();
+  const DType act = be.activation_dtype();
   // Ranks' vocab slices may differ by one row (uneven plans): gather equal [n, widest] blocks.
   int64_t widest = 0;
   for (int r = 0; r < tp; ++r) widest = std::max(widest, tp_.plan->rank(r).vocab.size());
   const int64_t mine = tp_.shard().vocab.size();
-  auto part = be.alloc(be.activation_dtype(), {n, widest});
+  auto part = be.alloc(act, {n, widest});
   if (mine == widest) {
     be.linear(rows, lm_head_, *part);
   } else {
-    auto narrow = be.alloc(be.activation_dtype(), {n, mine});
+    auto narrow = be.alloc(act, {n, mine});
     be.linear(rows, lm_head_, *narrow);
     be.copy_columns(*narrow, 0, mine, *part, 0);
   }
-  auto all = be.alloc(be.activation_dtype(), {tp, n, widest});
+  auto all = be.alloc(act, {tp, n, widest});
   tp_.comm->all_gather(*part, *all);
-  std::vector<float> host(size_t(tp * n * widest));
-  be.download_f32(*all, host.data());
+  // A worker rank's forward (logits null, nothing to sample) only joins the gather: the rows
+  // are wanted on rank 0 alone, so nothing comes back to this rank's host.
+  if (logits == nullptr && sample_args_ == nullptr) return;
+  // The full rows [n, vocab] on the device: rank r's block [n, widest] holds its vocab columns v.
+  auto full = be.alloc(act, {n, vocab});
   for (int r = 0; r < tp; ++r) {
     const Range v = tp_.plan->rank(r).vocab;
-    for (int64_t i = 0; i < n; ++i)
-      std::memcpy(logits + i * vocab + v.begin, host.data() + (r * n + i) * widest,
-                  size_t(v.size()) * sizeof(float));
+    be.copy_columns(all->view().slice_rows(r, r + 1).reshape({n, widest}), 0, v.size(), *full, v.begin);
   }
+  if (sample_args_ != nullptr) return sample_device_logits(*full, *sample_args_);
+  be.download_f32(*full, logits);
 }
 
 }  // namespace strata

@@ -42,7 +42,9 @@ class DecoderModel : public Model {
   RopeArgs rope_args(const AttentionMetadata& attn, RopeFrequencies* dynamic) const;
   // Vocab-parallel embedding: this rank's rows (others' tokens read the zero row), all-reduced.
   void tp_embedding(const ForwardBatch& batch, const Tensor& out);
-  // Vocab-parallel logits: this rank's [n, vocab_shard] columns, all-gathered into host `logits`.
+  // Vocab-parallel logits: this rank's [n, vocab_shard] columns, all-gathered; the full rows
+  // are sampled on the device (sample_args_ set) or downloaded to `logits`. A worker rank passes
+  // neither and only joins the gather.
   void tp_logits(const Tensor& rows, float* logits);
 
   // Set by forward_sample for the duration of its forward(): the logits are then sampled on the

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
 #include <cstring>
@@ -23,6 +24,35 @@ namespace strata {
 namespace {
 
 enum class TpMessage : uint8_t { kInitKv = 1, kStep = 2, kShutdown = 3 };
+
+// STRATA_STEP_TIMING=1 (as for the engine's step log): every 256 steps a rank logs where its
+// step time went — rank 0: sending the plan vs its forward; a worker: waiting for the plan
+// (rank 0's host work and the broadcast) vs its forward.
+class TpStepTiming {
+ public:
+  using Clock = std::chrono::steady_clock;
+  TpStepTiming(int rank, const char* wait_name) : rank_(rank), wait_name_(wait_name) {}
+  void add(Clock::time_point begin, Clock::time_point mid, Clock::time_point end) {
+    if (!on_) return;
+    wait_s_ += std::chrono::duration<double>(mid - begin).count();
+    forward_s_ += std::chrono::duration<double>(end - mid).count();
+    if (++steps_ < 256) return;
+    LOG_INFO("tensor-parallel rank {}: {} steps: {} {:.2f} ms, forward {:.2f} ms per step", rank_, steps_, wait_name_,
+             1e3 * wait_s_ / steps_, 1e3 * forward_s_ / steps_);
+    wait_s_ = forward_s_ = 0;
+    steps_ = 0;
+  }
+
+ private:
+  const bool on_ = [] {
+    const char* e = std::getenv("STRATA_STEP_TIMING");
+    return e != nullptr && e[0] == '1';
+  }();
+  const int rank_;
+  const char* wait_name_;
+  double wait_s_ = 0, forward_s_ = 0;
+  int steps_ = 0;
+};
 
 // What the rank threads of this process share: the first failure, which stops every rank's
 // communicator so nobody waits on a rank that is gone.
@@ -173,10 +203,12 @@ Status check_plan_fits(const BatchPlan& p, const KvStorage* kv) {
 // rank 0 uses (the engine has one; eval-kv a reference and a candidate).
 Status worker_loop(Communicator& comm, Model& model, Backend& backend) {
   std::unordered_map<uint32_t, std::unique_ptr<KvStorage>> pools;
-  std::vector<float> logits;
   std::vector<uint8_t> msg;
+  TpStepTiming timing(comm.rank(), "waiting for the plan");
   for (;;) {
+    const auto wait_begin = TpStepTiming::Clock::now();
     STRATA_RETURN_IF_ERROR(comm.broadcast_bytes(msg, 0));
+    const auto received = TpStepTiming::Clock::now();
     if (msg.empty()) return data_loss("empty tensor-parallel message");
     uint32_t id = 0;
     size_t at = 1;
@@ -196,9 +228,9 @@ Status worker_loop(Communicator& comm, Model& model, Backend& backend) {
         auto it = pools.find(id);
         KvStorage* kv = it == pools.end() ? nullptr : it->second.get();
         STRATA_RETURN_IF_ERROR(check_plan_fits(plan, kv));
-        logits.resize(plan.logits_rows.size() * size_t(model.spec().vocab_size));
-        model.forward(batch_of(plan), *kv, logits.data());
+        model.forward(batch_of(plan), *kv, nullptr);  // the logits are rank 0's
         STRATA_RETURN_IF_ERROR(comm.status());
+        timing.add(wait_begin, received, TpStepTiming::Clock::now());
         break;
       }
       default:
@@ -235,15 +267,21 @@ class TpModel : public Model {
   KvLayout kv_layout() const override { return inner_->kv_layout(); }
 
   void forward(const ForwardBatch& batch, KvStorage& kv, float* logits) override {
+    const auto begin = TpStepTiming::Clock::now();
     broadcast_step(batch, kv);
+    const auto sent = TpStepTiming::Clock::now();
     inner_->forward(batch, kv, logits);
     check(comm_->status());
+    timing_.add(begin, sent, TpStepTiming::Clock::now());
   }
-  // The workers run forward() either way: sampling happens on rank 0 only.
+  // The workers run forward() either way (without logits): sampling happens on rank 0 only.
   void forward_sample(const ForwardBatch& batch, KvStorage& kv, const SampleArgs& args) override {
+    const auto begin = TpStepTiming::Clock::now();
     broadcast_step(batch, kv);
+    const auto sent = TpStepTiming::Clock::now();
     inner_->forward_sample(batch, kv, args);
     check(comm_->status());
+    timing_.add(begin, sent, TpStepTiming::Clock::now());
   }
 
  private:
@@ -283,6 +321,7 @@ class TpModel : public Model {
     std::vector<uint8_t> init;
   };
   std::unordered_map<const KvStorage*, Pool> pools_;
+  TpStepTiming timing_{0, "sending the plan"};
 };
 
 // Rank r's setup on its thread: resources, weights, then the group barrier.

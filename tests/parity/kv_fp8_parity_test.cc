@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "backend/cuda/attention_prefill_fa.h"
+#include "backend/cuda/attention_prefill_split.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/fp8.cuh"
 #include "support/golden.h"
@@ -225,6 +226,8 @@ TEST(KvFp8, DecodeAttention) {
 }
 
 TEST(KvFp8, PrefillAttention) {
+  const int split_before = cuda::prefill_split_mode();
+  cuda::set_prefill_split_mode(0);  // the regular kernels (split-KV: the test below)
   const cuda::PrefillVariant before = cuda::prefill_variant();
   for (auto v : cuda::kPrefillVariants) {
     cuda::set_prefill_variant(v);
@@ -239,6 +242,21 @@ TEST(KvFp8, PrefillAttention) {
     }
   }
   cuda::set_prefill_variant(before);
+  cuda::set_prefill_split_mode(split_before);
+}
+
+TEST(KvFp8, PrefillAttentionSplitKv) {
+  // The split-KV prefill kernel over fp8 caches (f16 mma, fragments widened as read), forced on:
+  // short chunks over long contexts mixed with fresh prompts and decodes, groups 1, 4, 8.
+  const int split_before = cuda::prefill_split_mode();
+  cuda::set_prefill_split_mode(2);
+  for (DType dt : {DType::kFP8E4M3, DType::kFP8E5M2}) {
+    run_fp8_attention(dt, 32, 8, 128, 16, {{3000, 16}, {0, 77}, {4000, 1}, {200, 130}}, 1.0f, 1.0f);
+    run_fp8_attention(dt, 5, 1, 64, 3, {{2000, 9}, {31, 5}}, 0.37f, 2.5f);
+    run_fp8_attention(dt, 8, 8, 128, 16, {{2500, 33}, {0, 65}}, 0.37f, 2.5f);
+    run_fp8_attention(dt, 16, 2, 128, 16, {{1030, 64}}, 3.0f, 0.5f);
+  }
+  cuda::set_prefill_split_mode(split_before);
 }
 
 TEST(KvFp8, RefusesLayoutsItDoesNotImplement) {

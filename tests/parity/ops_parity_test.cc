@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/attention_prefill_fa.h"
+#include "backend/cuda/attention_prefill_split.h"
 #include "backend/cuda/cuda_backend.h"
 
 namespace strata {
@@ -278,8 +279,20 @@ TEST(CudaParity, DecodeAttention) {
 // with and without the overlapped P·V) runs each case; head_dim 16/32 take the simple kernel.
 using cuda::kPrefillVariants;
 
+// Scoped split-KV prefill mode (attention_prefill_split.h): the variant tests below pin the
+// regular kernels (0), the split tests force (2) or auto-select (1) the split path.
+class SplitMode {
+ public:
+  explicit SplitMode(int mode) : before_(cuda::prefill_split_mode()) { cuda::set_prefill_split_mode(mode); }
+  ~SplitMode() { cuda::set_prefill_split_mode(before_); }
+
+ private:
+  int before_;
+};
+
 TEST(CudaParity, PrefillAttention) {
   // Ragged, chunked (cached tokens before the new ones), mixed with decodes.
+  SplitMode regular(0);
   const cuda::PrefillVariant before = cuda::prefill_variant();
   for (auto v : kPrefillVariants) {
     cuda::set_prefill_variant(v);
@@ -297,6 +310,7 @@ TEST(CudaParity, PrefillAttentionTiles) {
   // K/V tiles of 64 or 128 keys. Group sizes 1, 3 (rows not a multiple of the group), 4, 8, 16;
   // chunk lengths around the tile edges (63/64/65/128 new tokens, contexts on and off tile
   // edges); a long chunked context (many tiles: the double buffer and slot table wrap).
+  SplitMode regular(0);
   const cuda::PrefillVariant before = cuda::prefill_variant();
   for (auto v : kPrefillVariants) {
     cuda::set_prefill_variant(v);
@@ -309,6 +323,34 @@ TEST(CudaParity, PrefillAttentionTiles) {
     run_attention({32, 8, 128, 16, {{1500, 700}}});
   }
   cuda::set_prefill_variant(before);
+}
+
+TEST(CudaParity, PrefillAttentionSplitKv) {
+  // Split-KV prefill (attention_prefill_split.cu): a block is 64 query rows = 64 / group tokens
+  // over one split of the keys; splits of >= 256 keys (multiples of 64) merge in a second
+  // kernel. Forced on (mode 2), so short contexts take it too: one-split tiles write the output
+  // directly. Short chunks over long contexts (the rows' positions fall in different splits, so
+  // some splits see no key of a row), chunk lengths around the 16-token tile edge of group 4,
+  // ragged batches mixing such chunks with fresh prompts and decodes, groups 1, 3, 4, 8, 16,
+  // head_dim 64/128, odd page sizes, scrambled pages. Bound: NMSE < 1e-4, as the other kernels.
+  {
+    SplitMode forced(2);
+    run_attention({32, 8, 128, 16, {{5000, 16}}});
+    run_attention({32, 8, 128, 16, {{3000, 16}, {0, 77}, {4000, 1}, {200, 130}, {2500, 64}}});
+    run_attention({32, 8, 128, 16, {{1000, 15}, {1001, 17}, {999, 256}, {64, 16}}});
+    run_attention({6, 2, 64, 5, {{2100, 7}, {0, 40}, {33, 1}}});
+    run_attention({8, 8, 128, 16, {{3000, 33}, {10, 64}}});
+    run_attention({16, 1, 64, 8, {{4100, 9}, {10, 3}}});
+    run_attention({32, 2, 128, 16, {{700, 5}, {0, 300}}});
+    run_attention({32, 8, 128, 16, {{0, 77}, {50, 13}, {0, 1}, {200, 130}}});
+    run_attention({5, 1, 64, 3, {{0, 200}, {31, 5}}});
+  }
+  // Auto (the default): a short chunk over a long context takes the split path, mixed with a
+  // fresh prompt; a long fresh prompt alone stays on the regular kernels.
+  SplitMode automatic(1);
+  run_attention({32, 8, 128, 16, {{8000, 16}, {0, 100}}});
+  run_attention({32, 8, 128, 16, {{6000, 64}}});
+  run_attention({32, 8, 128, 16, {{0, 2500}}});
 }
 
 }  // namespace

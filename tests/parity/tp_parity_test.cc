@@ -49,52 +49,86 @@ struct Case {
   bool uneven;
 };
 
-TEST(TpParity, LogitsMatchTp1AndReference) {
+// Rank 0's sampling path (engine steps): greedy ids of forward_sample equal the argmax of the
+// same model's forward logits, and the rows kept for logprobs equal those logits exactly.
+void expect_sampling_matches_logits(Model& model, const std::vector<int32_t>& ids, const std::vector<float>& logits,
+                                    const std::string& what) {
+  const int n = int(ids.size());
+  const int64_t vocab = model.spec().vocab_size;
+  std::vector<SampleRowParams> params(size_t(n), SampleRowParams{.temperature = 0.0f});
+  std::vector<int32_t> sampled(size_t(n), -1), keep = {0, n - 1};
+  std::vector<float> kept(keep.size() * size_t(vocab));
+  const SampleArgs args{.params = params.data(), .token_ids = sampled.data(), .keep_rows = keep.data(),
+                        .num_keep = int(keep.size()), .kept_logits = kept.data()};
+  SingleSequence seq(model, 16, n, DType::kBF16);
+  seq.step(ids, true, &args);
+  int differ = 0;
+  for (int i = 0; i < n; ++i) {
+    const auto row = logits.begin() + i * vocab;
+    differ += sampled[size_t(i)] != int32_t(std::max_element(row, row + vocab) - row);
+  }
+  EXPECT_EQ(differ, 0) << what << ": greedy ids of forward_sample vs argmax of forward, of " << n;
+  for (size_t k = 0; k < keep.size(); ++k)
+    EXPECT_TRUE(std::equal(kept.begin() + long(k) * vocab, kept.begin() + long(k + 1) * vocab,
+                           logits.begin() + keep[k] * vocab))
+        << what << ": kept row " << keep[k] << " differs from forward's";
+}
+
+class TpParity : public ::testing::TestWithParam<Case> {};
+
+TEST_P(TpParity, LogitsMatchTp1AndReference) {
+  const Case& c = GetParam();
   int gpus = 0;
   ASSERT_EQ(cudaGetDeviceCount(&gpus), cudaSuccess);
   if (gpus < 2) GTEST_SKIP() << "needs 2+ GPUs, " << gpus << " visible";
-  const std::string s = shared_dir();
-  const std::vector<Case> cases = {
-      {"house-llama", s + "/models/house-llama", s + "/fixtures/house-llama", true},
-      {"house-mla", s + "/models/house-mla", s + "/fixtures/house-mla", true},
-      {"llama-gqa", s + "/fixtures/tiny/llama-gqa", s + "/fixtures/tiny/llama-gqa", false},
-      {"deepseek-v3-mla-moe", s + "/fixtures/tiny/deepseek-v3-mla-moe", s + "/fixtures/tiny/deepseek-v3-mla-moe", false},
-  };
-  for (const Case& c : cases) {
-    auto spec = load_model_spec(c.model_dir);
-    ASSERT_TRUE(spec.ok()) << spec.status().to_string();
-    auto weights = WeightStore::open(c.model_dir, spec->quant);
-    ASSERT_TRUE(weights.ok());
-    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-    auto backend1 = make_cuda_backend();
-    auto tp1 = create_model(*spec, *weights, *backend1);
-    ASSERT_TRUE(tp1.ok()) << tp1.status().to_string();
-    Reference ref(c.reference_dir + "/reference.safetensors");
-    for (int tp = 2; tp <= std::min(gpus, 8); tp *= 2) {
-      if (!c.uneven && spec->num_heads % tp != 0) continue;
-      const TpConfig config{.tp_size = tp, .device = "cuda", .sharding = {.allow_uneven = c.uneven}};
-      auto factory = make_tp_rank_factory(config);
-      ASSERT_TRUE(factory.ok()) << factory.status().to_string();
-      std::unique_ptr<Backend> backend0;
-      auto tpn = create_tp_model(*spec, *weights, config, *factory, &backend0);
-      ASSERT_TRUE(tpn.ok()) << c.name << " tp " << tp << ": " << tpn.status().to_string();
-      for (int i = 0; ref.has("seq" + std::to_string(i) + ".input_ids"); ++i) {
-        const std::string seq = "seq" + std::to_string(i);
-        auto ids = ref.i32(seq + ".input_ids");
-        SingleSequence one(**tp1, 16, int(ids.size()), DType::kBF16);
-        SingleSequence many(**tpn, 16, int(ids.size()), DType::kBF16);
-        auto a = one.step(ids, true), b = many.step(ids, true);
-        const double vs_tp1 = nmse_of(b, a), vs_ref = nmse_of(b, ref.f32(seq + ".logits"));
-        const double agree = agreement(b, a, spec->vocab_size);
-        std::printf("%s tp %d %s: nmse vs tp 1 %.3g, vs HF %.3g, argmax agreement with tp 1 %.3f\n", c.name.c_str(),
-                    tp, seq.c_str(), vs_tp1, vs_ref, agree);
-        EXPECT_LT(vs_tp1, 5e-4) << c.name << " tp " << tp << " " << seq;
-        EXPECT_LT(vs_ref, 5e-4) << c.name << " tp " << tp << " " << seq;
-        EXPECT_GE(agree, 0.9) << c.name << " tp " << tp << " " << seq;
-      }
+  auto spec = load_model_spec(c.model_dir);
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  auto weights = WeightStore::open(c.model_dir, spec->quant);
+  ASSERT_TRUE(weights.ok());
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  auto backend1 = make_cuda_backend();
+  auto tp1 = create_model(*spec, *weights, *backend1);
+  ASSERT_TRUE(tp1.ok()) << tp1.status().to_string();
+  Reference ref(c.reference_dir + "/reference.safetensors");
+  for (int tp = 2; tp <= std::min(gpus, 8); tp *= 2) {
+    if (!c.uneven && spec->num_heads % tp != 0) continue;
+    const TpConfig config{.tp_size = tp, .device = "cuda", .sharding = {.allow_uneven = c.uneven}};
+    auto factory = make_tp_rank_factory(config);
+    ASSERT_TRUE(factory.ok()) << factory.status().to_string();
+    std::unique_ptr<Backend> backend0;
+    auto tpn = create_tp_model(*spec, *weights, config, *factory, &backend0);
+    ASSERT_TRUE(tpn.ok()) << c.name << " tp " << tp << ": " << tpn.status().to_string();
+    for (int i = 0; ref.has("seq" + std::to_string(i) + ".input_ids"); ++i) {
+      const std::string seq = "seq" + std::to_string(i);
+      auto ids = ref.i32(seq + ".input_ids");
+      SingleSequence one(**tp1, 16, int(ids.size()), DType::kBF16);
+      SingleSequence many(**tpn, 16, int(ids.size()), DType::kBF16);
+      auto a = one.step(ids, true), b = many.step(ids, true);
+      const double vs_tp1 = nmse_of(b, a), vs_ref = nmse_of(b, ref.f32(seq + ".logits"));
+      const double agree = agreement(b, a, spec->vocab_size);
+      std::printf("%s tp %d %s: nmse vs tp 1 %.3g, vs HF %.3g, argmax agreement with tp 1 %.3f\n", c.name.c_str(),
+                  tp, seq.c_str(), vs_tp1, vs_ref, agree);
+      EXPECT_LT(vs_tp1, 5e-4) << c.name << " tp " << tp << " " << seq;
+      EXPECT_LT(vs_ref, 5e-4) << c.name << " tp " << tp << " " << seq;
+      EXPECT_GE(agree, 0.9) << c.name << " tp " << tp << " " << seq;
+      expect_sampling_matches_logits(**tpn, ids, b, c.name + " tp " + std::to_string(tp) + " " + seq);
     }
   }
 }
+
+// Filter by model: --gtest_filter='*/house_mla' (a device call's carry holds one house model).
+INSTANTIATE_TEST_SUITE_P(
+    Models, TpParity,
+    ::testing::Values(Case{"house-llama", shared_dir() + "/models/house-llama", shared_dir() + "/fixtures/house-llama", true},
+                      Case{"house-mla", shared_dir() + "/models/house-mla", shared_dir() + "/fixtures/house-mla", true},
+                      Case{"llama-gqa", shared_dir() + "/fixtures/tiny/llama-gqa", shared_dir() + "/fixtures/tiny/llama-gqa", false},
+                      Case{"deepseek-v3-mla-moe", shared_dir() + "/fixtures/tiny/deepseek-v3-mla-moe",
+                           shared_dir() + "/fixtures/tiny/deepseek-v3-mla-moe", false}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      std::string n = info.param.name;
+      std::replace(n.begin(), n.end(), '-', '_');
+      return n;
+    });
 
 // A Llama-3.1-8B-shaped model (its config, `layers` layers) with deterministic random bf16
 // weights written to `dir`: the ranks must load the same values tp 1 does, so the values live
@@ -151,7 +185,7 @@ void write_random_llama(const std::string& config_path, const std::string& dir, 
   }
 }
 
-TEST(TpParity, Llama31_8BShapedRandomModelMatchesTp1) {
+TEST(TpParityRandom, Llama31_8BShapedRandomModelMatchesTp1) {
   int gpus = 0;
   ASSERT_EQ(cudaGetDeviceCount(&gpus), cudaSuccess);
   if (gpus < 2) GTEST_SKIP() << "needs 2+ GPUs, " << gpus << " visible";

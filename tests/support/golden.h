@@ -81,8 +81,9 @@ class SingleSequence {
   }
 
   // Appends `ids`, returning logits of every new token ([n, vocab]) when all_logits, else of the
-  // last one.
-  std::vector<float> step(const std::vector<int32_t>& ids, bool all_logits) {
+  // last one. With `sample` the step runs forward_sample instead (ids and kept rows go to its
+  // buffers) and returns nothing.
+  std::vector<float> step(const std::vector<int32_t>& ids, bool all_logits, const SampleArgs* sample = nullptr) {
     const int n = int(ids.size());
     const int32_t start = len_;
     len_ += n;
@@ -112,6 +113,10 @@ class SingleSequence {
     b.attn.slot_mapping = slots.data();
     b.logit_rows = rows.data();
     b.num_logit_rows = int(rows.size());
+    if (sample != nullptr) {
+      model_.forward_sample(b, *kv_, *sample);
+      return {};
+    }
     std::vector<float> logits(rows.size() * size_t(model_.spec().vocab_size));
     model_.forward(b, *kv_, logits.data());
     return logits;

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "backend/cuda/attention_prefill_fa.h"
+#include "backend/cuda/attention_prefill_split.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/fp8.cuh"
 
@@ -271,6 +272,7 @@ void init_attention_kernels() {
   init_decode_attention_kernels();
   init_fa_prefill_kernels();
   init_wgmma_prefill_kernels();
+  init_split_prefill_kernels();
   set_smem_limit<16>();
   set_smem_limit<32>();
   set_smem_limit<64>();

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstring>
 
+#include "backend/cuda/attention_prefill_split.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/fp8.cuh"
 
@@ -479,10 +480,31 @@ void CudaBackend::paged_attention(const Tensor& q, const KvStorage& kv, int laye
     record(kOpDecode, p, launch_decode_attention);
     return;
   }
+  // Short query chunks over long contexts: split-KV (attention_prefill_split.h); the regular
+  // kernels below take the batch's other sequences.
+  SplitPrefillPlan plan;
+  if (plan_split_prefill(meta, hd, group, kv_heads, p.kv_elem != kKvBf16, num_sms_, &plan)) {
+    auto sp = zeroed<SplitPrefillParams>();
+    std::memcpy(static_cast<void*>(&sp.a), &p, sizeof p);
+    sp.a.split_len = plan.split_len;
+    sp.a.num_tiles = int(plan.work.size() / 4);
+    sp.a.tiles = stage_i32(plan.work.data(), int64_t(plan.work.size()));
+    sp.num_combine = int(plan.combine.size() / 4);
+    DeviceTensorPtr work;
+    if (sp.num_combine > 0) {
+      sp.combine = stage_i32(plan.combine.data(), int64_t(plan.combine.size()));
+      const int64_t rows = plan.partial_groups * kv_heads * kSplitPrefillRows;
+      work = scratch(rows * (hd + 2) * 4);
+      sp.a.partial_o = static_cast<float*>(work->view().data);
+      sp.a.partial_ml = sp.a.partial_o + rows * hd;
+    }
+    record(kOpPrefill, sp, launch_split_prefill);
+  }
   CHECK_MSG(prefill_attention_supported(hd), "CUDA paged attention: head_dim {} not supported", hd);
   std::vector<int32_t> tiles;
   const int tile_tokens = prefill_tile_tokens(hd, group);
   for (int s = 0; s < meta.num_seqs; ++s) {
+    if (plan.takes(s)) continue;  // split-KV above
     const int n_new = meta.q_indptr[s + 1] - meta.q_indptr[s];
     for (int r = 0; r < n_new; r += tile_tokens) {
       tiles.push_back(s);
