@@ -202,6 +202,9 @@ class Backend {
   virtual DeviceTensorPtr upload(const Tensor& host_f32, DType dtype) = 0;
   // Copies a device tensor to float32 host memory (logits, tests, traces).
   virtual void download_f32(const Tensor& src, float* dst) = 0;
+  // Waits for the queued work and ends the current step (an asynchronous backend keeps a step's
+  // staged host inputs until it ends, which a download otherwise does). Default: nothing queued.
+  virtual void synchronize() {}
   virtual std::unique_ptr<KvStorage> alloc_kv(const KvLayout& layout) = 0;
   // Whether this backend implements `layout` (dtypes, row formats); alloc_kv CHECK-fails on a
   // layout this refuses, so callers that take a layout from users ask first. Default: all.

@@ -229,6 +229,8 @@ Status worker_loop(Communicator& comm, Model& model, Backend& backend) {
         KvStorage* kv = it == pools.end() ? nullptr : it->second.get();
         STRATA_RETURN_IF_ERROR(check_plan_fits(plan, kv));
         model.forward(batch_of(plan), *kv, nullptr);  // the logits are rank 0's
+        // Nothing was downloaded, so end the step here: its staged inputs are released.
+        backend.synchronize();
         STRATA_RETURN_IF_ERROR(comm.status());
         timing.add(wait_begin, received, TpStepTiming::Clock::now());
         break;

@@ -169,8 +169,8 @@ class CudaBackend : public Backend {
   void set_pdl(bool on);
   const GraphStats& graph_stats() const { return stats_; }
   cudaStream_t stream() const { return stream_; }
-  // Waits for all work of the backend (benchmarks, tests).
-  void synchronize();
+  // Waits for all work of the backend and ends the step (tensor-parallel workers, benchmarks).
+  void synchronize() override;
   int num_sms() const { return num_sms_; }
   // Eager-mode profile (benchmarks): device time of every launch, summed per op kind, between
   // set_profile(true) and profile_report(). Events around each launch serialize them.
@@ -190,6 +190,9 @@ class CudaBackend : public Backend {
   void flush();
   // Flushes and waits; the next op starts a new step.
   void end_step();
+  // A linear with a float32 output (MoE routers: the reference scores experts in float32), on
+  // the CPU twin like the other DeepSeek ops (fallback.cc).
+  void linear_f32_out(const Tensor& x, const LinearWeight& w, const Tensor& out);
 
   // Runs (eager) or records (graph mode) one launch. `op` and the bytes of `p` join the step's
   // signature; `p` must be fully initialized, padding included (memset before filling).

@@ -1,5 +1,5 @@
 // Ops the CUDA backend does not run on the GPU yet (absorbed MLA attention, MoE routing and
-// experts): correct but slow. Each downloads its inputs, runs the CPU reference twin and uploads
+// experts, the router's float32-output linear): correct but slow. Each downloads its inputs, runs the CPU reference twin and uploads
 // the result, ending the current step (so they never run inside a CUDA graph). The GPU versions
 // belong to the DeepSeek/Kimi work, not to the Llama family.
 #include <cstring>
@@ -12,7 +12,7 @@ namespace strata::cuda {
 namespace {
 
 void warn_once(int i, const char* op) {
-  static bool warned[3] = {false, false, false};
+  static bool warned[4] = {false, false, false, false};
   if (!warned[i]) {
     LOG_WARN("CUDA backend: {} runs on the CPU reference (host copies); slow", op);
     warned[i] = true;
@@ -93,6 +93,23 @@ void CudaBackend::moe_experts(const Tensor& x, const MoeExpertWeights& experts,
   download_f32(experts.down->view(), host_experts.down->view().ptr<float>());
   HostTensor o(DType::kF32, out.shape);
   cpu.moe_experts(hx.view, host_experts, ids.view, w.view, o.view);
+  to_device(o, out);
+}
+
+void CudaBackend::linear_f32_out(const Tensor& x, const LinearWeight& w, const Tensor& out) {
+  warn_once(3, "linear with a float32 output");
+  end_step();
+  cpu::CpuBackend cpu;
+  HostTensor hx = to_host(*this, x);
+  LinearWeight host_w;
+  host_w.weight = cpu.alloc(DType::kF32, w.weight->view().shape);
+  download_f32(w.weight->view(), host_w.weight->view().ptr<float>());
+  if (w.bias) {
+    host_w.bias = cpu.alloc(DType::kF32, w.bias->view().shape);
+    download_f32(w.bias->view(), host_w.bias->view().ptr<float>());
+  }
+  HostTensor o(DType::kF32, out.shape);
+  cpu.linear(hx.view, host_w, o.view);
   to_device(o, out);
 }
 
