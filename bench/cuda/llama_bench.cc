@@ -108,27 +108,38 @@ Ceilings measure_ceilings(cuda::CudaBackend& be) {
 
 // The decode GEMV (linear with one row) alone on the Llama-3.1-8B shapes, weights rotated over
 // copies that together exceed the L2 cache. Returns the summed time of one token's GEMVs.
-double bench_gemv(cuda::CudaBackend& be, const Ceilings& c, int max_ksplit) {
+double bench_gemv(cuda::CudaBackend& be, const Ceilings& c, int max_ksplit, int64_t prefetch,
+                  bool early, int warps) {
   cuda::set_gemv_max_ksplit(max_ksplit);
-  std::printf("gemv     up to %d warps per output row:\n", max_ksplit);
+  cuda::set_gemv_prefetch_elems(prefetch);
+  cuda::set_gemv_block_warps(warps);
+  be.set_pdl_early(early);
+  std::printf("gemv     up to %d warps per output row, %d-warp blocks, L2 prefetch %lld elements "
+              "per row before the PDL wait, early trigger %d:\n",
+              max_ksplit, warps, (long long)prefetch, int(early));
   struct Shape2 {
     const char* name;
     int64_t n, k, per_token;
+    bool glu;
   };
   double token_ms = 0;
-  for (Shape2 s : {Shape2{"qkv", 6144, 4096, 32}, Shape2{"o_proj", 4096, 4096, 32},
-                   Shape2{"gate_up", 28672, 4096, 32}, Shape2{"down", 4096, 14336, 32},
-                   Shape2{"lm_head", 128256, 4096, 1}}) {
+  for (Shape2 s : {Shape2{"qkv", 6144, 4096, 32, false}, Shape2{"o_proj", 4096, 4096, 32, false},
+                   Shape2{"gate_up", 28672, 4096, 0, false}, Shape2{"gate_up+silu", 28672, 4096, 32, true},
+                   Shape2{"down", 4096, 14336, 32, false}, Shape2{"lm_head", 128256, 4096, 1, false}}) {
     const int copies = int(std::max<int64_t>(2, (int64_t(256) << 20) / (2 * s.n * s.k) + 1));
     std::vector<LinearWeight> w(static_cast<size_t>(copies));
     for (int i = 0; i < copies; ++i) {
       w[size_t(i)].weight = be.alloc(DType::kBF16, {s.n, s.k});
       be.fill_random(*w[size_t(i)].weight, 100 + uint64_t(i), 0.02f);
     }
-    auto x = be.alloc(DType::kBF16, {1, s.k}), out = be.alloc(DType::kBF16, {1, s.n});
+    auto x = be.alloc(DType::kBF16, {1, s.k});
+    auto out = be.alloc(DType::kBF16, {1, s.glu ? s.n / 2 : s.n});
     be.fill_random(*x, 99, 1.0f);
     const double ms = time_ms(be.stream(), 2, 10, [&] {
-      for (auto& wi : w) be.linear(*x, wi, *out);
+      for (auto& wi : w) {
+        if (s.glu) be.linear_silu_mul(*x, wi, *out);
+        else be.linear(*x, wi, *out);
+      }
     }) / copies;
     const double gbs = 2.0 * s.n * s.k / (ms * 1e-3) / 1e9;
     std::printf("gemv     %-8s %6lld x %5lld: %.1f us, %.0f GB/s = %.1f%% of copy bandwidth\n", s.name,
@@ -172,15 +183,23 @@ class Runner {
                                .positions = pos.data(), .slot_mapping = slots.data()};
     b.logit_rows = rows;
     b.num_logit_rows = 1;
+    if (gpu_sample_) {  // greedy on the device (Backend::sample): only the id comes back
+      SampleRowParams greedy;
+      int32_t id = 0;
+      m_.forward_sample(b, *kv_, SampleArgs{.params = &greedy, .token_ids = &id});
+      return id;
+    }
     m_.forward(b, *kv_, logits_.data());
     return int32_t(std::max_element(logits_.begin(), logits_.end()) - logits_.begin());
   }
+  void set_gpu_sample(bool on) { gpu_sample_ = on; }
   int len() const { return len_; }
 
  private:
   Model& m_;
   int page_size_;
   int32_t len_ = 0;
+  bool gpu_sample_ = false;
   std::vector<int32_t> pages_;
   std::vector<float> logits_;
   std::unique_ptr<KvStorage> kv_;
@@ -205,32 +224,76 @@ void bench_decode(cuda::CudaBackend& be, const std::string& config, const Ceilin
   const int64_t kv_per_token = 2 * int64_t(s.num_kv_heads) * s.head_dim * 2 * s.num_layers;
   std::mt19937 rng(3);
   std::uniform_int_distribution<int32_t> tok(0, int32_t(s.vocab_size - 1));
+  // Launch variants (A/B in one process): graphs, PDL, the fused ops, early PDL triggers, the
+  // GEMV's L2 prefetch before its wait (elements per row), GEMV block warps, and greedy sampling
+  // on the device instead of downloading the logits.
   struct Mode {
-    bool graphs, pdl;
+    const char* name;
+    bool graphs, pdl, fusion, early;
+    int64_t prefetch;
+    int warps;
+    bool gpu_sample;
   };
-  for (Mode mode : {Mode{false, true}, Mode{true, false}, Mode{true, true}}) {
+  const Mode modes[] = {
+      {"eager, old path", false, true, false, false, 0, 8, false},
+      {"graphs, no PDL, old path", true, false, false, false, 0, 8, false},
+      {"graphs+PDL, old path (before 2026-11-29 night)", true, true, false, false, 0, 8, false},
+      {"graphs+PDL, fused ops", true, true, true, false, 0, 8, false},
+      {"graphs+PDL, fused, early trigger", true, true, true, true, 0, 8, false},
+      {"graphs+PDL, fused, early, prefetch 2K", true, true, true, true, 2048, 8, false},
+      {"graphs+PDL, fused, early, prefetch 4K", true, true, true, true, 4096, 8, false},
+      {"graphs+PDL, fused, early, prefetch 8K", true, true, true, true, 8192, 8, false},
+      {"graphs+PDL, fused, early, prefetch 16K", true, true, true, true, 16384, 8, false},
+      {"graphs+PDL, fused, no early, prefetch 4K", true, true, true, false, 4096, 8, false},
+      {"graphs+PDL, fused, early, prefetch 4K, 4-warp GEMV", true, true, true, true, 4096, 4, false},
+      {"graphs+PDL, fused, early, prefetch 4K, GPU greedy", true, true, true, true, 4096, 8, true},
+      {"eager+PDL, fused, early, prefetch 4K", false, true, true, true, 4096, 8, false},
+  };
+  const char* only = std::getenv("DECODE_MODES");  // e.g. "2,6": indices into modes
+  const int64_t prefetch0 = cuda::gemv_prefetch_elems();
+  const int warps0 = cuda::gemv_block_warps();
+  for (int mi = 0; mi < int(sizeof modes / sizeof modes[0]); ++mi) {
+    const Mode& mode = modes[mi];
+    if (only != nullptr &&
+        ("," + std::string(only) + ",").find("," + std::to_string(mi) + ",") == std::string::npos)
+      continue;
     const bool graphs = mode.graphs;
     be.set_pdl(mode.pdl);
+    be.set_fusion(mode.fusion);
+    be.set_pdl_early(mode.early);
+    cuda::set_gemv_prefetch_elems(mode.prefetch);
+    cuda::set_gemv_block_warps(mode.warps);
     be.set_graph_mode(graphs);
     Runner r(**m, prompt + steps + 16, 16);
+    r.set_gpu_sample(mode.gpu_sample);
     std::vector<int32_t> ids(static_cast<size_t>(prompt));
     for (auto& x : ids) x = tok(rng);
     auto tp = Clock::now();
     int32_t next = r.step(ids);
     const double prefill_s = seconds_since(tp);
     for (int i = 0; i < 8; ++i) next = r.step({next});  // warm-up (graph capture)
+    const cuda::GraphStats before = be.graph_stats();
     auto td = Clock::now();
     for (int i = 0; i < steps; ++i) next = r.step({next});
     const double per_token_s = seconds_since(td) / steps;
+    const cuda::GraphStats& after = be.graph_stats();
+    const int64_t rec_steps = after.recorded_steps - before.recorded_steps;
+    const double record_us =
+        rec_steps > 0 ? 1e-3 * double(after.record_ns - before.record_ns) / double(rec_steps) : 0.0;
     const double bytes = double(weight_bytes) + double(kv_per_token) * (prompt + 8 + steps / 2);
     const double limit_s = bytes / (c.copy_gbs * 1e9);
-    std::printf("decode   batch 1, %s%s, prompt %d: %.3f ms/token = %.1f tok/s; %.2f GB/token -> "
-                "%.0f GB/s = %.1f%% of the copy-bandwidth limit (%.1f tok/s); prefill %d tokens "
-                "%.1f ms\n",
-                graphs ? "CUDA graphs" : "eager", mode.pdl ? " + PDL" : "", prompt, per_token_s * 1e3, 1.0 / per_token_s,
-                bytes / 1e9, bytes / per_token_s / 1e9, 100.0 * limit_s / per_token_s,
-                1.0 / limit_s, prompt, prefill_s * 1e3);
+    std::printf("decode   [%d] %s: batch 1, prompt %d: %.3f ms/token = %.1f tok/s; %.2f GB/token -> "
+                "%.0f GB/s = %.1f%% of the copy-bandwidth limit (%.1f tok/s); host record %.0f us/step; "
+                "prefill %d tokens %.1f ms\n",
+                mi, mode.name, prompt, per_token_s * 1e3, 1.0 / per_token_s, bytes / 1e9,
+                bytes / per_token_s / 1e9, 100.0 * limit_s / per_token_s, 1.0 / limit_s, record_us,
+                prompt, prefill_s * 1e3);
   }
+  be.set_pdl(true);
+  be.set_fusion(true);
+  be.set_pdl_early(true);
+  cuda::set_gemv_prefetch_elems(prefetch0);
+  cuda::set_gemv_block_warps(warps0);
   const auto& st = be.graph_stats();
   std::printf("graphs   captures %lld, replays %lld\n", (long long)st.captures, (long long)st.replays);
   be.set_graph_mode(false);
@@ -243,15 +306,20 @@ void bench_profile(cuda::CudaBackend& be, const std::string& config, int prompt,
   auto m = load_model(dir, be);
   CHECK_MSG(m.ok(), "{}", m.status().to_string());
   be.fill_all_random(43, 0.02f);
-  Runner r(**m, prompt + steps + 16, 16);
-  std::vector<int32_t> ids(static_cast<size_t>(prompt), 7);
-  int32_t next = r.step(ids);
-  for (int i = 0; i < 4; ++i) next = r.step({next});
-  be.set_profile(true);
-  for (int i = 0; i < steps; ++i) next = r.step({next});
-  std::printf("profile  %s (%d layers), decode batch 1 after %d tokens:\n%s", config.c_str(),
-              (*m)->spec().num_layers, prompt, be.profile_report(steps).c_str());
-  be.set_profile(false);
+  for (bool fused : {false, true}) {
+    be.set_fusion(fused);
+    Runner r(**m, prompt + steps + 16, 16);
+    std::vector<int32_t> ids(static_cast<size_t>(prompt), 7);
+    int32_t next = r.step(ids);
+    for (int i = 0; i < 4; ++i) next = r.step({next});
+    be.set_profile(true);
+    for (int i = 0; i < steps; ++i) next = r.step({next});
+    std::printf("profile  %s (%d layers), decode batch 1 after %d tokens, %s:\n%s", config.c_str(),
+                (*m)->spec().num_layers, prompt, fused ? "fused ops" : "unfused (old path)",
+                be.profile_report(steps).c_str());
+    be.set_profile(false);
+  }
+  be.set_fusion(true);
 }
 
 // Paged attention alone: random KV, pages scrambled.
@@ -381,6 +449,7 @@ int main(int argc, char** argv) {
     else if (a == "--steps") steps = std::atoi(argv[i + 1]);
     else if (a == "--prompt") prompt = std::atoi(argv[i + 1]);
   }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines survive a crash (logs are files)
   auto backend = make_cuda_backend();
   auto& be = dynamic_cast<cuda::CudaBackend&>(*backend);
   cudaDeviceProp prop{};
@@ -432,8 +501,17 @@ int main(int argc, char** argv) {
     bench_chunk_attention(be, c);
   }
   if (what.find("gemv") != std::string::npos) {
-    bench_gemv(be, c, 1);
-    bench_gemv(be, c, 4);
+    const int64_t pf0 = cuda::gemv_prefetch_elems();
+    const int w0 = cuda::gemv_block_warps();
+    bench_gemv(be, c, 1, 0, false, 8);  // the kernel as before (no prefetch, no early trigger)
+    bench_gemv(be, c, 4, 0, false, 8);
+    bench_gemv(be, c, 1, 4096, true, 8);
+    bench_gemv(be, c, 1, 16384, true, 8);
+    bench_gemv(be, c, 1, 4096, true, 4);
+    cuda::set_gemv_max_ksplit(1);
+    cuda::set_gemv_prefetch_elems(pf0);
+    cuda::set_gemv_block_warps(w0);
+    be.set_pdl_early(true);
   }
   if (what.find("profile") != std::string::npos) bench_profile(be, config, prompt, steps);
   if (what.find("decode") != std::string::npos) bench_decode(be, config, c, prompt, steps);

@@ -103,20 +103,25 @@ void LlamaModel::attention_block(int layer, const Tensor& h, const ForwardBatch&
   auto qkv = be.alloc(act, {t, (heads + 2 * kvh) * hd});
   be.linear(h, L.qkv, *qkv);
   auto q = be.alloc(act, {t, heads, hd});
-  auto k = be.alloc(act, {t, kvh, hd});
-  auto v = be.alloc(act, {t, kvh, hd});
-  be.slice_columns(*qkv, 0, heads * hd, *q);
-  be.slice_columns(*qkv, heads * hd, (heads + kvh) * hd, *k);
-  be.slice_columns(*qkv, (heads + kvh) * hd, (heads + 2 * kvh) * hd, *v);
-  if (L.q_norm) {
-    be.rms_norm(*q, *L.q_norm, float(spec_.rms_norm_eps), *q);
-    be.rms_norm(*k, *L.k_norm, float(spec_.rms_norm_eps), *k);
+  if (!L.q_norm && !tracer_) {
+    // Split, rope and KV write as one op (one launch on CUDA); the same values as below.
+    be.qkv_rope_kv_write(*qkv, int(heads), int(kvh), int(hd), rope, kv, layer, batch.attn, *q);
+  } else {
+    auto k = be.alloc(act, {t, kvh, hd});
+    auto v = be.alloc(act, {t, kvh, hd});
+    be.slice_columns(*qkv, 0, heads * hd, *q);
+    be.slice_columns(*qkv, heads * hd, (heads + kvh) * hd, *k);
+    be.slice_columns(*qkv, (heads + kvh) * hd, (heads + 2 * kvh) * hd, *v);
+    if (L.q_norm) {
+      be.rms_norm(*q, *L.q_norm, float(spec_.rms_norm_eps), *q);
+      be.rms_norm(*k, *L.k_norm, float(spec_.rms_norm_eps), *k);
+    }
+    be.rope(*q, batch.attn.positions, rope);
+    be.rope(*k, batch.attn.positions, rope);
+    trace(*q, "q_rope", layer);
+    trace(*k, "k_rope", layer);
+    be.kv_write(kv, layer, *k, *v, batch.attn);
   }
-  be.rope(*q, batch.attn.positions, rope);
-  be.rope(*k, batch.attn.positions, rope);
-  trace(*q, "q_rope", layer);
-  trace(*k, "k_rope", layer);
-  be.kv_write(kv, layer, *k, *v, batch.attn);
   auto attn = be.alloc(act, {t, heads, hd});
   AttentionArgs args{.scale = float(1.0 / std::sqrt(double(hd))),
                      .num_heads = int(heads),
@@ -132,10 +137,8 @@ void LlamaModel::mlp_block(int layer, const Tensor& h, const Tensor& out) {
   Backend& be = *backend_;
   const LlamaLayer& L = layers_[size_t(layer)];
   const int64_t t = h.dim(0), inter = L.down.in_features();  // this rank's slice
-  auto gu = be.alloc(be.activation_dtype(), {t, 2 * inter});
-  be.linear(h, L.gate_up, *gu);
   auto act = be.alloc(be.activation_dtype(), {t, inter});
-  be.silu_mul(*gu, *act);
+  be.linear_silu_mul(h, L.gate_up, *act);  // one launch on CUDA at decode sizes
   be.linear(*act, L.down, out);
 }
 

@@ -31,4 +31,25 @@ int64_t KvLayout::bytes_per_token() const {
   return total;
 }
 
+void Backend::linear_silu_mul(const Tensor& x, const LinearWeight& w, const Tensor& out) {
+  const int64_t t = x.numel() / x.dim(-1);
+  auto gu = alloc(activation_dtype(), {t, w.out_features()});
+  linear(x, w, *gu);
+  silu_mul(*gu, out);
+}
+
+void Backend::qkv_rope_kv_write(const Tensor& qkv, int heads, int kv_heads, int head_dim,
+                                const RopeArgs& rope_args, KvStorage& kv, int layer,
+                                const AttentionMetadata& meta, const Tensor& q) {
+  const int64_t t = qkv.dim(0), hd = head_dim, qw = heads * hd, kw = kv_heads * hd;
+  auto k = alloc(qkv.dtype, {t, kv_heads, hd});
+  auto v = alloc(qkv.dtype, {t, kv_heads, hd});
+  slice_columns(qkv, 0, qw, q);
+  slice_columns(qkv, qw, qw + kw, *k);
+  slice_columns(qkv, qw + kw, qw + 2 * kw, *v);
+  rope(q, meta.positions, rope_args);
+  rope(*k, meta.positions, rope_args);
+  kv_write(kv, layer, *k, *v, meta);
+}
+
 }  // namespace strata

@@ -248,6 +248,19 @@ class Backend {
   // out = x[:, begin:end]; x [R, C]; out [R, end - begin] (splits fused projections).
   virtual void slice_columns(const Tensor& x, int64_t begin, int64_t end, const Tensor& out) = 0;
 
+  // ---- fused ops (a backend may run them as one launch; the defaults call the ops above) ----
+  // SwiGLU after the fused gate-up projection: out[t, i] = silu(g[t, i]) · u[t, i] where
+  // [g | u] = x · wᵀ (+ bias), rounded to the activation dtype as linear then silu_mul would.
+  // x [T, in]; w [2 · I, in]; out [T, I].
+  virtual void linear_silu_mul(const Tensor& x, const LinearWeight& w, const Tensor& out);
+  // The attention inputs of a fused QKV projection: qkv [T, (heads + 2 · kv_heads) · head_dim]
+  // holds each token's Q, K and V heads. q [T, heads, head_dim] receives rope(Q); rope(K) and V
+  // are written to `layer` of `kv` at meta.slot_mapping, rope at meta.positions. The same values
+  // as slice_columns, rope(q), rope(k), kv_write (the default).
+  virtual void qkv_rope_kv_write(const Tensor& qkv, int heads, int kv_heads, int head_dim,
+                                 const RopeArgs& rope, KvStorage& kv, int layer,
+                                 const AttentionMetadata& meta, const Tensor& q);
+
   // ---- MLA helpers (absorbed attention: arch/mla.h) ----
   // Writes x's columns [begin, end) into out's columns [out_begin, out_begin + end - begin),
   // leaving out's other columns as they are. Rows are over the last dim: x [.., Cx] and

@@ -120,8 +120,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
   using T = Tile<D, E>;
   extern __shared__ __align__(16) char smem[];
 
-  pdl_wait();
-  pdl_trigger();
+  pdl_enter(p.pdl_early);
   const int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int gr = lane / 4, gc = (lane % 4) * 2;
@@ -332,8 +331,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
 // Merges the splits of one (sequence, head): blockDim = head_dim. The splits' (max, sum) pairs
 // are staged in shared memory first, so the per-split loop has no dependent global loads.
 __global__ void combine_kernel(AttentionParams p) {
-  pdl_wait();
-  pdl_trigger();
+  pdl_enter(p.pdl_early);
   extern __shared__ float sm[];  // [num_splits] max, then [num_splits] weight
   float* sm_m = sm;
   float* sm_w = sm + p.num_splits;

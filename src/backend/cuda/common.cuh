@@ -52,6 +52,24 @@ __device__ __forceinline__ void pdl_trigger() {
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
 }
+// A kernel's entry: waits on its predecessor and lets its successor launch. `early` triggers
+// first, so the successor's blocks can become resident (and run their pre-wait part: a GEMV's
+// weight prefetch) while this kernel still waits on its own predecessor. Safe because every
+// kernel waits before touching memory that another kernel writes: a successor's wait returns
+// only once this kernel, which itself waited, has completed.
+__device__ __forceinline__ void pdl_enter(int early) {
+  if (early) {
+    pdl_trigger();
+    pdl_wait();
+  } else {
+    pdl_wait();
+    pdl_trigger();
+  }
+}
+// Prefetches the 128-byte line holding `p` into L2 (no register is written).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
 // On unless STRATA_CUDA_PDL=0 or set_pdl_enabled(false) (A/B measurements).
 bool pdl_enabled();
 

@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "core/log.h"
@@ -198,9 +199,18 @@ CudaBackend::~CudaBackend() {
   cudaStreamDestroy(stream_);
 }
 
+namespace {
+int64_t host_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
 void CudaBackend::begin_op() {
   if (in_step_) return;
   in_step_ = true;
+  step_start_ns_ = host_now_ns();
   staging_.reset();
   meta_valid_ = false;
 }
@@ -228,6 +238,8 @@ void CudaBackend::flush() {
   pending_.clear();
   signature_.clear();
   last_op_ = 0;
+  stats_.record_ns += host_now_ns() - step_start_ns_;
+  ++stats_.recorded_steps;
 }
 
 void CudaBackend::end_step() {
@@ -296,8 +308,22 @@ void CudaBackend::set_graph_mode(bool on) {
 }
 
 void CudaBackend::set_pdl(bool on) {
-  end_step();
   set_pdl_enabled(on);
+  reset_graphs();
+}
+
+void CudaBackend::set_pdl_early(bool on) {
+  pdl_early_ = on;
+  reset_graphs();
+}
+
+void CudaBackend::set_fusion(bool on) {
+  fusion_ = on;
+  reset_graphs();
+}
+
+void CudaBackend::reset_graphs() {
+  end_step();
   for (auto& [h, g] : graphs_) cudaGraphExecDestroy(g.exec);
   graphs_.clear();
 }

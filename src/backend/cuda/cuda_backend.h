@@ -113,6 +113,10 @@ struct GraphStats {
   int64_t captures = 0;
   int64_t replays = 0;
   int64_t eager_steps = 0;
+  // Graph mode: host time from a step's first op to its graph launch (recording, signature,
+  // lookup), summed over `recorded_steps`. The device idles through it.
+  int64_t record_ns = 0;
+  int64_t recorded_steps = 0;
 };
 
 class CudaBackend : public Backend {
@@ -150,6 +154,12 @@ class CudaBackend : public Backend {
                      const AttentionMetadata& meta, const MlaArgs& args, const Tensor& out) override;
   void gather_rows(const Tensor& x, const int32_t* rows, int n, const Tensor& out) override;
   void slice_columns(const Tensor& x, int64_t begin, int64_t end, const Tensor& out) override;
+  // Fused ops: one GEMV launch with the SwiGLU epilogue at decode sizes (m <= kGemvMaxRows);
+  // one launch for split + rope + KV write (qkv_rope.cu). Otherwise the Backend defaults.
+  void linear_silu_mul(const Tensor& x, const LinearWeight& w, const Tensor& out) override;
+  void qkv_rope_kv_write(const Tensor& qkv, int heads, int kv_heads, int head_dim,
+                         const RopeArgs& rope, KvStorage& kv, int layer,
+                         const AttentionMetadata& meta, const Tensor& q) override;
   void copy_columns(const Tensor& x, int64_t begin, int64_t end, const Tensor& out,
                     int64_t out_begin) override;
   void per_head_linear(const Tensor& x, int64_t x_begin, const Tensor& w, const Tensor& out,
@@ -167,6 +177,14 @@ class CudaBackend : public Backend {
   void set_graph_mode(bool on);
   // Programmatic dependent launch on/off (A/B): drops the captured graphs.
   void set_pdl(bool on);
+  // Decode kernels (GEMV, RMSNorm, fused rope/KV write, decode attention) trigger their
+  // successor before waiting on their predecessor (common.cuh pdl_enter); on by default.
+  void set_pdl_early(bool on);
+  // The fused ops (linear_silu_mul, qkv_rope_kv_write) as one launch (default) or through the
+  // Backend defaults (A/B measurements, parity tests).
+  void set_fusion(bool on);
+  // Drops every captured graph (after changing a launch tunable that is not in the signature).
+  void reset_graphs();
   const GraphStats& graph_stats() const { return stats_; }
   cudaStream_t stream() const { return stream_; }
   // Waits for all work of the backend and ends the step (tensor-parallel workers, benchmarks).
@@ -251,6 +269,9 @@ class CudaBackend : public Backend {
   int meta_max_q_ = 0, meta_min_q_ = 0, meta_max_kv_ = 0;
 
   bool graph_mode_ = false;
+  bool pdl_early_ = true;
+  bool fusion_ = true;
+  int64_t step_start_ns_ = 0;  // host clock at the step's first op (graph mode's record time)
   // The last recorded launch (graph mode): consecutive column slices of one tensor and the q/k
   // rope pair merge into one launch.
   int last_op_ = 0;

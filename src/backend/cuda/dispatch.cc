@@ -29,6 +29,8 @@ enum Op : int {
   kOpGemmBatched,
   kOpSlice,
   kOpSample,
+  kOpGemvGlu,
+  kOpQkvRope,
 };
 
 }  // namespace
@@ -43,7 +45,7 @@ const char* op_name(int op) {
   static const char* names[] = {"?",      "h2d_copy", "copy_rows", "rms_norm", "add",
                                 "silu_mul", "rope",   "gemv",      "gemm",     "bias",
                                 "kv_write", "attn_decode", "attn_prefill", "gemm_batched",
-                                "slice", "sample"};
+                                "slice", "sample", "gemv_silu", "qkv_rope_kv"};
   return op >= 0 && op < int(sizeof names / sizeof names[0]) ? names[op] : "?";
 }
 
@@ -218,6 +220,9 @@ void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& o
     p.m = int(m);
     p.n = n;
     p.k = k;
+    p.prefetch_elems = gemv_prefetch_elems();
+    p.block_warps = gemv_block_warps();
+    p.pdl_early = pdl_early_;
     record(kOpGemv, p, launch_gemv);
     return;
   }
@@ -241,6 +246,34 @@ void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& o
     b.cols = n;
     record(kOpBias, b, launch_bias_add);
   }
+}
+
+void CudaBackend::linear_silu_mul(const Tensor& x, const LinearWeight& w, const Tensor& out) {
+  const Tensor& wt = w.weight->view();
+  const int64_t m = x.numel() / x.dim(-1), k = x.dim(-1), n = wt.dim(0), inter = n / 2;
+  CHECK_MSG(wt.dim(1) == k, "linear_silu_mul: x has {} features, weight {}", k, shape_str(wt.shape));
+  CHECK_MSG(n % 2 == 0, "linear_silu_mul: weight {} has an odd row count", shape_str(wt.shape));
+  CHECK_EQ(out.numel(), m * inter);
+  const bool gemv_ok = fusion_ && m > 0 && m <= kGemvMaxRows && k % 8 == 0 &&
+                       x.dtype == DType::kBF16 && wt.dtype == DType::kBF16 &&
+                       out.dtype == DType::kBF16 && uintptr_t(x.data) % 16 == 0 &&
+                       uintptr_t(wt.data) % 16 == 0 &&
+                       (!w.bias || w.bias->view().dtype == DType::kF32);
+  if (!gemv_ok) return Backend::linear_silu_mul(x, w, out);
+  begin_op();
+  auto p = zeroed<GemvParams>();
+  p.x = x.ptr<bf16_bits>();
+  p.w = wt.ptr<bf16_bits>();
+  p.bias = w.bias ? w.bias->view().ptr<float>() : nullptr;
+  p.out = out.ptr<bf16_bits>();
+  p.m = int(m);
+  p.n = n;
+  p.k = k;
+  p.glu_inter = inter;
+  p.prefetch_elems = gemv_prefetch_elems();
+  p.block_warps = gemv_block_warps();
+  p.pdl_early = pdl_early_;
+  record(kOpGemvGlu, p, launch_gemv);
 }
 
 void CudaBackend::per_head_linear(const Tensor& x, int64_t x_begin, const Tensor& w,
@@ -291,6 +324,7 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, con
   p.rows = rows;
   p.dim = int(d);
   p.eps = eps;
+  p.pdl_early = pdl_early_;
   record(kOpRmsNorm, p, launch_rms_norm);
 }
 
@@ -312,6 +346,7 @@ void CudaBackend::add_rms_norm(const Tensor& x, const Tensor& residual, const Te
   p.rows = rows;
   p.dim = int(d);
   p.eps = eps;
+  p.pdl_early = pdl_early_;
   record(kOpRmsNorm, p, launch_rms_norm);
 }
 
@@ -425,6 +460,54 @@ void CudaBackend::kv_write(KvStorage& kv, int layer, const Tensor& k, const Tens
   record(kOpKvWrite, p, launch_kv_write);
 }
 
+void CudaBackend::qkv_rope_kv_write(const Tensor& qkv, int heads, int kv_heads, int head_dim,
+                                    const RopeArgs& ra, KvStorage& kv, int layer,
+                                    const AttentionMetadata& meta, const Tensor& q) {
+  const KvLayout& lay = kv.layout();
+  const int64_t t = qkv.dim(0), hd = head_dim;
+  CHECK_EQ(qkv.numel(), t * (heads + 2 * kv_heads) * hd);
+  CHECK_EQ(q.numel(), t * heads * hd);
+  CHECK_EQ(t, meta.num_tokens);
+  const int half = ra.rotary_dim / 2;
+  const Tensor kc = kv.k(layer);
+  const bool fused = fusion_ && qkv.dtype == DType::kBF16 && q.dtype == DType::kBF16 &&
+                     hd % 2 == 0 && ra.offset == 0 && ra.rotary_dim % 2 == 0 &&
+                     ra.rotary_dim <= hd && half <= kMaxRopeHalf &&
+                     lay.k_dim == kv_heads * hd && lay.v_dim == kv_heads * hd &&
+                     !lay.k_row_is_split(layer) && kc.dtype == kv.v(layer).dtype;
+  if (!fused) {
+    return Backend::qkv_rope_kv_write(qkv, heads, kv_heads, head_dim, ra, kv, layer, meta, q);
+  }
+  for (int i = 0; i < meta.num_tokens; ++i) {
+    const int64_t slot = meta.slot_mapping[i];
+    CHECK_MSG(slot >= 0 && slot < lay.num_pages * lay.page_size, "slot {} out of pool", slot);
+  }
+  if (t == 0) return;
+  begin_op();
+  const DeviceMeta& dm = device_meta(meta);
+  auto p = zeroed<QkvRopeParams>();
+  p.qkv = qkv.ptr<bf16_bits>();
+  p.q = q.ptr<bf16_bits>();
+  p.cache_k = kc.data;
+  p.cache_v = kv.v(layer).data;
+  p.positions = dm.positions;
+  p.slots = dm.slot_mapping;
+  p.tokens = t;
+  p.heads = heads;
+  p.kv_heads = kv_heads;
+  p.head_dim = int(hd);
+  p.half = half;
+  p.interleaved = ra.interleaved;
+  p.kv_elem = kv_elem_of(kc);
+  p.pdl_early = pdl_early_;
+  p.attention_factor = ra.attention_factor;
+  // 1 / scale in float, as kv_write (and the CPU reference) computes it.
+  p.inv_scale_k = 1.0f / kv.k_scale(layer);
+  p.inv_scale_v = 1.0f / kv.v_scale(layer);
+  for (int i = 0; i < half; ++i) p.inv_freq[i] = ra.inv_freq[i];
+  record(kOpQkvRope, p, launch_qkv_rope_kv_write);
+}
+
 void CudaBackend::paged_attention(const Tensor& q, const KvStorage& kv, int layer,
                                   const AttentionMetadata& meta, const AttentionArgs& args,
                                   const Tensor& out) {
@@ -453,6 +536,7 @@ void CudaBackend::paged_attention(const Tensor& q, const KvStorage& kv, int laye
   p.k_scale = kv.k_scale(layer);
   p.v_scale = kv.v_scale(layer);
   p.kv_scale = p.k_scale * p.v_scale;
+  p.pdl_early = pdl_early_;
   const int group = heads / kv_heads;
 
   if (meta_min_q_ == 1 && meta_max_q_ == 1 && decode_attention_supported(hd, group)) {

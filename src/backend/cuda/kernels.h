@@ -47,6 +47,7 @@ struct RmsNormParams {
   int dim;
   float eps;
   int weight_f32;
+  int pdl_early;          // trigger the next kernel before waiting on the previous (common.cuh)
 };
 void launch_rms_norm(const RmsNormParams& p, cudaStream_t stream);
 
@@ -127,6 +128,9 @@ void launch_rope(const RopeParams& p, cudaStream_t stream);
 // out [m, n] = x [m, k] · w [n, k]ᵀ for small m: one warp per output row, bf16 weights streamed
 // once with 16-byte loads (decode GEMV). Needs k % 8 == 0 and 16-byte aligned rows.
 constexpr int kGemvMaxRows = 8;
+// With glu_inter > 0 the weight is a fused gate-up projection [2 · glu_inter, k] and the output
+// is SwiGLU's [m, glu_inter]: out[r, j] = silu(g) · u with g, u the bf16-rounded rows j and
+// glu_inter + j (bias included), computed exactly as launch_silu_mul would on the GEMV's output.
 struct GemvParams {
   const bf16_bits* x;
   const bf16_bits* w;
@@ -135,10 +139,48 @@ struct GemvParams {
   int m;
   int64_t n;
   int64_t k;
+  int64_t glu_inter;       // 0: plain GEMV
+  int64_t prefetch_elems;  // leading weights of each row prefetched into L2 before pdl_wait
+  int block_warps;         // 4 or 8 (one weight row per warp, or per KS warps)
+  int pdl_early;           // trigger the next kernel before waiting on the previous
 };
 void launch_gemv(const GemvParams& p, cudaStream_t stream);
 // Most warps that share one output row (1, 2 or 4; default 1, which measured best on the H200).
 void set_gemv_max_ksplit(int ks);
+// Decode-path launch tunables (benchmarks compare; dispatch copies them into each GemvParams so
+// a graph's signature includes them): weights of each row prefetched into L2 before the kernel
+// waits on its predecessor (elements; 0 off), warps per GEMV block.
+void set_gemv_prefetch_elems(int64_t elems);
+int64_t gemv_prefetch_elems();
+void set_gemv_block_warps(int warps);
+int gemv_block_warps();
+
+// ---- qkv_rope.cu ----
+// The attention inputs of a fused QKV projection in one launch: rope on Q (to q) and on K, K and
+// V stored into the layer's KV cache (quantized as kv_write does). Neox or interleaved pairs over
+// dims [0, 2 · half) of each head; dims past them are copied. Values round to bf16 after rope,
+// exactly as rope then kv_write would.
+struct QkvRopeParams {
+  const bf16_bits* qkv;      // [tokens, (heads + 2 · kv_heads) · head_dim]
+  bf16_bits* q;              // [tokens, heads, head_dim]
+  void* cache_k;             // [slots, kv_heads · head_dim] of kv_elem
+  void* cache_v;             // [slots, kv_heads · head_dim] of kv_elem
+  const int32_t* positions;  // device [tokens]
+  const int32_t* slots;      // device [tokens]
+  int64_t tokens;
+  int heads;
+  int kv_heads;
+  int head_dim;
+  int half;  // rotary_dim / 2
+  int interleaved;
+  int kv_elem;
+  int pdl_early;
+  float attention_factor;
+  float inv_scale_k;
+  float inv_scale_v;
+  float inv_freq[kMaxRopeHalf];
+};
+void launch_qkv_rope_kv_write(const QkvRopeParams& p, cudaStream_t stream);
 
 // ---- kv_write.cu ----
 struct KvWriteParams {  // K and V rows of the new tokens in one launch
@@ -194,6 +236,7 @@ struct AttentionParams {
   // prefill: the (sequence, first q row) of each 64-row query tile
   const int32_t* tiles;  // device [num_tiles, 2]
   int num_tiles;
+  int pdl_early;  // decode kernels: trigger the next kernel before waiting on the previous
 };
 // Decode: every sequence has exactly one new token. Grid (splits, kv_heads, seqs); K/V chunks of
 // 64 tokens through a cp.async pipeline in shared memory (attention_decode.cu).

@@ -22,8 +22,7 @@ __device__ float block_sum(float v, float* shared) {
 }
 
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
-  pdl_wait();
-  pdl_trigger();
+  pdl_enter(p.pdl_early);
   __shared__ float shared[kThreads / 32];
   const int64_t row = blockIdx.x;
   const bf16_bits* x = p.x + row * p.dim;
@@ -61,8 +60,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
 
 // Small rows (head-dim q/k norms): one warp per row.
 __global__ void rms_norm_warp_kernel(RmsNormParams p) {
-  pdl_wait();
-  pdl_trigger();
+  pdl_enter(p.pdl_early);
   const int64_t row = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= p.rows) return;
@@ -102,8 +100,7 @@ __global__ void rms_norm_warp_kernel(RmsNormParams p) {
 // thread per pass (up to kChunks passes), values kept in registers between the two passes.
 template <int kChunks>
 __global__ void __launch_bounds__(1024) rms_norm_vec_kernel(RmsNormParams p) {
-  pdl_wait();
-  pdl_trigger();
+  pdl_enter(p.pdl_early);
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
   const int nchunk = p.dim / 8;
