@@ -5,18 +5,24 @@
 // Bounds: bf16 end to end, and the ranks' partial sums are rounded to bf16 before NCCL adds them,
 // so tp N differs from tp 1 by bf16 rounding: NMSE ‖tpN − tp1‖² / ‖tp1‖² < 5e-4 and against HF
 // < 5e-4 (the single-GPU model parity bound), argmax agreement with tp 1 >= 90% of positions.
+// MoE models: positions whose expert choice is a near-tie in float32 (near_tie_rows, at most
+// half of a sequence; house-mla has 4 of 16 in one) are left out of the NMSE bounds — rounding
+// may route them differently.
 // The house models have 5 heads: they shard only with the uneven (test-only) plan.
 #include <gtest/gtest.h>
 
 #ifdef STRATA_HAVE_NCCL
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "arch/tp.h"
+#include "core/check.h"
 #include "engine/tp_driver.h"
 #include "model/config.h"
 #include "model/weights.h"
@@ -25,13 +31,77 @@
 namespace strata::testing {
 namespace {
 
-double nmse_of(const std::vector<float>& a, const std::vector<float>& b) {
+// NMSE over the rows (of width `vocab`) not marked in `skip` (all rows when skip is empty).
+double nmse_of(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab = 1,
+               const std::vector<bool>& skip = {}) {
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (!skip.empty() && skip[i / size_t(vocab)]) continue;
     num += double(a[i] - b[i]) * (a[i] - b[i]);
     den += double(b[i]) * b[i];
   }
   return den > 0 ? num / den : num;
+}
+
+// Rows whose expert choice is a near-tie in the float32 CPU model: in some MoE layer the last
+// chosen group or expert beats the first one left out by less than `tie` (in routing-score
+// units: sigmoid scores plus correction bias, or softmax probabilities). bf16 carries 8
+// significant bits, so a hidden state's rounding moves a score near 0.5 by ~1e-3 and can pick
+// other experts for such a token — its logits then differ by far more than bf16 noise, at tp 1
+// as at tp N. The bounds below leave these rows out (a sharding bug would move every row).
+std::vector<bool> near_tie_rows(const ModelSpec& spec, const WeightStore& weights, const std::vector<int32_t>& ids,
+                                double tie) {
+  std::vector<bool> tied(ids.size(), false);
+  const MoeSpec& m = spec.moe;
+  if (m.n_routed_experts == 0) return tied;
+  auto cpu = make_cpu_backend();
+  auto model = create_model(spec, weights, *cpu);
+  CHECK_MSG(model.ok(), "{}", model.status().to_string());
+  const int e = m.n_routed_experts, k = m.num_experts_per_tok;
+  const bool grouped = m.topk_method != TopkMethod::kGreedy && m.n_group > 1;
+  const int groups = grouped ? m.n_group : 1, pick_groups = grouped ? m.topk_group : 1, per = e / groups;
+  (*model)->set_tracer([&](std::string_view name, int layer, const Tensor& t) {
+    if (name != "router_logits") return;
+    auto bias = weights.load_f32("model.layers." + std::to_string(layer) + ".mlp.gate.e_score_correction_bias");
+    for (size_t row = 0; row < ids.size(); ++row) {
+      const float* x = t.ptr<float>() + row * size_t(e);
+      std::vector<double> score(static_cast<size_t>(e));
+      double total = 0, top = *std::max_element(x, x + e);
+      for (int j = 0; j < e; ++j) {
+        score[size_t(j)] = m.scoring_func == ScoringFunc::kSigmoid ? 1 / (1 + std::exp(-double(x[j])))
+                                                                   : std::exp(double(x[j]) - top);
+        total += score[size_t(j)];
+      }
+      for (int j = 0; j < e; ++j) {
+        if (m.scoring_func != ScoringFunc::kSigmoid) score[size_t(j)] /= total;
+        if (bias.ok()) score[size_t(j)] += bias->f32()[j];
+      }
+      double margin = INFINITY;
+      std::vector<int> candidates;
+      if (groups > 1) {  // groups ranked by their best two scores (noaux_tc) or best one
+        std::vector<std::pair<double, int>> g;
+        for (int q = 0; q < groups; ++q) {
+          std::vector<double> in(score.begin() + q * per, score.begin() + (q + 1) * per);
+          std::sort(in.rbegin(), in.rend());
+          g.push_back({m.topk_method == TopkMethod::kNoauxTc && per > 1 ? in[0] + in[1] : in[0], q});
+        }
+        std::sort(g.rbegin(), g.rend());
+        margin = g[size_t(pick_groups - 1)].first - g[size_t(pick_groups)].first;
+        for (int q = 0; q < pick_groups; ++q)
+          for (int j = 0; j < per; ++j) candidates.push_back(g[size_t(q)].second * per + j);
+      } else {
+        for (int j = 0; j < e; ++j) candidates.push_back(j);
+      }
+      std::vector<double> c;
+      for (int j : candidates) c.push_back(score[size_t(j)]);
+      std::sort(c.rbegin(), c.rend());
+      if (int(c.size()) > k) margin = std::min(margin, c[size_t(k - 1)] - c[size_t(k)]);
+      if (margin < tie) tied[row] = true;
+    }
+  });
+  SingleSequence seq(**model, 16, int(ids.size()));
+  seq.step(ids, true);
+  return tied;
 }
 
 double agreement(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
@@ -76,6 +146,8 @@ void expect_sampling_matches_logits(Model& model, const std::vector<int32_t>& id
 
 class TpParity : public ::testing::TestWithParam<Case> {};
 
+constexpr double kRoutingTie = 3e-3;  // near_tie_rows: ~3 bf16 ulps of a score near 0.5
+
 TEST_P(TpParity, LogitsMatchTp1AndReference) {
   const Case& c = GetParam();
   int gpus = 0;
@@ -105,10 +177,16 @@ TEST_P(TpParity, LogitsMatchTp1AndReference) {
       SingleSequence many(**tpn, 16, int(ids.size()), DType::kBF16);
       auto a = one.step(ids, true), b = many.step(ids, true);
       const auto hf = ref.f32(seq + ".logits");
-      const double vs_tp1 = nmse_of(b, a), vs_ref = nmse_of(b, hf);
-      const double agree = agreement(b, a, spec->vocab_size);
-      std::printf("%s tp %d %s: nmse vs tp 1 %.3g, vs HF %.3g (tp 1 vs HF %.3g), argmax agreement with tp 1 %.3f\n",
-                  c.name.c_str(), tp, seq.c_str(), vs_tp1, vs_ref, nmse_of(a, hf), agree);
+      const int64_t vocab = spec->vocab_size;
+      const std::vector<bool> tied = near_tie_rows(*spec, *weights, ids, kRoutingTie);
+      const int64_t n_tied = std::count(tied.begin(), tied.end(), true);
+      const double vs_tp1 = nmse_of(b, a, vocab, tied), vs_ref = nmse_of(b, hf, vocab, tied);
+      const double agree = agreement(b, a, vocab);
+      std::printf("%s tp %d %s: nmse vs tp 1 %.3g, vs HF %.3g (tp 1 vs HF %.3g; over %zu of %zu rows: %lld near-tie "
+                  "routings left out, all rows vs tp 1 %.3g), argmax agreement with tp 1 %.3f\n",
+                  c.name.c_str(), tp, seq.c_str(), vs_tp1, vs_ref, nmse_of(a, hf, vocab, tied),
+                  ids.size() - size_t(n_tied), ids.size(), (long long)n_tied, nmse_of(b, a), agree);
+      EXPECT_LE(n_tied, int64_t(ids.size()) / 2) << c.name << " " << seq << ": too many near-tie routings to test";
       EXPECT_LT(vs_tp1, 5e-4) << c.name << " tp " << tp << " " << seq;
       EXPECT_LT(vs_ref, 5e-4) << c.name << " tp " << tp << " " << seq;
       EXPECT_GE(agree, 0.9) << c.name << " tp " << tp << " " << seq;
