@@ -233,29 +233,39 @@ void bench_decode(cuda::CudaBackend& be, const std::string& config, const Ceilin
     int64_t prefetch;
     int warps;
     bool gpu_sample;
+    int attn_per_sm;  // decode attention's split-KV target (blocks per SM; the default is 4)
   };
+  // 0-5 run by default (the defaults first: fused ops, no early trigger, no prefetch); the rest
+  // are the launch tunables measured on 2026-11-29 night (all slower; DECODE_MODES=all runs them).
   const Mode modes[] = {
-      {"eager, old path", false, true, false, false, 0, 8, false},
-      {"graphs, no PDL, old path", true, false, false, false, 0, 8, false},
-      {"graphs+PDL, old path (before 2026-11-29 night)", true, true, false, false, 0, 8, false},
-      {"graphs+PDL, fused ops", true, true, true, false, 0, 8, false},
-      {"graphs+PDL, fused, early trigger", true, true, true, true, 0, 8, false},
-      {"graphs+PDL, fused, early, prefetch 2K", true, true, true, true, 2048, 8, false},
-      {"graphs+PDL, fused, early, prefetch 4K", true, true, true, true, 4096, 8, false},
-      {"graphs+PDL, fused, early, prefetch 8K", true, true, true, true, 8192, 8, false},
-      {"graphs+PDL, fused, early, prefetch 16K", true, true, true, true, 16384, 8, false},
-      {"graphs+PDL, fused, no early, prefetch 4K", true, true, true, false, 4096, 8, false},
-      {"graphs+PDL, fused, early, prefetch 4K, 4-warp GEMV", true, true, true, true, 4096, 4, false},
-      {"graphs+PDL, fused, early, prefetch 4K, GPU greedy", true, true, true, true, 4096, 8, true},
-      {"eager+PDL, fused, early, prefetch 4K", false, true, true, true, 4096, 8, false},
+      {"eager, old path", false, true, false, false, 0, 8, false, 4},
+      {"graphs, no PDL, old path", true, false, false, false, 0, 8, false, 4},
+      {"graphs+PDL, old path (before 2026-11-29 night)", true, true, false, false, 0, 8, false, 4},
+      {"graphs+PDL, fused ops (defaults), host argmax", true, true, true, false, 0, 8, false, 4},
+      {"graphs+PDL, fused ops (defaults), GPU greedy (the engine's path)", true, true, true, false, 0, 8, true, 4},
+      {"graphs+PDL, old path, GPU greedy", true, true, false, false, 0, 8, true, 4},
+      {"graphs+PDL, fused, early trigger", true, true, true, true, 0, 8, false, 4},
+      {"graphs+PDL, fused, early, prefetch 2K", true, true, true, true, 2048, 8, false, 4},
+      {"graphs+PDL, fused, early, prefetch 4K", true, true, true, true, 4096, 8, false, 4},
+      {"graphs+PDL, fused, early, prefetch 8K", true, true, true, true, 8192, 8, false, 4},
+      {"graphs+PDL, fused, early, prefetch 16K", true, true, true, true, 16384, 8, false, 4},
+      {"graphs+PDL, fused, no early, prefetch 4K", true, true, true, false, 4096, 8, false, 4},
+      {"graphs+PDL, fused, early, prefetch 4K, 4-warp GEMV", true, true, true, true, 4096, 4, false, 4},
+      {"graphs+PDL, fused, early, prefetch 4K, GPU greedy", true, true, true, true, 4096, 8, true, 4},
+      {"eager+PDL, fused, early, prefetch 4K", false, true, true, true, 4096, 8, false, 4},
+      {"graphs+PDL, fused, early, prefetch 4K, attention split target 1/SM", true, true, true, true, 4096, 8, false, 1},
+      {"graphs+PDL, fused, early, prefetch 4K, attention split target 8/SM", true, true, true, true, 4096, 8, false, 8},
+      {"graphs+PDL, fused, early, prefetch 16K, 4-warp GEMV", true, true, true, true, 16384, 4, false, 4},
+      {"graphs+PDL, fused, early, prefetch 16K, 4-warp, GPU greedy", true, true, true, true, 16384, 4, true, 4},
   };
-  const char* only = std::getenv("DECODE_MODES");  // e.g. "2,6": indices into modes
+  // DECODE_MODES: "all", or indices into modes ("3,4"); unset: 0-5.
+  const char* env_modes = std::getenv("DECODE_MODES");
+  const std::string only = env_modes != nullptr ? env_modes : "0,1,2,3,4,5";
   const int64_t prefetch0 = cuda::gemv_prefetch_elems();
   const int warps0 = cuda::gemv_block_warps();
   for (int mi = 0; mi < int(sizeof modes / sizeof modes[0]); ++mi) {
     const Mode& mode = modes[mi];
-    if (only != nullptr &&
-        ("," + std::string(only) + ",").find("," + std::to_string(mi) + ",") == std::string::npos)
+    if (only != "all" && ("," + only + ",").find("," + std::to_string(mi) + ",") == std::string::npos)
       continue;
     const bool graphs = mode.graphs;
     be.set_pdl(mode.pdl);
@@ -263,6 +273,7 @@ void bench_decode(cuda::CudaBackend& be, const std::string& config, const Ceilin
     be.set_pdl_early(mode.early);
     cuda::set_gemv_prefetch_elems(mode.prefetch);
     cuda::set_gemv_block_warps(mode.warps);
+    cuda::set_decode_blocks_per_sm(mode.attn_per_sm);
     be.set_graph_mode(graphs);
     Runner r(**m, prompt + steps + 16, 16);
     r.set_gpu_sample(mode.gpu_sample);
@@ -291,9 +302,10 @@ void bench_decode(cuda::CudaBackend& be, const std::string& config, const Ceilin
   }
   be.set_pdl(true);
   be.set_fusion(true);
-  be.set_pdl_early(true);
+  be.set_pdl_early(false);
   cuda::set_gemv_prefetch_elems(prefetch0);
   cuda::set_gemv_block_warps(warps0);
+  cuda::set_decode_blocks_per_sm(4);
   const auto& st = be.graph_stats();
   std::printf("graphs   captures %lld, replays %lld\n", (long long)st.captures, (long long)st.replays);
   be.set_graph_mode(false);
@@ -503,15 +515,13 @@ int main(int argc, char** argv) {
   if (what.find("gemv") != std::string::npos) {
     const int64_t pf0 = cuda::gemv_prefetch_elems();
     const int w0 = cuda::gemv_block_warps();
-    bench_gemv(be, c, 1, 0, false, 8);  // the kernel as before (no prefetch, no early trigger)
-    bench_gemv(be, c, 4, 0, false, 8);
-    bench_gemv(be, c, 1, 4096, true, 8);
-    bench_gemv(be, c, 1, 16384, true, 8);
-    bench_gemv(be, c, 1, 4096, true, 4);
+    bench_gemv(be, c, 1, 0, false, 8);  // the defaults (no prefetch, no early trigger)
+    bench_gemv(be, c, 4, 0, false, 8);  // two warps per row for n < 48 rows per SM (qkv, o_proj, down)
+    bench_gemv(be, c, 1, 4096, true, 8);  // measured slower on 2026-11-29 night
     cuda::set_gemv_max_ksplit(1);
     cuda::set_gemv_prefetch_elems(pf0);
     cuda::set_gemv_block_warps(w0);
-    be.set_pdl_early(true);
+    be.set_pdl_early(false);
   }
   if (what.find("profile") != std::string::npos) bench_profile(be, config, prompt, steps);
   if (what.find("decode") != std::string::npos) bench_decode(be, config, c, prompt, steps);

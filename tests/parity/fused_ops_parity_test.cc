@@ -120,9 +120,9 @@ TEST(CudaFusedParity, LinearSiluMul) {
                   same_bits(got, unfused) ? "equal" : "DIFFER from");
     }
   }
-  cuda::set_gemv_block_warps(8);
-  cuda::set_gemv_prefetch_elems(4096);
-  f.cg.set_pdl_early(true);
+  cuda::set_gemv_block_warps(8);  // the defaults
+  cuda::set_gemv_prefetch_elems(0);
+  f.cg.set_pdl_early(false);
 }
 
 struct QkvCase {
@@ -223,7 +223,7 @@ TEST(CudaFusedParity, QkvRopeKvWrite) {
     }
   }
   f.cg.set_fusion(true);
-  f.cg.set_pdl_early(true);
+  f.cg.set_pdl_early(false);
 }
 
 }  // namespace

@@ -178,7 +178,8 @@ class CudaBackend : public Backend {
   // Programmatic dependent launch on/off (A/B): drops the captured graphs.
   void set_pdl(bool on);
   // Decode kernels (GEMV, RMSNorm, fused rope/KV write, decode attention) trigger their
-  // successor before waiting on their predecessor (common.cuh pdl_enter); on by default.
+  // successor before waiting on their predecessor (common.cuh pdl_enter). Off by default: on the
+  // H200 batch-1 decode ran 0.5 ms/token slower with it (bench/RESULTS.md, 2026-11-29 night).
   void set_pdl_early(bool on);
   // The fused ops (linear_silu_mul, qkv_rope_kv_write) as one launch (default) or through the
   // Backend defaults (A/B measurements, parity tests).
@@ -269,7 +270,7 @@ class CudaBackend : public Backend {
   int meta_max_q_ = 0, meta_min_q_ = 0, meta_max_kv_ = 0;
 
   bool graph_mode_ = false;
-  bool pdl_early_ = true;
+  bool pdl_early_ = false;
   bool fusion_ = true;
   int64_t step_start_ns_ = 0;  // host clock at the step's first op (graph mode's record time)
   // The last recorded launch (graph mode): consecutive column slices of one tensor and the q/k

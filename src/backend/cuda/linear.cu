@@ -12,7 +12,7 @@ namespace {
 constexpr int kMaxWarps = 8;  // warps per block: 8 (default) or 4 (GemvParams::block_warps)
 constexpr int kUnroll = 4;  // independent 16-byte weight loads in flight per lane
 int g_max_ksplit = 1;  // most warps sharing one output row: 1 measured best on H200 (bench)
-int64_t g_prefetch_elems = 4096;
+int64_t g_prefetch_elems = 0;  // off: measured slower (see the kernel's comment)
 int g_block_warps = 8;
 
 __device__ __forceinline__ float dot8(const float* a, const float* b) {
@@ -26,9 +26,12 @@ __device__ __forceinline__ float dot8(const float* a, const float* b) {
 // still put enough loads in flight on every SM; partial sums meet in shared memory.
 // GLU: the block's first half of warps stream gate rows, the second half the matching up rows
 // (KS = 1), and the first half writes silu(gate) · up.
-// Before waiting on its predecessor (PDL) every warp prefetches the leading weights of its row
-// into L2: weights are never written by a kernel, so the stream starts while the previous
-// kernel (a norm, attention, or the tail of the last GEMV) still runs.
+// With prefetch_elems > 0, before waiting on its predecessor (PDL) every warp prefetches the
+// leading weights of its row into L2 and its first batch into registers: weights are never
+// written by a kernel, so the stream could start while the previous kernel still runs. Off by
+// default: on the H200 it made every GEMV slower (back to back, 8B shapes: 3.93 -> 4.37 ms per
+// token's GEMVs, lm_head alone 237 -> 255 us; in the decode step +0.2 ms/token), most likely
+// because the prefetches double the requests the L2 serves for the same bytes.
 template <int M, int KS, bool GLU>
 __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(GemvParams p) {
   if (p.pdl_early) pdl_trigger();
