@@ -515,10 +515,10 @@ int main(int argc, char** argv) {
   if (what.find("gemv") != std::string::npos) {
     const int64_t pf0 = cuda::gemv_prefetch_elems();
     const int w0 = cuda::gemv_block_warps();
-    bench_gemv(be, c, 1, 0, false, 8);  // the defaults (no prefetch, no early trigger)
-    bench_gemv(be, c, 4, 0, false, 8);  // two warps per row for n < 48 rows per SM (qkv, o_proj, down)
+    bench_gemv(be, c, 1, 0, false, 8);  // one warp per row (the default until 2026-11-29 night)
+    bench_gemv(be, c, 4, 0, false, 8);  // the defaults: 2 warps per row for qkv, o_proj, down
     bench_gemv(be, c, 1, 4096, true, 8);  // measured slower on 2026-11-29 night
-    cuda::set_gemv_max_ksplit(1);
+    cuda::set_gemv_max_ksplit(4);  // the default
     cuda::set_gemv_prefetch_elems(pf0);
     cuda::set_gemv_block_warps(w0);
     be.set_pdl_early(false);

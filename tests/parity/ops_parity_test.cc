@@ -96,6 +96,41 @@ TEST(CudaParity, Linear) {
   }
 }
 
+// The decode GEMV with 1, 2 and 4 warps per output row (each sums its own 256-element blocks of
+// k; the partial sums meet in shared memory): the 8B decode shapes and odd ones.
+TEST(CudaParity, LinearSplitK) {
+  Pair p;
+  struct Case {
+    int m, k, n;
+    bool bias;
+  };
+  for (int ks : {1, 2, 4}) {
+    cuda::set_gemv_max_ksplit(ks);
+    for (Case c : {Case{1, 4096, 4096, false}, Case{1, 4096, 6144, false}, Case{2, 14336, 4096, false},
+                   Case{3, 328, 1000, true}, Case{1, 2056, 129, true}, Case{8, 520, 77, false}}) {
+      auto x = p.make(p.random(int64_t(c.m) * c.k), {c.m, c.k});
+      LinearWeight wc, wg;
+      auto w = p.random(int64_t(c.n) * c.k, 0.05f);
+      Tensor wh = Tensor::make(w.data(), DType::kF32, {c.n, c.k});
+      wc.weight = p.cpu_->upload(wh, DType::kF32);
+      wg.weight = p.gpu_->upload(wh, DType::kBF16);
+      if (c.bias) {
+        auto b = p.random(c.n);
+        Tensor bh = Tensor::make(b.data(), DType::kF32, {c.n});
+        wc.bias = p.cpu_->upload(bh, DType::kF32);
+        wg.bias = p.gpu_->upload(bh, DType::kF32);
+      }
+      auto out = p.out({c.m, c.n});
+      p.cpu_->linear(*x.cpu, wc, *out.cpu);
+      p.gpu_->linear(*x.gpu, wg, *out.gpu);
+      const double e = p.nmse(out);
+      EXPECT_LT(e, 1e-5) << "ksplit " << ks << " m " << c.m << " k " << c.k << " n " << c.n;
+      std::printf("linear ksplit<=%d m=%d k=%d n=%d nmse %.3g\n", ks, c.m, c.k, c.n, e);
+    }
+  }
+  cuda::set_gemv_max_ksplit(4);  // the default
+}
+
 TEST(CudaParity, RmsNormAndResidual) {
   Pair p;
   for (auto [rows, dim] : {std::pair{7, 64}, {3, 320}, {5, 4096}, {2, 5000}, {40, 16}}) {

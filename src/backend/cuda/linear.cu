@@ -11,7 +11,10 @@ namespace {
 
 constexpr int kMaxWarps = 8;  // warps per block: 8 (default) or 4 (GemvParams::block_warps)
 constexpr int kUnroll = 4;  // independent 16-byte weight loads in flight per lane
-int g_max_ksplit = 1;  // most warps sharing one output row: 1 measured best on H200 (bench)
+// Most warps sharing one output row (the launch picks the fewest that give every SM ~48 warps of
+// loads: 2 for the 8B shape's qkv, o_proj and down). H200, 2026-11-29 night: one token's GEMVs
+// back to back 3.928 ms with 1, 3.847 ms with up to 4 (llama_bench --what gemv).
+int g_max_ksplit = 4;
 int64_t g_prefetch_elems = 0;  // off: measured slower (see the kernel's comment)
 int g_block_warps = 8;
 
