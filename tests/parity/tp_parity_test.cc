@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arch/tp.h"
+#include "cuda/bench_checkpoint.h"
 #include "core/check.h"
 #include "engine/tp_driver.h"
 #include "model/config.h"
@@ -217,35 +218,9 @@ void write_random_llama(const std::string& config_path, const std::string& dir, 
   nlohmann::json c = nlohmann::json::parse(std::ifstream(config_path));
   c["num_hidden_layers"] = layers;
   std::ofstream(dir + "/config.json") << c.dump(2);
-  const int64_t hidden = c["hidden_size"], inter = c["intermediate_size"], heads = c["num_attention_heads"];
-  const int64_t kvh = c["num_key_value_heads"], hd = c.value("head_dim", hidden / heads), vocab = c["vocab_size"];
-  std::vector<std::pair<std::string, std::vector<int64_t>>> t = {
-      {"model.embed_tokens.weight", {vocab, hidden}}, {"model.norm.weight", {hidden}}, {"lm_head.weight", {vocab, hidden}}};
-  for (int l = 0; l < layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    t.push_back({p + "input_layernorm.weight", {hidden}});
-    t.push_back({p + "post_attention_layernorm.weight", {hidden}});
-    t.push_back({p + "self_attn.q_proj.weight", {heads * hd, hidden}});
-    t.push_back({p + "self_attn.k_proj.weight", {kvh * hd, hidden}});
-    t.push_back({p + "self_attn.v_proj.weight", {kvh * hd, hidden}});
-    t.push_back({p + "self_attn.o_proj.weight", {hidden, heads * hd}});
-    t.push_back({p + "mlp.gate_proj.weight", {inter, hidden}});
-    t.push_back({p + "mlp.up_proj.weight", {inter, hidden}});
-    t.push_back({p + "mlp.down_proj.weight", {hidden, inter}});
-  }
-  nlohmann::json header = nlohmann::json::object();
-  int64_t off = 0;
-  for (auto& [name, shape] : t) {
-    const int64_t bytes = 2 * shape_numel(shape);
-    header[name] = {{"dtype", "BF16"}, {"shape", shape}, {"data_offsets", {off, off + bytes}}};
-    off += bytes;
-  }
-  std::string h = header.dump();
-  while (h.size() % 8) h.push_back(' ');
+  const CheckpointTensors t = llama_tensors(c);
   std::ofstream f(dir + "/model.safetensors", std::ios::binary | std::ios::trunc);
-  const uint64_t n = h.size();
-  f.write(reinterpret_cast<const char*>(&n), 8);
-  f.write(h.data(), std::streamsize(h.size()));
+  write_bf16_safetensors_header(f, t);
   uint64_t state = 0x9E3779B97F4A7C15ull;
   std::vector<uint16_t> buf;
   for (auto& [name, shape] : t) {
