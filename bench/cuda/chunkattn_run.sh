@@ -7,14 +7,11 @@
 # the host-tier time to first token of a 32,768-token prompt (hicache_bench --what ttft).
 # Carry: .devcarry/cuda (debs/ and shared/). Logs go to $OUT.
 set -u
-source bench/cuda/device_env.sh  # OUT, C, P, PKG; carried deps unpacked
+source bench/cuda/device_env.sh  # OUT, C, PKG, dev_configure, dev_build; carried deps unpacked
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 t0=$(date +%s)
-cmake -S . -B build-dev -G Ninja -DSTRATA_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
-  -DSTRATA_SHARED_DIR=$C/shared $PKG >"$OUT/cmake.log" 2>&1 || { tail -40 "$OUT/cmake.log"; exit 1; }
-cmake --build build-dev -j"$(nproc)" --target strata_parity_test strata_bench_llama_bench \
-  strata_bench_hicache_bench >"$OUT/build.log" 2>&1 ||
-  { grep -B3 -A12 -E "error|Error" "$OUT/build.log" | head -80; exit 1; }
+dev_configure
+dev_build strata_parity_test strata_bench_llama_bench strata_bench_hicache_bench
 echo "build: $(( $(date +%s) - t0 )) s"
 timeout ${PARITY_S:-150} ./build-dev/strata_parity_test \
   --gtest_filter=${PARITY_FILTER:-CudaParity.*Attention*:KvFp8.*Attention*} >"$OUT/parity.log" 2>&1

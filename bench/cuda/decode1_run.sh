@@ -8,13 +8,11 @@
 #   3. the per-op profile of a decode step (4 layers of the 8B shape), unfused and fused.
 # Stages can be skipped: STAGES="parity bench profile" (default all three).
 set -u
-source bench/cuda/device_env.sh  # OUT, C, P, PKG; carried deps unpacked
+source bench/cuda/device_env.sh  # OUT, C, PKG, dev_configure, dev_build; carried deps unpacked
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 t0=$(date +%s)
-cmake -S . -B build-dev -G Ninja -DSTRATA_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
-  -DSTRATA_SHARED_DIR=$C/shared $PKG >"$OUT/cmake.log" 2>&1 || { tail -40 "$OUT/cmake.log"; exit 1; }
-cmake --build build-dev -j16 --target strata_parity_test strata_bench_llama_bench \
-  >"$OUT/build.log" 2>&1 || { grep -B3 -A12 -E "error|Error" "$OUT/build.log" | head -80; exit 1; }
+dev_configure
+dev_build strata_parity_test strata_bench_llama_bench
 echo "build: $(( $(date +%s) - t0 )) s"
 OPS=${PARITY_OPS:-'CudaFusedParity.*:CudaParity.Linear:CudaParity.RmsNormAndResidual:CudaParity.AddSiluMul:CudaParity.RopeVariants:CudaParity.CopiesEmbeddingGather:CudaParity.DecodeAttention:KvFp8.KvWriteStoresTheCpuBytes:KvFp8.DecodeAttention:KvFp8.HouseLlamaMatchesCpuBackend'}
 MODELS=${PARITY_MODELS:-'Fixtures/CudaModel.*:CudaModelGreedy.*:CudaModelLong.*'}

@@ -66,31 +66,37 @@ class Pair {
   std::mt19937 rng_;
 };
 
+struct LinearCase {
+  int m, k, n;
+  bool bias;
+};
+
+// out = x · wᵀ (+ bias) on both backends (bf16 weights on the GPU); returns the NMSE.
+double linear_nmse(Pair& p, const LinearCase& c) {
+  auto x = p.make(p.random(int64_t(c.m) * c.k), {c.m, c.k});
+  LinearWeight wc, wg;
+  auto w = p.random(int64_t(c.n) * c.k, 0.05f);
+  Tensor wh = Tensor::make(w.data(), DType::kF32, {c.n, c.k});
+  wc.weight = p.cpu_->upload(wh, DType::kF32);
+  wg.weight = p.gpu_->upload(wh, DType::kBF16);
+  if (c.bias) {
+    auto b = p.random(c.n);
+    Tensor bh = Tensor::make(b.data(), DType::kF32, {c.n});
+    wc.bias = p.cpu_->upload(bh, DType::kF32);
+    wg.bias = p.gpu_->upload(bh, DType::kF32);
+  }
+  auto out = p.out({c.m, c.n});
+  p.cpu_->linear(*x.cpu, wc, *out.cpu);
+  p.gpu_->linear(*x.gpu, wg, *out.gpu);
+  return p.nmse(out);
+}
+
 TEST(CudaParity, Linear) {
   Pair p;
-  struct Case {
-    int m, k, n;
-    bool bias;
-  };
-  for (Case c : {Case{1, 320, 129, false}, Case{3, 896, 320, true}, Case{8, 64, 517, false},
-                 Case{9, 320, 896, true}, Case{77, 264, 1000, false}, Case{5, 100, 33, true},
-                 Case{300, 4096, 1024, false}}) {
-    auto x = p.make(p.random(int64_t(c.m) * c.k), {c.m, c.k});
-    LinearWeight wc, wg;
-    auto w = p.random(int64_t(c.n) * c.k, 0.05f);
-    Tensor wh = Tensor::make(w.data(), DType::kF32, {c.n, c.k});
-    wc.weight = p.cpu_->upload(wh, DType::kF32);
-    wg.weight = p.gpu_->upload(wh, DType::kBF16);
-    if (c.bias) {
-      auto b = p.random(c.n);
-      Tensor bh = Tensor::make(b.data(), DType::kF32, {c.n});
-      wc.bias = p.cpu_->upload(bh, DType::kF32);
-      wg.bias = p.gpu_->upload(bh, DType::kF32);
-    }
-    auto out = p.out({c.m, c.n});
-    p.cpu_->linear(*x.cpu, wc, *out.cpu);
-    p.gpu_->linear(*x.gpu, wg, *out.gpu);
-    const double e = p.nmse(out);
+  for (LinearCase c : {LinearCase{1, 320, 129, false}, LinearCase{3, 896, 320, true}, LinearCase{8, 64, 517, false},
+                       LinearCase{9, 320, 896, true}, LinearCase{77, 264, 1000, false}, LinearCase{5, 100, 33, true},
+                       LinearCase{300, 4096, 1024, false}}) {
+    const double e = linear_nmse(p, c);
     EXPECT_LT(e, 1e-5) << "m " << c.m << " k " << c.k << " n " << c.n;
     std::printf("linear m=%d k=%d n=%d bias=%d nmse %.3g\n", c.m, c.k, c.n, c.bias, e);
   }
@@ -100,30 +106,12 @@ TEST(CudaParity, Linear) {
 // k; the partial sums meet in shared memory): the 8B decode shapes and odd ones.
 TEST(CudaParity, LinearSplitK) {
   Pair p;
-  struct Case {
-    int m, k, n;
-    bool bias;
-  };
   for (int ks : {1, 2, 4}) {
     cuda::set_gemv_max_ksplit(ks);
-    for (Case c : {Case{1, 4096, 4096, false}, Case{1, 4096, 6144, false}, Case{2, 14336, 4096, false},
-                   Case{3, 328, 1000, true}, Case{1, 2056, 129, true}, Case{8, 520, 77, false}}) {
-      auto x = p.make(p.random(int64_t(c.m) * c.k), {c.m, c.k});
-      LinearWeight wc, wg;
-      auto w = p.random(int64_t(c.n) * c.k, 0.05f);
-      Tensor wh = Tensor::make(w.data(), DType::kF32, {c.n, c.k});
-      wc.weight = p.cpu_->upload(wh, DType::kF32);
-      wg.weight = p.gpu_->upload(wh, DType::kBF16);
-      if (c.bias) {
-        auto b = p.random(c.n);
-        Tensor bh = Tensor::make(b.data(), DType::kF32, {c.n});
-        wc.bias = p.cpu_->upload(bh, DType::kF32);
-        wg.bias = p.gpu_->upload(bh, DType::kF32);
-      }
-      auto out = p.out({c.m, c.n});
-      p.cpu_->linear(*x.cpu, wc, *out.cpu);
-      p.gpu_->linear(*x.gpu, wg, *out.gpu);
-      const double e = p.nmse(out);
+    for (LinearCase c : {LinearCase{1, 4096, 4096, false}, LinearCase{1, 4096, 6144, false},
+                         LinearCase{2, 14336, 4096, false}, LinearCase{3, 328, 1000, true},
+                         LinearCase{1, 2056, 129, true}, LinearCase{8, 520, 77, false}}) {
+      const double e = linear_nmse(p, c);
       EXPECT_LT(e, 1e-5) << "ksplit " << ks << " m " << c.m << " k " << c.k << " n " << c.n;
       std::printf("linear ksplit<=%d m=%d k=%d n=%d nmse %.3g\n", ks, c.m, c.k, c.n, e);
     }
