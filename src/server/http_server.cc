@@ -158,11 +158,14 @@ void HttpServer::Impl::routes() {
     s.set_content(state.render_metrics(), "text/plain; version=0.0.4; charset=utf-8");
   });
   // Unrouted paths (404), bodies over the limit (413), ...: OpenAI-shaped unless a handler wrote one.
-  svr.set_error_handler([](const httplib::Request& q, httplib::Response& s) {
+  svr.set_error_handler([body_mb = state.config().max_request_body_mb](const httplib::Request& q,
+                                                                         httplib::Response& s) {
     if (!s.body.empty()) return;
-    const std::string msg = s.status == 404 ? fmt::format("unknown endpoint: {} {}", q.method, q.path)
-                            : s.status == 413 ? std::string("the request body is too large")
-                                              : fmt::format("HTTP {}", s.status);
+    const std::string msg =
+        s.status == 404   ? fmt::format("unknown endpoint: {} {}", q.method, q.path)
+        : s.status == 413 ? fmt::format("the request body is larger than this server's limit of {} MiB "
+                                        "(--max-request-body-mb)", body_mb)
+                          : fmt::format("HTTP {}", s.status);
     const ApiError e = s.status >= 500 ? server_error(s.status, msg) : api_error(s.status, msg, "invalid_request_error");
     s.set_content(dump(e.to_json()), "application/json");
   });
@@ -182,7 +185,7 @@ void HttpServer::Impl::routes() {
 HttpServer::HttpServer(ServerState& state) : impl_(std::make_unique<Impl>(state)) {
   const int threads = state.config().http_threads;
   impl_->svr.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-  impl_->svr.set_payload_max_length(size_t(64) << 20);
+  impl_->svr.set_payload_max_length(size_t(state.config().max_request_body_mb) << 20);
   impl_->svr.set_read_timeout(30, 0);
   impl_->svr.set_write_timeout(10, 0);
   // Capture the listening socket so shutdown() can stop accepting without httplib's stop(),

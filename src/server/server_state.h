@@ -31,6 +31,7 @@ struct ServerConfig {
   double log_interval_s = 5;       // `Decode batch.` line while busy
   double health_timeout_s = 30;    // busy engine without a step this long (or a probe this slow) is unhealthy
   int http_threads = 512;          // one per open connection (a stream holds its thread)
+  int max_request_body_mb = 64;    // larger request bodies are answered 413
   nlohmann::json flags = nlohmann::json::object();  // the launch flags, for /get_server_info
 };
 

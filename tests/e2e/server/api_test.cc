@@ -15,7 +15,7 @@ class ServeApiTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     server_ = new ServerProcess();
-    ASSERT_TRUE(server_->start({"--max-total-tokens", "8192"})) << server_->log();
+    ASSERT_TRUE(server_->start({"--max-total-tokens", "8192", "--max-request-body-mb", "1"})) << server_->log();
   }
   static void TearDownTestSuite() {
     EXPECT_EQ(server_->stop(), 0) << server_->log();
@@ -131,6 +131,11 @@ TEST_F(ServeApiTest, StopString) {
 TEST_F(ServeApiTest, MalformedJson) {
   expect_error("/v1/chat/completions", R"({"messages": [)", 400, "not valid JSON");
   expect_error("/v1/completions", R"([1, 2])", 400, "must be a JSON object");
+}
+
+TEST_F(ServeApiTest, BodyOverTheLimit) {  // the suite's server runs with --max-request-body-mb 1
+  const std::string big = json{{"prompt", std::string(size_t(1) << 20, 'a')}, {"max_tokens", 1}}.dump();
+  expect_error("/v1/completions", big, 413, "limit of 1 MiB (--max-request-body-mb)");
 }
 
 TEST_F(ServeApiTest, WrongFieldTypes) {

@@ -213,6 +213,8 @@ TEST(ServeFlagsTest, UnimplementedFlagsAreRejected) {
   // A policy without the tier is a mistake, not a silent no-op.
   EXPECT_EQ(run_command(base + "--hicache-write-policy write_back", &out), 1) << out;
   EXPECT_NE(out.find("has no effect without"), std::string::npos) << out;
+  EXPECT_EQ(run_command(base + "--max-request-body-mb 0", &out), 1) << out;
+  EXPECT_NE(out.find("--max-request-body-mb must be in [1, 65536], got 0"), std::string::npos) << out;
 }
 
 // The host KV tier's SGLang flags are implemented: the server starts with them and says so.
