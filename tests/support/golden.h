@@ -148,4 +148,36 @@ class SingleSequence {
   std::unique_ptr<KvStorage> kv_;
 };
 
+// A long-context reference (reference-long.safetensors): the argmax at every position of
+// `long0` (near-ties may flip under float32 reordering: at most 2 disagree), the logits at its
+// sampled positions within `max_rel_error`, and the `longgreedy0` greedy continuation exactly.
+inline void check_long_reference(Model& model, const std::string& reference_path, const char* name,
+                                 double max_rel_error) {
+  Reference ref(reference_path);
+  auto ids = ref.i32("long0.input_ids");
+  auto argmax = ref.i32("long0.argmax");
+  auto positions = ref.i32("long0.sample_positions");
+  auto sample = ref.f32("long0.sample_logits");
+  SingleSequence run(model, 16, int(ids.size()));
+  auto logits = run.step(ids, true);
+  const int64_t vocab = model.spec().vocab_size;
+  int agree = 0;
+  for (size_t p = 0; p < ids.size(); ++p) {
+    auto row = logits.begin() + long(p * size_t(vocab));
+    agree += int(std::max_element(row, row + vocab) - row) == argmax[p];
+  }
+  EXPECT_GE(agree, int(ids.size()) - 2) << name;
+  std::vector<float> picked;
+  for (int32_t p : positions)
+    picked.insert(picked.end(), logits.begin() + long(p * vocab), logits.begin() + long((p + 1) * vocab));
+  const double err = rel_max_error(picked, sample);
+  std::printf("%s long: argmax agreement %d/%zu, sampled rel max error %.3g\n", name, agree, ids.size(), err);
+  EXPECT_LT(err, max_rel_error) << name;
+
+  auto prompt = ref.i32("longgreedy0.prompt_ids");
+  auto expected = ref.i32("longgreedy0.output_ids");
+  SingleSequence run2(model, 16, int(prompt.size() + expected.size()));
+  EXPECT_EQ(run2.greedy(prompt, int(expected.size()), 128), expected) << name;
+}
+
 }  // namespace strata::testing

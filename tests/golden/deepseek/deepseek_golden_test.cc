@@ -249,33 +249,8 @@ TEST(DeepseekGoldenLong, HouseMla) {
   auto backend = make_cpu_backend();
   auto model = load(*backend, shared_dir() + "/models/house-mla");
   ASSERT_NE(model, nullptr);
-  Reference ref(shared_dir() + "/fixtures/house-mla/reference-long.safetensors");
-  auto ids = ref.i32("long0.input_ids");
-  auto argmax = ref.i32("long0.argmax");
-  auto positions = ref.i32("long0.sample_positions");
-  auto sample = ref.f32("long0.sample_logits");
-  SingleSequence run(*model, 16, int(ids.size()));
-  auto logits = run.step(ids, true);
-  const int64_t vocab = model->spec().vocab_size;
-  int agree = 0;
-  for (size_t p = 0; p < ids.size(); ++p) {
-    auto row = logits.begin() + long(p * size_t(vocab));
-    agree += int(std::max_element(row, row + vocab) - row) == argmax[p];
-  }
-  // Near-ties can flip under float32 reordering; allow at most 2 of 768.
-  EXPECT_GE(agree, int(ids.size()) - 2);
-  std::vector<float> picked;
-  for (int32_t p : positions)
-    picked.insert(picked.end(), logits.begin() + long(p * vocab), logits.begin() + long((p + 1) * vocab));
-  const double err = rel_max_error(picked, sample);
-  std::printf("house-mla long: argmax agreement %d/%zu, sampled rel max error %.3g\n", agree,
-              ids.size(), err);
-  EXPECT_LT(err, kMaxRelError);
-
-  auto prompt = ref.i32("longgreedy0.prompt_ids");
-  auto expected = ref.i32("longgreedy0.output_ids");
-  SingleSequence run2(*model, 16, int(prompt.size() + expected.size()));
-  EXPECT_EQ(run2.greedy(prompt, int(expected.size()), 128), expected);
+  check_long_reference(*model, shared_dir() + "/fixtures/house-mla/reference-long.safetensors", "house-mla",
+                       kMaxRelError);
 }
 
 }  // namespace
