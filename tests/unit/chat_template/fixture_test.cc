@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/chat_template.h"
+#include "support/temp_dir.h"
 
 namespace strata {
 namespace {
@@ -48,23 +49,7 @@ TEST(ChatTemplateFixture, HouseLlamaSpecialTokensFromConfig) {
   EXPECT_EQ(t->default_context().find("bos_token"), nullptr);  // the config sets none
 }
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() / ("strata_chat_template_" + std::to_string(::getpid()) +
-                                         "_" + std::to_string(counter_++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  void write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ / name, std::ios::binary) << text;
-  }
-  std::string path() const { return path_.string(); }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+using strata::testing::TempDir;
 
 TEST(ChatTemplateLoad, TokenizerConfigStringAndSpecialTokenObjects) {
   TempDir dir;
@@ -74,7 +59,7 @@ TEST(ChatTemplateLoad, TokenizerConfigStringAndSpecialTokenObjects) {
     "unk_token": null,
     "chat_template": "{{ bos_token }}{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}"
   })");
-  StatusOr<ChatTemplate> t = ChatTemplate::load(dir.path());
+  StatusOr<ChatTemplate> t = ChatTemplate::load(dir.str());
   ASSERT_TRUE(t.ok()) << t.status().to_string();
   StatusOr<std::string> out =
       t->render(nlohmann::json::parse(R"([{"role":"user","content":"hi"}])"), false);
@@ -92,7 +77,7 @@ TEST(ChatTemplateLoad, NamedTemplateListTakesDefault) {
   dir.write("tokenizer_config.json", R"({"chat_template": [
     {"name": "tool_use", "template": "tools"},
     {"name": "default", "template": "default:{{ messages | length }}"}]})");
-  StatusOr<ChatTemplate> t = ChatTemplate::load(dir.path());
+  StatusOr<ChatTemplate> t = ChatTemplate::load(dir.str());
   ASSERT_TRUE(t.ok()) << t.status().to_string();
   StatusOr<std::string> out =
       t->render(nlohmann::json::array({{{"role", "user"}, {"content", "x"}}}), false);
@@ -102,7 +87,7 @@ TEST(ChatTemplateLoad, NamedTemplateListTakesDefault) {
   TempDir no_default;
   no_default.write("tokenizer_config.json",
                    R"({"chat_template": [{"name": "rag", "template": "x"}]})");
-  StatusOr<ChatTemplate> bad = ChatTemplate::load(no_default.path());
+  StatusOr<ChatTemplate> bad = ChatTemplate::load(no_default.str());
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("rag"), std::string::npos);
@@ -112,7 +97,7 @@ TEST(ChatTemplateLoad, JinjaFileWinsOverConfig) {
   TempDir dir;
   dir.write("tokenizer_config.json", R"({"chat_template": "from config"})");
   dir.write("chat_template.jinja", "from jinja file\n");
-  StatusOr<ChatTemplate> t = ChatTemplate::load(dir.path());
+  StatusOr<ChatTemplate> t = ChatTemplate::load(dir.str());
   ASSERT_TRUE(t.ok());
   StatusOr<std::string> out = t->render(nlohmann::json::array(), false);
   ASSERT_TRUE(out.ok());
@@ -122,7 +107,7 @@ TEST(ChatTemplateLoad, JinjaFileWinsOverConfig) {
 TEST(ChatTemplateLoad, ChatTemplateJson) {
   TempDir dir;
   dir.write("chat_template.json", R"({"chat_template": "processor template"})");
-  StatusOr<ChatTemplate> t = ChatTemplate::load(dir.path());
+  StatusOr<ChatTemplate> t = ChatTemplate::load(dir.str());
   ASSERT_TRUE(t.ok()) << t.status().to_string();
   EXPECT_EQ(t->source(), "processor template");
 }
@@ -130,25 +115,25 @@ TEST(ChatTemplateLoad, ChatTemplateJson) {
 TEST(ChatTemplateLoad, MissingTemplateIsNotFound) {
   TempDir dir;
   dir.write("tokenizer_config.json", R"({"eos_token": "</s>"})");
-  StatusOr<ChatTemplate> t = ChatTemplate::load(dir.path());
+  StatusOr<ChatTemplate> t = ChatTemplate::load(dir.str());
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(ChatTemplate::load(dir.path() + "/nope").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(ChatTemplate::load(dir.str() + "/nope").status().code(), StatusCode::kNotFound);
 }
 
 TEST(ChatTemplateLoad, BrokenConfigIsDataLoss) {
   TempDir dir;
   dir.write("tokenizer_config.json", "{\"chat_template\": ");
-  EXPECT_EQ(ChatTemplate::load(dir.path()).status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(ChatTemplate::load(dir.str()).status().code(), StatusCode::kDataLoss);
 }
 
 TEST(ChatTemplateLoad, SyntaxErrorNamesDirAndLine) {
   TempDir dir;
   dir.write("chat_template.jinja", "ok\n{% if x %}\nno end");
-  StatusOr<ChatTemplate> t = ChatTemplate::load(dir.path());
+  StatusOr<ChatTemplate> t = ChatTemplate::load(dir.str());
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(t.status().message().find(dir.path()), std::string::npos) << t.status().message();
+  EXPECT_NE(t.status().message().find(dir.str()), std::string::npos) << t.status().message();
   EXPECT_NE(t.status().message().find("endif"), std::string::npos) << t.status().message();
 }
 

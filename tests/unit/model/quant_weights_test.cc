@@ -11,6 +11,7 @@
 #include "model/config.h"
 #include "model/quant.h"
 #include "model/weights.h"
+#include "support/temp_dir.h"
 
 namespace strata {
 namespace {
@@ -120,22 +121,7 @@ TEST(Int4Test, FixtureExpertsMatchHandUnpacking) {
   EXPECT_FALSE(is_quantized_module(spec->quant, "model.layers.1.mlp.shared_experts.up_proj"));
 }
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("strata_quant_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string str() const { return path_.string(); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+using strata::testing::TempDir;
 
 std::vector<uint8_t> raw_bytes(const TensorInfo& t) { return {t.data, t.data + t.nbytes}; }
 

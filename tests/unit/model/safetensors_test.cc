@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "model/weights.h"
+#include "support/temp_dir.h"
 
 namespace strata {
 namespace {
@@ -17,22 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("strata_model_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string str() const { return path_.string(); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+using strata::testing::TempDir;
 
 // Writes [u64 header_len][header][data]; `declared_len` overrides the length field.
 void write_raw(const std::string& path, const std::string& header, const std::string& data,
