@@ -40,6 +40,10 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_
   app.add_option("--num-continuous-decode-steps", c.num_continuous_decode_steps,
                  "decode steps per scheduling decision")
       ->capture_default_str();
+  app.add_option("--cuda-graph-max-bs", c.cuda_graph_max_bs,
+                 "decode steps of at most this many requests replay captured CUDA graphs (cuda, tp 1; 0: off)")
+      ->capture_default_str();
+  app.add_flag("--disable-cuda-graph", f.disable_cuda_graph, "launch every step eagerly (--cuda-graph-max-bs 0)");
   app.add_option("--schedule-conservativeness", c.schedule_conservativeness,
                  "scales the decode reservation of admission (lower admits more, may retract)")
       ->capture_default_str();
@@ -105,6 +109,11 @@ StatusOr<EngineConfig> finish_engine_flags(EngineFlags& f) {
     return invalid_argument("--chunked-prefill-size must be >= --page-size");
   if (c.num_continuous_decode_steps < 1) return invalid_argument("--num-continuous-decode-steps must be >= 1");
   if (c.device_memory_gib < 0) return invalid_argument("--device-memory-gib must be positive");
+  if (f.disable_cuda_graph) {
+    if (c.cuda_graph_max_bs > 0)
+      return invalid_argument("--disable-cuda-graph and --cuda-graph-max-bs {} both given: give one", c.cuda_graph_max_bs);
+    c.cuda_graph_max_bs = 0;
+  }
   STRATA_RETURN_IF_ERROR(finish_hicache_flags(f, c));
   if (!std::filesystem::is_directory(c.model_path))
     return not_found("--model-path '{}' is not a directory", c.model_path);

@@ -23,11 +23,13 @@ struct EngineFlags {
   // enabled is an error, never ignored).
   std::optional<double> hicache_size_gb, hicache_ratio;
   std::optional<std::string> hicache_write_policy, hicache_io_backend;
+  bool disable_cuda_graph = false;
 };
 
 // Registers --model-path, --device, --kv-cache-dtype, --page-size, --mem-fraction-static,
 // --device-memory-gib, --max-total-tokens, --max-running-requests, --chunked-prefill-size,
-// --max-prefill-tokens, --num-continuous-decode-steps, --context-length, --random-seed,
+// --max-prefill-tokens, --num-continuous-decode-steps, --cuda-graph-max-bs, --disable-cuda-graph,
+// --context-length, --random-seed,
 // --log-level, the host KV tier (--enable-hierarchical-cache, --hicache-size, --hicache-ratio,
 // --hicache-write-policy, --hicache-io-backend), and the KV quality flags (--kv-bf16-layers, --kv-scales, --kv-mla-rope-dtype,
 // --kv-quality-budget, --allow-lossy-kv, --kv-quality-records).

@@ -38,8 +38,6 @@ constexpr NotImplemented kNotImplemented[] = {
     {"--speculative-algorithm", true, "speculative decoding"},
     {"--quantization", true, "on-the-fly quantization"},
     {"--attention-backend", true, "choosing the attention backend"},
-    {"--disable-cuda-graph", false, "CUDA graphs"},
-    {"--cuda-graph-max-bs", true, "CUDA graphs"},
     {"--enable-torch-compile", false, "torch.compile"},
     {"--schedule-policy", true, "scheduling policies other than the default"},
     {"--chat-template", true, "overriding the model's chat template"},

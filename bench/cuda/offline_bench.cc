@@ -12,6 +12,7 @@
 // Usage: strata_bench_offline_bench [--config PATH] [--tokenizer DIR] [--prompts N] [--in N]
 //   [--out N] [--kv-cache-dtype auto|fp8_e4m3|fp8_e5m2] [--max-running N] [--mem-fraction F]
 //   [--max-seconds S] [--breakdown-batch B] [--breakdown-context C] [--tp-size N]
+//   [--cuda-graph-max-bs N] (decode steps of at most N requests replay CUDA graphs)
 // --tp-size N runs the engine over N GPUs (NCCL). Only rank 0's weights get random values (the
 // other ranks keep the checkpoint's zeros): dense-model timings do not depend on the values.
 // The tokenizer directory only supplies tokenizer files (ids past its vocabulary decode to
@@ -42,6 +43,7 @@ struct Args {
   double mem_fraction = 0.88, max_seconds = 400;
   int bd_batch = 256, bd_context = 1536;
   int tp = 1;
+  int cuda_graph_max_bs = 0;
 };
 
 std::string prepare_dir(const Args& a) {
@@ -64,6 +66,7 @@ void run_engine(const Args& a, const std::string& dir) {
   ec.context_length = a.in + a.out + 64;
   if (a.max_running > 0) ec.max_running_requests = a.max_running;
   ec.tp_size = a.tp;
+  ec.cuda_graph_max_bs = a.cuda_graph_max_bs;
   auto t_load = Clock::now();
   auto e = Engine::create(ec);
   CHECK_MSG(e.ok(), "{}", e.status().to_string());
@@ -224,6 +227,7 @@ int main(int argc, char** argv) {
     else if (k == "--breakdown-batch") a.bd_batch = std::stoi(v);
     else if (k == "--breakdown-context") a.bd_context = std::stoi(v);
     else if (k == "--tp-size") a.tp = std::stoi(v);
+    else if (k == "--cuda-graph-max-bs") a.cuda_graph_max_bs = std::stoi(v);
   }
   const std::string dir = prepare_dir(a);
   if (a.prompts > 0) run_engine(a, dir);

@@ -205,6 +205,9 @@ class Backend {
   // Waits for the queued work and ends the current step (an asynchronous backend keeps a step's
   // staged host inputs until it ends, which a download otherwise does). Default: nothing queued.
   virtual void synchronize() {}
+  // Graph mode: a step's launches are recorded and replayed as one captured graph whenever the
+  // same step shape comes again (CUDA: cuda_backend.h). A backend without graphs ignores it.
+  virtual void set_graph_mode(bool /*on*/) {}
   virtual std::unique_ptr<KvStorage> alloc_kv(const KvLayout& layout) = 0;
   // Whether this backend implements `layout` (dtypes, row formats); alloc_kv CHECK-fails on a
   // layout this refuses, so callers that take a layout from users ask first. Default: all.

@@ -52,6 +52,10 @@ struct EngineConfig {
   int chunked_prefill_size = 8192;
   int max_prefill_tokens = 16384;
   int num_continuous_decode_steps = 1;
+  // SGLang's --cuda-graph-max-bs: decode steps of at most this many requests run as captured
+  // CUDA graphs (one graph per step shape, replayed); 0: every step launches eagerly. cuda and
+  // tp 1 only (the tensor-parallel collectives are not recorded into graphs).
+  int cuda_graph_max_bs = 0;
   // SGLang's --schedule-conservativeness: scales the decode reservation (new-token ratio) that
   // admission holds back for running requests. Below 1 admits more and retracts when wrong.
   double schedule_conservativeness = 1.0;

@@ -163,6 +163,10 @@ void Engine::run_step() {
     }
     std::vector<int32_t> sampled(n);
     logits_.resize(keep_rows.size() * size_t(vocab));
+    // Small decode steps replay captured graphs (the host's launch work then leaves the step).
+    // Graph mode covers this forward only, so nothing else (host-tier copies) is ever recorded.
+    const bool graphs = !step.is_prefill && int(n) <= config_.cuda_graph_max_bs;
+    if (graphs) model_->backend().set_graph_mode(true);
     const auto fwd_begin = StepClock::now();
     model_->forward_sample(fb, *kv_,
                            SampleArgs{.params = row_params.data(),
@@ -171,6 +175,7 @@ void Engine::run_step() {
                                       .num_keep = int(keep_rows.size()),
                                       .kept_logits = logits_.data()});
     const auto fwd_end = StepClock::now();
+    if (graphs) model_->backend().set_graph_mode(false);
     std::vector<TokenLogprobs> lps(n);
     for (size_t i = 0; i < keep_rows.size(); ++i) {
       const size_t j = size_t(keep_rows[i]);

@@ -230,7 +230,14 @@ void CudaBackend::flush() {
     cudaGraphExec_t exec = nullptr;
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     CUDA_CHECK(cudaGraphDestroy(graph));
-    if (it != graphs_.end()) cudaGraphExecDestroy(it->second.exec);
+    if (it != graphs_.end()) {
+      cudaGraphExecDestroy(it->second.exec);
+    } else if (graphs_.size() >= kMaxGraphs) {
+      // Serving meets many step shapes (batch sizes x context buckets): keep memory bounded by
+      // starting over; the shapes in use are captured again on their next step.
+      for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
+      graphs_.clear();
+    }
     graphs_[h] = Graph{signature_, exec};
     CUDA_CHECK(cudaGraphLaunch(exec, stream_));
     ++stats_.captures;

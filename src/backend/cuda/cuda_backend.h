@@ -174,7 +174,7 @@ class CudaBackend : public Backend {
 
   // ---- CUDA-specific ----
   // Graph mode: see the file comment. Switching flushes the current step.
-  void set_graph_mode(bool on);
+  void set_graph_mode(bool on) override;
   // Programmatic dependent launch on/off (A/B): drops the captured graphs.
   void set_pdl(bool on);
   // Decode kernels (GEMV, RMSNorm, fused rope/KV write, decode attention) trigger their
@@ -286,6 +286,7 @@ class CudaBackend : public Backend {
     cudaGraphExec_t exec = nullptr;
   };
   std::unordered_map<size_t, Graph> graphs_;
+  static constexpr size_t kMaxGraphs = 256;  // captured steps kept at once (flush starts over)
   GraphStats stats_;
 
   void* download_buffer_ = nullptr;  // pinned host memory for download_f32

@@ -73,6 +73,16 @@ TEST(GenerateCli, MissingModelDirectory) {
   expect_clear_error(run_cli("generate --model-path /nonexistent/model --prompt hi"), "/nonexistent/model");
 }
 
+// SGLang's graph flags: graphs exist on cuda only, never silently ignored elsewhere.
+TEST(GenerateCli, CudaGraphFlags) {
+  const std::string base = "generate --model-path " + kHouse + " --prompt hi --max-new-tokens 2 ";
+  expect_clear_error(run_cli(base + "--cuda-graph-max-bs 8"), "--cuda-graph-max-bs 8 needs --device cuda");
+  expect_clear_error(run_cli(base + "--cuda-graph-max-bs -1"), "--cuda-graph-max-bs must be >= 0");
+  expect_clear_error(run_cli(base + "--disable-cuda-graph --cuda-graph-max-bs 8"), "both given");
+  CliRun r = run_cli(base + "--disable-cuda-graph");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 TEST(GenerateCli, UnknownFlag) {
   CliRun r = run_cli("generate --no-such-flag 3");
   EXPECT_EQ(r.exit_code, 2);
