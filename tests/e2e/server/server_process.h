@@ -71,6 +71,10 @@ class ServerProcess {
           const std::string log = read_file(log_path_);
           size_t p = log.find(marker);
           if (p == std::string::npos) return exited();
+          // The whole number only: the line may still be being written (a partial port would
+          // send every health probe to the wrong port until the timeout).
+          const size_t end = log.find_first_not_of("0123456789", p + marker.size());
+          if (end == std::string::npos) return false;
           port_ = std::atoi(log.c_str() + p + marker.size());
           return true;
         },
