@@ -13,10 +13,13 @@ using nlohmann::json;
 
 class ServeApiTest : public ::testing::Test {
  protected:
+  // No ASSERT here: a fatal failure in SetUpTestSuite makes gtest report every test as skipped,
+  // which ctest counts as a pass. Each test asserts the start instead (SetUp), so it fails.
   static void SetUpTestSuite() {
     server_ = new ServerProcess();
-    ASSERT_TRUE(server_->start({"--max-total-tokens", "8192", "--max-request-body-mb", "1"})) << server_->log();
+    started_ = server_->start({"--max-total-tokens", "8192", "--max-request-body-mb", "1"});
   }
+  void SetUp() override { ASSERT_TRUE(started_) << "the server did not start:\n" << server_->log(); }
   static void TearDownTestSuite() {
     EXPECT_EQ(server_->stop(), 0) << server_->log();
     delete server_;
@@ -41,8 +44,10 @@ class ServeApiTest : public ::testing::Test {
     return j;
   }
   static ServerProcess* server_;
+  static bool started_;
 };
 ServerProcess* ServeApiTest::server_ = nullptr;
+bool ServeApiTest::started_ = false;
 
 TEST_F(ServeApiTest, ModelsAndInfo) {
   HttpResponse r = http(server_->port(), "GET", "/v1/models");
