@@ -63,6 +63,24 @@ void check_bf16(const Tensor& t, const char* what) {
   CHECK_MSG(t.device == Device::kCuda || t.data == nullptr, "{}: tensor is not on the GPU", what);
 }
 
+// A decode GEMV: out [m, n] = x [m, k] · w [n, k]ᵀ (+ bias [n]), with the current launch tunables
+// (part of a graph step's signature).
+GemvParams gemv_params(const Tensor& x, const Tensor& w, const float* bias, const Tensor& out, int64_t m,
+                       bool pdl_early) {
+  auto p = zeroed<GemvParams>();
+  p.x = x.ptr<bf16_bits>();
+  p.w = w.ptr<bf16_bits>();
+  p.bias = bias;
+  p.out = out.ptr<bf16_bits>();
+  p.m = int(m);
+  p.n = w.dim(0);
+  p.k = w.dim(1);
+  p.prefetch_elems = gemv_prefetch_elems();
+  p.block_warps = gemv_block_warps();
+  p.pdl_early = pdl_early;
+  return p;
+}
+
 struct GemmParams {
   cublasHandle_t handle;
   const void* x;  // [m, k] (row stride ldx)
@@ -212,18 +230,7 @@ void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& o
   const bool gemv_ok = m <= kGemvMaxRows && k % 8 == 0 && uintptr_t(x.data) % 16 == 0 &&
                        uintptr_t(wt.data) % 16 == 0;
   if (gemv_ok) {
-    auto p = zeroed<GemvParams>();
-    p.x = x.ptr<bf16_bits>();
-    p.w = wt.ptr<bf16_bits>();
-    p.bias = bias;
-    p.out = out.ptr<bf16_bits>();
-    p.m = int(m);
-    p.n = n;
-    p.k = k;
-    p.prefetch_elems = gemv_prefetch_elems();
-    p.block_warps = gemv_block_warps();
-    p.pdl_early = pdl_early_;
-    record(kOpGemv, p, launch_gemv);
+    record(kOpGemv, gemv_params(x, wt, bias, out, m, pdl_early_), launch_gemv);
     return;
   }
   auto g = zeroed<GemmParams>();
@@ -261,18 +268,8 @@ void CudaBackend::linear_silu_mul(const Tensor& x, const LinearWeight& w, const 
                        (!w.bias || w.bias->view().dtype == DType::kF32);
   if (!gemv_ok) return Backend::linear_silu_mul(x, w, out);
   begin_op();
-  auto p = zeroed<GemvParams>();
-  p.x = x.ptr<bf16_bits>();
-  p.w = wt.ptr<bf16_bits>();
-  p.bias = w.bias ? w.bias->view().ptr<float>() : nullptr;
-  p.out = out.ptr<bf16_bits>();
-  p.m = int(m);
-  p.n = n;
-  p.k = k;
+  GemvParams p = gemv_params(x, wt, w.bias ? w.bias->view().ptr<float>() : nullptr, out, m, pdl_early_);
   p.glu_inter = inter;
-  p.prefetch_elems = gemv_prefetch_elems();
-  p.block_warps = gemv_block_warps();
-  p.pdl_early = pdl_early_;
   record(kOpGemvGlu, p, launch_gemv);
 }
 

@@ -145,7 +145,8 @@ struct GemvParams {
   int pdl_early;           // trigger the next kernel before waiting on the previous
 };
 void launch_gemv(const GemvParams& p, cudaStream_t stream);
-// Most warps that share one output row (1, 2 or 4; default 1, which measured best on the H200).
+// Most warps that share one output row (1, 2 or 4; default 4: the launch uses 2 for the 8B
+// shape's qkv, o_proj and down, measured faster on the H200; linear.cu).
 void set_gemv_max_ksplit(int ks);
 // Decode-path launch tunables (benchmarks compare; dispatch copies them into each GemvParams so
 // a graph's signature includes them): weights of each row prefetched into L2 before the kernel
