@@ -1,5 +1,7 @@
 // CUDA backend benchmarks on random bf16 weights of a real Llama shape (default Llama-3.1-8B):
 //   ceilings   device-to-device copy bandwidth and the cuBLAS bf16 GEMM rate, measured here
+//   gemv       the decode GEMV per 8B linear at batch 1 (launch variants), then at batch m = 1..64:
+//              tensor-core GEMV vs FMA GEMV vs cuBLAS (bench_gemv_mma)
 //   decode     batch-1 decode after a 512-token prompt through the real forward pass
 //              (arch/llama.cc), eager and with CUDA graphs, against the weight-streaming limit
 //   attention  the paged decode kernel at batch 64 × 4,096 context and causal prefill attention
@@ -150,6 +152,132 @@ double bench_gemv(cuda::CudaBackend& be, const Ceilings& c, int max_ksplit, int6
   return token_ms;
 }
 
+// The decode linears of a batch of m sequences (m rows) on the Llama-3.1-8B shapes, each kernel
+// launched directly: the tensor-core GEMV (linear_mma.cu), the FMA GEMV (m <= 8) and cuBLAS
+// (+ silu_mul for the GLU row); weights rotated over copies that together exceed the L2 cache.
+// Then one decode step's linears (32 layers of qkv, o_proj, gate_up+silu, down, and lm_head)
+// per kernel, the mma kernel's k-split target swept, and the fastest kernel per m.
+void bench_gemv_mma(cuda::CudaBackend& be, const Ceilings& c) {
+  struct Shape {
+    const char* name;
+    int64_t n, k;
+    int per_step;  // launches in one decode step (32 layers)
+    bool glu;
+  };
+  const Shape shapes[] = {{"qkv", 6144, 4096, 32, false},          {"o_proj", 4096, 4096, 32, false},
+                          {"gate_up", 28672, 4096, 0, false},      {"gate_up+silu", 28672, 4096, 32, true},
+                          {"down", 4096, 14336, 32, false},        {"lm_head", 128256, 4096, 1, false}};
+  const int ms[] = {1, 2, 4, 8, 16, 32, 64};
+  constexpr int kMs = 7;
+  cublasHandle_t h;
+  CHECK(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+  cublasSetStream(h, be.stream());
+  // step[method][mi]: one decode step's linears (ms); method 0 mma, 1 FMA, 2 cuBLAS.
+  double step[3][kMs] = {};
+  const int per_sm0 = cuda::gemv_mma_warps_per_sm();
+  const int sweep[] = {8, 16, 24, 48};
+  double step_sweep[4][kMs] = {};
+  double step_unroll[kMs] = {};
+  std::printf("gemvmma  batch-m decode linears, us and %% of copy bandwidth (weight bytes): tensor-core "
+              "GEMV | FMA GEMV | cuBLAS (k-split target %d warps/SM)\n", per_sm0);
+  for (const Shape& s : shapes) {
+    const int copies = int(std::max<int64_t>(2, (int64_t(256) << 20) / (2 * s.n * s.k) + 1));
+    std::vector<DeviceTensorPtr> w(static_cast<size_t>(copies));
+    for (int i = 0; i < copies; ++i) {
+      w[size_t(i)] = be.alloc(DType::kBF16, {s.n, s.k});
+      be.fill_random(*w[size_t(i)], 200 + uint64_t(i), 0.02f);
+    }
+    auto x = be.alloc(DType::kBF16, {64, s.k});
+    auto out = be.alloc(DType::kBF16, {64, s.n});
+    auto tmp = be.alloc(DType::kBF16, {64, s.n});
+    be.fill_random(*x, 98, 1.0f);
+    const double gb = 2.0 * double(s.n) * double(s.k) / 1e9;
+    for (int mi = 0; mi < kMs; ++mi) {
+      const int m = ms[mi];
+      cuda::GemvParams p{};
+      p.x = x->view().ptr<cuda::bf16_bits>();
+      p.bias = nullptr;
+      p.out = out->view().ptr<cuda::bf16_bits>();
+      p.m = m;
+      p.n = s.n;
+      p.k = s.k;
+      p.glu_inter = s.glu ? s.n / 2 : 0;
+      p.block_warps = cuda::gemv_block_warps();
+      auto run = [&](int method) {
+        return time_ms(be.stream(), 2, 10, [&] {
+          for (auto& wi : w) {
+            p.w = wi->view().ptr<cuda::bf16_bits>();
+            if (method == 0) {
+              cuda::launch_gemv_mma(p, be.stream());
+            } else if (method == 1) {
+              cuda::launch_gemv(p, be.stream());
+            } else {
+              const float alpha = 1, beta = 0;
+              void* o = s.glu ? tmp->view().data : out->view().data;
+              CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(s.n), m, int(s.k), &alpha, p.w,
+                                 CUDA_R_16BF, int(s.k), p.x, CUDA_R_16BF, int(s.k), &beta, o,
+                                 CUDA_R_16BF, int(s.n), CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+              if (s.glu) {
+                cuda::SiluMulParams sp{};
+                sp.x = tmp->view().ptr<cuda::bf16_bits>();
+                sp.out = out->view().ptr<cuda::bf16_bits>();
+                sp.rows = m;
+                sp.inter = s.n / 2;
+                cuda::launch_silu_mul(sp, be.stream());
+              }
+            }
+          }
+        }) / copies;
+      };
+      double t[3] = {run(0), m <= cuda::kGemvMaxRows ? run(1) : 0.0, run(2)};
+      char line[512];
+      int len = std::snprintf(line, sizeof line, "gemvmma  %-12s %6lld x %5lld m=%-2d:", s.name,
+                              (long long)s.n, (long long)s.k, m);
+      const char* names[3] = {"mma", "fma", "cublas"};
+      int best = 0;
+      for (int j = 0; j < 3; ++j) {
+        if (t[j] <= 0) {
+          len += std::snprintf(line + len, sizeof line - size_t(len), " %s      -      |", names[j]);
+          continue;
+        }
+        if (t[j] < t[best] || t[best] <= 0) best = j;
+        len += std::snprintf(line + len, sizeof line - size_t(len), " %s %7.1f us %5.1f%% |",
+                             names[j], t[j] * 1e3, 100.0 * gb / (t[j] * 1e-3) / c.copy_gbs);
+        step[j][mi] += t[j] * s.per_step;
+      }
+      std::printf("%s fastest %s\n", line, names[best]);
+      for (int si = 0; si < 4; ++si) {
+        if (s.per_step == 0) continue;
+        cuda::set_gemv_mma_warps_per_sm(sweep[si]);
+        step_sweep[si][mi] += run(0) * s.per_step;
+      }
+      cuda::set_gemv_mma_warps_per_sm(per_sm0);
+      if (m > 32) {  // the 8-n-tile kernels with half the weight loads in flight
+        const int u0 = cuda::gemv_mma_unroll8();
+        cuda::set_gemv_mma_unroll8(u0 == 4 ? 2 : 4);
+        const double t2 = run(0);
+        step_unroll[mi] += t2 * s.per_step;
+        std::printf("gemvmma  %-12s %6lld x %5lld m=%-2d: mma with %d chunks per weight batch (not %d): "
+                    "%.1f us\n", s.name, (long long)s.n, (long long)s.k, m, cuda::gemv_mma_unroll8(), u0,
+                    t2 * 1e3);
+        cuda::set_gemv_mma_unroll8(u0);
+      }
+    }
+  }
+  cublasDestroy(h);
+  for (int mi = 0; mi < kMs; ++mi) {
+    std::printf("gemvmma  decode step's linears (32 layers + lm_head) at m=%-2d: mma %.3f ms, ", ms[mi],
+                step[0][mi]);
+    if (ms[mi] <= cuda::kGemvMaxRows) std::printf("fma %.3f ms, ", step[1][mi]);
+    else std::printf("fma -, ");
+    std::printf("cublas %.3f ms; mma k-split target", step[2][mi]);
+    for (int si = 0; si < 4; ++si) std::printf(" %d: %.3f", sweep[si], step_sweep[si][mi]);
+    if (ms[mi] > 32) std::printf("; mma, other unroll: %.3f", step_unroll[mi]);
+    std::printf(" ms\n");
+  }
+}
+
 // One sequence through the model: prefill then decode steps, pages in order.
 class Runner {
  public:
@@ -291,14 +419,16 @@ void bench_decode(cuda::CudaBackend& be, const std::string& config, const Ceilin
     const int64_t rec_steps = after.recorded_steps - before.recorded_steps;
     const double record_us =
         rec_steps > 0 ? 1e-3 * double(after.record_ns - before.record_ns) / double(rec_steps) : 0.0;
+    const double flush_us =
+        rec_steps > 0 ? 1e-3 * double(after.flush_ns - before.flush_ns) / double(rec_steps) : 0.0;
     const double bytes = double(weight_bytes) + double(kv_per_token) * (prompt + 8 + steps / 2);
     const double limit_s = bytes / (c.copy_gbs * 1e9);
     std::printf("decode   [%d] %s: batch 1, prompt %d: %.3f ms/token = %.1f tok/s; %.2f GB/token -> "
-                "%.0f GB/s = %.1f%% of the copy-bandwidth limit (%.1f tok/s); host record %.0f us/step; "
-                "prefill %d tokens %.1f ms\n",
+                "%.0f GB/s = %.1f%% of the copy-bandwidth limit (%.1f tok/s); host record %.0f us/step "
+                "(flush %.0f us); prefill %d tokens %.1f ms\n",
                 mi, mode.name, prompt, per_token_s * 1e3, 1.0 / per_token_s, bytes / 1e9,
                 bytes / per_token_s / 1e9, 100.0 * limit_s / per_token_s, 1.0 / limit_s, record_us,
-                prompt, prefill_s * 1e3);
+                flush_us, prompt, prefill_s * 1e3);
   }
   be.set_pdl(true);
   be.set_fusion(true);
@@ -522,6 +652,7 @@ int main(int argc, char** argv) {
     cuda::set_gemv_prefetch_elems(pf0);
     cuda::set_gemv_block_warps(w0);
     be.set_pdl_early(false);
+    bench_gemv_mma(be, c);
   }
   if (what.find("profile") != std::string::npos) bench_profile(be, config, prompt, steps);
   if (what.find("decode") != std::string::npos) bench_decode(be, config, c, prompt, steps);

@@ -44,6 +44,7 @@ struct Args {
   int bd_batch = 256, bd_context = 1536;
   int tp = 1;
   int cuda_graph_max_bs = 0;
+  double schedule_conservativeness = 1.0;
 };
 
 std::string prepare_dir(const Args& a) {
@@ -67,6 +68,7 @@ void run_engine(const Args& a, const std::string& dir) {
   if (a.max_running > 0) ec.max_running_requests = a.max_running;
   ec.tp_size = a.tp;
   ec.cuda_graph_max_bs = a.cuda_graph_max_bs;
+  ec.schedule_conservativeness = a.schedule_conservativeness;
   auto t_load = Clock::now();
   auto e = Engine::create(ec);
   CHECK_MSG(e.ok(), "{}", e.status().to_string());
@@ -228,6 +230,15 @@ int main(int argc, char** argv) {
     else if (k == "--breakdown-context") a.bd_context = std::stoi(v);
     else if (k == "--tp-size") a.tp = std::stoi(v);
     else if (k == "--cuda-graph-max-bs") a.cuda_graph_max_bs = std::stoi(v);
+    else if (k == "--schedule-conservativeness") a.schedule_conservativeness = std::stod(v);
+    else {
+      std::fprintf(stderr, "offline_bench: unknown flag %s\n", k.c_str());
+      return 2;
+    }
+  }
+  if (argc % 2 == 0) {
+    std::fprintf(stderr, "offline_bench: flag %s has no value\n", argv[argc - 1]);
+    return 2;
   }
   const std::string dir = prepare_dir(a);
   if (a.prompts > 0) run_engine(a, dir);

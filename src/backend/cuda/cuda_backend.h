@@ -21,6 +21,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -117,6 +118,10 @@ struct GraphStats {
   // lookup), summed over `recorded_steps`. The device idles through it.
   int64_t record_ns = 0;
   int64_t recorded_steps = 0;
+  // The part of record_ns spent in flush (signature hash and lookup, graph launch or capture).
+  int64_t flush_ns = 0;
+  // The part of flush_ns spent capturing and instantiating graphs for new signatures.
+  int64_t capture_ns = 0;
 };
 
 class CudaBackend : public Backend {
@@ -235,8 +240,26 @@ class CudaBackend : public Backend {
     last_sig_start_ = signature_.size();
     signature_.append(reinterpret_cast<const char*>(&op), sizeof op);
     signature_.append(reinterpret_cast<const char*>(&p), sizeof p);
-    pending_.emplace_back([p, fn](cudaStream_t s) { fn(p, s); });
+    // The parameter bytes already sit in the signature: a pending launch only names them (no
+    // allocation per launch; the host's recording time is time the device waits).
+    pending_.push_back(Pending{&run_recorded<P>, reinterpret_cast<AnyFn>(fn),
+                               last_sig_start_ + sizeof op});
   }
+
+  using AnyFn = void (*)();
+  // Runs a recorded launch from its parameter bytes (copied out: the signature's bytes carry no
+  // alignment guarantee).
+  template <typename P>
+  static void run_recorded(const char* bytes, AnyFn fn, cudaStream_t s) {
+    P p;
+    std::memcpy(static_cast<void*>(&p), bytes, sizeof p);
+    reinterpret_cast<void (*)(const P&, cudaStream_t)>(fn)(p, s);
+  }
+  struct Pending {
+    void (*run)(const char*, AnyFn, cudaStream_t);
+    AnyFn fn;
+    size_t offset;  // of the parameter bytes in signature_
+  };
 
   // Graph mode: removes the last recorded launch (to record a merged one instead).
   void drop_last() {
@@ -280,7 +303,7 @@ class CudaBackend : public Backend {
   MultiSliceParams last_slice_{};
   RopeParams last_rope_{};
   std::string signature_;
-  std::vector<std::function<void(cudaStream_t)>> pending_;
+  std::vector<Pending> pending_;
   struct Graph {
     std::string signature;
     cudaGraphExec_t exec = nullptr;
