@@ -66,6 +66,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST(CudaFusedParity, LinearSiluMul) {
   Fixture f;
+  const bool mma0 = cuda::gemv_mma_enabled();
+  cuda::set_gemv_mma_enabled(false);  // the FMA GEMV's variants (LinearSiluMulMma: the mma kernel)
   struct Case {
     int m, k, inter;
     bool bias;
@@ -123,6 +125,74 @@ TEST(CudaFusedParity, LinearSiluMul) {
   cuda::set_gemv_block_warps(8);  // the defaults
   cuda::set_gemv_prefetch_elems(0);
   f.cg.set_pdl_early(false);
+  cuda::set_gemv_mma_enabled(mma0);
+}
+
+// linear_silu_mul on the tensor-core GEMV (linear_mma.cu: gate rows as tile rows 0-7, up rows
+// as 8-15): NMSE against the CPU < 2e-5 and bit for bit the unfused path (the same kernel's plain
+// launch, then silu_mul) for every row count it serves, odd k (multiples of 8) and odd inter,
+// with and without bias, early PDL trigger on and off, 1 to 8 warps per tile.
+TEST(CudaFusedParity, LinearSiluMulMma) {
+  Fixture f;
+  struct Case {
+    int k, inter;
+    bool bias;
+  };
+  const bool mma0 = cuda::gemv_mma_enabled();
+  const int per_sm0 = cuda::gemv_mma_warps_per_sm();
+  const int min0 = cuda::gemv_mma_min_rows(), max0 = cuda::gemv_mma_max_rows();
+  cuda::set_gemv_mma_enabled(true);
+  cuda::set_gemv_mma_rows(1, cuda::kGemvMmaMaxRows);
+  for (int m : {1, 2, 3, 5, 8, 9, 16, 17, 31, 32, 33, 64}) {
+    for (Case c : {Case{264, 1057, true}, Case{1000, 129, false}, Case{8, 7, true},
+                   Case{4104, 501, false}}) {
+      const int64_t n = 2 * int64_t(c.inter);
+      auto xv = f.random(int64_t(m) * c.k);
+      auto wv = f.random(n * c.k, 0.05f);
+      auto bv = f.random(n);
+      LinearWeight wc, wg;
+      wc.weight = f.up(*f.cpu, wv, {n, c.k}, DType::kF32);
+      wg.weight = f.up(*f.gpu, wv, {n, c.k}, DType::kBF16);
+      if (c.bias) {
+        wc.bias = f.up(*f.cpu, bv, {n}, DType::kF32);
+        wg.bias = f.up(*f.gpu, bv, {n}, DType::kF32);
+      }
+      auto xc = f.up(*f.cpu, xv, {m, c.k}, DType::kF32);
+      auto xg = f.up(*f.gpu, xv, {m, c.k}, DType::kBF16);
+      const std::vector<float> nan(size_t(m) * c.inter, NAN);
+      auto oc = f.up(*f.cpu, nan, {m, c.inter}, DType::kF32);
+      f.cpu->linear_silu_mul(*xc, wc, *oc);
+      const auto want = f.get(*f.cpu, *oc);
+      for (int per_sm : {1, 4, 24}) {
+        cuda::set_gemv_mma_warps_per_sm(per_sm);
+        f.cg.set_fusion(false);
+        auto og_ref = f.up(*f.gpu, nan, {m, c.inter}, DType::kBF16);
+        f.gpu->linear_silu_mul(*xg, wg, *og_ref);
+        const auto unfused = f.get(*f.gpu, *og_ref);
+        f.cg.set_fusion(true);
+        for (bool early : {false, true}) {
+          f.cg.set_pdl_early(early);
+          auto og = f.up(*f.gpu, nan, {m, c.inter}, DType::kBF16);
+          f.gpu->linear_silu_mul(*xg, wg, *og);
+          const auto got = f.get(*f.gpu, *og);
+          const double e = nmse(got, want);
+          const bool same = same_bits(got, unfused);
+          EXPECT_LT(e, 2e-5) << "m " << m << " k " << c.k << " inter " << c.inter;
+          EXPECT_TRUE(same) << "fused != unfused: m " << m << " k " << c.k << " inter " << c.inter
+                            << " warps/SM " << per_sm << " early " << early;
+          if ((per_sm == 24 && !early) || !same || e >= 2e-5)
+            std::printf("linear_silu_mul mma m=%d k=%d inter=%d bias=%d warps/SM %d early %d: "
+                        "nmse %.3g, bits %s the unfused path\n",
+                        m, c.k, c.inter, c.bias, per_sm, int(early), e,
+                        same ? "equal" : "DIFFER from");
+        }
+      }
+    }
+  }
+  f.cg.set_pdl_early(false);
+  cuda::set_gemv_mma_warps_per_sm(per_sm0);
+  cuda::set_gemv_mma_rows(min0, max0);
+  cuda::set_gemv_mma_enabled(mma0);
 }
 
 struct QkvCase {

@@ -106,6 +106,8 @@ TEST(CudaParity, Linear) {
 // k; the partial sums meet in shared memory): the 8B decode shapes and odd ones.
 TEST(CudaParity, LinearSplitK) {
   Pair p;
+  const bool mma0 = cuda::gemv_mma_enabled();
+  cuda::set_gemv_mma_enabled(false);  // the FMA GEMV's variants (m > 1 goes to the mma kernel)
   for (int ks : {1, 2, 4}) {
     cuda::set_gemv_max_ksplit(ks);
     for (LinearCase c : {LinearCase{1, 4096, 4096, false}, LinearCase{1, 4096, 6144, false},
@@ -117,6 +119,46 @@ TEST(CudaParity, LinearSplitK) {
     }
   }
   cuda::set_gemv_max_ksplit(4);  // the default
+  cuda::set_gemv_mma_enabled(mma0);
+}
+
+// The tensor-core GEMV (linear_mma.cu) for every row count it serves (1..64: 1 to 8 n-tiles of 8
+// tokens, partial ones included), k = 8 (one partial 32-element chunk), odd multiples of 8 (a
+// tail after the 128-element blocks) and 4,096; odd n (a partial 16-row tile); with and without
+// bias; each with 1, 2, 4 and 8 warps per tile (the k-split target picks: n = 2,113 is 133
+// tiles, n = 1,001 63, on the H200's 132 SMs).
+TEST(CudaParity, LinearMma) {
+  Pair p;
+  const bool mma0 = cuda::gemv_mma_enabled();
+  const int per_sm0 = cuda::gemv_mma_warps_per_sm();
+  const int min0 = cuda::gemv_mma_min_rows(), max0 = cuda::gemv_mma_max_rows();
+  cuda::set_gemv_mma_enabled(true);
+  cuda::set_gemv_mma_rows(1, cuda::kGemvMmaMaxRows);
+  for (int per_sm : {1, 2, 4, 24}) {
+    cuda::set_gemv_mma_warps_per_sm(per_sm);
+    for (int m : {1, 2, 3, 5, 8, 9, 16, 17, 31, 32, 33, 64}) {
+      for (LinearCase c : {LinearCase{m, 264, 2113, true}, LinearCase{m, 1000, 1001, false},
+                           LinearCase{m, 8, 17, m % 2 == 1}, LinearCase{m, 4104, 77, m % 2 == 0}}) {
+        const double e = linear_nmse(p, c);
+        EXPECT_LT(e, 1e-5) << "warps/SM " << per_sm << " m " << c.m << " k " << c.k << " n " << c.n
+                           << " bias " << c.bias;
+        if (per_sm == 24 || e >= 1e-5)
+          std::printf("linear mma warps/SM %d m=%d k=%d n=%d bias=%d nmse %.3g\n", per_sm, c.m, c.k,
+                      c.n, c.bias, e);
+      }
+    }
+  }
+  // The 8B decode shapes at the default split.
+  cuda::set_gemv_mma_warps_per_sm(per_sm0);
+  for (int m : {8, 32}) {
+    for (LinearCase c : {LinearCase{m, 4096, 6144, false}, LinearCase{m, 14336, 4096, false}}) {
+      const double e = linear_nmse(p, c);
+      EXPECT_LT(e, 1e-5) << "m " << c.m << " k " << c.k << " n " << c.n;
+      std::printf("linear mma m=%d k=%d n=%d nmse %.3g\n", c.m, c.k, c.n, e);
+    }
+  }
+  cuda::set_gemv_mma_rows(min0, max0);
+  cuda::set_gemv_mma_enabled(mma0);
 }
 
 TEST(CudaParity, RmsNormAndResidual) {

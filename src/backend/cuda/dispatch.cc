@@ -31,6 +31,8 @@ enum Op : int {
   kOpSample,
   kOpGemvGlu,
   kOpQkvRope,
+  kOpGemvMma,
+  kOpGemvMmaGlu,
 };
 
 }  // namespace
@@ -45,7 +47,8 @@ const char* op_name(int op) {
   static const char* names[] = {"?",      "h2d_copy", "copy_rows", "rms_norm", "add",
                                 "silu_mul", "rope",   "gemv",      "gemm",     "bias",
                                 "kv_write", "attn_decode", "attn_prefill", "gemm_batched",
-                                "slice", "sample", "gemv_silu", "qkv_rope_kv"};
+                                "slice", "sample", "gemv_silu", "qkv_rope_kv", "gemv_mma",
+                                "gemv_mma_silu"};
   return op >= 0 && op < int(sizeof names / sizeof names[0]) ? names[op] : "?";
 }
 
@@ -78,6 +81,7 @@ GemvParams gemv_params(const Tensor& x, const Tensor& w, const float* bias, cons
   p.prefetch_elems = gemv_prefetch_elems();
   p.block_warps = gemv_block_warps();
   p.pdl_early = pdl_early;
+  p.mma_warps_per_sm = gemv_mma_warps_per_sm();
   return p;
 }
 
@@ -227,8 +231,12 @@ void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& o
   }
   if (m == 0) return;
   begin_op();
-  const bool gemv_ok = m <= kGemvMaxRows && k % 8 == 0 && uintptr_t(x.data) % 16 == 0 &&
-                       uintptr_t(wt.data) % 16 == 0;
+  const bool vec_ok = k % 8 == 0 && uintptr_t(x.data) % 16 == 0 && uintptr_t(wt.data) % 16 == 0;
+  if (vec_ok && use_gemv_mma(m)) {  // tensor-core GEMV (linear_mma.cu)
+    record(kOpGemvMma, gemv_params(x, wt, bias, out, m, pdl_early_), launch_gemv_mma);
+    return;
+  }
+  const bool gemv_ok = m <= kGemvMaxRows && vec_ok;
   if (gemv_ok) {
     record(kOpGemv, gemv_params(x, wt, bias, out, m, pdl_early_), launch_gemv);
     return;
@@ -261,7 +269,8 @@ void CudaBackend::linear_silu_mul(const Tensor& x, const LinearWeight& w, const 
   CHECK_MSG(wt.dim(1) == k, "linear_silu_mul: x has {} features, weight {}", k, shape_str(wt.shape));
   CHECK_MSG(n % 2 == 0, "linear_silu_mul: weight {} has an odd row count", shape_str(wt.shape));
   CHECK_EQ(out.numel(), m * inter);
-  const bool gemv_ok = fusion_ && m > 0 && m <= kGemvMaxRows && k % 8 == 0 &&
+  const bool mma = use_gemv_mma(m);
+  const bool gemv_ok = fusion_ && m > 0 && (m <= kGemvMaxRows || mma) && k % 8 == 0 &&
                        x.dtype == DType::kBF16 && wt.dtype == DType::kBF16 &&
                        out.dtype == DType::kBF16 && uintptr_t(x.data) % 16 == 0 &&
                        uintptr_t(wt.data) % 16 == 0 &&
@@ -270,7 +279,8 @@ void CudaBackend::linear_silu_mul(const Tensor& x, const LinearWeight& w, const 
   begin_op();
   GemvParams p = gemv_params(x, wt, w.bias ? w.bias->view().ptr<float>() : nullptr, out, m, pdl_early_);
   p.glu_inter = inter;
-  record(kOpGemvGlu, p, launch_gemv);
+  if (mma) record(kOpGemvMmaGlu, p, launch_gemv_mma);
+  else record(kOpGemvGlu, p, launch_gemv);
 }
 
 void CudaBackend::per_head_linear(const Tensor& x, int64_t x_begin, const Tensor& w,

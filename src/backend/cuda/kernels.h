@@ -143,6 +143,7 @@ struct GemvParams {
   int64_t prefetch_elems;  // leading weights of each row prefetched into L2 before pdl_wait
   int block_warps;         // 4 or 8 (one weight row per warp, or per KS warps)
   int pdl_early;           // trigger the next kernel before waiting on the previous
+  int mma_warps_per_sm;    // launch_gemv_mma's k-split target (0: set_gemv_mma_warps_per_sm's)
 };
 void launch_gemv(const GemvParams& p, cudaStream_t stream);
 // Most warps that share one output row (1, 2 or 4; default 4: the launch uses 2 for the 8B
@@ -155,6 +156,30 @@ void set_gemv_prefetch_elems(int64_t elems);
 int64_t gemv_prefetch_elems();
 void set_gemv_block_warps(int warps);
 int gemv_block_warps();
+
+// ---- linear_mma.cu ----
+// The same GEMV (plain or GLU, same GemvParams, same roundings) on the tensor cores for up to
+// kGemvMmaMaxRows rows: mma.sync with 16 weight rows per tile, the rows of x as up to 8 n-tiles
+// of 8 tokens; weights streamed once with 16-byte loads; any m >= 1, k % 8 == 0, 16-byte aligned.
+// Its cost barely grows with m, where the FMA GEMV's grows linearly (CUDA-core bound past m ~2).
+constexpr int kGemvMmaMaxRows = 64;
+void launch_gemv_mma(const GemvParams& p, cudaStream_t stream);
+// Whether dispatch sends an m-row linear / linear_silu_mul to launch_gemv_mma: m within the row
+// range set here (default 2..64; STRATA_GEMV_MMA_MAX_ROWS=N lowers the top), unless
+// STRATA_GEMV_MMA=0 or set_gemv_mma_enabled(false).
+bool use_gemv_mma(int64_t m);
+void set_gemv_mma_rows(int min_rows, int max_rows);
+int gemv_mma_min_rows();
+int gemv_mma_max_rows();
+void set_gemv_mma_enabled(bool on);
+bool gemv_mma_enabled();
+// k split: the fewest warps per tile (1, 2, 4, 8) that give every SM this many warps (default 24).
+void set_gemv_mma_warps_per_sm(int warps);
+int gemv_mma_warps_per_sm();
+// 32-element k chunks per weight batch (loads in flight) of the 8-n-tile kernels (m > 32): 4
+// (default) or 2. Process-wide, not part of a graph's signature (benchmarks compare).
+void set_gemv_mma_unroll8(int u);
+int gemv_mma_unroll8();
 
 // ---- qkv_rope.cu ----
 // The attention inputs of a fused QKV projection in one launch: rope on Q (to q) and on K, K and
