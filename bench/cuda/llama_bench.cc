@@ -230,8 +230,33 @@ void bench_gemv_mma(cuda::CudaBackend& be, const Ceilings& c) {
           }
         }) / copies;
       };
-      double t[3] = {run(0), m <= cuda::kGemvMaxRows ? run(1) : 0.0, run(2)};
-      char line[512];
+      // The mma kernel's output against cuBLAS's for the last weight copy (a wrong kernel's
+      // timings mean nothing).
+      auto download = [&] {
+        std::vector<uint16_t> h(size_t(m) * size_t(s.glu ? s.n / 2 : s.n));
+        CUDA_CHECK(cudaStreamSynchronize(be.stream()));
+        CUDA_CHECK(cudaMemcpy(h.data(), out->view().data, h.size() * 2, cudaMemcpyDeviceToHost));
+        return h;
+      };
+      double t[3] = {run(0), 0.0, 0.0};
+      const auto got = download();
+      t[1] = m <= cuda::kGemvMaxRows ? run(1) : 0.0;
+      t[2] = run(2);
+      const auto want = download();
+      double num = 0, den = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        const double d = double(bf16_to_f32(got[i])) - bf16_to_f32(want[i]);
+        num += d * d;
+        den += double(bf16_to_f32(want[i])) * bf16_to_f32(want[i]);
+      }
+      double ks_us[4] = {};
+      for (int si = 0; si < 4; ++si) {
+        cuda::set_gemv_mma_warps_per_sm(sweep[si]);
+        ks_us[si] = run(0) * 1e3;
+        step_sweep[si][mi] += ks_us[si] * 1e-3 * s.per_step;
+      }
+      cuda::set_gemv_mma_warps_per_sm(per_sm0);
+      char line[768];
       int len = std::snprintf(line, sizeof line, "gemvmma  %-12s %6lld x %5lld m=%-2d:", s.name,
                               (long long)s.n, (long long)s.k, m);
       const char* names[3] = {"mma", "fma", "cublas"};
@@ -246,13 +271,9 @@ void bench_gemv_mma(cuda::CudaBackend& be, const Ceilings& c) {
                              names[j], t[j] * 1e3, 100.0 * gb / (t[j] * 1e-3) / c.copy_gbs);
         step[j][mi] += t[j] * s.per_step;
       }
-      std::printf("%s fastest %s\n", line, names[best]);
-      for (int si = 0; si < 4; ++si) {
-        if (s.per_step == 0) continue;
-        cuda::set_gemv_mma_warps_per_sm(sweep[si]);
-        step_sweep[si][mi] += run(0) * s.per_step;
-      }
-      cuda::set_gemv_mma_warps_per_sm(per_sm0);
+      std::printf("%s fastest %s; mma nmse vs cublas %.1e; mma at k-split target %d/%d/%d/%d: "
+                  "%.1f/%.1f/%.1f/%.1f us\n", line, names[best], den > 0 ? num / den : num, sweep[0],
+                  sweep[1], sweep[2], sweep[3], ks_us[0], ks_us[1], ks_us[2], ks_us[3]);
       if (m > 32) {  // the 8-n-tile kernels with half the weight loads in flight
         const int u0 = cuda::gemv_mma_unroll8();
         cuda::set_gemv_mma_unroll8(u0 == 4 ? 2 : 4);
