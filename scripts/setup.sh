@@ -8,7 +8,9 @@ PKGS=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libcpp-htt
       libspdlog-dev libfmt-dev libcli11-dev libpcre2-dev libgtest-dev
       libxxhash-dev prometheus  # prometheus: promtool checks /metrics in the server e2e tests
       clang libclang-rt-14-dev llvm)  # sanitizer + libFuzzer build (fuzz/ci.sh); llvm: llvm-symbolizer
-command -v node >/dev/null 2>&1 || PKGS+=(nodejs npm)  # the openai npm client (tests/e2e/js)
+# node + npm: the openai npm client (tests/e2e/js). Checked apart: a machine may have node without npm.
+command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
+command -v npm >/dev/null 2>&1 || PKGS+=(npm)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -19,9 +21,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
 fi
 
-# The official openai npm client for tests/e2e/js (its test skips, saying so, when missing).
-if command -v npm >/dev/null 2>&1; then
-  (cd tests/e2e/js && npm ci --no-audit --no-fund --loglevel=error) || echo "warning: npm ci failed in tests/e2e/js"
+# The official openai npm client for tests/e2e/js. A failure stops setup: without it the Node
+# end-to-end test (tests/e2e/server/node_client_test.cc) cannot run, and it fails rather than skips.
+if ! (cd tests/e2e/js && npm ci --no-audit --no-fund --loglevel=error); then
+  echo "error: 'npm ci' failed in tests/e2e/js (is the npm registry reachable?); the Node e2e test needs it" >&2
+  exit 1
 fi
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"

@@ -1,6 +1,7 @@
 // Runs the Node tests in tests/e2e/js (the official `openai` npm client) against a real
-// `strata serve`. Skips, saying why, when node or the npm packages are not installed
-// (`npm ci` in tests/e2e/js; scripts/setup.sh does it).
+// `strata serve`. Fails, saying why, when node or the npm packages are not installed
+// (`npm ci` in tests/e2e/js; scripts/setup.sh does it): a skip would count as passed in ctest,
+// so a CI machine whose npm install went wrong would never run the real client.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -13,9 +14,11 @@ namespace {
 TEST(ServeNodeClientTest, OfficialOpenAiClient) {
   const std::filesystem::path js_dir = std::filesystem::path(__FILE__).parent_path().parent_path() / "js";
   std::string out;
-  if (run_command("command -v node", &out) != 0) GTEST_SKIP() << "node is not installed";
-  if (!std::filesystem::exists(js_dir / "node_modules" / "openai" / "package.json"))
-    GTEST_SKIP() << "the openai npm package is missing: run `npm ci` in " << js_dir;
+  ASSERT_EQ(run_command("command -v node", &out), 0)
+      << "node is not installed (scripts/setup.sh installs it: apt-get install nodejs npm)";
+  ASSERT_TRUE(std::filesystem::exists(js_dir / "node_modules" / "openai" / "package.json"))
+      << "the openai npm package is missing from " << (js_dir / "node_modules")
+      << ": run `npm ci` in " << js_dir << " (scripts/setup.sh does it)";
   ServerProcess server;
   ASSERT_TRUE(server.start({})) << server.log();
   const std::string cmd = "cd '" + js_dir.string() + "' && STRATA_BASE_URL=http://127.0.0.1:" +
