@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <cstring>
 #include <thread>
 #include <unordered_map>
@@ -101,6 +103,7 @@ bool get(std::span<const uint8_t> in, size_t& at, T* v) {
 }
 
 // kInitKv: rank 0's pool `id` (pages, dtypes, scales); each rank keeps its own K/V widths.
+// KvInitInputs below holds the same fields: keep the two in step.
 std::vector<uint8_t> encode_init_kv(const KvStorage& kv, uint32_t id) {
   const KvLayout& l = kv.layout();
   std::vector<uint8_t> out{uint8_t(TpMessage::kInitKv)};
@@ -120,6 +123,38 @@ std::vector<uint8_t> encode_init_kv(const KvStorage& kv, uint32_t id) {
   }
   return out;
 }
+
+// What a pool's kInitKv message is built from (its id aside), kept by rank 0 per pool so that a
+// step only compares these, cheaply, instead of encoding the message to compare bytes. Scales are
+// compared by their bits, as the message's bytes were.
+class KvInitInputs {
+ public:
+  explicit KvInitInputs(const KvStorage& kv) : layout_(kv.layout()), scale_bits_(scale_bits(kv)) {}
+  bool matches(const KvStorage& kv) const {
+    const KvLayout& l = kv.layout();
+    if (l.num_layers != layout_.num_layers || l.num_pages != layout_.num_pages || l.page_size != layout_.page_size ||
+        l.dtype != layout_.dtype || l.layer_dtypes != layout_.layer_dtypes || l.rope_dim != layout_.rope_dim ||
+        l.rope_dtype != layout_.rope_dtype || l.format != layout_.format)
+      return false;
+    for (int i = 0; i < l.num_layers; ++i)
+      if (std::bit_cast<uint32_t>(kv.k_scale(i)) != scale_bits_[size_t(2 * i)] ||
+          std::bit_cast<uint32_t>(kv.v_scale(i)) != scale_bits_[size_t(2 * i + 1)])
+        return false;
+    return true;
+  }
+
+ private:
+  static std::vector<uint32_t> scale_bits(const KvStorage& kv) {
+    std::vector<uint32_t> bits;
+    for (int i = 0; i < kv.layout().num_layers; ++i) {
+      bits.push_back(std::bit_cast<uint32_t>(kv.k_scale(i)));
+      bits.push_back(std::bit_cast<uint32_t>(kv.v_scale(i)));
+    }
+    return bits;
+  }
+  KvLayout layout_;                   // rank 0's, as sent (its k_dim/v_dim are not sent nor compared)
+  std::vector<uint32_t> scale_bits_;  // [num_layers, 2]: k, v scale
+};
 
 StatusOr<std::unique_ptr<KvStorage>> decode_init_kv(std::span<const uint8_t> in, const Model& model,
                                                     Backend& backend) {
@@ -292,10 +327,12 @@ class TpModel : public Model {
     if (bind_thread_) bind_thread_();
     // A pool the workers have not mirrored yet (or a new pool at a freed one's address with
     // another layout): send its layout first.
-    auto [it, fresh] = pools_.try_emplace(&kv, Pool{uint32_t(pools_.size()), {}});
-    std::vector<uint8_t> init = encode_init_kv(kv, it->second.id);
-    if (fresh || init != it->second.init) {
-      it->second.init = init;
+    // Checked every step, so it compares the message's inputs rather than encoding it.
+    auto [it, fresh] = pools_.try_emplace(&kv, Pool{uint32_t(pools_.size()), std::nullopt});
+    Pool& pool = it->second;
+    if (fresh || !pool.sent->matches(kv)) {
+      pool.sent.emplace(kv);
+      std::vector<uint8_t> init = encode_init_kv(kv, pool.id);
       check(comm_->broadcast_bytes(init, 0));
     }
     std::vector<uint8_t> bytes = plan_of(batch).serialize();
@@ -316,11 +353,12 @@ class TpModel : public Model {
   std::shared_ptr<TpGroupState> state_;
   std::shared_ptr<TpShardPlan> plan_;
   std::vector<std::thread> workers_;
-  // The pools the workers mirror, by rank 0's address: their id and last init message. Workers
-  // keep a pool until shutdown (the engine has one; eval-kv reuses a few addresses).
+  // The pools the workers mirror, by rank 0's address: their id and what their last init
+  // message was built from. Workers keep a pool until shutdown (the engine has one; eval-kv
+  // reuses a few addresses).
   struct Pool {
     uint32_t id;
-    std::vector<uint8_t> init;
+    std::optional<KvInitInputs> sent;  // set once the init message went out
   };
   std::unordered_map<const KvStorage*, Pool> pools_;
   TpStepTiming timing_{0, "sending the plan"};

@@ -170,6 +170,70 @@ TEST(TpFailureDeathTest, RankFailingMidForwardStopsTheGroupWithItsError) {
       "tensor-parallel group of 2 ranks stopped: .*rank 1: injected failure");
 }
 
+// Counts the pool layout messages (kInitKv, first byte 1) rank 0 sends.
+class InitCountingComm : public Communicator {
+ public:
+  InitCountingComm(std::unique_ptr<Communicator> inner, std::atomic<int>* inits)
+      : inner_(std::move(inner)), inits_(inits) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  void all_reduce_sum(const Tensor& x) override { inner_->all_reduce_sum(x); }
+  void all_gather(const Tensor& in, const Tensor& out) override { inner_->all_gather(in, out); }
+  Status broadcast_bytes(std::vector<uint8_t>& bytes, int root) override {
+    if (rank() == root && !bytes.empty() && bytes[0] == 1) ++*inits_;
+    return inner_->broadcast_bytes(bytes, root);
+  }
+  Status barrier() override { return inner_->barrier(); }
+  void abort(const Status& reason) override { inner_->abort(reason); }
+  Status status() const override { return inner_->status(); }
+
+ private:
+  std::unique_ptr<Communicator> inner_;
+  std::atomic<int>* inits_;
+};
+
+// The workers get a pool's layout and scales once, not every step, and again when rank 0's
+// scales change. (A worker re-allocates the pool on a new init message, so its cached K/V is gone
+// after one: the engine and eval-kv set the scales before a pool's first step.)
+TEST(TpKvInit, SentOnceAndAgainWhenTheScalesChange) {
+  const std::string dir = shared_dir() + "/fixtures/tiny/llama-gqa";
+  auto spec = load_model_spec(dir);
+  ASSERT_TRUE(spec.ok());
+  auto weights = WeightStore::open(dir, spec->quant);
+  ASSERT_TRUE(weights.ok());
+  auto backend1 = make_cpu_backend();
+  auto tp1 = create_model(*spec, *weights, *backend1);
+  ASSERT_TRUE(tp1.ok()) << tp1.status().to_string();
+  const TpConfig config{.tp_size = 2, .device = "cpu"};
+  auto inner = make_tp_rank_factory(config);
+  ASSERT_TRUE(inner.ok());
+  std::atomic<int> inits{0};
+  TpRankFactory counting = [&](int r, const std::atomic<bool>& failed) -> StatusOr<TpRankResources> {
+    STRATA_ASSIGN_OR_RETURN(TpRankResources res, (*inner)(r, failed));
+    res.comm = std::make_unique<InitCountingComm>(std::move(res.comm), &inits);
+    return res;
+  };
+  std::unique_ptr<Backend> backend0;
+  auto tp2 = create_tp_model(*spec, *weights, config, counting, &backend0);
+  ASSERT_TRUE(tp2.ok()) << tp2.status().to_string();
+  SingleSequence one(**tp1, 4, 16, DType::kFP8E4M3), two(**tp2, 4, 16, DType::kFP8E4M3);
+  const std::vector<int32_t> ids = {1, 5, 9, 13, 17, 21, 25, 29, 33, 37};
+  for (int i = 0; i < 6; ++i) {  // a prefill and decodes: one init message
+    const std::vector<int32_t> part = i == 0 ? std::vector<int32_t>(ids.begin(), ids.begin() + 5)
+                                             : std::vector<int32_t>{ids[size_t(4 + i)]};
+    EXPECT_LT(rel_max_error(two.step(part, true), one.step(part, true)), 1e-5) << "step " << i;
+  }
+  EXPECT_EQ(inits.load(), 1);
+  two.kv().set_scales(spec->num_layers - 1, 2.0f, 0.5f);
+  two.step({41, 45}, true);
+  EXPECT_EQ(inits.load(), 2);
+  two.step({49}, true);
+  EXPECT_EQ(inits.load(), 2);
+  two.kv().set_scales(0, 1.0f, 0.5f);  // the v scale alone
+  two.step({53}, true);
+  EXPECT_EQ(inits.load(), 3);
+}
+
 // Greedy continuations through the engine: rank 0 schedules and broadcasts each BatchPlan.
 std::vector<std::vector<int32_t>> engine_greedy(const std::string& model, int tp,
                                                 const std::vector<std::vector<int32_t>>& prompts, int new_tokens) {
