@@ -5,7 +5,6 @@
 // a dropped locked prefix shows up — plus ScheduleState's invariants over both tiers.
 #include <gtest/gtest.h>
 
-#include <deque>
 #include <memory>
 #include <string>
 #include <random>
@@ -13,6 +12,7 @@
 #include "engine/batch_plan.h"
 #include "engine/schedule_state.h"
 #include "kv/hicache.h"
+#include "support/late_copier.h"
 
 namespace strata {
 namespace {
@@ -24,51 +24,12 @@ struct Slot {
   int32_t position = -1;
 };
 
-class SlotIo : public HiCacheIo {
- public:
-  SlotIo(std::vector<Slot>* device, int32_t host_pages, int32_t page_size, std::mt19937* rng)
-      : device_(device), host_(size_t(host_pages) * page_size), page_(page_size), rng_(rng) {}
-  uint64_t device_to_host(std::span<const PageCopy> c) override { return push(c, true); }
-  uint64_t host_to_device(std::span<const PageCopy> c) override { return push(c, false); }
-  bool done(uint64_t t) override {
-    while (!queue_.empty() && (*rng_)() % 2 == 0) land();
-    return t <= completed_;
-  }
-  void wait(uint64_t t) override {
-    while (completed_ < t) land();
-  }
-  int64_t page_bytes() const override { return int64_t(page_) * int64_t(sizeof(Slot)); }
-  double copy_seconds() const override { return 0; }
-
- private:
-  struct Op {
-    uint64_t ticket;
-    bool to_host;
-    std::vector<PageCopy> copies;
-  };
-  uint64_t push(std::span<const PageCopy> c, bool to_host) {
-    queue_.push_back(Op{++ticket_, to_host, {c.begin(), c.end()}});
-    return ticket_;
-  }
-  void land() {
-    const Op& op = queue_.front();
-    for (const PageCopy& c : op.copies)
-      for (int32_t i = 0; i < page_; ++i) {
-        Slot& d = (*device_)[size_t(c.device_page) * page_ + i];
-        Slot& h = host_[size_t(c.host_page) * page_ + i];
-        if (op.to_host) h = d;
-        else d = h;
-      }
-    completed_ = op.ticket;
-    queue_.pop_front();
-  }
-  std::vector<Slot>* device_;
-  std::vector<Slot> host_;
-  int32_t page_;
-  std::mt19937* rng_;
-  std::deque<Op> queue_;
-  uint64_t ticket_ = 0, completed_ = 0;
-};
+// Copies land late (support/late_copier.h): a page is page_size slots; done() lands each queued
+// copy with probability 1/2.
+using SlotIo = testing::LateCopier<Slot>;
+testing::LateCopierShape slot_pages(int32_t page_size) {
+  return {.slots_per_page = page_size, .page_bytes = int64_t(page_size) * int64_t(sizeof(Slot)), .land_one_in = 2};
+}
 
 struct Harness {
   Harness(const SchedulerConfig& config, int32_t num_pages, int32_t host_pages, HiCacheWritePolicy policy,
@@ -78,7 +39,7 @@ struct Harness {
         cache(&pool),
         host(host_pages, config.page_size),
         kv(size_t(num_pages) * config.page_size),
-        io(&kv, host_pages, config.page_size, &rng),
+        io(&kv, host_pages, slot_pages(config.page_size), &rng),
         hicache(&pool, &cache, &host, &io, policy),
         scheduler(config),
         state(config, &pool, &cache, {kEos}, &hicache) {}

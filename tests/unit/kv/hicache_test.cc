@@ -5,13 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <deque>
 #include <random>
 #include <string>
 #include <unordered_set>
 
 #include "core/check.h"
 #include "kv/hicache.h"
+#include "support/late_copier.h"
 
 namespace strata {
 namespace {
@@ -25,50 +25,10 @@ uint64_t signature(std::span<const int32_t> tokens, int32_t page, int32_t page_s
   return h | 1;  // never 0: 0 marks a page never written
 }
 
-// Copies are queued and land in order, later: on wait(), or at random when done() is asked.
-class FakeIo : public HiCacheIo {
- public:
-  FakeIo(std::vector<uint64_t>* device, int32_t host_pages, std::mt19937* rng)
-      : device_(device), host_(size_t(host_pages), 0), rng_(rng) {}
-  uint64_t device_to_host(std::span<const PageCopy> c) override { return push(c, true); }
-  uint64_t host_to_device(std::span<const PageCopy> c) override { return push(c, false); }
-  bool done(uint64_t t) override {
-    while (!queue_.empty() && (*rng_)() % 3 == 0) land();
-    return t <= completed_;
-  }
-  void wait(uint64_t t) override {
-    EXPECT_LE(t, ticket_);
-    while (completed_ < t) land();
-  }
-  int64_t page_bytes() const override { return 100; }
-  double copy_seconds() const override { return 0; }
-  size_t queued() const { return queue_.size(); }
-
- private:
-  struct Op {
-    uint64_t ticket;
-    bool to_host;
-    std::vector<PageCopy> copies;
-  };
-  uint64_t push(std::span<const PageCopy> c, bool to_host) {
-    queue_.push_back(Op{++ticket_, to_host, {c.begin(), c.end()}});
-    return ticket_;
-  }
-  void land() {
-    Op& op = queue_.front();
-    for (const PageCopy& c : op.copies) {
-      if (op.to_host) host_[size_t(c.host_page)] = (*device_)[size_t(c.device_page)];
-      else (*device_)[size_t(c.device_page)] = host_[size_t(c.host_page)];
-    }
-    completed_ = op.ticket;
-    queue_.pop_front();
-  }
-  std::vector<uint64_t>* device_;
-  std::vector<uint64_t> host_;
-  std::mt19937* rng_;
-  std::deque<Op> queue_;
-  uint64_t ticket_ = 0, completed_ = 0;
-};
+// Copies land late (support/late_copier.h): one page is one signature, 100 bytes as the tier
+// counts them; done() lands each queued copy with probability 1/3.
+using FakeIo = testing::LateCopier<uint64_t>;
+constexpr testing::LateCopierShape kSignaturePages{.slots_per_page = 1, .page_bytes = 100, .land_one_in = 3};
 
 // A request as ScheduleState keeps one: a locked device prefix plus pages of its own.
 struct Req {
@@ -89,7 +49,7 @@ class Harness {
         cache_(&pool_),
         host_(host_pages, page_size),
         content_(size_t(device_pages), 0),
-        io_(&content_, host_pages, &rng_),
+        io_(&content_, host_pages, kSignaturePages, &rng_),
         hc_(&pool_, &cache_, &host_, &io_, policy) {
     std::uniform_int_distribution<int32_t> tok(0, 40);
     for (int i = 0; i < 6; ++i) {
@@ -304,7 +264,7 @@ TEST(HiCacheTest, WriteBackDemotesOnEvictionAndPromotesOnMatch) {
   RadixCache cache(&pool);
   HostPool host(8, 2);
   std::vector<uint64_t> content(4, 0);
-  FakeIo io(&content, 8, &rng);
+  FakeIo io(&content, 8, kSignaturePages, &rng);
   HiCache hc(&pool, &cache, &host, &io, HiCacheWritePolicy::kWriteBack);
   const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6};
   std::vector<PageId> pages = *pool.allocate(3);
@@ -337,7 +297,7 @@ TEST(HiCacheTest, WriteThroughDropsNothingItBackedUpAndHostEvictsLru) {
   RadixCache cache(&pool);
   HostPool host(3, 1);
   std::vector<uint64_t> content(8, 0);
-  FakeIo io(&content, 3, &rng);
+  FakeIo io(&content, 3, kSignaturePages, &rng);
   HiCache hc(&pool, &cache, &host, &io, HiCacheWritePolicy::kWriteThrough);
   for (int32_t first : {10, 20, 30}) {
     const std::vector<int32_t> t = {first, first + 1};
