@@ -15,6 +15,7 @@
 #include <cfloat>
 
 #include "backend/cuda/attention_mma.cuh"
+#include "backend/cuda/attention_tile.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/fp8.cuh"
 
@@ -27,54 +28,25 @@ constexpr int kChunk = 64;   // tokens per pipeline stage (16 per warp)
 constexpr int kStages = 3;
 constexpr int kRows = 8;     // query heads a block serves (the mma tile's first 8 rows)
 
+// The K/V stages and slot table (attention_tile.cuh) while the chunks run, then the warps' merge.
 template <int D, int E>
-struct Tile {
-  static constexpr int kEb = E == kKvBf16 ? 2 : 1;
-  static constexpr int kRowBytes = D * kEb;
-  // A 16-byte pad per row keeps the fragment reads conflict-free.
-  static constexpr int kStride = kRowBytes + 16;
-  static constexpr int kPieces = kRowBytes / 16;            // 16-byte pieces per row
-  static constexpr int kStageBytes = 2 * kChunk * kStride;  // K rows, then V rows
+struct Tile : attn::PagedKvLayout<D, E, kChunk, kStages, kThreads> {
+  using Base = attn::PagedKvLayout<D, E, kChunk, kStages, kThreads>;
   static constexpr int kMergeBytes = kWarps * kRows * (D + 2) * 4;
-  // The slot table: [kStages][kChunk] cache slots of the chunks in flight (-1 past the end).
-  static constexpr int kSlotOff = kStages * kStageBytes;
-  static constexpr int kLoopBytes = kSlotOff + kStages * kChunk * 4;
-  static constexpr int kSmemBytes = kLoopBytes > kMergeBytes ? kLoopBytes : kMergeBytes;
-  static constexpr int kRowStep = kThreads / kPieces;  // rows apart of one thread's pieces
-  // Rows one thread copies per chunk (small rows: fewer than one, threads past kChunk idle).
-  static constexpr int kRowsPerThread = kRowStep >= kChunk ? 1 : kChunk / kRowStep;
+  static constexpr int kSmemBytes = Base::kLoopBytes > kMergeBytes ? Base::kLoopBytes : kMergeBytes;
 };
 
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-__device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using attn::column_pair;
+using attn::mma_kv;
+using attn::pair_at;
 
-// fp8 caches run the mma in f16 (every e4m3 and e5m2 value is an f16, so K and V fragments are
-// one conversion instruction away; Q and P are rounded to f16 instead of bf16, which keeps more
-// mantissa); bf16 caches run it in bf16.
-__device__ __forceinline__ void mma_f16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <int E>
-__device__ __forceinline__ void mma_kv(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  if constexpr (E == kKvBf16) mma_bf16(c, a, b0, b1);
-  else mma_f16(c, a, b0, b1);
-}
-// Two floats as the mma's input pair (bf16 or f16).
+// Two floats as the mma's input pair (bf16 or f16). Not shared with the split-KV prefill kernel,
+// which packs bf16 with one cvt.rn.bf16x2 (the same values, other instructions).
 template <int E>
 __device__ __forceinline__ uint32_t pack_in(float lo, float hi) {
   if constexpr (E == kKvBf16) {
@@ -84,34 +56,6 @@ __device__ __forceinline__ uint32_t pack_in(float lo, float hi) {
     uint32_t u;
     std::memcpy(&u, &h, 4);
     return u;
-  }
-}
-// Two fp8 values (low byte first) as an f16 pair (exact).
-template <int E>
-__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t v) {
-  if constexpr (E == kKvE4M3) {
-    uint32_t h2;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(uint16_t(v)));
-    return h2;
-  } else {
-    return (v & 0xffu) << 8 | (v & 0xff00u) << 16;
-  }
-}
-
-// Elements [c, c + 1] of a smem row of element type E, as an mma input pair.
-template <int E>
-__device__ __forceinline__ uint32_t pair_at(const char* row, int c) {
-  if constexpr (E == kKvBf16) return *reinterpret_cast<const uint32_t*>(row + 2 * c);
-  else return fp8x2_to_f16x2<E>(*reinterpret_cast<const uint16_t*>(row + c));
-}
-// Element c of row r0 (low half) and of row r1 (high half), as an mma input pair.
-template <int E>
-__device__ __forceinline__ uint32_t column_pair(const char* r0, const char* r1, int c) {
-  if constexpr (E == kKvBf16) {
-    return uint32_t(*reinterpret_cast<const uint16_t*>(r0 + 2 * c)) |
-           (uint32_t(*reinterpret_cast<const uint16_t*>(r1 + 2 * c)) << 16);
-  } else {
-    return fp8x2_to_f16x2<E>(uint32_t(uint8_t(r0[c])) | (uint32_t(uint8_t(r1[c])) << 8));
   }
 }
 
@@ -130,43 +74,20 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
   const int begin = split * p.split_len;
   const int end = min(len, begin + p.split_len);
   const int nchunks = end > begin ? (end - begin + kChunk - 1) / kChunk : 0;
-  const int page_size = p.meta.page_size;
-  const int32_t* pages = p.meta.page_indices + p.meta.page_indptr[s];
-  const int64_t kdim = int64_t(p.kv_heads) * D;
-  const char* kc = static_cast<const char*>(p.k_cache);
-  const char* vc = static_cast<const char*>(p.v_cache);
 
-  // Slots come from a table in shared memory, filled one chunk ahead of its copies, so the
-  // copies never wait on a page-table load. Tokens past the split's end get zero rows (cp.async
-  // zero fill): P is 0 there, and 0 · (stale bits) could be NaN.
-  int32_t* slots = reinterpret_cast<int32_t*>(smem + T::kSlotOff);
-  auto slot_of = [&](int j) { return pages[j / page_size] * page_size + j % page_size; };
-  auto load_chunk = [&](int chunk) {
-    const uint32_t kb = attn::smem_addr(smem + (chunk % kStages) * T::kStageBytes);
-    const uint32_t vb = kb + kChunk * T::kStride;
-    const int32_t* st = slots + (chunk % kStages) * kChunk;
-    const int piece = tid % T::kPieces, r0 = tid / T::kPieces;
-#pragma unroll
-    for (int i = 0; i < T::kRowsPerThread; ++i) {
-      const int r = r0 + i * T::kRowStep;
-      if (T::kRowStep > kChunk && r >= kChunk) break;
-      const int slot = st[r];
-      const int64_t off = slot >= 0 ? (int64_t(slot) * kdim + int64_t(kvh) * D) * T::kEb + piece * 16 : 0;
-      const uint32_t d = uint32_t(r * T::kStride + piece * 16);
-      attn::cp_async16_zfill(kb + d, kc + off, slot >= 0 ? 16 : 0);
-      attn::cp_async16_zfill(vb + d, vc + off, slot >= 0 ? 16 : 0);
-    }
-  };
-  for (int i = tid; i < kStages * kChunk; i += kThreads) {
-    const int j = begin + i;  // chunks 0 .. kStages-1 fill the table's stages in order
-    slots[i] = j < end ? slot_of(j) : -1;
-  }
-  __syncthreads();
-#pragma unroll
-  for (int c = 0; c < kStages - 1; ++c) {
-    if (c < nchunks) load_chunk(c);
-    cp_async_commit();
-  }
+  // The split's K/V rows, gathered through the page table (attention_tile.cuh).
+  const attn::PagedKvGather<T, D> kv{smem,
+                                     reinterpret_cast<int32_t*>(smem + T::kSlotOff),
+                                     p.meta.page_indices + p.meta.page_indptr[s],
+                                     p.meta.page_size,
+                                     begin,
+                                     end,
+                                     int64_t(p.kv_heads) * D,
+                                     kvh,
+                                     static_cast<const char*>(p.k_cache),
+                                     static_cast<const char*>(p.v_cache),
+                                     tid};
+  kv.start(nchunks);
 
   // Q as the A operand: row gr is query head gr of the group (zero past the group); rows 8..15
   // are always zero.
@@ -195,12 +116,12 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
   for (int c = 0; c < nchunks; ++c) {
     cp_async_wait<kStages - 2>();
     __syncthreads();  // chunk c landed; everyone is done with chunk c - 1's buffers
-    if (c + kStages - 1 < nchunks) load_chunk(c + kStages - 1);
-    cp_async_commit();
+    if (c + kStages - 1 < nchunks) kv.load_chunk(c + kStages - 1);
+    attn::cp_async_commit();
     // Page lookup of chunk c + kStages, stored at the end of this iteration (latency hidden).
     const int jn = begin + (c + kStages) * kChunk + tid;
     int next_slot = -1;
-    if (tid < kChunk && jn < end) next_slot = slot_of(jn);
+    if (tid < kChunk && jn < end) next_slot = kv.slot_of(jn);
     const char* kb = smem + (c % kStages) * T::kStageBytes + warp * 16 * T::kStride;
     const char* vb = kb + kChunk * T::kStride;
     const int valid = min(16, end - (begin + c * kChunk + warp * 16));  // may be <= 0
@@ -280,7 +201,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
     }
     // Stage c % kStages of the table was last read copying chunk c (two iterations ago) and is
     // next read copying chunk c + kStages (next iteration, after its barrier).
-    if (tid < kChunk) slots[(c % kStages) * kChunk + tid] = next_slot;
+    if (tid < kChunk) kv.slots[(c % kStages) * kChunk + tid] = next_slot;
   }
   cp_async_wait<0>();
   __syncthreads();  // the stage buffers are free: merge the warps' states there

@@ -19,6 +19,7 @@
 
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_prefill_fa.h"
+#include "backend/cuda/attention_tile.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/fp8.cuh"
 
@@ -276,18 +277,11 @@ __global__ void __launch_bounds__(kThreads, 2) fa_prefill_kernel(AttentionParams
   for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float sum = l[mt][h];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const float sum = quad_sum(l[mt][h]);
       const float inv = sum > 0 ? p.v_scale / sum : 0.0f;
       const int r = wr + mt * 16 + h * 8 + g;
       if (r >= valid_rows) continue;
-      bf16_bits* dst =
-          p.out + (int64_t(q0 + q_start + r / group) * p.heads + kvh * group + r % group) * D + c2;
-#pragma unroll
-      for (int dt = 0; dt < kDt; ++dt)
-        *reinterpret_cast<uint32_t*>(dst + dt * 8) =
-            pack_bf16x2(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
+      store_out_row<D>(p, q0 + q_start, kvh, group, r, o[mt], h, c2, inv);
     }
   }
 }

@@ -19,6 +19,7 @@
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_prefill_fa.h"
 #include "backend/cuda/attention_prefill_split.h"
+#include "backend/cuda/attention_tile.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/fp8.cuh"
 
@@ -32,34 +33,14 @@ constexpr int kThreads = 128;
 constexpr int kKeys = 64;  // keys per pipeline stage
 constexpr int kStages = 3;
 
+// The K/V stages and slot table of the decode kernel's gather (attention_tile.cuh).
 template <int D, int E>
-struct Tile {
-  static constexpr int kEb = E == kKvBf16 ? 2 : 1;
-  static constexpr int kRowBytes = D * kEb;
-  static constexpr int kStride = kRowBytes + 16;  // a 16-byte pad: conflict-free fragment reads
-  static constexpr int kPieces = kRowBytes / 16;  // 16-byte pieces per row
-  static constexpr int kStageBytes = 2 * kKeys * kStride;  // K rows, then V rows
-  // The slot table: [kStages][kKeys] cache slots of the chunks in flight (-1 past the end).
-  static constexpr int kSlotOff = kStages * kStageBytes;
-  static constexpr int kSmemBytes = kSlotOff + kStages * kKeys * 4;
-  static constexpr int kRowStep = kThreads / kPieces;  // rows apart of one thread's pieces
-  static constexpr int kRowsPerThread = kRowStep >= kKeys ? 1 : kKeys / kRowStep;
+struct Tile : PagedKvLayout<D, E, kKeys, kStages, kThreads> {
+  static constexpr int kSmemBytes = Tile::kLoopBytes;
 };
 
-// bf16 caches run the mma in bf16; fp8 caches in f16 (every e4m3/e5m2 value is an f16).
-template <int E>
-__device__ __forceinline__ void mma_kv(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  if constexpr (E == kKvBf16) {
-    mma_bf16_16816(c, a, b0, b1);
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-// Two floats as the mma's input pair (bf16 or f16).
+// Two floats as the mma's input pair (bf16 or f16). Not shared with the decode kernel, which
+// packs bf16 with pack2 (the same values, other instructions).
 template <int E>
 __device__ __forceinline__ uint32_t pack_in(float lo, float hi) {
   if constexpr (E == kKvBf16) {
@@ -70,27 +51,6 @@ __device__ __forceinline__ uint32_t pack_in(float lo, float hi) {
     std::memcpy(&u, &h, 4);
     return u;
   }
-}
-// Two fp8 values (low byte first) as an f16 pair (exact).
-template <int E>
-__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t v) {
-  if constexpr (E == kKvE4M3) {
-    uint32_t h2;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(uint16_t(v)));
-    return h2;
-  } else {
-    return (v & 0xffu) << 8 | (v & 0xff00u) << 16;
-  }
-}
-// fp8: elements [c, c + 1] of a smem row, as an f16 pair.
-template <int E>
-__device__ __forceinline__ uint32_t pair_at(const char* row, int c) {
-  return fp8x2_to_f16x2<E>(*reinterpret_cast<const uint16_t*>(row + c));
-}
-// fp8: element c of row r0 (low half) and of row r1 (high half), as an f16 pair.
-template <int E>
-__device__ __forceinline__ uint32_t column_pair(const char* r0, const char* r1, int c) {
-  return fp8x2_to_f16x2<E>(uint32_t(uint8_t(r0[c])) | (uint32_t(uint8_t(r1[c])) << 8));
 }
 
 template <int D, int E>
@@ -117,42 +77,20 @@ __global__ void __launch_bounds__(kThreads) split_kernel(SplitPrefillParams sp) 
   const int begin = split * p.split_len;
   const int end = min(kv_end, begin + p.split_len);  // > begin (the planner's splits)
   const int nchunks = (end - begin + kKeys - 1) / kKeys;
-  const int page_size = p.meta.page_size;
-  const int32_t* pages = p.meta.page_indices + p.meta.page_indptr[s];
-  const int64_t kdim = int64_t(p.kv_heads) * D;
-  const char* kc = static_cast<const char*>(p.k_cache);
-  const char* vc = static_cast<const char*>(p.v_cache);
 
-  // Keys past the split's end get zero rows (cp.async zero fill): P is 0 there, and
-  // 0 · (stale bits) could be NaN.
-  int32_t* slots = reinterpret_cast<int32_t*>(smem + T::kSlotOff);
-  auto slot_of = [&](int j) { return pages[j / page_size] * page_size + j % page_size; };
-  auto load_chunk = [&](int chunk) {
-    const uint32_t kb = smem_addr(smem + (chunk % kStages) * T::kStageBytes);
-    const uint32_t vb = kb + kKeys * T::kStride;
-    const int32_t* st = slots + (chunk % kStages) * kKeys;
-    const int piece = tid % T::kPieces, r0 = tid / T::kPieces;
-#pragma unroll
-    for (int i = 0; i < T::kRowsPerThread; ++i) {
-      const int r = r0 + i * T::kRowStep;
-      if (T::kRowStep > kKeys && r >= kKeys) break;
-      const int slot = st[r];
-      const int64_t off = slot >= 0 ? (int64_t(slot) * kdim + int64_t(kvh) * D) * T::kEb + piece * 16 : 0;
-      const uint32_t d = uint32_t(r * T::kStride + piece * 16);
-      cp_async16_zfill(kb + d, kc + off, slot >= 0 ? 16 : 0);
-      cp_async16_zfill(vb + d, vc + off, slot >= 0 ? 16 : 0);
-    }
-  };
-  for (int i = tid; i < kStages * kKeys; i += kThreads) {
-    const int j = begin + i;  // chunks 0 .. kStages-1 fill the table's stages in order
-    slots[i] = j < end ? slot_of(j) : -1;
-  }
-  __syncthreads();
-#pragma unroll
-  for (int c = 0; c < kStages - 1; ++c) {
-    if (c < nchunks) load_chunk(c);
-    cp_async_commit();
-  }
+  // The split's K/V rows, gathered through the page table (attention_tile.cuh).
+  const PagedKvGather<T, D> kv{smem,
+                               reinterpret_cast<int32_t*>(smem + T::kSlotOff),
+                               p.meta.page_indices + p.meta.page_indptr[s],
+                               p.meta.page_size,
+                               begin,
+                               end,
+                               int64_t(p.kv_heads) * D,
+                               kvh,
+                               static_cast<const char*>(p.k_cache),
+                               static_cast<const char*>(p.v_cache),
+                               tid};
+  kv.start(nchunks);
 
   // This thread's rows: r_lo = 16w + gr and r_hi = r_lo + 8 of the tile.
   const int r_lo = warp * 16 + gr, r_hi = r_lo + 8;
@@ -189,12 +127,12 @@ __global__ void __launch_bounds__(kThreads) split_kernel(SplitPrefillParams sp) 
   for (int c = 0; c < nchunks; ++c) {
     cp_async_wait<kStages - 2>();
     __syncthreads();  // chunk c landed; everyone is done with chunk c - 1's buffers
-    if (c + kStages - 1 < nchunks) load_chunk(c + kStages - 1);
+    if (c + kStages - 1 < nchunks) kv.load_chunk(c + kStages - 1);
     cp_async_commit();
     // Page lookup of chunk c + kStages, stored at the end of this iteration (latency hidden).
     const int jn = begin + (c + kStages) * kKeys + tid;
     int next_slot = -1;
-    if (tid < kKeys && jn < end) next_slot = slot_of(jn);
+    if (tid < kKeys && jn < end) next_slot = kv.slot_of(jn);
     const int kv0 = begin + c * kKeys;
     if (warp_active && kv0 <= warp_max_pos) {
       const char* kb = smem + (c % kStages) * T::kStageBytes;
@@ -288,26 +226,19 @@ __global__ void __launch_bounds__(kThreads) split_kernel(SplitPrefillParams sp) 
     }
     // Stage c % kStages of the table was last read copying chunk c (two iterations ago) and is
     // next read copying chunk c + kStages (next iteration, after its barrier).
-    if (tid < kKeys) slots[(c % kStages) * kKeys + tid] = next_slot;
+    if (tid < kKeys) kv.slots[(c % kStages) * kKeys + tid] = next_slot;
   }
   cp_async_wait<0>();
   if (!warp_active) return;
 
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-  }
+  for (int h = 0; h < 2; ++h) l[h] = quad_sum(l[h]);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = h ? r_hi : r_lo;
     if (r >= valid_rows) continue;
-    if (part < 0) {  // the tile's only split: normalized output
-      const float inv = p.v_scale / l[h];
-      bf16_bits* dst = p.out + (int64_t(q0 + q_start + r / group) * p.heads + kvh * group + r % group) * D;
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt)
-        *reinterpret_cast<uint32_t*>(dst + dt * 8 + gc) = pack_bf16x2(o[dt][2 * h] * inv, o[dt][2 * h + 1] * inv);
+    if (part < 0) {  // the tile's only split: normalized output (the FA kernel's epilogue)
+      store_out_row<D>(p, q0 + q_start, kvh, group, r, o, h, gc, p.v_scale / l[h]);
     } else {
       const int64_t at = (int64_t(part + split) * p.kv_heads + kvh) * kRows + r;
       float* dst = p.partial_o + at * D;
