@@ -41,8 +41,8 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_
                  "decode steps per scheduling decision")
       ->capture_default_str();
   app.add_option("--cuda-graph-max-bs", c.cuda_graph_max_bs,
-                 "decode steps of at most this many requests replay captured CUDA graphs (cuda, tp 1; 0: off)")
-      ->capture_default_str();
+                 fmt::format("decode steps of at most this many requests replay captured CUDA graphs (cuda, "
+                             "tp 1; 0: off; default {} on one GPU)", kDefaultCudaGraphMaxBs));
   app.add_flag("--disable-cuda-graph", f.disable_cuda_graph, "launch every step eagerly (--cuda-graph-max-bs 0)");
   app.add_option("--schedule-conservativeness", c.schedule_conservativeness,
                  "scales the decode reservation of admission (lower admits more, may retract)")
@@ -110,8 +110,8 @@ StatusOr<EngineConfig> finish_engine_flags(EngineFlags& f) {
   if (c.num_continuous_decode_steps < 1) return invalid_argument("--num-continuous-decode-steps must be >= 1");
   if (c.device_memory_gib < 0) return invalid_argument("--device-memory-gib must be positive");
   if (f.disable_cuda_graph) {
-    if (c.cuda_graph_max_bs > 0)
-      return invalid_argument("--disable-cuda-graph and --cuda-graph-max-bs {} both given: give one", c.cuda_graph_max_bs);
+    if (c.cuda_graph_max_bs)
+      return invalid_argument("--disable-cuda-graph and --cuda-graph-max-bs {} both given: give one", *c.cuda_graph_max_bs);
     c.cuda_graph_max_bs = 0;
   }
   STRATA_RETURN_IF_ERROR(finish_hicache_flags(f, c));

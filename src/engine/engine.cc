@@ -139,14 +139,21 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   }
   if (config.page_size < 1) return invalid_argument("--page-size must be >= 1, got {}", config.page_size);
   if (config.tp_size < 1) return invalid_argument("--tp-size must be >= 1, got {}", config.tp_size);
-  if (config.cuda_graph_max_bs < 0)
-    return invalid_argument("--cuda-graph-max-bs must be >= 0, got {}", config.cuda_graph_max_bs);
-  if (config.cuda_graph_max_bs > 0 && config.device != "cuda")
-    return invalid_argument("--cuda-graph-max-bs {} needs --device cuda (there are no graphs on {})",
-                            config.cuda_graph_max_bs, config.device);
-  if (config.cuda_graph_max_bs > 0 && config.tp_size > 1)
-    return unimplemented("--cuda-graph-max-bs with --tp-size {}: the collectives are not recorded into graphs "
-                         "yet; give --disable-cuda-graph", config.tp_size);
+  if (config.cuda_graph_max_bs) {
+    const int bs = *config.cuda_graph_max_bs;
+    if (bs < 0) return invalid_argument("--cuda-graph-max-bs must be >= 0, got {}", bs);
+    if (bs > 0 && config.device != "cuda")
+      return invalid_argument("--cuda-graph-max-bs {} needs --device cuda (there are no graphs on {})", bs,
+                              config.device);
+    if (bs > 0 && config.tp_size > 1)
+      return unimplemented("--cuda-graph-max-bs with --tp-size {}: the collectives are not recorded into graphs "
+                           "yet; give --disable-cuda-graph", config.tp_size);
+  } else {
+    e->config_.cuda_graph_max_bs = config.device == "cuda" && config.tp_size == 1 ? kDefaultCudaGraphMaxBs : 0;
+  }
+  if (*e->config_.cuda_graph_max_bs > 0)
+    LOG_INFO("CUDA graphs: decode steps of at most {} requests replay captured graphs (--cuda-graph-max-bs; "
+             "--disable-cuda-graph launches every step eagerly)", *e->config_.cuda_graph_max_bs);
   if (config.tp_size > 1 && config.enable_hierarchical_cache)
     return unimplemented("--enable-hierarchical-cache with --tp-size {}: the host tier copies one rank's KV "
                          "pool only (not implemented for tensor parallelism yet)", config.tp_size);
@@ -177,7 +184,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   dep.max_running_requests = config.max_running_requests;
   dep.max_total_tokens = config.max_total_tokens;
   dep.chunked_prefill_size = config.chunked_prefill_size;
-  dep.cuda_graph_max_bs = config.cuda_graph_max_bs;
+  dep.cuda_graph_max_bs = *e->config_.cuda_graph_max_bs;
   if (config.device == "cpu") {
     // No CUDA context, graphs or communicators; the GPU-size rule for the default fraction does
     // not apply. The planner's CPU mode is what `strata plan --device cpu` uses too.

@@ -165,7 +165,7 @@ void Engine::run_step() {
     logits_.resize(keep_rows.size() * size_t(vocab));
     // Small decode steps replay captured graphs (the host's launch work then leaves the step).
     // Graph mode covers this forward only, so nothing else (host-tier copies) is ever recorded.
-    const bool graphs = !step.is_prefill && int(n) <= config_.cuda_graph_max_bs;
+    const bool graphs = !step.is_prefill && int(n) <= config_.cuda_graph_max_bs.value_or(0);
     if (graphs) model_->backend().set_graph_mode(true);
     const auto fwd_begin = StepClock::now();
     model_->forward_sample(fb, *kv_,

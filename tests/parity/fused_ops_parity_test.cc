@@ -68,6 +68,8 @@ TEST(CudaFusedParity, LinearSiluMul) {
   Fixture f;
   const bool mma0 = cuda::gemv_mma_enabled();
   cuda::set_gemv_mma_enabled(false);  // the FMA GEMV's variants (LinearSiluMulMma: the mma kernel)
+  const int max_rows0 = cuda::gemv_max_rows();
+  cuda::set_gemv_max_rows(cuda::kGemvMaxRows);  // every m <= 8 on the GEMV (default: m <= 2)
   struct Case {
     int m, k, inter;
     bool bias;
@@ -125,6 +127,7 @@ TEST(CudaFusedParity, LinearSiluMul) {
   cuda::set_gemv_block_warps(8);  // the defaults
   cuda::set_gemv_prefetch_elems(0);
   f.cg.set_pdl_early(false);
+  cuda::set_gemv_max_rows(max_rows0);
   cuda::set_gemv_mma_enabled(mma0);
 }
 

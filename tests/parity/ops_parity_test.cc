@@ -107,7 +107,9 @@ TEST(CudaParity, Linear) {
 TEST(CudaParity, LinearSplitK) {
   Pair p;
   const bool mma0 = cuda::gemv_mma_enabled();
-  cuda::set_gemv_mma_enabled(false);  // the FMA GEMV's variants (m > 1 goes to the mma kernel)
+  cuda::set_gemv_mma_enabled(false);  // the FMA GEMV's variants (when on, the mma kernel takes m > 1)
+  const int max_rows0 = cuda::gemv_max_rows();
+  cuda::set_gemv_max_rows(cuda::kGemvMaxRows);  // every m <= 8 on the GEMV (default: m <= 2)
   for (int ks : {1, 2, 4}) {
     cuda::set_gemv_max_ksplit(ks);
     for (LinearCase c : {LinearCase{1, 4096, 4096, false}, LinearCase{1, 4096, 6144, false},
@@ -119,6 +121,7 @@ TEST(CudaParity, LinearSplitK) {
     }
   }
   cuda::set_gemv_max_ksplit(4);  // the default
+  cuda::set_gemv_max_rows(max_rows0);
   cuda::set_gemv_mma_enabled(mma0);
 }
 

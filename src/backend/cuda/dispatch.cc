@@ -236,7 +236,7 @@ void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& o
     record(kOpGemvMma, gemv_params(x, wt, bias, out, m, pdl_early_), launch_gemv_mma);
     return;
   }
-  const bool gemv_ok = m <= kGemvMaxRows && vec_ok;
+  const bool gemv_ok = m <= gemv_max_rows() && vec_ok;
   if (gemv_ok) {
     record(kOpGemv, gemv_params(x, wt, bias, out, m, pdl_early_), launch_gemv);
     return;
@@ -270,7 +270,7 @@ void CudaBackend::linear_silu_mul(const Tensor& x, const LinearWeight& w, const 
   CHECK_MSG(n % 2 == 0, "linear_silu_mul: weight {} has an odd row count", shape_str(wt.shape));
   CHECK_EQ(out.numel(), m * inter);
   const bool mma = use_gemv_mma(m);
-  const bool gemv_ok = fusion_ && m > 0 && (m <= kGemvMaxRows || mma) && k % 8 == 0 &&
+  const bool gemv_ok = fusion_ && m > 0 && (m <= gemv_max_rows() || mma) && k % 8 == 0 &&
                        x.dtype == DType::kBF16 && wt.dtype == DType::kBF16 &&
                        out.dtype == DType::kBF16 && uintptr_t(x.data) % 16 == 0 &&
                        uintptr_t(wt.data) % 16 == 0 &&

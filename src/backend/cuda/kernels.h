@@ -156,17 +156,25 @@ void set_gemv_prefetch_elems(int64_t elems);
 int64_t gemv_prefetch_elems();
 void set_gemv_block_warps(int warps);
 int gemv_block_warps();
+// Rows up to which dispatch sends a linear to this GEMV (1..kGemvMaxRows); above, cuBLAS. Default
+// 2: its per-weight CUDA-core work grows with m, and on the H200 (8B shape, one decode step's
+// linears, 2026-11-30) it took 3.83 / 4.21 / 5.08 / 8.80 ms at m = 1 / 2 / 4 / 8 against cuBLAS's
+// 4.83 / 4.69 / 4.53 / 4.72 ms.
+void set_gemv_max_rows(int rows);
+int gemv_max_rows();
 
 // ---- linear_mma.cu ----
 // The same GEMV (plain or GLU, same GemvParams, same roundings) on the tensor cores for up to
 // kGemvMmaMaxRows rows: mma.sync with 16 weight rows per tile, the rows of x as up to 8 n-tiles
 // of 8 tokens; weights streamed once with 16-byte loads; any m >= 1, k % 8 == 0, 16-byte aligned.
-// Its cost barely grows with m, where the FMA GEMV's grows linearly (CUDA-core bound past m ~2).
+// Its cost barely grows with m, where the FMA GEMV's grows linearly (CUDA-core bound past m ~2);
+// but it streams big layers at 65-75% of copy bandwidth (see use_gemv_mma).
 constexpr int kGemvMmaMaxRows = 64;
 void launch_gemv_mma(const GemvParams& p, cudaStream_t stream);
 // Whether dispatch sends an m-row linear / linear_silu_mul to launch_gemv_mma: m within the row
-// range set here (default 2..64; STRATA_GEMV_MMA_MAX_ROWS=N lowers the top), unless
-// STRATA_GEMV_MMA=0 or set_gemv_mma_enabled(false).
+// range set here (default 2..64; STRATA_GEMV_MMA_MAX_ROWS=N lowers the top), when enabled: off
+// by default (slower than the FMA GEMV / cuBLAS on the H200, linear_mma.cu), STRATA_GEMV_MMA=1
+// or set_gemv_mma_enabled(true) turns it on.
 bool use_gemv_mma(int64_t m);
 void set_gemv_mma_rows(int min_rows, int max_rows);
 int gemv_mma_min_rows();

@@ -17,6 +17,7 @@ constexpr int kUnroll = 4;  // independent 16-byte weight loads in flight per la
 int g_max_ksplit = 4;
 int64_t g_prefetch_elems = 0;  // off: measured slower (see the kernel's comment)
 int g_block_warps = 8;
+int g_max_rows = 2;  // dispatch's limit (kernels.h set_gemv_max_rows)
 
 __device__ __forceinline__ float dot8(const float* a, const float* b) {
   float s = 0;
@@ -196,6 +197,11 @@ void set_gemv_block_warps(int warps) {
   g_block_warps = warps;
 }
 int gemv_block_warps() { return g_block_warps; }
+void set_gemv_max_rows(int rows) {
+  CHECK(rows >= 1 && rows <= kGemvMaxRows);
+  g_max_rows = rows;
+}
+int gemv_max_rows() { return g_max_rows; }
 
 void launch_gemv(const GemvParams& p, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0) return;

@@ -31,8 +31,12 @@ constexpr int kWarps = 8;           // warps per block
 // with 8 n-tiles (set_gemv_mma_unroll8: 4 spills a few bytes at 128 registers, 2 does not).
 int g_unroll8 = 4;
 int g_warps_per_sm = 24;            // k-split target (see launch_gemv_mma_nt)
-// Dispatch's row range (use_gemv_mma); STRATA_GEMV_MMA=0 turns the kernel off, and
-// STRATA_GEMV_MMA_MAX_ROWS=N lowers the top of the range (A/B runs of the engine).
+// Dispatch's row range (use_gemv_mma). OFF unless STRATA_GEMV_MMA=1 or set_gemv_mma_enabled:
+// on the H200 (2026-11-30, llama_bench --what gemv, 8B shapes) it streams the big layers at only
+// 65-75% of copy bandwidth and lost to the FMA GEMV at m <= 2 and to cuBLAS at m >= 4 on one
+// decode step's linears (m = 8: 5.24 ms vs cuBLAS 4.72; m = 32: 10.06 vs 4.79); it won only on
+// small-n layers at m <= 8 (o_proj m = 8: 13.3 us vs cuBLAS 16.2). STRATA_GEMV_MMA_MAX_ROWS=N
+// lowers the top of the range.
 int g_min_rows = 2;
 int g_max_rows = [] {
   const char* e = std::getenv("STRATA_GEMV_MMA_MAX_ROWS");
@@ -41,7 +45,7 @@ int g_max_rows = [] {
 }();
 bool g_enabled = [] {
   const char* e = std::getenv("STRATA_GEMV_MMA");
-  return !(e && e[0] == '0');
+  return e && e[0] == '1';
 }();
 
 __device__ __forceinline__ void mma16816(float* d, uint32_t a0, uint32_t a1, uint32_t a2,
