@@ -180,10 +180,13 @@ TEST(CudaFusedParity, LinearSiluMulMma) {
           const auto got = f.get(*f.gpu, *og);
           const double e = nmse(got, want);
           const bool same = same_bits(got, unfused);
-          EXPECT_LT(e, 2e-5) << "m " << m << " k " << c.k << " inter " << c.inter;
+          // A handful of outputs (k 8, inter 7 at m 1: 7 values) gives no average: each carries up
+          // to three bf16 roundings (g, u, the product; ~6e-3 relative), NMSE 2.5e-5 measured.
+          const double bound = int64_t(m) * c.inter < 64 ? 4e-5 : 2e-5;
+          EXPECT_LT(e, bound) << "m " << m << " k " << c.k << " inter " << c.inter;
           EXPECT_TRUE(same) << "fused != unfused: m " << m << " k " << c.k << " inter " << c.inter
                             << " warps/SM " << per_sm << " early " << early;
-          if ((per_sm == 24 && !early) || !same || e >= 2e-5)
+          if ((per_sm == 24 && !early) || !same || e >= bound)
             std::printf("linear_silu_mul mma m=%d k=%d inter=%d bias=%d warps/SM %d early %d: "
                         "nmse %.3g, bits %s the unfused path\n",
                         m, c.k, c.inter, c.bias, per_sm, int(early), e,
