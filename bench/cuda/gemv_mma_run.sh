@@ -8,7 +8,8 @@
 #   2. llama_bench --what ceilings,gemv: the batch-1 GEMV variants, then per 8B linear and
 #      m = 1..64 the mma kernel vs the FMA GEMV vs cuBLAS, and one decode step's linears per m;
 #   3. the offline engine (8B shape, 512 in / 256 out) at BATCHES (default 1 8 16 32 64) with the
-#      mma kernel, and at OFF_BATCHES (default 8 32 64) with it off (STRATA_GEMV_MMA=0) to compare.
+#      mma kernel (STRATA_GEMV_MMA=1; it is off by default), and at OFF_BATCHES (default 8 32 64)
+#      with the defaults to compare.
 # Stages can be skipped: STAGES="parity bench offline" (default all three).
 set -u
 source bench/cuda/device_env.sh  # OUT, C, PKG, dev_configure, dev_build; carried deps unpacked
@@ -41,12 +42,12 @@ for stage in ${STAGES:-parity bench offline}; do
       grep -E "gemvmma" "$OUT/bench.log" ;;
     offline)
       for bs in ${BATCHES:-1 8 16 32 64}; do
-        $OB --prompts $bs >"$OUT/offline_b$bs.log" 2>&1
+        STRATA_GEMV_MMA=1 $OB --prompts $bs >"$OUT/offline_b$bs.log" 2>&1
         echo "batch $bs, mma on (rc $?):"
         grep -E "^offline|engine steps" "$OUT/offline_b$bs.log" | sed 's/^/  /'
       done
       for bs in ${OFF_BATCHES:-8 32 64}; do
-        STRATA_GEMV_MMA=0 $OB --prompts $bs >"$OUT/offline_b${bs}_off.log" 2>&1
+        $OB --prompts $bs >"$OUT/offline_b${bs}_off.log" 2>&1
         echo "batch $bs, mma off (rc $?):"
         grep -E "^offline|engine steps" "$OUT/offline_b${bs}_off.log" | sed 's/^/  /'
       done ;;
