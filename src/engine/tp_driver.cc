@@ -102,8 +102,16 @@ bool get(std::span<const uint8_t> in, size_t& at, T* v) {
   return true;
 }
 
+// Whether two layouts describe the same storage as far as the kInitKv message tells: every field
+// it carries (the K/V widths are each rank's own, so they are not compared).
+bool same_sent_layout(const KvLayout& a, const KvLayout& b) {
+  return a.num_layers == b.num_layers && a.num_pages == b.num_pages && a.page_size == b.page_size &&
+         a.dtype == b.dtype && a.layer_dtypes == b.layer_dtypes && a.rope_dim == b.rope_dim &&
+         a.rope_dtype == b.rope_dtype && a.format == b.format;
+}
+
 // kInitKv: rank 0's pool `id` (pages, dtypes, scales); each rank keeps its own K/V widths.
-// KvInitInputs below holds the same fields: keep the two in step.
+// same_sent_layout above and KvInitInputs below read the same fields: keep the three in step.
 std::vector<uint8_t> encode_init_kv(const KvStorage& kv, uint32_t id) {
   const KvLayout& l = kv.layout();
   std::vector<uint8_t> out{uint8_t(TpMessage::kInitKv)};
@@ -131,12 +139,8 @@ class KvInitInputs {
  public:
   explicit KvInitInputs(const KvStorage& kv) : layout_(kv.layout()), scale_bits_(scale_bits(kv)) {}
   bool matches(const KvStorage& kv) const {
-    const KvLayout& l = kv.layout();
-    if (l.num_layers != layout_.num_layers || l.num_pages != layout_.num_pages || l.page_size != layout_.page_size ||
-        l.dtype != layout_.dtype || l.layer_dtypes != layout_.layer_dtypes || l.rope_dim != layout_.rope_dim ||
-        l.rope_dtype != layout_.rope_dtype || l.format != layout_.format)
-      return false;
-    for (int i = 0; i < l.num_layers; ++i)
+    if (!same_sent_layout(kv.layout(), layout_)) return false;
+    for (int i = 0; i < layout_.num_layers; ++i)
       if (std::bit_cast<uint32_t>(kv.k_scale(i)) != scale_bits_[size_t(2 * i)] ||
           std::bit_cast<uint32_t>(kv.v_scale(i)) != scale_bits_[size_t(2 * i + 1)])
         return false;
@@ -156,8 +160,13 @@ class KvInitInputs {
   std::vector<uint32_t> scale_bits_;  // [num_layers, 2]: k, v scale
 };
 
-StatusOr<std::unique_ptr<KvStorage>> decode_init_kv(std::span<const uint8_t> in, const Model& model,
-                                                    Backend& backend) {
+// A decoded kInitKv message: the pool's layout with this rank's K/V widths, and its scales.
+struct KvInit {
+  KvLayout layout;
+  std::vector<float> scales;  // [num_layers, 2]: k, v scale
+};
+
+StatusOr<KvInit> decode_init_kv(std::span<const uint8_t> in, const Model& model, const Backend& backend) {
   size_t at = 5;                   // kind, id
   KvLayout l = model.kv_layout();  // this rank's widths
   int32_t layers = 0, page_size = 0, rope_dim = 0;
@@ -186,9 +195,21 @@ StatusOr<std::unique_ptr<KvStorage>> decode_init_kv(std::span<const uint8_t> in,
   if (rope_dtype >= 0) l.rope_dtype = DType(rope_dtype);
   l.format = KvFormat(format);
   STRATA_RETURN_IF_ERROR(backend.check_kv_layout(l));
-  auto kv = backend.alloc_kv(l);
-  for (int i = 0; i < layers; ++i) kv->set_scales(i, scales[size_t(2 * i)], scales[size_t(2 * i + 1)]);
-  return kv;
+  return KvInit{std::move(l), std::move(scales)};
+}
+
+// Applies a kInitKv message to the worker's pool `kv` (null: none yet). The same storage again
+// (rank 0 changed only scales, e.g. mid-sequence) keeps the pool and its cached K/V, as rank 0
+// keeps its own: set_scales only changes how stored values are read and written from now on,
+// on every rank alike. Other storage means rank 0 has another pool at that address (a pool's
+// layout is fixed when it is made), whose contents are new: the worker allocates a new one.
+void apply_init_kv(KvInit init, Backend& backend, std::unique_ptr<KvStorage>& kv) {
+  if (kv == nullptr || !same_sent_layout(kv->layout(), init.layout)) {
+    kv.reset();  // free the old storage before allocating its successor
+    kv = backend.alloc_kv(init.layout);
+  }
+  for (int i = 0; i < init.layout.num_layers; ++i)
+    kv->set_scales(i, init.scales[size_t(2 * i)], init.scales[size_t(2 * i + 1)]);
 }
 
 // A step's plan as rank 0's forward sees it (the engine's BatchPlan, through ForwardBatch).
@@ -253,8 +274,8 @@ Status worker_loop(Communicator& comm, Model& model, Backend& backend) {
       case TpMessage::kShutdown:
         return Status();
       case TpMessage::kInitKv: {
-        pools[id].reset();
-        STRATA_ASSIGN_OR_RETURN(pools[id], decode_init_kv(msg, model, backend));
+        STRATA_ASSIGN_OR_RETURN(KvInit init, decode_init_kv(msg, model, backend));
+        apply_init_kv(std::move(init), backend, pools[id]);
         break;
       }
       case TpMessage::kStep: {

@@ -5,7 +5,8 @@
 // communicator (the test path), CUDA ranks one per GPU over NCCL.
 //
 // Messages (one broadcast each): kInitKv (the KV layout, pages and scales, once before the
-// first step and whenever rank 0's pool changes), kStep (BatchPlan::serialize()), kShutdown.
+// first step and whenever rank 0's pool changes: a worker keeps its pool and cached K/V when
+// only the scales changed), kStep (BatchPlan::serialize()), kShutdown.
 // A rank that fails aborts the communicator group: every other rank's collectives return at
 // once, rank 0's next forward stops the process with that rank's error (never a hang), and a
 // failure while loading is returned by create_tp_model.
