@@ -53,7 +53,9 @@ TEST(BatchPlanWire, CorruptMessagesAreErrors) {
   for (size_t n = 0; n < good.size(); ++n) {
     auto r = BatchPlan::deserialize(std::span<const uint8_t>(good.data(), n));
     EXPECT_FALSE(r.ok()) << n;
-    if (!r.ok()) EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+    }
   }
   // Trailing bytes, bad magic.
   std::vector<uint8_t> longer = good;
