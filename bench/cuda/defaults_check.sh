@@ -18,13 +18,7 @@ for f in "$OPS" "$MODELS"; do
   echo "parity $f: rc $?"
   grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$OUT/parity.log" | head -20
 done
-python3 - "$OUT/prompts.jsonl" <<'PY'
-import json, sys
-text = open("bench/RESULTS.md").read().replace("\n", " ")
-with open(sys.argv[1], "w") as f:
-    for k in range(12):
-        f.write(json.dumps({"id": f"p{k}", "conversations": [{"role": "user", "content": text[k * 300:k * 300 + 60 + 90 * k]}]}) + "\n")
-PY
+dev_house_prompts "$OUT/prompts.jsonl"
 for mode in default disabled; do
   flag=""; [ $mode = disabled ] && flag="--disable-cuda-graph"
   ./build-dev/strata generate --device cuda --model-path $C/shared/models/house-llama --input "$OUT/prompts.jsonl" \

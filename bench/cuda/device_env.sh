@@ -3,7 +3,8 @@
 # loader at them. Sets OUT (log folder), C (the carried folder: debs/ and shared/; .devcarry/cuda
 # unless STRATA_CARRY names another, e.g. one holding house-mla: both house models do not fit in
 # one call's 64 MiB carry), P (unpacked deps) and PKG (extra cmake flag naming pkgconf when the
-# image has no pkg-config). Defines dev_configure [cmake flags] and dev_build TARGET...
+# image has no pkg-config). Defines dev_configure [cmake flags], dev_build TARGET... and
+# dev_house_prompts FILE.
 OUT=${OUT:-/tmp/strata_out}
 mkdir -p "$OUT"
 C=${STRATA_CARRY:-$PWD/.devcarry/cuda}
@@ -24,4 +25,16 @@ dev_configure() {
 dev_build() {
   cmake --build build-dev -j"$(nproc)" --target "$@" >>"$OUT/build.log" 2>&1 ||
     { grep -B3 -A12 -E "error|Error" "$OUT/build.log" | head -80; exit 1; }
+}
+
+# Twelve chat prompts of growing length (60-1,050 characters of bench/RESULTS.md) as a
+# `strata generate` input file: the graph/eager output comparisons of the check scripts.
+dev_house_prompts() {
+  python3 - "$1" <<'PY'
+import json, sys
+text = open("bench/RESULTS.md").read().replace("\n", " ")
+with open(sys.argv[1], "w") as f:
+    for k in range(12):
+        f.write(json.dumps({"id": f"p{k}", "conversations": [{"role": "user", "content": text[k * 300:k * 300 + 60 + 90 * k]}]}) + "\n")
+PY
 }

@@ -10,13 +10,7 @@ t0=$(date +%s)
 dev_configure -DSTRATA_TESTS=OFF
 dev_build strata strata_bench_offline_bench
 echo "build: $(( $(date +%s) - t0 )) s"
-python3 - "$OUT/prompts.jsonl" <<'PY'
-import json, sys
-text = open("bench/RESULTS.md").read().replace("\n", " ")
-with open(sys.argv[1], "w") as f:
-    for k in range(12):
-        f.write(json.dumps({"id": f"p{k}", "conversations": [{"role": "user", "content": text[k * 300:k * 300 + 60 + 90 * k]}]}) + "\n")
-PY
+dev_house_prompts "$OUT/prompts.jsonl"
 for conc in 1 4; do
   for g in 0 16; do
     t1=$(date +%s%N)
