@@ -159,7 +159,7 @@ class CudaBackend : public Backend {
                      const AttentionMetadata& meta, const MlaArgs& args, const Tensor& out) override;
   void gather_rows(const Tensor& x, const int32_t* rows, int n, const Tensor& out) override;
   void slice_columns(const Tensor& x, int64_t begin, int64_t end, const Tensor& out) override;
-  // Fused ops: one GEMV launch with the SwiGLU epilogue at decode sizes (m <= kGemvMaxRows);
+  // Fused ops: one GEMV launch with the SwiGLU epilogue at decode sizes (m <= gemv_max_rows());
   // one launch for split + rope + KV write (qkv_rope.cu). Otherwise the Backend defaults.
   void linear_silu_mul(const Tensor& x, const LinearWeight& w, const Tensor& out) override;
   void qkv_rope_kv_write(const Tensor& qkv, int heads, int kv_heads, int head_dim,
