@@ -12,7 +12,9 @@
 // Usage: strata_bench_offline_bench [--config PATH] [--tokenizer DIR] [--prompts N] [--in N]
 //   [--out N] [--kv-cache-dtype auto|fp8_e4m3|fp8_e5m2] [--max-running N] [--mem-fraction F]
 //   [--max-seconds S] [--breakdown-batch B] [--breakdown-context C] [--tp-size N]
-//   [--cuda-graph-max-bs N] (decode steps of at most N requests replay CUDA graphs)
+//   [--cuda-graph-max-bs N] (decode steps of at most N requests replay CUDA graphs; default: the
+//   engine's) [--schedule-conservativeness F] [--hicache-ratio R] (host KV tier of R x the pool:
+//   pages of retracted requests come back from host memory instead of being recomputed)
 // --tp-size N runs the engine over N GPUs (NCCL). Only rank 0's weights get random values (the
 // other ranks keep the checkpoint's zeros): dense-model timings do not depend on the values.
 // The tokenizer directory only supplies tokenizer files (ids past its vocabulary decode to
@@ -46,6 +48,7 @@ struct Args {
   int tp = 1;
   std::optional<int> cuda_graph_max_bs;  // unset: the engine's default
   double schedule_conservativeness = 1.0;
+  double hicache_ratio = 0;  // > 0: the host KV tier at this ratio of the device pool
 };
 
 std::string prepare_dir(const Args& a) {
@@ -70,6 +73,10 @@ void run_engine(const Args& a, const std::string& dir) {
   ec.tp_size = a.tp;
   ec.cuda_graph_max_bs = a.cuda_graph_max_bs;
   ec.schedule_conservativeness = a.schedule_conservativeness;
+  if (a.hicache_ratio > 0) {  // retracted requests' pages then come back from host memory
+    ec.enable_hierarchical_cache = true;
+    ec.hicache_ratio = a.hicache_ratio;
+  }
   auto t_load = Clock::now();
   auto e = Engine::create(ec);
   CHECK_MSG(e.ok(), "{}", e.status().to_string());
@@ -232,6 +239,7 @@ int main(int argc, char** argv) {
     else if (k == "--tp-size") a.tp = std::stoi(v);
     else if (k == "--cuda-graph-max-bs") a.cuda_graph_max_bs = std::stoi(v);
     else if (k == "--schedule-conservativeness") a.schedule_conservativeness = std::stod(v);
+    else if (k == "--hicache-ratio") a.hicache_ratio = std::stod(v);
     else {
       std::fprintf(stderr, "offline_bench: unknown flag %s\n", k.c_str());
       return 2;
