@@ -48,6 +48,46 @@ struct Fixture {
     b.download_f32(t, v.data());
     return v;
   }
+
+  // linear_silu_mul's inputs (x [m, k], gate-up weight [2 · inter, k], optional bias) on the GPU
+  // and the CPU reference's output.
+  struct GluCase {
+    int m = 0, inter = 0;
+    LinearWeight w;
+    DeviceTensorPtr x;
+    std::vector<float> want;
+  };
+  GluCase glu_case(int m, int k, int inter, bool bias) {
+    const int64_t n = 2 * int64_t(inter);
+    auto xv = random(int64_t(m) * k);
+    auto wv = random(n * k, 0.05f);
+    auto bv = random(n);
+    LinearWeight wc;
+    GluCase g;
+    g.m = m;
+    g.inter = inter;
+    wc.weight = up(*cpu, wv, {n, k}, DType::kF32);
+    g.w.weight = up(*gpu, wv, {n, k}, DType::kBF16);
+    if (bias) {
+      wc.bias = up(*cpu, bv, {n}, DType::kF32);
+      g.w.bias = up(*gpu, bv, {n}, DType::kF32);
+    }
+    auto xc = up(*cpu, xv, {m, k}, DType::kF32);
+    g.x = up(*gpu, xv, {m, k}, DType::kBF16);
+    auto oc = up(*cpu, nans(m, inter), {m, inter}, DType::kF32);
+    cpu->linear_silu_mul(*xc, wc, *oc);
+    g.want = get(*cpu, *oc);
+    return g;
+  }
+  // The GPU's linear_silu_mul of `g` under the current settings (its output starts as NaN).
+  std::vector<float> gpu_glu(const GluCase& g) {
+    auto out = up(*gpu, nans(g.m, g.inter), {g.m, g.inter}, DType::kBF16);
+    gpu->linear_silu_mul(*g.x, g.w, *out);
+    return get(*gpu, *out);
+  }
+  static std::vector<float> nans(int rows, int cols) {
+    return std::vector<float>(size_t(rows) * size_t(cols), NAN);
+  }
 };
 
 double nmse(const std::vector<float>& got, const std::vector<float>& want) {
@@ -83,36 +123,17 @@ TEST(CudaFusedParity, LinearSiluMul) {
   for (Case c : {Case{1, 320, 129, false}, Case{3, 896, 517, true}, Case{8, 64, 33, false},
                  Case{1, 4096, 1001, true}, Case{2, 4104, 7, false}, Case{9, 320, 96, true},
                  Case{5, 100, 40, false}, Case{40, 264, 300, true}}) {
-    const int64_t n = 2 * int64_t(c.inter);
-    auto xv = f.random(int64_t(c.m) * c.k);
-    auto wv = f.random(n * c.k, 0.05f);
-    auto bv = f.random(n);
-    LinearWeight wc, wg;
-    wc.weight = f.up(*f.cpu, wv, {n, c.k}, DType::kF32);
-    wg.weight = f.up(*f.gpu, wv, {n, c.k}, DType::kBF16);
-    if (c.bias) {
-      wc.bias = f.up(*f.cpu, bv, {n}, DType::kF32);
-      wg.bias = f.up(*f.gpu, bv, {n}, DType::kF32);
-    }
-    auto xc = f.up(*f.cpu, xv, {c.m, c.k}, DType::kF32);
-    auto xg = f.up(*f.gpu, xv, {c.m, c.k}, DType::kBF16);
-    const std::vector<float> nan(size_t(c.m) * c.inter, NAN);
-    auto oc = f.up(*f.cpu, nan, {c.m, c.inter}, DType::kF32);
-    f.cpu->linear_silu_mul(*xc, wc, *oc);
-    const auto want = f.get(*f.cpu, *oc);
+    const Fixture::GluCase g = f.glu_case(c.m, c.k, c.inter, c.bias);
+    const std::vector<float>& want = g.want;
     // The GPU's unfused path: linear, then silu_mul.
     f.cg.set_fusion(false);
-    auto og_ref = f.up(*f.gpu, nan, {c.m, c.inter}, DType::kBF16);
-    f.gpu->linear_silu_mul(*xg, wg, *og_ref);
-    const auto unfused = f.get(*f.gpu, *og_ref);
+    const auto unfused = f.gpu_glu(g);
     f.cg.set_fusion(true);
     for (const Variant& v : variants) {
       cuda::set_gemv_block_warps(v.warps);
       cuda::set_gemv_prefetch_elems(v.prefetch);
       f.cg.set_pdl_early(v.early);
-      auto og = f.up(*f.gpu, nan, {c.m, c.inter}, DType::kBF16);
-      f.gpu->linear_silu_mul(*xg, wg, *og);
-      const auto got = f.get(*f.gpu, *og);
+      const auto got = f.gpu_glu(g);
       const double e = nmse(got, want);
       EXPECT_LT(e, 2e-5) << "m " << c.m << " k " << c.k << " inter " << c.inter;
       EXPECT_TRUE(same_bits(got, unfused))
@@ -149,35 +170,16 @@ TEST(CudaFusedParity, LinearSiluMulMma) {
   for (int m : {1, 2, 3, 5, 8, 9, 16, 17, 31, 32, 33, 64}) {
     for (Case c : {Case{264, 1057, true}, Case{1000, 129, false}, Case{8, 7, true},
                    Case{4104, 501, false}}) {
-      const int64_t n = 2 * int64_t(c.inter);
-      auto xv = f.random(int64_t(m) * c.k);
-      auto wv = f.random(n * c.k, 0.05f);
-      auto bv = f.random(n);
-      LinearWeight wc, wg;
-      wc.weight = f.up(*f.cpu, wv, {n, c.k}, DType::kF32);
-      wg.weight = f.up(*f.gpu, wv, {n, c.k}, DType::kBF16);
-      if (c.bias) {
-        wc.bias = f.up(*f.cpu, bv, {n}, DType::kF32);
-        wg.bias = f.up(*f.gpu, bv, {n}, DType::kF32);
-      }
-      auto xc = f.up(*f.cpu, xv, {m, c.k}, DType::kF32);
-      auto xg = f.up(*f.gpu, xv, {m, c.k}, DType::kBF16);
-      const std::vector<float> nan(size_t(m) * c.inter, NAN);
-      auto oc = f.up(*f.cpu, nan, {m, c.inter}, DType::kF32);
-      f.cpu->linear_silu_mul(*xc, wc, *oc);
-      const auto want = f.get(*f.cpu, *oc);
+      const Fixture::GluCase g = f.glu_case(m, c.k, c.inter, c.bias);
+      const std::vector<float>& want = g.want;
       for (int per_sm : {1, 4, 24}) {
         cuda::set_gemv_mma_warps_per_sm(per_sm);
         f.cg.set_fusion(false);
-        auto og_ref = f.up(*f.gpu, nan, {m, c.inter}, DType::kBF16);
-        f.gpu->linear_silu_mul(*xg, wg, *og_ref);
-        const auto unfused = f.get(*f.gpu, *og_ref);
+        const auto unfused = f.gpu_glu(g);
         f.cg.set_fusion(true);
         for (bool early : {false, true}) {
           f.cg.set_pdl_early(early);
-          auto og = f.up(*f.gpu, nan, {m, c.inter}, DType::kBF16);
-          f.gpu->linear_silu_mul(*xg, wg, *og);
-          const auto got = f.get(*f.gpu, *og);
+          const auto got = f.gpu_glu(g);
           const double e = nmse(got, want);
           const bool same = same_bits(got, unfused);
           // A handful of outputs (k 8, inter 7 at m 1: 7 values) gives no average: each carries up
