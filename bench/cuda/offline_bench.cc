@@ -15,6 +15,8 @@
 //   [--cuda-graph-max-bs N] (decode steps of at most N requests replay CUDA graphs; default: the
 //   engine's) [--schedule-conservativeness F] [--hicache-ratio R] (host KV tier of R x the pool:
 //   pages of retracted requests come back from host memory instead of being recomputed)
+//   [--hicache-write-policy P] (write_through (the engine's default) | write_back: copies only
+//   the pages the device evicts, i.e. the retracted requests' in this workload)
 // --tp-size N runs the engine over N GPUs (NCCL). Only rank 0's weights get random values (the
 // other ranks keep the checkpoint's zeros): dense-model timings do not depend on the values.
 // The tokenizer directory only supplies tokenizer files (ids past its vocabulary decode to
@@ -49,6 +51,7 @@ struct Args {
   std::optional<int> cuda_graph_max_bs;  // unset: the engine's default
   double schedule_conservativeness = 1.0;
   double hicache_ratio = 0;  // > 0: the host KV tier at this ratio of the device pool
+  std::string hicache_write_policy;  // empty: the engine's default
 };
 
 std::string prepare_dir(const Args& a) {
@@ -76,6 +79,7 @@ void run_engine(const Args& a, const std::string& dir) {
   if (a.hicache_ratio > 0) {  // retracted requests' pages then come back from host memory
     ec.enable_hierarchical_cache = true;
     ec.hicache_ratio = a.hicache_ratio;
+    if (!a.hicache_write_policy.empty()) ec.hicache_write_policy = a.hicache_write_policy;
   }
   auto t_load = Clock::now();
   auto e = Engine::create(ec);
@@ -240,6 +244,7 @@ int main(int argc, char** argv) {
     else if (k == "--cuda-graph-max-bs") a.cuda_graph_max_bs = std::stoi(v);
     else if (k == "--schedule-conservativeness") a.schedule_conservativeness = std::stod(v);
     else if (k == "--hicache-ratio") a.hicache_ratio = std::stod(v);
+    else if (k == "--hicache-write-policy") a.hicache_write_policy = v;
     else {
       std::fprintf(stderr, "offline_bench: unknown flag %s\n", k.c_str());
       return 2;
