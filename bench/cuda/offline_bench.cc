@@ -11,7 +11,8 @@
 //
 // Usage: strata_bench_offline_bench [--config PATH] [--tokenizer DIR] [--prompts N] [--in N]
 //   [--out N] [--kv-cache-dtype auto|fp8_e4m3|fp8_e5m2] [--max-running N] [--mem-fraction F]
-//   [--max-seconds S] [--breakdown-batch B] [--breakdown-context C] [--tp-size N]
+//   [--max-seconds S] [--breakdown-batch B] [--breakdown-context C] [--breakdown-scatter 0|1]
+//   (also time the step with the pages scattered over the pool) [--page-size N] [--tp-size N]
 //   [--cuda-graph-max-bs N] (decode steps of at most N requests replay CUDA graphs; default: the
 //   engine's) [--schedule-conservativeness F] [--hicache-ratio R] (host KV tier of R x the pool:
 //   pages of retracted requests come back from host memory instead of being recomputed)
@@ -27,6 +28,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <numeric>
 #include <random>
 #include <thread>
 
@@ -47,6 +49,8 @@ struct Args {
   std::string kv = "auto";
   double mem_fraction = 0.88, max_seconds = 400;
   int bd_batch = 256, bd_context = 1536;
+  bool bd_scatter = false;
+  int page_size = 16;  // the engine's and the breakdown's KV page
   int tp = 1;
   std::optional<int> cuda_graph_max_bs;  // unset: the engine's default
   double schedule_conservativeness = 1.0;
@@ -72,6 +76,7 @@ void run_engine(const Args& a, const std::string& dir) {
   ec.kv_cache_dtype = a.kv;
   ec.mem_fraction_static = a.mem_fraction;
   ec.context_length = a.in + a.out + 64;
+  ec.page_size = a.page_size;
   if (a.max_running > 0) ec.max_running_requests = a.max_running;
   ec.tp_size = a.tp;
   ec.cuda_graph_max_bs = a.cuda_graph_max_bs;
@@ -148,7 +153,18 @@ void run_engine(const Args& a, const std::string& dir) {
   eng.wait_idle();
 }
 
-// One decode step at batch B, context C (random KV, pages in order) outside the engine.
+// The page table of B sequences of pages_per_seq pages each: in order (sequence s owns one
+// contiguous run), or scattered the way a long-running engine leaves them (a random permutation of
+// the pool: every page of a sequence lands somewhere else in the pool's memory).
+std::vector<int32_t> page_table(int B, int pages_per_seq, bool scattered) {
+  std::vector<int32_t> pages(size_t(B) * size_t(pages_per_seq));
+  std::iota(pages.begin(), pages.end(), 0);
+  if (scattered) std::shuffle(pages.begin(), pages.end(), std::mt19937(7));
+  return pages;
+}
+
+// One decode step at batch B, context C (random KV) outside the engine, pages in order; with
+// --breakdown-scatter 1 also the forward with scattered pages.
 void breakdown(const Args& a, const std::string& dir) {
   auto backend = make_cuda_backend();
   auto& be = dynamic_cast<cuda::CudaBackend&>(*backend);
@@ -156,7 +172,7 @@ void breakdown(const Args& a, const std::string& dir) {
   CHECK_MSG(m.ok(), "{}", m.status().to_string());
   be.fill_all_random(43, 0.02f);
   Model& model = **m;
-  const int B = a.bd_batch, C = a.bd_context, page = 16;
+  const int B = a.bd_batch, C = a.bd_context, page = a.page_size;
   const int pages_per_seq = (C + page) / page;
   KvLayout lay = model.kv_layout();
   lay.page_size = page;
@@ -165,14 +181,14 @@ void breakdown(const Args& a, const std::string& dir) {
               : a.kv == "fp8_e5m2"             ? DType::kFP8E5M2
                                                : DType::kFP8E4M3;
   auto kv = be.alloc_kv(lay);
-  std::vector<int32_t> q_indptr{0}, kv_lens, page_indptr{0}, pages, pos, slots, tokens, rows;
+  std::vector<int32_t> q_indptr{0}, kv_lens, page_indptr{0}, pos, slots, tokens, rows;
+  std::vector<int32_t> pages = page_table(B, pages_per_seq, false);
   for (int s = 0; s < B; ++s) {
     q_indptr.push_back(s + 1);
     kv_lens.push_back(C);
-    for (int p = 0; p < pages_per_seq; ++p) pages.push_back(s * pages_per_seq + p);
-    page_indptr.push_back(int32_t(pages.size()));
+    page_indptr.push_back((s + 1) * pages_per_seq);
     pos.push_back(C - 1);
-    slots.push_back((s * pages_per_seq + (C - 1) / page) * page + (C - 1) % page);
+    slots.push_back(pages[size_t(s * pages_per_seq + (C - 1) / page)] * page + (C - 1) % page);
     tokens.push_back(s * 7 % 1000);
     rows.push_back(s);
   }
@@ -219,6 +235,14 @@ void breakdown(const Args& a, const std::string& dir) {
               "0.95 %.3f ms; host argmax of %d rows on one core %.2f ms\n",
               B, C, dtype_name(lay.dtype), fwd_sample, B / (fwd_sample * 1e-3), fwd, dl, op, op_hot,
               B, am);
+  if (!a.bd_scatter) return;
+  pages = page_table(B, pages_per_seq, true);  // fb points into pages: same sizes, new values
+  for (int s = 0; s < B; ++s)
+    slots[size_t(s)] = pages[size_t(s * pages_per_seq + (C - 1) / page)] * page + (C - 1) % page;
+  fb.attn.page_indices = pages.data();
+  const double scattered = time_it(5, [&] { model.forward_sample(fb, *kv, args); });
+  std::printf("step     same, page size %d, pages in order %.2f ms, scattered over the pool %.2f ms "
+              "(%+.1f%%)\n", page, fwd_sample, scattered, (scattered / fwd_sample - 1) * 100);
 }
 
 }  // namespace
@@ -240,6 +264,8 @@ int main(int argc, char** argv) {
     else if (k == "--max-seconds") a.max_seconds = std::stod(v);
     else if (k == "--breakdown-batch") a.bd_batch = std::stoi(v);
     else if (k == "--breakdown-context") a.bd_context = std::stoi(v);
+    else if (k == "--breakdown-scatter") a.bd_scatter = std::stoi(v) != 0;
+    else if (k == "--page-size") a.page_size = std::stoi(v);
     else if (k == "--tp-size") a.tp = std::stoi(v);
     else if (k == "--cuda-graph-max-bs") a.cuda_graph_max_bs = std::stoi(v);
     else if (k == "--schedule-conservativeness") a.schedule_conservativeness = std::stod(v);
