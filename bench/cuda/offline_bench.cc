@@ -11,8 +11,9 @@
 //
 // Usage: strata_bench_offline_bench [--config PATH] [--tokenizer DIR] [--prompts N] [--in N]
 //   [--out N] [--kv-cache-dtype auto|fp8_e4m3|fp8_e5m2] [--max-running N] [--mem-fraction F]
-//   [--max-seconds S] [--breakdown-batch B] [--breakdown-context C] [--breakdown-scatter 0|1]
-//   (also time the step with the pages scattered over the pool) [--page-size N] [--tp-size N]
+//   [--max-seconds S] [--breakdown-batch B] [--breakdown-context C] [--breakdown-pages P,P,...]
+//   (then forward + sampling alone at each page size) [--breakdown-scatter 0|1] (each also with
+//   the pages scattered over the pool) [--page-size N] (the engine's page, default 16) [--tp-size N]
 //   [--cuda-graph-max-bs N] (decode steps of at most N requests replay CUDA graphs; default: the
 //   engine's) [--schedule-conservativeness F] [--hicache-ratio R] (host KV tier of R x the pool:
 //   pages of retracted requests come back from host memory instead of being recomputed)
@@ -50,6 +51,7 @@ struct Args {
   double mem_fraction = 0.88, max_seconds = 400;
   int bd_batch = 256, bd_context = 1536;
   bool bd_scatter = false;
+  std::vector<int> bd_pages;  // page sizes to time the step at, after the full breakdown
   int page_size = 16;  // the engine's and the breakdown's KV page
   int tp = 1;
   std::optional<int> cuda_graph_max_bs;  // unset: the engine's default
@@ -153,18 +155,59 @@ void run_engine(const Args& a, const std::string& dir) {
   eng.wait_idle();
 }
 
-// The page table of B sequences of pages_per_seq pages each: in order (sequence s owns one
-// contiguous run), or scattered the way a long-running engine leaves them (a random permutation of
-// the pool: every page of a sequence lands somewhere else in the pool's memory).
-std::vector<int32_t> page_table(int B, int pages_per_seq, bool scattered) {
-  std::vector<int32_t> pages(size_t(B) * size_t(pages_per_seq));
-  std::iota(pages.begin(), pages.end(), 0);
-  if (scattered) std::shuffle(pages.begin(), pages.end(), std::mt19937(7));
-  return pages;
+// One decode step's inputs: B sequences of context C (the new token is the last), their pages in
+// order (sequence s owns one contiguous run) or scattered the way a long-running engine leaves
+// them (a random permutation of the pool). fb points into the vectors: not copyable.
+struct DecodeBatch {
+  std::vector<int32_t> q_indptr{0}, kv_lens, page_indptr{0}, pages, pos, slots, tokens, rows;
+  ForwardBatch fb;
+  DecodeBatch(int B, int C, int page, bool scattered) {
+    const int pages_per_seq = (C + page) / page;
+    pages.resize(size_t(B) * size_t(pages_per_seq));
+    std::iota(pages.begin(), pages.end(), 0);
+    if (scattered) std::shuffle(pages.begin(), pages.end(), std::mt19937(7));
+    for (int s = 0; s < B; ++s) {
+      q_indptr.push_back(s + 1);
+      kv_lens.push_back(C);
+      page_indptr.push_back((s + 1) * pages_per_seq);
+      pos.push_back(C - 1);
+      slots.push_back(pages[size_t(s * pages_per_seq + (C - 1) / page)] * page + (C - 1) % page);
+      tokens.push_back(s * 7 % 1000);
+      rows.push_back(s);
+    }
+    fb.token_ids = tokens.data();
+    fb.attn = AttentionMetadata{.num_seqs = B, .num_tokens = B, .page_size = page,
+                                .q_indptr = q_indptr.data(), .kv_lens = kv_lens.data(),
+                                .page_indptr = page_indptr.data(), .page_indices = pages.data(),
+                                .positions = pos.data(), .slot_mapping = slots.data()};
+    fb.logit_rows = rows.data();
+    fb.num_logit_rows = B;
+  }
+  DecodeBatch(const DecodeBatch&) = delete;
+  DecodeBatch& operator=(const DecodeBatch&) = delete;
+};
+
+// A KV pool for B sequences of context C at this page size, every byte random: attention
+// reading a never-written (zeroed) pool runs faster than on real data (DRAM power).
+std::unique_ptr<KvStorage> random_kv(cuda::CudaBackend& be, const Model& model, const Args& a,
+                                     int page) {
+  KvLayout lay = model.kv_layout();
+  lay.page_size = page;
+  lay.num_pages = int64_t(a.bd_batch) * ((a.bd_context + page) / page);
+  lay.dtype = a.kv == "auto" || a.kv == "bf16" ? DType::kBF16
+              : a.kv == "fp8_e5m2"             ? DType::kFP8E5M2
+                                               : DType::kFP8E4M3;
+  auto kv = be.alloc_kv(lay);
+  for (int l = 0; l < lay.num_layers; ++l) {
+    be.fill_random(kv->k(l), 100 + 2 * uint64_t(l), 0.5f);
+    be.fill_random(kv->v(l), 101 + 2 * uint64_t(l), 0.5f);
+  }
+  return kv;
 }
 
-// One decode step at batch B, context C (random KV) outside the engine, pages in order; with
-// --breakdown-scatter 1 also the forward with scattered pages.
+// One decode step at batch B, context C (random KV) outside the engine, pages in order; then
+// forward + sampling alone for each page size of --breakdown-pages, in order and (with
+// --breakdown-scatter 1) scattered.
 void breakdown(const Args& a, const std::string& dir) {
   auto backend = make_cuda_backend();
   auto& be = dynamic_cast<cuda::CudaBackend&>(*backend);
@@ -172,34 +215,10 @@ void breakdown(const Args& a, const std::string& dir) {
   CHECK_MSG(m.ok(), "{}", m.status().to_string());
   be.fill_all_random(43, 0.02f);
   Model& model = **m;
-  const int B = a.bd_batch, C = a.bd_context, page = a.page_size;
-  const int pages_per_seq = (C + page) / page;
-  KvLayout lay = model.kv_layout();
-  lay.page_size = page;
-  lay.num_pages = int64_t(B) * pages_per_seq;
-  lay.dtype = a.kv == "auto" || a.kv == "bf16" ? DType::kBF16
-              : a.kv == "fp8_e5m2"             ? DType::kFP8E5M2
-                                               : DType::kFP8E4M3;
-  auto kv = be.alloc_kv(lay);
-  std::vector<int32_t> q_indptr{0}, kv_lens, page_indptr{0}, pos, slots, tokens, rows;
-  std::vector<int32_t> pages = page_table(B, pages_per_seq, false);
-  for (int s = 0; s < B; ++s) {
-    q_indptr.push_back(s + 1);
-    kv_lens.push_back(C);
-    page_indptr.push_back((s + 1) * pages_per_seq);
-    pos.push_back(C - 1);
-    slots.push_back(pages[size_t(s * pages_per_seq + (C - 1) / page)] * page + (C - 1) % page);
-    tokens.push_back(s * 7 % 1000);
-    rows.push_back(s);
-  }
-  ForwardBatch fb;
-  fb.token_ids = tokens.data();
-  fb.attn = AttentionMetadata{.num_seqs = B, .num_tokens = B, .page_size = page,
-                              .q_indptr = q_indptr.data(), .kv_lens = kv_lens.data(),
-                              .page_indptr = page_indptr.data(), .page_indices = pages.data(),
-                              .positions = pos.data(), .slot_mapping = slots.data()};
-  fb.logit_rows = rows.data();
-  fb.num_logit_rows = B;
+  const int B = a.bd_batch, C = a.bd_context;
+  auto kv = random_kv(be, model, a, a.page_size);
+  DecodeBatch batch(B, C, a.page_size, false);
+  const ForwardBatch& fb = batch.fb;
   const int64_t vocab = model.spec().vocab_size;
   std::vector<float> logits(size_t(B) * size_t(vocab));
   auto time_it = [&](int reps, auto&& fn) {
@@ -233,16 +252,20 @@ void breakdown(const Args& a, const std::string& dir) {
               "(%.0f tok/s if nothing else ran); forward incl. logits download %.2f ms; logits "
               "download + bf16->f32 alone %.2f ms; sampling op alone: greedy %.3f ms, T 0.8 top_p "
               "0.95 %.3f ms; host argmax of %d rows on one core %.2f ms\n",
-              B, C, dtype_name(lay.dtype), fwd_sample, B / (fwd_sample * 1e-3), fwd, dl, op, op_hot,
+              B, C, dtype_name(kv->layout().dtype), fwd_sample, B / (fwd_sample * 1e-3), fwd, dl, op, op_hot,
               B, am);
-  if (!a.bd_scatter) return;
-  pages = page_table(B, pages_per_seq, true);  // fb points into pages: same sizes, new values
-  for (int s = 0; s < B; ++s)
-    slots[size_t(s)] = pages[size_t(s * pages_per_seq + (C - 1) / page)] * page + (C - 1) % page;
-  fb.attn.page_indices = pages.data();
-  const double scattered = time_it(5, [&] { model.forward_sample(fb, *kv, args); });
-  std::printf("step     same, page size %d, pages in order %.2f ms, scattered over the pool %.2f ms "
-              "(%+.1f%%)\n", page, fwd_sample, scattered, (scattered / fwd_sample - 1) * 100);
+  for (const int page : a.bd_pages) {
+    kv.reset();
+    kv = random_kv(be, model, a, page);
+    std::printf("step     same, page size %d: forward + GPU greedy sampling, pages in order", page);
+    for (const bool scattered : {false, true}) {
+      if (scattered && !a.bd_scatter) continue;
+      DecodeBatch b(B, C, page, scattered);
+      std::printf("%s %.2f ms", scattered ? ", scattered over the pool" : "",
+                  time_it(5, [&] { model.forward_sample(b.fb, *kv, args); }));
+    }
+    std::printf("\n");
+  }
 }
 
 }  // namespace
@@ -265,6 +288,13 @@ int main(int argc, char** argv) {
     else if (k == "--breakdown-batch") a.bd_batch = std::stoi(v);
     else if (k == "--breakdown-context") a.bd_context = std::stoi(v);
     else if (k == "--breakdown-scatter") a.bd_scatter = std::stoi(v) != 0;
+    else if (k == "--breakdown-pages") {
+      for (size_t at = 0; at < v.size();) {
+        const size_t comma = std::min(v.find(',', at), v.size());
+        a.bd_pages.push_back(std::stoi(v.substr(at, comma - at)));
+        at = comma + 1;
+      }
+    }
     else if (k == "--page-size") a.page_size = std::stoi(v);
     else if (k == "--tp-size") a.tp = std::stoi(v);
     else if (k == "--cuda-graph-max-bs") a.cuda_graph_max_bs = std::stoi(v);
