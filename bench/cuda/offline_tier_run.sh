@@ -27,7 +27,7 @@ while IFS= read -r args; do
   k=$((k + 1))
   STRATA_STEP_TIMING=1 $OB $args >"$OUT/offline_$k.log" 2>&1
   echo "offline $args (rc $?):"
-  grep -E "^engine|^progress|^offline|^step|Host KV tier|CUDA graphs|engine steps" "$OUT/offline_$k.log" | sed 's/^/  /' | tail -30
+  grep -E "^engine|^progress|^offline|^step|Host KV tier|CUDA graphs|engine steps|eager steps" "$OUT/offline_$k.log" | sed "s/^/  /" | cut -c1-330 | tail -40
 done <<<"$RUNS"
 if [ "${NSYS:-0}" = 1 ] && command -v nsys >/dev/null; then
   nsys profile -o "$OUT/engine_b1" --force-overwrite true $OB --prompts 1 --in 512 --out 256 >"$OUT/nsys_engine.log" 2>&1

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "core/log.h"
 #include "core/thread_pool.h"
@@ -49,6 +51,7 @@ void* DevicePool::alloc(size_t bytes) {
     return p;
   }
   void* p = nullptr;
+  ++mallocs_;
   cudaError_t err = cudaMalloc(&p, bytes);
   if (err == cudaErrorMemoryAllocation) {
     // Give the cached free blocks back to the driver and retry once.
@@ -64,6 +67,7 @@ void* DevicePool::alloc(size_t bytes) {
 }
 
 void DevicePool::trim() {
+  ++trims_;
   CUDA_CHECK(cudaDeviceSynchronize());  // cached blocks may still be in use by queued work
   if (on_trim_) on_trim_();
   for (auto& [bytes, list] : free_) {
@@ -181,6 +185,7 @@ CudaBackend::CudaBackend() : pool_(std::make_shared<DevicePool>()), staging_(kSt
   CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes) == CUBLAS_STATUS_SUCCESS);
   CHECK(cublasSetStream(cublas_, stream_) == CUBLAS_STATUS_SUCCESS);
   init_attention_kernels();
+  if (const char* e = std::getenv("STRATA_STEP_TIMING")) log_eager_ = std::string_view(e) == "1";
   // Captured graphs hold addresses of cached blocks: a trim drops them (re-captured on demand).
   pool_->set_on_trim([this] {
     // Launches recorded for a graph but not yet run may use cached blocks: never free under them.
@@ -281,14 +286,28 @@ void CudaBackend::flush() {
 }
 
 void CudaBackend::end_step() {
-  if (graph_mode_) {
-    flush();
-  } else if (in_step_) {
-    ++stats_.eager_steps;
-  }
+  const bool eager = !graph_mode_ && in_step_;
+  if (graph_mode_) flush();
+  const int64_t launched = host_now_ns();
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (eager) {
+    ++stats_.eager_steps;
+    stats_.eager_launch_ns += launched - step_start_ns_;
+    stats_.eager_wait_ns += host_now_ns() - launched;
+    if (log_eager_ && stats_.eager_steps % 256 == 0) log_eager_steps();
+  }
   in_step_ = false;
   collect_profile();
+}
+
+void CudaBackend::log_eager_steps() {
+  const double n = double(stats_.eager_steps - logged_.eager_steps);
+  LOG_INFO("CUDA eager steps: {} steps: host launching {:.2f} ms, then waiting for the device {:.2f} ms "
+           "per step; device pool: {} cudaMalloc, {} trims so far",
+           stats_.eager_steps - logged_.eager_steps,
+           1e-6 * double(stats_.eager_launch_ns - logged_.eager_launch_ns) / n,
+           1e-6 * double(stats_.eager_wait_ns - logged_.eager_wait_ns) / n, pool_->mallocs(), pool_->trims());
+  logged_ = stats_;
 }
 
 void CudaBackend::collect_profile() {

@@ -48,6 +48,8 @@ class DevicePool {
   void trim();
   void set_on_trim(std::function<void()> fn) { on_trim_ = std::move(fn); }
   static size_t size_class(size_t bytes);
+  int64_t mallocs() const { return mallocs_; }  // cudaMalloc calls (a cache miss each)
+  int64_t trims() const { return trims_; }      // cache flushes (each synchronizes the device)
   // Every allocation and its size (benchmarks fill them with random values).
   const std::vector<std::pair<void*, size_t>>& allocations() const { return owned_; }
 
@@ -55,6 +57,7 @@ class DevicePool {
   std::unordered_map<size_t, std::vector<void*>> free_;
   std::vector<std::pair<void*, size_t>> owned_;
   size_t reserved_ = 0;
+  int64_t mallocs_ = 0, trims_ = 0;
   std::function<void()> on_trim_;
 };
 
@@ -122,6 +125,10 @@ struct GraphStats {
   int64_t flush_ns = 0;
   // The part of flush_ns spent capturing and instantiating graphs for new signatures.
   int64_t capture_ns = 0;
+  // Eager steps: host time from the first op to the step's end (launching every op), and the
+  // wait for the device after it. A wait near zero means the host, not the GPU, set the pace.
+  int64_t eager_launch_ns = 0;
+  int64_t eager_wait_ns = 0;
 };
 
 class CudaBackend : public Backend {
@@ -296,6 +303,8 @@ class CudaBackend : public Backend {
   bool pdl_early_ = false;
   bool fusion_ = true;
   int64_t step_start_ns_ = 0;  // host clock at the step's first op (graph mode's record time)
+  bool log_eager_ = false;     // STRATA_STEP_TIMING=1: log eager_* every 256 eager steps
+  GraphStats logged_{};        // the counters at the last such log
   // The last recorded launch (graph mode): consecutive column slices of one tensor and the q/k
   // rope pair merge into one launch.
   int last_op_ = 0;
@@ -323,6 +332,7 @@ class CudaBackend : public Backend {
   std::vector<Profiled> profiled_;
   std::unordered_map<int, std::pair<double, int64_t>> profile_ms_;  // op -> (ms, launches)
   void collect_profile();
+  void log_eager_steps();
 };
 
 // The name of a dispatch op id (profiles).
