@@ -13,7 +13,9 @@
 //   [--out N] [--kv-cache-dtype auto|fp8_e4m3|fp8_e5m2] [--max-running N] [--mem-fraction F]
 //   [--max-seconds S] [--breakdown-batch B] [--breakdown-context C] [--breakdown-pages P,P,...]
 //   (then forward + sampling alone at each page size) [--breakdown-scatter 0|1] (each also with
-//   the pages scattered over the pool) [--page-size N] (the engine's page, default 16) [--tp-size N]
+//   the pages scattered over the pool) [--breakdown-overlap 1] (instead: the step's two halves at
+//   once on two streams vs one after the other) [--page-size N] (the engine's page, default 16)
+//   [--tp-size N]
 //   [--cuda-graph-max-bs N] (decode steps of at most N requests replay CUDA graphs; default: the
 //   engine's) [--schedule-conservativeness F] [--hicache-ratio R] (host KV tier of R x the pool:
 //   pages of retracted requests come back from host memory instead of being recomputed)
@@ -51,6 +53,7 @@ struct Args {
   double mem_fraction = 0.88, max_seconds = 400;
   int bd_batch = 256, bd_context = 1536;
   bool bd_scatter = false;
+  bool bd_overlap = false;  // time two half-batches at once instead (overlap_breakdown)
   std::vector<int> bd_pages;  // page sizes to time the step at, after the full breakdown
   int page_size = 16;  // the engine's and the breakdown's KV page
   int tp = 1;
@@ -187,13 +190,13 @@ struct DecodeBatch {
   DecodeBatch& operator=(const DecodeBatch&) = delete;
 };
 
-// A KV pool for B sequences of context C at this page size, every byte random: attention
+// A KV pool for `seqs` sequences of context C at this page size, every byte random: attention
 // reading a never-written (zeroed) pool runs faster than on real data (DRAM power).
 std::unique_ptr<KvStorage> random_kv(cuda::CudaBackend& be, const Model& model, const Args& a,
-                                     int page) {
+                                     int seqs, int page) {
   KvLayout lay = model.kv_layout();
   lay.page_size = page;
-  lay.num_pages = int64_t(a.bd_batch) * ((a.bd_context + page) / page);
+  lay.num_pages = int64_t(seqs) * ((a.bd_context + page) / page);
   lay.dtype = a.kv == "auto" || a.kv == "bf16" ? DType::kBF16
               : a.kv == "fp8_e5m2"             ? DType::kFP8E5M2
                                                : DType::kFP8E4M3;
@@ -216,7 +219,7 @@ void breakdown(const Args& a, const std::string& dir) {
   be.fill_all_random(43, 0.02f);
   Model& model = **m;
   const int B = a.bd_batch, C = a.bd_context;
-  auto kv = random_kv(be, model, a, a.page_size);
+  auto kv = random_kv(be, model, a, B, a.page_size);
   DecodeBatch batch(B, C, a.page_size, false);
   const ForwardBatch& fb = batch.fb;
   const int64_t vocab = model.spec().vocab_size;
@@ -256,7 +259,7 @@ void breakdown(const Args& a, const std::string& dir) {
               B, am);
   for (const int page : a.bd_pages) {
     kv.reset();
-    kv = random_kv(be, model, a, page);
+    kv = random_kv(be, model, a, B, page);
     std::printf("step     same, page size %d: forward + GPU greedy sampling, pages in order", page);
     for (const bool scattered : {false, true}) {
       if (scattered && !a.bd_scatter) continue;
@@ -266,6 +269,57 @@ void breakdown(const Args& a, const std::string& dir) {
     }
     std::printf("\n");
   }
+}
+
+// Two halves of one decode step at the same time on one GPU: two backends (each with its own
+// stream, cuBLAS handle and memory), two copies of the weights, two host threads, against the
+// same halves one after the other. The ratio is how much the GPU overlaps one half's attention
+// (bandwidth-bound) with the other's GEMMs (compute-bound, with idle SMs in their last wave): the
+// gain a two-stream micro-batched decode step can have, measured before building one.
+void overlap_breakdown(const Args& a, const std::string& dir) {
+  const int half = a.bd_batch / 2, reps = 10;
+  struct Half {
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<Model> model;
+    std::unique_ptr<KvStorage> kv;
+    std::unique_ptr<DecodeBatch> batch;
+    std::vector<SampleRowParams> greedy;
+    std::vector<int32_t> ids;
+    void step() {
+      model->forward_sample(batch->fb, *kv, SampleArgs{.params = greedy.data(), .token_ids = ids.data()});
+    }
+  };
+  Half h[2];
+  for (int i = 0; i < 2; ++i) {
+    h[i].backend = make_cuda_backend();
+    auto& be = dynamic_cast<cuda::CudaBackend&>(*h[i].backend);
+    auto m = load_model(dir, be);
+    CHECK_MSG(m.ok(), "{}", m.status().to_string());
+    h[i].model = std::move(*m);
+    be.fill_all_random(43 + uint64_t(i), 0.02f);
+    h[i].kv = random_kv(be, *h[i].model, a, half, a.page_size);
+    h[i].batch = std::make_unique<DecodeBatch>(half, a.bd_context, a.page_size, false);
+    h[i].greedy.resize(size_t(half));
+    h[i].ids.resize(size_t(half));
+  }
+  for (Half& x : h) x.step();  // warm-up: cuBLAS heuristics, the pools' first allocations
+  auto t = Clock::now();
+  for (int r = 0; r < reps; ++r) {
+    h[0].step();
+    h[1].step();
+  }
+  const double serial = since(t) / reps * 1e3;
+  t = Clock::now();
+  std::thread other([&] {
+    for (int r = 0; r < reps; ++r) h[1].step();
+  });
+  for (int r = 0; r < reps; ++r) h[0].step();
+  other.join();
+  const double both = since(t) / reps * 1e3;
+  std::printf("overlap  decode batch %d as two halves of %d, context %d, KV %s: one after the other "
+              "%.2f ms, at the same time on two streams %.2f ms (%.2fx)\n",
+              2 * half, half, a.bd_context, dtype_name(h[0].kv->layout().dtype), serial, both,
+              serial / both);
 }
 
 }  // namespace
@@ -288,6 +342,7 @@ int main(int argc, char** argv) {
     else if (k == "--breakdown-batch") a.bd_batch = std::stoi(v);
     else if (k == "--breakdown-context") a.bd_context = std::stoi(v);
     else if (k == "--breakdown-scatter") a.bd_scatter = std::stoi(v) != 0;
+    else if (k == "--breakdown-overlap") a.bd_overlap = std::stoi(v) != 0;
     else if (k == "--breakdown-pages") {
       for (size_t at = 0; at < v.size();) {
         const size_t comma = std::min(v.find(',', at), v.size());
@@ -312,6 +367,9 @@ int main(int argc, char** argv) {
   }
   const std::string dir = prepare_dir(a);
   if (a.prompts > 0) run_engine(a, dir);
-  if (a.bd_batch > 0 && a.tp == 1) breakdown(a, dir);  // one GPU's step, outside the engine
+  if (a.bd_batch > 0 && a.tp == 1) {  // one GPU's step, outside the engine
+    if (a.bd_overlap) overlap_breakdown(a, dir);
+    else breakdown(a, dir);
+  }
   return 0;
 }
