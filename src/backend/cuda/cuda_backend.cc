@@ -178,7 +178,8 @@ CudaBackend::CudaBackend() : pool_(std::make_shared<DevicePool>()), staging_(kSt
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, dev));
-  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&own_stream_, cudaStreamNonBlocking));
+  stream_ = own_stream_;
   CHECK(cublasCreate(&cublas_) == CUBLAS_STATUS_SUCCESS);
   CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
   // A fixed workspace keeps cuBLAS from allocating during graph capture.
@@ -210,7 +211,7 @@ CudaBackend::~CudaBackend() {
   for (auto& [h, g] : graphs_) cudaGraphExecDestroy(g.exec);
   cublasDestroy(cublas_);
   cudaFree(cublas_workspace_);
-  cudaStreamDestroy(stream_);
+  cudaStreamDestroy(own_stream_);
 }
 
 namespace {
@@ -362,6 +363,14 @@ void CudaBackend::fill_all_random(uint64_t seed, float scale) {
 void CudaBackend::set_graph_mode(bool on) {
   end_step();
   graph_mode_ = on;
+}
+
+void CudaBackend::set_stream(cudaStream_t s, int gemm_sm_target) {
+  end_step();
+  stream_ = s != nullptr ? s : own_stream_;
+  CHECK(cublasSetStream(cublas_, stream_) == CUBLAS_STATUS_SUCCESS);
+  CHECK(cublasSetSmCountTarget(cublas_, gemm_sm_target) == CUBLAS_STATUS_SUCCESS);
+  reset_graphs();  // captured on the old stream
 }
 
 void CudaBackend::set_pdl(bool on) {

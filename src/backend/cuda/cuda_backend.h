@@ -200,6 +200,10 @@ class CudaBackend : public Backend {
   void reset_graphs();
   const GraphStats& graph_stats() const { return stats_; }
   cudaStream_t stream() const { return stream_; }
+  // Benchmarks: launch on `s` from now on (e.g. a green context's stream, which runs on a share of
+  // the SMs; null: the backend's own stream again), cuBLAS too, its kernels chosen for
+  // `gemm_sm_target` SMs (0: the whole GPU). The caller keeps `s` alive while it is in use.
+  void set_stream(cudaStream_t s, int gemm_sm_target = 0);
   // Waits for all work of the backend and ends the step (tensor-parallel workers, benchmarks).
   void synchronize() override;
   int num_sms() const { return num_sms_; }
@@ -285,7 +289,8 @@ class CudaBackend : public Backend {
   DeviceTensorPtr scratch(int64_t bytes) { return alloc(DType::kU8, {bytes}); }
 
   std::shared_ptr<DevicePool> pool_;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;      // where launches go (own_stream_ unless set_stream)
+  cudaStream_t own_stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
   int num_sms_ = 0;
