@@ -11,16 +11,16 @@
 //
 // Usage: strata_bench_offline_bench [--config PATH] [--tokenizer DIR] [--prompts N] [--in N]
 //   [--out N] [--kv-cache-dtype auto|fp8_e4m3|fp8_e5m2] [--max-running N] [--mem-fraction F]
-//   [--max-seconds S] [--breakdown-batch B] [--breakdown-context C] [--breakdown-pages P,P,...]
-//   (then forward + sampling alone at each page size) [--breakdown-scatter 0|1] (each also with
-//   the pages scattered over the pool) [--breakdown-overlap 1] (instead: the step's two halves at
-//   once on two streams vs one after the other) [--page-size N] (the engine's page, default 16)
-//   [--tp-size N]
+//   [--max-seconds S] [--page-size N] (the KV page, default 16) [--tp-size N]
 //   [--cuda-graph-max-bs N] (decode steps of at most N requests replay CUDA graphs; default: the
 //   engine's) [--schedule-conservativeness F] [--hicache-ratio R] (host KV tier of R x the pool:
 //   pages of retracted requests come back from host memory instead of being recomputed)
 //   [--hicache-write-policy P] (write_through (the engine's default) | write_back: copies only
 //   the pages the device evicts, i.e. the retracted requests' in this workload)
+// Breakdown: [--breakdown-batch B] (0: none) [--breakdown-context C] [--breakdown-pages P,P,...]
+//   (then forward + sampling alone at each page size) [--breakdown-scatter 0|1] (each also with
+//   the pages scattered over the pool) [--breakdown-overlap 1] (instead: the step's two halves at
+//   once on two streams vs one after the other)
 // --tp-size N runs the engine over N GPUs (NCCL). Only rank 0's weights get random values (the
 // other ranks keep the checkpoint's zeros): dense-model timings do not depend on the values.
 // The tokenizer directory only supplies tokenizer files (ids past its vocabulary decode to
