@@ -36,6 +36,7 @@
 #include <thread>
 
 #include "backend/cuda/cuda_backend.h"
+#include "bench_args.h"
 #include "bench_checkpoint.h"
 #include "engine/engine.h"
 
@@ -343,13 +344,7 @@ int main(int argc, char** argv) {
     else if (k == "--breakdown-context") a.bd_context = std::stoi(v);
     else if (k == "--breakdown-scatter") a.bd_scatter = std::stoi(v) != 0;
     else if (k == "--breakdown-overlap") a.bd_overlap = std::stoi(v) != 0;
-    else if (k == "--breakdown-pages") {
-      for (size_t at = 0; at < v.size();) {
-        const size_t comma = std::min(v.find(',', at), v.size());
-        a.bd_pages.push_back(std::stoi(v.substr(at, comma - at)));
-        at = comma + 1;
-      }
-    }
+    else if (k == "--breakdown-pages") a.bd_pages = parse_int_list(v);
     else if (k == "--page-size") a.page_size = std::stoi(v);
     else if (k == "--tp-size") a.tp = std::stoi(v);
     else if (k == "--cuda-graph-max-bs") a.cuda_graph_max_bs = std::stoi(v);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "bench_args.h"
 #include "core/check.h"
 
 namespace strata {
@@ -217,16 +218,6 @@ void run(const Args& a) {
   }
 }
 
-std::vector<int> int_list(const std::string& v) {
-  std::vector<int> out;
-  for (size_t at = 0; at < v.size();) {
-    const size_t comma = std::min(v.find(',', at), v.size());
-    out.push_back(std::stoi(v.substr(at, comma - at)));
-    at = comma + 1;
-  }
-  return out;
-}
-
 }  // namespace
 }  // namespace strata
 
@@ -238,7 +229,7 @@ int main(int argc, char** argv) {
     if (k == "--batch") a.batch = std::stoi(v);
     else if (k == "--context") a.context = std::stoi(v);
     else if (k == "--kv") a.kv = v;
-    else if (k == "--attn-sms") a.attn_sms = int_list(v);
+    else if (k == "--attn-sms") a.attn_sms = parse_int_list(v);
     else if (k == "--reps") a.reps = std::stoi(v);
     else {
       std::fprintf(stderr, "overlap_bench: unknown flag %s\n", k.c_str());
