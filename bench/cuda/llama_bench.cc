@@ -633,6 +633,10 @@ int main(int argc, char** argv) {
     cuda::set_decode_blocks_per_sm(2);
     bench_attention(be, c, 64, 4096, 1, 32, 8, 128);
     bench_attention(be, c, 64, 4096, 1, 32, 8, 128, DType::kFP8E4M3);
+    bench_attention(be, c, 64, 4096, 1, 32, 8, 128, DType::kFP8E5M2);
+    // The offline benchmark's decode steps: 1,000 rows over fp8 KV, ~560 over bf16.
+    bench_attention(be, c, 1000, 1536, 1, 32, 8, 128, DType::kFP8E4M3);
+    bench_attention(be, c, 560, 1536, 1, 32, 8, 128);
     return 0;
   }
   if (what == "attention-chunk") {  // the split-KV prefill cases alone

@@ -3,9 +3,9 @@
 # repository root (carry .devcarry/cuda): strata_bench_offline_bench (1,000 x 1,024 / 1,024, 8B
 # shape) for each argument list in RUNS (one per line; default: fp8_e4m3 KV with the tier, the same
 # without it, bf16 KV with the tier), STRATA_STEP_TIMING=1, progress every 10 s. PARITY_FILTER
-# (default CudaFusedParity.*) runs strata_parity_test first; NSYS=1 then profiles batch-1 decode in
-# the engine (offline_bench, 1 prompt) and in llama_bench's loop (decode mode 4) with Nsight Systems
-# and prints each one's kernel summary.
+# (default CudaFusedParity.*) runs strata_parity_test first. During each run nvidia-smi samples the
+# SM clock, power and throttle reasons once a second ($OUT/smi_K.csv); a line per run summarizes
+# them (sustained runs sit at the board's power limit, and the SM clock drops below its maximum).
 set -u
 source bench/cuda/device_env.sh  # OUT, C, PKG, dev_configure, dev_build
 t0=$(date +%s)
@@ -25,17 +25,27 @@ k=0
 while IFS= read -r args; do
   [ -z "$args" ] && continue
   k=$((k + 1))
+  nvidia-smi --query-gpu=clocks.sm,power.draw,clocks_throttle_reasons.active --format=csv,noheader,nounits \
+    -lms 1000 >"$OUT/smi_$k.csv" &
+  smi=$!
   STRATA_STEP_TIMING=1 $OB $args >"$OUT/offline_$k.log" 2>&1
-  echo "offline $args (rc $?):"
+  rc=$?
+  kill $smi
+  echo "offline $args (rc $rc):"
   grep -E "^engine|^progress|^offline|^step|Host KV tier|CUDA graphs|engine steps|eager steps" "$OUT/offline_$k.log" | sed "s/^/  /" | cut -c1-330 | tail -40
+  # Samples drawing over 300 W (the run's busy part): SM clock and power medians, and how many
+  # had the software power cap (throttle reason bit 0x4) active.
+  python3 - "$OUT/smi_$k.csv" <<'PY'
+import statistics, sys
+rows = [l.split(", ") for l in open(sys.argv[1]) if l.count(",") == 2]
+busy = [(int(c), float(p), int(t, 16)) for c, p, t in rows if float(p) > 300]
+if not busy:
+    print("  smi: no busy samples")
+else:
+    clk = [b[0] for b in busy]
+    print(f"  smi: {len(busy)} busy s, SM clock median {statistics.median(clk):.0f} MHz (min {min(clk)}, "
+          f"max {max(clk)}), power median {statistics.median(b[1] for b in busy):.0f} W, "
+          f"power cap active {sum(1 for b in busy if b[2] & 4)} of {len(busy)} s")
+PY
 done <<<"$RUNS"
-if [ "${NSYS:-0}" = 1 ] && command -v nsys >/dev/null; then
-  nsys profile -o "$OUT/engine_b1" --force-overwrite true $OB --prompts 1 --in 512 --out 256 >"$OUT/nsys_engine.log" 2>&1
-  nsys stats -r cuda_gpu_kern_sum,cuda_api_sum "$OUT/engine_b1.nsys-rep" 2>/dev/null | head -60
-  DECODE_MODES=4 nsys profile -o "$OUT/bench_b1" --force-overwrite true ./build-dev/strata_bench_llama_bench --what decode >"$OUT/nsys_bench.log" 2>&1
-  nsys stats -r cuda_gpu_kern_sum,cuda_api_sum "$OUT/bench_b1.nsys-rep" 2>/dev/null | head -60
-  rm -f "$OUT"/*.nsys-rep "$OUT"/*.sqlite
-elif [ "${NSYS:-0}" = 1 ]; then
-  echo "nsys: not installed"; ls /usr/local/cuda/bin | head -50
-fi
 echo "total: $(( $(date +%s) - t0 )) s"
