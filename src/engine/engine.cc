@@ -264,9 +264,10 @@ Engine::~Engine() {
   if (thread_.joinable()) thread_.join();
   if (hicache_) {
     const HiCacheStats h = hicache_->stats();
-    LOG_INFO("Host KV tier: {} tokens served from host in {} promotions · {} pages demoted, {} dropped · "
-             "{:.3f} GB to host, {:.3f} GB to device · copies {:.3f} s",
-             h.host_hit_tokens, h.promotions, h.demoted_pages, h.dropped_pages, double(h.bytes_to_host) / 1e9,
+    LOG_INFO("Host KV tier: {} tokens served from host in {} promotions · {} pages demoted ({} evicted ahead), "
+             "{} dropped · {:.3f} GB to host, {:.3f} GB to device · copies {:.3f} s",
+             h.host_hit_tokens, h.promotions, h.demoted_pages, h.evicted_ahead_pages, h.dropped_pages,
+             double(h.bytes_to_host) / 1e9,
              double(h.bytes_to_device) / 1e9, h.copy_seconds);
   }
 }

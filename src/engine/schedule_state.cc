@@ -42,7 +42,9 @@ Request* ScheduleState::lookup(int64_t id) const {
 SchedulerSnapshot ScheduleState::snapshot() const {
   SchedulerSnapshot s;
   s.total_pages = pool_->num_pages();
-  s.free_pages = pool_->num_free_pages();
+  // Pages evicted ahead to the host tier count as free: the allocation that needs them waits for
+  // their copies (HiCache::evict_device).
+  s.free_pages = pool_->num_free_pages() + (hicache_ ? hicache_->pages_pending_free() : 0);
   s.evictable_pages = cache_->evictable_pages();
   s.new_token_ratio = new_token_ratio_;
   for (const Request* r : running_) {
@@ -239,7 +241,17 @@ ScheduledStep ScheduleState::apply(const Decision& d) {
   }
   step.num_decode_steps = d.decode.empty() ? 1 : d.num_decode_steps;
   new_token_ratio_ = d.new_token_ratio;
+  // Under write_back an allocation that evicts waits for the demoted pages' copies. Demoting now
+  // what the next step may need lets those copies run beside this step's forward instead.
+  if (hicache_) hicache_->evict_ahead(evict_ahead_pages());
   return step;
+}
+
+// Pages the next step may allocate: a page per running request (a decode step crosses at most one
+// page boundary), plus a prefill chunk; at most 1/16 of the pool (prefixes stay cached meanwhile).
+int32_t ScheduleState::evict_ahead_pages() const {
+  const int64_t chunk = pool_->pages_for_tokens(std::max(0, config_.chunked_prefill_size));
+  return int32_t(std::min<int64_t>(int64_t(running_.size()) + chunk, pool_->num_pages() / 16));
 }
 
 ScheduledStep ScheduleState::continue_decode() {

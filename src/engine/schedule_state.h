@@ -95,6 +95,7 @@ class ScheduleState {
   void cache_unfinished(Request* r);
   void promote_from_host(Request* r, int32_t end);
   void evict(int32_t pages);
+  int32_t evict_ahead_pages() const;
   void remove_running(Request* r);
   void remove_waiting(Request* r);
   Request* lookup(int64_t id) const;

@@ -166,7 +166,9 @@ void HiCache::on_insert(std::span<const int32_t> tokens) {
 
 int32_t HiCache::evict_device(int32_t num_pages) {
   poll();
-  const int32_t released = device_cache_->evict(num_pages);
+  // Pages evicted ahead whose copies are still in flight need only the wait below.
+  const int32_t pending = pages_pending_free();
+  const int32_t released = pending + (num_pages > pending ? device_cache_->evict(num_pages - pending) : 0);
   // A copy still reading a page the tree just let go of holds its last reference: wait for it.
   uint64_t need = 0;
   for (const InFlight& f : in_flight_)
@@ -177,6 +179,20 @@ int32_t HiCache::evict_device(int32_t num_pages) {
     poll();
   }
   return released;
+}
+
+int32_t HiCache::pages_pending_free() const {
+  int32_t n = 0;
+  for (const InFlight& f : in_flight_)
+    for (PageId p : f.device_pages) n += device_pool_->refcount(p) == 1;
+  return n;
+}
+
+void HiCache::evict_ahead(int32_t target_pages) {
+  if (policy_ != HiCacheWritePolicy::kWriteBack) return;
+  poll();
+  const int32_t have = device_pool_->num_free_pages() + pages_pending_free();
+  if (have < target_pages) stats_.evicted_ahead_pages += device_cache_->evict(target_pages - have);  // the hook copies
 }
 
 void HiCache::poll() {

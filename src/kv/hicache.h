@@ -13,7 +13,9 @@
 // submission order and may be asynchronous. A copy in flight pins what it touches: its host node
 // stays locked and its device pages hold one pool reference, so neither is dropped or reused
 // before it lands. evict_device() waits for copies whose device pages the eviction would free;
-// wait_promotions() is called before a forward pass reads promoted pages.
+// wait_promotions() is called before a forward pass reads promoted pages. Under write_back,
+// evict_ahead() demotes before the pool runs short, so those copies land during a forward pass
+// instead of stalling the next allocation (pages_pending_free() counts what they will free).
 //
 // Engine thread only; not thread-safe. match/insert cost O(tokens); copies O(pages).
 #pragma once
@@ -62,6 +64,7 @@ struct HiCacheStats {
   int64_t demotions = 0;          // evicted device nodes the host kept (in full)
   int64_t demoted_pages = 0;      // evicted device pages the host holds
   int64_t dropped_pages = 0;      // evicted device pages the host does not hold
+  int64_t evicted_ahead_pages = 0;  // of the evicted, by evict_ahead() (before an allocation needed them)
   int64_t backed_up_pages = 0;    // pages copied device -> host (any policy)
   int64_t bytes_to_host = 0;
   int64_t bytes_to_device = 0;
@@ -99,9 +102,15 @@ class HiCache {
   // tokens (whole pages, a path from the root) were inserted into the device tree.
   void on_insert(std::span<const int32_t> tokens);
 
-  // Evicts device prefixes (demoting them per the policy) until num_pages pages are released;
-  // returns with every released page free (copies reading them waited for).
+  // Frees num_pages device pages: first the pages pending free, then by evicting device prefixes
+  // (demoting them per the policy); returns with every such page free (copies reading them
+  // waited for). Returns the pages freed that way (fewer when the tree runs out of unlocked ones).
   int32_t evict_device(int32_t num_pages);
+  // Device pages whose last reference is a copy in flight: free once it lands. O(pages in flight).
+  int32_t pages_pending_free() const;
+  // write_back only (other policies copy nothing at eviction): evicts device prefixes until the
+  // free pages plus those pending free reach target_pages, without waiting for the copies.
+  void evict_ahead(int32_t target_pages);
 
   // Retires completed copies (unlocks their host nodes, drops their device references).
   void poll();

@@ -139,6 +139,8 @@ TEST_P(HiCacheSchedule, RandomTrafficReadsItsOwnContextFromBothTiers) {
   const HiCacheStats s = h.hicache.stats();
   EXPECT_GT(s.host_hit_tokens, 0);
   EXPECT_GT(s.demoted_pages, 0);
+  // write_back demotes ahead of need once the pool is large enough for a headroom (1/16 of it).
+  if (c.policy == HiCacheWritePolicy::kWriteBack && c.num_pages >= 16) EXPECT_GT(s.evicted_ahead_pages, 0);
   EXPECT_TRUE(h.state.flush_cache());
   h.state.check_invariants();
   EXPECT_EQ(h.pool.num_free_pages(), h.pool.num_pages());
@@ -152,7 +154,8 @@ INSTANTIATE_TEST_SUITE_P(
                       TierCase{HiCacheWritePolicy::kWriteThroughSelective, 2, 40, 12, 3},
                       TierCase{HiCacheWritePolicy::kWriteBack, 1, 48, 0, 4},
                       TierCase{HiCacheWritePolicy::kWriteBack, 4, 24, 8, 5},
-                      TierCase{HiCacheWritePolicy::kWriteBack, 16, 8, 32, 6}),
+                      TierCase{HiCacheWritePolicy::kWriteBack, 16, 8, 32, 6},
+                      TierCase{HiCacheWritePolicy::kWriteBack, 1, 160, 16, 7}),
     // Readable, stable names (the default prints the struct's bytes, padding included).
     [](const ::testing::TestParamInfo<TierCase>& info) {
       return std::string(hicache_write_policy_name(info.param.policy)) + "_page" +

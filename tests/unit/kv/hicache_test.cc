@@ -81,8 +81,10 @@ class Harness {
       if (!reqs_.empty()) compute(rng_() % reqs_.size());
     } else if (op < 80) {
       if (!reqs_.empty()) finish(rng_() % reqs_.size());
-    } else if (op < 88) {
+    } else if (op < 84) {
       hc_.evict_device(1 + int32_t(rng_() % 6));
+    } else if (op < 88) {
+      hc_.evict_ahead(1 + int32_t(rng_() % 12));
     } else if (op < 94) {
       hc_.poll();
     } else if (op < 99) {
@@ -289,6 +291,55 @@ TEST(HiCacheTest, WriteBackDemotesOnEvictionAndPromotesOnMatch) {
   EXPECT_EQ(hc.stats().host_hit_tokens, 4);
   EXPECT_EQ(hc.stats().bytes_to_device, 200);
   EXPECT_EQ(hc.stats().bytes_to_host, 300);
+}
+
+// write_back: evict_ahead() demotes without waiting; the pages stay held by their copies (pending
+// free) until an allocation's evict_device() waits for them.
+TEST(HiCacheTest, WriteBackEvictsAheadWithoutWaiting) {
+  std::mt19937 rng(11);
+  PagePool pool(5, 2);
+  RadixCache cache(&pool);
+  HostPool host(8, 2);
+  std::vector<uint64_t> content(5, 0);
+  // Copies land only when waited for (done() almost never lands one).
+  FakeIo io(&content, 8, {.slots_per_page = 1, .page_bytes = 100, .land_one_in = 1u << 30}, &rng);
+  HiCache hc(&pool, &cache, &host, &io, HiCacheWritePolicy::kWriteBack);
+  const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6}, b = {7, 8};
+  std::vector<PageId> pa = *pool.allocate(3);
+  for (int p = 0; p < 3; ++p) content[size_t(pa[size_t(p)])] = signature(a, p, 2);
+  cache.insert(a, pa);
+  cache.insert(b, *pool.allocate(1));
+  ASSERT_EQ(pool.num_free_pages(), 1);
+
+  hc.evict_ahead(3);  // 1 free: two more pages, the LRU leaf first (a's last page, or b)
+  EXPECT_EQ(pool.num_free_pages(), 1) << "evict_ahead waited for its copies";
+  EXPECT_GE(hc.pages_pending_free(), 2);
+  const int32_t ahead = int32_t(hc.stats().evicted_ahead_pages);
+  EXPECT_GE(ahead, 2);
+  EXPECT_EQ(hc.pages_pending_free(), ahead);
+  hc.check_invariants();
+  hc.evict_ahead(3);  // free + pending already reach the target: nothing more
+  EXPECT_EQ(hc.stats().evicted_ahead_pages, ahead);
+
+  // An allocation of 1 + ahead pages takes the pending ones first: waits, evicts nothing more.
+  EXPECT_EQ(hc.evict_device(ahead), ahead);
+  EXPECT_EQ(pool.num_free_pages(), 1 + ahead);
+  EXPECT_EQ(hc.pages_pending_free(), 0);
+  EXPECT_EQ(hc.stats().demoted_pages, ahead);
+  EXPECT_EQ(cache.evictable_pages(), 4 - ahead);
+  hc.check_invariants();
+
+  // Other policies copied at insert time: nothing to overlap, evict_ahead leaves the tree alone.
+  std::vector<uint64_t> content2(4, 0);
+  PagePool pool2(4, 2);
+  RadixCache cache2(&pool2);
+  HostPool host2(8, 2);
+  FakeIo io2(&content2, 8, kSignaturePages, &rng);
+  HiCache wt(&pool2, &cache2, &host2, &io2, HiCacheWritePolicy::kWriteThrough);
+  cache2.insert(a, *pool2.allocate(3));
+  wt.evict_ahead(4);
+  EXPECT_EQ(cache2.evictable_pages(), 3);
+  EXPECT_EQ(wt.stats().evicted_ahead_pages, 0);
 }
 
 TEST(HiCacheTest, WriteThroughDropsNothingItBackedUpAndHostEvictsLru) {
