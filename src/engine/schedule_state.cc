@@ -248,7 +248,8 @@ ScheduledStep ScheduleState::apply(const Decision& d) {
 }
 
 // Pages the next step may allocate: a page per running request (a decode step crosses at most one
-// page boundary), plus a prefill chunk; at most 1/16 of the pool (prefixes stay cached meanwhile).
+// page boundary), plus a prefill chunk; capped at 1/16 of the pool, so the prefix cache keeps the
+// rest of what it holds on the device.
 int32_t ScheduleState::evict_ahead_pages() const {
   const int64_t chunk = pool_->pages_for_tokens(std::max(0, config_.chunked_prefill_size));
   return int32_t(std::min<int64_t>(int64_t(running_.size()) + chunk, pool_->num_pages() / 16));
