@@ -259,15 +259,31 @@ TEST(HiCachePolicyTest, ParsesPolicies) {
   EXPECT_NE(bad.status().message().find("--hicache-write-policy"), std::string::npos);
 }
 
+// The fixed scenarios' setup: a device pool and its tree, a host pool, the late copier (page
+// contents are signatures) and the tier over them.
+struct Tiers {
+  Tiers(uint32_t seed, HiCacheWritePolicy policy, int32_t page_size, int32_t device_pages, int32_t host_pages,
+        testing::LateCopierShape shape = kSignaturePages)
+      : rng(seed),
+        pool(device_pages, page_size),
+        cache(&pool),
+        host(host_pages, page_size),
+        content(size_t(device_pages), 0),
+        io(&content, host_pages, shape, &rng),
+        hc(&pool, &cache, &host, &io, policy) {}
+  std::mt19937 rng;
+  PagePool pool;
+  RadixCache cache;
+  HostPool host;
+  std::vector<uint64_t> content;  // [device pages]
+  FakeIo io;
+  HiCache hc;
+};
+
 // Fixed scenario: a prefix evicted from the device comes back from host with its pages' bytes.
 TEST(HiCacheTest, WriteBackDemotesOnEvictionAndPromotesOnMatch) {
-  std::mt19937 rng(7);
-  PagePool pool(4, 2);
-  RadixCache cache(&pool);
-  HostPool host(8, 2);
-  std::vector<uint64_t> content(4, 0);
-  FakeIo io(&content, 8, kSignaturePages, &rng);
-  HiCache hc(&pool, &cache, &host, &io, HiCacheWritePolicy::kWriteBack);
+  Tiers t(7, HiCacheWritePolicy::kWriteBack, /*page_size=*/2, /*device_pages=*/4, /*host_pages=*/8);
+  auto& [rng, pool, cache, host, content, io, hc] = t;
   const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6};
   std::vector<PageId> pages = *pool.allocate(3);
   for (int p = 0; p < 3; ++p) content[size_t(pages[size_t(p)])] = signature(a, p, 2);
@@ -296,14 +312,10 @@ TEST(HiCacheTest, WriteBackDemotesOnEvictionAndPromotesOnMatch) {
 // write_back: evict_ahead() demotes without waiting; the pages stay held by their copies (pending
 // free) until an allocation's evict_device() waits for them.
 TEST(HiCacheTest, WriteBackEvictsAheadWithoutWaiting) {
-  std::mt19937 rng(11);
-  PagePool pool(5, 2);
-  RadixCache cache(&pool);
-  HostPool host(8, 2);
-  std::vector<uint64_t> content(5, 0);
   // Copies land only when waited for (done() almost never lands one).
-  FakeIo io(&content, 8, {.slots_per_page = 1, .page_bytes = 100, .land_one_in = 1u << 30}, &rng);
-  HiCache hc(&pool, &cache, &host, &io, HiCacheWritePolicy::kWriteBack);
+  Tiers t(11, HiCacheWritePolicy::kWriteBack, /*page_size=*/2, /*device_pages=*/5, /*host_pages=*/8,
+          {.slots_per_page = 1, .page_bytes = 100, .land_one_in = 1u << 30});
+  auto& [rng, pool, cache, host, content, io, hc] = t;
   const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6}, b = {7, 8};
   std::vector<PageId> pa = *pool.allocate(3);
   for (int p = 0; p < 3; ++p) content[size_t(pa[size_t(p)])] = signature(a, p, 2);
@@ -330,26 +342,16 @@ TEST(HiCacheTest, WriteBackEvictsAheadWithoutWaiting) {
   hc.check_invariants();
 
   // Other policies copied at insert time: nothing to overlap, evict_ahead leaves the tree alone.
-  std::vector<uint64_t> content2(4, 0);
-  PagePool pool2(4, 2);
-  RadixCache cache2(&pool2);
-  HostPool host2(8, 2);
-  FakeIo io2(&content2, 8, kSignaturePages, &rng);
-  HiCache wt(&pool2, &cache2, &host2, &io2, HiCacheWritePolicy::kWriteThrough);
-  cache2.insert(a, *pool2.allocate(3));
-  wt.evict_ahead(4);
-  EXPECT_EQ(cache2.evictable_pages(), 3);
-  EXPECT_EQ(wt.stats().evicted_ahead_pages, 0);
+  Tiers wt(12, HiCacheWritePolicy::kWriteThrough, /*page_size=*/2, /*device_pages=*/4, /*host_pages=*/8);
+  wt.cache.insert(a, *wt.pool.allocate(3));
+  wt.hc.evict_ahead(4);
+  EXPECT_EQ(wt.cache.evictable_pages(), 3);
+  EXPECT_EQ(wt.hc.stats().evicted_ahead_pages, 0);
 }
 
 TEST(HiCacheTest, WriteThroughDropsNothingItBackedUpAndHostEvictsLru) {
-  std::mt19937 rng(9);
-  PagePool pool(8, 1);
-  RadixCache cache(&pool);
-  HostPool host(3, 1);
-  std::vector<uint64_t> content(8, 0);
-  FakeIo io(&content, 3, kSignaturePages, &rng);
-  HiCache hc(&pool, &cache, &host, &io, HiCacheWritePolicy::kWriteThrough);
+  Tiers tiers(9, HiCacheWritePolicy::kWriteThrough, /*page_size=*/1, /*device_pages=*/8, /*host_pages=*/3);
+  auto& [rng, pool, cache, host, content, io, hc] = tiers;
   for (int32_t first : {10, 20, 30}) {
     const std::vector<int32_t> t = {first, first + 1};
     cache.insert(t, *pool.allocate(2));
