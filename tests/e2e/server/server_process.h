@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -80,11 +81,18 @@ class ServerProcess {
         },
         timeout_s);
     if (!logged || port_ <= 0) return false;
-    return poll_until([&] { return http(port_, "GET", "/health", "", 10).status == 200; }, timeout_s);
+    HttpResponse last;
+    if (poll_until([&] { return (last = http(port_, "GET", "/health", "", 10)).status == 200; }, timeout_s))
+      return true;
+    // Never healthy: say what /health last answered and where the server's threads wait.
+    start_problem_ = "\n[test] /health never answered 200 in " + std::to_string(int(timeout_s)) +
+                     " s; the last answer: status " + std::to_string(last.status) + ", body '" + last.body +
+                     "'; " + (exited() ? "the server exited with " + std::to_string(exit_code_) : thread_states());
+    return false;
   }
   int port() const { return port_; }
   pid_t pid() const { return pid_; }
-  std::string log() const { return read_file(log_path_); }
+  std::string log() const { return read_file(log_path_) + start_problem_; }
   // True once the process has exited (reaps it and records the exit code).
   bool exited() {
     if (pid_ <= 0) return true;
@@ -104,6 +112,19 @@ class ServerProcess {
     return exit_code_;
   }
   int exit_code() const { return exit_code_; }
+  // Each thread of the running server: name, state and kernel wait channel (from /proc).
+  std::string thread_states() const {
+    std::string out = "threads (name state wchan):";
+    std::error_code ec;
+    for (const auto& t : std::filesystem::directory_iterator("/proc/" + std::to_string(pid_) + "/task", ec)) {
+      const std::string stat = read_file(t.path() / "stat");
+      const size_t open = stat.find('('), close = stat.rfind(')');
+      if (open == std::string::npos || close == std::string::npos || close + 2 >= stat.size()) continue;
+      out += " [" + stat.substr(open + 1, close - open - 1) + " " + stat.substr(close + 2, 1) + " " +
+             read_file(t.path() / "wchan") + "]";
+    }
+    return out;
+  }
   // Resident set size in KiB (from /proc).
   long rss_kib() const {
     std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
@@ -122,6 +143,7 @@ class ServerProcess {
   int port_ = -1;
   int exit_code_ = -1;
   std::string log_path_;
+  std::string start_problem_;  // why start() failed, when it did past the log line
 };
 
 // Runs a command, returns its exit code and output (stdout + stderr).
