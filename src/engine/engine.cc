@@ -185,6 +185,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   dep.max_total_tokens = config.max_total_tokens;
   dep.chunked_prefill_size = config.chunked_prefill_size;
   dep.cuda_graph_max_bs = *e->config_.cuda_graph_max_bs;
+  dep.weight_policy = e->backend_->weight_policy();
   if (config.device == "cpu") {
     // No CUDA context, graphs or communicators; the GPU-size rule for the default fraction does
     // not apply. The planner's CPU mode is what `strata plan --device cpu` uses too.

@@ -87,10 +87,14 @@ void CudaBackend::moe_experts(const Tensor& x, const MoeExpertWeights& experts,
   HostTensor w = to_host(*this, topk_weights);
   // Host float32 copies of the expert weights, wrapped as CPU "device" tensors.
   MoeExpertWeights host_experts;
-  host_experts.gate_up = cpu.alloc(DType::kF32, experts.gate_up->view().shape);
-  host_experts.down = cpu.alloc(DType::kF32, experts.down->view().shape);
-  download_f32(experts.gate_up->view(), host_experts.gate_up->view().ptr<float>());
-  download_f32(experts.down->view(), host_experts.down->view().ptr<float>());
+  CHECK_MSG(experts.gate_up.is_dense() && experts.down.is_dense(),
+            "moe_experts on the CPU twin: packed expert weights cannot be downloaded");
+  host_experts.gate_up.weight = cpu.alloc(DType::kF32, experts.gate_up.weight->view().shape);
+  host_experts.down.weight = cpu.alloc(DType::kF32, experts.down.weight->view().shape);
+  host_experts.gate_up.stack = experts.gate_up.stack;
+  host_experts.down.stack = experts.down.stack;
+  download_f32(experts.gate_up.weight->view(), host_experts.gate_up.weight->view().ptr<float>());
+  download_f32(experts.down.weight->view(), host_experts.down.weight->view().ptr<float>());
   HostTensor o(DType::kF32, out.shape);
   cpu.moe_experts(hx.view, host_experts, ids.view, w.view, o.view);
   to_device(o, out);
