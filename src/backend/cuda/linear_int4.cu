@@ -219,10 +219,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2)
     for (int64_t b = part; b < batches; b += KS) {
       Batch<NM, U> nxt;  // in flight while this batch is multiplied
       load_batch<NM, U>(nxt, wp, sp, (b + KS) * U, kt_count, b + KS < batches, gshift, group32);
+      // Tiles past the last (a partial batch) multiply zero weights by zero x: no branch, so
+      // the x loads of the whole batch can be issued together.
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int64_t kt = b * U + u;
-        if (kt >= kt_count) break;
         uint32_t xb[NT][4][2];
         load_x<NT>(xb, p, kt, g, c);
 #pragma unroll

@@ -233,10 +233,10 @@ __global__ void __launch_bounds__(kThreads, 2) int4_gemm_kernel(Int4LinearParams
   for (int j = 0; j < steps; ++j) b.step(j, acc, a, warp, lane);
   wgmma_wait<0>();
   reg_fence<BM / 2>(acc);
+  cp_async_wait<0>();  // the zero-filled copies past the last step
   char* smem = smem_raw + (b.smem - smem_u32(smem_raw));
 
   if constexpr (KW == 2) {  // warpgroup 1's partial sums join warpgroup 0's
-    cp_async_wait<0>();
     __syncthreads();
     float* red = reinterpret_cast<float*>(smem);
     const int t = tid % 128;
