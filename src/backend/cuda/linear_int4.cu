@@ -128,8 +128,9 @@ __global__ void int4_dequant_kernel(Int4DequantParams p) {
 constexpr int kGemvWarps = 8;
 constexpr int kDefaultBlocksPerSm = 2;  // resident at <= 128 registers per thread
 // k tiles per batch: 16-byte loads per lane per matrix in flight (twice that with the next
-// batch's); fewer where the x fragments of 4 n tiles need the registers.
-constexpr int gemv_unroll(int nt, bool glu) { return (glu ? 2 : 4) / (nt >= 4 ? 2 : 1); }
+// batch's); fewer where the x fragments of 2 and 4 n tiles need the registers (two blocks of
+// 8 warps per SM at <= 128 registers still keep 16-64 KB of weights in flight per SM).
+constexpr int gemv_unroll(int nt, bool glu) { return nt == 1 ? (glu ? 2 : 4) : (nt == 2 && !glu ? 2 : 1); }
 
 template <int NM, int U>
 struct Batch {  // one batch of U k tiles: this lane's packed words and scale words per matrix
@@ -161,19 +162,48 @@ __device__ __forceinline__ void load_batch(Batch<NM, U>& b, const uint4* const* 
 }
 
 // x as B fragments of tile kt: token 8j + g, k step s -> {k 16s + 2c, +1}, {16s + 2c + 8, +9}.
+// xrow[j]: token 8j + g's row at column 2c, null past m. k % 32 == 0, so each half of a tile
+// (steps 0-1, 2-3) lies wholly inside or past k; past k (the last tile's padding, or tiles past
+// the last in a partial batch) x is zero, never loaded.
 template <int NT>
-__device__ __forceinline__ void load_x(uint32_t (&xb)[NT][4][2], const Int4LinearParams& p,
-                                       int64_t kt, int g, int c) {
+__device__ __forceinline__ void load_x(uint32_t (&xb)[NT][4][2], const bf16_bits* const* xrow,
+                                       int64_t kt, int64_t k) {
+  const bool lower = kt * kInt4TileK < k, upper = kt * kInt4TileK + 32 < k;
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
-    const int64_t tok = 8 * j + g;
+    const unsigned int* src = reinterpret_cast<const unsigned int*>(xrow[j] + kt * kInt4TileK);
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-      const int64_t k0 = kt * kInt4TileK + 16 * s;
-      const bool ok = tok < p.m && k0 < p.k;  // k % 32 == 0: a k step is wholly in or out
-      const unsigned int* src = reinterpret_cast<const unsigned int*>(p.x + tok * p.k + k0 + 2 * c);
-      xb[j][s][0] = ok ? __ldg(src) : 0u;
-      xb[j][s][1] = ok ? __ldg(src + 4) : 0u;
+      const bool ok = xrow[j] != nullptr && (s < 2 ? lower : upper);
+      xb[j][s][0] = ok ? __ldg(src + 8 * s) : 0u;
+      xb[j][s][1] = ok ? __ldg(src + 8 * s + 4) : 0u;
+    }
+  }
+}
+
+// Multiplies one batch: every tile's A fragments (dequantized per k step) times x. Tiles past
+// the last (a partial batch) multiply zero weights by zero x: no branch, so the x loads of the
+// whole batch can be issued together.
+template <int NT, int NM, int U>
+__device__ __forceinline__ void mma_batch(float (&acc)[NM][NT][4], const Batch<NM, U>& cur,
+                                          const bf16_bits* const* xrow, int64_t kt0, int64_t k) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    uint32_t xb[NT][4][2];
+    load_x<NT>(xb, xrow, kt0 + u, k);
+#pragma unroll
+    for (int mt = 0; mt < NM; ++mt) {
+      uint32_t lo[2], hi[2];
+      scale_pairs(cur.s[mt][u][0], &lo[0], &hi[0]);
+      scale_pairs(cur.s[mt][u][1], &lo[1], &hi[1]);
+      const uint32_t words[4] = {cur.w[mt][u].x, cur.w[mt][u].y, cur.w[mt][u].z, cur.w[mt][u].w};
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        uint32_t a[4];
+        dequant_word(words[s], lo[s / 2], hi[s / 2], a);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) mma16816(acc[mt][j], a, xb[j][s][0], xb[j][s][1]);
+      }
     }
   }
 }
@@ -216,32 +246,17 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[mt][j][i] = 0.0f;
   if (valid) {
-    for (int64_t b = part; b < batches; b += KS) {
-      Batch<NM, U> nxt;  // in flight while this batch is multiplied
+    const bf16_bits* xrow[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) xrow[j] = 8 * j + g < p.m ? p.x + (8 * j + g) * p.k + 2 * c : nullptr;
+    // Two batch buffers in turn: one is multiplied while the next batch's loads are in flight.
+    Batch<NM, U> nxt;
+    for (int64_t b = part; b < batches; b += 2 * KS) {
       load_batch<NM, U>(nxt, wp, sp, (b + KS) * U, kt_count, b + KS < batches, gshift, group32);
-      // Tiles past the last (a partial batch) multiply zero weights by zero x: no branch, so
-      // the x loads of the whole batch can be issued together.
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t kt = b * U + u;
-        uint32_t xb[NT][4][2];
-        load_x<NT>(xb, p, kt, g, c);
-#pragma unroll
-        for (int mt = 0; mt < NM; ++mt) {
-          uint32_t lo[2], hi[2];
-          scale_pairs(cur.s[mt][u][0], &lo[0], &hi[0]);
-          scale_pairs(cur.s[mt][u][1], &lo[1], &hi[1]);
-          const uint32_t words[4] = {cur.w[mt][u].x, cur.w[mt][u].y, cur.w[mt][u].z, cur.w[mt][u].w};
-#pragma unroll
-          for (int s = 0; s < 4; ++s) {
-            uint32_t a[4];
-            dequant_word(words[s], lo[s / 2], hi[s / 2], a);
-#pragma unroll
-            for (int j = 0; j < NT; ++j) mma16816(acc[mt][j], a, xb[j][s][0], xb[j][s][1]);
-          }
-        }
-      }
-      cur = nxt;
+      mma_batch<NT, NM, U>(acc, cur, xrow, b * U, p.k);
+      if (b + KS >= batches) break;
+      load_batch<NM, U>(cur, wp, sp, (b + 2 * KS) * U, kt_count, b + 2 * KS < batches, gshift, group32);
+      mma_batch<NT, NM, U>(acc, nxt, xrow, (b + KS) * U, p.k);
     }
   }
   if constexpr (KS > 1) {

@@ -120,8 +120,9 @@ static_assert(std::has_unique_object_representations_v<Int4LinearParams> &&
               "no padding bytes: launches are recorded by their parameter bytes");
 // Decode: m <= kInt4GemvMaxRows (fastest at m <= 16), plain or SwiGLU.
 void launch_int4_gemv(const Int4LinearParams& p, cudaStream_t stream);
-// Any m, plain only (glu_inter must be 0). Sets its kernels' shared-memory limit on first use;
-// call init_int4_linear_kernels() before a CUDA-graph capture to keep that out of it.
+// Any m, plain only (glu_inter must be 0). Sets its kernels' shared-memory limit on first use on
+// each device; init_int4_linear_kernels() does it for the current device ahead (before a
+// CUDA-graph capture).
 void launch_int4_gemm(const Int4LinearParams& p, cudaStream_t stream);
 void init_int4_linear_kernels();
 
