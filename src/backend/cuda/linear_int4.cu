@@ -29,14 +29,19 @@
 // A grouped (MoE) variant only offsets `packed` and `scale` by an expert's stride: nothing in the
 // layout depends on other experts.
 //
-// GEMV (m <= 32; decode): one warp per 16-row tile (GLU: the gate tile and its up tile), or KS
-// warps of a block per tile, each streaming interleaved batches of U consecutive k tiles (U
-// 16-byte loads per lane per matrix; the next batch is loaded before the current one is
-// multiplied, so 2·U loads stay in flight) and summing in shared memory. x is read from global
-// (L1) as the B fragment's 32-bit pairs; tokens >= m multiply zeros. KS is the most warps per
-// tile (1..8) whose grid still fits one wave of resident blocks. With `preload`, the first batch of
-// weights and scales is loaded before pdl_wait, so the stream starts while the previous kernel
-// finishes.
+// GEMV (m <= 32; decode): mma.sync m16n8k16 with 16 weight rows as A and 8 tokens as B (1, 2 or
+// 4 n tiles; tokens >= m multiply zeros). One warp per 16-row tile (GLU: the gate tile and its
+// up tile), or KS warps of a block per tile, each streaming interleaved batches of U
+// consecutive k tiles (U 16-byte loads per lane per matrix) into two register buffers in turn:
+// one batch is multiplied while the next one's loads are in flight; partial sums meet in shared
+// memory. x comes from global (L1) as the B fragments' 32-bit pairs. KS is the most warps per
+// tile (1..8) whose grid still fits one wave of resident blocks (two of 8 warps per SM at <= 128
+// registers): a partial second wave would stream with most SMs idle. With `preload`, the first
+// batch of weights and scales is loaded before pdl_wait, so the stream starts while the previous
+// kernel finishes. Cost per 512-byte tile and warp at m <= 8: ~60 instructions of dequant, 4 mma,
+// ~12 for x, ~10 for loads and scales: at ~16 bytes per clock per SM of HBM share that is ~2.7
+// instructions per clock per SM, so the kernel sits near the issue limit as well as the memory
+// limit (the bf16 GEMV needed ~0.8).
 #include <cuda_bf16.h>
 
 #include <algorithm>

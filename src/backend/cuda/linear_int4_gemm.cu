@@ -8,13 +8,14 @@
 // each warp owns one 16-row tile of W and all BM tokens, so no weight is loaded or dequantized
 // twice in a block. KW = 1: the warpgroups take 128 different output rows; KW = 2: the same 64
 // rows and alternate k tiles, summed in shared memory at the end (twice the blocks, for small
-// n · m). Stages of (x tiles, every warp's weight tile and scales) stream in by cp.async, S - 1
-// steps ahead. Per k step a warp dequantizes its tile into A fragments, issues the four wgmma
-// and, while they run, the copies of step j + S - 1; it then waits for both. The tensor cores
-// stay busy through one warpgroup's dequantization with the other warpgroups of the SM (two
-// blocks per SM): double-buffering the fragments inside a warpgroup made the BM = 128 kernels
-// spill at their 128-register budget. Blocks are rastered in groups of 8 token tiles, so a
-// token tile's x stays in L2 while the weights stream past it.
+// n · m). Stages of (x tiles, every warp's weight tile and scales) stream in by cp.async, S - 2
+// steps ahead of the one being dequantized. Per k step a warpgroup issues the four wgmma of step
+// j on one A-fragment buffer and, while they run, waits for step j - 1's wgmma and step j + 1's
+// copies, meets the block at one barrier, issues step j + S - 1's copies and dequantizes step
+// j + 1 into the other buffer (the loop is unrolled by two so both buffers have fixed registers;
+// an odd step count gets a zero-filled step). Two blocks per SM (<= 128 registers, <= 113 KB of
+// shared memory each) fill each other's barrier waits. Blocks are rastered in groups of 8 token
+// tiles, so a token tile's x stays in L2 while the weights stream past it.
 #include <atomic>
 
 #include "backend/cuda/linear_int4.cuh"
@@ -155,23 +156,26 @@ struct GemmBlock {
     dequant_word(q.w, lo1, hi1, a[3]);
   }
 
-  // Step j (landed, behind a barrier): dequantize, issue its wgmma; while they run, issue step
-  // j + S - 1's copies (into step j - 1's stage, whose wgmma every warp waited for before the
-  // barrier) and wait for step j + 1; then wait for the wgmma (the fragments are reused) and
-  // meet at the barrier.
-  __device__ __forceinline__ void step(int j, float* acc, uint32_t (&a)[4][4], int warp, int lane) const {
-    dequant(j, a, warp, lane);
+  // Step j: its A fragments `cur` are ready. Issue its wgmma; while they run, wait for step
+  // j - 1's wgmma (its stage and the other fragment buffer `nxt` are then free) and for step
+  // j + 1's copies, meet at the barrier, issue step j + S - 1's copies into step j - 1's stage
+  // and dequantize step j + 1 into `nxt`.
+  __device__ __forceinline__ void step(int j, int steps, float* acc, uint32_t (&cur)[4][4],
+                                       uint32_t (&nxt)[4][4], int warp, int lane) const {
     wgmma_fence();
     const uint32_t xb = smem + uint32_t(j % C::kStages) * C::kXBytes + kw * BM * 128;
 #pragma unroll
-    for (int s = 0; s < 4; ++s) wgmma_rs<BM>(acc, a[s], smem_desc(xb + 32 * s));
+    for (int s = 0; s < 4; ++s) wgmma_rs<BM>(acc, cur[s], smem_desc(xb + 32 * s));
     wgmma_commit();
-    issue(j + C::kStages - 1);
-    cp_async_commit();
-    cp_async_wait<C::kStages - 2>();  // committed: steps 0 .. j + S - 1; step j + 1 landed
-    wgmma_wait<0>();
-    fence_proxy_async();
-    __syncthreads();
+    if (j + 1 < steps) {
+      wgmma_wait<1>();
+      cp_async_wait<C::kStages - 3>();  // committed: steps 0 .. j + S - 2; step j + 1 landed
+      fence_proxy_async();
+      __syncthreads();
+      issue(j + C::kStages - 1);
+      cp_async_commit();
+      dequant(j + 1, nxt, warp, lane);
+    }
   }
 };
 
@@ -228,11 +232,18 @@ __global__ void __launch_bounds__(kThreads, 2) int4_gemm_kernel(Int4LinearParams
   float acc[BM / 2];
 #pragma unroll
   for (int i = 0; i < BM / 2; ++i) acc[i] = 0.0f;
-  uint32_t a[4][4];
+  // Two fragment buffers in turn (the loop is unrolled by two so that both have fixed
+  // registers); an odd step count gets one zero-filled step more.
+  uint32_t a0[4][4], a1[4][4];
   cp_async_wait<C::kStages - 2>();  // step 0 landed
   fence_proxy_async();
   __syncthreads();
-  for (int j = 0; j < steps; ++j) b.step(j, acc, a, warp, lane);
+  b.dequant(0, a0, warp, lane);
+  const int steps2 = steps + (steps & 1);
+  for (int j = 0; j < steps2; j += 2) {
+    b.step(j, steps2, acc, a0, a1, warp, lane);
+    b.step(j + 1, steps2, acc, a1, a0, warp, lane);
+  }
   wgmma_wait<0>();
   reg_fence<BM / 2>(acc);
   cp_async_wait<0>();  // the zero-filled copies past the last step
