@@ -71,6 +71,14 @@ __device__ __forceinline__ void reg_fence(float* r) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
+// Pins the A fragments' computation before the next wgmma_fence (which must follow every
+// register write a wgmma reads), as CUTLASS's warpgroup_fence_operand does.
+__device__ __forceinline__ void reg_fence(uint32_t (&a)[4][4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(a[i][j])::"memory");
+}
 
 template <int BM, int KW>
 struct GemmCfg {
@@ -154,6 +162,7 @@ struct GemmBlock {
     dequant_word(q.y, lo0, hi0, a[1]);
     dequant_word(q.z, lo1, hi1, a[2]);
     dequant_word(q.w, lo1, hi1, a[3]);
+    reg_fence(a);
   }
 
   // Step j: its A fragments `cur` are ready. Issue its wgmma; while they run, wait for step
