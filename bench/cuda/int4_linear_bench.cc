@@ -1,7 +1,8 @@
 // W4A16 linears (backend/cuda/linear_int4.h) on the Llama-3.1-8B layer shapes, group 128, random
 // weights made on the device in the repacked layout:
 //   ceilings  device-to-device copy bandwidth (4 GiB, median of 10) and cuBLAS bf16 GEMM 8192³
-//   gemv      the decode GEMV (weight preload on) at m = 1, 2, 4, 8, 16 per shape (and gate_up with the SwiGLU
+//   gemv      the decode GEMV (weight preload on) at m = 1, 2, 4, 8, 16 per shape (and gate_up with
+//   the SwiGLU
 //             epilogue), GB/s on packed + scale bytes and % of copy bandwidth; at m = 1 the
 //             launch variants (blocks per SM of the k-split rule, weight preload before the PDL
 //             wait); one decode token's W4A16 GEMVs (32 layers) back to back
@@ -77,7 +78,7 @@ void fill(void* p, size_t bytes, uint64_t seed, float scale, cudaStream_t s) {
 }
 
 struct Ceilings {
-  double copy_gbs = 0;   // (read + write) bytes / s
+  double copy_gbs = 0;  // (read + write) bytes / s
   double gemm_tflops = 0;
 };
 
@@ -88,7 +89,8 @@ Ceilings measure_ceilings(cudaStream_t s, cublasHandle_t h) {
     Dev src(bytes), dst(bytes);
     fill(src.as<void>(), bytes, 7, 1.0f, s);
     const double ms = time_ms(s, 3, 10, [&] {
-      CUDA_CHECK(cudaMemcpyAsync(dst.as<void>(), src.as<void>(), bytes, cudaMemcpyDeviceToDevice, s));
+      CUDA_CHECK(
+          cudaMemcpyAsync(dst.as<void>(), src.as<void>(), bytes, cudaMemcpyDeviceToDevice, s));
     });
     c.copy_gbs = 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
   }
@@ -192,8 +194,13 @@ std::vector<uint16_t> reference(cublasHandle_t h, const Weights& w, const Dev& x
                                 bool glu, cudaStream_t s) {
   const int64_t m = std::min(m_all, kCheckRows);
   Dev wb(size_t(w.n * w.k) * 2), out(size_t(m * w.n) * 2);
-  cuda::Int4DequantParams dq{w.packed[0]->as<void>(), w.scale[0]->as<bf16_bits>(), wb.as<bf16_bits>(),
-                             w.n, w.k, kGroup, 0};
+  cuda::Int4DequantParams dq{w.packed[0]->as<void>(),
+                             w.scale[0]->as<bf16_bits>(),
+                             wb.as<bf16_bits>(),
+                             w.n,
+                             w.k,
+                             kGroup,
+                             0};
   cuda::launch_int4_dequant_bf16(dq, s);
   cublas_linear(h, wb.as<void>(), x.as<void>(), out.as<void>(), m, w.n, w.k);
   if (!glu) return download(out, size_t(m * w.n), s);
@@ -212,23 +219,26 @@ struct GemvRow {
 void bench_gemv(const Ceilings& c, cudaStream_t s, cublasHandle_t h, std::vector<GemvRow>* rows) {
   const int ms[] = {1, 2, 4, 8, 16};
   double token_ms[5] = {}, token_bytes = 0;
-  std::printf("gemv     W4A16 group %d: us, GB/s of packed + scale bytes, %% of copy bandwidth\n", kGroup);
+  std::printf("gemv     W4A16 group %d: us, GB/s of packed + scale bytes, %% of copy bandwidth\n",
+              kGroup);
   for (const Shape& sh : kShapes) {
     Weights w = make_weights(sh.n, sh.k, s, 100);
     Dev x(size_t(16 * sh.k) * 2), out(size_t(16 * sh.n) * 2);
     fill(x.as<void>(), x.bytes(), 99, 1.0f, s);
     const double gb = double(w.bytes()) / 1e9;
     auto run = [&](int64_t m, int blocks_per_sm, int preload, int pdl_early) {
-      return time_ms(s, 3, 10, [&] {
-        for (int i = 0; i < w.copies(); ++i) {
-          cuda::Int4LinearParams p = linear_params(w, i, x, out, m);
-          p.glu_inter = sh.glu ? sh.n / 2 : 0;
-          p.gemv_blocks_per_sm = blocks_per_sm;
-          p.preload = preload;
-          p.pdl_early = pdl_early;
-          cuda::launch_int4_gemv(p, s);
-        }
-      }) / w.copies();
+      return time_ms(s, 3, 10,
+                     [&] {
+                       for (int i = 0; i < w.copies(); ++i) {
+                         cuda::Int4LinearParams p = linear_params(w, i, x, out, m);
+                         p.glu_inter = sh.glu ? sh.n / 2 : 0;
+                         p.gemv_blocks_per_sm = blocks_per_sm;
+                         p.preload = preload;
+                         p.pdl_early = pdl_early;
+                         cuda::launch_int4_gemv(p, s);
+                       }
+                     }) /
+             w.copies();
     };
     for (int mi = 0; mi < 5; ++mi) {
       const int64_t m = ms[mi];
@@ -237,21 +247,26 @@ void bench_gemv(const Ceilings& c, cudaStream_t s, cublasHandle_t h, std::vector
         p.glu_inter = sh.glu ? sh.n / 2 : 0;
         cuda::launch_int4_gemv(p, s);
       }
-      const double e =
-          nmse(download(out, size_t(m * (sh.glu ? sh.n / 2 : sh.n)), s), reference(h, w, x, m, sh.glu, s));
+      const double e = nmse(download(out, size_t(m * (sh.glu ? sh.n / 2 : sh.n)), s),
+                            reference(h, w, x, m, sh.glu, s));
       const double t = run(m, 0, 1, 0);
       const double gbs = gb / (t * 1e-3);
       // The GEMM on the same rows (plain shapes): where the GEMV stops paying.
       double gemm_us = 0;
       if (!sh.glu) {
-        gemm_us = 1e3 * time_ms(s, 3, 10, [&] {
-          for (int i = 0; i < w.copies(); ++i) cuda::launch_int4_gemm(linear_params(w, i, x, out, m), s);
-        }) / w.copies();
+        gemm_us = 1e3 *
+                  time_ms(s, 3, 10,
+                          [&] {
+                            for (int i = 0; i < w.copies(); ++i)
+                              cuda::launch_int4_gemm(linear_params(w, i, x, out, m), s);
+                          }) /
+                  w.copies();
       }
-      std::printf("gemv     %-12s %6lld x %5lld m=%-2lld: %7.2f us  %5.0f GB/s  %5.1f%% of copy  (nmse vs "
-                  "dequant+cuBLAS %.2g; GEMM %.2f us)\n",
-                  sh.name, (long long)sh.n, (long long)sh.k, (long long)m, t * 1e3, gbs,
-                  100.0 * gbs / c.copy_gbs, e, gemm_us);
+      std::printf(
+          "gemv     %-12s %6lld x %5lld m=%-2lld: %7.2f us  %5.0f GB/s  %5.1f%% of copy  (nmse vs "
+          "dequant+cuBLAS %.2g; GEMM %.2f us)\n",
+          sh.name, (long long)sh.n, (long long)sh.k, (long long)m, t * 1e3, gbs,
+          100.0 * gbs / c.copy_gbs, e, gemm_us);
       if (std::strcmp(sh.name, "gate_up") != 0) token_ms[mi] += 32 * t;
       rows->push_back({sh.name, m, t * 1e3, 100.0 * gbs / c.copy_gbs});
     }
@@ -261,14 +276,17 @@ void bench_gemv(const Ceilings& c, cudaStream_t s, cublasHandle_t h, std::vector
       for (int preload : {0, 1})
         for (int early : {0, 1}) {
           const double t = run(1, bps, preload, early);
-          std::printf("gemv     %-12s m=1 blocks/SM %d preload %d early %d: %7.2f us  %5.1f%% of copy\n",
-                      sh.name, bps, preload, early, t * 1e3, 100.0 * gb / (t * 1e-3) / c.copy_gbs);
+          std::printf(
+              "gemv     %-12s m=1 blocks/SM %d preload %d early %d: %7.2f us  %5.1f%% of copy\n",
+              sh.name, bps, preload, early, t * 1e3, 100.0 * gb / (t * 1e-3) / c.copy_gbs);
         }
   }
   for (int mi = 0; mi < 5; ++mi) {
     const double gbs = token_bytes / 1e9 / (token_ms[mi] * 1e-3);
-    std::printf("gemv     one decode token's W4A16 GEMVs (32 x qkv, o_proj, gate_up+silu, down), m=%d: "
-                "%.3f ms = %.0f GB/s = %.1f%% of copy\n", ms[mi], token_ms[mi], gbs, 100.0 * gbs / c.copy_gbs);
+    std::printf(
+        "gemv     one decode token's W4A16 GEMVs (32 x qkv, o_proj, gate_up+silu, down), m=%d: "
+        "%.3f ms = %.0f GB/s = %.1f%% of copy\n",
+        ms[mi], token_ms[mi], gbs, 100.0 * gbs / c.copy_gbs);
     rows->push_back({"token", ms[mi], token_ms[mi] * 1e3, 100.0 * gbs / c.copy_gbs});
   }
 }
@@ -286,8 +304,9 @@ void bench_gemm(const Ceilings& c, cudaStream_t s, cublasHandle_t h, const std::
     int tokens, ksplit;
   };
   const Cfg cfgs[] = {{0, 0}, {64, 1}, {64, 2}, {128, 1}, {128, 2}};
-  std::printf("gemm     W4A16 GEMM vs bf16 cuBLAS vs dequant+cuBLAS, us (TFLOP/s); int4 configs: auto, "
-              "64x1, 64x2, 128x1, 128x2 (tokens x k split)\n");
+  std::printf(
+      "gemm     W4A16 GEMM vs bf16 cuBLAS vs dequant+cuBLAS, us (TFLOP/s); int4 configs: auto, "
+      "64x1, 64x2, 128x1, 128x2 (tokens x k split)\n");
   for (const Shape& sh : kShapes) {
     if (sh.glu) continue;
     Weights w = make_weights(sh.n, sh.k, s, 300);
@@ -306,8 +325,9 @@ void bench_gemm(const Ceilings& c, cudaStream_t s, cublasHandle_t h, const std::
       const auto want = reference(h, w, x, m, false, s);
       double t[5];
       char line[1024];
-      int len = std::snprintf(line, sizeof line, "gemm     %-8s %6lld x %5lld m=%-5d int4:", sh.name,
-                              (long long)sh.n, (long long)sh.k, m);
+      int len =
+          std::snprintf(line, sizeof line, "gemm     %-8s %6lld x %5lld m=%-5d int4:", sh.name,
+                        (long long)sh.n, (long long)sh.k, m);
       for (int ci = 0; ci < 5; ++ci) {
         auto launch = [&](int i) {
           cuda::Int4LinearParams p = linear_params(w, i, x, out, m);
@@ -316,30 +336,48 @@ void bench_gemm(const Ceilings& c, cudaStream_t s, cublasHandle_t h, const std::
           cuda::launch_int4_gemm(p, s);
         };
         launch(0);
-        const double e = nmse(download(out, size_t(std::min<int64_t>(m, kCheckRows) * sh.n), s), want);
-        t[ci] = time_ms(s, 2, 10, [&] {
-          for (int i = 0; i < w.copies(); ++i) launch(i);
-        }) / w.copies();
+        const double e =
+            nmse(download(out, size_t(std::min<int64_t>(m, kCheckRows) * sh.n), s), want);
+        t[ci] = time_ms(s, 2, 10,
+                        [&] {
+                          for (int i = 0; i < w.copies(); ++i) launch(i);
+                        }) /
+                w.copies();
         len += std::snprintf(line + len, sizeof line - size_t(len), " %.1f (%.0f%s)", t[ci] * 1e3,
                              tflop / (t[ci] * 1e-3), e < 1e-4 ? "" : " WRONG");
       }
       if (m <= cuda::kInt4GemvMaxRows) {  // the GEMV on the same rows
-        const double tg = time_ms(s, 2, 10, [&] {
-          for (int i = 0; i < w.copies(); ++i) cuda::launch_int4_gemv(linear_params(w, i, x, out, m), s);
-        }) / w.copies();
+        const double tg = time_ms(s, 2, 10,
+                                  [&] {
+                                    for (int i = 0; i < w.copies(); ++i)
+                                      cuda::launch_int4_gemv(linear_params(w, i, x, out, m), s);
+                                  }) /
+                          w.copies();
         len += std::snprintf(line + len, sizeof line - size_t(len), " | gemv %.1f", tg * 1e3);
       }
-      const double bf16 = time_ms(s, 2, 10, [&] {
-        for (auto& wi : wb) cublas_linear(h, wi->as<void>(), x.as<void>(), out.as<void>(), m, sh.n, sh.k);
-      }) / bf16_copies;
-      const double deq = time_ms(s, 2, 10, [&] {
-        for (int i = 0; i < w.copies(); ++i) {
-          cuda::Int4DequantParams dq{w.packed[size_t(i)]->as<void>(), w.scale[size_t(i)]->as<bf16_bits>(),
-                                     scratch.as<bf16_bits>(), sh.n, sh.k, kGroup, 0};
-          cuda::launch_int4_dequant_bf16(dq, s);
-          cublas_linear(h, scratch.as<void>(), x.as<void>(), out.as<void>(), m, sh.n, sh.k);
-        }
-      }) / w.copies();
+      const double bf16 =
+          time_ms(s, 2, 10,
+                  [&] {
+                    for (auto& wi : wb)
+                      cublas_linear(h, wi->as<void>(), x.as<void>(), out.as<void>(), m, sh.n, sh.k);
+                  }) /
+          bf16_copies;
+      const double deq = time_ms(s, 2, 10,
+                                 [&] {
+                                   for (int i = 0; i < w.copies(); ++i) {
+                                     cuda::Int4DequantParams dq{w.packed[size_t(i)]->as<void>(),
+                                                                w.scale[size_t(i)]->as<bf16_bits>(),
+                                                                scratch.as<bf16_bits>(),
+                                                                sh.n,
+                                                                sh.k,
+                                                                kGroup,
+                                                                0};
+                                     cuda::launch_int4_dequant_bf16(dq, s);
+                                     cublas_linear(h, scratch.as<void>(), x.as<void>(),
+                                                   out.as<void>(), m, sh.n, sh.k);
+                                   }
+                                 }) /
+                         w.copies();
       int best = 0;
       for (int ci = 1; ci < 5; ++ci)
         if (t[ci] < t[best]) best = ci;
@@ -360,8 +398,10 @@ int main(int argc, char** argv) {
   std::vector<int> ms = {32, 64, 128, 256, 512, 2048, 8192};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--what") what = argv[i + 1];
-    else if (a == "--m") ms = parse_int_list(argv[i + 1]);
+    if (a == "--what")
+      what = argv[i + 1];
+    else if (a == "--m")
+      ms = parse_int_list(argv[i + 1]);
     else {
       std::fprintf(stderr, "usage: %s [--what ceilings,gemv,gemm] [--m 32,64,...]\n", argv[0]);
       return 2;
@@ -383,16 +423,19 @@ int main(int argc, char** argv) {
   if (what.find("gemm") != std::string::npos) bench_gemm(c, s, h, ms, &rows);
   std::printf("\nsummary  copy %.0f GB/s, cuBLAS bf16 %.0f TFLOP/s\n", c.copy_gbs, c.gemm_tflops);
   if (!gemv_rows.empty()) {
-    std::printf("summary  GEMV (defaults), us and %% of copy bandwidth on packed + scale bytes "
-                "(token: one decode token's 128 W4A16 GEMVs):\n");
+    std::printf(
+        "summary  GEMV (defaults), us and %% of copy bandwidth on packed + scale bytes "
+        "(token: one decode token's 128 W4A16 GEMVs):\n");
     for (const GemvRow& r : gemv_rows)
       if (r.m == 1 || r.m == 16 || std::strcmp(r.name, "token") == 0)
-        std::printf("summary  %-12s m=%-2lld %9.2f us %6.1f%%\n", r.name, (long long)r.m, r.us, r.pct);
+        std::printf("summary  %-12s m=%-2lld %9.2f us %6.1f%%\n", r.name, (long long)r.m, r.us,
+                    r.pct);
   }
   if (!rows.empty()) {
     static const char* kCfg[] = {"auto", "64x1", "64x2", "128x1", "128x2"};
-    std::printf("summary  GEMM, us: int4 auto | int4 best (config) | bf16 cuBLAS | dequant+cuBLAS | "
-                "best vs dequant+cuBLAS\n");
+    std::printf(
+        "summary  GEMM, us: int4 auto | int4 best (config) | bf16 cuBLAS | dequant+cuBLAS | "
+        "best vs dequant+cuBLAS\n");
     for (const GemmRow& r : rows)
       std::printf("summary  %-8s m=%-5lld %9.1f | %9.1f (%-5s) | %9.1f | %9.1f | %.2fx\n", r.name,
                   (long long)r.m, r.int4_us, r.best_us, kCfg[r.best_cfg], r.bf16_us, r.deq_us,

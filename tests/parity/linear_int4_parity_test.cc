@@ -76,8 +76,8 @@ class Stream {
 template <class T>
 std::unique_ptr<Dev> upload(const std::vector<T>& v, const Stream& s) {
   auto d = std::make_unique<Dev>(v.size() * sizeof(T));
-  CUDA_CHECK(cudaMemcpyAsync(d->template as<void>(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice,
-                             s.get()));
+  CUDA_CHECK(cudaMemcpyAsync(d->template as<void>(), v.data(), v.size() * sizeof(T),
+                             cudaMemcpyHostToDevice, s.get()));
   s.sync();
   return d;
 }
@@ -85,7 +85,8 @@ template <class T>
 std::vector<T> download(const Dev& d, size_t count, const Stream& s) {
   std::vector<T> v(count);
   s.sync();
-  CUDA_CHECK(cudaMemcpyAsync(v.data(), d.as<void>(), count * sizeof(T), cudaMemcpyDeviceToHost, s.get()));
+  CUDA_CHECK(
+      cudaMemcpyAsync(v.data(), d.as<void>(), count * sizeof(T), cudaMemcpyDeviceToHost, s.get()));
   s.sync();
   return v;
 }
@@ -115,8 +116,8 @@ Int4Weight make_weight(std::mt19937& rng, Shape sh, const Stream& s) {
   for (uint16_t& v : w.scale) v = f32_to_bf16(rng() % 8 == 0 ? -mag(rng) : mag(rng));
   w.w.resize(size_t(sh.n * sh.k));
   dequant_int4_pack_quantized(reinterpret_cast<const uint8_t*>(w.packed.data()), sh.k / 8,
-                              reinterpret_cast<const uint8_t*>(w.scale.data()), sh.n, sh.k, sh.group,
-                              w.w.data());
+                              reinterpret_cast<const uint8_t*>(w.scale.data()), sh.n, sh.k,
+                              sh.group, w.w.data());
   auto src_packed = upload(w.packed, s);
   auto src_scale = upload(w.scale, s);
   w.dev_packed = std::make_unique<Dev>(size_t(cuda::int4_packed_bytes(sh.n, sh.k)));
@@ -222,14 +223,16 @@ std::vector<uint8_t> host_layout_packed(const Int4Weight& w) {
 }
 std::vector<uint16_t> host_layout_scale(const Int4Weight& w) {
   const int64_t n = w.sh.n, k = w.sh.k, rts = (n + 15) / 16;
-  const int64_t groups = ((k + 63) / 64 * 64 + w.sh.group - 1) / w.sh.group, src_groups = k / w.sh.group;
+  const int64_t groups = ((k + 63) / 64 * 64 + w.sh.group - 1) / w.sh.group,
+                src_groups = k / w.sh.group;
   std::vector<uint16_t> out(size_t(rts * groups * 16), 0);
   for (int64_t rt = 0; rt < rts; ++rt)
     for (int64_t gi = 0; gi < groups; ++gi)
       for (int r = 0; r < 16; ++r) {
         const int64_t row = rt * 16 + r;
         if (row < n && gi < src_groups)
-          out[size_t((rt * groups + gi) * 16 + 2 * (r % 8) + r / 8)] = w.scale[size_t(row * src_groups + gi)];
+          out[size_t((rt * groups + gi) * 16 + 2 * (r % 8) + r / 8)] =
+              w.scale[size_t(row * src_groups + gi)];
       }
   return out;
 }
@@ -237,8 +240,8 @@ std::vector<uint16_t> host_layout_scale(const Int4Weight& w) {
 // Odd shapes: n not a multiple of 16 (a partial row tile), k = 4,128 an odd multiple of 32 (a
 // half-empty last k tile and a padded scale group), k not a multiple of 256; and one of each
 // group with both dims aligned.
-const Shape kOddShapes[] = {{517, 4128, 32}, {1000, 4160, 64}, {129, 2944, 128}, {16, 64, 32},
-                            {33, 96, 32}, {64, 256, 128}};
+const Shape kOddShapes[] = {{517, 4128, 32}, {1000, 4160, 64}, {129, 2944, 128},
+                            {16, 64, 32},    {33, 96, 32},     {64, 256, 128}};
 
 TEST(Int4Parity, RepackLayout) {
   Stream s;
@@ -254,7 +257,8 @@ TEST(Int4Parity, RepackLayout) {
     int64_t bad_p = 0, bad_s = 0;
     for (size_t i = 0; i < want_p.size(); ++i) bad_p += got_p[i] != want_p[i];
     for (size_t i = 0; i < want_s.size(); ++i) bad_s += got_s[i] != want_s[i];
-    EXPECT_EQ(bad_p, 0) << "packed bytes differ, n " << sh.n << " k " << sh.k << " group " << sh.group;
+    EXPECT_EQ(bad_p, 0) << "packed bytes differ, n " << sh.n << " k " << sh.k << " group "
+                        << sh.group;
     EXPECT_EQ(bad_s, 0) << "scales differ, n " << sh.n << " k " << sh.k << " group " << sh.group;
     if (sh.n % 16 == 0 && sh.k % 64 == 0) {  // the checkpoint's bytes, no padding
       EXPECT_EQ(cuda::int4_packed_bytes(sh.n, sh.k), sh.n * sh.k / 2);
@@ -315,8 +319,10 @@ double run_linear(std::mt19937& rng, const Int4Weight& w, int64_t m, bool with_b
   p.gemm_ksplit = o.gemm_ksplit;
   p.preload = o.preload;
   p.pdl_early = o.pdl_early;
-  if (o.gemm) cuda::launch_int4_gemm(p, s.get());
-  else cuda::launch_int4_gemv(p, s.get());
+  if (o.gemm)
+    cuda::launch_int4_gemm(p, s.get());
+  else
+    cuda::launch_int4_gemv(p, s.get());
   bool guard_ok = false;
   const auto got = read_output(*out, m * n, s, &guard_ok);
   EXPECT_TRUE(guard_ok) << (o.gemm ? "gemm" : "gemv") << " wrote past the output: m " << m << " n "
@@ -330,7 +336,8 @@ double run_linear(std::mt19937& rng, const Int4Weight& w, int64_t m, bool with_b
 TEST(Int4Parity, Gemv) {
   Stream s;
   std::mt19937 rng(13);
-  for (Shape sh : {Shape{517, 4128, 32}, Shape{1000, 4160, 64}, Shape{129, 2944, 128}, Shape{33, 96, 32}}) {
+  for (Shape sh :
+       {Shape{517, 4128, 32}, Shape{1000, 4160, 64}, Shape{129, 2944, 128}, Shape{33, 96, 32}}) {
     Int4Weight w = make_weight(rng, sh, s);
     for (int ks : {0, 1, 2, 4, 8}) {
       for (int64_t m : {1, 2, 3, 7, 8, 16, 17, 32}) {
@@ -367,7 +374,8 @@ TEST(Int4Parity, Gemm) {
   struct Cfg {
     int tokens, ksplit;
   };
-  for (Shape sh : {Shape{517, 4128, 32}, Shape{1000, 4160, 64}, Shape{129, 2944, 128}, Shape{33, 96, 32}}) {
+  for (Shape sh :
+       {Shape{517, 4128, 32}, Shape{1000, 4160, 64}, Shape{129, 2944, 128}, Shape{33, 96, 32}}) {
     Int4Weight w = make_weight(rng, sh, s);
     for (Cfg cfg : {Cfg{0, 0}, Cfg{64, 1}, Cfg{64, 2}, Cfg{128, 1}, Cfg{128, 2}}) {
       for (int64_t m : {1, 2, 3, 7, 16, 17, 33, 64, 65, 200}) {
@@ -438,10 +446,11 @@ TEST(Int4Parity, GemvSwiGlu) {
             want[size_t(t * inter + j)] = g / (1.0 + std::exp(-g)) * u;
           }
         const double e = nmse(got, want);
-        EXPECT_LT(e, 1e-5) << "swiglu ksplit " << ks << " m " << m << " inter " << inter << " k " << k;
+        EXPECT_LT(e, 1e-5) << "swiglu ksplit " << ks << " m " << m << " inter " << inter << " k "
+                           << k;
         if (ks == 0 || e >= 1e-5)
-          std::printf("int4 gemv+swiglu ksplit=%d m=%lld inter=%lld k=%lld group=%d nmse %.3g\n", ks,
-                      (long long)m, (long long)inter, (long long)k, sh.group, e);
+          std::printf("int4 gemv+swiglu ksplit=%d m=%lld inter=%lld k=%lld group=%d nmse %.3g\n",
+                      ks, (long long)m, (long long)inter, (long long)k, sh.group, e);
       }
     }
   }

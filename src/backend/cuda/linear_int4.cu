@@ -115,14 +115,15 @@ __global__ void int4_dequant_kernel(Int4DequantParams p) {
     const int tr = int(r % kInt4TileRows), col = int(k0 % kInt4TileK);
     const int g = tr % 8, s = col / 16, h = (col % 16) / 8;
     const int reg = tr / 8 + 2 * h;  // A register holding (row, these columns)
-    const float scale = bf16_to_float(p.scale[(rt * groups + (k0 >> gshift)) * kInt4TileRows +
-                                              scale_slot(tr)]);
+    const float scale =
+        bf16_to_float(p.scale[(rt * groups + (k0 >> gshift)) * kInt4TileRows + scale_slot(tr)]);
     const uint32_t* tile = packed + (rt * kt_count + kt) * (kInt4TileBytes / 4);
     uint32_t out[4];
 #pragma unroll
     for (int c = 0; c < 4; ++c) {  // columns 2c, 2c + 1 of the 8 come from lane 4g + c
       const uint32_t word = __ldg(tile + (4 * g + c) * 4 + s);
-      const int lo = int((word >> (4 * reg)) & 0xfu) - 8, hi = int((word >> (16 + 4 * reg)) & 0xfu) - 8;
+      const int lo = int((word >> (4 * reg)) & 0xfu) - 8,
+                hi = int((word >> (16 + 4 * reg)) & 0xfu) - 8;
       out[c] = pack2(float(lo) * scale, float(hi) * scale);  // exact product, one rounding
     }
     *reinterpret_cast<uint4*>(p.out + r * p.k + k0) = make_uint4(out[0], out[1], out[2], out[3]);
@@ -135,7 +136,9 @@ constexpr int kDefaultBlocksPerSm = 2;  // resident at <= 128 registers per thre
 // k tiles per batch: 16-byte loads per lane per matrix in flight (twice that with the next
 // batch's); fewer where the x fragments of 2 and 4 n tiles need the registers (two blocks of
 // 8 warps per SM at <= 128 registers still keep 16-64 KB of weights in flight per SM).
-constexpr int gemv_unroll(int nt, bool glu) { return nt == 1 ? (glu ? 2 : 4) : (nt == 2 && !glu ? 2 : 1); }
+constexpr int gemv_unroll(int nt, bool glu) {
+  return nt == 1 ? (glu ? 2 : 4) : (nt == 2 && !glu ? 2 : 1);
+}
 
 template <int NM, int U>
 struct Batch {  // one batch of U k tiles: this lane's packed words and scale words per matrix
@@ -214,9 +217,8 @@ __device__ __forceinline__ void mma_batch(float (&acc)[NM][NT][4], const Batch<N
 }
 
 template <int NT, int KS, bool GLU>
-__global__ void __launch_bounds__(kGemvWarps * 32, 2)
-    int4_gemv_kernel(Int4LinearParams p) {
-  constexpr int NM = GLU ? 2 : 1;  // weight matrices per warp: gate and up
+__global__ void __launch_bounds__(kGemvWarps * 32, 2) int4_gemv_kernel(Int4LinearParams p) {
+  constexpr int NM = GLU ? 2 : 1;          // weight matrices per warp: gate and up
   constexpr int U = gemv_unroll(NT, GLU);  // k tiles per batch
   __shared__ float red[KS > 1 ? kGemvWarps : 1][NM * NT * 4][32];
   if (p.pdl_early) pdl_trigger();
@@ -238,10 +240,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2)
   }
   const int64_t batches = (kt_count + U - 1) / U;
   Batch<NM, U> cur;
-  if (p.preload) load_batch<NM, U>(cur, wp, sp, int64_t(part) * U, kt_count, valid, gshift, group32);
+  if (p.preload)
+    load_batch<NM, U>(cur, wp, sp, int64_t(part) * U, kt_count, valid, gshift, group32);
   pdl_wait();
   if (!p.pdl_early) pdl_trigger();
-  if (!p.preload) load_batch<NM, U>(cur, wp, sp, int64_t(part) * U, kt_count, valid, gshift, group32);
+  if (!p.preload)
+    load_batch<NM, U>(cur, wp, sp, int64_t(part) * U, kt_count, valid, gshift, group32);
 
   float acc[NM][NT][4];
 #pragma unroll
@@ -253,14 +257,16 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2)
   if (valid) {
     const bf16_bits* xrow[NT];
 #pragma unroll
-    for (int j = 0; j < NT; ++j) xrow[j] = 8 * j + g < p.m ? p.x + (8 * j + g) * p.k + 2 * c : nullptr;
+    for (int j = 0; j < NT; ++j)
+      xrow[j] = 8 * j + g < p.m ? p.x + (8 * j + g) * p.k + 2 * c : nullptr;
     // Two batch buffers in turn: one is multiplied while the next batch's loads are in flight.
     Batch<NM, U> nxt;
     for (int64_t b = part; b < batches; b += 2 * KS) {
       load_batch<NM, U>(nxt, wp, sp, (b + KS) * U, kt_count, b + KS < batches, gshift, group32);
       mma_batch<NT, NM, U>(acc, cur, xrow, b * U, p.k);
       if (b + KS >= batches) break;
-      load_batch<NM, U>(cur, wp, sp, (b + 2 * KS) * U, kt_count, b + 2 * KS < batches, gshift, group32);
+      load_batch<NM, U>(cur, wp, sp, (b + 2 * KS) * U, kt_count, b + 2 * KS < batches, gshift,
+                        group32);
       mma_batch<NT, NM, U>(acc, nxt, xrow, (b + KS) * U, p.k);
     }
   }
@@ -332,19 +338,30 @@ void launch_gemv_nt(const Int4LinearParams& p, cudaStream_t stream) {
   if (p.gemv_ksplit > 0) ks = p.gemv_ksplit;
   const dim3 grid(unsigned(ceil_div(tiles, kGemvWarps / ks))), block(kGemvWarps * 32);
   switch (ks) {
-    case 1: launch_pdl(int4_gemv_kernel<NT, 1, GLU>, grid, block, 0, stream, p); break;
-    case 2: launch_pdl(int4_gemv_kernel<NT, 2, GLU>, grid, block, 0, stream, p); break;
-    case 4: launch_pdl(int4_gemv_kernel<NT, 4, GLU>, grid, block, 0, stream, p); break;
-    default: launch_pdl(int4_gemv_kernel<NT, 8, GLU>, grid, block, 0, stream, p); break;
+    case 1:
+      launch_pdl(int4_gemv_kernel<NT, 1, GLU>, grid, block, 0, stream, p);
+      break;
+    case 2:
+      launch_pdl(int4_gemv_kernel<NT, 2, GLU>, grid, block, 0, stream, p);
+      break;
+    case 4:
+      launch_pdl(int4_gemv_kernel<NT, 4, GLU>, grid, block, 0, stream, p);
+      break;
+    default:
+      launch_pdl(int4_gemv_kernel<NT, 8, GLU>, grid, block, 0, stream, p);
+      break;
   }
   CUDA_LAUNCH_CHECK();
 }
 
 template <bool GLU>
 void launch_gemv_glu(const Int4LinearParams& p, cudaStream_t stream) {
-  if (p.m <= 8) launch_gemv_nt<1, GLU>(p, stream);
-  else if (p.m <= 16) launch_gemv_nt<2, GLU>(p, stream);
-  else launch_gemv_nt<4, GLU>(p, stream);
+  if (p.m <= 8)
+    launch_gemv_nt<1, GLU>(p, stream);
+  else if (p.m <= 16)
+    launch_gemv_nt<2, GLU>(p, stream);
+  else
+    launch_gemv_nt<4, GLU>(p, stream);
 }
 
 }  // namespace
@@ -382,8 +399,10 @@ void launch_int4_gemv(const Int4LinearParams& p, cudaStream_t stream) {
   CHECK_MSG(p.glu_inter == 0 || (p.n == 2 * p.glu_inter && p.glu_inter % kInt4TileRows == 0),
             "int4 gemv: SwiGLU needs n = 2 · inter and inter % 16 == 0 (n {}, inter {})", p.n,
             p.glu_inter);
-  if (p.glu_inter > 0) launch_gemv_glu<true>(p, stream);
-  else launch_gemv_glu<false>(p, stream);
+  if (p.glu_inter > 0)
+    launch_gemv_glu<true>(p, stream);
+  else
+    launch_gemv_glu<false>(p, stream);
 }
 
 }  // namespace strata::cuda

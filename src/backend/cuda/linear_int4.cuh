@@ -32,7 +32,9 @@ __host__ __device__ inline void tile_coords(int lane, int s, int nib, int* row, 
 
 // Scales: per row tile and group, 16 bf16 ordered (row g, row g + 8) for g = 0..7, so lane
 // (g, c) reads both of its rows' scales as one 32-bit word (index g of the group's 8 words).
-__host__ __device__ inline int scale_slot(int tile_row) { return 2 * (tile_row % 8) + tile_row / 8; }
+__host__ __device__ inline int scale_slot(int tile_row) {
+  return 2 * (tile_row % 8) + tile_row / 8;
+}
 
 // ---- dequantization ----
 __device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b, uint32_t c) {

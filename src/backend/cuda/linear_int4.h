@@ -34,7 +34,9 @@ constexpr int kInt4TileRows = 16;    // output rows per tile
 constexpr int kInt4TileK = 64;       // input columns per tile
 constexpr int kInt4TileBytes = 512;  // 16 x 64 nibbles: one 16-byte load per lane of a warp
 
-STRATA_INT4_HD inline int64_t int4_row_tiles(int64_t n) { return (n + kInt4TileRows - 1) / kInt4TileRows; }
+STRATA_INT4_HD inline int64_t int4_row_tiles(int64_t n) {
+  return (n + kInt4TileRows - 1) / kInt4TileRows;
+}
 STRATA_INT4_HD inline int64_t int4_k_tiles(int64_t k) { return (k + kInt4TileK - 1) / kInt4TileK; }
 // Scale groups per row tile in the device layout: the k tiles' span (k rounded up to 64) in
 // groups; equals k / group unless group is 32 and k is an odd multiple of 32.
@@ -57,7 +59,7 @@ STRATA_INT4_HD inline bool int4_group_supported(int group) {
 }
 
 struct Int4RepackParams {
-  const int32_t* src_packed;  // checkpoint weight_packed [n, src_cols], src_cols >= ceil(k / 8)
+  const int32_t* src_packed;   // checkpoint weight_packed [n, src_cols], src_cols >= ceil(k / 8)
   const bf16_bits* src_scale;  // checkpoint weight_scale [n, k / group]
   void* dst_packed;            // int4_packed_bytes(n, k)
   bf16_bits* dst_scale;        // int4_scale_bytes(n, k, group)
@@ -118,7 +120,8 @@ static_assert(std::has_unique_object_representations_v<Int4LinearParams> &&
                   std::has_unique_object_representations_v<Int4RepackParams> &&
                   std::has_unique_object_representations_v<Int4DequantParams>,
               "no padding bytes: launches are recorded by their parameter bytes");
-// Decode: m <= kInt4GemvMaxRows (fastest at m <= 16), plain or SwiGLU.
+// Decode: m <= kInt4GemvMaxRows, plain or SwiGLU (the bench compares it with the GEMM up to m =
+// 32).
 void launch_int4_gemv(const Int4LinearParams& p, cudaStream_t stream);
 // Any m, plain only (glu_inter must be 0). Sets its kernels' shared-memory limit on first use on
 // each device; init_int4_linear_kernels() does it for the current device ahead (before a

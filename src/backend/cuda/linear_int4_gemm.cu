@@ -33,9 +33,14 @@ __device__ __forceinline__ void wgmma_rs_n64(float* d, const uint32_t* a, uint64
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
       "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 // D[64×128] += A[64×16] · B[16×128]: A from registers, B K-major from shared memory.
@@ -43,9 +48,21 @@ __device__ __forceinline__ void wgmma_rs_n128(float* d, const uint32_t* a, uint6
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
+      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63}, "
       "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 
@@ -54,7 +71,9 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {  // K-major, 128-
   return uint64_t((addr & 0x3ffff) >> 4) | uint64_t(16 >> 4) << 16 | uint64_t(1024 >> 4) << 32 |
          uint64_t(1) << 62;
 }
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
 __device__ __forceinline__ void wgmma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
@@ -84,20 +103,22 @@ template <int BM, int KW>
 struct GemmCfg {
   // Stages: as many as fit twice per SM (two blocks of 256 threads).
   static constexpr int kStages = BM == 128 && KW == 2 ? 3 : (BM == 64 && KW == 1 ? 6 : 5);
-  static constexpr int kXBytes = KW * BM * 128;        // [KW][BM tokens][64 k] bf16, swizzled
-  static constexpr int kWBytes = 8 * kInt4TileBytes;   // each warp's weight tile
-  static constexpr int kSBytes = 8 * 2 * 32;           // each warp's (up to) two scale groups
-  static constexpr int kWOff = kStages * kXBytes;      // x tiles first: 1024-byte aligned
+  static constexpr int kXBytes = KW * BM * 128;       // [KW][BM tokens][64 k] bf16, swizzled
+  static constexpr int kWBytes = 8 * kInt4TileBytes;  // each warp's weight tile
+  static constexpr int kSBytes = 8 * 2 * 32;          // each warp's (up to) two scale groups
+  static constexpr int kWOff = kStages * kXBytes;     // x tiles first: 1024-byte aligned
   static constexpr int kSOff = kWOff + kStages * kWBytes;
   static constexpr int kBytes = kSOff + kStages * kSBytes + 1024;  // + alignment slack
-  static constexpr int kRows = KW == 1 ? 128 : 64;     // output rows per block
+  static constexpr int kRows = KW == 1 ? 128 : 64;                 // output rows per block
   static_assert(KW == 1 || kStages * kXBytes >= BM / 2 * 128 * 4, "split-k sums fit the x stages");
 };
 
 template <int BM>
 __device__ __forceinline__ void wgmma_rs(float* d, const uint32_t* a, uint64_t b) {
-  if constexpr (BM == 64) wgmma_rs_n64(d, a, b);
-  else wgmma_rs_n128(d, a, b);
+  if constexpr (BM == 64)
+    wgmma_rs_n64(d, a, b);
+  else
+    wgmma_rs_n128(d, a, b);
 }
 
 // One thread's share of a block: its copy sources and destinations are fixed but for the k
@@ -139,7 +160,8 @@ struct GemmBlock {
       const bool sok = wok && (s_dst % 64 < 32 || p.group == 32);  // lanes 2-3: group 32 only
       const uint32_t ss = smem + C::kSOff + uint32_t(j % C::kStages) * C::kSBytes;
       const int64_t grp = (int64_t(kt) * kInt4TileK) >> gshift;
-      cp_async16(ss + s_dst, sok ? s_src + grp * 32 : static_cast<const void*>(p.scale), sok ? 16 : 0);
+      cp_async16(ss + s_dst, sok ? s_src + grp * 32 : static_cast<const void*>(p.scale),
+                 sok ? 16 : 0);
     }
   }
 
@@ -224,7 +246,8 @@ __global__ void __launch_bounds__(kThreads, 2) int4_gemm_kernel(Int4LinearParams
   b.w_dst = uint32_t(warp * kInt4TileBytes + lane * 16);
   // Scale lanes 0-1: the group of k steps 0-1, lanes 2-3: of steps 2-3 (group 32 only).
   b.s_lane = lane < 4;
-  b.s_src = reinterpret_cast<const char*>(p.scale) + (rt * groups + lane / 2) * 32 + (lane % 2) * 16;
+  b.s_src =
+      reinterpret_cast<const char*>(p.scale) + (rt * groups + lane / 2) * 32 + (lane % 2) * 16;
   b.s_dst = uint32_t(warp * 64 + lane * 16);
   b.kw = KW == 1 ? 0 : wg;
   b.kt_count = kt_count;
@@ -291,14 +314,16 @@ template <int BM, int KW>
 void set_limit() {
   static_assert(GemmCfg<BM, KW>::kBytes <= 113 * 1024, "two blocks per SM");
   CUDA_CHECK(cudaFuncSetAttribute(int4_gemm_kernel<BM, KW>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, GemmCfg<BM, KW>::kBytes));
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  GemmCfg<BM, KW>::kBytes));
 }
 
 template <int BM, int KW>
 void launch_cfg(const Int4LinearParams& p, cudaStream_t stream) {
   using C = GemmCfg<BM, KW>;
   const int64_t blocks = ceil_div(p.m, BM) * ceil_div(int4_row_tiles(p.n), C::kRows / 16);
-  launch_pdl(int4_gemm_kernel<BM, KW>, dim3(unsigned(blocks)), dim3(kThreads), C::kBytes, stream, p);
+  launch_pdl(int4_gemm_kernel<BM, KW>, dim3(unsigned(blocks)), dim3(kThreads), C::kBytes, stream,
+             p);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -345,8 +370,10 @@ void launch_int4_gemm(const Int4LinearParams& p, cudaStream_t stream) {
     const int64_t blocks = ceil_div(p.m, bm) * ceil_div(int4_row_tiles(p.n), 8);
     kw = blocks < num_sms() ? 2 : 1;
   }
-  if (bm == 64) kw == 1 ? launch_cfg<64, 1>(p, stream) : launch_cfg<64, 2>(p, stream);
-  else kw == 1 ? launch_cfg<128, 1>(p, stream) : launch_cfg<128, 2>(p, stream);
+  if (bm == 64)
+    kw == 1 ? launch_cfg<64, 1>(p, stream) : launch_cfg<64, 2>(p, stream);
+  else
+    kw == 1 ? launch_cfg<128, 1>(p, stream) : launch_cfg<128, 2>(p, stream);
 }
 
 }  // namespace strata::cuda
