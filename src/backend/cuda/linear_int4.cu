@@ -37,11 +37,12 @@
 // memory. x comes from global (L1) as the B fragments' 32-bit pairs. KS is the most warps per
 // tile (1..8) whose grid still fits one wave of resident blocks (two of 8 warps per SM at <= 128
 // registers): a partial second wave would stream with most SMs idle. With `preload`, the first
-// batch of weights and scales is loaded before pdl_wait, so the stream starts while the previous
-// kernel finishes. Cost per 512-byte tile and warp at m <= 8: ~60 instructions of dequant, 4 mma,
-// ~12 for x, ~10 for loads and scales: at ~16 bytes per clock per SM of HBM share that is ~2.7
-// instructions per clock per SM, so the kernel sits near the issue limit as well as the memory
-// limit (the bf16 GEMV needed ~0.8).
+// two batches of weights and scales are loaded before pdl_wait, so the stream starts while the
+// previous kernel finishes (with gemv_blocks_per_sm = 1 and pdl_early, a kernel's blocks can be
+// resident beside its predecessor's and fetch all that before it ends). Cost per 512-byte tile and
+// warp at m <= 8: ~60 instructions of dequant, 4 mma, ~12 for x, ~10 for loads and scales: at ~16
+// bytes per clock per SM of HBM share that is ~2.7 instructions per clock per SM, so the kernel
+// sits near the issue limit as well as the memory limit (the bf16 GEMV needed ~0.8).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -239,13 +240,18 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) int4_gemv_kernel(Int4Linea
     sp[mt] = reinterpret_cast<const uint32_t*>(p.scale) + rt * groups * 8 + g;
   }
   const int64_t batches = (kt_count + U - 1) / U;
-  Batch<NM, U> cur;
-  if (p.preload)
+  // Two batch buffers in turn: one is multiplied while the other's loads are in flight. Both
+  // first batches are loaded up front (with `preload`, before the PDL wait).
+  Batch<NM, U> cur, nxt;
+  auto load_first = [&] {
     load_batch<NM, U>(cur, wp, sp, int64_t(part) * U, kt_count, valid, gshift, group32);
+    load_batch<NM, U>(nxt, wp, sp, int64_t(part + KS) * U, kt_count, valid && part + KS < batches,
+                      gshift, group32);
+  };
+  if (p.preload) load_first();
   pdl_wait();
   if (!p.pdl_early) pdl_trigger();
-  if (!p.preload)
-    load_batch<NM, U>(cur, wp, sp, int64_t(part) * U, kt_count, valid, gshift, group32);
+  if (!p.preload) load_first();
 
   float acc[NM][NT][4];
 #pragma unroll
@@ -259,15 +265,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 2) int4_gemv_kernel(Int4Linea
 #pragma unroll
     for (int j = 0; j < NT; ++j)
       xrow[j] = 8 * j + g < p.m ? p.x + (8 * j + g) * p.k + 2 * c : nullptr;
-    // Two batch buffers in turn: one is multiplied while the next batch's loads are in flight.
-    Batch<NM, U> nxt;
+    // cur holds batch b and nxt batch b + KS on entry to each iteration.
     for (int64_t b = part; b < batches; b += 2 * KS) {
-      load_batch<NM, U>(nxt, wp, sp, (b + KS) * U, kt_count, b + KS < batches, gshift, group32);
       mma_batch<NT, NM, U>(acc, cur, xrow, b * U, p.k);
       if (b + KS >= batches) break;
       load_batch<NM, U>(cur, wp, sp, (b + 2 * KS) * U, kt_count, b + 2 * KS < batches, gshift,
                         group32);
       mma_batch<NT, NM, U>(acc, nxt, xrow, (b + KS) * U, p.k);
+      load_batch<NM, U>(nxt, wp, sp, (b + 3 * KS) * U, kt_count, b + 3 * KS < batches, gshift,
+                        group32);
     }
   }
   if constexpr (KS > 1) {
