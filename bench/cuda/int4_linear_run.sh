@@ -41,13 +41,13 @@ for stage in ${STAGES:-resources parity bench}; do
     parity)
       t1=$(date +%s)
       # Into a file first: a pipe closed early would kill the suite with SIGPIPE mid-run.
-      timeout 150 ./build-dev/strata_parity_test --gtest_filter='*Int4*' >"$OUT/parity.log" 2>&1
+      timeout 120 ./build-dev/strata_parity_test --gtest_filter='*Int4*' >"$OUT/parity.log" 2>&1
       echo "parity: rc $? ($(( $(date +%s) - t1 )) s)"
       grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|^\[       OK|Failure|Expected|Which is|differ|wrote past" "$OUT/parity.log" | head -60
       grep -E "int4 gemv ksplit=0 m=(1|16|32) n=517|int4 gemm tokens=0 ksplit=0 m=(1|33|200) n=1000|8B|swiglu ksplit=0 m=(1|17)" "$OUT/parity.log" | head -24 ;;
     bench)
       t1=$(date +%s)
-      timeout 200 ./build-dev/strata_bench_int4_linear_bench ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
+      timeout 150 ./build-dev/strata_bench_int4_linear_bench ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
       echo "bench: rc $? ($(( $(date +%s) - t1 )) s)"
       grep -E "^ceiling|^device|WRONG|m=1 blocks/SM 2|one decode token" "$OUT/bench.log" | head -40
       grep -E "^summary" "$OUT/bench.log" ;;
