@@ -323,7 +323,7 @@ struct GemvCase {
   int64_t ld_extra;  // scale row stride beyond ceil(k/128) (NaN padding)
 };
 
-// The W8A16 GEMV: every row count 1..16 across the cases, split-k 1/2/4/8, odd n and k, k with
+// The W8A16 GEMV: every row count 1..16 (one kernel instance each), split-k 1/2/4/8, odd n and k, k with
 // a tail of partial 512-element chunks and partial 128-wide scale blocks.
 TEST(Fp8Linear, GemvW8A16) {
   std::mt19937 rng(13);
@@ -331,7 +331,9 @@ TEST(Fp8Linear, GemvW8A16) {
       {1, 300, 272, false, 0, 0},  {2, 300, 272, true, 0, 1},   {3, 129, 1040, false, 0, 0},
       {4, 328, 1040, true, 0, 2},  {5, 1000, 400, false, 0, 0}, {6, 77, 7168, true, 0, 0},
       {7, 200, 528, false, 0, 0},  {8, 136, 2064, true, 0, 0},  {9, 64, 1024, false, 0, 0},
-      {12, 300, 272, true, 0, 0},  {13, 40, 784, false, 0, 0},  {16, 328, 1040, true, 0, 0},
+      {10, 96, 528, true, 0, 0},   {11, 130, 400, false, 0, 0}, {12, 300, 272, true, 0, 0},
+      {13, 40, 784, false, 0, 0},  {14, 72, 1040, true, 0, 0},  {15, 264, 272, false, 0, 0},
+      {16, 328, 1040, true, 0, 0},
       {1, 1536, 7168, false, 1, 0}, {1, 1536, 7168, false, 2, 0}, {1, 576, 7168, false, 4, 0},
       {1, 576, 7168, true, 8, 0},  {2, 520, 2048, false, 8, 0}, {16, 256, 7168, false, 8, 0},
   };
@@ -363,7 +365,8 @@ TEST(Fp8Linear, GemvW8A16) {
   }
 }
 
-// SwiGLU epilogue: weight [2 · inter, k] (gate rows, then up rows).
+// SwiGLU epilogue: weight [2 · inter, k] (gate rows, then up rows), scale tables stacked; inter
+// 150 and 77 put the seam inside a 128-row block.
 TEST(Fp8Linear, GemvSwiGlu) {
   std::mt19937 rng(14);
   struct Case {
@@ -375,8 +378,16 @@ TEST(Fp8Linear, GemvSwiGlu) {
   for (Case c : {Case{1, 150, 400, false, 0}, Case{5, 150, 400, true, 0}, Case{16, 77, 1040, true, 0},
                  Case{1, 2048, 7168, false, 0}, Case{2, 200, 2048, false, 4}, Case{3, 64, 784, true, 1}}) {
     const int64_t n = 2 * c.inter;
-    const HostFp8 h = random_fp8_weight(rng, n, c.k, cuda::fp8_scale_cols(c.k));
-    const auto wd = host_dequant(h);
+    // gate_proj and up_proj as a loader stacks them: codes and scale tables one after the other.
+    const HostFp8 gate = random_fp8_weight(rng, c.inter, c.k, cuda::fp8_scale_cols(c.k));
+    const HostFp8 up = random_fp8_weight(rng, c.inter, c.k, cuda::fp8_scale_cols(c.k));
+    HostFp8 h = gate;
+    h.n = n;
+    h.w.insert(h.w.end(), up.w.begin(), up.w.end());
+    h.scale.insert(h.scale.end(), up.scale.begin(), up.scale.end());
+    auto wd = host_dequant(gate);
+    const auto wd_up = host_dequant(up);
+    wd.insert(wd.end(), wd_up.begin(), wd_up.end());
     const auto x = random_act(rng, c.m, c.k);
     const auto bias = random_bias(rng, n);
     const auto gu = host_matmul(x, c.m, c.k, wd, n, c.bias ? bias.data() : nullptr);

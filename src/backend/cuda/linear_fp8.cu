@@ -40,7 +40,7 @@ namespace {
 
 constexpr int kWarps = 8;      // warps per GEMV block
 constexpr int kChunk = 512;    // k elements a warp covers with one 16-byte load per lane
-constexpr int kUnroll = 4;     // 16-byte weight loads in flight per lane (m <= 8; 2 above)
+constexpr int kUnroll = 4;     // 16-byte weight loads in flight per lane (m <= 8; 1 above)
 constexpr int kWarpsPerSm = 64;  // k split: enough warps for ~2 waves of 32 per SM
 
 int num_sms() {
@@ -67,17 +67,16 @@ __device__ __forceinline__ void e4m3x16_to_float(const uint4& v, float* f) {
   }
 }
 
-// One 16-weight piece of a row against M token rows of x (x points at this piece's k offset of
-// token 0; rows are k apart). EXACT: M is the launch's m; else tokens past m - 1 re-read the
-// last token (their sums are never stored).
-template <int M, bool EXACT>
+// One 16-weight piece of a row against the M token rows of x (x points at this piece's k offset
+// of token 0; rows are k apart).
+template <int M>
 __device__ __forceinline__ void gemv_piece(const uint4& wv, float scale, const bf16_bits* x,
-                                           int64_t k, int last_row, float* acc) {
+                                           int64_t k, float* acc) {
   float wf[16];
   e4m3x16_to_float(wv, wf);
 #pragma unroll
   for (int r = 0; r < M; ++r) {
-    const bf16_bits* xr = x + int64_t(EXACT ? r : min(r, last_row)) * k;
+    const bf16_bits* xr = x + int64_t(r) * k;
     float xf[8];
     unpack8(__ldg(reinterpret_cast<const uint4*>(xr)), xf);
     float d = 0.0f;
@@ -94,12 +93,12 @@ __device__ __forceinline__ void gemv_piece(const uint4& wv, float scale, const b
 // block b streams row b · slots + s. GLU: the first half of the slots stream gate rows
 // b · half + s, the second half the matching up rows; the gate slot's first warp writes
 // silu(g) · u. grid.y: batches (MoE experts).
-// Blocks per SM asked of ptxas: m = 1 fits 64 registers (32 warps per SM of loads in flight).
-// m = 9..16 then spill 8-16 bytes (ptxas -v): kept, as 179 registers unbounded would leave one
-// block per SM, and these rows are CUDA-core bound anyway.
+// Blocks per SM asked of ptxas: m = 1 fits 64 registers (32 warps per SM of loads in flight),
+// m = 2 72, m >= 3 up to 128 (no spills, ptxas -v, CUDA 13.0: m > 8 only with one load in flight
+// per lane, kU below; unbounded, m = 16 takes 179 registers and one block per SM).
 constexpr int gemv_min_blocks(int m) { return m == 1 ? 4 : m == 2 ? 3 : 2; }
 
-template <int M, bool EXACT>
+template <int M>
 __global__ void __launch_bounds__(kWarps * 32, gemv_min_blocks(M)) fp8_gemv_kernel(Fp8GemvParams p) {
   __shared__ float red[kWarps][M];
   pdl_enter(p.pdl_early);
@@ -122,12 +121,16 @@ __global__ void __launch_bounds__(kWarps * 32, gemv_min_blocks(M)) fp8_gemv_kern
   const int64_t expert = p.batch_ids ? p.batch_ids[b] : b;
   const int64_t k = p.w.k;
   const uint8_t* wrow = p.w.w + expert * p.w.w_stride + row * k;
-  const float* srow = p.w.scale + expert * p.w.scale_stride + (row / kFp8Block) * p.w.scale_ld;
+  // GLU: the up rows' scales follow the gate's table (ceil(inter / 128) rows of it).
+  const int64_t sblock = glu && row >= p.glu_inter
+                             ? (p.glu_inter + kFp8Block - 1) / kFp8Block + (row - p.glu_inter) / kFp8Block
+                             : row / kFp8Block;
+  const float* srow = p.w.scale + expert * p.w.scale_stride + sblock * p.w.scale_ld;
   const bf16_bits* x = p.x + b * p.x_batch_stride;
   float acc[M];
 #pragma unroll
   for (int r = 0; r < M; ++r) acc[r] = 0.0f;
-  constexpr int kU = M <= 8 ? kUnroll : 2;  // m > 8 is CUDA-core bound: fewer registers, no spill
+  constexpr int kU = M <= 8 ? kUnroll : 1;  // m > 8: CUDA-core bound; registers to accumulators
   if (valid) {
     const int64_t step = int64_t(ks) * kChunk;
     // Every batch keeps kUnroll loads in flight, the row's tail included (lanes past k idle).
@@ -144,7 +147,7 @@ __global__ void __launch_bounds__(kWarps * 32, gemv_min_blocks(M)) fp8_gemv_kern
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
         const int64_t c = kk + u * step;
-        if (c < k) gemv_piece<M, EXACT>(wv[u], sv[u], x + c, k, p.m - 1, acc);
+        if (c < k) gemv_piece<M>(wv[u], sv[u], x + c, k, acc);
       }
     }
   }
@@ -160,7 +163,7 @@ __global__ void __launch_bounds__(kWarps * 32, gemv_min_blocks(M)) fp8_gemv_kern
   __syncthreads();
   // Lane r of each slot's first warp finishes token r.
   const int r = lane;
-  if (part != 0 || !valid || r >= p.m || r >= M) return;
+  if (part != 0 || !valid || r >= M) return;
   float v = 0.0f;
   for (int j = 0; j < ks; ++j) v += red[slot * ks + j][r];
   bf16_bits* out = p.out + b * p.out_batch_stride;
@@ -177,13 +180,13 @@ __global__ void __launch_bounds__(kWarps * 32, gemv_min_blocks(M)) fp8_gemv_kern
   out[r * p.glu_inter + col] = float_to_bf16(g / (1.0f + __expf(-g)) * up);
 }
 
-template <int M, bool EXACT>
+template <int M>
 void launch_gemv_m(const Fp8GemvParams& p, cudaStream_t stream) {
   const int slots = kWarps / p.ksplit;
   const int64_t units = p.glu_inter > 0 ? p.glu_inter : p.w.n;
   const int64_t per_block = p.glu_inter > 0 ? slots / 2 : slots;
   const dim3 grid(unsigned(ceil_div(units, per_block)), unsigned(p.batches));
-  launch_pdl(fp8_gemv_kernel<M, EXACT>, grid, dim3(kWarps * 32), 0, stream, p);
+  launch_pdl(fp8_gemv_kernel<M>, grid, dim3(kWarps * 32), 0, stream, p);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -286,17 +289,22 @@ void launch_fp8_gemv(const Fp8GemvParams& p_in, cudaStream_t stream) {
   CHECK_MSG(p.ksplit == 1 || p.ksplit == 2 || p.ksplit == 4 || (p.ksplit == 8 && !glu),
             "fp8_gemv: ksplit {} (glu {})", p.ksplit, int(glu));
   switch (p.m) {
-    case 1: launch_gemv_m<1, true>(p, stream); break;
-    case 2: launch_gemv_m<2, true>(p, stream); break;
-    case 3: launch_gemv_m<3, true>(p, stream); break;
-    case 4: launch_gemv_m<4, true>(p, stream); break;
-    case 5: launch_gemv_m<5, true>(p, stream); break;
-    case 6: launch_gemv_m<6, true>(p, stream); break;
-    case 7: launch_gemv_m<7, true>(p, stream); break;
-    case 8: launch_gemv_m<8, true>(p, stream); break;
-    default:
-      if (p.m <= 12) launch_gemv_m<12, false>(p, stream);
-      else launch_gemv_m<16, false>(p, stream);
+    case 1: launch_gemv_m<1>(p, stream); break;
+    case 2: launch_gemv_m<2>(p, stream); break;
+    case 3: launch_gemv_m<3>(p, stream); break;
+    case 4: launch_gemv_m<4>(p, stream); break;
+    case 5: launch_gemv_m<5>(p, stream); break;
+    case 6: launch_gemv_m<6>(p, stream); break;
+    case 7: launch_gemv_m<7>(p, stream); break;
+    case 8: launch_gemv_m<8>(p, stream); break;
+    case 9: launch_gemv_m<9>(p, stream); break;
+    case 10: launch_gemv_m<10>(p, stream); break;
+    case 11: launch_gemv_m<11>(p, stream); break;
+    case 12: launch_gemv_m<12>(p, stream); break;
+    case 13: launch_gemv_m<13>(p, stream); break;
+    case 14: launch_gemv_m<14>(p, stream); break;
+    case 15: launch_gemv_m<15>(p, stream); break;
+    default: launch_gemv_m<16>(p, stream); break;
   }
 }
 

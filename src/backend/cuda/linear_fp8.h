@@ -55,6 +55,9 @@ struct Fp8Weight {
 // out [m, n] = x [m, k] · dequant(w)ᵀ (+ bias). With glu_inter > 0 the weight is a fused
 // gate-up projection [2 · glu_inter, k] (gate rows, then up rows) and out is [m, glu_inter]:
 // silu(g) · u with g and u rounded to bf16 first, as a GEMV into bf16 followed by silu_mul would.
+// Its scale table is the gate's [ceil(inter/128), ld] followed by the up's (the two checkpoint
+// tables stacked; the same as one table of the fused matrix when inter % 128 == 0, which the
+// GEMM path, blind to the seam, needs for a fused gate-up weight).
 // Batched (MoE decode): batch b (grid.y, `batches` of them) reads x + b · x_batch_stride, writes
 // out + b · out_batch_stride and uses expert batch_ids[b] (device int32; null: expert b) of w.
 struct Fp8GemvParams {
