@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kWarps * 32, gemv_min_blocks(M)) fp8_gemv_kern
   constexpr int kU = M <= 8 ? kUnroll : 1;  // m > 8: CUDA-core bound; registers to accumulators
   if (valid) {
     const int64_t step = int64_t(ks) * kChunk;
-    // Every batch keeps kUnroll loads in flight, the row's tail included (lanes past k idle).
+    // kU loads in flight per lane, the row's tail included (lanes past k idle).
     for (int64_t kk = int64_t(part) * kChunk + lane * 16; kk < k; kk += kU * step) {
       uint4 wv[kU];
       float sv[kU];

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/kernels.h"
 
@@ -168,5 +169,13 @@ struct Fp8RepackScalesParams {  // dst[r, c] = src[r, c] for c < cols, 0 for col
   int64_t dst_ld;
 };
 void launch_fp8_repack_scales(const Fp8RepackScalesParams& p, cudaStream_t stream);
+
+// The backend records launches by their parameter bytes (graph signatures).
+static_assert(std::is_trivially_copyable_v<Fp8GemvParams>);
+static_assert(std::is_trivially_copyable_v<Fp8ActQuantParams>);
+static_assert(std::is_trivially_copyable_v<Fp8GemmParams>);
+static_assert(std::is_trivially_copyable_v<Fp8LinearParams>);
+static_assert(std::is_trivially_copyable_v<Fp8DequantParams>);
+static_assert(std::is_trivially_copyable_v<Fp8RepackScalesParams>);
 
 }  // namespace strata::cuda
