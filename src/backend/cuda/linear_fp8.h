@@ -19,6 +19,10 @@
 //                          reference), bit for bit model/quant.h's dequant_fp8_block.
 //   launch_fp8_repack_scales  copies a scale table to another row stride (the GEMM needs
 //                          scale_ld = fp8_gemm_scale_ld(k), a multiple of 4).
+// Choosing (the dispatch's rule): m up to the GEMV/GEMM crossover that fp8_linear_bench measures
+// (the GEMV is memory bound at m = 1-2, CUDA-core bound beyond) -> launch_fp8_gemv; above, if
+// fp8_gemm_shape_ok(4, n, k) and try_plan finds an algorithm -> launch_fp8_linear; otherwise
+// dequantize (once at load, or into scratch) and run the bf16 linear.
 #pragma once
 
 #include <cuda_runtime.h>
