@@ -69,9 +69,7 @@ struct Fp8Set {
   int64_t n = 0, k = 0, ld = 0;
   std::vector<uint8_t*> w;
   std::vector<float*> scale;
-  cuda::Fp8Weight view(size_t i) const {
-    return cuda::Fp8Weight{w[i], scale[i], n, k, ld, 0, 0};
-  }
+  cuda::Fp8Weight view(size_t i) const { return cuda::Fp8Weight{w[i], scale[i], n, k, ld, 0, 0}; }
   int64_t bytes() const { return n * k + cuda::fp8_scale_cols(n) * ld * 4; }
   void release() {
     for (auto* p : w) cudaFree(p);
@@ -108,7 +106,9 @@ Fp8Set make_fp8_set(int64_t n, int64_t k, int copies) {
 }
 
 // Copies of a weight of `bytes` that together exceed the L2 cache (and at least 2).
-int copies_for(int64_t bytes) { return int(std::max<int64_t>(2, (int64_t(256) << 20) / bytes + 1)); }
+int copies_for(int64_t bytes) {
+  return int(std::max<int64_t>(2, (int64_t(256) << 20) / bytes + 1));
+}
 
 struct Ceilings {
   double copy_gbs = 0;
@@ -143,7 +143,8 @@ Ceilings measure_ceilings(cudaStream_t stream, cublasHandle_t h) {
   cudaFree(a);
   cudaFree(b);
   cudaFree(o);
-  std::printf("ceiling  D2D copy %.0f GB/s (read+write, 2 GiB, median of %d)\n", c.copy_gbs, g_reps);
+  std::printf("ceiling  D2D copy %.0f GB/s (read+write, 2 GiB, median of %d)\n", c.copy_gbs,
+              g_reps);
   std::printf("ceiling  cuBLAS bf16 GEMM 8192^3: %.0f TFLOP/s (median of %d)\n", c.gemm_tflops,
               g_reps);
   return c;
@@ -162,8 +163,8 @@ struct Prefill {
 };
 
 // act_quant + GEMM over the weight copies (m % 4 == 0); returns ms per call, or -1 (no plan).
-double time_fp8_linear(Prefill& pf, const Fp8Set& s, const bf16_bits* x, bf16_bits* out,
-                       int64_t m, std::string* plan_text) {
+double time_fp8_linear(Prefill& pf, const Fp8Set& s, const bf16_bits* x, bf16_bits* out, int64_t m,
+                       std::string* plan_text) {
   std::string why;
   cuda::Fp8GemmPlan* plan = pf.planner->try_plan(m, s.n, s.k, &why);
   if (!plan) {
@@ -171,19 +172,20 @@ double time_fp8_linear(Prefill& pf, const Fp8Set& s, const bf16_bits* x, bf16_bi
     return -1;
   }
   if (plan_text) *plan_text = cuda::describe(*plan);
-  return time_ms(pf.stream, 3, [&] {
-           for (size_t i = 0; i < s.w.size(); ++i) {
-             cuda::Fp8LinearParams p{};
-             p.plan = plan;
-             p.x = x;
-             p.w = s.view(i);
-             p.out = out;
-             p.xq = pf.xq;
-             p.x_scale = pf.xs;
-             p.m = m;
-             cuda::launch_fp8_linear(p, pf.stream);
-           }
-         }) /
+  return time_ms(pf.stream, 3,
+                 [&] {
+                   for (size_t i = 0; i < s.w.size(); ++i) {
+                     cuda::Fp8LinearParams p{};
+                     p.plan = plan;
+                     p.x = x;
+                     p.w = s.view(i);
+                     p.out = out;
+                     p.xq = pf.xq;
+                     p.x_scale = pf.xs;
+                     p.m = m;
+                     cuda::launch_fp8_linear(p, pf.stream);
+                   }
+                 }) /
          double(s.w.size());
 }
 
@@ -211,19 +213,20 @@ void bench_gemv(const Ceilings& c, Prefill& pf, Summary& sum) {
     Fp8Set s = make_fp8_set(sh.n, sh.k, copies_for(wbytes));
     const double gb = double(s.bytes()) / 1e9;
     auto run = [&](int m, int ks) {
-      return time_ms(pf.stream, 2, [&] {
-               for (size_t i = 0; i < s.w.size(); ++i) {
-                 cuda::Fp8GemvParams p{};
-                 p.x = x;
-                 p.w = s.view(i);
-                 p.out = out;
-                 p.glu_inter = sh.glu ? sh.n / 2 : 0;
-                 p.m = m;
-                 p.batches = 1;
-                 p.ksplit = ks;
-                 cuda::launch_fp8_gemv(p, pf.stream);
-               }
-             }) /
+      return time_ms(pf.stream, 2,
+                     [&] {
+                       for (size_t i = 0; i < s.w.size(); ++i) {
+                         cuda::Fp8GemvParams p{};
+                         p.x = x;
+                         p.w = s.view(i);
+                         p.out = out;
+                         p.glu_inter = sh.glu ? sh.n / 2 : 0;
+                         p.m = m;
+                         p.batches = 1;
+                         p.ksplit = ks;
+                         cuda::launch_fp8_gemv(p, pf.stream);
+                       }
+                     }) /
              double(s.w.size());
     };
     std::printf("gemv     %s [%lld, %lld] (%.1f MB weights+scales, %zu copies):\n", sh.name,
@@ -236,13 +239,15 @@ void bench_gemv(const Ceilings& c, Prefill& pf, Summary& sum) {
       const double ms = run(1, ks);
       const int used = ks ? ks : cuda::fp8_gemv_auto_ksplit(sh.n, sh.k, sh.glu);
       std::printf("gemv       m=1 ksplit %d%s: %7.1f us  %5.0f GB/s  %5.1f%% of copy\n", used,
-                  ks ? "" : " (auto)", ms * 1e3, gb / (ms * 1e-3), 100.0 * gb / (ms * 1e-3) / c.copy_gbs);
+                  ks ? "" : " (auto)", ms * 1e3, gb / (ms * 1e-3),
+                  100.0 * gb / (ms * 1e-3) / c.copy_gbs);
       if (ms < best) best = ms, best_ks = used;
     }
     const double auto1 = run(1, 0);
-    sum.lines.push_back(fmt::format("gemv m=1  {:<34} {:7.1f} us {:5.1f}% of copy (best ksplit {}: {:.1f}%)",
-                                    sh.name, auto1 * 1e3, 100.0 * gb / (auto1 * 1e-3) / c.copy_gbs,
-                                    best_ks, 100.0 * gb / (best * 1e-3) / c.copy_gbs));
+    sum.lines.push_back(
+        fmt::format("gemv m=1  {:<34} {:7.1f} us {:5.1f}% of copy (best ksplit {}: {:.1f}%)",
+                    sh.name, auto1 * 1e3, 100.0 * gb / (auto1 * 1e-3) / c.copy_gbs, best_ks,
+                    100.0 * gb / (best * 1e-3) / c.copy_gbs));
     for (int m : {2, 4, 8, 16}) {
       const double ms = run(m, 0);
       std::printf("gemv       m=%-2d        : %7.1f us  %5.0f GB/s  %5.1f%% of copy", m, ms * 1e3,
@@ -285,8 +290,8 @@ void bench_gemm(const Ceilings& c, Prefill& pf, cublasHandle_t h, Summary& sum) 
     const char* name;
     int64_t n, k;
   };
-  const Shape shapes[] = {{"7168->18432", 18432, 7168}, {"18432->7168", 7168, 18432},
-                          {"7168->1536", 1536, 7168}};
+  const Shape shapes[] = {
+      {"7168->18432", 18432, 7168}, {"18432->7168", 7168, 18432}, {"7168->1536", 1536, 7168}};
   const int64_t kMaxM = 8192;
   auto* x = dev_alloc<bf16_bits>(kMaxM * 18432);
   auto* out = dev_alloc<bf16_bits>(kMaxM * 18432);
@@ -319,29 +324,32 @@ void bench_gemm(const Ceilings& c, Prefill& pf, cublasHandle_t h, Summary& sum) 
         q.scale_ld = m;
         cuda::launch_fp8_act_quant(q, pf.stream);
       });
-      const double gemm = time_ms(pf.stream, 3, [&] {
-                            for (size_t i = 0; i < s.w.size(); ++i) {
-                              cuda::Fp8GemmParams g{};
-                              g.plan = plan;
-                              g.xq = pf.xq;
-                              g.x_scale = pf.xs;
-                              g.w = s.view(i);
-                              g.out = out;
-                              g.m = m;
-                              cuda::launch_fp8_gemm(g, pf.stream);
-                            }
-                          }) /
+      const double gemm = time_ms(pf.stream, 3,
+                                  [&] {
+                                    for (size_t i = 0; i < s.w.size(); ++i) {
+                                      cuda::Fp8GemmParams g{};
+                                      g.plan = plan;
+                                      g.xq = pf.xq;
+                                      g.x_scale = pf.xs;
+                                      g.w = s.view(i);
+                                      g.out = out;
+                                      g.m = m;
+                                      cuda::launch_fp8_gemm(g, pf.stream);
+                                    }
+                                  }) /
                           double(s.w.size());
       const float alpha = 1, beta = 0;
-      const double bf16 = time_ms(pf.stream, 3, [&] {
-                            for (bf16_bits* w : wb)
-                              CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(sh.n), int(m),
-                                                 int(sh.k), &alpha, w, CUDA_R_16BF, int(sh.k), x,
-                                                 CUDA_R_16BF, int(sh.k), &beta, ref, CUDA_R_16BF,
-                                                 int(sh.n), CUBLAS_COMPUTE_32F,
-                                                 CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
-                          }) /
-                          double(wb.size());
+      const double bf16 =
+          time_ms(
+              pf.stream, 3,
+              [&] {
+                for (bf16_bits* w : wb)
+                  CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(sh.n), int(m), int(sh.k),
+                                     &alpha, w, CUDA_R_16BF, int(sh.k), x, CUDA_R_16BF, int(sh.k),
+                                     &beta, ref, CUDA_R_16BF, int(sh.n), CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+              }) /
+          double(wb.size());
       // Same weights, same activations: the FP8 result against bf16 cuBLAS's (last copy).
       {
         cuda::Fp8LinearParams p{};
@@ -356,11 +364,12 @@ void bench_gemm(const Ceilings& c, Prefill& pf, cublasHandle_t h, Summary& sum) 
         CUDA_CHECK(cudaStreamSynchronize(pf.stream));
       }
       const double e = nmse_bf16(out, ref, std::min<int64_t>(m, 512) * sh.n);  // first 512 rows
-      std::printf("gemm     %-12s M=%-5lld act_quant %7.1f us | gemm %8.1f us %5.0f TFLOP/s | "
-                  "both %8.1f us | bf16 cuBLAS %8.1f us %5.0f TFLOP/s | speedup %.2fx (gemm "
-                  "alone %.2fx) | nmse vs bf16 %.2g\n",
-                  sh.name, (long long)m, quant * 1e3, gemm * 1e3, flop / (gemm * 1e-3) / 1e12,
-                  lin * 1e3, bf16 * 1e3, flop / (bf16 * 1e-3) / 1e12, bf16 / lin, bf16 / gemm, e);
+      std::printf(
+          "gemm     %-12s M=%-5lld act_quant %7.1f us | gemm %8.1f us %5.0f TFLOP/s | "
+          "both %8.1f us | bf16 cuBLAS %8.1f us %5.0f TFLOP/s | speedup %.2fx (gemm "
+          "alone %.2fx) | nmse vs bf16 %.2g\n",
+          sh.name, (long long)m, quant * 1e3, gemm * 1e3, flop / (gemm * 1e-3) / 1e12, lin * 1e3,
+          bf16 * 1e3, flop / (bf16 * 1e-3) / 1e12, bf16 / lin, bf16 / gemm, e);
       std::printf("gemm       %s\n", plan_text.c_str());
       sum.lines.push_back(fmt::format(
           "gemm {:<12} M={:<5} fp8 {:8.1f} us (quant {:6.1f}) bf16 {:8.1f} us: {:.2f}x ({:.2f}x "
@@ -385,8 +394,10 @@ int main(int argc, char** argv) {
   std::string what = "ceilings,gemv,gemm";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--what") what = argv[i + 1];
-    else if (a == "--reps") g_reps = std::max(1, std::atoi(argv[i + 1]));
+    if (a == "--what")
+      what = argv[i + 1];
+    else if (a == "--reps")
+      g_reps = std::max(1, std::atoi(argv[i + 1]));
     else {
       std::fprintf(stderr, "usage: %s [--what ceilings,gemv,gemm] [--reps N]\n", argv[0]);
       return 2;
@@ -418,9 +429,10 @@ int main(int argc, char** argv) {
   Summary sum;
   if (has("gemv")) bench_gemv(c, pf, sum);
   if (has("gemm")) bench_gemm(c, pf, h, sum);
-  std::printf("\n== summary (copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s; targets: GEMV m=1 >= 85%% of "
-              "copy, GEMM M=8192 >= 1.4x bf16) ==\n",
-              c.copy_gbs, c.gemm_tflops);
+  std::printf(
+      "\n== summary (copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s; targets: GEMV m=1 >= 85%% of "
+      "copy, GEMM M=8192 >= 1.4x bf16) ==\n",
+      c.copy_gbs, c.gemm_tflops);
   for (const auto& l : sum.lines) std::printf("%s\n", l.c_str());
   cublasDestroy(h);
   return 0;

@@ -63,7 +63,9 @@ void sync() {
 template <typename T>
 class Dev {
  public:
-  explicit Dev(size_t n) : n_(n) { CUDA_CHECK(cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T))); }
+  explicit Dev(size_t n) : n_(n) {
+    CUDA_CHECK(cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T)));
+  }
   explicit Dev(const std::vector<T>& v) : Dev(v.size()) {
     CUDA_CHECK(cudaMemcpy(p_, v.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
   }
@@ -133,7 +135,8 @@ std::vector<float> host_dequant(const HostFp8& h) {
 std::vector<float> random_act(std::mt19937& rng, int64_t m, int64_t k) {
   std::normal_distribution<float> d(0.0f, 1.0f);
   std::vector<float> v(size_t(m * k));
-  for (int64_t i = 0; i < m * k; ++i) v[size_t(i)] = round_to_bf16(d(rng) * ((i % k) % 37 == 5 ? 16.0f : 1.0f));
+  for (int64_t i = 0; i < m * k; ++i)
+    v[size_t(i)] = round_to_bf16(d(rng) * ((i % k) % 37 == 5 ? 16.0f : 1.0f));
   return v;
 }
 
@@ -200,7 +203,8 @@ void host_act_quant(const std::vector<float>& x, int64_t m, int64_t k, int64_t l
       for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(x[size_t(r * k + c)]));
       const float s = amax > 0 ? amax / 448.0f : 1.0f;
       (*scale)[size_t(g * ld + r)] = s;
-      for (int64_t c = c0; c < c1; ++c) (*q)[size_t(r * k + c)] = f32_to_fp8_e4m3(x[size_t(r * k + c)] / s);
+      for (int64_t c = c0; c < c1; ++c)
+        (*q)[size_t(r * k + c)] = f32_to_fp8_e4m3(x[size_t(r * k + c)] / s);
     }
 }
 
@@ -208,7 +212,9 @@ void host_act_quant(const std::vector<float>& x, int64_t m, int64_t k, int64_t l
 // GEMM, repacked by the device to fp8_gemm_scale_ld(k).
 struct DevFp8 {
   explicit DevFp8(const HostFp8& h)
-      : w(h.w), scale(h.scale), gemm_scale(size_t(cuda::fp8_scale_cols(h.n) * cuda::fp8_gemm_scale_ld(h.k))) {
+      : w(h.w),
+        scale(h.scale),
+        gemm_scale(size_t(cuda::fp8_scale_cols(h.n) * cuda::fp8_gemm_scale_ld(h.k))) {
     cuda::Fp8RepackScalesParams p{};
     p.src = scale.get();
     p.dst = gemm_scale.get();
@@ -246,7 +252,8 @@ TEST(Fp8Linear, ActQuantExact) {
     auto x = random_act(rng, c.m, c.k);
     for (int64_t i = 0; i < std::min<int64_t>(c.k, 128); ++i) x[size_t(i)] = 0.0f;  // a zero group
     if (c.k >= 128)  // row 1's first group tiny (scale ~1e-30, still a normal float)
-      for (int64_t i = 0; i < 128; ++i) x[size_t(c.k + i)] = round_to_bf16(1e-30f * float(i % 7 - 3));
+      for (int64_t i = 0; i < 128; ++i)
+        x[size_t(c.k + i)] = round_to_bf16(1e-30f * float(i % 7 - 3));
     std::vector<uint8_t> q_ref;
     std::vector<float> s_ref;
     host_act_quant(x, c.m, c.k, c.ld, &q_ref, &s_ref);
@@ -275,8 +282,8 @@ TEST(Fp8Linear, ActQuantExact) {
       }
     EXPECT_EQ(bad_q, 0) << "m " << c.m << " k " << c.k << " of " << q.size() << " codes";
     EXPECT_EQ(bad_s, 0) << "m " << c.m << " k " << c.k << " scales";
-    std::printf("fp8 act_quant m=%lld k=%lld: %lld code / %lld scale mismatches\n",
-                (long long)c.m, (long long)c.k, (long long)bad_q, (long long)bad_s);
+    std::printf("fp8 act_quant m=%lld k=%lld: %lld code / %lld scale mismatches\n", (long long)c.m,
+                (long long)c.k, (long long)bad_q, (long long)bad_s);
   }
 }
 
@@ -319,23 +326,23 @@ struct GemvCase {
   int m;
   int64_t n, k;
   bool bias;
-  int ksplit;  // 0: automatic
+  int ksplit;        // 0: automatic
   int64_t ld_extra;  // scale row stride beyond ceil(k/128) (NaN padding)
 };
 
-// The W8A16 GEMV: every row count 1..16 (one kernel instance each), split-k 1/2/4/8, odd n and k, k with
-// a tail of partial 512-element chunks and partial 128-wide scale blocks.
+// The W8A16 GEMV: every row count 1..16 (one kernel instance each), split-k 1/2/4/8, odd n and k, k
+// with a tail of partial 512-element chunks and partial 128-wide scale blocks.
 TEST(Fp8Linear, GemvW8A16) {
   std::mt19937 rng(13);
   std::vector<GemvCase> cases = {
-      {1, 300, 272, false, 0, 0},  {2, 300, 272, true, 0, 1},   {3, 129, 1040, false, 0, 0},
-      {4, 328, 1040, true, 0, 2},  {5, 1000, 400, false, 0, 0}, {6, 77, 7168, true, 0, 0},
-      {7, 200, 528, false, 0, 0},  {8, 136, 2064, true, 0, 0},  {9, 64, 1024, false, 0, 0},
-      {10, 96, 528, true, 0, 0},   {11, 130, 400, false, 0, 0}, {12, 300, 272, true, 0, 0},
-      {13, 40, 784, false, 0, 0},  {14, 72, 1040, true, 0, 0},  {15, 264, 272, false, 0, 0},
-      {16, 328, 1040, true, 0, 0},
-      {1, 1536, 7168, false, 1, 0}, {1, 1536, 7168, false, 2, 0}, {1, 576, 7168, false, 4, 0},
-      {1, 576, 7168, true, 8, 0},  {2, 520, 2048, false, 8, 0}, {16, 256, 7168, false, 8, 0},
+      {1, 300, 272, false, 0, 0},   {2, 300, 272, true, 0, 1},    {3, 129, 1040, false, 0, 0},
+      {4, 328, 1040, true, 0, 2},   {5, 1000, 400, false, 0, 0},  {6, 77, 7168, true, 0, 0},
+      {7, 200, 528, false, 0, 0},   {8, 136, 2064, true, 0, 0},   {9, 64, 1024, false, 0, 0},
+      {10, 96, 528, true, 0, 0},    {11, 130, 400, false, 0, 0},  {12, 300, 272, true, 0, 0},
+      {13, 40, 784, false, 0, 0},   {14, 72, 1040, true, 0, 0},   {15, 264, 272, false, 0, 0},
+      {16, 328, 1040, true, 0, 0},  {1, 1536, 7168, false, 1, 0}, {1, 1536, 7168, false, 2, 0},
+      {1, 576, 7168, false, 4, 0},  {1, 576, 7168, true, 8, 0},   {2, 520, 2048, false, 8, 0},
+      {16, 256, 7168, false, 8, 0},
   };
   for (const GemvCase& c : cases) {
     const HostFp8 h = random_fp8_weight(rng, c.n, c.k, cuda::fp8_scale_cols(c.k) + c.ld_extra);
@@ -375,8 +382,9 @@ TEST(Fp8Linear, GemvSwiGlu) {
     bool bias;
     int ksplit;
   };
-  for (Case c : {Case{1, 150, 400, false, 0}, Case{5, 150, 400, true, 0}, Case{16, 77, 1040, true, 0},
-                 Case{1, 2048, 7168, false, 0}, Case{2, 200, 2048, false, 4}, Case{3, 64, 784, true, 1}}) {
+  for (Case c :
+       {Case{1, 150, 400, false, 0}, Case{5, 150, 400, true, 0}, Case{16, 77, 1040, true, 0},
+        Case{1, 2048, 7168, false, 0}, Case{2, 200, 2048, false, 4}, Case{3, 64, 784, true, 1}}) {
     const int64_t n = 2 * c.inter;
     // gate_proj and up_proj as a loader stacks them: codes and scale tables one after the other.
     const HostFp8 gate = random_fp8_weight(rng, c.inter, c.k, cuda::fp8_scale_cols(c.k));
@@ -508,8 +516,8 @@ void run_linear_cases(const std::vector<GemmCase>& cases, uint32_t seed) {
     cuda::Fp8GemmPlan* plan = m4 > 0 ? planner().try_plan(m4, c.n, c.k, &why) : nullptr;
     if (m4 > 0 && !plan) {
       ADD_FAILURE() << why;
-      std::printf("fp8 linear m=%lld n=%lld k=%lld: NO PLAN: %s\n", (long long)c.m,
-                  (long long)c.n, (long long)c.k, why.c_str());
+      std::printf("fp8 linear m=%lld n=%lld k=%lld: NO PLAN: %s\n", (long long)c.m, (long long)c.n,
+                  (long long)c.k, why.c_str());
       continue;
     }
     if (plan) std::printf("fp8 linear m=%lld: %s\n", (long long)c.m, cuda::describe(*plan).c_str());
@@ -545,26 +553,30 @@ void run_linear_cases(const std::vector<GemmCase>& cases, uint32_t seed) {
     sync();
     const auto got = from_bf16(out.host());
     const double e_gemm = m4 > 0 ? nmse(got, ref, c.n, 0, m4) : 0.0;
-    const double e_emu = m4 > 0 ? nmse(std::vector<float>(got.begin(), got.begin() + m4 * c.n), emu) : 0.0;
-    const double e_host = m4 > 0 ? nmse(std::vector<float>(emu.begin(), emu.end()), ref, c.n, 0, m4) : 0.0;
+    const double e_emu =
+        m4 > 0 ? nmse(std::vector<float>(got.begin(), got.begin() + m4 * c.n), emu) : 0.0;
+    const double e_host =
+        m4 > 0 ? nmse(std::vector<float>(emu.begin(), emu.end()), ref, c.n, 0, m4) : 0.0;
     const double e_tail = m4 < c.m ? nmse(got, ref, c.n, m4, c.m) : 0.0;
     EXPECT_LT(e_gemm, 2e-3) << "m " << c.m << " n " << c.n << " k " << c.k;
     EXPECT_LT(e_emu, 3e-5) << "vs W8A8 emulation: m " << c.m << " n " << c.n << " k " << c.k;
     if (m4 > 0 && !(e_emu < 3e-5)) {  // which reading of the scale tables would the GPU match?
       const std::vector<float> g4(got.begin(), got.begin() + m4 * c.n);
       for (auto [al, wl] : {std::pair{1, 0}, std::pair{0, 1}, std::pair{1, 1}})
-        std::printf("fp8 linear m=%lld n=%lld k=%lld DIAGNOSIS: nmse vs emulation reading the "
-                    "activation scales %s, the weight scales %s: %.3g\n",
-                    (long long)c.m, (long long)c.n, (long long)c.k,
-                    al ? "token-major [m][L]" : "group-major [L][m]",
-                    wl ? "n-block-major [L4][n/128]" : "k-major [n/128][L4]",
-                    nmse(g4, w8a8_emulation(q, qs, m4, h, bp, al, wl)));
+        std::printf(
+            "fp8 linear m=%lld n=%lld k=%lld DIAGNOSIS: nmse vs emulation reading the "
+            "activation scales %s, the weight scales %s: %.3g\n",
+            (long long)c.m, (long long)c.n, (long long)c.k,
+            al ? "token-major [m][L]" : "group-major [L][m]",
+            wl ? "n-block-major [L4][n/128]" : "k-major [n/128][L4]",
+            nmse(g4, w8a8_emulation(q, qs, m4, h, bp, al, wl)));
     }
     EXPECT_LT(e_tail, 3e-5) << "GEMV rows: m " << c.m << " n " << c.n << " k " << c.k;
-    std::printf("fp8 linear m=%lld (gemm rows %lld) n=%lld k=%lld bias=%d: nmse %.3g (host W8A8 "
-                "emulation %.3g), vs emulation %.3g, gemv rows %.3g\n",
-                (long long)c.m, (long long)m4, (long long)c.n, (long long)c.k, int(c.bias), e_gemm,
-                e_host, e_emu, e_tail);
+    std::printf(
+        "fp8 linear m=%lld (gemm rows %lld) n=%lld k=%lld bias=%d: nmse %.3g (host W8A8 "
+        "emulation %.3g), vs emulation %.3g, gemv rows %.3g\n",
+        (long long)c.m, (long long)m4, (long long)c.n, (long long)c.k, int(c.bias), e_gemm, e_host,
+        e_emu, e_tail);
   }
 }
 
@@ -583,9 +595,9 @@ TEST(Fp8Linear, GemmBlockScaledAligned) {
 // k a multiple of 128 (every DeepSeek-V3 linear), n not (a partial last 128-row weight block:
 // DeepSeek-V3's kv_a_proj_with_mqa has n = 576).
 TEST(Fp8Linear, GemmBlockScaledOddN) {
-  run_linear_cases({{40, 328, 1024, false}, {300, 584, 512, true}, {64, 576, 7168, false},
-                    {5, 136, 384, true}},
-                   22);
+  run_linear_cases(
+      {{40, 328, 1024, false}, {300, 584, 512, true}, {64, 576, 7168, false}, {5, 136, 384, true}},
+      22);
 }
 
 // k not a multiple of 128 (partial last scale group; scale rows repacked to a multiple of 4).

@@ -38,9 +38,9 @@
 namespace strata::cuda {
 namespace {
 
-constexpr int kWarps = 8;      // warps per GEMV block
-constexpr int kChunk = 512;    // k elements a warp covers with one 16-byte load per lane
-constexpr int kUnroll = 4;     // 16-byte weight loads in flight per lane (m <= 8; 1 above)
+constexpr int kWarps = 8;        // warps per GEMV block
+constexpr int kChunk = 512;      // k elements a warp covers with one 16-byte load per lane
+constexpr int kUnroll = 4;       // 16-byte weight loads in flight per lane (m <= 8; 1 above)
 constexpr int kWarpsPerSm = 64;  // k split: enough warps for ~2 waves of 32 per SM
 
 int num_sms() {
@@ -99,7 +99,8 @@ __device__ __forceinline__ void gemv_piece(const uint4& wv, float scale, const b
 constexpr int gemv_min_blocks(int m) { return m == 1 ? 4 : m == 2 ? 3 : 2; }
 
 template <int M>
-__global__ void __launch_bounds__(kWarps * 32, gemv_min_blocks(M)) fp8_gemv_kernel(Fp8GemvParams p) {
+__global__ void __launch_bounds__(kWarps * 32, gemv_min_blocks(M))
+    fp8_gemv_kernel(Fp8GemvParams p) {
   __shared__ float red[kWarps][M];
   pdl_enter(p.pdl_early);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -122,9 +123,9 @@ __global__ void __launch_bounds__(kWarps * 32, gemv_min_blocks(M)) fp8_gemv_kern
   const int64_t k = p.w.k;
   const uint8_t* wrow = p.w.w + expert * p.w.w_stride + row * k;
   // GLU: the up rows' scales follow the gate's table (ceil(inter / 128) rows of it).
-  const int64_t sblock = glu && row >= p.glu_inter
-                             ? (p.glu_inter + kFp8Block - 1) / kFp8Block + (row - p.glu_inter) / kFp8Block
-                             : row / kFp8Block;
+  const int64_t sblock = glu && row >= p.glu_inter ? (p.glu_inter + kFp8Block - 1) / kFp8Block +
+                                                         (row - p.glu_inter) / kFp8Block
+                                                   : row / kFp8Block;
   const float* srow = p.w.scale + expert * p.w.scale_stride + sblock * p.w.scale_ld;
   const bf16_bits* x = p.x + b * p.x_batch_stride;
   float acc[M];
@@ -259,8 +260,8 @@ void check_weight(const Fp8Weight& w, const char* what) {
   CHECK_MSG(w.k % 16 == 0 && uintptr_t(w.w) % 16 == 0 && w.w_stride % 16 == 0,
             "{}: weight rows must be 16-byte aligned (n {} k {} stride {})", what, w.n, w.k,
             w.w_stride);
-  CHECK_MSG(w.scale_ld >= fp8_scale_cols(w.k), "{}: scale_ld {} < ceil({} / 128)", what,
-            w.scale_ld, w.k);
+  CHECK_MSG(w.scale_ld >= fp8_scale_cols(w.k), "{}: scale_ld {} < ceil({} / 128)", what, w.scale_ld,
+            w.k);
 }
 
 }  // namespace
@@ -288,24 +289,13 @@ void launch_fp8_gemv(const Fp8GemvParams& p_in, cudaStream_t stream) {
   if (p.ksplit == 0) p.ksplit = fp8_gemv_auto_ksplit(p.w.n * p.batches, p.w.k, glu);
   CHECK_MSG(p.ksplit == 1 || p.ksplit == 2 || p.ksplit == 4 || (p.ksplit == 8 && !glu),
             "fp8_gemv: ksplit {} (glu {})", p.ksplit, int(glu));
-  switch (p.m) {
-    case 1: launch_gemv_m<1>(p, stream); break;
-    case 2: launch_gemv_m<2>(p, stream); break;
-    case 3: launch_gemv_m<3>(p, stream); break;
-    case 4: launch_gemv_m<4>(p, stream); break;
-    case 5: launch_gemv_m<5>(p, stream); break;
-    case 6: launch_gemv_m<6>(p, stream); break;
-    case 7: launch_gemv_m<7>(p, stream); break;
-    case 8: launch_gemv_m<8>(p, stream); break;
-    case 9: launch_gemv_m<9>(p, stream); break;
-    case 10: launch_gemv_m<10>(p, stream); break;
-    case 11: launch_gemv_m<11>(p, stream); break;
-    case 12: launch_gemv_m<12>(p, stream); break;
-    case 13: launch_gemv_m<13>(p, stream); break;
-    case 14: launch_gemv_m<14>(p, stream); break;
-    case 15: launch_gemv_m<15>(p, stream); break;
-    default: launch_gemv_m<16>(p, stream); break;
-  }
+  using Launcher = void (*)(const Fp8GemvParams&, cudaStream_t);
+  static constexpr Launcher kByRows[kFp8GemvMaxRows] = {
+      launch_gemv_m<1>,  launch_gemv_m<2>,  launch_gemv_m<3>,  launch_gemv_m<4>,
+      launch_gemv_m<5>,  launch_gemv_m<6>,  launch_gemv_m<7>,  launch_gemv_m<8>,
+      launch_gemv_m<9>,  launch_gemv_m<10>, launch_gemv_m<11>, launch_gemv_m<12>,
+      launch_gemv_m<13>, launch_gemv_m<14>, launch_gemv_m<15>, launch_gemv_m<16>};
+  kByRows[p.m - 1](p, stream);
 }
 
 void launch_fp8_act_quant(const Fp8ActQuantParams& p, cudaStream_t stream) {

@@ -47,8 +47,8 @@ inline int64_t fp8_gemm_scale_ld(int64_t k) { return (fp8_scale_cols(k) + 3) / 4
 // A weight as the kernels address it. MoE: experts stacked in one allocation are addressed by
 // base pointer + expert index · stride (Fp8GemvParams::batch_ids, and issue 23's grouped GEMM).
 struct Fp8Weight {
-  const uint8_t* w;      // [n, k] e4m3; k % 16 == 0, 16-byte aligned
-  const float* scale;    // [ceil(n/128), scale_ld]
+  const uint8_t* w;    // [n, k] e4m3; k % 16 == 0, 16-byte aligned
+  const float* scale;  // [ceil(n/128), scale_ld]
   int64_t n;
   int64_t k;
   int64_t scale_ld;      // floats between scale rows
@@ -68,8 +68,8 @@ struct Fp8Weight {
 struct Fp8GemvParams {
   const bf16_bits* x;  // [m, k] per batch
   Fp8Weight w;
-  const float* bias;   // [n] (GLU: [2 · glu_inter]) or null; shared by all experts
-  bf16_bits* out;      // [m, n] or [m, glu_inter] per batch
+  const float* bias;  // [n] (GLU: [2 · glu_inter]) or null; shared by all experts
+  bf16_bits* out;     // [m, n] or [m, glu_inter] per batch
   const int32_t* batch_ids;
   int64_t x_batch_stride;    // elements
   int64_t out_batch_stride;  // elements
@@ -93,8 +93,8 @@ struct Fp8ActQuantParams {
   uint8_t* q;          // [m, k]
   float* scale;        // [ceil(k/128), scale_ld]
   int64_t m;
-  int64_t k;           // k % 16 == 0
-  int64_t scale_ld;    // >= m
+  int64_t k;         // k % 16 == 0
+  int64_t scale_ld;  // >= m
 };
 void launch_fp8_act_quant(const Fp8ActQuantParams& p, cudaStream_t stream);
 
@@ -148,8 +148,8 @@ struct Fp8LinearParams {
   Fp8GemmPlan* plan;
   const bf16_bits* x;  // [m, k]
   Fp8Weight w;
-  const float* bias;   // [n] or null
-  bf16_bits* out;      // [m, n]
+  const float* bias;  // [n] or null
+  bf16_bits* out;     // [m, n]
   uint8_t* xq;
   float* x_scale;
   int64_t m;

@@ -93,8 +93,9 @@ std::string build_plan(Fp8GemmPlan& p) {
   const uint32_t align = 16;  // what the callers guarantee (cudaMalloc gives 256)
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                        sizeof(ws));
-  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+  for (auto attr :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     step(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)), "MIN_ALIGNMENT");
   cublasLtMatmulHeuristicResult_t results[8] = {};
   int count = 0;
@@ -117,10 +118,14 @@ std::string build_plan(Fp8GemmPlan& p) {
 
 bool fp8_gemm_shape_ok(int64_t m, int64_t n, int64_t k, std::string* why) {
   std::string w;
-  if (m < 0 || n <= 0 || k <= 0) w = "empty";
-  else if (m % 4 != 0) w = "m % 4 != 0 (block-scaled cuBLASLt modes)";
-  else if (n % 8 != 0) w = "n % 8 != 0 (16-byte bf16 output rows; block-scaled modes need n % 4)";
-  else if (k % 16 != 0) w = "k % 16 != 0 (16-byte fp8 rows)";
+  if (m < 0 || n <= 0 || k <= 0)
+    w = "empty";
+  else if (m % 4 != 0)
+    w = "m % 4 != 0 (block-scaled cuBLASLt modes)";
+  else if (n % 8 != 0)
+    w = "n % 8 != 0 (16-byte bf16 output rows; block-scaled modes need n % 4)";
+  else if (k % 16 != 0)
+    w = "k % 16 != 0 (16-byte fp8 rows)";
   if (why) *why = w;
   return w.empty();
 }
@@ -221,9 +226,9 @@ void launch_fp8_gemm(const Fp8GemmParams& p, cudaStream_t stream) {
                 uintptr_t(p.x_scale) % 16 == 0 && uintptr_t(w.scale) % 16 == 0,
             "fp8_gemm: operands and scales must be 16-byte aligned ({})",
             shape_text(p.m, w.n, w.k));
-  std::string e = lt_error(set_desc(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                    static_cast<const void*>(w.scale)),
-                           "A_SCALE_POINTER");
+  std::string e = lt_error(
+      set_desc(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(w.scale)),
+      "A_SCALE_POINTER");
   if (e.empty())
     e = lt_error(set_desc(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
                           static_cast<const void*>(p.x_scale)),
