@@ -87,6 +87,20 @@ LinearFormat WeightPolicy::device_format(const LinearFormat& stored) const {
   return LinearFormat{.format = WeightFormat::kDense, .dense_dtype = dense_dtype};
 }
 
+int64_t linear_device_bytes(const LinearFormat& f, int64_t out, int64_t in) {
+  switch (f.format) {
+    case WeightFormat::kDense:
+      return linear_weight_bytes(f, out, in);
+    case WeightFormat::kFp8Block:
+      return out * in + ceil_div(out, f.block_out) * (ceil_div(ceil_div(in, f.block_in), 4) * 4) * 4;
+    case WeightFormat::kInt4Group: {
+      const int64_t rows = ceil_div(out, 16) * 16, cols = ceil_div(in, 64) * 64;
+      return rows * cols / 2 + rows * ceil_div(cols, f.group_size) * 2;
+    }
+  }
+  return 0;
+}
+
 void HostLinearWeight::check_sizes() const {
   CHECK_MSG(stack >= 1 && out >= 1 && in >= 1, "linear weight dims stack {} out {} in {}", stack, out, in);
   if (format.format == WeightFormat::kFp8Block) CHECK(format.block_out > 0 && format.block_in > 0);

@@ -57,6 +57,13 @@ struct WeightPolicy {
   LinearFormat device_format(const LinearFormat& stored) const;
 };
 
+// Bytes a backend that keeps `f` packed allocates for one [out, in] matrix: the stored bytes plus
+// the padding of the CUDA layouts — INT4 in tiles of 16 rows × 64 inputs (backend/cuda/
+// linear_int4.h; none for real shapes: out % 16 == 0 and in % 64 == 0), fp8 scale rows padded to
+// a multiple of 4 floats (cuBLASLt's block-scaled GEMM reads them 16 bytes at a time). Dense:
+// the stored bytes.
+int64_t linear_device_bytes(const LinearFormat& f, int64_t out, int64_t in);
+
 // A linear weight's stored bytes in host memory, as read from a checkpoint (or a shard of it):
 // what Backend::upload_linear receives. Owns its bytes. Layout: `stack` matrices one after the
 // other, values then (separately) scales, each matrix laid out as the file header describes.

@@ -251,7 +251,7 @@ int64_t device_bytes(const WeightEntry& w, const std::vector<int64_t>& shape, co
   if (w.name.ends_with(".bias") || w.name.ends_with("e_score_correction_bias")) return n * 4;
   if (w.quant == QuantMethod::kNone || shape.size() != 2 || w.name.ends_with("kv_b_proj.weight"))
     return dtype_bytes_for(policy.dense_dtype, n);
-  return linear_weight_bytes(policy.device_format(stored_format(w, layout)), shape[0], shape[1]);
+  return linear_device_bytes(policy.device_format(stored_format(w, layout)), shape[0], shape[1]);
 }
 
 std::vector<std::string> stored_tensor_names(const WeightEntry& w) {

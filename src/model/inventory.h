@@ -88,8 +88,9 @@ LinearFormat stored_format(const WeightEntry& w, const QuantLayout& layout);
 
 // Bytes a backend with `policy` holds for the tensor of `shape` (w.shape or a shard_shape): the
 // one formula the planner and the loaders share (arch/ loads exactly this; a test checks every
-// fixture). Linear weights take policy.device_format(stored) (core/weight_format.h); every other
-// tensor the policy's dense dtype, except biases and e_score_correction_bias (float32 on every
+// fixture). Linear weights take linear_device_bytes of policy.device_format(stored)
+// (core/weight_format.h: the packed layouts' padding included); every other tensor the policy's
+// dense dtype, except biases and e_score_correction_bias (float32 on every
 // backend: the GEMM epilogues read float32) and MLA's kv_b_proj (always dense: it becomes the
 // absorbed per-head W_UK / W_UV).
 int64_t device_bytes(const WeightEntry& w, const std::vector<int64_t>& shape, const QuantLayout& layout,
