@@ -33,7 +33,7 @@ for stage in ${STAGES:-fixtures int4 fp8 parity model}; do
     int4)
       OUT=$W/int4 STAGES="${INT4_STAGES:-resources parity bench}" bash bench/cuda/int4_linear_run.sh 2>&1 | grep -v "^build:" ;;
     fp8)
-      OUT=$W/fp8 bash bench/cuda/fp8_linear_run.sh 2>&1 | grep -v "^build:" ;;
+      OUT=$W/fp8 STAGES="${FP8_STAGES:-parity bench}" bash bench/cuda/fp8_linear_run.sh 2>&1 | grep -v "^build:" ;;
     parity)
       timeout ${PARITY_TIMEOUT:-200} ./build-dev/strata_parity_test --gtest_filter="${PARITY_FILTER:--*Int4*:Fp8Linear.*:*Quant*}" \
         >"$W/parity.log" 2>&1
