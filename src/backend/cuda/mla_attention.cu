@@ -2,21 +2,25 @@
 // format and head count, and the split-KV merge both kernels share.
 //
 // A block: 16 query rows (the rows of one m16n8k16 tile: 16 heads of a token, or 8 heads of two
-// tokens, ...) of one sequence against one split of its keys, 8 warps. Keys come in chunks of 64
-// rows through shared memory, and each chunk serves all 16 rows (every head of a token shares
+// tokens, ...) of one sequence against one split of its keys, 8 warps, one block an SM. Keys come
+// in chunks through shared memory and each chunk serves all 16 rows (every head of a token shares
 // each page read; more heads than 16 take more blocks over the same keys, which then hit L2:
-// grid.x, the row tile, varies fastest). Two ways into the bf16 compute tile [64 keys][R + P']:
-//  - direct (bf16 rows, 16-byte aligned): cp.async of the rows into the tile, 2 stages;
-//  - staged (fp8 plain, rope-split and FlashMLA rows): cp.async of the raw rows into NS raw
-//    stages, then each chunk is decoded to bf16 into the one compute tile (fp8 and bf16 values
-//    exactly; FlashMLA tile scales multiplied in); the per-layer scales stay out and multiply
-//    the scores (latent and rope parts separately) and the output in float32.
-// Per chunk: S = Q·Kᵀ, warp w taking keys [8w, 8w + 8) over all R + P' dims (Q and K fragments
-// by ldmatrix from shared memory); the chunk's row maxima meet in shared memory, so every warp
-// rescales with the same running max; P (bf16) goes to shared memory; O += P·V, warp w taking
-// output columns [w·R/8, (w+1)·R/8) (V is the first R columns of the same tile, read by
-// ldmatrix.trans). Three barriers a chunk. The row sums are summed over the warps at the end.
-// Rows past a sequence's rows are padding (zero q), never stored.
+// grid.x, the row tile, varies fastest). Two ways into the bf16 compute tile [C keys][R + P']:
+//  - direct (bf16 rows, 16-byte aligned): cp.async of the rows into the tiles; 48-key chunks in 3
+//    stages (two chunks in flight while one is used: 64-key chunks would fit only 2 stages next
+//    to Q, one chunk in flight, which leaves HBM idle between chunks);
+//  - staged (fp8 plain, rope-split and FlashMLA rows): cp.async of the raw rows (4, 8 or 16 bytes
+//    a copy, as the rows' alignment allows) into 3 (or 2) raw stages of 64 keys, then each chunk
+//    is decoded to bf16 into the one compute tile (fp8 and bf16 values exactly; FlashMLA tile
+//    scales multiplied in); the per-layer scales stay out and multiply the scores (latent and
+//    rope parts separately) and the output in float32.
+// Per chunk: S = Q·Kᵀ, warp w < C/8 taking keys [8w, 8w + 8) over all R + P' dims (Q and K
+// fragments by ldmatrix from shared memory); the chunk's row maxima meet in shared memory, so
+// every warp rescales with the same running max; P (bf16) goes to shared memory; O += P·V, warp w
+// taking output columns [w·R/8, (w+1)·R/8) (V is the first R columns of the same tile, read by
+// ldmatrix.trans). Three barriers a chunk (four when staged). The row sums add over the warps at
+// the end. Rows past a sequence's rows are padding (zero q), never stored.
+// bench/cuda/mla_emulate.py emulates this kernel lane by lane (numpy) against float64 attention.
 #include <cfloat>
 
 #include "backend/cuda/mla_device.cuh"
@@ -29,45 +33,43 @@ using namespace attn;
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRows = 16;
-constexpr int kChunk = kMlaChunk;
-static_assert(kChunk == kWarps * 8, "S: 8 keys a warp");
 
-template <int R, int P>
+// Shared-memory geometry for R latent + P rope values and C-key chunks (C / 8 warps compute S).
+template <int R, int P, int C>
 struct Geo {
   static_assert(R % 32 == 0 && P % 8 == 0 && P > 0, "R a multiple of 32, P of 8");
+  static_assert(C % 16 == 0 && C / 8 <= kWarps, "chunk");
   static constexpr int kPP = (P + 31) / 32 * 32;  // rope dims padded: k-steps go in pairs
   static constexpr int kD = R + kPP;              // bf16 values per compute row
   static constexpr int kStride = kD * 2 + 16;     // bytes (an odd number of 16-byte units:
                                                   // ldmatrix rows hit distinct banks)
-  static constexpr int kPStride = kChunk * 2 + 16;
+  static constexpr int kPStride = C * 2 + 16;
+  static constexpr int kSWarps = C / 8;  // warps computing S, 8 keys each
   static constexpr int kPvWarps = R / 16 < kWarps ? R / 16 : kWarps;
   static constexpr int kPvCols = R / kPvWarps;  // output columns a warp (a multiple of 16)
-  static constexpr int kTileBytes = kChunk * kStride;
+  static constexpr int kTileBytes = C * kStride;
   // Shared memory: Q, P, the warps' row maxima and sums, the slot table, then the stages.
   static constexpr int kQOff = 0;
   static constexpr int kPOff = kQOff + kRows * kStride;
   static constexpr int kRedOff = kPOff + kRows * kPStride;  // [2][kWarps][kRows] float
   static constexpr int kSlotOff = kRedOff + 2 * kWarps * kRows * 4;
   static constexpr int kMaxStages = 3;
-  static constexpr int kTileOff = kSlotOff + kMaxStages * kChunk * 4;
-  // Direct: 2 compute tiles. Staged: 1 compute tile, then NS raw stages of raw_stride bytes a row.
-  static constexpr int kDirectBytes = kTileOff + 2 * kTileBytes;
+  static constexpr int kTileOff = kSlotOff + kMaxStages * C * 4;
+  // Direct: NS compute tiles. Staged: 1 compute tile, then NS raw stages of raw_stride bytes a row.
+  static constexpr int direct_bytes(int stages) { return kTileOff + stages * kTileBytes; }
   static constexpr int raw_off() { return kTileOff + kTileBytes; }
-  static int staged_bytes(int stages, int raw_stride) {
-    return raw_off() + stages * kChunk * raw_stride;
+  static constexpr int staged_bytes(int stages, int raw_stride) {
+    return raw_off() + stages * C * raw_stride;
   }
 };
 
-constexpr int kMaxSmem = 227 * 1024;
-
 __device__ __forceinline__ float exp2_ftz(float x) { return fast_exp2(x); }
 
-// The kernel. NS: pipeline stages (direct: compute tiles; staged: raw stages).
-template <int R, int P, bool kDirect, int NS>
+// The kernel. C: keys a chunk; NS: pipeline stages (direct: compute tiles; staged: raw stages).
+template <int R, int P, bool kDirect, int C, int NS>
 __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(MlaAttentionParams p) {
-  using G = Geo<R, P>;
+  using G = Geo<R, P, C>;
   static_assert(NS >= 2 && NS <= G::kMaxStages, "stages");
-  static_assert(!kDirect || NS == 2, "direct: 2 stages");
   extern __shared__ __align__(16) char smem[];
   pdl_wait();
   pdl_trigger();
@@ -84,37 +86,38 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(MlaAttentionParams
   // columns of the direct tiles (never written by the copies).
   for (int i = tid; i < kRows * (G::kD / 8); i += kThreads) {
     const int r = i / (G::kD / 8), c = i % (G::kD / 8);
-    *reinterpret_cast<uint4*>(smem + G::kQOff + r * G::kStride + c * 16) = mla::q_group(p, w, r, c * 8);
+    *reinterpret_cast<uint4*>(smem + G::kQOff + r * G::kStride + c * 16) =
+        mla::q_group(p, w, r, c * 8);
   }
-  for (int i = tid; i < NS * kChunk; i += kThreads) {
+  for (int i = tid; i < NS * C; i += kThreads) {
     const int j = w.begin + i;
     slots[i] = j < w.end ? w.slot_of(j, p.page_size) : -1;
   }
   if constexpr (kDirect && G::kD > R + P) {
     constexpr int kPad = (G::kD - R - P) / 8;
-    for (int i = tid; i < 2 * kChunk * kPad; i += kThreads) {
+    for (int i = tid; i < NS * C * kPad; i += kThreads) {
       const int r = i / kPad, c = (R + P) / 8 + i % kPad;
-      *reinterpret_cast<uint4*>(smem + G::kTileOff + r * G::kStride + c * 16) = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(smem + G::kTileOff + r * G::kStride + c * 16) =
+          make_uint4(0, 0, 0, 0);
     }
   }
   __syncthreads();
 
   // Issues the copies of chunk `c` (slots in table stage c % NS) into its stage.
   auto issue = [&](int c) {
-    const int32_t* st = slots + (c % NS) * kChunk;
+    const int32_t* st = slots + (c % NS) * C;
     if constexpr (kDirect) {
       constexpr int kPieces = (R + P) / 8;  // 16-byte pieces of a bf16 row
       const uint32_t dst = smem_addr(smem + G::kTileOff + (c % NS) * G::kTileBytes);
-      for (int i = tid; i < kChunk * kPieces; i += kThreads) {
+      for (int i = tid; i < C * kPieces; i += kThreads) {
         const int r = i / kPieces, piece = i % kPieces;
         const int slot = st[r];
         const char* src = cache + (slot >= 0 ? int64_t(slot) * f.row_bytes + piece * 16 : 0);
         mla::cp_async_zfill<16>(dst + uint32_t(r * G::kStride + piece * 16), src, slot >= 0);
       }
     } else {
-      const uint32_t dst = smem_addr(smem + G::raw_off() + (c % NS) * kChunk * raw_stride);
-      mla::copy_raw_rows_w(p.copy_width, dst, raw_stride, cache, f.row_bytes, st, kChunk, tid,
-                           kThreads);
+      const uint32_t dst = smem_addr(smem + G::raw_off() + (c % NS) * C * raw_stride);
+      mla::copy_raw_rows_w(p.copy_width, dst, raw_stride, cache, f.row_bytes, st, C, tid, kThreads);
     }
   };
 #pragma unroll
@@ -135,10 +138,12 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(MlaAttentionParams
   for (int i = 0; i < kNt; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
 
   float* red_m = reinterpret_cast<float*>(smem + G::kRedOff);
-  const uint32_t q_lane = smem_addr(smem + G::kQOff) +
-                          uint32_t(((lane & 7) + ((lane >> 3) & 1) * 8) * G::kStride + (lane >> 4) * 16);
-  const uint32_t p_lane = smem_addr(smem + G::kPOff) +
-                          uint32_t(((lane & 7) + ((lane >> 3) & 1) * 8) * G::kPStride + (lane >> 4) * 16);
+  const uint32_t q_lane =
+      smem_addr(smem + G::kQOff) +
+      uint32_t(((lane & 7) + ((lane >> 3) & 1) * 8) * G::kStride + (lane >> 4) * 16);
+  const uint32_t p_lane =
+      smem_addr(smem + G::kPOff) +
+      uint32_t(((lane & 7) + ((lane >> 3) & 1) * 8) * G::kPStride + (lane >> 4) * 16);
 
   for (int c = 0; c < w.nchunks; ++c) {
     cp_async_wait<NS - 2>();
@@ -146,16 +151,16 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(MlaAttentionParams
     if (c + NS - 1 < w.nchunks) issue(c + NS - 1);
     cp_async_commit();
     // Page lookup of chunk c + NS, stored at the end of the iteration (latency hidden).
-    const int jn = w.begin + (c + NS) * kChunk + tid;
+    const int jn = w.begin + (c + NS) * C + tid;
     int next_slot = -1;
-    if (tid < kChunk && jn < w.end) next_slot = w.slot_of(jn, p.page_size);
+    if (tid < C && jn < w.end) next_slot = w.slot_of(jn, p.page_size);
     const char* tile;
     if constexpr (kDirect) {
       tile = smem + G::kTileOff + (c % NS) * G::kTileBytes;
     } else {
       tile = smem + G::kTileOff;
-      const char* raw = smem + G::raw_off() + (c % NS) * kChunk * raw_stride;
-      for (int i = tid; i < kChunk * (G::kD / 8); i += kThreads) {
+      const char* raw = smem + G::raw_off() + (c % NS) * C * raw_stride;
+      for (int i = tid; i < C * (G::kD / 8); i += kThreads) {
         const int r = i / (G::kD / 8), col = (i % (G::kD / 8)) * 8;
         *reinterpret_cast<uint4*>(smem + G::kTileOff + r * G::kStride + col * 2) =
             mla::row_group_bf16(f, raw + r * raw_stride, col);
@@ -163,43 +168,46 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(MlaAttentionParams
       __syncthreads();
     }
     const uint32_t tile_s = smem_addr(tile);
+    float sc[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
 
-    // S for keys [8 warp, 8 warp + 8): latent and rope parts in separate accumulators (their
-    // scales differ).
-    float sl[4] = {0, 0, 0, 0}, sr[4] = {0, 0, 0, 0};
-    const uint32_t k_lane = tile_s + uint32_t((warp * 8 + (lane & 7)) * G::kStride + (lane >> 3) * 16);
+    // S for keys [8 warp, 8 warp + 8) (warps < C / 8): latent and rope parts in separate
+    // accumulators (their scales differ).
+    if (warp < G::kSWarps) {
+      float sl[4] = {0, 0, 0, 0}, sr[4] = {0, 0, 0, 0};
+      const uint32_t k_lane =
+          tile_s + uint32_t((warp * 8 + (lane & 7)) * G::kStride + (lane >> 3) * 16);
 #pragma unroll 6
-    for (int kk = 0; kk < R / 16; kk += 2) {
-      uint32_t b[4], a[4];
-      ldmatrix_x4(b, k_lane + kk * 32);
-      ldmatrix_x4(a, q_lane + kk * 32);
-      mma_bf16_16816(sl, a, b[0], b[1]);
-      ldmatrix_x4(a, q_lane + (kk + 1) * 32);
-      mma_bf16_16816(sl, a, b[2], b[3]);
-    }
+      for (int kk = 0; kk < R / 16; kk += 2) {
+        uint32_t b[4], a[4];
+        ldmatrix_x4(b, k_lane + kk * 32);
+        ldmatrix_x4(a, q_lane + kk * 32);
+        mma_bf16_16816(sl, a, b[0], b[1]);
+        ldmatrix_x4(a, q_lane + (kk + 1) * 32);
+        mma_bf16_16816(sl, a, b[2], b[3]);
+      }
 #pragma unroll
-    for (int kk = R / 16; kk < G::kD / 16; kk += 2) {
-      uint32_t b[4], a[4];
-      ldmatrix_x4(b, k_lane + kk * 32);
-      ldmatrix_x4(a, q_lane + kk * 32);
-      mma_bf16_16816(sr, a, b[0], b[1]);
-      ldmatrix_x4(a, q_lane + (kk + 1) * 32);
-      mma_bf16_16816(sr, a, b[2], b[3]);
-    }
-    const int key0 = w.begin + c * kChunk + warp * 8 + c2;
-    float sc[4];
+      for (int kk = R / 16; kk < G::kD / 16; kk += 2) {
+        uint32_t b[4], a[4];
+        ldmatrix_x4(b, k_lane + kk * 32);
+        ldmatrix_x4(a, q_lane + kk * 32);
+        mma_bf16_16816(sr, a, b[0], b[1]);
+        ldmatrix_x4(a, q_lane + (kk + 1) * 32);
+        mma_bf16_16816(sr, a, b[2], b[3]);
+      }
+      const int key0 = w.begin + c * C + warp * 8 + c2;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float v = sl[e] * ls + sr[e] * rs;
-      sc[e] = key0 + (e & 1) < lim[e >> 1] ? v : -INFINITY;
-    }
-    // The chunk's row maxima over the warps.
+      for (int e = 0; e < 4; ++e) {
+        const float v = sl[e] * ls + sr[e] * rs;
+        sc[e] = key0 + (e & 1) < lim[e >> 1] ? v : -INFINITY;
+      }
+      // The chunk's row maxima over the warps.
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = fmaxf(sc[2 * h], sc[2 * h + 1]);
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      if (c2 == 0) red_m[warp * kRows + g + 8 * h] = mx;
+      for (int h = 0; h < 2; ++h) {
+        float mx = fmaxf(sc[2 * h], sc[2 * h + 1]);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        if (c2 == 0) red_m[warp * kRows + g + 8 * h] = mx;
+      }
     }
     __syncthreads();
     float corr[2];
@@ -207,15 +215,18 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(MlaAttentionParams
     for (int h = 0; h < 2; ++h) {
       float mx = m[h];
 #pragma unroll
-      for (int v = 0; v < kWarps; ++v) mx = fmaxf(mx, red_m[v * kRows + g + 8 * h]);
+      for (int v = 0; v < G::kSWarps; ++v) mx = fmaxf(mx, red_m[v * kRows + g + 8 * h]);
       // A row with no visible key yet keeps -inf: 0 as its reference gives exp2 = 0, not NaN.
       const float ref = mx == -INFINITY ? 0.0f : mx;
       corr[h] = exp2_ftz(m[h] - ref);
       m[h] = mx;
-      const uint32_t pk = pack_bf16x2(exp2_ftz(sc[2 * h] - ref), exp2_ftz(sc[2 * h + 1] - ref));
-      // The sums add the rounded weights P·V multiplies with.
-      l[h] = l[h] * corr[h] + (__uint_as_float(pk << 16) + __uint_as_float(pk & 0xffff0000u));
-      *reinterpret_cast<uint32_t*>(smem + G::kPOff + (g + 8 * h) * G::kPStride + (warp * 8 + c2) * 2) = pk;
+      if (warp < G::kSWarps) {
+        const uint32_t pk = pack_bf16x2(exp2_ftz(sc[2 * h] - ref), exp2_ftz(sc[2 * h + 1] - ref));
+        // The sums add the rounded weights P·V multiplies with.
+        l[h] = l[h] * corr[h] + (__uint_as_float(pk << 16) + __uint_as_float(pk & 0xffff0000u));
+        *reinterpret_cast<uint32_t*>(smem + G::kPOff + (g + 8 * h) * G::kPStride +
+                                     (warp * 8 + c2) * 2) = pk;
+      }
     }
     __syncthreads();  // P complete
 
@@ -230,7 +241,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(MlaAttentionParams
       const uint32_t v_lane = tile_s + uint32_t((((lane >> 3) & 1) * 8 + (lane & 7)) * G::kStride +
                                                 (lane >> 4) * 16 + warp * G::kPvCols * 2);
 #pragma unroll
-      for (int ks = 0; ks < kChunk / 16; ++ks) {
+      for (int ks = 0; ks < C / 16; ++ks) {
         uint32_t a[4];
         ldmatrix_x4(a, p_lane + ks * 32);
 #pragma unroll
@@ -243,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(MlaAttentionParams
       }
     }
     // Table stage c % NS was last read issuing chunk c and is next read issuing chunk c + NS.
-    if (tid < kChunk) slots[(c % NS) * kChunk + tid] = next_slot;
+    if (tid < C) slots[(c % NS) * C + tid] = next_slot;
   }
   cp_async_wait<0>();
 
@@ -264,12 +275,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(MlaAttentionParams
     if (r >= w.rows) continue;
     float sum = 0.0f;
 #pragma unroll
-    for (int v = 0; v < kWarps; ++v) sum += red_l[v * kRows + g + 8 * h];
+    for (int v = 0; v < G::kSWarps; ++v) sum += red_l[v * kRows + g + 8 * h];
     const int grow = w.q_row0 + r;
     const float inv = sum > 0.0f ? f.latent_scale / sum : 0.0f;
 #pragma unroll
     for (int nt = 0; nt < kNt; ++nt)
-      mla::store_pair(p, grow, warp * G::kPvCols + nt * 8 + c2, o[nt][2 * h], o[nt][2 * h + 1], inv);
+      mla::store_pair(p, grow, warp * G::kPvCols + nt * 8 + c2, o[nt][2 * h], o[nt][2 * h + 1],
+                      inv);
     if (warp == 0 && c2 == 0) mla::store_ml(p, grow, m[h], sum);
   }
 }
@@ -279,7 +291,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(MlaAttentionParams
 // 0. The weights go through shared memory, kCombineSplits at a time.
 constexpr int kCombineWarps = 4;
 constexpr int kCombineSplits = 64;
-__global__ void __launch_bounds__(kCombineWarps * 32) mla_combine_kernel(MlaAttentionParams p, int tile_rows) {
+__global__ void __launch_bounds__(kCombineWarps * 32)
+    mla_combine_kernel(MlaAttentionParams p, int tile_rows) {
   __shared__ float wts[kCombineWarps][kCombineSplits];
   pdl_wait();
   pdl_trigger();
@@ -323,45 +336,73 @@ __global__ void __launch_bounds__(kCombineWarps * 32) mla_combine_kernel(MlaAtte
       }
 #pragma unroll
       for (int k = 0; k < 4; ++k)
-        if (col0 + lane + 32 * k < R) p.out[grow * R + col0 + lane + 32 * k] = float_to_bf16(acc[k] * inv);
+        if (col0 + lane + 32 * k < R)
+          p.out[grow * R + col0 + lane + 32 * k] = float_to_bf16(acc[k] * inv);
     }
   }
 }
 
-template <int R, int P, bool kDirect, int NS>
+template <int R, int P, bool kDirect, int C, int NS>
 void launch_rp(const MlaAttentionParams& p, cudaStream_t stream) {
-  using G = Geo<R, P>;
-  const int raw_stride = int((p.fmt.row_bytes + 15) / 16 * 16);
-  const int smem = kDirect ? G::kDirectBytes : G::staged_bytes(NS, raw_stride);
-  CHECK_MSG(smem <= kMaxSmem, "MLA attention: {} bytes of shared memory", smem);
-  mla::launch(mla_mma_kernel<R, P, kDirect, NS>, dim3(p.row_tiles, p.num_splits, p.num_seqs),
+  const int smem = mla_mma_smem_bytes(p.fmt, C, NS);
+  CHECK_MSG(smem <= kMlaMaxSmem, "MLA attention: {} bytes of shared memory", smem);
+  mla::launch(mla_mma_kernel<R, P, kDirect, C, NS>, dim3(p.row_tiles, p.num_splits, p.num_seqs),
               dim3(kThreads), size_t(smem), stream, p);
   CUDA_LAUNCH_CHECK();
 }
 
-// Direct when the rows are bf16 and 16-byte aligned; else staged, 3 raw stages when they fit.
+// The plan's variant (mla_plan.cc): bf16 rows direct (48 keys × 3 stages, or 64 × 2), the other
+// formats staged (64 keys, 3 or 2 raw stages).
 template <int R, int P>
 void launch_mma(const MlaAttentionParams& p, cudaStream_t stream) {
-  using G = Geo<R, P>;
-  const bool direct = p.fmt.latent_elem == kMlaBf16 && p.fmt.rope_elem == kMlaBf16 &&
-                      p.copy_width == 16 && p.fmt.row_bytes == 2 * (R + P);
-  if (direct) return launch_rp<R, P, true, 2>(p, stream);
-  const int raw_stride = int((p.fmt.row_bytes + 15) / 16 * 16);
-  if (G::staged_bytes(3, raw_stride) <= kMaxSmem) return launch_rp<R, P, false, 3>(p, stream);
-  launch_rp<R, P, false, 2>(p, stream);
+  if (mla_mma_direct(p.fmt)) {
+    CHECK_MSG(p.copy_width == 16, "MLA attention: bf16 rows must be 16-byte aligned");
+    if (p.chunk == 48 && p.stages == 3) return launch_rp<R, P, true, 48, 3>(p, stream);
+    CHECK_MSG(p.chunk == 64 && p.stages == 2, "MLA attention: chunk {} stages {}", p.chunk,
+              p.stages);
+    return launch_rp<R, P, true, 64, 2>(p, stream);
+  }
+  CHECK_MSG(p.chunk == 64 && p.copy_width > 0, "MLA attention: chunk {} copy width {}", p.chunk,
+            p.copy_width);
+  if (p.stages == 3) return launch_rp<R, P, false, 64, 3>(p, stream);
+  launch_rp<R, P, false, 64, 2>(p, stream);
+}
+
+template <typename K>
+void set_limit(K kernel) {
+  CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMlaMaxSmem));
+}
+template <int R, int P>
+void set_limits() {
+  set_limit(mla_mma_kernel<R, P, true, 48, 3>);
+  set_limit(mla_mma_kernel<R, P, true, 64, 2>);
+  set_limit(mla_mma_kernel<R, P, false, 64, 3>);
+  set_limit(mla_mma_kernel<R, P, false, 64, 2>);
 }
 
 template <int R, int P>
-void set_limits() {
-  CUDA_CHECK(cudaFuncSetAttribute(mla_mma_kernel<R, P, true, 2>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
-  CUDA_CHECK(cudaFuncSetAttribute(mla_mma_kernel<R, P, false, 2>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
-  CUDA_CHECK(cudaFuncSetAttribute(mla_mma_kernel<R, P, false, 3>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
+int smem_rp(const MlaRowFormat& f, int chunk, int stages) {
+  const int raw_stride = int((f.row_bytes + 15) / 16 * 16);
+  if (chunk == 48) return mla_mma_direct(f) ? Geo<R, P, 48>::direct_bytes(stages) : 1 << 30;
+  return mla_mma_direct(f) ? Geo<R, P, 64>::direct_bytes(stages)
+                           : Geo<R, P, 64>::staged_bytes(stages, raw_stride);
 }
 
 }  // namespace
+
+bool mla_mma_direct(const MlaRowFormat& f) {
+  return f.latent_elem == kMlaBf16 && f.rope_elem == kMlaBf16 && !f.flashmla &&
+         f.row_bytes == 2 * int64_t(f.latent + f.rope);
+}
+
+int mla_mma_smem_bytes(const MlaRowFormat& f, int chunk, int stages) {
+  const int R = f.latent, P = f.rope;
+  if (R == 512 && P == 64) return smem_rp<512, 64>(f, chunk, stages);
+  if (R == 128 && P == 32) return smem_rp<128, 32>(f, chunk, stages);
+  if (R == 32 && P == 8) return smem_rp<32, 8>(f, chunk, stages);
+  return 1 << 30;
+}
 
 void init_mla_attention_kernels() {
   set_limits<512, 64>();
@@ -377,13 +418,17 @@ void launch_mla_attention(const MlaAttentionParams& p, cudaStream_t stream) {
     launch_mla_attention_wgmma(p, stream);
   } else {
     const int R = p.fmt.latent, P = p.fmt.rope;
-    if (R == 512 && P == 64) launch_mma<512, 64>(p, stream);
-    else if (R == 128 && P == 32) launch_mma<128, 32>(p, stream);
-    else if (R == 32 && P == 8) launch_mma<32, 8>(p, stream);
-    else CHECK_MSG(false, "MLA attention: kv_lora_rank {} rope {} not built", R, P);
+    if (R == 512 && P == 64)
+      launch_mma<512, 64>(p, stream);
+    else if (R == 128 && P == 32)
+      launch_mma<128, 32>(p, stream);
+    else if (R == 32 && P == 8)
+      launch_mma<32, 8>(p, stream);
+    else
+      CHECK_MSG(false, "MLA attention: kv_lora_rank {} rope {} not built", R, P);
   }
   if (p.num_splits > 1) {
-    const int tile_rows = p.kernel == kMlaWgmma ? 64 : kRows;
+    const int tile_rows = p.kernel == kMlaWgmma ? 64 : kRows;  // the attention kernel's tiles
     mla::launch(mla_combine_kernel, dim3(p.row_tiles, p.num_seqs), dim3(kCombineWarps * 32), 0,
                 stream, p, tile_rows);
     CUDA_LAUNCH_CHECK();

@@ -63,7 +63,7 @@ struct MlaKvWriteParams {
   void* cache;           // the layer's rows [slots, fmt.row_bytes]; 4-byte aligned
   const int32_t* slots;  // device [tokens]: page · page_size + offset
   int64_t tokens;
-  int64_t src_stride;    // elements between two tokens' rows (>= R + P)
+  int64_t src_stride;  // elements between two tokens' rows (>= R + P)
   MlaRowFormat fmt;
 };
 static_assert(sizeof(MlaKvWriteParams) == 3 * 8 + 2 * 8 + sizeof(MlaRowFormat), "no padding");
@@ -81,35 +81,38 @@ void launch_mla_kv_write(const MlaKvWriteParams& p, cudaStream_t stream);
 enum MlaKernel : int { kMlaMma = 0, kMlaWgmma = 1 };
 
 struct MlaAttentionParams {
-  const uint16_t* q;             // bf16 [tokens, heads, q_stride]: [latent (R) | rope (P)]
-  const void* cache;             // the layer's rows [slots, fmt.row_bytes]; 4-byte aligned
-  uint16_t* out;                 // bf16 [tokens, heads, R]
-  const int32_t* q_indptr;       // device [num_seqs + 1]
-  const int32_t* kv_lens;        // device [num_seqs]: keys after this step (cached + new)
-  const int32_t* page_indptr;    // device [num_seqs + 1]
-  const int32_t* page_indices;   // device [page_indptr[num_seqs]]
-  float* partial_o;              // num_splits > 1: [tokens · heads, num_splits, R] float32
-  float* partial_ml;             // num_splits > 1: [tokens · heads, num_splits, 2] (max, sum)
+  const uint16_t* q;            // bf16 [tokens, heads, q_stride]: [latent (R) | rope (P)]
+  const void* cache;            // the layer's rows [slots, fmt.row_bytes]; 4-byte aligned
+  uint16_t* out;                // bf16 [tokens, heads, R]
+  const int32_t* q_indptr;      // device [num_seqs + 1]
+  const int32_t* kv_lens;       // device [num_seqs]: keys after this step (cached + new)
+  const int32_t* page_indptr;   // device [num_seqs + 1]
+  const int32_t* page_indices;  // device [page_indptr[num_seqs]]
+  float* partial_o;             // num_splits > 1: [tokens · heads, num_splits, R] float32
+  float* partial_ml;            // num_splits > 1: [tokens · heads, num_splits, 2] (max, sum)
   MlaRowFormat fmt;
   int num_seqs;
   int heads;
-  int q_stride;                  // elements per q row (>= R + P, a multiple of 8)
+  int q_stride;  // elements per q row (>= R + P, a multiple of 8)
   int page_size;
-  float scale_log2;              // softmax scale · log2(e)
-  int kernel;                    // MlaKernel
-  int row_tiles;                 // grid.x: ceil(max new tokens · heads / tile rows)
-  int num_splits;                // grid.y
-  int split_len;                 // keys per split, a multiple of kMlaChunk
-  int copy_width;                // bytes per cp.async of raw rows (16, 8, 4; mla_copy_width)
+  float scale_log2;  // softmax scale · log2(e)
+  int kernel;        // MlaKernel
+  int row_tiles;     // grid.x: ceil(max new tokens · heads / tile rows)
+  int num_splits;    // grid.y
+  int split_len;     // keys per split, a multiple of `chunk`
+  int copy_width;    // bytes per cp.async of raw rows (16, 8, 4; mla_copy_width)
+  int chunk;         // keys per pipeline stage (48 or 64; the plan's)
+  int stages;        // pipeline stages (2 or 3; the plan's)
 };
-static_assert(sizeof(MlaAttentionParams) == 9 * 8 + sizeof(MlaRowFormat) + 10 * 4, "no padding");
-
-constexpr int kMlaChunk = 64;  // keys per pipeline stage of both kernels
+static_assert(sizeof(MlaAttentionParams) == 9 * 8 + sizeof(MlaRowFormat) + 12 * 4, "no padding");
 
 // Which (R, P) the kernels are built for: (512, 64) the real models, (128, 32) house-mla,
 // (32, 8) the tiny fixtures. The wgmma kernel: (512, 64) with bf16 plain rows only.
 bool mla_attention_supported(int latent, int rope);
 bool mla_wgmma_supported(const MlaRowFormat& fmt);
+// Whether the mma kernel copies rows straight into its bf16 tiles (bf16 plain rows) rather than
+// staging and decoding them.
+bool mla_mma_direct(const MlaRowFormat& fmt);
 // The cp.async width for raw rows at `cache` (16 if rows and base are 16-byte aligned, else 8,
 // else 4; 0: rows not 4-byte aligned, unsupported).
 int mla_copy_width(const void* cache, int64_t row_bytes);
@@ -122,17 +125,25 @@ struct MlaPlan {
   int row_tiles = 0;
   int num_splits = 1;
   int split_len = 0;
+  int chunk = 64;
+  int stages = 2;
   int64_t scratch_bytes = 0;  // partial_o then partial_ml, float32; 0 when num_splits == 1
 };
 // `wgmma`: 1 allows the wgmma kernel where it applies (mla_wgmma_supported and >= 64 query rows
-// a sequence), 0 forces the mma kernel (tests). `splits` > 0 forces that many splits (tests);
-// 0 picks them: enough blocks for one wave over `num_sms` when the rows alone do not fill it.
+// a sequence), 0 forces the mma kernel (tests). `splits` > 0 forces that many splits (tests; some
+// may be empty); 0 picks them: enough blocks for one wave over `num_sms` when the rows alone do
+// not fill it. Pipeline: the wgmma kernel 64-key chunks, 2 stages; the mma kernel over bf16 rows
+// 48-key chunks, 3 stages (two chunks in flight: `bf16_chunk` 64 gives 2 stages of 64, one in
+// flight, for comparison), over the other formats 64-key chunks, 3 raw stages where they fit.
 // Scratch: tokens · heads · num_splits · (R + 2) · 4 bytes when num_splits > 1.
 MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_tokens, int heads,
                            int max_new_tokens, int max_kv_len, int num_sms, int wgmma = 1,
-                           int splits = 0);
-// Fills p.kernel, row_tiles, num_splits, split_len and the partial pointers from `plan` and
-// `scratch` (plan.scratch_bytes bytes, 16-byte aligned; null when none is needed).
+                           int splits = 0, int bf16_chunk = 48);
+// Shared memory of the mma kernel for a format, chunk and stage count (bytes).
+int mla_mma_smem_bytes(const MlaRowFormat& fmt, int chunk, int stages);
+constexpr int kMlaMaxSmem = 227 * 1024;
+// Fills p.kernel, row_tiles, num_splits, split_len, chunk, stages and the partial pointers from
+// `plan` and `scratch` (plan.scratch_bytes bytes, 16-byte aligned; null when none is needed).
 void apply_mla_plan(const MlaPlan& plan, void* scratch, MlaAttentionParams* p);
 
 // Sets the kernels' shared-memory limits; call once per device before the first launch (and

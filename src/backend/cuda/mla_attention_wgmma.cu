@@ -26,13 +26,13 @@ using namespace attn;
 
 constexpr int kThreads = 256;
 constexpr int kRows = 64;
-constexpr int kChunk = kMlaChunk;
+constexpr int kChunk = 64;  // keys a stage (p.chunk)
 constexpr int kR = 512, kP = 64, kD = kR + kP;
 constexpr int kPieces = kD / 8;              // 16-byte pieces of a row
 constexpr int kTileBytes = kChunk * kD * 2;  // = kRows · kD · 2 (Q)
 constexpr int kQOff = 0;
 constexpr int kKOff = kQOff + kRows * kD * 2;
-constexpr int kPOff = kKOff + 2 * kTileBytes;  // [4 k-steps][4 regs][128 threads] uint32
+constexpr int kPOff = kKOff + 2 * kTileBytes;      // [4 k-steps][4 regs][128 threads] uint32
 constexpr int kCorrOff = kPOff + 4 * 4 * 128 * 4;  // [2][128] float: rescale factors, then (m, l)
 constexpr int kSlotOff = kCorrOff + 2 * 128 * 4;   // [2][kChunk] int32
 constexpr int kSmemBytes = kSlotOff + 2 * kChunk * 4 + 1024;  // + alignment slack
@@ -53,7 +53,8 @@ constexpr int kBarP = 1;  // named barrier: warpgroup 0's P and factors are in s
 
 // O[:, cols of half h of this warpgroup] += P · V over the chunk: 4 k-steps of 16 keys, two
 // n128 halves (groups 4·wg + 2h, + 1; 64-column groups kChunk · 128 bytes apart).
-__device__ __forceinline__ void pv(float (&o)[2][64], const uint32_t (&pa)[4][4], uint32_t k_s, int wg) {
+__device__ __forceinline__ void pv(float (&o)[2][64], const uint32_t (&pa)[4][4], uint32_t k_s,
+                                   int wg) {
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kChunk / 16; ++kk) {
@@ -154,7 +155,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_kernel(MlaAttentionPara
       for (int ks = 0; ks < kD / 16; ++ks) {
         const uint32_t qa = q_s + uint32_t((ks / 4) * kRows * 128 + (ks % 4) * 32);
         const uint32_t kb = k_s + uint32_t((ks / 4) * kChunk * 128 + (ks % 4) * 32);
-        wgmma_ss_m64n64k16<0>(sc, make_smem_desc(qa, 16, 1024), make_smem_desc(kb, 16, 1024), ks > 0);
+        wgmma_ss_m64n64k16<0>(sc, make_smem_desc(qa, 16, 1024), make_smem_desc(kb, 16, 1024),
+                              ks > 0);
       }
       wgmma_commit();
       wgmma_wait<0>();
@@ -254,8 +256,8 @@ void init_mla_attention_wgmma_kernels() {
 }
 
 void launch_mla_attention_wgmma(const MlaAttentionParams& p, cudaStream_t stream) {
-  CHECK_MSG(mla_wgmma_supported(p.fmt) && p.copy_width == 16,
-            "MLA wgmma attention: bf16 rows of 512 + 64 values, 16-byte aligned");
+  CHECK_MSG(mla_wgmma_supported(p.fmt) && p.copy_width == 16 && p.chunk == kChunk,
+            "MLA wgmma attention: bf16 rows of 512 + 64 values, 16-byte aligned, 64-key chunks");
   mla::launch(mla_wgmma_kernel, dim3(p.row_tiles, p.num_splits, p.num_seqs), dim3(kThreads),
               size_t(kSmemBytes), stream, p);
   CUDA_LAUNCH_CHECK();

@@ -31,8 +31,9 @@ void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaSt
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
-// The rows and keys of one block: `rows` query rows of sequence s starting at row0 (row r is
-// token r / heads of the sequence's new tokens), keys [begin, end) of split `split`.
+// The rows and keys of one block (p.chunk keys a chunk): `rows` query rows of sequence s starting
+// at row0 (row r is token r / heads of the sequence's new tokens), keys [begin, end) of split
+// `split`.
 struct BlockWork {
   int q_row0;  // the sequence's first row in q / out (q_indptr[s] · heads)
   int rows;    // the sequence's rows (new tokens · heads)
@@ -55,7 +56,7 @@ struct BlockWork {
     const int tile_lim = first + last / p.heads + 1;  // keys the tile's last row sees
     begin = int(blockIdx.y) * p.split_len;
     end = min(tile_lim, begin + p.split_len);
-    nchunks = end > begin ? (end - begin + kMlaChunk - 1) / kMlaChunk : 0;
+    nchunks = end > begin ? (end - begin + p.chunk - 1) / p.chunk : 0;
     pages = p.page_indices + p.page_indptr[s];
     return true;
   }
@@ -98,9 +99,12 @@ __device__ __forceinline__ void copy_raw_rows(uint32_t dst, int stride, const ch
 __device__ __forceinline__ void copy_raw_rows_w(int width, uint32_t dst, int stride,
                                                 const char* cache, int64_t row_bytes,
                                                 const int32_t* slots, int n, int tid, int threads) {
-  if (width == 16) copy_raw_rows<16>(dst, stride, cache, row_bytes, slots, n, tid, threads);
-  else if (width == 8) copy_raw_rows<8>(dst, stride, cache, row_bytes, slots, n, tid, threads);
-  else copy_raw_rows<4>(dst, stride, cache, row_bytes, slots, n, tid, threads);
+  if (width == 16)
+    copy_raw_rows<16>(dst, stride, cache, row_bytes, slots, n, tid, threads);
+  else if (width == 8)
+    copy_raw_rows<8>(dst, stride, cache, row_bytes, slots, n, tid, threads);
+  else
+    copy_raw_rows<4>(dst, stride, cache, row_bytes, slots, n, tid, threads);
 }
 
 __device__ __forceinline__ uint32_t ld32(const char* p) {

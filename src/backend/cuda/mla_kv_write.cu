@@ -26,10 +26,18 @@ __device__ __forceinline__ uint16_t bf16_like_host(float f) {
 
 __device__ __forceinline__ void store_elem(char* dst, int elem, float v) {
   switch (elem) {
-    case kMlaBf16: *reinterpret_cast<uint16_t*>(dst) = bf16_like_host(v); break;
-    case kMlaE4M3: *reinterpret_cast<uint8_t*>(dst) = float_to_e4m3(v); break;
-    case kMlaE5M2: *reinterpret_cast<uint8_t*>(dst) = float_to_e5m2(v); break;
-    default: *reinterpret_cast<float*>(dst) = v; break;
+    case kMlaBf16:
+      *reinterpret_cast<uint16_t*>(dst) = bf16_like_host(v);
+      break;
+    case kMlaE4M3:
+      *reinterpret_cast<uint8_t*>(dst) = float_to_e4m3(v);
+      break;
+    case kMlaE5M2:
+      *reinterpret_cast<uint8_t*>(dst) = float_to_e5m2(v);
+      break;
+    default:
+      *reinterpret_cast<float*>(dst) = v;
+      break;
   }
 }
 
@@ -74,7 +82,8 @@ __global__ void __launch_bounds__(kWarps * 32) mla_kv_write_kernel(MlaKvWritePar
   const float inv_rope = 1.0f / f.rope_scale;
   const int rb = mla_elem_bytes(f.rope_elem);
   for (int c = lane; c < f.rope; c += 32)
-    store_elem(row + f.rope_offset + c * rb, f.rope_elem, scaled(src_at(src, f.latent + c), inv_rope));
+    store_elem(row + f.rope_offset + c * rb, f.rope_elem,
+               scaled(src_at(src, f.latent + c), inv_rope));
 }
 
 }  // namespace

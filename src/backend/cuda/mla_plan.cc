@@ -11,11 +11,16 @@ namespace {
 
 int mla_elem_of(DType dt) {
   switch (dt) {
-    case DType::kBF16: return kMlaBf16;
-    case DType::kFP8E4M3: return kMlaE4M3;
-    case DType::kFP8E5M2: return kMlaE5M2;
-    case DType::kF32: return kMlaF32;
-    default: CHECK_MSG(false, "MLA KV rows of dtype {}", dtype_name(dt));
+    case DType::kBF16:
+      return kMlaBf16;
+    case DType::kFP8E4M3:
+      return kMlaE4M3;
+    case DType::kFP8E5M2:
+      return kMlaE5M2;
+    case DType::kF32:
+      return kMlaF32;
+    default:
+      CHECK_MSG(false, "MLA KV rows of dtype {}", dtype_name(dt));
   }
   return kMlaBf16;
 }
@@ -53,12 +58,12 @@ MlaRowFormat mla_row_format(const KvLayout& lay, int layer, float k_scale) {
 }
 
 bool mla_attention_supported(int latent, int rope) {
-  return (latent == 512 && rope == 64) || (latent == 128 && rope == 32) || (latent == 32 && rope == 8);
+  return (latent == 512 && rope == 64) || (latent == 128 && rope == 32) ||
+         (latent == 32 && rope == 8);
 }
 
 bool mla_wgmma_supported(const MlaRowFormat& f) {
-  return f.latent == 512 && f.rope == 64 && f.latent_elem == kMlaBf16 && f.rope_elem == kMlaBf16 &&
-         !f.flashmla && f.row_bytes == 2 * (512 + 64);
+  return f.latent == 512 && f.rope == 64 && mla_mma_direct(f) && f.latent_scale == f.rope_scale;
 }
 
 int mla_copy_width(const void* cache, int64_t row_bytes) {
@@ -67,14 +72,24 @@ int mla_copy_width(const void* cache, int64_t row_bytes) {
 }
 
 MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_tokens, int heads,
-                           int max_new_tokens, int max_kv_len, int num_sms, int wgmma, int splits) {
+                           int max_new_tokens, int max_kv_len, int num_sms, int wgmma, int splits,
+                           int bf16_chunk) {
   MlaPlan plan;
   if (num_seqs == 0 || max_new_tokens == 0) return plan;
   const int64_t rows = int64_t(max_new_tokens) * heads;
   plan.kernel = wgmma && mla_wgmma_supported(fmt) && rows >= 64 ? kMlaWgmma : kMlaMma;
   const int tile_rows = plan.kernel == kMlaWgmma ? 64 : 16;
   plan.row_tiles = int((rows + tile_rows - 1) / tile_rows);
-  const int64_t max_chunks = std::max<int64_t>(1, (max_kv_len + kMlaChunk - 1) / kMlaChunk);
+  if (plan.kernel == kMlaMma && mla_mma_direct(fmt) && bf16_chunk == 48) {
+    plan.chunk = 48;
+    plan.stages = 3;
+  } else if (plan.kernel == kMlaMma && !mla_mma_direct(fmt)) {
+    plan.stages = mla_mma_smem_bytes(fmt, 64, 3) <= kMlaMaxSmem ? 3 : 2;
+  }
+  CHECK_MSG(
+      plan.kernel == kMlaWgmma || mla_mma_smem_bytes(fmt, plan.chunk, plan.stages) <= kMlaMaxSmem,
+      "MLA attention: rows of {} bytes do not fit the kernel's shared memory", fmt.row_bytes);
+  const int64_t max_chunks = std::max<int64_t>(1, (max_kv_len + plan.chunk - 1) / plan.chunk);
   int64_t n = splits;
   if (n <= 0) {
     // One block an SM (both kernels use most of its shared memory): split the keys only while
@@ -84,9 +99,10 @@ MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_to
   }
   n = std::clamp<int64_t>(n, 1, max_chunks);
   const int64_t chunks_per_split = (max_chunks + n - 1) / n;
-  plan.split_len = int(chunks_per_split * kMlaChunk);
+  plan.split_len = int(chunks_per_split * plan.chunk);
   plan.num_splits = int((max_chunks + chunks_per_split - 1) / chunks_per_split);
-  if (splits > 0) plan.num_splits = std::max(plan.num_splits, int(std::min<int64_t>(splits, max_chunks)));
+  if (splits > 0)
+    plan.num_splits = std::max(plan.num_splits, int(std::min<int64_t>(splits, max_chunks)));
   if (plan.num_splits > 1)
     plan.scratch_bytes = num_tokens * heads * plan.num_splits * int64_t(fmt.latent + 2) * 4;
   return plan;
@@ -97,6 +113,8 @@ void apply_mla_plan(const MlaPlan& plan, void* scratch, MlaAttentionParams* p) {
   p->row_tiles = plan.row_tiles;
   p->num_splits = plan.num_splits;
   p->split_len = plan.split_len;
+  p->chunk = plan.chunk;
+  p->stages = plan.stages;
   p->partial_o = nullptr;
   p->partial_ml = nullptr;
   if (plan.num_splits > 1) {
