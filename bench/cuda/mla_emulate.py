@@ -148,7 +148,7 @@ def reference_rows(f, cache_rows):
 class Geo:
     def __init__(self, R, P, C):
         self.R, self.P, self.C = R, P, C
-        self.kSWarps = C // 8
+        self.kSWarps = C // 16
         self.kPP = (P + 31) // 32 * 32
         self.kD = R + self.kPP
         self.kStride = self.kD * 2 + 16
@@ -287,24 +287,26 @@ def run_block(p, cache, geo, direct, NS, bx, by, bz, late, partial_o, partial_ml
                 r, col = i // (geo.kD // 8), (i % (geo.kD // 8)) * 8
                 v = row_group_bf16(f, sm.b[raw + r * raw_stride:raw + r * raw_stride + raw_stride], col)
                 sm.put(geo.kTileOff + r * geo.kStride + col * 2, bf16_bits(v))
-        sc_all = np.full((KWARPS, 32, 4), -np.inf)
+        sc_all = np.full((KWARPS, 2, 32, 4), -np.inf)
         for warp in range(geo.kSWarps):
-            sl = np.zeros((32, 4))
-            sr = np.zeros((32, 4))
-            k_lane = [tile + (warp * 8 + (ln & 7)) * geo.kStride + (ln >> 3) * 16 for ln in lanes]
-            for kk in range(0, geo.kD // 16, 2):
+            sl = np.zeros((2, 32, 4))
+            sr = np.zeros((2, 32, 4))
+            k_lane = [tile + (warp * 16 + (ln >> 4) * 8 + (ln & 7)) * geo.kStride + ((ln >> 3) & 1) * 16
+                      for ln in lanes]
+            for kk in range(geo.kD // 16):
                 acc = sl if kk < R // 16 else sr
                 b = ldmatrix_x4(sm, [a + kk * 32 for a in k_lane])
                 a = ldmatrix_x4(sm, [x + kk * 32 for x in q_lane])
-                mma(acc, a, b[:, 0], b[:, 1])
-                a = ldmatrix_x4(sm, [x + (kk + 1) * 32 for x in q_lane])
-                mma(acc, a, b[:, 2], b[:, 3])
-            key0 = begin + c * KCHUNK + warp * 8 + c2_l
-            for e in range(4):
-                v = sl[:, e] * ls + sr[:, e] * rs
-                sc_all[warp, :, e] = np.where(key0 + (e & 1) < lim[:, e >> 1], v, -np.inf)
+                mma(acc[0], a, b[:, 0], b[:, 1])
+                mma(acc[1], a, b[:, 2], b[:, 3])
+            key0 = begin + c * KCHUNK + warp * 16 + c2_l
+            for nt in range(2):
+                for e in range(4):
+                    v = sl[nt, :, e] * ls + sr[nt, :, e] * rs
+                    sc_all[warp, nt, :, e] = np.where(key0 + nt * 8 + (e & 1) < lim[:, e >> 1], v, -np.inf)
             for h in range(2):
-                mx = np.maximum(sc_all[warp, :, 2 * h], sc_all[warp, :, 2 * h + 1])
+                mx = np.maximum(np.maximum(sc_all[warp, 0, :, 2 * h], sc_all[warp, 0, :, 2 * h + 1]),
+                                np.maximum(sc_all[warp, 1, :, 2 * h], sc_all[warp, 1, :, 2 * h + 1]))
                 mx = mx.reshape(8, 4).max(axis=1)  # the quad's shuffles
                 for g in range(8):
                     sm.put(red_m + (warp * KROWS + g + 8 * h) * 4, np.array([mx[g]], np.float32))
@@ -321,12 +323,15 @@ def run_block(p, cache, geo, direct, NS, bx, by, bz, late, partial_o, partial_ml
                 m[warp, :, h] = mx
                 if warp >= geo.kSWarps:
                     continue
-                p0 = bf16_round(fast_exp2(sc_all[warp, :, 2 * h] - ref))
-                p1 = bf16_round(fast_exp2(sc_all[warp, :, 2 * h + 1] - ref))
-                l[warp, :, h] = l[warp, :, h] * corr + p0 + p1
-                for t in range(32):
-                    addr = geo.kPOff + (g_l[t] + 8 * h) * geo.kPStride + (warp * 8 + c2_l[t]) * 2
-                    sm.put(addr, bf16_bits(np.array([p0[t], p1[t]])))
+                rsum = 0.0
+                for nt in range(2):
+                    p0 = bf16_round(fast_exp2(sc_all[warp, nt, :, 2 * h] - ref))
+                    p1 = bf16_round(fast_exp2(sc_all[warp, nt, :, 2 * h + 1] - ref))
+                    rsum = rsum + p0 + p1
+                    for t in range(32):
+                        addr = geo.kPOff + (g_l[t] + 8 * h) * geo.kPStride + (warp * 16 + nt * 8 + c2_l[t]) * 2
+                        sm.put(addr, bf16_bits(np.array([p0[t], p1[t]])))
+                l[warp, :, h] = l[warp, :, h] * corr + rsum
         for warp in range(geo.kPvWarps):
             for nt in range(kNt):
                 o[warp, nt, :, 0] *= corr_all[warp, :, 0]

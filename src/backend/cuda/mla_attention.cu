@@ -14,7 +14,7 @@
 //    is decoded to bf16 into the one compute tile (fp8 and bf16 values exactly; FlashMLA tile
 //    scales multiplied in); the per-layer scales stay out and multiply the scores (latent and
 //    rope parts separately) and the output in float32.
-// Per chunk: S = Q·Kᵀ, warp w < C/8 taking keys [8w, 8w + 8) over all R + P' dims (Q and K
+// Per chunk: S = Q·Kᵀ, warp w < C/16 taking keys [16w, 16w + 16) over all R + P' dims (Q and K
 // fragments by ldmatrix from shared memory); the chunk's row maxima meet in shared memory, so
 // every warp rescales with the same running max; P (bf16) goes to shared memory; O += P·V, warp w
 // taking output columns [w·R/8, (w+1)·R/8) (V is the first R columns of the same tile, read by
@@ -34,17 +34,17 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRows = 16;
 
-// Shared-memory geometry for R latent + P rope values and C-key chunks (C / 8 warps compute S).
+// Shared-memory geometry for R latent + P rope values and C-key chunks (C / 16 warps compute S).
 template <int R, int P, int C>
 struct Geo {
   static_assert(R % 32 == 0 && P % 8 == 0 && P > 0, "R a multiple of 32, P of 8");
-  static_assert(C % 16 == 0 && C / 8 <= kWarps, "chunk");
+  static_assert(C % 16 == 0 && C / 16 <= kWarps, "chunk");
   static constexpr int kPP = (P + 31) / 32 * 32;  // rope dims padded: k-steps go in pairs
   static constexpr int kD = R + kPP;              // bf16 values per compute row
   static constexpr int kStride = kD * 2 + 16;     // bytes (an odd number of 16-byte units:
                                                   // ldmatrix rows hit distinct banks)
   static constexpr int kPStride = C * 2 + 16;
-  static constexpr int kSWarps = C / 8;  // warps computing S, 8 keys each
+  static constexpr int kSWarps = C / 16;  // warps computing S, 16 keys each
   static constexpr int kPvWarps = R / 16 < kWarps ? R / 16 : kWarps;
   static constexpr int kPvCols = R / kPvWarps;  // output columns a warp (a multiple of 16)
   static constexpr int kTileBytes = C * kStride;
@@ -168,42 +168,45 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(MlaAttentionParams
       __syncthreads();
     }
     const uint32_t tile_s = smem_addr(tile);
-    float sc[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    float sc[2][4];  // S of this warp's keys (n-tiles of 8), -inf where masked
 
-    // S for keys [8 warp, 8 warp + 8) (warps < C / 8): latent and rope parts in separate
-    // accumulators (their scales differ).
+    // S for keys [16 warp, 16 warp + 16) (warps < C / 16; 16 keys a warp halve the re-reads of
+    // Q against 8): latent and rope parts in separate accumulators (their scales differ).
     if (warp < G::kSWarps) {
-      float sl[4] = {0, 0, 0, 0}, sr[4] = {0, 0, 0, 0};
+      float sl[2][4] = {}, sr[2][4] = {};
+      // Both 8-key n-tiles' fragments of a k-step in one ldmatrix (attention_decode.cu's lanes).
       const uint32_t k_lane =
-          tile_s + uint32_t((warp * 8 + (lane & 7)) * G::kStride + (lane >> 3) * 16);
-#pragma unroll 6
-      for (int kk = 0; kk < R / 16; kk += 2) {
+          tile_s + uint32_t((warp * 16 + (lane >> 4) * 8 + (lane & 7)) * G::kStride +
+                            ((lane >> 3) & 1) * 16);
+#pragma unroll 4
+      for (int kk = 0; kk < R / 16; ++kk) {
         uint32_t b[4], a[4];
         ldmatrix_x4(b, k_lane + kk * 32);
         ldmatrix_x4(a, q_lane + kk * 32);
-        mma_bf16_16816(sl, a, b[0], b[1]);
-        ldmatrix_x4(a, q_lane + (kk + 1) * 32);
-        mma_bf16_16816(sl, a, b[2], b[3]);
+        mma_bf16_16816(sl[0], a, b[0], b[1]);
+        mma_bf16_16816(sl[1], a, b[2], b[3]);
       }
 #pragma unroll
-      for (int kk = R / 16; kk < G::kD / 16; kk += 2) {
+      for (int kk = R / 16; kk < G::kD / 16; ++kk) {
         uint32_t b[4], a[4];
         ldmatrix_x4(b, k_lane + kk * 32);
         ldmatrix_x4(a, q_lane + kk * 32);
-        mma_bf16_16816(sr, a, b[0], b[1]);
-        ldmatrix_x4(a, q_lane + (kk + 1) * 32);
-        mma_bf16_16816(sr, a, b[2], b[3]);
+        mma_bf16_16816(sr[0], a, b[0], b[1]);
+        mma_bf16_16816(sr[1], a, b[2], b[3]);
       }
-      const int key0 = w.begin + c * C + warp * 8 + c2;
+      const int key0 = w.begin + c * C + warp * 16 + c2;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float v = sl[e] * ls + sr[e] * rs;
-        sc[e] = key0 + (e & 1) < lim[e >> 1] ? v : -INFINITY;
-      }
-      // The chunk's row maxima over the warps.
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float v = sl[nt][e] * ls + sr[nt][e] * rs;
+          sc[nt][e] = key0 + nt * 8 + (e & 1) < lim[e >> 1] ? v : -INFINITY;
+        }
+        // The chunk's row maxima over the warps.
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float mx = fmaxf(sc[2 * h], sc[2 * h + 1]);
+        float mx =
+            fmaxf(fmaxf(sc[0][2 * h], sc[0][2 * h + 1]), fmaxf(sc[1][2 * h], sc[1][2 * h + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         if (c2 == 0) red_m[warp * kRows + g + 8 * h] = mx;
@@ -221,11 +224,17 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(MlaAttentionParams
       corr[h] = exp2_ftz(m[h] - ref);
       m[h] = mx;
       if (warp < G::kSWarps) {
-        const uint32_t pk = pack_bf16x2(exp2_ftz(sc[2 * h] - ref), exp2_ftz(sc[2 * h + 1] - ref));
-        // The sums add the rounded weights P·V multiplies with.
-        l[h] = l[h] * corr[h] + (__uint_as_float(pk << 16) + __uint_as_float(pk & 0xffff0000u));
-        *reinterpret_cast<uint32_t*>(smem + G::kPOff + (g + 8 * h) * G::kPStride +
-                                     (warp * 8 + c2) * 2) = pk;
+        float rsum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const uint32_t pk =
+              pack_bf16x2(exp2_ftz(sc[nt][2 * h] - ref), exp2_ftz(sc[nt][2 * h + 1] - ref));
+          // The sums add the rounded weights P·V multiplies with.
+          rsum += __uint_as_float(pk << 16) + __uint_as_float(pk & 0xffff0000u);
+          *reinterpret_cast<uint32_t*>(smem + G::kPOff + (g + 8 * h) * G::kPStride +
+                                       (warp * 16 + nt * 8 + c2) * 2) = pk;
+        }
+        l[h] = l[h] * corr[h] + rsum;
       }
     }
     __syncthreads();  // P complete
