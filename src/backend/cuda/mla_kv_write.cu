@@ -8,9 +8,7 @@
 //  - FlashMLA tiles: s = amax / 448 over the tile (NaN ignored, 1 for an all-zero tile), values
 //    times 1 / s unless s is 1, the float32 s after the latent.
 // One warp per token (a row is at most a few hundred values); 4 tokens a block.
-#include "backend/cuda/common.cuh"
-#include "backend/cuda/fp8.cuh"
-#include "backend/cuda/mla_attention.h"
+#include "backend/cuda/mla_device.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -90,7 +88,7 @@ __global__ void __launch_bounds__(kWarps * 32) mla_kv_write_kernel(MlaKvWritePar
 
 void launch_mla_kv_write(const MlaKvWriteParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return;
-  launch_pdl(mla_kv_write_kernel, dim3(unsigned((p.tokens + kWarps - 1) / kWarps)),
+  mla::launch(mla_kv_write_kernel, dim3(unsigned((p.tokens + kWarps - 1) / kWarps)),
              dim3(kWarps * 32), 0, stream, p);
   CUDA_LAUNCH_CHECK();
 }
