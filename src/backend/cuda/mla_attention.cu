@@ -295,13 +295,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(MlaAttentionParams
   }
 }
 
-// The split merge: one warp a row, grid (row tiles, sequences) as the attention kernel's.
+// The split merge: one warp a row, kCombineWarps rows a block, grid (the attention grid's rows /
+// kCombineWarps, sequences): many small blocks, so the merge spreads over every SM.
 // out = latent_scale · Σᵢ wᵢ oᵢ / Σᵢ wᵢ lᵢ with wᵢ = 2^(mᵢ - max m); empty splits (m = -inf) weigh
 // 0. The weights go through shared memory, kCombineSplits at a time.
 constexpr int kCombineWarps = 4;
 constexpr int kCombineSplits = 64;
-__global__ void __launch_bounds__(kCombineWarps * 32)
-    mla_combine_kernel(MlaAttentionParams p, int tile_rows) {
+__global__ void __launch_bounds__(kCombineWarps * 32) mla_combine_kernel(MlaAttentionParams p) {
   __shared__ float wts[kCombineWarps][kCombineSplits];
   pdl_wait();
   pdl_trigger();
@@ -309,8 +309,8 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
   const int q0 = p.q_indptr[s], rows = (p.q_indptr[s + 1] - q0) * p.heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, n = p.num_splits, R = p.fmt.latent;
   float* wt = wts[warp];
-  const int r_end = min(rows, int(blockIdx.x + 1) * tile_rows);
-  for (int r = int(blockIdx.x) * tile_rows + warp; r < r_end; r += kCombineWarps) {
+  const int r = int(blockIdx.x) * kCombineWarps + warp;
+  if (r < rows) {
     const int64_t grow = int64_t(q0) * p.heads + r;
     const float* ml = p.partial_ml + grow * n * 2;
     float mx = -INFINITY;
@@ -438,8 +438,9 @@ void launch_mla_attention(const MlaAttentionParams& p, cudaStream_t stream) {
   }
   if (p.num_splits > 1) {
     const int tile_rows = p.kernel == kMlaWgmma ? 64 : kRows;  // the attention kernel's tiles
-    mla::launch(mla_combine_kernel, dim3(p.row_tiles, p.num_seqs), dim3(kCombineWarps * 32), 0,
-                stream, p, tile_rows);
+    static_assert(kRows % kCombineWarps == 0, "whole tiles");
+    mla::launch(mla_combine_kernel, dim3(p.row_tiles * (tile_rows / kCombineWarps), p.num_seqs),
+                dim3(kCombineWarps * 32), 0, stream, p);
     CUDA_LAUNCH_CHECK();
   }
 }
