@@ -134,7 +134,8 @@ void fill(Dev& d, Pattern kind, float scale, cudaStream_t s) {
       case Pattern::kScaleBf16:
         for (int j = 0; j < 4; ++j) {
           const float f = (float((r >> (16 * j)) & 0xffff) / 65535.0f * 2.0f - 1.0f) * scale;
-          const uint16_t b = f32_to_bf16(kind == Pattern::kScaleBf16 ? std::fabs(f) + scale * 0.1f : f);
+          const uint16_t b =
+              f32_to_bf16(kind == Pattern::kScaleBf16 ? std::fabs(f) + scale * 0.1f : f);
           std::memcpy(host.data() + i + 2 * j, &b, 2);
         }
         continue;
@@ -224,7 +225,8 @@ Ceilings measure_ceilings(cudaStream_t s, cublasHandle_t h) {
     Dev src(bytes), dst(bytes);
     cuda::launch_fill_random_bf16(src.as<bf16_bits>(), int64_t(bytes / 2), 7, 1.0f, s);
     const double ms = time_ms(s, 3, 10, [&] {
-      CUDA_CHECK(cudaMemcpyAsync(dst.as<void>(), src.as<void>(), bytes, cudaMemcpyDeviceToDevice, s));
+      CUDA_CHECK(
+          cudaMemcpyAsync(dst.as<void>(), src.as<void>(), bytes, cudaMemcpyDeviceToDevice, s));
     });
     c.copy_gbs = 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
   }
@@ -314,13 +316,15 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
   CUDA_CHECK(cudaMemcpy(bias.as<void>(), bias_h.data(), bias_h.size() * 4, cudaMemcpyHostToDevice));
   Dev counters(cuda::moe_router_counter_bytes(E));
   CUDA_CHECK(cudaMemset(counters.as<void>(), 0, counters.bytes()));
-  std::printf("\nconfig %s: E %d, top-%d, hidden %lld, inter %lld, %s; %.2f MB per expert; shared "
-              "%lld (%.2f MB); router %.2f MB\n",
-              c.name.c_str(), E, K, static_cast<long long>(H), static_cast<long long>(I),
-              c.format == cuda::kMoeInt4 ? (c.group == 32 ? "int4 g32" : "int4 g128")
-                                         : c.format == cuda::kMoeFp8 ? "fp8 128x128" : "bf16",
-              expert_bytes / 1e6, static_cast<long long>(c.shared_inter), shared_bytes / 1e6,
-              router_bytes / 1e6);
+  std::printf(
+      "\nconfig %s: E %d, top-%d, hidden %lld, inter %lld, %s; %.2f MB per expert; shared "
+      "%lld (%.2f MB); router %.2f MB\n",
+      c.name.c_str(), E, K, static_cast<long long>(H), static_cast<long long>(I),
+      c.format == cuda::kMoeInt4  ? (c.group == 32 ? "int4 g32" : "int4 g128")
+      : c.format == cuda::kMoeFp8 ? "fp8 128x128"
+                                  : "bf16",
+      expert_bytes / 1e6, static_cast<long long>(c.shared_inter), shared_bytes / 1e6,
+      router_bytes / 1e6);
 
   for (int T : token_counts) {
     const int64_t n = int64_t(T) * K;
@@ -379,7 +383,8 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
       route(b);
       std::vector<int32_t> h_ids(static_cast<size_t>(n));
       CUDA_CHECK(cudaStreamSynchronize(s));
-      CUDA_CHECK(cudaMemcpy(h_ids.data(), ids[size_t(b)]->as<void>(), size_t(n) * 4, cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaMemcpy(h_ids.data(), ids[size_t(b)]->as<void>(), size_t(n) * 4,
+                            cudaMemcpyDeviceToHost));
       touched += double(std::set<int32_t>(h_ids.begin(), h_ids.end()).size()) / kBatches;
     }
     const double touched_bytes = touched * double(expert_bytes);
@@ -497,7 +502,8 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
     const double agree = nmse_bf16(out, out2, size_t(T) * H);
 
     auto at = [](int i) { return std::pair<int, int>(i % kBatches, i % kCopies); };
-    const double t_router = graph_us(s, calls, reps, [&](int i) { router(at(i).first, at(i).second); });
+    const double t_router =
+        graph_us(s, calls, reps, [&](int i) { router(at(i).first, at(i).second); });
     const double t_route = graph_us(s, calls, reps, [&](int i) { route(at(i).first); });
     const double t_plan = graph_us(s, calls, reps, [&](int i) {
       cuda::MoePlanParams p{};
@@ -514,32 +520,38 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
       t_exp[r] = graph_us(s, calls, reps, [&](int i) {
         experts_gemms(r == 0 ? cuda::kMoeDecode : cuda::kMoePrefill, at(i).first, at(i).second);
       });
-    const double t_combine =
-        graph_us(s, calls, reps, [&](int i) { combine(at(i).first, out, nullptr, cuda::kMoeDecode); });
-    const double t_shared = graph_us(s, calls, reps, [&](int i) { shared_expert(at(i).first, at(i).second); });
-    const double t_layer = graph_us(s, calls, reps, [&](int i) { layer(at(i).first, at(i).second); });
+    const double t_combine = graph_us(
+        s, calls, reps, [&](int i) { combine(at(i).first, out, nullptr, cuda::kMoeDecode); });
+    const double t_shared =
+        graph_us(s, calls, reps, [&](int i) { shared_expert(at(i).first, at(i).second); });
+    const double t_layer =
+        graph_us(s, calls, reps, [&](int i) { layer(at(i).first, at(i).second); });
 
     const int auto_regime = cuda::moe_pick_regime(T, K, E);
-    std::printf("moe %-14s T=%-5d touched %.1f experts (%.1f MB) | router %.1f us | route %.1f | plan %.1f | "
-                "combine %.1f | regimes agree NMSE %.1e\n",
-                c.name.c_str(), T, touched, touched_bytes / 1e6, t_router, t_route, t_plan, t_combine,
-                agree);
+    std::printf(
+        "moe %-14s T=%-5d touched %.1f experts (%.1f MB) | router %.1f us | route %.1f | plan %.1f "
+        "| "
+        "combine %.1f | regimes agree NMSE %.1e\n",
+        c.name.c_str(), T, touched, touched_bytes / 1e6, t_router, t_route, t_plan, t_combine,
+        agree);
     for (int r = 0; r < 2; ++r) {
       const double gbs = touched_bytes / (t_exp[r] * 1e-6) / 1e9;
       const double tf = flops / (t_exp[r] * 1e-6) / 1e12;
-      std::printf("moe %-14s T=%-5d experts %-7s %9.1f us  %6.0f GB/s = %5.1f%% of copy  %6.1f "
-                  "TFLOP/s = %5.1f%% of GEMM%s\n",
-                  c.name.c_str(), T, r == 0 ? "decode" : "prefill", t_exp[r], gbs,
-                  100.0 * gbs / ceil.copy_gbs, tf, 100.0 * tf / ceil.gemm_tflops,
-                  (r == 0) == (auto_regime == cuda::kMoeDecode) ? "  (auto)" : "");
+      std::printf(
+          "moe %-14s T=%-5d experts %-7s %9.1f us  %6.0f GB/s = %5.1f%% of copy  %6.1f "
+          "TFLOP/s = %5.1f%% of GEMM%s\n",
+          c.name.c_str(), T, r == 0 ? "decode" : "prefill", t_exp[r], gbs,
+          100.0 * gbs / ceil.copy_gbs, tf, 100.0 * tf / ceil.gemm_tflops,
+          (r == 0) == (auto_regime == cuda::kMoeDecode) ? "  (auto)" : "");
     }
     const double shared_gbs = double(shared_bytes) / (t_shared * 1e-6) / 1e9;
     const double layer_bytes = touched_bytes + double(shared_bytes) + double(router_bytes);
     const double layer_gbs = layer_bytes / (t_layer * 1e-6) / 1e9;
-    std::printf("moe %-14s T=%-5d shared %.1f us (%.0f GB/s) | layer %.1f us = %.0f GB/s on %.1f MB "
-                "= %.1f%% of copy, %.1f TFLOP/s routed\n",
-                c.name.c_str(), T, t_shared, shared_gbs, t_layer, layer_gbs, layer_bytes / 1e6,
-                100.0 * layer_gbs / ceil.copy_gbs, flops / (t_layer * 1e-6) / 1e12);
+    std::printf(
+        "moe %-14s T=%-5d shared %.1f us (%.0f GB/s) | layer %.1f us = %.0f GB/s on %.1f MB "
+        "= %.1f%% of copy, %.1f TFLOP/s routed\n",
+        c.name.c_str(), T, t_shared, shared_gbs, t_layer, layer_gbs, layer_bytes / 1e6,
+        100.0 * layer_gbs / ceil.copy_gbs, flops / (t_layer * 1e-6) / 1e12);
     std::fflush(stdout);
   }
 }

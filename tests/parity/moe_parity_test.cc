@@ -130,7 +130,8 @@ double nmse(const std::vector<float>& got, const std::vector<double>& want) {
 //         a3 = W[g+8][j+8], W[g+8][j+9] (lower column in the lower half).
 //   fp8:  word 2s = bytes W[g][j], W[g][j+1], W[g+8][j], W[g+8][j+1]; word 2s + 1 the same at
 //         j + 8, j + 9. Columns past k are zero.
-std::vector<uint8_t> host_tiles(const std::vector<uint8_t>& src, int elem, int64_t rows, int64_t k) {
+std::vector<uint8_t> host_tiles(const std::vector<uint8_t>& src, int elem, int64_t rows,
+                                int64_t k) {
   const int tk = elem == 2 ? 16 : 32;
   const int64_t kts = (k + tk - 1) / tk;
   std::vector<uint8_t> out(size_t(rows / 16 * kts * 512), 0);
@@ -171,7 +172,8 @@ TEST(MoeParity, RepackLayouts) {
   Stream s;
   std::mt19937 rng(3);
   for (int elem : {2, 1})
-    for (auto [rows, k] : std::vector<std::pair<int64_t, int64_t>>{{16, 16}, {64, 320}, {48, 80}, {32, 2048}}) {
+    for (auto [rows, k] :
+         std::vector<std::pair<int64_t, int64_t>>{{16, 16}, {64, 320}, {48, 80}, {32, 2048}}) {
       std::vector<uint8_t> src(size_t(rows * k * elem));
       for (auto& b : src) b = uint8_t(rng());
       auto d_src = upload_bytes(src, s);
@@ -199,7 +201,8 @@ TEST(MoeParity, RepackLayouts) {
 TEST(MoeParity, RouterLogits) {
   Stream s;
   std::mt19937 rng(5);
-  for (auto [experts, hidden] : std::vector<std::pair<int64_t, int64_t>>{{8, 320}, {64, 2048}, {384, 7168}, {72, 320}})
+  for (auto [experts, hidden] :
+       std::vector<std::pair<int64_t, int64_t>>{{8, 320}, {64, 2048}, {384, 7168}, {72, 320}})
     for (int64_t tokens : {1, 3, 8, 13, 32}) {
       const auto x = random_bf16(rng, tokens * hidden, 1.0f);
       const auto w = random_bf16(rng, experts * hidden, 0.02f);
@@ -259,11 +262,13 @@ struct RouteCase {
 };
 const RouteCase kRouteCases[] = {
     {"v2-lite softmax", 64, 6, 1, 1, MoeScoring::kSoftmax, MoeGroupScore::kMax, false, false, 1.0f},
-    {"v2 grouped softmax", 64, 6, 8, 3, MoeScoring::kSoftmax, MoeGroupScore::kMax, true, false, 16.0f},
+    {"v2 grouped softmax", 64, 6, 8, 3, MoeScoring::kSoftmax, MoeGroupScore::kMax, true, false,
+     16.0f},
     {"v3 noaux_tc", 256, 8, 8, 4, MoeScoring::kSigmoid, MoeGroupScore::kTop2Sum, true, true, 2.5f},
     {"kimi", 384, 8, 1, 1, MoeScoring::kSigmoid, MoeGroupScore::kTop2Sum, true, true, 2.827f},
     {"small", 8, 2, 2, 1, MoeScoring::kSigmoid, MoeGroupScore::kTop2Sum, false, true, 1.0f},
-    {"one per group", 16, 3, 16, 5, MoeScoring::kSoftmax, MoeGroupScore::kTop2Sum, true, false, 1.0f},
+    {"one per group", 16, 3, 16, 5, MoeScoring::kSoftmax, MoeGroupScore::kTop2Sum, true, false,
+     1.0f},
 };
 
 // The smallest gap between consecutive ranked values among the top `n + 1` of `v` (float64):
@@ -349,8 +354,8 @@ TEST(MoeParity, RouteMatchesCpu) {
         p.num_groups = c.groups;
         p.topk_groups = c.topk_groups;
         p.scoring = c.scoring == MoeScoring::kSigmoid ? cuda::kMoeSigmoid : cuda::kMoeSoftmax;
-        p.group_score = c.group_score == MoeGroupScore::kMax ? cuda::kMoeGroupMax
-                                                              : cuda::kMoeGroupTop2Sum;
+        p.group_score =
+            c.group_score == MoeGroupScore::kMax ? cuda::kMoeGroupMax : cuda::kMoeGroupTop2Sum;
         p.normalize = c.normalize;
         p.scaling_factor = c.scaling;
         cuda::launch_moe_route(p, s.get());
@@ -363,7 +368,8 @@ TEST(MoeParity, RouteMatchesCpu) {
           bool same = true;
           for (int j = 0; j < k; ++j) same &= got_ids[size_t(t * k + j)] == want_ids[j];
           if (!same) {
-            const double margin = route_margin(&logits[size_t(t * e_count)], c.bias ? bias.data() : nullptr, c);
+            const double margin =
+                route_margin(&logits[size_t(t * e_count)], c.bias ? bias.data() : nullptr, c);
             EXPECT_GT(margin, 0.0) << c.name << ": exact ties must break alike, token " << t;
             EXPECT_LT(margin, 1e-5) << c.name << ": token " << t << " chose differently";
             ++near_ties;
@@ -415,7 +421,8 @@ TEST(MoeParity, Plan) {
           for (int32_t e : ids)
             if (e >= 0 && e < experts) ++count[size_t(e)];
           const std::string what = "E " + std::to_string(experts) + " k " + std::to_string(k) +
-                                   " T " + std::to_string(tokens) + " tile " + std::to_string(tile_rows);
+                                   " T " + std::to_string(tokens) + " tile " +
+                                   std::to_string(tile_rows);
           int64_t at = 0, active_n = 0, tiles_n = 0;
           bool ok = true;
           for (int e = 0; e < experts; ++e) {
@@ -425,7 +432,8 @@ TEST(MoeParity, Plan) {
               ++active_n;
               if (tile_rows > 0)
                 for (int64_t r = 0; r < count[size_t(e)]; r += tile_rows) {
-                  ok &= g_tiles[size_t(2 * tiles_n)] == e && g_tiles[size_t(2 * tiles_n + 1)] == at + r;
+                  ok &= g_tiles[size_t(2 * tiles_n)] == e &&
+                        g_tiles[size_t(2 * tiles_n + 1)] == at + r;
                   ++tiles_n;
                 }
             }
@@ -456,7 +464,10 @@ TEST(MoeParity, Plan) {
 // ---- experts ----
 enum class Fmt { kBf16, kFp8, kInt4g32, kInt4g128 };
 const char* fmt_name(Fmt f) {
-  return f == Fmt::kBf16 ? "bf16" : f == Fmt::kFp8 ? "fp8" : f == Fmt::kInt4g32 ? "int4 g32" : "int4 g128";
+  return f == Fmt::kBf16      ? "bf16"
+         : f == Fmt::kFp8     ? "fp8"
+         : f == Fmt::kInt4g32 ? "int4 g32"
+                              : "int4 g128";
 }
 
 // A random stored weight stack [experts, n, k] in `f` (checkpoint layouts), values scaled so
@@ -567,10 +578,10 @@ struct ExpertCase {
   int experts, top_k;
 };
 const ExpertCase kExpertCases[] = {
-    {Fmt::kBf16, 320, 96, 8, 2},     {Fmt::kBf16, 320, 96, 64, 6},
-    {Fmt::kInt4g32, 320, 96, 64, 8}, {Fmt::kInt4g32, 320, 96, 8, 8},
+    {Fmt::kBf16, 320, 96, 8, 2},      {Fmt::kBf16, 320, 96, 64, 6},
+    {Fmt::kInt4g32, 320, 96, 64, 8},  {Fmt::kInt4g32, 320, 96, 8, 8},
     {Fmt::kInt4g128, 384, 128, 8, 2}, {Fmt::kInt4g128, 384, 128, 64, 6},
-    {Fmt::kFp8, 320, 128, 64, 8},    {Fmt::kFp8, 320, 128, 8, 2},
+    {Fmt::kFp8, 320, 128, 64, 8},     {Fmt::kFp8, 320, 128, 8, 2},
 };
 
 TEST(MoeParity, ExpertsMatchCpu) {
@@ -648,15 +659,15 @@ TEST(MoeParity, ExpertsMatchCpu) {
           for (size_t i = 0; i < got.size(); ++i) got[i] = bf16_to_f32(all[i]);
           const double e = nmse(got, want);
           const char* rname = regime == cuda::kMoeDecode ? "decode" : "prefill";
-          EXPECT_LT(e, 4e-5) << fmt_name(c.fmt) << " " << rname << " E " << c.experts << " k "
-                             << k << " T " << tokens;
+          EXPECT_LT(e, 4e-5) << fmt_name(c.fmt) << " " << rname << " E " << c.experts << " k " << k
+                             << " T " << tokens;
           EXPECT_TRUE(guard) << "wrote past the output: " << fmt_name(c.fmt) << " " << rname;
           if (rep == 0) {
             first.assign(all.begin(), all.begin() + tokens * hidden);
             std::printf("experts %-9s %-7s H %3lld I %3lld E %2d k %d T %3lld: NMSE %.2e\n",
                         fmt_name(c.fmt), rname, static_cast<long long>(hidden),
-                        static_cast<long long>(inter), c.experts, k,
-                        static_cast<long long>(tokens), e);
+                        static_cast<long long>(inter), c.experts, k, static_cast<long long>(tokens),
+                        e);
           } else {
             EXPECT_EQ(0, std::memcmp(first.data(), all.data(), first.size() * 2))
                 << "not deterministic: " << fmt_name(c.fmt) << " " << rname << " T " << tokens;

@@ -253,8 +253,10 @@ bool moe_weight_shape_ok(int format, int64_t n, int64_t k, int group, const char
 }
 
 void launch_moe_repack(const MoeRepackParams& p, cudaStream_t stream) {
-  CHECK_MSG(p.format == kMoeBf16 || p.format == kMoeFp8, "moe repack: format {} (int4: "
-            "launch_int4_repack)", p.format);
+  CHECK_MSG(p.format == kMoeBf16 || p.format == kMoeFp8,
+            "moe repack: format {} (int4: "
+            "launch_int4_repack)",
+            p.format);
   CHECK_MSG(p.rows % kMoeTileRows == 0 && p.k % 16 == 0, "moe repack: rows {} k {}", p.rows, p.k);
   CHECK(uintptr_t(p.dst) % 16 == 0);
   const int64_t work = p.rows / kMoeTileRows * moe_k_tiles(p.format, p.k) * 32;
@@ -305,8 +307,8 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
             hidden, inter);
   CHECK(uintptr_t(p.scratch) % 256 == 0);
   const Scratch s = carve(p.scratch, p.tokens, p.top_k, p.num_experts, hidden, inter);
-  const int regime = p.regime != kMoeAuto ? p.regime
-                                          : moe_pick_regime(p.tokens, p.top_k, p.num_experts);
+  const int regime =
+      p.regime != kMoeAuto ? p.regime : moe_pick_regime(p.tokens, p.top_k, p.num_experts);
   const int tile_rows = moe_gemm_tile_rows(p.tokens, p.top_k, p.num_experts);
 
   MoePlanParams plan{};

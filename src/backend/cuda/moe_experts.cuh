@@ -29,7 +29,9 @@ namespace strata::cuda::moe {
 
 // k16 steps per tile.
 template <int F>
-constexpr int kSteps = F == kMoeInt4 ? 4 : F == kMoeFp8 ? 2 : 1;
+constexpr int kSteps = F == kMoeInt4  ? 4
+                       : F == kMoeFp8 ? 2
+                                      : 1;
 
 // ---- the layouts (host and device: repack kernel, tests) ----
 // Tile row and column of element `i` of lane `lane`'s 16 bytes: bf16 i = 0..7 (2 bytes each),

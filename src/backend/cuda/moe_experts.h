@@ -56,8 +56,8 @@ enum MoeWeightFormat : int { kMoeBf16 = 0, kMoeFp8 = 1, kMoeInt4 = 2 };
 
 constexpr int kMoeTileRows = 16;
 constexpr int kMoeTileBytes = 512;
-constexpr int kMoeFp8Block = 128;      // FP8 scale block edge
-constexpr int kMoeMaxExperts = 1024;   // the plan kernel's one block
+constexpr int kMoeFp8Block = 128;     // FP8 scale block edge
+constexpr int kMoeMaxExperts = 1024;  // the plan kernel's one block
 constexpr int kMoeMaxTopK = 32;
 
 // Columns of one 512-byte tile.

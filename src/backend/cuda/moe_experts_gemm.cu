@@ -131,7 +131,7 @@ struct Cfg {
   static constexpr int kWOff = kStages * kXBytes;  // x stages first: 1024-byte aligned
   static constexpr int kSOff = kWOff + kStages * kWBytes;
   static constexpr int kRowOff = kSOff + kStages * kSBytes;  // the tile's x row offsets
-  static constexpr int kBytes = kRowOff + BM * 4 + 1024;        // + alignment slack
+  static constexpr int kBytes = kRowOff + BM * 4 + 1024;     // + alignment slack
   static_assert(kStages >= 3, "the pipeline needs three stages");
   static_assert(kBytes <= 113 * 1024, "two CTAs per SM");
   static_assert(kStages * kXBytes >= BM * 256, "the GLU exchange fits the x stages");
@@ -143,11 +143,11 @@ struct Cta {
   using C = Cfg<F, BM>;
   static constexpr int kXRows = BM / 32;  // x rows this thread copies: r0 + 32·i
   const MoeGroupedParams& p;
-  uint32_t smem;                // 1024-byte aligned base (shared address)
-  uint32_t x_dst;               // stage offset of (row r0, column x_col), swizzled
-  int x_col;                    // 8 · (tid % 8)
-  const char* w_base;           // the expert's tiles + this lane's 16 bytes
-  const char* s_base;           // the expert's scales
+  uint32_t smem;       // 1024-byte aligned base (shared address)
+  uint32_t x_dst;      // stage offset of (row r0, column x_col), swizzled
+  int x_col;           // 8 · (tid % 8)
+  const char* w_base;  // the expert's tiles + this lane's 16 bytes
+  const char* s_base;  // the expert's scales
   __device__ __forceinline__ static int warp() { return int(threadIdx.x) / 32; }
   __device__ __forceinline__ static int lane() { return int(threadIdx.x) % 32; }
   int kt_count, groups, scale_cols, nb, gshift;
@@ -292,7 +292,8 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(MoeGroupedParams 
   b.x_col = 8 * (tid % 8);
   b.x_dst = uint32_t(r0 * 128 + (((tid % 8) ^ (r0 & 7)) << 4));
   if (tid < BM) {  // element offset of the tile's x row tid, -1 past its rows
-    const int64_t xr = tid < rows ? (p.row_token ? int64_t(p.row_token[row0 + tid]) : row0 + tid) : -1;
+    const int64_t xr =
+        tid < rows ? (p.row_token ? int64_t(p.row_token[row0 + tid]) : row0 + tid) : -1;
     reinterpret_cast<int32_t*>(smem_raw + (b.smem - smem_u32(smem_raw)) + C::kRowOff)[tid] =
         xr >= 0 ? int32_t(xr * p.w.k) : -1;
   }
@@ -421,11 +422,13 @@ void launch_moe_gemm(const MoeGroupedParams& p, cudaStream_t stream) {
   CHECK_MSG(p.glu_inter == 0 || (p.w.n == 2 * p.glu_inter && p.glu_inter % kMoeTileRows == 0),
             "moe gemm: SwiGLU needs n = 2 · inter, inter % 16 == 0 (n {}, inter {})", p.w.n,
             p.glu_inter);
+  // fp8: a 128-row scale block must not straddle the gate and up halves.
+  CHECK_MSG(p.glu_inter == 0 || p.w.format != kMoeFp8 || p.glu_inter % kMoeFp8Block == 0,
+            "moe gemm: fp8 gate_up needs inter % 128 == 0 (inter {})", p.glu_inter);
   CHECK_MSG(p.tile_rows == 64 || p.tile_rows == 128, "moe gemm: tile_rows {}", p.tile_rows);
-  CHECK_MSG(p.rows * p.w.k < (int64_t(1) << 31), "moe gemm: x of {} x {} too large (32-bit offsets)",
-            p.rows, p.w.k);
-  CHECK(uintptr_t(p.x) % 16 == 0 && uintptr_t(p.w.values) % 16 == 0 &&
-        p.w.values_stride % 16 == 0);
+  CHECK_MSG(p.rows * p.w.k < (int64_t(1) << 31),
+            "moe gemm: x of {} x {} too large (32-bit offsets)", p.rows, p.w.k);
+  CHECK(uintptr_t(p.x) % 16 == 0 && uintptr_t(p.w.values) % 16 == 0 && p.w.values_stride % 16 == 0);
   // Scales are copied in 16-byte pieces (int4) or one float at a time (fp8).
   const int salign = p.w.format == kMoeInt4 ? 16 : 4;
   CHECK(p.w.format == kMoeBf16 ||

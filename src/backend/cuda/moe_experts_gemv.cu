@@ -91,8 +91,8 @@ __device__ __forceinline__ void load_batch(Batch<NM, U>& b, const TileSrc* src, 
 // of a partial batch) are skipped.
 template <int F, int NT, int NM, int U>
 __device__ __forceinline__ void mma_batch(float (&acc)[NM][NT][4], const Batch<NM, U>& cur,
-                                          const bf16_bits* x, const int32_t* xrow, int nt,
-                                          int kt0, int k) {
+                                          const bf16_bits* x, const int32_t* xrow, int nt, int kt0,
+                                          int k) {
   constexpr int S = kSteps<F>;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
@@ -157,8 +157,8 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm) moe_gemv_kernel(Moe
                 rt * kt_count * 32 + lane;
     const char* sbase = static_cast<const char*>(p.w.scales) + e * p.w.scales_stride;
     if constexpr (F == kMoeInt4) {
-      src[mt].s = reinterpret_cast<const uint32_t*>(sbase) +
-                  rt * int4_scale_groups(k, p.w.group) * 8 + g;
+      src[mt].s =
+          reinterpret_cast<const uint32_t*>(sbase) + rt * int4_scale_groups(k, p.w.group) * 8 + g;
     } else if constexpr (F == kMoeFp8) {
       src[mt].s = reinterpret_cast<const float*>(sbase) +
                   (rt * kMoeTileRows / kMoeFp8Block) * ((k + kMoeFp8Block - 1) / kMoeFp8Block);
@@ -181,8 +181,8 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm) moe_gemv_kernel(Moe
     }
     Batch<NM, U> cur, nxt;
     load_batch<F, NM, U>(cur, src, part * U, kt_count, valid, gshift, group32);
-    load_batch<F, NM, U>(nxt, src, (part + ks) * U, kt_count, valid && part + ks < batches,
-                         gshift, group32);
+    load_batch<F, NM, U>(nxt, src, (part + ks) * U, kt_count, valid && part + ks < batches, gshift,
+                         group32);
     float acc[NM][NT][4];
 #pragma unroll
     for (int mt = 0; mt < NM; ++mt)
@@ -219,7 +219,8 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm) moe_gemv_kernel(Moe
 #pragma unroll
             for (int j = 0; j < NT; ++j)
 #pragma unroll
-              for (int i = 0; i < 4; ++i) acc[mt][j][i] += red[warp + q][(mt * NT + j) * 4 + i][lane];
+              for (int i = 0; i < 4; ++i)
+                acc[mt][j][i] += red[warp + q][(mt * NT + j) * 4 + i][lane];
       }
     }
     if (part == 0 && valid) {
@@ -296,14 +297,15 @@ void launch_moe_gemv(const MoeGroupedParams& p, cudaStream_t stream) {
   CHECK_MSG(p.glu_inter == 0 || (p.w.n == 2 * p.glu_inter && p.glu_inter % kMoeTileRows == 0),
             "moe gemv: SwiGLU needs n = 2 · inter, inter % 16 == 0 (n {}, inter {})", p.w.n,
             p.glu_inter);
+  // fp8: a 128-row scale block must not straddle the gate and up halves.
+  CHECK_MSG(p.glu_inter == 0 || p.w.format != kMoeFp8 || p.glu_inter % kMoeFp8Block == 0,
+            "moe gemv: fp8 gate_up needs inter % 128 == 0 (inter {})", p.glu_inter);
   CHECK(p.ksplit == 0 || p.ksplit == 1 || p.ksplit == 2 || p.ksplit == 4 || p.ksplit == 8);
-  CHECK(uintptr_t(p.x) % 16 == 0 && uintptr_t(p.w.values) % 16 == 0 &&
-        p.w.values_stride % 16 == 0);
+  CHECK(uintptr_t(p.x) % 16 == 0 && uintptr_t(p.w.values) % 16 == 0 && p.w.values_stride % 16 == 0);
   const int64_t experts = p.offsets ? p.max_active : 1;
   if (experts <= 0 || (p.offsets == nullptr && p.rows <= 0)) return;
   // x offsets are 32-bit in the kernel.
-  CHECK_MSG(p.rows * p.w.k < (int64_t(1) << 31), "moe gemv: x of {} x {} too large", p.rows,
-            p.w.k);
+  CHECK_MSG(p.rows * p.w.k < (int64_t(1) << 31), "moe gemv: x of {} x {} too large", p.rows, p.w.k);
   CHECK(experts <= 65535);
   if (p.glu_inter > 0)
     launch_glu<true>(p, experts, stream);

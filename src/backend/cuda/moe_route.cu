@@ -121,7 +121,8 @@ __global__ void __launch_bounds__(kRouterWarps * 32) moe_router_kernel(MoeRouter
     const int64_t row = rt * 16 + i % 16, tok = i / 16;
     if (row >= p.experts) continue;
     float v = 0.0f;
-    for (int64_t s = 0; s < splits; ++s) v += __ldcg(p.partials + (s * p.tokens + tok) * p.experts + row);
+    for (int64_t s = 0; s < splits; ++s)
+      v += __ldcg(p.partials + (s * p.tokens + tok) * p.experts + row);
     p.out[tok * p.experts + row] = v;
   }
   if (threadIdx.x == 0) p.counters[rt] = 0;
@@ -282,11 +283,10 @@ void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream) {
             p.num_experts);
   CHECK_MSG(p.top_k > 0 && p.top_k <= 32 && p.top_k <= p.num_experts, "moe route: top_k {}",
             p.top_k);
-  CHECK_MSG(p.num_groups > 0 && p.num_groups <= kMoeRouteMaxGroups &&
-                p.num_experts % p.num_groups == 0 && p.topk_groups > 0 &&
-                p.topk_groups <= p.num_groups,
-            "moe route: {} groups, {} kept, {} experts", p.num_groups, p.topk_groups,
-            p.num_experts);
+  CHECK_MSG(
+      p.num_groups > 0 && p.num_groups <= kMoeRouteMaxGroups && p.num_experts % p.num_groups == 0 &&
+          p.topk_groups > 0 && p.topk_groups <= p.num_groups,
+      "moe route: {} groups, {} kept, {} experts", p.num_groups, p.topk_groups, p.num_experts);
   const size_t smem = size_t(kRouteWarps) * 2 * size_t(p.num_experts) * sizeof(float);
   const unsigned blocks = unsigned((p.tokens + kRouteWarps - 1) / kRouteWarps);
   launch_pdl(moe_route_kernel, dim3(blocks), dim3(kRouteWarps * 32), smem, stream, p);
