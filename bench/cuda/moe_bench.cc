@@ -418,7 +418,7 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
       g.max_active = int(std::min<int64_t>(E, n));
       g.max_tiles = int(cuda::moe_max_tiles(n, E, tile_rows));
       g.tile_rows = tile_rows;
-      g.gemv_tokens = std::min(T, 32);
+      g.gemv_tokens = cuda::moe_gemv_tokens(T, K, E);
       cuda::MoeGroupedParams gu = g;
       gu.x = xs[size_t(b)]->as<bf16_bits>();
       gu.rows = T;

@@ -294,6 +294,12 @@ int moe_gemm_tile_rows(int64_t tokens, int top_k, int num_experts) {
   return tokens * top_k >= int64_t(192) * num_experts ? 128 : 64;
 }
 
+int moe_gemv_tokens(int64_t tokens, int top_k, int num_experts) {
+  const int64_t n = tokens * top_k;
+  const int64_t rows = n <= 2 * int64_t(num_experts) ? 8 : n <= 4 * int64_t(num_experts) ? 16 : 32;
+  return int(std::min<int64_t>(rows, tokens));
+}
+
 size_t moe_experts_scratch_bytes(int64_t tokens, int top_k, int num_experts, int64_t hidden,
                                  int64_t inter) {
   return carve(nullptr, tokens, top_k, num_experts, hidden, inter).bytes;
@@ -329,7 +335,7 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
   g.max_active = int(std::min<int64_t>(p.num_experts, n));
   g.max_tiles = int(moe_max_tiles(n, p.num_experts, tile_rows));
   g.tile_rows = tile_rows;
-  g.gemv_tokens = int(std::min<int64_t>(p.tokens, 32));
+  g.gemv_tokens = moe_gemv_tokens(p.tokens, p.top_k, p.num_experts);
   g.pdl_early = p.pdl_early;
   auto run = [&](const MoeGroupedParams& q) {
     regime == kMoePrefill ? launch_moe_gemm(q, stream) : launch_moe_gemv(q, stream);

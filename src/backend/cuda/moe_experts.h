@@ -179,6 +179,10 @@ constexpr int kMoeDecodeRowsPerExpert = 8;
 int moe_pick_regime(int64_t tokens, int top_k, int num_experts);
 // Prefill tile rows for these sizes (64, or 128 when experts average >= 192 rows).
 int moe_gemm_tile_rows(int64_t tokens, int top_k, int num_experts);
+// Decode rows per weight pass (MoeGroupedParams::gemv_tokens): 8 while experts average <= 2
+// rows (T·k <= 2E), 16 up to 4, else 32 (never more than T). More rows than that in one expert
+// (a skewed batch) cost another pass over its weights, never correctness.
+int moe_gemv_tokens(int64_t tokens, int top_k, int num_experts);
 
 struct MoeExpertsParams {
   const bf16_bits* x;         // [T, hidden]
