@@ -1,0 +1,159 @@
+// MLA (multi-head latent attention, DeepSeek-V2/V3, Kimi-K2, Moonlight) on the GPU: the latent KV
+// write and absorbed attention over the paged latent cache (issue 22). See arch/mla.h for the
+// absorbed form: per token the cache holds one row [latent c (R = kv_lora_rank) | k_rope (P)]; a
+// query row is [W_UKᵀ q_nope (R) | q_rope (P)], its key is the whole cached row and its value
+// the first R values, so all heads of a token share one KV "head" of R + P dims.
+//
+// Row encodings (backend/kv_format.h, byte for byte): every layout is described here as
+// [latent: R values of latent_elem][rope: P values of rope_elem at rope_offset], plus, for
+// FlashMLA rows, R / 128 float32 tile scales right after the latent (the latent is e4m3):
+//   bf16 / fp8 plain rows:  latent_elem = rope_elem = the layer's type, rope_offset = R · bytes;
+//   rope split rows:        fp8 latent, then the rope part in its own type (bf16, fp8 or f32);
+//   FlashMLA (kFlashMlaFp8): e4m3 latent in 128-wide tiles, 4-byte scales, bf16 rope.
+// Stored = value / scale (the layer's K scale; bf16/f32 rope parts of split rows stay unscaled,
+// FlashMLA rows carry their own scales): see MlaRowFormat::latent_scale and rope_scale.
+//
+// Files: mla_kv_write.cu (the write), mla_attention.cu (the mma.sync kernel: any head count,
+// every layout, the split-KV merge), mla_attention_wgmma.cu (the wgmma kernel: bf16 rows,
+// R = 512, P = 64, 64 query rows a block: DeepSeek-V3's 128 heads, long chunks).
+//
+// Conventions as kernels.h's: trivially copyable parameter blocks without padding bytes (a
+// launch is recorded as its bytes), launchers asynchronous on `stream` that never allocate or
+// synchronize (scratch is passed in), and every kernel waits on its predecessor first
+// (griddepcontrol.wait) so it may be launched with programmatic dependent launch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace strata {
+struct KvLayout;
+}
+
+namespace strata::cuda {
+
+// Element types of MLA row parts (the first three match fp8.cuh's KvElem).
+enum MlaElem : int { kMlaBf16 = 0, kMlaE4M3 = 1, kMlaE5M2 = 2, kMlaF32 = 3 };
+constexpr int mla_elem_bytes(int e) { return e == kMlaBf16 ? 2 : e == kMlaF32 ? 4 : 1; }
+constexpr int kMlaFlashTile = 128;  // FlashMLA: latent values per float32 scale
+
+// How one layer's cached rows are laid out (mla_row_format fills it from the KvLayout).
+struct MlaRowFormat {
+  int64_t row_bytes;   // KvLayout::k_row_bytes(layer)
+  int latent;          // R = kv_lora_rank
+  int rope;            // P = rope dim
+  int latent_elem;     // MlaElem
+  int rope_elem;       // MlaElem
+  int rope_offset;     // bytes from the row start to the rope part
+  int flashmla;        // 1: FlashMLA rows (e4m3 latent, float32 tile scales at byte `latent`)
+  float latent_scale;  // the layer's K scale for the latent (1 for FlashMLA rows)
+  float rope_scale;    // the scale of the rope part (the layer's for fp8 / plain rows, else 1)
+};
+static_assert(sizeof(MlaRowFormat) == 8 + 6 * 4 + 2 * 4, "MlaRowFormat has no padding");
+// The row format of `layer` (KvLayout::k_dim = R + rope_dim) with the layer's K scale.
+MlaRowFormat mla_row_format(const KvLayout& layout, int layer, float k_scale);
+
+// ---- the write (mla_kv_write.cu) ----
+// Each new token's row [latent | rope] (bf16) is encoded into its slot exactly as
+// backend/kv_format.cc's encode_k_row does (the same bytes; FlashMLA tile scales computed here
+// as amax / 448 of the tile, 1 for an all-zero tile). One warp per token.
+struct MlaKvWriteParams {
+  const uint16_t* src;   // bf16 [tokens, src_stride]: each row R latent then P rope values
+  void* cache;           // the layer's rows [slots, fmt.row_bytes]; 4-byte aligned
+  const int32_t* slots;  // device [tokens]: page · page_size + offset
+  int64_t tokens;
+  int64_t src_stride;  // elements between two tokens' rows (>= R + P)
+  MlaRowFormat fmt;
+};
+static_assert(sizeof(MlaKvWriteParams) == 3 * 8 + 2 * 8 + sizeof(MlaRowFormat), "no padding");
+void launch_mla_kv_write(const MlaKvWriteParams& p, cudaStream_t stream);
+
+// ---- attention (mla_attention.cu, mla_attention_wgmma.cu) ----
+// Query rows of a sequence are its new tokens × heads, token-major: row r of sequence s is
+// (token q_indptr[s] + r / heads, head r % heads), which is q's row q_indptr[s] · heads + r
+// when q is [tokens, heads, q_stride]. Token i of the n new tokens of a sequence with kv_len
+// keys sees keys [0, kv_len - n + i] (causal within the new tokens, everything before them).
+// A block takes `tile_rows` rows of one sequence (16: the mma kernel, 64: the wgmma kernel) and
+// one split of its keys; grid (row_tiles, num_splits, num_seqs), tiles past a sequence's rows
+// exit. With num_splits > 1 each block leaves unnormalized partials and launch_mla_attention
+// appends the merge kernel.
+enum MlaKernel : int { kMlaMma = 0, kMlaWgmma = 1 };
+
+struct MlaAttentionParams {
+  const uint16_t* q;            // bf16 [tokens, heads, q_stride]: [latent (R) | rope (P)]
+  const void* cache;            // the layer's rows [slots, fmt.row_bytes]; 4-byte aligned
+  uint16_t* out;                // bf16 [tokens, heads, R]
+  const int32_t* q_indptr;      // device [num_seqs + 1]
+  const int32_t* kv_lens;       // device [num_seqs]: keys after this step (cached + new)
+  const int32_t* page_indptr;   // device [num_seqs + 1]
+  const int32_t* page_indices;  // device [page_indptr[num_seqs]]
+  float* partial_o;             // num_splits > 1: [tokens · heads, num_splits, R] float32
+  float* partial_ml;            // num_splits > 1: [tokens · heads, num_splits, 2] (max, sum)
+  MlaRowFormat fmt;
+  int num_seqs;
+  int heads;
+  int q_stride;  // elements per q row (>= R + P, a multiple of 8)
+  int page_size;
+  float scale_log2;  // softmax scale · log2(e)
+  int kernel;        // MlaKernel
+  int row_tiles;     // grid.x: ceil(max new tokens · heads / tile rows)
+  int num_splits;    // grid.y
+  int split_len;     // keys per split, a multiple of `chunk`
+  int copy_width;    // bytes per cp.async of raw rows (16, 8, 4; mla_copy_width)
+  int chunk;         // keys per pipeline stage (48 or 64; the plan's)
+  int stages;        // pipeline stages (2 or 3; the plan's)
+};
+static_assert(sizeof(MlaAttentionParams) == 9 * 8 + sizeof(MlaRowFormat) + 12 * 4, "no padding");
+
+// Which (R, P) the kernels are built for: (512, 64) the real models, (128, 32) house-mla,
+// (32, 8) the tiny fixtures. The wgmma kernel: (512, 64) with bf16 plain rows only.
+bool mla_attention_supported(int latent, int rope);
+bool mla_wgmma_supported(const MlaRowFormat& fmt);
+// Whether the mma kernel copies rows straight into its bf16 tiles (bf16 plain rows) rather than
+// staging and decoding them.
+bool mla_mma_direct(const MlaRowFormat& fmt);
+// The cp.async width for raw rows at `cache` (16 if rows and base are 16-byte aligned, else 8,
+// else 4; 0: rows not 4-byte aligned, unsupported).
+int mla_copy_width(const void* cache, int64_t row_bytes);
+
+// Grid and scratch of one call. The host decides it from the batch's shape only (num_seqs,
+// tokens, the most new tokens of a sequence and a bucket of the longest context), so decode
+// steps inside one bucket launch the same grid and a CUDA graph replays them.
+struct MlaPlan {
+  int kernel = kMlaMma;
+  int row_tiles = 0;
+  int num_splits = 1;
+  int split_len = 0;
+  int chunk = 64;
+  int stages = 2;
+  int64_t scratch_bytes = 0;  // partial_o then partial_ml, float32; 0 when num_splits == 1
+};
+// `wgmma`: 1 allows the wgmma kernel where it applies (mla_wgmma_supported and >= 64 query rows
+// a sequence), 0 forces the mma kernel (tests). `splits` > 0 forces that many splits (tests; some
+// may be empty); 0 picks them: enough blocks for one wave over `num_sms` when the rows alone do
+// not fill it. Pipeline: the wgmma kernel 64-key chunks, 2 stages; the mma kernel over bf16 rows
+// 48-key chunks, 3 stages (two chunks in flight: `bf16_chunk` 64 gives 2 stages of 64, one in
+// flight, for comparison), over the other formats 64-key chunks, 3 raw stages where they fit.
+// Scratch: tokens · heads · num_splits · (R + 2) · 4 bytes when num_splits > 1.
+MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_tokens, int heads,
+                           int max_new_tokens, int max_kv_len, int num_sms, int wgmma = 1,
+                           int splits = 0, int bf16_chunk = 48);
+// Shared memory of the mma kernel for a format, chunk and stage count (bytes).
+int mla_mma_smem_bytes(const MlaRowFormat& fmt, int chunk, int stages);
+constexpr int kMlaMaxSmem = 227 * 1024;
+// Fills p.kernel, row_tiles, num_splits, split_len, chunk, stages and the partial pointers from
+// `plan` and `scratch` (plan.scratch_bytes bytes, 16-byte aligned; null when none is needed).
+void apply_mla_plan(const MlaPlan& plan, void* scratch, MlaAttentionParams* p);
+
+// Sets the kernels' shared-memory limits; call once per device before the first launch (and
+// before any graph capture).
+void init_mla_attention_kernels();
+// The attention kernel p.kernel names, then the merge when p.num_splits > 1. Programmatic
+// dependent launch on both (their first instruction waits on the predecessor).
+void launch_mla_attention(const MlaAttentionParams& p, cudaStream_t stream);
+// The wgmma kernel alone (mla_attention_wgmma.cu; launch_mla_attention calls it).
+void launch_mla_attention_wgmma(const MlaAttentionParams& p, cudaStream_t stream);
+void init_mla_attention_wgmma_kernels();
+
+}  // namespace strata::cuda
