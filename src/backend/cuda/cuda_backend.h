@@ -27,7 +27,6 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include <array>
 #include <cstring>
 #include <memory>
 #include <string>
