@@ -318,6 +318,12 @@ class Backend {
   // out_ids [rows], by SampleRowParams' rules with params[r] (host [rows]); only the ids leave the
   // device. Ends the backend's step (waits for the work queued before it).
   virtual void sample(const Tensor& logits, const SampleRowParams* params, int32_t* out_ids) = 0;
+
+  // ---- fallbacks ----
+  // The ops this backend runs on the CPU reference through host copies because it has no kernel
+  // for them yet (CUDA: backend/cuda/cpu_twin.cc's table), each with its calls so far, zeros
+  // included; empty for a backend without such a table. Engine thread only, like the ops.
+  virtual std::vector<std::pair<std::string, int64_t>> cpu_fallback_counts() const { return {}; }
 };
 
 // The CPU reference backend.

@@ -252,6 +252,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
            double(plan.kv_pool_bytes) / double(1 << 30), plan.kv_bytes_per_token, config.page_size,
            plan.max_running_requests, plan.context_length, e->backend_->name());
   e->stats_.kv_tokens_total = plan.kv_tokens;
+  e->stats_.cpu_fallback_ops = e->backend_->cpu_fallback_counts();
   e->thread_ = std::thread([eng = e.get()] { eng->loop(); });
   return e;
 }
@@ -270,6 +271,22 @@ Engine::~Engine() {
              h.host_hit_tokens, h.promotions, h.demoted_pages, h.evicted_ahead_pages, h.dropped_pages,
              double(h.bytes_to_host) / 1e9,
              double(h.bytes_to_device) / 1e9, h.copy_seconds);
+  }
+  // The ops that ran on the CPU reference instead of the device (rank 0's under tensor
+  // parallelism, where every rank runs the same ops), so a slow path never passes for a fast one.
+  if (backend_) {
+    const auto fallback = backend_->cpu_fallback_counts();
+    int64_t calls = 0;
+    std::string list;
+    for (const auto& [op, n] : fallback) {
+      calls += n;
+      list += fmt::format("{}{} {}", list.empty() ? "" : ", ", op, n);
+    }
+    if (calls > 0)
+      LOG_WARN("CPU fallback: {} calls of ops not on the {} device yet, run on the CPU reference "
+               "through host copies (slow): {}", calls, backend_->name(), list);
+    else if (!fallback.empty())
+      LOG_INFO("CPU fallback: no calls ({})", list);
   }
 }
 

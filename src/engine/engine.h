@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "arch/model.h"
@@ -119,6 +120,10 @@ struct EngineStats {
   int64_t prefill_tokens_total = 0;  // prompt tokens computed by prefill (not served from a cache)
   int64_t hicache_capacity_tokens = 0;  // host KV tier (0 when off)
   HiCacheStats hicache;                 // host-tier counters (zero when off)
+  // The backend's ops that run on the CPU reference through host copies (Backend::
+  // cpu_fallback_counts: every declared op with its calls, zeros included; empty when the
+  // backend has no such table). Under tensor parallelism, rank 0's: every rank runs the same ops.
+  std::vector<std::pair<std::string, int64_t>> cpu_fallback_ops;
 };
 
 class Engine {

@@ -270,6 +270,7 @@ void Engine::update_stats() {
   stats_.new_token_ratio = state_->new_token_ratio();
   stats_.prefill_tokens_total = state_->prefill_tokens_total();
   if (hicache_) stats_.hicache = hicache_->stats();
+  stats_.cpu_fallback_ops = backend_->cpu_fallback_counts();
   // Requests finalized since the last update stop counting as live only now, so wait_idle()
   // returns with stats that already show them gone.
   live_count_ -= finalized_pending_;

@@ -79,6 +79,21 @@ Histogram::Snapshot Histogram::snapshot() const {
   return s;
 }
 
+Counter& CounterFamily::with(const std::string& value) {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (auto& [v, c] : counters_)
+    if (v == value) return *c;
+  counters_.emplace_back(value, std::make_unique<Counter>());
+  return *counters_.back().second;
+}
+
+std::vector<std::pair<std::string, double>> CounterFamily::snapshot() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& [v, c] : counters_) out.emplace_back(v, c->value());
+  return out;
+}
+
 MetricsRegistry::MetricsRegistry(std::vector<std::pair<std::string, std::string>> labels) {
   for (const auto& [k, v] : labels) {
     if (!labels_.empty()) labels_ += ",";
@@ -117,6 +132,14 @@ Histogram& MetricsRegistry::histogram(const std::string& name, const std::string
   return *e.histogram;
 }
 
+CounterFamily& MetricsRegistry::counter_family(const std::string& name, const std::string& help,
+                                              const std::string& label) {
+  CHECK_MSG(valid_metric_name(label), "bad label name");
+  Entry& e = add(name, help, Kind::kCounterFamily);
+  e.family = std::make_unique<CounterFamily>(label);
+  return *e.family;
+}
+
 std::string MetricsRegistry::label_block(const std::string& extra) const {
   std::string inner = labels_;
   if (!extra.empty()) inner += (inner.empty() ? "" : ",") + extra;
@@ -127,12 +150,19 @@ std::string MetricsRegistry::render() const {
   std::string out;
   std::lock_guard<std::mutex> lk(mu_);
   for (const auto& e : entries_) {
-    const char* type = e->kind == Kind::kCounter ? "counter" : e->kind == Kind::kGauge ? "gauge" : "histogram";
+    const char* type = e->kind == Kind::kCounter || e->kind == Kind::kCounterFamily ? "counter"
+                       : e->kind == Kind::kGauge                                    ? "gauge"
+                                                                                    : "histogram";
     out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", e->name, escape_help(e->help), e->name, type);
     if (e->kind == Kind::kCounter) {
       out += fmt::format("{}{} {}\n", e->name, label_block(""), format_value(e->counter->value()));
     } else if (e->kind == Kind::kGauge) {
       out += fmt::format("{}{} {}\n", e->name, label_block(""), format_value(e->gauge->value()));
+    } else if (e->kind == Kind::kCounterFamily) {
+      for (const auto& [value, v] : e->family->snapshot())
+        out += fmt::format("{}{} {}\n", e->name,
+                           label_block(fmt::format("{}=\"{}\"", e->family->label(), escape_label_value(value))),
+                           format_value(v));
     } else {
       const Histogram::Snapshot s = e->histogram->snapshot();
       for (size_t i = 0; i <= s.bounds.size(); ++i) {

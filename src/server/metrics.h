@@ -54,8 +54,24 @@ class Histogram {
   uint64_t count_ = 0;
 };
 
-// Owns the metrics; references returned by counter()/gauge()/histogram() stay valid for the
-// registry's lifetime. Names must follow Prometheus rules (counters end in _total).
+// Counters of one name that differ in the value of one label: name{label="value"}.
+class CounterFamily {
+ public:
+  explicit CounterFamily(std::string label) : label_(std::move(label)) {}
+  // The counter of label value `value`, made on first use; it stays valid for the family's life.
+  Counter& with(const std::string& value);
+  const std::string& label() const { return label_; }
+  // Every (value, counter) made so far, in the order they were made.
+  std::vector<std::pair<std::string, double>> snapshot() const;
+
+ private:
+  std::string label_;
+  mutable std::mutex mu_;
+  std::vector<std::pair<std::string, std::unique_ptr<Counter>>> counters_;
+};
+
+// Owns the metrics; references returned by counter()/gauge()/histogram()/counter_family() stay
+// valid for the registry's lifetime. Names must follow Prometheus rules (counters end in _total).
 class MetricsRegistry {
  public:
   // `labels`: constant labels on every sample, e.g. {{"model_name", "house-llama"}}.
@@ -64,18 +80,22 @@ class MetricsRegistry {
   Counter& counter(const std::string& name, const std::string& help);
   Gauge& gauge(const std::string& name, const std::string& help);
   Histogram& histogram(const std::string& name, const std::string& help, std::vector<double> bounds);
+  // One sample per label value, in the order the values were first used (none: HELP and TYPE only).
+  CounterFamily& counter_family(const std::string& name, const std::string& help,
+                                const std::string& label);
 
   // The text exposition format, metrics in registration order.
   std::string render() const;
 
  private:
-  enum class Kind { kCounter, kGauge, kHistogram };
+  enum class Kind { kCounter, kGauge, kHistogram, kCounterFamily };
   struct Entry {
     std::string name, help;
     Kind kind;
     std::unique_ptr<Counter> counter;
     std::unique_ptr<Gauge> gauge;
     std::unique_ptr<Histogram> histogram;
+    std::unique_ptr<CounterFamily> family;
   };
   Entry& add(const std::string& name, const std::string& help, Kind kind);
   std::string label_block(const std::string& extra) const;

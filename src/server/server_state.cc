@@ -12,7 +12,8 @@ namespace strata {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-ServerMetrics::ServerMetrics(const std::string& model_name)
+ServerMetrics::ServerMetrics(const std::string& model_name,
+                             const std::vector<std::pair<std::string, int64_t>>& fallback_ops)
     : registry({{"model_name", model_name}}),
       running(registry.gauge("strata_num_running_requests", "Requests prefilling or decoding in the engine.")),
       queued(registry.gauge("strata_num_queued_requests", "Requests waiting for admission in the engine.")),
@@ -61,13 +62,27 @@ ServerMetrics::ServerMetrics(const std::string& model_name)
       hicache_bytes_to_device(registry.counter("strata_hicache_bytes_to_device_total",
                                                "KV bytes copied host -> device.")),
       hicache_copy_seconds(registry.counter("strata_hicache_copy_seconds_total",
-                                            "Time the host-tier copies took (device time on cuda).")) {}
+                                            "Time the host-tier copies took (device time on cuda).")) {
+  if (fallback_ops.empty()) return;
+  CounterFamily& f = registry.counter_family(
+      "strata_cpu_fallback_ops_total",
+      "Calls of ops the backend has no kernel for yet, run on the CPU reference through host copies (slow).",
+      "op");
+  for (const auto& [op, n] : fallback_ops) f.with(op);  // every declared op, 0 included
+  cpu_fallback_ops = &f;
+  set_cpu_fallback_counts(fallback_ops);
+}
+
+void ServerMetrics::set_cpu_fallback_counts(const std::vector<std::pair<std::string, int64_t>>& counts) {
+  if (cpu_fallback_ops == nullptr) return;
+  for (const auto& [op, n] : counts) cpu_fallback_ops->with(op).set_total(double(n));
+}
 
 ServerState::ServerState(ServerConfig config, Engine& engine, const PromptEncoder& encoder)
     : config_(std::move(config)),
       engine_(engine),
       encoder_(encoder),
-      metrics_(std::make_shared<ServerMetrics>(config_.served_model_name)),
+      metrics_(std::make_shared<ServerMetrics>(config_.served_model_name, engine.stats().cpu_fallback_ops)),
       start_time_(int64_t(std::time(nullptr))),
       last_progress_(Clock::now()) {
   if (config_.max_queued_requests >= 0)
@@ -236,6 +251,7 @@ void ServerState::refresh_engine_metrics(const EngineStats& s) {
   m.hicache_bytes_to_host.set_total(double(s.hicache.bytes_to_host));
   m.hicache_bytes_to_device.set_total(double(s.hicache.bytes_to_device));
   m.hicache_copy_seconds.set_total(s.hicache.copy_seconds);
+  m.set_cpu_fallback_counts(s.cpu_fallback_ops);
 }
 
 std::string ServerState::render_metrics() {

@@ -38,7 +38,12 @@ struct ServerConfig {
 // The metrics the server exports; shared with engine callbacks (which may outlive a request's
 // HTTP handler), hence held by shared_ptr.
 struct ServerMetrics {
-  explicit ServerMetrics(const std::string& model_name);
+  // `fallback_ops`: the backend's ops that run on the CPU reference (EngineStats::
+  // cpu_fallback_ops); when there are any, strata_cpu_fallback_ops_total{op} exports each.
+  explicit ServerMetrics(const std::string& model_name,
+                         const std::vector<std::pair<std::string, int64_t>>& fallback_ops = {});
+  // Mirrors the engine's counts into strata_cpu_fallback_ops_total (nothing without the table).
+  void set_cpu_fallback_counts(const std::vector<std::pair<std::string, int64_t>>& counts);
   MetricsRegistry registry;
   Gauge& running;
   Gauge& queued;
@@ -71,6 +76,9 @@ struct ServerMetrics {
   Counter& hicache_bytes_to_host;
   Counter& hicache_bytes_to_device;
   Counter& hicache_copy_seconds;
+  // Calls of ops the backend runs on the CPU reference through host copies, per op (issue 21;
+  // null when the backend declares none).
+  CounterFamily* cpu_fallback_ops = nullptr;
 };
 
 class ServerState {
