@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/linear_fp8.h"
 
 namespace strata {

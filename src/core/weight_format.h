@@ -34,7 +34,11 @@ struct LinearFormat {
   int block_out = 0;                 // kFp8Block: rows per scale block (128)
   int block_in = 0;                  // kFp8Block: columns per scale block (128)
 
-  bool operator==(const LinearFormat&) const = default;
+  // Spelled out: the CUDA sources compile as C++17 (no defaulted comparisons).
+  bool operator==(const LinearFormat& o) const {
+    return format == o.format && dense_dtype == o.dense_dtype && group_size == o.group_size &&
+           block_out == o.block_out && block_in == o.block_in;
+  }
   // "bf16", "fp8 block 128x128", "int4 group 32".
   std::string str() const;
 };

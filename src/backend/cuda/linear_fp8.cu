@@ -187,7 +187,7 @@ void launch_gemv_m(const Fp8GemvParams& p, cudaStream_t stream) {
   const int64_t units = p.glu_inter > 0 ? p.glu_inter : p.w.n;
   const int64_t per_block = p.glu_inter > 0 ? slots / 2 : slots;
   const dim3 grid(unsigned(ceil_div(units, per_block)), unsigned(p.batches));
-  launch_pdl(fp8_gemv_kernel<M>, grid, dim3(kWarps * 32), 0, stream, p);
+  launch_pdl(fp8_gemv_kernel<M>, grid, dim3(kWarps * 32), 0, Launch{stream}, p);
   CUDA_LAUNCH_CHECK();
 }
 

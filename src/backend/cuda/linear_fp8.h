@@ -33,7 +33,7 @@
 #include <string>
 #include <type_traits>
 
-#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.h"
 
 namespace strata::cuda {
 

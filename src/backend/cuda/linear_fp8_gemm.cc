@@ -18,6 +18,7 @@
 #include <tuple>
 
 #include "backend/cuda/linear_fp8.h"
+#include "backend/cuda/linear.h"
 
 namespace strata::cuda {
 
@@ -246,7 +247,7 @@ void launch_fp8_gemm(const Fp8GemmParams& p, cudaStream_t stream) {
     b.bias = p.bias;
     b.rows = p.m;
     b.cols = w.n;
-    launch_bias_add(b, stream);
+    launch_bias_add(b, Launch{stream});
   }
 }
 

@@ -345,16 +345,16 @@ void launch_gemv_nt(const Int4LinearParams& p, cudaStream_t stream) {
   const dim3 grid(unsigned(ceil_div(tiles, kGemvWarps / ks))), block(kGemvWarps * 32);
   switch (ks) {
     case 1:
-      launch_pdl(int4_gemv_kernel<NT, 1, GLU>, grid, block, 0, stream, p);
+      launch_pdl(int4_gemv_kernel<NT, 1, GLU>, grid, block, 0, Launch{stream}, p);
       break;
     case 2:
-      launch_pdl(int4_gemv_kernel<NT, 2, GLU>, grid, block, 0, stream, p);
+      launch_pdl(int4_gemv_kernel<NT, 2, GLU>, grid, block, 0, Launch{stream}, p);
       break;
     case 4:
-      launch_pdl(int4_gemv_kernel<NT, 4, GLU>, grid, block, 0, stream, p);
+      launch_pdl(int4_gemv_kernel<NT, 4, GLU>, grid, block, 0, Launch{stream}, p);
       break;
     default:
-      launch_pdl(int4_gemv_kernel<NT, 8, GLU>, grid, block, 0, stream, p);
+      launch_pdl(int4_gemv_kernel<NT, 8, GLU>, grid, block, 0, Launch{stream}, p);
       break;
   }
   CUDA_LAUNCH_CHECK();

@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.h"
 
 // The layout helpers below run on the host and in kernels.
 #ifdef __CUDACC__

@@ -271,7 +271,7 @@ void launch_moe_plan(const MoePlanParams& p, cudaStream_t stream) {
             p.num_experts, kMoeMaxExperts);
   CHECK(p.top_k > 0 && p.tile_rows >= 0);
   CHECK_MSG(p.assignments < (int64_t(1) << 31), "moe plan: {} assignments", p.assignments);
-  launch_pdl(moe_plan_kernel, dim3(1), dim3(kPlanThreads), 0, stream, p);
+  launch_pdl(moe_plan_kernel, dim3(1), dim3(kPlanThreads), 0, Launch{stream}, p);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -281,7 +281,7 @@ void launch_moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
   CHECK(p.hidden % 8 == 0 && uintptr_t(p.y) % 16 == 0 && uintptr_t(p.out) % 16 == 0 &&
         uintptr_t(p.add) % 16 == 0);
   CHECK(p.tokens < (int64_t(1) << 31));
-  launch_pdl(moe_combine_kernel, dim3(unsigned(p.tokens)), dim3(kCombineThreads), 0, stream, p);
+  launch_pdl(moe_combine_kernel, dim3(unsigned(p.tokens)), dim3(kCombineThreads), 0, Launch{stream}, p);
   CUDA_LAUNCH_CHECK();
 }
 

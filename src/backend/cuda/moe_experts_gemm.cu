@@ -395,7 +395,7 @@ void launch_cfg(const MoeGroupedParams& p, cudaStream_t stream) {
   if (ctas == 0) return;
   CHECK_MSG(ctas < (int64_t(1) << 31), "moe gemm: {} CTAs", ctas);
   launch_pdl(moe_gemm_kernel<F, BM, GLU>, dim3(unsigned(ctas)), dim3(kThreads), Cfg<F, BM>::kBytes,
-             stream, p);
+             Launch{stream}, p);
   CUDA_LAUNCH_CHECK();
 }
 

@@ -260,7 +260,7 @@ void launch_nt(const MoeGroupedParams& p_in, int64_t experts, cudaStream_t strea
     p.ksplit = ks;
   }
   const dim3 grid(unsigned(ceil_div(tiles, kWarps / p.ksplit)), unsigned(experts));
-  launch_pdl(moe_gemv_kernel<F, NT, GLU>, grid, dim3(kWarps * 32), 0, stream, p);
+  launch_pdl(moe_gemv_kernel<F, NT, GLU>, grid, dim3(kWarps * 32), 0, Launch{stream}, p);
   CUDA_LAUNCH_CHECK();
 }
 

@@ -269,11 +269,11 @@ void launch_moe_router(const MoeRouterParams& p_in, cudaStream_t stream) {
   const dim3 grid(unsigned(p.splits), unsigned((p.experts + 15) / 16));
   CHECK(grid.y <= 65535);
   if (p.tokens <= 8)
-    launch_pdl(moe_router_kernel<1>, grid, dim3(kRouterWarps * 32), 0, stream, p);
+    launch_pdl(moe_router_kernel<1>, grid, dim3(kRouterWarps * 32), 0, Launch{stream}, p);
   else if (p.tokens <= 16)
-    launch_pdl(moe_router_kernel<2>, grid, dim3(kRouterWarps * 32), 0, stream, p);
+    launch_pdl(moe_router_kernel<2>, grid, dim3(kRouterWarps * 32), 0, Launch{stream}, p);
   else
-    launch_pdl(moe_router_kernel<4>, grid, dim3(kRouterWarps * 32), 0, stream, p);
+    launch_pdl(moe_router_kernel<4>, grid, dim3(kRouterWarps * 32), 0, Launch{stream}, p);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -289,7 +289,7 @@ void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream) {
       "moe route: {} groups, {} kept, {} experts", p.num_groups, p.topk_groups, p.num_experts);
   const size_t smem = size_t(kRouteWarps) * 2 * size_t(p.num_experts) * sizeof(float);
   const unsigned blocks = unsigned((p.tokens + kRouteWarps - 1) / kRouteWarps);
-  launch_pdl(moe_route_kernel, dim3(blocks), dim3(kRouteWarps * 32), smem, stream, p);
+  launch_pdl(moe_route_kernel, dim3(blocks), dim3(kRouteWarps * 32), smem, Launch{stream}, p);
   CUDA_LAUNCH_CHECK();
 }
 

@@ -28,7 +28,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.h"
 
 namespace strata::cuda {
 
