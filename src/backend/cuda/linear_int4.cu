@@ -405,6 +405,11 @@ void launch_int4_gemv(const Int4LinearParams& p, cudaStream_t stream) {
   CHECK_MSG(p.glu_inter == 0 || (p.n == 2 * p.glu_inter && p.glu_inter % kInt4TileRows == 0),
             "int4 gemv: SwiGLU needs n = 2 · inter and inter % 16 == 0 (n {}, inter {})", p.n,
             p.glu_inter);
+  CHECK(p.gemv_kernel == 0 || p.gemv_kernel == kInt4GemvStream || p.gemv_kernel == kInt4GemvMma);
+  if (p.gemv_kernel == kInt4GemvStream || (p.gemv_kernel == 0 && int4_gemv_stream_fits(p))) {
+    launch_int4_gemv_stream(p, stream);
+    return;
+  }
   if (p.glu_inter > 0)
     launch_gemv_glu<true>(p, stream);
   else
