@@ -271,7 +271,8 @@ struct GemvCase {
     return 1e3 *
            time_ms(s, 3, 10,
                    [&] {
-                     for (int i = 0; i < w.copies(); ++i) cuda::launch_int4_gemv(params(i, m, k), s);
+                     for (int i = 0; i < w.copies(); ++i)
+                       cuda::launch_int4_gemv(params(i, m, k), s);
                    }) /
            w.copies();
   }
@@ -331,8 +332,7 @@ GemvKnobs sweep_stream(GemvCase& gc, int64_t m, const Ceilings& c, cudaStream_t 
           if (round == base.round && preload == base.preload && early == base.early &&
               grid == base.grid)
             continue;
-          if (round == 1 && (preload != base.preload || early != base.early || grid != 0))
-            continue;
+          if (round == 1 && (preload != base.preload || early != base.early || grid != 0)) continue;
           run(k);
         }
   return best;
@@ -343,7 +343,7 @@ GemvKnobs sweep_stream(GemvCase& gc, int64_t m, const Ceilings& c, cudaStream_t 
 struct TokenWeights {
   static constexpr int kLayers = 32;
   static constexpr int kShapeIdx[4] = {0, 1, 3, 4};  // kShapes: qkv, o_proj, gate_up+silu, down
-  std::vector<std::unique_ptr<Dev>> packed, scale;  // [layer][4]
+  std::vector<std::unique_ptr<Dev>> packed, scale;   // [layer][4]
   Dev x{size_t(32 * 14336) * 2}, out{size_t(32 * 28672) * 2};
   double gb = 0;
   explicit TokenWeights(cudaStream_t s) {
@@ -420,8 +420,8 @@ void bench_gemv(const Ceilings& c, cudaStream_t s, cublasHandle_t h, std::vector
       std::printf(
           "gemv     %-12s %6lld x %5lld m=%-2lld: auto (%s) %7.2f us %5.1f%% (nmse %.2g)%s | mma "
           "%7.2f us %5.1f%% (nmse %.2g)%s | GEMM %7.2f us | fastest %s\n",
-          sh.name, (long long)sh.n, (long long)sh.k, (long long)m, stream ? "stream" : "mma",
-          t, gc.pct(t, c.copy_gbs), e, e < 1e-4 ? "" : " WRONG", t_mma, gc.pct(t_mma, c.copy_gbs),
+          sh.name, (long long)sh.n, (long long)sh.k, (long long)m, stream ? "stream" : "mma", t,
+          gc.pct(t, c.copy_gbs), e, e < 1e-4 ? "" : " WRONG", t_mma, gc.pct(t_mma, c.copy_gbs),
           e_mma, e_mma < 1e-4 ? "" : " WRONG", t_gemm,
           !sh.glu && t_gemm < std::min(t, t_mma) ? "GEMM" : (t <= t_mma ? "auto" : "mma"));
       if (std::strcmp(sh.name, "gate_up") != 0) token_us[mi] += 32 * t;

@@ -495,8 +495,8 @@ TEST(Int4Parity, GemvSwiGlu) {
         o.gemv_ksplit = ks;
         o.preload = int(m % 2 == 0);
         const double e = run_swiglu(rng, w, m, m % 2 == 1, o, s);
-        EXPECT_LT(e, 1e-5) << "swiglu ksplit " << ks << " m " << m << " inter " << sh.n / 2
-                           << " k " << sh.k;
+        EXPECT_LT(e, 1e-5) << "swiglu ksplit " << ks << " m " << m << " inter " << sh.n / 2 << " k "
+                           << sh.k;
         if (ks == 0 || e >= 1e-5)
           std::printf("int4 gemv+swiglu ksplit=%d m=%lld inter=%lld k=%lld group=%d nmse %.3g\n",
                       ks, (long long)m, (long long)sh.n / 2, (long long)sh.k, sh.group, e);

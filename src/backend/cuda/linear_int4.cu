@@ -29,7 +29,11 @@
 // A grouped (MoE) variant only offsets `packed` and `scale` by an expert's stride: nothing in the
 // layout depends on other experts.
 //
-// GEMV (m <= 32; decode): mma.sync m16n8k16 with 16 weight rows as A and 8 tokens as B (1, 2 or
+// GEMVs (decode). launch_int4_gemv runs the stream GEMV of linear_int4_stream.cu for m <= 8
+// wherever its shared memory holds x (int4_gemv_stream_fits; ~120 -> ~50 instructions per tile,
+// weights through cp.async.bulk rings), else the mma GEMV below (m <= 32).
+//
+// mma GEMV (m <= 32): mma.sync m16n8k16 with 16 weight rows as A and 8 tokens as B (1, 2 or
 // 4 n tiles; tokens >= m multiply zeros). One warp per 16-row tile (GLU: the gate tile and its
 // up tile), or KS warps of a block per tile, each streaming interleaved batches of U
 // consecutive k tiles (U 16-byte loads per lane per matrix) into two register buffers in turn:

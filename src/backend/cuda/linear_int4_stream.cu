@@ -15,23 +15,26 @@
 // - One block per SM (grid = SMs), W warps (8 by default). Block b owns whole row tiles
 //   [b·U/G, (b+1)·U/G) of the U row tiles (SwiGLU: U gate/up pairs, the gate tiles then the up
 //   tiles). Their tiles form one stream in [row tile][k tile] order -- contiguous in memory per
-//   row-tile run -- and warp w streams the w-th contiguous W-th of it (crossing row tiles at any
-//   k), so the warps of a block are balanced to one tile; the block's row tiles to one row tile
-//   per SM (97% for the 8B shapes: 3 vs 2.91 qkv tiles per SM).
-// - Each warp has its own ring of P stages of CT tiles (+ their scale rows), filled by its lane 0
-//   with cp.async.bulk on an mbarrier per stage (L2 evict-first) and refilled as soon as the warp
-//   has read a stage: W·(P-1)·CT·512 bytes in flight per SM (48 KB at 8 warps, P = 4, CT = 4)
-//   at no register cost. The first P stages are requested before the PDL wait (`preload`):
-//   weights are never written by the previous kernel, so the stream starts while it finishes;
-//   with ~100 KB of shared memory and <= 128 registers per thread, the next kernel's block fits
-//   beside this one and does the same.
+//   row-tile run -- and warp w streams the w-th contiguous W-th of it, cut on scale-group
+//   boundaries (crossing row tiles at any group), so the warps of a block are balanced to one
+//   group; the blocks to one row tile (97% for the 8B shapes: 3 vs 2.91 qkv tiles per SM).
+// - Each warp has its own ring of P stages of up to CT tiles (+ their scale rows; a stage never
+//   crosses a row tile's end), filled by its lane 0 with cp.async.bulk on an mbarrier per stage
+//   (L2 evict-first) and refilled as soon as the warp has read a stage: W·(P-1)·CT·512 bytes in
+//   flight per SM (48 KB at 8 warps, P = 4, CT = 4) at no register cost. The first P stages are
+//   requested before the PDL wait (`preload`): weights are never written by the previous
+//   kernel, so the stream starts while it finishes; with <= 113 KB of shared memory and ~83
+//   registers per thread, the next kernel's block fits beside this one and does the same.
 // - x (m <= 8 rows) is copied once per block into shared memory in B-fragment order (lane
 //   (g, c) reads its 8 words of a k tile as two conflict-free 16-byte loads; lanes of tokens
 //   >= m read a zero block), with its sums per scale group.
 // - Per tile and lane: one 16-byte shared load of weights, two of x, 4 x (3 shifts + 4 lop3)
 //   magic conversions (128 + nibble as bf16, exact), 4 mma.m16n8k16 into a group accumulator
-//   T; per scale group the scale is applied in float32: acc += s · (T − 136 · Σx). That is ~40
-//   warp instructions per tile, ~1.1 per clock per SM at 85% (SASS counts: see the device log).
+//   grp that starts at −136·Σx; at the group's end acc += s · grp in float32 (the group's
+//   place in the stage is a compile-time offset: TPG, tiles per group, is a template
+//   argument). ~44 warp instructions per tile + ~50 per stage (wait, refill, row-tile end):
+//   ~50 per tile at CT = 8 (PTX count; the device log has the SASS), ~1.4 per clock per SM at
+//   85% of copy bandwidth, against ~120 for the mma GEMV (2026-12-01 SASS).
 //   `gemv_round` = 1 instead dequantizes as the mma kernel does ((nibble − 8) · s rounded to
 //   bf16, 15 instructions per word) and accumulates the mma directly: the reference's bits.
 // - Partial sums per (warp, row tile) go to shared memory; after the block's barrier each
@@ -45,6 +48,7 @@
 // the group's result (x of either sign); its float32 error stays < 1e-6 relative.
 #include <algorithm>
 #include <atomic>
+#include <type_traits>
 
 #include "backend/cuda/linear_int4.cuh"
 
@@ -54,9 +58,9 @@ namespace {
 using namespace int4;
 
 constexpr int kMaxWarps = 16;
-constexpr int kMaxTokens = 8;     // one mma n tile
-constexpr int kMaxGroup = 256;    // x sums: a group's 16-byte pieces within one warp
-constexpr int kZeroBytes = 128;   // the x words lanes of tokens >= m read: both halves
+constexpr int kMaxTokens = 8;          // one mma n tile
+constexpr int kMaxGroup = 256;         // x sums: a group's 16-byte pieces within one warp
+constexpr int kZeroBytes = 128;        // the x words lanes of tokens >= m read: both halves
 constexpr int kSmemHalf = 113 * 1024;  // two blocks per SM
 constexpr int kSmemMax = 227 * 1024;
 
@@ -120,20 +124,20 @@ struct Int4StreamPlan {
   uint32_t off_bar, off_x, off_zero, off_xsum, off_part, off_span, bytes;
 };
 
-template <int CT, bool kRound>
+// TPG: k tiles per scale group (group / 64: 1, 2 or 4), 0 for group 32 (two per tile).
+template <int CT, int TPG, bool kRound>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     int4_gemv_stream_kernel(Int4LinearParams p, Int4StreamPlan pl) {
+  constexpr int kUnit = TPG == 0 ? 1 : TPG;  // tiles per part unit (a group's, or one tile)
+  static_assert(kUnit <= CT && CT % kUnit == 0, "chunks hold whole groups");
   extern __shared__ __align__(128) char smem[];
   if (p.pdl_early) pdl_trigger();
-  // The warp index, warp-uniform to the compiler (the copies' operands live in uniform
-  // registers).
+  // The warp index, warp-uniform to the compiler (the copies' operands stay uniform).
   const int warp = __shfl_sync(~0u, int(threadIdx.x) / 32, 0);
   const int tid = int(threadIdx.x), lane = tid % 32, g = lane / 4, c = lane % 4;
   const int nw = int(blockDim.x) / 32, KT = pl.kt, P = pl.stages, m = int(p.m);
-  const bool glu = p.glu_inter > 0, group32 = p.group == 32;
+  const bool glu = p.glu_inter > 0;
   const int gshift = __ffs(p.group) - 1;
-  const int tpg = group32 ? 1 : p.group / kInt4TileK;  // tiles per group (group 32: 1/2)
-  const int tpg_mask = tpg - 1;
   const uint32_t base = smem_u32(smem);
 
   // The block's row tiles: slots 0..ns-1 (SwiGLU: nu gate tiles, then their nu up tiles).
@@ -142,45 +146,46 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   const int ns = glu ? 2 * nu : nu, L = ns * KT, J = glu ? nu * KT : L;
   // Global tile of stream position i: i + base0 before J, i + base1 from J (the up run).
   const int64_t base0 = int64_t(u0) * KT, base1 = int64_t(pl.inter_tiles + u0 - nu) * KT;
-  // Warp w's part of the stream starts at part_start(w), on a scale group's first tile: a
-  // group's x sum then matches what a warp accumulates, and as CT is a multiple of tpg (group
-  // <= 256) every chunk starts on a group too (KT and so J are multiples of tpg).
-  auto part_start = [&](int w) { return int(int64_t(w) * (L / tpg) / nw) * tpg; };
+  // Warp w's part of the stream, [part_start(w), part_start(w + 1)), starts on a scale
+  // group's first tile: a group's x sum then matches what a warp accumulates.
+  auto part_start = [&](int w) { return int(int64_t(w) * (L / kUnit) / nw) * kUnit; };
   const int a = part_start(warp), b = part_start(warp + 1);
-  // Its chunks: at most CT tiles, cut at J.
-  const int end0 = min(b, J), s1 = max(a, J);
-  const int n0 = (max(0, end0 - a) + CT - 1) / CT;
-  const int nch = n0 + (max(0, b - s1) + CT - 1) / CT;
-  auto chunk = [&](int ci, int64_t* gt0, int* len) {
-    if (ci < n0) {
-      const int st = a + ci * CT;
-      *len = min(CT, end0 - st);
-      *gt0 = st + base0;
-    } else {
-      const int st = s1 + (ci - n0) * CT;
-      *len = min(CT, b - st);
-      *gt0 = st + base1;
-    }
+  // Its chunks: at most CT tiles, never across a row tile's end (nor J, a row tile's end):
+  // each starts on a group (KT and CT are multiples of TPG) in one row tile. A cursor walks
+  // them: position i, its k tile kt.
+  struct Cursor {
+    int i, kt;
+  };
+  auto chunk_len = [&](const Cursor& cu) { return min(CT, min(KT - cu.kt, b - cu.i)); };
+  auto advance = [&](Cursor& cu, int len) {
+    cu.i += len;
+    cu.kt += len;
+    if (cu.kt == KT) cu.kt = 0;
   };
   const uint32_t ring_off = uint32_t(warp * P) * pl.stage_bytes;
   const uint32_t bars = base + pl.off_bar + uint32_t(warp * P) * 8;
   const char* packed = static_cast<const char*>(p.packed);
   const char* scales = reinterpret_cast<const char*>(p.scale);
   uint64_t policy = 0;
-  // Chunk ci into stage st: its tiles, then the scale rows (32 bytes per row tile and group)
-  // from its first tile's group to its last tile's (+1: group 32 has two per tile).
-  auto issue = [&](int ci, int st) {
-    int64_t gt0;
-    int len;
-    chunk(ci, &gt0, &len);
+  // The producer: lane 0 copies the chunk at cursor `pc` into stage `pst`: its tiles, then
+  // their scale rows (32 bytes per row tile and group).
+  Cursor pc{a, KT > 0 ? a % KT : 0};
+  int pst = 0;
+  auto issue_next = [&]() {
+    const int len = chunk_len(pc);
+    const int64_t gt0 = pc.i + (pc.i < J ? base0 : base1);
     const int64_t e0 = (gt0 * kInt4TileK) >> gshift;
-    const int64_t e1 = ((gt0 + len - 1) * kInt4TileK >> gshift) + (group32 ? 1 : 0);
-    const uint32_t wbytes = uint32_t(len) * kInt4TileBytes, sbytes = uint32_t(e1 - e0 + 1) * 32;
-    const uint32_t dst = base + ring_off + uint32_t(st) * pl.stage_bytes;
-    const uint32_t bar = bars + uint32_t(st) * 8;
-    mbar_expect_tx(bar, wbytes + sbytes);
-    bulk_copy(dst, packed + gt0 * kInt4TileBytes, wbytes, bar, policy);
-    bulk_copy(dst + CT * kInt4TileBytes, scales + e0 * 32, sbytes, bar, policy);
+    const uint32_t rows = TPG == 0 ? 2 * len : len / kUnit;
+    const uint32_t wbytes = uint32_t(len) * kInt4TileBytes, sbytes = rows * 32;
+    const uint32_t dst = base + ring_off + uint32_t(pst) * pl.stage_bytes;
+    const uint32_t bar = bars + uint32_t(pst) * 8;
+    if (lane == 0) {
+      mbar_expect_tx(bar, wbytes + sbytes);
+      bulk_copy(dst, packed + gt0 * kInt4TileBytes, wbytes, bar, policy);
+      bulk_copy(dst + CT * kInt4TileBytes, scales + e0 * 32, sbytes, bar, policy);
+    }
+    advance(pc, len);
+    if (++pst == P) pst = 0;
   };
   if (lane == 0) {
     policy = evict_first_policy();
@@ -188,12 +193,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     mbar_init_fence();
   }
   __syncwarp();
-  if (lane == 0 && p.preload)
-    for (int ci = 0; ci < min(P, nch); ++ci) issue(ci, ci);
+  if (p.preload)
+    for (int k = 0; k < P && pc.i < b; ++k) issue_next();
   pdl_wait();
   if (!p.pdl_early) pdl_trigger();
-  if (lane == 0 && !p.preload)
-    for (int ci = 0; ci < min(P, nch); ++ci) issue(ci, ci);
+  if (!p.preload)
+    for (int k = 0; k < P && pc.i < b; ++k) issue_next();
 
   // ---- x into shared memory, B-fragment order: word (k tile kt, token t, half h, lane c, jj)
   // at ((kt·m + t)·2 + h)·16 + 4c + jj holds k 64kt + 16s + 2c + 8bb (and +1) with s = 2h +
@@ -262,7 +267,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   const char* xsum_lane = smem + pl.off_xsum + 2 * c * 4;
   float* part = reinterpret_cast<float*>(smem + pl.off_part) + warp * pl.slots * 16 * m;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, grp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  int kt = KT > 0 ? a % KT : 0, jslot = 0, st = 0;
+  int jslot = 0, st = 0;
   uint32_t parity = 0;
   auto flush = [&]() {  // acc -> this warp's partial sums of slot jslot
     float* dst = part + jslot * 16 * m;
@@ -275,27 +280,28 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[i] = 0.0f;
   };
-  for (int ci = 0; ci < nch; ++ci) {
-    int64_t gt0;
-    int len;
-    chunk(ci, &gt0, &len);
+  for (Cursor cc{a, KT > 0 ? a % KT : 0}; cc.i < b;) {
+    const int len = chunk_len(cc);
     mbar_wait(bars + uint32_t(st) * 8, parity);
     const char* ws = smem + ring_off + st * pl.stage_bytes;
-    const char* ss = ws + CT * kInt4TileBytes;  // scale rows from the chunk's first group
+    const char* ss = ws + CT * kInt4TileBytes + g * 4;  // the chunk's first group's scales
+    const char* xp = x_lane + cc.kt * x_kt;
+    // The chunk's first group's −136·Σx (tokens 2c, 2c + 1).
+    const char* xsp = xsum_lane + (TPG == 0 ? 2 * cc.kt : cc.kt / kUnit) * kMaxTokens * 4;
 #pragma unroll
     for (int t = 0; t < CT; ++t) {
-      if (t < len) {
+      if (t < len) {  // len: a multiple of TPG
         const uint4 q = reinterpret_cast<const uint4*>(ws + t * kInt4TileBytes)[lane];
-        const char* xp = x_lane + kt * x_kt;
         const uint4 xa = *reinterpret_cast<const uint4*>(xp);
         const uint4 xb = *reinterpret_cast<const uint4*>(xp + 64);
+        xp += x_kt;
         const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
         const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
-        const int e_t = (t * kInt4TileK) >> gshift;  // this tile's scale row in the stage
         if constexpr (kRound) {
-          const uint32_t s0 = *reinterpret_cast<const uint32_t*>(ss + e_t * 32 + g * 4);
+          const int e_t = TPG == 0 ? 2 * t : t / kUnit;  // this tile's scale row in the stage
+          const uint32_t s0 = *reinterpret_cast<const uint32_t*>(ss + e_t * 32);
           const uint32_t s1w =
-              group32 ? *reinterpret_cast<const uint32_t*>(ss + (e_t + 1) * 32 + g * 4) : s0;
+              TPG == 0 ? *reinterpret_cast<const uint32_t*>(ss + e_t * 32 + 32) : s0;
           uint32_t lo[2], hi[2];
           scale_pairs(s0, &lo[0], &hi[0]);
           scale_pairs(s1w, &lo[1], &hi[1]);
@@ -306,25 +312,25 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
             mma16816(acc, af, xw[2 * s], xw[2 * s + 1]);
           }
         } else {
-          // grp starts a scale group at −136·Σx (tokens 2c, 2c + 1), sums (128 + nibble)·x
-          // over it, and is added to acc times the rows' scales at its end.
-          const int gi = (kt * kInt4TileK) >> gshift;
+          // grp starts a scale group at −136·Σx, sums (128 + nibble)·x over it, and is added
+          // to acc times the rows' scales at its end.
 #pragma unroll
           for (int s = 0; s < 4; ++s) {
             uint32_t af[4];
             magic_word(qw[s], af);
-            const int h = group32 ? s / 2 : 0;  // group 32: two groups per tile
-            if (group32 ? s % 2 == 0 : s == 0 && (t & tpg_mask) == 0) {
-              const float2 xs = *reinterpret_cast<const float2*>(xsum_lane + (gi + h) * 32);
+            const int e = TPG == 0 ? 2 * t + s / 2 : t / kUnit;  // group in the chunk
+            if (TPG == 0 ? s % 2 == 0 : s == 0 && t % kUnit == 0) {
+              const float2 xs = *reinterpret_cast<const float2*>(xsp + e * kMaxTokens * 4);
               grp[0] = xs.x;
               grp[1] = xs.y;
               grp[2] = xs.x;
               grp[3] = xs.y;
             }
             mma16816(grp, af, xw[2 * s], xw[2 * s + 1]);
-            if (group32 ? s % 2 == 1 : s == 3 && ((t + 1) & tpg_mask) == 0) {
-              const uint32_t sw = *reinterpret_cast<const uint32_t*>(ss + (e_t + h) * 32 + g * 4);
-              const float s_lo = __uint_as_float(sw << 16), s_hi = __uint_as_float(sw & 0xffff0000u);
+            if (TPG == 0 ? s % 2 == 1 : s == 3 && (t + 1) % kUnit == 0) {
+              const uint32_t sw = *reinterpret_cast<const uint32_t*>(ss + e * 32);
+              const float s_lo = __uint_as_float(sw << 16),
+                          s_hi = __uint_as_float(sw & 0xffff0000u);
               acc[0] = fmaf(s_lo, grp[0], acc[0]);
               acc[1] = fmaf(s_lo, grp[1], acc[1]);
               acc[2] = fmaf(s_hi, grp[2], acc[2]);
@@ -332,24 +338,24 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
             }
           }
         }
-        if (++kt == KT) {
-          flush();
-          kt = 0;
-          ++jslot;
-        }
       }
     }
+    advance(cc, len);
+    if (cc.kt == 0) {  // the chunk ended its row tile
+      flush();
+      ++jslot;
+    }
     __syncwarp();
-    if (lane == 0 && ci + P < nch) {
-      fence_proxy_async_smem();  // this stage's reads (done: their values were used) first
-      issue(ci + P, st);
+    if (pc.i < b) {
+      if (lane == 0) fence_proxy_async_smem();  // this stage's reads (done: values used) first
+      issue_next();                             // into the stage just read: pst == st
     }
     if (++st == P) {
       st = 0;
       parity ^= 1;
     }
   }
-  if (nch > 0 && kt != 0) flush();  // a part ending inside a row tile
+  if (KT > 0 && b > a && b % KT != 0) flush();  // the part ends inside a row tile
   __syncthreads();
 
   // ---- epilogue: output (token t, slot r, row i) sums slot r's warps in warp order ----
@@ -440,8 +446,8 @@ bool choose_stream(const Int4LinearParams& p, StreamLaunch* out) {
   s.ct = p.gemv_chunk > 0 ? p.gemv_chunk : 4;
   s.round = p.gemv_round != 0;
   const int64_t units = p.glu_inter > 0 ? p.glu_inter / kInt4TileRows : int4_row_tiles(p.n);
-  s.grid = int(std::max<int64_t>(1, std::min<int64_t>(units, p.gemv_grid > 0 ? p.gemv_grid
-                                                                            : num_sms())));
+  s.grid = int(
+      std::max<int64_t>(1, std::min<int64_t>(units, p.gemv_grid > 0 ? p.gemv_grid : num_sms())));
   // Default ring: ~64 KB per block (48 KB in flight per SM at 8 warps), fewer stages (down to 2)
   // where x would keep two blocks from fitting per SM.
   int stages = p.gemv_stages > 0 ? p.gemv_stages
@@ -454,19 +460,48 @@ bool choose_stream(const Int4LinearParams& p, StreamLaunch* out) {
   return true;
 }
 
-template <int CT, bool kRound>
-void set_stream_limit() {
-  CUDA_CHECK(cudaFuncSetAttribute(int4_gemv_stream_kernel<CT, kRound>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemMax));
+// Every instantiation: tiles per stage (4, 8) x tiles per group (0: group 32, 1, 2, 4) x the
+// rounded-weight variant.
+template <typename F>
+void for_each_kernel(int ct, int tpg, bool round, F&& f) {
+  auto by_tpg = [&](auto ct_c) {
+    constexpr int CT = decltype(ct_c)::value;
+    auto by_round = [&](auto tpg_c) {
+      constexpr int TPG = decltype(tpg_c)::value;
+      round ? f(int4_gemv_stream_kernel<CT, TPG, true>)
+            : f(int4_gemv_stream_kernel<CT, TPG, false>);
+    };
+    switch (tpg) {
+      case 0:
+        by_round(std::integral_constant<int, 0>{});
+        break;
+      case 1:
+        by_round(std::integral_constant<int, 1>{});
+        break;
+      case 2:
+        by_round(std::integral_constant<int, 2>{});
+        break;
+      default:
+        by_round(std::integral_constant<int, 4>{});
+        break;
+    }
+  };
+  if (ct == 4)
+    by_tpg(std::integral_constant<int, 4>{});
+  else
+    by_tpg(std::integral_constant<int, 8>{});
 }
 
 }  // namespace
 
 void init_int4_gemv_stream_kernels() {
-  set_stream_limit<4, false>();
-  set_stream_limit<4, true>();
-  set_stream_limit<8, false>();
-  set_stream_limit<8, true>();
+  for (int ct : {4, 8})
+    for (int tpg : {0, 1, 2, 4})
+      for (bool round : {false, true})
+        for_each_kernel(ct, tpg, round, [](auto kernel) {
+          CUDA_CHECK(
+              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemMax));
+        });
 }
 
 bool int4_gemv_stream_fits(const Int4LinearParams& p) {
@@ -491,14 +526,10 @@ void launch_int4_gemv_stream(const Int4LinearParams& p, cudaStream_t stream) {
     }
   }
   const dim3 grid(unsigned(s.grid)), block(unsigned(s.warps * 32));
-  if (s.ct == 4)
-    s.round ? launch_pdl(int4_gemv_stream_kernel<4, true>, grid, block, s.pl.bytes, stream, p, s.pl)
-            : launch_pdl(int4_gemv_stream_kernel<4, false>, grid, block, s.pl.bytes, stream, p,
-                         s.pl);
-  else
-    s.round ? launch_pdl(int4_gemv_stream_kernel<8, true>, grid, block, s.pl.bytes, stream, p, s.pl)
-            : launch_pdl(int4_gemv_stream_kernel<8, false>, grid, block, s.pl.bytes, stream, p,
-                         s.pl);
+  const int tpg = p.group == 32 ? 0 : p.group / kInt4TileK;
+  for_each_kernel(s.ct, tpg, s.round, [&](auto kernel) {
+    launch_pdl(kernel, grid, block, s.pl.bytes, stream, p, s.pl);
+  });
   CUDA_LAUNCH_CHECK();
 }
 
