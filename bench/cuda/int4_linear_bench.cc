@@ -1,11 +1,14 @@
 // W4A16 linears (backend/cuda/linear_int4.h) on the Llama-3.1-8B layer shapes, group 128, random
 // weights made on the device in the repacked layout:
 //   ceilings  device-to-device copy bandwidth (4 GiB, median of 10) and cuBLAS bf16 GEMM 8192³
-//   gemv      the decode GEMV (weight preload on) at m = 1, 2, 4, 8, 16 per shape (and gate_up with
-//   the SwiGLU
-//             epilogue), GB/s on packed + scale bytes and % of copy bandwidth; at m = 1 the
-//             launch variants (blocks per SM of the k-split rule, weight preload before the PDL
-//             wait); one decode token's W4A16 GEMVs (32 layers) back to back
+//   gemv      per shape (gate_up also with the SwiGLU epilogue) and m = 1..32: launch_int4_gemv's
+//             automatic choice (the stream GEMV for m <= 8 where it fits), the mma GEMV and the
+//             GEMM (the crossover), % of copy bandwidth on packed + scale bytes; the stream
+//             GEMV's knob sweep at m = 1 (warps, tiles per stage, stages; then rounded weights,
+//             preload, early trigger and grid around the best) and at m = 8 (6 for down: the most
+//             that fits); one decode token's GEMVs summed per shape (m = 1..32), and launched as
+//             a model runs them (32 layers with their own weights, interleaved; defaults, the
+//             sweep's best per shape, early trigger, rounded weights)
 //   gemm      the GEMM at m = 32 .. 8192 against bf16 cuBLAS on a bf16 weight of the same shape
 //             and against dequantize-to-bf16 + cuBLAS (the fallback), each kernel configuration
 // Every timing is CUDA events around back-to-back launches over weight copies that together
@@ -210,84 +213,263 @@ std::vector<uint16_t> reference(cublasHandle_t h, const Weights& w, const Dev& x
   return download(act, size_t(m * w.n / 2), s);
 }
 
+// GEMV launch knobs (linear_int4.h); 0 = the launcher's default.
+struct GemvKnobs {
+  int kernel = 0, warps = 0, stages = 0, chunk = 0, grid = 0, round = 0, preload = 1, early = 0;
+};
+void apply(const GemvKnobs& k, cuda::Int4LinearParams* p) {
+  p->gemv_kernel = k.kernel;
+  p->gemv_warps = k.warps;
+  p->gemv_stages = k.stages;
+  p->gemv_chunk = k.chunk;
+  p->gemv_grid = k.grid;
+  p->gemv_round = k.round;
+  p->preload = k.preload;
+  p->pdl_early = k.early;
+}
+std::string knob_str(const GemvKnobs& k) {
+  char b[160];
+  std::snprintf(b, sizeof b, "warps %2d chunk %d stages %d grid %3d round %d preload %d early %d",
+                k.warps, k.chunk, k.stages, k.grid, k.round, k.preload, k.early);
+  return b;
+}
+
 struct GemvRow {
-  const char* name;
+  std::string name;
   int64_t m;
   double us, pct;
+  std::string note;
+};
+
+// One shape's GEMV benchmark state: weight copies, x, out, the reference of copy 0 per m.
+struct GemvCase {
+  const Shape& sh;
+  Weights w;
+  Dev x, out;
+  double gb;  // packed + scale GB of one copy
+  GemvCase(const Shape& shape, cudaStream_t s)
+      : sh(shape),
+        w(make_weights(shape.n, shape.k, s, 100)),
+        x(size_t(32 * shape.k) * 2),
+        out(size_t(32 * shape.n) * 2),
+        gb(double(w.bytes()) / 1e9) {
+    fill(x.as<void>(), x.bytes(), 99, 1.0f, s);
+  }
+  int64_t out_cols() const { return sh.glu ? sh.n / 2 : sh.n; }
+  cuda::Int4LinearParams params(int i, int64_t m, const GemvKnobs& k) {
+    cuda::Int4LinearParams p = linear_params(w, i, x, out, m);
+    p.glu_inter = sh.glu ? sh.n / 2 : 0;
+    apply(k, &p);
+    return p;
+  }
+  // NMSE of copy 0's GEMV output against `want`.
+  double check(int64_t m, const GemvKnobs& k, const std::vector<uint16_t>& want, cudaStream_t s) {
+    cuda::launch_int4_gemv(params(0, m, k), s);
+    return nmse(download(out, size_t(m * out_cols()), s), want);
+  }
+  double time_us(int64_t m, const GemvKnobs& k, cudaStream_t s) {
+    return 1e3 *
+           time_ms(s, 3, 10,
+                   [&] {
+                     for (int i = 0; i < w.copies(); ++i)
+                       cuda::launch_int4_gemv(params(i, m, k), s);
+                   }) /
+           w.copies();
+  }
+  double pct(double us, double copy_gbs) const { return 100.0 * gb / (us * 1e-6) / copy_gbs; }
+};
+
+// The stream GEMV's knob sweep at m on one shape; returns the fastest knobs (defaults included).
+GemvKnobs sweep_stream(GemvCase& gc, int64_t m, const Ceilings& c, cudaStream_t s,
+                       const std::vector<uint16_t>& want, bool full) {
+  std::vector<GemvKnobs> cands;
+  const int sms = [] {
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    return prop.multiProcessorCount;
+  }();
+  cands.push_back(GemvKnobs{});
+  for (int warps : {4, 8, 12, 16})
+    for (int chunk : {4, 8})
+      for (int stages : full ? std::vector<int>{2, 3, 4, 6, 8} : std::vector<int>{0}) {
+        GemvKnobs k;
+        k.warps = warps;
+        k.chunk = chunk;
+        k.stages = stages;
+        cands.push_back(k);
+      }
+  GemvKnobs best;
+  double best_us = 1e30;
+  auto run = [&](const GemvKnobs& k) {
+    cuda::Int4LinearParams p = gc.params(0, m, k);
+    if (!cuda::int4_gemv_stream_fits(p)) return 1e30;
+    GemvKnobs ks = k;
+    ks.kernel = cuda::kInt4GemvStream;
+    const double e = gc.check(m, ks, want, s);
+    const double us = gc.time_us(m, ks, s);
+    std::printf("stream   %-12s m=%-2lld %s: %7.2f us %5.1f%% of copy (nmse %.2g)%s\n", gc.sh.name,
+                (long long)m, knob_str(k).c_str(), us, gc.pct(us, c.copy_gbs), e,
+                e < 1e-4 ? "" : " WRONG");
+    if (e < 1e-4 && us < best_us) {
+      best_us = us;
+      best = k;
+    }
+    return us;
+  };
+  for (const GemvKnobs& k : cands) run(k);
+  if (!full) return best;
+  // Around the best: the launch variants.
+  const GemvKnobs base = best;
+  for (int round : {0, 1})
+    for (int preload : {0, 1})
+      for (int early : {0, 1})
+        for (int grid : {0, sms - 4, 2 * sms}) {
+          GemvKnobs k = base;
+          k.round = round;
+          k.preload = preload;
+          k.early = early;
+          k.grid = grid;
+          if (round == base.round && preload == base.preload && early == base.early &&
+              grid == base.grid)
+            continue;
+          if (round == 1 && (preload != base.preload || early != base.early || grid != 0)) continue;
+          run(k);
+        }
+  return best;
+}
+
+// One decode token's 128 GEMVs launched as a model runs them: 32 layers of qkv, o_proj,
+// gate_up + SwiGLU, down, each layer its own weights (3.6 GB at group 128).
+struct TokenWeights {
+  static constexpr int kLayers = 32;
+  static constexpr int kShapeIdx[4] = {0, 1, 3, 4};  // kShapes: qkv, o_proj, gate_up+silu, down
+  std::vector<std::unique_ptr<Dev>> packed, scale;   // [layer][4]
+  Dev x{size_t(32 * 14336) * 2}, out{size_t(32 * 28672) * 2};
+  double gb = 0;
+  explicit TokenWeights(cudaStream_t s) {
+    for (int l = 0; l < kLayers; ++l)
+      for (int j = 0; j < 4; ++j) {
+        const Shape& sh = kShapes[kShapeIdx[j]];
+        packed.push_back(std::make_unique<Dev>(size_t(cuda::int4_packed_bytes(sh.n, sh.k))));
+        scale.push_back(std::make_unique<Dev>(size_t(cuda::int4_scale_bytes(sh.n, sh.k, kGroup))));
+        fill(packed.back()->as<void>(), packed.back()->bytes(), 1000 + uint64_t(8 * l + j), 1.0f,
+             s);
+        fill(scale.back()->as<void>(), scale.back()->bytes(), 2000 + uint64_t(8 * l + j), 0.02f, s);
+        gb += double(packed.back()->bytes() + scale.back()->bytes()) / 1e9;
+      }
+    fill(x.as<void>(), x.bytes(), 98, 1.0f, s);
+  }
+  // Median ms of the 128 launches; knobs[i] for kShapes[i].
+  double time_ms_token(cudaStream_t s, int64_t m, const GemvKnobs* knobs) {
+    return time_ms(s, 2, 10, [&] {
+      for (int l = 0; l < kLayers; ++l)
+        for (int j = 0; j < 4; ++j) {
+          const Shape& sh = kShapes[kShapeIdx[j]];
+          cuda::Int4LinearParams p{};
+          p.x = x.as<bf16_bits>();
+          p.packed = packed[size_t(4 * l + j)]->as<void>();
+          p.scale = scale[size_t(4 * l + j)]->as<bf16_bits>();
+          p.out = out.as<bf16_bits>();
+          p.m = m;
+          p.n = sh.n;
+          p.k = sh.k;
+          p.group = kGroup;
+          p.glu_inter = sh.glu ? sh.n / 2 : 0;
+          apply(knobs[kShapeIdx[j]], &p);
+          cuda::launch_int4_gemv(p, s);
+        }
+    });
+  }
 };
 
 void bench_gemv(const Ceilings& c, cudaStream_t s, cublasHandle_t h, std::vector<GemvRow>* rows) {
-  const int ms[] = {1, 2, 4, 8, 16};
-  double token_ms[5] = {}, token_bytes = 0;
-  std::printf("gemv     W4A16 group %d: us, GB/s of packed + scale bytes, %% of copy bandwidth\n",
-              kGroup);
-  for (const Shape& sh : kShapes) {
-    Weights w = make_weights(sh.n, sh.k, s, 100);
-    Dev x(size_t(16 * sh.k) * 2), out(size_t(16 * sh.n) * 2);
-    fill(x.as<void>(), x.bytes(), 99, 1.0f, s);
-    const double gb = double(w.bytes()) / 1e9;
-    auto run = [&](int64_t m, int blocks_per_sm, int preload, int pdl_early) {
-      return time_ms(s, 3, 10,
-                     [&] {
-                       for (int i = 0; i < w.copies(); ++i) {
-                         cuda::Int4LinearParams p = linear_params(w, i, x, out, m);
-                         p.glu_inter = sh.glu ? sh.n / 2 : 0;
-                         p.gemv_blocks_per_sm = blocks_per_sm;
-                         p.preload = preload;
-                         p.pdl_early = pdl_early;
-                         cuda::launch_int4_gemv(p, s);
-                       }
-                     }) /
-             w.copies();
-    };
-    for (int mi = 0; mi < 5; ++mi) {
+  const int64_t ms[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
+  constexpr int kM = int(std::size(ms));
+  double token_us[kM] = {}, token_gb = 0;
+  GemvKnobs best[5];
+  std::printf(
+      "gemv     W4A16 group %d: us, %% of copy bandwidth on packed + scale bytes; auto = "
+      "launch_int4_gemv's choice (stream: m <= 8 where it fits), mma = the mma GEMV, GEMM = "
+      "launch_int4_gemm\n",
+      kGroup);
+  for (int si = 0; si < 5; ++si) {
+    const Shape& sh = kShapes[si];
+    GemvCase gc(sh, s);
+    std::vector<uint16_t> want1;
+    for (int mi = 0; mi < kM; ++mi) {
       const int64_t m = ms[mi];
-      {  // correctness of copy 0 first
-        cuda::Int4LinearParams p = linear_params(w, 0, x, out, m);
-        p.glu_inter = sh.glu ? sh.n / 2 : 0;
-        cuda::launch_int4_gemv(p, s);
-      }
-      const double e = nmse(download(out, size_t(m * (sh.glu ? sh.n / 2 : sh.n)), s),
-                            reference(h, w, x, m, sh.glu, s));
-      const double t = run(m, 0, 1, 0);
-      const double gbs = gb / (t * 1e-3);
-      // The GEMM on the same rows (plain shapes): where the GEMV stops paying.
-      double gemm_us = 0;
-      if (!sh.glu) {
-        gemm_us = 1e3 *
-                  time_ms(s, 3, 10,
-                          [&] {
-                            for (int i = 0; i < w.copies(); ++i)
-                              cuda::launch_int4_gemm(linear_params(w, i, x, out, m), s);
-                          }) /
-                  w.copies();
-      }
+      const auto want = reference(h, gc.w, gc.x, m, sh.glu, s);
+      if (m == 1) want1 = want;
+      const GemvKnobs auto_k;
+      const bool stream = cuda::int4_gemv_stream_fits(gc.params(0, m, auto_k));
+      const double e = gc.check(m, auto_k, want, s);
+      const double t = gc.time_us(m, auto_k, s);
+      GemvKnobs mma_k;
+      mma_k.kernel = cuda::kInt4GemvMma;
+      const double e_mma = gc.check(m, mma_k, want, s);
+      const double t_mma = gc.time_us(m, mma_k, s);
+      double t_gemm = 0;  // the GEMM on the same rows (plain shapes): where the GEMVs stop paying
+      if (!sh.glu)
+        t_gemm = 1e3 *
+                 time_ms(s, 3, 10,
+                         [&] {
+                           for (int i = 0; i < gc.w.copies(); ++i)
+                             cuda::launch_int4_gemm(linear_params(gc.w, i, gc.x, gc.out, m), s);
+                         }) /
+                 gc.w.copies();
       std::printf(
-          "gemv     %-12s %6lld x %5lld m=%-2lld: %7.2f us  %5.0f GB/s  %5.1f%% of copy  (nmse vs "
-          "dequant+cuBLAS %.2g; GEMM %.2f us)\n",
-          sh.name, (long long)sh.n, (long long)sh.k, (long long)m, t * 1e3, gbs,
-          100.0 * gbs / c.copy_gbs, e, gemm_us);
-      if (std::strcmp(sh.name, "gate_up") != 0) token_ms[mi] += 32 * t;
-      rows->push_back({sh.name, m, t * 1e3, 100.0 * gbs / c.copy_gbs});
+          "gemv     %-12s %6lld x %5lld m=%-2lld: auto (%s) %7.2f us %5.1f%% (nmse %.2g)%s | mma "
+          "%7.2f us %5.1f%% (nmse %.2g)%s | GEMM %7.2f us | fastest %s\n",
+          sh.name, (long long)sh.n, (long long)sh.k, (long long)m, stream ? "stream" : "mma", t,
+          gc.pct(t, c.copy_gbs), e, e < 1e-4 ? "" : " WRONG", t_mma, gc.pct(t_mma, c.copy_gbs),
+          e_mma, e_mma < 1e-4 ? "" : " WRONG", t_gemm,
+          !sh.glu && t_gemm < std::min(t, t_mma) ? "GEMM" : (t <= t_mma ? "auto" : "mma"));
+      if (std::strcmp(sh.name, "gate_up") != 0) token_us[mi] += 32 * t;
+      rows->push_back({sh.name, m, t, gc.pct(t, c.copy_gbs), stream ? "stream" : "mma"});
     }
-    if (std::strcmp(sh.name, "gate_up") != 0) token_bytes += 32 * double(w.bytes());
-    // Launch variants at m = 1.
-    for (int bps : {1, 2, 4})
-      for (int preload : {0, 1})
-        for (int early : {0, 1}) {
-          const double t = run(1, bps, preload, early);
-          std::printf(
-              "gemv     %-12s m=1 blocks/SM %d preload %d early %d: %7.2f us  %5.1f%% of copy\n",
-              sh.name, bps, preload, early, t * 1e3, 100.0 * gb / (t * 1e-3) / c.copy_gbs);
-        }
+    if (std::strcmp(sh.name, "gate_up") != 0) token_gb += 32 * gc.gb;
+    // The stream GEMV's knobs at m = 1 (full sweep) and m = 8 where it fits (warps x chunk).
+    best[si] = sweep_stream(gc, 1, c, s, want1, true);
+    const double tb = gc.time_us(1, best[si], s);
+    std::printf("stream   %-12s m=1 best: %s: %.2f us %.1f%% of copy\n", sh.name,
+                knob_str(best[si]).c_str(), tb, gc.pct(tb, c.copy_gbs));
+    rows->push_back({sh.name, 1, tb, gc.pct(tb, c.copy_gbs), "best: " + knob_str(best[si])});
+    const int64_t m8 = sh.k > 4096 ? 6 : 8;
+    sweep_stream(gc, m8, c, s, reference(h, gc.w, gc.x, m8, sh.glu, s), false);
   }
-  for (int mi = 0; mi < 5; ++mi) {
-    const double gbs = token_bytes / 1e9 / (token_ms[mi] * 1e-3);
+  for (int mi = 0; mi < kM; ++mi) {
+    const double gbs = token_gb / (token_us[mi] * 1e-6);
     std::printf(
-        "gemv     one decode token's W4A16 GEMVs (32 x qkv, o_proj, gate_up+silu, down), m=%d: "
-        "%.3f ms = %.0f GB/s = %.1f%% of copy\n",
-        ms[mi], token_ms[mi], gbs, 100.0 * gbs / c.copy_gbs);
-    rows->push_back({"token", ms[mi], token_ms[mi] * 1e3, 100.0 * gbs / c.copy_gbs});
+        "gemv     one decode token's W4A16 GEMVs (sum of 32 x qkv, o_proj, gate_up+silu, down "
+        "timed per shape), m=%lld: %.3f ms = %.0f GB/s = %.1f%% of copy\n",
+        (long long)ms[mi], token_us[mi] * 1e-3, gbs, 100.0 * gbs / c.copy_gbs);
+    if (ms[mi] <= 8)
+      rows->push_back({"token sum", ms[mi], token_us[mi], 100.0 * gbs / c.copy_gbs, ""});
+  }
+  // The token as a model runs it (each layer's own weights, the shapes interleaved).
+  const GemvKnobs defaults[5] = {};
+  GemvKnobs early[5], rounded[5];
+  for (int i = 0; i < 5; ++i) {
+    early[i].early = 1;
+    rounded[i].round = 1;
+  }
+  struct Variant {
+    const char* name;
+    const GemvKnobs* knobs;
+  };
+  TokenWeights tw(s);
+  for (const Variant& v : {Variant{"defaults", defaults}, Variant{"best per shape", best},
+                           Variant{"early trigger", early}, Variant{"rounded weights", rounded}}) {
+    for (int64_t m : {1, 4, 8}) {
+      if (m > 1 && v.knobs != defaults) continue;
+      const double ms_tok = tw.time_ms_token(s, m, v.knobs);
+      const double pct = 100.0 * tw.gb / (ms_tok * 1e-3) / c.copy_gbs;
+      std::printf(
+          "token    one decode token's 128 W4A16 GEMVs as a model runs them (32 layers, own "
+          "weights, %.2f GB), %s, m=%lld: %.3f ms = %.1f%% of copy\n",
+          tw.gb, v.name, (long long)m, ms_tok, pct);
+      rows->push_back({std::string("token ") + v.name, m, ms_tok * 1e3, pct, ""});
+    }
   }
 }
 
@@ -424,12 +606,12 @@ int main(int argc, char** argv) {
   std::printf("\nsummary  copy %.0f GB/s, cuBLAS bf16 %.0f TFLOP/s\n", c.copy_gbs, c.gemm_tflops);
   if (!gemv_rows.empty()) {
     std::printf(
-        "summary  GEMV (defaults), us and %% of copy bandwidth on packed + scale bytes "
-        "(token: one decode token's 128 W4A16 GEMVs):\n");
+        "summary  GEMV, us and %% of copy bandwidth on packed + scale bytes (token: one decode "
+        "token's 128 W4A16 GEMVs):\n");
     for (const GemvRow& r : gemv_rows)
-      if (r.m == 1 || r.m == 16 || std::strcmp(r.name, "token") == 0)
-        std::printf("summary  %-12s m=%-2lld %9.2f us %6.1f%%\n", r.name, (long long)r.m, r.us,
-                    r.pct);
+      if (r.m == 1 || r.m == 8 || r.name.rfind("token", 0) == 0)
+        std::printf("summary  %-24s m=%-2lld %9.2f us %6.1f%%  %s\n", r.name.c_str(),
+                    (long long)r.m, r.us, r.pct, r.note.c_str());
   }
   if (!rows.empty()) {
     static const char* kCfg[] = {"auto", "64x1", "64x2", "128x1", "128x2"};

@@ -9,7 +9,9 @@
 // - dequant: bit for bit the CPU twin's weights (model/quant.h dequant_int4_pack_quantized: the
 //   exact product (nibble - 8) · scale rounded once to bf16, which the kernels compute too).
 // - GEMV / GEMM: NMSE = ‖gpu − ref‖² / ‖ref‖² against float64 x · Wᵀ (+ bias), W those same
-//   weights and x the bf16 inputs. Weights and products are then exact on both sides; what
+//   weights (the stream GEMV's default, gemv_round = 0: the unrounded (nibble − 8) · scale it
+//   computes with, exact in float32; its NMSE against the rounded weights is printed too, ~1e-6
+//   more) and x the bf16 inputs. Weights and products are then exact on both sides; what
 //   differs is the float32 accumulation order (relative error ~k · 2⁻²⁴ at worst, < 1e-9 in
 //   NMSE) and the output's rounding to bf16: uniform in ±half an ulp = 2⁻⁹ relative at the
 //   bottom of a binade, NMSE ≈ 2⁻¹⁴ / 12 / E[(v / 2^e)²] ≈ 5.1e-6 / 2.2 ≈ 2.4e-6 (the bf16
@@ -103,6 +105,7 @@ struct Int4Weight {
   std::vector<int32_t> packed;  // [n, k / 8]
   std::vector<uint16_t> scale;  // [n, k / group]
   std::vector<float> w;         // [n, k]
+  std::vector<float> w_exact;   // [n, k]: (nibble - 8) · scale unrounded (exact in float32)
   std::unique_ptr<Dev> dev_packed, dev_scale;
 };
 
@@ -118,6 +121,14 @@ Int4Weight make_weight(std::mt19937& rng, Shape sh, const Stream& s) {
   dequant_int4_pack_quantized(reinterpret_cast<const uint8_t*>(w.packed.data()), sh.k / 8,
                               reinterpret_cast<const uint8_t*>(w.scale.data()), sh.n, sh.k,
                               sh.group, w.w.data());
+  w.w_exact.resize(w.w.size());
+  for (int64_t r = 0; r < sh.n; ++r)
+    for (int64_t i = 0; i < sh.k; ++i) {
+      const uint32_t word = uint32_t(w.packed[size_t(r * (sh.k / 8) + i / 8)]);
+      const int nib = int((word >> (4 * (i % 8))) & 0xfu) - 8;
+      w.w_exact[size_t(r * sh.k + i)] =
+          float(nib) * bf16_to_f32(w.scale[size_t(r * (sh.k / sh.group) + i / sh.group)]);
+    }
   auto src_packed = upload(w.packed, s);
   auto src_scale = upload(w.scale, s);
   w.dev_packed = std::make_unique<Dev>(size_t(cuda::int4_packed_bytes(sh.n, sh.k)));
@@ -293,11 +304,30 @@ TEST(Int4Parity, DequantBf16) {
 struct RunOpts {
   bool gemm = false;
   int gemv_ksplit = 0, gemm_tokens = 0, gemm_ksplit = 0, preload = 0, pdl_early = 0;
+  int gemv_kernel = 0, gemv_warps = 0, gemv_stages = 0, gemv_chunk = 0, gemv_grid = 0,
+      gemv_round = 0;
+  // The reference's weights: the unrounded products (the stream GEMV's gemv_round = 0) or the
+  // bf16-rounded ones.
+  bool exact_ref = false;
 };
+void apply(const RunOpts& o, cuda::Int4LinearParams* p) {
+  p->gemv_ksplit = o.gemv_ksplit;
+  p->gemm_tokens = o.gemm_tokens;
+  p->gemm_ksplit = o.gemm_ksplit;
+  p->preload = o.preload;
+  p->pdl_early = o.pdl_early;
+  p->gemv_kernel = o.gemv_kernel;
+  p->gemv_warps = o.gemv_warps;
+  p->gemv_stages = o.gemv_stages;
+  p->gemv_chunk = o.gemv_chunk;
+  p->gemv_grid = o.gemv_grid;
+  p->gemv_round = o.gemv_round;
+}
 
-// One linear (GEMV or GEMM) on m random rows; returns the NMSE against the float64 reference.
+// One linear (GEMV or GEMM) on m random rows; returns the NMSE against the float64 reference
+// (o.exact_ref: on the unrounded weights; *rounded_nmse, if given, against the rounded ones).
 double run_linear(std::mt19937& rng, const Int4Weight& w, int64_t m, bool with_bias, RunOpts o,
-                  const Stream& s) {
+                  const Stream& s, double* rounded_nmse = nullptr) {
   const int64_t n = w.sh.n, k = w.sh.k;
   const auto x = random_bf16(rng, m * k, 1.0f);
   std::vector<float> bias = random_bf16(rng, n, 0.5f);
@@ -314,11 +344,7 @@ double run_linear(std::mt19937& rng, const Int4Weight& w, int64_t m, bool with_b
   p.n = n;
   p.k = k;
   p.group = w.sh.group;
-  p.gemv_ksplit = o.gemv_ksplit;
-  p.gemm_tokens = o.gemm_tokens;
-  p.gemm_ksplit = o.gemm_ksplit;
-  p.preload = o.preload;
-  p.pdl_early = o.pdl_early;
+  apply(o, &p);
   if (o.gemm)
     cuda::launch_int4_gemm(p, s.get());
   else
@@ -327,21 +353,30 @@ double run_linear(std::mt19937& rng, const Int4Weight& w, int64_t m, bool with_b
   const auto got = read_output(*out, m * n, s, &guard_ok);
   EXPECT_TRUE(guard_ok) << (o.gemm ? "gemm" : "gemv") << " wrote past the output: m " << m << " n "
                         << n << " k " << k;
-  return nmse(got, host_linear(x, m, w.w, n, k, with_bias ? &bias : nullptr));
+  if (rounded_nmse && o.exact_ref)
+    *rounded_nmse = nmse(got, host_linear(x, m, w.w, n, k, with_bias ? &bias : nullptr));
+  return nmse(got,
+              host_linear(x, m, o.exact_ref ? w.w_exact : w.w, n, k, with_bias ? &bias : nullptr));
 }
 
-// The decode GEMV: every row count class (1, 2, 4 n tiles of 8 tokens, partial ones included),
-// every group, odd shapes with 1, 2, 4, 8 warps per tile and the automatic split, the weight
-// preload before the PDL wait on and off; the 8B qkv shape.
+// The mma GEMV (forced: launch_int4_gemv would take the stream GEMV for m <= 8): every row
+// count class (1, 2, 4 n tiles of 8 tokens, partial ones included), every group, odd shapes with
+// 1, 2, 4, 8 warps per tile and the automatic split, the weight preload before the PDL wait on
+// and off; every m from 1 to 32 on the first shape; the 8B qkv shape.
 TEST(Int4Parity, Gemv) {
   Stream s;
   std::mt19937 rng(13);
+  std::vector<int64_t> all_m;
+  for (int64_t m = 1; m <= 32; ++m) all_m.push_back(m);
+  bool first = true;
   for (Shape sh :
        {Shape{517, 4128, 32}, Shape{1000, 4160, 64}, Shape{129, 2944, 128}, Shape{33, 96, 32}}) {
     Int4Weight w = make_weight(rng, sh, s);
     for (int ks : {0, 1, 2, 4, 8}) {
-      for (int64_t m : {1, 2, 3, 7, 8, 16, 17, 32}) {
+      const bool every_m = first && ks == 0;
+      for (int64_t m : every_m ? all_m : std::vector<int64_t>{1, 2, 3, 7, 8, 16, 17, 32}) {
         RunOpts o;
+        o.gemv_kernel = cuda::kInt4GemvMma;
         o.gemv_ksplit = ks;
         o.preload = int(m % 2);
         o.pdl_early = int(m == 3);
@@ -354,10 +389,12 @@ TEST(Int4Parity, Gemv) {
                       (long long)m, (long long)sh.n, (long long)sh.k, sh.group, int(bias), e);
       }
     }
+    first = false;
   }
   Int4Weight qkv = make_weight(rng, Shape{6144, 4096, 128}, s);
   for (int64_t m : {1, 16}) {
     RunOpts o;
+    o.gemv_kernel = cuda::kInt4GemvMma;
     o.preload = 1;
     const double e = run_linear(rng, qkv, m, false, o, s);
     EXPECT_LT(e, 1e-5) << "gemv 8B qkv m " << m;
@@ -405,55 +442,178 @@ TEST(Int4Parity, Gemm) {
   }
 }
 
-// The GEMV's SwiGLU epilogue on a fused gate-up weight [2 · inter, k].
+// The GEMV's SwiGLU epilogue on a fused gate-up weight [2 · inter, k] (n = 2 · inter) on m
+// random rows: NMSE against silu(g) · u with g, u the float64 products (+ bias) rounded to bf16
+// as the kernels round them.
+double run_swiglu(std::mt19937& rng, const Int4Weight& w, int64_t m, bool with_bias,
+                  const RunOpts& o, const Stream& s) {
+  const Shape sh = w.sh;
+  const int64_t inter = sh.n / 2, k = sh.k;
+  const auto x = random_bf16(rng, m * k, 1.0f);
+  const auto bias = random_bf16(rng, sh.n, 0.5f);
+  auto dx = upload(to_bits(x), s);
+  auto dbias = upload(bias, s);
+  auto out = poisoned_output(m * inter, s);
+  cuda::Int4LinearParams p{};
+  p.x = dx->as<bf16_bits>();
+  p.packed = w.dev_packed->as<void>();
+  p.scale = w.dev_scale->as<bf16_bits>();
+  p.bias = with_bias ? dbias->as<float>() : nullptr;
+  p.out = out->as<bf16_bits>();
+  p.m = m;
+  p.n = sh.n;
+  p.k = k;
+  p.glu_inter = inter;
+  p.group = sh.group;
+  apply(o, &p);
+  cuda::launch_int4_gemv(p, s.get());
+  bool guard_ok = false;
+  const auto got = read_output(*out, m * inter, s, &guard_ok);
+  EXPECT_TRUE(guard_ok) << "swiglu wrote past the output, m " << m;
+  const auto gu =
+      host_linear(x, m, o.exact_ref ? w.w_exact : w.w, sh.n, k, with_bias ? &bias : nullptr);
+  std::vector<double> want(size_t(m * inter));
+  for (int64_t t = 0; t < m; ++t)
+    for (int64_t j = 0; j < inter; ++j) {
+      const double g = round_to_bf16(float(gu[size_t(t * sh.n + j)]));
+      const double u = round_to_bf16(float(gu[size_t(t * sh.n + inter + j)]));
+      want[size_t(t * inter + j)] = g / (1.0 + std::exp(-g)) * u;
+    }
+  return nmse(got, want);
+}
+
+// The mma GEMV's SwiGLU epilogue (forced), m from 1 to 32.
 TEST(Int4Parity, GemvSwiGlu) {
   Stream s;
   std::mt19937 rng(15);
   for (Shape sh : {Shape{2 * 592, 4128, 32}, Shape{2 * 2048, 2944, 128}, Shape{2 * 32, 64, 32}}) {
     Int4Weight w = make_weight(rng, sh, s);
-    const int64_t inter = sh.n / 2, k = sh.k;
     for (int ks : {0, 1, 8}) {
       for (int64_t m : {1, 3, 8, 16, 17, 32}) {
-        const bool with_bias = m % 2 == 1;
-        const auto x = random_bf16(rng, m * k, 1.0f);
-        const auto bias = random_bf16(rng, sh.n, 0.5f);
-        auto dx = upload(to_bits(x), s);
-        auto dbias = upload(bias, s);
-        auto out = poisoned_output(m * inter, s);
-        cuda::Int4LinearParams p{};
-        p.x = dx->as<bf16_bits>();
-        p.packed = w.dev_packed->as<void>();
-        p.scale = w.dev_scale->as<bf16_bits>();
-        p.bias = with_bias ? dbias->as<float>() : nullptr;
-        p.out = out->as<bf16_bits>();
-        p.m = m;
-        p.n = sh.n;
-        p.k = k;
-        p.glu_inter = inter;
-        p.group = sh.group;
-        p.gemv_ksplit = ks;
-        p.preload = int(m % 2 == 0);
-        cuda::launch_int4_gemv(p, s.get());
-        bool guard_ok = false;
-        const auto got = read_output(*out, m * inter, s, &guard_ok);
-        EXPECT_TRUE(guard_ok) << "swiglu wrote past the output, m " << m;
-        const auto gu = host_linear(x, m, w.w, sh.n, k, with_bias ? &bias : nullptr);
-        std::vector<double> want(size_t(m * inter));
-        for (int64_t t = 0; t < m; ++t)
-          for (int64_t j = 0; j < inter; ++j) {
-            const double g = round_to_bf16(float(gu[size_t(t * sh.n + j)]));
-            const double u = round_to_bf16(float(gu[size_t(t * sh.n + inter + j)]));
-            want[size_t(t * inter + j)] = g / (1.0 + std::exp(-g)) * u;
-          }
-        const double e = nmse(got, want);
-        EXPECT_LT(e, 1e-5) << "swiglu ksplit " << ks << " m " << m << " inter " << inter << " k "
-                           << k;
+        RunOpts o;
+        o.gemv_kernel = cuda::kInt4GemvMma;
+        o.gemv_ksplit = ks;
+        o.preload = int(m % 2 == 0);
+        const double e = run_swiglu(rng, w, m, m % 2 == 1, o, s);
+        EXPECT_LT(e, 1e-5) << "swiglu ksplit " << ks << " m " << m << " inter " << sh.n / 2 << " k "
+                           << sh.k;
         if (ks == 0 || e >= 1e-5)
           std::printf("int4 gemv+swiglu ksplit=%d m=%lld inter=%lld k=%lld group=%d nmse %.3g\n",
-                      ks, (long long)m, (long long)inter, (long long)k, sh.group, e);
+                      ks, (long long)m, (long long)sh.n / 2, (long long)sh.k, sh.group, e);
       }
     }
   }
+}
+
+// ---- the stream GEMV (linear_int4_stream.cu) ----
+// Knob sets: defaults; one warp (a block's whole stream in one part); 16 warps of 8-tile stages,
+// more warps than groups on the small shapes (empty parts); single-stage and two-stage rings;
+// 1, 3 and 7 blocks (many row tiles per block, parts crossing row tiles); the rounded-weight
+// variant with each chunk size; the preload and the early trigger off and on.
+struct StreamKnobs {
+  int warps, stages, chunk, grid, round, preload, early;
+};
+const StreamKnobs kStreamKnobs[] = {
+    {0, 0, 0, 0, 0, 1, 0}, {1, 2, 4, 0, 0, 0, 0}, {16, 0, 8, 0, 0, 1, 1}, {4, 1, 4, 3, 0, 1, 0},
+    {8, 2, 8, 1, 0, 0, 1}, {7, 3, 4, 7, 0, 1, 0}, {0, 0, 4, 0, 1, 1, 0},  {16, 2, 8, 3, 1, 0, 0},
+};
+RunOpts stream_opts(const StreamKnobs& k) {
+  RunOpts o;
+  o.gemv_kernel = cuda::kInt4GemvStream;
+  o.gemv_warps = k.warps;
+  o.gemv_stages = k.stages;
+  o.gemv_chunk = k.chunk;
+  o.gemv_grid = k.grid;
+  o.gemv_round = k.round;
+  o.preload = k.preload;
+  o.pdl_early = k.early;
+  o.exact_ref = k.round == 0;
+  return o;
+}
+
+// Odd shapes (a partial row tile, k % 64 == 32, groups 32 to 256), every m from 1 to 8, every
+// knob set; the 8B qkv and down shapes at m = 1 and their largest m that fits.
+TEST(Int4Parity, GemvStream) {
+  Stream s;
+  std::mt19937 rng(16);
+  for (Shape sh : {Shape{517, 4128, 32}, Shape{1000, 4160, 64}, Shape{129, 2944, 128},
+                   Shape{33, 96, 32}, Shape{16, 64, 32}, Shape{272, 2560, 256}}) {
+    Int4Weight w = make_weight(rng, sh, s);
+    for (size_t ki = 0; ki < std::size(kStreamKnobs); ++ki) {
+      for (int64_t m = 1; m <= 8; ++m) {
+        if (ki > 0 && m % 3 != 1 && m != 8) continue;  // every m on the defaults only
+        const RunOpts o = stream_opts(kStreamKnobs[ki]);
+        const bool bias = (m + int64_t(ki)) % 2 == 0;
+        double rounded = 0;
+        const double e = run_linear(rng, w, m, bias, o, s, &rounded);
+        EXPECT_LT(e, 1e-5) << "stream knobs " << ki << " m " << m << " n " << sh.n << " k " << sh.k
+                           << " group " << sh.group << " bias " << bias;
+        if (ki == 0 || e >= 1e-5)
+          std::printf(
+              "int4 stream knobs=%zu m=%lld n=%lld k=%lld group=%d bias=%d nmse %.3g (vs rounded "
+              "weights %.3g)\n",
+              ki, (long long)m, (long long)sh.n, (long long)sh.k, sh.group, int(bias), e, rounded);
+      }
+    }
+  }
+  for (Shape sh : {Shape{6144, 4096, 128}, Shape{4096, 14336, 128}}) {
+    Int4Weight w = make_weight(rng, sh, s);
+    for (int64_t m : {int64_t(1), sh.k == 4096 ? int64_t(8) : int64_t(6)}) {
+      for (int round : {0, 1}) {
+        RunOpts o = stream_opts(kStreamKnobs[0]);
+        o.gemv_round = round;
+        o.exact_ref = round == 0;
+        double rounded = 0;
+        const double e = run_linear(rng, w, m, false, o, s, &rounded);
+        EXPECT_LT(e, 1e-5) << "stream 8B n " << sh.n << " k " << sh.k << " m " << m;
+        std::printf("int4 stream 8B n=%lld k=%lld m=%lld round=%d nmse %.3g (vs rounded %.3g)\n",
+                    (long long)sh.n, (long long)sh.k, (long long)m, round, e, rounded);
+      }
+    }
+  }
+}
+
+TEST(Int4Parity, GemvStreamSwiGlu) {
+  Stream s;
+  std::mt19937 rng(17);
+  for (Shape sh : {Shape{2 * 592, 4128, 32}, Shape{2 * 2048, 2944, 128}, Shape{2 * 32, 64, 32},
+                   Shape{2 * 14336, 4096, 128}}) {
+    Int4Weight w = make_weight(rng, sh, s);
+    for (size_t ki = 0; ki < std::size(kStreamKnobs); ++ki) {
+      for (int64_t m : {1, 3, 8}) {
+        if (sh.n > 20000 && (ki % 3 != 0 || m == 3)) continue;  // the 8B gate_up: a few
+        const RunOpts o = stream_opts(kStreamKnobs[ki]);
+        const double e = run_swiglu(rng, w, m, m % 2 == 1, o, s);
+        EXPECT_LT(e, 1e-5) << "stream swiglu knobs " << ki << " m " << m << " inter " << sh.n / 2
+                           << " k " << sh.k;
+        if (ki == 0 || e >= 1e-5)
+          std::printf("int4 stream+swiglu knobs=%zu m=%lld inter=%lld k=%lld group=%d nmse %.3g\n",
+                      ki, (long long)m, (long long)sh.n / 2, (long long)sh.k, sh.group, e);
+      }
+    }
+  }
+}
+
+// Which GEMV launch_int4_gemv picks, and the GEMV / GEMM crossover.
+TEST(Int4Parity, GemvChoice) {
+  auto params = [](int64_t m, int64_t n, int64_t k, int group) {
+    cuda::Int4LinearParams p{};
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.group = group;
+    return p;
+  };
+  EXPECT_TRUE(cuda::int4_gemv_stream_fits(params(1, 6144, 4096, 128)));
+  EXPECT_TRUE(cuda::int4_gemv_stream_fits(params(8, 6144, 4096, 128)));
+  EXPECT_TRUE(cuda::int4_gemv_stream_fits(params(1, 4096, 14336, 128)));
+  EXPECT_TRUE(cuda::int4_gemv_stream_fits(params(6, 4096, 14336, 128)));
+  EXPECT_FALSE(cuda::int4_gemv_stream_fits(params(8, 4096, 14336, 128)));  // x: 229 KB
+  EXPECT_FALSE(cuda::int4_gemv_stream_fits(params(9, 6144, 4096, 128)));   // one n tile
+  EXPECT_FALSE(cuda::int4_gemv_stream_fits(params(1, 6144, 4096, 512)));   // x sums per warp
+  EXPECT_TRUE(cuda::int4_use_gemv(1, 6144, 4096));
+  EXPECT_TRUE(cuda::int4_use_gemv(8, 28672, 4096));
+  EXPECT_FALSE(cuda::int4_use_gemv(16, 6144, 4096));
 }
 
 }  // namespace

@@ -29,7 +29,11 @@
 // A grouped (MoE) variant only offsets `packed` and `scale` by an expert's stride: nothing in the
 // layout depends on other experts.
 //
-// GEMV (m <= 32; decode): mma.sync m16n8k16 with 16 weight rows as A and 8 tokens as B (1, 2 or
+// GEMVs (decode). launch_int4_gemv runs the stream GEMV of linear_int4_stream.cu for m <= 8
+// wherever its shared memory holds x (int4_gemv_stream_fits; ~120 -> ~50 instructions per tile,
+// weights through cp.async.bulk rings), else the mma GEMV below (m <= 32).
+//
+// mma GEMV (m <= 32): mma.sync m16n8k16 with 16 weight rows as A and 8 tokens as B (1, 2 or
 // 4 n tiles; tokens >= m multiply zeros). One warp per 16-row tile (GLU: the gate tile and its
 // up tile), or KS warps of a block per tile, each streaming interleaved batches of U
 // consecutive k tiles (U 16-byte loads per lane per matrix) into two register buffers in turn:
@@ -405,6 +409,11 @@ void launch_int4_gemv(const Int4LinearParams& p, cudaStream_t stream) {
   CHECK_MSG(p.glu_inter == 0 || (p.n == 2 * p.glu_inter && p.glu_inter % kInt4TileRows == 0),
             "int4 gemv: SwiGLU needs n = 2 · inter and inter % 16 == 0 (n {}, inter {})", p.n,
             p.glu_inter);
+  CHECK(p.gemv_kernel == 0 || p.gemv_kernel == kInt4GemvStream || p.gemv_kernel == kInt4GemvMma);
+  if (p.gemv_kernel == kInt4GemvStream || (p.gemv_kernel == 0 && int4_gemv_stream_fits(p))) {
+    launch_int4_gemv_stream(p, stream);
+    return;
+  }
   if (p.glu_inter > 0)
     launch_gemv_glu<true>(p, stream);
   else

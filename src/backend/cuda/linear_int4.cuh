@@ -92,3 +92,10 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 }  // namespace strata::cuda::int4
+
+namespace strata::cuda {
+// The stream GEMV (linear_int4_stream.cu): launch_int4_gemv's kernel for m <= 8 where
+// int4_gemv_stream_fits; init sets its kernels' shared-memory limit on the current device.
+void launch_int4_gemv_stream(const Int4LinearParams& p, cudaStream_t stream);
+void init_int4_gemv_stream_kernels();
+}  // namespace strata::cuda

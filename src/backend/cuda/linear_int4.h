@@ -5,8 +5,12 @@
 //
 //   launch_int4_repack        checkpoint layout -> device layout (once, at upload)
 //   launch_int4_dequant_bf16  device layout -> bf16 [n, k] (fallback for very large m; tests)
-//   launch_int4_gemv          m <= kInt4GemvMaxRows (decode): weights streamed once, mma.sync
+//   launch_int4_gemv          m <= kInt4GemvMaxRows (decode): weights streamed once; two kernels:
+//                             the stream GEMV (m <= 8, linear_int4_stream.cu: cp.async.bulk into
+//                             shared memory, group scale in float32) and the mma GEMV (m <= 32,
+//                             linear_int4.cu: through registers)
 //   launch_int4_gemm          any m (prefill, large batches): wgmma, dequantized in registers
+//   int4_use_gemv             the GEMV / GEMM crossover the backend dispatch follows
 //
 // Parameter blocks are trivially copyable and free of implicit padding (the backend records
 // launches by their bytes, kernels.h); launchers are asynchronous, allocate nothing and never
@@ -84,7 +88,10 @@ void launch_int4_dequant_bf16(const Int4DequantParams& p, cudaStream_t stream);
 
 // out [m, n] = x [m, k] · Wᵀ (+ bias) with W [n, k] = (nibble - 8) · scale rounded to bf16 (as
 // compressed-tensors and the CPU twin dequantize), float32 accumulation, bias added before the
-// output's bf16 rounding. k % 32 == 0 (a multiple of the group); x, packed and scale 16-byte
+// output's bf16 rounding. Except: the stream GEMV with gemv_round = 0 (its default) uses W
+// unrounded, (nibble - 8) · scale exactly, the scale applied per group in float32
+// (linear_int4_stream.cu: NMSE ~1.3e-6 against the rounded weights, below the output's own
+// rounding). k % 32 == 0 (a multiple of the group); x, packed and scale 16-byte
 // aligned (x rows then are too); packed and scale as launch_int4_repack wrote them.
 // GEMV only: glu_inter > 0 makes W the fused gate-up projection [2 · glu_inter, k] (gate rows,
 // then up rows; glu_inter % 16 == 0) and out [m, glu_inter] = silu(g) · u with g, u the
@@ -101,7 +108,7 @@ struct Int4LinearParams {
   int64_t k;
   int64_t glu_inter;  // GEMV: 0 plain, else the SwiGLU epilogue
   int group;
-  // GEMV: warps per 16-row tile (0: the most, up to 8, whose grid fits gemv_blocks_per_sm
+  // mma GEMV: warps per 16-row tile (0: the most, up to 8, whose grid fits gemv_blocks_per_sm
   // blocks per SM, default 2: what is resident at once; else 1, 2, 4 or 8).
   int gemv_ksplit;
   int gemv_blocks_per_sm;
@@ -112,10 +119,26 @@ struct Int4LinearParams {
   int gemm_ksplit;
   int pdl_early;  // trigger the next kernel before waiting on the previous (common.cuh)
   // GEMV: load the first weights before waiting on the previous kernel (weights are never
-  // written by a kernel, so their stream may start while the predecessor finishes).
+  // written by a kernel, so their stream may start while the predecessor finishes). Set it in
+  // production (0 only for A/B measurements); it needs the weights not to be written by the
+  // kernel just before.
   int preload;
+  // GEMV kernel: 0 auto (the stream GEMV where int4_gemv_stream_fits, else the mma GEMV),
+  // kInt4GemvStream or kInt4GemvMma.
+  int gemv_kernel;
+  // Stream GEMV knobs, 0 = default: warps per block (8; 1..16), ring stages per warp (~64 KB of
+  // ring per block, fewer where x is large), tiles per stage (4; 4 or 8), blocks (the SMs),
+  // gemv_round = 1: weights rounded to bf16 before the mma (the reference's bits, ~15 more
+  // instructions per 8 weights).
+  int gemv_warps;
+  int gemv_stages;
+  int gemv_chunk;
+  int gemv_grid;
+  int gemv_round;
   int pad_;
 };
+constexpr int kInt4GemvStream = 1;
+constexpr int kInt4GemvMma = 2;
 static_assert(std::has_unique_object_representations_v<Int4LinearParams> &&
                   std::has_unique_object_representations_v<Int4RepackParams> &&
                   std::has_unique_object_representations_v<Int4DequantParams>,
@@ -123,6 +146,14 @@ static_assert(std::has_unique_object_representations_v<Int4LinearParams> &&
 // Decode: m <= kInt4GemvMaxRows, plain or SwiGLU (the bench compares it with the GEMM up to m =
 // 32).
 void launch_int4_gemv(const Int4LinearParams& p, cudaStream_t stream);
+// Whether launch_int4_gemv can (and with gemv_kernel = 0 does) run p on the stream GEMV: m <= 8,
+// group <= 256, and its shared memory (x is m·k·2 bytes of it) within 227 KB.
+bool int4_gemv_stream_fits(const Int4LinearParams& p);
+// The backend's choice for an INT4 linear of m rows: the GEMV (true) or the GEMM. Measured on
+// the 8B shapes (2026-12-01, H200): the GEMM is ahead from m = 16 on every shape, the mma GEMV
+// up to m = 8 (but gate_up at m = 8, within 5%); the stream GEMV costs the same from m = 1 to 8.
+// bench/cuda/int4_linear_bench.cc's crossover table (m = 1..32) re-measures it.
+inline bool int4_use_gemv(int64_t m, int64_t /*n*/, int64_t /*k*/) { return m <= 8; }
 // Any m, plain only (glu_inter must be 0). Sets its kernels' shared-memory limit on first use on
 // each device; init_int4_linear_kernels() does it for the current device ahead (before a
 // CUDA-graph capture).

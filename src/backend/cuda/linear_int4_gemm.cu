@@ -340,6 +340,7 @@ int num_sms() {
 }  // namespace
 
 void init_int4_linear_kernels() {
+  init_int4_gemv_stream_kernels();
   set_limit<64, 1>();
   set_limit<64, 2>();
   set_limit<128, 1>();
