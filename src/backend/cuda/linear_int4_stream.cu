@@ -528,7 +528,7 @@ void launch_int4_gemv_stream(const Int4LinearParams& p, cudaStream_t stream) {
   const dim3 grid(unsigned(s.grid)), block(unsigned(s.warps * 32));
   const int tpg = p.group == 32 ? 0 : p.group / kInt4TileK;
   for_each_kernel(s.ct, tpg, s.round, [&](auto kernel) {
-    launch_pdl(kernel, grid, block, s.pl.bytes, stream, p, s.pl);
+    launch_pdl(kernel, grid, block, s.pl.bytes, Launch{stream}, p, s.pl);
   });
   CUDA_LAUNCH_CHECK();
 }
