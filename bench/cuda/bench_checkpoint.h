@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "core/status.h"
 #include "model/config.h"
 #include "model/inventory.h"

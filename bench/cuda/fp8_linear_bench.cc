@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "backend/cuda/launch.h"
+#include "backend/cuda/elementwise.h"
 #include "backend/cuda/linear_fp8.h"
 
 namespace strata {

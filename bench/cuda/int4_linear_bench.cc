@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/elementwise.h"
 #include "backend/cuda/linear_int4.h"
 #include "bench_args.h"
 #include "core/dtype.h"
@@ -209,7 +210,7 @@ std::vector<uint16_t> reference(cublasHandle_t h, const Weights& w, const Dev& x
   if (!glu) return download(out, size_t(m * w.n), s);
   Dev act(size_t(m * w.n / 2) * 2);
   cuda::SiluMulParams sp{out.as<bf16_bits>(), act.as<bf16_bits>(), m, w.n / 2};
-  cuda::launch_silu_mul(sp, s);
+  cuda::launch_silu_mul(sp, cuda::Launch{s});
   return download(act, size_t(m * w.n / 2), s);
 }
 

@@ -368,7 +368,7 @@ void bench_decode(cuda::CudaBackend& be, const std::string& config, const Ceilin
   CHECK_MSG(m.ok(), "{}", m.status().to_string());
   be.fill_all_random(42, 0.02f);
   const ModelSpec& s = (*m)->spec();
-  std::printf("model    %s: %d layers, hidden %lld, %.2f GB of bf16 weights, loaded in %.1f s\n",
+  std::printf("model    %s: %d layers, hidden %lld, %.2f GB of weights (stored format), loaded in %.1f s\n",
               config.c_str(), s.num_layers, (long long)s.hidden_size, double(ckpt_bytes) / 1e9,
               seconds_since(t0));
   // Bytes one decode token must stream: every weight but the embedding table (one row), plus

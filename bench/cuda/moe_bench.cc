@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/elementwise.h"
 #include "backend/cuda/linear_int4.h"
 #include "backend/cuda/moe_experts.h"
 #include "backend/cuda/moe_route.h"

@@ -7,7 +7,12 @@
 #   int4      bench/cuda/int4_linear_run.sh (parity *Int4*, strata_bench_int4_linear_bench);
 #   fp8       bench/cuda/fp8_linear_run.sh (parity Fp8Linear.*, strata_bench_fp8_linear_bench);
 #   parity    the rest of strata_parity_test (ops, fused ops, models vs the HF fixtures);
-#   model     W4A16 / FP8-block model checks (WEIGHTS_MODEL_FILTER, default '*Quant*').
+#   model     W4A16 / FP8-block model checks (WEIGHTS_MODEL_FILTER, default '*Quant*');
+#   decode    batch-1 decode of the Llama-3.1-8B shape, W4A16 (group 128, bf16 lm_head) and bf16,
+#             random weights in the stored format (llama_bench --what ceilings,decode, DECODE_MODES
+#             default 3,4: graphs + fused ops, host / GPU greedy);
+#   offline   the engine's offline throughput, 1,000 x 1,024/1,024 on the 8B shape, bf16
+#             (offline_bench, OFFLINE_ARGS default --mem-fraction 0.92).
 # STAGES picks stages (default all, in that order). Every log lands in $OUT/logs.tgz (the device
 # tool brings back at most 8 files).
 set -u
@@ -18,7 +23,8 @@ export OUT=$W/common
 source bench/cuda/device_env.sh
 t0=$(date +%s)
 dev_configure
-dev_build strata_parity_test strata_bench_int4_linear_bench strata_bench_fp8_linear_bench strata
+dev_build strata_parity_test strata_bench_int4_linear_bench strata_bench_fp8_linear_bench strata \
+  strata_bench_llama_bench strata_bench_offline_bench
 echo "build: $(( $(date +%s) - t0 )) s"
 for stage in ${STAGES:-fixtures int4 fp8 parity model}; do
   t1=$(date +%s)
@@ -43,6 +49,16 @@ for stage in ${STAGES:-fixtures int4 fp8 parity model}; do
       timeout 120 ./build-dev/strata_parity_test --gtest_filter="${WEIGHTS_MODEL_FILTER:-*Quant*}" >"$W/model.log" 2>&1
       echo "model: rc $?"
       grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure|CHECK|Expected|Which is|bytes|rel max|nmse" "$W/model.log" | head -60 ;;
+    decode)
+      for cfg in llama-3.1-8b-w4a16 llama-3.1-8b; do
+        DECODE_MODES=${DECODE_MODES:-3,4} timeout 200 ./build-dev/strata_bench_llama_bench --what ceilings,decode \
+          --config "$C/shared/configs/$cfg/config.json" >"$W/decode_$cfg.log" 2>&1
+        echo "decode $cfg: rc $?"; grep -E "^ceiling|^model|^decode" "$W/decode_$cfg.log"
+      done ;;
+    offline)
+      timeout 300 ./build-dev/strata_bench_offline_bench --config "$C/shared/configs/llama-3.1-8b/config.json" \
+        --tokenizer "$C/shared/models/house-llama" ${OFFLINE_ARGS:---mem-fraction 0.92} >"$W/offline.log" 2>&1
+      echo "offline: rc $?"; tail -8 "$W/offline.log" ;;
   esac
   echo "-- $stage: $(( $(date +%s) - t1 )) s"
 done

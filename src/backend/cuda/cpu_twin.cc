@@ -116,14 +116,14 @@ void CudaBackend::moe_experts(const Tensor& x, const MoeExpertWeights& experts,
   HostTensor w = to_host(*this, topk_weights);
   // Host float32 copies of the expert weights, wrapped as CPU "device" tensors.
   MoeExpertWeights host_experts;
-  CHECK_MSG(experts.gate_up.is_dense() && experts.down.is_dense(),
-            "moe_experts on the CPU twin: packed expert weights cannot be downloaded");
-  host_experts.gate_up.weight = cpu.alloc(DType::kF32, experts.gate_up.weight->view().shape);
-  host_experts.down.weight = cpu.alloc(DType::kF32, experts.down.weight->view().shape);
-  host_experts.gate_up.stack = experts.gate_up.stack;
-  host_experts.down.stack = experts.down.stack;
-  download_f32(experts.gate_up.weight->view(), host_experts.gate_up.weight->view().ptr<float>());
-  download_f32(experts.down.weight->view(), host_experts.down.weight->view().ptr<float>());
+  // Packed experts (INT4, FP8 blocks) are dequantized on the device first: the same bf16
+  // values the CPU reference dequantizes to.
+  for (auto [src, dst] : {std::pair{&experts.gate_up, &host_experts.gate_up}, std::pair{&experts.down, &host_experts.down}}) {
+    DeviceTensorPtr dense = dequantize_bf16(*src);
+    dst->weight = cpu.alloc(DType::kF32, dense->view().shape);
+    dst->stack = src->stack;
+    download_f32(dense->view(), dst->weight->view().ptr<float>());
+  }
   HostTensor o(DType::kF32, out.shape);
   cpu.moe_experts(hx.view, host_experts, ids.view, w.view, o.view);
   to_device(o, out);

@@ -67,6 +67,8 @@ CudaBackend::~CudaBackend() {
   recorder_.drop_graphs();
   cublasDestroy(cublas_);
   cudaFree(cublas_workspace_);
+  fp8_planner_.reset();
+  if (fp8_workspace_) cudaFree(fp8_workspace_);
   cudaStreamDestroy(own_stream_);
 }
 

@@ -38,6 +38,7 @@
 #include "backend/cuda/graph_recorder.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/linear.h"
+#include "backend/cuda/linear_fp8.h"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/tunables.h"
 
@@ -91,6 +92,10 @@ class CudaBackend : public Backend {
   // with the SwiGLU epilogue at decode sizes, else the Backend default.
   void linear(const Tensor& x, const LinearWeight& w, const Tensor& out) override;
   void linear_silu_mul(const Tensor& x, const LinearWeight& w, const Tensor& out) override;
+  // linear_packed.cc: INT4 group-quantized and FP8 128x128-block weights stay packed (their
+  // kernels: linear_int4.h, linear_fp8.h); other formats are dequantized to bf16.
+  LinearWeight upload_linear(const HostLinearWeight& w, const Tensor& bias_f32) override;
+  WeightPolicy weight_policy() const override;
   void per_head_linear(const Tensor& x, int64_t x_begin, const Tensor& w, const Tensor& out,
                        int64_t out_begin) override;
   // norm.cu
@@ -190,6 +195,12 @@ class CudaBackend : public Backend {
   bool dev_gemv_takes(int64_t m) const {
     return dev_.gemv != nullptr && m >= dev_.gemv_min_rows && m <= dev_.gemv_max_rows;
   }
+  // linear_packed.cc: linear / linear_silu_mul (glu) of a packed weight; whether the fused
+  // SwiGLU GEMV takes x.
+  void linear_packed(const Tensor& x, const LinearWeight& w, const Tensor& out, bool glu);
+  bool packed_glu_fused(const Tensor& x, const LinearWeight& w) const;
+  // A weight's dequantized values, bf16 [stack, out, in] (the CPU twin of packed MoE experts).
+  DeviceTensorPtr dequantize_bf16(const LinearWeight& w);
   // cpu_twin.cc: a linear with a float32 output (MoE routers: the reference scores experts in
   // float32); sampling rows of float32 logits (not produced by this backend's models).
   void linear_f32_out(const Tensor& x, const LinearWeight& w, const Tensor& out);
@@ -223,6 +234,11 @@ class CudaBackend : public Backend {
   size_t download_capacity_ = 0;
 
   std::vector<int64_t> cpu_twin_calls_;  // per kCpuTwinOps entry
+
+  // linear_packed.cc: made with the first packed weight.
+  bool int4_ready_ = false;                       // init_int4_linear_kernels() done
+  void* fp8_workspace_ = nullptr;                 // cuBLASLt's, for every FP8 GEMM
+  std::unique_ptr<Fp8GemmPlanner> fp8_planner_;   // plans per (m, n, k)
 
   void log_eager_steps();
 };

@@ -272,6 +272,7 @@ GemvParams CudaBackend::gemv_params(const Tensor& x, const Tensor& w, const floa
 }
 
 void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& out) {
+  if (!w.is_dense() && out.dtype != DType::kF32) return linear_packed(x, w, out, false);
   const Tensor& wt = w.weight->view();
   const int64_t m = x.numel() / x.dim(-1), k = x.dim(-1), n = wt.dim(0);
   CHECK_MSG(wt.dim(1) == k, "linear: x has {} features, weight {}", k, shape_str(wt.shape));
@@ -320,6 +321,10 @@ void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& o
 }
 
 void CudaBackend::linear_silu_mul(const Tensor& x, const LinearWeight& w, const Tensor& out) {
+  if (!w.is_dense()) {
+    if (packed_glu_fused(x, w)) return linear_packed(x, w, out, true);
+    return Backend::linear_silu_mul(x, w, out);
+  }
   const Tensor& wt = w.weight->view();
   const int64_t m = x.numel() / x.dim(-1), k = x.dim(-1), n = wt.dim(0), inter = n / 2;
   CHECK_MSG(wt.dim(1) == k, "linear_silu_mul: x has {} features, weight {}", k, shape_str(wt.shape));

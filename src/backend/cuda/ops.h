@@ -24,7 +24,13 @@ namespace strata::cuda {
   X(kOpGemvGlu, "gemv_silu")             \
   X(kOpQkvRope, "qkv_rope_kv")           \
   X(kOpGemvDev, "gemv_dev")              \
-  X(kOpGemvDevGlu, "gemv_dev_silu")
+  X(kOpGemvDevGlu, "gemv_dev_silu")      \
+  X(kOpInt4Gemv, "int4_gemv")            \
+  X(kOpInt4GemvGlu, "int4_gemv_silu")    \
+  X(kOpInt4Gemm, "int4_gemm")            \
+  X(kOpFp8Gemv, "fp8_gemv")              \
+  X(kOpFp8GemvGlu, "fp8_gemv_silu")      \
+  X(kOpFp8Linear, "fp8_linear")
 
 enum Op : int {
   kOpNone = 0,
