@@ -17,6 +17,8 @@
 // bench/cuda/mla_torch_baseline.py (PyTorch bmm + softmax of the same decode).
 //
 // Usage: strata_bench_mla_bench [--what ceilings,decode,prefill] [--batch 64] [--context 4096]
+//                               [--decode-kernel 0]  (0: never the decode kernel, e.g. after its
+//                                                     parity tests failed)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -37,6 +39,8 @@
 
 namespace strata {
 namespace {
+
+bool g_decode_kernel = true;  // --decode-kernel 0: plans without the decode kernel
 
 #define BENCH_CUDA(expr)                                                          \
   do {                                                                            \
@@ -207,8 +211,10 @@ void bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch, 
   p.copy_width = cuda::mla_copy_width(cache.p, fmt.row_bytes);
   int sms = 0;
   BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  cuda::MlaPlanOptions o = opt;
+  if (!g_decode_kernel) o.decode = 0;
   const cuda::MlaPlan plan =
-      cuda::plan_mla_attention(fmt, batch, tokens, heads, new_tokens, ctx, sms, opt);
+      cuda::plan_mla_attention(fmt, batch, tokens, heads, new_tokens, ctx, sms, o);
   Buf scratch(size_t(std::max<int64_t>(plan.scratch_bytes, 16)));
   cuda::apply_mla_plan(plan, plan.scratch_bytes ? scratch.p : nullptr, &p);
   const double ms = time_ms(s, 3, 20, [&] { cuda::launch_mla_attention(p, s); });
@@ -222,14 +228,15 @@ void bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch, 
   const char* kname = plan.kernel == cuda::kMlaWgmma    ? "wgmma"
                       : plan.kernel == cuda::kMlaDecode ? "decode"
                                                         : "mma";
-  char variant[32];
+  char variant[48];
+  int at = std::snprintf(variant, sizeof variant, "%s %dx%d", kname, plan.chunk, plan.stages);
   if (plan.kernel == cuda::kMlaDecode && fmt.latent_elem == cuda::kMlaE4M3)
-    std::snprintf(variant, sizeof variant, "%s %dx%d c%d", kname, plan.chunk, plan.stages,
-                  plan.cvt);
-  else
-    std::snprintf(variant, sizeof variant, "%s %dx%d", kname, plan.chunk, plan.stages);
+    at += std::snprintf(variant + at, sizeof variant - at, " c%d", plan.cvt);
+  if (plan.evict_first) at += std::snprintf(variant + at, sizeof variant - at, " ef");
+  if (plan.diag == 1) std::snprintf(variant + at, sizeof variant - at, " LOADS");
+  if (plan.diag == 2) std::snprintf(variant + at, sizeof variant - at, " MATH");
   std::printf(
-      "mla      %-7s %-12s batch %2d x ctx %5d, %4d new, %3d heads, %-15s %2d rows, %3d split(s): "
+      "mla      %-7s %-12s batch %2d x ctx %5d, %4d new, %3d heads, %-24s %2d rows, %3d split(s): "
       "%8.3f ms, %5.0f GB/s of latent rows = %5.1f%% of copy, %5.0f TFLOP/s = %5.1f%% of GEMM\n",
       what, lt.name, batch, ctx, new_tokens, heads, variant, plan.tile_rows, plan.num_splits, ms,
       gbs, 100.0 * gbs / c.copy_gbs, tflops, 100.0 * tflops / c.gemm_tflops);
@@ -250,6 +257,8 @@ int main(int argc, char** argv) {
       batch = std::atoi(argv[i + 1]);
     else if (a == "--context")
       ctx = std::atoi(argv[i + 1]);
+    else if (a == "--decode-kernel")
+      g_decode_kernel = std::atoi(argv[i + 1]) != 0;
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   cudaDeviceProp prop{};
@@ -276,6 +285,13 @@ int main(int argc, char** argv) {
       bench_case(s, c, e4m3, batch, ctx, 1, 16, "decode", cvt(v));
     }
     bench_case(s, c, e5m2, batch, ctx, 1, 16, "decode");
+    // Where the time goes (wrong results): loads without math, math without loads; and the L2
+    // evict-first policy for the streamed rows.
+    for (const Layout* lt : {&bf16, &flash}) {
+      bench_case(s, c, *lt, batch, ctx, 1, 16, "decode", cuda::MlaPlanOptions{.diag = 1});
+      bench_case(s, c, *lt, batch, ctx, 1, 16, "decode", cuda::MlaPlanOptions{.diag = 2});
+      bench_case(s, c, *lt, batch, ctx, 1, 16, "decode", cuda::MlaPlanOptions{.evict_first = 1});
+    }
     bench_case(s, c, flash, batch, ctx, 1, 16, "decode", mma);
     bench_case(s, c, bf16, batch, ctx, 1, 128, "decode");
     bench_case(s, c, bf16, batch, ctx, 1, 128, "decode", cuda::MlaPlanOptions{.wgmma = 0});

@@ -111,8 +111,11 @@ struct MlaAttentionParams {
   int stages;        // pipeline stages (2 or 3; the decode kernel 2..6; the plan's)
   int tile_rows;     // query rows a block (the plan's)
   int cvt;           // MlaCvt (the decode kernel over e4m3 rows; the plan's)
+  int evict_first;   // 1: the decode kernel reads rows with an L2 evict-first policy (the plan's)
+  int diag;          // benchmarks only, the decode kernel: 1 loads without math, 2 math without
+                     // loads (wrong results; where the time goes); 0 otherwise
 };
-static_assert(sizeof(MlaAttentionParams) == 9 * 8 + sizeof(MlaRowFormat) + 14 * 4, "no padding");
+static_assert(sizeof(MlaAttentionParams) == 9 * 8 + sizeof(MlaRowFormat) + 16 * 4, "no padding");
 
 // Which (R, P) the kernels are built for: (512, 64) the real models, (128, 32) house-mla,
 // (32, 8) the tiny fixtures. The wgmma kernel: (512, 64) with bf16 plain rows only.
@@ -143,6 +146,8 @@ struct MlaPlan {
   int chunk = 64;
   int stages = 2;
   int cvt = kMlaCvtHwS;
+  int evict_first = 0;
+  int diag = 0;
   int64_t scratch_bytes = 0;  // partial_o then partial_ml, float32; 0 when num_splits == 1
 };
 // Knobs for tests and benchmarks; the defaults are the production choice.
@@ -152,6 +157,8 @@ struct MlaPlanOptions {
   int splits = 0;       // > 0: that many key splits (some may be empty); 0: the plan's
   int bf16_chunk = 48;  // the mma kernel over bf16 rows: 48-key chunks x 3 stages, or 64 x 2
   int cvt = -1;         // the decode kernel's MlaCvt over e4m3 rows (-1: kMlaCvtHwS)
+  int evict_first = 0;  // the decode kernel: rows read with an L2 evict-first policy
+  int diag = 0;         // MlaAttentionParams::diag (benchmarks)
 };
 // Kernel: wgmma where it applies (mla_wgmma_supported and >= 64 query rows a sequence), else the
 // decode kernel where it applies (mla_decode_supported; 8 rows a block when a sequence has at most
@@ -165,9 +172,9 @@ MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_to
 // Shared memory of the mma kernel for a format, chunk and stage count (bytes).
 int mla_mma_smem_bytes(const MlaRowFormat& fmt, int chunk, int stages);
 constexpr int kMlaMaxSmem = 227 * 1024;
-// Fills p.kernel, row_tiles, tile_rows, num_splits, split_len, chunk, stages, cvt and the partial
-// pointers from `plan` and `scratch` (plan.scratch_bytes bytes, 16-byte aligned; null when none is
-// needed).
+// Fills p.kernel, row_tiles, tile_rows, num_splits, split_len, chunk, stages, cvt, evict_first,
+// diag and the partial pointers from `plan` and `scratch` (plan.scratch_bytes bytes, 16-byte
+// aligned; null when none is needed).
 void apply_mla_plan(const MlaPlan& plan, void* scratch, MlaAttentionParams* p);
 
 // Sets the kernels' shared-memory limits; call once per device before the first launch (and

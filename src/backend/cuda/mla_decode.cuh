@@ -295,7 +295,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[nt][i] = accr[nt][i] = 0.0f;
 
-      if constexpr (!kFp8) {
+      const bool math = p.diag != 1;  // diag 1: loads without math
+      if (!math) {
+      } else if constexpr (!kFp8) {
         float a2[2][NT][4] = {};  // two accumulators: half the dependent-mma chain
 #pragma unroll
         for (int ks = 0; ks < kR / 16; ++ks) {
@@ -350,7 +352,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
         }
       }
       // The rope part: bf16 (4 k-steps) or fp8 (2 ldmatrix of 32 bytes), in its own accumulator.
-      if (rope_elem == kMlaBf16) {
+      if (!math) {
+      } else if (rope_elem == kMlaBf16) {
 #pragma unroll
         for (int ks = 0; ks < kP / 16; ++ks) {
           uint32_t a[4];
@@ -479,15 +482,24 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
       src[i] = c < nchunks ? int64_t(w.slot_of(key, p.page_size)) * rb : 0;
     }
   };
+  const uint64_t policy = mla::l2_evict_first_policy();
   auto produce = [&](int c, const int64_t* src) {  // into its stage, known to be free
     const int st = c % NS;
     const uint32_t full = smem_s + kFullOff + 8 * st;
+    if (p.diag == 2) {  // math without loads: the stage keeps what it holds
+      if (lane == 0) mla::mbar_arrive(full);
+      return;
+    }
     if (lane == 0) mla::mbar_arrive_expect_tx(full, kChunk * rb);
     __syncwarp();
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
-      mla::bulk_copy_g2s(stage0 + st * stage_bytes + (lane + 32 * i) * stride, cache + src[i], rb,
-                         full);
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t dst = stage0 + st * stage_bytes + (lane + 32 * i) * stride;
+      if (p.evict_first)
+        mla::bulk_copy_g2s_hint(dst, cache + src[i], rb, full, policy);
+      else
+        mla::bulk_copy_g2s(dst, cache + src[i], rb, full);
+    }
   };
   int64_t next_src[2];  // PV warp 0: the slots of chunk c + NS
   if (pw == 0) {
@@ -551,6 +563,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
                          ((lane & 7) + (lane >> 4) * 8) * kPStride + ((lane >> 3) & 1) * 16;
 #pragma unroll
     for (int ks = 0; ks < kChunk / 16; ++ks) {
+      if (p.diag == 1) break;  // loads without math
       // Pᵀ fragments: n-tile nt = rows 8 nt..8 nt+7, b0 keys 16 ks + 2q, +1, b1 keys + 8.
       uint32_t pb[NT][2];
       if constexpr (NT == 2) {

@@ -49,7 +49,8 @@ struct BlockWork {
     const int s = blockIdx.z;
     const int q0 = p.q_indptr[s], n_new = p.q_indptr[s + 1] - q0;
     rows = n_new * p.heads;
-    row0 = int(blockIdx.x) * tile_rows;
+    // Tiles in reverse: later rows see more keys (causal chunks), so the longest start first.
+    row0 = int(gridDim.x - 1 - blockIdx.x) * tile_rows;
     if (row0 >= rows) return false;
     q_row0 = q0 * p.heads;
     first = p.kv_lens[s] - n_new;
@@ -226,6 +227,20 @@ __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uin
           "r"(dst),
       "l"(src), "r"(bytes), "r"(bar)
       : "memory");
+}
+// The same with an L2 cache policy (l2_evict_first_policy).
+__device__ __forceinline__ void bulk_copy_g2s_hint(uint32_t dst, const void* src, uint32_t bytes,
+                                                   uint32_t bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
+      "[%1], %2, [%3], %4;\n" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
 }
 // Named barriers: `n` threads (a multiple of 32) meet at barrier `id` (1..15; 0 is __syncthreads).
 // bar_arrive does not wait; both order this thread's earlier shared-memory accesses before the

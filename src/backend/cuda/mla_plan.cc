@@ -85,6 +85,8 @@ MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_to
     plan.tile_rows = rows <= 8 ? 8 : 16;
     plan.stages = mla_decode_stages(fmt);
     if (opt.cvt >= 0) plan.cvt = opt.cvt;
+    plan.evict_first = opt.evict_first;
+    plan.diag = opt.diag;
   } else {
     plan.kernel = kMlaMma;
     plan.tile_rows = 16;
@@ -127,6 +129,8 @@ void apply_mla_plan(const MlaPlan& plan, void* scratch, MlaAttentionParams* p) {
   p->stages = plan.stages;
   p->tile_rows = plan.tile_rows;
   p->cvt = plan.cvt;
+  p->evict_first = plan.evict_first;
+  p->diag = plan.diag;
   p->partial_o = nullptr;
   p->partial_ml = nullptr;
   if (plan.num_splits > 1) {
