@@ -17,8 +17,9 @@
 // bench/cuda/mla_torch_baseline.py (PyTorch bmm + softmax of the same decode).
 //
 // Usage: strata_bench_mla_bench [--what ceilings,decode,prefill] [--batch 64] [--context 4096]
-//                               [--decode-kernel 0]  (0: never the decode kernel, e.g. after its
-//                                                     parity tests failed)
+//                               [--decode-kernel 0] [--wgmma-pipe 0]  (0: never the decode
+//                               kernel / the pipelined wgmma kernel, e.g. after their parity tests
+//                               failed)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -41,6 +42,7 @@ namespace strata {
 namespace {
 
 bool g_decode_kernel = true;  // --decode-kernel 0: plans without the decode kernel
+bool g_wgmma_pipe = true;     // --wgmma-pipe 0: the wgmma kernel instead of the pipelined one
 
 #define BENCH_CUDA(expr)                                                          \
   do {                                                                            \
@@ -213,6 +215,7 @@ void bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch, 
   BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   cuda::MlaPlanOptions o = opt;
   if (!g_decode_kernel) o.decode = 0;
+  if (!g_wgmma_pipe && o.wgmma == 2) o.wgmma = 1;
   const cuda::MlaPlan plan =
       cuda::plan_mla_attention(fmt, batch, tokens, heads, new_tokens, ctx, sms, o);
   Buf scratch(size_t(std::max<int64_t>(plan.scratch_bytes, 16)));
@@ -225,9 +228,10 @@ void bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch, 
   const double flops = 2.0 * batch * heads * keys * (W + R);
   const double bytes = double(batch) * ctx * fmt.row_bytes;
   const double gbs = bytes / (ms * 1e-3) / 1e9, tflops = flops / (ms * 1e-3) / 1e12;
-  const char* kname = plan.kernel == cuda::kMlaWgmma    ? "wgmma"
-                      : plan.kernel == cuda::kMlaDecode ? "decode"
-                                                        : "mma";
+  const char* kname = plan.kernel == cuda::kMlaWgmma       ? "wgmma"
+                      : plan.kernel == cuda::kMlaWgmmaPipe ? "wgmma-pipe"
+                      : plan.kernel == cuda::kMlaDecode    ? "decode"
+                                                           : "mma";
   char variant[48];
   int at = std::snprintf(variant, sizeof variant, "%s %dx%d", kname, plan.chunk, plan.stages);
   if (plan.kernel == cuda::kMlaDecode && fmt.latent_elem == cuda::kMlaE4M3)
@@ -259,6 +263,8 @@ int main(int argc, char** argv) {
       ctx = std::atoi(argv[i + 1]);
     else if (a == "--decode-kernel")
       g_decode_kernel = std::atoi(argv[i + 1]) != 0;
+    else if (a == "--wgmma-pipe")
+      g_wgmma_pipe = std::atoi(argv[i + 1]) != 0;
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   cudaDeviceProp prop{};
@@ -294,6 +300,9 @@ int main(int argc, char** argv) {
     }
     bench_case(s, c, flash, batch, ctx, 1, 16, "decode", mma);
     bench_case(s, c, bf16, batch, ctx, 1, 128, "decode");
+    bench_case(s, c, bf16, batch, ctx, 1, 128, "decode", cuda::MlaPlanOptions{.wgmma = 1});
+    bench_case(s, c, bf16, batch, ctx, 1, 128, "decode", cuda::MlaPlanOptions{.diag = 1});
+    bench_case(s, c, bf16, batch, ctx, 1, 128, "decode", cuda::MlaPlanOptions{.diag = 2});
     bench_case(s, c, bf16, batch, ctx, 1, 128, "decode", cuda::MlaPlanOptions{.wgmma = 0});
     bench_case(s, c, flash, batch, ctx, 1, 128, "decode");
     bench_case(s, c, bf16, batch, ctx, 2, 16, "verify");  // speculative verify: 2 tokens
@@ -302,8 +311,10 @@ int main(int argc, char** argv) {
     bench_case(s, c, bf16, 1, 32768, 1, 16, "decode", mma);
   }
   if (what.find("prefill") != std::string::npos) {
-    bench_case(s, c, bf16, 1, 8192, 8192, 16, "prefill");
-    bench_case(s, c, bf16, 1, 8192, 8192, 128, "prefill");
+    for (int heads : {16, 128}) {
+      bench_case(s, c, bf16, 1, 8192, 8192, heads, "prefill");
+      bench_case(s, c, bf16, 1, 8192, 8192, heads, "prefill", cuda::MlaPlanOptions{.wgmma = 1});
+    }
   }
   BENCH_CUDA(cudaStreamDestroy(s));
   return 0;

@@ -224,7 +224,7 @@ struct Case {
   int heads = 16;
   int page = 16;
   std::vector<std::pair<int, int>> seqs;  // (cached, new) tokens
-  int wgmma = 1;                          // allow the wgmma kernel
+  int wgmma = 2;                          // 2: the pipelined wgmma kernel, 1: the wgmma kernel
   int splits = 0;                         // 0: the plan's
   bool graph = false;                     // also replay the launch from a captured graph
   int bf16_chunk = 48;                    // the mma kernel's chunk for bf16 rows (48 or 64)
@@ -235,9 +235,16 @@ struct Case {
 };
 
 const char* kernel_name(const cuda::MlaPlan& plan) {
-  return plan.kernel == cuda::kMlaWgmma    ? "wgmma"
-         : plan.kernel == cuda::kMlaDecode ? "decode"
-                                           : "mma";
+  switch (plan.kernel) {
+    case cuda::kMlaWgmma:
+      return "wgmma";
+    case cuda::kMlaWgmmaPipe:
+      return "wgmma-pipe";
+    case cuda::kMlaDecode:
+      return "decode";
+    default:
+      return "mma";
+  }
 }
 
 double nmse(const std::vector<float>& got, const std::vector<float>& want) {
@@ -350,11 +357,12 @@ void run_attention(const Fmt& f, const Case& cs) {
   for (auto [cached, fresh] : cs.seqs)
     shape += " " + std::to_string(cached) + "+" + std::to_string(fresh);
   std::printf(
-      "mla attention %-28s %3d+%-2d heads %3d page %2d %-6s kernel (%2d rows, %d-key chunks, %d "
+      "mla attention %-28s %3d+%-2d heads %3d page %2d %-10s kernel (%2d rows, %d-key chunks, %d "
       "stages, cvt %d), %d split(s) of %d:%s: nmse %.3g\n",
       f.name, R, cs.rope, H, page, kernel_name(plan), plan.tile_rows, plan.chunk, plan.stages,
       plan.cvt, plan.num_splits, plan.split_len, shape.c_str(), e);
-  EXPECT_LT(e, 1e-4) << f.name << " heads " << H << " page " << page << shape;
+  EXPECT_LT(e, 1e-4) << "kernel " << kernel_name(plan) << " " << f.name << " heads " << H
+                     << " page " << page << shape;
 
   if (cs.graph) {  // the same launch captured and replayed: the same bits
     cudaStream_t s;
@@ -370,7 +378,8 @@ void run_attention(const Fmt& f, const Case& cs) {
     MLA_CUDA(cudaStreamSynchronize(s));
     std::vector<uint16_t> replay(raw.size());
     MLA_CUDA(cudaMemcpy(replay.data(), dout.p, replay.size() * 2, cudaMemcpyDeviceToHost));
-    EXPECT_EQ(std::memcmp(replay.data(), raw.data(), raw.size() * 2), 0) << "graph replay";
+    EXPECT_EQ(std::memcmp(replay.data(), raw.data(), raw.size() * 2), 0)
+        << "graph replay, kernel " << kernel_name(plan);
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
     cudaStreamDestroy(s);
@@ -415,11 +424,15 @@ TEST(MlaAttention, DecodeConversions) {
   }
 }
 
-// 128 heads (DeepSeek-V3 at tp 1): the wgmma kernel (bf16), the decode kernel (8 row tiles a
+// 128 heads (DeepSeek-V3 at tp 1): both wgmma kernels (bf16), the decode kernel (8 row tiles a
 // token) and the mma kernel.
 TEST(MlaAttention, ManyHeads) {
-  run_attention(kFormats[0], {.heads = 128, .page = 16, .seqs = {{1500, 1}, {40, 1}, {0, 2}}});
-  run_attention(kFormats[0], {.heads = 128, .page = 64, .seqs = {{700, 3}}, .splits = 4});
+  for (int wgmma : {2, 1}) {
+    run_attention(kFormats[0],
+                  {.heads = 128, .page = 16, .seqs = {{1500, 1}, {40, 1}, {0, 2}}, .wgmma = wgmma});
+    run_attention(kFormats[0],
+                  {.heads = 128, .page = 64, .seqs = {{700, 3}}, .wgmma = wgmma, .splits = 4});
+  }
   run_attention(kFormats[0], {.heads = 128, .page = 1, .seqs = {{129, 1}, {300, 2}}, .wgmma = 0});
   run_attention(kFormats[0],
                 {.heads = 128, .page = 1, .seqs = {{129, 1}, {300, 2}}, .wgmma = 0, .decode = 0});
@@ -429,9 +442,12 @@ TEST(MlaAttention, ManyHeads) {
   }
 }
 
-// Long new chunks (the absorbed prefill path), causal over earlier pages: 16 and 5 heads, the
-// wgmma kernel for bf16 (>= 64 rows), the mma kernel for the rest.
+// Long new chunks (the absorbed prefill path), causal over earlier pages: 16, 5 and 3 heads, the
+// pipelined wgmma kernel for bf16 (>= 64 rows; the wgmma kernel once), the decode or mma kernel
+// for the rest.
 TEST(MlaAttention, Chunks) {
+  run_attention(kFormats[0], {.heads = 16, .page = 16, .seqs = {{0, 200}, {300, 70}}, .wgmma = 1});
+  run_attention(kFormats[0], {.heads = 3, .page = 1, .seqs = {{2000, 50}, {0, 30}}});
   for (int i : {0, 1, 7}) {
     run_attention(kFormats[i], {.heads = 16, .page = 16, .seqs = {{0, 200}, {300, 70}, {5, 1}}});
     run_attention(kFormats[i], {.heads = 16, .page = 64, .seqs = {{1000, 65}}, .splits = 3});
@@ -480,6 +496,8 @@ TEST(MlaAttention, GraphReplay) {
   run_attention(kFormats[7],
                 {.heads = 8, .page = 64, .seqs = {{600, 2}}, .splits = 4, .graph = true});
   run_attention(kFormats[0], {.heads = 128, .page = 16, .seqs = {{300, 1}}, .graph = true});
+  run_attention(kFormats[0],
+                {.heads = 128, .page = 16, .seqs = {{300, 1}}, .wgmma = 1, .graph = true});
 }
 
 }  // namespace

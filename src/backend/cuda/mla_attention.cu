@@ -429,6 +429,7 @@ void init_mla_attention_kernels() {
   set_limits<128, 32>();
   set_limits<32, 8>();
   init_mla_attention_wgmma_kernels();
+  init_mla_attention_wgmma_pipe_kernels();
   init_mla_decode_kernels();
 }
 
@@ -437,6 +438,8 @@ void launch_mla_attention(const MlaAttentionParams& p, cudaStream_t stream) {
   CHECK_MSG(p.num_splits == 1 || (p.partial_o && p.partial_ml), "MLA attention: no scratch");
   if (p.kernel == kMlaWgmma) {
     launch_mla_attention_wgmma(p, stream);
+  } else if (p.kernel == kMlaWgmmaPipe) {
+    launch_mla_attention_wgmma_pipe(p, stream);
   } else if (p.kernel == kMlaDecode) {
     launch_mla_decode(p, stream);
   } else {

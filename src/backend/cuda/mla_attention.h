@@ -17,7 +17,9 @@
 // every layout, the split-KV merge), mla_decode.cuh / .cu / _fp8.cu (the decode kernel: R = 512,
 // P = 64, bf16, fp8 and FlashMLA rows, 8 or 16 query rows a block, a TMA producer warp and fp8
 // converted in registers: the memory-bound decode), mla_attention_wgmma.cu (the wgmma kernel:
-// bf16 rows, R = 512, P = 64, 64 query rows a block: DeepSeek-V3's 128 heads, long chunks).
+// bf16 rows, R = 512, P = 64, 64 query rows a block: DeepSeek-V3's 128 heads, long chunks) and
+// mla_attention_wgmma_pipe.cu (the same products with warpgroup 1 loading behind mbarriers, no
+// block-wide barrier in the loop), mla_wgmma.cuh (their shared pieces).
 //
 // Conventions as kernels.h's: trivially copyable parameter blocks without padding bytes (a
 // launch is recorded as its bytes), launchers asynchronous on `stream` that never allocate or
@@ -80,7 +82,7 @@ void launch_mla_kv_write(const MlaKvWriteParams& p, cudaStream_t stream);
 // 64: the wgmma kernel) and one split of its keys; grid (row_tiles, num_splits, num_seqs), tiles
 // past a sequence's rows exit. With num_splits > 1 each block leaves unnormalized partials and
 // launch_mla_attention appends the merge kernel.
-enum MlaKernel : int { kMlaMma = 0, kMlaWgmma = 1, kMlaDecode = 2 };
+enum MlaKernel : int { kMlaMma = 0, kMlaWgmma = 1, kMlaDecode = 2, kMlaWgmmaPipe = 3 };
 // The decode kernel's e4m3 -> f16 conversion (mla_decode.cuh): integer ops in both warp roles,
 // the conversion unit in the S warps and integer ops in the PV warps (the default), or the unit in
 // both. FlashMLA and plain e4m3 rows; -1 in MlaPlanOptions: the default.
@@ -112,8 +114,8 @@ struct MlaAttentionParams {
   int tile_rows;     // query rows a block (the plan's)
   int cvt;           // MlaCvt (the decode kernel over e4m3 rows; the plan's)
   int evict_first;   // 1: the decode kernel reads rows with an L2 evict-first policy (the plan's)
-  int diag;          // benchmarks only, the decode kernel: 1 loads without math, 2 math without
-                     // loads (wrong results; where the time goes); 0 otherwise
+  int diag;          // benchmarks only, the decode and pipelined wgmma kernels: 1 loads without
+                     // math, 2 math without loads (wrong results; where the time goes); else 0
 };
 static_assert(sizeof(MlaAttentionParams) == 9 * 8 + sizeof(MlaRowFormat) + 16 * 4, "no padding");
 
@@ -152,7 +154,7 @@ struct MlaPlan {
 };
 // Knobs for tests and benchmarks; the defaults are the production choice.
 struct MlaPlanOptions {
-  int wgmma = 1;        // 0: never the wgmma kernel
+  int wgmma = 2;        // 0: never a wgmma kernel, 1: the wgmma kernel, 2: the pipelined one
   int decode = 1;       // 0: never the decode kernel (the mma kernel instead)
   int splits = 0;       // > 0: that many key splits (some may be empty); 0: the plan's
   int bf16_chunk = 48;  // the mma kernel over bf16 rows: 48-key chunks x 3 stages, or 64 x 2
@@ -160,7 +162,8 @@ struct MlaPlanOptions {
   int evict_first = 0;  // the decode kernel: rows read with an L2 evict-first policy
   int diag = 0;         // MlaAttentionParams::diag (benchmarks)
 };
-// Kernel: wgmma where it applies (mla_wgmma_supported and >= 64 query rows a sequence), else the
+// Kernel: the pipelined wgmma kernel (opt.wgmma 1: the wgmma kernel) where it applies
+// (mla_wgmma_supported and >= 64 query rows a sequence), else the
 // decode kernel where it applies (mla_decode_supported; 8 rows a block when a sequence has at most
 // 8 query rows, else 16; 64-key stages, mla_decode_stages of them), else the mma kernel (16 rows;
 // bf16 rows 48-key chunks in 3 stages, other formats 64-key chunks in 3 raw stages where they
@@ -186,6 +189,8 @@ void launch_mla_attention(const MlaAttentionParams& p, cudaStream_t stream);
 // The wgmma and decode kernels alone (launch_mla_attention calls them).
 void launch_mla_attention_wgmma(const MlaAttentionParams& p, cudaStream_t stream);
 void init_mla_attention_wgmma_kernels();
+void launch_mla_attention_wgmma_pipe(const MlaAttentionParams& p, cudaStream_t stream);
+void init_mla_attention_wgmma_pipe_kernels();
 void launch_mla_decode(const MlaAttentionParams& p, cudaStream_t stream);
 void init_mla_decode_kernels();
 

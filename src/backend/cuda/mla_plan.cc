@@ -78,8 +78,9 @@ MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_to
   if (num_seqs == 0 || max_new_tokens == 0) return plan;
   const int64_t rows = int64_t(max_new_tokens) * heads;
   if (opt.wgmma && mla_wgmma_supported(fmt) && rows >= 64) {
-    plan.kernel = kMlaWgmma;
+    plan.kernel = opt.wgmma == 1 ? kMlaWgmma : kMlaWgmmaPipe;
     plan.tile_rows = 64;
+    plan.diag = opt.diag;
   } else if (opt.decode && mla_decode_supported(fmt)) {
     plan.kernel = kMlaDecode;
     plan.tile_rows = rows <= 8 ? 8 : 16;
