@@ -73,15 +73,16 @@ struct MlaKvWriteParams {
 static_assert(sizeof(MlaKvWriteParams) == 3 * 8 + 2 * 8 + sizeof(MlaRowFormat), "no padding");
 void launch_mla_kv_write(const MlaKvWriteParams& p, cudaStream_t stream);
 
-// ---- attention (mla_attention.cu, mla_attention_wgmma.cu) ----
+// ---- attention (mla_attention.cu, mla_decode*.cu, mla_attention_wgmma*.cu) ----
 // Query rows of a sequence are its new tokens × heads, token-major: row r of sequence s is
 // (token q_indptr[s] + r / heads, head r % heads), which is q's row q_indptr[s] · heads + r
 // when q is [tokens, heads, q_stride]. Token i of the n new tokens of a sequence with kv_len
 // keys sees keys [0, kv_len - n + i] (causal within the new tokens, everything before them).
 // A block takes `tile_rows` rows of one sequence (16: the mma kernel, 8 or 16: the decode kernel,
-// 64: the wgmma kernel) and one split of its keys; grid (row_tiles, num_splits, num_seqs), tiles
-// past a sequence's rows exit. With num_splits > 1 each block leaves unnormalized partials and
-// launch_mla_attention appends the merge kernel.
+// 64: the wgmma kernels) and one split of its keys; grid (row_tiles, num_splits, num_seqs), the
+// row tiles in reverse (the longest causal tiles first), tiles past a sequence's rows exit. With
+// num_splits > 1 each block leaves unnormalized partials and launch_mla_attention appends the merge
+// kernel.
 enum MlaKernel : int { kMlaMma = 0, kMlaWgmma = 1, kMlaDecode = 2, kMlaWgmmaPipe = 3 };
 // The decode kernel's e4m3 -> f16 conversion (mla_decode.cuh): integer ops in both warp roles,
 // the conversion unit in the S warps and integer ops in the PV warps (the default), or the unit in
@@ -90,7 +91,8 @@ enum MlaCvt : int { kMlaCvtInt = 0, kMlaCvtHwS = 1, kMlaCvtHw = 2 };
 
 struct MlaAttentionParams {
   const uint16_t* q;            // bf16 [tokens, heads, q_stride]: [latent (R) | rope (P)]
-  const void* cache;            // the layer's rows [slots, fmt.row_bytes]; 4-byte aligned
+  const void* cache;            // the layer's rows [slots, fmt.row_bytes]; 4-byte aligned (16
+                                // for the decode and wgmma kernels)
   uint16_t* out;                // bf16 [tokens, heads, R]
   const int32_t* q_indptr;      // device [num_seqs + 1]
   const int32_t* kv_lens;       // device [num_seqs]: keys after this step (cached + new)
@@ -163,12 +165,12 @@ struct MlaPlanOptions {
   int diag = 0;         // MlaAttentionParams::diag (benchmarks)
 };
 // Kernel: the pipelined wgmma kernel (opt.wgmma 1: the wgmma kernel) where it applies
-// (mla_wgmma_supported and >= 64 query rows a sequence), else the
-// decode kernel where it applies (mla_decode_supported; 8 rows a block when a sequence has at most
-// 8 query rows, else 16; 64-key stages, mla_decode_stages of them), else the mma kernel (16 rows;
-// bf16 rows 48-key chunks in 3 stages, other formats 64-key chunks in 3 raw stages where they
-// fit). Splits: enough blocks for one wave over `num_sms` when the rows alone do not fill it, in
-// whole chunks. Scratch: tokens · heads · num_splits · (R + 2) · 4 bytes when num_splits > 1.
+// (mla_wgmma_supported and >= 64 query rows a sequence), else the decode kernel where it applies
+// (mla_decode_supported; 8 rows a block when a sequence has at most 8 query rows, else 16; 64-key
+// stages, mla_decode_stages of them), else the mma kernel (16 rows; bf16 rows 48-key chunks in 3
+// stages, other formats 64-key chunks in 3 raw stages where they fit). Splits: enough blocks for
+// one wave over `num_sms` when the rows alone do not fill it, in whole chunks. Scratch: tokens ·
+// heads · num_splits · (R + 2) · 4 bytes when num_splits > 1.
 MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_tokens, int heads,
                            int max_new_tokens, int max_kv_len, int num_sms,
                            const MlaPlanOptions& opt = {});
