@@ -690,6 +690,7 @@ def main():
         ("flash", 8, 16, [(330, 1)], 0, CVT_HW),
         ("flash", 2, 1, [(60, 7), (0, 3)], 0, CVT_HWS),
         ("bf16", 16, 16, [(40, 2)], 0, CVT_INT),  # 32 rows: two row tiles, causal pairs
+        ("flash", 40, 16, [(90, 1), (10, 1)], 0, CVT_HWS),  # three row tiles, the last ragged
     ]
     if "--quick" in sys.argv:
         cases = cases[:3]
