@@ -6,8 +6,10 @@
 //             V2-Lite at tp 1), 8 (Kimi-K2.5 at tp 8), 128 (DeepSeek-V3 at tp 1); bf16, fp8_e4m3
 //             and fp8_flashmla rows; GB/s of latent rows read (batch · context · row bytes) and %
 //             of copy bandwidth; TFLOP/s (2 · heads · context · (R + P + R) a sequence) and % of
-//             the GEMM rate; the mma kernel (bf16: both pipelines, chunks x stages printed) and,
-//             for bf16 at 128 heads, the wgmma kernel
+//             the GEMM rate; the plan's kernel (the decode kernel for 8 / 16 heads and fp8 rows at
+//             128 heads, wgmma for bf16 at 128 heads) and, for comparison, the mma kernel; the
+//             decode kernel's three e4m3 conversions (cvt 0 integer, 1 the conversion unit in the
+//             S warps, 2 in both) over fp8 rows; one 32K-token sequence (split-KV + merge)
 //   prefill   8,192 new tokens causal (the absorbed kernel as the prefill path), 16 and 128 heads:
 //             TFLOP/s over the causal FLOPs and % of the GEMM rate
 // Pages of 64 tokens in a shuffled order; the rows written by the MLA write kernel from random
@@ -15,6 +17,9 @@
 // bench/cuda/mla_torch_baseline.py (PyTorch bmm + softmax of the same decode).
 //
 // Usage: strata_bench_mla_bench [--what ceilings,decode,prefill] [--batch 64] [--context 4096]
+//                               [--decode-kernel 0] [--wgmma-pipe 0]  (0: never the decode
+//                               kernel / the pipelined wgmma kernel, e.g. after their parity tests
+//                               failed)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -35,6 +40,9 @@
 
 namespace strata {
 namespace {
+
+bool g_decode_kernel = true;  // --decode-kernel 0: plans without the decode kernel
+bool g_wgmma_pipe = true;     // --wgmma-pipe 0: the wgmma kernel instead of the pipelined one
 
 #define BENCH_CUDA(expr)                                                          \
   do {                                                                            \
@@ -139,7 +147,7 @@ struct Layout {
 // One layer's latent cache of `batch` sequences × `ctx` tokens (pages of `page` tokens, shuffled),
 // written by the MLA write kernel; then `new_tokens` new tokens a sequence attend over it.
 void bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch, int ctx,
-                int new_tokens, int heads, int wgmma, const char* what, int bf16_chunk = 48) {
+                int new_tokens, int heads, const char* what, const cuda::MlaPlanOptions& opt = {}) {
   constexpr int R = 512, P = 64, W = R + P, page = 64;
   const int pages_per_seq = (ctx + page - 1) / page;
   const int64_t num_pages = int64_t(batch) * pages_per_seq;
@@ -205,8 +213,11 @@ void bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch, 
   p.copy_width = cuda::mla_copy_width(cache.p, fmt.row_bytes);
   int sms = 0;
   BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const cuda::MlaPlan plan = cuda::plan_mla_attention(fmt, batch, tokens, heads, new_tokens, ctx,
-                                                      sms, wgmma, 0, bf16_chunk);
+  cuda::MlaPlanOptions o = opt;
+  if (!g_decode_kernel) o.decode = 0;
+  if (!g_wgmma_pipe && o.wgmma == 2) o.wgmma = 1;
+  const cuda::MlaPlan plan =
+      cuda::plan_mla_attention(fmt, batch, tokens, heads, new_tokens, ctx, sms, o);
   Buf scratch(size_t(std::max<int64_t>(plan.scratch_bytes, 16)));
   cuda::apply_mla_plan(plan, plan.scratch_bytes ? scratch.p : nullptr, &p);
   const double ms = time_ms(s, 3, 20, [&] { cuda::launch_mla_attention(p, s); });
@@ -217,12 +228,22 @@ void bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch, 
   const double flops = 2.0 * batch * heads * keys * (W + R);
   const double bytes = double(batch) * ctx * fmt.row_bytes;
   const double gbs = bytes / (ms * 1e-3) / 1e9, tflops = flops / (ms * 1e-3) / 1e12;
+  const char* kname = plan.kernel == cuda::kMlaWgmma       ? "wgmma"
+                      : plan.kernel == cuda::kMlaWgmmaPipe ? "wgmma-pipe"
+                      : plan.kernel == cuda::kMlaDecode    ? "decode"
+                                                           : "mma";
+  char variant[48];
+  int at = std::snprintf(variant, sizeof variant, "%s %dx%d", kname, plan.chunk, plan.stages);
+  if (plan.kernel == cuda::kMlaDecode && fmt.latent_elem == cuda::kMlaE4M3)
+    at += std::snprintf(variant + at, sizeof variant - at, " c%d", plan.cvt);
+  if (plan.evict_first) at += std::snprintf(variant + at, sizeof variant - at, " ef");
+  if (plan.diag == 1) std::snprintf(variant + at, sizeof variant - at, " LOADS");
+  if (plan.diag == 2) std::snprintf(variant + at, sizeof variant - at, " MATH");
   std::printf(
-      "mla      %-7s %-12s batch %2d x ctx %5d, %4d new, %3d heads, %-5s %2dx%d, %3d split(s): "
+      "mla      %-7s %-12s batch %2d x ctx %5d, %4d new, %3d heads, %-24s %2d rows, %3d split(s): "
       "%8.3f ms, %5.0f GB/s of latent rows = %5.1f%% of copy, %5.0f TFLOP/s = %5.1f%% of GEMM\n",
-      what, lt.name, batch, ctx, new_tokens, heads, plan.kernel ? "wgmma" : "mma", plan.chunk,
-      plan.stages, plan.num_splits, ms, gbs, 100.0 * gbs / c.copy_gbs, tflops,
-      100.0 * tflops / c.gemm_tflops);
+      what, lt.name, batch, ctx, new_tokens, heads, variant, plan.tile_rows, plan.num_splits, ms,
+      gbs, 100.0 * gbs / c.copy_gbs, tflops, 100.0 * tflops / c.gemm_tflops);
 }
 
 }  // namespace
@@ -240,6 +261,10 @@ int main(int argc, char** argv) {
       batch = std::atoi(argv[i + 1]);
     else if (a == "--context")
       ctx = std::atoi(argv[i + 1]);
+    else if (a == "--decode-kernel")
+      g_decode_kernel = std::atoi(argv[i + 1]) != 0;
+    else if (a == "--wgmma-pipe")
+      g_wgmma_pipe = std::atoi(argv[i + 1]) != 0;
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   cudaDeviceProp prop{};
@@ -251,24 +276,45 @@ int main(int argc, char** argv) {
   Ceilings c;
   if (what.find("ceilings") != std::string::npos) c = measure_ceilings(s);
   const Layout bf16{"bf16", DType::kBF16, false}, e4m3{"fp8_e4m3", DType::kFP8E4M3, false},
-      flash{"fp8_flashmla", DType::kFP8E4M3, true};
+      e5m2{"fp8_e5m2", DType::kFP8E5M2, false}, flash{"fp8_flashmla", DType::kFP8E4M3, true};
+  const cuda::MlaPlanOptions mma64{.decode = 0, .bf16_chunk = 64}, mma{.decode = 0};
+  auto cvt = [](int v) { return cuda::MlaPlanOptions{.cvt = v}; };
   if (what.find("decode") != std::string::npos) {
     for (int heads : {16, 8}) {
-      bench_case(s, c, bf16, batch, ctx, 1, heads, 1, "decode");
-      bench_case(s, c, bf16, batch, ctx, 1, heads, 1, "decode", 64);
-      bench_case(s, c, flash, batch, ctx, 1, heads, 1, "decode");
-      bench_case(s, c, e4m3, batch, ctx, 1, heads, 1, "decode");
+      bench_case(s, c, bf16, batch, ctx, 1, heads, "decode");
+      bench_case(s, c, bf16, batch, ctx, 1, heads, "decode", mma64);
+      bench_case(s, c, flash, batch, ctx, 1, heads, "decode");
+      bench_case(s, c, e4m3, batch, ctx, 1, heads, "decode");
     }
-    bench_case(s, c, bf16, batch, ctx, 1, 128, 1, "decode");
-    bench_case(s, c, bf16, batch, ctx, 1, 128, 0, "decode");
-    bench_case(s, c, flash, batch, ctx, 1, 128, 1, "decode");
-    bench_case(s, c, bf16, batch, ctx, 2, 16, 1, "verify");  // speculative verify: 2 tokens
-    bench_case(s, c, bf16, 1, 32768, 1, 16, 1, "decode");    // one long sequence: split-KV
+    for (int v : {cuda::kMlaCvtInt, cuda::kMlaCvtHw}) {  // the other e4m3 conversions, 16 heads
+      bench_case(s, c, flash, batch, ctx, 1, 16, "decode", cvt(v));
+      bench_case(s, c, e4m3, batch, ctx, 1, 16, "decode", cvt(v));
+    }
+    bench_case(s, c, e5m2, batch, ctx, 1, 16, "decode");
+    // Where the time goes (wrong results): loads without math, math without loads; and the L2
+    // evict-first policy for the streamed rows.
+    for (const Layout* lt : {&bf16, &flash}) {
+      bench_case(s, c, *lt, batch, ctx, 1, 16, "decode", cuda::MlaPlanOptions{.diag = 1});
+      bench_case(s, c, *lt, batch, ctx, 1, 16, "decode", cuda::MlaPlanOptions{.diag = 2});
+      bench_case(s, c, *lt, batch, ctx, 1, 16, "decode", cuda::MlaPlanOptions{.evict_first = 1});
+    }
+    bench_case(s, c, flash, batch, ctx, 1, 16, "decode", mma);
+    bench_case(s, c, bf16, batch, ctx, 1, 128, "decode");
+    bench_case(s, c, bf16, batch, ctx, 1, 128, "decode", cuda::MlaPlanOptions{.wgmma = 1});
+    bench_case(s, c, bf16, batch, ctx, 1, 128, "decode", cuda::MlaPlanOptions{.diag = 1});
+    bench_case(s, c, bf16, batch, ctx, 1, 128, "decode", cuda::MlaPlanOptions{.diag = 2});
+    bench_case(s, c, bf16, batch, ctx, 1, 128, "decode", cuda::MlaPlanOptions{.wgmma = 0});
+    bench_case(s, c, flash, batch, ctx, 1, 128, "decode");
+    bench_case(s, c, bf16, batch, ctx, 2, 16, "verify");  // speculative verify: 2 tokens
+    bench_case(s, c, bf16, 1, 32768, 1, 16, "decode");    // one long sequence: split-KV
+    bench_case(s, c, flash, 1, 32768, 1, 16, "decode");
+    bench_case(s, c, bf16, 1, 32768, 1, 16, "decode", mma);
   }
   if (what.find("prefill") != std::string::npos) {
-    bench_case(s, c, bf16, 1, 8192, 8192, 16, 1, "prefill");
-    bench_case(s, c, bf16, 1, 8192, 8192, 16, 0, "prefill");
-    bench_case(s, c, bf16, 1, 8192, 8192, 128, 1, "prefill");
+    for (int heads : {16, 128}) {
+      bench_case(s, c, bf16, 1, 8192, 8192, heads, "prefill");
+      bench_case(s, c, bf16, 1, 8192, 8192, heads, "prefill", cuda::MlaPlanOptions{.wgmma = 1});
+    }
   }
   BENCH_CUDA(cudaStreamDestroy(s));
   return 0;

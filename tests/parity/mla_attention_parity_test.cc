@@ -14,9 +14,11 @@
 //    each ~1e-6-1e-5 of NMSE. Odd shapes: page sizes 1, 3, 16, 64; contexts off page bounds; 1, 5,
 //    8, 16, 128 heads; 1..5 new tokens a sequence (causal among them), ragged batches, chunks of
 //    64-200 new tokens (the prefill path); forced split counts (with empty splits) and the
-//    automatic plan; the mma.sync kernel everywhere (both bf16 pipelines: 48-key chunks in 3
-//    stages, 64 in 2) and the wgmma kernel where it applies. Outputs
-//    start as NaN: a row not written fails the bound;
+//    automatic plan; the decode kernel where it applies (512 + 64 rows but f32 rope parts; 8 and
+//    16 rows a block; its three e4m3 conversions; f16 Q, K, V and P over fp8 rows: P rounded to
+//    f16, relative 2^-11), the mma.sync kernel everywhere (both bf16 pipelines: 48-key chunks in 3
+//    stages, 64 in 2) and the wgmma kernel where it applies. Outputs start as NaN: a row not
+//    written fails the bound;
 //  - a launch captured into a CUDA graph and replayed gives the eager launch's bits.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -222,11 +224,28 @@ struct Case {
   int heads = 16;
   int page = 16;
   std::vector<std::pair<int, int>> seqs;  // (cached, new) tokens
-  int wgmma = 1;                          // allow the wgmma kernel
+  int wgmma = 2;                          // 2: the pipelined wgmma kernel, 1: the wgmma kernel
   int splits = 0;                         // 0: the plan's
   bool graph = false;                     // also replay the launch from a captured graph
   int bf16_chunk = 48;                    // the mma kernel's chunk for bf16 rows (48 or 64)
+  int decode = 1;                         // allow the decode kernel
+  int cvt = -1;                           // the decode kernel's e4m3 conversion (-1: default)
+  bool spread = false;                    // rows scaled by e^U(-7, 2): FlashMLA tile scales of
+                                          // keys four orders of magnitude apart
 };
+
+const char* kernel_name(const cuda::MlaPlan& plan) {
+  switch (plan.kernel) {
+    case cuda::kMlaWgmma:
+      return "wgmma";
+    case cuda::kMlaWgmmaPipe:
+      return "wgmma-pipe";
+    case cuda::kMlaDecode:
+      return "decode";
+    default:
+      return "mma";
+  }
+}
 
 double nmse(const std::vector<float>& got, const std::vector<float>& want) {
   double num = 0, den = 0;
@@ -265,6 +284,13 @@ void run_attention(const Fmt& f, const Case& cs) {
   }
   const int t_new = q_indptr.back();
   auto rows = random_rows(int64_t(all_slots.size()), W, f.scale, rng, false);
+  if (cs.spread) {
+    std::uniform_real_distribution<float> u(-7.0f, 2.0f);
+    for (size_t r = 0; r < all_slots.size(); ++r) {
+      const float k = std::exp(u(rng));
+      for (int i = 0; i < W; ++i) rows[r * W + i] = round_to_bf16(rows[r * W + i] * k);
+    }
+  }
   Caches c(f, cs.latent, cs.rope, int64_t(perm.size()), page, rows, all_slots);
   ASSERT_EQ(c.mismatched_bytes, 0) << f.name;
 
@@ -310,8 +336,13 @@ void run_attention(const Fmt& f, const Case& cs) {
   p.page_size = page;
   p.scale_log2 = scale * 1.4426950408889634f;
   p.copy_width = cuda::mla_copy_width(c.gpu->p, c.fmt.row_bytes);
-  const cuda::MlaPlan plan = cuda::plan_mla_attention(
-      c.fmt, n, t_new, H, max_new, max_kv, num_sms(), cs.wgmma, cs.splits, cs.bf16_chunk);
+  const cuda::MlaPlanOptions opt{.wgmma = cs.wgmma,
+                                 .decode = cs.decode,
+                                 .splits = cs.splits,
+                                 .bf16_chunk = cs.bf16_chunk,
+                                 .cvt = cs.cvt};
+  const cuda::MlaPlan plan =
+      cuda::plan_mla_attention(c.fmt, n, t_new, H, max_new, max_kv, num_sms(), opt);
   DevBuf scratch(size_t(plan.scratch_bytes));
   cuda::apply_mla_plan(plan, plan.scratch_bytes ? scratch.p : nullptr, &p);
   MLA_CUDA(cudaMemset(dout.p, 0xff, dout.bytes));  // NaN: rows never written fail
@@ -326,11 +357,12 @@ void run_attention(const Fmt& f, const Case& cs) {
   for (auto [cached, fresh] : cs.seqs)
     shape += " " + std::to_string(cached) + "+" + std::to_string(fresh);
   std::printf(
-      "mla attention %-28s %3d+%-2d heads %3d page %2d %s kernel (%d-key chunks, %d "
-      "stages), %d split(s) of %d:%s: nmse %.3g\n",
-      f.name, R, cs.rope, H, page, plan.kernel ? "wgmma" : "mma", plan.chunk, plan.stages,
-      plan.num_splits, plan.split_len, shape.c_str(), e);
-  EXPECT_LT(e, 1e-4) << f.name << " heads " << H << " page " << page << shape;
+      "mla attention %-28s %3d+%-2d heads %3d page %2d %-10s kernel (%2d rows, %d-key chunks, %d "
+      "stages, cvt %d), %d split(s) of %d:%s: nmse %.3g\n",
+      f.name, R, cs.rope, H, page, kernel_name(plan), plan.tile_rows, plan.chunk, plan.stages,
+      plan.cvt, plan.num_splits, plan.split_len, shape.c_str(), e);
+  EXPECT_LT(e, 1e-4) << "kernel " << kernel_name(plan) << " " << f.name << " heads " << H
+                     << " page " << page << shape;
 
   if (cs.graph) {  // the same launch captured and replayed: the same bits
     cudaStream_t s;
@@ -346,7 +378,8 @@ void run_attention(const Fmt& f, const Case& cs) {
     MLA_CUDA(cudaStreamSynchronize(s));
     std::vector<uint16_t> replay(raw.size());
     MLA_CUDA(cudaMemcpy(replay.data(), dout.p, replay.size() * 2, cudaMemcpyDeviceToHost));
-    EXPECT_EQ(std::memcmp(replay.data(), raw.data(), raw.size() * 2), 0) << "graph replay";
+    EXPECT_EQ(std::memcmp(replay.data(), raw.data(), raw.size() * 2), 0)
+        << "graph replay, kernel " << kernel_name(plan);
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
     cudaStreamDestroy(s);
@@ -354,34 +387,75 @@ void run_attention(const Fmt& f, const Case& cs) {
 }
 
 // Decode (one new token a sequence) and speculative-verify shapes over every layout, the real
-// dims, the mma kernel: 16 heads (Moonlight / V2-Lite), 8 (Kimi tp8), 1; split-KV forced and
-// automatic; page sizes 1, 16, 64.
+// dims, the decode kernel where it applies (else the mma kernel): 16 heads (Moonlight / V2-Lite),
+// 8 (Kimi tp8: 8-row blocks), 1; split-KV forced and automatic; page sizes 1, 16, 64; then the
+// mma kernel on the same shapes.
 TEST(MlaAttention, DecodeEveryLayout) {
-  for (const Fmt& f : kFormats) {
-    run_attention(f, {.heads = 16, .page = 16, .seqs = {{0, 1}, {16, 1}, {299, 1}, {1000, 1}}});
-    run_attention(f, {.heads = 8, .page = 64, .seqs = {{2100, 1}, {63, 1}}, .splits = 5});
-    run_attention(f, {.heads = 1, .page = 1, .seqs = {{130, 3}, {7, 2}}, .splits = 3});
-    run_attention(f, {.heads = 16, .page = 16, .seqs = {{500, 5}, {0, 4}, {77, 1}}});
+  for (int decode : {1, 0}) {
+    for (const Fmt& f : kFormats) {
+      run_attention(f, {.heads = 16,
+                        .page = 16,
+                        .seqs = {{0, 1}, {16, 1}, {299, 1}, {1000, 1}},
+                        .decode = decode});
+      run_attention(
+          f, {.heads = 8, .page = 64, .seqs = {{2100, 1}, {63, 1}}, .splits = 5, .decode = decode});
+      run_attention(
+          f, {.heads = 1, .page = 1, .seqs = {{130, 3}, {7, 2}}, .splits = 3, .decode = decode});
+      run_attention(
+          f, {.heads = 16, .page = 16, .seqs = {{500, 5}, {0, 4}, {77, 1}}, .decode = decode});
+    }
   }
 }
 
-// 128 heads (DeepSeek-V3 at tp 1): the wgmma kernel (bf16) and the mma kernel (every layout).
-TEST(MlaAttention, ManyHeads) {
-  run_attention(kFormats[0], {.heads = 128, .page = 16, .seqs = {{1500, 1}, {40, 1}, {0, 2}}});
-  run_attention(kFormats[0], {.heads = 128, .page = 64, .seqs = {{700, 3}}, .splits = 4});
-  run_attention(kFormats[0], {.heads = 128, .page = 1, .seqs = {{129, 1}, {300, 2}}, .wgmma = 0});
-  for (int i : {1, 5, 7})
-    run_attention(kFormats[i], {.heads = 128, .page = 16, .seqs = {{900, 2}, {5, 1}}});
+// The decode kernel's three e4m3 conversions (integer ops, the conversion unit in the S warps,
+// in both) over plain e4m3 and FlashMLA rows, 16 rows a block (8 rows: the default only), also
+// with rows of very different sizes (FlashMLA: tile scales of one chunk's keys far apart, the P
+// rescaling by the chunk's largest; plain e4m3: subnormal and saturated codes).
+TEST(MlaAttention, DecodeConversions) {
+  for (int i : {2, 7}) {
+    for (int cvt : {cuda::kMlaCvtInt, cuda::kMlaCvtHwS, cuda::kMlaCvtHw}) {
+      run_attention(kFormats[i],
+                    {.heads = 16, .page = 16, .seqs = {{700, 1}, {64, 1}, {5, 1}}, .cvt = cvt});
+      run_attention(
+          kFormats[i],
+          {.heads = 4, .page = 3, .seqs = {{300, 4}}, .splits = 2, .cvt = cvt, .spread = true});
+    }
+    run_attention(kFormats[i], {.heads = 8, .page = 64, .seqs = {{400, 1}}, .spread = true});
+  }
 }
 
-// Long new chunks (the absorbed prefill path), causal over earlier pages: 16 and 5 heads, the
-// wgmma kernel for bf16 (>= 64 rows), the mma kernel for the rest.
+// 128 heads (DeepSeek-V3 at tp 1): both wgmma kernels (bf16), the decode kernel (8 row tiles a
+// token) and the mma kernel.
+TEST(MlaAttention, ManyHeads) {
+  for (int wgmma : {2, 1}) {
+    run_attention(kFormats[0],
+                  {.heads = 128, .page = 16, .seqs = {{1500, 1}, {40, 1}, {0, 2}}, .wgmma = wgmma});
+    run_attention(kFormats[0],
+                  {.heads = 128, .page = 64, .seqs = {{700, 3}}, .wgmma = wgmma, .splits = 4});
+  }
+  run_attention(kFormats[0], {.heads = 128, .page = 1, .seqs = {{129, 1}, {300, 2}}, .wgmma = 0});
+  run_attention(kFormats[0],
+                {.heads = 128, .page = 1, .seqs = {{129, 1}, {300, 2}}, .wgmma = 0, .decode = 0});
+  for (int i : {1, 5, 7}) {
+    run_attention(kFormats[i], {.heads = 128, .page = 16, .seqs = {{900, 2}, {5, 1}}});
+    run_attention(kFormats[i], {.heads = 128, .page = 16, .seqs = {{900, 2}}, .decode = 0});
+  }
+}
+
+// Long new chunks (the absorbed prefill path), causal over earlier pages: 16, 5 and 3 heads, the
+// pipelined wgmma kernel for bf16 (>= 64 rows; the wgmma kernel once), the decode or mma kernel
+// for the rest.
 TEST(MlaAttention, Chunks) {
+  run_attention(kFormats[0], {.heads = 16, .page = 16, .seqs = {{0, 200}, {300, 70}}, .wgmma = 1});
+  run_attention(kFormats[0], {.heads = 3, .page = 1, .seqs = {{2000, 50}, {0, 30}}});
   for (int i : {0, 1, 7}) {
     run_attention(kFormats[i], {.heads = 16, .page = 16, .seqs = {{0, 200}, {300, 70}, {5, 1}}});
     run_attention(kFormats[i], {.heads = 16, .page = 64, .seqs = {{1000, 65}}, .splits = 3});
   }
   run_attention(kFormats[0], {.heads = 16, .page = 16, .seqs = {{0, 130}}, .wgmma = 0});
+  run_attention(kFormats[0],
+                {.heads = 16, .page = 16, .seqs = {{0, 130}}, .wgmma = 0, .decode = 0});
+  run_attention(kFormats[7], {.heads = 16, .page = 16, .seqs = {{0, 130}}, .decode = 0});
   run_attention(kFormats[0], {.heads = 5, .page = 3, .seqs = {{10, 90}, {0, 13}}});
 }
 
@@ -391,12 +465,14 @@ TEST(MlaAttention, Bf16Chunk64) {
                               .page = 16,
                               .seqs = {{0, 1}, {700, 1}, {90, 3}},
                               .splits = 3,
-                              .bf16_chunk = 64});
+                              .bf16_chunk = 64,
+                              .decode = 0});
   run_attention(
       kFormats[0],
       {.latent = 128, .rope = 32, .heads = 5, .page = 1, .seqs = {{200, 2}}, .bf16_chunk = 64});
-  run_attention(kFormats[0],
-                {.heads = 128, .page = 64, .seqs = {{300, 1}}, .wgmma = 0, .bf16_chunk = 64});
+  run_attention(
+      kFormats[0],
+      {.heads = 128, .page = 64, .seqs = {{300, 1}}, .wgmma = 0, .bf16_chunk = 64, .decode = 0});
 }
 
 // The small dims: house-mla (128 + 32, 5 heads) and the tiny fixtures (32 + 8, 4 heads).
@@ -415,9 +491,13 @@ TEST(MlaAttention, SmallDims) {
 
 TEST(MlaAttention, GraphReplay) {
   run_attention(kFormats[0], {.heads = 16, .page = 16, .seqs = {{600, 1}, {30, 1}}, .graph = true});
+  run_attention(kFormats[0],
+                {.heads = 16, .page = 16, .seqs = {{600, 1}}, .graph = true, .decode = 0});
   run_attention(kFormats[7],
                 {.heads = 8, .page = 64, .seqs = {{600, 2}}, .splits = 4, .graph = true});
   run_attention(kFormats[0], {.heads = 128, .page = 16, .seqs = {{300, 1}}, .graph = true});
+  run_attention(kFormats[0],
+                {.heads = 128, .page = 16, .seqs = {{300, 1}}, .wgmma = 1, .graph = true});
 }
 
 }  // namespace

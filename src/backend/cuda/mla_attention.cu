@@ -21,6 +21,7 @@
 // ldmatrix.trans). Three barriers a chunk (four when staged). The row sums add over the warps at
 // the end. Rows past a sequence's rows are padding (zero q), never stored.
 // bench/cuda/mla_emulate.py emulates this kernel lane by lane (numpy) against float64 attention.
+#include <algorithm>
 #include <cfloat>
 
 #include "backend/cuda/mla_device.cuh"
@@ -295,59 +296,69 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(MlaAttentionParams
   }
 }
 
-// The split merge: one warp a row, kCombineWarps rows a block, grid (the attention grid's rows /
-// kCombineWarps, sequences): many small blocks, so the merge spreads over every SM.
-// out = latent_scale · Σᵢ wᵢ oᵢ / Σᵢ wᵢ lᵢ with wᵢ = 2^(mᵢ - max m); empty splits (m = -inf) weigh
-// 0. The weights go through shared memory, kCombineSplits at a time.
-constexpr int kCombineWarps = 4;
-constexpr int kCombineSplits = 64;
-__global__ void __launch_bounds__(kCombineWarps * 32) mla_combine_kernel(MlaAttentionParams p) {
-  __shared__ float wts[kCombineWarps][kCombineSplits];
+// The split merge: out = latent_scale · Σᵢ wᵢ oᵢ / Σᵢ wᵢ lᵢ with wᵢ = 2^(mᵢ - max m); empty splits
+// (m = -inf) weigh 0. A block: one row, 128 columns (a float4 a lane), min(8, splits) warps taking
+// the splits in turn (independent loads in flight), the warps' sums added in shared memory; grid
+// (rows of the longest sequence, sequences, R / 128 column blocks). Dynamic shared memory: the
+// splits' weights. (One warp a row over all splits and columns took ~120 us for 16 rows x 114
+// splits: 16 warps on the whole GPU, each a chain of dependent loads.)
+constexpr int kCombineCols = 128;
+__global__ void __launch_bounds__(256) mla_combine_kernel(MlaAttentionParams p) {
+  extern __shared__ float wts[];  // [num_splits]
+  __shared__ float red[8][kCombineCols];
+  __shared__ float stat[2][8];
   pdl_wait();
   pdl_trigger();
-  const int s = blockIdx.y;
+  const int s = blockIdx.y, r = blockIdx.x;
   const int q0 = p.q_indptr[s], rows = (p.q_indptr[s + 1] - q0) * p.heads;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, n = p.num_splits, R = p.fmt.latent;
-  float* wt = wts[warp];
-  const int r = int(blockIdx.x) * kCombineWarps + warp;
-  if (r < rows) {
-    const int64_t grow = int64_t(q0) * p.heads + r;
-    const float* ml = p.partial_ml + grow * n * 2;
-    float mx = -INFINITY;
-    for (int i = lane; i < n; i += 32) mx = fmaxf(mx, ml[2 * i]);
+  if (r >= rows) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+  const int n = p.num_splits, R = p.fmt.latent;
+  const int64_t grow = int64_t(q0) * p.heads + r;
+  const float* ml = p.partial_ml + grow * n * 2;
+  float mx = -INFINITY;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, ml[2 * i]);
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    float sum = 0.0f;
-    for (int i = lane; i < n; i += 32) {
-      const float mi = ml[2 * i];
-      sum += mi == -INFINITY ? 0.0f : ml[2 * i + 1] * exp2f(mi - mx);
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  if (lane == 0) stat[0][warp] = mx;
+  __syncthreads();
+  mx = stat[0][0];
+  for (int v = 1; v < nw; ++v) mx = fmaxf(mx, stat[0][v]);
+  float sum = 0.0f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float mi = ml[2 * i];
+    const float wi = mi == -INFINITY ? 0.0f : exp2f(mi - mx);
+    wts[i] = wi;
+    sum += wi * ml[2 * i + 1];
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (lane == 0) stat[1][warp] = sum;
+  __syncthreads();
+  const int col = int(blockIdx.z) * kCombineCols + 4 * lane;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (col < R) {
+    const float* po = p.partial_o + grow * n * R + col;
+#pragma unroll 4
+    for (int i = warp; i < n; i += nw) {
+      const float wi = wts[i];
+      const float4 v = *reinterpret_cast<const float4*>(po + int64_t(i) * R);
+      acc.x += wi * v.x, acc.y += wi * v.y, acc.z += wi * v.z, acc.w += wi * v.w;
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    const float inv = sum > 0.0f ? p.fmt.latent_scale / sum : 0.0f;
-    const float* po = p.partial_o + grow * n * R;
-    for (int col0 = 0; col0 < R; col0 += 32 * 4) {  // up to 4 columns a lane at a time
-      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      for (int i0 = 0; i0 < n; i0 += kCombineSplits) {
-        const int cnt = min(kCombineSplits, n - i0);
-        __syncwarp();
-        for (int i = lane; i < cnt; i += 32) {
-          const float mi = ml[2 * (i0 + i)];
-          wt[i] = mi == -INFINITY ? 0.0f : exp2f(mi - mx);
-        }
-        __syncwarp();
-        for (int i = 0; i < cnt; ++i) {
-          const float* src = po + int64_t(i0 + i) * R + col0 + lane;
-#pragma unroll
-          for (int k = 0; k < 4; ++k)
-            if (col0 + lane + 32 * k < R) acc[k] += wt[i] * src[32 * k];
-        }
-      }
-#pragma unroll
-      for (int k = 0; k < 4; ++k)
-        if (col0 + lane + 32 * k < R)
-          p.out[grow * R + col0 + lane + 32 * k] = float_to_bf16(acc[k] * inv);
+  }
+  *reinterpret_cast<float4*>(&red[warp][4 * lane]) = acc;
+  __syncthreads();
+  if (warp == 0 && col < R) {
+    float total = 0.0f;
+    for (int v = 0; v < nw; ++v) total += stat[1][v];
+    const float inv = total > 0.0f ? p.fmt.latent_scale / total : 0.0f;
+    float4 o = *reinterpret_cast<const float4*>(&red[0][4 * lane]);
+    for (int v = 1; v < nw; ++v) {
+      const float4 x = *reinterpret_cast<const float4*>(&red[v][4 * lane]);
+      o.x += x.x, o.y += x.y, o.z += x.z, o.w += x.w;
     }
+    *reinterpret_cast<uint2*>(p.out + grow * R + col) =
+        make_uint2(pack_bf16x2(o.x * inv, o.y * inv), pack_bf16x2(o.z * inv, o.w * inv));
   }
 }
 
@@ -418,6 +429,8 @@ void init_mla_attention_kernels() {
   set_limits<128, 32>();
   set_limits<32, 8>();
   init_mla_attention_wgmma_kernels();
+  init_mla_attention_wgmma_pipe_kernels();
+  init_mla_decode_kernels();
 }
 
 void launch_mla_attention(const MlaAttentionParams& p, cudaStream_t stream) {
@@ -425,7 +438,12 @@ void launch_mla_attention(const MlaAttentionParams& p, cudaStream_t stream) {
   CHECK_MSG(p.num_splits == 1 || (p.partial_o && p.partial_ml), "MLA attention: no scratch");
   if (p.kernel == kMlaWgmma) {
     launch_mla_attention_wgmma(p, stream);
+  } else if (p.kernel == kMlaWgmmaPipe) {
+    launch_mla_attention_wgmma_pipe(p, stream);
+  } else if (p.kernel == kMlaDecode) {
+    launch_mla_decode(p, stream);
   } else {
+    CHECK_MSG(p.tile_rows == kRows, "MLA attention: the mma kernel takes {} rows a block", kRows);
     const int R = p.fmt.latent, P = p.fmt.rope;
     if (R == 512 && P == 64)
       launch_mma<512, 64>(p, stream);
@@ -437,10 +455,10 @@ void launch_mla_attention(const MlaAttentionParams& p, cudaStream_t stream) {
       CHECK_MSG(false, "MLA attention: kv_lora_rank {} rope {} not built", R, P);
   }
   if (p.num_splits > 1) {
-    const int tile_rows = p.kernel == kMlaWgmma ? 64 : kRows;  // the attention kernel's tiles
-    static_assert(kRows % kCombineWarps == 0, "whole tiles");
-    mla::launch(mla_combine_kernel, dim3(p.row_tiles * (tile_rows / kCombineWarps), p.num_seqs),
-                dim3(kCombineWarps * 32), 0, stream, p);
+    const int warps = std::min(8, p.num_splits);
+    const int col_blocks = (p.fmt.latent + kCombineCols - 1) / kCombineCols;
+    mla::launch(mla_combine_kernel, dim3(p.row_tiles * p.tile_rows, p.num_seqs, col_blocks),
+                dim3(warps * 32), size_t(p.num_splits) * 4, stream, p);
     CUDA_LAUNCH_CHECK();
   }
 }

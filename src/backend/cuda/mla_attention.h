@@ -14,8 +14,12 @@
 // FlashMLA rows carry their own scales): see MlaRowFormat::latent_scale and rope_scale.
 //
 // Files: mla_kv_write.cu (the write), mla_attention.cu (the mma.sync kernel: any head count,
-// every layout, the split-KV merge), mla_attention_wgmma.cu (the wgmma kernel: bf16 rows,
-// R = 512, P = 64, 64 query rows a block: DeepSeek-V3's 128 heads, long chunks).
+// every layout, the split-KV merge), mla_decode.cuh / .cu / _fp8.cu (the decode kernel: R = 512,
+// P = 64, bf16, fp8 and FlashMLA rows, 8 or 16 query rows a block, a TMA producer warp and fp8
+// converted in registers: the memory-bound decode), mla_attention_wgmma.cu (the wgmma kernel:
+// bf16 rows, R = 512, P = 64, 64 query rows a block: DeepSeek-V3's 128 heads, long chunks) and
+// mla_attention_wgmma_pipe.cu (the same products with warpgroup 1 loading behind mbarriers, no
+// block-wide barrier in the loop), mla_wgmma.cuh (their shared pieces).
 //
 // Conventions as kernels.h's: trivially copyable parameter blocks without padding bytes (a
 // launch is recorded as its bytes), launchers asynchronous on `stream` that never allocate or
@@ -69,20 +73,26 @@ struct MlaKvWriteParams {
 static_assert(sizeof(MlaKvWriteParams) == 3 * 8 + 2 * 8 + sizeof(MlaRowFormat), "no padding");
 void launch_mla_kv_write(const MlaKvWriteParams& p, cudaStream_t stream);
 
-// ---- attention (mla_attention.cu, mla_attention_wgmma.cu) ----
+// ---- attention (mla_attention.cu, mla_decode*.cu, mla_attention_wgmma*.cu) ----
 // Query rows of a sequence are its new tokens × heads, token-major: row r of sequence s is
 // (token q_indptr[s] + r / heads, head r % heads), which is q's row q_indptr[s] · heads + r
 // when q is [tokens, heads, q_stride]. Token i of the n new tokens of a sequence with kv_len
 // keys sees keys [0, kv_len - n + i] (causal within the new tokens, everything before them).
-// A block takes `tile_rows` rows of one sequence (16: the mma kernel, 64: the wgmma kernel) and
-// one split of its keys; grid (row_tiles, num_splits, num_seqs), tiles past a sequence's rows
-// exit. With num_splits > 1 each block leaves unnormalized partials and launch_mla_attention
-// appends the merge kernel.
-enum MlaKernel : int { kMlaMma = 0, kMlaWgmma = 1 };
+// A block takes `tile_rows` rows of one sequence (16: the mma kernel, 8 or 16: the decode kernel,
+// 64: the wgmma kernels) and one split of its keys; grid (row_tiles, num_splits, num_seqs), the
+// row tiles in reverse (the longest causal tiles first), tiles past a sequence's rows exit. With
+// num_splits > 1 each block leaves unnormalized partials and launch_mla_attention appends the merge
+// kernel.
+enum MlaKernel : int { kMlaMma = 0, kMlaWgmma = 1, kMlaDecode = 2, kMlaWgmmaPipe = 3 };
+// The decode kernel's e4m3 -> f16 conversion (mla_decode.cuh): integer ops in both warp roles,
+// the conversion unit in the S warps and integer ops in the PV warps (the default), or the unit in
+// both. FlashMLA and plain e4m3 rows; -1 in MlaPlanOptions: the default.
+enum MlaCvt : int { kMlaCvtInt = 0, kMlaCvtHwS = 1, kMlaCvtHw = 2 };
 
 struct MlaAttentionParams {
   const uint16_t* q;            // bf16 [tokens, heads, q_stride]: [latent (R) | rope (P)]
-  const void* cache;            // the layer's rows [slots, fmt.row_bytes]; 4-byte aligned
+  const void* cache;            // the layer's rows [slots, fmt.row_bytes]; 4-byte aligned (16
+                                // for the decode and wgmma kernels)
   uint16_t* out;                // bf16 [tokens, heads, R]
   const int32_t* q_indptr;      // device [num_seqs + 1]
   const int32_t* kv_lens;       // device [num_seqs]: keys after this step (cached + new)
@@ -102,14 +112,25 @@ struct MlaAttentionParams {
   int split_len;     // keys per split, a multiple of `chunk`
   int copy_width;    // bytes per cp.async of raw rows (16, 8, 4; mla_copy_width)
   int chunk;         // keys per pipeline stage (48 or 64; the plan's)
-  int stages;        // pipeline stages (2 or 3; the plan's)
+  int stages;        // pipeline stages (2 or 3; the decode kernel 2..6; the plan's)
+  int tile_rows;     // query rows a block (the plan's)
+  int cvt;           // MlaCvt (the decode kernel over e4m3 rows; the plan's)
+  int evict_first;   // 1: the decode kernel reads rows with an L2 evict-first policy (the plan's)
+  int diag;          // benchmarks only, the decode and pipelined wgmma kernels: 1 loads without
+                     // math, 2 math without loads (wrong results; where the time goes); else 0
 };
-static_assert(sizeof(MlaAttentionParams) == 9 * 8 + sizeof(MlaRowFormat) + 12 * 4, "no padding");
+static_assert(sizeof(MlaAttentionParams) == 9 * 8 + sizeof(MlaRowFormat) + 16 * 4, "no padding");
 
 // Which (R, P) the kernels are built for: (512, 64) the real models, (128, 32) house-mla,
 // (32, 8) the tiny fixtures. The wgmma kernel: (512, 64) with bf16 plain rows only.
 bool mla_attention_supported(int latent, int rope);
 bool mla_wgmma_supported(const MlaRowFormat& fmt);
+// The decode kernel: R = 512, P = 64, rows and rope offset multiples of 16 bytes, bf16 plain rows,
+// fp8 latent with a bf16 or fp8 rope part, FlashMLA rows (not f32 rope parts). The cache base must
+// be 16-byte aligned too (mla_copy_width == 16; launch checks).
+bool mla_decode_supported(const MlaRowFormat& fmt);
+// Its pipeline stages of 64 keys for the format (3 for bf16 rows, 5 for fp8 rows).
+int mla_decode_stages(const MlaRowFormat& fmt);
 // Whether the mma kernel copies rows straight into its bf16 tiles (bf16 plain rows) rather than
 // staging and decoding them.
 bool mla_mma_direct(const MlaRowFormat& fmt);
@@ -123,27 +144,42 @@ int mla_copy_width(const void* cache, int64_t row_bytes);
 struct MlaPlan {
   int kernel = kMlaMma;
   int row_tiles = 0;
+  int tile_rows = 16;
   int num_splits = 1;
   int split_len = 0;
   int chunk = 64;
   int stages = 2;
+  int cvt = kMlaCvtHwS;
+  int evict_first = 0;
+  int diag = 0;
   int64_t scratch_bytes = 0;  // partial_o then partial_ml, float32; 0 when num_splits == 1
 };
-// `wgmma`: 1 allows the wgmma kernel where it applies (mla_wgmma_supported and >= 64 query rows
-// a sequence), 0 forces the mma kernel (tests). `splits` > 0 forces that many splits (tests; some
-// may be empty); 0 picks them: enough blocks for one wave over `num_sms` when the rows alone do
-// not fill it. Pipeline: the wgmma kernel 64-key chunks, 2 stages; the mma kernel over bf16 rows
-// 48-key chunks, 3 stages (two chunks in flight: `bf16_chunk` 64 gives 2 stages of 64, one in
-// flight, for comparison), over the other formats 64-key chunks, 3 raw stages where they fit.
-// Scratch: tokens · heads · num_splits · (R + 2) · 4 bytes when num_splits > 1.
+// Knobs for tests and benchmarks; the defaults are the production choice.
+struct MlaPlanOptions {
+  int wgmma = 2;        // 0: never a wgmma kernel, 1: the wgmma kernel, 2: the pipelined one
+  int decode = 1;       // 0: never the decode kernel (the mma kernel instead)
+  int splits = 0;       // > 0: that many key splits (some may be empty); 0: the plan's
+  int bf16_chunk = 48;  // the mma kernel over bf16 rows: 48-key chunks x 3 stages, or 64 x 2
+  int cvt = -1;         // the decode kernel's MlaCvt over e4m3 rows (-1: kMlaCvtHwS)
+  int evict_first = 0;  // the decode kernel: rows read with an L2 evict-first policy
+  int diag = 0;         // MlaAttentionParams::diag (benchmarks)
+};
+// Kernel: the pipelined wgmma kernel (opt.wgmma 1: the wgmma kernel) where it applies
+// (mla_wgmma_supported and >= 64 query rows a sequence), else the decode kernel where it applies
+// (mla_decode_supported; 8 rows a block when a sequence has at most 8 query rows, else 16; 64-key
+// stages, mla_decode_stages of them), else the mma kernel (16 rows; bf16 rows 48-key chunks in 3
+// stages, other formats 64-key chunks in 3 raw stages where they fit). Splits: enough blocks for
+// one wave over `num_sms` when the rows alone do not fill it, in whole chunks. Scratch: tokens ·
+// heads · num_splits · (R + 2) · 4 bytes when num_splits > 1.
 MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_tokens, int heads,
-                           int max_new_tokens, int max_kv_len, int num_sms, int wgmma = 1,
-                           int splits = 0, int bf16_chunk = 48);
+                           int max_new_tokens, int max_kv_len, int num_sms,
+                           const MlaPlanOptions& opt = {});
 // Shared memory of the mma kernel for a format, chunk and stage count (bytes).
 int mla_mma_smem_bytes(const MlaRowFormat& fmt, int chunk, int stages);
 constexpr int kMlaMaxSmem = 227 * 1024;
-// Fills p.kernel, row_tiles, num_splits, split_len, chunk, stages and the partial pointers from
-// `plan` and `scratch` (plan.scratch_bytes bytes, 16-byte aligned; null when none is needed).
+// Fills p.kernel, row_tiles, tile_rows, num_splits, split_len, chunk, stages, cvt, evict_first,
+// diag and the partial pointers from `plan` and `scratch` (plan.scratch_bytes bytes, 16-byte
+// aligned; null when none is needed).
 void apply_mla_plan(const MlaPlan& plan, void* scratch, MlaAttentionParams* p);
 
 // Sets the kernels' shared-memory limits; call once per device before the first launch (and
@@ -152,8 +188,12 @@ void init_mla_attention_kernels();
 // The attention kernel p.kernel names, then the merge when p.num_splits > 1. Programmatic
 // dependent launch on both (their first instruction waits on the predecessor).
 void launch_mla_attention(const MlaAttentionParams& p, cudaStream_t stream);
-// The wgmma kernel alone (mla_attention_wgmma.cu; launch_mla_attention calls it).
+// The wgmma and decode kernels alone (launch_mla_attention calls them).
 void launch_mla_attention_wgmma(const MlaAttentionParams& p, cudaStream_t stream);
 void init_mla_attention_wgmma_kernels();
+void launch_mla_attention_wgmma_pipe(const MlaAttentionParams& p, cudaStream_t stream);
+void init_mla_attention_wgmma_pipe_kernels();
+void launch_mla_decode(const MlaAttentionParams& p, cudaStream_t stream);
+void init_mla_decode_kernels();
 
 }  // namespace strata::cuda

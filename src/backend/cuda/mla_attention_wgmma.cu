@@ -16,20 +16,14 @@
 // Shared memory: Q 72 KiB + 2 K stages 144 KiB + P 8 KiB + 1.5 KiB (+1 KiB alignment) = 226.5 KiB.
 #include <cfloat>
 
-#include "backend/cuda/attention_wgmma.cuh"
-#include "backend/cuda/mla_device.cuh"
+#include "backend/cuda/mla_wgmma.cuh"
 
 namespace strata::cuda {
 namespace {
 
 using namespace attn;
+using namespace mla_wgmma;
 
-constexpr int kThreads = 256;
-constexpr int kRows = 64;
-constexpr int kChunk = 64;  // keys a stage (p.chunk)
-constexpr int kR = 512, kP = 64, kD = kR + kP;
-constexpr int kPieces = kD / 8;              // 16-byte pieces of a row
-constexpr int kTileBytes = kChunk * kD * 2;  // = kRows · kD · 2 (Q)
 constexpr int kQOff = 0;
 constexpr int kKOff = kQOff + kRows * kD * 2;
 constexpr int kPOff = kKOff + 2 * kTileBytes;      // [4 k-steps][4 regs][128 threads] uint32
@@ -37,50 +31,7 @@ constexpr int kCorrOff = kPOff + 4 * 4 * 128 * 4;  // [2][128] float: rescale fa
 constexpr int kSlotOff = kCorrOff + 2 * 128 * 4;   // [2][kChunk] int32
 constexpr int kSmemBytes = kSlotOff + 2 * kChunk * 4 + 1024;  // + alignment slack
 static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
-
-// Byte offset of 16-byte piece c of row r in a swizzled [groups][rows][64] bf16 tile.
-__device__ __forceinline__ uint32_t swz(int r, int c, int rows) {
-  return uint32_t((c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
-}
-
-__device__ __forceinline__ void bar_sync(int id, int n) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(int id, int n) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
 constexpr int kBarP = 1;  // named barrier: warpgroup 0's P and factors are in shared memory
-
-// O[:, cols of half h of this warpgroup] += P · V over the chunk: 4 k-steps of 16 keys, two
-// n128 halves (groups 4·wg + 2h, + 1; 64-column groups kChunk · 128 bytes apart).
-__device__ __forceinline__ void pv(float (&o)[2][64], const uint32_t (&pa)[4][4], uint32_t k_s,
-                                   int wg) {
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < kChunk / 16; ++kk) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint32_t v = k_s + uint32_t((4 * wg + 2 * h) * kChunk * 128 + kk * 16 * 128);
-      wgmma_rs_m64n128k16<1>(o[h], pa[kk], make_smem_desc(v, kChunk * 128, 1024));
-    }
-  }
-  wgmma_commit();
-  wgmma_wait<0>();
-  reg_fence<64>(o[0]);
-  reg_fence<64>(o[1]);
-}
-
-__device__ __forceinline__ void rescale(float (&o)[2][64], float c0, float c1) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      o[h][4 * i] *= c0;
-      o[h][4 * i + 1] *= c0;
-      o[h][4 * i + 2] *= c1;
-      o[h][4 * i + 3] *= c1;
-    }
-}
 
 __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_kernel(MlaAttentionParams p) {
   extern __shared__ __align__(128) char smem_raw[];
@@ -128,7 +79,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_kernel(MlaAttentionPara
   int lim[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) lim[h] = w.limit(p, w.row0 + wi * 16 + g + 8 * h);
-  const float qk = p.fmt.latent_scale * p.scale_log2;  // plain bf16 rows: one scale
+  const float qk_scale = p.fmt.latent_scale * p.scale_log2;  // plain bf16 rows: one scale
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   float o[2][64];
 #pragma unroll
@@ -151,63 +102,22 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_kernel(MlaAttentionPara
     if (wg == 0) {
       float sc[32];
       wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < kD / 16; ++ks) {
-        const uint32_t qa = q_s + uint32_t((ks / 4) * kRows * 128 + (ks % 4) * 32);
-        const uint32_t kb = k_s + uint32_t((ks / 4) * kChunk * 128 + (ks % 4) * 32);
-        wgmma_ss_m64n64k16<0>(sc, make_smem_desc(qa, 16, 1024), make_smem_desc(kb, 16, 1024),
-                              ks > 0);
-      }
+      qk(sc, q_s, k_s, 0, kD / 16);
       wgmma_commit();
       wgmma_wait<0>();
       reg_fence<32>(sc);
-      const int key0 = w.begin + c * kChunk + c2;
       float corr[2];
+      softmax(sc, lim, w.begin + c * kChunk + c2, qk_scale, m, l, pa, corr);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < kChunk / 8; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float& s = sc[4 * nt + 2 * h + e];
-            s = key0 + nt * 8 + e < lim[h] ? s * qk : -INFINITY;
-            mx = fmaxf(mx, s);
-          }
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[h], mx);
-        // A row with no visible key yet keeps -inf: 0 as its reference gives exp2 = 0, not NaN.
-        const float ref = m_new == -INFINITY ? 0.0f : m_new;
-        corr[h] = fast_exp2(m[h] - ref);
-        m[h] = m_new;
-        float rs = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < kChunk / 8; ++nt) {
-          const int e0 = 4 * nt + 2 * h;
-          const uint32_t pk = pack_bf16x2(fast_exp2(sc[e0] - ref), fast_exp2(sc[e0 + 1] - ref));
-          sc[e0] = __uint_as_float(pk << 16);  // the rounded weights: sums match P·V's
-          sc[e0 + 1] = __uint_as_float(pk & 0xffff0000u);
-          rs += sc[e0] + sc[e0 + 1];
-        }
-        l[h] = l[h] * corr[h] + rs;
-      }
-#pragma unroll
-      for (int kk = 0; kk < kChunk / 16; ++kk) {
-        pa[kk][0] = pack_bf16x2(sc[8 * kk + 0], sc[8 * kk + 1]);
-        pa[kk][1] = pack_bf16x2(sc[8 * kk + 2], sc[8 * kk + 3]);
-        pa[kk][2] = pack_bf16x2(sc[8 * kk + 4], sc[8 * kk + 5]);
-        pa[kk][3] = pack_bf16x2(sc[8 * kk + 6], sc[8 * kk + 7]);
+      for (int kk = 0; kk < kChunk / 16; ++kk)
 #pragma unroll
         for (int j = 0; j < 4; ++j) xp[(kk * 4 + j) * 128 + t128] = pa[kk][j];
-      }
       xc[t128] = corr[0];
       xc[128 + t128] = corr[1];
-      bar_arrive(kBarP, kThreads);
+      mla::named_arrive(kBarP, kThreads);
       rescale(o, corr[0], corr[1]);
     } else {
-      bar_sync(kBarP, kThreads);
+      mla::named_sync(kBarP, kThreads);
 #pragma unroll
       for (int kk = 0; kk < kChunk / 16; ++kk)
 #pragma unroll
@@ -231,21 +141,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_kernel(MlaAttentionPara
     }
   }
   __syncthreads();
+  float sum[2], mh[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const float sum = xc[h * 128 + t128], mh = reinterpret_cast<float*>(xp)[h * 128 + t128];
-    const int r = w.row0 + wi * 16 + g + 8 * h;
-    if (r >= w.rows) continue;
-    const int grow = w.q_row0 + r;
-    const float inv = sum > 0.0f ? p.fmt.latent_scale / sum : 0.0f;
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-#pragma unroll
-      for (int nt = 0; nt < 16; ++nt)
-        mla::store_pair(p, grow, wg * 256 + half * 128 + nt * 8 + c2, o[half][4 * nt + 2 * h],
-                        o[half][4 * nt + 2 * h + 1], inv);
-    if (wg == 0 && c2 == 0) mla::store_ml(p, grow, mh, sum);
+    sum[h] = xc[h * 128 + t128];
+    mh[h] = reinterpret_cast<float*>(xp)[h * 128 + t128];
   }
+  store_rows(p, w, o, wg, wi, g, c2, mh, sum);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Device pieces shared by the MLA attention kernels (mla_attention.cu, mla_attention_wgmma.cu):
 // the launch with programmatic dependent launch, a block's rows and key range, the page-table
 // lookup, raw-row copies (cp.async of 4, 8 or 16 bytes), the decode of 8 row values to bf16,
-// and the partial / output stores.
+// the partial / output stores; for the decode kernel (mla_decode.cuh) mbarriers, bulk copies,
+// named barriers and fp8 -> f16 pairs in registers.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +49,8 @@ struct BlockWork {
     const int s = blockIdx.z;
     const int q0 = p.q_indptr[s], n_new = p.q_indptr[s + 1] - q0;
     rows = n_new * p.heads;
-    row0 = int(blockIdx.x) * tile_rows;
+    // Tiles in reverse: later rows see more keys (causal chunks), so the longest start first.
+    row0 = int(gridDim.x - 1 - blockIdx.x) * tile_rows;
     if (row0 >= rows) return false;
     q_row0 = q0 * p.heads;
     first = p.kv_lens[s] - n_new;
@@ -187,6 +189,88 @@ __device__ __forceinline__ void store_ml(const MlaAttentionParams& p, int grow, 
   if (p.num_splits > 1)
     *reinterpret_cast<float2*>(p.partial_ml + (int64_t(grow) * p.num_splits + blockIdx.y) * 2) =
         make_float2(m, l);
+}
+
+// ---- the decode kernel's pipeline (mla_decode.cu): mbarriers, bulk copies, named barriers ----
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+// Makes initialized mbarriers visible to the async proxy (the bulk copies); a barrier follows.
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// Returns once the phase of `bar` with parity `parity` has completed (a fresh barrier counts its
+// preceding phase, parity 1, as complete). Acquire: the bytes that phase's copies wrote are
+// visible.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// One arrival that also expects `bytes` more of the current phase's copies.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) global -> shared by the TMA engine;
+// completion counts on `bar`'s transaction bytes.
+__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes,
+                                              uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+// The same with an L2 cache policy (l2_evict_first_policy).
+__device__ __forceinline__ void bulk_copy_g2s_hint(uint32_t dst, const void* src, uint32_t bytes,
+                                                   uint32_t bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
+      "[%1], %2, [%3], %4;\n" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+// Named barriers: `n` threads (a multiple of 32) meet at barrier `id` (1..15; 0 is __syncthreads).
+// bar_arrive does not wait; both order this thread's earlier shared-memory accesses before the
+// barrier completes for the waiting threads.
+__device__ __forceinline__ void named_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+// ---- fp8 -> f16 pairs in registers (mla_decode.cu) ----
+// Four e4m3 bytes w = [b0 b1 b2 b3] (b0 lowest) as two f16x2 of value · 2^-8, with integer ops:
+// sign | (x & 0x7f) << 7 reads the e4m3 exponent as an f16 one (bias 15 instead of 7), subnormals
+// included (f16 subnormals are 2^-8 times e4m3's). lo = (b0, b2), hi = (b1, b3). No NaN (e4m3fn's
+// 0x7f reads 1.875 · 2^-8; the writer never stores it).
+__device__ __forceinline__ void e4m3x4_to_f16x2_int(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  lo = ((w << 7) & 0x3f803f80u) | ((w << 8) & 0x80008000u);
+  hi = ((w >> 1) & 0x3f803f80u) | (w & 0x80008000u);
+}
+// e5m2 is the top byte of an f16 (same bias): exact. lo = (b0, b2), hi = (b1, b3).
+__device__ __forceinline__ void e5m2x4_to_f16x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  lo = (w << 8) & 0xff00ff00u;
+  hi = w & 0xff00ff00u;
+}
+// Two e4m3 bytes (low byte first) as an exact f16x2 by the conversion unit.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2_hw(uint32_t pair16) {
+  uint32_t r;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(uint16_t(pair16)));
+  return r;
 }
 
 }  // namespace strata::cuda::mla

@@ -72,27 +72,40 @@ int mla_copy_width(const void* cache, int64_t row_bytes) {
 }
 
 MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_tokens, int heads,
-                           int max_new_tokens, int max_kv_len, int num_sms, int wgmma, int splits,
-                           int bf16_chunk) {
+                           int max_new_tokens, int max_kv_len, int num_sms,
+                           const MlaPlanOptions& opt) {
   MlaPlan plan;
   if (num_seqs == 0 || max_new_tokens == 0) return plan;
   const int64_t rows = int64_t(max_new_tokens) * heads;
-  plan.kernel = wgmma && mla_wgmma_supported(fmt) && rows >= 64 ? kMlaWgmma : kMlaMma;
-  const int tile_rows = plan.kernel == kMlaWgmma ? 64 : 16;
-  plan.row_tiles = int((rows + tile_rows - 1) / tile_rows);
-  if (plan.kernel == kMlaMma && mla_mma_direct(fmt) && bf16_chunk == 48) {
-    plan.chunk = 48;
-    plan.stages = 3;
-  } else if (plan.kernel == kMlaMma && !mla_mma_direct(fmt)) {
-    plan.stages = mla_mma_smem_bytes(fmt, 64, 3) <= kMlaMaxSmem ? 3 : 2;
+  if (opt.wgmma && mla_wgmma_supported(fmt) && rows >= 64) {
+    plan.kernel = opt.wgmma == 1 ? kMlaWgmma : kMlaWgmmaPipe;
+    plan.tile_rows = 64;
+    plan.diag = opt.diag;
+  } else if (opt.decode && mla_decode_supported(fmt)) {
+    plan.kernel = kMlaDecode;
+    plan.tile_rows = rows <= 8 ? 8 : 16;
+    plan.stages = mla_decode_stages(fmt);
+    if (opt.cvt >= 0) plan.cvt = opt.cvt;
+    plan.evict_first = opt.evict_first;
+    plan.diag = opt.diag;
+  } else {
+    plan.kernel = kMlaMma;
+    plan.tile_rows = 16;
+    if (mla_mma_direct(fmt) && opt.bf16_chunk == 48) {
+      plan.chunk = 48;
+      plan.stages = 3;
+    } else if (!mla_mma_direct(fmt)) {
+      plan.stages = mla_mma_smem_bytes(fmt, 64, 3) <= kMlaMaxSmem ? 3 : 2;
+    }
+    CHECK_MSG(mla_mma_smem_bytes(fmt, plan.chunk, plan.stages) <= kMlaMaxSmem,
+              "MLA attention: rows of {} bytes do not fit the kernel's shared memory",
+              fmt.row_bytes);
   }
-  CHECK_MSG(
-      plan.kernel == kMlaWgmma || mla_mma_smem_bytes(fmt, plan.chunk, plan.stages) <= kMlaMaxSmem,
-      "MLA attention: rows of {} bytes do not fit the kernel's shared memory", fmt.row_bytes);
+  plan.row_tiles = int((rows + plan.tile_rows - 1) / plan.tile_rows);
   const int64_t max_chunks = std::max<int64_t>(1, (max_kv_len + plan.chunk - 1) / plan.chunk);
-  int64_t n = splits;
+  int64_t n = opt.splits;
   if (n <= 0) {
-    // One block an SM (both kernels use most of its shared memory): split the keys only while
+    // One block an SM (every kernel uses most of its shared memory): split the keys only while
     // the rows leave SMs idle, into whole chunks.
     const int64_t blocks = int64_t(num_seqs) * plan.row_tiles;
     n = blocks >= num_sms ? 1 : std::max<int64_t>(1, num_sms / blocks);
@@ -101,8 +114,8 @@ MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_to
   const int64_t chunks_per_split = (max_chunks + n - 1) / n;
   plan.split_len = int(chunks_per_split * plan.chunk);
   plan.num_splits = int((max_chunks + chunks_per_split - 1) / chunks_per_split);
-  if (splits > 0)
-    plan.num_splits = std::max(plan.num_splits, int(std::min<int64_t>(splits, max_chunks)));
+  if (opt.splits > 0)
+    plan.num_splits = std::max(plan.num_splits, int(std::min<int64_t>(opt.splits, max_chunks)));
   if (plan.num_splits > 1)
     plan.scratch_bytes = num_tokens * heads * plan.num_splits * int64_t(fmt.latent + 2) * 4;
   return plan;
@@ -115,6 +128,10 @@ void apply_mla_plan(const MlaPlan& plan, void* scratch, MlaAttentionParams* p) {
   p->split_len = plan.split_len;
   p->chunk = plan.chunk;
   p->stages = plan.stages;
+  p->tile_rows = plan.tile_rows;
+  p->cvt = plan.cvt;
+  p->evict_first = plan.evict_first;
+  p->diag = plan.diag;
   p->partial_o = nullptr;
   p->partial_ml = nullptr;
   if (plan.num_splits > 1) {
