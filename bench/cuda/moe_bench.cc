@@ -19,7 +19,9 @@
 // added by the combine). Then, for decode token counts up to --sweep-max-tokens, every GEMV work
 // shape (ksplit / cluster / tiles_per_warp) forced in turn for the four projections (routed
 // gate_up and down, shared gate_up and down), the automatic one first: "auto 8/2/1 5.1 us 61%"
-// is the shape, its time and its bandwidth as a share of copy.
+// is the shape, its time and its bandwidth as a share of copy. For prefill token counts with a
+// short-k down projection (inter <= kMoeGemmShortK), the down GEMM at each gemm_blocks ("auto 8"
+// first; -1 is the one-block pipeline).
 // Bandwidth counts the bytes of the experts actually touched (distinct experts of each call's
 // routing, downloaded once before timing): experts GB/s = touched expert bytes / expert-GEMM
 // time; the layer's adds the router and shared weights. Compute: routed FLOPs
@@ -595,6 +597,30 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
         "= %.1f%% of copy, %.1f TFLOP/s routed\n",
         c.name.c_str(), T, t_shared, shared_gbs, t_layer, layer_gbs, layer_bytes / 1e6,
         100.0 * layer_gbs / ceil.copy_gbs, flops / (t_layer * 1e-6) / 1e12);
+
+    // The prefill down projection's blocks per CTA (x-resident short-k path; -1: the one-block
+    // pipeline), automatic first.
+    if (sweep && auto_regime == cuda::kMoePrefill && I <= cuda::kMoeGemmShortK) {
+      experts_gemms(cuda::kMoePrefill, 0, 0, 1);  // act for the down runs
+      CUDA_CHECK(cudaStreamSynchronize(s));
+      std::string line;
+      char buf[160];
+      for (int blocks : {0, -1, 1, 2, 4, 8, 16}) {
+        const double us = graph_us(s, calls, reps, [&](int i) {
+          cuda::MoeGroupedParams g =
+              gemm_params(cuda::kMoePrefill, at(i).first, at(i).second).second;
+          g.gemm_blocks = blocks;
+          cuda::launch_moe_gemm(g, s);
+        });
+        const int shown = blocks == 0
+                              ? cuda::moe_gemm_blocks(gemm_params(cuda::kMoePrefill, 0, 0).second)
+                              : blocks;
+        std::snprintf(buf, sizeof buf, "%s%d %.1f us %.1f TFLOP/s", blocks == 0 ? "auto " : " | ",
+                      shown, us, flops / 3 / (us * 1e-6) / 1e12);
+        line += buf;
+      }
+      std::printf("sweep %-14s T=%-5d %-14s %s\n", c.name.c_str(), T, "down blocks", line.c_str());
+    }
 
     // The decode GEMV's work shapes (ksplit/cluster/tiles_per_warp), forced one at a time, for
     // the routed projections and the shared expert: what the cost model should pick.

@@ -885,6 +885,139 @@ TEST(MoeParity, GemvShapesMatchCpu) {
   }
 }
 
+// ---- prefill GEMM, short k (the x-resident down projection) ----
+// The prefill pieces (plan, gate_up GEMM, down GEMM with gemm_blocks forced, combine) against
+// the CPU twin: gemm_blocks -1 (the one-block pipeline), 1, 3 (blocks that do not divide n's),
+// 8 and 16; plan tiles of 64 rows and of 128 (two sub-tiles each); hidden 1056 (a last block of
+// two row tiles); inter 192 (three k steps: an odd element count).
+struct ShortKCase {
+  Fmt fmt;
+  int64_t hidden, inter;
+  int experts, top_k;
+  int64_t tokens;
+};
+const ShortKCase kShortKCases[] = {
+    {Fmt::kFp8, 2048, 256, 16, 4, 300},      {Fmt::kInt4g32, 2048, 256, 16, 4, 300},
+    {Fmt::kInt4g128, 2048, 256, 16, 4, 300}, {Fmt::kFp8, 1056, 256, 8, 2, 1000},
+    {Fmt::kInt4g32, 1056, 256, 8, 2, 1000},  {Fmt::kInt4g32, 1056, 192, 8, 2, 300},
+};
+
+TEST(MoeParity, GemmShortKMatchCpu) {
+  Stream s;
+  std::mt19937 rng(23);
+  cpu::CpuBackend cpu;
+  for (const ShortKCase& c : kShortKCases) {
+    const int64_t hidden = c.hidden, inter = c.inter, tokens = c.tokens;
+    const int experts = c.experts, k = c.top_k;
+    const int64_t n = tokens * k;
+    const HostLinearWeight gu = random_stack(rng, c.fmt, experts, 2 * inter, hidden);
+    const HostLinearWeight dn = random_stack(rng, c.fmt, experts, hidden, inter);
+    DevStack d_gu = to_device(gu, c.fmt, s), d_dn = to_device(dn, c.fmt, s);
+    MoeExpertWeights cw;
+    cw.gate_up.weight = cpu_weight(cpu, gu);
+    cw.gate_up.stack = experts;
+    cw.down.weight = cpu_weight(cpu, dn);
+    cw.down.stack = experts;
+    const auto x = random_bf16(rng, tokens * hidden, 1.0f);
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    std::vector<float> wts(static_cast<size_t>(n));
+    std::uniform_real_distribution<float> wd(0.1f, 1.0f);
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::vector<int32_t> all(static_cast<size_t>(experts));
+      for (int e = 0; e < experts; ++e) all[size_t(e)] = e;
+      std::shuffle(all.begin(), all.end(), rng);
+      for (int j = 0; j < k; ++j) {
+        ids[size_t(t * k + j)] = all[size_t(j)];
+        wts[size_t(t * k + j)] = wd(rng);
+      }
+    }
+    HostTensor hx(DType::kF32, {tokens, hidden}), hids(DType::kI32, {tokens, k}),
+        hw(DType::kF32, {tokens, k}), ho(DType::kF32, {tokens, hidden});
+    std::memcpy(hx.f32(), x.data(), x.size() * 4);
+    std::memcpy(hids.view.ptr<int32_t>(), ids.data(), ids.size() * 4);
+    std::memcpy(hw.f32(), wts.data(), wts.size() * 4);
+    cpu.moe_experts(hx.view, cw, hids.view, hw.view, ho.view);
+    const std::vector<double> want(ho.f32(), ho.f32() + tokens * hidden);
+
+    auto dx = upload(to_bits(x), s), d_ids = upload(ids, s), d_w = upload(wts, s);
+    const int tile_rows = cuda::moe_gemm_tile_rows(tokens, k, experts);
+    const int64_t max_tiles = cuda::moe_max_tiles(n, experts, tile_rows);
+    Dev offsets(size_t(experts + 1) * 4), pos(size_t(n) * 4), row_token(size_t(n) * 4),
+        active(size_t(experts) * 4), counts(8), tiles(size_t(max_tiles) * 8),
+        block_counts(size_t(cuda::moe_plan_blocks(n) * experts) * 4);
+    cuda::MoePlanParams pp{};
+    pp.topk_ids = d_ids->as<int32_t>();
+    pp.plan = {offsets.as<int32_t>(),     pos.as<int32_t>(),    row_token.as<int32_t>(),
+               active.as<int32_t>(),      counts.as<int32_t>(), tiles.as<int32_t>(),
+               block_counts.as<int32_t>()};
+    pp.assignments = n;
+    pp.top_k = k;
+    pp.num_experts = experts;
+    pp.tile_rows = tile_rows;
+    cuda::launch_moe_plan(pp, s.get());
+    Dev act(size_t(n * inter) * 2), y(size_t(n * hidden) * 2),
+        out(size_t(tokens * hidden + kGuard) * 2);
+    cuda::MoeGroupedParams g{};
+    g.offsets = offsets.as<int32_t>();
+    g.tiles = tiles.as<int32_t>();
+    g.counts = counts.as<int32_t>();
+    g.max_tiles = int(max_tiles);
+    g.tile_rows = tile_rows;
+    cuda::MoeGroupedParams g_up = g, g_dn = g;
+    g_up.x = dx->as<bf16_bits>();
+    g_up.row_token = row_token.as<int32_t>();
+    g_up.rows = tokens;
+    g_up.out = act.as<bf16_bits>();
+    g_up.w = d_gu.view;
+    g_up.glu_inter = inter;
+    cuda::launch_moe_gemm(g_up, s.get());
+    g_dn.x = act.as<bf16_bits>();
+    g_dn.rows = n;
+    g_dn.out = y.as<bf16_bits>();
+    g_dn.w = d_dn.view;
+    for (int blocks : {-1, 1, 3, 8, 16}) {
+      g_dn.gemm_blocks = blocks;
+      std::vector<uint16_t> first;
+      for (int rep = 0; rep < 2; ++rep) {
+        CUDA_CHECK(cudaMemsetAsync(y.as<void>(), 0xff, y.bytes(), s.get()));
+        CUDA_CHECK(cudaMemsetAsync(out.as<void>(), 0xff, out.bytes(), s.get()));
+        cuda::launch_moe_gemm(g_dn, s.get());
+        cuda::MoeCombineParams cb{};
+        cb.y = y.as<bf16_bits>();
+        cb.pos = pos.as<int32_t>();
+        cb.topk_ids = d_ids->as<int32_t>();
+        cb.topk_weights = d_w->as<float>();
+        cb.out = out.as<bf16_bits>();
+        cb.tokens = tokens;
+        cb.hidden = hidden;
+        cb.top_k = k;
+        cb.num_experts = experts;
+        cuda::launch_moe_combine(cb, s.get());
+        const auto all = download<uint16_t>(out.as<void>(), size_t(tokens * hidden + kGuard), s);
+        bool guard = true;
+        for (int64_t i = tokens * hidden; i < tokens * hidden + kGuard; ++i)
+          guard &= all[size_t(i)] == 0xffff;
+        std::vector<float> got(size_t(tokens * hidden));
+        for (size_t i = 0; i < got.size(); ++i) got[i] = bf16_to_f32(all[i]);
+        const double e = nmse(got, want);
+        EXPECT_LT(e, 4e-5) << fmt_name(c.fmt) << " H " << hidden << " I " << inter << " T "
+                           << tokens << " tile " << tile_rows << " gemm_blocks " << blocks;
+        EXPECT_TRUE(guard) << "wrote past the output: " << fmt_name(c.fmt);
+        if (rep == 0) {
+          first.assign(all.begin(), all.begin() + tokens * hidden);
+          std::printf("shortk  %-9s H %4lld I %3lld T %4lld tile %3d gemm_blocks %2d: NMSE %.2e\n",
+                      fmt_name(c.fmt), static_cast<long long>(hidden),
+                      static_cast<long long>(inter), static_cast<long long>(tokens), tile_rows,
+                      blocks, e);
+        } else {
+          EXPECT_EQ(0, std::memcmp(first.data(), all.data(), first.size() * 2))
+              << "not deterministic: " << fmt_name(c.fmt) << " gemm_blocks " << blocks;
+        }
+      }
+    }
+  }
+}
+
 // Dense mode (a shared expert in the tile layout): gate_up then down with every row, against
 // the CPU twin's moe_experts with one expert of weight 1.
 TEST(MoeParity, DenseModeMatchesCpu) {

@@ -171,6 +171,10 @@ struct MoeGroupedParams {
                         // needs ksplit 8)
   int tiles_per_warp;   // GEMV row tiles a warp streams in turn: 0 (auto), 1, 2, 4, 8 (> 1 needs
                         // ksplit 1 and cluster 1)
+  int gemm_blocks;      // GEMM, plain, k <= kMoeGemmShortK: 128-row weight blocks a CTA streams
+                        // against its x tile held in shared memory; 0 auto (moe_gemm_blocks);
+                        // < 0: the one-block pipeline instead (A/B measurements)
+  int pad_;
   int pdl_early;        // trigger the next kernel before waiting on the previous (common.cuh)
   int early_plan;       // GEMV grouped: topk_ids are complete before this kernel starts (its
                         // predecessor triggers only after its own wait, and that predecessor's
@@ -184,6 +188,14 @@ struct MoeGemvShape {
 };
 MoeGemvShape moe_gemv_shape(const MoeGroupedParams& p);
 void launch_moe_gemv(const MoeGroupedParams& p, cudaStream_t stream);
+// GEMM: plain projections with k <= kMoeGemmShortK (the down projection of a tp-8 expert slice,
+// k = 256: four 64-column k steps) keep the CTA's x tile (64 rows) in shared memory for all of
+// k and stream gemm_blocks 128-row weight blocks against it, so the pipeline neither refills x
+// nor drains between blocks (with one block, a CTA's four k steps were mostly pipeline fill).
+// int4 and fp8 (bf16's weight stages do not fit beside x at two CTAs per SM).
+constexpr int64_t kMoeGemmShortK = 256;
+// The blocks per CTA launch_moe_gemm takes for gemm_blocks = 0.
+int moe_gemm_blocks(const MoeGroupedParams& p);
 // Sets the GEMM kernels' shared-memory limit on the current device (launch_moe_gemm does it on
 // first use; call ahead of a CUDA-graph capture).
 void init_moe_gemm_kernels();
