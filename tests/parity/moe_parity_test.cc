@@ -696,7 +696,7 @@ struct GemvShapeCase {
   int ksplit, cluster, tiles_per_warp;
 };
 const GemvShapeCase kGemvShapes[] = {{0, 0, 0}, {1, 1, 1}, {1, 1, 2}, {1, 1, 8}, {2, 1, 1},
-                                     {4, 1, 1}, {8, 1, 1}, {8, 2, 1}, {8, 8, 1}};
+                                     {4, 1, 1}, {8, 1, 1}, {8, 2, 1}, {8, 4, 1}, {8, 8, 1}};
 
 // Forces `sh` when it fits these parameters (else the automatic shape); returns whether forced.
 bool force_shape(cuda::MoeGroupedParams& g, const GemvShapeCase& sh) {

@@ -203,6 +203,7 @@ __global__ void __launch_bounds__(kPlanChunkThreads) moe_plan_place_kernel(MoePl
 constexpr int kCombineThreads = 128;
 constexpr int kCombineCols = kCombineThreads * 8;
 __global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(MoeCombineParams p) {
+  __shared__ int ids[kMoeMaxTopK];
   __shared__ int rows[kMoeMaxTopK];
   __shared__ float weights[kMoeMaxTopK];
   __shared__ int valid;
@@ -210,10 +211,17 @@ __global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(MoeCombine
   const int64_t chunks = (p.hidden + kCombineCols - 1) / kCombineCols;
   const int64_t t = int64_t(blockIdx.x) / chunks, chunk = int64_t(blockIdx.x) % chunks;
   const int k = p.top_k, tid = int(threadIdx.x);
+  // The token's k ids, weights and rows, each loaded by its own thread (one round trip).
+  int id = -1, row = -1;
+  float w = 0.0f;
   if (tid < k) {
-    const int32_t* ids = p.topk_ids + t * k;
-    const int id = ids[tid];
-    const bool ok = id >= 0 && id < p.num_experts;
+    id = p.topk_ids[t * k + tid];
+    row = p.pos != nullptr ? p.pos[t * k + tid] : int(t * k + tid);
+    w = p.topk_weights[t * k + tid];
+    ids[tid] = id;
+  }
+  __syncthreads();
+  if (tid < k) {
     int rank = 0, count = 0;  // rank among the valid assignments
     for (int j = 0; j < k; ++j) {
       const int o = ids[j];
@@ -221,9 +229,9 @@ __global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(MoeCombine
       ++count;
       rank += o < id || (o == id && j < tid);
     }
-    if (ok) {
-      rows[rank] = p.pos != nullptr ? p.pos[t * k + tid] : int(t * k + tid);
-      weights[rank] = p.topk_weights[t * k + tid];
+    if (id >= 0 && id < p.num_experts) {
+      rows[rank] = row;
+      weights[rank] = w;
     }
     if (tid == 0) valid = count;
   }
