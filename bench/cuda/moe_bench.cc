@@ -14,7 +14,8 @@
 // `reps` replays, divided by `calls`): the router (this file's GEMV up to 32 tokens, cuBLAS
 // bf16 x bf16 -> f32 above), the route kernel, the prefill plan, the expert GEMMs alone (gate_up
 // + down, and each alone; decode: the GEMV CTAs plan themselves, prefill: plans computed
-// beforehand) in each regime, the combine, the shared expert (dense mode), and the whole layer
+// beforehand) in each regime, the combine, the shared expert (MoE dense mode, and up to their
+// row limits the engine's dense decode GEMVs on the same shapes), and the whole layer
 // (shared expert, router, route, launch_moe_experts in the auto regime with the shared output
 // added by the combine). Then, for decode token counts up to --sweep-max-tokens, every GEMV work
 // shape (ksplit / cluster / tiles_per_warp) forced in turn for the four projections (routed
@@ -47,6 +48,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/linear_fp8.h"
 #include "backend/cuda/linear_int4.h"
 #include "backend/cuda/moe_experts.h"
 #include "backend/cuda/moe_route.h"
@@ -114,6 +117,8 @@ double graph_us(cudaStream_t s, int calls, int reps, F&& enqueue) {
   CUDA_CHECK(cudaGraphDestroy(g));
   return ms * 1e3 / calls;
 }
+
+int64_t ceil_div_i64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 uint64_t splitmix(uint64_t& s) {
   uint64_t z = (s += 0x9e3779b97f4a7c15ull);
@@ -314,6 +319,34 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
     l.down = make_proj(1, H, c.shared_inter, c.shared_format, c.shared_group, s);
     shared.push_back(std::move(l));
   }
+  // The shared expert as the engine's dense linears hold it (bf16 and fp8 row-major, fp8 scale
+  // tables [ceil(n / 128), ceil(k / 128)]; int4: the same device layout as the MoE tiles), for
+  // the comparison with the engine's decode GEMVs (launch_gemv / launch_fp8_gemv /
+  // launch_int4_gemv).
+  struct LinearShared {
+    DevPtr gu, gu_scale, dn, dn_scale;
+  };
+  std::vector<LinearShared> shared_lin;
+  for (int i = 0; i < kCopies; ++i) {
+    LinearShared l;
+    const int64_t SI = c.shared_inter;
+    if (c.shared_format == cuda::kMoeBf16) {
+      l.gu = dev(size_t(2 * SI * H) * 2);
+      l.dn = dev(size_t(H * SI) * 2);
+      fill(*l.gu, Pattern::kBf16, 0.02f * 1.7f, s);
+      fill(*l.dn, Pattern::kBf16, 0.02f * 1.7f, s);
+    } else if (c.shared_format == cuda::kMoeFp8) {
+      l.gu = dev(size_t(2 * SI * H));
+      l.dn = dev(size_t(H * SI));
+      fill(*l.gu, Pattern::kFp8, 0, s);
+      fill(*l.dn, Pattern::kFp8, 0, s);
+      l.gu_scale = dev(size_t(ceil_div_i64(2 * SI, 128) * ceil_div_i64(H, 128)) * 4);
+      l.dn_scale = dev(size_t(ceil_div_i64(H, 128) * ceil_div_i64(SI, 128)) * 4);
+      fill(*l.gu_scale, Pattern::kScaleF32, 0.02f / 50.0f, s);
+      fill(*l.dn_scale, Pattern::kScaleF32, 0.02f / 50.0f, s);
+    }
+    shared_lin.push_back(std::move(l));
+  }
   const int64_t expert_bytes = layers[0].gate_up.bytes_per_expert + layers[0].down.bytes_per_expert;
   const int64_t shared_bytes = shared[0].gate_up.bytes_per_expert + shared[0].down.bytes_per_expert;
   const int64_t router_bytes = int64_t(E) * H * 2;
@@ -507,6 +540,78 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
       gemm ? cuda::launch_moe_gemm(g.first, s) : cuda::launch_moe_gemv(g.first, s);
       gemm ? cuda::launch_moe_gemm(g.second, s) : cuda::launch_moe_gemv(g.second, s);
     };
+    // The shared expert through the engine's dense decode GEMVs (gate_up with the SwiGLU
+    // epilogue, then down), where they take T rows; false when they do not.
+    auto shared_linear = [&](int b, int copy) {
+      const int64_t SI = c.shared_inter;
+      const bf16_bits* x = xs[size_t(b)]->as<bf16_bits>();
+      bf16_bits* mid = shared_act.as<bf16_bits>();
+      bf16_bits* o = shared_out.as<bf16_bits>();
+      const LinearShared& l = shared_lin[size_t(copy)];
+      if (c.shared_format == cuda::kMoeBf16) {
+        if (T > cuda::kGemvMaxRows) return false;
+        cuda::GemvParams g{};
+        g.m = T;
+        g.prefetch_elems = cuda::gemv_prefetch_elems();
+        g.block_warps = cuda::gemv_block_warps();
+        g.mma_warps_per_sm = cuda::gemv_mma_warps_per_sm();
+        cuda::GemvParams up = g, dn = g;
+        up.x = x;
+        up.w = l.gu->as<bf16_bits>();
+        up.out = mid;
+        up.n = 2 * SI;
+        up.k = H;
+        up.glu_inter = SI;
+        dn.x = mid;
+        dn.w = l.dn->as<bf16_bits>();
+        dn.out = o;
+        dn.n = H;
+        dn.k = SI;
+        cuda::launch_gemv(up, s);
+        cuda::launch_gemv(dn, s);
+      } else if (c.shared_format == cuda::kMoeFp8) {
+        if (T > cuda::kFp8GemvMaxRows) return false;
+        cuda::Fp8GemvParams g{};
+        g.m = T;
+        g.batches = 1;
+        cuda::Fp8GemvParams up = g, dn = g;
+        up.x = x;
+        up.w = cuda::Fp8Weight{
+            l.gu->as<uint8_t>(), l.gu_scale->as<float>(), 2 * SI, H, ceil_div_i64(H, 128), 0, 0};
+        up.out = mid;
+        up.glu_inter = SI;
+        dn.x = mid;
+        dn.w = cuda::Fp8Weight{
+            l.dn->as<uint8_t>(), l.dn_scale->as<float>(), H, SI, ceil_div_i64(SI, 128), 0, 0};
+        dn.out = o;
+        cuda::launch_fp8_gemv(up, s);
+        cuda::launch_fp8_gemv(dn, s);
+      } else {
+        if (T > cuda::kInt4GemvMaxRows) return false;
+        const Layer& sh = shared[size_t(copy)];
+        cuda::Int4LinearParams g{};
+        g.m = T;
+        g.group = c.shared_group;
+        g.preload = 1;
+        cuda::Int4LinearParams up = g, dn = g;
+        up.x = x;
+        up.packed = sh.gate_up.w.values;
+        up.scale = static_cast<const bf16_bits*>(sh.gate_up.w.scales);
+        up.out = mid;
+        up.n = 2 * SI;
+        up.k = H;
+        up.glu_inter = SI;
+        dn.x = mid;
+        dn.packed = sh.down.w.values;
+        dn.scale = static_cast<const bf16_bits*>(sh.down.w.scales);
+        dn.out = o;
+        dn.n = H;
+        dn.k = SI;
+        cuda::launch_int4_gemv(up, s);
+        cuda::launch_int4_gemv(dn, s);
+      }
+      return true;
+    };
     const size_t scratch_bytes = cuda::moe_experts_scratch_bytes(T, K, E, H, I);
     Dev scratch(scratch_bytes);
     auto layer = [&](int b, int copy) {
@@ -564,6 +669,11 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
         s, calls, reps, [&](int i) { combine(at(i).first, out, nullptr, cuda::kMoeDecode); });
     const double t_shared =
         graph_us(s, calls, reps, [&](int i) { shared_expert(at(i).first, at(i).second); });
+    const bool has_linear = shared_linear(0, 0);
+    const double t_shared_lin =
+        has_linear
+            ? graph_us(s, calls, reps, [&](int i) { shared_linear(at(i).first, at(i).second); })
+            : 0.0;
     const double t_layer =
         graph_us(s, calls, reps, [&](int i) { layer(at(i).first, at(i).second); });
 
@@ -592,10 +702,14 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
     const double shared_gbs = double(shared_bytes) / (t_shared * 1e-6) / 1e9;
     const double layer_bytes = touched_bytes + double(shared_bytes) + double(router_bytes);
     const double layer_gbs = layer_bytes / (t_layer * 1e-6) / 1e9;
+    char lin[96] = "";
+    if (has_linear)
+      std::snprintf(lin, sizeof lin, " (dense linear GEMVs %.1f us, %.0f GB/s)", t_shared_lin,
+                    double(shared_bytes) / (t_shared_lin * 1e-6) / 1e9);
     std::printf(
-        "moe %-14s T=%-5d shared %.1f us (%.0f GB/s) | layer %.1f us = %.0f GB/s on %.1f MB "
+        "moe %-14s T=%-5d shared %.1f us (%.0f GB/s)%s | layer %.1f us = %.0f GB/s on %.1f MB "
         "= %.1f%% of copy, %.1f TFLOP/s routed\n",
-        c.name.c_str(), T, t_shared, shared_gbs, t_layer, layer_gbs, layer_bytes / 1e6,
+        c.name.c_str(), T, t_shared, shared_gbs, lin, t_layer, layer_gbs, layer_bytes / 1e6,
         100.0 * layer_gbs / ceil.copy_gbs, flops / (t_layer * 1e-6) / 1e12);
 
     // The prefill down projection's blocks per CTA (x-resident short-k path; -1: the one-block
