@@ -170,15 +170,15 @@ struct MoeGroupedParams {
   int cluster;          // GEMV CTAs of a cluster splitting k further: 0 (auto), 1, 2, 4, 8 (> 1
                         // needs ksplit 8)
   int tiles_per_warp;   // GEMV row tiles a warp streams in turn: 0 (auto), 1, 2, 4, 8 (> 1 needs
-                        // ksplit 1 and cluster 1)
+                        // ksplit 1, cluster 1 and a plain projection)
   int gemm_blocks;      // GEMM, plain, k <= kMoeGemmShortK: 128-row weight blocks a CTA streams
                         // against its x tile held in shared memory; 0 auto (moe_gemm_blocks);
                         // < 0: the one-block pipeline instead (A/B measurements)
   int pad_;
-  int pdl_early;        // trigger the next kernel before waiting on the previous (common.cuh)
-  int early_plan;       // GEMV grouped: topk_ids are complete before this kernel starts (its
-                        // predecessor triggers only after its own wait, and that predecessor's
-                        // predecessor wrote them): plan and first weights before pdl_wait
+  int pdl_early;   // trigger the next kernel before waiting on the previous (common.cuh)
+  int early_plan;  // GEMV grouped: topk_ids are complete before this kernel starts (its
+                   // predecessor triggers only after its own wait, and that predecessor's
+                   // predecessor wrote them): plan and first weights before pdl_wait
 };
 // The GEMV's work decomposition for these parameters (auto fields chosen by a cost model,
 // forced ones kept; moe_experts_gemv.cu); {0, 0, 0} when the forced fields fit no shape (a k

@@ -6,23 +6,25 @@
 // by the host's bound min(E, T·k)). A CTA is 8 warps = 8 / KS tile lanes × KS k parts; the C
 // CTAs of a cluster take the same row tiles and split k further, so a row tile's k is split
 // over KP = KS · C warps (part q = rank · KS + warp % KS takes batches q, q + KP, ...). A warp
-// streams R row tiles one after the other (R > 1 only when KP = 1: short-k projections, whose
-// per-CTA set-up would otherwise dominate). The host picks (KS, C, R) with a small cost model
-// (moe_gemv_shape; MoeGroupedParams can force each) so that even one token's 8 experts fill
-// all 132 SMs: gate_up of 8 experts has 128 row tiles, so its k is split over 16 warps.
-// Partial sums meet in a fixed order: the KS warps of a CTA in shared memory, then the C CTAs'
-// sums in the leader CTA's shared memory (distributed shared memory, written by the others
-// between two cluster barriers); nothing is accumulated atomically.
+// streams R row tiles one after the other (R > 1 only for plain projections with KP = 1: the
+// short-k down projection, whose per-CTA set-up would otherwise dominate). The host picks (KS, C,
+// R) with a small cost model (moe_gemv_shape; MoeGroupedParams can force each) so that even one
+// token's 8 experts fill all 132 SMs: gate_up of 8 experts has 128 row tiles, so its k is split
+// over 16 warps. Partial sums meet in a fixed order: the KS warps of a CTA in shared memory, then
+// the C CTAs' sums in the leader CTA's shared memory (distributed shared memory, written by the
+// others between two cluster barriers); nothing is accumulated atomically.
 //
 // ## Each warp
-// Batches of U consecutive 512-byte k tiles per matrix (one 16-byte load per lane each) and,
-// for up to 16 rows (NT <= 2), the rows' x values of the same k range (B fragments, 32-bit
-// pairs) go into two register buffers in turn: one batch is multiplied on the tensor cores
-// (mma.m16n8k16, the 16 weight rows as A, 8 rows of x per n-tile as B) while the next one's
-// loads are in flight, so x is never waited on by itself (it was: one L2 round trip per batch).
-// GLU (gate_up): a warp holds a gate tile and the matching up tile, so silu(g) · u is its
-// epilogue. An expert with more rows than 8 · NT streams its weights once per pass of 8 · NT
-// rows (a skewed batch costs time, never correctness).
+// Batches of U consecutive 512-byte k tiles per matrix (one 16-byte load per lane each) go into
+// NB register buffers in turn (a ring): a batch is multiplied on the tensor cores
+// (mma.m16n8k16, the 16 weight rows as A, 8 rows of x per n-tile as B) while the next ones'
+// loads are in flight. x is never waited on by itself (it was: one L2 round trip per batch):
+// where the registers allow (Cfg::XPRE) the rows' x values of the batch's k range (B
+// fragments, 32-bit pairs) are loaded with its weights; elsewhere its x lines are prefetched
+// into L1 then and read from L1 when it is multiplied. GLU (gate_up): a warp holds a gate tile
+// and the matching up tile, so silu(g) · u is its epilogue. An expert with more rows than
+// 8 · NT streams its weights once per pass of 8 · NT rows (a skewed batch costs time, never
+// correctness).
 //
 // ## No plan kernel
 // Each CTA finds its expert and rows itself from topk_ids (T·k <= a few thousand at decode):
@@ -63,14 +65,17 @@ struct Cfg {
   static constexpr int NM = GLU ? 2 : 1;  // weight matrices per warp (gate and up)
   static constexpr int S = kSteps<F>;     // k16 steps per tile
   static constexpr int TK = 16 * S;       // columns per tile
-  // x fragments loaded with the weights (int4 at two n-tiles: no room).
-  static constexpr bool XPRE = NT == 1 || (NT == 2 && F != kMoeInt4);
+  // x fragments loaded into registers with the weights where the registers allow it (not int4
+  // GLU, nor int4 at two n-tiles, nor four n-tiles); elsewhere the x lines of a batch are
+  // prefetched into L1 when its weights are loaded, and read from there when it is multiplied.
+  static constexpr bool XPRE = (NT == 1 && !(F == kMoeInt4 && GLU)) || (NT == 2 && F != kMoeInt4);
   // Tiles per batch per matrix (U) and batches in flight (NB register buffers, a ring): what
   // the registers allow at <= 128 per thread (weights, scales and, for XPRE, x of every
   // buffer). ptxas -v at one n-tile, GLU: int4 spilled ~500 bytes with two tiles per batch and
-  // x, 44 with three buffers of one tile, none with two; fp8 spilled 20 bytes with two buffers
-  // of two tiles, none with three of one.
-  static constexpr int U = NT == 1   ? (F != kMoeBf16 && GLU   ? 1
+  // x in registers, 44 with three buffers of one tile, none with two (too few bytes in flight:
+  // ~1.5 KB per warp), so int4 GLU keeps two tiles per batch and prefetches x into L1; fp8
+  // spilled 20 bytes with two buffers of two tiles, none with three of one.
+  static constexpr int U = NT == 1   ? (F == kMoeFp8 && GLU    ? 1
                                         : GLU || F == kMoeInt4 ? 2
                                                                : 4)
                            : NT == 2 ? (GLU || F == kMoeInt4 ? 1 : 2)
@@ -149,11 +154,28 @@ __device__ __forceinline__ void load_w(Batch<F, NT, GLU>& b, const Work& wk, int
 
 // x pairs of the batch at k tile kt0 (XPRE): xrow[j] is the element offset of n-tile j's row
 // 8j + g at column 2c, -1 past the rows; k % 16 == 0, so a k16 step lies inside or past k.
+__device__ __forceinline__ void prefetch_l1(const void* p) {
+  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
+}
+
 template <int F, int NT, bool GLU>
 __device__ __forceinline__ void load_x(Batch<F, NT, GLU>& b, const bf16_bits* x,
                                        const int32_t* xrow, int kt0, int k) {
   using C = Cfg<F, NT, GLU>;
-  if constexpr (C::XPRE) {
+  if constexpr (!C::XPRE) {  // lanes c = 0 (xrow at the row's column 0): each row's tile lines
+    if (threadIdx.x % 4 == 0) {
+#pragma unroll
+      for (int u = 0; u < C::U; ++u) {
+        const int koff = (kt0 + u) * C::TK;
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+          if (xrow[j] >= 0 && koff < k) {
+            prefetch_l1(x + xrow[j] + koff);
+            prefetch_l1(x + xrow[j] + koff + C::TK - 1);
+          }
+      }
+    }
+  } else {
 #pragma unroll
     for (int u = 0; u < C::U; ++u)
 #pragma unroll
@@ -305,7 +327,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
   if (p.pdl_early) pdl_trigger();
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int g = lane / 4, c = lane % 4;
-  const int ks = p.ksplit, cl = p.cluster, R = p.tiles_per_warp;
+  // GLU: one row tile per warp (its long k needs no more; R > 1 cost the int4 kernel spills).
+  const int ks = p.ksplit, cl = p.cluster, R = GLU ? 1 : p.tiles_per_warp;
   const int rank = cl > 1 ? int(cluster_rank()) : 0;
   const int part = warp % ks, kp = ks * cl, q = rank * ks + part;
   const int tpc = kWarps / ks;  // row tiles per CTA step (tile lanes)
@@ -500,17 +523,21 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
 // ---- host ----
 int nt_of(int gemv_tokens) { return gemv_tokens <= 8 ? 1 : gemv_tokens <= 16 ? 2 : 4; }
 
-// Tiles per batch (Cfg::U) of the kernel these sizes take.
+// Tiles per batch (Cfg::U) and register buffers (Cfg::NB) of the kernel these sizes take.
+struct Pipe {
+  int unroll, buffers;
+};
 template <int F>
-int unroll_f(int nt, bool glu) {
-  if (nt == 1) return glu ? Cfg<F, 1, true>::U : Cfg<F, 1, false>::U;
-  if (nt == 2) return glu ? Cfg<F, 2, true>::U : Cfg<F, 2, false>::U;
-  return glu ? Cfg<F, 4, true>::U : Cfg<F, 4, false>::U;
+Pipe pipe_f(int nt, bool glu) {
+  auto of = [](auto cfg) { return Pipe{decltype(cfg)::U, decltype(cfg)::NB}; };
+  if (nt == 1) return glu ? of(Cfg<F, 1, true>{}) : of(Cfg<F, 1, false>{});
+  if (nt == 2) return glu ? of(Cfg<F, 2, true>{}) : of(Cfg<F, 2, false>{});
+  return glu ? of(Cfg<F, 4, true>{}) : of(Cfg<F, 4, false>{});
 }
-int unroll_of(int format, int nt, bool glu) {
-  return format == kMoeBf16  ? unroll_f<kMoeBf16>(nt, glu)
-         : format == kMoeFp8 ? unroll_f<kMoeFp8>(nt, glu)
-                             : unroll_f<kMoeInt4>(nt, glu);
+Pipe pipe_of(int format, int nt, bool glu) {
+  return format == kMoeBf16  ? pipe_f<kMoeBf16>(nt, glu)
+         : format == kMoeFp8 ? pipe_f<kMoeFp8>(nt, glu)
+                             : pipe_f<kMoeInt4>(nt, glu);
 }
 
 template <int F, int NT, bool GLU>
@@ -588,17 +615,19 @@ MoeGemvShape moe_gemv_shape(const MoeGroupedParams& p) {
   const bool glu = p.glu_inter > 0;
   const int nt = nt_of(p.gemv_tokens);
   const int64_t tiles = (glu ? p.glu_inter : p.w.n) / kMoeTileRows;
-  const int unroll = unroll_of(p.w.format, nt, glu);
+  const Pipe pipe = pipe_of(p.w.format, nt, glu);
+  const int unroll = pipe.unroll;
   const int64_t batches = ceil_div(moe_k_tiles(p.w.format, p.w.k), unroll);
   const double active = p.topk_ids == nullptr ? 1.0
                         : p.expect_active > 0 ? double(p.expect_active)
                                               : double(std::max(1, p.max_active));
   const double batch_bytes = double(unroll) * (glu ? 2 : 1) * kMoeTileBytes;
-  // Cost model (H200-calibrated guesses; the bench sweeps the shapes around its choice): a CTA
-  // wave costs its set-up (plan, first loads, epilogue) plus its warps' batches, each the
-  // longer of a latency over ~1.5 batches in flight and its share of the copy bandwidth; the
-  // grid runs in ceil(CTAs / resident slots) waves (the last one as long as the others: its
-  // CTAs stream alone). Reductions add a little per split level.
+  // Cost model (guesses for the H200, to be calibrated by the bench's sweep, which times the
+  // shapes around this choice): a CTA wave costs its set-up (plan, first loads, epilogue) plus
+  // its warps' batches, each the longer of a latency over the batches in flight (buffers - 0.5
+  // on average) and its share of the copy bandwidth; the grid runs in ceil(CTAs / resident
+  // slots) waves (the last one as long as the others: its CTAs stream alone). Reductions add a
+  // little per split level.
   constexpr double kBw = 3.8e12, kLatency = 1.2e-6, kSetup = 1.5e-6;
   constexpr double kReduceCta = 0.3e-6, kReduceCluster = 0.5e-6;
   const double slots = double(num_sms()) * kBlocksPerSm;
@@ -610,14 +639,14 @@ MoeGemvShape moe_gemv_shape(const MoeGroupedParams& p) {
         if ((p.ksplit && ks != p.ksplit) || (p.cluster && cl != p.cluster) ||
             (p.tiles_per_warp && r != p.tiles_per_warp))
           continue;
-        if ((cl > 1 && ks != kWarps) || (r > 1 && (ks > 1 || cl > 1))) continue;
+        if ((cl > 1 && ks != kWarps) || (r > 1 && (ks > 1 || cl > 1 || glu))) continue;
         if (int64_t(ks) * cl > std::max<int64_t>(1, batches)) continue;
         const double groups = double(ceil_div(tiles, int64_t(kWarps / ks) * r));
         const double ctas = cl * groups * active;
         const double waves = std::ceil(ctas / slots);
         const double per_warp = r * std::ceil(double(batches) / double(ks * cl));
         const double warps = std::min(ctas, slots) * kWarps;
-        const double t_batch = std::max(kLatency / 1.5, batch_bytes * warps / kBw);
+        const double t_batch = std::max(kLatency / (pipe.buffers - 0.5), batch_bytes * warps / kBw);
         const double t = waves * (kSetup + per_warp * t_batch + (ks > 1 ? kReduceCta : 0.0) +
                                   (cl > 1 ? kReduceCluster : 0.0));
         if (t < best_t * 0.97) {  // the simpler shape unless clearly better
