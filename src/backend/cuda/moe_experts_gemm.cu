@@ -208,7 +208,9 @@ struct Cta {
     const int st = j % C::kStages, ks = kstep_of(j);
     const int kk = ks * 64;
     if constexpr (!XRES) issue_x(ks, x_tile(j));
-    const int rt = j < len ? row_tile(block_of(j)) : -1;
+    // (Without XRES, elements past the k steps are zero through kt >= kt_count; testing j < len
+    // there too made ptxas serialize the 64-row plain kernels' wgmma, warning C7515.)
+    const int rt = !XRES || j < len ? row_tile(block_of(j)) : -1;
     const uint32_t sw = smem + C::kWOff + uint32_t(st) * C::kWBytes;
 #pragma unroll
     for (int t = 0; t < C::kTilesPerStep; ++t) {
