@@ -22,6 +22,14 @@
 // Tiles: the plan lists (expert, first row) per tile of BM rows in expert order; the grid is
 // the host's bound on tiles times the row-block groups, tile-major, so an expert's weights are
 // re-read by its next tile while still in L2; CTAs past the device's tile count exit at once.
+// Short k (XRES: plain, k <= kMoeGemmShortK, int4 / fp8): the down projection of a tp-8 slice
+// has k = 256, four k steps, so a CTA of one 128-row block was mostly pipeline fill and drain.
+// There the CTA (64 rows: a plan tile of 128 is two sub-tiles) copies all of its x rows' k
+// into a region of its own once, and its pipeline runs over gemm_blocks row blocks one after
+// the other, k step by k step (element j: block j / steps, k step j % steps): the stages hold
+// only weights and scales, the next block's copies are in flight while a block's outputs are
+// stored (after wgmma_wait<0>; the sums then restart from zero).
+#include <algorithm>
 #include <atomic>
 
 #include "backend/cuda/moe_experts.cuh"
@@ -119,28 +127,35 @@ __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, int byt
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
 }
 
-template <int F, int BM>
+// XRES (x resident, plain projections with k <= kMoeGemmShortK): x's k steps live in their own
+// region for the whole CTA; the stages hold weights (and scales) only.
+template <int F, int BM, bool XRES = false>
 struct Cfg {
   static constexpr int kTilesPerStep = 64 / moe_tile_k(F);  // weight tiles per warp per k step
   static constexpr int kXBytes = BM * 128;                  // [BM rows][64 k] bf16, swizzled
   static constexpr int kWBytes = 8 * kTilesPerStep * kMoeTileBytes;
   static constexpr int kSBytes = F == kMoeInt4 ? 8 * 64 : F == kMoeFp8 ? 8 * 16 : 0;
-  static constexpr int kStageBytes = kXBytes + kWBytes + kSBytes;
-  static constexpr int kFit = (112 * 1024) / kStageBytes;
+  static constexpr int kXSteps = int(kMoeGemmShortK / 64);  // XRES: k steps held
+  static constexpr int kXRegion = XRES ? kXSteps * kXBytes : 0;
+  static constexpr int kStageBytes = (XRES ? 0 : kXBytes) + kWBytes + kSBytes;
+  static constexpr int kFit = (112 * 1024 - kXRegion) / kStageBytes;
   static constexpr int kStages = kFit > 6 ? 6 : kFit;
-  static constexpr int kWOff = kStages * kXBytes;  // x stages first: 1024-byte aligned
+  static constexpr int kXOff = 0;  // x stages (or XRES's steps) first: 1024-byte aligned
+  static constexpr int kWOff = XRES ? kXRegion : kStages * kXBytes;
   static constexpr int kSOff = kWOff + kStages * kWBytes;
   static constexpr int kRowOff = kSOff + kStages * kSBytes;  // the tile's x row offsets
   static constexpr int kBytes = kRowOff + BM * 4 + 1024;     // + alignment slack
   static_assert(kStages >= 3, "the pipeline needs three stages");
   static_assert(kBytes <= 113 * 1024, "two CTAs per SM");
-  static_assert(kStages * kXBytes >= BM * 256, "the GLU exchange fits the x stages");
+  static_assert(XRES || kStages * kXBytes >= BM * 256, "the GLU exchange fits the x stages");
 };
 
-// One thread's share of a CTA: its copy sources and destinations, fixed but for the k step.
-template <int F, int BM, bool GLU>
+// One thread's share of a CTA: its copy sources and destinations, fixed but for the pipeline
+// element. Element j is k step j of row block nb (one block per CTA), or with XRES k step
+// j % steps of row block nb + j / steps (the CTA's blocks one after the other).
+template <int F, int BM, bool GLU, bool XRES>
 struct Cta {
-  using C = Cfg<F, BM>;
+  using C = Cfg<F, BM, XRES>;
   static constexpr int kXRows = BM / 32;  // x rows this thread copies: r0 + 32·i
   const MoeGroupedParams& p;
   uint32_t smem;       // 1024-byte aligned base (shared address)
@@ -151,6 +166,14 @@ struct Cta {
   __device__ __forceinline__ static int warp() { return int(threadIdx.x) / 32; }
   __device__ __forceinline__ static int lane() { return int(threadIdx.x) % 32; }
   int kt_count, groups, scale_cols, nb, gshift;
+  int steps, len;  // k steps per block; pipeline elements (XRES: blocks · steps)
+
+  __device__ __forceinline__ int block_of(int j) const { return XRES ? nb + j / steps : nb; }
+  __device__ __forceinline__ int kstep_of(int j) const { return XRES ? j % steps : j; }
+  // Shared address of element j's x tile.
+  __device__ __forceinline__ uint32_t x_tile(int j) const {
+    return smem + C::kXOff + uint32_t(XRES ? kstep_of(j) : j % C::kStages) * C::kXBytes;
+  }
 
   // This warp's row tile in row block `nb`, or -1 when it has none (past n or inter).
   __device__ __forceinline__ int row_tile(int nb) const {
@@ -163,12 +186,10 @@ struct Cta {
     }
   }
 
-  // The copies of k step j (columns 64j .. 64j + 63) into stage j % S; anything past the rows,
-  // n or k is zero-filled.
-  __device__ __forceinline__ void issue(int j) const {
-    const int st = j % C::kStages, ks = j;
+  // x of k step ks (columns 64·ks ..) into the tile at shared address sx; past the rows or k:
+  // zero.
+  __device__ __forceinline__ void issue_x(int ks, uint32_t sx) const {
     const int kk = ks * 64;
-    const uint32_t sx = smem + uint32_t(st) * C::kXBytes;
     // x row offsets come from shared memory (kept there, not in registers, for the fragments).
     const uint32_t rows_at = smem + C::kRowOff + uint32_t(x_dst / 128) * 4;
 #pragma unroll
@@ -179,13 +200,24 @@ struct Cta {
       const bf16_bits* src = ok ? p.x + xrow + x_col + kk : p.x;
       cp_async16(sx + x_dst + i * 32 * 128, src, ok ? 16 : 0);
     }
-    const int rt = row_tile(nb);
+  }
+
+  // The copies of element j into stage j % S; anything past the rows, n, k or the elements is
+  // zero-filled.
+  __device__ __forceinline__ void issue(int j) const {
+    const int st = j % C::kStages, ks = kstep_of(j);
+    const int kk = ks * 64;
+    if constexpr (!XRES) issue_x(ks, x_tile(j));
+    // (Without XRES, elements past the k steps are zero through kt >= kt_count; testing j < len
+    // there too made ptxas serialize the 64-row plain kernels' wgmma, warning C7515.)
+    const int rt = !XRES || j < len ? row_tile(block_of(j)) : -1;
     const uint32_t sw = smem + C::kWOff + uint32_t(st) * C::kWBytes;
 #pragma unroll
     for (int t = 0; t < C::kTilesPerStep; ++t) {
       const int kt = ks * C::kTilesPerStep + t;
       const bool ok = rt >= 0 && kt < kt_count;
-      const char* src = ok ? w_base + (int64_t(rt) * kt_count + kt) * kMoeTileBytes : w_base;
+      // 32-bit: one expert's matrix is far below 2 GB.
+      const char* src = ok ? w_base + (rt * kt_count + kt) * kMoeTileBytes : w_base;
       cp_async16(sw + uint32_t((warp() * C::kTilesPerStep + t) * kMoeTileBytes + lane() * 16), src,
                  ok ? 16 : 0);
     }
@@ -195,21 +227,19 @@ struct Cta {
       if (lane() < 4) {
         const int grp = (kk >> gshift) + lane() / 2;
         const bool ok = rt >= 0 && kk < p.w.k && (lane() < 2 || p.w.group == 32);
-        const char* src =
-            ok ? s_base + ((int64_t(rt) * groups + grp) * 16 + (lane() % 2) * 8) * 2 : s_base;
+        const char* src = ok ? s_base + ((rt * groups + grp) * 16 + (lane() % 2) * 8) * 2 : s_base;
         cp_async16(ss + uint32_t(warp() * 64 + lane() * 16), src, ok ? 16 : 0);
       }
     } else if constexpr (F == kMoeFp8) {
       if (lane() == 0) {
         const bool ok = rt >= 0 && kk < p.w.k;
-        const int64_t idx =
-            int64_t(rt * kMoeTileRows / kMoeFp8Block) * scale_cols + kk / kMoeFp8Block;
+        const int idx = (rt * kMoeTileRows / kMoeFp8Block) * scale_cols + kk / kMoeFp8Block;
         cp_async4(ss + uint32_t(warp() * 16), ok ? s_base + idx * 4 : s_base, ok ? 4 : 0);
       }
     }
   }
 
-  // This lane's A fragments of step j's four k16 steps.
+  // This lane's A fragments of element j's four k16 steps.
   __device__ __forceinline__ void fragments(int j, uint32_t (&a)[4][4]) const {
     const int st = j % C::kStages;
     const uint32_t sw = smem + C::kWOff + uint32_t(st) * C::kWBytes +
@@ -236,19 +266,20 @@ struct Cta {
     reg_fence(a);
   }
 
-  // Step j with its fragments `cur` ready: issue its wgmma; while they run, wait for step
-  // j - 1's wgmma (its stage and `nxt` are then free) and step j + 1's copies, meet at the
-  // barrier, issue step j + S - 1's copies and make step j + 1's fragments in `nxt`.
-  __device__ __forceinline__ void step(int j, int steps, float* acc, uint32_t (&cur)[4][4],
+  // Element j with its fragments `cur` ready: issue its wgmma; while they run, wait for element
+  // j - 1's wgmma (its stage and `nxt` are then free) and element j + 1's copies, meet the CTA
+  // at one barrier, issue element j + S - 1's copies and make element j + 1's fragments in
+  // `nxt`.
+  __device__ __forceinline__ void step(int j, int count, float* acc, uint32_t (&cur)[4][4],
                                        uint32_t (&nxt)[4][4]) const {
     wgmma_fence();
-    const uint32_t xb = smem + uint32_t(j % C::kStages) * C::kXBytes;
+    const uint32_t xb = x_tile(j);
 #pragma unroll
     for (int s = 0; s < 4; ++s) wgmma_rs<BM>(acc, cur[s], smem_desc(xb + 32 * s));
     wgmma_commit();
-    if (j + 1 < steps) {
+    if (j + 1 < count) {
       wgmma_wait<1>();
-      cp_async_wait<C::kStages - 3>();  // committed: steps 0 .. j + S - 2; step j + 1 landed
+      cp_async_wait<C::kStages - 3>();  // committed: elements 0 .. j + S - 2; j + 1 landed
       fence_proxy_async();
       __syncthreads();
       issue(j + C::kStages - 1);
@@ -258,17 +289,23 @@ struct Cta {
   }
 };
 
-template <int F, int BM, bool GLU>
+template <int F, int BM, bool GLU, bool XRES>
 __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(MoeGroupedParams p) {
-  using C = Cfg<F, BM>;
+  using C = Cfg<F, BM, XRES>;
   extern __shared__ __align__(128) char smem_raw[];
   if (p.pdl_early) pdl_trigger();
   const int tid = int(threadIdx.x);
-  Cta<F, BM, GLU> b{p};
-  // Row blocks: GLU 64 outputs (4 gate + 4 up tiles), plain 128 weight rows (8 tiles).
-  const int64_t units = GLU ? cdiv(p.glu_inter / kMoeTileRows, 4) : cdiv(p.w.n / kMoeTileRows, 8);
-  const int64_t tile = int64_t(blockIdx.x) / units;
-  b.nb = int(int64_t(blockIdx.x) % units);
+  Cta<F, BM, GLU, XRES> b{p};
+  // Row blocks: GLU 64 outputs (4 gate + 4 up tiles), plain 128 weight rows (8 tiles); a CTA
+  // takes one, or with XRES gemm_blocks consecutive ones.
+  const int blocks = int(GLU ? cdiv(p.glu_inter / kMoeTileRows, 4) : cdiv(p.w.n / kMoeTileRows, 8));
+  const int per = XRES ? p.gemm_blocks : 1;
+  const int64_t units = cdiv(blocks, per);
+  // XRES (BM 64) splits a plan tile of tile_rows rows into tile_rows / 64 sub-tiles.
+  const int sub = XRES && p.offsets != nullptr ? p.tile_rows / BM : 1;
+  const int64_t tile = int64_t(blockIdx.x) / units / sub;
+  const int sub_row = int(int64_t(blockIdx.x) / units % sub) * BM;
+  b.nb = int(int64_t(blockIdx.x) % units) * per;
   pdl_wait();
   if (!p.pdl_early) pdl_trigger();
 
@@ -278,8 +315,9 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(MoeGroupedParams 
   if (p.offsets != nullptr) {
     if (tile >= p.counts[1]) return;  // the whole CTA
     e = p.tiles[2 * tile];
-    row0 = p.tiles[2 * tile + 1];
+    row0 = p.tiles[2 * tile + 1] + sub_row;
     rows = min(BM, p.offsets[e + 1] - row0);
+    if (rows <= 0) return;  // a sub-tile past the segment's end
   } else {
     if (tile * BM >= p.rows) return;
     row0 = int(tile * BM);
@@ -304,9 +342,13 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(MoeGroupedParams 
   b.groups = F == kMoeInt4 ? int(int4_scale_groups(p.w.k, p.w.group)) : 0;
   b.scale_cols = int(cdiv(p.w.k, kMoeFp8Block));
   b.gshift = __ffs(p.w.group) - 1;
-  const int steps = int(cdiv(p.w.k, 64));
-  const int steps2 = steps + (steps & 1);  // even: the loop below is unrolled by two
+  b.steps = int(cdiv(p.w.k, 64));
+  b.len = (XRES ? min(per, blocks - b.nb) : 1) * b.steps;
+  const int len2 = b.len + (b.len & 1);  // even: the loop below is unrolled by two
 
+  if constexpr (XRES) {  // all of x's k steps, in the first commit group
+    for (int s = 0; s < b.steps; ++s) b.issue_x(s, b.x_tile(s));
+  }
 #pragma unroll
   for (int s = 0; s < C::kStages - 1; ++s) {
     b.issue(s);
@@ -315,23 +357,10 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(MoeGroupedParams 
   float acc[BM / 2];
 #pragma unroll
   for (int i = 0; i < BM / 2; ++i) acc[i] = 0.0f;
-  // Two fragment buffers in turn (the loop is unrolled by two so that both have fixed
-  // registers); an odd step count gets one zero-filled step more.
-  uint32_t a0[4][4], a1[4][4];
-  cp_async_wait<C::kStages - 2>();  // step 0 landed
-  fence_proxy_async();
-  __syncthreads();
-  b.fragments(0, a0);
-  for (int j = 0; j < steps2; j += 2) {
-    b.step(j, steps2, acc, a0, a1);
-    b.step(j + 1, steps2, acc, a1, a0);
-  }
-  wgmma_wait<0>();
-  reg_fence<BM / 2>(acc);
-  cp_async_wait<0>();  // the zero-filled copies past the last step
   const int g = b.lane() / 4, c = b.lane() % 4;
-  if constexpr (!GLU) {
-    const int rt = b.row_tile(b.nb);
+  // Plain: row block nb's outputs from acc.
+  auto store_plain = [&](int nb) {
+    const int rt = b.row_tile(nb);
     if (rt < 0) return;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -344,6 +373,38 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(MoeGroupedParams 
           if (r < rows) p.out[(row0 + r) * p.w.n + col] = float_to_bf16(acc[4 * i + 2 * h + e2]);
         }
     }
+  };
+  // XRES: after element j, the last k step of a block that is not the CTA's last: its outputs
+  // (the next block's copies are in flight meanwhile), then a fresh sum.
+  auto block_end = [&](int j) {
+    if constexpr (XRES) {
+      if (j + 1 < b.len && (j + 1) % b.steps == 0) {
+        wgmma_wait<0>();
+        reg_fence<BM / 2>(acc);
+        store_plain(b.block_of(j));
+#pragma unroll
+        for (int i = 0; i < BM / 2; ++i) acc[i] = 0.0f;
+      }
+    }
+  };
+  // Two fragment buffers in turn (the loop is unrolled by two so that both have fixed
+  // registers); an odd element count gets one zero-filled element more.
+  uint32_t a0[4][4], a1[4][4];
+  cp_async_wait<C::kStages - 2>();  // element 0 (and XRES's x) landed
+  fence_proxy_async();
+  __syncthreads();
+  b.fragments(0, a0);
+  for (int j = 0; j < len2; j += 2) {
+    b.step(j, len2, acc, a0, a1);
+    block_end(j);
+    b.step(j + 1, len2, acc, a1, a0);
+    block_end(j + 1);
+  }
+  wgmma_wait<0>();
+  reg_fence<BM / 2>(acc);
+  cp_async_wait<0>();  // the zero-filled copies past the last element
+  if constexpr (!GLU) {
+    store_plain(b.block_of(b.len - 1));
   } else {  // warpgroup 1's up sums join warpgroup 0's gate sums
     char* smem = smem_raw + (b.smem - smem_u32(smem_raw));
     float* xchg = reinterpret_cast<float*>(smem);
@@ -374,41 +435,90 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(MoeGroupedParams 
   }
 }
 
-template <int F, int BM, bool GLU>
+// Whether the x-resident variant's shared memory fits (without instantiating its Cfg).
+constexpr bool xres_fits(int f, int bm) {
+  const int x_region = int(kMoeGemmShortK / 64) * bm * 128;
+  const int stage = 8 * (64 / moe_tile_k(f)) * kMoeTileBytes + (f == kMoeInt4  ? 8 * 64
+                                                                : f == kMoeFp8 ? 8 * 16
+                                                                               : 0);
+  const int fit = (112 * 1024 - x_region) / stage;
+  const int stages = fit > 6 ? 6 : fit;
+  return stages >= 3 && x_region + stages * stage + bm * 4 + 1024 <= 113 * 1024;
+}
+
+template <int F, int BM, bool GLU, bool XRES>
 void set_limit() {
-  CUDA_CHECK(cudaFuncSetAttribute(moe_gemm_kernel<F, BM, GLU>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg<F, BM>::kBytes));
+  CUDA_CHECK(cudaFuncSetAttribute(moe_gemm_kernel<F, BM, GLU, XRES>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  Cfg<F, BM, XRES>::kBytes));
 }
 template <int F>
 void set_limits_format() {
-  set_limit<F, 64, false>();
-  set_limit<F, 64, true>();
-  set_limit<F, 128, false>();
-  set_limit<F, 128, true>();
+  set_limit<F, 64, false, false>();
+  set_limit<F, 64, true, false>();
+  set_limit<F, 128, false, false>();
+  set_limit<F, 128, true, false>();
+  if constexpr (xres_fits(F, 64)) set_limit<F, 64, false, true>();
 }
 
-template <int F, int BM, bool GLU>
-void launch_cfg(const MoeGroupedParams& p, cudaStream_t stream) {
-  const int64_t units = GLU ? cdiv(p.glu_inter / kMoeTileRows, 4) : cdiv(p.w.n / kMoeTileRows, 8);
-  const int64_t tiles = p.offsets ? p.max_tiles : cdiv(p.rows, BM);
+// Whether launch_moe_gemm takes the x-resident variant for these parameters.
+// (always with 64-row tiles: at 128 its accumulators and the per-block epilogue spilled ~900
+// bytes; a plan tile of 128 rows is two sub-tiles).
+template <int F>
+bool use_xres(const MoeGroupedParams& p) {
+  return xres_fits(F, 64) && p.glu_inter == 0 && p.w.k <= kMoeGemmShortK && p.gemm_blocks >= 0;
+}
+
+template <int F, int BM, bool GLU, bool XRES>
+void launch_cfg(const MoeGroupedParams& p_in, cudaStream_t stream) {
+  MoeGroupedParams p = p_in;
+  int64_t units = GLU ? cdiv(p.glu_inter / kMoeTileRows, 4) : cdiv(p.w.n / kMoeTileRows, 8);
+  if constexpr (XRES) {
+    if (p.gemm_blocks == 0) p.gemm_blocks = moe_gemm_blocks(p);
+    units = cdiv(units, p.gemm_blocks);
+  }
+  const int64_t tiles = p.offsets ? p.max_tiles * (XRES ? p.tile_rows / BM : 1) : cdiv(p.rows, BM);
   const int64_t ctas = tiles * units;
   if (ctas == 0) return;
   CHECK_MSG(ctas < (int64_t(1) << 31), "moe gemm: {} CTAs", ctas);
-  launch_pdl(moe_gemm_kernel<F, BM, GLU>, dim3(unsigned(ctas)), dim3(kThreads), Cfg<F, BM>::kBytes,
-             Launch{stream}, p);
+  launch_pdl(moe_gemm_kernel<F, BM, GLU, XRES>, dim3(unsigned(ctas)), dim3(kThreads),
+             Cfg<F, BM, XRES>::kBytes, Launch{stream}, p);
   CUDA_LAUNCH_CHECK();
 }
 
 template <int F>
 void launch_format(const MoeGroupedParams& p, cudaStream_t stream) {
   const bool glu = p.glu_inter > 0;
-  if (p.tile_rows == 64)
-    glu ? launch_cfg<F, 64, true>(p, stream) : launch_cfg<F, 64, false>(p, stream);
-  else
-    glu ? launch_cfg<F, 128, true>(p, stream) : launch_cfg<F, 128, false>(p, stream);
+  if (use_xres<F>(p)) {
+    if constexpr (xres_fits(F, 64)) launch_cfg<F, 64, false, true>(p, stream);
+  } else if (p.tile_rows == 64) {
+    glu ? launch_cfg<F, 64, true, false>(p, stream) : launch_cfg<F, 64, false, false>(p, stream);
+  } else {
+    glu ? launch_cfg<F, 128, true, false>(p, stream) : launch_cfg<F, 128, false, false>(p, stream);
+  }
+}
+
+int num_sms() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  return sms;
 }
 
 }  // namespace
+
+int moe_gemm_blocks(const MoeGroupedParams& p) {
+  // Up to 8 blocks per CTA while the grid keeps >= 6 CTAs per SM (three waves of two), so that
+  // the last wave's imbalance stays small.
+  const int64_t blocks = cdiv(p.w.n / kMoeTileRows, 8);
+  const int64_t tiles = p.offsets ? p.max_tiles * std::max(1, p.tile_rows / 64) : cdiv(p.rows, 64);
+  int per = 8;
+  while (per > 1 && tiles * cdiv(blocks, per) < 6 * int64_t(num_sms())) per /= 2;
+  return per;
+}
 
 void init_moe_gemm_kernels() {
   set_limits_format<kMoeBf16>();

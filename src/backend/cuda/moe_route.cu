@@ -11,8 +11,10 @@
 // split order by whichever CTA of the tile finishes last (a counter per tile, reset by that CTA).
 // So the logits do not depend on scheduling.
 //
-// Route: one warp per token, its scores and choice values in shared memory. Top-k is k rounds
-// of a warp arg-max under (value desc, id asc), the CPU twin's partial_sort order.
+// Route: one warp per token, its scores and choice values in registers (lane l: experts l + 32q;
+// all loads issued at once: the old loop of dependent loads cost ~10 us at E = 256..384) and
+// in shared memory for the group stage. Top-k is k rounds of a warp arg-max under (value desc,
+// id asc), the CPU twin's partial_sort order.
 #include <algorithm>
 #include <climits>
 
@@ -150,43 +152,71 @@ __device__ __forceinline__ void warp_best(float& v, int& i) {
   }
 }
 
+// Lane l owns experts l + 32·q, q < Q = ceil(E / 32) <= QMAX: their logits, scores and choice
+// values live in registers (loops over q are unrolled to QMAX with a q < Q guard, so every
+// load of a token's logits and bias is issued at once); scores also go to shared memory for the
+// group stage and the weights, which index them by expert.
+template <int QMAX>
 __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(MoeRouteParams p) {
   extern __shared__ float route_smem[];
   pdl_enter(p.pdl_early);
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int64_t t = int64_t(blockIdx.x) * kRouteWarps + warp;
   if (t >= p.tokens) return;  // no CTA-wide barrier below
-  const int experts = p.num_experts;
-  float* score = route_smem + warp * 2 * experts;
-  float* choice = score + experts;
+  const int experts = p.num_experts, nq = (experts + 31) / 32;
+  float* score_s = route_smem + warp * 2 * experts;
+  float* choice_s = score_s + experts;
   const float* logits = p.logits + t * experts;
 
+  float sc[QMAX], ch[QMAX];
+#pragma unroll
+  for (int q = 0; q < QMAX; ++q) {
+    const int e = lane + 32 * q;
+    const bool in = q < nq && e < experts;
+    sc[q] = in ? __ldg(logits + e) : 0.0f;
+    ch[q] = in && p.bias != nullptr ? __ldg(p.bias + e) : 0.0f;
+  }
   if (p.scoring == kMoeSigmoid) {
-    for (int e = lane; e < experts; e += 32) score[e] = 1.0f / (1.0f + expf(-logits[e]));
+#pragma unroll
+    for (int q = 0; q < QMAX; ++q) sc[q] = 1.0f / (1.0f + expf(-sc[q]));
   } else {
     float mx = -INFINITY;
-    for (int e = lane; e < experts; e += 32) mx = fmaxf(mx, logits[e]);
+#pragma unroll
+    for (int q = 0; q < QMAX; ++q)
+      if (q < nq && lane + 32 * q < experts) mx = fmaxf(mx, sc[q]);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     double sum = 0.0;
-    for (int e = lane; e < experts; e += 32) {
-      const float ex = expf(logits[e] - mx);
-      score[e] = ex;
-      sum += double(ex);
-    }
+#pragma unroll
+    for (int q = 0; q < QMAX; ++q)
+      if (q < nq && lane + 32 * q < experts) {
+        sc[q] = expf(sc[q] - mx);
+        sum += double(sc[q]);
+      }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    for (int e = lane; e < experts; e += 32) score[e] = float(double(score[e]) / sum);
+#pragma unroll
+    for (int q = 0; q < QMAX; ++q) sc[q] = float(double(sc[q]) / sum);
   }
-  for (int e = lane; e < experts; e += 32)
-    choice[e] = score[e] + (p.bias != nullptr ? p.bias[e] : 0.0f);
+  // choice = score + bias (bias 0 without one); past E: -inf, which never wins over an expert.
+#pragma unroll
+  for (int q = 0; q < QMAX; ++q) {
+    const int e = lane + 32 * q;
+    if (q < nq && e < experts) {
+      ch[q] = sc[q] + ch[q];
+      score_s[e] = sc[q];
+      choice_s[e] = ch[q];
+    } else {
+      ch[q] = -INFINITY;
+    }
+  }
   __syncwarp();
 
   if (p.num_groups > 1 && p.topk_groups < p.num_groups) {
     const int per = experts / p.num_groups;
     float gs = -INFINITY;
     if (lane < p.num_groups) {
-      const float* cg = choice + lane * per;
+      const float* cg = choice_s + lane * per;
       if (p.group_score == kMoeGroupMax) {
         gs = cg[0];
         for (int i = 1; i < per; ++i) gs = cg[i] > gs ? cg[i] : gs;
@@ -213,33 +243,41 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(MoeRoutePar
       if (i == lane) picked = true;
     }
     // Experts of the other groups can never be picked (transformers 5 masks them to -inf).
-    for (int e = lane; e < experts; e += 32)
-      if (!((keep >> (e / per)) & 1u)) choice[e] = -INFINITY;
-    __syncwarp();
+#pragma unroll
+    for (int q = 0; q < QMAX; ++q) {
+      const int e = lane + 32 * q;
+      if (q < nq && e < experts && !((keep >> (e / per)) & 1u)) ch[q] = -INFINITY;
+    }
   }
 
-  // Top-k: k rounds of the warp's best untaken expert. Lane l owns experts l + 32·q.
+  // Top-k: k rounds of the warp's best untaken expert, ranked (value desc, id asc); lanes
+  // without experts (e >= E) offer (-inf, INT_MAX), which every expert beats.
   uint32_t taken = 0;
   int my_id = 0;
   for (int j = 0; j < p.top_k; ++j) {
     float v = -INFINITY;
     int i = INT_MAX;
-    for (int q = 0, e = lane; e < experts; ++q, e += 32) {
-      const float cv = rank_value(choice[e]);
-      if (!((taken >> q) & 1u) && better(cv, e, v, i)) {
-        v = cv;
-        i = e;
+#pragma unroll
+    for (int q = 0; q < QMAX; ++q) {
+      const int e = lane + 32 * q;
+      if (q < nq && e < experts && !((taken >> q) & 1u)) {
+        const float cv = rank_value(ch[q]);
+        if (better(cv, e, v, i)) {
+          v = cv;
+          i = e;
+        }
       }
     }
     warp_best(v, i);
     if ((i & 31) == lane) taken |= 1u << (i >> 5);
     if (lane == j) my_id = i;
   }
+  __syncwarp();
   // Weights: the chosen experts' scores, summed in order (the CPU twin's float sum).
   float sum = 0.0f;
-  for (int j = 0; j < p.top_k; ++j) sum += score[__shfl_sync(0xffffffffu, my_id, j)];
+  for (int j = 0; j < p.top_k; ++j) sum += score_s[__shfl_sync(0xffffffffu, my_id, j)];
   if (lane < p.top_k) {
-    float w = score[my_id];
+    float w = score_s[my_id];
     if (p.normalize) w /= sum + 1e-20f;
     w *= p.scaling_factor;
     p.topk_ids[t * p.top_k + lane] = my_id;
@@ -289,7 +327,21 @@ void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream) {
       "moe route: {} groups, {} kept, {} experts", p.num_groups, p.topk_groups, p.num_experts);
   const size_t smem = size_t(kRouteWarps) * 2 * size_t(p.num_experts) * sizeof(float);
   const unsigned blocks = unsigned((p.tokens + kRouteWarps - 1) / kRouteWarps);
-  launch_pdl(moe_route_kernel, dim3(blocks), dim3(kRouteWarps * 32), smem, Launch{stream}, p);
+  const int nq = (p.num_experts + 31) / 32;
+  // smem <= 4 · 2 · 1024 floats = 32 KB: under the default 48 KB limit.
+  auto go = [&](auto kernel) {
+    launch_pdl(kernel, dim3(blocks), dim3(kRouteWarps * 32), smem, Launch{stream}, p);
+  };
+  if (nq <= 2)
+    go(moe_route_kernel<2>);
+  else if (nq <= 4)
+    go(moe_route_kernel<4>);
+  else if (nq <= 8)
+    go(moe_route_kernel<8>);
+  else if (nq <= 16)
+    go(moe_route_kernel<16>);
+  else
+    go(moe_route_kernel<32>);
   CUDA_LAUNCH_CHECK();
 }
 
