@@ -138,6 +138,10 @@ int generate_main(int argc, char** argv) {
   if (Status s = validate(g); !s.ok()) return fail(s);
   auto datasets = load_datasets(g);
   if (!datasets.ok()) return fail(datasets.status());
+  // Before the model loads: a second job on the same output is refused at once.
+  auto locks = lock_job_outputs(*datasets, g.job);
+  if (!locks.ok()) return fail(locks.status());
+  g.job.held_locks = std::move(locks).value();
 
   std::unique_ptr<Engine> engine;
   std::unique_ptr<GenerationBackend> backend;

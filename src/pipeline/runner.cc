@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "core/log.h"
+#include "pipeline/output_lock.h"
 #include "pipeline/output_log.h"
 
 namespace strata {
@@ -32,6 +33,7 @@ struct Sink {
   std::string default_dataset;  // per-dataset files: records need not name it
   std::vector<size_t> datasets;
   ScanResult results, failures;
+  std::shared_ptr<OutputLock> lock;  // taken before the scan, held until the job returns
   std::unique_ptr<AppendLog> results_log, failures_log;
 };
 
@@ -69,6 +71,12 @@ Status check_settings(const Sink& sink, const nlohmann::json& meta_now, bool all
     }
   }
   return Status();
+}
+
+// Where a dataset's results go: the one --output file, or DIR/<name>.jsonl.
+std::string results_path_of(const Dataset& d, const JobOptions& o) {
+  if (o.output_dir.empty()) return o.output_file;
+  return (std::filesystem::path(o.output_dir) / (d.name + ".jsonl")).string();
 }
 
 nlohmann::json result_record(const PromptRecord& r, const std::string& dataset, const nlohmann::json& meta_base,
@@ -112,6 +120,7 @@ class Job {
   void plan_tasks();
   Status handle(size_t index, GenerationOutcome& outcome);
   void report_progress(bool force);
+  Status verify_sink(const Sink& s) const;
   Status finish_sinks();
 
   const std::vector<Dataset>& datasets_;
@@ -139,14 +148,21 @@ Status Job::open_sinks() {
   for (size_t d = 0; d < datasets_.size(); ++d) {
     if (per_dataset || sinks_.empty()) {
       Sink s;
-      s.results_path = per_dataset ? (std::filesystem::path(options_.output_dir) / (datasets_[d].name + ".jsonl")).string()
-                                   : options_.output_file;
+      s.results_path = results_path_of(datasets_[d], options_);
       s.failures_path = s.results_path + ".failures.jsonl";
       s.done_path = s.results_path + ".done";
       if (per_dataset) s.default_dataset = datasets_[d].name;
       sinks_.push_back(std::move(s));
     }
     sinks_.back().datasets.push_back(d);
+  }
+  // Every lock first: a job refused on its second file must not have compacted the first.
+  for (Sink& s : sinks_) {
+    for (const auto& held : options_.held_locks)
+      if (held && held->path() == s.results_path + ".lock") s.lock = held;
+    if (!s.lock) {
+      STRATA_ASSIGN_OR_RETURN(s.lock, OutputLock::acquire(s.results_path));
+    }
   }
   for (Sink& s : sinks_) {
     STRATA_ASSIGN_OR_RETURN(s.results, scan_and_repair(s.results_path, {.default_dataset = s.default_dataset}));
@@ -222,11 +238,36 @@ void Job::report_progress(bool force) {
   std::fprintf(stderr, "%s\n", format_progress(snap).c_str());
 }
 
+// Before .done says "complete": the files on disk (read again, not this job's memory of them) hold
+// every id of the sink's datasets, as a result or a failure, and the path still names the file this
+// job appended to (nobody renamed another file over it).
+Status Job::verify_sink(const Sink& s) const {
+  STRATA_ASSIGN_OR_RETURN(ScanResult results, scan_output(s.results_path, {.default_dataset = s.default_dataset}));
+  STRATA_ASSIGN_OR_RETURN(ScanResult failures, scan_output(s.failures_path, {.default_dataset = s.default_dataset}));
+  if (!s.results_log->same_file_as_path())
+    return data_loss("{} was replaced while this job wrote it; not writing {}", s.results_path, s.done_path);
+  int64_t expected = 0, missing = 0;
+  std::string example;
+  for (size_t d : s.datasets) {
+    const Dataset& ds = datasets_[d];
+    for (const PromptRecord& r : ds.records) {
+      ++expected;
+      if (results.contains(ds.name, r.id) || failures.contains(ds.name, r.id)) continue;
+      if (missing++ == 0) example = ds.name + "/" + r.id;
+    }
+  }
+  if (missing > 0)
+    return data_loss("{} holds {} of {} prompts (missing e.g. {}); not writing {}: run the same command again",
+                     s.results_path, expected - missing, expected, example, s.done_path);
+  return Status();
+}
+
 Status Job::finish_sinks() {
   if (summary_.interrupted > 0) return Status();
   for (Sink& s : sinks_) {
     STRATA_RETURN_IF_ERROR(s.results_log->sync());
     STRATA_RETURN_IF_ERROR(s.failures_log->sync());
+    STRATA_RETURN_IF_ERROR(verify_sink(s));
     JobSummary part;
     part.seconds = summary_.seconds;
     part.complete = true;
@@ -287,6 +328,7 @@ StatusOr<JobSummary> Job::run() {
       }
     }
     report_progress(false);
+    for (Sink& s : sinks_) s.lock->heartbeat();
   }
   summary_.interrupted += int64_t(tasks_.size() - next);
   summary_.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
@@ -316,6 +358,24 @@ nlohmann::json JobSummary::to_json() const {
                   {"completion_tokens_this_run", d.completion_tokens}});
   }
   return {{"datasets", ds}, {"seconds_this_run", seconds}, {"complete", complete}, {"interrupted", interrupted}};
+}
+
+StatusOr<std::vector<std::shared_ptr<OutputLock>>> lock_job_outputs(const std::vector<Dataset>& datasets,
+                                                                    const JobOptions& options) {
+  std::vector<std::shared_ptr<OutputLock>> locks;
+  if (options.output_file.empty() && options.output_dir.empty()) return locks;
+  if (!options.output_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options.output_dir, ec);
+    if (ec) return internal_error("cannot create --output-dir '{}': {}", options.output_dir, ec.message());
+  }
+  std::set<std::string> paths;
+  for (const Dataset& d : datasets) paths.insert(results_path_of(d, options));
+  for (const std::string& p : paths) {
+    STRATA_ASSIGN_OR_RETURN(std::shared_ptr<OutputLock> lock, OutputLock::acquire(p));
+    locks.push_back(std::move(lock));
+  }
+  return locks;
 }
 
 StatusOr<JobSummary> run_job(const std::vector<Dataset>& datasets, GenerationBackend& backend,

@@ -4,7 +4,10 @@
 // Files, with --output FILE (every dataset in one file; meta.dataset tells them apart):
 //   FILE                 results, one line per prompt, in completion order
 //   FILE.failures.jsonl  prompts given up on: {"id","dataset","model","error","http_status","attempts"}
-//   FILE.done            a JSON summary, written when every prompt is done or failed
+//   FILE.done            a JSON summary, written when every prompt is done or failed and the
+//                        files on disk hold every id (checked by reading them again)
+//   FILE.lock            the job's exclusive ownership of FILE (output_lock.h): a second job on
+//                        the same output is refused at once, naming the holder
 // With --output-dir DIR, the same three per dataset: DIR/<name>.jsonl,
 // DIR/<name>.jsonl.failures.jsonl, DIR/<name>.jsonl.done.
 // Without either, results stay in memory (JobSummary::records, input order): not resumable.
@@ -16,12 +19,14 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "pipeline/backend.h"
 #include "pipeline/dataset.h"
+#include "pipeline/output_lock.h"
 
 namespace strata {
 
@@ -33,6 +38,9 @@ struct JobOptions {
   bool allow_mixed_settings = false;  // resume even if the file was made with other settings
   bool progress = true;               // progress lines on stderr
   double progress_interval_s = 1.0;
+  // Locks taken earlier by lock_job_outputs (so a second job is refused before a model loads);
+  // the job takes any it does not find here itself.
+  std::vector<std::shared_ptr<OutputLock>> held_locks{};
 };
 
 struct DatasetSummary {
@@ -56,6 +64,11 @@ struct JobSummary {
   int64_t failed() const;
   nlohmann::json to_json() const;
 };
+
+// Takes the output lock of every results file the job will write (none in memory mode). Call it
+// before anything slow (loading a model) and pass the locks in JobOptions::held_locks.
+StatusOr<std::vector<std::shared_ptr<OutputLock>>> lock_job_outputs(const std::vector<Dataset>& datasets,
+                                                                    const JobOptions& options);
 
 // Runs the job on the calling thread (the backend runs the prompts). Errors: unreadable or
 // corrupt output files, a resume with other settings, write failures. A prompt that fails is
