@@ -115,8 +115,13 @@ StatusOr<EngineConfig> finish_engine_flags(EngineFlags& f) {
     c.cuda_graph_max_bs = 0;
   }
   STRATA_RETURN_IF_ERROR(finish_hicache_flags(f, c));
-  if (!std::filesystem::is_directory(c.model_path))
+  if (!std::filesystem::is_directory(c.model_path)) {
+    if (c.model_path == default_model_path())
+      return not_found("the default --model-path '{}' (relative to the working directory {}) is not a directory: "
+                       "run from the repository root or pass --model-path DIR",
+                       c.model_path, std::filesystem::current_path().string());
     return not_found("--model-path '{}' is not a directory", c.model_path);
+  }
   STRATA_ASSIGN_OR_RETURN(c.kv_bf16_layers, parse_layer_list(f.kv_bf16_layers, "--kv-bf16-layers"));
   STRATA_RETURN_IF_ERROR(enforce_kv_quality_gate(c.model_path, kv_cache_options(c), f.kv_gate));
   return c;

@@ -69,7 +69,7 @@ void add_generate_flags(CLI::App& app, GenerateFlags& g) {
 
 Status validate(GenerateFlags& g) {
   const JobSampling& s = g.job.sampling;
-  if (s.max_new_tokens < 0) return invalid_argument("--max-new-tokens must be >= 0");
+  if (s.max_new_tokens < 1) return invalid_argument("--max-new-tokens must be >= 1, got {}", s.max_new_tokens);
   if (s.temperature < 0) return invalid_argument("--temperature must be >= 0");
   if (!(s.top_p > 0 && s.top_p <= 1)) return invalid_argument("--top-p must be in (0, 1]");
   if (g.seed < 0) return invalid_argument("--seed must be >= 0");

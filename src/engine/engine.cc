@@ -288,6 +288,12 @@ StatusOr<int64_t> Engine::submit(GenerateRequest g) {
   if (n + g.params.max_new_tokens > context_length_)
     return out_of_range("prompt ({} tokens) + max_tokens ({}) exceeds the context length {}", n,
                         g.params.max_new_tokens, context_length_);
+  // Refused rather than cut short: the scheduler would otherwise finish it at the pool's size.
+  if (n + g.params.max_new_tokens > plan_.kv_tokens)
+    return out_of_range("prompt ({} tokens) + max_tokens ({}) = {} tokens can never fit the KV cache pool of {} "
+                        "tokens; lower max_tokens, or give the pool more room (--max-total-tokens, "
+                        "--mem-fraction-static, --device-memory-gib on cpu)",
+                        n, g.params.max_new_tokens, n + g.params.max_new_tokens, plan_.kv_tokens);
   std::lock_guard<std::mutex> lk(mu_);
   if (stop_) return unavailable("the engine is shutting down");
   const int64_t id = next_id_++;

@@ -216,6 +216,8 @@ Status Job::handle(size_t index, GenerationOutcome& o) {
   sum.completion_tokens += o.completion_tokens;
   if (o.kind == OutcomeKind::kDone) ++sum.done;
   else ++sum.failed;
+  // Said in every mode (the failures file is not there to read in memory mode).
+  if (o.kind != OutcomeKind::kDone) LOG_WARN("{} id {}: {}", t.task.dataset, r.id, o.error);
   if (sinks_.empty()) {
     summary_.records[index] = result_record(r, t.task.dataset, meta_base_, t.task.seed, o);
     return Status();
@@ -223,7 +225,6 @@ Status Job::handle(size_t index, GenerationOutcome& o) {
   Sink& s = sinks_[t.sink];
   if (o.kind == OutcomeKind::kDone)
     return s.results_log->append(result_record(r, t.task.dataset, meta_base_, t.task.seed, o).dump());
-  LOG_WARN("{} id {}: {}", t.task.dataset, r.id, o.error);
   return s.failures_log->append(failure_record(r, t.task.dataset, meta_base_["model"], o).dump());
 }
 

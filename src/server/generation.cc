@@ -5,6 +5,7 @@
 #include <ctime>
 #include <algorithm>
 #include <random>
+#include <utility>
 
 #include "server/sse.h"
 
@@ -54,14 +55,16 @@ std::variant<ApiError, std::unique_ptr<Generation>> Generation::start(ServerStat
   const bool chat = req.endpoint == Endpoint::kChat;
   const char* prompt_param = chat ? "messages" : "prompt";
   std::vector<std::vector<int32_t>> prompts;
-  const int64_t context = state.engine().context_length();
-  const int64_t limit = std::min(context, state.engine().kv_capacity_tokens());
+  // What this server enforces (and /v1/models reports): the model's context, or the KV pool when
+  // that is smaller (a request larger than the pool could never run, not even alone).
+  const ContextLimit ctx = state.context_limit();
+  const int64_t limit = ctx.tokens;
   // Text that cannot fit in `limit` tokens is refused before tokenizing, which would hold this
   // thread for minutes on a 64 MiB body of spaces.
   const size_t max_bytes = state.encoder().max_prompt_bytes(limit);
   auto too_long = [&](size_t bytes) {
-    return bad_request(fmt::format("This model's maximum context length is {} tokens. However, your prompt "
-                                   "is {} bytes, more than {} tokens can hold.", limit, bytes, limit),
+    return bad_request(fmt::format("This model's maximum context length is {} tokens{}. However, your prompt "
+                                   "is {} bytes, more than {} tokens can hold.", limit, ctx.why(), bytes, limit),
                        prompt_param, "context_length_exceeded");
   };
   if (chat) {
@@ -89,13 +92,14 @@ std::variant<ApiError, std::unique_ptr<Generation>> Generation::start(ServerStat
     const int64_t len = int64_t(p.size());
     if (len == 0) return bad_request("the prompt is empty after tokenization", prompt_param);
     if (len >= limit)
-      return bad_request(fmt::format("This model's maximum context length is {} tokens. However, your prompt has "
-                                     "{} tokens, leaving no room for the completion.", limit, len),
+      return bad_request(fmt::format("This model's maximum context length is {} tokens{}. However, your prompt has "
+                                     "{} tokens, leaving no room for the completion.", limit, ctx.why(), len),
                          prompt_param, "context_length_exceeded");
-    if (req.max_tokens && len + *req.max_tokens > context)
-      return bad_request(fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
+    // Never shrunk in silence: a completion that cannot fit is refused, not cut to what fits.
+    if (req.max_tokens && len + *req.max_tokens > limit)
+      return bad_request(fmt::format("This model's maximum context length is {} tokens{}. However, you requested {} "
                                      "tokens ({} in the prompt, {} for the completion).",
-                                     context, len + *req.max_tokens, len, *req.max_tokens),
+                                     limit, ctx.why(), len + *req.max_tokens, len, *req.max_tokens),
                          "max_tokens", "context_length_exceeded");
   }
   std::unique_ptr<Generation> g(new Generation(state, std::move(req)));
@@ -123,7 +127,7 @@ std::optional<ApiError> Generation::submit_all(std::vector<std::vector<int32_t>>
   engine_ids_.assign(size_t(total), -1);
   prompt_tokens_.assign(size_t(total), 0);
   cached_tokens_.assign(size_t(total), 0);
-  const int64_t context = state_.engine().context_length();
+  const int64_t context = state_.context_limit().tokens;
   for (int i = 0; i < total; ++i) {
     const auto& prompt = prompts[size_t(i / req_.n)];
     GenerateRequest g;
@@ -203,10 +207,46 @@ Usage Generation::usage() const {
   return usage;
 }
 
+std::vector<ChoiceEvent> Generation::take_events(std::chrono::milliseconds wait) {
+  if (!held_.empty()) return std::exchange(held_, {});
+  return stream_->pop(wait);
+}
+
+std::optional<ApiError> Generation::wait_started() {
+  int finished = 0;
+  std::string error;
+  while (true) {
+    std::vector<ChoiceEvent> events = stream_->pop(std::chrono::milliseconds(500));
+    bool produced = false;
+    for (const ChoiceEvent& ce : events) {
+      produced |= !ce.event.token_ids.empty();
+      if (ce.event.finished) {
+        ++finished;
+        if (ce.event.finish_reason == FinishReason::kAbort && error.empty())
+          error = ce.event.error.empty() ? "the request was aborted" : ce.event.error;
+      }
+    }
+    held_.insert(held_.end(), std::make_move_iterator(events.begin()), std::make_move_iterator(events.end()));
+    if (produced) return std::nullopt;
+    if (finished < int(finished_.size())) continue;
+    if (error.empty()) return std::nullopt;  // finished normally without a token (e.g. a stop at once)
+    if (state_.draining())
+      return server_error(503, "the server is shutting down and this request had not started; retry it elsewhere",
+                          "unavailable");
+    return server_error(500, error);
+  }
+}
+
+// Waits until every choice finished or `wait` passed (events before then are folded in; a
+// non-streaming response writes one keep-alive space per call, so per `wait`, not per token).
 std::optional<nlohmann::json> Generation::poll_response(std::chrono::milliseconds wait) {
   auto all_finished = [&] { return std::all_of(finished_.begin(), finished_.end(), [](bool f) { return f; }); };
-  if (!all_finished())
-    for (auto& ce : stream_->pop(wait)) apply(ce);
+  const auto deadline = Clock::now() + wait;
+  while (!all_finished()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) break;
+    for (auto& ce : take_events(left)) apply(ce);
+  }
   if (!all_finished()) return std::nullopt;
   return build_response(req_, meta_, choices_, usage(), state_.engine().tokenizer());
 }
@@ -224,7 +264,7 @@ bool Generation::next_sse(std::string* out, std::chrono::milliseconds heartbeat)
       }
     }
   }
-  auto events = stream_->pop(heartbeat);
+  auto events = take_events(heartbeat);
   if (events.empty()) *out += sse_comment("keep-alive");
   for (auto& ce : events) {
     ChunkPart part;

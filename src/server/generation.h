@@ -29,6 +29,11 @@ class Generation {
   Generation& operator=(const Generation&) = delete;
 
   bool streaming() const { return req_.stream; }
+  // Blocks until the request has started (a choice produced a token) or every choice ended. A
+  // request that ended without producing anything because it was aborted (drained at shutdown,
+  // refused by the engine) returns the error to answer with (503 / 500), so it never gets a 200
+  // with an empty body. Nothing is sent to the client before this returns.
+  std::optional<ApiError> wait_started();
   // Non-streaming: waits up to `wait` for every choice to finish. Returns the response body when
   // they have, nullopt otherwise (call again).
   std::optional<nlohmann::json> poll_response(std::chrono::milliseconds wait);
@@ -43,6 +48,7 @@ class Generation {
   Generation(ServerState& state, OpenAiRequest req);
   std::optional<ApiError> submit_all(std::vector<std::vector<int32_t>> prompts, Clock::time_point arrival);
   void apply(ChoiceEvent& ce);  // folds an event into choices_
+  std::vector<ChoiceEvent> take_events(std::chrono::milliseconds wait);  // held_ first, then the stream
   Usage usage() const;  // prompts counted once, not once per choice
 
   ServerState& state_;
@@ -52,6 +58,7 @@ class Generation {
   std::vector<int64_t> engine_ids_;  // per choice; -1 when not submitted
   std::vector<ChoiceResult> choices_;
   std::vector<bool> finished_;
+  std::vector<ChoiceEvent> held_;  // popped by wait_started, not yet applied
   std::vector<int32_t> prompt_tokens_;  // per choice
   std::vector<int32_t> cached_tokens_;
   int admitted_ = 0;

@@ -60,10 +60,12 @@ struct HttpServer::Impl {
 void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
   const auto arrival = Clock::now();
   OpenAiRequest r;
+  if (auto e = check_json_content_type(req.get_header_value("Content-Type"))) return send_error(res, *e);
   if (auto e = parse_openai_request(req.body, endpoint, &r)) return send_error(res, *e);
   auto started = Generation::start(state, std::move(r), arrival);
   if (auto* e = std::get_if<ApiError>(&started)) return send_error(res, *e);
   std::shared_ptr<Generation> gen = std::move(std::get<std::unique_ptr<Generation>>(started));
+  if (auto e = gen->wait_started()) return send_error(res, *e);
   if (!gen->streaming()) return respond_when_done(std::move(gen), res);
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
@@ -123,7 +125,7 @@ void HttpServer::Impl::routes() {
                 {"created", state.start_time()},
                 {"owned_by", "strata"},
                 {"root", state.engine().config().model_path},
-                {"max_model_len", state.engine().context_length()}};
+                {"max_model_len", state.context_limit().tokens}};  // what the server enforces
   };
   svr.Get("/v1/models", [model_card](const httplib::Request&, httplib::Response& s) {
     s.set_content(dump({{"object", "list"}, {"data", json::array({model_card()})}}), "application/json");
@@ -154,6 +156,13 @@ void HttpServer::Impl::routes() {
   };
   svr.Post("/flush_cache", flush);
   svr.Get("/flush_cache", flush);
+  // `curl -X POST /flush_cache` sends no body and no Content-Length, which httplib refuses (400)
+  // before routing: /flush_cache takes no body, so it is answered before the body is read.
+  svr.set_pre_routing_handler([flush](const httplib::Request& q, httplib::Response& s) {
+    if (q.path != "/flush_cache" || q.method != "POST") return httplib::Server::HandlerResponse::Unhandled;
+    flush(q, s);
+    return httplib::Server::HandlerResponse::Handled;
+  });
   svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& s) {
     s.set_content(state.render_metrics(), "text/plain; version=0.0.4; charset=utf-8");
   });
@@ -165,6 +174,8 @@ void HttpServer::Impl::routes() {
         s.status == 404   ? fmt::format("unknown endpoint: {} {}", q.method, q.path)
         : s.status == 413 ? fmt::format("the request body is larger than this server's limit of {} MiB "
                                         "(--max-request-body-mb)", body_mb)
+        : s.status == 400 ? fmt::format("the request to {} {} could not be read (a body needs a Content-Length "
+                                        "or chunked transfer encoding)", q.method, q.path)
                           : fmt::format("HTTP {}", s.status);
     const ApiError e = s.status >= 500 ? server_error(s.status, msg) : api_error(s.status, msg, "invalid_request_error");
     s.set_content(dump(e.to_json()), "application/json");

@@ -85,6 +85,17 @@ ServerState::~ServerState() {
   monitor_.join();
 }
 
+std::string ContextLimit::why() const {
+  if (tokens >= model_context) return "";
+  return fmt::format(" (this server's KV cache pool holds {} tokens, less than the model's {}: raise "
+                     "--max-total-tokens or --mem-fraction-static)", pool_tokens, model_context);
+}
+
+ContextLimit ServerState::context_limit() const {
+  const int64_t ctx = engine_.context_length(), pool = engine_.kv_capacity_tokens();
+  return {.tokens = std::min(ctx, pool), .model_context = ctx, .pool_tokens = pool};
+}
+
 ServerState::Admit ServerState::admit(int n) {
   std::lock_guard<std::mutex> lk(mu_);
   if (draining_) return Admit::kDraining;
@@ -194,6 +205,7 @@ json ServerState::server_info() {
           {"max_running_requests", p.max_running_requests},
           {"max_queued_requests", config_.max_queued_requests},
           {"context_length", engine_.context_length()},
+          {"max_model_len", context_limit().tokens},
           {"page_size", c.page_size},
           {"kv_bytes_per_token", p.kv_bytes_per_token},
           {"device", c.device},

@@ -73,6 +73,16 @@ struct ServerMetrics {
   Counter& hicache_copy_seconds;
 };
 
+// The longest prompt + completion the server accepts: the model's context length, or the KV cache
+// pool when that is smaller.
+struct ContextLimit {
+  int64_t tokens = 0;
+  int64_t model_context = 0;
+  int64_t pool_tokens = 0;
+  // "" when the model's context is the limit, else " (this server's KV cache pool holds N tokens; ...)".
+  std::string why() const;
+};
+
 class ServerState {
  public:
   ServerState(ServerConfig config, Engine& engine, const PromptEncoder& encoder);
@@ -83,6 +93,7 @@ class ServerState {
   const PromptEncoder& encoder() const { return encoder_; }
   const std::shared_ptr<ServerMetrics>& metrics() const { return metrics_; }
   int64_t start_time() const { return start_time_; }
+  ContextLimit context_limit() const;
 
   // Admission of `n` engine requests (an HTTP request's choices). kQueueFull past
   // max running + --max-queued-requests; kDraining after begin_drain().
