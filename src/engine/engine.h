@@ -37,6 +37,12 @@ class KvHostIo;
 // vs 17.8 eager; the host then records a step (~0.1-0.15 ms) instead of launching ~300 kernels.
 inline constexpr int kDefaultCudaGraphMaxBs = 64;
 
+// The CLI's --chunked-prefill-size and --max-prefill-tokens on cpu when not given: a prefill step
+// there should take well under a second, so an abort (a client gone) or a health check waits for
+// at most one short step. house-llama, a 3,750-token prompt on 2 cores: ~0.2 s per 128-token
+// chunk on an idle machine (bench/RESULTS.md); 8,192-token chunks took 15-18 s each.
+inline constexpr int kCpuDefaultChunkedPrefillSize = 128;
+
 struct EngineConfig {
   std::string model_path;
   std::string device = "cpu";                 // cpu | cuda
@@ -84,6 +90,7 @@ struct StreamEvent {
   std::vector<int32_t> token_ids;        // tokens sampled since the last event
   std::string text;                      // complete UTF-8 text since the last event
   std::vector<TokenLogprobs> logprobs;   // one per token when requested
+  bool started = false;                  // the request was admitted: its prefill begins (no tokens yet)
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string error;                     // set when the engine aborted the request
@@ -117,6 +124,10 @@ struct EngineStats {
   int64_t steps_total = 0;
   double new_token_ratio = 0;
   int64_t prefill_tokens_total = 0;  // prompt tokens computed by prefill (not served from a cache)
+  // Tokens computed (prefill and decode) for requests that were then aborted: work thrown away.
+  // With chunked prefill an abort lands at the next step, so this grows by at most one chunk
+  // per aborted request beyond what it had computed when the abort arrived.
+  int64_t aborted_computed_tokens_total = 0;
   int64_t hicache_capacity_tokens = 0;  // host KV tier (0 when off)
   HiCacheStats hicache;                 // host-tier counters (zero when off)
 };

@@ -133,6 +133,16 @@ void Engine::run_step() {
     cv_.wait_for(lk, std::chrono::milliseconds(5));
     return;
   }
+  // Admission is news for a client waiting to send its response headers (server/generation.h).
+  for (const ScheduledSeq& seq : step.seqs) {
+    Live& live = *live_.at(seq.request->id());
+    if (live.start_announced) continue;
+    live.start_announced = true;
+    StreamEvent ev;
+    ev.started = true;
+    ev.prompt_tokens = live.request.prompt_len();
+    if (live.on_event) live.on_event(ev);
+  }
   const int64_t vocab = model_->spec().vocab_size;
   for (int i = 0; i < step.num_decode_steps; ++i) {
     if (i > 0) {
@@ -250,8 +260,12 @@ void Engine::finalize(Live& live) {
   ev.cached_tokens = r.prefix_hit_tokens();
   if (live.on_event) live.on_event(ev);
   std::lock_guard<std::mutex> lk(mu_);
-  if (ev.finish_reason == FinishReason::kAbort) ++stats_.requests_aborted_total;
-  else ++stats_.requests_finished_total;
+  if (ev.finish_reason == FinishReason::kAbort) {
+    ++stats_.requests_aborted_total;
+    stats_.aborted_computed_tokens_total += r.computed_tokens();
+  } else {
+    ++stats_.requests_finished_total;
+  }
   stats_.prompt_tokens_total += r.prompt_len();
   ++finalized_pending_;  // leaves live_count_ after the stats reflect it (update_stats)
 }

@@ -23,6 +23,7 @@ struct Engine::Live {
   std::string pending_text;  // decoded, not yet emitted
   size_t max_stop_len = 0;   // longest stop string: that much text minus one is held back
   bool stopped_by_string = false;
+  bool start_announced = false;  // the `started` event went out
 };
 
 }  // namespace strata

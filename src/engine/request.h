@@ -93,6 +93,10 @@ class Request {
   FinishReason finish_reason() const { return finish_reason_; }
   const std::string& error() const { return error_; }  // why it was aborted by the engine
   int32_t num_retractions() const { return num_retractions_; }
+  // Tokens the forward passes computed for this request (prefill chunks, recomputation after a
+  // retraction, decode steps); ScheduleState::complete adds each step's.
+  int64_t computed_tokens() const { return computed_tokens_; }
+  void add_computed_tokens(int32_t n) { computed_tokens_ += n; }
 
   // Timestamps (steady clock); default-constructed until the event happens.
   Clock::time_point arrival_time() const { return arrival_time_; }
@@ -115,6 +119,7 @@ class Request {
   int32_t cached_pages_ = 0;
   RadixNodeHandle cache_node_ = nullptr;
   int32_t num_retractions_ = 0;
+  int64_t computed_tokens_ = 0;
   Clock::time_point arrival_time_;
   Clock::time_point first_scheduled_time_{};
   Clock::time_point first_token_time_{};

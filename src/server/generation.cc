@@ -219,7 +219,7 @@ std::optional<ApiError> Generation::wait_started() {
     std::vector<ChoiceEvent> events = stream_->pop(std::chrono::milliseconds(500));
     bool produced = false;
     for (const ChoiceEvent& ce : events) {
-      produced |= !ce.event.token_ids.empty();
+      produced |= ce.event.started || !ce.event.token_ids.empty();
       if (ce.event.finished) {
         ++finished;
         if (ce.event.finish_reason == FinishReason::kAbort && error.empty())

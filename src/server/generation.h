@@ -29,10 +29,12 @@ class Generation {
   Generation& operator=(const Generation&) = delete;
 
   bool streaming() const { return req_.stream; }
-  // Blocks until the request has started (a choice produced a token) or every choice ended. A
-  // request that ended without producing anything because it was aborted (drained at shutdown,
-  // refused by the engine) returns the error to answer with (503 / 500), so it never gets a 200
-  // with an empty body. Nothing is sent to the client before this returns.
+  // Blocks until the engine admitted the request (a choice's prefill began) or every choice
+  // ended. A request that ended before it was admitted because it was aborted (drained at
+  // shutdown, refused by the engine) returns the error to answer with (503 / 500), never a 200
+  // with an empty body. Nothing is sent to the client before this returns; from then on the
+  // keep-alive writes notice a client that hung up within a second (a queued request whose client
+  // left is noticed once it starts: cpp-httplib gives a handler no socket to watch).
   std::optional<ApiError> wait_started();
   // Non-streaming: waits up to `wait` for every choice to finish. Returns the response body when
   // they have, nullopt otherwise (call again).

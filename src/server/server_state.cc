@@ -46,6 +46,9 @@ ServerMetrics::ServerMetrics(const std::string& model_name)
                              latency_buckets_seconds())),
       prefill_tokens(registry.counter("strata_prefill_computed_tokens_total",
                                       "Prompt tokens computed by prefill (not served from the prefix cache or host tier).")),
+      aborted_computed_tokens(registry.counter(
+          "strata_aborted_computed_tokens_total",
+          "Tokens computed (prefill and decode) for requests that were then aborted: work thrown away.")),
       hicache_capacity(registry.gauge("strata_hicache_capacity_tokens", "Tokens the host KV tier holds (0: off).")),
       hicache_cached(registry.gauge("strata_hicache_cached_tokens", "Tokens cached in the host KV tier.")),
       hicache_hit_tokens(registry.counter("strata_hicache_hit_tokens_total",
@@ -238,6 +241,7 @@ void ServerState::refresh_engine_metrics(const EngineStats& s) {
   m.retractions.set_total(double(s.retractions_total));
   const int64_t page = engine_.config().page_size;
   m.prefill_tokens.set_total(double(s.prefill_tokens_total));
+  m.aborted_computed_tokens.set_total(double(s.aborted_computed_tokens_total));
   m.hicache_capacity.set(double(s.hicache_capacity_tokens));
   m.hicache_cached.set(double(int64_t(s.hicache.host_cached_pages) * page));
   m.hicache_hit_tokens.set_total(double(s.hicache.host_hit_tokens));

@@ -61,6 +61,7 @@ struct ServerMetrics {
   Histogram& e2e;
   // Prefill work and the host KV tier (issue 10; zero while the tier is off).
   Counter& prefill_tokens;
+  Counter& aborted_computed_tokens;
   Gauge& hicache_capacity;
   Gauge& hicache_cached;
   Counter& hicache_hit_tokens;
