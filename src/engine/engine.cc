@@ -285,6 +285,11 @@ StatusOr<int64_t> Engine::submit(GenerateRequest g) {
     return out_of_range("the prompt has {} tokens; this server's limit is {} ({}), leaving no room to generate",
                         n, limit - 1, limit == context_length_ ? "context length" : "KV cache capacity");
   if (g.params.max_new_tokens < 1) return invalid_argument("max_tokens must be >= 1");
+  for (int32_t id : g.resume_output_ids)
+    if (id < 0 || id >= vocab) return invalid_argument("resumed token id {} is outside the vocabulary", id);
+  if (int64_t(g.resume_output_ids.size()) >= g.params.max_new_tokens)
+    return invalid_argument("a resumed generation of {} tokens has nothing left to generate (max_tokens {})",
+                            g.resume_output_ids.size(), g.params.max_new_tokens);
   if (n + g.params.max_new_tokens > context_length_)
     return out_of_range("prompt ({} tokens) + max_tokens ({}) exceeds the context length {}", n,
                         g.params.max_new_tokens, context_length_);

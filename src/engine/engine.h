@@ -91,6 +91,9 @@ struct StreamEvent {
   std::string text;                      // complete UTF-8 text since the last event
   std::vector<TokenLogprobs> logprobs;   // one per token when requested
   bool started = false;                  // the request was admitted: its prefill begins (no tokens yet)
+  // The event carries GenerateRequest::resume_output_ids (their text), not newly sampled tokens.
+  bool resumed = false;
+  uint64_t rng_draws = 0;                // the sampler's draws after these tokens (SamplerRng)
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string error;                     // set when the engine aborted the request
@@ -105,6 +108,13 @@ struct GenerateRequest {
   SamplingParams params;
   int top_logprobs = -1;  // -1: no logprobs; n >= 0: the chosen token's and the top n
   StreamCallback on_event;
+  // Resuming a generation that was cut short (a checkpoint of a killed batch job): the tokens it
+  // had produced and its sampler's draws then (StreamEvent::rng_draws). The engine prefills prompt
+  // + these, emits them as the first event (resumed, with their text) and decodes on; they count
+  // toward max_new_tokens. With the request's seed, the continuation equals an uninterrupted run
+  // on a batch-invariant backend (the cpu reference is; see backend/cpu/linear.cc).
+  std::vector<int32_t> resume_output_ids{};
+  uint64_t resume_rng_draws = 0;
 };
 
 // A consistent snapshot of the engine's counters (thread-safe to read).
@@ -167,7 +177,7 @@ class Engine {
   void loop();
   void drain_inbox();
   void run_step();
-  void emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogprobs> logprobs);
+  void emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogprobs> logprobs, bool resumed = false);
   void finalize(Live& live);
   void update_stats();
   // Builds the host KV tier when the config enables it (validates its options, logs its size).

@@ -92,6 +92,7 @@ void Engine::drain_inbox() {
       continue;
     }
     const int64_t id = live->request.id();
+    if (!live->resume_output_ids.empty()) emit(*live, std::move(live->resume_output_ids), {}, /*resumed=*/true);
     live_[id] = std::move(live);
   }
   for (int64_t id : aborts) {
@@ -217,10 +218,12 @@ void Engine::run_step() {
 
 // Streams one step's tokens of a request: detokenize, check stop strings, hold back text that
 // could still begin a stop string.
-void Engine::emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogprobs> logprobs) {
+void Engine::emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogprobs> logprobs, bool resumed) {
   if (live.stopped_by_string) return;
   for (int32_t t : tokens) live.pending_text += live.decoder.push(t);
   StreamEvent ev;
+  ev.resumed = resumed;
+  ev.rng_draws = live.rng.draws();
   ev.token_ids = std::move(tokens);
   ev.logprobs = std::move(logprobs);
   const auto& stops = live.request.params().stop_strings;

@@ -84,6 +84,10 @@ class Request {
   void finish(FinishReason reason);      // kPrefilling | kDecoding -> kFinished (stop / length)
   void abort(std::string error = "");    // any live state -> kAborted; error empty: client abort
 
+  // Before submission (kWaiting, no output yet): output tokens produced earlier (a resumed
+  // generation). Scheduling treats them like a retracted request's: prompt + output is prefilled.
+  void preload_output(std::vector<int32_t> tokens);
+
   // Appends a sampled token. Returns the finish reason it causes (kNone while the request goes
   // on): a stop token or, unless ignore_eos, one of eos_ids -> kStop; the output limit -> kLength.
   // It does not change the state: the caller finishes the request. Stop strings are the
