@@ -112,6 +112,10 @@ int serve_main(int argc, char** argv) {
   app.add_option("--drain-timeout", sc.drain_timeout_s,
                  "seconds in-flight requests get after SIGTERM before they are aborted")
       ->capture_default_str();
+  app.add_option("--health-timeout", sc.health_timeout_s,
+                 "seconds a busy engine may go without completing a step before /health says 503 (0: 10 x the "
+                 "longest recent step, at least 30 s)")
+      ->capture_default_str();
   app.add_option("--max-request-body-mb", sc.max_request_body_mb,
                  "largest request body accepted, in MiB (larger ones are answered 413)")
       ->capture_default_str();
@@ -135,6 +139,7 @@ int serve_main(int argc, char** argv) {
   if (sc.port < 0 || sc.port > 65535) return fail(invalid_argument("--port must be in [0, 65535]"));
   if (sc.max_queued_requests < -1) return fail(invalid_argument("--max-queued-requests must be >= -1"));
   if (sc.drain_timeout_s < 0) return fail(invalid_argument("--drain-timeout must be >= 0"));
+  if (!(sc.health_timeout_s >= 0)) return fail(invalid_argument("--health-timeout must be >= 0"));
   if (sc.max_request_body_mb < 1 || sc.max_request_body_mb > 65536)
     return fail(invalid_argument("--max-request-body-mb must be in [1, 65536], got {}", sc.max_request_body_mb));
   auto cfg = finish_engine_flags(ef);

@@ -3,6 +3,7 @@
 // callbacks; the loop is: decide, apply, run, postprocess.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -115,6 +116,9 @@ struct GenerateRequest {
   // on a batch-invariant backend (the cpu reference is; see backend/cpu/linear.cc).
   std::vector<int32_t> resume_output_ids{};
   uint64_t resume_rng_draws = 0;
+  // An internal request (the server's health probe): not counted in the request and token totals
+  // of EngineStats, so monitoring does not see it as user traffic.
+  bool internal = false;
 };
 
 // A consistent snapshot of the engine's counters (thread-safe to read).
@@ -138,6 +142,9 @@ struct EngineStats {
   // With chunked prefill an abort lands at the next step, so this grows by at most one chunk
   // per aborted request beyond what it had computed when the abort arrived.
   int64_t aborted_computed_tokens_total = 0;
+  // Step times (forward passes included), for a health check that knows what "slow" is here.
+  double last_step_seconds = 0;
+  double longest_recent_step_seconds = 0;  // the longest of the last 256 steps
   int64_t hicache_capacity_tokens = 0;  // host KV tier (0 when off)
   HiCacheStats hicache;                 // host-tier counters (zero when off)
 };
@@ -205,6 +212,7 @@ class Engine {
   std::unordered_map<int64_t, std::unique_ptr<Live>> live_;
   std::vector<float> logits_;
   std::vector<std::pair<float, int32_t>> sample_scratch_;
+  std::array<double, 256> step_seconds_{};  // the last steps' wall times, a ring
 
   // Shared with other threads (under mu_).
   mutable std::mutex mu_;

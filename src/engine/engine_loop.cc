@@ -124,9 +124,13 @@ void Engine::run_step() {
   };
   for (Request* r : step.rejected) end_request(r);
   for (Request* r : step.truncated) end_request(r);
-  if (!step.retracted.empty()) {
+  {
+    // Published before the forward pass, so /metrics shows this step's batch while it runs.
     std::lock_guard<std::mutex> lk(mu_);
     stats_.retractions_total += int64_t(step.retracted.size());
+    stats_.num_running = int64_t(state_->num_running());
+    stats_.num_waiting = int64_t(state_->num_waiting()) + int64_t(inbox_.size());
+    stats_.kv_tokens_used = int64_t(pool_->num_used_pages()) * config_.page_size;
   }
   if (step.seqs.empty()) {
     // Nothing runnable (should not last): wait for new input instead of spinning.
@@ -195,9 +199,15 @@ void Engine::run_step() {
     }
     std::vector<Request*> finished = state_->complete(step, sampled);
     {
+      int64_t user_rows = 0;
+      for (const Live* l : row_live) user_rows += l->internal ? 0 : 1;
+      const double seconds = std::chrono::duration<double>(StepClock::now() - step_begin).count();
+      step_seconds_[size_t(stats_.steps_total % int64_t(step_seconds_.size()))] = seconds;
       std::lock_guard<std::mutex> lk(mu_);
       ++stats_.steps_total;
-      stats_.generation_tokens_total += int64_t(sampled.size());
+      stats_.generation_tokens_total += user_rows;
+      stats_.last_step_seconds = seconds;
+      stats_.longest_recent_step_seconds = *std::max_element(step_seconds_.begin(), step_seconds_.end());
     }
     for (size_t j = 0; j < sampled.size(); ++j) {
       Request* r = step.seqs[size_t(plan.sampled_seqs[j])].request;
@@ -263,13 +273,15 @@ void Engine::finalize(Live& live) {
   ev.cached_tokens = r.prefix_hit_tokens();
   if (live.on_event) live.on_event(ev);
   std::lock_guard<std::mutex> lk(mu_);
-  if (ev.finish_reason == FinishReason::kAbort) {
-    ++stats_.requests_aborted_total;
-    stats_.aborted_computed_tokens_total += r.computed_tokens();
-  } else {
-    ++stats_.requests_finished_total;
+  if (!live.internal) {  // a health probe is no user traffic
+    if (ev.finish_reason == FinishReason::kAbort) {
+      ++stats_.requests_aborted_total;
+      stats_.aborted_computed_tokens_total += r.computed_tokens();
+    } else {
+      ++stats_.requests_finished_total;
+    }
+    stats_.prompt_tokens_total += r.prompt_len();
   }
-  stats_.prompt_tokens_total += r.prompt_len();
   ++finalized_pending_;  // leaves live_count_ after the stats reflect it (update_stats)
 }
 

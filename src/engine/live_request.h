@@ -13,6 +13,7 @@ struct Engine::Live {
       : request(id, std::move(g.prompt_ids), g.params),
         on_event(std::move(g.on_event)),
         top_logprobs(g.top_logprobs),
+        internal(g.internal),
         decoder(tok, /*skip_special=*/true),
         rng(seed, g.resume_rng_draws),
         resume_output_ids(std::move(g.resume_output_ids)) {
@@ -21,6 +22,7 @@ struct Engine::Live {
   Request request;
   StreamCallback on_event;
   int top_logprobs;
+  bool internal;  // not counted in EngineStats' request and token totals
   StreamDecoder decoder;
   SamplerRng rng;
   std::vector<int32_t> resume_output_ids;  // emitted once the request is queued

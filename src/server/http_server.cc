@@ -137,13 +137,16 @@ void HttpServer::Impl::routes() {
                                      "model", "model_not_found"));
     s.set_content(dump(model_card()), "application/json");
   });
-  auto health = [this](const httplib::Request&, httplib::Response& s) {
-    if (auto problem = state.health_problem())
-      return send_error(s, server_error(503, *problem, "unhealthy"));
+  // Liveness: the process and the engine loop are alive (no generation, never blocks).
+  svr.Get("/health", [this](const httplib::Request&, httplib::Response& s) {
+    if (auto problem = state.health_problem()) return send_error(s, server_error(503, *problem, "unhealthy"));
     s.set_content(R"({"status":"ok"})", "application/json");
-  };
-  svr.Get("/health", health);
-  svr.Get("/health_generate", health);
+  });
+  // Readiness (SGLang's /health_generate): a probe generation when idle, progress when busy.
+  svr.Get("/health_generate", [this](const httplib::Request&, httplib::Response& s) {
+    if (auto problem = state.readiness_problem()) return send_error(s, server_error(503, *problem, "unhealthy"));
+    s.set_content(R"({"status":"ok"})", "application/json");
+  });
   auto info = [this](const httplib::Request&, httplib::Response& s) {
     s.set_content(dump(state.server_info()), "application/json");
   };

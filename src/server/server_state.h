@@ -29,7 +29,9 @@ struct ServerConfig {
   int max_queued_requests = -1;    // beyond the running slots; -1: unbounded
   double drain_timeout_s = 30;     // SIGTERM: in-flight requests get this long, then are aborted
   double log_interval_s = 5;       // `Decode batch.` line while busy
-  double health_timeout_s = 30;    // busy engine without a step this long (or a probe this slow) is unhealthy
+  // A busy engine without a completed step this long (or a probe this slow) is unhealthy;
+  // 0: derived from the step times (10 x the longest recent step, at least 30 s).
+  double health_timeout_s = 0;
   int http_threads = 512;          // one per open connection (a stream holds its thread)
   int max_request_body_mb = 64;    // larger request bodies are answered 413
   nlohmann::json flags = nlohmann::json::object();  // the launch flags, for /get_server_info
@@ -114,8 +116,14 @@ class ServerState {
   // Aborts every live engine request (each still gets a complete response: finish_reason abort).
   void abort_all();
 
-  // /health: nullopt when healthy, else why not. Blocks up to health_timeout_s (probe).
+  // /health (liveness): nullopt when the engine loop is alive, else why not. Never blocks, runs
+  // nothing: while busy, a step completed within the no-progress limit.
   std::optional<std::string> health_problem();
+  // /health_generate (readiness): alive, and when idle a one-token probe generation answers
+  // (an internal request: not counted in the request and token metrics). Blocks up to the limit.
+  std::optional<std::string> readiness_problem();
+  // The no-progress limit now: --health-timeout, or derived from the step times.
+  double no_progress_limit_s(const EngineStats& s) const;
   nlohmann::json server_info();
   std::string render_metrics();
 

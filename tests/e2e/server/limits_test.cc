@@ -45,6 +45,20 @@ TEST(ServeLimitsTest, PoolSmallerThanContextIsEnforcedAndReported) {
   EXPECT_EQ(server.stop(), 0) << server.log();
 }
 
+// /health is liveness (no generation); /health_generate runs a probe when idle, which is not
+// counted as traffic in /metrics.
+TEST(ServeLimitsTest, LivenessAndReadinessAreSeparateAndProbesAreNotTraffic) {
+  ServerProcess server;
+  ASSERT_TRUE(server.start({"--health-timeout", "45"})) << server.log();
+  EXPECT_EQ(http(server.port(), "GET", "/health").status, 200);
+  EXPECT_EQ(http(server.port(), "GET", "/health_generate").status, 200);
+  const std::string m = http(server.port(), "GET", "/metrics").body;
+  EXPECT_EQ(metric_value(m, "strata_requests_finished_total"), 0) << m;
+  EXPECT_EQ(metric_value(m, "strata_generation_tokens_total"), 0) << m;
+  EXPECT_EQ(json::parse(http(server.port(), "GET", "/get_server_info").body)["flags"]["--health-timeout"], "45");
+  EXPECT_EQ(server.stop(), 0) << server.log();
+}
+
 TEST(ServeLimitsTest, JsonContentTypeAndBodylessPosts) {
   ServerProcess server;
   ASSERT_TRUE(server.start({})) << server.log();

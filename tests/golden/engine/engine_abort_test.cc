@@ -59,5 +59,45 @@ TEST(EngineAbort, LongPrefillStopsWithinAChunk) {
   EXPECT_EQ(s.kv_tokens_used, s.kv_tokens_cached);
 }
 
+// /metrics reads EngineStats: a step's batch is published before its forward pass (a long prefill
+// shows as running while it runs), and an internal request (the health probe) is no traffic.
+TEST(EngineStatsLive, BatchIsPublishedBeforeTheForwardAndProbesAreNotCounted) {
+  EngineConfig c;
+  c.model_path = std::string(STRATA_SHARED_DIR) + "/models/house-llama";
+  c.chunked_prefill_size = 2048;
+  c.max_prefill_tokens = 2048;
+  auto engine = Engine::create(c);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  Engine& e = **engine;
+  GenerateRequest probe;
+  probe.prompt_ids = {5, 6, 7};
+  probe.params.max_new_tokens = 1;
+  probe.internal = true;
+  ASSERT_TRUE(e.submit(std::move(probe)).ok());
+  e.wait_idle();
+  EngineStats s = e.stats();
+  EXPECT_EQ(s.requests_finished_total, 0);
+  EXPECT_EQ(s.generation_tokens_total, 0);
+  EXPECT_EQ(s.prompt_tokens_total, 0);
+  EXPECT_EQ(s.steps_total, 1);
+
+  std::atomic<bool> started{false};
+  GenerateRequest g;
+  for (int i = 0; i < 1500; ++i) g.prompt_ids.push_back(int32_t(100 + i % 4000));
+  g.params.max_new_tokens = 2;
+  g.on_event = [&](const StreamEvent& ev) { started = started || ev.started; };
+  auto id = e.submit(std::move(g));
+  ASSERT_TRUE(id.ok());
+  while (!started) std::this_thread::yield();
+  s = e.stats();  // the 1,500-token prefill step is running now
+  EXPECT_EQ(s.num_running, 1);
+  EXPECT_EQ(s.steps_total, 1) << "the step had finished already: the check proves nothing";
+  EXPECT_GT(s.kv_tokens_used, 1000);
+  e.abort(*id);
+  e.wait_idle();
+  EXPECT_GT(e.stats().last_step_seconds, 0);
+  EXPECT_GE(e.stats().longest_recent_step_seconds, e.stats().last_step_seconds);
+}
+
 }  // namespace
 }  // namespace strata
