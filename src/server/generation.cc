@@ -212,29 +212,28 @@ std::vector<ChoiceEvent> Generation::take_events(std::chrono::milliseconds wait)
   return stream_->pop(wait);
 }
 
-std::optional<ApiError> Generation::wait_started() {
-  int finished = 0;
-  std::string error;
-  while (true) {
-    std::vector<ChoiceEvent> events = stream_->pop(std::chrono::milliseconds(500));
-    bool produced = false;
-    for (const ChoiceEvent& ce : events) {
-      produced |= ce.event.started || !ce.event.token_ids.empty();
-      if (ce.event.finished) {
-        ++finished;
-        if (ce.event.finish_reason == FinishReason::kAbort && error.empty())
-          error = ce.event.error.empty() ? "the request was aborted" : ce.event.error;
-      }
+bool Generation::try_started(std::optional<ApiError>* error) {
+  std::vector<ChoiceEvent> events = stream_->pop(std::chrono::milliseconds(0));
+  bool produced = false;
+  for (const ChoiceEvent& ce : events) {
+    produced |= ce.event.started || !ce.event.token_ids.empty();
+    if (ce.event.finished) {
+      ++start_finished_;
+      if (ce.event.finish_reason == FinishReason::kAbort && start_error_.empty())
+        start_error_ = ce.event.error.empty() ? "the request was aborted" : ce.event.error;
     }
-    held_.insert(held_.end(), std::make_move_iterator(events.begin()), std::make_move_iterator(events.end()));
-    if (produced) return std::nullopt;
-    if (finished < int(finished_.size())) continue;
-    if (error.empty()) return std::nullopt;  // finished normally without a token (e.g. a stop at once)
-    if (state_.draining())
-      return server_error(503, "the server is shutting down and this request had not started; retry it elsewhere",
-                          "unavailable");
-    return server_error(500, error);
   }
+  held_.insert(held_.end(), std::make_move_iterator(events.begin()), std::make_move_iterator(events.end()));
+  *error = std::nullopt;
+  if (produced) return true;
+  if (start_finished_ < int(finished_.size())) return false;
+  if (start_error_.empty()) return true;  // finished normally without a token (e.g. a stop at once)
+  if (state_.draining())
+    *error = server_error(503, "the server is shutting down and this request had not started; retry it elsewhere",
+                          "unavailable");
+  else
+    *error = server_error(500, start_error_);
+  return true;
 }
 
 // Waits until every choice finished or `wait` passed (events before then are folded in; a
@@ -244,14 +243,14 @@ std::optional<nlohmann::json> Generation::poll_response(std::chrono::millisecond
   const auto deadline = Clock::now() + wait;
   while (!all_finished()) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    for (auto& ce : take_events(std::max(left, std::chrono::milliseconds(0)))) apply(ce);
     if (left.count() <= 0) break;
-    for (auto& ce : take_events(left)) apply(ce);
   }
   if (!all_finished()) return std::nullopt;
   return build_response(req_, meta_, choices_, usage(), state_.engine().tokenizer());
 }
 
-bool Generation::next_sse(std::string* out, std::chrono::milliseconds heartbeat) {
+bool Generation::next_sse(std::string* out, std::chrono::milliseconds heartbeat, bool keepalive_when_idle) {
   const Tokenizer& tok = state_.engine().tokenizer();
   if (!started_stream_) {
     started_stream_ = true;
@@ -265,7 +264,7 @@ bool Generation::next_sse(std::string* out, std::chrono::milliseconds heartbeat)
     }
   }
   auto events = take_events(heartbeat);
-  if (events.empty()) *out += sse_comment("keep-alive");
+  if (events.empty() && keepalive_when_idle) *out += sse_comment("keep-alive");
   for (auto& ce : events) {
     ChunkPart part;
     part.choice = ce.choice;

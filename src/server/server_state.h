@@ -32,7 +32,8 @@ struct ServerConfig {
   // A busy engine without a completed step this long (or a probe this slow) is unhealthy;
   // 0: derived from the step times (10 x the longest recent step, at least 30 s).
   double health_timeout_s = 0;
-  int http_threads = 512;          // one per open connection (a stream holds its thread)
+  int http_threads = 8;            // workers for blocking work (tokenizing, probes); connections hold none
+  int max_connections = 4096;      // open connections beyond this get 503 on generation requests
   int max_request_body_mb = 64;    // larger request bodies are answered 413
   nlohmann::json flags = nlohmann::json::object();  // the launch flags, for /get_server_info
 };
