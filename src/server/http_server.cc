@@ -11,6 +11,8 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -437,6 +439,15 @@ void on_completed(void* cls, MHD_Connection* /*conn*/, void** con_cls, MHD_Reque
   if (ex->gen && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) ex->gen->abort();
 }
 
+// libmicrohttpd's own messages (a client that hung up mid-response, mostly) at debug level.
+void on_mhd_log(void* /*cls*/, const char* fmt, va_list ap) {
+  char buf[512];
+  std::vsnprintf(buf, sizeof(buf), fmt, ap);
+  std::string msg(buf);
+  while (!msg.empty() && msg.back() == '\n') msg.pop_back();
+  LOG_DEBUG("http: {}", msg);
+}
+
 void on_connection(void* cls, MHD_Connection* /*conn*/, void** /*socket_context*/, MHD_ConnectionNotificationCode code) {
   auto* impl = static_cast<HttpServer::Impl*>(cls);
   if (code == MHD_CONNECTION_NOTIFY_STARTED) ++impl->open_connections;
@@ -484,7 +495,7 @@ Status HttpServer::bind() {
       MHD_OPTION_NOTIFY_COMPLETED, &on_completed, &impl, MHD_OPTION_NOTIFY_CONNECTION, &on_connection, &impl,
       MHD_OPTION_CONNECTION_TIMEOUT, unsigned(30), MHD_OPTION_CONNECTION_LIMIT, hard_limit,
       MHD_OPTION_LISTEN_BACKLOG_SIZE, unsigned(1024), MHD_OPTION_LISTENING_ADDRESS_REUSE, unsigned(1),
-      MHD_OPTION_END);
+      MHD_OPTION_EXTERNAL_LOGGER, &on_mhd_log, nullptr, MHD_OPTION_END);
   if (impl.daemon == nullptr) return unavailable("cannot listen on {}:{} (address in use or not local?)", c.host, c.port);
   const MHD_DaemonInfo* info = MHD_get_daemon_info(impl.daemon, MHD_DAEMON_INFO_BIND_PORT);
   impl.port = info != nullptr ? int(info->port) : c.port;
