@@ -121,8 +121,8 @@ struct Exchange {
   // Set by a worker before it wakes the connection (read by the loop after the wake).
   std::optional<Reply> reply;
   std::shared_ptr<Generation> gen;
-  // The response body of a generation (event loop only).
-  bool responding = false;
+  // The response body of a generation (event loop only; `responding` is read by the tick too).
+  std::atomic<bool> responding{false};
   std::string out;
   size_t out_pos = 0;
   bool end = false;
