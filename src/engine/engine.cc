@@ -303,9 +303,20 @@ StatusOr<int64_t> Engine::submit(GenerateRequest g) {
     return out_of_range("the prompt has {} tokens; this server's limit is {} ({}), leaving no room to generate",
                         n, limit - 1, limit == context_length_ ? "context length" : "KV cache capacity");
   if (g.params.max_new_tokens < 1) return invalid_argument("max_tokens must be >= 1");
+  for (int32_t id : g.resume_output_ids)
+    if (id < 0 || id >= vocab) return invalid_argument("resumed token id {} is outside the vocabulary", id);
+  if (int64_t(g.resume_output_ids.size()) >= g.params.max_new_tokens)
+    return invalid_argument("a resumed generation of {} tokens has nothing left to generate (max_tokens {})",
+                            g.resume_output_ids.size(), g.params.max_new_tokens);
   if (n + g.params.max_new_tokens > context_length_)
     return out_of_range("prompt ({} tokens) + max_tokens ({}) exceeds the context length {}", n,
                         g.params.max_new_tokens, context_length_);
+  // Refused rather than cut short: the scheduler would otherwise finish it at the pool's size.
+  if (n + g.params.max_new_tokens > plan_.kv_tokens)
+    return out_of_range("prompt ({} tokens) + max_tokens ({}) = {} tokens can never fit the KV cache pool of {} "
+                        "tokens; lower max_tokens, or give the pool more room (--max-total-tokens, "
+                        "--mem-fraction-static, --device-memory-gib on cpu)",
+                        n, g.params.max_new_tokens, n + g.params.max_new_tokens, plan_.kv_tokens);
   std::lock_guard<std::mutex> lk(mu_);
   if (stop_) return unavailable("the engine is shutting down");
   const int64_t id = next_id_++;

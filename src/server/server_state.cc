@@ -47,6 +47,9 @@ ServerMetrics::ServerMetrics(const std::string& model_name,
                              latency_buckets_seconds())),
       prefill_tokens(registry.counter("strata_prefill_computed_tokens_total",
                                       "Prompt tokens computed by prefill (not served from the prefix cache or host tier).")),
+      aborted_computed_tokens(registry.counter(
+          "strata_aborted_computed_tokens_total",
+          "Tokens computed (prefill and decode) for requests that were then aborted: work thrown away.")),
       hicache_capacity(registry.gauge("strata_hicache_capacity_tokens", "Tokens the host KV tier holds (0: off).")),
       hicache_cached(registry.gauge("strata_hicache_cached_tokens", "Tokens cached in the host KV tier.")),
       hicache_hit_tokens(registry.counter("strata_hicache_hit_tokens_total",
@@ -100,6 +103,17 @@ ServerState::~ServerState() {
   monitor_.join();
 }
 
+std::string ContextLimit::why() const {
+  if (tokens >= model_context) return "";
+  return fmt::format(" (this server's KV cache pool holds {} tokens, less than the model's {}: raise "
+                     "--max-total-tokens or --mem-fraction-static)", pool_tokens, model_context);
+}
+
+ContextLimit ServerState::context_limit() const {
+  const int64_t ctx = engine_.context_length(), pool = engine_.kv_capacity_tokens();
+  return {.tokens = std::min(ctx, pool), .model_context = ctx, .pool_tokens = pool};
+}
+
 ServerState::Admit ServerState::admit(int n) {
   std::lock_guard<std::mutex> lk(mu_);
   if (draining_) return Admit::kDraining;
@@ -147,20 +161,35 @@ void ServerState::abort_all() {
   for (int64_t id : ids) engine_.abort(id);
 }
 
-// The engine thread is alive when it is idle and answers a one-token probe, or when it is busy
-// and has completed a step within health_timeout_s.
+double ServerState::no_progress_limit_s(const EngineStats& s) const {
+  if (config_.health_timeout_s > 0) return config_.health_timeout_s;
+  // Derived from what a step takes here: ten times the longest of the last steps, at least 30 s,
+  // so a slow machine or a long prefill is never mistaken for a stuck engine.
+  return std::max(30.0, 10.0 * s.longest_recent_step_seconds);
+}
+
+// Liveness: never blocks and runs nothing. Busy means requests in flight or queued; then a step
+// must have completed within the no-progress limit.
 std::optional<std::string> ServerState::health_problem() {
   if (draining_) return "the server is shutting down";
   const EngineStats s = engine_.stats();
-  const auto timeout = std::chrono::duration<double>(config_.health_timeout_s);
   if (outstanding() > 0 || s.num_running > 0 || s.num_waiting > 0) {
+    const double limit = no_progress_limit_s(s);
     std::lock_guard<std::mutex> lk(mu_);
-    const auto stalled = Clock::now() - last_progress_;
-    if (stalled > timeout)
-      return fmt::format("the engine has made no progress for {:.0f}s",
-                         std::chrono::duration<double>(stalled).count());
-    return std::nullopt;
+    const double stalled = std::chrono::duration<double>(Clock::now() - last_progress_).count();
+    if (stalled > limit)
+      return fmt::format("the engine has made no progress for {:.0f}s (limit {:.0f}s: {})", stalled, limit,
+                         config_.health_timeout_s > 0 ? "--health-timeout"
+                                                      : "10 x the longest recent step, at least 30 s");
   }
+  return std::nullopt;
+}
+
+// Readiness: alive, and when idle the engine answers a one-token probe (not counted as traffic).
+std::optional<std::string> ServerState::readiness_problem() {
+  if (auto p = health_problem()) return p;
+  const EngineStats s = engine_.stats();
+  if (outstanding() > 0 || s.num_running > 0 || s.num_waiting > 0) return std::nullopt;  // progress checked
   if (!probe_engine()) return "the engine did not answer a one-token probe";
   return std::nullopt;
 }
@@ -179,6 +208,7 @@ bool ServerState::probe_engine() {
   if (g.prompt_ids.empty()) g.prompt_ids = {0};
   g.params.temperature = 0;
   g.params.max_new_tokens = 1;
+  g.internal = true;
   g.on_event = [probe](const StreamEvent& ev) {
     if (!ev.finished) return;
     std::lock_guard<std::mutex> lk(probe->mu);
@@ -188,7 +218,7 @@ bool ServerState::probe_engine() {
   auto id = engine_.submit(std::move(g));
   if (!id.ok()) return false;
   std::unique_lock<std::mutex> lk(probe->mu);
-  const bool ok = probe->cv.wait_for(lk, std::chrono::duration<double>(config_.health_timeout_s),
+  const bool ok = probe->cv.wait_for(lk, std::chrono::duration<double>(no_progress_limit_s(engine_.stats())),
                                      [&] { return probe->done; });
   if (!ok) {
     engine_.abort(*id);
@@ -209,6 +239,7 @@ json ServerState::server_info() {
           {"max_running_requests", p.max_running_requests},
           {"max_queued_requests", config_.max_queued_requests},
           {"context_length", engine_.context_length()},
+          {"max_model_len", context_limit().tokens},
           {"page_size", c.page_size},
           {"kv_bytes_per_token", p.kv_bytes_per_token},
           {"device", c.device},
@@ -241,6 +272,7 @@ void ServerState::refresh_engine_metrics(const EngineStats& s) {
   m.retractions.set_total(double(s.retractions_total));
   const int64_t page = engine_.config().page_size;
   m.prefill_tokens.set_total(double(s.prefill_tokens_total));
+  m.aborted_computed_tokens.set_total(double(s.aborted_computed_tokens_total));
   m.hicache_capacity.set(double(s.hicache_capacity_tokens));
   m.hicache_cached.set(double(int64_t(s.hicache.host_cached_pages) * page));
   m.hicache_hit_tokens.set_total(double(s.hicache.host_hit_tokens));

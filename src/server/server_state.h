@@ -29,8 +29,11 @@ struct ServerConfig {
   int max_queued_requests = -1;    // beyond the running slots; -1: unbounded
   double drain_timeout_s = 30;     // SIGTERM: in-flight requests get this long, then are aborted
   double log_interval_s = 5;       // `Decode batch.` line while busy
-  double health_timeout_s = 30;    // busy engine without a step this long (or a probe this slow) is unhealthy
-  int http_threads = 512;          // one per open connection (a stream holds its thread)
+  // A busy engine without a completed step this long (or a probe this slow) is unhealthy;
+  // 0: derived from the step times (10 x the longest recent step, at least 30 s).
+  double health_timeout_s = 0;
+  int http_threads = 8;            // workers for blocking work (tokenizing, probes); connections hold none
+  int max_connections = 4096;      // open connections beyond this get 503 on generation requests
   int max_request_body_mb = 64;    // larger request bodies are answered 413
   nlohmann::json flags = nlohmann::json::object();  // the launch flags, for /get_server_info
 };
@@ -66,6 +69,7 @@ struct ServerMetrics {
   Histogram& e2e;
   // Prefill work and the host KV tier (issue 10; zero while the tier is off).
   Counter& prefill_tokens;
+  Counter& aborted_computed_tokens;
   Gauge& hicache_capacity;
   Gauge& hicache_cached;
   Counter& hicache_hit_tokens;
@@ -81,6 +85,16 @@ struct ServerMetrics {
   CounterFamily* cpu_fallback_ops = nullptr;
 };
 
+// The longest prompt + completion the server accepts: the model's context length, or the KV cache
+// pool when that is smaller.
+struct ContextLimit {
+  int64_t tokens = 0;
+  int64_t model_context = 0;
+  int64_t pool_tokens = 0;
+  // "" when the model's context is the limit, else " (this server's KV cache pool holds N tokens; ...)".
+  std::string why() const;
+};
+
 class ServerState {
  public:
   ServerState(ServerConfig config, Engine& engine, const PromptEncoder& encoder);
@@ -91,6 +105,7 @@ class ServerState {
   const PromptEncoder& encoder() const { return encoder_; }
   const std::shared_ptr<ServerMetrics>& metrics() const { return metrics_; }
   int64_t start_time() const { return start_time_; }
+  ContextLimit context_limit() const;
 
   // Admission of `n` engine requests (an HTTP request's choices). kQueueFull past
   // max running + --max-queued-requests; kDraining after begin_drain().
@@ -110,8 +125,14 @@ class ServerState {
   // Aborts every live engine request (each still gets a complete response: finish_reason abort).
   void abort_all();
 
-  // /health: nullopt when healthy, else why not. Blocks up to health_timeout_s (probe).
+  // /health (liveness): nullopt when the engine loop is alive, else why not. Never blocks, runs
+  // nothing: while busy, a step completed within the no-progress limit.
   std::optional<std::string> health_problem();
+  // /health_generate (readiness): alive, and when idle a one-token probe generation answers
+  // (an internal request: not counted in the request and token metrics). Blocks up to the limit.
+  std::optional<std::string> readiness_problem();
+  // The no-progress limit now: --health-timeout, or derived from the step times.
+  double no_progress_limit_s(const EngineStats& s) const;
   nlohmann::json server_info();
   std::string render_metrics();
 

@@ -12,7 +12,9 @@ namespace strata::e2e {
 namespace {
 
 TEST(ServeNodeClientTest, OfficialOpenAiClient) {
-  const std::filesystem::path js_dir = std::filesystem::path(__FILE__).parent_path().parent_path() / "js";
+  // The source tree's path, not __FILE__ (relative to the build directory, while ctest runs the
+  // test from build/tests).
+  const std::filesystem::path js_dir = std::filesystem::path(STRATA_SOURCE_DIR) / "tests" / "e2e" / "js";
   std::string out;
   ASSERT_EQ(run_command("command -v node", &out), 0)
       << "node is not installed (scripts/setup.sh installs it: apt-get install nodejs npm)";
