@@ -50,6 +50,8 @@
 
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/linear.h"
+#include "backend/cuda/tunables.h"
 #include "backend/cuda/linear_fp8.h"
 #include "backend/cuda/linear_int4.h"
 #include "backend/cuda/moe_experts.h"
@@ -550,12 +552,13 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
       bf16_bits* o = shared_out.as<bf16_bits>();
       const LinearShared& l = shared_lin[size_t(copy)];
       if (c.shared_format == cuda::kMoeBf16) {
-        if (T > cuda::kGemvMaxRows) return false;
+        const cuda::CudaTunables defaults;  // the engine's GEMV launch tunables
+        if (T > defaults.gemv_max_rows) return false;
         cuda::GemvParams g{};
         g.m = T;
-        g.prefetch_elems = cuda::gemv_prefetch_elems();
-        g.block_warps = cuda::gemv_block_warps();
-        g.mma_warps_per_sm = cuda::gemv_mma_warps_per_sm();
+        g.prefetch_elems = defaults.gemv_prefetch_elems;
+        g.block_warps = defaults.gemv_block_warps;
+        g.max_ksplit = defaults.gemv_max_ksplit;
         cuda::GemvParams up = g, dn = g;
         up.x = x;
         up.w = l.gu->as<bf16_bits>();
@@ -568,8 +571,8 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
         dn.out = o;
         dn.n = H;
         dn.k = SI;
-        cuda::launch_gemv(up, s);
-        cuda::launch_gemv(dn, s);
+        cuda::launch_gemv(up, cuda::Launch{s});
+        cuda::launch_gemv(dn, cuda::Launch{s});
       } else if (c.shared_format == cuda::kMoeFp8) {
         if (T > cuda::kFp8GemvMaxRows) return false;
         cuda::Fp8GemvParams g{};

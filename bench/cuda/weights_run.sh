@@ -41,7 +41,7 @@ for stage in ${STAGES:-fixtures int4 fp8 parity model}; do
     fp8)
       OUT=$W/fp8 STAGES="${FP8_STAGES:-parity bench}" bash bench/cuda/fp8_linear_run.sh 2>&1 | grep -v "^build:" ;;
     parity)
-      timeout ${PARITY_TIMEOUT:-200} ./build-dev/strata_parity_test --gtest_filter="${PARITY_FILTER:--*Int4*:Fp8Linear.*:*Quant*}" \
+      timeout ${PARITY_TIMEOUT:-200} ./build-dev/strata_parity_test --gtest_filter="${PARITY_FILTER:--*Int4*:Fp8Linear.*:*Quant*:MlaAttention.*:MoeParity.*}" \
         >"$W/parity.log" 2>&1
       echo "parity: rc $?"
       grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure|CHECK|Expected|Which is" "$W/parity.log" | head -60 ;;

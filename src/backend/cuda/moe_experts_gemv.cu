@@ -557,7 +557,7 @@ void launch_nt(const MoeGroupedParams& p, const MoeGemvShape& sh, int64_t slots,
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];
   int n = 0;
-  if (pdl_enabled()) {
+  {  // programmatic dependent launch, as launch_pdl's default Launch
     attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[n].val.programmaticStreamSerializationAllowed = 1;
     ++n;
