@@ -195,6 +195,9 @@ class CudaBackend : public Backend {
   bool dev_gemv_takes(int64_t m) const {
     return dev_.gemv != nullptr && m >= dev_.gemv_min_rows && m <= dev_.gemv_max_rows;
   }
+  // linear.cu: records out [m, n] = x [m, k] · w [n, k]ᵀ (+ bias) through cuBLAS (bf16).
+  void record_gemm(const void* x, const void* w, const float* bias, void* out, int64_t m, int64_t n,
+                   int64_t k);
   // linear_packed.cc: linear / linear_silu_mul (glu) of a packed weight; whether the fused
   // SwiGLU GEMV takes x.
   void linear_packed(const Tensor& x, const LinearWeight& w, const Tensor& out, bool glu);

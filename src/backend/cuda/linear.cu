@@ -298,11 +298,16 @@ void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& o
     record(kOpGemv, gemv_params(x, wt, bias, out, m), launch_gemv);
     return;
   }
+  record_gemm(x.data, wt.data, bias, out.data, m, n, k);
+}
+
+void CudaBackend::record_gemm(const void* x, const void* w, const float* bias, void* out, int64_t m,
+                              int64_t n, int64_t k) {
   auto g = zeroed<GemmParams>();
   g.handle = cublas_;
-  g.x = x.data;
-  g.w = wt.data;
-  g.out = out.data;
+  g.x = x;
+  g.w = w;
+  g.out = out;
   g.m = int(m);
   g.n = int(n);
   g.k = int(k);
@@ -312,7 +317,7 @@ void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& o
   record(kOpGemm, g, run_gemm);
   if (bias) {
     auto b = zeroed<BiasAddParams>();
-    b.out = out.ptr<bf16_bits>();
+    b.out = static_cast<bf16_bits*>(out);
     b.bias = bias;
     b.rows = m;
     b.cols = n;

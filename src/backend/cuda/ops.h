@@ -30,7 +30,8 @@ namespace strata::cuda {
   X(kOpInt4Gemm, "int4_gemm")            \
   X(kOpFp8Gemv, "fp8_gemv")              \
   X(kOpFp8GemvGlu, "fp8_gemv_silu")      \
-  X(kOpFp8Linear, "fp8_linear")
+  X(kOpFp8Linear, "fp8_linear")          \
+  X(kOpFp8Dequant, "fp8_dequant")
 
 enum Op : int {
   kOpNone = 0,

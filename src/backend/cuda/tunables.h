@@ -59,6 +59,15 @@ struct CudaTunables {
   // ms/token (on top of early triggers and prefetch, so not conclusive; 2026-11-29 night).
   int gemv_block_warps = 8;
 
+  // ---- packed weights (linear_packed.cc) ----
+  // FP8-block linears above the GEMV's rows: false (default) dequantize the weight to bf16 and
+  // run the bf16 GEMM (W8A16: the weights exactly as DeepSeek's reference inference dequantizes
+  // them, activations untouched); true quantize the activations to e4m3 per 128 values and run
+  // the FP8 tensor cores (W8A8, DeepSeek's act_quant: 1.5-1.8x faster on large prefills,
+  // bench/RESULTS; lossy: the tiny FP8 fixture's logits moved from NMSE 2e-4 to 5e-2 against
+  // Hugging Face's, 2026-12-01). Env STRATA_FP8_W8A8=1 (opt-in, as every lossy lever).
+  bool fp8_w8a8 = false;
+
   // ---- attention ----
   // Decode attention's split-KV target: this many decode blocks per SM. No env. Default 4:
   // 1 or 8 changed batch-1 decode by +-0.02 ms (2026-11-29 night); the 64 x 4,096 kernel alone ran
