@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "api_key_flags.h"
 #include "command.h"
 #include "core/log.h"
 #include "engine/prompt.h"
@@ -42,12 +43,12 @@ constexpr NotImplemented kNotImplemented[] = {
     {"--schedule-policy", true, "scheduling policies other than the default"},
     {"--chat-template", true, "overriding the model's chat template"},
     {"--tokenizer-path", true, "a tokenizer outside --model-path"},
-    {"--api-key", true, "API keys"},
     {"--lora-paths", true, "LoRA adapters"},
 };
 
 struct ServeFlags {
   ServerConfig server;
+  ApiKeyFlags api_key;
   bool disable_custom_all_reduce = false;
   bool enable_metrics = false;
   bool trust_remote_code = false;
@@ -115,9 +116,19 @@ int serve_main(int argc, char** argv) {
   app.add_option("--max-request-body-mb", sc.max_request_body_mb,
                  "largest request body accepted, in MiB (larger ones are answered 413)")
       ->capture_default_str();
+  add_api_key_flags(app, sf.api_key,
+                    "every request but /health and /health_generate must send as 'Authorization: Bearer KEY' (401 "
+                    "otherwise); none given: no key needed");
   app.add_flag("--disable-custom-all-reduce", sf.disable_custom_all_reduce,
                "accepted for SGLang compatibility: every all-reduce is NCCL's (there is no custom one)");
-  app.add_flag("--enable-metrics", sf.enable_metrics, "accepted for SGLang compatibility: /metrics is always on");
+  app.add_flag("--enable-metrics", sf.enable_metrics,
+               "accepted for SGLang compatibility: /metrics (Prometheus) is always on here, with or without it");
+  app.add_flag("--log-requests", sc.log_requests.enabled,
+               "log each generation request when accepted (Receive:) and when done (Finish:); never its headers");
+  app.add_option("--log-requests-level", sc.log_requests.level,
+                 "0 metadata, 1 + sampling parameters, 2 + prompt and output cut to 2048 characters, 3 + all of them")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3));
   app.add_flag("--trust-remote-code", sf.trust_remote_code, "accepted for SGLang compatibility: no code is ever run");
   sf.not_implemented_values.resize(std::size(kNotImplemented));
   sf.not_implemented_flags.resize(std::size(kNotImplemented));
@@ -137,6 +148,9 @@ int serve_main(int argc, char** argv) {
   if (sc.drain_timeout_s < 0) return fail(invalid_argument("--drain-timeout must be >= 0"));
   if (sc.max_request_body_mb < 1 || sc.max_request_body_mb > 65536)
     return fail(invalid_argument("--max-request-body-mb must be in [1, 65536], got {}", sc.max_request_body_mb));
+  auto api_key = resolve_api_key(sf.api_key);
+  if (!api_key.ok()) return fail(api_key.status());
+  sc.api_key = *api_key;
   auto cfg = finish_engine_flags(ef);
   if (!cfg.ok()) return fail(cfg.status());
   if (auto worker = run_tp_worker_if_launched(*cfg)) return worker->ok() ? 0 : fail(*worker);
@@ -149,6 +163,7 @@ int serve_main(int argc, char** argv) {
     if (opt->count() == 0 || opt->get_name() == "--help") continue;
     const auto results = opt->results();
     sc.flags[opt->get_name()] = results.size() == 1 ? nlohmann::json(results[0]) : nlohmann::json(results);
+    if (opt->get_name() == "--api-key") sc.flags[opt->get_name()] = "(hidden)";  // /get_server_info shows the flags
   }
 
   SignalWatcher signals;  // before any thread starts, so all of them inherit the mask
@@ -163,7 +178,11 @@ int serve_main(int argc, char** argv) {
     HttpServer server(state);
     if (Status s = server.bind(); !s.ok()) return fail(s);
     signals.start([&server] { server.shutdown(); });
-    LOG_INFO("serving '{}' on http://{}:{} (OpenAI API at /v1)", sc.served_model_name, sc.host, server.port());
+    LOG_INFO("serving '{}' on http://{}:{} (OpenAI API at /v1){}", sc.served_model_name, sc.host, server.port(),
+             sc.api_key.empty() ? "" : " · API key required");
+    if (sc.api_key.empty() && sc.host != "127.0.0.1" && sc.host != "localhost" && sc.host != "::1")
+      LOG_WARN("no API key: anyone who can reach {}:{} can use this server (--api-key-file or ${})", sc.host,
+               server.port(), kApiKeyEnv);
     if (Status s = server.run(); !s.ok()) rc = fail(s);
     signals.stop();
   }

@@ -54,6 +54,7 @@ class Generation {
   std::vector<bool> finished_;
   std::vector<int32_t> prompt_tokens_;  // per choice
   std::vector<int32_t> cached_tokens_;
+  Clock::time_point arrival_{};
   int admitted_ = 0;
   bool started_stream_ = false;
   bool done_sent_ = false;

@@ -111,6 +111,17 @@ void HttpServer::Impl::respond_when_done(std::shared_ptr<Generation> gen, httpli
 }
 
 void HttpServer::Impl::routes() {
+  // --api-key: decided before routing (and before a body is read), for every path.
+  svr.set_pre_routing_handler([this](const httplib::Request& q, httplib::Response& s) {
+    const std::string authorization = q.get_header_value("Authorization");
+    const std::optional<ApiError> denied =
+        state.auth().check(q.path, q.has_header("Authorization") ? std::optional<std::string_view>(authorization)
+                                                                  : std::nullopt);
+    if (!denied) return httplib::Server::HandlerResponse::Unhandled;
+    send_error(s, *denied);
+    s.set_header("WWW-Authenticate", "Bearer");
+    return httplib::Server::HandlerResponse::Handled;
+  });
   svr.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& s) {
     generate(q, s, Endpoint::kCompletions);
   });

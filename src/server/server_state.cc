@@ -65,6 +65,7 @@ ServerMetrics::ServerMetrics(const std::string& model_name)
 
 ServerState::ServerState(ServerConfig config, Engine& engine, const PromptEncoder& encoder)
     : config_(std::move(config)),
+      auth_(config_.api_key),
       engine_(engine),
       encoder_(encoder),
       metrics_(std::make_shared<ServerMetrics>(config_.served_model_name)),

@@ -18,7 +18,9 @@
 
 #include "engine/engine.h"
 #include "engine/prompt.h"
+#include "server/api_key_auth.h"
 #include "server/metrics.h"
+#include "server/request_log.h"
 
 namespace strata {
 
@@ -32,6 +34,8 @@ struct ServerConfig {
   double health_timeout_s = 30;    // busy engine without a step this long (or a probe this slow) is unhealthy
   int http_threads = 512;          // one per open connection (a stream holds its thread)
   int max_request_body_mb = 64;    // larger request bodies are answered 413
+  RequestLogConfig log_requests;   // --log-requests, --log-requests-level
+  std::string api_key;             // --api-key: "" = none needed (server/api_key_auth.h); never logged
   nlohmann::json flags = nlohmann::json::object();  // the launch flags, for /get_server_info
 };
 
@@ -79,6 +83,8 @@ class ServerState {
   ~ServerState();  // stops the monitor thread
 
   const ServerConfig& config() const { return config_; }
+  // Who may call (--api-key); the transport asks it before routing each request.
+  const ApiKeyAuth& auth() const { return auth_; }
   Engine& engine() { return engine_; }
   const PromptEncoder& encoder() const { return encoder_; }
   const std::shared_ptr<ServerMetrics>& metrics() const { return metrics_; }
@@ -113,6 +119,7 @@ class ServerState {
   bool probe_engine();
 
   ServerConfig config_;
+  ApiKeyAuth auth_;
   Engine& engine_;
   const PromptEncoder& encoder_;
   std::shared_ptr<ServerMetrics> metrics_;

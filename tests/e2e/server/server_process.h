@@ -50,6 +50,8 @@ class ServerProcess {
       ::waitpid(pid_, nullptr, 0);
     }
   }
+  // Sets an environment variable of the server processes started after this call.
+  void set_env(std::string name, std::string value) { env_.emplace_back(std::move(name), std::move(value)); }
   // Runs `strata serve --port 0 <args>`; returns once /health answers 200 (false on failure).
   bool start(std::vector<std::string> args, double timeout_s = 120) {
     log_path_ = ::testing::TempDir() + "strata_serve_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++) + ".log";
@@ -60,6 +62,7 @@ class ServerProcess {
       FILE* f = std::freopen(log_path_.c_str(), "w", stderr);
       (void)f;
       ::dup2(::fileno(stderr), STDOUT_FILENO);
+      for (const auto& [name, value] : env_) ::setenv(name.c_str(), value.c_str(), 1);
       std::vector<char*> cargv;
       for (auto& a : argv) cargv.push_back(a.data());
       cargv.push_back(nullptr);
@@ -144,6 +147,7 @@ class ServerProcess {
   int exit_code_ = -1;
   std::string log_path_;
   std::string start_problem_;  // why start() failed, when it did past the log line
+  std::vector<std::pair<std::string, std::string>> env_;
 };
 
 // Runs a command, returns its exit code and output (stdout + stderr).
