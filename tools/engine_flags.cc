@@ -3,7 +3,9 @@
 #include <filesystem>
 
 #include "core/log.h"
+#include "engine/prompt.h"
 #include "engine/tp_driver.h"
+#include "tokenizer/builtin_chat_templates.h"
 
 namespace strata::tools {
 
@@ -12,6 +14,12 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_
   c.model_path = default_model;
   app.add_option("--model-path,--model", c.model_path, "model directory (config.json, safetensors, tokenizer)")
       ->capture_default_str();
+  app.add_option("--tokenizer-path", c.tokenizer_path,
+                 "directory of the tokenizer (tokenizer.json, tokenizer_config.json, chat template; default: "
+                 "--model-path)");
+  app.add_option("--chat-template", c.chat_template,
+                 fmt::format("chat template instead of the tokenizer's: a Jinja file (or JSON with \"chat_template\"), "
+                             "or a name: {}", fmt::join(builtin_chat_template_names(), ", ")));
   app.add_option("--device", c.device, "cpu | cuda")->capture_default_str();
   app.add_option("--tp-size,--tp", c.tp_size,
                  "tensor-parallel ranks (cuda: one per visible GPU over NCCL; cpu: in-process ranks)")
@@ -40,6 +48,8 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_
   app.add_option("--num-continuous-decode-steps", c.num_continuous_decode_steps,
                  "decode steps per scheduling decision")
       ->capture_default_str();
+  app.add_flag("--disable-radix-cache", c.disable_radix_cache,
+               "no prefix cache: requests share no KV and keep none after they end");
   app.add_option("--cuda-graph-max-bs", c.cuda_graph_max_bs,
                  fmt::format("decode steps of at most this many requests replay captured CUDA graphs (cuda, "
                              "tp 1; 0: off; default {} on one GPU)", kDefaultCudaGraphMaxBs));
@@ -117,6 +127,11 @@ StatusOr<EngineConfig> finish_engine_flags(EngineFlags& f) {
   STRATA_RETURN_IF_ERROR(finish_hicache_flags(f, c));
   if (!std::filesystem::is_directory(c.model_path))
     return not_found("--model-path '{}' is not a directory", c.model_path);
+  if (!c.tokenizer_path.empty() && !std::filesystem::is_directory(c.tokenizer_path))
+    return not_found("--tokenizer-path '{}' is not a directory", c.tokenizer_path);
+  // A template that does not load fails here, before the model does.
+  if (!c.chat_template.empty())
+    STRATA_RETURN_IF_ERROR(ChatTemplate::from_argument(c.chat_template, c.tokenizer_dir()).status());
   STRATA_ASSIGN_OR_RETURN(c.kv_bf16_layers, parse_layer_list(f.kv_bf16_layers, "--kv-bf16-layers"));
   STRATA_RETURN_IF_ERROR(enforce_kv_quality_gate(c.model_path, kv_cache_options(c), f.kv_gate));
   return c;

@@ -34,15 +34,12 @@ constexpr NotImplemented kNotImplemented[] = {
     {"--node-rank", true, "multi-node serving"},
     {"--dist-init-addr", true, "multi-node serving"},
     {"--hicache-storage-backend", true, "a storage backend behind the host KV tier"},
-    {"--disable-radix-cache", false, "running without the prefix cache"},
     {"--enable-dp-attention", false, "DP attention"},
     {"--speculative-algorithm", true, "speculative decoding"},
     {"--quantization", true, "on-the-fly quantization"},
     {"--attention-backend", true, "choosing the attention backend"},
     {"--enable-torch-compile", false, "torch.compile"},
     {"--schedule-policy", true, "scheduling policies other than the default"},
-    {"--chat-template", true, "overriding the model's chat template"},
-    {"--tokenizer-path", true, "a tokenizer outside --model-path"},
     {"--lora-paths", true, "LoRA adapters"},
 };
 
@@ -170,7 +167,7 @@ int serve_main(int argc, char** argv) {
   auto engine_or = Engine::create(*cfg);
   if (!engine_or.ok()) return fail(engine_or.status());
   Engine& engine = **engine_or;
-  auto enc_or = PromptEncoder::load(cfg->model_path, engine.tokenizer());
+  auto enc_or = PromptEncoder::load(cfg->tokenizer_dir(), engine.tokenizer(), cfg->chat_template);
   if (!enc_or.ok()) return fail(enc_or.status());
   int rc = 0;
   {

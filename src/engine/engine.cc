@@ -70,6 +70,9 @@ double physical_memory_bytes() {
 
 // The host tier's options on their own (before any loading, so a bad flag fails fast).
 static Status check_host_tier_options(const EngineConfig& c) {
+  if (c.enable_hierarchical_cache && c.disable_radix_cache)
+    return invalid_argument("--enable-hierarchical-cache keeps the prefix cache's evicted prefixes: it does not go "
+                            "with --disable-radix-cache");
   if (!c.enable_hierarchical_cache) {
     if (c.hicache_size_gb != 0 || c.hicache_ratio != 0 || !c.hicache_io_backend.empty())
       return invalid_argument("--hicache-size/--hicache-ratio/--hicache-io-backend need --enable-hierarchical-cache");
@@ -159,7 +162,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
                          "pool only (not implemented for tensor parallelism yet)", config.tp_size);
 
   STRATA_ASSIGN_OR_RETURN(ModelSpec spec, load_model_spec(config.model_path));
-  STRATA_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(config.model_path));
+  STRATA_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(config.tokenizer_dir()));
+  if (!config.tokenizer_path.empty() && tok.vocab_size() > spec.vocab_size)  // --tokenizer-path of another model?
+    return invalid_argument("the tokenizer in {} has {} tokens but the model's vocab_size is {}: a tokenizer of "
+                            "another model?", config.tokenizer_dir(), tok.vocab_size(), spec.vocab_size);
   e->tokenizer_ = std::make_unique<Tokenizer>(std::move(tok));
 
   // KV dtype: "auto" is the activation dtype of the backend (exact). Per-layer bf16, scales and
@@ -236,6 +242,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   sc.max_prefill_tokens = config.max_prefill_tokens;
   sc.max_running_requests = plan.max_running_requests;
   sc.num_continuous_decode_steps = std::max(1, config.num_continuous_decode_steps);
+  sc.disable_radix_cache = config.disable_radix_cache;
   if (config.schedule_conservativeness <= 0)
     return invalid_argument("--schedule-conservativeness must be > 0");
   sc.init_new_token_ratio = std::min(1.0, sc.init_new_token_ratio * config.schedule_conservativeness);

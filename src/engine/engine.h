@@ -39,6 +39,11 @@ inline constexpr int kDefaultCudaGraphMaxBs = 64;
 
 struct EngineConfig {
   std::string model_path;
+  // SGLang's --tokenizer-path (tokenizer.json, tokenizer_config.json, chat template; "": the
+  // model's) and --chat-template (a file or a built-in name; "": the tokenizer's own template).
+  std::string tokenizer_path;
+  std::string chat_template;
+  const std::string& tokenizer_dir() const { return tokenizer_path.empty() ? model_path : tokenizer_path; }
   std::string device = "cpu";                 // cpu | cuda
   // --tp-size: tensor-parallel ranks (engine/tp_driver.h): cpu runs them as threads of this
   // process, cuda one per visible GPU. tp_allow_uneven: tests only (model/sharding.h).
@@ -57,6 +62,7 @@ struct EngineConfig {
   int chunked_prefill_size = 8192;
   int max_prefill_tokens = 16384;
   int num_continuous_decode_steps = 1;
+  bool disable_radix_cache = false;           // SGLang's --disable-radix-cache: no prefix sharing
   // SGLang's --cuda-graph-max-bs: decode steps of at most this many requests run as captured
   // CUDA graphs (one graph per step shape, replayed); 0: every step launches eagerly. Unset:
   // kDefaultCudaGraphMaxBs on cuda at tp 1, off otherwise (the tensor-parallel collectives are
