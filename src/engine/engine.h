@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -21,6 +22,7 @@
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
+#include "engine/tp_host_tier.h"
 #include "kv/hicache.h"
 #include "planner/planner.h"
 #include "tokenizer/tokenizer.h"
@@ -125,6 +127,9 @@ struct EngineStats {
   int64_t prefill_tokens_total = 0;  // prompt tokens computed by prefill (not served from a cache)
   int64_t hicache_capacity_tokens = 0;  // host KV tier (0 when off)
   HiCacheStats hicache;                 // host-tier counters (zero when off)
+  // Each rank's host-tier copies (empty when off). Under tensor parallelism the workers' counts
+  // are gathered when the engine goes idle and at most once a second while it is busy.
+  std::vector<HostTierRankStats> hicache_ranks;
 };
 
 class Engine {
@@ -167,6 +172,10 @@ class Engine {
   void update_stats();
   // Builds the host KV tier when the config enables it (validates its options, logs its size).
   Status setup_host_tier(const KvLayout& layout);
+  // Each rank's host-tier counters, for stats_. Under tensor parallelism a collective, so only
+  // when copies happened since the last one and the engine is idle or a second has passed (or
+  // `force`); empty when not due (the last ones stand). Engine thread only.
+  std::vector<HostTierRankStats> rank_host_stats(bool force);
 
   EngineConfig config_;
   Plan plan_;
@@ -185,6 +194,9 @@ class Engine {
   std::unique_ptr<HiCacheIo> hicache_io_;
   std::unique_ptr<HostPool> host_pool_;
   std::unique_ptr<HiCache> hicache_;
+  TpHostTier* tp_host_tier_ = nullptr;  // hicache_io_ under tensor parallelism
+  bool tp_launched_ = false;            // ranks are processes of a launcher, not threads here
+  std::chrono::steady_clock::time_point last_rank_stats_{};
 
   // Engine-thread state.
   std::unordered_map<int64_t, std::unique_ptr<Live>> live_;

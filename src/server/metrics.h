@@ -58,11 +58,16 @@ class Histogram {
 // registry's lifetime. Names must follow Prometheus rules (counters end in _total).
 class MetricsRegistry {
  public:
+  using Labels = std::vector<std::pair<std::string, std::string>>;
   // `labels`: constant labels on every sample, e.g. {{"model_name", "house-llama"}}.
-  explicit MetricsRegistry(std::vector<std::pair<std::string, std::string>> labels = {});
+  explicit MetricsRegistry(Labels labels = {});
 
   Counter& counter(const std::string& name, const std::string& help);
   Gauge& gauge(const std::string& name, const std::string& help);
+  // One series of a labelled family (e.g. {{"rank", "3"}}): every series of a name shares its
+  // help and kind and is rendered under one HELP/TYPE header.
+  Counter& counter(const std::string& name, const std::string& help, const Labels& series);
+  Gauge& gauge(const std::string& name, const std::string& help, const Labels& series);
   Histogram& histogram(const std::string& name, const std::string& help, std::vector<double> bounds);
 
   // The text exposition format, metrics in registration order.
@@ -72,13 +77,15 @@ class MetricsRegistry {
   enum class Kind { kCounter, kGauge, kHistogram };
   struct Entry {
     std::string name, help;
+    std::string series;  // rendered series labels (k="v",...), "" for an unlabelled metric
     Kind kind;
     std::unique_ptr<Counter> counter;
     std::unique_ptr<Gauge> gauge;
     std::unique_ptr<Histogram> histogram;
   };
-  Entry& add(const std::string& name, const std::string& help, Kind kind);
+  Entry& add(const std::string& name, const std::string& help, Kind kind, const Labels& series = {});
   std::string label_block(const std::string& extra) const;
+  void render_entry(const Entry& entry, std::string& out) const;
 
   std::string labels_;  // rendered constant labels: k="v",k2="v2" (no braces)
   mutable std::mutex mu_;

@@ -12,7 +12,7 @@ namespace strata {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-ServerMetrics::ServerMetrics(const std::string& model_name)
+ServerMetrics::ServerMetrics(const std::string& model_name, int host_tier_ranks)
     : registry({{"model_name", model_name}}),
       running(registry.gauge("strata_num_running_requests", "Requests prefilling or decoding in the engine.")),
       queued(registry.gauge("strata_num_queued_requests", "Requests waiting for admission in the engine.")),
@@ -61,14 +61,33 @@ ServerMetrics::ServerMetrics(const std::string& model_name)
       hicache_bytes_to_device(registry.counter("strata_hicache_bytes_to_device_total",
                                                "KV bytes copied host -> device.")),
       hicache_copy_seconds(registry.counter("strata_hicache_copy_seconds_total",
-                                            "Time the host-tier copies took (device time on cuda).")) {}
+                                            "Time the host-tier copies took (device time on cuda).")) {
+  const char* kRankHelp[] = {
+      "Host memory of this rank's host KV tier, in bytes.",
+      "Prompt tokens promoted from host memory into this rank's KV pool.",
+      "KV bytes this rank copied device -> host.",
+      "KV bytes this rank copied host -> device.",
+      "Time this rank's host-tier copies took (device time on cuda).",
+  };
+  for (int r = 0; r < host_tier_ranks; ++r) {
+    const MetricsRegistry::Labels rank{{"rank", std::to_string(r)}};
+    hicache_ranks.push_back(RankHostTier{
+        .capacity_bytes = &registry.gauge("strata_hicache_rank_capacity_bytes", kRankHelp[0], rank),
+        .hit_tokens = &registry.counter("strata_hicache_rank_hit_tokens_total", kRankHelp[1], rank),
+        .bytes_to_host = &registry.counter("strata_hicache_rank_bytes_to_host_total", kRankHelp[2], rank),
+        .bytes_to_device = &registry.counter("strata_hicache_rank_bytes_to_device_total", kRankHelp[3], rank),
+        .copy_seconds = &registry.counter("strata_hicache_rank_copy_seconds_total", kRankHelp[4], rank)});
+  }
+}
 
 ServerState::ServerState(ServerConfig config, Engine& engine, const PromptEncoder& encoder)
     : config_(std::move(config)),
       auth_(config_.api_key),
       engine_(engine),
       encoder_(encoder),
-      metrics_(std::make_shared<ServerMetrics>(config_.served_model_name)),
+      metrics_(std::make_shared<ServerMetrics>(
+          config_.served_model_name,
+          engine.config().enable_hierarchical_cache ? std::max(1, engine.config().tp_size) : 0)),
       start_time_(int64_t(std::time(nullptr))),
       last_progress_(Clock::now()) {
   if (config_.max_queued_requests >= 0)
@@ -237,6 +256,15 @@ void ServerState::refresh_engine_metrics(const EngineStats& s) {
   m.hicache_bytes_to_host.set_total(double(s.hicache.bytes_to_host));
   m.hicache_bytes_to_device.set_total(double(s.hicache.bytes_to_device));
   m.hicache_copy_seconds.set_total(s.hicache.copy_seconds);
+  for (const HostTierRankStats& r : s.hicache_ranks) {
+    if (r.rank < 0 || size_t(r.rank) >= m.hicache_ranks.size()) continue;
+    const ServerMetrics::RankHostTier& rm = m.hicache_ranks[size_t(r.rank)];
+    rm.capacity_bytes->set(double(r.host_bytes));
+    rm.hit_tokens->set_total(double(r.pages_to_device * page));
+    rm.bytes_to_host->set_total(double(r.bytes_to_host));
+    rm.bytes_to_device->set_total(double(r.bytes_to_device));
+    rm.copy_seconds->set_total(r.copy_seconds);
+  }
 }
 
 std::string ServerState::render_metrics() {

@@ -42,7 +42,8 @@ struct ServerConfig {
 // The metrics the server exports; shared with engine callbacks (which may outlive a request's
 // HTTP handler), hence held by shared_ptr.
 struct ServerMetrics {
-  explicit ServerMetrics(const std::string& model_name);
+  // host_tier_ranks: the ranks whose host KV tier is reported (0: the tier is off).
+  ServerMetrics(const std::string& model_name, int host_tier_ranks);
   MetricsRegistry registry;
   Gauge& running;
   Gauge& queued;
@@ -75,6 +76,15 @@ struct ServerMetrics {
   Counter& hicache_bytes_to_host;
   Counter& hicache_bytes_to_device;
   Counter& hicache_copy_seconds;
+  // The host KV tier per tensor-parallel rank (label rank="r"): each rank copies its own slice.
+  struct RankHostTier {
+    Gauge* capacity_bytes;
+    Counter* hit_tokens;
+    Counter* bytes_to_host;
+    Counter* bytes_to_device;
+    Counter* copy_seconds;
+  };
+  std::vector<RankHostTier> hicache_ranks;
 };
 
 class ServerState {
