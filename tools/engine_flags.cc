@@ -25,8 +25,8 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_
                  "tensor-parallel ranks (cuda: one per visible GPU over NCCL; cpu: in-process ranks)")
       ->capture_default_str();
   app.add_flag("--tp-allow-uneven", c.tp_allow_uneven,
-               "cpu only, for tests: split head/intermediate/vocab counts --tp-size does not divide into ranges "
-               "one apart (exact; on a GPU the slowest rank would set the pace, so cuda refuses it)");
+               "for tests: split head/intermediate/vocab counts --tp-size does not divide into ranges one apart "
+               "(exact; on GPUs the rank with the larger slices sets the pace)");
   app.add_option("--kv-cache-dtype", c.kv_cache_dtype, "auto | bf16 | fp8_e4m3 | fp8_e5m2 | fp8_flashmla (auto: exact; fp8 needs an eval-kv record)")
       ->capture_default_str();
   app.add_option("--kv-bf16-layers", f.kv_bf16_layers, "layers kept in bf16 with an fp8 KV cache, e.g. 0,7");
@@ -120,8 +120,7 @@ StatusOr<EngineConfig> finish_engine_flags(EngineFlags& f) {
   if (f.max_running_requests > 0) c.max_running_requests = f.max_running_requests;
   if (c.page_size < 1) return invalid_argument("--page-size must be >= 1");
   if (c.tp_allow_uneven && c.device != "cpu")
-    return invalid_argument("--tp-allow-uneven is for cpu ranks (tests) only; on {} give a --tp-size that divides "
-                            "the model's heads, intermediate and vocabulary sizes", c.device);
+    LOG_WARN("--tp-allow-uneven on {}: a test aid; the rank with the larger slices sets every step's pace", c.device);
   if (c.chunked_prefill_size < c.page_size)
     return invalid_argument("--chunked-prefill-size must be >= --page-size");
   if (c.num_continuous_decode_steps < 1) return invalid_argument("--num-continuous-decode-steps must be >= 1");

@@ -13,7 +13,9 @@
 #include "api_key_flags.h"
 #include "command.h"
 #include "core/log.h"
+#include "engine/node_launch.h"
 #include "engine/prompt.h"
+#include "engine/tp_driver.h"
 #include "engine_flags.h"
 #include "server/http_server.h"
 
@@ -30,9 +32,6 @@ struct NotImplemented {
 constexpr NotImplemented kNotImplemented[] = {
     {"--dp-size", true, "data parallelism"},
     {"--ep-size", true, "expert parallelism"},
-    {"--nnodes", true, "multi-node serving"},
-    {"--node-rank", true, "multi-node serving"},
-    {"--dist-init-addr", true, "multi-node serving"},
     {"--hicache-storage-backend", true, "a storage backend behind the host KV tier"},
     {"--enable-dp-attention", false, "DP attention"},
     {"--speculative-algorithm", true, "speculative decoding"},
@@ -45,6 +44,7 @@ constexpr NotImplemented kNotImplemented[] = {
 
 struct ServeFlags {
   ServerConfig server;
+  NodeLaunchFlags node;
   ApiKeyFlags api_key;
   bool disable_custom_all_reduce = false;
   bool enable_metrics = false;
@@ -95,6 +95,36 @@ class SignalWatcher {
   std::thread thread_;
 };
 
+// --nnodes > 1 without a launcher's ranks: this process is its node's launcher
+// (engine/node_launch.h); returns the exit code of the node's ranks. nullopt: serve (or be a rank)
+// here.
+std::optional<int> launch_node_if_asked(const ServeFlags& sf, const EngineConfig& cfg, int argc, char** argv) {
+  auto launched = launch_rank_from_env();
+  if (!launched.ok()) return fail(launched.status());
+  // One of --tp-size ranks already (this node's, or mpirun's): run as that rank. A launcher that
+  // started one process per node (srun --ntasks-per-node 1) leaves the ranks to --nnodes.
+  if (launched->size > 1 && (launched->size == cfg.tp_size || sf.node.nnodes <= 1)) return std::nullopt;
+  auto plan = plan_node_ranks(sf.node, cfg.tp_size, cfg.device, "");
+  if (!plan.ok()) return fail(plan.status());
+  if (plan->empty()) {
+    if (!sf.node.dist_init_addr.empty()) LOG_INFO("--nnodes 1: --dist-init-addr is not needed (one node)");
+    return std::nullopt;
+  }
+  std::string id = std::getenv("STRATA_NCCL_ID") ? std::getenv("STRATA_NCCL_ID") : "";
+  if (id.empty()) {
+    auto hex = nccl_id_hex_from_address(sf.node.dist_init_addr);
+    if (!hex.ok()) return fail(hex.status());
+    id = *hex;
+  }
+  plan = plan_node_ranks(sf.node, cfg.tp_size, cfg.device, id);
+  std::vector<std::string> args = {"/proc/self/exe", "serve"};
+  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+  LOG_INFO("node {} of {}: starting ranks {}..{} of {} (NCCL bootstrap at {}{})", sf.node.node_rank, sf.node.nnodes,
+           plan->front().rank, plan->back().rank, cfg.tp_size, sf.node.dist_init_addr,
+           sf.node.node_rank == 0 ? "; rank 0 serves HTTP" : "");
+  return run_rank_processes(args, *plan, sf.server.drain_timeout_s + 30);
+}
+
 int serve_main(int argc, char** argv) {
   CLI::App app("strata serve: OpenAI-compatible HTTP server", "strata serve");
   EngineFlags ef;
@@ -116,6 +146,14 @@ int serve_main(int argc, char** argv) {
   add_api_key_flags(app, sf.api_key,
                     "every request but /health and /health_generate must send as 'Authorization: Bearer KEY' (401 "
                     "otherwise); none given: no key needed");
+  app.add_option("--nnodes", sf.node.nnodes,
+                 "nodes of one tensor-parallel group (SGLang's): each runs this command with its --node-rank and "
+                 "starts --tp-size / --nnodes rank processes, one per GPU")
+      ->capture_default_str();
+  app.add_option("--node-rank", sf.node.node_rank, "this node's index in [0, --nnodes); node 0 holds rank 0 (HTTP)")
+      ->capture_default_str();
+  app.add_option("--dist-init-addr", sf.node.dist_init_addr,
+                 "HOST:PORT of node 0, the same on every node: NCCL's bootstrap (NCCL_COMM_ID)");
   app.add_flag("--disable-custom-all-reduce", sf.disable_custom_all_reduce,
                "accepted for SGLang compatibility: every all-reduce is NCCL's (there is no custom one)");
   app.add_flag("--enable-metrics", sf.enable_metrics,
@@ -150,6 +188,7 @@ int serve_main(int argc, char** argv) {
   sc.api_key = *api_key;
   auto cfg = finish_engine_flags(ef);
   if (!cfg.ok()) return fail(cfg.status());
+  if (auto node = launch_node_if_asked(sf, *cfg, argc, argv)) return *node;
   if (auto worker = run_tp_worker_if_launched(*cfg)) return worker->ok() ? 0 : fail(*worker);
   if (sc.served_model_name.empty())
     sc.served_model_name = std::filesystem::path(cfg->model_path).lexically_normal().filename().string();

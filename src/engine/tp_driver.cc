@@ -673,6 +673,17 @@ StatusOr<std::unique_ptr<TpHostTier>> attach_tp_host_tier(Model& tp_model, const
   return tier;
 }
 
+StatusOr<std::string> nccl_id_hex_from_address(const std::string& addr) {
+#ifdef STRATA_HAVE_NCCL
+  ::setenv("NCCL_COMM_ID", addr.c_str(), 1);
+  STRATA_ASSIGN_OR_RETURN(NcclId id, nccl_new_id());
+  return nccl_id_to_hex(id);
+#else
+  return failed_precondition("ranks on several nodes (--nnodes, --dist-init-addr {}) need a build with NCCL "
+                             "(-DSTRATA_CUDA=ON)", addr);
+#endif
+}
+
 Status run_tp_worker(const std::string& model_path, const TpConfig& config) {
   if (!config.launch || config.launch->rank == 0) return internal_error("run_tp_worker: not a worker rank");
   const int r = config.launch->rank;

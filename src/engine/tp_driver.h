@@ -85,6 +85,11 @@ StatusOr<std::unique_ptr<Model>> create_tp_model(const ModelSpec& spec, const We
 StatusOr<std::unique_ptr<TpHostTier>> attach_tp_host_tier(Model& tp_model, const KvStorage& kv, int64_t host_pages,
                                                           KvIoBackend io, std::unique_ptr<HiCacheIo> rank0_io);
 
+// The NCCL id that NCCL derives from NCCL_COMM_ID=`addr` (the same on every node: SGLang's
+// --dist-init-addr, engine/node_launch.h), as hex for STRATA_NCCL_ID. Sets NCCL_COMM_ID in this
+// process. FailedPrecondition in a build without NCCL.
+StatusOr<std::string> nccl_id_hex_from_address(const std::string& addr);
+
 // A launcher-started rank other than 0 (config.launch set): loads this rank's slices, then runs
 // rank 0's broadcast steps until its shutdown message. Returns the group's error if any rank
 // failed (the process should then exit non-zero, which makes the launcher stop the others).
