@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libcpp-httplib-dev
+PKGS=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libcpp-httplib-dev libmicrohttpd-dev
       libspdlog-dev libfmt-dev libcli11-dev libpcre2-dev libgtest-dev
       libxxhash-dev prometheus  # prometheus: promtool checks /metrics in the server e2e tests
       clang libclang-rt-14-dev llvm)  # sanitizer + libFuzzer build (fuzz/ci.sh); llvm: llvm-symbolizer

@@ -45,9 +45,12 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_
                  "memory the KV pool is planned against (cpu: a budget standing in for GPU memory; default 4)");
   app.add_option("--max-total-tokens", f.max_total_tokens, "cap on the KV pool in tokens");
   app.add_option("--max-running-requests", f.max_running_requests, "most requests decoding at once");
-  app.add_option("--chunked-prefill-size", c.chunked_prefill_size, "prefill tokens per chunk")
-      ->capture_default_str();
-  app.add_option("--max-prefill-tokens", c.max_prefill_tokens, "prefill tokens per step")->capture_default_str();
+  app.add_option("--chunked-prefill-size", f.chunked_prefill_size,
+                 fmt::format("prefill tokens per chunk (default {}; {} on cpu, where a chunk then takes well "
+                             "under a second)", c.chunked_prefill_size, kCpuDefaultChunkedPrefillSize));
+  app.add_option("--max-prefill-tokens", f.max_prefill_tokens,
+                 fmt::format("prefill tokens per step (default {}; {} on cpu)", c.max_prefill_tokens,
+                             kCpuDefaultChunkedPrefillSize));
   app.add_option("--num-continuous-decode-steps", c.num_continuous_decode_steps,
                  "decode steps per scheduling decision")
       ->capture_default_str();
@@ -119,7 +122,11 @@ StatusOr<EngineConfig> finish_engine_flags(EngineFlags& f) {
   if (f.max_running_requests < 0) return invalid_argument("--max-running-requests must be positive");
   if (f.max_running_requests > 0) c.max_running_requests = f.max_running_requests;
   if (c.page_size < 1) return invalid_argument("--page-size must be >= 1");
-  if (c.tp_allow_uneven && c.device != "cpu")
+  const bool cpu = c.device == "cpu";
+  const int cpu_chunk = std::max(kCpuDefaultChunkedPrefillSize, c.page_size);
+  c.chunked_prefill_size = f.chunked_prefill_size.value_or(cpu ? cpu_chunk : c.chunked_prefill_size);
+  c.max_prefill_tokens = f.max_prefill_tokens.value_or(cpu ? cpu_chunk : c.max_prefill_tokens);
+  if (c.tp_allow_uneven && !cpu)
     LOG_WARN("--tp-allow-uneven on {}: a test aid; the rank with the larger slices sets every step's pace", c.device);
   if (c.chunked_prefill_size < c.page_size)
     return invalid_argument("--chunked-prefill-size must be >= --page-size");
@@ -131,8 +138,13 @@ StatusOr<EngineConfig> finish_engine_flags(EngineFlags& f) {
     c.cuda_graph_max_bs = 0;
   }
   STRATA_RETURN_IF_ERROR(finish_hicache_flags(f, c));
-  if (!std::filesystem::is_directory(c.model_path))
+  if (!std::filesystem::is_directory(c.model_path)) {
+    if (c.model_path == default_model_path())
+      return not_found("the default --model-path '{}' (relative to the working directory {}) is not a directory: "
+                       "run from the repository root or pass --model-path DIR",
+                       c.model_path, std::filesystem::current_path().string());
     return not_found("--model-path '{}' is not a directory", c.model_path);
+  }
   if (!c.tokenizer_path.empty() && !std::filesystem::is_directory(c.tokenizer_path))
     return not_found("--tokenizer-path '{}' is not a directory", c.tokenizer_path);
   // A template that does not load fails here, before the model does.

@@ -24,6 +24,8 @@ struct EngineFlags {
   std::optional<double> hicache_size_gb, hicache_ratio;
   std::optional<std::string> hicache_write_policy, hicache_io_backend;
   bool disable_cuda_graph = false;
+  // Unset: EngineConfig's defaults, or kCpuDefaultChunkedPrefillSize for both on cpu.
+  std::optional<int> chunked_prefill_size, max_prefill_tokens;
 };
 
 // Registers --model-path, --device, --kv-cache-dtype, --page-size, --mem-fraction-static,

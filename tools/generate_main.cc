@@ -50,6 +50,15 @@ void add_generate_flags(CLI::App& app, GenerateFlags& g) {
   app.add_option("--stop", s.stop, "stop string (repeatable)");
   app.add_flag("--ignore-eos", s.ignore_eos, "keep generating past EOS");
   app.add_flag("!--no-progress", g.job.progress, "no progress lines on stderr");
+  app.add_option("--progress-interval", g.job.progress_interval_s, "seconds between progress lines")
+      ->capture_default_str();
+  app.add_option("--checkpoint-tokens", g.job.checkpoint_tokens,
+                 "checkpoint an unfinished prompt's output once it has this many unsaved tokens (in-process "
+                 "engine with --output/--output-dir; a resumed job continues from it; 0: off)")
+      ->capture_default_str();
+  app.add_option("--checkpoint-interval", g.job.checkpoint_interval_s,
+                 "and at least this often (seconds) while any prompt has unsaved tokens")
+      ->capture_default_str();
   app.add_flag("--retry-failures", g.job.retry_failures, "run the prompts of the failures file again");
   app.add_flag("--allow-mixed-settings", g.job.allow_mixed_settings,
                "resume an output made with another model or other sampling settings");
@@ -71,11 +80,14 @@ void add_generate_flags(CLI::App& app, GenerateFlags& g) {
 
 Status validate(GenerateFlags& g) {
   const JobSampling& s = g.job.sampling;
-  if (s.max_new_tokens < 0) return invalid_argument("--max-new-tokens must be >= 0");
+  if (s.max_new_tokens < 1) return invalid_argument("--max-new-tokens must be >= 1, got {}", s.max_new_tokens);
   if (s.temperature < 0) return invalid_argument("--temperature must be >= 0");
   if (!(s.top_p > 0 && s.top_p <= 1)) return invalid_argument("--top-p must be in (0, 1]");
   if (g.seed < 0) return invalid_argument("--seed must be >= 0");
   if (g.concurrency < 0) return invalid_argument("--concurrency must be >= 0");
+  if (!(g.job.progress_interval_s > 0)) return invalid_argument("--progress-interval must be > 0");
+  if (g.job.checkpoint_tokens < 0) return invalid_argument("--checkpoint-tokens must be >= 0");
+  if (!(g.job.checkpoint_interval_s > 0)) return invalid_argument("--checkpoint-interval must be > 0");
   if (!g.job.output_file.empty() && !g.job.output_dir.empty())
     return invalid_argument("give --output or --output-dir, not both");
   g.job.sampling.seed = uint64_t(g.seed);
@@ -140,6 +152,10 @@ int generate_main(int argc, char** argv) {
   if (Status s = validate(g); !s.ok()) return fail(s);
   auto datasets = load_datasets(g);
   if (!datasets.ok()) return fail(datasets.status());
+  // Before the model loads: a second job on the same output is refused at once.
+  auto locks = lock_job_outputs(*datasets, g.job);
+  if (!locks.ok()) return fail(locks.status());
+  g.job.held_locks = std::move(locks).value();
 
   std::unique_ptr<Engine> engine;
   std::unique_ptr<GenerationBackend> backend;

@@ -3,6 +3,7 @@
 // flight so every connected client gets a complete response, then exit 0.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <csignal>
@@ -52,6 +53,20 @@ struct ServeFlags {
   std::vector<std::string> not_implemented_values;  // one slot per kNotImplemented entry
   std::vector<bool> not_implemented_flags;
 };
+
+// Each connection is a file descriptor: raise the soft limit (often 1,024) to the hard one, and
+// say so when even that is below what --max-connections needs.
+void raise_open_file_limit(int max_connections) {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  if (lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < rlim_t(max_connections) + 512)
+    LOG_WARN("the open-file limit is {} (ulimit -n): fewer connections than --max-connections {} can be open",
+             (unsigned long long)lim.rlim_cur, max_connections);
+}
 
 int fail(const Status& s) {
   std::fprintf(stderr, "strata serve: error: %s\n", s.message().c_str());
@@ -140,6 +155,13 @@ int serve_main(int argc, char** argv) {
   app.add_option("--drain-timeout", sc.drain_timeout_s,
                  "seconds in-flight requests get after SIGTERM before they are aborted")
       ->capture_default_str();
+  app.add_option("--max-connections", sc.max_connections,
+                 "open connections beyond which generation requests get 503 (idle connections hold no thread)")
+      ->capture_default_str();
+  app.add_option("--health-timeout", sc.health_timeout_s,
+                 "seconds a busy engine may go without completing a step before /health says 503 (0: 10 x the "
+                 "longest recent step, at least 30 s)")
+      ->capture_default_str();
   app.add_option("--max-request-body-mb", sc.max_request_body_mb,
                  "largest request body accepted, in MiB (larger ones are answered 413)")
       ->capture_default_str();
@@ -181,6 +203,9 @@ int serve_main(int argc, char** argv) {
   if (sc.port < 0 || sc.port > 65535) return fail(invalid_argument("--port must be in [0, 65535]"));
   if (sc.max_queued_requests < -1) return fail(invalid_argument("--max-queued-requests must be >= -1"));
   if (sc.drain_timeout_s < 0) return fail(invalid_argument("--drain-timeout must be >= 0"));
+  if (!(sc.health_timeout_s >= 0)) return fail(invalid_argument("--health-timeout must be >= 0"));
+  if (sc.max_connections < 1) return fail(invalid_argument("--max-connections must be >= 1"));
+  raise_open_file_limit(sc.max_connections);
   if (sc.max_request_body_mb < 1 || sc.max_request_body_mb > 65536)
     return fail(invalid_argument("--max-request-body-mb must be in [1, 65536], got {}", sc.max_request_body_mb));
   auto api_key = resolve_api_key(sf.api_key);

@@ -1,21 +1,28 @@
 #!/bin/bash
 # Attention-kernel iteration on the GPU machine (the device tool), from the repository root:
-# builds only the parity tests and llama_bench, then runs the attention parity suites, the
-# attention benchmark (with its ceilings), the PyTorch SDPA reference and, with NCU=1, an Nsight
-# Compute profile of attention launches (NCU_SPECS). BENCH=0 / SDPA=0 skip those stages. Logs go
-# to $OUT.
+# builds only the parity tests and llama_bench, then runs the attention parity suites (the
+# product's, then the development variants' of bench/cuda/dev: DEV_PARITY=0 skips them), the
+# attention benchmark (with its ceilings; it compares the variants), the PyTorch SDPA reference
+# and, with NCU=1, an Nsight Compute profile of attention launches (NCU_SPECS). BENCH=0 / SDPA=0
+# skip those stages. Logs go to $OUT.
 # Carry: .devcarry/cuda (debs/ and shared/). Env: PARITY_FILTER (default: the attention suites).
 set -u
 source bench/cuda/device_env.sh  # OUT, C, P, PKG; carried deps unpacked
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 t0=$(date +%s)
 dev_configure
-dev_build strata_parity_test strata_bench_llama_bench
+dev_build strata_parity_test strata_dev_parity_test strata_bench_llama_bench
 echo "build: $(( $(date +%s) - t0 )) s"
 timeout 150 ./build-dev/strata_parity_test \
   --gtest_filter=${PARITY_FILTER:-CudaParity.*Attention*:KvFp8.*Attention*} >"$OUT/parity.log" 2>&1
 echo "parity: exit status $?"
 grep -E "nmse|OK|FAILED|PASSED|Failure|error|Expected|Which is|actual" "$OUT/parity.log" | tail -80
+if [ "${DEV_PARITY:-1}" = 1 ]; then
+  timeout 150 ./build-dev/strata_dev_parity_test --gtest_filter='DevParity.PrefillAttention*' \
+    >"$OUT/parity_dev.log" 2>&1
+  echo "parity dev: exit status $?"
+  grep -E "prefill kernel|OK|FAILED|PASSED|Failure" "$OUT/parity_dev.log" | tail -20
+fi
 echo "parity: $(( $(date +%s) - t0 )) s"
 [ "${BENCH:-1}" = 1 ] &&
   timeout 150 ./build-dev/strata_bench_llama_bench --what ${BENCH_WHAT:-attention} 2>&1 | tee "$OUT/bench.log"

@@ -1,7 +1,7 @@
 // CUDA backend benchmarks on random bf16 weights of a real Llama shape (default Llama-3.1-8B):
 //   ceilings   device-to-device copy bandwidth and the cuBLAS bf16 GEMM rate, measured here
 //   gemv       the decode GEMV per 8B linear at batch 1 (launch variants), then at batch m = 1..64:
-//              tensor-core GEMV vs FMA GEMV vs cuBLAS (bench_gemv_mma)
+//              the tensor-core GEMV (bench/cuda/dev) vs FMA GEMV vs cuBLAS (bench_gemv_mma)
 //   decode     batch-1 decode after a 512-token prompt through the real forward pass
 //              (arch/llama.cc), eager and with CUDA graphs, against the weight-streaming limit
 //   attention  the paged decode kernel at batch 64 × 4,096 context and causal prefill attention
@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
@@ -30,10 +31,10 @@
 #include <vector>
 
 #include "arch/model.h"
-#include "backend/cuda/attention_prefill_fa.h"
-#include "backend/cuda/attention_prefill_split.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/elementwise.h"
 #include "bench_checkpoint.h"
+#include "dev/dev_kernels.h"
 
 namespace strata {
 namespace {
@@ -112,10 +113,12 @@ Ceilings measure_ceilings(cuda::CudaBackend& be) {
 // copies that together exceed the L2 cache. Returns the summed time of one token's GEMVs.
 double bench_gemv(cuda::CudaBackend& be, const Ceilings& c, int max_ksplit, int64_t prefetch,
                   bool early, int warps) {
-  cuda::set_gemv_max_ksplit(max_ksplit);
-  cuda::set_gemv_prefetch_elems(prefetch);
-  cuda::set_gemv_block_warps(warps);
-  be.set_pdl_early(early);
+  be.tune([&](cuda::CudaTunables& t) {
+    t.gemv_max_ksplit = max_ksplit;
+    t.gemv_prefetch_elems = prefetch;
+    t.gemv_block_warps = warps;
+    t.pdl_early = early;
+  });
   std::printf("gemv     up to %d warps per output row, %d-warp blocks, L2 prefetch %lld elements "
               "per row before the PDL wait, early trigger %d:\n",
               max_ksplit, warps, (long long)prefetch, int(early));
@@ -153,7 +156,7 @@ double bench_gemv(cuda::CudaBackend& be, const Ceilings& c, int max_ksplit, int6
 }
 
 // The decode linears of a batch of m sequences (m rows) on the Llama-3.1-8B shapes, each kernel
-// launched directly: the tensor-core GEMV (linear_mma.cu), the FMA GEMV (m <= 8) and cuBLAS
+// launched directly: the tensor-core GEMV (bench/cuda/dev), the FMA GEMV (m <= 8) and cuBLAS
 // (+ silu_mul for the GLU row); weights rotated over copies that together exceed the L2 cache.
 // Then one decode step's linears (32 layers of qkv, o_proj, gate_up+silu, down, and lm_head)
 // per kernel, the mma kernel's k-split target swept, and the fastest kernel per m.
@@ -174,7 +177,7 @@ void bench_gemv_mma(cuda::CudaBackend& be, const Ceilings& c) {
   cublasSetStream(h, be.stream());
   // step[method][mi]: one decode step's linears (ms); method 0 mma, 1 FMA, 2 cuBLAS.
   double step[3][kMs] = {};
-  const int per_sm0 = cuda::gemv_mma_warps_per_sm();
+  const int per_sm0 = 24;  // the tensor-core GEMV's default k-split target
   const int sweep[] = {8, 16, 24, 48};
   double step_sweep[4][kMs] = {};
   double step_unroll[kMs] = {};
@@ -202,15 +205,17 @@ void bench_gemv_mma(cuda::CudaBackend& be, const Ceilings& c) {
       p.n = s.n;
       p.k = s.k;
       p.glu_inter = s.glu ? s.n / 2 : 0;
-      p.block_warps = cuda::gemv_block_warps();
+      p.block_warps = be.tunables().gemv_block_warps;
+      p.max_ksplit = be.tunables().gemv_max_ksplit;
+      int per_sm = per_sm0, unroll8 = 4;  // the tensor-core GEMV's launch
       auto run = [&](int method) {
         return time_ms(be.stream(), 2, 10, [&] {
           for (auto& wi : w) {
             p.w = wi->view().ptr<cuda::bf16_bits>();
             if (method == 0) {
-              cuda::launch_gemv_mma(p, be.stream());
+              cuda::dev::gemv_mma(per_sm, unroll8)(p, be.launch());
             } else if (method == 1) {
-              cuda::launch_gemv(p, be.stream());
+              cuda::launch_gemv(p, be.launch());
             } else {
               const float alpha = 1, beta = 0;
               void* o = s.glu ? tmp->view().data : out->view().data;
@@ -224,7 +229,7 @@ void bench_gemv_mma(cuda::CudaBackend& be, const Ceilings& c) {
                 sp.out = out->view().ptr<cuda::bf16_bits>();
                 sp.rows = m;
                 sp.inter = s.n / 2;
-                cuda::launch_silu_mul(sp, be.stream());
+                cuda::launch_silu_mul(sp, be.launch());
               }
             }
           }
@@ -251,11 +256,11 @@ void bench_gemv_mma(cuda::CudaBackend& be, const Ceilings& c) {
       }
       double ks_us[4] = {};
       for (int si = 0; si < 4; ++si) {
-        cuda::set_gemv_mma_warps_per_sm(sweep[si]);
+        per_sm = sweep[si];
         ks_us[si] = run(0) * 1e3;
         step_sweep[si][mi] += ks_us[si] * 1e-3 * s.per_step;
       }
-      cuda::set_gemv_mma_warps_per_sm(per_sm0);
+      per_sm = per_sm0;
       char line[768];
       int len = std::snprintf(line, sizeof line, "gemvmma  %-12s %6lld x %5lld m=%-2d:", s.name,
                               (long long)s.n, (long long)s.k, m);
@@ -275,14 +280,14 @@ void bench_gemv_mma(cuda::CudaBackend& be, const Ceilings& c) {
                   "%.1f/%.1f/%.1f/%.1f us\n", line, names[best], den > 0 ? num / den : num, sweep[0],
                   sweep[1], sweep[2], sweep[3], ks_us[0], ks_us[1], ks_us[2], ks_us[3]);
       if (m > 32) {  // the 8-n-tile kernels with half the weight loads in flight
-        const int u0 = cuda::gemv_mma_unroll8();
-        cuda::set_gemv_mma_unroll8(u0 == 4 ? 2 : 4);
+        const int u0 = unroll8;
+        unroll8 = u0 == 4 ? 2 : 4;
         const double t2 = run(0);
         step_unroll[mi] += t2 * s.per_step;
         std::printf("gemvmma  %-12s %6lld x %5lld m=%-2d: mma with %d chunks per weight batch (not %d): "
-                    "%.1f us\n", s.name, (long long)s.n, (long long)s.k, m, cuda::gemv_mma_unroll8(), u0,
+                    "%.1f us\n", s.name, (long long)s.n, (long long)s.k, m, unroll8, u0,
                     t2 * 1e3);
-        cuda::set_gemv_mma_unroll8(u0);
+        unroll8 = u0;
       }
     }
   }
@@ -363,7 +368,7 @@ void bench_decode(cuda::CudaBackend& be, const std::string& config, const Ceilin
   CHECK_MSG(m.ok(), "{}", m.status().to_string());
   be.fill_all_random(42, 0.02f);
   const ModelSpec& s = (*m)->spec();
-  std::printf("model    %s: %d layers, hidden %lld, %.2f GB of bf16 weights, loaded in %.1f s\n",
+  std::printf("model    %s: %d layers, hidden %lld, %.2f GB of weights (stored format), loaded in %.1f s\n",
               config.c_str(), s.num_layers, (long long)s.hidden_size, double(ckpt_bytes) / 1e9,
               seconds_since(t0));
   // Bytes one decode token must stream: every weight but the embedding table (one row), plus
@@ -410,19 +415,20 @@ void bench_decode(cuda::CudaBackend& be, const std::string& config, const Ceilin
   // DECODE_MODES: "all", or indices into modes ("3,4"); unset: 0-5.
   const char* env_modes = std::getenv("DECODE_MODES");
   const std::string only = env_modes != nullptr ? env_modes : "0,1,2,3,4,5";
-  const int64_t prefetch0 = cuda::gemv_prefetch_elems();
-  const int warps0 = cuda::gemv_block_warps();
+  const cuda::CudaTunables tunables0 = be.tunables();
   for (int mi = 0; mi < int(sizeof modes / sizeof modes[0]); ++mi) {
     const Mode& mode = modes[mi];
     if (only != "all" && ("," + only + ",").find("," + std::to_string(mi) + ",") == std::string::npos)
       continue;
     const bool graphs = mode.graphs;
-    be.set_pdl(mode.pdl);
-    be.set_fusion(mode.fusion);
-    be.set_pdl_early(mode.early);
-    cuda::set_gemv_prefetch_elems(mode.prefetch);
-    cuda::set_gemv_block_warps(mode.warps);
-    cuda::set_decode_blocks_per_sm(mode.attn_per_sm);
+    be.tune([&](cuda::CudaTunables& t) {
+      t.pdl = mode.pdl;
+      t.fusion = mode.fusion;
+      t.pdl_early = mode.early;
+      t.gemv_prefetch_elems = mode.prefetch;
+      t.gemv_block_warps = mode.warps;
+      t.decode_blocks_per_sm = mode.attn_per_sm;
+    });
     be.set_graph_mode(graphs);
     Runner r(**m, prompt + steps + 16, 16);
     r.set_gpu_sample(mode.gpu_sample);
@@ -451,12 +457,7 @@ void bench_decode(cuda::CudaBackend& be, const std::string& config, const Ceilin
                 bytes / per_token_s / 1e9, 100.0 * limit_s / per_token_s, 1.0 / limit_s, record_us,
                 flush_us, prompt, prefill_s * 1e3);
   }
-  be.set_pdl(true);
-  be.set_fusion(true);
-  be.set_pdl_early(false);
-  cuda::set_gemv_prefetch_elems(prefetch0);
-  cuda::set_gemv_block_warps(warps0);
-  cuda::set_decode_blocks_per_sm(4);
+  be.set_tunables(tunables0);
   const auto& st = be.graph_stats();
   std::printf("graphs   captures %lld, replays %lld\n", (long long)st.captures, (long long)st.replays);
   be.set_graph_mode(false);
@@ -470,7 +471,7 @@ void bench_profile(cuda::CudaBackend& be, const std::string& config, int prompt,
   CHECK_MSG(m.ok(), "{}", m.status().to_string());
   be.fill_all_random(43, 0.02f);
   for (bool fused : {false, true}) {
-    be.set_fusion(fused);
+    be.tune([&](cuda::CudaTunables& t) { t.fusion = fused; });
     Runner r(**m, prompt + steps + 16, 16);
     std::vector<int32_t> ids(static_cast<size_t>(prompt), 7);
     int32_t next = r.step(ids);
@@ -482,7 +483,7 @@ void bench_profile(cuda::CudaBackend& be, const std::string& config, int prompt,
                 be.profile_report(steps).c_str());
     be.set_profile(false);
   }
-  be.set_fusion(true);
+  be.tune([](cuda::CudaTunables& t) { t.fusion = true; });
 }
 
 // Paged attention alone: random KV, pages scrambled.
@@ -560,7 +561,13 @@ double bench_attention(cuda::CudaBackend& be, const Ceilings& c, int seqs, int c
 // of chunked prefill): the regular prefill kernels (split mode 0) against split-KV (forced: auto
 // mode takes it for all of these cases but 256 tokens over fp8 KV, where it lost).
 void bench_chunk_attention(cuda::CudaBackend& be, const Ceilings& c) {
-  const int mode = cuda::prefill_split_mode();
+  const cuda::CudaTunables tunables0 = be.tunables();
+  auto split = [&](int mode, int per_sm) {
+    be.tune([&](cuda::CudaTunables& t) {
+      t.prefill_split_mode = mode;
+      t.prefill_split_blocks_per_sm = per_sm;
+    });
+  };
   struct Case {
     int fresh, ctx;
     DType kv;
@@ -570,19 +577,18 @@ void bench_chunk_attention(cuda::CudaBackend& be, const Ceilings& c) {
                  Case{256, 32768, DType::kBF16}, Case{16, 4096, DType::kBF16},
                  Case{64, 4096, DType::kBF16}, Case{256, 4096, DType::kBF16},
                  Case{16, 32768, DType::kFP8E4M3}, Case{256, 32768, DType::kFP8E4M3}}) {
-    cuda::set_prefill_split_mode(0);
+    split(0, 2);
     std::printf("attn     chunk: regular prefill kernels\n");
     const double before = bench_attention(be, c, 1, k.ctx, k.fresh, 32, 8, 128, k.kv);
-    cuda::set_prefill_split_mode(2);
     double best = 1e30;
     int best_per_sm = 0;
     for (int per_sm : {1, 2, 4}) {
-      cuda::set_prefill_split_blocks_per_sm(per_sm);
+      split(2, per_sm);
       std::printf("attn     chunk: split-KV, %d blocks per SM\n", per_sm);
       const double ms = bench_attention(be, c, 1, k.ctx, k.fresh, 32, 8, 128, k.kv);
       if (ms < best) best = ms, best_per_sm = per_sm;
     }
-    cuda::set_prefill_split_blocks_per_sm(2);
+    split(2, 2);
     const double ms2 = bench_attention(be, c, 1, k.ctx, k.fresh, 32, 8, 128, k.kv);
     const double gbs = double(k.ctx) * 8 * 128 * 2 * dtype_size(k.kv) / (ms2 * 1e-3) / 1e9;
     char line[256];
@@ -593,7 +599,7 @@ void bench_chunk_attention(cuda::CudaBackend& be, const Ceilings& c) {
                   100.0 * gbs / c.copy_gbs, best, best_per_sm);
     summary.push_back(line);
   }
-  cuda::set_prefill_split_mode(mode);
+  be.set_tunables(tunables0);
   for (const auto& l : summary) std::printf("%s\n", l.c_str());
 }
 
@@ -621,16 +627,16 @@ int main(int argc, char** argv) {
   if (what == "attention-ncu") {  // one of each attention kernel, for a profiler run
     const Ceilings none{.copy_gbs = 1, .gemm_tflops = 1};
     bench_attention(be, none, 64, 4096, 1, 32, 8, 128, DType::kBF16, 2);
-    for (auto v : {cuda::PrefillVariant::kWgmma128, cuda::PrefillVariant::kWgmma128S3,
-                   cuda::PrefillVariant::kMma}) {
-      cuda::set_prefill_variant(v);
+    for (auto v : {cuda::dev::PrefillVariant::kWgmma128, cuda::dev::PrefillVariant::kWgmma128S3,
+                   cuda::dev::PrefillVariant::kMma}) {
+      be.set_dev_kernels(cuda::dev::prefill_variant_kernels(v));
       bench_attention(be, none, 1, 8192, 8192, 32, 8, 128, DType::kBF16, 2);
     }
     return 0;
   }
   const Ceilings c = measure_ceilings(be);
   if (what == "attention-decode") {  // the decode kernel alone (ATTN_CALLS comparisons)
-    cuda::set_decode_blocks_per_sm(2);
+    be.tune([](cuda::CudaTunables& t) { t.decode_blocks_per_sm = 2; });
     bench_attention(be, c, 64, 4096, 1, 32, 8, 128);
     bench_attention(be, c, 64, 4096, 1, 32, 8, 128, DType::kFP8E4M3);
     bench_attention(be, c, 64, 4096, 1, 32, 8, 128, DType::kFP8E5M2);
@@ -644,18 +650,25 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (what.find("attention") != std::string::npos) {
+    const cuda::CudaTunables tunables0 = be.tunables();
     for (int per_sm : {2, 4, 8}) {
-      cuda::set_decode_blocks_per_sm(per_sm);
+      be.tune([&](cuda::CudaTunables& t) { t.decode_blocks_per_sm = per_sm; });
       std::printf("attn     split-KV target %d blocks per SM:\n", per_sm);
       bench_attention(be, c, 64, 4096, 1, 32, 8, 128);
       bench_attention(be, c, 64, 4096, 1, 32, 8, 128, DType::kFP8E4M3);
     }
-    cuda::set_decode_blocks_per_sm(4);
-    const cuda::PrefillVariant chosen = cuda::prefill_variant();
-    // The default (kAuto) picks wgmma128 for bf16 KV at head_dim 128 and wgmma64 otherwise.
-    for (auto v : cuda::kPrefillVariants) {
-      cuda::set_prefill_variant(v);
-      std::printf("attn     prefill kernel %s:\n", cuda::prefill_variant_name(v));
+    be.set_tunables(tunables0);
+    // The product's kernel (wgmma64s3 for bf16 KV at head_dim 64, wgmma64 otherwise), then
+    // every development variant.
+    for (int vi = -1; vi < int(std::size(cuda::dev::kPrefillVariants)); ++vi) {
+      if (vi < 0) {
+        be.set_dev_kernels({});
+        std::printf("attn     prefill kernel: the product's\n");
+      } else {
+        const cuda::dev::PrefillVariant v = cuda::dev::kPrefillVariants[vi];
+        be.set_dev_kernels(cuda::dev::prefill_variant_kernels(v));
+        std::printf("attn     prefill kernel %s:\n", cuda::dev::prefill_variant_name(v));
+      }
       bench_attention(be, c, 1, 8192, 8192, 32, 8, 128);
       bench_attention(be, c, 1, 8192, 8192, 32, 8, 128, DType::kFP8E4M3);
       // Other shapes: MHA (group 1), group 8, head_dim 64, a batch of 1,024-token chunks.
@@ -664,19 +677,15 @@ int main(int argc, char** argv) {
       bench_attention(be, c, 1, 8192, 8192, 32, 8, 64);
       bench_attention(be, c, 8, 8192, 1024, 32, 8, 128);
     }
-    cuda::set_prefill_variant(chosen);
+    be.set_dev_kernels({});
     bench_chunk_attention(be, c);
   }
   if (what.find("gemv") != std::string::npos) {
-    const int64_t pf0 = cuda::gemv_prefetch_elems();
-    const int w0 = cuda::gemv_block_warps();
+    const cuda::CudaTunables tunables0 = be.tunables();
     bench_gemv(be, c, 1, 0, false, 8);  // one warp per row (the default until 2026-11-29 night)
     bench_gemv(be, c, 4, 0, false, 8);  // the defaults: 2 warps per row for qkv, o_proj, down
     bench_gemv(be, c, 1, 4096, true, 8);  // measured slower on 2026-11-29 night
-    cuda::set_gemv_max_ksplit(4);  // the default
-    cuda::set_gemv_prefetch_elems(pf0);
-    cuda::set_gemv_block_warps(w0);
-    be.set_pdl_early(false);
+    be.set_tunables(tunables0);
     bench_gemv_mma(be, c);
   }
   if (what.find("profile") != std::string::npos) bench_profile(be, config, prompt, steps);

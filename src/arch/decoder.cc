@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "model/weight_names.h"
+
 namespace strata {
 
 RopeArgs DecoderModel::rope_args(const AttentionMetadata& attn, RopeFrequencies* dynamic) const {
@@ -64,6 +66,29 @@ void DecoderModel::forward(const ForwardBatch& batch, KvStorage& kv, float* logi
   be.linear(*rows, lm_head_, *out);
   if (sample_args_ != nullptr) return sample_device_logits(*out, *sample_args_);
   be.download_f32(*out, logits);
+}
+
+Status DecoderModel::load_embedding_and_head(const WeightStore& ws) {
+  const ModelSpec& s = spec_;
+  Backend& be = *backend_;
+  const WeightNames names(s);
+  const int64_t hidden = s.hidden_size;
+  STRATA_ASSIGN_OR_RETURN(embed_, load_vocab_parallel_embedding(ws, be, tp_, WeightNames::weight(names.embed_tokens()),
+                                                                {s.vocab_size, hidden}));
+  STRATA_ASSIGN_OR_RETURN(final_norm_, load_weight(ws, be, WeightNames::weight(names.final_norm()), {hidden}));
+  if (s.tie_word_embeddings) {
+    // The embedding's first rows are this rank's vocab slice (the table's last row under tensor
+    // parallelism is the zero row other ranks' tokens read).
+    const int64_t rows = tp_.active() ? tp_.shard().vocab.size() : s.vocab_size;
+    lm_head_.weight = std::make_unique<BorrowedTensor>(embed_->view().slice_rows(0, rows));
+    lm_head_.format = LinearFormat{.format = WeightFormat::kDense, .dense_dtype = embed_->view().dtype};
+    lm_head_.out = rows;
+    lm_head_.in = hidden;
+    return Status();
+  }
+  // A linear like any other: a quantized lm_head stays in its format on backends that keep it.
+  STRATA_ASSIGN_OR_RETURN(lm_head_, load_sharded_linear(ws, be, tp_, {{names.lm_head(), s.vocab_size}}, hidden, false));
+  return Status();
 }
 
 void DecoderModel::forward_sample(const ForwardBatch& batch, KvStorage& kv,

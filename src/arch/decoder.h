@@ -26,6 +26,10 @@ class DecoderModel : public Model {
                                const RopeArgs& rope, const Tensor& out) = 0;
   virtual void mlp_block(int layer, const Tensor& h, const Tensor& out) = 0;
 
+  // Loads embed_, final_norm_ and lm_head_ (this rank's shards). A tied lm_head borrows the
+  // embedding table's rows instead of holding a second copy.
+  Status load_embedding_and_head(const WeightStore& ws);
+
   // Set by the architecture's load().
   DeviceTensorPtr embed_;       // [vocab, hidden]
   DeviceTensorPtr final_norm_;  // [hidden]

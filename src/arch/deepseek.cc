@@ -4,11 +4,12 @@
 // block (routed experts through Backend::moe_route / moe_experts plus shared experts).
 // Semantics follow transformers' modeling_deepseek_v3 (v2 routing where the config asks for it).
 #include <algorithm>
-#include <cstring>
+#include <functional>
 #include <vector>
 
 #include "arch/decoder.h"
 #include "arch/mla.h"
+#include "model/weight_names.h"
 #include "model/weights.h"
 
 namespace strata {
@@ -68,9 +69,10 @@ class DeepseekModel : public DecoderModel {
  private:
   const DeviceTensor& input_norm(int layer) const override { return *layers_[size_t(layer)].input_norm; }
   const DeviceTensor& post_norm(int layer) const override { return *layers_[size_t(layer)].post_norm; }
-  Status load_attention(const WeightStore& ws, const std::string& p, DeepseekLayer& L);
-  StatusOr<SwiGlu> load_swiglu(const WeightStore& ws, const std::string& p, int64_t inter);
-  Status load_moe(const WeightStore& ws, const std::string& p, MoeBlock& m);
+  Status load_attention(const WeightStore& ws, int layer, DeepseekLayer& L);
+  StatusOr<SwiGlu> load_swiglu(const WeightStore& ws,
+                               const std::function<std::string(std::string_view)>& module, int64_t inter);
+  Status load_moe(const WeightStore& ws, int layer, MoeBlock& m);
 
   void attention_block(int layer, const Tensor& h, const ForwardBatch& batch, KvStorage& kv,
                        const RopeArgs& rope, const Tensor& out) override;
@@ -111,79 +113,92 @@ MoeRouteArgs route_args_from(const ModelSpec& spec) {
   return a;
 }
 
-Status DeepseekModel::load_attention(const WeightStore& ws, const std::string& p,
-                                     DeepseekLayer& L) {
+Status DeepseekModel::load_attention(const WeightStore& ws, int l, DeepseekLayer& L) {
+  namespace wn = weight_names;
   const ModelSpec& s = spec_;
   Backend& be = *backend_;
   const TpRank& tp = tp_;
+  const WeightNames names(s);
   const int64_t hidden = s.hidden_size, heads = s.num_heads;  // full sizes: the loaders shard
   const int64_t q_out = heads * dims_.q_head_dim();
   const bool bias = s.attention_bias;
   if (s.mla.q_lora_rank > 0) {
     const int64_t qr = s.mla.q_lora_rank;
-    STRATA_ASSIGN_OR_RETURN(L.q_a, load_fused_linear(ws, be, {{p + "q_a_proj", qr}}, hidden, bias));
-    STRATA_ASSIGN_OR_RETURN(L.q_a_norm, load_weight(ws, be, p + "q_a_layernorm.weight", {qr}));
-    STRATA_ASSIGN_OR_RETURN(L.q_b, load_sharded_linear(ws, be, tp, {{p + "q_b_proj", q_out}}, qr, false));
+    STRATA_ASSIGN_OR_RETURN(L.q_a, load_fused_linear(ws, be, {{names.attn(l, wn::kQAProj), qr}}, hidden, bias));
+    STRATA_ASSIGN_OR_RETURN(L.q_a_norm, load_weight(ws, be, WeightNames::weight(names.attn(l, wn::kQALayerNorm)), {qr}));
+    STRATA_ASSIGN_OR_RETURN(L.q_b, load_sharded_linear(ws, be, tp, {{names.attn(l, wn::kQBProj), q_out}}, qr, false));
   } else {
     STRATA_ASSIGN_OR_RETURN(L.q_proj,
-                            load_sharded_linear(ws, be, tp, {{p + "q_proj", q_out}}, hidden, false));
+                            load_sharded_linear(ws, be, tp, {{names.attn(l, wn::kQProj), q_out}}, hidden, false));
   }
   STRATA_ASSIGN_OR_RETURN(
-      L.kv_a, load_fused_linear(ws, be, {{p + "kv_a_proj_with_mqa", dims_.cache_dim()}}, hidden, bias));
-  STRATA_ASSIGN_OR_RETURN(L.kv_a_norm,
-                          load_weight(ws, be, p + "kv_a_layernorm.weight", {dims_.kv_lora_rank}));
+      L.kv_a, load_fused_linear(ws, be, {{names.attn(l, wn::kKvAProj), dims_.cache_dim()}}, hidden, bias));
+  STRATA_ASSIGN_OR_RETURN(L.kv_a_norm, load_weight(ws, be, WeightNames::weight(names.attn(l, wn::kKvALayerNorm)),
+                                                   {dims_.kv_lora_rank}));
+  // kv_b_proj becomes the absorbed per-head W_UK / W_UV (arch/mla.h): dense on every backend,
+  // whatever the checkpoint's format (an fp8 kv_b_proj is dequantized here, as SGLang does).
   const int64_t kv_b_rows = heads * (dims_.qk_nope_head_dim + dims_.v_head_dim);
-  STRATA_ASSIGN_OR_RETURN(HostTensor kv_b, load_shard_f32(ws, tp, p + "kv_b_proj.weight",
+  STRATA_ASSIGN_OR_RETURN(HostTensor kv_b, load_shard_f32(ws, tp, WeightNames::weight(names.attn(l, wn::kKvBProj)),
                                                            {kv_b_rows, dims_.kv_lora_rank}));
   L.absorbed = split_kv_b(be, kv_b.view, dims_);
-  STRATA_ASSIGN_OR_RETURN(L.o_proj, load_sharded_linear(ws, be, tp, {{p + "o_proj", hidden}},
+  STRATA_ASSIGN_OR_RETURN(L.o_proj, load_sharded_linear(ws, be, tp, {{names.attn(l, wn::kOProj), hidden}},
                                                       heads * dims_.v_head_dim, bias));
   return Status();
 }
 
-StatusOr<SwiGlu> DeepseekModel::load_swiglu(const WeightStore& ws, const std::string& p,
+// gate_proj / up_proj / down_proj under `module(proj)`: a dense layer's MLP or the shared experts.
+StatusOr<SwiGlu> DeepseekModel::load_swiglu(const WeightStore& ws,
+                                            const std::function<std::string(std::string_view)>& module,
                                             int64_t inter) {
+  namespace wn = weight_names;
   SwiGlu m;
   const int64_t hidden = spec_.hidden_size;
   STRATA_ASSIGN_OR_RETURN(
-      m.gate_up, load_sharded_linear(ws, *backend_, tp_, {{p + "gate_proj", inter}, {p + "up_proj", inter}},
+      m.gate_up, load_sharded_linear(ws, *backend_, tp_, {{module(wn::kGateProj), inter}, {module(wn::kUpProj), inter}},
                                      hidden, false));
   STRATA_ASSIGN_OR_RETURN(m.down,
-                          load_sharded_linear(ws, *backend_, tp_, {{p + "down_proj", hidden}}, inter, false));
+                          load_sharded_linear(ws, *backend_, tp_, {{module(wn::kDownProj), hidden}}, inter, false));
   return m;
 }
 
-Status DeepseekModel::load_moe(const WeightStore& ws, const std::string& p, MoeBlock& m) {
+Status DeepseekModel::load_moe(const WeightStore& ws, int l, MoeBlock& m) {
+  namespace wn = weight_names;
   const MoeSpec& ms = spec_.moe;
   Backend& be = *backend_;
+  const WeightNames names(spec_);
   const int64_t hidden = spec_.hidden_size, full_inter = ms.moe_intermediate_size;
   // Every rank holds every expert, with its slice of the intermediate dim (model/sharding.h).
   const int64_t inter = tp_.active() ? tp_.shard().moe_intermediate.size() : full_inter;
   const int64_t n = ms.n_routed_experts;
-  STRATA_ASSIGN_OR_RETURN(m.gate.weight, load_weight(ws, be, p + "gate.weight", {n, hidden}));
-  const std::string bias_name = p + "gate.e_score_correction_bias";
+  // The router stays dense (checkpoints never quantize it); it scores experts in float32.
+  STRATA_ASSIGN_OR_RETURN(m.gate, load_fused_linear(ws, be, {{names.mlp(l, wn::kRouter), n}}, hidden, false));
+  const std::string bias_name = names.mlp(l, wn::kRouter) + "." + std::string(wn::kRouterBias);
   if (ms.topk_method == TopkMethod::kNoauxTc || ws.contains(bias_name)) {
     STRATA_ASSIGN_OR_RETURN(HostTensor bias, ws.load_f32(bias_name, {n}));
     m.correction_bias = be.upload(bias.view, DType::kF32);
   }
-  // Stack the routed experts: [n, 2 · inter, hidden] and [n, hidden, inter].
-  HostTensor gate_up(DType::kF32, {n, 2 * inter, hidden});
-  HostTensor down(DType::kF32, {n, hidden, inter});
-  const size_t block = size_t(inter * hidden);
-  for (int64_t e = 0; e < n; ++e) {
-    const std::string ep = p + "experts." + std::to_string(e) + ".";
-    STRATA_ASSIGN_OR_RETURN(HostTensor g, load_shard_f32(ws, tp_, ep + "gate_proj.weight", {full_inter, hidden}));
-    STRATA_ASSIGN_OR_RETURN(HostTensor u, load_shard_f32(ws, tp_, ep + "up_proj.weight", {full_inter, hidden}));
-    STRATA_ASSIGN_OR_RETURN(HostTensor d, load_shard_f32(ws, tp_, ep + "down_proj.weight", {hidden, full_inter}));
-    std::memcpy(gate_up.f32() + size_t(e) * 2 * block, g.f32(), block * sizeof(float));
-    std::memcpy(gate_up.f32() + size_t(e) * 2 * block + block, u.f32(), block * sizeof(float));
-    std::memcpy(down.f32() + size_t(e) * block, d.f32(), block * sizeof(float));
+  // Stack the routed experts in their stored format: gate_up [n, 2 · inter, hidden] (each
+  // expert's gate rows, then its up rows) and down [n, hidden, inter].
+  std::vector<HostLinearWeight> gate_up, down;
+  for (int e = 0; e < int(n); ++e) {
+    STRATA_ASSIGN_OR_RETURN(HostLinearWeight gu,
+                            load_fused_linear_shard(ws, tp_, {{names.expert(l, e, wn::kGateProj), full_inter},
+                                                              {names.expert(l, e, wn::kUpProj), full_inter}},
+                                                    hidden));
+    STRATA_ASSIGN_OR_RETURN(HostLinearWeight d,
+                            load_linear_shard(ws, tp_, WeightNames::weight(names.expert(l, e, wn::kDownProj)),
+                                              {hidden, full_inter}));
+    CHECK_EQ(gu.out, 2 * inter);
+    gate_up.push_back(std::move(gu));
+    down.push_back(std::move(d));
   }
-  m.experts.gate_up = be.upload(gate_up.view, be.weight_dtype());
-  m.experts.down = be.upload(down.view, be.weight_dtype());
+  STRATA_ASSIGN_OR_RETURN(HostLinearWeight gu_all, stack_linears(std::move(gate_up), names.mlp(l, "experts.*.gate_up")));
+  STRATA_ASSIGN_OR_RETURN(HostLinearWeight d_all, stack_linears(std::move(down), names.mlp(l, "experts.*.down_proj")));
+  m.experts.gate_up = be.upload_linear(gu_all, Tensor{});
+  m.experts.down = be.upload_linear(d_all, Tensor{});
   if (ms.n_shared_experts > 0) {
     m.has_shared = true;
-    STRATA_ASSIGN_OR_RETURN(m.shared, load_swiglu(ws, p + "shared_experts.",
+    STRATA_ASSIGN_OR_RETURN(m.shared, load_swiglu(ws, [&](std::string_view p) { return names.shared_expert(l, p); },
                                                   int64_t(ms.n_shared_experts) * full_inter));
   }
   return Status();
@@ -192,27 +207,22 @@ Status DeepseekModel::load_moe(const WeightStore& ws, const std::string& p, MoeB
 Status DeepseekModel::load(const WeightStore& ws) {
   const ModelSpec& s = spec_;
   Backend& be = *backend_;
-  const std::string& pre = s.weight_prefix;
+  const WeightNames names(s);
   const int64_t hidden = s.hidden_size;
   if (s.mla.kv_lora_rank <= 0 || s.mla.qk_rope_head_dim <= 0 || s.mla.v_head_dim <= 0)
     return invalid_argument("{}: MLA needs kv_lora_rank, qk_rope_head_dim and v_head_dim", ws.dir());
-  STRATA_ASSIGN_OR_RETURN(embed_, load_vocab_parallel_embedding(ws, be, tp_, pre + "embed_tokens.weight",
-                                                                {s.vocab_size, hidden}));
-  STRATA_ASSIGN_OR_RETURN(final_norm_, load_weight(ws, be, pre + "norm.weight", {hidden}));
-  const std::string head_name = s.tie_word_embeddings ? pre + "embed_tokens.weight" : s.lm_head_name;
-  STRATA_ASSIGN_OR_RETURN(lm_head_.weight, load_sharded_weight(ws, be, tp_, head_name, {s.vocab_size, hidden}));
+  STRATA_RETURN_IF_ERROR(load_embedding_and_head(ws));
   for (int l = 0; l < s.num_layers; ++l) {
-    const std::string p = pre + "layers." + std::to_string(l) + ".";
     DeepseekLayer L;
-    STRATA_ASSIGN_OR_RETURN(L.input_norm, load_weight(ws, be, p + "input_layernorm.weight", {hidden}));
-    STRATA_ASSIGN_OR_RETURN(L.post_norm,
-                            load_weight(ws, be, p + "post_attention_layernorm.weight", {hidden}));
-    STRATA_RETURN_IF_ERROR(load_attention(ws, p + "self_attn.", L));
+    STRATA_ASSIGN_OR_RETURN(L.input_norm, load_weight(ws, be, WeightNames::weight(names.input_norm(l)), {hidden}));
+    STRATA_ASSIGN_OR_RETURN(L.post_norm, load_weight(ws, be, WeightNames::weight(names.post_norm(l)), {hidden}));
+    STRATA_RETURN_IF_ERROR(load_attention(ws, l, L));
     L.is_moe = s.is_moe_layer(l);
     if (L.is_moe) {
-      STRATA_RETURN_IF_ERROR(load_moe(ws, p + "mlp.", L.moe));
+      STRATA_RETURN_IF_ERROR(load_moe(ws, l, L.moe));
     } else {
-      STRATA_ASSIGN_OR_RETURN(L.mlp, load_swiglu(ws, p + "mlp.", s.intermediate_size));
+      STRATA_ASSIGN_OR_RETURN(L.mlp, load_swiglu(ws, [&](std::string_view p) { return names.mlp(l, p); },
+                                                 s.intermediate_size));
     }
     layers_.push_back(std::move(L));
   }

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "arch/decoder.h"
+#include "model/weight_names.h"
 #include "model/weights.h"
 
 namespace strata {
@@ -52,40 +53,35 @@ class LlamaModel : public DecoderModel {
 };
 
 Status LlamaModel::load(const WeightStore& ws) {
+  namespace wn = weight_names;
   const ModelSpec& s = spec_;
   Backend& be = *backend_;
-  const std::string& pre = s.weight_prefix;
+  const WeightNames names(s);
   const int64_t hidden = s.hidden_size, hd = s.head_dim;
   const TpRank& tp = tp_;
-  STRATA_ASSIGN_OR_RETURN(embed_, load_vocab_parallel_embedding(ws, be, tp, pre + "embed_tokens.weight",
-                                                                {s.vocab_size, hidden}));
-  STRATA_ASSIGN_OR_RETURN(final_norm_, load_weight(ws, be, pre + "norm.weight", {hidden}));
-  const std::string head_name = s.tie_word_embeddings ? pre + "embed_tokens.weight" : s.lm_head_name;
-  STRATA_ASSIGN_OR_RETURN(lm_head_.weight, load_sharded_weight(ws, be, tp, head_name, {s.vocab_size, hidden}));
+  STRATA_RETURN_IF_ERROR(load_embedding_and_head(ws));
   for (int l = 0; l < s.num_layers; ++l) {
-    const std::string p = pre + "layers." + std::to_string(l) + ".";
     LlamaLayer L;
-    STRATA_ASSIGN_OR_RETURN(L.input_norm, load_weight(ws, be, p + "input_layernorm.weight", {hidden}));
-    STRATA_ASSIGN_OR_RETURN(L.post_norm,
-                            load_weight(ws, be, p + "post_attention_layernorm.weight", {hidden}));
+    STRATA_ASSIGN_OR_RETURN(L.input_norm, load_weight(ws, be, WeightNames::weight(names.input_norm(l)), {hidden}));
+    STRATA_ASSIGN_OR_RETURN(L.post_norm, load_weight(ws, be, WeightNames::weight(names.post_norm(l)), {hidden}));
     STRATA_ASSIGN_OR_RETURN(
         L.qkv, load_sharded_linear(ws, be, tp,
-                                 {{p + "self_attn.q_proj", s.num_heads * hd},
-                                  {p + "self_attn.k_proj", s.num_kv_heads * hd},
-                                  {p + "self_attn.v_proj", s.num_kv_heads * hd}},
+                                 {{names.attn(l, wn::kQProj), s.num_heads * hd},
+                                  {names.attn(l, wn::kKProj), s.num_kv_heads * hd},
+                                  {names.attn(l, wn::kVProj), s.num_kv_heads * hd}},
                                  hidden, s.attention_bias));
-    STRATA_ASSIGN_OR_RETURN(L.o_proj, load_sharded_linear(ws, be, tp, {{p + "self_attn.o_proj", hidden}},
+    STRATA_ASSIGN_OR_RETURN(L.o_proj, load_sharded_linear(ws, be, tp, {{names.attn(l, wn::kOProj), hidden}},
                                                         s.num_heads * hd, s.attention_out_bias));
     if (s.qk_norm) {
-      STRATA_ASSIGN_OR_RETURN(L.q_norm, load_weight(ws, be, p + "self_attn.q_norm.weight", {hd}));
-      STRATA_ASSIGN_OR_RETURN(L.k_norm, load_weight(ws, be, p + "self_attn.k_norm.weight", {hd}));
+      STRATA_ASSIGN_OR_RETURN(L.q_norm, load_weight(ws, be, WeightNames::weight(names.attn(l, wn::kQNorm)), {hd}));
+      STRATA_ASSIGN_OR_RETURN(L.k_norm, load_weight(ws, be, WeightNames::weight(names.attn(l, wn::kKNorm)), {hd}));
     }
     STRATA_ASSIGN_OR_RETURN(L.gate_up,
                             load_sharded_linear(ws, be, tp,
-                                              {{p + "mlp.gate_proj", s.intermediate_size},
-                                               {p + "mlp.up_proj", s.intermediate_size}},
+                                              {{names.mlp(l, wn::kGateProj), s.intermediate_size},
+                                               {names.mlp(l, wn::kUpProj), s.intermediate_size}},
                                               hidden, s.mlp_bias));
-    STRATA_ASSIGN_OR_RETURN(L.down, load_sharded_linear(ws, be, tp, {{p + "mlp.down_proj", hidden}},
+    STRATA_ASSIGN_OR_RETURN(L.down, load_sharded_linear(ws, be, tp, {{names.mlp(l, wn::kDownProj), hidden}},
                                                       s.intermediate_size, s.mlp_bias));
     layers_.push_back(std::move(L));
   }

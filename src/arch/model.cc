@@ -1,7 +1,5 @@
 #include "arch/model.h"
 
-#include <cstring>
-
 #include "arch/tp.h"
 #include "model/config.h"
 #include "model/weights.h"
@@ -41,25 +39,7 @@ StatusOr<DeviceTensorPtr> load_weight(const WeightStore& weights, Backend& backe
 StatusOr<LinearWeight> load_fused_linear(const WeightStore& weights, Backend& backend,
                                          const std::vector<LinearPart>& parts, int64_t in_features,
                                          bool with_bias) {
-  int64_t total_out = 0;
-  for (const auto& p : parts) total_out += p.out_features;
-  HostTensor w(DType::kF32, {total_out, in_features});
-  HostTensor b(DType::kF32, {total_out});
-  int64_t row = 0;
-  for (const auto& p : parts) {
-    STRATA_ASSIGN_OR_RETURN(HostTensor part,
-                            weights.load_f32(p.name + ".weight", {p.out_features, in_features}));
-    std::memcpy(w.f32() + row * in_features, part.f32(), size_t(part.numel()) * 4);
-    if (with_bias) {
-      STRATA_ASSIGN_OR_RETURN(HostTensor bias, weights.load_f32(p.name + ".bias", {p.out_features}));
-      std::memcpy(b.f32() + row, bias.f32(), size_t(p.out_features) * 4);
-    }
-    row += p.out_features;
-  }
-  LinearWeight lw;
-  lw.weight = backend.upload(w.view, backend.weight_dtype());
-  if (with_bias) lw.bias = backend.upload(b.view, DType::kF32);
-  return lw;
+  return load_sharded_linear(weights, backend, TpRank{}, parts, in_features, with_bias);
 }
 
 }  // namespace strata

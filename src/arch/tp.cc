@@ -20,40 +20,60 @@ StatusOr<DeviceTensorPtr> load_sharded_weight(const WeightStore& weights, Backen
   return backend.upload(host.view, backend.weight_dtype());
 }
 
+StatusOr<HostLinearWeight> load_linear_shard(const WeightStore& weights, const TpRank& tp,
+                                             const std::string& name, const Shape& shape) {
+  STRATA_ASSIGN_OR_RETURN(HostLinearWeight w, weights.load_linear(name, shape));
+  if (!tp.active()) return w;
+  STRATA_ASSIGN_OR_RETURN(WeightShard s, tp.plan->shard(tp.rank(), name, shape));
+  if (s.rows.size() != w.out) {
+    STRATA_ASSIGN_OR_RETURN(w, slice_linear_rows(w, s.rows.begin, s.rows.end, name));
+  }
+  if (s.cols.size() != w.in) {
+    STRATA_ASSIGN_OR_RETURN(w, slice_linear_cols(w, s.cols.begin, s.cols.end, name));
+  }
+  return w;
+}
+
+StatusOr<HostLinearWeight> load_fused_linear_shard(const WeightStore& weights, const TpRank& tp,
+                                                   const std::vector<LinearPart>& parts,
+                                                   int64_t in_features) {
+  std::vector<HostLinearWeight> ws;
+  for (const auto& p : parts) {
+    STRATA_ASSIGN_OR_RETURN(HostLinearWeight w, load_linear_shard(weights, tp, p.name + ".weight",
+                                                                  {p.out_features, in_features}));
+    ws.push_back(std::move(w));
+  }
+  return concat_linear_rows(std::move(ws), parts.front().name);
+}
+
 StatusOr<LinearWeight> load_sharded_linear(const WeightStore& weights, Backend& backend,
                                            const TpRank& tp, const std::vector<LinearPart>& parts,
                                            int64_t in_features, bool with_bias) {
-  if (!tp.active()) return load_fused_linear(weights, backend, parts, in_features, with_bias);
-  std::vector<HostTensor> ws, bs;
-  int64_t out = 0, in = -1;
-  bool has_bias = false;
-  for (const auto& p : parts) {
-    STRATA_ASSIGN_OR_RETURN(HostTensor w, load_shard_f32(weights, tp, p.name + ".weight",
-                                                         {p.out_features, in_features}));
-    CHECK_MSG(in < 0 || in == w.view.dim(1), "{}: parts of one fused linear shard differently", p.name);
-    in = w.view.dim(1);
-    out += w.view.dim(0);
-    if (with_bias) {
+  STRATA_ASSIGN_OR_RETURN(HostLinearWeight w, load_fused_linear_shard(weights, tp, parts, in_features));
+  HostTensor bias;
+  if (with_bias) {
+    std::vector<HostTensor> bs;
+    bool has_bias = false;
+    int64_t rows = 0;
+    for (const auto& p : parts) {
       STRATA_ASSIGN_OR_RETURN(HostTensor b, load_shard_f32(weights, tp, p.name + ".bias", {p.out_features}));
-      has_bias = b.numel() > 0;
-      if (!has_bias) b = HostTensor::zeros_f32({w.view.dim(0)});
+      has_bias |= b.numel() > 0;
+      rows += b.numel();
       bs.push_back(std::move(b));
     }
-    ws.push_back(std::move(w));
+    // A row-parallel bias is added on rank 0 only (load_shard_f32 gives the others nothing).
+    if (has_bias) {
+      CHECK_MSG(rows == w.out, "{}: bias slices hold {} values for {} output rows", parts.front().name,
+                rows, w.out);
+      bias = HostTensor::zeros_f32({w.out});
+      int64_t row = 0;
+      for (const HostTensor& b : bs) {
+        std::memcpy(bias.f32() + row, b.f32(), size_t(b.numel()) * sizeof(float));
+        row += b.numel();
+      }
+    }
   }
-  HostTensor w(DType::kF32, {out, in});
-  HostTensor b(DType::kF32, {out});
-  int64_t row = 0;
-  for (size_t i = 0; i < ws.size(); ++i) {
-    std::memcpy(w.f32() + row * in, ws[i].f32(), size_t(ws[i].numel()) * sizeof(float));
-    if (with_bias) std::memcpy(b.f32() + row, bs[i].f32(), size_t(bs[i].numel()) * sizeof(float));
-    row += ws[i].view.dim(0);
-  }
-  LinearWeight lw;
-  lw.weight = backend.upload(w.view, backend.weight_dtype());
-  // A row-parallel bias is added on rank 0 only (has_bias false elsewhere).
-  if (has_bias) lw.bias = backend.upload(b.view, DType::kF32);
-  return lw;
+  return backend.upload_linear(w, bias.view);
 }
 
 StatusOr<DeviceTensorPtr> load_vocab_parallel_embedding(const WeightStore& weights, Backend& backend,

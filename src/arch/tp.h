@@ -31,6 +31,16 @@ StatusOr<HostTensor> load_shard_f32(const WeightStore& weights, const TpRank& tp
 StatusOr<DeviceTensorPtr> load_sharded_weight(const WeightStore& weights, Backend& backend,
                                               const TpRank& tp, const std::string& name,
                                               const Shape& shape);
+// This rank's slice of linear weight `name` ("<m>.weight", full shape [out, in]) in its stored
+// format (core/weight_format.h): column-parallel layers keep their rows, row-parallel ones their
+// columns; fp8/INT4 slices must fall on scale blocks/groups (errors say so).
+StatusOr<HostLinearWeight> load_linear_shard(const WeightStore& weights, const TpRank& tp,
+                                             const std::string& name, const Shape& shape);
+// Parts (full output sizes, `in_features` the full input size) of one fused linear, each this
+// rank's slice, stacked along the output rows.
+StatusOr<HostLinearWeight> load_fused_linear_shard(const WeightStore& weights, const TpRank& tp,
+                                                   const std::vector<LinearPart>& parts,
+                                                   int64_t in_features);
 // load_fused_linear for this rank's slices: parts give full output sizes and `in_features` the
 // full input size; column-parallel parts keep their rows, row-parallel ones their columns.
 StatusOr<LinearWeight> load_sharded_linear(const WeightStore& weights, Backend& backend,

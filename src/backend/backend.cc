@@ -31,6 +31,26 @@ int64_t KvLayout::bytes_per_token() const {
   return total;
 }
 
+LinearWeight Backend::upload_linear(const HostLinearWeight& w, const Tensor& bias_f32) {
+  w.check_sizes();
+  const Shape shape = w.stack == 1 ? Shape{w.out, w.in} : Shape{w.stack, w.out, w.in};
+  HostTensor dense(DType::kF32, shape);
+  dequantize_linear(w, dense.f32());
+  LinearWeight lw;
+  lw.weight = upload(dense.view, weight_dtype());
+  lw.format = LinearFormat{.format = WeightFormat::kDense, .dense_dtype = weight_dtype()};
+  lw.stack = w.stack;
+  lw.out = w.out;
+  lw.in = w.in;
+  if (!bias_f32.empty()) {
+    CHECK_MSG(bias_f32.dtype == DType::kF32 && bias_f32.numel() == w.out,
+              "linear bias: expected float32 [{}], got {} {}", w.out, dtype_name(bias_f32.dtype),
+              shape_str(bias_f32.shape));
+    lw.bias = upload(bias_f32, DType::kF32);
+  }
+  return lw;
+}
+
 void Backend::linear_silu_mul(const Tensor& x, const LinearWeight& w, const Tensor& out) {
   const int64_t t = x.numel() / x.dim(-1);
   auto gu = alloc(activation_dtype(), {t, w.out_features()});

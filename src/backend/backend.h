@@ -18,6 +18,7 @@
 #include "backend/attention_metadata.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "core/weight_format.h"
 
 namespace strata {
 
@@ -33,12 +34,30 @@ class DeviceTensor {
 };
 using DeviceTensorPtr = std::unique_ptr<DeviceTensor>;
 
-// A linear layer's parameters on the device. y = x · weightᵀ + bias.
+// A view of memory another DeviceTensor owns (a tied lm_head reading the embedding table): the
+// owner must outlive it.
+class BorrowedTensor : public DeviceTensor {
+ public:
+  explicit BorrowedTensor(const Tensor& view) { view_ = view; }
+};
+
+// A linear layer's parameters on the device. y = x · weightᵀ + bias. `stack` > 1 holds that
+// many matrices along a leading dim (a MoE layer's routed experts).
+// Formats (core/weight_format.h): a backend keeps the weight in a format it computes with, at
+// the bytes linear_weight_bytes says (the planner's figure); the CPU reference dequantizes
+// everything to float32 at upload. `format` says what `weight` and `scales` hold.
 struct LinearWeight {
-  DeviceTensorPtr weight;  // [out, in]
-  DeviceTensorPtr bias;    // [out] or null
-  int64_t out_features() const { return weight->view().dim(0); }
-  int64_t in_features() const { return weight->view().dim(1); }
+  DeviceTensorPtr weight;  // kDense: [out, in] or [stack, out, in] in the backend's weight dtype;
+                           // packed formats: the backend's bytes of the values
+  DeviceTensorPtr scales;  // packed formats: the backend's bytes of the scales; else null
+  DeviceTensorPtr bias;    // [out] float32, or null
+  LinearFormat format;     // as kept on this backend (kDense unless the backend keeps packing)
+  int64_t stack = 1;
+  int64_t out = 0;  // 0: read from a dense weight's shape (weights uploaded without upload_linear)
+  int64_t in = 0;
+  int64_t out_features() const { return out > 0 ? out : weight->view().dim(-2); }
+  int64_t in_features() const { return in > 0 ? in : weight->view().dim(-1); }
+  bool is_dense() const { return format.format == WeightFormat::kDense; }
 };
 
 // How the K rows of a layer whose dtype is fp8 are laid out (V rows are always plain).
@@ -154,11 +173,11 @@ struct MoeRouteArgs {
 // Routed experts' SwiGLU weights stacked along a leading expert dim, so a backend can run
 // grouped GEMMs. Expert e: y = down_e · (silu(gate_e x) ⊙ up_e x).
 struct MoeExpertWeights {
-  DeviceTensorPtr gate_up;  // [num_experts, 2 · inter, hidden]: gate rows, then up rows
-  DeviceTensorPtr down;     // [num_experts, hidden, inter]
-  int64_t num_experts() const { return gate_up->view().dim(0); }
-  int64_t inter() const { return down->view().dim(2); }
-  int64_t hidden() const { return down->view().dim(1); }
+  LinearWeight gate_up;  // stack num_experts × [2 · inter, hidden]: gate rows, then up rows
+  LinearWeight down;     // stack num_experts × [hidden, inter]
+  int64_t num_experts() const { return gate_up.stack; }
+  int64_t inter() const { return down.in_features(); }
+  int64_t hidden() const { return down.out_features(); }
 };
 
 // ---- sampling ----
@@ -200,6 +219,11 @@ class Backend {
   virtual DeviceTensorPtr alloc(DType dtype, const Shape& shape) = 0;
   // Copies a float32 host tensor to a new device tensor of `dtype` (weights, tables).
   virtual DeviceTensorPtr upload(const Tensor& host_f32, DType dtype) = 0;
+  // A linear weight from its stored bytes (core/weight_format.h) and an optional float32 bias
+  // [out] (an empty Tensor: none). The default dequantizes to float32 and uploads a dense weight
+  // in weight_dtype() (the CPU reference's way); a backend with kernels for a packed format
+  // overrides it and keeps the bytes packed.
+  virtual LinearWeight upload_linear(const HostLinearWeight& w, const Tensor& bias_f32);
   // Copies a device tensor to float32 host memory (logits, tests, traces).
   virtual void download_f32(const Tensor& src, float* dst) = 0;
   // Waits for the queued work and ends the current step (an asynchronous backend keeps a step's
@@ -214,6 +238,9 @@ class Backend {
   virtual Status check_kv_layout(const KvLayout& layout) const { return Status(); }
   // The dtype weights are stored in on this backend.
   virtual DType weight_dtype() const = 0;
+  // Which stored weight formats this backend keeps packed (upload_linear); the planner sizes a
+  // model's weights with it. Default: everything dequantized to weight_dtype().
+  virtual WeightPolicy weight_policy() const { return WeightPolicy{.dense_dtype = weight_dtype()}; }
 
   // ---- ops ----
   // out[t] = table[ids[t]]; ids: host int32 [T]; table [V, H]; out [T, H]
@@ -291,6 +318,12 @@ class Backend {
   // out_ids [rows], by SampleRowParams' rules with params[r] (host [rows]); only the ids leave the
   // device. Ends the backend's step (waits for the work queued before it).
   virtual void sample(const Tensor& logits, const SampleRowParams* params, int32_t* out_ids) = 0;
+
+  // ---- fallbacks ----
+  // The ops this backend runs on the CPU reference through host copies because it has no kernel
+  // for them yet (CUDA: backend/cuda/cpu_twin.cc's table), each with its calls so far, zeros
+  // included; empty for a backend without such a table. Engine thread only, like the ops.
+  virtual std::vector<std::pair<std::string, int64_t>> cpu_fallback_counts() const { return {}; }
 };
 
 // The CPU reference backend.

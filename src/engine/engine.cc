@@ -181,6 +181,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   dep.max_total_tokens = config.max_total_tokens;
   dep.chunked_prefill_size = config.chunked_prefill_size;
   dep.cuda_graph_max_bs = *e->config_.cuda_graph_max_bs;
+  dep.weight_policy = e->backend_->weight_policy();
   if (config.device == "cpu") {
     // No CUDA context, graphs or communicators; the GPU-size rule for the default fraction does
     // not apply. The planner's CPU mode is what `strata plan --device cpu` uses too.
@@ -249,6 +250,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
            double(plan.kv_pool_bytes) / double(1 << 30), plan.kv_bytes_per_token, config.page_size,
            plan.max_running_requests, plan.context_length, e->backend_->name());
   e->stats_.kv_tokens_total = plan.kv_tokens;
+  e->stats_.cpu_fallback_ops = e->backend_->cpu_fallback_counts();
   e->thread_ = std::thread([eng = e.get()] { eng->loop(); });
   return e;
 }
@@ -268,6 +270,22 @@ Engine::~Engine() {
              double(h.bytes_to_host) / 1e9,
              double(h.bytes_to_device) / 1e9, h.copy_seconds);
   }
+  // The ops that ran on the CPU reference instead of the device (rank 0's under tensor
+  // parallelism, where every rank runs the same ops), so a slow path never passes for a fast one.
+  if (backend_) {
+    const auto fallback = backend_->cpu_fallback_counts();
+    int64_t calls = 0;
+    std::string list;
+    for (const auto& [op, n] : fallback) {
+      calls += n;
+      list += fmt::format("{}{} {}", list.empty() ? "" : ", ", op, n);
+    }
+    if (calls > 0)
+      LOG_WARN("CPU fallback: {} calls of ops not on the {} device yet, run on the CPU reference "
+               "through host copies (slow): {}", calls, backend_->name(), list);
+    else if (!fallback.empty())
+      LOG_INFO("CPU fallback: no calls ({})", list);
+  }
 }
 
 int64_t Engine::kv_capacity_tokens() const { return plan_.kv_tokens; }
@@ -283,9 +301,20 @@ StatusOr<int64_t> Engine::submit(GenerateRequest g) {
     return out_of_range("the prompt has {} tokens; this server's limit is {} ({}), leaving no room to generate",
                         n, limit - 1, limit == context_length_ ? "context length" : "KV cache capacity");
   if (g.params.max_new_tokens < 1) return invalid_argument("max_tokens must be >= 1");
+  for (int32_t id : g.resume_output_ids)
+    if (id < 0 || id >= vocab) return invalid_argument("resumed token id {} is outside the vocabulary", id);
+  if (int64_t(g.resume_output_ids.size()) >= g.params.max_new_tokens)
+    return invalid_argument("a resumed generation of {} tokens has nothing left to generate (max_tokens {})",
+                            g.resume_output_ids.size(), g.params.max_new_tokens);
   if (n + g.params.max_new_tokens > context_length_)
     return out_of_range("prompt ({} tokens) + max_tokens ({}) exceeds the context length {}", n,
                         g.params.max_new_tokens, context_length_);
+  // Refused rather than cut short: the scheduler would otherwise finish it at the pool's size.
+  if (n + g.params.max_new_tokens > plan_.kv_tokens)
+    return out_of_range("prompt ({} tokens) + max_tokens ({}) = {} tokens can never fit the KV cache pool of {} "
+                        "tokens; lower max_tokens, or give the pool more room (--max-total-tokens, "
+                        "--mem-fraction-static, --device-memory-gib on cpu)",
+                        n, g.params.max_new_tokens, n + g.params.max_new_tokens, plan_.kv_tokens);
   std::lock_guard<std::mutex> lk(mu_);
   if (stop_) return unavailable("the engine is shutting down");
   const int64_t id = next_id_++;

@@ -3,6 +3,7 @@
 // callbacks; the loop is: decide, apply, run, postprocess.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -13,6 +14,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "arch/model.h"
@@ -38,6 +40,12 @@ class KvHostIo;
 // graphs replay after one capture per batch size, and steps at batch 64 took 17.0 ms with them
 // vs 17.8 eager; the host then records a step (~0.1-0.15 ms) instead of launching ~300 kernels.
 inline constexpr int kDefaultCudaGraphMaxBs = 64;
+
+// The CLI's --chunked-prefill-size and --max-prefill-tokens on cpu when not given: a prefill step
+// there should take well under a second, so an abort (a client gone) or a health check waits for
+// at most one short step. house-llama, a 3,750-token prompt on 2 cores: ~0.2 s per 128-token
+// chunk on an idle machine (bench/RESULTS.md); 8,192-token chunks took 15-18 s each.
+inline constexpr int kCpuDefaultChunkedPrefillSize = 128;
 
 struct EngineConfig {
   std::string model_path;
@@ -92,6 +100,10 @@ struct StreamEvent {
   std::vector<int32_t> token_ids;        // tokens sampled since the last event
   std::string text;                      // complete UTF-8 text since the last event
   std::vector<TokenLogprobs> logprobs;   // one per token when requested
+  bool started = false;                  // the request was admitted: its prefill begins (no tokens yet)
+  // The event carries GenerateRequest::resume_output_ids (their text), not newly sampled tokens.
+  bool resumed = false;
+  uint64_t rng_draws = 0;                // the sampler's draws after these tokens (SamplerRng)
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string error;                     // set when the engine aborted the request
@@ -106,6 +118,16 @@ struct GenerateRequest {
   SamplingParams params;
   int top_logprobs = -1;  // -1: no logprobs; n >= 0: the chosen token's and the top n
   StreamCallback on_event;
+  // Resuming a generation that was cut short (a checkpoint of a killed batch job): the tokens it
+  // had produced and its sampler's draws then (StreamEvent::rng_draws). The engine prefills prompt
+  // + these, emits them as the first event (resumed, with their text) and decodes on; they count
+  // toward max_new_tokens. With the request's seed, the continuation equals an uninterrupted run
+  // on a batch-invariant backend (the cpu reference is; see backend/cpu/linear.cc).
+  std::vector<int32_t> resume_output_ids{};
+  uint64_t resume_rng_draws = 0;
+  // An internal request (the server's health probe): not counted in the request and token totals
+  // of EngineStats, so monitoring does not see it as user traffic.
+  bool internal = false;
 };
 
 // A consistent snapshot of the engine's counters (thread-safe to read).
@@ -125,11 +147,22 @@ struct EngineStats {
   int64_t steps_total = 0;
   double new_token_ratio = 0;
   int64_t prefill_tokens_total = 0;  // prompt tokens computed by prefill (not served from a cache)
+  // Tokens computed (prefill and decode) for requests that were then aborted: work thrown away.
+  // With chunked prefill an abort lands at the next step, so this grows by at most one chunk
+  // per aborted request beyond what it had computed when the abort arrived.
+  int64_t aborted_computed_tokens_total = 0;
+  // Step times (forward passes included), for a health check that knows what "slow" is here.
+  double last_step_seconds = 0;
+  double longest_recent_step_seconds = 0;  // the longest of the last 256 steps
   int64_t hicache_capacity_tokens = 0;  // host KV tier (0 when off)
   HiCacheStats hicache;                 // host-tier counters (zero when off)
   // Each rank's host-tier copies (empty when off). Under tensor parallelism the workers' counts
   // are gathered when the engine goes idle and at most once a second while it is busy.
   std::vector<HostTierRankStats> hicache_ranks;
+  // The backend's ops that run on the CPU reference through host copies (Backend::
+  // cpu_fallback_counts: every declared op with its calls, zeros included; empty when the
+  // backend has no such table). Under tensor parallelism, rank 0's: every rank runs the same ops.
+  std::vector<std::pair<std::string, int64_t>> cpu_fallback_ops;
 };
 
 class Engine {
@@ -167,7 +200,7 @@ class Engine {
   void loop();
   void drain_inbox();
   void run_step();
-  void emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogprobs> logprobs);
+  void emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogprobs> logprobs, bool resumed = false);
   void finalize(Live& live);
   void update_stats();
   // Builds the host KV tier when the config enables it (validates its options, logs its size).
@@ -202,6 +235,7 @@ class Engine {
   std::unordered_map<int64_t, std::unique_ptr<Live>> live_;
   std::vector<float> logits_;
   std::vector<std::pair<float, int32_t>> sample_scratch_;
+  std::array<double, 256> step_seconds_{};  // the last steps' wall times, a ring
 
   // Shared with other threads (under mu_).
   mutable std::mutex mu_;

@@ -92,6 +92,7 @@ void Engine::drain_inbox() {
       continue;
     }
     const int64_t id = live->request.id();
+    if (!live->resume_output_ids.empty()) emit(*live, std::move(live->resume_output_ids), {}, /*resumed=*/true);
     live_[id] = std::move(live);
   }
   for (int64_t id : aborts) {
@@ -123,15 +124,29 @@ void Engine::run_step() {
   };
   for (Request* r : step.rejected) end_request(r);
   for (Request* r : step.truncated) end_request(r);
-  if (!step.retracted.empty()) {
+  {
+    // Published before the forward pass, so /metrics shows this step's batch while it runs.
     std::lock_guard<std::mutex> lk(mu_);
     stats_.retractions_total += int64_t(step.retracted.size());
+    stats_.num_running = int64_t(state_->num_running());
+    stats_.num_waiting = int64_t(state_->num_waiting()) + int64_t(inbox_.size());
+    stats_.kv_tokens_used = int64_t(pool_->num_used_pages()) * config_.page_size;
   }
   if (step.seqs.empty()) {
     // Nothing runnable (should not last): wait for new input instead of spinning.
     std::unique_lock<std::mutex> lk(mu_);
     cv_.wait_for(lk, std::chrono::milliseconds(5));
     return;
+  }
+  // Admission is news for a client waiting to send its response headers (server/generation.h).
+  for (const ScheduledSeq& seq : step.seqs) {
+    Live& live = *live_.at(seq.request->id());
+    if (live.start_announced) continue;
+    live.start_announced = true;
+    StreamEvent ev;
+    ev.started = true;
+    ev.prompt_tokens = live.request.prompt_len();
+    if (live.on_event) live.on_event(ev);
   }
   const int64_t vocab = model_->spec().vocab_size;
   for (int i = 0; i < step.num_decode_steps; ++i) {
@@ -184,9 +199,15 @@ void Engine::run_step() {
     }
     std::vector<Request*> finished = state_->complete(step, sampled);
     {
+      int64_t user_rows = 0;
+      for (const Live* l : row_live) user_rows += l->internal ? 0 : 1;
+      const double seconds = std::chrono::duration<double>(StepClock::now() - step_begin).count();
+      step_seconds_[size_t(stats_.steps_total % int64_t(step_seconds_.size()))] = seconds;
       std::lock_guard<std::mutex> lk(mu_);
       ++stats_.steps_total;
-      stats_.generation_tokens_total += int64_t(sampled.size());
+      stats_.generation_tokens_total += user_rows;
+      stats_.last_step_seconds = seconds;
+      stats_.longest_recent_step_seconds = *std::max_element(step_seconds_.begin(), step_seconds_.end());
     }
     for (size_t j = 0; j < sampled.size(); ++j) {
       Request* r = step.seqs[size_t(plan.sampled_seqs[j])].request;
@@ -207,10 +228,12 @@ void Engine::run_step() {
 
 // Streams one step's tokens of a request: detokenize, check stop strings, hold back text that
 // could still begin a stop string.
-void Engine::emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogprobs> logprobs) {
+void Engine::emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogprobs> logprobs, bool resumed) {
   if (live.stopped_by_string) return;
   for (int32_t t : tokens) live.pending_text += live.decoder.push(t);
   StreamEvent ev;
+  ev.resumed = resumed;
+  ev.rng_draws = live.rng.draws();
   ev.token_ids = std::move(tokens);
   ev.logprobs = std::move(logprobs);
   const auto& stops = live.request.params().stop_strings;
@@ -250,9 +273,15 @@ void Engine::finalize(Live& live) {
   ev.cached_tokens = r.prefix_hit_tokens();
   if (live.on_event) live.on_event(ev);
   std::lock_guard<std::mutex> lk(mu_);
-  if (ev.finish_reason == FinishReason::kAbort) ++stats_.requests_aborted_total;
-  else ++stats_.requests_finished_total;
-  stats_.prompt_tokens_total += r.prompt_len();
+  if (!live.internal) {  // a health probe is no user traffic
+    if (ev.finish_reason == FinishReason::kAbort) {
+      ++stats_.requests_aborted_total;
+      stats_.aborted_computed_tokens_total += r.computed_tokens();
+    } else {
+      ++stats_.requests_finished_total;
+    }
+    stats_.prompt_tokens_total += r.prompt_len();
+  }
   ++finalized_pending_;  // leaves live_count_ after the stats reflect it (update_stats)
 }
 
@@ -296,6 +325,7 @@ void Engine::update_stats() {
   stats_.prefill_tokens_total = state_->prefill_tokens_total();
   if (hicache_) stats_.hicache = hicache_->stats();
   if (!ranks.empty()) stats_.hicache_ranks = std::move(ranks);
+  stats_.cpu_fallback_ops = backend_->cpu_fallback_counts();
   // Requests finalized since the last update stop counting as live only now, so wait_idle()
   // returns with stats that already show them gone.
   live_count_ -= finalized_pending_;

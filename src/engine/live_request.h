@@ -13,16 +13,23 @@ struct Engine::Live {
       : request(id, std::move(g.prompt_ids), g.params),
         on_event(std::move(g.on_event)),
         top_logprobs(g.top_logprobs),
+        internal(g.internal),
         decoder(tok, /*skip_special=*/true),
-        rng(seed) {}
+        rng(seed, g.resume_rng_draws),
+        resume_output_ids(std::move(g.resume_output_ids)) {
+    if (!resume_output_ids.empty()) request.preload_output(resume_output_ids);
+  }
   Request request;
   StreamCallback on_event;
   int top_logprobs;
+  bool internal;  // not counted in EngineStats' request and token totals
   StreamDecoder decoder;
   SamplerRng rng;
+  std::vector<int32_t> resume_output_ids;  // emitted once the request is queued
   std::string pending_text;  // decoded, not yet emitted
   size_t max_stop_len = 0;   // longest stop string: that much text minus one is held back
   bool stopped_by_string = false;
+  bool start_announced = false;  // the `started` event went out
 };
 
 }  // namespace strata

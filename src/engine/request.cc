@@ -94,6 +94,12 @@ void Request::abort(std::string error) {
   finish_time_ = Clock::now();
 }
 
+void Request::preload_output(std::vector<int32_t> tokens) {
+  CHECK_MSG(state_ == RequestState::kWaiting && output_ids_.empty(), "request {}: preload_output while {}", id_,
+            request_state_name(state_));
+  output_ids_ = std::move(tokens);
+}
+
 FinishReason Request::append_output(int32_t token, std::span<const int32_t> eos_ids) {
   CHECK_MSG(is_running(), "request {}: token appended while {}", id_, request_state_name(state_));
   output_ids_.push_back(token);

@@ -84,6 +84,10 @@ class Request {
   void finish(FinishReason reason);      // kPrefilling | kDecoding -> kFinished (stop / length)
   void abort(std::string error = "");    // any live state -> kAborted; error empty: client abort
 
+  // Before submission (kWaiting, no output yet): output tokens produced earlier (a resumed
+  // generation). Scheduling treats them like a retracted request's: prompt + output is prefilled.
+  void preload_output(std::vector<int32_t> tokens);
+
   // Appends a sampled token. Returns the finish reason it causes (kNone while the request goes
   // on): a stop token or, unless ignore_eos, one of eos_ids -> kStop; the output limit -> kLength.
   // It does not change the state: the caller finishes the request. Stop strings are the
@@ -93,6 +97,10 @@ class Request {
   FinishReason finish_reason() const { return finish_reason_; }
   const std::string& error() const { return error_; }  // why it was aborted by the engine
   int32_t num_retractions() const { return num_retractions_; }
+  // Tokens the forward passes computed for this request (prefill chunks, recomputation after a
+  // retraction, decode steps); ScheduleState::complete adds each step's.
+  int64_t computed_tokens() const { return computed_tokens_; }
+  void add_computed_tokens(int32_t n) { computed_tokens_ += n; }
 
   // Timestamps (steady clock); default-constructed until the event happens.
   Clock::time_point arrival_time() const { return arrival_time_; }
@@ -115,6 +123,7 @@ class Request {
   int32_t cached_pages_ = 0;
   RadixNodeHandle cache_node_ = nullptr;
   int32_t num_retractions_ = 0;
+  int64_t computed_tokens_ = 0;
   Clock::time_point arrival_time_;
   Clock::time_point first_scheduled_time_{};
   Clock::time_point first_token_time_{};

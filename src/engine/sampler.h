@@ -21,15 +21,23 @@ struct SampleConfig {
   float min_p = 0.0f;        // [0, 1)
 };
 
-// Per-request random stream (seeded once; advanced one draw per sampled token).
+// Per-request random stream (seeded once; advanced one draw per sampled token). Its whole state
+// is (seed, draws): a generation resumed from a checkpoint restores it with SamplerRng(seed,
+// draws) and continues exactly as the uninterrupted stream would (cost: `draws` steps).
 class SamplerRng {
  public:
-  explicit SamplerRng(uint64_t seed) : gen_(seed) {}
+  explicit SamplerRng(uint64_t seed, uint64_t draws = 0) : gen_(seed), draws_(draws) { gen_.discard(draws); }
   // Uniform in [0, 1).
-  double uniform() { return double(gen_() >> 11) * 0x1.0p-53; }
+  double uniform() {
+    ++draws_;
+    return double(gen_() >> 11) * 0x1.0p-53;
+  }
+  // Draws taken since the seed (what a checkpoint stores).
+  uint64_t draws() const { return draws_; }
 
  private:
   std::mt19937_64 gen_;
+  uint64_t draws_ = 0;
 };
 
 // The row parameters of one token: the config plus, unless greedy, one draw from `rng` (the

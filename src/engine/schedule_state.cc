@@ -276,6 +276,7 @@ std::vector<Request*> ScheduleState::complete(const ScheduledStep& step,
     Request* r = seq.request;
     int32_t token = seq.sample ? sampled[next++] : -1;
     if (!r->is_running()) continue;  // aborted since the step was planned
+    r->add_computed_tokens(seq.num_new_tokens);
     r->set_kv_len(r->kv_len() + seq.num_new_tokens);
     if (!seq.sample) {
       cache_unfinished(r);

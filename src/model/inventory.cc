@@ -13,8 +13,6 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// SGLang's VocabParallelEmbedding / ParallelLMHead pad the vocab to a multiple of 64.
-constexpr int64_t kVocabPadding = 64;
 
 class Builder {
  public:
@@ -184,6 +182,17 @@ int64_t WeightEntry::numel() const {
 
 std::vector<WeightEntry> build_inventory(const ModelSpec& spec) { return Builder(spec).build(); }
 
+QuantLayout quant_layout(const ModelSpec& spec) {
+  QuantLayout l;
+  if (spec.quant.method == QuantMethod::kInt4PackQuantized && spec.quant.group_size > 0)
+    l.int4_group_size = spec.quant.group_size;
+  if (spec.quant.method == QuantMethod::kFp8Block && spec.quant.weight_block_size.size() == 2) {
+    l.fp8_block_out = spec.quant.weight_block_size[0];
+    l.fp8_block_in = spec.quant.weight_block_size[1];
+  }
+  return l;
+}
+
 std::vector<int64_t> shard_shape(const WeightEntry& w, int tp) {
   CHECK_MSG(tp >= 1, "tp must be >= 1");
   std::vector<int64_t> s = w.shape;
@@ -199,7 +208,7 @@ std::vector<int64_t> shard_shape(const WeightEntry& w, int tp) {
       s[1] = ceil_div(s[1], tp);
       break;
     case Sharding::kVocab:
-      s[0] = ceil_div(ceil_div(s[0], kVocabPadding) * kVocabPadding, tp);
+      s[0] = ceil_div(s[0], tp);  // rank 0's part of model/sharding.h's balanced split
       break;
     case Sharding::kKvHeads: {
       CHECK_MSG(w.head_dim > 0, "kv-head weight {} has no head_dim", w.name);
@@ -216,16 +225,33 @@ int64_t storage_bytes(const WeightEntry& w, const std::vector<int64_t>& shape,
                       const QuantLayout& layout) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  if (w.quant == QuantMethod::kNone || shape.size() != 2) {
-    return dtype_bytes_for(w.dtype, n);
+  if (w.quant == QuantMethod::kNone || shape.size() != 2) return dtype_bytes_for(w.dtype, n);
+  // weight_shape's 8 bytes of an INT4 weight are not counted: loaders do not keep it.
+  return linear_weight_bytes(stored_format(w, layout), shape[0], shape[1]);
+}
+
+LinearFormat stored_format(const WeightEntry& w, const QuantLayout& layout) {
+  switch (w.quant) {
+    case QuantMethod::kInt4PackQuantized:
+      return LinearFormat{.format = WeightFormat::kInt4Group, .group_size = layout.int4_group_size};
+    case QuantMethod::kFp8Block:
+      return LinearFormat{.format = WeightFormat::kFp8Block,
+                          .block_out = layout.fp8_block_out,
+                          .block_in = layout.fp8_block_in};
+    case QuantMethod::kNone:
+      break;
   }
-  const int64_t out = shape[0], in = shape[1];
-  if (w.quant == QuantMethod::kInt4PackQuantized) {
-    // int32 words of 8 nibbles per row + one bf16 scale per group (weight_shape's 8 bytes are
-    // not counted: GPU loaders do not keep it).
-    return out * ceil_div(in, 8) * 4 + out * ceil_div(in, layout.int4_group_size) * 2;
-  }
-  return out * in + ceil_div(out, layout.fp8_block_out) * ceil_div(in, layout.fp8_block_in) * 4;
+  return LinearFormat{.format = WeightFormat::kDense, .dense_dtype = w.dtype};
+}
+
+int64_t device_bytes(const WeightEntry& w, const std::vector<int64_t>& shape, const QuantLayout& layout,
+                     const WeightPolicy& policy) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  if (w.name.ends_with(".bias") || w.name.ends_with("e_score_correction_bias")) return n * 4;
+  if (w.quant == QuantMethod::kNone || shape.size() != 2 || w.name.ends_with("kv_b_proj.weight"))
+    return dtype_bytes_for(policy.dense_dtype, n);
+  return linear_device_bytes(policy.device_format(stored_format(w, layout)), shape[0], shape[1]);
 }
 
 std::vector<std::string> stored_tensor_names(const WeightEntry& w) {
@@ -240,7 +266,7 @@ std::vector<std::string> stored_tensor_names(const WeightEntry& w) {
 }
 
 InventorySummary summarize_inventory(const ModelSpec& spec, const std::vector<WeightEntry>& inv,
-                                     int tp, const QuantLayout& layout) {
+                                     int tp, const QuantLayout& layout, const WeightPolicy& policy) {
   InventorySummary s;
   std::map<int, int64_t> routed_by_layer;
   for (const WeightEntry& w : inv) {
@@ -252,7 +278,9 @@ InventorySummary summarize_inventory(const ModelSpec& spec, const std::vector<We
     }
     const int64_t bytes = storage_bytes(w, w.shape, layout);
     s.total_bytes += bytes;
-    s.bytes_per_rank += storage_bytes(w, shard_shape(w, tp), layout);
+    std::vector<int64_t> shard = shard_shape(w, tp);
+    if (tp > 1 && w.role == WeightRole::kEmbedding) shard[0] += 1;  // the zero row (arch/tp.h)
+    s.bytes_per_rank += device_bytes(w, shard, layout, policy);
     switch (w.dtype) {
       case DType::kBF16:
         s.bf16_bytes += bytes;

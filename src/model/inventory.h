@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/weight_format.h"
 #include "model/spec.h"
 
 namespace strata {
@@ -30,7 +31,7 @@ enum class Sharding : uint8_t {
   kReplicated,  // full copy on every rank (norms, MLA latent projections, router)
   kColumn,      // dim 0 (output features) split: q/k/v/gate/up, q_b_proj, kv_b_proj
   kRow,         // dim 1 (input features) split: o_proj, down_proj
-  kVocab,       // dim 0 (vocab) split after padding to a multiple of 64: embed_tokens, lm_head
+  kVocab,       // dim 0 (vocab) split in balanced ranges (the first ranks one row more): embed_tokens, lm_head
   kKvHeads,     // dim 0 split by KV heads; a head is replicated when tp > num_kv_heads
 };
 
@@ -65,6 +66,10 @@ struct QuantLayout {
   int fp8_block_in = 128;
 };
 
+// The INT4 group and fp8 block sizes `spec`'s quantization_config gives (defaults where it is
+// silent: group 32, blocks 128 x 128).
+QuantLayout quant_layout(const ModelSpec& spec);
+
 // Every weight of `spec` in checkpoint order (embedding, layers, final norm, lm_head).
 // Cost: O(layers x experts) entries (~70K for Kimi-K2.5); a few milliseconds.
 std::vector<WeightEntry> build_inventory(const ModelSpec& spec);
@@ -78,6 +83,22 @@ std::vector<int64_t> shard_shape(const WeightEntry& w, int tp);
 int64_t storage_bytes(const WeightEntry& w, const std::vector<int64_t>& shape,
                       const QuantLayout& layout);
 
+// The format a quantized entry is stored in (kDense with the entry's dtype otherwise).
+LinearFormat stored_format(const WeightEntry& w, const QuantLayout& layout);
+
+// Bytes a backend with `policy` holds for the tensor of `shape` (w.shape or a shard_shape): the
+// one formula the planner and the loaders share (arch/ loads exactly this; a test checks every
+// fixture). Linear weights take linear_device_bytes of policy.device_format(stored)
+// (core/weight_format.h: the packed layouts' padding included); every other tensor the policy's
+// dense dtype, except biases and e_score_correction_bias (float32 on every
+// backend: the GEMM epilogues read float32) and MLA's kv_b_proj (always dense: it becomes the
+// absorbed per-head W_UK / W_UV).
+int64_t device_bytes(const WeightEntry& w, const std::vector<int64_t>& shape, const QuantLayout& layout,
+                     const WeightPolicy& policy);
+
+// The CUDA backend's policy: bf16, fp8 block and INT4 kept packed. What `strata plan` assumes.
+constexpr WeightPolicy kGpuWeightPolicy{.dense_dtype = DType::kBF16, .keep_fp8_block = true, .keep_int4 = true};
+
 // Names of the checkpoint tensors holding one logical weight: "<m>.weight" plainly;
 // "<m>.weight_packed", "<m>.weight_scale", "<m>.weight_shape" for INT4;
 // "<m>.weight", "<m>.weight_scale_inv" for fp8 block.
@@ -88,7 +109,10 @@ struct InventorySummary {
   int64_t active_params = 0;         // per token, see the header comment
   int64_t routed_expert_params = 0;  // all routed experts of all layers
   int64_t total_bytes = 0;           // whole checkpoint (values + scales)
-  int64_t bytes_per_rank = 0;        // rank 0 (the largest shard when splits are uneven)
+  // Device bytes of rank 0's weights (the largest shard when splits are uneven) under the
+  // policy summarize_inventory was given: device_bytes over shard_shape, plus the zero row the
+  // vocab-parallel embedding appends under tensor parallelism (arch/tp.h).
+  int64_t bytes_per_rank = 0;
   // Bytes per storage dtype over the whole model; scales are counted with their weight's dtype.
   int64_t bf16_bytes = 0;
   int64_t int4_bytes = 0;
@@ -98,7 +122,8 @@ struct InventorySummary {
 };
 
 InventorySummary summarize_inventory(const ModelSpec& spec, const std::vector<WeightEntry>& inv,
-                                     int tp, const QuantLayout& layout = {});
+                                     int tp, const QuantLayout& layout = {},
+                                     const WeightPolicy& policy = kGpuWeightPolicy);
 
 const char* sharding_name(Sharding s);
 const char* weight_role_name(WeightRole r);

@@ -191,42 +191,4 @@ bool is_quantized_module(const QuantSpec& quant, const std::string& module_name)
   return true;
 }
 
-void dequant_int4_pack_quantized(const uint8_t* packed, int64_t packed_cols, const uint8_t* scale,
-                                 int64_t out, int64_t in, int64_t group_size, float* dst) {
-  CHECK(group_size > 0 && in % group_size == 0 && packed_cols * 8 >= in);
-  const int64_t groups = in / group_size;
-  parallel_for(out, 16, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* prow = packed + r * packed_cols * 4;
-      const uint8_t* srow = scale + r * groups * 2;
-      float* drow = dst + r * in;
-      for (int64_t c = 0; c < in; ++c) {
-        uint32_t word;
-        std::memcpy(&word, prow + (c / 8) * 4, 4);
-        uint32_t nibble = (word >> (4 * (c % 8))) & 0xfu;
-        uint16_t s_bits;
-        std::memcpy(&s_bits, srow + (c / group_size) * 2, 2);
-        // compressed-tensors multiplies in the scale's dtype (bf16): round the product.
-        drow[c] = round_to_bf16(float(int4_from_nibble(nibble)) * bf16_to_f32(s_bits));
-      }
-    }
-  });
-}
-
-void dequant_fp8_block(const uint8_t* w, const uint8_t* scale_inv, int64_t out, int64_t in,
-                       int64_t block_out, int64_t block_in, float* dst) {
-  CHECK(block_out > 0 && block_in > 0);
-  const int64_t scale_cols = (in + block_in - 1) / block_in;
-  parallel_for(out, 16, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* srow = scale_inv + (r / block_out) * scale_cols * 4;
-      for (int64_t c = 0; c < in; ++c) {
-        float s;
-        std::memcpy(&s, srow + (c / block_in) * 4, 4);
-        dst[r * in + c] = round_to_bf16(fp8_e4m3_to_f32(w[r * in + c]) * s);
-      }
-    }
-  });
-}
-
 }  // namespace strata

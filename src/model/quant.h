@@ -17,6 +17,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "core/weight_format.h"  // the dequantization kernels
 #include "model/spec.h"
 
 namespace strata {
@@ -37,16 +38,5 @@ StatusOr<QuantSpec> parse_quant_spec(const nlohmann::json& quantization_config,
 bool is_quantized_module(const QuantSpec& quant, const std::string& module_name);
 
 const char* quant_method_name(QuantMethod m);
-
-// ---- host dequantization (float32 out, row-major [out, in]) ----
-
-// packed: [out, packed_cols] int32 (packed_cols >= ceil(in/8)); scale: [out, in / group_size]
-// bf16 bits. Caller validated shapes. Work is split over the thread pool.
-void dequant_int4_pack_quantized(const uint8_t* packed, int64_t packed_cols, const uint8_t* scale,
-                                 int64_t out, int64_t in, int64_t group_size, float* dst);
-
-// w: [out, in] fp8 e4m3; scale_inv: [ceil(out/block_out), ceil(in/block_in)] float32.
-void dequant_fp8_block(const uint8_t* w, const uint8_t* scale_inv, int64_t out, int64_t in,
-                       int64_t block_out, int64_t block_in, float* dst);
 
 }  // namespace strata

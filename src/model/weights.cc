@@ -244,8 +244,8 @@ StatusOr<HostTensor> WeightStore::load_plain(const TensorInfo& t) const {
   return out;
 }
 
-StatusOr<HostTensor> WeightStore::load_int4(const std::string& name,
-                                            const TensorInfo& packed) const {
+StatusOr<int64_t> WeightStore::int4_group(const std::string& name, const TensorInfo& packed,
+                                          int64_t out, int64_t in) const {
   const std::string scale_name = name + "_scale";
   if (packed.dtype != DType::kI32 || packed.shape.size() != 2) {
     return data_loss("{}: tensor '{}': packed INT4 weight must be I32 [out, in/8], found {} {}",
@@ -260,8 +260,6 @@ StatusOr<HostTensor> WeightStore::load_int4(const std::string& name,
     return unimplemented("{}: INT4 weight '{}' has a zero point (asymmetric); not supported",
                          packed.file, packed.name);
   }
-  STRATA_ASSIGN_OR_RETURN(Shape shape, shape_of(name));
-  const int64_t out = shape[0], in = shape[1];
   if (out != packed.shape[0] || (in + 7) / 8 != packed.shape[1]) {
     return data_loss("{}: tensor '{}': packed shape {} does not hold a [{}, {}] INT4 weight",
                      packed.file, packed.name, shape_str(packed.shape), out, in);
@@ -289,14 +287,22 @@ StatusOr<HostTensor> WeightStore::load_int4(const std::string& name,
     return data_loss("{}: tensor '{}': expected {} groups of {} per row, scale has {}", scale->file,
                      scale_name, in / group, group, scale->shape[1]);
   }
+  return group;
+}
+
+StatusOr<HostTensor> WeightStore::load_int4(const std::string& name,
+                                            const TensorInfo& packed) const {
+  STRATA_ASSIGN_OR_RETURN(Shape shape, shape_of(name));
+  const int64_t out = shape[0], in = shape[1];
+  STRATA_ASSIGN_OR_RETURN(int64_t group, int4_group(name, packed, out, in));
   HostTensor result = HostTensor::zeros_f32({out, in});
-  dequant_int4_pack_quantized(packed.data, packed.shape[1], scale->data, out, in, group,
-                              result.f32());
+  dequant_int4_pack_quantized(packed.data, packed.shape[1], find(name + "_scale")->data, out, in,
+                              group, result.f32());
   return result;
 }
 
-StatusOr<HostTensor> WeightStore::load_fp8_block(const TensorInfo& w,
-                                                 const TensorInfo& scale) const {
+StatusOr<std::pair<int64_t, int64_t>> WeightStore::fp8_blocks(const TensorInfo& w,
+                                                               const TensorInfo& scale) const {
   if (w.shape.size() != 2) {
     return data_loss("{}: tensor '{}': fp8 block-quantized weight must be 2-D, found {}", w.file,
                      w.name, shape_str(w.shape));
@@ -313,9 +319,55 @@ StatusOr<HostTensor> WeightStore::load_fp8_block(const TensorInfo& w,
                      scale.file, scale.name, shape_str(w.shape), bo, bi, shape_str(want),
                      dtype_name(scale.dtype), shape_str(scale.shape));
   }
+  return std::pair<int64_t, int64_t>{bo, bi};
+}
+
+StatusOr<HostTensor> WeightStore::load_fp8_block(const TensorInfo& w,
+                                                 const TensorInfo& scale) const {
+  STRATA_ASSIGN_OR_RETURN(auto blocks, fp8_blocks(w, scale));
+  const int64_t out = w.shape[0], in = w.shape[1];
   HostTensor result = HostTensor::zeros_f32({out, in});
-  dequant_fp8_block(w.data, scale.data, out, in, bo, bi, result.f32());
+  dequant_fp8_block(w.data, scale.data, out, in, blocks.first, blocks.second, result.f32());
   return result;
+}
+
+StatusOr<HostLinearWeight> WeightStore::load_linear(const std::string& name,
+                                                    const Shape& expected_shape) const {
+  STRATA_ASSIGN_OR_RETURN(Shape actual, shape_of(name));
+  const TensorInfo* t = find(name);
+  const TensorInfo* packed = t == nullptr && ends_with_weight(name) ? find(name + "_packed") : nullptr;
+  if (t == nullptr && packed == nullptr) return not_found("{}: no tensor '{}'", dir_, name);
+  STRATA_RETURN_IF_ERROR(check_shape(t != nullptr ? *t : *packed, name, actual, expected_shape));
+  if (actual.size() != 2)
+    return invalid_argument("{}: tensor '{}' is {}, not a 2-D linear weight", dir_, name, shape_str(actual));
+  HostLinearWeight w;
+  w.out = actual[0];
+  w.in = actual[1];
+  auto bytes_of = [](const TensorInfo& ti) { return std::vector<uint8_t>(ti.data, ti.data + ti.nbytes); };
+  if (packed != nullptr) {
+    STRATA_ASSIGN_OR_RETURN(int64_t group, int4_group(name, *packed, w.out, w.in));
+    w.format = LinearFormat{.format = WeightFormat::kInt4Group, .group_size = int(group)};
+    w.values = bytes_of(*packed);
+    w.scales = bytes_of(*find(name + "_scale"));
+  } else if (t->dtype == DType::kFP8E4M3) {
+    const TensorInfo* scale = find(name + "_scale_inv");
+    if (scale == nullptr)
+      return not_found("{}: fp8 weight '{}' has no block scale tensor '{}_scale_inv'", t->file, name, name);
+    STRATA_ASSIGN_OR_RETURN(auto blocks, fp8_blocks(*t, *scale));
+    w.format = LinearFormat{.format = WeightFormat::kFp8Block,
+                            .block_out = int(blocks.first),
+                            .block_in = int(blocks.second)};
+    w.values = bytes_of(*t);
+    w.scales = bytes_of(*scale);
+  } else if (t->dtype == DType::kF32 || t->dtype == DType::kBF16 || t->dtype == DType::kF16) {
+    w.format = LinearFormat{.format = WeightFormat::kDense, .dense_dtype = t->dtype};
+    w.values = bytes_of(*t);
+  } else {
+    return invalid_argument("{}: tensor '{}' is {}, not a linear weight format strata reads", t->file,
+                            name, dtype_name(t->dtype));
+  }
+  w.check_sizes();
+  return w;
 }
 
 }  // namespace strata

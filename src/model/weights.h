@@ -17,6 +17,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "core/weight_format.h"
 #include "model/safetensors.h"
 #include "model/spec.h"
 
@@ -56,6 +57,13 @@ class WeightStore {
   // only, cols {0, 1}) whose full shape must be `expected_shape`: a tensor-parallel rank's shard
   // (model/sharding.h). Plain bf16/f16/f32 weights read only the slice from the mapping, so a
   // rank never holds the whole tensor; quantized weights dequantize whole, then keep the slice.
+  // A linear weight ("<m>.weight", logical shape [out, in] = expected_shape) as stored: dense
+  // (bf16/f16/f32, converted to nothing), fp8 e4m3 with its `weight_scale_inv` block scales, or
+  // INT4 pack-quantized with its `weight_scale` (core/weight_format.h): the bytes a backend
+  // uploads as they are. Errors: as load_f32, plus an asymmetric INT4 weight (a
+  // `weight_zero_point`), refused by name.
+  StatusOr<HostLinearWeight> load_linear(const std::string& name, const Shape& expected_shape) const;
+
   StatusOr<HostTensor> load_f32_slice(const std::string& name, const Shape& expected_shape,
                                       int64_t row_begin, int64_t row_end, int64_t col_begin,
                                       int64_t col_end) const;
@@ -64,6 +72,11 @@ class WeightStore {
   WeightStore() = default;
   Status add_file(std::unique_ptr<SafetensorsFile> file);
   StatusOr<HostTensor> load_int4(const std::string& name, const TensorInfo& packed) const;
+  // The INT4 group size of `name` after checking packed/scale shapes against [out, in].
+  StatusOr<int64_t> int4_group(const std::string& name, const TensorInfo& packed, int64_t out,
+                               int64_t in) const;
+  // fp8 block dims {out, in} after checking the scale tensor against w's shape.
+  StatusOr<std::pair<int64_t, int64_t>> fp8_blocks(const TensorInfo& w, const TensorInfo& scale) const;
   StatusOr<HostTensor> load_fp8_block(const TensorInfo& w, const TensorInfo& scale) const;
   StatusOr<HostTensor> load_plain(const TensorInfo& t) const;
 

@@ -27,10 +27,28 @@ struct JobSampling {
   nlohmann::json to_json() const;
 };
 
+// Output tokens a running task produced since its last report, for the job's progress line and
+// its checkpoints (checkpoint.h).
+struct TokenReport {
+  std::vector<int32_t> token_ids{};  // new output tokens, in order
+  uint64_t rng_draws = 0;            // the sampler's draws after them (engine/sampler.h)
+  int32_t prompt_tokens = 0;
+  bool restart = false;  // the backend could not resume the task: its output starts over
+};
+using TokensCallback = std::function<void(TokenReport)>;
+
 struct GenerationTask {
   std::string dataset{};
   const PromptRecord* record = nullptr;  // owned by the job; outlives the task
   uint64_t seed = 0;                     // prompt_seed(sampling.seed, record->id)
+  // Called as tokens are produced, from any thread (keep it short); may be empty. Backends that
+  // only learn the output at the end never call it.
+  TokensCallback on_tokens{};
+  // A checkpointed partial output to continue from (backends with can_resume() only): its tokens,
+  // the sampler's draws after them and the prompt length they were made with.
+  std::vector<int32_t> resume_output_ids{};
+  uint64_t resume_rng_draws = 0;
+  int32_t resume_prompt_tokens = 0;
 };
 
 enum class OutcomeKind {
@@ -46,6 +64,7 @@ struct GenerationOutcome {
   int32_t completion_tokens = 0;
   std::string finish_reason;  // "stop" | "length" | "abort" (OpenAI names)
   std::string error;          // for kFailed / kInterrupted
+  // kDone: every output token counted, those of a resumed partial included.
   int http_status = 0;        // server mode: the last HTTP status (0: none / transport error)
   int attempts = 1;
 };
@@ -59,6 +78,9 @@ class GenerationBackend {
   virtual std::string model_name() const = 0;
   // How many tasks the job keeps started and unfinished at once.
   virtual int max_in_flight() const = 0;
+  // True when start() continues GenerationTask::resume_output_ids exactly (same text as an
+  // uninterrupted run) and reports tokens with their sampler state: the job then checkpoints.
+  virtual bool can_resume() const { return false; }
   // Starts one task. `done` is called exactly once, from any thread (possibly inside start());
   // it must be short. Called from the job's thread only.
   virtual void start(const GenerationTask& task, OutcomeCallback done) = 0;

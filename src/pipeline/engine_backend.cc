@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "core/log.h"
+
 namespace strata {
 
 StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::create(Engine& engine, const JobSampling& sampling,
@@ -41,11 +43,23 @@ void EngineBackend::start(const GenerationTask& task, OutcomeCallback done) {
   req.params.stop_strings = sampling_.stop;
   req.params.ignore_eos = sampling_.ignore_eos;
   req.params.seed = task.seed;
-  // The callback runs on the engine thread: it only appends text, and hands the outcome over
-  // once finished.
+  if (!task.resume_output_ids.empty()) {
+    if (task.resume_prompt_tokens == int32_t(req.prompt_ids.size())) {
+      req.resume_output_ids = task.resume_output_ids;
+      req.resume_rng_draws = task.resume_rng_draws;
+    } else {
+      LOG_WARN("{} id {}: its checkpoint was made for a {}-token prompt, this one has {}; starting it over",
+               task.dataset, r.id, task.resume_prompt_tokens, req.prompt_ids.size());
+      if (task.on_tokens) task.on_tokens(TokenReport{.restart = true});
+    }
+  }
+  // The callback runs on the engine thread: it only appends text, reports new tokens and hands
+  // the outcome over once finished.
   auto text = std::make_shared<std::string>();
-  req.on_event = [text, done](const StreamEvent& ev) {
+  req.on_event = [text, done, on_tokens = task.on_tokens](const StreamEvent& ev) {
     *text += ev.text;
+    if (on_tokens && !ev.resumed && !ev.token_ids.empty())
+      on_tokens(TokenReport{.token_ids = ev.token_ids, .rng_draws = ev.rng_draws, .prompt_tokens = ev.prompt_tokens});
     if (!ev.finished) return;
     GenerationOutcome o;
     o.prompt_tokens = ev.prompt_tokens;

@@ -1,6 +1,8 @@
 // Runs a batch job's prompts on the in-process engine: prompts are encoded on the job's
 // thread (chat template, or the tokenizer's post-processor for raw prompts) and submitted with
 // a callback that collects the text on the engine thread. The engine batches them continuously.
+// Tokens are reported as they come (TokenReport, with the sampler's draws), and a task with a
+// checkpointed partial output continues from it (GenerateRequest::resume_output_ids).
 #pragma once
 
 #include <memory>
@@ -22,6 +24,7 @@ class EngineBackend : public GenerationBackend {
 
   std::string model_name() const override { return model_name_; }
   int max_in_flight() const override { return max_in_flight_; }
+  bool can_resume() const override { return true; }
   void start(const GenerationTask& task, OutcomeCallback done) override;
 
  private:

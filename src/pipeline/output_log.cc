@@ -179,6 +179,12 @@ Status AppendLog::sync() {
   return Status();
 }
 
+bool AppendLog::same_file_as_path() const {
+  struct stat mine {}, named {};
+  if (::fstat(fd_, &mine) != 0 || ::stat(path_.c_str(), &named) != 0) return false;
+  return mine.st_dev == named.st_dev && mine.st_ino == named.st_ino;
+}
+
 Status write_file_atomic(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -75,6 +75,8 @@ class AppendLog {
   // fdatasync: records appended so far survive a power loss, not only a process kill.
   Status sync();
   const std::string& path() const { return path_; }
+  // True while path() still names the file this log appends to (same device and inode).
+  bool same_file_as_path() const;
 
  private:
   AppendLog(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}

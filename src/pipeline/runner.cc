@@ -3,14 +3,19 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <algorithm>
 #include <deque>
+#include <span>
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <map>
 #include <set>
 #include <unordered_map>
 
 #include "core/log.h"
+#include "pipeline/checkpoint.h"
+#include "pipeline/output_lock.h"
 #include "pipeline/output_log.h"
 
 namespace strata {
@@ -24,6 +29,7 @@ struct Inbox {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::pair<size_t, GenerationOutcome>> items;  // (task index, outcome)
+  std::deque<std::pair<size_t, TokenReport>> tokens;       // (task index, new tokens)
 };
 
 // One results file, its failures file and its .done marker, fed by one or more datasets.
@@ -32,13 +38,25 @@ struct Sink {
   std::string default_dataset;  // per-dataset files: records need not name it
   std::vector<size_t> datasets;
   ScanResult results, failures;
+  std::shared_ptr<OutputLock> lock;  // taken before the scan, held until the job returns
   std::unique_ptr<AppendLog> results_log, failures_log;
+  std::string partial_path;                     // checkpoints (checkpoint.h)
+  std::map<PartialKey, PartialOutput> partials;  // of unfinished prompts, when the job started
+  std::unique_ptr<AppendLog> partial_log;       // null when the job does not checkpoint
 };
 
 struct Task {
   size_t dataset = 0;
   size_t sink = 0;
   GenerationTask task;
+  // While it runs: its output tokens (a resumed partial's included), how many of them a
+  // checkpoint holds, and the sampler state after them.
+  bool running = false;
+  std::vector<int32_t> produced{};
+  size_t checkpointed = 0;
+  uint64_t rng_draws = 0;
+  int32_t prompt_tokens = 0;
+  int64_t reported_this_run = 0;  // tokens the backend reported (not the resumed ones)
 };
 
 // Scans a file, compacting it first if it holds duplicates (rescanning after).
@@ -69,6 +87,12 @@ Status check_settings(const Sink& sink, const nlohmann::json& meta_now, bool all
     }
   }
   return Status();
+}
+
+// Where a dataset's results go: the one --output file, or DIR/<name>.jsonl.
+std::string results_path_of(const Dataset& d, const JobOptions& o) {
+  if (o.output_dir.empty()) return o.output_file;
+  return (std::filesystem::path(o.output_dir) / (d.name + ".jsonl")).string();
 }
 
 nlohmann::json result_record(const PromptRecord& r, const std::string& dataset, const nlohmann::json& meta_base,
@@ -109,9 +133,15 @@ class Job {
 
  private:
   Status open_sinks();
+  Status open_checkpoints(Sink& s);
   void plan_tasks();
   Status handle(size_t index, GenerationOutcome& outcome);
+  void on_tokens(size_t index, TokenReport& report);
+  Status checkpoint(bool force);
+  Status save_partial(Task& t);
+  int64_t tokens_left() const;
   void report_progress(bool force);
+  Status verify_sink(const Sink& s) const;
   Status finish_sinks();
 
   const std::vector<Dataset>& datasets_;
@@ -123,8 +153,15 @@ class Job {
   std::vector<Task> tasks_;
   JobSummary summary_;
   std::vector<std::pair<size_t, size_t>> record_slots_;  // memory mode: task -> (dataset, record)
-  Clock::time_point start_ = Clock::now(), last_progress_ = Clock::now();
+  Clock::time_point start_ = Clock::now(), last_progress_ = Clock::now(), last_checkpoint_ = Clock::now();
   int64_t finished_this_run_ = 0;
+  bool checkpointing_ = false;
+  std::string settings_;  // settings_fingerprint of meta_base_
+  std::set<size_t> running_;
+  size_t started_ = 0;   // tasks handed to the backend
+  int64_t generated_ = 0, finished_prompt_tokens_ = 0;  // this run
+  int64_t done_completion_tokens_ = 0, done_count_ = 0;  // for the expected output length
+  RateWindow gen_rate_{30}, prompt_rate_{30};
 };
 
 Status Job::open_sinks() {
@@ -139,14 +176,21 @@ Status Job::open_sinks() {
   for (size_t d = 0; d < datasets_.size(); ++d) {
     if (per_dataset || sinks_.empty()) {
       Sink s;
-      s.results_path = per_dataset ? (std::filesystem::path(options_.output_dir) / (datasets_[d].name + ".jsonl")).string()
-                                   : options_.output_file;
+      s.results_path = results_path_of(datasets_[d], options_);
       s.failures_path = s.results_path + ".failures.jsonl";
       s.done_path = s.results_path + ".done";
       if (per_dataset) s.default_dataset = datasets_[d].name;
       sinks_.push_back(std::move(s));
     }
     sinks_.back().datasets.push_back(d);
+  }
+  // Every lock first: a job refused on its second file must not have compacted the first.
+  for (Sink& s : sinks_) {
+    for (const auto& held : options_.held_locks)
+      if (held && held->path() == s.results_path + ".lock") s.lock = held;
+    if (!s.lock) {
+      STRATA_ASSIGN_OR_RETURN(s.lock, OutputLock::acquire(s.results_path));
+    }
   }
   for (Sink& s : sinks_) {
     STRATA_ASSIGN_OR_RETURN(s.results, scan_and_repair(s.results_path, {.default_dataset = s.default_dataset}));
@@ -155,7 +199,33 @@ Status Job::open_sinks() {
     STRATA_RETURN_IF_ERROR(check_settings(s, meta_base_, options_.allow_mixed_settings));
     STRATA_ASSIGN_OR_RETURN(s.results_log, AppendLog::open(s.results_path, s.results.valid_bytes));
     STRATA_ASSIGN_OR_RETURN(s.failures_log, AppendLog::open(s.failures_path, s.failures.valid_bytes));
+    STRATA_RETURN_IF_ERROR(open_checkpoints(s));
     if (s.results.records > 0) LOG_INFO("resuming {}: {} records already written", s.results_path, s.results.records);
+  }
+  return Status();
+}
+
+// Keeps the checkpoints of prompts still to run (rewritten compactly, one line each) and opens
+// the file for this run's. Without checkpointing, stale checkpoints are left alone.
+Status Job::open_checkpoints(Sink& s) {
+  s.partial_path = s.results_path + ".partial.jsonl";
+  if (!checkpointing_) return Status();
+  using Partials = std::map<PartialKey, PartialOutput>;
+  STRATA_ASSIGN_OR_RETURN(Partials all, read_partials(s.partial_path, settings_));
+  for (auto& [key, p] : all) {
+    const auto& [dataset, id] = key;
+    if (s.results.contains(dataset, id) || (!options_.retry_failures && s.failures.contains(dataset, id))) continue;
+    s.partials.emplace(key, std::move(p));
+  }
+  STRATA_RETURN_IF_ERROR(rewrite_partials(s.partial_path, s.partials, settings_));
+  std::error_code ec;
+  const int64_t bytes = std::filesystem::exists(s.partial_path, ec) ? int64_t(std::filesystem::file_size(s.partial_path, ec)) : 0;
+  STRATA_ASSIGN_OR_RETURN(s.partial_log, AppendLog::open(s.partial_path, bytes));
+  if (!s.partials.empty()) {
+    int64_t tokens = 0;
+    for (const auto& [key, p] : s.partials) tokens += int64_t(p.tokens.size());
+    LOG_INFO("resuming {} unfinished prompts of {} from their checkpoints ({} tokens)", s.partials.size(),
+             s.results_path, tokens);
   }
   return Status();
 }
@@ -178,9 +248,23 @@ void Job::plan_tasks() {
           continue;
         }
       }
-      tasks_.push_back({.dataset = d,
-                        .sink = sink,
-                        .task = {.dataset = ds.name, .record = &r, .seed = prompt_seed(options_.sampling.seed, r.id)}});
+      Task t{.dataset = d,
+             .sink = sink,
+             .task = {.dataset = ds.name, .record = &r, .seed = prompt_seed(options_.sampling.seed, r.id)}};
+      if (!sinks_.empty()) {
+        const Sink& s = sinks_[sink];
+        if (auto p = s.partials.find({ds.name, r.id}); p != s.partials.end() &&
+                                                        int64_t(p->second.tokens.size()) < options_.sampling.max_new_tokens) {
+          t.task.resume_output_ids = p->second.tokens;
+          t.task.resume_rng_draws = p->second.rng_draws;
+          t.task.resume_prompt_tokens = p->second.prompt_tokens;
+          t.produced = p->second.tokens;
+          t.checkpointed = t.produced.size();
+          t.rng_draws = p->second.rng_draws;
+          t.prompt_tokens = p->second.prompt_tokens;
+        }
+      }
+      tasks_.push_back(std::move(t));
       record_slots_.emplace_back(d, i);
     }
   }
@@ -190,16 +274,35 @@ Status Job::handle(size_t index, GenerationOutcome& o) {
   const Task& t = tasks_[index];
   DatasetSummary& sum = summary_.datasets[t.dataset];
   const PromptRecord& r = *t.task.record;
+  Task& tm = tasks_[index];
+  tm.running = false;
+  running_.erase(index);
+  --sum.running;
   if (o.kind == OutcomeKind::kInterrupted) {
     ++summary_.interrupted;
     if (summary_.interrupt_reason.empty()) summary_.interrupt_reason = o.error;
-    return Status();
+    return save_partial(tm);  // what it made is kept for the next run
   }
   ++finished_this_run_;
   sum.prompt_tokens += o.prompt_tokens;
   sum.completion_tokens += o.completion_tokens;
-  if (o.kind == OutcomeKind::kDone) ++sum.done;
-  else ++sum.failed;
+  finished_prompt_tokens_ += o.prompt_tokens;
+  if (o.kind == OutcomeKind::kDone) {
+    ++sum.done;
+    ++done_count_;
+    done_completion_tokens_ += o.completion_tokens;
+    // Backends that report no tokens as they go (a server) count them here.
+    const int64_t resumed = int64_t(t.task.resume_output_ids.size());
+    const int64_t unreported = std::max<int64_t>(0, o.completion_tokens - resumed - tm.reported_this_run);
+    sum.generated_tokens += unreported;
+    generated_ += unreported;
+  } else {
+    ++sum.failed;
+  }
+  tm.produced.clear();
+  tm.produced.shrink_to_fit();
+  // Said in every mode (the failures file is not there to read in memory mode).
+  if (o.kind != OutcomeKind::kDone) LOG_WARN("{} id {}: {}", t.task.dataset, r.id, o.error);
   if (sinks_.empty()) {
     summary_.records[index] = result_record(r, t.task.dataset, meta_base_, t.task.seed, o);
     return Status();
@@ -207,19 +310,104 @@ Status Job::handle(size_t index, GenerationOutcome& o) {
   Sink& s = sinks_[t.sink];
   if (o.kind == OutcomeKind::kDone)
     return s.results_log->append(result_record(r, t.task.dataset, meta_base_, t.task.seed, o).dump());
-  LOG_WARN("{} id {}: {}", t.task.dataset, r.id, o.error);
   return s.failures_log->append(failure_record(r, t.task.dataset, meta_base_["model"], o).dump());
+}
+
+// Engine-thread reports, applied on the job's thread: counted for progress at once, and kept for
+// the next checkpoint.
+void Job::on_tokens(size_t index, TokenReport& report) {
+  Task& t = tasks_[index];
+  if (!t.running) return;  // a late report of a task already handled
+  if (report.restart) {
+    t.produced.clear();
+    t.checkpointed = 0;
+  }
+  const int64_t n = int64_t(report.token_ids.size());
+  t.produced.insert(t.produced.end(), report.token_ids.begin(), report.token_ids.end());
+  if (n > 0) {
+    t.rng_draws = report.rng_draws;
+    t.prompt_tokens = report.prompt_tokens;
+  }
+  t.reported_this_run += n;
+  summary_.datasets[t.dataset].generated_tokens += n;
+  generated_ += n;
+}
+
+// Appends the unsaved tokens of every running prompt (one line each) and syncs, when a prompt
+// has checkpoint_tokens unsaved or checkpoint_interval_s passed (or `force`).
+Status Job::checkpoint(bool force) {
+  if (!checkpointing_) return Status();
+  const auto now = Clock::now();
+  bool due = force || std::chrono::duration<double>(now - last_checkpoint_).count() >= options_.checkpoint_interval_s;
+  for (size_t index : running_) {
+    if (due) break;
+    due = int64_t(tasks_[index].produced.size() - tasks_[index].checkpointed) >= options_.checkpoint_tokens;
+  }
+  if (!due) return Status();
+  last_checkpoint_ = now;
+  for (size_t index : running_) STRATA_RETURN_IF_ERROR(save_partial(tasks_[index]));
+  for (Sink& s : sinks_) STRATA_RETURN_IF_ERROR(s.partial_log->sync());
+  return Status();
+}
+
+// Appends t's tokens not yet in a checkpoint (one line; the caller syncs).
+Status Job::save_partial(Task& t) {
+  if (!checkpointing_ || t.produced.size() <= t.checkpointed) return Status();
+  const std::span<const int32_t> fresh = std::span<const int32_t>(t.produced).subspan(t.checkpointed);
+  STRATA_RETURN_IF_ERROR(sinks_[t.sink].partial_log->append(partial_line(
+      {t.task.dataset, t.task.record->id}, int64_t(t.checkpointed), fresh, t.rng_draws, t.prompt_tokens, settings_)));
+  t.checkpointed = t.produced.size();
+  return Status();
+}
+
+// Output tokens still expected: prompts not started x the mean output length of this run's
+// finished prompts (max_new_tokens before any finished), plus what running prompts may still add.
+int64_t Job::tokens_left() const {
+  const int64_t expected = done_count_ > 0 ? done_completion_tokens_ / done_count_ : options_.sampling.max_new_tokens;
+  int64_t left = int64_t(tasks_.size() - started_) * expected;
+  for (size_t index : running_) left += std::max<int64_t>(0, expected - int64_t(tasks_[index].produced.size()));
+  return left;
 }
 
 void Job::report_progress(bool force) {
   const auto now = Clock::now();
+  const double elapsed = std::chrono::duration<double>(now - start_).count();
+  gen_rate_.add(elapsed, double(generated_));
+  prompt_rate_.add(elapsed, double(finished_prompt_tokens_));
   if (!options_.progress) return;
   if (!force && std::chrono::duration<double>(now - last_progress_).count() < options_.progress_interval_s) return;
   last_progress_ = now;
   ProgressSnapshot snap{.datasets = summary_.datasets,
-                        .elapsed_s = std::chrono::duration<double>(now - start_).count(),
-                        .done_this_run = finished_this_run_};
+                        .elapsed_s = elapsed,
+                        .gen_tokens_per_s = gen_rate_.rate(),
+                        .prompt_tokens_per_s = prompt_rate_.rate(),
+                        .window_s = gen_rate_.span_s(),
+                        .tokens_left = tokens_left()};
   std::fprintf(stderr, "%s\n", format_progress(snap).c_str());
+}
+
+// Before .done says "complete": the files on disk (read again, not this job's memory of them) hold
+// every id of the sink's datasets, as a result or a failure, and the path still names the file this
+// job appended to (nobody renamed another file over it).
+Status Job::verify_sink(const Sink& s) const {
+  STRATA_ASSIGN_OR_RETURN(ScanResult results, scan_output(s.results_path, {.default_dataset = s.default_dataset}));
+  STRATA_ASSIGN_OR_RETURN(ScanResult failures, scan_output(s.failures_path, {.default_dataset = s.default_dataset}));
+  if (!s.results_log->same_file_as_path())
+    return data_loss("{} was replaced while this job wrote it; not writing {}", s.results_path, s.done_path);
+  int64_t expected = 0, missing = 0;
+  std::string example;
+  for (size_t d : s.datasets) {
+    const Dataset& ds = datasets_[d];
+    for (const PromptRecord& r : ds.records) {
+      ++expected;
+      if (results.contains(ds.name, r.id) || failures.contains(ds.name, r.id)) continue;
+      if (missing++ == 0) example = ds.name + "/" + r.id;
+    }
+  }
+  if (missing > 0)
+    return data_loss("{} holds {} of {} prompts (missing e.g. {}); not writing {}: run the same command again",
+                     s.results_path, expected - missing, expected, example, s.done_path);
+  return Status();
 }
 
 Status Job::finish_sinks() {
@@ -227,6 +415,7 @@ Status Job::finish_sinks() {
   for (Sink& s : sinks_) {
     STRATA_RETURN_IF_ERROR(s.results_log->sync());
     STRATA_RETURN_IF_ERROR(s.failures_log->sync());
+    STRATA_RETURN_IF_ERROR(verify_sink(s));
     JobSummary part;
     part.seconds = summary_.seconds;
     part.complete = true;
@@ -235,6 +424,11 @@ Status Job::finish_sinks() {
     j["model"] = meta_base_["model"];
     j["sampling"] = meta_base_["sampling"];
     STRATA_RETURN_IF_ERROR(write_file_atomic(s.done_path, j.dump(2) + "\n"));
+    if (s.partial_log) {  // every prompt finished: no checkpoint is needed any more
+      s.partial_log.reset();
+      std::error_code ec;
+      std::filesystem::remove(s.partial_path, ec);
+    }
   }
   return Status();
 }
@@ -246,6 +440,11 @@ StatusOr<JobSummary> Job::run() {
     summary_.datasets.push_back({.name = d.name, .total = int64_t(d.records.size())});
   }
   meta_base_ = {{"model", backend_.model_name()}, {"sampling", options_.sampling.to_json()}};
+  settings_ = settings_fingerprint(meta_base_.dump());
+  checkpointing_ = backend_.can_resume() && options_.checkpoint_tokens > 0 &&
+                   (!options_.output_file.empty() || !options_.output_dir.empty());
+  gen_rate_ = RateWindow(options_.rate_window_s);
+  prompt_rate_ = RateWindow(options_.rate_window_s);
   STRATA_RETURN_IF_ERROR(open_sinks());
   plan_tasks();
   if (!tasks_.empty()) {
@@ -256,12 +455,25 @@ StatusOr<JobSummary> Job::run() {
   const size_t max_in_flight = size_t(std::max(1, backend_.max_in_flight()));
   size_t next = 0, in_flight = 0;
   std::vector<std::pair<size_t, GenerationOutcome>> batch;
+  std::vector<std::pair<size_t, TokenReport>> reports;
+  // The job's thread wakes for outcomes, and at least this often for progress and checkpoints.
+  const auto tick = std::chrono::milliseconds(
+      int64_t(1000 * std::clamp(std::min(options_.progress_interval_s, options_.checkpoint_interval_s), 0.02, 0.2)));
   while (next < tasks_.size() || in_flight > 0) {
     while (summary_.interrupted == 0 && next < tasks_.size() && in_flight < max_in_flight) {
       const size_t index = next++;
       ++in_flight;
+      started_ = next;
+      Task& t = tasks_[index];
+      t.running = true;
+      running_.insert(index);
+      ++summary_.datasets[t.dataset].running;
       std::shared_ptr<Inbox> inbox = inbox_;
-      backend_.start(tasks_[index].task, [inbox, index](GenerationOutcome o) {
+      t.task.on_tokens = [inbox, index](TokenReport r) {
+        std::lock_guard<std::mutex> lk(inbox->mu);
+        inbox->tokens.emplace_back(index, std::move(r));
+      };
+      backend_.start(t.task, [inbox, index](GenerationOutcome o) {
         std::lock_guard<std::mutex> lk(inbox->mu);
         inbox->items.emplace_back(index, std::move(o));
         inbox->cv.notify_one();
@@ -270,10 +482,13 @@ StatusOr<JobSummary> Job::run() {
     if (summary_.interrupted > 0 && in_flight == 0) break;
     {
       std::unique_lock<std::mutex> lk(inbox_->mu);
-      inbox_->cv.wait_for(lk, std::chrono::milliseconds(200), [&] { return !inbox_->items.empty(); });
+      inbox_->cv.wait_for(lk, tick, [&] { return !inbox_->items.empty(); });
       batch.assign(std::make_move_iterator(inbox_->items.begin()), std::make_move_iterator(inbox_->items.end()));
       inbox_->items.clear();
+      reports.assign(std::make_move_iterator(inbox_->tokens.begin()), std::make_move_iterator(inbox_->tokens.end()));
+      inbox_->tokens.clear();
     }
+    for (auto& [index, report] : reports) on_tokens(index, report);
     for (auto& [index, outcome] : batch) {
       --in_flight;
       STRATA_RETURN_IF_ERROR(handle(index, outcome));
@@ -284,9 +499,12 @@ StatusOr<JobSummary> Job::run() {
       for (Sink& s : sinks_) {
         STRATA_RETURN_IF_ERROR(s.results_log->sync());
         STRATA_RETURN_IF_ERROR(s.failures_log->sync());
+        if (s.partial_log) STRATA_RETURN_IF_ERROR(s.partial_log->sync());
       }
     }
+    STRATA_RETURN_IF_ERROR(checkpoint(/*force=*/false));
     report_progress(false);
+    for (Sink& s : sinks_) s.lock->heartbeat();
   }
   summary_.interrupted += int64_t(tasks_.size() - next);
   summary_.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
@@ -318,49 +536,28 @@ nlohmann::json JobSummary::to_json() const {
   return {{"datasets", ds}, {"seconds_this_run", seconds}, {"complete", complete}, {"interrupted", interrupted}};
 }
 
+StatusOr<std::vector<std::shared_ptr<OutputLock>>> lock_job_outputs(const std::vector<Dataset>& datasets,
+                                                                    const JobOptions& options) {
+  std::vector<std::shared_ptr<OutputLock>> locks;
+  if (options.output_file.empty() && options.output_dir.empty()) return locks;
+  if (!options.output_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options.output_dir, ec);
+    if (ec) return internal_error("cannot create --output-dir '{}': {}", options.output_dir, ec.message());
+  }
+  std::set<std::string> paths;
+  for (const Dataset& d : datasets) paths.insert(results_path_of(d, options));
+  for (const std::string& p : paths) {
+    STRATA_ASSIGN_OR_RETURN(std::shared_ptr<OutputLock> lock, OutputLock::acquire(p));
+    locks.push_back(std::move(lock));
+  }
+  return locks;
+}
+
 StatusOr<JobSummary> run_job(const std::vector<Dataset>& datasets, GenerationBackend& backend,
                              const JobOptions& options) {
   Job job(datasets, backend, options);
   return job.run();
-}
-
-std::string format_duration(double s) {
-  if (!(s >= 0) || s > 1e9) return "?";
-  const int64_t t = int64_t(s + 0.5);
-  if (t < 60) return fmt::format("{}s", t);
-  if (t < 3600) return fmt::format("{}m{:02}s", t / 60, t % 60);
-  if (t < 86400) return fmt::format("{}h{:02}m", t / 3600, (t % 3600) / 60);
-  return fmt::format("{}d{:02}h", t / 86400, (t % 86400) / 3600);
-}
-
-std::string format_progress(const ProgressSnapshot& p) {
-  std::string line = "[generate]";
-  int64_t total = 0, finished = 0, prompt_tokens = 0, completion_tokens = 0, failed = 0;
-  for (const auto& d : p.datasets) {
-    const int64_t f = d.done_before + d.done + d.failed;
-    line += fmt::format(" {} {}/{}", d.name, f, d.total);
-    if (d.failed > 0) line += fmt::format(" ({} failed)", d.failed);
-    line += " ·";
-    total += d.total;
-    finished += f;
-    failed += d.failed;
-    prompt_tokens += d.prompt_tokens;
-    completion_tokens += d.completion_tokens;
-  }
-  const double secs = std::max(p.elapsed_s, 1e-9);
-  line += fmt::format(" total {}/{} ({:.1f}%)", finished, total, total ? 100.0 * double(finished) / double(total) : 100.0);
-  if (p.datasets.size() == 1 && failed > 0) line += fmt::format(" {} failed", failed);
-  line += fmt::format(" · prompt {:.0f} tok/s · gen {:.0f} tok/s", double(prompt_tokens) / secs,
-                      double(completion_tokens) / secs);
-  const int64_t left = total - finished;
-  if (left == 0) {
-    line += fmt::format(" · elapsed {}", format_duration(p.elapsed_s));
-  } else if (p.done_this_run > 0) {
-    line += fmt::format(" · ETA {}", format_duration(p.elapsed_s / double(p.done_this_run) * double(left)));
-  } else {
-    line += " · ETA ?";
-  }
-  return line;
 }
 
 }  // namespace strata

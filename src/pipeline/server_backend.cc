@@ -76,6 +76,15 @@ Status parse_openai_reply(const std::string& text, bool chat, GenerationOutcome&
   return Status();
 }
 
+Status check_not_cut_short(const GenerationOutcome& o, const JobSampling& sampling) {
+  if (o.finish_reason == "abort")
+    return unavailable("the server aborted the completion after {} tokens (finish_reason abort)", o.completion_tokens);
+  if (o.finish_reason == "length" && o.completion_tokens < sampling.max_new_tokens)
+    return unavailable("the server cut the completion short: finish_reason length after {} of {} tokens (a "
+                       "server draining at shutdown does this)", o.completion_tokens, sampling.max_new_tokens);
+  return Status();
+}
+
 namespace {
 
 // The server's error message from an OpenAI-shaped error body, else the body itself (cut).
@@ -200,6 +209,7 @@ struct ServerBackend::Impl {
       if (t == Try::kOk) {
         ++out.attempts;
         Status s = parse_openai_reply(res->body, chat, out);
+        if (s.ok()) s = check_not_cut_short(out, config.sampling);
         if (s.ok()) return out;
         error = s.message();
       } else if (t == Try::kFatal) {

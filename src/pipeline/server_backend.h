@@ -7,7 +7,8 @@
 //     tries again without spending an attempt; if the server stays unavailable for
 //     server_down_timeout_s the backend stops and every unfinished task ends kInterrupted (the
 //     job saves what it has and exits; the same command resumes);
-//   - retryable (other 5xx, 408, 429, read/write errors and resets, unparseable replies): up to
+//   - retryable (other 5xx, 408, 429, read/write errors and resets, unparseable replies, replies
+//     cut short: check_not_cut_short): up to
 //     max_attempts per prompt with backoff, then kFailed;
 //   - other 4xx (prompt too long, bad request): kFailed at once, with the server's message.
 // Built only where cpp-httplib is installed (<httplib.h>); elsewhere create() says so.
@@ -43,6 +44,9 @@ nlohmann::json openai_request_body(const PromptRecord& record, const JobSampling
                                    const std::string& model, uint64_t seed);
 // Reads an OpenAI reply into `out` (text, finish reason, token counts).
 Status parse_openai_reply(const std::string& body, bool chat, GenerationOutcome& out);
+// A reply that ended before the job's limit without a stop ("abort", or "length" short of
+// max_new_tokens: a server that drained at shutdown) is retried, never written as a result.
+Status check_not_cut_short(const GenerationOutcome& out, const JobSampling& sampling);
 
 class ServerBackend : public GenerationBackend {
  public:

@@ -46,6 +46,9 @@ struct Deployment {
   std::optional<int64_t> load_overhead_bytes;     // overrides the load-time extras estimate
   int chunked_prefill_size = 0;  // 0: SGLang's default (used only for the default fraction)
   int cuda_graph_max_bs = 0;     // 0: SGLang's default (used only for the default fraction)
+  // What the backend keeps of each weight format (Backend::weight_policy): the CUDA backend's by
+  // default; the CPU reference dequantizes to float32.
+  WeightPolicy weight_policy = kGpuWeightPolicy;
 };
 
 struct Plan {
@@ -54,7 +57,7 @@ struct Plan {
   DType kv_cache_dtype = DType::kBF16;
   int64_t total_params = 0;
   int64_t active_params = 0;
-  int64_t weight_bytes_per_rank = 0;   // checkpoint tensors on one rank (values + scales)
+  int64_t weight_bytes_per_rank = 0;   // weights one rank holds on its device (model/inventory.h device_bytes)
   int64_t load_overhead_bytes = 0;     // per rank: vision tower, MLA absorbed copies, rope cache
   int64_t runtime_reserved_bytes = 0;  // per rank, gone before weights load
   int64_t available_before_load_bytes = 0;

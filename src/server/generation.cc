@@ -5,6 +5,7 @@
 #include <ctime>
 #include <algorithm>
 #include <random>
+#include <utility>
 
 #include "core/log.h"
 #include "server/request_log.h"
@@ -56,14 +57,16 @@ std::variant<ApiError, std::unique_ptr<Generation>> Generation::start(ServerStat
   const bool chat = req.endpoint == Endpoint::kChat;
   const char* prompt_param = chat ? "messages" : "prompt";
   std::vector<std::vector<int32_t>> prompts;
-  const int64_t context = state.engine().context_length();
-  const int64_t limit = std::min(context, state.engine().kv_capacity_tokens());
+  // What this server enforces (and /v1/models reports): the model's context, or the KV pool when
+  // that is smaller (a request larger than the pool could never run, not even alone).
+  const ContextLimit ctx = state.context_limit();
+  const int64_t limit = ctx.tokens;
   // Text that cannot fit in `limit` tokens is refused before tokenizing, which would hold this
   // thread for minutes on a 64 MiB body of spaces.
   const size_t max_bytes = state.encoder().max_prompt_bytes(limit);
   auto too_long = [&](size_t bytes) {
-    return bad_request(fmt::format("This model's maximum context length is {} tokens. However, your prompt "
-                                   "is {} bytes, more than {} tokens can hold.", limit, bytes, limit),
+    return bad_request(fmt::format("This model's maximum context length is {} tokens{}. However, your prompt "
+                                   "is {} bytes, more than {} tokens can hold.", limit, ctx.why(), bytes, limit),
                        prompt_param, "context_length_exceeded");
   };
   if (chat) {
@@ -91,13 +94,14 @@ std::variant<ApiError, std::unique_ptr<Generation>> Generation::start(ServerStat
     const int64_t len = int64_t(p.size());
     if (len == 0) return bad_request("the prompt is empty after tokenization", prompt_param);
     if (len >= limit)
-      return bad_request(fmt::format("This model's maximum context length is {} tokens. However, your prompt has "
-                                     "{} tokens, leaving no room for the completion.", limit, len),
+      return bad_request(fmt::format("This model's maximum context length is {} tokens{}. However, your prompt has "
+                                     "{} tokens, leaving no room for the completion.", limit, ctx.why(), len),
                          prompt_param, "context_length_exceeded");
-    if (req.max_tokens && len + *req.max_tokens > context)
-      return bad_request(fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
+    // Never shrunk in silence: a completion that cannot fit is refused, not cut to what fits.
+    if (req.max_tokens && len + *req.max_tokens > limit)
+      return bad_request(fmt::format("This model's maximum context length is {} tokens{}. However, you requested {} "
                                      "tokens ({} in the prompt, {} for the completion).",
-                                     context, len + *req.max_tokens, len, *req.max_tokens),
+                                     limit, ctx.why(), len + *req.max_tokens, len, *req.max_tokens),
                          "max_tokens", "context_length_exceeded");
   }
   std::unique_ptr<Generation> g(new Generation(state, std::move(req)));
@@ -131,7 +135,7 @@ std::optional<ApiError> Generation::submit_all(std::vector<std::vector<int32_t>>
   engine_ids_.assign(size_t(total), -1);
   prompt_tokens_.assign(size_t(total), 0);
   cached_tokens_.assign(size_t(total), 0);
-  const int64_t context = state_.engine().context_length();
+  const int64_t context = state_.context_limit().tokens;
   for (int i = 0; i < total; ++i) {
     const auto& prompt = prompts[size_t(i / req_.n)];
     GenerateRequest g;
@@ -213,15 +217,50 @@ Usage Generation::usage() const {
   return usage;
 }
 
+std::vector<ChoiceEvent> Generation::take_events(std::chrono::milliseconds wait) {
+  if (!held_.empty()) return std::exchange(held_, {});
+  return stream_->pop(wait);
+}
+
+bool Generation::try_started(std::optional<ApiError>* error) {
+  std::vector<ChoiceEvent> events = stream_->pop(std::chrono::milliseconds(0));
+  bool produced = false;
+  for (const ChoiceEvent& ce : events) {
+    produced |= ce.event.started || !ce.event.token_ids.empty();
+    if (ce.event.finished) {
+      ++start_finished_;
+      if (ce.event.finish_reason == FinishReason::kAbort && start_error_.empty())
+        start_error_ = ce.event.error.empty() ? "the request was aborted" : ce.event.error;
+    }
+  }
+  held_.insert(held_.end(), std::make_move_iterator(events.begin()), std::make_move_iterator(events.end()));
+  *error = std::nullopt;
+  if (produced) return true;
+  if (start_finished_ < int(finished_.size())) return false;
+  if (start_error_.empty()) return true;  // finished normally without a token (e.g. a stop at once)
+  if (state_.draining())
+    *error = server_error(503, "the server is shutting down and this request had not started; retry it elsewhere",
+                          "unavailable");
+  else
+    *error = server_error(500, start_error_);
+  return true;
+}
+
+// Waits until every choice finished or `wait` passed (events before then are folded in; a
+// non-streaming response writes one keep-alive space per call, so per `wait`, not per token).
 std::optional<nlohmann::json> Generation::poll_response(std::chrono::milliseconds wait) {
   auto all_finished = [&] { return std::all_of(finished_.begin(), finished_.end(), [](bool f) { return f; }); };
-  if (!all_finished())
-    for (auto& ce : stream_->pop(wait)) apply(ce);
+  const auto deadline = Clock::now() + wait;
+  while (!all_finished()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    for (auto& ce : take_events(std::max(left, std::chrono::milliseconds(0)))) apply(ce);
+    if (left.count() <= 0) break;
+  }
   if (!all_finished()) return std::nullopt;
   return build_response(req_, meta_, choices_, usage(), state_.engine().tokenizer());
 }
 
-bool Generation::next_sse(std::string* out, std::chrono::milliseconds heartbeat) {
+bool Generation::next_sse(std::string* out, std::chrono::milliseconds heartbeat, bool keepalive_when_idle) {
   const Tokenizer& tok = state_.engine().tokenizer();
   if (!started_stream_) {
     started_stream_ = true;
@@ -234,8 +273,8 @@ bool Generation::next_sse(std::string* out, std::chrono::milliseconds heartbeat)
       }
     }
   }
-  auto events = stream_->pop(heartbeat);
-  if (events.empty()) *out += sse_comment("keep-alive");
+  auto events = take_events(heartbeat);
+  if (events.empty() && keepalive_when_idle) *out += sse_comment("keep-alive");
   for (auto& ce : events) {
     ChunkPart part;
     part.choice = ce.choice;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,13 +30,24 @@ class Generation {
   Generation& operator=(const Generation&) = delete;
 
   bool streaming() const { return req_.stream; }
+  // Whether the engine admitted the request (a choice's prefill began) or every choice ended; does
+  // not block. False while it waits for admission; true once decided, with *error set when a
+  // request that ended before admission because it was aborted (drained at shutdown, refused by
+  // the engine) must be answered with that error (503 / 500) instead of a 200 with an empty body.
+  // The server sends nothing before this says true; from then on its keep-alive writes notice a
+  // client that hung up within a second.
+  bool try_started(std::optional<ApiError>* error);
+  // Called after every engine event of this request (set before events can arrive: at start()).
+  void set_notify(std::function<void()> notify) { stream_->set_notify(std::move(notify)); }
   // Non-streaming: waits up to `wait` for every choice to finish. Returns the response body when
   // they have, nullopt otherwise (call again).
   std::optional<nlohmann::json> poll_response(std::chrono::milliseconds wait);
   // Streaming: waits up to `heartbeat` for events and appends their SSE text to *out (a
   // keep-alive comment when nothing happened). Returns true when *out ends the stream with
   // `data: [DONE]`; the caller then sends it and stops.
-  bool next_sse(std::string* out, std::chrono::milliseconds heartbeat);
+  bool next_sse(std::string* out, std::chrono::milliseconds heartbeat, bool keepalive_when_idle = true);
+  // True once every choice finished (its events may still be unread).
+  bool all_finished() const { return stream_->all_finished(); }
   // Aborts every unfinished choice (the client went away); events still drain normally.
   void abort();
 
@@ -43,6 +55,7 @@ class Generation {
   Generation(ServerState& state, OpenAiRequest req);
   std::optional<ApiError> submit_all(std::vector<std::vector<int32_t>> prompts, Clock::time_point arrival);
   void apply(ChoiceEvent& ce);  // folds an event into choices_
+  std::vector<ChoiceEvent> take_events(std::chrono::milliseconds wait);  // held_ first, then the stream
   Usage usage() const;  // prompts counted once, not once per choice
 
   ServerState& state_;
@@ -52,6 +65,9 @@ class Generation {
   std::vector<int64_t> engine_ids_;  // per choice; -1 when not submitted
   std::vector<ChoiceResult> choices_;
   std::vector<bool> finished_;
+  std::vector<ChoiceEvent> held_;  // popped by try_started, not yet applied
+  int start_finished_ = 0;         // try_started's count of choices that ended
+  std::string start_error_;        // try_started: the first abort's reason
   std::vector<int32_t> prompt_tokens_;  // per choice
   std::vector<int32_t> cached_tokens_;
   Clock::time_point arrival_{};

@@ -46,16 +46,6 @@ bool valid_metric_name(const std::string& n) {
   return true;
 }
 
-std::string render_labels(const MetricsRegistry::Labels& labels) {
-  std::string out;
-  for (const auto& [k, v] : labels) {
-    CHECK_MSG(valid_metric_name(k) && k.find(':') == std::string::npos, "bad label name");
-    if (!out.empty()) out += ",";
-    out += fmt::format("{}=\"{}\"", k, escape_label_value(v));
-  }
-  return out;
-}
-
 }  // namespace
 
 void Counter::inc(double v) {
@@ -89,23 +79,36 @@ Histogram::Snapshot Histogram::snapshot() const {
   return s;
 }
 
-MetricsRegistry::MetricsRegistry(Labels labels) : labels_(render_labels(labels)) {}
+Counter& CounterFamily::with(const std::string& value) {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (auto& [v, c] : counters_)
+    if (v == value) return *c;
+  counters_.emplace_back(value, std::make_unique<Counter>());
+  return *counters_.back().second;
+}
 
-MetricsRegistry::Entry& MetricsRegistry::add(const std::string& name, const std::string& help, Kind kind,
-                                             const Labels& series) {
+std::vector<std::pair<std::string, double>> CounterFamily::snapshot() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& [v, c] : counters_) out.emplace_back(v, c->value());
+  return out;
+}
+
+MetricsRegistry::MetricsRegistry(std::vector<std::pair<std::string, std::string>> labels) {
+  for (const auto& [k, v] : labels) {
+    if (!labels_.empty()) labels_ += ",";
+    labels_ += fmt::format("{}=\"{}\"", k, escape_label_value(v));
+  }
+}
+
+MetricsRegistry::Entry& MetricsRegistry::add(const std::string& name, const std::string& help, Kind kind) {
   CHECK_MSG(valid_metric_name(name), "bad metric name");
   std::lock_guard<std::mutex> lk(mu_);
+  for (const auto& e : entries_) CHECK_MSG(e->name != name, "metric registered twice");
   auto e = std::make_unique<Entry>();
   e->name = name;
   e->help = help;
-  e->series = render_labels(series);
   e->kind = kind;
-  for (const auto& other : entries_) {
-    if (other->name != name) continue;
-    CHECK_MSG(other->series != e->series, "metric registered twice");
-    CHECK_MSG(!other->series.empty() && !e->series.empty() && other->kind == kind && other->help == help,
-              "the series of one metric name differ in kind or help");
-  }
   entries_.push_back(std::move(e));
   return *entries_.back();
 }
@@ -122,23 +125,19 @@ Gauge& MetricsRegistry::gauge(const std::string& name, const std::string& help) 
   return *e.gauge;
 }
 
-Counter& MetricsRegistry::counter(const std::string& name, const std::string& help, const Labels& series) {
-  Entry& e = add(name, help, Kind::kCounter, series);
-  e.counter = std::make_unique<Counter>();
-  return *e.counter;
-}
-
-Gauge& MetricsRegistry::gauge(const std::string& name, const std::string& help, const Labels& series) {
-  Entry& e = add(name, help, Kind::kGauge, series);
-  e.gauge = std::make_unique<Gauge>();
-  return *e.gauge;
-}
-
 Histogram& MetricsRegistry::histogram(const std::string& name, const std::string& help,
                                       std::vector<double> bounds) {
   Entry& e = add(name, help, Kind::kHistogram);
   e.histogram = std::make_unique<Histogram>(std::move(bounds));
   return *e.histogram;
+}
+
+CounterFamily& MetricsRegistry::counter_family(const std::string& name, const std::string& help,
+                                              const std::string& label) {
+  CHECK_MSG(valid_metric_name(label), "bad label name");
+  Entry& e = add(name, help, Kind::kCounterFamily);
+  e.family = std::make_unique<CounterFamily>(label);
+  return *e.family;
 }
 
 std::string MetricsRegistry::label_block(const std::string& extra) const {
@@ -150,36 +149,31 @@ std::string MetricsRegistry::label_block(const std::string& extra) const {
 std::string MetricsRegistry::render() const {
   std::string out;
   std::lock_guard<std::mutex> lk(mu_);
-  std::vector<bool> done(entries_.size(), false);
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    if (done[i]) continue;
-    const Entry& head = *entries_[i];
-    const char* type = head.kind == Kind::kCounter ? "counter" : head.kind == Kind::kGauge ? "gauge" : "histogram";
-    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", head.name, escape_help(head.help), head.name, type);
-    // Every series of this name, under the one header (Prometheus wants a family in one group).
-    for (size_t j = i; j < entries_.size(); ++j) {
-      if (entries_[j]->name != head.name) continue;
-      done[j] = true;
-      render_entry(*entries_[j], out);
+  for (const auto& e : entries_) {
+    const char* type = e->kind == Kind::kCounter || e->kind == Kind::kCounterFamily ? "counter"
+                       : e->kind == Kind::kGauge                                    ? "gauge"
+                                                                                    : "histogram";
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", e->name, escape_help(e->help), e->name, type);
+    if (e->kind == Kind::kCounter) {
+      out += fmt::format("{}{} {}\n", e->name, label_block(""), format_value(e->counter->value()));
+    } else if (e->kind == Kind::kGauge) {
+      out += fmt::format("{}{} {}\n", e->name, label_block(""), format_value(e->gauge->value()));
+    } else if (e->kind == Kind::kCounterFamily) {
+      for (const auto& [value, v] : e->family->snapshot())
+        out += fmt::format("{}{} {}\n", e->name,
+                           label_block(fmt::format("{}=\"{}\"", e->family->label(), escape_label_value(value))),
+                           format_value(v));
+    } else {
+      const Histogram::Snapshot s = e->histogram->snapshot();
+      for (size_t i = 0; i <= s.bounds.size(); ++i) {
+        const std::string le = i < s.bounds.size() ? format_value(s.bounds[i]) : "+Inf";
+        out += fmt::format("{}_bucket{} {}\n", e->name, label_block("le=\"" + le + "\""), s.cumulative[i]);
+      }
+      out += fmt::format("{}_sum{} {}\n", e->name, label_block(""), format_value(s.sum));
+      out += fmt::format("{}_count{} {}\n", e->name, label_block(""), s.count);
     }
   }
   return out;
-}
-
-void MetricsRegistry::render_entry(const Entry& e, std::string& out) const {
-  if (e.kind == Kind::kCounter) {
-    out += fmt::format("{}{} {}\n", e.name, label_block(e.series), format_value(e.counter->value()));
-  } else if (e.kind == Kind::kGauge) {
-    out += fmt::format("{}{} {}\n", e.name, label_block(e.series), format_value(e.gauge->value()));
-  } else {
-    const Histogram::Snapshot s = e.histogram->snapshot();
-    for (size_t i = 0; i <= s.bounds.size(); ++i) {
-      const std::string le = i < s.bounds.size() ? format_value(s.bounds[i]) : "+Inf";
-      out += fmt::format("{}_bucket{} {}\n", e.name, label_block("le=\"" + le + "\""), s.cumulative[i]);
-    }
-    out += fmt::format("{}_sum{} {}\n", e.name, label_block(""), format_value(s.sum));
-    out += fmt::format("{}_count{} {}\n", e.name, label_block(""), s.count);
-  }
 }
 
 std::vector<double> latency_buckets_seconds() {

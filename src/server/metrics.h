@@ -54,38 +54,51 @@ class Histogram {
   uint64_t count_ = 0;
 };
 
-// Owns the metrics; references returned by counter()/gauge()/histogram() stay valid for the
-// registry's lifetime. Names must follow Prometheus rules (counters end in _total).
+// Counters of one name that differ in the value of one label: name{label="value"}.
+class CounterFamily {
+ public:
+  explicit CounterFamily(std::string label) : label_(std::move(label)) {}
+  // The counter of label value `value`, made on first use; it stays valid for the family's life.
+  Counter& with(const std::string& value);
+  const std::string& label() const { return label_; }
+  // Every (value, counter) made so far, in the order they were made.
+  std::vector<std::pair<std::string, double>> snapshot() const;
+
+ private:
+  std::string label_;
+  mutable std::mutex mu_;
+  std::vector<std::pair<std::string, std::unique_ptr<Counter>>> counters_;
+};
+
+// Owns the metrics; references returned by counter()/gauge()/histogram()/counter_family() stay
+// valid for the registry's lifetime. Names must follow Prometheus rules (counters end in _total).
 class MetricsRegistry {
  public:
-  using Labels = std::vector<std::pair<std::string, std::string>>;
   // `labels`: constant labels on every sample, e.g. {{"model_name", "house-llama"}}.
-  explicit MetricsRegistry(Labels labels = {});
+  explicit MetricsRegistry(std::vector<std::pair<std::string, std::string>> labels = {});
 
   Counter& counter(const std::string& name, const std::string& help);
   Gauge& gauge(const std::string& name, const std::string& help);
-  // One series of a labelled family (e.g. {{"rank", "3"}}): every series of a name shares its
-  // help and kind and is rendered under one HELP/TYPE header.
-  Counter& counter(const std::string& name, const std::string& help, const Labels& series);
-  Gauge& gauge(const std::string& name, const std::string& help, const Labels& series);
   Histogram& histogram(const std::string& name, const std::string& help, std::vector<double> bounds);
+  // One sample per label value, in the order the values were first used (none: HELP and TYPE only).
+  CounterFamily& counter_family(const std::string& name, const std::string& help,
+                                const std::string& label);
 
   // The text exposition format, metrics in registration order.
   std::string render() const;
 
  private:
-  enum class Kind { kCounter, kGauge, kHistogram };
+  enum class Kind { kCounter, kGauge, kHistogram, kCounterFamily };
   struct Entry {
     std::string name, help;
-    std::string series;  // rendered series labels (k="v",...), "" for an unlabelled metric
     Kind kind;
     std::unique_ptr<Counter> counter;
     std::unique_ptr<Gauge> gauge;
     std::unique_ptr<Histogram> histogram;
+    std::unique_ptr<CounterFamily> family;
   };
-  Entry& add(const std::string& name, const std::string& help, Kind kind, const Labels& series = {});
+  Entry& add(const std::string& name, const std::string& help, Kind kind);
   std::string label_block(const std::string& extra) const;
-  void render_entry(const Entry& entry, std::string& out) const;
 
   std::string labels_;  // rendered constant labels: k="v",k2="v2" (no braces)
   mutable std::mutex mu_;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cmath>
 
 #include "core/json_limits.h"
@@ -321,6 +322,18 @@ ApiError server_error(int status, std::string message, std::string code) {
   return api_error(status, std::move(message), "server_error", "", std::move(code));
 }
 
+std::optional<ApiError> check_json_content_type(std::string_view content_type) {
+  std::string type(content_type.substr(0, content_type.find(';')));
+  while (!type.empty() && (type.back() == ' ' || type.back() == '\t')) type.pop_back();
+  while (!type.empty() && (type.front() == ' ' || type.front() == '\t')) type.erase(0, 1);
+  for (char& c : type) c = char(std::tolower(static_cast<unsigned char>(c)));
+  const bool json_suffix = type.size() > 5 && type.compare(type.size() - 5, 5, "+json") == 0;
+  if (type.empty() || type == "application/json" || json_suffix) return std::nullopt;
+  return api_error(415, fmt::format("the request body must be JSON sent as Content-Type: application/json, "
+                                    "not '{}'", tok::to_valid_utf8(std::string(content_type.substr(0, 200)))),
+                   "invalid_request_error", "", "unsupported_media_type");
+}
+
 std::optional<ApiError> parse_openai_request(std::string_view body, Endpoint endpoint, OpenAiRequest* r) {
   if (!tok::is_valid_utf8(body)) return bad_request("the request body is not valid UTF-8", "", "invalid_utf8");
   if (Status s = check_json_depth(body, "the request body"); !s.ok())
@@ -361,6 +374,9 @@ json Usage::to_json() const {
 
 json finish_reason_json(FinishReason r) {
   if (r == FinishReason::kNone) return nullptr;
+  // "abort" is no OpenAI value: a completion cut before it finished (the drain timeout at
+  // shutdown) is "length", which clients know; usage says how many tokens it holds.
+  if (r == FinishReason::kAbort) return "length";
   return finish_reason_name(r);
 }
 

@@ -54,6 +54,11 @@ struct OpenAiRequest {
   }
 };
 
+// The request's Content-Type must declare JSON: application/json or a +json type, parameters
+// (charset) allowed, case-insensitive. A request without one is accepted (some clients send
+// none); any other type (text/plain, a form) is answered 415 naming what was sent.
+std::optional<ApiError> check_json_content_type(std::string_view content_type);
+
 // Parses `body`. Returns an error for malformed JSON, invalid UTF-8, wrong types and values out
 // of range; the model name and the context length are checked by the caller (they need the
 // server's state).
@@ -104,7 +109,7 @@ nlohmann::json build_chunk(const OpenAiRequest& req, const ResponseMeta& meta, c
 // The final usage-only chunk (stream_options.include_usage).
 nlohmann::json build_usage_chunk(const OpenAiRequest& req, const ResponseMeta& meta, const Usage& usage);
 
-// "stop", "length", "abort"; null for kNone.
+// "stop" or "length" (kAbort too: OpenAI has no "abort"); null for kNone.
 nlohmann::json finish_reason_json(FinishReason r);
 
 }  // namespace strata

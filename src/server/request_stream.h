@@ -7,6 +7,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -30,6 +32,9 @@ class RequestStream {
   std::vector<ChoiceEvent> pop(std::chrono::milliseconds timeout);
   // True once every choice has pushed its finished event.
   bool all_finished() const;
+  // Called after every push (from the pushing thread, outside the lock): an event-driven server
+  // wakes the connection that answers this stream. May be set at any time (then check for events).
+  void set_notify(std::function<void()> notify);
   int num_choices() const { return num_choices_; }
 
  private:
@@ -38,6 +43,7 @@ class RequestStream {
   std::condition_variable cv_;
   std::deque<ChoiceEvent> queue_;
   int finished_ = 0;
+  std::shared_ptr<const std::function<void()>> notify_;  // under mu_
 };
 
 }  // namespace strata

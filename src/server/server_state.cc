@@ -12,7 +12,8 @@ namespace strata {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-ServerMetrics::ServerMetrics(const std::string& model_name, int host_tier_ranks)
+ServerMetrics::ServerMetrics(const std::string& model_name,
+                             const std::vector<std::pair<std::string, int64_t>>& fallback_ops, int host_tier_ranks)
     : registry({{"model_name", model_name}}),
       running(registry.gauge("strata_num_running_requests", "Requests prefilling or decoding in the engine.")),
       queued(registry.gauge("strata_num_queued_requests", "Requests waiting for admission in the engine.")),
@@ -46,6 +47,9 @@ ServerMetrics::ServerMetrics(const std::string& model_name, int host_tier_ranks)
                              latency_buckets_seconds())),
       prefill_tokens(registry.counter("strata_prefill_computed_tokens_total",
                                       "Prompt tokens computed by prefill (not served from the prefix cache or host tier).")),
+      aborted_computed_tokens(registry.counter(
+          "strata_aborted_computed_tokens_total",
+          "Tokens computed (prefill and decode) for requests that were then aborted: work thrown away.")),
       hicache_capacity(registry.gauge("strata_hicache_capacity_tokens", "Tokens the host KV tier holds (0: off).")),
       hicache_cached(registry.gauge("strata_hicache_cached_tokens", "Tokens cached in the host KV tier.")),
       hicache_hit_tokens(registry.counter("strata_hicache_hit_tokens_total",
@@ -62,22 +66,34 @@ ServerMetrics::ServerMetrics(const std::string& model_name, int host_tier_ranks)
                                                "KV bytes copied host -> device.")),
       hicache_copy_seconds(registry.counter("strata_hicache_copy_seconds_total",
                                             "Time the host-tier copies took (device time on cuda).")) {
-  const char* kRankHelp[] = {
-      "Host memory of this rank's host KV tier, in bytes.",
-      "Prompt tokens promoted from host memory into this rank's KV pool.",
-      "KV bytes this rank copied device -> host.",
-      "KV bytes this rank copied host -> device.",
-      "Time this rank's host-tier copies took (device time on cuda).",
-  };
-  for (int r = 0; r < host_tier_ranks; ++r) {
-    const MetricsRegistry::Labels rank{{"rank", std::to_string(r)}};
-    hicache_ranks.push_back(RankHostTier{
-        .capacity_bytes = &registry.gauge("strata_hicache_rank_capacity_bytes", kRankHelp[0], rank),
-        .hit_tokens = &registry.counter("strata_hicache_rank_hit_tokens_total", kRankHelp[1], rank),
-        .bytes_to_host = &registry.counter("strata_hicache_rank_bytes_to_host_total", kRankHelp[2], rank),
-        .bytes_to_device = &registry.counter("strata_hicache_rank_bytes_to_device_total", kRankHelp[3], rank),
-        .copy_seconds = &registry.counter("strata_hicache_rank_copy_seconds_total", kRankHelp[4], rank)});
+  if (host_tier_ranks > 0) {
+    auto family = [&](const char* name, const char* help) {
+      CounterFamily& f = registry.counter_family(name, help, "rank");
+      for (int r = 0; r < host_tier_ranks; ++r) f.with(std::to_string(r));  // every rank, 0 included
+      return &f;
+    };
+    hicache_rank_hit_tokens = family("strata_hicache_rank_hit_tokens_total",
+                                     "Prompt tokens promoted from host memory into this rank's KV pool.");
+    hicache_rank_bytes_to_host =
+        family("strata_hicache_rank_bytes_to_host_total", "KV bytes this rank copied device -> host.");
+    hicache_rank_bytes_to_device =
+        family("strata_hicache_rank_bytes_to_device_total", "KV bytes this rank copied host -> device.");
+    hicache_rank_copy_seconds = family("strata_hicache_rank_copy_seconds_total",
+                                       "Time this rank's host-tier copies took (device time on cuda).");
   }
+  if (fallback_ops.empty()) return;
+  CounterFamily& f = registry.counter_family(
+      "strata_cpu_fallback_ops_total",
+      "Calls of ops the backend has no kernel for yet, run on the CPU reference through host copies (slow).",
+      "op");
+  for (const auto& [op, n] : fallback_ops) f.with(op);  // every declared op, 0 included
+  cpu_fallback_ops = &f;
+  set_cpu_fallback_counts(fallback_ops);
+}
+
+void ServerMetrics::set_cpu_fallback_counts(const std::vector<std::pair<std::string, int64_t>>& counts) {
+  if (cpu_fallback_ops == nullptr) return;
+  for (const auto& [op, n] : counts) cpu_fallback_ops->with(op).set_total(double(n));
 }
 
 ServerState::ServerState(ServerConfig config, Engine& engine, const PromptEncoder& encoder)
@@ -86,7 +102,7 @@ ServerState::ServerState(ServerConfig config, Engine& engine, const PromptEncode
       engine_(engine),
       encoder_(encoder),
       metrics_(std::make_shared<ServerMetrics>(
-          config_.served_model_name,
+          config_.served_model_name, engine.stats().cpu_fallback_ops,
           engine.config().enable_hierarchical_cache ? std::max(1, engine.config().tp_size) : 0)),
       start_time_(int64_t(std::time(nullptr))),
       last_progress_(Clock::now()) {
@@ -103,6 +119,17 @@ ServerState::~ServerState() {
   }
   monitor_cv_.notify_all();
   monitor_.join();
+}
+
+std::string ContextLimit::why() const {
+  if (tokens >= model_context) return "";
+  return fmt::format(" (this server's KV cache pool holds {} tokens, less than the model's {}: raise "
+                     "--max-total-tokens or --mem-fraction-static)", pool_tokens, model_context);
+}
+
+ContextLimit ServerState::context_limit() const {
+  const int64_t ctx = engine_.context_length(), pool = engine_.kv_capacity_tokens();
+  return {.tokens = std::min(ctx, pool), .model_context = ctx, .pool_tokens = pool};
 }
 
 ServerState::Admit ServerState::admit(int n) {
@@ -152,20 +179,35 @@ void ServerState::abort_all() {
   for (int64_t id : ids) engine_.abort(id);
 }
 
-// The engine thread is alive when it is idle and answers a one-token probe, or when it is busy
-// and has completed a step within health_timeout_s.
+double ServerState::no_progress_limit_s(const EngineStats& s) const {
+  if (config_.health_timeout_s > 0) return config_.health_timeout_s;
+  // Derived from what a step takes here: ten times the longest of the last steps, at least 30 s,
+  // so a slow machine or a long prefill is never mistaken for a stuck engine.
+  return std::max(30.0, 10.0 * s.longest_recent_step_seconds);
+}
+
+// Liveness: never blocks and runs nothing. Busy means requests in flight or queued; then a step
+// must have completed within the no-progress limit.
 std::optional<std::string> ServerState::health_problem() {
   if (draining_) return "the server is shutting down";
   const EngineStats s = engine_.stats();
-  const auto timeout = std::chrono::duration<double>(config_.health_timeout_s);
   if (outstanding() > 0 || s.num_running > 0 || s.num_waiting > 0) {
+    const double limit = no_progress_limit_s(s);
     std::lock_guard<std::mutex> lk(mu_);
-    const auto stalled = Clock::now() - last_progress_;
-    if (stalled > timeout)
-      return fmt::format("the engine has made no progress for {:.0f}s",
-                         std::chrono::duration<double>(stalled).count());
-    return std::nullopt;
+    const double stalled = std::chrono::duration<double>(Clock::now() - last_progress_).count();
+    if (stalled > limit)
+      return fmt::format("the engine has made no progress for {:.0f}s (limit {:.0f}s: {})", stalled, limit,
+                         config_.health_timeout_s > 0 ? "--health-timeout"
+                                                      : "10 x the longest recent step, at least 30 s");
   }
+  return std::nullopt;
+}
+
+// Readiness: alive, and when idle the engine answers a one-token probe (not counted as traffic).
+std::optional<std::string> ServerState::readiness_problem() {
+  if (auto p = health_problem()) return p;
+  const EngineStats s = engine_.stats();
+  if (outstanding() > 0 || s.num_running > 0 || s.num_waiting > 0) return std::nullopt;  // progress checked
   if (!probe_engine()) return "the engine did not answer a one-token probe";
   return std::nullopt;
 }
@@ -184,6 +226,7 @@ bool ServerState::probe_engine() {
   if (g.prompt_ids.empty()) g.prompt_ids = {0};
   g.params.temperature = 0;
   g.params.max_new_tokens = 1;
+  g.internal = true;
   g.on_event = [probe](const StreamEvent& ev) {
     if (!ev.finished) return;
     std::lock_guard<std::mutex> lk(probe->mu);
@@ -193,7 +236,7 @@ bool ServerState::probe_engine() {
   auto id = engine_.submit(std::move(g));
   if (!id.ok()) return false;
   std::unique_lock<std::mutex> lk(probe->mu);
-  const bool ok = probe->cv.wait_for(lk, std::chrono::duration<double>(config_.health_timeout_s),
+  const bool ok = probe->cv.wait_for(lk, std::chrono::duration<double>(no_progress_limit_s(engine_.stats())),
                                      [&] { return probe->done; });
   if (!ok) {
     engine_.abort(*id);
@@ -214,6 +257,7 @@ json ServerState::server_info() {
           {"max_running_requests", p.max_running_requests},
           {"max_queued_requests", config_.max_queued_requests},
           {"context_length", engine_.context_length()},
+          {"max_model_len", context_limit().tokens},
           {"page_size", c.page_size},
           {"kv_bytes_per_token", p.kv_bytes_per_token},
           {"device", c.device},
@@ -246,6 +290,7 @@ void ServerState::refresh_engine_metrics(const EngineStats& s) {
   m.retractions.set_total(double(s.retractions_total));
   const int64_t page = engine_.config().page_size;
   m.prefill_tokens.set_total(double(s.prefill_tokens_total));
+  m.aborted_computed_tokens.set_total(double(s.aborted_computed_tokens_total));
   m.hicache_capacity.set(double(s.hicache_capacity_tokens));
   m.hicache_cached.set(double(int64_t(s.hicache.host_cached_pages) * page));
   m.hicache_hit_tokens.set_total(double(s.hicache.host_hit_tokens));
@@ -256,15 +301,16 @@ void ServerState::refresh_engine_metrics(const EngineStats& s) {
   m.hicache_bytes_to_host.set_total(double(s.hicache.bytes_to_host));
   m.hicache_bytes_to_device.set_total(double(s.hicache.bytes_to_device));
   m.hicache_copy_seconds.set_total(s.hicache.copy_seconds);
-  for (const HostTierRankStats& r : s.hicache_ranks) {
-    if (r.rank < 0 || size_t(r.rank) >= m.hicache_ranks.size()) continue;
-    const ServerMetrics::RankHostTier& rm = m.hicache_ranks[size_t(r.rank)];
-    rm.capacity_bytes->set(double(r.host_bytes));
-    rm.hit_tokens->set_total(double(r.pages_to_device * page));
-    rm.bytes_to_host->set_total(double(r.bytes_to_host));
-    rm.bytes_to_device->set_total(double(r.bytes_to_device));
-    rm.copy_seconds->set_total(r.copy_seconds);
+  if (m.hicache_rank_hit_tokens != nullptr) {
+    for (const HostTierRankStats& r : s.hicache_ranks) {
+      const std::string rank = std::to_string(r.rank);
+      m.hicache_rank_hit_tokens->with(rank).set_total(double(r.pages_to_device * page));
+      m.hicache_rank_bytes_to_host->with(rank).set_total(double(r.bytes_to_host));
+      m.hicache_rank_bytes_to_device->with(rank).set_total(double(r.bytes_to_device));
+      m.hicache_rank_copy_seconds->with(rank).set_total(r.copy_seconds);
+    }
   }
+  m.set_cpu_fallback_counts(s.cpu_fallback_ops);
 }
 
 std::string ServerState::render_metrics() {

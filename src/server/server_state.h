@@ -31,8 +31,11 @@ struct ServerConfig {
   int max_queued_requests = -1;    // beyond the running slots; -1: unbounded
   double drain_timeout_s = 30;     // SIGTERM: in-flight requests get this long, then are aborted
   double log_interval_s = 5;       // `Decode batch.` line while busy
-  double health_timeout_s = 30;    // busy engine without a step this long (or a probe this slow) is unhealthy
-  int http_threads = 512;          // one per open connection (a stream holds its thread)
+  // A busy engine without a completed step this long (or a probe this slow) is unhealthy;
+  // 0: derived from the step times (10 x the longest recent step, at least 30 s).
+  double health_timeout_s = 0;
+  int http_threads = 8;            // workers for blocking work (tokenizing, probes); connections hold none
+  int max_connections = 4096;      // open connections beyond this get 503 on generation requests
   int max_request_body_mb = 64;    // larger request bodies are answered 413
   RequestLogConfig log_requests;   // --log-requests, --log-requests-level
   std::string api_key;             // --api-key: "" = none needed (server/api_key_auth.h); never logged
@@ -42,8 +45,14 @@ struct ServerConfig {
 // The metrics the server exports; shared with engine callbacks (which may outlive a request's
 // HTTP handler), hence held by shared_ptr.
 struct ServerMetrics {
-  // host_tier_ranks: the ranks whose host KV tier is reported (0: the tier is off).
-  ServerMetrics(const std::string& model_name, int host_tier_ranks);
+  // `fallback_ops`: the backend's ops that run on the CPU reference (EngineStats::
+  // cpu_fallback_ops); when there are any, strata_cpu_fallback_ops_total{op} exports each.
+  // host_tier_ranks: the ranks whose host KV tier is reported per rank (0: the tier is off).
+  explicit ServerMetrics(const std::string& model_name,
+                         const std::vector<std::pair<std::string, int64_t>>& fallback_ops = {},
+                         int host_tier_ranks = 0);
+  // Mirrors the engine's counts into strata_cpu_fallback_ops_total (nothing without the table).
+  void set_cpu_fallback_counts(const std::vector<std::pair<std::string, int64_t>>& counts);
   MetricsRegistry registry;
   Gauge& running;
   Gauge& queued;
@@ -66,6 +75,7 @@ struct ServerMetrics {
   Histogram& e2e;
   // Prefill work and the host KV tier (issue 10; zero while the tier is off).
   Counter& prefill_tokens;
+  Counter& aborted_computed_tokens;
   Gauge& hicache_capacity;
   Gauge& hicache_cached;
   Counter& hicache_hit_tokens;
@@ -76,15 +86,25 @@ struct ServerMetrics {
   Counter& hicache_bytes_to_host;
   Counter& hicache_bytes_to_device;
   Counter& hicache_copy_seconds;
-  // The host KV tier per tensor-parallel rank (label rank="r"): each rank copies its own slice.
-  struct RankHostTier {
-    Gauge* capacity_bytes;
-    Counter* hit_tokens;
-    Counter* bytes_to_host;
-    Counter* bytes_to_device;
-    Counter* copy_seconds;
-  };
-  std::vector<RankHostTier> hicache_ranks;
+  // The host KV tier per tensor-parallel rank, label rank="r" (each rank copies its own slice of
+  // every page; null while the tier is off).
+  CounterFamily* hicache_rank_hit_tokens = nullptr;
+  CounterFamily* hicache_rank_bytes_to_host = nullptr;
+  CounterFamily* hicache_rank_bytes_to_device = nullptr;
+  CounterFamily* hicache_rank_copy_seconds = nullptr;
+  // Calls of ops the backend runs on the CPU reference through host copies, per op (issue 21;
+  // null when the backend declares none).
+  CounterFamily* cpu_fallback_ops = nullptr;
+};
+
+// The longest prompt + completion the server accepts: the model's context length, or the KV cache
+// pool when that is smaller.
+struct ContextLimit {
+  int64_t tokens = 0;
+  int64_t model_context = 0;
+  int64_t pool_tokens = 0;
+  // "" when the model's context is the limit, else " (this server's KV cache pool holds N tokens; ...)".
+  std::string why() const;
 };
 
 class ServerState {
@@ -99,6 +119,7 @@ class ServerState {
   const PromptEncoder& encoder() const { return encoder_; }
   const std::shared_ptr<ServerMetrics>& metrics() const { return metrics_; }
   int64_t start_time() const { return start_time_; }
+  ContextLimit context_limit() const;
 
   // Admission of `n` engine requests (an HTTP request's choices). kQueueFull past
   // max running + --max-queued-requests; kDraining after begin_drain().
@@ -118,8 +139,14 @@ class ServerState {
   // Aborts every live engine request (each still gets a complete response: finish_reason abort).
   void abort_all();
 
-  // /health: nullopt when healthy, else why not. Blocks up to health_timeout_s (probe).
+  // /health (liveness): nullopt when the engine loop is alive, else why not. Never blocks, runs
+  // nothing: while busy, a step completed within the no-progress limit.
   std::optional<std::string> health_problem();
+  // /health_generate (readiness): alive, and when idle a one-token probe generation answers
+  // (an internal request: not counted in the request and token metrics). Blocks up to the limit.
+  std::optional<std::string> readiness_problem();
+  // The no-progress limit now: --health-timeout, or derived from the step times.
+  double no_progress_limit_s(const EngineStats& s) const;
   nlohmann::json server_info();
   std::string render_metrics();
 

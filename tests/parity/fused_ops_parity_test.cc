@@ -24,92 +24,19 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "parity/fused_fixture.h"
 
 namespace strata {
 namespace {
 
-struct Fixture {
-  std::unique_ptr<Backend> cpu = make_cpu_backend(), gpu = make_cuda_backend();
-  cuda::CudaBackend& cg = dynamic_cast<cuda::CudaBackend&>(*gpu);
-  std::mt19937 rng{4321};
-
-  std::vector<float> random(int64_t n, float scale = 1.0f) {
-    std::normal_distribution<float> d(0.0f, scale);
-    std::vector<float> v(static_cast<size_t>(n));
-    for (float& x : v) x = round_to_bf16(d(rng));
-    return v;
-  }
-  DeviceTensorPtr up(Backend& b, const std::vector<float>& v, const Shape& shape, DType dt) {
-    Tensor h = Tensor::make(const_cast<float*>(v.data()), DType::kF32, shape);
-    return b.upload(h, dt);
-  }
-  std::vector<float> get(Backend& b, const Tensor& t) {
-    std::vector<float> v(size_t(t.numel()));
-    b.download_f32(t, v.data());
-    return v;
-  }
-
-  // linear_silu_mul's inputs (x [m, k], gate-up weight [2 · inter, k], optional bias) on the GPU
-  // and the CPU reference's output.
-  struct GluCase {
-    int m = 0, inter = 0;
-    LinearWeight w;
-    DeviceTensorPtr x;
-    std::vector<float> want;
-  };
-  GluCase glu_case(int m, int k, int inter, bool bias) {
-    const int64_t n = 2 * int64_t(inter);
-    auto xv = random(int64_t(m) * k);
-    auto wv = random(n * k, 0.05f);
-    auto bv = random(n);
-    LinearWeight wc;
-    GluCase g;
-    g.m = m;
-    g.inter = inter;
-    wc.weight = up(*cpu, wv, {n, k}, DType::kF32);
-    g.w.weight = up(*gpu, wv, {n, k}, DType::kBF16);
-    if (bias) {
-      wc.bias = up(*cpu, bv, {n}, DType::kF32);
-      g.w.bias = up(*gpu, bv, {n}, DType::kF32);
-    }
-    auto xc = up(*cpu, xv, {m, k}, DType::kF32);
-    g.x = up(*gpu, xv, {m, k}, DType::kBF16);
-    auto oc = up(*cpu, nans(m, inter), {m, inter}, DType::kF32);
-    cpu->linear_silu_mul(*xc, wc, *oc);
-    g.want = get(*cpu, *oc);
-    return g;
-  }
-  // The GPU's linear_silu_mul of `g` under the current settings (its output starts as NaN).
-  std::vector<float> gpu_glu(const GluCase& g) {
-    auto out = up(*gpu, nans(g.m, g.inter), {g.m, g.inter}, DType::kBF16);
-    gpu->linear_silu_mul(*g.x, g.w, *out);
-    return get(*gpu, *out);
-  }
-  static std::vector<float> nans(int rows, int cols) {
-    return std::vector<float>(size_t(rows) * size_t(cols), NAN);
-  }
-};
-
-double nmse(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    num += double(got[i] - want[i]) * (got[i] - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return den > 0 ? num / den : num;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using parity::Fixture;
+using parity::nmse;
+using parity::same_bits;
 
 TEST(CudaFusedParity, LinearSiluMul) {
   Fixture f;
-  const bool mma0 = cuda::gemv_mma_enabled();
-  cuda::set_gemv_mma_enabled(false);  // the FMA GEMV's variants (LinearSiluMulMma: the mma kernel)
-  const int max_rows0 = cuda::gemv_max_rows();
-  cuda::set_gemv_max_rows(cuda::kGemvMaxRows);  // every m <= 8 on the GEMV (default: m <= 2)
+  // every m <= 8 on the GEMV (default: m <= 2)
+  f.cg.tune([](cuda::CudaTunables& t) { t.gemv_max_rows = cuda::kGemvMaxRows; });
   struct Case {
     int m, k, inter;
     bool bias;
@@ -126,13 +53,15 @@ TEST(CudaFusedParity, LinearSiluMul) {
     const Fixture::GluCase g = f.glu_case(c.m, c.k, c.inter, c.bias);
     const std::vector<float>& want = g.want;
     // The GPU's unfused path: linear, then silu_mul.
-    f.cg.set_fusion(false);
+    f.cg.tune([](cuda::CudaTunables& t) { t.fusion = false; });
     const auto unfused = f.gpu_glu(g);
-    f.cg.set_fusion(true);
     for (const Variant& v : variants) {
-      cuda::set_gemv_block_warps(v.warps);
-      cuda::set_gemv_prefetch_elems(v.prefetch);
-      f.cg.set_pdl_early(v.early);
+      f.cg.tune([&](cuda::CudaTunables& t) {
+        t.fusion = true;
+        t.gemv_block_warps = v.warps;
+        t.gemv_prefetch_elems = v.prefetch;
+        t.pdl_early = v.early;
+      });
       const auto got = f.gpu_glu(g);
       const double e = nmse(got, want);
       EXPECT_LT(e, 2e-5) << "m " << c.m << " k " << c.k << " inter " << c.inter;
@@ -145,62 +74,6 @@ TEST(CudaFusedParity, LinearSiluMul) {
                   same_bits(got, unfused) ? "equal" : "DIFFER from");
     }
   }
-  cuda::set_gemv_block_warps(8);  // the defaults
-  cuda::set_gemv_prefetch_elems(0);
-  f.cg.set_pdl_early(false);
-  cuda::set_gemv_max_rows(max_rows0);
-  cuda::set_gemv_mma_enabled(mma0);
-}
-
-// linear_silu_mul on the tensor-core GEMV (linear_mma.cu: gate rows as tile rows 0-7, up rows
-// as 8-15): NMSE against the CPU < 2e-5 and bit for bit the unfused path (the same kernel's plain
-// launch, then silu_mul) for every row count it serves, odd k (multiples of 8) and odd inter,
-// with and without bias, early PDL trigger on and off, 1 to 8 warps per tile.
-TEST(CudaFusedParity, LinearSiluMulMma) {
-  Fixture f;
-  struct Case {
-    int k, inter;
-    bool bias;
-  };
-  const bool mma0 = cuda::gemv_mma_enabled();
-  const int per_sm0 = cuda::gemv_mma_warps_per_sm();
-  const int min0 = cuda::gemv_mma_min_rows(), max0 = cuda::gemv_mma_max_rows();
-  cuda::set_gemv_mma_enabled(true);
-  cuda::set_gemv_mma_rows(1, cuda::kGemvMmaMaxRows);
-  for (int m : {1, 2, 3, 5, 8, 9, 16, 17, 31, 32, 33, 64}) {
-    for (Case c : {Case{264, 1057, true}, Case{1000, 129, false}, Case{8, 7, true},
-                   Case{4104, 501, false}}) {
-      const Fixture::GluCase g = f.glu_case(m, c.k, c.inter, c.bias);
-      const std::vector<float>& want = g.want;
-      for (int per_sm : {1, 4, 24}) {
-        cuda::set_gemv_mma_warps_per_sm(per_sm);
-        f.cg.set_fusion(false);
-        const auto unfused = f.gpu_glu(g);
-        f.cg.set_fusion(true);
-        for (bool early : {false, true}) {
-          f.cg.set_pdl_early(early);
-          const auto got = f.gpu_glu(g);
-          const double e = nmse(got, want);
-          const bool same = same_bits(got, unfused);
-          // A handful of outputs (k 8, inter 7 at m 1: 7 values) gives no average: each carries up
-          // to three bf16 roundings (g, u, the product; ~6e-3 relative), NMSE 2.5e-5 measured.
-          const double bound = int64_t(m) * c.inter < 64 ? 4e-5 : 2e-5;
-          EXPECT_LT(e, bound) << "m " << m << " k " << c.k << " inter " << c.inter;
-          EXPECT_TRUE(same) << "fused != unfused: m " << m << " k " << c.k << " inter " << c.inter
-                            << " warps/SM " << per_sm << " early " << early;
-          if ((per_sm == 24 && !early) || !same || e >= bound)
-            std::printf("linear_silu_mul mma m=%d k=%d inter=%d bias=%d warps/SM %d early %d: "
-                        "nmse %.3g, bits %s the unfused path\n",
-                        m, c.k, c.inter, c.bias, per_sm, int(early), e,
-                        same ? "equal" : "DIFFER from");
-        }
-      }
-    }
-  }
-  f.cg.set_pdl_early(false);
-  cuda::set_gemv_mma_warps_per_sm(per_sm0);
-  cuda::set_gemv_mma_rows(min0, max0);
-  cuda::set_gemv_mma_enabled(mma0);
 }
 
 struct QkvCase {
@@ -267,8 +140,10 @@ TEST(CudaFusedParity, QkvRopeKvWrite) {
       std::vector<float> q, k, v;
     };
     auto run_gpu = [&](bool fused, bool early) {
-      f.cg.set_fusion(fused);
-      f.cg.set_pdl_early(early);
+      f.cg.tune([&](cuda::CudaTunables& t) {
+        t.fusion = fused;
+        t.pdl_early = early;
+      });
       auto kv_g = f.gpu->alloc_kv(lay);
       kv_g->set_scales(0, c.k_scale, c.v_scale);
       auto qkv_g = f.up(*f.gpu, qkv_v, {t, width}, DType::kBF16);
@@ -300,8 +175,6 @@ TEST(CudaFusedParity, QkvRopeKvWrite) {
                       : "DIFFER from");
     }
   }
-  f.cg.set_fusion(true);
-  f.cg.set_pdl_early(false);
 }
 
 }  // namespace

@@ -23,18 +23,22 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <vector>
 
-#include "backend/cuda/attention_prefill_fa.h"
-#include "backend/cuda/attention_prefill_split.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/fp8.cuh"
+#include "parity/kv_fp8_attention.h"
 #include "support/golden.h"
 
 namespace strata::testing {
 namespace {
+
+using parity::Backends;
+using parity::run_fp8_attention;
+using parity::two_layer_layout;
 
 std::vector<float> all_bf16_values_but_nan() {
   std::vector<float> v;
@@ -63,27 +67,6 @@ TEST(KvFp8, DeviceEncoderMatchesCpuConversion) {
   EXPECT_EQ(bad, 0) << "of " << n;
   EXPECT_EQ(cuda::float_to_e4m3(NAN), f32_to_fp8_e4m3(NAN));
   EXPECT_EQ(cuda::float_to_e5m2(INFINITY), f32_to_fp8_e5m2(INFINITY));
-}
-
-struct Backends {
-  std::unique_ptr<Backend> cpu = make_cpu_backend(), gpu = make_cuda_backend();
-  DeviceTensorPtr up(Backend& b, const std::vector<float>& v, const Shape& shape, DType dt) {
-    Tensor h = Tensor::make(const_cast<float*>(v.data()), DType::kF32, shape);
-    return b.upload(h, dt);
-  }
-  std::vector<char> raw(const Tensor& t, bool on_gpu) {
-    std::vector<char> out(static_cast<size_t>(t.nbytes()));
-    if (on_gpu) CUDA_CHECK(cudaMemcpy(out.data(), t.data, out.size(), cudaMemcpyDeviceToHost));
-    else std::memcpy(out.data(), t.data, out.size());
-    return out;
-  }
-};
-
-KvLayout two_layer_layout(int k_dim, int64_t pages, int page_size, DType fp8) {
-  KvLayout lay{.num_layers = 2, .num_pages = pages, .page_size = page_size, .k_dim = k_dim,
-               .v_dim = k_dim, .dtype = fp8};
-  lay.layer_dtypes = {DType::kBF16, fp8};  // mixed: layer 0 stays bf16
-  return lay;
 }
 
 TEST(KvFp8, KvWriteStoresTheCpuBytes) {
@@ -132,90 +115,6 @@ TEST(KvFp8, KvWriteStoresTheCpuBytes) {
   }
 }
 
-// Attention over the same fp8 cache on both backends (written by each backend's kv_write from
-// the same bf16 K/V: equal bytes, as the test above checks).
-void run_fp8_attention(DType dt, int heads, int kv_heads, int hd, int page,
-                       const std::vector<std::pair<int, int>>& seqs, float ks, float vs) {
-  Backends b;
-  std::mt19937 rng(99);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  auto random = [&](int64_t n) {
-    std::vector<float> v(static_cast<size_t>(n));
-    for (float& x : v) x = round_to_bf16(nd(rng));
-    return v;
-  };
-  const int n = int(seqs.size()), k_dim = kv_heads * hd;
-  std::vector<int32_t> q_indptr{0}, kv_lens, page_indptr{0}, pages, positions, slots, all_slots;
-  int64_t total_pages = 0;
-  for (auto [cached, fresh] : seqs) total_pages += (cached + fresh + page - 1) / page;
-  std::vector<int32_t> perm(static_cast<size_t>(total_pages + 2));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  int next = 0;
-  for (auto [cached, fresh] : seqs) {
-    const int len = cached + fresh, np = (len + page - 1) / page;
-    const size_t first = pages.size();
-    for (int i = 0; i < np; ++i) pages.push_back(perm[size_t(next++)]);
-    page_indptr.push_back(int32_t(pages.size()));
-    kv_lens.push_back(len);
-    q_indptr.push_back(q_indptr.back() + fresh);
-    for (int j = 0; j < len; ++j) {
-      const int32_t slot = pages[first + size_t(j / page)] * page + j % page;
-      all_slots.push_back(slot);
-      if (j >= cached) {
-        positions.push_back(j);
-        slots.push_back(slot);
-      }
-    }
-  }
-  const int t_new = q_indptr.back(), t_all = int(all_slots.size());
-  KvLayout lay = two_layer_layout(k_dim, int64_t(perm.size()), page, dt);
-  auto kc = b.cpu->alloc_kv(lay), kg = b.gpu->alloc_kv(lay);
-  kc->set_scales(1, ks, vs);
-  kg->set_scales(1, ks, vs);
-  auto kvals = random(int64_t(t_all) * k_dim), vvals = random(int64_t(t_all) * k_dim);
-  for (float& x : kvals) x *= ks;  // values of the scale's order, as calibration would give
-  for (float& x : vvals) x *= vs;
-  std::vector<int32_t> fill_pos(size_t(t_all), 0);
-  const int32_t none[1] = {0};
-  AttentionMetadata fill{.num_seqs = 0, .num_tokens = t_all, .page_size = page,
-                         .q_indptr = none, .kv_lens = none, .page_indptr = none,
-                         .page_indices = none, .positions = fill_pos.data(),
-                         .slot_mapping = all_slots.data()};
-  auto k_c = b.up(*b.cpu, kvals, {t_all, k_dim}, DType::kF32);
-  auto v_c = b.up(*b.cpu, vvals, {t_all, k_dim}, DType::kF32);
-  auto k_g = b.up(*b.gpu, kvals, {t_all, k_dim}, DType::kBF16);
-  auto v_g = b.up(*b.gpu, vvals, {t_all, k_dim}, DType::kBF16);
-  b.cpu->kv_write(*kc, 1, *k_c, *v_c, fill);
-  b.gpu->kv_write(*kg, 1, *k_g, *v_g, fill);
-  AttentionMetadata meta{.num_seqs = n, .num_tokens = t_new, .page_size = page,
-                         .q_indptr = q_indptr.data(), .kv_lens = kv_lens.data(),
-                         .page_indptr = page_indptr.data(), .page_indices = pages.data(),
-                         .positions = positions.data(), .slot_mapping = slots.data()};
-  auto qv = random(int64_t(t_new) * heads * hd);
-  auto q_c = b.up(*b.cpu, qv, {t_new, heads, hd}, DType::kF32);
-  auto q_g = b.up(*b.gpu, qv, {t_new, heads, hd}, DType::kBF16);
-  std::vector<float> nan(size_t(t_new) * heads * hd, NAN);
-  auto o_c = b.up(*b.cpu, nan, {t_new, heads, hd}, DType::kF32);
-  auto o_g = b.up(*b.gpu, nan, {t_new, heads, hd}, DType::kBF16);
-  AttentionArgs args{.scale = float(1.0 / std::sqrt(double(hd))), .num_heads = heads,
-                     .num_kv_heads = kv_heads, .head_dim = hd, .v_head_dim = hd};
-  b.cpu->paged_attention(*q_c, *kc, 1, meta, args, *o_c);
-  b.gpu->paged_attention(*q_g, *kg, 1, meta, args, *o_g);
-  std::vector<float> c(nan.size()), g(nan.size());
-  b.cpu->download_f32(*o_c, c.data());
-  b.gpu->download_f32(*o_g, g.data());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < c.size(); ++i) {
-    num += std::isfinite(g[i]) ? double(g[i] - c[i]) * (g[i] - c[i]) : INFINITY;
-    den += double(c[i]) * c[i];
-  }
-  const double e = num / den;
-  std::printf("fp8 attention %s heads %d/%d hd %d page %d seqs %d new %d scales %.2f/%.2f: nmse %.3g\n",
-              dtype_name(dt), heads, kv_heads, hd, page, n, t_new, ks, vs, e);
-  EXPECT_LT(e, 1e-4) << dtype_name(dt) << " hd " << hd;
-}
-
 TEST(KvFp8, DecodeAttention) {
   for (DType dt : {DType::kFP8E4M3, DType::kFP8E5M2}) {
     run_fp8_attention(dt, 32, 8, 128, 16, {{0, 1}, {16, 1}, {299, 1}, {1000, 1}, {4098, 1}}, 1.0f, 1.0f);
@@ -225,38 +124,32 @@ TEST(KvFp8, DecodeAttention) {
   }
 }
 
+// Split-KV prefill mode (CudaTunables::prefill_split_mode) as a backend setup.
+std::function<void(cuda::CudaBackend&)> split_mode(int mode) {
+  return [mode](cuda::CudaBackend& be) {
+    be.tune([&](cuda::CudaTunables& t) { t.prefill_split_mode = mode; });
+  };
+}
+
+// The regular prefill kernels (split-KV: the test below); the variants the product does not run:
+// bench/cuda/dev/dev_parity_test.cc.
 TEST(KvFp8, PrefillAttention) {
-  const int split_before = cuda::prefill_split_mode();
-  cuda::set_prefill_split_mode(0);  // the regular kernels (split-KV: the test below)
-  const cuda::PrefillVariant before = cuda::prefill_variant();
-  for (auto v : cuda::kPrefillVariants) {
-    cuda::set_prefill_variant(v);
-    std::printf("prefill kernel %s\n", cuda::prefill_variant_name(v));
-    for (DType dt : {DType::kFP8E4M3, DType::kFP8E5M2}) {
-      run_fp8_attention(dt, 32, 8, 128, 16, {{0, 77}, {50, 13}, {0, 1}, {200, 130}}, 1.0f, 1.0f);
-      run_fp8_attention(dt, 5, 1, 64, 3, {{0, 200}, {31, 5}}, 0.37f, 2.5f);
-      run_fp8_attention(dt, 4, 2, 32, 7, {{10, 64}, {0, 3}}, 3.0f, 0.5f);
-      // The pipelined kernels' fp8 staging over many tiles, groups 1 and 8.
-      run_fp8_attention(dt, 8, 8, 128, 16, {{0, 300}, {700, 65}}, 0.37f, 2.5f);
-      run_fp8_attention(dt, 16, 2, 128, 16, {{0, 1030}}, 1.0f, 1.0f);
-    }
-  }
-  cuda::set_prefill_variant(before);
-  cuda::set_prefill_split_mode(split_before);
+  for (DType dt : {DType::kFP8E4M3, DType::kFP8E5M2})
+    for (const parity::Fp8AttnCase& c : parity::fp8_prefill_cases())
+      run_fp8_attention(dt, c.heads, c.kv_heads, c.hd, c.page, c.seqs, c.ks, c.vs, split_mode(0));
 }
 
 TEST(KvFp8, PrefillAttentionSplitKv) {
   // The split-KV prefill kernel over fp8 caches (f16 mma, fragments widened as read), forced on:
   // short chunks over long contexts mixed with fresh prompts and decodes, groups 1, 4, 8.
-  const int split_before = cuda::prefill_split_mode();
-  cuda::set_prefill_split_mode(2);
+  const auto forced = split_mode(2);
   for (DType dt : {DType::kFP8E4M3, DType::kFP8E5M2}) {
-    run_fp8_attention(dt, 32, 8, 128, 16, {{3000, 16}, {0, 77}, {4000, 1}, {200, 130}}, 1.0f, 1.0f);
-    run_fp8_attention(dt, 5, 1, 64, 3, {{2000, 9}, {31, 5}}, 0.37f, 2.5f);
-    run_fp8_attention(dt, 8, 8, 128, 16, {{2500, 33}, {0, 65}}, 0.37f, 2.5f);
-    run_fp8_attention(dt, 16, 2, 128, 16, {{1030, 64}}, 3.0f, 0.5f);
+    run_fp8_attention(dt, 32, 8, 128, 16, {{3000, 16}, {0, 77}, {4000, 1}, {200, 130}}, 1.0f, 1.0f,
+                      forced);
+    run_fp8_attention(dt, 5, 1, 64, 3, {{2000, 9}, {31, 5}}, 0.37f, 2.5f, forced);
+    run_fp8_attention(dt, 8, 8, 128, 16, {{2500, 33}, {0, 65}}, 0.37f, 2.5f, forced);
+    run_fp8_attention(dt, 16, 2, 128, 16, {{1030, 64}}, 3.0f, 0.5f, forced);
   }
-  cuda::set_prefill_split_mode(split_before);
 }
 
 TEST(KvFp8, RefusesLayoutsItDoesNotImplement) {

@@ -218,14 +218,17 @@ void write_random_llama(const std::string& config_path, const std::string& dir, 
   nlohmann::json c = nlohmann::json::parse(std::ifstream(config_path));
   c["num_hidden_layers"] = layers;
   std::ofstream(dir + "/config.json") << c.dump(2);
-  const CheckpointTensors t = llama_tensors(c);
+  auto spec = load_model_spec(dir);
+  ASSERT_TRUE(spec.ok()) << spec.status().to_string();
+  const std::vector<CheckpointTensor> t = checkpoint_tensors(*spec);  // all bf16 for this config
   std::ofstream f(dir + "/model.safetensors", std::ios::binary | std::ios::trunc);
-  write_bf16_safetensors_header(f, t);
+  write_safetensors_header(f, t);
   uint64_t state = 0x9E3779B97F4A7C15ull;
   std::vector<uint16_t> buf;
-  for (auto& [name, shape] : t) {
-    const bool norm = name.find("norm") != std::string::npos;
-    buf.resize(size_t(shape_numel(shape)));
+  for (const CheckpointTensor& ct : t) {
+    ASSERT_EQ(std::string(ct.dtype), "BF16") << ct.name;
+    const bool norm = ct.name.find("norm") != std::string::npos;
+    buf.resize(size_t(shape_numel(ct.shape)));
     for (auto& v : buf) {
       state += 0x9E3779B97F4A7C15ull;  // splitmix64
       uint64_t z = state;

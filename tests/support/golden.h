@@ -67,6 +67,39 @@ inline double rel_max_error(const std::vector<float>& a, const std::vector<float
   return den > 0 ? num / den : num;
 }
 
+// ‖a − b‖² / ‖b‖² (infinite when a holds a non-finite value).
+inline double nmse(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    num += double(a[i] - b[i]) * (a[i] - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return num / den;
+}
+
+// Fraction of rows whose argmax agrees; `worst_gap` receives, over the rows that disagree, the
+// largest shortfall of the reference logit at our argmax below the reference maximum, relative
+// to that row's largest |logit| (0 when all agree): disagreements must be near-ties.
+inline double argmax_agreement(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab,
+                        double* worst_gap) {
+  const int64_t rows = int64_t(b.size()) / vocab;
+  int64_t same = 0;
+  *worst_gap = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto row_a = a.begin() + r * vocab, row_b = b.begin() + r * vocab;
+    const auto ai = std::max_element(row_a, row_a + vocab) - row_a;
+    const auto bi = std::max_element(row_b, row_b + vocab) - row_b;
+    same += ai == bi;
+    if (ai != bi) {
+      float scale = 0;
+      for (int64_t i = 0; i < vocab; ++i) scale = std::max(scale, std::fabs(row_b[i]));
+      *worst_gap = std::max(*worst_gap, double(row_b[bi] - row_b[ai]) / scale);
+    }
+  }
+  return double(same) / double(rows);
+}
+
 // Runs one sequence: prefill in chunks of `chunk` tokens, then greedy decode. Pages are
 // assigned in reverse order to exercise the page table.
 class SingleSequence {

@@ -92,6 +92,9 @@ void gemm_nt(int64_t m, int64_t n, int64_t k, const float* px, int64_t ldx, cons
 }
 
 void CpuBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& out) {
+  // upload_linear dequantized every format to float32 (Backend's default).
+  CHECK_MSG(w.is_dense() && w.stack == 1, "linear: expected one dense float32 matrix, got {} × {}",
+            w.stack, w.format.str());
   const Tensor& wt = w.weight->view();
   const int64_t m = x.numel() / x.dim(-1), k = x.dim(-1), n = wt.dim(0);
   CHECK_MSG(wt.dim(1) == k, "linear: x has {} features, weight {}", k, shape_str(wt.shape));

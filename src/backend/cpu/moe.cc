@@ -117,8 +117,8 @@ void CpuBackend::moe_experts(const Tensor& x, const MoeExpertWeights& experts,
   float* po = out.ptr<float>();
   std::memset(po, 0, size_t(tokens * hidden) * sizeof(float));
   std::vector<float> xs, gu, act, ys;
-  const float* gate_up = experts.gate_up->view().ptr<float>();
-  const float* down = experts.down->view().ptr<float>();
+  const float* gate_up = experts.gate_up.weight->view().ptr<float>();
+  const float* down = experts.down.weight->view().ptr<float>();
   // Experts in index order, each adding its weighted output (transformers' accumulation order).
   for (int64_t e = 0; e < n_experts; ++e) {
     const auto& list = routed[size_t(e)];

@@ -14,6 +14,7 @@
 // split count, never on the lengths, so a decode step replays as a CUDA graph.
 #include <cfloat>
 
+#include "backend/cuda/attention.h"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_tile.cuh"
 #include "backend/cuda/common.cuh"
@@ -279,17 +280,17 @@ __global__ void combine_kernel(AttentionParams p) {
 }
 
 template <int D, int E>
-void launch_de(const AttentionParams& p, cudaStream_t stream) {
+void launch_de(const AttentionParams& p, const Launch& launch) {
   const dim3 grid(p.num_splits, p.kv_heads, p.meta.num_seqs);
-  launch_pdl(decode_kernel<D, E>, grid, dim3(kThreads), size_t(Tile<D, E>::kSmemBytes), stream, p);
+  launch_pdl(decode_kernel<D, E>, grid, dim3(kThreads), size_t(Tile<D, E>::kSmemBytes), launch, p);
   CUDA_LAUNCH_CHECK();
 }
 
 template <int D>
-void launch_d(const AttentionParams& p, cudaStream_t stream) {
-  if (p.kv_elem == kKvE4M3) launch_de<D, kKvE4M3>(p, stream);
-  else if (p.kv_elem == kKvE5M2) launch_de<D, kKvE5M2>(p, stream);
-  else launch_de<D, kKvBf16>(p, stream);
+void launch_d(const AttentionParams& p, const Launch& launch) {
+  if (p.kv_elem == kKvE4M3) launch_de<D, kKvE4M3>(p, launch);
+  else if (p.kv_elem == kKvE5M2) launch_de<D, kKvE5M2>(p, launch);
+  else launch_de<D, kKvBf16>(p, launch);
 }
 
 template <int D>
@@ -318,18 +319,18 @@ void init_decode_attention_kernels() {
   set_limits_d<128>();
 }
 
-void launch_decode_attention(const AttentionParams& p, cudaStream_t stream) {
+void launch_decode_attention(const AttentionParams& p, const Launch& launch) {
   if (p.meta.num_seqs == 0) return;
   switch (p.head_dim) {
-    case 16: launch_d<16>(p, stream); break;
-    case 32: launch_d<32>(p, stream); break;
-    case 64: launch_d<64>(p, stream); break;
-    case 128: launch_d<128>(p, stream); break;
+    case 16: launch_d<16>(p, launch); break;
+    case 32: launch_d<32>(p, launch); break;
+    case 64: launch_d<64>(p, launch); break;
+    case 128: launch_d<128>(p, launch); break;
     default: CHECK_MSG(false, "decode attention: head_dim {}", p.head_dim);
   }
   if (p.num_splits > 1) {
     launch_pdl(combine_kernel, dim3(unsigned(p.meta.num_seqs * p.heads)), dim3(p.head_dim),
-               size_t(p.num_splits) * 2 * sizeof(float), stream, p);
+               size_t(p.num_splits) * 2 * sizeof(float), launch, p);
     CUDA_LAUNCH_CHECK();
   }
 }

@@ -1,17 +1,14 @@
 // Paged causal attention for prefill and mixed batches (ragged, chunked: a chunk's queries also
-// attend to the sequence's earlier pages). head_dim 64 and 128 run the pipelined GQA kernel of
-// attention_prefill_fa.cu; this file keeps the simple kernel for the other head sizes (16, 32)
+// attend to the sequence's earlier pages). head_dim 64 and 128 run the grouped wgmma kernel of
+// attention_prefill_wgmma.cu; this file keeps the simple kernel for the other head sizes (16, 32)
 // and the dispatch. The simple kernel: FlashAttention-2 style on bf16 tensor cores
 // (mma.sync m16n8k16, float32 accumulation): a block owns 64 query rows of one head, 4 warps of
 // 16 rows; K/V tiles of 64 tokens are gathered from the page table into shared memory; scores,
 // the online softmax and P stay in registers (the accumulator layout of S is the A-operand layout
 // of P·V). Tiles are scheduled longest-first.
 #include <cfloat>
-#include <cstdlib>
-#include <cstring>
 
-#include "backend/cuda/attention_prefill_fa.h"
-#include "backend/cuda/attention_prefill_split.h"
+#include "backend/cuda/attention.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/fp8.cuh"
 
@@ -213,14 +210,14 @@ __global__ void __launch_bounds__(128) prefill_kernel(AttentionParams p) {
 }
 
 template <int D>
-void launch_p(const AttentionParams& p, cudaStream_t stream) {
+void launch_p(const AttentionParams& p, const Launch& launch) {
   const dim3 grid(p.num_tiles, p.heads);
   if (p.kv_elem == kKvE4M3)
-    prefill_kernel<D, kKvE4M3><<<grid, 128, prefill_smem_bytes<D>(), stream>>>(p);
+    prefill_kernel<D, kKvE4M3><<<grid, 128, prefill_smem_bytes<D>(), launch.stream>>>(p);
   else if (p.kv_elem == kKvE5M2)
-    prefill_kernel<D, kKvE5M2><<<grid, 128, prefill_smem_bytes<D>(), stream>>>(p);
+    prefill_kernel<D, kKvE5M2><<<grid, 128, prefill_smem_bytes<D>(), launch.stream>>>(p);
   else
-    prefill_kernel<D, kKvBf16><<<grid, 128, prefill_smem_bytes<D>(), stream>>>(p);
+    prefill_kernel<D, kKvBf16><<<grid, 128, prefill_smem_bytes<D>(), launch.stream>>>(p);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -231,79 +228,39 @@ void set_smem_limit() {
                                     prefill_smem_bytes<D>()));
 }
 
-PrefillVariant variant_from_env() {
-  const char* v = std::getenv("STRATA_CUDA_PREFILL");
-  if (v == nullptr) return PrefillVariant::kAuto;
-  if (std::strcmp(v, "mma") == 0) return PrefillVariant::kMma;
-  if (std::strcmp(v, "wgmma64") == 0) return PrefillVariant::kWgmma64;
-  if (std::strcmp(v, "wgmma128") == 0) return PrefillVariant::kWgmma128;
-  if (std::strcmp(v, "wgmma64s3") == 0) return PrefillVariant::kWgmma64S3;
-  if (std::strcmp(v, "wgmma128s3") == 0) return PrefillVariant::kWgmma128S3;
-  if (std::strcmp(v, "wgmma128ov") == 0) return PrefillVariant::kWgmma128Ov;
-  return PrefillVariant::kAuto;
-}
-PrefillVariant g_variant = variant_from_env();
-
 }  // namespace
-
-void set_prefill_variant(PrefillVariant v) { g_variant = v; }
-PrefillVariant prefill_variant() { return g_variant; }
-const char* prefill_variant_name(PrefillVariant v) {
-  switch (v) {
-    case PrefillVariant::kWgmma64: return "wgmma64";
-    case PrefillVariant::kWgmma128: return "wgmma128";
-    case PrefillVariant::kWgmma64S3: return "wgmma64s3";
-    case PrefillVariant::kWgmma128S3: return "wgmma128s3";
-    case PrefillVariant::kWgmma128Ov: return "wgmma128ov";
-    case PrefillVariant::kMma: return "mma";
-    default: return "auto";
-  }
-}
 
 bool prefill_attention_supported(int head_dim) {
   return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
 }
 
-int prefill_tile_tokens(int head_dim, int group) {
-  return fa_prefill_supported(head_dim, group) ? kFaPrefillRows / group : kPrefillTileRows;
+bool grouped_prefill_supported(int head_dim, int group) {
+  return (head_dim == 64 || head_dim == 128) && group >= 1 && group <= kGroupedPrefillRows;
 }
 
-void init_attention_kernels() {
-  init_decode_attention_kernels();
-  init_fa_prefill_kernels();
+int prefill_tile_tokens(int head_dim, int group) {
+  return grouped_prefill_supported(head_dim, group) ? kGroupedPrefillRows / group : kPrefillTileRows;
+}
+
+void init_prefill_attention_kernels() {
   init_wgmma_prefill_kernels();
-  init_split_prefill_kernels();
   set_smem_limit<16>();
   set_smem_limit<32>();
   set_smem_limit<64>();
   set_smem_limit<128>();
 }
 
-void launch_prefill_attention(const AttentionParams& p, cudaStream_t stream) {
+void launch_prefill_attention(const AttentionParams& p, const Launch& launch) {
   if (p.num_tiles == 0) return;
-  if (fa_prefill_supported(p.head_dim, p.heads / p.kv_heads)) {
-    PrefillVariant v = g_variant;
-    if (v == PrefillVariant::kAuto) {  // the fastest on the H200 (bench/RESULTS.md)
-      v = p.kv_elem == kKvBf16 && p.head_dim == 64 ? PrefillVariant::kWgmma64S3
-                                                   : PrefillVariant::kWgmma64;
-    }
-    switch (v) {
-      case PrefillVariant::kWgmma64: launch_wgmma_prefill(p, 64, 2, stream); break;
-      case PrefillVariant::kWgmma128: launch_wgmma_prefill(p, 128, 2, stream); break;
-      case PrefillVariant::kWgmma64S3: launch_wgmma_prefill(p, 64, 3, stream); break;
-      case PrefillVariant::kWgmma128S3: launch_wgmma_prefill(p, 128, 3, stream); break;
-      case PrefillVariant::kWgmma128Ov:
-        launch_wgmma_prefill(p, 128, p.head_dim == 128 ? 1 : 3, stream);
-        break;
-      default: launch_fa_prefill(p, stream);
-    }
+  if (grouped_prefill_supported(p.head_dim, p.heads / p.kv_heads)) {
+    launch_wgmma_prefill(p, launch);
     return;
   }
   switch (p.head_dim) {
-    case 16: launch_p<16>(p, stream); break;
-    case 32: launch_p<32>(p, stream); break;
-    case 64: launch_p<64>(p, stream); break;
-    case 128: launch_p<128>(p, stream); break;
+    case 16: launch_p<16>(p, launch); break;
+    case 32: launch_p<32>(p, launch); break;
+    case 64: launch_p<64>(p, launch); break;
+    case 128: launch_p<128>(p, launch); break;
     default: CHECK_MSG(false, "prefill attention: head_dim {}", p.head_dim);
   }
 }

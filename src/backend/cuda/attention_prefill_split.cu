@@ -16,8 +16,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/cuda/attention.h"
 #include "backend/cuda/attention_mma.cuh"
-#include "backend/cuda/attention_prefill_fa.h"
 #include "backend/cuda/attention_prefill_split.h"
 #include "backend/cuda/attention_tile.cuh"
 #include "backend/cuda/common.cuh"
@@ -285,17 +285,17 @@ __global__ void combine_kernel(SplitPrefillParams sp) {
 }
 
 template <int D, int E>
-void launch_de(const SplitPrefillParams& p, cudaStream_t stream) {
+void launch_de(const SplitPrefillParams& p, const Launch& launch) {
   const dim3 grid(unsigned(p.a.kv_heads), unsigned(p.a.num_tiles));
-  launch_pdl(split_kernel<D, E>, grid, dim3(kThreads), size_t(Tile<D, E>::kSmemBytes), stream, p);
+  launch_pdl(split_kernel<D, E>, grid, dim3(kThreads), size_t(Tile<D, E>::kSmemBytes), launch, p);
   CUDA_LAUNCH_CHECK();
 }
 
 template <int D>
-void launch_d(const SplitPrefillParams& p, cudaStream_t stream) {
-  if (p.a.kv_elem == kKvE4M3) launch_de<D, kKvE4M3>(p, stream);
-  else if (p.a.kv_elem == kKvE5M2) launch_de<D, kKvE5M2>(p, stream);
-  else launch_de<D, kKvBf16>(p, stream);
+void launch_d(const SplitPrefillParams& p, const Launch& launch) {
+  if (p.a.kv_elem == kKvE4M3) launch_de<D, kKvE4M3>(p, launch);
+  else if (p.a.kv_elem == kKvE5M2) launch_de<D, kKvE5M2>(p, launch);
+  else launch_de<D, kKvBf16>(p, launch);
 }
 
 template <int D, int E>
@@ -303,14 +303,6 @@ void set_limit() {
   CUDA_CHECK(cudaFuncSetAttribute(split_kernel<D, E>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   Tile<D, E>::kSmemBytes));
 }
-
-int mode_from_env() {
-  const char* v = std::getenv("STRATA_CUDA_PREFILL_SPLIT");
-  if (v == nullptr || *v < '0' || *v > '2') return 1;
-  return *v - '0';
-}
-int g_mode = mode_from_env();
-int g_blocks_per_sm = 2;
 
 // Auto mode: a sequence is a candidate from this many keys (context) on, with at most
 // kAutoMaxRows query rows (4x that for bf16 KV from twice the keys).
@@ -344,25 +336,22 @@ int64_t choose_split_len(const std::vector<int64_t>& ends, int kv_heads, int64_t
 
 }  // namespace
 
-void set_prefill_split_mode(int mode) { g_mode = mode; }
-int prefill_split_mode() { return g_mode; }
-void set_prefill_split_blocks_per_sm(int n) { g_blocks_per_sm = n < 1 ? 1 : n; }
-
 bool split_prefill_supported(int head_dim, int group) {
   return (head_dim == 64 || head_dim == 128) && group >= 1 && group <= 16;
 }
 
 bool plan_split_prefill(const AttentionMetadata& meta, int head_dim, int group, int kv_heads,
-                        bool fp8_kv, int num_sms, SplitPrefillPlan* plan) {
+                        bool fp8_kv, int num_sms, int mode, int blocks_per_sm,
+                        SplitPrefillPlan* plan) {
   plan->seqs.clear();
-  if (g_mode == 0 || !split_prefill_supported(head_dim, group)) return false;
+  if (mode == 0 || !split_prefill_supported(head_dim, group)) return false;
   auto n_new_of = [&](int s) { return meta.q_indptr[s + 1] - meta.q_indptr[s]; };
   auto tile_end = [&](int s, int q_start, int tile_tokens) {  // keys the tile's last row sees
     const int n_new = n_new_of(s), len = meta.kv_lens[s];
     return int64_t(std::min(len, len - n_new + q_start + std::min(tile_tokens, n_new - q_start)));
   };
-  std::vector<char> seqs(size_t(meta.num_seqs), g_mode == 2 ? 1 : 0);
-  if (g_mode == 1) {
+  std::vector<char> seqs(size_t(meta.num_seqs), mode == 2 ? 1 : 0);
+  if (mode == 1) {
     // Candidates: a short chunk (or a decode row) over a long context. The split kernel
     // (mma.sync, 16 rows a warp) becomes compute-bound as the chunk grows: on the H200 it won
     // 12x / 4.9x / 1.4x over the regular kernels at 16 / 64 / 256 new tokens over 32K cached
@@ -394,7 +383,7 @@ bool plan_split_prefill(const AttentionMetadata& meta, int head_dim, int group, 
   for (int s = 0; s < meta.num_seqs; ++s)
     for (int r = 0; seqs[size_t(s)] && r < n_new_of(s); r += tt) ends.push_back(tile_end(s, r, tt));
   if (ends.empty()) return false;
-  const int64_t split_len = choose_split_len(ends, kv_heads, int64_t(g_blocks_per_sm) * num_sms);
+  const int64_t split_len = choose_split_len(ends, kv_heads, int64_t(blocks_per_sm) * num_sms);
   plan->split_len = int(split_len);
   plan->work.clear();
   plan->combine.clear();
@@ -435,16 +424,16 @@ void init_split_prefill_kernels() {
   set_limit<128, kKvE5M2>();
 }
 
-void launch_split_prefill(const SplitPrefillParams& p, cudaStream_t stream) {
+void launch_split_prefill(const SplitPrefillParams& p, const Launch& launch) {
   if (p.a.num_tiles == 0) return;
   switch (p.a.head_dim) {
-    case 64: launch_d<64>(p, stream); break;
-    case 128: launch_d<128>(p, stream); break;
+    case 64: launch_d<64>(p, launch); break;
+    case 128: launch_d<128>(p, launch); break;
     default: CHECK_MSG(false, "split prefill attention: head_dim {}", p.a.head_dim);
   }
   if (p.num_combine > 0) {
     launch_pdl(combine_kernel, dim3(unsigned(p.num_combine), unsigned(p.a.kv_heads * kRows)),
-               dim3(unsigned(p.a.head_dim)), 0, stream, p);
+               dim3(unsigned(p.a.head_dim)), 0, launch, p);
     CUDA_LAUNCH_CHECK();
   }
 }

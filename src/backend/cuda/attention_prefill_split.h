@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "backend/attention_metadata.h"
-#include "backend/cuda/kernels.h"
+#include "backend/cuda/attention.h"
 
 namespace strata::cuda {
 
@@ -28,13 +28,6 @@ struct SplitPrefillParams {
   int pad_;
 };
 
-// When the split path serves a prefill batch's sequences: 0 never (the regular kernels), 1 auto
-// (the default: see plan_split_prefill), 2 all of them whenever supported (tests).
-// STRATA_CUDA_PREFILL_SPLIT=0/1/2 sets the starting value.
-void set_prefill_split_mode(int mode);
-int prefill_split_mode();
-// Split sizing: aim at this many blocks per SM over the whole batch (default 2).
-void set_prefill_split_blocks_per_sm(int n);
 bool split_prefill_supported(int head_dim, int group);
 
 struct SplitPrefillPlan {
@@ -46,12 +39,15 @@ struct SplitPrefillPlan {
   // Whether the split kernel serves sequence s (the regular kernels take the others).
   bool takes(int s) const { return !seqs.empty() && seqs[size_t(s)] != 0; }
 };
-// Plans one prefill batch (host metadata): which sequences take the split path (auto: short
-// chunks over long contexts, when the regular kernels' grid would wait on their long tiles; mode
-// 2: all) and its work. false: none does, every sequence takes the regular kernels.
+// Plans one prefill batch (host metadata): which sequences take the split path and its work.
+// `mode` (CudaTunables::prefill_split_mode): 0 none, 1 auto (short chunks over long contexts,
+// when the regular kernels' grid would wait on their long tiles), 2 all whenever supported;
+// splits sized for `blocks_per_sm` blocks per SM over the batch. false: none takes it, every
+// sequence takes the regular kernels.
 bool plan_split_prefill(const AttentionMetadata& meta, int head_dim, int group, int kv_heads,
-                        bool fp8_kv, int num_sms, SplitPrefillPlan* plan);
+                        bool fp8_kv, int num_sms, int mode, int blocks_per_sm,
+                        SplitPrefillPlan* plan);
 void init_split_prefill_kernels();
-void launch_split_prefill(const SplitPrefillParams& p, cudaStream_t stream);
+void launch_split_prefill(const SplitPrefillParams& p, const Launch& launch);
 
 }  // namespace strata::cuda

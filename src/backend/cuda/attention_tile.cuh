@@ -3,17 +3,17 @@
 //   prefill kernel (attention_prefill_split.cu) runs too: one KV head's K and V rows of a
 //   sequence's keys [begin, end), in chunks, kStages chunks in flight, through a slot table in
 //   shared memory filled one chunk ahead of its copies;
-// - the output epilogue of the FA prefill kernel (attention_prefill_fa.cu), which the split-KV
+// - the output epilogue of the mma.sync prefill kernel (bench/cuda/dev), which the split-KV
 //   prefill kernel's single-split tiles share: the quad's row sum, then one normalized bf16 row.
 // All device functions are __forceinline__: the kernels compile as when these were written inline.
 #pragma once
 
 #include <cstdint>
 
+#include "backend/cuda/attention.h"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/fp8.cuh"
-#include "backend/cuda/kernels.h"
 
 namespace strata::cuda::attn {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.h"
 
 namespace strata::cuda {
 
@@ -70,22 +70,20 @@ __device__ __forceinline__ void pdl_enter(int early) {
 __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
-// On unless STRATA_CUDA_PDL=0 or set_pdl_enabled(false) (A/B measurements).
-bool pdl_enabled();
-
+// Launches `kernel` with programmatic dependent launch when `launch.pdl` (CudaTunables::pdl).
 template <typename... KArgs, typename... Args>
-void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, const Launch& launch,
                 Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
+  cfg.stream = launch.stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  cfg.numAttrs = launch.pdl ? 1 : 0;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 

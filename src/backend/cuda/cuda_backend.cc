@@ -1,13 +1,11 @@
-// CudaBackend: memory (caching pool, KV storage), host-input staging, steps and CUDA graphs,
-// uploads and downloads. The ops' dispatch is in dispatch.cc.
+// CudaBackend: host-input staging, steps, uploads and downloads, the tunables. Memory is in
+// device_memory.cc, the launch recorder in graph_recorder.cc, each op in its family's .cu file.
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
-#include <chrono>
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
 
+#include "backend/cuda/elementwise.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 
@@ -18,163 +16,22 @@ std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<cuda::Cud
 namespace cuda {
 namespace {
 
-constexpr size_t kAlign = 256;
 constexpr size_t kStagingBytes = size_t(64) << 20;
 constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
 
-size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
-
-}  // namespace
-
-// ---- DevicePool ----
-DevicePool::~DevicePool() {
-  for (auto& [p, bytes] : owned_) cudaFree(p);
-}
-
-// Size classes: 256-byte multiples up to 1 MiB, then four classes per power of two, so that the
-// activations of decode batches of every size (a new size each step under continuous batching)
-// share a bounded set of blocks instead of each size keeping its own.
-size_t DevicePool::size_class(size_t bytes) {
-  bytes = std::max(kAlign, round_up(bytes, kAlign));
-  if (bytes <= (size_t(1) << 20)) return bytes;
-  size_t pow2 = size_t(1) << 20;
-  while (pow2 * 2 < bytes) pow2 *= 2;
-  return round_up(bytes, pow2 / 4);
-}
-
-void* DevicePool::alloc(size_t bytes) {
-  bytes = size_class(bytes);
-  auto& list = free_[bytes];
-  if (!list.empty()) {
-    void* p = list.back();
-    list.pop_back();
-    return p;
-  }
-  void* p = nullptr;
-  ++mallocs_;
-  cudaError_t err = cudaMalloc(&p, bytes);
-  if (err == cudaErrorMemoryAllocation) {
-    // Give the cached free blocks back to the driver and retry once.
-    (void)cudaGetLastError();
-    trim();
-    err = cudaMalloc(&p, bytes);
-  }
-  CHECK_MSG(err == cudaSuccess, "cudaMalloc of {} bytes failed ({} reserved): {}", bytes,
-            reserved_, cudaGetErrorString(err));
-  owned_.push_back({p, bytes});
-  reserved_ += bytes;
-  return p;
-}
-
-void DevicePool::trim() {
-  ++trims_;
-  CUDA_CHECK(cudaDeviceSynchronize());  // cached blocks may still be in use by queued work
-  if (on_trim_) on_trim_();
-  for (auto& [bytes, list] : free_) {
-    for (void* p : list) {
-      CUDA_CHECK(cudaFree(p));
-      reserved_ -= bytes;
-      owned_.erase(std::find(owned_.begin(), owned_.end(), std::pair<void*, size_t>{p, bytes}));
-    }
-    list.clear();
-  }
-}
-
-void DevicePool::release(void* ptr, size_t bytes) {
-  free_[size_class(bytes)].push_back(ptr);
-}
-
-CudaTensor::CudaTensor(std::shared_ptr<DevicePool> pool, DType dtype, const Shape& shape)
-    : pool_(std::move(pool)), bytes_(size_t(dtype_bytes_for(dtype, shape_numel(shape)))) {
-  void* p = bytes_ > 0 ? pool_->alloc(bytes_) : nullptr;
-  view_ = Tensor::make(p, dtype, shape, Device::kCuda);
-}
-
-CudaTensor::~CudaTensor() {
-  if (view_.data) pool_->release(view_.data, bytes_);
-}
-
-// ---- KV storage ----
-namespace {
-Status check_cuda_kv_layout(const KvLayout& layout) {
-  for (int l = 0; l < layout.num_layers; ++l) {
-    const DType dt = layout.layer_dtype(l);
-    const bool fp8 = dt == DType::kFP8E4M3 || dt == DType::kFP8E5M2;
-    if (dt != DType::kBF16 && !fp8)
-      return unimplemented("CUDA backend: KV dtype {} (layer {}) is not implemented; use bf16, "
-                           "fp8_e4m3 or fp8_e5m2", dtype_name(dt), l);
-    if (!fp8) continue;
-    if (layout.format == KvFormat::kFlashMlaFp8)
-      return unimplemented("CUDA backend: the FlashMLA FP8 KV layout (fp8_flashmla) is not "
-                           "implemented; use --device cpu or a bf16 KV cache");
-    if (layout.k_row_is_split(l))
-      return unimplemented("CUDA backend: MLA KV rows with a separate rope dtype "
-                           "(--kv-mla-rope-dtype) are not implemented; use --device cpu");
-    if (layout.rope_dim > 0)
-      return unimplemented("CUDA backend: fp8 MLA KV caches are not implemented (the MLA "
-                           "attention kernels are not ported); use --device cpu or bf16 KV");
-  }
-  return Status();
-}
 }  // namespace
 
 Status CudaBackend::check_kv_layout(const KvLayout& layout) const {
   return check_cuda_kv_layout(layout);
 }
 
-CudaKvStorage::CudaKvStorage(const KvLayout& layout) : KvStorage(layout) {
-  const Status st = check_cuda_kv_layout(layout);
-  CHECK_MSG(st.ok(), "{}", st.message());
-  std::vector<size_t> k_off, v_off;
-  size_t total = 0;
-  const int64_t slots = layout.num_pages * layout.page_size;
-  for (int l = 0; l < layout.num_layers; ++l) {
-    const DType dt = layout.layer_dtype(l);
-    k_off.push_back(total);
-    total += round_up(size_t(dtype_bytes_for(dt, slots * layout.k_dim)), kAlign);
-    v_off.push_back(total);
-    total += round_up(size_t(dtype_bytes_for(dt, slots * layout.v_dim)), kAlign);
-  }
-  CUDA_CHECK(cudaMalloc(&memory_, std::max<size_t>(total, kAlign)));
-  CUDA_CHECK(cudaMemset(memory_, 0, std::max<size_t>(total, kAlign)));
-  char* base = static_cast<char*>(memory_);
-  for (int l = 0; l < layout.num_layers; ++l) {
-    const DType dt = layout.layer_dtype(l);
-    k_.push_back(Tensor::make(base + k_off[size_t(l)], dt,
-                              {layout.num_pages, layout.page_size, layout.k_dim}, Device::kCuda));
-    v_.push_back(Tensor::make(layout.v_dim > 0 ? base + v_off[size_t(l)] : nullptr, dt,
-                              {layout.num_pages, layout.page_size, layout.v_dim}, Device::kCuda));
-  }
-}
-
-CudaKvStorage::~CudaKvStorage() { cudaFree(memory_); }
-
-// ---- Staging ----
-Staging::Staging(size_t capacity_bytes) : capacity_(capacity_bytes) {
-  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_), capacity_));
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_), capacity_));
-}
-
-Staging::~Staging() {
-  cudaFreeHost(host_);
-  cudaFree(device_);
-}
-
-size_t Staging::reserve(size_t bytes) {
-  const size_t off = used_;
-  used_ = round_up(used_ + bytes, kAlign);
-  CHECK_MSG(used_ <= capacity_, "host-input staging overflow: {} of {} bytes", used_, capacity_);
-  return off;
-}
-
-int64_t Staging::find(const int32_t* host, int64_t n) const {
-  for (const Entry& e : entries_)
-    if (e.n == n && std::memcmp(host_ + e.offset, host, size_t(n) * 4) == 0) return int64_t(e.offset);
-  return -1;
-}
-
 // ---- CudaBackend ----
-CudaBackend::CudaBackend() : pool_(std::make_shared<DevicePool>()), staging_(kStagingBytes) {
+CudaBackend::CudaBackend()
+    : pool_(std::make_shared<DevicePool>()),
+      staging_(kStagingBytes),
+      tunables_(CudaTunables::from_environment()),
+      cpu_twin_calls_(size_t(kNumCpuTwinOps), 0) {
+  tunables_.check();
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, dev));
@@ -186,41 +43,34 @@ CudaBackend::CudaBackend() : pool_(std::make_shared<DevicePool>()), staging_(kSt
   CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes) == CUBLAS_STATUS_SUCCESS);
   CHECK(cublasSetStream(cublas_, stream_) == CUBLAS_STATUS_SUCCESS);
   init_attention_kernels();
-  if (const char* e = std::getenv("STRATA_STEP_TIMING")) log_eager_ = std::string_view(e) == "1";
   // Captured graphs hold addresses of cached blocks: a trim drops them (re-captured on demand).
   pool_->set_on_trim([this] {
     // Launches recorded for a graph but not yet run may use cached blocks: never free under them.
-    CHECK_MSG(pending_.empty(), "device memory exhausted while recording a CUDA graph step");
-    for (auto& [h, g] : graphs_) cudaGraphExecDestroy(g.exec);
-    graphs_.clear();
+    CHECK_MSG(!recorder_.has_pending(), "device memory exhausted while recording a CUDA graph step");
+    recorder_.drop_graphs();
   });
 }
 
 CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
-  if (stats_.recorded_steps > 0) {
-    const double steps = double(stats_.recorded_steps);
+  const GraphStats& stats = recorder_.stats();
+  if (stats.recorded_steps > 0) {
+    const double steps = double(stats.recorded_steps);
     LOG_INFO("CUDA graphs: {} steps recorded: {} replayed, {} captured ({:.2f} ms per capture); "
              "host time per recorded step {:.1f} us (of which flush {:.1f} us); {} steps eager",
-             stats_.recorded_steps, stats_.replays, stats_.captures,
-             stats_.captures ? 1e-6 * double(stats_.capture_ns) / double(stats_.captures) : 0.0,
-             1e-3 * double(stats_.record_ns) / steps, 1e-3 * double(stats_.flush_ns) / steps,
-             stats_.eager_steps);
+             stats.recorded_steps, stats.replays, stats.captures,
+             stats.captures ? 1e-6 * double(stats.capture_ns) / double(stats.captures) : 0.0,
+             1e-3 * double(stats.record_ns) / steps, 1e-3 * double(stats.flush_ns) / steps,
+             stats.eager_steps);
   }
   if (download_buffer_) cudaFreeHost(download_buffer_);
-  for (auto& [h, g] : graphs_) cudaGraphExecDestroy(g.exec);
+  recorder_.drop_graphs();
   cublasDestroy(cublas_);
   cudaFree(cublas_workspace_);
+  fp8_planner_.reset();
+  if (fp8_workspace_) cudaFree(fp8_workspace_);
   cudaStreamDestroy(own_stream_);
 }
-
-namespace {
-int64_t host_now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
 
 void CudaBackend::begin_op() {
   if (in_step_) return;
@@ -230,119 +80,41 @@ void CudaBackend::begin_op() {
   meta_valid_ = false;
 }
 
-namespace {
-// The graph cache's key: 8 bytes per multiply (a step's signature is tens of KB at batch 1, and
-// the host hashes it on the device's critical path); equality is still checked on the whole
-// signature.
-size_t signature_hash(const std::string& s) {
-  uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
-  size_t i = 0;
-  for (; i + 8 <= s.size(); i += 8) {
-    uint64_t w;
-    std::memcpy(&w, s.data() + i, 8);
-    h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 31;
-  }
-  for (; i < s.size(); ++i) h = (h ^ uint8_t(s[i])) * 0x94D049BB133111EBull;
-  return size_t(h ^ (h >> 29));
-}
-}  // namespace
-
-void CudaBackend::flush() {
-  if (!graph_mode_ || pending_.empty()) return;
-  const int64_t flush_start = host_now_ns();
-  const size_t h = signature_hash(signature_);
-  auto it = graphs_.find(h);
-  if (it != graphs_.end() && it->second.signature == signature_) {
-    CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
-    ++stats_.replays;
-  } else {
-    cudaGraph_t graph = nullptr;
-    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    for (const Pending& l : pending_) l.run(signature_.data() + l.offset, l.fn, stream_);
-    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-    cudaGraphExec_t exec = nullptr;
-    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    CUDA_CHECK(cudaGraphDestroy(graph));
-    if (it != graphs_.end()) {
-      cudaGraphExecDestroy(it->second.exec);
-    } else if (graphs_.size() >= kMaxGraphs) {
-      // Serving meets many step shapes (batch sizes x context buckets): keep memory bounded by
-      // starting over; the shapes in use are captured again on their next step.
-      for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
-      graphs_.clear();
-    }
-    graphs_[h] = Graph{signature_, exec};
-    CUDA_CHECK(cudaGraphLaunch(exec, stream_));
-    ++stats_.captures;
-    stats_.capture_ns += host_now_ns() - flush_start;
-  }
-  pending_.clear();
-  signature_.clear();
-  last_op_ = 0;
-  const int64_t now = host_now_ns();
-  stats_.flush_ns += now - flush_start;
-  stats_.record_ns += now - step_start_ns_;
-  ++stats_.recorded_steps;
-}
-
 void CudaBackend::end_step() {
-  const bool eager = !graph_mode_ && in_step_;
-  if (graph_mode_) flush();
+  const bool eager = !recorder_.graph_mode() && in_step_;
+  recorder_.flush(launch(), step_start_ns_);
   const int64_t launched = host_now_ns();
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (eager) {
-    ++stats_.eager_steps;
-    stats_.eager_launch_ns += launched - step_start_ns_;
-    stats_.eager_wait_ns += host_now_ns() - launched;
-    if (log_eager_ && stats_.eager_steps % 256 == 0) log_eager_steps();
+    GraphStats& stats = recorder_.stats();
+    ++stats.eager_steps;
+    stats.eager_launch_ns += launched - step_start_ns_;
+    stats.eager_wait_ns += host_now_ns() - launched;
+    if (tunables_.log_eager_steps && stats.eager_steps % 256 == 0) log_eager_steps();
   }
   in_step_ = false;
-  collect_profile();
+  recorder_.collect_profile();
 }
 
 void CudaBackend::log_eager_steps() {
-  const double n = double(stats_.eager_steps - logged_.eager_steps);
+  const GraphStats& stats = recorder_.stats();
+  const double n = double(stats.eager_steps - logged_.eager_steps);
   LOG_INFO("CUDA eager steps: {} steps: host launching {:.2f} ms, then waiting for the device {:.2f} ms "
            "per step; device pool: {} cudaMalloc, {} trims so far",
-           stats_.eager_steps - logged_.eager_steps,
-           1e-6 * double(stats_.eager_launch_ns - logged_.eager_launch_ns) / n,
-           1e-6 * double(stats_.eager_wait_ns - logged_.eager_wait_ns) / n, pool_->mallocs(), pool_->trims());
-  logged_ = stats_;
-}
-
-void CudaBackend::collect_profile() {
-  for (const Profiled& e : profiled_) {
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, e.start, e.stop));
-    auto& acc = profile_ms_[e.op];
-    acc.first += ms;
-    ++acc.second;
-    cudaEventDestroy(e.start);
-    cudaEventDestroy(e.stop);
-  }
-  profiled_.clear();
+           stats.eager_steps - logged_.eager_steps,
+           1e-6 * double(stats.eager_launch_ns - logged_.eager_launch_ns) / n,
+           1e-6 * double(stats.eager_wait_ns - logged_.eager_wait_ns) / n, pool_->mallocs(), pool_->trims());
+  logged_ = stats;
 }
 
 void CudaBackend::set_profile(bool on) {
   end_step();
-  profile_ = on;
-  profile_ms_.clear();
+  recorder_.set_profile(on);
 }
 
 std::string CudaBackend::profile_report(int steps) {
   end_step();
-  std::vector<std::pair<int, std::pair<double, int64_t>>> rows(profile_ms_.begin(), profile_ms_.end());
-  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
-  double total = 0;
-  for (auto& r : rows) total += r.second.first;
-  std::string out;
-  for (auto& [op, v] : rows)
-    out += fmt::format("profile  {:<14} {:8.1f} us/step  {:5.1f} launches/step  {:6.2f} us/launch  {:5.1f}%\n",
-                       op_name(op), 1e3 * v.first / steps, double(v.second) / steps,
-                       1e3 * v.first / double(v.second), 100.0 * v.first / total);
-  out += fmt::format("profile  total          {:8.1f} us/step\n", 1e3 * total / steps);
-  return out;
+  return recorder_.profile_report(steps);
 }
 
 void CudaBackend::synchronize() { end_step(); }
@@ -362,7 +134,7 @@ void CudaBackend::fill_all_random(uint64_t seed, float scale) {
 
 void CudaBackend::set_graph_mode(bool on) {
   end_step();
-  graph_mode_ = on;
+  recorder_.set_graph_mode(on);
 }
 
 void CudaBackend::set_stream(cudaStream_t s, int gemm_sm_target) {
@@ -373,25 +145,22 @@ void CudaBackend::set_stream(cudaStream_t s, int gemm_sm_target) {
   reset_graphs();  // captured on the old stream
 }
 
-void CudaBackend::set_pdl(bool on) {
-  set_pdl_enabled(on);
+void CudaBackend::set_tunables(const CudaTunables& t) {
+  t.check();
+  end_step();
+  tunables_ = t;
   reset_graphs();
 }
 
-void CudaBackend::set_pdl_early(bool on) {
-  pdl_early_ = on;
-  reset_graphs();
-}
-
-void CudaBackend::set_fusion(bool on) {
-  fusion_ = on;
+void CudaBackend::set_dev_kernels(const DevKernels& k) {
+  end_step();
+  dev_ = k;
   reset_graphs();
 }
 
 void CudaBackend::reset_graphs() {
   end_step();
-  for (auto& [h, g] : graphs_) cudaGraphExecDestroy(g.exec);
-  graphs_.clear();
+  recorder_.drop_graphs();
 }
 
 const int32_t* CudaBackend::stage_i32(const int32_t* host, int64_t n, int64_t copy_n) {
@@ -411,8 +180,8 @@ const int32_t* CudaBackend::stage_i32(const int32_t* host, int64_t n, int64_t co
   p.dst = staging_.device(off);
   p.src = staging_.host(off);
   p.bytes = size_t(copy_n) * 4;
-  record<CopyParams>(1, p, [](const CopyParams& c, cudaStream_t s) {
-    CUDA_CHECK(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyHostToDevice, s));
+  record<CopyParams>(kOpCopy, p, [](const CopyParams& c, const Launch& l) {
+    CUDA_CHECK(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyHostToDevice, l.stream));
   });
   return reinterpret_cast<const int32_t*>(staging_.device(off));
 }

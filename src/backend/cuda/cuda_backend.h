@@ -1,15 +1,21 @@
 // The CUDA backend: bf16 weights and activations, float32 accumulation, paged KV in bf16 or fp8
 // (e4m3 / e5m2, per-layer scales and dtypes; fp8.cuh).
 //
-// Files: one .cu per op (kernels.h lists the launchers); dispatch.cc turns Backend calls into
-// launches; this class owns memory, host-input staging and CUDA graphs; fallback.cc runs the
-// ops not yet ported (MLA attention, MoE) on the CPU twin through host copies.
+// Files, by op family as in backend/cpu/: each family is one .cu holding its kernels and its
+// host entry (the CudaBackend member that checks the tensors, fills the launch parameters and
+// records the launch) plus a small header with its parameter structs: attention (attention.h;
+// the kernels in attention_*.cu), linear, norm, rope (and the fused qkv_rope), elementwise,
+// copies (embedding, gathers, slices), kv_write, sampling; mla.cu and moe.cu are the homes of
+// ops not yet on the GPU, which cpu_twin.cc runs on the CPU reference (a declared table,
+// counted). This class owns memory (device_memory.h), host-input staging, steps, the launch
+// recorder (graph_recorder.h) and the tunables (tunables.h, the one place that reads the
+// environment).
 //
 // Execution model. Every op becomes one or more launches, each a trivially copyable parameter
-// block plus a launcher. In eager mode (the default) a launch runs at once on the backend's
-// stream. In graph mode (set_graph_mode) the launches of a step are recorded, and a step ends at
-// the next download_f32 (the forward pass's logits): the step's parameter bytes are its
-// signature; an identical signature replays the graph captured for it, a new one is captured
+// block plus a launcher (launch.h). In eager mode (the default) a launch runs at once on the
+// backend's stream. In graph mode (set_graph_mode) the launches of a step are recorded, and a
+// step ends at the next download_f32 (the forward pass's logits): the step's parameter bytes are
+// its signature; an identical signature replays the graph captured for it, a new one is captured
 // once. This needs no help from the architecture code: host inputs (token ids, positions, page
 // tables) are copied into pinned staging at offsets that depend only on the step's shapes, so a
 // replay's copy nodes pick up the new values; device memory comes from a LIFO caching pool, so
@@ -22,114 +28,40 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cuda/kernels.h"
+#include "backend/cuda/attention.h"
+#include "backend/cuda/device_memory.h"
+#include "backend/cuda/graph_recorder.h"
+#include "backend/cuda/launch.h"
+#include "backend/cuda/linear.h"
+#include "backend/cuda/linear_fp8.h"
+#include "backend/cuda/ops.h"
+#include "backend/cuda/tunables.h"
 
 namespace strata::cuda {
 
-// Device memory, cached by size class (size_class) and reused last-freed-first. Returns cached
-// memory to the driver only when an allocation would otherwise fail (trim).
-class DevicePool {
- public:
-  DevicePool() = default;
-  DevicePool(const DevicePool&) = delete;
-  DevicePool& operator=(const DevicePool&) = delete;
-  ~DevicePool();
-  void* alloc(size_t bytes);
-  void release(void* ptr, size_t bytes);
-  size_t bytes_reserved() const { return reserved_; }
-  // Frees every cached block (alloc does this once before failing for lack of memory).
-  void trim();
-  void set_on_trim(std::function<void()> fn) { on_trim_ = std::move(fn); }
-  static size_t size_class(size_t bytes);
-  int64_t mallocs() const { return mallocs_; }  // cudaMalloc calls (a cache miss each)
-  int64_t trims() const { return trims_; }      // cache flushes (each synchronizes the device)
-  // Every allocation and its size (benchmarks fill them with random values).
-  const std::vector<std::pair<void*, size_t>>& allocations() const { return owned_; }
-
- private:
-  std::unordered_map<size_t, std::vector<void*>> free_;
-  std::vector<std::pair<void*, size_t>> owned_;
-  size_t reserved_ = 0;
-  int64_t mallocs_ = 0, trims_ = 0;
-  std::function<void()> on_trim_;
+// Development kernels (bench/cuda/dev/) in place of the product's, for A/B measurements and their
+// parity tests; the product never sets them. Null: the product's kernel.
+struct DevKernels {
+  // Prefill attention (paged_attention's regular prefill launches, every head_dim).
+  void (*prefill_attention)(const AttentionParams&, const Launch&) = nullptr;
+  // linear and linear_silu_mul of gemv_min_rows..gemv_max_rows rows (k % 8 == 0, 16-byte aligned
+  // rows), in place of the FMA GEMV and cuBLAS.
+  void (*gemv)(const GemvParams&, const Launch&) = nullptr;
+  int gemv_min_rows = 1, gemv_max_rows = 0;
 };
 
-class CudaTensor : public DeviceTensor {
- public:
-  CudaTensor(std::shared_ptr<DevicePool> pool, DType dtype, const Shape& shape);
-  ~CudaTensor() override;
-
- private:
-  std::shared_ptr<DevicePool> pool_;
-  size_t bytes_ = 0;
+// The ops not yet on the GPU, run on the CPU reference through host copies (cpu_twin.cc).
+struct CpuTwinOp {
+  const char* name;    // as cpu_fallback_counts and the metrics name it
+  const char* reason;  // why, and where the GPU version is tracked
 };
-
-class CudaKvStorage : public KvStorage {
- public:
-  explicit CudaKvStorage(const KvLayout& layout);
-  ~CudaKvStorage() override;
-  Tensor k(int layer) const override { return k_[size_t(layer)]; }
-  Tensor v(int layer) const override { return v_[size_t(layer)]; }
-
- private:
-  void* memory_ = nullptr;
-  std::vector<Tensor> k_, v_;  // per layer [num_pages, page_size, k_dim | v_dim], layer dtype
-};
-
-// Pinned host memory mirrored by device memory: the per-step host inputs. Offsets restart at
-// every step, so a step's layout depends only on the order and sizes of what it stages.
-class Staging {
- public:
-  explicit Staging(size_t capacity_bytes);
-  ~Staging();
-  void reset() {
-    used_ = 0;
-    entries_.clear();
-  }
-  // Reserves `bytes` (256-byte aligned); returns the offset.
-  size_t reserve(size_t bytes);
-  char* host(size_t offset) const { return host_ + offset; }
-  char* device(size_t offset) const { return device_ + offset; }
-  // A staged int32 array whose contents equal host[0..n), or -1.
-  int64_t find(const int32_t* host, int64_t n) const;
-  void remember(size_t offset, int64_t n) { entries_.push_back({offset, n}); }
-  size_t capacity() const { return capacity_; }
-
- private:
-  struct Entry {
-    size_t offset;
-    int64_t n;
-  };
-  char* host_ = nullptr;
-  char* device_ = nullptr;
-  size_t capacity_ = 0, used_ = 0;
-  std::vector<Entry> entries_;
-};
-
-struct GraphStats {
-  int64_t captures = 0;
-  int64_t replays = 0;
-  int64_t eager_steps = 0;
-  // Graph mode: host time from a step's first op to its graph launch (recording, signature,
-  // lookup), summed over `recorded_steps`. The device idles through it.
-  int64_t record_ns = 0;
-  int64_t recorded_steps = 0;
-  // The part of record_ns spent in flush (signature hash and lookup, graph launch or capture).
-  int64_t flush_ns = 0;
-  // The part of flush_ns spent capturing and instantiating graphs for new signatures.
-  int64_t capture_ns = 0;
-  // Eager steps: host time from the first op to the step's end (launching every op), and the
-  // wait for the device after it. A wait near zero means the host, not the GPU, set the pace.
-  int64_t eager_launch_ns = 0;
-  int64_t eager_wait_ns = 0;
-};
+extern const CpuTwinOp kCpuTwinOps[];
+extern const int kNumCpuTwinOps;
 
 class CudaBackend : public Backend {
  public:
@@ -145,61 +77,81 @@ class CudaBackend : public Backend {
   DeviceTensorPtr upload(const Tensor& host_f32, DType dtype) override;
   void download_f32(const Tensor& src, float* dst) override;
   std::unique_ptr<KvStorage> alloc_kv(const KvLayout& layout) override;
-  // bf16, fp8_e4m3 and fp8_e5m2 plain rows per layer (mixed allowed); refuses MLA fp8 rows
-  // (rope split, FlashMLA tiles), fp8 MLA caches in general, and every other dtype.
+  // check_cuda_kv_layout (device_memory.h).
   Status check_kv_layout(const KvLayout& layout) const override;
 
+  // ---- ops, by family file ----
+  // copies.cu
   void embedding(const int32_t* ids, int num_tokens, const Tensor& table, const Tensor& out) override;
+  void gather_rows(const Tensor& x, const int32_t* rows, int n, const Tensor& out) override;
+  void slice_columns(const Tensor& x, int64_t begin, int64_t end, const Tensor& out) override;
+  void copy_columns(const Tensor& x, int64_t begin, int64_t end, const Tensor& out,
+                    int64_t out_begin) override;
+  // linear.cu: the GEMV at decode sizes (m <= tunables().gemv_max_rows), else cuBLAS; a linear
+  // with a float32 output (MoE routers) runs on the CPU twin. linear_silu_mul: one GEMV launch
+  // with the SwiGLU epilogue at decode sizes, else the Backend default.
   void linear(const Tensor& x, const LinearWeight& w, const Tensor& out) override;
+  void linear_silu_mul(const Tensor& x, const LinearWeight& w, const Tensor& out) override;
+  // linear_packed.cc: INT4 group-quantized and FP8 128x128-block weights stay packed (their
+  // kernels: linear_int4.h, linear_fp8.h); other formats are dequantized to bf16.
+  LinearWeight upload_linear(const HostLinearWeight& w, const Tensor& bias_f32) override;
+  WeightPolicy weight_policy() const override;
+  void per_head_linear(const Tensor& x, int64_t x_begin, const Tensor& w, const Tensor& out,
+                       int64_t out_begin) override;
+  // norm.cu
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) override;
   void add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, float eps,
                     const Tensor& out) override;
+  // elementwise.cu
   void add(const Tensor& a, const Tensor& b, const Tensor& out) override;
   void silu_mul(const Tensor& x, const Tensor& out) override;
+  // rope.cu; qkv_rope.cu (split + rope + KV write in one launch, else the Backend default)
   void rope(const Tensor& x, const int32_t* positions, const RopeArgs& args) override;
-  void kv_write(KvStorage& kv, int layer, const Tensor& k, const Tensor& v,
-                const AttentionMetadata& meta) override;
-  void paged_attention(const Tensor& q, const KvStorage& kv, int layer,
-                       const AttentionMetadata& meta, const AttentionArgs& args,
-                       const Tensor& out) override;
-  void mla_attention(const Tensor& q_latent, const KvStorage& kv, int layer,
-                     const AttentionMetadata& meta, const MlaArgs& args, const Tensor& out) override;
-  void gather_rows(const Tensor& x, const int32_t* rows, int n, const Tensor& out) override;
-  void slice_columns(const Tensor& x, int64_t begin, int64_t end, const Tensor& out) override;
-  // Fused ops: one GEMV launch with the SwiGLU epilogue at decode sizes (m <= gemv_max_rows());
-  // one launch for split + rope + KV write (qkv_rope.cu). Otherwise the Backend defaults.
-  void linear_silu_mul(const Tensor& x, const LinearWeight& w, const Tensor& out) override;
   void qkv_rope_kv_write(const Tensor& qkv, int heads, int kv_heads, int head_dim,
                          const RopeArgs& rope, KvStorage& kv, int layer,
                          const AttentionMetadata& meta, const Tensor& q) override;
-  void copy_columns(const Tensor& x, int64_t begin, int64_t end, const Tensor& out,
-                    int64_t out_begin) override;
-  void per_head_linear(const Tensor& x, int64_t x_begin, const Tensor& w, const Tensor& out,
-                       int64_t out_begin) override;
+  // kv_write.cu
+  void kv_write(KvStorage& kv, int layer, const Tensor& k, const Tensor& v,
+                const AttentionMetadata& meta) override;
+  // attention.cu
+  void paged_attention(const Tensor& q, const KvStorage& kv, int layer,
+                       const AttentionMetadata& meta, const AttentionArgs& args,
+                       const Tensor& out) override;
+  // sampling.cu: one block per row; only the ids are copied back.
+  void sample(const Tensor& logits, const SampleRowParams* params, int32_t* out_ids) override;
+  // cpu_twin.cc (homes: mla.cu, moe.cu)
+  void mla_attention(const Tensor& q_latent, const KvStorage& kv, int layer,
+                     const AttentionMetadata& meta, const MlaArgs& args, const Tensor& out) override;
   void moe_route(const Tensor& router_logits, const Tensor& correction_bias,
                  const MoeRouteArgs& args, const Tensor& topk_ids,
                  const Tensor& topk_weights) override;
   void moe_experts(const Tensor& x, const MoeExpertWeights& experts, const Tensor& topk_ids,
                    const Tensor& topk_weights, const Tensor& out) override;
-  // sampling.cu, one block per row; only the ids are copied back.
-  void sample(const Tensor& logits, const SampleRowParams* params, int32_t* out_ids) override;
+  // Every op of kCpuTwinOps with its calls so far.
+  std::vector<std::pair<std::string, int64_t>> cpu_fallback_counts() const override;
 
   // ---- CUDA-specific ----
   // Graph mode: see the file comment. Switching flushes the current step.
   void set_graph_mode(bool on) override;
-  // Programmatic dependent launch on/off (A/B): drops the captured graphs.
-  void set_pdl(bool on);
-  // Decode kernels (GEMV, RMSNorm, fused rope/KV write, decode attention) trigger their
-  // successor before waiting on their predecessor (common.cuh pdl_enter). Off by default: on the
-  // H200 batch-1 decode ran 0.5 ms/token slower with it (bench/RESULTS.md, 2026-11-29 night).
-  void set_pdl_early(bool on);
-  // The fused ops (linear_silu_mul, qkv_rope_kv_write) as one launch (default) or through the
-  // Backend defaults (A/B measurements, parity tests).
-  void set_fusion(bool on);
-  // Drops every captured graph (after changing a launch tunable that is not in the signature).
+  const CudaTunables& tunables() const { return tunables_; }
+  // Ends the step and drops the captured graphs (CHECK-fails on a value out of range).
+  void set_tunables(const CudaTunables& t);
+  // set_tunables of the current tunables as `edit` changes them, e.g.
+  // be.tune([](CudaTunables& t) { t.fusion = false; }).
+  template <typename F>
+  void tune(F&& edit) {
+    CudaTunables t = tunables_;
+    edit(t);
+    set_tunables(t);
+  }
+  // Development kernels (bench/cuda/dev): ends the step and drops the captured graphs.
+  void set_dev_kernels(const DevKernels& k);
+  // Drops every captured graph.
   void reset_graphs();
-  const GraphStats& graph_stats() const { return stats_; }
+  const GraphStats& graph_stats() const { return recorder_.stats(); }
   cudaStream_t stream() const { return stream_; }
+  // Where and how this backend launches (benchmarks that call a launcher directly).
+  Launch launch() const { return Launch{stream_, tunables_.pdl}; }
   // Benchmarks: launch on `s` from now on (e.g. a green context's stream, which runs on a share of
   // the SMs; null: the backend's own stream again), cuBLAS too, its kernels chosen for
   // `gemm_sm_target` SMs (0: the whole GPU). The caller keeps `s` alive while it is in use.
@@ -218,67 +170,16 @@ class CudaBackend : public Backend {
   size_t pool_bytes() const { return pool_->bytes_reserved(); }
 
  private:
-  friend struct Dispatch;
   // Marks the start of a step at the first op after a download.
   void begin_op();
-  // Graph mode: replays or captures the recorded launches. Eager: nothing.
-  void flush();
   // Flushes and waits; the next op starts a new step.
   void end_step();
-  // A linear with a float32 output (MoE routers: the reference scores experts in float32), on
-  // the CPU twin like the other DeepSeek ops (fallback.cc).
-  void linear_f32_out(const Tensor& x, const LinearWeight& w, const Tensor& out);
 
-  // Runs (eager) or records (graph mode) one launch. `op` and the bytes of `p` join the step's
-  // signature; `p` must be fully initialized, padding included (memset before filling).
+  // Runs or records one launch (GraphRecorder::record) on this backend's stream.
   template <typename P>
-  void record(int op, const P& p, void (*fn)(const P&, cudaStream_t)) {
-    if (!graph_mode_) {
-      if (profile_) {
-        Profiled e{op, nullptr, nullptr};
-        CUDA_CHECK(cudaEventCreate(&e.start));
-        CUDA_CHECK(cudaEventCreate(&e.stop));
-        CUDA_CHECK(cudaEventRecord(e.start, stream_));
-        fn(p, stream_);
-        CUDA_CHECK(cudaEventRecord(e.stop, stream_));
-        profiled_.push_back(e);
-      } else {
-        fn(p, stream_);
-      }
-      return;
-    }
-    last_op_ = op;
-    last_sig_start_ = signature_.size();
-    signature_.append(reinterpret_cast<const char*>(&op), sizeof op);
-    signature_.append(reinterpret_cast<const char*>(&p), sizeof p);
-    // The parameter bytes already sit in the signature: a pending launch only names them (no
-    // allocation per launch; the host's recording time is time the device waits).
-    pending_.push_back(Pending{&run_recorded<P>, reinterpret_cast<AnyFn>(fn),
-                               last_sig_start_ + sizeof op});
+  void record(Op op, const P& p, void (*fn)(const P&, const Launch&)) {
+    recorder_.record(op, p, fn, launch());
   }
-
-  using AnyFn = void (*)();
-  // Runs a recorded launch from its parameter bytes (copied out: the signature's bytes carry no
-  // alignment guarantee).
-  template <typename P>
-  static void run_recorded(const char* bytes, AnyFn fn, cudaStream_t s) {
-    P p;
-    std::memcpy(static_cast<void*>(&p), bytes, sizeof p);
-    reinterpret_cast<void (*)(const P&, cudaStream_t)>(fn)(p, s);
-  }
-  struct Pending {
-    void (*run)(const char*, AnyFn, cudaStream_t);
-    AnyFn fn;
-    size_t offset;  // of the parameter bytes in signature_
-  };
-
-  // Graph mode: removes the last recorded launch (to record a merged one instead).
-  void drop_last() {
-    pending_.pop_back();
-    signature_.resize(last_sig_start_);
-    last_op_ = 0;
-  }
-
   // Copies host int32 [n] into staging (or finds an identical staged copy this step) and
   // returns its device address. `copy_n` >= n elements are copied (a stable size for graphs).
   const int32_t* stage_i32(const int32_t* host, int64_t n, int64_t copy_n = -1);
@@ -288,6 +189,25 @@ class CudaBackend : public Backend {
   // keeps later reuse safe).
   DeviceTensorPtr scratch(int64_t bytes) { return alloc(DType::kU8, {bytes}); }
 
+  // linear.cu
+  GemvParams gemv_params(const Tensor& x, const Tensor& w, const float* bias, const Tensor& out,
+                         int64_t m) const;
+  bool dev_gemv_takes(int64_t m) const {
+    return dev_.gemv != nullptr && m >= dev_.gemv_min_rows && m <= dev_.gemv_max_rows;
+  }
+  // linear_packed.cc: linear / linear_silu_mul (glu) of a packed weight; whether the fused
+  // SwiGLU GEMV takes x.
+  void linear_packed(const Tensor& x, const LinearWeight& w, const Tensor& out, bool glu);
+  bool packed_glu_fused(const Tensor& x, const LinearWeight& w) const;
+  // A weight's dequantized values, bf16 [stack, out, in] (the CPU twin of packed MoE experts).
+  DeviceTensorPtr dequantize_bf16(const LinearWeight& w);
+  // cpu_twin.cc: a linear with a float32 output (MoE routers: the reference scores experts in
+  // float32); sampling rows of float32 logits (not produced by this backend's models).
+  void linear_f32_out(const Tensor& x, const LinearWeight& w, const Tensor& out);
+  void sample_f32_logits(const Tensor& logits, const SampleRowParams* params, int32_t* out_ids);
+  // Counts a call of kCpuTwinOps[i]; the first one is logged as a warning.
+  void count_cpu_twin(int i);
+
   std::shared_ptr<DevicePool> pool_;
   cudaStream_t stream_ = nullptr;      // where launches go (own_stream_ unless set_stream)
   cudaStream_t own_stream_ = nullptr;
@@ -296,6 +216,9 @@ class CudaBackend : public Backend {
   int num_sms_ = 0;
   Staging staging_;
   bool in_step_ = false;
+  CudaTunables tunables_;
+  DevKernels dev_;
+  GraphRecorder recorder_;
 
   // The metadata of this step, as uploaded.
   bool meta_valid_ = false;
@@ -304,43 +227,34 @@ class CudaBackend : public Backend {
   DeviceMeta meta_dev_{};
   int meta_max_q_ = 0, meta_min_q_ = 0, meta_max_kv_ = 0;
 
-  bool graph_mode_ = false;
-  bool pdl_early_ = false;
-  bool fusion_ = true;
   int64_t step_start_ns_ = 0;  // host clock at the step's first op (graph mode's record time)
-  bool log_eager_ = false;     // STRATA_STEP_TIMING=1: log eager_* every 256 eager steps
-  GraphStats logged_{};        // the counters at the last such log
-  // The last recorded launch (graph mode): consecutive column slices of one tensor and the q/k
-  // rope pair merge into one launch.
-  int last_op_ = 0;
-  size_t last_sig_start_ = 0;
-  MultiSliceParams last_slice_{};
-  RopeParams last_rope_{};
-  std::string signature_;
-  std::vector<Pending> pending_;
-  struct Graph {
-    std::string signature;
-    cudaGraphExec_t exec = nullptr;
-  };
-  std::unordered_map<size_t, Graph> graphs_;
-  static constexpr size_t kMaxGraphs = 256;  // captured steps kept at once (flush starts over)
-  GraphStats stats_;
+  GraphStats logged_{};        // the counters at the last eager-steps log (log_eager_steps)
 
   void* download_buffer_ = nullptr;  // pinned host memory for download_f32
   size_t download_capacity_ = 0;
 
-  bool profile_ = false;
-  struct Profiled {
-    int op;
-    cudaEvent_t start, stop;
-  };
-  std::vector<Profiled> profiled_;
-  std::unordered_map<int, std::pair<double, int64_t>> profile_ms_;  // op -> (ms, launches)
-  void collect_profile();
+  std::vector<int64_t> cpu_twin_calls_;  // per kCpuTwinOps entry
+
+  // linear_packed.cc: made with the first packed weight.
+  bool int4_ready_ = false;                       // init_int4_linear_kernels() done
+  void* fp8_workspace_ = nullptr;                 // cuBLASLt's, for every FP8 GEMM
+  std::unique_ptr<Fp8GemmPlanner> fp8_planner_;   // plans per (m, n, k)
+
   void log_eager_steps();
 };
 
-// The name of a dispatch op id (profiles).
-const char* op_name(int op);
+// ---- helpers of the op families' host entries ----
+// A parameter block with every byte zero (padding included: its bytes join a graph's signature).
+template <typename P>
+P zeroed() {
+  P p;
+  std::memset(static_cast<void*>(&p), 0, sizeof p);
+  return p;
+}
+
+inline void check_bf16(const Tensor& t, const char* what) {
+  CHECK_MSG(t.dtype == DType::kBF16, "{}: expected a bf16 tensor, got {}", what, dtype_name(t.dtype));
+  CHECK_MSG(t.device == Device::kCuda || t.data == nullptr, "{}: tensor is not on the GPU", what);
+}
 
 }  // namespace strata::cuda

@@ -1,10 +1,11 @@
-// Element-wise and copy kernels of the CUDA backend: f32 -> bf16 conversion (uploads), add,
-// SwiGLU (silu_mul), row/column copies (embedding, gather_rows, slice_columns, copy_columns) and
-// the bias epilogue of cuBLAS GEMMs. All memory-bound; float math, bf16 storage.
+// Element-wise kernels of the CUDA backend and their host entries (elementwise.h): add, SwiGLU
+// (silu_mul), and the f32 -> bf16 conversion of uploads and the random fill of benchmarks. All
+// memory-bound; float math, bf16 storage.
 #include <algorithm>
-#include <cstdlib>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/elementwise.h"
 
 namespace strata::cuda {
 namespace {
@@ -71,59 +72,7 @@ __global__ void silu_mul_vec_kernel(SiluMulParams p) {
   }
 }
 
-template <typename T>
-__global__ void copy_rows_kernel(CopyRowsParams p) {
-  pdl_wait();
-  pdl_trigger();
-  const int64_t n = p.n * p.width;
-  const T* x = static_cast<const T*>(p.x);
-  T* out = static_cast<T*>(p.out);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / p.width, c = i - r * p.width;
-    const int64_t src_row = p.rows ? p.rows[r] : r;
-    out[r * p.out_stride + p.out_begin + c] = x[src_row * p.x_stride + p.x_begin + c];
-  }
-}
-
-template <typename T>
-__global__ void multi_slice_kernel(MultiSliceParams p) {
-  pdl_wait();
-  pdl_trigger();
-  const int seg = blockIdx.y;
-  const int64_t width = p.width[seg], n = p.n * width;
-  const T* x = static_cast<const T*>(p.x) + p.x_begin[seg];
-  T* out = static_cast<T*>(p.out[seg]);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / width, c = i - r * width;
-    out[i] = x[r * p.x_stride + c];
-  }
-}
-
-__global__ void bias_add_kernel(BiasAddParams p) {
-  pdl_wait();
-  pdl_trigger();
-  const int64_t n = p.rows * p.cols;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    p.out[i] = float_to_bf16(bf16_to_float(p.out[i]) + p.bias[i % p.cols]);
-}
-
 }  // namespace
-
-namespace {
-bool& pdl_flag() {
-  static bool on = [] {
-    const char* v = std::getenv("STRATA_CUDA_PDL");
-    return !(v && v[0] == '0');
-  }();
-  return on;
-}
-}  // namespace
-
-bool pdl_enabled() { return pdl_flag(); }
-void set_pdl_enabled(bool on) { pdl_flag() = on; }
 
 void launch_f32_to_bf16(const ConvertParams& p, cudaStream_t stream) {
   if (p.n == 0) return;
@@ -138,86 +87,51 @@ void launch_fill_random_bf16(bf16_bits* dst, int64_t n, uint64_t seed, float sca
   CUDA_LAUNCH_CHECK();
 }
 
-void launch_add(const AddParams& p, cudaStream_t stream) {
+void launch_add(const AddParams& p, const Launch& launch) {
   if (p.n == 0) return;
-  launch_pdl(add_kernel, grid_for(p.n), kThreads, 0, stream, p);
+  launch_pdl(add_kernel, grid_for(p.n), kThreads, 0, launch, p);
   CUDA_LAUNCH_CHECK();
 }
 
-void launch_silu_mul(const SiluMulParams& p, cudaStream_t stream) {
+void launch_silu_mul(const SiluMulParams& p, const Launch& launch) {
   if (p.rows * p.inter == 0) return;
   const bool vec = p.inter % 8 == 0 && (uintptr_t(p.x) % 16) == 0 && (uintptr_t(p.out) % 16) == 0;
   if (vec) {
-    launch_pdl(silu_mul_vec_kernel, grid_for(p.rows * p.inter / 8), kThreads, 0, stream, p);
+    launch_pdl(silu_mul_vec_kernel, grid_for(p.rows * p.inter / 8), kThreads, 0, launch, p);
   } else {
-    launch_pdl(silu_mul_kernel, grid_for(p.rows * p.inter), kThreads, 0, stream, p);
+    launch_pdl(silu_mul_kernel, grid_for(p.rows * p.inter), kThreads, 0, launch, p);
   }
   CUDA_LAUNCH_CHECK();
 }
 
-void launch_copy_rows(const CopyRowsParams& p, cudaStream_t stream) {
-  if (p.n * p.width == 0) return;
-  // Widen the element to 16 bytes when every offset and stride allows it.
-  CopyRowsParams q = p;
-  for (int wide : {16, 8, 4}) {
-    if (wide <= p.elem_bytes) break;
-    const int f = wide / p.elem_bytes;
-    if (p.x_stride % f == 0 && p.out_stride % f == 0 && p.x_begin % f == 0 &&
-        p.out_begin % f == 0 && p.width % f == 0 && uintptr_t(p.x) % wide == 0 &&
-        uintptr_t(p.out) % wide == 0) {
-      q.x_stride /= f;
-      q.out_stride /= f;
-      q.x_begin /= f;
-      q.out_begin /= f;
-      q.width /= f;
-      q.elem_bytes = wide;
-      break;
-    }
-  }
-  const int grid = grid_for(q.n * q.width);
-  switch (q.elem_bytes) {
-    case 16: launch_pdl(copy_rows_kernel<uint4>, grid, kThreads, 0, stream, q); break;
-    case 8: launch_pdl(copy_rows_kernel<uint2>, grid, kThreads, 0, stream, q); break;
-    case 4: launch_pdl(copy_rows_kernel<uint32_t>, grid, kThreads, 0, stream, q); break;
-    case 2: launch_pdl(copy_rows_kernel<uint16_t>, grid, kThreads, 0, stream, q); break;
-    case 1: launch_pdl(copy_rows_kernel<uint8_t>, grid, kThreads, 0, stream, q); break;
-    default: CHECK_MSG(false, "copy_rows: element of {} bytes", q.elem_bytes);
-  }
-  CUDA_LAUNCH_CHECK();
+// ---- host entries ----
+void CudaBackend::add(const Tensor& a, const Tensor& b, const Tensor& out) {
+  CHECK_EQ(a.numel(), b.numel());
+  CHECK_EQ(out.numel(), a.numel());
+  check_bf16(a, "add a");
+  check_bf16(b, "add b");
+  check_bf16(out, "add out");
+  begin_op();
+  auto p = zeroed<AddParams>();
+  p.a = a.ptr<bf16_bits>();
+  p.b = b.ptr<bf16_bits>();
+  p.out = out.ptr<bf16_bits>();
+  p.n = a.numel();
+  record(kOpAdd, p, launch_add);
 }
 
-void launch_multi_slice(const MultiSliceParams& p, cudaStream_t stream) {
-  int64_t widest = 0;
-  for (int i = 0; i < p.count; ++i) widest = std::max(widest, p.width[i]);
-  if (p.n * widest == 0) return;
-  MultiSliceParams q = p;
-  // 16-byte elements when every offset allows (Q/K/V slices of head_dim multiples do).
-  const int f = 16 / p.elem_bytes;
-  bool wide = p.elem_bytes < 16 && p.x_stride % f == 0 && uintptr_t(p.x) % 16 == 0;
-  for (int i = 0; i < p.count; ++i)
-    wide = wide && p.x_begin[i] % f == 0 && p.width[i] % f == 0 && uintptr_t(p.out[i]) % 16 == 0;
-  if (wide) {
-    q.x_stride /= f;
-    for (int i = 0; i < q.count; ++i) {
-      q.x_begin[i] /= f;
-      q.width[i] /= f;
-    }
-    q.elem_bytes = 16;
-    widest /= f;
-  }
-  const dim3 grid(unsigned(grid_for(q.n * widest)), unsigned(q.count));
-  switch (q.elem_bytes) {
-    case 16: launch_pdl(multi_slice_kernel<uint4>, grid, dim3(kThreads), 0, stream, q); break;
-    case 4: launch_pdl(multi_slice_kernel<uint32_t>, grid, dim3(kThreads), 0, stream, q); break;
-    case 2: launch_pdl(multi_slice_kernel<uint16_t>, grid, dim3(kThreads), 0, stream, q); break;
-    default: CHECK_MSG(false, "multi_slice: element of {} bytes", q.elem_bytes);
-  }
-}
-
-void launch_bias_add(const BiasAddParams& p, cudaStream_t stream) {
-  if (p.rows * p.cols == 0) return;
-  launch_pdl(bias_add_kernel, grid_for(p.rows * p.cols), kThreads, 0, stream, p);
-  CUDA_LAUNCH_CHECK();
+void CudaBackend::silu_mul(const Tensor& x, const Tensor& out) {
+  const int64_t rows = x.dim(0), inter = out.dim(1);
+  CHECK_EQ(x.dim(1), 2 * inter);
+  check_bf16(x, "silu_mul x");
+  check_bf16(out, "silu_mul out");
+  begin_op();
+  auto p = zeroed<SiluMulParams>();
+  p.x = x.ptr<bf16_bits>();
+  p.out = out.ptr<bf16_bits>();
+  p.rows = rows;
+  p.inter = inter;
+  record(kOpSiluMul, p, launch_silu_mul);
 }
 
 }  // namespace strata::cuda

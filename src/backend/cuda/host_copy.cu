@@ -3,7 +3,7 @@
 // four loads in flight per thread, which keeps enough PCIe reads outstanding to approach the
 // link's bandwidth without one cudaMemcpyAsync per page run.
 #include "backend/cuda/host_copy.h"
-#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.h"
 
 namespace strata::cuda {
 namespace {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "backend/cuda/host_copy.h"
-#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.h"
 #include "backend/kv_host_io.h"
 
 namespace strata::cuda {

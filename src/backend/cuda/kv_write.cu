@@ -3,7 +3,9 @@
 // type: bf16, or fp8 e4m3 / e5m2 rounded exactly as the CPU reference rounds (fp8.cuh), so the
 // two backends store the same bytes for the same bf16 inputs.
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/fp8.cuh"
+#include "backend/cuda/kv_write.h"
 
 namespace strata::cuda {
 namespace {
@@ -61,7 +63,7 @@ bool aligned16(const void* p) { return uintptr_t(p) % 16 == 0; }
 
 }  // namespace
 
-void launch_kv_write(const KvWriteParams& p, cudaStream_t stream) {
+void launch_kv_write(const KvWriteParams& p, const Launch& launch) {
   const int width = p.k_dim + p.v_dim;
   if (p.tokens * width == 0) return;
   const bool vec = p.kv_elem == kKvBf16 && p.inv_scale_k == 1.0f && p.inv_scale_v == 1.0f &&
@@ -71,14 +73,57 @@ void launch_kv_write(const KvWriteParams& p, cudaStream_t stream) {
   const dim3 grid(unsigned(ceil_div(p.tokens * width, 256)));
   if (vec) {
     launch_pdl(kv_write_vec_kernel, dim3(unsigned(ceil_div(p.tokens * (width / 8), 128))), dim3(128),
-               0, stream, p);
+               0, launch, p);
   } else if (p.kv_elem == kKvE4M3) {
-    launch_pdl(kv_write_kernel<kKvE4M3>, grid, dim3(256), 0, stream, p);
+    launch_pdl(kv_write_kernel<kKvE4M3>, grid, dim3(256), 0, launch, p);
   } else if (p.kv_elem == kKvE5M2) {
-    launch_pdl(kv_write_kernel<kKvE5M2>, grid, dim3(256), 0, stream, p);
+    launch_pdl(kv_write_kernel<kKvE5M2>, grid, dim3(256), 0, launch, p);
   } else {
-    launch_pdl(kv_write_kernel<kKvBf16>, grid, dim3(256), 0, stream, p);
+    launch_pdl(kv_write_kernel<kKvBf16>, grid, dim3(256), 0, launch, p);
   }
+}
+
+// ---- host entries ----
+int kv_elem_of(const Tensor& cache) {
+  switch (cache.dtype) {
+    case DType::kBF16: return kKvBf16;
+    case DType::kFP8E4M3: return kKvE4M3;
+    case DType::kFP8E5M2: return kKvE5M2;
+    default: CHECK_MSG(false, "CUDA KV cache of dtype {}", dtype_name(cache.dtype));
+  }
+  return kKvBf16;
+}
+
+void CudaBackend::kv_write(KvStorage& kv, int layer, const Tensor& k, const Tensor& v,
+                           const AttentionMetadata& meta) {
+  const KvLayout& lay = kv.layout();
+  CHECK_EQ(k.numel(), int64_t(meta.num_tokens) * lay.k_dim);
+  for (int t = 0; t < meta.num_tokens; ++t) {
+    const int64_t slot = meta.slot_mapping[t];
+    CHECK_MSG(slot >= 0 && slot < lay.num_pages * lay.page_size, "slot {} out of pool", slot);
+  }
+  if (meta.num_tokens == 0) return;
+  const DeviceMeta& dm = device_meta(meta);
+  check_bf16(k, "kv_write k");
+  auto p = zeroed<KvWriteParams>();
+  p.src_k = k.ptr<bf16_bits>();
+  p.cache_k = kv.k(layer).data;
+  p.kv_elem = kv_elem_of(kv.k(layer));
+  p.slots = dm.slot_mapping;
+  p.tokens = meta.num_tokens;
+  p.k_dim = lay.k_dim;
+  // 1 / scale in float, as the CPU reference computes it (backend/kv_format.cc).
+  p.inv_scale_k = 1.0f / kv.k_scale(layer);
+  p.inv_scale_v = 1.0f;
+  if (lay.v_dim > 0) {
+    check_bf16(v, "kv_write v");
+    CHECK_EQ(v.numel(), int64_t(meta.num_tokens) * lay.v_dim);
+    p.src_v = v.ptr<bf16_bits>();
+    p.cache_v = kv.v(layer).data;
+    p.v_dim = lay.v_dim;
+    p.inv_scale_v = 1.0f / kv.v_scale(layer);
+  }
+  record(kOpKvWrite, p, launch_kv_write);
 }
 
 }  // namespace strata::cuda

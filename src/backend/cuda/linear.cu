@@ -1,23 +1,21 @@
-// Linear layers: out [m, n] = x [m, k] · w [n, k]ᵀ (+ bias), bf16 in and out, float32
-// accumulation. Small m (decode) streams the weights through a GEMV kernel that reads each
-// weight byte once with 16-byte loads (optionally with SwiGLU as its epilogue: gate-up
-// projection and silu·mul in one launch); larger m goes to cuBLAS (bf16 tensor cores).
+// Linear layers and their host entries (linear.h): out [m, n] = x [m, k] · w [n, k]ᵀ (+ bias),
+// bf16 in and out, float32 accumulation. Small m (decode) streams the weights through a GEMV
+// kernel that reads each weight byte once with 16-byte loads (optionally with SwiGLU as its
+// epilogue: gate-up projection and silu·mul in one launch); larger m goes to cuBLAS (bf16
+// tensor cores) followed by the bias epilogue; per-head linears are one strided-batched GEMM.
 #include <cublas_v2.h>
 
+#include <algorithm>
+
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/linear.h"
 
 namespace strata::cuda {
 namespace {
 
 constexpr int kMaxWarps = 8;  // warps per block: 8 (default) or 4 (GemvParams::block_warps)
 constexpr int kUnroll = 4;  // independent 16-byte weight loads in flight per lane
-// Most warps sharing one output row (the launch picks the fewest that give every SM ~48 warps of
-// loads: 2 for the 8B shape's qkv, o_proj and down). H200, 2026-11-29 night: one token's GEMVs
-// back to back 3.928 ms with 1, 3.847 ms with up to 4 (llama_bench --what gemv).
-int g_max_ksplit = 4;
-int64_t g_prefetch_elems = 0;  // off: measured slower (see the kernel's comment)
-int g_block_warps = 8;
-int g_max_rows = 2;  // dispatch's limit (kernels.h set_gemv_max_rows)
 
 __device__ __forceinline__ float dot8(const float* a, const float* b) {
   float s = 0;
@@ -154,6 +152,18 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(GemvParams p) {
   }
 }
 
+// The cuBLAS GEMM's bias epilogue: grid-stride, 256-thread blocks.
+constexpr int kBiasThreads = 256;
+
+__global__ void bias_add_kernel(BiasAddParams p) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t n = p.rows * p.cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    p.out[i] = float_to_bf16(bf16_to_float(p.out[i]) + p.bias[i % p.cols]);
+}
+
 int num_sms() {
   static const int sms = [] {
     int dev = 0, n = 0;
@@ -164,60 +174,208 @@ int num_sms() {
   return sms;
 }
 
+struct GemmParams {
+  cublasHandle_t handle;
+  const void* x;  // [m, k] (row stride ldx)
+  const void* w;  // [n, k] (row stride ldw)
+  void* out;      // [m, n] (row stride ldo)
+  int m, n, k;
+  int ldx, ldw, ldo;
+  int batch;  // strided-batched when > 1
+  int64_t stride_x, stride_w, stride_o;
+};
+
+void run_gemm(const GemmParams& p, const Launch& launch) {
+  CHECK(cublasSetStream(p.handle, launch.stream) == CUBLAS_STATUS_SUCCESS);
+  const float alpha = 1.0f, beta = 0.0f;
+  // Row-major out = x · wᵀ is column-major outᵀ [n, m] = (w as k×n column-major)ᵀ · (x as k×m).
+  cublasStatus_t st;
+  if (p.batch <= 1) {
+    st = cublasGemmEx(p.handle, CUBLAS_OP_T, CUBLAS_OP_N, p.n, p.m, p.k, &alpha, p.w, CUDA_R_16BF,
+                      p.ldw, p.x, CUDA_R_16BF, p.ldx, &beta, p.out, CUDA_R_16BF, p.ldo,
+                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  } else {
+    st = cublasGemmStridedBatchedEx(p.handle, CUBLAS_OP_T, CUBLAS_OP_N, p.n, p.m, p.k, &alpha, p.w,
+                                    CUDA_R_16BF, p.ldw, p.stride_w, p.x, CUDA_R_16BF, p.ldx,
+                                    p.stride_x, &beta, p.out, CUDA_R_16BF, p.ldo, p.stride_o,
+                                    p.batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  }
+  CHECK_MSG(st == CUBLAS_STATUS_SUCCESS, "cuBLAS GEMM failed: status {} (m {} n {} k {})", int(st),
+            p.m, p.n, p.k);
+}
+
 template <int M>
-void launch_gemv_m(const GemvParams& p, cudaStream_t stream) {
+void launch_gemv_m(const GemvParams& p, const Launch& launch) {
   const int warps = p.block_warps == 4 ? 4 : kMaxWarps;
   const dim3 block(unsigned(warps * 32));
   if (p.glu_inter > 0) {
     launch_pdl(gemv_kernel<M, 1, true>, dim3(unsigned(ceil_div(p.glu_inter, warps / 2))), block, 0,
-               stream, p);
+               launch, p);
     CUDA_LAUNCH_CHECK();
     return;
   }
-  // The fewest warps per row that give every SM ~48 warps of loads in flight.
+  // The fewest warps per row (up to p.max_ksplit) that give every SM ~48 warps of loads in flight.
   int ks = 1;
-  while (ks < g_max_ksplit && ks < warps && p.n * ks < int64_t(num_sms()) * 48) ks *= 2;
+  while (ks < p.max_ksplit && ks < warps && p.n * ks < int64_t(num_sms()) * 48) ks *= 2;
   const dim3 grid(unsigned(ceil_div(p.n, warps / ks)));
-  if (ks == 1) launch_pdl(gemv_kernel<M, 1, false>, grid, block, 0, stream, p);
-  else if (ks == 2) launch_pdl(gemv_kernel<M, 2, false>, grid, block, 0, stream, p);
-  else launch_pdl(gemv_kernel<M, 4, false>, grid, block, 0, stream, p);
+  if (ks == 1) launch_pdl(gemv_kernel<M, 1, false>, grid, block, 0, launch, p);
+  else if (ks == 2) launch_pdl(gemv_kernel<M, 2, false>, grid, block, 0, launch, p);
+  else launch_pdl(gemv_kernel<M, 4, false>, grid, block, 0, launch, p);
   CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace
 
-void set_gemv_max_ksplit(int ks) {
-  CHECK(ks == 1 || ks == 2 || ks == 4);
-  g_max_ksplit = ks;
-}
-void set_gemv_prefetch_elems(int64_t elems) { g_prefetch_elems = elems < 0 ? 0 : elems; }
-int64_t gemv_prefetch_elems() { return g_prefetch_elems; }
-void set_gemv_block_warps(int warps) {
-  CHECK(warps == 4 || warps == 8);
-  g_block_warps = warps;
-}
-int gemv_block_warps() { return g_block_warps; }
-void set_gemv_max_rows(int rows) {
-  CHECK(rows >= 1 && rows <= kGemvMaxRows);
-  g_max_rows = rows;
-}
-int gemv_max_rows() { return g_max_rows; }
-
-void launch_gemv(const GemvParams& p, cudaStream_t stream) {
+void launch_gemv(const GemvParams& p, const Launch& launch) {
   if (p.m == 0 || p.n == 0) return;
   CHECK(p.k % 8 == 0 && uintptr_t(p.x) % 16 == 0 && uintptr_t(p.w) % 16 == 0);
   CHECK(p.glu_inter == 0 || p.n == 2 * p.glu_inter);
   switch (p.m) {
-    case 1: launch_gemv_m<1>(p, stream); break;
-    case 2: launch_gemv_m<2>(p, stream); break;
-    case 3: launch_gemv_m<3>(p, stream); break;
-    case 4: launch_gemv_m<4>(p, stream); break;
-    case 5: launch_gemv_m<5>(p, stream); break;
-    case 6: launch_gemv_m<6>(p, stream); break;
-    case 7: launch_gemv_m<7>(p, stream); break;
-    case 8: launch_gemv_m<8>(p, stream); break;
+    case 1: launch_gemv_m<1>(p, launch); break;
+    case 2: launch_gemv_m<2>(p, launch); break;
+    case 3: launch_gemv_m<3>(p, launch); break;
+    case 4: launch_gemv_m<4>(p, launch); break;
+    case 5: launch_gemv_m<5>(p, launch); break;
+    case 6: launch_gemv_m<6>(p, launch); break;
+    case 7: launch_gemv_m<7>(p, launch); break;
+    case 8: launch_gemv_m<8>(p, launch); break;
     default: CHECK_MSG(false, "gemv: {} rows (max {})", p.m, kGemvMaxRows);
   }
+}
+
+void launch_bias_add(const BiasAddParams& p, const Launch& launch) {
+  const int64_t n = p.rows * p.cols;
+  if (n == 0) return;
+  launch_pdl(bias_add_kernel, int(std::min<int64_t>(ceil_div(n, kBiasThreads), 1 << 20)),
+             kBiasThreads, 0, launch, p);
+  CUDA_LAUNCH_CHECK();
+}
+
+// ---- host entries ----
+// A decode GEMV: out [m, n] = x [m, k] · w [n, k]ᵀ (+ bias [n]), with the current launch tunables
+// (part of a graph step's signature).
+GemvParams CudaBackend::gemv_params(const Tensor& x, const Tensor& w, const float* bias,
+                                    const Tensor& out, int64_t m) const {
+  auto p = zeroed<GemvParams>();
+  p.x = x.ptr<bf16_bits>();
+  p.w = w.ptr<bf16_bits>();
+  p.bias = bias;
+  p.out = out.ptr<bf16_bits>();
+  p.m = int(m);
+  p.n = w.dim(0);
+  p.k = w.dim(1);
+  p.prefetch_elems = tunables_.gemv_prefetch_elems;
+  p.block_warps = tunables_.gemv_block_warps;
+  p.max_ksplit = tunables_.gemv_max_ksplit;
+  p.pdl_early = tunables_.pdl_early;
+  return p;
+}
+
+void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& out) {
+  if (!w.is_dense() && out.dtype != DType::kF32) return linear_packed(x, w, out, false);
+  const Tensor& wt = w.weight->view();
+  const int64_t m = x.numel() / x.dim(-1), k = x.dim(-1), n = wt.dim(0);
+  CHECK_MSG(wt.dim(1) == k, "linear: x has {} features, weight {}", k, shape_str(wt.shape));
+  CHECK_EQ(out.numel(), m * n);
+  if (out.dtype == DType::kF32) return linear_f32_out(x, w, out);  // routers (cpu_twin.cc)
+  check_bf16(x, "linear x");
+  check_bf16(wt, "linear weight");
+  check_bf16(out, "linear out");
+  const float* bias = nullptr;
+  if (w.bias) {
+    CHECK_MSG(w.bias->view().dtype == DType::kF32, "linear: bias must be f32");
+    bias = w.bias->view().ptr<float>();
+  }
+  if (m == 0) return;
+  begin_op();
+  const bool vec_ok = k % 8 == 0 && uintptr_t(x.data) % 16 == 0 && uintptr_t(wt.data) % 16 == 0;
+  if (vec_ok && dev_gemv_takes(m)) {  // a development GEMV (bench/cuda/dev)
+    record(kOpGemvDev, gemv_params(x, wt, bias, out, m), dev_.gemv);
+    return;
+  }
+  const bool gemv_ok = m <= tunables_.gemv_max_rows && vec_ok;
+  if (gemv_ok) {
+    record(kOpGemv, gemv_params(x, wt, bias, out, m), launch_gemv);
+    return;
+  }
+  auto g = zeroed<GemmParams>();
+  g.handle = cublas_;
+  g.x = x.data;
+  g.w = wt.data;
+  g.out = out.data;
+  g.m = int(m);
+  g.n = int(n);
+  g.k = int(k);
+  g.ldx = g.ldw = int(k);
+  g.ldo = int(n);
+  g.batch = 1;
+  record(kOpGemm, g, run_gemm);
+  if (bias) {
+    auto b = zeroed<BiasAddParams>();
+    b.out = out.ptr<bf16_bits>();
+    b.bias = bias;
+    b.rows = m;
+    b.cols = n;
+    record(kOpBias, b, launch_bias_add);
+  }
+}
+
+void CudaBackend::linear_silu_mul(const Tensor& x, const LinearWeight& w, const Tensor& out) {
+  if (!w.is_dense()) {
+    if (packed_glu_fused(x, w)) return linear_packed(x, w, out, true);
+    return Backend::linear_silu_mul(x, w, out);
+  }
+  const Tensor& wt = w.weight->view();
+  const int64_t m = x.numel() / x.dim(-1), k = x.dim(-1), n = wt.dim(0), inter = n / 2;
+  CHECK_MSG(wt.dim(1) == k, "linear_silu_mul: x has {} features, weight {}", k, shape_str(wt.shape));
+  CHECK_MSG(n % 2 == 0, "linear_silu_mul: weight {} has an odd row count", shape_str(wt.shape));
+  CHECK_EQ(out.numel(), m * inter);
+  const bool dev = dev_gemv_takes(m);
+  const bool gemv_ok = tunables_.fusion && m > 0 && (m <= tunables_.gemv_max_rows || dev) &&
+                       k % 8 == 0 && x.dtype == DType::kBF16 && wt.dtype == DType::kBF16 &&
+                       out.dtype == DType::kBF16 && uintptr_t(x.data) % 16 == 0 &&
+                       uintptr_t(wt.data) % 16 == 0 &&
+                       (!w.bias || w.bias->view().dtype == DType::kF32);
+  if (!gemv_ok) return Backend::linear_silu_mul(x, w, out);
+  begin_op();
+  GemvParams p = gemv_params(x, wt, w.bias ? w.bias->view().ptr<float>() : nullptr, out, m);
+  p.glu_inter = inter;
+  if (dev) record(kOpGemvDevGlu, p, dev_.gemv);
+  else record(kOpGemvGlu, p, launch_gemv);
+}
+
+void CudaBackend::per_head_linear(const Tensor& x, int64_t x_begin, const Tensor& w,
+                                  const Tensor& out, int64_t out_begin) {
+  CHECK_EQ(x.rank(), 3);
+  CHECK_EQ(out.rank(), 3);
+  CHECK_EQ(w.rank(), 3);
+  const int64_t tokens = x.dim(0), heads = x.dim(1), dx = x.dim(2), dout = out.dim(2);
+  const int64_t n = w.dim(1), k = w.dim(2);
+  CHECK_EQ(w.dim(0), heads);
+  CHECK_EQ(out.dim(0), tokens);
+  CHECK_EQ(out.dim(1), heads);
+  CHECK(x_begin + k <= dx && out_begin + n <= dout);
+  check_bf16(x, "per_head_linear x");
+  check_bf16(w, "per_head_linear w");
+  check_bf16(out, "per_head_linear out");
+  if (tokens == 0) return;
+  begin_op();
+  auto g = zeroed<GemmParams>();
+  g.handle = cublas_;
+  g.x = x.ptr<bf16_bits>() + x_begin;
+  g.w = w.data;
+  g.out = out.ptr<bf16_bits>() + out_begin;
+  g.m = int(tokens);
+  g.n = int(n);
+  g.k = int(k);
+  g.ldx = int(heads * dx);
+  g.ldw = int(k);
+  g.ldo = int(heads * dout);
+  g.batch = int(heads);
+  g.stride_x = dx;
+  g.stride_w = n * k;
+  g.stride_o = dout;
+  record(kOpGemmBatched, g, run_gemm);
 }
 
 }  // namespace strata::cuda

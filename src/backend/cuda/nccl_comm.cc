@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/tunables.h"
 #include "core/check.h"
 #include "core/log.h"
 
@@ -22,22 +23,16 @@ namespace {
 
 static_assert(sizeof(ncclUniqueId) == sizeof(NcclId::bytes), "NCCL unique id size changed");
 
-double timeout_seconds() {
-  if (const char* s = std::getenv("STRATA_NCCL_TIMEOUT_S")) {
-    const double v = std::atof(s);
-    if (v > 0) return v;
-  }
-  return 600;
-}
-
 Status nccl_error(ncclResult_t r, const char* what) {
   return unavailable("NCCL {}: {} ({})", what, ncclGetErrorString(r), ncclGetLastError(nullptr));
 }
 
 class NcclComm : public Communicator {
  public:
-  NcclComm(ncclComm_t comm, int rank, int size, cudaStream_t stream, const std::atomic<bool>* give_up)
-      : comm_(comm), rank_(rank), size_(size), stream_(stream), give_up_(give_up) {}
+  NcclComm(ncclComm_t comm, int rank, int size, cudaStream_t stream, double timeout_s,
+           const std::atomic<bool>* give_up)
+      : comm_(comm), rank_(rank), size_(size), stream_(stream), timeout_s_(timeout_s),
+        give_up_(give_up) {}
   ~NcclComm() override {
     if (scratch_ != nullptr) cudaFree(scratch_);
     if (aborted_.load()) return;  // ncclCommAbort already freed it
@@ -115,7 +110,7 @@ class NcclComm : public Communicator {
 
   // A call on a non-blocking communicator: wait for it to be enqueued (ncclInProgress).
   bool check(ncclResult_t r, const char* what) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds());
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
     while (r == ncclInProgress) {
       if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) break;
       if (r != ncclInProgress) break;
@@ -137,7 +132,7 @@ class NcclComm : public Communicator {
   // Waits for the stream like a watchdog: completion, NCCL's async error, a group abort, or the
   // timeout, whichever comes first.
   Status wait(const char* what) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds());
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
     for (;;) {
       const cudaError_t q = cudaStreamQuery(stream_);
       if (q == cudaSuccess) return status();
@@ -157,7 +152,7 @@ class NcclComm : public Communicator {
       }
       if (std::chrono::steady_clock::now() > deadline) {
         fail(unavailable("NCCL {}: no progress for {} s (a peer rank is gone or stuck; STRATA_NCCL_TIMEOUT_S)",
-                         what, timeout_seconds()));
+                         what, timeout_s_));
         return status();
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
@@ -178,6 +173,7 @@ class NcclComm : public Communicator {
   ncclComm_t comm_;
   const int rank_, size_;
   cudaStream_t stream_;
+  double timeout_s_;  // STRATA_NCCL_TIMEOUT_S (tunables.h NcclEnv), read when the comm was made
   const std::atomic<bool>* give_up_;
   mutable std::mutex mu_;
   Status status_;
@@ -205,12 +201,7 @@ StatusOr<NcclId> nccl_id_from_hex(const std::string& hex) {
   return id;
 }
 
-void nccl_apply_env_defaults() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    if (std::getenv("NCCL_NVLS_ENABLE") == nullptr) setenv("NCCL_NVLS_ENABLE", "0", 0);
-  });
-}
+void nccl_apply_env_defaults() { cuda::apply_nccl_env_defaults(); }
 
 StatusOr<NcclId> nccl_new_id() {
   nccl_apply_env_defaults();
@@ -223,7 +214,7 @@ StatusOr<NcclId> nccl_new_id() {
 }
 
 StatusOr<NcclId> nccl_id_for_launch(const LaunchRank& launch, const std::string& id_file, double timeout_s) {
-  if (const char* hex = std::getenv("STRATA_NCCL_ID")) return nccl_id_from_hex(hex);
+  if (const auto hex = cuda::NcclEnv::from_environment().id_hex) return nccl_id_from_hex(*hex);
   if (launch.rank == 0) {
     STRATA_ASSIGN_OR_RETURN(NcclId id, nccl_new_id());
     const std::string tmp = id_file + ".tmp";
@@ -255,8 +246,8 @@ StatusOr<int> cuda_visible_device_count() {
 }
 
 std::string nccl_visible_devices_note() {
-  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
-  return v ? fmt::format(" (CUDA_VISIBLE_DEVICES={})", v) : std::string();
+  const auto v = cuda::NcclEnv::from_environment().visible_devices;
+  return v ? fmt::format(" (CUDA_VISIBLE_DEVICES={})", *v) : std::string();
 }
 
 Status cuda_bind_device(int device) {
@@ -274,13 +265,14 @@ void* cuda_backend_stream(Backend& backend) {
 StatusOr<std::unique_ptr<Communicator>> make_nccl_comm(const NcclId& id, int rank, int size, void* stream,
                                                        const std::atomic<bool>* give_up) {
   nccl_apply_env_defaults();
+  const double timeout_s = cuda::NcclEnv::from_environment().timeout_s;
   ncclUniqueId u;
   std::memcpy(&u, id.bytes.data(), sizeof(u));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // init and calls return at once; we poll, so an abort can interrupt them
   ncclComm_t comm = nullptr;
   ncclResult_t r = ncclCommInitRankConfig(&comm, size, u, rank, &config);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   while (r == ncclInProgress) {
     if (ncclCommGetAsyncError(comm, &r) != ncclSuccess || r != ncclInProgress) break;
     if ((give_up != nullptr && give_up->load()) || std::chrono::steady_clock::now() > deadline) {
@@ -295,7 +287,7 @@ StatusOr<std::unique_ptr<Communicator>> make_nccl_comm(const NcclId& id, int ran
     return nccl_error(r, "init").with_context("rank {} of {}", rank, size);
   }
   return std::unique_ptr<Communicator>(
-      std::make_unique<NcclComm>(comm, rank, size, static_cast<cudaStream_t>(stream), give_up));
+      std::make_unique<NcclComm>(comm, rank, size, static_cast<cudaStream_t>(stream), timeout_s, give_up));
 }
 
 }  // namespace strata

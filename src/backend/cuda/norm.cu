@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/norm.h"
 
 namespace strata::cuda {
 namespace {
@@ -148,7 +150,7 @@ __global__ void __launch_bounds__(1024) rms_norm_vec_kernel(RmsNormParams p) {
 
 }  // namespace
 
-void launch_rms_norm(const RmsNormParams& p, cudaStream_t stream) {
+void launch_rms_norm(const RmsNormParams& p, const Launch& launch) {
   if (p.rows == 0) return;
   CHECK_MSG(p.dim <= kThreads * kMaxPerThread, "rms_norm: dim {} too large", p.dim);
   const bool vec = p.dim % 8 == 0 && p.dim > 256 && p.dim / 8 <= 4 * 1024 &&
@@ -159,15 +161,56 @@ void launch_rms_norm(const RmsNormParams& p, cudaStream_t stream) {
     const int threads = int(std::min<int64_t>(1024, ceil_div(nchunk, 32) * 32));
     const int chunks = int(ceil_div(nchunk, threads));
     const dim3 grid{unsigned(p.rows)}, block{unsigned(threads)};
-    if (chunks == 1) launch_pdl(rms_norm_vec_kernel<1>, grid, block, 0, stream, p);
-    else if (chunks == 2) launch_pdl(rms_norm_vec_kernel<2>, grid, block, 0, stream, p);
-    else launch_pdl(rms_norm_vec_kernel<4>, grid, block, 0, stream, p);
+    if (chunks == 1) launch_pdl(rms_norm_vec_kernel<1>, grid, block, 0, launch, p);
+    else if (chunks == 2) launch_pdl(rms_norm_vec_kernel<2>, grid, block, 0, launch, p);
+    else launch_pdl(rms_norm_vec_kernel<4>, grid, block, 0, launch, p);
   } else if (p.dim <= 256) {
-    launch_pdl(rms_norm_warp_kernel, dim3(unsigned(ceil_div(p.rows, 8))), dim3(256), 0, stream, p);
+    launch_pdl(rms_norm_warp_kernel, dim3(unsigned(ceil_div(p.rows, 8))), dim3(256), 0, launch, p);
   } else {
-    launch_pdl(rms_norm_kernel, dim3(unsigned(p.rows)), dim3(kThreads), 0, stream, p);
+    launch_pdl(rms_norm_kernel, dim3(unsigned(p.rows)), dim3(kThreads), 0, launch, p);
   }
   CUDA_LAUNCH_CHECK();
+}
+
+// ---- host entries ----
+void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) {
+  const int64_t d = weight.numel(), rows = x.numel() / d;
+  CHECK_EQ(out.numel(), x.numel());
+  check_bf16(x, "rms_norm x");
+  check_bf16(out, "rms_norm out");
+  begin_op();
+  auto p = zeroed<RmsNormParams>();
+  p.x = x.ptr<bf16_bits>();
+  p.weight = weight.data;
+  p.weight_f32 = weight.dtype == DType::kF32;
+  p.out = out.ptr<bf16_bits>();
+  p.rows = rows;
+  p.dim = int(d);
+  p.eps = eps;
+  p.pdl_early = tunables_.pdl_early;
+  record(kOpRmsNorm, p, launch_rms_norm);
+}
+
+void CudaBackend::add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                               float eps, const Tensor& out) {
+  const int64_t d = weight.numel(), rows = x.numel() / d;
+  CHECK_EQ(residual.numel(), x.numel());
+  CHECK_EQ(out.numel(), x.numel());
+  check_bf16(x, "add_rms_norm x");
+  check_bf16(residual, "add_rms_norm residual");
+  check_bf16(out, "add_rms_norm out");
+  begin_op();
+  auto p = zeroed<RmsNormParams>();
+  p.x = x.ptr<bf16_bits>();
+  p.residual = residual.ptr<bf16_bits>();
+  p.weight = weight.data;
+  p.weight_f32 = weight.dtype == DType::kF32;
+  p.out = out.ptr<bf16_bits>();
+  p.rows = rows;
+  p.dim = int(d);
+  p.eps = eps;
+  p.pdl_early = tunables_.pdl_early;
+  record(kOpRmsNorm, p, launch_rms_norm);
 }
 
 }  // namespace strata::cuda

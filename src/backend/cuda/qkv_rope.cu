@@ -5,7 +5,10 @@
 // values are rounded to bf16 exactly where rope.cu rounds them, then scaled and stored exactly
 // as kv_write.cu stores a bf16 input.
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/fp8.cuh"
+#include "backend/cuda/kv_write.h"
+#include "backend/cuda/rope.h"
 
 namespace strata::cuda {
 namespace {
@@ -76,15 +79,64 @@ __global__ void qkv_rope_kernel(QkvRopeParams p) {
 
 }  // namespace
 
-void launch_qkv_rope_kv_write(const QkvRopeParams& p, cudaStream_t stream) {
+void launch_qkv_rope_kv_write(const QkvRopeParams& p, const Launch& launch) {
   CHECK(p.head_dim % 2 == 0 && 2 * p.half <= p.head_dim && p.half <= kMaxRopeHalf);
   const int64_t n = p.tokens * (p.heads + 2 * p.kv_heads) * (p.head_dim / 2);
   if (n == 0) return;
   const dim3 grid(unsigned(ceil_div(n, 128))), block(128);
-  if (p.kv_elem == kKvE4M3) launch_pdl(qkv_rope_kernel<kKvE4M3>, grid, block, 0, stream, p);
-  else if (p.kv_elem == kKvE5M2) launch_pdl(qkv_rope_kernel<kKvE5M2>, grid, block, 0, stream, p);
-  else launch_pdl(qkv_rope_kernel<kKvBf16>, grid, block, 0, stream, p);
+  if (p.kv_elem == kKvE4M3) launch_pdl(qkv_rope_kernel<kKvE4M3>, grid, block, 0, launch, p);
+  else if (p.kv_elem == kKvE5M2) launch_pdl(qkv_rope_kernel<kKvE5M2>, grid, block, 0, launch, p);
+  else launch_pdl(qkv_rope_kernel<kKvBf16>, grid, block, 0, launch, p);
   CUDA_LAUNCH_CHECK();
+}
+
+// ---- host entries ----
+void CudaBackend::qkv_rope_kv_write(const Tensor& qkv, int heads, int kv_heads, int head_dim,
+                                    const RopeArgs& ra, KvStorage& kv, int layer,
+                                    const AttentionMetadata& meta, const Tensor& q) {
+  const KvLayout& lay = kv.layout();
+  const int64_t t = qkv.dim(0), hd = head_dim;
+  CHECK_EQ(qkv.numel(), t * (heads + 2 * kv_heads) * hd);
+  CHECK_EQ(q.numel(), t * heads * hd);
+  CHECK_EQ(t, meta.num_tokens);
+  const int half = ra.rotary_dim / 2;
+  const Tensor kc = kv.k(layer);
+  const bool fused = tunables_.fusion && qkv.dtype == DType::kBF16 && q.dtype == DType::kBF16 &&
+                     hd % 2 == 0 && ra.offset == 0 && ra.rotary_dim % 2 == 0 &&
+                     ra.rotary_dim <= hd && half <= kMaxRopeHalf &&
+                     lay.k_dim == kv_heads * hd && lay.v_dim == kv_heads * hd &&
+                     !lay.k_row_is_split(layer) && kc.dtype == kv.v(layer).dtype;
+  if (!fused) {
+    return Backend::qkv_rope_kv_write(qkv, heads, kv_heads, head_dim, ra, kv, layer, meta, q);
+  }
+  for (int i = 0; i < meta.num_tokens; ++i) {
+    const int64_t slot = meta.slot_mapping[i];
+    CHECK_MSG(slot >= 0 && slot < lay.num_pages * lay.page_size, "slot {} out of pool", slot);
+  }
+  if (t == 0) return;
+  begin_op();
+  const DeviceMeta& dm = device_meta(meta);
+  auto p = zeroed<QkvRopeParams>();
+  p.qkv = qkv.ptr<bf16_bits>();
+  p.q = q.ptr<bf16_bits>();
+  p.cache_k = kc.data;
+  p.cache_v = kv.v(layer).data;
+  p.positions = dm.positions;
+  p.slots = dm.slot_mapping;
+  p.tokens = t;
+  p.heads = heads;
+  p.kv_heads = kv_heads;
+  p.head_dim = int(hd);
+  p.half = half;
+  p.interleaved = ra.interleaved;
+  p.kv_elem = kv_elem_of(kc);
+  p.pdl_early = tunables_.pdl_early;
+  p.attention_factor = ra.attention_factor;
+  // 1 / scale in float, as kv_write (and the CPU reference) computes it.
+  p.inv_scale_k = 1.0f / kv.k_scale(layer);
+  p.inv_scale_v = 1.0f / kv.v_scale(layer);
+  for (int i = 0; i < half; ++i) p.inv_freq[i] = ra.inv_freq[i];
+  record(kOpQkvRope, p, launch_qkv_rope_kv_write);
 }
 
 }  // namespace strata::cuda

@@ -20,8 +20,11 @@
 // lowest id of the chosen value. Cost at 1,000 rows x 128,256 on the H200: greedy 0.12 ms,
 // sampled 3.5 ms (the histogram's atomics on flat rows).
 #include <cfloat>
+#include <cstddef>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/sampling.h"
 
 namespace strata::cuda {
 namespace {
@@ -351,17 +354,56 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleParams p) {
 
 }  // namespace
 
-void launch_sample(const SampleParams& p, cudaStream_t stream) {
+void launch_sample(const SampleParams& p, const Launch& launch) {
   if (p.rows == 0) return;
   if (p.f32) {
     CHECK_MSG(!p.any_sampling, "GPU sampling of float32 logits is not implemented (greedy only)");
-    sample_kernel<true, false><<<p.rows, kThreads, 0, stream>>>(p);
+    sample_kernel<true, false><<<p.rows, kThreads, 0, launch.stream>>>(p);
   } else if (p.any_sampling) {
-    sample_kernel<false, true><<<p.rows, kThreads, 0, stream>>>(p);
+    sample_kernel<false, true><<<p.rows, kThreads, 0, launch.stream>>>(p);
   } else {
-    sample_kernel<false, false><<<p.rows, kThreads, 0, stream>>>(p);
+    sample_kernel<false, false><<<p.rows, kThreads, 0, launch.stream>>>(p);
   }
   CUDA_LAUNCH_CHECK();
+}
+
+// ---- host entries ----
+void CudaBackend::sample(const Tensor& logits, const SampleRowParams* params, int32_t* out_ids) {
+  static_assert(sizeof(SampleRowDev) == sizeof(SampleRowParams) &&
+                offsetof(SampleRowParams, uniform) == offsetof(SampleRowDev, uniform) &&
+                offsetof(SampleRowParams, min_p) == offsetof(SampleRowDev, min_p));
+  CHECK(logits.is_contiguous());
+  CHECK_MSG(logits.dtype == DType::kBF16 || logits.dtype == DType::kF32,
+            "sample: logits must be bf16 or f32, got {}", dtype_name(logits.dtype));
+  const int64_t rows = logits.numel() == 0 ? 0 : logits.dim(0), vocab = logits.dim(-1);
+  if (rows == 0) return;
+  CHECK_MSG(vocab < (int64_t(1) << 31), "sample: vocab {} too large", vocab);
+  bool any_sampling = false;
+  for (int64_t r = 0; r < rows; ++r) any_sampling |= !sample_is_greedy(params[r]);
+  if (logits.dtype == DType::kF32 && any_sampling) {
+    // Float32 logits (not produced by this backend's models): the reference on the host.
+    return sample_f32_logits(logits, params, out_ids);
+  }
+  // The row parameters travel through staging as raw 32-bit words (24 bytes a row).
+  const int32_t* dev_params =
+      stage_i32(reinterpret_cast<const int32_t*>(params), rows * int64_t(sizeof(SampleRowParams) / 4));
+  auto out = alloc(DType::kI32, {rows});
+  DeviceTensorPtr hist;
+  if (any_sampling) hist = scratch(rows * 65536 * 4);
+  auto p = zeroed<SampleParams>();
+  p.logits = logits.data;
+  p.params = reinterpret_cast<const SampleRowDev*>(dev_params);
+  p.out = static_cast<int32_t*>(out->view().data);
+  p.hist = hist ? static_cast<uint32_t*>(hist->view().data) : nullptr;
+  p.vocab = vocab;
+  p.rows = int(rows);
+  p.f32 = logits.dtype == DType::kF32;
+  const int64_t row_bytes = vocab * dtype_size(logits.dtype);
+  p.vec = row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(logits.data) % 16 == 0;
+  p.any_sampling = any_sampling;
+  record(kOpSample, p, launch_sample);
+  end_step();
+  CUDA_CHECK(cudaMemcpy(out_ids, out->view().data, size_t(rows) * 4, cudaMemcpyDeviceToHost));
 }
 
 }  // namespace strata::cuda

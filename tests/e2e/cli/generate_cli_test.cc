@@ -83,6 +83,29 @@ TEST(GenerateCli, CudaGraphFlags) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
+// The default --model-path is relative to the working directory: from elsewhere the error says
+// it is the default and where it looked.
+TEST(GenerateCli, MissingDefaultModelSaysItIsTheDefault) {
+  CliRun r = run_cli("--help >/dev/null; cd / && " + kBinary + " generate --prompt hi");
+  expect_clear_error(r, "the default --model-path");
+  EXPECT_NE(r.err.find("working directory /"), std::string::npos) << r.err;
+}
+
+// --max-new-tokens 0 would fail every prompt: refused by the CLI, naming the flag.
+TEST(GenerateCli, ZeroNewTokensIsRefused) {
+  expect_clear_error(run_cli("generate --model-path " + kHouse + " --prompt hi --max-new-tokens 0"),
+                     "--max-new-tokens must be >= 1, got 0");
+}
+
+// A prompt + --max-new-tokens beyond the KV pool fails with the reason (in text mode too), never
+// a silently shorter answer.
+TEST(GenerateCli, NeverFittingRequestFailsWithTheReason) {
+  CliRun r = run_cli("generate --model-path " + kHouse + " --prompt hi --max-new-tokens 100 --max-total-tokens 64");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("can never fit the KV cache pool of 64 tokens"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--max-total-tokens"), std::string::npos) << r.err;
+}
+
 TEST(GenerateCli, UnknownFlag) {
   CliRun r = run_cli("generate --no-such-flag 3");
   EXPECT_EQ(r.exit_code, 2);

@@ -77,6 +77,7 @@ class HttpConn {
     return parse();
   }
   const std::string& raw() const { return raw_; }
+  int fd() const { return fd_; }  // for tests that send bytes of their own
   void close() {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;

@@ -70,7 +70,7 @@ Served serve_and_complete(std::vector<std::string> args, const fs::path& dir,
   }
   EXPECT_TRUE(server.start(args)) << server.log();
   if (server.port() <= 0) return s;
-  const fs::path js_dir = fs::path(__FILE__).parent_path().parent_path() / "js";
+  const fs::path js_dir = fs::path(STRATA_SOURCE_DIR) / "tests" / "e2e" / "js";
   const fs::path output = dir / (name + ".json");
   std::string out;
   const std::string cmd = "cd '" + js_dir.string() +
@@ -96,7 +96,7 @@ Served serve_and_complete(std::vector<std::string> args, const fs::path& dir,
 
 TEST(LaunchCommandTest, TensorParallelHostTierServesTheOfficialClientLikeTp1) {
   ASSERT_TRUE(
-      fs::exists(fs::path(__FILE__).parent_path().parent_path() / "js" / "node_modules" / "openai"))
+      fs::exists(fs::path(STRATA_SOURCE_DIR) / "tests" / "e2e" / "js" / "node_modules" / "openai"))
       << "run `npm ci` in tests/e2e/js (scripts/setup.sh does it)";
   const fs::path dir =
       fs::temp_directory_path() / ("strata_launch_command_" + std::to_string(::getpid()));
@@ -160,7 +160,6 @@ TEST(LaunchCommandTest, TensorParallelHostTierServesTheOfficialClientLikeTp1) {
         << rank;
     EXPECT_GT(labelled_value(tier5.metrics, "strata_hicache_rank_bytes_to_host_total", rank), 0)
         << rank;
-    EXPECT_GT(labelled_value(tier5.metrics, "strata_hicache_rank_capacity_bytes", rank), 0) << rank;
     EXPECT_GE(labelled_value(tier5.metrics, "strata_hicache_rank_copy_seconds_total", rank), 0)
         << rank;
   }

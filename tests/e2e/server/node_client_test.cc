@@ -22,7 +22,9 @@ void expect_node_ready(const std::filesystem::path& js_dir) {
       << ": run `npm ci` in " << js_dir << " (scripts/setup.sh does it)";
 }
 
-std::filesystem::path js_dir() { return std::filesystem::path(__FILE__).parent_path().parent_path() / "js"; }
+// The source tree's path, not __FILE__ (relative to the build directory, while ctest runs the
+// test from build/tests).
+std::filesystem::path js_dir() { return std::filesystem::path(STRATA_SOURCE_DIR) / "tests" / "e2e" / "js"; }
 
 TEST(ServeNodeClientTest, OfficialOpenAiClient) {
   ASSERT_NO_FATAL_FAILURE(expect_node_ready(js_dir()));

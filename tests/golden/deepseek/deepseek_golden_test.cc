@@ -27,6 +27,9 @@ std::vector<Fixture> fixtures() {
   std::vector<Fixture> f;
   for (const char* n : {"deepseek-v3-mla-moe", "deepseek-v2lite-style", "deepseek-v3-int4-experts"})
     f.push_back({n, s + "/fixtures/tiny/" + n, s + "/fixtures/tiny/" + n});
+  // Made in this repository by tests/fixtures/make_quant_fixtures.py (DeepSeek-V3 FP8 blocks).
+  const std::string repo = STRATA_REPO_FIXTURES_DIR "/tiny/deepseek-v3-fp8-block";
+  f.push_back({"deepseek-v3-fp8-block", repo, repo});
   f.push_back({"house-mla", s + "/models/house-mla", s + "/fixtures/house-mla"});
   return f;
 }

@@ -17,6 +17,9 @@ std::vector<Fixture> fixtures() {
   std::vector<Fixture> f;
   for (const char* n : {"llama-gqa", "llama-tied-mha", "llama3-ropescaled", "qwen2-bias", "qwen3-qknorm"})
     f.push_back({n, s + "/fixtures/tiny/" + n, s + "/fixtures/tiny/" + n});
+  // Made in this repository by tests/fixtures/make_quant_fixtures.py (compressed-tensors W4A16).
+  const std::string repo = STRATA_REPO_FIXTURES_DIR "/tiny/llama-w4a16";
+  f.push_back({"llama-w4a16", repo, repo});
   f.push_back({"house-llama", s + "/models/house-llama", s + "/fixtures/house-llama"});
   return f;
 }

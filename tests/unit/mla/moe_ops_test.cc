@@ -107,8 +107,10 @@ TEST(MoeExperts, MatchesPerTokenSum) {
   }
   auto be = make_cpu_backend();
   MoeExpertWeights w;
-  w.gate_up = be->upload(Tensor::make(gate_up.data(), DType::kF32, {experts, 2 * inter, hidden}), DType::kF32);
-  w.down = be->upload(Tensor::make(down.data(), DType::kF32, {experts, hidden, inter}), DType::kF32);
+  w.gate_up.weight = be->upload(Tensor::make(gate_up.data(), DType::kF32, {experts, 2 * inter, hidden}), DType::kF32);
+  w.gate_up.stack = experts;
+  w.down.weight = be->upload(Tensor::make(down.data(), DType::kF32, {experts, hidden, inter}), DType::kF32);
+  w.down.stack = experts;
   auto xt = be->upload(Tensor::make(x.data(), DType::kF32, {tokens, hidden}), DType::kF32);
   auto idt = be->alloc(DType::kI32, {tokens, top_k});
   std::copy(ids.begin(), ids.end(), idt->view().ptr<int32_t>());

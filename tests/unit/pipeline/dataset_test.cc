@@ -86,6 +86,23 @@ TEST(OpenAiBody, ChatAndCompletion) {
   EXPECT_EQ(b["ignore_eos"], true);
 }
 
+TEST(OpenAiReply, RepliesCutShortAreRetriedNotWritten) {
+  JobSampling s;
+  s.max_new_tokens = 100;
+  GenerationOutcome o;
+  o.finish_reason = "stop";
+  o.completion_tokens = 3;
+  EXPECT_TRUE(check_not_cut_short(o, s).ok());  // EOS before the limit
+  o.finish_reason = "length";
+  o.completion_tokens = 100;
+  EXPECT_TRUE(check_not_cut_short(o, s).ok());
+  o.completion_tokens = 40;  // a drained server's reply
+  EXPECT_EQ(check_not_cut_short(o, s).code(), StatusCode::kUnavailable);
+  EXPECT_NE(check_not_cut_short(o, s).message().find("40 of 100"), std::string::npos);
+  o.finish_reason = "abort";
+  EXPECT_FALSE(check_not_cut_short(o, s).ok());
+}
+
 TEST(OpenAiReply, Parses) {
   GenerationOutcome o;
   ASSERT_TRUE(parse_openai_reply(

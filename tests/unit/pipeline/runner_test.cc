@@ -7,8 +7,10 @@
 #include <future>
 #include <set>
 
+#include "pipeline/checkpoint.h"
 #include "pipeline/output_log.h"
 #include "pipeline/runner.h"
+#include "support/temp_dir.h"
 
 namespace strata {
 namespace {
@@ -262,22 +264,133 @@ TEST_F(RunnerTest, DuplicateDatasetNamesAreAnError) {
   EXPECT_EQ(run_job(ds, b, opts_).status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST(Progress, FormatsPerDatasetTotalsRatesAndEta) {
+TEST(Progress, FormatsPerDatasetTotalsTokensRatesAndEta) {
   ProgressSnapshot p;
-  p.datasets = {{.name = "define", .total = 100, .done_before = 10, .done = 20, .prompt_tokens = 400, .completion_tokens = 1000},
-                {.name = "explain", .total = 50, .done = 5, .failed = 1}};
+  p.datasets = {{.name = "define", .total = 100, .done_before = 10, .done = 20, .running = 3, .generated_tokens = 1500},
+                {.name = "explain", .total = 50, .done = 5, .failed = 1, .generated_tokens = 500}};
   p.elapsed_s = 10;
-  p.done_this_run = 26;
+  p.gen_tokens_per_s = 100;
+  p.prompt_tokens_per_s = 40;
+  p.window_s = 8;
+  p.tokens_left = 4400;
   const std::string line = format_progress(p);
-  EXPECT_NE(line.find("define 30/100"), std::string::npos) << line;
-  EXPECT_NE(line.find("explain 6/50 (1 failed)"), std::string::npos) << line;
-  EXPECT_NE(line.find("total 36/150 (24.0%)"), std::string::npos) << line;
-  EXPECT_NE(line.find("prompt 40 tok/s"), std::string::npos) << line;
-  EXPECT_NE(line.find("gen 100 tok/s"), std::string::npos) << line;
-  EXPECT_NE(line.find("ETA 44s"), std::string::npos) << line;  // 114 left at 2.6/s
+  EXPECT_NE(line.find("define 30/100 1500 tok"), std::string::npos) << line;
+  EXPECT_NE(line.find("explain 6/50 (1 failed) 500 tok"), std::string::npos) << line;
+  EXPECT_NE(line.find("total 36/150 (24.0%) 3 running"), std::string::npos) << line;
+  EXPECT_NE(line.find("2000 tok generated"), std::string::npos) << line;
+  EXPECT_NE(line.find("gen 100 tok/s · prompt 40 tok/s (last 8s)"), std::string::npos) << line;
+  EXPECT_NE(line.find("ETA 44s"), std::string::npos) << line;  // 4,400 tokens left at 100/s
+  p.gen_tokens_per_s = 0;
+  EXPECT_NE(format_progress(p).find("ETA ?"), std::string::npos);
   EXPECT_EQ(format_duration(3725), "1h02m");
   EXPECT_EQ(format_duration(185), "3m05s");
   EXPECT_EQ(format_duration(2 * 86400 + 7200), "2d02h");
+}
+
+TEST(Progress, RateWindowForgetsWhatIsOlderThanTheWindow) {
+  RateWindow w(10);
+  EXPECT_EQ(w.rate(), 0);
+  w.add(0, 0);
+  w.add(5, 5000);  // a burst at the start
+  for (int t = 6; t <= 30; ++t) w.add(t, 5000 + 100.0 * (t - 5));
+  EXPECT_NEAR(w.rate(), 100, 1e-9);  // the burst fell out of the window
+  EXPECT_NEAR(w.span_s(), 10, 1e-9);
+}
+
+// Reports tokens as it goes (like the engine) and can resume. Tasks in `interrupt` report
+// `tokens_before_interrupt` tokens and then end kInterrupted (the job stops, as after a kill).
+class ResumableBackend : public GenerationBackend {
+ public:
+  std::set<std::string> interrupt;
+  int tokens_before_interrupt = 5;
+  int total_tokens = 12;
+  std::map<std::string, std::vector<int32_t>> resumed_with;  // id -> resume_output_ids
+  std::string model_name() const override { return "fake-model"; }
+  int max_in_flight() const override { return 4; }  // every prompt of the tests starts at once
+  bool can_resume() const override { return true; }
+  void start(const GenerationTask& task, OutcomeCallback done) override {
+    const std::string& id = task.record->id;
+    if (!task.resume_output_ids.empty()) resumed_with[id] = task.resume_output_ids;
+    // Token i of prompt pN is 1000 * N + i: a continuation shows where it resumed.
+    const int n = std::stoi(id.substr(1));
+    const int from = int(task.resume_output_ids.size());
+    const int until = interrupt.count(id) ? tokens_before_interrupt : total_tokens;
+    for (int i = from; i < until; ++i)
+      task.on_tokens(TokenReport{.token_ids = {1000 * n + i}, .rng_draws = uint64_t(i + 1), .prompt_tokens = 3});
+    GenerationOutcome o;
+    if (interrupt.count(id)) {
+      o.kind = OutcomeKind::kInterrupted;
+      o.error = "killed";
+    } else {
+      o.text = id + " from " + std::to_string(from);
+      o.prompt_tokens = 3;
+      o.completion_tokens = total_tokens;
+      o.finish_reason = "length";
+    }
+    done(o);
+  }
+};
+
+TEST_F(RunnerTest, UnfinishedPromptsResumeFromTheirCheckpoints) {
+  std::vector<Dataset> ds{make_dataset("a", 4)};
+  JobOptions o = opts_;
+  o.checkpoint_tokens = 1;
+  const std::string partial = opts_.output_file + ".partial.jsonl";
+  {
+    ResumableBackend b;
+    b.interrupt = {"p1", "p2"};
+    auto s = run_job(ds, b, o);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    EXPECT_FALSE(s->complete);
+    EXPECT_EQ(s->datasets[0].generated_tokens, 12 * 2 + 5 * 2);  // counted as produced
+    ASSERT_TRUE(std::filesystem::exists(partial));
+  }
+  auto partials = read_partials(partial, settings_fingerprint(nlohmann::json{
+      {"model", "fake-model"}, {"sampling", o.sampling.to_json()}}.dump()));
+  ASSERT_TRUE(partials.ok());
+  ASSERT_EQ(partials->size(), 2u);
+  EXPECT_EQ(partials->at({"a", "p1"}).tokens, (std::vector<int32_t>{1000, 1001, 1002, 1003, 1004}));
+  EXPECT_EQ(partials->at({"a", "p2"}).rng_draws, 5u);
+  {
+    ResumableBackend b;  // runs to the end this time
+    auto s = run_job(ds, b, o);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    EXPECT_TRUE(s->complete);
+    EXPECT_EQ(b.resumed_with.size(), 2u);
+    EXPECT_EQ(b.resumed_with["p2"], (std::vector<int32_t>{2000, 2001, 2002, 2003, 2004}));
+    EXPECT_EQ(s->datasets[0].generated_tokens, 7 * 2);  // only what this run made
+  }
+  EXPECT_FALSE(std::filesystem::exists(partial)) << "a complete job leaves no checkpoints";
+  std::map<std::string, std::string> text;
+  for (const auto& r : read_lines(opts_.output_file)) text[r["id"]] = r["conversations"][1]["content"];
+  EXPECT_EQ(text["p1"], "p1 from 5");
+  EXPECT_EQ(text["p0"], "p0 from 0");
+}
+
+TEST(Checkpoints, DeltasConcatenateRestartsReplaceGapsDropAndOtherSettingsAreIgnored) {
+  testing::TempDir dir("strata_ckpt");
+  const std::string path = dir.file("out.jsonl.partial.jsonl");
+  const std::vector<int32_t> a = {1, 2, 3}, b = {4, 5}, c = {9};
+  std::string text = partial_line({"d", "x"}, 0, a, 3, 7, "S") + "\n" + partial_line({"d", "x"}, 3, b, 5, 7, "S") +
+                     "\n" + partial_line({"d", "y"}, 0, a, 3, 7, "S") + "\n" +
+                     partial_line({"d", "y"}, 1, c, 2, 7, "S") + "\n" +  // y restarted after 1 token
+                     partial_line({"d", "z"}, 0, a, 3, 7, "S") + "\n" +
+                     partial_line({"d", "z"}, 5, c, 6, 7, "S") + "\n" +  // a lost line: z starts over
+                     partial_line({"d", "w"}, 0, a, 3, 7, "OTHER") + "\n" + "{\"dataset\":\"d\",\"id\":\"x\",\"fr";
+  dir.write("out.jsonl.partial.jsonl", text);
+  auto p = read_partials(path, "S");
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(p->size(), 2u);
+  EXPECT_EQ(p->at({"d", "x"}).tokens, (std::vector<int32_t>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(p->at({"d", "x"}).rng_draws, 5u);
+  EXPECT_EQ(p->at({"d", "x"}).prompt_tokens, 7);
+  EXPECT_EQ(p->at({"d", "y"}).tokens, (std::vector<int32_t>{1, 9}));
+  ASSERT_TRUE(rewrite_partials(path, *p, "S").ok());
+  auto again = read_partials(path, "S");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->at({"d", "x"}).tokens, p->at({"d", "x"}).tokens);
+  ASSERT_TRUE(rewrite_partials(path, {}, "S").ok());
+  EXPECT_FALSE(std::filesystem::exists(path));
 }
 
 }  // namespace

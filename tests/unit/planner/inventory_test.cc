@@ -123,10 +123,11 @@ TEST(Inventory, KimiK25TotalActiveAndBytes) {
   EXPECT_NEAR(double(s.active_params) / 32.9e9, 1.0, 0.005);
   EXPECT_EQ(s.total_params, 1026408232448);
   EXPECT_EQ(s.active_params, 32861500928);
-  // Hand count per rank at TP 8: embed + lm_head 587,202,560; attention + norms 61 x 51,806,208;
-  // dense MLP 99,090,432; 60 MoE layers x (router 5,505,024 + bias 1,536 + shared 11,010,048 +
-  // INT4 experts 1,189,085,184); final norm 14,336.
-  EXPECT_EQ(s.bytes_per_rank, 76182593536);
+  // Hand count per rank at TP 8: embed + lm_head 587,202,560 (163,840 / 8 rows each, bf16) and
+  // the embedding's zero row 14,336 (arch/tp.h); attention + norms 61 x 51,806,208; dense MLP
+  // 99,090,432; 60 MoE layers x (router 5,505,024 + bias 1,536 + shared 11,010,048 + INT4
+  // experts 1,189,085,184); final norm 14,336.
+  EXPECT_EQ(s.bytes_per_rank, 76182607872);
   EXPECT_EQ(s.int4_bytes, 60 * int64_t(384) * 3 * (2048 * 7168 / 2 + 2048 * 224 * 2));
   EXPECT_EQ(s.total_bytes, s.bf16_bytes + s.int4_bytes + s.f32_bytes);
 }

@@ -42,7 +42,7 @@ TEST(ConfigSpecs, TotalsFromSharedConfigs) {
   InventorySummary s = summarize_inventory(*kimi, build_inventory(*kimi), 8);
   EXPECT_NEAR(double(s.total_params) / 1.026e12, 1.0, 0.005);
   EXPECT_NEAR(double(s.active_params) / 32.9e9, 1.0, 0.005);
-  EXPECT_EQ(s.bytes_per_rank, 76182593536);
+  EXPECT_EQ(s.bytes_per_rank, 76182607872);
 
   auto dsv3 = load_model_spec(kConfigs + "deepseek-v3");
   ASSERT_TRUE(dsv3.ok()) << dsv3.status().to_string();
@@ -70,7 +70,7 @@ TEST(PlanCli, KimiSideBySideJson) {
   EXPECT_NEAR(j[2]["kv_tokens"].get<double>() / 159e3, 1.0, 0.05);
   EXPECT_NEAR(j[5]["kv_tokens"].get<double>() / 376e3, 1.0, 0.05);
   EXPECT_EQ(j[5]["kv_bytes_per_token"].get<int64_t>(), 35136);
-  EXPECT_EQ(j[0]["weight_bytes_per_rank"].get<int64_t>(), 76182593536);
+  EXPECT_EQ(j[0]["weight_bytes_per_rank"].get<int64_t>(), 76182607872);
   for (const auto& col : j) {
     for (const char* key : {"kv_tokens", "kv_bytes_per_token", "weight_bytes_per_rank",
                             "max_running_requests", "total_params", "active_params"}) {

@@ -58,7 +58,7 @@ TEST(PlanKvCapacity, KimiK25MatchesSglangDeployment) {
     ASSERT_TRUE(plan.ok()) << plan.status().to_string();
     EXPECT_NEAR(double(plan->kv_tokens) / c.sglang_tokens, 1.0, 0.05)
         << c.fraction << " " << kv_cache_dtype_name(c.kv) << ": " << plan->kv_tokens;
-    EXPECT_EQ(plan->weight_bytes_per_rank, 76182593536);
+    EXPECT_EQ(plan->weight_bytes_per_rank, 76182607872);
     EXPECT_EQ(plan->kv_pool_bytes, plan->kv_tokens * plan->kv_bytes_per_token);
     EXPECT_EQ(plan->context_length, 262144);
     EXPECT_EQ(plan->req_pool_size, 2048);

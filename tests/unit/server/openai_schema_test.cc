@@ -29,6 +29,26 @@ TEST(ServerSchemaTest, ParsesChatRequest) {
   EXPECT_TRUE(r.stream && r.include_usage);
 }
 
+TEST(ServerSchemaTest, OnlyJsonContentTypesAreAccepted) {
+  for (const char* ok : {"", "application/json", "Application/JSON; charset=utf-8", " application/json ",
+                         "application/vnd.api+json"})
+    EXPECT_FALSE(check_json_content_type(ok)) << ok;
+  for (const char* bad : {"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
+                          "application/jsonx"}) {
+    auto e = check_json_content_type(bad);
+    ASSERT_TRUE(e) << bad;
+    EXPECT_EQ(e->status, 415);
+    EXPECT_NE(e->message.find(bad), std::string::npos) << e->message;
+    EXPECT_NE(e->message.find("application/json"), std::string::npos);
+  }
+}
+
+TEST(ServerSchemaTest, AbortIsNoFinishReasonOnTheWire) {
+  EXPECT_EQ(finish_reason_json(FinishReason::kAbort), "length");
+  EXPECT_EQ(finish_reason_json(FinishReason::kStop), "stop");
+  EXPECT_TRUE(finish_reason_json(FinishReason::kNone).is_null());
+}
+
 TEST(ServerSchemaTest, ParsesPromptForms) {
   OpenAiRequest a, b, c;
   EXPECT_FALSE(parse_openai_request(R"({"prompt":["x","y"],"logprobs":1})", Endpoint::kCompletions, &a));

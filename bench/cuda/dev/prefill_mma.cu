@@ -1,5 +1,7 @@
 // Paged causal prefill attention, FlashAttention-2 style on mma.sync tensor cores, for head_dim
-// 64 and 128 (attention_prefill.cu keeps the simple kernel for the other sizes).
+// 64 and 128: the development variant `mma` (dev_kernels.h). The product's wgmma kernel
+// (src/backend/cuda/attention_prefill_wgmma.cuh) kept its work split and tile list and ran
+// faster on the H200 (bench/RESULTS.md: 313-320 TFLOP/s here at 8,192 causal tokens).
 //
 // A block owns 128 query rows of one KV head: the rows are (token, query head of the group)
 // pairs, token-major, so the group's query heads share every K/V tile (GQA: each K/V row is read
@@ -17,18 +19,19 @@
 // output.
 #include <cfloat>
 
+#include "backend/cuda/attention.h"
 #include "backend/cuda/attention_mma.cuh"
-#include "backend/cuda/attention_prefill_fa.h"
 #include "backend/cuda/attention_tile.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/fp8.cuh"
+#include "prefill_mma.h"
 
-namespace strata::cuda {
+namespace strata::cuda::dev {
 namespace {
 
 using namespace attn;
 
-constexpr int kRows = kFaPrefillRows;  // query rows per block
+constexpr int kRows = kGroupedPrefillRows;  // query rows per block
 constexpr int kKeys = 64;              // keys per K/V tile
 constexpr int kThreads = 128;          // 4 warps × 32 rows
 
@@ -287,16 +290,17 @@ __global__ void __launch_bounds__(kThreads, 2) fa_prefill_kernel(AttentionParams
 }
 
 template <int D, int E>
-void launch_de(const AttentionParams& p, cudaStream_t stream) {
-  fa_prefill_kernel<D, E><<<p.num_tiles * p.kv_heads, kThreads, Layout<D, E>::kBytes, stream>>>(p);
+void launch_de(const AttentionParams& p, const Launch& launch) {
+  fa_prefill_kernel<D, E>
+      <<<p.num_tiles * p.kv_heads, kThreads, Layout<D, E>::kBytes, launch.stream>>>(p);
   CUDA_LAUNCH_CHECK();
 }
 
 template <int D>
-void launch_d(const AttentionParams& p, cudaStream_t stream) {
-  if (p.kv_elem == kKvE4M3) launch_de<D, kKvE4M3>(p, stream);
-  else if (p.kv_elem == kKvE5M2) launch_de<D, kKvE5M2>(p, stream);
-  else launch_de<D, kKvBf16>(p, stream);
+void launch_d(const AttentionParams& p, const Launch& launch) {
+  if (p.kv_elem == kKvE4M3) launch_de<D, kKvE4M3>(p, launch);
+  else if (p.kv_elem == kKvE5M2) launch_de<D, kKvE5M2>(p, launch);
+  else launch_de<D, kKvBf16>(p, launch);
 }
 
 template <int D, int E>
@@ -308,11 +312,7 @@ void set_limit() {
 
 }  // namespace
 
-bool fa_prefill_supported(int head_dim, int group) {
-  return (head_dim == 64 || head_dim == 128) && group >= 1 && group <= kRows;
-}
-
-void init_fa_prefill_kernels() {
+void init_mma_prefill_kernels() {
   set_limit<64, kKvBf16>();
   set_limit<64, kKvE4M3>();
   set_limit<64, kKvE5M2>();
@@ -321,14 +321,14 @@ void init_fa_prefill_kernels() {
   set_limit<128, kKvE5M2>();
 }
 
-void launch_fa_prefill(const AttentionParams& p, cudaStream_t stream) {
+void launch_mma_prefill(const AttentionParams& p, const Launch& launch) {
   CHECK_MSG(p.scale_log2 * p.k_scale > 0, "prefill attention: scale {} · k_scale {} must be > 0",
             p.scale_log2, p.k_scale);
   switch (p.head_dim) {
-    case 64: launch_d<64>(p, stream); break;
-    case 128: launch_d<128>(p, stream); break;
+    case 64: launch_d<64>(p, launch); break;
+    case 128: launch_d<128>(p, launch); break;
     default: CHECK_MSG(false, "fa prefill attention: head_dim {}", p.head_dim);
   }
 }
 
-}  // namespace strata::cuda
+}  // namespace strata::cuda::dev

@@ -1,6 +1,10 @@
 // Tensor-core GEMV ("skinny GEMM") for decode batches of a few to 64 rows: out [m, n] =
-// x [m, k] · w [n, k]ᵀ (+ bias), optionally with SwiGLU as its epilogue. Like the FMA GEMV
-// (linear.cu) it reads every weight byte once with 16-byte loads, but the multiply runs on the
+// x [m, k] · w [n, k]ᵀ (+ bias), optionally with SwiGLU as its epilogue. A development kernel
+// (dev_kernels.h): on the H200 (2026-11-30, llama_bench --what gemv, 8B shapes) it streams the big
+// layers at only 65-75% of copy bandwidth and lost to the FMA GEMV at m <= 2 and to cuBLAS at
+// m >= 4 on one decode step's linears (m = 8: 5.24 ms vs cuBLAS 4.72; m = 32: 10.06 vs 4.79); it
+// won only on small-n layers at m <= 8 (o_proj m = 8: 13.3 us vs cuBLAS 16.2).
+// Like the FMA GEMV (src/backend/cuda/linear.cu) it reads every weight byte once with 16-byte loads, but the multiply runs on the
 // tensor cores: mma.sync m16n8k16 with 16 WEIGHT rows as the A operand and xᵀ as B (8 tokens per
 // n-tile, up to 8 n-tiles), so the CUDA cores only issue loads and the cost no longer grows with m.
 //
@@ -19,34 +23,15 @@
 // launch on the same [2 · inter, k] weight (2 · inter / 16), hence the same k split and the same
 // summation order per output: the fused result is bit for bit the plain one + silu_mul (assuming
 // the tensor core sums every row of a tile the same way; the parity test checks it).
-#include <cstdlib>
-
 #include "backend/cuda/common.cuh"
+#include "dev_kernels.h"
 
-namespace strata::cuda {
+namespace strata::cuda::dev {
 namespace {
 
 constexpr int kWarps = 8;           // warps per block
 // U: 32-element chunks per k block (2 · U 16-byte weight loads in flight per lane): 4, or 2 or 4
-// with 8 n-tiles (set_gemv_mma_unroll8: 4 spills a few bytes at 128 registers, 2 does not).
-int g_unroll8 = 4;
-int g_warps_per_sm = 24;            // k-split target (see launch_gemv_mma_nt)
-// Dispatch's row range (use_gemv_mma). OFF unless STRATA_GEMV_MMA=1 or set_gemv_mma_enabled:
-// on the H200 (2026-11-30, llama_bench --what gemv, 8B shapes) it streams the big layers at only
-// 65-75% of copy bandwidth and lost to the FMA GEMV at m <= 2 and to cuBLAS at m >= 4 on one
-// decode step's linears (m = 8: 5.24 ms vs cuBLAS 4.72; m = 32: 10.06 vs 4.79); it won only on
-// small-n layers at m <= 8 (o_proj m = 8: 13.3 us vs cuBLAS 16.2). STRATA_GEMV_MMA_MAX_ROWS=N
-// lowers the top of the range.
-int g_min_rows = 2;
-int g_max_rows = [] {
-  const char* e = std::getenv("STRATA_GEMV_MMA_MAX_ROWS");
-  const int v = e ? std::atoi(e) : kGemvMmaMaxRows;
-  return v >= 1 && v <= kGemvMmaMaxRows ? v : kGemvMmaMaxRows;
-}();
-bool g_enabled = [] {
-  const char* e = std::getenv("STRATA_GEMV_MMA");
-  return e && e[0] == '1';
-}();
+// with 8 n-tiles (the launcher's unroll8: 4 spills a few bytes at 128 registers, 2 does not).
 
 __device__ __forceinline__ void mma16816(float* d, uint32_t a0, uint32_t a1, uint32_t a2,
                                          uint32_t a3, uint32_t b0, uint32_t b1) {
@@ -217,78 +202,90 @@ int num_sms() {
   return sms;
 }
 
-template <int NT, bool GLU>
-void launch_ks(int ks, int64_t tiles, const GemvParams& p, cudaStream_t stream) {
+template <int NT, bool GLU, int U8>
+void launch_ks(int ks, int64_t tiles, const GemvParams& p, const Launch& launch) {
   const dim3 block(kWarps * 32);
   const dim3 grid(unsigned(ceil_div(tiles, kWarps / ks)));
   if constexpr (NT == 8) {
-    if (g_unroll8 == 2) {
+    if constexpr (U8 == 2) {
       switch (ks) {
-        case 1: launch_pdl(gemv_mma8_kernel<1, GLU, 2>, grid, block, 0, stream, p); break;
-        case 2: launch_pdl(gemv_mma8_kernel<2, GLU, 2>, grid, block, 0, stream, p); break;
-        case 4: launch_pdl(gemv_mma8_kernel<4, GLU, 2>, grid, block, 0, stream, p); break;
-        default: launch_pdl(gemv_mma8_kernel<8, GLU, 2>, grid, block, 0, stream, p); break;
+        case 1: launch_pdl(gemv_mma8_kernel<1, GLU, 2>, grid, block, 0, launch, p); break;
+        case 2: launch_pdl(gemv_mma8_kernel<2, GLU, 2>, grid, block, 0, launch, p); break;
+        case 4: launch_pdl(gemv_mma8_kernel<4, GLU, 2>, grid, block, 0, launch, p); break;
+        default: launch_pdl(gemv_mma8_kernel<8, GLU, 2>, grid, block, 0, launch, p); break;
       }
       return;
     }
     switch (ks) {
-      case 1: launch_pdl(gemv_mma8_kernel<1, GLU, 4>, grid, block, 0, stream, p); break;
-      case 2: launch_pdl(gemv_mma8_kernel<2, GLU, 4>, grid, block, 0, stream, p); break;
-      case 4: launch_pdl(gemv_mma8_kernel<4, GLU, 4>, grid, block, 0, stream, p); break;
-      default: launch_pdl(gemv_mma8_kernel<8, GLU, 4>, grid, block, 0, stream, p); break;
+      case 1: launch_pdl(gemv_mma8_kernel<1, GLU, 4>, grid, block, 0, launch, p); break;
+      case 2: launch_pdl(gemv_mma8_kernel<2, GLU, 4>, grid, block, 0, launch, p); break;
+      case 4: launch_pdl(gemv_mma8_kernel<4, GLU, 4>, grid, block, 0, launch, p); break;
+      default: launch_pdl(gemv_mma8_kernel<8, GLU, 4>, grid, block, 0, launch, p); break;
     }
   } else {
     switch (ks) {
-      case 1: launch_pdl(gemv_mma_kernel<NT, 1, GLU>, grid, block, 0, stream, p); break;
-      case 2: launch_pdl(gemv_mma_kernel<NT, 2, GLU>, grid, block, 0, stream, p); break;
-      case 4: launch_pdl(gemv_mma_kernel<NT, 4, GLU>, grid, block, 0, stream, p); break;
-      default: launch_pdl(gemv_mma_kernel<NT, 8, GLU>, grid, block, 0, stream, p); break;
+      case 1: launch_pdl(gemv_mma_kernel<NT, 1, GLU>, grid, block, 0, launch, p); break;
+      case 2: launch_pdl(gemv_mma_kernel<NT, 2, GLU>, grid, block, 0, launch, p); break;
+      case 4: launch_pdl(gemv_mma_kernel<NT, 4, GLU>, grid, block, 0, launch, p); break;
+      default: launch_pdl(gemv_mma_kernel<NT, 8, GLU>, grid, block, 0, launch, p); break;
     }
   }
 }
 
-template <int NT>
-void launch_gemv_mma_nt(const GemvParams& p, cudaStream_t stream) {
+// PerSm: the k-split target (warps per SM); U8: chunks per weight batch with 8 n-tiles.
+template <int NT, int PerSm, int U8>
+void launch_gemv_mma_nt(const GemvParams& p, const Launch& launch) {
   // The k split depends on the tile count only (equal for a GLU launch and the plain launch on
   // the same weight): the fewest warps per tile that give every SM ~warps_per_sm warps of loads.
   const int64_t tiles = p.glu_inter > 0 ? ceil_div(p.glu_inter, 8) : ceil_div(p.n, 16);
-  const int per_sm = p.mma_warps_per_sm > 0 ? p.mma_warps_per_sm : g_warps_per_sm;
   int ks = 1;
-  while (ks < kWarps && tiles * ks < int64_t(num_sms()) * per_sm) ks *= 2;
-  if (p.glu_inter > 0) launch_ks<NT, true>(ks, tiles, p, stream);
-  else launch_ks<NT, false>(ks, tiles, p, stream);
+  while (ks < kWarps && tiles * ks < int64_t(num_sms()) * PerSm) ks *= 2;
+  if (p.glu_inter > 0) launch_ks<NT, true, U8>(ks, tiles, p, launch);
+  else launch_ks<NT, false, U8>(ks, tiles, p, launch);
   CUDA_LAUNCH_CHECK();
 }
 
-}  // namespace
-
-void launch_gemv_mma(const GemvParams& p, cudaStream_t stream) {
+template <int PerSm, int U8>
+void launch_gemv_mma(const GemvParams& p, const Launch& launch) {
   if (p.m == 0 || p.n == 0) return;
   CHECK(p.k % 8 == 0 && uintptr_t(p.x) % 16 == 0 && uintptr_t(p.w) % 16 == 0);
   CHECK(p.glu_inter == 0 || p.n == 2 * p.glu_inter);
   CHECK_MSG(p.m <= kGemvMmaMaxRows, "gemv_mma: {} rows (max {})", p.m, kGemvMmaMaxRows);
-  if (p.m <= 8) launch_gemv_mma_nt<1>(p, stream);
-  else if (p.m <= 16) launch_gemv_mma_nt<2>(p, stream);
-  else if (p.m <= 32) launch_gemv_mma_nt<4>(p, stream);
-  else launch_gemv_mma_nt<8>(p, stream);
+  if (p.m <= 8) launch_gemv_mma_nt<1, PerSm, U8>(p, launch);
+  else if (p.m <= 16) launch_gemv_mma_nt<2, PerSm, U8>(p, launch);
+  else if (p.m <= 32) launch_gemv_mma_nt<4, PerSm, U8>(p, launch);
+  else launch_gemv_mma_nt<8, PerSm, U8>(p, launch);
 }
 
-void set_gemv_mma_warps_per_sm(int warps) { g_warps_per_sm = warps < 1 ? 1 : warps; }
-int gemv_mma_warps_per_sm() { return g_warps_per_sm; }
-void set_gemv_mma_unroll8(int u) {
-  CHECK(u == 2 || u == 4);
-  g_unroll8 = u;
+template <int U8>
+GemvLauncher gemv_mma_u(int warps_per_sm) {
+  switch (warps_per_sm) {
+    case 1: return launch_gemv_mma<1, U8>;
+    case 2: return launch_gemv_mma<2, U8>;
+    case 4: return launch_gemv_mma<4, U8>;
+    case 8: return launch_gemv_mma<8, U8>;
+    case 16: return launch_gemv_mma<16, U8>;
+    case 24: return launch_gemv_mma<24, U8>;
+    case 48: return launch_gemv_mma<48, U8>;
+    default: CHECK_MSG(false, "gemv_mma: {} warps per SM (1, 2, 4, 8, 16, 24 or 48)", warps_per_sm);
+  }
+  return nullptr;
 }
-int gemv_mma_unroll8() { return g_unroll8; }
-void set_gemv_mma_rows(int min_rows, int max_rows) {
+
+}  // namespace
+
+GemvLauncher gemv_mma(int warps_per_sm, int unroll8) {
+  CHECK_MSG(unroll8 == 2 || unroll8 == 4, "gemv_mma: unroll8 {} (2 or 4)", unroll8);
+  return unroll8 == 2 ? gemv_mma_u<2>(warps_per_sm) : gemv_mma_u<4>(warps_per_sm);
+}
+
+DevKernels gemv_mma_kernels(int min_rows, int max_rows, int warps_per_sm) {
   CHECK(min_rows >= 1 && max_rows <= kGemvMmaMaxRows);
-  g_min_rows = min_rows;
-  g_max_rows = max_rows;
+  DevKernels k;
+  k.gemv = gemv_mma(warps_per_sm);
+  k.gemv_min_rows = min_rows;
+  k.gemv_max_rows = max_rows;
+  return k;
 }
-int gemv_mma_min_rows() { return g_min_rows; }
-int gemv_mma_max_rows() { return g_max_rows; }
-void set_gemv_mma_enabled(bool on) { g_enabled = on; }
-bool gemv_mma_enabled() { return g_enabled; }
-bool use_gemv_mma(int64_t m) { return g_enabled && m >= g_min_rows && m <= g_max_rows; }
 
-}  // namespace strata::cuda
+}  // namespace strata::cuda::dev

@@ -1,22 +1,38 @@
-// Ops the CUDA backend does not run on the GPU yet (absorbed MLA attention, MoE routing and
-// experts, the router's float32-output linear): correct but slow. Each downloads its inputs, runs the CPU reference twin and uploads
-// the result, ending the current step (so they never run inside a CUDA graph). The GPU versions
-// belong to the DeepSeek/Kimi work, not to the Llama family.
-#include <cstring>
+// The CPU twin: the ops the CUDA backend does not run on the GPU yet, declared in one table and
+// run on the CPU reference backend through host copies: each downloads its inputs, runs the CPU
+// op and uploads the result, ending the current step (so it never runs inside a CUDA graph).
+// Correct but slow: every call is counted (CudaBackend::cpu_fallback_counts, exported as
+// strata_cpu_fallback_ops_total and in the engine's exit line) and the first one of each op is
+// logged as a warning. This is the one file of the CUDA backend that uses backend/cpu/.
+#include <string_view>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/log.h"
 
 namespace strata::cuda {
+
+// An op leaves this table when its GPU version lands in its home file.
+constexpr CpuTwinOp kCpuTwinOps[] = {
+    {"mla_attention", "absorbed MLA attention has no GPU kernel yet (issue 22; home: mla.cu)"},
+    {"moe_route", "MoE routing has no GPU kernel yet (issue 23; home: moe.cu)"},
+    {"moe_experts", "MoE expert FFNs have no GPU kernel yet (issue 23; home: moe.cu)"},
+    {"linear_f32_out",
+     "a linear with a float32 output (MoE routers score experts in float32) has no GPU kernel yet "
+     "(issue 23)"},
+    {"sample_f32_logits",
+     "sampling (not greedy) of float32 logits, which this backend's models never produce: the "
+     "reference on the host"},
+};
+constexpr int kNumCpuTwinOps = int(sizeof kCpuTwinOps / sizeof kCpuTwinOps[0]);
+
 namespace {
 
-void warn_once(int i, const char* op) {
-  static bool warned[4] = {false, false, false, false};
-  if (!warned[i]) {
-    LOG_WARN("CUDA backend: {} runs on the CPU reference (host copies); slow", op);
-    warned[i] = true;
-  }
+// The table index of an op, checked at compile time.
+consteval int twin_index(std::string_view name) {
+  for (int i = 0; i < kNumCpuTwinOps; ++i)
+    if (name == kCpuTwinOps[i].name) return i;
+  throw "not an op of kCpuTwinOps";
 }
 
 // A float32 (or int32, for I32 tensors) host copy of a device tensor.
@@ -46,10 +62,23 @@ void to_device(const HostTensor& h, const Tensor& dst) {
 
 }  // namespace
 
+void CudaBackend::count_cpu_twin(int i) {
+  if (cpu_twin_calls_[size_t(i)]++ == 0)
+    LOG_WARN("CUDA backend: {} runs on the CPU reference through host copies, slowly: {}",
+             kCpuTwinOps[i].name, kCpuTwinOps[i].reason);
+}
+
+std::vector<std::pair<std::string, int64_t>> CudaBackend::cpu_fallback_counts() const {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (int i = 0; i < kNumCpuTwinOps; ++i)
+    out.emplace_back(kCpuTwinOps[i].name, cpu_twin_calls_[size_t(i)]);
+  return out;
+}
+
 void CudaBackend::mla_attention(const Tensor& q_latent, const KvStorage& kv, int layer,
                                 const AttentionMetadata& meta, const MlaArgs& args,
                                 const Tensor& out) {
-  warn_once(0, "mla_attention");
+  count_cpu_twin(twin_index("mla_attention"));
   end_step();
   cpu::CpuBackend cpu;
   HostTensor q = to_host(*this, q_latent);
@@ -65,7 +94,7 @@ void CudaBackend::mla_attention(const Tensor& q_latent, const KvStorage& kv, int
 void CudaBackend::moe_route(const Tensor& router_logits, const Tensor& correction_bias,
                             const MoeRouteArgs& args, const Tensor& topk_ids,
                             const Tensor& topk_weights) {
-  warn_once(1, "moe_route");
+  count_cpu_twin(twin_index("moe_route"));
   end_step();
   cpu::CpuBackend cpu;
   HostTensor logits = to_host(*this, router_logits);
@@ -80,24 +109,28 @@ void CudaBackend::moe_route(const Tensor& router_logits, const Tensor& correctio
 void CudaBackend::moe_experts(const Tensor& x, const MoeExpertWeights& experts,
                               const Tensor& topk_ids, const Tensor& topk_weights,
                               const Tensor& out) {
-  warn_once(2, "moe_experts");
+  count_cpu_twin(twin_index("moe_experts"));
   end_step();
   cpu::CpuBackend cpu;
   HostTensor hx = to_host(*this, x), ids = to_host(*this, topk_ids);
   HostTensor w = to_host(*this, topk_weights);
   // Host float32 copies of the expert weights, wrapped as CPU "device" tensors.
   MoeExpertWeights host_experts;
-  host_experts.gate_up = cpu.alloc(DType::kF32, experts.gate_up->view().shape);
-  host_experts.down = cpu.alloc(DType::kF32, experts.down->view().shape);
-  download_f32(experts.gate_up->view(), host_experts.gate_up->view().ptr<float>());
-  download_f32(experts.down->view(), host_experts.down->view().ptr<float>());
+  // Packed experts (INT4, FP8 blocks) are dequantized on the device first: the same bf16
+  // values the CPU reference dequantizes to.
+  for (auto [src, dst] : {std::pair{&experts.gate_up, &host_experts.gate_up}, std::pair{&experts.down, &host_experts.down}}) {
+    DeviceTensorPtr dense = dequantize_bf16(*src);
+    dst->weight = cpu.alloc(DType::kF32, dense->view().shape);
+    dst->stack = src->stack;
+    download_f32(dense->view(), dst->weight->view().ptr<float>());
+  }
   HostTensor o(DType::kF32, out.shape);
   cpu.moe_experts(hx.view, host_experts, ids.view, w.view, o.view);
   to_device(o, out);
 }
 
 void CudaBackend::linear_f32_out(const Tensor& x, const LinearWeight& w, const Tensor& out) {
-  warn_once(3, "linear with a float32 output");
+  count_cpu_twin(twin_index("linear_f32_out"));
   end_step();
   cpu::CpuBackend cpu;
   HostTensor hx = to_host(*this, x);
@@ -111,6 +144,17 @@ void CudaBackend::linear_f32_out(const Tensor& x, const LinearWeight& w, const T
   HostTensor o(DType::kF32, out.shape);
   cpu.linear(hx.view, host_w, o.view);
   to_device(o, out);
+}
+
+void CudaBackend::sample_f32_logits(const Tensor& logits, const SampleRowParams* params,
+                                    int32_t* out_ids) {
+  count_cpu_twin(twin_index("sample_f32_logits"));
+  const int64_t rows = logits.dim(0), vocab = logits.dim(-1);
+  std::vector<float> host(size_t(rows * vocab));
+  download_f32(logits, host.data());
+  std::vector<std::pair<float, int32_t>> scratch;
+  for (int64_t r = 0; r < rows; ++r)
+    out_ids[r] = sample_row_reference(host.data() + r * vocab, vocab, params[r], scratch);
 }
 
 }  // namespace strata::cuda

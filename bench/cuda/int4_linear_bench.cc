@@ -1,0 +1,630 @@
+// W4A16 linears (backend/cuda/linear_int4.h) on the Llama-3.1-8B layer shapes, group 128, random
+// weights made on the device in the repacked layout:
+//   ceilings  device-to-device copy bandwidth (4 GiB, median of 10) and cuBLAS bf16 GEMM 8192³
+//   gemv      per shape (gate_up also with the SwiGLU epilogue) and m = 1..32: launch_int4_gemv's
+//             automatic choice (the stream GEMV for m <= 8 where it fits), the mma GEMV and the
+//             GEMM (the crossover), % of copy bandwidth on packed + scale bytes; the stream
+//             GEMV's knob sweep at m = 1 (warps, tiles per stage, stages; then rounded weights,
+//             preload, early trigger and grid around the best) and at m = 8 (6 for down: the most
+//             that fits); one decode token's GEMVs summed per shape (m = 1..32), and launched as
+//             a model runs them (32 layers with their own weights, interleaved; defaults, the
+//             sweep's best per shape, early trigger, rounded weights)
+//   gemm      the GEMM at m = 32 .. 8192 against bf16 cuBLAS on a bf16 weight of the same shape
+//             and against dequantize-to-bf16 + cuBLAS (the fallback), each kernel configuration
+// Every timing is CUDA events around back-to-back launches over weight copies that together
+// exceed the L2 cache, median of 10 after warm-up. Each kernel's output is checked against
+// dequant + cuBLAS first (NMSE printed): a wrong kernel's timings mean nothing.
+//
+// Usage: strata_bench_int4_linear_bench [--what ceilings,gemv,gemm] [--m 32,64,...]
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/elementwise.h"
+#include "backend/cuda/linear_int4.h"
+#include "bench_args.h"
+#include "core/dtype.h"
+
+namespace strata {
+namespace {
+
+using cuda::bf16_bits;
+
+class Dev {  // a device allocation, freed at scope exit
+ public:
+  explicit Dev(size_t bytes) : bytes_(bytes) { CUDA_CHECK(cudaMalloc(&p_, bytes)); }
+  ~Dev() { cudaFree(p_); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_;
+};
+
+// Times `fn` (work on `stream`) with events: median over `reps` after `warmup`.
+template <typename F>
+double time_ms(cudaStream_t stream, int warmup, int reps, F&& fn) {
+  for (int i = 0; i < warmup; ++i) fn();
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<float> ms;
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < reps; ++i) {
+    CUDA_CHECK(cudaEventRecord(a, stream));
+    fn();
+    CUDA_CHECK(cudaEventRecord(b, stream));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+void fill(void* p, size_t bytes, uint64_t seed, float scale, cudaStream_t s) {
+  cuda::launch_fill_random_bf16(static_cast<bf16_bits*>(p), int64_t(bytes / 2), seed, scale, s);
+}
+
+struct Ceilings {
+  double copy_gbs = 0;  // (read + write) bytes / s
+  double gemm_tflops = 0;
+};
+
+Ceilings measure_ceilings(cudaStream_t s, cublasHandle_t h) {
+  Ceilings c;
+  const size_t bytes = size_t(4) << 30;
+  {
+    Dev src(bytes), dst(bytes);
+    fill(src.as<void>(), bytes, 7, 1.0f, s);
+    const double ms = time_ms(s, 3, 10, [&] {
+      CUDA_CHECK(
+          cudaMemcpyAsync(dst.as<void>(), src.as<void>(), bytes, cudaMemcpyDeviceToDevice, s));
+    });
+    c.copy_gbs = 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
+  }
+  const int n = 8192;
+  Dev a(size_t(n) * n * 2), b(size_t(n) * n * 2), o(size_t(n) * n * 2);
+  fill(a.as<void>(), a.bytes(), 1, 1.0f, s);
+  fill(b.as<void>(), b.bytes(), 2, 1.0f, s);
+  const float alpha = 1, beta = 0;
+  const double ms = time_ms(s, 3, 10, [&] {
+    CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &alpha, a.as<void>(), CUDA_R_16BF, n,
+                       b.as<void>(), CUDA_R_16BF, n, &beta, o.as<void>(), CUDA_R_16BF, n,
+                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+  });
+  c.gemm_tflops = 2.0 * n * double(n) * n / (ms * 1e-3) / 1e12;
+  std::printf("ceiling  D2D copy %.0f GB/s (read+write, 4 GiB, median of 10)\n", c.copy_gbs);
+  std::printf("ceiling  cuBLAS bf16 GEMM 8192^3: %.0f TFLOP/s (median of 10)\n", c.gemm_tflops);
+  return c;
+}
+
+// out [m, n] = x [m, k] · w [n, k]ᵀ, bf16, cuBLAS.
+void cublas_linear(cublasHandle_t h, const void* w, const void* x, void* out, int64_t m, int64_t n,
+                   int64_t k) {
+  const float alpha = 1, beta = 0;
+  CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &alpha, w, CUDA_R_16BF,
+                     int(k), x, CUDA_R_16BF, int(k), &beta, out, CUDA_R_16BF, int(n),
+                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+}
+
+struct Shape {
+  const char* name;
+  int64_t n, k;
+  bool glu;  // gate_up with the SwiGLU epilogue (GEMV only)
+};
+constexpr int kGroup = 128;
+const Shape kShapes[] = {{"qkv", 6144, 4096, false},
+                         {"o_proj", 4096, 4096, false},
+                         {"gate_up", 28672, 4096, false},
+                         {"gate_up+silu", 28672, 4096, true},
+                         {"down", 4096, 14336, false}};
+
+// Copies of one shape's INT4 weight (device layout) that together exceed the L2 cache.
+struct Weights {
+  int64_t n, k;
+  std::vector<std::unique_ptr<Dev>> packed, scale;
+  int64_t bytes() const {  // packed + scales of one copy
+    return cuda::int4_packed_bytes(n, k) + cuda::int4_scale_bytes(n, k, kGroup);
+  }
+  int copies() const { return int(packed.size()); }
+};
+
+Weights make_weights(int64_t n, int64_t k, cudaStream_t s, uint64_t seed) {
+  Weights w;
+  w.n = n;
+  w.k = k;
+  const int copies = int(std::max<int64_t>(2, (int64_t(256) << 20) / w.bytes() + 1));
+  for (int i = 0; i < copies; ++i) {
+    w.packed.push_back(std::make_unique<Dev>(size_t(cuda::int4_packed_bytes(n, k))));
+    w.scale.push_back(std::make_unique<Dev>(size_t(cuda::int4_scale_bytes(n, k, kGroup))));
+    fill(w.packed.back()->as<void>(), w.packed.back()->bytes(), seed + 2 * uint64_t(i), 1.0f, s);
+    fill(w.scale.back()->as<void>(), w.scale.back()->bytes(), seed + 2 * uint64_t(i) + 1, 0.02f, s);
+  }
+  return w;
+}
+
+cuda::Int4LinearParams linear_params(const Weights& w, int i, const Dev& x, Dev& out, int64_t m) {
+  cuda::Int4LinearParams p{};
+  p.x = x.as<bf16_bits>();
+  p.packed = w.packed[size_t(i)]->as<void>();
+  p.scale = w.scale[size_t(i)]->as<bf16_bits>();
+  p.out = out.as<bf16_bits>();
+  p.m = m;
+  p.n = w.n;
+  p.k = w.k;
+  p.group = kGroup;
+  return p;
+}
+
+std::vector<uint16_t> download(const Dev& d, size_t count, cudaStream_t s) {
+  std::vector<uint16_t> v(count);
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  CUDA_CHECK(cudaMemcpy(v.data(), d.as<void>(), count * 2, cudaMemcpyDeviceToHost));
+  return v;
+}
+double nmse(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = bf16_to_f32(got[i]), w = bf16_to_f32(want[i]);
+    if (!std::isfinite(g)) return INFINITY;
+    num += (g - w) * (g - w);
+    den += w * w;
+  }
+  return den > 0 ? num / den : num;
+}
+
+// Rows checked against the reference (the first ones: the parity tests cover partial tiles).
+constexpr int64_t kCheckRows = 512;
+
+// The reference output of weight copy 0, its first min(m, kCheckRows) rows: dequantize to bf16,
+// cuBLAS, (SwiGLU: silu_mul).
+std::vector<uint16_t> reference(cublasHandle_t h, const Weights& w, const Dev& x, int64_t m_all,
+                                bool glu, cudaStream_t s) {
+  const int64_t m = std::min(m_all, kCheckRows);
+  Dev wb(size_t(w.n * w.k) * 2), out(size_t(m * w.n) * 2);
+  cuda::Int4DequantParams dq{w.packed[0]->as<void>(),
+                             w.scale[0]->as<bf16_bits>(),
+                             wb.as<bf16_bits>(),
+                             w.n,
+                             w.k,
+                             kGroup,
+                             0};
+  cuda::launch_int4_dequant_bf16(dq, s);
+  cublas_linear(h, wb.as<void>(), x.as<void>(), out.as<void>(), m, w.n, w.k);
+  if (!glu) return download(out, size_t(m * w.n), s);
+  Dev act(size_t(m * w.n / 2) * 2);
+  cuda::SiluMulParams sp{out.as<bf16_bits>(), act.as<bf16_bits>(), m, w.n / 2};
+  cuda::launch_silu_mul(sp, cuda::Launch{s});
+  return download(act, size_t(m * w.n / 2), s);
+}
+
+// GEMV launch knobs (linear_int4.h); 0 = the launcher's default.
+struct GemvKnobs {
+  int kernel = 0, warps = 0, stages = 0, chunk = 0, grid = 0, round = 0, preload = 1, early = 0;
+};
+void apply(const GemvKnobs& k, cuda::Int4LinearParams* p) {
+  p->gemv_kernel = k.kernel;
+  p->gemv_warps = k.warps;
+  p->gemv_stages = k.stages;
+  p->gemv_chunk = k.chunk;
+  p->gemv_grid = k.grid;
+  p->gemv_round = k.round;
+  p->preload = k.preload;
+  p->pdl_early = k.early;
+}
+std::string knob_str(const GemvKnobs& k) {
+  char b[160];
+  std::snprintf(b, sizeof b, "warps %2d chunk %d stages %d grid %3d round %d preload %d early %d",
+                k.warps, k.chunk, k.stages, k.grid, k.round, k.preload, k.early);
+  return b;
+}
+
+struct GemvRow {
+  std::string name;
+  int64_t m;
+  double us, pct;
+  std::string note;
+};
+
+// One shape's GEMV benchmark state: weight copies, x, out, the reference of copy 0 per m.
+struct GemvCase {
+  const Shape& sh;
+  Weights w;
+  Dev x, out;
+  double gb;  // packed + scale GB of one copy
+  GemvCase(const Shape& shape, cudaStream_t s)
+      : sh(shape),
+        w(make_weights(shape.n, shape.k, s, 100)),
+        x(size_t(32 * shape.k) * 2),
+        out(size_t(32 * shape.n) * 2),
+        gb(double(w.bytes()) / 1e9) {
+    fill(x.as<void>(), x.bytes(), 99, 1.0f, s);
+  }
+  int64_t out_cols() const { return sh.glu ? sh.n / 2 : sh.n; }
+  cuda::Int4LinearParams params(int i, int64_t m, const GemvKnobs& k) {
+    cuda::Int4LinearParams p = linear_params(w, i, x, out, m);
+    p.glu_inter = sh.glu ? sh.n / 2 : 0;
+    apply(k, &p);
+    return p;
+  }
+  // NMSE of copy 0's GEMV output against `want`.
+  double check(int64_t m, const GemvKnobs& k, const std::vector<uint16_t>& want, cudaStream_t s) {
+    cuda::launch_int4_gemv(params(0, m, k), s);
+    return nmse(download(out, size_t(m * out_cols()), s), want);
+  }
+  double time_us(int64_t m, const GemvKnobs& k, cudaStream_t s) {
+    return 1e3 *
+           time_ms(s, 3, 10,
+                   [&] {
+                     for (int i = 0; i < w.copies(); ++i)
+                       cuda::launch_int4_gemv(params(i, m, k), s);
+                   }) /
+           w.copies();
+  }
+  double pct(double us, double copy_gbs) const { return 100.0 * gb / (us * 1e-6) / copy_gbs; }
+};
+
+// The stream GEMV's knob sweep at m on one shape; returns the fastest knobs (defaults included).
+GemvKnobs sweep_stream(GemvCase& gc, int64_t m, const Ceilings& c, cudaStream_t s,
+                       const std::vector<uint16_t>& want, bool full) {
+  std::vector<GemvKnobs> cands;
+  const int sms = [] {
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    return prop.multiProcessorCount;
+  }();
+  cands.push_back(GemvKnobs{});
+  for (int warps : {4, 8, 12, 16})
+    for (int chunk : {4, 8})
+      for (int stages : full ? std::vector<int>{2, 3, 4, 6, 8} : std::vector<int>{0}) {
+        GemvKnobs k;
+        k.warps = warps;
+        k.chunk = chunk;
+        k.stages = stages;
+        cands.push_back(k);
+      }
+  GemvKnobs best;
+  double best_us = 1e30;
+  auto run = [&](const GemvKnobs& k) {
+    cuda::Int4LinearParams p = gc.params(0, m, k);
+    if (!cuda::int4_gemv_stream_fits(p)) return 1e30;
+    GemvKnobs ks = k;
+    ks.kernel = cuda::kInt4GemvStream;
+    const double e = gc.check(m, ks, want, s);
+    const double us = gc.time_us(m, ks, s);
+    std::printf("stream   %-12s m=%-2lld %s: %7.2f us %5.1f%% of copy (nmse %.2g)%s\n", gc.sh.name,
+                (long long)m, knob_str(k).c_str(), us, gc.pct(us, c.copy_gbs), e,
+                e < 1e-4 ? "" : " WRONG");
+    if (e < 1e-4 && us < best_us) {
+      best_us = us;
+      best = k;
+    }
+    return us;
+  };
+  for (const GemvKnobs& k : cands) run(k);
+  if (!full) return best;
+  // Around the best: the launch variants.
+  const GemvKnobs base = best;
+  for (int round : {0, 1})
+    for (int preload : {0, 1})
+      for (int early : {0, 1})
+        for (int grid : {0, sms - 4, 2 * sms}) {
+          GemvKnobs k = base;
+          k.round = round;
+          k.preload = preload;
+          k.early = early;
+          k.grid = grid;
+          if (round == base.round && preload == base.preload && early == base.early &&
+              grid == base.grid)
+            continue;
+          if (round == 1 && (preload != base.preload || early != base.early || grid != 0)) continue;
+          run(k);
+        }
+  return best;
+}
+
+// One decode token's 128 GEMVs launched as a model runs them: 32 layers of qkv, o_proj,
+// gate_up + SwiGLU, down, each layer its own weights (3.6 GB at group 128).
+struct TokenWeights {
+  static constexpr int kLayers = 32;
+  static constexpr int kShapeIdx[4] = {0, 1, 3, 4};  // kShapes: qkv, o_proj, gate_up+silu, down
+  std::vector<std::unique_ptr<Dev>> packed, scale;   // [layer][4]
+  Dev x{size_t(32 * 14336) * 2}, out{size_t(32 * 28672) * 2};
+  double gb = 0;
+  explicit TokenWeights(cudaStream_t s) {
+    for (int l = 0; l < kLayers; ++l)
+      for (int j = 0; j < 4; ++j) {
+        const Shape& sh = kShapes[kShapeIdx[j]];
+        packed.push_back(std::make_unique<Dev>(size_t(cuda::int4_packed_bytes(sh.n, sh.k))));
+        scale.push_back(std::make_unique<Dev>(size_t(cuda::int4_scale_bytes(sh.n, sh.k, kGroup))));
+        fill(packed.back()->as<void>(), packed.back()->bytes(), 1000 + uint64_t(8 * l + j), 1.0f,
+             s);
+        fill(scale.back()->as<void>(), scale.back()->bytes(), 2000 + uint64_t(8 * l + j), 0.02f, s);
+        gb += double(packed.back()->bytes() + scale.back()->bytes()) / 1e9;
+      }
+    fill(x.as<void>(), x.bytes(), 98, 1.0f, s);
+  }
+  // Median ms of the 128 launches; knobs[i] for kShapes[i].
+  double time_ms_token(cudaStream_t s, int64_t m, const GemvKnobs* knobs) {
+    return time_ms(s, 2, 10, [&] {
+      for (int l = 0; l < kLayers; ++l)
+        for (int j = 0; j < 4; ++j) {
+          const Shape& sh = kShapes[kShapeIdx[j]];
+          cuda::Int4LinearParams p{};
+          p.x = x.as<bf16_bits>();
+          p.packed = packed[size_t(4 * l + j)]->as<void>();
+          p.scale = scale[size_t(4 * l + j)]->as<bf16_bits>();
+          p.out = out.as<bf16_bits>();
+          p.m = m;
+          p.n = sh.n;
+          p.k = sh.k;
+          p.group = kGroup;
+          p.glu_inter = sh.glu ? sh.n / 2 : 0;
+          apply(knobs[kShapeIdx[j]], &p);
+          cuda::launch_int4_gemv(p, s);
+        }
+    });
+  }
+};
+
+void bench_gemv(const Ceilings& c, cudaStream_t s, cublasHandle_t h, std::vector<GemvRow>* rows) {
+  const int64_t ms[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
+  constexpr int kM = int(std::size(ms));
+  double token_us[kM] = {}, token_gb = 0;
+  GemvKnobs best[5];
+  std::printf(
+      "gemv     W4A16 group %d: us, %% of copy bandwidth on packed + scale bytes; auto = "
+      "launch_int4_gemv's choice (stream: m <= 8 where it fits), mma = the mma GEMV, GEMM = "
+      "launch_int4_gemm\n",
+      kGroup);
+  for (int si = 0; si < 5; ++si) {
+    const Shape& sh = kShapes[si];
+    GemvCase gc(sh, s);
+    std::vector<uint16_t> want1;
+    for (int mi = 0; mi < kM; ++mi) {
+      const int64_t m = ms[mi];
+      const auto want = reference(h, gc.w, gc.x, m, sh.glu, s);
+      if (m == 1) want1 = want;
+      const GemvKnobs auto_k;
+      const bool stream = cuda::int4_gemv_stream_fits(gc.params(0, m, auto_k));
+      const double e = gc.check(m, auto_k, want, s);
+      const double t = gc.time_us(m, auto_k, s);
+      GemvKnobs mma_k;
+      mma_k.kernel = cuda::kInt4GemvMma;
+      const double e_mma = gc.check(m, mma_k, want, s);
+      const double t_mma = gc.time_us(m, mma_k, s);
+      double t_gemm = 0;  // the GEMM on the same rows (plain shapes): where the GEMVs stop paying
+      if (!sh.glu)
+        t_gemm = 1e3 *
+                 time_ms(s, 3, 10,
+                         [&] {
+                           for (int i = 0; i < gc.w.copies(); ++i)
+                             cuda::launch_int4_gemm(linear_params(gc.w, i, gc.x, gc.out, m), s);
+                         }) /
+                 gc.w.copies();
+      std::printf(
+          "gemv     %-12s %6lld x %5lld m=%-2lld: auto (%s) %7.2f us %5.1f%% (nmse %.2g)%s | mma "
+          "%7.2f us %5.1f%% (nmse %.2g)%s | GEMM %7.2f us | fastest %s\n",
+          sh.name, (long long)sh.n, (long long)sh.k, (long long)m, stream ? "stream" : "mma", t,
+          gc.pct(t, c.copy_gbs), e, e < 1e-4 ? "" : " WRONG", t_mma, gc.pct(t_mma, c.copy_gbs),
+          e_mma, e_mma < 1e-4 ? "" : " WRONG", t_gemm,
+          !sh.glu && t_gemm < std::min(t, t_mma) ? "GEMM" : (t <= t_mma ? "auto" : "mma"));
+      if (std::strcmp(sh.name, "gate_up") != 0) token_us[mi] += 32 * t;
+      rows->push_back({sh.name, m, t, gc.pct(t, c.copy_gbs), stream ? "stream" : "mma"});
+    }
+    if (std::strcmp(sh.name, "gate_up") != 0) token_gb += 32 * gc.gb;
+    // The stream GEMV's knobs at m = 1 (full sweep) and m = 8 where it fits (warps x chunk).
+    best[si] = sweep_stream(gc, 1, c, s, want1, true);
+    const double tb = gc.time_us(1, best[si], s);
+    std::printf("stream   %-12s m=1 best: %s: %.2f us %.1f%% of copy\n", sh.name,
+                knob_str(best[si]).c_str(), tb, gc.pct(tb, c.copy_gbs));
+    rows->push_back({sh.name, 1, tb, gc.pct(tb, c.copy_gbs), "best: " + knob_str(best[si])});
+    const int64_t m8 = sh.k > 4096 ? 6 : 8;
+    sweep_stream(gc, m8, c, s, reference(h, gc.w, gc.x, m8, sh.glu, s), false);
+  }
+  for (int mi = 0; mi < kM; ++mi) {
+    const double gbs = token_gb / (token_us[mi] * 1e-6);
+    std::printf(
+        "gemv     one decode token's W4A16 GEMVs (sum of 32 x qkv, o_proj, gate_up+silu, down "
+        "timed per shape), m=%lld: %.3f ms = %.0f GB/s = %.1f%% of copy\n",
+        (long long)ms[mi], token_us[mi] * 1e-3, gbs, 100.0 * gbs / c.copy_gbs);
+    if (ms[mi] <= 8)
+      rows->push_back({"token sum", ms[mi], token_us[mi], 100.0 * gbs / c.copy_gbs, ""});
+  }
+  // The token as a model runs it (each layer's own weights, the shapes interleaved).
+  const GemvKnobs defaults[5] = {};
+  GemvKnobs early[5], rounded[5];
+  for (int i = 0; i < 5; ++i) {
+    early[i].early = 1;
+    rounded[i].round = 1;
+  }
+  struct Variant {
+    const char* name;
+    const GemvKnobs* knobs;
+  };
+  TokenWeights tw(s);
+  for (const Variant& v : {Variant{"defaults", defaults}, Variant{"best per shape", best},
+                           Variant{"early trigger", early}, Variant{"rounded weights", rounded}}) {
+    for (int64_t m : {1, 4, 8}) {
+      if (m > 1 && v.knobs != defaults) continue;
+      const double ms_tok = tw.time_ms_token(s, m, v.knobs);
+      const double pct = 100.0 * tw.gb / (ms_tok * 1e-3) / c.copy_gbs;
+      std::printf(
+          "token    one decode token's 128 W4A16 GEMVs as a model runs them (32 layers, own "
+          "weights, %.2f GB), %s, m=%lld: %.3f ms = %.1f%% of copy\n",
+          tw.gb, v.name, (long long)m, ms_tok, pct);
+      rows->push_back({std::string("token ") + v.name, m, ms_tok * 1e3, pct, ""});
+    }
+  }
+}
+
+struct GemmRow {
+  const char* name;
+  int64_t m;
+  double int4_us, best_us, bf16_us, deq_us;
+  int best_cfg;
+};
+
+void bench_gemm(const Ceilings& c, cudaStream_t s, cublasHandle_t h, const std::vector<int>& ms,
+                std::vector<GemmRow>* rows) {
+  struct Cfg {
+    int tokens, ksplit;
+  };
+  const Cfg cfgs[] = {{0, 0}, {64, 1}, {64, 2}, {128, 1}, {128, 2}};
+  std::printf(
+      "gemm     W4A16 GEMM vs bf16 cuBLAS vs dequant+cuBLAS, us (TFLOP/s); int4 configs: auto, "
+      "64x1, 64x2, 128x1, 128x2 (tokens x k split)\n");
+  for (const Shape& sh : kShapes) {
+    if (sh.glu) continue;
+    Weights w = make_weights(sh.n, sh.k, s, 300);
+    const int64_t bf16_bytes = sh.n * sh.k * 2;
+    const int bf16_copies = int(std::max<int64_t>(2, (int64_t(256) << 20) / bf16_bytes + 1));
+    std::vector<std::unique_ptr<Dev>> wb;
+    for (int i = 0; i < bf16_copies; ++i) {
+      wb.push_back(std::make_unique<Dev>(size_t(bf16_bytes)));
+      fill(wb.back()->as<void>(), size_t(bf16_bytes), 500 + uint64_t(i), 0.02f, s);
+    }
+    Dev scratch{size_t(bf16_bytes)};
+    for (int m : ms) {
+      Dev x(size_t(int64_t(m) * sh.k) * 2), out(size_t(int64_t(m) * sh.n) * 2);
+      fill(x.as<void>(), x.bytes(), 77, 1.0f, s);
+      const double tflop = 2.0 * m * double(sh.n) * double(sh.k) / 1e12;
+      const auto want = reference(h, w, x, m, false, s);
+      double t[5];
+      char line[1024];
+      int len =
+          std::snprintf(line, sizeof line, "gemm     %-8s %6lld x %5lld m=%-5d int4:", sh.name,
+                        (long long)sh.n, (long long)sh.k, m);
+      for (int ci = 0; ci < 5; ++ci) {
+        auto launch = [&](int i) {
+          cuda::Int4LinearParams p = linear_params(w, i, x, out, m);
+          p.gemm_tokens = cfgs[ci].tokens;
+          p.gemm_ksplit = cfgs[ci].ksplit;
+          cuda::launch_int4_gemm(p, s);
+        };
+        launch(0);
+        const double e =
+            nmse(download(out, size_t(std::min<int64_t>(m, kCheckRows) * sh.n), s), want);
+        t[ci] = time_ms(s, 2, 10,
+                        [&] {
+                          for (int i = 0; i < w.copies(); ++i) launch(i);
+                        }) /
+                w.copies();
+        len += std::snprintf(line + len, sizeof line - size_t(len), " %.1f (%.0f%s)", t[ci] * 1e3,
+                             tflop / (t[ci] * 1e-3), e < 1e-4 ? "" : " WRONG");
+      }
+      if (m <= cuda::kInt4GemvMaxRows) {  // the GEMV on the same rows
+        const double tg = time_ms(s, 2, 10,
+                                  [&] {
+                                    for (int i = 0; i < w.copies(); ++i)
+                                      cuda::launch_int4_gemv(linear_params(w, i, x, out, m), s);
+                                  }) /
+                          w.copies();
+        len += std::snprintf(line + len, sizeof line - size_t(len), " | gemv %.1f", tg * 1e3);
+      }
+      const double bf16 =
+          time_ms(s, 2, 10,
+                  [&] {
+                    for (auto& wi : wb)
+                      cublas_linear(h, wi->as<void>(), x.as<void>(), out.as<void>(), m, sh.n, sh.k);
+                  }) /
+          bf16_copies;
+      const double deq = time_ms(s, 2, 10,
+                                 [&] {
+                                   for (int i = 0; i < w.copies(); ++i) {
+                                     cuda::Int4DequantParams dq{w.packed[size_t(i)]->as<void>(),
+                                                                w.scale[size_t(i)]->as<bf16_bits>(),
+                                                                scratch.as<bf16_bits>(),
+                                                                sh.n,
+                                                                sh.k,
+                                                                kGroup,
+                                                                0};
+                                     cuda::launch_int4_dequant_bf16(dq, s);
+                                     cublas_linear(h, scratch.as<void>(), x.as<void>(),
+                                                   out.as<void>(), m, sh.n, sh.k);
+                                   }
+                                 }) /
+                         w.copies();
+      int best = 0;
+      for (int ci = 1; ci < 5; ++ci)
+        if (t[ci] < t[best]) best = ci;
+      std::printf("%s | bf16 cuBLAS %.1f (%.0f) | dequant+cuBLAS %.1f (%.0f)\n", line, bf16 * 1e3,
+                  tflop / (bf16 * 1e-3), deq * 1e3, tflop / (deq * 1e-3));
+      rows->push_back({sh.name, m, t[0] * 1e3, t[best] * 1e3, bf16 * 1e3, deq * 1e3, best});
+    }
+  }
+  (void)c;
+}
+
+}  // namespace
+}  // namespace strata
+
+int main(int argc, char** argv) {
+  using namespace strata;
+  std::string what = "ceilings,gemv,gemm";
+  std::vector<int> ms = {32, 64, 128, 256, 512, 2048, 8192};
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--what")
+      what = argv[i + 1];
+    else if (a == "--m")
+      ms = parse_int_list(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "usage: %s [--what ceilings,gemv,gemm] [--m 32,64,...]\n", argv[0]);
+      return 2;
+    }
+  }
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cublasHandle_t h;
+  CHECK(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+  CHECK(cublasSetStream(h, s) == CUBLAS_STATUS_SUCCESS);
+  cuda::init_int4_linear_kernels();
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device   %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  const Ceilings c = measure_ceilings(s, h);
+  std::vector<GemvRow> gemv_rows;
+  if (what.find("gemv") != std::string::npos) bench_gemv(c, s, h, &gemv_rows);
+  std::vector<GemmRow> rows;
+  if (what.find("gemm") != std::string::npos) bench_gemm(c, s, h, ms, &rows);
+  std::printf("\nsummary  copy %.0f GB/s, cuBLAS bf16 %.0f TFLOP/s\n", c.copy_gbs, c.gemm_tflops);
+  if (!gemv_rows.empty()) {
+    std::printf(
+        "summary  GEMV, us and %% of copy bandwidth on packed + scale bytes (token: one decode "
+        "token's 128 W4A16 GEMVs):\n");
+    for (const GemvRow& r : gemv_rows)
+      if (r.m == 1 || r.m == 8 || r.name.rfind("token", 0) == 0)
+        std::printf("summary  %-24s m=%-2lld %9.2f us %6.1f%%  %s\n", r.name.c_str(),
+                    (long long)r.m, r.us, r.pct, r.note.c_str());
+  }
+  if (!rows.empty()) {
+    static const char* kCfg[] = {"auto", "64x1", "64x2", "128x1", "128x2"};
+    std::printf(
+        "summary  GEMM, us: int4 auto | int4 best (config) | bf16 cuBLAS | dequant+cuBLAS | "
+        "best vs dequant+cuBLAS\n");
+    for (const GemmRow& r : rows)
+      std::printf("summary  %-8s m=%-5lld %9.1f | %9.1f (%-5s) | %9.1f | %9.1f | %.2fx\n", r.name,
+                  (long long)r.m, r.int4_us, r.best_us, kCfg[r.best_cfg], r.bf16_us, r.deq_us,
+                  r.deq_us / r.best_us);
+  }
+  cublasDestroy(h);
+  cudaStreamDestroy(s);
+  return 0;
+}

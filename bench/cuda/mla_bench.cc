@@ -1,0 +1,321 @@
+// MLA attention kernels (backend/cuda/mla_attention.h) on one GPU, against ceilings measured in
+// the same run (issue 22's acceptance shapes):
+//   ceilings  device-to-device copy bandwidth (read + write bytes / s, 4 GiB) and the cuBLAS bf16
+//             GEMM rate (8192³), as bench/cuda/llama_bench.cc measures them
+//   decode    batch 64 × 4,096-token contexts, one new token a sequence, 16 heads (Moonlight /
+//             V2-Lite at tp 1), 8 (Kimi-K2.5 at tp 8), 128 (DeepSeek-V3 at tp 1); bf16, fp8_e4m3
+//             and fp8_flashmla rows; GB/s of latent rows read (batch · context · row bytes) and %
+//             of copy bandwidth; TFLOP/s (2 · heads · context · (R + P + R) a sequence) and % of
+//             the GEMM rate; the plan's kernel (the decode kernel for 8 / 16 heads and fp8 rows at
+//             128 heads, wgmma for bf16 at 128 heads) and, for comparison, the mma kernel; the
+//             decode kernel's three e4m3 conversions (cvt 0 integer, 1 the conversion unit in the
+//             S warps, 2 in both) over fp8 rows; one 32K-token sequence (split-KV + merge)
+//   prefill   8,192 new tokens causal (the absorbed kernel as the prefill path), 16 and 128 heads:
+//             TFLOP/s over the causal FLOPs and % of the GEMM rate
+// Pages of 64 tokens in a shuffled order; the rows written by the MLA write kernel from random
+// bf16 values. Timing: CUDA events, median of 20 calls after 3 warm-ups. Compare with
+// bench/cuda/mla_torch_baseline.py (PyTorch bmm + softmax of the same decode).
+//
+// Usage: strata_bench_mla_bench [--what ceilings,decode,prefill] [--batch 64] [--context 4096]
+//                               [--decode-kernel 0] [--wgmma-pipe 0]  (0: never the decode
+//                               kernel / the pipelined wgmma kernel, e.g. after their parity tests
+//                               failed)
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/mla_attention.h"
+#include "core/check.h"
+#include "core/dtype.h"
+
+namespace strata {
+namespace {
+
+bool g_decode_kernel = true;  // --decode-kernel 0: plans without the decode kernel
+bool g_wgmma_pipe = true;     // --wgmma-pipe 0: the wgmma kernel instead of the pipelined one
+
+#define BENCH_CUDA(expr)                                                          \
+  do {                                                                            \
+    const cudaError_t e_ = (expr);                                                \
+    CHECK_MSG(e_ == cudaSuccess, "CUDA: {} ({})", cudaGetErrorString(e_), #expr); \
+  } while (0)
+
+struct Buf {
+  void* p = nullptr;
+  explicit Buf(size_t n) { BENCH_CUDA(cudaMalloc(&p, std::max<size_t>(n, 16))); }
+  ~Buf() { cudaFree(p); }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+};
+template <typename T>
+std::unique_ptr<Buf> upload(const std::vector<T>& v) {
+  auto b = std::make_unique<Buf>(v.size() * sizeof(T));
+  BENCH_CUDA(cudaMemcpy(b->p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return b;
+}
+
+template <typename F>
+double time_ms(cudaStream_t s, int warmup, int reps, F&& fn) {
+  for (int i = 0; i < warmup; ++i) fn();
+  BENCH_CUDA(cudaStreamSynchronize(s));
+  std::vector<float> ms;
+  cudaEvent_t a, b;
+  BENCH_CUDA(cudaEventCreate(&a));
+  BENCH_CUDA(cudaEventCreate(&b));
+  for (int i = 0; i < reps; ++i) {
+    BENCH_CUDA(cudaEventRecord(a, s));
+    fn();
+    BENCH_CUDA(cudaEventRecord(b, s));
+    BENCH_CUDA(cudaEventSynchronize(b));
+    float t = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+struct Ceilings {
+  double copy_gbs = 1;
+  double gemm_tflops = 1;
+};
+
+// Uniform random bf16 bits in [-1, 1) (a cheap LCG per element on the host is too slow for GiBs:
+// a pattern of 1 MiB repeated).
+void fill_random(void* p, size_t bytes, uint32_t seed) {
+  std::vector<uint16_t> pat(1 << 19);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (auto& x : pat) x = f32_to_bf16(u(rng));
+  for (size_t at = 0; at < bytes; at += pat.size() * 2)
+    BENCH_CUDA(cudaMemcpy(static_cast<char*>(p) + at, pat.data(),
+                          std::min(bytes - at, pat.size() * 2), cudaMemcpyHostToDevice));
+}
+
+Ceilings measure_ceilings(cudaStream_t s) {
+  Ceilings c;
+  const size_t bytes = size_t(4) << 30;
+  {
+    Buf src(bytes), dst(bytes);
+    fill_random(src.p, bytes, 7);
+    const double ms = time_ms(s, 3, 10, [&] {
+      BENCH_CUDA(cudaMemcpyAsync(dst.p, src.p, bytes, cudaMemcpyDeviceToDevice, s));
+    });
+    c.copy_gbs = 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
+  }
+  const int n = 8192;
+  Buf a(size_t(n) * n * 2), b(size_t(n) * n * 2), o(size_t(n) * n * 2);
+  fill_random(a.p, size_t(n) * n * 2, 1);
+  fill_random(b.p, size_t(n) * n * 2, 2);
+  cublasHandle_t h;
+  CHECK(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+  cublasSetStream(h, s);
+  const float alpha = 1, beta = 0;
+  const double ms = time_ms(s, 3, 10, [&] {
+    CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &alpha, a.p, CUDA_R_16BF, n, b.p,
+                       CUDA_R_16BF, n, &beta, o.p, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                       CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+  });
+  cublasDestroy(h);
+  c.gemm_tflops = 2.0 * n * double(n) * n / (ms * 1e-3) / 1e12;
+  std::printf("ceiling  D2D copy %.0f GB/s (read+write, 4 GiB, median of 10)\n", c.copy_gbs);
+  std::printf("ceiling  cuBLAS bf16 GEMM 8192^3: %.0f TFLOP/s (median of 10, random data)\n",
+              c.gemm_tflops);
+  return c;
+}
+
+struct Layout {
+  const char* name;
+  DType dtype;
+  bool flashmla;
+};
+
+// One layer's latent cache of `batch` sequences × `ctx` tokens (pages of `page` tokens, shuffled),
+// written by the MLA write kernel; then `new_tokens` new tokens a sequence attend over it.
+void bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch, int ctx,
+                int new_tokens, int heads, const char* what, const cuda::MlaPlanOptions& opt = {}) {
+  constexpr int R = 512, P = 64, W = R + P, page = 64;
+  const int pages_per_seq = (ctx + page - 1) / page;
+  const int64_t num_pages = int64_t(batch) * pages_per_seq;
+  KvLayout lay;
+  lay.num_layers = 1;
+  lay.num_pages = num_pages;
+  lay.page_size = page;
+  lay.k_dim = W;
+  lay.dtype = lt.dtype;
+  lay.rope_dim = P;
+  if (lt.flashmla) lay.format = KvFormat::kFlashMlaFp8;
+  const cuda::MlaRowFormat fmt = cuda::mla_row_format(lay, 0, 1.0f);
+  Buf cache(size_t(num_pages * page * fmt.row_bytes));
+  std::vector<int32_t> perm(static_cast<size_t>(num_pages));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(5));
+  {  // every slot written from random bf16 rows (in slabs of 64K tokens)
+    const int64_t slots = num_pages * page, slab = 65536;
+    Buf src(size_t(slab) * W * 2), dslots(size_t(slab) * 4);
+    fill_random(src.p, size_t(slab) * W * 2, 11);
+    std::vector<int32_t> idx(static_cast<size_t>(slab));
+    for (int64_t at = 0; at < slots; at += slab) {
+      const int64_t n = std::min(slab, slots - at);
+      std::iota(idx.begin(), idx.begin() + n, int32_t(at));
+      BENCH_CUDA(cudaMemcpy(dslots.p, idx.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
+      cuda::MlaKvWriteParams wp{};
+      wp.src = src.as<uint16_t>();
+      wp.cache = cache.p;
+      wp.slots = dslots.as<int32_t>();
+      wp.tokens = n;
+      wp.src_stride = W;
+      wp.fmt = fmt;
+      cuda::launch_mla_kv_write(wp, s);
+    }
+    BENCH_CUDA(cudaStreamSynchronize(s));
+  }
+  std::vector<int32_t> q_indptr{0}, kv_lens, page_indptr{0}, pages;
+  for (int b = 0; b < batch; ++b) {
+    for (int i = 0; i < pages_per_seq; ++i) pages.push_back(perm[size_t(b * pages_per_seq + i)]);
+    page_indptr.push_back(int32_t(pages.size()));
+    kv_lens.push_back(ctx);
+    q_indptr.push_back(q_indptr.back() + new_tokens);
+  }
+  const int64_t tokens = int64_t(batch) * new_tokens;
+  Buf q(size_t(tokens) * heads * W * 2), out(size_t(tokens) * heads * R * 2);
+  fill_random(q.p, size_t(tokens) * heads * W * 2, 3);
+  auto d_qi = upload(q_indptr), d_kl = upload(kv_lens), d_pi = upload(page_indptr),
+       d_pg = upload(pages);
+  cuda::MlaAttentionParams p{};
+  p.q = q.as<uint16_t>();
+  p.cache = cache.p;
+  p.out = out.as<uint16_t>();
+  p.q_indptr = d_qi->as<int32_t>();
+  p.kv_lens = d_kl->as<int32_t>();
+  p.page_indptr = d_pi->as<int32_t>();
+  p.page_indices = d_pg->as<int32_t>();
+  p.fmt = fmt;
+  p.num_seqs = batch;
+  p.heads = heads;
+  p.q_stride = W;
+  p.page_size = page;
+  p.scale_log2 = float(1.0 / std::sqrt(192.0) * 1.4426950408889634);
+  p.copy_width = cuda::mla_copy_width(cache.p, fmt.row_bytes);
+  int sms = 0;
+  BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  cuda::MlaPlanOptions o = opt;
+  if (!g_decode_kernel) o.decode = 0;
+  if (!g_wgmma_pipe && o.wgmma == 2) o.wgmma = 1;
+  const cuda::MlaPlan plan =
+      cuda::plan_mla_attention(fmt, batch, tokens, heads, new_tokens, ctx, sms, o);
+  Buf scratch(size_t(std::max<int64_t>(plan.scratch_bytes, 16)));
+  cuda::apply_mla_plan(plan, plan.scratch_bytes ? scratch.p : nullptr, &p);
+  const double ms = time_ms(s, 3, 20, [&] { cuda::launch_mla_attention(p, s); });
+  BENCH_CUDA(cudaGetLastError());
+  // Causal among the new tokens: token i sees ctx - new_tokens + i + 1 keys.
+  double keys = 0;
+  for (int i = 0; i < new_tokens; ++i) keys += ctx - new_tokens + i + 1;
+  const double flops = 2.0 * batch * heads * keys * (W + R);
+  const double bytes = double(batch) * ctx * fmt.row_bytes;
+  const double gbs = bytes / (ms * 1e-3) / 1e9, tflops = flops / (ms * 1e-3) / 1e12;
+  const char* kname = plan.kernel == cuda::kMlaWgmma       ? "wgmma"
+                      : plan.kernel == cuda::kMlaWgmmaPipe ? "wgmma-pipe"
+                      : plan.kernel == cuda::kMlaDecode    ? "decode"
+                                                           : "mma";
+  char variant[48];
+  int at = std::snprintf(variant, sizeof variant, "%s %dx%d", kname, plan.chunk, plan.stages);
+  if (plan.kernel == cuda::kMlaDecode && fmt.latent_elem == cuda::kMlaE4M3)
+    at += std::snprintf(variant + at, sizeof variant - at, " c%d", plan.cvt);
+  if (plan.evict_first) at += std::snprintf(variant + at, sizeof variant - at, " ef");
+  if (plan.diag == 1) std::snprintf(variant + at, sizeof variant - at, " LOADS");
+  if (plan.diag == 2) std::snprintf(variant + at, sizeof variant - at, " MATH");
+  std::printf(
+      "mla      %-7s %-12s batch %2d x ctx %5d, %4d new, %3d heads, %-24s %2d rows, %3d split(s): "
+      "%8.3f ms, %5.0f GB/s of latent rows = %5.1f%% of copy, %5.0f TFLOP/s = %5.1f%% of GEMM\n",
+      what, lt.name, batch, ctx, new_tokens, heads, variant, plan.tile_rows, plan.num_splits, ms,
+      gbs, 100.0 * gbs / c.copy_gbs, tflops, 100.0 * tflops / c.gemm_tflops);
+}
+
+}  // namespace
+}  // namespace strata
+
+int main(int argc, char** argv) {
+  using namespace strata;
+  std::string what = "ceilings,decode,prefill";
+  int batch = 64, ctx = 4096;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--what")
+      what = argv[i + 1];
+    else if (a == "--batch")
+      batch = std::atoi(argv[i + 1]);
+    else if (a == "--context")
+      ctx = std::atoi(argv[i + 1]);
+    else if (a == "--decode-kernel")
+      g_decode_kernel = std::atoi(argv[i + 1]) != 0;
+    else if (a == "--wgmma-pipe")
+      g_wgmma_pipe = std::atoi(argv[i + 1]) != 0;
+  }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  cudaDeviceProp prop{};
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device   %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  cuda::init_mla_attention_kernels();
+  cudaStream_t s;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  Ceilings c;
+  if (what.find("ceilings") != std::string::npos) c = measure_ceilings(s);
+  const Layout bf16{"bf16", DType::kBF16, false}, e4m3{"fp8_e4m3", DType::kFP8E4M3, false},
+      e5m2{"fp8_e5m2", DType::kFP8E5M2, false}, flash{"fp8_flashmla", DType::kFP8E4M3, true};
+  const cuda::MlaPlanOptions mma64{.decode = 0, .bf16_chunk = 64}, mma{.decode = 0};
+  auto cvt = [](int v) { return cuda::MlaPlanOptions{.cvt = v}; };
+  if (what.find("decode") != std::string::npos) {
+    for (int heads : {16, 8}) {
+      bench_case(s, c, bf16, batch, ctx, 1, heads, "decode");
+      bench_case(s, c, bf16, batch, ctx, 1, heads, "decode", mma64);
+      bench_case(s, c, flash, batch, ctx, 1, heads, "decode");
+      bench_case(s, c, e4m3, batch, ctx, 1, heads, "decode");
+    }
+    for (int v : {cuda::kMlaCvtInt, cuda::kMlaCvtHw}) {  // the other e4m3 conversions, 16 heads
+      bench_case(s, c, flash, batch, ctx, 1, 16, "decode", cvt(v));
+      bench_case(s, c, e4m3, batch, ctx, 1, 16, "decode", cvt(v));
+    }
+    bench_case(s, c, e5m2, batch, ctx, 1, 16, "decode");
+    // Where the time goes (wrong results): loads without math, math without loads; and the L2
+    // evict-first policy for the streamed rows.
+    for (const Layout* lt : {&bf16, &flash}) {
+      bench_case(s, c, *lt, batch, ctx, 1, 16, "decode", cuda::MlaPlanOptions{.diag = 1});
+      bench_case(s, c, *lt, batch, ctx, 1, 16, "decode", cuda::MlaPlanOptions{.diag = 2});
+      bench_case(s, c, *lt, batch, ctx, 1, 16, "decode", cuda::MlaPlanOptions{.evict_first = 1});
+    }
+    bench_case(s, c, flash, batch, ctx, 1, 16, "decode", mma);
+    bench_case(s, c, bf16, batch, ctx, 1, 128, "decode");
+    bench_case(s, c, bf16, batch, ctx, 1, 128, "decode", cuda::MlaPlanOptions{.wgmma = 1});
+    bench_case(s, c, bf16, batch, ctx, 1, 128, "decode", cuda::MlaPlanOptions{.diag = 1});
+    bench_case(s, c, bf16, batch, ctx, 1, 128, "decode", cuda::MlaPlanOptions{.diag = 2});
+    bench_case(s, c, bf16, batch, ctx, 1, 128, "decode", cuda::MlaPlanOptions{.wgmma = 0});
+    bench_case(s, c, flash, batch, ctx, 1, 128, "decode");
+    bench_case(s, c, bf16, batch, ctx, 2, 16, "verify");  // speculative verify: 2 tokens
+    bench_case(s, c, bf16, 1, 32768, 1, 16, "decode");    // one long sequence: split-KV
+    bench_case(s, c, flash, 1, 32768, 1, 16, "decode");
+    bench_case(s, c, bf16, 1, 32768, 1, 16, "decode", mma);
+  }
+  if (what.find("prefill") != std::string::npos) {
+    for (int heads : {16, 128}) {
+      bench_case(s, c, bf16, 1, 8192, 8192, heads, "prefill");
+      bench_case(s, c, bf16, 1, 8192, 8192, heads, "prefill", cuda::MlaPlanOptions{.wgmma = 1});
+    }
+  }
+  BENCH_CUDA(cudaStreamDestroy(s));
+  return 0;
+}

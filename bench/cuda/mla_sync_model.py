@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""Model check of the synchronization of the MLA decode kernel (mla_decode.cuh) and the pipelined
+wgmma kernel (mla_attention_wgmma_pipe.cu): each warp is a coroutine that follows the kernel's
+sequence of mbarrier inits / arrivals / parity waits, named-barrier syncs and arrivals, and the
+shared-memory buffers it writes and reads (tagged with the chunk they hold); copies (TMA bulk
+copies, cp.async tracked by mbarriers) land at random later times. A random scheduler runs
+thousands of interleavings per shape and reports a deadlock (no warp can move, not all done) or a
+hazard (a warp reads a buffer holding another chunk than it expects, or a copy overwrites a buffer
+still in use). Hardware semantics modeled: an mbarrier phase completes when its pending arrivals
+reach zero and its transaction bytes are all counted; try_wait.parity(P) passes when the current
+phase's parity differs from P; a named barrier completes when `count` threads have arrived (sync
+or arrive), releasing its waiters. Pure Python. Run: python3 bench/cuda/mla_sync_model.py
+"""
+import random
+import sys
+
+
+class MBar:
+    def __init__(self, count):
+        self.count, self.pending, self.tx, self.phase = count, count, 0, 0
+
+    def arrive(self, tx=0):
+        self.pending -= 1
+        self.tx += tx
+        self._check()
+
+    def complete_tx(self, n):
+        self.tx -= n
+        self._check()
+
+    def _check(self):
+        assert self.pending >= 0, "more arrivals than the phase expects"
+        if self.pending == 0 and self.tx == 0:
+            self.phase += 1
+            self.pending = self.count
+
+    def passed(self, parity):
+        return (self.phase & 1) != parity
+
+
+class Named:
+    def __init__(self):
+        self.arrived = {}  # id -> threads so far in the current generation
+        self.gen = {}
+
+    def arrive(self, bid, n, threads):
+        a = self.arrived.get(bid, 0) + threads
+        assert a <= n, f"named barrier {bid}: {a} arrivals of {n}"
+        if a == n:
+            self.arrived[bid] = 0
+            self.gen[bid] = self.gen.get(bid, 0) + 1
+        else:
+            self.arrived[bid] = a
+        return self.gen.get(bid, 0)
+
+
+class Sim:
+    """Warps yield requests: ('wait', pred) blocks until pred() is true; ('sync', id, n) is
+    bar.sync; ('step',) lets others run."""
+
+    def __init__(self, rng):
+        self.rng = rng
+        self.named = Named()
+        self.pending_copies = []  # (callback)
+
+    def run(self, warps):
+        gens = {name: w for name, w in warps.items()}
+        state = {name: None for name in gens}  # what each warp waits for
+        done = set()
+        for name in list(gens):
+            state[name] = next(gens[name], "DONE")
+        steps = 0
+        while True:
+            steps += 1
+            assert steps < 10 ** 6, "livelock"
+            runnable = []
+            for name, req in state.items():
+                if name in done:
+                    continue
+                if req == "DONE":
+                    done.add(name)
+                    continue
+                if req[0] == "step":
+                    runnable.append(name)
+                elif req[0] == "wait" and req[1]():
+                    runnable.append(name)
+                elif req[0] == "named" and self.named.gen.get(req[1], 0) > req[2]:
+                    runnable.append(name)
+            if len(done) == len(state) and not self.pending_copies:
+                return
+            if not runnable and not self.pending_copies:
+                raise AssertionError("deadlock: " + ", ".join(f"{n}: {state[n][3] if len(state[n]) > 3 else state[n][0]}"
+                                                              for n in state if n not in done))
+            if self.pending_copies and (not runnable or self.rng.random() < 0.3):
+                cb = self.pending_copies.pop(self.rng.randrange(len(self.pending_copies)))
+                cb()
+                continue
+            name = self.rng.choice(runnable)
+            state[name] = next(gens[name], "DONE")
+
+    def copy(self, cb):
+        self.pending_copies.append(cb)
+
+    def sync(self, bid, n, threads=32, what=""):
+        """bar.sync: arrive, then wait for the generation to complete."""
+        g = self.named.gen.get(bid, 0)
+        self.named.arrive(bid, n, threads)
+        return ("named", bid, g, what)
+
+
+def decode_kernel(sim, nchunks, NS, n_sw=4, n_pv=4):
+    full = [MBar(1) for _ in range(NS)]
+    empty = [MBar(n_pv) for _ in range(NS)]
+    stage = [None] * NS       # chunk a stage holds (None: being written)
+    stage_readers = [0] * NS  # warps reading the stage now
+    pbuf = [None, None]
+    B = 32 * (n_sw + n_pv)
+    ROW = 64  # copies per stage
+
+    def produce(c):
+        st = c % NS
+        assert stage_readers[st] == 0, f"refill of stage {st} while read"
+        full[st].arrive(ROW)  # expect_tx (one unit a row)
+        stage[st] = None
+        left = [ROW]
+
+        def land():
+            left[0] -= 1
+            if left[0] == 0:
+                stage[st] = c
+            full[st].complete_tx(1)
+        for _ in range(ROW):
+            sim.copy(land)
+
+    def s_warp(w):
+        for c in range(nchunks):
+            st, buf = c % NS, c & 1
+            par = (c // NS) & 1
+            yield ("wait", lambda st=st, par=par: full[st].passed(par), None, f"S full {c}")
+            assert stage[st] == c, f"S warp read stage {st}: {stage[st]} for chunk {c}"
+            stage_readers[st] += 1
+            yield ("step",)
+            stage_readers[st] -= 1
+            yield sim.sync(1, 32 * n_sw, what=f"S max {c}")
+            if c >= 2:
+                yield sim.sync(4 + buf, B, what=f"S pfree {c}")
+            if w == 0:
+                pbuf[buf] = c
+            yield ("step",)
+            sim.named.arrive(2 + buf, B, 32)
+            yield ("step",)
+        for c in range(max(0, nchunks - 2), nchunks):
+            yield sim.sync(4 + (c & 1), B, what="S tail pfree")
+        sim.named.arrive(6, B, 32)
+
+    def pv_warp(pw):
+        if pw == 0:
+            for c in range(min(NS, nchunks)):
+                produce(c)
+        for c in range(nchunks):
+            st, buf = c % NS, c & 1
+            par = (c // NS) & 1
+            yield sim.sync(2 + buf, B, what=f"PV ready {c}")
+            yield ("wait", lambda st=st, par=par: full[st].passed(par), None, f"PV full {c}")
+            assert stage[st] == c and pbuf[buf] == c, f"PV chunk {c}: stage {stage[st]} P {pbuf[buf]}"
+            stage_readers[st] += 1
+            yield ("step",)
+            stage_readers[st] -= 1
+            empty[st].arrive()
+            sim.named.arrive(4 + buf, B, 32)
+            if pw == 0 and c + NS < nchunks:
+                yield ("wait", lambda st=st, par=par: empty[st].passed(par), None, f"PV0 empty {c}")
+                produce(c + NS)
+        yield sim.sync(6, B, what="PV final")
+
+    warps = {f"S{w}": s_warp(w) for w in range(n_sw)}
+    warps.update({f"PV{w}": pv_warp(w) for w in range(n_pv)})
+    sim.run(warps)
+
+
+def wgmma_pipe_kernel(sim, nchunks, groups=9):
+    full = [[MBar(4) for _ in range(groups)] for _ in range(2)]  # one arrival per WG1 warp here
+    empty = [MBar(8) for _ in range(2)]
+    qbar = MBar(4)
+    stage = [[None] * groups for _ in range(2)]
+    readers = [0, 0]
+    pbuf = [None]
+    B = 256
+
+    def load(c, w1):
+        s = c & 1
+        assert readers[s] == 0, f"refill of stage {s} while read"
+        for j in range(groups):
+            stage[s][j] = None
+
+            def land(s=s, j=j):
+                stage[s][j] = c
+                full[s][j].arrive()
+            sim.copy(land)
+
+    def wg1_warp(w):
+        if nchunks > 0:
+            sim.copy(lambda: qbar.arrive())
+            load(0, w)
+            if nchunks > 1:
+                load(1, w)
+        for c in range(nchunks):
+            s, par = c & 1, (c >> 1) & 1
+            yield sim.sync(1, B, what=f"WG1 P {c}")
+            assert pbuf[0] == c
+            sim.named.arrive(2, B, 32)
+            for j in range(4, 8):
+                yield ("wait", lambda s=s, j=j, par=par: full[s][j].passed(par), None, f"WG1 full {c}")
+                assert stage[s][j] == c
+            readers[s] += 1
+            yield ("step",)
+            readers[s] -= 1
+            empty[s].arrive()
+            if c + 2 < nchunks:
+                yield ("wait", lambda s=s, par=par: empty[s].passed(par), None, f"WG1 empty {c}")
+                load(c + 2, w)
+        yield sim.sync(3, B, what="WG1 final")
+
+    def wg0_warp(w):
+        if nchunks > 0:
+            yield ("wait", lambda: qbar.passed(0), None, "WG0 q")
+        for c in range(nchunks):
+            s, par = c & 1, (c >> 1) & 1
+            for j in range(groups):
+                yield ("wait", lambda s=s, j=j, par=par: full[s][j].passed(par), None, f"WG0 full {c}")
+                assert stage[s][j] == c, f"WG0 chunk {c} group {j}: {stage[s][j]}"
+                if j == 0:
+                    readers[s] += 1
+            yield ("step",)
+            if c > 0:
+                yield sim.sync(2, B, what=f"WG0 pfree {c}")
+            if w == 0:
+                pbuf[0] = c
+            sim.named.arrive(1, B, 32)
+            yield ("step",)
+            readers[s] -= 1
+            empty[s].arrive()
+        if nchunks > 0:
+            yield sim.sync(2, B, what="WG0 tail pfree")
+        sim.named.arrive(3, B, 32)
+
+    warps = {f"W0.{w}": wg0_warp(w) for w in range(4)}
+    warps.update({f"W1.{w}": wg1_warp(w) for w in range(4)})
+    # Each WG1 warp's copies count as that warp's arrival: the model's full barriers expect 4.
+    sim.run(warps)
+
+
+def main():
+    rng = random.Random(3)
+    runs = 0
+    for nchunks in (0, 1, 2, 3, 4, 5, 7, 12):
+        for NS in (2, 3, 5):
+            for _ in range(150):
+                decode_kernel(Sim(rng), nchunks, NS)
+                runs += 1
+        for _ in range(150):
+            wgmma_pipe_kernel(Sim(rng), nchunks)
+            runs += 1
+    print(f"{runs} random interleavings: no deadlock, no hazard")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except AssertionError as e:
+        print("FAIL:", e)
+        sys.exit(1)

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Preemption-safe long generations, full size (issue 30): RECORDS records of TOKENS tokens each
+# (house-llama, cpu), generated once uninterrupted and once under `kill -9` every KILL_EVERY
+# seconds (the same command restarted at once, like a preemptible machine's job requeued), then
+# compared record by record. Greedy and seeded sampling. The CI version is
+# tests/e2e/generate/preemption_test.cc (3 x 240 tokens).
+# A restarted job first re-prefills each unfinished record's prompt + partial output, so it
+# advances only when KILL_EVERY exceeds model load + that prefill: on a GPU a 4,000-token
+# re-prefill takes ~0.1 s; house-llama on a 2-core CPU prefills ~200-500 tokens/s, so there records
+# of TOKENS tokens need KILL_EVERY above ~TOKENS x RECORDS / 300 s. The script stops (failing) after
+# MAX_KILLS kills.
+# Usage: bench/preemption_soak.sh [path/to/strata]
+#   (env: RECORDS=4 TOKENS=4000 KILL_EVERY=60 MAX_KILLS=200)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${1:-build/strata}
+RECORDS=${RECORDS:-4}
+TOKENS=${TOKENS:-4000}
+KILL_EVERY=${KILL_EVERY:-60}
+MAX_KILLS=${MAX_KILLS:-200}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+head -n "$RECORDS" ../shared/data/prompts-explain.jsonl > "$TMP/in.jsonl"
+
+for temp in 0 0.8; do
+  cmd=("$BIN" generate --model-path ../shared/models/house-llama --input "explain=$TMP/in.jsonl"
+       --max-new-tokens "$TOKENS" --ignore-eos --temperature "$temp" --seed 11
+       --checkpoint-interval 2 --no-progress)
+  start=$(date +%s)
+  "${cmd[@]}" --output "$TMP/ref-$temp.jsonl" 2>"$TMP/ref-$temp.log"
+  echo "temperature $temp: uninterrupted run $(( $(date +%s) - start )) s"
+  start=$(date +%s)
+  kills=0
+  while true; do
+    "${cmd[@]}" --output "$TMP/out-$temp.jsonl" 2>>"$TMP/out-$temp.log" &
+    pid=$!
+    for _ in $(seq $((KILL_EVERY * 10))); do
+      sleep 0.1
+      kill -0 "$pid" 2>/dev/null || break
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -9 "$pid"; wait "$pid" 2>/dev/null || true
+      kills=$((kills + 1))
+      checkpointed=$(python3 -c 'import json,sys
+t={}
+for l in open(sys.argv[1]):
+    try: j=json.loads(l)
+    except ValueError: continue
+    k=(j["dataset"],j["id"]); t[k]=j["from"]+len(j["tokens"])
+print(sum(t.values()))' "$TMP/out-$temp.jsonl.partial.jsonl" 2>/dev/null || echo 0)
+      echo "  kill $kills: $(wc -l < "$TMP/out-$temp.jsonl" 2>/dev/null || echo 0) records done," \
+           "$checkpointed tokens of unfinished records checkpointed"
+      if [ "$kills" -ge "$MAX_KILLS" ]; then echo "no completion after $kills kills" >&2; exit 1; fi
+    else
+      wait "$pid"  # finished (a failure stops the script: set -e)
+      break
+    fi
+  done
+  echo "temperature $temp: finished after $kills kills in $(( $(date +%s) - start )) s"
+  python3 - "$TMP/ref-$temp.jsonl" "$TMP/out-$temp.jsonl" <<'PY'
+import json, sys
+def load(p):
+    return {json.loads(l)["id"]: json.loads(l) for l in open(p)}
+ref, out = load(sys.argv[1]), load(sys.argv[2])
+same = sum(ref[k]["conversations"][-1]["content"] == out.get(k, {}).get("conversations", [{}])[-1].get("content")
+           for k in ref)
+print(f"  identical records: {same} of {len(ref)} (output holds {len(out)})")
+sys.exit(0 if same == len(ref) == len(out) else 1)
+PY
+done

@@ -1,0 +1,120 @@
+// Paged attention's host entry (attention.h): picks the kernel of each batch. Decode batches
+// (one new token per sequence) take the split-KV decode kernel, its split count sized from a
+// power-of-two bucket of the longest context; prefill and mixed batches take the split-KV
+// prefill kernel for short chunks over long contexts (attention_prefill_split.h) and the regular
+// prefill kernels for the rest.
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cuda/attention.h"
+#include "backend/cuda/attention_prefill_split.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/fp8.cuh"
+#include "backend/cuda/kv_write.h"
+
+namespace strata::cuda {
+
+void init_attention_kernels() {
+  init_decode_attention_kernels();
+  init_prefill_attention_kernels();
+  init_split_prefill_kernels();
+}
+
+void CudaBackend::paged_attention(const Tensor& q, const KvStorage& kv, int layer,
+                                  const AttentionMetadata& meta, const AttentionArgs& args,
+                                  const Tensor& out) {
+  const KvLayout& lay = kv.layout();
+  const int heads = args.num_heads, kv_heads = args.num_kv_heads, hd = args.head_dim;
+  CHECK_EQ(lay.k_dim, kv_heads * hd);
+  CHECK_EQ(lay.v_dim, kv_heads * args.v_head_dim);
+  CHECK_MSG(args.v_head_dim == hd, "CUDA paged attention: v_head_dim {} != head_dim {}",
+            args.v_head_dim, hd);
+  CHECK_EQ(heads % kv_heads, 0);
+  check_bf16(q, "attention q");
+  check_bf16(out, "attention out");
+  if (meta.num_tokens == 0) return;
+  const DeviceMeta& dm = device_meta(meta);
+  auto p = zeroed<AttentionParams>();
+  p.q = q.ptr<bf16_bits>();
+  p.k_cache = kv.k(layer).data;
+  p.v_cache = kv.v(layer).data;
+  p.kv_elem = kv_elem_of(kv.k(layer));
+  p.out = out.ptr<bf16_bits>();
+  p.meta = dm;
+  p.heads = heads;
+  p.kv_heads = kv_heads;
+  p.head_dim = hd;
+  p.scale_log2 = args.scale * 1.4426950408889634f;
+  p.k_scale = kv.k_scale(layer);
+  p.v_scale = kv.v_scale(layer);
+  p.kv_scale = p.k_scale * p.v_scale;
+  p.pdl_early = tunables_.pdl_early;
+  const int group = heads / kv_heads;
+
+  if (meta_min_q_ == 1 && meta_max_q_ == 1 && decode_attention_supported(hd, group)) {
+    // Split-KV sized from a power-of-two bucket of the longest context, so the grid (and a
+    // captured graph) stays the same while contexts grow inside the bucket.
+    const int tpi = decode_tokens_per_iteration(hd);
+    int64_t bucket = 256;
+    while (bucket < meta_max_kv_) bucket *= 2;
+    const int64_t blocks_per_split = int64_t(meta.num_seqs) * kv_heads;
+    const int64_t target = int64_t(tunables_.decode_blocks_per_sm) * num_sms_;
+    int64_t splits = std::max<int64_t>(1, (target + blocks_per_split - 1) / blocks_per_split);
+    // At least 64 tokens per split: shorter splits cost more in merging than they gain.
+    splits = std::min<int64_t>(splits, std::max<int64_t>(1, bucket / std::max(64, tpi)));
+    int64_t split_len = (bucket + splits - 1) / splits;
+    split_len = (split_len + tpi - 1) / tpi * tpi;
+    splits = (bucket + split_len - 1) / split_len;
+    p.num_splits = int(splits);
+    p.split_len = int(split_len);
+    DeviceTensorPtr work;
+    if (splits > 1) {
+      const int64_t parts = int64_t(meta.num_seqs) * heads * splits;
+      work = scratch(parts * (hd + 2) * 4);
+      p.partial_o = static_cast<float*>(work->view().data);
+      p.partial_ml = p.partial_o + parts * hd;
+    }
+    record(kOpDecode, p, launch_decode_attention);
+    return;
+  }
+  // Short query chunks over long contexts: split-KV (attention_prefill_split.h); the regular
+  // kernels below take the batch's other sequences.
+  SplitPrefillPlan plan;
+  if (plan_split_prefill(meta, hd, group, kv_heads, p.kv_elem != kKvBf16, num_sms_,
+                         tunables_.prefill_split_mode, tunables_.prefill_split_blocks_per_sm,
+                         &plan)) {
+    auto sp = zeroed<SplitPrefillParams>();
+    std::memcpy(static_cast<void*>(&sp.a), &p, sizeof p);
+    sp.a.split_len = plan.split_len;
+    sp.a.num_tiles = int(plan.work.size() / 4);
+    sp.a.tiles = stage_i32(plan.work.data(), int64_t(plan.work.size()));
+    sp.num_combine = int(plan.combine.size() / 4);
+    DeviceTensorPtr work;
+    if (sp.num_combine > 0) {
+      sp.combine = stage_i32(plan.combine.data(), int64_t(plan.combine.size()));
+      const int64_t rows = plan.partial_groups * kv_heads * kSplitPrefillRows;
+      work = scratch(rows * (hd + 2) * 4);
+      sp.a.partial_o = static_cast<float*>(work->view().data);
+      sp.a.partial_ml = sp.a.partial_o + rows * hd;
+    }
+    record(kOpPrefill, sp, launch_split_prefill);
+  }
+  CHECK_MSG(prefill_attention_supported(hd), "CUDA paged attention: head_dim {} not supported", hd);
+  std::vector<int32_t> tiles;
+  const int tile_tokens = prefill_tile_tokens(hd, group);
+  for (int s = 0; s < meta.num_seqs; ++s) {
+    if (plan.takes(s)) continue;  // split-KV above
+    const int n_new = meta.q_indptr[s + 1] - meta.q_indptr[s];
+    for (int r = 0; r < n_new; r += tile_tokens) {
+      tiles.push_back(s);
+      tiles.push_back(r);
+    }
+  }
+  p.num_tiles = int(tiles.size() / 2);
+  if (p.num_tiles == 0) return;
+  p.tiles = stage_i32(tiles.data(), int64_t(tiles.size()));
+  record(kOpPrefill, p,
+         dev_.prefill_attention != nullptr ? dev_.prefill_attention : launch_prefill_attention);
+}
+
+}  // namespace strata::cuda

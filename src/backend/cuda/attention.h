@@ -1,0 +1,79 @@
+// Paged attention of the CUDA backend: the decode kernel (attention_decode.cu), the prefill
+// kernels (attention_prefill.cu: head_dim 16/32 and the dispatch; attention_prefill_wgmma.cu:
+// head_dim 64/128; attention_prefill_split.h: short chunks over long contexts), and the host
+// entry that picks among them (attention.cc).
+#pragma once
+
+#include "backend/cuda/launch.h"
+
+namespace strata::cuda {
+
+// The device copy of AttentionMetadata (all int32 device pointers).
+struct DeviceMeta {
+  const int32_t* q_indptr;      // [num_seqs + 1]
+  const int32_t* kv_lens;       // [num_seqs]
+  const int32_t* page_indptr;   // [num_seqs + 1]
+  const int32_t* page_indices;  // [page_indptr[num_seqs]]
+  const int32_t* positions;     // [num_tokens]
+  const int32_t* slot_mapping;  // [num_tokens]
+  int num_seqs;
+  int num_tokens;
+  int page_size;
+  int pad_;
+};
+
+struct AttentionParams {
+  const bf16_bits* q;        // [tokens, heads, head_dim]
+  const void* k_cache;       // [slots, kv_heads · head_dim] of kv_elem
+  const void* v_cache;       // [slots, kv_heads · head_dim] of kv_elem
+  bf16_bits* out;            // [tokens, heads, head_dim]
+  DeviceMeta meta;
+  int heads;
+  int kv_heads;
+  int head_dim;
+  float scale_log2;  // softmax scale · log2(e)
+  float kv_scale;    // k_scale · v_scale folded where possible (1 for bf16)
+  float k_scale;
+  float v_scale;
+  int kv_elem;       // KvElem (fp8.cuh): bf16, fp8 e4m3 or fp8 e5m2 (dequantized on load)
+  // decode: split-KV
+  int num_splits;
+  int split_len;       // tokens per split (multiple of the block's tokens per iteration)
+  float* partial_o;    // [num_seqs, heads, num_splits, head_dim]
+  float* partial_ml;   // [num_seqs, heads, num_splits, 2]
+  // prefill: the (sequence, first q row) of each query tile
+  const int32_t* tiles;  // device [num_tiles, 2]
+  int num_tiles;
+  int pdl_early;  // decode kernels: trigger the next kernel before waiting on the previous
+};
+
+// Decode: every sequence has exactly one new token. Grid (splits, kv_heads, seqs); K/V chunks of
+// 64 tokens through a cp.async pipeline in shared memory (attention_decode.cu).
+bool decode_attention_supported(int head_dim, int group);
+void launch_decode_attention(const AttentionParams& p, const Launch& launch);
+// Tokens one decode block handles per loop iteration (split_len is a multiple of it).
+int decode_tokens_per_iteration(int head_dim);
+void init_decode_attention_kernels();
+
+// Prefill (any ragged batch, causal, chunked). head_dim 64/128 with a group of at most
+// kGroupedPrefillRows query heads per KV head: the grouped tensor-core kernel
+// (attention_prefill_wgmma.cu), a block = kGroupedPrefillRows (token, query head of the group)
+// rows of one KV head; other head sizes (16, 32): the simple kernel, 64-row tiles of one head.
+constexpr int kPrefillTileRows = 64;
+constexpr int kGroupedPrefillRows = 128;
+bool prefill_attention_supported(int head_dim);
+bool grouped_prefill_supported(int head_dim, int group);
+// Tokens per entry of `tiles` (grouped: kGroupedPrefillRows / group tokens of a KV head).
+int prefill_tile_tokens(int head_dim, int group);
+void launch_prefill_attention(const AttentionParams& p, const Launch& launch);
+// The grouped kernel on Hopper's wgmma (attention_prefill_wgmma.cuh) as the product runs it:
+// K/V tiles of 64 keys, 3 K/V stages for bf16 KV at head_dim 64, else 2 (bench/cuda/dev
+// measures the other tile sizes and stage counts).
+void launch_wgmma_prefill(const AttentionParams& p, const Launch& launch);
+
+// Set the kernels' shared-memory limits once (before any graph capture).
+void init_attention_kernels();  // all of them
+void init_prefill_attention_kernels();
+void init_wgmma_prefill_kernels();
+
+}  // namespace strata::cuda

@@ -1,0 +1,119 @@
+// GraphRecorder: the graph cache (signature hash, capture, replay) and the eager profile.
+#include "backend/cuda/graph_recorder.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace strata::cuda {
+
+int64_t host_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+namespace {
+
+// The graph cache's key: 8 bytes per multiply (a step's signature is tens of KB at batch 1, and
+// the host hashes it on the device's critical path); equality is still checked on the whole
+// signature.
+size_t signature_hash(const std::string& s) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
+  }
+  for (; i < s.size(); ++i) h = (h ^ uint8_t(s[i])) * 0x94D049BB133111EBull;
+  return size_t(h ^ (h >> 29));
+}
+
+}  // namespace
+
+GraphRecorder::~GraphRecorder() {
+  for (auto& [h, g] : graphs_) cudaGraphExecDestroy(g.exec);
+  for (const Profiled& e : profiled_) {
+    cudaEventDestroy(e.start);
+    cudaEventDestroy(e.stop);
+  }
+}
+
+void GraphRecorder::flush(const Launch& launch, int64_t step_start_ns) {
+  if (!graph_mode_ || pending_.empty()) return;
+  const int64_t flush_start = host_now_ns();
+  const size_t h = signature_hash(signature_);
+  auto it = graphs_.find(h);
+  if (it != graphs_.end() && it->second.signature == signature_) {
+    CUDA_CHECK(cudaGraphLaunch(it->second.exec, launch.stream));
+    ++stats_.replays;
+  } else {
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamBeginCapture(launch.stream, cudaStreamCaptureModeThreadLocal));
+    for (const Pending& l : pending_) l.run(signature_.data() + l.offset, l.fn, launch);
+    CUDA_CHECK(cudaStreamEndCapture(launch.stream, &graph));
+    cudaGraphExec_t exec = nullptr;
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    if (it != graphs_.end()) {
+      cudaGraphExecDestroy(it->second.exec);
+    } else if (graphs_.size() >= kMaxGraphs) {
+      // Serving meets many step shapes (batch sizes x context buckets): keep memory bounded by
+      // starting over; the shapes in use are captured again on their next step.
+      drop_graphs();
+    }
+    graphs_[h] = Graph{signature_, exec};
+    CUDA_CHECK(cudaGraphLaunch(exec, launch.stream));
+    ++stats_.captures;
+    stats_.capture_ns += host_now_ns() - flush_start;
+  }
+  pending_.clear();
+  signature_.clear();
+  last_op_ = kOpNone;
+  const int64_t now = host_now_ns();
+  stats_.flush_ns += now - flush_start;
+  stats_.record_ns += now - step_start_ns;
+  ++stats_.recorded_steps;
+}
+
+void GraphRecorder::drop_graphs() {
+  for (auto& [h, g] : graphs_) cudaGraphExecDestroy(g.exec);
+  graphs_.clear();
+}
+
+void GraphRecorder::set_profile(bool on) {
+  profile_ = on;
+  profile_ms_.clear();
+}
+
+void GraphRecorder::collect_profile() {
+  for (const Profiled& e : profiled_) {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e.start, e.stop));
+    auto& acc = profile_ms_[e.op];
+    acc.first += ms;
+    ++acc.second;
+    cudaEventDestroy(e.start);
+    cudaEventDestroy(e.stop);
+  }
+  profiled_.clear();
+}
+
+std::string GraphRecorder::profile_report(int steps) const {
+  std::vector<std::pair<int, std::pair<double, int64_t>>> rows(profile_ms_.begin(), profile_ms_.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  double total = 0;
+  for (auto& r : rows) total += r.second.first;
+  std::string out;
+  for (auto& [op, v] : rows)
+    out += fmt::format("profile  {:<14} {:8.1f} us/step  {:5.1f} launches/step  {:6.2f} us/launch  {:5.1f}%\n",
+                       op_name(op), 1e3 * v.first / steps, double(v.second) / steps,
+                       1e3 * v.first / double(v.second), 100.0 * v.first / total);
+  out += fmt::format("profile  total          {:8.1f} us/step\n", 1e3 * total / steps);
+  return out;
+}
+
+}  // namespace strata::cuda

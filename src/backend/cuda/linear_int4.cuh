@@ -1,0 +1,101 @@
+// Device pieces shared by the INT4 linear kernels (linear_int4.cu, linear_int4_gemm.cu): the
+// tile layout's index math, the nibble -> bf16 dequantization of one packed word into an
+// mma.m16n8k16 A fragment, and thin wrappers of mma.sync, cp.async and wgmma.
+//
+// Fragment layouts of mma.m16n8k16.row.col (lane = 4·g + c, g = lane / 4, c = lane % 4):
+//   A (16×16): a0 = (row g, k 2c, 2c+1), a1 = (row g+8, k 2c, 2c+1), a2 = (row g, k 2c+8, 2c+9),
+//              a3 = (row g+8, k 2c+8, 2c+9); the lower k in the lower 16 bits
+//   B (16×8):  b0 = (k 2c, 2c+1; column g), b1 = (k 2c+8, 2c+9; column g)
+//   C (16×8):  c0, c1 = (row g; columns 2c, 2c+1), c2, c3 = (row g+8; columns 2c, 2c+1)
+// wgmma with A in registers uses the same A layout per warp (warp w of the warpgroup: rows
+// 16w..16w+15), and its accumulator the C layout per 8-column n tile i in d[4i..4i+3].
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/linear_int4.h"
+
+namespace strata::cuda::int4 {
+
+// ---- the tile layout ----
+// Word s (0..3) of lane (g, c) of a tile holds k step s (columns 16s..16s+15 of the tile) as
+// nibbles n0..n7 = W[g][j], W[g+8][j], W[g][j+8], W[g+8][j+8], W[g][j+1], W[g+8][j+1],
+// W[g][j+9], W[g+8][j+9] with j = 16s + 2c: nibbles i and i + 4 are A register i of the step.
+// Returns the tile row (0..15) and column (0..63) of nibble `nib` of word `s` of lane `lane`.
+__host__ __device__ inline void tile_coords(int lane, int s, int nib, int* row, int* col) {
+  const int g = lane / 4, c = lane % 4;
+  const int i = nib % 4, hi = nib / 4;  // A register i; hi: its upper bf16 (the odd column)
+  *row = g + 8 * (i & 1);
+  *col = 16 * s + 2 * c + 8 * (i >> 1) + hi;
+}
+
+// Scales: per row tile and group, 16 bf16 ordered (row g, row g + 8) for g = 0..7, so lane
+// (g, c) reads both of its rows' scales as one 32-bit word (index g of the group's 8 words).
+__host__ __device__ inline int scale_slot(int tile_row) {
+  return 2 * (tile_row % 8) + tile_row / 8;
+}
+
+// ---- dequantization ----
+__device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;  // (a & b) | c
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+__device__ __forceinline__ uint32_t bf16x2_sub(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("sub.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+// The scale word (row g low, row g + 8 high) as two broadcast pairs.
+__device__ __forceinline__ void scale_pairs(uint32_t s, uint32_t* lo, uint32_t* hi) {
+  *lo = __byte_perm(s, 0, 0x1010);
+  *hi = __byte_perm(s, 0, 0x3232);
+}
+// One packed word -> the A fragment of its k step: (128 + nibble) as bf16 (exponent bits
+// 0x4300 OR'ed over the nibble: 128 has an ulp of 1), minus 136 (exact: -8..7), times the row's
+// scale rounded once to bf16 -- the same bits as the CPU twin's round_to_bf16((n - 8) · s).
+__device__ __forceinline__ void dequant_word(uint32_t q, uint32_t s_lo, uint32_t s_hi,
+                                             uint32_t* a) {
+  constexpr uint32_t kMask = 0x000f000fu, kMagic = 0x43004300u, kBias = 0x43084308u;
+  a[0] = bf16x2_mul(bf16x2_sub(lop3_and_or(q, kMask, kMagic), kBias), s_lo);
+  a[1] = bf16x2_mul(bf16x2_sub(lop3_and_or(q >> 4, kMask, kMagic), kBias), s_hi);
+  a[2] = bf16x2_mul(bf16x2_sub(lop3_and_or(q >> 8, kMask, kMagic), kBias), s_lo);
+  a[3] = bf16x2_mul(bf16x2_sub(lop3_and_or(q >> 12, kMask, kMagic), kBias), s_hi);
+}
+
+// ---- tensor cores, async copies ----
+__device__ __forceinline__ void mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return uint32_t(__cvta_generic_to_shared(p));
+}
+// 16 bytes global -> shared, bypassing L1; bytes = 0 writes 16 zero bytes instead.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+}  // namespace strata::cuda::int4
+
+namespace strata::cuda {
+// The stream GEMV (linear_int4_stream.cu): launch_int4_gemv's kernel for m <= 8 where
+// int4_gemv_stream_fits; init sets its kernels' shared-memory limit on the current device.
+void launch_int4_gemv_stream(const Int4LinearParams& p, cudaStream_t stream);
+void init_int4_gemv_stream_kernels();
+}  // namespace strata::cuda

@@ -1,0 +1,199 @@
+// MLA (multi-head latent attention, DeepSeek-V2/V3, Kimi-K2, Moonlight) on the GPU: the latent KV
+// write and absorbed attention over the paged latent cache (issue 22). See arch/mla.h for the
+// absorbed form: per token the cache holds one row [latent c (R = kv_lora_rank) | k_rope (P)]; a
+// query row is [W_UKᵀ q_nope (R) | q_rope (P)], its key is the whole cached row and its value
+// the first R values, so all heads of a token share one KV "head" of R + P dims.
+//
+// Row encodings (backend/kv_format.h, byte for byte): every layout is described here as
+// [latent: R values of latent_elem][rope: P values of rope_elem at rope_offset], plus, for
+// FlashMLA rows, R / 128 float32 tile scales right after the latent (the latent is e4m3):
+//   bf16 / fp8 plain rows:  latent_elem = rope_elem = the layer's type, rope_offset = R · bytes;
+//   rope split rows:        fp8 latent, then the rope part in its own type (bf16, fp8 or f32);
+//   FlashMLA (kFlashMlaFp8): e4m3 latent in 128-wide tiles, 4-byte scales, bf16 rope.
+// Stored = value / scale (the layer's K scale; bf16/f32 rope parts of split rows stay unscaled,
+// FlashMLA rows carry their own scales): see MlaRowFormat::latent_scale and rope_scale.
+//
+// Files: mla_kv_write.cu (the write), mla_attention.cu (the mma.sync kernel: any head count,
+// every layout, the split-KV merge), mla_decode.cuh / .cu / _fp8.cu (the decode kernel: R = 512,
+// P = 64, bf16, fp8 and FlashMLA rows, 8 or 16 query rows a block, a TMA producer warp and fp8
+// converted in registers: the memory-bound decode), mla_attention_wgmma.cu (the wgmma kernel:
+// bf16 rows, R = 512, P = 64, 64 query rows a block: DeepSeek-V3's 128 heads, long chunks) and
+// mla_attention_wgmma_pipe.cu (the same products with warpgroup 1 loading behind mbarriers, no
+// block-wide barrier in the loop), mla_wgmma.cuh (their shared pieces).
+//
+// Conventions as kernels.h's: trivially copyable parameter blocks without padding bytes (a
+// launch is recorded as its bytes), launchers asynchronous on `stream` that never allocate or
+// synchronize (scratch is passed in), and every kernel waits on its predecessor first
+// (griddepcontrol.wait) so it may be launched with programmatic dependent launch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace strata {
+struct KvLayout;
+}
+
+namespace strata::cuda {
+
+// Element types of MLA row parts (the first three match fp8.cuh's KvElem).
+enum MlaElem : int { kMlaBf16 = 0, kMlaE4M3 = 1, kMlaE5M2 = 2, kMlaF32 = 3 };
+constexpr int mla_elem_bytes(int e) { return e == kMlaBf16 ? 2 : e == kMlaF32 ? 4 : 1; }
+constexpr int kMlaFlashTile = 128;  // FlashMLA: latent values per float32 scale
+
+// How one layer's cached rows are laid out (mla_row_format fills it from the KvLayout).
+struct MlaRowFormat {
+  int64_t row_bytes;   // KvLayout::k_row_bytes(layer)
+  int latent;          // R = kv_lora_rank
+  int rope;            // P = rope dim
+  int latent_elem;     // MlaElem
+  int rope_elem;       // MlaElem
+  int rope_offset;     // bytes from the row start to the rope part
+  int flashmla;        // 1: FlashMLA rows (e4m3 latent, float32 tile scales at byte `latent`)
+  float latent_scale;  // the layer's K scale for the latent (1 for FlashMLA rows)
+  float rope_scale;    // the scale of the rope part (the layer's for fp8 / plain rows, else 1)
+};
+static_assert(sizeof(MlaRowFormat) == 8 + 6 * 4 + 2 * 4, "MlaRowFormat has no padding");
+// The row format of `layer` (KvLayout::k_dim = R + rope_dim) with the layer's K scale.
+MlaRowFormat mla_row_format(const KvLayout& layout, int layer, float k_scale);
+
+// ---- the write (mla_kv_write.cu) ----
+// Each new token's row [latent | rope] (bf16) is encoded into its slot exactly as
+// backend/kv_format.cc's encode_k_row does (the same bytes; FlashMLA tile scales computed here
+// as amax / 448 of the tile, 1 for an all-zero tile). One warp per token.
+struct MlaKvWriteParams {
+  const uint16_t* src;   // bf16 [tokens, src_stride]: each row R latent then P rope values
+  void* cache;           // the layer's rows [slots, fmt.row_bytes]; 4-byte aligned
+  const int32_t* slots;  // device [tokens]: page · page_size + offset
+  int64_t tokens;
+  int64_t src_stride;  // elements between two tokens' rows (>= R + P)
+  MlaRowFormat fmt;
+};
+static_assert(sizeof(MlaKvWriteParams) == 3 * 8 + 2 * 8 + sizeof(MlaRowFormat), "no padding");
+void launch_mla_kv_write(const MlaKvWriteParams& p, cudaStream_t stream);
+
+// ---- attention (mla_attention.cu, mla_decode*.cu, mla_attention_wgmma*.cu) ----
+// Query rows of a sequence are its new tokens × heads, token-major: row r of sequence s is
+// (token q_indptr[s] + r / heads, head r % heads), which is q's row q_indptr[s] · heads + r
+// when q is [tokens, heads, q_stride]. Token i of the n new tokens of a sequence with kv_len
+// keys sees keys [0, kv_len - n + i] (causal within the new tokens, everything before them).
+// A block takes `tile_rows` rows of one sequence (16: the mma kernel, 8 or 16: the decode kernel,
+// 64: the wgmma kernels) and one split of its keys; grid (row_tiles, num_splits, num_seqs), the
+// row tiles in reverse (the longest causal tiles first), tiles past a sequence's rows exit. With
+// num_splits > 1 each block leaves unnormalized partials and launch_mla_attention appends the merge
+// kernel.
+enum MlaKernel : int { kMlaMma = 0, kMlaWgmma = 1, kMlaDecode = 2, kMlaWgmmaPipe = 3 };
+// The decode kernel's e4m3 -> f16 conversion (mla_decode.cuh): integer ops in both warp roles,
+// the conversion unit in the S warps and integer ops in the PV warps (the default), or the unit in
+// both. FlashMLA and plain e4m3 rows; -1 in MlaPlanOptions: the default.
+enum MlaCvt : int { kMlaCvtInt = 0, kMlaCvtHwS = 1, kMlaCvtHw = 2 };
+
+struct MlaAttentionParams {
+  const uint16_t* q;            // bf16 [tokens, heads, q_stride]: [latent (R) | rope (P)]
+  const void* cache;            // the layer's rows [slots, fmt.row_bytes]; 4-byte aligned (16
+                                // for the decode and wgmma kernels)
+  uint16_t* out;                // bf16 [tokens, heads, R]
+  const int32_t* q_indptr;      // device [num_seqs + 1]
+  const int32_t* kv_lens;       // device [num_seqs]: keys after this step (cached + new)
+  const int32_t* page_indptr;   // device [num_seqs + 1]
+  const int32_t* page_indices;  // device [page_indptr[num_seqs]]
+  float* partial_o;             // num_splits > 1: [tokens · heads, num_splits, R] float32
+  float* partial_ml;            // num_splits > 1: [tokens · heads, num_splits, 2] (max, sum)
+  MlaRowFormat fmt;
+  int num_seqs;
+  int heads;
+  int q_stride;  // elements per q row (>= R + P, a multiple of 8)
+  int page_size;
+  float scale_log2;  // softmax scale · log2(e)
+  int kernel;        // MlaKernel
+  int row_tiles;     // grid.x: ceil(max new tokens · heads / tile rows)
+  int num_splits;    // grid.y
+  int split_len;     // keys per split, a multiple of `chunk`
+  int copy_width;    // bytes per cp.async of raw rows (16, 8, 4; mla_copy_width)
+  int chunk;         // keys per pipeline stage (48 or 64; the plan's)
+  int stages;        // pipeline stages (2 or 3; the decode kernel 2..6; the plan's)
+  int tile_rows;     // query rows a block (the plan's)
+  int cvt;           // MlaCvt (the decode kernel over e4m3 rows; the plan's)
+  int evict_first;   // 1: the decode kernel reads rows with an L2 evict-first policy (the plan's)
+  int diag;          // benchmarks only, the decode and pipelined wgmma kernels: 1 loads without
+                     // math, 2 math without loads (wrong results; where the time goes); else 0
+};
+static_assert(sizeof(MlaAttentionParams) == 9 * 8 + sizeof(MlaRowFormat) + 16 * 4, "no padding");
+
+// Which (R, P) the kernels are built for: (512, 64) the real models, (128, 32) house-mla,
+// (32, 8) the tiny fixtures. The wgmma kernel: (512, 64) with bf16 plain rows only.
+bool mla_attention_supported(int latent, int rope);
+bool mla_wgmma_supported(const MlaRowFormat& fmt);
+// The decode kernel: R = 512, P = 64, rows and rope offset multiples of 16 bytes, bf16 plain rows,
+// fp8 latent with a bf16 or fp8 rope part, FlashMLA rows (not f32 rope parts). The cache base must
+// be 16-byte aligned too (mla_copy_width == 16; launch checks).
+bool mla_decode_supported(const MlaRowFormat& fmt);
+// Its pipeline stages of 64 keys for the format (3 for bf16 rows, 5 for fp8 rows).
+int mla_decode_stages(const MlaRowFormat& fmt);
+// Whether the mma kernel copies rows straight into its bf16 tiles (bf16 plain rows) rather than
+// staging and decoding them.
+bool mla_mma_direct(const MlaRowFormat& fmt);
+// The cp.async width for raw rows at `cache` (16 if rows and base are 16-byte aligned, else 8,
+// else 4; 0: rows not 4-byte aligned, unsupported).
+int mla_copy_width(const void* cache, int64_t row_bytes);
+
+// Grid and scratch of one call. The host decides it from the batch's shape only (num_seqs,
+// tokens, the most new tokens of a sequence and a bucket of the longest context), so decode
+// steps inside one bucket launch the same grid and a CUDA graph replays them.
+struct MlaPlan {
+  int kernel = kMlaMma;
+  int row_tiles = 0;
+  int tile_rows = 16;
+  int num_splits = 1;
+  int split_len = 0;
+  int chunk = 64;
+  int stages = 2;
+  int cvt = kMlaCvtHwS;
+  int evict_first = 0;
+  int diag = 0;
+  int64_t scratch_bytes = 0;  // partial_o then partial_ml, float32; 0 when num_splits == 1
+};
+// Knobs for tests and benchmarks; the defaults are the production choice.
+struct MlaPlanOptions {
+  int wgmma = 2;        // 0: never a wgmma kernel, 1: the wgmma kernel, 2: the pipelined one
+  int decode = 1;       // 0: never the decode kernel (the mma kernel instead)
+  int splits = 0;       // > 0: that many key splits (some may be empty); 0: the plan's
+  int bf16_chunk = 48;  // the mma kernel over bf16 rows: 48-key chunks x 3 stages, or 64 x 2
+  int cvt = -1;         // the decode kernel's MlaCvt over e4m3 rows (-1: kMlaCvtHwS)
+  int evict_first = 0;  // the decode kernel: rows read with an L2 evict-first policy
+  int diag = 0;         // MlaAttentionParams::diag (benchmarks)
+};
+// Kernel: the pipelined wgmma kernel (opt.wgmma 1: the wgmma kernel) where it applies
+// (mla_wgmma_supported and >= 64 query rows a sequence), else the decode kernel where it applies
+// (mla_decode_supported; 8 rows a block when a sequence has at most 8 query rows, else 16; 64-key
+// stages, mla_decode_stages of them), else the mma kernel (16 rows; bf16 rows 48-key chunks in 3
+// stages, other formats 64-key chunks in 3 raw stages where they fit). Splits: enough blocks for
+// one wave over `num_sms` when the rows alone do not fill it, in whole chunks. Scratch: tokens ·
+// heads · num_splits · (R + 2) · 4 bytes when num_splits > 1.
+MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_tokens, int heads,
+                           int max_new_tokens, int max_kv_len, int num_sms,
+                           const MlaPlanOptions& opt = {});
+// Shared memory of the mma kernel for a format, chunk and stage count (bytes).
+int mla_mma_smem_bytes(const MlaRowFormat& fmt, int chunk, int stages);
+constexpr int kMlaMaxSmem = 227 * 1024;
+// Fills p.kernel, row_tiles, tile_rows, num_splits, split_len, chunk, stages, cvt, evict_first,
+// diag and the partial pointers from `plan` and `scratch` (plan.scratch_bytes bytes, 16-byte
+// aligned; null when none is needed).
+void apply_mla_plan(const MlaPlan& plan, void* scratch, MlaAttentionParams* p);
+
+// Sets the kernels' shared-memory limits; call once per device before the first launch (and
+// before any graph capture).
+void init_mla_attention_kernels();
+// The attention kernel p.kernel names, then the merge when p.num_splits > 1. Programmatic
+// dependent launch on both (their first instruction waits on the predecessor).
+void launch_mla_attention(const MlaAttentionParams& p, cudaStream_t stream);
+// The wgmma and decode kernels alone (launch_mla_attention calls them).
+void launch_mla_attention_wgmma(const MlaAttentionParams& p, cudaStream_t stream);
+void init_mla_attention_wgmma_kernels();
+void launch_mla_attention_wgmma_pipe(const MlaAttentionParams& p, cudaStream_t stream);
+void init_mla_attention_wgmma_pipe_kernels();
+void launch_mla_decode(const MlaAttentionParams& p, cudaStream_t stream);
+void init_mla_decode_kernels();
+
+}  // namespace strata::cuda

@@ -1,0 +1,223 @@
+// The pipelined wgmma MLA kernel (mla_attention.h, kMlaWgmmaPipe): the tiles, products and
+// softmax of the wgmma kernel (mla_wgmma.cuh, mla_attention_wgmma.cu) with the block-wide
+// barriers taken out of the loop. There, every chunk starts with all 256 threads issuing the next
+// chunk's 4,608 cp.async and a __syncthreads, so warpgroup 0's S = Q·Kᵀ of chunk c + 1 waits for
+// warpgroup 1's half of P·V of chunk c and for the copies to be issued (128 heads: 39% of the
+// bf16 GEMM rate on an H200). Here:
+//  - warpgroup 1 is also the loader: after its P·V of chunk c, once both warpgroups are done with
+//    the stage (an empty mbarrier, one arrival per warp), it copies chunk c + 2 into it, column
+//    group by column group (64 rows x 128 bytes), each group's copies tracked by their own full
+//    mbarrier (cp.async.mbarrier.arrive.noinc: completes when the 128 threads' copies landed);
+//  - warpgroup 0 waits per column group, so S of a chunk starts on its first group while the
+//    rest land, and runs S of chunk c + 1 while warpgroup 1 still multiplies P·V of chunk c and
+//    loads; P goes through one shared buffer (P-ready / P-free named barriers);
+//  - Q is copied by warpgroup 1 with the first chunks (its own mbarrier).
+// Shared memory as the wgmma kernel's (Q 72 KiB, 2 K stages 144 KiB, P 8 KiB, factors 1 KiB) plus
+// 21 mbarriers. Diagnostics (p.diag, benchmarks): 1 copies without products, 2 products without
+// copies.
+#include <cfloat>
+
+#include "backend/cuda/mla_wgmma.cuh"
+
+namespace strata::cuda {
+namespace {
+
+using namespace attn;
+using namespace mla_wgmma;
+
+constexpr int kQOff = 0;
+constexpr int kKOff = kQOff + kRows * kD * 2;
+constexpr int kPOff = kKOff + 2 * kTileBytes;      // [4 k-steps][4 regs][128 threads] uint32
+constexpr int kCorrOff = kPOff + 4 * 4 * 128 * 4;  // [2][128] float: rescale factors, then (m, l)
+constexpr int kFullOff = kCorrOff + 2 * 128 * 4;   // [2 stages][kGroups] mbarriers
+constexpr int kEmptyOff = kFullOff + 2 * kGroups * 8;  // [2 stages]
+constexpr int kQBarOff = kEmptyOff + 2 * 8;
+constexpr int kSmemBytes = kQBarOff + 8 + 1024;  // + alignment slack
+static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
+// Named barriers (0 is __syncthreads).
+constexpr int kBarP = 1;      // warpgroup 0's P and factors written (0 arrives, 1 syncs)
+constexpr int kBarPFree = 2;  // warpgroup 1 has read them (1 arrives, 0 syncs)
+constexpr int kBarFinal = 3;  // warpgroup 0's row sums and maxima written
+
+// The cp.async copies this thread issued so far arrive on `bar` when they land (the arrival
+// counts against the barrier's expected count).
+__device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+__global__ void __launch_bounds__(kThreads, 1) mla_wgmma_pipe_kernel(MlaAttentionParams p) {
+  extern __shared__ __align__(128) char smem_raw[];
+  // wgmma's swizzle works on address bits: tiles start 1024-byte aligned.
+  char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  pdl_wait();
+  pdl_trigger();
+  mla::BlockWork w;
+  if (!w.init(p, kRows)) return;
+  const int tid = threadIdx.x, lane = tid % 32;
+  // The warpgroup as a value every thread of a warp provably shares.
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+  const int t128 = tid % 128, wi = t128 / 32, g = lane / 4, c2 = (lane % 4) * 2;
+  uint32_t* xp = reinterpret_cast<uint32_t*>(smem + kPOff);
+  float* xc = reinterpret_cast<float*>(smem + kCorrOff);
+  const uint32_t q_s = smem_addr(smem + kQOff);
+  const uint32_t full0 = smem_addr(smem + kFullOff), empty0 = smem_addr(smem + kEmptyOff);
+  const uint32_t qbar = smem_addr(smem + kQBarOff);
+  if (tid == 0) {
+    for (int i = 0; i < 2 * kGroups; ++i) mla::mbar_init(full0 + 8 * i, 128);   // loader threads
+    for (int s = 0; s < 2; ++s) mla::mbar_init(empty0 + 8 * s, kThreads / 32);  // one per warp
+    mla::mbar_init(qbar, 128);
+    mla::mbar_init_fence();
+  }
+  __syncthreads();
+  const int nchunks = w.nchunks;
+  const bool math = p.diag != 1, loads = p.diag != 2;
+
+  if (wg == 1) {
+    // ---- warpgroup 1: the loads, then O[:, 256:512] ----
+    // Thread t copies pieces 4 (t % 2) .. + 3 of each column group of row t / 2 of a chunk.
+    const char* cache = static_cast<const char*>(p.cache);
+    const int r = t128 >> 1, half = t128 & 1;
+    auto load_chunk = [&](int c) {
+      const int key = w.begin + c * kChunk + r;
+      const bool ok = key < w.end;
+      const char* row = ok ? cache + int64_t(w.slot_of(key, p.page_size)) * p.fmt.row_bytes : cache;
+      const uint32_t dst = smem_addr(smem + kKOff + (c & 1) * kTileBytes);
+#pragma unroll
+      for (int j = 0; j < kGroups; ++j) {
+        if (loads) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int piece = 8 * j + 4 * half + i;
+            mla::cp_async_zfill<16>(dst + swz(r, piece, kChunk), row + (ok ? piece * 16 : 0), ok);
+          }
+        }
+        cp_async_arrive_noinc(full0 + 8 * ((c & 1) * kGroups + j));
+      }
+    };
+    if (nchunks > 0) {
+      const bool ok = w.row0 + r < w.rows;
+      const uint16_t* src = ok ? p.q + int64_t(w.q_row0 + w.row0 + r) * p.q_stride : p.q;
+      for (int c = half; c < kPieces; c += 2)
+        mla::cp_async_zfill<16>(q_s + swz(r, c, kRows), src + (ok ? c * 8 : 0), ok);
+      cp_async_arrive_noinc(qbar);
+      load_chunk(0);
+      if (nchunks > 1) load_chunk(1);
+    }
+    float o[2][64];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int i = 0; i < 64; ++i) o[h][i] = 0.0f;
+    uint32_t pa[4][4];
+    for (int c = 0; c < nchunks; ++c) {
+      const int s = c & 1;
+      const uint32_t par = (c >> 1) & 1;
+      mla::named_sync(kBarP, kThreads);
+#pragma unroll
+      for (int kk = 0; kk < kChunk / 16; ++kk)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) pa[kk][j] = xp[(kk * 4 + j) * 128 + t128];
+      const float c0 = xc[t128], c1 = xc[128 + t128];
+      mla::named_arrive(kBarPFree, kThreads);
+      rescale(o, c0, c1);
+      // V's columns 256..511 (groups 4..7): every loader thread's copies of them landed.
+      for (int j = 4; j < 8; ++j) mla::mbar_wait(full0 + 8 * (s * kGroups + j), par);
+      fence_proxy_async();
+      if (math) pv(o, pa, smem_addr(smem + kKOff + s * kTileBytes), 1);
+      __syncwarp();
+      if (lane == 0) mla::mbar_arrive(empty0 + 8 * s);
+      if (c + 2 < nchunks) {  // refill the stage once all 8 warps are done with chunk c
+        mla::mbar_wait(empty0 + 8 * s, par);
+        load_chunk(c + 2);
+      }
+    }
+    mla::named_sync(kBarFinal, kThreads);
+    float sum[2], mh[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      sum[h] = xc[h * 128 + t128];
+      mh[h] = reinterpret_cast<float*>(xp)[h * 128 + t128];
+    }
+    store_rows(p, w, o, 1, wi, g, c2, mh, sum);
+    return;
+  }
+
+  // ---- warpgroup 0: S, the softmax, P to warpgroup 1, O[:, 0:256] ----
+  int lim[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) lim[h] = w.limit(p, w.row0 + wi * 16 + g + 8 * h);
+  const float qk_scale = p.fmt.latent_scale * p.scale_log2;  // plain bf16 rows: one scale
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float o[2][64];
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int i = 0; i < 64; ++i) o[h][i] = 0.0f;
+  uint32_t pa[4][4];
+  if (nchunks > 0) mla::mbar_wait(qbar, 0);
+  for (int c = 0; c < nchunks; ++c) {
+    const int s = c & 1;
+    const uint32_t par = (c >> 1) & 1;
+    const uint32_t k_s = smem_addr(smem + kKOff + s * kTileBytes);
+    float sc[32];
+    if (math) {
+#pragma unroll
+      for (int j = 0; j < kGroups; ++j) {  // each column group as soon as it landed
+        mla::mbar_wait(full0 + 8 * (s * kGroups + j), par);
+        fence_proxy_async();
+        wgmma_fence();  // (between batches on the same accumulators, as CUTLASS's mainloops do)
+        qk(sc, q_s, k_s, 4 * j, 4 * j + 4);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      reg_fence<32>(sc);
+    } else {
+      for (int j = 0; j < kGroups; ++j) mla::mbar_wait(full0 + 8 * (s * kGroups + j), par);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) sc[i] = 0.0f;
+    }
+    float corr[2];
+    softmax(sc, lim, w.begin + c * kChunk + c2, qk_scale, m, l, pa, corr);
+    if (c > 0) mla::named_sync(kBarPFree, kThreads);  // warpgroup 1 has read chunk c - 1's
+#pragma unroll
+    for (int kk = 0; kk < kChunk / 16; ++kk)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) xp[(kk * 4 + j) * 128 + t128] = pa[kk][j];
+    xc[t128] = corr[0];
+    xc[128 + t128] = corr[1];
+    mla::named_arrive(kBarP, kThreads);
+    rescale(o, corr[0], corr[1]);
+    if (math) pv(o, pa, k_s, 0);
+    __syncwarp();
+    if (lane == 0) mla::mbar_arrive(empty0 + 8 * s);
+  }
+  // Warpgroup 1's last P-free arrival, then the rows' (m, l) for it; both store their columns.
+  if (nchunks > 0) mla::named_sync(kBarPFree, kThreads);
+  float sum[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    sum[h] = l[h] + __shfl_xor_sync(0xffffffffu, l[h], 1);
+    sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 2);
+    xc[h * 128 + t128] = sum[h];
+    reinterpret_cast<float*>(xp)[h * 128 + t128] = m[h];
+  }
+  mla::named_arrive(kBarFinal, kThreads);
+  store_rows(p, w, o, 0, wi, g, c2, m, sum);
+}
+
+}  // namespace
+
+void init_mla_attention_wgmma_pipe_kernels() {
+  CUDA_CHECK(cudaFuncSetAttribute(mla_wgmma_pipe_kernel,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+}
+
+void launch_mla_attention_wgmma_pipe(const MlaAttentionParams& p, cudaStream_t stream) {
+  CHECK_MSG(mla_wgmma_supported(p.fmt) && p.copy_width == 16 && p.chunk == kChunk,
+            "MLA wgmma attention: bf16 rows of 512 + 64 values, 16-byte aligned, 64-key chunks");
+  mla::launch(mla_wgmma_pipe_kernel, dim3(p.row_tiles, p.num_splits, p.num_seqs), dim3(kThreads),
+              size_t(kSmemBytes), stream, p);
+  CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace strata::cuda

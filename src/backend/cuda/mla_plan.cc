@@ -1,0 +1,145 @@
+// Host side of the MLA kernels (mla_attention.h): the row format of a KvLayout layer, what the
+// kernels support, and the grid / split / scratch plan of one call.
+#include <algorithm>
+
+#include "backend/backend.h"
+#include "backend/cuda/mla_attention.h"
+#include "core/check.h"
+
+namespace strata::cuda {
+namespace {
+
+int mla_elem_of(DType dt) {
+  switch (dt) {
+    case DType::kBF16:
+      return kMlaBf16;
+    case DType::kFP8E4M3:
+      return kMlaE4M3;
+    case DType::kFP8E5M2:
+      return kMlaE5M2;
+    case DType::kF32:
+      return kMlaF32;
+    default:
+      CHECK_MSG(false, "MLA KV rows of dtype {}", dtype_name(dt));
+  }
+  return kMlaBf16;
+}
+
+bool is_fp8_elem(int e) { return e == kMlaE4M3 || e == kMlaE5M2; }
+
+}  // namespace
+
+MlaRowFormat mla_row_format(const KvLayout& lay, int layer, float k_scale) {
+  const DType dt = lay.layer_dtype(layer);
+  MlaRowFormat f{};
+  f.row_bytes = lay.k_row_bytes(layer);
+  f.rope = lay.rope_dim;
+  f.latent = lay.k_dim - lay.rope_dim;
+  f.latent_elem = mla_elem_of(dt);
+  f.latent_scale = k_scale;
+  if (!lay.k_row_is_split(layer)) {  // one dtype, one scale for the whole row
+    f.rope_elem = f.latent_elem;
+    f.rope_offset = int(dtype_bytes_for(dt, f.latent));
+    f.rope_scale = k_scale;
+  } else if (lay.format == KvFormat::kFlashMlaFp8) {
+    f.flashmla = 1;
+    f.latent_elem = kMlaE4M3;
+    f.latent_scale = 1.0f;
+    f.rope_elem = kMlaBf16;
+    f.rope_offset = f.latent + 4 * ((f.latent + kMlaFlashTile - 1) / kMlaFlashTile);
+    f.rope_scale = 1.0f;
+  } else {  // fp8 latent, the rope part in its own dtype: scaled only when it is fp8 too
+    f.rope_elem = mla_elem_of(*lay.rope_dtype);
+    f.rope_offset = int(dtype_bytes_for(dt, f.latent));
+    f.rope_scale = is_fp8_elem(f.rope_elem) ? k_scale : 1.0f;
+  }
+  CHECK_EQ(int64_t(f.rope_offset) + int64_t(f.rope) * mla_elem_bytes(f.rope_elem), f.row_bytes);
+  return f;
+}
+
+bool mla_attention_supported(int latent, int rope) {
+  return (latent == 512 && rope == 64) || (latent == 128 && rope == 32) ||
+         (latent == 32 && rope == 8);
+}
+
+bool mla_wgmma_supported(const MlaRowFormat& f) {
+  return f.latent == 512 && f.rope == 64 && mla_mma_direct(f) && f.latent_scale == f.rope_scale;
+}
+
+int mla_copy_width(const void* cache, int64_t row_bytes) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(cache) | uintptr_t(row_bytes);
+  return a % 16 == 0 ? 16 : a % 8 == 0 ? 8 : a % 4 == 0 ? 4 : 0;
+}
+
+MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_tokens, int heads,
+                           int max_new_tokens, int max_kv_len, int num_sms,
+                           const MlaPlanOptions& opt) {
+  MlaPlan plan;
+  if (num_seqs == 0 || max_new_tokens == 0) return plan;
+  const int64_t rows = int64_t(max_new_tokens) * heads;
+  if (opt.wgmma && mla_wgmma_supported(fmt) && rows >= 64) {
+    plan.kernel = opt.wgmma == 1 ? kMlaWgmma : kMlaWgmmaPipe;
+    plan.tile_rows = 64;
+    plan.diag = opt.diag;
+  } else if (opt.decode && mla_decode_supported(fmt)) {
+    plan.kernel = kMlaDecode;
+    plan.tile_rows = rows <= 8 ? 8 : 16;
+    plan.stages = mla_decode_stages(fmt);
+    if (opt.cvt >= 0) plan.cvt = opt.cvt;
+    plan.evict_first = opt.evict_first;
+    plan.diag = opt.diag;
+  } else {
+    plan.kernel = kMlaMma;
+    plan.tile_rows = 16;
+    if (mla_mma_direct(fmt) && opt.bf16_chunk == 48) {
+      plan.chunk = 48;
+      plan.stages = 3;
+    } else if (!mla_mma_direct(fmt)) {
+      plan.stages = mla_mma_smem_bytes(fmt, 64, 3) <= kMlaMaxSmem ? 3 : 2;
+    }
+    CHECK_MSG(mla_mma_smem_bytes(fmt, plan.chunk, plan.stages) <= kMlaMaxSmem,
+              "MLA attention: rows of {} bytes do not fit the kernel's shared memory",
+              fmt.row_bytes);
+  }
+  plan.row_tiles = int((rows + plan.tile_rows - 1) / plan.tile_rows);
+  const int64_t max_chunks = std::max<int64_t>(1, (max_kv_len + plan.chunk - 1) / plan.chunk);
+  int64_t n = opt.splits;
+  if (n <= 0) {
+    // One block an SM (every kernel uses most of its shared memory): split the keys only while
+    // the rows leave SMs idle, into whole chunks.
+    const int64_t blocks = int64_t(num_seqs) * plan.row_tiles;
+    n = blocks >= num_sms ? 1 : std::max<int64_t>(1, num_sms / blocks);
+  }
+  n = std::clamp<int64_t>(n, 1, max_chunks);
+  const int64_t chunks_per_split = (max_chunks + n - 1) / n;
+  plan.split_len = int(chunks_per_split * plan.chunk);
+  plan.num_splits = int((max_chunks + chunks_per_split - 1) / chunks_per_split);
+  if (opt.splits > 0)
+    plan.num_splits = std::max(plan.num_splits, int(std::min<int64_t>(opt.splits, max_chunks)));
+  if (plan.num_splits > 1)
+    plan.scratch_bytes = num_tokens * heads * plan.num_splits * int64_t(fmt.latent + 2) * 4;
+  return plan;
+}
+
+void apply_mla_plan(const MlaPlan& plan, void* scratch, MlaAttentionParams* p) {
+  p->kernel = plan.kernel;
+  p->row_tiles = plan.row_tiles;
+  p->num_splits = plan.num_splits;
+  p->split_len = plan.split_len;
+  p->chunk = plan.chunk;
+  p->stages = plan.stages;
+  p->tile_rows = plan.tile_rows;
+  p->cvt = plan.cvt;
+  p->evict_first = plan.evict_first;
+  p->diag = plan.diag;
+  p->partial_o = nullptr;
+  p->partial_ml = nullptr;
+  if (plan.num_splits > 1) {
+    CHECK_MSG(scratch != nullptr, "MLA attention: {} splits need scratch", plan.num_splits);
+    p->partial_o = static_cast<float*>(scratch);
+    const int64_t rows_splits = plan.scratch_bytes / 4 / (p->fmt.latent + 2);
+    p->partial_ml = p->partial_o + rows_splits * p->fmt.latent;
+  }
+}
+
+}  // namespace strata::cuda

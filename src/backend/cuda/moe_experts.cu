@@ -1,0 +1,520 @@
+// MoE experts on the GPU: the plan, the combine, the weight repack and the step that strings
+// them together with the grouped GEMMs (moe_experts_gemv.cu, moe_experts_gemm.cu).
+//
+// ## Design
+// No host synchronization: the host knows T, k and E only, so every grid is sized by a bound
+// (experts with rows <= min(E, T·k); GEMM tiles <= ceil(T·k / BM) + min(E, T·k)) and CTAs past
+// the device's counts exit at once. A MoE step is then a fixed sequence of launches whose
+// parameter bytes depend on T only: CUDA-graph capturable.
+// Decode (few rows per expert) has no plan: each GEMV CTA finds its expert (the a-th touched
+// one) and its rows (the assignments with that expert, ascending) from topk_ids, and rows stay
+// in assignment order i = t·k + j, so act, y and the combine need no permutation. At T = 1 the
+// plan kernel was a launch of its own (2.6 us) for 8 assignments.
+// Prefill: the permuted order, expert e's rows [offsets[e], offsets[e + 1]), experts ascending.
+// The plan (one CTA of 1024 threads up to kMoePlanOneCtaMax assignments: counting, three
+// block-wide scans, placement; above, three kernels over chunks of kMoePlanChunk) gives each
+// assignment a slot inside its expert's segment by a shared-memory atomic, so the order of rows
+// within a segment may differ between runs. The outputs do not: every output row is computed
+// from its own x row alone (the GEMM's rows, the GEMV's tokens, never mix; each k split and
+// each sum has a fixed order), and the combine reads each assignment's row through `pos` and
+// sums a token's experts in ascending expert id, as the CPU twin does. So the layer is bit for
+// bit deterministic; only the scratch's row order varies.
+// x is never copied into the permuted order: the gate_up kernels read x rows through
+// row_token (GEMM) or i / k (GEMV). act (gate_up's output) and y (down's) share one row order,
+// so down reads act rows contiguously. y is bf16 [T·k, hidden] (the CPU twin keeps it in
+// float32; one bf16 rounding of each expert output, ~2^-9 relative, then a float32 weighted sum).
+// Regime: decode (launch_moe_gemv) while the rows per expert T·k / E stay small: every touched
+// expert's weights streamed once per pass of up to 32 rows; prefill (launch_moe_gemm) beyond.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/moe_experts.cuh"
+
+namespace strata::cuda {
+namespace {
+
+using namespace moe;
+
+constexpr int kPlanThreads = 1024;
+
+// Exclusive prefix sum over the CTA (thread order) of v; the total in *total. All threads call
+// it; `sums` is 32 ints of shared memory.
+__device__ __forceinline__ int block_exclusive_scan(int v, int* total, int* sums) {
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  int inc = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int n = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += n;
+  }
+  if (lane == 31) sums[warp] = inc;
+  __syncthreads();
+  if (warp == 0) {
+    int s = sums[lane];
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int n = __shfl_up_sync(0xffffffffu, s, o);
+      if (lane >= o) s += n;
+    }
+    sums[lane] = s;  // inclusive over warps
+  }
+  __syncthreads();
+  *total = sums[31];
+  return (warp > 0 ? sums[warp - 1] : 0) + inc - v;
+}
+
+// Offsets, the active list, the tile list and the counts from each expert's row count n
+// (thread t is expert t; every thread of the kPlanThreads calls it). Returns expert tid's first
+// row.
+__device__ __forceinline__ int plan_segments(const MoePlanParams& p, int n, int (*sums)[32]) {
+  const int tid = int(threadIdx.x), experts = p.num_experts;
+  const MoePlan& plan = p.plan;
+  const int tiles = p.tile_rows > 0 ? (n + p.tile_rows - 1) / p.tile_rows : 0;
+  int rows_total, active_total, tiles_total;
+  const int first_row = block_exclusive_scan(n, &rows_total, sums[0]);
+  const int slot = block_exclusive_scan(n > 0 ? 1 : 0, &active_total, sums[1]);
+  const int first_tile = block_exclusive_scan(tiles, &tiles_total, sums[2]);
+  if (tid < experts) {
+    plan.offsets[tid] = first_row;
+    if (n > 0) plan.active[slot] = tid;
+    for (int q = 0; q < tiles; ++q) {
+      plan.tiles[2 * (first_tile + q)] = tid;
+      plan.tiles[2 * (first_tile + q) + 1] = first_row + q * p.tile_rows;
+    }
+  }
+  if (tid == 0) {
+    plan.offsets[experts] = rows_total;
+    plan.counts[0] = active_total;
+    plan.counts[1] = tiles_total;
+  }
+  return first_row;
+}
+
+// The plan in one CTA (up to kMoePlanOneCtaMax assignments).
+__global__ void __launch_bounds__(kPlanThreads, 1) moe_plan_kernel(MoePlanParams p) {
+  __shared__ int count[kMoeMaxExperts];
+  __shared__ int base[kMoeMaxExperts];
+  __shared__ int sums[3][32];
+  pdl_enter(p.pdl_early);
+  const int tid = int(threadIdx.x), experts = p.num_experts;
+  if (tid < experts) count[tid] = 0;
+  __syncthreads();
+  const MoePlan& plan = p.plan;
+  // Slots: each assignment's index within its expert's rows.
+  for (int64_t i = tid; i < p.assignments; i += kPlanThreads) {
+    const int e = p.topk_ids[i];
+    plan.pos[i] = e >= 0 && e < experts ? atomicAdd(&count[e], 1) : -1;
+  }
+  __syncthreads();
+  const int first_row = plan_segments(p, tid < experts ? count[tid] : 0, sums);
+  if (tid < experts) base[tid] = first_row;
+  __syncthreads();
+  // Permuted rows: pos = segment start + slot, and each row's token.
+  for (int64_t i = tid; i < p.assignments; i += kPlanThreads) {
+    const int slot = plan.pos[i];
+    if (slot < 0) continue;
+    const int r = base[p.topk_ids[i]] + slot;
+    plan.pos[i] = r;
+    plan.row_token[r] = int(i / p.top_k);
+  }
+}
+
+// The plan over many CTAs (more than kMoePlanOneCtaMax assignments; the one CTA's loops of
+// dependent loads took 85 us at 65,536): (1) CTA b counts its chunk of kPlanChunk assignments
+// per expert (slots by shared-memory atomics, as above) into block_counts[b][e]; (2) one CTA
+// turns each expert's column of counts into exclusive prefixes over b and its total, then the
+// segments as above; (3) CTA b places its chunk: pos = offsets[e] + block_counts[b][e] + slot.
+constexpr int kPlanChunkThreads = 512;
+__global__ void __launch_bounds__(kPlanChunkThreads) moe_plan_count_kernel(MoePlanParams p) {
+  __shared__ int count[kMoeMaxExperts];
+  pdl_enter(p.pdl_early);
+  const int tid = int(threadIdx.x), experts = p.num_experts;
+  for (int e = tid; e < experts; e += kPlanChunkThreads) count[e] = 0;
+  __syncthreads();
+  const int64_t i0 = int64_t(blockIdx.x) * kMoePlanChunk;
+  constexpr int kPer = kMoePlanChunk / kPlanChunkThreads;
+  int ids[kPer];
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int64_t i = i0 + tid + u * kPlanChunkThreads;
+    ids[u] = i < p.assignments ? p.topk_ids[i] : -1;
+  }
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int64_t i = i0 + tid + u * kPlanChunkThreads;
+    if (i < p.assignments)
+      p.plan.pos[i] = ids[u] >= 0 && ids[u] < experts ? atomicAdd(&count[ids[u]], 1) : -1;
+  }
+  __syncthreads();
+  for (int e = tid; e < experts; e += kPlanChunkThreads)
+    p.plan.block_counts[int64_t(blockIdx.x) * experts + e] = count[e];
+}
+
+__global__ void __launch_bounds__(kPlanThreads, 1)
+    moe_plan_scan_kernel(MoePlanParams p, int blocks) {
+  __shared__ int sums[3][32];
+  pdl_enter(0);
+  const int tid = int(threadIdx.x), experts = p.num_experts;
+  int run = 0;
+  if (tid < experts) {
+    int32_t* col = p.plan.block_counts + tid;
+    int b = 0;
+    for (; b + 4 <= blocks; b += 4) {  // four loads in flight
+      int h[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) h[u] = col[int64_t(b + u) * experts];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        col[int64_t(b + u) * experts] = run;
+        run += h[u];
+      }
+    }
+    for (; b < blocks; ++b) {
+      const int h = col[int64_t(b) * experts];
+      col[int64_t(b) * experts] = run;
+      run += h;
+    }
+  }
+  plan_segments(p, run, sums);
+}
+
+__global__ void __launch_bounds__(kPlanChunkThreads) moe_plan_place_kernel(MoePlanParams p) {
+  pdl_enter(0);
+  const int tid = int(threadIdx.x), experts = p.num_experts;
+  const int64_t i0 = int64_t(blockIdx.x) * kMoePlanChunk;
+  const int32_t* before = p.plan.block_counts + int64_t(blockIdx.x) * experts;
+  for (int u = 0; u < kMoePlanChunk / kPlanChunkThreads; ++u) {
+    const int64_t i = i0 + tid + u * kPlanChunkThreads;
+    if (i >= p.assignments) break;
+    const int slot = p.plan.pos[i];
+    if (slot < 0) continue;
+    const int e = p.topk_ids[i];
+    const int r = p.plan.offsets[e] + before[e] + slot;
+    p.plan.pos[i] = r;
+    p.plan.row_token[r] = int(i / p.top_k);
+  }
+}
+
+// Combine: CTA (token t, chunk of kCombineThreads · 8 columns). Threads 0..k-1 place assignment
+// j at its rank under (expert id, j) (the CPU twin's ascending-id order), so the sum order is
+// fixed; then each thread sums 8 columns over the token's valid assignments, its 16-byte loads
+// of up to 8 y rows issued together (the old one-CTA-per-token loop waited on each in turn:
+// 15 us at T = 1, hidden 7168).
+constexpr int kCombineThreads = 128;
+constexpr int kCombineCols = kCombineThreads * 8;
+__global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(MoeCombineParams p) {
+  __shared__ int ids[kMoeMaxTopK];
+  __shared__ int rows[kMoeMaxTopK];
+  __shared__ float weights[kMoeMaxTopK];
+  __shared__ int valid;
+  pdl_enter(p.pdl_early);
+  const int64_t chunks = (p.hidden + kCombineCols - 1) / kCombineCols;
+  const int64_t t = int64_t(blockIdx.x) / chunks, chunk = int64_t(blockIdx.x) % chunks;
+  const int k = p.top_k, tid = int(threadIdx.x);
+  // The token's k ids, weights and rows, each loaded by its own thread (one round trip).
+  int id = -1, row = -1;
+  float w = 0.0f;
+  if (tid < k) {
+    id = p.topk_ids[t * k + tid];
+    row = p.pos != nullptr ? p.pos[t * k + tid] : int(t * k + tid);
+    w = p.topk_weights[t * k + tid];
+    ids[tid] = id;
+  }
+  __syncthreads();
+  if (tid < k) {
+    int rank = 0, count = 0;  // rank among the valid assignments
+    for (int j = 0; j < k; ++j) {
+      const int o = ids[j];
+      if (o < 0 || o >= p.num_experts) continue;
+      ++count;
+      rank += o < id || (o == id && j < tid);
+    }
+    if (id >= 0 && id < p.num_experts) {
+      rows[rank] = row;
+      weights[rank] = w;
+    }
+    if (tid == 0) valid = count;
+  }
+  __syncthreads();
+  const int64_t v = chunk * kCombineThreads + tid;  // this thread's 16-byte column group
+  if (v >= p.hidden / 8) return;
+  const int n = valid;
+  float acc[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
+  for (int j0 = 0; j0 < n; j0 += 8) {
+    uint4 yv[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u)
+      if (j0 + u < n)
+        yv[u] = __ldg(reinterpret_cast<const uint4*>(p.y + int64_t(rows[j0 + u]) * p.hidden) + v);
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      if (j0 + u >= n) break;
+      float y[8];
+      unpack8(yv[u], y);
+      const float w = weights[j0 + u];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], __fmul_rn(w, y[i]));
+    }
+  }
+  if (p.add != nullptr) {
+    float a[8];
+    unpack8(__ldg(reinterpret_cast<const uint4*>(p.add + t * p.hidden) + v), a);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] += a[i];
+  }
+  reinterpret_cast<uint4*>(p.out + t * p.hidden)[v] = pack8(acc);
+}
+
+// One thread per 16-byte lane piece of a tile: gathers its elements from the row-major source.
+__global__ void moe_repack_kernel(MoeRepackParams p) {
+  const int64_t kt_count = moe_k_tiles(p.format, p.k);
+  const int64_t pieces = p.rows / kMoeTileRows * kt_count * 32;
+  const int tk = moe_tile_k(p.format);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < pieces;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int lane = int(i % 32);
+    const int64_t tile = i / 32, rt = tile / kt_count, kt = tile % kt_count;
+    uint32_t w[4] = {0, 0, 0, 0};
+    if (p.format == kMoeBf16) {
+      const bf16_bits* src = static_cast<const bf16_bits*>(p.src);
+      for (int e = 0; e < 8; ++e) {
+        int row, col;
+        bf16_tile_coords(lane, e, &row, &col);
+        const int64_t r = rt * kMoeTileRows + row, c = kt * tk + col;
+        const uint32_t v = c < p.k ? src[r * p.k + c] : 0u;
+        w[e / 2] |= v << (16 * (e % 2));
+      }
+    } else {
+      const uint8_t* src = static_cast<const uint8_t*>(p.src);
+      for (int e = 0; e < 16; ++e) {
+        int row, col;
+        fp8_tile_coords(lane, e, &row, &col);
+        const int64_t r = rt * kMoeTileRows + row, c = kt * tk + col;
+        const uint32_t v = c < p.k ? src[r * p.k + c] : 0u;
+        w[e / 4] |= v << (8 * (e % 4));
+      }
+    }
+    reinterpret_cast<uint4*>(p.dst)[i] = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+int num_sms() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  return sms;
+}
+
+size_t align256(size_t v) { return (v + 255) / 256 * 256; }
+
+// The scratch of one step, carved in a fixed order (moe_experts_scratch_bytes sums the same).
+struct Scratch {
+  MoePlan plan;
+  bf16_bits* act;
+  bf16_bits* y;
+  size_t bytes;
+};
+Scratch carve(void* base, int64_t tokens, int top_k, int experts, int64_t hidden, int64_t inter) {
+  const int64_t n = tokens * top_k;
+  char* at = static_cast<char*>(base);
+  size_t used = 0;
+  auto take = [&](size_t bytes) {
+    char* p = at ? at + used : nullptr;
+    used += align256(bytes);
+    return p;
+  };
+  Scratch s;
+  s.plan.offsets = reinterpret_cast<int32_t*>(take(size_t(experts + 1) * 4));
+  s.plan.pos = reinterpret_cast<int32_t*>(take(size_t(n) * 4));
+  s.plan.row_token = reinterpret_cast<int32_t*>(take(size_t(n) * 4));
+  s.plan.active = reinterpret_cast<int32_t*>(take(size_t(experts) * 4));
+  s.plan.counts = reinterpret_cast<int32_t*>(take(2 * 4));
+  s.plan.tiles = reinterpret_cast<int32_t*>(take(size_t(moe_max_tiles(n, experts, 64)) * 8));
+  s.plan.block_counts =
+      reinterpret_cast<int32_t*>(take(size_t(moe_plan_blocks(n)) * size_t(experts) * 4));
+  s.act = reinterpret_cast<bf16_bits*>(take(size_t(n * inter) * 2));
+  s.y = reinterpret_cast<bf16_bits*>(take(size_t(n * hidden) * 2));
+  s.bytes = used;
+  return s;
+}
+
+}  // namespace
+
+int64_t moe_values_bytes(int format, int64_t n, int64_t k) {
+  return n / kMoeTileRows * moe_k_tiles(format, k) * kMoeTileBytes;
+}
+
+int64_t moe_scale_bytes(int format, int64_t n, int64_t k, int group) {
+  if (format == kMoeInt4) return int4_scale_bytes(n, k, group);
+  if (format == kMoeFp8) return ceil_div(n, kMoeFp8Block) * ceil_div(k, kMoeFp8Block) * 4;
+  return 0;
+}
+
+bool moe_weight_shape_ok(int format, int64_t n, int64_t k, int group, const char** why) {
+  const char* w = nullptr;
+  if (format != kMoeBf16 && format != kMoeFp8 && format != kMoeInt4)
+    w = "unknown weight format";
+  else if (n <= 0 || k <= 0 || n % kMoeTileRows != 0)
+    w = "n must be a positive multiple of 16";
+  else if (k % 16 != 0)
+    w = "k must be a multiple of 16";
+  else if (format == kMoeInt4 && (!int4_group_supported(group) || k % group != 0))
+    w = "int4: the group must be a power of two >= 32 dividing k";
+  if (why) *why = w;
+  return w == nullptr;
+}
+
+void launch_moe_repack(const MoeRepackParams& p, cudaStream_t stream) {
+  CHECK_MSG(p.format == kMoeBf16 || p.format == kMoeFp8,
+            "moe repack: format {} (int4: "
+            "launch_int4_repack)",
+            p.format);
+  CHECK_MSG(p.rows % kMoeTileRows == 0 && p.k % 16 == 0, "moe repack: rows {} k {}", p.rows, p.k);
+  CHECK(uintptr_t(p.dst) % 16 == 0);
+  const int64_t work = p.rows / kMoeTileRows * moe_k_tiles(p.format, p.k) * 32;
+  if (work == 0) return;
+  const int blocks = int(std::min<int64_t>(ceil_div(work, 256), int64_t(num_sms()) * 16));
+  moe_repack_kernel<<<blocks, 256, 0, stream>>>(p);
+  CUDA_LAUNCH_CHECK();
+}
+
+void launch_moe_plan(const MoePlanParams& p, cudaStream_t stream) {
+  CHECK_MSG(p.num_experts > 0 && p.num_experts <= kMoeMaxExperts, "moe plan: {} experts (max {})",
+            p.num_experts, kMoeMaxExperts);
+  CHECK(p.top_k > 0 && p.tile_rows >= 0);
+  CHECK_MSG(p.assignments < (int64_t(1) << 31), "moe plan: {} assignments", p.assignments);
+  const int64_t blocks = moe_plan_blocks(p.assignments);
+  if (blocks == 0) {
+    launch_pdl(moe_plan_kernel, dim3(1), dim3(kPlanThreads), 0, Launch{stream}, p);
+  } else {
+    CHECK_MSG(p.plan.block_counts != nullptr, "moe plan: {} assignments need block_counts",
+              p.assignments);
+    launch_pdl(moe_plan_count_kernel, dim3(unsigned(blocks)), dim3(kPlanChunkThreads), 0, Launch{stream},
+               p);
+    launch_pdl(moe_plan_scan_kernel, dim3(1), dim3(kPlanThreads), 0, Launch{stream}, p, int(blocks));
+    launch_pdl(moe_plan_place_kernel, dim3(unsigned(blocks)), dim3(kPlanChunkThreads), 0, Launch{stream},
+               p);
+  }
+  CUDA_LAUNCH_CHECK();
+}
+
+void launch_moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
+  if (p.tokens == 0) return;
+  CHECK_MSG(p.top_k > 0 && p.top_k <= kMoeMaxTopK, "moe combine: top_k {}", p.top_k);
+  CHECK_MSG(p.num_experts > 0, "moe combine: num_experts {}", p.num_experts);
+  CHECK(p.hidden % 8 == 0 && uintptr_t(p.y) % 16 == 0 && uintptr_t(p.out) % 16 == 0 &&
+        uintptr_t(p.add) % 16 == 0);
+  const int64_t blocks = p.tokens * ceil_div(p.hidden, kCombineCols);
+  CHECK_MSG(blocks < (int64_t(1) << 31), "moe combine: {} tokens", p.tokens);
+  launch_pdl(moe_combine_kernel, dim3(unsigned(blocks)), dim3(kCombineThreads), 0, Launch{stream}, p);
+  CUDA_LAUNCH_CHECK();
+}
+
+int moe_pick_regime(int64_t tokens, int top_k, int num_experts) {
+  return tokens * top_k <= int64_t(kMoeDecodeRowsPerExpert) * num_experts ? kMoeDecode
+                                                                          : kMoePrefill;
+}
+
+int moe_gemm_tile_rows(int64_t tokens, int top_k, int num_experts) {
+  return tokens * top_k >= int64_t(192) * num_experts ? 128 : 64;
+}
+
+int moe_gemv_tokens(int64_t tokens, int top_k, int num_experts) {
+  const int64_t n = tokens * top_k;
+  const int64_t rows = n <= 2 * int64_t(num_experts) ? 8 : n <= 4 * int64_t(num_experts) ? 16 : 32;
+  return int(std::min<int64_t>(rows, tokens));
+}
+
+size_t moe_experts_scratch_bytes(int64_t tokens, int top_k, int num_experts, int64_t hidden,
+                                 int64_t inter) {
+  return carve(nullptr, tokens, top_k, num_experts, hidden, inter).bytes;
+}
+
+double moe_expected_active(int64_t tokens, int top_k, int num_experts) {
+  const double e = num_experts, n = double(tokens) * top_k;
+  return std::min({e, n, e * (1.0 - std::pow(1.0 - double(top_k) / e, double(tokens)))});
+}
+
+void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
+  if (p.tokens == 0) return;
+  const int64_t hidden = p.down.n, inter = p.down.k, n = p.tokens * p.top_k;
+  CHECK_MSG(p.gate_up.n == 2 * inter && p.gate_up.k == hidden,
+            "moe experts: gate_up [{}, {}] for hidden {} inter {}", p.gate_up.n, p.gate_up.k,
+            hidden, inter);
+  CHECK(uintptr_t(p.scratch) % 256 == 0);
+  const Scratch s = carve(p.scratch, p.tokens, p.top_k, p.num_experts, hidden, inter);
+  const int regime =
+      p.regime != kMoeAuto ? p.regime : moe_pick_regime(p.tokens, p.top_k, p.num_experts);
+  const bool decode = regime != kMoePrefill;
+  const int tile_rows = moe_gemm_tile_rows(p.tokens, p.top_k, p.num_experts);
+
+  MoeGroupedParams g{};
+  g.pdl_early = p.pdl_early;
+  if (decode) {  // no plan: the GEMV CTAs find their experts; rows in assignment order
+    g.topk_ids = p.topk_ids;
+    g.assignments = n;
+    g.num_experts = p.num_experts;
+    g.max_active = int(std::min<int64_t>(p.num_experts, n));
+    g.expect_active = int(std::ceil(moe_expected_active(p.tokens, p.top_k, p.num_experts)));
+    g.gemv_tokens = moe_gemv_tokens(p.tokens, p.top_k, p.num_experts);
+  } else {
+    MoePlanParams plan{};
+    plan.topk_ids = p.topk_ids;
+    plan.plan = s.plan;
+    plan.assignments = n;
+    plan.top_k = p.top_k;
+    plan.num_experts = p.num_experts;
+    plan.tile_rows = tile_rows;
+    plan.pdl_early = p.pdl_early;
+    launch_moe_plan(plan, stream);
+    g.offsets = s.plan.offsets;
+    g.tiles = s.plan.tiles;
+    g.counts = s.plan.counts;
+    g.max_tiles = int(moe_max_tiles(n, p.num_experts, tile_rows));
+    g.tile_rows = tile_rows;
+  }
+  auto run = [&](const MoeGroupedParams& q) {
+    decode ? launch_moe_gemv(q, stream) : launch_moe_gemm(q, stream);
+  };
+  MoeGroupedParams gate_up = g;  // act = silu(x · Wgᵀ) · (x · Wuᵀ), x through the rows' tokens
+  gate_up.x = p.x;
+  gate_up.rows = p.tokens;
+  gate_up.x_div = p.top_k;
+  gate_up.row_token = decode ? nullptr : s.plan.row_token;
+  gate_up.out = s.act;
+  gate_up.w = p.gate_up;
+  gate_up.glu_inter = inter;
+  run(gate_up);
+  MoeGroupedParams down = g;  // y = act · Wdᵀ, both in the same row order
+  down.x = s.act;
+  down.rows = n;
+  down.x_div = 1;
+  down.out = s.y;
+  down.w = p.down;
+  // topk_ids were complete before gate_up's pdl_wait returned, and gate_up lets down launch
+  // only after that wait (unless it triggers early): down may plan before its own wait.
+  down.early_plan = gate_up.pdl_early ? 0 : 1;
+  down.pdl_early = 0;
+  run(down);
+
+  MoeCombineParams comb{};
+  comb.y = s.y;
+  comb.pos = decode ? nullptr : s.plan.pos;
+  comb.topk_ids = p.topk_ids;
+  comb.topk_weights = p.topk_weights;
+  comb.add = p.add;
+  comb.out = p.out;
+  comb.tokens = p.tokens;
+  comb.hidden = hidden;
+  comb.top_k = p.top_k;
+  comb.num_experts = p.num_experts;
+  comb.pdl_early = 0;
+  launch_moe_combine(comb, stream);
+}
+
+}  // namespace strata::cuda

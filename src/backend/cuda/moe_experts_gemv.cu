@@ -1,0 +1,692 @@
+// The decode regime of the MoE experts: a batched GEMV over the experts the tokens touched.
+//
+// ## Work decomposition
+// Grid (C · row-tile groups, expert slots), clusters of C CTAs along x. Slot a takes the a-th
+// touched expert in ascending id (slots past the device count exit at once: the grid is sized
+// by the host's bound min(E, T·k)). A CTA is 8 warps = 8 / KS tile lanes × KS k parts; the C
+// CTAs of a cluster take the same row tiles and split k further, so a row tile's k is split
+// over KP = KS · C warps (part q = rank · KS + warp % KS takes batches q, q + KP, ...). A warp
+// streams R row tiles one after the other (R > 1 only for plain projections with KP = 1: the
+// short-k down projection, whose per-CTA set-up would otherwise dominate). The host picks (KS, C,
+// R) with a small cost model (moe_gemv_shape; MoeGroupedParams can force each) so that even one
+// token's 8 experts fill all 132 SMs: gate_up of 8 experts has 128 row tiles, so its k is split
+// over 16 warps. Partial sums meet in a fixed order: the KS warps of a CTA in shared memory, then
+// the C CTAs' sums in the leader CTA's shared memory (distributed shared memory, written by the
+// others between two cluster barriers); nothing is accumulated atomically.
+//
+// ## Each warp
+// Batches of U consecutive 512-byte k tiles per matrix (one 16-byte load per lane each) go into
+// NB register buffers in turn (a ring): a batch is multiplied on the tensor cores
+// (mma.m16n8k16, the 16 weight rows as A, 8 rows of x per n-tile as B) while the next ones'
+// loads are in flight. x is never waited on by itself (it was: one L2 round trip per batch):
+// where the registers allow (Cfg::XPRE) the rows' x values of the batch's k range (B
+// fragments, 32-bit pairs) are loaded with its weights; elsewhere its x lines are prefetched
+// into L1 then and read from L1 when it is multiplied. GLU (gate_up): a warp holds a gate tile
+// and the matching up tile, so silu(g) · u is its epilogue. An expert with more rows than
+// 8 · NT streams its weights once per pass of 8 · NT rows (a skewed batch costs time, never
+// correctness).
+//
+// ## No plan kernel
+// Each CTA finds its expert and rows itself from topk_ids (T·k <= a few thousand at decode):
+// a bitmap of the touched experts in shared memory, the a-th set bit, then the assignments
+// (t, j) with that expert in ascending order (a ballot scan). Rows are kept in assignment order:
+// gate_up reads x row t = i / x_div and writes act row i = t·k + j; down reads act row i and
+// writes y row i; the combine reads y[t·k + j]. With `early_plan` (the down projection, whose
+// topk_ids were complete before its predecessor started) the plan and the first two batches of
+// weights are done before pdl_wait, so they overlap the gate_up kernel's tail. Dense mode (one
+// expert, rows 0..rows-1: a shared expert in the tile layout) always loads early.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/moe_experts.cuh"
+
+namespace strata::cuda {
+namespace {
+
+using namespace moe;
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kBlocksPerSm = 2;  // resident at <= 128 registers per thread
+constexpr int kMaxCluster = 8;   // portable cluster size
+
+int num_sms() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  return sms;
+}
+
+template <int F, int NT, bool GLU>
+struct Cfg {
+  static constexpr int NM = GLU ? 2 : 1;  // weight matrices per warp (gate and up)
+  static constexpr int S = kSteps<F>;     // k16 steps per tile
+  static constexpr int TK = 16 * S;       // columns per tile
+  // x fragments loaded into registers with the weights where the registers allow it (not int4
+  // GLU, nor int4 at two n-tiles, nor four n-tiles); elsewhere the x lines of a batch are
+  // prefetched into L1 when its weights are loaded, and read from there when it is multiplied.
+  static constexpr bool XPRE = (NT == 1 && !(F == kMoeInt4 && GLU)) || (NT == 2 && F != kMoeInt4);
+  // Tiles per batch per matrix (U) and batches in flight (NB register buffers, a ring): what
+  // the registers allow at <= 128 per thread (weights, scales and, for XPRE, x of every
+  // buffer). ptxas -v at one n-tile, GLU: int4 spilled ~500 bytes with two tiles per batch and
+  // x in registers, 44 with three buffers of one tile, none with two (too few bytes in flight:
+  // ~1.5 KB per warp), so int4 GLU keeps two tiles per batch and prefetches x into L1; fp8
+  // spilled 20 bytes with two buffers of two tiles, none with three of one.
+  static constexpr int U = NT == 1   ? (F == kMoeFp8 && GLU    ? 1
+                                        : GLU || F == kMoeInt4 ? 2
+                                                               : 4)
+                           : NT == 2 ? (GLU || F == kMoeInt4 ? 1 : 2)
+                                     : 1;
+  static constexpr int NB = NT == 1 && F == kMoeFp8 && GLU ? 3 : 2;
+  static_assert(F != kMoeFp8 || 4 % U == 0, "an fp8 batch must lie in one scale block");
+};
+
+template <int F, int NT, bool GLU>
+struct Batch {  // this lane's 16 bytes of U consecutive k tiles per matrix, scales, x pairs
+  using C = Cfg<F, NT, GLU>;
+  uint4 w[C::NM][C::U];
+  TileScale s[C::NM][C::U];
+  uint32_t x[C::XPRE ? C::U : 1][C::XPRE ? C::S : 1][C::XPRE ? NT : 1][2];
+};
+
+template <int F>
+__device__ __forceinline__ TileScale load_scale(const void* s, int kt, int gshift, bool group32) {
+  TileScale sc{0, 0};
+  if constexpr (F == kMoeInt4) {
+    const uint32_t* sp = static_cast<const uint32_t*>(s);
+    const int g0 = (kt * 64) >> gshift;
+    sc.s0 = __ldg(sp + g0 * 8);
+    sc.s1 = group32 ? __ldg(sp + (g0 + 1) * 8) : sc.s0;
+  } else if constexpr (F == kMoeFp8) {
+    sc.s0 = __float_as_uint(__ldg(static_cast<const float*>(s) + (kt * 32) / kMoeFp8Block));
+  }
+  return sc;
+}
+
+// The fixed facts of one CTA's work, shared by its helpers. Offsets inside one expert's matrix
+// are 32-bit (its tiles and scales are far below 2^31 units).
+struct Work {
+  const uint4* w_base;  // the expert's tiles + this lane's 16 bytes
+  const char* s_base;   // the expert's scales (int4: + this lane's scale word)
+  int glu_tiles;        // GLU: row tiles of the gate half (the up tile is rt + glu_tiles)
+  int kt_count;
+  int scale_row_words;  // int4: 32-bit scale words per row tile
+  int scale_cols;       // fp8: scale blocks per row block
+  int gshift;
+  bool group32;
+};
+
+// Weights and scales of the batch at k tile kt0 of row tile rt (tiles past kt_count and !ok:
+// zero, no load).
+template <int F, int NT, bool GLU>
+__device__ __forceinline__ void load_w(Batch<F, NT, GLU>& b, const Work& wk, int rt, int kt0,
+                                       bool ok) {
+  using C = Cfg<F, NT, GLU>;
+#pragma unroll
+  for (int mt = 0; mt < C::NM; ++mt) {
+    const int r = rt + (mt ? wk.glu_tiles : 0);
+    const uint4* w = wk.w_base + r * wk.kt_count * 32;
+    const void* sp = nullptr;
+    if constexpr (F == kMoeInt4) {
+      sp = reinterpret_cast<const uint32_t*>(wk.s_base) + r * wk.scale_row_words;
+    } else if constexpr (F == kMoeFp8) {
+      sp = reinterpret_cast<const float*>(wk.s_base) +
+           (r * kMoeTileRows / kMoeFp8Block) * wk.scale_cols;
+    }
+#pragma unroll
+    for (int u = 0; u < C::U; ++u) {
+      const int kt = kt0 + u;
+      if (ok && kt < wk.kt_count) {
+        b.w[mt][u] = __ldcs(w + kt * 32);
+        // fp8: a batch (kt0 % U == 0, U | 4) lies in one 128-column scale block.
+        b.s[mt][u] =
+            F == kMoeFp8 && u > 0 ? b.s[mt][0] : load_scale<F>(sp, kt, wk.gshift, wk.group32);
+      } else {
+        b.w[mt][u] = make_uint4(0, 0, 0, 0);
+        b.s[mt][u] = TileScale{0, 0};
+      }
+    }
+  }
+}
+
+// x pairs of the batch at k tile kt0 (XPRE): xrow[j] is the element offset of n-tile j's row
+// 8j + g at column 2c, -1 past the rows; k % 16 == 0, so a k16 step lies inside or past k.
+__device__ __forceinline__ void prefetch_l1(const void* p) {
+  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
+}
+
+template <int F, int NT, bool GLU>
+__device__ __forceinline__ void load_x(Batch<F, NT, GLU>& b, const bf16_bits* x,
+                                       const int32_t* xrow, int kt0, int k) {
+  using C = Cfg<F, NT, GLU>;
+  if constexpr (!C::XPRE) {  // lanes c = 0 (xrow at the row's column 0): each row's tile lines
+    if (threadIdx.x % 4 == 0) {
+#pragma unroll
+      for (int u = 0; u < C::U; ++u) {
+        const int koff = (kt0 + u) * C::TK;
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+          if (xrow[j] >= 0 && koff < k) {
+            prefetch_l1(x + xrow[j] + koff);
+            prefetch_l1(x + xrow[j] + koff + C::TK - 1);
+          }
+      }
+    }
+  } else {
+#pragma unroll
+    for (int u = 0; u < C::U; ++u)
+#pragma unroll
+      for (int s = 0; s < C::S; ++s) {
+        const int koff = (kt0 + u) * C::TK + 16 * s;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          const bool ok = xrow[j] >= 0 && koff < k;
+          const unsigned int* src = reinterpret_cast<const unsigned int*>(x + xrow[j] + koff);
+          b.x[u][s][j][0] = ok ? __ldg(src) : 0u;
+          b.x[u][s][j][1] = ok ? __ldg(src + 4) : 0u;
+        }
+      }
+  }
+}
+
+// Multiplies one batch into acc (n-tiles j < nt only).
+template <int F, int NT, bool GLU>
+__device__ __forceinline__ void mma_batch(float (&acc)[Cfg<F, NT, GLU>::NM][NT][4],
+                                          const Batch<F, NT, GLU>& cur, const bf16_bits* x,
+                                          const int32_t* xrow, int nt, int kt0, int k) {
+  using C = Cfg<F, NT, GLU>;
+#pragma unroll
+  for (int u = 0; u < C::U; ++u) {
+#pragma unroll
+    for (int s = 0; s < C::S; ++s) {
+      const int koff = (kt0 + u) * C::TK + 16 * s;
+      if (koff >= k) continue;  // uniform over the warp
+      uint32_t xb[NT][2];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        if constexpr (C::XPRE) {
+          xb[j][0] = cur.x[u][s][j][0];
+          xb[j][1] = cur.x[u][s][j][1];
+        } else {
+          const bool ok = j < nt && xrow[j] >= 0;
+          const unsigned int* src = reinterpret_cast<const unsigned int*>(x + xrow[j] + koff);
+          xb[j][0] = ok ? __ldg(src) : 0u;
+          xb[j][1] = ok ? __ldg(src + 4) : 0u;
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < C::NM; ++mt) {
+        uint32_t a[4];
+        fragment<F>(cur.w[mt][u], cur.s[mt][u], s, a);
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+          if (j < nt) int4::mma16816(acc[mt][j], a, xb[j][0], xb[j][1]);
+      }
+    }
+  }
+}
+
+// ---- the self-plan ----
+constexpr int kPassRowsMax = 32;
+struct PlanSmem {
+  uint32_t bits[kMoeMaxExperts / 32];  // touched experts
+  int warp_count[kWarps];
+  int rows[kPassRowsMax];  // this pass's assignments (grouped) in ascending order
+};
+
+// The a-th touched expert (ascending id) among topk_ids, or -1 when fewer are touched. Every
+// thread calls it; ids are read through L2 (ld.global.cg: they may be read before pdl_wait).
+__device__ int find_expert(const MoeGroupedParams& p, int a, PlanSmem& ps) {
+  const int tid = int(threadIdx.x), lane = tid % 32;
+  if (tid < kMoeMaxExperts / 32) ps.bits[tid] = 0;
+  __syncthreads();
+  for (int64_t i = tid; i < p.assignments; i += kThreads) {
+    const int e = __ldcg(p.topk_ids + i);
+    if (e >= 0 && e < p.num_experts) atomicOr(&ps.bits[e >> 5], 1u << (e & 31));
+  }
+  __syncthreads();
+  // Every warp finds it alike (no further barrier): lane l scans word l.
+  const uint32_t word = ps.bits[lane];
+  const int c = __popc(word);
+  int inc = c;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int v = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += v;
+  }
+  const uint32_t after = __ballot_sync(0xffffffffu, inc > a);
+  if (after == 0) return -1;
+  const int l = __ffs(after) - 1;
+  uint32_t w = __shfl_sync(0xffffffffu, word, l);
+  const int nth = a - (__shfl_sync(0xffffffffu, inc, l) - __shfl_sync(0xffffffffu, c, l));
+  for (int q = 0; q < nth; ++q) w &= w - 1;  // drop the nth lowest set bits
+  return 32 * l + __ffs(w) - 1;
+}
+
+// The assignments i (ascending) with topk_ids[i] == e: those of rank [skip, skip + cap) go to
+// ps.rows[rank - skip]. Returns how many there are. Every thread calls it; it starts and ends
+// with a barrier (ps.rows may be read by every warp once it returns).
+__device__ int collect_rows(const MoeGroupedParams& p, int e, int skip, int cap, PlanSmem& ps) {
+  const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  int base = 0;
+  __syncthreads();
+  for (int64_t i0 = 0; i0 < p.assignments; i0 += kThreads) {
+    const int64_t i = i0 + tid;
+    const bool m = i < p.assignments && __ldcg(p.topk_ids + i) == e;
+    const uint32_t ballot = __ballot_sync(0xffffffffu, m);
+    if (lane == 0) ps.warp_count[warp] = __popc(ballot);
+    __syncthreads();
+    int before = base, total = base;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const int n = ps.warp_count[w];
+      before += w < warp ? n : 0;
+      total += n;
+    }
+    if (m) {
+      const int r = before + __popc(ballot & ((1u << lane) - 1u));
+      if (r >= skip && r < skip + cap) ps.rows[r - skip] = int(i);
+    }
+    base = total;
+    __syncthreads();
+  }
+  return base;
+}
+
+// ---- clusters (distributed shared memory) ----
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+}
+// This CTA's shared address `a` as the same offset in cluster CTA `rank`'s shared memory.
+__device__ __forceinline__ uint32_t cluster_map(uint32_t a, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ void st_cluster(uint32_t addr, float v) {
+  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
+}
+
+template <int F, int NT, bool GLU>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGroupedParams p) {
+  using C = Cfg<F, NT, GLU>;
+  constexpr int NM = C::NM, U = C::U;
+  constexpr int kAcc = NM * NT * 4;
+  // k-split partials: [warp][accumulator][lane]; after the CTA's own sum, the leader's copy
+  // receives the other cluster CTAs' sums (rank r in slot r - 1).
+  __shared__ float red[kWarps][kAcc][32];
+  __shared__ PlanSmem ps;
+  if (p.pdl_early) pdl_trigger();
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int g = lane / 4, c = lane % 4;
+  // GLU: one row tile per warp (its long k needs no more; R > 1 cost the int4 kernel spills).
+  const int ks = p.ksplit, cl = p.cluster, R = GLU ? 1 : p.tiles_per_warp;
+  const int rank = cl > 1 ? int(cluster_rank()) : 0;
+  const int part = warp % ks, kp = ks * cl, q = rank * ks + part;
+  const int tpc = kWarps / ks;  // row tiles per CTA step (tile lanes)
+  const int group = int(blockIdx.x) / cl;
+  const int tiles = int((GLU ? p.glu_inter : p.w.n) / kMoeTileRows);
+  const int tile0 = group * tpc * R + warp / ks;  // row tile j: tile0 + j · tpc
+  const int k = int(p.w.k), kt_count = (k + C::TK - 1) / C::TK;
+  const int batches = (kt_count + U - 1) / U;
+  const int nbq = q < batches ? (batches - q + kp - 1) / kp : 0;  // this part's batches per tile
+  int rv = 0;                                                     // this warp's valid row tiles
+  for (int j = 0; j < R; ++j) rv += tile0 + j * tpc < tiles;
+  const int len = rv * nbq;  // the warp's stream of (row tile, batch)
+  const bool grouped = p.topk_ids != nullptr;
+  const bool early = !grouped || p.early_plan;  // plan inputs readable before pdl_wait
+
+  // Expert and rows (grouped: the a-th touched expert; dense: expert 0, rows 0..rows-1).
+  int e = 0;
+  int count = int(p.rows);  // < 2^31: rows · k is
+  auto plan = [&]() {
+    if (!grouped) return true;
+    e = find_expert(p, int(blockIdx.y), ps);
+    if (e < 0) return false;
+    count = collect_rows(p, e, 0, 8 * NT, ps);
+    return true;
+  };
+  Work wk;
+  auto set_work = [&]() {
+    wk.w_base = reinterpret_cast<const uint4*>(static_cast<const char*>(p.w.values) +
+                                               int64_t(e) * p.w.values_stride) +
+                lane;
+    wk.s_base = static_cast<const char*>(p.w.scales) + int64_t(e) * p.w.scales_stride +
+                (F == kMoeInt4 ? (lane / 4) * 4 : 0);
+    wk.glu_tiles = GLU ? int(p.glu_inter / kMoeTileRows) : 0;
+    wk.kt_count = kt_count;
+    wk.scale_row_words = F == kMoeInt4 ? int(int4_scale_groups(k, p.w.group)) * 8 : 0;
+    wk.scale_cols = (k + kMoeFp8Block - 1) / kMoeFp8Block;
+    wk.gshift = __ffs(p.w.group) - 1;
+    wk.group32 = p.w.group == 32;
+  };
+  // Stream element s: row tile tile0 + (s / nbq) · tpc, batch q + (s % nbq) · kp.
+  auto elem_rt = [&](int s) { return tile0 + (s / nbq) * tpc; };
+  auto elem_kt = [&](int s) { return (q + (s % nbq) * kp) * U; };
+
+  constexpr int NB = C::NB;
+  Batch<F, NT, GLU> buf[NB];  // a ring: buf[b] holds stream elements b, b + NB, ...
+  auto first_loads = [&]() {
+#pragma unroll
+    for (int b = 0; b < NB; ++b)
+      load_w(buf[b], wk, len > b ? elem_rt(b) : 0, len > b ? elem_kt(b) : 0, len > b);
+  };
+  bool live = true;
+  if (early) {
+    live = plan();
+    if (live) {
+      set_work();
+      first_loads();
+    }
+  }
+  pdl_wait();
+  if (!p.pdl_early) pdl_trigger();
+  if (!early) {
+    live = plan();
+    if (live) {
+      set_work();
+      first_loads();
+    }
+  }
+  if (!live) return;  // the whole cluster (the same slot): no cluster barrier is pending
+  for (int c0 = 0; c0 < count; c0 += 8 * NT) {
+    if (c0 > 0) {  // a later pass (more rows than 8 · NT): its rows, then its first batches
+      if (grouped) collect_rows(p, e, c0, 8 * NT, ps);
+      first_loads();
+    }
+    const int rows = min(8 * NT, count - c0);  // this pass's rows
+    const int nt = (rows + 7) / 8;
+    // Row r of the pass: x row and output row.
+    auto x_row = [&](int r) { return grouped ? ps.rows[r] / p.x_div : c0 + r; };
+    auto out_row = [&](int r) { return grouped ? ps.rows[r] : c0 + r; };
+    int32_t xrow[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int r = 8 * j + g;
+      xrow[j] = r < rows ? x_row(r) * k + 2 * c : -1;
+    }
+#pragma unroll
+    for (int b = 0; b < NB; ++b)
+      if (len > b) load_x(buf[b], p.x, xrow, elem_kt(b), k);
+
+    float acc[NM][NT][4];
+    auto zero = [&]() {
+#pragma unroll
+      for (int mt = 0; mt < NM; ++mt)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[mt][j][i] = 0.0f;
+    };
+    // Stores row tile rt's outputs of this pass from acc.
+    auto store = [&](int rt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t col = int64_t(rt) * kMoeTileRows + g + 8 * h;
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e2 = 0; e2 < 2; ++e2) {
+            const int r = 8 * j + 2 * c + e2;
+            if (j >= nt || r >= rows) continue;
+            float v = acc[0][j][2 * h + e2];
+            if constexpr (GLU) v = silu(round_bf16(v)) * round_bf16(acc[NM - 1][j][2 * h + e2]);
+            p.out[int64_t(out_row(r)) * (GLU ? p.glu_inter : p.w.n) + col] = float_to_bf16(v);
+          }
+      }
+    };
+    auto consume = [&](int s, const Batch<F, NT, GLU>& b) {
+      mma_batch<F, NT, GLU>(acc, b, p.x, xrow, nt, elem_kt(s), k);
+      if (kp == 1 && s % nbq == nbq - 1) {  // the tile's last batch: its outputs (no k split)
+        store(elem_rt(s));
+        zero();
+      }
+    };
+    auto refill = [&](int s, Batch<F, NT, GLU>& b) {
+      if (s >= len) return;
+      load_w(b, wk, elem_rt(s), elem_kt(s), true);
+      load_x(b, p.x, xrow, elem_kt(s), k);
+    };
+    zero();
+    // buf[b] holds element s + b on entry to each iteration; it is refilled with element
+    // s + b + NB as soon as it has been multiplied.
+    for (int s = 0; s < len; s += NB) {
+#pragma unroll
+      for (int b = 0; b < NB; ++b) {
+        if (s + b >= len) break;
+        consume(s + b, buf[b]);
+        refill(s + b + NB, buf[b]);
+      }
+    }
+    if (kp > 1) {    // R == 1: one row tile per warp, its k split over kp warps
+      if (ks > 1) {  // the CTA's k-split warps, in warp order
+        if (part != 0) {
+#pragma unroll
+          for (int mt = 0; mt < NM; ++mt)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) red[warp][(mt * NT + j) * 4 + i][lane] = acc[mt][j][i];
+        }
+        __syncthreads();
+        if (part == 0) {
+          for (int w = 1; w < ks; ++w)
+#pragma unroll
+            for (int mt = 0; mt < NM; ++mt)
+#pragma unroll
+              for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+                  acc[mt][j][i] += red[warp + w][(mt * NT + j) * 4 + i][lane];
+        }
+        __syncthreads();  // red is free again
+      }
+      if (cl > 1) {      // the cluster's CTAs, in rank order (ks == 8: one row tile per CTA)
+        cluster_sync();  // the leader's red is free; every CTA of the cluster is running
+        if (rank != 0 && part == 0) {
+          const uint32_t dst =
+              cluster_map(uint32_t(__cvta_generic_to_shared(&red[rank - 1][0][lane])), 0);
+#pragma unroll
+          for (int mt = 0; mt < NM; ++mt)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+              for (int i = 0; i < 4; ++i)
+                st_cluster(dst + uint32_t(((mt * NT + j) * 4 + i) * 32 * 4), acc[mt][j][i]);
+        }
+        cluster_sync();  // the sums have landed
+        if (rank == 0 && part == 0) {
+          for (int r = 1; r < cl; ++r)
+#pragma unroll
+            for (int mt = 0; mt < NM; ++mt)
+#pragma unroll
+              for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+                  acc[mt][j][i] += red[r - 1][(mt * NT + j) * 4 + i][lane];
+        }
+      }
+      if (rank == 0 && part == 0 && len > 0) store(tile0);
+    }
+    __syncthreads();  // red and ps.rows are reused by the next pass
+  }
+}
+
+// ---- host ----
+int nt_of(int gemv_tokens) { return gemv_tokens <= 8 ? 1 : gemv_tokens <= 16 ? 2 : 4; }
+
+// Tiles per batch (Cfg::U) and register buffers (Cfg::NB) of the kernel these sizes take.
+struct Pipe {
+  int unroll, buffers;
+};
+template <int F>
+Pipe pipe_f(int nt, bool glu) {
+  auto of = [](auto cfg) { return Pipe{decltype(cfg)::U, decltype(cfg)::NB}; };
+  if (nt == 1) return glu ? of(Cfg<F, 1, true>{}) : of(Cfg<F, 1, false>{});
+  if (nt == 2) return glu ? of(Cfg<F, 2, true>{}) : of(Cfg<F, 2, false>{});
+  return glu ? of(Cfg<F, 4, true>{}) : of(Cfg<F, 4, false>{});
+}
+Pipe pipe_of(int format, int nt, bool glu) {
+  return format == kMoeBf16  ? pipe_f<kMoeBf16>(nt, glu)
+         : format == kMoeFp8 ? pipe_f<kMoeFp8>(nt, glu)
+                             : pipe_f<kMoeInt4>(nt, glu);
+}
+
+template <int F, int NT, bool GLU>
+void launch_nt(const MoeGroupedParams& p, const MoeGemvShape& sh, int64_t slots,
+               cudaStream_t stream) {
+  const int64_t tiles = (GLU ? p.glu_inter : p.w.n) / kMoeTileRows;
+  const int64_t per_cta = int64_t(kWarps / sh.ksplit) * sh.tiles_per_warp;
+  const int64_t groups = ceil_div(tiles, per_cta);
+  MoeGroupedParams q = p;
+  q.ksplit = sh.ksplit;
+  q.cluster = sh.cluster;
+  q.tiles_per_warp = sh.tiles_per_warp;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(groups * sh.cluster), unsigned(slots));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  int n = 0;
+  if (pdl_enabled()) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  if (sh.cluster > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = unsigned(sh.cluster);
+    attr[n].val.clusterDim.y = 1;
+    attr[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = unsigned(n);
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, moe_gemv_kernel<F, NT, GLU>, q));
+  CUDA_LAUNCH_CHECK();
+}
+
+template <int F, bool GLU>
+void launch_format(const MoeGroupedParams& p, const MoeGemvShape& sh, int64_t slots,
+                   cudaStream_t stream) {
+  switch (nt_of(p.gemv_tokens)) {
+    case 1:
+      launch_nt<F, 1, GLU>(p, sh, slots, stream);
+      break;
+    case 2:
+      launch_nt<F, 2, GLU>(p, sh, slots, stream);
+      break;
+    default:
+      launch_nt<F, 4, GLU>(p, sh, slots, stream);
+      break;
+  }
+}
+
+template <bool GLU>
+void launch_glu(const MoeGroupedParams& p, const MoeGemvShape& sh, int64_t slots,
+                cudaStream_t stream) {
+  switch (p.w.format) {
+    case kMoeBf16:
+      launch_format<kMoeBf16, GLU>(p, sh, slots, stream);
+      break;
+    case kMoeFp8:
+      launch_format<kMoeFp8, GLU>(p, sh, slots, stream);
+      break;
+    default:
+      launch_format<kMoeInt4, GLU>(p, sh, slots, stream);
+      break;
+  }
+}
+
+bool pow2_upto8(int v) { return v == 1 || v == 2 || v == 4 || v == 8; }
+
+}  // namespace
+
+MoeGemvShape moe_gemv_shape(const MoeGroupedParams& p) {
+  const bool glu = p.glu_inter > 0;
+  const int nt = nt_of(p.gemv_tokens);
+  const int64_t tiles = (glu ? p.glu_inter : p.w.n) / kMoeTileRows;
+  const Pipe pipe = pipe_of(p.w.format, nt, glu);
+  const int unroll = pipe.unroll;
+  const int64_t batches = ceil_div(moe_k_tiles(p.w.format, p.w.k), unroll);
+  const double active = p.topk_ids == nullptr ? 1.0
+                        : p.expect_active > 0 ? double(p.expect_active)
+                                              : double(std::max(1, p.max_active));
+  const double batch_bytes = double(unroll) * (glu ? 2 : 1) * kMoeTileBytes;
+  // Cost model (guesses for the H200, to be calibrated by the bench's sweep, which times the
+  // shapes around this choice): a CTA wave costs its set-up (plan, first loads, epilogue) plus
+  // its warps' batches, each the longer of a latency over the batches in flight (buffers - 0.5
+  // on average) and its share of the copy bandwidth; the grid runs in ceil(CTAs / resident
+  // slots) waves (the last one as long as the others: its CTAs stream alone). Reductions add a
+  // little per split level.
+  constexpr double kBw = 3.8e12, kLatency = 1.2e-6, kSetup = 1.5e-6;
+  constexpr double kReduceCta = 0.3e-6, kReduceCluster = 0.5e-6;
+  const double slots = double(num_sms()) * kBlocksPerSm;
+  MoeGemvShape best{1, 1, 1};
+  double best_t = INFINITY;
+  for (int ks = 1; ks <= kWarps; ks *= 2)
+    for (int cl = 1; cl <= kMaxCluster; cl *= 2)
+      for (int r = 1; r <= 8; r *= 2) {
+        if ((p.ksplit && ks != p.ksplit) || (p.cluster && cl != p.cluster) ||
+            (p.tiles_per_warp && r != p.tiles_per_warp))
+          continue;
+        if ((cl > 1 && ks != kWarps) || (r > 1 && (ks > 1 || cl > 1 || glu))) continue;
+        if (int64_t(ks) * cl > std::max<int64_t>(1, batches)) continue;
+        const double groups = double(ceil_div(tiles, int64_t(kWarps / ks) * r));
+        const double ctas = cl * groups * active;
+        const double waves = std::ceil(ctas / slots);
+        const double per_warp = r * std::ceil(double(batches) / double(ks * cl));
+        const double warps = std::min(ctas, slots) * kWarps;
+        const double t_batch = std::max(kLatency / (pipe.buffers - 0.5), batch_bytes * warps / kBw);
+        const double t = waves * (kSetup + per_warp * t_batch + (ks > 1 ? kReduceCta : 0.0) +
+                                  (cl > 1 ? kReduceCluster : 0.0));
+        if (t < best_t * 0.97) {  // the simpler shape unless clearly better
+          best_t = t;
+          best = MoeGemvShape{ks, cl, r};
+        }
+      }
+  return std::isfinite(best_t) ? best : MoeGemvShape{0, 0, 0};
+}
+
+void launch_moe_gemv(const MoeGroupedParams& p, cudaStream_t stream) {
+  const char* why = nullptr;
+  CHECK_MSG(moe_weight_shape_ok(p.w.format, p.w.n, p.w.k, p.w.group, &why), "moe gemv: {}", why);
+  CHECK_MSG(p.glu_inter == 0 || (p.w.n == 2 * p.glu_inter && p.glu_inter % kMoeTileRows == 0),
+            "moe gemv: SwiGLU needs n = 2 · inter, inter % 16 == 0 (n {}, inter {})", p.w.n,
+            p.glu_inter);
+  // fp8: a 128-row scale block must not straddle the gate and up halves.
+  CHECK_MSG(p.glu_inter == 0 || p.w.format != kMoeFp8 || p.glu_inter % kMoeFp8Block == 0,
+            "moe gemv: fp8 gate_up needs inter % 128 == 0 (inter {})", p.glu_inter);
+  CHECK((p.ksplit == 0 || pow2_upto8(p.ksplit)) && (p.cluster == 0 || pow2_upto8(p.cluster)) &&
+        (p.tiles_per_warp == 0 || pow2_upto8(p.tiles_per_warp)));
+  CHECK(uintptr_t(p.x) % 16 == 0 && uintptr_t(p.w.values) % 16 == 0 && p.w.values_stride % 16 == 0);
+  const bool grouped = p.topk_ids != nullptr;
+  if (grouped) {
+    CHECK_MSG(p.num_experts > 0 && p.num_experts <= kMoeMaxExperts && p.x_div > 0,
+              "moe gemv: {} experts, x_div {}", p.num_experts, p.x_div);
+    CHECK_MSG(p.assignments < (int64_t(1) << 31), "moe gemv: {} assignments", p.assignments);
+  }
+  const int64_t slots = grouped ? p.max_active : 1;
+  if (slots <= 0 || (grouped ? p.assignments : p.rows) <= 0) return;
+  // x offsets are 32-bit in the kernel.
+  CHECK_MSG(p.rows * p.w.k < (int64_t(1) << 31), "moe gemv: x of {} x {} too large", p.rows, p.w.k);
+  CHECK(slots <= 65535);
+  const MoeGemvShape sh = moe_gemv_shape(p);
+  CHECK_MSG(sh.ksplit > 0, "moe gemv: no shape fits ksplit {} cluster {} tiles_per_warp {}",
+            p.ksplit, p.cluster, p.tiles_per_warp);
+  if (p.glu_inter > 0)
+    launch_glu<true>(p, sh, slots, stream);
+  else
+    launch_glu<false>(p, sh, slots, stream);
+}
+
+}  // namespace strata::cuda

@@ -1,0 +1,55 @@
+// The CUDA backend's launch kinds: one list gives each its id (part of a graph step's signature,
+// graph_recorder.h) and its name (profiles).
+#pragma once
+
+namespace strata::cuda {
+
+// X(enumerator, name)
+#define STRATA_CUDA_OPS(X)               \
+  X(kOpCopy, "h2d_copy")                 \
+  X(kOpCopyRows, "copy_rows")            \
+  X(kOpRmsNorm, "rms_norm")              \
+  X(kOpAdd, "add")                       \
+  X(kOpSiluMul, "silu_mul")              \
+  X(kOpRope, "rope")                     \
+  X(kOpGemv, "gemv")                     \
+  X(kOpGemm, "gemm")                     \
+  X(kOpBias, "bias")                     \
+  X(kOpKvWrite, "kv_write")              \
+  X(kOpDecode, "attn_decode")            \
+  X(kOpPrefill, "attn_prefill")          \
+  X(kOpGemmBatched, "gemm_batched")      \
+  X(kOpSlice, "slice")                   \
+  X(kOpSample, "sample")                 \
+  X(kOpGemvGlu, "gemv_silu")             \
+  X(kOpQkvRope, "qkv_rope_kv")           \
+  X(kOpGemvDev, "gemv_dev")              \
+  X(kOpGemvDevGlu, "gemv_dev_silu")      \
+  X(kOpInt4Gemv, "int4_gemv")            \
+  X(kOpInt4GemvGlu, "int4_gemv_silu")    \
+  X(kOpInt4Gemm, "int4_gemm")            \
+  X(kOpFp8Gemv, "fp8_gemv")              \
+  X(kOpFp8GemvGlu, "fp8_gemv_silu")      \
+  X(kOpFp8Linear, "fp8_linear")
+
+enum Op : int {
+  kOpNone = 0,
+#define STRATA_CUDA_OP_ENUM(id, name) id,
+  STRATA_CUDA_OPS(STRATA_CUDA_OP_ENUM)
+#undef STRATA_CUDA_OP_ENUM
+  kOpCount
+};
+
+// The name of an op id ("?" for none or an unknown id).
+inline const char* op_name(int op) {
+  static constexpr const char* kNames[] = {
+      "?",
+#define STRATA_CUDA_OP_NAME(id, name) name,
+      STRATA_CUDA_OPS(STRATA_CUDA_OP_NAME)
+#undef STRATA_CUDA_OP_NAME
+  };
+  static_assert(sizeof kNames / sizeof kNames[0] == kOpCount);
+  return op >= 0 && op < kOpCount ? kNames[op] : "?";
+}
+
+}  // namespace strata::cuda

@@ -1,0 +1,53 @@
+// The CUDA backend's environment, read here and nowhere else in backend/cuda/ (tunables.h).
+#include "backend/cuda/tunables.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <string_view>
+
+#include "backend/cuda/linear.h"
+#include "core/check.h"
+
+namespace strata::cuda {
+
+CudaTunables CudaTunables::from_environment() {
+  CudaTunables t;
+  if (const char* v = std::getenv("STRATA_CUDA_PDL")) t.pdl = !(v[0] == '0');
+  if (const char* v = std::getenv("STRATA_CUDA_PREFILL_SPLIT"); v != nullptr && *v >= '0' && *v <= '2')
+    t.prefill_split_mode = *v - '0';
+  if (const char* v = std::getenv("STRATA_STEP_TIMING")) t.log_eager_steps = std::string_view(v) == "1";
+  return t;
+}
+
+void CudaTunables::check() const {
+  CHECK_MSG(gemv_max_rows >= 1 && gemv_max_rows <= kGemvMaxRows, "gemv_max_rows {}", gemv_max_rows);
+  CHECK_MSG(gemv_max_ksplit == 1 || gemv_max_ksplit == 2 || gemv_max_ksplit == 4,
+            "gemv_max_ksplit {}", gemv_max_ksplit);
+  CHECK_MSG(gemv_prefetch_elems >= 0, "gemv_prefetch_elems {}", gemv_prefetch_elems);
+  CHECK_MSG(gemv_block_warps == 4 || gemv_block_warps == 8, "gemv_block_warps {}", gemv_block_warps);
+  CHECK_MSG(decode_blocks_per_sm >= 1, "decode_blocks_per_sm {}", decode_blocks_per_sm);
+  CHECK_MSG(prefill_split_mode >= 0 && prefill_split_mode <= 2, "prefill_split_mode {}",
+            prefill_split_mode);
+  CHECK_MSG(prefill_split_blocks_per_sm >= 1, "prefill_split_blocks_per_sm {}",
+            prefill_split_blocks_per_sm);
+}
+
+NcclEnv NcclEnv::from_environment() {
+  NcclEnv e;
+  if (const char* s = std::getenv("STRATA_NCCL_TIMEOUT_S")) {
+    const double v = std::atof(s);
+    if (v > 0) e.timeout_s = v;
+  }
+  if (const char* hex = std::getenv("STRATA_NCCL_ID")) e.id_hex = hex;
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) e.visible_devices = v;
+  return e;
+}
+
+void apply_nccl_env_defaults() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (std::getenv("NCCL_NVLS_ENABLE") == nullptr) setenv("NCCL_NVLS_ENABLE", "0", 0);
+  });
+}
+
+}  // namespace strata::cuda

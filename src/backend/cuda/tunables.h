@@ -1,0 +1,104 @@
+// Every launch tunable of the CUDA backend and every environment variable it reads, in one place.
+//
+// A CudaBackend owns one CudaTunables, read from the environment once when the backend is made
+// (CudaTunables::from_environment) and changed only through CudaBackend::set_tunables
+// (benchmarks' A/B runs, parity tests), which ends the step and drops the captured graphs. The
+// kernels see the values through their launch parameters (launch.h): nothing here is a global.
+// Each field says its environment variable (if any), its default and what measured the default
+// (numbers: bench/RESULTS.md, H200).
+//
+// Environment variables of backend/cuda/, all read here:
+//   STRATA_CUDA_PDL=0            CudaTunables::pdl off.
+//   STRATA_CUDA_PREFILL_SPLIT=N  CudaTunables::prefill_split_mode (0, 1, 2).
+//   STRATA_STEP_TIMING=1         CudaTunables::log_eager_steps (the engine reads it too).
+//   STRATA_NCCL_TIMEOUT_S=S      NcclEnv::timeout_s.
+//   STRATA_NCCL_ID=HEX           NcclEnv::id_hex.
+//   CUDA_VISIBLE_DEVICES         NcclEnv::visible_devices (only quoted in error messages).
+//   NCCL_NVLS_ENABLE             set to 0 unless set (apply_nccl_env_defaults); NCCL reads it.
+// Gone from the product with the development kernels they selected (bench/cuda/dev/):
+// STRATA_CUDA_PREFILL (prefill attention variants) and STRATA_GEMV_MMA, STRATA_GEMV_MMA_MAX_ROWS
+// (the tensor-core GEMV).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace strata::cuda {
+
+struct CudaTunables {
+  // ---- launches ----
+  // Programmatic dependent launch of the decode-path kernels (common.cuh launch_pdl). Env
+  // STRATA_CUDA_PDL=0 turns it off. Default on since the first graphs (batch-1 decode of the 8B
+  // shape, RESULTS' table: graphs without PDL 5.122 ms/token on the old launch sequence, 2026-11-30;
+  // the default path 4.142).
+  bool pdl = true;
+  // Decode kernels (GEMV, RMSNorm, fused rope/KV write, decode attention) trigger their successor
+  // before waiting on their predecessor (common.cuh pdl_enter). No env. Default off: batch-1
+  // decode 0.50 ms/token slower with it (4.81 -> 5.31 ms, 2026-11-29 night).
+  bool pdl_early = false;
+  // The fused ops (linear_silu_mul as one GEMV with a SwiGLU epilogue, qkv_rope_kv_write as one
+  // launch) instead of the Backend defaults. No env. Default on: batch-1 decode 4.95-5.00 -> 4.81
+  // ms/token (RESULTS "Decode history", 2026-11-29 night).
+  bool fusion = true;
+
+  // ---- decode GEMV (linear.cu) ----
+  // Rows up to which a linear takes the GEMV (1..kGemvMaxRows); above, cuBLAS. No env. Default 2:
+  // one decode step's linears of the 8B shape took 3.83 / 4.21 / 5.08 / 8.80 ms at m = 1 / 2 / 4
+  // / 8 against cuBLAS's 4.83 / 4.69 / 4.53 / 4.72 ms (2026-11-30).
+  int gemv_max_rows = 2;
+  // Most warps that share one output row (1, 2 or 4); the launch takes the fewest that give every
+  // SM ~48 warps of loads (2 for the 8B shape's qkv, o_proj and down). No env. Default 4: one
+  // token's GEMVs back to back 3.928 ms with 1, 3.847 ms with up to 4 (2026-11-29 night).
+  int gemv_max_ksplit = 4;
+  // Leading weights of each row prefetched into L2 before the PDL wait (elements; 0 off). No
+  // env. Default off: every GEMV got slower (one token's GEMVs 3.93 -> 4.37 ms, lm_head 237 ->
+  // 255 us; decode step +0.2 ms/token; 2026-11-29 night).
+  int64_t gemv_prefetch_elems = 0;
+  // Warps per GEMV block: 4 or 8. No env. Default 8: 4-warp blocks measured +0.13 / -0.07
+  // ms/token (on top of early triggers and prefetch, so not conclusive; 2026-11-29 night).
+  int gemv_block_warps = 8;
+
+  // ---- attention ----
+  // Decode attention's split-KV target: this many decode blocks per SM. No env. Default 4:
+  // 1 or 8 changed batch-1 decode by +-0.02 ms (2026-11-29 night); the 64 x 4,096 kernel alone ran
+  // at 95.1% of copy bandwidth at 2, 92.8-93.1% at 4 and 8 (2026-11-29 evening).
+  int decode_blocks_per_sm = 4;
+  // When prefill batches take the split-KV kernel (attention_prefill_split.h): 0 never, 1 auto
+  // (short chunks over long contexts, see plan_split_prefill), 2 whenever supported (tests). Env
+  // STRATA_CUDA_PREFILL_SPLIT=0/1/2. Default 1: 12x / 4.9x / 1.4x over the regular kernels at
+  // 16 / 64 / 256 new tokens over 32K cached, bf16 KV; 0.97x at 256 over fp8 KV (2026-11-29).
+  int prefill_split_mode = 1;
+  // Split-KV prefill sizing: this many blocks per SM over the whole batch. No env. Default 2:
+  // best or tied against 1 and 4 in every case measured (2026-11-29).
+  int prefill_split_blocks_per_sm = 2;
+
+  // ---- diagnostics ----
+  // Eager steps: log host launch time and device wait every 256 steps. Env STRATA_STEP_TIMING=1.
+  bool log_eager_steps = false;
+
+  // The defaults above, overridden by the environment variables named.
+  static CudaTunables from_environment();
+  // CHECK-fails on a value outside its range.
+  void check() const;
+};
+
+// The NCCL communicator's environment (nccl_comm.cc), read when a communicator or id is made.
+struct NcclEnv {
+  // How long a collective or init may wait for its peers before the group is aborted. Env
+  // STRATA_NCCL_TIMEOUT_S (> 0). Default 600 s.
+  double timeout_s = 600;
+  // The group's NCCL id as hex, set by a job script for ranks of several processes. Env
+  // STRATA_NCCL_ID; unset: rank 0 writes it to the id file.
+  std::optional<std::string> id_hex;
+  // CUDA_VISIBLE_DEVICES as set (for error messages).
+  std::optional<std::string> visible_devices;
+
+  static NcclEnv from_environment();
+};
+
+// NCCL_NVLS_ENABLE=0 unless the operator set it (NVLink multicast stays off, as the device
+// machines require); once per process, before NCCL reads its environment.
+void apply_nccl_env_defaults();
+
+}  // namespace strata::cuda

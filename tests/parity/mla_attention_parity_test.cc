@@ -1,0 +1,504 @@
+// MLA on the GPU (backend/cuda/mla_attention.h) against the CPU reference (issue 22), through the
+// kernels' launchers on raw device buffers laid out as KvLayout says (the backend wiring is tested
+// with the models).
+//
+// What must hold and the bounds:
+//  - the latent KV write stores the CPU's bytes (backend/kv_format.cc encode_k_row) for every row
+//    format: bf16, fp8 e4m3 / e5m2 plain rows with unit and non-unit scales, rope-split rows (bf16,
+//    fp8 and f32 rope parts), FlashMLA rows (tile scales computed on the device), for the three
+//    built dims (512 + 64, 128 + 32, 32 + 8), with values that saturate, underflow and zero tiles;
+//  - absorbed attention over identical caches (each side's write, equal bytes as above) against
+//    CpuBackend::mla_attention: NMSE < 1e-4 for every layout. Both read the same stored values; the
+//    GPU rounds P to bf16 (relative 2^-9 a weight) and its output to bf16, and FlashMLA values
+//    times their tile scale, and f32 rope values, to bf16 (the per-layer scales stay in float32):
+//    each ~1e-6-1e-5 of NMSE. Odd shapes: page sizes 1, 3, 16, 64; contexts off page bounds; 1, 5,
+//    8, 16, 128 heads; 1..5 new tokens a sequence (causal among them), ragged batches, chunks of
+//    64-200 new tokens (the prefill path); forced split counts (with empty splits) and the
+//    automatic plan; the decode kernel where it applies (512 + 64 rows but f32 rope parts; 8 and
+//    16 rows a block; its three e4m3 conversions; f16 Q, K, V and P over fp8 rows: P rounded to
+//    f16, relative 2^-11), the mma.sync kernel everywhere (both bf16 pipelines: 48-key chunks in 3
+//    stages, 64 in 2) and the wgmma kernel where it applies. Outputs start as NaN: a row not
+//    written fails the bound;
+//  - a launch captured into a CUDA graph and replayed gives the eager launch's bits.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/mla_attention.h"
+#include "core/check.h"
+#include "core/dtype.h"
+
+namespace strata::testing {
+namespace {
+
+#define MLA_CUDA(expr)                                                            \
+  do {                                                                            \
+    const cudaError_t e_ = (expr);                                                \
+    CHECK_MSG(e_ == cudaSuccess, "CUDA: {} ({})", cudaGetErrorString(e_), #expr); \
+  } while (0)
+
+// A device buffer freed on scope exit.
+struct DevBuf {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit DevBuf(size_t n) : bytes(n) { MLA_CUDA(cudaMalloc(&p, std::max<size_t>(n, 16))); }
+  ~DevBuf() { cudaFree(p); }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+  template <typename T>
+  static std::unique_ptr<DevBuf> of(const std::vector<T>& v) {
+    auto b = std::make_unique<DevBuf>(v.size() * sizeof(T));
+    MLA_CUDA(cudaMemcpy(b->p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return b;
+  }
+};
+
+std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = f32_to_bf16(v[i]);
+  return out;
+}
+
+int num_sms() {
+  int dev = 0, n = 0;
+  MLA_CUDA(cudaGetDevice(&dev));
+  MLA_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n;
+}
+
+void init_once() {
+  static bool done = false;
+  if (!done) cuda::init_mla_attention_kernels();
+  done = true;
+}
+
+// A row format under test: the tested layer's dtype, optional rope dtype, FlashMLA, scale.
+struct Fmt {
+  const char* name;
+  DType dtype;
+  std::optional<DType> rope_dtype;
+  bool flashmla;
+  float scale;
+};
+const Fmt kFormats[] = {
+    {"bf16", DType::kBF16, std::nullopt, false, 1.0f},
+    {"e4m3", DType::kFP8E4M3, std::nullopt, false, 1.0f},
+    {"e4m3 scale 0.37", DType::kFP8E4M3, std::nullopt, false, 0.37f},
+    {"e5m2 scale 2.5", DType::kFP8E5M2, std::nullopt, false, 2.5f},
+    {"e4m3 + bf16 rope, scale 0.37", DType::kFP8E4M3, DType::kBF16, false, 0.37f},
+    {"e5m2 + e4m3 rope, scale 1.7", DType::kFP8E5M2, DType::kFP8E4M3, false, 1.7f},
+    {"e4m3 + f32 rope", DType::kFP8E4M3, DType::kF32, false, 1.0f},
+    {"fp8_flashmla", DType::kFP8E4M3, std::nullopt, true, 1.0f},
+};
+
+// Layer 1 of a two-layer layout is the one tested (layer 0 stays bf16: per-layer dtypes).
+KvLayout make_layout(const Fmt& f, int latent, int rope, int64_t pages, int page_size) {
+  KvLayout lay;
+  lay.num_layers = 2;
+  lay.num_pages = pages;
+  lay.page_size = page_size;
+  lay.k_dim = latent + rope;
+  lay.dtype = f.dtype;
+  lay.layer_dtypes = {DType::kBF16, f.dtype};
+  lay.rope_dim = rope;
+  lay.rope_dtype = f.rope_dtype;
+  if (f.flashmla) lay.format = KvFormat::kFlashMlaFp8;
+  return lay;
+}
+
+// One layer's cache on both sides, written by each side's writer from the same bf16 rows; the
+// stored bytes compared.
+struct Caches {
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  std::unique_ptr<KvStorage> kc;
+  std::unique_ptr<DevBuf> gpu;
+  cuda::MlaRowFormat fmt{};
+  KvLayout lay;
+  int64_t mismatched_bytes = 0;
+
+  Caches(const Fmt& f, int latent, int rope, int64_t pages, int page_size,
+         const std::vector<float>& rows, const std::vector<int32_t>& slots)
+      : lay(make_layout(f, latent, rope, pages, page_size)) {
+    const int64_t n = int64_t(slots.size()), width = latent + rope;
+    kc = cpu->alloc_kv(lay);
+    kc->set_scales(1, f.scale, 1.0f);
+    fmt = cuda::mla_row_format(lay, 1, f.scale);
+    EXPECT_EQ(fmt.row_bytes, lay.k_row_bytes(1));
+    const int64_t bytes = pages * page_size * fmt.row_bytes;
+    gpu = std::make_unique<DevBuf>(size_t(bytes));
+    MLA_CUDA(cudaMemset(gpu->p, 0, size_t(bytes)));
+    std::vector<int32_t> zeros(size_t(n), 0);
+    const int32_t none[1] = {0};
+    AttentionMetadata meta{.num_seqs = 0,
+                           .num_tokens = int(n),
+                           .page_size = page_size,
+                           .q_indptr = none,
+                           .kv_lens = none,
+                           .page_indptr = none,
+                           .page_indices = none,
+                           .positions = zeros.data(),
+                           .slot_mapping = slots.data()};
+    Tensor host = Tensor::make(const_cast<float*>(rows.data()), DType::kF32, {n, width});
+    auto k_cpu = cpu->upload(host, DType::kF32);
+    cpu->kv_write(*kc, 1, *k_cpu, Tensor(), meta);
+    auto src = DevBuf::of(to_bf16(rows));
+    auto dslots = DevBuf::of(slots);
+    cuda::MlaKvWriteParams wp{};
+    wp.src = src->as<uint16_t>();
+    wp.cache = gpu->p;
+    wp.slots = dslots->as<int32_t>();
+    wp.tokens = n;
+    wp.src_stride = width;
+    wp.fmt = fmt;
+    cuda::launch_mla_kv_write(wp, nullptr);
+    MLA_CUDA(cudaDeviceSynchronize());
+    std::vector<char> got(static_cast<size_t>(bytes));
+    MLA_CUDA(cudaMemcpy(got.data(), gpu->p, got.size(), cudaMemcpyDeviceToHost));
+    const char* want = static_cast<const char*>(kc->k(1).data);
+    for (size_t i = 0; i < got.size(); ++i) mismatched_bytes += got[i] != want[i];
+  }
+};
+
+// Rows of `width` values: N(0, sd) rounded to bf16, with extremes sprinkled in when `extremes`.
+std::vector<float> random_rows(int64_t n, int width, float sd, std::mt19937& rng, bool extremes) {
+  std::normal_distribution<float> nd(0.0f, sd);
+  std::vector<float> v(size_t(n * width));
+  for (float& x : v) x = round_to_bf16(nd(rng));
+  if (!extremes) return v;
+  std::uniform_int_distribution<int64_t> pick(0, int64_t(v.size()) - 1);
+  const float special[] = {0.0f, -0.0f, 1e4f, -3e5f, 1e-6f, -2e-9f, 448.0f, 57344.0f, 6e4f};
+  for (int i = 0; i < int(v.size() / 50); ++i)
+    v[size_t(pick(rng))] = round_to_bf16(special[i % 9] * sd);
+  for (int64_t r = 0; r < n; r += 7)  // whole zero rows: zero FlashMLA tiles (scale 1)
+    std::fill(v.begin() + r * width, v.begin() + r * width + std::min(width, 128), 0.0f);
+  return v;
+}
+
+TEST(MlaAttention, KvWriteStoresTheCpuBytes) {
+  std::mt19937 rng(3);
+  const int dims[3][2] = {{512, 64}, {128, 32}, {32, 8}};
+  for (const Fmt& f : kFormats) {
+    for (const auto& d : dims) {
+      const int page = 16, n = 300;
+      const int64_t pages = (n + page - 1) / page + 3;
+      std::vector<int32_t> slots(size_t(pages * page));
+      std::iota(slots.begin(), slots.end(), 0);
+      std::shuffle(slots.begin(), slots.end(), rng);
+      slots.resize(n);
+      auto rows = random_rows(n, d[0] + d[1], f.scale, rng, true);
+      Caches c(f, d[0], d[1], pages, page, rows, slots);
+      EXPECT_EQ(c.mismatched_bytes, 0) << f.name << " " << d[0] << "+" << d[1];
+      std::printf("mla kv_write %-30s %3d+%-2d row %4lld bytes: %lld bytes differ from the CPU's\n",
+                  f.name, d[0], d[1], (long long)c.fmt.row_bytes, (long long)c.mismatched_bytes);
+    }
+  }
+  // Every finite bf16 value through the plain fp8 and bf16 encoders (512 + 64 rows).
+  std::vector<float> all;
+  for (uint32_t b = 0; b < 65536; ++b) {
+    const float x = bf16_to_f32(uint16_t(b));
+    all.push_back(std::isfinite(x) ? x : 0.0f);
+  }
+  const int64_t n = int64_t(all.size()) / 576 + 1;
+  all.resize(size_t(n * 576), 1.0f);
+  std::vector<int32_t> slots(static_cast<size_t>(n));
+  std::iota(slots.begin(), slots.end(), 0);
+  for (int i : {0, 2, 3, 4}) {
+    Caches c(kFormats[i], 512, 64, n, 1, all, slots);
+    EXPECT_EQ(c.mismatched_bytes, 0) << kFormats[i].name << " (all bf16 values)";
+  }
+}
+
+struct Case {
+  int latent = 512, rope = 64;
+  int heads = 16;
+  int page = 16;
+  std::vector<std::pair<int, int>> seqs;  // (cached, new) tokens
+  int wgmma = 2;                          // 2: the pipelined wgmma kernel, 1: the wgmma kernel
+  int splits = 0;                         // 0: the plan's
+  bool graph = false;                     // also replay the launch from a captured graph
+  int bf16_chunk = 48;                    // the mma kernel's chunk for bf16 rows (48 or 64)
+  int decode = 1;                         // allow the decode kernel
+  int cvt = -1;                           // the decode kernel's e4m3 conversion (-1: default)
+  bool spread = false;                    // rows scaled by e^U(-7, 2): FlashMLA tile scales of
+                                          // keys four orders of magnitude apart
+};
+
+const char* kernel_name(const cuda::MlaPlan& plan) {
+  switch (plan.kernel) {
+    case cuda::kMlaWgmma:
+      return "wgmma";
+    case cuda::kMlaWgmmaPipe:
+      return "wgmma-pipe";
+    case cuda::kMlaDecode:
+      return "decode";
+    default:
+      return "mma";
+  }
+}
+
+double nmse(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    num += double(got[i] - want[i]) * (got[i] - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  return num / den;
+}
+
+void run_attention(const Fmt& f, const Case& cs) {
+  init_once();
+  std::mt19937 rng(uint32_t(cs.heads * 131 + cs.page * 7 + cs.latent + int(cs.seqs.size())));
+  const int R = cs.latent, W = cs.latent + cs.rope, H = cs.heads, page = cs.page;
+  const int n = int(cs.seqs.size());
+  std::vector<int32_t> q_indptr{0}, kv_lens, page_indptr{0}, pages, all_slots;
+  int64_t total_pages = 0;
+  int max_new = 0, max_kv = 0;
+  for (auto [cached, fresh] : cs.seqs) total_pages += (cached + fresh + page - 1) / page;
+  std::vector<int32_t> perm(size_t(total_pages + 2));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  int next = 0;
+  for (auto [cached, fresh] : cs.seqs) {
+    const int len = cached + fresh, np = (len + page - 1) / page;
+    const size_t first = pages.size();
+    for (int i = 0; i < np; ++i) pages.push_back(perm[size_t(next++)]);
+    page_indptr.push_back(int32_t(pages.size()));
+    kv_lens.push_back(len);
+    q_indptr.push_back(q_indptr.back() + fresh);
+    max_new = std::max(max_new, fresh);
+    max_kv = std::max(max_kv, len);
+    for (int j = 0; j < len; ++j)
+      all_slots.push_back(pages[first + size_t(j / page)] * page + j % page);
+  }
+  const int t_new = q_indptr.back();
+  auto rows = random_rows(int64_t(all_slots.size()), W, f.scale, rng, false);
+  if (cs.spread) {
+    std::uniform_real_distribution<float> u(-7.0f, 2.0f);
+    for (size_t r = 0; r < all_slots.size(); ++r) {
+      const float k = std::exp(u(rng));
+      for (int i = 0; i < W; ++i) rows[r * W + i] = round_to_bf16(rows[r * W + i] * k);
+    }
+  }
+  Caches c(f, cs.latent, cs.rope, int64_t(perm.size()), page, rows, all_slots);
+  ASSERT_EQ(c.mismatched_bytes, 0) << f.name;
+
+  // q_latent ~ N(0, 1) against rows of the scale's order; softmax scale of a 192-dim head.
+  std::vector<float> q(size_t(t_new) * H * W);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float& x : q) x = round_to_bf16(nd(rng) / f.scale);
+  const float scale = float(1.0 / std::sqrt(192.0));
+  std::vector<int32_t> positions(size_t(t_new), 0), slot_mapping(size_t(t_new), 0);
+  AttentionMetadata meta{.num_seqs = n,
+                         .num_tokens = t_new,
+                         .page_size = page,
+                         .q_indptr = q_indptr.data(),
+                         .kv_lens = kv_lens.data(),
+                         .page_indptr = page_indptr.data(),
+                         .page_indices = pages.data(),
+                         .positions = positions.data(),
+                         .slot_mapping = slot_mapping.data()};
+  std::vector<float> want(size_t(t_new) * H * R);
+  {
+    Tensor qh = Tensor::make(q.data(), DType::kF32, {t_new, H, W});
+    Tensor oh = Tensor::make(want.data(), DType::kF32, {t_new, H, R});
+    const MlaArgs args{.scale = scale, .num_heads = H, .kv_lora_rank = R, .rope_dim = cs.rope};
+    c.cpu->mla_attention(qh, *c.kc, 1, meta, args, oh);
+  }
+
+  auto dq = DevBuf::of(to_bf16(q));
+  auto d_qi = DevBuf::of(q_indptr), d_kl = DevBuf::of(kv_lens), d_pi = DevBuf::of(page_indptr);
+  auto d_pg = DevBuf::of(pages);
+  DevBuf dout(size_t(t_new) * H * R * 2);
+  cuda::MlaAttentionParams p{};
+  p.q = dq->as<uint16_t>();
+  p.cache = c.gpu->p;
+  p.out = dout.as<uint16_t>();
+  p.q_indptr = d_qi->as<int32_t>();
+  p.kv_lens = d_kl->as<int32_t>();
+  p.page_indptr = d_pi->as<int32_t>();
+  p.page_indices = d_pg->as<int32_t>();
+  p.fmt = c.fmt;
+  p.num_seqs = n;
+  p.heads = H;
+  p.q_stride = W;
+  p.page_size = page;
+  p.scale_log2 = scale * 1.4426950408889634f;
+  p.copy_width = cuda::mla_copy_width(c.gpu->p, c.fmt.row_bytes);
+  const cuda::MlaPlanOptions opt{.wgmma = cs.wgmma,
+                                 .decode = cs.decode,
+                                 .splits = cs.splits,
+                                 .bf16_chunk = cs.bf16_chunk,
+                                 .cvt = cs.cvt};
+  const cuda::MlaPlan plan =
+      cuda::plan_mla_attention(c.fmt, n, t_new, H, max_new, max_kv, num_sms(), opt);
+  DevBuf scratch(size_t(plan.scratch_bytes));
+  cuda::apply_mla_plan(plan, plan.scratch_bytes ? scratch.p : nullptr, &p);
+  MLA_CUDA(cudaMemset(dout.p, 0xff, dout.bytes));  // NaN: rows never written fail
+  cuda::launch_mla_attention(p, nullptr);
+  MLA_CUDA(cudaDeviceSynchronize());
+  std::vector<uint16_t> raw(size_t(t_new) * H * R);
+  MLA_CUDA(cudaMemcpy(raw.data(), dout.p, raw.size() * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> got(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) got[i] = bf16_to_f32(raw[i]);
+  const double e = nmse(got, want);
+  std::string shape;
+  for (auto [cached, fresh] : cs.seqs)
+    shape += " " + std::to_string(cached) + "+" + std::to_string(fresh);
+  std::printf(
+      "mla attention %-28s %3d+%-2d heads %3d page %2d %-10s kernel (%2d rows, %d-key chunks, %d "
+      "stages, cvt %d), %d split(s) of %d:%s: nmse %.3g\n",
+      f.name, R, cs.rope, H, page, kernel_name(plan), plan.tile_rows, plan.chunk, plan.stages,
+      plan.cvt, plan.num_splits, plan.split_len, shape.c_str(), e);
+  EXPECT_LT(e, 1e-4) << "kernel " << kernel_name(plan) << " " << f.name << " heads " << H
+                     << " page " << page << shape;
+
+  if (cs.graph) {  // the same launch captured and replayed: the same bits
+    cudaStream_t s;
+    MLA_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    MLA_CUDA(cudaMemset(dout.p, 0xff, dout.bytes));
+    MLA_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    cuda::launch_mla_attention(p, s);
+    MLA_CUDA(cudaStreamEndCapture(s, &graph));
+    MLA_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    MLA_CUDA(cudaGraphLaunch(exec, s));
+    MLA_CUDA(cudaStreamSynchronize(s));
+    std::vector<uint16_t> replay(raw.size());
+    MLA_CUDA(cudaMemcpy(replay.data(), dout.p, replay.size() * 2, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(std::memcmp(replay.data(), raw.data(), raw.size() * 2), 0)
+        << "graph replay, kernel " << kernel_name(plan);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(s);
+  }
+}
+
+// Decode (one new token a sequence) and speculative-verify shapes over every layout, the real
+// dims, the decode kernel where it applies (else the mma kernel): 16 heads (Moonlight / V2-Lite),
+// 8 (Kimi tp8: 8-row blocks), 1; split-KV forced and automatic; page sizes 1, 16, 64; then the
+// mma kernel on the same shapes.
+TEST(MlaAttention, DecodeEveryLayout) {
+  for (int decode : {1, 0}) {
+    for (const Fmt& f : kFormats) {
+      run_attention(f, {.heads = 16,
+                        .page = 16,
+                        .seqs = {{0, 1}, {16, 1}, {299, 1}, {1000, 1}},
+                        .decode = decode});
+      run_attention(
+          f, {.heads = 8, .page = 64, .seqs = {{2100, 1}, {63, 1}}, .splits = 5, .decode = decode});
+      run_attention(
+          f, {.heads = 1, .page = 1, .seqs = {{130, 3}, {7, 2}}, .splits = 3, .decode = decode});
+      run_attention(
+          f, {.heads = 16, .page = 16, .seqs = {{500, 5}, {0, 4}, {77, 1}}, .decode = decode});
+    }
+  }
+}
+
+// The decode kernel's three e4m3 conversions (integer ops, the conversion unit in the S warps,
+// in both) over plain e4m3 and FlashMLA rows, 16 rows a block (8 rows: the default only), also
+// with rows of very different sizes (FlashMLA: tile scales of one chunk's keys far apart, the P
+// rescaling by the chunk's largest; plain e4m3: subnormal and saturated codes).
+TEST(MlaAttention, DecodeConversions) {
+  for (int i : {2, 7}) {
+    for (int cvt : {cuda::kMlaCvtInt, cuda::kMlaCvtHwS, cuda::kMlaCvtHw}) {
+      run_attention(kFormats[i],
+                    {.heads = 16, .page = 16, .seqs = {{700, 1}, {64, 1}, {5, 1}}, .cvt = cvt});
+      run_attention(
+          kFormats[i],
+          {.heads = 4, .page = 3, .seqs = {{300, 4}}, .splits = 2, .cvt = cvt, .spread = true});
+    }
+    run_attention(kFormats[i], {.heads = 8, .page = 64, .seqs = {{400, 1}}, .spread = true});
+  }
+}
+
+// 128 heads (DeepSeek-V3 at tp 1): both wgmma kernels (bf16), the decode kernel (8 row tiles a
+// token) and the mma kernel.
+TEST(MlaAttention, ManyHeads) {
+  for (int wgmma : {2, 1}) {
+    run_attention(kFormats[0],
+                  {.heads = 128, .page = 16, .seqs = {{1500, 1}, {40, 1}, {0, 2}}, .wgmma = wgmma});
+    run_attention(kFormats[0],
+                  {.heads = 128, .page = 64, .seqs = {{700, 3}}, .wgmma = wgmma, .splits = 4});
+  }
+  run_attention(kFormats[0], {.heads = 128, .page = 1, .seqs = {{129, 1}, {300, 2}}, .wgmma = 0});
+  run_attention(kFormats[0],
+                {.heads = 128, .page = 1, .seqs = {{129, 1}, {300, 2}}, .wgmma = 0, .decode = 0});
+  for (int i : {1, 5, 7}) {
+    run_attention(kFormats[i], {.heads = 128, .page = 16, .seqs = {{900, 2}, {5, 1}}});
+    run_attention(kFormats[i], {.heads = 128, .page = 16, .seqs = {{900, 2}}, .decode = 0});
+  }
+}
+
+// Long new chunks (the absorbed prefill path), causal over earlier pages: 16, 5 and 3 heads, the
+// pipelined wgmma kernel for bf16 (>= 64 rows; the wgmma kernel once), the decode or mma kernel
+// for the rest.
+TEST(MlaAttention, Chunks) {
+  run_attention(kFormats[0], {.heads = 16, .page = 16, .seqs = {{0, 200}, {300, 70}}, .wgmma = 1});
+  run_attention(kFormats[0], {.heads = 3, .page = 1, .seqs = {{2000, 50}, {0, 30}}});
+  for (int i : {0, 1, 7}) {
+    run_attention(kFormats[i], {.heads = 16, .page = 16, .seqs = {{0, 200}, {300, 70}, {5, 1}}});
+    run_attention(kFormats[i], {.heads = 16, .page = 64, .seqs = {{1000, 65}}, .splits = 3});
+  }
+  run_attention(kFormats[0], {.heads = 16, .page = 16, .seqs = {{0, 130}}, .wgmma = 0});
+  run_attention(kFormats[0],
+                {.heads = 16, .page = 16, .seqs = {{0, 130}}, .wgmma = 0, .decode = 0});
+  run_attention(kFormats[7], {.heads = 16, .page = 16, .seqs = {{0, 130}}, .decode = 0});
+  run_attention(kFormats[0], {.heads = 5, .page = 3, .seqs = {{10, 90}, {0, 13}}});
+}
+
+// The mma kernel's other bf16 pipeline (64-key chunks, 2 stages).
+TEST(MlaAttention, Bf16Chunk64) {
+  run_attention(kFormats[0], {.heads = 16,
+                              .page = 16,
+                              .seqs = {{0, 1}, {700, 1}, {90, 3}},
+                              .splits = 3,
+                              .bf16_chunk = 64,
+                              .decode = 0});
+  run_attention(
+      kFormats[0],
+      {.latent = 128, .rope = 32, .heads = 5, .page = 1, .seqs = {{200, 2}}, .bf16_chunk = 64});
+  run_attention(
+      kFormats[0],
+      {.heads = 128, .page = 64, .seqs = {{300, 1}}, .wgmma = 0, .bf16_chunk = 64, .decode = 0});
+}
+
+// The small dims: house-mla (128 + 32, 5 heads) and the tiny fixtures (32 + 8, 4 heads).
+TEST(MlaAttention, SmallDims) {
+  for (const Fmt& f : kFormats) {
+    run_attention(
+        f, {.latent = 128, .rope = 32, .heads = 5, .page = 3, .seqs = {{40, 1}, {0, 5}, {333, 2}}});
+    run_attention(f, {.latent = 32,
+                      .rope = 8,
+                      .heads = 4,
+                      .page = 1,
+                      .seqs = {{70, 1}, {0, 9}, {128, 3}},
+                      .splits = 2});
+  }
+}
+
+TEST(MlaAttention, GraphReplay) {
+  run_attention(kFormats[0], {.heads = 16, .page = 16, .seqs = {{600, 1}, {30, 1}}, .graph = true});
+  run_attention(kFormats[0],
+                {.heads = 16, .page = 16, .seqs = {{600, 1}}, .graph = true, .decode = 0});
+  run_attention(kFormats[7],
+                {.heads = 8, .page = 64, .seqs = {{600, 2}}, .splits = 4, .graph = true});
+  run_attention(kFormats[0], {.heads = 128, .page = 16, .seqs = {{300, 1}}, .graph = true});
+  run_attention(kFormats[0],
+                {.heads = 128, .page = 16, .seqs = {{300, 1}}, .wgmma = 1, .graph = true});
+}
+
+}  // namespace
+}  // namespace strata::testing
