@@ -3,7 +3,9 @@
 #include <filesystem>
 
 #include "core/log.h"
+#include "engine/prompt.h"
 #include "engine/tp_driver.h"
+#include "tokenizer/builtin_chat_templates.h"
 
 namespace strata::tools {
 
@@ -12,10 +14,19 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_
   c.model_path = default_model;
   app.add_option("--model-path,--model", c.model_path, "model directory (config.json, safetensors, tokenizer)")
       ->capture_default_str();
+  app.add_option("--tokenizer-path", c.tokenizer_path,
+                 "directory of the tokenizer (tokenizer.json, tokenizer_config.json, chat template; default: "
+                 "--model-path)");
+  app.add_option("--chat-template", c.chat_template,
+                 fmt::format("chat template instead of the tokenizer's: a Jinja file (or JSON with \"chat_template\"), "
+                             "or a name: {}", fmt::join(builtin_chat_template_names(), ", ")));
   app.add_option("--device", c.device, "cpu | cuda")->capture_default_str();
   app.add_option("--tp-size,--tp", c.tp_size,
                  "tensor-parallel ranks (cuda: one per visible GPU over NCCL; cpu: in-process ranks)")
       ->capture_default_str();
+  app.add_flag("--tp-allow-uneven", c.tp_allow_uneven,
+               "for tests: split head/intermediate/vocab counts --tp-size does not divide into ranges one apart "
+               "(exact; on GPUs the rank with the larger slices sets the pace)");
   app.add_option("--kv-cache-dtype", c.kv_cache_dtype, "auto | bf16 | fp8_e4m3 | fp8_e5m2 | fp8_flashmla (auto: exact; fp8 needs an eval-kv record)")
       ->capture_default_str();
   app.add_option("--kv-bf16-layers", f.kv_bf16_layers, "layers kept in bf16 with an fp8 KV cache, e.g. 0,7");
@@ -43,6 +54,8 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_
   app.add_option("--num-continuous-decode-steps", c.num_continuous_decode_steps,
                  "decode steps per scheduling decision")
       ->capture_default_str();
+  app.add_flag("--disable-radix-cache", c.disable_radix_cache,
+               "no prefix cache: requests share no KV and keep none after they end");
   app.add_option("--cuda-graph-max-bs", c.cuda_graph_max_bs,
                  fmt::format("decode steps of at most this many requests replay captured CUDA graphs (cuda, "
                              "tp 1; 0: off; default {} on one GPU)", kDefaultCudaGraphMaxBs));
@@ -55,7 +68,8 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_
   app.add_flag("--enable-hierarchical-cache", c.enable_hierarchical_cache,
                "keep prefixes evicted from the KV pool in a host-memory tier and promote them back on a hit");
   app.add_option("--hicache-size", f.hicache_size_gb,
-                 "host KV tier in GB per rank (implies --enable-hierarchical-cache; not with --hicache-ratio)");
+                 "host KV tier in GB per rank: each tensor-parallel rank keeps its own slice of every page in its own "
+                 "host memory (implies --enable-hierarchical-cache; not with --hicache-ratio)");
   app.add_option("--hicache-ratio", f.hicache_ratio,
                  "host KV tier as a multiple of the device KV pool (implies --enable-hierarchical-cache; default 2)");
   app.add_option("--hicache-write-policy", f.hicache_write_policy,
@@ -112,6 +126,8 @@ StatusOr<EngineConfig> finish_engine_flags(EngineFlags& f) {
   const int cpu_chunk = std::max(kCpuDefaultChunkedPrefillSize, c.page_size);
   c.chunked_prefill_size = f.chunked_prefill_size.value_or(cpu ? cpu_chunk : c.chunked_prefill_size);
   c.max_prefill_tokens = f.max_prefill_tokens.value_or(cpu ? cpu_chunk : c.max_prefill_tokens);
+  if (c.tp_allow_uneven && !cpu)
+    LOG_WARN("--tp-allow-uneven on {}: a test aid; the rank with the larger slices sets every step's pace", c.device);
   if (c.chunked_prefill_size < c.page_size)
     return invalid_argument("--chunked-prefill-size must be >= --page-size");
   if (c.num_continuous_decode_steps < 1) return invalid_argument("--num-continuous-decode-steps must be >= 1");
@@ -129,6 +145,11 @@ StatusOr<EngineConfig> finish_engine_flags(EngineFlags& f) {
                        c.model_path, std::filesystem::current_path().string());
     return not_found("--model-path '{}' is not a directory", c.model_path);
   }
+  if (!c.tokenizer_path.empty() && !std::filesystem::is_directory(c.tokenizer_path))
+    return not_found("--tokenizer-path '{}' is not a directory", c.tokenizer_path);
+  // A template that does not load fails here, before the model does.
+  if (!c.chat_template.empty())
+    STRATA_RETURN_IF_ERROR(ChatTemplate::from_argument(c.chat_template, c.tokenizer_dir()).status());
   STRATA_ASSIGN_OR_RETURN(c.kv_bf16_layers, parse_layer_list(f.kv_bf16_layers, "--kv-bf16-layers"));
   STRATA_RETURN_IF_ERROR(enforce_kv_quality_gate(c.model_path, kv_cache_options(c), f.kv_gate));
   return c;

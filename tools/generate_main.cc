@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "api_key_flags.h"
 #include "command.h"
 #include "core/log.h"
 #include "engine_flags.h"
@@ -27,6 +28,7 @@ struct GenerateFlags {
   int64_t seed = 0;
   int concurrency = 0;  // 0: engine 2 x max running requests; server 32
   ServerConfig server;
+  ApiKeyFlags api_key;
   JobOptions job;
 };
 
@@ -64,7 +66,7 @@ void add_generate_flags(CLI::App& app, GenerateFlags& g) {
                  "prompts in flight (server: parallel requests, default 32; engine: default 2 x max running)");
   app.add_option("--server", g.server.url, "OpenAI-compatible server, e.g. http://127.0.0.1:30000 (default: in-process engine)");
   app.add_option("--server-model", g.server.model, "model name for the server (default: first of /v1/models)");
-  app.add_option("--api-key", g.server.api_key, "bearer token for the server");
+  add_api_key_flags(app, g.api_key, "sent to --server as 'Authorization: Bearer KEY'");
   app.add_option("--max-attempts", g.server.retry.max_attempts, "tries per prompt on retryable server errors")
       ->capture_default_str();
   app.add_option("--retry-initial-delay", g.server.retry.initial_delay_s, "first backoff (s)")->capture_default_str();
@@ -161,6 +163,9 @@ int generate_main(int argc, char** argv) {
     if (!set_log_level(ef.log_level)) return fail(invalid_argument("--log-level: unknown level '{}'", ef.log_level));
     if (ef.config.tp_size != 1)
       return fail(invalid_argument("--tp-size applies to the in-process engine; with --server the server's own --tp-size counts"));
+    auto api_key = resolve_api_key(g.api_key);
+    if (!api_key.ok()) return fail(api_key.status());
+    g.server.api_key = *api_key;
     g.server.sampling = g.job.sampling;
     if (g.concurrency > 0) g.server.concurrency = g.concurrency;
     auto b = ServerBackend::create(g.server);

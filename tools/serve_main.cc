@@ -11,9 +11,12 @@
 #include <filesystem>
 #include <thread>
 
+#include "api_key_flags.h"
 #include "command.h"
 #include "core/log.h"
+#include "engine/node_launch.h"
 #include "engine/prompt.h"
+#include "engine/tp_driver.h"
 #include "engine_flags.h"
 #include "server/http_server.h"
 
@@ -30,25 +33,20 @@ struct NotImplemented {
 constexpr NotImplemented kNotImplemented[] = {
     {"--dp-size", true, "data parallelism"},
     {"--ep-size", true, "expert parallelism"},
-    {"--nnodes", true, "multi-node serving"},
-    {"--node-rank", true, "multi-node serving"},
-    {"--dist-init-addr", true, "multi-node serving"},
     {"--hicache-storage-backend", true, "a storage backend behind the host KV tier"},
-    {"--disable-radix-cache", false, "running without the prefix cache"},
     {"--enable-dp-attention", false, "DP attention"},
     {"--speculative-algorithm", true, "speculative decoding"},
     {"--quantization", true, "on-the-fly quantization"},
     {"--attention-backend", true, "choosing the attention backend"},
     {"--enable-torch-compile", false, "torch.compile"},
     {"--schedule-policy", true, "scheduling policies other than the default"},
-    {"--chat-template", true, "overriding the model's chat template"},
-    {"--tokenizer-path", true, "a tokenizer outside --model-path"},
-    {"--api-key", true, "API keys"},
     {"--lora-paths", true, "LoRA adapters"},
 };
 
 struct ServeFlags {
   ServerConfig server;
+  NodeLaunchFlags node;
+  ApiKeyFlags api_key;
   bool disable_custom_all_reduce = false;
   bool enable_metrics = false;
   bool trust_remote_code = false;
@@ -112,6 +110,36 @@ class SignalWatcher {
   std::thread thread_;
 };
 
+// --nnodes > 1 without a launcher's ranks: this process is its node's launcher
+// (engine/node_launch.h); returns the exit code of the node's ranks. nullopt: serve (or be a rank)
+// here.
+std::optional<int> launch_node_if_asked(const ServeFlags& sf, const EngineConfig& cfg, int argc, char** argv) {
+  auto launched = launch_rank_from_env();
+  if (!launched.ok()) return fail(launched.status());
+  // One of --tp-size ranks already (this node's, or mpirun's): run as that rank. A launcher that
+  // started one process per node (srun --ntasks-per-node 1) leaves the ranks to --nnodes.
+  if (launched->size > 1 && (launched->size == cfg.tp_size || sf.node.nnodes <= 1)) return std::nullopt;
+  auto plan = plan_node_ranks(sf.node, cfg.tp_size, cfg.device, "");
+  if (!plan.ok()) return fail(plan.status());
+  if (plan->empty()) {
+    if (!sf.node.dist_init_addr.empty()) LOG_INFO("--nnodes 1: --dist-init-addr is not needed (one node)");
+    return std::nullopt;
+  }
+  std::string id = std::getenv("STRATA_NCCL_ID") ? std::getenv("STRATA_NCCL_ID") : "";
+  if (id.empty()) {
+    auto hex = nccl_id_hex_from_address(sf.node.dist_init_addr);
+    if (!hex.ok()) return fail(hex.status());
+    id = *hex;
+  }
+  plan = plan_node_ranks(sf.node, cfg.tp_size, cfg.device, id);
+  std::vector<std::string> args = {"/proc/self/exe", "serve"};
+  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+  LOG_INFO("node {} of {}: starting ranks {}..{} of {} (NCCL bootstrap at {}{})", sf.node.node_rank, sf.node.nnodes,
+           plan->front().rank, plan->back().rank, cfg.tp_size, sf.node.dist_init_addr,
+           sf.node.node_rank == 0 ? "; rank 0 serves HTTP" : "");
+  return run_rank_processes(args, *plan, sf.server.drain_timeout_s + 30);
+}
+
 int serve_main(int argc, char** argv) {
   CLI::App app("strata serve: OpenAI-compatible HTTP server", "strata serve");
   EngineFlags ef;
@@ -137,9 +165,27 @@ int serve_main(int argc, char** argv) {
   app.add_option("--max-request-body-mb", sc.max_request_body_mb,
                  "largest request body accepted, in MiB (larger ones are answered 413)")
       ->capture_default_str();
+  add_api_key_flags(app, sf.api_key,
+                    "every request but /health and /health_generate must send as 'Authorization: Bearer KEY' (401 "
+                    "otherwise); none given: no key needed");
+  app.add_option("--nnodes", sf.node.nnodes,
+                 "nodes of one tensor-parallel group (SGLang's): each runs this command with its --node-rank and "
+                 "starts --tp-size / --nnodes rank processes, one per GPU")
+      ->capture_default_str();
+  app.add_option("--node-rank", sf.node.node_rank, "this node's index in [0, --nnodes); node 0 holds rank 0 (HTTP)")
+      ->capture_default_str();
+  app.add_option("--dist-init-addr", sf.node.dist_init_addr,
+                 "HOST:PORT of node 0, the same on every node: NCCL's bootstrap (NCCL_COMM_ID)");
   app.add_flag("--disable-custom-all-reduce", sf.disable_custom_all_reduce,
                "accepted for SGLang compatibility: every all-reduce is NCCL's (there is no custom one)");
-  app.add_flag("--enable-metrics", sf.enable_metrics, "accepted for SGLang compatibility: /metrics is always on");
+  app.add_flag("--enable-metrics", sf.enable_metrics,
+               "accepted for SGLang compatibility: /metrics (Prometheus) is always on here, with or without it");
+  app.add_flag("--log-requests", sc.log_requests.enabled,
+               "log each generation request when accepted (Receive:) and when done (Finish:); never its headers");
+  app.add_option("--log-requests-level", sc.log_requests.level,
+                 "0 metadata, 1 + sampling parameters, 2 + prompt and output cut to 2048 characters, 3 + all of them")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3));
   app.add_flag("--trust-remote-code", sf.trust_remote_code, "accepted for SGLang compatibility: no code is ever run");
   sf.not_implemented_values.resize(std::size(kNotImplemented));
   sf.not_implemented_flags.resize(std::size(kNotImplemented));
@@ -162,8 +208,12 @@ int serve_main(int argc, char** argv) {
   raise_open_file_limit(sc.max_connections);
   if (sc.max_request_body_mb < 1 || sc.max_request_body_mb > 65536)
     return fail(invalid_argument("--max-request-body-mb must be in [1, 65536], got {}", sc.max_request_body_mb));
+  auto api_key = resolve_api_key(sf.api_key);
+  if (!api_key.ok()) return fail(api_key.status());
+  sc.api_key = *api_key;
   auto cfg = finish_engine_flags(ef);
   if (!cfg.ok()) return fail(cfg.status());
+  if (auto node = launch_node_if_asked(sf, *cfg, argc, argv)) return *node;
   if (auto worker = run_tp_worker_if_launched(*cfg)) return worker->ok() ? 0 : fail(*worker);
   if (sc.served_model_name.empty())
     sc.served_model_name = std::filesystem::path(cfg->model_path).lexically_normal().filename().string();
@@ -174,13 +224,14 @@ int serve_main(int argc, char** argv) {
     if (opt->count() == 0 || opt->get_name() == "--help") continue;
     const auto results = opt->results();
     sc.flags[opt->get_name()] = results.size() == 1 ? nlohmann::json(results[0]) : nlohmann::json(results);
+    if (opt->get_name() == "--api-key") sc.flags[opt->get_name()] = "(hidden)";  // /get_server_info shows the flags
   }
 
   SignalWatcher signals;  // before any thread starts, so all of them inherit the mask
   auto engine_or = Engine::create(*cfg);
   if (!engine_or.ok()) return fail(engine_or.status());
   Engine& engine = **engine_or;
-  auto enc_or = PromptEncoder::load(cfg->model_path, engine.tokenizer());
+  auto enc_or = PromptEncoder::load(cfg->tokenizer_dir(), engine.tokenizer(), cfg->chat_template);
   if (!enc_or.ok()) return fail(enc_or.status());
   int rc = 0;
   {
@@ -188,7 +239,11 @@ int serve_main(int argc, char** argv) {
     HttpServer server(state);
     if (Status s = server.bind(); !s.ok()) return fail(s);
     signals.start([&server] { server.shutdown(); });
-    LOG_INFO("serving '{}' on http://{}:{} (OpenAI API at /v1)", sc.served_model_name, sc.host, server.port());
+    LOG_INFO("serving '{}' on http://{}:{} (OpenAI API at /v1){}", sc.served_model_name, sc.host, server.port(),
+             sc.api_key.empty() ? "" : " · API key required");
+    if (sc.api_key.empty() && sc.host != "127.0.0.1" && sc.host != "localhost" && sc.host != "::1")
+      LOG_WARN("no API key: anyone who can reach {}:{} can use this server (--api-key-file or ${})", sc.host,
+               server.port(), kApiKeyEnv);
     if (Status s = server.run(); !s.ok()) rc = fail(s);
     signals.stop();
   }

@@ -41,27 +41,6 @@ double device_memory_gib() {
 #endif
   return 0;
 }
-// The host tier's copies through the backend's copier (kv/ knows no backend).
-class BackendHiCacheIo : public HiCacheIo {
- public:
-  explicit BackendHiCacheIo(KvHostIo* io) : io_(io) {}
-  uint64_t device_to_host(std::span<const PageCopy> c) override { return io_->device_to_host(convert(c)); }
-  uint64_t host_to_device(std::span<const PageCopy> c) override { return io_->host_to_device(convert(c)); }
-  bool done(uint64_t ticket) override { return io_->done(ticket); }
-  void wait(uint64_t ticket) override { io_->wait(ticket); }
-  int64_t page_bytes() const override { return io_->page_bytes(); }
-  double copy_seconds() const override { return io_->copy_seconds(); }
-
- private:
-  const std::vector<KvPageCopy>& convert(std::span<const PageCopy> c) {
-    buf_.resize(c.size());
-    for (size_t i = 0; i < c.size(); ++i) buf_[i] = KvPageCopy{c[i].device_page, c[i].host_page};
-    return buf_;
-  }
-  KvHostIo* io_;
-  std::vector<KvPageCopy> buf_;
-};
-
 double physical_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? double(pages) * double(page) : 0;
@@ -70,6 +49,9 @@ double physical_memory_bytes() {
 
 // The host tier's options on their own (before any loading, so a bad flag fails fast).
 static Status check_host_tier_options(const EngineConfig& c) {
+  if (c.enable_hierarchical_cache && c.disable_radix_cache)
+    return invalid_argument("--enable-hierarchical-cache keeps the prefix cache's evicted prefixes: it does not go "
+                            "with --disable-radix-cache");
   if (!c.enable_hierarchical_cache) {
     if (c.hicache_size_gb != 0 || c.hicache_ratio != 0 || !c.hicache_io_backend.empty())
       return invalid_argument("--hicache-size/--hicache-ratio/--hicache-io-backend need --enable-hierarchical-cache");
@@ -107,18 +89,32 @@ Status Engine::setup_host_tier(const KvLayout& layout) {
                             page_bytes);
   if (pages > int64_t(INT32_MAX)) return invalid_argument("host KV tier: {} pages is too many", pages);
   const double bytes = double(pages) * double(page_bytes);
+  // Ranks that are threads of this process each hold their own tier (engine/tp_host_tier.h).
+  const int local_ranks = tp_launched_ ? 1 : c.tp_size;
   const double ram = physical_memory_bytes();
-  if (ram > 0 && bytes > 0.9 * ram)
-    return resource_exhausted("host KV tier of {:.2f} GB exceeds 90% of this machine's {:.2f} GB of memory",
-                              bytes / 1e9, ram / 1e9);
+  if (ram > 0 && bytes * local_ranks > 0.9 * ram)
+    return resource_exhausted("host KV tier of {:.2f} GB{} exceeds 90% of this machine's {:.2f} GB of memory",
+                              bytes / 1e9, local_ranks > 1 ? fmt::format(" x {} ranks", local_ranks) : "",
+                              ram / 1e9);
   STRATA_ASSIGN_OR_RETURN(host_io_, make_kv_host_io(*backend_, *kv_, pages, io));
-  hicache_io_ = std::make_unique<BackendHiCacheIo>(host_io_.get());
+  if (c.tp_size > 1) {
+    // Rank 0 decides every copy; each other rank repeats it on its own pool and host memory.
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<TpHostTier> tier,
+                            attach_tp_host_tier(*model_, *kv_, pages, host_io_->backend(),
+                                                std::make_unique<KvHostIoCopier>(host_io_.get())));
+    tp_host_tier_ = tier.get();
+    hicache_io_ = std::move(tier);
+  } else {
+    hicache_io_ = std::make_unique<KvHostIoCopier>(host_io_.get());
+  }
   host_pool_ = std::make_unique<HostPool>(int32_t(pages), layout.page_size);
   hicache_ = std::make_unique<HiCache>(pool_.get(), cache_.get(), host_pool_.get(), hicache_io_.get(), policy);
   stats_.hicache_capacity_tokens = host_pool_->capacity_tokens();
-  LOG_INFO("Host KV tier: {} tokens ({:.2f} GB, {:.2f}x the device pool) · write policy {} · io {}",
-           host_pool_->capacity_tokens(), bytes / 1e9, double(pages) / double(layout.num_pages),
-           hicache_write_policy_name(policy), kv_io_backend_name(host_io_->backend()));
+  stats_.hicache_ranks = rank_host_stats(/*force=*/true);  // every rank's host memory, from the start
+  LOG_INFO("Host KV tier: {} tokens ({:.2f} GB{}, {:.2f}x the device pool) · write policy {} · io {}",
+           host_pool_->capacity_tokens(), bytes / 1e9, c.tp_size > 1 ? " per rank" : "",
+           double(pages) / double(layout.num_pages), hicache_write_policy_name(policy),
+           kv_io_backend_name(host_io_->backend()));
   return Status::ok_status();
 }
 
@@ -154,12 +150,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   if (*e->config_.cuda_graph_max_bs > 0)
     LOG_INFO("CUDA graphs: decode steps of at most {} requests replay captured graphs (--cuda-graph-max-bs; "
              "--disable-cuda-graph launches every step eagerly)", *e->config_.cuda_graph_max_bs);
-  if (config.tp_size > 1 && config.enable_hierarchical_cache)
-    return unimplemented("--enable-hierarchical-cache with --tp-size {}: the host tier copies one rank's KV "
-                         "pool only (not implemented for tensor parallelism yet)", config.tp_size);
 
   STRATA_ASSIGN_OR_RETURN(ModelSpec spec, load_model_spec(config.model_path));
-  STRATA_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(config.model_path));
+  STRATA_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(config.tokenizer_dir()));
+  if (!config.tokenizer_path.empty() && tok.vocab_size() > spec.vocab_size)  // --tokenizer-path of another model?
+    return invalid_argument("the tokenizer in {} has {} tokens but the model's vocab_size is {}: a tokenizer of "
+                            "another model?", config.tokenizer_dir(), tok.vocab_size(), spec.vocab_size);
   e->tokenizer_ = std::make_unique<Tokenizer>(std::move(tok));
 
   // KV dtype: "auto" is the activation dtype of the backend (exact). Per-layer bf16, scales and
@@ -207,6 +203,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
                  .sharding = {.allow_uneven = config.tp_allow_uneven}};
     // Started by mpirun/srun as rank 0 of several processes: the others run run_tp_worker.
     STRATA_ASSIGN_OR_RETURN(tpc.launch, tp_launch_from_env(config.tp_size, config.device, &tpc.nccl_id_file));
+    e->tp_launched_ = tpc.launch.has_value();
     STRATA_ASSIGN_OR_RETURN(TpRankFactory factory, make_tp_rank_factory(tpc));
     STRATA_ASSIGN_OR_RETURN(e->model_, create_tp_model(spec, weights, tpc, factory, &e->backend_));
   } else {
@@ -237,6 +234,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   sc.max_prefill_tokens = config.max_prefill_tokens;
   sc.max_running_requests = plan.max_running_requests;
   sc.num_continuous_decode_steps = std::max(1, config.num_continuous_decode_steps);
+  sc.disable_radix_cache = config.disable_radix_cache;
   if (config.schedule_conservativeness <= 0)
     return invalid_argument("--schedule-conservativeness must be > 0");
   sc.init_new_token_ratio = std::min(1.0, sc.init_new_token_ratio * config.schedule_conservativeness);

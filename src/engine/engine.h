@@ -5,6 +5,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -23,6 +24,7 @@
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
+#include "engine/tp_host_tier.h"
 #include "kv/hicache.h"
 #include "planner/planner.h"
 #include "tokenizer/tokenizer.h"
@@ -47,6 +49,11 @@ inline constexpr int kCpuDefaultChunkedPrefillSize = 128;
 
 struct EngineConfig {
   std::string model_path;
+  // SGLang's --tokenizer-path (tokenizer.json, tokenizer_config.json, chat template; "": the
+  // model's) and --chat-template (a file or a built-in name; "": the tokenizer's own template).
+  std::string tokenizer_path;
+  std::string chat_template;
+  const std::string& tokenizer_dir() const { return tokenizer_path.empty() ? model_path : tokenizer_path; }
   std::string device = "cpu";                 // cpu | cuda
   // --tp-size: tensor-parallel ranks (engine/tp_driver.h): cpu runs them as threads of this
   // process, cuda one per visible GPU. tp_allow_uneven: tests only (model/sharding.h).
@@ -65,6 +72,7 @@ struct EngineConfig {
   int chunked_prefill_size = 8192;
   int max_prefill_tokens = 16384;
   int num_continuous_decode_steps = 1;
+  bool disable_radix_cache = false;           // SGLang's --disable-radix-cache: no prefix sharing
   // SGLang's --cuda-graph-max-bs: decode steps of at most this many requests run as captured
   // CUDA graphs (one graph per step shape, replayed); 0: every step launches eagerly. Unset:
   // kDefaultCudaGraphMaxBs on cuda at tp 1, off otherwise (the tensor-parallel collectives are
@@ -148,6 +156,9 @@ struct EngineStats {
   double longest_recent_step_seconds = 0;  // the longest of the last 256 steps
   int64_t hicache_capacity_tokens = 0;  // host KV tier (0 when off)
   HiCacheStats hicache;                 // host-tier counters (zero when off)
+  // Each rank's host-tier copies (empty when off). Under tensor parallelism the workers' counts
+  // are gathered when the engine goes idle and at most once a second while it is busy.
+  std::vector<HostTierRankStats> hicache_ranks;
   // The backend's ops that run on the CPU reference through host copies (Backend::
   // cpu_fallback_counts: every declared op with its calls, zeros included; empty when the
   // backend has no such table). Under tensor parallelism, rank 0's: every rank runs the same ops.
@@ -194,6 +205,10 @@ class Engine {
   void update_stats();
   // Builds the host KV tier when the config enables it (validates its options, logs its size).
   Status setup_host_tier(const KvLayout& layout);
+  // Each rank's host-tier counters, for stats_. Under tensor parallelism a collective, so only
+  // when copies happened since the last one and the engine is idle or a second has passed (or
+  // `force`); empty when not due (the last ones stand). Engine thread only.
+  std::vector<HostTierRankStats> rank_host_stats(bool force);
 
   EngineConfig config_;
   Plan plan_;
@@ -212,6 +227,9 @@ class Engine {
   std::unique_ptr<HiCacheIo> hicache_io_;
   std::unique_ptr<HostPool> host_pool_;
   std::unique_ptr<HiCache> hicache_;
+  TpHostTier* tp_host_tier_ = nullptr;  // hicache_io_ under tensor parallelism
+  bool tp_launched_ = false;            // ranks are processes of a launcher, not threads here
+  std::chrono::steady_clock::time_point last_rank_stats_{};
 
   // Engine-thread state.
   std::unordered_map<int64_t, std::unique_ptr<Live>> live_;

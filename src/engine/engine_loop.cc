@@ -285,8 +285,33 @@ void Engine::finalize(Live& live) {
   ++finalized_pending_;  // leaves live_count_ after the stats reflect it (update_stats)
 }
 
+std::vector<HostTierRankStats> Engine::rank_host_stats(bool force) {
+  if (!hicache_) return {};
+  if (tp_host_tier_ == nullptr) {
+    const HiCacheStats h = hicache_->stats();
+    return {HostTierRankStats{.rank = 0,
+                              .host_bytes = host_io_->host_bytes(),
+                              .pages_to_host = h.backed_up_pages,
+                              .pages_to_device = h.promoted_pages,
+                              .bytes_to_host = h.bytes_to_host,
+                              .bytes_to_device = h.bytes_to_device,
+                              .copy_seconds = h.copy_seconds}};
+  }
+  const auto now = StepClock::now();
+  if (!force && (!tp_host_tier_->stats_stale() || (!live_.empty() && now - last_rank_stats_ < std::chrono::seconds(1))))
+    return {};
+  last_rank_stats_ = now;
+  auto ranks = tp_host_tier_->gather_rank_stats();
+  if (!ranks.ok()) {
+    LOG_WARN("host KV tier: the ranks' statistics were not gathered: {}", ranks.status().to_string());
+    return {};
+  }
+  return std::move(ranks).value();
+}
+
 void Engine::update_stats() {
   if (hicache_) hicache_->poll();  // landed copies let go of their pages before counting
+  std::vector<HostTierRankStats> ranks = rank_host_stats(/*force=*/false);
   const RadixCacheStats cs = cache_->stats();
   std::lock_guard<std::mutex> lk(mu_);
   stats_.num_running = int64_t(state_->num_running());
@@ -299,6 +324,7 @@ void Engine::update_stats() {
   stats_.new_token_ratio = state_->new_token_ratio();
   stats_.prefill_tokens_total = state_->prefill_tokens_total();
   if (hicache_) stats_.hicache = hicache_->stats();
+  if (!ranks.empty()) stats_.hicache_ranks = std::move(ranks);
   stats_.cpu_fallback_ops = backend_->cpu_fallback_counts();
   // Requests finalized since the last update stop counting as live only now, so wait_idle()
   // returns with stats that already show them gone.

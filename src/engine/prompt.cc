@@ -4,11 +4,17 @@
 
 namespace strata {
 
-StatusOr<PromptEncoder> PromptEncoder::load(const std::string& model_dir, const Tokenizer& tokenizer) {
+StatusOr<PromptEncoder> PromptEncoder::load(const std::string& model_dir, const Tokenizer& tokenizer,
+                                            const std::string& chat_template) {
   PromptEncoder p;
   p.tokenizer_ = &tokenizer;
   for (int64_t id = 0; id < tokenizer.vocab_size(); ++id) {
     p.max_token_bytes_ = std::max(p.max_token_bytes_, tokenizer.id_to_token(int32_t(id)).size());
+  }
+  if (!chat_template.empty()) {
+    STRATA_ASSIGN_OR_RETURN(ChatTemplate t, ChatTemplate::from_argument(chat_template, model_dir));
+    p.chat_ = std::move(t);
+    return p;
   }
   auto chat = ChatTemplate::load(model_dir);
   if (chat.ok()) {

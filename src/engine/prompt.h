@@ -18,9 +18,12 @@ namespace strata {
 
 class PromptEncoder {
  public:
-  // `tokenizer` must outlive the encoder. A model without a chat template is fine: chat
-  // requests then fail with an error that says so.
-  static StatusOr<PromptEncoder> load(const std::string& model_dir, const Tokenizer& tokenizer);
+  // `tokenizer` must outlive the encoder. The chat template is tokenizer_dir's own unless
+  // `chat_template` (--chat-template: a file or a built-in name, tokenizer/chat_template.h) is
+  // given. A model without a chat template is fine: chat requests then fail with an error that
+  // says so.
+  static StatusOr<PromptEncoder> load(const std::string& tokenizer_dir, const Tokenizer& tokenizer,
+                                      const std::string& chat_template = "");
 
   bool has_chat_template() const { return chat_.has_value(); }
   StatusOr<std::string> render_chat(const nlohmann::json& messages, bool add_generation_prompt) const;

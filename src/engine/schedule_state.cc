@@ -72,7 +72,7 @@ SchedulerSnapshot ScheduleState::snapshot() const {
                    .remaining_new_tokens = r->remaining_new_tokens()};
     if (pool_->pages_for_tokens(int64_t{r->total_len()} + 1) <= pool_->num_pages()) {
       // The last token is always computed: its logits are needed.
-      RadixPeek peek = cache_->peek_prefix(r->tokens(r->total_len() - 1));
+      RadixPeek peek = config_.disable_radix_cache ? RadixPeek{} : cache_->peek_prefix(r->tokens(r->total_len() - 1));
       w.cached_tokens = peek.matched_tokens;
       w.cached_evictable_pages = peek.evictable_pages;
       ++fitting;
@@ -97,7 +97,8 @@ void ScheduleState::remove_waiting(Request* r) {
 
 // Takes the cached prefix of a waiting request: lock, retain, and start its prefill.
 void ScheduleState::admit(Request* r) {
-  const std::vector<int32_t> key = r->tokens(r->total_len() - 1);
+  // Without the prefix cache every request starts at the root, with nothing to share.
+  const std::vector<int32_t> key = config_.disable_radix_cache ? std::vector<int32_t>() : r->tokens(r->total_len() - 1);
   RadixMatch m = cache_->match_prefix(key);
   if (hicache_) hicache_->on_match(key, m.matched_tokens);
   cache_->inc_lock_ref(m.node);
@@ -149,10 +150,11 @@ void ScheduleState::promote_from_host(Request* r, int32_t end) {
 }
 
 // Gives back everything r holds: full computed pages go to the radix cache (so a retried or
-// retracted request finds them), the rest to the pool; the prefix lock is dropped.
+// retracted request finds them; with the cache disabled, to the pool too), the rest to the pool;
+// the prefix lock is dropped.
 void ScheduleState::release_kv(Request* r) {
   if (r->cache_node() == nullptr) return;
-  const int32_t full = r->kv_len() / config_.page_size;
+  const int32_t full = config_.disable_radix_cache ? 0 : r->kv_len() / config_.page_size;
   std::vector<PageId>& pages = r->pages();
   CHECK_LE(full, int32_t(pages.size()));
   if (full > 0) {
@@ -169,6 +171,7 @@ void ScheduleState::release_kv(Request* r) {
 // After a non-final chunk: caches its full pages now so other requests can share them, and
 // switches the request to the tree's pages (a page computed twice is released).
 void ScheduleState::cache_unfinished(Request* r) {
+  if (config_.disable_radix_cache) return;  // the request keeps its own pages
   const int32_t full = r->kv_len() / config_.page_size;
   if (full <= r->cached_pages()) return;
   std::vector<int32_t> tokens = r->tokens(full * config_.page_size);

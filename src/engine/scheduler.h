@@ -38,6 +38,9 @@ struct SchedulerConfig {
   double new_token_ratio_decay = 0.001;  // (init - min) / 600 steps, as SGLang
   int32_t clip_max_new_tokens = 4096;    // cap of a request's decode reservation, in tokens
   int32_t retract_decode_steps = 20;     // SGLang's estimate of steps a survivor keeps decoding
+  // --disable-radix-cache: no prefix is shared or kept; a request's pages go back to the pool when
+  // it ends (engine/schedule_state.h). The tree then stays empty.
+  bool disable_radix_cache = false;
 };
 
 struct WaitingEntry {

@@ -16,6 +16,7 @@
 #include "backend/cpu/comm_local.h"
 #include "core/log.h"
 #include "engine/batch_plan.h"
+#include "engine/tp_host_tier.h"
 #include "model/config.h"
 #include "model/weights.h"
 #ifdef STRATA_HAVE_NCCL
@@ -25,7 +26,7 @@
 namespace strata {
 namespace {
 
-enum class TpMessage : uint8_t { kInitKv = 1, kStep = 2, kShutdown = 3 };
+enum class TpMessage : uint8_t { kInitKv = 1, kStep = 2, kShutdown = 3, kInitHost = 4, kHostStats = 5 };
 
 // STRATA_STEP_TIMING=1 (as for the engine's step log): every 256 steps a rank logs where its
 // step time went — rank 0: sending the plan vs its forward; a worker: waiting for the plan
@@ -100,6 +101,48 @@ bool get(std::span<const uint8_t> in, size_t& at, T* v) {
   std::memcpy(v, in.data() + at, sizeof(T));
   at += sizeof(T);
   return true;
+}
+
+// Every worker's `mine` to rank 0: one broadcast rooted at each worker in rank order, every rank
+// taking part in each. Rank 0 gets out[r - 1] from rank r; workers pass out = nullptr.
+Status gather_from_workers(Communicator& comm, const std::vector<uint8_t>& mine,
+                           std::vector<std::vector<uint8_t>>* out) {
+  for (int root = 1; root < comm.size(); ++root) {
+    std::vector<uint8_t> buf = comm.rank() == root ? mine : std::vector<uint8_t>();
+    STRATA_RETURN_IF_ERROR(comm.broadcast_bytes(buf, root));
+    if (out != nullptr) out->push_back(std::move(buf));
+  }
+  return Status();
+}
+
+// A message's host-tier section: [u32 length][HostTierSync] (length 0: nothing for the host tier).
+void put_sync(std::vector<uint8_t>& out, const std::optional<HostTierSync>& sync) {
+  std::vector<uint8_t> bytes;
+  if (sync) sync->encode(bytes);
+  put<uint32_t>(out, uint32_t(bytes.size()));
+  out.insert(out.end(), bytes.begin(), bytes.end());
+}
+StatusOr<std::optional<HostTierSync>> get_sync(std::span<const uint8_t> in, size_t& at) {
+  uint32_t n = 0;
+  if (!get(in, at, &n) || in.size() - at < n) return data_loss("tensor-parallel message: bad host tier section");
+  const size_t begin = at;
+  at += n;
+  if (n == 0) return std::optional<HostTierSync>();
+  STRATA_ASSIGN_OR_RETURN(HostTierSync sync, HostTierSync::decode(in.subspan(begin, n)));
+  return std::optional<HostTierSync>(std::move(sync));
+}
+
+// A status as one worker's reply: [u8 ok][message].
+std::vector<uint8_t> encode_status(const Status& s) {
+  std::vector<uint8_t> out{uint8_t(s.ok() ? 1 : 0)};
+  const std::string m = s.ok() ? "" : s.message();
+  out.insert(out.end(), m.begin(), m.end());
+  return out;
+}
+Status decode_status(const std::vector<uint8_t>& in, int rank) {
+  if (in.empty()) return data_loss("rank {}: empty reply", rank);
+  if (in[0] == 1) return Status();
+  return failed_precondition("{}", std::string(in.begin() + 1, in.end()));
 }
 
 // Whether two layouts describe the same storage as far as the kInitKv message tells: every field
@@ -259,6 +302,14 @@ Status check_plan_fits(const BatchPlan& p, const KvStorage* kv) {
 // rank 0 uses (the engine has one; eval-kv a reference and a candidate).
 Status worker_loop(Communicator& comm, Model& model, Backend& backend) {
   std::unordered_map<uint32_t, std::unique_ptr<KvStorage>> pools;
+  // The host KV tier behind a pool (engine/tp_host_tier.h), driven by rank 0's copies.
+  std::unordered_map<uint32_t, std::unique_ptr<TpHostMirror>> mirrors;
+  auto apply_sync = [&](uint32_t id, const std::optional<HostTierSync>& sync) -> Status {
+    if (!sync) return Status();
+    auto it = mirrors.find(id);
+    if (it == mirrors.end()) return data_loss("host tier copies for pool {}, which has no host tier", id);
+    return it->second->apply(*sync);
+  };
   std::vector<uint8_t> msg;
   TpStepTiming timing(comm.rank(), "waiting for the plan");
   for (;;) {
@@ -275,15 +326,46 @@ Status worker_loop(Communicator& comm, Model& model, Backend& backend) {
         return Status();
       case TpMessage::kInitKv: {
         STRATA_ASSIGN_OR_RETURN(KvInit init, decode_init_kv(msg, model, backend));
+        const KvStorage* before = pools[id].get();
         apply_init_kv(std::move(init), backend, pools[id]);
+        if (pools[id].get() != before) mirrors.erase(id);  // its copier pointed into the old storage
+        break;
+      }
+      case TpMessage::kInitHost: {
+        int64_t host_pages = 0;
+        uint8_t io = 0;
+        if (!get(msg, at, &host_pages) || !get(msg, at, &io) || at != msg.size())
+          return data_loss("host tier init message: malformed");
+        auto it = pools.find(id);
+        Status made = it == pools.end() ? data_loss("host tier for pool {} before its KV init message", id) : Status();
+        if (made.ok()) {
+          auto mirror = TpHostMirror::create(backend, *it->second, host_pages, KvIoBackend(io), comm.rank());
+          if (mirror.ok()) mirrors[id] = std::move(mirror).value();
+          made = mirror.status();
+        }
+        STRATA_RETURN_IF_ERROR(gather_from_workers(comm, encode_status(made), nullptr));
+        break;
+      }
+      case TpMessage::kHostStats: {
+        STRATA_ASSIGN_OR_RETURN(std::optional<HostTierSync> sync, get_sync(msg, at));
+        STRATA_RETURN_IF_ERROR(apply_sync(id, sync));
+        auto it = mirrors.find(id);
+        if (it == mirrors.end()) return data_loss("host tier statistics for pool {}, which has no host tier", id);
+        std::vector<uint8_t> mine;
+        it->second->stats().encode(mine);
+        STRATA_RETURN_IF_ERROR(gather_from_workers(comm, mine, nullptr));
         break;
       }
       case TpMessage::kStep: {
+        STRATA_ASSIGN_OR_RETURN(std::optional<HostTierSync> sync, get_sync(msg, at));
         STRATA_ASSIGN_OR_RETURN(BatchPlan plan,
                                 BatchPlan::deserialize(std::span<const uint8_t>(msg).subspan(at)));
         auto it = pools.find(id);
         KvStorage* kv = it == pools.end() ? nullptr : it->second.get();
         STRATA_RETURN_IF_ERROR(check_plan_fits(plan, kv));
+        // Rank 0's copies between this step's plan and the last: before the forward reads or
+        // overwrites the pages they move.
+        STRATA_RETURN_IF_ERROR(apply_sync(id, sync));
         model.forward(batch_of(plan), *kv, nullptr);  // the logits are rank 0's
         // Nothing was downloaded, so end the step here: its staged inputs are released.
         backend.synchronize();
@@ -324,6 +406,44 @@ class TpModel : public Model {
 
   KvLayout kv_layout() const override { return inner_->kv_layout(); }
 
+  // attach_tp_host_tier: every worker makes its host mirror of `kv`'s pool; the first failure is
+  // returned (naming its rank). From then on the pool's steps carry `tier`'s copies.
+  Status attach_host_tier(TpHostTier* tier, const KvStorage& kv, int64_t host_pages, KvIoBackend io) {
+    if (bind_thread_) bind_thread_();
+    if (host_tier_ != nullptr) return failed_precondition("this tensor-parallel model already has a host KV tier");
+    const uint32_t id = announce_pool(kv).id;
+    std::vector<uint8_t> msg{uint8_t(TpMessage::kInitHost)};
+    put<uint32_t>(msg, id);
+    put<int64_t>(msg, host_pages);
+    put<uint8_t>(msg, uint8_t(io));
+    STRATA_RETURN_IF_ERROR(comm_->broadcast_bytes(msg, 0));
+    std::vector<std::vector<uint8_t>> replies;
+    STRATA_RETURN_IF_ERROR(gather_from_workers(*comm_, {}, &replies));
+    for (size_t r = 0; r < replies.size(); ++r) STRATA_RETURN_IF_ERROR(decode_status(replies[r], int(r) + 1));
+    host_tier_ = tier;
+    host_kv_ = &kv;
+    return Status();
+  }
+  void detach_host_tier() { host_tier_ = nullptr, host_kv_ = nullptr; }
+
+  // TpHostTier::gather_rank_stats: the copies not sent yet go first, then every worker's counts.
+  StatusOr<std::vector<HostTierRankStats>> gather_host_stats() {
+    CHECK(host_tier_ != nullptr);
+    if (bind_thread_) bind_thread_();
+    std::vector<uint8_t> msg{uint8_t(TpMessage::kHostStats)};
+    put<uint32_t>(msg, pools_.at(host_kv_).id);
+    put_sync(msg, host_tier_->take_sync());
+    STRATA_RETURN_IF_ERROR(comm_->broadcast_bytes(msg, 0));
+    std::vector<std::vector<uint8_t>> replies;
+    STRATA_RETURN_IF_ERROR(gather_from_workers(*comm_, {}, &replies));
+    std::vector<HostTierRankStats> out{host_tier_->local_stats()};
+    for (const auto& reply : replies) {
+      STRATA_ASSIGN_OR_RETURN(HostTierRankStats s, HostTierRankStats::decode(reply));
+      out.push_back(s);
+    }
+    return out;
+  }
+
   void forward(const ForwardBatch& batch, KvStorage& kv, float* logits) override {
     const auto begin = TpStepTiming::Clock::now();
     broadcast_step(batch, kv);
@@ -343,12 +463,11 @@ class TpModel : public Model {
   }
 
  private:
-  // Sends the step (and first the pool's layout when the workers do not have it yet).
-  void broadcast_step(const ForwardBatch& batch, KvStorage& kv) {
-    if (bind_thread_) bind_thread_();
-    // A pool the workers have not mirrored yet (or a new pool at a freed one's address with
-    // another layout): send its layout first.
-    // Checked every step, so it compares the message's inputs rather than encoding it.
+  struct Pool;
+  // A pool the workers have not mirrored yet (or a new pool at a freed one's address with
+  // another layout, or new scales): sends its layout first. Checked every step, so it compares
+  // the message's inputs rather than encoding it.
+  Pool& announce_pool(const KvStorage& kv) {
     auto [it, fresh] = pools_.try_emplace(&kv, Pool{uint32_t(pools_.size()), std::nullopt});
     Pool& pool = it->second;
     if (fresh || !pool.sent->matches(kv)) {
@@ -356,10 +475,19 @@ class TpModel : public Model {
       std::vector<uint8_t> init = encode_init_kv(kv, pool.id);
       check(comm_->broadcast_bytes(init, 0));
     }
-    std::vector<uint8_t> bytes = plan_of(batch).serialize();
-    std::vector<uint8_t> head{uint8_t(TpMessage::kStep)};
-    put<uint32_t>(head, it->second.id);
-    bytes.insert(bytes.begin(), head.begin(), head.end());
+    return pool;
+  }
+
+  // Sends the step: [kind][pool id][host tier section][plan].
+  void broadcast_step(const ForwardBatch& batch, KvStorage& kv) {
+    if (bind_thread_) bind_thread_();
+    const Pool& pool = announce_pool(kv);
+    std::vector<uint8_t> bytes{uint8_t(TpMessage::kStep)};
+    put<uint32_t>(bytes, pool.id);
+    put_sync(bytes, host_tier_ != nullptr && host_kv_ == &kv ? std::optional<HostTierSync>(host_tier_->take_sync())
+                                                              : std::nullopt);
+    const std::vector<uint8_t> plan = plan_of(batch).serialize();
+    bytes.insert(bytes.end(), plan.begin(), plan.end());
     check(comm_->broadcast_bytes(bytes, 0));
   }
   // The engine's forward cannot return an error: a failed group stops the process, naming the
@@ -383,6 +511,9 @@ class TpModel : public Model {
   };
   std::unordered_map<const KvStorage*, Pool> pools_;
   TpStepTiming timing_{0, "sending the plan"};
+  // The host KV tier behind pool host_kv_ (null: none); its copies ride with that pool's steps.
+  TpHostTier* host_tier_ = nullptr;
+  const KvStorage* host_kv_ = nullptr;
 };
 
 // Rank r's setup on its thread: resources, weights, then the group barrier.
@@ -530,6 +661,27 @@ StatusOr<std::unique_ptr<Model>> create_tp_model(const ModelSpec& spec, const We
   *rank0_backend = std::move(s0->res.backend);
   return std::unique_ptr<Model>(new TpModel(std::move(s0->model), std::move(s0->res.comm),
                                             std::move(s0->res.bind_thread), state, plan, std::move(workers)));
+}
+
+StatusOr<std::unique_ptr<TpHostTier>> attach_tp_host_tier(Model& tp_model, const KvStorage& kv, int64_t host_pages,
+                                                          KvIoBackend io, std::unique_ptr<HiCacheIo> rank0_io) {
+  auto* tp = dynamic_cast<TpModel*>(&tp_model);
+  if (tp == nullptr) return internal_error("attach_tp_host_tier: not a tensor-parallel model");
+  auto tier = std::make_unique<TpHostTier>(std::move(rank0_io), host_pages);
+  STRATA_RETURN_IF_ERROR(tp->attach_host_tier(tier.get(), kv, host_pages, io));
+  tier->set_group([tp] { return tp->gather_host_stats(); }, [tp] { tp->detach_host_tier(); });
+  return tier;
+}
+
+StatusOr<std::string> nccl_id_hex_from_address(const std::string& addr) {
+#ifdef STRATA_HAVE_NCCL
+  ::setenv("NCCL_COMM_ID", addr.c_str(), 1);
+  STRATA_ASSIGN_OR_RETURN(NcclId id, nccl_new_id());
+  return nccl_id_to_hex(id);
+#else
+  return failed_precondition("ranks on several nodes (--nnodes, --dist-init-addr {}) need a build with NCCL "
+                             "(-DSTRATA_CUDA=ON)", addr);
+#endif
 }
 
 Status run_tp_worker(const std::string& model_path, const TpConfig& config) {

@@ -6,7 +6,10 @@
 //
 // Messages (one broadcast each): kInitKv (the KV layout, pages and scales, once before the
 // first step and whenever rank 0's pool changes: a worker keeps its pool and cached K/V when
-// only the scales changed), kStep (BatchPlan::serialize()), kShutdown.
+// only the scales changed), kStep (the host tier's copies since the last step, then
+// BatchPlan::serialize()), kShutdown; with a host KV tier (engine/tp_host_tier.h) kInitHost
+// (every worker allocates its host memory and replies) and kHostStats (every worker replies
+// with its copy counters). A reply is one broadcast rooted at each worker in turn.
 // A rank that fails aborts the communicator group: every other rank's collectives return at
 // once, rank 0's next forward stops the process with that rank's error (never a hang), and a
 // failure while loading is returned by create_tp_model.
@@ -20,6 +23,8 @@
 
 #include "arch/model.h"
 #include "backend/comm.h"
+#include "backend/kv_host_io.h"
+#include "engine/tp_host_tier.h"
 #include "core/status.h"
 #include "model/sharding.h"
 
@@ -71,6 +76,19 @@ StatusOr<TpRankFactory> make_tp_rank_factory(const TpConfig& config);
 StatusOr<std::unique_ptr<Model>> create_tp_model(const ModelSpec& spec, const WeightStore& weights,
                                                  const TpConfig& config, const TpRankFactory& factory,
                                                  std::unique_ptr<Backend>* rank0_backend);
+
+// Rank 0 of a tensor-parallel model (made by create_tp_model): puts a host KV tier behind the
+// pool `kv` on every rank. Each other rank allocates host_pages pages of its own host memory
+// (copier `io`, as --hicache-io-backend resolved on rank 0) before this returns; errors name the
+// rank. `rank0_io` is rank 0's own copier. The returned tier is the HiCacheIo rank 0's HiCache
+// uses, and must be destroyed before the model. Engine thread only (it sends messages).
+StatusOr<std::unique_ptr<TpHostTier>> attach_tp_host_tier(Model& tp_model, const KvStorage& kv, int64_t host_pages,
+                                                          KvIoBackend io, std::unique_ptr<HiCacheIo> rank0_io);
+
+// The NCCL id that NCCL derives from NCCL_COMM_ID=`addr` (the same on every node: SGLang's
+// --dist-init-addr, engine/node_launch.h), as hex for STRATA_NCCL_ID. Sets NCCL_COMM_ID in this
+// process. FailedPrecondition in a build without NCCL.
+StatusOr<std::string> nccl_id_hex_from_address(const std::string& addr);
 
 // A launcher-started rank other than 0 (config.launch set): loads this rank's slices, then runs
 // rank 0's broadcast steps until its shutdown message. Returns the group's error if any rank

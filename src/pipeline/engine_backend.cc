@@ -9,7 +9,8 @@ namespace strata {
 
 StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::create(Engine& engine, const JobSampling& sampling,
                                                                int max_in_flight) {
-  STRATA_ASSIGN_OR_RETURN(PromptEncoder enc, PromptEncoder::load(engine.config().model_path, engine.tokenizer()));
+  STRATA_ASSIGN_OR_RETURN(PromptEncoder enc, PromptEncoder::load(engine.config().tokenizer_dir(), engine.tokenizer(),
+                                                                      engine.config().chat_template));
   std::unique_ptr<EngineBackend> b(new EngineBackend(engine, std::move(enc), sampling));
   b->model_name_ = std::filesystem::path(engine.config().model_path).lexically_normal().filename().string();
   if (b->model_name_.empty())

@@ -7,6 +7,8 @@
 #include <random>
 #include <utility>
 
+#include "core/log.h"
+#include "server/request_log.h"
 #include "server/sse.h"
 
 namespace strata {
@@ -104,6 +106,11 @@ std::variant<ApiError, std::unique_ptr<Generation>> Generation::start(ServerStat
   }
   std::unique_ptr<Generation> g(new Generation(state, std::move(req)));
   if (auto e = g->submit_all(std::move(prompts), arrival)) return *e;
+  if (const RequestLogConfig& log = state.config().log_requests; log.enabled) {
+    std::vector<int32_t> lengths;
+    for (size_t i = 0; i < g->prompt_tokens_.size(); i += size_t(g->req_.n)) lengths.push_back(g->prompt_tokens_[i]);
+    LOG_INFO("{}", describe_received(g->req_, g->meta_, lengths, log.level));
+  }
   return g;
 }
 
@@ -121,6 +128,7 @@ std::optional<ApiError> Generation::submit_all(std::vector<std::vector<int32_t>>
       return server_error(503, "the server is shutting down", "unavailable");
   }
   admitted_ = total;
+  arrival_ = arrival;
   stream_ = std::make_shared<RequestStream>(total);
   choices_.resize(size_t(total));
   finished_.assign(size_t(total), false);
@@ -170,6 +178,8 @@ std::optional<ApiError> Generation::submit_all(std::vector<std::vector<int32_t>>
 }
 
 Generation::~Generation() {
+  if (const RequestLogConfig& log = state_.config().log_requests; log.enabled && admitted_ > 0)
+    LOG_INFO("{}", describe_finished(req_, meta_, choices_, usage(), seconds(Clock::now() - arrival_), log.level));
   abort();
   for (int64_t id : engine_ids_)
     if (id >= 0) state_.untrack(id);

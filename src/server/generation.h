@@ -70,6 +70,7 @@ class Generation {
   std::string start_error_;        // try_started: the first abort's reason
   std::vector<int32_t> prompt_tokens_;  // per choice
   std::vector<int32_t> cached_tokens_;
+  Clock::time_point arrival_{};
   int admitted_ = 0;
   bool started_stream_ = false;
   bool done_sent_ = false;

@@ -98,6 +98,7 @@ struct Reply {
   std::string content_type = "application/json";
   bool retry_after = false;
   bool close = false;
+  bool bearer_challenge = false;  // a 401 of --api-key: WWW-Authenticate: Bearer
 };
 
 Reply error_reply(const ApiError& e) {
@@ -210,6 +211,7 @@ MHD_Result HttpServer::Impl::send(Exchange& ex, const Reply& r) {
   MHD_add_response_header(resp, "Content-Type", r.content_type.c_str());
   if (r.retry_after) MHD_add_response_header(resp, "Retry-After", "1");
   if (r.close) MHD_add_response_header(resp, "Connection", "close");
+  if (r.bearer_challenge) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
   const MHD_Result ok = MHD_queue_response(ex.conn, unsigned(r.status), resp);
   MHD_destroy_response(resp);
   return ok;
@@ -243,6 +245,14 @@ MHD_Result HttpServer::Impl::route(const std::shared_ptr<Exchange>& ex) {
   const std::string& m = ex->method;
   const std::string& u = ex->url;
   const bool get = m == "GET", post = m == "POST";
+  // --api-key (server/api_key_auth.h), before anything else: every path but the health probes.
+  const char* authorization = MHD_lookup_connection_value(ex->conn, MHD_HEADER_KIND, "Authorization");
+  if (auto denied = state.auth().check(u, authorization ? std::optional<std::string_view>(authorization)
+                                                        : std::nullopt)) {
+    Reply r = error_reply(*denied);
+    r.bearer_challenge = true;
+    return send(*ex, r);
+  }
   if (ex->too_large)
     return send(*ex, error_reply(api_error(413, fmt::format("the request body is larger than this server's limit of "
                                                             "{} MiB (--max-request-body-mb)",

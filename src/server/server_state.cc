@@ -13,7 +13,7 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 ServerMetrics::ServerMetrics(const std::string& model_name,
-                             const std::vector<std::pair<std::string, int64_t>>& fallback_ops)
+                             const std::vector<std::pair<std::string, int64_t>>& fallback_ops, int host_tier_ranks)
     : registry({{"model_name", model_name}}),
       running(registry.gauge("strata_num_running_requests", "Requests prefilling or decoding in the engine.")),
       queued(registry.gauge("strata_num_queued_requests", "Requests waiting for admission in the engine.")),
@@ -66,6 +66,21 @@ ServerMetrics::ServerMetrics(const std::string& model_name,
                                                "KV bytes copied host -> device.")),
       hicache_copy_seconds(registry.counter("strata_hicache_copy_seconds_total",
                                             "Time the host-tier copies took (device time on cuda).")) {
+  if (host_tier_ranks > 0) {
+    auto family = [&](const char* name, const char* help) {
+      CounterFamily& f = registry.counter_family(name, help, "rank");
+      for (int r = 0; r < host_tier_ranks; ++r) f.with(std::to_string(r));  // every rank, 0 included
+      return &f;
+    };
+    hicache_rank_hit_tokens = family("strata_hicache_rank_hit_tokens_total",
+                                     "Prompt tokens promoted from host memory into this rank's KV pool.");
+    hicache_rank_bytes_to_host =
+        family("strata_hicache_rank_bytes_to_host_total", "KV bytes this rank copied device -> host.");
+    hicache_rank_bytes_to_device =
+        family("strata_hicache_rank_bytes_to_device_total", "KV bytes this rank copied host -> device.");
+    hicache_rank_copy_seconds = family("strata_hicache_rank_copy_seconds_total",
+                                       "Time this rank's host-tier copies took (device time on cuda).");
+  }
   if (fallback_ops.empty()) return;
   CounterFamily& f = registry.counter_family(
       "strata_cpu_fallback_ops_total",
@@ -83,9 +98,12 @@ void ServerMetrics::set_cpu_fallback_counts(const std::vector<std::pair<std::str
 
 ServerState::ServerState(ServerConfig config, Engine& engine, const PromptEncoder& encoder)
     : config_(std::move(config)),
+      auth_(config_.api_key),
       engine_(engine),
       encoder_(encoder),
-      metrics_(std::make_shared<ServerMetrics>(config_.served_model_name, engine.stats().cpu_fallback_ops)),
+      metrics_(std::make_shared<ServerMetrics>(
+          config_.served_model_name, engine.stats().cpu_fallback_ops,
+          engine.config().enable_hierarchical_cache ? std::max(1, engine.config().tp_size) : 0)),
       start_time_(int64_t(std::time(nullptr))),
       last_progress_(Clock::now()) {
   if (config_.max_queued_requests >= 0)
@@ -283,6 +301,15 @@ void ServerState::refresh_engine_metrics(const EngineStats& s) {
   m.hicache_bytes_to_host.set_total(double(s.hicache.bytes_to_host));
   m.hicache_bytes_to_device.set_total(double(s.hicache.bytes_to_device));
   m.hicache_copy_seconds.set_total(s.hicache.copy_seconds);
+  if (m.hicache_rank_hit_tokens != nullptr) {
+    for (const HostTierRankStats& r : s.hicache_ranks) {
+      const std::string rank = std::to_string(r.rank);
+      m.hicache_rank_hit_tokens->with(rank).set_total(double(r.pages_to_device * page));
+      m.hicache_rank_bytes_to_host->with(rank).set_total(double(r.bytes_to_host));
+      m.hicache_rank_bytes_to_device->with(rank).set_total(double(r.bytes_to_device));
+      m.hicache_rank_copy_seconds->with(rank).set_total(r.copy_seconds);
+    }
+  }
   m.set_cpu_fallback_counts(s.cpu_fallback_ops);
 }
 

@@ -18,7 +18,9 @@
 
 #include "engine/engine.h"
 #include "engine/prompt.h"
+#include "server/api_key_auth.h"
 #include "server/metrics.h"
+#include "server/request_log.h"
 
 namespace strata {
 
@@ -35,6 +37,8 @@ struct ServerConfig {
   int http_threads = 8;            // workers for blocking work (tokenizing, probes); connections hold none
   int max_connections = 4096;      // open connections beyond this get 503 on generation requests
   int max_request_body_mb = 64;    // larger request bodies are answered 413
+  RequestLogConfig log_requests;   // --log-requests, --log-requests-level
+  std::string api_key;             // --api-key: "" = none needed (server/api_key_auth.h); never logged
   nlohmann::json flags = nlohmann::json::object();  // the launch flags, for /get_server_info
 };
 
@@ -43,8 +47,10 @@ struct ServerConfig {
 struct ServerMetrics {
   // `fallback_ops`: the backend's ops that run on the CPU reference (EngineStats::
   // cpu_fallback_ops); when there are any, strata_cpu_fallback_ops_total{op} exports each.
+  // host_tier_ranks: the ranks whose host KV tier is reported per rank (0: the tier is off).
   explicit ServerMetrics(const std::string& model_name,
-                         const std::vector<std::pair<std::string, int64_t>>& fallback_ops = {});
+                         const std::vector<std::pair<std::string, int64_t>>& fallback_ops = {},
+                         int host_tier_ranks = 0);
   // Mirrors the engine's counts into strata_cpu_fallback_ops_total (nothing without the table).
   void set_cpu_fallback_counts(const std::vector<std::pair<std::string, int64_t>>& counts);
   MetricsRegistry registry;
@@ -80,6 +86,12 @@ struct ServerMetrics {
   Counter& hicache_bytes_to_host;
   Counter& hicache_bytes_to_device;
   Counter& hicache_copy_seconds;
+  // The host KV tier per tensor-parallel rank, label rank="r" (each rank copies its own slice of
+  // every page; null while the tier is off).
+  CounterFamily* hicache_rank_hit_tokens = nullptr;
+  CounterFamily* hicache_rank_bytes_to_host = nullptr;
+  CounterFamily* hicache_rank_bytes_to_device = nullptr;
+  CounterFamily* hicache_rank_copy_seconds = nullptr;
   // Calls of ops the backend runs on the CPU reference through host copies, per op (issue 21;
   // null when the backend declares none).
   CounterFamily* cpu_fallback_ops = nullptr;
@@ -101,6 +113,8 @@ class ServerState {
   ~ServerState();  // stops the monitor thread
 
   const ServerConfig& config() const { return config_; }
+  // Who may call (--api-key); the transport asks it before routing each request.
+  const ApiKeyAuth& auth() const { return auth_; }
   Engine& engine() { return engine_; }
   const PromptEncoder& encoder() const { return encoder_; }
   const std::shared_ptr<ServerMetrics>& metrics() const { return metrics_; }
@@ -142,6 +156,7 @@ class ServerState {
   bool probe_engine();
 
   ServerConfig config_;
+  ApiKeyAuth auth_;
   Engine& engine_;
   const PromptEncoder& encoder_;
   std::shared_ptr<ServerMetrics> metrics_;

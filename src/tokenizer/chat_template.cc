@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/json_limits.h"
+#include "tokenizer/builtin_chat_templates.h"
 #include "tokenizer/jinja_lexer.h"
 
 namespace strata {
@@ -88,6 +89,44 @@ StatusOr<ChatTemplate> ChatTemplate::from_source(std::string source) {
   t.source_ = std::move(source);
   t.body_ = std::make_shared<const jinja::NodeList>(std::move(body).value());
   return t;
+}
+
+// tokenizer_config.json of `dir` (an empty object when absent).
+static StatusOr<nlohmann::json> tokenizer_config(const fs::path& dir) {
+  const fs::path config_path = dir / "tokenizer_config.json";
+  std::error_code ec;
+  if (!fs::exists(config_path, ec)) return nlohmann::json::object();
+  STRATA_ASSIGN_OR_RETURN(nlohmann::json config, read_json(config_path));
+  if (!config.is_object()) return data_loss("{} is not a JSON object", config_path.string());
+  return config;
+}
+
+StatusOr<ChatTemplate> ChatTemplate::from_source_for(std::string source, const std::string& tokenizer_dir) {
+  STRATA_ASSIGN_OR_RETURN(nlohmann::json config, tokenizer_config(tokenizer_dir));
+  STRATA_ASSIGN_OR_RETURN(ChatTemplate t, from_source(std::move(source)));
+  add_special_tokens(config, t.defaults_);
+  return t;
+}
+
+StatusOr<ChatTemplate> ChatTemplate::from_argument(const std::string& arg, const std::string& tokenizer_dir) {
+  std::error_code ec;
+  if (fs::is_regular_file(arg, ec)) {
+    STRATA_ASSIGN_OR_RETURN(std::string text, read_file(arg));
+    if (fs::path(arg).extension() == ".json") {
+      STRATA_ASSIGN_OR_RETURN(nlohmann::json j, read_json(arg));
+      if (!j.is_object() || !j.contains("chat_template"))
+        return invalid_argument("--chat-template {}: a JSON file needs a \"chat_template\" field", arg);
+      STRATA_ASSIGN_OR_RETURN(text, template_field(j["chat_template"], arg));
+    }
+    StatusOr<ChatTemplate> t = from_source_for(std::move(text), tokenizer_dir);
+    if (!t.ok()) return t.status().with_context("--chat-template {}", arg);
+    return t;
+  }
+  if (std::optional<std::string_view> builtin = builtin_chat_template(arg))
+    return from_source_for(std::string(*builtin), tokenizer_dir);
+  std::string names;
+  for (std::string_view n : builtin_chat_template_names()) names += (names.empty() ? "" : ", ") + std::string(n);
+  return not_found("--chat-template '{}' is neither a file nor a built-in template name ({})", arg, names);
 }
 
 StatusOr<ChatTemplate> ChatTemplate::load(const std::string& model_dir) {

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace strata::e2e {
 
@@ -42,9 +43,12 @@ class HttpConn {
     }
     return true;
   }
+  // `headers`: extra header lines ("Name: value").
   bool send_request(const std::string& method, const std::string& path, const std::string& body,
-                    const std::string& content_type = "application/json") {
+                    const std::string& content_type = "application/json",
+                    const std::vector<std::string>& headers = {}) {
     std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+    for (const std::string& h : headers) req += h + "\r\n";
     if (!body.empty() || method == "POST")
       req += "Content-Type: " + content_type + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
     req += "\r\n" + body;
@@ -138,9 +142,9 @@ class HttpConn {
 };
 
 inline HttpResponse http(int port, const std::string& method, const std::string& path, const std::string& body = "",
-                         int timeout_s = 120) {
+                         int timeout_s = 120, const std::vector<std::string>& headers = {}) {
   HttpConn c;
-  if (!c.connect(port) || !c.send_request(method, path, body)) return {};
+  if (!c.connect(port) || !c.send_request(method, path, body, "application/json", headers)) return {};
   return c.read_response(std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s));
 }
 

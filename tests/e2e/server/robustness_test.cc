@@ -232,7 +232,7 @@ TEST(ServeRobustnessTest, SigtermDrainsInFlightRequests) {
 
 TEST(ServeFlagsTest, UnimplementedFlagsAreRejected) {
   const std::string base = std::string(STRATA_BINARY) + " serve --model-path " + house_llama() + " --port 0 ";
-  for (const char* flags : {"--disable-radix-cache", "--hicache-storage-backend file"}) {
+  for (const char* flags : {"--dp-size 2", "--hicache-storage-backend file"}) {
     std::string out;
     EXPECT_EQ(run_command(base + flags, &out), 1) << flags << ": " << out;
     EXPECT_NE(out.find("not implemented yet"), std::string::npos) << flags << ": " << out;

@@ -50,16 +50,21 @@ class ServerProcess {
       ::waitpid(pid_, nullptr, 0);
     }
   }
+  // Sets an environment variable of the server processes started after this call.
+  void set_env(std::string name, std::string value) { env_.emplace_back(std::move(name), std::move(value)); }
+  // --model-path of the servers started after this call (default: house-llama).
+  void set_model_path(std::string path) { model_path_ = std::move(path); }
   // Runs `strata serve --port 0 <args>`; returns once /health answers 200 (false on failure).
   bool start(std::vector<std::string> args, double timeout_s = 120) {
     log_path_ = ::testing::TempDir() + "strata_serve_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++) + ".log";
-    std::vector<std::string> argv = {STRATA_BINARY, "serve", "--model-path", house_llama(), "--port", "0"};
+    std::vector<std::string> argv = {STRATA_BINARY, "serve", "--model-path", model_path_, "--port", "0"};
     argv.insert(argv.end(), args.begin(), args.end());
     pid_ = ::fork();
     if (pid_ == 0) {
       FILE* f = std::freopen(log_path_.c_str(), "w", stderr);
       (void)f;
       ::dup2(::fileno(stderr), STDOUT_FILENO);
+      for (const auto& [name, value] : env_) ::setenv(name.c_str(), value.c_str(), 1);
       std::vector<char*> cargv;
       for (auto& a : argv) cargv.push_back(a.data());
       cargv.push_back(nullptr);
@@ -144,6 +149,8 @@ class ServerProcess {
   int exit_code_ = -1;
   std::string log_path_;
   std::string start_problem_;  // why start() failed, when it did past the log line
+  std::vector<std::pair<std::string, std::string>> env_;
+  std::string model_path_ = house_llama();
 };
 
 // Runs a command, returns its exit code and output (stdout + stderr).

@@ -86,6 +86,40 @@ TEST(ScheduleState, RetractionHappensInATinyPoolAndEveryoneStillFinishes) {
   EXPECT_EQ(f.pool.num_free_pages(), 24);
 }
 
+// --disable-radix-cache: the same prompt again (and a retraction) finds nothing cached, chunked
+// prefill and retraction still work, and every page is free once the requests end.
+TEST(ScheduleState, WithoutTheRadixCacheNothingIsSharedOrKept) {
+  for (const bool disable : {false, true}) {
+    SCOPED_TRACE(disable ? "disabled" : "enabled");
+    Fixture f({.page_size = 2, .chunked_prefill_size = 4, .max_running_requests = 8, .clip_max_new_tokens = 2,
+               .disable_radix_cache = disable},
+              24);
+    const std::vector<int32_t> prompt = {7, 8, 9, 10, 11, 12, 13, 14, 15};
+    Request* first = f.submit(prompt, 3);
+    f.drain();
+    Request* again = f.submit(prompt, 3);
+    f.drain();
+    EXPECT_EQ(first->prefix_hit_tokens(), 0);
+    EXPECT_EQ(again->prefix_hit_tokens(), disable ? 0 : 8);
+    EXPECT_EQ(f.cache.cached_pages(), disable ? 0 : 5);  // 9 prompt + 3 output tokens, minus the last
+    // Four at once outgrow the pool: retracted requests come back and finish.
+    for (int i = 0; i < 4; ++i) f.submit({3, 3, 3, 3, int32_t(20 + i)}, 16);
+    f.drain();
+    int retractions = 0;
+    for (size_t i = 2; i < f.requests.size(); ++i) {
+      EXPECT_EQ(f.requests[i]->output_len(), 16);
+      retractions += f.requests[i]->num_retractions();
+      if (disable) {
+        EXPECT_EQ(f.requests[i]->prefix_hit_tokens(), 0);
+      }
+    }
+    EXPECT_GT(retractions, 0);
+    if (disable) {
+      EXPECT_EQ(f.pool.num_free_pages(), 24);
+    }
+  }
+}
+
 TEST(ScheduleState, NeverFittingPromptIsRejectedNotRetried) {
   Fixture f({.page_size = 4}, 4);  // 16 tokens
   Request* big = f.submit(std::vector<int32_t>(16, 3), 4);

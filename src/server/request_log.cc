@@ -1,0 +1,72 @@
+#include "server/request_log.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace strata {
+namespace {
+
+using nlohmann::json;
+
+const char* path_of(const OpenAiRequest& req) {
+  return req.endpoint == Endpoint::kChat ? "/v1/chat/completions" : "/v1/completions";
+}
+
+// Text as a JSON string (quotes, newlines escaped: one log line), cut at level 2.
+std::string quoted(const std::string& text, int level) {
+  const bool cut = level < 3 && text.size() > kPartialChars;
+  std::string s = cut ? text.substr(0, kPartialChars) : text;
+  std::string out = json(s).dump(-1, ' ', false, json::error_handler_t::replace);
+  if (cut) out += fmt::format("…(+{} bytes)", text.size() - kPartialChars);
+  return out;
+}
+
+std::string sampling(const OpenAiRequest& r) {
+  return fmt::format(
+      " max_tokens={} temperature={} top_p={} top_k={} n={} seed={} stop={} ignore_eos={} "
+      "stream={} logprobs={}",
+      r.max_tokens ? fmt::format("{}", *r.max_tokens) : "default", r.temperature, r.top_p, r.top_k,
+      r.n, r.seed ? fmt::format("{}", *r.seed) : "none", json(r.stop).dump(), r.ignore_eos,
+      r.stream, r.top_logprobs);
+}
+
+std::string prompt_text(const OpenAiRequest& r, int level) {
+  if (r.endpoint == Endpoint::kChat) return " messages=" + quoted(r.messages.dump(), level);
+  std::string out;
+  for (const auto& t : r.text_prompts) out += " prompt=" + quoted(t, level);
+  for (const auto& ids : r.token_prompts) out += " prompt_ids=" + quoted(json(ids).dump(), level);
+  return out;
+}
+
+}  // namespace
+
+std::string describe_received(const OpenAiRequest& req, const ResponseMeta& meta,
+                              const std::vector<int32_t>& prompt_tokens, int level) {
+  std::string line = fmt::format("Receive: POST {} id={} prompts={} prompt_tokens={}", path_of(req),
+                                 meta.id, req.num_prompts(), prompt_tokens);
+  if (level >= 1) line += sampling(req);
+  if (level >= 2) line += prompt_text(req, level);
+  return line;
+}
+
+std::string describe_finished(const OpenAiRequest& req, const ResponseMeta& meta,
+                              const std::vector<ChoiceResult>& choices, const Usage& usage,
+                              double e2e_s, int level) {
+  std::vector<std::string> reasons;
+  for (const auto& c : choices) {
+    const json r = finish_reason_json(c.finish_reason);
+    reasons.push_back(r.is_null() ? "none" : r.get<std::string>());
+  }
+  std::string line = fmt::format(
+      "Finish: POST {} id={} finish_reason={} prompt_tokens={} completion_tokens={} "
+      "cached_tokens={} e2e={:.3f}s",
+      path_of(req), meta.id, reasons, usage.prompt_tokens, usage.completion_tokens,
+      usage.cached_tokens, e2e_s);
+  for (const auto& c : choices)
+    if (!c.error.empty()) line += " error=" + quoted(c.error, 3);
+  if (level >= 2)
+    for (const auto& c : choices) line += " output=" + quoted(c.text, level);
+  return line;
+}
+
+}  // namespace strata
