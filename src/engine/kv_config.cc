@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "model/weight_names.h"
 #include "model/weights.h"
 #include "planner/planner.h"
 
@@ -182,20 +183,21 @@ StatusOr<std::optional<KvScales>> checkpoint_kv_scales(const WeightStore& w, con
   KvScales s;
   s.source = "checkpoint";
   bool any = false;
+  namespace wn = weight_names;
+  const WeightNames names(spec);
   for (int l = 0; l < spec.num_layers; ++l) {
-    const std::string p = spec.weight_prefix + "layers." + std::to_string(l) + ".self_attn.";
     float ks = 1.0f, vs = 1.0f;
-    for (const char* name : {"k_scale", "v_scale", "kv_scale"}) {
-      if (!w.find(p + name)) continue;
-      STRATA_ASSIGN_OR_RETURN(HostTensor t, w.load_f32(p + name));
-      if (t.numel() != 1)
-        return invalid_argument("checkpoint tensor {}{} must be a scalar", p, name);
+    for (const std::string_view which : {wn::kKScale, wn::kVScale, wn::kKvScale}) {
+      const std::string name = names.attn(l, which);
+      if (!w.find(name)) continue;
+      STRATA_ASSIGN_OR_RETURN(HostTensor t, w.load_f32(name));
+      if (t.numel() != 1) return invalid_argument("checkpoint tensor {} must be a scalar", name);
       const float x = t.f32()[0];
       if (!(x > 0) || !std::isfinite(x))
-        return invalid_argument("checkpoint tensor {}{} = {} must be finite and > 0", p, name, x);
+        return invalid_argument("checkpoint tensor {} = {} must be finite and > 0", name, x);
       any = true;
-      if (std::string(name) != "v_scale") ks = x;
-      if (std::string(name) != "k_scale") vs = x;
+      if (which != wn::kVScale) ks = x;
+      if (which != wn::kKScale) vs = x;
     }
     s.k.push_back(ks);
     s.v.push_back(vs);

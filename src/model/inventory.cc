@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 
 #include "core/check.h"
 #include "model/quant.h"
+#include "model/weight_names.h"
 
 namespace strata {
 namespace {
@@ -16,31 +18,31 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 class Builder {
  public:
-  explicit Builder(const ModelSpec& spec) : spec_(spec) {}
+  explicit Builder(const ModelSpec& spec) : spec_(spec), names_(spec) {}
 
   std::vector<WeightEntry> build() {
-    add(spec_.weight_prefix + "embed_tokens.weight", {spec_.vocab_size, spec_.hidden_size},
+    add(WeightNames::weight(names_.embed_tokens()), {spec_.vocab_size, spec_.hidden_size},
         Sharding::kVocab, WeightRole::kEmbedding);
     for (int l = 0; l < spec_.num_layers; ++l) {
       layer_ = l;
-      std::string p = fmt::format("{}layers.{}.", spec_.weight_prefix, l);
-      norm(p + "input_layernorm.weight", spec_.hidden_size);
+      norm(WeightNames::weight(names_.input_norm(l)), spec_.hidden_size);
       if (spec_.is_mla()) {
-        mla_attention(p + "self_attn.");
+        mla_attention(l);
       } else {
-        gqa_attention(p + "self_attn.");
+        gqa_attention(l);
       }
-      norm(p + "post_attention_layernorm.weight", spec_.hidden_size);
+      norm(WeightNames::weight(names_.post_norm(l)), spec_.hidden_size);
       if (spec_.is_moe_layer(l)) {
-        moe(p + "mlp.");
+        moe(l);
       } else {
-        mlp(p + "mlp.", spec_.intermediate_size, WeightRole::kDenseMlp);
+        mlp([&](std::string_view proj) { return names_.mlp(l, proj); }, spec_.intermediate_size,
+            WeightRole::kDenseMlp);
       }
     }
     layer_ = -1;
-    norm(spec_.weight_prefix + "norm.weight", spec_.hidden_size);
+    norm(WeightNames::weight(names_.final_norm()), spec_.hidden_size);
     if (!spec_.tie_word_embeddings) {
-      add(spec_.lm_head_name, {spec_.vocab_size, spec_.hidden_size}, Sharding::kVocab,
+      add(WeightNames::weight(names_.lm_head()), {spec_.vocab_size, spec_.hidden_size}, Sharding::kVocab,
           WeightRole::kLmHead);
     }
     return std::move(out_);
@@ -97,75 +99,85 @@ class Builder {
     add(name, {n}, Sharding::kReplicated, WeightRole::kNorm);
   }
 
-  void gqa_attention(const std::string& p) {
+  void gqa_attention(int l) {
+    namespace wn = weight_names;
+    auto a = [&](std::string_view m) { return names_.attn(l, m); };
     const int64_t q_out = int64_t(spec_.num_heads) * spec_.head_dim;
     const int64_t kv_out = int64_t(spec_.num_kv_heads) * spec_.head_dim;
     const int64_t h = spec_.hidden_size;
     const bool b = spec_.attention_bias;
-    linear(p + "q_proj", q_out, h, Sharding::kColumn, WeightRole::kAttention, b);
-    linear(p + "k_proj", kv_out, h, Sharding::kKvHeads, WeightRole::kAttention, b);
-    linear(p + "v_proj", kv_out, h, Sharding::kKvHeads, WeightRole::kAttention, b);
-    linear(p + "o_proj", h, q_out, Sharding::kRow, WeightRole::kAttention,
+    linear(a(wn::kQProj), q_out, h, Sharding::kColumn, WeightRole::kAttention, b);
+    linear(a(wn::kKProj), kv_out, h, Sharding::kKvHeads, WeightRole::kAttention, b);
+    linear(a(wn::kVProj), kv_out, h, Sharding::kKvHeads, WeightRole::kAttention, b);
+    linear(a(wn::kOProj), h, q_out, Sharding::kRow, WeightRole::kAttention,
            spec_.attention_out_bias);
     if (spec_.qk_norm) {
-      norm(p + "q_norm.weight", spec_.head_dim);
-      norm(p + "k_norm.weight", spec_.head_dim);
+      norm(WeightNames::weight(a(wn::kQNorm)), spec_.head_dim);
+      norm(WeightNames::weight(a(wn::kKNorm)), spec_.head_dim);
     }
   }
 
   // MLA: the latent projections (q_a, kv_a) and their norms are small and replicated; the
   // per-head up-projections split by heads; o_proj is row-parallel.
-  void mla_attention(const std::string& p) {
+  void mla_attention(int l) {
+    namespace wn = weight_names;
+    auto a = [&](std::string_view m) { return names_.attn(l, m); };
     const MlaSpec& m = spec_.mla;
     const int64_t heads = spec_.num_heads;
     const int64_t h = spec_.hidden_size;
     const int64_t q_head = m.qk_nope_head_dim + m.qk_rope_head_dim;
     if (m.q_lora_rank > 0) {
-      linear(p + "q_a_proj", m.q_lora_rank, h, Sharding::kReplicated, WeightRole::kAttention);
-      norm(p + "q_a_layernorm.weight", m.q_lora_rank);
-      linear(p + "q_b_proj", heads * q_head, m.q_lora_rank, Sharding::kColumn,
+      linear(a(wn::kQAProj), m.q_lora_rank, h, Sharding::kReplicated, WeightRole::kAttention);
+      norm(WeightNames::weight(a(wn::kQALayerNorm)), m.q_lora_rank);
+      linear(a(wn::kQBProj), heads * q_head, m.q_lora_rank, Sharding::kColumn,
              WeightRole::kAttention);
     } else {
-      linear(p + "q_proj", heads * q_head, h, Sharding::kColumn, WeightRole::kAttention);
+      linear(a(wn::kQProj), heads * q_head, h, Sharding::kColumn, WeightRole::kAttention);
     }
-    linear(p + "kv_a_proj_with_mqa", m.kv_lora_rank + m.qk_rope_head_dim, h, Sharding::kReplicated,
+    linear(a(wn::kKvAProj), m.kv_lora_rank + m.qk_rope_head_dim, h, Sharding::kReplicated,
            WeightRole::kAttention);
-    norm(p + "kv_a_layernorm.weight", m.kv_lora_rank);
-    linear(p + "kv_b_proj", heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank,
+    norm(WeightNames::weight(a(wn::kKvALayerNorm)), m.kv_lora_rank);
+    linear(a(wn::kKvBProj), heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank,
            Sharding::kColumn, WeightRole::kAttention);
-    linear(p + "o_proj", h, heads * m.v_head_dim, Sharding::kRow, WeightRole::kAttention);
+    linear(a(wn::kOProj), h, heads * m.v_head_dim, Sharding::kRow, WeightRole::kAttention);
   }
 
-  void mlp(const std::string& p, int64_t inter, WeightRole role) {
+  // gate/up/down under module(proj): a dense MLP, one routed expert or the shared experts.
+  void mlp(const std::function<std::string(std::string_view)>& module, int64_t inter, WeightRole role) {
+    namespace wn = weight_names;
     const int64_t h = spec_.hidden_size;
     const bool b = spec_.mlp_bias;
-    linear(p + "gate_proj", inter, h, Sharding::kColumn, role, b);
-    linear(p + "up_proj", inter, h, Sharding::kColumn, role, b);
-    linear(p + "down_proj", h, inter, Sharding::kRow, role, b);
+    linear(module(wn::kGateProj), inter, h, Sharding::kColumn, role, b);
+    linear(module(wn::kUpProj), inter, h, Sharding::kColumn, role, b);
+    linear(module(wn::kDownProj), h, inter, Sharding::kRow, role, b);
   }
 
-  void moe(const std::string& p) {
+  void moe(int l) {
+    namespace wn = weight_names;
     const MoeSpec& m = spec_.moe;
     const int64_t h = spec_.hidden_size;
-    add(p + "gate.weight", {m.n_routed_experts, h}, Sharding::kReplicated, WeightRole::kRouter);
+    const std::string router = names_.mlp(l, wn::kRouter);
+    add(WeightNames::weight(router), {m.n_routed_experts, h}, Sharding::kReplicated, WeightRole::kRouter);
     if (m.topk_method == TopkMethod::kNoauxTc) {
       // Stored in float32 in DeepSeek-V3 / Kimi checkpoints.
-      add(p + "gate.e_score_correction_bias", {m.n_routed_experts}, Sharding::kReplicated,
+      add(router + "." + std::string(wn::kRouterBias), {m.n_routed_experts}, Sharding::kReplicated,
           WeightRole::kRouter)
           .dtype = DType::kF32;
     }
     for (int e = 0; e < m.n_routed_experts; ++e) {
       expert_ = e;
-      mlp(fmt::format("{}experts.{}.", p, e), m.moe_intermediate_size, WeightRole::kRoutedExpert);
+      mlp([&](std::string_view proj) { return names_.expert(l, e, proj); }, m.moe_intermediate_size,
+          WeightRole::kRoutedExpert);
     }
     expert_ = -1;
     if (m.n_shared_experts > 0) {
-      mlp(p + "shared_experts.", int64_t(m.moe_intermediate_size) * m.n_shared_experts,
-          WeightRole::kSharedExpert);
+      mlp([&](std::string_view proj) { return names_.shared_expert(l, proj); },
+          int64_t(m.moe_intermediate_size) * m.n_shared_experts, WeightRole::kSharedExpert);
     }
   }
 
   const ModelSpec& spec_;
+  const WeightNames names_;
   std::vector<WeightEntry> out_;
   int layer_ = -1;
   int expert_ = -1;
@@ -249,7 +261,7 @@ int64_t device_bytes(const WeightEntry& w, const std::vector<int64_t>& shape, co
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   if (w.name.ends_with(".bias") || w.name.ends_with("e_score_correction_bias")) return n * 4;
-  if (w.quant == QuantMethod::kNone || shape.size() != 2 || w.name.ends_with("kv_b_proj.weight"))
+  if (w.quant == QuantMethod::kNone || shape.size() != 2 || w.name.ends_with(std::string(weight_names::kKvBProj) + ".weight"))
     return dtype_bytes_for(policy.dense_dtype, n);
   return linear_device_bytes(policy.device_format(stored_format(w, layout)), shape[0], shape[1]);
 }

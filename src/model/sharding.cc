@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "model/weight_names.h"
+
 namespace strata {
 namespace {
 
@@ -139,25 +141,29 @@ StatusOr<WeightShard> TpShardPlan::shard(int r, std::string_view name, const Sha
   };
   const int64_t hd = s.head_dim, qk_head = s.mla.qk_nope_head_dim + s.mla.qk_rope_head_dim;
   const int64_t heads = s.num_heads;
+  namespace wn = weight_names;
+  // Module names (model/weight_names.h) as they appear inside a tensor's name.
+  auto attn = [&](std::string_view m) { return contains(name, "self_attn." + std::string(m) + "."); };
+  auto proj = [&](std::string_view m) { return contains(name, std::string(m) + "."); };
   if (ends_with(name, "embed_tokens.weight") || ends_with(name, "lm_head.weight") || name == s.lm_head_name)
     return split(ShardKind::kVocab, 0, rs.vocab, s.vocab_size);
-  if (ends_with(name, "norm.weight") || ends_with(name, "layernorm.bias") || contains(name, "q_a_proj.") ||
-      contains(name, "kv_a_proj_with_mqa.") || ends_with(name, "mlp.gate.weight") ||
-      ends_with(name, "e_score_correction_bias"))
+  if (ends_with(name, "norm.weight") || ends_with(name, "layernorm.bias") || attn(wn::kQAProj) ||
+      attn(wn::kKvAProj) || ends_with(name, "mlp." + std::string(wn::kRouter) + ".weight") ||
+      ends_with(name, wn::kRouterBias))
     return w;
-  if (contains(name, "self_attn.q_proj.")) {
+  if (attn(wn::kQProj)) {
     const int64_t per = s.is_mla() ? qk_head : hd;
     return split(ShardKind::kColumn, 0, scale(rs.q_heads, per), heads * per);
   }
-  if (contains(name, "self_attn.k_proj.") || contains(name, "self_attn.v_proj."))
+  if (attn(wn::kKProj) || attn(wn::kVProj))
     return split(ShardKind::kColumn, 0, scale(rs.kv_heads, hd), int64_t(s.num_kv_heads) * hd);
-  if (contains(name, "self_attn.q_b_proj."))
+  if (attn(wn::kQBProj))
     return split(ShardKind::kColumn, 0, scale(rs.q_heads, qk_head), heads * qk_head);
-  if (contains(name, "self_attn.kv_b_proj.")) {
+  if (attn(wn::kKvBProj)) {
     const int64_t per = s.mla.qk_nope_head_dim + s.mla.v_head_dim;
     return split(ShardKind::kColumn, 0, scale(rs.q_heads, per), heads * per);
   }
-  if (contains(name, "self_attn.o_proj.")) {
+  if (attn(wn::kOProj)) {
     if (is_bias) return row_bias();
     const int64_t per = s.is_mla() ? s.mla.v_head_dim : hd;
     return split(ShardKind::kRow, 1, scale(rs.q_heads, per), heads * per);
@@ -170,9 +176,9 @@ StatusOr<WeightShard> TpShardPlan::shard(int r, std::string_view name, const Sha
   } else if (contains(name, "mlp.shared_experts.")) {
     inter = rs.shared_intermediate, inter_total = int64_t(s.moe.n_shared_experts) * s.moe.moe_intermediate_size;
   }
-  if (contains(name, "gate_proj.") || contains(name, "up_proj."))
+  if (proj(wn::kGateProj) || proj(wn::kUpProj))
     return split(ShardKind::kColumn, 0, inter, inter_total);
-  if (contains(name, "down_proj.")) {
+  if (proj(wn::kDownProj)) {
     if (is_bias) return row_bias();
     return split(ShardKind::kRow, 1, inter, inter_total);
   }
