@@ -34,10 +34,11 @@ void run_fp8_dequant(const Fp8DequantParams& p, const Launch& l) { launch_fp8_de
 
 constexpr size_t kFp8GemmWorkspaceBytes = size_t(32) << 20;  // cuBLASLt's recommendation on Hopper
 
-// The FP8 GEMV or the act_quant + GEMM for m rows of an [n, k] weight. Measured on DeepSeek-V3's
-// shapes (2026-12-01, H200, bench/cuda/fp8_linear_bench.cc): the GEMV wins at m <= 2 everywhere
-// and up to m = 16 on small weights (kv_a 576 x 7168: 15.9 us vs 18.1 at m = 16); on large ones
-// the GEMM wins from m = 4 (gate/up 7168 -> 18432: 53 us vs 91).
+// The FP8 GEMV or a GEMM for m rows of an [n, k] weight. Measured against the W8A8 GEMM on
+// DeepSeek-V3's shapes (2026-12-01, H200, bench/cuda/fp8_linear_bench.cc): the GEMV wins at m <= 2
+// everywhere and up to m = 16 on small weights (kv_a 576 x 7168: 15.9 us vs 18.1 at m = 16); on
+// large ones the GEMM wins from m = 4 (gate/up 7168 -> 18432: 53 us vs 91). The default W8A16
+// GEMM (dequantize + cuBLAS) has not been timed against the GEMV yet: the same rule serves it.
 bool fp8_use_gemv(int64_t m, int64_t n, int64_t k) {
   if (m <= 2) return true;
   if (m > kFp8GemvMaxRows) return false;
