@@ -153,10 +153,10 @@ def run(n, k, group, m, W, U, grid, glu_inter=0):
                     for lane in range(32):
                         g, c = lane // 4, lane % 4
                         tok = g if g < m else 0
-                        lane_w = tok * 32 + c * 4 + kt * m * 32
-                        xo0 = (tok & 1) * 16
-                        xo1 = 16 - xo0
-                        xw = [lane_w + xo0 + j for j in range(4)] + [lane_w + xo1 + j for j in range(4)]
+                        # x_lane (+ kt tiles) and, for half 1, that address ^ 64 bytes (16 words)
+                        xa = tok * 32 + c * 4 + (tok & 1) * 16 + kt * m * 32
+                        xb = xa ^ 16
+                        xw = [xa + j for j in range(4)] + [xb + j for j in range(4)]
                         for s in range(4):
                             for bb in range(2):
                                 v = xs[xw[2 * s + bb]]

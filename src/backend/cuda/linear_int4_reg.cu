@@ -76,6 +76,19 @@ __device__ __forceinline__ void static_for(F&& f) {
   }
 }
 
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ float2 lds64f(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
+}
+
 // Host-computed layout of one launch (kernel argument; see choose_reg).
 struct Int4RegPlan {
   int kt;           // k tiles per row tile
@@ -204,11 +217,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   __syncthreads();
 
   // ---- the stream ----
-  // This lane's x words of k tile 0 (halves at xo0 and xo1); lanes of tokens >= m read token 0.
+  // This lane's x words of k tile 0, half 0 (shared-memory address; half 1 is 64 bytes away in
+  // the same 128-byte block: address ^ 64); lanes of tokens >= m read token 0.
   const int tok = g < m ? g : 0;
-  const char* x_lane = smem + tok * 128 + c * 16;
-  const int xo0 = (tok & 1) * 64, xo1 = 64 - xo0, x_kt = m * 128;
-  const char* xsum_lane = smem + pl.off_xsum + 2 * c * 4;
+  if (smem_u32(smem) % 128 != 0) __trap();  // the halves' XOR needs 128-byte blocks
+  const uint32_t x_lane = smem_u32(smem) + tok * 128 + c * 16 + (tok & 1) * 64;
+  const uint32_t x_kt = m * 128;
+  const uint32_t xsum_lane = smem_u32(smem + pl.off_xsum) + 2 * c * 4;
   float* part = reinterpret_cast<float*>(smem + pl.off_part) + warp * pl.slots * 16 * m;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   // g0 (even k steps) starts a scale group at −136·Σx, g1 (odd steps) at 0; both sum
@@ -226,13 +241,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[i] = acc1[i] = 0.0f;
   };
-  int kt = KT > 0 ? a % KT : 0;  // the k tile of the position being multiplied
+  int kt = KT > 0 ? a % KT : 0;   // the k tile of the position being multiplied
+  uint32_t xp = x_lane + kt * x_kt;   // its x
   // Multiplies ring slot t (position i, k tile kt), then refills it with position i + U.
   auto step = [&](auto t_c, int i) {
     constexpr int t = decltype(t_c)::value;
-    const char* xp = x_lane + kt * x_kt;
-    const uint4 xa = *reinterpret_cast<const uint4*>(xp + xo0);
-    const uint4 xb = *reinterpret_cast<const uint4*>(xp + xo1);
+    const uint4 xa = lds128(xp), xb = lds128(xp ^ 64);
     const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
     const uint32_t qw[4] = {ring[t].x, ring[t].y, ring[t].z, ring[t].w};
     if constexpr (kRound) {
@@ -250,7 +264,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
       for (int s = 0; s < 4; ++s) {
         if (TPG == 0 ? s % 2 == 0 : s == 0 && t % kUnit == 0) {  // a group's first k step
           const int grp = TPG == 0 ? 2 * kt + s / 2 : (kt * kInt4TileK) >> gshift;
-          const float2 xs = *reinterpret_cast<const float2*>(xsum_lane + grp * kMaxTokens * 4);
+          const float2 xs = lds64f(xsum_lane + grp * kMaxTokens * 4);
           g0[0] = xs.x;
           g0[1] = xs.y;
           g0[2] = xs.x;
@@ -272,9 +286,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
       }
     }
     load(t_c, i + U);
-    if (pl.trigger == kInt4TriggerLate && i + U == b - 1) pdl_trigger();  // the last load
+    xp += x_kt;
     if (++kt == KT) {  // the row tile's end
       kt = 0;
+      xp = x_lane;
       flush();
       ++jslot;
     }
@@ -284,6 +299,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
       const int i = i0 + decltype(t_c)::value;
       if (i < b) step(t_c, i);
     });
+    // This round refilled positions up to i0 + 2U - 1: the last load is issued once that
+    // reaches b - 1 (the trigger counts once per block).
+    if (pl.trigger == kInt4TriggerLate && i0 + 2 * U >= b) pdl_trigger();
   }
   if (KT > 0 && b > a && b % KT != 0) flush();  // the part ends inside a row tile
   __syncthreads();
