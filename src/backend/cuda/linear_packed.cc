@@ -152,9 +152,6 @@ void CudaBackend::linear_packed(const Tensor& x, const LinearWeight& w, const Te
     p.group = w.format.group_size;
     p.pdl_early = tunables_.pdl_early;
     p.preload = 1;  // weights are never written by the kernel before (linear_int4.h)
-    // The mma GEMV: one token's 128 GEMVs of the 8B shape 2.03 ms against the stream GEMV's
-    // 2.54 ms with its default knobs (2026-12-01, int4_linear_bench).
-    p.gemv_kernel = kInt4GemvMma;
     if (int4_use_gemv(m, n, k)) {
       if (glu) p.glu_inter = n / 2;
       return record(glu ? kOpInt4GemvGlu : kOpInt4Gemv, p, run_int4_gemv);
