@@ -18,6 +18,8 @@ namespace strata::cuda {
   X(kOpKvWrite, "kv_write")              \
   X(kOpDecode, "attn_decode")            \
   X(kOpPrefill, "attn_prefill")          \
+  X(kOpMlaKvWrite, "mla_kv_write")       \
+  X(kOpMlaAttention, "mla_attention")    \
   X(kOpGemmBatched, "gemm_batched")      \
   X(kOpSlice, "slice")                   \
   X(kOpSample, "sample")                 \
