@@ -17,7 +17,7 @@ namespace strata::cuda {
 constexpr CpuTwinOp kCpuTwinOps[] = {
     {"mla_attention",
      "the MLA kernels are built for (kv_lora_rank, rope dims) (512, 64), (128, 32) and (32, 8) "
-     "over 4-byte-aligned rows, not this layer's (home: mla.cu)"},
+     "over aligned rows, not this layer's (home: mla.cu)"},
     {"moe_route", "MoE routing has no GPU kernel yet (issue 23; home: moe.cu)"},
     {"moe_experts", "MoE expert FFNs have no GPU kernel yet (issue 23; home: moe.cu)"},
     {"linear_f32_out",

@@ -12,8 +12,8 @@
 // step shape gets the same block back (device_memory.h).
 //
 // (kv_lora_rank, rope) pairs the kernels are not built for (mla_attention_supported), and rows
-// the kernels cannot copy (not 4-byte aligned), run on the CPU reference through host copies
-// (cpu_twin.cc), counted as "mla_attention".
+// the kernels cannot copy (not 4-byte aligned; bf16 rows not 16-byte aligned), run on the CPU
+// reference through host copies (cpu_twin.cc), counted as "mla_attention".
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/mla_attention.h"
 
@@ -71,8 +71,10 @@ void CudaBackend::mla_attention(const Tensor& q_latent, const KvStorage& kv, int
   const MlaRowFormat fmt = layer_row_format(lay, layer, rope, kv.k_scale(layer));
   const void* cache = kv.k(layer).data;
   const int copy_width = mla_copy_width(cache, fmt.row_bytes);
-  // q rows are read 16 bytes at a time: width % 8 (true of every built pair).
-  if (!mla_attention_supported(latent, rope) || copy_width == 0 || width % 8 != 0) {
+  // q rows are read 16 bytes at a time: width % 8 (true of every built pair); bf16 rows go
+  // straight into the mma kernel's tiles in 16-byte copies (rows of every built pair are).
+  if (!mla_attention_supported(latent, rope) || copy_width == 0 || width % 8 != 0 ||
+      (mla_mma_direct(fmt) && copy_width != 16)) {
     mla_attention_cpu_twin(q_latent, kv, layer, meta, args, out);
     return;
   }
