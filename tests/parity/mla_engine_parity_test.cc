@@ -71,8 +71,8 @@ TEST(MlaEngine, HouseMlaGeneratesWithoutMlaFallbackOnEveryKvDtype) {
     const char* dtype;
     const char* rope;
   };
-  for (const Kv kv : {Kv{"auto", ""}, Kv{"fp8_e4m3", "bf16"}, Kv{"fp8_e5m2", ""},
-                      Kv{"fp8_flashmla", ""}}) {
+  for (const Kv kv :
+       {Kv{"auto", ""}, Kv{"fp8_e4m3", "bf16"}, Kv{"fp8_e5m2", ""}, Kv{"fp8_flashmla", ""}}) {
     SCOPED_TRACE(std::string(kv.dtype) + " rope " + kv.rope);
     const Outcome o = generate(kv.dtype, kv.rope, std::nullopt, false, prompts);
     ASSERT_EQ(o.tokens.size(), prompts.size());
@@ -82,10 +82,11 @@ TEST(MlaEngine, HouseMlaGeneratesWithoutMlaFallbackOnEveryKvDtype) {
       if (!bf16.empty()) same += o.tokens[i] == bf16[i];
     }
     if (bf16.empty()) bf16 = o.tokens;
-    std::printf("house-mla engine, kv %s%s%s: %zu prompts x %d tokens batched, mla_attention CPU "
-                "fallbacks %lld; outputs equal to bf16 KV's: %d/%zu\n",
-                kv.dtype, *kv.rope ? ", rope " : "", kv.rope, prompts.size(), kNewTokens,
-                (long long)o.mla_fallbacks, same, prompts.size());
+    std::printf(
+        "house-mla engine, kv %s%s%s: %zu prompts x %d tokens batched, mla_attention CPU "
+        "fallbacks %lld; outputs equal to bf16 KV's: %d/%zu\n",
+        kv.dtype, *kv.rope ? ", rope " : "", kv.rope, prompts.size(), kNewTokens,
+        (long long)o.mla_fallbacks, same, prompts.size());
     EXPECT_EQ(o.mla_fallbacks, 0);
   }
 }
@@ -99,9 +100,10 @@ TEST(MlaEngine, HouseMlaGraphsDoNotChangeTokens) {
     ASSERT_EQ(graphs.tokens.size(), prompts.size());
     int same = 0;
     for (size_t i = 0; i < prompts.size(); ++i) same += eager.tokens[i] == graphs.tokens[i];
-    std::printf("house-mla engine, kv %s, one request at a time: graphs on and off give the same "
-                "tokens for %d/%zu prompts\n",
-                dtype, same, prompts.size());
+    std::printf(
+        "house-mla engine, kv %s, one request at a time: graphs on and off give the same "
+        "tokens for %d/%zu prompts\n",
+        dtype, same, prompts.size());
     EXPECT_EQ(same, int(prompts.size())) << dtype;
     EXPECT_EQ(graphs.mla_fallbacks, 0);
   }

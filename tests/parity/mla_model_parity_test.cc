@@ -143,10 +143,10 @@ TEST_P(MlaModel, LogitsMatchHuggingFaceAndTheReferenceMla) {
       const double e = nmse(logits, expected), er = nmse(logits, ref_logits);
       const double ea = nmse(attn0, ref_attn0);
       const double agree = argmax_agreement(logits, expected, vocab, &gap);
-      std::printf("%s %s chunk %d: nmse vs HF %.3g (reference MLA: %.3g), vs the reference MLA "
-                  "%.3g (layer 0 attention %.3g); argmax agreement with HF %.3f (worst gap %.3g)\n",
-                  fx.name.c_str(), seq.c_str(), chunk, e, nmse(ref_logits, expected), er, ea,
-                  agree, gap);
+      std::printf(
+          "%s %s chunk %d: nmse vs HF %.3g (reference MLA: %.3g), vs the reference MLA "
+          "%.3g (layer 0 attention %.3g); argmax agreement with HF %.3f (worst gap %.3g)\n",
+          fx.name.c_str(), seq.c_str(), chunk, e, nmse(ref_logits, expected), er, ea, agree, gap);
       EXPECT_LT(e, fx.hf_nmse) << seq << " chunk " << chunk;
       EXPECT_LT(er, fx.ref_mla_nmse) << seq << " chunk " << chunk;
       ASSERT_EQ(attn0.size(), ref_attn0.size());
@@ -220,12 +220,14 @@ TEST_P(MlaModel, GreedyMatchesTheCpuBackend) {
         const std::vector<float>& row = want.logits[size_t(same)];
         float scale = 0;
         for (float x : row) scale = std::max(scale, std::fabs(x));
-        gap = double(row[size_t(want.tokens[size_t(same)])] - row[size_t(got[size_t(same)])]) / scale;
+        gap =
+            double(row[size_t(want.tokens[size_t(same)])] - row[size_t(got[size_t(same)])]) / scale;
       }
-      std::printf("%s prompt %zu (%zu tokens), graphs %d: %d of %d greedy tokens equal the CPU "
-                  "backend's%s (CPU gap there %.3g)\n",
-                  fx.name.c_str(), i, prompts[i].size(), int(graphs), same, n,
-                  same < n ? ", then a difference" : "", gap);
+      std::printf(
+          "%s prompt %zu (%zu tokens), graphs %d: %d of %d greedy tokens equal the CPU "
+          "backend's%s (CPU gap there %.3g)\n",
+          fx.name.c_str(), i, prompts[i].size(), int(graphs), same, n,
+          same < n ? ", then a difference" : "", gap);
       EXPECT_LT(gap, 0.02) << "prompt " << i << ": greedy left the CPU's at token " << same
                            << ", not a near-tie";
       if (!graphs) {
@@ -243,13 +245,12 @@ TEST_P(MlaModel, GreedyMatchesTheCpuBackend) {
   EXPECT_EQ(mla_fallbacks(*gpu), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, MlaModel, ::testing::ValuesIn(fixtures()),
-                         [](const auto& info) {
-                           std::string n = info.param.name;
-                           for (char& c : n)
-                             if (c == '-') c = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, MlaModel, ::testing::ValuesIn(fixtures()), [](const auto& info) {
+  std::string n = info.param.name;
+  for (char& c : n)
+    if (c == '-') c = '_';
+  return n;
+});
 
 // house-mla over 768 positions, prefilled in chunks of 100 over the cached pages: argmax vs HF.
 TEST(MlaModelLong, HouseMlaArgmax) {

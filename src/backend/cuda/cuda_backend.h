@@ -7,9 +7,9 @@
 // the kernels in attention_*.cu), linear, norm, rope (and the fused qkv_rope), elementwise,
 // copies (embedding, gathers, slices), kv_write, sampling, mla (MLA attention and its KV write);
 // moe.cu is the home of ops not yet on the GPU, which cpu_twin.cc runs on the CPU reference (a
-// declared table, counted). This class owns memory (device_memory.h), host-input staging, steps, the launch
-// recorder (graph_recorder.h) and the tunables (tunables.h, the one place that reads the
-// environment).
+// declared table, counted). This class owns memory (device_memory.h), host-input staging,
+// steps, the launch recorder (graph_recorder.h) and the tunables (tunables.h, the one place
+// that reads the environment).
 //
 // Execution model. Every op becomes one or more launches, each a trivially copyable parameter
 // block plus a launcher (launch.h). In eager mode (the default) a launch runs at once on the
