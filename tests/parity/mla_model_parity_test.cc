@@ -143,16 +143,24 @@ TEST_P(MlaModel, LogitsMatchHuggingFaceAndTheReferenceMla) {
       const double e = nmse(logits, expected), er = nmse(logits, ref_logits);
       const double ea = nmse(attn0, ref_attn0);
       const double agree = argmax_agreement(logits, expected, vocab, &gap);
+      double ref_gap = 0;
+      const double ref_agree = argmax_agreement(ref_logits, expected, vocab, &ref_gap);
       std::printf(
           "%s %s chunk %d: nmse vs HF %.3g (reference MLA: %.3g), vs the reference MLA "
-          "%.3g (layer 0 attention %.3g); argmax agreement with HF %.3f (worst gap %.3g)\n",
-          fx.name.c_str(), seq.c_str(), chunk, e, nmse(ref_logits, expected), er, ea, agree, gap);
+          "%.3g (layer 0 attention %.3g); argmax agreement with HF %.3f (worst gap %.3g; "
+          "reference MLA %.3f)\n",
+          fx.name.c_str(), seq.c_str(), chunk, e, nmse(ref_logits, expected), er, ea, agree, gap,
+          ref_agree);
       EXPECT_LT(e, fx.hf_nmse) << seq << " chunk " << chunk;
       EXPECT_LT(er, fx.ref_mla_nmse) << seq << " chunk " << chunk;
       ASSERT_EQ(attn0.size(), ref_attn0.size());
       ASSERT_FALSE(attn0.empty());
       EXPECT_LT(ea, 1e-4) << seq << " chunk " << chunk << ": layer 0's MLA output";
-      EXPECT_GE(agree, 0.9) << seq << " chunk " << chunk;
+      // The tiny random fixtures' MoE routers flip choices at float near-ties (the same model
+      // with MLA on the CPU reference disagrees with HF at the same positions: measured 7/8 on
+      // seq0 of the V3-style fixtures), so the bound is the reference MLA's own agreement, less
+      // at most one position: the GPU's MLA must not add disagreements of its own.
+      EXPECT_GE(agree, ref_agree - 1.0 / double(ids.size()) - 1e-9) << seq << " chunk " << chunk;
       if (fx.trained) {
         EXPECT_LT(gap, 0.02) << seq << ": an argmax disagreement that is not a near-tie";
       }
