@@ -10,7 +10,9 @@
 # of TOKENS tokens need KILL_EVERY above ~TOKENS x RECORDS / 300 s. The script stops (failing) after
 # MAX_KILLS kills.
 # Usage: bench/preemption_soak.sh [path/to/strata]
-#   (env: RECORDS=4 TOKENS=4000 KILL_EVERY=60 MAX_KILLS=200)
+#   (env: RECORDS=4 TOKENS=4000 KILL_EVERY=60 MAX_KILLS=200 DEVICE=cpu SHARED=../shared)
+# On the GPU (device machine, with a carry holding models/house-llama and data/):
+#   DEVICE=cuda SHARED=.devcarry/cuda/shared KILL_EVERY=5 bash bench/preemption_soak.sh build-dev/strata
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-build/strata}
@@ -18,12 +20,14 @@ RECORDS=${RECORDS:-4}
 TOKENS=${TOKENS:-4000}
 KILL_EVERY=${KILL_EVERY:-60}
 MAX_KILLS=${MAX_KILLS:-200}
+DEVICE=${DEVICE:-cpu}
+SHARED=${SHARED:-../shared}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-head -n "$RECORDS" ../shared/data/prompts-explain.jsonl > "$TMP/in.jsonl"
+head -n "$RECORDS" "$SHARED/data/prompts-explain.jsonl" > "$TMP/in.jsonl"
 
 for temp in 0 0.8; do
-  cmd=("$BIN" generate --model-path ../shared/models/house-llama --input "explain=$TMP/in.jsonl"
+  cmd=("$BIN" generate --device "$DEVICE" --model-path "$SHARED/models/house-llama" --input "explain=$TMP/in.jsonl"
        --max-new-tokens "$TOKENS" --ignore-eos --temperature "$temp" --seed 11
        --checkpoint-interval 2 --no-progress)
   start=$(date +%s)
