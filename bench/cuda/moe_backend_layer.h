@@ -55,11 +55,15 @@ inline HostLinearWeight random_stored(const LinearFormat& f, int64_t stack, int6
   const float rms = 1.0f / std::sqrt(float(in));
   uint64_t st = seed;
   auto uniform = [&] { return float(splitmix(st) >> 40) / float(1 << 24); };  // [0, 1)
-  if (f.format == WeightFormat::kDense) {
+  if (f.format == WeightFormat::kDense) {  // four bf16 values per 64 random bits
     CHECK(f.dense_dtype == DType::kBF16);
-    for (size_t i = 0; i + 2 <= w.values.size(); i += 2) {
-      const uint16_t b = f32_to_bf16((uniform() * 2.0f - 1.0f) * rms * 1.7f);
-      std::memcpy(&w.values[i], &b, 2);
+    for (size_t i = 0; i < w.values.size(); i += 8) {
+      const uint64_t r = splitmix(st);
+      for (size_t j = 0; j < 4 && i + 2 * j + 2 <= w.values.size(); ++j) {
+        const float u = float((r >> (16 * j)) & 0xffff) / 65535.0f;
+        const uint16_t b = f32_to_bf16((u * 2.0f - 1.0f) * rms * 1.7f);
+        std::memcpy(&w.values[i + 2 * j], &b, 2);
+      }
     }
     return w;
   }
