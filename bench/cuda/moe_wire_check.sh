@@ -31,7 +31,7 @@ echo "build: $(( $(date +%s) - t0 )) s"
 for stage in ${STAGES:-parity bench}; do
   case $stage in
     parity)
-      for suite in 'MoeBackend.*' 'MoeModel.*' 'QuantModel.*:QuantWeightBytes.*' 'MoeParity.ExpertsMatchCpu'; do
+      for suite in 'MoeBackend.*' '*MoeModel.*' '*QuantModel.*:QuantWeightBytes.*:QuantLinear.*' 'MoeParity.ExpertsMatchCpu'; do
         name=$(echo "$suite" | sed 's/[.*:]/_/g; s/__*/_/g; s/_$//')
         t1=$(date +%s)
         timeout ${PARITY_TIMEOUT:-120} ./build-dev/strata_parity_test --gtest_filter="$suite" >"$OUT/parity_$name.log" 2>&1
