@@ -8,8 +8,8 @@
 #include <ctime>
 #include <unordered_map>
 
-#include "tokenizer/jinja_eval.h"
-#include "tokenizer/jinja_text.h"
+#include "tokenizer/jinja/eval.h"
+#include "tokenizer/jinja/text.h"
 
 namespace strata::jinja {
 namespace {

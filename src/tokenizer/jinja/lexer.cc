@@ -1,10 +1,10 @@
-#include "tokenizer/jinja_lexer.h"
+#include "tokenizer/jinja/lexer.h"
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 
-#include "tokenizer/jinja_value.h"
+#include "tokenizer/jinja/value.h"
 
 namespace strata::jinja {
 namespace {

@@ -1,4 +1,4 @@
-#include "tokenizer/jinja_value.h"
+#include "tokenizer/jinja/value.h"
 
 #include <algorithm>
 #include <charconv>

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "tokenizer/jinja_ast.h"
-#include "tokenizer/jinja_value.h"
+#include "tokenizer/jinja/ast.h"
+#include "tokenizer/jinja/value.h"
 
 namespace strata::jinja {
 
@@ -45,7 +45,7 @@ class Renderer {
   // Charges `n` loop iterations (or list items) to the render's budget.
   Status charge_iterations(int64_t n);
 
-  // Filters, tests and methods (jinja_builtins.cc), also used by map()/select() and friends.
+  // Filters, tests and methods (builtins.cc), also used by map()/select() and friends.
   StatusOr<Value> apply_filter(std::string_view name, const Value& input, CallArgs& args, int line);
   StatusOr<bool> apply_test(std::string_view name, const Value& input, CallArgs& args, int line);
   // A str/dict/list method call such as s.startswith('x') or d.items(); nullopt-like NotFound

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <set>
 
-#include "tokenizer/jinja_eval.h"
-#include "tokenizer/jinja_text.h"
+#include "tokenizer/jinja/eval.h"
+#include "tokenizer/jinja/text.h"
 
 namespace strata::jinja {
 namespace {

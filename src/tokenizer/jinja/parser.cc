@@ -5,7 +5,7 @@
 #include <initializer_list>
 #include <set>
 
-#include "tokenizer/jinja_ast.h"
+#include "tokenizer/jinja/ast.h"
 
 namespace strata::jinja {
 namespace {

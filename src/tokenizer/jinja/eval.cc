@@ -1,4 +1,4 @@
-#include "tokenizer/jinja_eval.h"
+#include "tokenizer/jinja/eval.h"
 
 #include <algorithm>
 #include <cmath>

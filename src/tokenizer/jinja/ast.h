@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "tokenizer/jinja_lexer.h"
-#include "tokenizer/jinja_value.h"
+#include "tokenizer/jinja/lexer.h"
+#include "tokenizer/jinja/value.h"
 
 namespace strata::jinja {
 

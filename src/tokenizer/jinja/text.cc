@@ -1,8 +1,8 @@
-#include "tokenizer/jinja_text.h"
+#include "tokenizer/jinja/text.h"
 
 #include <algorithm>
 
-#include "tokenizer/jinja_value.h"
+#include "tokenizer/jinja/value.h"
 
 namespace strata::jinja {
 namespace {
