@@ -3,7 +3,7 @@
 #include <filesystem>
 
 #include "core/log.h"
-#include "engine/prompt.h"
+#include "tokenizer/prompt_encoder.h"
 #include "engine/tp_driver.h"
 #include "tokenizer/builtin_chat_templates.h"
 

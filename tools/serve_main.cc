@@ -15,7 +15,7 @@
 #include "command.h"
 #include "core/log.h"
 #include "engine/node_launch.h"
-#include "engine/prompt.h"
+#include "tokenizer/prompt_encoder.h"
 #include "engine/tp_driver.h"
 #include "engine_flags.h"
 #include "server/http_server.h"

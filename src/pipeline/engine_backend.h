@@ -9,7 +9,7 @@
 #include <string>
 
 #include "engine/engine.h"
-#include "engine/prompt.h"
+#include "tokenizer/prompt_encoder.h"
 #include "pipeline/backend.h"
 
 namespace strata {

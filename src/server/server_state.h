@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "engine/engine.h"
-#include "engine/prompt.h"
+#include "tokenizer/prompt_encoder.h"
 #include "server/api_key_auth.h"
 #include "server/metrics.h"
 #include "server/request_log.h"

@@ -1,4 +1,4 @@
-#include "engine/prompt.h"
+#include "tokenizer/prompt_encoder.h"
 
 #include <algorithm>
 
