@@ -13,9 +13,9 @@
 #include "command.h"
 #include "core/log.h"
 #include "engine_flags.h"
-#include "pipeline/engine_backend.h"
+#include "pipeline/engine_target.h"
 #include "pipeline/runner.h"
-#include "pipeline/server_backend.h"
+#include "pipeline/server_target.h"
 
 namespace strata::tools {
 namespace {

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "pipeline/backend.h"
+#include "pipeline/prompt_target.h"
 #include "pipeline/dataset.h"
 #include "pipeline/output_lock.h"
 #include "pipeline/progress.h"

@@ -6,7 +6,7 @@
 #include <random>
 
 #include "pipeline/dataset.h"
-#include "pipeline/server_backend.h"
+#include "pipeline/server_target.h"
 
 namespace strata {
 namespace {

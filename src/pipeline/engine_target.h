@@ -10,7 +10,7 @@
 
 #include "engine/engine.h"
 #include "tokenizer/prompt_encoder.h"
-#include "pipeline/backend.h"
+#include "pipeline/prompt_target.h"
 
 namespace strata {
 

@@ -17,7 +17,7 @@
 #include <memory>
 #include <string>
 
-#include "pipeline/backend.h"
+#include "pipeline/prompt_target.h"
 
 namespace strata {
 

@@ -1,4 +1,4 @@
-#include "pipeline/engine_backend.h"
+#include "pipeline/engine_target.h"
 
 #include <algorithm>
 #include <filesystem>

@@ -1,4 +1,4 @@
-#include "pipeline/server_backend.h"
+#include "pipeline/server_target.h"
 
 #include <atomic>
 #include <chrono>

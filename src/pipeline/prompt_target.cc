@@ -1,4 +1,4 @@
-#include "pipeline/backend.h"
+#include "pipeline/prompt_target.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
-// What a batch job runs its prompts on: the in-process engine (engine_backend.h) or an
-// OpenAI-compatible server (server_backend.h). The job (runner.h) feeds tasks up to
+// What a batch job runs its prompts on: the in-process engine (engine_target.h) or an
+// OpenAI-compatible server (server_target.h). The job (runner.h) feeds tasks up to
 // max_in_flight() and writes each outcome as it arrives.
 #pragma once
 
