@@ -158,7 +158,7 @@ int generate_main(int argc, char** argv) {
   g.job.held_locks = std::move(locks).value();
 
   std::unique_ptr<Engine> engine;
-  std::unique_ptr<GenerationBackend> backend;
+  std::unique_ptr<PromptTarget> target;
   if (!g.server.url.empty()) {
     if (!set_log_level(ef.log_level)) return fail(invalid_argument("--log-level: unknown level '{}'", ef.log_level));
     if (ef.config.tp_size != 1)
@@ -168,9 +168,9 @@ int generate_main(int argc, char** argv) {
     g.server.api_key = *api_key;
     g.server.sampling = g.job.sampling;
     if (g.concurrency > 0) g.server.concurrency = g.concurrency;
-    auto b = ServerBackend::create(g.server);
+    auto b = ServerTarget::create(g.server);
     if (!b.ok()) return fail(b.status());
-    backend = std::move(b).value();
+    target = std::move(b).value();
   } else {
     auto cfg = finish_engine_flags(ef);
     if (!cfg.ok()) return fail(cfg.status());
@@ -178,15 +178,15 @@ int generate_main(int argc, char** argv) {
     auto e = Engine::create(*cfg);
     if (!e.ok()) return fail(e.status());
     engine = std::move(e).value();
-    auto b = EngineBackend::create(*engine, g.job.sampling, g.concurrency);
+    auto b = EngineTarget::create(*engine, g.job.sampling, g.concurrency);
     if (!b.ok()) return fail(b.status());
-    backend = std::move(b).value();
+    target = std::move(b).value();
   }
   const bool single_prompts = g.inputs.empty() && !g.jsonl;
   if (single_prompts && g.job.output_file.empty() && g.job.output_dir.empty()) g.job.progress = false;
 
-  auto summary = run_job(*datasets, *backend, g.job);
-  backend.reset();  // server workers stop before the summary prints
+  auto summary = run_job(*datasets, *target, g.job);
+  target.reset();  // server workers stop before the summary prints
   if (!summary.ok()) return fail(summary.status());
   for (const auto& r : summary->records) {
     if (single_prompts) {

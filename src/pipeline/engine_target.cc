@@ -7,11 +7,11 @@
 
 namespace strata {
 
-StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::create(Engine& engine, const JobSampling& sampling,
+StatusOr<std::unique_ptr<EngineTarget>> EngineTarget::create(Engine& engine, const JobSampling& sampling,
                                                                int max_in_flight) {
   STRATA_ASSIGN_OR_RETURN(PromptEncoder enc, PromptEncoder::load(engine.config().tokenizer_dir(), engine.tokenizer(),
                                                                       engine.config().chat_template));
-  std::unique_ptr<EngineBackend> b(new EngineBackend(engine, std::move(enc), sampling));
+  std::unique_ptr<EngineTarget> b(new EngineTarget(engine, std::move(enc), sampling));
   b->model_name_ = std::filesystem::path(engine.config().model_path).lexically_normal().filename().string();
   if (b->model_name_.empty())
     b->model_name_ = std::filesystem::path(engine.config().model_path).lexically_normal().parent_path().filename();
@@ -19,7 +19,7 @@ StatusOr<std::unique_ptr<EngineBackend>> EngineBackend::create(Engine& engine, c
   return b;
 }
 
-void EngineBackend::start(const GenerationTask& task, OutcomeCallback done) {
+void EngineTarget::start(const GenerationTask& task, OutcomeCallback done) {
   const PromptRecord& r = *task.record;
   StatusOr<std::vector<int32_t>> ids = std::vector<int32_t>{};
   if (r.messages.is_null()) {

@@ -14,12 +14,12 @@
 
 namespace strata {
 
-class EngineBackend : public GenerationBackend {
+class EngineTarget : public PromptTarget {
  public:
-  // `engine` must outlive the backend. `max_in_flight` <= 0: twice the engine's
+  // `engine` must outlive the target. `max_in_flight` <= 0: twice the engine's
   // max_running_requests (at least 64), which keeps its batch full without queueing the
   // whole dataset inside it.
-  static StatusOr<std::unique_ptr<EngineBackend>> create(Engine& engine, const JobSampling& sampling,
+  static StatusOr<std::unique_ptr<EngineTarget>> create(Engine& engine, const JobSampling& sampling,
                                                          int max_in_flight = 0);
 
   std::string model_name() const override { return model_name_; }
@@ -28,7 +28,7 @@ class EngineBackend : public GenerationBackend {
   void start(const GenerationTask& task, OutcomeCallback done) override;
 
  private:
-  EngineBackend(Engine& engine, PromptEncoder encoder, const JobSampling& sampling)
+  EngineTarget(Engine& engine, PromptEncoder encoder, const JobSampling& sampling)
       : engine_(engine), encoder_(std::move(encoder)), sampling_(sampling) {}
   Engine& engine_;
   PromptEncoder encoder_;

@@ -33,7 +33,7 @@ struct TokenReport {
   std::vector<int32_t> token_ids{};  // new output tokens, in order
   uint64_t rng_draws = 0;            // the sampler's draws after them (engine/sampler.h)
   int32_t prompt_tokens = 0;
-  bool restart = false;  // the backend could not resume the task: its output starts over
+  bool restart = false;  // the target could not resume the task: its output starts over
 };
 using TokensCallback = std::function<void(TokenReport)>;
 
@@ -41,10 +41,10 @@ struct GenerationTask {
   std::string dataset{};
   const PromptRecord* record = nullptr;  // owned by the job; outlives the task
   uint64_t seed = 0;                     // prompt_seed(sampling.seed, record->id)
-  // Called as tokens are produced, from any thread (keep it short); may be empty. Backends that
+  // Called as tokens are produced, from any thread (keep it short); may be empty. Targets that
   // only learn the output at the end never call it.
   TokensCallback on_tokens{};
-  // A checkpointed partial output to continue from (backends with can_resume() only): its tokens,
+  // A checkpointed partial output to continue from (targets with can_resume() only): its tokens,
   // the sampler's draws after them and the prompt length they were made with.
   std::vector<int32_t> resume_output_ids{};
   uint64_t resume_rng_draws = 0;
@@ -71,9 +71,9 @@ struct GenerationOutcome {
 
 using OutcomeCallback = std::function<void(GenerationOutcome)>;
 
-class GenerationBackend {
+class PromptTarget {
  public:
-  virtual ~GenerationBackend() = default;
+  virtual ~PromptTarget() = default;
   // The model name stored in records (the directory name, or the server's model id).
   virtual std::string model_name() const = 0;
   // How many tasks the job keeps started and unfinished at once.

@@ -111,7 +111,7 @@ std::string error_message(int status, const std::string& body) {
 
 using Clock = std::chrono::steady_clock;
 
-struct ServerBackend::Impl {
+struct ServerTarget::Impl {
   struct Item {
     GenerationTask task;
     OutcomeCallback done;
@@ -146,7 +146,7 @@ struct ServerBackend::Impl {
     return c;
   }
 
-  // Sleeps `seconds` unless the backend stops first. Returns false when stopping.
+  // Sleeps `seconds` unless the target stops first. Returns false when stopping.
   bool wait(double seconds) {
     std::unique_lock<std::mutex> lk(mu);
     return !cv.wait_for(lk, std::chrono::microseconds(int64_t(seconds * 1e6)), [&] { return stop; });
@@ -285,7 +285,7 @@ struct ServerBackend::Impl {
   }
 };
 
-StatusOr<std::unique_ptr<ServerBackend>> ServerBackend::create(const ServerConfig& config) {
+StatusOr<std::unique_ptr<ServerTarget>> ServerTarget::create(const ServerConfig& config) {
   if (config.concurrency < 1) return invalid_argument("--concurrency must be >= 1");
   if (config.retry.max_attempts < 1) return invalid_argument("--max-attempts must be >= 1");
   auto impl = std::make_unique<Impl>();
@@ -298,10 +298,10 @@ StatusOr<std::unique_ptr<ServerBackend>> ServerBackend::create(const ServerConfi
     impl->model = config.model;
   }
   for (int i = 0; i < config.concurrency; ++i) impl->workers.emplace_back([p = impl.get(), i] { p->worker(i); });
-  return std::unique_ptr<ServerBackend>(new ServerBackend(std::move(impl)));
+  return std::unique_ptr<ServerTarget>(new ServerTarget(std::move(impl)));
 }
 
-ServerBackend::~ServerBackend() {
+ServerTarget::~ServerTarget() {
   {
     std::lock_guard<std::mutex> lk(impl_->mu);
     impl_->stop = true;
@@ -311,7 +311,7 @@ ServerBackend::~ServerBackend() {
   for (auto& t : impl_->workers) t.join();
 }
 
-void ServerBackend::start(const GenerationTask& task, OutcomeCallback done) {
+void ServerTarget::start(const GenerationTask& task, OutcomeCallback done) {
   {
     std::lock_guard<std::mutex> lk(impl_->mu);
     impl_->queue.push_back({task, std::move(done)});
@@ -319,27 +319,27 @@ void ServerBackend::start(const GenerationTask& task, OutcomeCallback done) {
   impl_->cv.notify_one();
 }
 
-std::string ServerBackend::model_name() const { return impl_->model; }
-int ServerBackend::max_in_flight() const { return impl_->config.concurrency; }
+std::string ServerTarget::model_name() const { return impl_->model; }
+int ServerTarget::max_in_flight() const { return impl_->config.concurrency; }
 
 #else  // no cpp-httplib: server mode is not built here
 
-struct ServerBackend::Impl {};
+struct ServerTarget::Impl {};
 
-StatusOr<std::unique_ptr<ServerBackend>> ServerBackend::create(const ServerConfig&) {
+StatusOr<std::unique_ptr<ServerTarget>> ServerTarget::create(const ServerConfig&) {
   return unimplemented("this strata was built without cpp-httplib, so --server is unavailable");
 }
-ServerBackend::~ServerBackend() = default;
-void ServerBackend::start(const GenerationTask&, OutcomeCallback done) {
+ServerTarget::~ServerTarget() = default;
+void ServerTarget::start(const GenerationTask&, OutcomeCallback done) {
   GenerationOutcome o;
   o.kind = OutcomeKind::kInterrupted;
   done(std::move(o));
 }
-std::string ServerBackend::model_name() const { return ""; }
-int ServerBackend::max_in_flight() const { return 1; }
+std::string ServerTarget::model_name() const { return ""; }
+int ServerTarget::max_in_flight() const { return 1; }
 
 #endif
 
-ServerBackend::ServerBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ServerTarget::ServerTarget(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 }  // namespace strata

@@ -5,7 +5,7 @@
 // Failures, by class:
 //   - server unavailable (connection refused/failed, 502, 503): the worker waits with backoff and
 //     tries again without spending an attempt; if the server stays unavailable for
-//     server_down_timeout_s the backend stops and every unfinished task ends kInterrupted (the
+//     server_down_timeout_s the target stops and every unfinished task ends kInterrupted (the
 //     job saves what it has and exits; the same command resumes);
 //   - retryable (other 5xx, 408, 429, read/write errors and resets, unparseable replies, replies
 //     cut short: check_not_cut_short): up to
@@ -48,12 +48,12 @@ Status parse_openai_reply(const std::string& body, bool chat, GenerationOutcome&
 // max_new_tokens: a server that drained at shutdown) is retried, never written as a result.
 Status check_not_cut_short(const GenerationOutcome& out, const JobSampling& sampling);
 
-class ServerBackend : public GenerationBackend {
+class ServerTarget : public PromptTarget {
  public:
   // Resolves the model (waiting for the server as the retry policy allows) and starts the
   // workers.
-  static StatusOr<std::unique_ptr<ServerBackend>> create(const ServerConfig& config);
-  ~ServerBackend() override;  // stops the workers; queued tasks end kInterrupted
+  static StatusOr<std::unique_ptr<ServerTarget>> create(const ServerConfig& config);
+  ~ServerTarget() override;  // stops the workers; queued tasks end kInterrupted
 
   std::string model_name() const override;
   int max_in_flight() const override;
@@ -62,7 +62,7 @@ class ServerBackend : public GenerationBackend {
   struct Impl;
 
  private:
-  explicit ServerBackend(std::unique_ptr<Impl> impl);
+  explicit ServerTarget(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

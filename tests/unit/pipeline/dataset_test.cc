@@ -1,5 +1,5 @@
 // Dataset specs, the per-prompt seed, and OpenAI request/reply handling (pure parts of the
-// server backend) and the backoff policy.
+// server target) and the backoff policy.
 #include <gtest/gtest.h>
 
 #include <cmath>
