@@ -241,6 +241,10 @@ class Backend {
   // Which stored weight formats this backend keeps packed (upload_linear); the planner sizes a
   // model's weights with it. Default: everything dequantized to weight_dtype().
   virtual WeightPolicy weight_policy() const { return WeightPolicy{.dense_dtype = weight_dtype()}; }
+  // Total bytes of this backend's device memory (what the planner plans against, as SGLang
+  // does: CUDA, the current device's). 0: no device memory of its own (the CPU reference; the
+  // caller gives a budget).
+  virtual int64_t device_memory_bytes() const { return 0; }
 
   // ---- ops ----
   // out[t] = table[ids[t]]; ids: host int32 [T]; table [V, H]; out [T, H]

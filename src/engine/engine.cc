@@ -1,9 +1,5 @@
 #include "engine/engine.h"
 
-#ifdef STRATA_CUDA
-#include <cuda_runtime.h>
-#endif
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,15 +28,6 @@ KvCacheOptions kv_cache_options(const EngineConfig& c) {
 }
 
 namespace {
-// Total memory of the current CUDA device in GiB (what SGLang plans against); 0 without CUDA.
-double device_memory_gib() {
-#ifdef STRATA_CUDA
-  size_t free_bytes = 0, total_bytes = 0;
-  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess)
-    return double(total_bytes) / double(int64_t(1) << 30);
-#endif
-  return 0;
-}
 double physical_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? double(pages) * double(page) : 0;
@@ -168,7 +155,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
 
   Deployment dep;
   double mem_gib = config.device_memory_gib;
-  if (mem_gib <= 0) mem_gib = config.device == "cuda" ? device_memory_gib() : 4.0;
+  if (mem_gib <= 0) {  // the device's total memory (the backend knows it), or 4 GiB on the CPU
+    const double device_gib = double(e->backend_->device_memory_bytes()) / double(int64_t(1) << 30);
+    mem_gib = config.device == "cuda" ? device_gib : 4.0;
+  }
   dep.gpu_memory_bytes = int64_t(mem_gib * double(int64_t(1) << 30));
   // An uneven split (tests only) is planned as tp 1: no rank holds more than that.
   dep.tp_size = config.tp_allow_uneven ? 1 : config.tp_size;

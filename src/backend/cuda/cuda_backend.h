@@ -79,6 +79,8 @@ class CudaBackend : public Backend {
   std::unique_ptr<KvStorage> alloc_kv(const KvLayout& layout) override;
   // check_cuda_kv_layout (device_memory.h).
   Status check_kv_layout(const KvLayout& layout) const override;
+  // cudaMemGetInfo's total for the current device; 0 when the query fails.
+  int64_t device_memory_bytes() const override;
 
   // ---- ops, by family file ----
   // copies.cu
