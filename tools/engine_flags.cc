@@ -4,7 +4,7 @@
 
 #include "core/log.h"
 #include "tokenizer/prompt_encoder.h"
-#include "engine/tp_driver.h"
+#include "dist/tp_driver.h"
 #include "tokenizer/builtin_chat_templates.h"
 
 namespace strata::tools {

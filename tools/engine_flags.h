@@ -43,7 +43,7 @@ void add_engine_flags(CLI::App& app, EngineFlags& flags, const std::string& defa
 StatusOr<EngineConfig> finish_engine_flags(EngineFlags& flags);
 
 // When an existing launcher (mpirun, srun) started this process as tensor-parallel rank > 0, runs
-// that rank until rank 0 shuts the group down (engine/tp_driver.h) and returns an OK or error
+// that rank until rank 0 shuts the group down (dist/tp_driver.h) and returns an OK or error
 // status to exit with; nullopt for rank 0 and for plain runs, which go on to build the engine.
 std::optional<Status> run_tp_worker_if_launched(const EngineConfig& config);
 

@@ -14,9 +14,9 @@
 #include "api_key_flags.h"
 #include "command.h"
 #include "core/log.h"
-#include "engine/node_launch.h"
+#include "dist/node_launch.h"
 #include "tokenizer/prompt_encoder.h"
-#include "engine/tp_driver.h"
+#include "dist/tp_driver.h"
 #include "engine_flags.h"
 #include "server/http_server.h"
 
@@ -111,7 +111,7 @@ class SignalWatcher {
 };
 
 // --nnodes > 1 without a launcher's ranks: this process is its node's launcher
-// (engine/node_launch.h); returns the exit code of the node's ranks. nullopt: serve (or be a rank)
+// (dist/node_launch.h); returns the exit code of the node's ranks. nullopt: serve (or be a rank)
 // here.
 std::optional<int> launch_node_if_asked(const ServeFlags& sf, const EngineConfig& cfg, int argc, char** argv) {
   auto launched = launch_rank_from_env();

@@ -48,7 +48,7 @@ class Model {
 
   // Runs the batch, writes the new tokens' K/V into `kv`, and writes float32 logits
   // [num_logit_rows, vocab_size] to host memory `logits`. Engine thread only. A tensor-parallel
-  // worker rank (engine/tp_driver.cc) passes null: its forward only joins the group's collectives.
+  // worker rank (dist/tp_driver.cc) passes null: its forward only joins the group's collectives.
   virtual void forward(const ForwardBatch& batch, KvStorage& kv, float* logits) = 0;
   // Runs the batch like forward() and samples its logit rows by `args` (SampleArgs) instead of
   // handing back all logits. Engine thread only.

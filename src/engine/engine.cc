@@ -10,7 +10,7 @@
 #include "engine/batch_plan.h"
 #include "engine/live_request.h"
 #include "engine/schedule_state.h"
-#include "engine/tp_driver.h"
+#include "dist/tp_driver.h"
 #include "backend/kv_host_io.h"
 #include "kv/host_pool.h"
 #include "kv/page_pool.h"
@@ -76,7 +76,7 @@ Status Engine::setup_host_tier(const KvLayout& layout) {
                             page_bytes);
   if (pages > int64_t(INT32_MAX)) return invalid_argument("host KV tier: {} pages is too many", pages);
   const double bytes = double(pages) * double(page_bytes);
-  // Ranks that are threads of this process each hold their own tier (engine/tp_host_tier.h).
+  // Ranks that are threads of this process each hold their own tier (dist/tp_host_tier.h).
   const int local_ranks = tp_launched_ ? 1 : c.tp_size;
   const double ram = physical_memory_bytes();
   if (ram > 0 && bytes * local_ranks > 0.9 * ram)

@@ -24,7 +24,7 @@
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
-#include "engine/tp_host_tier.h"
+#include "dist/tp_host_tier.h"
 #include "kv/hicache.h"
 #include "planner/planner.h"
 #include "tokenizer/tokenizer.h"
@@ -55,7 +55,7 @@ struct EngineConfig {
   std::string chat_template;
   const std::string& tokenizer_dir() const { return tokenizer_path.empty() ? model_path : tokenizer_path; }
   std::string device = "cpu";                 // cpu | cuda
-  // --tp-size: tensor-parallel ranks (engine/tp_driver.h): cpu runs them as threads of this
+  // --tp-size: tensor-parallel ranks (dist/tp_driver.h): cpu runs them as threads of this
   // process, cuda one per visible GPU. tp_allow_uneven: tests only (model/sharding.h).
   int tp_size = 1;
   bool tp_allow_uneven = false;

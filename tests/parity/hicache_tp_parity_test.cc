@@ -4,7 +4,7 @@
 // and write_back) the greedy tokens equal tp 2's without it, rank 0's host hits are those of tp 1
 // with the tier, and every rank promoted and backed up the same pages as rank 0. Here the copies
 // are asynchronous (their own stream), so a worker's wait for what rank 0 waited for
-// (engine/tp_host_tier.h) is what keeps its KV right.
+// (dist/tp_host_tier.h) is what keeps its KV right.
 #include <gtest/gtest.h>
 
 #ifdef STRATA_HAVE_NCCL

@@ -24,7 +24,7 @@
 #include "arch/tp.h"
 #include "cuda/bench_checkpoint.h"
 #include "core/check.h"
-#include "engine/tp_driver.h"
+#include "dist/tp_driver.h"
 #include "model/config.h"
 #include "model/weights.h"
 #include "support/golden.h"

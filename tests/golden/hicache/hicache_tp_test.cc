@@ -1,4 +1,4 @@
-// The host KV tier under tensor parallelism on CPU ranks (engine/tp_host_tier.h): with prefixes
+// The host KV tier under tensor parallelism on CPU ranks (dist/tp_host_tier.h): with prefixes
 // that outgrow the device pool, tp 5 with the tier gives the greedy tokens of tp 1 with and
 // without it; rank 0's decisions are tp 1's (the same host hits and promotions), and every rank
 // copies them on its own pool: each rank's promoted pages (host hits) and backed-up pages equal

@@ -1,4 +1,4 @@
-// Tensor parallelism on the CPU (in-process ranks, engine/tp_driver.h): at tp 2 and 4 the
+// Tensor parallelism on the CPU (in-process ranks, dist/tp_driver.h): at tp 2 and 4 the
 // logits equal tp 1's within float32 reordering and the Hugging Face references as tightly as
 // tp 1 does; the engine's greedy continuations with rank-0 broadcast equal tp 1's token for token.
 //
@@ -11,7 +11,7 @@
 
 #include "arch/tp.h"
 #include "engine/engine.h"
-#include "engine/tp_driver.h"
+#include "dist/tp_driver.h"
 #include "model/config.h"
 #include "model/weights.h"
 #include "support/engine_greedy.h"

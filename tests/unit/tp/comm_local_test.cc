@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "backend/cpu/comm_local.h"
-#include "engine/tp_driver.h"
+#include "dist/tp_driver.h"
 
 namespace strata {
 namespace {

@@ -1,11 +1,11 @@
-// The host KV tier's tensor-parallel protocol (engine/tp_host_tier.h) with a scripted copier whose
+// The host KV tier's tensor-parallel protocol (dist/tp_host_tier.h) with a scripted copier whose
 // copies land only when the test says: rank 0 records every copy and what it saw complete; a
 // worker issues the same copies in order and waits for exactly those rank 0 waited for before
 // the step, so its other copies overlap its forward. Wire forms round-trip; bad messages are
 // DataLoss errors.
 #include <gtest/gtest.h>
 
-#include "engine/tp_host_tier.h"
+#include "dist/tp_host_tier.h"
 
 namespace strata {
 namespace {

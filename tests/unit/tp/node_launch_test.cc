@@ -1,8 +1,8 @@
-// SGLang's multi-node flags (engine/node_launch.h): which ranks a node starts and with what
+// SGLang's multi-node flags (dist/node_launch.h): which ranks a node starts and with what
 // environment, the refusals, and the supervisor of a node's rank processes (run with /bin/sh
 // stand-ins: it passes the environment, stops the others when one fails, forwards SIGTERM and
 // kills what outlives the grace period).
-#include "engine/node_launch.h"
+#include "dist/node_launch.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

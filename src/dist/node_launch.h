@@ -1,5 +1,5 @@
 // SGLang's multi-node flags (--nnodes, --node-rank, --dist-init-addr) on strata's multi-process
-// launch (engine/tp_driver.h: one process per rank, the NCCL id in STRATA_NCCL_ID). Each node runs
+// launch (dist/tp_driver.h: one process per rank, the NCCL id in STRATA_NCCL_ID). Each node runs
 // the same command with its --node-rank; that process becomes the node's launcher: it starts one
 // process per local rank of its node (the same binary and arguments, with RANK, WORLD_SIZE and
 // LOCAL_RANK set as torchrun does), supervises them and exits with their status. Node n holds ranks

@@ -7,7 +7,7 @@
 // Messages (one broadcast each): kInitKv (the KV layout, pages and scales, once before the
 // first step and whenever rank 0's pool changes: a worker keeps its pool and cached K/V when
 // only the scales changed), kStep (the host tier's copies since the last step, then
-// BatchPlan::serialize()), kShutdown; with a host KV tier (engine/tp_host_tier.h) kInitHost
+// BatchPlan::serialize()), kShutdown; with a host KV tier (dist/tp_host_tier.h) kInitHost
 // (every worker allocates its host memory and replies) and kHostStats (every worker replies
 // with its copy counters). A reply is one broadcast rooted at each worker in turn.
 // A rank that fails aborts the communicator group: every other rank's collectives return at
@@ -24,7 +24,7 @@
 #include "arch/model.h"
 #include "backend/comm.h"
 #include "backend/kv_host_io.h"
-#include "engine/tp_host_tier.h"
+#include "dist/tp_host_tier.h"
 #include "core/status.h"
 #include "model/sharding.h"
 
@@ -86,7 +86,7 @@ StatusOr<std::unique_ptr<TpHostTier>> attach_tp_host_tier(Model& tp_model, const
                                                           KvIoBackend io, std::unique_ptr<HiCacheIo> rank0_io);
 
 // The NCCL id that NCCL derives from NCCL_COMM_ID=`addr` (the same on every node: SGLang's
-// --dist-init-addr, engine/node_launch.h), as hex for STRATA_NCCL_ID. Sets NCCL_COMM_ID in this
+// --dist-init-addr, dist/node_launch.h), as hex for STRATA_NCCL_ID. Sets NCCL_COMM_ID in this
 // process. FailedPrecondition in a build without NCCL.
 StatusOr<std::string> nccl_id_hex_from_address(const std::string& addr);
 

@@ -1,4 +1,4 @@
-#include "engine/tp_host_tier.h"
+#include "dist/tp_host_tier.h"
 
 #include <bit>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "engine/tp_driver.h"
+#include "dist/tp_driver.h"
 
 #include <algorithm>
 #include <atomic>
@@ -16,7 +16,7 @@
 #include "backend/cpu/comm_local.h"
 #include "core/log.h"
 #include "engine/batch_plan.h"
-#include "engine/tp_host_tier.h"
+#include "dist/tp_host_tier.h"
 #include "model/config.h"
 #include "model/weights.h"
 #ifdef STRATA_HAVE_NCCL
@@ -302,7 +302,7 @@ Status check_plan_fits(const BatchPlan& p, const KvStorage* kv) {
 // rank 0 uses (the engine has one; eval-kv a reference and a candidate).
 Status worker_loop(Communicator& comm, Model& model, Backend& backend) {
   std::unordered_map<uint32_t, std::unique_ptr<KvStorage>> pools;
-  // The host KV tier behind a pool (engine/tp_host_tier.h), driven by rank 0's copies.
+  // The host KV tier behind a pool (dist/tp_host_tier.h), driven by rank 0's copies.
   std::unordered_map<uint32_t, std::unique_ptr<TpHostMirror>> mirrors;
   auto apply_sync = [&](uint32_t id, const std::optional<HostTierSync>& sync) -> Status {
     if (!sync) return Status();

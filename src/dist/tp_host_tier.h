@@ -2,7 +2,7 @@
 // tree, its host pool (kv/host_pool.h) and its HiCache policy are the only ones. Every copy rank 0
 // issues between its KV pool and its host memory goes through TpHostTier (a HiCacheIo in front of
 // rank 0's own copier), which records it; the record travels to every other rank with the next
-// step's plan (engine/tp_driver.h), where TpHostMirror issues the same copy between that rank's
+// step's plan (dist/tp_driver.h), where TpHostMirror issues the same copy between that rank's
 // own KV pool and its own host memory. So every rank demotes, keeps and promotes its own slice of
 // the same pages. Page ids are rank 0's everywhere: every rank's pool has rank 0's page count and
 // every rank's host mirror the same number of host pages (--hicache-size is per rank, as in
@@ -92,7 +92,7 @@ struct HostTierRankStats {
 };
 
 // Rank 0's copier under tensor parallelism: issues each copy on rank 0's own copier (`local`)
-// and records it for the workers. Made by attach_tp_host_tier (engine/tp_driver.h), which also
+// and records it for the workers. Made by attach_tp_host_tier (dist/tp_driver.h), which also
 // installs `gather`: the per-rank statistics, a collective over the group.
 class TpHostTier : public HiCacheIo {
  public:

@@ -1,4 +1,4 @@
-#include "engine/node_launch.h"
+#include "dist/node_launch.h"
 
 #include <signal.h>
 #include <sys/prctl.h>
