@@ -3,9 +3,9 @@
 #include <filesystem>
 
 #include "core/log.h"
-#include "tokenizer/prompt_encoder.h"
 #include "dist/tp_driver.h"
 #include "tokenizer/builtin_chat_templates.h"
+#include "tokenizer/prompt_encoder.h"
 
 namespace strata::tools {
 

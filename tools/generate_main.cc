@@ -12,6 +12,7 @@
 #include "api_key_flags.h"
 #include "command.h"
 #include "core/log.h"
+#include "dist/tensor_parallel.h"
 #include "engine_flags.h"
 #include "pipeline/engine_target.h"
 #include "pipeline/runner.h"
@@ -175,7 +176,7 @@ int generate_main(int argc, char** argv) {
     auto cfg = finish_engine_flags(ef);
     if (!cfg.ok()) return fail(cfg.status());
     if (auto worker = run_tp_worker_if_launched(*cfg)) return worker->ok() ? 0 : fail(*worker);
-    auto e = Engine::create(*cfg);
+    auto e = Engine::create(*cfg, &tensor_parallel_runtime());
     if (!e.ok()) return fail(e.status());
     engine = std::move(e).value();
     auto b = EngineTarget::create(*engine, g.job.sampling, g.concurrency);

@@ -38,6 +38,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "bench_args.h"
 #include "bench_checkpoint.h"
+#include "dist/tensor_parallel.h"
 #include "engine/engine.h"
 
 namespace strata {
@@ -93,7 +94,7 @@ void run_engine(const Args& a, const std::string& dir) {
     if (!a.hicache_write_policy.empty()) ec.hicache_write_policy = a.hicache_write_policy;
   }
   auto t_load = Clock::now();
-  auto e = Engine::create(ec);
+  auto e = Engine::create(ec, &tensor_parallel_runtime());
   CHECK_MSG(e.ok(), "{}", e.status().to_string());
   Engine& eng = **e;
   dynamic_cast<cuda::CudaBackend&>(eng.backend()).fill_all_random(42, 0.02f);

@@ -13,15 +13,11 @@
 #include <vector>
 
 #include "arch/tp.h"
-#include "backend/cpu/comm_local.h"
 #include "core/log.h"
-#include "engine/batch_plan.h"
 #include "dist/tp_host_tier.h"
+#include "engine/batch_plan.h"
 #include "model/config.h"
 #include "model/weights.h"
-#ifdef STRATA_HAVE_NCCL
-#include "backend/cuda/nccl_comm.h"
-#endif
 
 namespace strata {
 namespace {
@@ -352,7 +348,7 @@ Status worker_loop(Communicator& comm, Model& model, Backend& backend) {
         auto it = mirrors.find(id);
         if (it == mirrors.end()) return data_loss("host tier statistics for pool {}, which has no host tier", id);
         std::vector<uint8_t> mine;
-        it->second->stats().encode(mine);
+        encode_rank_stats(it->second->stats(), mine);
         STRATA_RETURN_IF_ERROR(gather_from_workers(comm, mine, nullptr));
         break;
       }
@@ -438,7 +434,7 @@ class TpModel : public Model {
     STRATA_RETURN_IF_ERROR(gather_from_workers(*comm_, {}, &replies));
     std::vector<HostTierRankStats> out{host_tier_->local_stats()};
     for (const auto& reply : replies) {
-      STRATA_ASSIGN_OR_RETURN(HostTierRankStats s, HostTierRankStats::decode(reply));
+      STRATA_ASSIGN_OR_RETURN(HostTierRankStats s, decode_rank_stats(reply));
       out.push_back(s);
     }
     return out;
@@ -518,11 +514,11 @@ class TpModel : public Model {
 
 // Rank r's setup on its thread: resources, weights, then the group barrier.
 struct RankSetup {
-  TpRankResources res;
+  RankResources res;
   std::unique_ptr<Model> model;
 };
 StatusOr<RankSetup> setup_rank(int r, const ModelSpec& spec, const WeightStore& weights,
-                               const TpShardPlan& plan, const TpRankFactory& factory,
+                               const TpShardPlan& plan, const RankFactory& factory,
                                TpGroupState& state) {
   RankSetup s;
   STRATA_ASSIGN_OR_RETURN(s.res, factory(r, state.failed()));
@@ -563,69 +559,13 @@ StatusOr<std::optional<LaunchRank>> tp_launch_from_env(int tp_size, const std::s
   return std::optional<LaunchRank>(launch);
 }
 
-StatusOr<TpRankFactory> make_tp_rank_factory(const TpConfig& config) {
-  if (config.tp_size < 1) return invalid_argument("--tp-size must be >= 1, got {}", config.tp_size);
-  if (config.launch) {
-#ifdef STRATA_HAVE_NCCL
-    const LaunchRank launch = *config.launch;
-    const std::string id_file = config.nccl_id_file;
-    return TpRankFactory([launch, id_file](int r, const std::atomic<bool>& failed) -> StatusOr<TpRankResources> {
-      CHECK_EQ(r, launch.rank);
-      // One GPU visible per process (a launcher that sets CUDA_VISIBLE_DEVICES per rank): that
-      // one; else the rank's GPU on its node.
-      STRATA_ASSIGN_OR_RETURN(int gpus, cuda_visible_device_count());
-      if (gpus < 1) return failed_precondition("rank {}: no CUDA device visible{}", r, nccl_visible_devices_note());
-      const int device = gpus == 1 ? 0 : launch.local_rank;
-      if (device >= gpus)
-        return failed_precondition("rank {}: local rank {} but {} GPUs visible{}", r, launch.local_rank, gpus,
-                                   nccl_visible_devices_note());
-      STRATA_RETURN_IF_ERROR(cuda_bind_device(device));
-      TpRankResources res;
-      res.bind_thread = [device] { CHECK_MSG(cuda_bind_device(device).ok(), "cannot bind GPU {}", device); };
-      res.backend = make_cuda_backend();
-      STRATA_ASSIGN_OR_RETURN(NcclId id, nccl_id_for_launch(launch, id_file, 600));
-      STRATA_ASSIGN_OR_RETURN(res.comm, make_nccl_comm(id, r, launch.size, cuda_backend_stream(*res.backend), &failed));
-      return res;
-    });
-#else
-    return failed_precondition("launcher-started ranks need a build with NCCL (-DSTRATA_CUDA=ON)");
-#endif
-  }
-  if (config.device == "cpu") {
-    auto comms = std::make_shared<std::vector<std::unique_ptr<Communicator>>>(make_local_comm_group(config.tp_size));
-    auto taken = std::make_shared<std::mutex>();
-    return TpRankFactory([comms, taken](int r, const std::atomic<bool>&) -> StatusOr<TpRankResources> {
-      std::lock_guard<std::mutex> lk(*taken);
-      CHECK_MSG((*comms)[size_t(r)] != nullptr, "rank {} taken twice", r);
-      return TpRankResources{.backend = make_cpu_backend(), .comm = std::move((*comms)[size_t(r)])};
-    });
-  }
-  if (config.device == "cuda") {
-#ifdef STRATA_HAVE_NCCL
-    const int tp = config.tp_size;
-    STRATA_ASSIGN_OR_RETURN(int gpus, cuda_visible_device_count());
-    if (gpus < tp)
-      return failed_precondition("--tp-size {} runs one rank per GPU, but {} GPU{} visible{}", tp, gpus,
-                                 gpus == 1 ? " is" : "s are", nccl_visible_devices_note());
-    STRATA_ASSIGN_OR_RETURN(NcclId id, nccl_new_id());
-    return TpRankFactory([id, tp](int r, const std::atomic<bool>& failed) -> StatusOr<TpRankResources> {
-      STRATA_RETURN_IF_ERROR(cuda_bind_device(r));
-      TpRankResources res;
-      res.bind_thread = [r] { CHECK_MSG(cuda_bind_device(r).ok(), "cannot bind GPU {}", r); };
-      res.backend = make_cuda_backend();
-      STRATA_ASSIGN_OR_RETURN(res.comm, make_nccl_comm(id, r, tp, cuda_backend_stream(*res.backend), &failed));
-      return res;
-    });
-#else
-    return failed_precondition("--device cuda --tp-size {}: this build has no NCCL (configure with -DSTRATA_CUDA=ON "
-                               "where nccl.h and libnccl are found, or set NCCL_ROOT)", config.tp_size);
-#endif
-  }
-  return invalid_argument("--device must be cpu or cuda, got '{}'", config.device);
+StatusOr<RankFactory> make_tp_rank_factory(const TpConfig& config) {
+  return make_rank_factory(RankGroup{.device = config.device, .size = config.tp_size, .launch = config.launch,
+                                     .nccl_id_file = config.nccl_id_file});
 }
 
 StatusOr<std::unique_ptr<Model>> create_tp_model(const ModelSpec& spec, const WeightStore& weights,
-                                                 const TpConfig& config, const TpRankFactory& factory,
+                                                 const TpConfig& config, const RankFactory& factory,
                                                  std::unique_ptr<Backend>* rank0_backend) {
   STRATA_ASSIGN_OR_RETURN(TpShardPlan plan_value, plan_tp_sharding(spec, config.tp_size, config.sharding));
   auto plan = std::make_shared<TpShardPlan>(std::move(plan_value));
@@ -673,24 +613,13 @@ StatusOr<std::unique_ptr<TpHostTier>> attach_tp_host_tier(Model& tp_model, const
   return tier;
 }
 
-StatusOr<std::string> nccl_id_hex_from_address(const std::string& addr) {
-#ifdef STRATA_HAVE_NCCL
-  ::setenv("NCCL_COMM_ID", addr.c_str(), 1);
-  STRATA_ASSIGN_OR_RETURN(NcclId id, nccl_new_id());
-  return nccl_id_to_hex(id);
-#else
-  return failed_precondition("ranks on several nodes (--nnodes, --dist-init-addr {}) need a build with NCCL "
-                             "(-DSTRATA_CUDA=ON)", addr);
-#endif
-}
-
 Status run_tp_worker(const std::string& model_path, const TpConfig& config) {
   if (!config.launch || config.launch->rank == 0) return internal_error("run_tp_worker: not a worker rank");
   const int r = config.launch->rank;
   STRATA_ASSIGN_OR_RETURN(ModelSpec spec, load_model_spec(model_path));
   STRATA_ASSIGN_OR_RETURN(WeightStore weights, WeightStore::open(model_path, spec.quant));
   STRATA_ASSIGN_OR_RETURN(TpShardPlan plan, plan_tp_sharding(spec, config.tp_size, config.sharding));
-  STRATA_ASSIGN_OR_RETURN(TpRankFactory factory, make_tp_rank_factory(config));
+  STRATA_ASSIGN_OR_RETURN(RankFactory factory, make_tp_rank_factory(config));
   TpGroupState state;
   auto s = setup_rank(r, spec, weights, plan, factory, state);
   if (!s.ok()) return s.status().with_context("tensor-parallel rank {}", r);

@@ -1,8 +1,11 @@
 // The tensor-parallel driver (design.md §4): rank 0 runs the engine (scheduler, KV bookkeeping,
 // sampling) and each step broadcasts its BatchPlan to ranks 1..N-1, which run the same forward on
 // their weight slices and their own KV pools; the model's collectives join the ranks inside the
-// forward. The ranks here are threads of this process: CPU ranks over the in-process
-// communicator (the test path), CUDA ranks one per GPU over NCCL.
+// forward. The ranks are threads of this process (CPU ranks over the in-process communicator:
+// the test path; CUDA ranks one per GPU over NCCL), or processes a launcher started, one per rank.
+// Every rank's backend and communicator come from the backend factory
+// (backend/factory/rank_factory.h); the engine reaches all of this through
+// dist/tensor_parallel.h.
 //
 // Messages (one broadcast each): kInitKv (the KV layout, pages and scales, once before the
 // first step and whenever rank 0's pool changes: a worker keeps its pool and cached K/V when
@@ -23,9 +26,10 @@
 
 #include "arch/model.h"
 #include "backend/comm.h"
+#include "backend/factory/rank_factory.h"
 #include "backend/kv_host_io.h"
-#include "dist/tp_host_tier.h"
 #include "core/status.h"
+#include "dist/tp_host_tier.h"
 #include "model/sharding.h"
 
 namespace strata {
@@ -53,28 +57,16 @@ struct TpConfig {
 StatusOr<std::optional<LaunchRank>> tp_launch_from_env(int tp_size, const std::string& device,
                                                        std::string* nccl_id_file);
 
-// Makes rank r's backend and communicator on rank r's own thread (CUDA: binds the thread to GPU
-// r first; NCCL's init must run on all ranks at once). `group_failed` turns true when another
-// rank failed: a factory that waits for its peers (NCCL init) gives up then.
-struct TpRankResources {
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<Communicator> comm;
-  // Binds the calling thread to this rank's device (CUDA); rank 0's forward calls it, since the
-  // engine thread is not the thread that made the resources. Empty on the CPU.
-  std::function<void()> bind_thread{};
-};
-using TpRankFactory =
-    std::function<StatusOr<TpRankResources>(int rank, const std::atomic<bool>& group_failed)>;
-
-// The factory for `config` (in-process CPU group, or NCCL over this process's GPUs with a clear
-// error when fewer GPUs are visible than tp_size).
-StatusOr<TpRankFactory> make_tp_rank_factory(const TpConfig& config);
+// The backend factory's ranks for `config` (backend/factory/rank_factory.h: an in-process CPU
+// group, or NCCL over this process's GPUs with a clear error when fewer GPUs are visible than
+// tp_size, or this launcher-started process's rank).
+StatusOr<RankFactory> make_tp_rank_factory(const TpConfig& config);
 
 // Starts the group: every rank loads its slices on its own thread. Returns rank 0's model, whose
 // forward() drives the others; `rank0_backend` receives rank 0's backend (the engine's backend).
 // Destroying the model shuts the workers down. Errors name the failing rank.
 StatusOr<std::unique_ptr<Model>> create_tp_model(const ModelSpec& spec, const WeightStore& weights,
-                                                 const TpConfig& config, const TpRankFactory& factory,
+                                                 const TpConfig& config, const RankFactory& factory,
                                                  std::unique_ptr<Backend>* rank0_backend);
 
 // Rank 0 of a tensor-parallel model (made by create_tp_model): puts a host KV tier behind the
@@ -84,11 +76,6 @@ StatusOr<std::unique_ptr<Model>> create_tp_model(const ModelSpec& spec, const We
 // uses, and must be destroyed before the model. Engine thread only (it sends messages).
 StatusOr<std::unique_ptr<TpHostTier>> attach_tp_host_tier(Model& tp_model, const KvStorage& kv, int64_t host_pages,
                                                           KvIoBackend io, std::unique_ptr<HiCacheIo> rank0_io);
-
-// The NCCL id that NCCL derives from NCCL_COMM_ID=`addr` (the same on every node: SGLang's
-// --dist-init-addr, dist/node_launch.h), as hex for STRATA_NCCL_ID. Sets NCCL_COMM_ID in this
-// process. FailedPrecondition in a build without NCCL.
-StatusOr<std::string> nccl_id_hex_from_address(const std::string& addr);
 
 // A launcher-started rank other than 0 (config.launch set): loads this rank's slices, then runs
 // rank 0's broadcast steps until its shutdown message. Returns the group's error if any rank

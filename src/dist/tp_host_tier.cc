@@ -34,12 +34,6 @@ struct Reader {
 
 }  // namespace
 
-const std::vector<KvPageCopy>& KvHostIoCopier::convert(std::span<const PageCopy> c) {
-  buf_.resize(c.size());
-  for (size_t i = 0; i < c.size(); ++i) buf_[i] = KvPageCopy{c[i].device_page, c[i].host_page};
-  return buf_;
-}
-
 void HostTierSync::encode(std::vector<uint8_t>& out) const {
   put<uint64_t>(out, done_through);
   put<uint32_t>(out, uint32_t(batches.size()));
@@ -80,14 +74,14 @@ StatusOr<HostTierSync> HostTierSync::decode(std::span<const uint8_t> in) {
   return s;
 }
 
-void HostTierRankStats::encode(std::vector<uint8_t>& out) const {
-  put<int32_t>(out, rank);
-  for (int64_t v : {host_bytes, pages_to_host, pages_to_device, bytes_to_host, bytes_to_device})
+void encode_rank_stats(const HostTierRankStats& s, std::vector<uint8_t>& out) {
+  put<int32_t>(out, s.rank);
+  for (int64_t v : {s.host_bytes, s.pages_to_host, s.pages_to_device, s.bytes_to_host, s.bytes_to_device})
     put<int64_t>(out, v);
-  put<double>(out, copy_seconds);
+  put<double>(out, s.copy_seconds);
 }
 
-StatusOr<HostTierRankStats> HostTierRankStats::decode(std::span<const uint8_t> in) {
+StatusOr<HostTierRankStats> decode_rank_stats(std::span<const uint8_t> in) {
   Reader r{in};
   HostTierRankStats s;
   const bool ok = r.get(&s.rank) && r.get(&s.host_bytes) && r.get(&s.pages_to_host) &&

@@ -35,30 +35,11 @@
 #include "backend/backend.h"
 #include "backend/kv_host_io.h"
 #include "core/status.h"
+#include "engine/host_tier_io.h"
+#include "engine/parallel_runtime.h"
 #include "kv/hicache.h"
 
 namespace strata {
-
-// The host tier's copies through a backend's copier (kv/ knows no backend). Does not own `io`.
-class KvHostIoCopier : public HiCacheIo {
- public:
-  explicit KvHostIoCopier(KvHostIo* io) : io_(io) {}
-  uint64_t device_to_host(std::span<const PageCopy> c) override {
-    return io_->device_to_host(convert(c));
-  }
-  uint64_t host_to_device(std::span<const PageCopy> c) override {
-    return io_->host_to_device(convert(c));
-  }
-  bool done(uint64_t ticket) override { return io_->done(ticket); }
-  void wait(uint64_t ticket) override { io_->wait(ticket); }
-  int64_t page_bytes() const override { return io_->page_bytes(); }
-  double copy_seconds() const override { return io_->copy_seconds(); }
-
- private:
-  const std::vector<KvPageCopy>& convert(std::span<const PageCopy> c);
-  KvHostIo* io_;
-  std::vector<KvPageCopy> buf_;
-};
 
 // One copy call of rank 0 (a batch of pages in one direction), as the workers repeat it.
 struct HostCopyBatch {
@@ -77,24 +58,15 @@ struct HostTierSync {
   static StatusOr<HostTierSync> decode(std::span<const uint8_t> in);
 };
 
-// One rank's host-tier copies, for /metrics.
-struct HostTierRankStats {
-  int32_t rank = 0;
-  int64_t host_bytes = 0;       // this rank's host memory for the tier
-  int64_t pages_to_host = 0;    // pages copied device -> host
-  int64_t pages_to_device = 0;  // pages promoted host -> device (host hits)
-  int64_t bytes_to_host = 0;
-  int64_t bytes_to_device = 0;
-  double copy_seconds = 0;  // of this rank's completed copies
-
-  void encode(std::vector<uint8_t>& out) const;
-  static StatusOr<HostTierRankStats> decode(std::span<const uint8_t> in);
-};
+// One rank's host-tier counters (engine/host_tier_io.h) as a worker's reply: little-endian;
+// decode checks the length (a bad message is DataLoss).
+void encode_rank_stats(const HostTierRankStats& stats, std::vector<uint8_t>& out);
+StatusOr<HostTierRankStats> decode_rank_stats(std::span<const uint8_t> in);
 
 // Rank 0's copier under tensor parallelism: issues each copy on rank 0's own copier (`local`)
 // and records it for the workers. Made by attach_tp_host_tier (dist/tp_driver.h), which also
 // installs `gather`: the per-rank statistics, a collective over the group.
-class TpHostTier : public HiCacheIo {
+class TpHostTier : public GroupHostTier {
  public:
   using Gather = std::function<StatusOr<std::vector<HostTierRankStats>>()>;
   TpHostTier(std::unique_ptr<HiCacheIo> local, int64_t host_pages);
@@ -113,9 +85,9 @@ class TpHostTier : public HiCacheIo {
   HostTierRankStats local_stats() const;
   // Every rank's counters (rank 0 first). A collective: the engine thread, between steps. Sends
   // the copies not sent yet first, so the counts cover everything issued so far.
-  StatusOr<std::vector<HostTierRankStats>> gather_rank_stats();
+  StatusOr<std::vector<HostTierRankStats>> gather_rank_stats() override;
   // Whether copies were issued since the last gather_rank_stats().
-  bool stats_stale() const { return stale_; }
+  bool stats_stale() const override { return stale_; }
 
   // For attach_tp_host_tier: the gather collective, and what to call when this tier goes away.
   void set_group(Gather gather, std::function<void()> on_destroy);

@@ -10,7 +10,7 @@
 #include "engine/batch_plan.h"
 #include "engine/live_request.h"
 #include "engine/schedule_state.h"
-#include "dist/tp_driver.h"
+#include "engine/parallel_runtime.h"
 #include "backend/kv_host_io.h"
 #include "kv/host_pool.h"
 #include "kv/page_pool.h"
@@ -86,10 +86,10 @@ Status Engine::setup_host_tier(const KvLayout& layout) {
   STRATA_ASSIGN_OR_RETURN(host_io_, make_kv_host_io(*backend_, *kv_, pages, io));
   if (c.tp_size > 1) {
     // Rank 0 decides every copy; each other rank repeats it on its own pool and host memory.
-    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<TpHostTier> tier,
-                            attach_tp_host_tier(*model_, *kv_, pages, host_io_->backend(),
-                                                std::make_unique<KvHostIoCopier>(host_io_.get())));
-    tp_host_tier_ = tier.get();
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<GroupHostTier> tier,
+                            parallel_->attach_host_tier(*model_, *kv_, pages, host_io_->backend(),
+                                                        std::make_unique<KvHostIoCopier>(host_io_.get())));
+    group_host_tier_ = tier.get();
     hicache_io_ = std::move(tier);
   } else {
     hicache_io_ = std::make_unique<KvHostIoCopier>(host_io_.get());
@@ -105,7 +105,7 @@ Status Engine::setup_host_tier(const KvLayout& layout) {
   return Status::ok_status();
 }
 
-StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
+StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, const ParallelRuntime* parallel) {
   STRATA_RETURN_IF_ERROR(check_host_tier_options(config));
   std::unique_ptr<Engine> e(new Engine());
   e->config_ = config;
@@ -122,6 +122,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   }
   if (config.page_size < 1) return invalid_argument("--page-size must be >= 1, got {}", config.page_size);
   if (config.tp_size < 1) return invalid_argument("--tp-size must be >= 1, got {}", config.tp_size);
+  if (config.tp_size > 1 && parallel == nullptr)
+    return failed_precondition("--tp-size {}: this engine was made without a distributed runtime "
+                               "(Engine::create's `parallel`: dist/tensor_parallel.h)", config.tp_size);
   if (config.cuda_graph_max_bs) {
     const int bs = *config.cuda_graph_max_bs;
     if (bs < 0) return invalid_argument("--cuda-graph-max-bs must be >= 0, got {}", bs);
@@ -189,13 +192,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config) {
   e->context_length_ = plan.context_length;
 
   if (config.tp_size > 1) {
-    TpConfig tpc{.tp_size = config.tp_size, .device = config.device,
-                 .sharding = {.allow_uneven = config.tp_allow_uneven}};
-    // Started by mpirun/srun as rank 0 of several processes: the others run run_tp_worker.
-    STRATA_ASSIGN_OR_RETURN(tpc.launch, tp_launch_from_env(config.tp_size, config.device, &tpc.nccl_id_file));
-    e->tp_launched_ = tpc.launch.has_value();
-    STRATA_ASSIGN_OR_RETURN(TpRankFactory factory, make_tp_rank_factory(tpc));
-    STRATA_ASSIGN_OR_RETURN(e->model_, create_tp_model(spec, weights, tpc, factory, &e->backend_));
+    STRATA_ASSIGN_OR_RETURN(ParallelModel group, parallel->create_model(config, spec, weights));
+    e->parallel_ = parallel;
+    e->model_ = std::move(group.model);
+    e->backend_ = std::move(group.backend);
+    e->tp_launched_ = group.ranks_are_processes;
   } else {
     STRATA_ASSIGN_OR_RETURN(e->model_, create_model(spec, weights, *e->backend_));
   }

@@ -19,12 +19,12 @@
 
 #include "arch/model.h"
 #include "core/status.h"
+#include "engine/host_tier_io.h"
 #include "engine/kv_config.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
-#include "dist/tp_host_tier.h"
 #include "kv/hicache.h"
 #include "planner/planner.h"
 #include "tokenizer/tokenizer.h"
@@ -35,6 +35,8 @@ class PagePool;
 class RadixCache;
 class ScheduleState;
 class KvHostIo;
+class GroupHostTier;
+class ParallelRuntime;
 
 // The default of --cuda-graph-max-bs on one GPU. H200, 8B shape, 512 in / 256 out (2026-11-30):
 // graphs replay after one capture per batch size, and steps at batch 64 took 17.0 ms with them
@@ -168,8 +170,10 @@ struct EngineStats {
 class Engine {
  public:
   // Loads tokenizer, model and weights, sizes the KV pool through the planner (logged in tokens
-  // and bytes) and starts the engine thread.
-  static StatusOr<std::unique_ptr<Engine>> create(const EngineConfig& config);
+  // and bytes) and starts the engine thread. config.tp_size > 1 needs `parallel`, the distributed
+  // runtime (dist/tensor_parallel.h), which must outlive the engine.
+  static StatusOr<std::unique_ptr<Engine>> create(const EngineConfig& config,
+                                                  const ParallelRuntime* parallel = nullptr);
   ~Engine();  // aborts what is still live (callbacks get abort) and joins the thread
 
   // Thread-safe. Validates the request (empty prompt, prompt beyond the context, token ids
@@ -227,8 +231,9 @@ class Engine {
   std::unique_ptr<HiCacheIo> hicache_io_;
   std::unique_ptr<HostPool> host_pool_;
   std::unique_ptr<HiCache> hicache_;
-  TpHostTier* tp_host_tier_ = nullptr;  // hicache_io_ under tensor parallelism
-  bool tp_launched_ = false;            // ranks are processes of a launcher, not threads here
+  const ParallelRuntime* parallel_ = nullptr;  // set when tp_size > 1
+  GroupHostTier* group_host_tier_ = nullptr;   // hicache_io_ under tensor parallelism
+  bool tp_launched_ = false;  // ranks are processes of a launcher, not threads here
   std::chrono::steady_clock::time_point last_rank_stats_{};
 
   // Engine-thread state.

@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "engine/batch_plan.h"
 #include "engine/live_request.h"
+#include "engine/parallel_runtime.h"
 #include "engine/schedule_state.h"
 #include "kv/page_pool.h"
 #include "kv/radix_cache.h"
@@ -287,7 +288,7 @@ void Engine::finalize(Live& live) {
 
 std::vector<HostTierRankStats> Engine::rank_host_stats(bool force) {
   if (!hicache_) return {};
-  if (tp_host_tier_ == nullptr) {
+  if (group_host_tier_ == nullptr) {
     const HiCacheStats h = hicache_->stats();
     return {HostTierRankStats{.rank = 0,
                               .host_bytes = host_io_->host_bytes(),
@@ -298,10 +299,10 @@ std::vector<HostTierRankStats> Engine::rank_host_stats(bool force) {
                               .copy_seconds = h.copy_seconds}};
   }
   const auto now = StepClock::now();
-  if (!force && (!tp_host_tier_->stats_stale() || (!live_.empty() && now - last_rank_stats_ < std::chrono::seconds(1))))
+  if (!force && (!group_host_tier_->stats_stale() || (!live_.empty() && now - last_rank_stats_ < std::chrono::seconds(1))))
     return {};
   last_rank_stats_ = now;
-  auto ranks = tp_host_tier_->gather_rank_stats();
+  auto ranks = group_host_tier_->gather_rank_stats();
   if (!ranks.ok()) {
     LOG_WARN("host KV tier: the ranks' statistics were not gathered: {}", ranks.status().to_string());
     return {};

@@ -12,6 +12,7 @@
 
 #include <cstdio>
 
+#include "dist/tensor_parallel.h"
 #include "engine/engine.h"
 #include "support/engine_greedy.h"
 #include "support/hicache_workload.h"
@@ -42,7 +43,7 @@ Outcome run_house_llama(int tp, const std::string& policy, const std::string& io
     c.hicache_write_policy = policy;
     c.hicache_io_backend = io;
   }
-  auto e = Engine::create(c);
+  auto e = Engine::create(c, &tensor_parallel_runtime());
   EXPECT_TRUE(e.ok()) << e.status().to_string();
   if (!e.ok()) return {};
   if (prompts->empty()) *prompts = hicache_workload((*e)->tokenizer());

@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "backend/cuda/nccl_comm.h"
+#include "dist/tensor_parallel.h"
 #include "engine/engine.h"
 #include "support/golden.h"
 
@@ -58,7 +59,7 @@ TEST(NcclComm, MoreRanksThanGpusIsAnError) {
   c.device = "cuda";
   c.tp_size = gpus + 1;
   c.tp_allow_uneven = true;
-  auto e = Engine::create(c);
+  auto e = Engine::create(c, &tensor_parallel_runtime());
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("one rank per GPU"), std::string::npos) << e.status().to_string();
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "dist/tensor_parallel.h"
 #include "engine/engine.h"
 #include "support/engine_greedy.h"
 #include "support/hicache_workload.h"
@@ -41,7 +42,7 @@ Outcome run(const Case& c, int tp, bool tier,
     cfg.hicache_ratio = 4;
     cfg.hicache_write_policy = c.policy;
   }
-  auto e = Engine::create(cfg);
+  auto e = Engine::create(cfg, &tensor_parallel_runtime());
   EXPECT_TRUE(e.ok()) << e.status().to_string();
   if (!e.ok()) return {};
   if (prompts_out) *prompts_out = testing::hicache_workload((*e)->tokenizer());

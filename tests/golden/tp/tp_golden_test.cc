@@ -10,8 +10,9 @@
 
 
 #include "arch/tp.h"
-#include "engine/engine.h"
+#include "dist/tensor_parallel.h"
 #include "dist/tp_driver.h"
+#include "engine/engine.h"
 #include "model/config.h"
 #include "model/weights.h"
 #include "support/engine_greedy.h"
@@ -108,7 +109,7 @@ TEST(TpLoad, ErrorsNameTheFailingRankAndNobodyHangs) {
   config = TpConfig{.tp_size = 3, .device = "cpu", .sharding = {.allow_uneven = true}};
   auto inner = make_tp_rank_factory(config);
   ASSERT_TRUE(inner.ok());
-  TpRankFactory failing = [&](int r, const std::atomic<bool>& failed) -> StatusOr<TpRankResources> {
+  RankFactory failing = [&](int r, const std::atomic<bool>& failed) -> StatusOr<RankResources> {
     if (r == 2) return unavailable("no device for rank 2");
     return (*inner)(r, failed);
   };
@@ -154,8 +155,8 @@ TEST(TpFailureDeathTest, RankFailingMidForwardStopsTheGroupWithItsError) {
   const TpConfig config{.tp_size = 2, .device = "cpu"};
   auto inner = make_tp_rank_factory(config);
   ASSERT_TRUE(inner.ok());
-  TpRankFactory failing = [&](int r, const std::atomic<bool>& failed) -> StatusOr<TpRankResources> {
-    STRATA_ASSIGN_OR_RETURN(TpRankResources res, (*inner)(r, failed));
+  RankFactory failing = [&](int r, const std::atomic<bool>& failed) -> StatusOr<RankResources> {
+    STRATA_ASSIGN_OR_RETURN(RankResources res, (*inner)(r, failed));
     res.comm = std::make_unique<FailingComm>(std::move(res.comm), /*fail_rank=*/1, /*fail_at=*/3);
     return res;
   };
@@ -210,8 +211,8 @@ TEST(TpKvInit, SentOnceAndAgainWhenTheScalesChange) {
   auto inner = make_tp_rank_factory(config);
   ASSERT_TRUE(inner.ok());
   std::atomic<int> inits{0};
-  TpRankFactory counting = [&](int r, const std::atomic<bool>& failed) -> StatusOr<TpRankResources> {
-    STRATA_ASSIGN_OR_RETURN(TpRankResources res, (*inner)(r, failed));
+  RankFactory counting = [&](int r, const std::atomic<bool>& failed) -> StatusOr<RankResources> {
+    STRATA_ASSIGN_OR_RETURN(RankResources res, (*inner)(r, failed));
     res.comm = std::make_unique<InitCountingComm>(std::move(res.comm), &inits);
     return res;
   };
@@ -255,7 +256,7 @@ std::vector<std::vector<int32_t>> engine_greedy(const std::string& model, int tp
   c.chunked_prefill_size = 8;  // prompts prefill in several chunks, batched with decodes
   c.tp_size = tp;
   c.tp_allow_uneven = true;
-  auto e = Engine::create(c);
+  auto e = Engine::create(c, &tensor_parallel_runtime());
   EXPECT_TRUE(e.ok()) << e.status().to_string();
   if (!e.ok()) return {};
   return testing::greedy_tokens(**e, prompts, new_tokens);

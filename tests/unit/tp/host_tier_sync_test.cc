@@ -159,13 +159,13 @@ TEST(TpHostTierTest, WireFormsRoundTripAndTruncationIsDataLoss) {
                                 .bytes_to_device = 5,
                                 .copy_seconds = 0.25};
   std::vector<uint8_t> sb;
-  stats.encode(sb);
-  auto sback = HostTierRankStats::decode(sb);
+  encode_rank_stats(stats, sb);
+  auto sback = decode_rank_stats(sb);
   ASSERT_TRUE(sback.ok());
   EXPECT_EQ(sback->rank, 4);
   EXPECT_EQ(sback->bytes_to_device, 5);
   EXPECT_EQ(sback->copy_seconds, 0.25);
-  EXPECT_FALSE(HostTierRankStats::decode(std::span(sb).first(sb.size() - 1)).ok());
+  EXPECT_FALSE(decode_rank_stats(std::span(sb).first(sb.size() - 1)).ok());
 }
 
 }  // namespace
