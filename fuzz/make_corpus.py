@@ -141,15 +141,15 @@ def chat_template_seeds(shared):
     for i, c in enumerate(cases["chat_template"]):
         put("chat_template", f"house{i}", fields(house, json.dumps(c["messages"], ensure_ascii=False), "{}"))
     # Hub-style templates from the unit tests.
-    src = (ROOT / "tests/unit/chat_template/hub_templates_test.cc").read_text()
+    src = (ROOT / "tests/unit/tokenizer/jinja/hub_templates_test.cc").read_text()
     conv = json.dumps([{"role": "system", "content": "S"}, {"role": "user", "content": "Q"},
                        {"role": "assistant", "content": "A"}, {"role": "user", "content": "Q2"}])
     extra = json.dumps({"bos_token": "<s>", "eos_token": "</s>", "tools": [
         {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]})
     for k, m in enumerate(re.finditer(r'R"JINJA\((.*?)\)JINJA"', src, re.S)):
         put("chat_template", f"hub{k}", fields(m.group(1), conv, extra))
-    # Jinja2 reference cases (tests/unit/chat_template/data): template, messages, the rest.
-    ref = json.loads((ROOT / "tests/unit/chat_template/data/jinja2_reference.json").read_text())
+    # Jinja2 reference cases (tests/unit/tokenizer/jinja/data): template, messages, the rest.
+    ref = json.loads((ROOT / "tests/unit/tokenizer/jinja/data/jinja2_reference.json").read_text())
     for i, c in enumerate(ref["cases"]):
         ctx = dict(c.get("context") or {})
         msgs = ctx.pop("messages", [])

@@ -1,5 +1,5 @@
 // Hand-built ModelSpecs of real models (from their config.json files in shared/configs), so the
-// planner tests do not depend on the config parser.
+// planner and inventory tests do not depend on the config parser.
 #pragma once
 
 #include "model/spec.h"

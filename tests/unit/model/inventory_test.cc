@@ -4,7 +4,7 @@
 
 #include <map>
 
-#include "unit/planner/specs.h"
+#include "support/model_specs.h"
 
 namespace strata {
 namespace {
