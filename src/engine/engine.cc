@@ -290,33 +290,20 @@ Engine::~Engine() {
 
 int64_t Engine::kv_capacity_tokens() const { return plan_.kv_tokens; }
 
-StatusOr<int64_t> Engine::submit(GenerateRequest g) {
-  if (g.prompt_ids.empty()) return invalid_argument("the prompt is empty");
-  const int64_t vocab = model_->spec().vocab_size;
-  for (int32_t id : g.prompt_ids)
-    if (id < 0 || id >= vocab) return invalid_argument("token id {} is outside the vocabulary (size {})", id, vocab);
-  const int64_t n = int64_t(g.prompt_ids.size());
-  const int64_t limit = std::min<int64_t>(context_length_, plan_.kv_tokens);
-  if (n >= limit)
-    return out_of_range("the prompt has {} tokens; this server's limit is {} ({}), leaving no room to generate",
-                        n, limit - 1, limit == context_length_ ? "context length" : "KV cache capacity");
-  if (g.params.max_new_tokens < 1) return invalid_argument("max_tokens must be >= 1");
-  for (int32_t id : g.resume_output_ids)
-    if (id < 0 || id >= vocab) return invalid_argument("resumed token id {} is outside the vocabulary", id);
-  if (int64_t(g.resume_output_ids.size()) >= g.params.max_new_tokens)
-    return invalid_argument("a resumed generation of {} tokens has nothing left to generate (max_tokens {})",
-                            g.resume_output_ids.size(), g.params.max_new_tokens);
-  if (n + g.params.max_new_tokens > context_length_)
-    return out_of_range("prompt ({} tokens) + max_tokens ({}) exceeds the context length {}", n,
-                        g.params.max_new_tokens, context_length_);
-  // Refused rather than cut short: the scheduler would otherwise finish it at the pool's size.
-  if (n + g.params.max_new_tokens > plan_.kv_tokens)
-    return out_of_range("prompt ({} tokens) + max_tokens ({}) = {} tokens can never fit the KV cache pool of {} "
-                        "tokens; lower max_tokens, or give the pool more room (--max-total-tokens, "
-                        "--mem-fraction-static, --device-memory-gib on cpu)",
-                        n, g.params.max_new_tokens, n + g.params.max_new_tokens, plan_.kv_tokens);
+RequestLimits Engine::request_limits() const {
+  return RequestLimits{.vocab_size = model_->spec().vocab_size,
+                       .context_length = context_length_,
+                       .kv_capacity_tokens = plan_.kv_tokens};
+}
+
+std::optional<RequestError> Engine::check(const GenerateRequest& g) const {
+  return validate_request(g.prompt_ids, g.params, g.resume_output_ids, request_limits());
+}
+
+SubmitResult Engine::submit(GenerateRequest g) {
+  if (auto e = check(g)) return *e;
   std::lock_guard<std::mutex> lk(mu_);
-  if (stop_) return unavailable("the engine is shutting down");
+  if (stop_) return request_error(RequestErrorCode::kUnavailable, "", "the engine is shutting down");
   const int64_t id = next_id_++;
   const uint64_t seed = g.params.seed ? *g.params.seed : config_.seed * 1000003u + uint64_t(id);
   auto live = std::make_unique<Live>(id, std::move(g), *tokenizer_, seed);

@@ -21,6 +21,8 @@
 #include "core/status.h"
 #include "engine/kv_config.h"
 #include "engine/request.h"
+#include "engine/request_error.h"
+#include "engine/request_validation.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
@@ -172,9 +174,15 @@ class Engine {
   static StatusOr<std::unique_ptr<Engine>> create(const EngineConfig& config);
   ~Engine();  // aborts what is still live (callbacks get abort) and joins the thread
 
-  // Thread-safe. Validates the request (empty prompt, prompt beyond the context, token ids
-  // outside the vocabulary) and returns its id; the callback then receives every event.
-  StatusOr<int64_t> submit(GenerateRequest request);
+  // Thread-safe. Validates the request (check()) and returns its id, or the typed reason it was
+  // refused; the callback then receives every event.
+  SubmitResult submit(GenerateRequest request);
+  // Thread-safe, no side effects: the request contract (engine/request_validation.h) against
+  // this engine's limits, as submit() applies it. Front ends that submit several requests for one
+  // of theirs (the server's prompts x n) check them all first.
+  std::optional<RequestError> check(const GenerateRequest& request) const;
+  // What a request must fit: the vocabulary, the context, the KV pool.
+  RequestLimits request_limits() const;
   // Thread-safe; a finished or unknown id is ignored. The callback gets a final abort event.
   void abort(int64_t id);
   // Blocks until no request is live. For tests and batch jobs.

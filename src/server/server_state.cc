@@ -122,9 +122,7 @@ ServerState::~ServerState() {
 }
 
 std::string ContextLimit::why() const {
-  if (tokens >= model_context) return "";
-  return fmt::format(" (this server's KV cache pool holds {} tokens, less than the model's {}: raise "
-                     "--max-total-tokens or --mem-fraction-static)", pool_tokens, model_context);
+  return RequestLimits{.context_length = model_context, .kv_capacity_tokens = pool_tokens}.limit_reason();
 }
 
 ContextLimit ServerState::context_limit() const {
