@@ -535,14 +535,14 @@ StatusOr<RankSetup> setup_rank(int r, const ModelSpec& spec, const WeightStore& 
 
 }  // namespace
 
-StatusOr<std::optional<LaunchRank>> tp_launch_from_env(int tp_size, const std::string& device,
+StatusOr<std::optional<LaunchRank>> tp_launch_from_env(int tp_size, Device device,
                                                        std::string* nccl_id_file) {
   STRATA_ASSIGN_OR_RETURN(LaunchRank launch, launch_rank_from_env());
   if (launch.size <= 1) return std::optional<LaunchRank>();
   if (launch.size != tp_size)
     return invalid_argument("the launcher started {} processes ({}) but --tp-size is {}: give --tp-size {} (one "
                             "rank per process)", launch.size, launch.source, tp_size, launch.size);
-  if (device != "cuda")
+  if (device != Device::kCuda)
     return invalid_argument("{} ranks started by a launcher ({}) need --device cuda: ranks of several processes "
                             "talk through NCCL", launch.size, launch.source);
   if (const char* f = std::getenv("STRATA_NCCL_ID_FILE"); f != nullptr && *f != '\0') {
@@ -591,7 +591,7 @@ StatusOr<TpRankFactory> make_tp_rank_factory(const TpConfig& config) {
     return failed_precondition("launcher-started ranks need a build with NCCL (-DSTRATA_CUDA=ON)");
 #endif
   }
-  if (config.device == "cpu") {
+  if (config.device == Device::kCpu) {
     auto comms = std::make_shared<std::vector<std::unique_ptr<Communicator>>>(make_local_comm_group(config.tp_size));
     auto taken = std::make_shared<std::mutex>();
     return TpRankFactory([comms, taken](int r, const std::atomic<bool>&) -> StatusOr<TpRankResources> {
@@ -600,7 +600,7 @@ StatusOr<TpRankFactory> make_tp_rank_factory(const TpConfig& config) {
       return TpRankResources{.backend = make_cpu_backend(), .comm = std::move((*comms)[size_t(r)])};
     });
   }
-  if (config.device == "cuda") {
+  if (config.device == Device::kCuda) {
 #ifdef STRATA_HAVE_NCCL
     const int tp = config.tp_size;
     STRATA_ASSIGN_OR_RETURN(int gpus, cuda_visible_device_count());
@@ -621,7 +621,7 @@ StatusOr<TpRankFactory> make_tp_rank_factory(const TpConfig& config) {
                                "where nccl.h and libnccl are found, or set NCCL_ROOT)", config.tp_size);
 #endif
   }
-  return invalid_argument("--device must be cpu or cuda, got '{}'", config.device);
+  return invalid_argument("--device {}: no tensor-parallel ranks there", device_name(config.device));
 }
 
 StatusOr<std::unique_ptr<Model>> create_tp_model(const ModelSpec& spec, const WeightStore& weights,
@@ -655,7 +655,7 @@ StatusOr<std::unique_ptr<Model>> create_tp_model(const ModelSpec& spec, const We
     if (s0.ok()) state->remove(s0->res.comm.get());
     return state->first();
   }
-  LOG_INFO("tensor parallel: {} ranks on {} · {} heads, {} vocab rows per rank{}", config.tp_size, config.device,
+  LOG_INFO("tensor parallel: {} ranks on {} · {} heads, {} vocab rows per rank{}", config.tp_size, device_name(config.device),
            plan->rank(0).q_heads.size(), plan->rank(0).vocab.size(),
            plan->kv_heads_replicated() ? " · KV heads replicated" : "");
   *rank0_backend = std::move(s0->res.backend);

@@ -258,7 +258,7 @@ json ServerState::server_info() {
           {"max_model_len", context_limit().tokens},
           {"page_size", c.page_size},
           {"kv_bytes_per_token", p.kv_bytes_per_token},
-          {"device", c.device},
+          {"device", device_name(c.device)},
           {"num_running_requests", s.num_running},
           {"num_queued_requests", s.num_waiting},
           {"kv_tokens_used", s.kv_tokens_used},
