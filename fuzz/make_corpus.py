@@ -165,12 +165,17 @@ def openai_seeds():
          "seed": 7, "stop": ["\n", "."], "logprobs": True, "top_logprobs": 3},
         {"messages": [{"role": "user", "content": [{"type": "text", "text": "parts"}]}],
          "stop_token_ids": [1, 2], "ignore_eos": True, "max_completion_tokens": 4},
+        {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "reasoning_content": "c"},
+                      {"role": "user", "content": "d"}],
+         "chat_template_kwargs": {"enable_thinking": False}, "min_p": 0.05, "repetition_penalty": 1.1},
     ]
     comp = [
         {"model": "m", "prompt": "Once upon", "max_tokens": 16, "temperature": 0.7, "echo": False},
         {"prompt": ["x", "y"], "logprobs": 1, "n": 3, "stop": "\n\n"},
         {"prompt": [1, 2, 3], "max_tokens": 1},
         {"prompt": [[1], [2, 3]], "stream": True, "seed": 18446744073709551615},
+        {"prompt": "x", "presence_penalty": 0.5, "frequency_penalty": -0.5, "logit_bias": {"5": -100, "7": 2},
+         "top_k": 3},
     ]
     for i, b in enumerate(chat):
         put("openai_request", f"chat{i}", b"\x01" + json.dumps(b).encode())

@@ -13,6 +13,11 @@ namespace strata::tools {
 
 struct EngineFlags {
   EngineConfig config;
+  // Names of enum-valued flags, turned into EngineConfig's enums by finish_engine_flags (their
+  // name tables: core/enum_names.h).
+  std::string device = "cpu";
+  std::string kv_cache_dtype = "auto";
+  std::string kv_mla_rope_dtype;  // "": as --kv-cache-dtype
   std::string log_level = "info";
   double mem_fraction_static = 0;  // 0: planner default
   int64_t max_total_tokens = 0;    // 0: no cap

@@ -79,8 +79,10 @@ std::string prepare_dir(const Args& a) {
 void run_engine(const Args& a, const std::string& dir) {
   EngineConfig ec;
   ec.model_path = dir;
-  ec.device = "cuda";
-  ec.kv_cache_dtype = a.kv;
+  ec.device = Device::kCuda;
+  auto kv = parse_enum<KvCacheDtype>(a.kv, "--kv-cache-dtype");
+  CHECK_MSG(kv.ok(), "{}", kv.status().to_string());
+  ec.kv_cache_dtype = *kv;
   ec.mem_fraction_static = a.mem_fraction;
   ec.context_length = a.in + a.out + 64;
   ec.page_size = a.page_size;
@@ -91,7 +93,11 @@ void run_engine(const Args& a, const std::string& dir) {
   if (a.hicache_ratio > 0) {  // retracted requests' pages then come back from host memory
     ec.enable_hierarchical_cache = true;
     ec.hicache_ratio = a.hicache_ratio;
-    if (!a.hicache_write_policy.empty()) ec.hicache_write_policy = a.hicache_write_policy;
+    if (!a.hicache_write_policy.empty()) {
+      auto policy = parse_hicache_write_policy(a.hicache_write_policy);
+      CHECK_MSG(policy.ok(), "{}", policy.status().to_string());
+      ec.hicache_write_policy = *policy;
+    }
   }
   auto t_load = Clock::now();
   auto e = Engine::create(ec, &tensor_parallel_runtime());

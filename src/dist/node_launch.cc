@@ -42,14 +42,13 @@ Status check_dist_init_addr(const std::string& addr) {
   return Status();
 }
 
-StatusOr<std::vector<RankProcess>> plan_node_ranks(const NodeLaunchFlags& f, int tp_size,
-                                                   const std::string& device,
+StatusOr<std::vector<RankProcess>> plan_node_ranks(const NodeLaunchFlags& f, int tp_size, Device device,
                                                    const std::string& nccl_id_hex) {
   if (f.nnodes < 1) return invalid_argument("--nnodes must be >= 1, got {}", f.nnodes);
   if (f.node_rank < 0 || f.node_rank >= f.nnodes)
     return invalid_argument("--node-rank {} is not in [0, --nnodes {})", f.node_rank, f.nnodes);
   if (f.nnodes == 1) return std::vector<RankProcess>();
-  if (device != "cuda")
+  if (device != Device::kCuda)
     return invalid_argument(
         "--nnodes {}: ranks on several nodes talk through NCCL: give --device cuda (cpu ranks "
         "are threads of one process)",

@@ -531,14 +531,14 @@ StatusOr<RankSetup> setup_rank(int r, const ModelSpec& spec, const WeightStore& 
 
 }  // namespace
 
-StatusOr<std::optional<LaunchRank>> tp_launch_from_env(int tp_size, const std::string& device,
+StatusOr<std::optional<LaunchRank>> tp_launch_from_env(int tp_size, Device device,
                                                        std::string* nccl_id_file) {
   STRATA_ASSIGN_OR_RETURN(LaunchRank launch, launch_rank_from_env());
   if (launch.size <= 1) return std::optional<LaunchRank>();
   if (launch.size != tp_size)
     return invalid_argument("the launcher started {} processes ({}) but --tp-size is {}: give --tp-size {} (one "
                             "rank per process)", launch.size, launch.source, tp_size, launch.size);
-  if (device != "cuda")
+  if (device != Device::kCuda)
     return invalid_argument("{} ranks started by a launcher ({}) need --device cuda: ranks of several processes "
                             "talk through NCCL", launch.size, launch.source);
   if (const char* f = std::getenv("STRATA_NCCL_ID_FILE"); f != nullptr && *f != '\0') {
@@ -595,7 +595,7 @@ StatusOr<std::unique_ptr<Model>> create_tp_model(const ModelSpec& spec, const We
     if (s0.ok()) state->remove(s0->res.comm.get());
     return state->first();
   }
-  LOG_INFO("tensor parallel: {} ranks on {} · {} heads, {} vocab rows per rank{}", config.tp_size, config.device,
+  LOG_INFO("tensor parallel: {} ranks on {} · {} heads, {} vocab rows per rank{}", config.tp_size, device_name(config.device),
            plan->rank(0).q_heads.size(), plan->rank(0).vocab.size(),
            plan->kv_heads_replicated() ? " · KV heads replicated" : "");
   *rank0_backend = std::move(s0->res.backend);

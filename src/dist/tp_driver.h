@@ -38,7 +38,7 @@ class WeightStore;
 
 struct TpConfig {
   int tp_size = 1;
-  std::string device = "cpu";  // cpu: in-process ranks; cuda: one rank per visible GPU (NCCL)
+  Device device = Device::kCpu;  // cpu: in-process ranks; cuda: one rank per visible GPU (NCCL)
   ShardingOptions sharding{};  // allow_uneven: tests only (model/sharding.h)
   // Set when an existing launcher (mpirun, srun) started one process per rank
   // (tp_launch_from_env): this process hosts only rank launch->rank, on GPU launch->local_rank,
@@ -54,7 +54,7 @@ struct TpConfig {
 // ./.strata_nccl_id.<job id: PMIX_NAMESPACE, Open MPI's jobid, SLURM_JOB_ID.SLURM_STEP_ID, PMI_JOBID,
 // or "0" when the launcher gives none> (on a filesystem every node sees; multi-node jobs may set
 // STRATA_NCCL_ID, the hex id, instead).
-StatusOr<std::optional<LaunchRank>> tp_launch_from_env(int tp_size, const std::string& device,
+StatusOr<std::optional<LaunchRank>> tp_launch_from_env(int tp_size, Device device,
                                                        std::string* nccl_id_file);
 
 // The backend factory's ranks for `config` (backend/factory/rank_factory.h: an in-process CPU

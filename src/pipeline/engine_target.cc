@@ -25,23 +25,19 @@ void EngineTarget::start(const GenerationTask& task, OutcomeCallback done) {
   if (r.messages.is_null()) {
     ids = encoder_.encode_raw(r.prompt);
   } else {
-    ids = encoder_.encode_chat(prompt_messages(r.messages));
+    ids = encoder_.encode_chat(prompt_messages(r.messages), /*add_generation_prompt=*/true, SIZE_MAX,
+                               sampling_.chat_template_kwargs);
   }
-  auto fail = [&](const Status& s) {
+  auto fail = [&](const std::string& error) {
     GenerationOutcome o;
     o.kind = OutcomeKind::kFailed;
-    o.error = s.message();
+    o.error = error;
     done(std::move(o));
   };
-  if (!ids.ok()) return fail(ids.status());
+  if (!ids.ok()) return fail(ids.status().message());
   GenerateRequest req;
   req.prompt_ids = std::move(ids).value();
-  req.params.temperature = sampling_.temperature;
-  req.params.top_p = sampling_.top_p;
-  req.params.top_k = sampling_.top_k;
-  req.params.max_new_tokens = sampling_.max_new_tokens;
-  req.params.stop_strings = sampling_.stop;
-  req.params.ignore_eos = sampling_.ignore_eos;
+  req.params = sampling_.params;
   req.params.seed = task.seed;
   if (!task.resume_output_ids.empty()) {
     if (task.resume_prompt_tokens == int32_t(req.prompt_ids.size())) {
@@ -73,8 +69,9 @@ void EngineTarget::start(const GenerationTask& task, OutcomeCallback done) {
     }
     done(std::move(o));
   };
+  // A refused request fails this prompt with the contract's message (engine/request_error.h).
   auto id = engine_.submit(std::move(req));
-  if (!id.ok()) fail(id.status());
+  if (!id.ok()) fail(id.error().describe());
 }
 
 }  // namespace strata

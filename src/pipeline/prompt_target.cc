@@ -14,9 +14,23 @@ double shortest(float v) { return std::stod(fmt::format("{}", v)); }
 }  // namespace
 
 nlohmann::json JobSampling::to_json() const {
-  return {{"temperature", shortest(temperature)}, {"top_p", shortest(top_p)},   {"top_k", top_k},
-          {"max_new_tokens", max_new_tokens}, {"stop", stop}, {"ignore_eos", ignore_eos},
-          {"seed", seed}};
+  const SamplingParams& p = params;
+  nlohmann::json j = {{"temperature", shortest(p.temperature)}, {"top_p", shortest(p.top_p)},
+                      {"top_k", p.top_k},                       {"max_new_tokens", p.max_new_tokens},
+                      {"stop", p.stop_strings},                 {"ignore_eos", p.ignore_eos},
+                      {"seed", base_seed()}};
+  if (p.min_p != 0) j["min_p"] = shortest(p.min_p);
+  if (p.repetition_penalty != 1) j["repetition_penalty"] = shortest(p.repetition_penalty);
+  if (p.presence_penalty != 0) j["presence_penalty"] = shortest(p.presence_penalty);
+  if (p.frequency_penalty != 0) j["frequency_penalty"] = shortest(p.frequency_penalty);
+  if (!p.logit_bias.empty()) {
+    nlohmann::json bias = nlohmann::json::object();
+    for (const auto& [id, b] : p.logit_bias) bias[std::to_string(id)] = shortest(b);
+    j["logit_bias"] = bias;
+  }
+  if (!p.stop_token_ids.empty()) j["stop_token_ids"] = p.stop_token_ids;
+  if (!chat_template_kwargs.is_null()) j["chat_template_kwargs"] = chat_template_kwargs;
+  return j;
 }
 
 double backoff_delay_s(const RetryPolicy& policy, int retry, std::mt19937_64& rng) {

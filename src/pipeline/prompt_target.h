@@ -9,21 +9,21 @@
 #include <string>
 #include <vector>
 
+#include "engine/sampling_params.h"
 #include "pipeline/dataset.h"
 
 namespace strata {
 
-// The sampling settings of a job; every prompt's seed is prompt_seed(seed, id).
+// The generation settings of a job, the same for every prompt: the request's SamplingParams
+// (engine/sampling_params.h; its seed is the job's base seed, each prompt drawing with
+// prompt_seed(base_seed(), id)) and the chat template's extra variables.
 struct JobSampling {
-  float temperature = 0.0f;  // 0: greedy
-  float top_p = 1.0f;
-  int top_k = -1;            // -1: off
-  int max_new_tokens = 128;
-  std::vector<std::string> stop{};
-  bool ignore_eos = false;
-  uint64_t seed = 0;
+  SamplingParams params{.temperature = 0.0f, .seed = 0};  // strata generate's default: greedy
+  nlohmann::json chat_template_kwargs{};                 // null or an object
+  uint64_t base_seed() const { return params.seed.value_or(0); }
 
-  // The settings as stored in every record's meta (and compared on resume).
+  // The settings as stored in every record's meta (and compared on resume): the fields of the
+  // first version always, the later ones only when set, so older outputs still resume.
   nlohmann::json to_json() const;
 };
 
@@ -40,7 +40,7 @@ using TokensCallback = std::function<void(TokenReport)>;
 struct GenerationTask {
   std::string dataset{};
   const PromptRecord* record = nullptr;  // owned by the job; outlives the task
-  uint64_t seed = 0;                     // prompt_seed(sampling.seed, record->id)
+  uint64_t seed = 0;                     // prompt_seed(sampling.base_seed(), record->id)
   // Called as tokens are produced, from any thread (keep it short); may be empty. Targets that
   // only learn the output at the end never call it.
   TokensCallback on_tokens{};

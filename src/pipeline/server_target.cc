@@ -32,21 +32,34 @@ StatusOr<ServerUrl> parse_server_url(const std::string& url) {
   return u;
 }
 
-nlohmann::json openai_request_body(const PromptRecord& record, const JobSampling& s, const std::string& model,
+nlohmann::json openai_request_body(const PromptRecord& record, const JobSampling& job, const std::string& model,
                                    uint64_t seed) {
+  const SamplingParams& s = job.params;
   nlohmann::json body = {{"model", model},
                          {"max_tokens", s.max_new_tokens},
                          {"temperature", s.temperature},
                          {"top_p", s.top_p},
                          {"seed", seed},
                          {"stream", false}};
-  if (s.top_k > 0) body["top_k"] = s.top_k;  // SGLang/vLLM extension; plain OpenAI has none
-  if (!s.stop.empty()) body["stop"] = s.stop;
+  // The rest only when set: SGLang/vLLM extensions a plain OpenAI server may refuse.
+  if (s.top_k > 0) body["top_k"] = s.top_k;
+  if (s.min_p != 0) body["min_p"] = s.min_p;
+  if (s.repetition_penalty != 1) body["repetition_penalty"] = s.repetition_penalty;
+  if (s.presence_penalty != 0) body["presence_penalty"] = s.presence_penalty;
+  if (s.frequency_penalty != 0) body["frequency_penalty"] = s.frequency_penalty;
+  if (!s.logit_bias.empty()) {
+    nlohmann::json bias = nlohmann::json::object();
+    for (const auto& [id, b] : s.logit_bias) bias[std::to_string(id)] = b;
+    body["logit_bias"] = bias;
+  }
+  if (!s.stop_strings.empty()) body["stop"] = s.stop_strings;
+  if (!s.stop_token_ids.empty()) body["stop_token_ids"] = s.stop_token_ids;
   if (s.ignore_eos) body["ignore_eos"] = true;
   if (record.messages.is_null()) {
     body["prompt"] = record.prompt;
   } else {
     body["messages"] = prompt_messages(record.messages);
+    if (!job.chat_template_kwargs.is_null()) body["chat_template_kwargs"] = job.chat_template_kwargs;
   }
   return body;
 }
@@ -79,9 +92,9 @@ Status parse_openai_reply(const std::string& text, bool chat, GenerationOutcome&
 Status check_not_cut_short(const GenerationOutcome& o, const JobSampling& sampling) {
   if (o.finish_reason == "abort")
     return unavailable("the server aborted the completion after {} tokens (finish_reason abort)", o.completion_tokens);
-  if (o.finish_reason == "length" && o.completion_tokens < sampling.max_new_tokens)
+  if (o.finish_reason == "length" && o.completion_tokens < sampling.params.max_new_tokens)
     return unavailable("the server cut the completion short: finish_reason length after {} of {} tokens (a "
-                       "server draining at shutdown does this)", o.completion_tokens, sampling.max_new_tokens);
+                       "server draining at shutdown does this)", o.completion_tokens, sampling.params.max_new_tokens);
   return Status();
 }
 

@@ -26,11 +26,15 @@ class PromptEncoder {
                                       const std::string& chat_template = "");
 
   bool has_chat_template() const { return chat_.has_value(); }
-  StatusOr<std::string> render_chat(const nlohmann::json& messages, bool add_generation_prompt) const;
+  // `template_kwargs` (a JSON object or null): extra template variables, as SGLang's
+  // chat_template_kwargs (e.g. {"enable_thinking": false}); they override the defaults.
+  StatusOr<std::string> render_chat(const nlohmann::json& messages, bool add_generation_prompt,
+                                    const nlohmann::json& template_kwargs = {}) const;
   // OutOfRange, before tokenizing, when the rendered text is longer than `max_text_bytes`.
   StatusOr<std::vector<int32_t>> encode_chat(const nlohmann::json& messages,
                                              bool add_generation_prompt = true,
-                                             size_t max_text_bytes = SIZE_MAX) const;
+                                             size_t max_text_bytes = SIZE_MAX,
+                                             const nlohmann::json& template_kwargs = {}) const;
   std::vector<int32_t> encode_raw(const std::string& text) const;
 
   // The most text bytes that `max_tokens` tokens can cover: the longest vocabulary entry times

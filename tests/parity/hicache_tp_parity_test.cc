@@ -29,7 +29,7 @@ Outcome run_house_llama(int tp, const std::string& policy, const std::string& io
                         std::vector<std::vector<int32_t>>* prompts) {
   EngineConfig c;
   c.model_path = std::string(STRATA_SHARED_DIR) + "/models/house-llama";
-  c.device = "cuda";
+  c.device = Device::kCuda;
   c.page_size = 4;
   c.max_total_tokens = 96;  // one 48-token prefix and its request fit; two do not
   c.chunked_prefill_size = 32;
@@ -40,8 +40,8 @@ Outcome run_house_llama(int tp, const std::string& policy, const std::string& io
   if (!policy.empty()) {
     c.enable_hierarchical_cache = true;
     c.hicache_ratio = 4;
-    c.hicache_write_policy = policy;
-    c.hicache_io_backend = io;
+    c.hicache_write_policy = *parse_hicache_write_policy(policy);
+    c.hicache_io_backend = *parse_kv_io_backend(io);
   }
   auto e = Engine::create(c, &tensor_parallel_runtime());
   EXPECT_TRUE(e.ok()) << e.status().to_string();

@@ -56,7 +56,7 @@ TEST(NcclComm, MoreRanksThanGpusIsAnError) {
   ASSERT_EQ(cudaGetDeviceCount(&gpus), cudaSuccess);
   EngineConfig c;
   c.model_path = shared_dir() + "/models/house-llama";
-  c.device = "cuda";
+  c.device = Device::kCuda;
   c.tp_size = gpus + 1;
   c.tp_allow_uneven = true;
   auto e = Engine::create(c, &tensor_parallel_runtime());

@@ -121,6 +121,7 @@ class CudaBackend : public Backend {
                        const Tensor& out) override;
   // sampling.cu: one block per row; only the ids are copied back.
   void sample(const Tensor& logits, const SampleRowParams* params, int32_t* out_ids) override;
+  void edit_logits(const Tensor& logits, const LogitEdit* edits, int64_t num_edits) override;
   // cpu_twin.cc (homes: mla.cu, moe.cu)
   void mla_attention(const Tensor& q_latent, const KvStorage& kv, int layer,
                      const AttentionMetadata& meta, const MlaArgs& args, const Tensor& out) override;

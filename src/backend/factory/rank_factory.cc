@@ -40,7 +40,7 @@ StatusOr<RankFactory> make_rank_factory(const RankGroup& group) {
     return failed_precondition("launcher-started ranks need a build with NCCL (-DSTRATA_CUDA=ON)");
 #endif
   }
-  if (group.device == "cpu") {
+  if (group.device == Device::kCpu) {
     auto comms = std::make_shared<std::vector<std::unique_ptr<Communicator>>>(make_local_comm_group(group.size));
     auto taken = std::make_shared<std::mutex>();
     return RankFactory([comms, taken](int r, const std::atomic<bool>&) -> StatusOr<RankResources> {
@@ -49,7 +49,7 @@ StatusOr<RankFactory> make_rank_factory(const RankGroup& group) {
       return RankResources{.backend = make_cpu_backend(), .comm = std::move((*comms)[size_t(r)])};
     });
   }
-  if (group.device == "cuda") {
+  if (group.device == Device::kCuda) {
 #ifdef STRATA_HAVE_NCCL
     const int size = group.size;
     STRATA_ASSIGN_OR_RETURN(int gpus, cuda_visible_device_count());
@@ -70,7 +70,7 @@ StatusOr<RankFactory> make_rank_factory(const RankGroup& group) {
                                "where nccl.h and libnccl are found, or set NCCL_ROOT)", group.size);
 #endif
   }
-  return invalid_argument("--device must be cpu or cuda, got '{}'", group.device);
+  return invalid_argument("--device {}: no tensor-parallel ranks there", device_name(group.device));
 }
 
 StatusOr<std::string> nccl_id_hex_from_address(const std::string& addr) {

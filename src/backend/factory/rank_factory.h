@@ -20,6 +20,7 @@
 #include "backend/backend.h"
 #include "backend/comm.h"
 #include "core/status.h"
+#include "core/tensor.h"
 
 namespace strata {
 
@@ -40,7 +41,7 @@ using RankFactory =
 
 // What a group's ranks run on.
 struct RankGroup {
-  std::string device = "cpu";  // cpu | cuda
+  Device device = Device::kCpu;
   int size = 1;
   // Set when a launcher started one process per rank: this process makes launch->rank's
   // resources only, on GPU launch->local_rank (or the one visible GPU), and reads the NCCL id

@@ -40,7 +40,7 @@ Outcome run(const Case& c, int tp, bool tier,
   if (tier) {
     cfg.enable_hierarchical_cache = true;
     cfg.hicache_ratio = 4;
-    cfg.hicache_write_policy = c.policy;
+    cfg.hicache_write_policy = *parse_hicache_write_policy(c.policy);
   }
   auto e = Engine::create(cfg, &tensor_parallel_runtime());
   EXPECT_TRUE(e.ok()) << e.status().to_string();

@@ -58,7 +58,7 @@ TEST_P(TpLogits, EqualTp1AndTheReference) {
   auto backend1 = make_cpu_backend();
   auto tp1 = create_model(*spec, *weights, *backend1);
   ASSERT_TRUE(tp1.ok()) << tp1.status().to_string();
-  const TpConfig config{.tp_size = c.tp, .device = "cpu", .sharding = {.allow_uneven = c.uneven}};
+  const TpConfig config{.tp_size = c.tp, .device = Device::kCpu, .sharding = {.allow_uneven = c.uneven}};
   auto factory = make_tp_rank_factory(config);
   ASSERT_TRUE(factory.ok()) << factory.status().to_string();
   std::unique_ptr<Backend> backend0;
@@ -97,7 +97,7 @@ TEST(TpLoad, ErrorsNameTheFailingRankAndNobodyHangs) {
   auto weights = WeightStore::open(dir, spec->quant);
   ASSERT_TRUE(weights.ok());
   // The strict plan refuses 5 heads over 2 ranks before any rank starts.
-  TpConfig config{.tp_size = 2, .device = "cpu", .sharding = {}};
+  TpConfig config{.tp_size = 2, .device = Device::kCpu, .sharding = {}};
   auto factory = make_tp_rank_factory(config);
   ASSERT_TRUE(factory.ok());
   std::unique_ptr<Backend> backend0;
@@ -106,7 +106,7 @@ TEST(TpLoad, ErrorsNameTheFailingRankAndNobodyHangs) {
   EXPECT_NE(strict.status().message().find("num_attention_heads 5"), std::string::npos)
       << strict.status().to_string();
   // Rank 2 of 3 cannot make its resources: the others (loaded, waiting at the barrier) stop too.
-  config = TpConfig{.tp_size = 3, .device = "cpu", .sharding = {.allow_uneven = true}};
+  config = TpConfig{.tp_size = 3, .device = Device::kCpu, .sharding = {.allow_uneven = true}};
   auto inner = make_tp_rank_factory(config);
   ASSERT_TRUE(inner.ok());
   RankFactory failing = [&](int r, const std::atomic<bool>& failed) -> StatusOr<RankResources> {
@@ -152,7 +152,7 @@ TEST(TpFailureDeathTest, RankFailingMidForwardStopsTheGroupWithItsError) {
   ASSERT_TRUE(spec.ok());
   auto weights = WeightStore::open(dir, spec->quant);
   ASSERT_TRUE(weights.ok());
-  const TpConfig config{.tp_size = 2, .device = "cpu"};
+  const TpConfig config{.tp_size = 2, .device = Device::kCpu};
   auto inner = make_tp_rank_factory(config);
   ASSERT_TRUE(inner.ok());
   RankFactory failing = [&](int r, const std::atomic<bool>& failed) -> StatusOr<RankResources> {
@@ -207,7 +207,7 @@ TEST(TpKvInit, SentOnceAndAgainWhenTheScalesChange) {
   auto backend1 = make_cpu_backend();
   auto tp1 = create_model(*spec, *weights, *backend1);
   ASSERT_TRUE(tp1.ok()) << tp1.status().to_string();
-  const TpConfig config{.tp_size = 2, .device = "cpu"};
+  const TpConfig config{.tp_size = 2, .device = Device::kCpu};
   auto inner = make_tp_rank_factory(config);
   ASSERT_TRUE(inner.ok());
   std::atomic<int> inits{0};

@@ -126,14 +126,14 @@ TEST(LaunchRank, ReadsLauncherVariables) {
   // NCCL (cuda); no silent clamping.
   setenv("OMPI_COMM_WORLD_RANK", "1", 1);
   std::string id_file;
-  auto wrong_size = tp_launch_from_env(4, "cuda", &id_file);
+  auto wrong_size = tp_launch_from_env(4, Device::kCuda, &id_file);
   ASSERT_FALSE(wrong_size.ok());
   EXPECT_NE(wrong_size.status().message().find("--tp-size 8"), std::string::npos) << wrong_size.status().message();
-  auto on_cpu = tp_launch_from_env(8, "cpu", &id_file);
+  auto on_cpu = tp_launch_from_env(8, Device::kCpu, &id_file);
   ASSERT_FALSE(on_cpu.ok());
   EXPECT_NE(on_cpu.status().message().find("--device cuda"), std::string::npos);
   setenv("STRATA_NCCL_ID_FILE", "/shared/job/nccl.id", 1);
-  auto ok = tp_launch_from_env(8, "cuda", &id_file);
+  auto ok = tp_launch_from_env(8, Device::kCuda, &id_file);
   ASSERT_TRUE(ok.ok()) << ok.status().to_string();
   ASSERT_TRUE(ok->has_value());
   EXPECT_EQ((*ok)->rank, 1);

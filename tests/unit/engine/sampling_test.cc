@@ -88,7 +88,7 @@ TEST(Sampling, CpuBackendEqualsSampleTokenAndDrawsOncePerSampledToken) {
   const int rows = 37;
   const int64_t vocab = 513;
   std::vector<float> logits;
-  std::vector<SampleConfig> cfgs;
+  std::vector<SamplingParams> cfgs;
   for (int r = 0; r < rows; ++r) {
     const auto row = random_logits(g, vocab, true);
     logits.insert(logits.end(), row.begin(), row.end());

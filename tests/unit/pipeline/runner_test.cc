@@ -89,7 +89,7 @@ class RunnerTest : public ::testing::Test {
     std::filesystem::create_directories(dir_);
     opts_.output_file = (dir_ / "out.jsonl").string();
     opts_.progress = false;
-    opts_.sampling.seed = 11;
+    opts_.sampling.params.seed = 11;
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::filesystem::path dir_;
@@ -196,7 +196,7 @@ TEST_F(RunnerTest, ResumingWithOtherSettingsIsRefused) {
   b.interrupt_after = 3;
   ASSERT_TRUE(run_job(ds, b, opts_).ok());
   JobOptions o = opts_;
-  o.sampling.temperature = 0.8f;
+  o.sampling.params.temperature = 0.8f;
   FakeTarget b2;
   auto s = run_job(ds, b2, o);
   ASSERT_FALSE(s.ok());
