@@ -60,6 +60,9 @@ Status check_config(const EngineConfig& c) {
   STRATA_RETURN_IF_ERROR(check_host_tier_options(c));
   if (c.page_size < 1) return invalid_argument("--page-size must be >= 1, got {}", c.page_size);
   if (c.tp_size < 1) return invalid_argument("--tp-size must be >= 1, got {}", c.tp_size);
+  if (c.tp_one_rank && c.tp_size < 2)
+    return invalid_argument("--tp-one-rank runs rank 0 of --tp-size ranks alone: give --tp-size >= 2, got {}",
+                            c.tp_size);
   if (c.schedule_conservativeness <= 0) return invalid_argument("--schedule-conservativeness must be > 0");
   if (c.cuda_graph_max_bs) {
     const int bs = *c.cuda_graph_max_bs;
@@ -67,7 +70,7 @@ Status check_config(const EngineConfig& c) {
     if (bs > 0 && c.device != Device::kCuda)
       return invalid_argument("--cuda-graph-max-bs {} needs --device cuda (there are no graphs on {})", bs,
                               device_name(c.device));
-    if (bs > 0 && c.tp_size > 1)
+    if (bs > 0 && c.tp_size > 1 && !c.tp_one_rank)  // one rank alone has no collectives to record
       return unimplemented("--cuda-graph-max-bs with --tp-size {}: the collectives are not recorded into graphs "
                            "yet; give --disable-cuda-graph", c.tp_size);
   }
@@ -115,7 +118,11 @@ Status Engine::create_backend() {
 #endif
   }
   if (!config_.cuda_graph_max_bs)
-    config_.cuda_graph_max_bs = config_.device == Device::kCuda && config_.tp_size == 1 ? kDefaultCudaGraphMaxBs : 0;
+    config_.cuda_graph_max_bs =
+        config_.device == Device::kCuda && (config_.tp_size == 1 || config_.tp_one_rank) ? kDefaultCudaGraphMaxBs : 0;
+  if (config_.tp_one_rank)
+    LOG_WARN("--tp-one-rank: rank 0 of {} tensor-parallel ranks runs alone, every collective skipped and counted: "
+             "a benchmark of one rank's work; the outputs are NOT the model's", config_.tp_size);
   if (*config_.cuda_graph_max_bs > 0)
     LOG_INFO("CUDA graphs: decode steps of at most {} requests replay captured graphs (--cuda-graph-max-bs; "
              "--disable-cuda-graph launches every step eagerly)", *config_.cuda_graph_max_bs);
