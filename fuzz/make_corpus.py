@@ -141,15 +141,15 @@ def chat_template_seeds(shared):
     for i, c in enumerate(cases["chat_template"]):
         put("chat_template", f"house{i}", fields(house, json.dumps(c["messages"], ensure_ascii=False), "{}"))
     # Hub-style templates from the unit tests.
-    src = (ROOT / "tests/unit/chat_template/hub_templates_test.cc").read_text()
+    src = (ROOT / "tests/unit/tokenizer/jinja/hub_templates_test.cc").read_text()
     conv = json.dumps([{"role": "system", "content": "S"}, {"role": "user", "content": "Q"},
                        {"role": "assistant", "content": "A"}, {"role": "user", "content": "Q2"}])
     extra = json.dumps({"bos_token": "<s>", "eos_token": "</s>", "tools": [
         {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]})
     for k, m in enumerate(re.finditer(r'R"JINJA\((.*?)\)JINJA"', src, re.S)):
         put("chat_template", f"hub{k}", fields(m.group(1), conv, extra))
-    # Jinja2 reference cases (tests/unit/chat_template/data): template, messages, the rest.
-    ref = json.loads((ROOT / "tests/unit/chat_template/data/jinja2_reference.json").read_text())
+    # Jinja2 reference cases (tests/unit/tokenizer/jinja/data): template, messages, the rest.
+    ref = json.loads((ROOT / "tests/unit/tokenizer/jinja/data/jinja2_reference.json").read_text())
     for i, c in enumerate(ref["cases"]):
         ctx = dict(c.get("context") or {})
         msgs = ctx.pop("messages", [])
@@ -165,12 +165,17 @@ def openai_seeds():
          "seed": 7, "stop": ["\n", "."], "logprobs": True, "top_logprobs": 3},
         {"messages": [{"role": "user", "content": [{"type": "text", "text": "parts"}]}],
          "stop_token_ids": [1, 2], "ignore_eos": True, "max_completion_tokens": 4},
+        {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "reasoning_content": "c"},
+                      {"role": "user", "content": "d"}],
+         "chat_template_kwargs": {"enable_thinking": False}, "min_p": 0.05, "repetition_penalty": 1.1},
     ]
     comp = [
         {"model": "m", "prompt": "Once upon", "max_tokens": 16, "temperature": 0.7, "echo": False},
         {"prompt": ["x", "y"], "logprobs": 1, "n": 3, "stop": "\n\n"},
         {"prompt": [1, 2, 3], "max_tokens": 1},
         {"prompt": [[1], [2, 3]], "stream": True, "seed": 18446744073709551615},
+        {"prompt": "x", "presence_penalty": 0.5, "frequency_penalty": -0.5, "logit_bias": {"5": -100, "7": 2},
+         "top_k": 3},
     ]
     for i, b in enumerate(chat):
         put("openai_request", f"chat{i}", b"\x01" + json.dumps(b).encode())

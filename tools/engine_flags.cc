@@ -3,9 +3,10 @@
 #include <filesystem>
 
 #include "core/log.h"
-#include "engine/prompt.h"
-#include "engine/tp_driver.h"
+#include "core/parse_enum.h"
+#include "dist/tp_driver.h"
 #include "tokenizer/builtin_chat_templates.h"
+#include "tokenizer/prompt_encoder.h"
 
 namespace strata::tools {
 
@@ -20,18 +21,22 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_
   app.add_option("--chat-template", c.chat_template,
                  fmt::format("chat template instead of the tokenizer's: a Jinja file (or JSON with \"chat_template\"), "
                              "or a name: {}", fmt::join(builtin_chat_template_names(), ", ")));
-  app.add_option("--device", c.device, "cpu | cuda")->capture_default_str();
+  app.add_option("--device", f.device, enum_name_list<Device>())->capture_default_str();
   app.add_option("--tp-size,--tp", c.tp_size,
                  "tensor-parallel ranks (cuda: one per visible GPU over NCCL; cpu: in-process ranks)")
       ->capture_default_str();
   app.add_flag("--tp-allow-uneven", c.tp_allow_uneven,
                "for tests: split head/intermediate/vocab counts --tp-size does not divide into ranges one apart "
                "(exact; on GPUs the rank with the larger slices sets the pace)");
-  app.add_option("--kv-cache-dtype", c.kv_cache_dtype, "auto | bf16 | fp8_e4m3 | fp8_e5m2 | fp8_flashmla (auto: exact; fp8 needs an eval-kv record)")
+  app.add_flag("--tp-one-rank", c.tp_one_rank,
+               "benchmarks: run only rank 0 of --tp-size ranks, on one device, every collective skipped and counted "
+               "(what each GPU of the group computes; the outputs are not the model's)");
+  app.add_option("--kv-cache-dtype", f.kv_cache_dtype,
+                 enum_name_list<KvCacheDtype>() + " (auto: exact; fp8 needs an eval-kv record)")
       ->capture_default_str();
   app.add_option("--kv-bf16-layers", f.kv_bf16_layers, "layers kept in bf16 with an fp8 KV cache, e.g. 0,7");
   app.add_option("--kv-scales", c.kv_scales_path, "per-layer K/V scales JSON (strata eval-kv --calibrate)");
-  app.add_option("--kv-mla-rope-dtype", c.kv_mla_rope_dtype, "MLA rope part of the KV cache: bf16 | fp8_e4m3 | fp8_e5m2");
+  app.add_option("--kv-mla-rope-dtype", f.kv_mla_rope_dtype, "MLA rope part of the KV cache: bf16 | fp8_e4m3 | fp8_e5m2");
   app.add_option("--kv-quality-budget", f.kv_gate.budget_nats,
                  "mean KL divergence (nats) a lossy KV cache may cost, per its eval-kv record")
       ->capture_default_str();
@@ -73,16 +78,18 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_
   app.add_option("--hicache-ratio", f.hicache_ratio,
                  "host KV tier as a multiple of the device KV pool (implies --enable-hierarchical-cache; default 2)");
   app.add_option("--hicache-write-policy", f.hicache_write_policy,
-                 "write_through (default) | write_through_selective (back up a prefix hit twice) | write_back (copy on eviction)");
+                 enum_name_list<HiCacheWritePolicy>() + ": write_through (default) backs up every prefix, "
+                 "write_through_selective a prefix hit twice, write_back copies on eviction");
   app.add_option("--hicache-io-backend", f.hicache_io_backend,
-                 "host tier copies on cuda: kernel (default; gather/scatter kernel) | direct (cudaMemcpyAsync per page run)");
+                 enum_name_list<KvIoBackend>() + ": host tier copies on cuda by kernel (default; gather/scatter "
+                 "kernel) or direct (cudaMemcpyAsync per page run); memcpy on cpu");
   app.add_option("--log-level", f.log_level, "trace | debug | info | warning | error")->capture_default_str();
 }
 
 namespace {
 
-// The host KV tier's flags: sizes are validated here, names of policies and io backends by the
-// engine (kv/hicache.h, backend/kv_host_io.h) so library users get the same errors.
+// The host KV tier's flags: sizes, and the names of policies and io backends through their tables
+// (kv/hicache.h, backend/kv_host_io.h).
 Status finish_hicache_flags(const EngineFlags& f, EngineConfig& c) {
   if (f.hicache_size_gb && f.hicache_ratio)
     return invalid_argument("--hicache-size and --hicache-ratio both given: give one (GB, or a multiple of the device pool)");
@@ -99,10 +106,12 @@ Status finish_hicache_flags(const EngineFlags& f, EngineConfig& c) {
   if (!c.enable_hierarchical_cache && (f.hicache_write_policy || f.hicache_io_backend))
     return invalid_argument("{} has no effect without --enable-hierarchical-cache (or --hicache-size / --hicache-ratio)",
                             f.hicache_write_policy ? "--hicache-write-policy" : "--hicache-io-backend");
-  if (f.hicache_write_policy) c.hicache_write_policy = *f.hicache_write_policy;
+  if (f.hicache_write_policy) {
+    STRATA_ASSIGN_OR_RETURN(c.hicache_write_policy, parse_hicache_write_policy(*f.hicache_write_policy));
+  }
   if (f.hicache_io_backend) {
     if (f.hicache_io_backend->empty()) return invalid_argument("--hicache-io-backend is empty");
-    c.hicache_io_backend = *f.hicache_io_backend;
+    STRATA_ASSIGN_OR_RETURN(c.hicache_io_backend, parse_kv_io_backend(*f.hicache_io_backend));
   }
   return Status::ok_status();
 }
@@ -112,6 +121,13 @@ Status finish_hicache_flags(const EngineFlags& f, EngineConfig& c) {
 StatusOr<EngineConfig> finish_engine_flags(EngineFlags& f) {
   if (!set_log_level(f.log_level)) return invalid_argument("--log-level: unknown level '{}'", f.log_level);
   EngineConfig c = f.config;
+  STRATA_ASSIGN_OR_RETURN(c.device, parse_enum<Device>(f.device, "--device"));
+  STRATA_ASSIGN_OR_RETURN(c.kv_cache_dtype, parse_enum<KvCacheDtype>(f.kv_cache_dtype, "--kv-cache-dtype"));
+  if (!f.kv_mla_rope_dtype.empty()) {
+    auto rope = parse_kv_cache_dtype(f.kv_mla_rope_dtype);
+    if (!rope.ok()) return rope.status().with_context("--kv-mla-rope-dtype");
+    c.kv_mla_rope_dtype = *rope;
+  }
   if (f.mem_fraction_static != 0) {
     if (!(f.mem_fraction_static > 0 && f.mem_fraction_static < 1))
       return invalid_argument("--mem-fraction-static must be in (0, 1), got {}", f.mem_fraction_static);
@@ -122,12 +138,13 @@ StatusOr<EngineConfig> finish_engine_flags(EngineFlags& f) {
   if (f.max_running_requests < 0) return invalid_argument("--max-running-requests must be positive");
   if (f.max_running_requests > 0) c.max_running_requests = f.max_running_requests;
   if (c.page_size < 1) return invalid_argument("--page-size must be >= 1");
-  const bool cpu = c.device == "cpu";
+  const bool cpu = c.device == Device::kCpu;
   const int cpu_chunk = std::max(kCpuDefaultChunkedPrefillSize, c.page_size);
   c.chunked_prefill_size = f.chunked_prefill_size.value_or(cpu ? cpu_chunk : c.chunked_prefill_size);
   c.max_prefill_tokens = f.max_prefill_tokens.value_or(cpu ? cpu_chunk : c.max_prefill_tokens);
   if (c.tp_allow_uneven && !cpu)
-    LOG_WARN("--tp-allow-uneven on {}: a test aid; the rank with the larger slices sets every step's pace", c.device);
+    LOG_WARN("--tp-allow-uneven on {}: a test aid; the rank with the larger slices sets every step's pace",
+             device_name(c.device));
   if (c.chunked_prefill_size < c.page_size)
     return invalid_argument("--chunked-prefill-size must be >= --page-size");
   if (c.num_continuous_decode_steps < 1) return invalid_argument("--num-continuous-decode-steps must be >= 1");
@@ -174,7 +191,7 @@ int parse_cli(CLI::App& app, int argc, char** argv) {
 }
 
 std::optional<Status> run_tp_worker_if_launched(const EngineConfig& c) {
-  if (c.tp_size <= 1) return std::nullopt;
+  if (c.tp_size <= 1 || c.tp_one_rank) return std::nullopt;
   TpConfig tpc{.tp_size = c.tp_size, .device = c.device, .sharding = {.allow_uneven = c.tp_allow_uneven}};
   auto launch = tp_launch_from_env(c.tp_size, c.device, &tpc.nccl_id_file);
   if (!launch.ok()) return launch.status();

@@ -13,6 +13,11 @@ namespace strata::tools {
 
 struct EngineFlags {
   EngineConfig config;
+  // Names of enum-valued flags, turned into EngineConfig's enums by finish_engine_flags (their
+  // name tables: core/enum_names.h).
+  std::string device = "cpu";
+  std::string kv_cache_dtype = "auto";
+  std::string kv_mla_rope_dtype;  // "": as --kv-cache-dtype
   std::string log_level = "info";
   double mem_fraction_static = 0;  // 0: planner default
   int64_t max_total_tokens = 0;    // 0: no cap
@@ -43,7 +48,7 @@ void add_engine_flags(CLI::App& app, EngineFlags& flags, const std::string& defa
 StatusOr<EngineConfig> finish_engine_flags(EngineFlags& flags);
 
 // When an existing launcher (mpirun, srun) started this process as tensor-parallel rank > 0, runs
-// that rank until rank 0 shuts the group down (engine/tp_driver.h) and returns an OK or error
+// that rank until rank 0 shuts the group down (dist/tp_driver.h) and returns an OK or error
 // status to exit with; nullopt for rank 0 and for plain runs, which go on to build the engine.
 std::optional<Status> run_tp_worker_if_launched(const EngineConfig& config);
 

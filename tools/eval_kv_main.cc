@@ -10,6 +10,7 @@
 
 #include "command.h"
 #include "core/log.h"
+#include "core/parse_enum.h"
 #include "engine_flags.h"
 #include "eval/kv_report.h"
 
@@ -54,9 +55,16 @@ Status run(EvalKvFlags& f) {
 
   std::vector<std::pair<std::string, KvCacheConfig>> cands;
   std::vector<KvCacheConfig> bases;
+  std::optional<DType> rope_dtype;
+  if (!f.rope_dtype.empty()) {
+    auto rope = parse_kv_cache_dtype(f.rope_dtype);
+    if (!rope.ok()) return rope.status().with_context("--kv-mla-rope-dtype");
+    rope_dtype = *rope;
+  }
   std::stringstream ss(f.dtypes);
-  for (std::string d; std::getline(ss, d, ',');) {
-    KvCacheOptions o{.dtype = d, .bf16_layers = bf16_layers, .scales_path = f.scales_path, .mla_rope_dtype = f.rope_dtype};
+  for (std::string name; std::getline(ss, name, ',');) {
+    STRATA_ASSIGN_OR_RETURN(KvCacheDtype d, parse_enum<KvCacheDtype>(name, "--kv-cache-dtype"));
+    KvCacheOptions o{.dtype = d, .bf16_layers = bf16_layers, .scales_path = f.scales_path, .mla_rope_dtype = rope_dtype};
     STRATA_ASSIGN_OR_RETURN(KvCacheConfig c, ev->resolve(o));
     bases.push_back(c);
     cands.push_back({c.describe(), c});
@@ -91,17 +99,18 @@ Status run(EvalKvFlags& f) {
     if (!first_fp8 && b.lossy() && b.format == KvFormat::kPlain) first_fp8 = &b;
   if (!f.mixed_bf16_layers.empty() || !f.calibrated_scales.empty()) {
     if (!first_fp8) return invalid_argument("--mixed-bf16-layers / --calibrated-scales need an fp8_e4m3 or fp8_e5m2 --kv-cache-dtype");
-    const std::string dtype = kv_cache_dtype_name(first_fp8->dtype);
+    const KvCacheDtype dtype = kv_cache_dtype_of(first_fp8->dtype);
     if (!f.mixed_bf16_layers.empty()) {
       STRATA_ASSIGN_OR_RETURN(std::vector<int> layers, parse_layer_list(f.mixed_bf16_layers, "--mixed-bf16-layers"));
-      KvCacheOptions o{.dtype = dtype, .bf16_layers = layers, .scales_path = f.scales_path, .mla_rope_dtype = f.rope_dtype};
+      KvCacheOptions o{.dtype = dtype, .bf16_layers = layers, .scales_path = f.scales_path, .mla_rope_dtype = rope_dtype};
       STRATA_ASSIGN_OR_RETURN(KvCacheConfig c, ev->resolve(o));
       cands.push_back({c.describe() + " (mixed)", c});
     }
     if (!f.calibrated_scales.empty()) {
-      KvCacheOptions o{.dtype = dtype, .bf16_layers = bf16_layers, .scales_path = f.calibrated_scales, .mla_rope_dtype = f.rope_dtype};
+      KvCacheOptions o{.dtype = dtype, .bf16_layers = bf16_layers, .scales_path = f.calibrated_scales,
+                       .mla_rope_dtype = rope_dtype};
       STRATA_ASSIGN_OR_RETURN(KvCacheConfig c, ev->resolve(o));
-      cands.push_back({dtype + " calibrated", c});
+      cands.push_back({std::string(enum_name(dtype)) + " calibrated", c});
     }
   }
   if (!f.calibrate_path.empty()) {
@@ -116,8 +125,8 @@ Status run(EvalKvFlags& f) {
          {"method", "amax over calibration tokens / max finite of the dtype"},
          {"data", calib_source}, {"tokens", f.calibration_tokens}}));
     LOG_INFO("calibrated scales written to {}", f.calibrate_path);
-    KvCacheOptions o{.dtype = kv_cache_dtype_name(base->dtype), .bf16_layers = base->bf16_layers,
-                     .scales_path = f.calibrate_path, .mla_rope_dtype = f.rope_dtype};
+    KvCacheOptions o{.dtype = kv_cache_dtype_of(base->dtype), .bf16_layers = base->bf16_layers,
+                     .scales_path = f.calibrate_path, .mla_rope_dtype = rope_dtype};
     STRATA_ASSIGN_OR_RETURN(KvCacheConfig c, ev->resolve(o));
     cands.push_back({kv_cache_dtype_name(base->dtype) + std::string(" calibrated"), c});
   }

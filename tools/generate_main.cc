@@ -6,16 +6,20 @@
 //
 // Exit status: 0 every prompt done; 1 an error, or some prompts failed (see the failures
 // file); 3 stopped early because the server stayed unavailable (run the same command again).
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "api_key_flags.h"
 #include "command.h"
 #include "core/log.h"
+#include "dist/tensor_parallel.h"
+#include "engine/request_validation.h"
 #include "engine_flags.h"
-#include "pipeline/engine_backend.h"
+#include "pipeline/engine_target.h"
 #include "pipeline/runner.h"
-#include "pipeline/server_backend.h"
+#include "pipeline/server_target.h"
 
 namespace strata::tools {
 namespace {
@@ -27,13 +31,15 @@ struct GenerateFlags {
   bool jsonl = false;
   int64_t seed = 0;
   int concurrency = 0;  // 0: engine 2 x max running requests; server 32
+  std::string logit_bias;            // JSON object
+  std::string chat_template_kwargs;  // JSON object
   ServerConfig server;
   ApiKeyFlags api_key;
   JobOptions job;
 };
 
 void add_generate_flags(CLI::App& app, GenerateFlags& g) {
-  JobSampling& s = g.job.sampling;
+  SamplingParams& s = g.job.sampling.params;
   app.add_option("--prompt", g.prompts, "a user message (chat template applied; repeatable)");
   app.add_option("--input", g.inputs, "JSONL dataset: FILE or NAME=FILE (repeatable)");
   app.add_option("--output,-o", g.job.output_file,
@@ -45,9 +51,22 @@ void add_generate_flags(CLI::App& app, GenerateFlags& g) {
   app.add_option("--temperature", s.temperature, "0 = greedy")->capture_default_str();
   app.add_option("--top-p", s.top_p)->capture_default_str();
   app.add_option("--top-k", s.top_k, "-1 = off")->capture_default_str();
+  app.add_option("--min-p", s.min_p, "drop tokens below this x the most likely one's probability (0 = off)")
+      ->capture_default_str();
+  app.add_option("--repetition-penalty", s.repetition_penalty,
+                 "divides positive / multiplies negative logits of generated tokens (1 = off)")
+      ->capture_default_str();
+  app.add_option("--presence-penalty", s.presence_penalty, "subtracted from generated tokens' logits")
+      ->capture_default_str();
+  app.add_option("--frequency-penalty", s.frequency_penalty, "subtracted per occurrence in the output")
+      ->capture_default_str();
+  app.add_option("--logit-bias", g.logit_bias, "OpenAI logit_bias as JSON, e.g. '{\"50256\": -100}'");
+  app.add_option("--chat-template-kwargs", g.chat_template_kwargs,
+                 "extra chat template variables as a JSON object, e.g. '{\"enable_thinking\": false}'");
   app.add_option("--seed", g.seed, "base sampling seed; each prompt uses a hash of it and the prompt id")
       ->capture_default_str();
-  app.add_option("--stop", s.stop, "stop string (repeatable)");
+  app.add_option("--stop", s.stop_strings, "stop string (repeatable)");
+  app.add_option("--stop-token-id", s.stop_token_ids, "stop when this token id is sampled (repeatable)");
   app.add_flag("--ignore-eos", s.ignore_eos, "keep generating past EOS");
   app.add_flag("!--no-progress", g.job.progress, "no progress lines on stderr");
   app.add_option("--progress-interval", g.job.progress_interval_s, "seconds between progress lines")
@@ -78,11 +97,42 @@ void add_generate_flags(CLI::App& app, GenerateFlags& g) {
       ->capture_default_str();
 }
 
+// The flag of each request field the contract may name (engine/request_validation.h).
+std::string flag_of(const std::string& param) {
+  if (param == "max_tokens") return "--max-new-tokens";
+  if (param == "stop_token_ids") return "--stop-token-id";
+  std::string flag = "--" + param;
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
+}
+
+// --logit-bias and --chat-template-kwargs: JSON objects.
+Status parse_json_flags(GenerateFlags& g) {
+  JobSampling& job = g.job.sampling;
+  if (!g.chat_template_kwargs.empty()) {
+    job.chat_template_kwargs = nlohmann::json::parse(g.chat_template_kwargs, nullptr, /*allow_exceptions=*/false);
+    if (!job.chat_template_kwargs.is_object())
+      return invalid_argument("--chat-template-kwargs must be a JSON object, got '{}'", g.chat_template_kwargs);
+  }
+  if (!g.logit_bias.empty()) {
+    const auto bias = nlohmann::json::parse(g.logit_bias, nullptr, /*allow_exceptions=*/false);
+    if (!bias.is_object()) return invalid_argument("--logit-bias must be a JSON object, got '{}'", g.logit_bias);
+    for (const auto& [key, value] : bias.items()) {
+      char* end = nullptr;
+      const long long id = std::strtoll(key.c_str(), &end, 10);
+      if (key.empty() || *end != '\0' || id < 0 || id > INT32_MAX || !value.is_number())
+        return invalid_argument("--logit-bias: '{}': {} is not a token id and a number", key, value.dump());
+      job.params.logit_bias.emplace_back(int32_t(id), value.get<float>());
+    }
+    std::sort(job.params.logit_bias.begin(), job.params.logit_bias.end());
+  }
+  return Status();
+}
+
 Status validate(GenerateFlags& g) {
-  const JobSampling& s = g.job.sampling;
-  if (s.max_new_tokens < 1) return invalid_argument("--max-new-tokens must be >= 1, got {}", s.max_new_tokens);
-  if (s.temperature < 0) return invalid_argument("--temperature must be >= 0");
-  if (!(s.top_p > 0 && s.top_p <= 1)) return invalid_argument("--top-p must be in (0, 1]");
+  STRATA_RETURN_IF_ERROR(parse_json_flags(g));
+  // The request contract, with the flags' names (the engine checks the token ids again).
+  if (auto e = validate_sampling(g.job.sampling.params)) return invalid_argument("{}", e->describe(flag_of(e->param)));
   if (g.seed < 0) return invalid_argument("--seed must be >= 0");
   if (g.concurrency < 0) return invalid_argument("--concurrency must be >= 0");
   if (!(g.job.progress_interval_s > 0)) return invalid_argument("--progress-interval must be > 0");
@@ -90,7 +140,7 @@ Status validate(GenerateFlags& g) {
   if (!(g.job.checkpoint_interval_s > 0)) return invalid_argument("--checkpoint-interval must be > 0");
   if (!g.job.output_file.empty() && !g.job.output_dir.empty())
     return invalid_argument("give --output or --output-dir, not both");
-  g.job.sampling.seed = uint64_t(g.seed);
+  g.job.sampling.params.seed = uint64_t(g.seed);
   return Status();
 }
 
@@ -158,7 +208,7 @@ int generate_main(int argc, char** argv) {
   g.job.held_locks = std::move(locks).value();
 
   std::unique_ptr<Engine> engine;
-  std::unique_ptr<GenerationBackend> backend;
+  std::unique_ptr<PromptTarget> target;
   if (!g.server.url.empty()) {
     if (!set_log_level(ef.log_level)) return fail(invalid_argument("--log-level: unknown level '{}'", ef.log_level));
     if (ef.config.tp_size != 1)
@@ -168,25 +218,25 @@ int generate_main(int argc, char** argv) {
     g.server.api_key = *api_key;
     g.server.sampling = g.job.sampling;
     if (g.concurrency > 0) g.server.concurrency = g.concurrency;
-    auto b = ServerBackend::create(g.server);
+    auto b = ServerTarget::create(g.server);
     if (!b.ok()) return fail(b.status());
-    backend = std::move(b).value();
+    target = std::move(b).value();
   } else {
     auto cfg = finish_engine_flags(ef);
     if (!cfg.ok()) return fail(cfg.status());
     if (auto worker = run_tp_worker_if_launched(*cfg)) return worker->ok() ? 0 : fail(*worker);
-    auto e = Engine::create(*cfg);
+    auto e = Engine::create(*cfg, &tensor_parallel_runtime());
     if (!e.ok()) return fail(e.status());
     engine = std::move(e).value();
-    auto b = EngineBackend::create(*engine, g.job.sampling, g.concurrency);
+    auto b = EngineTarget::create(*engine, g.job.sampling, g.concurrency);
     if (!b.ok()) return fail(b.status());
-    backend = std::move(b).value();
+    target = std::move(b).value();
   }
   const bool single_prompts = g.inputs.empty() && !g.jsonl;
   if (single_prompts && g.job.output_file.empty() && g.job.output_dir.empty()) g.job.progress = false;
 
-  auto summary = run_job(*datasets, *backend, g.job);
-  backend.reset();  // server workers stop before the summary prints
+  auto summary = run_job(*datasets, *target, g.job);
+  target.reset();  // server workers stop before the summary prints
   if (!summary.ok()) return fail(summary.status());
   for (const auto& r : summary->records) {
     if (single_prompts) {

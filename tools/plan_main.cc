@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "command.h"
+#include "core/parse_enum.h"
 #include "model/config.h"
 #include "model/sharding.h"
 #include "planner/planner.h"
@@ -66,7 +67,7 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--max-seq-len", f.max_seq_len, "longest request (default: context length)");
   app.add_option("--max-running-requests", f.max_running_requests, "cap on running requests");
   app.add_option("--max-total-tokens", f.max_total_tokens, "cap on the KV pool in tokens");
-  app.add_option("--device", f.device, "cuda or cpu")->check(CLI::IsMember({"cuda", "cpu"}));
+  app.add_option("--device", f.device, enum_name_list<Device>());
   app.add_flag("--language-only", f.language_only, "do not count a VL wrapper's vision tower");
   app.add_option("--runtime-reserved-gib", f.runtime_reserved_gib,
                  "override: memory gone before weights load (CUDA context, NCCL)");
@@ -86,7 +87,8 @@ StatusOr<std::vector<Deployment>> deployments(const Flags& f) {
   Deployment base;
   base.gpu_memory_bytes = int64_t(f.gpu_memory_gib * kGiB);
   base.tp_size = f.tp_size;
-  base.device = f.device == "cpu" ? PlanDevice::kCpu : PlanDevice::kCuda;
+  STRATA_ASSIGN_OR_RETURN(const Device device, parse_enum<Device>(f.device, "--device"));
+  base.device = device == Device::kCpu ? PlanDevice::kCpu : PlanDevice::kCuda;
   // The CPU reference holds every weight as float32 (Backend::weight_policy).
   if (base.device == PlanDevice::kCpu) base.weight_policy = WeightPolicy{.dense_dtype = DType::kF32};
   base.kv_bf16_layers = f.bf16_layers;

@@ -13,12 +13,14 @@
 
 #include "api_key_flags.h"
 #include "command.h"
+#include "backend/factory/rank_factory.h"
 #include "core/log.h"
-#include "engine/node_launch.h"
-#include "engine/prompt.h"
-#include "engine/tp_driver.h"
+#include "dist/node_launch.h"
+#include "dist/tensor_parallel.h"
+#include "dist/tp_driver.h"
 #include "engine_flags.h"
 #include "server/http_server.h"
+#include "tokenizer/prompt_encoder.h"
 
 namespace strata::tools {
 namespace {
@@ -111,7 +113,7 @@ class SignalWatcher {
 };
 
 // --nnodes > 1 without a launcher's ranks: this process is its node's launcher
-// (engine/node_launch.h); returns the exit code of the node's ranks. nullopt: serve (or be a rank)
+// (dist/node_launch.h); returns the exit code of the node's ranks. nullopt: serve (or be a rank)
 // here.
 std::optional<int> launch_node_if_asked(const ServeFlags& sf, const EngineConfig& cfg, int argc, char** argv) {
   auto launched = launch_rank_from_env();
@@ -228,7 +230,7 @@ int serve_main(int argc, char** argv) {
   }
 
   SignalWatcher signals;  // before any thread starts, so all of them inherit the mask
-  auto engine_or = Engine::create(*cfg);
+  auto engine_or = Engine::create(*cfg, &tensor_parallel_runtime());
   if (!engine_or.ok()) return fail(engine_or.status());
   Engine& engine = **engine_or;
   auto enc_or = PromptEncoder::load(cfg->tokenizer_dir(), engine.tokenizer(), cfg->chat_template);

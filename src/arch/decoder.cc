@@ -101,11 +101,20 @@ void DecoderModel::forward_sample(const ForwardBatch& batch, KvStorage& kv,
 
 void DecoderModel::sample_device_logits(const Tensor& logits, const SampleArgs& args) {
   Backend& be = *backend_;
+  // Only the rows that need logprobs come back in full, as the model computed them: copied
+  // before the edits when there are any, else after sample() (which ends a graph step).
+  DeviceTensorPtr kept;
+  auto keep = [&] {
+    kept = be.alloc(logits.dtype, {args.num_keep, logits.dim(1)});
+    be.gather_rows(logits, args.keep_rows, args.num_keep, *kept);
+  };
+  if (args.num_edits > 0) {
+    if (args.num_keep > 0) keep();
+    be.edit_logits(logits, args.edits, args.num_edits);
+  }
   be.sample(logits, args.params, args.token_ids);
   if (args.num_keep == 0) return;
-  // Only the rows that need logprobs come back in full.
-  auto kept = be.alloc(logits.dtype, {args.num_keep, logits.dim(1)});
-  be.gather_rows(logits, args.keep_rows, args.num_keep, *kept);
+  if (!kept) keep();
   be.download_f32(*kept, args.kept_logits);
 }
 

@@ -1,5 +1,5 @@
 // Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2) in the absorbed form, written against the
-// Backend ops so that arch/deepseek.cc and tests/unit/mla share one implementation.
+// Backend ops so that arch/deepseek.cc and tests/unit/arch share one implementation.
 //
 // Per token the cache holds only [normalized latent c (kv_lora_rank) | roped k_rope (rope dim)].
 // Head h's key is [W_UK_h c | k_rope] and its value W_UV_h c, where kv_b_proj stacks, per head,

@@ -26,15 +26,18 @@ struct ForwardBatch {
   int num_logit_rows = 0;
 };
 
-// What Model::forward_sample does with the logit rows: each is sampled where the logits are
-// (Backend::sample; on CUDA only the ids come back), and the rows a caller needs in full (top
-// logprobs) are also downloaded.
+// What Model::forward_sample does with the logit rows: each is changed by the edits (penalties,
+// logit_bias) and sampled where the logits are (Backend::edit_logits, Backend::sample; on CUDA
+// only the ids come back), and the rows a caller needs in full (top logprobs) are also downloaded,
+// as the model computed them (before the edits).
 struct SampleArgs {
   const SampleRowParams* params = nullptr;  // host [num_logit_rows]
   int32_t* token_ids = nullptr;             // host [num_logit_rows], written
   const int32_t* keep_rows = nullptr;       // host [num_keep]: indices into the logit rows
   int num_keep = 0;
   float* kept_logits = nullptr;             // host [num_keep, vocab_size] float32, written
+  const LogitEdit* edits = nullptr;         // host [num_edits]; rows index the logit rows
+  int64_t num_edits = 0;
 };
 
 class Model {
@@ -48,7 +51,7 @@ class Model {
 
   // Runs the batch, writes the new tokens' K/V into `kv`, and writes float32 logits
   // [num_logit_rows, vocab_size] to host memory `logits`. Engine thread only. A tensor-parallel
-  // worker rank (engine/tp_driver.cc) passes null: its forward only joins the group's collectives.
+  // worker rank (dist/tp_driver.cc) passes null: its forward only joins the group's collectives.
   virtual void forward(const ForwardBatch& batch, KvStorage& kv, float* logits) = 0;
   // Runs the batch like forward() and samples its logit rows by `args` (SampleArgs) instead of
   // handing back all logits. Engine thread only.

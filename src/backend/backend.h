@@ -200,6 +200,20 @@ struct SampleRowParams {
 inline bool sample_is_greedy(const SampleRowParams& p) {
   return p.temperature <= 0.0f || p.top_k == 1;
 }
+// One logit changed before sampling: a request's penalties and logit_bias on one token it names
+// (the engine computes them, engine/logit_edits.h), in SGLang's order:
+//   x = logits[row, token] - subtract;  x = x < 0 ? x * scale : x / scale;  x = x + bias
+// each step rounded to float32 (no fused multiply-add), then stored in the logits' dtype. A row
+// names a token at most once. Identity: subtract 0, scale 1, bias 0.
+struct LogitEdit {
+  int32_t row = 0;
+  int32_t token = 0;
+  float subtract = 0.0f;  // presence + frequency x count
+  float scale = 1.0f;     // the repetition penalty (> 0)
+  float bias = 0.0f;      // logit_bias
+};
+// The reference on one float32 value (backend/cpu/sampling.cc, the CPU twin of edit_logits).
+float edit_logit_reference(float logit, const LogitEdit& edit);
 // The reference (the CPU twin, backend/cpu/sampling.cc): one float32 row. `scratch` is reused
 // between calls.
 int32_t sample_row_reference(const float* logits, int64_t vocab, const SampleRowParams& p,
@@ -241,6 +255,10 @@ class Backend {
   // Which stored weight formats this backend keeps packed (upload_linear); the planner sizes a
   // model's weights with it. Default: everything dequantized to weight_dtype().
   virtual WeightPolicy weight_policy() const { return WeightPolicy{.dense_dtype = weight_dtype()}; }
+  // Total bytes of this backend's device memory (what the planner plans against, as SGLang
+  // does: CUDA, the current device's). 0: no device memory of its own (the CPU reference; the
+  // caller gives a budget).
+  virtual int64_t device_memory_bytes() const { return 0; }
 
   // ---- ops ----
   // out[t] = table[ids[t]]; ids: host int32 [T]; table [V, H]; out [T, H]
@@ -324,6 +342,9 @@ class Backend {
   // out_ids [rows], by SampleRowParams' rules with params[r] (host [rows]); only the ids leave the
   // device. Ends the backend's step (waits for the work queued before it).
   virtual void sample(const Tensor& logits, const SampleRowParams* params, int32_t* out_ids) = 0;
+  // Changes logits [rows, vocab] (a tensor of this backend, float dtype) in place by `edits` (host
+  // [num_edits], LogitEdit's rules), before sample(). Cost: one read-modify-write per edit.
+  virtual void edit_logits(const Tensor& logits, const LogitEdit* edits, int64_t num_edits) = 0;
 
   // ---- fallbacks ----
   // The ops this backend runs on the CPU reference through host copies because it has no kernel

@@ -7,25 +7,6 @@
 
 namespace strata {
 
-StatusOr<KvIoBackend> parse_kv_io_backend(std::string_view text) {
-  if (text.empty() || text == "auto") return KvIoBackend::kAuto;
-  if (text == "memcpy") return KvIoBackend::kMemcpy;
-  if (text == "direct") return KvIoBackend::kDirect;
-  if (text == "kernel") return KvIoBackend::kKernel;
-  return invalid_argument("--hicache-io-backend must be direct or kernel (cuda) or memcpy (cpu), got '{}'",
-                          text);
-}
-
-std::string_view kv_io_backend_name(KvIoBackend io) {
-  switch (io) {
-    case KvIoBackend::kAuto: return "auto";
-    case KvIoBackend::kMemcpy: return "memcpy";
-    case KvIoBackend::kDirect: return "direct";
-    case KvIoBackend::kKernel: return "kernel";
-  }
-  return "?";
-}
-
 KvHostIo::KvHostIo(const KvStorage& kv, int64_t num_host_pages) : num_host_pages_(num_host_pages) {
   const KvLayout& l = kv.layout();
   num_device_pages_ = l.num_pages;

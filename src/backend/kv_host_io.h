@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/parse_enum.h"
 #include "core/status.h"
 
 namespace strata {
@@ -36,9 +37,18 @@ enum class KvIoBackend : uint8_t {
   kDirect,  // cuda: cudaMemcpyAsync per contiguous page run
   kKernel,  // cuda: one gather/scatter copy kernel per batch
 };
+inline constexpr EnumName<KvIoBackend> kKvIoBackendNames[] = {
+    {KvIoBackend::kAuto, "auto"},
+    {KvIoBackend::kMemcpy, "memcpy"},
+    {KvIoBackend::kDirect, "direct"},
+    {KvIoBackend::kKernel, "kernel"},
+    {KvIoBackend::kAuto, ""}};  // an unset flag
+constexpr const auto& enum_names(KvIoBackend) { return kKvIoBackendNames; }
 // "" | "auto" | "memcpy" | "direct" | "kernel"; errors name --hicache-io-backend.
-StatusOr<KvIoBackend> parse_kv_io_backend(std::string_view text);
-std::string_view kv_io_backend_name(KvIoBackend io);
+inline StatusOr<KvIoBackend> parse_kv_io_backend(std::string_view text) {
+  return parse_enum<KvIoBackend>(text, "--hicache-io-backend");
+}
+inline std::string_view kv_io_backend_name(KvIoBackend io) { return enum_name(io); }
 
 struct KvPageCopy {
   int32_t device_page = 0;

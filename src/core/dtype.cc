@@ -134,35 +134,6 @@ int64_t dtype_bytes_for(DType t, int64_t n) {
   return n * dtype_size(t);
 }
 
-const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kBF16: return "bf16";
-    case DType::kF16: return "f16";
-    case DType::kFP8E4M3: return "fp8_e4m3";
-    case DType::kFP8E5M2: return "fp8_e5m2";
-    case DType::kI8: return "i8";
-    case DType::kU8: return "u8";
-    case DType::kI32: return "i32";
-    case DType::kI64: return "i64";
-    case DType::kInt4Packed: return "int4";
-  }
-  return "?";
-}
-
-std::optional<DType> dtype_from_safetensors(std::string_view name) {
-  if (name == "F32") return DType::kF32;
-  if (name == "BF16") return DType::kBF16;
-  if (name == "F16") return DType::kF16;
-  if (name == "F8_E4M3") return DType::kFP8E4M3;
-  if (name == "F8_E5M2") return DType::kFP8E5M2;
-  if (name == "I8") return DType::kI8;
-  if (name == "U8") return DType::kU8;
-  if (name == "I32") return DType::kI32;
-  if (name == "I64") return DType::kI64;
-  return std::nullopt;
-}
-
 float f16_to_f32(uint16_t h) { return float(decode(kF16, h)); }
 uint16_t f32_to_f16(float f) { return uint16_t(encode(kF16, f)); }
 float fp8_e4m3_to_f32(uint8_t v) { return fp8_tables().e4m3[v]; }

@@ -9,6 +9,8 @@
 #include <utility>
 #include <variant>
 
+#include "core/enum_names.h"
+
 namespace strata {
 
 enum class StatusCode {
@@ -24,7 +26,19 @@ enum class StatusCode {
   kDataLoss,         // truncated or corrupt file
 };
 
-const char* status_code_name(StatusCode code);
+inline constexpr EnumName<StatusCode> kStatusCodeNames[] = {
+    {StatusCode::kOk, "OK"},
+    {StatusCode::kInvalidArgument, "InvalidArgument"},
+    {StatusCode::kNotFound, "NotFound"},
+    {StatusCode::kOutOfRange, "OutOfRange"},
+    {StatusCode::kResourceExhausted, "ResourceExhausted"},
+    {StatusCode::kUnimplemented, "Unimplemented"},
+    {StatusCode::kFailedPrecondition, "FailedPrecondition"},
+    {StatusCode::kUnavailable, "Unavailable"},
+    {StatusCode::kInternal, "Internal"},
+    {StatusCode::kDataLoss, "DataLoss"}};
+constexpr const auto& enum_names(StatusCode) { return kStatusCodeNames; }
+inline const char* status_code_name(StatusCode code) { return enum_name(code).data(); }
 
 class [[nodiscard]] Status {
  public:

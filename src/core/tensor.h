@@ -14,6 +14,9 @@
 namespace strata {
 
 enum class Device : uint8_t { kCpu, kCuda };
+inline constexpr EnumName<Device> kDeviceNames[] = {{Device::kCpu, "cpu"}, {Device::kCuda, "cuda"}};
+constexpr const auto& enum_names(Device) { return kDeviceNames; }
+inline const char* device_name(Device d) { return enum_name(d).data(); }
 
 using Shape = std::vector<int64_t>;
 

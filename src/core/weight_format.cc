@@ -40,18 +40,6 @@ std::vector<uint8_t> copy_block(const std::vector<uint8_t>& src, int64_t stack, 
 
 }  // namespace
 
-const char* weight_format_name(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::kDense:
-      return "dense";
-    case WeightFormat::kFp8Block:
-      return "fp8_block";
-    case WeightFormat::kInt4Group:
-      return "int4_group";
-  }
-  return "?";
-}
-
 std::string LinearFormat::str() const {
   switch (format) {
     case WeightFormat::kDense:

@@ -34,7 +34,7 @@ class BatchPlan {
   AttentionMetadata view() const;
 
   // The wire form rank 0 broadcasts to the other tensor-parallel ranks each step
-  // (engine/tp_driver.h): every field below, little-endian, behind a magic and a version.
+  // (dist/tp_driver.h): every field below, little-endian, behind a magic and a version.
   // O(plan size). deserialize() checks every length and CSR invariant the backends rely on, so a
   // corrupt message is a DataLoss error, never an out-of-bounds read.
   std::vector<uint8_t> serialize() const;

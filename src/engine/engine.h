@@ -18,13 +18,16 @@
 #include <vector>
 
 #include "arch/model.h"
+#include "backend/kv_host_io.h"
 #include "core/status.h"
+#include "engine/host_tier_io.h"
 #include "engine/kv_config.h"
 #include "engine/request.h"
+#include "engine/request_error.h"
+#include "engine/request_validation.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
-#include "engine/tp_host_tier.h"
 #include "kv/hicache.h"
 #include "planner/planner.h"
 #include "tokenizer/tokenizer.h"
@@ -34,7 +37,8 @@ namespace strata {
 class PagePool;
 class RadixCache;
 class ScheduleState;
-class KvHostIo;
+class GroupHostTier;
+class ParallelRuntime;
 
 // The default of --cuda-graph-max-bs on one GPU. H200, 8B shape, 512 in / 256 out (2026-11-30):
 // graphs replay after one capture per batch size, and steps at batch 64 took 17.0 ms with them
@@ -47,6 +51,8 @@ inline constexpr int kDefaultCudaGraphMaxBs = 64;
 // chunk on an idle machine (bench/RESULTS.md); 8,192-token chunks took 15-18 s each.
 inline constexpr int kCpuDefaultChunkedPrefillSize = 128;
 
+// The engine's configuration, typed: the CLI (tools/engine_flags.cc) turns its strings into these
+// enums through their name tables (core/enum_names.h) and reports a bad name there.
 struct EngineConfig {
   std::string model_path;
   // SGLang's --tokenizer-path (tokenizer.json, tokenizer_config.json, chat template; "": the
@@ -54,15 +60,19 @@ struct EngineConfig {
   std::string tokenizer_path;
   std::string chat_template;
   const std::string& tokenizer_dir() const { return tokenizer_path.empty() ? model_path : tokenizer_path; }
-  std::string device = "cpu";                 // cpu | cuda
-  // --tp-size: tensor-parallel ranks (engine/tp_driver.h): cpu runs them as threads of this
-  // process, cuda one per visible GPU. tp_allow_uneven: tests only (model/sharding.h).
+  Device device = Device::kCpu;
+  // --tp-size: tensor-parallel ranks (the distributed runtime, dist/tp_driver.h): cpu runs them
+  // as threads of this process, cuda one per visible GPU. tp_allow_uneven: tests only (model/sharding.h).
   int tp_size = 1;
   bool tp_allow_uneven = false;
-  std::string kv_cache_dtype = "auto";        // auto (f32 on cpu, bf16 on cuda) | bf16 | fp8_e4m3 | fp8_e5m2 | fp8_flashmla
+  // --tp-one-rank: only rank 0 of the --tp-size ranks, on this process's device, with every
+  // collective skipped and counted (backend/solo_comm.h). A benchmark mode — what each GPU of a
+  // tp group computes, measured on one GPU; the outputs are not the model's.
+  bool tp_one_rank = false;
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;  // auto: f32 on cpu, bf16 on cuda (exact)
   std::vector<int> kv_bf16_layers;            // layers kept in bf16 when kv_cache_dtype is fp8
   std::string kv_scales_path;                 // per-layer K/V scales (strata eval-kv --calibrate)
-  std::string kv_mla_rope_dtype;              // MLA rope part: "" (as kv_cache_dtype) | bf16 | fp8_*
+  std::optional<DType> kv_mla_rope_dtype;     // MLA rope part; unset: as kv_cache_dtype
   int page_size = 16;
   std::optional<double> mem_fraction_static;  // nullopt: the planner's default
   // Memory the KV pool is planned against: the GPU's on cuda; on cpu a budget standing in for it.
@@ -88,8 +98,8 @@ struct EngineConfig {
   bool enable_hierarchical_cache = false;
   double hicache_size_gb = 0;                 // 0: unset
   double hicache_ratio = 0;                   // 0: unset
-  std::string hicache_write_policy = "write_through";  // | write_through_selective | write_back
-  std::string hicache_io_backend;             // "": kernel on cuda, memcpy on cpu | direct | kernel
+  HiCacheWritePolicy hicache_write_policy = HiCacheWritePolicy::kWriteThrough;
+  KvIoBackend hicache_io_backend = KvIoBackend::kAuto;  // auto: kernel on cuda, memcpy on cpu
 };
 
 // The KV options of a config, for resolve_kv_cache_config (engine/kv_config.h).
@@ -168,13 +178,21 @@ struct EngineStats {
 class Engine {
  public:
   // Loads tokenizer, model and weights, sizes the KV pool through the planner (logged in tokens
-  // and bytes) and starts the engine thread.
-  static StatusOr<std::unique_ptr<Engine>> create(const EngineConfig& config);
+  // and bytes) and starts the engine thread. config.tp_size > 1 needs `parallel`, the distributed
+  // runtime (dist/tensor_parallel.h), which must outlive the engine.
+  static StatusOr<std::unique_ptr<Engine>> create(const EngineConfig& config,
+                                                  const ParallelRuntime* parallel = nullptr);
   ~Engine();  // aborts what is still live (callbacks get abort) and joins the thread
 
-  // Thread-safe. Validates the request (empty prompt, prompt beyond the context, token ids
-  // outside the vocabulary) and returns its id; the callback then receives every event.
-  StatusOr<int64_t> submit(GenerateRequest request);
+  // Thread-safe. Validates the request (check()) and returns its id, or the typed reason it was
+  // refused; the callback then receives every event.
+  SubmitResult submit(GenerateRequest request);
+  // Thread-safe, no side effects: the request contract (engine/request_validation.h) against
+  // this engine's limits, as submit() applies it. Front ends that submit several requests for one
+  // of theirs (the server's prompts x n) check them all first.
+  std::optional<RequestError> check(const GenerateRequest& request) const;
+  // What a request must fit: the vocabulary, the context, the KV pool.
+  RequestLimits request_limits() const;
   // Thread-safe; a finished or unknown id is ignored. The callback gets a final abort event.
   void abort(int64_t id);
   // Blocks until no request is live. For tests and batch jobs.
@@ -203,7 +221,16 @@ class Engine {
   void emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogprobs> logprobs, bool resumed = false);
   void finalize(Live& live);
   void update_stats();
-  // Builds the host KV tier when the config enables it (validates its options, logs its size).
+  // create()'s steps, in order (engine_create.cc).
+  struct Checkpoint;
+  Status create_backend();
+  StatusOr<Checkpoint> open_checkpoint();
+  Status plan_kv_cache(const Checkpoint& ck);
+  Status load_model(const Checkpoint& ck);
+  StatusOr<KvLayout> create_kv_pools(const ModelSpec& spec);
+  Status create_scheduler_and_host_tier(const ModelSpec& spec, const KvLayout& layout);
+  void start_runtime();
+  // Builds the host KV tier when the config enables it (sizes it, logs its size).
   Status setup_host_tier(const KvLayout& layout);
   // Each rank's host-tier counters, for stats_. Under tensor parallelism a collective, so only
   // when copies happened since the last one and the engine is idle or a second has passed (or
@@ -227,8 +254,9 @@ class Engine {
   std::unique_ptr<HiCacheIo> hicache_io_;
   std::unique_ptr<HostPool> host_pool_;
   std::unique_ptr<HiCache> hicache_;
-  TpHostTier* tp_host_tier_ = nullptr;  // hicache_io_ under tensor parallelism
-  bool tp_launched_ = false;            // ranks are processes of a launcher, not threads here
+  const ParallelRuntime* parallel_ = nullptr;  // create()'s; used when tp_size > 1
+  GroupHostTier* group_host_tier_ = nullptr;   // hicache_io_ under tensor parallelism
+  bool tp_launched_ = false;  // ranks are processes of a launcher, not threads here
   std::chrono::steady_clock::time_point last_rank_stats_{};
 
   // Engine-thread state.

@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "engine/batch_plan.h"
 #include "engine/live_request.h"
+#include "engine/parallel_runtime.h"
 #include "engine/schedule_state.h"
 #include "kv/page_pool.h"
 #include "kv/radix_cache.h"
@@ -168,19 +169,22 @@ void Engine::run_step() {
     std::vector<Live*> row_live(n);
     std::vector<SampleRowParams> row_params(n);
     std::vector<int32_t> keep_rows;
+    std::vector<LogitEdit> edits;  // penalties and logit_bias (engine/logit_edits.h)
     for (size_t j = 0; j < n; ++j) {
       Live& live = *live_.at(step.seqs[size_t(plan.sampled_seqs[j])].request->id());
       row_live[j] = &live;
       const SamplingParams& p = live.request.params();
-      row_params[j] = draw_row_params(
-          SampleConfig{.temperature = p.temperature, .top_p = p.top_p, .top_k = p.top_k}, live.rng);
+      row_params[j] = draw_row_params(p, live.rng);
+      if (p.edits_logits()) append_logit_edits(p, live.output_counts, int32_t(j), &edits);
       if (live.top_logprobs >= 0) keep_rows.push_back(int32_t(j));
     }
     std::vector<int32_t> sampled(n);
     logits_.resize(keep_rows.size() * size_t(vocab));
     // Small decode steps replay captured graphs (the host's launch work then leaves the step).
     // Graph mode covers this forward only, so nothing else (host-tier copies) is ever recorded.
-    const bool graphs = !step.is_prefill && int(n) <= config_.cuda_graph_max_bs.value_or(0);
+    // Steps with logit edits run eagerly: their edit counts change every step, and so would a
+    // graph's signature.
+    const bool graphs = !step.is_prefill && int(n) <= config_.cuda_graph_max_bs.value_or(0) && edits.empty();
     if (graphs) model_->backend().set_graph_mode(true);
     const auto fwd_begin = StepClock::now();
     model_->forward_sample(fb, *kv_,
@@ -188,7 +192,9 @@ void Engine::run_step() {
                                       .token_ids = sampled.data(),
                                       .keep_rows = keep_rows.data(),
                                       .num_keep = int(keep_rows.size()),
-                                      .kept_logits = logits_.data()});
+                                      .kept_logits = logits_.data(),
+                                      .edits = edits.data(),
+                                      .num_edits = int64_t(edits.size())});
     const auto fwd_end = StepClock::now();
     if (graphs) model_->backend().set_graph_mode(false);
     std::vector<TokenLogprobs> lps(n);
@@ -212,6 +218,7 @@ void Engine::run_step() {
     for (size_t j = 0; j < sampled.size(); ++j) {
       Request* r = step.seqs[size_t(plan.sampled_seqs[j])].request;
       Live& live = *live_.at(r->id());
+      if (r->params().edits_logits()) live.output_counts.add(sampled[j]);
       std::vector<TokenLogprobs> lp;
       if (live.top_logprobs >= 0) lp.push_back(std::move(lps[j]));
       emit(live, {sampled[j]}, std::move(lp));
@@ -287,7 +294,7 @@ void Engine::finalize(Live& live) {
 
 std::vector<HostTierRankStats> Engine::rank_host_stats(bool force) {
   if (!hicache_) return {};
-  if (tp_host_tier_ == nullptr) {
+  if (group_host_tier_ == nullptr) {
     const HiCacheStats h = hicache_->stats();
     return {HostTierRankStats{.rank = 0,
                               .host_bytes = host_io_->host_bytes(),
@@ -298,10 +305,10 @@ std::vector<HostTierRankStats> Engine::rank_host_stats(bool force) {
                               .copy_seconds = h.copy_seconds}};
   }
   const auto now = StepClock::now();
-  if (!force && (!tp_host_tier_->stats_stale() || (!live_.empty() && now - last_rank_stats_ < std::chrono::seconds(1))))
+  if (!force && (!group_host_tier_->stats_stale() || (!live_.empty() && now - last_rank_stats_ < std::chrono::seconds(1))))
     return {};
   last_rank_stats_ = now;
-  auto ranks = tp_host_tier_->gather_rank_stats();
+  auto ranks = group_host_tier_->gather_rank_stats();
   if (!ranks.ok()) {
     LOG_WARN("host KV tier: the ranks' statistics were not gathered: {}", ranks.status().to_string());
     return {};

@@ -78,20 +78,33 @@ StatusOr<std::vector<int>> parse_layer_list(const std::string& text, const std::
   return out;
 }
 
+KvCacheDtype kv_cache_dtype_of(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return KvCacheDtype::kBF16;
+    case DType::kF32: return KvCacheDtype::kF32;
+    case DType::kFP8E4M3: return KvCacheDtype::kFp8E4M3;
+    case DType::kFP8E5M2: return KvCacheDtype::kFp8E5M2;
+    default: return KvCacheDtype::kAuto;
+  }
+}
+
 StatusOr<KvCacheConfig> resolve_kv_cache_config(const KvCacheOptions& o, const ModelSpec& spec,
                                                 const WeightStore* weights, DType exact_dtype) {
   KvCacheConfig c;
   c.num_layers = spec.num_layers;
-  if (o.dtype == "auto") {
-    c.dtype = exact_dtype;
-  } else if (o.dtype == "fp8_flashmla") {
-    if (!spec.is_mla())
-      return invalid_argument("--kv-cache-dtype fp8_flashmla is an MLA format; {} has no MLA cache",
-                              spec.model_type);
-    c.dtype = DType::kFP8E4M3;
-    c.format = KvFormat::kFlashMlaFp8;
-  } else {
-    STRATA_ASSIGN_OR_RETURN(c.dtype, parse_kv_cache_dtype(o.dtype));
+  switch (o.dtype) {
+    case KvCacheDtype::kAuto: c.dtype = exact_dtype; break;
+    case KvCacheDtype::kBF16: c.dtype = DType::kBF16; break;
+    case KvCacheDtype::kF32: c.dtype = DType::kF32; break;
+    case KvCacheDtype::kFp8E4M3: c.dtype = DType::kFP8E4M3; break;
+    case KvCacheDtype::kFp8E5M2: c.dtype = DType::kFP8E5M2; break;
+    case KvCacheDtype::kFp8FlashMla:
+      if (!spec.is_mla())
+        return invalid_argument("--kv-cache-dtype fp8_flashmla is an MLA format; {} has no MLA cache",
+                                spec.model_type);
+      c.dtype = DType::kFP8E4M3;
+      c.format = KvFormat::kFlashMlaFp8;
+      break;
   }
   for (int l : o.bf16_layers)
     if (l < 0 || l >= spec.num_layers)
@@ -101,11 +114,13 @@ StatusOr<KvCacheConfig> resolve_kv_cache_config(const KvCacheOptions& o, const M
     std::sort(c.bf16_layers.begin(), c.bf16_layers.end());
     c.bf16_layers.erase(std::unique(c.bf16_layers.begin(), c.bf16_layers.end()), c.bf16_layers.end());
   }
-  if (!o.mla_rope_dtype.empty()) {
+  if (o.mla_rope_dtype) {
+    const DType rope = *o.mla_rope_dtype;
     if (!spec.is_mla()) return invalid_argument("--kv-mla-rope-dtype: {} has no MLA cache", spec.model_type);
-    if (c.format == KvFormat::kFlashMlaFp8 && o.mla_rope_dtype != "bf16")
+    if (c.format == KvFormat::kFlashMlaFp8 && rope != DType::kBF16)
       return invalid_argument("--kv-mla-rope-dtype: fp8_flashmla keeps the rope part in bf16");
-    STRATA_ASSIGN_OR_RETURN(DType rope, parse_kv_cache_dtype(o.mla_rope_dtype));
+    if (rope != DType::kBF16 && rope != DType::kF32 && !is_fp8(rope))
+      return invalid_argument("--kv-mla-rope-dtype: {} is no KV cache dtype", dtype_name(rope));
     if (rope != c.dtype && c.format == KvFormat::kPlain) c.mla_rope_dtype = rope;
   }
   c.scales.k.assign(size_t(spec.num_layers), 1.0f);

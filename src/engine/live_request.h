@@ -1,10 +1,12 @@
 // Engine-internal: a request plus what its stream needs (the detokenizer, text held back while
-// it could still be the start of a stop string, the sampler's random stream).
+// it could still be the start of a stop string, the sampler's random stream, the counts of its
+// output tokens for the penalties).
 #pragma once
 
 #include <string>
 
 #include "engine/engine.h"
+#include "engine/logit_edits.h"
 
 namespace strata {
 
@@ -18,6 +20,7 @@ struct Engine::Live {
         rng(seed, g.resume_rng_draws),
         resume_output_ids(std::move(g.resume_output_ids)) {
     if (!resume_output_ids.empty()) request.preload_output(resume_output_ids);
+    if (request.params().edits_logits()) output_counts.add(resume_output_ids);
   }
   Request request;
   StreamCallback on_event;
@@ -25,6 +28,7 @@ struct Engine::Live {
   bool internal;  // not counted in EngineStats' request and token totals
   StreamDecoder decoder;
   SamplerRng rng;
+  OutputTokenCounts output_counts;  // kept only when the request's params edit logits
   std::vector<int32_t> resume_output_ids;  // emitted once the request is queued
   std::string pending_text;  // decoded, not yet emitted
   size_t max_stop_len = 0;   // longest stop string: that much text minus one is held back

@@ -6,28 +6,6 @@
 
 namespace strata {
 
-const char* request_state_name(RequestState s) {
-  switch (s) {
-    case RequestState::kWaiting: return "waiting";
-    case RequestState::kPrefilling: return "prefilling";
-    case RequestState::kDecoding: return "decoding";
-    case RequestState::kRetracted: return "retracted";
-    case RequestState::kFinished: return "finished";
-    case RequestState::kAborted: return "aborted";
-  }
-  return "?";
-}
-
-const char* finish_reason_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::kNone: return "none";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kAbort: return "abort";
-  }
-  return "?";
-}
-
 Request::Request(int64_t id, std::vector<int32_t> prompt_ids, SamplingParams params)
     : id_(id),
       prompt_ids_(std::move(prompt_ids)),

@@ -17,16 +17,28 @@
 #include <string>
 #include <vector>
 
+#include "core/enum_names.h"
 #include "engine/sampling_params.h"
 #include "kv/radix_cache.h"
 
 namespace strata {
 
 enum class RequestState { kWaiting, kPrefilling, kDecoding, kRetracted, kFinished, kAborted };
-enum class FinishReason { kNone, kStop, kLength, kAbort };
+inline constexpr EnumName<RequestState> kRequestStateNames[] = {
+    {RequestState::kWaiting, "waiting"},     {RequestState::kPrefilling, "prefilling"},
+    {RequestState::kDecoding, "decoding"},   {RequestState::kRetracted, "retracted"},
+    {RequestState::kFinished, "finished"},   {RequestState::kAborted, "aborted"}};
+constexpr const auto& enum_names(RequestState) { return kRequestStateNames; }
+inline const char* request_state_name(RequestState s) { return enum_name(s).data(); }
 
-const char* request_state_name(RequestState s);
-const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort" (OpenAI names)
+enum class FinishReason { kNone, kStop, kLength, kAbort };
+// "stop", "length", "abort" (OpenAI names, but abort) and "none".
+inline constexpr EnumName<FinishReason> kFinishReasonNames[] = {{FinishReason::kNone, "none"},
+                                                                {FinishReason::kStop, "stop"},
+                                                                {FinishReason::kLength, "length"},
+                                                                {FinishReason::kAbort, "abort"}};
+constexpr const auto& enum_names(FinishReason) { return kFinishReasonNames; }
+inline const char* finish_reason_name(FinishReason r) { return enum_name(r).data(); }
 
 class Request {
  public:

@@ -5,19 +5,19 @@
 
 namespace strata {
 
-SampleRowParams draw_row_params(const SampleConfig& cfg, SamplerRng& rng) {
-  SampleRowParams p{.temperature = cfg.temperature,
-                    .top_p = cfg.top_p,
-                    .top_k = cfg.top_k,
-                    .min_p = cfg.min_p,
+SampleRowParams draw_row_params(const SamplingParams& params, SamplerRng& rng) {
+  SampleRowParams p{.temperature = params.temperature,
+                    .top_p = params.top_p,
+                    .top_k = params.top_k,
+                    .min_p = params.min_p,
                     .uniform = 0.0};
   if (!sample_is_greedy(p)) p.uniform = rng.uniform();
   return p;
 }
 
-int32_t sample_token(const float* logits, int64_t vocab, const SampleConfig& cfg, SamplerRng& rng,
+int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params, SamplerRng& rng,
                      std::vector<std::pair<float, int32_t>>& scratch) {
-  return sample_row_reference(logits, vocab, draw_row_params(cfg, rng), scratch);
+  return sample_row_reference(logits, vocab, draw_row_params(params, rng), scratch);
 }
 
 TokenLogprobs token_logprobs(const float* logits, int64_t vocab, int32_t chosen, int top_n) {

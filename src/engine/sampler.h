@@ -1,8 +1,9 @@
 // Token sampling: greedy at temperature 0, else temperature, top-k, top-p (nucleus) and min-p
 // filtering, drawn from a per-request seeded generator so a request's output depends only on its
 // seed, never on the batch it ran in. The rules are backend.h's SampleRowParams: the engine draws
-// each row's uniform here (draw_row_params) and a backend samples the rows where the logits are
-// (Backend::sample, on the GPU for CUDA); sample_token does both on the host.
+// each row's uniform here (draw_row_params, from the request's SamplingParams) and a backend
+// samples the rows where the logits are (Backend::sample, on the GPU for CUDA), after the
+// penalties and logit_bias changed them (engine/logit_edits.h); sample_token does both on the host.
 #pragma once
 
 #include <cstdint>
@@ -11,15 +12,9 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "engine/sampling_params.h"
 
 namespace strata {
-
-struct SampleConfig {
-  float temperature = 0.0f;  // 0 = greedy
-  float top_p = 1.0f;        // (0, 1]
-  int top_k = 0;             // 0 or negative = off
-  float min_p = 0.0f;        // [0, 1)
-};
 
 // Per-request random stream (seeded once; advanced one draw per sampled token). Its whole state
 // is (seed, draws): a generation resumed from a checkpoint restores it with SamplerRng(seed,
@@ -40,13 +35,15 @@ class SamplerRng {
   uint64_t draws_ = 0;
 };
 
-// The row parameters of one token: the config plus, unless greedy, one draw from `rng` (the
-// stream advances exactly one draw per sampled token, none per greedy one).
-SampleRowParams draw_row_params(const SampleConfig& cfg, SamplerRng& rng);
+// The row parameters of one token: the request's temperature, top_p, top_k and min_p plus, unless
+// greedy, one draw from `rng` (the stream advances exactly one draw per sampled token, none per
+// greedy one).
+SampleRowParams draw_row_params(const SamplingParams& params, SamplerRng& rng);
 
-// Picks the next token on the host (draw_row_params + sample_row_reference). `scratch` is reused
-// between calls to avoid allocation.
-int32_t sample_token(const float* logits, int64_t vocab, const SampleConfig& cfg, SamplerRng& rng,
+// Picks the next token on the host (draw_row_params + sample_row_reference) from logits the
+// penalties and logit_bias have already changed. `scratch` is reused between calls to avoid
+// allocation.
+int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params, SamplerRng& rng,
                      std::vector<std::pair<float, int32_t>>& scratch);
 
 // Log-probabilities under the model's distribution (log_softmax of the raw logits).

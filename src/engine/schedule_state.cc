@@ -22,9 +22,10 @@ ScheduleState::ScheduleState(const SchedulerConfig& config, PagePool* pool, Radi
 Status ScheduleState::submit(Request* r) {
   CHECK(r->state() == RequestState::kWaiting);
   CHECK_MSG(!live_.contains(r->id()), "request id {} submitted twice", r->id());
+  // Engine::submit refuses these first (engine/request_validation.h); direct callers get the same.
   if (r->prompt_len() == 0) {
-    r->abort("empty prompt");
-    return invalid_argument("request {}: the prompt is empty", r->id());
+    r->abort("the prompt has no tokens");
+    return invalid_argument("request {}: the prompt has no tokens", r->id());
   }
   int64_t capacity = pool_->capacity_tokens();
   if (r->prompt_len() < capacity) r->set_max_new_tokens_limit(int32_t(capacity - r->prompt_len()));

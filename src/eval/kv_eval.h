@@ -15,7 +15,7 @@
 #include "arch/model.h"
 #include "model/weights.h"
 #include "engine/kv_config.h"
-#include "engine/prompt.h"
+#include "tokenizer/prompt_encoder.h"
 #include "eval/kv_metrics.h"
 #include "tokenizer/tokenizer.h"
 

@@ -20,23 +20,6 @@ uint64_t hash_tokens(std::span<const int32_t> tokens) {
 
 }  // namespace
 
-StatusOr<HiCacheWritePolicy> parse_hicache_write_policy(std::string_view text) {
-  if (text == "write_through") return HiCacheWritePolicy::kWriteThrough;
-  if (text == "write_through_selective") return HiCacheWritePolicy::kWriteThroughSelective;
-  if (text == "write_back") return HiCacheWritePolicy::kWriteBack;
-  return invalid_argument(
-      "--hicache-write-policy must be write_through, write_through_selective or write_back, got '{}'", text);
-}
-
-std::string_view hicache_write_policy_name(HiCacheWritePolicy policy) {
-  switch (policy) {
-    case HiCacheWritePolicy::kWriteThrough: return "write_through";
-    case HiCacheWritePolicy::kWriteThroughSelective: return "write_through_selective";
-    case HiCacheWritePolicy::kWriteBack: return "write_back";
-  }
-  return "?";
-}
-
 HiCache::HiCache(PagePool* device_pool, RadixCache* device_cache, HostPool* host, HiCacheIo* io,
                  HiCacheWritePolicy policy)
     : device_pool_(device_pool),

@@ -28,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/parse_enum.h"
 #include "core/status.h"
 #include "kv/host_pool.h"
 #include "kv/page_pool.h"
@@ -36,9 +37,16 @@
 namespace strata {
 
 enum class HiCacheWritePolicy : uint8_t { kWriteThrough, kWriteThroughSelective, kWriteBack };
+inline constexpr EnumName<HiCacheWritePolicy> kHiCacheWritePolicyNames[] = {
+    {HiCacheWritePolicy::kWriteThrough, "write_through"},
+    {HiCacheWritePolicy::kWriteThroughSelective, "write_through_selective"},
+    {HiCacheWritePolicy::kWriteBack, "write_back"}};
+constexpr const auto& enum_names(HiCacheWritePolicy) { return kHiCacheWritePolicyNames; }
 // write_through | write_through_selective | write_back; errors name --hicache-write-policy.
-StatusOr<HiCacheWritePolicy> parse_hicache_write_policy(std::string_view text);
-std::string_view hicache_write_policy_name(HiCacheWritePolicy policy);
+inline StatusOr<HiCacheWritePolicy> parse_hicache_write_policy(std::string_view text) {
+  return parse_enum<HiCacheWritePolicy>(text, "--hicache-write-policy");
+}
+inline std::string_view hicache_write_policy_name(HiCacheWritePolicy policy) { return enum_name(policy); }
 
 struct PageCopy {
   PageId device_page = 0;

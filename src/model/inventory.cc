@@ -320,42 +320,4 @@ InventorySummary summarize_inventory(const ModelSpec& spec, const std::vector<We
   return s;
 }
 
-const char* sharding_name(Sharding s) {
-  switch (s) {
-    case Sharding::kReplicated:
-      return "replicated";
-    case Sharding::kColumn:
-      return "column";
-    case Sharding::kRow:
-      return "row";
-    case Sharding::kVocab:
-      return "vocab";
-    case Sharding::kKvHeads:
-      return "kv_heads";
-  }
-  return "?";
-}
-
-const char* weight_role_name(WeightRole r) {
-  switch (r) {
-    case WeightRole::kEmbedding:
-      return "embedding";
-    case WeightRole::kLmHead:
-      return "lm_head";
-    case WeightRole::kNorm:
-      return "norm";
-    case WeightRole::kAttention:
-      return "attention";
-    case WeightRole::kDenseMlp:
-      return "dense_mlp";
-    case WeightRole::kSharedExpert:
-      return "shared_expert";
-    case WeightRole::kRouter:
-      return "router";
-    case WeightRole::kRoutedExpert:
-      return "routed_expert";
-  }
-  return "?";
-}
-
 }  // namespace strata

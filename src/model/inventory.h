@@ -34,6 +34,12 @@ enum class Sharding : uint8_t {
   kVocab,       // dim 0 (vocab) split in balanced ranges (the first ranks one row more): embed_tokens, lm_head
   kKvHeads,     // dim 0 split by KV heads; a head is replicated when tp > num_kv_heads
 };
+inline constexpr EnumName<Sharding> kShardingNames[] = {{Sharding::kReplicated, "replicated"},
+                                                        {Sharding::kColumn, "column"},
+                                                        {Sharding::kRow, "row"},
+                                                        {Sharding::kVocab, "vocab"},
+                                                        {Sharding::kKvHeads, "kv_heads"}};
+constexpr const auto& enum_names(Sharding) { return kShardingNames; }
 
 enum class WeightRole : uint8_t {
   kEmbedding,
@@ -45,6 +51,12 @@ enum class WeightRole : uint8_t {
   kRouter,  // mlp.gate.weight and e_score_correction_bias
   kRoutedExpert,
 };
+inline constexpr EnumName<WeightRole> kWeightRoleNames[] = {
+    {WeightRole::kEmbedding, "embedding"},        {WeightRole::kLmHead, "lm_head"},
+    {WeightRole::kNorm, "norm"},                  {WeightRole::kAttention, "attention"},
+    {WeightRole::kDenseMlp, "dense_mlp"},         {WeightRole::kSharedExpert, "shared_expert"},
+    {WeightRole::kRouter, "router"},              {WeightRole::kRoutedExpert, "routed_expert"}};
+constexpr const auto& enum_names(WeightRole) { return kWeightRoleNames; }
 
 struct WeightEntry {
   std::string name;            // HF logical name, e.g. "model.layers.3.self_attn.q_a_proj.weight"
@@ -125,7 +137,7 @@ InventorySummary summarize_inventory(const ModelSpec& spec, const std::vector<We
                                      int tp, const QuantLayout& layout = {},
                                      const WeightPolicy& policy = kGpuWeightPolicy);
 
-const char* sharding_name(Sharding s);
-const char* weight_role_name(WeightRole r);
+inline const char* sharding_name(Sharding s) { return enum_name(s).data(); }
+inline const char* weight_role_name(WeightRole r) { return enum_name(r).data(); }
 
 }  // namespace strata

@@ -125,15 +125,6 @@ Status parse_fp8(const json& qc, const std::string& where, QuantSpec* spec) {
 
 }  // namespace
 
-const char* quant_method_name(QuantMethod m) {
-  switch (m) {
-    case QuantMethod::kNone: return "none";
-    case QuantMethod::kInt4PackQuantized: return "int4-pack-quantized";
-    case QuantMethod::kFp8Block: return "fp8-block";
-  }
-  return "?";
-}
-
 StatusOr<QuantSpec> parse_quant_spec(const json& qc, const std::string& where) {
   QuantSpec spec;
   if (qc.is_null()) return spec;

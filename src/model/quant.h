@@ -37,6 +37,6 @@ StatusOr<QuantSpec> parse_quant_spec(const nlohmann::json& quantization_config,
 // Thread-safe; compiled regexes are cached per thread.
 bool is_quantized_module(const QuantSpec& quant, const std::string& module_name);
 
-const char* quant_method_name(QuantMethod m);
+inline const char* quant_method_name(QuantMethod m) { return enum_name(m).data(); }
 
 }  // namespace strata

@@ -21,22 +21,6 @@ using json = nlohmann::json;
 // Headers beyond this are surely corrupt (the reference implementation caps at 100 MB).
 constexpr int64_t kMaxHeaderBytes = int64_t(100) << 20;
 
-const char* safetensors_dtype_name(DType t) {
-  switch (t) {
-    case DType::kF32: return "F32";
-    case DType::kBF16: return "BF16";
-    case DType::kF16: return "F16";
-    case DType::kFP8E4M3: return "F8_E4M3";
-    case DType::kFP8E5M2: return "F8_E5M2";
-    case DType::kI8: return "I8";
-    case DType::kU8: return "U8";
-    case DType::kI32: return "I32";
-    case DType::kI64: return "I64";
-    case DType::kInt4Packed: break;
-  }
-  return nullptr;
-}
-
 // Reads a non-negative integer array field of a header entry.
 Status read_int_array(const std::string& file, const std::string& tensor, const json& entry,
                       const char* field, std::vector<int64_t>* out) {
@@ -192,14 +176,14 @@ Status write_safetensors(const std::string& path, const std::vector<SafetensorsE
   json h = json::object();
   int64_t offset = 0;
   for (const SafetensorsEntry& e : entries) {
-    const char* dt = safetensors_dtype_name(e.dtype);
-    if (dt == nullptr) return invalid_argument("write_safetensors: tensor '{}': dtype has no safetensors name", e.name);
+    const std::string_view dt = enum_name_in(kSafetensorsDTypeNames, e.dtype);
+    if (dt == "?") return invalid_argument("write_safetensors: tensor '{}': dtype has no safetensors name", e.name);
     int64_t want = dtype_bytes_for(e.dtype, shape_numel(e.shape));
     if (int64_t(e.bytes.size()) != want) {
       return invalid_argument("write_safetensors: tensor '{}': {} bytes given, shape {} needs {}",
                               e.name, e.bytes.size(), shape_str(e.shape), want);
     }
-    h[e.name] = {{"dtype", dt}, {"shape", e.shape}, {"data_offsets", {offset, offset + want}}};
+    h[e.name] = {{"dtype", std::string(dt)}, {"shape", e.shape}, {"data_offsets", {offset, offset + want}}};
     offset += want;
   }
   std::string header = h.dump();

@@ -29,16 +29,6 @@ Range balanced_split(int64_t n, int tp, int r) {
   return Range{begin, begin + base + (r < extra ? 1 : 0)};
 }
 
-const char* shard_kind_name(ShardKind kind) {
-  switch (kind) {
-    case ShardKind::kReplicated: return "replicated";
-    case ShardKind::kColumn: return "column-parallel";
-    case ShardKind::kRow: return "row-parallel";
-    case ShardKind::kVocab: return "vocab-parallel";
-  }
-  return "?";
-}
-
 StatusOr<TpShardPlan> plan_tp_sharding(const ModelSpec& s, int tp, const ShardingOptions& o) {
   if (tp < 1) return invalid_argument("--tp-size must be >= 1, got {}", tp);
   const int64_t heads = s.num_heads, kvh = s.is_mla() ? heads : s.num_kv_heads;

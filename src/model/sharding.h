@@ -61,7 +61,12 @@ struct RankShard {
 };
 
 enum class ShardKind : uint8_t { kReplicated, kColumn, kRow, kVocab };
-const char* shard_kind_name(ShardKind kind);
+inline constexpr EnumName<ShardKind> kShardKindNames[] = {{ShardKind::kReplicated, "replicated"},
+                                                          {ShardKind::kColumn, "column-parallel"},
+                                                          {ShardKind::kRow, "row-parallel"},
+                                                          {ShardKind::kVocab, "vocab-parallel"}};
+constexpr const auto& enum_names(ShardKind) { return kShardKindNames; }
+inline const char* shard_kind_name(ShardKind kind) { return enum_name(kind).data(); }
 
 // The slice of one checkpoint tensor a rank loads: rows × cols of [out, in], or rows of a 1-D
 // tensor (cols then {0, 1}). `empty` for a row-parallel bias on ranks other than 0 (the bias is

@@ -23,7 +23,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Outcomes handed from backend threads to the job's thread. Shared with the callbacks, so
+// Outcomes handed from the target's threads to the job's thread. Shared with the callbacks, so
 // an early return (write error) leaves them a valid place to post to.
 struct Inbox {
   std::mutex mu;
@@ -56,7 +56,7 @@ struct Task {
   size_t checkpointed = 0;
   uint64_t rng_draws = 0;
   int32_t prompt_tokens = 0;
-  int64_t reported_this_run = 0;  // tokens the backend reported (not the resumed ones)
+  int64_t reported_this_run = 0;  // tokens the target reported (not the resumed ones)
 };
 
 // Scans a file, compacting it first if it holds duplicates (rescanning after).
@@ -126,8 +126,8 @@ nlohmann::json failure_record(const PromptRecord& r, const std::string& dataset,
 
 class Job {
  public:
-  Job(const std::vector<Dataset>& datasets, GenerationBackend& backend, const JobOptions& options)
-      : datasets_(datasets), backend_(backend), options_(options), inbox_(std::make_shared<Inbox>()) {}
+  Job(const std::vector<Dataset>& datasets, PromptTarget& target, const JobOptions& options)
+      : datasets_(datasets), target_(target), options_(options), inbox_(std::make_shared<Inbox>()) {}
 
   StatusOr<JobSummary> run();
 
@@ -145,7 +145,7 @@ class Job {
   Status finish_sinks();
 
   const std::vector<Dataset>& datasets_;
-  GenerationBackend& backend_;
+  PromptTarget& target_;
   const JobOptions& options_;
   std::shared_ptr<Inbox> inbox_;
   nlohmann::json meta_base_;
@@ -158,7 +158,7 @@ class Job {
   bool checkpointing_ = false;
   std::string settings_;  // settings_fingerprint of meta_base_
   std::set<size_t> running_;
-  size_t started_ = 0;   // tasks handed to the backend
+  size_t started_ = 0;   // tasks handed to the target
   int64_t generated_ = 0, finished_prompt_tokens_ = 0;  // this run
   int64_t done_completion_tokens_ = 0, done_count_ = 0;  // for the expected output length
   RateWindow gen_rate_{30}, prompt_rate_{30};
@@ -250,11 +250,11 @@ void Job::plan_tasks() {
       }
       Task t{.dataset = d,
              .sink = sink,
-             .task = {.dataset = ds.name, .record = &r, .seed = prompt_seed(options_.sampling.seed, r.id)}};
+             .task = {.dataset = ds.name, .record = &r, .seed = prompt_seed(options_.sampling.base_seed(), r.id)}};
       if (!sinks_.empty()) {
         const Sink& s = sinks_[sink];
         if (auto p = s.partials.find({ds.name, r.id}); p != s.partials.end() &&
-                                                        int64_t(p->second.tokens.size()) < options_.sampling.max_new_tokens) {
+                                                        int64_t(p->second.tokens.size()) < options_.sampling.params.max_new_tokens) {
           t.task.resume_output_ids = p->second.tokens;
           t.task.resume_rng_draws = p->second.rng_draws;
           t.task.resume_prompt_tokens = p->second.prompt_tokens;
@@ -291,7 +291,7 @@ Status Job::handle(size_t index, GenerationOutcome& o) {
     ++sum.done;
     ++done_count_;
     done_completion_tokens_ += o.completion_tokens;
-    // Backends that report no tokens as they go (a server) count them here.
+    // Targets that report no tokens as they go (a server) count them here.
     const int64_t resumed = int64_t(t.task.resume_output_ids.size());
     const int64_t unreported = std::max<int64_t>(0, o.completion_tokens - resumed - tm.reported_this_run);
     sum.generated_tokens += unreported;
@@ -363,7 +363,7 @@ Status Job::save_partial(Task& t) {
 // Output tokens still expected: prompts not started x the mean output length of this run's
 // finished prompts (max_new_tokens before any finished), plus what running prompts may still add.
 int64_t Job::tokens_left() const {
-  const int64_t expected = done_count_ > 0 ? done_completion_tokens_ / done_count_ : options_.sampling.max_new_tokens;
+  const int64_t expected = done_count_ > 0 ? done_completion_tokens_ / done_count_ : options_.sampling.params.max_new_tokens;
   int64_t left = int64_t(tasks_.size() - started_) * expected;
   for (size_t index : running_) left += std::max<int64_t>(0, expected - int64_t(tasks_[index].produced.size()));
   return left;
@@ -439,9 +439,9 @@ StatusOr<JobSummary> Job::run() {
     if (!names.insert(d.name).second) return invalid_argument("dataset name '{}' is given twice", d.name);
     summary_.datasets.push_back({.name = d.name, .total = int64_t(d.records.size())});
   }
-  meta_base_ = {{"model", backend_.model_name()}, {"sampling", options_.sampling.to_json()}};
+  meta_base_ = {{"model", target_.model_name()}, {"sampling", options_.sampling.to_json()}};
   settings_ = settings_fingerprint(meta_base_.dump());
-  checkpointing_ = backend_.can_resume() && options_.checkpoint_tokens > 0 &&
+  checkpointing_ = target_.can_resume() && options_.checkpoint_tokens > 0 &&
                    (!options_.output_file.empty() || !options_.output_dir.empty());
   gen_rate_ = RateWindow(options_.rate_window_s);
   prompt_rate_ = RateWindow(options_.rate_window_s);
@@ -452,7 +452,7 @@ StatusOr<JobSummary> Job::run() {
   }
   if (sinks_.empty()) summary_.records.resize(tasks_.size());
 
-  const size_t max_in_flight = size_t(std::max(1, backend_.max_in_flight()));
+  const size_t max_in_flight = size_t(std::max(1, target_.max_in_flight()));
   size_t next = 0, in_flight = 0;
   std::vector<std::pair<size_t, GenerationOutcome>> batch;
   std::vector<std::pair<size_t, TokenReport>> reports;
@@ -473,7 +473,7 @@ StatusOr<JobSummary> Job::run() {
         std::lock_guard<std::mutex> lk(inbox->mu);
         inbox->tokens.emplace_back(index, std::move(r));
       };
-      backend_.start(t.task, [inbox, index](GenerationOutcome o) {
+      target_.start(t.task, [inbox, index](GenerationOutcome o) {
         std::lock_guard<std::mutex> lk(inbox->mu);
         inbox->items.emplace_back(index, std::move(o));
         inbox->cv.notify_one();
@@ -554,9 +554,9 @@ StatusOr<std::vector<std::shared_ptr<OutputLock>>> lock_job_outputs(const std::v
   return locks;
 }
 
-StatusOr<JobSummary> run_job(const std::vector<Dataset>& datasets, GenerationBackend& backend,
+StatusOr<JobSummary> run_job(const std::vector<Dataset>& datasets, PromptTarget& target,
                              const JobOptions& options) {
-  Job job(datasets, backend, options);
+  Job job(datasets, target, options);
   return job.run();
 }
 

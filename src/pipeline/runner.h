@@ -1,4 +1,4 @@
-// A batch generation job: datasets in, one backend (engine or server), JSONL out, resumable
+// A batch generation job: datasets in, one prompt target (engine or server), JSONL out, resumable
 // and exactly-once (output_log.h says how).
 //
 // Files, with --output FILE (every dataset in one file; meta.dataset tells them apart):
@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "pipeline/backend.h"
+#include "pipeline/prompt_target.h"
 #include "pipeline/dataset.h"
 #include "pipeline/output_lock.h"
 #include "pipeline/progress.h"
@@ -41,7 +41,7 @@ struct JobOptions {
   bool progress = true;               // progress lines on stderr
   double progress_interval_s = 1.0;
   double rate_window_s = 30;          // token rates on the progress line: over this many seconds
-  // Checkpoints of unfinished prompts (backends that can resume, with an output file): written
+  // Checkpoints of unfinished prompts (targets that can resume, with an output file): written
   // when a prompt has this many unsaved tokens, or every checkpoint_interval_s while any has
   // some. 0 tokens: no checkpoints.
   int checkpoint_tokens = 256;
@@ -68,10 +68,10 @@ struct JobSummary {
 StatusOr<std::vector<std::shared_ptr<OutputLock>>> lock_job_outputs(const std::vector<Dataset>& datasets,
                                                                     const JobOptions& options);
 
-// Runs the job on the calling thread (the backend runs the prompts). Errors: unreadable or
+// Runs the job on the calling thread (the target runs the prompts). Errors: unreadable or
 // corrupt output files, a resume with other settings, write failures. A prompt that fails is
 // not an error: it is counted in the summary and written to the failures file.
-StatusOr<JobSummary> run_job(const std::vector<Dataset>& datasets, GenerationBackend& backend,
+StatusOr<JobSummary> run_job(const std::vector<Dataset>& datasets, PromptTarget& target,
                              const JobOptions& options);
 
 }  // namespace strata

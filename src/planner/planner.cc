@@ -239,28 +239,18 @@ double default_mem_fraction_static(int64_t gpu_memory_bytes, int tp_size, int ch
   return std::round((mem_mib - reserved) / mem_mib * 1000.0) / 1000.0;
 }
 
-StatusOr<DType> parse_kv_cache_dtype(std::string_view name) {
-  if (name == "bf16" || name == "bfloat16" || name == "auto") return DType::kBF16;
-  if (name == "fp8_e4m3") return DType::kFP8E4M3;
-  if (name == "fp8_e5m2") return DType::kFP8E5M2;
-  if (name == "f32" || name == "float32") return DType::kF32;
-  return invalid_argument("unknown KV cache dtype '{}' (expected bf16, fp8_e4m3, fp8_e5m2, f32)",
-                          name);
-}
+namespace {
+// The dtypes a KV pool is planned in, with the checkpoint-style aliases.
+constexpr EnumName<DType> kKvCacheDTypeNames[] = {{DType::kBF16, "bf16"},     {DType::kFP8E4M3, "fp8_e4m3"},
+                                                  {DType::kFP8E5M2, "fp8_e5m2"}, {DType::kF32, "f32"},
+                                                  {DType::kBF16, "bfloat16"}, {DType::kBF16, "auto"},
+                                                  {DType::kF32, "float32"}};
+}  // namespace
 
-const char* kv_cache_dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::kBF16:
-      return "bf16";
-    case DType::kFP8E4M3:
-      return "fp8_e4m3";
-    case DType::kFP8E5M2:
-      return "fp8_e5m2";
-    case DType::kF32:
-      return "f32";
-    default:
-      return dtype_name(dtype);
-  }
+StatusOr<DType> parse_kv_cache_dtype(std::string_view name) {
+  if (std::optional<DType> d = enum_from_name_in(kKvCacheDTypeNames, name)) return *d;
+  return invalid_argument("unknown KV cache dtype '{}' (expected {})", name,
+                          enum_name_list_in(kKvCacheDTypeNames, ", "));
 }
 
 StatusOr<Plan> plan_kv_capacity(const ModelSpec& spec, const Deployment& d) {

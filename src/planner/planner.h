@@ -98,6 +98,6 @@ double default_mem_fraction_static(int64_t gpu_memory_bytes, int tp_size,
 
 // "bf16"/"bfloat16"/"auto" (the checkpoint's bf16), "fp8_e4m3", "fp8_e5m2", "f32"/"float32".
 StatusOr<DType> parse_kv_cache_dtype(std::string_view name);
-const char* kv_cache_dtype_name(DType dtype);
+inline const char* kv_cache_dtype_name(DType dtype) { return dtype_name(dtype); }
 
 }  // namespace strata

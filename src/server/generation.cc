@@ -23,21 +23,19 @@ std::string random_id(const char* prefix) {
   return fmt::format("{}{:016x}{:08x}", prefix, rng(), uint32_t(rng()));
 }
 
-ApiError status_to_error(const Status& s, const std::string& param) {
-  switch (s.code()) {
-    case StatusCode::kUnavailable:
-      return server_error(503, s.message(), "unavailable");
-    case StatusCode::kResourceExhausted:
-      return server_error(503, s.message(), "resource_exhausted");
-    case StatusCode::kOutOfRange:
-      return bad_request(s.message(), param, "context_length_exceeded");
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kNotFound:
-    case StatusCode::kFailedPrecondition:
-      return bad_request(s.message(), param);
-    default:
-      return server_error(500, s.message());
-  }
+// The engine request of choice `choice` (of every prompt's n) for one prompt: the parsed sampling
+// values, the choice's seed, and max_tokens or the server's default (completions 16 as OpenAI, chat the rest of the
+// context, at least 1: a prompt that leaves no room is then refused for its length).
+GenerateRequest engine_request(const OpenAiRequest& req, std::vector<int32_t> prompt, int64_t context, int choice) {
+  GenerateRequest g;
+  g.params = req.sampling;
+  if (req.sampling.seed) g.params.seed = *req.sampling.seed + uint64_t(choice);
+  const int64_t room = std::max<int64_t>(1, context - int64_t(prompt.size()));
+  const int64_t dflt = req.endpoint == Endpoint::kChat ? room : std::min<int64_t>(16, room);
+  g.params.max_new_tokens = int32_t(req.max_tokens ? *req.max_tokens : dflt);
+  g.top_logprobs = req.top_logprobs;
+  g.prompt_ids = std::move(prompt);
+  return g;
 }
 
 }  // namespace
@@ -72,7 +70,8 @@ std::variant<ApiError, std::unique_ptr<Generation>> Generation::start(ServerStat
   if (chat) {
     if (!state.encoder().has_chat_template())
       return bad_request("this model has no chat template; use /v1/completions", "messages");
-    auto ids = state.encoder().encode_chat(req.messages, /*add_generation_prompt=*/true, max_bytes);
+    auto ids = state.encoder().encode_chat(req.messages, /*add_generation_prompt=*/true, max_bytes,
+                                           req.chat_template_kwargs);
     if (ids.status().code() == StatusCode::kOutOfRange)
       return bad_request(ids.status().message(), "messages", "context_length_exceeded");
     if (!ids.ok()) return bad_request(ids.status().message(), "messages");
@@ -82,28 +81,11 @@ std::variant<ApiError, std::unique_ptr<Generation>> Generation::start(ServerStat
       if (t.size() > max_bytes) return too_long(t.size());
       prompts.push_back(state.encoder().encode_raw(t));
     }
-    const int64_t vocab = state.engine().tokenizer().vocab_size();
-    for (auto& p : req.token_prompts) {
-      for (int32_t id : p)
-        if (id >= vocab)
-          return bad_request(fmt::format("token id {} is outside the vocabulary (size {})", id, vocab), "prompt");
-      prompts.push_back(std::move(p));
-    }
+    for (auto& p : req.token_prompts) prompts.push_back(std::move(p));
   }
-  for (const auto& p : prompts) {
-    const int64_t len = int64_t(p.size());
-    if (len == 0) return bad_request("the prompt is empty after tokenization", prompt_param);
-    if (len >= limit)
-      return bad_request(fmt::format("This model's maximum context length is {} tokens{}. However, your prompt has "
-                                     "{} tokens, leaving no room for the completion.", limit, ctx.why(), len),
-                         prompt_param, "context_length_exceeded");
-    // Never shrunk in silence: a completion that cannot fit is refused, not cut to what fits.
-    if (req.max_tokens && len + *req.max_tokens > limit)
-      return bad_request(fmt::format("This model's maximum context length is {} tokens{}. However, you requested {} "
-                                     "tokens ({} in the prompt, {} for the completion).",
-                                     limit, ctx.why(), len + *req.max_tokens, len, *req.max_tokens),
-                         "max_tokens", "context_length_exceeded");
-  }
+  // The request contract (engine/request_validation.h) for every prompt before any is submitted.
+  for (const auto& p : prompts)
+    if (auto e = state.engine().check(engine_request(req, p, limit, 0))) return api_error_from(*e, prompt_param);
   std::unique_ptr<Generation> g(new Generation(state, std::move(req)));
   if (auto e = g->submit_all(std::move(prompts), arrival)) return *e;
   if (const RequestLogConfig& log = state.config().log_requests; log.enabled) {
@@ -138,19 +120,7 @@ std::optional<ApiError> Generation::submit_all(std::vector<std::vector<int32_t>>
   const int64_t context = state_.context_limit().tokens;
   for (int i = 0; i < total; ++i) {
     const auto& prompt = prompts[size_t(i / req_.n)];
-    GenerateRequest g;
-    g.prompt_ids = prompt;
-    g.params.temperature = req_.temperature;
-    g.params.top_p = req_.top_p;
-    g.params.top_k = req_.top_k;
-    if (req_.seed) g.params.seed = *req_.seed + uint64_t(i);
-    const int64_t room = context - int64_t(prompt.size());
-    const int64_t dflt = req_.endpoint == Endpoint::kChat ? room : std::min<int64_t>(16, room);
-    g.params.max_new_tokens = int32_t(req_.max_tokens ? *req_.max_tokens : dflt);
-    g.params.stop_strings = req_.stop;
-    g.params.stop_token_ids = req_.stop_token_ids;
-    g.params.ignore_eos = req_.ignore_eos;
-    g.top_logprobs = req_.top_logprobs;
+    GenerateRequest g = engine_request(req_, prompt, context, i);
     prompt_tokens_[size_t(i)] = int32_t(prompt.size());
     g.on_event = [stream = stream_, metrics = state_.metrics(), i, arrival,
                   last = Clock::time_point{}](const StreamEvent& ev) mutable {
@@ -169,7 +139,7 @@ std::optional<ApiError> Generation::submit_all(std::vector<std::vector<int32_t>>
     auto id = state_.engine().submit(std::move(g));
     if (!id.ok()) {
       abort();  // the destructor releases the slots
-      return status_to_error(id.status(), req_.endpoint == Endpoint::kChat ? "messages" : "prompt");
+      return api_error_from(id.error(), req_.endpoint == Endpoint::kChat ? "messages" : "prompt");
     }
     engine_ids_[size_t(i)] = *id;
     state_.track(*id);

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cfloat>
 #include <cmath>
 
 #include "core/json_limits.h"
@@ -158,82 +160,130 @@ std::optional<ApiError> parse_messages(const json& b, OpenAiRequest* r) {
     }
     json msg = {{"role", rs}, {"content", content}};
     if (auto name = m.find("name"); name != m.end() && name->is_string()) msg["name"] = *name;
+    // A reasoning model's earlier thinking (SGLang, vLLM): passed to the chat template, which
+    // shows it where the template has a place for it (Qwen3, DeepSeek-R1) and ignores it elsewhere.
+    if (auto rc = m.find("reasoning_content"); rc != m.end() && !rc->is_null()) {
+      if (!rc->is_string()) return wrong_type(param + ".reasoning_content", "a string", *rc);
+      msg["reasoning_content"] = *rc;
+    }
     r->messages.push_back(std::move(msg));
   }
   return std::nullopt;
 }
 
+// Parameters that would change the output and that this server does not implement: refused,
+// never ignored.
 std::optional<ApiError> reject_unsupported(const json& b) {
-  for (const char* key : {"frequency_penalty", "presence_penalty"}) {
+  auto unsupported = [](const char* key, std::string why = "") {
+    return bad_request(fmt::format("'{}' is not supported{}", key, why), key, "unsupported_parameter");
+  };
+  for (const char* key : {"tools", "functions"}) {
     auto it = b.find(key);
-    if (it == b.end() || it->is_null()) continue;
-    if (!it->is_number()) return wrong_type(key, "a number", *it);
-    if (it->get<double>() != 0) return bad_request(fmt::format("'{}' is not supported yet (only 0)", key), key);
+    if (it != b.end() && !it->is_null() && !it->empty()) return unsupported(key);
   }
-  for (const char* key : {"tools", "functions", "logit_bias"}) {
+  // SGLang's constrained decoding and custom processors.
+  for (const char* key : {"regex", "ebnf", "json_schema", "structural_tag", "custom_logit_processor"}) {
     auto it = b.find(key);
-    if (it != b.end() && !it->is_null() && !it->empty())
-      return bad_request(fmt::format("'{}' is not supported", key), key);
+    if (it != b.end() && !it->is_null()) return unsupported(key);
+  }
+  for (const char* key : {"min_tokens", "min_new_tokens"}) {
+    auto it = b.find(key);
+    if (it != b.end() && it->is_number() && it->get<double>() != 0) return unsupported(key, " (only 0)");
   }
   if (auto it = b.find("response_format"); it != b.end() && it->is_object() && it->value("type", "text") != "text")
-    return bad_request("'response_format' other than text is not supported", "response_format");
-  if (auto it = b.find("echo"); it != b.end() && it->is_boolean() && it->get<bool>())
-    return bad_request("'echo' is not supported", "echo");
-  if (auto it = b.find("suffix"); it != b.end() && !it->is_null())
-    return bad_request("'suffix' is not supported", "suffix");
+    return unsupported("response_format", " other than text");
+  if (auto it = b.find("echo"); it != b.end() && it->is_boolean() && it->get<bool>()) return unsupported("echo");
+  if (auto it = b.find("suffix"); it != b.end() && !it->is_null()) return unsupported("suffix");
   if (auto it = b.find("best_of"); it != b.end() && it->is_number() && it->get<double>() > 1)
-    return bad_request("'best_of' is not supported", "best_of");
+    return unsupported("best_of");
   return std::nullopt;
 }
 
+// stop (a string or up to kMaxStops strings) and SGLang's stop_token_ids.
 std::optional<ApiError> parse_stop(const json& b, OpenAiRequest* r) {
-  auto it = b.find("stop");
-  if (it == b.end() || it->is_null()) return std::nullopt;
-  if (it->is_string()) {
-    r->stop.push_back(it->get<std::string>());
-  } else if (it->is_array()) {
-    for (const auto& s : *it) {
-      if (!s.is_string()) return wrong_type("stop", "a string or an array of strings", s);
-      r->stop.push_back(s.get<std::string>());
+  std::vector<std::string>& stops = r->sampling.stop_strings;
+  if (auto it = b.find("stop"); it != b.end() && !it->is_null()) {
+    if (it->is_string()) {
+      stops.push_back(it->get<std::string>());
+    } else if (it->is_array()) {
+      for (const auto& s : *it) {
+        if (!s.is_string()) return wrong_type("stop", "a string or an array of strings", s);
+        stops.push_back(s.get<std::string>());
+      }
+    } else {
+      return wrong_type("stop", "a string or an array of strings", *it);
     }
-  } else {
-    return wrong_type("stop", "a string or an array of strings", *it);
   }
-  if (r->stop.size() > kMaxStops) return bad_request(fmt::format("'stop' allows at most {} strings", kMaxStops), "stop");
-  for (const auto& s : r->stop)
+  if (stops.size() > kMaxStops) return bad_request(fmt::format("'stop' allows at most {} strings", kMaxStops), "stop");
+  for (const auto& s : stops)
     if (s.empty()) return bad_request("'stop' strings must not be empty", "stop");
   if (auto ids = b.find("stop_token_ids"); ids != b.end() && !ids->is_null()) {
     if (!ids->is_array()) return wrong_type("stop_token_ids", "an array of integers", *ids);
-    if (auto e = read_token_ids(*ids, "stop_token_ids", &r->stop_token_ids)) return e;
+    if (auto e = read_token_ids(*ids, "stop_token_ids", &r->sampling.stop_token_ids)) return e;
   }
+  return std::nullopt;
+}
+
+// logit_bias: {"token id": bias}, keys as strings (JSON has no other), sorted into the params.
+std::optional<ApiError> parse_logit_bias(const json& b, SamplingParams* p) {
+  auto it = b.find("logit_bias");
+  if (it == b.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object()) return wrong_type("logit_bias", "an object of token ids to numbers", *it);
+  for (const auto& [key, value] : it->items()) {
+    size_t used = 0;
+    long long id = -1;
+    try {
+      id = std::stoll(key, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != key.size() || id < 0 || id > INT32_MAX)
+      return bad_request(fmt::format("'logit_bias' keys must be token ids, got '{}'",
+                                     tok::to_valid_utf8(key.substr(0, 40))), "logit_bias");
+    if (!value.is_number()) return wrong_type("logit_bias", "an object of token ids to numbers", value);
+    p->logit_bias.emplace_back(int32_t(id), float(value.get<double>()));
+  }
+  std::sort(p->logit_bias.begin(), p->logit_bias.end());
+  return std::nullopt;
+}
+
+// A number field into a float (its range is the request contract's, validate_sampling).
+std::optional<ApiError> read_float(const json& b, const char* key, float* out) {
+  double d = *out;
+  if (auto e = read_number(b, key, -DBL_MAX, DBL_MAX, &d)) return e;
+  *out = float(d);
   return std::nullopt;
 }
 
 std::optional<ApiError> parse_sampling(const json& b, OpenAiRequest* r) {
+  SamplingParams& p = r->sampling;
   std::optional<int64_t> v;
   if (auto e = read_int(b, "n", 1, kMaxN, &v)) return e;
   if (v) r->n = int(*v);
   v.reset();
-  if (auto e = read_int(b, "max_tokens", 1, INT32_MAX, &v)) return e;
+  if (auto e = read_int(b, "max_tokens", INT32_MIN, INT32_MAX, &v)) return e;
   if (v) r->max_tokens = int32_t(*v);
   v.reset();
-  if (auto e = read_int(b, "max_completion_tokens", 1, INT32_MAX, &v)) return e;
+  if (auto e = read_int(b, "max_completion_tokens", INT32_MIN, INT32_MAX, &v)) return e;
   if (v) r->max_tokens = int32_t(*v);
-  double d = r->temperature;
-  if (auto e = read_number(b, "temperature", 0, 2, &d)) return e;
-  r->temperature = float(d);
-  d = r->top_p;
-  if (auto e = read_number(b, "top_p", 0, 1, &d)) return e;
-  if (d <= 0) return bad_request("'top_p' must be greater than 0", "top_p");
-  r->top_p = float(d);
+  for (auto [key, field] : {std::pair{"temperature", &p.temperature}, {"top_p", &p.top_p}, {"min_p", &p.min_p},
+                            {"repetition_penalty", &p.repetition_penalty},
+                            {"presence_penalty", &p.presence_penalty}, {"frequency_penalty", &p.frequency_penalty}})
+    if (auto e = read_float(b, key, field)) return e;
   v.reset();
-  if (auto e = read_int(b, "top_k", -1, INT32_MAX, &v)) return e;
-  if (v) r->top_k = int32_t(*v);
+  if (auto e = read_int(b, "top_k", INT32_MIN, INT32_MAX, &v)) return e;
+  if (v) p.top_k = int32_t(*v);
   v.reset();
   if (auto e = read_int(b, "seed", INT64_MIN, INT64_MAX, &v)) return e;
-  if (v) r->seed = uint64_t(*v);
-  if (auto e = read_bool(b, "ignore_eos", &r->ignore_eos)) return e;
-  return parse_stop(b, r);
+  if (v) p.seed = uint64_t(*v);
+  if (auto e = read_bool(b, "ignore_eos", &p.ignore_eos)) return e;
+  if (auto e = parse_logit_bias(b, &p)) return e;
+  if (auto e = parse_stop(b, r)) return e;
+  // The values, checked by the contract the engine applies again (the max_tokens of a request
+  // that gives none is the server's choice, always >= 1).
+  if (r->max_tokens) p.max_new_tokens = *r->max_tokens;
+  if (auto e = validate_sampling(p)) return api_error_from(*e);
+  return std::nullopt;
 }
 
 std::optional<ApiError> parse_logprobs(const json& b, OpenAiRequest* r) {
@@ -322,6 +372,18 @@ ApiError server_error(int status, std::string message, std::string code) {
   return api_error(status, std::move(message), "server_error", "", std::move(code));
 }
 
+ApiError api_error_from(const RequestError& e, const std::string& prompt_param) {
+  const std::string param = e.param == "prompt" ? prompt_param : e.param;
+  const std::string message = e.describe("'" + param + "'");
+  switch (e.code) {
+    case RequestErrorCode::kInvalidValue: return bad_request(message, param);
+    case RequestErrorCode::kContextLengthExceeded: return bad_request(message, param, "context_length_exceeded");
+    case RequestErrorCode::kUnsupported: return bad_request(message, param, "unsupported_parameter");
+    case RequestErrorCode::kUnavailable: return server_error(503, message, "unavailable");
+  }
+  return server_error(500, message);
+}
+
 std::optional<ApiError> check_json_content_type(std::string_view content_type) {
   std::string type(content_type.substr(0, content_type.find(';')));
   while (!type.empty() && (type.back() == ' ' || type.back() == '\t')) type.pop_back();
@@ -354,6 +416,12 @@ std::optional<ApiError> parse_openai_request(std::string_view body, Endpoint end
   if (auto e = endpoint == Endpoint::kChat ? parse_messages(b, r) : parse_prompt(b, r)) return e;
   if (auto e = parse_sampling(b, r)) return e;
   if (auto e = parse_logprobs(b, r)) return e;
+  if (auto k = b.find("chat_template_kwargs"); k != b.end() && !k->is_null()) {
+    if (!k->is_object()) return wrong_type("chat_template_kwargs", "an object", *k);
+    if (endpoint != Endpoint::kChat)
+      return bad_request("'chat_template_kwargs' applies to /v1/chat/completions only", "chat_template_kwargs");
+    r->chat_template_kwargs = *k;
+  }
   if (auto e = read_bool(b, "stream", &r->stream)) return e;
   if (auto so = b.find("stream_options"); so != b.end() && !so->is_null()) {
     if (!so->is_object()) return wrong_type("stream_options", "an object", *so);

@@ -39,13 +39,13 @@ struct OpenAiRequest {
   std::vector<std::vector<int32_t>> token_prompts;  // completions given token ids
   int n = 1;
   std::optional<int32_t> max_tokens;  // unset: completions 16, chat the rest of the context
-  float temperature = 1.0f;
-  float top_p = 1.0f;
-  int32_t top_k = -1;
-  std::optional<uint64_t> seed;
-  std::vector<std::string> stop;
-  std::vector<int32_t> stop_token_ids;  // SGLang extension
-  bool ignore_eos = false;              // SGLang extension
+  // Every sampling field (OpenAI's and SGLang's extensions: top_k, min_p, repetition_penalty,
+  // stop_token_ids, ignore_eos); max_new_tokens is set per prompt when submitted, and choice i
+  // of n draws with seed + i.
+  SamplingParams sampling;
+  // chat: extra variables for the chat template (SGLang's chat_template_kwargs, e.g.
+  // {"enable_thinking": false}); a JSON object or null.
+  nlohmann::json chat_template_kwargs;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   int top_logprobs = -1;       // -1: no logprobs; else the chosen token's and the top n
@@ -59,10 +59,15 @@ struct OpenAiRequest {
 // none); any other type (text/plain, a form) is answered 415 naming what was sent.
 std::optional<ApiError> check_json_content_type(std::string_view content_type);
 
-// Parses `body`. Returns an error for malformed JSON, invalid UTF-8, wrong types and values out
-// of range; the model name and the context length are checked by the caller (they need the
-// server's state).
+// Parses `body`. Returns an error for malformed JSON, invalid UTF-8, wrong types, parameters this
+// server refuses, and sampling values the request contract refuses (validate_sampling); the model
+// name, the prompt and the context length are checked by the caller (they need the engine).
 std::optional<ApiError> parse_openai_request(std::string_view body, Endpoint endpoint, OpenAiRequest* out);
+
+// The OpenAI error for a refused request (engine/request_error.h): 400 with `param` naming the
+// field (code context_length_exceeded / unsupported_parameter where they apply), 503 while the
+// engine shuts down. `prompt_param` replaces the param "prompt" (chat requests: "messages").
+ApiError api_error_from(const RequestError& error, const std::string& prompt_param = "prompt");
 
 // What one choice produced.
 struct ChoiceResult {

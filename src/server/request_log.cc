@@ -22,12 +22,22 @@ std::string quoted(const std::string& text, int level) {
 }
 
 std::string sampling(const OpenAiRequest& r) {
-  return fmt::format(
+  const SamplingParams& p = r.sampling;
+  std::string line = fmt::format(
       " max_tokens={} temperature={} top_p={} top_k={} n={} seed={} stop={} ignore_eos={} "
       "stream={} logprobs={}",
-      r.max_tokens ? fmt::format("{}", *r.max_tokens) : "default", r.temperature, r.top_p, r.top_k,
-      r.n, r.seed ? fmt::format("{}", *r.seed) : "none", json(r.stop).dump(), r.ignore_eos,
+      r.max_tokens ? fmt::format("{}", *r.max_tokens) : "default", p.temperature, p.top_p, p.top_k,
+      r.n, p.seed ? fmt::format("{}", *p.seed) : "none", json(p.stop_strings).dump(), p.ignore_eos,
       r.stream, r.top_logprobs);
+  // The rest only when set, so the common line stays short.
+  if (p.min_p != 0) line += fmt::format(" min_p={}", p.min_p);
+  if (p.repetition_penalty != 1) line += fmt::format(" repetition_penalty={}", p.repetition_penalty);
+  if (p.presence_penalty != 0) line += fmt::format(" presence_penalty={}", p.presence_penalty);
+  if (p.frequency_penalty != 0) line += fmt::format(" frequency_penalty={}", p.frequency_penalty);
+  if (!p.logit_bias.empty()) line += fmt::format(" logit_bias={}", p.logit_bias.size());
+  if (!p.stop_token_ids.empty()) line += fmt::format(" stop_token_ids={}", json(p.stop_token_ids).dump());
+  if (!r.chat_template_kwargs.is_null()) line += " chat_template_kwargs=" + r.chat_template_kwargs.dump();
+  return line;
 }
 
 std::string prompt_text(const OpenAiRequest& r, int level) {

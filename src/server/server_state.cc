@@ -122,9 +122,7 @@ ServerState::~ServerState() {
 }
 
 std::string ContextLimit::why() const {
-  if (tokens >= model_context) return "";
-  return fmt::format(" (this server's KV cache pool holds {} tokens, less than the model's {}: raise "
-                     "--max-total-tokens or --mem-fraction-static)", pool_tokens, model_context);
+  return RequestLimits{.context_length = model_context, .kv_capacity_tokens = pool_tokens}.limit_reason();
 }
 
 ContextLimit ServerState::context_limit() const {
@@ -260,7 +258,7 @@ json ServerState::server_info() {
           {"max_model_len", context_limit().tokens},
           {"page_size", c.page_size},
           {"kv_bytes_per_token", p.kv_bytes_per_token},
-          {"device", c.device},
+          {"device", device_name(c.device)},
           {"num_running_requests", s.num_running},
           {"num_queued_requests", s.num_waiting},
           {"kv_tokens_used", s.kv_tokens_used},

@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "engine/engine.h"
-#include "engine/prompt.h"
+#include "tokenizer/prompt_encoder.h"
 #include "server/api_key_auth.h"
 #include "server/metrics.h"
 #include "server/request_log.h"
@@ -103,7 +103,7 @@ struct ContextLimit {
   int64_t tokens = 0;
   int64_t model_context = 0;
   int64_t pool_tokens = 0;
-  // "" when the model's context is the limit, else " (this server's KV cache pool holds N tokens; ...)".
+  // RequestLimits::limit_reason: "" when the model's context is the limit, else why the pool is.
   std::string why() const;
 };
 

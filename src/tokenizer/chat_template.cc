@@ -6,7 +6,7 @@
 
 #include "core/json_limits.h"
 #include "tokenizer/builtin_chat_templates.h"
-#include "tokenizer/jinja_lexer.h"
+#include "tokenizer/jinja/lexer.h"
 
 namespace strata {
 namespace {

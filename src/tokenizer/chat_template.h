@@ -1,6 +1,6 @@
 // Chat templates: renders a conversation to the prompt text exactly as Hugging Face's
 // tokenizer.apply_chat_template(..., tokenize=False) does, with our own Jinja-subset interpreter
-// (jinja_*.h). The HF environment is reproduced: trim_blocks and lstrip_blocks on, loop controls
+// (jinja/*.h). The HF environment is reproduced: trim_blocks and lstrip_blocks on, loop controls
 // ({% break %}/{% continue %}), {% generation %} blocks, raise_exception(), strftime_now(), and
 // tojson as json.dumps(x, ensure_ascii=False, indent, separators, sort_keys).
 //
@@ -13,8 +13,8 @@
 #include <string>
 
 #include "core/status.h"
-#include "tokenizer/jinja_ast.h"
-#include "tokenizer/jinja_eval.h"
+#include "tokenizer/jinja/ast.h"
+#include "tokenizer/jinja/eval.h"
 
 namespace strata {
 

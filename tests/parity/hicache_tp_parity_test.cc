@@ -4,7 +4,7 @@
 // and write_back) the greedy tokens equal tp 2's without it, rank 0's host hits are those of tp 1
 // with the tier, and every rank promoted and backed up the same pages as rank 0. Here the copies
 // are asynchronous (their own stream), so a worker's wait for what rank 0 waited for
-// (engine/tp_host_tier.h) is what keeps its KV right.
+// (dist/tp_host_tier.h) is what keeps its KV right.
 #include <gtest/gtest.h>
 
 #ifdef STRATA_HAVE_NCCL
@@ -12,6 +12,7 @@
 
 #include <cstdio>
 
+#include "dist/tensor_parallel.h"
 #include "engine/engine.h"
 #include "support/engine_greedy.h"
 #include "support/hicache_workload.h"
@@ -28,7 +29,7 @@ Outcome run_house_llama(int tp, const std::string& policy, const std::string& io
                         std::vector<std::vector<int32_t>>* prompts) {
   EngineConfig c;
   c.model_path = std::string(STRATA_SHARED_DIR) + "/models/house-llama";
-  c.device = "cuda";
+  c.device = Device::kCuda;
   c.page_size = 4;
   c.max_total_tokens = 96;  // one 48-token prefix and its request fit; two do not
   c.chunked_prefill_size = 32;
@@ -39,10 +40,10 @@ Outcome run_house_llama(int tp, const std::string& policy, const std::string& io
   if (!policy.empty()) {
     c.enable_hierarchical_cache = true;
     c.hicache_ratio = 4;
-    c.hicache_write_policy = policy;
-    c.hicache_io_backend = io;
+    c.hicache_write_policy = *parse_hicache_write_policy(policy);
+    c.hicache_io_backend = *parse_kv_io_backend(io);
   }
-  auto e = Engine::create(c);
+  auto e = Engine::create(c, &tensor_parallel_runtime());
   EXPECT_TRUE(e.ok()) << e.status().to_string();
   if (!e.ok()) return {};
   if (prompts->empty()) *prompts = hicache_workload((*e)->tokenizer());

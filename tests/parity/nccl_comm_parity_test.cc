@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "backend/cuda/nccl_comm.h"
+#include "dist/tensor_parallel.h"
 #include "engine/engine.h"
 #include "support/golden.h"
 
@@ -55,10 +56,10 @@ TEST(NcclComm, MoreRanksThanGpusIsAnError) {
   ASSERT_EQ(cudaGetDeviceCount(&gpus), cudaSuccess);
   EngineConfig c;
   c.model_path = shared_dir() + "/models/house-llama";
-  c.device = "cuda";
+  c.device = Device::kCuda;
   c.tp_size = gpus + 1;
   c.tp_allow_uneven = true;
-  auto e = Engine::create(c);
+  auto e = Engine::create(c, &tensor_parallel_runtime());
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("one rank per GPU"), std::string::npos) << e.status().to_string();
 }

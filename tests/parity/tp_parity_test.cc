@@ -24,7 +24,7 @@
 #include "arch/tp.h"
 #include "cuda/bench_checkpoint.h"
 #include "core/check.h"
-#include "engine/tp_driver.h"
+#include "dist/tp_driver.h"
 #include "model/config.h"
 #include "model/weights.h"
 #include "support/golden.h"
@@ -165,7 +165,7 @@ TEST_P(TpParity, LogitsMatchTp1AndReference) {
   Reference ref(c.reference_dir + "/reference.safetensors");
   for (int tp = 2; tp <= std::min(gpus, 8); tp *= 2) {
     if (!c.uneven && spec->num_heads % tp != 0) continue;
-    const TpConfig config{.tp_size = tp, .device = "cuda", .sharding = {.allow_uneven = c.uneven}};
+    const TpConfig config{.tp_size = tp, .device = Device::kCuda, .sharding = {.allow_uneven = c.uneven}};
     auto factory = make_tp_rank_factory(config);
     ASSERT_TRUE(factory.ok()) << factory.status().to_string();
     std::unique_ptr<Backend> backend0;
@@ -264,7 +264,7 @@ TEST(TpParityRandom, Llama31_8BShapedRandomModelMatchesTp1) {
     ref = one.step(ids, true);
   }
   for (int tp = 2; tp <= std::min(gpus, 8); tp *= 2) {
-    const TpConfig config{.tp_size = tp, .device = "cuda"};
+    const TpConfig config{.tp_size = tp, .device = Device::kCuda};
     auto factory = make_tp_rank_factory(config);
     ASSERT_TRUE(factory.ok()) << factory.status().to_string();
     std::unique_ptr<Backend> backend0;

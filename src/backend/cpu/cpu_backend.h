@@ -67,6 +67,7 @@ class CpuBackend : public Backend {
                    const Tensor& topk_weights, const Tensor& out) override;
   // sampling.cc: sample_row_reference per row, rows in parallel.
   void sample(const Tensor& logits, const SampleRowParams* params, int32_t* out_ids) override;
+  void edit_logits(const Tensor& logits, const LogitEdit* edits, int64_t num_edits) override;
 };
 
 // out[r][j] = x[r] · w[j] (+ bias[j]) for r < m, j < n over k inputs, with row strides ldx, ldw,

@@ -69,7 +69,29 @@ int32_t sample_row_reference(const float* logits, int64_t vocab, const SampleRow
   return scratch[keep - 1].second;
 }
 
+float edit_logit_reference(float logit, const LogitEdit& e) {
+  // Three separately rounded float32 operations (the build targets x86-64 without FMA, so nothing
+  // is contracted); the CUDA twin spells them __fsub_rn, __fmul_rn / __fdiv_rn, __fadd_rn.
+  float x = logit - e.subtract;
+  x = x < 0.0f ? x * e.scale : x / e.scale;
+  return x + e.bias;
+}
+
 namespace cpu {
+
+void CpuBackend::edit_logits(const Tensor& logits, const LogitEdit* edits, int64_t num_edits) {
+  CHECK_MSG(logits.dtype == DType::kF32 && logits.is_contiguous(),
+            "edit_logits: expected contiguous float32 logits, got {}", dtype_name(logits.dtype));
+  const int64_t rows = logits.numel() == 0 ? 0 : logits.dim(0), vocab = logits.dim(-1);
+  float* base = logits.ptr<float>();
+  for (int64_t i = 0; i < num_edits; ++i) {
+    const LogitEdit& e = edits[i];
+    CHECK_MSG(e.row >= 0 && e.row < rows && e.token >= 0 && e.token < vocab,
+              "edit_logits: edit {} at row {} token {} outside [{}, {}]", i, e.row, e.token, rows, vocab);
+    float& x = base[int64_t(e.row) * vocab + e.token];
+    x = edit_logit_reference(x, e);
+  }
+}
 
 void CpuBackend::sample(const Tensor& logits, const SampleRowParams* params, int32_t* out_ids) {
   CHECK_MSG(logits.dtype == DType::kF32 && logits.is_contiguous(),

@@ -25,6 +25,11 @@ Status CudaBackend::check_kv_layout(const KvLayout& layout) const {
   return check_cuda_kv_layout(layout);
 }
 
+int64_t CudaBackend::device_memory_bytes() const {
+  size_t free_bytes = 0, total_bytes = 0;
+  return cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess ? int64_t(total_bytes) : 0;
+}
+
 // ---- CudaBackend ----
 CudaBackend::CudaBackend()
     : pool_(std::make_shared<DevicePool>()),

@@ -79,6 +79,8 @@ class CudaBackend : public Backend {
   std::unique_ptr<KvStorage> alloc_kv(const KvLayout& layout) override;
   // check_cuda_kv_layout (device_memory.h).
   Status check_kv_layout(const KvLayout& layout) const override;
+  // cudaMemGetInfo's total for the current device; 0 when the query fails.
+  int64_t device_memory_bytes() const override;
 
   // ---- ops, by family file ----
   // copies.cu
@@ -119,6 +121,7 @@ class CudaBackend : public Backend {
                        const Tensor& out) override;
   // sampling.cu: one block per row; only the ids are copied back.
   void sample(const Tensor& logits, const SampleRowParams* params, int32_t* out_ids) override;
+  void edit_logits(const Tensor& logits, const LogitEdit* edits, int64_t num_edits) override;
   // mla.cu: on the GPU for the (kv_lora_rank, rope) pairs the kernels are built for, else on the
   // CPU twin (counted).
   void mla_attention(const Tensor& q_latent, const KvStorage& kv, int layer,

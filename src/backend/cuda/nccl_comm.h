@@ -2,7 +2,7 @@
 //
 // Ranks of one process (strata serve --tp-size N on one node): rank 0 makes an id with
 // nccl_new_id() and each rank's thread binds its GPU and calls make_nccl_comm with it
-// (ncclCommInitRankConfig; engine/tp_driver.cc does this). Ranks of several processes or nodes,
+// (ncclCommInitRankConfig; dist/tp_driver.cc does this). Ranks of several processes or nodes,
 // started by an existing launcher (mpirun, srun): launch_rank_from_env() (backend/comm.h) gives
 // rank and size, nccl_id_for_launch() shares the id through a file rank 0 writes on a shared
 // filesystem (or STRATA_NCCL_ID, the hex id, set by a job script), and NCCL's own network

@@ -23,6 +23,7 @@ namespace strata::cuda {
   X(kOpGemmBatched, "gemm_batched")   \
   X(kOpSlice, "slice")                \
   X(kOpSample, "sample")              \
+  X(kOpEditLogits, "edit_logits")     \
   X(kOpGemvGlu, "gemv_silu")          \
   X(kOpQkvRope, "qkv_rope_kv")        \
   X(kOpGemvDev, "gemv_dev")           \

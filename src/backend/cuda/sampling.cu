@@ -352,7 +352,34 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleParams p) {
   }
 }
 
+// backend.h's LogitEdit rule with each step rounded on its own (no contraction into an FMA), as
+// the reference (backend/cpu/sampling.cc edit_logit_reference) computes it.
+__global__ void edit_logits_kernel(EditLogitsParams p) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= p.num_edits) return;
+  const LogitEditDev e = p.edits[i];
+  const int64_t at = int64_t(e.row) * p.vocab + e.token;
+  float x = p.f32 ? static_cast<const float*>(p.logits)[at]
+                  : bf16_to_float(static_cast<const bf16_bits*>(p.logits)[at]);
+  x = __fsub_rn(x, e.subtract);
+  x = x < 0.0f ? __fmul_rn(x, e.scale) : __fdiv_rn(x, e.scale);
+  x = __fadd_rn(x, e.bias);
+  if (p.f32) {
+    static_cast<float*>(p.logits)[at] = x;
+  } else {
+    static_cast<bf16_bits*>(p.logits)[at] = float_to_bf16(x);
+  }
+}
+
 }  // namespace
+
+void launch_edit_logits(const EditLogitsParams& p, const Launch& launch) {
+  if (p.num_edits == 0) return;
+  constexpr int kEditThreads = 256;
+  const int64_t blocks = (p.num_edits + kEditThreads - 1) / kEditThreads;
+  edit_logits_kernel<<<unsigned(blocks), kEditThreads, 0, launch.stream>>>(p);
+  CUDA_LAUNCH_CHECK();
+}
 
 void launch_sample(const SampleParams& p, const Launch& launch) {
   if (p.rows == 0) return;
@@ -404,6 +431,27 @@ void CudaBackend::sample(const Tensor& logits, const SampleRowParams* params, in
   record(kOpSample, p, launch_sample);
   end_step();
   CUDA_CHECK(cudaMemcpy(out_ids, out->view().data, size_t(rows) * 4, cudaMemcpyDeviceToHost));
+}
+
+void CudaBackend::edit_logits(const Tensor& logits, const LogitEdit* edits, int64_t num_edits) {
+  static_assert(sizeof(LogitEditDev) == sizeof(LogitEdit) && offsetof(LogitEdit, bias) == offsetof(LogitEditDev, bias));
+  CHECK(logits.is_contiguous());
+  CHECK_MSG(logits.dtype == DType::kBF16 || logits.dtype == DType::kF32,
+            "edit_logits: logits must be bf16 or f32, got {}", dtype_name(logits.dtype));
+  if (num_edits == 0) return;
+  const int64_t rows = logits.dim(0), vocab = logits.dim(-1);
+  for (int64_t i = 0; i < num_edits; ++i)
+    CHECK_MSG(edits[i].row >= 0 && edits[i].row < rows && edits[i].token >= 0 && edits[i].token < vocab,
+              "edit_logits: edit {} at row {} token {} outside [{}, {}]", i, edits[i].row, edits[i].token, rows, vocab);
+  // The edits travel through staging as raw 32-bit words (20 bytes each).
+  const int32_t* dev = stage_i32(reinterpret_cast<const int32_t*>(edits), num_edits * int64_t(sizeof(LogitEdit) / 4));
+  auto p = zeroed<EditLogitsParams>();
+  p.logits = logits.data;
+  p.edits = reinterpret_cast<const LogitEditDev*>(dev);
+  p.vocab = vocab;
+  p.num_edits = num_edits;
+  p.f32 = logits.dtype == DType::kF32;
+  record(kOpEditLogits, p, launch_edit_logits);
 }
 
 }  // namespace strata::cuda

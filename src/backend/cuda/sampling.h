@@ -26,4 +26,22 @@ struct SampleParams {
 };
 void launch_sample(const SampleParams& p, const Launch& launch);
 
+// backend.h's LogitEdit, byte for byte (the host array is staged as is).
+struct LogitEditDev {
+  int32_t row;
+  int32_t token;
+  float subtract;
+  float scale;
+  float bias;
+};
+struct EditLogitsParams {
+  void* logits;               // [rows, vocab] bf16 or f32, edited in place
+  const LogitEditDev* edits;  // device [num_edits]
+  int64_t vocab;
+  int64_t num_edits;
+  int f32;
+};
+// One thread per edit (a row names a token at most once, so no two threads write one logit).
+void launch_edit_logits(const EditLogitsParams& p, const Launch& launch);
+
 }  // namespace strata::cuda

@@ -80,6 +80,34 @@ TEST(ServeSglangFlagsTest, ChatTemplateByNameAndFromAFile) {
   fs::remove_all(dir);
 }
 
+// chat_template_kwargs become template variables and a message's reasoning_content reaches the
+// template (SGLang's request fields): with a template that writes them, the chat prompt is the
+// raw text they spell, so its completion equals that text's.
+TEST(ServeSglangFlagsTest, ChatTemplateKwargsAndReasoningContentReachTheTemplate) {
+  const fs::path dir = temp_dir("kwargs");
+  std::ofstream(dir / "vars.jinja") << "{% if prefix is defined %}{{ prefix }}{% endif %}{% for m in messages %}"
+                                       "{% if m.reasoning_content is defined %}{{ m.reasoning_content }}{% endif %}"
+                                       "{{ m['content'] }}{% endfor %}";
+  ServerProcess server;
+  ASSERT_TRUE(server.start({"--chat-template", (dir / "vars.jinja").string()})) << server.log();
+  const std::string expected = complete(server.port(), kQuestion);
+  ASSERT_FALSE(expected.empty());
+  json j = post_json(server.port(), "/v1/chat/completions",
+                     {{"messages", {{{"role", "user"}, {"content", " word harbor mean?"}}}},
+                      {"chat_template_kwargs", {{"prefix", "What does the"}}},
+                      {"max_tokens", 12},
+                      {"temperature", 0}});
+  EXPECT_EQ(j["choices"][0]["message"]["content"], expected) << j.dump();
+  j = post_json(server.port(), "/v1/chat/completions",
+                {{"messages", {{{"role", "user"}, {"content", "What does"}},
+                               {{"role", "assistant"}, {"content", " harbor mean?"}, {"reasoning_content", " the word"}}}},
+                 {"max_tokens", 12},
+                 {"temperature", 0}});
+  EXPECT_EQ(j["choices"][0]["message"]["content"], expected) << j.dump();
+  EXPECT_EQ(server.stop(), 0);
+  fs::remove_all(dir);
+}
+
 // The model's weights and config without its tokenizer files: --tokenizer-path supplies them.
 TEST(ServeSglangFlagsTest, TokenizerPath) {
   const fs::path dir = temp_dir("weights_only");

@@ -68,7 +68,7 @@ TEST_P(HostTier, SameGreedyOutputsFewerPrefillTokens) {
     EngineConfig on = off;
     on.enable_hierarchical_cache = true;
     on.hicache_ratio = 4;
-    on.hicache_write_policy = policy;
+    on.hicache_write_policy = *parse_hicache_write_policy(policy);
     auto engine = make(on);
     ASSERT_NE(engine, nullptr);
     EXPECT_EQ(engine->stats().hicache_capacity_tokens, 4 * engine->kv_capacity_tokens());
@@ -122,12 +122,11 @@ TEST(HostTierFlags, InvalidSettingsAreErrors) {
   c.hicache_ratio = -1;
   EXPECT_FALSE(Engine::create(c).ok());
   c.hicache_ratio = 1;
-  c.hicache_write_policy = "write_sometimes";
-  EXPECT_FALSE(Engine::create(c).ok());
-  c.hicache_write_policy = "write_back";
-  c.hicache_io_backend = "dma";
-  EXPECT_FALSE(Engine::create(c).ok());
-  c.hicache_io_backend = "kernel";  // cuda's: logged as not applicable on cpu, memcpy used
+  // Names are typed at the edge (the flags): a bad one never reaches the engine.
+  EXPECT_FALSE(parse_hicache_write_policy("write_sometimes").ok());
+  EXPECT_FALSE(parse_kv_io_backend("dma").ok());
+  c.hicache_write_policy = HiCacheWritePolicy::kWriteBack;
+  c.hicache_io_backend = KvIoBackend::kKernel;  // cuda's: logged as not applicable on cpu, memcpy used
   EXPECT_TRUE(Engine::create(c).ok());
 }
 

@@ -1,4 +1,4 @@
-// The host KV tier under tensor parallelism on CPU ranks (engine/tp_host_tier.h): with prefixes
+// The host KV tier under tensor parallelism on CPU ranks (dist/tp_host_tier.h): with prefixes
 // that outgrow the device pool, tp 5 with the tier gives the greedy tokens of tp 1 with and
 // without it; rank 0's decisions are tp 1's (the same host hits and promotions), and every rank
 // copies them on its own pool: each rank's promoted pages (host hits) and backed-up pages equal
@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "dist/tensor_parallel.h"
 #include "engine/engine.h"
 #include "support/engine_greedy.h"
 #include "support/hicache_workload.h"
@@ -39,9 +40,9 @@ Outcome run(const Case& c, int tp, bool tier,
   if (tier) {
     cfg.enable_hierarchical_cache = true;
     cfg.hicache_ratio = 4;
-    cfg.hicache_write_policy = c.policy;
+    cfg.hicache_write_policy = *parse_hicache_write_policy(c.policy);
   }
-  auto e = Engine::create(cfg);
+  auto e = Engine::create(cfg, &tensor_parallel_runtime());
   EXPECT_TRUE(e.ok()) << e.status().to_string();
   if (!e.ok()) return {};
   if (prompts_out) *prompts_out = testing::hicache_workload((*e)->tokenizer());

@@ -1,4 +1,4 @@
-// Tensor parallelism on the CPU (in-process ranks, engine/tp_driver.h): at tp 2 and 4 the
+// Tensor parallelism on the CPU (in-process ranks, dist/tp_driver.h): at tp 2 and 4 the
 // logits equal tp 1's within float32 reordering and the Hugging Face references as tightly as
 // tp 1 does; the engine's greedy continuations with rank-0 broadcast equal tp 1's token for token.
 //
@@ -10,8 +10,9 @@
 
 
 #include "arch/tp.h"
+#include "dist/tensor_parallel.h"
+#include "dist/tp_driver.h"
 #include "engine/engine.h"
-#include "engine/tp_driver.h"
 #include "model/config.h"
 #include "model/weights.h"
 #include "support/engine_greedy.h"
@@ -57,7 +58,7 @@ TEST_P(TpLogits, EqualTp1AndTheReference) {
   auto backend1 = make_cpu_backend();
   auto tp1 = create_model(*spec, *weights, *backend1);
   ASSERT_TRUE(tp1.ok()) << tp1.status().to_string();
-  const TpConfig config{.tp_size = c.tp, .device = "cpu", .sharding = {.allow_uneven = c.uneven}};
+  const TpConfig config{.tp_size = c.tp, .device = Device::kCpu, .sharding = {.allow_uneven = c.uneven}};
   auto factory = make_tp_rank_factory(config);
   ASSERT_TRUE(factory.ok()) << factory.status().to_string();
   std::unique_ptr<Backend> backend0;
@@ -96,7 +97,7 @@ TEST(TpLoad, ErrorsNameTheFailingRankAndNobodyHangs) {
   auto weights = WeightStore::open(dir, spec->quant);
   ASSERT_TRUE(weights.ok());
   // The strict plan refuses 5 heads over 2 ranks before any rank starts.
-  TpConfig config{.tp_size = 2, .device = "cpu", .sharding = {}};
+  TpConfig config{.tp_size = 2, .device = Device::kCpu, .sharding = {}};
   auto factory = make_tp_rank_factory(config);
   ASSERT_TRUE(factory.ok());
   std::unique_ptr<Backend> backend0;
@@ -105,10 +106,10 @@ TEST(TpLoad, ErrorsNameTheFailingRankAndNobodyHangs) {
   EXPECT_NE(strict.status().message().find("num_attention_heads 5"), std::string::npos)
       << strict.status().to_string();
   // Rank 2 of 3 cannot make its resources: the others (loaded, waiting at the barrier) stop too.
-  config = TpConfig{.tp_size = 3, .device = "cpu", .sharding = {.allow_uneven = true}};
+  config = TpConfig{.tp_size = 3, .device = Device::kCpu, .sharding = {.allow_uneven = true}};
   auto inner = make_tp_rank_factory(config);
   ASSERT_TRUE(inner.ok());
-  TpRankFactory failing = [&](int r, const std::atomic<bool>& failed) -> StatusOr<TpRankResources> {
+  RankFactory failing = [&](int r, const std::atomic<bool>& failed) -> StatusOr<RankResources> {
     if (r == 2) return unavailable("no device for rank 2");
     return (*inner)(r, failed);
   };
@@ -151,11 +152,11 @@ TEST(TpFailureDeathTest, RankFailingMidForwardStopsTheGroupWithItsError) {
   ASSERT_TRUE(spec.ok());
   auto weights = WeightStore::open(dir, spec->quant);
   ASSERT_TRUE(weights.ok());
-  const TpConfig config{.tp_size = 2, .device = "cpu"};
+  const TpConfig config{.tp_size = 2, .device = Device::kCpu};
   auto inner = make_tp_rank_factory(config);
   ASSERT_TRUE(inner.ok());
-  TpRankFactory failing = [&](int r, const std::atomic<bool>& failed) -> StatusOr<TpRankResources> {
-    STRATA_ASSIGN_OR_RETURN(TpRankResources res, (*inner)(r, failed));
+  RankFactory failing = [&](int r, const std::atomic<bool>& failed) -> StatusOr<RankResources> {
+    STRATA_ASSIGN_OR_RETURN(RankResources res, (*inner)(r, failed));
     res.comm = std::make_unique<FailingComm>(std::move(res.comm), /*fail_rank=*/1, /*fail_at=*/3);
     return res;
   };
@@ -206,12 +207,12 @@ TEST(TpKvInit, SentOnceAndAgainWhenTheScalesChange) {
   auto backend1 = make_cpu_backend();
   auto tp1 = create_model(*spec, *weights, *backend1);
   ASSERT_TRUE(tp1.ok()) << tp1.status().to_string();
-  const TpConfig config{.tp_size = 2, .device = "cpu"};
+  const TpConfig config{.tp_size = 2, .device = Device::kCpu};
   auto inner = make_tp_rank_factory(config);
   ASSERT_TRUE(inner.ok());
   std::atomic<int> inits{0};
-  TpRankFactory counting = [&](int r, const std::atomic<bool>& failed) -> StatusOr<TpRankResources> {
-    STRATA_ASSIGN_OR_RETURN(TpRankResources res, (*inner)(r, failed));
+  RankFactory counting = [&](int r, const std::atomic<bool>& failed) -> StatusOr<RankResources> {
+    STRATA_ASSIGN_OR_RETURN(RankResources res, (*inner)(r, failed));
     res.comm = std::make_unique<InitCountingComm>(std::move(res.comm), &inits);
     return res;
   };
@@ -255,7 +256,7 @@ std::vector<std::vector<int32_t>> engine_greedy(const std::string& model, int tp
   c.chunked_prefill_size = 8;  // prompts prefill in several chunks, batched with decodes
   c.tp_size = tp;
   c.tp_allow_uneven = true;
-  auto e = Engine::create(c);
+  auto e = Engine::create(c, &tensor_parallel_runtime());
   EXPECT_TRUE(e.ok()) << e.status().to_string();
   if (!e.ok()) return {};
   return testing::greedy_tokens(**e, prompts, new_tokens);

@@ -73,9 +73,9 @@ TEST_F(KvEval, Bf16IsExactlyTheReferenceAndFp8IsNot) {
   auto ev = make("house-llama");
   ASSERT_TRUE(ev);
   EXPECT_EQ(ev->data().windows.size(), 2u);  // ceil(126 / 63)
-  auto bf16 = ev->resolve({.dtype = "bf16"});
-  auto e4m3 = ev->resolve({.dtype = "fp8_e4m3"});
-  auto e5m2 = ev->resolve({.dtype = "fp8_e5m2"});
+  auto bf16 = ev->resolve({.dtype = KvCacheDtype::kBF16});
+  auto e4m3 = ev->resolve({.dtype = KvCacheDtype::kFp8E4M3});
+  auto e5m2 = ev->resolve({.dtype = KvCacheDtype::kFp8E5M2});
   ASSERT_TRUE(bf16.ok() && e4m3.ok() && e5m2.ok());
   const auto r = ev->compare({{"bf16", *bf16}, {"e4m3", *e4m3}, {"e5m2", *e5m2}}, true, true);
   ASSERT_EQ(r.size(), 4u);
@@ -98,9 +98,9 @@ TEST_F(KvEval, CalibrationAndSensitivityOnMla) {
     EXPECT_GT(k, 0.0f);
     EXPECT_LT(k, 1.0f);  // amax of the MLA latent is far below 448
   }
-  auto e4m3 = ev->resolve({.dtype = "fp8_e4m3"});
-  auto flash = ev->resolve({.dtype = "fp8_flashmla"});
-  auto rope = ev->resolve({.dtype = "fp8_e4m3", .mla_rope_dtype = "bf16"});
+  auto e4m3 = ev->resolve({.dtype = KvCacheDtype::kFp8E4M3});
+  auto flash = ev->resolve({.dtype = KvCacheDtype::kFp8FlashMla});
+  auto rope = ev->resolve({.dtype = KvCacheDtype::kFp8E4M3, .mla_rope_dtype = DType::kBF16});
   ASSERT_TRUE(e4m3.ok() && flash.ok() && rope.ok());
   const std::vector<double> sens = ev->layer_sensitivity(*e4m3, ev->data().windows, 63);
   ASSERT_EQ(sens.size(), size_t(ev->spec().num_layers));

@@ -1,12 +1,12 @@
 // Dataset specs, the per-prompt seed, and OpenAI request/reply handling (pure parts of the
-// server backend) and the backoff policy.
+// server target) and the backoff policy.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
 #include "pipeline/dataset.h"
-#include "pipeline/server_backend.h"
+#include "pipeline/server_target.h"
 
 namespace strata {
 namespace {
@@ -66,7 +66,8 @@ TEST(OpenAiBody, ChatAndCompletion) {
   auto chat = parse_prompt_line(
       R"({"id":"a","conversations":[{"from":"human","value":"hi"},{"from":"gpt","value":"old"}]})", 1, "d");
   ASSERT_TRUE(chat.ok());
-  JobSampling s{.temperature = 0.7f, .top_p = 0.9f, .top_k = 20, .max_new_tokens = 64, .stop = {"END"}};
+  JobSampling s{.params = {.temperature = 0.7f, .top_p = 0.9f, .top_k = 20, .max_new_tokens = 64,
+                           .stop_strings = {"END"}}};
   nlohmann::json b = openai_request_body(*chat, s, "m", 99);
   EXPECT_EQ(b["model"], "m");
   EXPECT_EQ(b["max_tokens"], 64);
@@ -79,7 +80,7 @@ TEST(OpenAiBody, ChatAndCompletion) {
   EXPECT_EQ(b["messages"], nlohmann::json::parse(R"([{"role":"user","content":"hi"}])"));
   auto raw = parse_prompt_line(R"({"prompt":"Once upon"})", 3, "d");
   ASSERT_TRUE(raw.ok());
-  b = openai_request_body(*raw, JobSampling{.ignore_eos = true}, "m", 1);
+  b = openai_request_body(*raw, JobSampling{.params = {.ignore_eos = true}}, "m", 1);
   EXPECT_EQ(b["prompt"], "Once upon");
   EXPECT_FALSE(b.contains("messages"));
   EXPECT_FALSE(b.contains("top_k"));
@@ -88,7 +89,7 @@ TEST(OpenAiBody, ChatAndCompletion) {
 
 TEST(OpenAiReply, RepliesCutShortAreRetriedNotWritten) {
   JobSampling s;
-  s.max_new_tokens = 100;
+  s.params.max_new_tokens = 100;
   GenerationOutcome o;
   o.finish_reason = "stop";
   o.completion_tokens = 3;

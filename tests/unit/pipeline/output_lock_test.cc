@@ -63,7 +63,7 @@ TEST(OutputLock, AnotherHostsLiveHeartbeatRefusesAStaleOneDoesNot) {
 
 // Completes every task at once; the first start() cuts records out of the results file on disk,
 // as a second writer's compaction would.
-class DamagingBackend : public GenerationBackend {
+class DamagingTarget : public PromptTarget {
  public:
   std::string results_path;
   int started = 0;
@@ -95,7 +95,7 @@ TEST(OutputLock, DoneIsWrittenOnlyWhenTheFileHoldsEveryId) {
   o.output_file = dir.file("out.jsonl");
   o.progress = false;
   std::vector<Dataset> ds{small_dataset(6)};
-  DamagingBackend b;
+  DamagingTarget b;
   b.results_path = o.output_file;
   auto s = run_job(ds, b, o);
   ASSERT_FALSE(s.ok());
@@ -103,7 +103,7 @@ TEST(OutputLock, DoneIsWrittenOnlyWhenTheFileHoldsEveryId) {
   EXPECT_NE(s.status().message().find("holds 3 of 6 prompts"), std::string::npos) << s.status().message();
   EXPECT_FALSE(std::filesystem::exists(o.output_file + ".done"));
   // The same command again finishes what is missing.
-  DamagingBackend again;
+  DamagingTarget again;
   again.started = 100;
   auto s2 = run_job(ds, again, o);
   ASSERT_TRUE(s2.ok()) << s2.status().message();
@@ -118,7 +118,7 @@ TEST(OutputLock, AJobOnALockedOutputIsRefusedBeforeItStarts) {
   std::vector<Dataset> ds{small_dataset(3)};
   auto held = lock_job_outputs(ds, o);
   ASSERT_TRUE(held.ok());
-  DamagingBackend b;
+  DamagingTarget b;
   b.results_path = o.output_file;
   b.started = 100;
   auto s = run_job(ds, b, o);

@@ -1,4 +1,4 @@
-// The batch job against a fake backend: resume after interruption, exactly-once, failures and
+// The batch job against a fake prompt target: resume after interruption, exactly-once, failures and
 // --retry-failures, settings check, per-dataset files, repair of a damaged output, progress.
 #include <gtest/gtest.h>
 
@@ -17,7 +17,7 @@ namespace {
 
 // Completes tasks deterministically: text "<id>|<seed>". Fails ids in `fail_ids`; after
 // `interrupt_after` starts every task ends kInterrupted (a server that went away).
-class FakeBackend : public GenerationBackend {
+class FakeTarget : public PromptTarget {
  public:
   std::set<std::string> fail_ids;
   int64_t interrupt_after = -1;
@@ -25,7 +25,7 @@ class FakeBackend : public GenerationBackend {
   int in_flight = 4;
   std::vector<std::string> started;
 
-  ~FakeBackend() override {
+  ~FakeTarget() override {
     for (auto& f : futures_) f.wait();
   }
   std::string model_name() const override { return "fake-model"; }
@@ -89,7 +89,7 @@ class RunnerTest : public ::testing::Test {
     std::filesystem::create_directories(dir_);
     opts_.output_file = (dir_ / "out.jsonl").string();
     opts_.progress = false;
-    opts_.sampling.seed = 11;
+    opts_.sampling.params.seed = 11;
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::filesystem::path dir_;
@@ -99,7 +99,7 @@ class RunnerTest : public ::testing::Test {
 TEST_F(RunnerTest, MemoryModeKeepsInputOrderAndAppendsTheAnswer) {
   JobOptions o = opts_;
   o.output_file.clear();
-  FakeBackend b;
+  FakeTarget b;
   b.async = true;
   std::vector<Dataset> ds{make_dataset("d", 9)};
   auto s = run_job(ds, b, o);
@@ -124,7 +124,7 @@ TEST_F(RunnerTest, MemoryModeKeepsInputOrderAndAppendsTheAnswer) {
 TEST_F(RunnerTest, InterruptedRunResumesExactlyOnce) {
   std::vector<Dataset> ds{make_dataset("a", 20), make_dataset("b", 15)};
   for (int round = 0; round < 6; ++round) {
-    FakeBackend b;
+    FakeTarget b;
     b.interrupt_after = 7;
     b.async = round % 2 == 1;
     auto s = run_job(ds, b, opts_);
@@ -142,7 +142,7 @@ TEST_F(RunnerTest, InterruptedRunResumesExactlyOnce) {
   EXPECT_EQ(seen.size(), 35u);
   for (const auto& [k, n] : seen) EXPECT_EQ(n, 1) << k;
   // A run on a finished output starts nothing.
-  FakeBackend b;
+  FakeTarget b;
   auto s = run_job(ds, b, opts_);
   ASSERT_TRUE(s.ok());
   EXPECT_TRUE(b.started.empty());
@@ -153,7 +153,7 @@ TEST_F(RunnerTest, InterruptedRunResumesExactlyOnce) {
 TEST_F(RunnerTest, FailuresAreRecordedNotRetriedUnlessAsked) {
   std::vector<Dataset> ds{make_dataset("a", 10)};
   {
-    FakeBackend b;
+    FakeTarget b;
     b.fail_ids = {"p3", "p7"};
     auto s = run_job(ds, b, opts_);
     ASSERT_TRUE(s.ok());
@@ -168,7 +168,7 @@ TEST_F(RunnerTest, FailuresAreRecordedNotRetriedUnlessAsked) {
     EXPECT_NE(f[0]["error"].get<std::string>().find("prompt too long"), std::string::npos);
   }
   {
-    FakeBackend b;  // would succeed now, but failures are not retried by default
+    FakeTarget b;  // would succeed now, but failures are not retried by default
     auto s = run_job(ds, b, opts_);
     ASSERT_TRUE(s.ok());
     EXPECT_TRUE(b.started.empty());
@@ -177,14 +177,14 @@ TEST_F(RunnerTest, FailuresAreRecordedNotRetriedUnlessAsked) {
   {
     JobOptions o = opts_;
     o.retry_failures = true;
-    FakeBackend b;
+    FakeTarget b;
     auto s = run_job(ds, b, o);
     ASSERT_TRUE(s.ok());
     EXPECT_EQ(b.started, (std::vector<std::string>{"a/p3", "a/p7"}));
     EXPECT_EQ(s->failed(), 0);
     EXPECT_EQ(read_lines(opts_.output_file).size(), 10u);
   }
-  FakeBackend b;
+  FakeTarget b;
   auto s = run_job(ds, b, opts_);
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->failed(), 0);  // done wins over an old failure record
@@ -192,12 +192,12 @@ TEST_F(RunnerTest, FailuresAreRecordedNotRetriedUnlessAsked) {
 
 TEST_F(RunnerTest, ResumingWithOtherSettingsIsRefused) {
   std::vector<Dataset> ds{make_dataset("a", 6)};
-  FakeBackend b;
+  FakeTarget b;
   b.interrupt_after = 3;
   ASSERT_TRUE(run_job(ds, b, opts_).ok());
   JobOptions o = opts_;
-  o.sampling.temperature = 0.8f;
-  FakeBackend b2;
+  o.sampling.params.temperature = 0.8f;
+  FakeTarget b2;
   auto s = run_job(ds, b2, o);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kFailedPrecondition);
@@ -213,10 +213,10 @@ TEST_F(RunnerTest, OutputDirWritesOneFilePerDataset) {
   o.output_file.clear();
   o.output_dir = (dir_ / "outdir").string();
   std::vector<Dataset> ds{make_dataset("define", 5), make_dataset("explain", 4)};  // same ids p0..
-  FakeBackend b;
+  FakeTarget b;
   b.interrupt_after = 6;
   ASSERT_TRUE(run_job(ds, b, o).ok());
-  FakeBackend b2;
+  FakeTarget b2;
   auto s = run_job(ds, b2, o);
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(b2.started.size(), 3u);
@@ -231,14 +231,14 @@ TEST_F(RunnerTest, OutputDirWritesOneFilePerDataset) {
 
 TEST_F(RunnerTest, SameIdInTwoDatasetsOfOneFileIsTwoRecords) {
   std::vector<Dataset> ds{make_dataset("a", 3), make_dataset("b", 3)};
-  FakeBackend b;
+  FakeTarget b;
   ASSERT_TRUE(run_job(ds, b, opts_).ok());
   EXPECT_EQ(read_lines(opts_.output_file).size(), 6u);
 }
 
 TEST_F(RunnerTest, RepairsTornTailAndDuplicatesBeforeResuming) {
   std::vector<Dataset> ds{make_dataset("a", 5)};
-  FakeBackend b;
+  FakeTarget b;
   b.interrupt_after = 3;
   ASSERT_TRUE(run_job(ds, b, opts_).ok());
   auto lines = read_lines(opts_.output_file);
@@ -247,7 +247,7 @@ TEST_F(RunnerTest, RepairsTornTailAndDuplicatesBeforeResuming) {
     std::ofstream out(opts_.output_file, std::ios::app);
     out << lines[1].dump() << "\n" << lines[0].dump().substr(0, 17);  // a duplicate and a torn tail
   }
-  FakeBackend b2;
+  FakeTarget b2;
   auto s = run_job(ds, b2, opts_);
   ASSERT_TRUE(s.ok()) << s.status().message();
   EXPECT_EQ(b2.started.size(), 2u);
@@ -260,7 +260,7 @@ TEST_F(RunnerTest, RepairsTornTailAndDuplicatesBeforeResuming) {
 
 TEST_F(RunnerTest, DuplicateDatasetNamesAreAnError) {
   std::vector<Dataset> ds{make_dataset("a", 1), make_dataset("a", 1)};
-  FakeBackend b;
+  FakeTarget b;
   EXPECT_EQ(run_job(ds, b, opts_).status().code(), StatusCode::kInvalidArgument);
 }
 
@@ -299,7 +299,7 @@ TEST(Progress, RateWindowForgetsWhatIsOlderThanTheWindow) {
 
 // Reports tokens as it goes (like the engine) and can resume. Tasks in `interrupt` report
 // `tokens_before_interrupt` tokens and then end kInterrupted (the job stops, as after a kill).
-class ResumableBackend : public GenerationBackend {
+class ResumableTarget : public PromptTarget {
  public:
   std::set<std::string> interrupt;
   int tokens_before_interrupt = 5;
@@ -337,7 +337,7 @@ TEST_F(RunnerTest, UnfinishedPromptsResumeFromTheirCheckpoints) {
   o.checkpoint_tokens = 1;
   const std::string partial = opts_.output_file + ".partial.jsonl";
   {
-    ResumableBackend b;
+    ResumableTarget b;
     b.interrupt = {"p1", "p2"};
     auto s = run_job(ds, b, o);
     ASSERT_TRUE(s.ok()) << s.status().message();
@@ -352,7 +352,7 @@ TEST_F(RunnerTest, UnfinishedPromptsResumeFromTheirCheckpoints) {
   EXPECT_EQ(partials->at({"a", "p1"}).tokens, (std::vector<int32_t>{1000, 1001, 1002, 1003, 1004}));
   EXPECT_EQ(partials->at({"a", "p2"}).rng_draws, 5u);
   {
-    ResumableBackend b;  // runs to the end this time
+    ResumableTarget b;  // runs to the end this time
     auto s = run_job(ds, b, o);
     ASSERT_TRUE(s.ok()) << s.status().message();
     EXPECT_TRUE(s->complete);

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "unit/planner/specs.h"
+#include "support/model_specs.h"
 
 namespace strata {
 namespace {

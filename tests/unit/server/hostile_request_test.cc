@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "engine/prompt.h"
+#include "tokenizer/prompt_encoder.h"
 #include "server/openai_schema.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"

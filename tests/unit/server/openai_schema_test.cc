@@ -20,10 +20,10 @@ TEST(ServerSchemaTest, ParsesChatRequest) {
   EXPECT_EQ(r.model, "m");
   EXPECT_EQ(r.messages[1]["content"], "ab");
   EXPECT_EQ(*r.max_tokens, 7);
-  EXPECT_EQ(r.temperature, 0.0f);
-  EXPECT_EQ(r.top_k, 3);
-  EXPECT_EQ(*r.seed, 11u);
-  EXPECT_EQ(r.stop, std::vector<std::string>{"x"});
+  EXPECT_EQ(r.sampling.temperature, 0.0f);
+  EXPECT_EQ(r.sampling.top_k, 3);
+  EXPECT_EQ(*r.sampling.seed, 11u);
+  EXPECT_EQ(r.sampling.stop_strings, std::vector<std::string>{"x"});
   EXPECT_EQ(r.top_logprobs, 2);
   EXPECT_EQ(r.n, 3);
   EXPECT_TRUE(r.stream && r.include_usage);
@@ -93,6 +93,95 @@ TEST(ServerSchemaTest, RejectsBadInput) {
   auto e = parse_openai_request(std::string("{\"prompt\":\"\xff\"}"), Endpoint::kCompletions, &r);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->code, "invalid_utf8");
+}
+
+// Every sampling field SGLang accepts on the OpenAI request reaches the one SamplingParams.
+TEST(ServerSchemaTest, ParsesEverySamplingField) {
+  OpenAiRequest r;
+  auto e = parse_openai_request(
+      R"({"messages":[{"role":"user","content":"hi"},
+                      {"role":"assistant","content":"a","reasoning_content":"because"},
+                      {"role":"user","content":"more"}],
+          "temperature":0.7,"top_p":0.9,"top_k":20,"min_p":0.05,"repetition_penalty":1.1,
+          "presence_penalty":0.5,"frequency_penalty":-0.25,"logit_bias":{"17":-100,"3":2.5},
+          "stop_token_ids":[7,8],"seed":5,"ignore_eos":true,"max_tokens":9,
+          "chat_template_kwargs":{"enable_thinking":false}})",
+      Endpoint::kChat, &r);
+  ASSERT_FALSE(e) << e->message;
+  const SamplingParams& p = r.sampling;
+  EXPECT_EQ(p.temperature, 0.7f);
+  EXPECT_EQ(p.top_p, 0.9f);
+  EXPECT_EQ(p.top_k, 20);
+  EXPECT_EQ(p.min_p, 0.05f);
+  EXPECT_EQ(p.repetition_penalty, 1.1f);
+  EXPECT_EQ(p.presence_penalty, 0.5f);
+  EXPECT_EQ(p.frequency_penalty, -0.25f);
+  EXPECT_EQ(p.logit_bias, (std::vector<std::pair<int32_t, float>>{{3, 2.5f}, {17, -100.0f}}));
+  EXPECT_EQ(p.stop_token_ids, (std::vector<int32_t>{7, 8}));  // without a "stop" too
+  EXPECT_EQ(*p.seed, 5u);
+  EXPECT_TRUE(p.ignore_eos);
+  EXPECT_EQ(*r.max_tokens, 9);
+  EXPECT_EQ(r.chat_template_kwargs, nlohmann::json::parse(R"({"enable_thinking":false})"));
+  EXPECT_EQ(r.messages[1]["reasoning_content"], "because");
+  EXPECT_FALSE(r.messages[0].contains("reasoning_content"));
+}
+
+// Each bad or unsupported parameter is refused naming itself; a parameter that would change the
+// output and is not implemented is refused, never ignored.
+TEST(ServerSchemaTest, EachBadParameterNamesItself) {
+  struct Case {
+    const char* body;
+    const char* param;
+    const char* message;
+    const char* code;
+  };
+  const Case cases[] = {
+      {R"({"prompt":"x","min_p":1.5})", "min_p", "'min_p' must be between 0 and 1, got 1.5", ""},
+      {R"({"prompt":"x","repetition_penalty":0})", "repetition_penalty", "'repetition_penalty' must be", ""},
+      {R"({"prompt":"x","presence_penalty":3})", "presence_penalty", "'presence_penalty' must be between -2 and 2", ""},
+      {R"({"prompt":"x","frequency_penalty":"a"})", "frequency_penalty", "must be a number", ""},
+      {R"({"prompt":"x","logit_bias":{"12":101}})", "logit_bias", "'logit_bias' values must be between -100 and 100", ""},
+      {R"({"prompt":"x","logit_bias":{"abc":1}})", "logit_bias", "keys must be token ids", ""},
+      {R"({"prompt":"x","logit_bias":[1]})", "logit_bias", "must be an object", ""},
+      {R"({"prompt":"x","top_k":-5})", "top_k", "'top_k' must be", ""},
+      {R"({"prompt":"x","temperature":3})", "temperature", "'temperature' must be between 0 and 2, got 3", ""},
+      {R"({"prompt":"x","stop_token_ids":["a"]})", "stop_token_ids", "token ids", ""},
+      {R"({"prompt":"x","chat_template_kwargs":{"a":1}})", "chat_template_kwargs", "chat/completions only", ""},
+      {R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":[1]})", "chat_template_kwargs",
+       "must be an object", ""},
+      {R"({"messages":[{"role":"assistant","content":"x","reasoning_content":5}]})", "messages[0].reasoning_content",
+       "must be a string", ""},
+      {R"({"prompt":"x","min_tokens":4})", "min_tokens", "not supported", "unsupported_parameter"},
+      {R"({"prompt":"x","regex":"a+"})", "regex", "not supported", "unsupported_parameter"},
+      {R"({"prompt":"x","json_schema":"{}"})", "json_schema", "not supported", "unsupported_parameter"},
+      {R"({"prompt":"x","tools":[{"type":"function"}]})", "tools", "not supported", "unsupported_parameter"},
+  };
+  for (const Case& c : cases) {
+    OpenAiRequest r;
+    const Endpoint ep = std::string(c.body).find("messages") != std::string::npos ? Endpoint::kChat
+                                                                                   : Endpoint::kCompletions;
+    auto e = parse_openai_request(c.body, ep, &r);
+    ASSERT_TRUE(e) << c.body;
+    EXPECT_EQ(e->status, 400) << c.body;
+    EXPECT_EQ(e->param, c.param) << c.body << " -> " << e->message;
+    EXPECT_NE(e->message.find(c.message), std::string::npos) << c.body << " -> " << e->message;
+    EXPECT_EQ(e->code, c.code) << c.body;
+  }
+}
+
+// The engine's typed refusals become OpenAI errors: the field as param, the right code and status.
+TEST(ServerSchemaTest, RequestErrorsBecomeOpenAiErrors) {
+  const ApiError value = api_error_from(invalid_value("top_p", "must be greater than 0, got 0"));
+  EXPECT_EQ(value.status, 400);
+  EXPECT_EQ(value.param, "top_p");
+  EXPECT_EQ(value.message, "'top_p' must be greater than 0, got 0");
+  EXPECT_EQ(value.code, "");
+  const RequestError too_long{.code = RequestErrorCode::kContextLengthExceeded, .param = "prompt", .message = "long"};
+  EXPECT_EQ(api_error_from(too_long, "messages").param, "messages");
+  EXPECT_EQ(api_error_from(too_long).code, "context_length_exceeded");
+  const RequestError closing{.code = RequestErrorCode::kUnavailable, .message = "the engine is shutting down"};
+  EXPECT_EQ(api_error_from(closing).status, 503);
+  EXPECT_EQ(api_error_from(closing).message, "the engine is shutting down");
 }
 
 TEST(ServerMetricsTest, RendersPrometheusText) {

@@ -11,7 +11,7 @@ OpenAiRequest completion(std::string prompt) {
   OpenAiRequest r;
   r.text_prompts = {std::move(prompt)};
   r.max_tokens = 7;
-  r.temperature = 0.5f;
+  r.sampling.temperature = 0.5f;
   return r;
 }
 

@@ -1,0 +1,77 @@
+#include "pipeline/engine_target.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "core/log.h"
+
+namespace strata {
+
+StatusOr<std::unique_ptr<EngineTarget>> EngineTarget::create(Engine& engine, const JobSampling& sampling,
+                                                               int max_in_flight) {
+  STRATA_ASSIGN_OR_RETURN(PromptEncoder enc, PromptEncoder::load(engine.config().tokenizer_dir(), engine.tokenizer(),
+                                                                      engine.config().chat_template));
+  std::unique_ptr<EngineTarget> b(new EngineTarget(engine, std::move(enc), sampling));
+  b->model_name_ = std::filesystem::path(engine.config().model_path).lexically_normal().filename().string();
+  if (b->model_name_.empty())
+    b->model_name_ = std::filesystem::path(engine.config().model_path).lexically_normal().parent_path().filename();
+  b->max_in_flight_ = max_in_flight > 0 ? max_in_flight : std::max(64, 2 * engine.plan().max_running_requests);
+  return b;
+}
+
+void EngineTarget::start(const GenerationTask& task, OutcomeCallback done) {
+  const PromptRecord& r = *task.record;
+  StatusOr<std::vector<int32_t>> ids = std::vector<int32_t>{};
+  if (r.messages.is_null()) {
+    ids = encoder_.encode_raw(r.prompt);
+  } else {
+    ids = encoder_.encode_chat(prompt_messages(r.messages), /*add_generation_prompt=*/true, SIZE_MAX,
+                               sampling_.chat_template_kwargs);
+  }
+  auto fail = [&](const std::string& error) {
+    GenerationOutcome o;
+    o.kind = OutcomeKind::kFailed;
+    o.error = error;
+    done(std::move(o));
+  };
+  if (!ids.ok()) return fail(ids.status().message());
+  GenerateRequest req;
+  req.prompt_ids = std::move(ids).value();
+  req.params = sampling_.params;
+  req.params.seed = task.seed;
+  if (!task.resume_output_ids.empty()) {
+    if (task.resume_prompt_tokens == int32_t(req.prompt_ids.size())) {
+      req.resume_output_ids = task.resume_output_ids;
+      req.resume_rng_draws = task.resume_rng_draws;
+    } else {
+      LOG_WARN("{} id {}: its checkpoint was made for a {}-token prompt, this one has {}; starting it over",
+               task.dataset, r.id, task.resume_prompt_tokens, req.prompt_ids.size());
+      if (task.on_tokens) task.on_tokens(TokenReport{.restart = true});
+    }
+  }
+  // The callback runs on the engine thread: it only appends text, reports new tokens and hands
+  // the outcome over once finished.
+  auto text = std::make_shared<std::string>();
+  req.on_event = [text, done, on_tokens = task.on_tokens](const StreamEvent& ev) {
+    *text += ev.text;
+    if (on_tokens && !ev.resumed && !ev.token_ids.empty())
+      on_tokens(TokenReport{.token_ids = ev.token_ids, .rng_draws = ev.rng_draws, .prompt_tokens = ev.prompt_tokens});
+    if (!ev.finished) return;
+    GenerationOutcome o;
+    o.prompt_tokens = ev.prompt_tokens;
+    o.completion_tokens = ev.completion_tokens;
+    o.finish_reason = finish_reason_name(ev.finish_reason);
+    if (!ev.error.empty() || ev.finish_reason == FinishReason::kAbort) {
+      o.kind = OutcomeKind::kFailed;
+      o.error = ev.error.empty() ? "the engine aborted the request" : ev.error;
+    } else {
+      o.text = std::move(*text);
+    }
+    done(std::move(o));
+  };
+  // A refused request fails this prompt with the contract's message (engine/request_error.h).
+  auto id = engine_.submit(std::move(req));
+  if (!id.ok()) fail(id.error().describe());
+}
+
+}  // namespace strata

@@ -1,0 +1,40 @@
+// Runs a batch job's prompts on the in-process engine: prompts are encoded on the job's
+// thread (chat template, or the tokenizer's post-processor for raw prompts) and submitted with
+// a callback that collects the text on the engine thread. The engine batches them continuously.
+// Tokens are reported as they come (TokenReport, with the sampler's draws), and a task with a
+// checkpointed partial output continues from it (GenerateRequest::resume_output_ids).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+#include "tokenizer/prompt_encoder.h"
+#include "pipeline/prompt_target.h"
+
+namespace strata {
+
+class EngineTarget : public PromptTarget {
+ public:
+  // `engine` must outlive the target. `max_in_flight` <= 0: twice the engine's
+  // max_running_requests (at least 64), which keeps its batch full without queueing the
+  // whole dataset inside it.
+  static StatusOr<std::unique_ptr<EngineTarget>> create(Engine& engine, const JobSampling& sampling,
+                                                         int max_in_flight = 0);
+
+  std::string model_name() const override { return model_name_; }
+  int max_in_flight() const override { return max_in_flight_; }
+  bool can_resume() const override { return true; }
+  void start(const GenerationTask& task, OutcomeCallback done) override;
+
+ private:
+  EngineTarget(Engine& engine, PromptEncoder encoder, const JobSampling& sampling)
+      : engine_(engine), encoder_(std::move(encoder)), sampling_(sampling) {}
+  Engine& engine_;
+  PromptEncoder encoder_;
+  JobSampling sampling_;
+  std::string model_name_;
+  int max_in_flight_ = 64;
+};
+
+}  // namespace strata

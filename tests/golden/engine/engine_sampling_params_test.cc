@@ -1,0 +1,214 @@
+// The request's sampling fields through the whole engine on house-llama (CPU reference): the
+// penalties change each step's choice exactly as the rule says on the model's own logprobs,
+// logit_bias bans and forces tokens, stop_token_ids stop, a seed reproduces the same tokens in any
+// batch; and Model::forward_sample with logit edits equals forward + the reference edits + the
+// reference sampler, with the logprob rows left as the model computed them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <random>
+
+#include "arch/model.h"
+#include "engine/engine.h"
+#include "engine/logit_edits.h"
+
+namespace strata {
+namespace {
+
+const std::string kHouse = std::string(STRATA_SHARED_DIR) + "/models/house-llama";
+
+struct Result {
+  std::vector<int32_t> tokens;
+  std::vector<TokenLogprobs> logprobs;
+  FinishReason finish = FinishReason::kNone;
+};
+
+Engine& engine() {
+  static std::unique_ptr<Engine> e = [] {
+    EngineConfig c;
+    c.model_path = kHouse;
+    c.page_size = 4;
+    auto made = Engine::create(c);
+    EXPECT_TRUE(made.ok()) << made.status().to_string();
+    return made.ok() ? std::move(made).value() : nullptr;
+  }();
+  return *e;
+}
+
+std::vector<int32_t> prompt() { return engine().tokenizer().encode("The old lighthouse keeper said that the sea"); }
+
+// Submits every request at once (one batch) and returns each one's result.
+std::vector<Result> run(std::vector<SamplingParams> params, int top_logprobs = -1) {
+  std::vector<Result> out(params.size());
+  std::mutex mu;
+  for (size_t i = 0; i < params.size(); ++i) {
+    GenerateRequest g;
+    g.prompt_ids = prompt();
+    g.params = params[i];
+    g.top_logprobs = top_logprobs;
+    g.on_event = [&out, &mu, i](const StreamEvent& ev) {
+      std::lock_guard<std::mutex> lk(mu);
+      out[i].tokens.insert(out[i].tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+      out[i].logprobs.insert(out[i].logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+      if (ev.finished) out[i].finish = ev.finish_reason;
+    };
+    auto id = engine().submit(std::move(g));
+    EXPECT_TRUE(id.ok()) << id.status().to_string();
+  }
+  engine().wait_idle();
+  return out;
+}
+
+// Presence and frequency shift a logit and its logprob alike, so each greedy choice must be the
+// argmax of (the model's logprob - presence - frequency x count so far) over the top 20 the
+// engine reports (the raw distribution): a token outside them starts lower and only loses.
+TEST(EngineSamplingParams, PresenceAndFrequencyPenaltiesPickWhatTheRuleSays) {
+  const SamplingParams p{.temperature = 0.0f, .presence_penalty = 0.8f, .frequency_penalty = 0.6f,
+                         .max_new_tokens = 32, .ignore_eos = true};
+  const Result r = run({p}, /*top_logprobs=*/20)[0];
+  ASSERT_EQ(r.tokens.size(), 32u);
+  ASSERT_EQ(r.logprobs.size(), 32u);
+  std::map<int32_t, int> counts;
+  int checked = 0, penalized_steps = 0;
+  for (size_t step = 0; step < r.tokens.size(); ++step) {
+    const auto& top = r.logprobs[step].top;
+    ASSERT_EQ(top.size(), 20u);
+    float best = -INFINITY;
+    int32_t want = -1;
+    for (const auto& [id, lp] : top) {
+      const int n = counts.count(id) ? counts[id] : 0;
+      const float v = n > 0 ? lp - (0.8f + 0.6f * float(n)) : lp;
+      if (v > best) best = v, want = id;
+    }
+    // Conclusive only when the winner stays above every token outside the top 20.
+    if (best >= top.back().second) {
+      ++checked;
+      EXPECT_EQ(r.tokens[step], want) << "step " << step;
+      penalized_steps += top.front().first != want;
+    }
+    ++counts[r.tokens[step]];
+  }
+  EXPECT_GE(checked, 24);
+  // The penalties changed choices: greedy alone would pick the top token every time.
+  EXPECT_GT(penalized_steps, 0);
+  std::printf("presence/frequency: %d of 32 steps checked, %d chose other than the model's top token\n", checked,
+              penalized_steps);
+}
+
+TEST(EngineSamplingParams, LogitBiasBansAndForcesTokens) {
+  const SamplingParams greedy{.temperature = 0.0f, .max_new_tokens = 6, .ignore_eos = true};
+  const Result plain = run({greedy}, 2)[0];
+  ASSERT_EQ(plain.tokens.size(), 6u);
+  SamplingParams ban = greedy;
+  ban.logit_bias = {{plain.tokens[0], -100.0f}};
+  SamplingParams force = greedy;
+  force.temperature = 1.0f;
+  force.seed = 9;
+  force.logit_bias = {{1000, 100.0f}};
+  const std::vector<Result> r = run({ban, force});
+  // Banned: the first choice is the model's second best.
+  EXPECT_EQ(r[0].tokens[0], plain.logprobs[0].top[1].first);
+  EXPECT_EQ(r[1].tokens, std::vector<int32_t>(6, 1000));
+}
+
+TEST(EngineSamplingParams, StopTokenIdsFinishTheRequest) {
+  const SamplingParams greedy{.temperature = 0.0f, .max_new_tokens = 8, .ignore_eos = true};
+  const Result plain = run({greedy})[0];
+  ASSERT_EQ(plain.tokens.size(), 8u);
+  SamplingParams stop = greedy;
+  stop.stop_token_ids = {plain.tokens[3]};
+  const Result r = run({stop})[0];
+  const size_t first = size_t(std::find(plain.tokens.begin(), plain.tokens.end(), plain.tokens[3]) - plain.tokens.begin());
+  EXPECT_EQ(r.tokens, std::vector<int32_t>(plain.tokens.begin(), plain.tokens.begin() + first + 1));
+  EXPECT_EQ(r.finish, FinishReason::kStop);
+}
+
+// Every new field at once, sampled: the same seed gives the same tokens alone and in a batch
+// with other requests.
+TEST(EngineSamplingParams, SeededRequestsAreReproducibleInAnyBatch) {
+  const SamplingParams p{.temperature = 0.9f, .top_p = 0.95f, .top_k = 60, .min_p = 0.02f,
+                         .repetition_penalty = 1.3f, .presence_penalty = 0.2f, .frequency_penalty = 0.1f,
+                         .logit_bias = {{13, -5.0f}, {2000, 1.5f}}, .seed = 1234, .max_new_tokens = 16,
+                         .ignore_eos = true};
+  const Result alone = run({p})[0];
+  ASSERT_EQ(alone.tokens.size(), 16u);
+  SamplingParams other = p;
+  other.seed = 77;
+  const std::vector<Result> batch = run({other, p, SamplingParams{.temperature = 0.0f, .max_new_tokens = 5}});
+  EXPECT_EQ(batch[1].tokens, alone.tokens);
+  EXPECT_NE(batch[0].tokens, alone.tokens);
+}
+
+// Model level: forward_sample with edits on some rows equals forward, then the reference edits
+// (edit_logit_reference) and the reference sampler on the host; the kept rows are the raw logits.
+TEST(EngineSamplingParams, ForwardSampleAppliesEditsBeforeSamplingAndKeepsRawLogprobRows) {
+  auto be = make_cpu_backend();
+  auto m = load_model(kHouse, *be);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  Model& model = **m;
+  const int n = 24, page = 8;
+  KvLayout layout = model.kv_layout();
+  layout.page_size = page;
+  layout.num_pages = (n + page - 1) / page;
+  layout.dtype = be->activation_dtype();
+  auto kv = be->alloc_kv(layout);
+  std::vector<int32_t> ids(n), pos(n), slots(n), rows(n), pages(size_t(layout.num_pages));
+  std::mt19937_64 g(3);
+  for (int i = 0; i < n; ++i) ids[size_t(i)] = int32_t(g() % 8000), pos[size_t(i)] = i, slots[size_t(i)] = i, rows[size_t(i)] = i;
+  std::iota(pages.begin(), pages.end(), 0);
+  int32_t q_indptr[2] = {0, n}, kv_lens[1] = {n}, page_indptr[2] = {0, int32_t(pages.size())};
+  ForwardBatch b;
+  b.token_ids = ids.data();
+  b.attn = AttentionMetadata{.num_seqs = 1, .num_tokens = n, .page_size = page, .q_indptr = q_indptr,
+                             .kv_lens = kv_lens, .page_indptr = page_indptr, .page_indices = pages.data(),
+                             .positions = pos.data(), .slot_mapping = slots.data()};
+  b.logit_rows = rows.data();
+  b.num_logit_rows = n;
+  const int64_t vocab = model.spec().vocab_size;
+  std::vector<float> logits(size_t(n) * size_t(vocab));
+  model.forward(b, *kv, logits.data());
+
+  std::vector<SampleRowParams> params(n);
+  std::vector<LogitEdit> edits;
+  for (int r = 0; r < n; ++r) {
+    if (r % 2) params[size_t(r)] = {.temperature = 0.8f, .top_k = 50, .uniform = std::uniform_real_distribution<double>(0, 1)(g)};
+    if (r % 3 == 0) continue;  // rows without edits
+    // The row's top token penalized hard, a few others biased: the choice changes.
+    const float* row = logits.data() + size_t(r) * size_t(vocab);
+    const int32_t top = int32_t(std::max_element(row, row + vocab) - row);
+    OutputTokenCounts counts;
+    counts.add(std::vector<int32_t>{top, top, int32_t(g() % 8000)});
+    append_logit_edits({.repetition_penalty = 1.8f, .presence_penalty = 1.0f, .frequency_penalty = 0.5f,
+                        .logit_bias = {{int32_t(g() % 4000), 3.0f}, {int32_t(4000 + g() % 4000), -2.0f}}},
+                       counts, r, &edits);
+  }
+  std::vector<int32_t> got(n, -1), keep{1, 4, 23};
+  std::vector<float> kept(keep.size() * size_t(vocab));
+  model.forward_sample(b, *kv, SampleArgs{.params = params.data(), .token_ids = got.data(), .keep_rows = keep.data(),
+                                          .num_keep = int(keep.size()), .kept_logits = kept.data(),
+                                          .edits = edits.data(), .num_edits = int64_t(edits.size())});
+  std::vector<float> want_logits = logits;
+  for (const LogitEdit& e : edits) {
+    float& x = want_logits[size_t(e.row) * size_t(vocab) + size_t(e.token)];
+    x = edit_logit_reference(x, e);
+  }
+  std::vector<std::pair<float, int32_t>> scratch;
+  int changed = 0;
+  for (int r = 0; r < n; ++r) {
+    const float* edited = want_logits.data() + size_t(r) * size_t(vocab);
+    const int32_t want = sample_row_reference(edited, vocab, params[size_t(r)], scratch);
+    EXPECT_EQ(got[size_t(r)], want) << "row " << r;
+    changed += want != sample_row_reference(logits.data() + size_t(r) * size_t(vocab), vocab, params[size_t(r)], scratch);
+  }
+  EXPECT_GT(changed, 0) << "the edits were meant to change some choices";
+  for (size_t k = 0; k < keep.size(); ++k)
+    for (int64_t c = 0; c < vocab; ++c)
+      ASSERT_EQ(kept[k * size_t(vocab) + size_t(c)], logits[size_t(keep[k]) * size_t(vocab) + size_t(c)])
+          << "kept row " << k;
+}
+
+}  // namespace
+}  // namespace strata
