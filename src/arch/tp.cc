@@ -20,30 +20,39 @@ StatusOr<DeviceTensorPtr> load_sharded_weight(const WeightStore& weights, Backen
   return backend.upload(host.view, backend.weight_dtype());
 }
 
+StatusOr<LinearRead> linear_shard_read(const TpRank& tp, const std::string& name, const Shape& shape) {
+  LinearRead r = LinearRead::whole(name, shape);
+  if (!tp.active()) return r;
+  STRATA_ASSIGN_OR_RETURN(WeightShard s, tp.plan->shard(tp.rank(), name, shape));
+  r.row_begin = s.rows.begin;
+  r.row_end = s.rows.end;
+  r.col_begin = s.cols.begin;
+  r.col_end = s.cols.end;
+  return r;
+}
+
 StatusOr<HostLinearWeight> load_linear_shard(const WeightStore& weights, const TpRank& tp,
                                              const std::string& name, const Shape& shape) {
-  STRATA_ASSIGN_OR_RETURN(HostLinearWeight w, weights.load_linear(name, shape));
-  if (!tp.active()) return w;
-  STRATA_ASSIGN_OR_RETURN(WeightShard s, tp.plan->shard(tp.rank(), name, shape));
-  if (s.rows.size() != w.out) {
-    STRATA_ASSIGN_OR_RETURN(w, slice_linear_rows(w, s.rows.begin, s.rows.end, name));
-  }
-  if (s.cols.size() != w.in) {
-    STRATA_ASSIGN_OR_RETURN(w, slice_linear_cols(w, s.cols.begin, s.cols.end, name));
-  }
-  return w;
+  STRATA_ASSIGN_OR_RETURN(LinearRead r, linear_shard_read(tp, name, shape));
+  return weights.load_linear_stack({{r}}, name);
+}
+
+StatusOr<HostLinearWeight> load_stacked_linear_shard(const WeightStore& weights, const TpRank& tp,
+                                                     const std::vector<std::vector<LinearPart>>& matrices,
+                                                     int64_t in_features, const std::string& what) {
+  std::vector<std::vector<LinearRead>> reads(matrices.size());
+  for (size_t m = 0; m < matrices.size(); ++m)
+    for (const LinearPart& p : matrices[m]) {
+      STRATA_ASSIGN_OR_RETURN(LinearRead r, linear_shard_read(tp, p.name + ".weight", {p.out_features, in_features}));
+      reads[m].push_back(std::move(r));
+    }
+  return weights.load_linear_stack(reads, what);
 }
 
 StatusOr<HostLinearWeight> load_fused_linear_shard(const WeightStore& weights, const TpRank& tp,
                                                    const std::vector<LinearPart>& parts,
                                                    int64_t in_features) {
-  std::vector<HostLinearWeight> ws;
-  for (const auto& p : parts) {
-    STRATA_ASSIGN_OR_RETURN(HostLinearWeight w, load_linear_shard(weights, tp, p.name + ".weight",
-                                                                  {p.out_features, in_features}));
-    ws.push_back(std::move(w));
-  }
-  return concat_linear_rows(std::move(ws), parts.front().name);
+  return load_stacked_linear_shard(weights, tp, {parts}, in_features, parts.front().name);
 }
 
 StatusOr<LinearWeight> load_sharded_linear(const WeightStore& weights, Backend& backend,

@@ -25,19 +25,6 @@ int64_t values_row_bytes(const LinearFormat& f, int64_t in) {
   return 0;
 }
 
-// Copies rows [r0, r1) × bytes [c0, c1) of every matrix of a [stack, rows, row_bytes] buffer.
-std::vector<uint8_t> copy_block(const std::vector<uint8_t>& src, int64_t stack, int64_t rows,
-                                int64_t row_bytes, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-  std::vector<uint8_t> out(size_t(stack * (r1 - r0) * (c1 - c0)));
-  uint8_t* dst = out.data();
-  for (int64_t s = 0; s < stack; ++s)
-    for (int64_t r = r0; r < r1; ++r) {
-      std::memcpy(dst, src.data() + (s * rows + r) * row_bytes + c0, size_t(c1 - c0));
-      dst += c1 - c0;
-    }
-  return out;
-}
-
 }  // namespace
 
 std::string LinearFormat::str() const {
@@ -122,86 +109,113 @@ void dequantize_linear(const HostLinearWeight& w, float* dst) {
   }
 }
 
-StatusOr<HostLinearWeight> slice_linear_rows(const HostLinearWeight& w, int64_t begin, int64_t end,
-                                             const std::string& what) {
-  w.check_sizes();
-  if (begin < 0 || begin >= end || end > w.out)
-    return invalid_argument("{}: rows [{}, {}) are outside its {} rows", what, begin, end, w.out);
-  HostLinearWeight r;
-  r.format = w.format;
-  r.stack = w.stack;
-  r.out = end - begin;
-  r.in = w.in;
-  const int64_t vrow = values_row_bytes(w.format, w.in);
-  r.values = copy_block(w.values, w.stack, w.out, vrow, begin, end, 0, vrow);
-  switch (w.format.format) {
-    case WeightFormat::kDense:
+void ByteBlock::copy_rows(const uint8_t* table, int64_t r0, int64_t r1, uint8_t* dst) const {
+  const int64_t w = width();
+  const uint8_t* src = table + (row_begin + r0) * row_bytes + byte_begin;
+  if (w == row_bytes) {  // whole rows: one run
+    std::memcpy(dst, src, size_t((r1 - r0) * w));
+    return;
+  }
+  for (int64_t r = r0; r < r1; ++r, src += row_bytes, dst += w) std::memcpy(dst, src, size_t(w));
+}
+
+StatusOr<LinearSlice> linear_slice(const LinearFormat& f, int64_t out, int64_t in, int64_t r0,
+                                   int64_t r1, int64_t c0, int64_t c1, const std::string& what) {
+  if (r0 < 0 || r0 >= r1 || r1 > out)
+    return invalid_argument("{}: rows [{}, {}) are outside its {} rows", what, r0, r1, out);
+  if (c0 < 0 || c0 >= c1 || c1 > in)
+    return invalid_argument("{}: columns [{}, {}) are outside its {} columns", what, c0, c1, in);
+  // A whole dim is no slice: it needs no alignment.
+  const bool row_slice = r0 != 0 || r1 != out, col_slice = c0 != 0 || c1 != in;
+  LinearSlice s;
+  s.out = r1 - r0;
+  s.in = c1 - c0;
+  const int64_t vrow = values_row_bytes(f, in);
+  s.values = ByteBlock{.row_bytes = vrow, .row_begin = r0, .row_end = r1};
+  switch (f.format) {
+    case WeightFormat::kDense: {
+      const int64_t es = dtype_size(f.dense_dtype);
+      s.values.byte_begin = c0 * es;
+      s.values.byte_end = c1 * es;
       break;
+    }
     case WeightFormat::kFp8Block: {
-      const int64_t bo = w.format.block_out;
-      if (begin % bo != 0 || (end % bo != 0 && end != w.out))
+      const int64_t bo = f.block_out, bi = f.block_in;
+      if (row_slice && (r0 % bo != 0 || (r1 % bo != 0 && r1 != out)))
         return invalid_argument(
             "{}: an fp8 block-quantized weight splits only on its {}-row scale blocks; rows [{}, {}) "
             "do not (choose a tensor-parallel size whose slices are multiples of {})",
-            what, bo, begin, end, bo);
-      const int64_t srow = ceil_div(w.in, w.format.block_in) * 4;
-      r.scales = copy_block(w.scales, w.stack, ceil_div(w.out, bo), srow, begin / bo,
-                            ceil_div(end, bo), 0, srow);
+            what, bo, r0, r1, bo);
+      if (col_slice && (c0 % bi != 0 || (c1 % bi != 0 && c1 != in)))
+        return invalid_argument(
+            "{}: an fp8 block-quantized weight splits only on its {}-column scale blocks; columns "
+            "[{}, {}) do not",
+            what, bi, c0, c1);
+      s.values.byte_begin = c0;
+      s.values.byte_end = c1;
+      s.scales = ByteBlock{.row_bytes = ceil_div(in, bi) * 4,
+                           .row_begin = r0 / bo,
+                           .row_end = ceil_div(r1, bo),
+                           .byte_begin = c0 / bi * 4,
+                           .byte_end = ceil_div(c1, bi) * 4};
       break;
     }
     case WeightFormat::kInt4Group: {
-      const int64_t srow = w.in / w.format.group_size * 2;
-      r.scales = copy_block(w.scales, w.stack, w.out, srow, begin, end, 0, srow);
+      const int64_t g = f.group_size;
+      if (col_slice && (c0 % g != 0 || c1 % g != 0 || g % 8 != 0))
+        return invalid_argument(
+            "{}: an INT4 weight of group {} splits only on group boundaries; columns [{}, {}) do not",
+            what, g, c0, c1);
+      s.values.byte_begin = col_slice ? c0 / 2 : 0;
+      s.values.byte_end = col_slice ? c1 / 2 : vrow;
+      s.scales = ByteBlock{.row_bytes = in / g * 2,
+                           .row_begin = r0,
+                           .row_end = r1,
+                           .byte_begin = c0 / g * 2,
+                           .byte_end = c1 / g * 2};
       break;
     }
+  }
+  CHECK_EQ(s.values.bytes(), linear_values_bytes(f, s.out, s.in));
+  CHECK_EQ(s.scales.bytes(), linear_scales_bytes(f, s.out, s.in));
+  return s;
+}
+
+namespace {
+
+// Rows [r0, r1) × columns [c0, c1) of every matrix of `w`.
+StatusOr<HostLinearWeight> slice_stack(const HostLinearWeight& w, int64_t r0, int64_t r1, int64_t c0,
+                                       int64_t c1, const std::string& what) {
+  w.check_sizes();
+  STRATA_ASSIGN_OR_RETURN(LinearSlice s, linear_slice(w.format, w.out, w.in, r0, r1, c0, c1, what));
+  HostLinearWeight r;
+  r.format = w.format;
+  r.stack = w.stack;
+  r.out = s.out;
+  r.in = s.in;
+  r.values = HostBytes::uninitialized(size_t(w.stack * s.values.bytes()));
+  r.scales = HostBytes::uninitialized(size_t(w.stack * s.scales.bytes()));
+  for (int64_t m = 0; m < w.stack; ++m) {
+    s.values.copy_rows(w.values.data() + m * w.matrix_values_bytes(), 0, s.values.rows(),
+                       r.values.data() + m * s.values.bytes());
+    if (s.scales.bytes() > 0)
+      s.scales.copy_rows(w.scales.data() + m * w.matrix_scales_bytes(), 0, s.scales.rows(),
+                         r.scales.data() + m * s.scales.bytes());
   }
   r.check_sizes();
   return r;
 }
 
+}  // namespace
+
+StatusOr<HostLinearWeight> slice_linear_rows(const HostLinearWeight& w, int64_t begin, int64_t end,
+                                             const std::string& what) {
+  return slice_stack(w, begin, end, 0, w.in, what);
+}
+
 StatusOr<HostLinearWeight> slice_linear_cols(const HostLinearWeight& w, int64_t begin, int64_t end,
                                              const std::string& what) {
-  w.check_sizes();
-  if (begin < 0 || begin >= end || end > w.in)
-    return invalid_argument("{}: columns [{}, {}) are outside its {} columns", what, begin, end, w.in);
-  HostLinearWeight r;
-  r.format = w.format;
-  r.stack = w.stack;
-  r.out = w.out;
-  r.in = end - begin;
-  switch (w.format.format) {
-    case WeightFormat::kDense: {
-      const int64_t es = dtype_size(w.format.dense_dtype);
-      r.values = copy_block(w.values, w.stack, w.out, w.in * es, 0, w.out, begin * es, end * es);
-      break;
-    }
-    case WeightFormat::kFp8Block: {
-      const int64_t bi = w.format.block_in;
-      if (begin % bi != 0 || (end % bi != 0 && end != w.in))
-        return invalid_argument(
-            "{}: an fp8 block-quantized weight splits only on its {}-column scale blocks; columns "
-            "[{}, {}) do not",
-            what, bi, begin, end);
-      r.values = copy_block(w.values, w.stack, w.out, w.in, 0, w.out, begin, end);
-      const int64_t scols = ceil_div(w.in, bi);
-      r.scales = copy_block(w.scales, w.stack, ceil_div(w.out, w.format.block_out), scols * 4, 0,
-                            ceil_div(w.out, w.format.block_out), begin / bi * 4, ceil_div(end, bi) * 4);
-      break;
-    }
-    case WeightFormat::kInt4Group: {
-      const int64_t g = w.format.group_size;
-      if (begin % g != 0 || end % g != 0 || g % 8 != 0)
-        return invalid_argument(
-            "{}: an INT4 weight of group {} splits only on group boundaries; columns [{}, {}) do not",
-            what, g, begin, end);
-      r.values = copy_block(w.values, w.stack, w.out, ceil_div(w.in, 8) * 4, 0, w.out, begin / 2,
-                            end / 2);
-      r.scales = copy_block(w.scales, w.stack, w.out, w.in / g * 2, 0, w.out, begin / g * 2, end / g * 2);
-      break;
-    }
-  }
-  r.check_sizes();
-  return r;
+  return slice_stack(w, 0, w.out, begin, end, what);
 }
 
 namespace {
@@ -209,7 +223,7 @@ namespace {
 // Widens a dense weight's values to float32 (concat of dense parts of different dtypes).
 void widen_to_f32(HostLinearWeight& w) {
   if (w.format.dense_dtype == DType::kF32) return;
-  std::vector<uint8_t> f(size_t(w.stack * w.out * w.in * 4));
+  HostBytes f = HostBytes::uninitialized(size_t(w.stack * w.out * w.in * 4));
   to_f32(w.format.dense_dtype, w.values.data(), reinterpret_cast<float*>(f.data()), w.stack * w.out * w.in);
   w.values = std::move(f);
   w.format.dense_dtype = DType::kF32;
@@ -251,11 +265,17 @@ StatusOr<HostLinearWeight> concat_linear_rows(std::vector<HostLinearWeight> part
   r.in = parts[0].in;
   for (const HostLinearWeight& p : parts) r.out += p.out;
   // Per matrix of the stack: part 0's rows, part 1's rows, ... (values and scales alike).
+  r.values = HostBytes::uninitialized(size_t(r.stack * r.matrix_values_bytes()));
+  r.scales = HostBytes::uninitialized(size_t(r.stack * r.matrix_scales_bytes()));
+  uint8_t* v = r.values.data();
+  uint8_t* sc = r.scales.data();
   for (int64_t s = 0; s < r.stack; ++s)
     for (const HostLinearWeight& p : parts) {
       const int64_t vb = p.matrix_values_bytes(), sb = p.matrix_scales_bytes();
-      r.values.insert(r.values.end(), p.values.begin() + s * vb, p.values.begin() + (s + 1) * vb);
-      r.scales.insert(r.scales.end(), p.scales.begin() + s * sb, p.scales.begin() + (s + 1) * sb);
+      std::memcpy(v, p.values.data() + s * vb, size_t(vb));
+      if (sb > 0) std::memcpy(sc, p.scales.data() + s * sb, size_t(sb));
+      v += vb;
+      sc += sb;
     }
   r.check_sizes();
   return r;
@@ -268,16 +288,19 @@ StatusOr<HostLinearWeight> stack_linears(std::vector<HostLinearWeight> parts, co
   r.out = parts[0].out;
   r.in = parts[0].in;
   r.stack = int64_t(parts.size());
-  r.values.reserve(size_t(r.stack * r.matrix_values_bytes()));
-  r.scales.reserve(size_t(r.stack * r.matrix_scales_bytes()));
   for (size_t i = 0; i < parts.size(); ++i) {
     const HostLinearWeight& p = parts[i];
     p.check_sizes();
     if (p.stack != 1 || p.out != r.out || p.in != r.in || !(p.format == r.format))
       return invalid_argument("{}: stacked matrix {} is {} [{}, {}], matrix 0 is {} [{}, {}]", what, i,
                               p.format.str(), p.out, p.in, r.format.str(), r.out, r.in);
-    r.values.insert(r.values.end(), p.values.begin(), p.values.end());
-    r.scales.insert(r.scales.end(), p.scales.begin(), p.scales.end());
+  }
+  const int64_t vb = r.matrix_values_bytes(), sb = r.matrix_scales_bytes();
+  r.values = HostBytes::uninitialized(size_t(r.stack * vb));
+  r.scales = HostBytes::uninitialized(size_t(r.stack * sb));
+  for (size_t i = 0; i < parts.size(); ++i) {
+    std::memcpy(r.values.data() + int64_t(i) * vb, parts[i].values.data(), size_t(vb));
+    if (sb > 0) std::memcpy(r.scales.data() + int64_t(i) * sb, parts[i].scales.data(), size_t(sb));
   }
   r.check_sizes();
   return r;

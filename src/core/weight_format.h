@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/host_bytes.h"
 #include "core/status.h"
 
 namespace strata {
@@ -71,15 +72,16 @@ struct WeightPolicy {
 int64_t linear_device_bytes(const LinearFormat& f, int64_t out, int64_t in);
 
 // A linear weight's stored bytes in host memory, as read from a checkpoint (or a shard of it):
-// what Backend::upload_linear receives. Owns its bytes. Layout: `stack` matrices one after the
-// other, values then (separately) scales, each matrix laid out as the file header describes.
+// what Backend::upload_linear receives. Owns its bytes (a loader's come from its HostBytePool).
+// Layout: `stack` matrices one after the other, values then (separately) scales, each matrix laid
+// out as the file header describes.
 struct HostLinearWeight {
   LinearFormat format;
   int64_t stack = 1;
   int64_t out = 0;
   int64_t in = 0;
-  std::vector<uint8_t> values;  // stack × linear_values_bytes(format, out, in)
-  std::vector<uint8_t> scales;  // stack × linear_scales_bytes(format, out, in); empty when dense
+  HostBytes values;  // stack × linear_values_bytes(format, out, in)
+  HostBytes scales;  // stack × linear_scales_bytes(format, out, in); empty when dense
 
   int64_t matrix_values_bytes() const { return linear_values_bytes(format, out, in); }
   int64_t matrix_scales_bytes() const { return linear_scales_bytes(format, out, in); }
@@ -92,6 +94,33 @@ struct HostLinearWeight {
 // int4 (nibble − 8) · scale rounded to bf16; fp8 value · scale in float32 rounded to bf16
 // (DeepSeek's weight_dequant); dense values converted exactly.
 void dequantize_linear(const HostLinearWeight& w, float* dst);
+
+// A rectangle of a row-major byte table: rows [row_begin, row_end) × bytes [byte_begin, byte_end)
+// of rows of `row_bytes` bytes.
+struct ByteBlock {
+  int64_t row_bytes = 0;
+  int64_t row_begin = 0, row_end = 0;
+  int64_t byte_begin = 0, byte_end = 0;
+  int64_t rows() const { return row_end - row_begin; }
+  int64_t width() const { return byte_end - byte_begin; }
+  int64_t bytes() const { return rows() * width(); }
+  // Copies rows [r0, r1) of the block (0 <= r0 <= r1 <= rows()) out of `table` (the table's
+  // first byte) to `dst`, packed: the block's row r lands at dst + (r - r0) · width().
+  void copy_rows(const uint8_t* table, int64_t r0, int64_t r1, uint8_t* dst) const;
+};
+
+// Where the stored bytes of rows [r0, r1) × columns [c0, c1) of one [out, in] matrix in format
+// `f` lie: a block of its values table and one of its scales table (empty when dense), which
+// packed one after the other are that slice's own stored form. The one slicing rule of
+// slice_linear_rows / slice_linear_cols and the loaders (model/weights.h). Checks: the ranges
+// inside the matrix; a range short of the whole dim must fall on fp8 scale blocks (end may be the
+// dim) or INT4 groups. Errors name `what`.
+struct LinearSlice {
+  int64_t out = 0, in = 0;  // the slice's dims
+  ByteBlock values, scales;
+};
+StatusOr<LinearSlice> linear_slice(const LinearFormat& f, int64_t out, int64_t in, int64_t r0,
+                                   int64_t r1, int64_t c0, int64_t c1, const std::string& what);
 
 // Rows [begin, end) of every matrix (a column-parallel shard). fp8: begin and end must fall on
 // block_out boundaries (end may be out). Errors name `what`.

@@ -53,6 +53,7 @@ StatusOr<WeightStore> WeightStore::open(const std::string& dir, const QuantSpec&
   WeightStore store;
   store.dir_ = dir;
   store.quant_ = quant;
+  store.pool_ = std::make_shared<HostBytePool>();
   const std::string single = dir + "/model.safetensors";
   const std::string index = dir + "/model.safetensors.index.json";
   if (is_regular_file(single)) {
@@ -331,41 +332,150 @@ StatusOr<HostTensor> WeightStore::load_fp8_block(const TensorInfo& w,
   return result;
 }
 
-StatusOr<HostLinearWeight> WeightStore::load_linear(const std::string& name,
-                                                    const Shape& expected_shape) const {
+struct WeightStore::LinearSource {
+  const TensorInfo* values = nullptr;
+  const TensorInfo* scales = nullptr;  // null when dense
+  LinearFormat format;
+  LinearSlice slice;
+};
+
+StatusOr<WeightStore::LinearSource> WeightStore::linear_source(const LinearRead& r) const {
+  const std::string& name = r.name;
   STRATA_ASSIGN_OR_RETURN(Shape actual, shape_of(name));
   const TensorInfo* t = find(name);
   const TensorInfo* packed = t == nullptr && ends_with_weight(name) ? find(name + "_packed") : nullptr;
   if (t == nullptr && packed == nullptr) return not_found("{}: no tensor '{}'", dir_, name);
-  STRATA_RETURN_IF_ERROR(check_shape(t != nullptr ? *t : *packed, name, actual, expected_shape));
+  STRATA_RETURN_IF_ERROR(check_shape(t != nullptr ? *t : *packed, name, actual, r.shape));
   if (actual.size() != 2)
     return invalid_argument("{}: tensor '{}' is {}, not a 2-D linear weight", dir_, name, shape_str(actual));
-  HostLinearWeight w;
-  w.out = actual[0];
-  w.in = actual[1];
-  auto bytes_of = [](const TensorInfo& ti) { return std::vector<uint8_t>(ti.data, ti.data + ti.nbytes); };
+  const int64_t out = actual[0], in = actual[1];
+  LinearSource src;
   if (packed != nullptr) {
-    STRATA_ASSIGN_OR_RETURN(int64_t group, int4_group(name, *packed, w.out, w.in));
-    w.format = LinearFormat{.format = WeightFormat::kInt4Group, .group_size = int(group)};
-    w.values = bytes_of(*packed);
-    w.scales = bytes_of(*find(name + "_scale"));
+    STRATA_ASSIGN_OR_RETURN(int64_t group, int4_group(name, *packed, out, in));
+    src.format = LinearFormat{.format = WeightFormat::kInt4Group, .group_size = int(group)};
+    src.values = packed;
+    src.scales = find(name + "_scale");
   } else if (t->dtype == DType::kFP8E4M3) {
     const TensorInfo* scale = find(name + "_scale_inv");
     if (scale == nullptr)
       return not_found("{}: fp8 weight '{}' has no block scale tensor '{}_scale_inv'", t->file, name, name);
     STRATA_ASSIGN_OR_RETURN(auto blocks, fp8_blocks(*t, *scale));
-    w.format = LinearFormat{.format = WeightFormat::kFp8Block,
-                            .block_out = int(blocks.first),
-                            .block_in = int(blocks.second)};
-    w.values = bytes_of(*t);
-    w.scales = bytes_of(*scale);
+    src.format = LinearFormat{.format = WeightFormat::kFp8Block,
+                              .block_out = int(blocks.first),
+                              .block_in = int(blocks.second)};
+    src.values = t;
+    src.scales = scale;
   } else if (t->dtype == DType::kF32 || t->dtype == DType::kBF16 || t->dtype == DType::kF16) {
-    w.format = LinearFormat{.format = WeightFormat::kDense, .dense_dtype = t->dtype};
-    w.values = bytes_of(*t);
+    src.format = LinearFormat{.format = WeightFormat::kDense, .dense_dtype = t->dtype};
+    src.values = t;
   } else {
     return invalid_argument("{}: tensor '{}' is {}, not a linear weight format strata reads", t->file,
                             name, dtype_name(t->dtype));
   }
+  // The tables the slice indexes are the stored tensors, whole.
+  CHECK_EQ(src.values->nbytes, linear_values_bytes(src.format, out, in));
+  CHECK_EQ(src.scales ? src.scales->nbytes : 0, linear_scales_bytes(src.format, out, in));
+  STRATA_ASSIGN_OR_RETURN(src.slice,
+                          linear_slice(src.format, out, in, r.row_begin, r.row_end, r.col_begin, r.col_end, name));
+  return src;
+}
+
+StatusOr<HostLinearWeight> WeightStore::load_linear(const std::string& name,
+                                                    const Shape& expected_shape) const {
+  return load_linear_stack({{LinearRead::whole(name, expected_shape)}}, name);
+}
+
+namespace {
+
+// One run of rows of a block, copied from a stored table to its place in the result.
+struct CopyTask {
+  const ByteBlock* block;
+  const uint8_t* table;
+  int64_t r0, r1;
+  uint8_t* dst;
+};
+
+// Splits `block` (from `table` to `dst`) into tasks of about kTaskBytes, so that one big tensor is
+// spread over the pool as well as many small ones.
+void add_copy_tasks(const ByteBlock& block, const uint8_t* table, uint8_t* dst, std::vector<CopyTask>& tasks) {
+  constexpr int64_t kTaskBytes = int64_t(4) << 20;
+  if (block.bytes() == 0) return;
+  const int64_t rows_per_task = std::max<int64_t>(1, kTaskBytes / block.width());
+  for (int64_t r = 0; r < block.rows(); r += rows_per_task) {
+    const int64_t r1 = std::min(block.rows(), r + rows_per_task);
+    tasks.push_back(CopyTask{&block, table, r, r1, dst + r * block.width()});
+  }
+}
+
+}  // namespace
+
+StatusOr<HostLinearWeight> WeightStore::load_linear_stack(const std::vector<std::vector<LinearRead>>& matrices,
+                                                          const std::string& what) const {
+  CHECK(!matrices.empty());
+  std::vector<std::vector<LinearSource>> src(matrices.size());
+  for (size_t m = 0; m < matrices.size(); ++m) {
+    CHECK(!matrices[m].empty());
+    for (const LinearRead& r : matrices[m]) {
+      STRATA_ASSIGN_OR_RETURN(LinearSource s, linear_source(r));
+      src[m].push_back(std::move(s));
+    }
+  }
+  // One layout for every part of every matrix, else the composed path (its errors, or dense
+  // parts of different dtypes widened).
+  const LinearFormat f = src[0][0].format;
+  const int64_t in = src[0][0].slice.in;
+  int64_t out = -1;
+  bool uniform = true;
+  for (const std::vector<LinearSource>& parts : src) {
+    int64_t rows = 0;
+    for (size_t p = 0; p < parts.size(); ++p) {
+      const LinearSource& s = parts[p];
+      uniform &= s.format == f && s.slice.in == in;
+      if (f.format == WeightFormat::kFp8Block && p + 1 < parts.size()) uniform &= s.slice.out % f.block_out == 0;
+      rows += s.slice.out;
+    }
+    uniform &= out < 0 || rows == out;
+    out = rows;
+  }
+  if (!uniform) {
+    std::vector<HostLinearWeight> stacked;
+    for (size_t m = 0; m < matrices.size(); ++m) {
+      std::vector<HostLinearWeight> parts;
+      for (const LinearRead& r : matrices[m]) {
+        STRATA_ASSIGN_OR_RETURN(HostLinearWeight p, load_linear_stack({{r}}, r.name));
+        parts.push_back(std::move(p));
+      }
+      STRATA_ASSIGN_OR_RETURN(HostLinearWeight fused, concat_linear_rows(std::move(parts), matrices[m][0].name));
+      stacked.push_back(std::move(fused));
+    }
+    if (stacked.size() == 1) return std::move(stacked[0]);
+    return stack_linears(std::move(stacked), what);
+  }
+  HostLinearWeight w;
+  w.format = f;
+  w.stack = int64_t(matrices.size());
+  w.out = out;
+  w.in = in;
+  const int64_t mv = w.matrix_values_bytes(), ms = w.matrix_scales_bytes();
+  w.values = HostBytes::uninitialized(size_t(w.stack * mv), pool_);
+  w.scales = HostBytes::uninitialized(size_t(w.stack * ms), pool_);
+  std::vector<CopyTask> tasks;
+  for (int64_t m = 0; m < w.stack; ++m) {
+    uint8_t* v = w.values.data() + m * mv;
+    uint8_t* sc = w.scales.data() + m * ms;
+    for (const LinearSource& s : src[size_t(m)]) {
+      add_copy_tasks(s.slice.values, s.values->data, v, tasks);
+      v += s.slice.values.bytes();
+      if (s.scales != nullptr) add_copy_tasks(s.slice.scales, s.scales->data, sc, tasks);
+      sc += s.slice.scales.bytes();
+    }
+  }
+  parallel_for(int64_t(tasks.size()), 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const CopyTask& t = tasks[size_t(i)];
+      t.block->copy_rows(t.table, t.r0, t.r1, t.dst);
+    }
+  });
   w.check_sizes();
   return w;
 }

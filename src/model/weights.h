@@ -23,6 +23,19 @@
 
 namespace strata {
 
+// One part of a linear weight to read (WeightStore::load_linear_stack): rows [row_begin, row_end)
+// × columns [col_begin, col_end) of stored linear weight `name` ("<m>.weight"), whose full logical
+// shape must be `shape` [out, in].
+struct LinearRead {
+  std::string name;
+  Shape shape;
+  int64_t row_begin = 0, row_end = 0, col_begin = 0, col_end = 0;
+  static LinearRead whole(std::string name, const Shape& shape) {
+    return LinearRead{.name = std::move(name), .shape = shape, .row_end = shape.at(0),
+                      .col_end = shape.size() > 1 ? shape[1] : 1};
+  }
+};
+
 class WeightStore {
  public:
   // Opens `dir`/model.safetensors, or every shard named by `dir`/model.safetensors.index.json.
@@ -63,6 +76,17 @@ class WeightStore {
   // uploads as they are. Errors: as load_f32, plus an asymmetric INT4 weight (a
   // `weight_zero_point`), refused by name.
   StatusOr<HostLinearWeight> load_linear(const std::string& name, const Shape& expected_shape) const;
+  // `matrices.size()` matrices stacked along a leading dim (a MoE layer's experts; stack 1: one
+  // linear), matrix s being the parts matrices[s] stacked along the output rows (a fused QKV or
+  // gate/up), each part a slice of a stored linear weight (a tensor-parallel shard): the same
+  // bytes and errors as load_linear + slice_linear_rows / slice_linear_cols + concat_linear_rows +
+  // stack_linears (core/weight_format.h), without their copies: every byte is copied once, from
+  // the mapping straight to its place, spread over the thread pool, into memory from this
+  // store's pool (recycled when the weight dies). Dense parts of different dtypes take the
+  // composed path (widened to float32, as concat_linear_rows does). `what` names the stack in
+  // errors.
+  StatusOr<HostLinearWeight> load_linear_stack(const std::vector<std::vector<LinearRead>>& matrices,
+                                               const std::string& what) const;
 
   StatusOr<HostTensor> load_f32_slice(const std::string& name, const Shape& expected_shape,
                                       int64_t row_begin, int64_t row_end, int64_t col_begin,
@@ -79,11 +103,16 @@ class WeightStore {
   StatusOr<std::pair<int64_t, int64_t>> fp8_blocks(const TensorInfo& w, const TensorInfo& scale) const;
   StatusOr<HostTensor> load_fp8_block(const TensorInfo& w, const TensorInfo& scale) const;
   StatusOr<HostTensor> load_plain(const TensorInfo& t) const;
+  // A stored linear weight's tensors, format and the slice `r` asks for (shape and format
+  // checks as load_linear's).
+  struct LinearSource;
+  StatusOr<LinearSource> linear_source(const LinearRead& r) const;
 
   std::string dir_;
   QuantSpec quant_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;  // own the mappings TensorInfo points into
   std::unordered_map<std::string, const TensorInfo*> by_name_;
+  std::shared_ptr<HostBytePool> pool_;  // load_linear_stack's buffers, reused layer after layer
 };
 
 }  // namespace strata

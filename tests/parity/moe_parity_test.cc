@@ -92,6 +92,9 @@ std::unique_ptr<Dev> upload(const std::vector<T>& v, const Stream& s) {
 std::unique_ptr<Dev> upload_bytes(const std::vector<uint8_t>& v, const Stream& s) {
   return upload(v, s);
 }
+std::unique_ptr<Dev> upload_bytes(const HostBytes& v, const Stream& s) {  // a HostLinearWeight's
+  return upload(std::vector<uint8_t>(v.begin(), v.end()), s);
+}
 template <class T>
 std::vector<T> download(const void* d, size_t count, const Stream& s) {
   std::vector<T> v(count);
