@@ -20,6 +20,9 @@ StatusOr<DeviceTensorPtr> load_sharded_weight(const WeightStore& weights, Backen
   return backend.upload(host.view, backend.weight_dtype());
 }
 
+namespace {
+
+// The part of linear weight `name` (full shape `shape`) this rank reads.
 StatusOr<LinearRead> linear_shard_read(const TpRank& tp, const std::string& name, const Shape& shape) {
   LinearRead r = LinearRead::whole(name, shape);
   if (!tp.active()) return r;
@@ -30,6 +33,8 @@ StatusOr<LinearRead> linear_shard_read(const TpRank& tp, const std::string& name
   r.col_end = s.cols.end;
   return r;
 }
+
+}  // namespace
 
 StatusOr<HostLinearWeight> load_linear_shard(const WeightStore& weights, const TpRank& tp,
                                              const std::string& name, const Shape& shape) {
@@ -88,12 +93,25 @@ StatusOr<LinearWeight> load_sharded_linear(const WeightStore& weights, Backend& 
 StatusOr<DeviceTensorPtr> load_vocab_parallel_embedding(const WeightStore& weights, Backend& backend,
                                                         const TpRank& tp, const std::string& name,
                                                         const Shape& shape) {
-  if (!tp.active()) return load_weight(weights, backend, name, shape);
-  STRATA_ASSIGN_OR_RETURN(HostTensor part, load_shard_f32(weights, tp, name, shape));
-  const int64_t rows = part.view.dim(0), hidden = part.view.dim(1);
-  HostTensor table = HostTensor::zeros_f32({rows + 1, hidden});
-  std::memcpy(table.f32(), part.f32(), size_t(part.numel()) * sizeof(float));
-  return backend.upload(table.view, backend.weight_dtype());
+  const TensorInfo* t = weights.find(name);
+  const bool plain = t != nullptr && (t->dtype == DType::kBF16 || t->dtype == DType::kF16 || t->dtype == DType::kF32);
+  if (!plain) {  // quantized or missing: through float32 (and load_f32's errors)
+    if (!tp.active()) return load_weight(weights, backend, name, shape);
+    STRATA_ASSIGN_OR_RETURN(HostTensor part, load_shard_f32(weights, tp, name, shape));
+    const int64_t rows = part.view.dim(0), hidden = part.view.dim(1);
+    HostTensor table = HostTensor::zeros_f32({rows + 1, hidden});
+    std::memcpy(table.f32(), part.f32(), size_t(part.numel()) * sizeof(float));
+    return backend.upload(table.view, backend.weight_dtype());
+  }
+  // As stored (a 2 GB bf16 table is not widened to 4 GB of float32 on the host): this rank's rows,
+  // read like a linear weight's, plus the zero row under tensor parallelism.
+  if (shape.size() != 2)
+    return invalid_argument("{}: embedding '{}' must be 2-D, expected {}", weights.dir(), name, shape_str(shape));
+  STRATA_ASSIGN_OR_RETURN(LinearRead r, linear_shard_read(tp, name, shape));
+  STRATA_ASSIGN_OR_RETURN(HostLinearWeight w, weights.load_linear_stack({{r}}, name));
+  const int64_t rows = w.out + (tp.active() ? 1 : 0);
+  w.values.resize(size_t(dtype_bytes_for(t->dtype, rows * w.in)));  // the new row is zeros
+  return backend.upload(Tensor::make(w.values.data(), t->dtype, {rows, w.in}), backend.weight_dtype());
 }
 
 }  // namespace strata

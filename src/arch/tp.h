@@ -53,7 +53,9 @@ StatusOr<LinearWeight> load_sharded_linear(const WeightStore& weights, Backend& 
                                            const TpRank& tp, const std::vector<LinearPart>& parts,
                                            int64_t in_features, bool with_bias);
 // The vocab-parallel embedding table: this rank's rows plus one zero row at the end, which
-// tokens owned by other ranks look up (so the all-reduce of the rows sums exactly one table row).
+// tokens owned by other ranks look up (so the all-reduce of the rows sums exactly one table row);
+// at tp = 1 the whole table. A table stored bf16 / f16 / f32 goes to the backend as stored (no
+// float32 copy on the host).
 StatusOr<DeviceTensorPtr> load_vocab_parallel_embedding(const WeightStore& weights, Backend& backend,
                                                         const TpRank& tp, const std::string& name,
                                                         const Shape& shape);

@@ -231,8 +231,10 @@ class Backend {
 
   // ---- memory ----
   virtual DeviceTensorPtr alloc(DType dtype, const Shape& shape) = 0;
-  // Copies a float32 host tensor to a new device tensor of `dtype` (weights, tables).
-  virtual DeviceTensorPtr upload(const Tensor& host_f32, DType dtype) = 0;
+  // Copies a host tensor (float32, or bf16 / f16 as a checkpoint stores it) to a new device tensor
+  // of `dtype` (weights, tables), converting exactly as float32 would (bf16 and f16 widen
+  // exactly, then round to `dtype`).
+  virtual DeviceTensorPtr upload(const Tensor& host, DType dtype) = 0;
   // A linear weight from its stored bytes (core/weight_format.h) and an optional float32 bias
   // [out] (an empty Tensor: none). The default dequantizes to float32 and uploads a dense weight
   // in weight_dtype() (the CPU reference's way); a backend with kernels for a packed format

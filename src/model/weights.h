@@ -66,10 +66,6 @@ class WeightStore {
   StatusOr<HostTensor> load_f32(const std::string& name, const Shape& expected_shape) const;
   // Same, without a shape check.
   StatusOr<HostTensor> load_f32(const std::string& name) const;
-  // Rows [row_begin, row_end) × columns [col_begin, col_end) of a 2-D weight (a 1-D tensor: rows
-  // only, cols {0, 1}) whose full shape must be `expected_shape`: a tensor-parallel rank's shard
-  // (model/sharding.h). Plain bf16/f16/f32 weights read only the slice from the mapping, so a
-  // rank never holds the whole tensor; quantized weights dequantize whole, then keep the slice.
   // A linear weight ("<m>.weight", logical shape [out, in] = expected_shape) as stored: dense
   // (bf16/f16/f32, converted to nothing), fp8 e4m3 with its `weight_scale_inv` block scales, or
   // INT4 pack-quantized with its `weight_scale` (core/weight_format.h): the bytes a backend
@@ -88,6 +84,10 @@ class WeightStore {
   StatusOr<HostLinearWeight> load_linear_stack(const std::vector<std::vector<LinearRead>>& matrices,
                                                const std::string& what) const;
 
+  // Rows [row_begin, row_end) × columns [col_begin, col_end) of a 2-D weight (a 1-D tensor: rows
+  // only, cols {0, 1}) whose full shape must be `expected_shape`: a tensor-parallel rank's shard
+  // (model/sharding.h). Plain bf16/f16/f32 weights read only the slice from the mapping, so a
+  // rank never holds the whole tensor; quantized weights dequantize whole, then keep the slice.
   StatusOr<HostTensor> load_f32_slice(const std::string& name, const Shape& expected_shape,
                                       int64_t row_begin, int64_t row_end, int64_t col_begin,
                                       int64_t col_end) const;

@@ -13,8 +13,8 @@ namespace strata::testing {
 template <typename Base>
 class CountingBackend : public Base {
  public:
-  DeviceTensorPtr upload(const Tensor& host_f32, DType dtype) override {
-    DeviceTensorPtr t = Base::upload(host_f32, dtype);
+  DeviceTensorPtr upload(const Tensor& host, DType dtype) override {
+    DeviceTensorPtr t = Base::upload(host, dtype);
     if (!in_linear_) bytes_ += t->view().nbytes();
     return t;
   }

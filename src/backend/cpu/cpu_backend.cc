@@ -1,6 +1,7 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <cstring>
+#include <vector>
 
 #include "backend/kv_format.h"
 #include "core/check.h"
@@ -26,10 +27,23 @@ DeviceTensorPtr CpuBackend::alloc(DType dtype, const Shape& shape) {
   return std::make_unique<CpuTensor>(dtype, shape);
 }
 
-DeviceTensorPtr CpuBackend::upload(const Tensor& host_f32, DType dtype) {
-  CHECK(host_f32.dtype == DType::kF32 && host_f32.is_contiguous());
-  auto t = std::make_unique<CpuTensor>(dtype, host_f32.shape);
-  from_f32(dtype, host_f32.ptr<float>(), t->view().data, host_f32.numel());
+DeviceTensorPtr CpuBackend::upload(const Tensor& host, DType dtype) {
+  CHECK(host.is_contiguous());
+  CHECK_MSG(host.dtype == DType::kF32 || host.dtype == DType::kBF16 || host.dtype == DType::kF16,
+            "upload: host tensors are float32, bf16 or f16, not {}", dtype_name(host.dtype));
+  auto t = std::make_unique<CpuTensor>(dtype, host.shape);
+  const int64_t n = host.numel();
+  if (host.dtype == dtype) {
+    std::memcpy(t->view().data, host.data, size_t(host.nbytes()));
+  } else if (host.dtype == DType::kF32) {
+    from_f32(dtype, host.ptr<float>(), t->view().data, n);
+  } else if (dtype == DType::kF32) {
+    to_f32(host.dtype, host.data, t->view().ptr<float>(), n);
+  } else {
+    std::vector<float> wide(static_cast<size_t>(n));
+    to_f32(host.dtype, host.data, wide.data(), n);
+    from_f32(dtype, wide.data(), t->view().data, n);
+  }
   return t;
 }
 

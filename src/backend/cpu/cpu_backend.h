@@ -35,7 +35,7 @@ class CpuBackend : public Backend {
   DType weight_dtype() const override { return DType::kF32; }
 
   DeviceTensorPtr alloc(DType dtype, const Shape& shape) override;
-  DeviceTensorPtr upload(const Tensor& host_f32, DType dtype) override;
+  DeviceTensorPtr upload(const Tensor& host, DType dtype) override;
   void download_f32(const Tensor& src, float* dst) override;
   std::unique_ptr<KvStorage> alloc_kv(const KvLayout& layout) override;
 

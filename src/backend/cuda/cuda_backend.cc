@@ -251,24 +251,40 @@ DeviceTensorPtr CudaBackend::alloc(DType dtype, const Shape& shape) {
   return std::make_unique<CudaTensor>(pool_, dtype, shape);
 }
 
-DeviceTensorPtr CudaBackend::upload(const Tensor& host_f32, DType dtype) {
-  CHECK(host_f32.dtype == DType::kF32 && host_f32.is_contiguous());
+DeviceTensorPtr CudaBackend::upload(const Tensor& host, DType dtype) {
+  CHECK(host.is_contiguous());
+  CHECK_MSG(host.dtype == DType::kF32 || host.dtype == DType::kBF16 || host.dtype == DType::kF16,
+            "upload: host tensors are float32, bf16 or f16, not {}", dtype_name(host.dtype));
   end_step();
-  auto t = alloc(dtype, host_f32.shape);
-  const int64_t n = host_f32.numel();
+  auto t = alloc(dtype, host.shape);
+  const int64_t n = host.numel();
   if (n == 0) return t;
+  if (host.dtype == dtype) {  // as stored (a bf16 table): the bytes are the device's
+    upload_bytes(t->view().data, host.data, size_t(host.nbytes()));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // on return the device holds it, as callers expect
+    return t;
+  }
+  std::vector<float> wide;
+  const float* f32 = host.ptr<float>();
+  if (host.dtype != DType::kF32) {
+    wide.resize(size_t(n));
+    to_f32(host.dtype, host.data, wide.data(), n);
+    f32 = wide.data();
+  }
   if (dtype == DType::kBF16) {
     // Convert on the device: a float32 copy in, one kernel (weights of 8B-class models load fast).
+    // Not from the pool: the float32 copy (an embedding table's is GBs) would stay cached there.
     float* tmp = nullptr;
     CUDA_CHECK(cudaMalloc(&tmp, size_t(n) * 4));
-    CUDA_CHECK(cudaMemcpyAsync(tmp, host_f32.data, size_t(n) * 4, cudaMemcpyHostToDevice, stream_));
+    upload_bytes(tmp, f32, size_t(n) * 4);
     launch_f32_to_bf16({tmp, static_cast<bf16_bits*>(t->view().data), n}, stream_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     CUDA_CHECK(cudaFree(tmp));
   } else {
     std::vector<char> bytes(size_t(dtype_bytes_for(dtype, n)));
-    from_f32(dtype, host_f32.ptr<float>(), bytes.data(), n);
-    CUDA_CHECK(cudaMemcpy(t->view().data, bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+    from_f32(dtype, f32, bytes.data(), n);
+    upload_bytes(t->view().data, bytes.data(), bytes.size());
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   return t;
 }

@@ -41,6 +41,7 @@
 #include "backend/cuda/linear_fp8.h"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/tunables.h"
+#include "backend/cuda/weight_upload.h"
 
 namespace strata::cuda {
 
@@ -74,7 +75,7 @@ class CudaBackend : public Backend {
   DType weight_dtype() const override { return DType::kBF16; }
 
   DeviceTensorPtr alloc(DType dtype, const Shape& shape) override;
-  DeviceTensorPtr upload(const Tensor& host_f32, DType dtype) override;
+  DeviceTensorPtr upload(const Tensor& host, DType dtype) override;
   void download_f32(const Tensor& src, float* dst) override;
   std::unique_ptr<KvStorage> alloc_kv(const KvLayout& layout) override;
   // check_cuda_kv_layout (device_memory.h).
@@ -195,6 +196,12 @@ class CudaBackend : public Backend {
   // Scratch device memory for the duration of one op (returns to the pool at once; stream order
   // keeps later reuse safe).
   DeviceTensorPtr scratch(int64_t bytes) { return alloc(DType::kU8, {bytes}); }
+  // Queues device dst = host src (`bytes`) through pinned staging (weight_upload.h); returns once
+  // src has been read. Weights and tables at load time.
+  void upload_bytes(void* dst, const void* src, size_t bytes) { uploader_.copy(dst, src, bytes, stream_); }
+  // linear_packed.cc: a dense bf16 weight (or stack that stays row-major) as its bytes, no
+  // conversion.
+  LinearWeight upload_dense_bf16(const HostLinearWeight& w, const Tensor& bias_f32);
 
   // linear.cu
   GemvParams gemv_params(const Tensor& x, const Tensor& w, const float* bias, const Tensor& out,
@@ -258,6 +265,7 @@ class CudaBackend : public Backend {
   int64_t step_start_ns_ = 0;  // host clock at the step's first op (graph mode's record time)
   GraphStats logged_{};        // the counters at the last eager-steps log (log_eager_steps)
 
+  PinnedUploader uploader_;          // upload_bytes' staging (pinned at the first upload)
   void* download_buffer_ = nullptr;  // pinned host memory for download_f32
   size_t download_capacity_ = 0;
 

@@ -79,6 +79,7 @@ LinearWeight CudaBackend::upload_linear(const HostLinearWeight& w, const Tensor&
       return upload_moe_stack(w, device);
     }
   }
+  if (f.format == WeightFormat::kDense && f.dense_dtype == DType::kBF16) return upload_dense_bf16(w, bias_f32);
   if (!keep) {
     if (f.format != WeightFormat::kDense)
       LOG_WARN("CUDA backend: a {} weight [{}, {}] is not a shape its kernels take; dequantized to bf16 "
@@ -104,9 +105,8 @@ LinearWeight CudaBackend::upload_linear(const HostLinearWeight& w, const Tensor&
     // The checkpoint's bytes go up once; the repack writes the tiled layout beside them.
     auto src = scratch(int64_t(w.values.size() + w.scales.size()));
     char* sv = static_cast<char*>(src->view().data);
-    CUDA_CHECK(cudaMemcpyAsync(sv, w.values.data(), w.values.size(), cudaMemcpyHostToDevice, stream_));
-    CUDA_CHECK(cudaMemcpyAsync(sv + w.values.size(), w.scales.data(), w.scales.size(), cudaMemcpyHostToDevice,
-                               stream_));
+    upload_bytes(sv, w.values.data(), w.values.size());
+    upload_bytes(sv + w.values.size(), w.scales.data(), w.scales.size());
     for (int64_t s = 0; s < w.stack; ++s) {
       Int4RepackParams p = zeroed<Int4RepackParams>();
       p.src_packed = reinterpret_cast<const int32_t*>(sv + s * w.matrix_values_bytes());
@@ -134,14 +134,37 @@ LinearWeight CudaBackend::upload_linear(const HostLinearWeight& w, const Tensor&
       for (int64_t r = 0; r < rows; ++r)
         std::memcpy(padded.data() + (s * rows + r) * ld, w.scales.data() + ((s * rows + r) * cols) * 4,
                     size_t(cols) * 4);
-    CUDA_CHECK(cudaMemcpy(lw.weight->view().data, w.values.data(), w.values.size(), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(lw.scales->view().data, padded.data(), padded.size() * 4, cudaMemcpyHostToDevice));
+    upload_bytes(lw.weight->view().data, w.values.data(), w.values.size());
+    upload_bytes(lw.scales->view().data, padded.data(), padded.size() * 4);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   CHECK_EQ(lw.weight->view().nbytes() + lw.scales->view().nbytes(), w.stack * linear_device_bytes(f, n, k));
   if (!bias_f32.empty()) {
     CHECK_MSG(bias_f32.dtype == DType::kF32 && bias_f32.numel() == n, "linear bias: expected float32 [{}]", n);
     lw.bias = upload(bias_f32, DType::kF32);
   }
+  return lw;
+}
+
+LinearWeight CudaBackend::upload_dense_bf16(const HostLinearWeight& w, const Tensor& bias_f32) {
+  CHECK(w.format.format == WeightFormat::kDense && w.format.dense_dtype == DType::kBF16);
+  end_step();
+  // The stored bytes are the device's: what Backend::upload_linear's float32 round trip gave,
+  // without it.
+  LinearWeight lw;
+  lw.weight = alloc(DType::kBF16, w.stack == 1 ? Shape{w.out, w.in} : Shape{w.stack, w.out, w.in});
+  upload_bytes(lw.weight->view().data, w.values.data(), w.values.size());
+  lw.format = w.format;
+  lw.stack = w.stack;
+  lw.out = w.out;
+  lw.in = w.in;
+  if (!bias_f32.empty()) {
+    CHECK_MSG(bias_f32.dtype == DType::kF32 && bias_f32.numel() == w.out,
+              "linear bias: expected float32 [{}], got {} {}", w.out, dtype_name(bias_f32.dtype),
+              shape_str(bias_f32.shape));
+    lw.bias = upload(bias_f32, DType::kF32);  // synchronizes
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
   return lw;
 }
 

@@ -185,10 +185,12 @@ LinearWeight CudaBackend::upload_moe_stack(const HostLinearWeight& w, const Line
     launch_moe_repack(p, stream_);
   };
   if (device.format == WeightFormat::kDense) {
-    // Any dense dtype, or a packed format the kernels do not take, as bf16 (the reference's
-    // dequantization on the host), uploaded and tiled a chunk of experts at a time (a dense
-    // stack is converted chunk by chunk: no float32 copy of the whole stack on the host).
+    // Any dense dtype, or a packed format the kernels do not take, as bf16, uploaded and tiled a
+    // chunk of experts at a time. bf16 as stored goes up as it is; other dtypes through float32
+    // (the reference's dequantization on the host; a dense stack converted chunk by chunk: no
+    // float32 copy of the whole stack).
     const bool dense_stored = w.format.format == WeightFormat::kDense;
+    const bool bf16_stored = dense_stored && w.format.dense_dtype == DType::kBF16;
     HostTensor all;
     if (!dense_stored) {
       all = HostTensor(DType::kF32, {stack * n, k});
@@ -196,22 +198,32 @@ LinearWeight CudaBackend::upload_moe_stack(const HostLinearWeight& w, const Line
     }
     lw.weight = alloc(DType::kBF16, {stack, n, k});
     const int64_t chunk = upload_chunk(stack, n * k * 2), esize = dtype_size(w.format.dense_dtype);
+    auto src = bf16_stored ? scratch(chunk * n * k * 2) : nullptr;
     std::vector<float> buf;
     for (int64_t s = 0; s < stack; s += chunk) {
       const int64_t c = std::min(chunk, stack - s);
-      float* host = dense_stored ? nullptr : all.f32() + s * n * k;
-      if (dense_stored) {
-        buf.resize(size_t(c * n * k));
-        host = buf.data();
-        const uint8_t* v = w.values.data() + s * n * k * esize;
-        parallel_for(c * n * k, int64_t(1) << 16, [&](int64_t b, int64_t e) {
-          to_f32(w.format.dense_dtype, v + b * esize, host + b, e - b);
-        });
+      DeviceTensorPtr converted;
+      const void* rows = nullptr;
+      if (bf16_stored) {
+        // Stream order keeps this copy behind the last chunk's repack, which reads `src`.
+        upload_bytes(src->view().data, w.values.data() + s * n * k * 2, size_t(c * n * k * 2));
+        rows = src->view().data;
+      } else {
+        float* host = dense_stored ? nullptr : all.f32() + s * n * k;
+        if (dense_stored) {
+          buf.resize(size_t(c * n * k));
+          host = buf.data();
+          const uint8_t* v = w.values.data() + s * n * k * esize;
+          parallel_for(c * n * k, int64_t(1) << 16, [&](int64_t b, int64_t e) {
+            to_f32(w.format.dense_dtype, v + b * esize, host + b, e - b);
+          });
+        }
+        converted = upload(Tensor::make(host, DType::kF32, {c * n, k}), DType::kBF16);
+        rows = converted->view().data;
       }
-      DeviceTensorPtr rows = upload(Tensor::make(host, DType::kF32, {c * n, k}), DType::kBF16);
-      repack(rows->view().data, lw.weight->view().ptr<bf16_bits>() + s * n * k, c * n, kMoeBf16);
-      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      repack(rows, lw.weight->view().ptr<bf16_bits>() + s * n * k, c * n, kMoeBf16);
     }
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
   } else {
     CHECK(device.format == WeightFormat::kFp8Block && device == w.format);
     lw.weight = alloc(DType::kFP8E4M3, {stack, n, k});
@@ -219,12 +231,12 @@ LinearWeight CudaBackend::upload_moe_stack(const HostLinearWeight& w, const Line
     auto src = scratch(chunk * n * k);
     for (int64_t s = 0; s < stack; s += chunk) {
       const int64_t c = std::min(chunk, stack - s);
-      CUDA_CHECK(cudaMemcpyAsync(src->view().data, w.values.data() + s * n * k, size_t(c * n * k),
-                                 cudaMemcpyHostToDevice, stream_));
+      // Stream order keeps this copy behind the last chunk's repack, which reads `src`.
+      upload_bytes(src->view().data, w.values.data() + s * n * k, size_t(c * n * k));
       repack(src->view().data, static_cast<uint8_t*>(lw.weight->view().data) + s * n * k, c * n,
              kMoeFp8);
-      CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
     // Each expert's dense table at the start of its slot.
     const int64_t table = ceil_div(n, kMoeFp8Block) * fp8_scale_cols(k),
                   slot = moe_fp8_scale_slot(n, k);
@@ -233,8 +245,8 @@ LinearWeight CudaBackend::upload_moe_stack(const HostLinearWeight& w, const Line
     for (int64_t s = 0; s < stack; ++s)
       std::memcpy(slots.data() + s * slot, w.scales.data() + s * table * 4, size_t(table) * 4);
     lw.scales = alloc(DType::kF32, {stack, slot});
-    CUDA_CHECK(
-        cudaMemcpy(lw.scales->view().data, slots.data(), slots.size() * 4, cudaMemcpyHostToDevice));
+    upload_bytes(lw.scales->view().data, slots.data(), slots.size() * 4);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   const int64_t held = lw.weight->view().nbytes() + (lw.scales ? lw.scales->view().nbytes() : 0);
   CHECK_EQ(held, stack * linear_device_bytes(device, n, k));
