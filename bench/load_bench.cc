@@ -3,7 +3,8 @@
 // pages as if from a fast disk), then loads it through the real loader (WeightStore + the
 // architecture's create_model, optionally one tensor-parallel rank's shards) into a backend that
 // keeps nothing: every byte a backend would upload is copied once into a reused staging buffer,
-// as a GPU backend's host side copies into its pinned staging, and then forgotten.
+// as a GPU backend's host side copies into its pinned staging, and then forgotten. In a CUDA
+// build, --backend cuda loads onto the GPU instead (the same numbers for the real backend).
 //
 // Prints, per repetition, the wall time, the bytes that reached the backend and their rate, the
 // time inside the backend's upload calls (the staging copies) and outside them (the loader: read,
@@ -11,12 +12,15 @@
 // `perf record -g` for the breakdown by function.
 //
 // Usage: strata_bench_load_bench --config PATH [--quant-from PATH] [--layers N] [--tp-size N]
-//   [--rank R] [--reps 2] [--dir /tmp/strata_load_bench] [--keep] [--evict]
+//   [--reps 2] [--dir /tmp/strata_load_bench] [--keep] [--evict] [--backend sink|cuda]
+//   --tp-size:    rank 0's shards of N ranks, loaded alone (backend/solo_comm.h).
 //   --quant-from: the quantization_config of another config (top level or text_config), e.g.
 //                 kimi-k2.5's on moonlight-16b-a3b: its W4A16 variant.
 //   --layers:     keep only the first N decoder layers (a slice of a very large model).
 //   --evict:      drop the checkpoint's pages from the page cache before each load
 //                 (posix_fadvise on this file only).
+//   --backend:    sink (default: keeps nothing), or cuda (CUDA builds: the real CudaBackend, on
+//                 the GPU; the time in upload calls is then its host copies, DMA and repacks).
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -36,6 +40,9 @@
 #include "arch/tp.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/solo_comm.h"
+#if STRATA_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 #include "core/thread_pool.h"
 #include "cuda/bench_checkpoint.h"
 #include "model/config.h"
@@ -57,8 +64,8 @@ class SinkTensor : public DeviceTensor {
 };
 
 // Keeps nothing. Uploads copy their host bytes into one staging buffer (in parallel, as the CUDA
-// backend's staged uploads do) and count them; formats as the CUDA backend keeps them (bf16
-// dense, INT4 and fp8 block packed). Not for running a forward pass.
+// backend's staged uploads do); formats as the CUDA backend keeps them (bf16 dense, INT4 and fp8
+// block packed). Not for running a forward pass.
 class SinkBackend : public cpu::CpuBackend {
  public:
   std::string name() const override { return "sink"; }
@@ -66,38 +73,25 @@ class SinkBackend : public cpu::CpuBackend {
   WeightPolicy weight_policy() const override {
     return WeightPolicy{.dense_dtype = DType::kBF16, .keep_fp8_block = true, .keep_int4 = true};
   }
-  DeviceTensorPtr upload(const Tensor& host_f32, DType dtype) override {
-    const auto t = Clock::now();
-    stage(host_f32.data, host_f32.nbytes());
-    upload_seconds_ += since(t);
-    ++uploads_;
-    device_bytes_ += dtype_bytes_for(dtype, host_f32.numel());
-    return std::make_unique<SinkTensor>(dtype, host_f32.shape);
+  DeviceTensorPtr upload(const Tensor& host, DType dtype) override {
+    stage(host.data, host.nbytes());
+    return std::make_unique<SinkTensor>(dtype, host.shape);
   }
   LinearWeight upload_linear(const HostLinearWeight& w, const Tensor& bias_f32) override {
-    const auto t = Clock::now();
     w.check_sizes();
     stage(w.values.data(), int64_t(w.values.size()));
     stage(w.scales.data(), int64_t(w.scales.size()));
-    if (!bias_f32.empty()) stage(bias_f32.data, bias_f32.nbytes());
-    upload_seconds_ += since(t);
-    ++linear_uploads_;
     LinearWeight lw;
     lw.format = weight_policy().device_format(w.format);
     lw.stack = w.stack;
     lw.out = w.out;
     lw.in = w.in;
-    const int64_t bytes = w.stack * linear_device_bytes(lw.format, w.out, w.in);
-    device_bytes_ += bytes + (bias_f32.empty() ? 0 : bias_f32.nbytes());
-    lw.weight = std::make_unique<SinkTensor>(DType::kU8, Shape{bytes});
+    lw.weight = std::make_unique<SinkTensor>(
+        DType::kU8, Shape{w.stack * linear_device_bytes(lw.format, w.out, w.in)});
+    if (!bias_f32.empty()) lw.bias = upload(bias_f32, DType::kF32);
     return lw;
   }
-
-  double upload_seconds() const { return upload_seconds_; }
-  int64_t device_bytes() const { return device_bytes_; }
   int64_t staged_bytes() const { return staged_bytes_; }
-  int64_t uploads() const { return uploads_; }
-  int64_t linear_uploads() const { return linear_uploads_; }
 
  private:
   static constexpr int64_t kStaging = int64_t(64) << 20;
@@ -114,8 +108,45 @@ class SinkBackend : public cpu::CpuBackend {
     }
   }
   std::vector<char> staging_;
-  double upload_seconds_ = 0;
-  int64_t device_bytes_ = 0, staged_bytes_ = 0, uploads_ = 0, linear_uploads_ = 0;
+  int64_t staged_bytes_ = 0;
+};
+
+// Times and counts a backend's uploads: the bytes it keeps (as tests/support/counting_backend.h
+// counts them) and the seconds inside upload / upload_linear (the CUDA backend returns from them
+// with the copy done).
+template <typename Base>
+class TimedBackend : public Base {
+ public:
+  DeviceTensorPtr upload(const Tensor& host, DType dtype) override {
+    const auto t = Clock::now();
+    DeviceTensorPtr r = Base::upload(host, dtype);
+    if (!in_linear_) {
+      seconds_ += since(t);
+      bytes_ += r->view().nbytes();
+      ++uploads_;
+    }
+    return r;
+  }
+  LinearWeight upload_linear(const HostLinearWeight& w, const Tensor& bias_f32) override {
+    const auto t = Clock::now();
+    in_linear_ = true;
+    LinearWeight lw = Base::upload_linear(w, bias_f32);
+    in_linear_ = false;
+    seconds_ += since(t);
+    for (const DeviceTensorPtr* d : {&lw.weight, &lw.scales, &lw.bias})
+      if (*d) bytes_ += (*d)->view().nbytes();
+    ++linear_uploads_;
+    return lw;
+  }
+  double upload_seconds() const { return seconds_; }
+  int64_t device_bytes() const { return bytes_; }
+  int64_t uploads() const { return uploads_; }
+  int64_t linear_uploads() const { return linear_uploads_; }
+
+ private:
+  bool in_linear_ = false;
+  double seconds_ = 0;
+  int64_t bytes_ = 0, uploads_ = 0, linear_uploads_ = 0;
 };
 
 struct Args {
@@ -128,6 +159,7 @@ struct Args {
   std::string dir = "/tmp/strata_load_bench";
   bool keep = false;
   bool evict = false;
+  std::string backend = "sink";
 };
 
 // The config the checkpoint is written for: --config with --quant-from's quantization_config and
@@ -187,6 +219,32 @@ Usage usage_now() {
                .majflt = r.ru_majflt};
 }
 
+template <typename B>
+void load_once(const Args& a, const ModelSpec& spec, const std::optional<TpShardPlan>& plan,
+               int64_t file_bytes, int rep, TimedBackend<B>& be) {
+  std::unique_ptr<Communicator> comm = a.tp > 1 ? make_solo_comm(a.tp, be) : nullptr;
+  const Usage u0 = usage_now();
+  const auto t = Clock::now();
+  auto weights = WeightStore::open(a.dir, spec.quant);
+  CHECK_MSG(weights.ok(), "{}", weights.status().to_string());
+  auto model =
+      create_model(spec, *weights, be, TpRank{.comm = comm.get(), .plan = plan ? &*plan : nullptr});
+  CHECK_MSG(model.ok(), "{}", model.status().to_string());
+  be.synchronize();
+  const double s = since(t);
+  const Usage u1 = usage_now();
+  std::printf(
+      "load %d%s on %s: %.2f s, %.2f GB to the backend = %.2f GB/s (checkpoint %.2f GB = %.2f GB/s); "
+      "in upload calls %.2f s (%lld upload, %lld upload_linear), loader %.2f s; "
+      "cpu user %.1f s sys %.1f s; page faults minor %ld major %ld\n",
+      rep, a.evict ? " (evicted)" : "", be.name().c_str(), s, double(be.device_bytes()) / 1e9,
+      double(be.device_bytes()) / 1e9 / s, double(file_bytes) / 1e9, double(file_bytes) / 1e9 / s,
+      be.upload_seconds(), (long long)be.uploads(), (long long)be.linear_uploads(),
+      s - be.upload_seconds(), u1.user - u0.user, u1.sys - u0.sys, u1.minflt - u0.minflt,
+      u1.majflt - u0.majflt);
+  std::fflush(stdout);
+}
+
 void run(const Args& a) {
   const std::string config = prepare_config(a);
   const auto tw = Clock::now();
@@ -198,8 +256,8 @@ void run(const Args& a) {
   const int64_t file_bytes =
       reuse ? checkpoint_weight_bytes(a.dir) : write_zero_checkpoint(config, a.dir);
   std::printf(
-      "checkpoint %s/model.safetensors: %.2f GB of weights (sparse zeros), %s in %.1f s; %d "
-      "threads\n",
+      "checkpoint %s/model.safetensors: %.2f GB of weights (sparse zeros), %s in %.1f s; "
+      "%d threads\n",
       a.dir.c_str(), double(file_bytes) / 1e9, reuse ? "kept from an earlier run" : "written",
       since(tw), num_threads());
   auto spec = load_model_spec(a.dir);
@@ -212,30 +270,17 @@ void run(const Args& a) {
   }
   for (int rep = 0; rep < a.reps; ++rep) {
     if (a.evict) evict(a.dir + "/model.safetensors");
-    SinkBackend be;
-    std::unique_ptr<Communicator> comm = a.tp > 1 ? make_solo_comm(a.tp, be) : nullptr;
-    CHECK_MSG(a.rank == 0, "--rank: only rank 0 (backend/solo_comm.h runs rank 0 alone)");
-    const Usage u0 = usage_now();
-    const auto t = Clock::now();
-    auto weights = WeightStore::open(a.dir, spec->quant);
-    CHECK_MSG(weights.ok(), "{}", weights.status().to_string());
-    auto model = create_model(*spec, *weights, be,
-                              TpRank{.comm = comm.get(), .plan = plan ? &*plan : nullptr});
-    CHECK_MSG(model.ok(), "{}", model.status().to_string());
-    const double s = since(t);
-    const Usage u1 = usage_now();
-    std::printf(
-        "load %d%s: %.2f s, %.2f GB to the backend = %.2f GB/s (checkpoint %.2f GB = %.2f GB/s); "
-        "in upload calls "
-        "%.2f s (%lld upload, %lld upload_linear, %.2f GB staged), loader %.2f s; cpu user %.1f s "
-        "sys %.1f s; "
-        "page faults minor %ld major %ld\n",
-        rep, a.evict ? " (evicted)" : "", s, double(be.device_bytes()) / 1e9,
-        double(be.device_bytes()) / 1e9 / s, double(file_bytes) / 1e9, double(file_bytes) / 1e9 / s,
-        be.upload_seconds(), (long long)be.uploads(), (long long)be.linear_uploads(),
-        double(be.staged_bytes()) / 1e9, s - be.upload_seconds(), u1.user - u0.user,
-        u1.sys - u0.sys, u1.minflt - u0.minflt, u1.majflt - u0.majflt);
-    std::fflush(stdout);
+    if (a.backend == "sink") {
+      TimedBackend<SinkBackend> be;
+      load_once(a, *spec, plan, file_bytes, rep, be);
+    } else {
+#if STRATA_CUDA
+      TimedBackend<cuda::CudaBackend> be;
+      load_once(a, *spec, plan, file_bytes, rep, be);
+#else
+      CHECK_MSG(false, "--backend cuda: this build has no CUDA backend (-DSTRATA_CUDA=ON)");
+#endif
+    }
   }
   if (!a.keep) std::filesystem::remove_all(a.dir);
 }
@@ -259,8 +304,6 @@ int main(int argc, char** argv) {
       a.layers = std::stoi(value());
     else if (f == "--tp-size")
       a.tp = std::stoi(value());
-    else if (f == "--rank")
-      a.rank = std::stoi(value());
     else if (f == "--reps")
       a.reps = std::stoi(value());
     else if (f == "--dir")
