@@ -30,8 +30,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <optional>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <thread>
 

@@ -19,7 +19,8 @@ class TensorParallelRuntime : public ParallelRuntime {
     STRATA_ASSIGN_OR_RETURN(RankFactory factory, make_tp_rank_factory(tpc));
     ParallelModel group;
     group.ranks_are_processes = tpc.launch.has_value();
-    STRATA_ASSIGN_OR_RETURN(group.model, create_tp_model(spec, weights, tpc, factory, &group.backend));
+    STRATA_ASSIGN_OR_RETURN(group.model,
+                            create_tp_model(spec, weights, tpc, factory, &group.backend));
     return group;
   }
 

@@ -5,9 +5,9 @@
 #include <bit>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <optional>
-#include <cstring>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -560,7 +560,9 @@ StatusOr<std::optional<LaunchRank>> tp_launch_from_env(int tp_size, Device devic
 }
 
 StatusOr<RankFactory> make_tp_rank_factory(const TpConfig& config) {
-  return make_rank_factory(RankGroup{.device = config.device, .size = config.tp_size, .launch = config.launch,
+  return make_rank_factory(RankGroup{.device = config.device,
+                                     .size = config.tp_size,
+                                     .launch = config.launch,
                                      .nccl_id_file = config.nccl_id_file});
 }
 
@@ -595,8 +597,8 @@ StatusOr<std::unique_ptr<Model>> create_tp_model(const ModelSpec& spec, const We
     if (s0.ok()) state->remove(s0->res.comm.get());
     return state->first();
   }
-  LOG_INFO("tensor parallel: {} ranks on {} · {} heads, {} vocab rows per rank{}", config.tp_size, device_name(config.device),
-           plan->rank(0).q_heads.size(), plan->rank(0).vocab.size(),
+  LOG_INFO("tensor parallel: {} ranks on {} · {} heads, {} vocab rows per rank{}", config.tp_size,
+           device_name(config.device), plan->rank(0).q_heads.size(), plan->rank(0).vocab.size(),
            plan->kv_heads_replicated() ? " · KV heads replicated" : "");
   *rank0_backend = std::move(s0->res.backend);
   return std::unique_ptr<Model>(new TpModel(std::move(s0->model), std::move(s0->res.comm),
