@@ -10,7 +10,9 @@
 # of TOKENS tokens need KILL_EVERY above ~TOKENS x RECORDS / 300 s. The script stops (failing) after
 # MAX_KILLS kills.
 # Usage: bench/preemption_soak.sh [path/to/strata]
-#   (env: RECORDS=4 TOKENS=4000 KILL_EVERY=60 MAX_KILLS=200)
+#   (env: RECORDS=4 TOKENS=4000 KILL_EVERY=60 MAX_KILLS=200 DEVICE=cpu SHARED=../shared)
+# On the GPU (device machine, with a carry holding models/house-llama and data/):
+#   DEVICE=cuda SHARED=.devcarry/cuda/shared KILL_EVERY=5 bash bench/preemption_soak.sh build-dev/strata
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-build/strata}
@@ -18,12 +20,15 @@ RECORDS=${RECORDS:-4}
 TOKENS=${TOKENS:-4000}
 KILL_EVERY=${KILL_EVERY:-60}
 MAX_KILLS=${MAX_KILLS:-200}
+DEVICE=${DEVICE:-cpu}
+SHARED=${SHARED:-../shared}
 TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-head -n "$RECORDS" ../shared/data/prompts-explain.jsonl > "$TMP/in.jsonl"
+# KEEP=DIR keeps the runs' files (outputs, partials, logs) there.
+trap 'if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP"; cp -r "$TMP"/. "$KEEP"/; fi; rm -rf "$TMP"' EXIT
+head -n "$RECORDS" "$SHARED/data/prompts-explain.jsonl" > "$TMP/in.jsonl"
 
 for temp in 0 0.8; do
-  cmd=("$BIN" generate --model-path ../shared/models/house-llama --input "explain=$TMP/in.jsonl"
+  cmd=("$BIN" generate --device "$DEVICE" --model-path "$SHARED/models/house-llama" --input "explain=$TMP/in.jsonl"
        --max-new-tokens "$TOKENS" --ignore-eos --temperature "$temp" --seed 11
        --checkpoint-interval 2 --no-progress)
   start=$(date +%s)
@@ -41,6 +46,7 @@ for temp in 0 0.8; do
     if kill -0 "$pid" 2>/dev/null; then
       kill -9 "$pid"; wait "$pid" 2>/dev/null || true
       kills=$((kills + 1))
+      cp "$TMP/out-$temp.jsonl.partial.jsonl" "$TMP/partial-$temp-$kills.jsonl" 2>/dev/null || true
       checkpointed=$(python3 -c 'import json,sys
 t={}
 for l in open(sys.argv[1]):
@@ -65,6 +71,19 @@ ref, out = load(sys.argv[1]), load(sys.argv[2])
 same = sum(ref[k]["conversations"][-1]["content"] == out.get(k, {}).get("conversations", [{}])[-1].get("content")
            for k in ref)
 print(f"  identical records: {same} of {len(ref)} (output holds {len(out)})")
+# Where the others first differ, as a fraction of the record's text: right after the resume
+# point hints at the resume, later at numerics that drift.
+fracs = []
+for k in ref:
+    a = ref[k]["conversations"][-1]["content"]
+    b = out.get(k, {}).get("conversations", [{}])[-1].get("content") or ""
+    if a != b:
+        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        fracs.append(n / max(1, len(a)))
+if fracs:
+    fracs.sort()
+    print(f"  differing records: first difference at {fracs[0]:.2f} / {fracs[len(fracs) // 2]:.2f} / "
+          f"{fracs[-1]:.2f} (min / median / max) of the text")
 sys.exit(0 if same == len(ref) == len(out) else 1)
 PY
 done

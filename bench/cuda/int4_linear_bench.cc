@@ -2,18 +2,21 @@
 // weights made on the device in the repacked layout:
 //   ceilings  device-to-device copy bandwidth (4 GiB, median of 10) and cuBLAS bf16 GEMM 8192³
 //   gemv      per shape (gate_up also with the SwiGLU epilogue) and m = 1..32: launch_int4_gemv's
-//             automatic choice (the stream GEMV for m <= 8 where it fits), the mma GEMV and the
-//             GEMM (the crossover), % of copy bandwidth on packed + scale bytes; the stream
-//             GEMV's knob sweep at m = 1 (warps, tiles per stage, stages; then rounded weights,
-//             preload, early trigger and grid around the best) and at m = 8 (6 for down: the most
-//             that fits); one decode token's GEMVs summed per shape (m = 1..32), and launched as
-//             a model runs them (32 layers with their own weights, interleaved; defaults, the
-//             sweep's best per shape, early trigger, rounded weights)
+//             automatic choice (the register GEMV for m <= 8 where x fits), the mma and stream
+//             GEMVs forced, and the GEMM (the crossover), % of copy bandwidth on packed + scale
+//             bytes, each per launch in a CUDA graph of back-to-back launches (as the backend's
+//             decode steps run; m = 1 also eager); the register GEMV's knob sweep at m = 1
+//             (warps, ring, trigger point, residency depth; preload off; rounded weights) and
+//             its trigger points at m = 8 (7 for down: the most that fits); the stream GEMV's
+//             defaults and former best knobs; one decode token's GEMVs summed per shape
+//             (m = 1..32), and the 128 launched as a model runs them (32 layers with their own
+//             weights, interleaved), per variant (kernel and knobs): the number issue 21 asks for
 //   gemm      the GEMM at m = 32 .. 8192 against bf16 cuBLAS on a bf16 weight of the same shape
 //             and against dequantize-to-bf16 + cuBLAS (the fallback), each kernel configuration
 // Every timing is CUDA events around back-to-back launches over weight copies that together
-// exceed the L2 cache, median of 10 after warm-up. Each kernel's output is checked against
-// dequant + cuBLAS first (NMSE printed): a wrong kernel's timings mean nothing.
+// exceed the L2 cache (GEMVs: captured as a CUDA graph), median of 10 after warm-up. Each
+// kernel's output is checked against dequant + cuBLAS first (NMSE printed): a wrong kernel's
+// timings mean nothing.
 //
 // Usage: strata_bench_int4_linear_bench [--what ceilings,gemv,gemm] [--m 32,64,...]
 #include <cublas_v2.h>
@@ -214,9 +217,11 @@ std::vector<uint16_t> reference(cublasHandle_t h, const Weights& w, const Dev& x
   return download(act, size_t(m * w.n / 2), s);
 }
 
-// GEMV launch knobs (linear_int4.h); 0 = the launcher's default.
+// GEMV launch knobs (linear_int4.h); 0 = the launcher's default. preload 1 and early 0 are what
+// the backend passes (linear_packed.cc; pdl_early is its tunable, off by default).
 struct GemvKnobs {
   int kernel = 0, warps = 0, stages = 0, chunk = 0, grid = 0, round = 0, preload = 1, early = 0;
+  int unroll = 0, trigger = 0, depth = 0;  // register GEMV
 };
 void apply(const GemvKnobs& k, cuda::Int4LinearParams* p) {
   p->gemv_kernel = k.kernel;
@@ -227,12 +232,48 @@ void apply(const GemvKnobs& k, cuda::Int4LinearParams* p) {
   p->gemv_round = k.round;
   p->preload = k.preload;
   p->pdl_early = k.early;
+  p->gemv_unroll = k.unroll;
+  p->gemv_trigger = k.trigger;
+  p->gemv_depth = k.depth;
+}
+const char* kernel_name(int kernel) {
+  return kernel == cuda::kInt4GemvReg      ? "reg"
+         : kernel == cuda::kInt4GemvStream ? "stream"
+                                           : "mma";
 }
 std::string knob_str(const GemvKnobs& k) {
-  char b[160];
-  std::snprintf(b, sizeof b, "warps %2d chunk %d stages %d grid %3d round %d preload %d early %d",
-                k.warps, k.chunk, k.stages, k.grid, k.round, k.preload, k.early);
+  char b[200];
+  if (k.kernel == cuda::kInt4GemvStream)
+    std::snprintf(b, sizeof b, "warps %2d chunk %d stages %d grid %3d round %d preload %d early %d",
+                  k.warps, k.chunk, k.stages, k.grid, k.round, k.preload, k.early);
+  else
+    std::snprintf(b, sizeof b, "warps %d unroll %2d trigger %d depth %d round %d preload %d", k.warps,
+                  k.unroll, k.trigger, k.depth, k.round, k.preload);
   return b;
+}
+
+// Microseconds per call of `enqueue(i)` for i < calls: captured as one CUDA graph and replayed
+// (as the backend's decode steps run: no host launch cost between kernels; PDL edges kept), or
+// launched eagerly.
+template <typename F>
+double per_call_us(cudaStream_t s, int calls, bool graph, F&& enqueue) {
+  if (!graph)
+    return 1e3 *
+           time_ms(s, 3, 10,
+                   [&] {
+                     for (int i = 0; i < calls; ++i) enqueue(i);
+                   }) /
+           calls;
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < calls; ++i) enqueue(i);
+  CUDA_CHECK(cudaStreamEndCapture(s, &g));
+  CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  const double ms = time_ms(s, 3, 10, [&] { CUDA_CHECK(cudaGraphLaunch(ge, s)); });
+  CUDA_CHECK(cudaGraphExecDestroy(ge));
+  CUDA_CHECK(cudaGraphDestroy(g));
+  return ms * 1e3 / calls;
 }
 
 struct GemvRow {
@@ -263,80 +304,98 @@ struct GemvCase {
     apply(k, &p);
     return p;
   }
+  bool fits(int64_t m, const GemvKnobs& k) {
+    const cuda::Int4LinearParams p = params(0, m, k);
+    if (k.kernel == cuda::kInt4GemvStream) return cuda::int4_gemv_stream_fits(p);
+    if (k.kernel == cuda::kInt4GemvReg) return cuda::int4_gemv_reg_fits(p);
+    return true;
+  }
   // NMSE of copy 0's GEMV output against `want`.
   double check(int64_t m, const GemvKnobs& k, const std::vector<uint16_t>& want, cudaStream_t s) {
     cuda::launch_int4_gemv(params(0, m, k), s);
     return nmse(download(out, size_t(m * out_cols()), s), want);
   }
-  double time_us(int64_t m, const GemvKnobs& k, cudaStream_t s) {
-    return 1e3 *
-           time_ms(s, 3, 10,
-                   [&] {
-                     for (int i = 0; i < w.copies(); ++i)
-                       cuda::launch_int4_gemv(params(i, m, k), s);
-                   }) /
-           w.copies();
+  // Per launch, back to back over the weight copies (a CUDA graph unless `graph` is false).
+  double time_us(int64_t m, const GemvKnobs& k, cudaStream_t s, bool graph = true) {
+    return per_call_us(s, w.copies(), graph,
+                       [&](int i) { cuda::launch_int4_gemv(params(i, m, k), s); });
   }
   double pct(double us, double copy_gbs) const { return 100.0 * gb / (us * 1e-6) / copy_gbs; }
 };
 
-// The stream GEMV's knob sweep at m on one shape; returns the fastest knobs (defaults included).
-GemvKnobs sweep_stream(GemvCase& gc, int64_t m, const Ceilings& c, cudaStream_t s,
-                       const std::vector<uint16_t>& want, bool full) {
-  std::vector<GemvKnobs> cands;
-  const int sms = [] {
-    cudaDeviceProp prop{};
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    return prop.multiProcessorCount;
-  }();
-  cands.push_back(GemvKnobs{});
-  for (int warps : {4, 8, 12, 16})
-    for (int chunk : {4, 8})
-      for (int stages : full ? std::vector<int>{2, 3, 4, 6, 8} : std::vector<int>{0}) {
-        GemvKnobs k;
-        k.warps = warps;
-        k.chunk = chunk;
-        k.stages = stages;
-        cands.push_back(k);
-      }
-  GemvKnobs best;
+// Checks and times each of `cands` (those that fit) at m; prints one line each; returns the
+// fastest correct one.
+GemvKnobs sweep(GemvCase& gc, int64_t m, const Ceilings& c, cudaStream_t s,
+                const std::vector<uint16_t>& want, const std::vector<GemvKnobs>& cands) {
+  GemvKnobs best = cands.front();
   double best_us = 1e30;
-  auto run = [&](const GemvKnobs& k) {
-    cuda::Int4LinearParams p = gc.params(0, m, k);
-    if (!cuda::int4_gemv_stream_fits(p)) return 1e30;
-    GemvKnobs ks = k;
-    ks.kernel = cuda::kInt4GemvStream;
-    const double e = gc.check(m, ks, want, s);
-    const double us = gc.time_us(m, ks, s);
-    std::printf("stream   %-12s m=%-2lld %s: %7.2f us %5.1f%% of copy (nmse %.2g)%s\n", gc.sh.name,
-                (long long)m, knob_str(k).c_str(), us, gc.pct(us, c.copy_gbs), e,
-                e < 1e-4 ? "" : " WRONG");
+  for (const GemvKnobs& k : cands) {
+    if (!gc.fits(m, k)) continue;
+    const double e = gc.check(m, k, want, s);
+    const double us = gc.time_us(m, k, s);
+    std::printf("%-8s %-12s m=%-2lld %s: %7.2f us %5.1f%% of copy (nmse %.2g)%s\n",
+                kernel_name(k.kernel), gc.sh.name, (long long)m, knob_str(k).c_str(), us,
+                gc.pct(us, c.copy_gbs), e, e < 1e-4 ? "" : " WRONG");
     if (e < 1e-4 && us < best_us) {
       best_us = us;
       best = k;
     }
-    return us;
-  };
-  for (const GemvKnobs& k : cands) run(k);
-  if (!full) return best;
-  // Around the best: the launch variants.
-  const GemvKnobs base = best;
-  for (int round : {0, 1})
-    for (int preload : {0, 1})
-      for (int early : {0, 1})
-        for (int grid : {0, sms - 4, 2 * sms}) {
-          GemvKnobs k = base;
-          k.round = round;
-          k.preload = preload;
-          k.early = early;
-          k.grid = grid;
-          if (round == base.round && preload == base.preload && early == base.early &&
-              grid == base.grid)
-            continue;
-          if (round == 1 && (preload != base.preload || early != base.early || grid != 0)) continue;
-          run(k);
-        }
+  }
   return best;
+}
+
+// The register GEMV's knobs: defaults, then warps x ring x trigger x depth (full), the preload
+// off and the rounded weights.
+std::vector<GemvKnobs> reg_candidates(bool full) {
+  std::vector<GemvKnobs> out;
+  GemvKnobs d;
+  d.kernel = cuda::kInt4GemvReg;
+  out.push_back(d);
+  if (!full) {
+    for (int trigger : {2, 3}) {
+      GemvKnobs k = d;
+      k.trigger = trigger;
+      out.push_back(k);
+    }
+    return out;
+  }
+  for (int warps : {4, 8})
+    for (int unroll : {8, 16})
+      for (int trigger : {1, 2, 3})
+        for (int depth : {0, 1, 2}) {
+          GemvKnobs k = d;
+          k.warps = warps;
+          k.unroll = unroll;
+          k.trigger = trigger;
+          k.depth = depth;
+          out.push_back(k);
+        }
+  GemvKnobs k = d;
+  k.preload = 0;
+  out.push_back(k);
+  k = d;
+  k.round = 1;
+  out.push_back(k);
+  return out;
+}
+
+// The stream GEMV's knobs: defaults and the best of 2026-12-01 per shape class (8 warps of
+// 8-tile stages for k = 4,096; 16 warps of 4-tile stages for down), early trigger on and off.
+std::vector<GemvKnobs> stream_candidates() {
+  std::vector<GemvKnobs> out;
+  GemvKnobs d;
+  d.kernel = cuda::kInt4GemvStream;
+  out.push_back(d);
+  for (int warps : {8, 16})
+    for (int early : {0, 1}) {
+      GemvKnobs k = d;
+      k.warps = warps;
+      k.chunk = warps == 8 ? 8 : 4;
+      k.stages = 2;
+      k.early = early;
+      out.push_back(k);
+    }
+  return out;
 }
 
 // One decode token's 128 GEMVs launched as a model runs them: 32 layers of qkv, o_proj,
@@ -360,26 +419,24 @@ struct TokenWeights {
       }
     fill(x.as<void>(), x.bytes(), 98, 1.0f, s);
   }
-  // Median ms of the 128 launches; knobs[i] for kShapes[i].
-  double time_ms_token(cudaStream_t s, int64_t m, const GemvKnobs* knobs) {
-    return time_ms(s, 2, 10, [&] {
-      for (int l = 0; l < kLayers; ++l)
-        for (int j = 0; j < 4; ++j) {
-          const Shape& sh = kShapes[kShapeIdx[j]];
-          cuda::Int4LinearParams p{};
-          p.x = x.as<bf16_bits>();
-          p.packed = packed[size_t(4 * l + j)]->as<void>();
-          p.scale = scale[size_t(4 * l + j)]->as<bf16_bits>();
-          p.out = out.as<bf16_bits>();
-          p.m = m;
-          p.n = sh.n;
-          p.k = sh.k;
-          p.group = kGroup;
-          p.glu_inter = sh.glu ? sh.n / 2 : 0;
-          apply(knobs[kShapeIdx[j]], &p);
-          cuda::launch_int4_gemv(p, s);
-        }
-    });
+  // Median ms of the 128 launches (a CUDA graph, or eager); knobs[i] for kShapes[i].
+  double time_ms_token(cudaStream_t s, int64_t m, const GemvKnobs* knobs, bool graph) {
+    return 1e-3 * kLayers * 4 * per_call_us(s, kLayers * 4, graph, [&](int i) {
+             const int l = i / 4, j = i % 4;
+             const Shape& sh = kShapes[kShapeIdx[j]];
+             cuda::Int4LinearParams p{};
+             p.x = x.as<bf16_bits>();
+             p.packed = packed[size_t(4 * l + j)]->as<void>();
+             p.scale = scale[size_t(4 * l + j)]->as<bf16_bits>();
+             p.out = out.as<bf16_bits>();
+             p.m = m;
+             p.n = sh.n;
+             p.k = sh.k;
+             p.group = kGroup;
+             p.glu_inter = sh.glu ? sh.n / 2 : 0;
+             apply(knobs[kShapeIdx[j]], &p);
+             cuda::launch_int4_gemv(p, s);
+           });
   }
 };
 
@@ -387,10 +444,11 @@ void bench_gemv(const Ceilings& c, cudaStream_t s, cublasHandle_t h, std::vector
   const int64_t ms[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
   constexpr int kM = int(std::size(ms));
   double token_us[kM] = {}, token_gb = 0;
-  GemvKnobs best[5];
+  GemvKnobs best_reg[5], best_stream[5];
   std::printf(
-      "gemv     W4A16 group %d: us, %% of copy bandwidth on packed + scale bytes; auto = "
-      "launch_int4_gemv's choice (stream: m <= 8 where it fits), mma = the mma GEMV, GEMM = "
+      "gemv     W4A16 group %d: us per launch (CUDA graph of back-to-back launches over weight "
+      "copies), %% of copy bandwidth on packed + scale bytes; auto = launch_int4_gemv's choice "
+      "(reg: the register GEMV, m <= 8 where x fits), mma / stream = those GEMVs forced, GEMM = "
       "launch_int4_gemm\n",
       kGroup);
   for (int si = 0; si < 5; ++si) {
@@ -402,41 +460,52 @@ void bench_gemv(const Ceilings& c, cudaStream_t s, cublasHandle_t h, std::vector
       const auto want = reference(h, gc.w, gc.x, m, sh.glu, s);
       if (m == 1) want1 = want;
       const GemvKnobs auto_k;
-      const bool stream = cuda::int4_gemv_stream_fits(gc.params(0, m, auto_k));
+      const int kernel = cuda::int4_gemv_auto_kernel(gc.params(0, m, auto_k));
       const double e = gc.check(m, auto_k, want, s);
       const double t = gc.time_us(m, auto_k, s);
-      GemvKnobs mma_k;
+      GemvKnobs mma_k, stream_k;
       mma_k.kernel = cuda::kInt4GemvMma;
+      stream_k.kernel = cuda::kInt4GemvStream;
       const double e_mma = gc.check(m, mma_k, want, s);
       const double t_mma = gc.time_us(m, mma_k, s);
+      double e_st = 0, t_st = 0;  // the stream GEMV where it fits
+      if (gc.fits(m, stream_k)) {
+        e_st = gc.check(m, stream_k, want, s);
+        t_st = gc.time_us(m, stream_k, s);
+      }
       double t_gemm = 0;  // the GEMM on the same rows (plain shapes): where the GEMVs stop paying
       if (!sh.glu)
-        t_gemm = 1e3 *
-                 time_ms(s, 3, 10,
-                         [&] {
-                           for (int i = 0; i < gc.w.copies(); ++i)
-                             cuda::launch_int4_gemm(linear_params(gc.w, i, gc.x, gc.out, m), s);
-                         }) /
-                 gc.w.copies();
+        t_gemm = per_call_us(s, gc.w.copies(), true, [&](int i) {
+          cuda::launch_int4_gemm(linear_params(gc.w, i, gc.x, gc.out, m), s);
+        });
+      const double fastest = std::min({t, t_mma, t_st > 0 ? t_st : 1e30, t_gemm > 0 ? t_gemm : 1e30});
       std::printf(
           "gemv     %-12s %6lld x %5lld m=%-2lld: auto (%s) %7.2f us %5.1f%% (nmse %.2g)%s | mma "
-          "%7.2f us %5.1f%% (nmse %.2g)%s | GEMM %7.2f us | fastest %s\n",
-          sh.name, (long long)sh.n, (long long)sh.k, (long long)m, stream ? "stream" : "mma", t,
+          "%7.2f us %5.1f%% (nmse %.2g)%s | stream %7.2f us (nmse %.2g)%s | GEMM %7.2f us | "
+          "fastest %s\n",
+          sh.name, (long long)sh.n, (long long)sh.k, (long long)m, kernel_name(kernel), t,
           gc.pct(t, c.copy_gbs), e, e < 1e-4 ? "" : " WRONG", t_mma, gc.pct(t_mma, c.copy_gbs),
-          e_mma, e_mma < 1e-4 ? "" : " WRONG", t_gemm,
-          !sh.glu && t_gemm < std::min(t, t_mma) ? "GEMM" : (t <= t_mma ? "auto" : "mma"));
+          e_mma, e_mma < 1e-4 ? "" : " WRONG", t_st, e_st, e_st < 1e-4 ? "" : " WRONG", t_gemm,
+          fastest == t ? "auto" : fastest == t_mma ? "mma" : fastest == t_st ? "stream" : "GEMM");
       if (std::strcmp(sh.name, "gate_up") != 0) token_us[mi] += 32 * t;
-      rows->push_back({sh.name, m, t, gc.pct(t, c.copy_gbs), stream ? "stream" : "mma"});
+      rows->push_back({sh.name, m, t, gc.pct(t, c.copy_gbs), kernel_name(kernel)});
+      if (m == 1) {  // eager launches, for comparison with the graph
+        const double te = gc.time_us(m, auto_k, s, false);
+        std::printf("gemv     %-12s m=1 auto eager (host launches): %7.2f us %5.1f%%\n", sh.name, te,
+                    gc.pct(te, c.copy_gbs));
+      }
     }
     if (std::strcmp(sh.name, "gate_up") != 0) token_gb += 32 * gc.gb;
-    // The stream GEMV's knobs at m = 1 (full sweep) and m = 8 where it fits (warps x chunk).
-    best[si] = sweep_stream(gc, 1, c, s, want1, true);
-    const double tb = gc.time_us(1, best[si], s);
-    std::printf("stream   %-12s m=1 best: %s: %.2f us %.1f%% of copy\n", sh.name,
-                knob_str(best[si]).c_str(), tb, gc.pct(tb, c.copy_gbs));
-    rows->push_back({sh.name, 1, tb, gc.pct(tb, c.copy_gbs), "best: " + knob_str(best[si])});
-    const int64_t m8 = sh.k > 4096 ? 6 : 8;
-    sweep_stream(gc, m8, c, s, reference(h, gc.w, gc.x, m8, sh.glu, s), false);
+    // The register GEMV's knobs at m = 1 (full sweep) and at the largest m <= 8 that fits.
+    best_reg[si] = sweep(gc, 1, c, s, want1, reg_candidates(true));
+    const double tb = gc.time_us(1, best_reg[si], s);
+    std::printf("reg      %-12s m=1 best: %s: %.2f us %.1f%% of copy\n", sh.name,
+                knob_str(best_reg[si]).c_str(), tb, gc.pct(tb, c.copy_gbs));
+    rows->push_back({sh.name, 1, tb, gc.pct(tb, c.copy_gbs), "reg best: " + knob_str(best_reg[si])});
+    const int64_t m8 = sh.k > 4096 ? 7 : 8;
+    const auto want8 = reference(h, gc.w, gc.x, m8, sh.glu, s);
+    sweep(gc, m8, c, s, want8, reg_candidates(false));
+    best_stream[si] = sweep(gc, 1, c, s, want1, stream_candidates());
   }
   for (int mi = 0; mi < kM; ++mi) {
     const double gbs = token_gb / (token_us[mi] * 1e-6);
@@ -447,29 +516,74 @@ void bench_gemv(const Ceilings& c, cudaStream_t s, cublasHandle_t h, std::vector
     if (ms[mi] <= 8)
       rows->push_back({"token sum", ms[mi], token_us[mi], 100.0 * gbs / c.copy_gbs, ""});
   }
-  // The token as a model runs it (each layer's own weights, the shapes interleaved).
-  const GemvKnobs defaults[5] = {};
-  GemvKnobs early[5], rounded[5];
-  for (int i = 0; i < 5; ++i) {
-    early[i].early = 1;
-    rounded[i].round = 1;
-  }
+  // The token as a model runs it (each layer's own weights, the shapes interleaved), per
+  // variant: the same knobs on every shape, or the sweep's best per shape.
   struct Variant {
-    const char* name;
-    const GemvKnobs* knobs;
+    std::string name;
+    GemvKnobs knobs[5];
+    bool graph = true;
   };
+  auto uniform = [](const char* name, GemvKnobs k, bool graph = true) {
+    Variant v;
+    v.name = name;
+    for (GemvKnobs& ki : v.knobs) ki = k;
+    v.graph = graph;
+    return v;
+  };
+  GemvKnobs reg;
+  reg.kernel = cuda::kInt4GemvReg;
+  std::vector<Variant> variants;
+  variants.push_back(uniform("auto (defaults)", GemvKnobs{}));
+  variants.push_back(uniform("auto, eager launches", GemvKnobs{}, false));
+  for (int trigger : {2, 3}) {
+    GemvKnobs k = reg;
+    k.trigger = trigger;
+    variants.push_back(uniform(trigger == 2 ? "reg trigger after wait" : "reg trigger late", k));
+  }
+  for (int depth : {1, 2}) {
+    GemvKnobs k = reg;
+    k.depth = depth;
+    variants.push_back(uniform(depth == 1 ? "reg depth 1" : "reg depth 2 (smem padded)", k));
+  }
+  {
+    GemvKnobs k = reg;
+    k.unroll = 8;
+    variants.push_back(uniform("reg ring 8", k));
+    k = reg;
+    k.warps = 4;
+    variants.push_back(uniform("reg 4 warps", k));
+    k = reg;
+    k.preload = 0;
+    variants.push_back(uniform("reg preload off", k));
+    k = reg;
+    k.round = 1;
+    variants.push_back(uniform("reg rounded weights", k));
+  }
+  {
+    Variant v;
+    v.name = "reg best per shape";
+    for (int i = 0; i < 5; ++i) v.knobs[i] = best_reg[i];
+    variants.push_back(v);
+    GemvKnobs k;
+    k.kernel = cuda::kInt4GemvMma;
+    variants.push_back(uniform("mma", k));
+    k.kernel = cuda::kInt4GemvStream;
+    variants.push_back(uniform("stream defaults", k));
+    v.name = "stream best per shape";
+    for (int i = 0; i < 5; ++i) v.knobs[i] = best_stream[i];
+    variants.push_back(v);
+  }
   TokenWeights tw(s);
-  for (const Variant& v : {Variant{"defaults", defaults}, Variant{"best per shape", best},
-                           Variant{"early trigger", early}, Variant{"rounded weights", rounded}}) {
+  for (const Variant& v : variants) {
     for (int64_t m : {1, 4, 8}) {
-      if (m > 1 && v.knobs != defaults) continue;
-      const double ms_tok = tw.time_ms_token(s, m, v.knobs);
+      if (m > 1 && v.name != "auto (defaults)") continue;
+      const double ms_tok = tw.time_ms_token(s, m, v.knobs, v.graph);
       const double pct = 100.0 * tw.gb / (ms_tok * 1e-3) / c.copy_gbs;
       std::printf(
           "token    one decode token's 128 W4A16 GEMVs as a model runs them (32 layers, own "
           "weights, %.2f GB), %s, m=%lld: %.3f ms = %.1f%% of copy\n",
-          tw.gb, v.name, (long long)m, ms_tok, pct);
-      rows->push_back({std::string("token ") + v.name, m, ms_tok * 1e3, pct, ""});
+          tw.gb, v.name.c_str(), (long long)m, ms_tok, pct);
+      rows->push_back({"token " + v.name, m, ms_tok * 1e3, pct, ""});
     }
   }
 }

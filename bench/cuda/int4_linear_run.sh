@@ -7,12 +7,13 @@
 #      where the image has cuobjdump), counts of their 16-byte loads, bulk copies and mma in
 #      SASS, and the instructions per tile of the GEMV main loops (bench/cuda/sass_loops.py);
 #   3. parity: strata_parity_test --gtest_filter='*Int4*' (device layout byte for byte, dequant
-#      bit for bit, the stream and mma GEMVs, with SwiGLU, and the GEMM against float64 host
-#      references);
+#      bit for bit, the register, stream and mma GEMVs, with SwiGLU, and the GEMM against
+#      float64 host references);
 #   4. bench: strata_bench_int4_linear_bench (ceilings; per 8B shape and m = 1..32 the GEMV the
-#      launcher picks, the mma GEMV and the GEMM; the stream GEMV's knob sweeps; one decode
-#      token's GEMVs as a model runs them; GEMM per m against bf16 cuBLAS and dequant + cuBLAS;
-#      BENCH_ARGS adds flags, e.g. "--m 32,128,512").
+#      launcher picks, the mma and stream GEMVs and the GEMM, in CUDA graphs; the register
+#      GEMV's knob sweep; one decode token's 128 GEMVs as a model runs them, per kernel and
+#      knob variant; GEMM per m against bf16 cuBLAS and dequant + cuBLAS; BENCH_ARGS adds
+#      flags, e.g. "--what ceilings,gemv" to skip the GEMM part).
 # Logs in $OUT: cmake.log, build.log, resources.txt, sass_counts.txt, parity.log, bench.log.
 # Stages can be skipped: STAGES="parity bench" (default "resources parity bench").
 # Run: device tool, carry [".devcarry/cuda"], command `bash bench/cuda/int4_linear_run.sh`.
@@ -40,11 +41,14 @@ for stage in ${STAGES:-resources parity bench}; do
             "$(grep -c 'HMMA' "$OUT/sass_$(basename "$o").txt") HMMA, $(grep -c 'UBLKCP' "$OUT/sass_$(basename "$o").txt") UBLKCP," \
             "$(grep -cE '\bSTL\b|\bLDL\b' "$OUT/sass_$(basename "$o").txt") local loads/stores"
         done | tee "$OUT/sass_counts.txt"
-        # GEMV main loops: the stream GEMV <tiles per stage, tiles per group, rounded> (group
-        # 128: 2 tiles per group) and the mma GEMV <1 n tile, k split, plain>.
-        python3 bench/cuda/sass_loops.py "$OUT/sass_linear_int4_stream.cu.o.txt" \
-          --kernel ILi8ELi2ELb0E --kernel ILi4ELi2ELb0E --kernel ILi8ELi2ELb1E \
+        # GEMV main loops: the register GEMV <ring, tiles per group, rounded> and the stream
+        # GEMV <tiles per stage, tiles per group, rounded> (group 128: 2 tiles per group), the
+        # mma GEMV <1 n tile, k split, plain>. The register GEMV's loop multiplies 16 (8) tiles.
+        python3 bench/cuda/sass_loops.py "$OUT/sass_linear_int4_reg.cu.o.txt" \
+          --kernel ILi16ELi2ELb0E --kernel ILi8ELi2ELb0E --kernel ILi16ELi2ELb1E \
           | tee "$OUT/sass_loops.txt"
+        python3 bench/cuda/sass_loops.py "$OUT/sass_linear_int4_stream.cu.o.txt" \
+          --kernel ILi8ELi2ELb0E | tee -a "$OUT/sass_loops.txt"
         python3 bench/cuda/sass_loops.py "$OUT/sass_linear_int4.cu.o.txt" \
           --kernel gemv_kernelILi1ELi8ELb0E | tee -a "$OUT/sass_loops.txt"
       else
@@ -58,13 +62,13 @@ for stage in ${STAGES:-resources parity bench}; do
       echo "parity: rc $parity_rc ($(( $(date +%s) - t1 )) s)"
       grep -E "^\[ RUN" "$OUT/parity.log" | tail -1
       grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|^\[       OK|Failure|Expected|Which is|differ|wrote past" "$OUT/parity.log" | head -60
-      grep -E "int4 gemv ksplit=0 m=(1|16|32) n=517|int4 gemm tokens=0 ksplit=0 m=(1|33|200) n=1000|8B|swiglu ksplit=0 m=(1|17)|stream knobs=0 m=(1|8) n=(517|129)|stream\+swiglu knobs=0 m=(1|8)" "$OUT/parity.log" | head -40 ;;
+      grep -E "int4 gemv ksplit=0 m=(1|16|32) n=517|int4 gemm tokens=0 ksplit=0 m=(1|33|200) n=1000|8B|swiglu ksplit=0 m=(1|17)|(stream|reg) knobs=0 m=(1|8) n=(517|129)|(stream|reg)\+swiglu knobs=0 m=(1|8)|skipped" "$OUT/parity.log" | head -50 ;;
     bench)
       if [ "${parity_rc:-0}" = 124 ]; then echo "bench: skipped (parity hung)"; continue; fi
       t1=$(date +%s)
       timeout 150 ./build-dev/strata_bench_int4_linear_bench ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
       echo "bench: rc $? ($(( $(date +%s) - t1 )) s)"
-      grep -E "^ceiling|^device|WRONG|^token|m=1 best" "$OUT/bench.log" | head -40
+      grep -E "^ceiling|^device|WRONG|^token|m=1 best|eager" "$OUT/bench.log" | head -50
       grep -E "^gemv .* m=(1 |8 |16|32)" "$OUT/bench.log" | head -40
       grep -E "^summary" "$OUT/bench.log" ;;
   esac

@@ -18,7 +18,8 @@
 //    (the CPU's fp8 logits against the bf16-KV logits are printed alongside: e4m3 1.7e-4-7e-4,
 //    e5m2 4e-4-2.6e-3; measured against the CPU's fp8: e4m3 7e-5-5.8e-4, e5m2 2e-4-1.4e-3, and
 //    e5m2's 2 mantissa bits flip 3 of 19 near-tie argmaxes, gaps <= 0.4%, on one 19-token sequence);
-//  - layouts the CUDA backend does not implement are refused with a Status naming the reason.
+//  - layouts the CUDA backend does not implement are refused with a Status naming the reason, and
+//    the MLA row formats (issue 22) accepted.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -160,25 +161,31 @@ TEST(KvFp8, RefusesLayoutsItDoesNotImplement) {
   KvLayout f32 = base;
   f32.dtype = DType::kF32;
   EXPECT_FALSE(gpu->check_kv_layout(f32).ok());
-  KvLayout mla = base;  // MLA: latent + rope in one K row, no V
+  KvLayout mla = base;  // MLA: latent + rope in one K row, no V (issue 22: every CPU format)
   mla.k_dim = 160;
   mla.v_dim = 0;
   mla.rope_dim = 32;
-  const Status plain = gpu->check_kv_layout(mla);
-  EXPECT_FALSE(plain.ok());
+  EXPECT_TRUE(gpu->check_kv_layout(mla).ok());  // fp8 plain rows
   mla.rope_dtype = DType::kBF16;
-  const Status split = gpu->check_kv_layout(mla);
-  EXPECT_FALSE(split.ok());
-  EXPECT_NE(split.message().find("rope"), std::string::npos) << split.message();
+  EXPECT_TRUE(gpu->check_kv_layout(mla).ok());  // fp8 latent, bf16 rope part
+  mla.rope_dtype = DType::kF32;
+  EXPECT_TRUE(gpu->check_kv_layout(mla).ok());
+  mla.rope_dtype = DType::kF16;
+  const Status f16_rope = gpu->check_kv_layout(mla);
+  EXPECT_FALSE(f16_rope.ok());
+  EXPECT_NE(f16_rope.message().find("rope"), std::string::npos) << f16_rope.message();
+  mla.rope_dtype = DType::kBF16;
+  mla.k_dim = 161;  // 129 fp8 latent values: the bf16 rope part at an odd byte
+  const Status odd = gpu->check_kv_layout(mla);
+  EXPECT_FALSE(odd.ok());
+  EXPECT_NE(odd.message().find("unaligned"), std::string::npos) << odd.message();
+  mla.k_dim = 160;
   mla.rope_dtype.reset();
   mla.format = KvFormat::kFlashMlaFp8;
-  const Status flash = gpu->check_kv_layout(mla);
-  EXPECT_FALSE(flash.ok());
-  EXPECT_NE(flash.message().find("FlashMLA"), std::string::npos) << flash.message();
-  mla.dtype = DType::kBF16;  // a bf16 MLA cache stays supported
   EXPECT_TRUE(gpu->check_kv_layout(mla).ok());
-  std::printf("refused: %s | %s | %s\n", plain.message().c_str(), split.message().c_str(),
-              flash.message().c_str());
+  mla.dtype = DType::kBF16;
+  EXPECT_TRUE(gpu->check_kv_layout(mla).ok());
+  std::printf("refused: %s | %s\n", f16_rope.message().c_str(), odd.message().c_str());
 }
 
 double nmse(const std::vector<float>& a, const std::vector<float>& b) {

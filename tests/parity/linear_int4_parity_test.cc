@@ -9,9 +9,9 @@
 // - dequant: bit for bit the CPU twin's weights (model/quant.h dequant_int4_pack_quantized: the
 //   exact product (nibble - 8) · scale rounded once to bf16, which the kernels compute too).
 // - GEMV / GEMM: NMSE = ‖gpu − ref‖² / ‖ref‖² against float64 x · Wᵀ (+ bias), W those same
-//   weights (the stream GEMV's default, gemv_round = 0: the unrounded (nibble − 8) · scale it
-//   computes with, exact in float32; its NMSE against the rounded weights is printed too, ~1e-6
-//   more) and x the bf16 inputs. Weights and products are then exact on both sides; what
+//   weights (the register and stream GEMVs' default, gemv_round = 0: the unrounded
+//   (nibble − 8) · scale they compute with, exact in float32; their NMSE against the rounded
+//   weights is printed too, ~1e-6 more) and x the bf16 inputs. Weights and products are then exact on both sides; what
 //   differs is the float32 accumulation order (relative error ~k · 2⁻²⁴ at worst, < 1e-9 in
 //   NMSE) and the output's rounding to bf16: uniform in ±half an ulp = 2⁻⁹ relative at the
 //   bottom of a binade, NMSE ≈ 2⁻¹⁴ / 12 / E[(v / 2^e)²] ≈ 5.1e-6 / 2.2 ≈ 2.4e-6 (the bf16
@@ -305,7 +305,7 @@ struct RunOpts {
   bool gemm = false;
   int gemv_ksplit = 0, gemm_tokens = 0, gemm_ksplit = 0, preload = 0, pdl_early = 0;
   int gemv_kernel = 0, gemv_warps = 0, gemv_stages = 0, gemv_chunk = 0, gemv_grid = 0,
-      gemv_round = 0;
+      gemv_round = 0, gemv_unroll = 0, gemv_trigger = 0, gemv_depth = 0;
   // The reference's weights: the unrounded products (the stream GEMV's gemv_round = 0) or the
   // bf16-rounded ones.
   bool exact_ref = false;
@@ -322,6 +322,23 @@ void apply(const RunOpts& o, cuda::Int4LinearParams* p) {
   p->gemv_chunk = o.gemv_chunk;
   p->gemv_grid = o.gemv_grid;
   p->gemv_round = o.gemv_round;
+  p->gemv_unroll = o.gemv_unroll;
+  p->gemv_trigger = o.gemv_trigger;
+  p->gemv_depth = o.gemv_depth;
+}
+// Whether launch_int4_gemv can take o on an [n, k] weight at m rows (a forced stream or register
+// configuration may need more shared memory than there is).
+bool gemv_fits(const RunOpts& o, int64_t m, int64_t n, int64_t k, int group, int64_t inter = 0) {
+  cuda::Int4LinearParams p{};
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.group = group;
+  p.glu_inter = inter;
+  apply(o, &p);
+  if (o.gemv_kernel == cuda::kInt4GemvStream) return cuda::int4_gemv_stream_fits(p);
+  if (o.gemv_kernel == cuda::kInt4GemvReg) return cuda::int4_gemv_reg_fits(p);
+  return true;
 }
 
 // One linear (GEMV or GEMM) on m random rows; returns the NMSE against the float64 reference
@@ -359,7 +376,7 @@ double run_linear(std::mt19937& rng, const Int4Weight& w, int64_t m, bool with_b
               host_linear(x, m, o.exact_ref ? w.w_exact : w.w, n, k, with_bias ? &bias : nullptr));
 }
 
-// The mma GEMV (forced: launch_int4_gemv would take the stream GEMV for m <= 8): every row
+// The mma GEMV (forced: launch_int4_gemv would take the register GEMV for m <= 8): every row
 // count class (1, 2, 4 n tiles of 8 tokens, partial ones included), every group, odd shapes with
 // 1, 2, 4, 8 warps per tile and the automatic split, the weight preload before the PDL wait on
 // and off; every m from 1 to 32 on the first shape; the 8B qkv shape.
@@ -543,6 +560,14 @@ TEST(Int4Parity, GemvStream) {
       for (int64_t m = 1; m <= 8; ++m) {
         if (ki > 0 && m % 3 != 1 && m != 8) continue;  // every m on the defaults only
         const RunOpts o = stream_opts(kStreamKnobs[ki]);
+        // A forced ring may not fit beside a large x (16 warps of 2-stage rings, k = 4,128 and
+        // m = 8: 230 KB); the defaults always do (the ring shrinks).
+        if (!gemv_fits(o, m, sh.n, sh.k, sh.group)) {
+          EXPECT_NE(ki, 0u) << "defaults do not fit: m " << m << " k " << sh.k;
+          std::printf("int4 stream knobs=%zu m=%lld k=%lld: does not fit, skipped\n", ki,
+                      (long long)m, (long long)sh.k);
+          continue;
+        }
         const bool bias = (m + int64_t(ki)) % 2 == 0;
         double rounded = 0;
         const double e = run_linear(rng, w, m, bias, o, s, &rounded);
@@ -583,12 +608,116 @@ TEST(Int4Parity, GemvStreamSwiGlu) {
       for (int64_t m : {1, 3, 8}) {
         if (sh.n > 20000 && (ki % 3 != 0 || m == 3)) continue;  // the 8B gate_up: a few
         const RunOpts o = stream_opts(kStreamKnobs[ki]);
+        if (!gemv_fits(o, m, sh.n, sh.k, sh.group, sh.n / 2)) {
+          EXPECT_NE(ki, 0u) << "defaults do not fit: m " << m << " k " << sh.k;
+          continue;
+        }
         const double e = run_swiglu(rng, w, m, m % 2 == 1, o, s);
         EXPECT_LT(e, 1e-5) << "stream swiglu knobs " << ki << " m " << m << " inter " << sh.n / 2
                            << " k " << sh.k;
         if (ki == 0 || e >= 1e-5)
           std::printf("int4 stream+swiglu knobs=%zu m=%lld inter=%lld k=%lld group=%d nmse %.3g\n",
                       ki, (long long)m, (long long)sh.n / 2, (long long)sh.k, sh.group, e);
+      }
+    }
+  }
+}
+
+// ---- the register GEMV (linear_int4_reg.cu), launch_int4_gemv's default for m <= 8 ----
+// Knob sets: defaults; one warp (a block's whole stream in one part); 7 warps of a ring of 8 on
+// 3 blocks (parts crossing row tiles, many row tiles per block); each trigger point; residency
+// depth 1 and 2; one block (every row tile in it); the rounded-weight variant with each ring
+// size; the preload off.
+struct RegKnobs {
+  int warps, unroll, grid, trigger, depth, round, preload;
+};
+const RegKnobs kRegKnobs[] = {
+    {0, 0, 0, 0, 0, 0, 1}, {1, 16, 0, 0, 0, 0, 1},  {7, 8, 3, 1, 0, 0, 1},  {4, 16, 0, 2, 1, 0, 1},
+    {8, 8, 0, 3, 2, 0, 1}, {3, 16, 1, 0, 0, 0, 1},  {0, 8, 0, 0, 0, 1, 1},  {0, 16, 2, 3, 0, 1, 0},
+    {5, 0, 0, 0, 2, 0, 0},
+};
+RunOpts reg_opts(const RegKnobs& k) {
+  RunOpts o;
+  o.gemv_kernel = cuda::kInt4GemvReg;
+  o.gemv_warps = k.warps;
+  o.gemv_unroll = k.unroll;
+  o.gemv_grid = k.grid;
+  o.gemv_trigger = k.trigger;
+  o.gemv_depth = k.depth;
+  o.gemv_round = k.round;
+  o.preload = k.preload;
+  o.exact_ref = k.round == 0;
+  return o;
+}
+
+// Odd shapes (a partial row tile, k % 64 == 32, groups 32 to 256), every m from 1 to 8 on the
+// defaults, every knob set; the 8B qkv and down shapes at m = 1 and their largest m that fits,
+// through launch_int4_gemv's automatic choice (which must be this kernel).
+TEST(Int4Parity, GemvReg) {
+  Stream s;
+  std::mt19937 rng(18);
+  for (Shape sh : {Shape{517, 4128, 32}, Shape{1000, 4160, 64}, Shape{129, 2944, 128},
+                   Shape{33, 96, 32}, Shape{16, 64, 32}, Shape{272, 2560, 256}}) {
+    Int4Weight w = make_weight(rng, sh, s);
+    for (size_t ki = 0; ki < std::size(kRegKnobs); ++ki) {
+      for (int64_t m = 1; m <= 8; ++m) {
+        if (ki > 0 && m % 3 != 1 && m != 8) continue;  // every m on the defaults only
+        const RunOpts o = reg_opts(kRegKnobs[ki]);
+        ASSERT_TRUE(gemv_fits(o, m, sh.n, sh.k, sh.group)) << "knobs " << ki << " m " << m;
+        const bool bias = (m + int64_t(ki)) % 2 == 1;
+        double rounded = 0;
+        const double e = run_linear(rng, w, m, bias, o, s, &rounded);
+        EXPECT_LT(e, 1e-5) << "reg knobs " << ki << " m " << m << " n " << sh.n << " k " << sh.k
+                           << " group " << sh.group << " bias " << bias;
+        if (ki == 0 || e >= 1e-5)
+          std::printf(
+              "int4 reg knobs=%zu m=%lld n=%lld k=%lld group=%d bias=%d nmse %.3g (vs rounded "
+              "weights %.3g)\n",
+              ki, (long long)m, (long long)sh.n, (long long)sh.k, sh.group, int(bias), e, rounded);
+      }
+    }
+  }
+  for (Shape sh : {Shape{6144, 4096, 128}, Shape{4096, 14336, 128}}) {
+    Int4Weight w = make_weight(rng, sh, s);
+    for (int64_t m : {int64_t(1), sh.k == 4096 ? int64_t(8) : int64_t(7)}) {
+      for (int round : {0, 1}) {
+        RunOpts o;  // the automatic choice, as the backend launches it
+        o.preload = 1;
+        o.gemv_round = round;
+        o.exact_ref = round == 0;
+        cuda::Int4LinearParams p{};
+        p.m = m;
+        p.n = sh.n;
+        p.k = sh.k;
+        p.group = sh.group;
+        EXPECT_EQ(cuda::int4_gemv_auto_kernel(p), cuda::kInt4GemvReg);
+        double rounded = 0;
+        const double e = run_linear(rng, w, m, false, o, s, &rounded);
+        EXPECT_LT(e, 1e-5) << "reg 8B n " << sh.n << " k " << sh.k << " m " << m;
+        std::printf("int4 reg 8B n=%lld k=%lld m=%lld round=%d nmse %.3g (vs rounded %.3g)\n",
+                    (long long)sh.n, (long long)sh.k, (long long)m, round, e, rounded);
+      }
+    }
+  }
+}
+
+TEST(Int4Parity, GemvRegSwiGlu) {
+  Stream s;
+  std::mt19937 rng(19);
+  for (Shape sh : {Shape{2 * 592, 4128, 32}, Shape{2 * 2048, 2944, 128}, Shape{2 * 32, 64, 32},
+                   Shape{2 * 48, 768, 256}, Shape{2 * 14336, 4096, 128}}) {
+    Int4Weight w = make_weight(rng, sh, s);
+    for (size_t ki = 0; ki < std::size(kRegKnobs); ++ki) {
+      for (int64_t m : {1, 3, 8}) {
+        if (sh.n > 20000 && (ki % 3 != 0 || m == 3)) continue;  // the 8B gate_up: a few
+        const RunOpts o = reg_opts(kRegKnobs[ki]);
+        ASSERT_TRUE(gemv_fits(o, m, sh.n, sh.k, sh.group, sh.n / 2)) << "knobs " << ki;
+        const double e = run_swiglu(rng, w, m, m % 2 == 1, o, s);
+        EXPECT_LT(e, 1e-5) << "reg swiglu knobs " << ki << " m " << m << " inter " << sh.n / 2
+                           << " k " << sh.k;
+        if (ki == 0 || e >= 1e-5)
+          std::printf("int4 reg+swiglu knobs=%zu m=%lld inter=%lld k=%lld group=%d nmse %.3g\n", ki,
+                      (long long)m, (long long)sh.n / 2, (long long)sh.k, sh.group, e);
       }
     }
   }
@@ -611,6 +740,17 @@ TEST(Int4Parity, GemvChoice) {
   EXPECT_FALSE(cuda::int4_gemv_stream_fits(params(8, 4096, 14336, 128)));  // x: 229 KB
   EXPECT_FALSE(cuda::int4_gemv_stream_fits(params(9, 6144, 4096, 128)));   // one n tile
   EXPECT_FALSE(cuda::int4_gemv_stream_fits(params(1, 6144, 4096, 512)));   // x sums per warp
+  // The register GEMV wherever it fits (m <= 8, group <= 256, x within 227 KB), else the mma GEMV.
+  for (int64_t m = 1; m <= 8; ++m)
+    EXPECT_EQ(cuda::int4_gemv_auto_kernel(params(m, 6144, 4096, 128)), cuda::kInt4GemvReg) << m;
+  EXPECT_EQ(cuda::int4_gemv_auto_kernel(params(7, 4096, 14336, 128)), cuda::kInt4GemvReg);
+  EXPECT_EQ(cuda::int4_gemv_auto_kernel(params(8, 4096, 14336, 128)), cuda::kInt4GemvMma);
+  EXPECT_EQ(cuda::int4_gemv_auto_kernel(params(9, 6144, 4096, 128)), cuda::kInt4GemvMma);
+  EXPECT_EQ(cuda::int4_gemv_auto_kernel(params(1, 6144, 4096, 512)), cuda::kInt4GemvMma);
+  EXPECT_EQ(cuda::int4_gemv_auto_kernel(params(1, 6144, 4096, 32)), cuda::kInt4GemvReg);
+  auto forced = params(1, 6144, 4096, 128);
+  forced.gemv_kernel = cuda::kInt4GemvStream;
+  EXPECT_EQ(cuda::int4_gemv_auto_kernel(forced), cuda::kInt4GemvStream);
   EXPECT_TRUE(cuda::int4_use_gemv(1, 6144, 4096));
   EXPECT_TRUE(cuda::int4_use_gemv(8, 28672, 4096));
   EXPECT_FALSE(cuda::int4_use_gemv(16, 6144, 4096));

@@ -142,7 +142,7 @@ TEST(QuantLinear, BackendMatchesCpuTwin) {
 std::vector<std::string> model_dirs() {
   const std::string s = STRATA_SHARED_DIR;
   std::vector<std::string> dirs;
-  for (const std::string root : {s + "/fixtures/tiny", std::string(STRATA_REPO_FIXTURES_DIR) + "/tiny"})
+  for (const std::string& root : {s + "/fixtures/tiny", std::string(STRATA_REPO_FIXTURES_DIR) + "/tiny"})
     if (std::filesystem::is_directory(root))
       for (const auto& e : std::filesystem::directory_iterator(root))
         if (std::filesystem::exists(e.path() / "model.safetensors")) dirs.push_back(e.path());
@@ -209,7 +209,9 @@ TEST_P(QuantModel, LogitsMatchHuggingFace) {
       std::printf("%s %s chunk %d: nmse %.3g, argmax agreement %.3f (worst gap %.3g)\n", GetParam().name.c_str(),
                   seq.c_str(), chunk, e, agree, gap);
       EXPECT_LT(e, GetParam().max_nmse) << seq << " chunk " << chunk;
-      if (GetParam().max_nmse <= 5e-4) EXPECT_LT(gap, 0.02) << seq << ": an argmax disagreement that is not a near-tie";
+      if (GetParam().max_nmse <= 5e-4) {
+        EXPECT_LT(gap, 0.02) << seq << ": an argmax disagreement that is not a near-tie";
+      }
     }
   }
   auto prompt = ref.i32("greedy0.prompt_ids");

@@ -5,11 +5,11 @@
 // host entry (the CudaBackend member that checks the tensors, fills the launch parameters and
 // records the launch) plus a small header with its parameter structs: attention (attention.h;
 // the kernels in attention_*.cu), linear, norm, rope (and the fused qkv_rope), elementwise,
-// copies (embedding, gathers, slices), kv_write, sampling; mla.cu and moe.cu are the homes of
-// ops not yet on the GPU, which cpu_twin.cc runs on the CPU reference (a declared table,
-// counted). This class owns memory (device_memory.h), host-input staging, steps, the launch
-// recorder (graph_recorder.h) and the tunables (tunables.h, the one place that reads the
-// environment).
+// copies (embedding, gathers, slices), kv_write, sampling, mla (MLA attention and its KV write);
+// moe.cu is the home of ops not yet on the GPU, which cpu_twin.cc runs on the CPU reference (a
+// declared table, counted). This class owns memory (device_memory.h), host-input staging,
+// steps, the launch recorder (graph_recorder.h) and the tunables (tunables.h, the one place
+// that reads the environment).
 //
 // Execution model. Every op becomes one or more launches, each a trivially copyable parameter
 // block plus a launcher (launch.h). In eager mode (the default) a launch runs at once on the
@@ -112,7 +112,7 @@ class CudaBackend : public Backend {
   void qkv_rope_kv_write(const Tensor& qkv, int heads, int kv_heads, int head_dim,
                          const RopeArgs& rope, KvStorage& kv, int layer,
                          const AttentionMetadata& meta, const Tensor& q) override;
-  // kv_write.cu
+  // kv_write.cu (MLA layouts: mla.cu)
   void kv_write(KvStorage& kv, int layer, const Tensor& k, const Tensor& v,
                 const AttentionMetadata& meta) override;
   // attention.cu
@@ -122,9 +122,11 @@ class CudaBackend : public Backend {
   // sampling.cu: one block per row; only the ids are copied back.
   void sample(const Tensor& logits, const SampleRowParams* params, int32_t* out_ids) override;
   void edit_logits(const Tensor& logits, const LogitEdit* edits, int64_t num_edits) override;
-  // cpu_twin.cc (homes: mla.cu, moe.cu)
+  // mla.cu: on the GPU for the (kv_lora_rank, rope) pairs the kernels are built for, else on the
+  // CPU twin (counted).
   void mla_attention(const Tensor& q_latent, const KvStorage& kv, int layer,
                      const AttentionMetadata& meta, const MlaArgs& args, const Tensor& out) override;
+  // cpu_twin.cc (home: moe.cu)
   void moe_route(const Tensor& router_logits, const Tensor& correction_bias,
                  const MoeRouteArgs& args, const Tensor& topk_ids,
                  const Tensor& topk_weights) override;
@@ -207,6 +209,12 @@ class CudaBackend : public Backend {
   bool packed_glu_fused(const Tensor& x, const LinearWeight& w) const;
   // A weight's dequantized values, bf16 [stack, out, in] (the CPU twin of packed MoE experts).
   DeviceTensorPtr dequantize_bf16(const LinearWeight& w);
+  // mla.cu: kv_write of a layout with MLA rows (rope_dim > 0).
+  void mla_kv_write(KvStorage& kv, int layer, const Tensor& k, const AttentionMetadata& meta);
+  // cpu_twin.cc: mla_attention for what the MLA kernels do not cover.
+  void mla_attention_cpu_twin(const Tensor& q_latent, const KvStorage& kv, int layer,
+                              const AttentionMetadata& meta, const MlaArgs& args,
+                              const Tensor& out);
   // cpu_twin.cc: a linear with a float32 output (MoE routers: the reference scores experts in
   // float32); sampling rows of float32 logits (not produced by this backend's models).
   void linear_f32_out(const Tensor& x, const LinearWeight& w, const Tensor& out);
@@ -245,6 +253,7 @@ class CudaBackend : public Backend {
   bool int4_ready_ = false;                       // init_int4_linear_kernels() done
   void* fp8_workspace_ = nullptr;                 // cuBLASLt's, for every FP8 GEMM
   std::unique_ptr<Fp8GemmPlanner> fp8_planner_;   // plans per (m, n, k)
+  bool mla_ready_ = false;                        // mla.cu: init_mla_attention_kernels() done
 
   void log_eager_steps();
 };

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backend/cuda/launch.h"
+#include "backend/cuda/mla_attention.h"
 
 namespace strata::cuda {
 namespace {
@@ -84,23 +85,39 @@ CudaTensor::~CudaTensor() {
 }
 
 // ---- KV storage ----
+namespace {
+
+bool mla_part_dtype(DType dt) {
+  return dt == DType::kBF16 || dt == DType::kFP8E4M3 || dt == DType::kFP8E5M2 || dt == DType::kF32;
+}
+
+// An MLA layer (rope_dim > 0) of an fp8 dtype: rows the MLA writer (mla.cu) can store, every
+// value at an address of its own size (the rope part and FlashMLA's float32 tile scales).
+Status check_mla_fp8_layer(const KvLayout& layout, int l) {
+  if (layout.rope_dtype && !mla_part_dtype(*layout.rope_dtype))
+    return unimplemented("CUDA backend: MLA rope parts of dtype {} are not implemented; use bf16, "
+                         "fp8_e4m3, fp8_e5m2 or f32", dtype_name(*layout.rope_dtype));
+  const MlaRowFormat f = mla_row_format(layout, l, 1.0f);
+  if (f.rope_offset % mla_elem_bytes(f.rope_elem) != 0 || (f.flashmla && f.latent % 4 != 0))
+    return unimplemented("CUDA backend: MLA KV rows of {} latent values with a {}-byte rope part "
+                         "leave the rope part (or the FlashMLA tile scales) unaligned; use bf16 KV "
+                         "or --device cpu", f.latent, mla_elem_bytes(f.rope_elem));
+  return Status();
+}
+
+}  // namespace
+
 Status check_cuda_kv_layout(const KvLayout& layout) {
+  if (layout.rope_dim > 0 && layout.rope_dim >= layout.k_dim)
+    return invalid_argument("MLA KV layout: rope dim {} is not below the row's {} values",
+                            layout.rope_dim, layout.k_dim);
   for (int l = 0; l < layout.num_layers; ++l) {
     const DType dt = layout.layer_dtype(l);
     const bool fp8 = dt == DType::kFP8E4M3 || dt == DType::kFP8E5M2;
     if (dt != DType::kBF16 && !fp8)
       return unimplemented("CUDA backend: KV dtype {} (layer {}) is not implemented; use bf16, "
                            "fp8_e4m3 or fp8_e5m2", dtype_name(dt), l);
-    if (!fp8) continue;
-    if (layout.format == KvFormat::kFlashMlaFp8)
-      return unimplemented("CUDA backend: the FlashMLA FP8 KV layout (fp8_flashmla) is not "
-                           "implemented; use --device cpu or a bf16 KV cache");
-    if (layout.k_row_is_split(l))
-      return unimplemented("CUDA backend: MLA KV rows with a separate rope dtype "
-                           "(--kv-mla-rope-dtype) are not implemented; use --device cpu");
-    if (layout.rope_dim > 0)
-      return unimplemented("CUDA backend: fp8 MLA KV caches are not implemented (the MLA "
-                           "attention kernels are not ported); use --device cpu or bf16 KV");
+    if (fp8 && layout.rope_dim > 0) STRATA_RETURN_IF_ERROR(check_mla_fp8_layer(layout, l));
   }
   return Status();
 }
@@ -114,7 +131,7 @@ CudaKvStorage::CudaKvStorage(const KvLayout& layout) : KvStorage(layout) {
   for (int l = 0; l < layout.num_layers; ++l) {
     const DType dt = layout.layer_dtype(l);
     k_off.push_back(total);
-    total += round_up(size_t(dtype_bytes_for(dt, slots * layout.k_dim)), kAlign);
+    total += round_up(size_t(slots * layout.k_row_bytes(l)), kAlign);
     v_off.push_back(total);
     total += round_up(size_t(dtype_bytes_for(dt, slots * layout.v_dim)), kAlign);
   }
@@ -123,8 +140,15 @@ CudaKvStorage::CudaKvStorage(const KvLayout& layout) : KvStorage(layout) {
   char* base = static_cast<char*>(memory_);
   for (int l = 0; l < layout.num_layers; ++l) {
     const DType dt = layout.layer_dtype(l);
-    k_.push_back(Tensor::make(base + k_off[size_t(l)], dt,
-                              {layout.num_pages, layout.page_size, layout.k_dim}, Device::kCuda));
+    // Split MLA rows (rope part in its own dtype, FlashMLA tiles) are raw bytes, as KvStorage::k
+    // says; every other layer is k_dim values of its dtype.
+    if (layout.k_row_is_split(l))
+      k_.push_back(Tensor::make(base + k_off[size_t(l)], DType::kU8,
+                                {layout.num_pages, layout.page_size, layout.k_row_bytes(l)},
+                                Device::kCuda));
+    else
+      k_.push_back(Tensor::make(base + k_off[size_t(l)], dt,
+                                {layout.num_pages, layout.page_size, layout.k_dim}, Device::kCuda));
     v_.push_back(Tensor::make(layout.v_dim > 0 ? base + v_off[size_t(l)] : nullptr, dt,
                               {layout.num_pages, layout.page_size, layout.v_dim}, Device::kCuda));
   }

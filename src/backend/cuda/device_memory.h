@@ -56,8 +56,10 @@ class CudaTensor : public DeviceTensor {
   size_t bytes_ = 0;
 };
 
-// bf16, fp8_e4m3 and fp8_e5m2 plain rows per layer (mixed allowed); refuses MLA fp8 rows (rope
-// split, FlashMLA tiles), fp8 MLA caches in general, and every other dtype.
+// bf16, fp8_e4m3 and fp8_e5m2 layers (mixed allowed), MLA rows included: fp8 latents with the
+// rope part in the layer's dtype, in bf16 / fp8 / f32 (--kv-mla-rope-dtype), or FlashMLA rows
+// (mla_attention.h); refuses every other dtype, and MLA rows whose rope part (or FlashMLA tile
+// scales) would sit at an address not a multiple of its element size.
 Status check_cuda_kv_layout(const KvLayout& layout);
 
 class CudaKvStorage : public KvStorage {
@@ -69,7 +71,9 @@ class CudaKvStorage : public KvStorage {
 
  private:
   void* memory_ = nullptr;
-  std::vector<Tensor> k_, v_;  // per layer [num_pages, page_size, k_dim | v_dim], layer dtype
+  // per layer [num_pages, page_size, k_dim | v_dim] of the layer's dtype; split MLA K rows: kU8
+  // [num_pages, page_size, k_row_bytes]
+  std::vector<Tensor> k_, v_;
 };
 
 // Pinned host memory mirrored by device memory: the per-step host inputs. Offsets restart at

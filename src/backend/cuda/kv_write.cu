@@ -1,7 +1,8 @@
 // Paged KV write: each new token's K and V rows go to its slot (page · page_size + offset) of a
 // layer's caches in one launch, divided by the layer's scales and stored as the layer's element
 // type: bf16, or fp8 e4m3 / e5m2 rounded exactly as the CPU reference rounds (fp8.cuh), so the
-// two backends store the same bytes for the same bf16 inputs.
+// two backends store the same bytes for the same bf16 inputs. MLA layouts (rope_dim > 0: the
+// latent rows, split or FlashMLA formats included) go to the MLA writer (mla.cu).
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/fp8.cuh"
@@ -103,8 +104,13 @@ void CudaBackend::kv_write(KvStorage& kv, int layer, const Tensor& k, const Tens
     CHECK_MSG(slot >= 0 && slot < lay.num_pages * lay.page_size, "slot {} out of pool", slot);
   }
   if (meta.num_tokens == 0) return;
-  const DeviceMeta& dm = device_meta(meta);
   check_bf16(k, "kv_write k");
+  // MLA rows (latent + rope part, every row format of backend/kv_format.h): mla.cu.
+  if (lay.rope_dim > 0) {
+    mla_kv_write(kv, layer, k, meta);
+    return;
+  }
+  const DeviceMeta& dm = device_meta(meta);
   auto p = zeroed<KvWriteParams>();
   p.src_k = k.ptr<bf16_bits>();
   p.cache_k = kv.k(layer).data;

@@ -29,9 +29,9 @@
 // A grouped (MoE) variant only offsets `packed` and `scale` by an expert's stride: nothing in the
 // layout depends on other experts.
 //
-// GEMVs (decode). launch_int4_gemv runs the stream GEMV of linear_int4_stream.cu for m <= 8
-// wherever its shared memory holds x (int4_gemv_stream_fits; ~120 -> ~50 instructions per tile,
-// weights through cp.async.bulk rings), else the mma GEMV below (m <= 32).
+// GEMVs (decode). launch_int4_gemv runs the register GEMV of linear_int4_reg.cu for m <= 8
+// wherever its shared memory holds x (int4_gemv_reg_fits; ~120 -> ~42 instructions per tile),
+// else the mma GEMV below (m <= 32); the stream GEMV of linear_int4_stream.cu only when asked.
 //
 // mma GEMV (m <= 32): mma.sync m16n8k16 with 16 weight rows as A and 8 tokens as B (1, 2 or
 // 4 n tiles; tokens >= m multiply zeros). One warp per 16-row tile (GLU: the gate tile and its
@@ -398,6 +398,11 @@ void launch_int4_dequant_bf16(const Int4DequantParams& p, cudaStream_t stream) {
   CUDA_LAUNCH_CHECK();
 }
 
+int int4_gemv_auto_kernel(const Int4LinearParams& p) {
+  if (p.gemv_kernel != 0) return p.gemv_kernel;
+  return int4_gemv_reg_fits(p) ? kInt4GemvReg : kInt4GemvMma;
+}
+
 void launch_int4_gemv(const Int4LinearParams& p, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0) return;
   CHECK_MSG(p.m <= kInt4GemvMaxRows, "int4 gemv: {} rows (max {})", p.m, kInt4GemvMaxRows);
@@ -409,10 +414,15 @@ void launch_int4_gemv(const Int4LinearParams& p, cudaStream_t stream) {
   CHECK_MSG(p.glu_inter == 0 || (p.n == 2 * p.glu_inter && p.glu_inter % kInt4TileRows == 0),
             "int4 gemv: SwiGLU needs n = 2 · inter and inter % 16 == 0 (n {}, inter {})", p.n,
             p.glu_inter);
-  CHECK(p.gemv_kernel == 0 || p.gemv_kernel == kInt4GemvStream || p.gemv_kernel == kInt4GemvMma);
-  if (p.gemv_kernel == kInt4GemvStream || (p.gemv_kernel == 0 && int4_gemv_stream_fits(p))) {
-    launch_int4_gemv_stream(p, stream);
-    return;
+  switch (int4_gemv_auto_kernel(p)) {
+    case kInt4GemvReg:
+      return launch_int4_gemv_reg(p, stream);
+    case kInt4GemvStream:
+      return launch_int4_gemv_stream(p, stream);
+    default:
+      CHECK_MSG(p.gemv_kernel == 0 || p.gemv_kernel == kInt4GemvMma, "int4 gemv: kernel {}",
+                p.gemv_kernel);
+      break;
   }
   if (p.glu_inter > 0)
     launch_gemv_glu<true>(p, stream);

@@ -69,6 +69,16 @@ __device__ __forceinline__ void dequant_word(uint32_t q, uint32_t s_lo, uint32_t
   a[3] = bf16x2_mul(bf16x2_sub(lop3_and_or(q >> 12, kMask, kMagic), kBias), s_hi);
 }
 
+// (128 + nibble) as bf16 pairs: A register i of the word's k step (see tile_coords), exact
+// (the GEMVs subtract 128 + 8 through −136·Σx per scale group).
+__device__ __forceinline__ void magic_word(uint32_t q, uint32_t* a) {
+  constexpr uint32_t kMask = 0x000f000fu, kMagic = 0x43004300u;
+  a[0] = lop3_and_or(q, kMask, kMagic);
+  a[1] = lop3_and_or(q >> 4, kMask, kMagic);
+  a[2] = lop3_and_or(q >> 8, kMask, kMagic);
+  a[3] = lop3_and_or(q >> 12, kMask, kMagic);
+}
+
 // ---- tensor cores, async copies ----
 __device__ __forceinline__ void mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
   asm volatile(
@@ -94,8 +104,12 @@ __device__ __forceinline__ void cp_async_wait() {
 }  // namespace strata::cuda::int4
 
 namespace strata::cuda {
-// The stream GEMV (linear_int4_stream.cu): launch_int4_gemv's kernel for m <= 8 where
-// int4_gemv_stream_fits; init sets its kernels' shared-memory limit on the current device.
+// The stream GEMV (linear_int4_stream.cu), where forced (gemv_kernel) or where the register
+// GEMV does not fit; init sets its kernels' shared-memory limit on the current device.
 void launch_int4_gemv_stream(const Int4LinearParams& p, cudaStream_t stream);
 void init_int4_gemv_stream_kernels();
+// The register GEMV (linear_int4_reg.cu): launch_int4_gemv's default for m <= 8 where
+// int4_gemv_reg_fits.
+void launch_int4_gemv_reg(const Int4LinearParams& p, cudaStream_t stream);
+void init_int4_gemv_reg_kernels();
 }  // namespace strata::cuda

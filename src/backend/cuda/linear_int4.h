@@ -5,10 +5,12 @@
 //
 //   launch_int4_repack        checkpoint layout -> device layout (once, at upload)
 //   launch_int4_dequant_bf16  device layout -> bf16 [n, k] (fallback for very large m; tests)
-//   launch_int4_gemv          m <= kInt4GemvMaxRows (decode): weights streamed once; two kernels:
+//   launch_int4_gemv          m <= kInt4GemvMaxRows (decode): weights streamed once; three
+//                             kernels: the register GEMV (m <= 8, linear_int4_reg.cu: weights
+//                             straight into registers, x in shared memory, group scale in
+//                             float32, the default), the mma GEMV (m <= 32, linear_int4.cu) and
 //                             the stream GEMV (m <= 8, linear_int4_stream.cu: cp.async.bulk into
-//                             shared memory, group scale in float32) and the mma GEMV (m <= 32,
-//                             linear_int4.cu: through registers)
+//                             shared memory; only when forced)
 //   launch_int4_gemm          any m (prefill, large batches): wgmma, dequantized in registers
 //   int4_use_gemv             the GEMV / GEMM crossover the backend dispatch follows
 //
@@ -88,10 +90,10 @@ void launch_int4_dequant_bf16(const Int4DequantParams& p, cudaStream_t stream);
 
 // out [m, n] = x [m, k] · Wᵀ (+ bias) with W [n, k] = (nibble - 8) · scale rounded to bf16 (as
 // compressed-tensors and the CPU twin dequantize), float32 accumulation, bias added before the
-// output's bf16 rounding. Except: the stream GEMV with gemv_round = 0 (its default) uses W
-// unrounded, (nibble - 8) · scale exactly, the scale applied per group in float32
-// (linear_int4_stream.cu: NMSE ~1.3e-6 against the rounded weights, below the output's own
-// rounding). k % 32 == 0 (a multiple of the group); x, packed and scale 16-byte
+// output's bf16 rounding. Except: the register and stream GEMVs with gemv_round = 0 (their
+// default) use W unrounded, (nibble - 8) · scale exactly, the scale applied per group in float32
+// (linear_int4_reg.cu: NMSE ~1.3e-6 against the rounded weights, below the output's own
+// rounding); gemv_round = 1 (or the mma GEMV) gives the reference's bits. k % 32 == 0 (a multiple of the group); x, packed and scale 16-byte
 // aligned (x rows then are too); packed and scale as launch_int4_repack wrote them.
 // GEMV only: glu_inter > 0 makes W the fused gate-up projection [2 · glu_inter, k] (gate rows,
 // then up rows; glu_inter % 16 == 0) and out [m, glu_inter] = silu(g) · u with g, u the
@@ -123,22 +125,34 @@ struct Int4LinearParams {
   // production (0 only for A/B measurements); it needs the weights not to be written by the
   // kernel just before.
   int preload;
-  // GEMV kernel: 0 auto (the stream GEMV where int4_gemv_stream_fits, else the mma GEMV),
-  // kInt4GemvStream or kInt4GemvMma.
+  // GEMV kernel: 0 auto (int4_gemv_auto_kernel: the register GEMV where it fits, else the mma
+  // GEMV), kInt4GemvStream, kInt4GemvMma or kInt4GemvReg.
   int gemv_kernel;
-  // Stream GEMV knobs, 0 = default: warps per block (8; 1..16), ring stages per warp (~64 KB of
-  // ring per block, fewer where x is large), tiles per stage (4; 4 or 8), blocks (the SMs),
-  // gemv_round = 1: weights rounded to bf16 before the mma (the reference's bits, ~15 more
-  // instructions per 8 weights).
+  // Register and stream GEMV knobs, 0 = default: warps per block (8; register 1..8, stream
+  // 1..16), blocks (the SMs), gemv_round = 1: weights rounded to bf16 before the mma (the
+  // reference's bits, ~15 more instructions per 8 weights). Stream only: ring stages per warp
+  // (~64 KB of ring per block, fewer where x is large), tiles per stage (4; 4 or 8).
   int gemv_warps;
   int gemv_stages;
   int gemv_chunk;
   int gemv_grid;
   int gemv_round;
-  int pad_;
+  // Register GEMV only, 0 = default: k tiles in flight per warp (its register ring: 16, or 8;
+  // group 32: 8); when the next kernel may launch (kInt4TriggerEarly; see below); the most
+  // blocks per SM its shared memory leaves room for, its successor's included (0: no padding,
+  // the registers allow 2).
+  int gemv_unroll;
+  int gemv_trigger;
+  int gemv_depth;
 };
 constexpr int kInt4GemvStream = 1;
 constexpr int kInt4GemvMma = 2;
+constexpr int kInt4GemvReg = 3;
+// gemv_trigger: griddepcontrol.launch_dependents before the PDL wait (right after the weight
+// preload), after it, or once a warp has issued its last weight loads.
+constexpr int kInt4TriggerEarly = 1;
+constexpr int kInt4TriggerAfterWait = 2;
+constexpr int kInt4TriggerLate = 3;
 static_assert(std::has_unique_object_representations_v<Int4LinearParams> &&
                   std::has_unique_object_representations_v<Int4RepackParams> &&
                   std::has_unique_object_representations_v<Int4DequantParams>,
@@ -146,12 +160,16 @@ static_assert(std::has_unique_object_representations_v<Int4LinearParams> &&
 // Decode: m <= kInt4GemvMaxRows, plain or SwiGLU (the bench compares it with the GEMM up to m =
 // 32).
 void launch_int4_gemv(const Int4LinearParams& p, cudaStream_t stream);
-// Whether launch_int4_gemv can (and with gemv_kernel = 0 does) run p on the stream GEMV: m <= 8,
-// group <= 256, and its shared memory (x is m·k·2 bytes of it) within 227 KB.
+// Whether launch_int4_gemv can run p (its knobs included) on the stream GEMV / the register
+// GEMV: m <= 8, group <= 256, and their shared memory (x is m·k·2 bytes of it) within 227 KB.
 bool int4_gemv_stream_fits(const Int4LinearParams& p);
+bool int4_gemv_reg_fits(const Int4LinearParams& p);
+// The kernel launch_int4_gemv runs for p: gemv_kernel where set, else kInt4GemvReg where it
+// fits, else kInt4GemvMma.
+int int4_gemv_auto_kernel(const Int4LinearParams& p);
 // The backend's choice for an INT4 linear of m rows: the GEMV (true) or the GEMM. Measured on
 // the 8B shapes (2026-12-01, H200): the GEMM is ahead from m = 16 on every shape, the mma GEMV
-// up to m = 8 (but gate_up at m = 8, within 5%); the stream GEMV costs the same from m = 1 to 8.
+// up to m = 8 (but gate_up at m = 8, within 5%).
 // bench/cuda/int4_linear_bench.cc's crossover table (m = 1..32) re-measures it.
 inline bool int4_use_gemv(int64_t m, int64_t /*n*/, int64_t /*k*/) { return m <= 8; }
 // Any m, plain only (glu_inter must be 0). Sets its kernels' shared-memory limit on first use on

@@ -341,6 +341,7 @@ int num_sms() {
 
 void init_int4_linear_kernels() {
   init_int4_gemv_stream_kernels();
+  init_int4_gemv_reg_kernels();
   set_limit<64, 1>();
   set_limit<64, 2>();
   set_limit<128, 1>();

@@ -1,6 +1,6 @@
-// The W4A16 decode GEMV for m <= 8 (launch_int4_gemv picks it; linear_int4.h): weights streamed
-// into shared memory by the copy engine (cp.async.bulk), one pass, on the tile layout of
-// linear_int4.cu.
+// A W4A16 decode GEMV for m <= 8 (launch_int4_gemv runs it when gemv_kernel asks for it; the
+// register GEMV of linear_int4_reg.cu is the default): weights streamed into shared memory by the
+// copy engine (cp.async.bulk), one pass, on the tile layout of linear_int4.cu.
 //
 // ## Why not the mma GEMV of linear_int4.cu
 // That kernel streams 512-byte tiles through registers (16 bytes per lane and load) and reached
@@ -101,15 +101,6 @@ __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_
 // Orders this thread's earlier shared-memory reads before later async-proxy writes.
 __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-// (128 + nibble) as bf16 pairs: A register i of the word's k step (see tile_coords), exact.
-__device__ __forceinline__ void magic_word(uint32_t q, uint32_t* a) {
-  constexpr uint32_t kMask = 0x000f000fu, kMagic = 0x43004300u;
-  a[0] = lop3_and_or(q, kMask, kMagic);
-  a[1] = lop3_and_or(q >> 4, kMask, kMagic);
-  a[2] = lop3_and_or(q >> 8, kMask, kMagic);
-  a[3] = lop3_and_or(q >> 12, kMask, kMagic);
 }
 
 // Host-computed layout of one launch (kernel argument; see plan_stream).
@@ -449,11 +440,13 @@ bool choose_stream(const Int4LinearParams& p, StreamLaunch* out) {
   s.grid = int(
       std::max<int64_t>(1, std::min<int64_t>(units, p.gemv_grid > 0 ? p.gemv_grid : num_sms())));
   // Default ring: ~64 KB per block (48 KB in flight per SM at 8 warps), fewer stages (down to 2)
-  // where x would keep two blocks from fitting per SM.
+  // where x would keep two blocks from fitting per SM, and down to 1 where the block would not
+  // fit at all (many warps of large stages beside a large x).
   int stages = p.gemv_stages > 0 ? p.gemv_stages
                                  : std::max(2, 64 * 1024 / (s.warps * s.ct * kInt4TileBytes));
   s.pl = plan_stream(p, s.warps, stages, s.ct, s.grid);
-  while (p.gemv_stages == 0 && s.pl.bytes > uint32_t(kSmemHalf) && stages > 2)
+  while (p.gemv_stages == 0 && stages > 1 &&
+         (s.pl.bytes > uint32_t(kSmemMax) || (s.pl.bytes > uint32_t(kSmemHalf) && stages > 2)))
     s.pl = plan_stream(p, s.warps, --stages, s.ct, s.grid);
   if (s.pl.bytes > uint32_t(kSmemMax)) return false;
   *out = s;

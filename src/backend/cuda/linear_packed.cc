@@ -34,10 +34,11 @@ void run_fp8_dequant(const Fp8DequantParams& p, const Launch& l) { launch_fp8_de
 
 constexpr size_t kFp8GemmWorkspaceBytes = size_t(32) << 20;  // cuBLASLt's recommendation on Hopper
 
-// The FP8 GEMV or the act_quant + GEMM for m rows of an [n, k] weight. Measured on DeepSeek-V3's
-// shapes (2026-12-01, H200, bench/cuda/fp8_linear_bench.cc): the GEMV wins at m <= 2 everywhere
-// and up to m = 16 on small weights (kv_a 576 x 7168: 15.9 us vs 18.1 at m = 16); on large ones
-// the GEMM wins from m = 4 (gate/up 7168 -> 18432: 53 us vs 91).
+// The FP8 GEMV or a GEMM for m rows of an [n, k] weight. Measured against the W8A8 GEMM on
+// DeepSeek-V3's shapes (2026-12-01, H200, bench/cuda/fp8_linear_bench.cc): the GEMV wins at m <= 2
+// everywhere and up to m = 16 on small weights (kv_a 576 x 7168: 15.9 us vs 18.1 at m = 16); on
+// large ones the GEMM wins from m = 4 (gate/up 7168 -> 18432: 53 us vs 91). The default W8A16
+// GEMM (dequantize + cuBLAS) has not been timed against the GEMV yet: the same rule serves it.
 bool fp8_use_gemv(int64_t m, int64_t n, int64_t k) {
   if (m <= 2) return true;
   if (m > kFp8GemvMaxRows) return false;
@@ -151,9 +152,6 @@ void CudaBackend::linear_packed(const Tensor& x, const LinearWeight& w, const Te
     p.group = w.format.group_size;
     p.pdl_early = tunables_.pdl_early;
     p.preload = 1;  // weights are never written by the kernel before (linear_int4.h)
-    // The mma GEMV: one token's 128 GEMVs of the 8B shape 2.03 ms against the stream GEMV's
-    // 2.54 ms with its default knobs (2026-12-01, int4_linear_bench).
-    p.gemv_kernel = kInt4GemvMma;
     if (int4_use_gemv(m, n, k)) {
       if (glu) p.glu_inter = n / 2;
       return record(glu ? kOpInt4GemvGlu : kOpInt4Gemv, p, run_int4_gemv);

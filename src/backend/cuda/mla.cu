@@ -1,4 +1,125 @@
-// The home of MLA attention on the GPU (absorbed latent attention over the paged latent cache:
-// decode and prefill kernels and CudaBackend::mla_attention's host entry), not written yet:
-// issue 22. Until then CudaBackend::mla_attention runs on the CPU reference through host copies,
-// declared and counted in cpu_twin.cc's table.
+// MLA on the GPU, the host side (issue 22): CudaBackend::mla_attention and the latent KV write
+// that kv_write hands MLA layouts to, over the kernels of mla_attention.h. Both read the step's
+// device metadata (device_meta: one upload a step, shared with every layer and op), and neither
+// allocates anything but split-KV scratch from the device pool, so a decode step records into a
+// CUDA graph like any other.
+//
+// Graph replay: the launch parameters must not change while a decode batch only grows its
+// contexts. The plan (mla_attention.h plan_mla_attention) depends on the batch's shape only, and
+// its longest context enters as a power-of-two bucket (at least 256 keys, as paged decode's
+// split count does in attention.cc): splits past a sequence's keys are empty, which the merge
+// allows. The scratch (num_splits > 1) is a pool block of a size fixed by the plan, so the same
+// step shape gets the same block back (device_memory.h).
+//
+// (kv_lora_rank, rope) pairs the kernels are not built for (mla_attention_supported), and rows
+// the kernels cannot copy (not 4-byte aligned; bf16 rows not 16-byte aligned), run on the CPU
+// reference through host copies (cpu_twin.cc), counted as "mla_attention".
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/mla_attention.h"
+
+namespace strata::cuda {
+namespace {
+
+// The MLA launchers take a bare stream (and always launch with programmatic dependent launch:
+// every MLA kernel waits on its predecessor first, so it is safe whatever CudaTunables::pdl says).
+void run_mla_attention(const MlaAttentionParams& p, const Launch& l) {
+  launch_mla_attention(p, l.stream);
+}
+void run_mla_kv_write(const MlaKvWriteParams& p, const Launch& l) {
+  launch_mla_kv_write(p, l.stream);
+}
+
+// The row format of `layer` when the model's rope part is `rope` dims. A layout without its MLA
+// split (rope_dim 0: a model's own kv_layout(), which tests allocate directly; the engine sets
+// rope_dim through engine/kv_config.h) holds plain rows of the layer's dtype: the format of the
+// same layer with rope_dim set and no split (the bytes are the same).
+MlaRowFormat layer_row_format(const KvLayout& lay, int layer, int rope, float k_scale) {
+  if (lay.rope_dim == rope) return mla_row_format(lay, layer, k_scale);
+  CHECK_MSG(lay.rope_dim == 0, "MLA attention: the KV layout's rope dim {} is not the model's {}",
+            lay.rope_dim, rope);
+  KvLayout plain;
+  plain.num_layers = 1;
+  plain.k_dim = lay.k_dim;
+  plain.rope_dim = rope;
+  plain.dtype = lay.layer_dtype(layer);
+  return mla_row_format(plain, 0, k_scale);
+}
+
+// The longest context as the plan sees it: a power-of-two bucket, at least 256 keys.
+int kv_len_bucket(int max_kv_len) {
+  int bucket = 256;
+  while (bucket < max_kv_len) bucket *= 2;
+  return bucket;
+}
+
+}  // namespace
+
+void CudaBackend::mla_attention(const Tensor& q_latent, const KvStorage& kv, int layer,
+                                const AttentionMetadata& meta, const MlaArgs& args,
+                                const Tensor& out) {
+  const KvLayout& lay = kv.layout();
+  const int heads = args.num_heads, latent = args.kv_lora_rank, rope = args.rope_dim;
+  const int width = latent + rope;
+  const int64_t tokens = meta.num_tokens;
+  CHECK_EQ(lay.k_dim, width);
+  CHECK_EQ(q_latent.numel(), tokens * heads * width);
+  CHECK_EQ(out.numel(), tokens * heads * latent);
+  CHECK(q_latent.is_contiguous() && out.is_contiguous());
+  check_bf16(q_latent, "mla_attention q_latent");
+  check_bf16(out, "mla_attention out");
+  if (tokens == 0) return;
+  const MlaRowFormat fmt = layer_row_format(lay, layer, rope, kv.k_scale(layer));
+  const void* cache = kv.k(layer).data;
+  const int copy_width = mla_copy_width(cache, fmt.row_bytes);
+  // q rows are read 16 bytes at a time: width % 8 (true of every built pair); bf16 rows go
+  // straight into the mma kernel's tiles in 16-byte copies (rows of every built pair are).
+  if (!mla_attention_supported(latent, rope) || copy_width == 0 || width % 8 != 0 ||
+      (mla_mma_direct(fmt) && copy_width != 16)) {
+    mla_attention_cpu_twin(q_latent, kv, layer, meta, args, out);
+    return;
+  }
+  if (!mla_ready_) {  // shared-memory limits, before the first launch (and any capture)
+    init_mla_attention_kernels();
+    mla_ready_ = true;
+  }
+  const DeviceMeta& dm = device_meta(meta);
+  auto p = zeroed<MlaAttentionParams>();
+  p.q = q_latent.ptr<bf16_bits>();
+  p.cache = cache;
+  p.out = out.ptr<bf16_bits>();
+  p.q_indptr = dm.q_indptr;
+  p.kv_lens = dm.kv_lens;
+  p.page_indptr = dm.page_indptr;
+  p.page_indices = dm.page_indices;
+  p.fmt = fmt;
+  p.num_seqs = meta.num_seqs;
+  p.heads = heads;
+  p.q_stride = width;
+  p.page_size = meta.page_size;
+  p.scale_log2 = args.scale * 1.4426950408889634f;
+  p.copy_width = copy_width;
+  const MlaPlan plan = plan_mla_attention(fmt, meta.num_seqs, tokens, heads, meta_max_q_,
+                                          kv_len_bucket(meta_max_kv_), num_sms_);
+  DeviceTensorPtr work;  // back to the pool at return: stream order keeps its reuse safe
+  if (plan.scratch_bytes > 0) work = scratch(plan.scratch_bytes);
+  apply_mla_plan(plan, work ? work->view().data : nullptr, &p);
+  record(kOpMlaAttention, p, run_mla_attention);
+}
+
+void CudaBackend::mla_kv_write(KvStorage& kv, int layer, const Tensor& k,
+                               const AttentionMetadata& meta) {
+  const KvLayout& lay = kv.layout();
+  CHECK_MSG(lay.v_dim == 0, "MLA KV write: the layout has V rows ({} values)", lay.v_dim);
+  CHECK(k.is_contiguous());
+  const DeviceMeta& dm = device_meta(meta);
+  auto p = zeroed<MlaKvWriteParams>();
+  p.src = k.ptr<bf16_bits>();
+  p.cache = kv.k(layer).data;
+  p.slots = dm.slot_mapping;
+  p.tokens = meta.num_tokens;
+  p.src_stride = lay.k_dim;
+  p.fmt = mla_row_format(lay, layer, kv.k_scale(layer));
+  record(kOpMlaKvWrite, p, run_mla_kv_write);
+}
+
+}  // namespace strata::cuda

@@ -1,0 +1,476 @@
+// The register GEMV: launch_int4_gemv's default for m <= 8 (linear_int4.h), on the tile layout
+// of linear_int4.cu. Weights go straight from global memory into registers (16-byte ld.global
+// per lane, several k tiles in flight per warp), as the bf16 GEMV (linear.cu) streams its rows.
+//
+// ## Why (measured 2026-12-01, H200, m = 1, % of copy bandwidth)
+// The mma GEMV (linear_int4.cu) and the stream GEMV (linear_int4_stream.cu) reached 27-50% on
+// the 8B shapes: the stream GEMV costs ~4.3 us plus 2.5-2.7 TB/s per launch (qkv 9.1 us,
+// o_proj 7.5, gate_up 28.2), while a qkv's weights take 3.0 us at copy bandwidth. A launch of
+// these sizes has to keep DRAM busy through its own start (PDL wait, x) and end (the last
+// loads' latency, the epilogue, the grid's completion): with ~40-60 KB in flight per SM that is
+// ~1.5-2.5 us of idle memory per launch unless the next launch's weights are already in flight.
+//
+// ## This kernel
+// - Blocks and warps: one block of W warps (8) per SM; block b owns whole row tiles (SwiGLU:
+//   gate/up pairs, the gate tiles then the up tiles), its tiles one stream in [row tile][k tile]
+//   order; warp w takes the w-th contiguous W-th of that stream, cut on scale-group boundaries
+//   (balanced to one group within a block, to one row tile between blocks: 97% on the 8B
+//   shapes). The stream GEMV splits work the same way.
+// - Weights: each lane keeps a ring of U (16) k tiles' 16-byte pieces in registers, loaded U
+//   tiles ahead of the one it multiplies: the slot just multiplied is refilled at once, so U
+//   loads per lane (16 x 16 bytes; 64 KB per SM at 8 warps) are in flight all along, from
+//   before the PDL wait to the part's end. Scale words ride in a smaller ring (one per group).
+//   No shared memory, barrier or copy engine on the weights' path; ~127 registers.
+// - Across launches: the ring is loaded before griddepcontrol.wait (weights are never written
+//   by a kernel), and by default the kernel lets its successor launch at once
+//   (kInt4TriggerEarly). Its registers (~127 x 256 threads) allow two blocks per SM: the
+//   successor's block becomes resident beside this one and loads its first 64 KB per SM while
+//   this kernel streams; the one after that becomes resident only as this kernel's blocks exit,
+//   so its loads fill the gap between this kernel's last loads and its successor's PDL wait.
+//   Trigger point, residency depth (shared-memory padding), warps and U are knobs (the bench
+//   sweeps them).
+// - x (m <= 8 tokens) is copied into shared memory once per block in mma B-fragment order:
+//   lane (t, c) reads its 8 words of a k tile as two 16-byte loads, the two halves of odd
+//   tokens swapped so that the 8 lanes of a 16-byte load phase (tokens 2j, 2j + 1) hit
+//   different banks; lanes of tokens >= m read token 0 (their output columns are discarded).
+//   With it, −136·Σx per scale group and token.
+// - Per tile and lane: one 16-byte load, 2 x 16-byte shared loads of x, 4 x (3 shifts + 4
+//   lop3) nibbles -> (128 + n) as bf16 pairs (exact), 4 mma.m16n8k16 into two group
+//   accumulators (even / odd k steps: two dependency chains) that start at −136·Σx; at the
+//   group's end acc += scale · (g0 + g1) in float32: ~42 warp instructions per 512-byte tile
+//   (the mma GEMV's SASS: ~122). At 85% of the H200's copy bandwidth an SM takes a tile every
+//   ~37 clocks: ~1.2 instructions per clock of the 4 it can issue.
+//   gemv_round = 1 instead dequantizes as the mma GEMV does ((nibble − 8) · scale rounded to
+//   bf16, 15 instructions per 8 weights) and accumulates the mma directly: the reference's bits.
+// - Partial sums per (warp, row tile) go to shared memory; after the block's barrier each
+//   output sums its row tile's warps in warp order (deterministic), adds the bias and rounds
+//   once (SwiGLU: gate and up rounded to bf16, then silu(g)·u, as launch_silu_mul).
+// Numerics (gemv_round = 0) as the stream GEMV's: the weights unrounded, (nibble − 8) · scale
+// exactly; NMSE ~1.3e-6 against the bf16-rounded weights, below the output's own rounding.
+#include <algorithm>
+#include <atomic>
+#include <type_traits>
+
+#include "backend/cuda/linear_int4.cuh"
+
+namespace strata::cuda {
+namespace {
+
+using namespace int4;
+
+constexpr int kMaxWarps = 8;      // two blocks of 8 warps at <= 128 registers per SM
+constexpr int kMaxTokens = 8;     // one mma n tile
+constexpr int kMaxGroup = 256;    // x sums: a group's 16-byte pieces within one warp
+constexpr int kDefaultWarps = 8;
+constexpr int kDefaultUnroll = 16;
+constexpr int kSmemPerSm = 228 * 1024;  // sm_90: shared memory per SM
+constexpr int kSmemPerBlockReserved = 1024;
+constexpr int kSmemMax = 227 * 1024;
+
+// f(integral_constant<int, 0>) .. f(integral_constant<int, N - 1>): compile-time ring slots.
+template <int N, int I = 0, typename F>
+__device__ __forceinline__ void static_for(F&& f) {
+  if constexpr (I < N) {
+    f(std::integral_constant<int, I>{});
+    static_for<N, I + 1>(f);
+  }
+}
+
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ float2 lds64f(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
+}
+
+// Host-computed layout of one launch (kernel argument; see choose_reg).
+struct Int4RegPlan {
+  int kt;           // k tiles per row tile
+  int units;        // row tiles, or gate/up pairs (SwiGLU)
+  int inter_tiles;  // SwiGLU: row tiles of the gate half; 0 plain
+  int slots;        // partial-sum row tiles per warp
+  int groups;       // scale groups per row (k padded to 64)
+  int trigger;      // kInt4Trigger*
+  uint32_t off_xsum, off_part, off_span, bytes;  // x at offset 0
+};
+
+// TPG: k tiles per scale group (group / 64: 1, 2 or 4), 0 for group 32 (two per tile).
+// U: k tiles in flight per warp (the register ring).
+template <int U, int TPG, bool kRound>
+__global__ void __launch_bounds__(kMaxWarps * 32, 2)
+    int4_gemv_reg_kernel(Int4LinearParams p, Int4RegPlan pl) {
+  constexpr int kUnit = TPG == 0 ? 1 : TPG;  // tiles per part unit (a group's, or one tile)
+  constexpr int kScales = TPG == 0 ? 2 * U : U / kUnit;  // scale words in the ring
+  static_assert(kUnit <= U && U % kUnit == 0, "the ring holds whole groups");
+  extern __shared__ __align__(128) char smem[];
+  // The warp index, warp-uniform to the compiler.
+  const int warp = __shfl_sync(~0u, int(threadIdx.x) / 32, 0);
+  const int tid = int(threadIdx.x), lane = tid % 32, g = lane / 4, c = lane % 4;
+  const int nw = int(blockDim.x) / 32, KT = pl.kt, m = int(p.m);
+  const bool glu = p.glu_inter > 0;
+  const int gshift = __ffs(p.group) - 1;
+
+  // The block's row tiles: slots 0..ns-1 (SwiGLU: nu gate tiles, then their nu up tiles).
+  const int u0 = int(int64_t(blockIdx.x) * pl.units / gridDim.x);
+  const int nu = int(int64_t(blockIdx.x + 1) * pl.units / gridDim.x) - u0;
+  const int ns = glu ? 2 * nu : nu, L = ns * KT, J = glu ? nu * KT : L;
+  // Global tile of stream position i: i + base0 before J, i + base1 from J (the up run).
+  const int base0 = u0 * KT, base1 = (pl.inter_tiles + u0 - nu) * KT;
+  // Warp w's part of the stream, [part_start(w), part_start(w + 1)), starts on a scale group's
+  // first tile: a group's x sum then matches what a warp accumulates, and position i's place
+  // in its group is i % kUnit (KT is a multiple of kUnit).
+  auto part_start = [&](int w) { return int(int64_t(w) * (L / kUnit) / nw) * kUnit; };
+  const int a = part_start(warp), b = part_start(warp + 1);
+
+  // ---- the weights' loads: position i into ring slot t (t == (i - a) % U) ----
+  // A scale group's scale word is loaded with its last tile (the ring slot of the group's first
+  // tile is refilled before the group ends). The scale groups of consecutive row tiles are
+  // consecutive (k % group == 0): group (64 · tile) >> log2(group) of the whole weight.
+  const uint4* wsrc = static_cast<const uint4*>(p.packed) + lane;
+  const uint32_t* ssrc = reinterpret_cast<const uint32_t*>(p.scale) + g;
+  uint4 ring[U];
+  uint32_t sc[kScales];
+  auto load = [&](auto t_c, int i) {
+    constexpr int t = decltype(t_c)::value;
+    if (i < b) {
+      const int64_t gt = i + (i < J ? base0 : base1);
+      ring[t] = __ldcs(wsrc + gt * 32);
+      if constexpr (TPG == 0) {
+        sc[2 * t] = __ldg(ssrc + gt * 16);
+        sc[2 * t + 1] = __ldg(ssrc + gt * 16 + 8);
+      } else if constexpr (t % kUnit == kUnit - 1) {
+        sc[t / kUnit] = __ldg(ssrc + ((gt * kInt4TileK) >> gshift) * 8);
+      }
+    }
+  };
+  auto load_first = [&] {
+    static_for<U>([&](auto t_c) { load(t_c, a + decltype(t_c)::value); });
+  };
+  if (p.preload) load_first();
+  if (pl.trigger == kInt4TriggerEarly) pdl_trigger();
+  pdl_wait();
+  if (pl.trigger == kInt4TriggerAfterWait) pdl_trigger();
+  if (!p.preload) load_first();
+  if (pl.trigger == kInt4TriggerLate && a + U >= b) pdl_trigger();
+
+  // ---- x into shared memory, B-fragment order: word (k tile kt, token t, half h, lane c, jj)
+  // at (kt·m + t)·32 + (h ^ (t & 1))·16 + 4c + jj holds k 64kt + 16s + 2c + 8bb (and +1) with
+  // s = 2h + jj / 2, bb = jj % 2: lane (t, c)'s steps 2h, 2h + 1 as 16 contiguous bytes. With
+  // it, the sums of x per scale group times −136 (the magic's offset), zero for tokens >= m.
+  {
+    uint32_t* xs = reinterpret_cast<uint32_t*>(smem);
+    float* xsum = reinterpret_cast<float*>(smem + pl.off_xsum);
+    const int kc = int(p.k / 8), pieces = m * kc, lanes_per_group = p.group / 8;
+    constexpr int kBatch = 4;
+    for (int q0 = tid - lane; q0 < pieces; q0 += kBatch * int(blockDim.x)) {  // warp-uniform
+      uint4 v[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int q = q0 + u * int(blockDim.x) + lane;
+        v[u] = make_uint4(0, 0, 0, 0);
+        if (q < pieces)
+          v[u] = __ldg(reinterpret_cast<const uint4*>(p.x + int64_t(q / kc) * p.k) + q % kc);
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int qw = q0 + u * int(blockDim.x);
+        if (qw >= pieces) break;  // warp-uniform
+        // A group's pieces are lanes_per_group aligned lanes (k % group == 0, group <= 256).
+        const int q = qw + lane, t = q / kc, k0 = (q % kc) * 8;
+        const int kt0 = k0 / kInt4TileK, col = k0 % kInt4TileK, s = col / 16, bb = (col % 16) / 8;
+        float f[8];
+        unpack8(v[u], f);
+        float sum = ((f[0] + f[1]) + (f[2] + f[3])) + ((f[4] + f[5]) + (f[6] + f[7]));
+        for (int o = 1; o < lanes_per_group; o <<= 1) sum += __shfl_xor_sync(~0u, sum, o);
+        if (q < pieces) {
+          uint32_t* dst = xs + (kt0 * m + t) * 32 + ((s / 2) ^ (t & 1)) * 16 + 2 * (s % 2) + bb;
+          dst[0] = v[u].x;
+          dst[4] = v[u].y;
+          dst[8] = v[u].z;
+          dst[12] = v[u].w;
+          if (lane % lanes_per_group == 0) xsum[(k0 >> gshift) * kMaxTokens + t] = -136.0f * sum;
+        }
+      }
+    }
+    // Zeros: x's padded half tile (k % 64 == 32), sums of tokens >= m and of the padded group.
+    // Disjoint from the writes above.
+    if (p.k % kInt4TileK != 0)
+      for (int i = tid; i < m * 16; i += int(blockDim.x)) {
+        const int t = i / 16;
+        xs[((KT - 1) * m + t) * 32 + (1 ^ (t & 1)) * 16 + i % 16] = 0;
+      }
+    for (int i = tid; i < pl.groups * kMaxTokens; i += int(blockDim.x))
+      if (i % kMaxTokens >= m || (int64_t(i / kMaxTokens) << gshift) >= p.k) xsum[i] = 0.0f;
+    // Each warp's first and last row-tile slot, for the epilogue.
+    if (tid < nw) {
+      const int wa = part_start(tid), wb = part_start(tid + 1);
+      reinterpret_cast<int2*>(smem + pl.off_span)[tid] =
+          wb > wa ? make_int2(wa / KT, (wb - 1) / KT) : make_int2(1, 0);
+    }
+  }
+  __syncthreads();
+
+  // ---- the stream ----
+  // This lane's x words of k tile 0, half 0 (shared-memory address; half 1 is 64 bytes away in
+  // the same 128-byte block: address ^ 64); lanes of tokens >= m read token 0.
+  const int tok = g < m ? g : 0;
+  if (smem_u32(smem) % 128 != 0) __trap();  // the halves' XOR needs 128-byte blocks
+  const uint32_t x_lane = smem_u32(smem) + tok * 128 + c * 16 + (tok & 1) * 64;
+  const uint32_t x_kt = m * 128;
+  const uint32_t xsum_lane = smem_u32(smem + pl.off_xsum) + 2 * c * 4;
+  float* part = reinterpret_cast<float*>(smem + pl.off_part) + warp * pl.slots * 16 * m;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  // g0 (even k steps) starts a scale group at −136·Σx, g1 (odd steps) at 0; both sum
+  // (128 + nibble)·x over it, and acc takes their sum times the rows' scales at its end.
+  float g0[4], g1[4];
+  int jslot = 0;
+  auto flush = [&]() {  // acc -> this warp's partial sums of slot jslot
+    float* dst = part + jslot * 16 * m;
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+      if (2 * c + e < m) {
+        dst[g * m + 2 * c + e] = acc[e] + acc1[e];
+        dst[(g + 8) * m + 2 * c + e] = acc[2 + e] + acc1[2 + e];
+      }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[i] = acc1[i] = 0.0f;
+  };
+  int kt = KT > 0 ? a % KT : 0;   // the k tile of the position being multiplied
+  uint32_t xp = x_lane + kt * x_kt;   // its x
+  // Multiplies ring slot t (position i, k tile kt), then refills it with position i + U.
+  auto step = [&](auto t_c, int i) {
+    constexpr int t = decltype(t_c)::value;
+    const uint4 xa = lds128(xp), xb = lds128(xp ^ 64);
+    const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+    const uint32_t qw[4] = {ring[t].x, ring[t].y, ring[t].z, ring[t].w};
+    if constexpr (kRound) {
+      uint32_t lo[2], hi[2];
+      scale_pairs(sc[TPG == 0 ? 2 * t : t / kUnit], &lo[0], &hi[0]);
+      scale_pairs(sc[TPG == 0 ? 2 * t + 1 : t / kUnit], &lo[1], &hi[1]);
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        uint32_t af[4];
+        dequant_word(qw[s], lo[s / 2], hi[s / 2], af);
+        mma16816(s % 2 ? acc1 : acc, af, xw[2 * s], xw[2 * s + 1]);
+      }
+    } else {
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        if (TPG == 0 ? s % 2 == 0 : s == 0 && t % kUnit == 0) {  // a group's first k step
+          const int grp = TPG == 0 ? 2 * kt + s / 2 : (kt * kInt4TileK) >> gshift;
+          const float2 xs = lds64f(xsum_lane + grp * kMaxTokens * 4);
+          g0[0] = xs.x;
+          g0[1] = xs.y;
+          g0[2] = xs.x;
+          g0[3] = xs.y;
+#pragma unroll
+          for (int r = 0; r < 4; ++r) g1[r] = 0.0f;
+        }
+        uint32_t af[4];
+        magic_word(qw[s], af);
+        mma16816(s % 2 ? g1 : g0, af, xw[2 * s], xw[2 * s + 1]);
+        if (TPG == 0 ? s % 2 == 1 : s == 3 && t % kUnit == kUnit - 1) {  // its last
+          const uint32_t sw = sc[TPG == 0 ? 2 * t + s / 2 : t / kUnit];
+          const float s_lo = __uint_as_float(sw << 16), s_hi = __uint_as_float(sw & 0xffff0000u);
+          acc[0] = fmaf(s_lo, g0[0] + g1[0], acc[0]);
+          acc[1] = fmaf(s_lo, g0[1] + g1[1], acc[1]);
+          acc[2] = fmaf(s_hi, g0[2] + g1[2], acc[2]);
+          acc[3] = fmaf(s_hi, g0[3] + g1[3], acc[3]);
+        }
+      }
+    }
+    load(t_c, i + U);
+    xp += x_kt;
+    if (++kt == KT) {  // the row tile's end
+      kt = 0;
+      xp = x_lane;
+      flush();
+      ++jslot;
+    }
+  };
+  for (int i0 = a; i0 < b; i0 += U) {
+    static_for<U>([&](auto t_c) {
+      const int i = i0 + decltype(t_c)::value;
+      if (i < b) step(t_c, i);
+    });
+    // This round refilled positions up to i0 + 2U - 1: the last load is issued once that
+    // reaches b - 1 (the trigger counts once per block).
+    if (pl.trigger == kInt4TriggerLate && i0 + 2 * U >= b) pdl_trigger();
+  }
+  if (KT > 0 && b > a && b % KT != 0) flush();  // the part ends inside a row tile
+  __syncthreads();
+
+  // ---- epilogue: output (token t, slot r, row i) sums slot r's warps in warp order ----
+  const float* parts = reinterpret_cast<const float*>(smem + pl.off_part);
+  const int2* span = reinterpret_cast<const int2*>(smem + pl.off_span);
+  auto slot_sum = [&](int r, int i, int t) {
+    float v = 0.0f;
+    for (int wi = 0; wi < nw; ++wi) {
+      const int2 sp = span[wi];
+      if (sp.x <= r && r <= sp.y) v += parts[((wi * pl.slots + r - sp.x) * 16 + i) * m + t];
+    }
+    return v;
+  };
+  const int so = glu ? nu : ns, outs = so * 16 * m;
+  for (int o = tid; o < outs; o += int(blockDim.x)) {
+    const int t = o / (so * 16), r = (o / 16) % so, i = o % 16;
+    const int64_t row = int64_t(u0 + r) * kInt4TileRows + i;
+    if (glu) {
+      const float bg = p.bias ? p.bias[row] : 0.0f, bu = p.bias ? p.bias[p.glu_inter + row] : 0.0f;
+      const float gv = bf16_to_float(float_to_bf16(slot_sum(r, i, t) + bg));
+      const float uv = bf16_to_float(float_to_bf16(slot_sum(r + nu, i, t) + bu));
+      p.out[t * p.glu_inter + row] = float_to_bf16(gv / (1.0f + __expf(-gv)) * uv);
+    } else if (row < p.n) {
+      p.out[t * p.n + row] = float_to_bf16(slot_sum(r, i, t) + (p.bias ? p.bias[row] : 0.0f));
+    }
+  }
+}
+
+int num_sms() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  return sms;
+}
+
+uint32_t align16(uint64_t v) { return uint32_t((v + 15) / 16 * 16); }
+
+struct RegLaunch {
+  int warps, unroll, grid;
+  bool round;
+  uint32_t smem;  // dynamic shared memory requested: pl.bytes, padded for the residency depth
+  Int4RegPlan pl;
+};
+
+// The configuration launch_int4_gemv_reg runs for p (knobs or defaults); false where the kernel
+// cannot take p: m > 8, group > 256, a knob out of range, or x (m·k·2 bytes) and the partial
+// sums over 227 KB of shared memory.
+bool choose_reg(const Int4LinearParams& p, RegLaunch* out) {
+  if (p.m < 1 || p.m > kMaxTokens || p.group > kMaxGroup || !int4_group_supported(p.group) ||
+      p.k % p.group != 0 || p.k <= 0)
+    return false;
+  RegLaunch r;
+  r.warps = p.gemv_warps > 0 ? p.gemv_warps : kDefaultWarps;
+  r.unroll = p.gemv_unroll > 0 ? p.gemv_unroll : kDefaultUnroll;
+  r.round = p.gemv_round != 0;
+  if (r.warps > kMaxWarps || (r.unroll != 8 && r.unroll != 16)) return false;
+  if (p.group == 32) r.unroll = 8;  // the only ring size of group 32 (for_each_kernel)
+  if (p.gemv_trigger < 0 || p.gemv_trigger > kInt4TriggerLate || p.gemv_depth < 0) return false;
+  const int64_t units = p.glu_inter > 0 ? p.glu_inter / kInt4TileRows : int4_row_tiles(p.n);
+  r.grid = int(
+      std::max<int64_t>(1, std::min<int64_t>(units, p.gemv_grid > 0 ? p.gemv_grid : num_sms())));
+  Int4RegPlan& pl = r.pl;
+  pl = Int4RegPlan{};
+  const bool glu = p.glu_inter > 0;
+  pl.kt = int(int4_k_tiles(p.k));
+  pl.units = int(units);
+  pl.inter_tiles = glu ? pl.units : 0;
+  pl.groups = int(int4_scale_groups(p.k, p.group));
+  pl.trigger = p.gemv_trigger != 0 ? p.gemv_trigger : kInt4TriggerEarly;
+  const int64_t tpg = p.group == 32 ? 1 : p.group / kInt4TileK;
+  // The longest warp part (part_start in the kernel) and the row tiles it can touch.
+  const int64_t tiles = (glu ? 2 : 1) * ceil_div(pl.units, r.grid) * pl.kt;
+  const int64_t len = ceil_div(tiles / tpg, r.warps) * tpg;
+  pl.slots = int(len == 0 ? 1 : (pl.kt + len - 2) / pl.kt + 1);
+  uint64_t off = uint64_t(p.m) * pl.kt * 128;  // x
+  pl.off_xsum = align16(off);
+  off = pl.off_xsum + uint64_t(pl.groups) * kMaxTokens * 4;
+  pl.off_part = align16(off);
+  off = pl.off_part + uint64_t(r.warps) * pl.slots * 16 * p.m * 4;
+  pl.off_span = align16(off);
+  off = pl.off_span + uint64_t(r.warps) * 8;
+  if (off > uint64_t(kSmemMax)) return false;
+  pl.bytes = align16(off);
+  // Padding to a residency depth: at most `depth` blocks (this kernel's, its successor's) share
+  // an SM. By default none: the registers already allow only two blocks of 8 warps (~128 per
+  // thread), and a large shared-memory request would make the SM's carveout differ from the
+  // kernels around it (an SM changes its carveout only when idle, so a block of the next kernel
+  // could not be placed beside one of the previous).
+  r.smem = pl.bytes;
+  if (p.gemv_depth > 0) {
+    const int pad = std::min(kSmemMax, kSmemPerSm / p.gemv_depth - kSmemPerBlockReserved);
+    r.smem = std::max(pl.bytes, uint32_t(pad) / 128 * 128);
+  }
+  *out = r;
+  return true;
+}
+
+// Every instantiation: ring sizes 8 and 16 (8 only for group 32, whose two scale words per
+// tile would spill at 16) x tiles per group (0: group 32, 1, 2, 4) x the rounded-weight variant.
+template <typename F>
+void for_each_kernel(int unroll, int tpg, bool round, F&& f) {
+  auto by_round = [&](auto u_c, auto tpg_c) {
+    constexpr int U = decltype(u_c)::value, TPG = decltype(tpg_c)::value;
+    round ? f(int4_gemv_reg_kernel<U, TPG, true>) : f(int4_gemv_reg_kernel<U, TPG, false>);
+  };
+  auto by_tpg = [&](auto u_c) {
+    switch (tpg) {
+      case 1:
+        by_round(u_c, std::integral_constant<int, 1>{});
+        break;
+      case 2:
+        by_round(u_c, std::integral_constant<int, 2>{});
+        break;
+      default:
+        by_round(u_c, std::integral_constant<int, 4>{});
+        break;
+    }
+  };
+  if (tpg == 0)
+    by_round(std::integral_constant<int, 8>{}, std::integral_constant<int, 0>{});
+  else if (unroll == 8)
+    by_tpg(std::integral_constant<int, 8>{});
+  else
+    by_tpg(std::integral_constant<int, 16>{});
+}
+
+}  // namespace
+
+void init_int4_gemv_reg_kernels() {
+  for (int u : {8, 16})
+    for (int tpg : {0, 1, 2, 4})
+      for (bool round : {false, true})
+        for_each_kernel(u, tpg, round, [](auto kernel) {
+          CUDA_CHECK(
+              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemMax));
+        });
+}
+
+bool int4_gemv_reg_fits(const Int4LinearParams& p) {
+  RegLaunch r;
+  return choose_reg(p, &r);
+}
+
+void launch_int4_gemv_reg(const Int4LinearParams& p, cudaStream_t stream) {
+  RegLaunch r;
+  CHECK_MSG(choose_reg(p, &r),
+            "int4 register gemv: m {} k {} group {} warps {} unroll {} trigger {} does not fit",
+            p.m, p.k, p.group, p.gemv_warps, p.gemv_unroll, p.gemv_trigger);
+  {  // the shared-memory limits, once per device (a function attribute is per device)
+    static std::atomic<uint64_t> done{0};
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    const uint64_t bit = uint64_t(1) << (dev & 63);
+    if ((done.load(std::memory_order_acquire) & bit) == 0) {
+      init_int4_gemv_reg_kernels();
+      done.fetch_or(bit, std::memory_order_acq_rel);
+    }
+  }
+  const dim3 grid(unsigned(r.grid)), block(unsigned(r.warps * 32));
+  const int tpg = p.group == 32 ? 0 : p.group / kInt4TileK;
+  for_each_kernel(r.unroll, tpg, r.round, [&](auto kernel) {
+    launch_pdl(kernel, grid, block, r.smem, Launch{stream}, p, r.pl);
+  });
+  CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace strata::cuda

@@ -1,0 +1,183 @@
+// The MoE GEMV kernel's per-warp pieces: batch sizes, batch registers, loading and multiplying one.
+#pragma once
+
+#include "backend/cuda/moe_experts.cuh"
+
+// Included by moe_experts_gemv.cu only (through moe_experts_gemv_kernel.cuh), so the unnamed
+// namespace keeps these pieces internal to it as they were.
+namespace strata::cuda {
+namespace {
+
+using namespace moe;
+
+template <int F, int NT, bool GLU>
+struct Cfg {
+  static constexpr int NM = GLU ? 2 : 1;  // weight matrices per warp (gate and up)
+  static constexpr int S = kSteps<F>;     // k16 steps per tile
+  static constexpr int TK = 16 * S;       // columns per tile
+  // x fragments loaded into registers with the weights where the registers allow it (not int4
+  // GLU, nor int4 at two n-tiles, nor four n-tiles); elsewhere the x lines of a batch are
+  // prefetched into L1 when its weights are loaded, and read from there when it is multiplied.
+  static constexpr bool XPRE = (NT == 1 && !(F == kMoeInt4 && GLU)) || (NT == 2 && F != kMoeInt4);
+  // Tiles per batch per matrix (U) and batches in flight (NB register buffers, a ring): what
+  // the registers allow at <= 128 per thread (weights, scales and, for XPRE, x of every
+  // buffer). ptxas -v at one n-tile, GLU: int4 spilled ~500 bytes with two tiles per batch and
+  // x in registers, 44 with three buffers of one tile, none with two (too few bytes in flight:
+  // ~1.5 KB per warp), so int4 GLU keeps two tiles per batch and prefetches x into L1; fp8
+  // spilled 20 bytes with two buffers of two tiles, none with three of one.
+  static constexpr int U = NT == 1   ? (F == kMoeFp8 && GLU    ? 1
+                                        : GLU || F == kMoeInt4 ? 2
+                                                               : 4)
+                           : NT == 2 ? (GLU || F == kMoeInt4 ? 1 : 2)
+                                     : 1;
+  static constexpr int NB = NT == 1 && F == kMoeFp8 && GLU ? 3 : 2;
+  static_assert(F != kMoeFp8 || 4 % U == 0, "an fp8 batch must lie in one scale block");
+};
+
+template <int F, int NT, bool GLU>
+struct Batch {  // this lane's 16 bytes of U consecutive k tiles per matrix, scales, x pairs
+  using C = Cfg<F, NT, GLU>;
+  uint4 w[C::NM][C::U];
+  TileScale s[C::NM][C::U];
+  uint32_t x[C::XPRE ? C::U : 1][C::XPRE ? C::S : 1][C::XPRE ? NT : 1][2];
+};
+
+template <int F>
+__device__ __forceinline__ TileScale load_scale(const void* s, int kt, int gshift, bool group32) {
+  TileScale sc{0, 0};
+  if constexpr (F == kMoeInt4) {
+    const uint32_t* sp = static_cast<const uint32_t*>(s);
+    const int g0 = (kt * 64) >> gshift;
+    sc.s0 = __ldg(sp + g0 * 8);
+    sc.s1 = group32 ? __ldg(sp + (g0 + 1) * 8) : sc.s0;
+  } else if constexpr (F == kMoeFp8) {
+    sc.s0 = __float_as_uint(__ldg(static_cast<const float*>(s) + (kt * 32) / kMoeFp8Block));
+  }
+  return sc;
+}
+
+// The fixed facts of one CTA's work, shared by its helpers. Offsets inside one expert's matrix
+// are 32-bit (its tiles and scales are far below 2^31 units).
+struct Work {
+  const uint4* w_base;  // the expert's tiles + this lane's 16 bytes
+  const char* s_base;   // the expert's scales (int4: + this lane's scale word)
+  int glu_tiles;        // GLU: row tiles of the gate half (the up tile is rt + glu_tiles)
+  int kt_count;
+  int scale_row_words;  // int4: 32-bit scale words per row tile
+  int scale_cols;       // fp8: scale blocks per row block
+  int gshift;
+  bool group32;
+};
+
+// Weights and scales of the batch at k tile kt0 of row tile rt (tiles past kt_count and !ok:
+// zero, no load).
+template <int F, int NT, bool GLU>
+__device__ __forceinline__ void load_w(Batch<F, NT, GLU>& b, const Work& wk, int rt, int kt0,
+                                       bool ok) {
+  using C = Cfg<F, NT, GLU>;
+#pragma unroll
+  for (int mt = 0; mt < C::NM; ++mt) {
+    const int r = rt + (mt ? wk.glu_tiles : 0);
+    const uint4* w = wk.w_base + r * wk.kt_count * 32;
+    const void* sp = nullptr;
+    if constexpr (F == kMoeInt4) {
+      sp = reinterpret_cast<const uint32_t*>(wk.s_base) + r * wk.scale_row_words;
+    } else if constexpr (F == kMoeFp8) {
+      sp = reinterpret_cast<const float*>(wk.s_base) +
+           (r * kMoeTileRows / kMoeFp8Block) * wk.scale_cols;
+    }
+#pragma unroll
+    for (int u = 0; u < C::U; ++u) {
+      const int kt = kt0 + u;
+      if (ok && kt < wk.kt_count) {
+        b.w[mt][u] = __ldcs(w + kt * 32);
+        // fp8: a batch (kt0 % U == 0, U | 4) lies in one 128-column scale block.
+        b.s[mt][u] =
+            F == kMoeFp8 && u > 0 ? b.s[mt][0] : load_scale<F>(sp, kt, wk.gshift, wk.group32);
+      } else {
+        b.w[mt][u] = make_uint4(0, 0, 0, 0);
+        b.s[mt][u] = TileScale{0, 0};
+      }
+    }
+  }
+}
+
+// x pairs of the batch at k tile kt0 (XPRE): xrow[j] is the element offset of n-tile j's row
+// 8j + g at column 2c, -1 past the rows; k % 16 == 0, so a k16 step lies inside or past k.
+__device__ __forceinline__ void prefetch_l1(const void* p) {
+  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
+}
+
+template <int F, int NT, bool GLU>
+__device__ __forceinline__ void load_x(Batch<F, NT, GLU>& b, const bf16_bits* x,
+                                       const int32_t* xrow, int kt0, int k) {
+  using C = Cfg<F, NT, GLU>;
+  if constexpr (!C::XPRE) {  // lanes c = 0 (xrow at the row's column 0): each row's tile lines
+    if (threadIdx.x % 4 == 0) {
+#pragma unroll
+      for (int u = 0; u < C::U; ++u) {
+        const int koff = (kt0 + u) * C::TK;
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+          if (xrow[j] >= 0 && koff < k) {
+            prefetch_l1(x + xrow[j] + koff);
+            prefetch_l1(x + xrow[j] + koff + C::TK - 1);
+          }
+      }
+    }
+  } else {
+#pragma unroll
+    for (int u = 0; u < C::U; ++u)
+#pragma unroll
+      for (int s = 0; s < C::S; ++s) {
+        const int koff = (kt0 + u) * C::TK + 16 * s;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          const bool ok = xrow[j] >= 0 && koff < k;
+          const unsigned int* src = reinterpret_cast<const unsigned int*>(x + xrow[j] + koff);
+          b.x[u][s][j][0] = ok ? __ldg(src) : 0u;
+          b.x[u][s][j][1] = ok ? __ldg(src + 4) : 0u;
+        }
+      }
+  }
+}
+
+// Multiplies one batch into acc (n-tiles j < nt only).
+template <int F, int NT, bool GLU>
+__device__ __forceinline__ void mma_batch(float (&acc)[Cfg<F, NT, GLU>::NM][NT][4],
+                                          const Batch<F, NT, GLU>& cur, const bf16_bits* x,
+                                          const int32_t* xrow, int nt, int kt0, int k) {
+  using C = Cfg<F, NT, GLU>;
+#pragma unroll
+  for (int u = 0; u < C::U; ++u) {
+#pragma unroll
+    for (int s = 0; s < C::S; ++s) {
+      const int koff = (kt0 + u) * C::TK + 16 * s;
+      if (koff >= k) continue;  // uniform over the warp
+      uint32_t xb[NT][2];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        if constexpr (C::XPRE) {
+          xb[j][0] = cur.x[u][s][j][0];
+          xb[j][1] = cur.x[u][s][j][1];
+        } else {
+          const bool ok = j < nt && xrow[j] >= 0;
+          const unsigned int* src = reinterpret_cast<const unsigned int*>(x + xrow[j] + koff);
+          xb[j][0] = ok ? __ldg(src) : 0u;
+          xb[j][1] = ok ? __ldg(src + 4) : 0u;
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < C::NM; ++mt) {
+        uint32_t a[4];
+        fragment<F>(cur.w[mt][u], cur.s[mt][u], s, a);
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+          if (j < nt) int4::mma16816(acc[mt][j], a, xb[j][0], xb[j][1]);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata::cuda

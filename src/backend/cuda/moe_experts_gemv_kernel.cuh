@@ -1,0 +1,344 @@
+// The MoE decode GEMV kernel and its self-plan (the host side: moe_experts_gemv.cu).
+//
+// The decode regime of the MoE experts: a batched GEMV over the experts the tokens touched.
+//
+// ## Work decomposition
+// Grid (C · row-tile groups, expert slots), clusters of C CTAs along x. Slot a takes the a-th
+// touched expert in ascending id (slots past the device count exit at once: the grid is sized
+// by the host's bound min(E, T·k)). A CTA is 8 warps = 8 / KS tile lanes × KS k parts; the C
+// CTAs of a cluster take the same row tiles and split k further, so a row tile's k is split
+// over KP = KS · C warps (part q = rank · KS + warp % KS takes batches q, q + KP, ...). A warp
+// streams R row tiles one after the other (R > 1 only for plain projections with KP = 1: the
+// short-k down projection, whose per-CTA set-up would otherwise dominate). The host picks (KS, C,
+// R) with a small cost model (moe_gemv_shape; MoeGroupedParams can force each) so that even one
+// token's 8 experts fill all 132 SMs: gate_up of 8 experts has 128 row tiles, so its k is split
+// over 16 warps. Partial sums meet in a fixed order: the KS warps of a CTA in shared memory, then
+// the C CTAs' sums in the leader CTA's shared memory (distributed shared memory, written by the
+// others between two cluster barriers); nothing is accumulated atomically.
+//
+// ## Each warp
+// Batches of U consecutive 512-byte k tiles per matrix (one 16-byte load per lane each) go into
+// NB register buffers in turn (a ring): a batch is multiplied on the tensor cores
+// (mma.m16n8k16, the 16 weight rows as A, 8 rows of x per n-tile as B) while the next ones'
+// loads are in flight. x is never waited on by itself (it was: one L2 round trip per batch):
+// where the registers allow (Cfg::XPRE) the rows' x values of the batch's k range (B
+// fragments, 32-bit pairs) are loaded with its weights; elsewhere its x lines are prefetched
+// into L1 then and read from L1 when it is multiplied. GLU (gate_up): a warp holds a gate tile
+// and the matching up tile, so silu(g) · u is its epilogue. An expert with more rows than
+// 8 · NT streams its weights once per pass of 8 · NT rows (a skewed batch costs time, never
+// correctness).
+//
+// ## No plan kernel
+// Each CTA finds its expert and rows itself from topk_ids (T·k <= a few thousand at decode):
+// a bitmap of the touched experts in shared memory, the a-th set bit, then the assignments
+// (t, j) with that expert in ascending order (a ballot scan). Rows are kept in assignment order:
+// gate_up reads x row t = i / x_div and writes act row i = t·k + j; down reads act row i and
+// writes y row i; the combine reads y[t·k + j]. With `early_plan` (the down projection, whose
+// topk_ids were complete before its predecessor started) the plan and the first two batches of
+// weights are done before pdl_wait, so they overlap the gate_up kernel's tail. Dense mode (one
+// expert, rows 0..rows-1: a shared expert in the tile layout) always loads early.
+#pragma once
+
+#include "backend/cuda/moe_experts_gemv_batch.cuh"
+
+// Included by moe_experts_gemv.cu only: the unnamed namespace keeps the kernels internal to it.
+namespace strata::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kBlocksPerSm = 2;  // resident at <= 128 registers per thread
+
+// ---- the self-plan ----
+constexpr int kPassRowsMax = 32;
+struct PlanSmem {
+  uint32_t bits[kMoeMaxExperts / 32];  // touched experts
+  int warp_count[kWarps];
+  int rows[kPassRowsMax];  // this pass's assignments (grouped) in ascending order
+};
+
+// The a-th touched expert (ascending id) among topk_ids, or -1 when fewer are touched. Every
+// thread calls it; ids are read through L2 (ld.global.cg: they may be read before pdl_wait).
+__device__ int find_expert(const MoeGroupedParams& p, int a, PlanSmem& ps) {
+  const int tid = int(threadIdx.x), lane = tid % 32;
+  if (tid < kMoeMaxExperts / 32) ps.bits[tid] = 0;
+  __syncthreads();
+  for (int64_t i = tid; i < p.assignments; i += kThreads) {
+    const int e = __ldcg(p.topk_ids + i);
+    if (e >= 0 && e < p.num_experts) atomicOr(&ps.bits[e >> 5], 1u << (e & 31));
+  }
+  __syncthreads();
+  // Every warp finds it alike (no further barrier): lane l scans word l.
+  const uint32_t word = ps.bits[lane];
+  const int c = __popc(word);
+  int inc = c;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int v = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += v;
+  }
+  const uint32_t after = __ballot_sync(0xffffffffu, inc > a);
+  if (after == 0) return -1;
+  const int l = __ffs(after) - 1;
+  uint32_t w = __shfl_sync(0xffffffffu, word, l);
+  const int nth = a - (__shfl_sync(0xffffffffu, inc, l) - __shfl_sync(0xffffffffu, c, l));
+  for (int q = 0; q < nth; ++q) w &= w - 1;  // drop the nth lowest set bits
+  return 32 * l + __ffs(w) - 1;
+}
+
+// The assignments i (ascending) with topk_ids[i] == e: those of rank [skip, skip + cap) go to
+// ps.rows[rank - skip]. Returns how many there are. Every thread calls it; it starts and ends
+// with a barrier (ps.rows may be read by every warp once it returns).
+__device__ int collect_rows(const MoeGroupedParams& p, int e, int skip, int cap, PlanSmem& ps) {
+  const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  int base = 0;
+  __syncthreads();
+  for (int64_t i0 = 0; i0 < p.assignments; i0 += kThreads) {
+    const int64_t i = i0 + tid;
+    const bool m = i < p.assignments && __ldcg(p.topk_ids + i) == e;
+    const uint32_t ballot = __ballot_sync(0xffffffffu, m);
+    if (lane == 0) ps.warp_count[warp] = __popc(ballot);
+    __syncthreads();
+    int before = base, total = base;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const int n = ps.warp_count[w];
+      before += w < warp ? n : 0;
+      total += n;
+    }
+    if (m) {
+      const int r = before + __popc(ballot & ((1u << lane) - 1u));
+      if (r >= skip && r < skip + cap) ps.rows[r - skip] = int(i);
+    }
+    base = total;
+    __syncthreads();
+  }
+  return base;
+}
+
+// ---- clusters (distributed shared memory) ----
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+}
+// This CTA's shared address `a` as the same offset in cluster CTA `rank`'s shared memory.
+__device__ __forceinline__ uint32_t cluster_map(uint32_t a, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ void st_cluster(uint32_t addr, float v) {
+  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
+}
+
+template <int F, int NT, bool GLU>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGroupedParams p) {
+  using C = Cfg<F, NT, GLU>;
+  constexpr int NM = C::NM, U = C::U;
+  constexpr int kAcc = NM * NT * 4;
+  // k-split partials: [warp][accumulator][lane]; after the CTA's own sum, the leader's copy
+  // receives the other cluster CTAs' sums (rank r in slot r - 1).
+  __shared__ float red[kWarps][kAcc][32];
+  __shared__ PlanSmem ps;
+  if (p.pdl_early) pdl_trigger();
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int g = lane / 4, c = lane % 4;
+  // GLU: one row tile per warp (its long k needs no more; R > 1 cost the int4 kernel spills).
+  const int ks = p.ksplit, cl = p.cluster, R = GLU ? 1 : p.tiles_per_warp;
+  const int rank = cl > 1 ? int(cluster_rank()) : 0;
+  const int part = warp % ks, kp = ks * cl, q = rank * ks + part;
+  const int tpc = kWarps / ks;  // row tiles per CTA step (tile lanes)
+  const int group = int(blockIdx.x) / cl;
+  const int tiles = int((GLU ? p.glu_inter : p.w.n) / kMoeTileRows);
+  const int tile0 = group * tpc * R + warp / ks;  // row tile j: tile0 + j · tpc
+  const int k = int(p.w.k), kt_count = (k + C::TK - 1) / C::TK;
+  const int batches = (kt_count + U - 1) / U;
+  const int nbq = q < batches ? (batches - q + kp - 1) / kp : 0;  // this part's batches per tile
+  int rv = 0;                                                     // this warp's valid row tiles
+  for (int j = 0; j < R; ++j) rv += tile0 + j * tpc < tiles;
+  const int len = rv * nbq;  // the warp's stream of (row tile, batch)
+  const bool grouped = p.topk_ids != nullptr;
+  const bool early = !grouped || p.early_plan;  // plan inputs readable before pdl_wait
+
+  // Expert and rows (grouped: the a-th touched expert; dense: expert 0, rows 0..rows-1).
+  int e = 0;
+  int count = int(p.rows);  // < 2^31: rows · k is
+  auto plan = [&]() {
+    if (!grouped) return true;
+    e = find_expert(p, int(blockIdx.y), ps);
+    if (e < 0) return false;
+    count = collect_rows(p, e, 0, 8 * NT, ps);
+    return true;
+  };
+  Work wk;
+  auto set_work = [&]() {
+    wk.w_base = reinterpret_cast<const uint4*>(static_cast<const char*>(p.w.values) +
+                                               int64_t(e) * p.w.values_stride) +
+                lane;
+    wk.s_base = static_cast<const char*>(p.w.scales) + int64_t(e) * p.w.scales_stride +
+                (F == kMoeInt4 ? (lane / 4) * 4 : 0);
+    wk.glu_tiles = GLU ? int(p.glu_inter / kMoeTileRows) : 0;
+    wk.kt_count = kt_count;
+    wk.scale_row_words = F == kMoeInt4 ? int(int4_scale_groups(k, p.w.group)) * 8 : 0;
+    wk.scale_cols = (k + kMoeFp8Block - 1) / kMoeFp8Block;
+    wk.gshift = __ffs(p.w.group) - 1;
+    wk.group32 = p.w.group == 32;
+  };
+  // Stream element s: row tile tile0 + (s / nbq) · tpc, batch q + (s % nbq) · kp.
+  auto elem_rt = [&](int s) { return tile0 + (s / nbq) * tpc; };
+  auto elem_kt = [&](int s) { return (q + (s % nbq) * kp) * U; };
+
+  constexpr int NB = C::NB;
+  Batch<F, NT, GLU> buf[NB];  // a ring: buf[b] holds stream elements b, b + NB, ...
+  auto first_loads = [&]() {
+#pragma unroll
+    for (int b = 0; b < NB; ++b)
+      load_w(buf[b], wk, len > b ? elem_rt(b) : 0, len > b ? elem_kt(b) : 0, len > b);
+  };
+  bool live = true;
+  if (early) {
+    live = plan();
+    if (live) {
+      set_work();
+      first_loads();
+    }
+  }
+  pdl_wait();
+  if (!p.pdl_early) pdl_trigger();
+  if (!early) {
+    live = plan();
+    if (live) {
+      set_work();
+      first_loads();
+    }
+  }
+  if (!live) return;  // the whole cluster (the same slot): no cluster barrier is pending
+  for (int c0 = 0; c0 < count; c0 += 8 * NT) {
+    if (c0 > 0) {  // a later pass (more rows than 8 · NT): its rows, then its first batches
+      if (grouped) collect_rows(p, e, c0, 8 * NT, ps);
+      first_loads();
+    }
+    const int rows = min(8 * NT, count - c0);  // this pass's rows
+    const int nt = (rows + 7) / 8;
+    // Row r of the pass: x row and output row.
+    auto x_row = [&](int r) { return grouped ? ps.rows[r] / p.x_div : c0 + r; };
+    auto out_row = [&](int r) { return grouped ? ps.rows[r] : c0 + r; };
+    int32_t xrow[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int r = 8 * j + g;
+      xrow[j] = r < rows ? x_row(r) * k + 2 * c : -1;
+    }
+#pragma unroll
+    for (int b = 0; b < NB; ++b)
+      if (len > b) load_x(buf[b], p.x, xrow, elem_kt(b), k);
+
+    float acc[NM][NT][4];
+    auto zero = [&]() {
+#pragma unroll
+      for (int mt = 0; mt < NM; ++mt)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[mt][j][i] = 0.0f;
+    };
+    // Stores row tile rt's outputs of this pass from acc.
+    auto store = [&](int rt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t col = int64_t(rt) * kMoeTileRows + g + 8 * h;
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int e2 = 0; e2 < 2; ++e2) {
+            const int r = 8 * j + 2 * c + e2;
+            if (j >= nt || r >= rows) continue;
+            float v = acc[0][j][2 * h + e2];
+            if constexpr (GLU) v = silu(round_bf16(v)) * round_bf16(acc[NM - 1][j][2 * h + e2]);
+            p.out[int64_t(out_row(r)) * (GLU ? p.glu_inter : p.w.n) + col] = float_to_bf16(v);
+          }
+      }
+    };
+    auto consume = [&](int s, const Batch<F, NT, GLU>& b) {
+      mma_batch<F, NT, GLU>(acc, b, p.x, xrow, nt, elem_kt(s), k);
+      if (kp == 1 && s % nbq == nbq - 1) {  // the tile's last batch: its outputs (no k split)
+        store(elem_rt(s));
+        zero();
+      }
+    };
+    auto refill = [&](int s, Batch<F, NT, GLU>& b) {
+      if (s >= len) return;
+      load_w(b, wk, elem_rt(s), elem_kt(s), true);
+      load_x(b, p.x, xrow, elem_kt(s), k);
+    };
+    zero();
+    // buf[b] holds element s + b on entry to each iteration; it is refilled with element
+    // s + b + NB as soon as it has been multiplied.
+    for (int s = 0; s < len; s += NB) {
+#pragma unroll
+      for (int b = 0; b < NB; ++b) {
+        if (s + b >= len) break;
+        consume(s + b, buf[b]);
+        refill(s + b + NB, buf[b]);
+      }
+    }
+    if (kp > 1) {    // R == 1: one row tile per warp, its k split over kp warps
+      if (ks > 1) {  // the CTA's k-split warps, in warp order
+        if (part != 0) {
+#pragma unroll
+          for (int mt = 0; mt < NM; ++mt)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) red[warp][(mt * NT + j) * 4 + i][lane] = acc[mt][j][i];
+        }
+        __syncthreads();
+        if (part == 0) {
+          for (int w = 1; w < ks; ++w)
+#pragma unroll
+            for (int mt = 0; mt < NM; ++mt)
+#pragma unroll
+              for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+                  acc[mt][j][i] += red[warp + w][(mt * NT + j) * 4 + i][lane];
+        }
+        __syncthreads();  // red is free again
+      }
+      if (cl > 1) {      // the cluster's CTAs, in rank order (ks == 8: one row tile per CTA)
+        cluster_sync();  // the leader's red is free; every CTA of the cluster is running
+        if (rank != 0 && part == 0) {
+          const uint32_t dst =
+              cluster_map(uint32_t(__cvta_generic_to_shared(&red[rank - 1][0][lane])), 0);
+#pragma unroll
+          for (int mt = 0; mt < NM; ++mt)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+#pragma unroll
+              for (int i = 0; i < 4; ++i)
+                st_cluster(dst + uint32_t(((mt * NT + j) * 4 + i) * 32 * 4), acc[mt][j][i]);
+        }
+        cluster_sync();  // the sums have landed
+        if (rank == 0 && part == 0) {
+          for (int r = 1; r < cl; ++r)
+#pragma unroll
+            for (int mt = 0; mt < NM; ++mt)
+#pragma unroll
+              for (int j = 0; j < NT; ++j)
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+                  acc[mt][j][i] += red[r - 1][(mt * NT + j) * 4 + i][lane];
+        }
+      }
+      if (rank == 0 && part == 0 && len > 0) store(tile0);
+    }
+    __syncthreads();  // red and ps.rows are reused by the next pass
+  }
+}
+
+}  // namespace
+}  // namespace strata::cuda
