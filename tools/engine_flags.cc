@@ -28,6 +28,9 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_
   app.add_flag("--tp-allow-uneven", c.tp_allow_uneven,
                "for tests: split head/intermediate/vocab counts --tp-size does not divide into ranges one apart "
                "(exact; on GPUs the rank with the larger slices sets the pace)");
+  app.add_flag("--tp-one-rank", c.tp_one_rank,
+               "benchmarks: run only rank 0 of --tp-size ranks, on one device, every collective skipped and counted "
+               "(what each GPU of the group computes; the outputs are not the model's)");
   app.add_option("--kv-cache-dtype", f.kv_cache_dtype,
                  enum_name_list<KvCacheDtype>() + " (auto: exact; fp8 needs an eval-kv record)")
       ->capture_default_str();
@@ -195,7 +198,7 @@ int parse_cli(CLI::App& app, int argc, char** argv) {
 }
 
 std::optional<Status> run_tp_worker_if_launched(const EngineConfig& c) {
-  if (c.tp_size <= 1) return std::nullopt;
+  if (c.tp_size <= 1 || c.tp_one_rank) return std::nullopt;
   TpConfig tpc{.tp_size = c.tp_size, .device = c.device, .sharding = {.allow_uneven = c.tp_allow_uneven}};
   auto launch = tp_launch_from_env(c.tp_size, c.device, &tpc.nccl_id_file);
   if (!launch.ok()) return launch.status();

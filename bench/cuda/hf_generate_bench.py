@@ -1,6 +1,8 @@
 # Hugging Face transformers `generate` on the same GPU: the side-by-side baseline of the offline
-# throughput benchmark (bench/cuda/offline_bench.cc). Random bf16 weights of the Llama-3.1-8B shape
-# (built from ../shared/configs/llama-3.1-8b on the device, uniform ±0.02 like strata's), prompts
+# throughput benchmark (bench/cuda/offline_bench.cc). Random bf16 weights of a config's shape
+# (Llama-3.1-8B, or a DeepSeek-V3-architecture model such as Moonlight through transformers' own
+# DeepseekV3ForCausalLM; built on the device, uniform ±0.02 like strata's; buffers such as rotary
+# frequencies keep their computed values, the router's correction bias its zeros), prompts
 # of random token ids, greedy, fixed output length (EOS disabled), SDPA attention, default
 # (dynamic) KV cache. A few batches give its rate: output tokens / wall seconds of each generate.
 #
@@ -9,7 +11,7 @@ import argparse
 import time
 
 import torch
-from transformers import AutoConfig, LlamaForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM
 
 ap = argparse.ArgumentParser()
 ap.add_argument("config_dir")
@@ -20,10 +22,14 @@ a = ap.parse_args()
 
 cfg = AutoConfig.from_pretrained(a.config_dir)
 cfg.torch_dtype = torch.bfloat16
+cfg.quantization_config = None  # random bf16 weights: the shape, not the stored format
+if hasattr(cfg, "auto_map"):
+    del cfg.auto_map  # transformers' own implementation, not the checkpoint's remote code
 torch.manual_seed(0)
-with torch.device("meta"):
-    model = LlamaForCausalLM(cfg)
-model = model.to_empty(device="cuda").to(torch.bfloat16)
+torch.set_default_dtype(torch.bfloat16)
+with torch.device("cuda"):
+    model = AutoModelForCausalLM.from_config(cfg)
+torch.set_default_dtype(torch.float32)
 with torch.no_grad():
     for p in model.parameters():
         p.uniform_(-0.02, 0.02)

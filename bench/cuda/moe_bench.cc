@@ -34,9 +34,12 @@
 // Checks before timing: decode and prefill regimes agree on batch 0 (NMSE printed; both are
 // compared with the CPU twin by tests/parity/moe_parity_test.cc).
 //
-// Usage: strata_bench_moe_bench [--configs kimi,moonlight,moonlight-int4,dsv3]
-//        [--tokens 1,8,32,128,512,8192] [--calls 16] [--reps 5] [--sweep 1]
-//        [--sweep-max-tokens 32]
+// --what backend (or kernels,backend): the same layer through the CUDA backend's ops, shapes
+// and formats from ../shared/configs (moe_backend_layer.h; --backend-configs dsv3,moonlight,kimi).
+//
+// Usage: strata_bench_moe_bench [--what kernels] [--configs kimi,moonlight,moonlight-int4,dsv3]
+//        [--backend-configs dsv3,moonlight,kimi] [--tokens 1,8,32,128,512,8192] [--calls 16]
+//        [--reps 5] [--sweep 1] [--sweep-max-tokens 32]
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -51,84 +54,21 @@
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/linear.h"
-#include "backend/cuda/tunables.h"
 #include "backend/cuda/linear_fp8.h"
 #include "backend/cuda/linear_int4.h"
 #include "backend/cuda/moe_experts.h"
 #include "backend/cuda/moe_route.h"
+#include "backend/cuda/tunables.h"
 #include "bench_args.h"
 #include "core/dtype.h"
+#include "moe_backend_layer.h"
+#include "moe_bench_common.h"
 
 namespace strata {
 namespace {
 
 using cuda::bf16_bits;
-
-class Dev {  // a device allocation, freed at scope exit
- public:
-  explicit Dev(size_t bytes) : bytes_(bytes) { CUDA_CHECK(cudaMalloc(&p_, bytes ? bytes : 16)); }
-  ~Dev() { cudaFree(p_); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p_);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_;
-};
-using DevPtr = std::unique_ptr<Dev>;
-DevPtr dev(size_t bytes) { return std::make_unique<Dev>(bytes); }
-
-template <typename F>
-double time_ms(cudaStream_t stream, int warmup, int reps, F&& fn) {
-  for (int i = 0; i < warmup; ++i) fn();
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<float> ms;
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < reps; ++i) {
-    CUDA_CHECK(cudaEventRecord(a, stream));
-    fn();
-    CUDA_CHECK(cudaEventRecord(b, stream));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
-// Microseconds per call of `enqueue(i)` for i < calls, captured as one CUDA graph.
-template <typename F>
-double graph_us(cudaStream_t s, int calls, int reps, F&& enqueue) {
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < calls; ++i) enqueue(i);
-  CUDA_CHECK(cudaStreamEndCapture(s, &g));
-  CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-  const double ms = time_ms(s, 1, reps, [&] { CUDA_CHECK(cudaGraphLaunch(ge, s)); });
-  CUDA_CHECK(cudaGraphExecDestroy(ge));
-  CUDA_CHECK(cudaGraphDestroy(g));
-  return ms * 1e3 / calls;
-}
-
-int64_t ceil_div_i64(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-uint64_t splitmix(uint64_t& s) {
-  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+using namespace moe_bench;
 
 // Fills a device buffer by repeating a 64 MiB host pattern (weights: random values need not be
 // unique, only never served from L2, which depends on addresses).
@@ -229,37 +169,6 @@ Proj make_proj(int experts, int64_t n, int64_t k, int format, int group, cudaStr
 struct Layer {
   Proj gate_up, down;
 };
-
-struct Ceilings {
-  double copy_gbs = 0, gemm_tflops = 0;
-};
-Ceilings measure_ceilings(cudaStream_t s, cublasHandle_t h) {
-  Ceilings c;
-  {
-    const size_t bytes = size_t(2) << 30;
-    Dev src(bytes), dst(bytes);
-    cuda::launch_fill_random_bf16(src.as<bf16_bits>(), int64_t(bytes / 2), 7, 1.0f, s);
-    const double ms = time_ms(s, 3, 10, [&] {
-      CUDA_CHECK(
-          cudaMemcpyAsync(dst.as<void>(), src.as<void>(), bytes, cudaMemcpyDeviceToDevice, s));
-    });
-    c.copy_gbs = 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
-  }
-  const int n = 8192;
-  Dev a(size_t(n) * n * 2), b(size_t(n) * n * 2), o(size_t(n) * n * 2);
-  cuda::launch_fill_random_bf16(a.as<bf16_bits>(), int64_t(n) * n, 1, 1.0f, s);
-  cuda::launch_fill_random_bf16(b.as<bf16_bits>(), int64_t(n) * n, 2, 1.0f, s);
-  const float alpha = 1, beta = 0;
-  const double ms = time_ms(s, 3, 10, [&] {
-    CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &alpha, a.as<void>(), CUDA_R_16BF, n,
-                       b.as<void>(), CUDA_R_16BF, n, &beta, o.as<void>(), CUDA_R_16BF, n,
-                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
-  });
-  c.gemm_tflops = 2.0 * n * double(n) * n / (ms * 1e-3) / 1e12;
-  std::printf("ceiling  D2D copy %.0f GB/s (read+write, 2 GiB, median of 10)\n", c.copy_gbs);
-  std::printf("ceiling  cuBLAS bf16 GEMM 8192^3: %.0f TFLOP/s (median of 10)\n", c.gemm_tflops);
-  return c;
-}
 
 constexpr int kBatches = 8;  // different hidden-state batches per token count
 constexpr int kCopies = 2;   // copies of the layer's weights
@@ -805,7 +714,8 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
 
 int main(int argc, char** argv) {
   using namespace strata;
-  std::string configs = "kimi,moonlight,moonlight-int4,dsv3";
+  std::string configs = "kimi,moonlight,moonlight-int4,dsv3", what = "kernels";
+  std::string backend_configs = "dsv3,moonlight,kimi";
   std::vector<int> tokens = {1, 8, 32, 128, 512, 8192};
   int calls = 16, reps = 5, sweep = 1, sweep_max_tokens = 32;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -822,11 +732,17 @@ int main(int argc, char** argv) {
       sweep = std::stoi(argv[i + 1]);
     else if (a == "--sweep-max-tokens")
       sweep_max_tokens = std::stoi(argv[i + 1]);
+    else if (a == "--what")
+      what = argv[i + 1];
+    else if (a == "--backend-configs")
+      backend_configs = argv[i + 1];
     else {
-      std::fprintf(stderr,
-                   "usage: %s [--configs kimi,moonlight,moonlight-int4,dsv3] [--tokens 1,8,...] "
-                   "[--calls 16] [--reps 5] [--sweep 1] [--sweep-max-tokens 32]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--what kernels,backend] [--configs kimi,moonlight,moonlight-int4,dsv3] "
+          "[--backend-configs dsv3,moonlight,kimi] [--tokens 1,8,...] [--calls 16] [--reps 5] "
+          "[--sweep 1] [--sweep-max-tokens 32]\n",
+          argv[0]);
       return 2;
     }
   }
@@ -842,10 +758,16 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device   %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   const Ceilings ceil = measure_ceilings(s, h);
-  const std::string list = "," + configs + ",";
-  for (const Config& c : kConfigs)
-    if (list.find("," + c.name + ",") != std::string::npos)
-      run_config(c, tokens, calls, reps, sweep != 0, sweep_max_tokens, ceil, s, h);
+  const std::string list = "," + configs + ",", whats = "," + what + ",";
+  if (whats.find(",kernels,") != std::string::npos)
+    for (const Config& c : kConfigs)
+      if (list.find("," + c.name + ",") != std::string::npos)
+        run_config(c, tokens, calls, reps, sweep != 0, sweep_max_tokens, ceil, s, h);
+  const std::string blist = "," + backend_configs + ",";
+  if (whats.find(",backend,") != std::string::npos)
+    for (const moe_bench::BackendLayerConfig& c : moe_bench::kBackendLayers)
+      if (blist.find("," + std::string(c.name) + ",") != std::string::npos)
+        moe_bench::run_backend_layer(c, tokens, calls, reps, ceil);
   cublasDestroy(h);
   cudaStreamDestroy(s);
   return 0;

@@ -12,6 +12,7 @@
 // Usage: strata_bench_offline_bench [--config PATH] [--tokenizer DIR] [--prompts N] [--in N]
 //   [--out N] [--kv-cache-dtype auto|fp8_e4m3|fp8_e5m2] [--max-running N] [--mem-fraction F]
 //   [--max-seconds S] [--page-size N] (the KV page, default 16) [--tp-size N]
+//   [--tp-one-rank 1] (rank 0 of --tp-size alone, collectives skipped and counted)
 //   [--cuda-graph-max-bs N] (decode steps of at most N requests replay CUDA graphs; default: the
 //   engine's) [--schedule-conservativeness F] [--hicache-ratio R] (host KV tier of R x the pool:
 //   pages of retracted requests come back from host memory instead of being recomputed)
@@ -38,6 +39,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "bench_args.h"
 #include "bench_checkpoint.h"
+#include "step_batch.h"
 #include "dist/tensor_parallel.h"
 #include "engine/engine.h"
 
@@ -59,6 +61,7 @@ struct Args {
   std::vector<int> bd_pages;  // page sizes to time the step at, after the full breakdown
   int page_size = 16;  // the engine's and the breakdown's KV page
   int tp = 1;
+  bool one_rank = false;  // --tp-one-rank 1: rank 0 of --tp-size alone (backend/solo_comm.h)
   std::optional<int> cuda_graph_max_bs;  // unset: the engine's default
   double schedule_conservativeness = 1.0;
   double hicache_ratio = 0;  // > 0: the host KV tier at this ratio of the device pool
@@ -88,6 +91,7 @@ void run_engine(const Args& a, const std::string& dir) {
   ec.page_size = a.page_size;
   if (a.max_running > 0) ec.max_running_requests = a.max_running;
   ec.tp_size = a.tp;
+  ec.tp_one_rank = a.one_rank;
   ec.cuda_graph_max_bs = a.cuda_graph_max_bs;
   ec.schedule_conservativeness = a.schedule_conservativeness;
   if (a.hicache_ratio > 0) {  // retracted requests' pages then come back from host memory
@@ -166,54 +170,14 @@ void run_engine(const Args& a, const std::string& dir) {
   eng.wait_idle();
 }
 
-// One decode step's inputs: B sequences of context C (the new token is the last), their pages in
-// order (sequence s owns one contiguous run) or scattered the way a long-running engine leaves
-// them (a random permutation of the pool). fb points into the vectors: not copyable.
-struct DecodeBatch {
-  std::vector<int32_t> q_indptr{0}, kv_lens, page_indptr{0}, pages, pos, slots, tokens, rows;
-  ForwardBatch fb;
-  DecodeBatch(int B, int C, int page, bool scattered) {
-    const int pages_per_seq = (C + page) / page;
-    pages.resize(size_t(B) * size_t(pages_per_seq));
-    std::iota(pages.begin(), pages.end(), 0);
-    if (scattered) std::shuffle(pages.begin(), pages.end(), std::mt19937(7));
-    for (int s = 0; s < B; ++s) {
-      q_indptr.push_back(s + 1);
-      kv_lens.push_back(C);
-      page_indptr.push_back((s + 1) * pages_per_seq);
-      pos.push_back(C - 1);
-      slots.push_back(pages[size_t(s * pages_per_seq + (C - 1) / page)] * page + (C - 1) % page);
-      tokens.push_back(s * 7 % 1000);
-      rows.push_back(s);
-    }
-    fb.token_ids = tokens.data();
-    fb.attn = AttentionMetadata{.num_seqs = B, .num_tokens = B, .page_size = page,
-                                .q_indptr = q_indptr.data(), .kv_lens = kv_lens.data(),
-                                .page_indptr = page_indptr.data(), .page_indices = pages.data(),
-                                .positions = pos.data(), .slot_mapping = slots.data()};
-    fb.logit_rows = rows.data();
-    fb.num_logit_rows = B;
-  }
-  DecodeBatch(const DecodeBatch&) = delete;
-  DecodeBatch& operator=(const DecodeBatch&) = delete;
-};
+// The breakdown's KV dtype (--kv-cache-dtype: auto and bf16 are bf16).
+DType breakdown_kv_dtype(const Args& a) {
+  return a.kv == "auto" || a.kv == "bf16" ? DType::kBF16 : a.kv == "fp8_e5m2" ? DType::kFP8E5M2 : DType::kFP8E4M3;
+}
 
-// A KV pool for `seqs` sequences of context C at this page size, every byte random: attention
-// reading a never-written (zeroed) pool runs faster than on real data (DRAM power).
-std::unique_ptr<KvStorage> random_kv(cuda::CudaBackend& be, const Model& model, const Args& a,
-                                     int seqs, int page) {
-  KvLayout lay = model.kv_layout();
-  lay.page_size = page;
-  lay.num_pages = int64_t(seqs) * ((a.bd_context + page) / page);
-  lay.dtype = a.kv == "auto" || a.kv == "bf16" ? DType::kBF16
-              : a.kv == "fp8_e5m2"             ? DType::kFP8E5M2
-                                               : DType::kFP8E4M3;
-  auto kv = be.alloc_kv(lay);
-  for (int l = 0; l < lay.num_layers; ++l) {
-    be.fill_random(kv->k(l), 100 + 2 * uint64_t(l), 0.5f);
-    be.fill_random(kv->v(l), 101 + 2 * uint64_t(l), 0.5f);
-  }
-  return kv;
+// A random pool for `seqs` sequences of the breakdown's context at this page size.
+std::unique_ptr<KvStorage> random_kv(cuda::CudaBackend& be, const Model& model, const Args& a, int seqs, int page) {
+  return random_kv(be, model, breakdown_kv_dtype(a), int64_t(seqs) * ((a.bd_context + page) / page), page);
 }
 
 // One decode step at batch B, context C (random KV) outside the engine, pages in order; then
@@ -228,8 +192,8 @@ void breakdown(const Args& a, const std::string& dir) {
   Model& model = **m;
   const int B = a.bd_batch, C = a.bd_context;
   auto kv = random_kv(be, model, a, B, a.page_size);
-  DecodeBatch batch(B, C, a.page_size, false);
-  const ForwardBatch& fb = batch.fb;
+  auto batch = StepBatch::decode(B, C, a.page_size, false);
+  const ForwardBatch& fb = batch->fb;
   const int64_t vocab = model.spec().vocab_size;
   std::vector<float> logits(size_t(B) * size_t(vocab));
   auto time_it = [&](int reps, auto&& fn) {
@@ -271,9 +235,9 @@ void breakdown(const Args& a, const std::string& dir) {
     std::printf("step     same, page size %d: forward + GPU greedy sampling, pages in order", page);
     for (const bool scattered : {false, true}) {
       if (scattered && !a.bd_scatter) continue;
-      DecodeBatch b(B, C, page, scattered);
+      auto b = StepBatch::decode(B, C, page, scattered);
       std::printf("%s %.2f ms", scattered ? ", scattered over the pool" : "",
-                  time_it(5, [&] { model.forward_sample(b.fb, *kv, args); }));
+                  time_it(5, [&] { model.forward_sample(b->fb, *kv, args); }));
     }
     std::printf("\n");
   }
@@ -290,7 +254,7 @@ void overlap_breakdown(const Args& a, const std::string& dir) {
     std::unique_ptr<Backend> backend;
     std::unique_ptr<Model> model;
     std::unique_ptr<KvStorage> kv;
-    std::unique_ptr<DecodeBatch> batch;
+    std::unique_ptr<StepBatch> batch;
     std::vector<SampleRowParams> greedy;
     std::vector<int32_t> ids;
     void step() {
@@ -306,7 +270,7 @@ void overlap_breakdown(const Args& a, const std::string& dir) {
     h[i].model = std::move(*m);
     be.fill_all_random(43 + uint64_t(i), 0.02f);
     h[i].kv = random_kv(be, *h[i].model, a, half, a.page_size);
-    h[i].batch = std::make_unique<DecodeBatch>(half, a.bd_context, a.page_size, false);
+    h[i].batch = StepBatch::decode(half, a.bd_context, a.page_size, false);
     h[i].greedy.resize(size_t(half));
     h[i].ids.resize(size_t(half));
   }
@@ -354,6 +318,7 @@ int main(int argc, char** argv) {
     else if (k == "--breakdown-pages") a.bd_pages = parse_int_list(v);
     else if (k == "--page-size") a.page_size = std::stoi(v);
     else if (k == "--tp-size") a.tp = std::stoi(v);
+    else if (k == "--tp-one-rank") a.one_rank = std::stoi(v) != 0;
     else if (k == "--cuda-graph-max-bs") a.cuda_graph_max_bs = std::stoi(v);
     else if (k == "--schedule-conservativeness") a.schedule_conservativeness = std::stod(v);
     else if (k == "--hicache-ratio") a.hicache_ratio = std::stod(v);

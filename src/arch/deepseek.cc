@@ -94,6 +94,8 @@ class DeepseekModel : public DecoderModel {
   std::vector<DeepseekLayer> layers_;
 };
 
+}  // namespace
+
 // Routing as the config says (model/config.cc defaults V3-family configs to sigmoid + noaux_tc,
 // which transformers 5.17's DeepseekV3TopkRouter hard-codes). transformers' DeepseekV2TopkRouter
 // never renormalizes the chosen weights, whatever norm_topk_prob says; follow it.
@@ -112,6 +114,8 @@ MoeRouteArgs route_args_from(const ModelSpec& spec) {
   if (m.topk_method == TopkMethod::kGreedy) a.num_groups = a.topk_groups = 1;
   return a;
 }
+
+namespace {
 
 Status DeepseekModel::load_attention(const WeightStore& ws, int l, DeepseekLayer& L) {
   namespace wn = weight_names;
@@ -282,19 +286,25 @@ void DeepseekModel::moe_block(int layer, const Tensor& h, const Tensor& out) {
   auto logits = be.alloc(DType::kF32, {t, route_args_.num_experts});
   be.linear(h, m.gate, *logits);
   trace(*logits, "router_logits", layer);
+  if (m.correction_bias) trace(*m.correction_bias, "router_bias", layer);
   auto ids = be.alloc(DType::kI32, {t, k});
   auto weights = be.alloc(DType::kF32, {t, k});
   be.moe_route(*logits, m.correction_bias ? m.correction_bias->view() : Tensor{}, route_args_, *ids,
                *weights);
+  trace(*ids, "topk_ids", layer);
   trace(*weights, "topk_weights", layer);
-  be.moe_experts(h, m.experts, *ids, *weights, out);
-  trace(out, "routed_out", layer);
-  if (m.has_shared) {
-    auto shared = be.alloc(be.activation_dtype(), {t, spec_.hidden_size});
-    swiglu(m.shared, h, *shared);
-    trace(*shared, "shared_out", layer);
-    be.add(out, *shared, out);
+  if (!m.has_shared) {
+    be.moe_experts(h, m.experts, *ids, *weights, out);
+    trace(out, "routed_out", layer);
+    return;
   }
+  // The shared experts first, so that the routed experts' combine can add them (one launch and
+  // one rounding fewer on the GPU).
+  auto shared = be.alloc(be.activation_dtype(), {t, spec_.hidden_size});
+  swiglu(m.shared, h, *shared);
+  trace(*shared, "shared_out", layer);
+  be.moe_experts_add(h, m.experts, *ids, *weights, *shared, out);
+  trace(out, "moe_out", layer);
 }
 
 }  // namespace

@@ -89,6 +89,9 @@ StatusOr<std::unique_ptr<Model>> create_llama_model(const ModelSpec& spec,
 StatusOr<std::unique_ptr<Model>> create_deepseek_model(const ModelSpec& spec,
                                                        const WeightStore& weights,
                                                        Backend& backend, const TpRank& tp);
+// The expert routing a DeepSeek-family spec asks for (arch/deepseek.cc): what its MoE layers pass
+// to Backend::moe_route (tests and benchmarks route the same way).
+MoeRouteArgs route_args_from(const ModelSpec& spec);
 
 // Helpers shared by the architectures' loaders.
 // Loads `name` with `shape` as float32 and uploads it in the backend's weight dtype.

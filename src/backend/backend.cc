@@ -72,4 +72,12 @@ void Backend::qkv_rope_kv_write(const Tensor& qkv, int heads, int kv_heads, int 
   kv_write(kv, layer, *k, *v, meta);
 }
 
+void Backend::moe_experts_add(const Tensor& x, const MoeExpertWeights& experts,
+                              const Tensor& topk_ids, const Tensor& topk_weights,
+                              const Tensor& add_in, const Tensor& out) {
+  auto routed = alloc(out.dtype, out.shape);
+  moe_experts(x, experts, topk_ids, topk_weights, *routed);
+  add(add_in, *routed, out);  // out may alias add_in (add allows out == a)
+}
+
 }  // namespace strata

@@ -308,6 +308,12 @@ class Backend {
   virtual void qkv_rope_kv_write(const Tensor& qkv, int heads, int kv_heads, int head_dim,
                                  const RopeArgs& rope, KvStorage& kv, int layer,
                                  const AttentionMetadata& meta, const Tensor& q);
+  // A MoE layer's output: out = add + moe_experts(x, experts, topk_ids, topk_weights), `add` the
+  // shared experts' output [T, hidden]; out may alias add. The default runs moe_experts then
+  // add; a backend may add inside its combine, before the output's one rounding.
+  virtual void moe_experts_add(const Tensor& x, const MoeExpertWeights& experts,
+                               const Tensor& topk_ids, const Tensor& topk_weights,
+                               const Tensor& add, const Tensor& out);
 
   // ---- MLA helpers (absorbed attention: arch/mla.h) ----
   // Writes x's columns [begin, end) into out's columns [out_begin, out_begin + end - begin),

@@ -12,15 +12,19 @@ class TensorParallelRuntime : public ParallelRuntime {
                                        const WeightStore& weights) const override {
     TpConfig tpc{.tp_size = config.tp_size,
                  .device = config.device,
-                 .sharding = {.allow_uneven = config.tp_allow_uneven}};
-    // Started by mpirun/srun as rank 0 of several processes: the others run run_tp_worker.
-    STRATA_ASSIGN_OR_RETURN(tpc.launch,
-                            tp_launch_from_env(config.tp_size, config.device, &tpc.nccl_id_file));
+                 .sharding = {.allow_uneven = config.tp_allow_uneven},
+                 .one_rank = config.tp_one_rank};
+    // Started by mpirun/srun as rank 0 of several processes: the others run run_tp_worker
+    // (--tp-one-rank has no other ranks, whatever the environment says).
+    if (!tpc.one_rank) {
+      STRATA_ASSIGN_OR_RETURN(tpc.launch,
+                              tp_launch_from_env(config.tp_size, config.device, &tpc.nccl_id_file));
+    }
     STRATA_ASSIGN_OR_RETURN(RankFactory factory, make_tp_rank_factory(tpc));
     ParallelModel group;
-    group.ranks_are_processes = tpc.launch.has_value();
-    STRATA_ASSIGN_OR_RETURN(group.model,
-                            create_tp_model(spec, weights, tpc, factory, &group.backend));
+    // One rank alone holds one host tier, as one process of a launcher's would.
+    group.ranks_are_processes = tpc.launch.has_value() || tpc.one_rank;
+    STRATA_ASSIGN_OR_RETURN(group.model, create_tp_model(spec, weights, tpc, factory, &group.backend));
     return group;
   }
 

@@ -5,9 +5,9 @@
 #include <bit>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <optional>
+#include <cstring>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -560,10 +560,8 @@ StatusOr<std::optional<LaunchRank>> tp_launch_from_env(int tp_size, Device devic
 }
 
 StatusOr<RankFactory> make_tp_rank_factory(const TpConfig& config) {
-  return make_rank_factory(RankGroup{.device = config.device,
-                                     .size = config.tp_size,
-                                     .launch = config.launch,
-                                     .nccl_id_file = config.nccl_id_file});
+  return make_rank_factory(RankGroup{.device = config.device, .size = config.tp_size, .launch = config.launch,
+                                     .nccl_id_file = config.nccl_id_file, .one_rank = config.one_rank});
 }
 
 StatusOr<std::unique_ptr<Model>> create_tp_model(const ModelSpec& spec, const WeightStore& weights,
@@ -575,8 +573,9 @@ StatusOr<std::unique_ptr<Model>> create_tp_model(const ModelSpec& spec, const We
   std::vector<std::thread> workers;
   if (config.launch && config.launch->rank != 0)
     return internal_error("rank {} of a launcher job runs run_tp_worker, not the engine", config.launch->rank);
-  // With a launcher the other ranks are other processes; else threads of this one.
-  const int local_ranks = config.launch ? 1 : config.tp_size;
+  // With a launcher the other ranks are other processes; else threads of this one (none with
+  // --tp-one-rank: rank 0 runs alone).
+  const int local_ranks = config.launch || config.one_rank ? 1 : config.tp_size;
   for (int r = 1; r < local_ranks; ++r) {
     // Workers keep only `spec` and `plan` (shared) after the barrier; `weights` is read before it.
     workers.emplace_back([r, spec, &weights, plan, &factory, state] {
@@ -597,8 +596,9 @@ StatusOr<std::unique_ptr<Model>> create_tp_model(const ModelSpec& spec, const We
     if (s0.ok()) state->remove(s0->res.comm.get());
     return state->first();
   }
-  LOG_INFO("tensor parallel: {} ranks on {} · {} heads, {} vocab rows per rank{}", config.tp_size,
-           device_name(config.device), plan->rank(0).q_heads.size(), plan->rank(0).vocab.size(),
+  LOG_INFO("tensor parallel: {}{} ranks on {} · {} heads, {} vocab rows per rank{}",
+           config.one_rank ? "rank 0 alone (--tp-one-rank) of " : "", config.tp_size, device_name(config.device),
+           plan->rank(0).q_heads.size(), plan->rank(0).vocab.size(),
            plan->kv_heads_replicated() ? " · KV heads replicated" : "");
   *rank0_backend = std::move(s0->res.backend);
   return std::unique_ptr<Model>(new TpModel(std::move(s0->model), std::move(s0->res.comm),

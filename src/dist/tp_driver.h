@@ -46,6 +46,8 @@ struct TpConfig {
   // (create_tp_model); every other rank runs run_tp_worker until rank 0 shuts the group down.
   std::optional<LaunchRank> launch{};
   std::string nccl_id_file{};
+  // --tp-one-rank: rank 0's shards alone, collectives skipped and counted (backend/solo_comm.h).
+  bool one_rank = false;
 };
 
 // The launcher's ranks when this process was started as one of several (size > 1), else nullopt.

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/kv_host_io.h"
+#include "backend/solo_comm.h"
 #include "core/log.h"
 #include "engine/live_request.h"
 #include "engine/schedule_state.h"
@@ -42,6 +43,15 @@ Engine::~Engine() {
                "through host copies (slow): {}", calls, backend_->name(), list);
     else if (!fallback.empty())
       LOG_INFO("CPU fallback: no calls ({})", list);
+  }
+  if (config_.tp_one_rank) {
+    const SkippedCollectives s = skipped_collectives();
+    const double steps = double(std::max<int64_t>(1, stats_.steps_total));
+    LOG_INFO("--tp-one-rank: skipped collectives over {} steps: all_reduce {} calls, {:.3f} GB ({:.1f} calls, "
+             "{:.1f} KB a step); all_gather {} calls, {:.3f} GB; {} step broadcasts", stats_.steps_total,
+             s.all_reduce_calls, double(s.all_reduce_bytes) / 1e9, double(s.all_reduce_calls) / steps,
+             double(s.all_reduce_bytes) / steps / 1e3, s.all_gather_calls, double(s.all_gather_bytes) / 1e9,
+             s.broadcast_calls);
   }
 }
 

@@ -66,6 +66,10 @@ struct EngineConfig {
   // (model/sharding.h).
   int tp_size = 1;
   bool tp_allow_uneven = false;
+  // --tp-one-rank: only rank 0 of the --tp-size ranks, on this process's device, with every
+  // collective skipped and counted (backend/solo_comm.h). A benchmark mode — what each GPU of a
+  // tp group computes, measured on one GPU; the outputs are not the model's.
+  bool tp_one_rank = false;
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;  // auto: f32 on cpu, bf16 on cuda (exact)
   std::vector<int> kv_bf16_layers;            // layers kept in bf16 when kv_cache_dtype is fp8
   std::string kv_scales_path;                 // per-layer K/V scales (strata eval-kv --calibrate)

@@ -1,6 +1,7 @@
-// The CPU twin: the ops the CUDA backend does not run on the GPU yet, declared in one table and
-// run on the CPU reference backend through host copies: each downloads its inputs, runs the CPU
-// op and uploads the result, ending the current step (so it never runs inside a CUDA graph).
+// The CPU twin: the ops the CUDA backend does not run on the GPU yet, and the shapes its MoE
+// kernels refuse (moe.cu), declared in one table and run on the CPU reference backend through
+// host copies: each downloads its inputs, runs the CPU op and uploads the result, ending the
+// current step (so it never runs inside a CUDA graph).
 // Correct but slow: every call is counted (CudaBackend::cpu_fallback_counts, exported as
 // strata_cpu_fallback_ops_total and in the engine's exit line) and the first one of each op is
 // logged as a warning. This is the one file of the CUDA backend that uses backend/cpu/.
@@ -18,11 +19,11 @@ constexpr CpuTwinOp kCpuTwinOps[] = {
     {"mla_attention",
      "the MLA kernels are built for (kv_lora_rank, rope dims) (512, 64), (128, 32) and (32, 8) "
      "over aligned rows, not this layer's (home: mla.cu)"},
-    {"moe_route", "MoE routing has no GPU kernel yet (issue 23; home: moe.cu)"},
-    {"moe_experts", "MoE expert FFNs have no GPU kernel yet (issue 23; home: moe.cu)"},
-    {"linear_f32_out",
-     "a linear with a float32 output (MoE routers score experts in float32) has no GPU kernel yet "
-     "(issue 23)"},
+    // The MoE ops run on the GPU (moe.cu); these rows count only the shapes its kernels refuse,
+    // so that strata_cpu_fallback_ops_total shows them (0 on every supported MoE model).
+    {"moe_route", "a routing shape the GPU kernel refuses (moe.cu says which)"},
+    {"moe_experts", "an expert shape or layout the GPU kernels refuse (moe.cu says which)"},
+    {"linear_f32_out", "a float32-output linear (router) the GPU path refuses (moe.cu says which)"},
     {"sample_f32_logits",
      "sampling (not greedy) of float32 logits, which this backend's models never produce: the "
      "reference on the host"},
@@ -65,10 +66,10 @@ void to_device(const HostTensor& h, const Tensor& dst) {
 
 }  // namespace
 
-void CudaBackend::count_cpu_twin(int i) {
+void CudaBackend::count_cpu_twin(int i, const char* why) {
   if (cpu_twin_calls_[size_t(i)]++ == 0)
-    LOG_WARN("CUDA backend: {} runs on the CPU reference through host copies, slowly: {}",
-             kCpuTwinOps[i].name, kCpuTwinOps[i].reason);
+    LOG_WARN("CUDA backend: {} runs on the CPU reference through host copies, slowly: {}{}{}",
+             kCpuTwinOps[i].name, kCpuTwinOps[i].reason, why ? ": " : "", why ? why : "");
 }
 
 std::vector<std::pair<std::string, int64_t>> CudaBackend::cpu_fallback_counts() const {
@@ -94,10 +95,10 @@ void CudaBackend::mla_attention_cpu_twin(const Tensor& q_latent, const KvStorage
   to_device(o, out);
 }
 
-void CudaBackend::moe_route(const Tensor& router_logits, const Tensor& correction_bias,
-                            const MoeRouteArgs& args, const Tensor& topk_ids,
-                            const Tensor& topk_weights) {
-  count_cpu_twin(twin_index("moe_route"));
+void CudaBackend::moe_route_twin(const Tensor& router_logits, const Tensor& correction_bias,
+                                 const MoeRouteArgs& args, const Tensor& topk_ids,
+                                 const Tensor& topk_weights, const char* why) {
+  count_cpu_twin(twin_index("moe_route"), why);
   end_step();
   cpu::CpuBackend cpu;
   HostTensor logits = to_host(*this, router_logits);
@@ -109,18 +110,18 @@ void CudaBackend::moe_route(const Tensor& router_logits, const Tensor& correctio
   to_device(weights, topk_weights);
 }
 
-void CudaBackend::moe_experts(const Tensor& x, const MoeExpertWeights& experts,
-                              const Tensor& topk_ids, const Tensor& topk_weights,
-                              const Tensor& out) {
-  count_cpu_twin(twin_index("moe_experts"));
+void CudaBackend::moe_experts_twin(const Tensor& x, const MoeExpertWeights& experts,
+                                   const Tensor& topk_ids, const Tensor& topk_weights,
+                                   const Tensor& out, const char* why) {
+  count_cpu_twin(twin_index("moe_experts"), why);
   end_step();
   cpu::CpuBackend cpu;
   HostTensor hx = to_host(*this, x), ids = to_host(*this, topk_ids);
   HostTensor w = to_host(*this, topk_weights);
   // Host float32 copies of the expert weights, wrapped as CPU "device" tensors.
   MoeExpertWeights host_experts;
-  // Packed experts (INT4, FP8 blocks) are dequantized on the device first: the same bf16
-  // values the CPU reference dequantizes to.
+  // Experts are dequantized (INT4, FP8 blocks) or untiled (moe_weights.h) on the device first:
+  // the same bf16 values the CPU reference dequantizes to.
   for (auto [src, dst] : {std::pair{&experts.gate_up, &host_experts.gate_up}, std::pair{&experts.down, &host_experts.down}}) {
     DeviceTensorPtr dense = dequantize_bf16(*src);
     dst->weight = cpu.alloc(DType::kF32, dense->view().shape);
@@ -132,14 +133,17 @@ void CudaBackend::moe_experts(const Tensor& x, const MoeExpertWeights& experts,
   to_device(o, out);
 }
 
-void CudaBackend::linear_f32_out(const Tensor& x, const LinearWeight& w, const Tensor& out) {
-  count_cpu_twin(twin_index("linear_f32_out"));
+void CudaBackend::linear_f32_out_twin(const Tensor& x, const LinearWeight& w, const Tensor& out,
+                                      const char* why) {
+  count_cpu_twin(twin_index("linear_f32_out"), why);
   end_step();
   cpu::CpuBackend cpu;
   HostTensor hx = to_host(*this, x);
   LinearWeight host_w;
-  host_w.weight = cpu.alloc(DType::kF32, w.weight->view().shape);
-  download_f32(w.weight->view(), host_w.weight->view().ptr<float>());
+  DeviceTensorPtr dense = dequantize_bf16(w);  // a packed weight's values, as the reference's
+  host_w.weight = cpu.alloc(DType::kF32, {w.out_features(), w.in_features()});
+  CHECK_EQ(w.stack, 1);
+  download_f32(dense->view(), host_w.weight->view().ptr<float>());
   if (w.bias) {
     host_w.bias = cpu.alloc(DType::kF32, w.bias->view().shape);
     download_f32(w.bias->view(), host_w.bias->view().ptr<float>());

@@ -5,11 +5,11 @@
 // host entry (the CudaBackend member that checks the tensors, fills the launch parameters and
 // records the launch) plus a small header with its parameter structs: attention (attention.h;
 // the kernels in attention_*.cu), linear, norm, rope (and the fused qkv_rope), elementwise,
-// copies (embedding, gathers, slices), kv_write, sampling, mla (MLA attention and its KV write);
-// moe.cu is the home of ops not yet on the GPU, which cpu_twin.cc runs on the CPU reference (a
-// declared table, counted). This class owns memory (device_memory.h), host-input staging,
-// steps, the launch recorder (graph_recorder.h) and the tunables (tunables.h, the one place
-// that reads the environment).
+// copies (embedding, gathers, slices), kv_write, sampling, mla (MLA attention and its KV write),
+// moe (routing, expert GEMMs); cpu_twin.cc runs on the CPU reference the shapes their kernels
+// refuse (a declared table, counted). This class owns memory (device_memory.h), host-input
+// staging, steps, the launch recorder (graph_recorder.h) and the tunables (tunables.h, the one
+// place that reads the environment).
 //
 // Execution model. Every op becomes one or more launches, each a trivially copyable parameter
 // block plus a launcher (launch.h). In eager mode (the default) a launch runs at once on the
@@ -90,8 +90,8 @@ class CudaBackend : public Backend {
   void copy_columns(const Tensor& x, int64_t begin, int64_t end, const Tensor& out,
                     int64_t out_begin) override;
   // linear.cu: the GEMV at decode sizes (m <= tunables().gemv_max_rows), else cuBLAS; a linear
-  // with a float32 output (MoE routers) runs on the CPU twin. linear_silu_mul: one GEMV launch
-  // with the SwiGLU epilogue at decode sizes, else the Backend default.
+  // with a float32 output (MoE routers) is moe.cu's linear_f32_out. linear_silu_mul: one GEMV
+  // launch with the SwiGLU epilogue at decode sizes, else the Backend default.
   void linear(const Tensor& x, const LinearWeight& w, const Tensor& out) override;
   void linear_silu_mul(const Tensor& x, const LinearWeight& w, const Tensor& out) override;
   // linear_packed.cc: INT4 group-quantized and FP8 128x128-block weights stay packed (their
@@ -126,12 +126,14 @@ class CudaBackend : public Backend {
   // CPU twin (counted).
   void mla_attention(const Tensor& q_latent, const KvStorage& kv, int layer,
                      const AttentionMetadata& meta, const MlaArgs& args, const Tensor& out) override;
-  // cpu_twin.cc (home: moe.cu)
+  // moe.cu (shapes the kernels refuse: the CPU twin, counted)
   void moe_route(const Tensor& router_logits, const Tensor& correction_bias,
                  const MoeRouteArgs& args, const Tensor& topk_ids,
                  const Tensor& topk_weights) override;
   void moe_experts(const Tensor& x, const MoeExpertWeights& experts, const Tensor& topk_ids,
                    const Tensor& topk_weights, const Tensor& out) override;
+  void moe_experts_add(const Tensor& x, const MoeExpertWeights& experts, const Tensor& topk_ids,
+                       const Tensor& topk_weights, const Tensor& add, const Tensor& out) override;
   // Every op of kCpuTwinOps with its calls so far.
   std::vector<std::pair<std::string, int64_t>> cpu_fallback_counts() const override;
 
@@ -215,12 +217,24 @@ class CudaBackend : public Backend {
   void mla_attention_cpu_twin(const Tensor& q_latent, const KvStorage& kv, int layer,
                               const AttentionMetadata& meta, const MlaArgs& args,
                               const Tensor& out);
-  // cpu_twin.cc: a linear with a float32 output (MoE routers: the reference scores experts in
-  // float32); sampling rows of float32 logits (not produced by this backend's models).
+  // moe.cu: a linear with a float32 output (MoE routers: the reference scores experts in
+  // float32); the upload of a stacked expert weight in the MoE kernels' layout (moe_weights.h);
+  // the MoE GEMM kernels' one-time setup (before any graph capture).
   void linear_f32_out(const Tensor& x, const LinearWeight& w, const Tensor& out);
+  LinearWeight upload_moe_stack(const HostLinearWeight& w, const LinearFormat& device_format);
+  void init_moe_kernels();
+  // cpu_twin.cc: the MoE ops on the CPU reference for the shapes the kernels refuse (`why`);
+  // sampling rows of float32 logits (not produced by this backend's models).
+  void linear_f32_out_twin(const Tensor& x, const LinearWeight& w, const Tensor& out,
+                           const char* why);
+  void moe_route_twin(const Tensor& router_logits, const Tensor& correction_bias,
+                      const MoeRouteArgs& args, const Tensor& topk_ids, const Tensor& topk_weights,
+                      const char* why);
+  void moe_experts_twin(const Tensor& x, const MoeExpertWeights& experts, const Tensor& topk_ids,
+                        const Tensor& topk_weights, const Tensor& out, const char* why);
   void sample_f32_logits(const Tensor& logits, const SampleRowParams* params, int32_t* out_ids);
-  // Counts a call of kCpuTwinOps[i]; the first one is logged as a warning.
-  void count_cpu_twin(int i);
+  // Counts a call of kCpuTwinOps[i]; the first one is logged as a warning (with `why` if given).
+  void count_cpu_twin(int i, const char* why = nullptr);
 
   std::shared_ptr<DevicePool> pool_;
   cudaStream_t stream_ = nullptr;      // where launches go (own_stream_ unless set_stream)
@@ -254,6 +268,11 @@ class CudaBackend : public Backend {
   void* fp8_workspace_ = nullptr;                 // cuBLASLt's, for every FP8 GEMM
   std::unique_ptr<Fp8GemmPlanner> fp8_planner_;   // plans per (m, n, k)
   bool mla_ready_ = false;                        // mla.cu: init_mla_attention_kernels() done
+
+  // moe.cu
+  bool moe_ready_ = false;  // init_moe_gemm_kernels() done
+  DeviceTensorPtr
+      moe_router_counters_;  // the router GEMV's tile counters (always zero between launches)
 
   void log_eager_steps();
 };

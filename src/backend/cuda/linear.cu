@@ -272,12 +272,12 @@ GemvParams CudaBackend::gemv_params(const Tensor& x, const Tensor& w, const floa
 }
 
 void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& out) {
-  if (!w.is_dense() && out.dtype != DType::kF32) return linear_packed(x, w, out, false);
+  if (out.dtype == DType::kF32) return linear_f32_out(x, w, out);  // routers (moe.cu)
+  if (!w.is_dense()) return linear_packed(x, w, out, false);
   const Tensor& wt = w.weight->view();
   const int64_t m = x.numel() / x.dim(-1), k = x.dim(-1), n = wt.dim(0);
   CHECK_MSG(wt.dim(1) == k, "linear: x has {} features, weight {}", k, shape_str(wt.shape));
   CHECK_EQ(out.numel(), m * n);
-  if (out.dtype == DType::kF32) return linear_f32_out(x, w, out);  // routers (cpu_twin.cc)
   check_bf16(x, "linear x");
   check_bf16(wt, "linear weight");
   check_bf16(out, "linear out");

@@ -14,12 +14,15 @@
 //
 // Shapes the kernels do not take (an INT4 group that is not a power of two >= 32, fp8 blocks
 // other than 128x128, k % 16 != 0) are dequantized to bf16 at upload, with a warning.
+// Stacked weights (a MoE layer's routed experts) the MoE kernels take are kept in their layout
+// (moe_weights.h; bf16 and fp8 through upload_moe_stack in moe.cu, int4 as here).
 #include <algorithm>
 #include <cstring>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/linear_fp8.h"
 #include "backend/cuda/linear_int4.h"
+#include "backend/cuda/moe_weights.h"
 #include "core/log.h"
 
 namespace strata::cuda {
@@ -63,6 +66,19 @@ LinearWeight CudaBackend::upload_linear(const HostLinearWeight& w, const Tensor&
   const LinearFormat& f = w.format;
   const bool keep = (f.format == WeightFormat::kInt4Group && int4_kernels_take(f, w.in)) ||
                     (f.format == WeightFormat::kFp8Block && fp8_kernels_take(f, w.in));
+  const LinearFormat device =
+      keep ? f : LinearFormat{.format = WeightFormat::kDense, .dense_dtype = DType::kBF16};
+  if (w.stack > 1 && moe_stack_tiled(device, w.stack, w.out, w.in, !bias_f32.empty())) {
+    init_moe_kernels();
+    if (device.format != WeightFormat::kInt4Group) {
+      if (!keep && f.format != WeightFormat::kDense)
+        LOG_WARN(
+            "CUDA backend: {} experts [{}, {}] are not a shape the packed kernels take; "
+            "dequantized to bf16",
+            f.str(), w.out, w.in);
+      return upload_moe_stack(w, device);
+    }
+  }
   if (!keep) {
     if (f.format != WeightFormat::kDense)
       LOG_WARN("CUDA backend: a {} weight [{}, {}] is not a shape its kernels take; dequantized to bf16 "
@@ -225,6 +241,26 @@ void CudaBackend::linear_packed(const Tensor& x, const LinearWeight& w, const Te
 DeviceTensorPtr CudaBackend::dequantize_bf16(const LinearWeight& w) {
   const int64_t n = w.out_features(), k = w.in_features();
   auto out = alloc(DType::kBF16, {w.stack, n, k});
+  // Stacked experts in the MoE tiles (moe_weights.h): bf16 and fp8 values back to row-major.
+  const bool tiled = moe_stack_tiled(w) && w.format.format != WeightFormat::kInt4Group;
+  DeviceTensorPtr untiled;
+  if (tiled) {
+    MoeRepackParams p{};
+    p.src = w.weight->view().data;
+    p.rows = w.stack * n;
+    p.k = k;
+    p.unpack = 1;
+    if (w.is_dense()) {
+      p.dst = out->view().data;
+      p.format = kMoeBf16;
+      launch_moe_repack(p, stream_);
+      return out;
+    }
+    untiled = alloc(DType::kU8, {w.stack * n * k});
+    p.dst = untiled->view().data;
+    p.format = kMoeFp8;
+    launch_moe_repack(p, stream_);
+  }
   if (w.is_dense()) {
     CUDA_CHECK(cudaMemcpyAsync(out->view().data, w.weight->view().data, size_t(out->view().nbytes()),
                                cudaMemcpyDeviceToDevice, stream_));
@@ -243,13 +279,15 @@ DeviceTensorPtr CudaBackend::dequantize_bf16(const LinearWeight& w) {
       p.group = w.format.group_size;
       launch_int4_dequant_bf16(p, stream_);
     } else {
+      // Tiled: the expert's dense table at the start of its slot (moe_weights.h).
       const int64_t rows = (n + kFp8Block - 1) / kFp8Block, ld = fp8_gemm_scale_ld(k);
       Fp8DequantParams p{};
-      p.w.w = static_cast<const uint8_t*>(w.weight->view().data) + s * n * k;
+      p.w.w = static_cast<const uint8_t*>(tiled ? untiled->view().data : w.weight->view().data) +
+              s * n * k;
       p.w.scale = w.scales->view().ptr<float>() + s * rows * ld;
       p.w.n = n;
       p.w.k = k;
-      p.w.scale_ld = ld;
+      p.w.scale_ld = tiled ? fp8_scale_cols(k) : ld;
       p.out = dst;
       launch_fp8_dequant(p, stream_);
     }

@@ -267,7 +267,8 @@ __global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(MoeCombine
   reinterpret_cast<uint4*>(p.out + t * p.hidden)[v] = pack8(acc);
 }
 
-// One thread per 16-byte lane piece of a tile: gathers its elements from the row-major source.
+// One thread per 16-byte lane piece of a tile: gathers its elements from the row-major source
+// (or, unpacking, scatters them back to it).
 __global__ void moe_repack_kernel(MoeRepackParams p) {
   const int64_t kt_count = moe_k_tiles(p.format, p.k);
   const int64_t pieces = p.rows / kMoeTileRows * kt_count * 32;
@@ -277,12 +278,21 @@ __global__ void moe_repack_kernel(MoeRepackParams p) {
     const int lane = int(i % 32);
     const int64_t tile = i / 32, rt = tile / kt_count, kt = tile % kt_count;
     uint32_t w[4] = {0, 0, 0, 0};
+    if (p.unpack) {
+      const uint4 v = reinterpret_cast<const uint4*>(p.src)[i];
+      w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+    }
     if (p.format == kMoeBf16) {
       const bf16_bits* src = static_cast<const bf16_bits*>(p.src);
       for (int e = 0; e < 8; ++e) {
         int row, col;
         bf16_tile_coords(lane, e, &row, &col);
         const int64_t r = rt * kMoeTileRows + row, c = kt * tk + col;
+        if (p.unpack) {
+          if (c < p.k)
+            static_cast<bf16_bits*>(p.dst)[r * p.k + c] = bf16_bits(w[e / 2] >> (16 * (e % 2)));
+          continue;
+        }
         const uint32_t v = c < p.k ? src[r * p.k + c] : 0u;
         w[e / 2] |= v << (16 * (e % 2));
       }
@@ -292,11 +302,16 @@ __global__ void moe_repack_kernel(MoeRepackParams p) {
         int row, col;
         fp8_tile_coords(lane, e, &row, &col);
         const int64_t r = rt * kMoeTileRows + row, c = kt * tk + col;
+        if (p.unpack) {
+          if (c < p.k)
+            static_cast<uint8_t*>(p.dst)[r * p.k + c] = uint8_t(w[e / 4] >> (8 * (e % 4)));
+          continue;
+        }
         const uint32_t v = c < p.k ? src[r * p.k + c] : 0u;
         w[e / 4] |= v << (8 * (e % 4));
       }
     }
-    reinterpret_cast<uint4*>(p.dst)[i] = make_uint4(w[0], w[1], w[2], w[3]);
+    if (!p.unpack) reinterpret_cast<uint4*>(p.dst)[i] = make_uint4(w[0], w[1], w[2], w[3]);
   }
 }
 
@@ -375,7 +390,7 @@ void launch_moe_repack(const MoeRepackParams& p, cudaStream_t stream) {
             "launch_int4_repack)",
             p.format);
   CHECK_MSG(p.rows % kMoeTileRows == 0 && p.k % 16 == 0, "moe repack: rows {} k {}", p.rows, p.k);
-  CHECK(uintptr_t(p.dst) % 16 == 0);
+  CHECK(uintptr_t(p.unpack ? p.src : p.dst) % 16 == 0);
   const int64_t work = p.rows / kMoeTileRows * moe_k_tiles(p.format, p.k) * 32;
   if (work == 0) return;
   const int blocks = int(std::min<int64_t>(ceil_div(work, 256), int64_t(num_sms()) * 16));

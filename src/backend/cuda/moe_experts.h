@@ -95,13 +95,14 @@ struct MoeWeights {
 
 // Row-major [rows, k] bf16 (format kMoeBf16) or e4m3 bytes (kMoeFp8) -> the tile layout above;
 // rows = experts · n, rows % 16 == 0, k % 16 == 0. Columns past k in the last tile are zero.
+// unpack = 1: the inverse, tiles -> row-major (the CPU twin's dequantization of tiled experts).
 struct MoeRepackParams {
   const void* src;
-  void* dst;  // moe_values_bytes(format, rows, k)
+  void* dst;  // moe_values_bytes(format, rows, k); unpack: rows · k elements
   int64_t rows;
   int64_t k;
   int format;
-  int pad_;
+  int unpack;
 };
 void launch_moe_repack(const MoeRepackParams& p, cudaStream_t stream);
 

@@ -7,36 +7,41 @@ namespace strata::cuda {
 // X(enumerator, name). Not clang-formatted: one op added would realign every line of the table
 // (the macro is one logical line to clang-format), so every branch adding an op would conflict.
 // clang-format off
-#define STRATA_CUDA_OPS(X)               \
-  X(kOpCopy, "h2d_copy")                 \
-  X(kOpCopyRows, "copy_rows")            \
-  X(kOpRmsNorm, "rms_norm")              \
-  X(kOpAdd, "add")                       \
-  X(kOpSiluMul, "silu_mul")              \
-  X(kOpRope, "rope")                     \
-  X(kOpGemv, "gemv")                     \
-  X(kOpGemm, "gemm")                     \
-  X(kOpBias, "bias")                     \
-  X(kOpKvWrite, "kv_write")              \
-  X(kOpDecode, "attn_decode")            \
-  X(kOpPrefill, "attn_prefill")          \
-  X(kOpMlaKvWrite, "mla_kv_write")       \
-  X(kOpMlaAttention, "mla_attention")    \
-  X(kOpGemmBatched, "gemm_batched")      \
-  X(kOpSlice, "slice")                   \
-  X(kOpSample, "sample")                 \
-  X(kOpEditLogits, "edit_logits")        \
-  X(kOpGemvGlu, "gemv_silu")             \
-  X(kOpQkvRope, "qkv_rope_kv")           \
-  X(kOpGemvDev, "gemv_dev")              \
-  X(kOpGemvDevGlu, "gemv_dev_silu")      \
-  X(kOpInt4Gemv, "int4_gemv")            \
-  X(kOpInt4GemvGlu, "int4_gemv_silu")    \
-  X(kOpInt4Gemm, "int4_gemm")            \
-  X(kOpFp8Gemv, "fp8_gemv")              \
-  X(kOpFp8GemvGlu, "fp8_gemv_silu")      \
-  X(kOpFp8Linear, "fp8_linear")          \
-  X(kOpFp8Dequant, "fp8_dequant")
+#define STRATA_CUDA_OPS(X)            \
+  X(kOpCopy, "h2d_copy")              \
+  X(kOpCopyRows, "copy_rows")         \
+  X(kOpRmsNorm, "rms_norm")           \
+  X(kOpAdd, "add")                    \
+  X(kOpSiluMul, "silu_mul")           \
+  X(kOpRope, "rope")                  \
+  X(kOpGemv, "gemv")                  \
+  X(kOpGemm, "gemm")                  \
+  X(kOpBias, "bias")                  \
+  X(kOpKvWrite, "kv_write")           \
+  X(kOpDecode, "attn_decode")         \
+  X(kOpPrefill, "attn_prefill")       \
+  X(kOpMlaKvWrite, "mla_kv_write")    \
+  X(kOpMlaAttention, "mla_attention") \
+  X(kOpGemmBatched, "gemm_batched")   \
+  X(kOpSlice, "slice")                \
+  X(kOpSample, "sample")              \
+  X(kOpEditLogits, "edit_logits")     \
+  X(kOpGemvGlu, "gemv_silu")          \
+  X(kOpQkvRope, "qkv_rope_kv")        \
+  X(kOpGemvDev, "gemv_dev")           \
+  X(kOpGemvDevGlu, "gemv_dev_silu")   \
+  X(kOpInt4Gemv, "int4_gemv")         \
+  X(kOpInt4GemvGlu, "int4_gemv_silu") \
+  X(kOpInt4Gemm, "int4_gemm")         \
+  X(kOpFp8Gemv, "fp8_gemv")           \
+  X(kOpFp8GemvGlu, "fp8_gemv_silu")   \
+  X(kOpFp8Linear, "fp8_linear")       \
+  X(kOpFp8Dequant, "fp8_dequant")     \
+  X(kOpMoeRouter, "moe_router")       \
+  X(kOpGemmF32, "gemm_f32")           \
+  X(kOpBiasF32, "bias_f32")           \
+  X(kOpMoeRoute, "moe_route")         \
+  X(kOpMoeExperts, "moe_experts")
 // clang-format on
 
 enum Op : int {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/cpu/comm_local.h"
+#include "backend/solo_comm.h"
 #include "core/check.h"
 #ifdef STRATA_HAVE_NCCL
 #include "backend/cuda/nccl_comm.h"
@@ -14,6 +15,30 @@ namespace strata {
 
 StatusOr<RankFactory> make_rank_factory(const RankGroup& group) {
   if (group.size < 1) return invalid_argument("--tp-size must be >= 1, got {}", group.size);
+  if (group.one_rank) {
+    if (group.launch) return invalid_argument("--tp-one-rank runs one process alone: not under a launcher's ranks");
+    const Device device = group.device;
+    const int size = group.size;
+    return RankFactory([device, size](int r, const std::atomic<bool>&) -> StatusOr<RankResources> {
+      CHECK_EQ(r, 0);
+      RankResources res;
+      if (device == Device::kCuda) {
+#ifdef STRATA_HAVE_NCCL
+        STRATA_RETURN_IF_ERROR(cuda_bind_device(0));
+        res.bind_thread = [] { CHECK_MSG(cuda_bind_device(0).ok(), "cannot bind GPU 0"); };
+        res.backend = make_cuda_backend();
+#else
+        return failed_precondition("--device cuda: this build has no CUDA backend (-DSTRATA_CUDA=ON)");
+#endif
+      } else if (device == Device::kCpu) {
+        res.backend = make_cpu_backend();
+      } else {
+        return invalid_argument("--device {}: no tensor-parallel ranks there", device_name(device));
+      }
+      res.comm = make_solo_comm(size, *res.backend);
+      return res;
+    });
+  }
   if (group.launch) {
 #ifdef STRATA_HAVE_NCCL
     const LaunchRank launch = *group.launch;

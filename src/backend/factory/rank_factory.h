@@ -48,6 +48,9 @@ struct RankGroup {
   // from `nccl_id_file` (or STRATA_NCCL_ID); cuda only.
   std::optional<LaunchRank> launch{};
   std::string nccl_id_file{};
+  // Rank 0 alone on this process's first device, its collectives skipped and counted
+  // (backend/solo_comm.h: --tp-one-rank, a benchmark mode); `launch` must be unset.
+  bool one_rank = false;
 };
 
 // The factory for `group`. Errors say what is missing: fewer GPUs visible than ranks, a build

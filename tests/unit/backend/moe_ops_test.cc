@@ -142,6 +142,14 @@ TEST(MoeExperts, MatchesPerTokenSum) {
       max_err = std::max(max_err, std::fabs(y[size_t(k)] - out->view().ptr<float>()[t * hidden + k]));
   }
   EXPECT_LT(max_err, 1e-5);
+
+  // moe_experts_add (the shared experts' output added; out may alias add): the same sums plus
+  // add, exactly (the default is moe_experts, then add).
+  auto shared = randv(size_t(tokens * hidden));
+  auto acc = be->upload(Tensor::make(shared.data(), DType::kF32, {tokens, hidden}), DType::kF32);
+  be->moe_experts_add(*xt, w, *idt, *wt, *acc, *acc);
+  for (int i = 0; i < tokens * hidden; ++i)
+    ASSERT_EQ(acc->view().ptr<float>()[i], shared[size_t(i)] + out->view().ptr<float>()[i]) << i;
 }
 
 }  // namespace

@@ -1,0 +1,187 @@
+// Step times of one model, or of one tensor-parallel rank (--tp-size N: rank 0's shards alone,
+// backend/solo_comm.h), outside the engine, on random weights of a config's shape in its stored
+// format (bench_checkpoint.h): decode steps at each batch of --batches and context --context,
+// eager and replayed as a CUDA graph (as the engine runs them), and one prefill of --prefill
+// tokens. Each line also gives the collectives the rank skipped in that step (calls and payload
+// bytes), from which bench/cuda/project_tp.py projects the N-GPU step.
+//
+// Batches whose KV does not fit next to the weights run at the longest context that does (said
+// on their line): under tensor parallelism MLA's latent cache is whole on every rank.
+//
+// Usage: strata_bench_rank_step_bench --config PATH [--tp-size N] [--batches 1,32,128,256]
+//   [--context 4096] [--prefill 8192] [--kv-cache-dtype bf16|fp8_e4m3] [--page-size 64]
+//   [--mem-fraction 0.9] [--reps 20]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/solo_comm.h"
+#include "bench_args.h"
+#include "bench_checkpoint.h"
+#include "dist/tp_driver.h"
+#include "model/config.h"
+#include "model/weights.h"
+#include "step_batch.h"
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct Args {
+  std::string config = std::string(STRATA_SHARED_DIR) + "/configs/kimi-k2.5/config.json";
+  int tp = 1;
+  std::vector<int> batches = {1, 32, 128, 256};
+  int context = 4096;
+  int prefill = 8192;
+  std::string kv = "bf16";
+  int page = 64;
+  double mem_fraction = 0.9;
+  int reps = 20;
+};
+
+// Milliseconds per call of fn, after one untimed call (which captures a graph in graph mode).
+template <class F>
+double time_ms(Backend& be, int reps, F&& fn) {
+  fn();
+  be.synchronize();
+  const auto t = Clock::now();
+  for (int i = 0; i < reps; ++i) fn();
+  be.synchronize();
+  return since(t) / reps * 1e3;
+}
+
+void print_collectives(const SkippedCollectives& s) {
+  if (s.all_reduce_calls == 0 && s.all_gather_calls == 0) return;
+  std::printf("; skipped collectives: all_reduce %lld x %lld B, all_gather %lld x %lld B",
+              (long long)s.all_reduce_calls, (long long)(s.all_reduce_calls ? s.all_reduce_bytes / s.all_reduce_calls : 0),
+              (long long)s.all_gather_calls, (long long)(s.all_gather_calls ? s.all_gather_bytes / s.all_gather_calls : 0));
+}
+
+void run(const Args& a) {
+  const std::string dir = "/tmp/strata_rank_step_model";
+  const int64_t file_bytes = write_zero_checkpoint(a.config, dir);
+  auto spec = load_model_spec(dir);
+  CHECK_MSG(spec.ok(), "{}", spec.status().to_string());
+  auto weights = WeightStore::open(dir, spec->quant);
+  CHECK_MSG(weights.ok(), "{}", weights.status().to_string());
+  const auto t_load = Clock::now();
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+  if (a.tp > 1) {
+    const TpConfig tpc{.tp_size = a.tp, .device = Device::kCuda, .one_rank = true};
+    auto factory = make_tp_rank_factory(tpc);
+    CHECK_MSG(factory.ok(), "{}", factory.status().to_string());
+    auto m = create_tp_model(*spec, *weights, tpc, *factory, &backend);
+    CHECK_MSG(m.ok(), "{}", m.status().to_string());
+    model = std::move(*m);
+  } else {
+    backend = make_cuda_backend();
+    auto m = create_model(*spec, *weights, *backend);
+    CHECK_MSG(m.ok(), "{}", m.status().to_string());
+    model = std::move(*m);
+  }
+  auto& be = dynamic_cast<cuda::CudaBackend&>(*backend);
+  be.fill_all_random(43, 0.02f);
+  be.synchronize();
+  const int64_t total = be.device_memory_bytes();
+  size_t free_b = 0, total_b = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const int64_t used = int64_t(total_b - free_b);
+  std::printf("model    %s, %s, loaded in %.1f s: %.2f GB of checkpoint weights, %.2f GB of device memory in use\n",
+              a.config.c_str(), a.tp > 1 ? fmt::format("rank 0 of tp {} alone", a.tp).c_str() : "tp 1",
+              since(t_load), double(file_bytes) / 1e9, double(used) / 1e9);
+
+  const DType kv_dtype = a.kv == "bf16" ? DType::kBF16 : a.kv == "fp8_e5m2" ? DType::kFP8E5M2 : DType::kFP8E4M3;
+  KvLayout lay = model->kv_layout();
+  lay.dtype = kv_dtype;
+  lay.page_size = a.page;
+  lay.num_pages = 1;
+  const int64_t page_bytes = lay.bytes_per_token() * a.page;
+  const int64_t kv_budget = int64_t(double(total) * a.mem_fraction) - used - (int64_t(2) << 30);  // 2 GiB: activations
+  const int64_t max_pages = std::max<int64_t>(0, kv_budget / page_bytes);
+  std::printf("kv       %s, %lld B per token, room for %lld tokens at --mem-fraction %.2f\n", dtype_name(kv_dtype),
+              (long long)(page_bytes / a.page), (long long)(max_pages * a.page), a.mem_fraction);
+
+  for (const int B : a.batches) {
+    // The longest context (whole pages, at most --context) whose B sequences fit.
+    int C = a.context;
+    const int64_t pages_per_seq_max = max_pages / std::max(1, B);
+    if ((C + a.page) / a.page > pages_per_seq_max) C = int(pages_per_seq_max * a.page - a.page);
+    if (C < 1) {
+      std::printf("decode   batch %d: no room for its KV\n", B);
+      continue;
+    }
+    auto kv = random_kv(be, *model, kv_dtype, int64_t(B) * ((C + a.page) / a.page), a.page);
+    auto batch = StepBatch::decode(B, C, a.page, false);
+    std::vector<SampleRowParams> greedy(static_cast<size_t>(B));
+    std::vector<int32_t> ids(static_cast<size_t>(B));
+    const SampleArgs args{.params = greedy.data(), .token_ids = ids.data()};
+    const SkippedCollectives c0 = skipped_collectives();
+    model->forward_sample(batch->fb, *kv, args);
+    const SkippedCollectives per_step = skipped_collectives() - c0;
+    const double eager = time_ms(be, std::max(3, a.reps / 4), [&] { model->forward_sample(batch->fb, *kv, args); });
+    be.set_graph_mode(true);
+    const double graph = time_ms(be, a.reps, [&] { model->forward_sample(batch->fb, *kv, args); });
+    be.set_graph_mode(false);
+    std::printf("decode   batch %d, context %d%s, KV %s: step %.3f ms as a CUDA graph (%.0f tok/s), %.3f ms eager",
+                B, C, C < a.context ? " (the longest that fits)" : "", dtype_name(kv_dtype), graph, B / (graph * 1e-3),
+                eager);
+    print_collectives(per_step);
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  if (a.prefill > 0) {
+    const int pages = (a.prefill + a.page - 1) / a.page;
+    if (pages > max_pages) {
+      std::printf("prefill  %d tokens: no room for its KV\n", a.prefill);
+      return;
+    }
+    auto kv = random_kv(be, *model, kv_dtype, pages, a.page);
+    auto batch = StepBatch::prefill(a.prefill, a.page);
+    SampleRowParams greedy{};
+    int32_t id = 0;
+    const SampleArgs args{.params = &greedy, .token_ids = &id};
+    const SkippedCollectives c0 = skipped_collectives();
+    model->forward_sample(batch->fb, *kv, args);
+    const SkippedCollectives per_step = skipped_collectives() - c0;
+    const double ms = time_ms(be, 3, [&] { model->forward_sample(batch->fb, *kv, args); });
+    std::printf("prefill  %d tokens in one step: %.2f ms (%.0f tok/s)", a.prefill, ms, a.prefill / (ms * 1e-3));
+    print_collectives(per_step);
+    std::printf("\n");
+  }
+}
+
+}  // namespace
+}  // namespace strata
+
+int main(int argc, char** argv) {
+  using namespace strata;
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--config") a.config = v;
+    else if (k == "--tp-size") a.tp = std::stoi(v);
+    else if (k == "--batches") a.batches = parse_int_list(v);
+    else if (k == "--context") a.context = std::stoi(v);
+    else if (k == "--prefill") a.prefill = std::stoi(v);
+    else if (k == "--kv-cache-dtype") a.kv = v;
+    else if (k == "--page-size") a.page = std::stoi(v);
+    else if (k == "--mem-fraction") a.mem_fraction = std::stod(v);
+    else if (k == "--reps") a.reps = std::stoi(v);
+    else {
+      std::fprintf(stderr, "rank_step_bench: unknown flag %s\n", k.c_str());
+      return 2;
+    }
+  }
+  if (argc % 2 == 0) {
+    std::fprintf(stderr, "rank_step_bench: flag %s has no value\n", argv[argc - 1]);
+    return 2;
+  }
+  run(a);
+  return 0;
+}
