@@ -39,9 +39,9 @@
 #include "backend/cuda/cuda_backend.h"
 #include "bench_args.h"
 #include "bench_checkpoint.h"
-#include "step_batch.h"
 #include "dist/tensor_parallel.h"
 #include "engine/engine.h"
+#include "step_batch.h"
 
 namespace strata {
 namespace {
