@@ -49,7 +49,7 @@ offline() {  # NAME CONFIG ARGS...
   local name=$1 cfg=$2
   shift 2
   timeout $((MS + 120)) ./build-dev/strata_bench_offline_bench --config "$cfg" --tokenizer "$C/shared/models/house-llama" \
-    --max-seconds "$MS" "$@" >"$OUT/offline_$name.log" 2>&1
+    --max-seconds "$MS" --breakdown-batch 0 "$@" >"$OUT/offline_$name.log" 2>&1
   echo "$name: rc $?"
   grep -E "^engine|^offline|CPU fallback|CUDA graphs:|error|CHECK" "$OUT/offline_$name.log" | head -8
 }
