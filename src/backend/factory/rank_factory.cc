@@ -28,7 +28,9 @@ StatusOr<RankFactory> make_rank_factory(const RankGroup& group) {
         res.bind_thread = [] { CHECK_MSG(cuda_bind_device(0).ok(), "cannot bind GPU 0"); };
         res.backend = make_cuda_backend();
 #else
-        return failed_precondition("--device cuda: this build has no CUDA backend (-DSTRATA_CUDA=ON)");
+        return failed_precondition(
+            "--tp-one-rank on cuda: this build has no NCCL (configure with -DSTRATA_CUDA=ON where "
+            "nccl.h and libnccl are found, or set NCCL_ROOT)");
 #endif
       } else if (device == Device::kCpu) {
         res.backend = make_cpu_backend();
