@@ -36,7 +36,8 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_
       ->capture_default_str();
   app.add_option("--kv-bf16-layers", f.kv_bf16_layers, "layers kept in bf16 with an fp8 KV cache, e.g. 0,7");
   app.add_option("--kv-scales", c.kv_scales_path, "per-layer K/V scales JSON (strata eval-kv --calibrate)");
-  app.add_option("--kv-mla-rope-dtype", f.kv_mla_rope_dtype, "MLA rope part of the KV cache: bf16 | fp8_e4m3 | fp8_e5m2");
+  app.add_option("--kv-mla-rope-dtype", f.kv_mla_rope_dtype,
+                 "MLA rope part of the KV cache: bf16 | fp8_e4m3 | fp8_e5m2");
   app.add_option("--kv-quality-budget", f.kv_gate.budget_nats,
                  "mean KL divergence (nats) a lossy KV cache may cost, per its eval-kv record")
       ->capture_default_str();
@@ -78,11 +79,13 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_
   app.add_option("--hicache-ratio", f.hicache_ratio,
                  "host KV tier as a multiple of the device KV pool (implies --enable-hierarchical-cache; default 2)");
   app.add_option("--hicache-write-policy", f.hicache_write_policy,
-                 enum_name_list<HiCacheWritePolicy>() + ": write_through (default) backs up every prefix, "
-                 "write_through_selective a prefix hit twice, write_back copies on eviction");
+                 enum_name_list<HiCacheWritePolicy>() +
+                     ": write_through (default) backs up every prefix, "
+                     "write_through_selective a prefix hit twice, write_back copies on eviction");
   app.add_option("--hicache-io-backend", f.hicache_io_backend,
-                 enum_name_list<KvIoBackend>() + ": host tier copies on cuda by kernel (default; gather/scatter "
-                 "kernel) or direct (cudaMemcpyAsync per page run); memcpy on cpu");
+                 enum_name_list<KvIoBackend>() +
+                     ": host tier copies on cuda by kernel (default; gather/scatter "
+                     "kernel) or direct (cudaMemcpyAsync per page run); memcpy on cpu");
   app.add_option("--log-level", f.log_level, "trace | debug | info | warning | error")->capture_default_str();
 }
 
@@ -107,7 +110,8 @@ Status finish_hicache_flags(const EngineFlags& f, EngineConfig& c) {
     return invalid_argument("{} has no effect without --enable-hierarchical-cache (or --hicache-size / --hicache-ratio)",
                             f.hicache_write_policy ? "--hicache-write-policy" : "--hicache-io-backend");
   if (f.hicache_write_policy) {
-    STRATA_ASSIGN_OR_RETURN(c.hicache_write_policy, parse_hicache_write_policy(*f.hicache_write_policy));
+    STRATA_ASSIGN_OR_RETURN(c.hicache_write_policy,
+                            parse_hicache_write_policy(*f.hicache_write_policy));
   }
   if (f.hicache_io_backend) {
     if (f.hicache_io_backend->empty()) return invalid_argument("--hicache-io-backend is empty");
@@ -122,7 +126,8 @@ StatusOr<EngineConfig> finish_engine_flags(EngineFlags& f) {
   if (!set_log_level(f.log_level)) return invalid_argument("--log-level: unknown level '{}'", f.log_level);
   EngineConfig c = f.config;
   STRATA_ASSIGN_OR_RETURN(c.device, parse_enum<Device>(f.device, "--device"));
-  STRATA_ASSIGN_OR_RETURN(c.kv_cache_dtype, parse_enum<KvCacheDtype>(f.kv_cache_dtype, "--kv-cache-dtype"));
+  STRATA_ASSIGN_OR_RETURN(c.kv_cache_dtype,
+                          parse_enum<KvCacheDtype>(f.kv_cache_dtype, "--kv-cache-dtype"));
   if (!f.kv_mla_rope_dtype.empty()) {
     auto rope = parse_kv_cache_dtype(f.kv_mla_rope_dtype);
     if (!rope.ok()) return rope.status().with_context("--kv-mla-rope-dtype");
@@ -143,8 +148,10 @@ StatusOr<EngineConfig> finish_engine_flags(EngineFlags& f) {
   c.chunked_prefill_size = f.chunked_prefill_size.value_or(cpu ? cpu_chunk : c.chunked_prefill_size);
   c.max_prefill_tokens = f.max_prefill_tokens.value_or(cpu ? cpu_chunk : c.max_prefill_tokens);
   if (c.tp_allow_uneven && !cpu)
-    LOG_WARN("--tp-allow-uneven on {}: a test aid; the rank with the larger slices sets every step's pace",
-             device_name(c.device));
+    LOG_WARN(
+        "--tp-allow-uneven on {}: a test aid; the rank with the larger slices sets every step's "
+        "pace",
+        device_name(c.device));
   if (c.chunked_prefill_size < c.page_size)
     return invalid_argument("--chunked-prefill-size must be >= --page-size");
   if (c.num_continuous_decode_steps < 1) return invalid_argument("--num-continuous-decode-steps must be >= 1");

@@ -64,7 +64,10 @@ Status run(EvalKvFlags& f) {
   std::stringstream ss(f.dtypes);
   for (std::string name; std::getline(ss, name, ',');) {
     STRATA_ASSIGN_OR_RETURN(KvCacheDtype d, parse_enum<KvCacheDtype>(name, "--kv-cache-dtype"));
-    KvCacheOptions o{.dtype = d, .bf16_layers = bf16_layers, .scales_path = f.scales_path, .mla_rope_dtype = rope_dtype};
+    KvCacheOptions o{.dtype = d,
+                     .bf16_layers = bf16_layers,
+                     .scales_path = f.scales_path,
+                     .mla_rope_dtype = rope_dtype};
     STRATA_ASSIGN_OR_RETURN(KvCacheConfig c, ev->resolve(o));
     bases.push_back(c);
     cands.push_back({c.describe(), c});
@@ -102,12 +105,17 @@ Status run(EvalKvFlags& f) {
     const KvCacheDtype dtype = kv_cache_dtype_of(first_fp8->dtype);
     if (!f.mixed_bf16_layers.empty()) {
       STRATA_ASSIGN_OR_RETURN(std::vector<int> layers, parse_layer_list(f.mixed_bf16_layers, "--mixed-bf16-layers"));
-      KvCacheOptions o{.dtype = dtype, .bf16_layers = layers, .scales_path = f.scales_path, .mla_rope_dtype = rope_dtype};
+      KvCacheOptions o{.dtype = dtype,
+                       .bf16_layers = layers,
+                       .scales_path = f.scales_path,
+                       .mla_rope_dtype = rope_dtype};
       STRATA_ASSIGN_OR_RETURN(KvCacheConfig c, ev->resolve(o));
       cands.push_back({c.describe() + " (mixed)", c});
     }
     if (!f.calibrated_scales.empty()) {
-      KvCacheOptions o{.dtype = dtype, .bf16_layers = bf16_layers, .scales_path = f.calibrated_scales,
+      KvCacheOptions o{.dtype = dtype,
+                       .bf16_layers = bf16_layers,
+                       .scales_path = f.calibrated_scales,
                        .mla_rope_dtype = rope_dtype};
       STRATA_ASSIGN_OR_RETURN(KvCacheConfig c, ev->resolve(o));
       cands.push_back({std::string(enum_name(dtype)) + " calibrated", c});
@@ -125,8 +133,10 @@ Status run(EvalKvFlags& f) {
          {"method", "amax over calibration tokens / max finite of the dtype"},
          {"data", calib_source}, {"tokens", f.calibration_tokens}}));
     LOG_INFO("calibrated scales written to {}", f.calibrate_path);
-    KvCacheOptions o{.dtype = kv_cache_dtype_of(base->dtype), .bf16_layers = base->bf16_layers,
-                     .scales_path = f.calibrate_path, .mla_rope_dtype = rope_dtype};
+    KvCacheOptions o{.dtype = kv_cache_dtype_of(base->dtype),
+                     .bf16_layers = base->bf16_layers,
+                     .scales_path = f.calibrate_path,
+                     .mla_rope_dtype = rope_dtype};
     STRATA_ASSIGN_OR_RETURN(KvCacheConfig c, ev->resolve(o));
     cands.push_back({kv_cache_dtype_name(base->dtype) + std::string(" calibrated"), c});
   }

@@ -51,22 +51,28 @@ void add_generate_flags(CLI::App& app, GenerateFlags& g) {
   app.add_option("--temperature", s.temperature, "0 = greedy")->capture_default_str();
   app.add_option("--top-p", s.top_p)->capture_default_str();
   app.add_option("--top-k", s.top_k, "-1 = off")->capture_default_str();
-  app.add_option("--min-p", s.min_p, "drop tokens below this x the most likely one's probability (0 = off)")
+  app.add_option("--min-p", s.min_p,
+                 "drop tokens below this x the most likely one's probability (0 = off)")
       ->capture_default_str();
   app.add_option("--repetition-penalty", s.repetition_penalty,
                  "divides positive / multiplies negative logits of generated tokens (1 = off)")
       ->capture_default_str();
-  app.add_option("--presence-penalty", s.presence_penalty, "subtracted from generated tokens' logits")
+  app.add_option("--presence-penalty", s.presence_penalty,
+                 "subtracted from generated tokens' logits")
       ->capture_default_str();
-  app.add_option("--frequency-penalty", s.frequency_penalty, "subtracted per occurrence in the output")
+  app.add_option("--frequency-penalty", s.frequency_penalty,
+                 "subtracted per occurrence in the output")
       ->capture_default_str();
-  app.add_option("--logit-bias", g.logit_bias, "OpenAI logit_bias as JSON, e.g. '{\"50256\": -100}'");
-  app.add_option("--chat-template-kwargs", g.chat_template_kwargs,
-                 "extra chat template variables as a JSON object, e.g. '{\"enable_thinking\": false}'");
+  app.add_option("--logit-bias", g.logit_bias,
+                 "OpenAI logit_bias as JSON, e.g. '{\"50256\": -100}'");
+  app.add_option(
+      "--chat-template-kwargs", g.chat_template_kwargs,
+      "extra chat template variables as a JSON object, e.g. '{\"enable_thinking\": false}'");
   app.add_option("--seed", g.seed, "base sampling seed; each prompt uses a hash of it and the prompt id")
       ->capture_default_str();
   app.add_option("--stop", s.stop_strings, "stop string (repeatable)");
-  app.add_option("--stop-token-id", s.stop_token_ids, "stop when this token id is sampled (repeatable)");
+  app.add_option("--stop-token-id", s.stop_token_ids,
+                 "stop when this token id is sampled (repeatable)");
   app.add_flag("--ignore-eos", s.ignore_eos, "keep generating past EOS");
   app.add_flag("!--no-progress", g.job.progress, "no progress lines on stderr");
   app.add_option("--progress-interval", g.job.progress_interval_s, "seconds between progress lines")
@@ -110,18 +116,22 @@ std::string flag_of(const std::string& param) {
 Status parse_json_flags(GenerateFlags& g) {
   JobSampling& job = g.job.sampling;
   if (!g.chat_template_kwargs.empty()) {
-    job.chat_template_kwargs = nlohmann::json::parse(g.chat_template_kwargs, nullptr, /*allow_exceptions=*/false);
+    job.chat_template_kwargs =
+        nlohmann::json::parse(g.chat_template_kwargs, nullptr, /*allow_exceptions=*/false);
     if (!job.chat_template_kwargs.is_object())
-      return invalid_argument("--chat-template-kwargs must be a JSON object, got '{}'", g.chat_template_kwargs);
+      return invalid_argument("--chat-template-kwargs must be a JSON object, got '{}'",
+                              g.chat_template_kwargs);
   }
   if (!g.logit_bias.empty()) {
     const auto bias = nlohmann::json::parse(g.logit_bias, nullptr, /*allow_exceptions=*/false);
-    if (!bias.is_object()) return invalid_argument("--logit-bias must be a JSON object, got '{}'", g.logit_bias);
+    if (!bias.is_object())
+      return invalid_argument("--logit-bias must be a JSON object, got '{}'", g.logit_bias);
     for (const auto& [key, value] : bias.items()) {
       char* end = nullptr;
       const long long id = std::strtoll(key.c_str(), &end, 10);
       if (key.empty() || *end != '\0' || id < 0 || id > INT32_MAX || !value.is_number())
-        return invalid_argument("--logit-bias: '{}': {} is not a token id and a number", key, value.dump());
+        return invalid_argument("--logit-bias: '{}': {} is not a token id and a number", key,
+                                value.dump());
       job.params.logit_bias.emplace_back(int32_t(id), value.get<float>());
     }
     std::sort(job.params.logit_bias.begin(), job.params.logit_bias.end());
@@ -132,7 +142,8 @@ Status parse_json_flags(GenerateFlags& g) {
 Status validate(GenerateFlags& g) {
   STRATA_RETURN_IF_ERROR(parse_json_flags(g));
   // The request contract, with the flags' names (the engine checks the token ids again).
-  if (auto e = validate_sampling(g.job.sampling.params)) return invalid_argument("{}", e->describe(flag_of(e->param)));
+  if (auto e = validate_sampling(g.job.sampling.params))
+    return invalid_argument("{}", e->describe(flag_of(e->param)));
   if (g.seed < 0) return invalid_argument("--seed must be >= 0");
   if (g.concurrency < 0) return invalid_argument("--concurrency must be >= 0");
   if (!(g.job.progress_interval_s > 0)) return invalid_argument("--progress-interval must be > 0");

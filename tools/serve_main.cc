@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "api_key_flags.h"
-#include "command.h"
 #include "backend/factory/rank_factory.h"
+#include "command.h"
 #include "core/log.h"
 #include "dist/node_launch.h"
 #include "dist/tensor_parallel.h"

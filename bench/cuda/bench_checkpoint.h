@@ -79,16 +79,22 @@ inline int64_t write_safetensors_header(std::ofstream& f, const std::vector<Chec
   return off;
 }
 
-// Writes `dir`/model.safetensors with every tensor of `config_path`'s model in its stored
-// format, zero but for INT4 weight_shape, and copies the config. Returns the bytes of weights
-// in the file (values + scales).
-inline int64_t write_zero_checkpoint(const std::string& config_path, const std::string& dir) {
+// Copies `config_path` into `dir` (made if missing) and returns the stored tensors of its model.
+inline std::vector<CheckpointTensor> checkpoint_tensors_for(const std::string& config_path,
+                                                            const std::string& dir) {
   std::filesystem::create_directories(dir);
   std::filesystem::copy_file(config_path, dir + "/config.json",
                              std::filesystem::copy_options::overwrite_existing);
   auto spec = load_model_spec(dir);
   CHECK_MSG(spec.ok(), "{}", spec.status().to_string());
-  const std::vector<CheckpointTensor> tensors = checkpoint_tensors(*spec);
+  return checkpoint_tensors(*spec);
+}
+
+// Writes `dir`/model.safetensors with every tensor of `config_path`'s model in its stored
+// format, zero but for INT4 weight_shape, and copies the config. Returns the bytes of weights
+// in the file (values + scales).
+inline int64_t write_zero_checkpoint(const std::string& config_path, const std::string& dir) {
+  const std::vector<CheckpointTensor> tensors = checkpoint_tensors_for(config_path, dir);
   const std::string path = dir + "/model.safetensors";
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   const int64_t data = write_safetensors_header(f, tensors);
@@ -147,12 +153,7 @@ inline std::vector<char> random_pool(const char* dtype, size_t bytes, uint64_t s
 // which sees distinct router rows and embeddings well inside that. Returns the weight bytes.
 inline int64_t write_random_checkpoint(const std::string& config_path, const std::string& dir,
                                        uint64_t seed = 42, float scale = 0.02f) {
-  std::filesystem::create_directories(dir);
-  std::filesystem::copy_file(config_path, dir + "/config.json",
-                             std::filesystem::copy_options::overwrite_existing);
-  auto spec = load_model_spec(dir);
-  CHECK_MSG(spec.ok(), "{}", spec.status().to_string());
-  const std::vector<CheckpointTensor> tensors = checkpoint_tensors(*spec);
+  const std::vector<CheckpointTensor> tensors = checkpoint_tensors_for(config_path, dir);
   std::ofstream f(dir + "/model.safetensors", std::ios::binary | std::ios::trunc);
   write_safetensors_header(f, tensors);
   constexpr size_t kPool = size_t(64) << 20;

@@ -31,17 +31,17 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <optional>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <thread>
 
 #include "backend/cuda/cuda_backend.h"
 #include "bench_args.h"
 #include "bench_checkpoint.h"
-#include "step_batch.h"
 #include "dist/tensor_parallel.h"
 #include "engine/engine.h"
+#include "step_batch.h"
 
 namespace strata {
 namespace {

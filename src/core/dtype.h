@@ -35,16 +35,23 @@ enum class DType : uint8_t {
 int dtype_size(DType t);
 // Bytes for n elements (handles packed int4).
 int64_t dtype_bytes_for(DType t, int64_t n);
-inline constexpr EnumName<DType> kDTypeNames[] = {
-    {DType::kF32, "f32"},       {DType::kBF16, "bf16"}, {DType::kF16, "f16"}, {DType::kFP8E4M3, "fp8_e4m3"},
-    {DType::kFP8E5M2, "fp8_e5m2"}, {DType::kI8, "i8"},     {DType::kU8, "u8"},   {DType::kI32, "i32"},
-    {DType::kI64, "i64"},       {DType::kInt4Packed, "int4"}};
+inline constexpr EnumName<DType> kDTypeNames[] = {{DType::kF32, "f32"},
+                                                  {DType::kBF16, "bf16"},
+                                                  {DType::kF16, "f16"},
+                                                  {DType::kFP8E4M3, "fp8_e4m3"},
+                                                  {DType::kFP8E5M2, "fp8_e5m2"},
+                                                  {DType::kI8, "i8"},
+                                                  {DType::kU8, "u8"},
+                                                  {DType::kI32, "i32"},
+                                                  {DType::kI64, "i64"},
+                                                  {DType::kInt4Packed, "int4"}};
 constexpr const auto& enum_names(DType) { return kDTypeNames; }
 inline const char* dtype_name(DType t) { return enum_name(t).data(); }
 // The names safetensors headers use (int4 has none).
 inline constexpr EnumName<DType> kSafetensorsDTypeNames[] = {
-    {DType::kF32, "F32"}, {DType::kBF16, "BF16"}, {DType::kF16, "F16"}, {DType::kFP8E4M3, "F8_E4M3"},
-    {DType::kFP8E5M2, "F8_E5M2"}, {DType::kI8, "I8"}, {DType::kU8, "U8"}, {DType::kI32, "I32"}, {DType::kI64, "I64"}};
+    {DType::kF32, "F32"},         {DType::kBF16, "BF16"},       {DType::kF16, "F16"},
+    {DType::kFP8E4M3, "F8_E4M3"}, {DType::kFP8E5M2, "F8_E5M2"}, {DType::kI8, "I8"},
+    {DType::kU8, "U8"},           {DType::kI32, "I32"},         {DType::kI64, "I64"}};
 inline std::optional<DType> dtype_from_safetensors(std::string_view name) {
   return enum_from_name_in(kSafetensorsDTypeNames, name);
 }

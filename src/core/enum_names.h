@@ -3,7 +3,8 @@
 // and a parser that can drift from it. An enum declares its table next to itself:
 //
 //   enum class Color : uint8_t { kRed, kDarkBlue };
-//   inline constexpr EnumName<Color> kColorNames[] = {{Color::kRed, "red"}, {Color::kDarkBlue, "dark_blue"},
+//   inline constexpr EnumName<Color> kColorNames[] = {{Color::kRed, "red"}, {Color::kDarkBlue,
+//   "dark_blue"},
 //                                                     {Color::kDarkBlue, "navy"}};  // an alias
 //   constexpr const auto& enum_names(Color) { return kColorNames; }  // found by ADL
 //

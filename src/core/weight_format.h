@@ -26,7 +26,9 @@ namespace strata {
 
 enum class WeightFormat : uint8_t { kDense, kFp8Block, kInt4Group };
 inline constexpr EnumName<WeightFormat> kWeightFormatNames[] = {
-    {WeightFormat::kDense, "dense"}, {WeightFormat::kFp8Block, "fp8_block"}, {WeightFormat::kInt4Group, "int4_group"}};
+    {WeightFormat::kDense, "dense"},
+    {WeightFormat::kFp8Block, "fp8_block"},
+    {WeightFormat::kInt4Group, "int4_group"}};
 constexpr const auto& enum_names(WeightFormat) { return kWeightFormatNames; }
 inline const char* weight_format_name(WeightFormat f) { return enum_name(f).data(); }
 

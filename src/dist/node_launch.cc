@@ -42,8 +42,8 @@ Status check_dist_init_addr(const std::string& addr) {
   return Status();
 }
 
-StatusOr<std::vector<RankProcess>> plan_node_ranks(const NodeLaunchFlags& f, int tp_size, Device device,
-                                                   const std::string& nccl_id_hex) {
+StatusOr<std::vector<RankProcess>> plan_node_ranks(const NodeLaunchFlags& f, int tp_size,
+                                                   Device device, const std::string& nccl_id_hex) {
   if (f.nnodes < 1) return invalid_argument("--nnodes must be >= 1, got {}", f.nnodes);
   if (f.node_rank < 0 || f.node_rank >= f.nnodes)
     return invalid_argument("--node-rank {} is not in [0, --nnodes {})", f.node_rank, f.nnodes);

@@ -45,8 +45,8 @@ const std::vector<std::string>& launcher_rank_variables();
 // What this node must start, from the flags (pure; `nccl_id_hex` goes to STRATA_NCCL_ID). An empty
 // plan: nothing to start (--nnodes 1). Errors: values out of range, --tp-size not a multiple of
 // --nnodes, a missing or malformed --dist-init-addr, ranks of several nodes on a cpu device.
-StatusOr<std::vector<RankProcess>> plan_node_ranks(const NodeLaunchFlags& flags, int tp_size, Device device,
-                                                   const std::string& nccl_id_hex);
+StatusOr<std::vector<RankProcess>> plan_node_ranks(const NodeLaunchFlags& flags, int tp_size,
+                                                   Device device, const std::string& nccl_id_hex);
 
 // HOST:PORT or [ADDR]:PORT; the error names --dist-init-addr.
 Status check_dist_init_addr(const std::string& addr);

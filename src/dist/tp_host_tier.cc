@@ -76,7 +76,8 @@ StatusOr<HostTierSync> HostTierSync::decode(std::span<const uint8_t> in) {
 
 void encode_rank_stats(const HostTierRankStats& s, std::vector<uint8_t>& out) {
   put<int32_t>(out, s.rank);
-  for (int64_t v : {s.host_bytes, s.pages_to_host, s.pages_to_device, s.bytes_to_host, s.bytes_to_device})
+  for (int64_t v :
+       {s.host_bytes, s.pages_to_host, s.pages_to_device, s.bytes_to_host, s.bytes_to_device})
     put<int64_t>(out, v);
   put<double>(out, s.copy_seconds);
 }

@@ -70,7 +70,8 @@ std::optional<RequestError> Engine::check(const GenerateRequest& g) const {
 SubmitResult Engine::submit(GenerateRequest g) {
   if (auto e = check(g)) return *e;
   std::lock_guard<std::mutex> lk(mu_);
-  if (stop_) return request_error(RequestErrorCode::kUnavailable, "", "the engine is shutting down");
+  if (stop_)
+    return request_error(RequestErrorCode::kUnavailable, "", "the engine is shutting down");
   const int64_t id = next_id_++;
   const uint64_t seed = g.params.seed ? *g.params.seed : config_.seed * 1000003u + uint64_t(id);
   auto live = std::make_unique<Live>(id, std::move(g), *tokenizer_, seed);

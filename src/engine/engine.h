@@ -62,7 +62,8 @@ struct EngineConfig {
   const std::string& tokenizer_dir() const { return tokenizer_path.empty() ? model_path : tokenizer_path; }
   Device device = Device::kCpu;
   // --tp-size: tensor-parallel ranks (the distributed runtime, dist/tp_driver.h): cpu runs them
-  // as threads of this process, cuda one per visible GPU. tp_allow_uneven: tests only (model/sharding.h).
+  // as threads of this process, cuda one per visible GPU. tp_allow_uneven: tests only
+  // (model/sharding.h).
   int tp_size = 1;
   bool tp_allow_uneven = false;
   // --tp-one-rank: only rank 0 of the --tp-size ranks, on this process's device, with every

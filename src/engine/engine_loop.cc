@@ -184,7 +184,8 @@ void Engine::run_step() {
     // Graph mode covers this forward only, so nothing else (host-tier copies) is ever recorded.
     // Steps with logit edits run eagerly: their edit counts change every step, and so would a
     // graph's signature.
-    const bool graphs = !step.is_prefill && int(n) <= config_.cuda_graph_max_bs.value_or(0) && edits.empty();
+    const bool graphs =
+        !step.is_prefill && int(n) <= config_.cuda_graph_max_bs.value_or(0) && edits.empty();
     if (graphs) model_->backend().set_graph_mode(true);
     const auto fwd_begin = StepClock::now();
     model_->forward_sample(fb, *kv_,
@@ -305,7 +306,8 @@ std::vector<HostTierRankStats> Engine::rank_host_stats(bool force) {
                               .copy_seconds = h.copy_seconds}};
   }
   const auto now = StepClock::now();
-  if (!force && (!group_host_tier_->stats_stale() || (!live_.empty() && now - last_rank_stats_ < std::chrono::seconds(1))))
+  if (!force && (!group_host_tier_->stats_stale() ||
+                 (!live_.empty() && now - last_rank_stats_ < std::chrono::seconds(1))))
     return {};
   last_rank_stats_ = now;
   auto ranks = group_host_tier_->gather_rank_stats();

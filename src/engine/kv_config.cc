@@ -80,11 +80,16 @@ StatusOr<std::vector<int>> parse_layer_list(const std::string& text, const std::
 
 KvCacheDtype kv_cache_dtype_of(DType dtype) {
   switch (dtype) {
-    case DType::kBF16: return KvCacheDtype::kBF16;
-    case DType::kF32: return KvCacheDtype::kF32;
-    case DType::kFP8E4M3: return KvCacheDtype::kFp8E4M3;
-    case DType::kFP8E5M2: return KvCacheDtype::kFp8E5M2;
-    default: return KvCacheDtype::kAuto;
+    case DType::kBF16:
+      return KvCacheDtype::kBF16;
+    case DType::kF32:
+      return KvCacheDtype::kF32;
+    case DType::kFP8E4M3:
+      return KvCacheDtype::kFp8E4M3;
+    case DType::kFP8E5M2:
+      return KvCacheDtype::kFp8E5M2;
+    default:
+      return KvCacheDtype::kAuto;
   }
 }
 
@@ -93,15 +98,25 @@ StatusOr<KvCacheConfig> resolve_kv_cache_config(const KvCacheOptions& o, const M
   KvCacheConfig c;
   c.num_layers = spec.num_layers;
   switch (o.dtype) {
-    case KvCacheDtype::kAuto: c.dtype = exact_dtype; break;
-    case KvCacheDtype::kBF16: c.dtype = DType::kBF16; break;
-    case KvCacheDtype::kF32: c.dtype = DType::kF32; break;
-    case KvCacheDtype::kFp8E4M3: c.dtype = DType::kFP8E4M3; break;
-    case KvCacheDtype::kFp8E5M2: c.dtype = DType::kFP8E5M2; break;
+    case KvCacheDtype::kAuto:
+      c.dtype = exact_dtype;
+      break;
+    case KvCacheDtype::kBF16:
+      c.dtype = DType::kBF16;
+      break;
+    case KvCacheDtype::kF32:
+      c.dtype = DType::kF32;
+      break;
+    case KvCacheDtype::kFp8E4M3:
+      c.dtype = DType::kFP8E4M3;
+      break;
+    case KvCacheDtype::kFp8E5M2:
+      c.dtype = DType::kFP8E5M2;
+      break;
     case KvCacheDtype::kFp8FlashMla:
       if (!spec.is_mla())
-        return invalid_argument("--kv-cache-dtype fp8_flashmla is an MLA format; {} has no MLA cache",
-                                spec.model_type);
+        return invalid_argument(
+            "--kv-cache-dtype fp8_flashmla is an MLA format; {} has no MLA cache", spec.model_type);
       c.dtype = DType::kFP8E4M3;
       c.format = KvFormat::kFlashMlaFp8;
       break;

@@ -26,13 +26,14 @@ struct KvScales {
 };
 
 // What --kv-cache-dtype names: the backend's exact dtype (auto), a dtype, or fp8_flashmla (MLA
-// only: DeepSeek FlashMLA's FP8 rows, latent e4m3 in 128-wide tiles with float32 scales, rope bf16).
+// only: DeepSeek FlashMLA's FP8 rows, latent e4m3 in 128-wide tiles with float32 scales, rope
+// bf16).
 enum class KvCacheDtype : uint8_t { kAuto, kBF16, kF32, kFp8E4M3, kFp8E5M2, kFp8FlashMla };
 inline constexpr EnumName<KvCacheDtype> kKvCacheDtypeNames[] = {
-    {KvCacheDtype::kAuto, "auto"},          {KvCacheDtype::kBF16, "bf16"},
-    {KvCacheDtype::kF32, "f32"},            {KvCacheDtype::kFp8E4M3, "fp8_e4m3"},
-    {KvCacheDtype::kFp8E5M2, "fp8_e5m2"},   {KvCacheDtype::kFp8FlashMla, "fp8_flashmla"},
-    {KvCacheDtype::kBF16, "bfloat16"},      {KvCacheDtype::kF32, "float32"}};
+    {KvCacheDtype::kAuto, "auto"},        {KvCacheDtype::kBF16, "bf16"},
+    {KvCacheDtype::kF32, "f32"},          {KvCacheDtype::kFp8E4M3, "fp8_e4m3"},
+    {KvCacheDtype::kFp8E5M2, "fp8_e5m2"}, {KvCacheDtype::kFp8FlashMla, "fp8_flashmla"},
+    {KvCacheDtype::kBF16, "bfloat16"},    {KvCacheDtype::kF32, "float32"}};
 constexpr const auto& enum_names(KvCacheDtype) { return kKvCacheDtypeNames; }
 // The choice that stores plain `dtype` (bf16, f32, fp8_e4m3, fp8_e5m2; others: kAuto).
 KvCacheDtype kv_cache_dtype_of(DType dtype);
@@ -40,9 +41,9 @@ KvCacheDtype kv_cache_dtype_of(DType dtype);
 // What the user asked for (EngineConfig / eval-kv flags).
 struct KvCacheOptions {
   KvCacheDtype dtype = KvCacheDtype::kAuto;
-  std::vector<int> bf16_layers{};           // kept in bf16 when dtype is fp8
-  std::string scales_path{};                // JSON written by `strata eval-kv --calibrate`
-  std::optional<DType> mla_rope_dtype{};    // unset: as dtype | bf16 | fp8_e4m3 | fp8_e5m2; MLA only
+  std::vector<int> bf16_layers{};         // kept in bf16 when dtype is fp8
+  std::string scales_path{};              // JSON written by `strata eval-kv --calibrate`
+  std::optional<DType> mla_rope_dtype{};  // unset: as dtype | bf16 | fp8_e4m3 | fp8_e5m2; MLA only
 };
 
 struct KvCacheConfig {

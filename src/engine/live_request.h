@@ -28,7 +28,7 @@ struct Engine::Live {
   bool internal;  // not counted in EngineStats' request and token totals
   StreamDecoder decoder;
   SamplerRng rng;
-  OutputTokenCounts output_counts;  // kept only when the request's params edit logits
+  OutputTokenCounts output_counts;         // kept only when the request's params edit logits
   std::vector<int32_t> resume_output_ids;  // emitted once the request is queued
   std::string pending_text;  // decoded, not yet emitted
   size_t max_stop_len = 0;   // longest stop string: that much text minus one is held back

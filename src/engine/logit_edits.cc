@@ -8,10 +8,12 @@ void append_logit_edits(const SamplingParams& p, const OutputTokenCounts& counts
                         std::vector<LogitEdit>* out) {
   const auto& bias = p.logit_bias;  // sorted by token id
   auto bias_of = [&](int32_t token) {
-    auto it = std::lower_bound(bias.begin(), bias.end(), token, [](const auto& b, int32_t t) { return b.first < t; });
+    auto it = std::lower_bound(bias.begin(), bias.end(), token,
+                               [](const auto& b, int32_t t) { return b.first < t; });
     return it != bias.end() && it->first == token ? it->second : 0.0f;
   };
-  const bool penalized = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  const bool penalized =
+      p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
   if (penalized) {
     for (const auto& [token, n] : counts.counts()) {
       out->push_back(LogitEdit{

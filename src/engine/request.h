@@ -25,9 +25,9 @@ namespace strata {
 
 enum class RequestState { kWaiting, kPrefilling, kDecoding, kRetracted, kFinished, kAborted };
 inline constexpr EnumName<RequestState> kRequestStateNames[] = {
-    {RequestState::kWaiting, "waiting"},     {RequestState::kPrefilling, "prefilling"},
-    {RequestState::kDecoding, "decoding"},   {RequestState::kRetracted, "retracted"},
-    {RequestState::kFinished, "finished"},   {RequestState::kAborted, "aborted"}};
+    {RequestState::kWaiting, "waiting"},   {RequestState::kPrefilling, "prefilling"},
+    {RequestState::kDecoding, "decoding"}, {RequestState::kRetracted, "retracted"},
+    {RequestState::kFinished, "finished"}, {RequestState::kAborted, "aborted"}};
 constexpr const auto& enum_names(RequestState) { return kRequestStateNames; }
 inline const char* request_state_name(RequestState s) { return enum_name(s).data(); }
 

@@ -44,14 +44,17 @@ struct RequestError {
 template <typename... Args>
 RequestError request_error(RequestErrorCode code, std::string param, fmt::format_string<Args...> f,
                            Args&&... args) {
-  return RequestError{.code = code, .param = std::move(param),
+  return RequestError{.code = code,
+                      .param = std::move(param),
                       .message = fmt::format(f, std::forward<Args>(args)...)};
 }
 // An invalid value of `param`: `f` is the predicate ("must be ..., got ...").
 template <typename... Args>
 RequestError invalid_value(std::string param, fmt::format_string<Args...> f, Args&&... args) {
-  return RequestError{.code = RequestErrorCode::kInvalidValue, .param = std::move(param),
-                      .message = fmt::format(f, std::forward<Args>(args)...), .about_value = true};
+  return RequestError{.code = RequestErrorCode::kInvalidValue,
+                      .param = std::move(param),
+                      .message = fmt::format(f, std::forward<Args>(args)...),
+                      .about_value = true};
 }
 
 // A request's engine id, or why it was refused (Engine::submit).

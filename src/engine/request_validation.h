@@ -42,7 +42,8 @@ std::optional<RequestError> validate_sampling(const SamplingParams& params, int6
 // prompt + max_new_tokens fits `limits` (context_length_exceeded otherwise: refused rather than
 // cut short). `resume_output_ids` (a resumed generation's output so far) must be in the
 // vocabulary and leave something to generate.
-std::optional<RequestError> validate_request(std::span<const int32_t> prompt_ids, const SamplingParams& params,
+std::optional<RequestError> validate_request(std::span<const int32_t> prompt_ids,
+                                             const SamplingParams& params,
                                              std::span<const int32_t> resume_output_ids,
                                              const RequestLimits& limits);
 

@@ -15,8 +15,8 @@ SampleRowParams draw_row_params(const SamplingParams& params, SamplerRng& rng) {
   return p;
 }
 
-int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params, SamplerRng& rng,
-                     std::vector<std::pair<float, int32_t>>& scratch) {
+int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params,
+                     SamplerRng& rng, std::vector<std::pair<float, int32_t>>& scratch) {
   return sample_row_reference(logits, vocab, draw_row_params(params, rng), scratch);
 }
 

@@ -43,8 +43,8 @@ SampleRowParams draw_row_params(const SamplingParams& params, SamplerRng& rng);
 // Picks the next token on the host (draw_row_params + sample_row_reference) from logits the
 // penalties and logit_bias have already changed. `scratch` is reused between calls to avoid
 // allocation.
-int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params, SamplerRng& rng,
-                     std::vector<std::pair<float, int32_t>>& scratch);
+int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params,
+                     SamplerRng& rng, std::vector<std::pair<float, int32_t>>& scratch);
 
 // Log-probabilities under the model's distribution (log_softmax of the raw logits).
 struct TokenLogprobs {

@@ -21,9 +21,10 @@ struct SamplingParams {
   float min_p = 0.0f;        // [0, 1]: drops tokens below min_p x the most likely one's probability
   // Penalties on the tokens this request has generated so far (its output, as in SGLang; the
   // prompt does not count), applied to the logits before sampling (engine/logit_edits.h).
-  float repetition_penalty = 1.0f;  // (0, 2]; 1: off. Positive logits divided by it, negative multiplied
-  float presence_penalty = 0.0f;    // [-2, 2]: subtracted once from every generated token's logit
-  float frequency_penalty = 0.0f;   // [-2, 2]: subtracted once per occurrence
+  float repetition_penalty =
+      1.0f;  // (0, 2]; 1: off. Positive logits divided by it, negative multiplied
+  float presence_penalty = 0.0f;   // [-2, 2]: subtracted once from every generated token's logit
+  float frequency_penalty = 0.0f;  // [-2, 2]: subtracted once per occurrence
   // OpenAI's logit_bias: (token id, value in [-100, 100]) added to that token's logit after the
   // penalties. Sorted by token id, one entry per id.
   std::vector<std::pair<int32_t, float>> logit_bias{};

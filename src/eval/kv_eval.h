@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "arch/model.h"
-#include "model/weights.h"
 #include "engine/kv_config.h"
-#include "tokenizer/prompt_encoder.h"
 #include "eval/kv_metrics.h"
+#include "model/weights.h"
+#include "tokenizer/prompt_encoder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata {

@@ -46,7 +46,9 @@ constexpr const auto& enum_names(HiCacheWritePolicy) { return kHiCacheWritePolic
 inline StatusOr<HiCacheWritePolicy> parse_hicache_write_policy(std::string_view text) {
   return parse_enum<HiCacheWritePolicy>(text, "--hicache-write-policy");
 }
-inline std::string_view hicache_write_policy_name(HiCacheWritePolicy policy) { return enum_name(policy); }
+inline std::string_view hicache_write_policy_name(HiCacheWritePolicy policy) {
+  return enum_name(policy);
+}
 
 struct PageCopy {
   PageId device_page = 0;

@@ -52,10 +52,10 @@ enum class WeightRole : uint8_t {
   kRoutedExpert,
 };
 inline constexpr EnumName<WeightRole> kWeightRoleNames[] = {
-    {WeightRole::kEmbedding, "embedding"},        {WeightRole::kLmHead, "lm_head"},
-    {WeightRole::kNorm, "norm"},                  {WeightRole::kAttention, "attention"},
-    {WeightRole::kDenseMlp, "dense_mlp"},         {WeightRole::kSharedExpert, "shared_expert"},
-    {WeightRole::kRouter, "router"},              {WeightRole::kRoutedExpert, "routed_expert"}};
+    {WeightRole::kEmbedding, "embedding"}, {WeightRole::kLmHead, "lm_head"},
+    {WeightRole::kNorm, "norm"},           {WeightRole::kAttention, "attention"},
+    {WeightRole::kDenseMlp, "dense_mlp"},  {WeightRole::kSharedExpert, "shared_expert"},
+    {WeightRole::kRouter, "router"},       {WeightRole::kRoutedExpert, "routed_expert"}};
 constexpr const auto& enum_names(WeightRole) { return kWeightRoleNames; }
 
 struct WeightEntry {

@@ -177,13 +177,16 @@ Status write_safetensors(const std::string& path, const std::vector<SafetensorsE
   int64_t offset = 0;
   for (const SafetensorsEntry& e : entries) {
     const std::string_view dt = enum_name_in(kSafetensorsDTypeNames, e.dtype);
-    if (dt == "?") return invalid_argument("write_safetensors: tensor '{}': dtype has no safetensors name", e.name);
+    if (dt == "?")
+      return invalid_argument("write_safetensors: tensor '{}': dtype has no safetensors name",
+                              e.name);
     int64_t want = dtype_bytes_for(e.dtype, shape_numel(e.shape));
     if (int64_t(e.bytes.size()) != want) {
       return invalid_argument("write_safetensors: tensor '{}': {} bytes given, shape {} needs {}",
                               e.name, e.bytes.size(), shape_str(e.shape), want);
     }
-    h[e.name] = {{"dtype", std::string(dt)}, {"shape", e.shape}, {"data_offsets", {offset, offset + want}}};
+    h[e.name] = {
+        {"dtype", std::string(dt)}, {"shape", e.shape}, {"data_offsets", {offset, offset + want}}};
     offset += want;
   }
   std::string header = h.dump();

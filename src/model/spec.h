@@ -72,9 +72,10 @@ enum class QuantMethod : uint8_t {
   kInt4PackQuantized,  // compressed-tensors pack-quantized W4A16 (Kimi-K2.5 routed experts)
   kFp8Block,           // DeepSeek-V3 fp8 with weight_scale_inv per 128x128 block
 };
-inline constexpr EnumName<QuantMethod> kQuantMethodNames[] = {{QuantMethod::kNone, "none"},
-                                                              {QuantMethod::kInt4PackQuantized, "int4-pack-quantized"},
-                                                              {QuantMethod::kFp8Block, "fp8-block"}};
+inline constexpr EnumName<QuantMethod> kQuantMethodNames[] = {
+    {QuantMethod::kNone, "none"},
+    {QuantMethod::kInt4PackQuantized, "int4-pack-quantized"},
+    {QuantMethod::kFp8Block, "fp8-block"}};
 constexpr const auto& enum_names(QuantMethod) { return kQuantMethodNames; }
 
 struct QuantSpec {

@@ -7,8 +7,9 @@
 
 namespace strata {
 
-StatusOr<std::unique_ptr<EngineTarget>> EngineTarget::create(Engine& engine, const JobSampling& sampling,
-                                                               int max_in_flight) {
+StatusOr<std::unique_ptr<EngineTarget>> EngineTarget::create(Engine& engine,
+                                                             const JobSampling& sampling,
+                                                             int max_in_flight) {
   STRATA_ASSIGN_OR_RETURN(PromptEncoder enc, PromptEncoder::load(engine.config().tokenizer_dir(), engine.tokenizer(),
                                                                       engine.config().chat_template));
   std::unique_ptr<EngineTarget> b(new EngineTarget(engine, std::move(enc), sampling));
@@ -25,8 +26,8 @@ void EngineTarget::start(const GenerationTask& task, OutcomeCallback done) {
   if (r.messages.is_null()) {
     ids = encoder_.encode_raw(r.prompt);
   } else {
-    ids = encoder_.encode_chat(prompt_messages(r.messages), /*add_generation_prompt=*/true, SIZE_MAX,
-                               sampling_.chat_template_kwargs);
+    ids = encoder_.encode_chat(prompt_messages(r.messages), /*add_generation_prompt=*/true,
+                               SIZE_MAX, sampling_.chat_template_kwargs);
   }
   auto fail = [&](const std::string& error) {
     GenerationOutcome o;

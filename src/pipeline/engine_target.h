@@ -9,8 +9,8 @@
 #include <string>
 
 #include "engine/engine.h"
-#include "tokenizer/prompt_encoder.h"
 #include "pipeline/prompt_target.h"
+#include "tokenizer/prompt_encoder.h"
 
 namespace strata {
 
@@ -20,7 +20,7 @@ class EngineTarget : public PromptTarget {
   // max_running_requests (at least 64), which keeps its batch full without queueing the
   // whole dataset inside it.
   static StatusOr<std::unique_ptr<EngineTarget>> create(Engine& engine, const JobSampling& sampling,
-                                                         int max_in_flight = 0);
+                                                        int max_in_flight = 0);
 
   std::string model_name() const override { return model_name_; }
   int max_in_flight() const override { return max_in_flight_; }

@@ -41,7 +41,7 @@ nlohmann::json read_record(int fd) {
 
 // "pid 123 on host node7 (since ..., heartbeat 3s ago)", or what is known of it.
 std::string describe_holder(const nlohmann::json& r) {
-  if (r.is_null()) return "a job that has not written its name yet";
+  if (r.is_null() || r.value("released", false)) return "a job that has not written its name yet";
   std::string s = fmt::format("pid {} on host {}", r.value("pid", int64_t(-1)), r.value("host", std::string("?")));
   if (r.contains("started")) s += fmt::format(" (since {}", utc_time(r.value("started", int64_t(0))));
   if (r.contains("heartbeat"))
@@ -65,7 +65,16 @@ StatusOr<std::unique_ptr<OutputLock>> OutputLock::acquire(const std::string& res
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     if (err == EWOULDBLOCK) {
-      const std::string holder = describe_holder(read_record(fd));
+      // The holder writes its record right after its flock: a job started at the same moment may
+      // look in between (an empty file, or a finished job's released record). Wait a moment for
+      // the name rather than report an unknown holder.
+      nlohmann::json holder_record = read_record(fd);
+      for (int i = 0; i < 40 && (holder_record.is_null() || holder_record.value("released", false));
+           ++i) {
+        ::usleep(25 * 1000);
+        holder_record = read_record(fd);
+      }
+      const std::string holder = describe_holder(holder_record);
       ::close(fd);
       return failed_precondition(
           "{} is being written by another job: {}. One job per output: wait for it to finish, or give "

@@ -1,10 +1,10 @@
 #include "pipeline/prompt_target.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
-
-#include <fmt/format.h>
 
 namespace strata {
 
@@ -15,9 +15,12 @@ double shortest(float v) { return std::stod(fmt::format("{}", v)); }
 
 nlohmann::json JobSampling::to_json() const {
   const SamplingParams& p = params;
-  nlohmann::json j = {{"temperature", shortest(p.temperature)}, {"top_p", shortest(p.top_p)},
-                      {"top_k", p.top_k},                       {"max_new_tokens", p.max_new_tokens},
-                      {"stop", p.stop_strings},                 {"ignore_eos", p.ignore_eos},
+  nlohmann::json j = {{"temperature", shortest(p.temperature)},
+                      {"top_p", shortest(p.top_p)},
+                      {"top_k", p.top_k},
+                      {"max_new_tokens", p.max_new_tokens},
+                      {"stop", p.stop_strings},
+                      {"ignore_eos", p.ignore_eos},
                       {"seed", base_seed()}};
   if (p.min_p != 0) j["min_p"] = shortest(p.min_p);
   if (p.repetition_penalty != 1) j["repetition_penalty"] = shortest(p.repetition_penalty);

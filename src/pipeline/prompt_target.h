@@ -3,8 +3,8 @@
 // max_in_flight() and writes each outcome as it arrives.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,7 +19,7 @@ namespace strata {
 // prompt_seed(base_seed(), id)) and the chat template's extra variables.
 struct JobSampling {
   SamplingParams params{.temperature = 0.0f, .seed = 0};  // strata generate's default: greedy
-  nlohmann::json chat_template_kwargs{};                 // null or an object
+  nlohmann::json chat_template_kwargs{};                  // null or an object
   uint64_t base_seed() const { return params.seed.value_or(0); }
 
   // The settings as stored in every record's meta (and compared on resume): the fields of the

@@ -127,7 +127,10 @@ nlohmann::json failure_record(const PromptRecord& r, const std::string& dataset,
 class Job {
  public:
   Job(const std::vector<Dataset>& datasets, PromptTarget& target, const JobOptions& options)
-      : datasets_(datasets), target_(target), options_(options), inbox_(std::make_shared<Inbox>()) {}
+      : datasets_(datasets),
+        target_(target),
+        options_(options),
+        inbox_(std::make_shared<Inbox>()) {}
 
   StatusOr<JobSummary> run();
 
@@ -158,7 +161,7 @@ class Job {
   bool checkpointing_ = false;
   std::string settings_;  // settings_fingerprint of meta_base_
   std::set<size_t> running_;
-  size_t started_ = 0;   // tasks handed to the target
+  size_t started_ = 0;                                  // tasks handed to the target
   int64_t generated_ = 0, finished_prompt_tokens_ = 0;  // this run
   int64_t done_completion_tokens_ = 0, done_count_ = 0;  // for the expected output length
   RateWindow gen_rate_{30}, prompt_rate_{30};
@@ -250,11 +253,14 @@ void Job::plan_tasks() {
       }
       Task t{.dataset = d,
              .sink = sink,
-             .task = {.dataset = ds.name, .record = &r, .seed = prompt_seed(options_.sampling.base_seed(), r.id)}};
+             .task = {.dataset = ds.name,
+                      .record = &r,
+                      .seed = prompt_seed(options_.sampling.base_seed(), r.id)}};
       if (!sinks_.empty()) {
         const Sink& s = sinks_[sink];
-        if (auto p = s.partials.find({ds.name, r.id}); p != s.partials.end() &&
-                                                        int64_t(p->second.tokens.size()) < options_.sampling.params.max_new_tokens) {
+        if (auto p = s.partials.find({ds.name, r.id});
+            p != s.partials.end() &&
+            int64_t(p->second.tokens.size()) < options_.sampling.params.max_new_tokens) {
           t.task.resume_output_ids = p->second.tokens;
           t.task.resume_rng_draws = p->second.rng_draws;
           t.task.resume_prompt_tokens = p->second.prompt_tokens;
@@ -363,7 +369,8 @@ Status Job::save_partial(Task& t) {
 // Output tokens still expected: prompts not started x the mean output length of this run's
 // finished prompts (max_new_tokens before any finished), plus what running prompts may still add.
 int64_t Job::tokens_left() const {
-  const int64_t expected = done_count_ > 0 ? done_completion_tokens_ / done_count_ : options_.sampling.params.max_new_tokens;
+  const int64_t expected = done_count_ > 0 ? done_completion_tokens_ / done_count_
+                                           : options_.sampling.params.max_new_tokens;
   int64_t left = int64_t(tasks_.size() - started_) * expected;
   for (size_t index : running_) left += std::max<int64_t>(0, expected - int64_t(tasks_[index].produced.size()));
   return left;

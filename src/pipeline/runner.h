@@ -3,15 +3,16 @@
 //
 // Files, with --output FILE (every dataset in one file; meta.dataset tells them apart):
 //   FILE                 results, one line per prompt, in completion order
-//   FILE.failures.jsonl  prompts given up on: {"id","dataset","model","error","http_status","attempts"}
-//   FILE.done            a JSON summary, written when every prompt is done or failed and the
+//   FILE.failures.jsonl  prompts given up on:
+//   {"id","dataset","model","error","http_status","attempts"} FILE.done            a JSON summary,
+//   written when every prompt is done or failed and the
 //                        files on disk hold every id (checked by reading them again)
 //   FILE.lock            the job's exclusive ownership of FILE (output_lock.h): a second job on
 //                        the same output is refused at once, naming the holder
 //   FILE.partial.jsonl   checkpoints of unfinished prompts (checkpoint.h; in-process engine
 //                        only): a resumed job continues each from its last checkpoint
-// With --output-dir DIR, the same per dataset: DIR/<name>.jsonl, DIR/<name>.jsonl.failures.jsonl, ...
-// Without either, results stay in memory (JobSummary::records, input order): not resumable.
+// With --output-dir DIR, the same per dataset: DIR/<name>.jsonl, DIR/<name>.jsonl.failures.jsonl,
+// ... Without either, results stay in memory (JobSummary::records, input order): not resumable.
 //
 // A result line is the input line with the generated assistant turn appended to its
 // "conversations" (or "messages"), or a "completion" field for a raw {"prompt"}, plus
@@ -19,16 +20,16 @@
 // "finish_reason"}.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
-#include "pipeline/prompt_target.h"
 #include "pipeline/dataset.h"
 #include "pipeline/output_lock.h"
 #include "pipeline/progress.h"
+#include "pipeline/prompt_target.h"
 
 namespace strata {
 

@@ -32,8 +32,8 @@ StatusOr<ServerUrl> parse_server_url(const std::string& url) {
   return u;
 }
 
-nlohmann::json openai_request_body(const PromptRecord& record, const JobSampling& job, const std::string& model,
-                                   uint64_t seed) {
+nlohmann::json openai_request_body(const PromptRecord& record, const JobSampling& job,
+                                   const std::string& model, uint64_t seed) {
   const SamplingParams& s = job.params;
   nlohmann::json body = {{"model", model},
                          {"max_tokens", s.max_new_tokens},
@@ -59,7 +59,8 @@ nlohmann::json openai_request_body(const PromptRecord& record, const JobSampling
     body["prompt"] = record.prompt;
   } else {
     body["messages"] = prompt_messages(record.messages);
-    if (!job.chat_template_kwargs.is_null()) body["chat_template_kwargs"] = job.chat_template_kwargs;
+    if (!job.chat_template_kwargs.is_null())
+      body["chat_template_kwargs"] = job.chat_template_kwargs;
   }
   return body;
 }
@@ -93,8 +94,10 @@ Status check_not_cut_short(const GenerationOutcome& o, const JobSampling& sampli
   if (o.finish_reason == "abort")
     return unavailable("the server aborted the completion after {} tokens (finish_reason abort)", o.completion_tokens);
   if (o.finish_reason == "length" && o.completion_tokens < sampling.params.max_new_tokens)
-    return unavailable("the server cut the completion short: finish_reason length after {} of {} tokens (a "
-                       "server draining at shutdown does this)", o.completion_tokens, sampling.params.max_new_tokens);
+    return unavailable(
+        "the server cut the completion short: finish_reason length after {} of {} tokens (a "
+        "server draining at shutdown does this)",
+        o.completion_tokens, sampling.params.max_new_tokens);
   return Status();
 }
 

@@ -241,10 +241,10 @@ double default_mem_fraction_static(int64_t gpu_memory_bytes, int tp_size, int ch
 
 namespace {
 // The dtypes a KV pool is planned in, with the checkpoint-style aliases.
-constexpr EnumName<DType> kKvCacheDTypeNames[] = {{DType::kBF16, "bf16"},     {DType::kFP8E4M3, "fp8_e4m3"},
-                                                  {DType::kFP8E5M2, "fp8_e5m2"}, {DType::kF32, "f32"},
-                                                  {DType::kBF16, "bfloat16"}, {DType::kBF16, "auto"},
-                                                  {DType::kF32, "float32"}};
+constexpr EnumName<DType> kKvCacheDTypeNames[] = {
+    {DType::kBF16, "bf16"},  {DType::kFP8E4M3, "fp8_e4m3"}, {DType::kFP8E5M2, "fp8_e5m2"},
+    {DType::kF32, "f32"},    {DType::kBF16, "bfloat16"},    {DType::kBF16, "auto"},
+    {DType::kF32, "float32"}};
 }  // namespace
 
 StatusOr<DType> parse_kv_cache_dtype(std::string_view name) {

@@ -24,9 +24,11 @@ std::string random_id(const char* prefix) {
 }
 
 // The engine request of choice `choice` (of every prompt's n) for one prompt: the parsed sampling
-// values, the choice's seed, and max_tokens or the server's default (completions 16 as OpenAI, chat the rest of the
-// context, at least 1: a prompt that leaves no room is then refused for its length).
-GenerateRequest engine_request(const OpenAiRequest& req, std::vector<int32_t> prompt, int64_t context, int choice) {
+// values, the choice's seed, and max_tokens or the server's default (completions 16 as OpenAI, chat
+// the rest of the context, at least 1: a prompt that leaves no room is then refused for its
+// length).
+GenerateRequest engine_request(const OpenAiRequest& req, std::vector<int32_t> prompt,
+                               int64_t context, int choice) {
   GenerateRequest g;
   g.params = req.sampling;
   if (req.sampling.seed) g.params.seed = *req.sampling.seed + uint64_t(choice);
@@ -85,7 +87,8 @@ std::variant<ApiError, std::unique_ptr<Generation>> Generation::start(ServerStat
   }
   // The request contract (engine/request_validation.h) for every prompt before any is submitted.
   for (const auto& p : prompts)
-    if (auto e = state.engine().check(engine_request(req, p, limit, 0))) return api_error_from(*e, prompt_param);
+    if (auto e = state.engine().check(engine_request(req, p, limit, 0)))
+      return api_error_from(*e, prompt_param);
   std::unique_ptr<Generation> g(new Generation(state, std::move(req)));
   if (auto e = g->submit_all(std::move(prompts), arrival)) return *e;
   if (const RequestLogConfig& log = state.config().log_requests; log.enabled) {

@@ -175,24 +175,28 @@ std::optional<ApiError> parse_messages(const json& b, OpenAiRequest* r) {
 // never ignored.
 std::optional<ApiError> reject_unsupported(const json& b) {
   auto unsupported = [](const char* key, std::string why = "") {
-    return bad_request(fmt::format("'{}' is not supported{}", key, why), key, "unsupported_parameter");
+    return bad_request(fmt::format("'{}' is not supported{}", key, why), key,
+                       "unsupported_parameter");
   };
   for (const char* key : {"tools", "functions"}) {
     auto it = b.find(key);
     if (it != b.end() && !it->is_null() && !it->empty()) return unsupported(key);
   }
   // SGLang's constrained decoding and custom processors.
-  for (const char* key : {"regex", "ebnf", "json_schema", "structural_tag", "custom_logit_processor"}) {
+  for (const char* key :
+       {"regex", "ebnf", "json_schema", "structural_tag", "custom_logit_processor"}) {
     auto it = b.find(key);
     if (it != b.end() && !it->is_null()) return unsupported(key);
   }
   for (const char* key : {"min_tokens", "min_new_tokens"}) {
     auto it = b.find(key);
-    if (it != b.end() && it->is_number() && it->get<double>() != 0) return unsupported(key, " (only 0)");
+    if (it != b.end() && it->is_number() && it->get<double>() != 0)
+      return unsupported(key, " (only 0)");
   }
   if (auto it = b.find("response_format"); it != b.end() && it->is_object() && it->value("type", "text") != "text")
     return unsupported("response_format", " other than text");
-  if (auto it = b.find("echo"); it != b.end() && it->is_boolean() && it->get<bool>()) return unsupported("echo");
+  if (auto it = b.find("echo"); it != b.end() && it->is_boolean() && it->get<bool>())
+    return unsupported("echo");
   if (auto it = b.find("suffix"); it != b.end() && !it->is_null()) return unsupported("suffix");
   if (auto it = b.find("best_of"); it != b.end() && it->is_number() && it->get<double>() > 1)
     return unsupported("best_of");
@@ -214,7 +218,8 @@ std::optional<ApiError> parse_stop(const json& b, OpenAiRequest* r) {
       return wrong_type("stop", "a string or an array of strings", *it);
     }
   }
-  if (stops.size() > kMaxStops) return bad_request(fmt::format("'stop' allows at most {} strings", kMaxStops), "stop");
+  if (stops.size() > kMaxStops)
+    return bad_request(fmt::format("'stop' allows at most {} strings", kMaxStops), "stop");
   for (const auto& s : stops)
     if (s.empty()) return bad_request("'stop' strings must not be empty", "stop");
   if (auto ids = b.find("stop_token_ids"); ids != b.end() && !ids->is_null()) {
@@ -239,8 +244,10 @@ std::optional<ApiError> parse_logit_bias(const json& b, SamplingParams* p) {
     }
     if (used == 0 || used != key.size() || id < 0 || id > INT32_MAX)
       return bad_request(fmt::format("'logit_bias' keys must be token ids, got '{}'",
-                                     tok::to_valid_utf8(key.substr(0, 40))), "logit_bias");
-    if (!value.is_number()) return wrong_type("logit_bias", "an object of token ids to numbers", value);
+                                     tok::to_valid_utf8(key.substr(0, 40))),
+                         "logit_bias");
+    if (!value.is_number())
+      return wrong_type("logit_bias", "an object of token ids to numbers", value);
     p->logit_bias.emplace_back(int32_t(id), float(value.get<double>()));
   }
   std::sort(p->logit_bias.begin(), p->logit_bias.end());
@@ -266,9 +273,12 @@ std::optional<ApiError> parse_sampling(const json& b, OpenAiRequest* r) {
   v.reset();
   if (auto e = read_int(b, "max_completion_tokens", INT32_MIN, INT32_MAX, &v)) return e;
   if (v) r->max_tokens = int32_t(*v);
-  for (auto [key, field] : {std::pair{"temperature", &p.temperature}, {"top_p", &p.top_p}, {"min_p", &p.min_p},
+  for (auto [key, field] : {std::pair{"temperature", &p.temperature},
+                            {"top_p", &p.top_p},
+                            {"min_p", &p.min_p},
                             {"repetition_penalty", &p.repetition_penalty},
-                            {"presence_penalty", &p.presence_penalty}, {"frequency_penalty", &p.frequency_penalty}})
+                            {"presence_penalty", &p.presence_penalty},
+                            {"frequency_penalty", &p.frequency_penalty}})
     if (auto e = read_float(b, key, field)) return e;
   v.reset();
   if (auto e = read_int(b, "top_k", INT32_MIN, INT32_MAX, &v)) return e;
@@ -376,10 +386,14 @@ ApiError api_error_from(const RequestError& e, const std::string& prompt_param) 
   const std::string param = e.param == "prompt" ? prompt_param : e.param;
   const std::string message = e.describe("'" + param + "'");
   switch (e.code) {
-    case RequestErrorCode::kInvalidValue: return bad_request(message, param);
-    case RequestErrorCode::kContextLengthExceeded: return bad_request(message, param, "context_length_exceeded");
-    case RequestErrorCode::kUnsupported: return bad_request(message, param, "unsupported_parameter");
-    case RequestErrorCode::kUnavailable: return server_error(503, message, "unavailable");
+    case RequestErrorCode::kInvalidValue:
+      return bad_request(message, param);
+    case RequestErrorCode::kContextLengthExceeded:
+      return bad_request(message, param, "context_length_exceeded");
+    case RequestErrorCode::kUnsupported:
+      return bad_request(message, param, "unsupported_parameter");
+    case RequestErrorCode::kUnavailable:
+      return server_error(503, message, "unavailable");
   }
   return server_error(500, message);
 }
@@ -419,7 +433,8 @@ std::optional<ApiError> parse_openai_request(std::string_view body, Endpoint end
   if (auto k = b.find("chat_template_kwargs"); k != b.end() && !k->is_null()) {
     if (!k->is_object()) return wrong_type("chat_template_kwargs", "an object", *k);
     if (endpoint != Endpoint::kChat)
-      return bad_request("'chat_template_kwargs' applies to /v1/chat/completions only", "chat_template_kwargs");
+      return bad_request("'chat_template_kwargs' applies to /v1/chat/completions only",
+                         "chat_template_kwargs");
     r->chat_template_kwargs = *k;
   }
   if (auto e = read_bool(b, "stream", &r->stream)) return e;

@@ -31,12 +31,15 @@ std::string sampling(const OpenAiRequest& r) {
       r.stream, r.top_logprobs);
   // The rest only when set, so the common line stays short.
   if (p.min_p != 0) line += fmt::format(" min_p={}", p.min_p);
-  if (p.repetition_penalty != 1) line += fmt::format(" repetition_penalty={}", p.repetition_penalty);
+  if (p.repetition_penalty != 1)
+    line += fmt::format(" repetition_penalty={}", p.repetition_penalty);
   if (p.presence_penalty != 0) line += fmt::format(" presence_penalty={}", p.presence_penalty);
   if (p.frequency_penalty != 0) line += fmt::format(" frequency_penalty={}", p.frequency_penalty);
   if (!p.logit_bias.empty()) line += fmt::format(" logit_bias={}", p.logit_bias.size());
-  if (!p.stop_token_ids.empty()) line += fmt::format(" stop_token_ids={}", json(p.stop_token_ids).dump());
-  if (!r.chat_template_kwargs.is_null()) line += " chat_template_kwargs=" + r.chat_template_kwargs.dump();
+  if (!p.stop_token_ids.empty())
+    line += fmt::format(" stop_token_ids={}", json(p.stop_token_ids).dump());
+  if (!r.chat_template_kwargs.is_null())
+    line += " chat_template_kwargs=" + r.chat_template_kwargs.dump();
   return line;
 }
 

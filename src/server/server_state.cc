@@ -122,7 +122,8 @@ ServerState::~ServerState() {
 }
 
 std::string ContextLimit::why() const {
-  return RequestLimits{.context_length = model_context, .kv_capacity_tokens = pool_tokens}.limit_reason();
+  return RequestLimits{.context_length = model_context, .kv_capacity_tokens = pool_tokens}
+      .limit_reason();
 }
 
 ContextLimit ServerState::context_limit() const {

@@ -17,10 +17,10 @@
 #include <thread>
 
 #include "engine/engine.h"
-#include "tokenizer/prompt_encoder.h"
 #include "server/api_key_auth.h"
 #include "server/metrics.h"
 #include "server/request_log.h"
+#include "tokenizer/prompt_encoder.h"
 
 namespace strata {
 

@@ -1,9 +1,9 @@
 // Logit edits on the GPU (backend/cuda/sampling.cu edit_logits: the penalties and logit_bias of
 // engine/logit_edits.h) against the CPU twin (edit_logit_reference): on bf16 logits every edited
-// value must equal the reference's float32 result rounded to bf16, on float32 logits the reference's
-// value, and every other logit must be untouched. Also: house-llama's forward_sample on CUDA with
-// edits equals forward + the reference edits + the reference sampler, with the logprob rows the
-// model's own (before the edits).
+// value must equal the reference's float32 result rounded to bf16, on float32 logits the
+// reference's value, and every other logit must be untouched. Also: house-llama's forward_sample on
+// CUDA with edits equals forward + the reference edits + the reference sampler, with the logprob
+// rows the model's own (before the edits).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,8 +33,12 @@ std::vector<LogitEdit> random_edits(std::mt19937_64& g, int rows, int64_t vocab)
     for (int32_t t : tokens) {
       LogitEdit e{.row = r, .token = t};
       switch (g() % 4) {
-        case 0: e.bias = std::uniform_real_distribution<float>(-100, 100)(g); break;  // logit_bias only
-        case 1: e.scale = std::uniform_real_distribution<float>(0.2f, 2.0f)(g); break;  // repetition only
+        case 0:
+          e.bias = std::uniform_real_distribution<float>(-100, 100)(g);
+          break;  // logit_bias only
+        case 1:
+          e.scale = std::uniform_real_distribution<float>(0.2f, 2.0f)(g);
+          break;  // repetition only
         default:
           e.subtract = std::uniform_real_distribution<float>(-2.0f, 6.0f)(g);
           e.scale = std::uniform_real_distribution<float>(0.2f, 2.0f)(g);
@@ -56,7 +60,9 @@ TEST(CudaLogitEdits, EqualTheReferenceOnBf16AndFloat32Logits) {
     for (float& v : logits) v = round_to_bf16(std::normal_distribution<float>(0, 4)(g));
     logits[3] = NAN, logits[size_t(vocab)] = -INFINITY, logits[size_t(vocab) + 1] = INFINITY;
     std::vector<LogitEdit> edits = random_edits(g, rows, vocab);
-    if (vocab > 2) edits.push_back(LogitEdit{.row = 1, .token = vocab > 5 ? int32_t(vocab - 1) : 2, .scale = 1.5f});
+    if (vocab > 2)
+      edits.push_back(
+          LogitEdit{.row = 1, .token = vocab > 5 ? int32_t(vocab - 1) : 2, .scale = 1.5f});
     for (DType dtype : {DType::kBF16, DType::kF32}) {
       Tensor host = Tensor::make(logits.data(), DType::kF32, {rows, vocab});
       auto dev = gpu->upload(host, dtype);
@@ -72,11 +78,11 @@ TEST(CudaLogitEdits, EqualTheReferenceOnBf16AndFloat32Logits) {
       int64_t wrong = 0;
       for (size_t i = 0; i < want.size(); ++i)
         if (!same(got[i], want[i]) && ++wrong <= 5)
-          ADD_FAILURE() << dtype_name(dtype) << " vocab " << vocab << " element " << i << ": got " << got[i]
-                        << ", want " << want[i] << " (from " << logits[i] << ")";
+          ADD_FAILURE() << dtype_name(dtype) << " vocab " << vocab << " element " << i << ": got "
+                        << got[i] << ", want " << want[i] << " (from " << logits[i] << ")";
       EXPECT_EQ(wrong, 0);
-      std::printf("edit_logits %s vocab %lld: %zu edits, %lld wrong\n", dtype_name(dtype), (long long)vocab,
-                  edits.size(), (long long)wrong);
+      std::printf("edit_logits %s vocab %lld: %zu edits, %lld wrong\n", dtype_name(dtype),
+                  (long long)vocab, edits.size(), (long long)wrong);
     }
   }
 }
@@ -96,14 +102,22 @@ TEST(CudaLogitEdits, HouseLlamaForwardSampleAppliesEdits) {
   auto kv = gpu->alloc_kv(layout);
   std::vector<int32_t> ids(n), pos(n), slots(n), rows(n), pages(size_t(layout.num_pages));
   std::mt19937_64 g(5);
-  for (int i = 0; i < n; ++i) ids[size_t(i)] = int32_t(g() % 8000), pos[size_t(i)] = i, slots[size_t(i)] = i, rows[size_t(i)] = i;
+  for (int i = 0; i < n; ++i)
+    ids[size_t(i)] = int32_t(g() % 8000), pos[size_t(i)] = i, slots[size_t(i)] = i,
+    rows[size_t(i)] = i;
   std::iota(pages.begin(), pages.end(), 0);
   int32_t q_indptr[2] = {0, n}, kv_lens[1] = {n}, page_indptr[2] = {0, int32_t(pages.size())};
   ForwardBatch b;
   b.token_ids = ids.data();
-  b.attn = AttentionMetadata{.num_seqs = 1, .num_tokens = n, .page_size = page, .q_indptr = q_indptr,
-                             .kv_lens = kv_lens, .page_indptr = page_indptr, .page_indices = pages.data(),
-                             .positions = pos.data(), .slot_mapping = slots.data()};
+  b.attn = AttentionMetadata{.num_seqs = 1,
+                             .num_tokens = n,
+                             .page_size = page,
+                             .q_indptr = q_indptr,
+                             .kv_lens = kv_lens,
+                             .page_indptr = page_indptr,
+                             .page_indices = pages.data(),
+                             .positions = pos.data(),
+                             .slot_mapping = slots.data()};
   b.logit_rows = rows.data();
   b.num_logit_rows = n;
   const int64_t vocab = model.spec().vocab_size;
@@ -112,21 +126,32 @@ TEST(CudaLogitEdits, HouseLlamaForwardSampleAppliesEdits) {
   std::vector<SampleRowParams> params(n);
   std::vector<LogitEdit> edits;
   for (int r = 0; r < n; ++r) {
-    if (r % 2) params[size_t(r)] = {.temperature = 0.8f, .top_k = 50, .uniform = std::uniform_real_distribution<double>(0, 1)(g)};
+    if (r % 2)
+      params[size_t(r)] = {.temperature = 0.8f,
+                           .top_k = 50,
+                           .uniform = std::uniform_real_distribution<double>(0, 1)(g)};
     if (r % 3 == 0) continue;
     const float* row = logits.data() + size_t(r) * size_t(vocab);
     const int32_t top = int32_t(std::max_element(row, row + vocab) - row);
     OutputTokenCounts counts;
     counts.add(std::vector<int32_t>{top, top, int32_t(g() % 8000)});
-    append_logit_edits({.repetition_penalty = 1.8f, .presence_penalty = 1.0f, .frequency_penalty = 0.5f,
-                        .logit_bias = {{int32_t(g() % 4000), 3.0f}, {int32_t(4000 + g() % 4000), -2.0f}}},
-                       counts, r, &edits);
+    append_logit_edits(
+        {.repetition_penalty = 1.8f,
+         .presence_penalty = 1.0f,
+         .frequency_penalty = 0.5f,
+         .logit_bias = {{int32_t(g() % 4000), 3.0f}, {int32_t(4000 + g() % 4000), -2.0f}}},
+        counts, r, &edits);
   }
   std::vector<int32_t> got(n, -1), keep{1, 4, 47};
   std::vector<float> kept(keep.size() * size_t(vocab));
-  model.forward_sample(b, *kv, SampleArgs{.params = params.data(), .token_ids = got.data(), .keep_rows = keep.data(),
-                                          .num_keep = int(keep.size()), .kept_logits = kept.data(),
-                                          .edits = edits.data(), .num_edits = int64_t(edits.size())});
+  model.forward_sample(b, *kv,
+                       SampleArgs{.params = params.data(),
+                                  .token_ids = got.data(),
+                                  .keep_rows = keep.data(),
+                                  .num_keep = int(keep.size()),
+                                  .kept_logits = kept.data(),
+                                  .edits = edits.data(),
+                                  .num_edits = int64_t(edits.size())});
   std::vector<float> want_logits = logits;
   for (const LogitEdit& e : edits) {
     float& x = want_logits[size_t(e.row) * size_t(vocab) + size_t(e.token)];
@@ -139,16 +164,19 @@ TEST(CudaLogitEdits, HouseLlamaForwardSampleAppliesEdits) {
                                               params[size_t(r)], scratch);
     equal += got[size_t(r)] == want;
     EXPECT_EQ(got[size_t(r)], want) << "row " << r;
-    changed += want != sample_row_reference(logits.data() + size_t(r) * size_t(vocab), vocab, params[size_t(r)],
-                                            scratch);
+    changed += want != sample_row_reference(logits.data() + size_t(r) * size_t(vocab), vocab,
+                                            params[size_t(r)], scratch);
   }
   EXPECT_GT(changed, 0);
   for (size_t k = 0; k < keep.size(); ++k)
     for (int64_t c = 0; c < vocab; ++c)
-      ASSERT_EQ(kept[k * size_t(vocab) + size_t(c)], logits[size_t(keep[k]) * size_t(vocab) + size_t(c)])
+      ASSERT_EQ(kept[k * size_t(vocab) + size_t(c)],
+                logits[size_t(keep[k]) * size_t(vocab) + size_t(c)])
           << "kept row " << k;
-  std::printf("edit_logits house-llama forward_sample: %d of %d rows equal the reference, %d changed by the edits\n",
-              equal, n, changed);
+  std::printf(
+      "edit_logits house-llama forward_sample: %d of %d rows equal the reference, %d changed by "
+      "the edits\n",
+      equal, n, changed);
 }
 
 }  // namespace

@@ -35,9 +35,13 @@ Outcome generate(const std::string& kv_dtype, const std::string& rope_dtype,
                  const std::vector<std::vector<int32_t>>& prompts) {
   EngineConfig c;
   c.model_path = shared_dir() + "/models/house-mla";
-  c.device = "cuda";
-  c.kv_cache_dtype = kv_dtype;
-  c.kv_mla_rope_dtype = rope_dtype;
+  c.device = Device::kCuda;
+  const std::optional<KvCacheDtype> kv = enum_from_name<KvCacheDtype>(kv_dtype);
+  EXPECT_TRUE(kv.has_value()) << kv_dtype;
+  if (!kv) return {};
+  c.kv_cache_dtype = *kv;
+  if (!rope_dtype.empty()) c.kv_mla_rope_dtype = enum_from_name<DType>(rope_dtype);
+  EXPECT_EQ(c.kv_mla_rope_dtype.has_value(), !rope_dtype.empty()) << rope_dtype;
   c.mem_fraction_static = 0.5;
   c.max_total_tokens = 8192;
   c.cuda_graph_max_bs = graph_max_bs;

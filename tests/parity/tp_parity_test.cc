@@ -22,8 +22,8 @@
 #include <nlohmann/json.hpp>
 
 #include "arch/tp.h"
-#include "cuda/bench_checkpoint.h"
 #include "core/check.h"
+#include "cuda/bench_checkpoint.h"
 #include "dist/tp_driver.h"
 #include "model/config.h"
 #include "model/weights.h"
@@ -165,7 +165,8 @@ TEST_P(TpParity, LogitsMatchTp1AndReference) {
   Reference ref(c.reference_dir + "/reference.safetensors");
   for (int tp = 2; tp <= std::min(gpus, 8); tp *= 2) {
     if (!c.uneven && spec->num_heads % tp != 0) continue;
-    const TpConfig config{.tp_size = tp, .device = Device::kCuda, .sharding = {.allow_uneven = c.uneven}};
+    const TpConfig config{
+        .tp_size = tp, .device = Device::kCuda, .sharding = {.allow_uneven = c.uneven}};
     auto factory = make_tp_rank_factory(config);
     ASSERT_TRUE(factory.ok()) << factory.status().to_string();
     std::unique_ptr<Backend> backend0;

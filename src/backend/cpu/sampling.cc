@@ -87,7 +87,8 @@ void CpuBackend::edit_logits(const Tensor& logits, const LogitEdit* edits, int64
   for (int64_t i = 0; i < num_edits; ++i) {
     const LogitEdit& e = edits[i];
     CHECK_MSG(e.row >= 0 && e.row < rows && e.token >= 0 && e.token < vocab,
-              "edit_logits: edit {} at row {} token {} outside [{}, {}]", i, e.row, e.token, rows, vocab);
+              "edit_logits: edit {} at row {} token {} outside [{}, {}]", i, e.row, e.token, rows,
+              vocab);
     float& x = base[int64_t(e.row) * vocab + e.token];
     x = edit_logit_reference(x, e);
   }

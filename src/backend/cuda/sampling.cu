@@ -434,17 +434,21 @@ void CudaBackend::sample(const Tensor& logits, const SampleRowParams* params, in
 }
 
 void CudaBackend::edit_logits(const Tensor& logits, const LogitEdit* edits, int64_t num_edits) {
-  static_assert(sizeof(LogitEditDev) == sizeof(LogitEdit) && offsetof(LogitEdit, bias) == offsetof(LogitEditDev, bias));
+  static_assert(sizeof(LogitEditDev) == sizeof(LogitEdit) &&
+                offsetof(LogitEdit, bias) == offsetof(LogitEditDev, bias));
   CHECK(logits.is_contiguous());
   CHECK_MSG(logits.dtype == DType::kBF16 || logits.dtype == DType::kF32,
             "edit_logits: logits must be bf16 or f32, got {}", dtype_name(logits.dtype));
   if (num_edits == 0) return;
   const int64_t rows = logits.dim(0), vocab = logits.dim(-1);
   for (int64_t i = 0; i < num_edits; ++i)
-    CHECK_MSG(edits[i].row >= 0 && edits[i].row < rows && edits[i].token >= 0 && edits[i].token < vocab,
-              "edit_logits: edit {} at row {} token {} outside [{}, {}]", i, edits[i].row, edits[i].token, rows, vocab);
+    CHECK_MSG(
+        edits[i].row >= 0 && edits[i].row < rows && edits[i].token >= 0 && edits[i].token < vocab,
+        "edit_logits: edit {} at row {} token {} outside [{}, {}]", i, edits[i].row, edits[i].token,
+        rows, vocab);
   // The edits travel through staging as raw 32-bit words (20 bytes each).
-  const int32_t* dev = stage_i32(reinterpret_cast<const int32_t*>(edits), num_edits * int64_t(sizeof(LogitEdit) / 4));
+  const int32_t* dev = stage_i32(reinterpret_cast<const int32_t*>(edits),
+                                 num_edits * int64_t(sizeof(LogitEdit) / 4));
   auto p = zeroed<EditLogitsParams>();
   p.logits = logits.data;
   p.edits = reinterpret_cast<const LogitEditDev*>(dev);

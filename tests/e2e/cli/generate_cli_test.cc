@@ -102,7 +102,8 @@ TEST(GenerateCli, ZeroNewTokensIsRefused) {
 TEST(GenerateCli, NeverFittingRequestFailsWithTheReason) {
   CliRun r = run_cli("generate --model-path " + kHouse + " --prompt hi --max-new-tokens 100 --max-total-tokens 64");
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_NE(r.err.find("maximum context length is 64 tokens (the KV cache pool holds 64 tokens"), std::string::npos)
+  EXPECT_NE(r.err.find("maximum context length is 64 tokens (the KV cache pool holds 64 tokens"),
+            std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("--max-total-tokens"), std::string::npos) << r.err;
 }
@@ -111,12 +112,15 @@ TEST(GenerateCli, NeverFittingRequestFailsWithTheReason) {
 TEST(GenerateCli, BadSamplingFlagsNameThemselves) {
   expect_clear_error(run_cli("generate --model-path " + kHouse + " --prompt hi --min-p 2"),
                      "--min-p must be between 0 and 1, got 2");
-  expect_clear_error(run_cli("generate --model-path " + kHouse + " --prompt hi --repetition-penalty 0"),
-                     "--repetition-penalty must be greater than 0");
-  expect_clear_error(run_cli("generate --model-path " + kHouse + " --prompt hi --logit-bias '{\"5\": 200}'"),
-                     "--logit-bias values must be between -100 and 100");
-  expect_clear_error(run_cli("generate --model-path " + kHouse + " --prompt hi --chat-template-kwargs '[1]'"),
-                     "--chat-template-kwargs must be a JSON object");
+  expect_clear_error(
+      run_cli("generate --model-path " + kHouse + " --prompt hi --repetition-penalty 0"),
+      "--repetition-penalty must be greater than 0");
+  expect_clear_error(
+      run_cli("generate --model-path " + kHouse + " --prompt hi --logit-bias '{\"5\": 200}'"),
+      "--logit-bias values must be between -100 and 100");
+  expect_clear_error(
+      run_cli("generate --model-path " + kHouse + " --prompt hi --chat-template-kwargs '[1]'"),
+      "--chat-template-kwargs must be a JSON object");
 }
 
 TEST(GenerateCli, UnknownFlag) {

@@ -196,35 +196,44 @@ TEST_F(ServeApiTest, UnknownEndpointAndUnsupported) {
   HttpResponse r = http(server_->port(), "GET", "/v1/nothing");
   EXPECT_EQ(r.status, 404);
   EXPECT_NE(r.body.find("unknown endpoint"), std::string::npos) << r.body;
-  json j = expect_error("/v1/completions", R"({"prompt":"hi","min_tokens":4})", 400, "not supported", "min_tokens");
+  json j = expect_error("/v1/completions", R"({"prompt":"hi","min_tokens":4})", 400,
+                        "not supported", "min_tokens");
   EXPECT_EQ(j["error"]["code"], "unsupported_parameter");
   // Token ids are checked against the model's vocabulary, naming the field.
-  expect_error("/v1/completions", R"({"prompt":"hi","logit_bias":{"99999999":1}})", 400, "outside the vocabulary",
-               "logit_bias");
-  expect_error("/v1/completions", R"({"prompt":[1, 99999999]})", 400, "outside the vocabulary", "prompt");
+  expect_error("/v1/completions", R"({"prompt":"hi","logit_bias":{"99999999":1}})", 400,
+               "outside the vocabulary", "logit_bias");
+  expect_error("/v1/completions", R"({"prompt":[1, 99999999]})", 400, "outside the vocabulary",
+               "prompt");
 }
 
 // SGLang's sampling fields on the OpenAI request take effect: a logit_bias of +100 makes its token
 // the only one sampled, a stop token id ends the completion, and the penalties, min_p, top_k and
-// a seed are accepted (their behaviour: tests/unit/engine/logit_edits_test.cc, tests/golden/engine).
+// a seed are accepted (their behaviour: tests/unit/engine/logit_edits_test.cc,
+// tests/golden/engine).
 TEST_F(ServeApiTest, SglangSamplingFieldsTakeEffect) {
-  json forced = json::parse(post("/v1/completions", R"({"prompt":"The kernel","max_tokens":4,"temperature":1,
-      "seed":3,"logit_bias":{"1000":100},"logprobs":0,"ignore_eos":true})").body);
+  json forced =
+      json::parse(post("/v1/completions", R"({"prompt":"The kernel","max_tokens":4,"temperature":1,
+      "seed":3,"logit_bias":{"1000":100},"logprobs":0,"ignore_eos":true})")
+                      .body);
   ASSERT_TRUE(forced.contains("choices")) << forced.dump();
   const json& tokens = forced["choices"][0]["logprobs"]["tokens"];
   ASSERT_EQ(tokens.size(), 4u) << forced.dump();
   for (const json& t : tokens) EXPECT_EQ(t, tokens[0]) << forced.dump();
   // The same token as a stop token: the completion ends at its first appearance.
-  json stopped = json::parse(post("/v1/completions", R"({"prompt":"The kernel","max_tokens":4,"temperature":0,
-      "logit_bias":{"1000":100},"stop_token_ids":[1000]})").body);
+  json stopped =
+      json::parse(post("/v1/completions", R"({"prompt":"The kernel","max_tokens":4,"temperature":0,
+      "logit_bias":{"1000":100},"stop_token_ids":[1000]})")
+                      .body);
   EXPECT_EQ(stopped["choices"][0]["finish_reason"], "stop") << stopped.dump();
   EXPECT_EQ(stopped["usage"]["completion_tokens"], 1) << stopped.dump();
-  HttpResponse r = post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"Name a colour."}],
+  HttpResponse r =
+      post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"Name a colour."}],
       "max_tokens":6,"temperature":0.8,"top_k":40,"min_p":0.05,"repetition_penalty":1.2,"presence_penalty":0.5,
       "frequency_penalty":0.3,"seed":11,"chat_template_kwargs":{"enable_thinking":false}})");
   ASSERT_EQ(r.status, 200) << r.body;
   // Seeded: the same request gives the same text.
-  HttpResponse again = post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"Name a colour."}],
+  HttpResponse again =
+      post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"Name a colour."}],
       "max_tokens":6,"temperature":0.8,"top_k":40,"min_p":0.05,"repetition_penalty":1.2,"presence_penalty":0.5,
       "frequency_penalty":0.3,"seed":11,"chat_template_kwargs":{"enable_thinking":false}})");
   ASSERT_EQ(again.status, 200) << again.body;

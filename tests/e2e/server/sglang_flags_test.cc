@@ -85,9 +85,10 @@ TEST(ServeSglangFlagsTest, ChatTemplateByNameAndFromAFile) {
 // raw text they spell, so its completion equals that text's.
 TEST(ServeSglangFlagsTest, ChatTemplateKwargsAndReasoningContentReachTheTemplate) {
   const fs::path dir = temp_dir("kwargs");
-  std::ofstream(dir / "vars.jinja") << "{% if prefix is defined %}{{ prefix }}{% endif %}{% for m in messages %}"
-                                       "{% if m.reasoning_content is defined %}{{ m.reasoning_content }}{% endif %}"
-                                       "{{ m['content'] }}{% endfor %}";
+  std::ofstream(dir / "vars.jinja")
+      << "{% if prefix is defined %}{{ prefix }}{% endif %}{% for m in messages %}"
+         "{% if m.reasoning_content is defined %}{{ m.reasoning_content }}{% endif %}"
+         "{{ m['content'] }}{% endfor %}";
   ServerProcess server;
   ASSERT_TRUE(server.start({"--chat-template", (dir / "vars.jinja").string()})) << server.log();
   const std::string expected = complete(server.port(), kQuestion);
@@ -99,8 +100,11 @@ TEST(ServeSglangFlagsTest, ChatTemplateKwargsAndReasoningContentReachTheTemplate
                       {"temperature", 0}});
   EXPECT_EQ(j["choices"][0]["message"]["content"], expected) << j.dump();
   j = post_json(server.port(), "/v1/chat/completions",
-                {{"messages", {{{"role", "user"}, {"content", "What does"}},
-                               {{"role", "assistant"}, {"content", " harbor mean?"}, {"reasoning_content", " the word"}}}},
+                {{"messages",
+                  {{{"role", "user"}, {"content", "What does"}},
+                   {{"role", "assistant"},
+                    {"content", " harbor mean?"},
+                    {"reasoning_content", " the word"}}}},
                  {"max_tokens", 12},
                  {"temperature", 0}});
   EXPECT_EQ(j["choices"][0]["message"]["content"], expected) << j.dump();

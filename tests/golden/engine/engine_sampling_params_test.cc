@@ -38,7 +38,9 @@ Engine& engine() {
   return *e;
 }
 
-std::vector<int32_t> prompt() { return engine().tokenizer().encode("The old lighthouse keeper said that the sea"); }
+std::vector<int32_t> prompt() {
+  return engine().tokenizer().encode("The old lighthouse keeper said that the sea");
+}
 
 // Submits every request at once (one batch) and returns each one's result.
 std::vector<Result> run(std::vector<SamplingParams> params, int top_logprobs = -1) {
@@ -66,8 +68,11 @@ std::vector<Result> run(std::vector<SamplingParams> params, int top_logprobs = -
 // argmax of (the model's logprob - presence - frequency x count so far) over the top 20 the
 // engine reports (the raw distribution): a token outside them starts lower and only loses.
 TEST(EngineSamplingParams, PresenceAndFrequencyPenaltiesPickWhatTheRuleSays) {
-  const SamplingParams p{.temperature = 0.0f, .presence_penalty = 0.8f, .frequency_penalty = 0.6f,
-                         .max_new_tokens = 32, .ignore_eos = true};
+  const SamplingParams p{.temperature = 0.0f,
+                         .presence_penalty = 0.8f,
+                         .frequency_penalty = 0.6f,
+                         .max_new_tokens = 32,
+                         .ignore_eos = true};
   const Result r = run({p}, /*top_logprobs=*/20)[0];
   ASSERT_EQ(r.tokens.size(), 32u);
   ASSERT_EQ(r.logprobs.size(), 32u);
@@ -94,8 +99,9 @@ TEST(EngineSamplingParams, PresenceAndFrequencyPenaltiesPickWhatTheRuleSays) {
   EXPECT_GE(checked, 24);
   // The penalties changed choices: greedy alone would pick the top token every time.
   EXPECT_GT(penalized_steps, 0);
-  std::printf("presence/frequency: %d of 32 steps checked, %d chose other than the model's top token\n", checked,
-              penalized_steps);
+  std::printf(
+      "presence/frequency: %d of 32 steps checked, %d chose other than the model's top token\n",
+      checked, penalized_steps);
 }
 
 TEST(EngineSamplingParams, LogitBiasBansAndForcesTokens) {
@@ -121,7 +127,8 @@ TEST(EngineSamplingParams, StopTokenIdsFinishTheRequest) {
   SamplingParams stop = greedy;
   stop.stop_token_ids = {plain.tokens[3]};
   const Result r = run({stop})[0];
-  const size_t first = size_t(std::find(plain.tokens.begin(), plain.tokens.end(), plain.tokens[3]) - plain.tokens.begin());
+  const size_t first = size_t(std::find(plain.tokens.begin(), plain.tokens.end(), plain.tokens[3]) -
+                              plain.tokens.begin());
   EXPECT_EQ(r.tokens, std::vector<int32_t>(plain.tokens.begin(), plain.tokens.begin() + first + 1));
   EXPECT_EQ(r.finish, FinishReason::kStop);
 }
@@ -129,15 +136,23 @@ TEST(EngineSamplingParams, StopTokenIdsFinishTheRequest) {
 // Every new field at once, sampled: the same seed gives the same tokens alone and in a batch
 // with other requests.
 TEST(EngineSamplingParams, SeededRequestsAreReproducibleInAnyBatch) {
-  const SamplingParams p{.temperature = 0.9f, .top_p = 0.95f, .top_k = 60, .min_p = 0.02f,
-                         .repetition_penalty = 1.3f, .presence_penalty = 0.2f, .frequency_penalty = 0.1f,
-                         .logit_bias = {{13, -5.0f}, {2000, 1.5f}}, .seed = 1234, .max_new_tokens = 16,
+  const SamplingParams p{.temperature = 0.9f,
+                         .top_p = 0.95f,
+                         .top_k = 60,
+                         .min_p = 0.02f,
+                         .repetition_penalty = 1.3f,
+                         .presence_penalty = 0.2f,
+                         .frequency_penalty = 0.1f,
+                         .logit_bias = {{13, -5.0f}, {2000, 1.5f}},
+                         .seed = 1234,
+                         .max_new_tokens = 16,
                          .ignore_eos = true};
   const Result alone = run({p})[0];
   ASSERT_EQ(alone.tokens.size(), 16u);
   SamplingParams other = p;
   other.seed = 77;
-  const std::vector<Result> batch = run({other, p, SamplingParams{.temperature = 0.0f, .max_new_tokens = 5}});
+  const std::vector<Result> batch =
+      run({other, p, SamplingParams{.temperature = 0.0f, .max_new_tokens = 5}});
   EXPECT_EQ(batch[1].tokens, alone.tokens);
   EXPECT_NE(batch[0].tokens, alone.tokens);
 }
@@ -157,14 +172,22 @@ TEST(EngineSamplingParams, ForwardSampleAppliesEditsBeforeSamplingAndKeepsRawLog
   auto kv = be->alloc_kv(layout);
   std::vector<int32_t> ids(n), pos(n), slots(n), rows(n), pages(size_t(layout.num_pages));
   std::mt19937_64 g(3);
-  for (int i = 0; i < n; ++i) ids[size_t(i)] = int32_t(g() % 8000), pos[size_t(i)] = i, slots[size_t(i)] = i, rows[size_t(i)] = i;
+  for (int i = 0; i < n; ++i)
+    ids[size_t(i)] = int32_t(g() % 8000), pos[size_t(i)] = i, slots[size_t(i)] = i,
+    rows[size_t(i)] = i;
   std::iota(pages.begin(), pages.end(), 0);
   int32_t q_indptr[2] = {0, n}, kv_lens[1] = {n}, page_indptr[2] = {0, int32_t(pages.size())};
   ForwardBatch b;
   b.token_ids = ids.data();
-  b.attn = AttentionMetadata{.num_seqs = 1, .num_tokens = n, .page_size = page, .q_indptr = q_indptr,
-                             .kv_lens = kv_lens, .page_indptr = page_indptr, .page_indices = pages.data(),
-                             .positions = pos.data(), .slot_mapping = slots.data()};
+  b.attn = AttentionMetadata{.num_seqs = 1,
+                             .num_tokens = n,
+                             .page_size = page,
+                             .q_indptr = q_indptr,
+                             .kv_lens = kv_lens,
+                             .page_indptr = page_indptr,
+                             .page_indices = pages.data(),
+                             .positions = pos.data(),
+                             .slot_mapping = slots.data()};
   b.logit_rows = rows.data();
   b.num_logit_rows = n;
   const int64_t vocab = model.spec().vocab_size;
@@ -174,22 +197,33 @@ TEST(EngineSamplingParams, ForwardSampleAppliesEditsBeforeSamplingAndKeepsRawLog
   std::vector<SampleRowParams> params(n);
   std::vector<LogitEdit> edits;
   for (int r = 0; r < n; ++r) {
-    if (r % 2) params[size_t(r)] = {.temperature = 0.8f, .top_k = 50, .uniform = std::uniform_real_distribution<double>(0, 1)(g)};
+    if (r % 2)
+      params[size_t(r)] = {.temperature = 0.8f,
+                           .top_k = 50,
+                           .uniform = std::uniform_real_distribution<double>(0, 1)(g)};
     if (r % 3 == 0) continue;  // rows without edits
     // The row's top token penalized hard, a few others biased: the choice changes.
     const float* row = logits.data() + size_t(r) * size_t(vocab);
     const int32_t top = int32_t(std::max_element(row, row + vocab) - row);
     OutputTokenCounts counts;
     counts.add(std::vector<int32_t>{top, top, int32_t(g() % 8000)});
-    append_logit_edits({.repetition_penalty = 1.8f, .presence_penalty = 1.0f, .frequency_penalty = 0.5f,
-                        .logit_bias = {{int32_t(g() % 4000), 3.0f}, {int32_t(4000 + g() % 4000), -2.0f}}},
-                       counts, r, &edits);
+    append_logit_edits(
+        {.repetition_penalty = 1.8f,
+         .presence_penalty = 1.0f,
+         .frequency_penalty = 0.5f,
+         .logit_bias = {{int32_t(g() % 4000), 3.0f}, {int32_t(4000 + g() % 4000), -2.0f}}},
+        counts, r, &edits);
   }
   std::vector<int32_t> got(n, -1), keep{1, 4, 23};
   std::vector<float> kept(keep.size() * size_t(vocab));
-  model.forward_sample(b, *kv, SampleArgs{.params = params.data(), .token_ids = got.data(), .keep_rows = keep.data(),
-                                          .num_keep = int(keep.size()), .kept_logits = kept.data(),
-                                          .edits = edits.data(), .num_edits = int64_t(edits.size())});
+  model.forward_sample(b, *kv,
+                       SampleArgs{.params = params.data(),
+                                  .token_ids = got.data(),
+                                  .keep_rows = keep.data(),
+                                  .num_keep = int(keep.size()),
+                                  .kept_logits = kept.data(),
+                                  .edits = edits.data(),
+                                  .num_edits = int64_t(edits.size())});
   std::vector<float> want_logits = logits;
   for (const LogitEdit& e : edits) {
     float& x = want_logits[size_t(e.row) * size_t(vocab) + size_t(e.token)];
@@ -201,12 +235,14 @@ TEST(EngineSamplingParams, ForwardSampleAppliesEditsBeforeSamplingAndKeepsRawLog
     const float* edited = want_logits.data() + size_t(r) * size_t(vocab);
     const int32_t want = sample_row_reference(edited, vocab, params[size_t(r)], scratch);
     EXPECT_EQ(got[size_t(r)], want) << "row " << r;
-    changed += want != sample_row_reference(logits.data() + size_t(r) * size_t(vocab), vocab, params[size_t(r)], scratch);
+    changed += want != sample_row_reference(logits.data() + size_t(r) * size_t(vocab), vocab,
+                                            params[size_t(r)], scratch);
   }
   EXPECT_GT(changed, 0) << "the edits were meant to change some choices";
   for (size_t k = 0; k < keep.size(); ++k)
     for (int64_t c = 0; c < vocab; ++c)
-      ASSERT_EQ(kept[k * size_t(vocab) + size_t(c)], logits[size_t(keep[k]) * size_t(vocab) + size_t(c)])
+      ASSERT_EQ(kept[k * size_t(vocab) + size_t(c)],
+                logits[size_t(keep[k]) * size_t(vocab) + size_t(c)])
           << "kept row " << k;
 }
 

@@ -126,7 +126,8 @@ TEST(HostTierFlags, InvalidSettingsAreErrors) {
   EXPECT_FALSE(parse_hicache_write_policy("write_sometimes").ok());
   EXPECT_FALSE(parse_kv_io_backend("dma").ok());
   c.hicache_write_policy = HiCacheWritePolicy::kWriteBack;
-  c.hicache_io_backend = KvIoBackend::kKernel;  // cuda's: logged as not applicable on cpu, memcpy used
+  c.hicache_io_backend =
+      KvIoBackend::kKernel;  // cuda's: logged as not applicable on cpu, memcpy used
   EXPECT_TRUE(Engine::create(c).ok());
 }
 

@@ -8,7 +8,6 @@
 // below the 1e-4 the tp = 1 golden tests use (measured <= 1.3e-6).
 #include <gtest/gtest.h>
 
-
 #include "arch/tp.h"
 #include "dist/tensor_parallel.h"
 #include "dist/tp_driver.h"
@@ -58,7 +57,8 @@ TEST_P(TpLogits, EqualTp1AndTheReference) {
   auto backend1 = make_cpu_backend();
   auto tp1 = create_model(*spec, *weights, *backend1);
   ASSERT_TRUE(tp1.ok()) << tp1.status().to_string();
-  const TpConfig config{.tp_size = c.tp, .device = Device::kCpu, .sharding = {.allow_uneven = c.uneven}};
+  const TpConfig config{
+      .tp_size = c.tp, .device = Device::kCpu, .sharding = {.allow_uneven = c.uneven}};
   auto factory = make_tp_rank_factory(config);
   ASSERT_TRUE(factory.ok()) << factory.status().to_string();
   std::unique_ptr<Backend> backend0;

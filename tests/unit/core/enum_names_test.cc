@@ -33,7 +33,8 @@ void expect_complete_table(E last) {
     EXPECT_EQ(enum_from_name<E>(name), e) << name;
     EXPECT_TRUE(canonical.insert(name).second) << name << " names two values";
   }
-  for (const auto& entry : enum_names(E{})) EXPECT_EQ(enum_from_name<E>(entry.name), entry.value) << entry.name;
+  for (const auto& entry : enum_names(E{}))
+    EXPECT_EQ(enum_from_name<E>(entry.name), entry.value) << entry.name;
   EXPECT_FALSE(enum_from_name<E>("no such name"));
 }
 
@@ -58,8 +59,9 @@ TEST(EnumNames, NamesAndAliasesAsUsersWriteThem) {
   EXPECT_EQ(dtype_from_safetensors("F8_E4M3"), DType::kFP8E4M3);
   EXPECT_FALSE(dtype_from_safetensors("fp8_e4m3"));  // the file format's table, not the flags'
   EXPECT_EQ(enum_from_name<KvCacheDtype>("bfloat16"), KvCacheDtype::kBF16);  // an alias parses...
-  EXPECT_EQ(enum_name(KvCacheDtype::kBF16), "bf16");                        // ...but never prints
-  EXPECT_EQ(enum_name_list<KvCacheDtype>(), "auto | bf16 | f32 | fp8_e4m3 | fp8_e5m2 | fp8_flashmla");
+  EXPECT_EQ(enum_name(KvCacheDtype::kBF16), "bf16");                         // ...but never prints
+  EXPECT_EQ(enum_name_list<KvCacheDtype>(),
+            "auto | bf16 | f32 | fp8_e4m3 | fp8_e5m2 | fp8_flashmla");
   EXPECT_EQ(enum_from_name<KvIoBackend>(""), KvIoBackend::kAuto);  // an unset --hicache-io-backend
   EXPECT_EQ(enum_name_list<KvIoBackend>(", "), "auto, memcpy, direct, kernel");
   EXPECT_EQ(std::string(finish_reason_name(FinishReason::kLength)), "length");
@@ -72,8 +74,11 @@ TEST(EnumNames, ABadNameIsRefusedNamingTheFlagAndTheChoices) {
   EXPECT_EQ(*parse_enum<Device>("cuda", "--device"), Device::kCuda);
   auto p = parse_hicache_write_policy("write_around");
   ASSERT_FALSE(p.ok());
-  EXPECT_NE(p.status().message().find("--hicache-write-policy must be write_through | write_through_selective | "
-                                      "write_back"), std::string::npos) << p.status().message();
+  EXPECT_NE(p.status().message().find(
+                "--hicache-write-policy must be write_through | write_through_selective | "
+                "write_back"),
+            std::string::npos)
+      << p.status().message();
 }
 
 }  // namespace

@@ -1,12 +1,13 @@
 // The in-process communicator: sums in rank order (bit-identical on every rank, whatever the
 // thread timing), gathers, broadcasts, and an abort that releases ranks instead of hanging.
+#include "backend/cpu/comm_local.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <random>
 #include <thread>
 
-#include "backend/cpu/comm_local.h"
 #include "dist/tp_driver.h"
 
 namespace strata {

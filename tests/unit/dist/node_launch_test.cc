@@ -42,13 +42,14 @@ TEST(NodeLaunchTest, EachNodeStartsItsSliceOfTheRanks) {
     EXPECT_EQ(env["STRATA_NCCL_ID"], "ab12");
     EXPECT_EQ(p.unset_env, launcher_rank_variables());
   }
-  auto node0 =
-      plan_node_ranks({.nnodes = 4, .node_rank = 0, .dist_init_addr = "[::1]:1"}, 8, Device::kCuda, "");
+  auto node0 = plan_node_ranks({.nnodes = 4, .node_rank = 0, .dist_init_addr = "[::1]:1"}, 8,
+                               Device::kCuda, "");
   ASSERT_TRUE(node0.ok()) << node0.status().to_string();
   EXPECT_EQ(node0->front().rank, 0);  // rank 0 (HTTP) is on node 0
   EXPECT_EQ(node0->size(), 2u);
   EXPECT_FALSE(env_of(node0->front()).contains("STRATA_NCCL_ID"));
-  auto one = plan_node_ranks({.nnodes = 1, .node_rank = 0, .dist_init_addr = ""}, 8, Device::kCpu, "");
+  auto one =
+      plan_node_ranks({.nnodes = 1, .node_rank = 0, .dist_init_addr = ""}, 8, Device::kCpu, "");
   ASSERT_TRUE(one.ok());
   EXPECT_TRUE(one->empty());  // one node: nothing to start, serve in-process
 }
@@ -67,7 +68,8 @@ TEST(NodeLaunchTest, RefusalsSayWhy) {
     ASSERT_FALSE(plan.ok()) << needle;
     EXPECT_NE(plan.status().message().find(needle), std::string::npos) << plan.status().to_string();
   }
-  auto cpu = plan_node_ranks({.nnodes = 2, .node_rank = 0, .dist_init_addr = "h:1"}, 8, Device::kCpu, "");
+  auto cpu =
+      plan_node_ranks({.nnodes = 2, .node_rank = 0, .dist_init_addr = "h:1"}, 8, Device::kCpu, "");
   ASSERT_FALSE(cpu.ok());
   EXPECT_NE(cpu.status().message().find("--device cuda"), std::string::npos)
       << cpu.status().to_string();
@@ -87,8 +89,8 @@ class NodeSupervisorTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::vector<RankProcess> two_ranks() {
-    auto plan =
-        plan_node_ranks({.nnodes = 2, .node_rank = 1, .dist_init_addr = "h:1"}, 4, Device::kCuda, "beef");
+    auto plan = plan_node_ranks({.nnodes = 2, .node_rank = 1, .dist_init_addr = "h:1"}, 4,
+                                Device::kCuda, "beef");
     EXPECT_TRUE(plan.ok());
     return *plan;
   }

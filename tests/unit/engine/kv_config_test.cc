@@ -1,11 +1,12 @@
 // KV configuration: options -> config, scales files, layer lists, record identity keys.
+#include "engine/kv_config.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "core/parse_enum.h"
-#include "engine/kv_config.h"
 #include "model/config.h"
 
 namespace strata {
@@ -46,21 +47,31 @@ TEST(KvConfig, ResolvesLlamaOptions) {
   ASSERT_TRUE(exact.ok());
   EXPECT_EQ(exact->dtype, DType::kF32);
   EXPECT_FALSE(exact->lossy());
-  auto fp8 = resolve_kv_cache_config({.dtype = KvCacheDtype::kFp8E4M3, .bf16_layers = {7, 0, 7}}, *spec, nullptr, DType::kF32);
+  auto fp8 = resolve_kv_cache_config({.dtype = KvCacheDtype::kFp8E4M3, .bf16_layers = {7, 0, 7}},
+                                     *spec, nullptr, DType::kF32);
   ASSERT_TRUE(fp8.ok());
   EXPECT_TRUE(fp8->lossy());
   EXPECT_EQ(fp8->bf16_layers, (std::vector<int>{0, 7}));
   EXPECT_EQ(fp8->layer_dtype(0), DType::kBF16);
   EXPECT_EQ(fp8->layer_dtype(3), DType::kFP8E4M3);
-  auto all_bf16 = resolve_kv_cache_config({.dtype = KvCacheDtype::kFp8E4M3, .bf16_layers = {0, 1, 2, 3, 4, 5, 6, 7}}, *spec,
-                                          nullptr, DType::kF32);
+  auto all_bf16 = resolve_kv_cache_config(
+      {.dtype = KvCacheDtype::kFp8E4M3, .bf16_layers = {0, 1, 2, 3, 4, 5, 6, 7}}, *spec, nullptr,
+      DType::kF32);
   ASSERT_TRUE(all_bf16.ok());
   EXPECT_FALSE(all_bf16->lossy());
-  EXPECT_FALSE(resolve_kv_cache_config({.dtype = KvCacheDtype::kFp8E4M3, .bf16_layers = {8}}, *spec, nullptr, DType::kF32).ok());
-  EXPECT_FALSE(resolve_kv_cache_config({.dtype = KvCacheDtype::kFp8FlashMla}, *spec, nullptr, DType::kF32).ok());
-  EXPECT_FALSE(resolve_kv_cache_config({.dtype = KvCacheDtype::kFp8E4M3, .mla_rope_dtype = DType::kBF16}, *spec, nullptr, DType::kF32).ok());
+  EXPECT_FALSE(resolve_kv_cache_config({.dtype = KvCacheDtype::kFp8E4M3, .bf16_layers = {8}}, *spec,
+                                       nullptr, DType::kF32)
+                   .ok());
+  EXPECT_FALSE(
+      resolve_kv_cache_config({.dtype = KvCacheDtype::kFp8FlashMla}, *spec, nullptr, DType::kF32)
+          .ok());
+  EXPECT_FALSE(
+      resolve_kv_cache_config({.dtype = KvCacheDtype::kFp8E4M3, .mla_rope_dtype = DType::kBF16},
+                              *spec, nullptr, DType::kF32)
+          .ok());
   EXPECT_FALSE(parse_enum<KvCacheDtype>("int4", "--kv-cache-dtype").ok());  // a name no table holds
-  EXPECT_EQ(*parse_enum<KvCacheDtype>("bfloat16", "--kv-cache-dtype"), KvCacheDtype::kBF16);  // an alias
+  EXPECT_EQ(*parse_enum<KvCacheDtype>("bfloat16", "--kv-cache-dtype"),
+            KvCacheDtype::kBF16);  // an alias
 
   // The key names everything that changes the stored bytes, scale values included.
   KvCacheConfig a = *fp8, b = *fp8;
@@ -83,11 +94,14 @@ TEST(KvConfig, ResolvesLlamaOptions) {
 TEST(KvConfig, ResolvesMlaOptions) {
   auto spec = load_model_spec(model_dir("house-mla"));
   ASSERT_TRUE(spec.ok());
-  auto flash = resolve_kv_cache_config({.dtype = KvCacheDtype::kFp8FlashMla}, *spec, nullptr, DType::kF32);
+  auto flash =
+      resolve_kv_cache_config({.dtype = KvCacheDtype::kFp8FlashMla}, *spec, nullptr, DType::kF32);
   ASSERT_TRUE(flash.ok()) << flash.status().to_string();
   EXPECT_EQ(flash->format, KvFormat::kFlashMlaFp8);
   EXPECT_EQ(flash->dtype, DType::kFP8E4M3);
-  auto rope = resolve_kv_cache_config({.dtype = KvCacheDtype::kFp8E4M3, .mla_rope_dtype = DType::kBF16}, *spec, nullptr, DType::kF32);
+  auto rope =
+      resolve_kv_cache_config({.dtype = KvCacheDtype::kFp8E4M3, .mla_rope_dtype = DType::kBF16},
+                              *spec, nullptr, DType::kF32);
   ASSERT_TRUE(rope.ok());
   ASSERT_TRUE(rope->mla_rope_dtype.has_value());
   KvLayout base;
@@ -96,8 +110,10 @@ TEST(KvConfig, ResolvesMlaOptions) {
   const KvLayout layout = apply_kv_layout(*rope, *spec, base);
   EXPECT_EQ(layout.rope_dim, 32);
   EXPECT_EQ(layout.k_row_bytes(0), 128 + 32 * 2);
-  EXPECT_FALSE(resolve_kv_cache_config({.dtype = KvCacheDtype::kFp8FlashMla, .mla_rope_dtype = DType::kFP8E4M3}, *spec, nullptr,
-                                       DType::kF32).ok());
+  EXPECT_FALSE(resolve_kv_cache_config(
+                   {.dtype = KvCacheDtype::kFp8FlashMla, .mla_rope_dtype = DType::kFP8E4M3}, *spec,
+                   nullptr, DType::kF32)
+                   .ok());
 }
 
 TEST(KvConfig, ParsesLayerLists) {

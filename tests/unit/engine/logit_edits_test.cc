@@ -18,14 +18,15 @@ namespace {
 
 // Row 0 of `logits` after the edits of `params` with `output` generated, through the CPU
 // backend's op (the path the engine takes).
-std::vector<float> edited(std::vector<float> logits, const SamplingParams& params, const std::vector<int32_t>& output) {
+std::vector<float> edited(std::vector<float> logits, const SamplingParams& params,
+                          const std::vector<int32_t>& output) {
   OutputTokenCounts counts;
   counts.add(output);
   std::vector<LogitEdit> edits;
   append_logit_edits(params, counts, 0, &edits);
   auto be = make_cpu_backend();
-  be->edit_logits(Tensor::make(logits.data(), DType::kF32, {1, int64_t(logits.size())}), edits.data(),
-                  int64_t(edits.size()));
+  be->edit_logits(Tensor::make(logits.data(), DType::kF32, {1, int64_t(logits.size())}),
+                  edits.data(), int64_t(edits.size()));
   return logits;
 }
 
@@ -40,18 +41,22 @@ TEST(LogitEdits, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogitsOfGe
 
 TEST(LogitEdits, PresenceOnceAndFrequencyPerOccurrenceAreSubtracted) {
   const std::vector<float> row{2.0f, -2.0f, 1.0f, 3.0f, -1.0f};
-  EXPECT_EQ(edited(row, {.presence_penalty = 0.5f, .frequency_penalty = 0.25f}, {2, 2, 4, 2}),
-            (std::vector<float>{2.0f, -2.0f, 1.0f - (0.5f + 3 * 0.25f), 3.0f, -1.0f - (0.5f + 0.25f)}));
+  EXPECT_EQ(
+      edited(row, {.presence_penalty = 0.5f, .frequency_penalty = 0.25f}, {2, 2, 4, 2}),
+      (std::vector<float>{2.0f, -2.0f, 1.0f - (0.5f + 3 * 0.25f), 3.0f, -1.0f - (0.5f + 0.25f)}));
   // Negative values reward repeats.
-  EXPECT_EQ(edited(row, {.presence_penalty = -1.0f}, {0}), (std::vector<float>{3.0f, -2.0f, 1.0f, 3.0f, -1.0f}));
+  EXPECT_EQ(edited(row, {.presence_penalty = -1.0f}, {0}),
+            (std::vector<float>{3.0f, -2.0f, 1.0f, 3.0f, -1.0f}));
 }
 
 TEST(LogitEdits, SubtractThenScaleThenBiasAsSglang) {
   // 1.0 - presence 2 = -1 (now negative), x repetition 2 = -2, + bias 0.5 = -1.5. Scaling first
   // would give 0.5 - 2 + 0.5 = -1.
   const std::vector<float> row{1.0f, 0.0f};
-  EXPECT_EQ(edited(row, {.repetition_penalty = 2.0f, .presence_penalty = 2.0f, .logit_bias = {{0, 0.5f}}}, {0}),
-            (std::vector<float>{-1.5f, 0.0f}));
+  EXPECT_EQ(
+      edited(row, {.repetition_penalty = 2.0f, .presence_penalty = 2.0f, .logit_bias = {{0, 0.5f}}},
+             {0}),
+      (std::vector<float>{-1.5f, 0.0f}));
 }
 
 TEST(LogitEdits, LogitBiasAddsToAnyTokenOnceEvenWhenAlsoPenalized) {
@@ -90,7 +95,8 @@ TEST(LogitEdits, BiasBansAndForcesTokensOfTheSampler) {
   };
   EXPECT_EQ(pick({.temperature = 0.0f}), 1);
   EXPECT_EQ(pick({.temperature = 0.0f, .logit_bias = {{1, -100.0f}}}), 2);
-  for (int i = 0; i < 20; ++i) EXPECT_EQ(pick({.temperature = 1.0f, .logit_bias = {{3, 100.0f}}}), 3);
+  for (int i = 0; i < 20; ++i)
+    EXPECT_EQ(pick({.temperature = 1.0f, .logit_bias = {{3, 100.0f}}}), 3);
 }
 
 TEST(LogitEdits, MinPCutsTokensBelowItsShareOfTheTopProbability) {
@@ -100,7 +106,8 @@ TEST(LogitEdits, MinPCutsTokensBelowItsShareOfTheTopProbability) {
   std::set<int32_t> seen_half, seen_most;
   for (int i = 0; i < 400; ++i) {
     const double u = (i + 0.5) / 400;
-    const SampleRowParams half{.temperature = 1.0f, .min_p = 0.5f, .uniform = u};  // 0.2 < 0.25: cut
+    const SampleRowParams half{
+        .temperature = 1.0f, .min_p = 0.5f, .uniform = u};  // 0.2 < 0.25: cut
     const SampleRowParams most{.temperature = 1.0f, .min_p = 0.7f, .uniform = u};  // only 0.5 stays
     seen_half.insert(sample_row_reference(row.data(), 3, half, scratch));
     seen_most.insert(sample_row_reference(row.data(), 3, most, scratch));
@@ -116,8 +123,13 @@ TEST(LogitEdits, SeededSamplingWithEditsIsReproducible) {
   std::mt19937_64 g(5);
   std::vector<float> row(257);
   for (float& v : row) v = std::normal_distribution<float>(0, 2)(g);
-  const SamplingParams p{.temperature = 0.9f, .top_p = 0.95f, .top_k = 50, .min_p = 0.01f,
-                         .repetition_penalty = 1.3f, .frequency_penalty = 0.2f, .logit_bias = {{4, 2.0f}}};
+  const SamplingParams p{.temperature = 0.9f,
+                         .top_p = 0.95f,
+                         .top_k = 50,
+                         .min_p = 0.01f,
+                         .repetition_penalty = 1.3f,
+                         .frequency_penalty = 0.2f,
+                         .logit_bias = {{4, 2.0f}}};
   auto run = [&](uint64_t seed) {
     SamplerRng rng(seed);
     std::vector<int32_t> out;

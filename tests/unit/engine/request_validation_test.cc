@@ -44,12 +44,17 @@ TEST(RequestValidation, EachBadSamplingValueNamesItsField) {
     EXPECT_EQ(e->describe("--flag").rfind("--flag ", 0), 0u) << e->describe("--flag");
   }
   // The edges are accepted.
-  for (const SamplingParams& ok :
-       {SamplingParams{.temperature = 0.0f}, SamplingParams{.temperature = 2.0f, .top_p = 1.0f, .top_k = 0},
-        SamplingParams{.top_k = -1, .min_p = 1.0f, .repetition_penalty = 2.0f, .presence_penalty = -2.0f,
-                       .frequency_penalty = 2.0f, .logit_bias = {{0, -100.0f}, {9, 100.0f}}}})
+  for (const SamplingParams& ok : {SamplingParams{.temperature = 0.0f},
+                                   SamplingParams{.temperature = 2.0f, .top_p = 1.0f, .top_k = 0},
+                                   SamplingParams{.top_k = -1,
+                                   .min_p = 1.0f,
+                                   .repetition_penalty = 2.0f,
+                                   .presence_penalty = -2.0f,
+                                   .frequency_penalty = 2.0f,
+                                   .logit_bias = {{0, -100.0f}, {9, 100.0f}}}})
     EXPECT_FALSE(validate_sampling(ok)) << validate_sampling(ok)->describe();
-  EXPECT_EQ(validate_sampling({.temperature = 3.0f})->describe(), "'temperature' must be between 0 and 2, got 3");
+  EXPECT_EQ(validate_sampling({.temperature = 3.0f})->describe(),
+            "'temperature' must be between 0 and 2, got 3");
 }
 
 TEST(RequestValidation, TokenIdsAreCheckedAgainstTheVocabulary) {
@@ -82,19 +87,26 @@ TEST(RequestValidation, RequestsThatCanNeverFitAreRefusedForTheirLength) {
   ASSERT_TRUE(e);
   EXPECT_EQ(e->code, RequestErrorCode::kContextLengthExceeded);
   EXPECT_EQ(e->param, "max_tokens");
-  EXPECT_EQ(e->message, "This model's maximum context length is 16 tokens. However, you requested 17 tokens (10 in "
-                        "the prompt, 7 for the completion).");
+  EXPECT_EQ(
+      e->message,
+      "This model's maximum context length is 16 tokens. However, you requested 17 tokens (10 in "
+      "the prompt, 7 for the completion).");
   e = validate_request(full, {.max_new_tokens = 1}, {}, limits);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->param, "prompt");
-  EXPECT_NE(e->message.find("your prompt has 16 tokens, leaving no room"), std::string::npos) << e->message;
+  EXPECT_NE(e->message.find("your prompt has 16 tokens, leaving no room"), std::string::npos)
+      << e->message;
   // The KV pool is smaller: the message says so and names the flags that give it room.
   limits.kv_capacity_tokens = 12;
   e = validate_request(prompt, {.max_new_tokens = 3}, {}, limits);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->code, RequestErrorCode::kContextLengthExceeded);
-  EXPECT_NE(e->message.find("maximum context length is 12 tokens (the KV cache pool holds 12 tokens, less than the "
-                            "model's 16"), std::string::npos) << e->message;
+  EXPECT_NE(
+      e->message.find(
+          "maximum context length is 12 tokens (the KV cache pool holds 12 tokens, less than the "
+          "model's 16"),
+      std::string::npos)
+      << e->message;
   EXPECT_NE(e->message.find("--max-total-tokens"), std::string::npos) << e->message;
   EXPECT_EQ(e->to_status().code(), StatusCode::kOutOfRange);
 }

@@ -23,7 +23,8 @@ class KvGate : public ::testing::Test {
     fs::remove_all(dir_);
     auto spec = load_model_spec(model_dir("house-llama"));
     ASSERT_TRUE(spec.ok());
-    auto c = resolve_kv_cache_config({.dtype = KvCacheDtype::kFp8E4M3}, *spec, nullptr, DType::kBF16);
+    auto c =
+        resolve_kv_cache_config({.dtype = KvCacheDtype::kFp8E4M3}, *spec, nullptr, DType::kBF16);
     ASSERT_TRUE(c.ok());
     fp8_ = *c;
     auto id = model_identity(model_dir("house-llama"));
@@ -91,13 +92,17 @@ TEST_F(KvGate, EnforcedOnTheHouseModel) {
   const KvCacheOptions fp8{.dtype = KvCacheDtype::kFp8E4M3};
   const Status refused = enforce_kv_quality_gate(model_dir("house-llama"), fp8, o);
   EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition) << refused.to_string();
-  EXPECT_TRUE(enforce_kv_quality_gate(model_dir("house-llama"), {.dtype = KvCacheDtype::kBF16}, o).ok());
+  EXPECT_TRUE(
+      enforce_kv_quality_gate(model_dir("house-llama"), {.dtype = KvCacheDtype::kBF16}, o).ok());
 
   ASSERT_TRUE(save_kv_record(dir_, record(fp8_.key(), 0.0004, "2024-01-01T00:00:00Z")).ok());
   EXPECT_TRUE(enforce_kv_quality_gate(model_dir("house-llama"), fp8, o).ok());
   // Another configuration of the same model is not covered by that record.
-  EXPECT_FALSE(enforce_kv_quality_gate(model_dir("house-llama"), {.dtype = KvCacheDtype::kFp8E5M2}, o).ok());
-  EXPECT_FALSE(enforce_kv_quality_gate(model_dir("house-llama"), {.dtype = KvCacheDtype::kFp8E4M3, .bf16_layers = {0}}, o).ok());
+  EXPECT_FALSE(
+      enforce_kv_quality_gate(model_dir("house-llama"), {.dtype = KvCacheDtype::kFp8E5M2}, o).ok());
+  EXPECT_FALSE(enforce_kv_quality_gate(model_dir("house-llama"),
+                                       {.dtype = KvCacheDtype::kFp8E4M3, .bf16_layers = {0}}, o)
+                   .ok());
   // Nor is another model.
   EXPECT_FALSE(enforce_kv_quality_gate(model_dir("house-mla"), fp8, o).ok());
   o.budget_nats = 0.0001;

@@ -1,11 +1,12 @@
 // Dataset specs, the per-prompt seed, and OpenAI request/reply handling (pure parts of the
 // server target) and the backoff policy.
+#include "pipeline/dataset.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
-#include "pipeline/dataset.h"
 #include "pipeline/server_target.h"
 
 namespace strata {
@@ -66,7 +67,10 @@ TEST(OpenAiBody, ChatAndCompletion) {
   auto chat = parse_prompt_line(
       R"({"id":"a","conversations":[{"from":"human","value":"hi"},{"from":"gpt","value":"old"}]})", 1, "d");
   ASSERT_TRUE(chat.ok());
-  JobSampling s{.params = {.temperature = 0.7f, .top_p = 0.9f, .top_k = 20, .max_new_tokens = 64,
+  JobSampling s{.params = {.temperature = 0.7f,
+                           .top_p = 0.9f,
+                           .top_k = 20,
+                           .max_new_tokens = 64,
                            .stop_strings = {"END"}}};
   nlohmann::json b = openai_request_body(*chat, s, "m", 99);
   EXPECT_EQ(b["model"], "m");

@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "tokenizer/prompt_encoder.h"
 #include "server/openai_schema.h"
+#include "tokenizer/prompt_encoder.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 

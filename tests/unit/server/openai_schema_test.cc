@@ -137,29 +137,37 @@ TEST(ServerSchemaTest, EachBadParameterNamesItself) {
   };
   const Case cases[] = {
       {R"({"prompt":"x","min_p":1.5})", "min_p", "'min_p' must be between 0 and 1, got 1.5", ""},
-      {R"({"prompt":"x","repetition_penalty":0})", "repetition_penalty", "'repetition_penalty' must be", ""},
-      {R"({"prompt":"x","presence_penalty":3})", "presence_penalty", "'presence_penalty' must be between -2 and 2", ""},
+      {R"({"prompt":"x","repetition_penalty":0})", "repetition_penalty",
+       "'repetition_penalty' must be", ""},
+      {R"({"prompt":"x","presence_penalty":3})", "presence_penalty",
+       "'presence_penalty' must be between -2 and 2", ""},
       {R"({"prompt":"x","frequency_penalty":"a"})", "frequency_penalty", "must be a number", ""},
-      {R"({"prompt":"x","logit_bias":{"12":101}})", "logit_bias", "'logit_bias' values must be between -100 and 100", ""},
+      {R"({"prompt":"x","logit_bias":{"12":101}})", "logit_bias",
+       "'logit_bias' values must be between -100 and 100", ""},
       {R"({"prompt":"x","logit_bias":{"abc":1}})", "logit_bias", "keys must be token ids", ""},
       {R"({"prompt":"x","logit_bias":[1]})", "logit_bias", "must be an object", ""},
       {R"({"prompt":"x","top_k":-5})", "top_k", "'top_k' must be", ""},
-      {R"({"prompt":"x","temperature":3})", "temperature", "'temperature' must be between 0 and 2, got 3", ""},
+      {R"({"prompt":"x","temperature":3})", "temperature",
+       "'temperature' must be between 0 and 2, got 3", ""},
       {R"({"prompt":"x","stop_token_ids":["a"]})", "stop_token_ids", "token ids", ""},
-      {R"({"prompt":"x","chat_template_kwargs":{"a":1}})", "chat_template_kwargs", "chat/completions only", ""},
-      {R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":[1]})", "chat_template_kwargs",
-       "must be an object", ""},
-      {R"({"messages":[{"role":"assistant","content":"x","reasoning_content":5}]})", "messages[0].reasoning_content",
-       "must be a string", ""},
+      {R"({"prompt":"x","chat_template_kwargs":{"a":1}})", "chat_template_kwargs",
+       "chat/completions only", ""},
+      {R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":[1]})",
+       "chat_template_kwargs", "must be an object", ""},
+      {R"({"messages":[{"role":"assistant","content":"x","reasoning_content":5}]})",
+       "messages[0].reasoning_content", "must be a string", ""},
       {R"({"prompt":"x","min_tokens":4})", "min_tokens", "not supported", "unsupported_parameter"},
       {R"({"prompt":"x","regex":"a+"})", "regex", "not supported", "unsupported_parameter"},
-      {R"({"prompt":"x","json_schema":"{}"})", "json_schema", "not supported", "unsupported_parameter"},
-      {R"({"prompt":"x","tools":[{"type":"function"}]})", "tools", "not supported", "unsupported_parameter"},
+      {R"({"prompt":"x","json_schema":"{}"})", "json_schema", "not supported",
+       "unsupported_parameter"},
+      {R"({"prompt":"x","tools":[{"type":"function"}]})", "tools", "not supported",
+       "unsupported_parameter"},
   };
   for (const Case& c : cases) {
     OpenAiRequest r;
-    const Endpoint ep = std::string(c.body).find("messages") != std::string::npos ? Endpoint::kChat
-                                                                                   : Endpoint::kCompletions;
+    const Endpoint ep = std::string(c.body).find("messages") != std::string::npos
+                            ? Endpoint::kChat
+                            : Endpoint::kCompletions;
     auto e = parse_openai_request(c.body, ep, &r);
     ASSERT_TRUE(e) << c.body;
     EXPECT_EQ(e->status, 400) << c.body;
@@ -176,10 +184,12 @@ TEST(ServerSchemaTest, RequestErrorsBecomeOpenAiErrors) {
   EXPECT_EQ(value.param, "top_p");
   EXPECT_EQ(value.message, "'top_p' must be greater than 0, got 0");
   EXPECT_EQ(value.code, "");
-  const RequestError too_long{.code = RequestErrorCode::kContextLengthExceeded, .param = "prompt", .message = "long"};
+  const RequestError too_long{
+      .code = RequestErrorCode::kContextLengthExceeded, .param = "prompt", .message = "long"};
   EXPECT_EQ(api_error_from(too_long, "messages").param, "messages");
   EXPECT_EQ(api_error_from(too_long).code, "context_length_exceeded");
-  const RequestError closing{.code = RequestErrorCode::kUnavailable, .message = "the engine is shutting down"};
+  const RequestError closing{.code = RequestErrorCode::kUnavailable,
+                             .message = "the engine is shutting down"};
   EXPECT_EQ(api_error_from(closing).status, 503);
   EXPECT_EQ(api_error_from(closing).message, "the engine is shutting down");
 }

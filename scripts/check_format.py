@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""The clang-format check of changed lines: every C++/CUDA line that differs from a base commit
+must be as clang-format (the repository's .clang-format) writes it. Lines nobody touched are not
+checked, so the tree is never reformatted as a whole (that would conflict with every open branch);
+code comes into the style as it is edited.
+
+The base, in order: $STRATA_FORMAT_BASE; else, on a branch other than main, where it left main
+(the merge base with origin/main or main: everything the branch adds); else (main itself, or a
+detached checkout) the first parent of HEAD: what its last commit or merge brought. Uncommitted
+changes and new untracked files count too. Moved files (git's rename
+detection) are checked only where their text changed.
+
+Usage: scripts/check_format.py [--fix] [ROOT]   (ROOT: the checkout; default: this script's ../)
+  --fix   formats the changed lines in place instead of reporting them.
+Exits 1 and prints `file:line: ...` for each changed line clang-format would change; 2 when git
+or clang-format ($CLANG_FORMAT, default clang-format) cannot run. Run by .ci/run; its own tests
+are tests/scripts/check_format_test.py (a ctest).
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+SOURCES = (".h", ".cc", ".cu", ".cuh")
+FOLDERS = ("src/", "tools/", "tests/", "bench/", "fuzz/")
+SKIP = ("/node_modules/",)
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # git's empty tree: a first commit adds every line
+HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
+
+
+def git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=check)
+
+
+def base_commit(root: Path) -> str:
+    """The commit the changed lines are counted from."""
+    if os.environ.get("STRATA_FORMAT_BASE"):
+        return os.environ["STRATA_FORMAT_BASE"]
+    branch = git(root, "symbolic-ref", "--quiet", "--short", "HEAD", check=False).stdout.strip()
+    if branch and branch not in ("main", "master"):
+        for ref in ("origin/main", "main"):
+            if git(root, "rev-parse", "--verify", "--quiet", ref, check=False).returncode == 0:
+                return git(root, "merge-base", "HEAD", ref).stdout.strip()
+    # main itself or a detached checkout: what HEAD's last commit or merge brought.
+    parent = git(root, "rev-parse", "--verify", "--quiet", "HEAD^1", check=False)
+    if parent.returncode == 0:
+        return parent.stdout.strip()
+    if git(root, "rev-parse", "--is-shallow-repository").stdout.strip() == "true":
+        raise RuntimeError("a shallow clone without HEAD's parent: what changed is unknown (fetch with depth >= 2 "
+                           "or set STRATA_FORMAT_BASE)")
+    return EMPTY_TREE
+
+
+def checked(path: str) -> bool:
+    return path.endswith(SOURCES) and path.startswith(FOLDERS) and not any(s in "/" + path for s in SKIP)
+
+
+def changed_lines(root: Path, base: str) -> dict:
+    """path -> [(first, last)] of lines added or changed since `base`, the working tree included
+    (new files that git does not track yet: every line)."""
+    out = git(root, "diff", "-U0", "-M", "--no-color", "--no-ext-diff", "--diff-filter=AMR", base).stdout
+    ranges, path = {}, None
+    for line in out.splitlines():
+        if line.startswith("+++ "):
+            name = line[4:]
+            path = name[2:] if name.startswith("b/") and checked(name[2:]) else None
+            continue
+        m = HUNK.match(line)
+        if m and path:
+            first, count = int(m.group(1)), int(m.group(2) or "1")
+            if count > 0:
+                ranges.setdefault(path, []).append((first, first + count - 1))
+    untracked = git(root, "ls-files", "--others", "--exclude-standard", "-z").stdout.split("\0")
+    for path in filter(checked, untracked):
+        n = len((root / path).read_text(encoding="utf-8", errors="replace").splitlines())
+        if n > 0:
+            ranges[path] = [(1, n)]
+    return ranges
+
+
+def clang_format() -> str:
+    exe = os.environ.get("CLANG_FORMAT", "clang-format")
+    return shutil.which(exe) or ""
+
+
+def main(argv: list) -> int:
+    args = [a for a in argv[1:] if a != "--fix"]
+    fix = len(args) != len(argv) - 1
+    root = Path(args[0]) if args else Path(__file__).resolve().parent.parent
+    exe = clang_format()
+    if not exe:
+        print("check_format: clang-format not found (Debian package clang-format; or set $CLANG_FORMAT)",
+              file=sys.stderr)
+        return 2
+    try:
+        base = base_commit(root)
+        ranges = changed_lines(root, base)
+    except (subprocess.CalledProcessError, FileNotFoundError, RuntimeError) as e:
+        detail = e.stderr.strip() if isinstance(e, subprocess.CalledProcessError) else e
+        print(f"check_format: {root}: {detail}", file=sys.stderr)
+        return 2
+    findings = []
+    for path, spans in sorted(ranges.items()):
+        lines = [f"--lines={a}:{b}" for a, b in spans]
+        mode = ["-i"] if fix else ["--dry-run", "--Werror", "--ferror-limit=0"]
+        r = subprocess.run([exe, "--style=file", *mode, *lines, path], cwd=root, capture_output=True, text=True)
+        if fix:
+            if r.returncode != 0:
+                print(r.stderr, file=sys.stderr)
+                return 2
+            continue
+        # clang-format's diagnostics: "path:line:col: error: code should be clang-formatted ...".
+        for d in r.stderr.splitlines():
+            m = re.match(r"^(.*?):(\d+):\d+: error: code should be clang-formatted", d)
+            if m:
+                findings.append((path, int(m.group(2))))
+        if r.returncode != 0 and not any(p == path for p, _ in findings):
+            print(r.stderr, file=sys.stderr)
+            return 2
+    for path, line in sorted(set(findings)):
+        print(f"{path}:{line}: not as clang-format writes it")
+    if findings:
+        print(f"check_format: {len(set(findings))} changed line(s) since {base[:12]} differ from clang-format "
+              f"(.clang-format); scripts/check_format.py --fix formats them", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
