@@ -234,7 +234,8 @@ void load_once(const Args& a, const ModelSpec& spec, const std::optional<TpShard
   const double s = since(t);
   const Usage u1 = usage_now();
   std::printf(
-      "load %d%s on %s: %.2f s, %.2f GB to the backend = %.2f GB/s (checkpoint %.2f GB = %.2f GB/s); "
+      "load %d%s on %s: %.2f s, %.2f GB to the backend = %.2f GB/s (checkpoint %.2f GB = %.2f "
+      "GB/s); "
       "in upload calls %.2f s (%lld upload, %lld upload_linear), loader %.2f s; "
       "cpu user %.1f s sys %.1f s; page faults minor %ld major %ld\n",
       rep, a.evict ? " (evicted)" : "", be.name().c_str(), s, double(be.device_bytes()) / 1e9,

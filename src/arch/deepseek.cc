@@ -183,18 +183,22 @@ Status DeepseekModel::load_moe(const WeightStore& ws, int l, MoeBlock& m) {
   }
   // Stack the routed experts in their stored format: gate_up [n, 2 · inter, hidden] (each
   // expert's gate rows, then its up rows) and down [n, hidden, inter], each read in one pass.
-  std::vector<std::vector<LinearPart>> gate_up(static_cast<size_t>(n)), down(static_cast<size_t>(n));
+  std::vector<std::vector<LinearPart>> gate_up(static_cast<size_t>(n)),
+      down(static_cast<size_t>(n));
   for (int e = 0; e < int(n); ++e) {
-    gate_up[size_t(e)] = {{names.expert(l, e, wn::kGateProj), full_inter}, {names.expert(l, e, wn::kUpProj), full_inter}};
+    gate_up[size_t(e)] = {{names.expert(l, e, wn::kGateProj), full_inter},
+                          {names.expert(l, e, wn::kUpProj), full_inter}};
     down[size_t(e)] = {{names.expert(l, e, wn::kDownProj), hidden}};
   }
-  STRATA_ASSIGN_OR_RETURN(HostLinearWeight gu_all, load_stacked_linear_shard(ws, tp_, gate_up, hidden,
-                                                                             names.mlp(l, "experts.*.gate_up")));
+  STRATA_ASSIGN_OR_RETURN(
+      HostLinearWeight gu_all,
+      load_stacked_linear_shard(ws, tp_, gate_up, hidden, names.mlp(l, "experts.*.gate_up")));
   CHECK_EQ(gu_all.out, 2 * inter);
   m.experts.gate_up = be.upload_linear(gu_all, Tensor{});
   gu_all = HostLinearWeight();  // its memory goes back to the pool for down_proj
-  STRATA_ASSIGN_OR_RETURN(HostLinearWeight d_all, load_stacked_linear_shard(ws, tp_, down, full_inter,
-                                                                            names.mlp(l, "experts.*.down_proj")));
+  STRATA_ASSIGN_OR_RETURN(
+      HostLinearWeight d_all,
+      load_stacked_linear_shard(ws, tp_, down, full_inter, names.mlp(l, "experts.*.down_proj")));
   m.experts.down = be.upload_linear(d_all, Tensor{});
   if (ms.n_shared_experts > 0) {
     m.has_shared = true;

@@ -23,7 +23,8 @@ StatusOr<DeviceTensorPtr> load_sharded_weight(const WeightStore& weights, Backen
 namespace {
 
 // The part of linear weight `name` (full shape `shape`) this rank reads.
-StatusOr<LinearRead> linear_shard_read(const TpRank& tp, const std::string& name, const Shape& shape) {
+StatusOr<LinearRead> linear_shard_read(const TpRank& tp, const std::string& name,
+                                       const Shape& shape) {
   LinearRead r = LinearRead::whole(name, shape);
   if (!tp.active()) return r;
   STRATA_ASSIGN_OR_RETURN(WeightShard s, tp.plan->shard(tp.rank(), name, shape));
@@ -42,13 +43,15 @@ StatusOr<HostLinearWeight> load_linear_shard(const WeightStore& weights, const T
   return weights.load_linear_stack({{r}}, name);
 }
 
-StatusOr<HostLinearWeight> load_stacked_linear_shard(const WeightStore& weights, const TpRank& tp,
-                                                     const std::vector<std::vector<LinearPart>>& matrices,
-                                                     int64_t in_features, const std::string& what) {
+StatusOr<HostLinearWeight> load_stacked_linear_shard(
+    const WeightStore& weights, const TpRank& tp,
+    const std::vector<std::vector<LinearPart>>& matrices, int64_t in_features,
+    const std::string& what) {
   std::vector<std::vector<LinearRead>> reads(matrices.size());
   for (size_t m = 0; m < matrices.size(); ++m)
     for (const LinearPart& p : matrices[m]) {
-      STRATA_ASSIGN_OR_RETURN(LinearRead r, linear_shard_read(tp, p.name + ".weight", {p.out_features, in_features}));
+      STRATA_ASSIGN_OR_RETURN(
+          LinearRead r, linear_shard_read(tp, p.name + ".weight", {p.out_features, in_features}));
       reads[m].push_back(std::move(r));
     }
   return weights.load_linear_stack(reads, what);
@@ -94,7 +97,8 @@ StatusOr<DeviceTensorPtr> load_vocab_parallel_embedding(const WeightStore& weigh
                                                         const TpRank& tp, const std::string& name,
                                                         const Shape& shape) {
   const TensorInfo* t = weights.find(name);
-  const bool plain = t != nullptr && (t->dtype == DType::kBF16 || t->dtype == DType::kF16 || t->dtype == DType::kF32);
+  const bool plain = t != nullptr && (t->dtype == DType::kBF16 || t->dtype == DType::kF16 ||
+                                      t->dtype == DType::kF32);
   if (!plain) {  // quantized or missing: through float32 (and load_f32's errors)
     if (!tp.active()) return load_weight(weights, backend, name, shape);
     STRATA_ASSIGN_OR_RETURN(HostTensor part, load_shard_f32(weights, tp, name, shape));
@@ -106,12 +110,14 @@ StatusOr<DeviceTensorPtr> load_vocab_parallel_embedding(const WeightStore& weigh
   // As stored (a 2 GB bf16 table is not widened to 4 GB of float32 on the host): this rank's rows,
   // read like a linear weight's, plus the zero row under tensor parallelism.
   if (shape.size() != 2)
-    return invalid_argument("{}: embedding '{}' must be 2-D, expected {}", weights.dir(), name, shape_str(shape));
+    return invalid_argument("{}: embedding '{}' must be 2-D, expected {}", weights.dir(), name,
+                            shape_str(shape));
   STRATA_ASSIGN_OR_RETURN(LinearRead r, linear_shard_read(tp, name, shape));
   STRATA_ASSIGN_OR_RETURN(HostLinearWeight w, weights.load_linear_stack({{r}}, name));
   const int64_t rows = w.out + (tp.active() ? 1 : 0);
   w.values.resize(size_t(dtype_bytes_for(t->dtype, rows * w.in)));  // the new row is zeros
-  return backend.upload(Tensor::make(w.values.data(), t->dtype, {rows, w.in}), backend.weight_dtype());
+  return backend.upload(Tensor::make(w.values.data(), t->dtype, {rows, w.in}),
+                        backend.weight_dtype());
 }
 
 }  // namespace strata

@@ -44,9 +44,10 @@ StatusOr<HostLinearWeight> load_fused_linear_shard(const WeightStore& weights, c
 // `matrices.size()` fused linears (each as load_fused_linear_shard's parts) stacked along a
 // leading dim: a MoE layer's routed experts, this rank's slice of each, read in one pass
 // (WeightStore::load_linear_stack). `what` names the stack in errors.
-StatusOr<HostLinearWeight> load_stacked_linear_shard(const WeightStore& weights, const TpRank& tp,
-                                                     const std::vector<std::vector<LinearPart>>& matrices,
-                                                     int64_t in_features, const std::string& what);
+StatusOr<HostLinearWeight> load_stacked_linear_shard(
+    const WeightStore& weights, const TpRank& tp,
+    const std::vector<std::vector<LinearPart>>& matrices, int64_t in_features,
+    const std::string& what);
 // load_fused_linear for this rank's slices: parts give full output sizes and `in_features` the
 // full input size; column-parallel parts keep their rows, row-parallel ones their columns.
 StatusOr<LinearWeight> load_sharded_linear(const WeightStore& weights, Backend& backend,

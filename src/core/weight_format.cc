@@ -143,7 +143,8 @@ StatusOr<LinearSlice> linear_slice(const LinearFormat& f, int64_t out, int64_t i
       const int64_t bo = f.block_out, bi = f.block_in;
       if (row_slice && (r0 % bo != 0 || (r1 % bo != 0 && r1 != out)))
         return invalid_argument(
-            "{}: an fp8 block-quantized weight splits only on its {}-row scale blocks; rows [{}, {}) "
+            "{}: an fp8 block-quantized weight splits only on its {}-row scale blocks; rows [{}, "
+            "{}) "
             "do not (choose a tensor-parallel size whose slices are multiples of {})",
             what, bo, r0, r1, bo);
       if (col_slice && (c0 % bi != 0 || (c1 % bi != 0 && c1 != in)))
@@ -164,7 +165,8 @@ StatusOr<LinearSlice> linear_slice(const LinearFormat& f, int64_t out, int64_t i
       const int64_t g = f.group_size;
       if (col_slice && (c0 % g != 0 || c1 % g != 0 || g % 8 != 0))
         return invalid_argument(
-            "{}: an INT4 weight of group {} splits only on group boundaries; columns [{}, {}) do not",
+            "{}: an INT4 weight of group {} splits only on group boundaries; columns [{}, {}) do "
+            "not",
             what, g, c0, c1);
       s.values.byte_begin = col_slice ? c0 / 2 : 0;
       s.values.byte_end = col_slice ? c1 / 2 : vrow;
@@ -184,8 +186,8 @@ StatusOr<LinearSlice> linear_slice(const LinearFormat& f, int64_t out, int64_t i
 namespace {
 
 // Rows [r0, r1) × columns [c0, c1) of every matrix of `w`.
-StatusOr<HostLinearWeight> slice_stack(const HostLinearWeight& w, int64_t r0, int64_t r1, int64_t c0,
-                                       int64_t c1, const std::string& what) {
+StatusOr<HostLinearWeight> slice_stack(const HostLinearWeight& w, int64_t r0, int64_t r1,
+                                       int64_t c0, int64_t c1, const std::string& what) {
   w.check_sizes();
   STRATA_ASSIGN_OR_RETURN(LinearSlice s, linear_slice(w.format, w.out, w.in, r0, r1, c0, c1, what));
   HostLinearWeight r;

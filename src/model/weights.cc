@@ -375,8 +375,8 @@ StatusOr<WeightStore::LinearSource> WeightStore::linear_source(const LinearRead&
   // The tables the slice indexes are the stored tensors, whole.
   CHECK_EQ(src.values->nbytes, linear_values_bytes(src.format, out, in));
   CHECK_EQ(src.scales ? src.scales->nbytes : 0, linear_scales_bytes(src.format, out, in));
-  STRATA_ASSIGN_OR_RETURN(src.slice,
-                          linear_slice(src.format, out, in, r.row_begin, r.row_end, r.col_begin, r.col_end, name));
+  STRATA_ASSIGN_OR_RETURN(src.slice, linear_slice(src.format, out, in, r.row_begin, r.row_end,
+                                                  r.col_begin, r.col_end, name));
   return src;
 }
 
@@ -397,7 +397,8 @@ struct CopyTask {
 
 // Splits `block` (from `table` to `dst`) into tasks of about kTaskBytes, so that one big tensor is
 // spread over the pool as well as many small ones.
-void add_copy_tasks(const ByteBlock& block, const uint8_t* table, uint8_t* dst, std::vector<CopyTask>& tasks) {
+void add_copy_tasks(const ByteBlock& block, const uint8_t* table, uint8_t* dst,
+                    std::vector<CopyTask>& tasks) {
   constexpr int64_t kTaskBytes = int64_t(4) << 20;
   if (block.bytes() == 0) return;
   const int64_t rows_per_task = std::max<int64_t>(1, kTaskBytes / block.width());
@@ -409,8 +410,8 @@ void add_copy_tasks(const ByteBlock& block, const uint8_t* table, uint8_t* dst, 
 
 }  // namespace
 
-StatusOr<HostLinearWeight> WeightStore::load_linear_stack(const std::vector<std::vector<LinearRead>>& matrices,
-                                                          const std::string& what) const {
+StatusOr<HostLinearWeight> WeightStore::load_linear_stack(
+    const std::vector<std::vector<LinearRead>>& matrices, const std::string& what) const {
   CHECK(!matrices.empty());
   std::vector<std::vector<LinearSource>> src(matrices.size());
   for (size_t m = 0; m < matrices.size(); ++m) {
@@ -431,7 +432,8 @@ StatusOr<HostLinearWeight> WeightStore::load_linear_stack(const std::vector<std:
     for (size_t p = 0; p < parts.size(); ++p) {
       const LinearSource& s = parts[p];
       uniform &= s.format == f && s.slice.in == in;
-      if (f.format == WeightFormat::kFp8Block && p + 1 < parts.size()) uniform &= s.slice.out % f.block_out == 0;
+      if (f.format == WeightFormat::kFp8Block && p + 1 < parts.size())
+        uniform &= s.slice.out % f.block_out == 0;
       rows += s.slice.out;
     }
     uniform &= out < 0 || rows == out;
@@ -445,7 +447,8 @@ StatusOr<HostLinearWeight> WeightStore::load_linear_stack(const std::vector<std:
         STRATA_ASSIGN_OR_RETURN(HostLinearWeight p, load_linear_stack({{r}}, r.name));
         parts.push_back(std::move(p));
       }
-      STRATA_ASSIGN_OR_RETURN(HostLinearWeight fused, concat_linear_rows(std::move(parts), matrices[m][0].name));
+      STRATA_ASSIGN_OR_RETURN(HostLinearWeight fused,
+                              concat_linear_rows(std::move(parts), matrices[m][0].name));
       stacked.push_back(std::move(fused));
     }
     if (stacked.size() == 1) return std::move(stacked[0]);

@@ -31,7 +31,9 @@ struct LinearRead {
   Shape shape;
   int64_t row_begin = 0, row_end = 0, col_begin = 0, col_end = 0;
   static LinearRead whole(std::string name, const Shape& shape) {
-    return LinearRead{.name = std::move(name), .shape = shape, .row_end = shape.at(0),
+    return LinearRead{.name = std::move(name),
+                      .shape = shape,
+                      .row_end = shape.at(0),
                       .col_end = shape.size() > 1 ? shape[1] : 1};
   }
 };

@@ -198,7 +198,9 @@ class CudaBackend : public Backend {
   DeviceTensorPtr scratch(int64_t bytes) { return alloc(DType::kU8, {bytes}); }
   // Queues device dst = host src (`bytes`) through pinned staging (weight_upload.h); returns once
   // src has been read. Weights and tables at load time.
-  void upload_bytes(void* dst, const void* src, size_t bytes) { uploader_.copy(dst, src, bytes, stream_); }
+  void upload_bytes(void* dst, const void* src, size_t bytes) {
+    uploader_.copy(dst, src, bytes, stream_);
+  }
   // linear_packed.cc: a dense bf16 weight (or stack that stays row-major) as its bytes, no
   // conversion.
   LinearWeight upload_dense_bf16(const HostLinearWeight& w, const Tensor& bias_f32);

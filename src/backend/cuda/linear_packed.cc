@@ -79,7 +79,8 @@ LinearWeight CudaBackend::upload_linear(const HostLinearWeight& w, const Tensor&
       return upload_moe_stack(w, device);
     }
   }
-  if (f.format == WeightFormat::kDense && f.dense_dtype == DType::kBF16) return upload_dense_bf16(w, bias_f32);
+  if (f.format == WeightFormat::kDense && f.dense_dtype == DType::kBF16)
+    return upload_dense_bf16(w, bias_f32);
   if (!keep) {
     if (f.format != WeightFormat::kDense)
       LOG_WARN("CUDA backend: a {} weight [{}, {}] is not a shape its kernels take; dequantized to bf16 "
