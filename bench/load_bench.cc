@@ -313,6 +313,8 @@ int main(int argc, char** argv) {
       a.keep = true;
     else if (f == "--evict")
       a.evict = true;
+    else if (f == "--backend")
+      a.backend = value();
     else {
       std::fprintf(stderr, "unknown flag %s (see the header of bench/load_bench.cc)\n", f.c_str());
       return 2;
@@ -320,6 +322,10 @@ int main(int argc, char** argv) {
   }
   if (a.config.empty()) {
     std::fprintf(stderr, "--config PATH is required\n");
+    return 2;
+  }
+  if (a.backend != "sink" && a.backend != "cuda") {
+    std::fprintf(stderr, "--backend: sink or cuda, not %s\n", a.backend.c_str());
     return 2;
   }
   strata::run(a);
