@@ -1,0 +1,30 @@
+#!/bin/bash
+# Builds the folders the device scripts carry (git-ignored, under .devcarry/), from the repository
+# root on the development machine, beside ../shared. The GPU image lacks pcre2 and pkg-config, so
+# their Debian packages travel too (device_env.sh unpacks them). A call carries at most 64 MiB:
+#   .devcarry/cuda  debs, shared/{configs,data,fixtures}, models/house-llama            (~40 MB)
+#   .devcarry/mla   debs, shared/{configs,data,fixtures}, models/house-mla              (~52 MB)
+#   .devcarry/all   debs, shared/{configs,data,fixtures}, models.tar.xz of both models  (~62 MB)
+# Usage: bash bench/cuda/make_carry.sh [cuda|mla|all]...   (default: all three)
+set -eu
+S=../shared
+debs() {
+  mkdir -p "$1/debs"
+  (cd "$1/debs" && apt-get download libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 \
+    libpcre2-dev pkgconf pkgconf-bin libpkgconf3 >/dev/null)
+}
+common() {
+  rm -rf "$1" && mkdir -p "$1/shared"
+  debs "$1"
+  cp -r $S/configs $S/data $S/fixtures "$1/shared/"
+}
+for what in ${@:-cuda mla all}; do
+  d=.devcarry/$what
+  common $d
+  case $what in
+    cuda) mkdir -p $d/shared/models && cp -r $S/models/house-llama $d/shared/models/ ;;
+    mla) mkdir -p $d/shared/models && cp -r $S/models/house-mla $d/shared/models/ ;;
+    all) (cd $S/models && tar cf - house-llama house-mla) | xz -9 -T2 >$d/shared/models.tar.xz ;;
+  esac
+  echo "$d: $(du -sb $d | awk '{printf "%.1f MiB", $1 / 1048576}')"
+done
