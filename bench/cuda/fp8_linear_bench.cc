@@ -23,39 +23,25 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/launch.h"
 #include "backend/cuda/elementwise.h"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/linear_fp8.h"
+#include "bench_timing.h"
 
 namespace strata {
 namespace {
+
+using bench::Ceilings;
+using bench::measure_ceilings;
 
 using cuda::bf16_bits;
 
 int g_reps = 15;
 
-// Times `fn` (device work on `stream`) with events: median over g_reps after `warmup`.
+// Median of g_reps timed runs after `warmup` (bench_timing.h).
 template <typename F>
 double time_ms(cudaStream_t stream, int warmup, F&& fn) {
-  for (int i = 0; i < warmup; ++i) fn();
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<float> ms;
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < g_reps; ++i) {
-    CUDA_CHECK(cudaEventRecord(a, stream));
-    fn();
-    CUDA_CHECK(cudaEventRecord(b, stream));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return bench::time_ms(stream, warmup, g_reps, fn);
 }
 
 template <typename T>
@@ -109,46 +95,6 @@ Fp8Set make_fp8_set(int64_t n, int64_t k, int copies) {
 // Copies of a weight of `bytes` that together exceed the L2 cache (and at least 2).
 int copies_for(int64_t bytes) {
   return int(std::max<int64_t>(2, (int64_t(256) << 20) / bytes + 1));
-}
-
-struct Ceilings {
-  double copy_gbs = 0;
-  double gemm_tflops = 0;
-};
-
-Ceilings measure_ceilings(cudaStream_t stream, cublasHandle_t h) {
-  Ceilings c;
-  const int64_t bytes = int64_t(2) << 30;
-  auto* src = dev_alloc<uint8_t>(bytes);
-  auto* dst = dev_alloc<uint8_t>(bytes);
-  CUDA_CHECK(cudaMemsetAsync(src, 1, size_t(bytes), stream));
-  const double copy_ms = time_ms(stream, 3, [&] {
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToDevice, stream));
-  });
-  c.copy_gbs = 2.0 * double(bytes) / (copy_ms * 1e-3) / 1e9;
-  cudaFree(src);
-  cudaFree(dst);
-  const int n = 8192;
-  auto* a = dev_alloc<bf16_bits>(int64_t(n) * n);
-  auto* b = dev_alloc<bf16_bits>(int64_t(n) * n);
-  auto* o = dev_alloc<bf16_bits>(int64_t(n) * n);
-  cuda::launch_fill_random_bf16(a, int64_t(n) * n, 1, 1.0f, stream);
-  cuda::launch_fill_random_bf16(b, int64_t(n) * n, 2, 1.0f, stream);
-  const float alpha = 1, beta = 0;
-  const double gemm_ms = time_ms(stream, 3, [&] {
-    CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &alpha, a, CUDA_R_16BF, n, b,
-                       CUDA_R_16BF, n, &beta, o, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
-                       CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
-  });
-  c.gemm_tflops = 2.0 * n * double(n) * n / (gemm_ms * 1e-3) / 1e12;
-  cudaFree(a);
-  cudaFree(b);
-  cudaFree(o);
-  std::printf("ceiling  D2D copy %.0f GB/s (read+write, 2 GiB, median of %d)\n", c.copy_gbs,
-              g_reps);
-  std::printf("ceiling  cuBLAS bf16 GEMM 8192^3: %.0f TFLOP/s (median of %d)\n", c.gemm_tflops,
-              g_reps);
-  return c;
 }
 
 struct Summary {
@@ -426,7 +372,8 @@ int main(int argc, char** argv) {
   pf.xs = dev_alloc<float>(int64_t(8192) * cuda::fp8_scale_cols(18432));
 
   Ceilings c{1, 1};
-  if (has("ceilings") || has("gemv") || has("gemm")) c = measure_ceilings(stream, h);
+  if (has("ceilings") || has("gemv") || has("gemm"))
+    c = measure_ceilings(stream, int64_t(2) << 30, g_reps);
   Summary sum;
   if (has("gemv")) bench_gemv(c, pf, sum);
   if (has("gemm")) bench_gemm(c, pf, h, sum);

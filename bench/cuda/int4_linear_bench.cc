@@ -32,10 +32,15 @@
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/linear_int4.h"
 #include "bench_args.h"
+#include "bench_timing.h"
 #include "core/dtype.h"
 
 namespace strata {
 namespace {
+
+using bench::Ceilings;
+using bench::measure_ceilings;
+using bench::time_ms;
 
 using cuda::bf16_bits;
 
@@ -56,65 +61,8 @@ class Dev {  // a device allocation, freed at scope exit
   size_t bytes_;
 };
 
-// Times `fn` (work on `stream`) with events: median over `reps` after `warmup`.
-template <typename F>
-double time_ms(cudaStream_t stream, int warmup, int reps, F&& fn) {
-  for (int i = 0; i < warmup; ++i) fn();
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<float> ms;
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < reps; ++i) {
-    CUDA_CHECK(cudaEventRecord(a, stream));
-    fn();
-    CUDA_CHECK(cudaEventRecord(b, stream));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
 void fill(void* p, size_t bytes, uint64_t seed, float scale, cudaStream_t s) {
   cuda::launch_fill_random_bf16(static_cast<bf16_bits*>(p), int64_t(bytes / 2), seed, scale, s);
-}
-
-struct Ceilings {
-  double copy_gbs = 0;  // (read + write) bytes / s
-  double gemm_tflops = 0;
-};
-
-Ceilings measure_ceilings(cudaStream_t s, cublasHandle_t h) {
-  Ceilings c;
-  const size_t bytes = size_t(4) << 30;
-  {
-    Dev src(bytes), dst(bytes);
-    fill(src.as<void>(), bytes, 7, 1.0f, s);
-    const double ms = time_ms(s, 3, 10, [&] {
-      CUDA_CHECK(
-          cudaMemcpyAsync(dst.as<void>(), src.as<void>(), bytes, cudaMemcpyDeviceToDevice, s));
-    });
-    c.copy_gbs = 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
-  }
-  const int n = 8192;
-  Dev a(size_t(n) * n * 2), b(size_t(n) * n * 2), o(size_t(n) * n * 2);
-  fill(a.as<void>(), a.bytes(), 1, 1.0f, s);
-  fill(b.as<void>(), b.bytes(), 2, 1.0f, s);
-  const float alpha = 1, beta = 0;
-  const double ms = time_ms(s, 3, 10, [&] {
-    CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &alpha, a.as<void>(), CUDA_R_16BF, n,
-                       b.as<void>(), CUDA_R_16BF, n, &beta, o.as<void>(), CUDA_R_16BF, n,
-                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
-  });
-  c.gemm_tflops = 2.0 * n * double(n) * n / (ms * 1e-3) / 1e12;
-  std::printf("ceiling  D2D copy %.0f GB/s (read+write, 4 GiB, median of 10)\n", c.copy_gbs);
-  std::printf("ceiling  cuBLAS bf16 GEMM 8192^3: %.0f TFLOP/s (median of 10)\n", c.gemm_tflops);
-  return c;
 }
 
 // out [m, n] = x [m, k] · w [n, k]ᵀ, bf16, cuBLAS.
@@ -713,7 +661,7 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device   %s, %d SMs\n", prop.name, prop.multiProcessorCount);
-  const Ceilings c = measure_ceilings(s, h);
+  const Ceilings c = measure_ceilings(s);
   std::vector<GemvRow> gemv_rows;
   if (what.find("gemv") != std::string::npos) bench_gemv(c, s, h, &gemv_rows);
   std::vector<GemmRow> rows;

@@ -34,79 +34,21 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/elementwise.h"
 #include "bench_checkpoint.h"
+#include "bench_timing.h"
 #include "dev/dev_kernels.h"
 
 namespace strata {
 namespace {
+
+using bench::Ceilings;
+using bench::measure_ceilings;
+using bench::time_ms;
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// Times `fn` (device work on `stream`) with events: median over `reps` after `warmup`.
-template <typename F>
-double time_ms(cudaStream_t stream, int warmup, int reps, F&& fn) {
-  for (int i = 0; i < warmup; ++i) fn();
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<float> ms;
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < reps; ++i) {
-    CUDA_CHECK(cudaEventRecord(a, stream));
-    fn();
-    CUDA_CHECK(cudaEventRecord(b, stream));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
-struct Ceilings {
-  double copy_gbs = 0;      // (read + write) bytes / s, device to device
-  double gemm_tflops = 0;   // cuBLAS bf16, 8192³
-};
-
-Ceilings measure_ceilings(cuda::CudaBackend& be) {
-  Ceilings c;
-  const int64_t bytes = int64_t(4) << 30;
-  auto src = be.alloc(DType::kU8, {bytes}), dst = be.alloc(DType::kU8, {bytes});
-  be.fill_random(*src, 7, 1.0f);
-  const double copy_ms = time_ms(be.stream(), 3, 10, [&] {
-    CUDA_CHECK(cudaMemcpyAsync(dst->view().data, src->view().data, size_t(bytes),
-                               cudaMemcpyDeviceToDevice, be.stream()));
-  });
-  c.copy_gbs = 2.0 * double(bytes) / (copy_ms * 1e-3) / 1e9;
-  src.reset();
-  dst.reset();
-  const int n = 8192;
-  auto a = be.alloc(DType::kBF16, {n, n}), b = be.alloc(DType::kBF16, {n, n});
-  auto o = be.alloc(DType::kBF16, {n, n});
-  be.fill_random(*a, 1, 1.0f);
-  be.fill_random(*b, 2, 1.0f);
-  cublasHandle_t h;
-  CHECK(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
-  cublasSetStream(h, be.stream());
-  const float alpha = 1, beta = 0;
-  const double gemm_ms = time_ms(be.stream(), 3, 10, [&] {
-    CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &alpha, a->view().data, CUDA_R_16BF, n,
-                       b->view().data, CUDA_R_16BF, n, &beta, o->view().data, CUDA_R_16BF, n,
-                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
-  });
-  cublasDestroy(h);
-  c.gemm_tflops = 2.0 * n * double(n) * n / (gemm_ms * 1e-3) / 1e12;
-  std::printf("ceiling  D2D copy %.0f GB/s (read+write, 4 GiB, median of 10)\n", c.copy_gbs);
-  std::printf("ceiling  cuBLAS bf16 GEMM 8192^3: %.0f TFLOP/s (median of 10, random data)\n",
-              c.gemm_tflops);
-  return c;
 }
 
 // The decode GEMV (linear with one row) alone on the Llama-3.1-8B shapes, weights rotated over
@@ -634,7 +576,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  const Ceilings c = measure_ceilings(be);
+  const Ceilings c = measure_ceilings(be.stream());
   if (what == "attention-decode") {  // the decode kernel alone (ATTN_CALLS comparisons)
     be.tune([](cuda::CudaTunables& t) { t.decode_blocks_per_sm = 2; });
     bench_attention(be, c, 64, 4096, 1, 32, 8, 128);

@@ -35,11 +35,16 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/mla_attention.h"
+#include "bench_timing.h"
 #include "core/check.h"
 #include "core/dtype.h"
 
 namespace strata {
 namespace {
+
+using bench::Ceilings;
+using bench::measure_ceilings;
+using bench::time_ms;
 
 bool g_decode_kernel = true;  // --decode-kernel 0: plans without the decode kernel
 bool g_wgmma_pipe = true;     // --wgmma-pipe 0: the wgmma kernel instead of the pipelined one
@@ -66,34 +71,6 @@ std::unique_ptr<Buf> upload(const std::vector<T>& v) {
   return b;
 }
 
-template <typename F>
-double time_ms(cudaStream_t s, int warmup, int reps, F&& fn) {
-  for (int i = 0; i < warmup; ++i) fn();
-  BENCH_CUDA(cudaStreamSynchronize(s));
-  std::vector<float> ms;
-  cudaEvent_t a, b;
-  BENCH_CUDA(cudaEventCreate(&a));
-  BENCH_CUDA(cudaEventCreate(&b));
-  for (int i = 0; i < reps; ++i) {
-    BENCH_CUDA(cudaEventRecord(a, s));
-    fn();
-    BENCH_CUDA(cudaEventRecord(b, s));
-    BENCH_CUDA(cudaEventSynchronize(b));
-    float t = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
-struct Ceilings {
-  double copy_gbs = 1;
-  double gemm_tflops = 1;
-};
-
 // Uniform random bf16 bits in [-1, 1) (a cheap LCG per element on the host is too slow for GiBs:
 // a pattern of 1 MiB repeated).
 void fill_random(void* p, size_t bytes, uint32_t seed) {
@@ -104,38 +81,6 @@ void fill_random(void* p, size_t bytes, uint32_t seed) {
   for (size_t at = 0; at < bytes; at += pat.size() * 2)
     BENCH_CUDA(cudaMemcpy(static_cast<char*>(p) + at, pat.data(),
                           std::min(bytes - at, pat.size() * 2), cudaMemcpyHostToDevice));
-}
-
-Ceilings measure_ceilings(cudaStream_t s) {
-  Ceilings c;
-  const size_t bytes = size_t(4) << 30;
-  {
-    Buf src(bytes), dst(bytes);
-    fill_random(src.p, bytes, 7);
-    const double ms = time_ms(s, 3, 10, [&] {
-      BENCH_CUDA(cudaMemcpyAsync(dst.p, src.p, bytes, cudaMemcpyDeviceToDevice, s));
-    });
-    c.copy_gbs = 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
-  }
-  const int n = 8192;
-  Buf a(size_t(n) * n * 2), b(size_t(n) * n * 2), o(size_t(n) * n * 2);
-  fill_random(a.p, size_t(n) * n * 2, 1);
-  fill_random(b.p, size_t(n) * n * 2, 2);
-  cublasHandle_t h;
-  CHECK(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
-  cublasSetStream(h, s);
-  const float alpha = 1, beta = 0;
-  const double ms = time_ms(s, 3, 10, [&] {
-    CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &alpha, a.p, CUDA_R_16BF, n, b.p,
-                       CUDA_R_16BF, n, &beta, o.p, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
-                       CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
-  });
-  cublasDestroy(h);
-  c.gemm_tflops = 2.0 * n * double(n) * n / (ms * 1e-3) / 1e12;
-  std::printf("ceiling  D2D copy %.0f GB/s (read+write, 4 GiB, median of 10)\n", c.copy_gbs);
-  std::printf("ceiling  cuBLAS bf16 GEMM 8192^3: %.0f TFLOP/s (median of 10, random data)\n",
-              c.gemm_tflops);
-  return c;
 }
 
 struct Layout {
@@ -273,7 +218,7 @@ int main(int argc, char** argv) {
   cuda::init_mla_attention_kernels();
   cudaStream_t s;
   BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  Ceilings c;
+  Ceilings c{1, 1};  // without "ceilings": ratios against 1
   if (what.find("ceilings") != std::string::npos) c = measure_ceilings(s);
   const Layout bf16{"bf16", DType::kBF16, false}, e4m3{"fp8_e4m3", DType::kFP8E4M3, false},
       e5m2{"fp8_e5m2", DType::kFP8E5M2, false}, flash{"fp8_flashmla", DType::kFP8E4M3, true};
