@@ -14,6 +14,7 @@
 #include "arch/model.h"
 #include "engine/engine.h"
 #include "engine/logit_edits.h"
+#include "support/forward_sample_edits.h"
 
 namespace strata {
 namespace {
@@ -163,87 +164,8 @@ TEST(EngineSamplingParams, ForwardSampleAppliesEditsBeforeSamplingAndKeepsRawLog
   auto be = make_cpu_backend();
   auto m = load_model(kHouse, *be);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
-  Model& model = **m;
-  const int n = 24, page = 8;
-  KvLayout layout = model.kv_layout();
-  layout.page_size = page;
-  layout.num_pages = (n + page - 1) / page;
-  layout.dtype = be->activation_dtype();
-  auto kv = be->alloc_kv(layout);
-  std::vector<int32_t> ids(n), pos(n), slots(n), rows(n), pages(size_t(layout.num_pages));
-  std::mt19937_64 g(3);
-  for (int i = 0; i < n; ++i)
-    ids[size_t(i)] = int32_t(g() % 8000), pos[size_t(i)] = i, slots[size_t(i)] = i,
-    rows[size_t(i)] = i;
-  std::iota(pages.begin(), pages.end(), 0);
-  int32_t q_indptr[2] = {0, n}, kv_lens[1] = {n}, page_indptr[2] = {0, int32_t(pages.size())};
-  ForwardBatch b;
-  b.token_ids = ids.data();
-  b.attn = AttentionMetadata{.num_seqs = 1,
-                             .num_tokens = n,
-                             .page_size = page,
-                             .q_indptr = q_indptr,
-                             .kv_lens = kv_lens,
-                             .page_indptr = page_indptr,
-                             .page_indices = pages.data(),
-                             .positions = pos.data(),
-                             .slot_mapping = slots.data()};
-  b.logit_rows = rows.data();
-  b.num_logit_rows = n;
-  const int64_t vocab = model.spec().vocab_size;
-  std::vector<float> logits(size_t(n) * size_t(vocab));
-  model.forward(b, *kv, logits.data());
-
-  std::vector<SampleRowParams> params(n);
-  std::vector<LogitEdit> edits;
-  for (int r = 0; r < n; ++r) {
-    if (r % 2)
-      params[size_t(r)] = {.temperature = 0.8f,
-                           .top_k = 50,
-                           .uniform = std::uniform_real_distribution<double>(0, 1)(g)};
-    if (r % 3 == 0) continue;  // rows without edits
-    // The row's top token penalized hard, a few others biased: the choice changes.
-    const float* row = logits.data() + size_t(r) * size_t(vocab);
-    const int32_t top = int32_t(std::max_element(row, row + vocab) - row);
-    OutputTokenCounts counts;
-    counts.add(std::vector<int32_t>{top, top, int32_t(g() % 8000)});
-    append_logit_edits(
-        {.repetition_penalty = 1.8f,
-         .presence_penalty = 1.0f,
-         .frequency_penalty = 0.5f,
-         .logit_bias = {{int32_t(g() % 4000), 3.0f}, {int32_t(4000 + g() % 4000), -2.0f}}},
-        counts, r, &edits);
-  }
-  std::vector<int32_t> got(n, -1), keep{1, 4, 23};
-  std::vector<float> kept(keep.size() * size_t(vocab));
-  model.forward_sample(b, *kv,
-                       SampleArgs{.params = params.data(),
-                                  .token_ids = got.data(),
-                                  .keep_rows = keep.data(),
-                                  .num_keep = int(keep.size()),
-                                  .kept_logits = kept.data(),
-                                  .edits = edits.data(),
-                                  .num_edits = int64_t(edits.size())});
-  std::vector<float> want_logits = logits;
-  for (const LogitEdit& e : edits) {
-    float& x = want_logits[size_t(e.row) * size_t(vocab) + size_t(e.token)];
-    x = edit_logit_reference(x, e);
-  }
-  std::vector<std::pair<float, int32_t>> scratch;
-  int changed = 0;
-  for (int r = 0; r < n; ++r) {
-    const float* edited = want_logits.data() + size_t(r) * size_t(vocab);
-    const int32_t want = sample_row_reference(edited, vocab, params[size_t(r)], scratch);
-    EXPECT_EQ(got[size_t(r)], want) << "row " << r;
-    changed += want != sample_row_reference(logits.data() + size_t(r) * size_t(vocab), vocab,
-                                            params[size_t(r)], scratch);
-  }
-  EXPECT_GT(changed, 0) << "the edits were meant to change some choices";
-  for (size_t k = 0; k < keep.size(); ++k)
-    for (int64_t c = 0; c < vocab; ++c)
-      ASSERT_EQ(kept[k * size_t(vocab) + size_t(c)],
-                logits[size_t(keep[k]) * size_t(vocab) + size_t(c)])
-          << "kept row " << k;
+  testing::check_forward_sample_edits(**m, be->activation_dtype(), /*n=*/24, /*page=*/8,
+                                      /*seed=*/3, /*keep=*/{1, 4, 23}, /*edits_in_bf16=*/false);
 }
 
 }  // namespace
