@@ -4,7 +4,9 @@
 # sm_90a) and carried, so the call spends its time measuring:
 #   here:   ninja -C build-cuda strata_bench_moe_bench strata_parity_test, then for each:
 #           strip -o .devcarry/bin/<name> build-cuda/<name> && gzip -f .devcarry/bin/<name>
-#           (a bench of the base commit as .devcarry/bin/moe_bench_base.gz or .xz: "before")
+#           (a bench of the base commit as .devcarry/bin/moe_bench_base.gz or .xz: "before");
+#           beside bin/: lib/ with this machine's libspdlog.so.1.10 and libfmt.so.9 (the image
+#           has neither) and libcxx/ with its libstdc++.so.6 (used only if the image's is older)
 #   device: carry [".devcarry/cuda/debs", ".devcarry/cuda/shared/configs", ".devcarry/bin"],
 #           command `bash bench/cuda/moe_int4_run.sh` (STAGES picks: parity kernels backend
 #           base ncu). The device call sends the session's checkout: from a helper's worktree,
