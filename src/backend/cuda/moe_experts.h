@@ -25,7 +25,9 @@
 //   launch_moe_gemv   decode: few tokens per expert. Batched GEMV over the touched experts:
 //                     every touched expert's weight bytes are read once per pass of up to 32
 //                     rows (mma.sync, 16 weight rows x 8 rows per tile), k split over warps and
-//                     over the CTAs of a cluster so that one token's experts fill every SM.
+//                     over the CTAs of a cluster so that one token's experts fill every SM;
+//                     int4 gate_up (and int4 at > 8 rows) through a per-warp cp.async ring in
+//                     dynamic shared memory (init_moe_gemv_kernels sets its limit).
 //   launch_moe_gemm   prefill: wgmma tiles per expert segment (64 weight rows per warpgroup x
 //                     64 or 128 of the expert's rows), weights dequantized in registers.
 //
@@ -181,14 +183,18 @@ struct MoeGroupedParams {
                    // predecessor triggers only after its own wait, and that predecessor's
                    // predecessor wrote them): plan and first weights before pdl_wait
 };
-// The GEMV's work decomposition for these parameters (auto fields chosen by a cost model,
-// forced ones kept; moe_experts_gemv.cu); {0, 0, 0} when the forced fields fit no shape (a k
+// The GEMV's work decomposition for these parameters (auto fields chosen by a cost model, or for
+// the int4 ring kernels with nothing forced by a rule fitted to measurements; forced ones kept;
+// moe_experts_gemv.cu); {0, 0, 0} when the forced fields fit no shape (a k
 // split of more warps than the k has batches, a cluster without ksplit 8, ...).
 struct MoeGemvShape {
   int ksplit, cluster, tiles_per_warp;
 };
 MoeGemvShape moe_gemv_shape(const MoeGroupedParams& p);
 void launch_moe_gemv(const MoeGroupedParams& p, cudaStream_t stream);
+// Sets the int4 GEMV kernels' shared-memory limit (their ring) on the current device;
+// launch_moe_gemv does it on first use per device, init_moe_gemm_kernels calls it too.
+void init_moe_gemv_kernels();
 // GEMM: plain projections with k <= kMoeGemmShortK (the down projection of a tp-8 expert slice,
 // k = 256: four 64-column k steps) keep the CTA's x tile (64 rows) in shared memory for all of
 // k and stream gemm_blocks 128-row weight blocks against it, so the pipeline neither refills x

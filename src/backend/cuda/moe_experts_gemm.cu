@@ -524,6 +524,7 @@ void init_moe_gemm_kernels() {
   set_limits_format<kMoeBf16>();
   set_limits_format<kMoeFp8>();
   set_limits_format<kMoeInt4>();
+  init_moe_gemv_kernels();  // the int4 GEMV's ring, before any graph capture as well
 }
 
 void launch_moe_gemm(const MoeGroupedParams& p, cudaStream_t stream) {

@@ -1,6 +1,7 @@
 // The host side of the MoE decode GEMV: its shape choice (a cost model) and launch. The kernel and
 // its design: moe_experts_gemv_kernel.cuh.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "backend/cuda/moe_experts_gemv_kernel.cuh"
@@ -26,10 +27,14 @@ int nt_of(int gemv_tokens) { return gemv_tokens <= 8 ? 1 : gemv_tokens <= 16 ? 2
 // Tiles per batch (Cfg::U) and register buffers (Cfg::NB) of the kernel these sizes take.
 struct Pipe {
   int unroll, buffers;
+  bool ring;  // Cfg::RING: the shared-memory ring (int4)
 };
 template <int F>
 Pipe pipe_f(int nt, bool glu) {
-  auto of = [](auto cfg) { return Pipe{decltype(cfg)::U, decltype(cfg)::NB}; };
+  auto of = [](auto cfg) {
+    using C = decltype(cfg);
+    return Pipe{C::U, C::RING ? C::NS : C::NB, C::RING};
+  };
   if (nt == 1) return glu ? of(Cfg<F, 1, true>{}) : of(Cfg<F, 1, false>{});
   if (nt == 2) return glu ? of(Cfg<F, 2, true>{}) : of(Cfg<F, 2, false>{});
   return glu ? of(Cfg<F, 4, true>{}) : of(Cfg<F, 4, false>{});
@@ -53,7 +58,7 @@ void launch_nt(const MoeGroupedParams& p, const MoeGemvShape& sh, int64_t slots,
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(groups * sh.cluster), unsigned(slots));
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = 0;
+  cfg.dynamicSmemBytes = size_t(Cfg<F, NT, GLU>::kRingBytes);  // int4's ring, else 0
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];
   int n = 0;
@@ -109,7 +114,55 @@ void launch_glu(const MoeGroupedParams& p, const MoeGemvShape& sh, int64_t slots
 
 bool pow2_upto8(int v) { return v == 1 || v == 2 || v == 4 || v == 8; }
 
+template <int NT, bool GLU>
+void set_ring_limit() {
+  if constexpr (Cfg<kMoeInt4, NT, GLU>::kRingBytes > 0)
+    CUDA_CHECK(cudaFuncSetAttribute(moe_gemv_kernel<kMoeInt4, NT, GLU>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    Cfg<kMoeInt4, NT, GLU>::kRingBytes));
+}
+
+// The ring's shape (no field forced). The cost model below assumes a wave of CTAs costs its
+// set-up plus its warps' streams, which overstates many short CTAs: with the ring the next
+// CTA's first stages overlap the others' streams. Measured on the Kimi-K2.5 rank (gate_up
+// k = 7168, down k = 256) and Moonlight (k = 2048 / 1408) at T = 1 .. 128, every shape of the
+// sweep (2026-12-01-moe-int4-decode.md), the best shapes were, within 5%: GLU, each warp's
+// stream at most kRingWarpStream bytes (k split over ks warps, the fewest that give it), then
+// more k split (and, at ks 8, cluster CTAs) while the grid still fits one wave and is short of
+// it; plain (ring at >= 2 n-tiles), one warp per row tile's k, up to 16 batches per warp
+// (tiles_per_warp).
+constexpr double kRingWarpStream = 28 * 1024.0;
+MoeGemvShape ring_shape(bool glu, int64_t tiles, int64_t batches, double batch_bytes, double active,
+                        double slots) {
+  auto ctas = [&](int ks, int cl, int r) {
+    return double(cl) * double(ceil_div(tiles, int64_t(kWarps / ks) * r)) * active;
+  };
+  int ks = 1, cl = 1, r = 1;
+  if (glu) {
+    while (ks<kWarps&& double(ceil_div(batches, int64_t(ks))) * batch_bytes> kRingWarpStream)
+      ks *= 2;
+  } else {
+    while (r < 8 && 2 * r * batches <= 16) r *= 2;
+    while (r > 1 && ctas(1, 1, r) < slots) r /= 2;
+  }
+  while (ks < kWarps && ctas(ks, 1, r) < slots && ctas(ks * 2, 1, r) <= slots) ks *= 2;
+  if (ks == kWarps)
+    while (cl < kMaxCluster && ctas(ks, cl, r) < slots && ctas(ks, cl * 2, r) <= slots) cl *= 2;
+  if (ks > 1 || cl > 1) r = 1;
+  while (int64_t(ks) * cl > std::max<int64_t>(1, batches)) (cl > 1 ? cl : ks) /= 2;
+  return MoeGemvShape{ks, cl, r};
+}
+
 }  // namespace
+
+void init_moe_gemv_kernels() {
+  set_ring_limit<1, false>();
+  set_ring_limit<1, true>();
+  set_ring_limit<2, false>();
+  set_ring_limit<2, true>();
+  set_ring_limit<4, false>();
+  set_ring_limit<4, true>();
+}
 
 MoeGemvShape moe_gemv_shape(const MoeGroupedParams& p) {
   const bool glu = p.glu_inter > 0;
@@ -131,6 +184,8 @@ MoeGemvShape moe_gemv_shape(const MoeGroupedParams& p) {
   constexpr double kBw = 3.8e12, kLatency = 1.2e-6, kSetup = 1.5e-6;
   constexpr double kReduceCta = 0.3e-6, kReduceCluster = 0.5e-6;
   const double slots = double(num_sms()) * kBlocksPerSm;
+  if (pipe.ring && !p.ksplit && !p.cluster && !p.tiles_per_warp)
+    return ring_shape(glu, tiles, batches, batch_bytes, active, slots);
   MoeGemvShape best{1, 1, 1};
   double best_t = INFINITY;
   for (int ks = 1; ks <= kWarps; ks *= 2)
@@ -180,6 +235,16 @@ void launch_moe_gemv(const MoeGroupedParams& p, cudaStream_t stream) {
   // x offsets are 32-bit in the kernel.
   CHECK_MSG(p.rows * p.w.k < (int64_t(1) << 31), "moe gemv: x of {} x {} too large", p.rows, p.w.k);
   CHECK(slots <= 65535);
+  if (p.w.format == kMoeInt4) {  // the ring's shared-memory limit, once per device
+    static std::atomic<uint64_t> done{0};
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    const uint64_t bit = uint64_t(1) << (dev & 63);
+    if ((done.load(std::memory_order_acquire) & bit) == 0) {
+      init_moe_gemv_kernels();
+      done.fetch_or(bit, std::memory_order_acq_rel);
+    }
+  }
   const MoeGemvShape sh = moe_gemv_shape(p);
   CHECK_MSG(sh.ksplit > 0, "moe gemv: no shape fits ksplit {} cluster {} tiles_per_warp {}",
             p.ksplit, p.cluster, p.tiles_per_warp);

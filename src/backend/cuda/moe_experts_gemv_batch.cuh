@@ -15,23 +15,45 @@ struct Cfg {
   static constexpr int NM = GLU ? 2 : 1;  // weight matrices per warp (gate and up)
   static constexpr int S = kSteps<F>;     // k16 steps per tile
   static constexpr int TK = 16 * S;       // columns per tile
+  // int4 GLU, and int4 at two or four n-tiles, stream through the shared-memory ring (RING,
+  // below); int4 plain projections at one n-tile keep the register ring (measured: the ring
+  // lost there, e.g. the Kimi rank's short-k down projection at T <= 64,
+  // 2026-12-01-moe-int4-decode.md).
+  static constexpr bool RING = F == kMoeInt4 && (GLU || NT > 1);
   // x fragments loaded into registers with the weights where the registers allow it (not int4
-  // GLU, nor int4 at two n-tiles, nor four n-tiles); elsewhere the x lines of a batch are
-  // prefetched into L1 when its weights are loaded, and read from there when it is multiplied.
-  static constexpr bool XPRE = (NT == 1 && !(F == kMoeInt4 && GLU)) || (NT == 2 && F != kMoeInt4);
+  // GLU, nor int4 at two n-tiles, nor four n-tiles, nor the ring); elsewhere the x lines of a
+  // batch are prefetched into L1 when its weights are loaded, and read from there when it is
+  // multiplied.
+  static constexpr bool XPRE =
+      !RING && ((NT == 1 && !(F == kMoeInt4 && GLU)) || (NT == 2 && F != kMoeInt4));
   // Tiles per batch per matrix (U) and batches in flight (NB register buffers, a ring): what
   // the registers allow at <= 128 per thread (weights, scales and, for XPRE, x of every
   // buffer). ptxas -v at one n-tile, GLU: int4 spilled ~500 bytes with two tiles per batch and
   // x in registers, 44 with three buffers of one tile, none with two (too few bytes in flight:
   // ~1.5 KB per warp), so int4 GLU keeps two tiles per batch and prefetches x into L1; fp8
   // spilled 20 bytes with two buffers of two tiles, none with three of one.
-  static constexpr int U = NT == 1   ? (F == kMoeFp8 && GLU    ? 1
+  // RING: two tiles per batch at every NT (the registers hold one batch only).
+  static constexpr int U = RING      ? 2
+                           : NT == 1 ? (F == kMoeFp8 && GLU    ? 1
                                         : GLU || F == kMoeInt4 ? 2
                                                                : 4)
                            : NT == 2 ? (GLU || F == kMoeInt4 ? 1 : 2)
                                      : 1;
   static constexpr int NB = NT == 1 && F == kMoeFp8 && GLU ? 3 : 2;
   static_assert(F != kMoeFp8 || 4 % U == 0, "an fp8 batch must lie in one scale block");
+  // The ring (RING): each warp's NS stages of one batch each in shared memory (cp.async, a
+  // commit group per batch), NS - 1 batches in flight while one is multiplied. The register
+  // ring kept only ~1.5 batches (3 KB at one n-tile, 1.5 KB at two) in flight per warp: 24-48 KB
+  // per SM, short of the ~100 KB that HBM's latency at full bandwidth asks for. A stage holds
+  // the batch's tiles (each lane its own 16 bytes, as loaded before) and each lane's two scale
+  // words per tile, so every lane reads back only what it copied: no barrier, no shuffle. x is
+  // prefetched into L1 when a stage is issued (XPRE off).
+  static constexpr int kStageBytes = NM * U * (kMoeTileBytes + 32 * 8);
+  // Two CTAs of 8 warps per SM: ~113 KB each, less the k-split partials (red) and the plan.
+  static constexpr int kRingWarpBytes = ((113 << 10) - 8 * (NM * NT * 4) * 32 * 4 - 1024) / 8;
+  static constexpr int NS_FIT = kRingWarpBytes / kStageBytes;
+  static constexpr int NS = NS_FIT > 8 ? 8 : NS_FIT < 2 ? 2 : NS_FIT;
+  static constexpr int kRingBytes = RING ? 8 * NS * kStageBytes : 0;  // dynamic, per CTA
 };
 
 template <int F, int NT, bool GLU>
@@ -177,6 +199,71 @@ __device__ __forceinline__ void mma_batch(float (&acc)[Cfg<F, NT, GLU>::NM][NT][
       }
     }
   }
+}
+
+// ---- the int4 shared-memory ring (Cfg::RING) ----
+extern __shared__ uint4 moe_gemv_ring[];
+
+__device__ __forceinline__ void ring_cp16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void ring_cp4(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void ring_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void ring_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Issues this lane's copies of the batch at k tile kt0 of row tile rt into the stage at `slot`
+// (a shared address): tile (mt, u) at slot + (mt·U + u)·512 + lane·16, its scale words s0, s1 at
+// slot + NM·U·512 + (mt·U + u)·256 + lane·8. Tiles past kt_count are not copied (their k steps
+// are skipped by mma_batch). One commit group, empty when !ok.
+template <int F, int NT, bool GLU>
+__device__ __forceinline__ void ring_issue(uint32_t slot, const Work& wk, int rt, int kt0,
+                                           bool ok) {
+  using C = Cfg<F, NT, GLU>;
+  if (ok) {
+    const int lane = int(threadIdx.x) % 32;
+#pragma unroll
+    for (int mt = 0; mt < C::NM; ++mt) {
+      const int r = rt + (mt ? wk.glu_tiles : 0);
+      const uint4* w = wk.w_base + r * wk.kt_count * 32;
+      const uint32_t* sp = reinterpret_cast<const uint32_t*>(wk.s_base) + r * wk.scale_row_words;
+#pragma unroll
+      for (int u = 0; u < C::U; ++u) {
+        const int kt = kt0 + u;
+        if (kt >= wk.kt_count) continue;
+        ring_cp16(slot + uint32_t((mt * C::U + u) * kMoeTileBytes + lane * 16), w + kt * 32);
+        const int g0 = (kt * 64) >> wk.gshift;
+        const uint32_t sdst =
+            slot + uint32_t(C::NM * C::U * kMoeTileBytes + (mt * C::U + u) * 256 + lane * 8);
+        ring_cp4(sdst, sp + g0 * 8);
+        if (wk.group32) ring_cp4(sdst + 4, sp + (g0 + 1) * 8);
+      }
+    }
+  }
+  ring_commit();
+}
+
+// The batch of the stage at `slot` (generic pointer), as load_w would have loaded it.
+template <int F, int NT, bool GLU>
+__device__ __forceinline__ void ring_take(Batch<F, NT, GLU>& b, const char* slot, bool group32) {
+  using C = Cfg<F, NT, GLU>;
+  const int lane = int(threadIdx.x) % 32;
+#pragma unroll
+  for (int mt = 0; mt < C::NM; ++mt)
+#pragma unroll
+    for (int u = 0; u < C::U; ++u) {
+      b.w[mt][u] =
+          *reinterpret_cast<const uint4*>(slot + (mt * C::U + u) * kMoeTileBytes + lane * 16);
+      const uint2 sc = *reinterpret_cast<const uint2*>(slot + C::NM * C::U * kMoeTileBytes +
+                                                       (mt * C::U + u) * 256 + lane * 8);
+      b.s[mt][u] = TileScale{sc.x, group32 ? sc.y : sc.x};
+    }
 }
 
 }  // namespace

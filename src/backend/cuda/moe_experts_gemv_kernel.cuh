@@ -27,6 +27,10 @@
 // and the matching up tile, so silu(g) · u is its epilogue. An expert with more rows than
 // 8 · NT streams its weights once per pass of 8 · NT rows (a skewed batch costs time, never
 // correctness).
+// int4 GLU (gate_up) and int4 at two or four n-tiles (Cfg::RING) stream through a ring of NS
+// stages per warp in shared memory instead of the register buffers: cp.async copies of a
+// batch's tiles and each lane's scale words, NS - 1 batches in flight (~9-12 KB per warp against
+// ~3 KB), x prefetched into L1 when a stage is issued (2026-12-01-moe-int4-decode.md).
 //
 // ## No plan kernel
 // Each CTA finds its expert and rows itself from topk_ids (T·k <= a few thousand at decode):
@@ -192,12 +196,30 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
   auto elem_rt = [&](int s) { return tile0 + (s / nbq) * tpc; };
   auto elem_kt = [&](int s) { return (q + (s % nbq) * kp) * U; };
 
-  constexpr int NB = C::NB;
-  Batch<F, NT, GLU> buf[NB];  // a ring: buf[b] holds stream elements b, b + NB, ...
+  // Register ring (NB buffers: buf[b] holds stream elements b, b + NB, ...) or, int4, the
+  // shared-memory ring (NS stages: element s in stage s % NS; NB is its prologue's length).
+  constexpr bool RING = C::RING;
+  constexpr int NS = C::NS;
+  constexpr int NB = RING ? NS - 1 : C::NB;
+  Batch<F, NT, GLU> buf[RING ? 1 : NB];
+  const uint32_t ring = RING ? uint32_t(__cvta_generic_to_shared(moe_gemv_ring)) +
+                                   uint32_t(warp * NS * C::kStageBytes)
+                             : 0u;
+  const char* ring_ptr = reinterpret_cast<const char*>(moe_gemv_ring) + warp * NS * C::kStageBytes;
+  auto issue = [&](int s) {  // RING: element s into its stage (one commit group, empty past len)
+    const bool ok = s < len;
+    ring_issue<F, NT, GLU>(ring + uint32_t((s % NS) * C::kStageBytes), wk, ok ? elem_rt(s) : 0,
+                           ok ? elem_kt(s) : 0, ok);
+  };
   auto first_loads = [&]() {
+    if constexpr (RING) {
 #pragma unroll
-    for (int b = 0; b < NB; ++b)
-      load_w(buf[b], wk, len > b ? elem_rt(b) : 0, len > b ? elem_kt(b) : 0, len > b);
+      for (int b = 0; b < NB; ++b) issue(b);
+    } else {
+#pragma unroll
+      for (int b = 0; b < NB; ++b)
+        load_w(buf[b], wk, len > b ? elem_rt(b) : 0, len > b ? elem_kt(b) : 0, len > b);
+    }
   };
   bool live = true;
   if (early) {
@@ -235,7 +257,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
     }
 #pragma unroll
     for (int b = 0; b < NB; ++b)
-      if (len > b) load_x(buf[b], p.x, xrow, elem_kt(b), k);
+      if (len > b) load_x(buf[RING ? 0 : b], p.x, xrow, elem_kt(b), k);
 
     float acc[NM][NT][4];
     auto zero = [&]() {
@@ -276,14 +298,27 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
       load_x(b, p.x, xrow, elem_kt(s), k);
     };
     zero();
-    // buf[b] holds element s + b on entry to each iteration; it is refilled with element
-    // s + b + NB as soon as it has been multiplied.
-    for (int s = 0; s < len; s += NB) {
+    if constexpr (RING) {
+      // Groups committed on entry to iteration s: NS - 1 + s (elements 0 .. NS - 2 + s); the
+      // oldest s + 1 done leaves NS - 2 pending. Element s + NS - 1 goes into the stage that
+      // element s - 1 left (read back by this lane alone, into registers already used).
+      for (int s = 0; s < len; ++s) {
+        ring_wait<NS - 2>();
+        issue(s + NS - 1);
+        if (s + NS - 1 < len) load_x(buf[0], p.x, xrow, elem_kt(s + NS - 1), k);
+        ring_take(buf[0], ring_ptr + (s % NS) * C::kStageBytes, wk.group32);
+        consume(s, buf[0]);
+      }
+    } else {
+      // buf[b] holds element s + b on entry to each iteration; it is refilled with element
+      // s + b + NB as soon as it has been multiplied.
+      for (int s = 0; s < len; s += NB) {
 #pragma unroll
-      for (int b = 0; b < NB; ++b) {
-        if (s + b >= len) break;
-        consume(s + b, buf[b]);
-        refill(s + b + NB, buf[b]);
+        for (int b = 0; b < NB; ++b) {
+          if (s + b >= len) break;
+          consume(s + b, buf[b]);
+          refill(s + b + NB, buf[b]);
+        }
       }
     }
     if (kp > 1) {    // R == 1: one row tile per warp, its k split over kp warps
