@@ -170,6 +170,12 @@ TEST(QuantWeightBytes, CudaBytesEqualThePlannersFigure) {
         summarize_inventory(*spec, build_inventory(*spec), 1, quant_layout(*spec), be.weight_policy()).bytes_per_rank;
     std::printf("%s: %ld bytes loaded, planner %ld\n", dir.c_str(), long(be.weight_bytes()), long(planned));
     EXPECT_EQ(be.weight_bytes(), planned) << dir;
+    // And the device holds that: weights take their exact size (Lifetime::kResident), not a
+    // size class (up to a quarter more). Slack: 256-byte alignment per tensor, small tables.
+    const int64_t in_use = int64_t(be.pool_bytes_in_use());
+    std::printf("%s: %ld bytes of device pool in use\n", dir.c_str(), long(in_use));
+    EXPECT_GE(in_use, planned) << dir;
+    EXPECT_LE(in_use, planned + planned / 200 + (int64_t(1) << 20)) << dir;
     ++checked;
   }
   EXPECT_GE(checked, 10);

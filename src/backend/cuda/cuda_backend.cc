@@ -251,12 +251,16 @@ DeviceTensorPtr CudaBackend::alloc(DType dtype, const Shape& shape) {
   return std::make_unique<CudaTensor>(pool_, dtype, shape);
 }
 
+DeviceTensorPtr CudaBackend::alloc_resident(DType dtype, const Shape& shape) {
+  return std::make_unique<CudaTensor>(pool_, dtype, shape, Lifetime::kResident);
+}
+
 DeviceTensorPtr CudaBackend::upload(const Tensor& host, DType dtype) {
   CHECK(host.is_contiguous());
   CHECK_MSG(host.dtype == DType::kF32 || host.dtype == DType::kBF16 || host.dtype == DType::kF16,
             "upload: host tensors are float32, bf16 or f16, not {}", dtype_name(host.dtype));
   end_step();
-  auto t = alloc(dtype, host.shape);
+  auto t = alloc_resident(dtype, host.shape);
   const int64_t n = host.numel();
   if (n == 0) return t;
   if (host.dtype == dtype) {  // as stored (a bf16 table): the bytes are the device's
@@ -320,6 +324,9 @@ void CudaBackend::download_f32(const Tensor& src, float* dst) {
 
 std::unique_ptr<KvStorage> CudaBackend::alloc_kv(const KvLayout& layout) {
   end_step();
+  // The KV pool comes after the weights: the load's cached scratch (an INT4 expert stack's upload
+  // buffer is ~0.8 GB on a Kimi-K2.5 rank) goes back to the driver first.
+  if (pool_->bytes_cached() > 0) pool_->trim();
   return std::make_unique<CudaKvStorage>(layout);
 }
 

@@ -176,6 +176,8 @@ class CudaBackend : public Backend {
   void fill_random(const Tensor& t, uint64_t seed, float scale);
   void fill_all_random(uint64_t seed, float scale);
   size_t pool_bytes() const { return pool_->bytes_reserved(); }
+  // Pool memory held by live tensors (reserved less the cached free blocks).
+  size_t pool_bytes_in_use() const { return pool_->bytes_reserved() - pool_->bytes_cached(); }
 
  private:
   // Marks the start of a step at the first op after a download.
@@ -196,6 +198,9 @@ class CudaBackend : public Backend {
   // Scratch device memory for the duration of one op (returns to the pool at once; stream order
   // keeps later reuse safe).
   DeviceTensorPtr scratch(int64_t bytes) { return alloc(DType::kU8, {bytes}); }
+  // A weight's or table's memory: its exact size, not a size class (device_memory.h Lifetime),
+  // so the device holds what the planner counted.
+  DeviceTensorPtr alloc_resident(DType dtype, const Shape& shape);
   // Queues device dst = host src (`bytes`) through pinned staging (weight_upload.h); returns once
   // src has been read. Weights and tables at load time.
   void upload_bytes(void* dst, const void* src, size_t bytes) {

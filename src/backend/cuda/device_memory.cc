@@ -32,13 +32,18 @@ size_t DevicePool::size_class(size_t bytes) {
   return round_up(bytes, pow2 / 4);
 }
 
-void* DevicePool::alloc(size_t bytes) {
-  bytes = size_class(bytes);
-  auto& list = free_[bytes];
-  if (!list.empty()) {
-    void* p = list.back();
-    list.pop_back();
-    return p;
+void* DevicePool::alloc(size_t bytes, Lifetime lifetime) {
+  if (lifetime == Lifetime::kResident) {
+    bytes = std::max(kAlign, round_up(bytes, kAlign));
+  } else {
+    bytes = size_class(bytes);
+    auto& list = free_[bytes];
+    if (!list.empty()) {
+      void* p = list.back();
+      list.pop_back();
+      cached_ -= bytes;
+      return p;
+    }
   }
   void* p = nullptr;
   ++mallocs_;
@@ -68,20 +73,34 @@ void DevicePool::trim() {
     }
     list.clear();
   }
+  cached_ = 0;
 }
 
-void DevicePool::release(void* ptr, size_t bytes) {
-  free_[size_class(bytes)].push_back(ptr);
+void DevicePool::release(void* ptr, size_t bytes, Lifetime lifetime) {
+  if (lifetime == Lifetime::kTransient) {
+    bytes = size_class(bytes);
+    free_[bytes].push_back(ptr);
+    cached_ += bytes;
+    return;
+  }
+  bytes = std::max(kAlign, round_up(bytes, kAlign));
+  // cudaFree waits for the device: resident blocks go when a model goes, not per step.
+  CUDA_CHECK(cudaFree(ptr));
+  reserved_ -= bytes;
+  owned_.erase(std::find(owned_.begin(), owned_.end(), std::pair<void*, size_t>{ptr, bytes}));
 }
 
-CudaTensor::CudaTensor(std::shared_ptr<DevicePool> pool, DType dtype, const Shape& shape)
-    : pool_(std::move(pool)), bytes_(size_t(dtype_bytes_for(dtype, shape_numel(shape)))) {
-  void* p = bytes_ > 0 ? pool_->alloc(bytes_) : nullptr;
+CudaTensor::CudaTensor(std::shared_ptr<DevicePool> pool, DType dtype, const Shape& shape,
+                       Lifetime lifetime)
+    : pool_(std::move(pool)),
+      bytes_(size_t(dtype_bytes_for(dtype, shape_numel(shape)))),
+      lifetime_(lifetime) {
+  void* p = bytes_ > 0 ? pool_->alloc(bytes_, lifetime_) : nullptr;
   view_ = Tensor::make(p, dtype, shape, Device::kCuda);
 }
 
 CudaTensor::~CudaTensor() {
-  if (view_.data) pool_->release(view_.data, bytes_);
+  if (view_.data) pool_->release(view_.data, bytes_, lifetime_);
 }
 
 // ---- KV storage ----

@@ -101,8 +101,8 @@ LinearWeight CudaBackend::upload_linear(const HostLinearWeight& w, const Tensor&
       int4_ready_ = true;
     }
     const int64_t packed = int4_packed_bytes(n, k), scale = int4_scale_bytes(n, k, f.group_size);
-    lw.weight = alloc(DType::kU8, {w.stack, packed});
-    lw.scales = alloc(DType::kBF16, {w.stack, scale / 2});
+    lw.weight = alloc_resident(DType::kU8, {w.stack, packed});
+    lw.scales = alloc_resident(DType::kBF16, {w.stack, scale / 2});
     // The checkpoint's bytes go up once; the repack writes the tiled layout beside them.
     auto src = scratch(int64_t(w.values.size() + w.scales.size()));
     char* sv = static_cast<char*>(src->view().data);
@@ -128,8 +128,8 @@ LinearWeight CudaBackend::upload_linear(const HostLinearWeight& w, const Tensor&
       fp8_planner_ = std::make_unique<Fp8GemmPlanner>(fp8_workspace_, kFp8GemmWorkspaceBytes);
     }
     const int64_t rows = (n + kFp8Block - 1) / kFp8Block, cols = fp8_scale_cols(k), ld = fp8_gemm_scale_ld(k);
-    lw.weight = alloc(DType::kFP8E4M3, {w.stack, n, k});
-    lw.scales = alloc(DType::kF32, {w.stack, rows, ld});
+    lw.weight = alloc_resident(DType::kFP8E4M3, {w.stack, n, k});
+    lw.scales = alloc_resident(DType::kF32, {w.stack, rows, ld});
     std::vector<float> padded(size_t(w.stack * rows * ld), 0.0f);
     for (int64_t s = 0; s < w.stack; ++s)
       for (int64_t r = 0; r < rows; ++r)
@@ -153,7 +153,8 @@ LinearWeight CudaBackend::upload_dense_bf16(const HostLinearWeight& w, const Ten
   // The stored bytes are the device's: what Backend::upload_linear's float32 round trip gave,
   // without it.
   LinearWeight lw;
-  lw.weight = alloc(DType::kBF16, w.stack == 1 ? Shape{w.out, w.in} : Shape{w.stack, w.out, w.in});
+  lw.weight =
+      alloc_resident(DType::kBF16, w.stack == 1 ? Shape{w.out, w.in} : Shape{w.stack, w.out, w.in});
   upload_bytes(lw.weight->view().data, w.values.data(), w.values.size());
   lw.format = w.format;
   lw.stack = w.stack;

@@ -196,7 +196,7 @@ LinearWeight CudaBackend::upload_moe_stack(const HostLinearWeight& w, const Line
       all = HostTensor(DType::kF32, {stack * n, k});
       dequantize_linear(w, all.f32());
     }
-    lw.weight = alloc(DType::kBF16, {stack, n, k});
+    lw.weight = alloc_resident(DType::kBF16, {stack, n, k});
     const int64_t chunk = upload_chunk(stack, n * k * 2), esize = dtype_size(w.format.dense_dtype);
     auto src = bf16_stored ? scratch(chunk * n * k * 2) : nullptr;
     std::vector<float> buf;
@@ -226,7 +226,7 @@ LinearWeight CudaBackend::upload_moe_stack(const HostLinearWeight& w, const Line
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   } else {
     CHECK(device.format == WeightFormat::kFp8Block && device == w.format);
-    lw.weight = alloc(DType::kFP8E4M3, {stack, n, k});
+    lw.weight = alloc_resident(DType::kFP8E4M3, {stack, n, k});
     const int64_t chunk = upload_chunk(stack, n * k);
     auto src = scratch(chunk * n * k);
     for (int64_t s = 0; s < stack; s += chunk) {
@@ -244,7 +244,7 @@ LinearWeight CudaBackend::upload_moe_stack(const HostLinearWeight& w, const Line
     std::vector<float> slots(size_t(stack * slot), 0.0f);
     for (int64_t s = 0; s < stack; ++s)
       std::memcpy(slots.data() + s * slot, w.scales.data() + s * table * 4, size_t(table) * 4);
-    lw.scales = alloc(DType::kF32, {stack, slot});
+    lw.scales = alloc_resident(DType::kF32, {stack, slot});
     upload_bytes(lw.scales->view().data, slots.data(), slots.size() * 4);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
