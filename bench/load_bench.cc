@@ -34,6 +34,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "arch/model.h"
@@ -243,6 +244,13 @@ void load_once(const Args& a, const ModelSpec& spec, const std::optional<TpShard
       be.upload_seconds(), (long long)be.uploads(), (long long)be.linear_uploads(),
       s - be.upload_seconds(), u1.user - u0.user, u1.sys - u0.sys, u1.minflt - u0.minflt,
       u1.majflt - u0.majflt);
+#if STRATA_CUDA
+  // What the device holds for those bytes (size-class rounding or cached scratch would show).
+  if constexpr (std::is_base_of_v<cuda::CudaBackend, TimedBackend<B>>)
+    std::printf("device pool: %.3f GB in use, %.3f GB reserved, for %.3f GB of weights kept\n",
+                double(be.pool_bytes_in_use()) / 1e9, double(be.pool_bytes()) / 1e9,
+                double(be.device_bytes()) / 1e9);
+#endif
   std::fflush(stdout);
 }
 

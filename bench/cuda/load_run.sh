@@ -31,7 +31,7 @@ load() {  # NAME ARGS...
   shift
   timeout 240 $LB "$@" >"$OUT/load_$name.log" 2>&1
   echo "$name: rc $?"
-  grep -E "^load|^checkpoint|error|CHECK" "$OUT/load_$name.log" | head -6
+  grep -E "^load|^checkpoint|^device pool|error|CHECK" "$OUT/load_$name.log" | head -6
 }
 
 for stage in ${STAGES:-parity moonlight w4a16 kimi}; do
