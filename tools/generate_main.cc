@@ -4,8 +4,13 @@
 // exactly-once: kill it at any moment and run the same command again (src/pipeline/runner.h
 // describes the files). Without them, results print to stdout in input order.
 //
+// With --shard K/N it runs one deterministic 1/N of every dataset (pipeline/shard.h), for the N
+// tasks of a Slurm or Kubernetes array; --verify PATH... then checks the shards' outputs together
+// (pipeline/verify.h) and loads no model.
+//
 // Exit status: 0 every prompt done; 1 an error, or some prompts failed (see the failures
 // file); 3 stopped early because the server stayed unavailable (run the same command again).
+// --verify: 0 every id exactly once, 1 otherwise.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +25,8 @@
 #include "pipeline/engine_target.h"
 #include "pipeline/runner.h"
 #include "pipeline/server_target.h"
+#include "pipeline/shard.h"
+#include "pipeline/verify.h"
 
 namespace strata::tools {
 namespace {
@@ -33,6 +40,8 @@ struct GenerateFlags {
   int concurrency = 0;  // 0: engine 2 x max running requests; server 32
   std::string logit_bias;            // JSON object
   std::string chat_template_kwargs;  // JSON object
+  std::string shard;                 // K/N, auto or auto/N
+  std::vector<std::string> verify;   // outputs to check instead of generating
   ServerConfig server;
   ApiKeyFlags api_key;
   JobOptions job;
@@ -45,6 +54,17 @@ void add_generate_flags(CLI::App& app, GenerateFlags& g) {
   app.add_option("--output,-o", g.job.output_file,
                  "results JSONL, all datasets in one file; resumable (default: stdout, not resumable)");
   app.add_option("--output-dir", g.job.output_dir, "one results file per dataset: DIR/NAME.jsonl; resumable");
+  app.add_option(
+      "--shard", g.shard,
+      "run one shard of every dataset (chosen by a hash of each record's id): K/N with 0 <= K < N; "
+      "auto in a Slurm job array (SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN of "
+      "SLURM_ARRAY_TASK_COUNT); auto/N for a Kubernetes indexed Job (JOB_COMPLETION_INDEX). "
+      "{shard} and {shards} in --output/--output-dir become K and N");
+  app.add_option(
+         "--verify", g.verify,
+         "check, without generating, that these outputs (files, or directories searched for "
+         "them) of the --input datasets' shards hold every id exactly once")
+      ->expected(1, -1);
   app.add_flag("--raw", g.raw, "--prompt is plain text to complete (no chat template)");
   app.add_flag("--jsonl", g.jsonl, "print JSONL even for --prompt");
   app.add_option("--max-new-tokens", s.max_new_tokens, "tokens to generate per prompt")->capture_default_str();
@@ -152,7 +172,49 @@ Status validate(GenerateFlags& g) {
   if (!g.job.output_file.empty() && !g.job.output_dir.empty())
     return invalid_argument("give --output or --output-dir, not both");
   g.job.sampling.params.seed = uint64_t(g.seed);
+  if (!g.verify.empty() && (g.inputs.empty() || !g.prompts.empty()))
+    return invalid_argument(
+        "--verify checks the outputs of --input datasets: give the same --input as the job");
+  if (!g.verify.empty() &&
+      (!g.shard.empty() || !g.job.output_file.empty() || !g.job.output_dir.empty()))
+    return invalid_argument(
+        "--verify reads the outputs of every shard; drop --shard/--output/--output-dir");
   return Status();
+}
+
+// --shard: keeps this task's part of every dataset and names its outputs.
+Status apply_shard(GenerateFlags& g, std::vector<Dataset>& datasets) {
+  const bool placeholder = substitute_shard(g.job.output_file + g.job.output_dir, ShardSpec{}) !=
+                           g.job.output_file + g.job.output_dir;
+  if (g.shard.empty()) {
+    if (placeholder) return invalid_argument("{{shard}} in --output/--output-dir needs --shard");
+    return Status();
+  }
+  STRATA_ASSIGN_OR_RETURN(ShardSpec spec, parse_shard_spec(g.shard, process_env()));
+  int64_t before = 0, after = 0;
+  for (const Dataset& d : datasets) before += int64_t(d.records.size());
+  keep_shard(datasets, spec);
+  for (const Dataset& d : datasets) after += int64_t(d.records.size());
+  g.job.output_file = substitute_shard(g.job.output_file, spec);
+  g.job.output_dir = substitute_shard(g.job.output_dir, spec);
+  g.job.shard = spec.label();
+  std::fprintf(stderr, "[generate] shard %s: %lld of %lld prompts%s\n", spec.label().c_str(),
+               (long long)after, (long long)before,
+               placeholder ? "" : " (outputs named without {shard}: each task needs its own)");
+  return Status();
+}
+
+int run_verify(const std::vector<Dataset>& datasets, const std::vector<std::string>& paths) {
+  auto report = verify_outputs(datasets, paths);
+  if (!report.ok()) {
+    std::fprintf(stderr, "strata generate --verify: error: %s\n",
+                 report.status().message().c_str());
+    return 1;
+  }
+  for (const std::string& line : format_verify_report(*report))
+    std::printf("[verify] %s\n", line.c_str());
+  std::fflush(stdout);
+  return report->ok() ? 0 : 1;
 }
 
 StatusOr<std::vector<Dataset>> load_datasets(const GenerateFlags& g) {
@@ -213,6 +275,8 @@ int generate_main(int argc, char** argv) {
   if (Status s = validate(g); !s.ok()) return fail(s);
   auto datasets = load_datasets(g);
   if (!datasets.ok()) return fail(datasets.status());
+  if (!g.verify.empty()) return run_verify(*datasets, g.verify);
+  if (Status s = apply_shard(g, *datasets); !s.ok()) return fail(s);
   // Before the model loads: a second job on the same output is refused at once.
   auto locks = lock_job_outputs(*datasets, g.job);
   if (!locks.ok()) return fail(locks.status());
