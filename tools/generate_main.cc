@@ -37,7 +37,7 @@ struct GenerateFlags {
   bool raw = false;
   bool jsonl = false;
   int64_t seed = 0;
-  int concurrency = 0;  // 0: engine 2 x max running requests; server 32
+  int concurrency = 0;               // 0: engine 2 x max running requests; server 32 per replica
   std::string logit_bias;            // JSON object
   std::string chat_template_kwargs;  // JSON object
   std::string shard;                 // K/N, auto or auto/N
@@ -108,8 +108,15 @@ void add_generate_flags(CLI::App& app, GenerateFlags& g) {
   app.add_flag("--allow-mixed-settings", g.job.allow_mixed_settings,
                "resume an output made with another model or other sampling settings");
   app.add_option("--concurrency", g.concurrency,
-                 "prompts in flight (server: parallel requests, default 32; engine: default 2 x max running)");
-  app.add_option("--server", g.server.url, "OpenAI-compatible server, e.g. http://127.0.0.1:30000 (default: in-process engine)");
+                 "prompts in flight (server: parallel requests, default 32 per replica; engine: "
+                 "default 2 x max running)");
+  app.add_option(
+         "--server", g.server.urls,
+         "OpenAI-compatible server, e.g. http://127.0.0.1:30000 (default: in-process engine); "
+         "repeat it "
+         "or separate URLs by commas for replicas of one model: requests go to the least busy, and "
+         "move to the others when one is down")
+      ->delimiter(',');
   app.add_option("--server-model", g.server.model, "model name for the server (default: first of /v1/models)");
   add_api_key_flags(app, g.api_key, "sent to --server as 'Authorization: Bearer KEY'");
   app.add_option("--max-attempts", g.server.retry.max_attempts, "tries per prompt on retryable server errors")
@@ -284,7 +291,7 @@ int generate_main(int argc, char** argv) {
 
   std::unique_ptr<Engine> engine;
   std::unique_ptr<PromptTarget> target;
-  if (!g.server.url.empty()) {
+  if (!g.server.urls.empty()) {
     if (!set_log_level(ef.log_level)) return fail(invalid_argument("--log-level: unknown level '{}'", ef.log_level));
     if (ef.config.tp_size != 1)
       return fail(invalid_argument("--tp-size applies to the in-process engine; with --server the server's own --tp-size counts"));
@@ -292,7 +299,8 @@ int generate_main(int argc, char** argv) {
     if (!api_key.ok()) return fail(api_key.status());
     g.server.api_key = *api_key;
     g.server.sampling = g.job.sampling;
-    if (g.concurrency > 0) g.server.concurrency = g.concurrency;
+    // 32 requests in flight per replica unless told otherwise.
+    g.server.concurrency = g.concurrency > 0 ? g.concurrency : 32 * int(g.server.urls.size());
     auto b = ServerTarget::create(g.server);
     if (!b.ok()) return fail(b.status());
     target = std::move(b).value();
