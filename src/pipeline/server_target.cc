@@ -169,12 +169,15 @@ struct ServerTarget::Impl {
     return fmt::format("every replica ({})", all);
   }
 
-  std::unique_ptr<httplib::Client> make_client(size_t replica) const {
+  // `read_timeout_s`: the request timeout for generations; the connect timeout for GET /v1/models,
+  // so a replica that accepts connections and never answers cannot hold the job's start.
+  std::unique_ptr<httplib::Client> make_client(size_t replica,
+                                               std::optional<double> read_timeout_s = {}) const {
     auto c = std::make_unique<httplib::Client>(urls[replica].scheme_host_port);
     c->set_keep_alive(true);
     const auto us = [](double s) { return std::chrono::microseconds(int64_t(s * 1e6)); };
     c->set_connection_timeout(us(config.connect_timeout_s));
-    c->set_read_timeout(us(config.request_timeout_s));
+    c->set_read_timeout(us(read_timeout_s.value_or(config.request_timeout_s)));
     c->set_write_timeout(us(config.connect_timeout_s));
     if (!config.api_key.empty()) c->set_bearer_token_auth(config.api_key.c_str());
     return c;
@@ -334,8 +337,9 @@ struct ServerTarget::Impl {
   }
 
   // GET /v1/models of one replica: the model ids, or why not.
-  StatusOr<std::vector<std::string>> model_ids(httplib::Client& c, size_t replica, Try& t) {
-    auto res = c.Get(urls[replica].prefix + "/v1/models");
+  StatusOr<std::vector<std::string>> model_ids(size_t replica, Try& t) {
+    auto res =
+        make_client(replica, config.connect_timeout_s)->Get(urls[replica].prefix + "/v1/models");
     int status = 0;
     std::string error;
     t = classify(res, status, error);
@@ -356,7 +360,6 @@ struct ServerTarget::Impl {
   // (waiting for one like a prompt would). Every other replica that answers now must serve it too:
   // replicas of different models would mix two models' answers in one dataset.
   Status resolve_model() {
-    Clients clients(urls.size());
     std::mt19937_64 rng(0x5eed);
     std::optional<size_t> first;
     if (!config.model.empty()) model = config.model;
@@ -364,7 +367,7 @@ struct ServerTarget::Impl {
       std::string last_error;
       for (size_t r = 0; r < urls.size() && model.empty(); ++r) {
         Try t;
-        auto ids = model_ids(client(clients, r), r, t);
+        auto ids = model_ids(r, t);
         if (ids.ok()) {
           report_back(r);
           model = ids->front();
@@ -386,7 +389,7 @@ struct ServerTarget::Impl {
     for (size_t r = 0; r < urls.size() && urls.size() > 1; ++r) {
       if (first == r) continue;
       Try t;
-      auto ids = model_ids(client(clients, r), r, t);
+      auto ids = model_ids(r, t);
       if (ids.ok() && std::find(ids->begin(), ids->end(), model) == ids->end())
         return failed_precondition(
             "replica {} serves {}, not {}: every --server must serve the same model",
