@@ -79,7 +79,8 @@ class ShardE2E : public ::testing::Test {
     Child v = Child::spawn({STRATA_BINARY, "generate", "--input", "define=" + input_, "--verify",
                             (dir_ / "out").string()},
                            out);
-    return {v.wait_for(kWaitMs).value_or(-1), read_file(out)};
+    const int rc = v.wait_for(kWaitMs).value_or(-1);
+    return {rc, read_file(out)};
   }
   void expect_finished(Child& c, int k) {
     auto rc = c.wait_for(kWaitMs);
@@ -144,6 +145,36 @@ TEST_F(ShardE2E, FourShardsOneKilledAndResumedVerifyExactlyOnce) {
   EXPECT_EQ(total, kPrompts);
   EXPECT_GT(at_kill, 0);
   EXPECT_LT(at_kill, count_lines(results(kKilled))) << "the kill came after shard 2 had finished";
+}
+
+// Mistakes in the sharding flags are refused with a line that names them, before a model loads.
+TEST_F(ShardE2E, BadShardAndVerifyFlagsNameThemselves) {
+  auto run = [&](std::vector<std::string> args) {
+    const std::string out = (dir_ / "flags.txt").string();
+    std::filesystem::remove(out);
+    args.insert(args.begin(), {STRATA_BINARY, "generate", "--model-path", "/nonexistent/model"});
+    Child c = Child::spawn(args, out);
+    const int rc = c.wait_for(kWaitMs).value_or(-1);
+    return std::make_pair(rc, read_file(out));
+  };
+  const std::string in = "define=" + input_, out_dir = (dir_ / "o-{shard}").string();
+  auto [rc, text] = run({"--input", in, "--shard", "4/4", "--output-dir", out_dir});
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(text.find("shards are numbered 0..3"), std::string::npos) << text;
+  std::tie(rc, text) = run({"--input", in, "--output-dir", out_dir});
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(text.find("{shard} in --output/--output-dir needs --shard"), std::string::npos) << text;
+  std::tie(rc, text) = run({"--input", in, "--shard", "auto", "--output-dir", out_dir});
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(text.find("SLURM_ARRAY_TASK_ID"), std::string::npos) << text;
+  std::tie(rc, text) = run({"--prompt", "hi", "--verify", dir_.string()});
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(text.find("--verify checks the outputs of --input datasets"), std::string::npos)
+      << text;
+  std::tie(rc, text) = run({"--input", in, "--verify", (dir_ / "nothing-here").string()});
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(text.find("does not exist"), std::string::npos) << text;
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "o-4")) << "a refused job left an output directory";
 }
 
 }  // namespace
