@@ -283,7 +283,7 @@ struct ServerTarget::Impl {
       const std::optional<ReplicaTicket> ticket = replicas->acquire(now_s());
       if (!ticket) {  // every replica is down: wait for the next probe, or for the one in flight
         if (!still_waiting_for_server()) continue;  // ends kInterrupted above
-        report_unavailable(out.error);
+        report_unavailable(out.error.empty() ? "no replica takes requests" : out.error);
         const std::optional<double> next = replicas->next_probe_s();
         wait_for_replicas(next ? std::max(0.0, *next - now_s()) : config.retry.max_delay_s);
         continue;
