@@ -4,8 +4,13 @@
 // exactly-once: kill it at any moment and run the same command again (src/pipeline/runner.h
 // describes the files). Without them, results print to stdout in input order.
 //
+// With --shard K/N it runs one deterministic 1/N of every dataset (pipeline/shard.h), for the N
+// tasks of a Slurm or Kubernetes array; --verify PATH... then checks the shards' outputs together
+// (pipeline/verify.h) and loads no model.
+//
 // Exit status: 0 every prompt done; 1 an error, or some prompts failed (see the failures
 // file); 3 stopped early because the server stayed unavailable (run the same command again).
+// --verify: 0 every id exactly once, 1 otherwise.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +25,8 @@
 #include "pipeline/engine_target.h"
 #include "pipeline/runner.h"
 #include "pipeline/server_target.h"
+#include "pipeline/shard.h"
+#include "pipeline/verify.h"
 
 namespace strata::tools {
 namespace {
@@ -30,9 +37,11 @@ struct GenerateFlags {
   bool raw = false;
   bool jsonl = false;
   int64_t seed = 0;
-  int concurrency = 0;  // 0: engine 2 x max running requests; server 32
+  int concurrency = 0;               // 0: engine 2 x max running requests; server 32 per replica
   std::string logit_bias;            // JSON object
   std::string chat_template_kwargs;  // JSON object
+  std::string shard;                 // K/N, auto or auto/N
+  std::vector<std::string> verify;   // outputs to check instead of generating
   ServerConfig server;
   ApiKeyFlags api_key;
   JobOptions job;
@@ -45,6 +54,17 @@ void add_generate_flags(CLI::App& app, GenerateFlags& g) {
   app.add_option("--output,-o", g.job.output_file,
                  "results JSONL, all datasets in one file; resumable (default: stdout, not resumable)");
   app.add_option("--output-dir", g.job.output_dir, "one results file per dataset: DIR/NAME.jsonl; resumable");
+  app.add_option(
+      "--shard", g.shard,
+      "run one shard of every dataset (chosen by a hash of each record's id): K/N with 0 <= K < N; "
+      "auto in a Slurm job array (SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN of "
+      "SLURM_ARRAY_TASK_COUNT); auto/N for a Kubernetes indexed Job (JOB_COMPLETION_INDEX). "
+      "{shard} and {shards} in --output/--output-dir become K and N");
+  app.add_option(
+         "--verify", g.verify,
+         "check, without generating, that these outputs (files, or directories searched for "
+         "them) of the --input datasets' shards hold every id exactly once")
+      ->expected(1, -1);
   app.add_flag("--raw", g.raw, "--prompt is plain text to complete (no chat template)");
   app.add_flag("--jsonl", g.jsonl, "print JSONL even for --prompt");
   app.add_option("--max-new-tokens", s.max_new_tokens, "tokens to generate per prompt")->capture_default_str();
@@ -88,8 +108,15 @@ void add_generate_flags(CLI::App& app, GenerateFlags& g) {
   app.add_flag("--allow-mixed-settings", g.job.allow_mixed_settings,
                "resume an output made with another model or other sampling settings");
   app.add_option("--concurrency", g.concurrency,
-                 "prompts in flight (server: parallel requests, default 32; engine: default 2 x max running)");
-  app.add_option("--server", g.server.url, "OpenAI-compatible server, e.g. http://127.0.0.1:30000 (default: in-process engine)");
+                 "prompts in flight (server: parallel requests, default 32 per replica; engine: "
+                 "default 2 x max running)");
+  app.add_option(
+         "--server", g.server.urls,
+         "OpenAI-compatible server, e.g. http://127.0.0.1:30000 (default: in-process engine); "
+         "repeat it "
+         "or separate URLs by commas for replicas of one model: requests go to the least busy, and "
+         "move to the others when one is down")
+      ->delimiter(',');
   app.add_option("--server-model", g.server.model, "model name for the server (default: first of /v1/models)");
   add_api_key_flags(app, g.api_key, "sent to --server as 'Authorization: Bearer KEY'");
   app.add_option("--max-attempts", g.server.retry.max_attempts, "tries per prompt on retryable server errors")
@@ -152,7 +179,49 @@ Status validate(GenerateFlags& g) {
   if (!g.job.output_file.empty() && !g.job.output_dir.empty())
     return invalid_argument("give --output or --output-dir, not both");
   g.job.sampling.params.seed = uint64_t(g.seed);
+  if (!g.verify.empty() && (g.inputs.empty() || !g.prompts.empty()))
+    return invalid_argument(
+        "--verify checks the outputs of --input datasets: give the same --input as the job");
+  if (!g.verify.empty() &&
+      (!g.shard.empty() || !g.job.output_file.empty() || !g.job.output_dir.empty()))
+    return invalid_argument(
+        "--verify reads the outputs of every shard; drop --shard/--output/--output-dir");
   return Status();
+}
+
+// --shard: keeps this task's part of every dataset and names its outputs.
+Status apply_shard(GenerateFlags& g, std::vector<Dataset>& datasets) {
+  const bool placeholder = substitute_shard(g.job.output_file + g.job.output_dir, ShardSpec{}) !=
+                           g.job.output_file + g.job.output_dir;
+  if (g.shard.empty()) {
+    if (placeholder) return invalid_argument("{{shard}} in --output/--output-dir needs --shard");
+    return Status();
+  }
+  STRATA_ASSIGN_OR_RETURN(ShardSpec spec, parse_shard_spec(g.shard, process_env()));
+  int64_t before = 0, after = 0;
+  for (const Dataset& d : datasets) before += int64_t(d.records.size());
+  keep_shard(datasets, spec);
+  for (const Dataset& d : datasets) after += int64_t(d.records.size());
+  g.job.output_file = substitute_shard(g.job.output_file, spec);
+  g.job.output_dir = substitute_shard(g.job.output_dir, spec);
+  g.job.shard = spec.label();
+  std::fprintf(stderr, "[generate] shard %s: %lld of %lld prompts%s\n", spec.label().c_str(),
+               (long long)after, (long long)before,
+               placeholder ? "" : " (outputs named without {shard}: each task needs its own)");
+  return Status();
+}
+
+int run_verify(const std::vector<Dataset>& datasets, const std::vector<std::string>& paths) {
+  auto report = verify_outputs(datasets, paths);
+  if (!report.ok()) {
+    std::fprintf(stderr, "strata generate --verify: error: %s\n",
+                 report.status().message().c_str());
+    return 1;
+  }
+  for (const std::string& line : format_verify_report(*report))
+    std::printf("[verify] %s\n", line.c_str());
+  std::fflush(stdout);
+  return report->ok() ? 0 : 1;
 }
 
 StatusOr<std::vector<Dataset>> load_datasets(const GenerateFlags& g) {
@@ -213,6 +282,8 @@ int generate_main(int argc, char** argv) {
   if (Status s = validate(g); !s.ok()) return fail(s);
   auto datasets = load_datasets(g);
   if (!datasets.ok()) return fail(datasets.status());
+  if (!g.verify.empty()) return run_verify(*datasets, g.verify);
+  if (Status s = apply_shard(g, *datasets); !s.ok()) return fail(s);
   // Before the model loads: a second job on the same output is refused at once.
   auto locks = lock_job_outputs(*datasets, g.job);
   if (!locks.ok()) return fail(locks.status());
@@ -220,7 +291,7 @@ int generate_main(int argc, char** argv) {
 
   std::unique_ptr<Engine> engine;
   std::unique_ptr<PromptTarget> target;
-  if (!g.server.url.empty()) {
+  if (!g.server.urls.empty()) {
     if (!set_log_level(ef.log_level)) return fail(invalid_argument("--log-level: unknown level '{}'", ef.log_level));
     if (ef.config.tp_size != 1)
       return fail(invalid_argument("--tp-size applies to the in-process engine; with --server the server's own --tp-size counts"));
@@ -228,7 +299,8 @@ int generate_main(int argc, char** argv) {
     if (!api_key.ok()) return fail(api_key.status());
     g.server.api_key = *api_key;
     g.server.sampling = g.job.sampling;
-    if (g.concurrency > 0) g.server.concurrency = g.concurrency;
+    // 32 requests in flight per replica unless told otherwise.
+    g.server.concurrency = g.concurrency > 0 ? g.concurrency : 32 * int(g.server.urls.size());
     auto b = ServerTarget::create(g.server);
     if (!b.ok()) return fail(b.status());
     target = std::move(b).value();

@@ -31,7 +31,7 @@ std::string format_duration(double s) {
 }
 
 std::string format_progress(const ProgressSnapshot& p) {
-  std::string line = "[generate]";
+  std::string line = p.shard.empty() ? "[generate]" : fmt::format("[generate shard {}]", p.shard);
   int64_t total = 0, finished = 0, failed = 0, generated = 0, running = 0;
   for (const auto& d : p.datasets) {
     const int64_t f = d.done_before + d.done + d.failed;
@@ -50,6 +50,7 @@ std::string format_progress(const ProgressSnapshot& p) {
   if (p.datasets.size() == 1 && failed > 0) line += fmt::format(" {} failed", failed);
   if (running > 0) line += fmt::format(" {} running", running);
   line += fmt::format(" · {} tok generated", generated);
+  if (!p.target_note.empty()) line += " · " + p.target_note;
   line += fmt::format(" · gen {:.0f} tok/s · prompt {:.0f} tok/s", p.gen_tokens_per_s, p.prompt_tokens_per_s);
   if (p.window_s > 0) line += fmt::format(" (last {})", format_duration(p.window_s));
   if (finished == total) {

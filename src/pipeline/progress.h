@@ -44,6 +44,8 @@ struct ProgressSnapshot {
   double prompt_tokens_per_s = 0;  // over the window
   double window_s = 0;             // the window's span (0: not enough samples yet)
   int64_t tokens_left = -1;        // output tokens still expected; -1: unknown
+  std::string shard{};             // "K/N" when the job is one shard (shard.h); else empty
+  std::string target_note{};       // PromptTarget::progress_note(), e.g. "replicas 2/3 up"
 };
 
 // One line (pure, for tests).

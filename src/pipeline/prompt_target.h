@@ -81,6 +81,9 @@ class PromptTarget {
   // True when start() continues GenerationTask::resume_output_ids exactly (same text as an
   // uninterrupted run) and reports tokens with their sampler state: the job then checkpoints.
   virtual bool can_resume() const { return false; }
+  // A short state for the progress line ("replicas 2/3 up"); empty: nothing to say. Called from
+  // the job's thread while tasks run.
+  virtual std::string progress_note() const { return ""; }
   // Starts one task. `done` is called exactly once, from any thread (possibly inside start());
   // it must be short. Called from the job's thread only.
   virtual void start(const GenerationTask& task, OutcomeCallback done) = 0;

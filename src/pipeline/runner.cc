@@ -389,7 +389,9 @@ void Job::report_progress(bool force) {
                         .gen_tokens_per_s = gen_rate_.rate(),
                         .prompt_tokens_per_s = prompt_rate_.rate(),
                         .window_s = gen_rate_.span_s(),
-                        .tokens_left = tokens_left()};
+                        .tokens_left = tokens_left(),
+                        .shard = options_.shard,
+                        .target_note = target_.progress_note()};
   std::fprintf(stderr, "%s\n", format_progress(snap).c_str());
 }
 
@@ -430,6 +432,7 @@ Status Job::finish_sinks() {
     nlohmann::json j = part.to_json();
     j["model"] = meta_base_["model"];
     j["sampling"] = meta_base_["sampling"];
+    if (!options_.shard.empty()) j["shard"] = options_.shard;
     STRATA_RETURN_IF_ERROR(write_file_atomic(s.done_path, j.dump(2) + "\n"));
     if (s.partial_log) {  // every prompt finished: no checkpoint is needed any more
       s.partial_log.reset();

@@ -50,6 +50,9 @@ struct JobOptions {
   // Locks taken earlier by lock_job_outputs (so a second job is refused before a model loads);
   // the job takes any it does not find here itself.
   std::vector<std::shared_ptr<OutputLock>> held_locks{};
+  // "K/N" when the datasets are one shard of a larger job (shard.h): said on the progress line
+  // and in .done ("shard"), so a task's files tell which part of the job they hold.
+  std::string shard{};
 };
 
 struct JobSummary {

@@ -5,9 +5,11 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "core/log.h"
+#include "pipeline/replicas.h"
 
 #if __has_include(<httplib.h>)
 #include <httplib.h>
@@ -134,38 +136,76 @@ struct ServerTarget::Impl {
   };
   // The result of one HTTP exchange.
   enum class Try { kOk, kUnavailable, kRetryable, kFatal };
+  using Clients =
+      std::vector<std::unique_ptr<httplib::Client>>;  // one per replica, made when first used
 
   ServerConfig config;
-  ServerUrl url;
+  std::vector<ServerUrl> urls;  // config.urls parsed, one per replica
+  std::unique_ptr<ReplicaSet> replicas;
   std::string model;
   std::mutex mu;
   std::condition_variable cv;
   std::deque<Item> queue;
   bool stop = false;          // destructor: workers exit
-  std::atomic<bool> down{false};  // the server stayed unavailable too long: interrupt everything
-  std::atomic<bool> waiting{false};  // logged that the server is unavailable; log when it is back
-  std::atomic<int64_t> last_contact_ms{0};  // steady clock ms of the last HTTP response
+  uint64_t replica_epoch = 0;     // under mu: bumped when a replica changes state, to wake waiters
+  std::atomic<bool> down{false};  // every replica stayed unavailable too long: interrupt everything
+  std::atomic<bool> waiting{false};  // logged that no replica answers; log when one is back
+  std::atomic<int64_t> last_contact_ms{
+      0};  // steady clock ms of the last HTTP response (any replica)
   std::vector<std::thread> workers;
 
   static int64_t now_ms() {
     return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
   }
+  static double now_s() {
+    return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+  }
 
-  std::unique_ptr<httplib::Client> make_client() const {
-    auto c = std::make_unique<httplib::Client>(url.scheme_host_port);
+  // What the logs call the server: its URL, or every replica's.
+  std::string label() const {
+    if (config.urls.size() == 1) return config.urls[0];
+    std::string all;
+    for (const auto& u : config.urls) all += (all.empty() ? "" : ", ") + u;
+    return fmt::format("every replica ({})", all);
+  }
+
+  // `read_timeout_s`: the request timeout for generations; the connect timeout for GET /v1/models,
+  // so a replica that accepts connections and never answers cannot hold the job's start.
+  std::unique_ptr<httplib::Client> make_client(size_t replica,
+                                               std::optional<double> read_timeout_s = {}) const {
+    auto c = std::make_unique<httplib::Client>(urls[replica].scheme_host_port);
     c->set_keep_alive(true);
     const auto us = [](double s) { return std::chrono::microseconds(int64_t(s * 1e6)); };
     c->set_connection_timeout(us(config.connect_timeout_s));
-    c->set_read_timeout(us(config.request_timeout_s));
+    c->set_read_timeout(us(read_timeout_s.value_or(config.request_timeout_s)));
     c->set_write_timeout(us(config.connect_timeout_s));
     if (!config.api_key.empty()) c->set_bearer_token_auth(config.api_key.c_str());
     return c;
+  }
+  httplib::Client& client(Clients& clients, size_t replica) const {
+    if (!clients[replica]) clients[replica] = make_client(replica);
+    return *clients[replica];
   }
 
   // Sleeps `seconds` unless the target stops first. Returns false when stopping.
   bool wait(double seconds) {
     std::unique_lock<std::mutex> lk(mu);
     return !cv.wait_for(lk, std::chrono::microseconds(int64_t(seconds * 1e6)), [&] { return stop; });
+  }
+  // The same, but also ends when a replica changes state (a probe ended, one came back).
+  bool wait_for_replicas(double seconds) {
+    std::unique_lock<std::mutex> lk(mu);
+    const uint64_t epoch = replica_epoch;
+    cv.wait_for(lk, std::chrono::microseconds(int64_t(seconds * 1e6)),
+                [&] { return stop || replica_epoch != epoch; });
+    return !stop;
+  }
+  void replica_changed() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      ++replica_epoch;
+    }
+    cv.notify_all();
   }
 
   // Classifies one exchange; fills `status` and `error`.
@@ -186,42 +226,73 @@ struct ServerTarget::Impl {
     return Try::kFatal;
   }
 
-  // One line when the server stops answering (whichever worker sees it first) and one when it
-  // answers again, so a user watching the job knows why progress paused and that nothing is lost.
+  // One line when no replica answers (whichever worker sees it first) and one when one answers
+  // again, so a user watching the job knows why progress paused and that nothing is lost.
   void report_unavailable(const std::string& error) {
     if (!waiting.exchange(true))
-      LOG_WARN("{} is unavailable ({}); retrying with backoff, unfinished prompts are kept; giving up "
-               "after {:g}s without a reply (--server-down-timeout)",
-               config.url, error, config.retry.server_down_timeout_s);
+      LOG_WARN(
+          "{} is unavailable ({}); retrying with backoff, unfinished prompts are kept; giving up "
+          "after {:g}s without a reply (--server-down-timeout)",
+          label(), error, config.retry.server_down_timeout_s);
   }
-  void report_back() {
-    if (waiting.exchange(false)) LOG_INFO("{} answers again; continuing", config.url);
+  void report_back(size_t replica) {
+    if (waiting.exchange(false)) LOG_INFO("{} answers again; continuing", config.urls[replica]);
   }
 
-  // True while the server has been unavailable for less than the timeout; flips `down` after.
+  // Ends one request's hold on its replica: no reply (or 502/503) marks the replica down, so the
+  // retry goes elsewhere; with several replicas each change is logged.
+  void finish_on(const ReplicaTicket& t, Try result, int http_status, const std::string& error) {
+    const bool no_reply = result == Try::kUnavailable || http_status == 0;
+    const ReplicaChange c =
+        replicas->release(t, no_reply ? ReplicaResult::kDown : ReplicaResult::kAnswered, now_s());
+    if (!no_reply) report_back(t.replica);
+    if (replicas->size() > 1 && c == ReplicaChange::kWentDown)
+      LOG_WARN(
+          "replica {} is down ({}); its requests go to the other replicas ({} of {} up), trying it "
+          "again "
+          "in {:g}s",
+          config.urls[t.replica], error, replicas->up_count(), replicas->size(),
+          replicas->down_delay_s(1));
+    if (replicas->size() > 1 && c == ReplicaChange::kCameBack)
+      LOG_INFO("replica {} answers again ({} of {} up)", config.urls[t.replica],
+               replicas->up_count(), replicas->size());
+    if (t.probe || c != ReplicaChange::kNone) replica_changed();
+  }
+
+  // True while some replica answered less than the timeout ago; flips `down` after.
   bool still_waiting_for_server() {
     if (down) return false;
     if (double(now_ms() - last_contact_ms) / 1e3 > config.retry.server_down_timeout_s) down = true;
     return !down;
   }
 
-  // Runs one prompt to an outcome, retrying as the policy says.
-  GenerationOutcome run(httplib::Client& client, const GenerationTask& task, std::mt19937_64& rng) {
+  // Runs one prompt to an outcome, retrying as the policy says: on another replica at once when
+  // its replica stopped answering, with backoff otherwise.
+  GenerationOutcome run(Clients& clients, const GenerationTask& task, std::mt19937_64& rng) {
     const bool chat = !task.record->messages.is_null();
-    const std::string path = url.prefix + (chat ? "/v1/chat/completions" : "/v1/completions");
+    const std::string path = chat ? "/v1/chat/completions" : "/v1/completions";
     const std::string body = openai_request_body(*task.record, config.sampling, model, task.seed).dump();
     GenerationOutcome out;
     out.attempts = 0;
-    int unavailable_streak = 0;
     while (true) {
       if (down || stop) {
         out.kind = OutcomeKind::kInterrupted;
         if (out.error.empty()) out.error = "the job is stopping";
         return out;
       }
-      auto res = client.Post(path, body, "application/json");
+      const std::optional<ReplicaTicket> ticket = replicas->acquire(now_s());
+      if (!ticket) {  // every replica is down: wait for the next probe, or for the one in flight
+        if (!still_waiting_for_server()) continue;  // ends kInterrupted above
+        report_unavailable(out.error.empty() ? "no replica takes requests" : out.error);
+        const std::optional<double> next = replicas->next_probe_s();
+        wait_for_replicas(next ? std::max(0.0, *next - now_s()) : config.retry.max_delay_s);
+        continue;
+      }
+      auto res = client(clients, ticket->replica)
+                     .Post(urls[ticket->replica].prefix + path, body, "application/json");
       std::string error;
       const Try t = classify(res, out.http_status, error);
+      finish_on(*ticket, t, out.http_status, error);
       if (t == Try::kOk) {
         ++out.attempts;
         Status s = parse_openai_reply(res->body, chat, out);
@@ -235,29 +306,23 @@ struct ServerTarget::Impl {
         return out;
       }
       out.error = error;
-      double delay;
-      if (t == Try::kUnavailable) {
-        if (!still_waiting_for_server()) continue;  // ends kInterrupted above
-        report_unavailable(error);
-        delay = backoff_delay_s(config.retry, ++unavailable_streak, rng);
-      } else {
-        report_back();
-        if (t != Try::kOk) ++out.attempts;
-        unavailable_streak = 0;
-        if (out.attempts >= config.retry.max_attempts) {
-          out.kind = OutcomeKind::kFailed;
-          out.error = fmt::format("gave up after {} attempts: {}", out.attempts, error);
-          return out;
-        }
-        delay = backoff_delay_s(config.retry, out.attempts, rng);
+      // Unavailable costs no attempt: the next pass takes another replica, or waits above.
+      if (t == Try::kUnavailable) continue;
+      if (t != Try::kOk) ++out.attempts;
+      if (out.attempts >= config.retry.max_attempts) {
+        out.kind = OutcomeKind::kFailed;
+        out.error = fmt::format("gave up after {} attempts: {}", out.attempts, error);
+        return out;
       }
-      if (!wait(delay)) continue;
+      // The replica went away mid-request and another is up: retry there at once.
+      if (out.http_status == 0 && replicas->up_count() > 0) continue;
+      if (!wait(backoff_delay_s(config.retry, out.attempts, rng))) continue;
     }
   }
 
   void worker(int index) {
     std::mt19937_64 rng(0x5eed0000u + uint64_t(index));  // jitter only; results never depend on it
-    auto client = make_client();
+    Clients clients(urls.size());
     while (true) {
       Item item;
       {
@@ -267,52 +332,86 @@ struct ServerTarget::Impl {
         item = std::move(queue.front());
         queue.pop_front();
       }
-      item.done(run(*client, item.task, rng));
+      item.done(run(clients, item.task, rng));
     }
   }
 
-  // GET /v1/models, waiting for the server like a prompt would.
+  // GET /v1/models of one replica: the model ids, or why not.
+  StatusOr<std::vector<std::string>> model_ids(size_t replica, Try& t) {
+    auto res =
+        make_client(replica, config.connect_timeout_s)->Get(urls[replica].prefix + "/v1/models");
+    int status = 0;
+    std::string error;
+    t = classify(res, status, error);
+    if (t != Try::kOk) return unavailable("{}/v1/models: {}", config.urls[replica], error);
+    nlohmann::json j = nlohmann::json::parse(res->body, nullptr, false);
+    std::vector<std::string> ids;
+    if (j.is_object() && j.contains("data") && j["data"].is_array())
+      for (const auto& m : j["data"])
+        if (m.is_object() && m.contains("id") && m["id"].is_string())
+          ids.push_back(m["id"].get<std::string>());
+    if (ids.empty())
+      return data_loss("{}/v1/models: no model id in the reply; pass --server-model",
+                       config.urls[replica]);
+    return ids;
+  }
+
+  // The model: --server-model, else the first id of GET /v1/models of the first replica to answer
+  // (waiting for one like a prompt would). Every other replica that answers now must serve it too:
+  // replicas of different models would mix two models' answers in one dataset.
   Status resolve_model() {
-    auto client = make_client();
     std::mt19937_64 rng(0x5eed);
-    for (int streak = 1;; ++streak) {
-      auto res = client->Get(url.prefix + "/v1/models");
-      int status = 0;
-      std::string error;
-      const Try t = classify(res, status, error);
-      if (t == Try::kOk) {
-        report_back();
-        nlohmann::json j = nlohmann::json::parse(res->body, nullptr, false);
-        if (j.is_object() && j.contains("data") && j["data"].is_array() && !j["data"].empty() &&
-            j["data"][0].is_object() && j["data"][0].contains("id") && j["data"][0]["id"].is_string()) {
-          model = j["data"][0]["id"].get<std::string>();
-          return Status();
+    std::optional<size_t> first;
+    if (!config.model.empty()) model = config.model;
+    for (int streak = 1; model.empty(); ++streak) {
+      std::string last_error;
+      for (size_t r = 0; r < urls.size() && model.empty(); ++r) {
+        Try t;
+        auto ids = model_ids(r, t);
+        if (ids.ok()) {
+          report_back(r);
+          model = ids->front();
+          first = r;
+        } else if (t == Try::kOk || t == Try::kFatal ||
+                   (t == Try::kRetryable && streak >= config.retry.max_attempts)) {
+          return ids.status();
+        } else {
+          last_error = ids.status().message();
         }
-        return data_loss("{}/v1/models: no model id in the reply; pass --server-model", config.url);
       }
-      if (t == Try::kFatal || (t == Try::kRetryable && streak >= config.retry.max_attempts))
-        return unavailable("{}/v1/models: {}", config.url, error);
+      if (!model.empty()) break;
       if (!still_waiting_for_server())
-        return unavailable("{} stayed unavailable for {:g}s: {}", config.url,
-                           config.retry.server_down_timeout_s, error);
-      report_unavailable(error);
+        return unavailable("{} stayed unavailable for {:g}s: {}", label(),
+                           config.retry.server_down_timeout_s, last_error);
+      report_unavailable(last_error);
       if (!wait(backoff_delay_s(config.retry, streak, rng))) return unavailable("stopped");
     }
+    for (size_t r = 0; r < urls.size() && urls.size() > 1; ++r) {
+      if (first == r) continue;
+      Try t;
+      auto ids = model_ids(r, t);
+      if (ids.ok() && std::find(ids->begin(), ids->end(), model) == ids->end())
+        return failed_precondition(
+            "replica {} serves {}, not {}: every --server must serve the same model",
+            config.urls[r], ids->front(), model);
+    }
+    return Status();
   }
 };
 
 StatusOr<std::unique_ptr<ServerTarget>> ServerTarget::create(const ServerConfig& config) {
   if (config.concurrency < 1) return invalid_argument("--concurrency must be >= 1");
   if (config.retry.max_attempts < 1) return invalid_argument("--max-attempts must be >= 1");
+  if (config.urls.empty()) return invalid_argument("--server: no URL given");
   auto impl = std::make_unique<Impl>();
   impl->config = config;
-  STRATA_ASSIGN_OR_RETURN(impl->url, parse_server_url(config.url));
-  impl->last_contact_ms = Impl::now_ms();
-  if (config.model.empty()) {
-    STRATA_RETURN_IF_ERROR(impl->resolve_model());
-  } else {
-    impl->model = config.model;
+  for (const std::string& u : config.urls) {
+    STRATA_ASSIGN_OR_RETURN(ServerUrl parsed, parse_server_url(u));
+    impl->urls.push_back(std::move(parsed));
   }
+  impl->replicas = std::make_unique<ReplicaSet>(config.urls, config.retry);
+  impl->last_contact_ms = Impl::now_ms();
+  STRATA_RETURN_IF_ERROR(impl->resolve_model());
   for (int i = 0; i < config.concurrency; ++i) impl->workers.emplace_back([p = impl.get(), i] { p->worker(i); });
   return std::unique_ptr<ServerTarget>(new ServerTarget(std::move(impl)));
 }
@@ -337,6 +436,10 @@ void ServerTarget::start(const GenerationTask& task, OutcomeCallback done) {
 
 std::string ServerTarget::model_name() const { return impl_->model; }
 int ServerTarget::max_in_flight() const { return impl_->config.concurrency; }
+std::string ServerTarget::progress_note() const {
+  const ReplicaSet& r = *impl_->replicas;
+  return r.size() > 1 ? fmt::format("replicas {}/{} up", r.up_count(), r.size()) : "";
+}
 
 #else  // no cpp-httplib: server mode is not built here
 
@@ -353,6 +456,7 @@ void ServerTarget::start(const GenerationTask&, OutcomeCallback done) {
 }
 std::string ServerTarget::model_name() const { return ""; }
 int ServerTarget::max_in_flight() const { return 1; }
+std::string ServerTarget::progress_note() const { return ""; }
 
 #endif
 

@@ -11,21 +11,28 @@
 //     cut short: check_not_cut_short): up to
 //     max_attempts per prompt with backoff, then kFailed;
 //   - other 4xx (prompt too long, bad request): kFailed at once, with the server's message.
+// Several URLs are replicas of one model (replicas.h): each request goes to the replica with the
+// fewest of this job's requests in flight; a replica that stops answering is marked down and its
+// requests (those in flight included) are retried on the others at once, without spending an
+// attempt when the connection was refused; "unavailable" above then means every replica is.
 // Built only where cpp-httplib is installed (<httplib.h>); elsewhere create() says so.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "pipeline/prompt_target.h"
 
 namespace strata {
 
 struct ServerConfig {
-  std::string url;    // http://host:port, optionally with a path prefix; a trailing /v1 is accepted
+  // Replicas of one model: http://host:port, optionally with a path prefix; a trailing /v1 is
+  // accepted.
+  std::vector<std::string> urls{};
   std::string model;  // empty: the first id of GET /v1/models
   std::string api_key;  // sent as "Authorization: Bearer ..." when set
-  int concurrency = 32;
+  int concurrency = 32;             // requests in flight, over all replicas
   double request_timeout_s = 3600;  // one generation may take long on a busy server
   double connect_timeout_s = 10;
   RetryPolicy retry;
@@ -57,6 +64,7 @@ class ServerTarget : public PromptTarget {
 
   std::string model_name() const override;
   int max_in_flight() const override;
+  std::string progress_note() const override;  // "replicas 2/3 up" with several replicas
   void start(const GenerationTask& task, OutcomeCallback done) override;
 
   struct Impl;

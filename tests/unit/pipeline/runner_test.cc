@@ -287,6 +287,17 @@ TEST(Progress, FormatsPerDatasetTotalsTokensRatesAndEta) {
   EXPECT_EQ(format_duration(2 * 86400 + 7200), "2d02h");
 }
 
+TEST(Progress, NamesTheShardAndTheTargetsState) {
+  ProgressSnapshot p;
+  p.datasets = {{.name = "define", .total = 10, .done = 4}};
+  EXPECT_EQ(format_progress(p).rfind("[generate] define 4/10", 0), 0u) << format_progress(p);
+  p.shard = "2/8";
+  p.target_note = "replicas 1/2 up";
+  const std::string line = format_progress(p);
+  EXPECT_EQ(line.rfind("[generate shard 2/8] define 4/10", 0), 0u) << line;
+  EXPECT_NE(line.find("tok generated · replicas 1/2 up · gen"), std::string::npos) << line;
+}
+
 TEST(Progress, RateWindowForgetsWhatIsOlderThanTheWindow) {
   RateWindow w(10);
   EXPECT_EQ(w.rate(), 0);
