@@ -507,7 +507,10 @@ Status Job::setup_kv_checkpoints() {
              why_not);
     return Status();
   }
-  const int64_t in_flight = std::max(1, target_.max_in_flight());
+  int64_t prompts = 0;
+  for (const Dataset& d : datasets_) prompts += int64_t(d.records.size());
+  const int64_t in_flight =
+      std::max<int64_t>(1, std::min<int64_t>(prompts, target_.max_in_flight()));
   const int64_t bytes =
       layout->bytes_per_token() * int64_t(options_.sampling.params.max_new_tokens) * in_flight;
   if (options_.checkpoint_kv == Mode::kAuto && bytes > options_.checkpoint_kv_max_bytes) {

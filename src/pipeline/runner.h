@@ -51,8 +51,8 @@ struct JobOptions {
   double checkpoint_interval_s = 10;
   // KV rows with the checkpoints (kv_checkpoint.h), for targets that have them (the in-process
   // engine at --tp-size 1). kAuto: on unless the rows of the prompts in flight could exceed
-  // checkpoint_kv_max_bytes (KV bytes per token x max_new_tokens x prompts in flight; prompts
-  // not counted); kOn where the target cannot is an error.
+  // checkpoint_kv_max_bytes (KV bytes per token x max_new_tokens x prompts in flight, at most
+  // the job's prompts; the prompts' own rows not counted); kOn where the target cannot is an error.
   enum class CheckpointKv { kAuto, kOn, kOff };
   CheckpointKv checkpoint_kv = CheckpointKv::kAuto;
   int64_t checkpoint_kv_max_bytes = int64_t(16) << 30;
