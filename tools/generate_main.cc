@@ -42,6 +42,8 @@ struct GenerateFlags {
   std::string chat_template_kwargs;  // JSON object
   std::string shard;                 // K/N, auto or auto/N
   std::vector<std::string> verify;   // outputs to check instead of generating
+  std::string checkpoint_kv = "auto";
+  double checkpoint_kv_max_gb = 16;
   ServerConfig server;
   ApiKeyFlags api_key;
   JobOptions job;
@@ -103,6 +105,17 @@ void add_generate_flags(CLI::App& app, GenerateFlags& g) {
       ->capture_default_str();
   app.add_option("--checkpoint-interval", g.job.checkpoint_interval_s,
                  "and at least this often (seconds) while any prompt has unsaved tokens")
+      ->capture_default_str();
+  app.add_option(
+         "--checkpoint-kv", g.checkpoint_kv,
+         "auto|on|off: checkpoints hold the prompts' KV rows too (OUTPUT.partial.kv), so a resumed "
+         "prompt decodes on instead of prefilling its prompt and partial output again; auto: on "
+         "unless "
+         "the rows could exceed --checkpoint-kv-max-gb (not under --tp-size > 1)")
+      ->capture_default_str();
+  app.add_option("--checkpoint-kv-max-gb", g.checkpoint_kv_max_gb,
+                 "--checkpoint-kv auto: off when KV bytes/token x --max-new-tokens x prompts in "
+                 "flight exceeds this")
       ->capture_default_str();
   app.add_flag("--retry-failures", g.job.retry_failures, "run the prompts of the failures file again");
   app.add_flag("--allow-mixed-settings", g.job.allow_mixed_settings,
@@ -176,6 +189,17 @@ Status validate(GenerateFlags& g) {
   if (!(g.job.progress_interval_s > 0)) return invalid_argument("--progress-interval must be > 0");
   if (g.job.checkpoint_tokens < 0) return invalid_argument("--checkpoint-tokens must be >= 0");
   if (!(g.job.checkpoint_interval_s > 0)) return invalid_argument("--checkpoint-interval must be > 0");
+  if (g.checkpoint_kv == "auto")
+    g.job.checkpoint_kv = JobOptions::CheckpointKv::kAuto;
+  else if (g.checkpoint_kv == "on")
+    g.job.checkpoint_kv = JobOptions::CheckpointKv::kOn;
+  else if (g.checkpoint_kv == "off")
+    g.job.checkpoint_kv = JobOptions::CheckpointKv::kOff;
+  else
+    return invalid_argument("--checkpoint-kv must be auto, on or off, got '{}'", g.checkpoint_kv);
+  if (!(g.checkpoint_kv_max_gb >= 0))
+    return invalid_argument("--checkpoint-kv-max-gb must be >= 0");
+  g.job.checkpoint_kv_max_bytes = int64_t(g.checkpoint_kv_max_gb * 1e9);
   if (!g.job.output_file.empty() && !g.job.output_dir.empty())
     return invalid_argument("give --output or --output-dir, not both");
   g.job.sampling.params.seed = uint64_t(g.seed);

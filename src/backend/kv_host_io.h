@@ -78,8 +78,13 @@ class KvHostIo {
   // wall time of the memcpy on CPU).
   double copy_seconds() const { return copy_seconds_; }
 
-  // Host bytes of layer `layer`'s K (or V) part of host page `page` (page_size rows), for tests.
+  // Host bytes of layer `layer`'s K (or V) part of host page `page` (page_size rows): tests, and
+  // KV rows read out of a staging mirror (engine/kv_rows_io.h).
   const std::byte* host_page_part(int32_t page, int layer, bool value) const;
+  // The same part, to fill before a host_to_device copy (KV rows loaded from a checkpoint).
+  std::byte* mutable_host_page_part(int32_t page, int layer, bool value) {
+    return const_cast<std::byte*>(host_page_part(page, layer, value));
+  }
   int64_t page_part_bytes(int layer, bool value) const;
 
  protected:

@@ -5,6 +5,7 @@
 #include "backend/kv_host_io.h"
 #include "backend/solo_comm.h"
 #include "core/log.h"
+#include "engine/kv_rows_io.h"
 #include "engine/live_request.h"
 #include "engine/schedule_state.h"
 #include "kv/host_pool.h"
@@ -27,6 +28,19 @@ Engine::~Engine() {
              h.host_hit_tokens, h.promotions, h.demoted_pages, h.evicted_ahead_pages, h.dropped_pages,
              double(h.bytes_to_host) / 1e9,
              double(h.bytes_to_device) / 1e9, h.copy_seconds);
+  }
+  if (kv_copier_) {
+    // What KV checkpoints cost: on the GPU every row is downloaded once, as its page fills.
+    const auto rate = [](int64_t bytes, double s) { return s > 0 ? double(bytes) / s / 1e6 : 0.0; };
+    LOG_INFO(
+        "KV checkpoints: {:.1f} MB of rows downloaded in {:.3f} s ({:.0f} MB/s), {:.1f} MB loaded "
+        "in {:.3f} s "
+        "({:.0f} MB/s, {} tokens not recomputed)",
+        double(kv_copier_->bytes_read()) / 1e6, kv_copier_->read_seconds(),
+        rate(kv_copier_->bytes_read(), kv_copier_->read_seconds()),
+        double(kv_copier_->bytes_written()) / 1e6, kv_copier_->write_seconds(),
+        rate(kv_copier_->bytes_written(), kv_copier_->write_seconds()),
+        stats_.kv_import_tokens_total);
   }
   // The ops that ran on the CPU reference instead of the device (rank 0's under tensor
   // parallelism, where every rank runs the same ops), so a slow path never passes for a fast one.

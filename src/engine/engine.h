@@ -11,6 +11,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -22,6 +24,8 @@
 #include "core/status.h"
 #include "engine/host_tier_io.h"
 #include "engine/kv_config.h"
+#include "engine/kv_rows.h"
+#include "engine/kv_rows_io.h"
 #include "engine/request.h"
 #include "engine/request_error.h"
 #include "engine/request_validation.h"
@@ -39,6 +43,7 @@ class RadixCache;
 class ScheduleState;
 class GroupHostTier;
 class ParallelRuntime;
+struct ScheduledSeq;
 
 // The default of --cuda-graph-max-bs on one GPU. H200, 8B shape, 512 in / 256 out (2026-11-30):
 // graphs replay after one capture per batch size, and steps at batch 64 took 17.0 ms with them
@@ -121,6 +126,9 @@ struct StreamEvent {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
   int32_t cached_tokens = 0;             // prompt tokens served from the prefix cache
+  // GenerateRequest::export_kv: KV rows of whole pages the request completed since its last
+  // export (an event of its own: no tokens, not finished). Their tokens were emitted before.
+  std::shared_ptr<const KvRows> kv{};
 };
 using StreamCallback = std::function<void(const StreamEvent&)>;
 
@@ -136,6 +144,19 @@ struct GenerateRequest {
   // on a batch-invariant backend (the cpu reference is; see backend/cpu/linear.cc).
   std::vector<int32_t> resume_output_ids{};
   uint64_t resume_rng_draws = 0;
+  // The KV of prompt + resume_output_ids' first resume_kv->rows tokens, as a checkpoint stored
+  // them (rows from 0, whole pages, checked against kv_rows_layout() by the caller; at most
+  // prompt + resumed - 1 rows). The engine loads them into the pool as a cached prefix before the
+  // request is queued, so its admission hits them and only the rest is computed: with rows =
+  // prompt + resumed - 1 the request continues by computing one token, its last resumed one, as
+  // its next decode step would have. Rows the pool cannot hold now are computed as usual.
+  std::shared_ptr<const KvRows> resume_kv{};
+  // Stream the request's KV rows as its pages fill (StreamEvent::kv), from row kv_export_from_row
+  // (a multiple of the page size: what an earlier checkpoint already holds). One device -> host
+  // copy per step for every exporting request together. Ignored under tensor parallelism
+  // (kv_rows_layout() says why).
+  bool export_kv = false;
+  int32_t kv_export_from_row = 0;
   // An internal request (the server's health probe): not counted in the request and token totals
   // of EngineStats, so monitoring does not see it as user traffic.
   bool internal = false;
@@ -174,6 +195,15 @@ struct EngineStats {
   // cpu_fallback_counts: every declared op with its calls, zeros included; empty when the
   // backend has no such table). Under tensor parallelism, rank 0's: every rank runs the same ops.
   std::vector<std::pair<std::string, int64_t>> cpu_fallback_ops;
+  // KV rows of checkpoints (GenerateRequest::export_kv / resume_kv): downloaded and loaded bytes,
+  // the copies' wall time, the tokens loaded as cached prefixes and loads refused (no room, bad
+  // size).
+  int64_t kv_export_bytes_total = 0;
+  double kv_export_seconds = 0;
+  int64_t kv_import_bytes_total = 0;
+  double kv_import_seconds = 0;
+  int64_t kv_import_tokens_total = 0;
+  int64_t kv_import_refused_total = 0;
 };
 
 class Engine {
@@ -206,6 +236,11 @@ class Engine {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const Plan& plan() const { return plan_; }
   const KvCacheConfig& kv_config() const { return kv_config_; }
+  // The layout KV rows of this engine have (kv_rows.h), or nullopt with the reason in *why_not
+  // when this engine does not export or load them: under tensor parallelism each rank holds a
+  // shard of every row and only rank 0's pool is here, so checkpoints would hold a fraction of
+  // the KV; --tp-one-rank's KV is not the model's.
+  std::optional<KvRowsLayout> kv_rows_layout(std::string* why_not = nullptr) const;
   // The engine thread's backend. Only for benchmarks that prepare device state (random weights)
   // before the first request: the backend is not thread-safe.
   Backend& backend() const { return *backend_; }
@@ -221,6 +256,10 @@ class Engine {
   void run_step();
   void emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogprobs> logprobs, bool resumed = false);
   void finalize(Live& live);
+  // KV rows of checkpoints (engine_kv_rows.cc).
+  bool ensure_kv_copier();
+  void import_kv(Live& live);
+  void export_kv(std::span<const ScheduledSeq> seqs);
   void update_stats();
   // create()'s steps, in order (engine_create.cc).
   struct Checkpoint;
@@ -255,6 +294,7 @@ class Engine {
   std::unique_ptr<HiCacheIo> hicache_io_;
   std::unique_ptr<HostPool> host_pool_;
   std::unique_ptr<HiCache> hicache_;
+  std::unique_ptr<KvRowsCopier> kv_copier_;    // made at the first KV export or load
   const ParallelRuntime* parallel_ = nullptr;  // create()'s; used when tp_size > 1
   GroupHostTier* group_host_tier_ = nullptr;   // hicache_io_ under tensor parallelism
   bool tp_launched_ = false;  // ranks are processes of a launcher, not threads here

@@ -93,6 +93,7 @@ void Engine::drain_inbox() {
       continue;
     }
     const int64_t id = live->request.id();
+    import_kv(*live);  // checkpointed KV rows become a cached prefix its admission hits
     if (!live->resume_output_ids.empty()) emit(*live, std::move(live->resume_output_ids), {}, /*resumed=*/true);
     live_[id] = std::move(live);
   }
@@ -228,6 +229,7 @@ void Engine::run_step() {
         finished.push_back(r);
       }
     }
+    export_kv(step.seqs);  // pages this step completed, for requests that checkpoint their KV
     for (Request* r : finished) end_request(r);
     timing.add(step_begin, fwd_begin, fwd_end, n);
     step_begin = StepClock::now();

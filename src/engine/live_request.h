@@ -18,7 +18,10 @@ struct Engine::Live {
         internal(g.internal),
         decoder(tok, /*skip_special=*/true),
         rng(seed, g.resume_rng_draws),
-        resume_output_ids(std::move(g.resume_output_ids)) {
+        resume_output_ids(std::move(g.resume_output_ids)),
+        resume_kv(std::move(g.resume_kv)),
+        export_kv(g.export_kv),
+        exported_rows(g.kv_export_from_row) {
     if (!resume_output_ids.empty()) request.preload_output(resume_output_ids);
     if (request.params().edits_logits()) output_counts.add(resume_output_ids);
   }
@@ -30,6 +33,9 @@ struct Engine::Live {
   SamplerRng rng;
   OutputTokenCounts output_counts;         // kept only when the request's params edit logits
   std::vector<int32_t> resume_output_ids;  // emitted once the request is queued
+  std::shared_ptr<const KvRows> resume_kv;  // loaded into the pool once the request is queued
+  bool export_kv = false;
+  int32_t exported_rows = 0;  // KV rows streamed so far (or held by the caller's checkpoint)
   std::string pending_text;  // decoded, not yet emitted
   size_t max_stop_len = 0;   // longest stop string: that much text minus one is held back
   bool stopped_by_string = false;

@@ -17,16 +17,20 @@ std::string settings_fingerprint(const std::string& settings_json) {
   return fmt::format("{:016x}", h);
 }
 
-std::string partial_line(const PartialKey& key, int64_t from, std::span<const int32_t> tokens, uint64_t rng_draws,
-                         int32_t prompt_tokens, const std::string& settings) {
-  return nlohmann::json{{"dataset", key.first},
-                        {"id", key.second},
-                        {"from", from},
-                        {"tokens", std::vector<int32_t>(tokens.begin(), tokens.end())},
-                        {"draws", rng_draws},
-                        {"prompt_tokens", prompt_tokens},
-                        {"settings", settings}}
-      .dump();
+std::string partial_line(const PartialKey& key, int64_t from, std::span<const int32_t> tokens,
+                         uint64_t rng_draws, int32_t prompt_tokens, const std::string& settings,
+                         const KvMark& kv) {
+  nlohmann::json j = {
+      {"dataset", key.first}, {"id", key.second},
+      {"from", from},         {"tokens", std::vector<int32_t>(tokens.begin(), tokens.end())},
+      {"draws", rng_draws},   {"prompt_tokens", prompt_tokens},
+      {"settings", settings}};
+  if (kv.rows > 0) {
+    j["kv_rows"] = kv.rows;
+    j["kv_tokens"] = kv.tokens;
+    j["kv_draws"] = kv.draws;
+  }
+  return j.dump();
 }
 
 StatusOr<std::map<PartialKey, PartialOutput>> read_partials(const std::string& path, const std::string& settings) {
@@ -60,6 +64,13 @@ StatusOr<std::map<PartialKey, PartialOutput>> read_partials(const std::string& p
     for (const auto& t : jt) p.tokens.push_back(t.get<int32_t>());
     p.rng_draws = j.value("draws", uint64_t(0));
     p.prompt_tokens = j.value("prompt_tokens", 0);
+    // Each line states the mark; a usable one names output tokens this record has.
+    p.kv = KvMark{.rows = j.value("kv_rows", int64_t(0)),
+                  .tokens = j.value("kv_tokens", int64_t(0)),
+                  .draws = j.value("kv_draws", uint64_t(0))};
+    if (p.kv.rows <= 0 || p.kv.tokens < 1 || p.kv.tokens > int64_t(p.tokens.size()) ||
+        p.kv.rows != p.prompt_tokens + p.kv.tokens - 1)
+      p.kv = KvMark{};
   }
   return out;
 }
@@ -73,7 +84,7 @@ Status rewrite_partials(const std::string& path, const std::map<PartialKey, Part
   }
   std::string text;
   for (const auto& [key, p] : partials)
-    text += partial_line(key, 0, p.tokens, p.rng_draws, p.prompt_tokens, settings) + "\n";
+    text += partial_line(key, 0, p.tokens, p.rng_draws, p.prompt_tokens, settings, p.kv) + "\n";
   return write_file_atomic(path, text);
 }
 

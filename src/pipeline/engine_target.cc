@@ -40,10 +40,13 @@ void EngineTarget::start(const GenerationTask& task, OutcomeCallback done) {
   req.prompt_ids = std::move(ids).value();
   req.params = sampling_.params;
   req.params.seed = task.seed;
+  req.export_kv = task.export_kv;
   if (!task.resume_output_ids.empty()) {
     if (task.resume_prompt_tokens == int32_t(req.prompt_ids.size())) {
       req.resume_output_ids = task.resume_output_ids;
       req.resume_rng_draws = task.resume_rng_draws;
+      req.resume_kv = task.resume_kv;
+      req.kv_export_from_row = task.kv_export_from_row;
     } else {
       LOG_WARN("{} id {}: its checkpoint was made for a {}-token prompt, this one has {}; starting it over",
                task.dataset, r.id, task.resume_prompt_tokens, req.prompt_ids.size());
@@ -57,6 +60,7 @@ void EngineTarget::start(const GenerationTask& task, OutcomeCallback done) {
     *text += ev.text;
     if (on_tokens && !ev.resumed && !ev.token_ids.empty())
       on_tokens(TokenReport{.token_ids = ev.token_ids, .rng_draws = ev.rng_draws, .prompt_tokens = ev.prompt_tokens});
+    if (on_tokens && ev.kv) on_tokens(TokenReport{.prompt_tokens = ev.prompt_tokens, .kv = ev.kv});
     if (!ev.finished) return;
     GenerationOutcome o;
     o.prompt_tokens = ev.prompt_tokens;

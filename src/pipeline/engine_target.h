@@ -25,6 +25,9 @@ class EngineTarget : public PromptTarget {
   std::string model_name() const override { return model_name_; }
   int max_in_flight() const override { return max_in_flight_; }
   bool can_resume() const override { return true; }
+  std::optional<KvRowsLayout> kv_rows_layout(std::string* why_not) const override {
+    return engine_.kv_rows_layout(why_not);
+  }
   void start(const GenerationTask& task, OutcomeCallback done) override;
 
  private:

@@ -4,11 +4,14 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "engine/kv_rows.h"
 #include "engine/sampling_params.h"
 #include "pipeline/dataset.h"
 
@@ -34,6 +37,8 @@ struct TokenReport {
   uint64_t rng_draws = 0;            // the sampler's draws after them (engine/sampler.h)
   int32_t prompt_tokens = 0;
   bool restart = false;  // the target could not resume the task: its output starts over
+  // GenerationTask::export_kv: KV rows of pages completed since the last report (no tokens).
+  std::shared_ptr<const KvRows> kv{};
 };
 using TokensCallback = std::function<void(TokenReport)>;
 
@@ -49,6 +54,12 @@ struct GenerationTask {
   std::vector<int32_t> resume_output_ids{};
   uint64_t resume_rng_draws = 0;
   int32_t resume_prompt_tokens = 0;
+  // KV checkpoints (targets with kv_rows_layout() only): the KV of the first resume_kv->rows
+  // tokens of prompt + resume_output_ids, loaded instead of computed; and whether to report the
+  // task's KV rows as its pages fill (TokenReport::kv), from row kv_export_from_row on.
+  std::shared_ptr<const KvRows> resume_kv{};
+  bool export_kv = false;
+  int32_t kv_export_from_row = 0;
 };
 
 enum class OutcomeKind {
@@ -84,6 +95,12 @@ class PromptTarget {
   // A short state for the progress line ("replicas 2/3 up"); empty: nothing to say. Called from
   // the job's thread while tasks run.
   virtual std::string progress_note() const { return ""; }
+  // The layout of the KV rows the target reports and loads (kv_checkpoint.h), or nullopt with the
+  // reason in *why_not when it does not.
+  virtual std::optional<KvRowsLayout> kv_rows_layout(std::string* why_not) const {
+    if (why_not != nullptr) *why_not = "this target keeps no KV the job can read";
+    return std::nullopt;
+  }
   // Starts one task. `done` is called exactly once, from any thread (possibly inside start());
   // it must be short. Called from the job's thread only.
   virtual void start(const GenerationTask& task, OutcomeCallback done) = 0;

@@ -1,20 +1,22 @@
 #include "pipeline/runner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <algorithm>
 #include <deque>
-#include <span>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
-#include <map>
+#include <optional>
 #include <set>
+#include <span>
 #include <unordered_map>
 
 #include "core/log.h"
 #include "pipeline/checkpoint.h"
+#include "pipeline/kv_checkpoint.h"
 #include "pipeline/output_lock.h"
 #include "pipeline/output_log.h"
 
@@ -43,6 +45,8 @@ struct Sink {
   std::string partial_path;                     // checkpoints (checkpoint.h)
   std::map<PartialKey, PartialOutput> partials;  // of unfinished prompts, when the job started
   std::unique_ptr<AppendLog> partial_log;       // null when the job does not checkpoint
+  std::unique_ptr<KvCheckpointFile> kv_file;    // their KV rows; null without KV checkpoints
+  int64_t kv_dead_rows = 0;  // rows of records finished since the last compaction
 };
 
 struct Task {
@@ -57,7 +61,16 @@ struct Task {
   uint64_t rng_draws = 0;
   int32_t prompt_tokens = 0;
   int64_t reported_this_run = 0;  // tokens the target reported (not the resumed ones)
+  // KV checkpoints: the sampler's draws after each produced token (kUnknownDraws where a report
+  // of several tokens hid them), rows received and not yet in the side file, rows it holds, rows
+  // to load when the task starts, and the mark the last line stated.
+  std::vector<uint64_t> draws_after{};
+  std::vector<std::shared_ptr<const KvRows>> kv_pending{};
+  int64_t kv_received = 0, kv_saved = 0, kv_resume_rows = 0;
+  KvMark kv_written{};
 };
+
+constexpr uint64_t kUnknownDraws = ~uint64_t(0);
 
 // Scans a file, compacting it first if it holds duplicates (rescanning after).
 StatusOr<ScanResult> scan_and_repair(const std::string& path, const ScanOptions& opts) {
@@ -142,6 +155,10 @@ class Job {
   void on_tokens(size_t index, TokenReport& report);
   Status checkpoint(bool force);
   Status save_partial(Task& t);
+  Status save_kv_rows(Task& t);
+  KvMark kv_mark(const Task& t) const;
+  Status setup_kv_checkpoints();
+  Status compact_kv_if_wasteful(Sink& s);
   int64_t tokens_left() const;
   void report_progress(bool force);
   Status verify_sink(const Sink& s) const;
@@ -159,6 +176,7 @@ class Job {
   Clock::time_point start_ = Clock::now(), last_progress_ = Clock::now(), last_checkpoint_ = Clock::now();
   int64_t finished_this_run_ = 0;
   bool checkpointing_ = false;
+  std::optional<KvRowsLayout> kv_layout_;  // set when checkpoints hold KV rows too
   std::string settings_;  // settings_fingerprint of meta_base_
   std::set<size_t> running_;
   size_t started_ = 0;                                  // tasks handed to the target
@@ -220,6 +238,30 @@ Status Job::open_checkpoints(Sink& s) {
     if (s.results.contains(dataset, id) || (!options_.retry_failures && s.failures.contains(dataset, id))) continue;
     s.partials.emplace(key, std::move(p));
   }
+  if (kv_layout_) {
+    STRATA_ASSIGN_OR_RETURN(s.kv_file,
+                            KvCheckpointFile::open(s.results_path + ".partial.kv", *kv_layout_));
+    std::map<PartialKey, int64_t> keep;
+    int64_t lost = 0;
+    for (auto& [key, p] : s.partials) {
+      if (p.kv.rows > 0 && s.kv_file->rows(key) < p.kv.rows) {
+        ++lost;  // a torn side file, or one made with another layout: this record prefills again
+        p.kv = KvMark{};
+      }
+      if (p.kv.rows > 0) keep[key] = p.kv.rows;
+    }
+    if (lost > 0)
+      LOG_WARN("{}: the KV rows of {} unfinished prompts are missing; they are prefilled again",
+               s.kv_file->path(), lost);
+    int64_t kept = 0;
+    for (const auto& [key, rows] : keep)
+      kept += rows / kv_layout_->page_size * kv_layout_->page_bytes;
+    if (s.kv_file->file_bytes() > 2 * kept + (int64_t(64) << 20))
+      STRATA_RETURN_IF_ERROR(s.kv_file->compact(keep));
+  } else {
+    for (auto& [key, p] : s.partials)
+      p.kv = KvMark{};  // no rows are loaded: continue from every token
+  }
   STRATA_RETURN_IF_ERROR(rewrite_partials(s.partial_path, s.partials, settings_));
   std::error_code ec;
   const int64_t bytes = std::filesystem::exists(s.partial_path, ec) ? int64_t(std::filesystem::file_size(s.partial_path, ec)) : 0;
@@ -261,13 +303,25 @@ void Job::plan_tasks() {
         if (auto p = s.partials.find({ds.name, r.id});
             p != s.partials.end() &&
             int64_t(p->second.tokens.size()) < options_.sampling.params.max_new_tokens) {
-          t.task.resume_output_ids = p->second.tokens;
-          t.task.resume_rng_draws = p->second.rng_draws;
-          t.task.resume_prompt_tokens = p->second.prompt_tokens;
-          t.produced = p->second.tokens;
+          const PartialOutput& po = p->second;
+          // With KV rows, from the tokens they cover (the rest is decoded again, as before);
+          // without, from every token, prefilled.
+          const size_t n = po.kv.rows > 0 ? size_t(po.kv.tokens) : po.tokens.size();
+          t.task.resume_output_ids.assign(po.tokens.begin(), po.tokens.begin() + ptrdiff_t(n));
+          t.task.resume_rng_draws = po.kv.rows > 0 ? po.kv.draws : po.rng_draws;
+          t.task.resume_prompt_tokens = po.prompt_tokens;
+          t.produced = t.task.resume_output_ids;
           t.checkpointed = t.produced.size();
-          t.rng_draws = p->second.rng_draws;
-          t.prompt_tokens = p->second.prompt_tokens;
+          t.rng_draws = t.task.resume_rng_draws;
+          t.prompt_tokens = po.prompt_tokens;
+          t.draws_after.assign(t.produced.size(), kUnknownDraws);
+          if (!t.draws_after.empty()) t.draws_after.back() = t.rng_draws;
+          t.kv_resume_rows = t.kv_received = t.kv_saved = po.kv.rows;
+          t.kv_written = po.kv;
+        }
+        if (kv_layout_) {
+          t.task.export_kv = true;
+          t.task.kv_export_from_row = int32_t(t.kv_saved);
         }
       }
       tasks_.push_back(std::move(t));
@@ -287,7 +341,11 @@ Status Job::handle(size_t index, GenerationOutcome& o) {
   if (o.kind == OutcomeKind::kInterrupted) {
     ++summary_.interrupted;
     if (summary_.interrupt_reason.empty()) summary_.interrupt_reason = o.error;
-    return save_partial(tm);  // what it made is kept for the next run
+    // What it made is kept for the next run: its KV rows synced before the line naming them.
+    STRATA_RETURN_IF_ERROR(save_kv_rows(tm));
+    if (!sinks_.empty() && sinks_[tm.sink].kv_file)
+      STRATA_RETURN_IF_ERROR(sinks_[tm.sink].kv_file->sync());
+    return save_partial(tm);
   }
   ++finished_this_run_;
   sum.prompt_tokens += o.prompt_tokens;
@@ -307,6 +365,9 @@ Status Job::handle(size_t index, GenerationOutcome& o) {
   }
   tm.produced.clear();
   tm.produced.shrink_to_fit();
+  tm.draws_after = {};
+  tm.kv_pending = {};
+  if (!sinks_.empty()) sinks_[t.sink].kv_dead_rows += tm.kv_saved;
   // Said in every mode (the failures file is not there to read in memory mode).
   if (o.kind != OutcomeKind::kDone) LOG_WARN("{} id {}: {}", t.task.dataset, r.id, o.error);
   if (sinks_.empty()) {
@@ -326,10 +387,23 @@ void Job::on_tokens(size_t index, TokenReport& report) {
   if (!t.running) return;  // a late report of a task already handled
   if (report.restart) {
     t.produced.clear();
+    t.draws_after.clear();
     t.checkpointed = 0;
+    t.kv_pending.clear();
+    t.kv_received = t.kv_saved = 0;  // its rows are exported again from row 0, replacing these
+  }
+  if (report.kv) {
+    // In order from the engine; anything else (never expected) is dropped, not misfiled.
+    if (report.kv->first_row == t.kv_received) {
+      t.kv_received += report.kv->rows;
+      t.kv_pending.push_back(std::move(report.kv));
+    }
+    return;
   }
   const int64_t n = int64_t(report.token_ids.size());
   t.produced.insert(t.produced.end(), report.token_ids.begin(), report.token_ids.end());
+  for (int64_t i = 0; i < n; ++i)
+    t.draws_after.push_back(i + 1 == n ? report.rng_draws : kUnknownDraws);
   if (n > 0) {
     t.rng_draws = report.rng_draws;
     t.prompt_tokens = report.prompt_tokens;
@@ -351,18 +425,110 @@ Status Job::checkpoint(bool force) {
   }
   if (!due) return Status();
   last_checkpoint_ = now;
+  // The KV rows first, synced, then the lines that name them: a line never refers to rows a
+  // crash could have lost.
+  for (size_t index : running_) STRATA_RETURN_IF_ERROR(save_kv_rows(tasks_[index]));
+  for (Sink& s : sinks_)
+    if (s.kv_file) STRATA_RETURN_IF_ERROR(s.kv_file->sync());
   for (size_t index : running_) STRATA_RETURN_IF_ERROR(save_partial(tasks_[index]));
   for (Sink& s : sinks_) STRATA_RETURN_IF_ERROR(s.partial_log->sync());
   return Status();
 }
 
-// Appends t's tokens not yet in a checkpoint (one line; the caller syncs).
+// Appends t's KV rows received since the last checkpoint to its sink's side file (unsynced).
+Status Job::save_kv_rows(Task& t) {
+  if (t.kv_pending.empty()) return Status();
+  KvCheckpointFile& file = *sinks_[t.sink].kv_file;
+  const PartialKey key{t.task.dataset, t.task.record->id};
+  for (const auto& rows : t.kv_pending) {
+    STRATA_RETURN_IF_ERROR(file.append(key, *rows));
+    t.kv_saved = rows->first_row + rows->rows;
+  }
+  t.kv_pending.clear();
+  return Status();
+}
+
+// The mark t's next line states: the rows saved, if they end right before an output token whose
+// sampler state is known (KvMark); else none (a resume then prefills).
+KvMark Job::kv_mark(const Task& t) const {
+  const int64_t tokens = t.kv_saved - t.prompt_tokens + 1;
+  if (t.kv_saved <= 0 || tokens < 1 || tokens > int64_t(t.produced.size()) ||
+      t.draws_after[size_t(tokens - 1)] == kUnknownDraws)
+    return KvMark{};
+  return KvMark{.rows = t.kv_saved, .tokens = tokens, .draws = t.draws_after[size_t(tokens - 1)]};
+}
+
+// Appends t's tokens not yet in a checkpoint, or its new KV mark (one line; the caller syncs the
+// side file before and the line after).
 Status Job::save_partial(Task& t) {
-  if (!checkpointing_ || t.produced.size() <= t.checkpointed) return Status();
+  if (!checkpointing_) return Status();
+  const KvMark mark = kv_layout_ ? kv_mark(t) : KvMark{};
+  if (t.produced.size() <= t.checkpointed && mark == t.kv_written) return Status();
   const std::span<const int32_t> fresh = std::span<const int32_t>(t.produced).subspan(t.checkpointed);
-  STRATA_RETURN_IF_ERROR(sinks_[t.sink].partial_log->append(partial_line(
-      {t.task.dataset, t.task.record->id}, int64_t(t.checkpointed), fresh, t.rng_draws, t.prompt_tokens, settings_)));
+  STRATA_RETURN_IF_ERROR(sinks_[t.sink].partial_log->append(
+      partial_line({t.task.dataset, t.task.record->id}, int64_t(t.checkpointed), fresh, t.rng_draws,
+                   t.prompt_tokens, settings_, mark)));
   t.checkpointed = t.produced.size();
+  t.kv_written = mark;
+  return Status();
+}
+
+// Rewrites a side file that holds mostly rows of finished records (keeping every unfinished
+// record's saved rows, started or not).
+Status Job::compact_kv_if_wasteful(Sink& s) {
+  if (!s.kv_file || s.kv_dead_rows == 0) return Status();
+  const int64_t dead = s.kv_dead_rows / kv_layout_->page_size * kv_layout_->page_bytes;
+  if (dead < (int64_t(256) << 20) || dead < s.kv_file->live_bytes() - dead) return Status();
+  std::map<PartialKey, int64_t> keep;
+  for (size_t i = 0; i < tasks_.size(); ++i) {
+    const Task& t = tasks_[i];
+    if (&sinks_[t.sink] == &s && t.kv_saved > 0 && (t.running || i >= started_))
+      keep[{t.task.dataset, t.task.record->id}] = t.kv_saved;
+  }
+  const int64_t before = s.kv_file->file_bytes();
+  STRATA_RETURN_IF_ERROR(s.kv_file->compact(keep));
+  LOG_INFO("{}: compacted the KV rows of finished prompts away ({:.1f} -> {:.1f} MB)",
+           s.kv_file->path(), double(before) / 1e6, double(s.kv_file->file_bytes()) / 1e6);
+  s.kv_dead_rows = 0;
+  return Status();
+}
+
+// Decides whether checkpoints hold KV rows (JobOptions::checkpoint_kv) and says what they cost.
+Status Job::setup_kv_checkpoints() {
+  using Mode = JobOptions::CheckpointKv;
+  if (!checkpointing_ || options_.checkpoint_kv == Mode::kOff) return Status();
+  std::string why_not;
+  std::optional<KvRowsLayout> layout = target_.kv_rows_layout(&why_not);
+  if (!layout) {
+    if (options_.checkpoint_kv == Mode::kOn)
+      return failed_precondition(
+          "--checkpoint-kv on: this job's KV rows cannot be checkpointed: {}", why_not);
+    LOG_INFO("KV checkpoints: off ({}); a resumed prompt prefills its partial output again",
+             why_not);
+    return Status();
+  }
+  int64_t prompts = 0;
+  for (const Dataset& d : datasets_) prompts += int64_t(d.records.size());
+  const int64_t in_flight =
+      std::max<int64_t>(1, std::min<int64_t>(prompts, target_.max_in_flight()));
+  const int64_t bytes =
+      layout->bytes_per_token() * int64_t(options_.sampling.params.max_new_tokens) * in_flight;
+  if (options_.checkpoint_kv == Mode::kAuto && bytes > options_.checkpoint_kv_max_bytes) {
+    LOG_INFO(
+        "KV checkpoints: off: the KV rows of {} prompts in flight x {} tokens x {} B/token could "
+        "reach {:.1f} GB "
+        "(above --checkpoint-kv-max-gb {:.1f}); --checkpoint-kv on writes them anyway",
+        in_flight, options_.sampling.params.max_new_tokens, layout->bytes_per_token(),
+        double(bytes) / 1e9, double(options_.checkpoint_kv_max_bytes) / 1e9);
+    return Status();
+  }
+  LOG_INFO(
+      "KV checkpoints: on: {} B/token, up to {:.2f} GB of rows for {} prompts in flight x {} "
+      "output tokens "
+      "(plus their prompts) in FILE.partial.kv; a resumed prompt decodes on without prefilling",
+      layout->bytes_per_token(), double(bytes) / 1e9, in_flight,
+      options_.sampling.params.max_new_tokens);
+  kv_layout_ = std::move(layout);
   return Status();
 }
 
@@ -438,6 +604,8 @@ Status Job::finish_sinks() {
       s.partial_log.reset();
       std::error_code ec;
       std::filesystem::remove(s.partial_path, ec);
+      if (s.kv_file) s.kv_file->remove();
+      std::filesystem::remove(s.results_path + ".partial.kv", ec);
     }
   }
   return Status();
@@ -455,6 +623,7 @@ StatusOr<JobSummary> Job::run() {
                    (!options_.output_file.empty() || !options_.output_dir.empty());
   gen_rate_ = RateWindow(options_.rate_window_s);
   prompt_rate_ = RateWindow(options_.rate_window_s);
+  STRATA_RETURN_IF_ERROR(setup_kv_checkpoints());
   STRATA_RETURN_IF_ERROR(open_sinks());
   plan_tasks();
   if (!tasks_.empty()) {
@@ -483,11 +652,22 @@ StatusOr<JobSummary> Job::run() {
         std::lock_guard<std::mutex> lk(inbox->mu);
         inbox->tokens.emplace_back(index, std::move(r));
       };
+      if (t.kv_resume_rows >
+          0) {  // read now, not at planning: only the prompts started hold rows in memory
+        auto rows =
+            sinks_[t.sink].kv_file->read({t.task.dataset, t.task.record->id}, t.kv_resume_rows);
+        if (rows.ok())
+          t.task.resume_kv = std::move(rows).value();
+        else
+          LOG_WARN("{} id {}: {}; it is prefilled", t.task.dataset, t.task.record->id,
+                   rows.status().message());
+      }
       target_.start(t.task, [inbox, index](GenerationOutcome o) {
         std::lock_guard<std::mutex> lk(inbox->mu);
         inbox->items.emplace_back(index, std::move(o));
         inbox->cv.notify_one();
       });
+      t.task.resume_kv.reset();  // the target holds what it needs
     }
     if (summary_.interrupted > 0 && in_flight == 0) break;
     {
@@ -510,6 +690,7 @@ StatusOr<JobSummary> Job::run() {
         STRATA_RETURN_IF_ERROR(s.results_log->sync());
         STRATA_RETURN_IF_ERROR(s.failures_log->sync());
         if (s.partial_log) STRATA_RETURN_IF_ERROR(s.partial_log->sync());
+        STRATA_RETURN_IF_ERROR(compact_kv_if_wasteful(s));
       }
     }
     STRATA_RETURN_IF_ERROR(checkpoint(/*force=*/false));

@@ -11,6 +11,8 @@
 //                        the same output is refused at once, naming the holder
 //   FILE.partial.jsonl   checkpoints of unfinished prompts (checkpoint.h; in-process engine
 //                        only): a resumed job continues each from its last checkpoint
+//   FILE.partial.kv      their KV rows (kv_checkpoint.h; --checkpoint-kv): a resumed prompt
+//                        decodes on instead of prefilling prompt + partial output again
 // With --output-dir DIR, the same per dataset: DIR/<name>.jsonl, DIR/<name>.jsonl.failures.jsonl,
 // ... Without either, results stay in memory (JobSummary::records, input order): not resumable.
 //
@@ -47,6 +49,13 @@ struct JobOptions {
   // some. 0 tokens: no checkpoints.
   int checkpoint_tokens = 256;
   double checkpoint_interval_s = 10;
+  // KV rows with the checkpoints (kv_checkpoint.h), for targets that have them (the in-process
+  // engine at --tp-size 1). kAuto: on unless the rows of the prompts in flight could exceed
+  // checkpoint_kv_max_bytes (KV bytes per token x max_new_tokens x prompts in flight, at most
+  // the job's prompts; the prompts' own rows not counted); kOn where the target cannot is an error.
+  enum class CheckpointKv { kAuto, kOn, kOff };
+  CheckpointKv checkpoint_kv = CheckpointKv::kAuto;
+  int64_t checkpoint_kv_max_bytes = int64_t(16) << 30;
   // Locks taken earlier by lock_job_outputs (so a second job is refused before a model loads);
   // the job takes any it does not find here itself.
   std::vector<std::shared_ptr<OutputLock>> held_locks{};

@@ -3,14 +3,15 @@
 // finishes, continuing each unfinished record from its checkpoint, and writes exactly the output
 // of an uninterrupted run, with greedy and with seeded sampling. CI size: 3 records of 240 tokens,
 // a checkpoint every 16 tokens; bench/preemption_soak.sh runs 4,000-token records killed every 5 s.
+// KV checkpoints are on (the default): the last run loads the records' KV rows and decodes on.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "process.h"
 
@@ -90,6 +91,15 @@ TEST_P(Preemption, KilledAgainAndAgainFinishesWithTheUninterruptedOutput) {
   ASSERT_EQ(*rc, 0) << read_file(log);
   EXPECT_GE(kills, 3) << "the job finished before it could be killed 3 times (seed " << seed << ")";
   EXPECT_NE(read_file(log).find("from their checkpoints"), std::string::npos) << read_file(log);
+  // The run that finished (the only one that exits, so logs its engine's totals) loaded KV rows.
+  const std::string text = read_file(log);
+  long loaded = -1;
+  for (size_t at = text.find(" tokens not recomputed)"); at != std::string::npos;
+       at = text.find(" tokens not recomputed)", at + 1)) {
+    const size_t open = text.rfind(", ", at);
+    loaded = std::max(loaded, std::stol(text.substr(open + 2, at - open - 2)));
+  }
+  EXPECT_GT(loaded, 0) << "no run loaded checkpointed KV rows:\n" << text;
   EXPECT_FALSE(std::filesystem::exists(partial)) << "a complete job leaves no checkpoints";
   const auto want = read_results(reference), got = read_results(output);
   ASSERT_EQ(want.size(), 3u);
