@@ -71,7 +71,9 @@ TEST(CudaLogitStats, EqualsTheCpuOp) {
         EXPECT_NEAR(o.dp, w.dp, 1e-5 * std::fabs(w.dp) + 1e-12);
         EXPECT_NEAR(o.nll_ref, w.nll_ref, 1e-6 * std::fabs(w.nll_ref) + 1e-9);
         EXPECT_NEAR(o.nll_cand, w.nll_cand, 1e-6 * std::fabs(w.nll_cand) + 1e-9);
-        if (i % 4 == 0 && i != 0) EXPECT_EQ(o.kl, 0.0f);  // identical rows
+        if (i % 4 == 0 && i != 0) {
+          EXPECT_EQ(o.kl, 0.0f);  // identical rows
+        }
       }
     }
   }
