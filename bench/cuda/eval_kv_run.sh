@@ -9,13 +9,14 @@
 #           and its speed on 4,096 rows of the 8B vocabulary
 #   house   every candidate (house-llama: fp8_e4m3, fp8_e5m2, mixed bf16 layers; house-mla: those,
 #           fp8_flashmla and the bf16 rope part) with `strata eval-kv --device cuda` and with
-#           `--device cpu` on the same windows; a table of both means ± SE per candidate, their
-#           difference in SEs, the GPU noise floor (bf16 vs bf16, another batch composition) and
-#           each candidate's KLD as a multiple of it. TP=N (N GPUs visible) also runs the GPU
+#           `--device cpu` on the same windows (EVAL_TOKENS, default 8,192 positions: 16 windows of
+#           512); a table of both means ± SE per candidate, their difference in SEs, the GPU noise
+#           floor (bf16 vs bf16, another batch composition) and each candidate's KLD as a multiple
+#           of it. TP=N (N GPUs visible) also runs the GPU
 #           evaluation at --tp-size N.
 #   tput    positions scored per second on the Llama-3.1-8B shape with random weights
 #           (strata_bench_make_checkpoint), MAX_TOKENS (default 100,000) positions, fp8_e4m3 and
-#           the noise floor, 16 windows of 1,024 per forward; capped at TPUT_SECONDS (default 150),
+#           the noise floor, 16 windows of 1,024 per forward; capped at TPUT_SECONDS (default 120),
 #           progress and ETA in $OUT/tput.log.
 # Logs in $OUT. Under 5 minutes after the build.
 set -u
@@ -30,7 +31,7 @@ DATA=$C/shared/data/heldout.jsonl
 W=/tmp/eval_kv_run
 mkdir -p "$W"
 TP=${TP:-1}
-EVAL_TOKENS=${EVAL_TOKENS:-16384}
+EVAL_TOKENS=${EVAL_TOKENS:-8192}
 
 # eval-kv NAME DEVICE MODEL ARGS...: one run, its records as JSON in $W/NAME.json.
 evalkv() {
@@ -101,7 +102,9 @@ for stage in ${STAGES:-parity house tput}; do
         echo "  house-llama: not in this carry ($C), skipped (run with .devcarry/cuda)"
       fi
       if [ -d "$M/house-mla" ]; then
-        house house-mla main --kv-cache-dtype fp8_e4m3,fp8_e5m2,fp8_flashmla --mixed-bf16-layers 0,3
+        # fp8_flashmla alone: a layout the GPU refused would otherwise take the other candidates with it.
+        house house-mla main --kv-cache-dtype fp8_e4m3,fp8_e5m2 --mixed-bf16-layers 0,3
+        house house-mla flash --kv-cache-dtype fp8_flashmla
         house house-mla rope --kv-cache-dtype fp8_e4m3 --kv-mla-rope-dtype bf16
       else
         echo "  house-mla: not in this carry ($C), skipped (run with STRATA_CARRY=\$PWD/.devcarry/mla)"
@@ -117,7 +120,7 @@ for stage in ${STAGES:-parity house tput}; do
       echo "  random 8B checkpoint: rc $? in $(( $(date +%s) - t1 )) s"
       rm -f "$W/tput.ckpt"  # a fresh measurement, not a continuation
       t2=$(date +%s)
-      timeout "${TPUT_SECONDS:-150}" ./build-dev/strata eval-kv --device cuda --model-path "$W/llama8b" \
+      timeout "${TPUT_SECONDS:-120}" ./build-dev/strata eval-kv --device cuda --model-path "$W/llama8b" \
         --data "$C/shared/data/prompts-define.jsonl" --allow-repeat --max-tokens "${MAX_TOKENS:-100000}" \
         --context-len 1024 --chunk 256 --batch-windows 16 --kv-cache-dtype fp8_e4m3 --free-run-prompts 0 \
         --no-save-records --json "$W/tput.json" --checkpoint "$W/tput.ckpt" >"$OUT/tput.log" 2>&1
