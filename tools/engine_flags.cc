@@ -175,7 +175,10 @@ StatusOr<EngineConfig> finish_engine_flags(EngineFlags& f) {
   if (!c.chat_template.empty())
     STRATA_RETURN_IF_ERROR(ChatTemplate::from_argument(c.chat_template, c.tokenizer_dir()).status());
   STRATA_ASSIGN_OR_RETURN(c.kv_bf16_layers, parse_layer_list(f.kv_bf16_layers, "--kv-bf16-layers"));
-  STRATA_RETURN_IF_ERROR(enforce_kv_quality_gate(c.model_path, kv_cache_options(c), f.kv_gate));
+  // The gate prefers a record measured where this server runs (device, tp size).
+  KvGateOptions gate = f.kv_gate;
+  gate.deployment = KvDeployment{.device = device_name(c.device), .tp_size = c.tp_size};
+  STRATA_RETURN_IF_ERROR(enforce_kv_quality_gate(c.model_path, kv_cache_options(c), gate));
   return c;
 }
 

@@ -1,9 +1,11 @@
 // strata eval-kv: what a lossy KV cache costs, measured against the bf16 KV cache on the same
 // token stream (teacher forcing, float32 logits over the full vocabulary), plus a noise floor and
 // free-running divergence. Writes one JSON record per candidate into the quality-records
-// directory the serve/generate gate reads (eval/kv_quality.h). Optional: per-layer sensitivity
+// directory the serve/generate gate reads (eval/kv_quality.h), keyed by where it ran (--device,
+// --tp-size: the engine's ranks). Resumable (--checkpoint FILE). Optional: per-layer sensitivity
 // with the most sensitive layers kept in bf16 (--auto-bf16-layers), scale calibration
 // (--calibrate FILE), a KLD-vs-position plot (--plot, needs gnuplot).
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -11,6 +13,7 @@
 #include "command.h"
 #include "core/log.h"
 #include "core/parse_enum.h"
+#include "dist/tensor_parallel.h"
 #include "engine_flags.h"
 #include "eval/kv_report.h"
 
@@ -35,7 +38,38 @@ struct EvalKvFlags {
   std::string records_dir;
   bool no_records = false;
   bool no_noise = false;
+  std::string device = "cpu";
+  int batch_windows = 0;  // 0: 2 on the CPU, 16 on a GPU
   std::string log_level = "info";
+};
+
+// "\r<what>: done / total (pct) · N positions/s · ETA" on stderr; the rate counts only this
+// process's work (a resumed run starts past zero).
+class ProgressLine {
+ public:
+  void operator()(const std::string& what, int64_t done, int64_t total) {
+    using Clock = std::chrono::steady_clock;
+    const auto now = Clock::now();
+    if (what != what_) what_ = what, start_ = now, start_done_ = done, last_ = {};
+    if (done < total && now - last_ < std::chrono::milliseconds(500)) return;
+    last_ = now;
+    const double s = std::chrono::duration<double>(now - start_).count();
+    const double rate = s > 0 ? double(done - start_done_) / s : 0;
+    std::string eta = "-";
+    if (rate > 0) {
+      const int64_t left = int64_t(double(total - done) / rate);
+      eta = fmt::format("{}:{:02d}:{:02d}", left / 3600, (left / 60) % 60, left % 60);
+    }
+    std::fprintf(stderr, "\r%s: %lld / %lld (%.1f%%) · %.0f /s · ETA %s   ", what.c_str(),
+                 (long long)done, (long long)total,
+                 total > 0 ? 100.0 * double(done) / double(total) : 100.0, rate, eta.c_str());
+    if (done >= total) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  std::string what_;
+  std::chrono::steady_clock::time_point start_{}, last_{};
+  int64_t start_done_ = 0;
 };
 
 Status run(EvalKvFlags& f) {
@@ -43,15 +77,25 @@ Status run(EvalKvFlags& f) {
   if (f.eval.data_path.empty()) return invalid_argument("--data FILE.jsonl is required");
   STRATA_ASSIGN_OR_RETURN(std::vector<int> bf16_layers, parse_layer_list(f.bf16_layers, "--kv-bf16-layers"));
   STRATA_ASSIGN_OR_RETURN(ModelIdentity id, model_identity(f.eval.model_path));
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<KvEvaluator> ev, KvEvaluator::create(f.eval));
+  STRATA_ASSIGN_OR_RETURN(f.eval.device, parse_enum<Device>(f.device, "--device"));
+  if (f.batch_windows < 0)
+    return invalid_argument("--batch-windows must be >= 0, got {}", f.batch_windows);
+  f.eval.batch_windows = f.batch_windows > 0             ? f.batch_windows
+                         : f.eval.device == Device::kCpu ? 2
+                                                         : 16;
+  if (!f.calibrate_path.empty() && (f.eval.device != Device::kCpu || f.eval.tp_size > 1))
+    return invalid_argument(
+        "--calibrate reads the KV pool on the host: run it with --device cpu --tp-size 1, then "
+        "pass the scales file with --kv-scales or --calibrated-scales here");
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<KvEvaluator> ev,
+                          KvEvaluator::create(f.eval, &tensor_parallel_runtime()));
   const EvalData& data = ev->data();
   LOG_INFO("eval-kv: {} ({}): {} records, {} tokens, {} windows of {}{}", id.name, id.fingerprint, data.records,
            data.stream_tokens, data.windows.size(), f.eval.context_len,
            data.repeated ? " (repeated contexts: the stream was shorter than --max-tokens)" : "");
-  ev->set_progress([](const std::string& what, int64_t done, int64_t total) {
-    std::fprintf(stderr, "\r%s: %lld / %lld   ", what.c_str(), (long long)done, (long long)total);
-    if (done >= total) std::fprintf(stderr, "\n");
-  });
+  LOG_INFO("eval-kv: on {} tp {} ({} backend), {} windows per forward", device_name(f.eval.device),
+           f.eval.tp_size, ev->deployment().value("backend", "?"), f.eval.batch_windows);
+  ev->set_progress(ProgressLine());
 
   std::vector<std::pair<std::string, KvCacheConfig>> cands;
   std::vector<KvCacheConfig> bases;
@@ -84,7 +128,8 @@ Status run(EvalKvFlags& f) {
     // The first lossy plain candidate only: each layer costs one more pass over the tokens.
     for (const KvCacheConfig& base : bases) {
       if (!base.lossy() || base.format != KvFormat::kPlain || extra.contains("sensitivity")) continue;
-      const std::vector<double> sens = ev->layer_sensitivity(base, calib_windows, f.sensitivity_tokens);
+      STRATA_ASSIGN_OR_RETURN(const std::vector<double> sens,
+                              ev->layer_sensitivity(base, calib_windows, f.sensitivity_tokens));
       KvCacheConfig c = base;
       c.bf16_layers = most_sensitive_layers(sens, f.auto_bf16_layers);
       std::string line;
@@ -141,12 +186,26 @@ Status run(EvalKvFlags& f) {
     cands.push_back({kv_cache_dtype_name(base->dtype) + std::string(" calibrated"), c});
   }
 
-  const std::vector<CandidateResult> results = ev->compare(cands, !f.no_noise, f.eval.free_run_prompts > 0);
+  bool stopped = false;
+  STRATA_ASSIGN_OR_RETURN(
+      const std::vector<CandidateResult> results,
+      ev->compare(cands, !f.no_noise, f.eval.free_run_prompts > 0, nullptr, -1, true, &stopped));
+  if (stopped) {
+    LOG_WARN(
+        "eval-kv: stopped after {} new windows (--stop-after-windows); no records written. The "
+        "same command "
+        "continues from {}",
+        f.eval.stop_after_windows,
+        f.eval.checkpoint_path.empty() ? std::string("zero (no --checkpoint)")
+                                       : f.eval.checkpoint_path);
+    return Status();
+  }
   std::printf("%s", format_kv_table(results).c_str());
   const CandidateResult* noise = f.no_noise ? nullptr : &results[0];
   nlohmann::json records = nlohmann::json::array();
   for (size_t i = f.no_noise ? 0 : 1; i < results.size(); ++i) {
-    nlohmann::json rec = make_kv_record(id, results[i], noise, f.eval, data, extra);
+    nlohmann::json rec =
+        make_kv_record(id, results[i], noise, f.eval, data, ev->deployment(), extra);
     if (!f.no_records) {
       STRATA_ASSIGN_OR_RETURN(std::string path, save_kv_record(f.records_dir.empty() ? default_kv_records_dir() : f.records_dir, rec));
       LOG_INFO("record: {}", path);
@@ -196,20 +255,26 @@ int eval_kv_main(int argc, char** argv) {
   app.add_option("--plot", f.plot_path, "PNG of mean KLD against position (gnuplot)");
   app.add_option("--kv-quality-records", f.records_dir, "records directory (default " + default_kv_records_dir() + ")");
   app.add_flag("--no-save-records", f.no_records, "do not write records for the quality gate");
-  int tp_size = 1;
-  app.add_option("--tp-size,--tp", tp_size, "tensor-parallel ranks: eval-kv runs at 1 (see the error for why)")
+  app.add_option("--device", f.device,
+                 "where the reference and the candidates run: " + enum_name_list<Device>())
       ->capture_default_str();
+  app.add_option("--tp-size,--tp", f.eval.tp_size,
+                 "tensor-parallel ranks (cpu: in-process ranks; cuda: one GPU each over NCCL), as "
+                 "the engine runs them")
+      ->capture_default_str();
+  app.add_flag("--tp-allow-uneven", f.eval.tp_allow_uneven,
+               "tests: let ranks hold unequal head counts");
+  app.add_option("--batch-windows", f.batch_windows,
+                 "windows per forward (0: 2 on cpu, 16 on cuda)")
+      ->capture_default_str();
+  app.add_option("--checkpoint", f.eval.checkpoint_path,
+                 "statistics of finished windows, appended as they finish: an interrupted run "
+                 "given the same file "
+                 "continues where it stopped");
+  app.add_option("--stop-after-windows", f.eval.stop_after_windows,
+                 "stop after scoring N new windows, as if interrupted (tests the checkpoint)");
   app.add_option("--log-level", f.log_level, "trace | debug | info | warning | error")->capture_default_str();
   if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
-  if (tp_size != 1) {
-    // Refused, not clamped: the user should know the record is made at tp 1 and why it applies.
-    std::fprintf(stderr,
-                 "strata eval-kv: InvalidArgument: --tp-size %d: eval-kv runs on the CPU at tp 1. Its records hold for "
-                 "every --tp-size: tensor parallelism gives each rank whole KV heads (or the whole MLA latent) with "
-                 "the same per-layer dtypes and scales, so every cached value is quantized exactly as at tp 1\n",
-                 tp_size);
-    return 1;
-  }
   const Status s = run(f);
   if (!s.ok()) {
     std::fprintf(stderr, "strata eval-kv: %s\n", s.to_string().c_str());

@@ -65,6 +65,7 @@ void DecoderModel::forward(const ForwardBatch& batch, KvStorage& kv, float* logi
   auto out = be.alloc(act, {n, spec_.vocab_size});
   be.linear(*rows, lm_head_, *out);
   if (sample_args_ != nullptr) return sample_device_logits(*out, *sample_args_);
+  if (consumer_ != nullptr) return (*consumer_)(*out);
   be.download_f32(*out, logits);
 }
 
@@ -97,6 +98,13 @@ void DecoderModel::forward_sample(const ForwardBatch& batch, KvStorage& kv,
   sample_args_ = &args;
   forward(batch, kv, nullptr);
   sample_args_ = nullptr;
+}
+
+void DecoderModel::forward_logits(const ForwardBatch& batch, KvStorage& kv,
+                                  const LogitsConsumer& consumer) {
+  consumer_ = &consumer;
+  forward(batch, kv, nullptr);
+  consumer_ = nullptr;
 }
 
 void DecoderModel::sample_device_logits(const Tensor& logits, const SampleArgs& args) {
@@ -151,7 +159,7 @@ void DecoderModel::tp_logits(const Tensor& rows, float* logits) {
   tp_.comm->all_gather(*part, *all);
   // A worker rank's forward (logits null, nothing to sample) only joins the gather: the rows
   // are wanted on rank 0 alone, so nothing comes back to this rank's host.
-  if (logits == nullptr && sample_args_ == nullptr) return;
+  if (logits == nullptr && sample_args_ == nullptr && consumer_ == nullptr) return;
   // The full rows [n, vocab] on the device: rank r's block [n, widest] holds its vocab columns v.
   auto full = be.alloc(act, {n, vocab});
   for (int r = 0; r < tp; ++r) {
@@ -159,6 +167,7 @@ void DecoderModel::tp_logits(const Tensor& rows, float* logits) {
     be.copy_columns(all->view().slice_rows(r, r + 1).reshape({n, widest}), 0, v.size(), *full, v.begin);
   }
   if (sample_args_ != nullptr) return sample_device_logits(*full, *sample_args_);
+  if (consumer_ != nullptr) return (*consumer_)(*full);
   be.download_f32(*full, logits);
 }
 

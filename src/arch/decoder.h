@@ -13,6 +13,8 @@ class DecoderModel : public Model {
  public:
   void forward(const ForwardBatch& batch, KvStorage& kv, float* logits) final;
   void forward_sample(const ForwardBatch& batch, KvStorage& kv, const SampleArgs& args) final;
+  void forward_logits(const ForwardBatch& batch, KvStorage& kv,
+                      const LogitsConsumer& consumer) final;
 
  protected:
   // rotary_dim: the dims rope rotates (the whole head for Llama, qk_rope_head_dim for MLA).
@@ -55,6 +57,8 @@ class DecoderModel : public Model {
   // device (sample_device_logits) instead of downloaded.
   const SampleArgs* sample_args_ = nullptr;
   void sample_device_logits(const Tensor& logits, const SampleArgs& args);
+  // Set by forward_logits likewise: the logits are handed to it on the device.
+  const LogitsConsumer* consumer_ = nullptr;
 
   int rotary_dim_;
 };

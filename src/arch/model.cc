@@ -1,10 +1,23 @@
 #include "arch/model.h"
 
+#include <vector>
+
 #include "arch/tp.h"
 #include "model/config.h"
 #include "model/weights.h"
 
 namespace strata {
+
+void Model::forward_logits(const ForwardBatch& batch, KvStorage& kv,
+                           const LogitsConsumer& consumer) {
+  std::vector<float> host(size_t(batch.num_logit_rows) * size_t(spec_.vocab_size));
+  forward(batch, kv, host.data());
+  if (batch.num_logit_rows == 0) return;
+  DeviceTensorPtr logits = backend_->upload(
+      Tensor::make(host.data(), DType::kF32, {batch.num_logit_rows, spec_.vocab_size}),
+      DType::kF32);
+  consumer(*logits);
+}
 
 StatusOr<std::unique_ptr<Model>> load_model(const std::string& dir, Backend& backend) {
   STRATA_ASSIGN_OR_RETURN(ModelSpec spec, load_model_spec(dir));

@@ -56,6 +56,13 @@ class Model {
   // Runs the batch like forward() and samples its logit rows by `args` (SampleArgs) instead of
   // handing back all logits. Engine thread only.
   virtual void forward_sample(const ForwardBatch& batch, KvStorage& kv, const SampleArgs& args) = 0;
+  // Runs the batch like forward() and hands its logit rows [num_logit_rows, vocab_size] to
+  // `consumer` where they are (a tensor of backend(), its activation dtype, alive during the call)
+  // instead of downloading them: eval-kv reduces them to statistics on the device
+  // (Backend::logit_stats). Default: forward() to host memory, uploaded. Engine thread only.
+  using LogitsConsumer = std::function<void(const Tensor& logits)>;
+  virtual void forward_logits(const ForwardBatch& batch, KvStorage& kv,
+                              const LogitsConsumer& consumer);
 
   // Receives every named intermediate (design.md §7) when set: tests diff layer by layer.
   using Tracer = std::function<void(std::string_view name, int layer, const Tensor& t)>;

@@ -221,6 +221,24 @@ int32_t sample_row_reference(const float* logits, int64_t vocab, const SampleRow
 // std::max_element's index over one float32 row.
 int32_t argmax_row_reference(const float* logits, int64_t vocab);
 
+// What eval-kv keeps of one position (eval/kv_metrics.h): a candidate's logits row against the
+// reference's row at the same position, whose next token is `target`. Computed in double:
+//   p = softmax(ref), m = max ref, S = Σ e^(ref − m), d = ref − cand,
+//   kl = Σ p·d + ln Σ p·e^(−d) = A/S + log1p(B/S), A = Σ e^(ref−m)·d, B = Σ e^(ref−m)·expm1(−d)
+// (where e^(ref−m) is 0, B gets e^(cand−m): the candidate's mass the reference gives no weight)
+// (two small terms instead of two log-sum-exps of the logits' magnitude, so a KL of 1e-9 nats
+// survives: bf16-vs-bf16 noise floors are that small), ln-sum-exp(cand) = lse(ref) + log1p(B/S).
+struct LogitStatsRow {
+  float kl = 0;          // Σ p_ref (ln p_ref − ln p_cand), nats, >= 0
+  float top1_agree = 0;  // 1 when the rows' argmaxes (first index of the max) are one token
+  float dp = 0;          // p_cand(target) − p_ref(target)
+  float nll_ref = 0;     // −ln p_ref(target)
+  float nll_cand = 0;    // −ln p_cand(target)
+};
+// The reference on float32 rows (backend/cpu/logit_stats.cc; the CPU backend's op).
+LogitStatsRow logit_stats_reference(const float* ref, const float* cand, int64_t vocab,
+                                    int32_t target);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -347,6 +365,12 @@ class Backend {
   // Changes logits [rows, vocab] (a tensor of this backend, float dtype) in place by `edits` (host
   // [num_edits], LogitEdit's rules), before sample(). Cost: one read-modify-write per edit.
   virtual void edit_logits(const Tensor& logits, const LogitEdit* edits, int64_t num_edits) = 0;
+  // Per row r of `ref` and `cand` [rows, vocab] (tensors of this backend, float dtypes, one
+  // shape; the rows may be views into larger tensors): LogitStatsRow predicting host targets[r],
+  // into host out [rows]. Only the statistics leave the device (eval-kv's scale: no
+  // full-vocabulary row is copied per position). Ends the backend's step.
+  virtual void logit_stats(const Tensor& ref, const Tensor& cand, const int32_t* targets,
+                           LogitStatsRow* out) = 0;
 
   // ---- fallbacks ----
   // The ops this backend runs on the CPU reference through host copies because it has no kernel

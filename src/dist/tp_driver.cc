@@ -448,6 +448,16 @@ class TpModel : public Model {
     check(comm_->status());
     timing_.add(begin, sent, TpStepTiming::Clock::now());
   }
+  // The workers run forward() either way (without logits): eval-kv's statistics are rank 0's.
+  void forward_logits(const ForwardBatch& batch, KvStorage& kv,
+                      const LogitsConsumer& consumer) override {
+    const auto begin = TpStepTiming::Clock::now();
+    broadcast_step(batch, kv);
+    const auto sent = TpStepTiming::Clock::now();
+    inner_->forward_logits(batch, kv, consumer);
+    check(comm_->status());
+    timing_.add(begin, sent, TpStepTiming::Clock::now());
+  }
   // The workers run forward() either way (without logits): sampling happens on rank 0 only.
   void forward_sample(const ForwardBatch& batch, KvStorage& kv, const SampleArgs& args) override {
     const auto begin = TpStepTiming::Clock::now();

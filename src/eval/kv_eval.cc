@@ -7,7 +7,9 @@
 
 #include "core/log.h"
 #include "core/thread_pool.h"
+#include "eval/eval_checkpoint.h"
 #include "eval/paged_runner.h"
+#include "eval/reference_logits.h"
 #include "model/config.h"
 
 namespace strata {
@@ -29,23 +31,25 @@ nlohmann::json normalize_turns(const nlohmann::json& turns) {
   return out;
 }
 
-// Reference distributions of positions 0 .. n-2 of a window (each predicts the next token).
-std::vector<RefDistribution> ref_distributions(const std::vector<float>& logits, size_t n, int64_t vocab) {
-  std::vector<RefDistribution> out(n - 1);
-  parallel_for(int64_t(n - 1), 16, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) out[size_t(i)] = make_ref_distribution(logits.data() + i * vocab, vocab);
-  });
-  return out;
+PositionScore position_score(const LogitStatsRow& r) {
+  return PositionScore{.kl = r.kl,
+                       .top1_agree = r.top1_agree > 0.5f,
+                       .dp = r.dp,
+                       .nll_ref = r.nll_ref,
+                       .nll_cand = r.nll_cand};
 }
 
-void score_window(const std::vector<RefDistribution>& ref, const float* logits,
-                  const std::vector<int32_t>& window, int64_t vocab, KvMetrics& metrics) {
-  std::vector<PositionScore> scores(ref.size());
-  parallel_for(int64_t(ref.size()), 16, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i)
-      scores[size_t(i)] = score_position(ref[size_t(i)], logits + i * vocab, window[size_t(i) + 1]);
-  });
-  for (size_t i = 0; i < scores.size(); ++i) metrics.add(int64_t(i), scores[i]);
+void add_scores(const std::vector<ScoredPosition>& scores, KvMetrics& metrics) {
+  for (const ScoredPosition& p : scores) metrics.add(p.position, position_score(p.stats));
+}
+
+// FNV-1a 64 of the windows' tokens: the checkpoint key names the data by its content.
+uint64_t hash_windows(const std::vector<std::vector<int32_t>>& windows, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t w = 0; w < n; ++w)
+    for (int32_t t : windows[w])
+      for (int b = 0; b < 4; ++b) h = (h ^ ((uint32_t(t) >> (8 * b)) & 0xffu)) * 1099511628211ull;
+  return h;
 }
 
 int first_divergence(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
@@ -150,12 +154,18 @@ std::vector<int> most_sensitive_layers(const std::vector<double>& sensitivity, i
   return idx;
 }
 
-StatusOr<std::unique_ptr<KvEvaluator>> KvEvaluator::create(const EvalKvOptions& o) {
+StatusOr<std::unique_ptr<KvEvaluator>> KvEvaluator::create(const EvalKvOptions& o,
+                                                           const ParallelRuntime* parallel) {
   std::unique_ptr<KvEvaluator> e(new KvEvaluator());
   e->options_ = o;
   if (o.chunk < 1 || o.noise_chunk < 1 || o.page_size < 1)
     return invalid_argument("chunk, noise chunk and page size must be >= 1");
-  e->backend_ = make_cpu_backend();
+  if (o.batch_windows < 1)
+    return invalid_argument("--batch-windows must be >= 1, got {}", o.batch_windows);
+  if (o.tp_size < 1) return invalid_argument("--tp-size must be >= 1, got {}", o.tp_size);
+  if (o.tp_size > 1 && parallel == nullptr)
+    return failed_precondition(
+        "--tp-size {}: no distributed runtime given (dist/tensor_parallel.h)", o.tp_size);
   STRATA_ASSIGN_OR_RETURN(ModelSpec spec, load_model_spec(o.model_path));
   if (o.context_len > spec.max_position_embeddings)
     return invalid_argument("--context-len {} exceeds the model's {} positions", o.context_len,
@@ -166,7 +176,34 @@ StatusOr<std::unique_ptr<KvEvaluator>> KvEvaluator::create(const EvalKvOptions& 
   e->encoder_ = std::make_unique<PromptEncoder>(std::move(enc));
   STRATA_ASSIGN_OR_RETURN(WeightStore ws, WeightStore::open(o.model_path, spec.quant));
   e->weights_ = std::make_unique<WeightStore>(std::move(ws));
-  STRATA_ASSIGN_OR_RETURN(e->model_, create_model(spec, *e->weights_, *e->backend_));
+  if (o.tp_size > 1) {
+    // The engine's ranks (threads of this process: in-process CPU ranks, or one GPU each over
+    // NCCL); rank 0's model drives the others in every forward.
+    EngineConfig config;
+    config.model_path = o.model_path;
+    config.device = o.device;
+    config.tp_size = o.tp_size;
+    config.tp_allow_uneven = o.tp_allow_uneven;
+    STRATA_ASSIGN_OR_RETURN(ParallelModel group,
+                            parallel->create_model(config, spec, *e->weights_));
+    e->backend_ = std::move(group.backend);
+    e->model_ = std::move(group.model);
+  } else {
+    switch (o.device) {
+      case Device::kCpu:
+        e->backend_ = make_cpu_backend();
+        break;
+      case Device::kCuda:
+#ifdef STRATA_CUDA
+        e->backend_ = make_cuda_backend();
+        break;
+#else
+        return failed_precondition(
+            "--device cuda: this build has no CUDA backend (configure with -DSTRATA_CUDA=ON)");
+#endif
+    }
+    STRATA_ASSIGN_OR_RETURN(e->model_, create_model(spec, *e->weights_, *e->backend_));
+  }
   if (!o.data_path.empty()) {
     STRATA_ASSIGN_OR_RETURN(e->data_, load_eval_data(o.data_path, *e->encoder_, o.context_len, o.max_tokens,
                                                      o.allow_repeat, o.free_run_prompts));
@@ -175,17 +212,50 @@ StatusOr<std::unique_ptr<KvEvaluator>> KvEvaluator::create(const EvalKvOptions& 
 }
 
 StatusOr<KvCacheConfig> KvEvaluator::resolve(const KvCacheOptions& kv) const {
-  return resolve_kv_cache_config(kv, model_->spec(), weights_.get(), DType::kBF16);
+  STRATA_ASSIGN_OR_RETURN(
+      KvCacheConfig c, resolve_kv_cache_config(kv, model_->spec(), weights_.get(), DType::kBF16));
+  KvLayout layout = apply_kv_layout(c, model_->spec(), model_->kv_layout());
+  layout.page_size = options_.page_size;
+  layout.num_pages = 1;
+  const Status ok = backend_->check_kv_layout(layout);
+  if (!ok.ok()) return ok.with_context("KV cache {} on {}", c.describe(), backend_->name());
+  return c;
 }
 
-std::vector<CandidateResult> KvEvaluator::compare(
+nlohmann::json KvEvaluator::deployment() const {
+  return {{"device", device_name(options_.device)},
+          {"tp_size", options_.tp_size},
+          {"dcp_size", 1},
+          {"activation_dtype", dtype_name(backend_->activation_dtype())},
+          {"backend", backend_->name()}};
+}
+
+std::string KvEvaluator::checkpoint_key(
     const std::vector<std::pair<std::string, KvCacheConfig>>& candidates, bool noise_floor,
-    bool free_run, const std::vector<std::vector<int32_t>>* windows_in, int max_windows) {
+    const std::vector<std::vector<int32_t>>& windows, size_t n_windows) const {
+  const EvalKvOptions& o = options_;
+  std::string key = fmt::format(
+      "model={};vocab={};layers={};windows={};tokens={:016x};context={};chunk={};page={};noise_"
+      "chunk={};batch={};"
+      "noise={};deployment={}",
+      o.model_path, spec().vocab_size, spec().num_layers, n_windows,
+      hash_windows(windows, n_windows), o.context_len, o.chunk, o.page_size, o.noise_chunk,
+      o.batch_windows, noise_floor, deployment().dump());
+  for (const auto& [label, cfg] : candidates) key += fmt::format(";cand={}|{}", label, cfg.key());
+  return key;
+}
+
+StatusOr<std::vector<CandidateResult>> KvEvaluator::compare(
+    const std::vector<std::pair<std::string, KvCacheConfig>>& candidates, bool noise_floor,
+    bool free_run, const std::vector<std::vector<int32_t>>* windows_in, int max_windows,
+    bool checkpoint, bool* stopped) {
   const auto& windows = windows_in ? *windows_in : data_.windows;
   const EvalKvOptions& o = options_;
   const int L = o.context_len;
+  const int G = o.batch_windows;
   const int64_t vocab = model_->spec().vocab_size;
   const size_t n_windows = max_windows < 0 ? windows.size() : std::min(windows.size(), size_t(max_windows));
+  if (stopped) *stopped = false;
   std::vector<CandidateResult> results;
   auto add = [&](const std::string& label, const KvCacheConfig& cfg) {
     results.emplace_back();
@@ -196,38 +266,102 @@ std::vector<CandidateResult> KvEvaluator::compare(
   for (const auto& [label, cfg] : candidates) add(label, cfg);
   const size_t first_cand = noise_floor ? 1 : 0;
 
-  PagedRunner ref(*model_, reference_kv_config(spec()), o.page_size, 1, L);
-  PagedRunner noise(*model_, reference_kv_config(spec()), 1, 2, L);
+  // Finished groups from an earlier, interrupted run of the same evaluation.
+  std::unique_ptr<EvalCheckpoint> saved;
+  size_t w_begin = 0;
+  if (checkpoint && !o.checkpoint_path.empty()) {
+    std::vector<CheckpointGroup> done;
+    STRATA_ASSIGN_OR_RETURN(
+        saved,
+        EvalCheckpoint::open(o.checkpoint_path,
+                             checkpoint_key(candidates, noise_floor, windows, n_windows), &done));
+    for (const CheckpointGroup& g : done) {
+      if (g.first_window != int64_t(w_begin) || g.results.size() != results.size())
+        return data_loss(
+            "--checkpoint '{}': group at window {} does not continue the groups before it",
+            o.checkpoint_path, g.first_window);
+      for (size_t r = 0; r < results.size(); ++r) add_scores(g.results[r], results[r].metrics);
+      w_begin += size_t(g.windows);
+    }
+    if (w_begin > 0)
+      LOG_INFO("eval-kv: {} of {} windows restored from {}", w_begin, n_windows, o.checkpoint_path);
+  }
+
+  // The reference batches G windows per step (chunk, page size); the noise floor half as many,
+  // in reverse order, in noise_chunk chunks on pages of one token: another batch composition.
+  const int noise_batch = std::max(1, G / 2);
+  PagedRunner ref(*model_, reference_kv_config(spec()), o.page_size, G, L);
+  PagedRunner noise(*model_, reference_kv_config(spec()), 1, std::max(2, noise_batch), L);
   std::vector<std::unique_ptr<PagedRunner>> cands;
   for (const auto& [label, cfg] : candidates)
-    cands.push_back(std::make_unique<PagedRunner>(*model_, cfg, o.page_size, 1, L));
+    cands.push_back(std::make_unique<PagedRunner>(*model_, cfg, o.page_size, G, L));
+  ReferenceLogits ref_logits(*backend_, G, L, vocab);
 
-  for (size_t w0 = 0; w0 < n_windows; w0 += 2) {
-    const size_t nw = std::min<size_t>(2, n_windows - w0);
-    std::vector<std::vector<RefDistribution>> refs;
-    for (size_t k = 0; k < nw; ++k)
-      refs.push_back(ref_distributions(ref.prefill_all(0, windows[w0 + k], o.chunk), size_t(L), vocab));
-    if (noise_floor) {
-      // Both windows in one batch, chunk boundaries elsewhere, page size 1.
-      noise.reset();
-      std::vector<std::vector<float>> logits(nw);
-      for (int b = 0; b < L; b += o.noise_chunk) {
-        std::vector<std::pair<int, std::vector<int32_t>>> chunks;
-        const int e = std::min(L, b + o.noise_chunk);
-        for (size_t k = 0; k < nw; ++k)
-          chunks.push_back({int(k), std::vector<int32_t>(windows[w0 + k].begin() + b, windows[w0 + k].begin() + e)});
-        std::vector<float> l = noise.step(chunks, true);
-        for (size_t k = 0; k < nw; ++k)
-          logits[k].insert(logits[k].end(), l.begin() + long(k) * (e - b) * vocab, l.begin() + long(k + 1) * (e - b) * vocab);
-      }
-      for (size_t k = 0; k < nw; ++k)
-        score_window(refs[k], logits[k].data(), windows[w0 + k], vocab, results[0].metrics);
+  int64_t new_windows = 0;
+  for (size_t w0 = w_begin; w0 < n_windows; w0 += size_t(G)) {
+    const int nw = int(std::min<size_t>(size_t(G), n_windows - w0));
+    auto window = [&](int k) -> const std::vector<int32_t>& { return windows[w0 + size_t(k)]; };
+    // The chunks of windows `group` (indices into this group; runner sequence = place in `group`)
+    // at positions [b, e).
+    auto chunks_of = [&](const std::vector<int>& group, int b, int e) {
+      std::vector<std::pair<int, std::vector<int32_t>>> chunks;
+      for (size_t j = 0; j < group.size(); ++j)
+        chunks.push_back({int(j), std::vector<int32_t>(window(group[j]).begin() + b,
+                                                       window(group[j]).begin() + e)});
+      return chunks;
+    };
+    std::vector<int> all(static_cast<size_t>(nw));
+    std::iota(all.begin(), all.end(), 0);
+
+    ref.reset();
+    for (int b = 0; b < L; b += o.chunk) {
+      const int e = std::min(L, b + o.chunk);
+      ref.step_on_device(chunks_of(all, b, e), [&](const Tensor& logits) {
+        for (int k = 0; k < nw; ++k) ref_logits.store(logits, int64_t(k) * (e - b), k, b, e - b);
+      });
     }
-    for (size_t c = 0; c < cands.size(); ++c)
-      for (size_t k = 0; k < nw; ++k)
-        score_window(refs[k], cands[c]->prefill_all(0, windows[w0 + k], o.chunk).data(),
-                     windows[w0 + k], vocab, results[first_cand + c].metrics);
-    report("teacher forcing", int64_t(w0 + nw) * (L - 1), int64_t(n_windows) * (L - 1));
+    // One scoring pass of `run` over the group: windows `order` in batches of `per_step`, chunks of
+    // `chunk`. Scores come back window by window, positions in order, however they were batched.
+    auto score_pass = [&](PagedRunner& run, const std::vector<int>& order, int per_step,
+                          int chunk) {
+      std::vector<std::vector<ScoredPosition>> per_window(static_cast<size_t>(nw));
+      run.reset();
+      for (size_t s = 0; s < order.size(); s += size_t(per_step)) {
+        const std::vector<int> group(
+            order.begin() + long(s),
+            order.begin() + long(std::min(order.size(), s + size_t(per_step))));
+        for (int b = 0; b < L; b += chunk) {
+          const int e = std::min(L, b + chunk);
+          run.step_on_device(chunks_of(group, b, e), [&](const Tensor& logits) {
+            for (size_t j = 0; j < group.size(); ++j) {
+              const int k = group[j];
+              const std::vector<LogitStatsRow> rows =
+                  ref_logits.score(logits, int64_t(j) * (e - b), k, b, e - b, window(k));
+              for (size_t i = 0; i < rows.size(); ++i)
+                per_window[size_t(k)].push_back({int32_t(b + int(i)), rows[i]});
+            }
+          });
+        }
+        run.reset();
+      }
+      std::vector<ScoredPosition> out;
+      for (auto& w : per_window) out.insert(out.end(), w.begin(), w.end());
+      return out;
+    };
+    CheckpointGroup g{.first_window = int64_t(w0), .windows = nw, .results = {}};
+    if (noise_floor)
+      g.results.push_back(score_pass(noise, std::vector<int>(all.rbegin(), all.rend()), noise_batch,
+                                     o.noise_chunk));
+    for (auto& c : cands) g.results.push_back(score_pass(*c, all, G, o.chunk));
+    for (size_t r = 0; r < results.size(); ++r) add_scores(g.results[r], results[r].metrics);
+    if (saved) STRATA_RETURN_IF_ERROR(saved->append(g));
+    report("teacher forcing", int64_t(w0 + size_t(nw)) * (L - 1), int64_t(n_windows) * (L - 1));
+    new_windows += nw;
+    if (o.stop_after_windows > 0 && new_windows >= o.stop_after_windows &&
+        w0 + size_t(nw) < n_windows) {
+      if (stopped) *stopped = true;
+      return results;
+    }
   }
 
   if (free_run) {
@@ -237,15 +371,18 @@ std::vector<CandidateResult> KvEvaluator::compare(
     }
     for (size_t p = 0; p < data_.prompts.size(); ++p) {
       const auto& prompt = data_.prompts[p];
+      ref.reset();
       const std::vector<int32_t> want = ref.greedy(0, prompt, o.free_run_tokens, o.chunk);
       if (noise_floor) {
         noise.reset();
         results[0].free_run.first_divergence.push_back(
             first_divergence(want, noise.greedy(1, prompt, o.free_run_tokens, o.noise_chunk)));
       }
-      for (size_t c = 0; c < cands.size(); ++c)
+      for (size_t c = 0; c < cands.size(); ++c) {
+        cands[c]->reset();
         results[first_cand + c].free_run.first_divergence.push_back(
             first_divergence(want, cands[c]->greedy(0, prompt, o.free_run_tokens, o.chunk)));
+      }
       report("free running", int64_t(p + 1), int64_t(data_.prompts.size()));
     }
   }
@@ -291,9 +428,8 @@ KvScales KvEvaluator::calibrate(const std::vector<std::vector<int32_t>>& windows
   return s;
 }
 
-std::vector<double> KvEvaluator::layer_sensitivity(const KvCacheConfig& base,
-                                                   const std::vector<std::vector<int32_t>>& windows,
-                                                   int64_t tokens) {
+StatusOr<std::vector<double>> KvEvaluator::layer_sensitivity(
+    const KvCacheConfig& base, const std::vector<std::vector<int32_t>>& windows, int64_t tokens) {
   std::vector<std::pair<std::string, KvCacheConfig>> cands;
   const int layers = spec().num_layers;
   for (int l = 0; l < layers; ++l) {
@@ -304,7 +440,8 @@ std::vector<double> KvEvaluator::layer_sensitivity(const KvCacheConfig& base,
     cands.push_back({"layer " + std::to_string(l), c});
   }
   const int n_windows = int((tokens + options_.context_len - 2) / (options_.context_len - 1));
-  std::vector<CandidateResult> r = compare(cands, false, false, &windows, std::max(1, n_windows));
+  STRATA_ASSIGN_OR_RETURN(std::vector<CandidateResult> r,
+                          compare(cands, false, false, &windows, std::max(1, n_windows)));
   std::vector<double> out;
   for (const auto& c : r) out.push_back(c.metrics.mean_kl());
   return out;

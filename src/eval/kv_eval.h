@@ -2,9 +2,15 @@
 // Teacher forcing over a token stream made from a JSONL dataset, cut into windows of
 // `context_len`; every candidate KV configuration is compared, position by position, with the
 // bf16-KV reference on the same windows (one reference pass serves all candidates). Also: a
-// noise floor (bf16 against bf16 with another batch composition: two windows batched together,
-// other chunk and page sizes), free-running greedy divergence, per-layer sensitivity and scale
-// calibration. CPU backend; the forward pass is multithreaded (parallel_for).
+// noise floor (bf16 against bf16 with another batch composition), free-running greedy
+// divergence, per-layer sensitivity and scale calibration.
+//
+// Any backend (--device) and tensor parallelism (--tp-size: the engine's ranks through a
+// ParallelRuntime, dist/tensor_parallel.h); the reference and every candidate run on the same
+// devices. Windows go through the model in groups of `batch_windows` (one forward carries a chunk
+// of each); the reference's logits of a group stay on the device (eval/reference_logits.h) and
+// each candidate's are reduced there to per-position statistics (Backend::logit_stats), so only
+// those reach the host. Finished groups can be checkpointed (eval/eval_checkpoint.h).
 #pragma once
 
 #include <functional>
@@ -14,6 +20,7 @@
 
 #include "arch/model.h"
 #include "engine/kv_config.h"
+#include "engine/parallel_runtime.h"
 #include "eval/kv_metrics.h"
 #include "model/weights.h"
 #include "tokenizer/prompt_encoder.h"
@@ -32,6 +39,14 @@ struct EvalKvOptions {
   bool allow_repeat = false;    // wrap around the stream when it holds fewer than max_tokens
   int free_run_prompts = 16;
   int free_run_tokens = 64;
+  Device device = Device::kCpu;  // the reference and the candidates run here
+  int tp_size = 1;               // > 1: the ranks of the ParallelRuntime given to create()
+  bool tp_allow_uneven = false;  // tests: split the 5-head house models (model/sharding.h)
+  int batch_windows =
+      2;  // windows per forward (a chunk of each); the noise floor batches half as many
+  std::string checkpoint_path{};  // resumable statistics of finished groups ("" = none)
+  int64_t stop_after_windows =
+      0;  // > 0: stop after scoring this many new windows (interruption, for tests)
 };
 
 // The dataset as the evaluator uses it.
@@ -68,30 +83,39 @@ class KvEvaluator {
  public:
   using Progress = std::function<void(const std::string& what, int64_t done, int64_t total)>;
 
-  static StatusOr<std::unique_ptr<KvEvaluator>> create(const EvalKvOptions& options);
+  // `parallel`: the runtime of --tp-size > 1 (dist/tensor_parallel.h), else may be null.
+  static StatusOr<std::unique_ptr<KvEvaluator>> create(const EvalKvOptions& options,
+                                                       const ParallelRuntime* parallel = nullptr);
   const ModelSpec& spec() const { return model_->spec(); }
   const EvalData& data() const { return data_; }
   const EvalKvOptions& options() const { return options_; }
   void set_progress(Progress p) { progress_ = std::move(p); }
 
-  // Resolves KV options for this model (checkpoint scales included).
+  // Resolves KV options for this model (checkpoint scales included); errors when this backend
+  // cannot store the configuration.
   StatusOr<KvCacheConfig> resolve(const KvCacheOptions& kv) const;
+  // Where the forward passes run, as the records name it: device, tp size, activation dtype.
+  nlohmann::json deployment() const;
 
   // Compares every candidate with the reference over the windows (and free-running prompts).
   // With noise_floor, the first result is "bf16-noise": bf16 against bf16, other batching.
-  // `windows`: null = the dataset's; max_windows < 0: all of them.
-  std::vector<CandidateResult> compare(const std::vector<std::pair<std::string, KvCacheConfig>>& candidates,
-                                       bool noise_floor, bool free_run,
-                                       const std::vector<std::vector<int32_t>>* windows = nullptr,
-                                       int max_windows = -1);
+  // `windows`: null = the dataset's; max_windows < 0: all of them. With `checkpoint`, groups a
+  // checkpoint file (options().checkpoint_path) already holds are not computed again.
+  // Errors: a checkpoint of another run. `stopped` (optional) is set when stop_after_windows ended
+  // the run early (the results then cover only part of the windows).
+  StatusOr<std::vector<CandidateResult>> compare(
+      const std::vector<std::pair<std::string, KvCacheConfig>>& candidates, bool noise_floor,
+      bool free_run, const std::vector<std::vector<int32_t>>* windows = nullptr,
+      int max_windows = -1, bool checkpoint = false, bool* stopped = nullptr);
 
   // Per-layer amax of K and V over the first `tokens` tokens of `windows` (exact KV), turned
-  // into scales amax / max_finite(dtype).
+  // into scales amax / max_finite(dtype). Reads the KV pool on the host: --device cpu, tp 1.
   KvScales calibrate(const std::vector<std::vector<int32_t>>& windows, int64_t tokens, DType dtype);
   // Mean KL of quantizing one layer at a time to `base` (its dtype and scales; every other layer
   // bf16) over the first `tokens` positions. [num_layers].
-  std::vector<double> layer_sensitivity(const KvCacheConfig& base,
-                                        const std::vector<std::vector<int32_t>>& windows, int64_t tokens);
+  StatusOr<std::vector<double>> layer_sensitivity(const KvCacheConfig& base,
+                                                  const std::vector<std::vector<int32_t>>& windows,
+                                                  int64_t tokens);
 
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const PromptEncoder& encoder() const { return *encoder_; }
@@ -102,8 +126,14 @@ class KvEvaluator {
     if (progress_) progress_(what, done, total);
   }
 
+  // The run's identity for its checkpoint: what must be equal for saved statistics to apply.
+  std::string checkpoint_key(const std::vector<std::pair<std::string, KvCacheConfig>>& candidates,
+                             bool noise_floor, const std::vector<std::vector<int32_t>>& windows,
+                             size_t n_windows) const;
+
   EvalKvOptions options_;
-  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Backend>
+      backend_;  // declared before model_: the model (and its ranks) goes first
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<PromptEncoder> encoder_;
   std::unique_ptr<Model> model_;

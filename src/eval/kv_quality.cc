@@ -96,7 +96,10 @@ StatusOr<std::string> save_kv_record(const std::string& dir, const nlohmann::jso
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return invalid_argument("--kv-quality-records: cannot create '{}': {}", dir, ec.message());
-  const std::string key = record.at("kv").at("key").get<std::string>();
+  // The KV key and the deployment name the file: records of one configuration measured on two
+  // deployments in the same second do not overwrite each other.
+  std::string key = record.at("kv").at("key").get<std::string>();
+  if (record.contains("deployment")) key += record.at("deployment").dump();
   const std::string name = fmt::format("{}-{}-{}-{}.json", record.at("model").value("name", "model"),
                                        record.at("model").at("fingerprint").get<std::string>(),
                                        hex64(fnv1a(kFnvOffset, key.data(), key.size())).substr(0, 8),
@@ -109,9 +112,37 @@ StatusOr<std::string> save_kv_record(const std::string& dir, const nlohmann::jso
   return path;
 }
 
+nlohmann::json KvDeployment::to_json() const {
+  return {{"device", device}, {"tp_size", tp_size}, {"dcp_size", dcp_size}};
+}
+
+KvDeployment KvDeployment::from_record(const nlohmann::json& record) {
+  KvDeployment d;
+  if (!record.contains("deployment") || !record.at("deployment").is_object()) return d;
+  const auto& j = record.at("deployment");
+  d.device = j.value("device", d.device);
+  d.tp_size = j.value("tp_size", d.tp_size);
+  d.dcp_size = j.value("dcp_size", d.dcp_size);
+  return d;
+}
+
+std::string KvDeployment::describe() const {
+  return fmt::format("{} tp {}{}", device, tp_size,
+                     dcp_size > 1 ? fmt::format(" dcp {}", dcp_size) : "");
+}
+
 std::optional<nlohmann::json> find_kv_record(const std::vector<std::string>& dirs,
-                                             const std::string& fingerprint, const std::string& kv_key) {
+                                             const std::string& fingerprint,
+                                             const std::string& kv_key,
+                                             const KvDeployment& deployment) {
   std::optional<nlohmann::json> best;
+  auto better = [&](const nlohmann::json& j) {
+    if (!best) return true;
+    const bool jm = j.at("deployment_matches").get<bool>(),
+               bm = best->at("deployment_matches").get<bool>();
+    if (jm != bm) return jm;
+    return j.value("date", "") > best->value("date", "");
+  };
   for (const auto& dir : dirs) {
     std::error_code ec;
     if (!fs::is_directory(dir, ec)) continue;
@@ -123,11 +154,12 @@ std::optional<nlohmann::json> find_kv_record(const std::vector<std::string>& dir
       try {
         if (j.at("model").at("fingerprint") != fingerprint || j.at("kv").at("key") != kv_key) continue;
         j.at("metrics").at("kld").at("mean").get<double>();
+        j["deployment_matches"] = KvDeployment::from_record(j) == deployment;
       } catch (const std::exception&) {
         continue;
       }
       j["path"] = e.path().string();
-      if (!best || j.value("date", "") > best->value("date", "")) best = std::move(j);
+      if (better(j)) best = std::move(j);
     }
   }
   return best;
@@ -153,11 +185,30 @@ KvGateDecision decide_kv_gate(const KvCacheConfig& config, const std::optional<n
   }
   const auto& k = record->at("metrics").at("kld");
   const double mean = k.at("mean").get<double>(), se = k.value("se", 0.0);
-  const std::string measured =
-      fmt::format("measured mean KLD {:.6f} ± {:.6f} nats vs bf16 over {} tokens (record {}, {})", mean, se,
-                  record->at("metrics").value("tokens", 0), record->value("path", "?"), record->value("date", "?"));
+  std::string measured =
+      fmt::format("measured mean KLD {:.6f} ± {:.6f} nats vs bf16 over {} tokens", mean, se,
+                  record->at("metrics").value("tokens", 0));
+  // The candidate against the noise floor measured the same way in the same run (bf16 vs bf16
+  // under another batch composition): "within noise" is then a statement one can check.
+  try {
+    const double floor = record->at("noise_floor").at("kld").at("mean").get<double>();
+    measured += floor > 0
+                    ? fmt::format(", {:.1f}x the noise floor ({:.2e} nats)", mean / floor, floor)
+                    : fmt::format(", noise floor {:.2e} nats", floor);
+  } catch (const std::exception&) {
+    measured += ", no noise floor in the record";
+  }
+  const KvDeployment at = KvDeployment::from_record(*record);
+  measured += fmt::format("; record {} ({}), measured on {}", record->value("path", "?"),
+                          record->value("date", "?"), at.describe());
+  if (!record->value("deployment_matches", true))
+    measured += fmt::format(
+        ", not this deployment ({}: no record of it; `strata eval-kv --device {} --tp-size {}` "
+        "makes one)",
+        o.deployment.describe(), o.deployment.device, o.deployment.tp_size);
   if (mean <= o.budget_nats) {
-    d.message = fmt::format("KV quality: {}: {}; within budget {} nats", kv, measured, o.budget_nats);
+    d.message = fmt::format("KV quality: {} admitted: {}; within budget {} nats", kv, measured,
+                            o.budget_nats);
   } else if (o.allow_lossy) {
     d.warn = true;
     d.message = fmt::format("KV quality: {}: {}; OVER budget {} nats, running because of --allow-lossy-kv", kv,
@@ -179,7 +230,8 @@ Status enforce_kv_quality_gate(const std::string& model_dir, const KvCacheOption
   std::optional<nlohmann::json> record;
   if (config.lossy()) {
     STRATA_ASSIGN_OR_RETURN(ModelIdentity id, model_identity(model_dir));
-    record = find_kv_record(kv_record_dirs(o.records_dir, model_dir), id.fingerprint, config.key());
+    record = find_kv_record(kv_record_dirs(o.records_dir, model_dir), id.fingerprint, config.key(),
+                            o.deployment);
   }
   const KvGateDecision d = decide_kv_gate(config, record, o);
   if (!d.allowed) return failed_precondition("{}", d.message);

@@ -1,5 +1,6 @@
 #include "eval/kv_report.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -21,7 +22,8 @@ std::string iso_now() {
 }  // namespace
 
 nlohmann::json make_kv_record(const ModelIdentity& model, const CandidateResult& r,
-                              const CandidateResult* noise, const EvalKvOptions& o, const EvalData& data,
+                              const CandidateResult* noise, const EvalKvOptions& o,
+                              const EvalData& data, const nlohmann::json& deployment,
                               const nlohmann::json& extra) {
   const KvCacheConfig& c = r.config;
   nlohmann::json kv = {{"key", c.key()},
@@ -37,7 +39,13 @@ nlohmann::json make_kv_record(const ModelIdentity& model, const CandidateResult&
       {"label", r.label},
       {"model", {{"name", model.name}, {"path", model.path}, {"fingerprint", model.fingerprint}}},
       {"kv", kv},
-      {"reference", "bf16 KV cache, float32 compute (cpu backend), same token stream"},
+      {"deployment", deployment},
+      {"reference",
+       fmt::format(
+           "bf16 KV cache on the same devices ({} tp {}, {} activations, logits in that dtype "
+           "reduced in double), same token stream",
+           deployment.value("device", "cpu"), deployment.value("tp_size", 1),
+           deployment.value("activation_dtype", "f32"))},
       {"data",
        {{"path", o.data_path},
         {"records", data.records},
@@ -46,6 +54,7 @@ nlohmann::json make_kv_record(const ModelIdentity& model, const CandidateResult&
         {"context_len", o.context_len},
         {"chunk", o.chunk},
         {"page_size", o.page_size},
+        {"batch_windows", o.batch_windows},
         {"repeated_contexts", data.repeated}}},
       {"metrics", r.metrics.to_json()},
       {"tokens_scored", r.metrics.tokens()},
@@ -53,7 +62,13 @@ nlohmann::json make_kv_record(const ModelIdentity& model, const CandidateResult&
   if (noise) {
     nlohmann::json n = noise->metrics.to_json();
     n.erase("buckets");
-    n["how"] = fmt::format("bf16 vs bf16: windows batched in pairs, chunk {}, page size 1", o.noise_chunk);
+    n["how"] = fmt::format(
+        "bf16 vs bf16: {} windows per forward in reverse order (the reference: {}), chunk {} "
+        "(the reference: {}), page size 1 (the reference: {})",
+        std::max(1, o.batch_windows / 2), o.batch_windows, o.noise_chunk, o.chunk, o.page_size);
+    const double floor = noise->metrics.mean_kl();
+    j["kld_vs_noise_floor"] =
+        floor > 0 ? nlohmann::json(r.metrics.mean_kl() / floor) : nlohmann::json(nullptr);
     j["noise_floor"] = n;
   }
   for (const auto& [k, v] : extra.items()) j[k] = v;

@@ -13,11 +13,15 @@
 namespace strata {
 
 // {"format", "date", "label", "model": {name, path, fingerprint}, "kv": {key, describe, dtype,
-//  format, bf16_layers, mla_rope_dtype, scales}, "reference", "data": {...}, "metrics": {...},
-//  "tokens_scored", "free_run", "noise_floor"}. `noise` may be null.
+//  format, bf16_layers, mla_rope_dtype, scales}, "deployment", "reference", "data": {...},
+//  "metrics": {...}, "tokens_scored", "free_run", "noise_floor", "kld_vs_noise_floor"}. `noise`
+// may be null.
+// "deployment": where it was measured (KvDeployment's fields plus the backend and its
+// activation dtype: KvEvaluator::deployment()); the gate prefers records of its own deployment.
 nlohmann::json make_kv_record(const ModelIdentity& model, const CandidateResult& result,
                               const CandidateResult* noise, const EvalKvOptions& options,
-                              const EvalData& data, const nlohmann::json& extra);
+                              const EvalData& data, const nlohmann::json& deployment,
+                              const nlohmann::json& extra);
 
 // One row per result: KLD mean ± SE, median, p99, p99.9, max, top-1 ± SE, Δp mean/RMS,
 // ln PPL ratio ± SE, free-running divergences; then KLD by position bucket.

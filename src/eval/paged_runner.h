@@ -28,6 +28,10 @@ class PagedRunner {
   // order when all_logits, else of each chunk's last token [chunks, vocab].
   std::vector<float> step(const std::vector<std::pair<int, std::vector<int32_t>>>& chunks,
                           bool all_logits);
+  // The same step with every new token's logits [total new tokens, vocab] handed to `consumer`
+  // on the model's device (Model::forward_logits): nothing full-vocabulary comes back.
+  void step_on_device(const std::vector<std::pair<int, std::vector<int32_t>>>& chunks,
+                      const Model::LogitsConsumer& consumer);
 
   // Teacher forcing of one sequence from empty, `chunk` tokens per step: logits [ids, vocab].
   std::vector<float> prefill_all(int seq, const std::vector<int32_t>& ids, int chunk);
@@ -38,6 +42,14 @@ class PagedRunner {
   int64_t vocab() const { return model_.spec().vocab_size; }
 
  private:
+  // The step's batch (host arrays in `plan`), appending each chunk to its sequence.
+  struct StepPlan {
+    std::vector<int32_t> ids, positions, slots, rows, q_indptr{0}, kv_lens, page_indptr{0}, pages;
+    ForwardBatch batch() const;
+  };
+  StepPlan plan_step(const std::vector<std::pair<int, std::vector<int32_t>>>& chunks,
+                     bool all_logits);
+
   Model& model_;
   int page_size_, max_seqs_, pages_per_seq_;
   std::vector<int32_t> lens_;

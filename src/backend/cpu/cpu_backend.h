@@ -68,6 +68,9 @@ class CpuBackend : public Backend {
   // sampling.cc: sample_row_reference per row, rows in parallel.
   void sample(const Tensor& logits, const SampleRowParams* params, int32_t* out_ids) override;
   void edit_logits(const Tensor& logits, const LogitEdit* edits, int64_t num_edits) override;
+  // logit_stats.cc: logit_stats_reference per row, rows in parallel.
+  void logit_stats(const Tensor& ref, const Tensor& cand, const int32_t* targets,
+                   LogitStatsRow* out) override;
 };
 
 // out[r][j] = x[r] · w[j] (+ bias[j]) for r < m, j < n over k inputs, with row strides ldx, ldw,

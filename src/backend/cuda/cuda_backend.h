@@ -123,6 +123,9 @@ class CudaBackend : public Backend {
   // sampling.cu: one block per row; only the ids are copied back.
   void sample(const Tensor& logits, const SampleRowParams* params, int32_t* out_ids) override;
   void edit_logits(const Tensor& logits, const LogitEdit* edits, int64_t num_edits) override;
+  // logit_stats.cu: one block per row; five floats a row come back.
+  void logit_stats(const Tensor& ref, const Tensor& cand, const int32_t* targets,
+                   LogitStatsRow* out) override;
   // mla.cu: on the GPU for the (kv_lora_rank, rope) pairs the kernels are built for, else on the
   // CPU twin (counted).
   void mla_attention(const Tensor& q_latent, const KvStorage& kv, int layer,

@@ -41,7 +41,8 @@ namespace strata::cuda {
   X(kOpGemmF32, "gemm_f32")           \
   X(kOpBiasF32, "bias_f32")           \
   X(kOpMoeRoute, "moe_route")         \
-  X(kOpMoeExperts, "moe_experts")
+  X(kOpMoeExperts, "moe_experts")     \
+  X(kOpLogitStats, "logit_stats")
 // clang-format on
 
 enum Op : int {

@@ -77,7 +77,9 @@ TEST_F(KvEval, Bf16IsExactlyTheReferenceAndFp8IsNot) {
   auto e4m3 = ev->resolve({.dtype = KvCacheDtype::kFp8E4M3});
   auto e5m2 = ev->resolve({.dtype = KvCacheDtype::kFp8E5M2});
   ASSERT_TRUE(bf16.ok() && e4m3.ok() && e5m2.ok());
-  const auto r = ev->compare({{"bf16", *bf16}, {"e4m3", *e4m3}, {"e5m2", *e5m2}}, true, true);
+  auto rr = ev->compare({{"bf16", *bf16}, {"e4m3", *e4m3}, {"e5m2", *e5m2}}, true, true);
+  ASSERT_TRUE(rr.ok()) << rr.status().to_string();
+  const auto& r = *rr;
   ASSERT_EQ(r.size(), 4u);
   EXPECT_EQ(r[0].label, "bf16-noise");
   EXPECT_EQ(r[1].metrics.tokens(), 2 * 63);
@@ -102,12 +104,15 @@ TEST_F(KvEval, CalibrationAndSensitivityOnMla) {
   auto flash = ev->resolve({.dtype = KvCacheDtype::kFp8FlashMla});
   auto rope = ev->resolve({.dtype = KvCacheDtype::kFp8E4M3, .mla_rope_dtype = DType::kBF16});
   ASSERT_TRUE(e4m3.ok() && flash.ok() && rope.ok());
-  const std::vector<double> sens = ev->layer_sensitivity(*e4m3, ev->data().windows, 63);
+  auto sr = ev->layer_sensitivity(*e4m3, ev->data().windows, 63);
+  ASSERT_TRUE(sr.ok()) << sr.status().to_string();
+  const std::vector<double>& sens = *sr;
   ASSERT_EQ(sens.size(), size_t(ev->spec().num_layers));
   for (double x : sens) EXPECT_GT(x, 0.0);
   EXPECT_EQ(most_sensitive_layers({0.1, 0.5, 0.2, 0.4}, 2), (std::vector<int>{1, 3}));
-  const auto r = ev->compare({{"flash", *flash}, {"rope", *rope}}, false, false, nullptr, 2);
-  for (const auto& c : r) {
+  auto r = ev->compare({{"flash", *flash}, {"rope", *rope}}, false, false, nullptr, 2);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  for (const auto& c : *r) {
     EXPECT_GT(c.metrics.mean_kl(), 0.0) << c.label;
     EXPECT_LT(c.metrics.mean_kl(), 0.5) << c.label;
   }

@@ -86,6 +86,45 @@ TEST_F(KvGate, RecordsAreFoundByFingerprintAndKey) {
   EXPECT_EQ((*find_kv_record({dir_}, id_.fingerprint, fp8_.key()))["metrics"]["kld"]["mean"], 0.0001);
 }
 
+TEST_F(KvGate, RecordsOfTheDeployedConfigurationArePreferred) {
+  // One record per deployment for the same model and KV key; the gate takes the one measured where
+  // it runs, and falls back (saying so) to another deployment's only when there is none.
+  auto at = [&](const char* device, int tp, double kld, const char* date) {
+    nlohmann::json r = record(fp8_.key(), kld, date);
+    r["deployment"] = KvDeployment{.device = device, .tp_size = tp}.to_json();
+    r["noise_floor"] = {{"kld", {{"mean", kld / 40}}}};
+    return r;
+  };
+  fs::create_directories(dir_);
+  std::ofstream(dir_ + "/cpu.json") << at("cpu", 1, 0.0001, "2030-01-01T00:00:00Z").dump();
+  std::ofstream(dir_ + "/cuda8.json") << at("cuda", 8, 0.0002, "2025-01-01T00:00:00Z").dump();
+  const KvDeployment cuda8{.device = "cuda", .tp_size = 8};
+  auto found = find_kv_record({dir_}, id_.fingerprint, fp8_.key(), cuda8);
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ((*found)["metrics"]["kld"]["mean"], 0.0002);  // older, but of this deployment
+  EXPECT_TRUE((*found)["deployment_matches"].get<bool>());
+  KvGateOptions o;
+  o.deployment = cuda8;
+  const KvGateDecision d = decide_kv_gate(fp8_, found, o);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_NE(d.message.find("admitted"), std::string::npos) << d.message;
+  EXPECT_NE(d.message.find("cuda8.json"), std::string::npos) << d.message;  // names the record
+  EXPECT_NE(d.message.find("40.0x the noise floor"), std::string::npos) << d.message;
+  EXPECT_NE(d.message.find("measured on cuda tp 8"), std::string::npos) << d.message;
+
+  // No record of cuda tp 2: the newest of another deployment, flagged as such.
+  const KvDeployment cuda2{.device = "cuda", .tp_size = 2};
+  auto other = find_kv_record({dir_}, id_.fingerprint, fp8_.key(), cuda2);
+  ASSERT_TRUE(other.has_value());
+  EXPECT_FALSE((*other)["deployment_matches"].get<bool>());
+  EXPECT_EQ((*other)["metrics"]["kld"]["mean"], 0.0001);
+  o.deployment = cuda2;
+  const KvGateDecision d2 = decide_kv_gate(fp8_, other, o);
+  EXPECT_NE(d2.message.find("not this deployment (cuda tp 2"), std::string::npos) << d2.message;
+  // A record without "deployment" was made on the CPU at tp 1.
+  EXPECT_EQ(KvDeployment::from_record(record(fp8_.key(), 0.1, "d")), KvDeployment{});
+}
+
 TEST_F(KvGate, EnforcedOnTheHouseModel) {
   KvGateOptions o;
   o.records_dir = dir_;
