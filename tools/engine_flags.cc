@@ -25,6 +25,13 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_
   app.add_option("--tp-size,--tp", c.tp_size,
                  "tensor-parallel ranks (cuda: one per visible GPU over NCCL; cpu: in-process ranks)")
       ->capture_default_str();
+  app.add_option("--dcp-size", c.dcp_size,
+                 "decode context parallelism (vLLM's --decode-context-parallel-size; MLA models): "
+                 "each group of this "
+                 "many tensor-parallel ranks holds 1/N of every sequence's latent KV instead of "
+                 "all of it, so KV "
+                 "capacity is N x; divides --tp-size")
+      ->capture_default_str();
   app.add_flag("--tp-allow-uneven", c.tp_allow_uneven,
                "for tests: split head/intermediate/vocab counts --tp-size does not divide into ranges one apart "
                "(exact; on GPUs the rank with the larger slices sets the pace)");
@@ -202,7 +209,10 @@ int parse_cli(CLI::App& app, int argc, char** argv) {
 
 std::optional<Status> run_tp_worker_if_launched(const EngineConfig& c) {
   if (c.tp_size <= 1 || c.tp_one_rank) return std::nullopt;
-  TpConfig tpc{.tp_size = c.tp_size, .device = c.device, .sharding = {.allow_uneven = c.tp_allow_uneven}};
+  TpConfig tpc{.tp_size = c.tp_size,
+               .dcp_size = c.dcp_size,
+               .device = c.device,
+               .sharding = {.allow_uneven = c.tp_allow_uneven}};
   auto launch = tp_launch_from_env(c.tp_size, c.device, &tpc.nccl_id_file);
   if (!launch.ok()) return launch.status();
   if (!*launch || (*launch)->rank == 0) return std::nullopt;

@@ -24,6 +24,7 @@ struct Flags {
   std::string model_path;
   double gpu_memory_gib = 0;
   int tp_size = 1;
+  int dcp_size = 1;
   std::vector<double> fractions;
   std::vector<std::string> kv_dtypes{"bf16"};
   std::vector<int> bf16_layers;
@@ -52,6 +53,10 @@ void add_flags(CLI::App& app, Flags& f) {
                  "memory per GPU in GiB (with --device cpu: the memory budget)")
       ->required();
   app.add_option("--tp-size", f.tp_size, "tensor-parallel ranks");
+  app.add_option("--dcp-size", f.dcp_size,
+                 "decode context parallelism (MLA): each group of this many ranks holds 1/N of "
+                 "every sequence's "
+                 "latent KV (divides --tp-size)");
   app.add_option("--mem-fraction-static", f.fractions,
                  "one or more fractions in (0, 1); default: SGLang's rule for the GPU size");
   app.add_option("--kv-cache-dtype", f.kv_dtypes, "one or more of bf16, fp8_e4m3, fp8_e5m2, f32");
@@ -87,6 +92,7 @@ StatusOr<std::vector<Deployment>> deployments(const Flags& f) {
   Deployment base;
   base.gpu_memory_bytes = int64_t(f.gpu_memory_gib * kGiB);
   base.tp_size = f.tp_size;
+  base.dcp_size = f.dcp_size;
   STRATA_ASSIGN_OR_RETURN(const Device device, parse_enum<Device>(f.device, "--device"));
   base.device = device == Device::kCpu ? PlanDevice::kCpu : PlanDevice::kCuda;
   // The CPU reference holds every weight as float32 (Backend::weight_policy).
@@ -153,6 +159,12 @@ nlohmann::json to_json(const Deployment& d, const StatusOr<Plan>& plan, bool ver
   j["runtime_reserved_bytes"] = p.runtime_reserved_bytes;
   j["kv_bytes_per_token"] = p.kv_bytes_per_token;
   j["kv_tokens"] = p.kv_tokens;
+  j["kv_tokens_per_rank"] = p.kv_tokens_per_rank;
+  j["dcp_size"] = p.dcp_size;
+  j["dcp_gather_bytes_per_token_layer"] = p.dcp_gather_bytes_per_token_layer;
+  j["dcp_all_to_all_bytes_per_token_layer"] = p.dcp_all_to_all_bytes_per_token_layer;
+  j["dp_attention_extra_weight_bytes"] = p.dp_attention_extra_weight_bytes;
+  j["dp_attention_kv_tokens_per_rank"] = p.dp_attention_kv_tokens_per_rank;
   j["kv_pool_bytes"] = p.kv_pool_bytes;
   j["context_length"] = p.context_length;
   j["max_running_requests"] = p.max_running_requests;
@@ -213,6 +225,31 @@ void print_table(const ModelSpec& spec, const Flags& f, const std::vector<Deploy
     std::printf("\n");
   }
   if (!f.fractions.size()) std::printf("* SGLang's default mem_fraction_static for this GPU\n");
+  if (any && any->dcp_size > 1) {
+    const int64_t per_token =
+        any->dcp_gather_bytes_per_token_layer + any->dcp_all_to_all_bytes_per_token_layer;
+    std::printf(
+        "decode context parallelism %d: kv tokens = %d x the tokens of one rank's pool; each "
+        "decoded token "
+        "costs every rank %lld B of query all-gather + %lld B of partial all-to-all per layer "
+        "(%.2f MB over "
+        "%d layers)\n",
+        any->dcp_size, any->dcp_size, (long long)any->dcp_gather_bytes_per_token_layer,
+        (long long)any->dcp_all_to_all_bytes_per_token_layer,
+        double(per_token) * spec.num_layers / 1e6, spec.num_layers);
+  }
+  if (any && spec.is_mla() && f.tp_size > 1) {
+    const int64_t rank_tokens = any->dp_attention_kv_tokens_per_rank;
+    std::printf(
+        "data-parallel attention instead: +%.2f GiB of attention weights per rank, %s\n",
+        any->dp_attention_extra_weight_bytes / kGiB,
+        rank_tokens == 0
+            ? "which leaves no KV room: does not fit"
+            : fmt::format(
+                  "{} tokens per rank x {} = {} tokens (each request within one rank's pool)",
+                  rank_tokens, f.tp_size, rank_tokens * f.tp_size)
+                  .c_str());
+  }
   if (!f.verbose) return;
   for (size_t c = 0; c < plans.size(); ++c) {
     if (!plans[c].ok()) continue;

@@ -12,7 +12,7 @@
 // Usage: strata_bench_offline_bench [--config PATH] [--tokenizer DIR] [--prompts N] [--in N]
 //   [--out N] [--kv-cache-dtype auto|fp8_e4m3|fp8_e5m2] [--max-running N] [--mem-fraction F]
 //   [--max-seconds S] [--page-size N] (the KV page, default 16) [--tp-size N]
-//   [--tp-one-rank 1] (rank 0 of --tp-size alone, collectives skipped and counted)
+//   [--dcp-size N] [--tp-one-rank 1] (rank 0 of --tp-size alone, collectives skipped and counted)
 //   [--cuda-graph-max-bs N] (decode steps of at most N requests replay CUDA graphs; default: the
 //   engine's) [--schedule-conservativeness F] [--hicache-ratio R] (host KV tier of R x the pool:
 //   pages of retracted requests come back from host memory instead of being recomputed)
@@ -61,6 +61,7 @@ struct Args {
   std::vector<int> bd_pages;  // page sizes to time the step at, after the full breakdown
   int page_size = 16;  // the engine's and the breakdown's KV page
   int tp = 1;
+  int dcp = 1;  // --dcp-size (arch/dcp.h; the engine refuses it on cuda until the kernels exist)
   bool one_rank = false;  // --tp-one-rank 1: rank 0 of --tp-size alone (backend/solo_comm.h)
   std::optional<int> cuda_graph_max_bs;  // unset: the engine's default
   double schedule_conservativeness = 1.0;
@@ -91,6 +92,7 @@ void run_engine(const Args& a, const std::string& dir) {
   ec.page_size = a.page_size;
   if (a.max_running > 0) ec.max_running_requests = a.max_running;
   ec.tp_size = a.tp;
+  ec.dcp_size = a.dcp;
   ec.tp_one_rank = a.one_rank;
   ec.cuda_graph_max_bs = a.cuda_graph_max_bs;
   ec.schedule_conservativeness = a.schedule_conservativeness;
@@ -318,6 +320,8 @@ int main(int argc, char** argv) {
     else if (k == "--breakdown-pages") a.bd_pages = parse_int_list(v);
     else if (k == "--page-size") a.page_size = std::stoi(v);
     else if (k == "--tp-size") a.tp = std::stoi(v);
+    else if (k == "--dcp-size")
+      a.dcp = std::stoi(v);
     else if (k == "--tp-one-rank") a.one_rank = std::stoi(v) != 0;
     else if (k == "--cuda-graph-max-bs") a.cuda_graph_max_bs = std::stoi(v);
     else if (k == "--schedule-conservativeness") a.schedule_conservativeness = std::stod(v);

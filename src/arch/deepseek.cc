@@ -7,6 +7,7 @@
 #include <functional>
 #include <vector>
 
+#include "arch/dcp.h"
 #include "arch/decoder.h"
 #include "arch/mla.h"
 #include "model/weight_names.h"
@@ -54,6 +55,11 @@ class DeepseekModel : public DecoderModel {
       : DecoderModel(spec, backend, mla_dims(spec).qk_rope_head_dim), dims_(mla_dims(spec)) {
     tp_ = tp;
     if (tp.active()) dims_.num_heads = int(tp.shard().q_heads.size());  // this rank's heads
+    if (tp.dcp_active()) {
+      dcp_ops_ = dcp_attention(backend);
+      for (int r = 0; r < tp.size(); ++r)
+        dcp_group_heads_ = std::max(dcp_group_heads_, int(tp.plan->rank(r).q_heads.size()));
+    }
   }
 
   Status load(const WeightStore& ws);
@@ -89,6 +95,11 @@ class DeepseekModel : public DecoderModel {
   void moe_block(int layer, const Tensor& h, const Tensor& out);
 
   MlaDims dims_;  // num_heads: this rank's query heads
+  // Decode context parallelism (arch/dcp.h): the backend's ops (null: none), the most heads a
+  // rank has, and this step's local view, rebuilt by the first layer of each forward.
+  DcpAttention* dcp_ops_ = nullptr;
+  int dcp_group_heads_ = 0;
+  DcpLocalBatch dcp_local_;
   float softmax_scale_ = 1.0f;
   MoeRouteArgs route_args_;
   std::vector<DeepseekLayer> layers_;
@@ -261,10 +272,17 @@ void DeepseekModel::attention_block(int layer, const Tensor& h, const ForwardBat
   be.linear(h, L.kv_a, *kv_row);
   mla_make_cache_rows(be, dims_, *kv_row, *L.kv_a_norm, kLoraNormEps, batch.attn.positions, rope);
   trace(*kv_row, "kv_cache_row", layer);
-  be.kv_write(kv, layer, *kv_row, Tensor{}, batch.attn);
-
   auto attn = be.alloc(act, {t, heads, dims_.v_head_dim});
-  mla_absorbed_attention(be, dims_, L.absorbed, softmax_scale_, *q, kv, layer, batch.attn, *attn);
+  if (tp_.dcp_active()) {
+    if (layer == 0)
+      dcp_local_.build(batch.attn, DcpShard{.rank = tp_.dcp->rank(), .size = tp_.dcp->size()},
+                       kv.layout().page_size);
+    mla_dcp_attention(be, *dcp_ops_, *tp_.dcp, dims_, dcp_group_heads_, L.absorbed, softmax_scale_,
+                      *q, *kv_row, kv, layer, dcp_local_, *attn);
+  } else {
+    be.kv_write(kv, layer, *kv_row, Tensor{}, batch.attn);
+    mla_absorbed_attention(be, dims_, L.absorbed, softmax_scale_, *q, kv, layer, batch.attn, *attn);
+  }
   trace(*attn, "attn", layer);
   be.linear(attn->view().reshape({t, heads * dims_.v_head_dim}), L.o_proj, out);
 }
@@ -312,6 +330,14 @@ void DeepseekModel::moe_block(int layer, const Tensor& h, const Tensor& out) {
 StatusOr<std::unique_ptr<Model>> create_deepseek_model(const ModelSpec& spec,
                                                        const WeightStore& weights,
                                                        Backend& backend, const TpRank& tp) {
+  if (tp.dcp_active() && dcp_attention(backend) == nullptr)
+    return unimplemented(
+        "--dcp-size {}: the {} backend has no decode-context-parallel MLA attention (an MLA "
+        "attention that returns "
+        "each row's log-sum-exp over a rank's shard, causal by absolute position, and the LSE "
+        "merge op: "
+        "backend/dcp_attention.h); run --dcp-size 1",
+        tp.dcp->size(), backend.name());
   auto m = std::make_unique<DeepseekModel>(spec, backend, tp);
   STRATA_RETURN_IF_ERROR(m->load(weights));
   return std::unique_ptr<Model>(std::move(m));

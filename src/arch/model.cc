@@ -34,6 +34,11 @@ StatusOr<std::unique_ptr<Model>> create_model(const ModelSpec& spec, const Weigh
                                               Backend& backend, const TpRank& tp) {
   if (tp.active() && (tp.plan == nullptr || tp.plan->tp() != tp.size()))
     return internal_error("tensor-parallel rank {} of {} without a matching sharding plan", tp.rank(), tp.size());
+  if (tp.dcp_active() && !spec.is_mla())
+    return invalid_argument(
+        "--dcp-size {}: decode context parallelism shards an MLA latent cache; {} has none "
+        "(its KV heads are already split by --tp-size)",
+        tp.dcp->size(), spec.model_type);
   switch (spec.arch) {
     case ArchKind::kLlama:
       return create_llama_model(spec, weights, backend, tp);

@@ -16,6 +16,10 @@ namespace strata {
 struct TpRank {
   Communicator* comm = nullptr;       // null: tp = 1
   const TpShardPlan* plan = nullptr;  // null: tp = 1
+  // Decode context parallelism (arch/dcp.h): this rank's DCP group of --dcp-size consecutive
+  // ranks (the tp communicator itself when --dcp-size = --tp-size); null: none (--dcp-size 1).
+  Communicator* dcp = nullptr;
+  bool dcp_active() const { return dcp != nullptr && dcp->size() > 1; }
   // True when the forward must talk to other ranks (tp > 1).
   bool active() const { return comm != nullptr && comm->size() > 1; }
   int rank() const { return comm ? comm->rank() : 0; }

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <optional>
 
+#include "core/check.h"
+
 namespace strata {
 namespace {
 
@@ -18,6 +20,14 @@ StatusOr<std::optional<int>> env_int(const char* name) {
 }
 
 }  // namespace
+
+void Communicator::all_to_all(const Tensor&, const Tensor&) {
+  CHECK_MSG(false, "this communicator has no all_to_all");
+}
+
+StatusOr<std::unique_ptr<Communicator>> Communicator::split(int group_size) {
+  return unimplemented("this communicator cannot split into groups of {} ranks", group_size);
+}
 
 StatusOr<LaunchRank> launch_rank_from_env() {
   // The launchers' names: Open MPI, MPICH/Intel MPI (PMI), Slurm, torchrun-style.

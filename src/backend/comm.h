@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,17 @@ class Communicator {
   virtual void all_reduce_sum(const Tensor& x) = 0;
   // out [size, ...in's shape] = every rank's `in`, rank r's at out[r]. Same dtype as in.
   virtual void all_gather(const Tensor& in, const Tensor& out) = 0;
+  // out [size, chunk...] = chunk r of every rank's in [size, chunk...]: out[j] is rank j's
+  // in[rank()] (each rank sends in[k] to rank k). Same dtype and shapes on every rank. Decode
+  // context parallelism returns each rank's attention partials to the ranks that own their heads
+  // (arch/dcp.h). Default: CHECK-fails (a communicator that does not implement it).
+  virtual void all_to_all(const Tensor& in, const Tensor& out);
+  // A new communicator over this rank's group of `group_size` consecutive ranks
+  // (rank / group_size; rank() in it is rank % group_size), for collectives inside that group
+  // only (the DCP group of --dcp-size). Collective: every rank calls it with the same size,
+  // which divides size(). Aborting the parent does not abort the child: the caller registers it
+  // where the parent is. Default: Unimplemented.
+  virtual StatusOr<std::unique_ptr<Communicator>> split(int group_size);
   // Copies root's `bytes` to every rank: other ranks' vectors are resized to root's length.
   virtual Status broadcast_bytes(std::vector<uint8_t>& bytes, int root) = 0;
   // Returns when every rank has reached it (or with the group's error).

@@ -11,6 +11,7 @@ class TensorParallelRuntime : public ParallelRuntime {
   StatusOr<ParallelModel> create_model(const EngineConfig& config, const ModelSpec& spec,
                                        const WeightStore& weights) const override {
     TpConfig tpc{.tp_size = config.tp_size,
+                 .dcp_size = config.dcp_size,
                  .device = config.device,
                  .sharding = {.allow_uneven = config.tp_allow_uneven},
                  .one_rank = config.tp_one_rank};

@@ -282,11 +282,14 @@ ForwardBatch batch_of(const BatchPlan& p) {
 }
 
 // A worker's step: the plan must fit the rank's pool (pages and slots), or the message is bad.
-Status check_plan_fits(const BatchPlan& p, const KvStorage* kv) {
+// Under decode context parallelism the plan's page holds dcp_size pool pages' tokens.
+Status check_plan_fits(const BatchPlan& p, const KvStorage* kv, int dcp_size) {
   if (kv == nullptr) return data_loss("step message before the KV init message");
   const int64_t pages = kv->layout().num_pages;
-  if (p.page_size != kv->layout().page_size)
-    return data_loss("step message: page size {} but the pool's is {}", p.page_size, kv->layout().page_size);
+  if (p.page_size != kv->layout().page_size * dcp_size)
+    return data_loss(
+        "step message: page size {} but the pool's is {} (x {} ranks of context parallelism)",
+        p.page_size, kv->layout().page_size, dcp_size);
   for (int32_t x : p.page_indices)
     if (x >= pages) return data_loss("step message: page {} outside the pool of {}", x, pages);
   for (int32_t s : p.slot_mapping)
@@ -296,7 +299,7 @@ Status check_plan_fits(const BatchPlan& p, const KvStorage* kv) {
 
 // Ranks 1..N-1: receive, run, repeat until kShutdown or the group fails. Keeps one pool per id
 // rank 0 uses (the engine has one; eval-kv a reference and a candidate).
-Status worker_loop(Communicator& comm, Model& model, Backend& backend) {
+Status worker_loop(Communicator& comm, Model& model, Backend& backend, int dcp_size) {
   std::unordered_map<uint32_t, std::unique_ptr<KvStorage>> pools;
   // The host KV tier behind a pool (dist/tp_host_tier.h), driven by rank 0's copies.
   std::unordered_map<uint32_t, std::unique_ptr<TpHostMirror>> mirrors;
@@ -358,7 +361,7 @@ Status worker_loop(Communicator& comm, Model& model, Backend& backend) {
                                 BatchPlan::deserialize(std::span<const uint8_t>(msg).subspan(at)));
         auto it = pools.find(id);
         KvStorage* kv = it == pools.end() ? nullptr : it->second.get();
-        STRATA_RETURN_IF_ERROR(check_plan_fits(plan, kv));
+        STRATA_RETURN_IF_ERROR(check_plan_fits(plan, kv, dcp_size));
         // Rank 0's copies between this step's plan and the last: before the forward reads or
         // overwrites the pages they move.
         STRATA_RETURN_IF_ERROR(apply_sync(id, sync));
@@ -378,12 +381,14 @@ Status worker_loop(Communicator& comm, Model& model, Backend& backend) {
 // Rank 0's model as the engine sees it: forward() broadcasts the step, then runs rank 0's part.
 class TpModel : public Model {
  public:
-  TpModel(std::unique_ptr<Model> inner, std::unique_ptr<Communicator> comm, std::function<void()> bind_thread,
+  TpModel(std::unique_ptr<Model> inner, std::unique_ptr<Communicator> comm,
+          std::unique_ptr<Communicator> dcp_comm, std::function<void()> bind_thread,
           std::shared_ptr<TpGroupState> state, std::shared_ptr<TpShardPlan> plan,
           std::vector<std::thread> workers)
       : Model(inner->spec(), inner->backend()),
         inner_(std::move(inner)),
         comm_(std::move(comm)),
+        dcp_comm_(std::move(dcp_comm)),
         bind_thread_(std::move(bind_thread)),
         state_(std::move(state)),
         plan_(std::move(plan)),
@@ -398,6 +403,7 @@ class TpModel : public Model {
     }
     for (auto& t : workers_) t.join();
     state_->remove(comm_.get());
+    if (dcp_comm_) state_->remove(dcp_comm_.get());
   }
 
   KvLayout kv_layout() const override { return inner_->kv_layout(); }
@@ -504,6 +510,8 @@ class TpModel : public Model {
 
   std::unique_ptr<Model> inner_;
   std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<Communicator>
+      dcp_comm_;                       // the DCP group split off comm_ (null: none or all of comm_)
   std::function<void()> bind_thread_;  // rank 0's device, for the engine thread
   std::shared_ptr<TpGroupState> state_;
   std::shared_ptr<TpShardPlan> plan_;
@@ -525,16 +533,38 @@ class TpModel : public Model {
 // Rank r's setup on its thread: resources, weights, then the group barrier.
 struct RankSetup {
   RankResources res;
+  std::unique_ptr<Communicator> dcp_comm;  // a DCP group smaller than the tp group (else null)
   std::unique_ptr<Model> model;
+  void remove_from(TpGroupState& state) {
+    state.remove(res.comm.get());
+    if (dcp_comm) state.remove(dcp_comm.get());
+  }
 };
 StatusOr<RankSetup> setup_rank(int r, const ModelSpec& spec, const WeightStore& weights,
-                               const TpShardPlan& plan, const RankFactory& factory,
+                               const TpShardPlan& plan, const RankFactory& factory, int dcp_size,
                                TpGroupState& state) {
   RankSetup s;
   STRATA_ASSIGN_OR_RETURN(s.res, factory(r, state.failed()));
   state.add(s.res.comm.get());
-  auto model = create_model(spec, weights, *s.res.backend, TpRank{.comm = s.res.comm.get(), .plan = &plan});
-  if (!model.ok()) return model.status();
+  Communicator* dcp = nullptr;
+  if (dcp_size > 1 && dcp_size == s.res.comm->size()) {
+    dcp = s.res.comm.get();
+  } else if (dcp_size > 1) {
+    auto split = s.res.comm->split(dcp_size);
+    if (!split.ok()) {
+      s.remove_from(state);
+      return split.status();
+    }
+    s.dcp_comm = std::move(split).value();
+    state.add(s.dcp_comm.get());
+    dcp = s.dcp_comm.get();
+  }
+  auto model = create_model(spec, weights, *s.res.backend,
+                            TpRank{.comm = s.res.comm.get(), .plan = &plan, .dcp = dcp});
+  if (!model.ok()) {
+    s.remove_from(state);  // its communicators go with it: the group must not abort them later
+    return model.status();
+  }
   s.model = std::move(model).value();
   return s;
 }
@@ -588,31 +618,39 @@ StatusOr<std::unique_ptr<Model>> create_tp_model(const ModelSpec& spec, const We
   const int local_ranks = config.launch || config.one_rank ? 1 : config.tp_size;
   for (int r = 1; r < local_ranks; ++r) {
     // Workers keep only `spec` and `plan` (shared) after the barrier; `weights` is read before it.
-    workers.emplace_back([r, spec, &weights, plan, &factory, state] {
-      auto s = setup_rank(r, spec, weights, *plan, factory, *state);
+    const int dcp_size = config.dcp_size;
+    workers.emplace_back([r, spec, &weights, plan, &factory, dcp_size, state] {
+      auto s = setup_rank(r, spec, weights, *plan, factory, dcp_size, *state);
       if (!s.ok()) return state->fail(s.status().with_context("tensor-parallel rank {}", r));
       Communicator& comm = *s->res.comm;
       Status st = comm.barrier();  // every rank loaded
-      if (st.ok()) st = worker_loop(comm, *s->model, *s->res.backend);
-      if (!st.ok() && !state->failed().load()) state->fail(st.with_context("tensor-parallel rank {}", r));
-      state->remove(&comm);
+      if (st.ok()) st = worker_loop(comm, *s->model, *s->res.backend, dcp_size);
+      if (!st.ok() && !state->failed().load())
+        state->fail(st.with_context("tensor-parallel rank {}", r));
+      s->remove_from(*state);
     });
   }
-  auto s0 = setup_rank(0, spec, weights, *plan, factory, *state);
+  auto s0 = setup_rank(0, spec, weights, *plan, factory, config.dcp_size, *state);
   Status st = s0.ok() ? s0->res.comm->barrier() : s0.status().with_context("tensor-parallel rank 0");
   if (!st.ok()) {
     state->fail(st);
     for (auto& t : workers) t.join();
-    if (s0.ok()) state->remove(s0->res.comm.get());
+    if (s0.ok()) s0->remove_from(*state);
     return state->first();
   }
   LOG_INFO("tensor parallel: {}{} ranks on {} · {} heads, {} vocab rows per rank{}",
            config.one_rank ? "rank 0 alone (--tp-one-rank) of " : "", config.tp_size, device_name(config.device),
            plan->rank(0).q_heads.size(), plan->rank(0).vocab.size(),
            plan->kv_heads_replicated() ? " · KV heads replicated" : "");
+  if (config.dcp_size > 1)
+    LOG_INFO(
+        "decode context parallelism: groups of {} ranks, each holding 1/{} of every sequence's "
+        "latent KV",
+        config.dcp_size, config.dcp_size);
   *rank0_backend = std::move(s0->res.backend);
   return std::unique_ptr<Model>(new TpModel(std::move(s0->model), std::move(s0->res.comm),
-                                            std::move(s0->res.bind_thread), state, plan, std::move(workers)));
+                                            std::move(s0->dcp_comm), std::move(s0->res.bind_thread),
+                                            state, plan, std::move(workers)));
 }
 
 StatusOr<std::unique_ptr<TpHostTier>> attach_tp_host_tier(Model& tp_model, const KvStorage& kv, int64_t host_pages,
@@ -633,14 +671,14 @@ Status run_tp_worker(const std::string& model_path, const TpConfig& config) {
   STRATA_ASSIGN_OR_RETURN(TpShardPlan plan, plan_tp_sharding(spec, config.tp_size, config.sharding));
   STRATA_ASSIGN_OR_RETURN(RankFactory factory, make_tp_rank_factory(config));
   TpGroupState state;
-  auto s = setup_rank(r, spec, weights, plan, factory, state);
+  auto s = setup_rank(r, spec, weights, plan, factory, config.dcp_size, state);
   if (!s.ok()) return s.status().with_context("tensor-parallel rank {}", r);
   Communicator& comm = *s->res.comm;
   LOG_INFO("tensor parallel: rank {} of {} ({}) loaded; serving rank 0's steps", r, config.tp_size,
            config.launch->source);
   Status st = comm.barrier();
-  if (st.ok()) st = worker_loop(comm, *s->model, *s->res.backend);
-  state.remove(&comm);
+  if (st.ok()) st = worker_loop(comm, *s->model, *s->res.backend, config.dcp_size);
+  s->remove_from(state);
   return st.with_context("tensor-parallel rank {}", r);
 }
 

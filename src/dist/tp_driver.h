@@ -38,6 +38,9 @@ class WeightStore;
 
 struct TpConfig {
   int tp_size = 1;
+  // --dcp-size: decode context parallelism over groups of this many consecutive ranks (arch/dcp.h;
+  // divides tp_size; MLA models only). 1: every rank holds the whole latent cache.
+  int dcp_size = 1;
   Device device = Device::kCpu;  // cpu: in-process ranks; cuda: one rank per visible GPU (NCCL)
   ShardingOptions sharding{};  // allow_uneven: tests only (model/sharding.h)
   // Set when an existing launcher (mpirun, srun) started one process per rank

@@ -75,6 +75,11 @@ struct EngineConfig {
   // collective skipped and counted (backend/solo_comm.h). A benchmark mode — what each GPU of a
   // tp group computes, measured on one GPU; the outputs are not the model's.
   bool tp_one_rank = false;
+  // --dcp-size: decode context parallelism (arch/dcp.h; MLA models, divides tp_size): each group of
+  // dcp_size ranks holds 1/dcp_size of every sequence's latent KV, so the pool holds dcp_size x
+  // the tokens. The engine's page then holds page_size x dcp_size tokens (each rank's pool page
+  // page_size of them): Engine::config().page_size reports the engine's page.
+  int dcp_size = 1;
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;  // auto: f32 on cpu, bf16 on cuda (exact)
   std::vector<int> kv_bf16_layers;            // layers kept in bf16 when kv_cache_dtype is fp8
   std::string kv_scales_path;                 // per-layer K/V scales (strata eval-kv --calibrate)
@@ -245,6 +250,8 @@ class Engine {
   // before the first request: the backend is not thread-safe.
   Backend& backend() const { return *backend_; }
   const EngineConfig& config() const { return config_; }
+  // Tokens of a page of each rank's KV pool: config().page_size / dcp_size.
+  int pool_page_size() const { return config_.page_size / config_.dcp_size; }
   int64_t context_length() const { return context_length_; }
   int64_t kv_capacity_tokens() const;
 

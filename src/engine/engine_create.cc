@@ -60,9 +60,29 @@ Status check_config(const EngineConfig& c) {
   STRATA_RETURN_IF_ERROR(check_host_tier_options(c));
   if (c.page_size < 1) return invalid_argument("--page-size must be >= 1, got {}", c.page_size);
   if (c.tp_size < 1) return invalid_argument("--tp-size must be >= 1, got {}", c.tp_size);
+  if (c.dcp_size < 1 || c.tp_size % c.dcp_size != 0)
+    return invalid_argument("--dcp-size {} must be >= 1 and divide --tp-size {}", c.dcp_size,
+                            c.tp_size);
+  if (c.dcp_size > 1 && c.tp_one_rank)
+    return invalid_argument(
+        "--dcp-size {} with --tp-one-rank: one rank alone holds 1/{} of the context and cannot "
+        "attend over the rest",
+        c.dcp_size, c.dcp_size);
+  if (c.dcp_size > 1 && c.device == Device::kCuda)
+    return unimplemented(
+        "--dcp-size {} on cuda: the CUDA MLA kernels do not return each row's log-sum-exp over "
+        "one rank's shard of the context (causal by absolute position) and there is no CUDA "
+        "merge op (backend/dcp_attention.h); decode context parallelism runs on cpu ranks only",
+        c.dcp_size);
   if (c.tp_one_rank && c.tp_size < 2)
     return invalid_argument("--tp-one-rank runs rank 0 of --tp-size ranks alone: give --tp-size >= 2, got {}",
                             c.tp_size);
+  // A non-final prefill chunk ends on a page boundary: a chunk below one page never advances.
+  if (c.chunked_prefill_size > 0 && c.chunked_prefill_size < c.page_size * c.dcp_size)
+    return invalid_argument(
+        "--chunked-prefill-size {} is below one KV page of {} tokens (--page-size {}{})",
+        c.chunked_prefill_size, c.page_size * c.dcp_size, c.page_size,
+        c.dcp_size > 1 ? fmt::format(" x --dcp-size {}", c.dcp_size) : "");
   if (c.schedule_conservativeness <= 0) return invalid_argument("--schedule-conservativeness must be > 0");
   if (c.cuda_graph_max_bs) {
     const int bs = *c.cuda_graph_max_bs;
@@ -92,6 +112,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, con
                                "(Engine::create's `parallel`: dist/tensor_parallel.h)", config.tp_size);
   std::unique_ptr<Engine> e(new Engine());
   e->config_ = config;
+  // Under decode context parallelism the engine's page (scheduler, prefix cache, batch plans) holds
+  // --page-size tokens of each of the group's ranks (arch/dcp.h); the pools keep --page-size.
+  e->config_.page_size = config.page_size * config.dcp_size;
   e->parallel_ = parallel;
   STRATA_RETURN_IF_ERROR(e->create_backend());
   STRATA_ASSIGN_OR_RETURN(Checkpoint ck, e->open_checkpoint());
@@ -158,13 +181,17 @@ Status Engine::plan_kv_cache(const Checkpoint& ck) {
   dep.gpu_memory_bytes = int64_t(mem_gib * double(int64_t(1) << 30));
   // An uneven split (tests only) is planned as tp 1: no rank holds more than that.
   dep.tp_size = c.tp_allow_uneven ? 1 : c.tp_size;
+  dep.dcp_size = c.tp_allow_uneven ? 1 : c.dcp_size;
   dep.mem_fraction_static = c.mem_fraction_static;
   dep.kv_cache_dtype = kv_config_.dtype;
   dep.kv_bf16_layers = kv_config_.bf16_layers;
-  dep.page_size = c.page_size;
+  dep.page_size = pool_page_size();
   dep.context_length = c.context_length;
   dep.max_running_requests = c.max_running_requests;
   dep.max_total_tokens = c.max_total_tokens;
+  // The uneven split is planned as one rank's pool (above): its cap is one rank's share.
+  if (c.tp_allow_uneven && c.max_total_tokens)
+    dep.max_total_tokens = *c.max_total_tokens / c.dcp_size;
   dep.chunked_prefill_size = c.chunked_prefill_size;
   dep.cuda_graph_max_bs = *c.cuda_graph_max_bs;
   dep.weight_policy = backend_->weight_policy();
@@ -174,7 +201,18 @@ Status Engine::plan_kv_cache(const Checkpoint& ck) {
     dep.device = PlanDevice::kCpu;
     if (!dep.mem_fraction_static) dep.mem_fraction_static = 0.9;
   }
+  if (c.dcp_size > 1 && !ck.spec.is_mla())
+    return invalid_argument(
+        "--dcp-size {}: decode context parallelism shards an MLA latent cache; {} has none "
+        "(its KV heads are already split by --tp-size)",
+        c.dcp_size, ck.spec.model_type);
   STRATA_ASSIGN_OR_RETURN(plan_, plan_kv_capacity(ck.spec, dep));
+  // An uneven split was planned as one rank's pool (above): the group holds dcp_size x its tokens.
+  if (c.tp_allow_uneven && c.dcp_size > 1) {
+    plan_.kv_tokens_per_rank = plan_.kv_tokens;
+    plan_.kv_tokens *= c.dcp_size;
+    plan_.dcp_size = c.dcp_size;
+  }
   if (plan_.kv_tokens < c.page_size)
     return resource_exhausted(
         "KV cache has room for {} tokens: the weights ({:.2f} GiB) leave nothing of {:.2f} GiB x "
@@ -202,17 +240,17 @@ Status Engine::load_model(const Checkpoint& ck) {
 // The device KV pool at the planned size (rows as the model and the KV configuration lay them
 // out), its page pool and radix cache.
 StatusOr<KvLayout> Engine::create_kv_pools(const ModelSpec& spec) {
-  const int page_size = config_.page_size;
+  const int page_size = config_.page_size;  // the engine's page: pool_page_size() x dcp_size tokens
   KvLayout layout = apply_kv_layout(kv_config_, spec, model_->kv_layout());
-  layout.page_size = page_size;
+  layout.page_size = pool_page_size();
   if (layout.bytes_per_token() > plan_.kv_bytes_per_token) {
     // MLA rows with a bf16 rope part or FlashMLA tile scales: the planner counts dtype bytes
     // only, so fit the pool's planned bytes with the real row size.
-    const int64_t pages = plan_.kv_pool_bytes / (layout.bytes_per_token() * page_size);
+    const int64_t pages = plan_.kv_pool_bytes / (layout.bytes_per_token() * layout.page_size);
     if (pages < 1) return resource_exhausted("KV cache: no room for one page of {}", kv_config_.describe());
     plan_.kv_tokens = pages * page_size;
     plan_.kv_bytes_per_token = layout.bytes_per_token();
-    plan_.kv_pool_bytes = plan_.kv_tokens * plan_.kv_bytes_per_token;
+    plan_.kv_pool_bytes = pages * layout.page_size * plan_.kv_bytes_per_token;
   }
   layout.num_pages = plan_.kv_tokens / page_size;
   STRATA_RETURN_IF_ERROR(backend_->check_kv_layout(layout));
@@ -281,7 +319,7 @@ Status Engine::setup_host_tier(const KvLayout& layout) {
   } else {
     hicache_io_ = std::make_unique<KvHostIoCopier>(host_io_.get());
   }
-  host_pool_ = std::make_unique<HostPool>(int32_t(pages), layout.page_size);
+  host_pool_ = std::make_unique<HostPool>(int32_t(pages), c.page_size);  // the engine's pages
   hicache_ = std::make_unique<HiCache>(pool_.get(), cache_.get(), host_pool_.get(), hicache_io_.get(), policy);
   stats_.hicache_capacity_tokens = host_pool_->capacity_tokens();
   stats_.hicache_ranks = rank_host_stats(/*force=*/true);  // every rank's host memory, from the start
@@ -294,11 +332,17 @@ Status Engine::setup_host_tier(const KvLayout& layout) {
 
 // The log line of the pool, the first stats, the engine thread.
 void Engine::start_runtime() {
-  LOG_INFO("KV cache: {} tokens ({}, {:.2f} GiB, {} B/token) · page size {} · max running requests {} · "
-           "context {} · device {}",
-           plan_.kv_tokens, kv_config_.describe(), double(plan_.kv_pool_bytes) / double(1 << 30),
-           plan_.kv_bytes_per_token, config_.page_size, plan_.max_running_requests, plan_.context_length,
-           backend_->name());
+  const std::string dcp =
+      config_.dcp_size > 1
+          ? fmt::format(" · decode context parallelism {}: {} tokens a rank x {}", config_.dcp_size,
+                        plan_.kv_tokens / config_.dcp_size, config_.dcp_size)
+          : "";
+  LOG_INFO(
+      "KV cache: {} tokens ({}, {:.2f} GiB{}, {} B/token) · page size {} · "
+      "max running requests {} · context {} · device {}{}",
+      plan_.kv_tokens, kv_config_.describe(), double(plan_.kv_pool_bytes) / double(1 << 30),
+      config_.tp_size > 1 ? " per rank" : "", plan_.kv_bytes_per_token, config_.page_size,
+      plan_.max_running_requests, plan_.context_length, backend_->name(), dcp);
   stats_.kv_tokens_total = plan_.kv_tokens;
   stats_.cpu_fallback_ops = backend_->cpu_fallback_counts();
   thread_ = std::thread([this] { loop(); });

@@ -43,6 +43,13 @@ Status validate(const ModelSpec& spec, const Deployment& d) {
                             *d.mem_fraction_static);
   }
   if (d.page_size < 1) return invalid_argument("page_size must be >= 1, got {}", d.page_size);
+  if (d.dcp_size < 1 || d.tp_size % d.dcp_size != 0)
+    return invalid_argument("dcp_size {} must be >= 1 and divide tp_size {}", d.dcp_size,
+                            d.tp_size);
+  if (d.dcp_size > 1 && !spec.is_mla())
+    return invalid_argument(
+        "dcp_size {}: decode context parallelism shards an MLA latent cache; {} has none",
+        d.dcp_size, spec.model_type);
   switch (d.kv_cache_dtype) {
     case DType::kBF16:
     case DType::kFP8E4M3:
@@ -133,7 +140,7 @@ void size_requests(const Deployment& d, Plan& p) {
     p.req_pool_size = *d.max_running_requests;
   } else {
     const int64_t by_tokens =
-        int64_t(double(p.profiled_kv_tokens) / double(p.context_length) * 512.0);
+        int64_t(double(p.profiled_kv_tokens) * p.dcp_size / double(p.context_length) * 512.0);
     p.req_pool_size = std::min<int64_t>(std::max<int64_t>(by_tokens, 2048), 4096);
   }
   const int64_t wanted = d.max_running_requests ? *d.max_running_requests : p.kv_tokens / 2;
@@ -150,8 +157,38 @@ void size_host_tier(const Deployment& d, Plan& p) {
   if (bytes == 0 && d.hicache_ratio > 0) {
     bytes = int64_t(double(p.kv_pool_bytes) * d.hicache_ratio);
   }
-  p.host_tier_tokens = bytes / p.kv_bytes_per_token / d.page_size * d.page_size;
-  p.host_tier_bytes = p.host_tier_tokens * p.kv_bytes_per_token;
+  const int64_t rank_tokens = bytes / p.kv_bytes_per_token / d.page_size * d.page_size;
+  p.host_tier_tokens = rank_tokens * d.dcp_size;  // each rank keeps its shard of the same pages
+  p.host_tier_bytes = rank_tokens * p.kv_bytes_per_token;
+}
+
+// Decode context parallelism's traffic, and the data-parallel-attention alternative.
+void size_attention_parallelism(const ModelSpec& spec, const Deployment& d, int64_t kv_budget_bytes,
+                                Plan& p) {
+  if (!spec.is_mla()) return;
+  const MlaSpec& m = spec.mla;
+  const int64_t heads = spec.num_heads / d.tp_size, n = d.dcp_size;
+  if (n > 1) {
+    p.dcp_gather_bytes_per_token_layer =
+        (n - 1) * heads * (m.kv_lora_rank + m.qk_rope_head_dim) * 2;
+    p.dcp_all_to_all_bytes_per_token_layer = (n - 1) * heads * (m.kv_lora_rank + 1) * 4;
+  }
+  if (d.tp_size == 1) return;
+  // The tp-sharded attention weights (q_b or q_proj, kv_b_proj, o_proj; bf16) a rank holds whole
+  // instead of 1/tp of; q_a and kv_a are replicated either way.
+  const int64_t h = spec.hidden_size, all_heads = spec.num_heads;
+  const int64_t qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+  const int64_t q_in = m.q_lora_rank > 0 ? m.q_lora_rank : h;
+  const int64_t per_layer =
+      (q_in * all_heads * qk +
+       int64_t(m.kv_lora_rank) * all_heads * (m.qk_nope_head_dim + m.v_head_dim) +
+       all_heads * m.v_head_dim * h) *
+      2;
+  p.dp_attention_extra_weight_bytes =
+      int64_t(spec.num_layers) * per_layer * (d.tp_size - 1) / d.tp_size;
+  const int64_t left = kv_budget_bytes - p.dp_attention_extra_weight_bytes;
+  p.dp_attention_kv_tokens_per_rank =
+      left > 0 ? left / p.kv_bytes_per_token / d.page_size * d.page_size : 0;
 }
 
 void explain(const ModelSpec& spec, const Deployment& d, const Plan& p, const InventorySummary& inv,
@@ -184,7 +221,28 @@ void explain(const ModelSpec& spec, const Deployment& d, const Plan& p, const In
     out.push_back(fmt::format("  capped by --max-total-tokens {}", *d.max_total_tokens));
   }
   out.push_back(fmt::format("  rounded down to pages of {}: {} tokens, pool {}", d.page_size,
-                            p.kv_tokens, gib(p.kv_pool_bytes)));
+                            p.kv_tokens_per_rank, gib(p.kv_pool_bytes)));
+  if (p.dcp_size > 1) {
+    out.push_back(fmt::format(
+        "x dcp_size {} (each rank of a group holds 1/{} of every sequence's tokens): {} tokens; "
+        "per decoded token "
+        "and layer each rank all-gathers {} B of queries and all-to-alls {} B of partials",
+        p.dcp_size, p.dcp_size, p.kv_tokens, p.dcp_gather_bytes_per_token_layer,
+        p.dcp_all_to_all_bytes_per_token_layer));
+  }
+  if (spec.is_mla() && d.tp_size > 1) {
+    out.push_back(
+        fmt::format("data-parallel attention instead (whole attention weights on every rank, each "
+                    "rank its own requests): "
+                    "+{} of weights per rank, {} tokens per rank x {} ranks = {} tokens{}",
+                    gib(p.dp_attention_extra_weight_bytes), p.dp_attention_kv_tokens_per_rank,
+                    d.tp_size, p.dp_attention_kv_tokens_per_rank * d.tp_size,
+                    p.dp_attention_kv_tokens_per_rank == 0
+                        ? " (does not fit: the replicated attention weights leave no KV room)"
+                        : fmt::format(" (fits; a request may not outgrow one rank's {} tokens, and "
+                                      "ranks balance by requests)",
+                                      p.dp_attention_kv_tokens_per_rank)));
+  }
   out.push_back(fmt::format(
       "max running requests: min({}, request slots {}) = {} (slots = clamp(tokens / context {} "
       "x 512, 2048, 4096) unless --max-running-requests)",
@@ -288,8 +346,11 @@ StatusOr<Plan> plan_kv_capacity(const ModelSpec& spec, const Deployment& d) {
   const int64_t rest = p.static_bytes - p.weight_bytes_per_rank - p.load_overhead_bytes;
   p.profiled_kv_tokens = std::max<int64_t>(0, rest) / p.kv_bytes_per_token;
   int64_t tokens = p.profiled_kv_tokens;
-  if (d.max_total_tokens) tokens = std::min(tokens, *d.max_total_tokens);
-  p.kv_tokens = tokens / d.page_size * d.page_size;
+  p.dcp_size = d.dcp_size;
+  // --max-total-tokens caps the group's pool; each rank holds 1/dcp_size of it.
+  if (d.max_total_tokens) tokens = std::min(tokens, *d.max_total_tokens / d.dcp_size);
+  p.kv_tokens_per_rank = tokens / d.page_size * d.page_size;
+  p.kv_tokens = p.kv_tokens_per_rank * d.dcp_size;
   if (p.kv_tokens <= 0) {
     const int64_t need = p.weight_bytes_per_rank + p.load_overhead_bytes +
                          int64_t(d.page_size) * p.kv_bytes_per_token;
@@ -304,9 +365,10 @@ StatusOr<Plan> plan_kv_capacity(const ModelSpec& spec, const Deployment& d) {
         gib(p.weight_bytes_per_rank), gib(p.load_overhead_bytes), p.mem_fraction_static,
         gib(p.available_before_load_bytes), hint);
   }
-  p.kv_pool_bytes = p.kv_tokens * p.kv_bytes_per_token;
+  p.kv_pool_bytes = p.kv_tokens_per_rank * p.kv_bytes_per_token;
   size_requests(d, p);
   size_host_tier(d, p);
+  size_attention_parallelism(spec, d, rest, p);
   explain(spec, d, p, inv, overhead_lines, p.explanation);
   return p;
 }

@@ -29,6 +29,11 @@ struct Deployment {
   // Per GPU; with device kCpu the engine's memory-budget flag stands in for it.
   int64_t gpu_memory_bytes = 0;
   int tp_size = 1;
+  // --dcp-size: decode context parallelism (arch/dcp.h; MLA only, divides tp_size): each group of
+  // dcp_size ranks holds 1/dcp_size of every sequence's latent KV, so the pool holds dcp_size x
+  // the tokens of one rank's memory. The page is then page_size x dcp_size tokens (page_size: a
+  // rank's pool page).
+  int dcp_size = 1;
   std::optional<double> mem_fraction_static;  // nullopt: SGLang's default for this GPU size
   DType kv_cache_dtype = DType::kBF16;        // kBF16, kFP8E4M3, kFP8E5M2 or kF32
   std::vector<int> kv_bf16_layers;            // layers kept in bf16 when kv_cache_dtype is narrower
@@ -64,8 +69,19 @@ struct Plan {
   int64_t static_bytes = 0;        // mem_fraction_static x available_before_load
   int64_t kv_bytes_per_token = 0;  // per rank
   int64_t profiled_kv_tokens = 0;  // before the --max-total-tokens cap and page rounding
-  int64_t kv_tokens = 0;           // whole pages
-  int64_t kv_pool_bytes = 0;       // kv_tokens x kv_bytes_per_token
+  int64_t kv_tokens = 0;           // whole pages (the group's: kv_tokens_per_rank x dcp_size)
+  int64_t kv_pool_bytes = 0;       // per rank: kv_tokens_per_rank x kv_bytes_per_token
+  int dcp_size = 1;
+  int64_t kv_tokens_per_rank = 0;  // whole pool pages of one rank's memory
+  // Decode context parallelism's traffic per layer per new token, per rank (bf16 queries
+  // all-gathered, float32 partials + LSE all-to-all); 0 at dcp_size 1.
+  int64_t dcp_gather_bytes_per_token_layer = 0;
+  int64_t dcp_all_to_all_bytes_per_token_layer = 0;
+  // The data-parallel-attention alternative (MLA, tp > 1): every rank holds the whole attention
+  // weights (the extra bytes below) and its own requests' KV, so the group holds tp x one rank's
+  // tokens, but no request may outgrow one rank's pool. 0 tokens: the weights leave no room.
+  int64_t dp_attention_extra_weight_bytes = 0;
+  int64_t dp_attention_kv_tokens_per_rank = 0;
   int64_t context_length = 0;
   int64_t req_pool_size = 0;  // request slots (SGLang's req_to_token_pool size)
   int max_running_requests = 0;

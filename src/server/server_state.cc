@@ -13,59 +13,82 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 ServerMetrics::ServerMetrics(const std::string& model_name,
-                             const std::vector<std::pair<std::string, int64_t>>& fallback_ops, int host_tier_ranks)
+                             const std::vector<std::pair<std::string, int64_t>>& fallback_ops,
+                             int host_tier_ranks)
     : registry({{"model_name", model_name}}),
-      running(registry.gauge("strata_num_running_requests", "Requests prefilling or decoding in the engine.")),
-      queued(registry.gauge("strata_num_queued_requests", "Requests waiting for admission in the engine.")),
-      http_in_flight(registry.gauge("strata_http_requests_in_flight",
-                                    "Engine requests admitted by the HTTP server and not yet finished.")),
+      running(registry.gauge("strata_num_running_requests",
+                             "Requests prefilling or decoding in the engine.")),
+      queued(registry.gauge("strata_num_queued_requests",
+                            "Requests waiting for admission in the engine.")),
+      http_in_flight(
+          registry.gauge("strata_http_requests_in_flight",
+                         "Engine requests admitted by the HTTP server and not yet finished.")),
       kv_capacity(registry.gauge("strata_kv_cache_capacity_tokens", "Tokens the KV pool holds.")),
+      dcp_size(registry.gauge(
+          "strata_dcp_size",
+          "Ranks each sequence's KV is split over (--dcp-size); the capacity counts the group's "
+          "tokens.")),
       kv_used(registry.gauge("strata_kv_cache_used_tokens",
                              "KV tokens in use (running requests and the prefix cache).")),
       kv_cached(registry.gauge("strata_kv_cache_prefix_cached_tokens",
                                "KV tokens held only by the prefix cache (evictable).")),
       kv_usage(registry.gauge("strata_kv_cache_usage_ratio", "Used KV tokens / capacity.")),
-      cache_hit_rate(registry.gauge("strata_prefix_cache_hit_ratio",
-                                    "Prompt tokens served from the prefix cache / prompt tokens looked up.")),
+      cache_hit_rate(
+          registry.gauge("strata_prefix_cache_hit_ratio",
+                         "Prompt tokens served from the prefix cache / prompt tokens looked up.")),
       gen_throughput(registry.gauge("strata_generation_throughput_tokens_per_second",
                                     "Generated tokens per second over the last monitor interval.")),
-      prompt_tokens(registry.counter("strata_prompt_tokens_total", "Prompt tokens of finished requests.")),
+      prompt_tokens(
+          registry.counter("strata_prompt_tokens_total", "Prompt tokens of finished requests.")),
       generation_tokens(registry.counter("strata_generation_tokens_total", "Generated tokens.")),
       cache_hit_tokens(registry.counter("strata_prefix_cache_hit_tokens_total",
                                         "Prompt tokens served from the prefix cache.")),
-      requests_finished(registry.counter("strata_requests_finished_total", "Requests that finished.")),
-      requests_aborted(registry.counter("strata_requests_aborted_total",
-                                        "Requests aborted (client gone, drain timeout, engine error).")),
-      requests_rejected(registry.counter("strata_requests_rejected_total",
-                                         "HTTP requests refused with 503 (queue full or draining).")),
+      requests_finished(
+          registry.counter("strata_requests_finished_total", "Requests that finished.")),
+      requests_aborted(
+          registry.counter("strata_requests_aborted_total",
+                           "Requests aborted (client gone, drain timeout, engine error).")),
+      requests_rejected(
+          registry.counter("strata_requests_rejected_total",
+                           "HTTP requests refused with 503 (queue full or draining).")),
       retractions(registry.counter("strata_retractions_total", "Requests retracted to free KV.")),
       ttft(registry.histogram("strata_time_to_first_token_seconds",
-                              "From HTTP arrival to the first generated token.", latency_buckets_seconds())),
+                              "From HTTP arrival to the first generated token.",
+                              latency_buckets_seconds())),
       itl(registry.histogram("strata_inter_token_latency_seconds", "Time between generated tokens.",
                              latency_buckets_seconds())),
-      e2e(registry.histogram("strata_e2e_request_latency_seconds", "From HTTP arrival to the last token.",
-                             latency_buckets_seconds())),
-      prefill_tokens(registry.counter("strata_prefill_computed_tokens_total",
-                                      "Prompt tokens computed by prefill (not served from the prefix cache or host tier).")),
-      aborted_computed_tokens(registry.counter(
-          "strata_aborted_computed_tokens_total",
-          "Tokens computed (prefill and decode) for requests that were then aborted: work thrown away.")),
-      hicache_capacity(registry.gauge("strata_hicache_capacity_tokens", "Tokens the host KV tier holds (0: off).")),
-      hicache_cached(registry.gauge("strata_hicache_cached_tokens", "Tokens cached in the host KV tier.")),
-      hicache_hit_tokens(registry.counter("strata_hicache_hit_tokens_total",
-                                          "Prompt tokens promoted from the host KV tier (extending device cache hits).")),
-      hicache_promotions(registry.counter("strata_hicache_promotions_total", "Promotions from the host KV tier.")),
-      hicache_demotions(registry.counter("strata_hicache_demotions_total",
-                                         "Prefixes evicted from the device pool and kept whole in the host tier.")),
+      e2e(registry.histogram("strata_e2e_request_latency_seconds",
+                             "From HTTP arrival to the last token.", latency_buckets_seconds())),
+      prefill_tokens(registry.counter(
+          "strata_prefill_computed_tokens_total",
+          "Prompt tokens computed by prefill (not served from the prefix cache or host tier).")),
+      aborted_computed_tokens(registry.counter("strata_aborted_computed_tokens_total",
+                                               "Tokens computed (prefill and decode) for requests "
+                                               "that were then aborted: work thrown away.")),
+      hicache_capacity(registry.gauge("strata_hicache_capacity_tokens",
+                                      "Tokens the host KV tier holds (0: off).")),
+      hicache_cached(
+          registry.gauge("strata_hicache_cached_tokens", "Tokens cached in the host KV tier.")),
+      hicache_hit_tokens(registry.counter(
+          "strata_hicache_hit_tokens_total",
+          "Prompt tokens promoted from the host KV tier (extending device cache hits).")),
+      hicache_promotions(
+          registry.counter("strata_hicache_promotions_total", "Promotions from the host KV tier.")),
+      hicache_demotions(registry.counter(
+          "strata_hicache_demotions_total",
+          "Prefixes evicted from the device pool and kept whole in the host tier.")),
       hicache_demoted_tokens(registry.counter("strata_hicache_demoted_tokens_total",
                                               "Evicted device tokens the host tier kept.")),
-      hicache_dropped_tokens(registry.counter("strata_hicache_dropped_tokens_total",
-                                              "Evicted device tokens the host tier did not hold (lost).")),
-      hicache_bytes_to_host(registry.counter("strata_hicache_bytes_to_host_total", "KV bytes copied device -> host.")),
+      hicache_dropped_tokens(
+          registry.counter("strata_hicache_dropped_tokens_total",
+                           "Evicted device tokens the host tier did not hold (lost).")),
+      hicache_bytes_to_host(registry.counter("strata_hicache_bytes_to_host_total",
+                                             "KV bytes copied device -> host.")),
       hicache_bytes_to_device(registry.counter("strata_hicache_bytes_to_device_total",
                                                "KV bytes copied host -> device.")),
-      hicache_copy_seconds(registry.counter("strata_hicache_copy_seconds_total",
-                                            "Time the host-tier copies took (device time on cuda).")) {
+      hicache_copy_seconds(
+          registry.counter("strata_hicache_copy_seconds_total",
+                           "Time the host-tier copies took (device time on cuda).")) {
   if (host_tier_ranks > 0) {
     auto family = [&](const char* name, const char* help) {
       CounterFamily& f = registry.counter_family(name, help, "rank");
@@ -258,6 +281,7 @@ json ServerState::server_info() {
           {"context_length", engine_.context_length()},
           {"max_model_len", context_limit().tokens},
           {"page_size", c.page_size},
+          {"dcp_size", c.dcp_size},
           {"kv_bytes_per_token", p.kv_bytes_per_token},
           {"device", device_name(c.device)},
           {"num_running_requests", s.num_running},
@@ -275,6 +299,7 @@ void ServerState::refresh_engine_metrics(const EngineStats& s) {
   m.running.set(double(s.num_running));
   m.queued.set(double(s.num_waiting));
   m.kv_capacity.set(double(s.kv_tokens_total));
+  m.dcp_size.set(double(engine_.config().dcp_size));
   m.kv_used.set(double(s.kv_tokens_used));
   m.kv_cached.set(double(s.kv_tokens_cached));
   m.kv_usage.set(s.kv_tokens_total > 0 ? double(s.kv_tokens_used) / double(s.kv_tokens_total) : 0.0);

@@ -58,6 +58,7 @@ struct ServerMetrics {
   Gauge& queued;
   Gauge& http_in_flight;
   Gauge& kv_capacity;
+  Gauge& dcp_size;
   Gauge& kv_used;
   Gauge& kv_cached;
   Gauge& kv_usage;

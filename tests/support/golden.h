@@ -104,11 +104,14 @@ inline double argmax_agreement(const std::vector<float>& a, const std::vector<fl
 // assigned in reverse order to exercise the page table.
 class SingleSequence {
  public:
-  SingleSequence(Model& model, int page_size, int max_tokens, DType kv_dtype = DType::kF32)
-      : model_(model), page_size_(page_size) {
+  // dcp_size > 1: a decode-context-parallel model (arch/dcp.h): its pool pages hold page_size
+  // tokens and the step's pages page_size x dcp_size.
+  SingleSequence(Model& model, int page_size, int max_tokens, DType kv_dtype = DType::kF32,
+                 int dcp_size = 1)
+      : model_(model), page_size_(page_size * dcp_size) {
     KvLayout layout = model.kv_layout();
     layout.page_size = page_size;
-    layout.num_pages = (max_tokens + page_size - 1) / page_size;
+    layout.num_pages = (max_tokens + page_size_ - 1) / page_size_;
     layout.dtype = kv_dtype;
     kv_ = model.backend().alloc_kv(layout);
     pages_.resize(size_t(layout.num_pages));

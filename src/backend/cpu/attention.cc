@@ -42,10 +42,11 @@ void gather_context(const KvStorage& kv, int layer, bool is_k, const AttentionMe
 
 // softmax(q·kⱼ · scale) over j < ctx, then out = Σ pⱼ vⱼ. k rows have stride k_stride, v rows
 // v_stride; `scores` is scratch of at least ctx floats. Each q·kⱼ is simd.h's dot8, so a score
-// depends only on the two rows, never on ctx or the batch. Cloned for AVX2.
-STRATA_CPU_CLONES void attend_one(
-    const float* q, const float* k, int64_t k_stride, int head_dim, const float* v,
-    int64_t v_stride, int v_dim, int64_t ctx, float scale, float* scores, float* out) {
+// depends only on the two rows, never on ctx or the batch. Returns the log-sum-exp of the scaled
+// scores (decode context parallelism merges partials with it). Cloned for AVX2.
+STRATA_CPU_CLONES double attend_one(const float* q, const float* k, int64_t k_stride, int head_dim,
+                                    const float* v, int64_t v_stride, int v_dim, int64_t ctx,
+                                    float scale, float* scores, float* out) {
   float max_score = -INFINITY;
   for (int64_t j = 0; j < ctx; ++j) {
     scores[j] = dot8(q, k + j * k_stride, head_dim) * scale;
@@ -63,6 +64,7 @@ STRATA_CPU_CLONES void attend_one(
     const float* vj = v + j * v_stride;
     for (int d = 0; d < v_dim; ++d) out[d] += p * vj[d];
   }
+  return double(max_score) + std::log(sum);
 }
 
 }  // namespace
@@ -119,6 +121,43 @@ void CpuBackend::mla_attention(const Tensor& q_latent, const KvStorage& kv, int 
         // Keys are the whole latent row (latent + rope part); values its first `rank` dims.
         attend_one(qi, latent.data(), width, width, latent.data(), width, rank, first_pos + i + 1,
                    args.scale, scores.data(), oi);
+      }
+    });
+  }
+}
+
+void CpuBackend::mla_attention_partial(const Tensor& q_latent, const KvStorage& kv, int layer,
+                                       const AttentionMetadata& meta, const MlaArgs& args,
+                                       DcpShard shard, const Tensor& out) {
+  const KvLayout& lay = kv.layout();
+  const int heads = args.num_heads, rank = args.kv_lora_rank;
+  const int width = rank + args.rope_dim;
+  CHECK_EQ(lay.k_dim, width);
+  CHECK_EQ(int(out.dtype), int(DType::kF32));
+  CHECK_EQ(out.dim(-1), rank + 1);
+  CHECK(shard.size >= 1 && shard.rank >= 0 && shard.rank < shard.size);
+  std::vector<float> latent;
+  for (int s = 0; s < meta.num_seqs; ++s) {
+    const int64_t q0 = meta.q_indptr[s], n_new = meta.q_indptr[s + 1] - q0, len = meta.kv_lens[s];
+    if (n_new == 0) continue;
+    gather_context(kv, layer, true, meta, s, len, latent);
+    parallel_for(n_new * heads, 4, [&](int64_t b, int64_t e) {
+      std::vector<float> scores(static_cast<size_t>(std::max<int64_t>(len, 1)));
+      for (int64_t w = b; w < e; ++w) {
+        const int64_t i = w / heads, h = w % heads;
+        // Local tokens at positions rank + size·j <= p: the causal mask by absolute position.
+        const int64_t p = meta.positions[q0 + i];
+        const int64_t ctx =
+            p < shard.rank ? 0 : std::min<int64_t>(len, (p - shard.rank) / shard.size + 1);
+        const float* qi = q_latent.ptr<float>() + ((q0 + i) * heads + h) * width;
+        float* oi = out.ptr<float>() + ((q0 + i) * heads + h) * (rank + 1);
+        if (ctx == 0) {
+          std::fill(oi, oi + rank, 0.0f);
+          oi[rank] = -INFINITY;
+          continue;
+        }
+        oi[rank] = float(attend_one(qi, latent.data(), width, width, latent.data(), width, rank,
+                                    ctx, args.scale, scores.data(), oi));
       }
     });
   }

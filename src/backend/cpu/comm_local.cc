@@ -2,7 +2,9 @@
 
 #include <condition_variable>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <utility>
 
 #include "core/check.h"
 
@@ -13,6 +15,7 @@ namespace {
 struct Posted {
   const Tensor* tensor = nullptr;        // all_reduce / all_gather input
   std::vector<uint8_t>* bytes = nullptr;  // broadcast
+  int group_size = 0;                     // split
 };
 
 class LocalGroup {
@@ -45,6 +48,20 @@ class LocalGroup {
     return status_;
   }
 
+  // The groups a split() makes, by (split number, group index), between the split's rendezvous.
+  void put_child(std::pair<int, int> key, std::shared_ptr<LocalGroup> child) {
+    std::lock_guard<std::mutex> lk(mu_);
+    children_[key] = std::move(child);
+  }
+  std::shared_ptr<LocalGroup> take_child(std::pair<int, int> key) {
+    std::lock_guard<std::mutex> lk(mu_);
+    return children_.at(key);
+  }
+  void erase_child(std::pair<int, int> key) {
+    std::lock_guard<std::mutex> lk(mu_);
+    children_.erase(key);
+  }
+
  private:
   // A generation-counted barrier that an abort releases.
   bool rendezvous(std::unique_lock<std::mutex>& lk) {
@@ -67,6 +84,7 @@ class LocalGroup {
   uint64_t generation_ = 0;
   Status status_;
   std::vector<Posted> posted_;  // [size], valid between arrive() and leave()
+  std::map<std::pair<int, int>, std::shared_ptr<LocalGroup>> children_;
 };
 
 float load(const Tensor& t, int64_t i) {
@@ -125,6 +143,55 @@ class LocalComm : public Communicator {
     group_->leave();
   }
 
+  void all_to_all(const Tensor& in, const Tensor& out) override {
+    CHECK_MSG(in.device == Device::kCpu && in.is_contiguous() && out.is_contiguous(),
+              "local all_to_all: contiguous host tensors only");
+    CHECK_EQ(out.nbytes(), in.nbytes());
+    CHECK_EQ(int(out.dtype), int(in.dtype));
+    CHECK_EQ(in.nbytes() % size(), 0);
+    if (!group_->arrive(rank_, Posted{.tensor = &in})) return;
+    const int64_t chunk = in.nbytes() / size();
+    for (int r = 0; r < size(); ++r) {
+      const Tensor& o = *group_->posted(r).tensor;
+      if (o.nbytes() != in.nbytes()) {
+        group_->abort(internal_error("all_to_all: rank {} sends {} bytes, rank {} {}", r,
+                                     o.nbytes(), rank_, in.nbytes()));
+        return;
+      }
+    }
+    // Nobody writes `out` before every rank has read its chunks: `out` may be another rank's
+    // `in` only in tests that alias them, which this keeps correct.
+    std::vector<uint8_t> mine(size_t(in.nbytes()));
+    for (int r = 0; r < size(); ++r)
+      std::memcpy(mine.data() + r * chunk,
+                  static_cast<const uint8_t*>(group_->posted(r).tensor->data) + rank_ * chunk,
+                  size_t(chunk));
+    if (!group_->leave()) return;
+    std::memcpy(out.data, mine.data(), mine.size());
+  }
+
+  StatusOr<std::unique_ptr<Communicator>> split(int group_size) override {
+    if (group_size < 1 || size() % group_size != 0)
+      return invalid_argument("split: groups of {} ranks do not divide {}", group_size, size());
+    const std::pair<int, int> key{splits_++, rank_ / group_size};
+    if (!group_->arrive(rank_, Posted{.group_size = group_size})) return group_->status();
+    for (int r = 0; r < size(); ++r)
+      if (group_->posted(r).group_size != group_size) {
+        const Status s = internal_error("split: rank {} asks for groups of {}, rank {} {}", r,
+                                        group_->posted(r).group_size, rank_, group_size);
+        group_->abort(s);
+        return s;
+      }
+    const bool first = rank_ % group_size == 0;  // makes its group's state
+    if (first) group_->put_child(key, std::make_shared<LocalGroup>(group_size));
+    if (!group_->leave()) return group_->status();
+    std::shared_ptr<LocalGroup> child = group_->take_child(key);
+    if (!group_->leave()) return group_->status();
+    if (first) group_->erase_child(key);
+    return std::unique_ptr<Communicator>(
+        std::make_unique<LocalComm>(std::move(child), rank_ % group_size));
+  }
+
   Status broadcast_bytes(std::vector<uint8_t>& bytes, int root) override {
     CHECK_MSG(root >= 0 && root < size(), "broadcast root {} of {}", root, size());
     if (!group_->arrive(rank_, Posted{.bytes = &bytes})) return group_->status();
@@ -145,6 +212,7 @@ class LocalComm : public Communicator {
   std::shared_ptr<LocalGroup> group_;
   const int rank_;
   std::vector<float> sum_;  // all_reduce scratch
+  int splits_ = 0;          // split() calls so far (the same on every rank)
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "backend/backend.h"
+#include "backend/dcp_attention.h"
 
 namespace strata::cpu {
 
@@ -27,7 +28,8 @@ class CpuKvStorage : public KvStorage {
   std::vector<CpuTensor> k_, v_;  // per layer [num_pages, page_size, k_dim|v_dim]
 };
 
-class CpuBackend : public Backend {
+// Also the reference of decode context parallelism's ops (backend/dcp_attention.h).
+class CpuBackend : public Backend, public DcpAttention {
  public:
   Device device() const override { return Device::kCpu; }
   std::string name() const override { return "cpu"; }
@@ -54,6 +56,10 @@ class CpuBackend : public Backend {
                        const Tensor& out) override;
   void mla_attention(const Tensor& q_latent, const KvStorage& kv, int layer,
                      const AttentionMetadata& meta, const MlaArgs& args, const Tensor& out) override;
+  void mla_attention_partial(const Tensor& q_latent, const KvStorage& kv, int layer,
+                             const AttentionMetadata& meta, const MlaArgs& args, DcpShard shard,
+                             const Tensor& out) override;
+  void merge_attention_partials(const Tensor& parts, const Tensor& out) override;
   void gather_rows(const Tensor& x, const int32_t* rows, int n, const Tensor& out) override;
   void slice_columns(const Tensor& x, int64_t begin, int64_t end, const Tensor& out) override;
   void copy_columns(const Tensor& x, int64_t begin, int64_t end, const Tensor& out,

@@ -57,6 +57,51 @@ class NcclComm : public Communicator {
     (void)wait("all_gather");
   }
 
+  // Point to point in one NCCL group: chunk k of `in` to rank k, rank k's chunk into out[k].
+  void all_to_all(const Tensor& in, const Tensor& out) override {
+    if (!status().ok()) return;
+    CHECK_EQ(out.nbytes(), in.nbytes());
+    CHECK_EQ(in.numel() % size_, 0);
+    ncclDataType_t t;
+    if (!nccl_type(in.dtype, &t))
+      return fail(invalid_argument("all_to_all: {} not supported", dtype_name(in.dtype)));
+    const size_t count = size_t(in.numel() / size_), chunk = size_t(in.nbytes() / size_);
+    if (!check(ncclGroupStart(), "all_to_all")) return;
+    for (int k = 0; k < size_; ++k) {
+      ncclSend(static_cast<const char*>(in.data) + k * chunk, count, t, k, comm_, stream_);
+      ncclRecv(static_cast<char*>(out.data) + k * chunk, count, t, k, comm_, stream_);
+    }
+    if (!check(ncclGroupEnd(), "all_to_all")) return;
+    (void)wait("all_to_all");
+  }
+
+  // ncclCommSplit by group (color rank / group_size), non-blocking like the parent.
+  StatusOr<std::unique_ptr<Communicator>> split(int group_size) override {
+    STRATA_RETURN_IF_ERROR(status());
+    if (group_size < 1 || size_ % group_size != 0)
+      return invalid_argument("split: groups of {} ranks do not divide {}", group_size, size_);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t child = nullptr;
+    ncclResult_t r = ncclCommSplit(comm_, rank_ / group_size, rank_, &child, &config);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+    while (r == ncclInProgress) {
+      if (ncclCommGetAsyncError(child, &r) != ncclSuccess || r != ncclInProgress) break;
+      if (stop_requested() || std::chrono::steady_clock::now() > deadline) {
+        if (child != nullptr) ncclCommAbort(child);
+        return unavailable("NCCL split into groups of {}: peers did not join", group_size);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (r != ncclSuccess) {
+      if (child != nullptr) ncclCommAbort(child);
+      return nccl_error(r, "split");
+    }
+    return std::unique_ptr<Communicator>(std::make_unique<NcclComm>(
+        child, rank_ % group_size, group_size, stream_, timeout_s_, give_up_));
+  }
+
   Status broadcast_bytes(std::vector<uint8_t>& bytes, int root) override {
     STRATA_RETURN_IF_ERROR(status());
     int64_t n = rank_ == root ? int64_t(bytes.size()) : 0;
