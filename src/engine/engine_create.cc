@@ -98,6 +98,13 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, con
   STRATA_RETURN_IF_ERROR(e->plan_kv_cache(ck));
   STRATA_RETURN_IF_ERROR(e->load_model(ck));
   STRATA_ASSIGN_OR_RETURN(KvLayout layout, e->create_kv_pools(ck.spec));
+  e->runner_ = std::make_unique<ModelRunner>(*e->model_, *e->kv_);
+  if (!config.capture.empty()) {
+    // A step holds at most one prefill budget or one decode row per running request.
+    const int64_t step_tokens = std::max<int64_t>(
+        {config.chunked_prefill_size, config.max_prefill_tokens, e->plan_.max_running_requests});
+    STRATA_RETURN_IF_ERROR(e->runner_->set_capture(config.capture, step_tokens));
+  }
   STRATA_RETURN_IF_ERROR(e->create_scheduler_and_host_tier(ck.spec, layout));
   e->start_runtime();
   return e;

@@ -18,7 +18,9 @@ struct Engine::Live {
         internal(g.internal),
         decoder(tok, /*skip_special=*/true),
         rng(seed, g.resume_rng_draws),
-        resume_output_ids(std::move(g.resume_output_ids)) {
+        resume_output_ids(std::move(g.resume_output_ids)),
+        capture(std::move(g.capture)) {
+    request.set_use_prefix_cache(g.use_prefix_cache);
     if (!resume_output_ids.empty()) request.preload_output(resume_output_ids);
     if (request.params().edits_logits()) output_counts.add(resume_output_ids);
   }
@@ -34,6 +36,7 @@ struct Engine::Live {
   size_t max_stop_len = 0;   // longest stop string: that much text minus one is held back
   bool stopped_by_string = false;
   bool start_announced = false;  // the `started` event went out
+  std::shared_ptr<CapturedStates> capture;  // null: no capture
 };
 
 }  // namespace strata

@@ -99,7 +99,8 @@ void ScheduleState::remove_waiting(Request* r) {
 // Takes the cached prefix of a waiting request: lock, retain, and start its prefill.
 void ScheduleState::admit(Request* r) {
   // Without the prefix cache every request starts at the root, with nothing to share.
-  const std::vector<int32_t> key = config_.disable_radix_cache ? std::vector<int32_t>() : r->tokens(r->total_len() - 1);
+  const bool share = !config_.disable_radix_cache && r->use_prefix_cache();
+  const std::vector<int32_t> key = share ? r->tokens(r->total_len() - 1) : std::vector<int32_t>();
   RadixMatch m = cache_->match_prefix(key);
   if (hicache_) hicache_->on_match(key, m.matched_tokens);
   cache_->inc_lock_ref(m.node);

@@ -11,6 +11,7 @@
 //                        the same output is refused at once, naming the holder
 //   FILE.partial.jsonl   checkpoints of unfinished prompts (checkpoint.h; in-process engine
 //                        only): a resumed job continues each from its last checkpoint
+//   hidden/NAME/         with JobOptions::capture: the records' hidden states (hidden_store.h)
 // With --output-dir DIR, the same per dataset: DIR/<name>.jsonl, DIR/<name>.jsonl.failures.jsonl,
 // ... Without either, results stay in memory (JobSummary::records, input order): not resumable.
 //
@@ -27,6 +28,7 @@
 
 #include "core/status.h"
 #include "pipeline/dataset.h"
+#include "pipeline/hidden_store.h"
 #include "pipeline/output_lock.h"
 #include "pipeline/progress.h"
 #include "pipeline/prompt_target.h"
@@ -50,6 +52,9 @@ struct JobOptions {
   // Locks taken earlier by lock_job_outputs (so a second job is refused before a model loads);
   // the job takes any it does not find here itself.
   std::vector<std::shared_ptr<OutputLock>> held_locks{};
+  // Hidden-state capture (hidden_store.h): each record's tensors go to DIR/hidden/NAME/ and the
+  // record commits only once they are durable. Needs an output file and a target that captures.
+  CaptureOptions capture{};
 };
 
 struct JobSummary {
