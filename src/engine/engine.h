@@ -150,6 +150,8 @@ struct GenerateRequest {
   std::shared_ptr<CapturedStates> capture{};
   // False: admission ignores the prefix cache, so every position is computed (and captured).
   bool use_prefix_cache = true;
+  // Queued ahead of the waiting requests (Request::urgent).
+  bool urgent = false;
 };
 
 // A consistent snapshot of the engine's counters (thread-safe to read).

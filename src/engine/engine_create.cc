@@ -60,6 +60,13 @@ Status check_config(const EngineConfig& c) {
   STRATA_RETURN_IF_ERROR(check_host_tier_options(c));
   if (c.page_size < 1) return invalid_argument("--page-size must be >= 1, got {}", c.page_size);
   if (c.tp_size < 1) return invalid_argument("--tp-size must be >= 1, got {}", c.tp_size);
+  // dist/tp_driver.cc's TpModel (rank 0's model as the engine sees it) does not forward
+  // set_capture to the rank's DecoderModel yet: refused rather than capturing nothing.
+  if (!c.capture.empty() && c.tp_size > 1)
+    return failed_precondition(
+        "hidden-state capture under --tp-size {} is not supported yet (the tensor-parallel "
+        "driver does not forward the capture to rank 0's model)",
+        c.tp_size);
   if (c.tp_one_rank && c.tp_size < 2)
     return invalid_argument("--tp-one-rank runs rank 0 of --tp-size ranks alone: give --tp-size >= 2, got {}",
                             c.tp_size);

@@ -21,6 +21,7 @@ struct Engine::Live {
         resume_output_ids(std::move(g.resume_output_ids)),
         capture(std::move(g.capture)) {
     request.set_use_prefix_cache(g.use_prefix_cache);
+    request.set_urgent(g.urgent);
     if (!resume_output_ids.empty()) request.preload_output(resume_output_ids);
     if (request.params().edits_logits()) output_counts.add(resume_output_ids);
   }

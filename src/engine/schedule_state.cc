@@ -29,7 +29,11 @@ Status ScheduleState::submit(Request* r) {
   }
   int64_t capacity = pool_->capacity_tokens();
   if (r->prompt_len() < capacity) r->set_max_new_tokens_limit(int32_t(capacity - r->prompt_len()));
-  waiting_.push_back(r);
+  if (r->urgent()) {
+    waiting_.insert(waiting_.begin(), r);
+  } else {
+    waiting_.push_back(r);
+  }
   live_[r->id()] = r;
   return Status::ok_status();
 }

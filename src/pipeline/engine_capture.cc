@@ -155,6 +155,9 @@ void EngineTarget::start_capture(const GenerationTask& task, std::vector<int32_t
     tail.params.max_new_tokens = 1;
     auto tail_states = std::make_shared<CapturedStates>(run->states->dtype());
     tail.capture = tail_states;
+    // Ahead of the queue: admitted while the finished request's pages are still in the prefix
+    // cache, so only the last page is computed again (behind a full queue they may be evicted).
+    tail.urgent = true;
     tail.on_event = [run, tail_states](const StreamEvent& tev) {
       if (!tev.finished) return;
       if (!tev.error.empty() || tev.finish_reason == FinishReason::kAbort)

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "dist/tensor_parallel.h"
 #include "engine/engine.h"
 #include "pipeline/engine_target.h"
 
@@ -65,6 +66,10 @@ class CaptureEngine : public ::testing::Test {
   }
   // The states of one prefill over `ids` (no prefix cache: every position computed).
   std::shared_ptr<CapturedStates> prefill_states(const std::vector<int32_t>& ids) {
+    return prefill_states(*engine_, ids);
+  }
+  static std::shared_ptr<CapturedStates> prefill_states(Engine& engine,
+                                                        const std::vector<int32_t>& ids) {
     auto states = std::make_shared<CapturedStates>(DType::kF32);
     GenerateRequest g;
     g.prompt_ids = ids;
@@ -81,7 +86,7 @@ class CaptureEngine : public ::testing::Test {
       finished = true;
       cv.notify_all();
     };
-    EXPECT_TRUE(engine_->submit(std::move(g)).ok());
+    EXPECT_TRUE(engine.submit(std::move(g)).ok());
     std::unique_lock<std::mutex> lk(mu);
     cv.wait(lk, [&] { return finished; });
     return states;
@@ -186,6 +191,23 @@ TEST_F(CaptureEngine, CaptureOnlyKeepsTheConversationAndCapturesEveryPosition) {
             "A place by a brook.<|im_end|>\nTo stop early.<|im_end|>\n");
   auto reference = prefill_states(rec.input_ids);
   EXPECT_LT(max_rel_diff(*rec.states, *reference, n), 1e-6);
+}
+
+// Under tensor parallelism the capture is refused, not silently empty: dist/tp_driver.cc's TpModel
+// does not forward set_capture to rank 0's DecoderModel yet (the residual stream there is already
+// full hidden size after the all-reduce, so forwarding it is all that is missing).
+TEST_F(CaptureEngine, TensorParallelCaptureIsRefusedUntilTheDriverForwardsIt) {
+  EngineConfig c;
+  c.model_path = kModel;
+  c.device_memory_gib = 1;
+  c.tp_size = 2;
+  c.tp_allow_uneven = true;  // house-llama's 5 heads
+  c.capture.layers = eagle3_default_layers(8);
+  c.capture.final_norm = true;
+  auto tp = Engine::create(c, &tensor_parallel_runtime());
+  ASSERT_FALSE(tp.ok());
+  EXPECT_NE(tp.status().message().find("tensor-parallel driver"), std::string::npos)
+      << tp.status().message();
 }
 
 }  // namespace
