@@ -17,6 +17,7 @@
 #include <filesystem>
 
 #include "api_key_flags.h"
+#include "capture_flags.h"
 #include "command.h"
 #include "core/log.h"
 #include "dist/tensor_parallel.h"
@@ -298,6 +299,8 @@ int generate_main(int argc, char** argv) {
   GenerateFlags g;
   add_engine_flags(app, ef, default_model_path());
   add_generate_flags(app, g);
+  CaptureFlags capture;
+  add_capture_flags(app, capture);
   if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
   auto fail = [](const Status& s) {
     std::fprintf(stderr, "strata generate: error: %s\n", s.message().c_str());
@@ -317,6 +320,9 @@ int generate_main(int argc, char** argv) {
   std::unique_ptr<PromptTarget> target;
   if (!g.server.urls.empty()) {
     if (!set_log_level(ef.log_level)) return fail(invalid_argument("--log-level: unknown level '{}'", ef.log_level));
+    if (capture.enabled())
+      return fail(
+          invalid_argument("hidden-state capture needs the in-process engine, not --server"));
     if (ef.config.tp_size != 1)
       return fail(invalid_argument("--tp-size applies to the in-process engine; with --server the server's own --tp-size counts"));
     auto api_key = resolve_api_key(g.api_key);
@@ -332,10 +338,15 @@ int generate_main(int argc, char** argv) {
     auto cfg = finish_engine_flags(ef);
     if (!cfg.ok()) return fail(cfg.status());
     if (auto worker = run_tp_worker_if_launched(*cfg)) return worker->ok() ? 0 : fail(*worker);
+    if (Status s = resolve_capture_flags(capture, cfg->model_path,
+                                         !g.job.output_file.empty() || !g.job.output_dir.empty(),
+                                         &g.job.capture, &cfg->capture);
+        !s.ok())
+      return fail(s);
     auto e = Engine::create(*cfg, &tensor_parallel_runtime());
     if (!e.ok()) return fail(e.status());
     engine = std::move(e).value();
-    auto b = EngineTarget::create(*engine, g.job.sampling, g.concurrency);
+    auto b = EngineTarget::create(*engine, g.job.sampling, g.concurrency, g.job.capture);
     if (!b.ok()) return fail(b.status());
     target = std::move(b).value();
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/check.h"
 #include "model/weight_names.h"
 
 namespace strata {
@@ -30,6 +31,10 @@ void DecoderModel::forward(const ForwardBatch& batch, KvStorage& kv, float* logi
   RopeFrequencies dynamic;
   const RopeArgs rope = rope_args(batch.attn, &dynamic);
 
+  capturing_ = batch.captured != nullptr && !capture_.empty();
+  if (capturing_)
+    CHECK_MSG(t <= capture_max_tokens_,
+              "a step of {} tokens exceeds the capture buffer ({} tokens)", t, capture_max_tokens_);
   auto residual = be.alloc(act, {t, hidden});
   if (tp_.active()) {
     tp_embedding(batch, *residual);
@@ -44,6 +49,8 @@ void DecoderModel::forward(const ForwardBatch& batch, KvStorage& kv, float* logi
       be.rms_norm(*residual, input_norm(l), eps, *h);
     } else {
       be.add_rms_norm(*branch, *residual, input_norm(l), eps, *h);
+      // add_rms_norm left the residual stream after layer l - 1 in `residual`.
+      if (capturing_ && capture_block(l - 1) >= 0) capture_state(*residual, capture_block(l - 1));
     }
     trace(*h, "attn_norm", l);
     attention_block(l, *h, batch, kv, rope, *branch);
@@ -57,16 +64,42 @@ void DecoderModel::forward(const ForwardBatch& batch, KvStorage& kv, float* logi
   }
   be.add_rms_norm(*branch, *residual, *final_norm_, eps, *h);
   trace(*h, "final_norm");
+  if (capturing_) {
+    const int last = spec_.num_layers - 1;
+    if (capture_block(last) >= 0) capture_state(*residual, capture_block(last));
+    if (capture_.final_norm) capture_state(*h, int(capture_.layers.size()));
+  }
   const int n = batch.num_logit_rows;
-  if (n == 0) return;
+  if (n == 0) return finish_capture(batch);
   auto rows = be.alloc(act, {n, hidden});
   be.gather_rows(*h, batch.logit_rows, n, *rows);
-  if (tp_.active()) return tp_logits(*rows, logits);  // samples too when sample_args_ is set
-  auto out = be.alloc(act, {n, spec_.vocab_size});
-  be.linear(*rows, lm_head_, *out);
-  if (sample_args_ != nullptr) return sample_device_logits(*out, *sample_args_);
-  if (consumer_ != nullptr) return (*consumer_)(*out);
-  be.download_f32(*out, logits);
+  if (tp_.active()) {
+    tp_logits(*rows, logits);  // samples (or hands to consumer_) too
+  } else {
+    auto out = be.alloc(act, {n, spec_.vocab_size});
+    be.linear(*rows, lm_head_, *out);
+    if (sample_args_ != nullptr) {
+      sample_device_logits(*out, *sample_args_);
+    } else if (consumer_ != nullptr) {
+      (*consumer_)(*out);  // eval-kv: the logits stay on the device
+    } else {
+      be.download_f32(*out, logits);
+    }
+  }
+  // After sampling, which ends a CUDA graph step: the download is one eager copy of fixed rows.
+  finish_capture(batch);
+}
+
+void DecoderModel::capture_state(const Tensor& state, int block) {
+  const int64_t t = state.dim(0), hidden = spec_.hidden_size;
+  backend_->copy_columns(state, 0, hidden, capture_buf_->view().slice_rows(0, t),
+                         int64_t(block) * hidden);
+}
+
+void DecoderModel::finish_capture(const ForwardBatch& batch) {
+  if (!capturing_) return;
+  capturing_ = false;
+  backend_->download(capture_buf_->view().slice_rows(0, batch.attn.num_tokens), batch.captured);
 }
 
 Status DecoderModel::load_embedding_and_head(const WeightStore& ws) {

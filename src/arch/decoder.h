@@ -53,6 +53,13 @@ class DecoderModel : public Model {
   // neither and only joins the gather.
   void tp_logits(const Tensor& rows, float* logits);
 
+  // Copies `state` [t, hidden] into column block `block` of the capture buffer (a device copy:
+  // nothing leaves the device until finish_capture).
+  void capture_state(const Tensor& state, int block);
+  // The one download of a step's captured rows to batch.captured (when asked for).
+  void finish_capture(const ForwardBatch& batch);
+  bool capturing_ = false;  // this forward captures (batch.captured set)
+
   // Set by forward_sample for the duration of its forward(): the logits are then sampled on the
   // device (sample_device_logits) instead of downloaded.
   const SampleArgs* sample_args_ = nullptr;

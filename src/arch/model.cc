@@ -48,6 +48,27 @@ StatusOr<std::unique_ptr<Model>> create_model(const ModelSpec& spec, const Weigh
   return internal_error("unknown architecture");
 }
 
+Status Model::set_capture(const CaptureSpec& spec, int64_t max_tokens) {
+  std::vector<int> blocks(size_t(spec_.num_layers), -1);
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const int l = spec.layers[i];
+    if (l < 0 || l >= spec_.num_layers)
+      return invalid_argument("capture layer {} is out of range: the model has layers 0..{}", l,
+                              spec_.num_layers - 1);
+    if (blocks[size_t(l)] >= 0) return invalid_argument("capture layer {} is given twice", l);
+    blocks[size_t(l)] = int(i);
+  }
+  capture_ = spec;
+  capture_block_ = std::move(blocks);
+  capture_buf_.reset();
+  capture_max_tokens_ = 0;
+  if (spec.empty()) return Status();
+  if (max_tokens <= 0) return invalid_argument("the capture buffer needs a positive token count");
+  capture_buf_ = backend_->alloc(backend_->activation_dtype(), {max_tokens, capture_width()});
+  capture_max_tokens_ = max_tokens;
+  return Status();
+}
+
 StatusOr<DeviceTensorPtr> load_weight(const WeightStore& weights, Backend& backend,
                                       const std::string& name, const Shape& shape) {
   STRATA_ASSIGN_OR_RETURN(HostTensor host, weights.load_f32(name, shape));

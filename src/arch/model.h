@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "backend/attention_metadata.h"
 #include "backend/backend.h"
@@ -24,6 +25,23 @@ struct ForwardBatch {
   // Rows of the batch that need logits (e.g. the last new token of each sequence).
   const int32_t* logit_rows = nullptr;  // host [num_logit_rows]
   int num_logit_rows = 0;
+  // Hidden-state capture (Model::set_capture): when set, the forward copies the captured states
+  // of every token into the model's fixed device buffer and downloads them here once, as
+  // [attn.num_tokens, capture_width()] of capture_dtype() (rank 0 only; a worker rank passes null).
+  void* captured = nullptr;
+};
+
+// Which hidden states a forward captures (the model runner's production path for layer outputs;
+// the Tracer stays a test hook). Column blocks of the captured rows, in this order:
+//   layers[i]:  the output of decoder layer layers[i] (the residual stream after it, what enters
+//               layer layers[i] + 1) = Hugging Face's output_hidden_states[layers[i] + 1]
+//   final_norm: the final norm's output (what lm_head reads) = output_hidden_states[-1]
+// Under tensor parallelism these are full hidden size (the residual stream after the all-reduce).
+struct CaptureSpec {
+  std::vector<int> layers;
+  bool final_norm = false;
+  int num_states() const { return int(layers.size()) + (final_norm ? 1 : 0); }
+  bool empty() const { return num_states() == 0; }
 };
 
 // What Model::forward_sample does with the logit rows: each is changed by the edits (penalties,
@@ -64,6 +82,15 @@ class Model {
   virtual void forward_logits(const ForwardBatch& batch, KvStorage& kv,
                               const LogitsConsumer& consumer);
 
+  // Allocates the capture buffer [max_tokens, capture_width()] once (fixed device memory, so a
+  // CUDA graph that writes it replays), for ForwardBatch::captured. An empty spec turns it off.
+  // Errors: a layer out of range, or the same layer twice.
+  Status set_capture(const CaptureSpec& spec, int64_t max_tokens);
+  const CaptureSpec& capture_spec() const { return capture_; }
+  int64_t capture_width() const { return int64_t(capture_.num_states()) * spec_.hidden_size; }
+  // The captured rows' dtype: the activations' (bf16 on the GPU, float32 on the CPU reference).
+  DType capture_dtype() const { return backend_->activation_dtype(); }
+
   // Receives every named intermediate (design.md §7) when set: tests diff layer by layer.
   using Tracer = std::function<void(std::string_view name, int layer, const Tensor& t)>;
   void set_tracer(Tracer tracer) { tracer_ = std::move(tracer); }
@@ -74,9 +101,18 @@ class Model {
     if (tracer_) tracer_(name, layer, t);
   }
 
+  // The column block of layer `layer`'s output in the capture buffer, or -1 when not captured.
+  int capture_block(int layer) const {
+    return layer < int(capture_block_.size()) ? capture_block_[size_t(layer)] : -1;
+  }
+
   ModelSpec spec_;
   Backend* backend_;
   Tracer tracer_;
+  CaptureSpec capture_;
+  std::vector<int> capture_block_;  // per layer: its column block, -1 when not captured
+  DeviceTensorPtr capture_buf_;     // [max_tokens, capture_width()], activation dtype
+  int64_t capture_max_tokens_ = 0;
 };
 
 // Reads config.json and the safetensors weights of `dir` and builds the model on `backend`.

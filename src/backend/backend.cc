@@ -1,5 +1,8 @@
 #include "backend/backend.h"
 
+#include <cstring>
+#include <vector>
+
 #include "core/check.h"
 
 namespace strata {
@@ -29,6 +32,16 @@ int64_t KvLayout::bytes_per_token() const {
   int64_t total = 0;
   for (int l = 0; l < num_layers; ++l) total += k_row_bytes(l) + v_row_bytes(l);
   return total;
+}
+
+void Backend::download(const Tensor& src, void* dst) {
+  std::vector<float> f(size_t(src.numel()));
+  download_f32(src, f.data());
+  if (src.dtype == DType::kF32) {
+    std::memcpy(dst, f.data(), f.size() * 4);
+  } else {
+    from_f32(src.dtype, f.data(), dst, int64_t(f.size()));
+  }
 }
 
 LinearWeight Backend::upload_linear(const HostLinearWeight& w, const Tensor& bias_f32) {

@@ -260,6 +260,10 @@ class Backend {
   virtual LinearWeight upload_linear(const HostLinearWeight& w, const Tensor& bias_f32);
   // Copies a device tensor to float32 host memory (logits, tests, traces).
   virtual void download_f32(const Tensor& src, float* dst) = 0;
+  // Copies a contiguous device tensor to host memory as it is stored (src.dtype's bytes): the
+  // model runner's captured hidden states, bf16 on the GPU, with no conversion on either side.
+  // Default: download_f32, then converted back to src.dtype.
+  virtual void download(const Tensor& src, void* dst);
   // Waits for the queued work and ends the current step (an asynchronous backend keeps a step's
   // staged host inputs until it ends, which a download otherwise does). Default: nothing queued.
   virtual void synchronize() {}

@@ -78,6 +78,9 @@ RequestLimits Engine::request_limits() const {
 }
 
 std::optional<RequestError> Engine::check(const GenerateRequest& g) const {
+  if (g.capture && config_.capture.empty())
+    return request_error(RequestErrorCode::kUnsupported, "",
+                         "hidden-state capture was asked for but this engine captures no layers");
   return validate_request(g.prompt_ids, g.params, g.resume_output_ids, request_limits());
 }
 

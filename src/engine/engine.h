@@ -22,10 +22,12 @@
 #include "arch/model.h"
 #include "backend/kv_host_io.h"
 #include "core/status.h"
+#include "engine/captured_states.h"
 #include "engine/host_tier_io.h"
 #include "engine/kv_config.h"
 #include "engine/kv_rows.h"
 #include "engine/kv_rows_io.h"
+#include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/request_error.h"
 #include "engine/request_validation.h"
@@ -111,6 +113,9 @@ struct EngineConfig {
   double hicache_ratio = 0;                   // 0: unset
   HiCacheWritePolicy hicache_write_policy = HiCacheWritePolicy::kWriteThrough;
   KvIoBackend hicache_io_backend = KvIoBackend::kAuto;  // auto: kernel on cuda, memcpy on cpu
+  // Hidden states the model runner can capture (engine/model_runner.h) for requests that ask
+  // (GenerateRequest::capture). Empty: none (the capture buffer is not even allocated).
+  CaptureSpec capture{};
 };
 
 // The KV options of a config, for resolve_kv_cache_config (engine/kv_config.h).
@@ -165,6 +170,14 @@ struct GenerateRequest {
   // An internal request (the server's health probe): not counted in the request and token totals
   // of EngineStats, so monitoring does not see it as user traffic.
   bool internal = false;
+  // Hidden-state capture (EngineConfig::capture must be set): the engine writes the captured rows
+  // of every position it computes for this request, by position, into `capture`; read it after the
+  // finished event. The last sampled token is never computed (nothing follows it).
+  std::shared_ptr<CapturedStates> capture{};
+  // False: admission ignores the prefix cache, so every position is computed (and captured).
+  bool use_prefix_cache = true;
+  // Queued ahead of the waiting requests (Request::urgent).
+  bool urgent = false;
 };
 
 // A consistent snapshot of the engine's counters (thread-safe to read).
@@ -210,6 +223,8 @@ struct EngineStats {
   int64_t kv_import_tokens_total = 0;
   int64_t kv_import_refused_total = 0;
 };
+
+struct ScheduledStep;  // engine/schedule_state.h
 
 class Engine {
  public:
@@ -267,6 +282,7 @@ class Engine {
   bool ensure_kv_copier();
   void import_kv(Live& live);
   void export_kv(std::span<const ScheduledSeq> seqs);
+  void store_captured(const ScheduledStep& step, const BatchPlan& plan, const uint8_t* captured);
   void update_stats();
   // create()'s steps, in order (engine_create.cc).
   struct Checkpoint;
@@ -292,6 +308,7 @@ class Engine {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<KvStorage> kv_;
+  std::unique_ptr<ModelRunner> runner_;  // between the loop and model_ (engine thread)
   std::unique_ptr<PagePool> pool_;
   std::unique_ptr<RadixCache> cache_;
   std::unique_ptr<Scheduler> scheduler_;
@@ -309,7 +326,6 @@ class Engine {
 
   // Engine-thread state.
   std::unordered_map<int64_t, std::unique_ptr<Live>> live_;
-  std::vector<float> logits_;
   std::vector<std::pair<float, int32_t>> sample_scratch_;
   std::array<double, 256> step_seconds_{};  // the last steps' wall times, a ring
 

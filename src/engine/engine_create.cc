@@ -74,6 +74,13 @@ Status check_config(const EngineConfig& c) {
         "one rank's shard of the context (causal by absolute position) and there is no CUDA "
         "merge op (backend/dcp_attention.h); decode context parallelism runs on cpu ranks only",
         c.dcp_size);
+  // dist/tp_driver.cc's TpModel (rank 0's model as the engine sees it) does not forward
+  // set_capture to the rank's DecoderModel yet: refused rather than capturing nothing.
+  if (!c.capture.empty() && c.tp_size > 1)
+    return failed_precondition(
+        "hidden-state capture under --tp-size {} is not supported yet (the tensor-parallel "
+        "driver does not forward the capture to rank 0's model)",
+        c.tp_size);
   if (c.tp_one_rank && c.tp_size < 2)
     return invalid_argument("--tp-one-rank runs rank 0 of --tp-size ranks alone: give --tp-size >= 2, got {}",
                             c.tp_size);
@@ -121,6 +128,13 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, con
   STRATA_RETURN_IF_ERROR(e->plan_kv_cache(ck));
   STRATA_RETURN_IF_ERROR(e->load_model(ck));
   STRATA_ASSIGN_OR_RETURN(KvLayout layout, e->create_kv_pools(ck.spec));
+  e->runner_ = std::make_unique<ModelRunner>(*e->model_, *e->kv_);
+  if (!config.capture.empty()) {
+    // A step holds at most one prefill budget or one decode row per running request.
+    const int64_t step_tokens = std::max<int64_t>(
+        {config.chunked_prefill_size, config.max_prefill_tokens, e->plan_.max_running_requests});
+    STRATA_RETURN_IF_ERROR(e->runner_->set_capture(config.capture, step_tokens));
+  }
   STRATA_RETURN_IF_ERROR(e->create_scheduler_and_host_tier(ck.spec, layout));
   e->start_runtime();
   return e;

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "core/log.h"
+#include "core/thread_pool.h"
 #include "engine/batch_plan.h"
 #include "engine/live_request.h"
 #include "engine/parallel_runtime.h"
@@ -157,12 +158,8 @@ void Engine::run_step() {
       step = state_->continue_decode();
       if (step.seqs.empty()) break;
     }
+    // Apply: the step's host-side metadata.
     BatchPlan plan = BatchPlan::build(step.seqs, config_.page_size);
-    ForwardBatch fb;
-    fb.token_ids = plan.token_ids.data();
-    fb.attn = plan.view();
-    fb.logit_rows = plan.logits_rows.data();
-    fb.num_logit_rows = int(plan.logits_rows.size());
     // Each row's sampling parameters, with its request's draw (one per sampled token, in the
     // request's own stream); the backend samples where the logits are and only ids come back,
     // plus the full rows of requests that asked for logprobs.
@@ -179,30 +176,31 @@ void Engine::run_step() {
       if (p.edits_logits()) append_logit_edits(p, live.output_counts, int32_t(j), &edits);
       if (live.top_logprobs >= 0) keep_rows.push_back(int32_t(j));
     }
-    std::vector<int32_t> sampled(n);
-    logits_.resize(keep_rows.size() * size_t(vocab));
+    bool capture = false;
+    for (const ScheduledSeq& seq : step.seqs)
+      capture = capture || live_.at(seq.request->id())->capture != nullptr;
     // Small decode steps replay captured graphs (the host's launch work then leaves the step).
     // Graph mode covers this forward only, so nothing else (host-tier copies) is ever recorded.
     // Steps with logit edits run eagerly: their edit counts change every step, and so would a
-    // graph's signature.
+    // graph's signature. Capture's device copies are part of the graph (fixed buffers).
     const bool graphs =
         !step.is_prefill && int(n) <= config_.cuda_graph_max_bs.value_or(0) && edits.empty();
-    if (graphs) model_->backend().set_graph_mode(true);
+    // Run.
     const auto fwd_begin = StepClock::now();
-    model_->forward_sample(fb, *kv_,
-                           SampleArgs{.params = row_params.data(),
-                                      .token_ids = sampled.data(),
-                                      .keep_rows = keep_rows.data(),
-                                      .num_keep = int(keep_rows.size()),
-                                      .kept_logits = logits_.data(),
-                                      .edits = edits.data(),
-                                      .num_edits = int64_t(edits.size())});
+    runner_->run(plan, StepInputs{.row_params = row_params,
+                                  .keep_rows = keep_rows,
+                                  .edits = edits,
+                                  .capture = capture,
+                                  .graphs = graphs});
     const auto fwd_end = StepClock::now();
-    if (graphs) model_->backend().set_graph_mode(false);
+    // Post-process: captured states by position, logprobs, sampled tokens, stops.
+    if (const uint8_t* captured = runner_->captured()) store_captured(step, plan, captured);
+    const std::vector<int32_t>& sampled = runner_->sampled();
+    const float* kept_logits = runner_->kept_logits();
     std::vector<TokenLogprobs> lps(n);
     for (size_t i = 0; i < keep_rows.size(); ++i) {
       const size_t j = size_t(keep_rows[i]);
-      lps[j] = token_logprobs(logits_.data() + i * size_t(vocab), vocab, sampled[j],
+      lps[j] = token_logprobs(kept_logits + i * size_t(vocab), vocab, sampled[j],
                               row_live[j]->top_logprobs);
     }
     std::vector<Request*> finished = state_->complete(step, sampled);
@@ -234,6 +232,27 @@ void Engine::run_step() {
     timing.add(step_begin, fwd_begin, fwd_end, n);
     step_begin = StepClock::now();
   }
+}
+
+// Copies the step's captured rows of each capturing request into its CapturedStates, by position
+// (a recomputed position is written again).
+// Spread over the host thread pool: a decode step at batch 512 of an 8B model is 16 MB of rows.
+void Engine::store_captured(const ScheduledStep& step, const BatchPlan& plan,
+                            const uint8_t* captured) {
+  const int64_t width = runner_->capture_width();
+  const DType dtype = runner_->capture_dtype();
+  const int64_t row_bytes = width * dtype_size(dtype);
+  std::vector<CapturedStates*> states(step.seqs.size());
+  for (size_t s = 0; s < step.seqs.size(); ++s)
+    states[s] = live_.at(step.seqs[s].request->id())->capture.get();
+  parallel_for(int64_t(states.size()), 8, [&](int64_t begin, int64_t end) {
+    for (int64_t s = begin; s < end; ++s) {
+      if (states[size_t(s)] == nullptr) continue;
+      for (int32_t row = plan.q_indptr[size_t(s)]; row < plan.q_indptr[size_t(s) + 1]; ++row)
+        states[size_t(s)]->put(plan.positions[size_t(row)], captured + int64_t(row) * row_bytes,
+                               dtype, width);
+    }
+  });
 }
 
 // Streams one step's tokens of a request: detokenize, check stop strings, hold back text that

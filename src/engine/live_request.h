@@ -21,7 +21,10 @@ struct Engine::Live {
         resume_output_ids(std::move(g.resume_output_ids)),
         resume_kv(std::move(g.resume_kv)),
         export_kv(g.export_kv),
-        exported_rows(g.kv_export_from_row) {
+        exported_rows(g.kv_export_from_row),
+        capture(std::move(g.capture)) {
+    request.set_use_prefix_cache(g.use_prefix_cache);
+    request.set_urgent(g.urgent);
     if (!resume_output_ids.empty()) request.preload_output(resume_output_ids);
     if (request.params().edits_logits()) output_counts.add(resume_output_ids);
   }
@@ -40,6 +43,7 @@ struct Engine::Live {
   size_t max_stop_len = 0;   // longest stop string: that much text minus one is held back
   bool stopped_by_string = false;
   bool start_announced = false;  // the `started` event went out
+  std::shared_ptr<CapturedStates> capture;  // null: no capture
 };
 
 }  // namespace strata

@@ -89,6 +89,15 @@ class Request {
     cached_pages_ = cached_pages;
   }
 
+  // False: admission computes every position instead of sharing a cached prefix (a request whose
+  // hidden states are captured needs them all).
+  bool use_prefix_cache() const { return use_prefix_cache_; }
+  void set_use_prefix_cache(bool on) { use_prefix_cache_ = on; }
+  // Queued ahead of the other waiting requests (a capture's one-token tail request: admitted while
+  // the pages of the request it completes are still cached).
+  bool urgent() const { return urgent_; }
+  void set_urgent(bool on) { urgent_ = on; }
+
   // Transitions (CHECKed).
   void start_prefill();                  // kWaiting | kRetracted -> kPrefilling
   void start_decode();                   // kPrefilling -> kDecoding (after its first token)
@@ -130,6 +139,8 @@ class Request {
   FinishReason finish_reason_ = FinishReason::kNone;
   std::string error_;
   int32_t kv_len_ = 0;
+  bool use_prefix_cache_ = true;
+  bool urgent_ = false;
   int32_t prefix_hit_tokens_ = 0;
   std::vector<PageId> pages_;
   int32_t cached_pages_ = 0;

@@ -29,7 +29,11 @@ Status ScheduleState::submit(Request* r) {
   }
   int64_t capacity = pool_->capacity_tokens();
   if (r->prompt_len() < capacity) r->set_max_new_tokens_limit(int32_t(capacity - r->prompt_len()));
-  waiting_.push_back(r);
+  if (r->urgent()) {
+    waiting_.insert(waiting_.begin(), r);
+  } else {
+    waiting_.push_back(r);
+  }
   live_[r->id()] = r;
   return Status::ok_status();
 }
@@ -99,7 +103,8 @@ void ScheduleState::remove_waiting(Request* r) {
 // Takes the cached prefix of a waiting request: lock, retain, and start its prefill.
 void ScheduleState::admit(Request* r) {
   // Without the prefix cache every request starts at the root, with nothing to share.
-  const std::vector<int32_t> key = config_.disable_radix_cache ? std::vector<int32_t>() : r->tokens(r->total_len() - 1);
+  const bool share = !config_.disable_radix_cache && r->use_prefix_cache();
+  const std::vector<int32_t> key = share ? r->tokens(r->total_len() - 1) : std::vector<int32_t>();
   RadixMatch m = cache_->match_prefix(key);
   if (hicache_) hicache_->on_match(key, m.matched_tokens);
   cache_->inc_lock_ref(m.node);

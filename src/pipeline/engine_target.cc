@@ -9,10 +9,15 @@ namespace strata {
 
 StatusOr<std::unique_ptr<EngineTarget>> EngineTarget::create(Engine& engine,
                                                              const JobSampling& sampling,
-                                                             int max_in_flight) {
+                                                             int max_in_flight,
+                                                             const CaptureOptions& capture) {
   STRATA_ASSIGN_OR_RETURN(PromptEncoder enc, PromptEncoder::load(engine.config().tokenizer_dir(), engine.tokenizer(),
                                                                       engine.config().chat_template));
+  if (capture.enabled &&
+      (engine.config().capture.layers != capture.layers || !engine.config().capture.final_norm))
+    return failed_precondition("the engine captures other layers than the job asks for");
   std::unique_ptr<EngineTarget> b(new EngineTarget(engine, std::move(enc), sampling));
+  b->capture_ = capture;
   b->model_name_ = std::filesystem::path(engine.config().model_path).lexically_normal().filename().string();
   if (b->model_name_.empty())
     b->model_name_ = std::filesystem::path(engine.config().model_path).lexically_normal().parent_path().filename();
@@ -20,15 +25,23 @@ StatusOr<std::unique_ptr<EngineTarget>> EngineTarget::create(Engine& engine,
   return b;
 }
 
+StatusOr<std::vector<int32_t>> EngineTarget::encode(const PromptRecord& r) const {
+  if (r.messages.is_null()) return encoder_.encode_raw(r.prompt);
+  if (capture_.enabled && capture_.capture_only)  // the conversation as it is, responses included
+    return encoder_.encode_chat(r.messages, /*add_generation_prompt=*/false, SIZE_MAX,
+                                sampling_.chat_template_kwargs);
+  return encoder_.encode_chat(prompt_messages(r.messages), /*add_generation_prompt=*/true, SIZE_MAX,
+                              sampling_.chat_template_kwargs);
+}
+
+int64_t EngineTarget::prompt_tokens(const PromptRecord& record) const {
+  auto ids = encode(record);
+  return ids.ok() ? int64_t(ids->size()) : -1;
+}
+
 void EngineTarget::start(const GenerationTask& task, OutcomeCallback done) {
   const PromptRecord& r = *task.record;
-  StatusOr<std::vector<int32_t>> ids = std::vector<int32_t>{};
-  if (r.messages.is_null()) {
-    ids = encoder_.encode_raw(r.prompt);
-  } else {
-    ids = encoder_.encode_chat(prompt_messages(r.messages), /*add_generation_prompt=*/true,
-                               SIZE_MAX, sampling_.chat_template_kwargs);
-  }
+  StatusOr<std::vector<int32_t>> ids = encode(r);
   auto fail = [&](const std::string& error) {
     GenerationOutcome o;
     o.kind = OutcomeKind::kFailed;
@@ -36,6 +49,7 @@ void EngineTarget::start(const GenerationTask& task, OutcomeCallback done) {
     done(std::move(o));
   };
   if (!ids.ok()) return fail(ids.status().message());
+  if (capture_.enabled) return start_capture(task, std::move(ids).value(), std::move(done));
   GenerateRequest req;
   req.prompt_ids = std::move(ids).value();
   req.params = sampling_.params;

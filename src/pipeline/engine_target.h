@@ -3,12 +3,16 @@
 // a callback that collects the text on the engine thread. The engine batches them continuously.
 // Tokens are reported as they come (TokenReport, with the sampler's draws), and a task with a
 // checkpointed partial output continues from it (GenerateRequest::resume_output_ids).
+//
+// Capture jobs (CaptureOptions; the engine must capture the same layers) hand back each record's
+// hidden states at every position of prompt + response (engine_capture.cc says how).
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "engine/engine.h"
+#include "pipeline/hidden_store.h"
 #include "pipeline/prompt_target.h"
 #include "tokenizer/prompt_encoder.h"
 
@@ -20,7 +24,8 @@ class EngineTarget : public PromptTarget {
   // max_running_requests (at least 64), which keeps its batch full without queueing the
   // whole dataset inside it.
   static StatusOr<std::unique_ptr<EngineTarget>> create(Engine& engine, const JobSampling& sampling,
-                                                        int max_in_flight = 0);
+                                                        int max_in_flight = 0,
+                                                        const CaptureOptions& capture = {});
 
   std::string model_name() const override { return model_name_; }
   int max_in_flight() const override { return max_in_flight_; }
@@ -29,13 +34,21 @@ class EngineTarget : public PromptTarget {
     return engine_.kv_rows_layout(why_not);
   }
   void start(const GenerationTask& task, OutcomeCallback done) override;
+  int64_t prompt_tokens(const PromptRecord& record) const override;
 
  private:
+  // The prompt's token ids (chat template, or raw); with the whole conversation when
+  // teacher-forced.
+  StatusOr<std::vector<int32_t>> encode(const PromptRecord& r) const;
+  // Capture jobs (engine_capture.cc).
+  void start_capture(const GenerationTask& task, std::vector<int32_t> prompt_ids,
+                     OutcomeCallback done);
   EngineTarget(Engine& engine, PromptEncoder encoder, const JobSampling& sampling)
       : engine_(engine), encoder_(std::move(encoder)), sampling_(sampling) {}
   Engine& engine_;
   PromptEncoder encoder_;
   JobSampling sampling_;
+  CaptureOptions capture_;
   std::string model_name_;
   int max_in_flight_ = 64;
 };

@@ -17,6 +17,8 @@
 
 namespace strata {
 
+struct CapturedRecord;  // pipeline/hidden_store.h
+
 // The generation settings of a job, the same for every prompt: the request's SamplingParams
 // (engine/sampling_params.h; its seed is the job's base seed, each prompt drawing with
 // prompt_seed(base_seed(), id)) and the chat template's extra variables.
@@ -78,6 +80,10 @@ struct GenerationOutcome {
   // kDone: every output token counted, those of a resumed partial included.
   int http_status = 0;        // server mode: the last HTTP status (0: none / transport error)
   int attempts = 1;
+  // kDone of a capture job: the record's hidden states (pipeline/hidden_store.h).
+  std::shared_ptr<const CapturedRecord> hidden{};
+  // The record's conversation already holds the response (--capture-only): nothing is appended.
+  bool teacher_forced = false;
 };
 
 using OutcomeCallback = std::function<void(GenerationOutcome)>;
@@ -104,6 +110,8 @@ class PromptTarget {
   // Starts one task. `done` is called exactly once, from any thread (possibly inside start());
   // it must be short. Called from the job's thread only.
   virtual void start(const GenerationTask& task, OutcomeCallback done) = 0;
+  // The prompt's length in tokens, for the capture job's disk estimate; -1 when unknown.
+  virtual int64_t prompt_tokens(const PromptRecord& /*record*/) const { return -1; }
 };
 
 // Retries with capped exponential backoff and jitter, for server mode.

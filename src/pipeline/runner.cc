@@ -47,6 +47,7 @@ struct Sink {
   std::unique_ptr<AppendLog> partial_log;       // null when the job does not checkpoint
   std::unique_ptr<KvCheckpointFile> kv_file;    // their KV rows; null without KV checkpoints
   int64_t kv_dead_rows = 0;  // rows of records finished since the last compaction
+  std::unique_ptr<HiddenStore> hidden;          // capture jobs (hidden_store.h)
 };
 
 struct Task {
@@ -128,6 +129,15 @@ nlohmann::json result_record(const PromptRecord& r, const std::string& dataset, 
   meta["finish_reason"] = o.finish_reason;
   if (o.kind != OutcomeKind::kDone) meta["error"] = o.error;
   out["meta"] = std::move(meta);
+  if (o.teacher_forced) {  // the conversation already holds its response: kept as it was
+    for (const char* key : {"messages", "conversations", "completion"}) {
+      if (r.original.contains(key)) {
+        out[key] = r.original[key];
+      } else {
+        out.erase(key);
+      }
+    }
+  }
   return out;
 }
 
@@ -150,6 +160,8 @@ class Job {
  private:
   Status open_sinks();
   Status open_checkpoints(Sink& s);
+  Status open_hidden(Sink& s);
+  Status check_capture_space();
   void plan_tasks();
   Status handle(size_t index, GenerationOutcome& outcome);
   void on_tokens(size_t index, TokenReport& report);
@@ -221,6 +233,7 @@ Status Job::open_sinks() {
     STRATA_ASSIGN_OR_RETURN(s.results_log, AppendLog::open(s.results_path, s.results.valid_bytes));
     STRATA_ASSIGN_OR_RETURN(s.failures_log, AppendLog::open(s.failures_path, s.failures.valid_bytes));
     STRATA_RETURN_IF_ERROR(open_checkpoints(s));
+    STRATA_RETURN_IF_ERROR(open_hidden(s));
     if (s.results.records > 0) LOG_INFO("resuming {}: {} records already written", s.results_path, s.results.records);
   }
   return Status();
@@ -272,6 +285,59 @@ Status Job::open_checkpoints(Sink& s) {
     LOG_INFO("resuming {} unfinished prompts of {} from their checkpoints ({} tokens)", s.partials.size(),
              s.results_path, tokens);
   }
+  return Status();
+}
+
+// Capture jobs: opens the sink's hidden-state store, reclaiming the tensors of records that never
+// committed; every committed record must have its tensors (a file made without capture is refused).
+Status Job::open_hidden(Sink& s) {
+  if (!options_.capture.enabled) return Status();
+  nlohmann::json meta = {{"model", meta_base_["model"]}, {"capture", options_.capture.to_json()}};
+  const ScanResult& results = s.results;
+  STRATA_ASSIGN_OR_RETURN(s.hidden, HiddenStore::open(
+                                        hidden_dir_for(s.results_path), meta,
+                                        [&](const std::string& dataset, const std::string& id) {
+                                          return results.contains(dataset, id);
+                                        },
+                                        options_.capture.shard_bytes));
+  const int64_t without = s.results.records - s.hidden->records();
+  if (without > 0)
+    return failed_precondition(
+        "{} holds {} records without hidden states in {} (made without capture?); use "
+        "another output",
+        s.results_path, without, s.hidden->dir());
+  return Status();
+}
+
+// Before a capture job starts: the bytes per token and the expected total, and a refusal when the
+// output filesystem lacks the room (naming both numbers).
+Status Job::check_capture_space() {
+  const CaptureOptions& c = options_.capture;
+  if (!c.enabled || sinks_.empty()) return Status();
+  int64_t tokens = 0;
+  for (const Task& t : tasks_) {
+    int64_t prompt = target_.prompt_tokens(*t.task.record);
+    if (prompt < 0) prompt = int64_t(t.task.record->original.dump().size() / 4);  // a rough guess
+    tokens += prompt + (c.capture_only ? 0 : options_.sampling.params.max_new_tokens);
+  }
+  const int64_t per_token = c.bytes_per_token(), total = tokens * per_token;
+  const std::string& dir = sinks_.front().hidden->dir();
+  const int64_t free = c.free_bytes ? c.free_bytes(dir) : filesystem_free_bytes(dir);
+  const double gb = 1e9;
+  // Always printed (not a log line): users must see the total before the run, not on day 2.
+  std::fprintf(stderr,
+               "[generate] hidden-state capture: %lld bytes per token (%zu states x %lld x %lld B "
+               "+ ids and mask); "
+               "up to %lld tokens for %zu records: %.3f GB expected in %s, %.3f GB free there\n",
+               (long long)per_token, c.layers.size() + 1, (long long)c.hidden_size,
+               (long long)c.element_bytes(), (long long)tokens, tasks_.size(), double(total) / gb,
+               dir.c_str(), double(free) / gb);
+  if (free >= 0 && total > free)
+    return resource_exhausted(
+        "hidden-state capture needs up to {} bytes ({:.3f} GB: {} tokens x {} bytes per token) "
+        "but the filesystem of {} has {} bytes ({:.3f} GB) free; free space or capture fewer "
+        "layers",
+        total, double(total) / gb, tokens, per_token, dir, free, double(free) / gb);
   return Status();
 }
 
@@ -375,6 +441,14 @@ Status Job::handle(size_t index, GenerationOutcome& o) {
     return Status();
   }
   Sink& s = sinks_[t.sink];
+  if (o.kind == OutcomeKind::kDone && s.hidden) {
+    // Tensors durable first: the results line below is the record's commit (hidden_store.h).
+    if (!o.hidden)
+      return internal_error("{} id {}: the target returned no hidden states", t.task.dataset, r.id);
+    STRATA_RETURN_IF_ERROR(s.hidden->append(t.task.dataset, r.id, *o.hidden,
+                                            int(options_.capture.layers.size()),
+                                            options_.capture.hidden_size));
+  }
   if (o.kind == OutcomeKind::kDone)
     return s.results_log->append(result_record(r, t.task.dataset, meta_base_, t.task.seed, o).dump());
   return s.failures_log->append(failure_record(r, t.task.dataset, meta_base_["model"], o).dump());
@@ -586,6 +660,8 @@ Status Job::verify_sink(const Sink& s) const {
 }
 
 Status Job::finish_sinks() {
+  for (Sink& s : sinks_)
+    if (s.hidden) STRATA_RETURN_IF_ERROR(s.hidden->close());
   if (summary_.interrupted > 0) return Status();
   for (Sink& s : sinks_) {
     STRATA_RETURN_IF_ERROR(s.results_log->sync());
@@ -626,6 +702,7 @@ StatusOr<JobSummary> Job::run() {
   STRATA_RETURN_IF_ERROR(setup_kv_checkpoints());
   STRATA_RETURN_IF_ERROR(open_sinks());
   plan_tasks();
+  STRATA_RETURN_IF_ERROR(check_capture_space());
   if (!tasks_.empty()) {
     for (Sink& s : sinks_) std::filesystem::remove(s.done_path);  // stale: there is work again
   }

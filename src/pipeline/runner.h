@@ -13,6 +13,7 @@
 //                        only): a resumed job continues each from its last checkpoint
 //   FILE.partial.kv      their KV rows (kv_checkpoint.h; --checkpoint-kv): a resumed prompt
 //                        decodes on instead of prefilling prompt + partial output again
+//   hidden/NAME/         with JobOptions::capture: the records' hidden states (hidden_store.h)
 // With --output-dir DIR, the same per dataset: DIR/<name>.jsonl, DIR/<name>.jsonl.failures.jsonl,
 // ... Without either, results stay in memory (JobSummary::records, input order): not resumable.
 //
@@ -29,6 +30,7 @@
 
 #include "core/status.h"
 #include "pipeline/dataset.h"
+#include "pipeline/hidden_store.h"
 #include "pipeline/output_lock.h"
 #include "pipeline/progress.h"
 #include "pipeline/prompt_target.h"
@@ -62,6 +64,9 @@ struct JobOptions {
   // "K/N" when the datasets are one shard of a larger job (shard.h): said on the progress line
   // and in .done ("shard"), so a task's files tell which part of the job they hold.
   std::string shard{};
+  // Hidden-state capture (hidden_store.h): each record's tensors go to DIR/hidden/NAME/ and the
+  // record commits only once they are durable. Needs an output file and a target that captures.
+  CaptureOptions capture{};
 };
 
 struct JobSummary {

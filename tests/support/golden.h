@@ -151,12 +151,22 @@ class SingleSequence {
     b.attn.slot_mapping = slots.data();
     b.logit_rows = rows.data();
     b.num_logit_rows = int(rows.size());
+    if (capture_width_ > 0) {  // the model runner's capture (Model::set_capture), raw bytes
+      captured_raw_.resize(size_t(n) * size_t(capture_width_) * 4);
+      b.captured = captured_raw_.data();
+    }
+    std::vector<float> logits;
     if (sample != nullptr) {
       model_.forward_sample(b, *kv_, *sample);
-      return {};
+    } else {
+      logits.resize(rows.size() * size_t(model_.spec().vocab_size));
+      model_.forward(b, *kv_, logits.data());
     }
-    std::vector<float> logits(rows.size() * size_t(model_.spec().vocab_size));
-    model_.forward(b, *kv_, logits.data());
+    if (capture_width_ > 0) {  // as float32, whatever the activations' dtype
+      captured_.resize(size_t(n) * size_t(capture_width_));
+      to_f32(model_.capture_dtype(), captured_raw_.data(), captured_.data(),
+             int64_t(captured_.size()));
+    }
     return logits;
   }
 
@@ -177,8 +187,15 @@ class SingleSequence {
   }
 
   KvStorage& kv() { return *kv_; }
+  // Steps download the model's captured states when width > 0: captured() is the last step's
+  // [n, width] as float32.
+  void capture(int64_t width) { capture_width_ = width; }
+  const std::vector<float>& captured() const { return captured_; }
 
  private:
+  int64_t capture_width_ = 0;
+  std::vector<uint8_t> captured_raw_;
+  std::vector<float> captured_;
   Model& model_;
   int page_size_;
   int32_t len_ = 0;

@@ -77,6 +77,7 @@ class CudaBackend : public Backend {
   DeviceTensorPtr alloc(DType dtype, const Shape& shape) override;
   DeviceTensorPtr upload(const Tensor& host, DType dtype) override;
   void download_f32(const Tensor& src, float* dst) override;
+  void download(const Tensor& src, void* dst) override;
   std::unique_ptr<KvStorage> alloc_kv(const KvLayout& layout) override;
   // check_cuda_kv_layout (device_memory.h).
   Status check_kv_layout(const KvLayout& layout) const override;

@@ -120,6 +120,33 @@ TEST(ScheduleState, WithoutTheRadixCacheNothingIsSharedOrKept) {
   }
 }
 
+// A capture request computes every position (GenerateRequest::use_prefix_cache = false) while its
+// pages still go to the cache; its one-token tail request is urgent (queued first) and shares them.
+TEST(ScheduleState, NoPrefixCacheRequestsComputeEverythingAndUrgentOnesQueueFirst) {
+  Fixture f({.page_size = 2,
+             .chunked_prefill_size = 4,
+             .max_running_requests = 8,
+             .clip_max_new_tokens = 2},
+            32);
+  const std::vector<int32_t> prompt = {7, 8, 9, 10, 11, 12, 13, 14, 15};
+  f.submit(prompt, 3);
+  f.drain();
+  SamplingParams p;
+  p.max_new_tokens = 1;
+  Request uncached(100, prompt, p), tail(101, prompt, p);
+  uncached.set_use_prefix_cache(false);
+  tail.set_urgent(true);
+  Request* normal = f.submit({1, 2, 3}, 2);
+  ASSERT_TRUE(f.state.submit(&uncached).ok());
+  ASSERT_TRUE(f.state.submit(&tail).ok());
+  ASSERT_EQ(f.state.waiting().front(), &tail);
+  EXPECT_EQ(f.state.waiting().back(), &uncached);
+  f.drain();
+  EXPECT_EQ(uncached.prefix_hit_tokens(), 0);
+  EXPECT_EQ(tail.prefix_hit_tokens(), 8);
+  EXPECT_EQ(normal->output_len(), 2);
+}
+
 TEST(ScheduleState, NeverFittingPromptIsRejectedNotRetried) {
   Fixture f({.page_size = 4}, 4);  // 16 tokens
   Request* big = f.submit(std::vector<int32_t>(16, 3), 4);

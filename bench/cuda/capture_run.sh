@@ -1,0 +1,89 @@
+#!/bin/bash
+# Hidden-state capture on one H200 (issue 25), from the repository root on the GPU machine with
+# `.devcarry/all` carried (both house models, the hidden-state fixtures, configs, data):
+#   STRATA_CARRY=$PWD/.devcarry/all bash bench/cuda/capture_run.sh
+# Stages (STAGES, default "parity throughput"):
+#   parity      tests/parity/capture_parity_test.cc: CUDA capture (bf16 activations, device copies
+#               in the forward, one raw download per step) vs the CPU reference's float32 capture and
+#               Hugging Face's states (tests/fixtures/hidden_states), house-llama and house-mla,
+#               every layer's output and the final norm; bound: rel max error < 3e-2 per block
+#   throughput  the 8B Llama shape with random weights (strata_bench_make_checkpoint, as
+#               deepseek_e2e_run.sh's generate stage), 1,000 short chat prompts of
+#               data/prompts-explain.jsonl x 1,024 tokens (--ignore-eos, greedy): `strata generate`
+#               without and with --capture-hidden-states eagle3; prints both throughputs, their
+#               ratio (acceptance: >= 0.85), bytes per token and the disk write rate. The states go
+#               to the local disk when it has the room the job says it needs, else /dev/shm (then
+#               the write rate is memory's; the log says which).
+# Under 5 minutes after the build; logs in $OUT.
+set -u
+source bench/cuda/device_env.sh  # OUT, C, PKG, dev_configure, dev_build
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+t0=$(date +%s)
+dev_configure
+dev_build strata strata_parity_test strata_bench_make_checkpoint
+echo "build: $(( $(date +%s) - t0 )) s"
+W=${WORK:-/tmp/strata_capture}
+mkdir -p "$W"
+for stage in ${STAGES:-parity throughput}; do
+  t1=$(date +%s)
+  case $stage in
+    parity)
+      ./build-dev/strata_parity_test --gtest_filter='HouseModels/CudaCapture.*' >"$OUT/capture_parity.log" 2>&1
+      echo "parity: exit status $?"
+      grep -E "rel max error|OK|FAILED|PASSED|Failure|Expected" "$OUT/capture_parity.log" | tail -48 ;;
+    throughput)
+      ./build-dev/strata_bench_make_checkpoint --config "$C/shared/configs/llama-3.1-8b/config.json" \
+        --out "$W/llama8b-random" --tokenizer "$C/shared/models/house-llama" >"$OUT/make_checkpoint.log" 2>&1 ||
+        { tail -5 "$OUT/make_checkpoint.log"; exit 1; }
+      head -1000 "$C/shared/data/prompts-explain.jsonl" >"$W/prompts.jsonl"
+      gen() {  # gen NAME OUTPUT_DIR [flags]: one run; its summary lines; its wall time in $OUT/wall_NAME
+        local name=$1 dir=$2
+        shift 2
+        rm -rf "$dir"
+        mkdir -p "$dir"
+        local s=$(date +%s.%N)
+        timeout 280 ./build-dev/strata generate --device cuda --model-path "$W/llama8b-random" \
+          --input "$W/prompts.jsonl" -o "$dir/out.jsonl" --max-new-tokens 1024 --ignore-eos --temperature 0 \
+          --progress-interval 10 "$@" >"$OUT/generate_$name.log" 2>&1
+        local rc=$?
+        python3 -c "import time; print(round(time.time() - $s, 2))" >"$OUT/wall_$name"
+        echo "$name: rc $rc, wall $(cat "$OUT/wall_$name") s"
+        grep -E "finished in|hidden-state capture|error" "$OUT/generate_$name.log" | head -4
+        return $rc
+      }
+      gen plain "$W/plain"
+      # The states of 1,000 x ~1,070 tokens x 32 KiB: ~36 GB. The job refuses to start (naming
+      # both numbers) when the disk lacks them; /dev/shm then.
+      CAP="$W/capture"
+      if ! gen capture "$CAP" --capture-hidden-states eagle3; then
+        if grep -q "free; free space" "$OUT/generate_capture.log"; then
+          echo "capture: the local disk lacks the room (refused as designed); again on /dev/shm"
+          CAP=/dev/shm/strata_capture
+          gen capture "$CAP" --capture-hidden-states eagle3
+        fi
+      fi
+      python3 - "$OUT" "$CAP/hidden/out" <<'PY'
+import json, os, re, sys
+out, hidden = sys.argv[1], sys.argv[2]
+def rate(name):
+    m = re.findall(r"generation ([0-9.]+) tok/s", open(f"{out}/generate_{name}.log").read())
+    return float(m[-1]) if m else 0.0
+plain, cap = rate("plain"), rate("capture")
+wall = float(open(f"{out}/wall_capture").read())
+records = tokens = 0
+if os.path.exists(os.path.join(hidden, "index.jsonl")):
+    for line in open(os.path.join(hidden, "index.jsonl")):
+        records += 1
+        tokens += json.loads(line)["tokens"]
+size = sum(os.path.getsize(os.path.join(hidden, f)) for f in os.listdir(hidden)) if os.path.isdir(hidden) else 0
+print(f"throughput: without capture {plain:.0f} tok/s, with --capture-hidden-states eagle3 {cap:.0f} tok/s: "
+      f"ratio {cap / plain if plain else 0:.3f} (acceptance >= 0.85)")
+print(f"capture: {records} records, {tokens} tokens, {size / 1e9:.2f} GB in {hidden}: "
+      f"{size / tokens if tokens else 0:.0f} bytes per token stored; write rate {size / wall / 1e9:.2f} GB/s "
+      f"over the run's {wall:.0f} s wall (model load included)")
+PY
+      rm -rf "$W/llama8b-random" "$W/plain" "$W/capture" /dev/shm/strata_capture ;;
+  esac
+  echo "-- $stage: $(( $(date +%s) - t1 )) s"
+done
+echo "total: $(( $(date +%s) - t0 )) s"

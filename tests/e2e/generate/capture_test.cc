@@ -1,0 +1,238 @@
+// `strata generate --capture-hidden-states eagle3` (issue 25) end to end, in-process engine on
+// house-llama:
+//  - killed with SIGKILL again and again (checkpoints every 2 tokens, so resumed records continue
+//    from partial outputs), then resumed by the same command: every id once, and each record's
+//    tensors byte-identical to an uninterrupted run's (greedy; the CPU reference is
+//    batch-invariant), no orphan tensors left (index entries == records, shards end at their last
+//    record);
+//  - --capture-only keeps the conversations and captures every position;
+//  - a filesystem without the room is refused before the run, naming both numbers.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include "pipeline/output_log.h"
+#include "process.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+using testing_support::Child;
+using testing_support::count_lines;
+using testing_support::wait_for_lines;
+
+const std::string kModel = std::string(STRATA_SHARED_DIR) + "/models/house-llama";
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// id -> every tensor's bytes (name order), read through the index; checks each shard ends at its
+// last record (no orphan bytes) and that the index has no id twice.
+std::map<std::string, std::string> read_tensors(const std::string& hidden_dir) {
+  std::map<std::string, std::string> out;
+  std::map<std::string, int64_t> shard_end;
+  std::ifstream in(hidden_dir + "/index.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    const std::string id = j["id"], shard = hidden_dir + "/" + j["shard"].get<std::string>();
+    EXPECT_EQ(out.count(id), 0u) << id << " twice in the index";
+    std::string bytes;
+    for (const auto& [name, t] : j["tensors"].items()) {
+      std::ifstream f(shard, std::ios::binary);
+      f.seekg(t["offset"].get<int64_t>());
+      std::string b(size_t(t["nbytes"].get<int64_t>()), '\0');
+      f.read(b.data(), std::streamsize(b.size()));
+      EXPECT_TRUE(bool(f)) << id << " " << name;
+      bytes += b;
+      shard_end[shard] =
+          std::max(shard_end[shard], t["offset"].get<int64_t>() + t["nbytes"].get<int64_t>());
+    }
+    out[id] = std::move(bytes);
+  }
+  for (const auto& [shard, end] : shard_end) EXPECT_EQ(int64_t(fs::file_size(shard)), end) << shard;
+  return out;
+}
+
+class CaptureCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("strata_capture_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+TEST_F(CaptureCli, KilledAndResumedCaptureEqualsAnUninterruptedRun) {
+  constexpr int kPrompts = 40, kKills = 10;
+  const std::string input = path("define.jsonl");
+  std::vector<std::string> ids;
+  {
+    std::ifstream in(std::string(STRATA_SHARED_DIR) + "/data/prompts-define.jsonl");
+    std::ofstream out(input);
+    std::string line;
+    for (int i = 0; i < kPrompts && std::getline(in, line); ++i) {
+      out << line << "\n";
+      ids.push_back(nlohmann::json::parse(line)["id"]);
+    }
+  }
+  auto cmd = [&](const std::string& output) {
+    return std::vector<std::string>{STRATA_BINARY,
+                                    "generate",
+                                    "--model-path",
+                                    kModel,
+                                    "--input",
+                                    "define=" + input,
+                                    "--output",
+                                    output,
+                                    "--max-new-tokens",
+                                    "8",
+                                    "--concurrency",
+                                    "6",
+                                    "--checkpoint-tokens",
+                                    "2",
+                                    "--capture-hidden-states",
+                                    "eagle3"};
+  };
+  // The uninterrupted run.
+  const std::string clean = path("clean/out.jsonl"), log = path("log.txt");
+  fs::create_directories(path("clean"));
+  {
+    Child c = Child::spawn(cmd(clean), log);
+    auto rc = c.wait_for(300000);
+    ASSERT_TRUE(rc.has_value());
+    ASSERT_EQ(*rc, 0) << read_file(log);
+  }
+  const std::string out = path("killed/out.jsonl");
+  fs::create_directories(path("killed"));
+  std::mt19937 rng(std::random_device{}());
+  const unsigned seed = rng();
+  rng.seed(seed);
+  int kills = 0;
+  for (int k = 0; k < kKills; ++k) {
+    Child c = Child::spawn(cmd(out), log);
+    std::optional<int> rc;
+    if (k % 4 == 0) {
+      rc = c.wait_for(int(rng() % 800));
+    } else {
+      rc = wait_for_lines(c, dir_.string(), out, count_lines(out) + 1 + int64_t(rng() % 6));
+      if (!rc) rc = c.wait_for(int(rng() % 150));
+    }
+    if (rc) {
+      ASSERT_EQ(*rc, 0) << read_file(log);
+      break;
+    }
+    c.kill9();
+    ++kills;
+  }
+  Child last = Child::spawn(cmd(out), log);
+  auto rc = last.wait_for(300000);
+  ASSERT_TRUE(rc.has_value());
+  ASSERT_EQ(*rc, 0) << read_file(log);
+  EXPECT_GE(kills, 6) << "seed " << seed;
+
+  auto scan = scan_output(out);
+  ASSERT_TRUE(scan.ok());
+  EXPECT_EQ(scan->records, kPrompts);
+  EXPECT_TRUE(scan->duplicates.empty());
+  const auto clean_tensors = read_tensors(path("clean/hidden/out"));
+  const auto tensors = read_tensors(path("killed/hidden/out"));
+  EXPECT_EQ(tensors.size(), size_t(kPrompts));
+  EXPECT_EQ(clean_tensors.size(), size_t(kPrompts));
+  int identical = 0;
+  for (const auto& id : ids) {
+    ASSERT_TRUE(tensors.count(id)) << id;
+    if (tensors.at(id) == clean_tensors.at(id))
+      ++identical;
+    else
+      ADD_FAILURE() << id << ": tensors differ from the uninterrupted run (kill seed " << seed
+                    << ")";
+  }
+  // Every shard's safetensors header was rebuilt at the end.
+  EXPECT_TRUE(fs::exists(path("killed/hidden/out/meta.json")));
+  std::printf(
+      "capture: %d kills, %d/%d records byte-identical to the uninterrupted run (seed %u)\n", kills,
+      identical, kPrompts, seed);
+}
+
+TEST_F(CaptureCli, CaptureOnlyKeepsConversationsAndCapturesEveryPosition) {
+  const std::string input = path("conv.jsonl"), out = path("out.jsonl"), log = path("log.txt");
+  const std::vector<nlohmann::json> lines = {
+      {{"id", "a"},
+       {"conversations",
+        {{{"role", "user"}, {"content", "Define \"Brookside\"."}},
+         {{"role", "assistant"}, {"content", "A brook."}}}}},
+      {{"id", "b"},
+       {"conversations",
+        {{{"role", "user"}, {"content", "Hi"}},
+         {{"role", "assistant"}, {"content", "Hello."}},
+         {{"role", "user"}, {"content", "Bye"}},
+         {{"role", "assistant"}, {"content", "Goodbye."}}}}}};
+  {
+    std::ofstream f(input);
+    for (const auto& l : lines) f << l.dump() << "\n";
+  }
+  Child c =
+      Child::spawn({STRATA_BINARY, "generate", "--model-path", kModel, "--input", "conv=" + input,
+                    "--output", out, "--capture-hidden-states", "eagle3", "--capture-only"},
+                   log);
+  auto rc = c.wait_for(120000);
+  ASSERT_TRUE(rc.has_value());
+  ASSERT_EQ(*rc, 0) << read_file(log);
+  std::ifstream in(out);
+  std::string line;
+  std::map<std::string, int> prompt_tokens;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    const std::string id = j["id"];
+    for (const auto& l : lines)
+      if (l["id"] == id) {
+        EXPECT_EQ(j["conversations"], l["conversations"]) << id;
+      }
+    prompt_tokens[id] = j["meta"]["prompt_tokens"].get<int>();
+  }
+  ASSERT_EQ(prompt_tokens.size(), 2u);
+  std::ifstream idx(path("hidden/out/index.jsonl"));
+  int entries = 0;
+  while (std::getline(idx, line)) {
+    auto j = nlohmann::json::parse(line);
+    const int t = j["tokens"].get<int>();
+    EXPECT_EQ(t, prompt_tokens[j["id"]]);
+    EXPECT_EQ(j["tensors"]["aux_hidden_state"]["shape"], nlohmann::json({t, 3 * 320}));
+    EXPECT_EQ(j["tensors"]["hidden_state"]["shape"], nlohmann::json({t, 320}));
+    EXPECT_EQ(j["tensors"]["loss_mask"]["shape"], nlohmann::json({t}));
+    ++entries;
+  }
+  EXPECT_EQ(entries, 2);
+}
+
+TEST_F(CaptureCli, RefusesToStartWithoutRoomNamingBothNumbers) {
+  const std::string input = path("p.jsonl"), out = path("out.jsonl"), log = path("log.txt");
+  std::ofstream(input) << R"({"id": "x", "conversations": [{"role": "user", "content": "Hi"}]})"
+                       << "\n";
+  Child c =
+      Child::spawn({STRATA_BINARY, "generate", "--model-path", kModel, "--input", "p=" + input,
+                    "--output", out, "--max-new-tokens", "100", "--capture-hidden-states", "eagle3",
+                    "--capture-assume-free-bytes", "123456"},
+                   log);
+  auto rc = c.wait_for(120000);
+  ASSERT_TRUE(rc.has_value());
+  EXPECT_NE(*rc, 0);
+  const std::string text = read_file(log);
+  // (3 + 1) x 320 x 2 B + 8 = 2,568 bytes per token.
+  EXPECT_NE(text.find("2568 bytes per token"), std::string::npos) << text;
+  EXPECT_NE(text.find("has 123456 bytes"), std::string::npos) << text;
+  EXPECT_EQ(count_lines(out), 0);
+}
+
+}  // namespace
+}  // namespace strata

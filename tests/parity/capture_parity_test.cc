@@ -1,0 +1,93 @@
+// The model runner's hidden-state capture on the CUDA backend (bf16 activations, the capture's
+// device copies inside the forward, one raw bf16 download per step) against the CPU reference's
+// float32 capture of the same tokens, house-llama and house-mla, every layer's output and the
+// final norm; and against Hugging Face's states when tests/fixtures/hidden_states/ holds them.
+// Bound: relative max error (max |a - b| over max |b|) below 3e-2 per captured block, what bf16
+// activations through 8 layers give (the logits' parity tests allow the same order).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "backend/cuda/cuda_backend.h"
+#include "support/golden.h"
+
+namespace strata::testing {
+namespace {
+
+constexpr double kBound = 3e-2;
+
+std::vector<float> block(const std::vector<float>& rows, int64_t width, int64_t hidden, int b) {
+  const size_t n = rows.size() / size_t(width);
+  std::vector<float> out(n * size_t(hidden));
+  for (size_t i = 0; i < n; ++i)
+    std::copy_n(rows.begin() + long(i * size_t(width) + size_t(b) * size_t(hidden)), hidden,
+                out.begin() + long(i * size_t(hidden)));
+  return out;
+}
+
+class CudaCapture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaCapture, MatchesTheCpuReferenceAndHuggingFace) {
+  const std::string dir = shared_dir() + "/models/" + GetParam();
+  auto cpu_backend = make_cpu_backend();
+  auto cuda_backend = make_cuda_backend();
+  auto cpu = load_model(dir, *cpu_backend);
+  auto gpu = load_model(dir, *cuda_backend);
+  ASSERT_TRUE(cpu.ok() && gpu.ok());
+  const int layers = (*cpu)->spec().num_layers;
+  const int64_t hidden = (*cpu)->spec().hidden_size;
+  CaptureSpec spec;
+  for (int l = 0; l < layers; ++l) spec.layers.push_back(l);
+  spec.final_norm = true;
+  ASSERT_TRUE((*cpu)->set_capture(spec, 512).ok());
+  ASSERT_TRUE((*gpu)->set_capture(spec, 512).ok());
+  const int64_t width = (*cpu)->capture_width();
+  EXPECT_EQ((*gpu)->capture_dtype(), DType::kBF16);
+
+  const std::string ref_path =
+      STRATA_REPO_FIXTURES_DIR "/hidden_states/" + GetParam() + ".safetensors";
+  std::unique_ptr<Reference> hf;
+  if (std::filesystem::exists(ref_path)) hf = std::make_unique<Reference>(ref_path);
+  std::vector<int32_t> ids(200);
+  for (size_t i = 0; i < ids.size(); ++i)
+    ids[i] = int32_t((i * 7919 + 13) % size_t((*cpu)->spec().vocab_size));
+  if (hf && hf->has("long.input_ids")) ids = hf->i32("long.input_ids");
+
+  SingleSequence a(**cpu, 16, int(ids.size())), b(**gpu, 16, int(ids.size()));
+  a.capture(width);
+  b.capture(width);
+  // The GPU run in two prefill chunks and a few decode steps: captures across steps.
+  a.step(ids, false);
+  std::vector<float> got;
+  const size_t first = ids.size() - 4;
+  b.step(std::vector<int32_t>(ids.begin(), ids.begin() + long(first)), false);
+  got = b.captured();
+  for (size_t i = first; i < ids.size(); ++i) {
+    b.step({ids[i]}, false);
+    got.insert(got.end(), b.captured().begin(), b.captured().end());
+  }
+  const std::vector<float>& want = a.captured();
+  for (int l = 0; l <= layers; ++l) {
+    const double err = rel_max_error(block(got, width, hidden, l), block(want, width, hidden, l));
+    EXPECT_LT(err, kBound) << GetParam()
+                           << (l < layers ? " layer " + std::to_string(l) : " final norm");
+    std::printf("%s %s: cuda vs cpu rel max error %.3g\n", GetParam().c_str(),
+                l < layers ? ("layer " + std::to_string(l)).c_str() : "final norm", err);
+    if (hf && hf->has("long.input_ids")) {
+      const std::string name = l < layers ? "long.layer." + std::to_string(l) : "long.norm";
+      const double herr = rel_max_error(block(got, width, hidden, l), hf->f32(name));
+      EXPECT_LT(herr, kBound) << GetParam() << " vs HF " << name;
+      std::printf("%s %s: cuda vs Hugging Face rel max error %.3g\n", GetParam().c_str(),
+                  name.c_str(), herr);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(HouseModels, CudaCapture, ::testing::Values("house-llama", "house-mla"),
+                         [](const auto& info) {
+                           return info.param == "house-llama" ? "llama" : "mla";
+                         });
+
+}  // namespace
+}  // namespace strata::testing
