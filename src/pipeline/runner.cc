@@ -47,7 +47,7 @@ struct Sink {
   std::unique_ptr<AppendLog> partial_log;       // null when the job does not checkpoint
   std::unique_ptr<KvCheckpointFile> kv_file;    // their KV rows; null without KV checkpoints
   int64_t kv_dead_rows = 0;  // rows of records finished since the last compaction
-  std::unique_ptr<HiddenStore> hidden;          // capture jobs (hidden_store.h)
+  std::unique_ptr<HiddenStore> hidden;  // capture jobs (hidden_store.h)
 };
 
 struct Task {
