@@ -1,15 +1,18 @@
 #!/bin/bash
 # One device call that checks a session's merged work on the GPU machine, from the repository root
 # with .devcarry/all carried (both house models, every fixture: bench/cuda/make_carry.sh all).
-# Stages (STAGES, in this order by default; each capped, and skipped once DEADLINE seconds have
+# Stages (SESSION_STAGES, in this order by default; each capped, and skipped once DEADLINE seconds have
 # passed since the start, so the call ends inside the device tool's 600 s):
 #   parity   the whole CUDA parity suite (tests/parity), failures listed
 #   gen      `strata generate --device cuda`, 64 prompts x 128 tokens, house-llama and house-mla,
 #            `--dcp-size 1` (issue 27: changes nothing), output tok/s and CPU-twin fallbacks
 #   preempt  bench/cuda/preemption_kv_run.sh's soak with KV checkpoints (issue 30), capped
-#   evalkv   bench/cuda/eval_kv_run.sh (issue 31): stats-op parity, the house models' candidates on
+#   evalkv   bench/cuda/eval_kv_run.sh (issue 31; EVALKV_STAGES): stats-op parity, the house models' candidates on
 #            cuda vs cpu, positions/s on the 8B shape, each capped
-#   capture  bench/cuda/capture_run.sh (issue 25) when it exists
+#   capture  bench/cuda/capture_run.sh (issue 25; CAPTURE_STAGES)
+# Sub-scripts' own STAGES: EVALKV_STAGES, CAPTURE_STAGES. The .devcarry/all carry and the tracked
+# tree exceed one call's 64 MiB: carry .devcarry/cuda (house-llama) or a trimmed .devcarry/mla
+# (house-mla) and run twice; a stage skips a model its carry lacks.
 #   load     one Kimi-K2.5 tp-8 rank, KIMI_LAYERS (default 8) layers: load time and the device
 #            pool's bytes in use vs the weights kept (bench/load_bench.cc)
 # Logs under $OUT/<stage>/.
@@ -24,7 +27,7 @@ dev_configure
 dev_build strata strata_parity_test strata_bench_make_checkpoint strata_bench_load_bench
 echo "build: $(elapsed) s"
 
-for stage in ${STAGES:-parity gen preempt evalkv capture load}; do
+for stage in ${SESSION_STAGES:-parity gen capture preempt evalkv load}; do
   if [ "$(elapsed)" -ge "$DEADLINE" ]; then echo "== $stage: skipped (deadline)"; continue; fi
   export OUT=$ROOT_OUT/$stage
   mkdir -p "$OUT"
@@ -47,6 +50,7 @@ with open(sys.argv[2], "w") as f:
         r = dict(rows[k % len(rows)]); r["id"] = f"q{k}"; f.write(json.dumps(r) + "\n")
 PY
       for m in house-llama house-mla; do
+        [ -d "$C/shared/models/$m" ] || { echo "  $m: not in the carry"; continue; }
         timeout 60 ./build-dev/strata generate --device cuda --model-path "$C/shared/models/$m" --dcp-size 1 \
           --input "$OUT/prompts64.jsonl" -o "$OUT/$m.jsonl" --max-new-tokens 128 --temperature 0 \
           --ignore-eos --progress-interval 1000 --mem-fraction-static 0.5 >"$OUT/$m.log" 2>&1
@@ -61,11 +65,12 @@ PY
       grep -E "identical|differ|finished|control|no completion|uninterrupted|last run" "$OUT/preemption.log" | tail -10
       grep -h "KV checkpoints" "$OUT"/runs/*.log 2>/dev/null | sed 's/^.*KV checkpoints/KV checkpoints/' | tail -2 ;;
     evalkv)
-      EVAL_TOKENS=${EVAL_TOKENS:-2048} TPUT_SECONDS=${TPUT_SECONDS:-60} MAX_TOKENS=${MAX_TOKENS:-30000} \
+      STAGES="${EVALKV_STAGES:-parity house tput}" EVAL_TOKENS=${EVAL_TOKENS:-2048} TPUT_SECONDS=${TPUT_SECONDS:-60} MAX_TOKENS=${MAX_TOKENS:-30000} \
         timeout ${EVALKV_SECONDS:-200} bash bench/cuda/eval_kv_run.sh 2>&1 | grep -v "^build\|nvidia" | tail -30 ;;
     capture)
       if [ -f bench/cuda/capture_run.sh ]; then
-        timeout ${CAPTURE_SECONDS:-150} bash bench/cuda/capture_run.sh 2>&1 | tail -30
+        STAGES="${CAPTURE_STAGES:-parity throughput}" timeout ${CAPTURE_SECONDS:-150} \
+          bash bench/cuda/capture_run.sh 2>&1 | grep -v "^build" | tail -30
       else
         echo "  no bench/cuda/capture_run.sh"
       fi ;;

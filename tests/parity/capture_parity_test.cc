@@ -15,7 +15,11 @@
 namespace strata::testing {
 namespace {
 
-constexpr double kBound = 3e-2;
+// NMSE per captured block: bf16 activations against float32, and in MoE models (house-mla) the
+// few tokens whose expert choice flips at a bf16 near-tie differ by a tenth of the block's largest
+// value from there on (rel max error 0.09-0.17 measured on the H200), so the maximum is reported
+// and the mean error is what is bounded.
+constexpr double kNmseBound = 1e-3;
 
 std::vector<float> block(const std::vector<float>& rows, int64_t width, int64_t hidden, int b) {
   const size_t n = rows.size() / size_t(width);
@@ -54,7 +58,7 @@ TEST_P(CudaCapture, MatchesTheCpuReferenceAndHuggingFace) {
     ids[i] = int32_t((i * 7919 + 13) % size_t((*cpu)->spec().vocab_size));
   if (hf && hf->has("long.input_ids")) ids = hf->i32("long.input_ids");
 
-  SingleSequence a(**cpu, 16, int(ids.size())), b(**gpu, 16, int(ids.size()));
+  SingleSequence a(**cpu, 16, int(ids.size())), b(**gpu, 16, int(ids.size()), DType::kBF16);
   a.capture(width);
   b.capture(width);
   // The GPU run in two prefill chunks and a few decode steps: captures across steps.
@@ -69,17 +73,20 @@ TEST_P(CudaCapture, MatchesTheCpuReferenceAndHuggingFace) {
   }
   const std::vector<float>& want = a.captured();
   for (int l = 0; l <= layers; ++l) {
-    const double err = rel_max_error(block(got, width, hidden, l), block(want, width, hidden, l));
-    EXPECT_LT(err, kBound) << GetParam()
-                           << (l < layers ? " layer " + std::to_string(l) : " final norm");
-    std::printf("%s %s: cuda vs cpu rel max error %.3g\n", GetParam().c_str(),
-                l < layers ? ("layer " + std::to_string(l)).c_str() : "final norm", err);
+    const std::vector<float> g = block(got, width, hidden, l), w = block(want, width, hidden, l);
+    const double err = nmse(g, w);
+    EXPECT_LT(err, kNmseBound) << GetParam()
+                               << (l < layers ? " layer " + std::to_string(l) : " final norm");
+    std::printf("%s %s: cuda vs cpu NMSE %.3g, rel max error %.3g\n", GetParam().c_str(),
+                l < layers ? ("layer " + std::to_string(l)).c_str() : "final norm", err,
+                rel_max_error(g, w));
     if (hf && hf->has("long.input_ids")) {
       const std::string name = l < layers ? "long.layer." + std::to_string(l) : "long.norm";
-      const double herr = rel_max_error(block(got, width, hidden, l), hf->f32(name));
-      EXPECT_LT(herr, kBound) << GetParam() << " vs HF " << name;
-      std::printf("%s %s: cuda vs Hugging Face rel max error %.3g\n", GetParam().c_str(),
-                  name.c_str(), herr);
+      const std::vector<float> g = block(got, width, hidden, l), h = hf->f32(name);
+      const double herr = nmse(g, h);
+      EXPECT_LT(herr, kNmseBound) << GetParam() << " vs HF " << name;
+      std::printf("%s %s: cuda vs Hugging Face NMSE %.3g, rel max error %.3g\n", GetParam().c_str(),
+                  name.c_str(), herr, rel_max_error(g, h));
     }
   }
 }

@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_memory.h"
 
 namespace strata::testing {
 namespace {
@@ -83,6 +85,29 @@ TEST(WeightUpload, TablesAsStoredAndFromFloat32) {
   std::vector<uint8_t> wide_bytes(wide.size() * 4);
   std::memcpy(wide_bytes.data(), wide.data(), wide_bytes.size());
   EXPECT_TRUE(device_bytes(w->view()) == wide_bytes);
+}
+
+// Weights and tables (Lifetime::kResident) take their exact size, rounded to 256 bytes, and go
+// back to the driver when freed; transient blocks take a size class and stay cached until trim.
+TEST(DevicePool, ResidentBlocksTakeTheirExactSizeTransientOnesASizeClass) {
+  auto pool = std::make_shared<cuda::DevicePool>();
+  const size_t bytes = (size_t(5) << 20) + 1000;  // its size class is 6 MiB
+  const size_t exact = (bytes + 255) / 256 * 256;
+  {
+    cuda::CudaTensor t(pool, DType::kU8, {int64_t(bytes)}, cuda::Lifetime::kResident);
+    EXPECT_EQ(pool->bytes_reserved(), exact);
+  }
+  EXPECT_EQ(pool->bytes_reserved(), 0u);
+  EXPECT_EQ(pool->bytes_cached(), 0u);
+  {
+    cuda::CudaTensor t(pool, DType::kU8, {int64_t(bytes)});
+    EXPECT_EQ(pool->bytes_reserved(), cuda::DevicePool::size_class(bytes));
+    EXPECT_EQ(cuda::DevicePool::size_class(bytes), size_t(6) << 20);
+  }
+  EXPECT_EQ(pool->bytes_cached(), size_t(6) << 20);
+  pool->trim();
+  EXPECT_EQ(pool->bytes_reserved(), 0u);
+  EXPECT_EQ(pool->bytes_cached(), 0u);
 }
 
 }  // namespace
