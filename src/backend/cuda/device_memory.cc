@@ -85,9 +85,11 @@ void DevicePool::release(void* ptr, size_t bytes, Lifetime lifetime) {
   }
   bytes = std::max(kAlign, round_up(bytes, kAlign));
   // cudaFree waits for the device: resident blocks go when a model goes, not per step.
+  const auto it = std::find(owned_.begin(), owned_.end(), std::pair<void*, size_t>{ptr, bytes});
+  CHECK_MSG(it != owned_.end(), "device pool: freeing {} bytes it did not allocate", bytes);
   CUDA_CHECK(cudaFree(ptr));
   reserved_ -= bytes;
-  owned_.erase(std::find(owned_.begin(), owned_.end(), std::pair<void*, size_t>{ptr, bytes}));
+  owned_.erase(it);
 }
 
 CudaTensor::CudaTensor(std::shared_ptr<DevicePool> pool, DType dtype, const Shape& shape,
