@@ -49,6 +49,15 @@ StatusOr<std::unique_ptr<Model>> create_model(const ModelSpec& spec, const Weigh
 }
 
 Status Model::set_capture(const CaptureSpec& spec, int64_t max_tokens) {
+  STRATA_RETURN_IF_ERROR(set_capture_spec(spec));
+  if (spec.empty()) return Status();
+  if (max_tokens <= 0) return invalid_argument("the capture buffer needs a positive token count");
+  capture_buf_ = backend_->alloc(backend_->activation_dtype(), {max_tokens, capture_width()});
+  capture_max_tokens_ = max_tokens;
+  return Status();
+}
+
+Status Model::set_capture_spec(const CaptureSpec& spec) {
   std::vector<int> blocks(size_t(spec_.num_layers), -1);
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const int l = spec.layers[i];
@@ -62,10 +71,6 @@ Status Model::set_capture(const CaptureSpec& spec, int64_t max_tokens) {
   capture_block_ = std::move(blocks);
   capture_buf_.reset();
   capture_max_tokens_ = 0;
-  if (spec.empty()) return Status();
-  if (max_tokens <= 0) return invalid_argument("the capture buffer needs a positive token count");
-  capture_buf_ = backend_->alloc(backend_->activation_dtype(), {max_tokens, capture_width()});
-  capture_max_tokens_ = max_tokens;
   return Status();
 }
 

@@ -84,8 +84,9 @@ class Model {
 
   // Allocates the capture buffer [max_tokens, capture_width()] once (fixed device memory, so a
   // CUDA graph that writes it replays), for ForwardBatch::captured. An empty spec turns it off.
-  // Errors: a layer out of range, or the same layer twice.
-  Status set_capture(const CaptureSpec& spec, int64_t max_tokens);
+  // Errors: a layer out of range, or the same layer twice. Virtual: a tensor-parallel group's
+  // model (dist/tp_driver.cc) hands it to rank 0's model, whose residual stream is whole.
+  virtual Status set_capture(const CaptureSpec& spec, int64_t max_tokens);
   const CaptureSpec& capture_spec() const { return capture_; }
   int64_t capture_width() const { return int64_t(capture_.num_states()) * spec_.hidden_size; }
   // The captured rows' dtype: the activations' (bf16 on the GPU, float32 on the CPU reference).
@@ -101,6 +102,8 @@ class Model {
     if (tracer_) tracer_(name, layer, t);
   }
 
+  // Checks `spec` and records it (capture_spec(), capture_width()) without a buffer.
+  Status set_capture_spec(const CaptureSpec& spec);
   // The column block of layer `layer`'s output in the capture buffer, or -1 when not captured.
   int capture_block(int layer) const {
     return layer < int(capture_block_.size()) ? capture_block_[size_t(layer)] : -1;

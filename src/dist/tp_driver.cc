@@ -408,6 +408,13 @@ class TpModel : public Model {
 
   KvLayout kv_layout() const override { return inner_->kv_layout(); }
 
+  // Rank 0's model captures (after each all-reduce its residual stream is the whole hidden state;
+  // the worker ranks' forwards have nothing to copy); this model keeps the spec for the runner.
+  Status set_capture(const CaptureSpec& spec, int64_t max_tokens) override {
+    STRATA_RETURN_IF_ERROR(set_capture_spec(spec));
+    return inner_->set_capture(spec, max_tokens);
+  }
+
   // attach_tp_host_tier: every worker makes its host mirror of `kv`'s pool; the first failure is
   // returned (naming its rank). From then on the pool's steps carry `tier`'s copies.
   Status attach_host_tier(TpHostTier* tier, const KvStorage& kv, int64_t host_pages, KvIoBackend io) {

@@ -74,13 +74,6 @@ Status check_config(const EngineConfig& c) {
         "one rank's shard of the context (causal by absolute position) and there is no CUDA "
         "merge op (backend/dcp_attention.h); decode context parallelism runs on cpu ranks only",
         c.dcp_size);
-  // dist/tp_driver.cc's TpModel (rank 0's model as the engine sees it) does not forward
-  // set_capture to the rank's DecoderModel yet: refused rather than capturing nothing.
-  if (!c.capture.empty() && c.tp_size > 1)
-    return failed_precondition(
-        "hidden-state capture under --tp-size {} is not supported yet (the tensor-parallel "
-        "driver does not forward the capture to rank 0's model)",
-        c.tp_size);
   if (c.tp_one_rank && c.tp_size < 2)
     return invalid_argument("--tp-one-rank runs rank 0 of --tp-size ranks alone: give --tp-size >= 2, got {}",
                             c.tp_size);
