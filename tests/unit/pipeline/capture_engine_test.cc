@@ -35,6 +35,8 @@ struct Outcomes {
   }
 };
 
+// `messages` must be an array: callers pass nlohmann::json::array(...), since a braced list of one
+// json value is that value under clang and a one-element array under gcc.
 PromptRecord record(const std::string& id, nlohmann::json messages) {
   PromptRecord r;
   r.id = id;
@@ -118,8 +120,8 @@ TEST_F(CaptureEngine, GeneratedRecordsEqualAPrefillOverPromptAndResponse) {
   std::string long_text;
   for (int i = 0; i < 40; ++i) long_text += "word" + std::to_string(i) + " ";
   std::vector<PromptRecord> records = {
-      record("short", {msg("user", "What does the word \"Cavity\" mean?")}),
-      record("long", {msg("user", long_text)}),
+      record("short", nlohmann::json::array({msg("user", "What does the word \"Cavity\" mean?")})),
+      record("long", nlohmann::json::array({msg("user", long_text)})),
       record("multi", {msg("user", "Define \"Brookside\"."),
                        msg("assistant", "A place by a brook."), msg("user", "And \"Abort\"?")}),
   };
