@@ -14,6 +14,7 @@
 
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/launch.h"
+#include "bench_timing.h"
 
 namespace strata::moe_bench {
 
@@ -38,28 +39,7 @@ class Dev {  // a device allocation, freed at scope exit
 using DevPtr = std::unique_ptr<Dev>;
 inline DevPtr dev(size_t bytes) { return std::make_unique<Dev>(bytes); }
 
-template <typename F>
-double time_ms(cudaStream_t stream, int warmup, int reps, F&& fn) {
-  for (int i = 0; i < warmup; ++i) fn();
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<float> ms;
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < reps; ++i) {
-    CUDA_CHECK(cudaEventRecord(a, stream));
-    fn();
-    CUDA_CHECK(cudaEventRecord(b, stream));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
+using bench::time_ms;
 
 // Microseconds per call of `enqueue(i)` for i < calls, captured as one CUDA graph.
 template <typename F>
@@ -85,35 +65,10 @@ inline uint64_t splitmix(uint64_t& s) {
   return z ^ (z >> 31);
 }
 
-struct Ceilings {
-  double copy_gbs = 0, gemm_tflops = 0;
-};
-inline Ceilings measure_ceilings(cudaStream_t s, cublasHandle_t h) {
-  Ceilings c;
-  {
-    const size_t bytes = size_t(2) << 30;
-    Dev src(bytes), dst(bytes);
-    cuda::launch_fill_random_bf16(src.as<bf16_bits>(), int64_t(bytes / 2), 7, 1.0f, s);
-    const double ms = time_ms(s, 3, 10, [&] {
-      CUDA_CHECK(
-          cudaMemcpyAsync(dst.as<void>(), src.as<void>(), bytes, cudaMemcpyDeviceToDevice, s));
-    });
-    c.copy_gbs = 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
-  }
-  const int n = 8192;
-  Dev a(size_t(n) * n * 2), b(size_t(n) * n * 2), o(size_t(n) * n * 2);
-  cuda::launch_fill_random_bf16(a.as<bf16_bits>(), int64_t(n) * n, 1, 1.0f, s);
-  cuda::launch_fill_random_bf16(b.as<bf16_bits>(), int64_t(n) * n, 2, 1.0f, s);
-  const float alpha = 1, beta = 0;
-  const double ms = time_ms(s, 3, 10, [&] {
-    CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &alpha, a.as<void>(), CUDA_R_16BF, n,
-                       b.as<void>(), CUDA_R_16BF, n, &beta, o.as<void>(), CUDA_R_16BF, n,
-                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
-  });
-  c.gemm_tflops = 2.0 * n * double(n) * n / (ms * 1e-3) / 1e12;
-  std::printf("ceiling  D2D copy %.0f GB/s (read+write, 2 GiB, median of 10)\n", c.copy_gbs);
-  std::printf("ceiling  cuBLAS bf16 GEMM 8192^3: %.0f TFLOP/s (median of 10)\n", c.gemm_tflops);
-  return c;
+using bench::Ceilings;
+// The shared ceilings (bench_timing.h) on 2 GiB copies; `h` is the bench's own handle, unused.
+inline Ceilings measure_ceilings(cudaStream_t s, cublasHandle_t) {
+  return bench::measure_ceilings(s, int64_t(2) << 30);
 }
 
 }  // namespace strata::moe_bench
