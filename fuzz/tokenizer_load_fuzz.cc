@@ -23,8 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // (a Strip of 2 leading spaces after Fuse once broke it: the crash_stream_decoder_strip seed).
   if (streamed != tok->decode(with)) __builtin_trap();
   // Ids around the vocabulary's edges.
-  std::vector<int32_t> edges = {0, -1, int32_t(tok->vocab_size()), int32_t(tok->vocab_size()) - 1,
-                                INT32_MAX, INT32_MIN};
+  std::vector<int32_t> edges = {
+      0, -1, int32_t(tok->vocab_size()), int32_t(tok->vocab_size()) - 1, INT32_MAX, INT32_MIN};
   (void)tok->decode(edges);
   for (int32_t id : edges) (void)tok->id_to_token(id), (void)tok->is_special(id);
   return 0;

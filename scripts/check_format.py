@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The clang-format check of changed lines: every C++/CUDA line that differs from a base commit
-must be as clang-format (the repository's .clang-format) writes it. Lines nobody touched are not
-checked, so the tree is never reformatted as a whole (that would conflict with every open branch);
-code comes into the style as it is edited.
+"""The clang-format check. With --all (what .ci/run uses; the tree was formatted as a whole once,
+in its own commit): every tracked C++/CUDA file must be as clang-format (the repository's
+.clang-format) writes it. Without it: only the lines that differ from a base commit are checked
+(useful on a branch made before that commit).
 
 The base, in order: $STRATA_FORMAT_BASE; else, on a branch other than main, where it left main
 (the merge base with origin/main or main: everything the branch adds); else (main itself, or a
@@ -10,8 +10,9 @@ detached checkout) the first parent of HEAD: what its last commit or merge broug
 changes and new untracked files count too. Moved files (git's rename
 detection) are checked only where their text changed.
 
-Usage: scripts/check_format.py [--fix] [ROOT]   (ROOT: the checkout; default: this script's ../)
-  --fix   formats the changed lines in place instead of reporting them.
+Usage: scripts/check_format.py [--all] [--fix] [ROOT]   (ROOT: the checkout; default: this script's ../)
+  --all   every tracked and untracked (not ignored) source file, every line.
+  --fix   formats the checked lines in place instead of reporting them.
 Exits 1 and prints `file:line: ...` for each changed line clang-format would change; 2 when git
 or clang-format ($CLANG_FORMAT, default clang-format) cannot run. Run by .ci/run; its own tests
 are tests/scripts/check_format_test.py (a ctest).
@@ -80,14 +81,28 @@ def changed_lines(root: Path, base: str) -> dict:
     return ranges
 
 
+def all_lines(root: Path) -> dict:
+    """path -> [(1, n)] for every checked file git tracks or would track (untracked, not ignored)."""
+    files = git(root, "ls-files", "--cached", "--others", "--exclude-standard", "-z").stdout.split("\0")
+    ranges = {}
+    for path in filter(checked, files):
+        full = root / path
+        if not full.is_file():
+            continue  # deleted in the working tree
+        n = len(full.read_text(encoding="utf-8", errors="replace").splitlines())
+        if n > 0:
+            ranges[path] = [(1, n)]
+    return ranges
+
+
 def clang_format() -> str:
     exe = os.environ.get("CLANG_FORMAT", "clang-format")
     return shutil.which(exe) or ""
 
 
 def main(argv: list) -> int:
-    args = [a for a in argv[1:] if a != "--fix"]
-    fix = len(args) != len(argv) - 1
+    args = [a for a in argv[1:] if a not in ("--fix", "--all")]
+    fix, whole_tree = "--fix" in argv[1:], "--all" in argv[1:]
     root = Path(args[0]) if args else Path(__file__).resolve().parent.parent
     exe = clang_format()
     if not exe:
@@ -95,8 +110,8 @@ def main(argv: list) -> int:
               file=sys.stderr)
         return 2
     try:
-        base = base_commit(root)
-        ranges = changed_lines(root, base)
+        base = "" if whole_tree else base_commit(root)
+        ranges = all_lines(root) if whole_tree else changed_lines(root, base)
     except (subprocess.CalledProcessError, FileNotFoundError, RuntimeError) as e:
         detail = e.stderr.strip() if isinstance(e, subprocess.CalledProcessError) else e
         print(f"check_format: {root}: {detail}", file=sys.stderr)
@@ -122,8 +137,10 @@ def main(argv: list) -> int:
     for path, line in sorted(set(findings)):
         print(f"{path}:{line}: not as clang-format writes it")
     if findings:
-        print(f"check_format: {len(set(findings))} changed line(s) since {base[:12]} differ from clang-format "
-              f"(.clang-format); scripts/check_format.py --fix formats them", file=sys.stderr)
+        scope = "line(s) of the tree" if whole_tree else f"changed line(s) since {base[:12]}"
+        flags = "--all --fix" if whole_tree else "--fix"
+        print(f"check_format: {len(set(findings))} {scope} differ from clang-format "
+              f"(.clang-format); scripts/check_format.py {flags} formats them", file=sys.stderr)
         return 1
     return 0
 

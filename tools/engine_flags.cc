@@ -13,17 +13,22 @@ namespace strata::tools {
 void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_model) {
   EngineConfig& c = f.config;
   c.model_path = default_model;
-  app.add_option("--model-path,--model", c.model_path, "model directory (config.json, safetensors, tokenizer)")
+  app.add_option("--model-path,--model", c.model_path,
+                 "model directory (config.json, safetensors, tokenizer)")
       ->capture_default_str();
-  app.add_option("--tokenizer-path", c.tokenizer_path,
-                 "directory of the tokenizer (tokenizer.json, tokenizer_config.json, chat template; default: "
-                 "--model-path)");
+  app.add_option(
+      "--tokenizer-path", c.tokenizer_path,
+      "directory of the tokenizer (tokenizer.json, tokenizer_config.json, chat template; default: "
+      "--model-path)");
   app.add_option("--chat-template", c.chat_template,
-                 fmt::format("chat template instead of the tokenizer's: a Jinja file (or JSON with \"chat_template\"), "
-                             "or a name: {}", fmt::join(builtin_chat_template_names(), ", ")));
+                 fmt::format("chat template instead of the tokenizer's: a Jinja file (or JSON with "
+                             "\"chat_template\"), "
+                             "or a name: {}",
+                             fmt::join(builtin_chat_template_names(), ", ")));
   app.add_option("--device", f.device, enum_name_list<Device>())->capture_default_str();
-  app.add_option("--tp-size,--tp", c.tp_size,
-                 "tensor-parallel ranks (cuda: one per visible GPU over NCCL; cpu: in-process ranks)")
+  app.add_option(
+         "--tp-size,--tp", c.tp_size,
+         "tensor-parallel ranks (cuda: one per visible GPU over NCCL; cpu: in-process ranks)")
       ->capture_default_str();
   app.add_option("--dcp-size", c.dcp_size,
                  "decode context parallelism (vLLM's --decode-context-parallel-size; MLA models): "
@@ -33,58 +38,75 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_
                  "capacity is N x; divides --tp-size")
       ->capture_default_str();
   app.add_flag("--tp-allow-uneven", c.tp_allow_uneven,
-               "for tests: split head/intermediate/vocab counts --tp-size does not divide into ranges one apart "
+               "for tests: split head/intermediate/vocab counts --tp-size does not divide into "
+               "ranges one apart "
                "(exact; on GPUs the rank with the larger slices sets the pace)");
   app.add_flag("--tp-one-rank", c.tp_one_rank,
-               "benchmarks: run only rank 0 of --tp-size ranks, on one device, every collective skipped and counted "
+               "benchmarks: run only rank 0 of --tp-size ranks, on one device, every collective "
+               "skipped and counted "
                "(what each GPU of the group computes; the outputs are not the model's)");
   app.add_option("--kv-cache-dtype", f.kv_cache_dtype,
                  enum_name_list<KvCacheDtype>() + " (auto: exact; fp8 needs an eval-kv record)")
       ->capture_default_str();
-  app.add_option("--kv-bf16-layers", f.kv_bf16_layers, "layers kept in bf16 with an fp8 KV cache, e.g. 0,7");
-  app.add_option("--kv-scales", c.kv_scales_path, "per-layer K/V scales JSON (strata eval-kv --calibrate)");
+  app.add_option("--kv-bf16-layers", f.kv_bf16_layers,
+                 "layers kept in bf16 with an fp8 KV cache, e.g. 0,7");
+  app.add_option("--kv-scales", c.kv_scales_path,
+                 "per-layer K/V scales JSON (strata eval-kv --calibrate)");
   app.add_option("--kv-mla-rope-dtype", f.kv_mla_rope_dtype,
                  "MLA rope part of the KV cache: bf16 | fp8_e4m3 | fp8_e5m2");
   app.add_option("--kv-quality-budget", f.kv_gate.budget_nats,
                  "mean KL divergence (nats) a lossy KV cache may cost, per its eval-kv record")
       ->capture_default_str();
-  app.add_flag("--allow-lossy-kv", f.kv_gate.allow_lossy, "start with a lossy KV cache without a record within budget");
+  app.add_flag("--allow-lossy-kv", f.kv_gate.allow_lossy,
+               "start with a lossy KV cache without a record within budget");
   app.add_option("--kv-quality-records", f.kv_gate.records_dir,
-                 "where eval-kv records are read (default $STRATA_KV_QUALITY_DIR or ~/.cache/strata/kv-quality)");
+                 "where eval-kv records are read (default $STRATA_KV_QUALITY_DIR or "
+                 "~/.cache/strata/kv-quality)");
   app.add_option("--page-size", c.page_size, "tokens per KV page")->capture_default_str();
   app.add_option("--mem-fraction-static", f.mem_fraction_static,
                  "fraction of device memory for weights + KV pool (default: SGLang's rule)");
   app.add_option("--device-memory-gib", c.device_memory_gib,
-                 "memory the KV pool is planned against (cpu: a budget standing in for GPU memory; default 4)");
+                 "memory the KV pool is planned against (cpu: a budget standing in for GPU memory; "
+                 "default 4)");
   app.add_option("--max-total-tokens", f.max_total_tokens, "cap on the KV pool in tokens");
-  app.add_option("--max-running-requests", f.max_running_requests, "most requests decoding at once");
-  app.add_option("--chunked-prefill-size", f.chunked_prefill_size,
-                 fmt::format("prefill tokens per chunk (default {}; {} on cpu, where a chunk then takes well "
-                             "under a second)", c.chunked_prefill_size, kCpuDefaultChunkedPrefillSize));
+  app.add_option("--max-running-requests", f.max_running_requests,
+                 "most requests decoding at once");
+  app.add_option(
+      "--chunked-prefill-size", f.chunked_prefill_size,
+      fmt::format("prefill tokens per chunk (default {}; {} on cpu, where a chunk then takes well "
+                  "under a second)",
+                  c.chunked_prefill_size, kCpuDefaultChunkedPrefillSize));
   app.add_option("--max-prefill-tokens", f.max_prefill_tokens,
-                 fmt::format("prefill tokens per step (default {}; {} on cpu)", c.max_prefill_tokens,
-                             kCpuDefaultChunkedPrefillSize));
+                 fmt::format("prefill tokens per step (default {}; {} on cpu)",
+                             c.max_prefill_tokens, kCpuDefaultChunkedPrefillSize));
   app.add_option("--num-continuous-decode-steps", c.num_continuous_decode_steps,
                  "decode steps per scheduling decision")
       ->capture_default_str();
   app.add_flag("--disable-radix-cache", c.disable_radix_cache,
                "no prefix cache: requests share no KV and keep none after they end");
-  app.add_option("--cuda-graph-max-bs", c.cuda_graph_max_bs,
-                 fmt::format("decode steps of at most this many requests replay captured CUDA graphs (cuda, "
-                             "tp 1; 0: off; default {} on one GPU)", kDefaultCudaGraphMaxBs));
-  app.add_flag("--disable-cuda-graph", f.disable_cuda_graph, "launch every step eagerly (--cuda-graph-max-bs 0)");
+  app.add_option(
+      "--cuda-graph-max-bs", c.cuda_graph_max_bs,
+      fmt::format("decode steps of at most this many requests replay captured CUDA graphs (cuda, "
+                  "tp 1; 0: off; default {} on one GPU)",
+                  kDefaultCudaGraphMaxBs));
+  app.add_flag("--disable-cuda-graph", f.disable_cuda_graph,
+               "launch every step eagerly (--cuda-graph-max-bs 0)");
   app.add_option("--schedule-conservativeness", c.schedule_conservativeness,
                  "scales the decode reservation of admission (lower admits more, may retract)")
       ->capture_default_str();
   app.add_option("--context-length", c.context_length, "override the model's context length");
-  app.add_option("--random-seed", c.seed, "seed for requests that give none")->capture_default_str();
+  app.add_option("--random-seed", c.seed, "seed for requests that give none")
+      ->capture_default_str();
   app.add_flag("--enable-hierarchical-cache", c.enable_hierarchical_cache,
-               "keep prefixes evicted from the KV pool in a host-memory tier and promote them back on a hit");
+               "keep prefixes evicted from the KV pool in a host-memory tier and promote them back "
+               "on a hit");
   app.add_option("--hicache-size", f.hicache_size_gb,
-                 "host KV tier in GB per rank: each tensor-parallel rank keeps its own slice of every page in its own "
+                 "host KV tier in GB per rank: each tensor-parallel rank keeps its own slice of "
+                 "every page in its own "
                  "host memory (implies --enable-hierarchical-cache; not with --hicache-ratio)");
   app.add_option("--hicache-ratio", f.hicache_ratio,
-                 "host KV tier as a multiple of the device KV pool (implies --enable-hierarchical-cache; default 2)");
+                 "host KV tier as a multiple of the device KV pool (implies "
+                 "--enable-hierarchical-cache; default 2)");
   app.add_option("--hicache-write-policy", f.hicache_write_policy,
                  enum_name_list<HiCacheWritePolicy>() +
                      ": write_through (default) backs up every prefix, "
@@ -93,7 +115,8 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_
                  enum_name_list<KvIoBackend>() +
                      ": host tier copies on cuda by kernel (default; gather/scatter "
                      "kernel) or direct (cudaMemcpyAsync per page run); memcpy on cpu");
-  app.add_option("--log-level", f.log_level, "trace | debug | info | warning | error")->capture_default_str();
+  app.add_option("--log-level", f.log_level, "trace | debug | info | warning | error")
+      ->capture_default_str();
 }
 
 namespace {
@@ -102,20 +125,26 @@ namespace {
 // (kv/hicache.h, backend/kv_host_io.h).
 Status finish_hicache_flags(const EngineFlags& f, EngineConfig& c) {
   if (f.hicache_size_gb && f.hicache_ratio)
-    return invalid_argument("--hicache-size and --hicache-ratio both given: give one (GB, or a multiple of the device pool)");
+    return invalid_argument(
+        "--hicache-size and --hicache-ratio both given: give one (GB, or a multiple of the device "
+        "pool)");
   if (f.hicache_size_gb) {
-    if (!(*f.hicache_size_gb > 0)) return invalid_argument("--hicache-size must be > 0 GB, got {}", *f.hicache_size_gb);
+    if (!(*f.hicache_size_gb > 0))
+      return invalid_argument("--hicache-size must be > 0 GB, got {}", *f.hicache_size_gb);
     c.hicache_size_gb = *f.hicache_size_gb;
     c.enable_hierarchical_cache = true;
   }
   if (f.hicache_ratio) {
-    if (!(*f.hicache_ratio > 0)) return invalid_argument("--hicache-ratio must be > 0, got {}", *f.hicache_ratio);
+    if (!(*f.hicache_ratio > 0))
+      return invalid_argument("--hicache-ratio must be > 0, got {}", *f.hicache_ratio);
     c.hicache_ratio = *f.hicache_ratio;
     c.enable_hierarchical_cache = true;
   }
   if (!c.enable_hierarchical_cache && (f.hicache_write_policy || f.hicache_io_backend))
-    return invalid_argument("{} has no effect without --enable-hierarchical-cache (or --hicache-size / --hicache-ratio)",
-                            f.hicache_write_policy ? "--hicache-write-policy" : "--hicache-io-backend");
+    return invalid_argument(
+        "{} has no effect without --enable-hierarchical-cache (or --hicache-size / "
+        "--hicache-ratio)",
+        f.hicache_write_policy ? "--hicache-write-policy" : "--hicache-io-backend");
   if (f.hicache_write_policy) {
     STRATA_ASSIGN_OR_RETURN(c.hicache_write_policy,
                             parse_hicache_write_policy(*f.hicache_write_policy));
@@ -130,7 +159,8 @@ Status finish_hicache_flags(const EngineFlags& f, EngineConfig& c) {
 }  // namespace
 
 StatusOr<EngineConfig> finish_engine_flags(EngineFlags& f) {
-  if (!set_log_level(f.log_level)) return invalid_argument("--log-level: unknown level '{}'", f.log_level);
+  if (!set_log_level(f.log_level))
+    return invalid_argument("--log-level: unknown level '{}'", f.log_level);
   EngineConfig c = f.config;
   STRATA_ASSIGN_OR_RETURN(c.device, parse_enum<Device>(f.device, "--device"));
   STRATA_ASSIGN_OR_RETURN(c.kv_cache_dtype,
@@ -142,17 +172,20 @@ StatusOr<EngineConfig> finish_engine_flags(EngineFlags& f) {
   }
   if (f.mem_fraction_static != 0) {
     if (!(f.mem_fraction_static > 0 && f.mem_fraction_static < 1))
-      return invalid_argument("--mem-fraction-static must be in (0, 1), got {}", f.mem_fraction_static);
+      return invalid_argument("--mem-fraction-static must be in (0, 1), got {}",
+                              f.mem_fraction_static);
     c.mem_fraction_static = f.mem_fraction_static;
   }
   if (f.max_total_tokens < 0) return invalid_argument("--max-total-tokens must be positive");
   if (f.max_total_tokens > 0) c.max_total_tokens = f.max_total_tokens;
-  if (f.max_running_requests < 0) return invalid_argument("--max-running-requests must be positive");
+  if (f.max_running_requests < 0)
+    return invalid_argument("--max-running-requests must be positive");
   if (f.max_running_requests > 0) c.max_running_requests = f.max_running_requests;
   if (c.page_size < 1) return invalid_argument("--page-size must be >= 1");
   const bool cpu = c.device == Device::kCpu;
   const int cpu_chunk = std::max(kCpuDefaultChunkedPrefillSize, c.page_size);
-  c.chunked_prefill_size = f.chunked_prefill_size.value_or(cpu ? cpu_chunk : c.chunked_prefill_size);
+  c.chunked_prefill_size =
+      f.chunked_prefill_size.value_or(cpu ? cpu_chunk : c.chunked_prefill_size);
   c.max_prefill_tokens = f.max_prefill_tokens.value_or(cpu ? cpu_chunk : c.max_prefill_tokens);
   if (c.tp_allow_uneven && !cpu)
     LOG_WARN(
@@ -161,26 +194,32 @@ StatusOr<EngineConfig> finish_engine_flags(EngineFlags& f) {
         device_name(c.device));
   if (c.chunked_prefill_size < c.page_size)
     return invalid_argument("--chunked-prefill-size must be >= --page-size");
-  if (c.num_continuous_decode_steps < 1) return invalid_argument("--num-continuous-decode-steps must be >= 1");
+  if (c.num_continuous_decode_steps < 1)
+    return invalid_argument("--num-continuous-decode-steps must be >= 1");
   if (c.device_memory_gib < 0) return invalid_argument("--device-memory-gib must be positive");
   if (f.disable_cuda_graph) {
     if (c.cuda_graph_max_bs)
-      return invalid_argument("--disable-cuda-graph and --cuda-graph-max-bs {} both given: give one", *c.cuda_graph_max_bs);
+      return invalid_argument(
+          "--disable-cuda-graph and --cuda-graph-max-bs {} both given: give one",
+          *c.cuda_graph_max_bs);
     c.cuda_graph_max_bs = 0;
   }
   STRATA_RETURN_IF_ERROR(finish_hicache_flags(f, c));
   if (!std::filesystem::is_directory(c.model_path)) {
     if (c.model_path == default_model_path())
-      return not_found("the default --model-path '{}' (relative to the working directory {}) is not a directory: "
-                       "run from the repository root or pass --model-path DIR",
-                       c.model_path, std::filesystem::current_path().string());
+      return not_found(
+          "the default --model-path '{}' (relative to the working directory {}) is not a "
+          "directory: "
+          "run from the repository root or pass --model-path DIR",
+          c.model_path, std::filesystem::current_path().string());
     return not_found("--model-path '{}' is not a directory", c.model_path);
   }
   if (!c.tokenizer_path.empty() && !std::filesystem::is_directory(c.tokenizer_path))
     return not_found("--tokenizer-path '{}' is not a directory", c.tokenizer_path);
   // A template that does not load fails here, before the model does.
   if (!c.chat_template.empty())
-    STRATA_RETURN_IF_ERROR(ChatTemplate::from_argument(c.chat_template, c.tokenizer_dir()).status());
+    STRATA_RETURN_IF_ERROR(
+        ChatTemplate::from_argument(c.chat_template, c.tokenizer_dir()).status());
   STRATA_ASSIGN_OR_RETURN(c.kv_bf16_layers, parse_layer_list(f.kv_bf16_layers, "--kv-bf16-layers"));
   // The gate prefers a record measured where this server runs (device, tp size).
   KvGateOptions gate = f.kv_gate;

@@ -38,7 +38,8 @@ struct EngineFlags {
 // --max-prefill-tokens, --num-continuous-decode-steps, --cuda-graph-max-bs, --disable-cuda-graph,
 // --context-length, --random-seed,
 // --log-level, the host KV tier (--enable-hierarchical-cache, --hicache-size, --hicache-ratio,
-// --hicache-write-policy, --hicache-io-backend), and the KV quality flags (--kv-bf16-layers, --kv-scales, --kv-mla-rope-dtype,
+// --hicache-write-policy, --hicache-io-backend), and the KV quality flags (--kv-bf16-layers,
+// --kv-scales, --kv-mla-rope-dtype,
 // --kv-quality-budget, --allow-lossy-kv, --kv-quality-records).
 void add_engine_flags(CLI::App& app, EngineFlags& flags, const std::string& default_model);
 

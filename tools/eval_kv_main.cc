@@ -73,9 +73,11 @@ class ProgressLine {
 };
 
 Status run(EvalKvFlags& f) {
-  if (!set_log_level(f.log_level)) return invalid_argument("--log-level: unknown level '{}'", f.log_level);
+  if (!set_log_level(f.log_level))
+    return invalid_argument("--log-level: unknown level '{}'", f.log_level);
   if (f.eval.data_path.empty()) return invalid_argument("--data FILE.jsonl is required");
-  STRATA_ASSIGN_OR_RETURN(std::vector<int> bf16_layers, parse_layer_list(f.bf16_layers, "--kv-bf16-layers"));
+  STRATA_ASSIGN_OR_RETURN(std::vector<int> bf16_layers,
+                          parse_layer_list(f.bf16_layers, "--kv-bf16-layers"));
   STRATA_ASSIGN_OR_RETURN(ModelIdentity id, model_identity(f.eval.model_path));
   STRATA_ASSIGN_OR_RETURN(f.eval.device, parse_enum<Device>(f.device, "--device"));
   if (f.batch_windows < 0)
@@ -90,8 +92,8 @@ Status run(EvalKvFlags& f) {
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<KvEvaluator> ev,
                           KvEvaluator::create(f.eval, &tensor_parallel_runtime()));
   const EvalData& data = ev->data();
-  LOG_INFO("eval-kv: {} ({}): {} records, {} tokens, {} windows of {}{}", id.name, id.fingerprint, data.records,
-           data.stream_tokens, data.windows.size(), f.eval.context_len,
+  LOG_INFO("eval-kv: {} ({}): {} records, {} tokens, {} windows of {}{}", id.name, id.fingerprint,
+           data.records, data.stream_tokens, data.windows.size(), f.eval.context_len,
            data.repeated ? " (repeated contexts: the stream was shorter than --max-tokens)" : "");
   LOG_INFO("eval-kv: on {} tp {} ({} backend), {} windows per forward", device_name(f.eval.device),
            f.eval.tp_size, ev->deployment().value("backend", "?"), f.eval.batch_windows);
@@ -119,25 +121,29 @@ Status run(EvalKvFlags& f) {
   nlohmann::json extra = nlohmann::json::object();
   std::vector<std::vector<int32_t>> calib_windows = data.windows;
   if (!f.calibration_data.empty()) {
-    STRATA_ASSIGN_OR_RETURN(EvalData cd, load_eval_data(f.calibration_data, ev->encoder(), f.eval.context_len,
-                                                        std::max(f.calibration_tokens, f.sensitivity_tokens), false, 0));
+    STRATA_ASSIGN_OR_RETURN(
+        EvalData cd,
+        load_eval_data(f.calibration_data, ev->encoder(), f.eval.context_len,
+                       std::max(f.calibration_tokens, f.sensitivity_tokens), false, 0));
     calib_windows = std::move(cd.windows);
   }
-  const std::string calib_source = f.calibration_data.empty() ? f.eval.data_path : f.calibration_data;
+  const std::string calib_source =
+      f.calibration_data.empty() ? f.eval.data_path : f.calibration_data;
   if (f.auto_bf16_layers > 0) {
     // The first lossy plain candidate only: each layer costs one more pass over the tokens.
     for (const KvCacheConfig& base : bases) {
-      if (!base.lossy() || base.format != KvFormat::kPlain || extra.contains("sensitivity")) continue;
+      if (!base.lossy() || base.format != KvFormat::kPlain || extra.contains("sensitivity"))
+        continue;
       STRATA_ASSIGN_OR_RETURN(const std::vector<double> sens,
                               ev->layer_sensitivity(base, calib_windows, f.sensitivity_tokens));
       KvCacheConfig c = base;
       c.bf16_layers = most_sensitive_layers(sens, f.auto_bf16_layers);
       std::string line;
       for (size_t l = 0; l < sens.size(); ++l) line += fmt::format(" {}:{:.2e}", l, sens[l]);
-      LOG_INFO("per-layer sensitivity of {} (mean KLD, one layer quantized, {} tokens of {}):{}", base.describe(),
-               f.sensitivity_tokens, calib_source, line);
-      extra["sensitivity"][base.describe()] = {{"mean_kld_per_layer", sens}, {"tokens", f.sensitivity_tokens},
-                                               {"data", calib_source}};
+      LOG_INFO("per-layer sensitivity of {} (mean KLD, one layer quantized, {} tokens of {}):{}",
+               base.describe(), f.sensitivity_tokens, calib_source, line);
+      extra["sensitivity"][base.describe()] = {
+          {"mean_kld_per_layer", sens}, {"tokens", f.sensitivity_tokens}, {"data", calib_source}};
       cands.push_back({c.describe() + " (auto)", c});
     }
   }
@@ -146,10 +152,14 @@ Status run(EvalKvFlags& f) {
   for (const auto& b : bases)
     if (!first_fp8 && b.lossy() && b.format == KvFormat::kPlain) first_fp8 = &b;
   if (!f.mixed_bf16_layers.empty() || !f.calibrated_scales.empty()) {
-    if (!first_fp8) return invalid_argument("--mixed-bf16-layers / --calibrated-scales need an fp8_e4m3 or fp8_e5m2 --kv-cache-dtype");
+    if (!first_fp8)
+      return invalid_argument(
+          "--mixed-bf16-layers / --calibrated-scales need an fp8_e4m3 or fp8_e5m2 "
+          "--kv-cache-dtype");
     const KvCacheDtype dtype = kv_cache_dtype_of(first_fp8->dtype);
     if (!f.mixed_bf16_layers.empty()) {
-      STRATA_ASSIGN_OR_RETURN(std::vector<int> layers, parse_layer_list(f.mixed_bf16_layers, "--mixed-bf16-layers"));
+      STRATA_ASSIGN_OR_RETURN(std::vector<int> layers,
+                              parse_layer_list(f.mixed_bf16_layers, "--mixed-bf16-layers"));
       KvCacheOptions o{.dtype = dtype,
                        .bf16_layers = layers,
                        .scales_path = f.scales_path,
@@ -170,13 +180,17 @@ Status run(EvalKvFlags& f) {
     const KvCacheConfig* base = nullptr;
     for (const auto& b : bases)
       if (b.lossy() && b.format == KvFormat::kPlain) base = base ? base : &b;
-    if (!base) return invalid_argument("--calibrate needs an fp8_e4m3 or fp8_e5m2 --kv-cache-dtype");
+    if (!base)
+      return invalid_argument("--calibrate needs an fp8_e4m3 or fp8_e5m2 --kv-cache-dtype");
     KvScales s = ev->calibrate(calib_windows, f.calibration_tokens, base->dtype);
-    STRATA_RETURN_IF_ERROR(write_kv_scales(
-        f.calibrate_path, s,
-        {{"model", id.name}, {"fingerprint", id.fingerprint}, {"dtype", kv_cache_dtype_name(base->dtype)},
-         {"method", "amax over calibration tokens / max finite of the dtype"},
-         {"data", calib_source}, {"tokens", f.calibration_tokens}}));
+    STRATA_RETURN_IF_ERROR(
+        write_kv_scales(f.calibrate_path, s,
+                        {{"model", id.name},
+                         {"fingerprint", id.fingerprint},
+                         {"dtype", kv_cache_dtype_name(base->dtype)},
+                         {"method", "amax over calibration tokens / max finite of the dtype"},
+                         {"data", calib_source},
+                         {"tokens", f.calibration_tokens}}));
     LOG_INFO("calibrated scales written to {}", f.calibrate_path);
     KvCacheOptions o{.dtype = kv_cache_dtype_of(base->dtype),
                      .bf16_layers = base->bf16_layers,
@@ -207,7 +221,9 @@ Status run(EvalKvFlags& f) {
     nlohmann::json rec =
         make_kv_record(id, results[i], noise, f.eval, data, ev->deployment(), extra);
     if (!f.no_records) {
-      STRATA_ASSIGN_OR_RETURN(std::string path, save_kv_record(f.records_dir.empty() ? default_kv_records_dir() : f.records_dir, rec));
+      STRATA_ASSIGN_OR_RETURN(
+          std::string path,
+          save_kv_record(f.records_dir.empty() ? default_kv_records_dir() : f.records_dir, rec));
       LOG_INFO("record: {}", path);
     }
     records.push_back(std::move(rec));
@@ -225,35 +241,51 @@ int eval_kv_main(int argc, char** argv) {
   CLI::App app("strata eval-kv: KV cache quality against the bf16 KV cache", "strata eval-kv");
   EvalKvFlags f;
   f.eval.model_path = default_model_path();
-  app.add_option("--model-path,--model", f.eval.model_path, "model directory")->capture_default_str();
-  app.add_option("--data", f.eval.data_path, "JSONL dataset ({\"text\"}, {\"messages\"} or {\"conversations\"})");
+  app.add_option("--model-path,--model", f.eval.model_path, "model directory")
+      ->capture_default_str();
+  app.add_option("--data", f.eval.data_path,
+                 "JSONL dataset ({\"text\"}, {\"messages\"} or {\"conversations\"})");
   app.add_option("--kv-cache-dtype", f.dtypes,
                  "candidate(s), comma-separated: fp8_e4m3, fp8_e5m2, fp8_flashmla (MLA), bf16")
       ->capture_default_str();
   app.add_option("--kv-bf16-layers", f.bf16_layers, "layers kept in bf16, e.g. 0,7");
   app.add_option("--kv-scales", f.scales_path, "per-layer K/V scales JSON (from --calibrate)");
   app.add_option("--kv-mla-rope-dtype", f.rope_dtype, "MLA rope part: bf16 | fp8_e4m3 | fp8_e5m2");
-  app.add_option("--auto-bf16-layers", f.auto_bf16_layers,
-                 "also evaluate the first fp8 candidate with its N most sensitive layers in bf16 (measured)");
+  app.add_option(
+      "--auto-bf16-layers", f.auto_bf16_layers,
+      "also evaluate the first fp8 candidate with its N most sensitive layers in bf16 (measured)");
   app.add_option("--mixed-bf16-layers", f.mixed_bf16_layers,
-                 "also evaluate the first fp8 candidate with these layers in bf16 (e.g. from an earlier --auto-bf16-layers)");
+                 "also evaluate the first fp8 candidate with these layers in bf16 (e.g. from an "
+                 "earlier --auto-bf16-layers)");
   app.add_option("--calibrated-scales", f.calibrated_scales,
-                 "also evaluate the first fp8 candidate with these scales (a file from an earlier --calibrate)");
-  app.add_option("--sensitivity-tokens", f.sensitivity_tokens, "tokens for the per-layer sensitivity")->capture_default_str();
-  app.add_option("--calibrate", f.calibrate_path, "compute per-layer scales (amax/max finite), write FILE, evaluate them");
-  app.add_option("--calibration-data", f.calibration_data, "JSONL for calibration and sensitivity (default: --data)");
-  app.add_option("--calibration-tokens", f.calibration_tokens, "tokens for calibration")->capture_default_str();
+                 "also evaluate the first fp8 candidate with these scales (a file from an earlier "
+                 "--calibrate)");
+  app.add_option("--sensitivity-tokens", f.sensitivity_tokens,
+                 "tokens for the per-layer sensitivity")
+      ->capture_default_str();
+  app.add_option("--calibrate", f.calibrate_path,
+                 "compute per-layer scales (amax/max finite), write FILE, evaluate them");
+  app.add_option("--calibration-data", f.calibration_data,
+                 "JSONL for calibration and sensitivity (default: --data)");
+  app.add_option("--calibration-tokens", f.calibration_tokens, "tokens for calibration")
+      ->capture_default_str();
   app.add_option("--json", f.json_path, "write the record(s) here too");
-  app.add_option("--max-tokens", f.eval.max_tokens, "positions to score per candidate")->capture_default_str();
+  app.add_option("--max-tokens", f.eval.max_tokens, "positions to score per candidate")
+      ->capture_default_str();
   app.add_option("--context-len", f.eval.context_len, "window length")->capture_default_str();
   app.add_option("--chunk", f.eval.chunk, "prefill chunk")->capture_default_str();
   app.add_option("--page-size", f.eval.page_size, "KV page size")->capture_default_str();
-  app.add_flag("--allow-repeat", f.eval.allow_repeat, "wrap around a short dataset (other offsets; recorded)");
-  app.add_option("--free-run-prompts", f.eval.free_run_prompts, "greedy generations compared (0: none)")->capture_default_str();
-  app.add_option("--free-run-tokens", f.eval.free_run_tokens, "tokens per greedy generation")->capture_default_str();
+  app.add_flag("--allow-repeat", f.eval.allow_repeat,
+               "wrap around a short dataset (other offsets; recorded)");
+  app.add_option("--free-run-prompts", f.eval.free_run_prompts,
+                 "greedy generations compared (0: none)")
+      ->capture_default_str();
+  app.add_option("--free-run-tokens", f.eval.free_run_tokens, "tokens per greedy generation")
+      ->capture_default_str();
   app.add_flag("--no-noise-floor", f.no_noise, "skip the bf16-vs-bf16 run");
   app.add_option("--plot", f.plot_path, "PNG of mean KLD against position (gnuplot)");
-  app.add_option("--kv-quality-records", f.records_dir, "records directory (default " + default_kv_records_dir() + ")");
+  app.add_option("--kv-quality-records", f.records_dir,
+                 "records directory (default " + default_kv_records_dir() + ")");
   app.add_flag("--no-save-records", f.no_records, "do not write records for the quality gate");
   app.add_option("--device", f.device,
                  "where the reference and the candidates run: " + enum_name_list<Device>())
@@ -273,7 +305,8 @@ int eval_kv_main(int argc, char** argv) {
                  "continues where it stopped");
   app.add_option("--stop-after-windows", f.eval.stop_after_windows,
                  "stop after scoring N new windows, as if interrupted (tests the checkpoint)");
-  app.add_option("--log-level", f.log_level, "trace | debug | info | warning | error")->capture_default_str();
+  app.add_option("--log-level", f.log_level, "trace | debug | info | warning | error")
+      ->capture_default_str();
   if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
   const Status s = run(f);
   if (!s.ok()) {
@@ -283,7 +316,9 @@ int eval_kv_main(int argc, char** argv) {
   return 0;
 }
 
-const CommandRegistrar reg("eval-kv", "KV cache quality against bf16 (teacher forcing, KL divergence)", eval_kv_main);
+const CommandRegistrar reg("eval-kv",
+                           "KV cache quality against bf16 (teacher forcing, KL divergence)",
+                           eval_kv_main);
 
 }  // namespace
 }  // namespace strata::tools

@@ -54,9 +54,11 @@ void add_generate_flags(CLI::App& app, GenerateFlags& g) {
   SamplingParams& s = g.job.sampling.params;
   app.add_option("--prompt", g.prompts, "a user message (chat template applied; repeatable)");
   app.add_option("--input", g.inputs, "JSONL dataset: FILE or NAME=FILE (repeatable)");
-  app.add_option("--output,-o", g.job.output_file,
-                 "results JSONL, all datasets in one file; resumable (default: stdout, not resumable)");
-  app.add_option("--output-dir", g.job.output_dir, "one results file per dataset: DIR/NAME.jsonl; resumable");
+  app.add_option(
+      "--output,-o", g.job.output_file,
+      "results JSONL, all datasets in one file; resumable (default: stdout, not resumable)");
+  app.add_option("--output-dir", g.job.output_dir,
+                 "one results file per dataset: DIR/NAME.jsonl; resumable");
   app.add_option(
       "--shard", g.shard,
       "run one shard of every dataset (chosen by a hash of each record's id): K/N with 0 <= K < N; "
@@ -70,7 +72,8 @@ void add_generate_flags(CLI::App& app, GenerateFlags& g) {
       ->expected(1, -1);
   app.add_flag("--raw", g.raw, "--prompt is plain text to complete (no chat template)");
   app.add_flag("--jsonl", g.jsonl, "print JSONL even for --prompt");
-  app.add_option("--max-new-tokens", s.max_new_tokens, "tokens to generate per prompt")->capture_default_str();
+  app.add_option("--max-new-tokens", s.max_new_tokens, "tokens to generate per prompt")
+      ->capture_default_str();
   app.add_option("--temperature", s.temperature, "0 = greedy")->capture_default_str();
   app.add_option("--top-p", s.top_p)->capture_default_str();
   app.add_option("--top-k", s.top_k, "-1 = off")->capture_default_str();
@@ -91,7 +94,8 @@ void add_generate_flags(CLI::App& app, GenerateFlags& g) {
   app.add_option(
       "--chat-template-kwargs", g.chat_template_kwargs,
       "extra chat template variables as a JSON object, e.g. '{\"enable_thinking\": false}'");
-  app.add_option("--seed", g.seed, "base sampling seed; each prompt uses a hash of it and the prompt id")
+  app.add_option("--seed", g.seed,
+                 "base sampling seed; each prompt uses a hash of it and the prompt id")
       ->capture_default_str();
   app.add_option("--stop", s.stop_strings, "stop string (repeatable)");
   app.add_option("--stop-token-id", s.stop_token_ids,
@@ -101,7 +105,8 @@ void add_generate_flags(CLI::App& app, GenerateFlags& g) {
   app.add_option("--progress-interval", g.job.progress_interval_s, "seconds between progress lines")
       ->capture_default_str();
   app.add_option("--checkpoint-tokens", g.job.checkpoint_tokens,
-                 "checkpoint an unfinished prompt's output once it has this many unsaved tokens (in-process "
+                 "checkpoint an unfinished prompt's output once it has this many unsaved tokens "
+                 "(in-process "
                  "engine with --output/--output-dir; a resumed job continues from it; 0: off)")
       ->capture_default_str();
   app.add_option("--checkpoint-interval", g.job.checkpoint_interval_s,
@@ -118,7 +123,8 @@ void add_generate_flags(CLI::App& app, GenerateFlags& g) {
                  "--checkpoint-kv auto: off when KV bytes/token x --max-new-tokens x prompts in "
                  "flight exceeds this")
       ->capture_default_str();
-  app.add_flag("--retry-failures", g.job.retry_failures, "run the prompts of the failures file again");
+  app.add_flag("--retry-failures", g.job.retry_failures,
+               "run the prompts of the failures file again");
   app.add_flag("--allow-mixed-settings", g.job.allow_mixed_settings,
                "resume an output made with another model or other sampling settings");
   app.add_option("--concurrency", g.concurrency,
@@ -131,12 +137,16 @@ void add_generate_flags(CLI::App& app, GenerateFlags& g) {
          "or separate URLs by commas for replicas of one model: requests go to the least busy, and "
          "move to the others when one is down")
       ->delimiter(',');
-  app.add_option("--server-model", g.server.model, "model name for the server (default: first of /v1/models)");
+  app.add_option("--server-model", g.server.model,
+                 "model name for the server (default: first of /v1/models)");
   add_api_key_flags(app, g.api_key, "sent to --server as 'Authorization: Bearer KEY'");
-  app.add_option("--max-attempts", g.server.retry.max_attempts, "tries per prompt on retryable server errors")
+  app.add_option("--max-attempts", g.server.retry.max_attempts,
+                 "tries per prompt on retryable server errors")
       ->capture_default_str();
-  app.add_option("--retry-initial-delay", g.server.retry.initial_delay_s, "first backoff (s)")->capture_default_str();
-  app.add_option("--retry-max-delay", g.server.retry.max_delay_s, "backoff cap (s)")->capture_default_str();
+  app.add_option("--retry-initial-delay", g.server.retry.initial_delay_s, "first backoff (s)")
+      ->capture_default_str();
+  app.add_option("--retry-max-delay", g.server.retry.max_delay_s, "backoff cap (s)")
+      ->capture_default_str();
   app.add_option("--server-down-timeout", g.server.retry.server_down_timeout_s,
                  "stop (resumably) after the server is unreachable this long (s)")
       ->capture_default_str();
@@ -189,7 +199,8 @@ Status validate(GenerateFlags& g) {
   if (g.concurrency < 0) return invalid_argument("--concurrency must be >= 0");
   if (!(g.job.progress_interval_s > 0)) return invalid_argument("--progress-interval must be > 0");
   if (g.job.checkpoint_tokens < 0) return invalid_argument("--checkpoint-tokens must be >= 0");
-  if (!(g.job.checkpoint_interval_s > 0)) return invalid_argument("--checkpoint-interval must be > 0");
+  if (!(g.job.checkpoint_interval_s > 0))
+    return invalid_argument("--checkpoint-interval must be > 0");
   if (g.checkpoint_kv == "auto")
     g.job.checkpoint_kv = JobOptions::CheckpointKv::kAuto;
   else if (g.checkpoint_kv == "on")
@@ -256,8 +267,10 @@ StatusOr<std::vector<Dataset>> load_datasets(const GenerateFlags& g) {
     for (size_t i = 0; i < g.prompts.size(); ++i) {
       PromptRecord r;
       r.id = "prompt-" + std::to_string(i);
-      if (g.raw) r.prompt = g.prompts[i];
-      else r.messages = nlohmann::json::array({{{"role", "user"}, {"content", g.prompts[i]}}});
+      if (g.raw)
+        r.prompt = g.prompts[i];
+      else
+        r.messages = nlohmann::json::array({{{"role", "user"}, {"content", g.prompts[i]}}});
       r.original = {{"id", r.id}, {"prompt", g.prompts[i]}};
       if (!g.raw) r.original = {{"id", r.id}, {"messages", r.messages}};
       r.line = int64_t(i) + 1;
@@ -272,29 +285,36 @@ StatusOr<std::vector<Dataset>> load_datasets(const GenerateFlags& g) {
   }
   int64_t n = 0;
   for (const auto& d : out) n += int64_t(d.records.size());
-  if (n == 0) return invalid_argument("nothing to generate: give --prompt TEXT or --input FILE.jsonl");
+  if (n == 0)
+    return invalid_argument("nothing to generate: give --prompt TEXT or --input FILE.jsonl");
   return out;
 }
 
 void print_summary(const JobSummary& s) {
   for (const auto& d : s.datasets) {
-    std::fprintf(stderr, "[generate] %s: %lld/%lld done (%lld this run), %lld failed; %lld prompt + %lld generated tokens\n",
-                 d.name.c_str(), (long long)(d.done_before + d.done), (long long)d.total, (long long)d.done,
-                 (long long)d.failed, (long long)d.prompt_tokens, (long long)d.completion_tokens);
+    std::fprintf(stderr,
+                 "[generate] %s: %lld/%lld done (%lld this run), %lld failed; %lld prompt + %lld "
+                 "generated tokens\n",
+                 d.name.c_str(), (long long)(d.done_before + d.done), (long long)d.total,
+                 (long long)d.done, (long long)d.failed, (long long)d.prompt_tokens,
+                 (long long)d.completion_tokens);
   }
   int64_t gen = 0, prompt = 0;
   for (const auto& d : s.datasets) gen += d.completion_tokens, prompt += d.prompt_tokens;
   const double secs = std::max(s.seconds, 1e-9);
   std::fprintf(stderr, "[generate] %s in %s: prompt %.1f tok/s, generation %.1f tok/s%s\n",
-               s.complete ? "finished" : "stopped", format_duration(s.seconds).c_str(), double(prompt) / secs,
-               double(gen) / secs, s.failed() ? fmt::format(", {} failed", s.failed()).c_str() : "");
+               s.complete ? "finished" : "stopped", format_duration(s.seconds).c_str(),
+               double(prompt) / secs, double(gen) / secs,
+               s.failed() ? fmt::format(", {} failed", s.failed()).c_str() : "");
   if (!s.complete)
-    std::fprintf(stderr, "[generate] %lld prompts left (%s); run the same command again to resume\n",
+    std::fprintf(stderr,
+                 "[generate] %lld prompts left (%s); run the same command again to resume\n",
                  (long long)s.interrupted, s.interrupt_reason.c_str());
 }
 
 int generate_main(int argc, char** argv) {
-  CLI::App app("strata generate: batch generation (resumable with --output/--output-dir)", "strata generate");
+  CLI::App app("strata generate: batch generation (resumable with --output/--output-dir)",
+               "strata generate");
   EngineFlags ef;
   GenerateFlags g;
   add_engine_flags(app, ef, default_model_path());
@@ -319,12 +339,15 @@ int generate_main(int argc, char** argv) {
   std::unique_ptr<Engine> engine;
   std::unique_ptr<PromptTarget> target;
   if (!g.server.urls.empty()) {
-    if (!set_log_level(ef.log_level)) return fail(invalid_argument("--log-level: unknown level '{}'", ef.log_level));
+    if (!set_log_level(ef.log_level))
+      return fail(invalid_argument("--log-level: unknown level '{}'", ef.log_level));
     if (capture.enabled())
       return fail(
           invalid_argument("hidden-state capture needs the in-process engine, not --server"));
     if (ef.config.tp_size != 1)
-      return fail(invalid_argument("--tp-size applies to the in-process engine; with --server the server's own --tp-size counts"));
+      return fail(
+          invalid_argument("--tp-size applies to the in-process engine; with --server the server's "
+                           "own --tp-size counts"));
     auto api_key = resolve_api_key(g.api_key);
     if (!api_key.ok()) return fail(api_key.status());
     g.server.api_key = *api_key;
@@ -351,7 +374,8 @@ int generate_main(int argc, char** argv) {
     target = std::move(b).value();
   }
   const bool single_prompts = g.inputs.empty() && !g.jsonl;
-  if (single_prompts && g.job.output_file.empty() && g.job.output_dir.empty()) g.job.progress = false;
+  if (single_prompts && g.job.output_file.empty() && g.job.output_dir.empty())
+    g.job.progress = false;
 
   auto summary = run_job(*datasets, *target, g.job);
   target.reset();  // server workers stop before the summary prints
@@ -372,7 +396,8 @@ int generate_main(int argc, char** argv) {
   return summary->failed() > 0 ? 1 : 0;
 }
 
-const CommandRegistrar reg("generate", "batch generation: engine or OpenAI server, resumable", generate_main);
+const CommandRegistrar reg("generate", "batch generation: engine or OpenAI server, resumable",
+                           generate_main);
 
 }  // namespace
 }  // namespace strata::tools

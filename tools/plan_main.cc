@@ -96,7 +96,8 @@ StatusOr<std::vector<Deployment>> deployments(const Flags& f) {
   STRATA_ASSIGN_OR_RETURN(const Device device, parse_enum<Device>(f.device, "--device"));
   base.device = device == Device::kCpu ? PlanDevice::kCpu : PlanDevice::kCuda;
   // The CPU reference holds every weight as float32 (Backend::weight_policy).
-  if (base.device == PlanDevice::kCpu) base.weight_policy = WeightPolicy{.dense_dtype = DType::kF32};
+  if (base.device == PlanDevice::kCpu)
+    base.weight_policy = WeightPolicy{.dense_dtype = DType::kF32};
   base.kv_bf16_layers = f.bf16_layers;
   base.page_size = f.page_size > 0 ? f.page_size : (base.device == PlanDevice::kCpu ? 1 : 16);
   if (f.page_size < 0) return invalid_argument("--page-size must be >= 1");

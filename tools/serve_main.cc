@@ -66,8 +66,10 @@ void raise_open_file_limit(int max_connections) {
     ::setrlimit(RLIMIT_NOFILE, &lim);
   }
   if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < rlim_t(max_connections) + 512)
-    LOG_WARN("the open-file limit is {} (ulimit -n): fewer connections than --max-connections {} can be open",
-             (unsigned long long)lim.rlim_cur, max_connections);
+    LOG_WARN(
+        "the open-file limit is {} (ulimit -n): fewer connections than --max-connections {} can be "
+        "open",
+        (unsigned long long)lim.rlim_cur, max_connections);
 }
 
 int fail(const Status& s) {
@@ -115,16 +117,19 @@ class SignalWatcher {
 // --nnodes > 1 without a launcher's ranks: this process is its node's launcher
 // (dist/node_launch.h); returns the exit code of the node's ranks. nullopt: serve (or be a rank)
 // here.
-std::optional<int> launch_node_if_asked(const ServeFlags& sf, const EngineConfig& cfg, int argc, char** argv) {
+std::optional<int> launch_node_if_asked(const ServeFlags& sf, const EngineConfig& cfg, int argc,
+                                        char** argv) {
   auto launched = launch_rank_from_env();
   if (!launched.ok()) return fail(launched.status());
   // One of --tp-size ranks already (this node's, or mpirun's): run as that rank. A launcher that
   // started one process per node (srun --ntasks-per-node 1) leaves the ranks to --nnodes.
-  if (launched->size > 1 && (launched->size == cfg.tp_size || sf.node.nnodes <= 1)) return std::nullopt;
+  if (launched->size > 1 && (launched->size == cfg.tp_size || sf.node.nnodes <= 1))
+    return std::nullopt;
   auto plan = plan_node_ranks(sf.node, cfg.tp_size, cfg.device, "");
   if (!plan.ok()) return fail(plan.status());
   if (plan->empty()) {
-    if (!sf.node.dist_init_addr.empty()) LOG_INFO("--nnodes 1: --dist-init-addr is not needed (one node)");
+    if (!sf.node.dist_init_addr.empty())
+      LOG_INFO("--nnodes 1: --dist-init-addr is not needed (one node)");
     return std::nullopt;
   }
   std::string id = std::getenv("STRATA_NCCL_ID") ? std::getenv("STRATA_NCCL_ID") : "";
@@ -136,9 +141,9 @@ std::optional<int> launch_node_if_asked(const ServeFlags& sf, const EngineConfig
   plan = plan_node_ranks(sf.node, cfg.tp_size, cfg.device, id);
   std::vector<std::string> args = {"/proc/self/exe", "serve"};
   for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
-  LOG_INFO("node {} of {}: starting ranks {}..{} of {} (NCCL bootstrap at {}{})", sf.node.node_rank, sf.node.nnodes,
-           plan->front().rank, plan->back().rank, cfg.tp_size, sf.node.dist_init_addr,
-           sf.node.node_rank == 0 ? "; rank 0 serves HTTP" : "");
+  LOG_INFO("node {} of {}: starting ranks {}..{} of {} (NCCL bootstrap at {}{})", sf.node.node_rank,
+           sf.node.nnodes, plan->front().rank, plan->back().rank, cfg.tp_size,
+           sf.node.dist_init_addr, sf.node.node_rank == 0 ? "; rank 0 serves HTTP" : "");
   return run_rank_processes(args, *plan, sf.server.drain_timeout_s + 30);
 }
 
@@ -150,45 +155,57 @@ int serve_main(int argc, char** argv) {
   ServerConfig& sc = sf.server;
   app.add_option("--host", sc.host, "address to listen on")->capture_default_str();
   app.add_option("--port", sc.port, "port to listen on (0: any free port)")->capture_default_str();
-  app.add_option("--served-model-name", sc.served_model_name, "model name clients use (default: basename of --model-path)");
-  app.add_option("--max-queued-requests", sc.max_queued_requests,
-                 "requests waiting beyond the running slots before 503 + Retry-After (-1: unbounded)")
+  app.add_option("--served-model-name", sc.served_model_name,
+                 "model name clients use (default: basename of --model-path)");
+  app.add_option(
+         "--max-queued-requests", sc.max_queued_requests,
+         "requests waiting beyond the running slots before 503 + Retry-After (-1: unbounded)")
       ->capture_default_str();
   app.add_option("--drain-timeout", sc.drain_timeout_s,
                  "seconds in-flight requests get after SIGTERM before they are aborted")
       ->capture_default_str();
   app.add_option("--max-connections", sc.max_connections,
-                 "open connections beyond which generation requests get 503 (idle connections hold no thread)")
+                 "open connections beyond which generation requests get 503 (idle connections hold "
+                 "no thread)")
       ->capture_default_str();
   app.add_option("--health-timeout", sc.health_timeout_s,
-                 "seconds a busy engine may go without completing a step before /health says 503 (0: 10 x the "
+                 "seconds a busy engine may go without completing a step before /health says 503 "
+                 "(0: 10 x the "
                  "longest recent step, at least 30 s)")
       ->capture_default_str();
   app.add_option("--max-request-body-mb", sc.max_request_body_mb,
                  "largest request body accepted, in MiB (larger ones are answered 413)")
       ->capture_default_str();
   add_api_key_flags(app, sf.api_key,
-                    "every request but /health and /health_generate must send as 'Authorization: Bearer KEY' (401 "
+                    "every request but /health and /health_generate must send as 'Authorization: "
+                    "Bearer KEY' (401 "
                     "otherwise); none given: no key needed");
   app.add_option("--nnodes", sf.node.nnodes,
-                 "nodes of one tensor-parallel group (SGLang's): each runs this command with its --node-rank and "
+                 "nodes of one tensor-parallel group (SGLang's): each runs this command with its "
+                 "--node-rank and "
                  "starts --tp-size / --nnodes rank processes, one per GPU")
       ->capture_default_str();
-  app.add_option("--node-rank", sf.node.node_rank, "this node's index in [0, --nnodes); node 0 holds rank 0 (HTTP)")
+  app.add_option("--node-rank", sf.node.node_rank,
+                 "this node's index in [0, --nnodes); node 0 holds rank 0 (HTTP)")
       ->capture_default_str();
   app.add_option("--dist-init-addr", sf.node.dist_init_addr,
                  "HOST:PORT of node 0, the same on every node: NCCL's bootstrap (NCCL_COMM_ID)");
-  app.add_flag("--disable-custom-all-reduce", sf.disable_custom_all_reduce,
-               "accepted for SGLang compatibility: every all-reduce is NCCL's (there is no custom one)");
+  app.add_flag(
+      "--disable-custom-all-reduce", sf.disable_custom_all_reduce,
+      "accepted for SGLang compatibility: every all-reduce is NCCL's (there is no custom one)");
   app.add_flag("--enable-metrics", sf.enable_metrics,
-               "accepted for SGLang compatibility: /metrics (Prometheus) is always on here, with or without it");
+               "accepted for SGLang compatibility: /metrics (Prometheus) is always on here, with "
+               "or without it");
   app.add_flag("--log-requests", sc.log_requests.enabled,
-               "log each generation request when accepted (Receive:) and when done (Finish:); never its headers");
+               "log each generation request when accepted (Receive:) and when done (Finish:); "
+               "never its headers");
   app.add_option("--log-requests-level", sc.log_requests.level,
-                 "0 metadata, 1 + sampling parameters, 2 + prompt and output cut to 2048 characters, 3 + all of them")
+                 "0 metadata, 1 + sampling parameters, 2 + prompt and output cut to 2048 "
+                 "characters, 3 + all of them")
       ->capture_default_str()
       ->check(CLI::Range(0, 3));
-  app.add_flag("--trust-remote-code", sf.trust_remote_code, "accepted for SGLang compatibility: no code is ever run");
+  app.add_flag("--trust-remote-code", sf.trust_remote_code,
+               "accepted for SGLang compatibility: no code is ever run");
   sf.not_implemented_values.resize(std::size(kNotImplemented));
   sf.not_implemented_flags.resize(std::size(kNotImplemented));
   std::vector<CLI::Option*> ni_opts;
@@ -201,15 +218,18 @@ int serve_main(int argc, char** argv) {
   if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
   for (size_t i = 0; i < ni_opts.size(); ++i)
     if (ni_opts[i]->count() > 0)
-      return fail(unimplemented("{} is not implemented yet ({})", kNotImplemented[i].name, kNotImplemented[i].what));
+      return fail(unimplemented("{} is not implemented yet ({})", kNotImplemented[i].name,
+                                kNotImplemented[i].what));
   if (sc.port < 0 || sc.port > 65535) return fail(invalid_argument("--port must be in [0, 65535]"));
-  if (sc.max_queued_requests < -1) return fail(invalid_argument("--max-queued-requests must be >= -1"));
+  if (sc.max_queued_requests < -1)
+    return fail(invalid_argument("--max-queued-requests must be >= -1"));
   if (sc.drain_timeout_s < 0) return fail(invalid_argument("--drain-timeout must be >= 0"));
   if (!(sc.health_timeout_s >= 0)) return fail(invalid_argument("--health-timeout must be >= 0"));
   if (sc.max_connections < 1) return fail(invalid_argument("--max-connections must be >= 1"));
   raise_open_file_limit(sc.max_connections);
   if (sc.max_request_body_mb < 1 || sc.max_request_body_mb > 65536)
-    return fail(invalid_argument("--max-request-body-mb must be in [1, 65536], got {}", sc.max_request_body_mb));
+    return fail(invalid_argument("--max-request-body-mb must be in [1, 65536], got {}",
+                                 sc.max_request_body_mb));
   auto api_key = resolve_api_key(sf.api_key);
   if (!api_key.ok()) return fail(api_key.status());
   sc.api_key = *api_key;
@@ -218,15 +238,19 @@ int serve_main(int argc, char** argv) {
   if (auto node = launch_node_if_asked(sf, *cfg, argc, argv)) return *node;
   if (auto worker = run_tp_worker_if_launched(*cfg)) return worker->ok() ? 0 : fail(*worker);
   if (sc.served_model_name.empty())
-    sc.served_model_name = std::filesystem::path(cfg->model_path).lexically_normal().filename().string();
+    sc.served_model_name =
+        std::filesystem::path(cfg->model_path).lexically_normal().filename().string();
   if (sc.served_model_name.empty())  // a path ending in '/'
-    sc.served_model_name = std::filesystem::path(cfg->model_path).lexically_normal().parent_path().filename().string();
+    sc.served_model_name =
+        std::filesystem::path(cfg->model_path).lexically_normal().parent_path().filename().string();
   if (sf.enable_metrics) LOG_INFO("--enable-metrics: /metrics is always enabled");
   for (const CLI::Option* opt : app.get_options()) {
     if (opt->count() == 0 || opt->get_name() == "--help") continue;
     const auto results = opt->results();
-    sc.flags[opt->get_name()] = results.size() == 1 ? nlohmann::json(results[0]) : nlohmann::json(results);
-    if (opt->get_name() == "--api-key") sc.flags[opt->get_name()] = "(hidden)";  // /get_server_info shows the flags
+    sc.flags[opt->get_name()] =
+        results.size() == 1 ? nlohmann::json(results[0]) : nlohmann::json(results);
+    if (opt->get_name() == "--api-key")
+      sc.flags[opt->get_name()] = "(hidden)";  // /get_server_info shows the flags
   }
 
   SignalWatcher signals;  // before any thread starts, so all of them inherit the mask
@@ -241,11 +265,11 @@ int serve_main(int argc, char** argv) {
     HttpServer server(state);
     if (Status s = server.bind(); !s.ok()) return fail(s);
     signals.start([&server] { server.shutdown(); });
-    LOG_INFO("serving '{}' on http://{}:{} (OpenAI API at /v1){}", sc.served_model_name, sc.host, server.port(),
-             sc.api_key.empty() ? "" : " · API key required");
+    LOG_INFO("serving '{}' on http://{}:{} (OpenAI API at /v1){}", sc.served_model_name, sc.host,
+             server.port(), sc.api_key.empty() ? "" : " · API key required");
     if (sc.api_key.empty() && sc.host != "127.0.0.1" && sc.host != "localhost" && sc.host != "::1")
-      LOG_WARN("no API key: anyone who can reach {}:{} can use this server (--api-key-file or ${})", sc.host,
-               server.port(), kApiKeyEnv);
+      LOG_WARN("no API key: anyone who can reach {}:{} can use this server (--api-key-file or ${})",
+               sc.host, server.port(), kApiKeyEnv);
     if (Status s = server.run(); !s.ok()) rc = fail(s);
     signals.stop();
   }

@@ -28,9 +28,9 @@ namespace strata {
 
 struct CheckpointTensor {
   std::string name;
-  const char* dtype;             // safetensors dtype: "BF16", "F32", "I32", "F8_E4M3"
+  const char* dtype;  // safetensors dtype: "BF16", "F32", "I32", "F8_E4M3"
   std::vector<int64_t> shape;
-  std::vector<int32_t> values;   // written as is (INT4 weight_shape); empty: zeros
+  std::vector<int32_t> values;  // written as is (INT4 weight_shape); empty: zeros
   int64_t bytes() const {
     const int64_t n = std::accumulate(shape.begin(), shape.end(), int64_t(1), std::multiplies<>());
     return std::string(dtype) == "F8_E4M3" ? n : (std::string(dtype) == "BF16" ? 2 * n : 4 * n);
@@ -51,7 +51,8 @@ inline std::vector<CheckpointTensor> checkpoint_tensors(const ModelSpec& spec) {
     } else if (w.quant == QuantMethod::kFp8Block && names.size() == 2) {
       const int64_t o = w.shape[0], i = w.shape[1];
       out.push_back({names[0], "F8_E4M3", w.shape, {}});
-      out.push_back({names[1], "F32",
+      out.push_back({names[1],
+                     "F32",
                      {(o + layout.fp8_block_out - 1) / layout.fp8_block_out,
                       (i + layout.fp8_block_in - 1) / layout.fp8_block_in},
                      {}});
@@ -64,11 +65,13 @@ inline std::vector<CheckpointTensor> checkpoint_tensors(const ModelSpec& spec) {
 
 // Writes the safetensors header for `tensors` (packed in order) to `f`. Returns the bytes of
 // tensor data that must follow it.
-inline int64_t write_safetensors_header(std::ofstream& f, const std::vector<CheckpointTensor>& tensors) {
+inline int64_t write_safetensors_header(std::ofstream& f,
+                                        const std::vector<CheckpointTensor>& tensors) {
   nlohmann::json header = nlohmann::json::object();
   int64_t off = 0;
   for (const CheckpointTensor& t : tensors) {
-    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {off, off + t.bytes()}}};
+    header[t.name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {off, off + t.bytes()}}};
     off += t.bytes();
   }
   std::string h = header.dump();

@@ -23,10 +23,10 @@
 #include <string>
 #include <vector>
 
-#include "bench_checkpoint.h"
 #include "arch/model.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/kv_host_io.h"
+#include "bench_checkpoint.h"
 
 namespace strata {
 namespace {
@@ -43,8 +43,12 @@ KvLayout kv_layout_of(const std::string& config_path, int64_t num_pages, int pag
   json c = json::parse(std::ifstream(config_path));
   const int heads = c["num_attention_heads"], kv_heads = c.value("num_key_value_heads", heads);
   const int hd = c.value("head_dim", int(c["hidden_size"]) / heads);
-  return KvLayout{.num_layers = c["num_hidden_layers"], .num_pages = num_pages, .page_size = page_size,
-                  .k_dim = kv_heads * hd, .v_dim = kv_heads * hd, .dtype = DType::kBF16};
+  return KvLayout{.num_layers = c["num_hidden_layers"],
+                  .num_pages = num_pages,
+                  .page_size = page_size,
+                  .k_dim = kv_heads * hd,
+                  .v_dim = kv_heads * hd,
+                  .dtype = DType::kBF16};
 }
 
 std::vector<uint8_t> device_page_bytes(const KvStorage& kv, int layer, bool value, int32_t page) {
@@ -70,7 +74,8 @@ void bench_bandwidth(cuda::CudaBackend& be, const std::string& config, double gi
   CUDA_CHECK(cudaDeviceSynchronize());
   // Scattered: host pages in random order onto a random half of the device pages; the round
   // trip comes back onto the other half.
-  std::vector<int32_t> dev(static_cast<size_t>(device_pages)), host(static_cast<size_t>(host_pages));
+  std::vector<int32_t> dev(static_cast<size_t>(device_pages)),
+      host(static_cast<size_t>(host_pages));
   std::iota(dev.begin(), dev.end(), 0);
   std::iota(host.begin(), host.end(), 0);
   std::mt19937 rng(17);
@@ -82,10 +87,13 @@ void bench_bandwidth(cuda::CudaBackend& be, const std::string& config, double gi
     back.push_back({dev[size_t(host_pages + i)], host[size_t(i)]});
   }
   const double bytes = double(page_bytes) * double(host_pages);
-  std::printf("bandwidth  layout %d layers x K,V %d bf16, page %d tokens = %.2f MiB (%lld B per layer K|V part); "
-              "%lld scattered pages = %.2f GiB per batch\n",
-              probe.num_layers, probe.k_dim, page, double(page_bytes) / double(1 << 20),
-              (long long)(page_bytes / (2 * probe.num_layers)), (long long)host_pages, bytes / double(int64_t(1) << 30));
+  std::printf(
+      "bandwidth  layout %d layers x K,V %d bf16, page %d tokens = %.2f MiB (%lld B per layer K|V "
+      "part); "
+      "%lld scattered pages = %.2f GiB per batch\n",
+      probe.num_layers, probe.k_dim, page, double(page_bytes) / double(1 << 20),
+      (long long)(page_bytes / (2 * probe.num_layers)), (long long)host_pages,
+      bytes / double(int64_t(1) << 30));
   {  // The link's ceiling: one pinned copy of 1 GiB each way.
     const size_t n = size_t(1) << 30;
     void *h = nullptr, *d = nullptr;
@@ -96,11 +104,12 @@ void bench_bandwidth(cuda::CudaBackend& be, const std::string& config, double gi
       double best = 1e9;
       for (int rep = 0; rep < 4; ++rep) {
         auto t0 = Clock::now();
-        CUDA_CHECK(dir == 0 ? cudaMemcpy(d, h, n, cudaMemcpyHostToDevice) : cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
+        CUDA_CHECK(dir == 0 ? cudaMemcpy(d, h, n, cudaMemcpyHostToDevice)
+                            : cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
         best = std::min(best, seconds_since(t0));
       }
-      std::printf("bandwidth  ceiling: one 1 GiB pinned cudaMemcpy %s: %.1f GB/s\n", dir == 0 ? "H2D" : "D2H",
-                  double(n) / best / 1e9);
+      std::printf("bandwidth  ceiling: one 1 GiB pinned cudaMemcpy %s: %.1f GB/s\n",
+                  dir == 0 ? "H2D" : "D2H", double(n) / best / 1e9);
     }
     cudaFreeHost(h);
     cudaFree(d);
@@ -135,10 +144,12 @@ void bench_bandwidth(cuda::CudaBackend& be, const std::string& config, double gi
             ++bad;
         }
     }
-    std::printf("bandwidth  io %-6s: host->device (promotion) %.1f GB/s, device->host (backup) %.1f GB/s "
-                "(best of 3, wall time incl. launch); pinned %.2f GiB in %.2f s; round trip %s\n",
-                std::string(kv_io_backend_name(io)).c_str(), bytes / best_h2d / 1e9, bytes / best_d2h / 1e9,
-                double(h.host_bytes()) / double(int64_t(1) << 30), alloc_s, bad == 0 ? "byte-exact" : "MISMATCH");
+    std::printf(
+        "bandwidth  io %-6s: host->device (promotion) %.1f GB/s, device->host (backup) %.1f GB/s "
+        "(best of 3, wall time incl. launch); pinned %.2f GiB in %.2f s; round trip %s\n",
+        std::string(kv_io_backend_name(io)).c_str(), bytes / best_h2d / 1e9, bytes / best_d2h / 1e9,
+        double(h.host_bytes()) / double(int64_t(1) << 30), alloc_s,
+        bad == 0 ? "byte-exact" : "MISMATCH");
     // Contiguous runs, the direct backend's best case: 64 consecutive pages at a time.
     std::vector<KvPageCopy> runs;
     for (int64_t i = 0; i < host_pages; ++i) runs.push_back({int32_t(i), int32_t(i)});
@@ -165,9 +176,15 @@ int32_t forward(Model& m, KvStorage& kv, const std::vector<int32_t>& pages, int 
   int32_t rows[1] = {n - 1};
   ForwardBatch b;
   b.token_ids = ids.data();
-  b.attn = AttentionMetadata{.num_seqs = 1, .num_tokens = n, .page_size = page, .q_indptr = q_indptr,
-                             .kv_lens = kv_lens, .page_indptr = page_indptr, .page_indices = pages.data(),
-                             .positions = pos.data(), .slot_mapping = slots.data()};
+  b.attn = AttentionMetadata{.num_seqs = 1,
+                             .num_tokens = n,
+                             .page_size = page,
+                             .q_indptr = q_indptr,
+                             .kv_lens = kv_lens,
+                             .page_indptr = page_indptr,
+                             .page_indices = pages.data(),
+                             .positions = pos.data(),
+                             .slot_mapping = slots.data()};
   b.logit_rows = rows;
   b.num_logit_rows = 1;
   m.forward(b, kv, logits.data());
@@ -183,8 +200,8 @@ void bench_ttft(cuda::CudaBackend& be, const std::string& config, int prompt) {
   CHECK_MSG(m.ok(), "{}", m.status().to_string());
   be.fill_all_random(42, 0.02f);
   const ModelSpec& s = (*m)->spec();
-  std::printf("ttft     model %s: %d layers, %.2f GB of random bf16 weights, loaded in %.1f s\n", config.c_str(),
-              s.num_layers, double(weight_bytes) / 1e9, seconds_since(t0));
+  std::printf("ttft     model %s: %d layers, %.2f GB of random bf16 weights, loaded in %.1f s\n",
+              config.c_str(), s.num_layers, double(weight_bytes) / 1e9, seconds_since(t0));
   const int seq_pages = (prompt + page - 1) / page;
   KvLayout layout = (*m)->kv_layout();
   layout.page_size = page;
@@ -213,8 +230,9 @@ void bench_ttft(cuda::CudaBackend& be, const std::string& config, int prompt) {
   t0 = Clock::now();
   const int32_t token_recompute = recompute(first);
   const double recompute_s = seconds_since(t0);
-  std::printf("ttft     %d-token prompt recomputed (chunked prefill, %d tokens per chunk): %.1f ms\n", prompt, chunk,
-              recompute_s * 1e3);
+  std::printf(
+      "ttft     %d-token prompt recomputed (chunked prefill, %d tokens per chunk): %.1f ms\n",
+      prompt, chunk, recompute_s * 1e3);
   std::fflush(stdout);
 
   // The prefix (every whole page but the one holding the last token) goes to host; it comes back
@@ -254,14 +272,17 @@ void bench_ttft(cuda::CudaBackend& be, const std::string& config, int prompt) {
         copy_s = h.copy_seconds() - c0;
       }
     }
-    std::printf("ttft     %d-token prompt, prefix of %d tokens (%.2f GiB of KV) served from host (io %s): "
-                "%.1f ms (copy %.1f ms + prefill of the last %d tokens) vs recomputed (chunks of %d): %.1f ms "
-                "-> %.1fx; first token %s (%d vs %d)\n",
-                prompt, prefix_pages * page,
-                double(prefix_pages) * double(page) * double(layout.bytes_per_token()) / double(int64_t(1) << 30),
-                std::string(kv_io_backend_name(h.backend())).c_str(), best * 1e3, copy_s * 1e3, int(tail.size()),
-                chunk, recompute_s * 1e3, recompute_s / best, token_host == token_recompute ? "equal" : "DIFFERS",
-                token_host, token_recompute);
+    std::printf(
+        "ttft     %d-token prompt, prefix of %d tokens (%.2f GiB of KV) served from host (io %s): "
+        "%.1f ms (copy %.1f ms + prefill of the last %d tokens) vs recomputed (chunks of %d): %.1f "
+        "ms "
+        "-> %.1fx; first token %s (%d vs %d)\n",
+        prompt, prefix_pages * page,
+        double(prefix_pages) * double(page) * double(layout.bytes_per_token()) /
+            double(int64_t(1) << 30),
+        std::string(kv_io_backend_name(h.backend())).c_str(), best * 1e3, copy_s * 1e3,
+        int(tail.size()), chunk, recompute_s * 1e3, recompute_s / best,
+        token_host == token_recompute ? "equal" : "DIFFERS", token_host, token_recompute);
     std::fflush(stdout);
   }
 }
@@ -277,10 +298,14 @@ int main(int argc, char** argv) {
   int prompt = 32768;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--config") config = v;
-    else if (a == "--what") what = v;
-    else if (a == "--gib") gib = std::stod(v);
-    else if (a == "--prompt") prompt = std::stoi(v);
+    if (a == "--config")
+      config = v;
+    else if (a == "--what")
+      what = v;
+    else if (a == "--gib")
+      gib = std::stod(v);
+    else if (a == "--prompt")
+      prompt = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;

@@ -185,9 +185,7 @@ void apply(const GemvKnobs& k, cuda::Int4LinearParams* p) {
   p->gemv_depth = k.depth;
 }
 const char* kernel_name(int kernel) {
-  return kernel == cuda::kInt4GemvReg      ? "reg"
-         : kernel == cuda::kInt4GemvStream ? "stream"
-                                           : "mma";
+  return kernel == cuda::kInt4GemvReg ? "reg" : kernel == cuda::kInt4GemvStream ? "stream" : "mma";
 }
 std::string knob_str(const GemvKnobs& k) {
   char b[200];
@@ -195,8 +193,8 @@ std::string knob_str(const GemvKnobs& k) {
     std::snprintf(b, sizeof b, "warps %2d chunk %d stages %d grid %3d round %d preload %d early %d",
                   k.warps, k.chunk, k.stages, k.grid, k.round, k.preload, k.early);
   else
-    std::snprintf(b, sizeof b, "warps %d unroll %2d trigger %d depth %d round %d preload %d", k.warps,
-                  k.unroll, k.trigger, k.depth, k.round, k.preload);
+    std::snprintf(b, sizeof b, "warps %d unroll %2d trigger %d depth %d round %d preload %d",
+                  k.warps, k.unroll, k.trigger, k.depth, k.round, k.preload);
   return b;
 }
 
@@ -426,7 +424,8 @@ void bench_gemv(const Ceilings& c, cudaStream_t s, cublasHandle_t h, std::vector
         t_gemm = per_call_us(s, gc.w.copies(), true, [&](int i) {
           cuda::launch_int4_gemm(linear_params(gc.w, i, gc.x, gc.out, m), s);
         });
-      const double fastest = std::min({t, t_mma, t_st > 0 ? t_st : 1e30, t_gemm > 0 ? t_gemm : 1e30});
+      const double fastest =
+          std::min({t, t_mma, t_st > 0 ? t_st : 1e30, t_gemm > 0 ? t_gemm : 1e30});
       std::printf(
           "gemv     %-12s %6lld x %5lld m=%-2lld: auto (%s) %7.2f us %5.1f%% (nmse %.2g)%s | mma "
           "%7.2f us %5.1f%% (nmse %.2g)%s | stream %7.2f us (nmse %.2g)%s | GEMM %7.2f us | "
@@ -434,13 +433,16 @@ void bench_gemv(const Ceilings& c, cudaStream_t s, cublasHandle_t h, std::vector
           sh.name, (long long)sh.n, (long long)sh.k, (long long)m, kernel_name(kernel), t,
           gc.pct(t, c.copy_gbs), e, e < 1e-4 ? "" : " WRONG", t_mma, gc.pct(t_mma, c.copy_gbs),
           e_mma, e_mma < 1e-4 ? "" : " WRONG", t_st, e_st, e_st < 1e-4 ? "" : " WRONG", t_gemm,
-          fastest == t ? "auto" : fastest == t_mma ? "mma" : fastest == t_st ? "stream" : "GEMM");
+          fastest == t       ? "auto"
+          : fastest == t_mma ? "mma"
+          : fastest == t_st  ? "stream"
+                             : "GEMM");
       if (std::strcmp(sh.name, "gate_up") != 0) token_us[mi] += 32 * t;
       rows->push_back({sh.name, m, t, gc.pct(t, c.copy_gbs), kernel_name(kernel)});
       if (m == 1) {  // eager launches, for comparison with the graph
         const double te = gc.time_us(m, auto_k, s, false);
-        std::printf("gemv     %-12s m=1 auto eager (host launches): %7.2f us %5.1f%%\n", sh.name, te,
-                    gc.pct(te, c.copy_gbs));
+        std::printf("gemv     %-12s m=1 auto eager (host launches): %7.2f us %5.1f%%\n", sh.name,
+                    te, gc.pct(te, c.copy_gbs));
       }
     }
     if (std::strcmp(sh.name, "gate_up") != 0) token_gb += 32 * gc.gb;
@@ -449,7 +451,8 @@ void bench_gemv(const Ceilings& c, cudaStream_t s, cublasHandle_t h, std::vector
     const double tb = gc.time_us(1, best_reg[si], s);
     std::printf("reg      %-12s m=1 best: %s: %.2f us %.1f%% of copy\n", sh.name,
                 knob_str(best_reg[si]).c_str(), tb, gc.pct(tb, c.copy_gbs));
-    rows->push_back({sh.name, 1, tb, gc.pct(tb, c.copy_gbs), "reg best: " + knob_str(best_reg[si])});
+    rows->push_back(
+        {sh.name, 1, tb, gc.pct(tb, c.copy_gbs), "reg best: " + knob_str(best_reg[si])});
     const int64_t m8 = sh.k > 4096 ? 7 : 8;
     const auto want8 = reference(h, gc.w, gc.x, m8, sh.glu, s);
     sweep(gc, m8, c, s, want8, reg_candidates(false));

@@ -61,18 +61,20 @@ double bench_gemv(cuda::CudaBackend& be, const Ceilings& c, int max_ksplit, int6
     t.gemv_block_warps = warps;
     t.pdl_early = early;
   });
-  std::printf("gemv     up to %d warps per output row, %d-warp blocks, L2 prefetch %lld elements "
-              "per row before the PDL wait, early trigger %d:\n",
-              max_ksplit, warps, (long long)prefetch, int(early));
+  std::printf(
+      "gemv     up to %d warps per output row, %d-warp blocks, L2 prefetch %lld elements "
+      "per row before the PDL wait, early trigger %d:\n",
+      max_ksplit, warps, (long long)prefetch, int(early));
   struct Shape2 {
     const char* name;
     int64_t n, k, per_token;
     bool glu;
   };
   double token_ms = 0;
-  for (Shape2 s : {Shape2{"qkv", 6144, 4096, 32, false}, Shape2{"o_proj", 4096, 4096, 32, false},
-                   Shape2{"gate_up", 28672, 4096, 0, false}, Shape2{"gate_up+silu", 28672, 4096, 32, true},
-                   Shape2{"down", 4096, 14336, 32, false}, Shape2{"lm_head", 128256, 4096, 1, false}}) {
+  for (Shape2 s :
+       {Shape2{"qkv", 6144, 4096, 32, false}, Shape2{"o_proj", 4096, 4096, 32, false},
+        Shape2{"gate_up", 28672, 4096, 0, false}, Shape2{"gate_up+silu", 28672, 4096, 32, true},
+        Shape2{"down", 4096, 14336, 32, false}, Shape2{"lm_head", 128256, 4096, 1, false}}) {
     const int copies = int(std::max<int64_t>(2, (int64_t(256) << 20) / (2 * s.n * s.k) + 1));
     std::vector<LinearWeight> w(static_cast<size_t>(copies));
     for (int i = 0; i < copies; ++i) {
@@ -82,15 +84,19 @@ double bench_gemv(cuda::CudaBackend& be, const Ceilings& c, int max_ksplit, int6
     auto x = be.alloc(DType::kBF16, {1, s.k});
     auto out = be.alloc(DType::kBF16, {1, s.glu ? s.n / 2 : s.n});
     be.fill_random(*x, 99, 1.0f);
-    const double ms = time_ms(be.stream(), 2, 10, [&] {
-      for (auto& wi : w) {
-        if (s.glu) be.linear_silu_mul(*x, wi, *out);
-        else be.linear(*x, wi, *out);
-      }
-    }) / copies;
+    const double ms = time_ms(be.stream(), 2, 10,
+                              [&] {
+                                for (auto& wi : w) {
+                                  if (s.glu)
+                                    be.linear_silu_mul(*x, wi, *out);
+                                  else
+                                    be.linear(*x, wi, *out);
+                                }
+                              }) /
+                      copies;
     const double gbs = 2.0 * s.n * s.k / (ms * 1e-3) / 1e9;
-    std::printf("gemv     %-8s %6lld x %5lld: %.1f us, %.0f GB/s = %.1f%% of copy bandwidth\n", s.name,
-                (long long)s.n, (long long)s.k, ms * 1e3, gbs, 100.0 * gbs / c.copy_gbs);
+    std::printf("gemv     %-8s %6lld x %5lld: %.1f us, %.0f GB/s = %.1f%% of copy bandwidth\n",
+                s.name, (long long)s.n, (long long)s.k, ms * 1e3, gbs, 100.0 * gbs / c.copy_gbs);
     token_ms += ms * double(s.per_token);
   }
   std::printf("gemv     one decode token's GEMVs back to back: %.3f ms\n", token_ms);
@@ -109,9 +115,10 @@ void bench_gemv_mma(cuda::CudaBackend& be, const Ceilings& c) {
     int per_step;  // launches in one decode step (32 layers)
     bool glu;
   };
-  const Shape shapes[] = {{"qkv", 6144, 4096, 32, false},          {"o_proj", 4096, 4096, 32, false},
-                          {"gate_up", 28672, 4096, 0, false},      {"gate_up+silu", 28672, 4096, 32, true},
-                          {"down", 4096, 14336, 32, false},        {"lm_head", 128256, 4096, 1, false}};
+  const Shape shapes[] = {
+      {"qkv", 6144, 4096, 32, false},     {"o_proj", 4096, 4096, 32, false},
+      {"gate_up", 28672, 4096, 0, false}, {"gate_up+silu", 28672, 4096, 32, true},
+      {"down", 4096, 14336, 32, false},   {"lm_head", 128256, 4096, 1, false}};
   const int ms[] = {1, 2, 4, 8, 16, 32, 64};
   constexpr int kMs = 7;
   cublasHandle_t h;
@@ -123,8 +130,10 @@ void bench_gemv_mma(cuda::CudaBackend& be, const Ceilings& c) {
   const int sweep[] = {8, 16, 24, 48};
   double step_sweep[4][kMs] = {};
   double step_unroll[kMs] = {};
-  std::printf("gemvmma  batch-m decode linears, us and %% of copy bandwidth (weight bytes): tensor-core "
-              "GEMV | FMA GEMV | cuBLAS (k-split target %d warps/SM)\n", per_sm0);
+  std::printf(
+      "gemvmma  batch-m decode linears, us and %% of copy bandwidth (weight bytes): tensor-core "
+      "GEMV | FMA GEMV | cuBLAS (k-split target %d warps/SM)\n",
+      per_sm0);
   for (const Shape& s : shapes) {
     const int copies = int(std::max<int64_t>(2, (int64_t(256) << 20) / (2 * s.n * s.k) + 1));
     std::vector<DeviceTensorPtr> w(static_cast<size_t>(copies));
@@ -151,31 +160,34 @@ void bench_gemv_mma(cuda::CudaBackend& be, const Ceilings& c) {
       p.max_ksplit = be.tunables().gemv_max_ksplit;
       int per_sm = per_sm0, unroll8 = 4;  // the tensor-core GEMV's launch
       auto run = [&](int method) {
-        return time_ms(be.stream(), 2, 10, [&] {
-          for (auto& wi : w) {
-            p.w = wi->view().ptr<cuda::bf16_bits>();
-            if (method == 0) {
-              cuda::dev::gemv_mma(per_sm, unroll8)(p, be.launch());
-            } else if (method == 1) {
-              cuda::launch_gemv(p, be.launch());
-            } else {
-              const float alpha = 1, beta = 0;
-              void* o = s.glu ? tmp->view().data : out->view().data;
-              CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(s.n), m, int(s.k), &alpha, p.w,
-                                 CUDA_R_16BF, int(s.k), p.x, CUDA_R_16BF, int(s.k), &beta, o,
-                                 CUDA_R_16BF, int(s.n), CUBLAS_COMPUTE_32F,
-                                 CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
-              if (s.glu) {
-                cuda::SiluMulParams sp{};
-                sp.x = tmp->view().ptr<cuda::bf16_bits>();
-                sp.out = out->view().ptr<cuda::bf16_bits>();
-                sp.rows = m;
-                sp.inter = s.n / 2;
-                cuda::launch_silu_mul(sp, be.launch());
-              }
-            }
-          }
-        }) / copies;
+        return time_ms(be.stream(), 2, 10,
+                       [&] {
+                         for (auto& wi : w) {
+                           p.w = wi->view().ptr<cuda::bf16_bits>();
+                           if (method == 0) {
+                             cuda::dev::gemv_mma(per_sm, unroll8)(p, be.launch());
+                           } else if (method == 1) {
+                             cuda::launch_gemv(p, be.launch());
+                           } else {
+                             const float alpha = 1, beta = 0;
+                             void* o = s.glu ? tmp->view().data : out->view().data;
+                             CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(s.n), m, int(s.k),
+                                                &alpha, p.w, CUDA_R_16BF, int(s.k), p.x,
+                                                CUDA_R_16BF, int(s.k), &beta, o, CUDA_R_16BF,
+                                                int(s.n), CUBLAS_COMPUTE_32F,
+                                                CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+                             if (s.glu) {
+                               cuda::SiluMulParams sp{};
+                               sp.x = tmp->view().ptr<cuda::bf16_bits>();
+                               sp.out = out->view().ptr<cuda::bf16_bits>();
+                               sp.rows = m;
+                               sp.inter = s.n / 2;
+                               cuda::launch_silu_mul(sp, be.launch());
+                             }
+                           }
+                         }
+                       }) /
+               copies;
       };
       // The mma kernel's output against cuBLAS's for the last weight copy (a wrong kernel's
       // timings mean nothing).
@@ -210,7 +222,8 @@ void bench_gemv_mma(cuda::CudaBackend& be, const Ceilings& c) {
       int best = 0;
       for (int j = 0; j < 3; ++j) {
         if (t[j] <= 0) {
-          len += std::snprintf(line + len, sizeof line - size_t(len), " %s      -      |", names[j]);
+          len +=
+              std::snprintf(line + len, sizeof line - size_t(len), " %s      -      |", names[j]);
           continue;
         }
         if (t[j] < t[best] || t[best] <= 0) best = j;
@@ -218,27 +231,32 @@ void bench_gemv_mma(cuda::CudaBackend& be, const Ceilings& c) {
                              names[j], t[j] * 1e3, 100.0 * gb / (t[j] * 1e-3) / c.copy_gbs);
         step[j][mi] += t[j] * s.per_step;
       }
-      std::printf("%s fastest %s; mma nmse vs cublas %.1e; mma at k-split target %d/%d/%d/%d: "
-                  "%.1f/%.1f/%.1f/%.1f us\n", line, names[best], den > 0 ? num / den : num, sweep[0],
-                  sweep[1], sweep[2], sweep[3], ks_us[0], ks_us[1], ks_us[2], ks_us[3]);
+      std::printf(
+          "%s fastest %s; mma nmse vs cublas %.1e; mma at k-split target %d/%d/%d/%d: "
+          "%.1f/%.1f/%.1f/%.1f us\n",
+          line, names[best], den > 0 ? num / den : num, sweep[0], sweep[1], sweep[2], sweep[3],
+          ks_us[0], ks_us[1], ks_us[2], ks_us[3]);
       if (m > 32) {  // the 8-n-tile kernels with half the weight loads in flight
         const int u0 = unroll8;
         unroll8 = u0 == 4 ? 2 : 4;
         const double t2 = run(0);
         step_unroll[mi] += t2 * s.per_step;
-        std::printf("gemvmma  %-12s %6lld x %5lld m=%-2d: mma with %d chunks per weight batch (not %d): "
-                    "%.1f us\n", s.name, (long long)s.n, (long long)s.k, m, unroll8, u0,
-                    t2 * 1e3);
+        std::printf(
+            "gemvmma  %-12s %6lld x %5lld m=%-2d: mma with %d chunks per weight batch (not %d): "
+            "%.1f us\n",
+            s.name, (long long)s.n, (long long)s.k, m, unroll8, u0, t2 * 1e3);
         unroll8 = u0;
       }
     }
   }
   cublasDestroy(h);
   for (int mi = 0; mi < kMs; ++mi) {
-    std::printf("gemvmma  decode step's linears (32 layers + lm_head) at m=%-2d: mma %.3f ms, ", ms[mi],
-                step[0][mi]);
-    if (ms[mi] <= cuda::kGemvMaxRows) std::printf("fma %.3f ms, ", step[1][mi]);
-    else std::printf("fma -, ");
+    std::printf("gemvmma  decode step's linears (32 layers + lm_head) at m=%-2d: mma %.3f ms, ",
+                ms[mi], step[0][mi]);
+    if (ms[mi] <= cuda::kGemvMaxRows)
+      std::printf("fma %.3f ms, ", step[1][mi]);
+    else
+      std::printf("fma -, ");
     std::printf("cublas %.3f ms; mma k-split target", step[2][mi]);
     for (int si = 0; si < 4; ++si) std::printf(" %d: %.3f", sweep[si], step_sweep[si][mi]);
     if (ms[mi] > 32) std::printf("; mma, other unroll: %.3f", step_unroll[mi]);
@@ -267,16 +285,22 @@ class Runner {
     std::vector<int32_t> pos(static_cast<size_t>(n)), slots(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) {
       pos[size_t(i)] = start + i;
-      slots[size_t(i)] = pages_[size_t((start + i) / page_size_)] * page_size_ + (start + i) % page_size_;
+      slots[size_t(i)] =
+          pages_[size_t((start + i) / page_size_)] * page_size_ + (start + i) % page_size_;
     }
     int32_t q_indptr[2] = {0, n}, kv_lens[1] = {len_};
     int32_t page_indptr[2] = {0, (len_ + page_size_ - 1) / page_size_}, rows[1] = {n - 1};
     ForwardBatch b;
     b.token_ids = ids.data();
-    b.attn = AttentionMetadata{.num_seqs = 1, .num_tokens = n, .page_size = page_size_,
-                               .q_indptr = q_indptr, .kv_lens = kv_lens,
-                               .page_indptr = page_indptr, .page_indices = pages_.data(),
-                               .positions = pos.data(), .slot_mapping = slots.data()};
+    b.attn = AttentionMetadata{.num_seqs = 1,
+                               .num_tokens = n,
+                               .page_size = page_size_,
+                               .q_indptr = q_indptr,
+                               .kv_lens = kv_lens,
+                               .page_indptr = page_indptr,
+                               .page_indices = pages_.data(),
+                               .positions = pos.data(),
+                               .slot_mapping = slots.data()};
     b.logit_rows = rows;
     b.num_logit_rows = 1;
     if (gpu_sample_) {  // greedy on the device (Backend::sample): only the id comes back
@@ -310,9 +334,10 @@ void bench_decode(cuda::CudaBackend& be, const std::string& config, const Ceilin
   CHECK_MSG(m.ok(), "{}", m.status().to_string());
   be.fill_all_random(42, 0.02f);
   const ModelSpec& s = (*m)->spec();
-  std::printf("model    %s: %d layers, hidden %lld, %.2f GB of weights (stored format), loaded in %.1f s\n",
-              config.c_str(), s.num_layers, (long long)s.hidden_size, double(ckpt_bytes) / 1e9,
-              seconds_since(t0));
+  std::printf(
+      "model    %s: %d layers, hidden %lld, %.2f GB of weights (stored format), loaded in %.1f s\n",
+      config.c_str(), s.num_layers, (long long)s.hidden_size, double(ckpt_bytes) / 1e9,
+      seconds_since(t0));
   // Bytes one decode token must stream: every weight but the embedding table (one row), plus
   // the KV cache read by attention.
   const int64_t embed_bytes = 2 * s.vocab_size * s.hidden_size;
@@ -338,7 +363,8 @@ void bench_decode(cuda::CudaBackend& be, const std::string& config, const Ceilin
       {"graphs, no PDL, old path", true, false, false, false, 0, 8, false, 4},
       {"graphs+PDL, old path (before 2026-11-29 night)", true, true, false, false, 0, 8, false, 4},
       {"graphs+PDL, fused ops (defaults), host argmax", true, true, true, false, 0, 8, false, 4},
-      {"graphs+PDL, fused ops (defaults), GPU greedy (the engine's path)", true, true, true, false, 0, 8, true, 4},
+      {"graphs+PDL, fused ops (defaults), GPU greedy (the engine's path)", true, true, true, false,
+       0, 8, true, 4},
       {"graphs+PDL, old path, GPU greedy", true, true, false, false, 0, 8, true, 4},
       {"graphs+PDL, fused, early trigger", true, true, true, true, 0, 8, false, 4},
       {"graphs+PDL, fused, early, prefetch 2K", true, true, true, true, 2048, 8, false, 4},
@@ -346,13 +372,19 @@ void bench_decode(cuda::CudaBackend& be, const std::string& config, const Ceilin
       {"graphs+PDL, fused, early, prefetch 8K", true, true, true, true, 8192, 8, false, 4},
       {"graphs+PDL, fused, early, prefetch 16K", true, true, true, true, 16384, 8, false, 4},
       {"graphs+PDL, fused, no early, prefetch 4K", true, true, true, false, 4096, 8, false, 4},
-      {"graphs+PDL, fused, early, prefetch 4K, 4-warp GEMV", true, true, true, true, 4096, 4, false, 4},
-      {"graphs+PDL, fused, early, prefetch 4K, GPU greedy", true, true, true, true, 4096, 8, true, 4},
+      {"graphs+PDL, fused, early, prefetch 4K, 4-warp GEMV", true, true, true, true, 4096, 4, false,
+       4},
+      {"graphs+PDL, fused, early, prefetch 4K, GPU greedy", true, true, true, true, 4096, 8, true,
+       4},
       {"eager+PDL, fused, early, prefetch 4K", false, true, true, true, 4096, 8, false, 4},
-      {"graphs+PDL, fused, early, prefetch 4K, attention split target 1/SM", true, true, true, true, 4096, 8, false, 1},
-      {"graphs+PDL, fused, early, prefetch 4K, attention split target 8/SM", true, true, true, true, 4096, 8, false, 8},
-      {"graphs+PDL, fused, early, prefetch 16K, 4-warp GEMV", true, true, true, true, 16384, 4, false, 4},
-      {"graphs+PDL, fused, early, prefetch 16K, 4-warp, GPU greedy", true, true, true, true, 16384, 4, true, 4},
+      {"graphs+PDL, fused, early, prefetch 4K, attention split target 1/SM", true, true, true, true,
+       4096, 8, false, 1},
+      {"graphs+PDL, fused, early, prefetch 4K, attention split target 8/SM", true, true, true, true,
+       4096, 8, false, 8},
+      {"graphs+PDL, fused, early, prefetch 16K, 4-warp GEMV", true, true, true, true, 16384, 4,
+       false, 4},
+      {"graphs+PDL, fused, early, prefetch 16K, 4-warp, GPU greedy", true, true, true, true, 16384,
+       4, true, 4},
   };
   // DECODE_MODES: "all", or indices into modes ("3,4"); unset: 0-5.
   const char* env_modes = std::getenv("DECODE_MODES");
@@ -360,7 +392,8 @@ void bench_decode(cuda::CudaBackend& be, const std::string& config, const Ceilin
   const cuda::CudaTunables tunables0 = be.tunables();
   for (int mi = 0; mi < int(sizeof modes / sizeof modes[0]); ++mi) {
     const Mode& mode = modes[mi];
-    if (only != "all" && ("," + only + ",").find("," + std::to_string(mi) + ",") == std::string::npos)
+    if (only != "all" &&
+        ("," + only + ",").find("," + std::to_string(mi) + ",") == std::string::npos)
       continue;
     const bool graphs = mode.graphs;
     be.tune([&](cuda::CudaTunables& t) {
@@ -392,16 +425,18 @@ void bench_decode(cuda::CudaBackend& be, const std::string& config, const Ceilin
         rec_steps > 0 ? 1e-3 * double(after.flush_ns - before.flush_ns) / double(rec_steps) : 0.0;
     const double bytes = double(weight_bytes) + double(kv_per_token) * (prompt + 8 + steps / 2);
     const double limit_s = bytes / (c.copy_gbs * 1e9);
-    std::printf("decode   [%d] %s: batch 1, prompt %d: %.3f ms/token = %.1f tok/s; %.2f GB/token -> "
-                "%.0f GB/s = %.1f%% of the copy-bandwidth limit (%.1f tok/s); host record %.0f us/step "
-                "(flush %.0f us); prefill %d tokens %.1f ms\n",
-                mi, mode.name, prompt, per_token_s * 1e3, 1.0 / per_token_s, bytes / 1e9,
-                bytes / per_token_s / 1e9, 100.0 * limit_s / per_token_s, 1.0 / limit_s, record_us,
-                flush_us, prompt, prefill_s * 1e3);
+    std::printf(
+        "decode   [%d] %s: batch 1, prompt %d: %.3f ms/token = %.1f tok/s; %.2f GB/token -> "
+        "%.0f GB/s = %.1f%% of the copy-bandwidth limit (%.1f tok/s); host record %.0f us/step "
+        "(flush %.0f us); prefill %d tokens %.1f ms\n",
+        mi, mode.name, prompt, per_token_s * 1e3, 1.0 / per_token_s, bytes / 1e9,
+        bytes / per_token_s / 1e9, 100.0 * limit_s / per_token_s, 1.0 / limit_s, record_us,
+        flush_us, prompt, prefill_s * 1e3);
   }
   be.set_tunables(tunables0);
   const auto& st = be.graph_stats();
-  std::printf("graphs   captures %lld, replays %lld\n", (long long)st.captures, (long long)st.replays);
+  std::printf("graphs   captures %lld, replays %lld\n", (long long)st.captures,
+              (long long)st.replays);
   be.set_graph_mode(false);
 }
 
@@ -435,8 +470,12 @@ double bench_attention(cuda::CudaBackend& be, const Ceilings& c, int seqs, int c
   const int page = 16;
   const int pages_per_seq = (ctx + page - 1) / page;
   const int64_t num_pages = int64_t(seqs) * pages_per_seq;
-  KvLayout lay{.num_layers = 1, .num_pages = num_pages, .page_size = page,
-               .k_dim = kv_heads * hd, .v_dim = kv_heads * hd, .dtype = kv_dtype};
+  KvLayout lay{.num_layers = 1,
+               .num_pages = num_pages,
+               .page_size = page,
+               .k_dim = kv_heads * hd,
+               .v_dim = kv_heads * hd,
+               .dtype = kv_dtype};
   auto kv = be.alloc_kv(lay);
   // Random bytes: as bf16, values in [-1, 1]; as fp8, values of every binade (e4m3 has no
   // infinities; its NaN codes are 2 of 256, harmless to a timing).
@@ -456,39 +495,52 @@ double bench_attention(cuda::CudaBackend& be, const Ceilings& c, int seqs, int c
     }
   }
   const int t = q_indptr.back();
-  AttentionMetadata meta{.num_seqs = seqs, .num_tokens = t, .page_size = page,
-                         .q_indptr = q_indptr.data(), .kv_lens = kv_lens.data(),
-                         .page_indptr = page_indptr.data(), .page_indices = perm.data(),
-                         .positions = pos.data(), .slot_mapping = slots.data()};
+  AttentionMetadata meta{.num_seqs = seqs,
+                         .num_tokens = t,
+                         .page_size = page,
+                         .q_indptr = q_indptr.data(),
+                         .kv_lens = kv_lens.data(),
+                         .page_indptr = page_indptr.data(),
+                         .page_indices = perm.data(),
+                         .positions = pos.data(),
+                         .slot_mapping = slots.data()};
   auto q = be.alloc(DType::kBF16, {t, heads, hd}), out = be.alloc(DType::kBF16, {t, heads, hd});
   be.fill_random(*q, 13, 1.0f);
-  AttentionArgs args{.scale = float(1.0 / std::sqrt(double(hd))), .num_heads = heads,
-                     .num_kv_heads = kv_heads, .head_dim = hd, .v_head_dim = hd};
+  AttentionArgs args{.scale = float(1.0 / std::sqrt(double(hd))),
+                     .num_heads = heads,
+                     .num_kv_heads = kv_heads,
+                     .head_dim = hd,
+                     .v_head_dim = hd};
   // Several launches per timed region, so the host's per-call work (tile list, staging) overlaps
   // the device's and only the kernels are timed; `reps` regions, median. ATTN_CALLS=1 times
   // one call per region, host work included (how the numbers before 2026-11-29 evening were taken).
   const char* calls_env = std::getenv("ATTN_CALLS");
   const int kCalls = calls_env != nullptr ? std::max(1, std::atoi(calls_env)) : 4;
-  const double ms = time_ms(be.stream(), reps > 2 ? 2 : 1, reps, [&] {
-    for (int i = 0; i < kCalls; ++i) be.paged_attention(*q, *kv, 0, meta, args, *out);
-  }) / kCalls;
+  const double ms = time_ms(be.stream(), reps > 2 ? 2 : 1, reps,
+                            [&] {
+                              for (int i = 0; i < kCalls; ++i)
+                                be.paged_attention(*q, *kv, 0, meta, args, *out);
+                            }) /
+                    kCalls;
   if (fresh == 1) {
     const double bytes = double(seqs) * ctx * lay.k_dim * 2 * dtype_size(kv_dtype);
-    std::printf("attn     decode %d seqs x %d ctx (%d/%d heads, hd %d, page %d, KV %s): %.3f ms, "
-                "%.0f GB/s of KV = %.1f%% of copy bandwidth\n",
-                seqs, ctx, heads, kv_heads, hd, page, dtype_name(kv_dtype), ms, bytes / (ms * 1e-3) / 1e9,
-                100.0 * bytes / (ms * 1e-3) / 1e9 / c.copy_gbs);
+    std::printf(
+        "attn     decode %d seqs x %d ctx (%d/%d heads, hd %d, page %d, KV %s): %.3f ms, "
+        "%.0f GB/s of KV = %.1f%% of copy bandwidth\n",
+        seqs, ctx, heads, kv_heads, hd, page, dtype_name(kv_dtype), ms, bytes / (ms * 1e-3) / 1e9,
+        100.0 * bytes / (ms * 1e-3) / 1e9 / c.copy_gbs);
   } else {
     // Causal FLOPs of QKᵀ and PV: ctx² / 2 key visits for a whole prompt (as sdpa_bench.py
     // counts); a chunk of `fresh` new tokens after ctx - fresh cached ones visits Σ (p + 1).
-    const double visits = fresh == ctx ? double(ctx) * ctx / 2
-                                       : double(fresh) * (2.0 * ctx - fresh + 1) / 2;
+    const double visits =
+        fresh == ctx ? double(ctx) * ctx / 2 : double(fresh) * (2.0 * ctx - fresh + 1) / 2;
     const double flops = 4.0 * heads * hd * visits * seqs;
     const double tflops = flops / (ms * 1e-3) / 1e12;
-    std::printf("attn     prefill causal %d x %d new of %d tokens (%d/%d heads, hd %d, page %d, KV %s): "
-                "%.3f ms, %.0f TFLOP/s (causal FLOPs) = %.1f%% of the GEMM rate",
-                seqs, fresh, ctx, heads, kv_heads, hd, page, dtype_name(kv_dtype), ms, tflops,
-                100.0 * tflops / c.gemm_tflops);
+    std::printf(
+        "attn     prefill causal %d x %d new of %d tokens (%d/%d heads, hd %d, page %d, KV %s): "
+        "%.3f ms, %.0f TFLOP/s (causal FLOPs) = %.1f%% of the GEMM rate",
+        seqs, fresh, ctx, heads, kv_heads, hd, page, dtype_name(kv_dtype), ms, tflops,
+        100.0 * tflops / c.gemm_tflops);
     if (fresh < ctx) {  // a chunk over cached tokens: the KV cache read once is the floor
       const double bytes = double(seqs) * ctx * lay.k_dim * 2 * dtype_size(kv_dtype);
       std::printf("; KV %.0f GB/s = %.1f%% of copy bandwidth", bytes / (ms * 1e-3) / 1e9,
@@ -555,10 +607,14 @@ int main(int argc, char** argv) {
   int steps = 128, prompt = 512;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--config") config = argv[i + 1];
-    else if (a == "--what") what = argv[i + 1];
-    else if (a == "--steps") steps = std::atoi(argv[i + 1]);
-    else if (a == "--prompt") prompt = std::atoi(argv[i + 1]);
+    if (a == "--config")
+      config = argv[i + 1];
+    else if (a == "--what")
+      what = argv[i + 1];
+    else if (a == "--steps")
+      steps = std::atoi(argv[i + 1]);
+    else if (a == "--prompt")
+      prompt = std::atoi(argv[i + 1]);
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines survive a crash (logs are files)
   auto backend = make_cuda_backend();
@@ -624,8 +680,8 @@ int main(int argc, char** argv) {
   }
   if (what.find("gemv") != std::string::npos) {
     const cuda::CudaTunables tunables0 = be.tunables();
-    bench_gemv(be, c, 1, 0, false, 8);  // one warp per row (the default until 2026-11-29 night)
-    bench_gemv(be, c, 4, 0, false, 8);  // the defaults: 2 warps per row for qkv, o_proj, down
+    bench_gemv(be, c, 1, 0, false, 8);    // one warp per row (the default until 2026-11-29 night)
+    bench_gemv(be, c, 4, 0, false, 8);    // the defaults: 2 warps per row for qkv, o_proj, down
     bench_gemv(be, c, 1, 4096, true, 8);  // measured slower on 2026-11-29 night
     be.set_tunables(tunables0);
     bench_gemv_mma(be, c);

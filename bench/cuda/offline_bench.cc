@@ -47,7 +47,9 @@ namespace strata {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 struct Args {
   std::string config = std::string(STRATA_SHARED_DIR) + "/configs/llama-3.1-8b/config.json";
@@ -57,15 +59,15 @@ struct Args {
   double mem_fraction = 0.88, max_seconds = 400;
   int bd_batch = 256, bd_context = 1536;
   bool bd_scatter = false;
-  bool bd_overlap = false;  // time two half-batches at once instead (overlap_breakdown)
+  bool bd_overlap = false;    // time two half-batches at once instead (overlap_breakdown)
   std::vector<int> bd_pages;  // page sizes to time the step at, after the full breakdown
-  int page_size = 16;  // the engine's and the breakdown's KV page
+  int page_size = 16;         // the engine's and the breakdown's KV page
   int tp = 1;
   int dcp = 1;  // --dcp-size (arch/dcp.h; the engine refuses it on cuda until the kernels exist)
   bool one_rank = false;  // --tp-one-rank 1: rank 0 of --tp-size alone (backend/solo_comm.h)
   std::optional<int> cuda_graph_max_bs;  // unset: the engine's default
   double schedule_conservativeness = 1.0;
-  double hicache_ratio = 0;  // > 0: the host KV tier at this ratio of the device pool
+  double hicache_ratio = 0;          // > 0: the host KV tier at this ratio of the device pool
   std::string hicache_write_policy;  // empty: the engine's default
 };
 
@@ -75,7 +77,8 @@ std::string prepare_dir(const Args& a) {
   for (const char* f : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
     const std::string src = a.tokenizer + "/" + f;
     if (std::filesystem::exists(src))
-      std::filesystem::copy_file(src, dir + "/" + f, std::filesystem::copy_options::overwrite_existing);
+      std::filesystem::copy_file(src, dir + "/" + f,
+                                 std::filesystem::copy_options::overwrite_existing);
   }
   return dir;
 }
@@ -143,10 +146,11 @@ void run_engine(const Args& a, const std::string& dir) {
     max_running = std::max(max_running, st.num_running);
     const double t = since(t0);
     if (t >= next_print) {
-      std::printf("progress %6.1f s: %lld output tokens (%.0f tok/s), %lld done, %lld running, %lld "
-                  "waiting, %lld steps\n",
-                  t, (long long)out_tokens.load(), double(out_tokens) / t, (long long)done.load(),
-                  (long long)st.num_running, (long long)st.num_waiting, (long long)st.steps_total);
+      std::printf(
+          "progress %6.1f s: %lld output tokens (%.0f tok/s), %lld done, %lld running, %lld "
+          "waiting, %lld steps\n",
+          t, (long long)out_tokens.load(), double(out_tokens) / t, (long long)done.load(),
+          (long long)st.num_running, (long long)st.num_waiting, (long long)st.steps_total);
       std::fflush(stdout);
       next_print += 10;
     }
@@ -158,14 +162,15 @@ void run_engine(const Args& a, const std::string& dir) {
   const double wall = since(t0);
   const int64_t toks = out_tokens, finished = done;
   const EngineStats st = eng.stats();
-  std::printf("offline  %d prompts x %d in / %d out, greedy, KV %s: %lld output tokens in %.1f s = "
-              "%.0f output tok/s (%.0f total tok/s); %lld of %d finished%s; %lld steps, max running "
-              "%lld, retractions %lld; %.1f ms per engine step\n",
-              a.prompts, a.in, a.out, eng.kv_config().describe().c_str(), (long long)toks, wall,
-              double(toks) / wall, double(toks + finished * a.in) / wall, (long long)finished,
-              a.prompts, aborted ? " (stopped at --max-seconds; rate over the tokens made so far)" : "",
-              (long long)st.steps_total, (long long)max_running, (long long)st.retractions_total,
-              st.steps_total > 0 ? wall * 1e3 / double(st.steps_total) : 0.0);
+  std::printf(
+      "offline  %d prompts x %d in / %d out, greedy, KV %s: %lld output tokens in %.1f s = "
+      "%.0f output tok/s (%.0f total tok/s); %lld of %d finished%s; %lld steps, max running "
+      "%lld, retractions %lld; %.1f ms per engine step\n",
+      a.prompts, a.in, a.out, eng.kv_config().describe().c_str(), (long long)toks, wall,
+      double(toks) / wall, double(toks + finished * a.in) / wall, (long long)finished, a.prompts,
+      aborted ? " (stopped at --max-seconds; rate over the tokens made so far)" : "",
+      (long long)st.steps_total, (long long)max_running, (long long)st.retractions_total,
+      st.steps_total > 0 ? wall * 1e3 / double(st.steps_total) : 0.0);
   std::fflush(stdout);
   if (aborted)
     for (int64_t id : ids) eng.abort(id);
@@ -174,12 +179,16 @@ void run_engine(const Args& a, const std::string& dir) {
 
 // The breakdown's KV dtype (--kv-cache-dtype: auto and bf16 are bf16).
 DType breakdown_kv_dtype(const Args& a) {
-  return a.kv == "auto" || a.kv == "bf16" ? DType::kBF16 : a.kv == "fp8_e5m2" ? DType::kFP8E5M2 : DType::kFP8E4M3;
+  return a.kv == "auto" || a.kv == "bf16" ? DType::kBF16
+         : a.kv == "fp8_e5m2"             ? DType::kFP8E5M2
+                                          : DType::kFP8E4M3;
 }
 
 // A random pool for `seqs` sequences of the breakdown's context at this page size.
-std::unique_ptr<KvStorage> random_kv(cuda::CudaBackend& be, const Model& model, const Args& a, int seqs, int page) {
-  return random_kv(be, model, breakdown_kv_dtype(a), int64_t(seqs) * ((a.bd_context + page) / page), page);
+std::unique_ptr<KvStorage> random_kv(cuda::CudaBackend& be, const Model& model, const Args& a,
+                                     int seqs, int page) {
+  return random_kv(be, model, breakdown_kv_dtype(a), int64_t(seqs) * ((a.bd_context + page) / page),
+                   page);
 }
 
 // One decode step at batch B, context C (random KV) outside the engine, pages in order; then
@@ -215,8 +224,8 @@ void breakdown(const Args& a, const std::string& dir) {
   be.fill_random(*dev_logits, 5, 1.0f);
   const double dl = time_it(5, [&] { be.download_f32(*dev_logits, logits.data()); });
   const double op = time_it(5, [&] { be.sample(*dev_logits, greedy.data(), ids.data()); });
-  std::vector<SampleRowParams> hot(static_cast<size_t>(B), SampleRowParams{.temperature = 0.8f, .top_p = 0.95f,
-                                                               .uniform = 0.5});
+  std::vector<SampleRowParams> hot(
+      static_cast<size_t>(B), SampleRowParams{.temperature = 0.8f, .top_p = 0.95f, .uniform = 0.5});
   const double op_hot = time_it(5, [&] { be.sample(*dev_logits, hot.data(), ids.data()); });
   const double am = time_it(3, [&] {
     volatile int64_t sink = 0;
@@ -225,12 +234,13 @@ void breakdown(const Args& a, const std::string& dir) {
       sink = sink + (std::max_element(r, r + vocab) - r);
     }
   });
-  std::printf("step     decode batch %d, context %d, KV %s: forward + GPU greedy sampling %.2f ms "
-              "(%.0f tok/s if nothing else ran); forward incl. logits download %.2f ms; logits "
-              "download + bf16->f32 alone %.2f ms; sampling op alone: greedy %.3f ms, T 0.8 top_p "
-              "0.95 %.3f ms; host argmax of %d rows on one core %.2f ms\n",
-              B, C, dtype_name(kv->layout().dtype), fwd_sample, B / (fwd_sample * 1e-3), fwd, dl, op, op_hot,
-              B, am);
+  std::printf(
+      "step     decode batch %d, context %d, KV %s: forward + GPU greedy sampling %.2f ms "
+      "(%.0f tok/s if nothing else ran); forward incl. logits download %.2f ms; logits "
+      "download + bf16->f32 alone %.2f ms; sampling op alone: greedy %.3f ms, T 0.8 top_p "
+      "0.95 %.3f ms; host argmax of %d rows on one core %.2f ms\n",
+      B, C, dtype_name(kv->layout().dtype), fwd_sample, B / (fwd_sample * 1e-3), fwd, dl, op,
+      op_hot, B, am);
   for (const int page : a.bd_pages) {
     kv.reset();
     kv = random_kv(be, model, a, B, page);
@@ -260,7 +270,8 @@ void overlap_breakdown(const Args& a, const std::string& dir) {
     std::vector<SampleRowParams> greedy;
     std::vector<int32_t> ids;
     void step() {
-      model->forward_sample(batch->fb, *kv, SampleArgs{.params = greedy.data(), .token_ids = ids.data()});
+      model->forward_sample(batch->fb, *kv,
+                            SampleArgs{.params = greedy.data(), .token_ids = ids.data()});
     }
   };
   Half h[2];
@@ -290,10 +301,11 @@ void overlap_breakdown(const Args& a, const std::string& dir) {
   for (int r = 0; r < reps; ++r) h[0].step();
   other.join();
   const double both = since(t) / reps * 1e3;
-  std::printf("overlap  decode batch %d as two halves of %d, context %d, KV %s: one after the other "
-              "%.2f ms, at the same time on two streams %.2f ms (%.2fx)\n",
-              2 * half, half, a.bd_context, dtype_name(h[0].kv->layout().dtype), serial, both,
-              serial / both);
+  std::printf(
+      "overlap  decode batch %d as two halves of %d, context %d, KV %s: one after the other "
+      "%.2f ms, at the same time on two streams %.2f ms (%.2fx)\n",
+      2 * half, half, a.bd_context, dtype_name(h[0].kv->layout().dtype), serial, both,
+      serial / both);
 }
 
 }  // namespace
@@ -304,29 +316,50 @@ int main(int argc, char** argv) {
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--config") a.config = v;
-    else if (k == "--tokenizer") a.tokenizer = v;
-    else if (k == "--prompts") a.prompts = std::stoi(v);
-    else if (k == "--in") a.in = std::stoi(v);
-    else if (k == "--out") a.out = std::stoi(v);
-    else if (k == "--kv-cache-dtype") a.kv = v;
-    else if (k == "--max-running") a.max_running = std::stoi(v);
-    else if (k == "--mem-fraction") a.mem_fraction = std::stod(v);
-    else if (k == "--max-seconds") a.max_seconds = std::stod(v);
-    else if (k == "--breakdown-batch") a.bd_batch = std::stoi(v);
-    else if (k == "--breakdown-context") a.bd_context = std::stoi(v);
-    else if (k == "--breakdown-scatter") a.bd_scatter = std::stoi(v) != 0;
-    else if (k == "--breakdown-overlap") a.bd_overlap = std::stoi(v) != 0;
-    else if (k == "--breakdown-pages") a.bd_pages = parse_int_list(v);
-    else if (k == "--page-size") a.page_size = std::stoi(v);
-    else if (k == "--tp-size") a.tp = std::stoi(v);
+    if (k == "--config")
+      a.config = v;
+    else if (k == "--tokenizer")
+      a.tokenizer = v;
+    else if (k == "--prompts")
+      a.prompts = std::stoi(v);
+    else if (k == "--in")
+      a.in = std::stoi(v);
+    else if (k == "--out")
+      a.out = std::stoi(v);
+    else if (k == "--kv-cache-dtype")
+      a.kv = v;
+    else if (k == "--max-running")
+      a.max_running = std::stoi(v);
+    else if (k == "--mem-fraction")
+      a.mem_fraction = std::stod(v);
+    else if (k == "--max-seconds")
+      a.max_seconds = std::stod(v);
+    else if (k == "--breakdown-batch")
+      a.bd_batch = std::stoi(v);
+    else if (k == "--breakdown-context")
+      a.bd_context = std::stoi(v);
+    else if (k == "--breakdown-scatter")
+      a.bd_scatter = std::stoi(v) != 0;
+    else if (k == "--breakdown-overlap")
+      a.bd_overlap = std::stoi(v) != 0;
+    else if (k == "--breakdown-pages")
+      a.bd_pages = parse_int_list(v);
+    else if (k == "--page-size")
+      a.page_size = std::stoi(v);
+    else if (k == "--tp-size")
+      a.tp = std::stoi(v);
     else if (k == "--dcp-size")
       a.dcp = std::stoi(v);
-    else if (k == "--tp-one-rank") a.one_rank = std::stoi(v) != 0;
-    else if (k == "--cuda-graph-max-bs") a.cuda_graph_max_bs = std::stoi(v);
-    else if (k == "--schedule-conservativeness") a.schedule_conservativeness = std::stod(v);
-    else if (k == "--hicache-ratio") a.hicache_ratio = std::stod(v);
-    else if (k == "--hicache-write-policy") a.hicache_write_policy = v;
+    else if (k == "--tp-one-rank")
+      a.one_rank = std::stoi(v) != 0;
+    else if (k == "--cuda-graph-max-bs")
+      a.cuda_graph_max_bs = std::stoi(v);
+    else if (k == "--schedule-conservativeness")
+      a.schedule_conservativeness = std::stod(v);
+    else if (k == "--hicache-ratio")
+      a.hicache_ratio = std::stod(v);
+    else if (k == "--hicache-write-policy")
+      a.hicache_write_policy = v;
     else {
       std::fprintf(stderr, "offline_bench: unknown flag %s\n", k.c_str());
       return 2;
@@ -339,8 +372,10 @@ int main(int argc, char** argv) {
   const std::string dir = prepare_dir(a);
   if (a.prompts > 0) run_engine(a, dir);
   if (a.bd_batch > 0 && a.tp == 1) {  // one GPU's step, outside the engine
-    if (a.bd_overlap) overlap_breakdown(a, dir);
-    else breakdown(a, dir);
+    if (a.bd_overlap)
+      overlap_breakdown(a, dir);
+    else
+      breakdown(a, dir);
   }
   return 0;
 }

@@ -34,10 +34,10 @@ double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
-#define CU_CHECK(x)                                                            \
-  do {                                                                         \
-    const CUresult r_ = (x);                                                   \
-    CHECK_MSG(r_ == CUDA_SUCCESS, "{} failed: CUresult {}", #x, int(r_));      \
+#define CU_CHECK(x)                                                       \
+  do {                                                                    \
+    const CUresult r_ = (x);                                              \
+    CHECK_MSG(r_ == CUDA_SUCCESS, "{} failed: CUresult {}", #x, int(r_)); \
   } while (0)
 
 struct Args {
@@ -96,8 +96,11 @@ struct AttnWork {
   DeviceTensorPtr q, out;
   std::vector<int32_t> q_indptr{0}, kv_lens, page_indptr{0}, pages, pos, slots;
   AttentionMetadata meta;
-  AttentionArgs args{.scale = 0.08838835f, .num_heads = kHeads, .num_kv_heads = kKvHeads,
-                     .head_dim = kHeadDim, .v_head_dim = kHeadDim};
+  AttentionArgs args{.scale = 0.08838835f,
+                     .num_heads = kHeads,
+                     .num_kv_heads = kKvHeads,
+                     .head_dim = kHeadDim,
+                     .v_head_dim = kHeadDim};
   AttnWork(cuda::CudaBackend& backend, int B, int C, DType kv_dtype) : be(backend) {
     const int per_seq = (C + kPage - 1) / kPage;
     KvLayout lay;
@@ -120,10 +123,15 @@ struct AttnWork {
       pos.push_back(C - 1);
       slots.push_back((s * per_seq + (C - 1) / kPage) * kPage + (C - 1) % kPage);
     }
-    meta = AttentionMetadata{.num_seqs = B, .num_tokens = B, .page_size = kPage,
-                             .q_indptr = q_indptr.data(), .kv_lens = kv_lens.data(),
-                             .page_indptr = page_indptr.data(), .page_indices = pages.data(),
-                             .positions = pos.data(), .slot_mapping = slots.data()};
+    meta = AttentionMetadata{.num_seqs = B,
+                             .num_tokens = B,
+                             .page_size = kPage,
+                             .q_indptr = q_indptr.data(),
+                             .kv_lens = kv_lens.data(),
+                             .page_indptr = page_indptr.data(),
+                             .page_indices = pages.data(),
+                             .positions = pos.data(),
+                             .slot_mapping = slots.data()};
     q = be.alloc(DType::kBF16, {B, kHeads * kHeadDim});
     out = be.alloc(DType::kBF16, {B, kHeads * kHeadDim});
     be.fill_random(*q, 3, 1.0f);
@@ -186,9 +194,10 @@ double alone(W& w, int reps) {
 }
 
 void report(const char* how, double gemm, double attn, double both) {
-  std::printf("overlap  %-34s gemm alone %7.2f ms, attention alone %7.2f ms, serial %7.2f, together "
-              "%7.2f ms (%.2fx of serial; the longer alone is %.2f)\n",
-              how, gemm, attn, gemm + attn, both, (gemm + attn) / both, std::max(gemm, attn));
+  std::printf(
+      "overlap  %-34s gemm alone %7.2f ms, attention alone %7.2f ms, serial %7.2f, together "
+      "%7.2f ms (%.2fx of serial; the longer alone is %.2f)\n",
+      how, gemm, attn, gemm + attn, both, (gemm + attn) / both, std::max(gemm, attn));
   std::fflush(stdout);
 }
 
@@ -201,8 +210,8 @@ void run(const Args& a) {
   const DType kv = a.kv == "fp8_e4m3" ? DType::kFP8E4M3 : DType::kBF16;
   GemmWork gemm(gemm_be, a.batch);
   AttnWork attn(attn_be, a.batch, a.context, kv);
-  std::printf("overlap  batch %d, context %d, KV %s, 8B shape, 32 layers per step, %d reps\n", a.batch,
-              a.context, dtype_name(kv), a.reps);
+  std::printf("overlap  batch %d, context %d, KV %s, 8B shape, 32 layers per step, %d reps\n",
+              a.batch, a.context, dtype_name(kv), a.reps);
   const double g = alone(gemm, a.reps), t = alone(attn, a.reps);
   report("whole GPU, no split:", g, t, together(gemm, attn, a.reps));
   for (const int n : a.attn_sms) {
@@ -226,11 +235,16 @@ int main(int argc, char** argv) {
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--batch") a.batch = std::stoi(v);
-    else if (k == "--context") a.context = std::stoi(v);
-    else if (k == "--kv") a.kv = v;
-    else if (k == "--attn-sms") a.attn_sms = parse_int_list(v);
-    else if (k == "--reps") a.reps = std::stoi(v);
+    if (k == "--batch")
+      a.batch = std::stoi(v);
+    else if (k == "--context")
+      a.context = std::stoi(v);
+    else if (k == "--kv")
+      a.kv = v;
+    else if (k == "--attn-sms")
+      a.attn_sms = parse_int_list(v);
+    else if (k == "--reps")
+      a.reps = std::stoi(v);
     else {
       std::fprintf(stderr, "overlap_bench: unknown flag %s\n", k.c_str());
       return 2;

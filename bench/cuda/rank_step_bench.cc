@@ -30,7 +30,9 @@ namespace strata {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 struct Args {
   std::string config = std::string(STRATA_SHARED_DIR) + "/configs/kimi-k2.5/config.json";
@@ -58,8 +60,10 @@ double time_ms(Backend& be, int reps, F&& fn) {
 void print_collectives(const SkippedCollectives& s) {
   if (s.all_reduce_calls == 0 && s.all_gather_calls == 0) return;
   std::printf("; skipped collectives: all_reduce %lld x %lld B, all_gather %lld x %lld B",
-              (long long)s.all_reduce_calls, (long long)(s.all_reduce_calls ? s.all_reduce_bytes / s.all_reduce_calls : 0),
-              (long long)s.all_gather_calls, (long long)(s.all_gather_calls ? s.all_gather_bytes / s.all_gather_calls : 0));
+              (long long)s.all_reduce_calls,
+              (long long)(s.all_reduce_calls ? s.all_reduce_bytes / s.all_reduce_calls : 0),
+              (long long)s.all_gather_calls,
+              (long long)(s.all_gather_calls ? s.all_gather_bytes / s.all_gather_calls : 0));
 }
 
 void run(const Args& a) {
@@ -92,20 +96,26 @@ void run(const Args& a) {
   size_t free_b = 0, total_b = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   const int64_t used = int64_t(total_b - free_b);
-  std::printf("model    %s, %s, loaded in %.1f s: %.2f GB of checkpoint weights, %.2f GB of device memory in use\n",
-              a.config.c_str(), a.tp > 1 ? fmt::format("rank 0 of tp {} alone", a.tp).c_str() : "tp 1",
-              since(t_load), double(file_bytes) / 1e9, double(used) / 1e9);
+  std::printf(
+      "model    %s, %s, loaded in %.1f s: %.2f GB of checkpoint weights, %.2f GB of device memory "
+      "in use\n",
+      a.config.c_str(), a.tp > 1 ? fmt::format("rank 0 of tp {} alone", a.tp).c_str() : "tp 1",
+      since(t_load), double(file_bytes) / 1e9, double(used) / 1e9);
 
-  const DType kv_dtype = a.kv == "bf16" ? DType::kBF16 : a.kv == "fp8_e5m2" ? DType::kFP8E5M2 : DType::kFP8E4M3;
+  const DType kv_dtype = a.kv == "bf16"       ? DType::kBF16
+                         : a.kv == "fp8_e5m2" ? DType::kFP8E5M2
+                                              : DType::kFP8E4M3;
   KvLayout lay = model->kv_layout();
   lay.dtype = kv_dtype;
   lay.page_size = a.page;
   lay.num_pages = 1;
   const int64_t page_bytes = lay.bytes_per_token() * a.page;
-  const int64_t kv_budget = int64_t(double(total) * a.mem_fraction) - used - (int64_t(2) << 30);  // 2 GiB: activations
+  const int64_t kv_budget =
+      int64_t(double(total) * a.mem_fraction) - used - (int64_t(2) << 30);  // 2 GiB: activations
   const int64_t max_pages = std::max<int64_t>(0, kv_budget / page_bytes);
-  std::printf("kv       %s, %lld B per token, room for %lld tokens at --mem-fraction %.2f\n", dtype_name(kv_dtype),
-              (long long)(page_bytes / a.page), (long long)(max_pages * a.page), a.mem_fraction);
+  std::printf("kv       %s, %lld B per token, room for %lld tokens at --mem-fraction %.2f\n",
+              dtype_name(kv_dtype), (long long)(page_bytes / a.page),
+              (long long)(max_pages * a.page), a.mem_fraction);
 
   for (const int B : a.batches) {
     // The longest context (whole pages, at most --context) whose B sequences fit.
@@ -124,13 +134,16 @@ void run(const Args& a) {
     const SkippedCollectives c0 = skipped_collectives();
     model->forward_sample(batch->fb, *kv, args);
     const SkippedCollectives per_step = skipped_collectives() - c0;
-    const double eager = time_ms(be, std::max(3, a.reps / 4), [&] { model->forward_sample(batch->fb, *kv, args); });
+    const double eager =
+        time_ms(be, std::max(3, a.reps / 4), [&] { model->forward_sample(batch->fb, *kv, args); });
     be.set_graph_mode(true);
     const double graph = time_ms(be, a.reps, [&] { model->forward_sample(batch->fb, *kv, args); });
     be.set_graph_mode(false);
-    std::printf("decode   batch %d, context %d%s, KV %s: step %.3f ms as a CUDA graph (%.0f tok/s), %.3f ms eager",
-                B, C, C < a.context ? " (the longest that fits)" : "", dtype_name(kv_dtype), graph, B / (graph * 1e-3),
-                eager);
+    std::printf(
+        "decode   batch %d, context %d%s, KV %s: step %.3f ms as a CUDA graph (%.0f tok/s), %.3f "
+        "ms eager",
+        B, C, C < a.context ? " (the longest that fits)" : "", dtype_name(kv_dtype), graph,
+        B / (graph * 1e-3), eager);
     print_collectives(per_step);
     std::printf("\n");
     std::fflush(stdout);
@@ -150,7 +163,8 @@ void run(const Args& a) {
     model->forward_sample(batch->fb, *kv, args);
     const SkippedCollectives per_step = skipped_collectives() - c0;
     const double ms = time_ms(be, 3, [&] { model->forward_sample(batch->fb, *kv, args); });
-    std::printf("prefill  %d tokens in one step: %.2f ms (%.0f tok/s)", a.prefill, ms, a.prefill / (ms * 1e-3));
+    std::printf("prefill  %d tokens in one step: %.2f ms (%.0f tok/s)", a.prefill, ms,
+                a.prefill / (ms * 1e-3));
     print_collectives(per_step);
     std::printf("\n");
   }
@@ -164,15 +178,24 @@ int main(int argc, char** argv) {
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--config") a.config = v;
-    else if (k == "--tp-size") a.tp = std::stoi(v);
-    else if (k == "--batches") a.batches = parse_int_list(v);
-    else if (k == "--context") a.context = std::stoi(v);
-    else if (k == "--prefill") a.prefill = std::stoi(v);
-    else if (k == "--kv-cache-dtype") a.kv = v;
-    else if (k == "--page-size") a.page = std::stoi(v);
-    else if (k == "--mem-fraction") a.mem_fraction = std::stod(v);
-    else if (k == "--reps") a.reps = std::stoi(v);
+    if (k == "--config")
+      a.config = v;
+    else if (k == "--tp-size")
+      a.tp = std::stoi(v);
+    else if (k == "--batches")
+      a.batches = parse_int_list(v);
+    else if (k == "--context")
+      a.context = std::stoi(v);
+    else if (k == "--prefill")
+      a.prefill = std::stoi(v);
+    else if (k == "--kv-cache-dtype")
+      a.kv = v;
+    else if (k == "--page-size")
+      a.page = std::stoi(v);
+    else if (k == "--mem-fraction")
+      a.mem_fraction = std::stod(v);
+    else if (k == "--reps")
+      a.reps = std::stoi(v);
     else {
       std::fprintf(stderr, "rank_step_bench: unknown flag %s\n", k.c_str());
       return 2;

@@ -33,7 +33,8 @@ struct StepBatch {
       b->kv_lens.push_back(C);
       b->page_indptr.push_back((s + 1) * pages_per_seq);
       b->pos.push_back(C - 1);
-      b->slots.push_back(b->pages[size_t(s * pages_per_seq + (C - 1) / page)] * page + (C - 1) % page);
+      b->slots.push_back(b->pages[size_t(s * pages_per_seq + (C - 1) / page)] * page +
+                         (C - 1) % page);
       b->tokens.push_back(s * 7 % 1000);
       b->rows.push_back(s);
     }
@@ -63,10 +64,15 @@ struct StepBatch {
  private:
   void finish(int seqs, int tokens_n, int page) {
     fb.token_ids = tokens.data();
-    fb.attn = AttentionMetadata{.num_seqs = seqs, .num_tokens = tokens_n, .page_size = page,
-                                .q_indptr = q_indptr.data(), .kv_lens = kv_lens.data(),
-                                .page_indptr = page_indptr.data(), .page_indices = pages.data(),
-                                .positions = pos.data(), .slot_mapping = slots.data()};
+    fb.attn = AttentionMetadata{.num_seqs = seqs,
+                                .num_tokens = tokens_n,
+                                .page_size = page,
+                                .q_indptr = q_indptr.data(),
+                                .kv_lens = kv_lens.data(),
+                                .page_indptr = page_indptr.data(),
+                                .page_indices = pages.data(),
+                                .positions = pos.data(),
+                                .slot_mapping = slots.data()};
     fb.logit_rows = rows.data();
     fb.num_logit_rows = int(rows.size());
   }

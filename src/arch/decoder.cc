@@ -107,21 +107,25 @@ Status DecoderModel::load_embedding_and_head(const WeightStore& ws) {
   Backend& be = *backend_;
   const WeightNames names(s);
   const int64_t hidden = s.hidden_size;
-  STRATA_ASSIGN_OR_RETURN(embed_, load_vocab_parallel_embedding(ws, be, tp_, WeightNames::weight(names.embed_tokens()),
-                                                                {s.vocab_size, hidden}));
-  STRATA_ASSIGN_OR_RETURN(final_norm_, load_weight(ws, be, WeightNames::weight(names.final_norm()), {hidden}));
+  STRATA_ASSIGN_OR_RETURN(
+      embed_, load_vocab_parallel_embedding(ws, be, tp_, WeightNames::weight(names.embed_tokens()),
+                                            {s.vocab_size, hidden}));
+  STRATA_ASSIGN_OR_RETURN(final_norm_,
+                          load_weight(ws, be, WeightNames::weight(names.final_norm()), {hidden}));
   if (s.tie_word_embeddings) {
     // The embedding's first rows are this rank's vocab slice (the table's last row under tensor
     // parallelism is the zero row other ranks' tokens read).
     const int64_t rows = tp_.active() ? tp_.shard().vocab.size() : s.vocab_size;
     lm_head_.weight = std::make_unique<BorrowedTensor>(embed_->view().slice_rows(0, rows));
-    lm_head_.format = LinearFormat{.format = WeightFormat::kDense, .dense_dtype = embed_->view().dtype};
+    lm_head_.format =
+        LinearFormat{.format = WeightFormat::kDense, .dense_dtype = embed_->view().dtype};
     lm_head_.out = rows;
     lm_head_.in = hidden;
     return Status();
   }
   // A linear like any other: a quantized lm_head stays in its format on backends that keep it.
-  STRATA_ASSIGN_OR_RETURN(lm_head_, load_sharded_linear(ws, be, tp_, {{names.lm_head(), s.vocab_size}}, hidden, false));
+  STRATA_ASSIGN_OR_RETURN(
+      lm_head_, load_sharded_linear(ws, be, tp_, {{names.lm_head(), s.vocab_size}}, hidden, false));
   return Status();
 }
 
@@ -165,7 +169,8 @@ void DecoderModel::tp_embedding(const ForwardBatch& batch, const Tensor& out) {
   std::vector<int32_t> local(static_cast<size_t>(t));
   for (int i = 0; i < t; ++i) {
     const int32_t id = batch.token_ids[i];
-    local[size_t(i)] = id >= vocab.begin && id < vocab.end ? int32_t(id - vocab.begin) : int32_t(vocab.size());
+    local[size_t(i)] =
+        id >= vocab.begin && id < vocab.end ? int32_t(id - vocab.begin) : int32_t(vocab.size());
   }
   backend_->embedding(local.data(), t, *embed_, out);
   tp_.comm->all_reduce_sum(out);
@@ -197,7 +202,8 @@ void DecoderModel::tp_logits(const Tensor& rows, float* logits) {
   auto full = be.alloc(act, {n, vocab});
   for (int r = 0; r < tp; ++r) {
     const Range v = tp_.plan->rank(r).vocab;
-    be.copy_columns(all->view().slice_rows(r, r + 1).reshape({n, widest}), 0, v.size(), *full, v.begin);
+    be.copy_columns(all->view().slice_rows(r, r + 1).reshape({n, widest}), 0, v.size(), *full,
+                    v.begin);
   }
   if (sample_args_ != nullptr) return sample_device_logits(*full, *sample_args_);
   if (consumer_ != nullptr) return (*consumer_)(*full);

@@ -30,23 +30,23 @@ struct MoeBlock {
   DeviceTensorPtr correction_bias;  // [n_routed_experts] (noaux_tc) or null
   MoeExpertWeights experts;         // stacked routed experts
   bool has_shared = false;
-  SwiGlu shared;                    // n_shared_experts × moe_intermediate_size as one MLP
+  SwiGlu shared;  // n_shared_experts × moe_intermediate_size as one MLP
 };
 
 struct DeepseekLayer {
-  DeviceTensorPtr input_norm;  // [hidden]
-  LinearWeight q_proj;         // [heads · qk_head, hidden] (no q_lora)
-  LinearWeight q_a;            // [q_lora_rank, hidden]
-  DeviceTensorPtr q_a_norm;    // [q_lora_rank]
-  LinearWeight q_b;            // [heads · qk_head, q_lora_rank]
-  LinearWeight kv_a;           // [kv_lora_rank + rope, hidden]
-  DeviceTensorPtr kv_a_norm;   // [kv_lora_rank]
-  MlaAbsorbedWeights absorbed; // W_UK / W_UV from kv_b_proj
-  LinearWeight o_proj;         // [hidden, heads · v_head_dim]
-  DeviceTensorPtr post_norm;   // [hidden]
+  DeviceTensorPtr input_norm;   // [hidden]
+  LinearWeight q_proj;          // [heads · qk_head, hidden] (no q_lora)
+  LinearWeight q_a;             // [q_lora_rank, hidden]
+  DeviceTensorPtr q_a_norm;     // [q_lora_rank]
+  LinearWeight q_b;             // [heads · qk_head, q_lora_rank]
+  LinearWeight kv_a;            // [kv_lora_rank + rope, hidden]
+  DeviceTensorPtr kv_a_norm;    // [kv_lora_rank]
+  MlaAbsorbedWeights absorbed;  // W_UK / W_UV from kv_b_proj
+  LinearWeight o_proj;          // [hidden, heads · v_head_dim]
+  DeviceTensorPtr post_norm;    // [hidden]
   bool is_moe = false;
-  SwiGlu mlp;                  // dense layers
-  MoeBlock moe;                // MoE layers
+  SwiGlu mlp;    // dense layers
+  MoeBlock moe;  // MoE layers
 };
 
 class DeepseekModel : public DecoderModel {
@@ -73,11 +73,16 @@ class DeepseekModel : public DecoderModel {
   }
 
  private:
-  const DeviceTensor& input_norm(int layer) const override { return *layers_[size_t(layer)].input_norm; }
-  const DeviceTensor& post_norm(int layer) const override { return *layers_[size_t(layer)].post_norm; }
+  const DeviceTensor& input_norm(int layer) const override {
+    return *layers_[size_t(layer)].input_norm;
+  }
+  const DeviceTensor& post_norm(int layer) const override {
+    return *layers_[size_t(layer)].post_norm;
+  }
   Status load_attention(const WeightStore& ws, int layer, DeepseekLayer& L);
   StatusOr<SwiGlu> load_swiglu(const WeightStore& ws,
-                               const std::function<std::string(std::string_view)>& module, int64_t inter);
+                               const std::function<std::string(std::string_view)>& module,
+                               int64_t inter);
   Status load_moe(const WeightStore& ws, int layer, MoeBlock& m);
 
   void attention_block(int layer, const Tensor& h, const ForwardBatch& batch, KvStorage& kv,
@@ -139,40 +144,51 @@ Status DeepseekModel::load_attention(const WeightStore& ws, int l, DeepseekLayer
   const bool bias = s.attention_bias;
   if (s.mla.q_lora_rank > 0) {
     const int64_t qr = s.mla.q_lora_rank;
-    STRATA_ASSIGN_OR_RETURN(L.q_a, load_fused_linear(ws, be, {{names.attn(l, wn::kQAProj), qr}}, hidden, bias));
-    STRATA_ASSIGN_OR_RETURN(L.q_a_norm, load_weight(ws, be, WeightNames::weight(names.attn(l, wn::kQALayerNorm)), {qr}));
-    STRATA_ASSIGN_OR_RETURN(L.q_b, load_sharded_linear(ws, be, tp, {{names.attn(l, wn::kQBProj), q_out}}, qr, false));
+    STRATA_ASSIGN_OR_RETURN(
+        L.q_a, load_fused_linear(ws, be, {{names.attn(l, wn::kQAProj), qr}}, hidden, bias));
+    STRATA_ASSIGN_OR_RETURN(
+        L.q_a_norm,
+        load_weight(ws, be, WeightNames::weight(names.attn(l, wn::kQALayerNorm)), {qr}));
+    STRATA_ASSIGN_OR_RETURN(
+        L.q_b, load_sharded_linear(ws, be, tp, {{names.attn(l, wn::kQBProj), q_out}}, qr, false));
   } else {
-    STRATA_ASSIGN_OR_RETURN(L.q_proj,
-                            load_sharded_linear(ws, be, tp, {{names.attn(l, wn::kQProj), q_out}}, hidden, false));
+    STRATA_ASSIGN_OR_RETURN(
+        L.q_proj,
+        load_sharded_linear(ws, be, tp, {{names.attn(l, wn::kQProj), q_out}}, hidden, false));
   }
   STRATA_ASSIGN_OR_RETURN(
-      L.kv_a, load_fused_linear(ws, be, {{names.attn(l, wn::kKvAProj), dims_.cache_dim()}}, hidden, bias));
-  STRATA_ASSIGN_OR_RETURN(L.kv_a_norm, load_weight(ws, be, WeightNames::weight(names.attn(l, wn::kKvALayerNorm)),
-                                                   {dims_.kv_lora_rank}));
+      L.kv_a,
+      load_fused_linear(ws, be, {{names.attn(l, wn::kKvAProj), dims_.cache_dim()}}, hidden, bias));
+  STRATA_ASSIGN_OR_RETURN(L.kv_a_norm,
+                          load_weight(ws, be, WeightNames::weight(names.attn(l, wn::kKvALayerNorm)),
+                                      {dims_.kv_lora_rank}));
   // kv_b_proj becomes the absorbed per-head W_UK / W_UV (arch/mla.h): dense on every backend,
   // whatever the checkpoint's format (an fp8 kv_b_proj is dequantized here, as SGLang does).
   const int64_t kv_b_rows = heads * (dims_.qk_nope_head_dim + dims_.v_head_dim);
-  STRATA_ASSIGN_OR_RETURN(HostTensor kv_b, load_shard_f32(ws, tp, WeightNames::weight(names.attn(l, wn::kKvBProj)),
-                                                           {kv_b_rows, dims_.kv_lora_rank}));
+  STRATA_ASSIGN_OR_RETURN(HostTensor kv_b,
+                          load_shard_f32(ws, tp, WeightNames::weight(names.attn(l, wn::kKvBProj)),
+                                         {kv_b_rows, dims_.kv_lora_rank}));
   L.absorbed = split_kv_b(be, kv_b.view, dims_);
-  STRATA_ASSIGN_OR_RETURN(L.o_proj, load_sharded_linear(ws, be, tp, {{names.attn(l, wn::kOProj), hidden}},
-                                                      heads * dims_.v_head_dim, bias));
+  STRATA_ASSIGN_OR_RETURN(L.o_proj,
+                          load_sharded_linear(ws, be, tp, {{names.attn(l, wn::kOProj), hidden}},
+                                              heads * dims_.v_head_dim, bias));
   return Status();
 }
 
 // gate_proj / up_proj / down_proj under `module(proj)`: a dense layer's MLP or the shared experts.
-StatusOr<SwiGlu> DeepseekModel::load_swiglu(const WeightStore& ws,
-                                            const std::function<std::string(std::string_view)>& module,
-                                            int64_t inter) {
+StatusOr<SwiGlu> DeepseekModel::load_swiglu(
+    const WeightStore& ws, const std::function<std::string(std::string_view)>& module,
+    int64_t inter) {
   namespace wn = weight_names;
   SwiGlu m;
   const int64_t hidden = spec_.hidden_size;
   STRATA_ASSIGN_OR_RETURN(
-      m.gate_up, load_sharded_linear(ws, *backend_, tp_, {{module(wn::kGateProj), inter}, {module(wn::kUpProj), inter}},
+      m.gate_up, load_sharded_linear(ws, *backend_, tp_,
+                                     {{module(wn::kGateProj), inter}, {module(wn::kUpProj), inter}},
                                      hidden, false));
-  STRATA_ASSIGN_OR_RETURN(m.down,
-                          load_sharded_linear(ws, *backend_, tp_, {{module(wn::kDownProj), hidden}}, inter, false));
+  STRATA_ASSIGN_OR_RETURN(
+      m.down,
+      load_sharded_linear(ws, *backend_, tp_, {{module(wn::kDownProj), hidden}}, inter, false));
   return m;
 }
 
@@ -186,7 +202,8 @@ Status DeepseekModel::load_moe(const WeightStore& ws, int l, MoeBlock& m) {
   const int64_t inter = tp_.active() ? tp_.shard().moe_intermediate.size() : full_inter;
   const int64_t n = ms.n_routed_experts;
   // The router stays dense (checkpoints never quantize it); it scores experts in float32.
-  STRATA_ASSIGN_OR_RETURN(m.gate, load_fused_linear(ws, be, {{names.mlp(l, wn::kRouter), n}}, hidden, false));
+  STRATA_ASSIGN_OR_RETURN(
+      m.gate, load_fused_linear(ws, be, {{names.mlp(l, wn::kRouter), n}}, hidden, false));
   const std::string bias_name = names.mlp(l, wn::kRouter) + "." + std::string(wn::kRouterBias);
   if (ms.topk_method == TopkMethod::kNoauxTc || ws.contains(bias_name)) {
     STRATA_ASSIGN_OR_RETURN(HostTensor bias, ws.load_f32(bias_name, {n}));
@@ -213,8 +230,10 @@ Status DeepseekModel::load_moe(const WeightStore& ws, int l, MoeBlock& m) {
   m.experts.down = be.upload_linear(d_all, Tensor{});
   if (ms.n_shared_experts > 0) {
     m.has_shared = true;
-    STRATA_ASSIGN_OR_RETURN(m.shared, load_swiglu(ws, [&](std::string_view p) { return names.shared_expert(l, p); },
-                                                  int64_t(ms.n_shared_experts) * full_inter));
+    STRATA_ASSIGN_OR_RETURN(m.shared,
+                            load_swiglu(
+                                ws, [&](std::string_view p) { return names.shared_expert(l, p); },
+                                int64_t(ms.n_shared_experts) * full_inter));
   }
   return Status();
 }
@@ -225,19 +244,23 @@ Status DeepseekModel::load(const WeightStore& ws) {
   const WeightNames names(s);
   const int64_t hidden = s.hidden_size;
   if (s.mla.kv_lora_rank <= 0 || s.mla.qk_rope_head_dim <= 0 || s.mla.v_head_dim <= 0)
-    return invalid_argument("{}: MLA needs kv_lora_rank, qk_rope_head_dim and v_head_dim", ws.dir());
+    return invalid_argument("{}: MLA needs kv_lora_rank, qk_rope_head_dim and v_head_dim",
+                            ws.dir());
   STRATA_RETURN_IF_ERROR(load_embedding_and_head(ws));
   for (int l = 0; l < s.num_layers; ++l) {
     DeepseekLayer L;
-    STRATA_ASSIGN_OR_RETURN(L.input_norm, load_weight(ws, be, WeightNames::weight(names.input_norm(l)), {hidden}));
-    STRATA_ASSIGN_OR_RETURN(L.post_norm, load_weight(ws, be, WeightNames::weight(names.post_norm(l)), {hidden}));
+    STRATA_ASSIGN_OR_RETURN(
+        L.input_norm, load_weight(ws, be, WeightNames::weight(names.input_norm(l)), {hidden}));
+    STRATA_ASSIGN_OR_RETURN(L.post_norm,
+                            load_weight(ws, be, WeightNames::weight(names.post_norm(l)), {hidden}));
     STRATA_RETURN_IF_ERROR(load_attention(ws, l, L));
     L.is_moe = s.is_moe_layer(l);
     if (L.is_moe) {
       STRATA_RETURN_IF_ERROR(load_moe(ws, l, L.moe));
     } else {
-      STRATA_ASSIGN_OR_RETURN(L.mlp, load_swiglu(ws, [&](std::string_view p) { return names.mlp(l, p); },
-                                                 s.intermediate_size));
+      STRATA_ASSIGN_OR_RETURN(
+          L.mlp, load_swiglu(
+                     ws, [&](std::string_view p) { return names.mlp(l, p); }, s.intermediate_size));
     }
     layers_.push_back(std::move(L));
   }
@@ -328,8 +351,8 @@ void DeepseekModel::moe_block(int layer, const Tensor& h, const Tensor& out) {
 }  // namespace
 
 StatusOr<std::unique_ptr<Model>> create_deepseek_model(const ModelSpec& spec,
-                                                       const WeightStore& weights,
-                                                       Backend& backend, const TpRank& tp) {
+                                                       const WeightStore& weights, Backend& backend,
+                                                       const TpRank& tp) {
   if (tp.dcp_active() && dcp_attention(backend) == nullptr)
     return unimplemented(
         "--dcp-size {}: the {} backend has no decode-context-parallel MLA attention (an MLA "

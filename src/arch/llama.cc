@@ -11,14 +11,14 @@ namespace strata {
 namespace {
 
 struct LlamaLayer {
-  DeviceTensorPtr input_norm;   // [hidden]
-  LinearWeight qkv;             // [(heads + 2 kv_heads) · head_dim, hidden]
-  DeviceTensorPtr q_norm;       // [head_dim] (qwen3) or null
-  DeviceTensorPtr k_norm;       // [head_dim] (qwen3) or null
-  LinearWeight o_proj;          // [hidden, heads · head_dim]
-  DeviceTensorPtr post_norm;    // [hidden]
-  LinearWeight gate_up;         // [2 · intermediate, hidden]
-  LinearWeight down;            // [hidden, intermediate]
+  DeviceTensorPtr input_norm;  // [hidden]
+  LinearWeight qkv;            // [(heads + 2 kv_heads) · head_dim, hidden]
+  DeviceTensorPtr q_norm;      // [head_dim] (qwen3) or null
+  DeviceTensorPtr k_norm;      // [head_dim] (qwen3) or null
+  LinearWeight o_proj;         // [hidden, heads · head_dim]
+  DeviceTensorPtr post_norm;   // [hidden]
+  LinearWeight gate_up;        // [2 · intermediate, hidden]
+  LinearWeight down;           // [hidden, intermediate]
 };
 
 class LlamaModel : public DecoderModel {
@@ -41,8 +41,12 @@ class LlamaModel : public DecoderModel {
   }
 
  private:
-  const DeviceTensor& input_norm(int layer) const override { return *layers_[size_t(layer)].input_norm; }
-  const DeviceTensor& post_norm(int layer) const override { return *layers_[size_t(layer)].post_norm; }
+  const DeviceTensor& input_norm(int layer) const override {
+    return *layers_[size_t(layer)].input_norm;
+  }
+  const DeviceTensor& post_norm(int layer) const override {
+    return *layers_[size_t(layer)].post_norm;
+  }
   void attention_block(int layer, const Tensor& h, const ForwardBatch& batch, KvStorage& kv,
                        const RopeArgs& rope, const Tensor& out) override;
   void mlp_block(int layer, const Tensor& h, const Tensor& out) override;
@@ -62,27 +66,33 @@ Status LlamaModel::load(const WeightStore& ws) {
   STRATA_RETURN_IF_ERROR(load_embedding_and_head(ws));
   for (int l = 0; l < s.num_layers; ++l) {
     LlamaLayer L;
-    STRATA_ASSIGN_OR_RETURN(L.input_norm, load_weight(ws, be, WeightNames::weight(names.input_norm(l)), {hidden}));
-    STRATA_ASSIGN_OR_RETURN(L.post_norm, load_weight(ws, be, WeightNames::weight(names.post_norm(l)), {hidden}));
     STRATA_ASSIGN_OR_RETURN(
-        L.qkv, load_sharded_linear(ws, be, tp,
-                                 {{names.attn(l, wn::kQProj), s.num_heads * hd},
-                                  {names.attn(l, wn::kKProj), s.num_kv_heads * hd},
-                                  {names.attn(l, wn::kVProj), s.num_kv_heads * hd}},
-                                 hidden, s.attention_bias));
-    STRATA_ASSIGN_OR_RETURN(L.o_proj, load_sharded_linear(ws, be, tp, {{names.attn(l, wn::kOProj), hidden}},
-                                                        s.num_heads * hd, s.attention_out_bias));
+        L.input_norm, load_weight(ws, be, WeightNames::weight(names.input_norm(l)), {hidden}));
+    STRATA_ASSIGN_OR_RETURN(L.post_norm,
+                            load_weight(ws, be, WeightNames::weight(names.post_norm(l)), {hidden}));
+    STRATA_ASSIGN_OR_RETURN(L.qkv,
+                            load_sharded_linear(ws, be, tp,
+                                                {{names.attn(l, wn::kQProj), s.num_heads * hd},
+                                                 {names.attn(l, wn::kKProj), s.num_kv_heads * hd},
+                                                 {names.attn(l, wn::kVProj), s.num_kv_heads * hd}},
+                                                hidden, s.attention_bias));
+    STRATA_ASSIGN_OR_RETURN(L.o_proj,
+                            load_sharded_linear(ws, be, tp, {{names.attn(l, wn::kOProj), hidden}},
+                                                s.num_heads * hd, s.attention_out_bias));
     if (s.qk_norm) {
-      STRATA_ASSIGN_OR_RETURN(L.q_norm, load_weight(ws, be, WeightNames::weight(names.attn(l, wn::kQNorm)), {hd}));
-      STRATA_ASSIGN_OR_RETURN(L.k_norm, load_weight(ws, be, WeightNames::weight(names.attn(l, wn::kKNorm)), {hd}));
+      STRATA_ASSIGN_OR_RETURN(
+          L.q_norm, load_weight(ws, be, WeightNames::weight(names.attn(l, wn::kQNorm)), {hd}));
+      STRATA_ASSIGN_OR_RETURN(
+          L.k_norm, load_weight(ws, be, WeightNames::weight(names.attn(l, wn::kKNorm)), {hd}));
     }
     STRATA_ASSIGN_OR_RETURN(L.gate_up,
                             load_sharded_linear(ws, be, tp,
-                                              {{names.mlp(l, wn::kGateProj), s.intermediate_size},
-                                               {names.mlp(l, wn::kUpProj), s.intermediate_size}},
-                                              hidden, s.mlp_bias));
-    STRATA_ASSIGN_OR_RETURN(L.down, load_sharded_linear(ws, be, tp, {{names.mlp(l, wn::kDownProj), hidden}},
-                                                      s.intermediate_size, s.mlp_bias));
+                                                {{names.mlp(l, wn::kGateProj), s.intermediate_size},
+                                                 {names.mlp(l, wn::kUpProj), s.intermediate_size}},
+                                                hidden, s.mlp_bias));
+    STRATA_ASSIGN_OR_RETURN(L.down,
+                            load_sharded_linear(ws, be, tp, {{names.mlp(l, wn::kDownProj), hidden}},
+                                                s.intermediate_size, s.mlp_bias));
     layers_.push_back(std::move(L));
   }
   rope_freqs_ = compute_rope_frequencies(s.rope, s.max_position_embeddings);

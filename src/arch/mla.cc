@@ -59,8 +59,8 @@ void mla_make_cache_rows(Backend& be, const MlaDims& d, const Tensor& kv_a, cons
   be.rope(kv_a.reshape({t, 1, d.cache_dim()}), positions, r);
 }
 
-void mla_absorbed_attention(Backend& be, const MlaDims& d, const MlaAbsorbedWeights& w,
-                            float scale, const Tensor& q, const KvStorage& kv, int layer,
+void mla_absorbed_attention(Backend& be, const MlaDims& d, const MlaAbsorbedWeights& w, float scale,
+                            const Tensor& q, const KvStorage& kv, int layer,
                             const AttentionMetadata& meta, const Tensor& out) {
   const int64_t t = q.dim(0), heads = d.num_heads, rank = d.kv_lora_rank;
   CHECK_EQ(q.dim(1), heads);

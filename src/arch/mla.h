@@ -46,8 +46,8 @@ void mla_make_cache_rows(Backend& be, const MlaDims& d, const Tensor& kv_a, cons
 
 // Absorbed attention of the batch's new tokens. q [T, heads, nope + rope] with rope applied; the
 // layer's cache rows of the new tokens already written. out [T, heads, v_head_dim].
-void mla_absorbed_attention(Backend& be, const MlaDims& d, const MlaAbsorbedWeights& w,
-                            float scale, const Tensor& q, const KvStorage& kv, int layer,
+void mla_absorbed_attention(Backend& be, const MlaDims& d, const MlaAbsorbedWeights& w, float scale,
+                            const Tensor& q, const KvStorage& kv, int layer,
                             const AttentionMetadata& meta, const Tensor& out);
 
 }  // namespace strata

@@ -33,7 +33,8 @@ StatusOr<std::unique_ptr<Model>> create_model(const ModelSpec& spec, const Weigh
 StatusOr<std::unique_ptr<Model>> create_model(const ModelSpec& spec, const WeightStore& weights,
                                               Backend& backend, const TpRank& tp) {
   if (tp.active() && (tp.plan == nullptr || tp.plan->tp() != tp.size()))
-    return internal_error("tensor-parallel rank {} of {} without a matching sharding plan", tp.rank(), tp.size());
+    return internal_error("tensor-parallel rank {} of {} without a matching sharding plan",
+                          tp.rank(), tp.size());
   if (tp.dcp_active() && !spec.is_mla())
     return invalid_argument(
         "--dcp-size {}: decode context parallelism shards an MLA latent cache; {} has none "

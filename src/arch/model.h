@@ -53,8 +53,8 @@ struct SampleArgs {
   int32_t* token_ids = nullptr;             // host [num_logit_rows], written
   const int32_t* keep_rows = nullptr;       // host [num_keep]: indices into the logit rows
   int num_keep = 0;
-  float* kept_logits = nullptr;             // host [num_keep, vocab_size] float32, written
-  const LogitEdit* edits = nullptr;         // host [num_edits]; rows index the logit rows
+  float* kept_logits = nullptr;      // host [num_keep, vocab_size] float32, written
+  const LogitEdit* edits = nullptr;  // host [num_edits]; rows index the logit rows
   int64_t num_edits = 0;
 };
 
@@ -133,8 +133,8 @@ StatusOr<std::unique_ptr<Model>> create_llama_model(const ModelSpec& spec,
                                                     const WeightStore& weights, Backend& backend,
                                                     const TpRank& tp);
 StatusOr<std::unique_ptr<Model>> create_deepseek_model(const ModelSpec& spec,
-                                                       const WeightStore& weights,
-                                                       Backend& backend, const TpRank& tp);
+                                                       const WeightStore& weights, Backend& backend,
+                                                       const TpRank& tp);
 // The expert routing a DeepSeek-family spec asks for (arch/deepseek.cc): what its MoE layers pass
 // to Backend::moe_route (tests and benchmarks route the same way).
 MoeRouteArgs route_args_from(const ModelSpec& spec);

@@ -29,8 +29,8 @@ void apply_llama3(const RopeSpec& r, std::vector<float>& inv) {
       f = float(f / r.factor);
       continue;
     }
-    const double smooth = (old_ctx / wavelen - r.low_freq_factor) /
-                          (r.high_freq_factor - r.low_freq_factor);
+    const double smooth =
+        (old_ctx / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
     f = float((1 - smooth) * f / r.factor + smooth * f);
   }
 }
@@ -39,8 +39,8 @@ RopeFrequencies yarn(const RopeSpec& r, int64_t max_pos) {
   const int dim = r.rotary_dim;
   const double base = r.theta;
   double factor = r.factor;
-  const int64_t orig = r.original_max_position_embeddings > 0 ? r.original_max_position_embeddings
-                                                              : max_pos;
+  const int64_t orig =
+      r.original_max_position_embeddings > 0 ? r.original_max_position_embeddings : max_pos;
   RopeFrequencies out;
   if (r.attention_factor) {
     out.attention_factor = float(*r.attention_factor);
@@ -109,9 +109,9 @@ RopeFrequencies dynamic_rope_frequencies(const RopeSpec& rope, int64_t max_pos, 
   if (rope.type != RopeType::kDynamic || seq_len <= orig)
     return compute_rope_frequencies(rope, max_pos);
   const int dim = rope.rotary_dim;
-  const double base = rope.theta * std::pow(rope.factor * double(seq_len) / double(orig) -
-                                                (rope.factor - 1),
-                                            double(dim) / double(dim - 2));
+  const double base =
+      rope.theta * std::pow(rope.factor * double(seq_len) / double(orig) - (rope.factor - 1),
+                            double(dim) / double(dim - 2));
   RopeFrequencies out;
   out.inv_freq = default_inv_freq(base, dim);
   return out;

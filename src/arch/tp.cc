@@ -66,22 +66,24 @@ StatusOr<HostLinearWeight> load_fused_linear_shard(const WeightStore& weights, c
 StatusOr<LinearWeight> load_sharded_linear(const WeightStore& weights, Backend& backend,
                                            const TpRank& tp, const std::vector<LinearPart>& parts,
                                            int64_t in_features, bool with_bias) {
-  STRATA_ASSIGN_OR_RETURN(HostLinearWeight w, load_fused_linear_shard(weights, tp, parts, in_features));
+  STRATA_ASSIGN_OR_RETURN(HostLinearWeight w,
+                          load_fused_linear_shard(weights, tp, parts, in_features));
   HostTensor bias;
   if (with_bias) {
     std::vector<HostTensor> bs;
     bool has_bias = false;
     int64_t rows = 0;
     for (const auto& p : parts) {
-      STRATA_ASSIGN_OR_RETURN(HostTensor b, load_shard_f32(weights, tp, p.name + ".bias", {p.out_features}));
+      STRATA_ASSIGN_OR_RETURN(HostTensor b,
+                              load_shard_f32(weights, tp, p.name + ".bias", {p.out_features}));
       has_bias |= b.numel() > 0;
       rows += b.numel();
       bs.push_back(std::move(b));
     }
     // A row-parallel bias is added on rank 0 only (load_shard_f32 gives the others nothing).
     if (has_bias) {
-      CHECK_MSG(rows == w.out, "{}: bias slices hold {} values for {} output rows", parts.front().name,
-                rows, w.out);
+      CHECK_MSG(rows == w.out, "{}: bias slices hold {} values for {} output rows",
+                parts.front().name, rows, w.out);
       bias = HostTensor::zeros_f32({w.out});
       int64_t row = 0;
       for (const HostTensor& b : bs) {
@@ -93,8 +95,9 @@ StatusOr<LinearWeight> load_sharded_linear(const WeightStore& weights, Backend& 
   return backend.upload_linear(w, bias.view);
 }
 
-StatusOr<DeviceTensorPtr> load_vocab_parallel_embedding(const WeightStore& weights, Backend& backend,
-                                                        const TpRank& tp, const std::string& name,
+StatusOr<DeviceTensorPtr> load_vocab_parallel_embedding(const WeightStore& weights,
+                                                        Backend& backend, const TpRank& tp,
+                                                        const std::string& name,
                                                         const Shape& shape) {
   const TensorInfo* t = weights.find(name);
   const bool plain = t != nullptr && (t->dtype == DType::kBF16 || t->dtype == DType::kF16 ||

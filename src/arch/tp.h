@@ -61,8 +61,9 @@ StatusOr<LinearWeight> load_sharded_linear(const WeightStore& weights, Backend& 
 // tokens owned by other ranks look up (so the all-reduce of the rows sums exactly one table row);
 // at tp = 1 the whole table. A table stored bf16 / f16 / f32 goes to the backend as stored (no
 // float32 copy on the host).
-StatusOr<DeviceTensorPtr> load_vocab_parallel_embedding(const WeightStore& weights, Backend& backend,
-                                                        const TpRank& tp, const std::string& name,
+StatusOr<DeviceTensorPtr> load_vocab_parallel_embedding(const WeightStore& weights,
+                                                        Backend& backend, const TpRank& tp,
+                                                        const std::string& name,
                                                         const Shape& shape);
 
 }  // namespace strata

@@ -10,11 +10,11 @@ namespace strata {
 // All pointers are host pointers owned by the BatchPlan, valid for one forward call.
 struct AttentionMetadata {
   int num_seqs = 0;
-  int num_tokens = 0;  // T: total new tokens in the batch
-  int page_size = 1;   // tokens per KV page
-  const int32_t* q_indptr = nullptr;      // [num_seqs + 1] rows of each sequence's new tokens
-  const int32_t* kv_lens = nullptr;       // [num_seqs] context length after this step (cached + new)
-  const int32_t* page_indptr = nullptr;   // [num_seqs + 1] into page_indices
+  int num_tokens = 0;                    // T: total new tokens in the batch
+  int page_size = 1;                     // tokens per KV page
+  const int32_t* q_indptr = nullptr;     // [num_seqs + 1] rows of each sequence's new tokens
+  const int32_t* kv_lens = nullptr;      // [num_seqs] context length after this step (cached + new)
+  const int32_t* page_indptr = nullptr;  // [num_seqs + 1] into page_indices
   const int32_t* page_indices = nullptr;  // [page_indptr[num_seqs]] page ids, in sequence order
   const int32_t* positions = nullptr;     // [num_tokens] position of each new token
   const int32_t* slot_mapping = nullptr;  // [num_tokens] page * page_size + offset to write K/V

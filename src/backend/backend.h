@@ -166,8 +166,8 @@ struct MoeRouteArgs {
   int topk_groups = 1;  // groups a token may pick experts from
   MoeScoring scoring = MoeScoring::kSoftmax;
   MoeGroupScore group_score = MoeGroupScore::kMax;
-  bool normalize = false;        // divide the chosen weights by their sum (norm_topk_prob)
-  float scaling_factor = 1.0f;   // multiplies the final weights (routed_scaling_factor)
+  bool normalize = false;       // divide the chosen weights by their sum (norm_topk_prob)
+  float scaling_factor = 1.0f;  // multiplies the final weights (routed_scaling_factor)
 };
 
 // Routed experts' SwiGLU weights stacked along a leading expert dim, so a backend can run
@@ -286,14 +286,15 @@ class Backend {
 
   // ---- ops ----
   // out[t] = table[ids[t]]; ids: host int32 [T]; table [V, H]; out [T, H]
-  virtual void embedding(const int32_t* ids, int num_tokens, const Tensor& table, const Tensor& out) = 0;
+  virtual void embedding(const int32_t* ids, int num_tokens, const Tensor& table,
+                         const Tensor& out) = 0;
   // out = x · wᵀ (+ bias); x [T, in], out [T, out]
   virtual void linear(const Tensor& x, const LinearWeight& w, const Tensor& out) = 0;
   // out[r] = x[r] / rms(x[r]) * weight; x, out [R, D]; weight [D]. out may alias x.
   virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) = 0;
   // residual += x; out = rms_norm(residual). x, residual, out [T, H].
-  virtual void add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, float eps,
-                            const Tensor& out) = 0;
+  virtual void add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                            float eps, const Tensor& out) = 0;
   // out = a + b (same shapes). out may alias a.
   virtual void add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   // out[t, i] = silu(x[t, i]) * x[t, I + i]; x [T, 2I], out [T, I]
@@ -345,8 +346,8 @@ class Backend {
   // out [.., Co] with the same number of rows.
   virtual void copy_columns(const Tensor& x, int64_t begin, int64_t end, const Tensor& out,
                             int64_t out_begin) = 0;
-  // A different linear map per head: out[t, h, out_begin + n] = Σ_k x[t, h, x_begin + k] · w[h, n, k].
-  // x [T, heads, Dx]; w [heads, N, K]; out [T, heads, Do]; out's other columns untouched.
+  // A different linear map per head: out[t, h, out_begin + n] = Σ_k x[t, h, x_begin + k] · w[h, n,
+  // k]. x [T, heads, Dx]; w [heads, N, K]; out [T, heads, Do]; out's other columns untouched.
   virtual void per_head_linear(const Tensor& x, int64_t x_begin, const Tensor& w, const Tensor& out,
                                int64_t out_begin) = 0;
 

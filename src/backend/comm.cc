@@ -48,7 +48,8 @@ StatusOr<LaunchRank> launch_rank_from_env() {
     STRATA_ASSIGN_OR_RETURN(std::optional<int> size, env_int(s.size));
     if (!size || *size < 1)
       return invalid_argument("{}={} is set but {} is not", s.rank, *rank, s.size);
-    if (*rank >= *size) return invalid_argument("{}={} is not below {}={}", s.rank, *rank, s.size, *size);
+    if (*rank >= *size)
+      return invalid_argument("{}={} is not below {}={}", s.rank, *rank, s.size, *size);
     STRATA_ASSIGN_OR_RETURN(std::optional<int> local, env_int(s.local_rank));
     return LaunchRank{.rank = *rank,
                       .size = *size,

@@ -61,7 +61,8 @@ void decode_flashmla(const KvLayout& lay, const char* src, float* dst) {
   to_f32(DType::kBF16, scales + tiles * 4, dst + latent, lay.rope_dim);
 }
 
-// bf16 rope parts stay unscaled: bf16 has the range, and a calibrated fp8 scale means nothing to it.
+// bf16 rope parts stay unscaled: bf16 has the range, and a calibrated fp8 scale means nothing to
+// it.
 float rope_scale(DType rope_dtype, float scale) {
   return rope_dtype == DType::kFP8E4M3 || rope_dtype == DType::kFP8E5M2 ? scale : 1.0f;
 }

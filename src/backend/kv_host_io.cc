@@ -33,7 +33,8 @@ KvHostIo::KvHostIo(const KvStorage& kv, int64_t num_host_pages) : num_host_pages
 const std::byte* KvHostIo::host_page_part(int32_t page, int layer, bool value) const {
   CHECK(page >= 0 && page < num_host_pages_);
   for (const Segment& s : segments_)
-    if (s.layer == layer && s.value == value) return host_ + s.host_offset + int64_t(page) * s.page_bytes;
+    if (s.layer == layer && s.value == value)
+      return host_ + s.host_offset + int64_t(page) * s.page_bytes;
   return nullptr;
 }
 
@@ -68,8 +69,12 @@ class CpuKvHostIo : public KvHostIo {
     set_host_base(static_cast<std::byte*>(buffer_.data()));
   }
   KvIoBackend backend() const override { return KvIoBackend::kMemcpy; }
-  uint64_t device_to_host(std::span<const KvPageCopy> copies) override { return copy(copies, true); }
-  uint64_t host_to_device(std::span<const KvPageCopy> copies) override { return copy(copies, false); }
+  uint64_t device_to_host(std::span<const KvPageCopy> copies) override {
+    return copy(copies, true);
+  }
+  uint64_t host_to_device(std::span<const KvPageCopy> copies) override {
+    return copy(copies, false);
+  }
   bool done(uint64_t ticket) override { return ticket <= ticket_; }
   void wait(uint64_t ticket) override { CHECK_LE(ticket, ticket_); }
 
@@ -83,8 +88,10 @@ class CpuKvHostIo : public KvHostIo {
         std::byte* dev = s.device + int64_t(r.device_page) * s.page_bytes;
         std::byte* host = host_ + s.host_offset + int64_t(r.host_page) * s.page_bytes;
         const size_t n = size_t(r.pages) * size_t(s.page_bytes);
-        if (to_host) std::memcpy(host, dev, n);
-        else std::memcpy(dev, host, n);
+        if (to_host)
+          std::memcpy(host, dev, n);
+        else
+          std::memcpy(dev, host, n);
       }
     }
     copy_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -99,17 +106,21 @@ class CpuKvHostIo : public KvHostIo {
 
 StatusOr<std::unique_ptr<KvHostIo>> make_kv_host_io(const Backend& backend, const KvStorage& kv,
                                                     int64_t num_host_pages, KvIoBackend io) {
-  if (num_host_pages < 1) return invalid_argument("host KV tier: {} pages (need at least one)", num_host_pages);
+  if (num_host_pages < 1)
+    return invalid_argument("host KV tier: {} pages (need at least one)", num_host_pages);
   if (backend.device() == Device::kCpu) {
     if (io != KvIoBackend::kAuto && io != KvIoBackend::kMemcpy)
-      return invalid_argument("--hicache-io-backend {}: not available on the cpu backend (copies are memcpy)",
-                              kv_io_backend_name(io));
+      return invalid_argument(
+          "--hicache-io-backend {}: not available on the cpu backend (copies are memcpy)",
+          kv_io_backend_name(io));
     return std::unique_ptr<KvHostIo>(new CpuKvHostIo(kv, num_host_pages));
   }
 #ifdef STRATA_CUDA
   if (io == KvIoBackend::kMemcpy)
-    return invalid_argument("--hicache-io-backend memcpy is the cpu backend's; use direct or kernel on cuda");
-  return cuda::make_cuda_kv_host_io(kv, num_host_pages, io == KvIoBackend::kAuto ? KvIoBackend::kKernel : io);
+    return invalid_argument(
+        "--hicache-io-backend memcpy is the cpu backend's; use direct or kernel on cuda");
+  return cuda::make_cuda_kv_host_io(kv, num_host_pages,
+                                    io == KvIoBackend::kAuto ? KvIoBackend::kKernel : io);
 #else
   return failed_precondition("host KV tier: backend {} has no host copy path", backend.name());
 #endif

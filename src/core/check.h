@@ -15,15 +15,15 @@ namespace strata::detail {
 }
 }  // namespace strata::detail
 
-#define CHECK(cond)                                                          \
-  do {                                                                       \
+#define CHECK(cond)                                                             \
+  do {                                                                          \
     if (!(cond)) ::strata::detail::check_failed(__FILE__, __LINE__, #cond, ""); \
   } while (0)
 
 // CHECK_MSG(n > 0, "n={}", n)
-#define CHECK_MSG(cond, ...)                                                  \
-  do {                                                                        \
-    if (!(cond))                                                              \
+#define CHECK_MSG(cond, ...)                                                               \
+  do {                                                                                     \
+    if (!(cond))                                                                           \
       ::strata::detail::check_failed(__FILE__, __LINE__, #cond, fmt::format(__VA_ARGS__)); \
   } while (0)
 

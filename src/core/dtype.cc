@@ -13,7 +13,8 @@ struct MiniFloat {
   int ebits;
   int mbits;
   int bias;
-  bool ieee_special;  // all-ones exponent = inf/NaN (f16, e5m2); else only S.1111.111 is NaN (e4m3fn)
+  bool ieee_special;  // all-ones exponent = inf/NaN (f16, e5m2); else only S.1111.111 is NaN
+                      // (e4m3fn)
   bool saturate;      // overflow -> max finite (fp8) instead of inf (f16)
 };
 
@@ -40,7 +41,8 @@ double decode(const MiniFloat& m, uint32_t code) {
   const uint32_t e_all = (1u << m.ebits) - 1;
   double v;
   if (m.ieee_special && e == e_all) {
-    v = mant == 0 ? std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
+    v = mant == 0 ? std::numeric_limits<double>::infinity()
+                  : std::numeric_limits<double>::quiet_NaN();
   } else if (!m.ieee_special && e == e_all && mant == ((1u << m.mbits) - 1)) {
     v = std::numeric_limits<double>::quiet_NaN();
   } else if (e == 0) {
@@ -62,8 +64,10 @@ uint32_t encode(const MiniFloat& m, float f) {
   const double maxv = max_finite(m);
   double a = std::fabs(double(f));
   if (std::isinf(a)) {
-    if (m.saturate) a = maxv;
-    else return sign | (e_all << m.mbits);
+    if (m.saturate)
+      a = maxv;
+    else
+      return sign | (e_all << m.mbits);
   }
   if (a == 0.0) return sign;
   // Quantum of the binade that holds `a` (subnormals share the smallest normal binade's).
@@ -77,8 +81,10 @@ uint32_t encode(const MiniFloat& m, float f) {
   const double q = std::nearbyint(a / quantum);
   double v = q * quantum;
   if (v > maxv) {
-    if (m.saturate) v = maxv;
-    else return sign | (e_all << m.mbits);  // IEEE overflow -> inf
+    if (m.saturate)
+      v = maxv;
+    else
+      return sign | (e_all << m.mbits);  // IEEE overflow -> inf
   }
   if (v == 0.0) return sign;
   // Encode the representable value v.
@@ -115,16 +121,26 @@ const Fp8Tables& fp8_tables() {
 
 int dtype_size(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kBF16: return 2;
-    case DType::kF16: return 2;
-    case DType::kFP8E4M3: return 1;
-    case DType::kFP8E5M2: return 1;
-    case DType::kI8: return 1;
-    case DType::kU8: return 1;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
-    case DType::kInt4Packed: return 1;
+    case DType::kF32:
+      return 4;
+    case DType::kBF16:
+      return 2;
+    case DType::kF16:
+      return 2;
+    case DType::kFP8E4M3:
+      return 1;
+    case DType::kFP8E5M2:
+      return 1;
+    case DType::kI8:
+      return 1;
+    case DType::kU8:
+      return 1;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
+    case DType::kInt4Packed:
+      return 1;
   }
   return 0;
 }

@@ -8,8 +8,10 @@ int json_nesting_depth(std::string_view text, int limit) {
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
-      if (c == '\\') ++i;  // skips the escaped character (\" does not end the string)
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;  // skips the escaped character (\" does not end the string)
+      else if (c == '"')
+        in_string = false;
       continue;
     }
     if (c == '"') {

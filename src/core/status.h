@@ -15,15 +15,15 @@ namespace strata {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,  // malformed input: bad JSON, wrong field type, bad flag value
-  kNotFound,         // missing file, tensor, model name
-  kOutOfRange,       // prompt longer than the context, value beyond a limit
-  kResourceExhausted,  // queue full, KV can never fit
-  kUnimplemented,    // a known feature that is not built yet
+  kInvalidArgument,     // malformed input: bad JSON, wrong field type, bad flag value
+  kNotFound,            // missing file, tensor, model name
+  kOutOfRange,          // prompt longer than the context, value beyond a limit
+  kResourceExhausted,   // queue full, KV can never fit
+  kUnimplemented,       // a known feature that is not built yet
   kFailedPrecondition,  // e.g. lossy KV without a quality record
-  kUnavailable,      // server draining, backend down
+  kUnavailable,         // server draining, backend down
   kInternal,
-  kDataLoss,         // truncated or corrupt file
+  kDataLoss,  // truncated or corrupt file
 };
 
 inline constexpr EnumName<StatusCode> kStatusCodeNames[] = {
@@ -68,9 +68,9 @@ template <typename... Args>
 Status make_error(StatusCode code, fmt::format_string<Args...> f, Args&&... args) {
   return Status(code, fmt::format(f, std::forward<Args>(args)...));
 }
-#define STRATA_ERROR_FN(fn, code)                                          \
-  template <typename... Args>                                              \
-  Status fn(fmt::format_string<Args...> f, Args&&... args) {               \
+#define STRATA_ERROR_FN(fn, code)                                                 \
+  template <typename... Args>                                                     \
+  Status fn(fmt::format_string<Args...> f, Args&&... args) {                      \
     return Status(StatusCode::code, fmt::format(f, std::forward<Args>(args)...)); \
   }
 STRATA_ERROR_FN(invalid_argument, kInvalidArgument)
@@ -88,7 +88,7 @@ STRATA_ERROR_FN(data_loss, kDataLoss)
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  StatusOr(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design
   StatusOr(Status status) : status_(std::move(status)) {}  // NOLINT
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
@@ -108,10 +108,10 @@ class [[nodiscard]] StatusOr {
 }  // namespace strata
 
 // Returns early with the error of a Status expression.
-#define STRATA_RETURN_IF_ERROR(expr)        \
-  do {                                      \
-    ::strata::Status _st = (expr);          \
-    if (!_st.ok()) return _st;              \
+#define STRATA_RETURN_IF_ERROR(expr) \
+  do {                               \
+    ::strata::Status _st = (expr);   \
+    if (!_st.ok()) return _st;       \
   } while (0)
 
 #define STRATA_CONCAT_INNER(a, b) a##b

@@ -1,10 +1,10 @@
 #include "core/tensor.h"
 
-#include <cstdlib>
-#include <cstring>
+#include <fmt/format.h>
 #include <sys/mman.h>
 
-#include <fmt/format.h>
+#include <cstdlib>
+#include <cstring>
 
 namespace strata {
 

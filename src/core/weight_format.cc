@@ -67,7 +67,8 @@ int64_t linear_device_bytes(const LinearFormat& f, int64_t out, int64_t in) {
     case WeightFormat::kDense:
       return linear_weight_bytes(f, out, in);
     case WeightFormat::kFp8Block:
-      return out * in + ceil_div(out, f.block_out) * (ceil_div(ceil_div(in, f.block_in), 4) * 4) * 4;
+      return out * in +
+             ceil_div(out, f.block_out) * (ceil_div(ceil_div(in, f.block_in), 4) * 4) * 4;
     case WeightFormat::kInt4Group: {
       const int64_t rows = ceil_div(out, 16) * 16, cols = ceil_div(in, 64) * 64;
       return rows * cols / 2 + rows * ceil_div(cols, f.group_size) * 2;
@@ -77,9 +78,11 @@ int64_t linear_device_bytes(const LinearFormat& f, int64_t out, int64_t in) {
 }
 
 void HostLinearWeight::check_sizes() const {
-  CHECK_MSG(stack >= 1 && out >= 1 && in >= 1, "linear weight dims stack {} out {} in {}", stack, out, in);
+  CHECK_MSG(stack >= 1 && out >= 1 && in >= 1, "linear weight dims stack {} out {} in {}", stack,
+            out, in);
   if (format.format == WeightFormat::kFp8Block) CHECK(format.block_out > 0 && format.block_in > 0);
-  if (format.format == WeightFormat::kInt4Group) CHECK(format.group_size > 0 && in % format.group_size == 0);
+  if (format.format == WeightFormat::kInt4Group)
+    CHECK(format.group_size > 0 && in % format.group_size == 0);
   CHECK_EQ(int64_t(values.size()), stack * matrix_values_bytes());
   CHECK_EQ(int64_t(scales.size()), stack * matrix_scales_bytes());
 }
@@ -226,7 +229,8 @@ namespace {
 void widen_to_f32(HostLinearWeight& w) {
   if (w.format.dense_dtype == DType::kF32) return;
   HostBytes f = HostBytes::uninitialized(size_t(w.stack * w.out * w.in * 4));
-  to_f32(w.format.dense_dtype, w.values.data(), reinterpret_cast<float*>(f.data()), w.stack * w.out * w.in);
+  to_f32(w.format.dense_dtype, w.values.data(), reinterpret_cast<float*>(f.data()),
+         w.stack * w.out * w.in);
   w.values = std::move(f);
   w.format.dense_dtype = DType::kF32;
 }
@@ -283,7 +287,8 @@ StatusOr<HostLinearWeight> concat_linear_rows(std::vector<HostLinearWeight> part
   return r;
 }
 
-StatusOr<HostLinearWeight> stack_linears(std::vector<HostLinearWeight> parts, const std::string& what) {
+StatusOr<HostLinearWeight> stack_linears(std::vector<HostLinearWeight> parts,
+                                         const std::string& what) {
   CHECK(!parts.empty());
   HostLinearWeight r;
   r.format = parts[0].format;
@@ -294,8 +299,8 @@ StatusOr<HostLinearWeight> stack_linears(std::vector<HostLinearWeight> parts, co
     const HostLinearWeight& p = parts[i];
     p.check_sizes();
     if (p.stack != 1 || p.out != r.out || p.in != r.in || !(p.format == r.format))
-      return invalid_argument("{}: stacked matrix {} is {} [{}, {}], matrix 0 is {} [{}, {}]", what, i,
-                              p.format.str(), p.out, p.in, r.format.str(), r.out, r.in);
+      return invalid_argument("{}: stacked matrix {} is {} [{}, {}], matrix 0 is {} [{}, {}]", what,
+                              i, p.format.str(), p.out, p.in, r.format.str(), r.out, r.in);
   }
   const int64_t vb = r.matrix_values_bytes(), sb = r.matrix_scales_bytes();
   r.values = HostBytes::uninitialized(size_t(r.stack * vb));

@@ -25,7 +25,8 @@ class TensorParallelRuntime : public ParallelRuntime {
     ParallelModel group;
     // One rank alone holds one host tier, as one process of a launcher's would.
     group.ranks_are_processes = tpc.launch.has_value() || tpc.one_rank;
-    STRATA_ASSIGN_OR_RETURN(group.model, create_tp_model(spec, weights, tpc, factory, &group.backend));
+    STRATA_ASSIGN_OR_RETURN(group.model,
+                            create_tp_model(spec, weights, tpc, factory, &group.backend));
     return group;
   }
 

@@ -5,9 +5,9 @@
 #include <bit>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <optional>
-#include <cstring>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -22,7 +22,13 @@
 namespace strata {
 namespace {
 
-enum class TpMessage : uint8_t { kInitKv = 1, kStep = 2, kShutdown = 3, kInitHost = 4, kHostStats = 5 };
+enum class TpMessage : uint8_t {
+  kInitKv = 1,
+  kStep = 2,
+  kShutdown = 3,
+  kInitHost = 4,
+  kHostStats = 5
+};
 
 // STRATA_STEP_TIMING=1 (as for the engine's step log): every 256 steps a rank logs where its
 // step time went — rank 0: sending the plan vs its forward; a worker: waiting for the plan
@@ -36,8 +42,8 @@ class TpStepTiming {
     wait_s_ += std::chrono::duration<double>(mid - begin).count();
     forward_s_ += std::chrono::duration<double>(end - mid).count();
     if (++steps_ < 256) return;
-    LOG_INFO("tensor-parallel rank {}: {} steps: {} {:.2f} ms, forward {:.2f} ms per step", rank_, steps_, wait_name_,
-             1e3 * wait_s_ / steps_, 1e3 * forward_s_ / steps_);
+    LOG_INFO("tensor-parallel rank {}: {} steps: {} {:.2f} ms, forward {:.2f} ms per step", rank_,
+             steps_, wait_name_, 1e3 * wait_s_ / steps_, 1e3 * forward_s_ / steps_);
     wait_s_ = forward_s_ = 0;
     steps_ = 0;
   }
@@ -120,7 +126,8 @@ void put_sync(std::vector<uint8_t>& out, const std::optional<HostTierSync>& sync
 }
 StatusOr<std::optional<HostTierSync>> get_sync(std::span<const uint8_t> in, size_t& at) {
   uint32_t n = 0;
-  if (!get(in, at, &n) || in.size() - at < n) return data_loss("tensor-parallel message: bad host tier section");
+  if (!get(in, at, &n) || in.size() - at < n)
+    return data_loss("tensor-parallel message: bad host tier section");
   const size_t begin = at;
   at += n;
   if (n == 0) return std::optional<HostTierSync>();
@@ -195,7 +202,7 @@ class KvInitInputs {
     }
     return bits;
   }
-  KvLayout layout_;                   // rank 0's, as sent (its k_dim/v_dim are not sent nor compared)
+  KvLayout layout_;  // rank 0's, as sent (its k_dim/v_dim are not sent nor compared)
   std::vector<uint32_t> scale_bits_;  // [num_layers, 2]: k, v scale
 };
 
@@ -205,7 +212,8 @@ struct KvInit {
   std::vector<float> scales;  // [num_layers, 2]: k, v scale
 };
 
-StatusOr<KvInit> decode_init_kv(std::span<const uint8_t> in, const Model& model, const Backend& backend) {
+StatusOr<KvInit> decode_init_kv(std::span<const uint8_t> in, const Model& model,
+                                const Backend& backend) {
   size_t at = 5;                   // kind, id
   KvLayout l = model.kv_layout();  // this rank's widths
   int32_t layers = 0, page_size = 0, rope_dim = 0;
@@ -213,9 +221,11 @@ StatusOr<KvInit> decode_init_kv(std::span<const uint8_t> in, const Model& model,
   uint8_t dtype = 0, format = 0;
   uint32_t n_layer_dtypes = 0;
   int16_t rope_dtype = -1;
-  bool ok = get(in, at, &layers) && get(in, at, &pages) && get(in, at, &page_size) && get(in, at, &dtype) &&
-            get(in, at, &n_layer_dtypes) && n_layer_dtypes <= uint32_t(std::max(0, layers));
-  if (ok && layers != l.num_layers) return data_loss("KV init message: {} layers, this rank's model has {}", layers, l.num_layers);
+  bool ok = get(in, at, &layers) && get(in, at, &pages) && get(in, at, &page_size) &&
+            get(in, at, &dtype) && get(in, at, &n_layer_dtypes) &&
+            n_layer_dtypes <= uint32_t(std::max(0, layers));
+  if (ok && layers != l.num_layers)
+    return data_loss("KV init message: {} layers, this rank's model has {}", layers, l.num_layers);
   std::vector<DType> layer_dtypes(ok ? n_layer_dtypes : 0);
   for (auto& d : layer_dtypes) {
     uint8_t v = 0;
@@ -225,7 +235,8 @@ StatusOr<KvInit> decode_init_kv(std::span<const uint8_t> in, const Model& model,
   ok = ok && get(in, at, &rope_dim) && get(in, at, &rope_dtype) && get(in, at, &format);
   std::vector<float> scales(size_t(std::max(0, layers)) * 2);
   for (float& s : scales) ok = ok && get(in, at, &s);
-  if (!ok || at != in.size() || pages < 1 || page_size < 1) return data_loss("KV init message: malformed");
+  if (!ok || at != in.size() || pages < 1 || page_size < 1)
+    return data_loss("KV init message: malformed");
   l.num_pages = pages;
   l.page_size = page_size;
   l.dtype = DType(dtype);
@@ -306,7 +317,8 @@ Status worker_loop(Communicator& comm, Model& model, Backend& backend, int dcp_s
   auto apply_sync = [&](uint32_t id, const std::optional<HostTierSync>& sync) -> Status {
     if (!sync) return Status();
     auto it = mirrors.find(id);
-    if (it == mirrors.end()) return data_loss("host tier copies for pool {}, which has no host tier", id);
+    if (it == mirrors.end())
+      return data_loss("host tier copies for pool {}, which has no host tier", id);
     return it->second->apply(*sync);
   };
   std::vector<uint8_t> msg;
@@ -327,7 +339,8 @@ Status worker_loop(Communicator& comm, Model& model, Backend& backend, int dcp_s
         STRATA_ASSIGN_OR_RETURN(KvInit init, decode_init_kv(msg, model, backend));
         const KvStorage* before = pools[id].get();
         apply_init_kv(std::move(init), backend, pools[id]);
-        if (pools[id].get() != before) mirrors.erase(id);  // its copier pointed into the old storage
+        if (pools[id].get() != before)
+          mirrors.erase(id);  // its copier pointed into the old storage
         break;
       }
       case TpMessage::kInitHost: {
@@ -336,9 +349,12 @@ Status worker_loop(Communicator& comm, Model& model, Backend& backend, int dcp_s
         if (!get(msg, at, &host_pages) || !get(msg, at, &io) || at != msg.size())
           return data_loss("host tier init message: malformed");
         auto it = pools.find(id);
-        Status made = it == pools.end() ? data_loss("host tier for pool {} before its KV init message", id) : Status();
+        Status made = it == pools.end()
+                          ? data_loss("host tier for pool {} before its KV init message", id)
+                          : Status();
         if (made.ok()) {
-          auto mirror = TpHostMirror::create(backend, *it->second, host_pages, KvIoBackend(io), comm.rank());
+          auto mirror =
+              TpHostMirror::create(backend, *it->second, host_pages, KvIoBackend(io), comm.rank());
           if (mirror.ok()) mirrors[id] = std::move(mirror).value();
           made = mirror.status();
         }
@@ -349,7 +365,8 @@ Status worker_loop(Communicator& comm, Model& model, Backend& backend, int dcp_s
         STRATA_ASSIGN_OR_RETURN(std::optional<HostTierSync> sync, get_sync(msg, at));
         STRATA_RETURN_IF_ERROR(apply_sync(id, sync));
         auto it = mirrors.find(id);
-        if (it == mirrors.end()) return data_loss("host tier statistics for pool {}, which has no host tier", id);
+        if (it == mirrors.end())
+          return data_loss("host tier statistics for pool {}, which has no host tier", id);
         std::vector<uint8_t> mine;
         encode_rank_stats(it->second->stats(), mine);
         STRATA_RETURN_IF_ERROR(gather_from_workers(comm, mine, nullptr));
@@ -417,9 +434,11 @@ class TpModel : public Model {
 
   // attach_tp_host_tier: every worker makes its host mirror of `kv`'s pool; the first failure is
   // returned (naming its rank). From then on the pool's steps carry `tier`'s copies.
-  Status attach_host_tier(TpHostTier* tier, const KvStorage& kv, int64_t host_pages, KvIoBackend io) {
+  Status attach_host_tier(TpHostTier* tier, const KvStorage& kv, int64_t host_pages,
+                          KvIoBackend io) {
     if (bind_thread_) bind_thread_();
-    if (host_tier_ != nullptr) return failed_precondition("this tensor-parallel model already has a host KV tier");
+    if (host_tier_ != nullptr)
+      return failed_precondition("this tensor-parallel model already has a host KV tier");
     const uint32_t id = announce_pool(kv).id;
     std::vector<uint8_t> msg{uint8_t(TpMessage::kInitHost)};
     put<uint32_t>(msg, id);
@@ -428,7 +447,8 @@ class TpModel : public Model {
     STRATA_RETURN_IF_ERROR(comm_->broadcast_bytes(msg, 0));
     std::vector<std::vector<uint8_t>> replies;
     STRATA_RETURN_IF_ERROR(gather_from_workers(*comm_, {}, &replies));
-    for (size_t r = 0; r < replies.size(); ++r) STRATA_RETURN_IF_ERROR(decode_status(replies[r], int(r) + 1));
+    for (size_t r = 0; r < replies.size(); ++r)
+      STRATA_RETURN_IF_ERROR(decode_status(replies[r], int(r) + 1));
     host_tier_ = tier;
     host_kv_ = &kv;
     return Status();
@@ -503,8 +523,9 @@ class TpModel : public Model {
     const Pool& pool = announce_pool(kv);
     std::vector<uint8_t> bytes{uint8_t(TpMessage::kStep)};
     put<uint32_t>(bytes, pool.id);
-    put_sync(bytes, host_tier_ != nullptr && host_kv_ == &kv ? std::optional<HostTierSync>(host_tier_->take_sync())
-                                                              : std::nullopt);
+    put_sync(bytes, host_tier_ != nullptr && host_kv_ == &kv
+                        ? std::optional<HostTierSync>(host_tier_->take_sync())
+                        : std::nullopt);
     const std::vector<uint8_t> plan = plan_of(batch).serialize();
     bytes.insert(bytes.end(), plan.begin(), plan.end());
     check(comm_->broadcast_bytes(bytes, 0));
@@ -512,7 +533,8 @@ class TpModel : public Model {
   // The engine's forward cannot return an error: a failed group stops the process, naming the
   // rank and its error (the other ranks' collectives have already returned).
   void check(const Status& st) const {
-    CHECK_MSG(st.ok(), "tensor-parallel group of {} ranks stopped: {}", comm_->size(), st.to_string());
+    CHECK_MSG(st.ok(), "tensor-parallel group of {} ranks stopped: {}", comm_->size(),
+              st.to_string());
   }
 
   std::unique_ptr<Model> inner_;
@@ -583,21 +605,26 @@ StatusOr<std::optional<LaunchRank>> tp_launch_from_env(int tp_size, Device devic
   STRATA_ASSIGN_OR_RETURN(LaunchRank launch, launch_rank_from_env());
   if (launch.size <= 1) return std::optional<LaunchRank>();
   if (launch.size != tp_size)
-    return invalid_argument("the launcher started {} processes ({}) but --tp-size is {}: give --tp-size {} (one "
-                            "rank per process)", launch.size, launch.source, tp_size, launch.size);
+    return invalid_argument(
+        "the launcher started {} processes ({}) but --tp-size is {}: give --tp-size {} (one "
+        "rank per process)",
+        launch.size, launch.source, tp_size, launch.size);
   if (device != Device::kCuda)
-    return invalid_argument("{} ranks started by a launcher ({}) need --device cuda: ranks of several processes "
-                            "talk through NCCL", launch.size, launch.source);
+    return invalid_argument(
+        "{} ranks started by a launcher ({}) need --device cuda: ranks of several processes "
+        "talk through NCCL",
+        launch.size, launch.source);
   if (const char* f = std::getenv("STRATA_NCCL_ID_FILE"); f != nullptr && *f != '\0') {
     *nccl_id_file = f;
   } else {
     // A job id every rank of this launch sees (so a file left by an earlier job is not read).
     std::string job = "0";
-    for (const char* v : {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid", "SLURM_JOB_ID",
-                          "PMI_JOBID"})
+    for (const char* v : {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid",
+                          "SLURM_JOB_ID", "PMI_JOBID"})
       if (const char* j = std::getenv(v); j != nullptr && *j != '\0') {
         job = j;
-        if (const char* step = std::getenv("SLURM_STEP_ID"); step != nullptr && std::string(v) == "SLURM_JOB_ID")
+        if (const char* step = std::getenv("SLURM_STEP_ID");
+            step != nullptr && std::string(v) == "SLURM_JOB_ID")
           job += std::string(".") + step;
         break;
       }
@@ -607,19 +634,24 @@ StatusOr<std::optional<LaunchRank>> tp_launch_from_env(int tp_size, Device devic
 }
 
 StatusOr<RankFactory> make_tp_rank_factory(const TpConfig& config) {
-  return make_rank_factory(RankGroup{.device = config.device, .size = config.tp_size, .launch = config.launch,
-                                     .nccl_id_file = config.nccl_id_file, .one_rank = config.one_rank});
+  return make_rank_factory(RankGroup{.device = config.device,
+                                     .size = config.tp_size,
+                                     .launch = config.launch,
+                                     .nccl_id_file = config.nccl_id_file,
+                                     .one_rank = config.one_rank});
 }
 
 StatusOr<std::unique_ptr<Model>> create_tp_model(const ModelSpec& spec, const WeightStore& weights,
                                                  const TpConfig& config, const RankFactory& factory,
                                                  std::unique_ptr<Backend>* rank0_backend) {
-  STRATA_ASSIGN_OR_RETURN(TpShardPlan plan_value, plan_tp_sharding(spec, config.tp_size, config.sharding));
+  STRATA_ASSIGN_OR_RETURN(TpShardPlan plan_value,
+                          plan_tp_sharding(spec, config.tp_size, config.sharding));
   auto plan = std::make_shared<TpShardPlan>(std::move(plan_value));
   auto state = std::make_shared<TpGroupState>();
   std::vector<std::thread> workers;
   if (config.launch && config.launch->rank != 0)
-    return internal_error("rank {} of a launcher job runs run_tp_worker, not the engine", config.launch->rank);
+    return internal_error("rank {} of a launcher job runs run_tp_worker, not the engine",
+                          config.launch->rank);
   // With a launcher the other ranks are other processes; else threads of this one (none with
   // --tp-one-rank: rank 0 runs alone).
   const int local_ranks = config.launch || config.one_rank ? 1 : config.tp_size;
@@ -638,7 +670,8 @@ StatusOr<std::unique_ptr<Model>> create_tp_model(const ModelSpec& spec, const We
     });
   }
   auto s0 = setup_rank(0, spec, weights, *plan, factory, config.dcp_size, *state);
-  Status st = s0.ok() ? s0->res.comm->barrier() : s0.status().with_context("tensor-parallel rank 0");
+  Status st =
+      s0.ok() ? s0->res.comm->barrier() : s0.status().with_context("tensor-parallel rank 0");
   if (!st.ok()) {
     state->fail(st);
     for (auto& t : workers) t.join();
@@ -646,8 +679,8 @@ StatusOr<std::unique_ptr<Model>> create_tp_model(const ModelSpec& spec, const We
     return state->first();
   }
   LOG_INFO("tensor parallel: {}{} ranks on {} · {} heads, {} vocab rows per rank{}",
-           config.one_rank ? "rank 0 alone (--tp-one-rank) of " : "", config.tp_size, device_name(config.device),
-           plan->rank(0).q_heads.size(), plan->rank(0).vocab.size(),
+           config.one_rank ? "rank 0 alone (--tp-one-rank) of " : "", config.tp_size,
+           device_name(config.device), plan->rank(0).q_heads.size(), plan->rank(0).vocab.size(),
            plan->kv_heads_replicated() ? " · KV heads replicated" : "");
   if (config.dcp_size > 1)
     LOG_INFO(
@@ -660,8 +693,9 @@ StatusOr<std::unique_ptr<Model>> create_tp_model(const ModelSpec& spec, const We
                                             state, plan, std::move(workers)));
 }
 
-StatusOr<std::unique_ptr<TpHostTier>> attach_tp_host_tier(Model& tp_model, const KvStorage& kv, int64_t host_pages,
-                                                          KvIoBackend io, std::unique_ptr<HiCacheIo> rank0_io) {
+StatusOr<std::unique_ptr<TpHostTier>> attach_tp_host_tier(Model& tp_model, const KvStorage& kv,
+                                                          int64_t host_pages, KvIoBackend io,
+                                                          std::unique_ptr<HiCacheIo> rank0_io) {
   auto* tp = dynamic_cast<TpModel*>(&tp_model);
   if (tp == nullptr) return internal_error("attach_tp_host_tier: not a tensor-parallel model");
   auto tier = std::make_unique<TpHostTier>(std::move(rank0_io), host_pages);
@@ -671,11 +705,13 @@ StatusOr<std::unique_ptr<TpHostTier>> attach_tp_host_tier(Model& tp_model, const
 }
 
 Status run_tp_worker(const std::string& model_path, const TpConfig& config) {
-  if (!config.launch || config.launch->rank == 0) return internal_error("run_tp_worker: not a worker rank");
+  if (!config.launch || config.launch->rank == 0)
+    return internal_error("run_tp_worker: not a worker rank");
   const int r = config.launch->rank;
   STRATA_ASSIGN_OR_RETURN(ModelSpec spec, load_model_spec(model_path));
   STRATA_ASSIGN_OR_RETURN(WeightStore weights, WeightStore::open(model_path, spec.quant));
-  STRATA_ASSIGN_OR_RETURN(TpShardPlan plan, plan_tp_sharding(spec, config.tp_size, config.sharding));
+  STRATA_ASSIGN_OR_RETURN(TpShardPlan plan,
+                          plan_tp_sharding(spec, config.tp_size, config.sharding));
   STRATA_ASSIGN_OR_RETURN(RankFactory factory, make_tp_rank_factory(config));
   TpGroupState state;
   auto s = setup_rank(r, spec, weights, plan, factory, config.dcp_size, state);

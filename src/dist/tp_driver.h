@@ -42,7 +42,7 @@ struct TpConfig {
   // divides tp_size; MLA models only). 1: every rank holds the whole latent cache.
   int dcp_size = 1;
   Device device = Device::kCpu;  // cpu: in-process ranks; cuda: one rank per visible GPU (NCCL)
-  ShardingOptions sharding{};  // allow_uneven: tests only (model/sharding.h)
+  ShardingOptions sharding{};    // allow_uneven: tests only (model/sharding.h)
   // Set when an existing launcher (mpirun, srun) started one process per rank
   // (tp_launch_from_env): this process hosts only rank launch->rank, on GPU launch->local_rank,
   // and the NCCL id travels through `nccl_id_file` (or STRATA_NCCL_ID). Rank 0 runs the engine
@@ -56,9 +56,9 @@ struct TpConfig {
 // The launcher's ranks when this process was started as one of several (size > 1), else nullopt.
 // Errors: a launcher size that is not --tp-size (no silent clamping), or a CPU device (ranks of
 // several processes talk through NCCL only). The id file: $STRATA_NCCL_ID_FILE, else
-// ./.strata_nccl_id.<job id: PMIX_NAMESPACE, Open MPI's jobid, SLURM_JOB_ID.SLURM_STEP_ID, PMI_JOBID,
-// or "0" when the launcher gives none> (on a filesystem every node sees; multi-node jobs may set
-// STRATA_NCCL_ID, the hex id, instead).
+// ./.strata_nccl_id.<job id: PMIX_NAMESPACE, Open MPI's jobid, SLURM_JOB_ID.SLURM_STEP_ID,
+// PMI_JOBID, or "0" when the launcher gives none> (on a filesystem every node sees; multi-node jobs
+// may set STRATA_NCCL_ID, the hex id, instead).
 StatusOr<std::optional<LaunchRank>> tp_launch_from_env(int tp_size, Device device,
                                                        std::string* nccl_id_file);
 
@@ -79,8 +79,9 @@ StatusOr<std::unique_ptr<Model>> create_tp_model(const ModelSpec& spec, const We
 // (copier `io`, as --hicache-io-backend resolved on rank 0) before this returns; errors name the
 // rank. `rank0_io` is rank 0's own copier. The returned tier is the HiCacheIo rank 0's HiCache
 // uses, and must be destroyed before the model. Engine thread only (it sends messages).
-StatusOr<std::unique_ptr<TpHostTier>> attach_tp_host_tier(Model& tp_model, const KvStorage& kv, int64_t host_pages,
-                                                          KvIoBackend io, std::unique_ptr<HiCacheIo> rank0_io);
+StatusOr<std::unique_ptr<TpHostTier>> attach_tp_host_tier(Model& tp_model, const KvStorage& kv,
+                                                          int64_t host_pages, KvIoBackend io,
+                                                          std::unique_ptr<HiCacheIo> rank0_io);
 
 // A launcher-started rank other than 0 (config.launch set): loads this rank's slices, then runs
 // rank 0's broadcast steps until its shutdown message. Returns the group's error if any rank

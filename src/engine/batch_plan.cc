@@ -123,19 +123,24 @@ StatusOr<BatchPlan> BatchPlan::deserialize(std::span<const uint8_t> bytes) {
   if (!r.u32(&page_size) || page_size < 1 || page_size > (1u << 20))
     return data_loss("batch plan message: bad page size {}", page_size);
   p.page_size = int32_t(page_size);
-  for (auto* v : {&p.token_ids, &p.positions, &p.q_indptr, &p.kv_lens, &p.page_indptr, &p.page_indices,
-                  &p.slot_mapping, &p.logits_rows, &p.sampled_seqs})
-    if (!r.vec(v)) return data_loss("batch plan message: truncated at byte {} of {}", r.at, bytes.size());
-  if (r.at != bytes.size()) return data_loss("batch plan message: {} trailing bytes", bytes.size() - r.at);
+  for (auto* v : {&p.token_ids, &p.positions, &p.q_indptr, &p.kv_lens, &p.page_indptr,
+                  &p.page_indices, &p.slot_mapping, &p.logits_rows, &p.sampled_seqs})
+    if (!r.vec(v))
+      return data_loss("batch plan message: truncated at byte {} of {}", r.at, bytes.size());
+  if (r.at != bytes.size())
+    return data_loss("batch plan message: {} trailing bytes", bytes.size() - r.at);
   const size_t seqs = p.kv_lens.size(), tokens = p.token_ids.size();
-  if (p.positions.size() != tokens || p.slot_mapping.size() != tokens || !valid_indptr(p.q_indptr, seqs, tokens) ||
-      !valid_indptr(p.page_indptr, seqs, p.page_indices.size()) || p.sampled_seqs.size() != p.logits_rows.size())
+  if (p.positions.size() != tokens || p.slot_mapping.size() != tokens ||
+      !valid_indptr(p.q_indptr, seqs, tokens) ||
+      !valid_indptr(p.page_indptr, seqs, p.page_indices.size()) ||
+      p.sampled_seqs.size() != p.logits_rows.size())
     return data_loss("batch plan message: inconsistent lengths ({} seqs, {} tokens)", seqs, tokens);
   for (size_t s = 0; s < seqs; ++s) {
     const int64_t new_tokens = p.q_indptr[s + 1] - p.q_indptr[s];
     const int64_t pages = p.page_indptr[s + 1] - p.page_indptr[s];
     if (p.kv_lens[s] < new_tokens || int64_t(p.kv_lens[s]) > pages * p.page_size)
-      return data_loss("batch plan message: sequence {} has {} tokens of context on {} pages", s, p.kv_lens[s], pages);
+      return data_loss("batch plan message: sequence {} has {} tokens of context on {} pages", s,
+                       p.kv_lens[s], pages);
   }
   for (size_t i = 0; i < p.logits_rows.size(); ++i)
     if (p.logits_rows[i] < 0 || size_t(p.logits_rows[i]) >= tokens || p.sampled_seqs[i] < 0 ||
@@ -144,7 +149,8 @@ StatusOr<BatchPlan> BatchPlan::deserialize(std::span<const uint8_t> bytes) {
   for (int32_t x : p.page_indices)
     if (x < 0) return data_loss("batch plan message: negative page id {}", x);
   for (size_t i = 0; i < tokens; ++i)
-    if (p.slot_mapping[i] < 0 || p.positions[i] < 0) return data_loss("batch plan message: negative slot or position");
+    if (p.slot_mapping[i] < 0 || p.positions[i] < 0)
+      return data_loss("batch plan message: negative slot or position");
   return p;
 }
 

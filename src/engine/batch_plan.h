@@ -20,7 +20,8 @@ namespace strata {
 struct ScheduledSeq {
   Request* request = nullptr;
   int32_t num_new_tokens = 0;
-  bool sample = false;  // its last new token's logits are sampled (false: a non-final prefill chunk)
+  bool sample =
+      false;  // its last new token's logits are sampled (false: a non-final prefill chunk)
 };
 
 class BatchPlan {

@@ -23,11 +23,12 @@ Engine::~Engine() {
   if (thread_.joinable()) thread_.join();
   if (hicache_) {
     const HiCacheStats h = hicache_->stats();
-    LOG_INFO("Host KV tier: {} tokens served from host in {} promotions · {} pages demoted ({} evicted ahead), "
-             "{} dropped · {:.3f} GB to host, {:.3f} GB to device · copies {:.3f} s",
-             h.host_hit_tokens, h.promotions, h.demoted_pages, h.evicted_ahead_pages, h.dropped_pages,
-             double(h.bytes_to_host) / 1e9,
-             double(h.bytes_to_device) / 1e9, h.copy_seconds);
+    LOG_INFO(
+        "Host KV tier: {} tokens served from host in {} promotions · {} pages demoted ({} evicted "
+        "ahead), "
+        "{} dropped · {:.3f} GB to host, {:.3f} GB to device · copies {:.3f} s",
+        h.host_hit_tokens, h.promotions, h.demoted_pages, h.evicted_ahead_pages, h.dropped_pages,
+        double(h.bytes_to_host) / 1e9, double(h.bytes_to_device) / 1e9, h.copy_seconds);
   }
   if (kv_copier_) {
     // What KV checkpoints cost: on the GPU every row is downloaded once, as its page fills.
@@ -53,19 +54,23 @@ Engine::~Engine() {
       list += fmt::format("{}{} {}", list.empty() ? "" : ", ", op, n);
     }
     if (calls > 0)
-      LOG_WARN("CPU fallback: {} calls of ops not on the {} device yet, run on the CPU reference "
-               "through host copies (slow): {}", calls, backend_->name(), list);
+      LOG_WARN(
+          "CPU fallback: {} calls of ops not on the {} device yet, run on the CPU reference "
+          "through host copies (slow): {}",
+          calls, backend_->name(), list);
     else if (!fallback.empty())
       LOG_INFO("CPU fallback: no calls ({})", list);
   }
   if (config_.tp_one_rank) {
     const SkippedCollectives s = skipped_collectives();
     const double steps = double(std::max<int64_t>(1, stats_.steps_total));
-    LOG_INFO("--tp-one-rank: skipped collectives over {} steps: all_reduce {} calls, {:.3f} GB ({:.1f} calls, "
-             "{:.1f} KB a step); all_gather {} calls, {:.3f} GB; {} step broadcasts", stats_.steps_total,
-             s.all_reduce_calls, double(s.all_reduce_bytes) / 1e9, double(s.all_reduce_calls) / steps,
-             double(s.all_reduce_bytes) / steps / 1e3, s.all_gather_calls, double(s.all_gather_bytes) / 1e9,
-             s.broadcast_calls);
+    LOG_INFO(
+        "--tp-one-rank: skipped collectives over {} steps: all_reduce {} calls, {:.3f} GB ({:.1f} "
+        "calls, "
+        "{:.1f} KB a step); all_gather {} calls, {:.3f} GB; {} step broadcasts",
+        stats_.steps_total, s.all_reduce_calls, double(s.all_reduce_bytes) / 1e9,
+        double(s.all_reduce_calls) / steps, double(s.all_reduce_bytes) / steps / 1e3,
+        s.all_gather_calls, double(s.all_gather_bytes) / 1e9, s.broadcast_calls);
   }
 }
 
@@ -92,7 +97,8 @@ SubmitResult Engine::submit(GenerateRequest g) {
   const int64_t id = next_id_++;
   const uint64_t seed = g.params.seed ? *g.params.seed : config_.seed * 1000003u + uint64_t(id);
   auto live = std::make_unique<Live>(id, std::move(g), *tokenizer_, seed);
-  for (const auto& s : live->request.params().stop_strings) live->max_stop_len = std::max(live->max_stop_len, s.size());
+  for (const auto& s : live->request.params().stop_strings)
+    live->max_stop_len = std::max(live->max_stop_len, s.size());
   inbox_.push_back(std::move(live));
   ++live_count_;
   cv_.notify_all();

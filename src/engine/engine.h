@@ -66,7 +66,9 @@ struct EngineConfig {
   // model's) and --chat-template (a file or a built-in name; "": the tokenizer's own template).
   std::string tokenizer_path;
   std::string chat_template;
-  const std::string& tokenizer_dir() const { return tokenizer_path.empty() ? model_path : tokenizer_path; }
+  const std::string& tokenizer_dir() const {
+    return tokenizer_path.empty() ? model_path : tokenizer_path;
+  }
   Device device = Device::kCpu;
   // --tp-size: tensor-parallel ranks (the distributed runtime, dist/tp_driver.h): cpu runs them
   // as threads of this process, cuda one per visible GPU. tp_allow_uneven: tests only
@@ -83,19 +85,19 @@ struct EngineConfig {
   // page_size of them): Engine::config().page_size reports the engine's page.
   int dcp_size = 1;
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;  // auto: f32 on cpu, bf16 on cuda (exact)
-  std::vector<int> kv_bf16_layers;            // layers kept in bf16 when kv_cache_dtype is fp8
-  std::string kv_scales_path;                 // per-layer K/V scales (strata eval-kv --calibrate)
-  std::optional<DType> kv_mla_rope_dtype;     // MLA rope part; unset: as kv_cache_dtype
+  std::vector<int> kv_bf16_layers;         // layers kept in bf16 when kv_cache_dtype is fp8
+  std::string kv_scales_path;              // per-layer K/V scales (strata eval-kv --calibrate)
+  std::optional<DType> kv_mla_rope_dtype;  // MLA rope part; unset: as kv_cache_dtype
   int page_size = 16;
   std::optional<double> mem_fraction_static;  // nullopt: the planner's default
   // Memory the KV pool is planned against: the GPU's on cuda; on cpu a budget standing in for it.
-  double device_memory_gib = 0;               // 0: cpu 4 GiB; cuda: the device's total memory
-  std::optional<int64_t> max_total_tokens;    // caps the KV pool, as in SGLang
+  double device_memory_gib = 0;             // 0: cpu 4 GiB; cuda: the device's total memory
+  std::optional<int64_t> max_total_tokens;  // caps the KV pool, as in SGLang
   std::optional<int> max_running_requests;
   int chunked_prefill_size = 8192;
   int max_prefill_tokens = 16384;
   int num_continuous_decode_steps = 1;
-  bool disable_radix_cache = false;           // SGLang's --disable-radix-cache: no prefix sharing
+  bool disable_radix_cache = false;  // SGLang's --disable-radix-cache: no prefix sharing
   // SGLang's --cuda-graph-max-bs: decode steps of at most this many requests run as captured
   // CUDA graphs (one graph per step shape, replayed); 0: every step launches eagerly. Unset:
   // kDefaultCudaGraphMaxBs on cuda at tp 1, off otherwise (the tensor-parallel collectives are
@@ -104,13 +106,13 @@ struct EngineConfig {
   // SGLang's --schedule-conservativeness: scales the decode reservation (new-token ratio) that
   // admission holds back for running requests. Below 1 admits more and retracts when wrong.
   double schedule_conservativeness = 1.0;
-  int64_t context_length = 0;                 // 0: the model's max_position_embeddings
-  uint64_t seed = 0;                          // for requests that give none
+  int64_t context_length = 0;  // 0: the model's max_position_embeddings
+  uint64_t seed = 0;           // for requests that give none
   // Host KV tier (kv/hicache.h), SGLang's flags. Its size: hicache_size_gb (1e9 bytes) per rank,
   // or hicache_ratio x the device pool; 2x the device pool when neither is set. Not both.
   bool enable_hierarchical_cache = false;
-  double hicache_size_gb = 0;                 // 0: unset
-  double hicache_ratio = 0;                   // 0: unset
+  double hicache_size_gb = 0;  // 0: unset
+  double hicache_ratio = 0;    // 0: unset
   HiCacheWritePolicy hicache_write_policy = HiCacheWritePolicy::kWriteThrough;
   KvIoBackend hicache_io_backend = KvIoBackend::kAuto;  // auto: kernel on cuda, memcpy on cpu
   // Hidden states the model runner can capture (engine/model_runner.h) for requests that ask
@@ -123,19 +125,19 @@ KvCacheOptions kv_cache_options(const EngineConfig& config);
 
 // What a request's callback receives, on the engine thread (keep the callback short).
 struct StreamEvent {
-  std::vector<int32_t> token_ids;        // tokens sampled since the last event
-  std::string text;                      // complete UTF-8 text since the last event
-  std::vector<TokenLogprobs> logprobs;   // one per token when requested
-  bool started = false;                  // the request was admitted: its prefill begins (no tokens yet)
+  std::vector<int32_t> token_ids;       // tokens sampled since the last event
+  std::string text;                     // complete UTF-8 text since the last event
+  std::vector<TokenLogprobs> logprobs;  // one per token when requested
+  bool started = false;  // the request was admitted: its prefill begins (no tokens yet)
   // The event carries GenerateRequest::resume_output_ids (their text), not newly sampled tokens.
   bool resumed = false;
-  uint64_t rng_draws = 0;                // the sampler's draws after these tokens (SamplerRng)
+  uint64_t rng_draws = 0;  // the sampler's draws after these tokens (SamplerRng)
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
-  std::string error;                     // set when the engine aborted the request
+  std::string error;  // set when the engine aborted the request
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
-  int32_t cached_tokens = 0;             // prompt tokens served from the prefix cache
+  int32_t cached_tokens = 0;  // prompt tokens served from the prefix cache
   // GenerateRequest::export_kv: KV rows of whole pages the request completed since its last
   // export (an event of its own: no tokens, not finished). Their tokens were emitted before.
   std::shared_ptr<const KvRows> kv{};
@@ -185,8 +187,8 @@ struct EngineStats {
   int64_t num_running = 0;
   int64_t num_waiting = 0;
   int64_t kv_tokens_total = 0;
-  int64_t kv_tokens_used = 0;        // held by running requests or the prefix cache
-  int64_t kv_tokens_cached = 0;      // held by the prefix cache only (evictable)
+  int64_t kv_tokens_used = 0;    // held by running requests or the prefix cache
+  int64_t kv_tokens_cached = 0;  // held by the prefix cache only (evictable)
   int64_t prompt_tokens_total = 0;
   int64_t generation_tokens_total = 0;
   int64_t cache_hit_tokens_total = 0;
@@ -204,8 +206,8 @@ struct EngineStats {
   // Step times (forward passes included), for a health check that knows what "slow" is here.
   double last_step_seconds = 0;
   double longest_recent_step_seconds = 0;  // the longest of the last 256 steps
-  int64_t hicache_capacity_tokens = 0;  // host KV tier (0 when off)
-  HiCacheStats hicache;                 // host-tier counters (zero when off)
+  int64_t hicache_capacity_tokens = 0;     // host KV tier (0 when off)
+  HiCacheStats hicache;                    // host-tier counters (zero when off)
   // Each rank's host-tier copies (empty when off). Under tensor parallelism the workers' counts
   // are gathered when the engine goes idle and at most once a second while it is busy.
   std::vector<HostTierRankStats> hicache_ranks;
@@ -276,7 +278,8 @@ class Engine {
   void loop();
   void drain_inbox();
   void run_step();
-  void emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogprobs> logprobs, bool resumed = false);
+  void emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogprobs> logprobs,
+            bool resumed = false);
   void finalize(Live& live);
   // KV rows of checkpoints (engine_kv_rows.cc).
   bool ensure_kv_copier();

@@ -11,8 +11,8 @@
 #include "core/log.h"
 #include "engine/engine.h"
 #include "engine/live_request.h"
-#include "engine/schedule_state.h"
 #include "engine/parallel_runtime.h"
+#include "engine/schedule_state.h"
 #include "kv/host_pool.h"
 #include "kv/page_pool.h"
 #include "kv/radix_cache.h"
@@ -38,15 +38,20 @@ double physical_memory_bytes() {
 // The host tier's options on their own.
 Status check_host_tier_options(const EngineConfig& c) {
   if (c.enable_hierarchical_cache && c.disable_radix_cache)
-    return invalid_argument("--enable-hierarchical-cache keeps the prefix cache's evicted prefixes: it does not go "
-                            "with --disable-radix-cache");
+    return invalid_argument(
+        "--enable-hierarchical-cache keeps the prefix cache's evicted prefixes: it does not go "
+        "with --disable-radix-cache");
   if (!c.enable_hierarchical_cache) {
-    if (c.hicache_size_gb != 0 || c.hicache_ratio != 0 || c.hicache_io_backend != KvIoBackend::kAuto)
-      return invalid_argument("--hicache-size/--hicache-ratio/--hicache-io-backend need --enable-hierarchical-cache");
+    if (c.hicache_size_gb != 0 || c.hicache_ratio != 0 ||
+        c.hicache_io_backend != KvIoBackend::kAuto)
+      return invalid_argument(
+          "--hicache-size/--hicache-ratio/--hicache-io-backend need --enable-hierarchical-cache");
     return Status::ok_status();
   }
   if (c.hicache_size_gb != 0 && c.hicache_ratio != 0)
-    return invalid_argument("--hicache-size and --hicache-ratio both set: give one (size in GB, or a multiple of the device pool)");
+    return invalid_argument(
+        "--hicache-size and --hicache-ratio both set: give one (size in GB, or a multiple of the "
+        "device pool)");
   if (c.hicache_size_gb < 0 || std::isnan(c.hicache_size_gb))
     return invalid_argument("--hicache-size must be > 0 GB, got {}", c.hicache_size_gb);
   if (c.hicache_ratio < 0 || std::isnan(c.hicache_ratio))
@@ -75,24 +80,29 @@ Status check_config(const EngineConfig& c) {
         "merge op (backend/dcp_attention.h); decode context parallelism runs on cpu ranks only",
         c.dcp_size);
   if (c.tp_one_rank && c.tp_size < 2)
-    return invalid_argument("--tp-one-rank runs rank 0 of --tp-size ranks alone: give --tp-size >= 2, got {}",
-                            c.tp_size);
+    return invalid_argument(
+        "--tp-one-rank runs rank 0 of --tp-size ranks alone: give --tp-size >= 2, got {}",
+        c.tp_size);
   // A non-final prefill chunk ends on a page boundary: a chunk below one page never advances.
   if (c.chunked_prefill_size > 0 && c.chunked_prefill_size < c.page_size * c.dcp_size)
     return invalid_argument(
         "--chunked-prefill-size {} is below one KV page of {} tokens (--page-size {}{})",
         c.chunked_prefill_size, c.page_size * c.dcp_size, c.page_size,
         c.dcp_size > 1 ? fmt::format(" x --dcp-size {}", c.dcp_size) : "");
-  if (c.schedule_conservativeness <= 0) return invalid_argument("--schedule-conservativeness must be > 0");
+  if (c.schedule_conservativeness <= 0)
+    return invalid_argument("--schedule-conservativeness must be > 0");
   if (c.cuda_graph_max_bs) {
     const int bs = *c.cuda_graph_max_bs;
     if (bs < 0) return invalid_argument("--cuda-graph-max-bs must be >= 0, got {}", bs);
     if (bs > 0 && c.device != Device::kCuda)
-      return invalid_argument("--cuda-graph-max-bs {} needs --device cuda (there are no graphs on {})", bs,
-                              device_name(c.device));
+      return invalid_argument(
+          "--cuda-graph-max-bs {} needs --device cuda (there are no graphs on {})", bs,
+          device_name(c.device));
     if (bs > 0 && c.tp_size > 1 && !c.tp_one_rank)  // one rank alone has no collectives to record
-      return unimplemented("--cuda-graph-max-bs with --tp-size {}: the collectives are not recorded into graphs "
-                           "yet; give --disable-cuda-graph", c.tp_size);
+      return unimplemented(
+          "--cuda-graph-max-bs with --tp-size {}: the collectives are not recorded into graphs "
+          "yet; give --disable-cuda-graph",
+          c.tp_size);
   }
   return Status::ok_status();
 }
@@ -105,11 +115,14 @@ struct Engine::Checkpoint {
   WeightStore weights;
 };
 
-StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, const ParallelRuntime* parallel) {
+StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
+                                                 const ParallelRuntime* parallel) {
   STRATA_RETURN_IF_ERROR(check_config(config));
   if (config.tp_size > 1 && parallel == nullptr)
-    return failed_precondition("--tp-size {}: this engine was made without a distributed runtime "
-                               "(Engine::create's `parallel`: dist/tensor_parallel.h)", config.tp_size);
+    return failed_precondition(
+        "--tp-size {}: this engine was made without a distributed runtime "
+        "(Engine::create's `parallel`: dist/tensor_parallel.h)",
+        config.tp_size);
   std::unique_ptr<Engine> e(new Engine());
   e->config_ = config;
   // Under decode context parallelism the engine's page (scheduler, prefix cache, batch plans) holds
@@ -144,18 +157,27 @@ Status Engine::create_backend() {
       backend_ = make_cuda_backend();
       break;
 #else
-      return failed_precondition("--device cuda: this build has no CUDA backend (configure with -DSTRATA_CUDA=ON)");
+      return failed_precondition(
+          "--device cuda: this build has no CUDA backend (configure with -DSTRATA_CUDA=ON)");
 #endif
   }
   if (!config_.cuda_graph_max_bs)
     config_.cuda_graph_max_bs =
-        config_.device == Device::kCuda && (config_.tp_size == 1 || config_.tp_one_rank) ? kDefaultCudaGraphMaxBs : 0;
+        config_.device == Device::kCuda && (config_.tp_size == 1 || config_.tp_one_rank)
+            ? kDefaultCudaGraphMaxBs
+            : 0;
   if (config_.tp_one_rank)
-    LOG_WARN("--tp-one-rank: rank 0 of {} tensor-parallel ranks runs alone, every collective skipped and counted: "
-             "a benchmark of one rank's work; the outputs are NOT the model's", config_.tp_size);
+    LOG_WARN(
+        "--tp-one-rank: rank 0 of {} tensor-parallel ranks runs alone, every collective skipped "
+        "and counted: "
+        "a benchmark of one rank's work; the outputs are NOT the model's",
+        config_.tp_size);
   if (*config_.cuda_graph_max_bs > 0)
-    LOG_INFO("CUDA graphs: decode steps of at most {} requests replay captured graphs (--cuda-graph-max-bs; "
-             "--disable-cuda-graph launches every step eagerly)", *config_.cuda_graph_max_bs);
+    LOG_INFO(
+        "CUDA graphs: decode steps of at most {} requests replay captured graphs "
+        "(--cuda-graph-max-bs; "
+        "--disable-cuda-graph launches every step eagerly)",
+        *config_.cuda_graph_max_bs);
   return Status::ok_status();
 }
 
@@ -164,9 +186,12 @@ StatusOr<Engine::Checkpoint> Engine::open_checkpoint() {
   const EngineConfig& c = config_;
   STRATA_ASSIGN_OR_RETURN(ModelSpec spec, load_model_spec(c.model_path));
   STRATA_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::load(c.tokenizer_dir()));
-  if (!c.tokenizer_path.empty() && tok.vocab_size() > spec.vocab_size)  // --tokenizer-path of another model?
-    return invalid_argument("the tokenizer in {} has {} tokens but the model's vocab_size is {}: a tokenizer of "
-                            "another model?", c.tokenizer_dir(), tok.vocab_size(), spec.vocab_size);
+  if (!c.tokenizer_path.empty() &&
+      tok.vocab_size() > spec.vocab_size)  // --tokenizer-path of another model?
+    return invalid_argument(
+        "the tokenizer in {} has {} tokens but the model's vocab_size is {}: a tokenizer of "
+        "another model?",
+        c.tokenizer_dir(), tok.vocab_size(), spec.vocab_size);
   tokenizer_ = std::make_unique<Tokenizer>(std::move(tok));
   STRATA_ASSIGN_OR_RETURN(WeightStore weights, WeightStore::open(c.model_path, spec.quant));
   return Checkpoint{.spec = std::move(spec), .weights = std::move(weights)};
@@ -177,8 +202,9 @@ StatusOr<Engine::Checkpoint> Engine::open_checkpoint() {
 // the context.
 Status Engine::plan_kv_cache(const Checkpoint& ck) {
   const EngineConfig& c = config_;
-  STRATA_ASSIGN_OR_RETURN(kv_config_, resolve_kv_cache_config(kv_cache_options(c), ck.spec, &ck.weights,
-                                                               backend_->activation_dtype()));
+  STRATA_ASSIGN_OR_RETURN(kv_config_,
+                          resolve_kv_cache_config(kv_cache_options(c), ck.spec, &ck.weights,
+                                                  backend_->activation_dtype()));
   Deployment dep;
   double mem_gib = c.device_memory_gib;
   if (mem_gib <= 0) {  // the device's total memory (the backend knows it), or 4 GiB on the CPU
@@ -224,7 +250,8 @@ Status Engine::plan_kv_cache(const Checkpoint& ck) {
     return resource_exhausted(
         "KV cache has room for {} tokens: the weights ({:.2f} GiB) leave nothing of {:.2f} GiB x "
         "mem-fraction-static {:.2f}; raise the memory budget or the fraction",
-        plan_.kv_tokens, double(plan_.weight_bytes_per_rank) / double(1 << 30), mem_gib, plan_.mem_fraction_static);
+        plan_.kv_tokens, double(plan_.weight_bytes_per_rank) / double(1 << 30), mem_gib,
+        plan_.mem_fraction_static);
   context_length_ = plan_.context_length;
   return Status::ok_status();
 }
@@ -254,7 +281,8 @@ StatusOr<KvLayout> Engine::create_kv_pools(const ModelSpec& spec) {
     // MLA rows with a bf16 rope part or FlashMLA tile scales: the planner counts dtype bytes
     // only, so fit the pool's planned bytes with the real row size.
     const int64_t pages = plan_.kv_pool_bytes / (layout.bytes_per_token() * layout.page_size);
-    if (pages < 1) return resource_exhausted("KV cache: no room for one page of {}", kv_config_.describe());
+    if (pages < 1)
+      return resource_exhausted("KV cache: no room for one page of {}", kv_config_.describe());
     plan_.kv_tokens = pages * page_size;
     plan_.kv_bytes_per_token = layout.bytes_per_token();
     plan_.kv_pool_bytes = pages * layout.page_size * plan_.kv_bytes_per_token;
@@ -280,10 +308,12 @@ Status Engine::create_scheduler_and_host_tier(const ModelSpec& spec, const KvLay
   sc.num_continuous_decode_steps = std::max(1, c.num_continuous_decode_steps);
   sc.disable_radix_cache = c.disable_radix_cache;
   sc.init_new_token_ratio = std::min(1.0, sc.init_new_token_ratio * c.schedule_conservativeness);
-  sc.min_new_token_ratio = std::min(sc.init_new_token_ratio, sc.min_new_token_ratio * c.schedule_conservativeness);
+  sc.min_new_token_ratio =
+      std::min(sc.init_new_token_ratio, sc.min_new_token_ratio * c.schedule_conservativeness);
   scheduler_ = std::make_unique<Scheduler>(sc);
   STRATA_RETURN_IF_ERROR(setup_host_tier(layout));
-  state_ = std::make_unique<ScheduleState>(sc, pool_.get(), cache_.get(), spec.eos_token_ids, hicache_.get());
+  state_ = std::make_unique<ScheduleState>(sc, pool_.get(), cache_.get(), spec.eos_token_ids,
+                                           hicache_.get());
   return Status::ok_status();
 }
 
@@ -292,48 +322,56 @@ Status Engine::setup_host_tier(const KvLayout& layout) {
   if (!c.enable_hierarchical_cache) return Status::ok_status();
   const HiCacheWritePolicy policy = c.hicache_write_policy;
   KvIoBackend io = c.hicache_io_backend;
-  if (backend_->device() == Device::kCpu && (io == KvIoBackend::kDirect || io == KvIoBackend::kKernel)) {
+  if (backend_->device() == Device::kCpu &&
+      (io == KvIoBackend::kDirect || io == KvIoBackend::kKernel)) {
     LOG_WARN("--hicache-io-backend {} does not apply on the cpu backend: host copies are memcpy",
              kv_io_backend_name(io));
     io = KvIoBackend::kMemcpy;
   }
   const int64_t page_bytes = layout.bytes_per_token() * layout.page_size;
   const double ratio = c.hicache_ratio > 0 ? c.hicache_ratio : 2.0;
-  const int64_t pages = c.hicache_size_gb > 0 ? int64_t(c.hicache_size_gb * 1e9 / double(page_bytes))
-                                              : int64_t(double(layout.num_pages) * ratio);
+  const int64_t pages = c.hicache_size_gb > 0
+                            ? int64_t(c.hicache_size_gb * 1e9 / double(page_bytes))
+                            : int64_t(double(layout.num_pages) * ratio);
   if (pages < 1)
-    return invalid_argument("host KV tier of {} holds no {}-byte page: raise --hicache-size/--hicache-ratio",
-                            c.hicache_size_gb > 0 ? fmt::format("{} GB", c.hicache_size_gb)
-                                                  : fmt::format("ratio {}", ratio),
-                            page_bytes);
-  if (pages > int64_t(INT32_MAX)) return invalid_argument("host KV tier: {} pages is too many", pages);
+    return invalid_argument(
+        "host KV tier of {} holds no {}-byte page: raise --hicache-size/--hicache-ratio",
+        c.hicache_size_gb > 0 ? fmt::format("{} GB", c.hicache_size_gb)
+                              : fmt::format("ratio {}", ratio),
+        page_bytes);
+  if (pages > int64_t(INT32_MAX))
+    return invalid_argument("host KV tier: {} pages is too many", pages);
   const double bytes = double(pages) * double(page_bytes);
   // Ranks that are threads of this process each hold their own tier (dist/tp_host_tier.h).
   const int local_ranks = tp_launched_ ? 1 : c.tp_size;
   const double ram = physical_memory_bytes();
   if (ram > 0 && bytes * local_ranks > 0.9 * ram)
-    return resource_exhausted("host KV tier of {:.2f} GB{} exceeds 90% of this machine's {:.2f} GB of memory",
-                              bytes / 1e9, local_ranks > 1 ? fmt::format(" x {} ranks", local_ranks) : "",
-                              ram / 1e9);
+    return resource_exhausted(
+        "host KV tier of {:.2f} GB{} exceeds 90% of this machine's {:.2f} GB of memory",
+        bytes / 1e9, local_ranks > 1 ? fmt::format(" x {} ranks", local_ranks) : "", ram / 1e9);
   STRATA_ASSIGN_OR_RETURN(host_io_, make_kv_host_io(*backend_, *kv_, pages, io));
   if (c.tp_size > 1) {
     // Rank 0 decides every copy; each other rank repeats it on its own pool and host memory.
-    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<GroupHostTier> tier,
-                            parallel_->attach_host_tier(*model_, *kv_, pages, host_io_->backend(),
-                                                        std::make_unique<KvHostIoCopier>(host_io_.get())));
+    STRATA_ASSIGN_OR_RETURN(
+        std::unique_ptr<GroupHostTier> tier,
+        parallel_->attach_host_tier(*model_, *kv_, pages, host_io_->backend(),
+                                    std::make_unique<KvHostIoCopier>(host_io_.get())));
     group_host_tier_ = tier.get();
     hicache_io_ = std::move(tier);
   } else {
     hicache_io_ = std::make_unique<KvHostIoCopier>(host_io_.get());
   }
   host_pool_ = std::make_unique<HostPool>(int32_t(pages), c.page_size);  // the engine's pages
-  hicache_ = std::make_unique<HiCache>(pool_.get(), cache_.get(), host_pool_.get(), hicache_io_.get(), policy);
+  hicache_ = std::make_unique<HiCache>(pool_.get(), cache_.get(), host_pool_.get(),
+                                       hicache_io_.get(), policy);
   stats_.hicache_capacity_tokens = host_pool_->capacity_tokens();
-  stats_.hicache_ranks = rank_host_stats(/*force=*/true);  // every rank's host memory, from the start
-  LOG_INFO("Host KV tier: {} tokens ({:.2f} GB{}, {:.2f}x the device pool) · write policy {} · io {}",
-           host_pool_->capacity_tokens(), bytes / 1e9, c.tp_size > 1 ? " per rank" : "",
-           double(pages) / double(layout.num_pages), hicache_write_policy_name(policy),
-           kv_io_backend_name(host_io_->backend()));
+  stats_.hicache_ranks =
+      rank_host_stats(/*force=*/true);  // every rank's host memory, from the start
+  LOG_INFO(
+      "Host KV tier: {} tokens ({:.2f} GB{}, {:.2f}x the device pool) · write policy {} · io {}",
+      host_pool_->capacity_tokens(), bytes / 1e9, c.tp_size > 1 ? " per rank" : "",
+      double(pages) / double(layout.num_pages), hicache_write_policy_name(policy),
+      kv_io_backend_name(host_io_->backend()));
   return Status::ok_status();
 }
 

@@ -25,8 +25,8 @@ size_t utf8_safe_prefix(const std::string& s, size_t n) {
 using StepClock = std::chrono::steady_clock;
 
 // STRATA_STEP_TIMING=1: every 256 steps, the engine logs how a step's wall time splits between
-// forward_sample (the GPU's work, with the host's launches overlapping it) and the rest (scheduling,
-// batch plan, streaming: time the GPU idles). Engine thread only.
+// forward_sample (the GPU's work, with the host's launches overlapping it) and the rest
+// (scheduling, batch plan, streaming: time the GPU idles). Engine thread only.
 struct StepTiming {
   bool on = [] {
     const char* e = std::getenv("STRATA_STEP_TIMING");
@@ -42,9 +42,11 @@ struct StepTiming {
     rest_s += std::chrono::duration<double>((fwd_begin - begin) + (now - fwd_end)).count();
     rows += int64_t(n);
     if (++steps < 256) return;
-    LOG_INFO("engine steps: {} steps, {:.1f} rows each: forward + sampling {:.2f} ms, the rest of the "
-             "step (host only) {:.2f} ms per step", steps, double(rows) / double(steps),
-             1e3 * forward_s / double(steps), 1e3 * rest_s / double(steps));
+    LOG_INFO(
+        "engine steps: {} steps, {:.1f} rows each: forward + sampling {:.2f} ms, the rest of the "
+        "step (host only) {:.2f} ms per step",
+        steps, double(rows) / double(steps), 1e3 * forward_s / double(steps),
+        1e3 * rest_s / double(steps));
     forward_s = rest_s = 0;
     steps = rows = 0;
   }
@@ -57,7 +59,8 @@ void Engine::loop() {
     {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] {
-        return stop_ || !inbox_.empty() || !abort_inbox_.empty() || flush_requested_ || !live_.empty();
+        return stop_ || !inbox_.empty() || !abort_inbox_.empty() || flush_requested_ ||
+               !live_.empty();
       });
       if (stop_) break;
     }
@@ -95,7 +98,8 @@ void Engine::drain_inbox() {
     }
     const int64_t id = live->request.id();
     import_kv(*live);  // checkpointed KV rows become a cached prefix its admission hits
-    if (!live->resume_output_ids.empty()) emit(*live, std::move(live->resume_output_ids), {}, /*resumed=*/true);
+    if (!live->resume_output_ids.empty())
+      emit(*live, std::move(live->resume_output_ids), {}, /*resumed=*/true);
     live_[id] = std::move(live);
   }
   for (int64_t id : aborts) {
@@ -213,7 +217,8 @@ void Engine::run_step() {
       ++stats_.steps_total;
       stats_.generation_tokens_total += user_rows;
       stats_.last_step_seconds = seconds;
-      stats_.longest_recent_step_seconds = *std::max_element(step_seconds_.begin(), step_seconds_.end());
+      stats_.longest_recent_step_seconds =
+          *std::max_element(step_seconds_.begin(), step_seconds_.end());
     }
     for (size_t j = 0; j < sampled.size(); ++j) {
       Request* r = step.seqs[size_t(plan.sampled_seqs[j])].request;
@@ -257,7 +262,8 @@ void Engine::store_captured(const ScheduledStep& step, const BatchPlan& plan,
 
 // Streams one step's tokens of a request: detokenize, check stop strings, hold back text that
 // could still begin a stop string.
-void Engine::emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogprobs> logprobs, bool resumed) {
+void Engine::emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogprobs> logprobs,
+                  bool resumed) {
   if (live.stopped_by_string) return;
   for (int32_t t : tokens) live.pending_text += live.decoder.push(t);
   StreamEvent ev;
@@ -333,7 +339,8 @@ std::vector<HostTierRankStats> Engine::rank_host_stats(bool force) {
   last_rank_stats_ = now;
   auto ranks = group_host_tier_->gather_rank_stats();
   if (!ranks.ok()) {
-    LOG_WARN("host KV tier: the ranks' statistics were not gathered: {}", ranks.status().to_string());
+    LOG_WARN("host KV tier: the ranks' statistics were not gathered: {}",
+             ranks.status().to_string());
     return {};
   }
   return std::move(ranks).value();

@@ -29,9 +29,7 @@ Status check_scales(const std::vector<float>& v, const std::string& what) {
 
 }  // namespace
 
-bool KvCacheConfig::lossy() const {
-  return is_fp8(dtype) && int(bf16_layers.size()) < num_layers;
-}
+bool KvCacheConfig::lossy() const { return is_fp8(dtype) && int(bf16_layers.size()) < num_layers; }
 
 DType KvCacheConfig::layer_dtype(int layer) const {
   return std::binary_search(bf16_layers.begin(), bf16_layers.end(), layer) ? DType::kBF16 : dtype;
@@ -46,10 +44,10 @@ std::string KvCacheConfig::describe() const {
 }
 
 std::string KvCacheConfig::key() const {
-  std::string s = fmt::format("dtype={};format={};bf16_layers={};rope={}", kv_cache_dtype_name(dtype),
-                              format == KvFormat::kFlashMlaFp8 ? "flashmla" : "plain",
-                              join_layers(bf16_layers),
-                              mla_rope_dtype ? kv_cache_dtype_name(*mla_rope_dtype) : "same");
+  std::string s =
+      fmt::format("dtype={};format={};bf16_layers={};rope={}", kv_cache_dtype_name(dtype),
+                  format == KvFormat::kFlashMlaFp8 ? "flashmla" : "plain", join_layers(bf16_layers),
+                  mla_rope_dtype ? kv_cache_dtype_name(*mla_rope_dtype) : "same");
   if (is_fp8(dtype) && format != KvFormat::kFlashMlaFp8) {
     s += ";k_scale=";
     for (float x : scales.k) s += fmt::format("{:.9g},", x);
@@ -72,7 +70,8 @@ StatusOr<std::vector<int>> parse_layer_list(const std::string& text, const std::
     } catch (...) {
       used = 0;
     }
-    if (used != item.size() || v < 0) return invalid_argument("{}: '{}' is not a layer index", flag, item);
+    if (used != item.size() || v < 0)
+      return invalid_argument("{}: '{}' is not a layer index", flag, item);
     out.push_back(v);
   }
   return out;
@@ -127,11 +126,13 @@ StatusOr<KvCacheConfig> resolve_kv_cache_config(const KvCacheOptions& o, const M
   if (is_fp8(c.dtype)) {
     c.bf16_layers = o.bf16_layers;
     std::sort(c.bf16_layers.begin(), c.bf16_layers.end());
-    c.bf16_layers.erase(std::unique(c.bf16_layers.begin(), c.bf16_layers.end()), c.bf16_layers.end());
+    c.bf16_layers.erase(std::unique(c.bf16_layers.begin(), c.bf16_layers.end()),
+                        c.bf16_layers.end());
   }
   if (o.mla_rope_dtype) {
     const DType rope = *o.mla_rope_dtype;
-    if (!spec.is_mla()) return invalid_argument("--kv-mla-rope-dtype: {} has no MLA cache", spec.model_type);
+    if (!spec.is_mla())
+      return invalid_argument("--kv-mla-rope-dtype: {} has no MLA cache", spec.model_type);
     if (c.format == KvFormat::kFlashMlaFp8 && rope != DType::kBF16)
       return invalid_argument("--kv-mla-rope-dtype: fp8_flashmla keeps the rope part in bf16");
     if (rope != DType::kBF16 && rope != DType::kF32 && !is_fp8(rope))
@@ -199,7 +200,8 @@ StatusOr<KvScales> read_kv_scales(const std::string& path, int num_layers) {
     s.k = j.at("k_scale").get<std::vector<float>>();
     s.v = j.at("v_scale").get<std::vector<float>>();
   } catch (const std::exception& e) {
-    return invalid_argument("--kv-scales '{}': k_scale/v_scale must be arrays of numbers ({})", path, e.what());
+    return invalid_argument("--kv-scales '{}': k_scale/v_scale must be arrays of numbers ({})",
+                            path, e.what());
   }
   if (int(s.k.size()) != num_layers || int(s.v.size()) != num_layers)
     return invalid_argument("--kv-scales '{}': {} k and {} v scales for a model of {} layers", path,
@@ -209,7 +211,8 @@ StatusOr<KvScales> read_kv_scales(const std::string& path, int num_layers) {
   return s;
 }
 
-StatusOr<std::optional<KvScales>> checkpoint_kv_scales(const WeightStore& w, const ModelSpec& spec) {
+StatusOr<std::optional<KvScales>> checkpoint_kv_scales(const WeightStore& w,
+                                                       const ModelSpec& spec) {
   KvScales s;
   s.source = "checkpoint";
   bool any = false;

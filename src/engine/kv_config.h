@@ -5,11 +5,10 @@
 // configuration for the quality records (eval/kv_quality.h).
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
 #include "core/status.h"
@@ -49,7 +48,7 @@ struct KvCacheOptions {
 struct KvCacheConfig {
   DType dtype = DType::kBF16;  // of every layer not in bf16_layers
   KvFormat format = KvFormat::kPlain;
-  std::vector<int> bf16_layers;        // sorted, unique, only when dtype is fp8
+  std::vector<int> bf16_layers;         // sorted, unique, only when dtype is fp8
   std::optional<DType> mla_rope_dtype;  // set only when it differs from dtype
   KvScales scales;
   int num_layers = 0;

@@ -34,15 +34,15 @@ struct Engine::Live {
   bool internal;  // not counted in EngineStats' request and token totals
   StreamDecoder decoder;
   SamplerRng rng;
-  OutputTokenCounts output_counts;         // kept only when the request's params edit logits
-  std::vector<int32_t> resume_output_ids;  // emitted once the request is queued
+  OutputTokenCounts output_counts;          // kept only when the request's params edit logits
+  std::vector<int32_t> resume_output_ids;   // emitted once the request is queued
   std::shared_ptr<const KvRows> resume_kv;  // loaded into the pool once the request is queued
   bool export_kv = false;
   int32_t exported_rows = 0;  // KV rows streamed so far (or held by the caller's checkpoint)
-  std::string pending_text;  // decoded, not yet emitted
-  size_t max_stop_len = 0;   // longest stop string: that much text minus one is held back
+  std::string pending_text;   // decoded, not yet emitted
+  size_t max_stop_len = 0;    // longest stop string: that much text minus one is held back
   bool stopped_by_string = false;
-  bool start_announced = false;  // the `started` event went out
+  bool start_announced = false;             // the `started` event went out
   std::shared_ptr<CapturedStates> capture;  // null: no capture
 };
 

@@ -73,8 +73,8 @@ void Request::abort(std::string error) {
 }
 
 void Request::preload_output(std::vector<int32_t> tokens) {
-  CHECK_MSG(state_ == RequestState::kWaiting && output_ids_.empty(), "request {}: preload_output while {}", id_,
-            request_state_name(state_));
+  CHECK_MSG(state_ == RequestState::kWaiting && output_ids_.empty(),
+            "request {}: preload_output while {}", id_, request_state_name(state_));
   output_ids_ = std::move(tokens);
 }
 

@@ -48,7 +48,9 @@ class Request {
 
   int64_t id() const { return id_; }
   RequestState state() const { return state_; }
-  bool is_live() const { return state_ != RequestState::kFinished && state_ != RequestState::kAborted; }
+  bool is_live() const {
+    return state_ != RequestState::kFinished && state_ != RequestState::kAborted;
+  }
   bool is_running() const {
     return state_ == RequestState::kPrefilling || state_ == RequestState::kDecoding;
   }
@@ -99,11 +101,11 @@ class Request {
   void set_urgent(bool on) { urgent_ = on; }
 
   // Transitions (CHECKed).
-  void start_prefill();                  // kWaiting | kRetracted -> kPrefilling
-  void start_decode();                   // kPrefilling -> kDecoding (after its first token)
-  void retract();                        // kPrefilling | kDecoding -> kRetracted (kv_len -> 0)
-  void finish(FinishReason reason);      // kPrefilling | kDecoding -> kFinished (stop / length)
-  void abort(std::string error = "");    // any live state -> kAborted; error empty: client abort
+  void start_prefill();                // kWaiting | kRetracted -> kPrefilling
+  void start_decode();                 // kPrefilling -> kDecoding (after its first token)
+  void retract();                      // kPrefilling | kDecoding -> kRetracted (kv_len -> 0)
+  void finish(FinishReason reason);    // kPrefilling | kDecoding -> kFinished (stop / length)
+  void abort(std::string error = "");  // any live state -> kAborted; error empty: client abort
 
   // Before submission (kWaiting, no output yet): output tokens produced earlier (a resumed
   // generation). Scheduling treats them like a retracted request's: prompt + output is prefilled.

@@ -21,7 +21,9 @@ namespace strata {
 // draws) and continues exactly as the uninterrupted stream would (cost: `draws` steps).
 class SamplerRng {
  public:
-  explicit SamplerRng(uint64_t seed, uint64_t draws = 0) : gen_(seed), draws_(draws) { gen_.discard(draws); }
+  explicit SamplerRng(uint64_t seed, uint64_t draws = 0) : gen_(seed), draws_(draws) {
+    gen_.discard(draws);
+  }
   // Uniform in [0, 1).
   double uniform() {
     ++draws_;
@@ -48,8 +50,8 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& p
 
 // Log-probabilities under the model's distribution (log_softmax of the raw logits).
 struct TokenLogprobs {
-  float logprob = 0;                              // of the chosen token
-  std::vector<std::pair<int32_t, float>> top;     // the `top_n` most likely, descending
+  float logprob = 0;                           // of the chosen token
+  std::vector<std::pair<int32_t, float>> top;  // the `top_n` most likely, descending
 };
 TokenLogprobs token_logprobs(const float* logits, int64_t vocab, int32_t chosen, int top_n);
 

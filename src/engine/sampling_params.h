@@ -30,7 +30,7 @@ struct SamplingParams {
   std::vector<std::pair<int32_t, float>> logit_bias{};
   std::optional<uint64_t> seed{};  // per-request RNG seed; unset: the engine's stream
   int32_t max_new_tokens = 128;
-  std::vector<int32_t> stop_token_ids{};  // finish (reason stop) when one of these is sampled
+  std::vector<int32_t> stop_token_ids{};    // finish (reason stop) when one of these is sampled
   std::vector<std::string> stop_strings{};  // checked by the engine on the detokenized text
   bool ignore_eos = false;  // when true the model's EOS tokens do not finish the request
 

@@ -53,18 +53,18 @@ SchedulerSnapshot ScheduleState::snapshot() const {
   s.evictable_pages = cache_->evictable_pages();
   s.new_token_ratio = new_token_ratio_;
   for (const Request* r : running_) {
-    s.running.push_back(RunningEntry{
-        .id = r->id(),
-        .decoding = r->state() == RequestState::kDecoding,
-        .kv_len = r->kv_len(),
-        .total_len = r->total_len(),
-        .held_pages = int32_t(r->pages().size()),
-        .prompt_len = r->prompt_len(),
-        .output_len = r->output_len(),
-        .remaining_new_tokens = r->remaining_new_tokens(),
-        .max_new_tokens = r->max_new_tokens(),
-        .releasable_pages = int32_t(r->pages().size()) - r->cached_pages() +
-                            cache_->exclusive_locked_pages(r->cache_node())});
+    s.running.push_back(
+        RunningEntry{.id = r->id(),
+                     .decoding = r->state() == RequestState::kDecoding,
+                     .kv_len = r->kv_len(),
+                     .total_len = r->total_len(),
+                     .held_pages = int32_t(r->pages().size()),
+                     .prompt_len = r->prompt_len(),
+                     .output_len = r->output_len(),
+                     .remaining_new_tokens = r->remaining_new_tokens(),
+                     .max_new_tokens = r->max_new_tokens(),
+                     .releasable_pages = int32_t(r->pages().size()) - r->cached_pages() +
+                                         cache_->exclusive_locked_pages(r->cache_node())});
   }
   // Admission is FCFS and stops at the first request that does not fit, so the head of the queue
   // is enough: the free slots plus one.
@@ -77,7 +77,9 @@ SchedulerSnapshot ScheduleState::snapshot() const {
                    .remaining_new_tokens = r->remaining_new_tokens()};
     if (pool_->pages_for_tokens(int64_t{r->total_len()} + 1) <= pool_->num_pages()) {
       // The last token is always computed: its logits are needed.
-      RadixPeek peek = config_.disable_radix_cache ? RadixPeek{} : cache_->peek_prefix(r->tokens(r->total_len() - 1));
+      RadixPeek peek = config_.disable_radix_cache
+                           ? RadixPeek{}
+                           : cache_->peek_prefix(r->tokens(r->total_len() - 1));
       w.cached_tokens = peek.matched_tokens;
       w.cached_evictable_pages = peek.evictable_pages;
       ++fitting;
@@ -129,8 +131,10 @@ void ScheduleState::ensure_pages(Request* r, int32_t tokens) {
 }
 
 void ScheduleState::evict(int32_t pages) {
-  if (hicache_) hicache_->evict_device(pages);  // demotes to host per the write policy
-  else cache_->evict(pages);
+  if (hicache_)
+    hicache_->evict_device(pages);  // demotes to host per the write policy
+  else
+    cache_->evict(pages);
 }
 
 // Extends r's cached prefix with pages the host tier holds, up to end - 1 (this step's chunk
@@ -138,9 +142,11 @@ void ScheduleState::evict(int32_t pages) {
 // Only when r holds exactly its locked prefix (admission, or a chunk that ended on a page).
 void ScheduleState::promote_from_host(Request* r, int32_t end) {
   const int32_t ps = config_.page_size;
-  if (r->kv_len() != r->cached_pages() * ps || int32_t(r->pages().size()) != r->cached_pages()) return;
+  if (r->kv_len() != r->cached_pages() * ps || int32_t(r->pages().size()) != r->cached_pages())
+    return;
   const std::vector<int32_t> key = r->tokens(r->total_len() - 1);
-  const int32_t promoted = hicache_->promote(key, r->kv_len(), std::min(end - 1, int32_t(key.size())));
+  const int32_t promoted =
+      hicache_->promote(key, r->kv_len(), std::min(end - 1, int32_t(key.size())));
   if (promoted == 0) return;
   const int32_t n = r->kv_len() + promoted;
   RadixMatch m = cache_->match_prefix(std::span(key).first(size_t(n)), /*record_stats=*/false);
@@ -200,9 +206,10 @@ ScheduledStep ScheduleState::apply(const Decision& d) {
     Request* r = lookup(id);
     remove_waiting(r);
     live_.erase(id);
-    r->abort(fmt::format("the prompt ({} tokens) and one generated token can never fit the KV "
-                         "cache ({} tokens); raise --mem-fraction-static or shorten the prompt",
-                         r->total_len(), pool_->capacity_tokens()));
+    r->abort(
+        fmt::format("the prompt ({} tokens) and one generated token can never fit the KV "
+                    "cache ({} tokens); raise --mem-fraction-static or shorten the prompt",
+                    r->total_len(), pool_->capacity_tokens()));
     step.rejected.push_back(r);
   }
   // Retracted requests go back to the head of the queue, in the decision's order.
@@ -237,7 +244,8 @@ ScheduledStep ScheduleState::apply(const Decision& d) {
     CHECK_GT(n, 0);
     ensure_pages(r, r->kv_len() + n);
     prefill_tokens_total_ += n;
-    step.seqs.push_back({.request = r, .num_new_tokens = n, .sample = r->kv_len() + n == r->total_len()});
+    step.seqs.push_back(
+        {.request = r, .num_new_tokens = n, .sample = r->kv_len() + n == r->total_len()});
   }
   if (hicache_ && !d.prefill.empty()) hicache_->wait_promotions();  // the forward reads them
   step.is_prefill = !d.prefill.empty();

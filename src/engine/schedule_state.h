@@ -33,10 +33,10 @@ namespace strata {
 struct ScheduledStep {
   std::vector<ScheduledSeq> seqs;  // prefill chunks, or decodes (one token each)
   bool is_prefill = false;
-  int32_t num_decode_steps = 1;      // decode steps to run (continue_decode for steps 2..n)
-  std::vector<Request*> rejected;    // now kAborted with error(): can never fit the KV pool
-  std::vector<Request*> retracted;   // sent back to the waiting queue
-  std::vector<Request*> truncated;   // now kFinished with reason length (pool exhausted)
+  int32_t num_decode_steps = 1;     // decode steps to run (continue_decode for steps 2..n)
+  std::vector<Request*> rejected;   // now kAborted with error(): can never fit the KV pool
+  std::vector<Request*> retracted;  // sent back to the waiting queue
+  std::vector<Request*> truncated;  // now kFinished with reason length (pool exhausted)
 };
 
 class ScheduleState {

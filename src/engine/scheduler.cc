@@ -71,7 +71,8 @@ bool Scheduler::schedule_prefill(const SchedulerSnapshot& s, Decision* d) const 
     int64_t extend = w.total_len - w.cached_tokens;
     int64_t extend_pages = pages_for(w.total_len) - w.cached_tokens / page;
     double lock_cost = double(w.cached_evictable_pages) * page;  // locked prefix leaves evictable
-    double decode_reserve = std::min(std::max(w.remaining_new_tokens, 0), config_.clip_max_new_tokens);
+    double decode_reserve =
+        std::min(std::max(w.remaining_new_tokens, 0), config_.clip_max_new_tokens);
     bool idle = num_running == 0;
     double need = double(extend_pages * page) + lock_cost;
     if (need + decode_reserve > budget && !(idle && need <= budget)) break;
@@ -96,8 +97,10 @@ void Scheduler::schedule_decode(const SchedulerSnapshot& s, Decision* d) const {
   std::vector<const RunningEntry*> live;
   bool has_chunked = false;
   for (const RunningEntry& r : s.running) {
-    if (r.decoding) live.push_back(&r);
-    else has_chunked = true;
+    if (r.decoding)
+      live.push_back(&r);
+    else
+      has_chunked = true;
   }
   if (live.empty()) {
     if (s.running.empty()) d->new_token_ratio = config_.init_new_token_ratio;  // idle
@@ -143,8 +146,9 @@ void Scheduler::schedule_decode(const SchedulerSnapshot& s, Decision* d) const {
       max_new += r->max_new_tokens;
     }
     if (!live.empty()) {
-      double estimate = double(decoded + int64_t{config_.retract_decode_steps} * int64_t(live.size())) /
-                        double(max_new + 1);
+      double estimate =
+          double(decoded + int64_t{config_.retract_decode_steps} * int64_t(live.size())) /
+          double(max_new + 1);
       d->new_token_ratio = std::max(s.new_token_ratio, std::min(1.0, estimate));
     }
     k = 1;

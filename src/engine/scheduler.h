@@ -45,15 +45,15 @@ struct SchedulerConfig {
 
 struct WaitingEntry {
   int64_t id = 0;
-  int32_t total_len = 0;          // prompt + output tokens (output is non-empty after retraction)
-  int32_t cached_tokens = 0;      // radix hit, whole pages, < total_len
+  int32_t total_len = 0;      // prompt + output tokens (output is non-empty after retraction)
+  int32_t cached_tokens = 0;  // radix hit, whole pages, < total_len
   int32_t cached_evictable_pages = 0;  // of the hit, pages now evictable (locking removes them)
   int32_t remaining_new_tokens = 0;
 };
 
 struct RunningEntry {
   int64_t id = 0;
-  bool decoding = false;   // false: the chunked request, mid-prefill
+  bool decoding = false;  // false: the chunked request, mid-prefill
   int32_t kv_len = 0;
   int32_t total_len = 0;
   int32_t held_pages = 0;  // pages in its page table
@@ -66,7 +66,7 @@ struct RunningEntry {
 
 struct SchedulerSnapshot {
   std::vector<WaitingEntry> waiting{};  // queue order (may be a prefix of the queue)
-  bool more_waiting = false;          // the queue holds more than `waiting`
+  bool more_waiting = false;            // the queue holds more than `waiting`
   std::vector<RunningEntry> running{};
   int32_t total_pages = 0;
   int32_t free_pages = 0;
@@ -81,11 +81,11 @@ struct PrefillWork {
 };
 
 struct Decision {
-  std::vector<int64_t> reject;   // waiting requests that can never fit the pool
-  std::vector<int64_t> retract;  // running requests to send back to waiting (before the step)
-  std::vector<int64_t> truncate; // running requests to finish with reason length: the pool cannot
-                                 // hold one more token for them even alone (not expected when
-                                 // max_new_tokens is clamped to the pool)
+  std::vector<int64_t> reject;    // waiting requests that can never fit the pool
+  std::vector<int64_t> retract;   // running requests to send back to waiting (before the step)
+  std::vector<int64_t> truncate;  // running requests to finish with reason length: the pool cannot
+                                  // hold one more token for them even alone (not expected when
+                                  // max_new_tokens is clamped to the pool)
   std::vector<PrefillWork> prefill;  // continuing chunk first, then admissions in queue order
   std::vector<int64_t> decode;       // decoding requests (empty when prefill is not)
   int32_t num_decode_steps = 1;      // decode steps to run before deciding again

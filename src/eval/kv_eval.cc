@@ -78,8 +78,9 @@ nlohmann::json FreeRunResult::to_json() const {
           {"first_divergence", first_divergence}};
 }
 
-StatusOr<EvalData> load_eval_data(const std::string& path, const PromptEncoder& enc, int context_len,
-                                  int64_t max_tokens, bool allow_repeat, int free_run_prompts) {
+StatusOr<EvalData> load_eval_data(const std::string& path, const PromptEncoder& enc,
+                                  int context_len, int64_t max_tokens, bool allow_repeat,
+                                  int free_run_prompts) {
   if (context_len < 2) return invalid_argument("--context-len must be >= 2, got {}", context_len);
   std::ifstream f(path);
   if (!f) return not_found("--data: cannot open '{}'", path);
@@ -98,29 +99,35 @@ StatusOr<EvalData> load_eval_data(const std::string& path, const PromptEncoder& 
     }
     std::vector<int32_t> ids, prompt;
     if (j.contains("text") || j.contains("prompt")) {
-      const std::string text = j.contains("text") ? j.at("text").get<std::string>() : j.at("prompt").get<std::string>();
+      const std::string text =
+          j.contains("text") ? j.at("text").get<std::string>() : j.at("prompt").get<std::string>();
       ids = enc.encode_raw(text);
       prompt.assign(ids.begin(), ids.begin() + long(std::min<size_t>(ids.size(), 32)));
     } else if (j.contains("messages") || j.contains("conversations")) {
-      const nlohmann::json turns = normalize_turns(j.contains("messages") ? j.at("messages") : j.at("conversations"));
+      const nlohmann::json turns =
+          normalize_turns(j.contains("messages") ? j.at("messages") : j.at("conversations"));
       STRATA_ASSIGN_OR_RETURN(ids, enc.encode_chat(turns, false));
       nlohmann::json head = turns;
-      while (!head.empty() && head.back().value("role", "") == "assistant") head.erase(head.size() - 1);
+      while (!head.empty() && head.back().value("role", "") == "assistant")
+        head.erase(head.size() - 1);
       if (!head.empty()) {
         STRATA_ASSIGN_OR_RETURN(prompt, enc.encode_chat(head, true));
       }
     } else {
-      return invalid_argument("--data '{}' line {}: needs \"text\", \"prompt\", \"messages\" or \"conversations\"", path, line_no);
+      return invalid_argument(
+          "--data '{}' line {}: needs \"text\", \"prompt\", \"messages\" or \"conversations\"",
+          path, line_no);
     }
     ++d.records;
     stream.insert(stream.end(), ids.begin(), ids.end());
-    if (int(d.prompts.size()) < free_run_prompts && !prompt.empty() && int(prompt.size()) <= context_len / 2)
+    if (int(d.prompts.size()) < free_run_prompts && !prompt.empty() &&
+        int(prompt.size()) <= context_len / 2)
       d.prompts.push_back(std::move(prompt));
   }
   d.stream_tokens = int64_t(stream.size());
   if (d.stream_tokens < context_len)
-    return invalid_argument("--data '{}': {} tokens, fewer than one window of --context-len {}", path,
-                            d.stream_tokens, context_len);
+    return invalid_argument("--data '{}': {} tokens, fewer than one window of --context-len {}",
+                            path, d.stream_tokens, context_len);
   const int64_t per_window = context_len - 1;
   const int64_t want = (max_tokens + per_window - 1) / per_window;
   // Pass k starts at offset k·context_len/3 (mod the window), so a repeated pass sees the same
@@ -129,7 +136,8 @@ StatusOr<EvalData> load_eval_data(const std::string& path, const PromptEncoder& 
     if (pass > 0 && !allow_repeat) break;
     if (pass >= 3) break;
     const int64_t offset = (pass * context_len / 3) % context_len;
-    for (int64_t b = offset; b + context_len <= d.stream_tokens && int64_t(d.windows.size()) < want; b += context_len)
+    for (int64_t b = offset; b + context_len <= d.stream_tokens && int64_t(d.windows.size()) < want;
+         b += context_len)
       d.windows.emplace_back(stream.begin() + b, stream.begin() + b + context_len);
     if (pass > 0) d.repeated = true;
   }
@@ -148,7 +156,8 @@ KvCacheConfig reference_kv_config(const ModelSpec& spec) {
 std::vector<int> most_sensitive_layers(const std::vector<double>& sensitivity, int count) {
   std::vector<int> idx(sensitivity.size());
   std::iota(idx.begin(), idx.end(), 0);
-  std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return sensitivity[size_t(a)] > sensitivity[size_t(b)]; });
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](int a, int b) { return sensitivity[size_t(a)] > sensitivity[size_t(b)]; });
   idx.resize(size_t(std::clamp<int>(count, 0, int(idx.size()))));
   std::sort(idx.begin(), idx.end());
   return idx;
@@ -205,8 +214,9 @@ StatusOr<std::unique_ptr<KvEvaluator>> KvEvaluator::create(const EvalKvOptions& 
     STRATA_ASSIGN_OR_RETURN(e->model_, create_model(spec, *e->weights_, *e->backend_));
   }
   if (!o.data_path.empty()) {
-    STRATA_ASSIGN_OR_RETURN(e->data_, load_eval_data(o.data_path, *e->encoder_, o.context_len, o.max_tokens,
-                                                     o.allow_repeat, o.free_run_prompts));
+    STRATA_ASSIGN_OR_RETURN(e->data_,
+                            load_eval_data(o.data_path, *e->encoder_, o.context_len, o.max_tokens,
+                                           o.allow_repeat, o.free_run_prompts));
   }
   return e;
 }
@@ -254,7 +264,8 @@ StatusOr<std::vector<CandidateResult>> KvEvaluator::compare(
   const int L = o.context_len;
   const int G = o.batch_windows;
   const int64_t vocab = model_->spec().vocab_size;
-  const size_t n_windows = max_windows < 0 ? windows.size() : std::min(windows.size(), size_t(max_windows));
+  const size_t n_windows =
+      max_windows < 0 ? windows.size() : std::min(windows.size(), size_t(max_windows));
   if (stopped) *stopped = false;
   std::vector<CandidateResult> results;
   auto add = [&](const std::string& label, const KvCacheConfig& cfg) {
@@ -389,7 +400,8 @@ StatusOr<std::vector<CandidateResult>> KvEvaluator::compare(
   return results;
 }
 
-KvScales KvEvaluator::calibrate(const std::vector<std::vector<int32_t>>& windows, int64_t tokens, DType dtype) {
+KvScales KvEvaluator::calibrate(const std::vector<std::vector<int32_t>>& windows, int64_t tokens,
+                                DType dtype) {
   KvCacheConfig exact = reference_kv_config(spec());
   exact.dtype = DType::kF32;
   const int L = options_.context_len;
@@ -404,15 +416,19 @@ KvScales KvEvaluator::calibrate(const std::vector<std::vector<int32_t>>& windows
     std::vector<int32_t> ids(w.begin(), w.begin() + n);
     run.reset();
     for (int b = 0; b < n; b += options_.chunk)
-      run.step({{0, std::vector<int32_t>(ids.begin() + b, ids.begin() + std::min(n, b + options_.chunk))}}, false);
+      run.step({{0, std::vector<int32_t>(ids.begin() + b,
+                                         ids.begin() + std::min(n, b + options_.chunk))}},
+               false);
     const KvLayout& lay = run.kv().layout();
     for (int l = 0; l < layers; ++l) {
       // Page size 1 and one sequence: slots 0 .. n-1 hold this window, f32 and unscaled.
       const float* k = run.kv().k(l).ptr<float>();
-      for (int64_t i = 0; i < int64_t(n) * lay.k_dim; ++i) k_amax[size_t(l)] = std::max(k_amax[size_t(l)], std::fabs(k[i]));
+      for (int64_t i = 0; i < int64_t(n) * lay.k_dim; ++i)
+        k_amax[size_t(l)] = std::max(k_amax[size_t(l)], std::fabs(k[i]));
       if (lay.v_dim > 0) {
         const float* v = run.kv().v(l).ptr<float>();
-        for (int64_t i = 0; i < int64_t(n) * lay.v_dim; ++i) v_amax[size_t(l)] = std::max(v_amax[size_t(l)], std::fabs(v[i]));
+        for (int64_t i = 0; i < int64_t(n) * lay.v_dim; ++i)
+          v_amax[size_t(l)] = std::max(v_amax[size_t(l)], std::fabs(v[i]));
       }
     }
     seen += n;

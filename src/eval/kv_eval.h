@@ -35,8 +35,8 @@ struct EvalKvOptions {
   int context_len = 1024;       // window length; positions 0 .. context_len - 2 are scored
   int chunk = 256;              // prefill chunk of the reference and the candidates
   int page_size = 16;
-  int noise_chunk = 97;         // the noise-floor run: other chunks, page size 1, windows in pairs
-  bool allow_repeat = false;    // wrap around the stream when it holds fewer than max_tokens
+  int noise_chunk = 97;       // the noise-floor run: other chunks, page size 1, windows in pairs
+  bool allow_repeat = false;  // wrap around the stream when it holds fewer than max_tokens
   int free_run_prompts = 16;
   int free_run_tokens = 64;
   Device device = Device::kCpu;  // the reference and the candidates run here

@@ -6,7 +6,8 @@
 //   kl      = Σ_v p_ref(v) · (ln p_ref(v) − ln p_cand(v))          (nats)
 //   top1    = argmax p_ref == argmax p_cand
 //   dp      = p_cand(target) − p_ref(target)
-//   nll_ref = −ln p_ref(target), nll_cand likewise; ln(PPL_cand / PPL_ref) = mean(nll_cand − nll_ref)
+//   nll_ref = −ln p_ref(target), nll_cand likewise; ln(PPL_cand / PPL_ref) = mean(nll_cand −
+//   nll_ref)
 // Standard errors are of the mean over positions treated as independent samples (positions of
 // one sequence are correlated, so they understate the uncertainty somewhat; bucketed and
 // per-sequence numbers in the record let a reader judge).

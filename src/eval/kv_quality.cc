@@ -40,7 +40,8 @@ Status hash_file_sample(const fs::path& path, uint64_t& h) {
   uint64_t header_len = 0;
   f.seekg(0);
   f.read(reinterpret_cast<char*>(&header_len), 8);
-  const int64_t head = std::min<int64_t>(size, 8 + int64_t(std::min<uint64_t>(header_len, uint64_t(size))) + kSample);
+  const int64_t head = std::min<int64_t>(
+      size, 8 + int64_t(std::min<uint64_t>(header_len, uint64_t(size))) + kSample);
   read_at(0, head);
   if (size > head) read_at(std::max(head, size - kSample), size - std::max(head, size - kSample));
   return Status();
@@ -83,8 +84,10 @@ StatusOr<ModelIdentity> model_identity(const std::string& dir) {
 
 std::string default_kv_records_dir() {
   if (const char* d = std::getenv("STRATA_KV_QUALITY_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/strata/kv-quality";
-  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/strata/kv-quality";
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    return std::string(x) + "/strata/kv-quality";
+  if (const char* home = std::getenv("HOME"); home && *home)
+    return std::string(home) + "/.cache/strata/kv-quality";
   return ".strata-kv-quality";
 }
 
@@ -95,15 +98,16 @@ std::vector<std::string> kv_record_dirs(const std::string& dir, const std::strin
 StatusOr<std::string> save_kv_record(const std::string& dir, const nlohmann::json& record) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) return invalid_argument("--kv-quality-records: cannot create '{}': {}", dir, ec.message());
+  if (ec)
+    return invalid_argument("--kv-quality-records: cannot create '{}': {}", dir, ec.message());
   // The KV key and the deployment name the file: records of one configuration measured on two
   // deployments in the same second do not overwrite each other.
   std::string key = record.at("kv").at("key").get<std::string>();
   if (record.contains("deployment")) key += record.at("deployment").dump();
-  const std::string name = fmt::format("{}-{}-{}-{}.json", record.at("model").value("name", "model"),
-                                       record.at("model").at("fingerprint").get<std::string>(),
-                                       hex64(fnv1a(kFnvOffset, key.data(), key.size())).substr(0, 8),
-                                       utc_now("%Y%m%dT%H%M%SZ"));
+  const std::string name = fmt::format(
+      "{}-{}-{}-{}.json", record.at("model").value("name", "model"),
+      record.at("model").at("fingerprint").get<std::string>(),
+      hex64(fnv1a(kFnvOffset, key.data(), key.size())).substr(0, 8), utc_now("%Y%m%dT%H%M%SZ"));
   const std::string path = (fs::path(dir) / name).string();
   std::ofstream f(path);
   if (!f) return invalid_argument("--kv-quality-records: cannot write '{}'", path);
@@ -152,7 +156,8 @@ std::optional<nlohmann::json> find_kv_record(const std::vector<std::string>& dir
       nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
       if (!j.is_object() || j.value("format", "") != kKvRecordFormat) continue;
       try {
-        if (j.at("model").at("fingerprint") != fingerprint || j.at("kv").at("key") != kv_key) continue;
+        if (j.at("model").at("fingerprint") != fingerprint || j.at("kv").at("key") != kv_key)
+          continue;
         j.at("metrics").at("kld").at("mean").get<double>();
         j["deployment_matches"] = KvDeployment::from_record(j) == deployment;
       } catch (const std::exception&) {
@@ -165,22 +170,28 @@ std::optional<nlohmann::json> find_kv_record(const std::vector<std::string>& dir
   return best;
 }
 
-KvGateDecision decide_kv_gate(const KvCacheConfig& config, const std::optional<nlohmann::json>& record,
-                              const KvGateOptions& o) {
+KvGateDecision decide_kv_gate(const KvCacheConfig& config,
+                              const std::optional<nlohmann::json>& record, const KvGateOptions& o) {
   KvGateDecision d;
   const std::string kv = config.describe();
   if (!config.lossy()) {
-    d.message = fmt::format("KV quality: {} is exact storage of the bf16 reference; no record needed", kv);
+    d.message =
+        fmt::format("KV quality: {} is exact storage of the bf16 reference; no record needed", kv);
     return d;
   }
   if (!record) {
     d.allowed = d.warn = o.allow_lossy;
-    d.message = o.allow_lossy
-                    ? fmt::format("KV quality: {} is UNMEASURED (no eval-kv record); running anyway because of --allow-lossy-kv", kv)
-                    : fmt::format("KV cache {} is lossy and no `strata eval-kv` record for this model and "
-                                  "configuration was found; measure it (strata eval-kv --model-path M --data "
-                                  "FILE.jsonl with the same KV flags) or pass --allow-lossy-kv",
-                                  kv);
+    d.message =
+        o.allow_lossy
+            ? fmt::format(
+                  "KV quality: {} is UNMEASURED (no eval-kv record); running anyway because of "
+                  "--allow-lossy-kv",
+                  kv)
+            : fmt::format(
+                  "KV cache {} is lossy and no `strata eval-kv` record for this model and "
+                  "configuration was found; measure it (strata eval-kv --model-path M --data "
+                  "FILE.jsonl with the same KV flags) or pass --allow-lossy-kv",
+                  kv);
     return d;
   }
   const auto& k = record->at("metrics").at("kld");
@@ -211,22 +222,27 @@ KvGateDecision decide_kv_gate(const KvCacheConfig& config, const std::optional<n
                             o.budget_nats);
   } else if (o.allow_lossy) {
     d.warn = true;
-    d.message = fmt::format("KV quality: {}: {}; OVER budget {} nats, running because of --allow-lossy-kv", kv,
-                            measured, o.budget_nats);
+    d.message =
+        fmt::format("KV quality: {}: {}; OVER budget {} nats, running because of --allow-lossy-kv",
+                    kv, measured, o.budget_nats);
   } else {
     d.allowed = false;
-    d.message = fmt::format("KV cache {}: {}, over --kv-quality-budget {} nats; raise the budget, keep "
-                            "sensitive layers in bf16 (--kv-bf16-layers), or pass --allow-lossy-kv",
-                            kv, measured, o.budget_nats);
+    d.message = fmt::format(
+        "KV cache {}: {}, over --kv-quality-budget {} nats; raise the budget, keep "
+        "sensitive layers in bf16 (--kv-bf16-layers), or pass --allow-lossy-kv",
+        kv, measured, o.budget_nats);
   }
   return d;
 }
 
-Status enforce_kv_quality_gate(const std::string& model_dir, const KvCacheOptions& kv, const KvGateOptions& o) {
-  if (!(o.budget_nats >= 0)) return invalid_argument("--kv-quality-budget must be >= 0, got {}", o.budget_nats);
+Status enforce_kv_quality_gate(const std::string& model_dir, const KvCacheOptions& kv,
+                               const KvGateOptions& o) {
+  if (!(o.budget_nats >= 0))
+    return invalid_argument("--kv-quality-budget must be >= 0, got {}", o.budget_nats);
   STRATA_ASSIGN_OR_RETURN(ModelSpec spec, load_model_spec(model_dir));
   STRATA_ASSIGN_OR_RETURN(WeightStore weights, WeightStore::open(model_dir, spec.quant));
-  STRATA_ASSIGN_OR_RETURN(KvCacheConfig config, resolve_kv_cache_config(kv, spec, &weights, DType::kBF16));
+  STRATA_ASSIGN_OR_RETURN(KvCacheConfig config,
+                          resolve_kv_cache_config(kv, spec, &weights, DType::kBF16));
   std::optional<nlohmann::json> record;
   if (config.lossy()) {
     STRATA_ASSIGN_OR_RETURN(ModelIdentity id, model_identity(model_dir));

@@ -25,7 +25,7 @@ constexpr const char* kKvRecordFormat = "strata-kv-quality/1";
 // the first and last 64 KiB of data) hashed with FNV-1a 64, so a fine-tune with the same shapes
 // is a different model, and hashing costs milliseconds even for terabyte checkpoints.
 struct ModelIdentity {
-  std::string name;         // the directory's name
+  std::string name;  // the directory's name
   std::string path;
   std::string fingerprint;  // 16 hex digits
 };
@@ -78,7 +78,8 @@ struct KvGateDecision {
 // Pure decision: `record` is what find_kv_record returned for this configuration. The message
 // names the record that admitted (or refused) the configuration, where it was measured, and the
 // KLD as a multiple of the record's noise floor (bf16 vs bf16, measured the same way).
-KvGateDecision decide_kv_gate(const KvCacheConfig& config, const std::optional<nlohmann::json>& record,
+KvGateDecision decide_kv_gate(const KvCacheConfig& config,
+                              const std::optional<nlohmann::json>& record,
                               const KvGateOptions& options);
 
 // What `strata serve` / `strata generate` call before Engine::create: resolves the KV

@@ -33,8 +33,8 @@ PagedRunner::StepPlan PagedRunner::plan_step(
     CHECK(seq >= 0 && seq < max_seqs_ && !toks.empty());
     const int32_t start = lens_[size_t(seq)];
     const int32_t end = start + int32_t(toks.size());
-    CHECK_MSG(end <= pages_per_seq_ * page_size_, "sequence {} grows to {} tokens, room for {}", seq,
-              end, pages_per_seq_ * page_size_);
+    CHECK_MSG(end <= pages_per_seq_ * page_size_, "sequence {} grows to {} tokens, room for {}",
+              seq, end, pages_per_seq_ * page_size_);
     const int32_t* seq_pages = pages_.data() + size_t(seq) * size_t(pages_per_seq_);
     for (int32_t pos = start; pos < end; ++pos) {
       p.ids.push_back(toks[size_t(pos - start)]);
@@ -91,15 +91,16 @@ std::vector<float> PagedRunner::prefill_all(int seq, const std::vector<int32_t>&
   std::vector<float> out;
   out.reserve(ids.size() * size_t(vocab()));
   for (size_t i = 0; i < ids.size(); i += size_t(chunk)) {
-    std::vector<int32_t> part(ids.begin() + long(i), ids.begin() + long(std::min(ids.size(), i + size_t(chunk))));
+    std::vector<int32_t> part(ids.begin() + long(i),
+                              ids.begin() + long(std::min(ids.size(), i + size_t(chunk))));
     std::vector<float> l = step({{seq, std::move(part)}}, true);
     out.insert(out.end(), l.begin(), l.end());
   }
   return out;
 }
 
-std::vector<int32_t> PagedRunner::greedy(int seq, const std::vector<int32_t>& prompt, int new_tokens,
-                                         int chunk) {
+std::vector<int32_t> PagedRunner::greedy(int seq, const std::vector<int32_t>& prompt,
+                                         int new_tokens, int chunk) {
   lens_[size_t(seq)] = 0;
   std::vector<float> logits;
   for (size_t i = 0; i < prompt.size(); i += size_t(chunk)) {

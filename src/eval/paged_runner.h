@@ -36,7 +36,8 @@ class PagedRunner {
   // Teacher forcing of one sequence from empty, `chunk` tokens per step: logits [ids, vocab].
   std::vector<float> prefill_all(int seq, const std::vector<int32_t>& ids, int chunk);
   // Prefills `prompt` into sequence `seq` (from empty) and decodes `new_tokens` greedily.
-  std::vector<int32_t> greedy(int seq, const std::vector<int32_t>& prompt, int new_tokens, int chunk);
+  std::vector<int32_t> greedy(int seq, const std::vector<int32_t>& prompt, int new_tokens,
+                              int chunk);
 
   KvStorage& kv() { return *kv_; }
   int64_t vocab() const { return model_.spec().vocab_size; }

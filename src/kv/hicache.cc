@@ -52,7 +52,8 @@ int32_t HiCache::backup(std::span<const int32_t> tokens, std::span<const PageId>
   const int32_t n = int32_t(fresh.size());
   std::vector<PageCopy> copies;
   copies.reserve(fresh.size());
-  for (int32_t i = 0; i < n; ++i) copies.push_back({device_pages[size_t(first + i)], fresh[size_t(i)]});
+  for (int32_t i = 0; i < n; ++i)
+    copies.push_back({device_pages[size_t(first + i)], fresh[size_t(i)]});
   const uint64_t ticket = io_->device_to_host(copies);
 
   const int32_t end = hm.matched_tokens + n * page_size_;
@@ -63,7 +64,8 @@ int32_t HiCache::backup(std::span<const int32_t> tokens, std::span<const PageId>
   host_->lock(node);
   std::vector<PageId> held(device_pages.begin() + first, device_pages.begin() + first + n);
   device_pool_->retain(held);
-  in_flight_.push_back(InFlight{.ticket = ticket, .host_node = node, .device_pages = std::move(held)});
+  in_flight_.push_back(
+      InFlight{.ticket = ticket, .host_node = node, .device_pages = std::move(held)});
   stats_.backed_up_pages += n;
   stats_.bytes_to_host += int64_t(n) * io_->page_bytes();
   return end;
@@ -91,7 +93,8 @@ void HiCache::on_device_evict(const EvictedNode& e) {
   if (kept == leaf_pages) ++stats_.demotions;
 }
 
-int32_t HiCache::promote(std::span<const int32_t> tokens, int32_t device_tokens, int32_t max_tokens) {
+int32_t HiCache::promote(std::span<const int32_t> tokens, int32_t device_tokens,
+                         int32_t max_tokens) {
   poll();
   max_tokens = std::min<int32_t>(max_tokens, int32_t(tokens.size())) / page_size_ * page_size_;
   if (max_tokens <= device_tokens) return 0;
@@ -115,7 +118,8 @@ int32_t HiCache::promote(std::span<const int32_t> tokens, int32_t device_tokens,
 
   // Extend the device path: its existing pages (retained: insert releases pages already cached)
   // plus the promoted ones (one reference for the tree, one for the copy in flight).
-  RadixMatch dm = device_cache_->match_prefix(tokens.first(size_t(device_tokens)), /*record_stats=*/false);
+  RadixMatch dm =
+      device_cache_->match_prefix(tokens.first(size_t(device_tokens)), /*record_stats=*/false);
   CHECK_EQ(dm.matched_tokens, device_tokens);
   device_pool_->retain(dm.pages);
   device_pool_->retain(fresh);
@@ -123,7 +127,8 @@ int32_t HiCache::promote(std::span<const int32_t> tokens, int32_t device_tokens,
   path.insert(path.end(), fresh.begin(), fresh.end());
   const int32_t end = device_tokens + n * page_size_;
   device_cache_->insert(tokens.first(size_t(end)), path);
-  in_flight_.push_back(InFlight{.ticket = ticket, .host_node = hm.node, .device_pages = std::move(fresh)});
+  in_flight_.push_back(
+      InFlight{.ticket = ticket, .host_node = hm.node, .device_pages = std::move(fresh)});
   ++stats_.promotions;
   stats_.promoted_pages += n;
   stats_.host_hit_tokens += int64_t(n) * page_size_;
@@ -132,7 +137,8 @@ int32_t HiCache::promote(std::span<const int32_t> tokens, int32_t device_tokens,
 }
 
 void HiCache::wait_promotions() {
-  if (last_promotion_ticket_ != 0 && !io_->done(last_promotion_ticket_)) io_->wait(last_promotion_ticket_);
+  if (last_promotion_ticket_ != 0 && !io_->done(last_promotion_ticket_))
+    io_->wait(last_promotion_ticket_);
   poll();
 }
 
@@ -151,7 +157,8 @@ int32_t HiCache::evict_device(int32_t num_pages) {
   poll();
   // Pages evicted ahead whose copies are still in flight need only the wait below.
   const int32_t pending = pages_pending_free();
-  const int32_t released = pending + (num_pages > pending ? device_cache_->evict(num_pages - pending) : 0);
+  const int32_t released =
+      pending + (num_pages > pending ? device_cache_->evict(num_pages - pending) : 0);
   // A copy still reading a page the tree just let go of holds its last reference: wait for it.
   uint64_t need = 0;
   for (const InFlight& f : in_flight_)
@@ -175,7 +182,8 @@ void HiCache::evict_ahead(int32_t target_pages) {
   if (policy_ != HiCacheWritePolicy::kWriteBack) return;
   poll();
   const int32_t have = device_pool_->num_free_pages() + pages_pending_free();
-  if (have < target_pages) stats_.evicted_ahead_pages += device_cache_->evict(target_pages - have);  // the hook copies
+  if (have < target_pages)
+    stats_.evicted_ahead_pages += device_cache_->evict(target_pages - have);  // the hook copies
 }
 
 void HiCache::poll() {

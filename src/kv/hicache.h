@@ -68,21 +68,22 @@ class HiCacheIo {
 };
 
 struct HiCacheStats {
-  int64_t host_hit_tokens = 0;    // tokens promoted from host, extending device matches
-  int64_t promotions = 0;         // promote() calls that moved pages
+  int64_t host_hit_tokens = 0;  // tokens promoted from host, extending device matches
+  int64_t promotions = 0;       // promote() calls that moved pages
   int64_t promoted_pages = 0;
-  int64_t demotions = 0;          // evicted device nodes the host kept (in full)
-  int64_t demoted_pages = 0;      // evicted device pages the host holds
-  int64_t dropped_pages = 0;      // evicted device pages the host does not hold
-  int64_t evicted_ahead_pages = 0;  // of the evicted, by evict_ahead() (before an allocation needed them)
-  int64_t backed_up_pages = 0;    // pages copied device -> host (any policy)
+  int64_t demotions = 0;      // evicted device nodes the host kept (in full)
+  int64_t demoted_pages = 0;  // evicted device pages the host holds
+  int64_t dropped_pages = 0;  // evicted device pages the host does not hold
+  int64_t evicted_ahead_pages =
+      0;  // of the evicted, by evict_ahead() (before an allocation needed them)
+  int64_t backed_up_pages = 0;  // pages copied device -> host (any policy)
   int64_t bytes_to_host = 0;
   int64_t bytes_to_device = 0;
   double copy_seconds = 0;
   int64_t host_evicted_pages = 0;
   int32_t host_cached_pages = 0;
   int32_t host_capacity_pages = 0;
-  int32_t copies_in_flight = 0;   // batches not yet retired
+  int32_t copies_in_flight = 0;  // batches not yet retired
 };
 
 class HiCache {

@@ -6,7 +6,8 @@
 
 namespace strata {
 
-HostPool::HostPool(int32_t num_pages, int32_t page_size) : pages_(num_pages, page_size), tree_(&pages_) {}
+HostPool::HostPool(int32_t num_pages, int32_t page_size)
+    : pages_(num_pages, page_size), tree_(&pages_) {}
 
 std::vector<PageId> HostPool::allocate_up_to(int32_t n) {
   std::vector<PageId> out;
@@ -29,8 +30,8 @@ void HostPool::check_invariants() const {
   std::vector<int32_t> holders(size_t(pages_.num_pages()), 0);
   tree_.for_each_page([&](PageId p) { ++holders[size_t(p)]; });
   for (PageId p = 0; p < pages_.num_pages(); ++p)
-    CHECK_MSG(pages_.refcount(p) == holders[size_t(p)], "host page {}: refcount {} but {} holders", p,
-              pages_.refcount(p), holders[size_t(p)]);
+    CHECK_MSG(pages_.refcount(p) == holders[size_t(p)], "host page {}: refcount {} but {} holders",
+              p, pages_.refcount(p), holders[size_t(p)]);
   CHECK_LE(pages_.num_used_pages(), pages_.num_pages());
   CHECK_EQ(tree_.cached_pages(), pages_.num_used_pages());
 }

@@ -31,7 +31,8 @@ class PagePool {
   // All-or-nothing: n pages with refcount 1 each, or nullopt when fewer than n are free (the pool
   // is then unchanged). n == 0 gives an empty vector.
   std::optional<std::vector<PageId>> allocate(int32_t n);
-  // As allocate, appending to *out; returns false (and leaves *out alone) when fewer than n are free.
+  // As allocate, appending to *out; returns false (and leaves *out alone) when fewer than n are
+  // free.
   bool allocate_into(int32_t n, std::vector<PageId>* out);
 
   // Adds a holder to a page in use. CHECKs the page is allocated.
@@ -52,7 +53,8 @@ class PagePool {
 
   int32_t page_size_;
   std::vector<int32_t> refcount_;  // [num_pages]
-  std::vector<PageId> free_list_;  // LIFO stack of free page ids (recently freed pages reused first)
+  std::vector<PageId>
+      free_list_;  // LIFO stack of free page ids (recently freed pages reused first)
 };
 
 }  // namespace strata

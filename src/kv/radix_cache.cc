@@ -218,8 +218,8 @@ void RadixCache::remove_leaf(RadixNode* leaf) {
       std::copy(p->key.begin(), p->key.end(), path.begin() + end);
     }
     int32_t first = leaf->end_tokens - static_cast<int32_t>(leaf->key.size());
-    evict_hook_(EvictedNode{.path_tokens = path, .first_token = first, .pages = leaf->pages,
-                            .parent = leaf->parent});
+    evict_hook_(EvictedNode{
+        .path_tokens = path, .first_token = first, .pages = leaf->pages, .parent = leaf->parent});
   }
   int32_t n = static_cast<int32_t>(leaf->pages.size());
   pool_->release(leaf->pages);

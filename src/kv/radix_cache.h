@@ -8,7 +8,8 @@
 // retains nor locks; a request that uses a matched prefix locks its node (inc_lock_ref) and, if it
 // puts the pages in its page table, retains them itself. insert() consumes one caller reference per
 // page: pages new to the tree are adopted, pages whose tokens were already cached are released (the
-// caller switches to the tree's pages via a fresh match_prefix). evict() drops the tree's reference.
+// caller switches to the tree's pages via a fresh match_prefix). evict() drops the tree's
+// reference.
 //
 // Host-tier seam: set_evict_hook() sees every node just before its pages are released, with the
 // full token path, so a host tier can copy the pages out and keep the prefix.
@@ -31,8 +32,8 @@ struct RadixNode;  // defined in radix_cache.cc; opaque to callers
 using RadixNodeHandle = RadixNode*;
 
 struct RadixMatch {
-  int32_t matched_tokens = 0;  // a multiple of page_size
-  std::vector<PageId> pages;   // [matched_tokens / page_size], in sequence order
+  int32_t matched_tokens = 0;      // a multiple of page_size
+  std::vector<PageId> pages;       // [matched_tokens / page_size], in sequence order
   RadixNodeHandle node = nullptr;  // the node whose end is the match end (the root when empty)
 };
 
@@ -44,13 +45,13 @@ struct RadixPeek {
 };
 
 struct RadixCacheStats {
-  int64_t lookup_tokens = 0;   // tokens passed to match_prefix(record_stats = true)
-  int64_t hit_tokens = 0;      // of which were found in the cache
-  int64_t inserted_pages = 0;  // pages adopted by insert()
-  int64_t evicted_pages = 0;   // pages released by evict()
-  int32_t cached_pages = 0;    // pages in the tree now
-  int32_t evictable_pages = 0; // of which in unlocked nodes
-  int32_t locked_pages = 0;    // of which in locked nodes
+  int64_t lookup_tokens = 0;    // tokens passed to match_prefix(record_stats = true)
+  int64_t hit_tokens = 0;       // of which were found in the cache
+  int64_t inserted_pages = 0;   // pages adopted by insert()
+  int64_t evicted_pages = 0;    // pages released by evict()
+  int32_t cached_pages = 0;     // pages in the tree now
+  int32_t evictable_pages = 0;  // of which in unlocked nodes
+  int32_t locked_pages = 0;     // of which in locked nodes
 };
 
 // Called for every evicted node before its pages are released.
@@ -74,7 +75,8 @@ class RadixCache {
   RadixNodeHandle root() const { return root_.get(); }
 
   // Longest cached prefix of tokens, rounded down to whole pages. Splits a node when the match
-  // ends inside it, so that the returned node can be locked exactly. Refreshes LRU times on the path.
+  // ends inside it, so that the returned node can be locked exactly. Refreshes LRU times on the
+  // path.
   RadixMatch match_prefix(std::span<const int32_t> tokens, bool record_stats = true);
   // The same match length without side effects (for scheduler snapshots).
   RadixPeek peek_prefix(std::span<const int32_t> tokens) const;

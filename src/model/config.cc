@@ -44,7 +44,8 @@ class Reader {
       return dflt;
     };
     if (v->is_number_unsigned()) {
-      return v->get<uint64_t>() > uint64_t(INT32_MAX) ? out_of_range() : int64_t(v->get<uint64_t>());
+      return v->get<uint64_t>() > uint64_t(INT32_MAX) ? out_of_range()
+                                                      : int64_t(v->get<uint64_t>());
     }
     if (v->is_number_integer()) {
       const int64_t i = v->get<int64_t>();
@@ -52,7 +53,8 @@ class Reader {
     }
     // Some writers emit integral floats ("original_max_position_embeddings": 4096.0).
     if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>()) {
-      return std::fabs(v->get<double>()) > double(INT32_MAX) ? out_of_range() : int64_t(v->get<double>());
+      return std::fabs(v->get<double>()) > double(INT32_MAX) ? out_of_range()
+                                                             : int64_t(v->get<double>());
     }
     fail(invalid_argument("{}: field '{}' must be an integer, got {}", where_, key, v->dump()));
     return dflt;
@@ -91,8 +93,8 @@ class Reader {
       }
       if (out.size() == v->size()) return out;
     }
-    fail(invalid_argument("{}: field '{}' must be an integer or a list of integers, got {}",
-                          where_, key, v->dump()));
+    fail(invalid_argument("{}: field '{}' must be an integer or a list of integers, got {}", where_,
+                          key, v->dump()));
     return {};
   }
 
@@ -122,8 +124,10 @@ Status parse_rope(const json& cfg, Reader& r, ModelSpec* spec) {
   const json* scaling = nullptr;
   std::string scaling_where;
   if (const json* rp = r.get("rope_parameters")) {
-    if (!rp->is_object()) return invalid_argument("{}: rope_parameters must be an object", r.where());
-    if (!rp->contains("rope_type") && !rp->contains("rope_theta") && rp->contains("full_attention")) {
+    if (!rp->is_object())
+      return invalid_argument("{}: rope_parameters must be an object", r.where());
+    if (!rp->contains("rope_type") && !rp->contains("rope_theta") &&
+        rp->contains("full_attention")) {
       rp = &(*rp)["full_attention"];
     }
     scaling = rp;
@@ -148,10 +152,12 @@ Status parse_rope(const json& cfg, Reader& r, ModelSpec* spec) {
     rope.type = RopeType::kDefault;
   } else if (type == "linear") {
     rope.type = RopeType::kLinear;
-    if (!s.has("factor")) s.fail(invalid_argument("{}: required field 'factor' is missing", scaling_where));
+    if (!s.has("factor"))
+      s.fail(invalid_argument("{}: required field 'factor' is missing", scaling_where));
   } else if (type == "llama3") {
     rope.type = RopeType::kLlama3;
-    if (!s.has("factor")) s.fail(invalid_argument("{}: required field 'factor' is missing", scaling_where));
+    if (!s.has("factor"))
+      s.fail(invalid_argument("{}: required field 'factor' is missing", scaling_where));
     rope.low_freq_factor = s.num_or("low_freq_factor", 1.0);
     rope.high_freq_factor = s.num_or("high_freq_factor", 4.0);
     if (!s.has("low_freq_factor") || !s.has("high_freq_factor")) {
@@ -161,8 +167,10 @@ Status parse_rope(const json& cfg, Reader& r, ModelSpec* spec) {
     rope.original_max_position_embeddings = s.req_int("original_max_position_embeddings");
   } else if (type == "yarn") {
     rope.type = RopeType::kYarn;
-    if (!s.has("factor")) s.fail(invalid_argument("{}: required field 'factor' is missing", scaling_where));
-    rope.original_max_position_embeddings = s.int_or("original_max_position_embeddings", default_orig);
+    if (!s.has("factor"))
+      s.fail(invalid_argument("{}: required field 'factor' is missing", scaling_where));
+    rope.original_max_position_embeddings =
+        s.int_or("original_max_position_embeddings", default_orig);
     rope.beta_fast = s.num_or("beta_fast", 32.0);
     rope.beta_slow = s.num_or("beta_slow", 1.0);
     rope.mscale = s.num_or("mscale", 0.0);
@@ -171,10 +179,12 @@ Status parse_rope(const json& cfg, Reader& r, ModelSpec* spec) {
     rope.truncate = s.bool_or("truncate", true);
   } else if (type == "dynamic") {
     rope.type = RopeType::kDynamic;
-    rope.original_max_position_embeddings = s.int_or("original_max_position_embeddings", default_orig);
+    rope.original_max_position_embeddings =
+        s.int_or("original_max_position_embeddings", default_orig);
   } else {
-    return unimplemented("{}: rope type '{}' is not supported (default, linear, llama3, yarn, dynamic)",
-                         scaling_where, type);
+    return unimplemented(
+        "{}: rope type '{}' is not supported (default, linear, llama3, yarn, dynamic)",
+        scaling_where, type);
   }
   if (rope.factor <= 0) s.fail(invalid_argument("{}: factor must be positive", scaling_where));
   STRATA_RETURN_IF_ERROR(s.status());
@@ -196,8 +206,9 @@ TopkMethod parse_topk(Reader& r, TopkMethod dflt) {
   if (m == "greedy") return TopkMethod::kGreedy;
   if (m == "group_limited_greedy") return TopkMethod::kGroupLimitedGreedy;
   if (m == "noaux_tc") return TopkMethod::kNoauxTc;
-  r.fail(unimplemented("{}: topk_method '{}' is not supported (greedy, group_limited_greedy, noaux_tc)",
-                       r.where(), m));
+  r.fail(unimplemented(
+      "{}: topk_method '{}' is not supported (greedy, group_limited_greedy, noaux_tc)", r.where(),
+      m));
   return dflt;
 }
 
@@ -207,8 +218,9 @@ void parse_llama_family(Reader& r, ModelSpec* spec) {
     spec->head_dim = int(r.int_or("head_dim", 0));
   } else if (spec->num_heads > 0) {
     if (spec->hidden_size % spec->num_heads != 0) {
-      r.fail(invalid_argument("{}: hidden_size {} is not divisible by num_attention_heads {} (and no head_dim)",
-                              r.where(), spec->hidden_size, spec->num_heads));
+      r.fail(invalid_argument(
+          "{}: hidden_size {} is not divisible by num_attention_heads {} (and no head_dim)",
+          r.where(), spec->hidden_size, spec->num_heads));
     }
     spec->head_dim = spec->hidden_size / spec->num_heads;
   }
@@ -268,10 +280,10 @@ void parse_deepseek_family(Reader& r, ModelSpec* spec) {
       (moe.num_experts_per_tok <= 0 || moe.num_experts_per_tok > moe.n_routed_experts ||
        moe.n_group <= 0 || moe.n_routed_experts % moe.n_group != 0 || moe.topk_group <= 0 ||
        moe.topk_group > moe.n_group)) {
-    r.fail(invalid_argument("{}: inconsistent MoE routing: n_routed_experts {}, num_experts_per_tok {}, "
-                            "n_group {}, topk_group {}",
-                            r.where(), moe.n_routed_experts, moe.num_experts_per_tok, moe.n_group,
-                            moe.topk_group));
+    r.fail(invalid_argument(
+        "{}: inconsistent MoE routing: n_routed_experts {}, num_experts_per_tok {}, "
+        "n_group {}, topk_group {}",
+        r.where(), moe.n_routed_experts, moe.num_experts_per_tok, moe.n_group, moe.topk_group));
   }
 }
 
@@ -289,7 +301,8 @@ Status parse_ids_dtype_quant(const json& config, const json& text, const std::st
                              const std::string& where, ModelSpec* spec) {
   Reader top(config, file);
   Reader r(text, where);
-  spec->eos_token_ids = r.has("eos_token_id") ? r.int_list("eos_token_id") : top.int_list("eos_token_id");
+  spec->eos_token_ids =
+      r.has("eos_token_id") ? r.int_list("eos_token_id") : top.int_list("eos_token_id");
   Reader& bos_src = r.has("bos_token_id") ? r : top;
   if (bos_src.has("bos_token_id")) spec->bos_token_id = int(bos_src.int_or("bos_token_id", 0));
   std::string dtype = r.str_or("torch_dtype", r.str_or("dtype", ""));
@@ -349,8 +362,9 @@ Status check_sizes(const ModelSpec& s, const std::string& where) {
   // The tensor inventory lists every routed expert of every layer (Kimi-K2.5: 61 x 384).
   constexpr int64_t kMaxExpertLayers = 1 << 17;
   if (int64_t(s.num_layers) * s.moe.n_routed_experts > kMaxExpertLayers) {
-    return invalid_argument("{}: num_hidden_layers {} x n_routed_experts {} is more than {} routed experts",
-                            where, s.num_layers, s.moe.n_routed_experts, kMaxExpertLayers);
+    return invalid_argument(
+        "{}: num_hidden_layers {} x n_routed_experts {} is more than {} routed experts", where,
+        s.num_layers, s.moe.n_routed_experts, kMaxExpertLayers);
   }
   return Status();
 }
@@ -361,7 +375,8 @@ StatusOr<ModelSpec> parse_at(const json& config, const std::string& file) {
   ModelSpec spec;
   spec.model_type = top.str_or("model_type", "");
   STRATA_RETURN_IF_ERROR(top.status());
-  if (spec.model_type.empty()) return invalid_argument("{}: required field 'model_type' is missing", file);
+  if (spec.model_type.empty())
+    return invalid_argument("{}: required field 'model_type' is missing", file);
 
   const json* text = &config;
   std::string where = file;
@@ -394,14 +409,16 @@ StatusOr<ModelSpec> parse_at(const json& config, const std::string& file) {
   spec.num_kv_heads = int(r.int_or("num_key_value_heads", spec.num_heads));
   spec.rms_norm_eps = r.num_or("rms_norm_eps", 1e-6);
   spec.max_position_embeddings = r.req_int("max_position_embeddings");
-  spec.tie_word_embeddings = r.bool_or("tie_word_embeddings", top.bool_or("tie_word_embeddings", false));
+  spec.tie_word_embeddings =
+      r.bool_or("tie_word_embeddings", top.bool_or("tie_word_embeddings", false));
   STRATA_RETURN_IF_ERROR(r.status());
-  if (spec.vocab_size <= 0 || spec.hidden_size <= 0 || spec.num_layers <= 0 || spec.num_heads <= 0 ||
-      spec.num_kv_heads <= 0 || spec.num_heads % spec.num_kv_heads != 0) {
-    return invalid_argument("{}: bad sizes: vocab_size {}, hidden_size {}, num_hidden_layers {}, "
-                            "num_attention_heads {}, num_key_value_heads {}",
-                            where, spec.vocab_size, spec.hidden_size, spec.num_layers,
-                            spec.num_heads, spec.num_kv_heads);
+  if (spec.vocab_size <= 0 || spec.hidden_size <= 0 || spec.num_layers <= 0 ||
+      spec.num_heads <= 0 || spec.num_kv_heads <= 0 || spec.num_heads % spec.num_kv_heads != 0) {
+    return invalid_argument(
+        "{}: bad sizes: vocab_size {}, hidden_size {}, num_hidden_layers {}, "
+        "num_attention_heads {}, num_key_value_heads {}",
+        where, spec.vocab_size, spec.hidden_size, spec.num_layers, spec.num_heads,
+        spec.num_kv_heads);
   }
 
   if (spec.arch == ArchKind::kLlama) {

@@ -15,7 +15,6 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-
 class Builder {
  public:
   explicit Builder(const ModelSpec& spec) : spec_(spec), names_(spec) {}
@@ -42,8 +41,8 @@ class Builder {
     layer_ = -1;
     norm(WeightNames::weight(names_.final_norm()), spec_.hidden_size);
     if (!spec_.tie_word_embeddings) {
-      add(WeightNames::weight(names_.lm_head()), {spec_.vocab_size, spec_.hidden_size}, Sharding::kVocab,
-          WeightRole::kLmHead);
+      add(WeightNames::weight(names_.lm_head()), {spec_.vocab_size, spec_.hidden_size},
+          Sharding::kVocab, WeightRole::kLmHead);
     }
     return std::move(out_);
   }
@@ -143,7 +142,8 @@ class Builder {
   }
 
   // gate/up/down under module(proj): a dense MLP, one routed expert or the shared experts.
-  void mlp(const std::function<std::string(std::string_view)>& module, int64_t inter, WeightRole role) {
+  void mlp(const std::function<std::string(std::string_view)>& module, int64_t inter,
+           WeightRole role) {
     namespace wn = weight_names;
     const int64_t h = spec_.hidden_size;
     const bool b = spec_.mlp_bias;
@@ -157,7 +157,8 @@ class Builder {
     const MoeSpec& m = spec_.moe;
     const int64_t h = spec_.hidden_size;
     const std::string router = names_.mlp(l, wn::kRouter);
-    add(WeightNames::weight(router), {m.n_routed_experts, h}, Sharding::kReplicated, WeightRole::kRouter);
+    add(WeightNames::weight(router), {m.n_routed_experts, h}, Sharding::kReplicated,
+        WeightRole::kRouter);
     if (m.topk_method == TopkMethod::kNoauxTc) {
       // Stored in float32 in DeepSeek-V3 / Kimi checkpoints.
       add(router + "." + std::string(wn::kRouterBias), {m.n_routed_experts}, Sharding::kReplicated,
@@ -256,12 +257,13 @@ LinearFormat stored_format(const WeightEntry& w, const QuantLayout& layout) {
   return LinearFormat{.format = WeightFormat::kDense, .dense_dtype = w.dtype};
 }
 
-int64_t device_bytes(const WeightEntry& w, const std::vector<int64_t>& shape, const QuantLayout& layout,
-                     const WeightPolicy& policy) {
+int64_t device_bytes(const WeightEntry& w, const std::vector<int64_t>& shape,
+                     const QuantLayout& layout, const WeightPolicy& policy) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   if (w.name.ends_with(".bias") || w.name.ends_with("e_score_correction_bias")) return n * 4;
-  if (w.quant == QuantMethod::kNone || shape.size() != 2 || w.name.ends_with(std::string(weight_names::kKvBProj) + ".weight"))
+  if (w.quant == QuantMethod::kNone || shape.size() != 2 ||
+      w.name.ends_with(std::string(weight_names::kKvBProj) + ".weight"))
     return dtype_bytes_for(policy.dense_dtype, n);
   return linear_device_bytes(policy.device_format(stored_format(w, layout)), shape[0], shape[1]);
 }
@@ -278,7 +280,8 @@ std::vector<std::string> stored_tensor_names(const WeightEntry& w) {
 }
 
 InventorySummary summarize_inventory(const ModelSpec& spec, const std::vector<WeightEntry>& inv,
-                                     int tp, const QuantLayout& layout, const WeightPolicy& policy) {
+                                     int tp, const QuantLayout& layout,
+                                     const WeightPolicy& policy) {
   InventorySummary s;
   std::map<int, int64_t> routed_by_layer;
   for (const WeightEntry& w : inv) {

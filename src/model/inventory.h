@@ -31,8 +31,9 @@ enum class Sharding : uint8_t {
   kReplicated,  // full copy on every rank (norms, MLA latent projections, router)
   kColumn,      // dim 0 (output features) split: q/k/v/gate/up, q_b_proj, kv_b_proj
   kRow,         // dim 1 (input features) split: o_proj, down_proj
-  kVocab,       // dim 0 (vocab) split in balanced ranges (the first ranks one row more): embed_tokens, lm_head
-  kKvHeads,     // dim 0 split by KV heads; a head is replicated when tp > num_kv_heads
+  kVocab,    // dim 0 (vocab) split in balanced ranges (the first ranks one row more): embed_tokens,
+             // lm_head
+  kKvHeads,  // dim 0 split by KV heads; a head is replicated when tp > num_kv_heads
 };
 inline constexpr EnumName<Sharding> kShardingNames[] = {{Sharding::kReplicated, "replicated"},
                                                         {Sharding::kColumn, "column"},
@@ -105,11 +106,12 @@ LinearFormat stored_format(const WeightEntry& w, const QuantLayout& layout);
 // dense dtype, except biases and e_score_correction_bias (float32 on every
 // backend: the GEMM epilogues read float32) and MLA's kv_b_proj (always dense: it becomes the
 // absorbed per-head W_UK / W_UV).
-int64_t device_bytes(const WeightEntry& w, const std::vector<int64_t>& shape, const QuantLayout& layout,
-                     const WeightPolicy& policy);
+int64_t device_bytes(const WeightEntry& w, const std::vector<int64_t>& shape,
+                     const QuantLayout& layout, const WeightPolicy& policy);
 
 // The CUDA backend's policy: bf16, fp8 block and INT4 kept packed. What `strata plan` assumes.
-constexpr WeightPolicy kGpuWeightPolicy{.dense_dtype = DType::kBF16, .keep_fp8_block = true, .keep_int4 = true};
+constexpr WeightPolicy kGpuWeightPolicy{
+    .dense_dtype = DType::kBF16, .keep_fp8_block = true, .keep_int4 = true};
 
 // Names of the checkpoint tensors holding one logical weight: "<m>.weight" plainly;
 // "<m>.weight_packed", "<m>.weight_scale", "<m>.weight_shape" for INT4;

@@ -34,8 +34,7 @@ bool matches_ignore_entry(const std::string& entry, const std::string& name) {
   if (entry.rfind("re:", 0) == 0) {
     const std::regex* re = cached_regex(entry.substr(3));
     // Python's re.match: anchored at the start, not at the end.
-    return re != nullptr &&
-           std::regex_search(name, *re, std::regex_constants::match_continuous);
+    return re != nullptr && std::regex_search(name, *re, std::regex_constants::match_continuous);
   }
   if (name == entry) return true;
   // Trailing components: "lm_head" also names "language_model.lm_head" in a VL wrapper.
@@ -50,12 +49,14 @@ Status parse_compressed_tensors(const json& qc, const std::string& where, QuantS
     return invalid_argument("{}: quantization_config.config_groups missing or empty", where);
   }
   if (groups->size() != 1) {
-    return unimplemented("{}: quantization_config has {} config_groups; only one scheme is supported",
-                         where, groups->size());
+    return unimplemented(
+        "{}: quantization_config has {} config_groups; only one scheme is supported", where,
+        groups->size());
   }
   const std::string group_name = groups->begin().key();
   const json& group = groups->begin().value();
-  if (group.contains("format") && group["format"].is_string()) format = group["format"].get<std::string>();
+  if (group.contains("format") && group["format"].is_string())
+    format = group["format"].get<std::string>();
   if (format != "pack-quantized") {
     return unimplemented("{}: compressed-tensors format '{}' is not supported ({})", where, format,
                          kSupported);
@@ -77,8 +78,9 @@ Status parse_compressed_tensors(const json& qc, const std::string& where, QuantS
   }
   spec->symmetric = w->value("symmetric", true);
   if (!spec->symmetric) {
-    return unimplemented("{}: config_groups.{}.weights: asymmetric (zero-point) INT4 is not supported",
-                         where, group_name);
+    return unimplemented(
+        "{}: config_groups.{}.weights: asymmetric (zero-point) INT4 is not supported", where,
+        group_name);
   }
   std::string strategy = w->value("strategy", std::string());
   if (strategy == "group") {
@@ -91,8 +93,9 @@ Status parse_compressed_tensors(const json& qc, const std::string& where, QuantS
   } else if (strategy == "channel") {
     spec->group_size = 0;  // one scale per output row
   } else {
-    return unimplemented("{}: config_groups.{}.weights.strategy '{}' is not supported (group, channel)",
-                         where, group_name, strategy);
+    return unimplemented(
+        "{}: config_groups.{}.weights.strategy '{}' is not supported (group, channel)", where,
+        group_name, strategy);
   }
   spec->method = QuantMethod::kInt4PackQuantized;
   return Status();
@@ -114,8 +117,9 @@ Status parse_fp8(const json& qc, const std::string& where, QuantSpec* spec) {
   }
   for (const json& v : *bs) {
     if (!v.is_number_integer() || v.get<int64_t>() <= 0) {
-      return invalid_argument("{}: quantization_config.weight_block_size must hold positive integers, got {}",
-                              where, bs->dump());
+      return invalid_argument(
+          "{}: quantization_config.weight_block_size must hold positive integers, got {}", where,
+          bs->dump());
     }
     spec->weight_block_size.push_back(v.get<int>());
   }
@@ -145,7 +149,8 @@ StatusOr<QuantSpec> parse_quant_spec(const json& qc, const std::string& where) {
   for (const char* key : {"ignore", "modules_to_not_convert"}) {
     auto it = qc.find(key);
     if (it == qc.end() || it->is_null()) continue;
-    if (!it->is_array()) return invalid_argument("{}: quantization_config.{} must be a list", where, key);
+    if (!it->is_array())
+      return invalid_argument("{}: quantization_config.{} must be a list", where, key);
     for (const json& e : *it) {
       if (!e.is_string()) {
         return invalid_argument("{}: quantization_config.{} entries must be strings, got {}", where,

@@ -30,8 +30,8 @@ Status read_int_array(const std::string& file, const std::string& tensor, const 
                             field);
   }
   for (const json& v : *it) {
-    if (!v.is_number_integer() || (v.is_number_integer() && !v.is_number_unsigned() &&
-                                    v.get<int64_t>() < 0)) {
+    if (!v.is_number_integer() ||
+        (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0)) {
       return invalid_argument("{}: tensor '{}': field '{}' must hold non-negative integers, got {}",
                               file, tensor, field, it->dump());
     }
@@ -70,7 +70,8 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
   void* map = ::mmap(nullptr, size_t(f->file_bytes_), PROT_READ, MAP_PRIVATE, fd, 0);
   int map_err = errno;
   ::close(fd);  // the mapping keeps the file alive
-  if (map == MAP_FAILED) return invalid_argument("{}: mmap failed: {}", path, std::strerror(map_err));
+  if (map == MAP_FAILED)
+    return invalid_argument("{}: mmap failed: {}", path, std::strerror(map_err));
   f->map_ = map;
 
   const auto* base = static_cast<const uint8_t*>(map);
@@ -107,7 +108,8 @@ Status SafetensorsFile::parse_header(const std::string& header, int64_t data_beg
       }
       continue;
     }
-    if (!entry.is_object()) return invalid_argument("{}: tensor '{}': entry is not an object", file, name);
+    if (!entry.is_object())
+      return invalid_argument("{}: tensor '{}': entry is not an object", file, name);
     auto dt = entry.find("dtype");
     if (dt == entry.end() || !dt->is_string()) {
       return invalid_argument("{}: tensor '{}': field 'dtype' missing or not a string", file, name);
@@ -119,32 +121,37 @@ Status SafetensorsFile::parse_header(const std::string& header, int64_t data_beg
           "I8, U8, I32, I64)",
           file, name, dt->get<std::string>());
     }
-    TensorInfo t{.name = name, .dtype = *dtype, .shape = {}, .data = nullptr, .nbytes = 0, .file = file};
+    TensorInfo t{
+        .name = name, .dtype = *dtype, .shape = {}, .data = nullptr, .nbytes = 0, .file = file};
     STRATA_RETURN_IF_ERROR(read_int_array(file, name, entry, "shape", &t.shape));
     std::vector<int64_t> offsets;
     STRATA_RETURN_IF_ERROR(read_int_array(file, name, entry, "data_offsets", &offsets));
     if (offsets.size() != 2 || offsets[0] > offsets[1]) {
-      return invalid_argument("{}: tensor '{}': data_offsets {} must be [begin, end] with begin <= end",
-                              file, name, entry["data_offsets"].dump());
+      return invalid_argument(
+          "{}: tensor '{}': data_offsets {} must be [begin, end] with begin <= end", file, name,
+          entry["data_offsets"].dump());
     }
     int64_t numel = 1;
     for (int64_t d : t.shape) {
       if (__builtin_mul_overflow(numel, d, &numel)) {
-        return invalid_argument("{}: tensor '{}': shape {} overflows", file, name, shape_str(t.shape));
+        return invalid_argument("{}: tensor '{}': shape {} overflows", file, name,
+                                shape_str(t.shape));
       }
     }
     int64_t expect_bytes = 0;
     if (__builtin_mul_overflow(numel, int64_t(dtype_size(*dtype)), &expect_bytes) ||
         expect_bytes != offsets[1] - offsets[0]) {
-      return data_loss("{}: tensor '{}': shape {} of {} needs {} bytes but data_offsets [{}, {}] "
-                       "hold {}",
-                       file, name, shape_str(t.shape), dt->get<std::string>(), expect_bytes,
-                       offsets[0], offsets[1], offsets[1] - offsets[0]);
+      return data_loss(
+          "{}: tensor '{}': shape {} of {} needs {} bytes but data_offsets [{}, {}] "
+          "hold {}",
+          file, name, shape_str(t.shape), dt->get<std::string>(), expect_bytes, offsets[0],
+          offsets[1], offsets[1] - offsets[0]);
     }
     if (offsets[1] > data_bytes) {
-      return data_loss("{}: tensor '{}': data_offsets [{}, {}] exceed file size (data section is "
-                       "{} bytes; truncated?)",
-                       file, name, offsets[0], offsets[1], data_bytes);
+      return data_loss(
+          "{}: tensor '{}': data_offsets [{}, {}] exceed file size (data section is "
+          "{} bytes; truncated?)",
+          file, name, offsets[0], offsets[1], data_bytes);
     }
     t.data = base + data_begin + offsets[0];
     t.nbytes = expect_bytes;

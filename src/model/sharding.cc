@@ -10,13 +10,16 @@ namespace {
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
-bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
+bool contains(std::string_view s, std::string_view part) {
+  return s.find(part) != std::string_view::npos;
+}
 
 // Checks that `what` (a count from config.json) splits over tp ranks.
 Status check_divisible(int64_t n, int tp, const char* what, const ShardingOptions& o) {
   if (n % tp == 0) return Status();
   if (o.allow_uneven && n >= tp) return Status();
-  return invalid_argument("--tp-size {}: {} {} is not divisible by the tensor-parallel size", tp, what, n);
+  return invalid_argument("--tp-size {}: {} {} is not divisible by the tensor-parallel size", tp,
+                          what, n);
 }
 
 Range scale(Range r, int64_t k) { return Range{r.begin * k, r.end * k}; }
@@ -33,7 +36,8 @@ StatusOr<TpShardPlan> plan_tp_sharding(const ModelSpec& s, int tp, const Shardin
   if (tp < 1) return invalid_argument("--tp-size must be >= 1, got {}", tp);
   const int64_t heads = s.num_heads, kvh = s.is_mla() ? heads : s.num_kv_heads;
   if (heads < 1 || kvh < 1 || heads % kvh != 0)
-    return invalid_argument("num_attention_heads {} is not a multiple of num_key_value_heads {}", heads, kvh);
+    return invalid_argument("num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                            heads, kvh);
   TpShardPlan plan;
   plan.spec_ = s;
   // Attention heads.
@@ -42,27 +46,34 @@ StatusOr<TpShardPlan> plan_tp_sharding(const ModelSpec& s, int tp, const Shardin
     STRATA_RETURN_IF_ERROR(check_divisible(heads, tp, "num_attention_heads", o));
   } else if (kvh >= tp) {
     if (kvh % tp != 0 && !o.allow_uneven)
-      return invalid_argument("--tp-size {}: num_key_value_heads {} is not divisible by it (and is not "
-                              "smaller, where KV heads are replicated)", tp, kvh);
+      return invalid_argument(
+          "--tp-size {}: num_key_value_heads {} is not divisible by it (and is not "
+          "smaller, where KV heads are replicated)",
+          tp, kvh);
   } else {
     if (tp % kvh != 0)
-      return invalid_argument("--tp-size {}: num_key_value_heads {} is smaller and does not divide it, so KV "
-                              "heads cannot be replicated evenly", tp, kvh);
+      return invalid_argument(
+          "--tp-size {}: num_key_value_heads {} is smaller and does not divide it, so KV "
+          "heads cannot be replicated evenly",
+          tp, kvh);
     replicas = tp / kvh;
     const int64_t group = heads / kvh;
     if (group % replicas != 0 && !(o.allow_uneven && group >= replicas))
-      return invalid_argument("--tp-size {}: num_attention_heads {} is not divisible by it", tp, heads);
+      return invalid_argument("--tp-size {}: num_attention_heads {} is not divisible by it", tp,
+                              heads);
     plan.kv_replicated_ = true;
   }
-  const bool dense = !s.is_mla() || s.moe.n_routed_experts == 0 || s.moe.first_k_dense_replace > 0 ||
-                     s.moe.moe_layer_freq > 1;
-  if (dense) STRATA_RETURN_IF_ERROR(check_divisible(s.intermediate_size, tp, "intermediate_size", o));
+  const bool dense = !s.is_mla() || s.moe.n_routed_experts == 0 ||
+                     s.moe.first_k_dense_replace > 0 || s.moe.moe_layer_freq > 1;
+  if (dense)
+    STRATA_RETURN_IF_ERROR(check_divisible(s.intermediate_size, tp, "intermediate_size", o));
   const int64_t moe_inter = s.moe.moe_intermediate_size;
   const int64_t shared_inter = int64_t(s.moe.n_shared_experts) * moe_inter;
   if (s.moe.n_routed_experts > 0) {
     STRATA_RETURN_IF_ERROR(check_divisible(moe_inter, tp, "moe_intermediate_size", o));
     if (shared_inter > 0)
-      STRATA_RETURN_IF_ERROR(check_divisible(shared_inter, tp, "n_shared_experts x moe_intermediate_size", o));
+      STRATA_RETURN_IF_ERROR(
+          check_divisible(shared_inter, tp, "n_shared_experts x moe_intermediate_size", o));
   }
   STRATA_RETURN_IF_ERROR(check_divisible(s.vocab_size, tp, "vocab_size", o));
   // Row-parallel slices of quantized weights must keep whole quantization groups / blocks.
@@ -75,11 +86,16 @@ StatusOr<TpShardPlan> plan_tp_sharding(const ModelSpec& s, int tp, const Shardin
       align = s.quant.weight_block_size[1], unit = "the FP8 block size";
     }
     if (align > 0 && s.moe.n_routed_experts > 0 && (moe_inter / tp) % align != 0)
-      return invalid_argument("--tp-size {}: each rank's moe_intermediate_size slice ({}) is not a multiple of "
-                              "{} ({})", tp, moe_inter / tp, unit, align);
-    if (align > 0 && s.quant.method == QuantMethod::kFp8Block && dense && (s.intermediate_size / tp) % align != 0)
-      return invalid_argument("--tp-size {}: each rank's intermediate_size slice ({}) is not a multiple of "
-                              "{} ({})", tp, s.intermediate_size / tp, unit, align);
+      return invalid_argument(
+          "--tp-size {}: each rank's moe_intermediate_size slice ({}) is not a multiple of "
+          "{} ({})",
+          tp, moe_inter / tp, unit, align);
+    if (align > 0 && s.quant.method == QuantMethod::kFp8Block && dense &&
+        (s.intermediate_size / tp) % align != 0)
+      return invalid_argument(
+          "--tp-size {}: each rank's intermediate_size slice ({}) is not a multiple of "
+          "{} ({})",
+          tp, s.intermediate_size / tp, unit, align);
   }
   for (int r = 0; r < tp; ++r) {
     RankShard rs;
@@ -117,8 +133,10 @@ StatusOr<WeightShard> TpShardPlan::shard(int r, std::string_view name, const Sha
   // Splits dim `dim` of the tensor: `part` of `total` (the plan's full size of that dim).
   auto split = [&](ShardKind kind, int dim, Range part, int64_t total) -> StatusOr<WeightShard> {
     if (dim >= int(shape.size()) || shape[size_t(dim)] != total)
-      return invalid_argument("tensor '{}' has shape {}: expected {} along dim {} for tensor-parallel "
-                              "sharding", name, shape_str(shape), total, dim);
+      return invalid_argument(
+          "tensor '{}' has shape {}: expected {} along dim {} for tensor-parallel "
+          "sharding",
+          name, shape_str(shape), total, dim);
     w.kind = kind;
     (dim == 0 ? w.rows : w.cols) = part;
     return w;
@@ -133,9 +151,12 @@ StatusOr<WeightShard> TpShardPlan::shard(int r, std::string_view name, const Sha
   const int64_t heads = s.num_heads;
   namespace wn = weight_names;
   // Module names (model/weight_names.h) as they appear inside a tensor's name.
-  auto attn = [&](std::string_view m) { return contains(name, "self_attn." + std::string(m) + "."); };
+  auto attn = [&](std::string_view m) {
+    return contains(name, "self_attn." + std::string(m) + ".");
+  };
   auto proj = [&](std::string_view m) { return contains(name, std::string(m) + "."); };
-  if (ends_with(name, "embed_tokens.weight") || ends_with(name, "lm_head.weight") || name == s.lm_head_name)
+  if (ends_with(name, "embed_tokens.weight") || ends_with(name, "lm_head.weight") ||
+      name == s.lm_head_name)
     return split(ShardKind::kVocab, 0, rs.vocab, s.vocab_size);
   if (ends_with(name, "norm.weight") || ends_with(name, "layernorm.bias") || attn(wn::kQAProj) ||
       attn(wn::kKvAProj) || ends_with(name, "mlp." + std::string(wn::kRouter) + ".weight") ||
@@ -164,7 +185,8 @@ StatusOr<WeightShard> TpShardPlan::shard(int r, std::string_view name, const Sha
   if (contains(name, "mlp.experts.")) {
     inter = rs.moe_intermediate, inter_total = s.moe.moe_intermediate_size;
   } else if (contains(name, "mlp.shared_experts.")) {
-    inter = rs.shared_intermediate, inter_total = int64_t(s.moe.n_shared_experts) * s.moe.moe_intermediate_size;
+    inter = rs.shared_intermediate,
+    inter_total = int64_t(s.moe.n_shared_experts) * s.moe.moe_intermediate_size;
   }
   if (proj(wn::kGateProj) || proj(wn::kUpProj))
     return split(ShardKind::kColumn, 0, inter, inter_total);

@@ -52,12 +52,12 @@ Range balanced_split(int64_t n, int tp, int r);
 
 struct RankShard {
   int rank = 0;
-  Range q_heads;           // attention heads (GQA or MLA)
-  Range kv_heads;          // GQA KV heads (one replicated head when kv_heads < tp); MLA: none
-  Range intermediate;      // dense MLP
-  Range moe_intermediate;  // each routed expert's intermediate dim
+  Range q_heads;              // attention heads (GQA or MLA)
+  Range kv_heads;             // GQA KV heads (one replicated head when kv_heads < tp); MLA: none
+  Range intermediate;         // dense MLP
+  Range moe_intermediate;     // each routed expert's intermediate dim
   Range shared_intermediate;  // the shared experts' intermediate (n_shared × moe_intermediate)
-  Range vocab;             // embedding and lm_head rows
+  Range vocab;                // embedding and lm_head rows
 };
 
 enum class ShardKind : uint8_t { kReplicated, kColumn, kRow, kVocab };

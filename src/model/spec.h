@@ -31,8 +31,8 @@ struct RopeSpec {
   // yarn
   double beta_fast = 32.0;
   double beta_slow = 1.0;
-  double mscale = 0.0;          // 0 = absent
-  double mscale_all_dim = 0.0;  // 0 = absent
+  double mscale = 0.0;                     // 0 = absent
+  double mscale_all_dim = 0.0;             // 0 = absent
   std::optional<double> attention_factor;  // explicit override when the config gives one
   bool truncate = true;                    // yarn: floor/ceil the correction range (HF default)
   // How many dims of each head are rotated (head_dim, or qk_rope_head_dim for MLA).
@@ -80,16 +80,16 @@ constexpr const auto& enum_names(QuantMethod) { return kQuantMethodNames; }
 
 struct QuantSpec {
   QuantMethod method = QuantMethod::kNone;
-  int group_size = 0;                    // int4: input elements per scale
+  int group_size = 0;  // int4: input elements per scale
   bool symmetric = true;
-  std::vector<int> weight_block_size;    // fp8: {128, 128}
+  std::vector<int> weight_block_size;  // fp8: {128, 128}
   // Modules left unquantized: plain names or "re:<regex>" entries from the config's `ignore`.
   std::vector<std::string> ignore;
 };
 
 struct ModelSpec {
   ArchKind arch = ArchKind::kLlama;
-  std::string model_type;  // as in config.json (for kimi_k25: the wrapper's type)
+  std::string model_type;       // as in config.json (for kimi_k25: the wrapper's type)
   std::string text_model_type;  // the text model's type (same as model_type unless wrapped)
 
   int64_t vocab_size = 0;
@@ -106,12 +106,12 @@ struct ModelSpec {
   bool attention_bias = false;  // q/k/v projections carry a bias (qwen2)
   bool attention_out_bias = false;
   bool mlp_bias = false;
-  bool qk_norm = false;         // per-head RMSNorm on q and k before rope (qwen3)
+  bool qk_norm = false;               // per-head RMSNorm on q and k before rope (qwen3)
   std::optional<int> sliding_window;  // recorded; not used by attention yet
 
   RopeSpec rope;
-  MlaSpec mla;   // meaningful when arch == kDeepseek
-  MoeSpec moe;   // meaningful when moe.n_routed_experts > 0
+  MlaSpec mla;  // meaningful when arch == kDeepseek
+  MoeSpec moe;  // meaningful when moe.n_routed_experts > 0
   QuantSpec quant;
 
   std::vector<int> eos_token_ids;

@@ -3,8 +3,8 @@
 // tensor-parallel sharding rules, the architectures' loaders and the KV-scale reader all build or
 // match names here, so a renamed tensor is one edit.
 //
-// Names are module paths without the ".weight" / ".bias" suffix ("model.layers.3.self_attn.q_proj");
-// weight(m) and bias(m) add it. Layouts:
+// Names are module paths without the ".weight" / ".bias" suffix
+// ("model.layers.3.self_attn.q_proj"); weight(m) and bias(m) add it. Layouts:
 //   <prefix>embed_tokens · <prefix>layers.<l>.{input_layernorm, post_attention_layernorm}
 //   attention (GQA):  <layer>self_attn.{q_proj, k_proj, v_proj, o_proj, q_norm, k_norm}
 //   attention (MLA):  <layer>self_attn.{q_a_proj, q_a_layernorm, q_b_proj | q_proj,
@@ -70,7 +70,9 @@ class WeightNames {
     return layer(l) + "self_attn." + std::string(module);
   }
   // <layer>mlp.<module>: a dense layer's MLP, or a MoE layer's router ("gate").
-  std::string mlp(int l, std::string_view module) const { return layer(l) + "mlp." + std::string(module); }
+  std::string mlp(int l, std::string_view module) const {
+    return layer(l) + "mlp." + std::string(module);
+  }
   // <layer>mlp.experts.<e>.<proj>
   std::string expert(int l, int e, std::string_view proj) const {
     return layer(l) + "mlp.experts." + std::to_string(e) + "." + std::string(proj);

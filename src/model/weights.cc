@@ -163,18 +163,20 @@ StatusOr<HostTensor> WeightStore::load_f32(const std::string& name,
   return load_f32(name);
 }
 
-StatusOr<HostTensor> WeightStore::load_f32_slice(const std::string& name, const Shape& expected_shape,
-                                                 int64_t row_begin, int64_t row_end,
-                                                 int64_t col_begin, int64_t col_end) const {
+StatusOr<HostTensor> WeightStore::load_f32_slice(const std::string& name,
+                                                 const Shape& expected_shape, int64_t row_begin,
+                                                 int64_t row_end, int64_t col_begin,
+                                                 int64_t col_end) const {
   STRATA_ASSIGN_OR_RETURN(Shape actual, shape_of(name));
   const TensorInfo* t = find(name);
   const TensorInfo* where = t != nullptr ? t : find(name + "_packed");
   STRATA_RETURN_IF_ERROR(check_shape(*where, name, actual, expected_shape));
   const int64_t rows = actual[0], cols = actual.size() == 2 ? actual[1] : 1;
-  if (actual.size() > 2 || row_begin < 0 || row_begin > row_end || row_end > rows || col_begin < 0 ||
-      col_begin > col_end || col_end > cols)
-    return invalid_argument("{}: tensor '{}' of shape {}: slice rows [{}, {}) cols [{}, {}) is outside it",
-                            where->file, name, shape_str(actual), row_begin, row_end, col_begin, col_end);
+  if (actual.size() > 2 || row_begin < 0 || row_begin > row_end || row_end > rows ||
+      col_begin < 0 || col_begin > col_end || col_end > cols)
+    return invalid_argument(
+        "{}: tensor '{}' of shape {}: slice rows [{}, {}) cols [{}, {}) is outside it", where->file,
+        name, shape_str(actual), row_begin, row_end, col_begin, col_end);
   const int64_t out_rows = row_end - row_begin, out_cols = col_end - col_begin;
   const Shape out_shape = actual.size() == 2 ? Shape{out_rows, out_cols} : Shape{out_rows};
   const bool plain = t != nullptr && (t->dtype == DType::kF32 || t->dtype == DType::kBF16 ||
@@ -185,7 +187,8 @@ StatusOr<HostTensor> WeightStore::load_f32_slice(const std::string& name, const 
     std::vector<uint8_t> row_buf(size_t(out_cols * esize));
     for (int64_t r = 0; r < out_rows; ++r) {
       // memcpy first: the mapping need not be aligned for the element type.
-      std::memcpy(row_buf.data(), t->data + ((row_begin + r) * cols + col_begin) * esize, row_buf.size());
+      std::memcpy(row_buf.data(), t->data + ((row_begin + r) * cols + col_begin) * esize,
+                  row_buf.size());
       to_f32(t->dtype, row_buf.data(), out.f32() + r * out_cols, out_cols);
     }
     return out;
@@ -303,7 +306,7 @@ StatusOr<HostTensor> WeightStore::load_int4(const std::string& name,
 }
 
 StatusOr<std::pair<int64_t, int64_t>> WeightStore::fp8_blocks(const TensorInfo& w,
-                                                               const TensorInfo& scale) const {
+                                                              const TensorInfo& scale) const {
   if (w.shape.size() != 2) {
     return data_loss("{}: tensor '{}': fp8 block-quantized weight must be 2-D, found {}", w.file,
                      w.name, shape_str(w.shape));
@@ -316,9 +319,10 @@ StatusOr<std::pair<int64_t, int64_t>> WeightStore::fp8_blocks(const TensorInfo& 
   const int64_t out = w.shape[0], in = w.shape[1];
   Shape want{(out + bo - 1) / bo, (in + bi - 1) / bi};
   if (scale.dtype != DType::kF32 || scale.shape != want) {
-    return data_loss("{}: tensor '{}': block scales for {} with {}x{} blocks must be F32 {}, found {} {}",
-                     scale.file, scale.name, shape_str(w.shape), bo, bi, shape_str(want),
-                     dtype_name(scale.dtype), shape_str(scale.shape));
+    return data_loss(
+        "{}: tensor '{}': block scales for {} with {}x{} blocks must be F32 {}, found {} {}",
+        scale.file, scale.name, shape_str(w.shape), bo, bi, shape_str(want),
+        dtype_name(scale.dtype), shape_str(scale.shape));
   }
   return std::pair<int64_t, int64_t>{bo, bi};
 }
@@ -343,11 +347,13 @@ StatusOr<WeightStore::LinearSource> WeightStore::linear_source(const LinearRead&
   const std::string& name = r.name;
   STRATA_ASSIGN_OR_RETURN(Shape actual, shape_of(name));
   const TensorInfo* t = find(name);
-  const TensorInfo* packed = t == nullptr && ends_with_weight(name) ? find(name + "_packed") : nullptr;
+  const TensorInfo* packed =
+      t == nullptr && ends_with_weight(name) ? find(name + "_packed") : nullptr;
   if (t == nullptr && packed == nullptr) return not_found("{}: no tensor '{}'", dir_, name);
   STRATA_RETURN_IF_ERROR(check_shape(t != nullptr ? *t : *packed, name, actual, r.shape));
   if (actual.size() != 2)
-    return invalid_argument("{}: tensor '{}' is {}, not a 2-D linear weight", dir_, name, shape_str(actual));
+    return invalid_argument("{}: tensor '{}' is {}, not a 2-D linear weight", dir_, name,
+                            shape_str(actual));
   const int64_t out = actual[0], in = actual[1];
   LinearSource src;
   if (packed != nullptr) {
@@ -358,7 +364,8 @@ StatusOr<WeightStore::LinearSource> WeightStore::linear_source(const LinearRead&
   } else if (t->dtype == DType::kFP8E4M3) {
     const TensorInfo* scale = find(name + "_scale_inv");
     if (scale == nullptr)
-      return not_found("{}: fp8 weight '{}' has no block scale tensor '{}_scale_inv'", t->file, name, name);
+      return not_found("{}: fp8 weight '{}' has no block scale tensor '{}_scale_inv'", t->file,
+                       name, name);
     STRATA_ASSIGN_OR_RETURN(auto blocks, fp8_blocks(*t, *scale));
     src.format = LinearFormat{.format = WeightFormat::kFp8Block,
                               .block_out = int(blocks.first),
@@ -369,8 +376,8 @@ StatusOr<WeightStore::LinearSource> WeightStore::linear_source(const LinearRead&
     src.format = LinearFormat{.format = WeightFormat::kDense, .dense_dtype = t->dtype};
     src.values = t;
   } else {
-    return invalid_argument("{}: tensor '{}' is {}, not a linear weight format strata reads", t->file,
-                            name, dtype_name(t->dtype));
+    return invalid_argument("{}: tensor '{}' is {}, not a linear weight format strata reads",
+                            t->file, name, dtype_name(t->dtype));
   }
   // The tables the slice indexes are the stored tensors, whole.
   CHECK_EQ(src.values->nbytes, linear_values_bytes(src.format, out, in));

@@ -73,7 +73,8 @@ class WeightStore {
   // INT4 pack-quantized with its `weight_scale` (core/weight_format.h): the bytes a backend
   // uploads as they are. Errors: as load_f32, plus an asymmetric INT4 weight (a
   // `weight_zero_point`), refused by name.
-  StatusOr<HostLinearWeight> load_linear(const std::string& name, const Shape& expected_shape) const;
+  StatusOr<HostLinearWeight> load_linear(const std::string& name,
+                                         const Shape& expected_shape) const;
   // `matrices.size()` matrices stacked along a leading dim (a MoE layer's experts; stack 1: one
   // linear), matrix s being the parts matrices[s] stacked along the output rows (a fused QKV or
   // gate/up), each part a slice of a stored linear weight (a tensor-parallel shard): the same
@@ -102,7 +103,8 @@ class WeightStore {
   StatusOr<int64_t> int4_group(const std::string& name, const TensorInfo& packed, int64_t out,
                                int64_t in) const;
   // fp8 block dims {out, in} after checking the scale tensor against w's shape.
-  StatusOr<std::pair<int64_t, int64_t>> fp8_blocks(const TensorInfo& w, const TensorInfo& scale) const;
+  StatusOr<std::pair<int64_t, int64_t>> fp8_blocks(const TensorInfo& w,
+                                                   const TensorInfo& scale) const;
   StatusOr<HostTensor> load_fp8_block(const TensorInfo& w, const TensorInfo& scale) const;
   StatusOr<HostTensor> load_plain(const TensorInfo& t) const;
   // A stored linear weight's tensors, format and the slice `r` asks for (shape and format

@@ -33,7 +33,8 @@ std::string partial_line(const PartialKey& key, int64_t from, std::span<const in
   return j.dump();
 }
 
-StatusOr<std::map<PartialKey, PartialOutput>> read_partials(const std::string& path, const std::string& settings) {
+StatusOr<std::map<PartialKey, PartialOutput>> read_partials(const std::string& path,
+                                                            const std::string& settings) {
   std::map<PartialKey, PartialOutput> out;
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return out;
@@ -47,7 +48,8 @@ StatusOr<std::map<PartialKey, PartialOutput>> read_partials(const std::string& p
     const auto& jd = j["dataset"];
     const auto& jid = j["id"];
     const auto& jt = j["tokens"];
-    if (!jd.is_string() || !jid.is_string() || !jt.is_array() || !j["from"].is_number_integer()) continue;
+    if (!jd.is_string() || !jid.is_string() || !jt.is_array() || !j["from"].is_number_integer())
+      continue;
     const PartialKey key{jd.get<std::string>(), jid.get<std::string>()};
     const int64_t from = j["from"].get<int64_t>();
     auto it = out.find(key);
@@ -75,7 +77,8 @@ StatusOr<std::map<PartialKey, PartialOutput>> read_partials(const std::string& p
   return out;
 }
 
-Status rewrite_partials(const std::string& path, const std::map<PartialKey, PartialOutput>& partials,
+Status rewrite_partials(const std::string& path,
+                        const std::map<PartialKey, PartialOutput>& partials,
                         const std::string& settings) {
   if (partials.empty()) {
     std::error_code ec;

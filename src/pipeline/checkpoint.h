@@ -53,10 +53,12 @@ using PartialKey = std::pair<std::string, std::string>;  // (dataset, id)
 // The partial outputs in `path` made with `settings` (lines of other settings are ignored). A
 // missing file is empty. Torn tails and unparseable lines are skipped: a checkpoint is an
 // optimization, never the only copy of a result.
-StatusOr<std::map<PartialKey, PartialOutput>> read_partials(const std::string& path, const std::string& settings);
+StatusOr<std::map<PartialKey, PartialOutput>> read_partials(const std::string& path,
+                                                            const std::string& settings);
 
 // Rewrites `path` atomically with one line per entry of `partials` (or removes it when empty).
-Status rewrite_partials(const std::string& path, const std::map<PartialKey, PartialOutput>& partials,
+Status rewrite_partials(const std::string& path,
+                        const std::map<PartialKey, PartialOutput>& partials,
                         const std::string& settings);
 
 // One checkpoint line: `tokens` are output tokens from index `from` on.

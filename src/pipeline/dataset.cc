@@ -1,7 +1,7 @@
 #include "pipeline/dataset.h"
 
-#include <filesystem>
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <unordered_set>
 
@@ -19,7 +19,8 @@ StatusOr<nlohmann::json> normalize_turns(const nlohmann::json& turns, const std:
     if (!t.is_object()) return invalid_argument("{}: turn {} is not an object", where, i);
     std::string role, content;
     if (t.contains("role")) {
-      if (!t["role"].is_string()) return invalid_argument("{}: turn {} role is not a string", where, i);
+      if (!t["role"].is_string())
+        return invalid_argument("{}: turn {} role is not a string", where, i);
       role = t["role"].get<std::string>();
     } else if (t.contains("from") && t["from"].is_string()) {
       const std::string from = t["from"].get<std::string>();
@@ -53,9 +54,12 @@ StatusOr<PromptRecord> parse_prompt_line(const std::string& text, int64_t line_n
   if (!r.original.is_object()) return invalid_argument("{}: expected a JSON object", where);
   const auto& o = r.original;
   if (o.contains("id")) {
-    if (o["id"].is_string()) r.id = o["id"].get<std::string>();
-    else if (o["id"].is_number_integer()) r.id = std::to_string(o["id"].get<int64_t>());
-    else return invalid_argument("{}: \"id\" must be a string or an integer", where);
+    if (o["id"].is_string())
+      r.id = o["id"].get<std::string>();
+    else if (o["id"].is_number_integer())
+      r.id = std::to_string(o["id"].get<int64_t>());
+    else
+      return invalid_argument("{}: \"id\" must be a string or an integer", where);
   } else {
     r.id = dataset + "-" + std::to_string(line_number);
   }
@@ -101,13 +105,15 @@ StatusOr<Dataset> parse_dataset_spec(const std::string& spec) {
   Dataset d;
   const size_t eq = spec.find('=');
   d.path = eq == std::string::npos ? spec : spec.substr(eq + 1);
-  d.name = eq == std::string::npos ? std::filesystem::path(spec).stem().string() : spec.substr(0, eq);
+  d.name =
+      eq == std::string::npos ? std::filesystem::path(spec).stem().string() : spec.substr(0, eq);
   if (d.path.empty()) return invalid_argument("--input '{}': no file given", spec);
   if (d.name.empty()) return invalid_argument("--input '{}': empty dataset name", spec);
   for (char c : d.name) {
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-'))
-      return invalid_argument("--input '{}': dataset name '{}' may use only letters, digits, '.', '_', '-'",
-                              spec, d.name);
+      return invalid_argument(
+          "--input '{}': dataset name '{}' may use only letters, digits, '.', '_', '-'", spec,
+          d.name);
   }
   return d;
 }

@@ -13,11 +13,11 @@
 namespace strata {
 
 struct PromptRecord {
-  std::string id;              // the line's "id", else "<dataset>-<line number>"
-  nlohmann::json messages;     // [{"role","content"}...] normalized; null for a raw prompt
-  std::string prompt;          // raw text when there are no messages
-  nlohmann::json original;     // the input line as read (output appends to it)
-  int64_t line = 0;            // 1-based line number in the file
+  std::string id;           // the line's "id", else "<dataset>-<line number>"
+  nlohmann::json messages;  // [{"role","content"}...] normalized; null for a raw prompt
+  std::string prompt;       // raw text when there are no messages
+  nlohmann::json original;  // the input line as read (output appends to it)
+  int64_t line = 0;         // 1-based line number in the file
 };
 
 // Parses one JSONL line. Errors name the line and the problem.
@@ -32,7 +32,7 @@ StatusOr<std::vector<PromptRecord>> read_prompt_file(const std::string& path,
 // One input dataset: `--input NAME=FILE` (or `--input FILE`, named by the file's stem).
 struct Dataset {
   std::string name{};
-  std::string path{};                  // empty for prompts given on the command line
+  std::string path{};                   // empty for prompts given on the command line
   std::vector<PromptRecord> records{};  // in file order
 };
 

@@ -11,17 +11,23 @@ StatusOr<std::unique_ptr<EngineTarget>> EngineTarget::create(Engine& engine,
                                                              const JobSampling& sampling,
                                                              int max_in_flight,
                                                              const CaptureOptions& capture) {
-  STRATA_ASSIGN_OR_RETURN(PromptEncoder enc, PromptEncoder::load(engine.config().tokenizer_dir(), engine.tokenizer(),
-                                                                      engine.config().chat_template));
+  STRATA_ASSIGN_OR_RETURN(PromptEncoder enc,
+                          PromptEncoder::load(engine.config().tokenizer_dir(), engine.tokenizer(),
+                                              engine.config().chat_template));
   if (capture.enabled &&
       (engine.config().capture.layers != capture.layers || !engine.config().capture.final_norm))
     return failed_precondition("the engine captures other layers than the job asks for");
   std::unique_ptr<EngineTarget> b(new EngineTarget(engine, std::move(enc), sampling));
   b->capture_ = capture;
-  b->model_name_ = std::filesystem::path(engine.config().model_path).lexically_normal().filename().string();
+  b->model_name_ =
+      std::filesystem::path(engine.config().model_path).lexically_normal().filename().string();
   if (b->model_name_.empty())
-    b->model_name_ = std::filesystem::path(engine.config().model_path).lexically_normal().parent_path().filename();
-  b->max_in_flight_ = max_in_flight > 0 ? max_in_flight : std::max(64, 2 * engine.plan().max_running_requests);
+    b->model_name_ = std::filesystem::path(engine.config().model_path)
+                         .lexically_normal()
+                         .parent_path()
+                         .filename();
+  b->max_in_flight_ =
+      max_in_flight > 0 ? max_in_flight : std::max(64, 2 * engine.plan().max_running_requests);
   return b;
 }
 
@@ -62,8 +68,10 @@ void EngineTarget::start(const GenerationTask& task, OutcomeCallback done) {
       req.resume_kv = task.resume_kv;
       req.kv_export_from_row = task.kv_export_from_row;
     } else {
-      LOG_WARN("{} id {}: its checkpoint was made for a {}-token prompt, this one has {}; starting it over",
-               task.dataset, r.id, task.resume_prompt_tokens, req.prompt_ids.size());
+      LOG_WARN(
+          "{} id {}: its checkpoint was made for a {}-token prompt, this one has {}; starting it "
+          "over",
+          task.dataset, r.id, task.resume_prompt_tokens, req.prompt_ids.size());
       if (task.on_tokens) task.on_tokens(TokenReport{.restart = true});
     }
   }
@@ -73,7 +81,8 @@ void EngineTarget::start(const GenerationTask& task, OutcomeCallback done) {
   req.on_event = [text, done, on_tokens = task.on_tokens](const StreamEvent& ev) {
     *text += ev.text;
     if (on_tokens && !ev.resumed && !ev.token_ids.empty())
-      on_tokens(TokenReport{.token_ids = ev.token_ids, .rng_draws = ev.rng_draws, .prompt_tokens = ev.prompt_tokens});
+      on_tokens(TokenReport{
+          .token_ids = ev.token_ids, .rng_draws = ev.rng_draws, .prompt_tokens = ev.prompt_tokens});
     if (on_tokens && ev.kv) on_tokens(TokenReport{.prompt_tokens = ev.prompt_tokens, .kv = ev.kv});
     if (!ev.finished) return;
     GenerationOutcome o;

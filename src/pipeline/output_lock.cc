@@ -42,10 +42,13 @@ nlohmann::json read_record(int fd) {
 // "pid 123 on host node7 (since ..., heartbeat 3s ago)", or what is known of it.
 std::string describe_holder(const nlohmann::json& r) {
   if (r.is_null() || r.value("released", false)) return "a job that has not written its name yet";
-  std::string s = fmt::format("pid {} on host {}", r.value("pid", int64_t(-1)), r.value("host", std::string("?")));
-  if (r.contains("started")) s += fmt::format(" (since {}", utc_time(r.value("started", int64_t(0))));
+  std::string s = fmt::format("pid {} on host {}", r.value("pid", int64_t(-1)),
+                              r.value("host", std::string("?")));
+  if (r.contains("started"))
+    s += fmt::format(" (since {}", utc_time(r.value("started", int64_t(0))));
   if (r.contains("heartbeat"))
-    s += fmt::format(", heartbeat {}s ago", std::max<int64_t>(0, unix_now() - r.value("heartbeat", int64_t(0))));
+    s += fmt::format(", heartbeat {}s ago",
+                     std::max<int64_t>(0, unix_now() - r.value("heartbeat", int64_t(0))));
   if (r.contains("started")) s += ")";
   return s;
 }
@@ -61,7 +64,8 @@ std::string local_host_name() {
 StatusOr<std::unique_ptr<OutputLock>> OutputLock::acquire(const std::string& results_path) {
   const std::string path = results_path + ".lock";
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return internal_error("cannot open the lock file '{}': {}", path, std::strerror(errno));
+  if (fd < 0)
+    return internal_error("cannot open the lock file '{}': {}", path, std::strerror(errno));
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     if (err == EWOULDBLOCK) {
@@ -77,25 +81,30 @@ StatusOr<std::unique_ptr<OutputLock>> OutputLock::acquire(const std::string& res
       const std::string holder = describe_holder(holder_record);
       ::close(fd);
       return failed_precondition(
-          "{} is being written by another job: {}. One job per output: wait for it to finish, or give "
+          "{} is being written by another job: {}. One job per output: wait for it to finish, or "
+          "give "
           "this one another --output (lock file {})",
           results_path, holder, path);
     }
     ::close(fd);
     return failed_precondition(
-        "cannot lock '{}': {}. This filesystem gives no file locks (Lustre: mount with -o flock; NFS: "
+        "cannot lock '{}': {}. This filesystem gives no file locks (Lustre: mount with -o flock; "
+        "NFS: "
         "without nolock); strata will not write an output another job could write at the same time",
         path, std::strerror(err));
   }
   // flock granted. A recent heartbeat from another host means the filesystem keeps locks local to
   // each host (NFS local_lock, Lustre localflock): that job is alive and would collide with us.
   const nlohmann::json prev = read_record(fd);
-  if (!prev.is_null() && !prev.value("released", true) && prev.value("host", std::string()) != local_host_name() &&
+  if (!prev.is_null() && !prev.value("released", true) &&
+      prev.value("host", std::string()) != local_host_name() &&
       double(unix_now() - prev.value("heartbeat", int64_t(0))) < kForeignHeartbeatSeconds) {
     ::close(fd);
     return failed_precondition(
-        "{} is being written by another job: {}. This filesystem's locks are not shared between hosts "
-        "(NFS local_lock/nolock, Lustre localflock); if that job is dead, wait {:.0f}s or remove {}",
+        "{} is being written by another job: {}. This filesystem's locks are not shared between "
+        "hosts "
+        "(NFS local_lock/nolock, Lustre localflock); if that job is dead, wait {:.0f}s or remove "
+        "{}",
         results_path, describe_holder(prev), kForeignHeartbeatSeconds, path);
   }
   std::unique_ptr<OutputLock> lock(new OutputLock(path, fd));

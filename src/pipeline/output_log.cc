@@ -46,12 +46,16 @@ bool record_key(const nlohmann::json& j, const std::string& default_dataset, std
                 std::string& id) {
   if (!j.is_object() || !j.contains("id")) return false;
   const auto& jid = j["id"];
-  if (jid.is_string()) id = jid.get<std::string>();
-  else if (jid.is_number_integer()) id = std::to_string(jid.get<int64_t>());
-  else return false;
+  if (jid.is_string())
+    id = jid.get<std::string>();
+  else if (jid.is_number_integer())
+    id = std::to_string(jid.get<int64_t>());
+  else
+    return false;
   dataset = default_dataset;
   if (auto m = j.find("meta"); m != j.end() && m->is_object()) {
-    if (auto d = m->find("dataset"); d != m->end() && d->is_string()) dataset = d->get<std::string>();
+    if (auto d = m->find("dataset"); d != m->end() && d->is_string())
+      dataset = d->get<std::string>();
   } else if (auto d = j.find("dataset"); d != j.end() && d->is_string()) {
     dataset = d->get<std::string>();
   }
@@ -89,7 +93,8 @@ StatusOr<ScanResult> scan_output(const std::string& path, const ScanOptions& opt
     nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !record_key(j, options.default_dataset, dataset, id)) {
       return data_loss(
-          "{} line {}: a complete line that is not a JSON record with an \"id\" (the file was edited or "
+          "{} line {}: a complete line that is not a JSON record with an \"id\" (the file was "
+          "edited or "
           "corrupted; fix or remove that line and run again)",
           path, n);
     }
@@ -121,7 +126,8 @@ Status compact_output(const std::string& path, const ScanResult& scan) {
     return write_all(fd, chunk.data(), chunk.size(), tmp);
   };
   while (s.ok() && pos < scan.valid_bytes) {
-    const int64_t next_dup = dup < scan.duplicates.size() ? scan.duplicates[dup].offset : scan.valid_bytes;
+    const int64_t next_dup =
+        dup < scan.duplicates.size() ? scan.duplicates[dup].offset : scan.valid_bytes;
     if (pos < next_dup) {
       s = copy(next_dup - pos);
       pos = next_dup;
@@ -151,7 +157,8 @@ StatusOr<std::unique_ptr<AppendLog>> AppendLog::open(const std::string& path, in
   }
   if (st.st_size < valid_bytes) {
     ::close(fd);
-    return data_loss("{} shrank while it was opened ({} bytes, expected {})", path, st.st_size, valid_bytes);
+    return data_loss("{} shrank while it was opened ({} bytes, expected {})", path, st.st_size,
+                     valid_bytes);
   }
   sync_parent_dir(path);
   return std::unique_ptr<AppendLog>(new AppendLog(path, fd));
@@ -180,7 +187,8 @@ Status AppendLog::sync() {
 }
 
 bool AppendLog::same_file_as_path() const {
-  struct stat mine {}, named {};
+  struct stat mine {
+  }, named{};
   if (::fstat(fd_, &mine) != 0 || ::stat(path_.c_str(), &named) != 0) return false;
   return mine.st_dev == named.st_dev && mine.st_ino == named.st_ino;
 }

@@ -9,9 +9,9 @@
 // Lines end with '\n' and never contain one (nlohmann::json::dump escapes it).
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -47,7 +47,7 @@ struct ScanResult {
 
 struct ScanOptions {
   std::string default_dataset{};  // for records that name none
-  bool keep_records = false;    // fill last_records
+  bool keep_records = false;      // fill last_records
 };
 
 // Reads a results or failures file. A missing file is an empty result (exists = false).

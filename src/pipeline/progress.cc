@@ -51,7 +51,8 @@ std::string format_progress(const ProgressSnapshot& p) {
   if (running > 0) line += fmt::format(" {} running", running);
   line += fmt::format(" · {} tok generated", generated);
   if (!p.target_note.empty()) line += " · " + p.target_note;
-  line += fmt::format(" · gen {:.0f} tok/s · prompt {:.0f} tok/s", p.gen_tokens_per_s, p.prompt_tokens_per_s);
+  line += fmt::format(" · gen {:.0f} tok/s · prompt {:.0f} tok/s", p.gen_tokens_per_s,
+                      p.prompt_tokens_per_s);
   if (p.window_s > 0) line += fmt::format(" (last {})", format_duration(p.window_s));
   if (finished == total) {
     line += fmt::format(" · elapsed {}", format_duration(p.elapsed_s));

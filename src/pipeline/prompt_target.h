@@ -78,7 +78,7 @@ struct GenerationOutcome {
   std::string finish_reason;  // "stop" | "length" | "abort" (OpenAI names)
   std::string error;          // for kFailed / kInterrupted
   // kDone: every output token counted, those of a resumed partial included.
-  int http_status = 0;        // server mode: the last HTTP status (0: none / transport error)
+  int http_status = 0;  // server mode: the last HTTP status (0: none / transport error)
   int attempts = 1;
   // kDone of a capture job: the record's hidden states (pipeline/hidden_store.h).
   std::shared_ptr<const CapturedRecord> hidden{};
@@ -116,7 +116,7 @@ class PromptTarget {
 
 // Retries with capped exponential backoff and jitter, for server mode.
 struct RetryPolicy {
-  int max_attempts = 6;          // per prompt, for retryable errors (5xx, 429, timeouts, resets)
+  int max_attempts = 6;  // per prompt, for retryable errors (5xx, 429, timeouts, resets)
   double initial_delay_s = 0.5;
   double max_delay_s = 30.0;
   double multiplier = 2.0;

@@ -42,11 +42,11 @@ struct Sink {
   ScanResult results, failures;
   std::shared_ptr<OutputLock> lock;  // taken before the scan, held until the job returns
   std::unique_ptr<AppendLog> results_log, failures_log;
-  std::string partial_path;                     // checkpoints (checkpoint.h)
+  std::string partial_path;                      // checkpoints (checkpoint.h)
   std::map<PartialKey, PartialOutput> partials;  // of unfinished prompts, when the job started
-  std::unique_ptr<AppendLog> partial_log;       // null when the job does not checkpoint
-  std::unique_ptr<KvCheckpointFile> kv_file;    // their KV rows; null without KV checkpoints
-  int64_t kv_dead_rows = 0;  // rows of records finished since the last compaction
+  std::unique_ptr<AppendLog> partial_log;        // null when the job does not checkpoint
+  std::unique_ptr<KvCheckpointFile> kv_file;     // their KV rows; null without KV checkpoints
+  int64_t kv_dead_rows = 0;             // rows of records finished since the last compaction
   std::unique_ptr<HiddenStore> hidden;  // capture jobs (hidden_store.h)
 };
 
@@ -77,7 +77,8 @@ constexpr uint64_t kUnknownDraws = ~uint64_t(0);
 StatusOr<ScanResult> scan_and_repair(const std::string& path, const ScanOptions& opts) {
   STRATA_ASSIGN_OR_RETURN(ScanResult scan, scan_output(path, opts));
   if (scan.torn_bytes > 0)
-    LOG_WARN("{}: dropping a torn last line ({} bytes) left by an interrupted write", path, scan.torn_bytes);
+    LOG_WARN("{}: dropping a torn last line ({} bytes) left by an interrupted write", path,
+             scan.torn_bytes);
   if (!scan.duplicates.empty()) {
     LOG_WARN("{}: {} duplicate records; keeping the first of each", path, scan.duplicates.size());
     STRATA_RETURN_IF_ERROR(compact_output(path, scan));
@@ -109,8 +110,9 @@ std::string results_path_of(const Dataset& d, const JobOptions& o) {
   return (std::filesystem::path(o.output_dir) / (d.name + ".jsonl")).string();
 }
 
-nlohmann::json result_record(const PromptRecord& r, const std::string& dataset, const nlohmann::json& meta_base,
-                             uint64_t seed, const GenerationOutcome& o) {
+nlohmann::json result_record(const PromptRecord& r, const std::string& dataset,
+                             const nlohmann::json& meta_base, uint64_t seed,
+                             const GenerationOutcome& o) {
   nlohmann::json out = r.original;
   if (!r.messages.is_null()) {
     const char* key = out.contains("messages") ? "messages" : "conversations";
@@ -141,10 +143,10 @@ nlohmann::json result_record(const PromptRecord& r, const std::string& dataset, 
   return out;
 }
 
-nlohmann::json failure_record(const PromptRecord& r, const std::string& dataset, const std::string& model,
-                              const GenerationOutcome& o) {
-  return {{"id", r.id},         {"dataset", dataset},          {"model", model},
-          {"error", o.error},   {"http_status", o.http_status}, {"attempts", o.attempts}};
+nlohmann::json failure_record(const PromptRecord& r, const std::string& dataset,
+                              const std::string& model, const GenerationOutcome& o) {
+  return {{"id", r.id},       {"dataset", dataset},           {"model", model},
+          {"error", o.error}, {"http_status", o.http_status}, {"attempts", o.attempts}};
 }
 
 class Job {
@@ -185,14 +187,15 @@ class Job {
   std::vector<Task> tasks_;
   JobSummary summary_;
   std::vector<std::pair<size_t, size_t>> record_slots_;  // memory mode: task -> (dataset, record)
-  Clock::time_point start_ = Clock::now(), last_progress_ = Clock::now(), last_checkpoint_ = Clock::now();
+  Clock::time_point start_ = Clock::now(), last_progress_ = Clock::now(),
+                    last_checkpoint_ = Clock::now();
   int64_t finished_this_run_ = 0;
   bool checkpointing_ = false;
   std::optional<KvRowsLayout> kv_layout_;  // set when checkpoints hold KV rows too
-  std::string settings_;  // settings_fingerprint of meta_base_
+  std::string settings_;                   // settings_fingerprint of meta_base_
   std::set<size_t> running_;
-  size_t started_ = 0;                                  // tasks handed to the target
-  int64_t generated_ = 0, finished_prompt_tokens_ = 0;  // this run
+  size_t started_ = 0;                                   // tasks handed to the target
+  int64_t generated_ = 0, finished_prompt_tokens_ = 0;   // this run
   int64_t done_completion_tokens_ = 0, done_count_ = 0;  // for the expected output length
   RateWindow gen_rate_{30}, prompt_rate_{30};
 };
@@ -202,7 +205,9 @@ Status Job::open_sinks() {
   if (per_dataset) {
     std::error_code ec;
     std::filesystem::create_directories(options_.output_dir, ec);
-    if (ec) return internal_error("cannot create --output-dir '{}': {}", options_.output_dir, ec.message());
+    if (ec)
+      return internal_error("cannot create --output-dir '{}': {}", options_.output_dir,
+                            ec.message());
   } else if (options_.output_file.empty()) {
     return Status();  // memory mode
   }
@@ -226,15 +231,19 @@ Status Job::open_sinks() {
     }
   }
   for (Sink& s : sinks_) {
-    STRATA_ASSIGN_OR_RETURN(s.results, scan_and_repair(s.results_path, {.default_dataset = s.default_dataset}));
     STRATA_ASSIGN_OR_RETURN(
-        s.failures, scan_and_repair(s.failures_path, {.default_dataset = s.default_dataset, .keep_records = true}));
+        s.results, scan_and_repair(s.results_path, {.default_dataset = s.default_dataset}));
+    STRATA_ASSIGN_OR_RETURN(
+        s.failures, scan_and_repair(s.failures_path,
+                                    {.default_dataset = s.default_dataset, .keep_records = true}));
     STRATA_RETURN_IF_ERROR(check_settings(s, meta_base_, options_.allow_mixed_settings));
     STRATA_ASSIGN_OR_RETURN(s.results_log, AppendLog::open(s.results_path, s.results.valid_bytes));
-    STRATA_ASSIGN_OR_RETURN(s.failures_log, AppendLog::open(s.failures_path, s.failures.valid_bytes));
+    STRATA_ASSIGN_OR_RETURN(s.failures_log,
+                            AppendLog::open(s.failures_path, s.failures.valid_bytes));
     STRATA_RETURN_IF_ERROR(open_checkpoints(s));
     STRATA_RETURN_IF_ERROR(open_hidden(s));
-    if (s.results.records > 0) LOG_INFO("resuming {}: {} records already written", s.results_path, s.results.records);
+    if (s.results.records > 0)
+      LOG_INFO("resuming {}: {} records already written", s.results_path, s.results.records);
   }
   return Status();
 }
@@ -248,7 +257,9 @@ Status Job::open_checkpoints(Sink& s) {
   STRATA_ASSIGN_OR_RETURN(Partials all, read_partials(s.partial_path, settings_));
   for (auto& [key, p] : all) {
     const auto& [dataset, id] = key;
-    if (s.results.contains(dataset, id) || (!options_.retry_failures && s.failures.contains(dataset, id))) continue;
+    if (s.results.contains(dataset, id) ||
+        (!options_.retry_failures && s.failures.contains(dataset, id)))
+      continue;
     s.partials.emplace(key, std::move(p));
   }
   if (kv_layout_) {
@@ -277,13 +288,15 @@ Status Job::open_checkpoints(Sink& s) {
   }
   STRATA_RETURN_IF_ERROR(rewrite_partials(s.partial_path, s.partials, settings_));
   std::error_code ec;
-  const int64_t bytes = std::filesystem::exists(s.partial_path, ec) ? int64_t(std::filesystem::file_size(s.partial_path, ec)) : 0;
+  const int64_t bytes = std::filesystem::exists(s.partial_path, ec)
+                            ? int64_t(std::filesystem::file_size(s.partial_path, ec))
+                            : 0;
   STRATA_ASSIGN_OR_RETURN(s.partial_log, AppendLog::open(s.partial_path, bytes));
   if (!s.partials.empty()) {
     int64_t tokens = 0;
     for (const auto& [key, p] : s.partials) tokens += int64_t(p.tokens.size());
-    LOG_INFO("resuming {} unfinished prompts of {} from their checkpoints ({} tokens)", s.partials.size(),
-             s.results_path, tokens);
+    LOG_INFO("resuming {} unfinished prompts of {} from their checkpoints ({} tokens)",
+             s.partials.size(), s.results_path, tokens);
   }
   return Status();
 }
@@ -423,7 +436,8 @@ Status Job::handle(size_t index, GenerationOutcome& o) {
     done_completion_tokens_ += o.completion_tokens;
     // Targets that report no tokens as they go (a server) count them here.
     const int64_t resumed = int64_t(t.task.resume_output_ids.size());
-    const int64_t unreported = std::max<int64_t>(0, o.completion_tokens - resumed - tm.reported_this_run);
+    const int64_t unreported =
+        std::max<int64_t>(0, o.completion_tokens - resumed - tm.reported_this_run);
     sum.generated_tokens += unreported;
     generated_ += unreported;
   } else {
@@ -450,7 +464,8 @@ Status Job::handle(size_t index, GenerationOutcome& o) {
                                             options_.capture.hidden_size));
   }
   if (o.kind == OutcomeKind::kDone)
-    return s.results_log->append(result_record(r, t.task.dataset, meta_base_, t.task.seed, o).dump());
+    return s.results_log->append(
+        result_record(r, t.task.dataset, meta_base_, t.task.seed, o).dump());
   return s.failures_log->append(failure_record(r, t.task.dataset, meta_base_["model"], o).dump());
 }
 
@@ -492,10 +507,12 @@ void Job::on_tokens(size_t index, TokenReport& report) {
 Status Job::checkpoint(bool force) {
   if (!checkpointing_) return Status();
   const auto now = Clock::now();
-  bool due = force || std::chrono::duration<double>(now - last_checkpoint_).count() >= options_.checkpoint_interval_s;
+  bool due = force || std::chrono::duration<double>(now - last_checkpoint_).count() >=
+                          options_.checkpoint_interval_s;
   for (size_t index : running_) {
     if (due) break;
-    due = int64_t(tasks_[index].produced.size() - tasks_[index].checkpointed) >= options_.checkpoint_tokens;
+    due = int64_t(tasks_[index].produced.size() - tasks_[index].checkpointed) >=
+          options_.checkpoint_tokens;
   }
   if (!due) return Status();
   last_checkpoint_ = now;
@@ -538,7 +555,8 @@ Status Job::save_partial(Task& t) {
   if (!checkpointing_) return Status();
   const KvMark mark = kv_layout_ ? kv_mark(t) : KvMark{};
   if (t.produced.size() <= t.checkpointed && mark == t.kv_written) return Status();
-  const std::span<const int32_t> fresh = std::span<const int32_t>(t.produced).subspan(t.checkpointed);
+  const std::span<const int32_t> fresh =
+      std::span<const int32_t>(t.produced).subspan(t.checkpointed);
   STRATA_RETURN_IF_ERROR(sinks_[t.sink].partial_log->append(
       partial_line({t.task.dataset, t.task.record->id}, int64_t(t.checkpointed), fresh, t.rng_draws,
                    t.prompt_tokens, settings_, mark)));
@@ -612,7 +630,8 @@ int64_t Job::tokens_left() const {
   const int64_t expected = done_count_ > 0 ? done_completion_tokens_ / done_count_
                                            : options_.sampling.params.max_new_tokens;
   int64_t left = int64_t(tasks_.size() - started_) * expected;
-  for (size_t index : running_) left += std::max<int64_t>(0, expected - int64_t(tasks_[index].produced.size()));
+  for (size_t index : running_)
+    left += std::max<int64_t>(0, expected - int64_t(tasks_[index].produced.size()));
   return left;
 }
 
@@ -622,7 +641,9 @@ void Job::report_progress(bool force) {
   gen_rate_.add(elapsed, double(generated_));
   prompt_rate_.add(elapsed, double(finished_prompt_tokens_));
   if (!options_.progress) return;
-  if (!force && std::chrono::duration<double>(now - last_progress_).count() < options_.progress_interval_s) return;
+  if (!force &&
+      std::chrono::duration<double>(now - last_progress_).count() < options_.progress_interval_s)
+    return;
   last_progress_ = now;
   ProgressSnapshot snap{.datasets = summary_.datasets,
                         .elapsed_s = elapsed,
@@ -639,10 +660,13 @@ void Job::report_progress(bool force) {
 // every id of the sink's datasets, as a result or a failure, and the path still names the file this
 // job appended to (nobody renamed another file over it).
 Status Job::verify_sink(const Sink& s) const {
-  STRATA_ASSIGN_OR_RETURN(ScanResult results, scan_output(s.results_path, {.default_dataset = s.default_dataset}));
-  STRATA_ASSIGN_OR_RETURN(ScanResult failures, scan_output(s.failures_path, {.default_dataset = s.default_dataset}));
+  STRATA_ASSIGN_OR_RETURN(ScanResult results,
+                          scan_output(s.results_path, {.default_dataset = s.default_dataset}));
+  STRATA_ASSIGN_OR_RETURN(ScanResult failures,
+                          scan_output(s.failures_path, {.default_dataset = s.default_dataset}));
   if (!s.results_log->same_file_as_path())
-    return data_loss("{} was replaced while this job wrote it; not writing {}", s.results_path, s.done_path);
+    return data_loss("{} was replaced while this job wrote it; not writing {}", s.results_path,
+                     s.done_path);
   int64_t expected = 0, missing = 0;
   std::string example;
   for (size_t d : s.datasets) {
@@ -654,8 +678,9 @@ Status Job::verify_sink(const Sink& s) const {
     }
   }
   if (missing > 0)
-    return data_loss("{} holds {} of {} prompts (missing e.g. {}); not writing {}: run the same command again",
-                     s.results_path, expected - missing, expected, example, s.done_path);
+    return data_loss(
+        "{} holds {} of {} prompts (missing e.g. {}); not writing {}: run the same command again",
+        s.results_path, expected - missing, expected, example, s.done_path);
   return Status();
 }
 
@@ -690,7 +715,8 @@ Status Job::finish_sinks() {
 StatusOr<JobSummary> Job::run() {
   std::set<std::string> names;
   for (const Dataset& d : datasets_) {
-    if (!names.insert(d.name).second) return invalid_argument("dataset name '{}' is given twice", d.name);
+    if (!names.insert(d.name).second)
+      return invalid_argument("dataset name '{}' is given twice", d.name);
     summary_.datasets.push_back({.name = d.name, .total = int64_t(d.records.size())});
   }
   meta_base_ = {{"model", target_.model_name()}, {"sampling", options_.sampling.to_json()}};
@@ -713,8 +739,9 @@ StatusOr<JobSummary> Job::run() {
   std::vector<std::pair<size_t, GenerationOutcome>> batch;
   std::vector<std::pair<size_t, TokenReport>> reports;
   // The job's thread wakes for outcomes, and at least this often for progress and checkpoints.
-  const auto tick = std::chrono::milliseconds(
-      int64_t(1000 * std::clamp(std::min(options_.progress_interval_s, options_.checkpoint_interval_s), 0.02, 0.2)));
+  const auto tick = std::chrono::milliseconds(int64_t(
+      1000 * std::clamp(std::min(options_.progress_interval_s, options_.checkpoint_interval_s),
+                        0.02, 0.2)));
   while (next < tasks_.size() || in_flight > 0) {
     while (summary_.interrupted == 0 && next < tasks_.size() && in_flight < max_in_flight) {
       const size_t index = next++;
@@ -750,9 +777,11 @@ StatusOr<JobSummary> Job::run() {
     {
       std::unique_lock<std::mutex> lk(inbox_->mu);
       inbox_->cv.wait_for(lk, tick, [&] { return !inbox_->items.empty(); });
-      batch.assign(std::make_move_iterator(inbox_->items.begin()), std::make_move_iterator(inbox_->items.end()));
+      batch.assign(std::make_move_iterator(inbox_->items.begin()),
+                   std::make_move_iterator(inbox_->items.end()));
       inbox_->items.clear();
-      reports.assign(std::make_move_iterator(inbox_->tokens.begin()), std::make_move_iterator(inbox_->tokens.end()));
+      reports.assign(std::make_move_iterator(inbox_->tokens.begin()),
+                     std::make_move_iterator(inbox_->tokens.end()));
       inbox_->tokens.clear();
     }
     for (auto& [index, report] : reports) on_tokens(index, report);
@@ -801,17 +830,22 @@ nlohmann::json JobSummary::to_json() const {
                   {"prompt_tokens_this_run", d.prompt_tokens},
                   {"completion_tokens_this_run", d.completion_tokens}});
   }
-  return {{"datasets", ds}, {"seconds_this_run", seconds}, {"complete", complete}, {"interrupted", interrupted}};
+  return {{"datasets", ds},
+          {"seconds_this_run", seconds},
+          {"complete", complete},
+          {"interrupted", interrupted}};
 }
 
-StatusOr<std::vector<std::shared_ptr<OutputLock>>> lock_job_outputs(const std::vector<Dataset>& datasets,
-                                                                    const JobOptions& options) {
+StatusOr<std::vector<std::shared_ptr<OutputLock>>> lock_job_outputs(
+    const std::vector<Dataset>& datasets, const JobOptions& options) {
   std::vector<std::shared_ptr<OutputLock>> locks;
   if (options.output_file.empty() && options.output_dir.empty()) return locks;
   if (!options.output_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options.output_dir, ec);
-    if (ec) return internal_error("cannot create --output-dir '{}': {}", options.output_dir, ec.message());
+    if (ec)
+      return internal_error("cannot create --output-dir '{}': {}", options.output_dir,
+                            ec.message());
   }
   std::set<std::string> paths;
   for (const Dataset& d : datasets) paths.insert(results_path_of(d, options));

@@ -45,7 +45,7 @@ struct JobOptions {
   bool allow_mixed_settings = false;  // resume even if the file was made with other settings
   bool progress = true;               // progress lines on stderr
   double progress_interval_s = 1.0;
-  double rate_window_s = 30;          // token rates on the progress line: over this many seconds
+  double rate_window_s = 30;  // token rates on the progress line: over this many seconds
   // Checkpoints of unfinished prompts (targets that can resume, with an output file): written
   // when a prompt has this many unsaved tokens, or every checkpoint_interval_s while any has
   // some. 0 tokens: no checkpoints.
@@ -72,9 +72,9 @@ struct JobOptions {
 struct JobSummary {
   std::vector<DatasetSummary> datasets;
   double seconds = 0;
-  int64_t interrupted = 0;       // prompts left for a later run (server gone too long)
+  int64_t interrupted = 0;  // prompts left for a later run (server gone too long)
   std::string interrupt_reason;
-  bool complete = false;         // every prompt is done or failed
+  bool complete = false;                // every prompt is done or failed
   std::vector<nlohmann::json> records;  // in-memory mode: one per prompt, input order
 
   int64_t failed() const;
@@ -83,8 +83,8 @@ struct JobSummary {
 
 // Takes the output lock of every results file the job will write (none in memory mode). Call it
 // before anything slow (loading a model) and pass the locks in JobOptions::held_locks.
-StatusOr<std::vector<std::shared_ptr<OutputLock>>> lock_job_outputs(const std::vector<Dataset>& datasets,
-                                                                    const JobOptions& options);
+StatusOr<std::vector<std::shared_ptr<OutputLock>>> lock_job_outputs(
+    const std::vector<Dataset>& datasets, const JobOptions& options);
 
 // Runs the job on the calling thread (the target runs the prompts). Errors: unreadable or
 // corrupt output files, a resume with other settings, write failures. A prompt that fails is

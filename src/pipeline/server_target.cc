@@ -20,16 +20,19 @@ namespace strata {
 
 StatusOr<ServerUrl> parse_server_url(const std::string& url) {
   const size_t scheme_end = url.find("://");
-  if (scheme_end == std::string::npos) return invalid_argument("--server '{}': expected http://HOST:PORT", url);
+  if (scheme_end == std::string::npos)
+    return invalid_argument("--server '{}': expected http://HOST:PORT", url);
   const std::string scheme = url.substr(0, scheme_end);
   if (scheme != "http") return invalid_argument("--server '{}': only http:// is supported", url);
   const size_t path_start = url.find('/', scheme_end + 3);
   ServerUrl u;
   u.scheme_host_port = url.substr(0, path_start);
-  if (u.scheme_host_port.size() <= scheme_end + 3) return invalid_argument("--server '{}': no host", url);
+  if (u.scheme_host_port.size() <= scheme_end + 3)
+    return invalid_argument("--server '{}': no host", url);
   std::string path = path_start == std::string::npos ? "" : url.substr(path_start);
   while (!path.empty() && path.back() == '/') path.pop_back();
-  if (path.size() >= 3 && path.compare(path.size() - 3, 3, "/v1") == 0) path.resize(path.size() - 3);
+  if (path.size() >= 3 && path.compare(path.size() - 3, 3, "/v1") == 0)
+    path.resize(path.size() - 3);
   u.prefix = path;
   return u;
 }
@@ -69,7 +72,8 @@ nlohmann::json openai_request_body(const PromptRecord& record, const JobSampling
 
 Status parse_openai_reply(const std::string& text, bool chat, GenerationOutcome& out) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return data_loss("the server's reply is not a JSON object");
+  if (j.is_discarded() || !j.is_object())
+    return data_loss("the server's reply is not a JSON object");
   auto choices = j.find("choices");
   if (choices == j.end() || !choices->is_array() || choices->empty() || !(*choices)[0].is_object())
     return data_loss("the server's reply has no choices");
@@ -82,9 +86,11 @@ Status parse_openai_reply(const std::string& text, bool chat, GenerationOutcome&
     content = &*t;
   }
   if (content == nullptr || !(content->is_string() || content->is_null()))
-    return data_loss("the server's reply has no {}", chat ? "choices[0].message.content" : "choices[0].text");
+    return data_loss("the server's reply has no {}",
+                     chat ? "choices[0].message.content" : "choices[0].text");
   out.text = content->is_string() ? content->get<std::string>() : "";
-  if (auto f = c.find("finish_reason"); f != c.end() && f->is_string()) out.finish_reason = f->get<std::string>();
+  if (auto f = c.find("finish_reason"); f != c.end() && f->is_string())
+    out.finish_reason = f->get<std::string>();
   if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
     out.prompt_tokens = u->value("prompt_tokens", 0);
     out.completion_tokens = u->value("completion_tokens", 0);
@@ -94,7 +100,8 @@ Status parse_openai_reply(const std::string& text, bool chat, GenerationOutcome&
 
 Status check_not_cut_short(const GenerationOutcome& o, const JobSampling& sampling) {
   if (o.finish_reason == "abort")
-    return unavailable("the server aborted the completion after {} tokens (finish_reason abort)", o.completion_tokens);
+    return unavailable("the server aborted the completion after {} tokens (finish_reason abort)",
+                       o.completion_tokens);
   if (o.finish_reason == "length" && o.completion_tokens < sampling.params.max_new_tokens)
     return unavailable(
         "the server cut the completion short: finish_reason length after {} of {} tokens (a "
@@ -146,7 +153,7 @@ struct ServerTarget::Impl {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<Item> queue;
-  bool stop = false;          // destructor: workers exit
+  bool stop = false;              // destructor: workers exit
   uint64_t replica_epoch = 0;     // under mu: bumped when a replica changes state, to wake waiters
   std::atomic<bool> down{false};  // every replica stayed unavailable too long: interrupt everything
   std::atomic<bool> waiting{false};  // logged that no replica answers; log when one is back
@@ -155,7 +162,8 @@ struct ServerTarget::Impl {
   std::vector<std::thread> workers;
 
   static int64_t now_ms() {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
+        .count();
   }
   static double now_s() {
     return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
@@ -190,7 +198,8 @@ struct ServerTarget::Impl {
   // Sleeps `seconds` unless the target stops first. Returns false when stopping.
   bool wait(double seconds) {
     std::unique_lock<std::mutex> lk(mu);
-    return !cv.wait_for(lk, std::chrono::microseconds(int64_t(seconds * 1e6)), [&] { return stop; });
+    return !cv.wait_for(lk, std::chrono::microseconds(int64_t(seconds * 1e6)),
+                        [&] { return stop; });
   }
   // The same, but also ends when a replica changes state (a probe ended, one came back).
   bool wait_for_replicas(double seconds) {
@@ -271,7 +280,8 @@ struct ServerTarget::Impl {
   GenerationOutcome run(Clients& clients, const GenerationTask& task, std::mt19937_64& rng) {
     const bool chat = !task.record->messages.is_null();
     const std::string path = chat ? "/v1/chat/completions" : "/v1/completions";
-    const std::string body = openai_request_body(*task.record, config.sampling, model, task.seed).dump();
+    const std::string body =
+        openai_request_body(*task.record, config.sampling, model, task.seed).dump();
     GenerationOutcome out;
     out.attempts = 0;
     while (true) {
@@ -412,7 +422,8 @@ StatusOr<std::unique_ptr<ServerTarget>> ServerTarget::create(const ServerConfig&
   impl->replicas = std::make_unique<ReplicaSet>(config.urls, config.retry);
   impl->last_contact_ms = Impl::now_ms();
   STRATA_RETURN_IF_ERROR(impl->resolve_model());
-  for (int i = 0; i < config.concurrency; ++i) impl->workers.emplace_back([p = impl.get(), i] { p->worker(i); });
+  for (int i = 0; i < config.concurrency; ++i)
+    impl->workers.emplace_back([p = impl.get(), i] { p->worker(i); });
   return std::unique_ptr<ServerTarget>(new ServerTarget(std::move(impl)));
 }
 

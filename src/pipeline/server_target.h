@@ -30,8 +30,8 @@ struct ServerConfig {
   // Replicas of one model: http://host:port, optionally with a path prefix; a trailing /v1 is
   // accepted.
   std::vector<std::string> urls{};
-  std::string model;  // empty: the first id of GET /v1/models
-  std::string api_key;  // sent as "Authorization: Bearer ..." when set
+  std::string model;                // empty: the first id of GET /v1/models
+  std::string api_key;              // sent as "Authorization: Bearer ..." when set
   int concurrency = 32;             // requests in flight, over all replicas
   double request_timeout_s = 3600;  // one generation may take long on a busy server
   double connect_timeout_s = 10;

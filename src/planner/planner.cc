@@ -320,8 +320,8 @@ StatusOr<Plan> plan_kv_capacity(const ModelSpec& spec, const Deployment& d) {
                                                 : default_mem_fraction_static(
                                                       d.gpu_memory_bytes, d.tp_size,
                                                       d.chunked_prefill_size, d.cuda_graph_max_bs);
-  const InventorySummary inv =
-      summarize_inventory(spec, build_inventory(spec), d.tp_size, quant_layout(spec), d.weight_policy);
+  const InventorySummary inv = summarize_inventory(spec, build_inventory(spec), d.tp_size,
+                                                   quant_layout(spec), d.weight_policy);
   p.total_params = inv.total_params;
   p.active_params = inv.active_params;
   p.weight_bytes_per_rank = inv.bytes_per_rank;

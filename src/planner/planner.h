@@ -62,7 +62,8 @@ struct Plan {
   DType kv_cache_dtype = DType::kBF16;
   int64_t total_params = 0;
   int64_t active_params = 0;
-  int64_t weight_bytes_per_rank = 0;   // weights one rank holds on its device (model/inventory.h device_bytes)
+  int64_t weight_bytes_per_rank =
+      0;  // weights one rank holds on its device (model/inventory.h device_bytes)
   int64_t load_overhead_bytes = 0;     // per rank: vision tower, MLA absorbed copies, rope cache
   int64_t runtime_reserved_bytes = 0;  // per rank, gone before weights load
   int64_t available_before_load_bytes = 0;

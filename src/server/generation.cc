@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include <ctime>
 #include <algorithm>
+#include <ctime>
 #include <random>
 #include <utility>
 
@@ -42,18 +42,22 @@ GenerateRequest engine_request(const OpenAiRequest& req, std::vector<int32_t> pr
 
 }  // namespace
 
-Generation::Generation(ServerState& state, OpenAiRequest req) : state_(state), req_(std::move(req)) {
+Generation::Generation(ServerState& state, OpenAiRequest req)
+    : state_(state), req_(std::move(req)) {
   meta_.id = random_id(req_.endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
   meta_.created = int64_t(std::time(nullptr));
   meta_.model = state_.config().served_model_name;
 }
 
-std::variant<ApiError, std::unique_ptr<Generation>> Generation::start(ServerState& state, OpenAiRequest req,
+std::variant<ApiError, std::unique_ptr<Generation>> Generation::start(ServerState& state,
+                                                                      OpenAiRequest req,
                                                                       Clock::time_point arrival) {
   const std::string& served = state.config().served_model_name;
   if (!req.model.empty() && req.model != served)
-    return api_error(404, fmt::format("The model '{}' does not exist; this server serves '{}'", req.model, served),
-                     "invalid_request_error", "model", "model_not_found");
+    return api_error(
+        404,
+        fmt::format("The model '{}' does not exist; this server serves '{}'", req.model, served),
+        "invalid_request_error", "model", "model_not_found");
   const bool chat = req.endpoint == Endpoint::kChat;
   const char* prompt_param = chat ? "messages" : "prompt";
   std::vector<std::vector<int32_t>> prompts;
@@ -65,9 +69,11 @@ std::variant<ApiError, std::unique_ptr<Generation>> Generation::start(ServerStat
   // thread for minutes on a 64 MiB body of spaces.
   const size_t max_bytes = state.encoder().max_prompt_bytes(limit);
   auto too_long = [&](size_t bytes) {
-    return bad_request(fmt::format("This model's maximum context length is {} tokens{}. However, your prompt "
-                                   "is {} bytes, more than {} tokens can hold.", limit, ctx.why(), bytes, limit),
-                       prompt_param, "context_length_exceeded");
+    return bad_request(
+        fmt::format("This model's maximum context length is {} tokens{}. However, your prompt "
+                    "is {} bytes, more than {} tokens can hold.",
+                    limit, ctx.why(), bytes, limit),
+        prompt_param, "context_length_exceeded");
   };
   if (chat) {
     if (!state.encoder().has_chat_template())
@@ -93,20 +99,23 @@ std::variant<ApiError, std::unique_ptr<Generation>> Generation::start(ServerStat
   if (auto e = g->submit_all(std::move(prompts), arrival)) return *e;
   if (const RequestLogConfig& log = state.config().log_requests; log.enabled) {
     std::vector<int32_t> lengths;
-    for (size_t i = 0; i < g->prompt_tokens_.size(); i += size_t(g->req_.n)) lengths.push_back(g->prompt_tokens_[i]);
+    for (size_t i = 0; i < g->prompt_tokens_.size(); i += size_t(g->req_.n))
+      lengths.push_back(g->prompt_tokens_[i]);
     LOG_INFO("{}", describe_received(g->req_, g->meta_, lengths, log.level));
   }
   return g;
 }
 
-std::optional<ApiError> Generation::submit_all(std::vector<std::vector<int32_t>> prompts, Clock::time_point arrival) {
+std::optional<ApiError> Generation::submit_all(std::vector<std::vector<int32_t>> prompts,
+                                               Clock::time_point arrival) {
   const int total = int(prompts.size()) * req_.n;
   switch (state_.admit(total)) {
     case ServerState::Admit::kOk:
       break;
     case ServerState::Admit::kQueueFull:
       state_.metrics()->requests_rejected.inc();
-      return server_error(503, "the server's request queue is full (--max-queued-requests); retry later",
+      return server_error(503,
+                          "the server's request queue is full (--max-queued-requests); retry later",
                           "queue_full");
     case ServerState::Admit::kDraining:
       state_.metrics()->requests_rejected.inc();
@@ -152,7 +161,8 @@ std::optional<ApiError> Generation::submit_all(std::vector<std::vector<int32_t>>
 
 Generation::~Generation() {
   if (const RequestLogConfig& log = state_.config().log_requests; log.enabled && admitted_ > 0)
-    LOG_INFO("{}", describe_finished(req_, meta_, choices_, usage(), seconds(Clock::now() - arrival_), log.level));
+    LOG_INFO("{}", describe_finished(req_, meta_, choices_, usage(),
+                                     seconds(Clock::now() - arrival_), log.level));
   abort();
   for (int64_t id : engine_ids_)
     if (id >= 0) state_.untrack(id);
@@ -206,14 +216,16 @@ bool Generation::try_started(std::optional<ApiError>* error) {
         start_error_ = ce.event.error.empty() ? "the request was aborted" : ce.event.error;
     }
   }
-  held_.insert(held_.end(), std::make_move_iterator(events.begin()), std::make_move_iterator(events.end()));
+  held_.insert(held_.end(), std::make_move_iterator(events.begin()),
+               std::make_move_iterator(events.end()));
   *error = std::nullopt;
   if (produced) return true;
   if (start_finished_ < int(finished_.size())) return false;
   if (start_error_.empty()) return true;  // finished normally without a token (e.g. a stop at once)
   if (state_.draining())
-    *error = server_error(503, "the server is shutting down and this request had not started; retry it elsewhere",
-                          "unavailable");
+    *error = server_error(
+        503, "the server is shutting down and this request had not started; retry it elsewhere",
+        "unavailable");
   else
     *error = server_error(500, start_error_);
   return true;
@@ -222,10 +234,13 @@ bool Generation::try_started(std::optional<ApiError>* error) {
 // Waits until every choice finished or `wait` passed (events before then are folded in; a
 // non-streaming response writes one keep-alive space per call, so per `wait`, not per token).
 std::optional<nlohmann::json> Generation::poll_response(std::chrono::milliseconds wait) {
-  auto all_finished = [&] { return std::all_of(finished_.begin(), finished_.end(), [](bool f) { return f; }); };
+  auto all_finished = [&] {
+    return std::all_of(finished_.begin(), finished_.end(), [](bool f) { return f; });
+  };
   const auto deadline = Clock::now() + wait;
   while (!all_finished()) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     for (auto& ce : take_events(std::max(left, std::chrono::milliseconds(0)))) apply(ce);
     if (left.count() <= 0) break;
   }
@@ -233,7 +248,8 @@ std::optional<nlohmann::json> Generation::poll_response(std::chrono::millisecond
   return build_response(req_, meta_, choices_, usage(), state_.engine().tokenizer());
 }
 
-bool Generation::next_sse(std::string* out, std::chrono::milliseconds heartbeat, bool keepalive_when_idle) {
+bool Generation::next_sse(std::string* out, std::chrono::milliseconds heartbeat,
+                          bool keepalive_when_idle) {
   const Tokenizer& tok = state_.engine().tokenizer();
   if (!started_stream_) {
     started_stream_ = true;

@@ -23,7 +23,8 @@ namespace strata {
 class Generation {
  public:
   using Clock = std::chrono::steady_clock;
-  static std::variant<ApiError, std::unique_ptr<Generation>> start(ServerState& state, OpenAiRequest req,
+  static std::variant<ApiError, std::unique_ptr<Generation>> start(ServerState& state,
+                                                                   OpenAiRequest req,
                                                                    Clock::time_point arrival);
   ~Generation();
   Generation(const Generation&) = delete;
@@ -45,7 +46,8 @@ class Generation {
   // Streaming: waits up to `heartbeat` for events and appends their SSE text to *out (a
   // keep-alive comment when nothing happened). Returns true when *out ends the stream with
   // `data: [DONE]`; the caller then sends it and stops.
-  bool next_sse(std::string* out, std::chrono::milliseconds heartbeat, bool keepalive_when_idle = true);
+  bool next_sse(std::string* out, std::chrono::milliseconds heartbeat,
+                bool keepalive_when_idle = true);
   // True once every choice finished (its events may still be unread).
   bool all_finished() const { return stream_->all_finished(); }
   // Aborts every unfinished choice (the client went away); events still drain normally.
@@ -53,10 +55,12 @@ class Generation {
 
  private:
   Generation(ServerState& state, OpenAiRequest req);
-  std::optional<ApiError> submit_all(std::vector<std::vector<int32_t>> prompts, Clock::time_point arrival);
+  std::optional<ApiError> submit_all(std::vector<std::vector<int32_t>> prompts,
+                                     Clock::time_point arrival);
   void apply(ChoiceEvent& ce);  // folds an event into choices_
-  std::vector<ChoiceEvent> take_events(std::chrono::milliseconds wait);  // held_ first, then the stream
-  Usage usage() const;  // prompts counted once, not once per choice
+  std::vector<ChoiceEvent> take_events(
+      std::chrono::milliseconds wait);  // held_ first, then the stream
+  Usage usage() const;                  // prompts counted once, not once per choice
 
   ServerState& state_;
   OpenAiRequest req_;
@@ -65,9 +69,9 @@ class Generation {
   std::vector<int64_t> engine_ids_;  // per choice; -1 when not submitted
   std::vector<ChoiceResult> choices_;
   std::vector<bool> finished_;
-  std::vector<ChoiceEvent> held_;  // popped by try_started, not yet applied
-  int start_finished_ = 0;         // try_started's count of choices that ended
-  std::string start_error_;        // try_started: the first abort's reason
+  std::vector<ChoiceEvent> held_;       // popped by try_started, not yet applied
+  int start_finished_ = 0;              // try_started's count of choices that ended
+  std::string start_error_;             // try_started: the first abort's reason
   std::vector<int32_t> prompt_tokens_;  // per choice
   std::vector<int32_t> cached_tokens_;
   Clock::time_point arrival_{};

@@ -32,7 +32,8 @@ struct HttpServer::Impl {};
 HttpServer::HttpServer(ServerState&) {}
 HttpServer::~HttpServer() = default;
 Status HttpServer::bind() {
-  return unimplemented("this strata was built without libmicrohttpd (Debian libmicrohttpd-dev): no HTTP server");
+  return unimplemented(
+      "this strata was built without libmicrohttpd (Debian libmicrohttpd-dev): no HTTP server");
 }
 int HttpServer::port() const { return -1; }
 Status HttpServer::run() { return bind(); }
@@ -44,11 +45,13 @@ namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-constexpr auto kKeepAlive = std::chrono::seconds(1);  // a byte per idle second notices a client gone
+constexpr auto kKeepAlive =
+    std::chrono::seconds(1);  // a byte per idle second notices a client gone
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-// A few threads for work that blocks (tokenizing a prompt, the readiness probe, flushing the cache).
+// A few threads for work that blocks (tokenizing a prompt, the readiness probe, flushing the
+// cache).
 class WorkerPool {
  public:
   explicit WorkerPool(int threads) {
@@ -86,7 +89,7 @@ class WorkerPool {
   }
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
+  std::deque<std::function<void()> > queue_;
   bool stop_ = false;
   std::vector<std::thread> threads_;
 };
@@ -140,7 +143,7 @@ struct HttpServer::Impl {
 
   // Every live exchange, for the keep-alive tick and the resume-all before stopping.
   std::mutex live_mu;
-  std::unordered_map<Exchange*, std::weak_ptr<Exchange>> live;
+  std::unordered_map<Exchange*, std::weak_ptr<Exchange> > live;
   std::atomic<bool> stopping{false};
   std::thread ticker;
   std::mutex stop_mu;
@@ -171,7 +174,7 @@ struct HttpServer::Impl {
     return true;
   }
   void resume_all() {
-    std::vector<std::shared_ptr<Exchange>> all;
+    std::vector<std::shared_ptr<Exchange> > all;
     {
       std::lock_guard<std::mutex> lk(live_mu);
       for (auto& [p, w] : live)
@@ -185,7 +188,7 @@ struct HttpServer::Impl {
       stop_cv.wait_for(lk, kKeepAlive, [&] { return tick_stop; });
       if (tick_stop) break;
       lk.unlock();
-      std::vector<std::shared_ptr<Exchange>> responding;
+      std::vector<std::shared_ptr<Exchange> > responding;
       {
         std::lock_guard<std::mutex> g(live_mu);
         for (auto& [p, w] : live)
@@ -206,8 +209,8 @@ struct HttpServer::Impl {
 };
 
 MHD_Result HttpServer::Impl::send(Exchange& ex, const Reply& r) {
-  MHD_Response* resp =
-      MHD_create_response_from_buffer(r.body.size(), const_cast<char*>(r.body.data()), MHD_RESPMEM_MUST_COPY);
+  MHD_Response* resp = MHD_create_response_from_buffer(
+      r.body.size(), const_cast<char*>(r.body.data()), MHD_RESPMEM_MUST_COPY);
   MHD_add_response_header(resp, "Content-Type", r.content_type.c_str());
   if (r.retry_after) MHD_add_response_header(resp, "Retry-After", "1");
   if (r.close) MHD_add_response_header(resp, "Connection", "close");
@@ -219,7 +222,8 @@ MHD_Result HttpServer::Impl::send(Exchange& ex, const Reply& r) {
 
 // Suspends the connection and runs `work` on a worker; the worker leaves a reply or a generation
 // in the exchange and wakes it (on_async_done answers then).
-MHD_Result HttpServer::Impl::run_async(const std::shared_ptr<Exchange>& ex, std::function<void(Exchange&)> work) {
+MHD_Result HttpServer::Impl::run_async(const std::shared_ptr<Exchange>& ex,
+                                       std::function<void(Exchange&)> work) {
   {
     std::lock_guard<std::mutex> lk(ex->mu);
     ex->suspended = true;
@@ -246,27 +250,33 @@ MHD_Result HttpServer::Impl::route(const std::shared_ptr<Exchange>& ex) {
   const std::string& u = ex->url;
   const bool get = m == "GET", post = m == "POST";
   // --api-key (server/api_key_auth.h), before anything else: every path but the health probes.
-  const char* authorization = MHD_lookup_connection_value(ex->conn, MHD_HEADER_KIND, "Authorization");
-  if (auto denied = state.auth().check(u, authorization ? std::optional<std::string_view>(authorization)
-                                                        : std::nullopt)) {
+  const char* authorization =
+      MHD_lookup_connection_value(ex->conn, MHD_HEADER_KIND, "Authorization");
+  if (auto denied = state.auth().check(
+          u, authorization ? std::optional<std::string_view>(authorization) : std::nullopt)) {
     Reply r = error_reply(*denied);
     r.bearer_challenge = true;
     return send(*ex, r);
   }
   if (ex->too_large)
-    return send(*ex, error_reply(api_error(413, fmt::format("the request body is larger than this server's limit of "
-                                                            "{} MiB (--max-request-body-mb)",
-                                                            state.config().max_request_body_mb),
-                                           "invalid_request_error")));
+    return send(*ex, error_reply(api_error(
+                         413,
+                         fmt::format("the request body is larger than this server's limit of "
+                                     "{} MiB (--max-request-body-mb)",
+                                     state.config().max_request_body_mb),
+                         "invalid_request_error")));
   // Cheap answers, here on the event loop: never queued behind generation traffic.
   if (get && u == "/health") {
-    if (auto problem = state.health_problem()) return send(*ex, error_reply(server_error(503, *problem, "unhealthy")));
+    if (auto problem = state.health_problem())
+      return send(*ex, error_reply(server_error(503, *problem, "unhealthy")));
     return send(*ex, Reply{.body = R"({"status":"ok"})"});
   }
   if (get && u == "/metrics")
-    return send(*ex, Reply{.body = state.render_metrics(), .content_type = "text/plain; version=0.0.4; charset=utf-8"});
+    return send(*ex, Reply{.body = state.render_metrics(),
+                           .content_type = "text/plain; version=0.0.4; charset=utf-8"});
   if (get && u == "/v1/models")
-    return send(*ex, Reply{.body = dump({{"object", "list"}, {"data", json::array({model_card()})}})});
+    return send(*ex,
+                Reply{.body = dump({{"object", "list"}, {"data", json::array({model_card()})}})});
   if (get && u.rfind("/v1/models/", 0) == 0) {
     const std::string id = u.substr(11);
     if (id != state.config().served_model_name)
@@ -274,29 +284,36 @@ MHD_Result HttpServer::Impl::route(const std::shared_ptr<Exchange>& ex) {
                                              "invalid_request_error", "model", "model_not_found")));
     return send(*ex, Reply{.body = dump(model_card())});
   }
-  if (get && (u == "/get_server_info" || u == "/server_info")) return send(*ex, Reply{.body = dump(state.server_info())});
+  if (get && (u == "/get_server_info" || u == "/server_info"))
+    return send(*ex, Reply{.body = dump(state.server_info())});
   // Work that blocks: on a worker, the connection suspended meanwhile.
   if (get && u == "/health_generate") {
     return run_async(ex, [this](Exchange& e) {
-      if (auto problem = state.readiness_problem()) e.reply = error_reply(server_error(503, *problem, "unhealthy"));
-      else e.reply = Reply{.body = R"({"status":"ok"})"};
+      if (auto problem = state.readiness_problem())
+        e.reply = error_reply(server_error(503, *problem, "unhealthy"));
+      else
+        e.reply = Reply{.body = R"({"status":"ok"})"};
     });
   }
   if ((get || post) && u == "/flush_cache") {
     return run_async(ex, [this](Exchange& e) {
       if (!state.engine().flush_cache())
-        e.reply = error_reply(bad_request("the prefix cache was not flushed: requests are running or waiting"));
-      else e.reply = Reply{.body = "Cache flushed.\n", .content_type = "text/plain"};
+        e.reply = error_reply(
+            bad_request("the prefix cache was not flushed: requests are running or waiting"));
+      else
+        e.reply = Reply{.body = "Cache flushed.\n", .content_type = "text/plain"};
     });
   }
   if (post && (u == "/v1/completions" || u == "/v1/chat/completions")) {
     const int open = open_connections.load();
     if (open > state.config().max_connections) {
       state.metrics()->requests_rejected.inc();
-      Reply r = error_reply(server_error(503, fmt::format("this server has {} open connections, more than "
-                                                          "--max-connections {}; retry later",
-                                                          open, state.config().max_connections),
-                                         "too_many_connections"));
+      Reply r =
+          error_reply(server_error(503,
+                                   fmt::format("this server has {} open connections, more than "
+                                               "--max-connections {}; retry later",
+                                               open, state.config().max_connections),
+                                   "too_many_connections"));
       r.close = true;
       return send(*ex, r);
     }
@@ -317,10 +334,11 @@ MHD_Result HttpServer::Impl::route(const std::shared_ptr<Exchange>& ex) {
         e.reply = error_reply(*err);
         return;
       }
-      e.gen = std::move(std::get<std::unique_ptr<Generation>>(started));
+      e.gen = std::move(std::get<std::unique_ptr<Generation> >(started));
     });
   }
-  return send(*ex, error_reply(api_error(404, fmt::format("unknown endpoint: {} {}", m, u), "invalid_request_error")));
+  return send(*ex, error_reply(api_error(404, fmt::format("unknown endpoint: {} {}", m, u),
+                                         "invalid_request_error")));
 }
 
 // The exchange woke after its work: answer the reply, or wait for the generation's admission and
@@ -347,7 +365,8 @@ MHD_Result HttpServer::Impl::start_response(const std::shared_ptr<Exchange>& ex)
   ex->last_write = Clock::now();
   auto* cls = new std::shared_ptr<Exchange>(ex);
   MHD_Response* resp = MHD_create_response_from_callback(
-      MHD_SIZE_UNKNOWN, 16 * 1024, &Impl::read_body, cls, [](void* p) { delete static_cast<std::shared_ptr<Exchange>*>(p); });
+      MHD_SIZE_UNKNOWN, 16 * 1024, &Impl::read_body, cls,
+      [](void* p) { delete static_cast<std::shared_ptr<Exchange>*>(p); });
   if (ex->gen->streaming()) {
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
@@ -395,8 +414,9 @@ ssize_t HttpServer::Impl::read_body(void* cls, uint64_t /*pos*/, char* buf, size
 
 namespace {
 
-MHD_Result on_request(void* cls, MHD_Connection* conn, const char* url, const char* method, const char* /*version*/,
-                      const char* upload, size_t* upload_size, void** con_cls) {
+MHD_Result on_request(void* cls, MHD_Connection* conn, const char* url, const char* method,
+                      const char* /*version*/, const char* upload, size_t* upload_size,
+                      void** con_cls) {
   auto* impl = static_cast<HttpServer::Impl*>(cls);
   auto** slot = reinterpret_cast<std::shared_ptr<Exchange>**>(con_cls);
   if (*slot == nullptr) {  // the headers arrived; the body (if any) follows in later calls
@@ -430,7 +450,8 @@ MHD_Result on_request(void* cls, MHD_Connection* conn, const char* url, const ch
   return impl->on_async_done(ex);
 }
 
-void on_completed(void* cls, MHD_Connection* /*conn*/, void** con_cls, MHD_RequestTerminationCode toe) {
+void on_completed(void* cls, MHD_Connection* /*conn*/, void** con_cls,
+                  MHD_RequestTerminationCode toe) {
   auto* impl = static_cast<HttpServer::Impl*>(cls);
   auto* slot = static_cast<std::shared_ptr<Exchange>*>(*con_cls);
   if (slot == nullptr) return;
@@ -458,10 +479,13 @@ void on_mhd_log(void* /*cls*/, const char* fmt, va_list ap) {
   LOG_DEBUG("http: {}", msg);
 }
 
-void on_connection(void* cls, MHD_Connection* /*conn*/, void** /*socket_context*/, MHD_ConnectionNotificationCode code) {
+void on_connection(void* cls, MHD_Connection* /*conn*/, void** /*socket_context*/,
+                   MHD_ConnectionNotificationCode code) {
   auto* impl = static_cast<HttpServer::Impl*>(cls);
-  if (code == MHD_CONNECTION_NOTIFY_STARTED) ++impl->open_connections;
-  else if (code == MHD_CONNECTION_NOTIFY_CLOSED) --impl->open_connections;
+  if (code == MHD_CONNECTION_NOTIFY_STARTED)
+    ++impl->open_connections;
+  else if (code == MHD_CONNECTION_NOTIFY_CLOSED)
+    --impl->open_connections;
 }
 
 }  // namespace
@@ -490,7 +514,8 @@ Status HttpServer::bind() {
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* res = nullptr;
-  if (::getaddrinfo(c.host.c_str(), std::to_string(c.port).c_str(), &hints, &res) != 0 || res == nullptr)
+  if (::getaddrinfo(c.host.c_str(), std::to_string(c.port).c_str(), &hints, &res) != 0 ||
+      res == nullptr)
     return unavailable("cannot resolve --host '{}'", c.host);
   sockaddr_storage addr{};
   std::memcpy(&addr, res->ai_addr, res->ai_addrlen);
@@ -500,13 +525,16 @@ Status HttpServer::bind() {
   // cap leaves room above --max-connections to answer the 503s and the health checks.
   const unsigned hard_limit = unsigned(c.max_connections) + 256;
   impl.daemon = MHD_start_daemon(
-      MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0),
+      MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+          (v6 ? MHD_USE_IPv6 : 0),
       uint16_t(c.port), nullptr, nullptr, &on_request, &impl, MHD_OPTION_SOCK_ADDR, &addr,
-      MHD_OPTION_NOTIFY_COMPLETED, &on_completed, &impl, MHD_OPTION_NOTIFY_CONNECTION, &on_connection, &impl,
-      MHD_OPTION_CONNECTION_TIMEOUT, unsigned(30), MHD_OPTION_CONNECTION_LIMIT, hard_limit,
-      MHD_OPTION_LISTEN_BACKLOG_SIZE, unsigned(1024), MHD_OPTION_LISTENING_ADDRESS_REUSE, unsigned(1),
-      MHD_OPTION_EXTERNAL_LOGGER, &on_mhd_log, nullptr, MHD_OPTION_END);
-  if (impl.daemon == nullptr) return unavailable("cannot listen on {}:{} (address in use or not local?)", c.host, c.port);
+      MHD_OPTION_NOTIFY_COMPLETED, &on_completed, &impl, MHD_OPTION_NOTIFY_CONNECTION,
+      &on_connection, &impl, MHD_OPTION_CONNECTION_TIMEOUT, unsigned(30),
+      MHD_OPTION_CONNECTION_LIMIT, hard_limit, MHD_OPTION_LISTEN_BACKLOG_SIZE, unsigned(1024),
+      MHD_OPTION_LISTENING_ADDRESS_REUSE, unsigned(1), MHD_OPTION_EXTERNAL_LOGGER, &on_mhd_log,
+      nullptr, MHD_OPTION_END);
+  if (impl.daemon == nullptr)
+    return unavailable("cannot listen on {}:{} (address in use or not local?)", c.host, c.port);
   const MHD_DaemonInfo* info = MHD_get_daemon_info(impl.daemon, MHD_DAEMON_INFO_BIND_PORT);
   impl.port = info != nullptr ? int(info->port) : c.port;
   impl.ticker = std::thread([p = &impl] { p->tick_loop(); });
@@ -529,7 +557,8 @@ void HttpServer::shutdown() {
   const MHD_socket fd = MHD_quiesce_daemon(impl.daemon);  // no new connections; open ones go on
   if (fd != MHD_INVALID_SOCKET) ::close(fd);
   const auto timeout = std::chrono::milliseconds(int64_t(state.config().drain_timeout_s * 1000));
-  LOG_INFO("draining: {} requests in flight, up to {:.0f}s", state.outstanding(), state.config().drain_timeout_s);
+  LOG_INFO("draining: {} requests in flight, up to {:.0f}s", state.outstanding(),
+           state.config().drain_timeout_s);
   if (!state.wait_drained(timeout)) {
     LOG_WARN("drain timeout: aborting {} requests", state.outstanding());
     state.abort_all();

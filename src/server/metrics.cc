@@ -13,10 +13,14 @@ namespace {
 std::string escape_label_value(const std::string& v) {
   std::string out;
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -24,9 +28,12 @@ std::string escape_label_value(const std::string& v) {
 std::string escape_help(const std::string& v) {
   std::string out;
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -55,8 +62,10 @@ void Counter::inc(double v) {
   }
 }
 
-Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {
-  for (size_t i = 1; i < bounds_.size(); ++i) CHECK_MSG(bounds_[i - 1] < bounds_[i], "bounds must ascend");
+Histogram::Histogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {
+  for (size_t i = 1; i < bounds_.size(); ++i)
+    CHECK_MSG(bounds_[i - 1] < bounds_[i], "bounds must ascend");
 }
 
 void Histogram::observe(double v) {
@@ -101,7 +110,8 @@ MetricsRegistry::MetricsRegistry(std::vector<std::pair<std::string, std::string>
   }
 }
 
-MetricsRegistry::Entry& MetricsRegistry::add(const std::string& name, const std::string& help, Kind kind) {
+MetricsRegistry::Entry& MetricsRegistry::add(const std::string& name, const std::string& help,
+                                             Kind kind) {
   CHECK_MSG(valid_metric_name(name), "bad metric name");
   std::lock_guard<std::mutex> lk(mu_);
   for (const auto& e : entries_) CHECK_MSG(e->name != name, "metric registered twice");
@@ -133,7 +143,7 @@ Histogram& MetricsRegistry::histogram(const std::string& name, const std::string
 }
 
 CounterFamily& MetricsRegistry::counter_family(const std::string& name, const std::string& help,
-                                              const std::string& label) {
+                                               const std::string& label) {
   CHECK_MSG(valid_metric_name(label), "bad label name");
   Entry& e = add(name, help, Kind::kCounterFamily);
   e.family = std::make_unique<CounterFamily>(label);
@@ -153,21 +163,24 @@ std::string MetricsRegistry::render() const {
     const char* type = e->kind == Kind::kCounter || e->kind == Kind::kCounterFamily ? "counter"
                        : e->kind == Kind::kGauge                                    ? "gauge"
                                                                                     : "histogram";
-    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", e->name, escape_help(e->help), e->name, type);
+    out +=
+        fmt::format("# HELP {} {}\n# TYPE {} {}\n", e->name, escape_help(e->help), e->name, type);
     if (e->kind == Kind::kCounter) {
       out += fmt::format("{}{} {}\n", e->name, label_block(""), format_value(e->counter->value()));
     } else if (e->kind == Kind::kGauge) {
       out += fmt::format("{}{} {}\n", e->name, label_block(""), format_value(e->gauge->value()));
     } else if (e->kind == Kind::kCounterFamily) {
       for (const auto& [value, v] : e->family->snapshot())
-        out += fmt::format("{}{} {}\n", e->name,
-                           label_block(fmt::format("{}=\"{}\"", e->family->label(), escape_label_value(value))),
-                           format_value(v));
+        out += fmt::format(
+            "{}{} {}\n", e->name,
+            label_block(fmt::format("{}=\"{}\"", e->family->label(), escape_label_value(value))),
+            format_value(v));
     } else {
       const Histogram::Snapshot s = e->histogram->snapshot();
       for (size_t i = 0; i <= s.bounds.size(); ++i) {
         const std::string le = i < s.bounds.size() ? format_value(s.bounds[i]) : "+Inf";
-        out += fmt::format("{}_bucket{} {}\n", e->name, label_block("le=\"" + le + "\""), s.cumulative[i]);
+        out += fmt::format("{}_bucket{} {}\n", e->name, label_block("le=\"" + le + "\""),
+                           s.cumulative[i]);
       }
       out += fmt::format("{}_sum{} {}\n", e->name, label_block(""), format_value(s.sum));
       out += fmt::format("{}_count{} {}\n", e->name, label_block(""), s.count);
@@ -177,8 +190,8 @@ std::string MetricsRegistry::render() const {
 }
 
 std::vector<double> latency_buckets_seconds() {
-  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
-          0.75,  1.0,    2.5,   5.0,  7.5,   10.0, 15.0,  20.0, 30.0, 60.0, 120.0};
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,  0.15, 0.2,  0.3,  0.4,
+          0.5,   0.75,   1.0,   2.5,  5.0,   7.5,  10.0,  15.0, 20.0, 30.0, 60.0, 120.0};
 }
 
 }  // namespace strata

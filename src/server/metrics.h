@@ -79,7 +79,8 @@ class MetricsRegistry {
 
   Counter& counter(const std::string& name, const std::string& help);
   Gauge& gauge(const std::string& name, const std::string& help);
-  Histogram& histogram(const std::string& name, const std::string& help, std::vector<double> bounds);
+  Histogram& histogram(const std::string& name, const std::string& help,
+                       std::vector<double> bounds);
   // One sample per label value, in the order the values were first used (none: HELP and TYPE only).
   CounterFamily& counter_family(const std::string& name, const std::string& help,
                                 const std::string& label);

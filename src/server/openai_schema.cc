@@ -21,13 +21,20 @@ constexpr size_t kMaxStops = 16;
 
 const char* type_name(const json& v) {
   switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "boolean";
-    case json::value_t::string: return "string";
-    case json::value_t::array: return "array";
-    case json::value_t::object: return "object";
-    case json::value_t::number_float: return "number";
-    default: return "integer";
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "boolean";
+    case json::value_t::string:
+      return "string";
+    case json::value_t::array:
+      return "array";
+    case json::value_t::object:
+      return "object";
+    case json::value_t::number_float:
+      return "number";
+    default:
+      return "integer";
   }
 }
 
@@ -44,7 +51,8 @@ std::optional<ApiError> read_bool(const json& b, const char* key, bool* out) {
   return std::nullopt;
 }
 
-std::optional<ApiError> read_number(const json& b, const char* key, double lo, double hi, double* out) {
+std::optional<ApiError> read_number(const json& b, const char* key, double lo, double hi,
+                                    double* out) {
   auto it = b.find(key);
   if (it == b.end() || it->is_null()) return std::nullopt;
   if (!it->is_number()) return wrong_type(key, "a number", *it);
@@ -59,11 +67,13 @@ std::optional<ApiError> read_int(const json& b, const char* key, int64_t lo, int
                                  std::optional<int64_t>* out) {
   auto it = b.find(key);
   if (it == b.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number_integer() && !(it->is_number_float() && it->get<double>() == std::floor(it->get<double>())))
+  if (!it->is_number_integer() &&
+      !(it->is_number_float() && it->get<double>() == std::floor(it->get<double>())))
     return wrong_type(key, "an integer", *it);
   const double d = it->get<double>();
   if (d < double(lo) || d > double(hi))
-    return bad_request(fmt::format("'{}' must be between {} and {}, got {}", key, lo, hi, it->dump()), key);
+    return bad_request(
+        fmt::format("'{}' must be between {} and {}, got {}", key, lo, hi, it->dump()), key);
   *out = it->is_number_unsigned() ? int64_t(it->get<uint64_t>()) : it->get<int64_t>();
   return std::nullopt;
 }
@@ -76,11 +86,13 @@ std::optional<ApiError> read_string(const json& b, const char* key, std::string*
   return std::nullopt;
 }
 
-std::optional<ApiError> read_token_ids(const json& v, const std::string& param, std::vector<int32_t>* out) {
+std::optional<ApiError> read_token_ids(const json& v, const std::string& param,
+                                       std::vector<int32_t>* out) {
   for (const auto& t : v) {
     if (!t.is_number_integer()) return wrong_type(param, "an array of token ids (integers)", t);
     const int64_t id = t.get<int64_t>();
-    if (id < 0 || id > INT32_MAX) return bad_request(fmt::format("token id {} in '{}' is out of range", id, param), param);
+    if (id < 0 || id > INT32_MAX)
+      return bad_request(fmt::format("token id {} in '{}' is out of range", id, param), param);
     out->push_back(int32_t(id));
   }
   return std::nullopt;
@@ -137,8 +149,10 @@ std::optional<ApiError> parse_messages(const json& b, OpenAiRequest* r) {
       return bad_request(fmt::format("'{}.role' must be a string", param), param + ".role");
     const std::string rs = role->get<std::string>();
     if (rs != "system" && rs != "user" && rs != "assistant" && rs != "tool" && rs != "developer")
-      return bad_request(fmt::format("'{}.role' must be system, user, assistant, tool or developer, got '{}'",
-                                     param, rs), param + ".role");
+      return bad_request(
+          fmt::format("'{}.role' must be system, user, assistant, tool or developer, got '{}'",
+                      param, rs),
+          param + ".role");
     std::string content;
     auto c = m.find("content");
     if (c != m.end() && !c->is_null()) {
@@ -148,8 +162,11 @@ std::optional<ApiError> parse_messages(const json& b, OpenAiRequest* r) {
         for (const auto& part : *c) {
           if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
               !part["text"].is_string())
-            return bad_request(fmt::format("'{}.content' parts must be {{\"type\": \"text\", \"text\": ...}}; "
-                                           "other content types are not supported", param), param + ".content");
+            return bad_request(
+                fmt::format("'{}.content' parts must be {{\"type\": \"text\", \"text\": ...}}; "
+                            "other content types are not supported",
+                            param),
+                param + ".content");
           content += part["text"].get<std::string>();
         }
       } else {
@@ -193,7 +210,8 @@ std::optional<ApiError> reject_unsupported(const json& b) {
     if (it != b.end() && it->is_number() && it->get<double>() != 0)
       return unsupported(key, " (only 0)");
   }
-  if (auto it = b.find("response_format"); it != b.end() && it->is_object() && it->value("type", "text") != "text")
+  if (auto it = b.find("response_format");
+      it != b.end() && it->is_object() && it->value("type", "text") != "text")
     return unsupported("response_format", " other than text");
   if (auto it = b.find("echo"); it != b.end() && it->is_boolean() && it->get<bool>())
     return unsupported("echo");
@@ -306,7 +324,8 @@ std::optional<ApiError> parse_logprobs(const json& b, OpenAiRequest* r) {
   bool want = false;
   if (auto e = read_bool(b, "logprobs", &want)) return e;
   if (auto e = read_int(b, "top_logprobs", 0, kMaxTopLogprobs, &v)) return e;
-  if (v && !want) return bad_request("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
+  if (v && !want)
+    return bad_request("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
   if (want) r->top_logprobs = v ? int(*v) : 0;
   return std::nullopt;
 }
@@ -324,7 +343,8 @@ TokenText token_text(const Tokenizer& tok, int32_t id) {
   return {tok::to_valid_utf8(raw), std::move(bytes)};
 }
 
-json chat_logprobs(const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>& lps, const Tokenizer& tok) {
+json chat_logprobs(const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>& lps,
+                   const Tokenizer& tok) {
   json content = json::array();
   for (size_t i = 0; i < ids.size() && i < lps.size(); ++i) {
     TokenText t = token_text(tok, ids[i]);
@@ -333,14 +353,18 @@ json chat_logprobs(const std::vector<int32_t>& ids, const std::vector<TokenLogpr
       TokenText tt = token_text(tok, tid);
       top.push_back({{"token", tt.text}, {"logprob", lp}, {"bytes", tt.bytes}});
     }
-    content.push_back({{"token", t.text}, {"logprob", lps[i].logprob}, {"bytes", t.bytes}, {"top_logprobs", top}});
+    content.push_back({{"token", t.text},
+                       {"logprob", lps[i].logprob},
+                       {"bytes", t.bytes},
+                       {"top_logprobs", top}});
   }
   return {{"content", content}};
 }
 
 json completion_logprobs(const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>& lps,
                          const Tokenizer& tok, size_t text_offset) {
-  json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
+  json tokens = json::array(), token_lps = json::array(), tops = json::array(),
+       offsets = json::array();
   for (size_t i = 0; i < ids.size() && i < lps.size(); ++i) {
     TokenText t = token_text(tok, ids[i]);
     tokens.push_back(t.text);
@@ -351,7 +375,10 @@ json completion_logprobs(const std::vector<int32_t>& ids, const std::vector<Toke
     offsets.push_back(text_offset);
     text_offset += t.text.size();
   }
-  return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+  return {{"tokens", tokens},
+          {"token_logprobs", token_lps},
+          {"top_logprobs", tops},
+          {"text_offset", offsets}};
 }
 
 }  // namespace
@@ -364,7 +391,8 @@ json ApiError::to_json() const {
             {"code", code.empty() ? json(nullptr) : json(code)}}}};
 }
 
-ApiError api_error(int status, std::string message, std::string type, std::string param, std::string code) {
+ApiError api_error(int status, std::string message, std::string type, std::string param,
+                   std::string code) {
   ApiError e;
   e.status = status;
   e.message = std::move(message);
@@ -375,7 +403,8 @@ ApiError api_error(int status, std::string message, std::string type, std::strin
 }
 
 ApiError bad_request(std::string message, std::string param, std::string code) {
-  return api_error(400, std::move(message), "invalid_request_error", std::move(param), std::move(code));
+  return api_error(400, std::move(message), "invalid_request_error", std::move(param),
+                   std::move(code));
 }
 
 ApiError server_error(int status, std::string message, std::string code) {
@@ -405,13 +434,18 @@ std::optional<ApiError> check_json_content_type(std::string_view content_type) {
   for (char& c : type) c = char(std::tolower(static_cast<unsigned char>(c)));
   const bool json_suffix = type.size() > 5 && type.compare(type.size() - 5, 5, "+json") == 0;
   if (type.empty() || type == "application/json" || json_suffix) return std::nullopt;
-  return api_error(415, fmt::format("the request body must be JSON sent as Content-Type: application/json, "
-                                    "not '{}'", tok::to_valid_utf8(std::string(content_type.substr(0, 200)))),
-                   "invalid_request_error", "", "unsupported_media_type");
+  return api_error(
+      415,
+      fmt::format("the request body must be JSON sent as Content-Type: application/json, "
+                  "not '{}'",
+                  tok::to_valid_utf8(std::string(content_type.substr(0, 200)))),
+      "invalid_request_error", "", "unsupported_media_type");
 }
 
-std::optional<ApiError> parse_openai_request(std::string_view body, Endpoint endpoint, OpenAiRequest* r) {
-  if (!tok::is_valid_utf8(body)) return bad_request("the request body is not valid UTF-8", "", "invalid_utf8");
+std::optional<ApiError> parse_openai_request(std::string_view body, Endpoint endpoint,
+                                             OpenAiRequest* r) {
+  if (!tok::is_valid_utf8(body))
+    return bad_request("the request body is not valid UTF-8", "", "invalid_utf8");
   if (Status s = check_json_depth(body, "the request body"); !s.ok())
     return bad_request(s.message(), "", "invalid_json");
   json b;
@@ -420,8 +454,9 @@ std::optional<ApiError> parse_openai_request(std::string_view body, Endpoint end
   } catch (const json::exception& e) {
     // parse_error, or out_of_range for a number beyond double (1e999). The parser's message
     // quotes the bytes it stopped at, possibly half a UTF-8 character.
-    return bad_request(fmt::format("the request body is not valid JSON: {}", tok::to_valid_utf8(e.what())), "",
-                       "invalid_json");
+    return bad_request(
+        fmt::format("the request body is not valid JSON: {}", tok::to_valid_utf8(e.what())), "",
+        "invalid_json");
   }
   if (!b.is_object()) return bad_request("the request body must be a JSON object");
   r->endpoint = endpoint;
@@ -463,8 +498,9 @@ json finish_reason_json(FinishReason r) {
   return finish_reason_name(r);
 }
 
-json build_response(const OpenAiRequest& req, const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
-                    const Usage& usage, const Tokenizer& tok) {
+json build_response(const OpenAiRequest& req, const ResponseMeta& meta,
+                    const std::vector<ChoiceResult>& choices, const Usage& usage,
+                    const Tokenizer& tok) {
   const bool chat = req.endpoint == Endpoint::kChat;
   json out = {{"id", meta.id},
               {"object", chat ? "chat.completion" : "text_completion"},
@@ -476,7 +512,8 @@ json build_response(const OpenAiRequest& req, const ResponseMeta& meta, const st
     json choice = {{"index", i}, {"finish_reason", finish_reason_json(c.finish_reason)}};
     json lp = nullptr;
     if (req.top_logprobs >= 0)
-      lp = chat ? chat_logprobs(c.token_ids, c.logprobs, tok) : completion_logprobs(c.token_ids, c.logprobs, tok, 0);
+      lp = chat ? chat_logprobs(c.token_ids, c.logprobs, tok)
+                : completion_logprobs(c.token_ids, c.logprobs, tok, 0);
     if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
     } else {
@@ -491,7 +528,8 @@ json build_response(const OpenAiRequest& req, const ResponseMeta& meta, const st
   return out;
 }
 
-json build_chunk(const OpenAiRequest& req, const ResponseMeta& meta, const ChunkPart& part, const Tokenizer& tok) {
+json build_chunk(const OpenAiRequest& req, const ResponseMeta& meta, const ChunkPart& part,
+                 const Tokenizer& tok) {
   const bool chat = req.endpoint == Endpoint::kChat;
   json choice = {{"index", part.choice}};
   json lp = nullptr;

@@ -62,7 +62,8 @@ std::optional<ApiError> check_json_content_type(std::string_view content_type);
 // Parses `body`. Returns an error for malformed JSON, invalid UTF-8, wrong types, parameters this
 // server refuses, and sampling values the request contract refuses (validate_sampling); the model
 // name, the prompt and the context length are checked by the caller (they need the engine).
-std::optional<ApiError> parse_openai_request(std::string_view body, Endpoint endpoint, OpenAiRequest* out);
+std::optional<ApiError> parse_openai_request(std::string_view body, Endpoint endpoint,
+                                             OpenAiRequest* out);
 
 // The OpenAI error for a refused request (engine/request_error.h): 400 with `param` naming the
 // field (code context_length_exceeded / unsupported_parameter where they apply), 503 while the
@@ -109,10 +110,11 @@ struct ChunkPart {
   std::optional<FinishReason> finish;
   size_t text_offset = 0;
 };
-nlohmann::json build_chunk(const OpenAiRequest& req, const ResponseMeta& meta, const ChunkPart& part,
-                           const Tokenizer& tok);
+nlohmann::json build_chunk(const OpenAiRequest& req, const ResponseMeta& meta,
+                           const ChunkPart& part, const Tokenizer& tok);
 // The final usage-only chunk (stream_options.include_usage).
-nlohmann::json build_usage_chunk(const OpenAiRequest& req, const ResponseMeta& meta, const Usage& usage);
+nlohmann::json build_usage_chunk(const OpenAiRequest& req, const ResponseMeta& meta,
+                                 const Usage& usage);
 
 // "stop" or "length" (kAbort too: OpenAI has no "abort"); null for kNone.
 nlohmann::json finish_reason_json(FinishReason r);

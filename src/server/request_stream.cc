@@ -24,7 +24,8 @@ void RequestStream::set_notify(std::function<void()> notify) {
 std::vector<ChoiceEvent> RequestStream::pop(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lk(mu_);
   cv_.wait_for(lk, timeout, [&] { return !queue_.empty(); });
-  std::vector<ChoiceEvent> out(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
+  std::vector<ChoiceEvent> out(std::make_move_iterator(queue_.begin()),
+                               std::make_move_iterator(queue_.end()));
   queue_.clear();
   return out;
 }

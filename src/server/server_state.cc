@@ -92,29 +92,33 @@ ServerMetrics::ServerMetrics(const std::string& model_name,
   if (host_tier_ranks > 0) {
     auto family = [&](const char* name, const char* help) {
       CounterFamily& f = registry.counter_family(name, help, "rank");
-      for (int r = 0; r < host_tier_ranks; ++r) f.with(std::to_string(r));  // every rank, 0 included
+      for (int r = 0; r < host_tier_ranks; ++r)
+        f.with(std::to_string(r));  // every rank, 0 included
       return &f;
     };
-    hicache_rank_hit_tokens = family("strata_hicache_rank_hit_tokens_total",
-                                     "Prompt tokens promoted from host memory into this rank's KV pool.");
-    hicache_rank_bytes_to_host =
-        family("strata_hicache_rank_bytes_to_host_total", "KV bytes this rank copied device -> host.");
-    hicache_rank_bytes_to_device =
-        family("strata_hicache_rank_bytes_to_device_total", "KV bytes this rank copied host -> device.");
-    hicache_rank_copy_seconds = family("strata_hicache_rank_copy_seconds_total",
-                                       "Time this rank's host-tier copies took (device time on cuda).");
+    hicache_rank_hit_tokens =
+        family("strata_hicache_rank_hit_tokens_total",
+               "Prompt tokens promoted from host memory into this rank's KV pool.");
+    hicache_rank_bytes_to_host = family("strata_hicache_rank_bytes_to_host_total",
+                                        "KV bytes this rank copied device -> host.");
+    hicache_rank_bytes_to_device = family("strata_hicache_rank_bytes_to_device_total",
+                                          "KV bytes this rank copied host -> device.");
+    hicache_rank_copy_seconds =
+        family("strata_hicache_rank_copy_seconds_total",
+               "Time this rank's host-tier copies took (device time on cuda).");
   }
   if (fallback_ops.empty()) return;
-  CounterFamily& f = registry.counter_family(
-      "strata_cpu_fallback_ops_total",
-      "Calls of ops the backend has no kernel for yet, run on the CPU reference through host copies (slow).",
-      "op");
+  CounterFamily& f = registry.counter_family("strata_cpu_fallback_ops_total",
+                                             "Calls of ops the backend has no kernel for yet, run "
+                                             "on the CPU reference through host copies (slow).",
+                                             "op");
   for (const auto& [op, n] : fallback_ops) f.with(op);  // every declared op, 0 included
   cpu_fallback_ops = &f;
   set_cpu_fallback_counts(fallback_ops);
 }
 
-void ServerMetrics::set_cpu_fallback_counts(const std::vector<std::pair<std::string, int64_t>>& counts) {
+void ServerMetrics::set_cpu_fallback_counts(
+    const std::vector<std::pair<std::string, int64_t>>& counts) {
   if (cpu_fallback_ops == nullptr) return;
   for (const auto& [op, n] : counts) cpu_fallback_ops->with(op).set_total(double(n));
 }
@@ -218,9 +222,10 @@ std::optional<std::string> ServerState::health_problem() {
     std::lock_guard<std::mutex> lk(mu_);
     const double stalled = std::chrono::duration<double>(Clock::now() - last_progress_).count();
     if (stalled > limit)
-      return fmt::format("the engine has made no progress for {:.0f}s (limit {:.0f}s: {})", stalled, limit,
-                         config_.health_timeout_s > 0 ? "--health-timeout"
-                                                      : "10 x the longest recent step, at least 30 s");
+      return fmt::format(
+          "the engine has made no progress for {:.0f}s (limit {:.0f}s: {})", stalled, limit,
+          config_.health_timeout_s > 0 ? "--health-timeout"
+                                       : "10 x the longest recent step, at least 30 s");
   }
   return std::nullopt;
 }
@@ -229,7 +234,8 @@ std::optional<std::string> ServerState::health_problem() {
 std::optional<std::string> ServerState::readiness_problem() {
   if (auto p = health_problem()) return p;
   const EngineStats s = engine_.stats();
-  if (outstanding() > 0 || s.num_running > 0 || s.num_waiting > 0) return std::nullopt;  // progress checked
+  if (outstanding() > 0 || s.num_running > 0 || s.num_waiting > 0)
+    return std::nullopt;  // progress checked
   if (!probe_engine()) return "the engine did not answer a one-token probe";
   return std::nullopt;
 }
@@ -258,8 +264,9 @@ bool ServerState::probe_engine() {
   auto id = engine_.submit(std::move(g));
   if (!id.ok()) return false;
   std::unique_lock<std::mutex> lk(probe->mu);
-  const bool ok = probe->cv.wait_for(lk, std::chrono::duration<double>(no_progress_limit_s(engine_.stats())),
-                                     [&] { return probe->done; });
+  const bool ok =
+      probe->cv.wait_for(lk, std::chrono::duration<double>(no_progress_limit_s(engine_.stats())),
+                         [&] { return probe->done; });
   if (!ok) {
     engine_.abort(*id);
     return false;
@@ -302,7 +309,8 @@ void ServerState::refresh_engine_metrics(const EngineStats& s) {
   m.dcp_size.set(double(engine_.config().dcp_size));
   m.kv_used.set(double(s.kv_tokens_used));
   m.kv_cached.set(double(s.kv_tokens_cached));
-  m.kv_usage.set(s.kv_tokens_total > 0 ? double(s.kv_tokens_used) / double(s.kv_tokens_total) : 0.0);
+  m.kv_usage.set(s.kv_tokens_total > 0 ? double(s.kv_tokens_used) / double(s.kv_tokens_total)
+                                       : 0.0);
   m.cache_hit_rate.set(s.cache_lookup_tokens_total > 0
                            ? double(s.cache_hit_tokens_total) / double(s.cache_lookup_tokens_total)
                            : 0.0);
@@ -353,7 +361,8 @@ void ServerState::monitor_loop() {
     const EngineStats s = engine_.stats();
     const auto now = Clock::now();
     const double secs = std::chrono::duration<double>(now - prev_time).count();
-    const double throughput = double(s.generation_tokens_total - prev.generation_tokens_total) / std::max(secs, 1e-9);
+    const double throughput =
+        double(s.generation_tokens_total - prev.generation_tokens_total) / std::max(secs, 1e-9);
     metrics_->gen_throughput.set(throughput);
     const bool busy = s.num_running > 0 || s.num_waiting > 0 || outstanding() > 0;
     {
@@ -361,11 +370,13 @@ void ServerState::monitor_loop() {
       if (!busy || s.steps_total != prev.steps_total) last_progress_ = now;
     }
     if (busy && std::chrono::duration<double>(now - last_log).count() >= config_.log_interval_s) {
-      LOG_INFO("Decode batch. #running-req: {}, #token: {}, token usage: {:.2f}, gen throughput (token/s): {:.2f}, "
-               "#queue-req: {}",
-               s.num_running, s.kv_tokens_used,
-               s.kv_tokens_total > 0 ? double(s.kv_tokens_used) / double(s.kv_tokens_total) : 0.0, throughput,
-               s.num_waiting);
+      LOG_INFO(
+          "Decode batch. #running-req: {}, #token: {}, token usage: {:.2f}, gen throughput "
+          "(token/s): {:.2f}, "
+          "#queue-req: {}",
+          s.num_running, s.kv_tokens_used,
+          s.kv_tokens_total > 0 ? double(s.kv_tokens_used) / double(s.kv_tokens_total) : 0.0,
+          throughput, s.num_waiting);
       last_log = now;
     }
     prev = s;

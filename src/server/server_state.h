@@ -27,18 +27,18 @@ namespace strata {
 struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 30000;
-  std::string served_model_name;   // the name clients must use (or omit)
-  int max_queued_requests = -1;    // beyond the running slots; -1: unbounded
-  double drain_timeout_s = 30;     // SIGTERM: in-flight requests get this long, then are aborted
-  double log_interval_s = 5;       // `Decode batch.` line while busy
+  std::string served_model_name;  // the name clients must use (or omit)
+  int max_queued_requests = -1;   // beyond the running slots; -1: unbounded
+  double drain_timeout_s = 30;    // SIGTERM: in-flight requests get this long, then are aborted
+  double log_interval_s = 5;      // `Decode batch.` line while busy
   // A busy engine without a completed step this long (or a probe this slow) is unhealthy;
   // 0: derived from the step times (10 x the longest recent step, at least 30 s).
   double health_timeout_s = 0;
-  int http_threads = 8;            // workers for blocking work (tokenizing, probes); connections hold none
-  int max_connections = 4096;      // open connections beyond this get 503 on generation requests
-  int max_request_body_mb = 64;    // larger request bodies are answered 413
-  RequestLogConfig log_requests;   // --log-requests, --log-requests-level
-  std::string api_key;             // --api-key: "" = none needed (server/api_key_auth.h); never logged
+  int http_threads = 8;  // workers for blocking work (tokenizing, probes); connections hold none
+  int max_connections = 4096;     // open connections beyond this get 503 on generation requests
+  int max_request_body_mb = 64;   // larger request bodies are answered 413
+  RequestLogConfig log_requests;  // --log-requests, --log-requests-level
+  std::string api_key;  // --api-key: "" = none needed (server/api_key_auth.h); never logged
   nlohmann::json flags = nlohmann::json::object();  // the launch flags, for /get_server_info
 };
 

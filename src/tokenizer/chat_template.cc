@@ -101,21 +101,24 @@ static StatusOr<nlohmann::json> tokenizer_config(const fs::path& dir) {
   return config;
 }
 
-StatusOr<ChatTemplate> ChatTemplate::from_source_for(std::string source, const std::string& tokenizer_dir) {
+StatusOr<ChatTemplate> ChatTemplate::from_source_for(std::string source,
+                                                     const std::string& tokenizer_dir) {
   STRATA_ASSIGN_OR_RETURN(nlohmann::json config, tokenizer_config(tokenizer_dir));
   STRATA_ASSIGN_OR_RETURN(ChatTemplate t, from_source(std::move(source)));
   add_special_tokens(config, t.defaults_);
   return t;
 }
 
-StatusOr<ChatTemplate> ChatTemplate::from_argument(const std::string& arg, const std::string& tokenizer_dir) {
+StatusOr<ChatTemplate> ChatTemplate::from_argument(const std::string& arg,
+                                                   const std::string& tokenizer_dir) {
   std::error_code ec;
   if (fs::is_regular_file(arg, ec)) {
     STRATA_ASSIGN_OR_RETURN(std::string text, read_file(arg));
     if (fs::path(arg).extension() == ".json") {
       STRATA_ASSIGN_OR_RETURN(nlohmann::json j, read_json(arg));
       if (!j.is_object() || !j.contains("chat_template"))
-        return invalid_argument("--chat-template {}: a JSON file needs a \"chat_template\" field", arg);
+        return invalid_argument("--chat-template {}: a JSON file needs a \"chat_template\" field",
+                                arg);
       STRATA_ASSIGN_OR_RETURN(text, template_field(j["chat_template"], arg));
     }
     StatusOr<ChatTemplate> t = from_source_for(std::move(text), tokenizer_dir);
@@ -125,8 +128,10 @@ StatusOr<ChatTemplate> ChatTemplate::from_argument(const std::string& arg, const
   if (std::optional<std::string_view> builtin = builtin_chat_template(arg))
     return from_source_for(std::string(*builtin), tokenizer_dir);
   std::string names;
-  for (std::string_view n : builtin_chat_template_names()) names += (names.empty() ? "" : ", ") + std::string(n);
-  return not_found("--chat-template '{}' is neither a file nor a built-in template name ({})", arg, names);
+  for (std::string_view n : builtin_chat_template_names())
+    names += (names.empty() ? "" : ", ") + std::string(n);
+  return not_found("--chat-template '{}' is neither a file nor a built-in template name ({})", arg,
+                   names);
 }
 
 StatusOr<ChatTemplate> ChatTemplate::load(const std::string& model_dir) {

@@ -34,11 +34,13 @@ class ChatTemplate {
   static StatusOr<ChatTemplate> from_source(std::string source);
   // A template given on its own (--chat-template), with the special-token variables of
   // `tokenizer_dir`'s tokenizer_config.json (absent: none), as load() sets them.
-  static StatusOr<ChatTemplate> from_source_for(std::string source, const std::string& tokenizer_dir);
-  // The --chat-template argument: a file (Jinja text, or a chat_template.json / tokenizer_config.json
-  // style JSON object with "chat_template"), else a built-in name (builtin_chat_template_names()).
-  // NotFound names both possibilities when it is neither.
-  static StatusOr<ChatTemplate> from_argument(const std::string& file_or_name, const std::string& tokenizer_dir);
+  static StatusOr<ChatTemplate> from_source_for(std::string source,
+                                                const std::string& tokenizer_dir);
+  // The --chat-template argument: a file (Jinja text, or a chat_template.json /
+  // tokenizer_config.json style JSON object with "chat_template"), else a built-in name
+  // (builtin_chat_template_names()). NotFound names both possibilities when it is neither.
+  static StatusOr<ChatTemplate> from_argument(const std::string& file_or_name,
+                                              const std::string& tokenizer_dir);
 
   // Renders `messages` (a JSON array of message objects). `extra_context` (a JSON object or null)
   // adds or overrides variables: tools, documents, bos_token, enable_thinking... `tools` and

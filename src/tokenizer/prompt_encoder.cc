@@ -4,7 +4,8 @@
 
 namespace strata {
 
-StatusOr<PromptEncoder> PromptEncoder::load(const std::string& model_dir, const Tokenizer& tokenizer,
+StatusOr<PromptEncoder> PromptEncoder::load(const std::string& model_dir,
+                                            const Tokenizer& tokenizer,
                                             const std::string& chat_template) {
   PromptEncoder p;
   p.tokenizer_ = &tokenizer;
@@ -29,7 +30,8 @@ StatusOr<std::string> PromptEncoder::render_chat(const nlohmann::json& messages,
                                                  bool add_generation_prompt,
                                                  const nlohmann::json& template_kwargs) const {
   if (!chat_) return failed_precondition("this model has no chat template; use a raw prompt");
-  if (!messages.is_array() || messages.empty()) return invalid_argument("messages must be a non-empty array");
+  if (!messages.is_array() || messages.empty())
+    return invalid_argument("messages must be a non-empty array");
   return chat_->render(messages, add_generation_prompt, template_kwargs);
 }
 
@@ -39,8 +41,9 @@ StatusOr<std::vector<int32_t>> PromptEncoder::encode_chat(
   STRATA_ASSIGN_OR_RETURN(std::string text,
                           render_chat(messages, add_generation_prompt, template_kwargs));
   if (text.size() > max_text_bytes) {
-    return out_of_range("the rendered chat prompt is {} bytes, more than the context can hold ({} bytes)",
-                        text.size(), max_text_bytes);
+    return out_of_range(
+        "the rendered chat prompt is {} bytes, more than the context can hold ({} bytes)",
+        text.size(), max_text_bytes);
   }
   return tokenizer_->encode(text, /*allow_special=*/true);
 }

@@ -68,10 +68,11 @@ TEST(CudaFusedParity, LinearSiluMul) {
       EXPECT_TRUE(same_bits(got, unfused))
           << "fused != unfused: m " << c.m << " k " << c.k << " inter " << c.inter << " warps "
           << v.warps << " prefetch " << v.prefetch << " early " << v.early;
-      std::printf("linear_silu_mul m=%d k=%d inter=%d bias=%d warps %d prefetch %lld early %d: "
-                  "nmse %.3g, bits %s the unfused path\n",
-                  c.m, c.k, c.inter, c.bias, v.warps, (long long)v.prefetch, int(v.early), e,
-                  same_bits(got, unfused) ? "equal" : "DIFFER from");
+      std::printf(
+          "linear_silu_mul m=%d k=%d inter=%d bias=%d warps %d prefetch %lld early %d: "
+          "nmse %.3g, bits %s the unfused path\n",
+          c.m, c.k, c.inter, c.bias, v.warps, (long long)v.prefetch, int(v.early), e,
+          same_bits(got, unfused) ? "equal" : "DIFFER from");
     }
   }
 }
@@ -109,8 +110,11 @@ TEST(CudaFusedParity, QkvRopeKvWrite) {
     std::vector<float> inv_freq(size_t(c.rotary / 2));
     for (int i = 0; i < c.rotary / 2; ++i)
       inv_freq[size_t(i)] = float(1.0 / std::pow(500000.0, 2.0 * i / c.rotary));
-    RopeArgs rope{.inv_freq = inv_freq.data(), .attention_factor = c.factor,
-                  .rotary_dim = c.rotary, .offset = 0, .interleaved = c.interleaved};
+    RopeArgs rope{.inv_freq = inv_freq.data(),
+                  .attention_factor = c.factor,
+                  .rotary_dim = c.rotary,
+                  .offset = 0,
+                  .interleaved = c.interleaved};
     std::vector<int32_t> pos(static_cast<size_t>(t)), slots(static_cast<size_t>(t));
     std::uniform_int_distribution<int32_t> d(0, 120000);
     for (auto& x : pos) x = d(f.rng);
@@ -121,11 +125,21 @@ TEST(CudaFusedParity, QkvRopeKvWrite) {
     std::shuffle(perm.begin(), perm.end(), f.rng);
     std::copy(perm.begin(), perm.begin() + t, slots.begin());
     const int32_t none[1] = {0};
-    AttentionMetadata meta{.num_seqs = 0, .num_tokens = t, .page_size = page, .q_indptr = none,
-                           .kv_lens = none, .page_indptr = none, .page_indices = none,
-                           .positions = pos.data(), .slot_mapping = slots.data()};
-    KvLayout lay{.num_layers = 1, .num_pages = pages, .page_size = page, .k_dim = kvd,
-                 .v_dim = kvd, .dtype = c.kv_dtype};
+    AttentionMetadata meta{.num_seqs = 0,
+                           .num_tokens = t,
+                           .page_size = page,
+                           .q_indptr = none,
+                           .kv_lens = none,
+                           .page_indptr = none,
+                           .page_indices = none,
+                           .positions = pos.data(),
+                           .slot_mapping = slots.data()};
+    KvLayout lay{.num_layers = 1,
+                 .num_pages = pages,
+                 .page_size = page,
+                 .k_dim = kvd,
+                 .v_dim = kvd,
+                 .dtype = c.kv_dtype};
     auto qkv_v = f.random(int64_t(t) * width, 2.0f);
     const std::vector<float> nan(size_t(t) * c.heads * hd, NAN);
 
@@ -166,13 +180,14 @@ TEST(CudaFusedParity, QkvRopeKvWrite) {
       EXPECT_LT(eq, 1e-5);
       EXPECT_LT(ek, kv_bound) << dtype_name(c.kv_dtype);
       EXPECT_LT(ev, kv_bound) << dtype_name(c.kv_dtype);
-      std::printf("qkv_rope_kv_write %d/%d heads hd %d rotary %d%s factor %.1f, %d tokens, KV %s "
-                  "(scales %.2f/%.2f), early %d: nmse q %.3g K %.3g V %.3g; bits %s the unfused path\n",
-                  c.heads, c.kv_heads, hd, c.rotary, c.interleaved ? " interleaved" : "", c.factor,
-                  t, dtype_name(c.kv_dtype), c.k_scale, c.v_scale, int(early), eq, ek, ev,
-                  same_bits(got.q, ref.q) && same_bits(got.k, ref.k) && same_bits(got.v, ref.v)
-                      ? "equal"
-                      : "DIFFER from");
+      std::printf(
+          "qkv_rope_kv_write %d/%d heads hd %d rotary %d%s factor %.1f, %d tokens, KV %s "
+          "(scales %.2f/%.2f), early %d: nmse q %.3g K %.3g V %.3g; bits %s the unfused path\n",
+          c.heads, c.kv_heads, hd, c.rotary, c.interleaved ? " interleaved" : "", c.factor, t,
+          dtype_name(c.kv_dtype), c.k_scale, c.v_scale, int(early), eq, ek, ev,
+          same_bits(got.q, ref.q) && same_bits(got.k, ref.k) && same_bits(got.v, ref.v)
+              ? "equal"
+              : "DIFFER from");
     }
   }
 }

@@ -29,15 +29,21 @@ struct Backends {
   }
   std::vector<char> raw(const Tensor& t, bool on_gpu) {
     std::vector<char> out(static_cast<size_t>(t.nbytes()));
-    if (on_gpu) CUDA_CHECK(cudaMemcpy(out.data(), t.data, out.size(), cudaMemcpyDeviceToHost));
-    else std::memcpy(out.data(), t.data, out.size());
+    if (on_gpu)
+      CUDA_CHECK(cudaMemcpy(out.data(), t.data, out.size(), cudaMemcpyDeviceToHost));
+    else
+      std::memcpy(out.data(), t.data, out.size());
     return out;
   }
 };
 
 inline KvLayout two_layer_layout(int k_dim, int64_t pages, int page_size, DType fp8) {
-  KvLayout lay{.num_layers = 2, .num_pages = pages, .page_size = page_size, .k_dim = k_dim,
-               .v_dim = k_dim, .dtype = fp8};
+  KvLayout lay{.num_layers = 2,
+               .num_pages = pages,
+               .page_size = page_size,
+               .k_dim = k_dim,
+               .v_dim = k_dim,
+               .dtype = fp8};
   lay.layer_dtypes = {DType::kBF16, fp8};  // mixed: layer 0 stays bf16
   return lay;
 }
@@ -91,9 +97,14 @@ inline void run_fp8_attention(DType dt, int heads, int kv_heads, int hd, int pag
   for (float& x : vvals) x *= vs;
   std::vector<int32_t> fill_pos(size_t(t_all), 0);
   const int32_t none[1] = {0};
-  AttentionMetadata fill{.num_seqs = 0, .num_tokens = t_all, .page_size = page,
-                         .q_indptr = none, .kv_lens = none, .page_indptr = none,
-                         .page_indices = none, .positions = fill_pos.data(),
+  AttentionMetadata fill{.num_seqs = 0,
+                         .num_tokens = t_all,
+                         .page_size = page,
+                         .q_indptr = none,
+                         .kv_lens = none,
+                         .page_indptr = none,
+                         .page_indices = none,
+                         .positions = fill_pos.data(),
                          .slot_mapping = all_slots.data()};
   auto k_c = b.up(*b.cpu, kvals, {t_all, k_dim}, DType::kF32);
   auto v_c = b.up(*b.cpu, vvals, {t_all, k_dim}, DType::kF32);
@@ -101,18 +112,26 @@ inline void run_fp8_attention(DType dt, int heads, int kv_heads, int hd, int pag
   auto v_g = b.up(*b.gpu, vvals, {t_all, k_dim}, DType::kBF16);
   b.cpu->kv_write(*kc, 1, *k_c, *v_c, fill);
   b.gpu->kv_write(*kg, 1, *k_g, *v_g, fill);
-  AttentionMetadata meta{.num_seqs = n, .num_tokens = t_new, .page_size = page,
-                         .q_indptr = q_indptr.data(), .kv_lens = kv_lens.data(),
-                         .page_indptr = page_indptr.data(), .page_indices = pages.data(),
-                         .positions = positions.data(), .slot_mapping = slots.data()};
+  AttentionMetadata meta{.num_seqs = n,
+                         .num_tokens = t_new,
+                         .page_size = page,
+                         .q_indptr = q_indptr.data(),
+                         .kv_lens = kv_lens.data(),
+                         .page_indptr = page_indptr.data(),
+                         .page_indices = pages.data(),
+                         .positions = positions.data(),
+                         .slot_mapping = slots.data()};
   auto qv = random(int64_t(t_new) * heads * hd);
   auto q_c = b.up(*b.cpu, qv, {t_new, heads, hd}, DType::kF32);
   auto q_g = b.up(*b.gpu, qv, {t_new, heads, hd}, DType::kBF16);
   std::vector<float> nan(size_t(t_new) * heads * hd, NAN);
   auto o_c = b.up(*b.cpu, nan, {t_new, heads, hd}, DType::kF32);
   auto o_g = b.up(*b.gpu, nan, {t_new, heads, hd}, DType::kBF16);
-  AttentionArgs args{.scale = float(1.0 / std::sqrt(double(hd))), .num_heads = heads,
-                     .num_kv_heads = kv_heads, .head_dim = hd, .v_head_dim = hd};
+  AttentionArgs args{.scale = float(1.0 / std::sqrt(double(hd))),
+                     .num_heads = heads,
+                     .num_kv_heads = kv_heads,
+                     .head_dim = hd,
+                     .v_head_dim = hd};
   b.cpu->paged_attention(*q_c, *kc, 1, meta, args, *o_c);
   b.gpu->paged_attention(*q_g, *kg, 1, meta, args, *o_g);
   std::vector<float> c(nan.size()), g(nan.size());
@@ -124,8 +143,9 @@ inline void run_fp8_attention(DType dt, int heads, int kv_heads, int hd, int pag
     den += double(c[i]) * c[i];
   }
   const double e = num / den;
-  std::printf("fp8 attention %s heads %d/%d hd %d page %d seqs %d new %d scales %.2f/%.2f: nmse %.3g\n",
-              dtype_name(dt), heads, kv_heads, hd, page, n, t_new, ks, vs, e);
+  std::printf(
+      "fp8 attention %s heads %d/%d hd %d page %d seqs %d new %d scales %.2f/%.2f: nmse %.3g\n",
+      dtype_name(dt), heads, kv_heads, hd, page, n, t_new, ks, vs, e);
   EXPECT_LT(e, 1e-4) << dtype_name(dt) << " hd " << hd;
 }
 

@@ -17,7 +17,8 @@
 //    is looser than bf16's 5e-4 / 90% and of the order of the fp8 quantization error itself
 //    (the CPU's fp8 logits against the bf16-KV logits are printed alongside: e4m3 1.7e-4-7e-4,
 //    e5m2 4e-4-2.6e-3; measured against the CPU's fp8: e4m3 7e-5-5.8e-4, e5m2 2e-4-1.4e-3, and
-//    e5m2's 2 mantissa bits flip 3 of 19 near-tie argmaxes, gaps <= 0.4%, on one 19-token sequence);
+//    e5m2's 2 mantissa bits flip 3 of 19 near-tie argmaxes, gaps <= 0.4%, on one 19-token
+//    sequence);
 //  - layouts the CUDA backend does not implement are refused with a Status naming the reason, and
 //    the MLA row formats (issue 22) accepted.
 #include <gtest/gtest.h>
@@ -81,9 +82,14 @@ TEST(KvFp8, KvWriteStoresTheCpuBytes) {
   std::shuffle(slots.begin(), slots.end(), std::mt19937(7));
   std::vector<int32_t> zeros(size_t(tokens), 0);
   const int32_t none[1] = {0};  // a write-only step: no sequences, empty CSR arrays
-  AttentionMetadata meta{.num_seqs = 0, .num_tokens = tokens, .page_size = page,
-                         .q_indptr = none, .kv_lens = none, .page_indptr = none,
-                         .page_indices = none, .positions = zeros.data(),
+  AttentionMetadata meta{.num_seqs = 0,
+                         .num_tokens = tokens,
+                         .page_size = page,
+                         .q_indptr = none,
+                         .kv_lens = none,
+                         .page_indptr = none,
+                         .page_indices = none,
+                         .positions = zeros.data(),
                          .slot_mapping = slots.data()};
   for (DType dt : {DType::kFP8E4M3, DType::kFP8E5M2}) {
     for (auto [ks, vs] : {std::pair{1.0f, 1.0f}, {0.37f, 2.5f}}) {
@@ -118,7 +124,8 @@ TEST(KvFp8, KvWriteStoresTheCpuBytes) {
 
 TEST(KvFp8, DecodeAttention) {
   for (DType dt : {DType::kFP8E4M3, DType::kFP8E5M2}) {
-    run_fp8_attention(dt, 32, 8, 128, 16, {{0, 1}, {16, 1}, {299, 1}, {1000, 1}, {4098, 1}}, 1.0f, 1.0f);
+    run_fp8_attention(dt, 32, 8, 128, 16, {{0, 1}, {16, 1}, {299, 1}, {1000, 1}, {4098, 1}}, 1.0f,
+                      1.0f);
     run_fp8_attention(dt, 5, 1, 64, 3, {{7, 1}, {500, 1}}, 0.37f, 2.5f);
     run_fp8_attention(dt, 4, 4, 16, 4, {{33, 1}, {2, 1}, {129, 1}}, 1.0f, 1.0f);
     run_fp8_attention(dt, 8, 2, 32, 1, {{60, 1}}, 3.0f, 0.5f);
@@ -155,7 +162,11 @@ TEST(KvFp8, PrefillAttentionSplitKv) {
 
 TEST(KvFp8, RefusesLayoutsItDoesNotImplement) {
   auto gpu = make_cuda_backend();
-  KvLayout base{.num_layers = 2, .num_pages = 4, .page_size = 16, .k_dim = 64, .v_dim = 64,
+  KvLayout base{.num_layers = 2,
+                .num_pages = 4,
+                .page_size = 16,
+                .k_dim = 64,
+                .v_dim = 64,
                 .dtype = DType::kFP8E4M3};
   EXPECT_TRUE(gpu->check_kv_layout(base).ok());
   KvLayout f32 = base;
@@ -199,14 +210,16 @@ double nmse(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // Fraction of rows with equal argmax; worst near-tie gap of the disagreements (see header).
-double agreement(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab, double* gap) {
+double agreement(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab,
+                 double* gap) {
   const int64_t rows = int64_t(b.size()) / vocab;
   int64_t same = 0;
   *gap = 0;
   for (int64_t r = 0; r < rows; ++r) {
     const float* ra = a.data() + r * vocab;
     const float* rb = b.data() + r * vocab;
-    const int64_t ai = std::max_element(ra, ra + vocab) - ra, bi = std::max_element(rb, rb + vocab) - rb;
+    const int64_t ai = std::max_element(ra, ra + vocab) - ra,
+                  bi = std::max_element(rb, rb + vocab) - rb;
     same += ai == bi;
     if (ai != bi) {
       float scale = 0;
@@ -218,8 +231,8 @@ double agreement(const std::vector<float>& a, const std::vector<float>& b, int64
 }
 
 // Logits of every position of `ids`: one prefill (chunk = all) or token by token (decode path).
-std::vector<float> run_model(Model& m, const std::vector<int32_t>& ids, DType kv, float ks, float vs,
-                             bool decode) {
+std::vector<float> run_model(Model& m, const std::vector<int32_t>& ids, DType kv, float ks,
+                             float vs, bool decode) {
   SingleSequence run(m, 16, int(ids.size()), kv);
   for (int l = 0; l < m.spec().num_layers; ++l) run.kv().set_scales(l, ks, vs);
   if (!decode) return run.step(ids, true);
@@ -255,10 +268,11 @@ TEST(KvFp8, HouseLlamaMatchesCpuBackend) {
         auto bf16 = run_model(**gm, ids, DType::kBF16, 1.0f, 1.0f, decode);
         double gap = 0;
         const double e = nmse(got, want), agree = agreement(got, want, vocab, &gap);
-        std::printf("house-llama %s scales %.2f/%.2f %s seq%d (%zu tokens): nmse vs CPU fp8 %.3g, "
-                    "argmax agreement %.4f (worst gap %.3g); nmse of CPU fp8 vs CUDA bf16 KV %.3g\n",
-                    dtype_name(c.dt), c.ks, c.vs, decode ? "decode" : "prefill", i, ids.size(), e,
-                    agree, gap, nmse(want, bf16));
+        std::printf(
+            "house-llama %s scales %.2f/%.2f %s seq%d (%zu tokens): nmse vs CPU fp8 %.3g, "
+            "argmax agreement %.4f (worst gap %.3g); nmse of CPU fp8 vs CUDA bf16 KV %.3g\n",
+            dtype_name(c.dt), c.ks, c.vs, decode ? "decode" : "prefill", i, ids.size(), e, agree,
+            gap, nmse(want, bf16));
         EXPECT_LT(e, 2e-3);
         EXPECT_GE(agree, 0.8);
         EXPECT_LT(gap, 0.05);

@@ -11,12 +11,12 @@
 // - GEMV / GEMM: NMSE = ‖gpu − ref‖² / ‖ref‖² against float64 x · Wᵀ (+ bias), W those same
 //   weights (the register and stream GEMVs' default, gemv_round = 0: the unrounded
 //   (nibble − 8) · scale they compute with, exact in float32; their NMSE against the rounded
-//   weights is printed too, ~1e-6 more) and x the bf16 inputs. Weights and products are then exact on both sides; what
-//   differs is the float32 accumulation order (relative error ~k · 2⁻²⁴ at worst, < 1e-9 in
-//   NMSE) and the output's rounding to bf16: uniform in ±half an ulp = 2⁻⁹ relative at the
-//   bottom of a binade, NMSE ≈ 2⁻¹⁴ / 12 / E[(v / 2^e)²] ≈ 5.1e-6 / 2.2 ≈ 2.4e-6 (the bf16
-//   GEMV's measured 2.4e-6 to 3.0e-6). Bound 1e-5; the smallest case has 32 outputs, and the
-//   worst of 20,000 random draws of 16 normal values rounded to bf16 was 9.7e-6. A wrong nibble
+//   weights is printed too, ~1e-6 more) and x the bf16 inputs. Weights and products are then exact
+//   on both sides; what differs is the float32 accumulation order (relative error ~k · 2⁻²⁴ at
+//   worst, < 1e-9 in NMSE) and the output's rounding to bf16: uniform in ±half an ulp = 2⁻⁹
+//   relative at the bottom of a binade, NMSE ≈ 2⁻¹⁴ / 12 / E[(v / 2^e)²] ≈ 5.1e-6 / 2.2 ≈ 2.4e-6
+//   (the bf16 GEMV's measured 2.4e-6 to 3.0e-6). Bound 1e-5; the smallest case has 32 outputs, and
+//   the worst of 20,000 random draws of 16 normal values rounded to bf16 was 9.7e-6. A wrong nibble
 //   order, scale, tile or token gives ~0.1 to 2; an output not written keeps its NaN poison:
 //   infinite NMSE.
 // - SwiGLU epilogue: the reference rounds g + bias and u + bias to bf16 as the kernel (and
@@ -632,9 +632,9 @@ struct RegKnobs {
   int warps, unroll, grid, trigger, depth, round, preload;
 };
 const RegKnobs kRegKnobs[] = {
-    {0, 0, 0, 0, 0, 0, 1}, {1, 16, 0, 0, 0, 0, 1},  {7, 8, 3, 1, 0, 0, 1},  {4, 16, 0, 2, 1, 0, 1},
-    {8, 8, 0, 3, 2, 0, 1}, {3, 16, 1, 0, 0, 0, 1},  {0, 8, 0, 0, 0, 1, 1},  {0, 16, 2, 3, 0, 1, 0},
-    {5, 0, 0, 0, 2, 0, 0},
+    {0, 0, 0, 0, 0, 0, 1},  {1, 16, 0, 0, 0, 0, 1}, {7, 8, 3, 1, 0, 0, 1},
+    {4, 16, 0, 2, 1, 0, 1}, {8, 8, 0, 3, 2, 0, 1},  {3, 16, 1, 0, 0, 0, 1},
+    {0, 8, 0, 0, 0, 1, 1},  {0, 16, 2, 3, 0, 1, 0}, {5, 0, 0, 0, 2, 0, 0},
 };
 RunOpts reg_opts(const RegKnobs& k) {
   RunOpts o;

@@ -26,7 +26,8 @@ struct Fixture {
 std::vector<Fixture> fixtures() {
   const std::string s = shared_dir();
   std::vector<Fixture> f;
-  for (const char* n : {"llama-gqa", "llama-tied-mha", "llama3-ropescaled", "qwen2-bias", "qwen3-qknorm"})
+  for (const char* n :
+       {"llama-gqa", "llama-tied-mha", "llama3-ropescaled", "qwen2-bias", "qwen3-qknorm"})
     f.push_back({n, s + "/fixtures/tiny/" + n, s + "/fixtures/tiny/" + n, 5e-4, 0.9});
   f.push_back({"house-llama", s + "/models/house-llama", s + "/fixtures/house-llama", 5e-4, 0.9});
   return f;
@@ -58,7 +59,8 @@ TEST_P(CudaModel, LogitsMatchHuggingFace) {
     double gap = 0;
     const double agree = argmax_agreement(logits, expected, model_->spec().vocab_size, &gap);
     std::printf("%s %s: nmse %.3g, rel max error %.3g, argmax agreement %.4f (worst gap %.3g)\n",
-                GetParam().name.c_str(), seq.c_str(), e, rel_max_error(logits, expected), agree, gap);
+                GetParam().name.c_str(), seq.c_str(), e, rel_max_error(logits, expected), agree,
+                gap);
     EXPECT_LT(e, GetParam().max_nmse) << seq;
     EXPECT_GE(agree, GetParam().min_agree) << seq;
     EXPECT_LT(gap, 0.02) << seq << ": an argmax disagreement that is not a near-tie";
@@ -70,7 +72,8 @@ TEST_P(CudaModel, GreedyMatchesReference) {
     const std::string g = "greedy" + std::to_string(i);
     auto prompt = ref_->i32(g + ".prompt_ids");
     auto expected = ref_->i32(g + ".output_ids");
-    SingleSequence run(*model_, /*page_size=*/4, int(prompt.size() + expected.size()), DType::kBF16);
+    SingleSequence run(*model_, /*page_size=*/4, int(prompt.size() + expected.size()),
+                       DType::kBF16);
     auto got = run.greedy(prompt, int(expected.size()), 5);
     int same = 0;
     while (same < int(got.size()) && got[size_t(same)] == expected[size_t(same)]) ++same;
@@ -116,8 +119,9 @@ TEST(CudaModelGreedy, HouseLlamaMatchesCpuBackend) {
       auto got = g.greedy(prompts[i], n_new, 64);
       int same = 0;
       while (same < n_new && got[size_t(same)] == want[size_t(same)]) ++same;
-      std::printf("prompt %zu (%zu tokens), graphs %d: %d of %d greedy tokens equal the CPU backend\n",
-                  i, prompts[i].size(), graphs, same, n_new);
+      std::printf(
+          "prompt %zu (%zu tokens), graphs %d: %d of %d greedy tokens equal the CPU backend\n", i,
+          prompts[i].size(), graphs, same, n_new);
       EXPECT_EQ(got, want) << "prompt " << i << " graphs " << graphs;
     }
     cuda->set_graph_mode(false);
@@ -140,10 +144,12 @@ TEST(CudaModelLong, HouseLlamaArgmax) {
   int same = 0, total = 0;
   // Prefill in chunks of 100 (chunked prefill over earlier pages), logits of every position.
   for (size_t i = 0; i < ids.size(); i += 100) {
-    std::vector<int32_t> part(ids.begin() + long(i), ids.begin() + long(std::min(ids.size(), i + 100)));
+    std::vector<int32_t> part(ids.begin() + long(i),
+                              ids.begin() + long(std::min(ids.size(), i + 100)));
     auto logits = run.step(part, true);
     for (size_t r = 0; r < part.size(); ++r) {
-      const auto a = std::max_element(logits.begin() + long(r * vocab), logits.begin() + long((r + 1) * vocab)) -
+      const auto a = std::max_element(logits.begin() + long(r * vocab),
+                                      logits.begin() + long((r + 1) * vocab)) -
                      (logits.begin() + long(r * vocab));
       same += a == argmax[i + r];
       ++total;

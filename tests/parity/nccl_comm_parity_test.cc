@@ -61,7 +61,8 @@ TEST(NcclComm, MoreRanksThanGpusIsAnError) {
   c.tp_allow_uneven = true;
   auto e = Engine::create(c, &tensor_parallel_runtime());
   ASSERT_FALSE(e.ok());
-  EXPECT_NE(e.status().message().find("one rank per GPU"), std::string::npos) << e.status().to_string();
+  EXPECT_NE(e.status().message().find("one rank per GPU"), std::string::npos)
+      << e.status().to_string();
 }
 
 }  // namespace

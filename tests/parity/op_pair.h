@@ -99,7 +99,7 @@ struct AttnCase {
 
 // `setup` prepares the CUDA backend first (tunables, development kernels).
 inline void run_attention(const AttnCase& c,
-                   const std::function<void(cuda::CudaBackend&)>& setup = nullptr) {
+                          const std::function<void(cuda::CudaBackend&)>& setup = nullptr) {
   Pair p;
   if (setup) setup(p.cuda());
   const int n = int(c.seqs.size());
@@ -107,7 +107,8 @@ inline void run_attention(const AttnCase& c,
   std::vector<int32_t> q_indptr{0}, kv_lens, page_indptr{0}, pages, positions, slots;
   std::vector<int32_t> all_slots;  // every context token, for filling the cache
   int64_t total_pages = 0;
-  for (auto [cached, fresh] : c.seqs) total_pages += (cached + fresh + c.page_size - 1) / c.page_size;
+  for (auto [cached, fresh] : c.seqs)
+    total_pages += (cached + fresh + c.page_size - 1) / c.page_size;
   std::vector<int32_t> perm(size_t(total_pages + 3));
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), p.rng());
@@ -129,8 +130,11 @@ inline void run_attention(const AttnCase& c,
     }
   }
   const int t_new = q_indptr.back(), t_all = int(all_slots.size());
-  KvLayout lay{.num_layers = 1, .num_pages = int64_t(perm.size()), .page_size = c.page_size,
-               .k_dim = k_dim, .v_dim = k_dim};
+  KvLayout lay{.num_layers = 1,
+               .num_pages = int64_t(perm.size()),
+               .page_size = c.page_size,
+               .k_dim = k_dim,
+               .v_dim = k_dim};
   KvLayout lay_cpu = lay, lay_gpu = lay;
   lay_cpu.dtype = DType::kF32;
   lay_gpu.dtype = DType::kBF16;
@@ -140,17 +144,27 @@ inline void run_attention(const AttnCase& c,
   auto k = p.make(p.random(int64_t(t_all) * k_dim), {t_all, k_dim});
   auto v = p.make(p.random(int64_t(t_all) * k_dim), {t_all, k_dim});
   std::vector<int32_t> fill_pos(size_t(t_all), 0);
-  AttentionMetadata fill{.num_seqs = 0, .num_tokens = t_all, .page_size = c.page_size,
-                         .q_indptr = q_indptr.data(), .kv_lens = kv_lens.data(),
-                         .page_indptr = page_indptr.data(), .page_indices = pages.data(),
-                         .positions = fill_pos.data(), .slot_mapping = all_slots.data()};
+  AttentionMetadata fill{.num_seqs = 0,
+                         .num_tokens = t_all,
+                         .page_size = c.page_size,
+                         .q_indptr = q_indptr.data(),
+                         .kv_lens = kv_lens.data(),
+                         .page_indptr = page_indptr.data(),
+                         .page_indices = pages.data(),
+                         .positions = fill_pos.data(),
+                         .slot_mapping = all_slots.data()};
   p.cpu_->kv_write(*kv_cpu, 0, *k.cpu, *v.cpu, fill);
   p.gpu_->kv_write(*kv_gpu, 0, *k.gpu, *v.gpu, fill);
 
-  AttentionMetadata meta{.num_seqs = n, .num_tokens = t_new, .page_size = c.page_size,
-                         .q_indptr = q_indptr.data(), .kv_lens = kv_lens.data(),
-                         .page_indptr = page_indptr.data(), .page_indices = pages.data(),
-                         .positions = positions.data(), .slot_mapping = slots.data()};
+  AttentionMetadata meta{.num_seqs = n,
+                         .num_tokens = t_new,
+                         .page_size = c.page_size,
+                         .q_indptr = q_indptr.data(),
+                         .kv_lens = kv_lens.data(),
+                         .page_indptr = page_indptr.data(),
+                         .page_indices = pages.data(),
+                         .positions = positions.data(),
+                         .slot_mapping = slots.data()};
   auto q = p.make(p.random(int64_t(t_new) * c.heads * c.head_dim), {t_new, c.heads, c.head_dim});
   auto out = p.out({t_new, c.heads, c.head_dim});
   AttentionArgs args{.scale = float(1.0 / std::sqrt(double(c.head_dim))),
@@ -161,8 +175,8 @@ inline void run_attention(const AttnCase& c,
   p.cpu_->paged_attention(*q.cpu, *kv_cpu, 0, meta, args, *out.cpu);
   p.gpu_->paged_attention(*q.gpu, *kv_gpu, 0, meta, args, *out.gpu);
   const double e = p.nmse(out);
-  EXPECT_LT(e, 1e-4) << "heads " << c.heads << "/" << c.kv_heads << " hd " << c.head_dim
-                     << " page " << c.page_size;
+  EXPECT_LT(e, 1e-4) << "heads " << c.heads << "/" << c.kv_heads << " hd " << c.head_dim << " page "
+                     << c.page_size;
   std::printf("attention heads %d/%d hd %d page %d seqs %d tokens %d: nmse %.3g\n", c.heads,
               c.kv_heads, c.head_dim, c.page_size, n, t_new, e);
 }

@@ -20,15 +20,16 @@ namespace strata {
 namespace {
 
 using parity::AttnCase;
+using parity::linear_nmse;
 using parity::LinearCase;
 using parity::Pair;
-using parity::linear_nmse;
 using parity::run_attention;
 
 TEST(CudaParity, Linear) {
   Pair p;
-  for (LinearCase c : {LinearCase{1, 320, 129, false}, LinearCase{3, 896, 320, true}, LinearCase{8, 64, 517, false},
-                       LinearCase{9, 320, 896, true}, LinearCase{77, 264, 1000, false}, LinearCase{5, 100, 33, true},
+  for (LinearCase c : {LinearCase{1, 320, 129, false}, LinearCase{3, 896, 320, true},
+                       LinearCase{8, 64, 517, false}, LinearCase{9, 320, 896, true},
+                       LinearCase{77, 264, 1000, false}, LinearCase{5, 100, 33, true},
                        LinearCase{300, 4096, 1024, false}}) {
     const double e = linear_nmse(p, c);
     EXPECT_LT(e, 1e-5) << "m " << c.m << " k " << c.k << " n " << c.n;
@@ -109,8 +110,11 @@ TEST(CudaParity, RopeVariants) {
     for (auto& x : pos) x = d(p.rng());
     pos[0] = 0;
     auto x = p.make(p.random(int64_t(tokens) * c.heads * c.stride), {tokens, c.heads, c.stride});
-    RopeArgs args{.inv_freq = inv_freq.data(), .attention_factor = c.factor, .rotary_dim = c.rotary,
-                  .offset = c.offset, .interleaved = c.interleaved};
+    RopeArgs args{.inv_freq = inv_freq.data(),
+                  .attention_factor = c.factor,
+                  .rotary_dim = c.rotary,
+                  .offset = c.offset,
+                  .interleaved = c.interleaved};
     p.cpu_->rope(*x.cpu, pos.data(), args);
     p.gpu_->rope(*x.gpu, pos.data(), args);
     const double e = p.nmse(x);

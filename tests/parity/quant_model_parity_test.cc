@@ -75,10 +75,11 @@ struct LinearCase {
   bool bias;
 };
 
-std::vector<float> run_linear(Backend& be, const LinearWeight& w, const std::vector<float>& x, int64_t m,
-                              bool glu) {
+std::vector<float> run_linear(Backend& be, const LinearWeight& w, const std::vector<float>& x,
+                              int64_t m, bool glu) {
   const int64_t in = w.in_features(), out = glu ? w.out_features() / 2 : w.out_features();
-  auto xd = be.upload(Tensor::make(const_cast<float*>(x.data()), DType::kF32, {m, in}), be.activation_dtype());
+  auto xd = be.upload(Tensor::make(const_cast<float*>(x.data()), DType::kF32, {m, in}),
+                      be.activation_dtype());
   auto od = be.alloc(be.activation_dtype(), {m, out});
   if (glu)
     be.linear_silu_mul(*xd, w, *od);
@@ -93,7 +94,8 @@ TEST(QuantLinear, BackendMatchesCpuTwin) {
   auto cpu = make_cpu_backend();
   auto gpu = make_cuda_backend();
   const WeightPolicy policy = gpu->weight_policy();
-  std::printf("CUDA weight policy: fp8 block kept %d, int4 kept %d\n", policy.keep_fp8_block, policy.keep_int4);
+  std::printf("CUDA weight policy: fp8 block kept %d, int4 kept %d\n", policy.keep_fp8_block,
+              policy.keep_int4);
   EXPECT_TRUE(policy.keep_fp8_block && policy.keep_int4);
   const LinearFormat i4g32{.format = WeightFormat::kInt4Group, .group_size = 32};
   const LinearFormat i4g128{.format = WeightFormat::kInt4Group, .group_size = 128};
@@ -103,40 +105,43 @@ TEST(QuantLinear, BackendMatchesCpuTwin) {
   auto* cuda = dynamic_cast<cuda::CudaBackend*>(gpu.get());
   ASSERT_NE(cuda, nullptr);
   for (const bool w8a8 : {false, true}) {
-  cuda->tune([&](cuda::CudaTunables& t) { t.fp8_w8a8 = w8a8; });
-  std::printf("FP8 beyond the GEMV: %s\n", w8a8 ? "W8A8 (opt-in)" : "W8A16 (default)");
-  for (const LinearCase& c : {LinearCase{i4g32, 528, 1056, false}, LinearCase{i4g128, 320, 1024, true},
-                              LinearCase{f8, 300, 1040, false}, LinearCase{f8, 576, 7168, true}}) {
-    const HostLinearWeight hw = random_weight(c.format, c.out, c.in, rng);
-    std::vector<float> bias(size_t(c.out));
-    for (float& b : bias) b = 0.1f * u(rng);
-    const Tensor bias_t = c.bias ? Tensor::make(bias.data(), DType::kF32, {c.out}) : Tensor{};
-    const LinearWeight wc = cpu->upload_linear(hw, bias_t), wg = gpu->upload_linear(hw, bias_t);
-    EXPECT_EQ(wg.format, c.format) << "the CUDA backend keeps " << c.format.str() << " packed";
-    for (int64_t m : {1, 2, 5, 16, 17, 64, 300}) {
-      std::vector<float> x(size_t(m * c.in));
-      for (float& v : x) v = round_to_bf16(u(rng));
-      const double e = nmse(run_linear(*gpu, wg, x, m, false), run_linear(*cpu, wc, x, m, false));
-      const bool lossy = w8a8 && c.format.format == WeightFormat::kFp8Block && m > 16;
-      std::printf("linear %s out %ld in %ld bias %d m %ld: nmse %.3g\n", c.format.str().c_str(), long(c.out),
-                  long(c.in), int(c.bias), long(m), e);
-      EXPECT_LT(e, lossy ? kW8A8Nmse : kExactWeightNmse) << c.format.str() << " m " << m;
+    cuda->tune([&](cuda::CudaTunables& t) { t.fp8_w8a8 = w8a8; });
+    std::printf("FP8 beyond the GEMV: %s\n", w8a8 ? "W8A8 (opt-in)" : "W8A16 (default)");
+    for (const LinearCase& c :
+         {LinearCase{i4g32, 528, 1056, false}, LinearCase{i4g128, 320, 1024, true},
+          LinearCase{f8, 300, 1040, false}, LinearCase{f8, 576, 7168, true}}) {
+      const HostLinearWeight hw = random_weight(c.format, c.out, c.in, rng);
+      std::vector<float> bias(size_t(c.out));
+      for (float& b : bias) b = 0.1f * u(rng);
+      const Tensor bias_t = c.bias ? Tensor::make(bias.data(), DType::kF32, {c.out}) : Tensor{};
+      const LinearWeight wc = cpu->upload_linear(hw, bias_t), wg = gpu->upload_linear(hw, bias_t);
+      EXPECT_EQ(wg.format, c.format) << "the CUDA backend keeps " << c.format.str() << " packed";
+      for (int64_t m : {1, 2, 5, 16, 17, 64, 300}) {
+        std::vector<float> x(size_t(m * c.in));
+        for (float& v : x) v = round_to_bf16(u(rng));
+        const double e = nmse(run_linear(*gpu, wg, x, m, false), run_linear(*cpu, wc, x, m, false));
+        const bool lossy = w8a8 && c.format.format == WeightFormat::kFp8Block && m > 16;
+        std::printf("linear %s out %ld in %ld bias %d m %ld: nmse %.3g\n", c.format.str().c_str(),
+                    long(c.out), long(c.in), int(c.bias), long(m), e);
+        EXPECT_LT(e, lossy ? kW8A8Nmse : kExactWeightNmse) << c.format.str() << " m " << m;
+      }
     }
-  }
-  // The fused SwiGLU path: gate rows then up rows of one weight.
-  for (const LinearFormat& f : {i4g128, f8}) {
-    const int64_t inter = 256, in = 1024;
-    const HostLinearWeight hw = random_weight(f, 2 * inter, in, rng);
-    const LinearWeight wc = cpu->upload_linear(hw, Tensor{}), wg = gpu->upload_linear(hw, Tensor{});
-    for (int64_t m : {1, 3, 16, 40}) {
-      std::vector<float> x(size_t(m * in));
-      for (float& v : x) v = round_to_bf16(u(rng));
-      const double e = nmse(run_linear(*gpu, wg, x, m, true), run_linear(*cpu, wc, x, m, true));
-      std::printf("linear_silu_mul %s inter %ld m %ld: nmse %.3g\n", f.str().c_str(), long(inter), long(m), e);
-      const bool lossy = w8a8 && f.format == WeightFormat::kFp8Block && m > 16;
-      EXPECT_LT(e, lossy ? kW8A8Nmse : 4 * kExactWeightNmse) << f.str() << " m " << m;
+    // The fused SwiGLU path: gate rows then up rows of one weight.
+    for (const LinearFormat& f : {i4g128, f8}) {
+      const int64_t inter = 256, in = 1024;
+      const HostLinearWeight hw = random_weight(f, 2 * inter, in, rng);
+      const LinearWeight wc = cpu->upload_linear(hw, Tensor{}),
+                         wg = gpu->upload_linear(hw, Tensor{});
+      for (int64_t m : {1, 3, 16, 40}) {
+        std::vector<float> x(size_t(m * in));
+        for (float& v : x) v = round_to_bf16(u(rng));
+        const double e = nmse(run_linear(*gpu, wg, x, m, true), run_linear(*cpu, wc, x, m, true));
+        std::printf("linear_silu_mul %s inter %ld m %ld: nmse %.3g\n", f.str().c_str(), long(inter),
+                    long(m), e);
+        const bool lossy = w8a8 && f.format == WeightFormat::kFp8Block && m > 16;
+        EXPECT_LT(e, lossy ? kW8A8Nmse : 4 * kExactWeightNmse) << f.str() << " m " << m;
+      }
     }
-  }
   }
   cuda->tune([](cuda::CudaTunables& t) { t.fp8_w8a8 = false; });
 }
@@ -144,12 +149,14 @@ TEST(QuantLinear, BackendMatchesCpuTwin) {
 std::vector<std::string> model_dirs() {
   const std::string s = STRATA_SHARED_DIR;
   std::vector<std::string> dirs;
-  for (const std::string& root : {s + "/fixtures/tiny", std::string(STRATA_REPO_FIXTURES_DIR) + "/tiny"})
+  for (const std::string& root :
+       {s + "/fixtures/tiny", std::string(STRATA_REPO_FIXTURES_DIR) + "/tiny"})
     if (std::filesystem::is_directory(root))
       for (const auto& e : std::filesystem::directory_iterator(root))
         if (std::filesystem::exists(e.path() / "model.safetensors")) dirs.push_back(e.path());
   for (const char* m : {"house-llama", "house-mla"})
-    if (std::filesystem::exists(s + "/models/" + m + "/model.safetensors")) dirs.push_back(s + "/models/" + m);
+    if (std::filesystem::exists(s + "/models/" + m + "/model.safetensors"))
+      dirs.push_back(s + "/models/" + m);
   std::sort(dirs.begin(), dirs.end());
   return dirs;
 }
@@ -166,9 +173,11 @@ TEST(QuantWeightBytes, CudaBytesEqualThePlannersFigure) {
     CountingBackend<cuda::CudaBackend> be;
     auto model = create_model(*spec, *ws, be);
     ASSERT_TRUE(model.ok()) << dir << ": " << model.status().to_string();
-    const int64_t planned =
-        summarize_inventory(*spec, build_inventory(*spec), 1, quant_layout(*spec), be.weight_policy()).bytes_per_rank;
-    std::printf("%s: %ld bytes loaded, planner %ld\n", dir.c_str(), long(be.weight_bytes()), long(planned));
+    const int64_t planned = summarize_inventory(*spec, build_inventory(*spec), 1,
+                                                quant_layout(*spec), be.weight_policy())
+                                .bytes_per_rank;
+    std::printf("%s: %ld bytes loaded, planner %ld\n", dir.c_str(), long(be.weight_bytes()),
+                long(planned));
     EXPECT_EQ(be.weight_bytes(), planned) << dir;
     // And the device holds that: weights take their exact size (Lifetime::kResident), not a
     // size class (up to a quarter more). Slack: 256-byte alignment per tensor, small tables.
@@ -207,15 +216,16 @@ TEST_P(QuantModel, LogitsMatchHuggingFace) {
       SingleSequence run(model, 3, int(ids.size()), DType::kBF16);
       std::vector<float> logits;
       for (size_t p = 0; p < ids.size(); p += size_t(chunk)) {
-        std::vector<int32_t> part(ids.begin() + long(p), ids.begin() + long(std::min(ids.size(), p + size_t(chunk))));
+        std::vector<int32_t> part(ids.begin() + long(p),
+                                  ids.begin() + long(std::min(ids.size(), p + size_t(chunk))));
         auto l = run.step(part, true);
         logits.insert(logits.end(), l.begin(), l.end());
       }
       double gap = 0;
       const double e = nmse(logits, expected);
       const double agree = argmax_agreement(logits, expected, model.spec().vocab_size, &gap);
-      std::printf("%s %s chunk %d: nmse %.3g, argmax agreement %.3f (worst gap %.3g)\n", GetParam().name.c_str(),
-                  seq.c_str(), chunk, e, agree, gap);
+      std::printf("%s %s chunk %d: nmse %.3g, argmax agreement %.3f (worst gap %.3g)\n",
+                  GetParam().name.c_str(), seq.c_str(), chunk, e, agree, gap);
       EXPECT_LT(e, GetParam().max_nmse) << seq << " chunk " << chunk;
       if (GetParam().max_nmse <= 5e-4) {
         EXPECT_LT(gap, 0.02) << seq << ": an argmax disagreement that is not a near-tie";
@@ -228,7 +238,8 @@ TEST_P(QuantModel, LogitsMatchHuggingFace) {
   auto got = run.greedy(prompt, int(expected.size()), 5);
   int same = 0;
   while (same < int(got.size()) && got[size_t(same)] == expected[size_t(same)]) ++same;
-  std::printf("%s greedy: first %d of %zu tokens equal HF float32\n", GetParam().name.c_str(), same, expected.size());
+  std::printf("%s greedy: first %d of %zu tokens equal HF float32\n", GetParam().name.c_str(), same,
+              expected.size());
   for (const auto& [op, calls] : gpu->cpu_fallback_counts()) {
     if (calls > 0)
       std::printf("%s: %s ran on the CPU twin %lld times\n", GetParam().name.c_str(), op.c_str(),

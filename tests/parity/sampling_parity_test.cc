@@ -81,7 +81,8 @@ bool adjacent_in_mass(const float* row, int64_t vocab, const SampleRowParams& p,
   const auto ig = std::find(r.order.begin(), kept_end, got);
   const auto ic = std::find(r.order.begin(), kept_end, want);
   if (ig == kept_end || ic == kept_end) return false;
-  size_t lo = size_t(std::min(ig, ic) - r.order.begin()), hi = size_t(std::max(ig, ic) - r.order.begin());
+  size_t lo = size_t(std::min(ig, ic) - r.order.begin()),
+         hi = size_t(std::max(ig, ic) - r.order.begin());
   double between = 0, kept = 0;
   for (size_t i = 0; i < r.keep; ++i) kept += r.w[i];
   for (size_t i = lo + 1; i < hi; ++i) between += r.w[i];
@@ -94,8 +95,8 @@ struct Outcome {
 
 // Samples `rs` on the GPU and compares every row with the reference.
 Outcome compare(Backend& gpu, const Rows& rs, const char* what) {
-  Tensor host = Tensor::make(const_cast<float*>(rs.logits.data()), DType::kF32,
-                             {rs.rows(), rs.vocab});
+  Tensor host =
+      Tensor::make(const_cast<float*>(rs.logits.data()), DType::kF32, {rs.rows(), rs.vocab});
   auto dev = gpu.upload(host, DType::kBF16);
   std::vector<int32_t> got(size_t(rs.rows()), -7);
   gpu.sample(*dev, rs.params.data(), got.data());
@@ -125,9 +126,10 @@ Outcome compare(Backend& gpu, const Rows& rs, const char* what) {
       near_boundary = adjacent_in_mass(row, rs.vocab, p, got[size_t(r)], want, 1e-9);
     if (near_boundary) {
       ++o.boundary;
-      std::printf("sampling %s row %d: boundary case, gpu %d cpu %d (T %g top_k %d top_p %g "
-                  "min_p %g u %.17g)\n", what, r, got[size_t(r)], want, p.temperature, p.top_k,
-                  p.top_p, p.min_p, p.uniform);
+      std::printf(
+          "sampling %s row %d: boundary case, gpu %d cpu %d (T %g top_k %d top_p %g "
+          "min_p %g u %.17g)\n",
+          what, r, got[size_t(r)], want, p.temperature, p.top_k, p.top_p, p.min_p, p.uniform);
     } else {
       ++o.wrong;
       ADD_FAILURE() << what << " row " << r << ": gpu " << got[size_t(r)] << " cpu " << want
@@ -150,14 +152,29 @@ TEST(CudaSampling, GreedyIsTheHostArgmax) {
       auto row = normal_row(g, vocab, r % 3 == 0 ? 0.5f : 3.0f);  // bf16: many ties
       const int64_t a = int64_t(g() % uint64_t(vocab)), b = int64_t(g() % uint64_t(vocab));
       switch (r % 10) {
-        case 1: row[size_t(a)] = row[size_t(b)] = 40.0f; break;  // a planted tie at the max
-        case 2: row[size_t(a)] = NAN; break;
-        case 3: row[0] = NAN; break;  // element 0 NaN: 0 wins
-        case 4: std::fill(row.begin(), row.end(), -INFINITY); break;
-        case 5: row[size_t(a)] = INFINITY, row[size_t(b)] = INFINITY; break;
-        case 6: std::fill(row.begin(), row.end(), 0.0f), row[size_t(a)] = -0.0f; break;
-        case 7: std::fill(row.begin(), row.end(), NAN), row[size_t(a)] = -INFINITY; break;
-        default: break;
+        case 1:
+          row[size_t(a)] = row[size_t(b)] = 40.0f;
+          break;  // a planted tie at the max
+        case 2:
+          row[size_t(a)] = NAN;
+          break;
+        case 3:
+          row[0] = NAN;
+          break;  // element 0 NaN: 0 wins
+        case 4:
+          std::fill(row.begin(), row.end(), -INFINITY);
+          break;
+        case 5:
+          row[size_t(a)] = INFINITY, row[size_t(b)] = INFINITY;
+          break;
+        case 6:
+          std::fill(row.begin(), row.end(), 0.0f), row[size_t(a)] = -0.0f;
+          break;
+        case 7:
+          std::fill(row.begin(), row.end(), NAN), row[size_t(a)] = -INFINITY;
+          break;
+        default:
+          break;
       }
       rs.logits.insert(rs.logits.end(), row.begin(), row.end());
       SampleRowParams p;
@@ -187,7 +204,7 @@ TEST(CudaSampling, SampledRowsMatchTheReference) {
       const int64_t a = int64_t(g() % uint64_t(s.vocab));
       if (r % 13 == 1) row[size_t(a)] = NAN;
       if (r % 13 == 2) row[size_t(a)] = -INFINITY;
-      if (r % 13 == 3) row[size_t(a)] = INFINITY;              // greedy token
+      if (r % 13 == 3) row[size_t(a)] = INFINITY;                // greedy token
       if (r % 13 == 4) std::fill(row.begin(), row.end(), 1.5f);  // one group of every id
       if (r % 13 == 5) row[0] = -0.0f, row[size_t(a)] = 0.0f;
       rs.logits.insert(rs.logits.end(), row.begin(), row.end());
@@ -204,8 +221,8 @@ TEST(CudaSampling, SampledRowsMatchTheReference) {
       if (r % 50 == 8) p.uniform = std::nextafter(1.0, 0.0);
       rs.params.push_back(p);
     }
-    const Outcome o = compare(*gpu, rs, ("vocab " + std::to_string(s.vocab) + " sd " +
-                                         std::to_string(s.sd)).c_str());
+    const Outcome o = compare(
+        *gpu, rs, ("vocab " + std::to_string(s.vocab) + " sd " + std::to_string(s.sd)).c_str());
     all.rows += o.rows, all.equal += o.equal, all.boundary += o.boundary, all.wrong += o.wrong;
   }
   std::printf("sampling total: %lld rows, %lld equal, %lld boundary cases (%.3f%%), %lld wrong\n",
@@ -243,13 +260,14 @@ TEST(CudaSampling, TimingAtBatch1000) {
   for (int mode = 0; mode < 2; ++mode) {
     std::vector<SampleRowParams> params(rows);
     for (int r = 0; r < rows; ++r)
-      if (mode == 1) params[size_t(r)] = {.temperature = 0.8f, .top_p = 0.95f, .uniform = (r + 0.5) / rows};
+      if (mode == 1)
+        params[size_t(r)] = {.temperature = 0.8f, .top_p = 0.95f, .uniform = (r + 0.5) / rows};
     gpu->sample(*logits, params.data(), ids.data());  // warm-up
     const int reps = 10;
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < reps; ++i) gpu->sample(*logits, params.data(), ids.data());
-    const double ms = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
-                      reps * 1e3;
+    const double ms =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps * 1e3;
     std::printf("sampling timing: %d rows x %lld, %s: %.3f ms per call (ids only come back)\n",
                 rows, (long long)vocab, mode ? "T 0.8 top_p 0.95" : "greedy", ms);
   }
@@ -274,14 +292,21 @@ TEST(CudaSampling, HouseLlamaForwardSample) {
   auto kv = gpu->alloc_kv(layout);
   std::vector<int32_t> ids(n), pos(n), slots(n), rows(n), pages(size_t(layout.num_pages));
   std::mt19937_64 g(3);
-  for (int i = 0; i < n; ++i) ids[size_t(i)] = int32_t(g() % 8000), pos[size_t(i)] = i, slots[size_t(i)] = i, rows[size_t(i)] = i;
+  for (int i = 0; i < n; ++i)
+    ids[size_t(i)] = int32_t(g() % 8000), pos[size_t(i)] = i, slots[size_t(i)] = i,
+    rows[size_t(i)] = i;
   std::iota(pages.begin(), pages.end(), 0);
   int32_t q_indptr[2] = {0, n}, kv_lens[1] = {n}, page_indptr[2] = {0, int32_t(pages.size())};
   ForwardBatch b;
   b.token_ids = ids.data();
-  b.attn = AttentionMetadata{.num_seqs = 1, .num_tokens = n, .page_size = page,
-                             .q_indptr = q_indptr, .kv_lens = kv_lens, .page_indptr = page_indptr,
-                             .page_indices = pages.data(), .positions = pos.data(),
+  b.attn = AttentionMetadata{.num_seqs = 1,
+                             .num_tokens = n,
+                             .page_size = page,
+                             .q_indptr = q_indptr,
+                             .kv_lens = kv_lens,
+                             .page_indptr = page_indptr,
+                             .page_indices = pages.data(),
+                             .positions = pos.data(),
                              .slot_mapping = slots.data()};
   b.logit_rows = rows.data();
   b.num_logit_rows = n;
@@ -290,25 +315,32 @@ TEST(CudaSampling, HouseLlamaForwardSample) {
   model.forward(b, *kv, logits.data());
   std::vector<SampleRowParams> params(n);
   for (int i = 0; i < n; ++i)
-    if (i % 2) params[size_t(i)] = {.temperature = 0.9f, .top_p = 0.9f, .top_k = i % 3 ? 0 : 40,
-                                    .uniform = std::uniform_real_distribution<double>(0, 1)(g)};
+    if (i % 2)
+      params[size_t(i)] = {.temperature = 0.9f,
+                           .top_p = 0.9f,
+                           .top_k = i % 3 ? 0 : 40,
+                           .uniform = std::uniform_real_distribution<double>(0, 1)(g)};
   std::vector<int32_t> got(n, -1), keep{3, 0, 47};
   std::vector<float> kept(keep.size() * size_t(vocab));
-  model.forward_sample(b, *kv, SampleArgs{.params = params.data(), .token_ids = got.data(),
-                                          .keep_rows = keep.data(), .num_keep = int(keep.size()),
-                                          .kept_logits = kept.data()});
+  model.forward_sample(b, *kv,
+                       SampleArgs{.params = params.data(),
+                                  .token_ids = got.data(),
+                                  .keep_rows = keep.data(),
+                                  .num_keep = int(keep.size()),
+                                  .kept_logits = kept.data()});
   std::vector<std::pair<float, int32_t>> scratch;
   int equal = 0;
   for (int i = 0; i < n; ++i) {
-    const int32_t want =
-        sample_row_reference(logits.data() + size_t(i) * size_t(vocab), vocab, params[size_t(i)], scratch);
+    const int32_t want = sample_row_reference(logits.data() + size_t(i) * size_t(vocab), vocab,
+                                              params[size_t(i)], scratch);
     equal += got[size_t(i)] == want;
     EXPECT_EQ(got[size_t(i)], want) << "row " << i;
   }
   for (size_t k = 0; k < keep.size(); ++k)
     for (int64_t c = 0; c < vocab; ++c)
       ASSERT_EQ(kept[k * size_t(vocab) + size_t(c)],
-                logits[size_t(keep[k]) * size_t(vocab) + size_t(c)]) << "kept row " << k;
+                logits[size_t(keep[k]) * size_t(vocab) + size_t(c)])
+          << "kept row " << k;
   std::printf("sampling house-llama forward_sample: %d of %d rows equal the reference\n", equal, n);
 }
 

@@ -50,8 +50,8 @@ double nmse_of(const std::vector<float>& a, const std::vector<float>& b, int64_t
 // significant bits, so a hidden state's rounding moves a score near 0.5 by ~1e-3 and can pick
 // other experts for such a token — its logits then differ by far more than bf16 noise, at tp 1
 // as at tp N. The bounds below leave these rows out (a sharding bug would move every row).
-std::vector<bool> near_tie_rows(const ModelSpec& spec, const WeightStore& weights, const std::vector<int32_t>& ids,
-                                double tie) {
+std::vector<bool> near_tie_rows(const ModelSpec& spec, const WeightStore& weights,
+                                const std::vector<int32_t>& ids, double tie) {
   std::vector<bool> tied(ids.size(), false);
   const MoeSpec& m = spec.moe;
   if (m.n_routed_experts == 0) return tied;
@@ -60,17 +60,20 @@ std::vector<bool> near_tie_rows(const ModelSpec& spec, const WeightStore& weight
   CHECK_MSG(model.ok(), "{}", model.status().to_string());
   const int e = m.n_routed_experts, k = m.num_experts_per_tok;
   const bool grouped = m.topk_method != TopkMethod::kGreedy && m.n_group > 1;
-  const int groups = grouped ? m.n_group : 1, pick_groups = grouped ? m.topk_group : 1, per = e / groups;
+  const int groups = grouped ? m.n_group : 1, pick_groups = grouped ? m.topk_group : 1,
+            per = e / groups;
   (*model)->set_tracer([&](std::string_view name, int layer, const Tensor& t) {
     if (name != "router_logits") return;
-    auto bias = weights.load_f32("model.layers." + std::to_string(layer) + ".mlp.gate.e_score_correction_bias");
+    auto bias = weights.load_f32("model.layers." + std::to_string(layer) +
+                                 ".mlp.gate.e_score_correction_bias");
     for (size_t row = 0; row < ids.size(); ++row) {
       const float* x = t.ptr<float>() + row * size_t(e);
       std::vector<double> score(static_cast<size_t>(e));
       double total = 0, top = *std::max_element(x, x + e);
       for (int j = 0; j < e; ++j) {
-        score[size_t(j)] = m.scoring_func == ScoringFunc::kSigmoid ? 1 / (1 + std::exp(-double(x[j])))
-                                                                   : std::exp(double(x[j]) - top);
+        score[size_t(j)] = m.scoring_func == ScoringFunc::kSigmoid
+                               ? 1 / (1 + std::exp(-double(x[j])))
+                               : std::exp(double(x[j]) - top);
         total += score[size_t(j)];
       }
       for (int j = 0; j < e; ++j) {
@@ -84,7 +87,8 @@ std::vector<bool> near_tie_rows(const ModelSpec& spec, const WeightStore& weight
         for (int q = 0; q < groups; ++q) {
           std::vector<double> in(score.begin() + q * per, score.begin() + (q + 1) * per);
           std::sort(in.rbegin(), in.rend());
-          g.push_back({m.topk_method == TopkMethod::kNoauxTc && per > 1 ? in[0] + in[1] : in[0], q});
+          g.push_back(
+              {m.topk_method == TopkMethod::kNoauxTc && per > 1 ? in[0] + in[1] : in[0], q});
         }
         std::sort(g.rbegin(), g.rend());
         margin = g[size_t(pick_groups - 1)].first - g[size_t(pick_groups)].first;
@@ -122,15 +126,18 @@ struct Case {
 
 // Rank 0's sampling path (engine steps): greedy ids of forward_sample equal the argmax of the
 // same model's forward logits, and the rows kept for logprobs equal those logits exactly.
-void expect_sampling_matches_logits(Model& model, const std::vector<int32_t>& ids, const std::vector<float>& logits,
-                                    const std::string& what) {
+void expect_sampling_matches_logits(Model& model, const std::vector<int32_t>& ids,
+                                    const std::vector<float>& logits, const std::string& what) {
   const int n = int(ids.size());
   const int64_t vocab = model.spec().vocab_size;
   std::vector<SampleRowParams> params(size_t(n), SampleRowParams{.temperature = 0.0f});
   std::vector<int32_t> sampled(size_t(n), -1), keep = {0, n - 1};
   std::vector<float> kept(keep.size() * size_t(vocab));
-  const SampleArgs args{.params = params.data(), .token_ids = sampled.data(), .keep_rows = keep.data(),
-                        .num_keep = int(keep.size()), .kept_logits = kept.data()};
+  const SampleArgs args{.params = params.data(),
+                        .token_ids = sampled.data(),
+                        .keep_rows = keep.data(),
+                        .num_keep = int(keep.size()),
+                        .kept_logits = kept.data()};
   SingleSequence seq(model, 16, n, DType::kBF16);
   seq.step(ids, true, &args);
   int differ = 0;
@@ -184,15 +191,19 @@ TEST_P(TpParity, LogitsMatchTp1AndReference) {
       const int64_t n_tied = std::count(tied.begin(), tied.end(), true);
       const double vs_tp1 = nmse_of(b, a, vocab, tied), vs_ref = nmse_of(b, hf, vocab, tied);
       const double agree = agreement(b, a, vocab);
-      std::printf("%s tp %d %s: nmse vs tp 1 %.3g, vs HF %.3g (tp 1 vs HF %.3g; over %zu of %zu rows: %lld near-tie "
-                  "routings left out, all rows vs tp 1 %.3g), argmax agreement with tp 1 %.3f\n",
-                  c.name.c_str(), tp, seq.c_str(), vs_tp1, vs_ref, nmse_of(a, hf, vocab, tied),
-                  ids.size() - size_t(n_tied), ids.size(), (long long)n_tied, nmse_of(b, a), agree);
-      EXPECT_LE(n_tied, int64_t(ids.size()) / 2) << c.name << " " << seq << ": too many near-tie routings to test";
+      std::printf(
+          "%s tp %d %s: nmse vs tp 1 %.3g, vs HF %.3g (tp 1 vs HF %.3g; over %zu of %zu rows: %lld "
+          "near-tie "
+          "routings left out, all rows vs tp 1 %.3g), argmax agreement with tp 1 %.3f\n",
+          c.name.c_str(), tp, seq.c_str(), vs_tp1, vs_ref, nmse_of(a, hf, vocab, tied),
+          ids.size() - size_t(n_tied), ids.size(), (long long)n_tied, nmse_of(b, a), agree);
+      EXPECT_LE(n_tied, int64_t(ids.size()) / 2)
+          << c.name << " " << seq << ": too many near-tie routings to test";
       EXPECT_LT(vs_tp1, 5e-4) << c.name << " tp " << tp << " " << seq;
       EXPECT_LT(vs_ref, 5e-4) << c.name << " tp " << tp << " " << seq;
       EXPECT_GE(agree, 0.9) << c.name << " tp " << tp << " " << seq;
-      expect_sampling_matches_logits(**tpn, ids, b, c.name + " tp " + std::to_string(tp) + " " + seq);
+      expect_sampling_matches_logits(**tpn, ids, b,
+                                     c.name + " tp " + std::to_string(tp) + " " + seq);
     }
   }
 }
@@ -200,10 +211,14 @@ TEST_P(TpParity, LogitsMatchTp1AndReference) {
 // Filter by model: --gtest_filter='*/house_mla' (a device call's carry holds one house model).
 INSTANTIATE_TEST_SUITE_P(
     Models, TpParity,
-    ::testing::Values(Case{"house-llama", shared_dir() + "/models/house-llama", shared_dir() + "/fixtures/house-llama", true},
-                      Case{"house-mla", shared_dir() + "/models/house-mla", shared_dir() + "/fixtures/house-mla", true},
-                      Case{"llama-gqa", shared_dir() + "/fixtures/tiny/llama-gqa", shared_dir() + "/fixtures/tiny/llama-gqa", false},
-                      Case{"deepseek-v3-mla-moe", shared_dir() + "/fixtures/tiny/deepseek-v3-mla-moe",
+    ::testing::Values(Case{"house-llama", shared_dir() + "/models/house-llama",
+                           shared_dir() + "/fixtures/house-llama", true},
+                      Case{"house-mla", shared_dir() + "/models/house-mla",
+                           shared_dir() + "/fixtures/house-mla", true},
+                      Case{"llama-gqa", shared_dir() + "/fixtures/tiny/llama-gqa",
+                           shared_dir() + "/fixtures/tiny/llama-gqa", false},
+                      Case{"deepseek-v3-mla-moe",
+                           shared_dir() + "/fixtures/tiny/deepseek-v3-mla-moe",
                            shared_dir() + "/fixtures/tiny/deepseek-v3-mla-moe", false}),
     [](const ::testing::TestParamInfo<Case>& info) {
       std::string n = info.param.name;
@@ -255,7 +270,8 @@ TEST(TpParityRandom, Llama31_8BShapedRandomModelMatchesTp1) {
   ASSERT_TRUE(weights.ok()) << weights.status().to_string();
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   std::vector<int32_t> ids(96);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7919 + 13) % size_t(spec->vocab_size));
+  for (size_t i = 0; i < ids.size(); ++i)
+    ids[i] = int32_t((i * 7919 + 13) % size_t(spec->vocab_size));
   std::vector<float> ref;
   {
     auto backend1 = make_cuda_backend();

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Tests of scripts/check_format.py in small git repositories made here: lines nobody changed
 are not checked, a changed line clang-format would write otherwise fails with its file:line,
-a moved file is checked only where its text changed, and --fix formats the changed lines only."""
+a moved file is checked only where its text changed, and --fix formats the changed lines only;
+--all (what CI runs) checks every line of every tracked or untracked source file."""
 import os
 import shutil
 import subprocess
@@ -114,6 +115,18 @@ class CheckFormatTest(unittest.TestCase):
         self.assertEqual(text[0], BAD.rstrip("\n"))  # untouched: left as it was
         self.assertEqual(text[2], "int sub2(int a, int b) { return a - b; }")
         self.assertEqual(self.run_check(), (0, ""))
+
+    def test_all_checks_every_line_and_fix_formats_the_tree(self):
+        self.write("src/kv/clean.cc", GOOD)
+        self.commit("a formatted file beside the old one")
+        rc, out = self.run_check("--all")
+        self.assertEqual(rc, 1)
+        self.assertIn("src/core/old.cc:1: not as clang-format writes it", out)  # nobody changed it
+        self.assertNotIn("src/kv/clean.cc", out)
+        self.assertEqual(self.run_check("--all", "--fix")[0], 0)
+        self.assertEqual(self.run_check("--all"), (0, ""))
+        self.assertEqual((self.root / "src/core/old.cc").read_text().splitlines()[0],
+                         "int sub(int a, int b) { return a - b; }")
 
 
 if __name__ == "__main__":

@@ -12,9 +12,9 @@ namespace strata::testing {
 
 // Submits every prompt (greedy, ignore_eos, `new_tokens` each) and returns each prompt's tokens
 // once the engine is idle. `one_at_a_time`: wait for each request before submitting the next.
-inline std::vector<std::vector<int32_t>> greedy_tokens(Engine& engine,
-                                                       const std::vector<std::vector<int32_t>>& prompts,
-                                                       int new_tokens, bool one_at_a_time = false) {
+inline std::vector<std::vector<int32_t>> greedy_tokens(
+    Engine& engine, const std::vector<std::vector<int32_t>>& prompts, int new_tokens,
+    bool one_at_a_time = false) {
   std::vector<std::vector<int32_t>> out(prompts.size());
   std::mutex mu;
   for (size_t i = 0; i < prompts.size(); ++i) {

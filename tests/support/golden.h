@@ -81,8 +81,8 @@ inline double nmse(const std::vector<float>& a, const std::vector<float>& b) {
 // Fraction of rows whose argmax agrees; `worst_gap` receives, over the rows that disagree, the
 // largest shortfall of the reference logit at our argmax below the reference maximum, relative
 // to that row's largest |logit| (0 when all agree): disagreements must be near-ties.
-inline double argmax_agreement(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab,
-                        double* worst_gap) {
+inline double argmax_agreement(const std::vector<float>& a, const std::vector<float>& b,
+                               int64_t vocab, double* worst_gap) {
   const int64_t rows = int64_t(b.size()) / vocab;
   int64_t same = 0;
   *worst_gap = 0;
@@ -121,14 +121,16 @@ class SingleSequence {
   // Appends `ids`, returning logits of every new token ([n, vocab]) when all_logits, else of the
   // last one. With `sample` the step runs forward_sample instead (ids and kept rows go to its
   // buffers) and returns nothing.
-  std::vector<float> step(const std::vector<int32_t>& ids, bool all_logits, const SampleArgs* sample = nullptr) {
+  std::vector<float> step(const std::vector<int32_t>& ids, bool all_logits,
+                          const SampleArgs* sample = nullptr) {
     const int n = int(ids.size());
     const int32_t start = len_;
     len_ += n;
     std::vector<int32_t> positions(static_cast<size_t>(n)), slots(static_cast<size_t>(n)), rows;
     for (int i = 0; i < n; ++i) {
       positions[size_t(i)] = start + i;
-      slots[size_t(i)] = pages_[size_t((start + i) / page_size_)] * page_size_ + (start + i) % page_size_;
+      slots[size_t(i)] =
+          pages_[size_t((start + i) / page_size_)] * page_size_ + (start + i) % page_size_;
     }
     const int32_t used_pages = (len_ + page_size_ - 1) / page_size_;
     int32_t q_indptr[2] = {0, n}, kv_lens[1] = {len_}, page_indptr[2] = {0, used_pages};
@@ -224,9 +226,11 @@ inline void check_long_reference(Model& model, const std::string& reference_path
   EXPECT_GE(agree, int(ids.size()) - 2) << name;
   std::vector<float> picked;
   for (int32_t p : positions)
-    picked.insert(picked.end(), logits.begin() + long(p * vocab), logits.begin() + long((p + 1) * vocab));
+    picked.insert(picked.end(), logits.begin() + long(p * vocab),
+                  logits.begin() + long((p + 1) * vocab));
   const double err = rel_max_error(picked, sample);
-  std::printf("%s long: argmax agreement %d/%zu, sampled rel max error %.3g\n", name, agree, ids.size(), err);
+  std::printf("%s long: argmax agreement %d/%zu, sampled rel max error %.3g\n", name, agree,
+              ids.size(), err);
   EXPECT_LT(err, max_rel_error) << name;
 
   auto prompt = ref.i32("longgreedy0.prompt_ids");

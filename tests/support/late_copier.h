@@ -28,7 +28,10 @@ template <typename T>
 class LateCopier : public HiCacheIo {
  public:
   LateCopier(std::vector<T>* device, int32_t host_pages, LateCopierShape shape, std::mt19937* rng)
-      : device_(device), host_(size_t(host_pages) * size_t(shape.slots_per_page)), shape_(shape), rng_(rng) {}
+      : device_(device),
+        host_(size_t(host_pages) * size_t(shape.slots_per_page)),
+        shape_(shape),
+        rng_(rng) {}
   uint64_t device_to_host(std::span<const PageCopy> c) override { return push(c, true); }
   uint64_t host_to_device(std::span<const PageCopy> c) override { return push(c, false); }
   bool done(uint64_t t) override {
@@ -59,8 +62,10 @@ class LateCopier : public HiCacheIo {
       for (size_t i = 0; i < n; ++i) {
         T& d = (*device_)[size_t(c.device_page) * n + i];
         T& h = host_[size_t(c.host_page) * n + i];
-        if (op.to_host) h = d;
-        else d = h;
+        if (op.to_host)
+          h = d;
+        else
+          d = h;
       }
     completed_ = op.ticket;
     queue_.pop_front();

@@ -35,10 +35,15 @@ DevKernels gemv_mma_kernels(int min_rows = 2, int max_rows = kGemvMmaMaxRows,
 // wgmma with 64- or 128-key tiles, 2 or 3 (s3) K/V stages, or P·V one tile behind (ov). The
 // product runs wgmma64s3 for bf16 KV at head_dim 64 and wgmma64 otherwise.
 enum class PrefillVariant : int {
-  kMma = 0, kWgmma64 = 1, kWgmma128 = 2, kWgmma64S3 = 3, kWgmma128S3 = 4, kWgmma128Ov = 5
+  kMma = 0,
+  kWgmma64 = 1,
+  kWgmma128 = 2,
+  kWgmma64S3 = 3,
+  kWgmma128S3 = 4,
+  kWgmma128Ov = 5
 };
 inline constexpr PrefillVariant kPrefillVariants[] = {
-    PrefillVariant::kMma, PrefillVariant::kWgmma64, PrefillVariant::kWgmma128,
+    PrefillVariant::kMma,       PrefillVariant::kWgmma64,    PrefillVariant::kWgmma128,
     PrefillVariant::kWgmma64S3, PrefillVariant::kWgmma128S3, PrefillVariant::kWgmma128Ov};
 const char* prefill_variant_name(PrefillVariant v);
 // DevKernels whose prefill attention runs variant `v` for head_dim 64/128 (the product's kernel

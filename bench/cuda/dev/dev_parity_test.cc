@@ -87,10 +87,10 @@ TEST(DevParity, LinearSiluMulMma) {
           EXPECT_TRUE(same) << "fused != unfused: m " << m << " k " << c.k << " inter " << c.inter
                             << " warps/SM " << per_sm << " early " << early;
           if ((per_sm == 24 && !early) || !same || e >= bound)
-            std::printf("linear_silu_mul mma m=%d k=%d inter=%d bias=%d warps/SM %d early %d: "
-                        "nmse %.3g, bits %s the unfused path\n",
-                        m, c.k, c.inter, c.bias, per_sm, int(early), e,
-                        same ? "equal" : "DIFFER from");
+            std::printf(
+                "linear_silu_mul mma m=%d k=%d inter=%d bias=%d warps/SM %d early %d: "
+                "nmse %.3g, bits %s the unfused path\n",
+                m, c.k, c.inter, c.bias, per_sm, int(early), e, same ? "equal" : "DIFFER from");
         }
       }
     }
@@ -114,11 +114,11 @@ TEST(DevParity, PrefillAttentionVariants) {
     }
     for (DType dt : {DType::kFP8E4M3, DType::kFP8E5M2}) {
       for (const parity::Fp8AttnCase& c : parity::fp8_prefill_cases()) {
-        parity::run_fp8_attention(dt, c.heads, c.kv_heads, c.hd, c.page, c.seqs, c.ks, c.vs,
-                                  [v](cuda::CudaBackend& be) {
-                                    be.tune([](cuda::CudaTunables& t) { t.prefill_split_mode = 0; });
-                                    be.set_dev_kernels(cuda::dev::prefill_variant_kernels(v));
-                                  });
+        parity::run_fp8_attention(
+            dt, c.heads, c.kv_heads, c.hd, c.page, c.seqs, c.ks, c.vs, [v](cuda::CudaBackend& be) {
+              be.tune([](cuda::CudaTunables& t) { t.prefill_split_mode = 0; });
+              be.set_dev_kernels(cuda::dev::prefill_variant_kernels(v));
+            });
       }
     }
   }

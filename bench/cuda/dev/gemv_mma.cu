@@ -4,9 +4,10 @@
 // layers at only 65-75% of copy bandwidth and lost to the FMA GEMV at m <= 2 and to cuBLAS at
 // m >= 4 on one decode step's linears (m = 8: 5.24 ms vs cuBLAS 4.72; m = 32: 10.06 vs 4.79); it
 // won only on small-n layers at m <= 8 (o_proj m = 8: 13.3 us vs cuBLAS 16.2).
-// Like the FMA GEMV (src/backend/cuda/linear.cu) it reads every weight byte once with 16-byte loads, but the multiply runs on the
-// tensor cores: mma.sync m16n8k16 with 16 WEIGHT rows as the A operand and xᵀ as B (8 tokens per
-// n-tile, up to 8 n-tiles), so the CUDA cores only issue loads and the cost no longer grows with m.
+// Like the FMA GEMV (src/backend/cuda/linear.cu) it reads every weight byte once with 16-byte
+// loads, but the multiply runs on the tensor cores: mma.sync m16n8k16 with 16 WEIGHT rows as the A
+// operand and xᵀ as B (8 tokens per n-tile, up to 8 n-tiles), so the CUDA cores only issue loads
+// and the cost no longer grows with m.
 //
 // Fragments without shuffles or shared memory: a dot product over k does not change when the
 // same permutation of k is applied to both operands. Lane t (g = t / 4, c = t % 4) loads 8
@@ -29,7 +30,7 @@
 namespace strata::cuda::dev {
 namespace {
 
-constexpr int kWarps = 8;           // warps per block
+constexpr int kWarps = 8;  // warps per block
 // U: 32-element chunks per k block (2 · U 16-byte weight loads in flight per lane): 4, or 2 or 4
 // with 8 n-tiles (the launcher's unroll8: 4 spills a few bytes at 128 registers, 2 does not).
 
@@ -209,25 +210,49 @@ void launch_ks(int ks, int64_t tiles, const GemvParams& p, const Launch& launch)
   if constexpr (NT == 8) {
     if constexpr (U8 == 2) {
       switch (ks) {
-        case 1: launch_pdl(gemv_mma8_kernel<1, GLU, 2>, grid, block, 0, launch, p); break;
-        case 2: launch_pdl(gemv_mma8_kernel<2, GLU, 2>, grid, block, 0, launch, p); break;
-        case 4: launch_pdl(gemv_mma8_kernel<4, GLU, 2>, grid, block, 0, launch, p); break;
-        default: launch_pdl(gemv_mma8_kernel<8, GLU, 2>, grid, block, 0, launch, p); break;
+        case 1:
+          launch_pdl(gemv_mma8_kernel<1, GLU, 2>, grid, block, 0, launch, p);
+          break;
+        case 2:
+          launch_pdl(gemv_mma8_kernel<2, GLU, 2>, grid, block, 0, launch, p);
+          break;
+        case 4:
+          launch_pdl(gemv_mma8_kernel<4, GLU, 2>, grid, block, 0, launch, p);
+          break;
+        default:
+          launch_pdl(gemv_mma8_kernel<8, GLU, 2>, grid, block, 0, launch, p);
+          break;
       }
       return;
     }
     switch (ks) {
-      case 1: launch_pdl(gemv_mma8_kernel<1, GLU, 4>, grid, block, 0, launch, p); break;
-      case 2: launch_pdl(gemv_mma8_kernel<2, GLU, 4>, grid, block, 0, launch, p); break;
-      case 4: launch_pdl(gemv_mma8_kernel<4, GLU, 4>, grid, block, 0, launch, p); break;
-      default: launch_pdl(gemv_mma8_kernel<8, GLU, 4>, grid, block, 0, launch, p); break;
+      case 1:
+        launch_pdl(gemv_mma8_kernel<1, GLU, 4>, grid, block, 0, launch, p);
+        break;
+      case 2:
+        launch_pdl(gemv_mma8_kernel<2, GLU, 4>, grid, block, 0, launch, p);
+        break;
+      case 4:
+        launch_pdl(gemv_mma8_kernel<4, GLU, 4>, grid, block, 0, launch, p);
+        break;
+      default:
+        launch_pdl(gemv_mma8_kernel<8, GLU, 4>, grid, block, 0, launch, p);
+        break;
     }
   } else {
     switch (ks) {
-      case 1: launch_pdl(gemv_mma_kernel<NT, 1, GLU>, grid, block, 0, launch, p); break;
-      case 2: launch_pdl(gemv_mma_kernel<NT, 2, GLU>, grid, block, 0, launch, p); break;
-      case 4: launch_pdl(gemv_mma_kernel<NT, 4, GLU>, grid, block, 0, launch, p); break;
-      default: launch_pdl(gemv_mma_kernel<NT, 8, GLU>, grid, block, 0, launch, p); break;
+      case 1:
+        launch_pdl(gemv_mma_kernel<NT, 1, GLU>, grid, block, 0, launch, p);
+        break;
+      case 2:
+        launch_pdl(gemv_mma_kernel<NT, 2, GLU>, grid, block, 0, launch, p);
+        break;
+      case 4:
+        launch_pdl(gemv_mma_kernel<NT, 4, GLU>, grid, block, 0, launch, p);
+        break;
+      default:
+        launch_pdl(gemv_mma_kernel<NT, 8, GLU>, grid, block, 0, launch, p);
+        break;
     }
   }
 }
@@ -240,8 +265,10 @@ void launch_gemv_mma_nt(const GemvParams& p, const Launch& launch) {
   const int64_t tiles = p.glu_inter > 0 ? ceil_div(p.glu_inter, 8) : ceil_div(p.n, 16);
   int ks = 1;
   while (ks < kWarps && tiles * ks < int64_t(num_sms()) * PerSm) ks *= 2;
-  if (p.glu_inter > 0) launch_ks<NT, true, U8>(ks, tiles, p, launch);
-  else launch_ks<NT, false, U8>(ks, tiles, p, launch);
+  if (p.glu_inter > 0)
+    launch_ks<NT, true, U8>(ks, tiles, p, launch);
+  else
+    launch_ks<NT, false, U8>(ks, tiles, p, launch);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -251,23 +278,35 @@ void launch_gemv_mma(const GemvParams& p, const Launch& launch) {
   CHECK(p.k % 8 == 0 && uintptr_t(p.x) % 16 == 0 && uintptr_t(p.w) % 16 == 0);
   CHECK(p.glu_inter == 0 || p.n == 2 * p.glu_inter);
   CHECK_MSG(p.m <= kGemvMmaMaxRows, "gemv_mma: {} rows (max {})", p.m, kGemvMmaMaxRows);
-  if (p.m <= 8) launch_gemv_mma_nt<1, PerSm, U8>(p, launch);
-  else if (p.m <= 16) launch_gemv_mma_nt<2, PerSm, U8>(p, launch);
-  else if (p.m <= 32) launch_gemv_mma_nt<4, PerSm, U8>(p, launch);
-  else launch_gemv_mma_nt<8, PerSm, U8>(p, launch);
+  if (p.m <= 8)
+    launch_gemv_mma_nt<1, PerSm, U8>(p, launch);
+  else if (p.m <= 16)
+    launch_gemv_mma_nt<2, PerSm, U8>(p, launch);
+  else if (p.m <= 32)
+    launch_gemv_mma_nt<4, PerSm, U8>(p, launch);
+  else
+    launch_gemv_mma_nt<8, PerSm, U8>(p, launch);
 }
 
 template <int U8>
 GemvLauncher gemv_mma_u(int warps_per_sm) {
   switch (warps_per_sm) {
-    case 1: return launch_gemv_mma<1, U8>;
-    case 2: return launch_gemv_mma<2, U8>;
-    case 4: return launch_gemv_mma<4, U8>;
-    case 8: return launch_gemv_mma<8, U8>;
-    case 16: return launch_gemv_mma<16, U8>;
-    case 24: return launch_gemv_mma<24, U8>;
-    case 48: return launch_gemv_mma<48, U8>;
-    default: CHECK_MSG(false, "gemv_mma: {} warps per SM (1, 2, 4, 8, 16, 24 or 48)", warps_per_sm);
+    case 1:
+      return launch_gemv_mma<1, U8>;
+    case 2:
+      return launch_gemv_mma<2, U8>;
+    case 4:
+      return launch_gemv_mma<4, U8>;
+    case 8:
+      return launch_gemv_mma<8, U8>;
+    case 16:
+      return launch_gemv_mma<16, U8>;
+    case 24:
+      return launch_gemv_mma<24, U8>;
+    case 48:
+      return launch_gemv_mma<48, U8>;
+    default:
+      CHECK_MSG(false, "gemv_mma: {} warps per SM (1, 2, 4, 8, 16, 24 or 48)", warps_per_sm);
   }
   return nullptr;
 }

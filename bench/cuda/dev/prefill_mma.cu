@@ -32,8 +32,8 @@ namespace {
 using namespace attn;
 
 constexpr int kRows = kGroupedPrefillRows;  // query rows per block
-constexpr int kKeys = 64;              // keys per K/V tile
-constexpr int kThreads = 128;          // 4 warps × 32 rows
+constexpr int kKeys = 64;                   // keys per K/V tile
+constexpr int kThreads = 128;               // 4 warps × 32 rows
 
 template <int D, int E>
 struct Layout {
@@ -137,7 +137,8 @@ __global__ void __launch_bounds__(kThreads, 2) fa_prefill_kernel(AttentionParams
     const int r = i / (D / 8), c = i % (D / 8);
     const bool ok = r < valid_rows;
     const bf16_bits* src =
-        ok ? p.q + (int64_t(q0 + q_start + r / group) * p.heads + kvh * group + r % group) * D + c * 8
+        ok ? p.q + (int64_t(q0 + q_start + r / group) * p.heads + kvh * group + r % group) * D +
+                 c * 8
            : p.q;
     cp_async16_zfill(q_s + (r * L::kLd + c * 8) * 2, src, ok ? 16 : 0);
   }
@@ -190,7 +191,8 @@ __global__ void __launch_bounds__(kThreads, 2) fa_prefill_kernel(AttentionParams
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < kKeys / 8; ++nt) sc[mt][nt][0] = sc[mt][nt][1] = sc[mt][nt][2] = sc[mt][nt][3] = 0;
+        for (int nt = 0; nt < kKeys / 8; ++nt)
+          sc[mt][nt][0] = sc[mt][nt][1] = sc[mt][nt][2] = sc[mt][nt][3] = 0;
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         uint32_t a[2][4];
@@ -298,16 +300,18 @@ void launch_de(const AttentionParams& p, const Launch& launch) {
 
 template <int D>
 void launch_d(const AttentionParams& p, const Launch& launch) {
-  if (p.kv_elem == kKvE4M3) launch_de<D, kKvE4M3>(p, launch);
-  else if (p.kv_elem == kKvE5M2) launch_de<D, kKvE5M2>(p, launch);
-  else launch_de<D, kKvBf16>(p, launch);
+  if (p.kv_elem == kKvE4M3)
+    launch_de<D, kKvE4M3>(p, launch);
+  else if (p.kv_elem == kKvE5M2)
+    launch_de<D, kKvE5M2>(p, launch);
+  else
+    launch_de<D, kKvBf16>(p, launch);
 }
 
 template <int D, int E>
 void set_limit() {
-  CUDA_CHECK(cudaFuncSetAttribute(fa_prefill_kernel<D, E>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  Layout<D, E>::kBytes));
+  CUDA_CHECK(cudaFuncSetAttribute(
+      fa_prefill_kernel<D, E>, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<D, E>::kBytes));
 }
 
 }  // namespace
@@ -325,9 +329,14 @@ void launch_mma_prefill(const AttentionParams& p, const Launch& launch) {
   CHECK_MSG(p.scale_log2 * p.k_scale > 0, "prefill attention: scale {} · k_scale {} must be > 0",
             p.scale_log2, p.k_scale);
   switch (p.head_dim) {
-    case 64: launch_d<64>(p, launch); break;
-    case 128: launch_d<128>(p, launch); break;
-    default: CHECK_MSG(false, "fa prefill attention: head_dim {}", p.head_dim);
+    case 64:
+      launch_d<64>(p, launch);
+      break;
+    case 128:
+      launch_d<128>(p, launch);
+      break;
+    default:
+      CHECK_MSG(false, "fa prefill attention: head_dim {}", p.head_dim);
   }
 }
 

@@ -15,17 +15,24 @@ void launch_wgmma(const AttentionParams& p, const Launch& launch) {
   CHECK_MSG(p.scale_log2 * p.k_scale > 0, "prefill attention: scale {} · k_scale {} must be > 0",
             p.scale_log2, p.k_scale);
   switch (p.head_dim) {
-    case 64: w_launch_d<64, BN, NS>(p, launch); break;
-    case 128: w_launch_d<128, BN, NS>(p, launch); break;
-    default: CHECK_MSG(false, "wgmma prefill attention: head_dim {}", p.head_dim);
+    case 64:
+      w_launch_d<64, BN, NS>(p, launch);
+      break;
+    case 128:
+      w_launch_d<128, BN, NS>(p, launch);
+      break;
+    default:
+      CHECK_MSG(false, "wgmma prefill attention: head_dim {}", p.head_dim);
   }
 }
 
 // The overlapped schedule (P·V one tile behind) exists for head_dim 128 with 128-key tiles; at
 // head_dim 64 this variant ran 128-key tiles with 3 stages.
 void launch_wgmma128_ov(const AttentionParams& p, const Launch& launch) {
-  if (p.head_dim == 128) launch_wgmma<128, kOverlap>(p, launch);
-  else launch_wgmma<128, 3>(p, launch);
+  if (p.head_dim == 128)
+    launch_wgmma<128, kOverlap>(p, launch);
+  else
+    launch_wgmma<128, 3>(p, launch);
 }
 
 // Variant V for grouped head_dim 64/128, the product's kernel for the rest (head_dim 16/32).
@@ -58,12 +65,18 @@ void init_variants() {
 
 const char* prefill_variant_name(PrefillVariant v) {
   switch (v) {
-    case PrefillVariant::kMma: return "mma";
-    case PrefillVariant::kWgmma64: return "wgmma64";
-    case PrefillVariant::kWgmma128: return "wgmma128";
-    case PrefillVariant::kWgmma64S3: return "wgmma64s3";
-    case PrefillVariant::kWgmma128S3: return "wgmma128s3";
-    case PrefillVariant::kWgmma128Ov: return "wgmma128ov";
+    case PrefillVariant::kMma:
+      return "mma";
+    case PrefillVariant::kWgmma64:
+      return "wgmma64";
+    case PrefillVariant::kWgmma128:
+      return "wgmma128";
+    case PrefillVariant::kWgmma64S3:
+      return "wgmma64s3";
+    case PrefillVariant::kWgmma128S3:
+      return "wgmma128s3";
+    case PrefillVariant::kWgmma128Ov:
+      return "wgmma128ov";
   }
   return "?";
 }
@@ -72,14 +85,24 @@ DevKernels prefill_variant_kernels(PrefillVariant v) {
   init_variants();
   DevKernels k;
   switch (v) {
-    case PrefillVariant::kMma: k.prefill_attention = launch_variant<launch_mma_prefill>; break;
-    case PrefillVariant::kWgmma64: k.prefill_attention = launch_variant<launch_wgmma<64, 2>>; break;
-    case PrefillVariant::kWgmma128: k.prefill_attention = launch_variant<launch_wgmma<128, 2>>; break;
-    case PrefillVariant::kWgmma64S3: k.prefill_attention = launch_variant<launch_wgmma<64, 3>>; break;
+    case PrefillVariant::kMma:
+      k.prefill_attention = launch_variant<launch_mma_prefill>;
+      break;
+    case PrefillVariant::kWgmma64:
+      k.prefill_attention = launch_variant<launch_wgmma<64, 2>>;
+      break;
+    case PrefillVariant::kWgmma128:
+      k.prefill_attention = launch_variant<launch_wgmma<128, 2>>;
+      break;
+    case PrefillVariant::kWgmma64S3:
+      k.prefill_attention = launch_variant<launch_wgmma<64, 3>>;
+      break;
     case PrefillVariant::kWgmma128S3:
       k.prefill_attention = launch_variant<launch_wgmma<128, 3>>;
       break;
-    case PrefillVariant::kWgmma128Ov: k.prefill_attention = launch_variant<launch_wgmma128_ov>; break;
+    case PrefillVariant::kWgmma128Ov:
+      k.prefill_attention = launch_variant<launch_wgmma128_ov>;
+      break;
   }
   return k;
 }

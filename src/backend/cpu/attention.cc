@@ -15,8 +15,8 @@ namespace {
 
 // Copies the first `len` token rows of sequence `s` from layer `layer`'s paged K (is_k) or V cache
 // [num_pages, page_size, row] into dst [len, dim] as float32.
-void gather_context(const KvStorage& kv, int layer, bool is_k, const AttentionMetadata& meta,
-                    int s, int64_t len, std::vector<float>& dst) {
+void gather_context(const KvStorage& kv, int layer, bool is_k, const AttentionMetadata& meta, int s,
+                    int64_t len, std::vector<float>& dst) {
   const KvLayout& lay = kv.layout();
   const Tensor cache = is_k ? kv.k(layer) : kv.v(layer);
   const int64_t dim = is_k ? lay.k_dim : lay.v_dim;

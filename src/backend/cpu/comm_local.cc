@@ -13,7 +13,7 @@ namespace {
 
 // What every rank posted for the collective in progress.
 struct Posted {
-  const Tensor* tensor = nullptr;        // all_reduce / all_gather input
+  const Tensor* tensor = nullptr;         // all_reduce / all_gather input
   std::vector<uint8_t>* bytes = nullptr;  // broadcast
   int group_size = 0;                     // split
 };
@@ -107,7 +107,8 @@ class LocalComm : public Communicator {
       const Tensor& o = *group_->posted(r).tensor;
       if (o.numel() != n || o.dtype != x.dtype) {
         group_->abort(internal_error("all_reduce_sum: rank {} has {} {} values, rank {} {} {}", r,
-                                     o.numel(), dtype_name(o.dtype), rank_, n, dtype_name(x.dtype)));
+                                     o.numel(), dtype_name(o.dtype), rank_, n,
+                                     dtype_name(x.dtype)));
         return;
       }
     }

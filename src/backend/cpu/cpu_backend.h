@@ -41,7 +41,8 @@ class CpuBackend : public Backend, public DcpAttention {
   void download_f32(const Tensor& src, float* dst) override;
   std::unique_ptr<KvStorage> alloc_kv(const KvLayout& layout) override;
 
-  void embedding(const int32_t* ids, int num_tokens, const Tensor& table, const Tensor& out) override;
+  void embedding(const int32_t* ids, int num_tokens, const Tensor& table,
+                 const Tensor& out) override;
   void linear(const Tensor& x, const LinearWeight& w, const Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) override;
   void add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, float eps,
@@ -55,7 +56,8 @@ class CpuBackend : public Backend, public DcpAttention {
                        const AttentionMetadata& meta, const AttentionArgs& args,
                        const Tensor& out) override;
   void mla_attention(const Tensor& q_latent, const KvStorage& kv, int layer,
-                     const AttentionMetadata& meta, const MlaArgs& args, const Tensor& out) override;
+                     const AttentionMetadata& meta, const MlaArgs& args,
+                     const Tensor& out) override;
   void mla_attention_partial(const Tensor& q_latent, const KvStorage& kv, int layer,
                              const AttentionMetadata& meta, const MlaArgs& args, DcpShard shard,
                              const Tensor& out) override;

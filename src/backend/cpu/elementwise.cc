@@ -53,7 +53,8 @@ void CpuBackend::silu_mul(const Tensor& x, const Tensor& out) {
   parallel_for(rows, 16, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const float *g = px + r * 2 * inter, *u = g + inter;
-      for (int64_t i = 0; i < inter; ++i) po[r * inter + i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+      for (int64_t i = 0; i < inter; ++i)
+        po[r * inter + i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
     }
   });
 }

@@ -46,9 +46,9 @@ __attribute__((always_inline)) inline void tile(const float* x, int64_t ldx, con
 
 // Rows [0, m) against W rows [n0, n1): full tiles, then the leftover rows and columns with
 // narrower tiles (same per-element arithmetic). Cloned for AVX2; the default clone runs anywhere.
-STRATA_CPU_CLONES void gemm_block(
-    int64_t m, int64_t n0, int64_t n1, int64_t k, const float* px, int64_t ldx, const float* pw,
-    int64_t ldw, float* po, int64_t ldo, const float* bias) {
+STRATA_CPU_CLONES void gemm_block(int64_t m, int64_t n0, int64_t n1, int64_t k, const float* px,
+                                  int64_t ldx, const float* pw, int64_t ldw, float* po, int64_t ldo,
+                                  const float* bias) {
   const float* b = nullptr;
   int64_t r = 0;
   for (; r + kRows <= m; r += kRows) {

@@ -138,7 +138,8 @@ void CpuBackend::moe_experts(const Tensor& x, const MoeExpertWeights& experts,
       for (int64_t i = 0; i < inter; ++i)
         act[size_t(r * inter + i)] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
     }
-    gemm_nt(n, hidden, inter, act.data(), inter, down + e * hidden * inter, inter, ys.data(), hidden);
+    gemm_nt(n, hidden, inter, act.data(), inter, down + e * hidden * inter, inter, ys.data(),
+            hidden);
     for (int64_t r = 0; r < n; ++r) {
       const auto [t, wt] = list[size_t(r)];
       for (int64_t i = 0; i < hidden; ++i) po[t * hidden + i] += wt * ys[size_t(r * hidden + i)];

@@ -3,10 +3,11 @@
 // power-of-two bucket of the longest context; prefill and mixed batches take the split-KV
 // prefill kernel for short chunks over long contexts (attention_prefill_split.h) and the regular
 // prefill kernels for the rest.
+#include "backend/cuda/attention.h"
+
 #include <algorithm>
 #include <cstring>
 
-#include "backend/cuda/attention.h"
 #include "backend/cuda/attention_prefill_split.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/fp8.cuh"

@@ -23,10 +23,10 @@ struct DeviceMeta {
 };
 
 struct AttentionParams {
-  const bf16_bits* q;        // [tokens, heads, head_dim]
-  const void* k_cache;       // [slots, kv_heads · head_dim] of kv_elem
-  const void* v_cache;       // [slots, kv_heads · head_dim] of kv_elem
-  bf16_bits* out;            // [tokens, heads, head_dim]
+  const bf16_bits* q;   // [tokens, heads, head_dim]
+  const void* k_cache;  // [slots, kv_heads · head_dim] of kv_elem
+  const void* v_cache;  // [slots, kv_heads · head_dim] of kv_elem
+  bf16_bits* out;       // [tokens, heads, head_dim]
   DeviceMeta meta;
   int heads;
   int kv_heads;
@@ -35,12 +35,12 @@ struct AttentionParams {
   float kv_scale;    // k_scale · v_scale folded where possible (1 for bf16)
   float k_scale;
   float v_scale;
-  int kv_elem;       // KvElem (fp8.cuh): bf16, fp8 e4m3 or fp8 e5m2 (dequantized on load)
+  int kv_elem;  // KvElem (fp8.cuh): bf16, fp8 e4m3 or fp8 e5m2 (dequantized on load)
   // decode: split-KV
   int num_splits;
-  int split_len;       // tokens per split (multiple of the block's tokens per iteration)
-  float* partial_o;    // [num_seqs, heads, num_splits, head_dim]
-  float* partial_ml;   // [num_seqs, heads, num_splits, 2]
+  int split_len;      // tokens per split (multiple of the block's tokens per iteration)
+  float* partial_o;   // [num_seqs, heads, num_splits, head_dim]
+  float* partial_ml;  // [num_seqs, heads, num_splits, 2]
   // prefill: the (sequence, first q row) of each query tile
   const int32_t* tiles;  // device [num_tiles, 2]
   int num_tiles;

@@ -9,9 +9,9 @@
 // bf16 tensor cores with float32 accumulation, one online-softmax update per warp and chunk (the
 // fragment layouts are the prefill kernel's). The 4 warps' states merge in shared memory at the
 // end. With fp8 K/V (e4m3, e5m2) the mma runs in f16: fragments are widened exactly as they are
-// read; the K scale multiplies the scores, the V scale the output. With several splits each block writes an
-// unnormalized partial (o, max, sum) and combine_kernel merges them; the grid depends only on the
-// split count, never on the lengths, so a decode step replays as a CUDA graph.
+// read; the K scale multiplies the scores, the V scale the output. With several splits each block
+// writes an unnormalized partial (o, max, sum) and combine_kernel merges them; the grid depends
+// only on the split count, never on the lengths, so a decode step replays as a CUDA graph.
 #include <cfloat>
 
 #include "backend/cuda/attention.h"
@@ -25,9 +25,9 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr int kChunk = 64;   // tokens per pipeline stage (16 per warp)
+constexpr int kChunk = 64;  // tokens per pipeline stage (16 per warp)
 constexpr int kStages = 3;
-constexpr int kRows = 8;     // query heads a block serves (the mma tile's first 8 rows)
+constexpr int kRows = 8;  // query heads a block serves (the mma tile's first 8 rows)
 
 // The K/V stages and slot table (attention_tile.cuh) while the chunks run, then the warps' merge.
 template <int D, int E>
@@ -99,16 +99,20 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
     for (int kk = 0; kk < D / 16; ++kk) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        uint32_t v = gr < group ? *reinterpret_cast<const uint32_t*>(qrow + kk * 16 + gc + 8 * h) : 0u;
-        if constexpr (E != kKvBf16) v = pack_in<E>(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
+        uint32_t v =
+            gr < group ? *reinterpret_cast<const uint32_t*>(qrow + kk * 16 + gc + 8 * h) : 0u;
+        if constexpr (E != kKvBf16)
+          v = pack_in<E>(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
         qa[kk][h] = v;
       }
     }
   }
   const float qk_scale = p.scale_log2 * p.k_scale;
   // ldmatrix row addresses (bytes) of this lane in a warp's 16-token slice (bf16 caches).
-  const uint32_t k_lane = uint32_t(((lane >> 4) * 8 + (lane & 7)) * T::kStride + ((lane >> 3) & 1) * 16);
-  const uint32_t v_lane = uint32_t((((lane >> 3) & 1) * 8 + (lane & 7)) * T::kStride + (lane >> 4) * 16);
+  const uint32_t k_lane =
+      uint32_t(((lane >> 4) * 8 + (lane & 7)) * T::kStride + ((lane >> 3) & 1) * 16);
+  const uint32_t v_lane =
+      uint32_t((((lane >> 3) & 1) * 8 + (lane & 7)) * T::kStride + (lane >> 4) * 16);
   float o[D / 8][2];
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = 0.0f;
@@ -288,18 +292,24 @@ void launch_de(const AttentionParams& p, const Launch& launch) {
 
 template <int D>
 void launch_d(const AttentionParams& p, const Launch& launch) {
-  if (p.kv_elem == kKvE4M3) launch_de<D, kKvE4M3>(p, launch);
-  else if (p.kv_elem == kKvE5M2) launch_de<D, kKvE5M2>(p, launch);
-  else launch_de<D, kKvBf16>(p, launch);
+  if (p.kv_elem == kKvE4M3)
+    launch_de<D, kKvE4M3>(p, launch);
+  else if (p.kv_elem == kKvE5M2)
+    launch_de<D, kKvE5M2>(p, launch);
+  else
+    launch_de<D, kKvBf16>(p, launch);
 }
 
 template <int D>
 void set_limits_d() {
-  CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<D, kKvBf16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<D, kKvBf16>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   Tile<D, kKvBf16>::kSmemBytes));
-  CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<D, kKvE4M3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<D, kKvE4M3>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   Tile<D, kKvE4M3>::kSmemBytes));
-  CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<D, kKvE5M2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<D, kKvE5M2>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   Tile<D, kKvE5M2>::kSmemBytes));
 }
 
@@ -322,11 +332,20 @@ void init_decode_attention_kernels() {
 void launch_decode_attention(const AttentionParams& p, const Launch& launch) {
   if (p.meta.num_seqs == 0) return;
   switch (p.head_dim) {
-    case 16: launch_d<16>(p, launch); break;
-    case 32: launch_d<32>(p, launch); break;
-    case 64: launch_d<64>(p, launch); break;
-    case 128: launch_d<128>(p, launch); break;
-    default: CHECK_MSG(false, "decode attention: head_dim {}", p.head_dim);
+    case 16:
+      launch_d<16>(p, launch);
+      break;
+    case 32:
+      launch_d<32>(p, launch);
+      break;
+    case 64:
+      launch_d<64>(p, launch);
+      break;
+    case 128:
+      launch_d<128>(p, launch);
+      break;
+    default:
+      CHECK_MSG(false, "decode attention: head_dim {}", p.head_dim);
   }
   if (p.num_splits > 1) {
     launch_pdl(combine_kernel, dim3(unsigned(p.meta.num_seqs * p.heads)), dim3(p.head_dim),

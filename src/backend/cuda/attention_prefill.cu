@@ -201,11 +201,11 @@ __global__ void __launch_bounds__(128) prefill_kernel(AttentionParams p) {
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) {
     if (r0 < rows)
-      *reinterpret_cast<uint32_t*>(p.out + (int64_t(q0 + q_start + r0) * p.heads + h) * D + dt * 8 + gc) =
-          pack2(o[dt][0] * inv0, o[dt][1] * inv0);
+      *reinterpret_cast<uint32_t*>(p.out + (int64_t(q0 + q_start + r0) * p.heads + h) * D + dt * 8 +
+                                   gc) = pack2(o[dt][0] * inv0, o[dt][1] * inv0);
     if (r1 < rows)
-      *reinterpret_cast<uint32_t*>(p.out + (int64_t(q0 + q_start + r1) * p.heads + h) * D + dt * 8 + gc) =
-          pack2(o[dt][2] * inv1, o[dt][3] * inv1);
+      *reinterpret_cast<uint32_t*>(p.out + (int64_t(q0 + q_start + r1) * p.heads + h) * D + dt * 8 +
+                                   gc) = pack2(o[dt][2] * inv1, o[dt][3] * inv1);
   }
 }
 
@@ -223,7 +223,8 @@ void launch_p(const AttentionParams& p, const Launch& launch) {
 
 template <int D>
 void set_smem_limit() {
-  for (auto* k : {prefill_kernel<D, kKvBf16>, prefill_kernel<D, kKvE4M3>, prefill_kernel<D, kKvE5M2>})
+  for (auto* k :
+       {prefill_kernel<D, kKvBf16>, prefill_kernel<D, kKvE4M3>, prefill_kernel<D, kKvE5M2>})
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     prefill_smem_bytes<D>()));
 }
@@ -239,7 +240,8 @@ bool grouped_prefill_supported(int head_dim, int group) {
 }
 
 int prefill_tile_tokens(int head_dim, int group) {
-  return grouped_prefill_supported(head_dim, group) ? kGroupedPrefillRows / group : kPrefillTileRows;
+  return grouped_prefill_supported(head_dim, group) ? kGroupedPrefillRows / group
+                                                    : kPrefillTileRows;
 }
 
 void init_prefill_attention_kernels() {
@@ -257,11 +259,20 @@ void launch_prefill_attention(const AttentionParams& p, const Launch& launch) {
     return;
   }
   switch (p.head_dim) {
-    case 16: launch_p<16>(p, launch); break;
-    case 32: launch_p<32>(p, launch); break;
-    case 64: launch_p<64>(p, launch); break;
-    case 128: launch_p<128>(p, launch); break;
-    default: CHECK_MSG(false, "prefill attention: head_dim {}", p.head_dim);
+    case 16:
+      launch_p<16>(p, launch);
+      break;
+    case 32:
+      launch_p<32>(p, launch);
+      break;
+    case 64:
+      launch_p<64>(p, launch);
+      break;
+    case 128:
+      launch_p<128>(p, launch);
+      break;
+    default:
+      CHECK_MSG(false, "prefill attention: head_dim {}", p.head_dim);
   }
 }
 

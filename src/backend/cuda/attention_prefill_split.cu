@@ -100,8 +100,10 @@ __global__ void __launch_bounds__(kThreads) split_kernel(SplitPrefillParams sp) 
   // Q as the A operand (zero rows past the tile).
   uint32_t qa[D / 16][4];
   {
-    const bf16_bits* q_lo = p.q + (int64_t(q0 + q_start + r_lo / group) * p.heads + kvh * group + r_lo % group) * D;
-    const bf16_bits* q_hi = p.q + (int64_t(q0 + q_start + r_hi / group) * p.heads + kvh * group + r_hi % group) * D;
+    const bf16_bits* q_lo =
+        p.q + (int64_t(q0 + q_start + r_lo / group) * p.heads + kvh * group + r_lo % group) * D;
+    const bf16_bits* q_hi =
+        p.q + (int64_t(q0 + q_start + r_hi / group) * p.heads + kvh * group + r_hi % group) * D;
     const bool ok_lo = r_lo < valid_rows, ok_hi = r_hi < valid_rows;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -109,16 +111,21 @@ __global__ void __launch_bounds__(kThreads) split_kernel(SplitPrefillParams sp) 
       for (int i = 0; i < 4; ++i) {
         const bool hi = i & 1;
         const int col = kk * 16 + gc + (i >> 1) * 8;
-        uint32_t v = (hi ? ok_hi : ok_lo) ? *reinterpret_cast<const uint32_t*>((hi ? q_hi : q_lo) + col) : 0u;
-        if constexpr (!kBf16) v = pack_in<E>(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
+        uint32_t v = (hi ? ok_hi : ok_lo)
+                         ? *reinterpret_cast<const uint32_t*>((hi ? q_hi : q_lo) + col)
+                         : 0u;
+        if constexpr (!kBf16)
+          v = pack_in<E>(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
         qa[kk][i] = v;
       }
     }
   }
   const float qk_scale = p.scale_log2 * p.k_scale;
   // ldmatrix row addresses (bytes) of this lane in a 16-key slice (bf16 caches).
-  const uint32_t k_lane = uint32_t(((lane >> 4) * 8 + (lane & 7)) * T::kStride + ((lane >> 3) & 1) * 16);
-  const uint32_t v_lane = uint32_t((((lane >> 3) & 1) * 8 + (lane & 7)) * T::kStride + (lane >> 4) * 16);
+  const uint32_t k_lane =
+      uint32_t(((lane >> 4) * 8 + (lane & 7)) * T::kStride + ((lane >> 3) & 1) * 16);
+  const uint32_t v_lane =
+      uint32_t((((lane >> 3) & 1) * 8 + (lane & 7)) * T::kStride + (lane >> 4) * 16);
   float o[D / 8][4];
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
@@ -154,7 +161,8 @@ __global__ void __launch_bounds__(kThreads) split_kernel(SplitPrefillParams sp) 
 #pragma unroll
           for (int nt = 0; nt < kKeys / 8; ++nt) {
             const char* kr = kb + (nt * 8 + gr) * T::kStride;
-            mma_kv<E>(sc[nt], qa[kk], pair_at<E>(kr, kk * 16 + gc), pair_at<E>(kr, kk * 16 + gc + 8));
+            mma_kv<E>(sc[nt], qa[kk], pair_at<E>(kr, kk * 16 + gc),
+                      pair_at<E>(kr, kk * 16 + gc + 8));
           }
         }
       }
@@ -281,7 +289,8 @@ __global__ void combine_kernel(SplitPrefillParams sp) {
     o += p.partial_o[at * D + d] * w;
   }
   const int h = kvh * group + r % group;
-  p.out[(int64_t(q0 + q_start + r / group) * p.heads + h) * D + d] = float_to_bf16(o / sum * p.v_scale);
+  p.out[(int64_t(q0 + q_start + r / group) * p.heads + h) * D + d] =
+      float_to_bf16(o / sum * p.v_scale);
 }
 
 template <int D, int E>
@@ -293,9 +302,12 @@ void launch_de(const SplitPrefillParams& p, const Launch& launch) {
 
 template <int D>
 void launch_d(const SplitPrefillParams& p, const Launch& launch) {
-  if (p.a.kv_elem == kKvE4M3) launch_de<D, kKvE4M3>(p, launch);
-  else if (p.a.kv_elem == kKvE5M2) launch_de<D, kKvE5M2>(p, launch);
-  else launch_de<D, kKvBf16>(p, launch);
+  if (p.a.kv_elem == kKvE4M3)
+    launch_de<D, kKvE4M3>(p, launch);
+  else if (p.a.kv_elem == kKvE5M2)
+    launch_de<D, kKvE5M2>(p, launch);
+  else
+    launch_de<D, kKvBf16>(p, launch);
 }
 
 template <int D, int E>
@@ -317,7 +329,9 @@ constexpr int64_t kMinSplitKeys = 256;
 int64_t choose_split_len(const std::vector<int64_t>& ends, int kv_heads, int64_t target) {
   int64_t total = 0, longest = 0;
   for (int64_t e : ends) total += e, longest = std::max(longest, e);
-  auto round_up = [](int64_t n) { return std::max(kMinSplitKeys, (n + kKeys - 1) / kKeys * kKeys); };
+  auto round_up = [](int64_t n) {
+    return std::max(kMinSplitKeys, (n + kKeys - 1) / kKeys * kKeys);
+  };
   auto blocks = [&](int64_t len) {
     int64_t n = 0;
     for (int64_t e : ends) n += (e + len - 1) / len;
@@ -328,8 +342,10 @@ int64_t choose_split_len(const std::vector<int64_t>& ends, int kv_heads, int64_t
   while (lo < hi) {  // blocks() does not grow with the length
     const int64_t mid = round_up((lo + hi) / 2 / kKeys * kKeys);
     if (mid >= hi) break;
-    if (blocks(mid) <= target) hi = mid;
-    else lo = mid + kKeys;
+    if (blocks(mid) <= target)
+      hi = mid;
+    else
+      lo = mid + kKeys;
   }
   return hi;
 }
@@ -360,7 +376,8 @@ bool plan_split_prefill(const AttentionMetadata& meta, int head_dim, int group, 
     auto candidate = [&](int s) {
       const int64_t len = meta.kv_lens[s], rows = int64_t(n_new_of(s)) * group;
       if (len < kAutoMinKeys || rows == 0) return false;
-      return rows <= kAutoMaxRows || (!fp8_kv && len >= 2 * kAutoMinKeys && rows <= 4 * kAutoMaxRows);
+      return rows <= kAutoMaxRows ||
+             (!fp8_kv && len >= 2 * kAutoMinKeys && rows <= 4 * kAutoMaxRows);
     };
     // The regular kernels run one block per (tile, KV head), each over its tile's keys: split
     // only when a candidate's longest tile would take over twice the batch's fair share of the
@@ -427,9 +444,14 @@ void init_split_prefill_kernels() {
 void launch_split_prefill(const SplitPrefillParams& p, const Launch& launch) {
   if (p.a.num_tiles == 0) return;
   switch (p.a.head_dim) {
-    case 64: launch_d<64>(p, launch); break;
-    case 128: launch_d<128>(p, launch); break;
-    default: CHECK_MSG(false, "split prefill attention: head_dim {}", p.a.head_dim);
+    case 64:
+      launch_d<64>(p, launch);
+      break;
+    case 128:
+      launch_d<128>(p, launch);
+      break;
+    default:
+      CHECK_MSG(false, "split prefill attention: head_dim {}", p.a.head_dim);
   }
   if (p.num_combine > 0) {
     launch_pdl(combine_kernel, dim3(unsigned(p.num_combine), unsigned(p.a.kv_heads * kRows)),

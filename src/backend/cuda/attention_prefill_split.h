@@ -23,7 +23,8 @@ struct SplitPrefillParams {
   // a.split_len: keys per split (a multiple of 64); a.partial_o [groups, kv_heads, 64, head_dim]
   // and a.partial_ml [groups, kv_heads, 64, 2] (log2-domain max, sum): unnormalized partials.
   AttentionParams a;
-  const int32_t* combine;  // device [num_combine, 4] = (sequence, first query token, splits, first group)
+  const int32_t*
+      combine;  // device [num_combine, 4] = (sequence, first query token, splits, first group)
   int num_combine;
   int pad_;
 };
@@ -34,8 +35,8 @@ struct SplitPrefillPlan {
   std::vector<int32_t> work;     // [n, 4], as SplitPrefillParams::a.tiles
   std::vector<int32_t> combine;  // [n, 4], as SplitPrefillParams::combine
   int split_len = 0;
-  int64_t partial_groups = 0;    // each kv_heads × 64 rows of (head_dim + 2) floats
-  std::vector<char> seqs;        // [num_seqs]: 1 = the split kernel writes this sequence's rows
+  int64_t partial_groups = 0;  // each kv_heads × 64 rows of (head_dim + 2) floats
+  std::vector<char> seqs;      // [num_seqs]: 1 = the split kernel writes this sequence's rows
   // Whether the split kernel serves sequence s (the regular kernels take the others).
   bool takes(int s) const { return !seqs.empty() && seqs[size_t(s)] != 0; }
 };

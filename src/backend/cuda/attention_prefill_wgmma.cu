@@ -20,9 +20,14 @@ void launch_wgmma_prefill(const AttentionParams& p, const Launch& launch) {
   CHECK_MSG(p.scale_log2 * p.k_scale > 0, "prefill attention: scale {} · k_scale {} must be > 0",
             p.scale_log2, p.k_scale);
   switch (p.head_dim) {
-    case 64: w_launch_d<64, 64, 3>(p, launch); break;
-    case 128: w_launch_d<128, 64, 2>(p, launch); break;
-    default: CHECK_MSG(false, "wgmma prefill attention: head_dim {}", p.head_dim);
+    case 64:
+      w_launch_d<64, 64, 3>(p, launch);
+      break;
+    case 128:
+      w_launch_d<128, 64, 2>(p, launch);
+      break;
+    default:
+      CHECK_MSG(false, "wgmma prefill attention: head_dim {}", p.head_dim);
   }
 }
 

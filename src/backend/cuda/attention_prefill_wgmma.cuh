@@ -53,7 +53,7 @@ struct WLayout {
   static constexpr int kVTiles = kFp8 ? 1 : (kOv ? 3 : NS);
   static constexpr int kAhead = kFp8 || kOv ? 1 : NS - 1;  // tiles in flight beyond the one in use
   static constexpr int kSlotStages = kAhead + 1;
-  static constexpr int kLdRaw = D + 16;          // fp8 staging bytes per row
+  static constexpr int kLdRaw = D + 16;  // fp8 staging bytes per row
   static constexpr int kRawTileBytes = BN * kLdRaw;
   static constexpr int kRawBytes = kFp8 ? 2 * 2 * kRawTileBytes : 0;
   static constexpr int kKOff = kQBytes;
@@ -61,7 +61,7 @@ struct WLayout {
   static constexpr int kRawOff = kVOff + kVTiles * kTileBytes;
   static constexpr int kSlotOff = kRawOff + kRawBytes;
   static constexpr int kBytes = kSlotOff + kSlotStages * BN * 4 + 1024;  // + alignment slack
-  static constexpr int kPieces = D * (kFp8 ? 1 : 2) / 16;     // 16-byte pieces per global row
+  static constexpr int kPieces = D * (kFp8 ? 1 : 2) / 16;  // 16-byte pieces per global row
   static constexpr int kRowStep = kThreads / kPieces;
   static constexpr int kRowsPerThread = BN / kRowStep;
   // Shared-memory offsets of tile t's bf16 K and V.
@@ -101,8 +101,10 @@ __device__ __forceinline__ void w_issue_tile(const AttentionParams& p, char* sme
     const int64_t off = slot >= 0 ? int64_t(slot) * kdim_bytes + col_bytes : 0;
     const int bytes = slot >= 0 ? 16 : 0;
     uint32_t d;
-    if constexpr (L::kFp8) d = uint32_t(r * L::kLdRaw + piece * 16);
-    else d = swz(r, piece, BN);
+    if constexpr (L::kFp8)
+      d = uint32_t(r * L::kLdRaw + piece * 16);
+    else
+      d = swz(r, piece, BN);
     cp_async16_zfill(k_dst + d, kc + off, bytes);
     cp_async16_zfill(v_dst + d, vc + off, bytes);
   }
@@ -128,13 +130,17 @@ __device__ __forceinline__ void w_widen_tile(char* smem, int t, int tid) {
 
 template <int N>
 __device__ __forceinline__ void wgmma_ss(float* d, uint64_t da, uint64_t db, int scale_d) {
-  if constexpr (N == 64) wgmma_ss_m64n64k16<0>(d, da, db, scale_d);
-  else wgmma_ss_m64n128k16<0>(d, da, db, scale_d);
+  if constexpr (N == 64)
+    wgmma_ss_m64n64k16<0>(d, da, db, scale_d);
+  else
+    wgmma_ss_m64n128k16<0>(d, da, db, scale_d);
 }
 template <int N>
 __device__ __forceinline__ void wgmma_rs_t(float* d, const uint32_t* a, uint64_t db) {
-  if constexpr (N == 64) wgmma_rs_m64n64k16<1>(d, a, db);
-  else wgmma_rs_m64n128k16<1>(d, a, db);
+  if constexpr (N == 64)
+    wgmma_rs_m64n64k16<1>(d, a, db);
+  else
+    wgmma_rs_m64n128k16<1>(d, a, db);
 }
 
 // o (the accumulator layout: rows g and g + 8 alternate in pairs) times the rows' factors.
@@ -150,7 +156,8 @@ __device__ __forceinline__ void rescale_o(float* o, const float* corr) {
 }
 
 template <int D, int E, int BN, int NS>
-__global__ void __launch_bounds__(kThreads, BN == 64 && NS == 2 ? 2 : 1) wgmma_prefill_kernel(AttentionParams p) {
+__global__ void __launch_bounds__(kThreads, BN == 64 && NS == 2 ? 2 : 1)
+    wgmma_prefill_kernel(AttentionParams p) {
   using L = WLayout<D, E, BN, NS>;
   extern __shared__ __align__(128) char smem_raw[];
   // wgmma's swizzle works on address bits: tiles start 1024-byte aligned.
@@ -178,7 +185,8 @@ __global__ void __launch_bounds__(kThreads, BN == 64 && NS == 2 ? 2 : 1) wgmma_p
     const int r = i / (D / 8), c = i % (D / 8);
     const bool ok = r < valid_rows;
     const bf16_bits* src =
-        ok ? p.q + (int64_t(q0 + q_start + r / group) * p.heads + kvh * group + r % group) * D + c * 8
+        ok ? p.q + (int64_t(q0 + q_start + r / group) * p.heads + kvh * group + r % group) * D +
+                 c * 8
            : p.q;
     cp_async16_zfill(q_s + swz(r, c, kRows), src, ok ? 16 : 0);
   }
@@ -202,13 +210,13 @@ __global__ void __launch_bounds__(kThreads, BN == 64 && NS == 2 ? 2 : 1) wgmma_p
   for (int i = 0; i < D / 2; ++i) o[i] = 0;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
 
-  uint32_t pa[BN / 16][4];  // P (bf16) as the A operand of P·V
+  uint32_t pa[BN / 16][4];      // P (bf16) as the A operand of P·V
   float corr_prev[2] = {1, 1};  // kOv: tile t-1's rescale of o, applied before its P·V
 
   for (int t = 0; t < n_tiles; ++t) {
     cp_async_wait<L::kAhead - 1>();  // tile t landed (later tiles may be in flight)
-    fence_proxy_async();  // cp.async writes, read next by wgmma (the async proxy)
-    __syncthreads();      // ... for every thread; everyone is done with tile t-1's stage
+    fence_proxy_async();             // cp.async writes, read next by wgmma (the async proxy)
+    __syncthreads();                 // ... for every thread; everyone is done with tile t-1's stage
     if (t + L::kAhead < n_tiles) w_issue_tile<D, E, BN, NS>(p, smem, t + L::kAhead, kvh, tid);
     cp_async_commit();
     // Page lookup of tile t + kAhead + 1, stored at the end of this iteration (latency hidden).
@@ -230,7 +238,7 @@ __global__ void __launch_bounds__(kThreads, BN == 64 && NS == 2 ? 2 : 1) wgmma_p
     // Every warpgroup multiplies every tile, also one wholly in its rows' future (masked to
     // nothing) or one with no rows (not stored): a wgmma on a path ptxas cannot prove uniform
     // across the warpgroup is serialized (C7520), which costs far more than the skipped work.
-    const bool pending = L::kOv && t > 0;  // P of tile t-1 still waits for its P·V
+    const bool pending = L::kOv && t > 0;     // P of tile t-1 still waits for its P·V
     if (pending) rescale_o<D>(o, corr_prev);  // to tile t-1's max, before its P·V adds in
     float sc[BN / 2];
     wgmma_fence();
@@ -249,8 +257,10 @@ __global__ void __launch_bounds__(kThreads, BN == 64 && NS == 2 ? 2 : 1) wgmma_p
       wgmma_commit();
     }
     {
-      if (pending) wgmma_wait<1>();  // S is ready; the P·V behind it may still run
-      else wgmma_wait<0>();
+      if (pending)
+        wgmma_wait<1>();  // S is ready; the P·V behind it may still run
+      else
+        wgmma_wait<0>();
       reg_fence<BN / 2>(sc);
       if (kv0 + BN - 1 > wg_min_pos || kv0 + BN > kv_end) {
 #pragma unroll
@@ -264,7 +274,8 @@ __global__ void __launch_bounds__(kThreads, BN == 64 && NS == 2 ? 2 : 1) wgmma_p
       for (int h = 0; h < 2; ++h) {
         float mx = -INFINITY;
 #pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(sc[4 * nt + 2 * h], sc[4 * nt + 2 * h + 1]));
+        for (int nt = 0; nt < BN / 8; ++nt)
+          mx = fmaxf(mx, fmaxf(sc[4 * nt + 2 * h], sc[4 * nt + 2 * h + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float m_new = fmaxf(m[h], mx * qk);
@@ -354,9 +365,12 @@ void w_launch(const AttentionParams& p, const Launch& launch) {
 
 template <int D, int BN, int NS>
 void w_launch_d(const AttentionParams& p, const Launch& launch) {
-  if (p.kv_elem == kKvE4M3) w_launch<D, kKvE4M3, BN, 2>(p, launch);
-  else if (p.kv_elem == kKvE5M2) w_launch<D, kKvE5M2, BN, 2>(p, launch);
-  else w_launch<D, kKvBf16, BN, NS>(p, launch);
+  if (p.kv_elem == kKvE4M3)
+    w_launch<D, kKvE4M3, BN, 2>(p, launch);
+  else if (p.kv_elem == kKvE5M2)
+    w_launch<D, kKvE5M2, BN, 2>(p, launch);
+  else
+    w_launch<D, kKvBf16, BN, NS>(p, launch);
 }
 
 template <int D, int E, int BN, int NS>

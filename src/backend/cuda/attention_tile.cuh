@@ -42,25 +42,27 @@ struct PagedKvLayout {
 // from the table in shared memory, filled one chunk ahead of their copies, so the copies never
 // wait on a page-table load. The kernel calls start(), then in iteration c of its chunk loop,
 // after the wait for chunk c and the barrier: load_chunk(c + kStages - 1) (while c + kStages - 1
-// < nchunks) and a commit; early, its thread's slot_of() for key begin + (c + kStages)·kChunk + tid;
-// last, that slot into table stage c % kStages (read again copying chunk c + kStages). These few
-// lines stay in the kernels: as member functions they changed the generated code (ptxas orders
+// < nchunks) and a commit; early, its thread's slot_of() for key begin + (c + kStages)·kChunk +
+// tid; last, that slot into table stage c % kStages (read again copying chunk c + kStages). These
+// few lines stay in the kernels: as member functions they changed the generated code (ptxas orders
 // the loop's set-up differently), written out there they compile as before, instruction for
 // instruction.
 template <class L, int D>
 struct PagedKvGather {
-  char* smem;             // the stages, at 0
-  int32_t* slots;         // the slot table, at L::kSlotOff
-  const int32_t* pages;   // the sequence's page table
+  char* smem;            // the stages, at 0
+  int32_t* slots;        // the slot table, at L::kSlotOff
+  const int32_t* pages;  // the sequence's page table
   int page_size;
-  int begin, end;         // keys
-  int64_t kdim;           // elements per cache slot: kv_heads · D
+  int begin, end;  // keys
+  int64_t kdim;    // elements per cache slot: kv_heads · D
   int kvh;
-  const char* kc;         // the K and V caches
+  const char* kc;  // the K and V caches
   const char* vc;
   int tid;
 
-  __device__ __forceinline__ int slot_of(int j) const { return pages[j / page_size] * page_size + j % page_size; }
+  __device__ __forceinline__ int slot_of(int j) const {
+    return pages[j / page_size] * page_size + j % page_size;
+  }
 
   // Issues the copies of `chunk` (its slots in table stage chunk % kStages) into its stage.
   __device__ __forceinline__ void load_chunk(int chunk) const {
@@ -73,7 +75,8 @@ struct PagedKvGather {
       const int r = r0 + i * L::kRowStep;
       if (L::kRowStep > L::kChunk && r >= L::kChunk) break;
       const int slot = st[r];
-      const int64_t off = slot >= 0 ? (int64_t(slot) * kdim + int64_t(kvh) * D) * L::kEb + piece * 16 : 0;
+      const int64_t off =
+          slot >= 0 ? (int64_t(slot) * kdim + int64_t(kvh) * D) * L::kEb + piece * 16 : 0;
       const uint32_t d = uint32_t(r * L::kStride + piece * 16);
       cp_async16_zfill(kb + d, kc + off, slot >= 0 ? 16 : 0);
       cp_async16_zfill(vb + d, vc + off, slot >= 0 ? 16 : 0);
@@ -100,7 +103,8 @@ struct PagedKvGather {
 // fp8 caches run the mma in f16 (every e4m3 and e5m2 value is an f16, so K and V fragments are
 // one conversion instruction away; Q and P are rounded to f16 instead of bf16, which keeps more
 // mantissa); bf16 caches run it in bf16.
-__device__ __forceinline__ void mma_f16_16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma_f16_16816(float* c, const uint32_t* a, uint32_t b0,
+                                              uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
@@ -109,8 +113,10 @@ __device__ __forceinline__ void mma_f16_16816(float* c, const uint32_t* a, uint3
 }
 template <int E>
 __device__ __forceinline__ void mma_kv(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  if constexpr (E == kKvBf16) mma_bf16_16816(c, a, b0, b1);
-  else mma_f16_16816(c, a, b0, b1);
+  if constexpr (E == kKvBf16)
+    mma_bf16_16816(c, a, b0, b1);
+  else
+    mma_f16_16816(c, a, b0, b1);
 }
 // Two fp8 values (low byte first) as an f16 pair (exact).
 template <int E>
@@ -126,8 +132,10 @@ __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t v) {
 // Elements [c, c + 1] of a smem row of element type E, as an mma input pair.
 template <int E>
 __device__ __forceinline__ uint32_t pair_at(const char* row, int c) {
-  if constexpr (E == kKvBf16) return *reinterpret_cast<const uint32_t*>(row + 2 * c);
-  else return fp8x2_to_f16x2<E>(*reinterpret_cast<const uint16_t*>(row + c));
+  if constexpr (E == kKvBf16)
+    return *reinterpret_cast<const uint32_t*>(row + 2 * c);
+  else
+    return fp8x2_to_f16x2<E>(*reinterpret_cast<const uint16_t*>(row + c));
 }
 // Element c of row r0 (low half) and of row r1 (high half), as an mma input pair.
 template <int E>
@@ -151,12 +159,15 @@ __device__ __forceinline__ float quad_sum(float x) {
 // Row r of a query tile — (token q_row0 + r / group, query head kvh · group + r % group) — as
 // bf16: this lane's columns 8·dt + c2 and + 1 of o's row half h (C elements 2h, 2h + 1), times inv.
 template <int D>
-__device__ __forceinline__ void store_out_row(const AttentionParams& p, int q_row0, int kvh, int group, int r,
-                                              const float (&o)[D / 8][4], int h, int c2, float inv) {
-  bf16_bits* dst = p.out + (int64_t(q_row0 + r / group) * p.heads + kvh * group + r % group) * D + c2;
+__device__ __forceinline__ void store_out_row(const AttentionParams& p, int q_row0, int kvh,
+                                              int group, int r, const float (&o)[D / 8][4], int h,
+                                              int c2, float inv) {
+  bf16_bits* dst =
+      p.out + (int64_t(q_row0 + r / group) * p.heads + kvh * group + r % group) * D + c2;
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt)
-    *reinterpret_cast<uint32_t*>(dst + dt * 8) = pack_bf16x2(o[dt][2 * h] * inv, o[dt][2 * h + 1] * inv);
+    *reinterpret_cast<uint32_t*>(dst + dt * 8) =
+        pack_bf16x2(o[dt][2 * h] * inv, o[dt][2 * h + 1] * inv);
 }
 
 }  // namespace strata::cuda::attn

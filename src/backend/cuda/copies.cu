@@ -67,12 +67,23 @@ void launch_copy_rows(const CopyRowsParams& p, const Launch& launch) {
   }
   const int grid = grid_for(q.n * q.width);
   switch (q.elem_bytes) {
-    case 16: launch_pdl(copy_rows_kernel<uint4>, grid, kThreads, 0, launch, q); break;
-    case 8: launch_pdl(copy_rows_kernel<uint2>, grid, kThreads, 0, launch, q); break;
-    case 4: launch_pdl(copy_rows_kernel<uint32_t>, grid, kThreads, 0, launch, q); break;
-    case 2: launch_pdl(copy_rows_kernel<uint16_t>, grid, kThreads, 0, launch, q); break;
-    case 1: launch_pdl(copy_rows_kernel<uint8_t>, grid, kThreads, 0, launch, q); break;
-    default: CHECK_MSG(false, "copy_rows: element of {} bytes", q.elem_bytes);
+    case 16:
+      launch_pdl(copy_rows_kernel<uint4>, grid, kThreads, 0, launch, q);
+      break;
+    case 8:
+      launch_pdl(copy_rows_kernel<uint2>, grid, kThreads, 0, launch, q);
+      break;
+    case 4:
+      launch_pdl(copy_rows_kernel<uint32_t>, grid, kThreads, 0, launch, q);
+      break;
+    case 2:
+      launch_pdl(copy_rows_kernel<uint16_t>, grid, kThreads, 0, launch, q);
+      break;
+    case 1:
+      launch_pdl(copy_rows_kernel<uint8_t>, grid, kThreads, 0, launch, q);
+      break;
+    default:
+      CHECK_MSG(false, "copy_rows: element of {} bytes", q.elem_bytes);
   }
   CUDA_LAUNCH_CHECK();
 }
@@ -98,10 +109,17 @@ void launch_multi_slice(const MultiSliceParams& p, const Launch& launch) {
   }
   const dim3 grid(unsigned(grid_for(q.n * widest)), unsigned(q.count));
   switch (q.elem_bytes) {
-    case 16: launch_pdl(multi_slice_kernel<uint4>, grid, dim3(kThreads), 0, launch, q); break;
-    case 4: launch_pdl(multi_slice_kernel<uint32_t>, grid, dim3(kThreads), 0, launch, q); break;
-    case 2: launch_pdl(multi_slice_kernel<uint16_t>, grid, dim3(kThreads), 0, launch, q); break;
-    default: CHECK_MSG(false, "multi_slice: element of {} bytes", q.elem_bytes);
+    case 16:
+      launch_pdl(multi_slice_kernel<uint4>, grid, dim3(kThreads), 0, launch, q);
+      break;
+    case 4:
+      launch_pdl(multi_slice_kernel<uint32_t>, grid, dim3(kThreads), 0, launch, q);
+      break;
+    case 2:
+      launch_pdl(multi_slice_kernel<uint16_t>, grid, dim3(kThreads), 0, launch, q);
+      break;
+    default:
+      CHECK_MSG(false, "multi_slice: element of {} bytes", q.elem_bytes);
   }
 }
 

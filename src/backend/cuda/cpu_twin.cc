@@ -122,7 +122,8 @@ void CudaBackend::moe_experts_twin(const Tensor& x, const MoeExpertWeights& expe
   MoeExpertWeights host_experts;
   // Experts are dequantized (INT4, FP8 blocks) or untiled (moe_weights.h) on the device first:
   // the same bf16 values the CPU reference dequantizes to.
-  for (auto [src, dst] : {std::pair{&experts.gate_up, &host_experts.gate_up}, std::pair{&experts.down, &host_experts.down}}) {
+  for (auto [src, dst] : {std::pair{&experts.gate_up, &host_experts.gate_up},
+                          std::pair{&experts.down, &host_experts.down}}) {
     DeviceTensorPtr dense = dequantize_bf16(*src);
     dst->weight = cpu.alloc(DType::kF32, dense->view().shape);
     dst->stack = src->stack;

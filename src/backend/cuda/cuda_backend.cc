@@ -45,13 +45,15 @@ CudaBackend::CudaBackend()
   CHECK(cublasCreate(&cublas_) == CUBLAS_STATUS_SUCCESS);
   CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
   // A fixed workspace keeps cuBLAS from allocating during graph capture.
-  CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes) == CUBLAS_STATUS_SUCCESS);
+  CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes) ==
+        CUBLAS_STATUS_SUCCESS);
   CHECK(cublasSetStream(cublas_, stream_) == CUBLAS_STATUS_SUCCESS);
   init_attention_kernels();
   // Captured graphs hold addresses of cached blocks: a trim drops them (re-captured on demand).
   pool_->set_on_trim([this] {
     // Launches recorded for a graph but not yet run may use cached blocks: never free under them.
-    CHECK_MSG(!recorder_.has_pending(), "device memory exhausted while recording a CUDA graph step");
+    CHECK_MSG(!recorder_.has_pending(),
+              "device memory exhausted while recording a CUDA graph step");
     recorder_.drop_graphs();
   });
 }
@@ -61,12 +63,13 @@ CudaBackend::~CudaBackend() {
   const GraphStats& stats = recorder_.stats();
   if (stats.recorded_steps > 0) {
     const double steps = double(stats.recorded_steps);
-    LOG_INFO("CUDA graphs: {} steps recorded: {} replayed, {} captured ({:.2f} ms per capture); "
-             "host time per recorded step {:.1f} us (of which flush {:.1f} us); {} steps eager",
-             stats.recorded_steps, stats.replays, stats.captures,
-             stats.captures ? 1e-6 * double(stats.capture_ns) / double(stats.captures) : 0.0,
-             1e-3 * double(stats.record_ns) / steps, 1e-3 * double(stats.flush_ns) / steps,
-             stats.eager_steps);
+    LOG_INFO(
+        "CUDA graphs: {} steps recorded: {} replayed, {} captured ({:.2f} ms per capture); "
+        "host time per recorded step {:.1f} us (of which flush {:.1f} us); {} steps eager",
+        stats.recorded_steps, stats.replays, stats.captures,
+        stats.captures ? 1e-6 * double(stats.capture_ns) / double(stats.captures) : 0.0,
+        1e-3 * double(stats.record_ns) / steps, 1e-3 * double(stats.flush_ns) / steps,
+        stats.eager_steps);
   }
   if (download_buffer_) cudaFreeHost(download_buffer_);
   recorder_.drop_graphs();
@@ -104,11 +107,13 @@ void CudaBackend::end_step() {
 void CudaBackend::log_eager_steps() {
   const GraphStats& stats = recorder_.stats();
   const double n = double(stats.eager_steps - logged_.eager_steps);
-  LOG_INFO("CUDA eager steps: {} steps: host launching {:.2f} ms, then waiting for the device {:.2f} ms "
-           "per step; device pool: {} cudaMalloc, {} trims so far",
-           stats.eager_steps - logged_.eager_steps,
-           1e-6 * double(stats.eager_launch_ns - logged_.eager_launch_ns) / n,
-           1e-6 * double(stats.eager_wait_ns - logged_.eager_wait_ns) / n, pool_->mallocs(), pool_->trims());
+  LOG_INFO(
+      "CUDA eager steps: {} steps: host launching {:.2f} ms, then waiting for the device {:.2f} ms "
+      "per step; device pool: {} cudaMalloc, {} trims so far",
+      stats.eager_steps - logged_.eager_steps,
+      1e-6 * double(stats.eager_launch_ns - logged_.eager_launch_ns) / n,
+      1e-6 * double(stats.eager_wait_ns - logged_.eager_wait_ns) / n, pool_->mallocs(),
+      pool_->trims());
   logged_ = stats;
 }
 

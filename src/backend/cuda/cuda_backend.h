@@ -86,7 +86,8 @@ class CudaBackend : public Backend {
 
   // ---- ops, by family file ----
   // copies.cu
-  void embedding(const int32_t* ids, int num_tokens, const Tensor& table, const Tensor& out) override;
+  void embedding(const int32_t* ids, int num_tokens, const Tensor& table,
+                 const Tensor& out) override;
   void gather_rows(const Tensor& x, const int32_t* rows, int n, const Tensor& out) override;
   void slice_columns(const Tensor& x, int64_t begin, int64_t end, const Tensor& out) override;
   void copy_columns(const Tensor& x, int64_t begin, int64_t end, const Tensor& out,
@@ -130,7 +131,8 @@ class CudaBackend : public Backend {
   // mla.cu: on the GPU for the (kv_lora_rank, rope) pairs the kernels are built for, else on the
   // CPU twin (counted).
   void mla_attention(const Tensor& q_latent, const KvStorage& kv, int layer,
-                     const AttentionMetadata& meta, const MlaArgs& args, const Tensor& out) override;
+                     const AttentionMetadata& meta, const MlaArgs& args,
+                     const Tensor& out) override;
   // moe.cu (shapes the kernels refuse: the CPU twin, counted)
   void moe_route(const Tensor& router_logits, const Tensor& correction_bias,
                  const MoeRouteArgs& args, const Tensor& topk_ids,
@@ -255,7 +257,7 @@ class CudaBackend : public Backend {
   void count_cpu_twin(int i, const char* why = nullptr);
 
   std::shared_ptr<DevicePool> pool_;
-  cudaStream_t stream_ = nullptr;      // where launches go (own_stream_ unless set_stream)
+  cudaStream_t stream_ = nullptr;  // where launches go (own_stream_ unless set_stream)
   cudaStream_t own_stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
@@ -283,10 +285,10 @@ class CudaBackend : public Backend {
   std::vector<int64_t> cpu_twin_calls_;  // per kCpuTwinOps entry
 
   // linear_packed.cc: made with the first packed weight.
-  bool int4_ready_ = false;                       // init_int4_linear_kernels() done
-  void* fp8_workspace_ = nullptr;                 // cuBLASLt's, for every FP8 GEMM
-  std::unique_ptr<Fp8GemmPlanner> fp8_planner_;   // plans per (m, n, k)
-  bool mla_ready_ = false;                        // mla.cu: init_mla_attention_kernels() done
+  bool int4_ready_ = false;                      // init_int4_linear_kernels() done
+  void* fp8_workspace_ = nullptr;                // cuBLASLt's, for every FP8 GEMM
+  std::unique_ptr<Fp8GemmPlanner> fp8_planner_;  // plans per (m, n, k)
+  bool mla_ready_ = false;                       // mla.cu: init_mla_attention_kernels() done
 
   // moe.cu
   bool moe_ready_ = false;  // init_moe_gemm_kernels() done
@@ -306,7 +308,8 @@ P zeroed() {
 }
 
 inline void check_bf16(const Tensor& t, const char* what) {
-  CHECK_MSG(t.dtype == DType::kBF16, "{}: expected a bf16 tensor, got {}", what, dtype_name(t.dtype));
+  CHECK_MSG(t.dtype == DType::kBF16, "{}: expected a bf16 tensor, got {}", what,
+            dtype_name(t.dtype));
   CHECK_MSG(t.device == Device::kCuda || t.data == nullptr, "{}: tensor is not on the GPU", what);
 }
 

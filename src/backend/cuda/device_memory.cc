@@ -54,8 +54,8 @@ void* DevicePool::alloc(size_t bytes, Lifetime lifetime) {
     trim();
     err = cudaMalloc(&p, bytes);
   }
-  CHECK_MSG(err == cudaSuccess, "cudaMalloc of {} bytes failed ({} reserved): {}", bytes,
-            reserved_, cudaGetErrorString(err));
+  CHECK_MSG(err == cudaSuccess, "cudaMalloc of {} bytes failed ({} reserved): {}", bytes, reserved_,
+            cudaGetErrorString(err));
   owned_.push_back({p, bytes});
   reserved_ += bytes;
   return p;
@@ -116,13 +116,17 @@ bool mla_part_dtype(DType dt) {
 // value at an address of its own size (the rope part and FlashMLA's float32 tile scales).
 Status check_mla_fp8_layer(const KvLayout& layout, int l) {
   if (layout.rope_dtype && !mla_part_dtype(*layout.rope_dtype))
-    return unimplemented("CUDA backend: MLA rope parts of dtype {} are not implemented; use bf16, "
-                         "fp8_e4m3, fp8_e5m2 or f32", dtype_name(*layout.rope_dtype));
+    return unimplemented(
+        "CUDA backend: MLA rope parts of dtype {} are not implemented; use bf16, "
+        "fp8_e4m3, fp8_e5m2 or f32",
+        dtype_name(*layout.rope_dtype));
   const MlaRowFormat f = mla_row_format(layout, l, 1.0f);
   if (f.rope_offset % mla_elem_bytes(f.rope_elem) != 0 || (f.flashmla && f.latent % 4 != 0))
-    return unimplemented("CUDA backend: MLA KV rows of {} latent values with a {}-byte rope part "
-                         "leave the rope part (or the FlashMLA tile scales) unaligned; use bf16 KV "
-                         "or --device cpu", f.latent, mla_elem_bytes(f.rope_elem));
+    return unimplemented(
+        "CUDA backend: MLA KV rows of {} latent values with a {}-byte rope part "
+        "leave the rope part (or the FlashMLA tile scales) unaligned; use bf16 KV "
+        "or --device cpu",
+        f.latent, mla_elem_bytes(f.rope_elem));
   return Status();
 }
 
@@ -136,8 +140,10 @@ Status check_cuda_kv_layout(const KvLayout& layout) {
     const DType dt = layout.layer_dtype(l);
     const bool fp8 = dt == DType::kFP8E4M3 || dt == DType::kFP8E5M2;
     if (dt != DType::kBF16 && !fp8)
-      return unimplemented("CUDA backend: KV dtype {} (layer {}) is not implemented; use bf16, "
-                           "fp8_e4m3 or fp8_e5m2", dtype_name(dt), l);
+      return unimplemented(
+          "CUDA backend: KV dtype {} (layer {}) is not implemented; use bf16, "
+          "fp8_e4m3 or fp8_e5m2",
+          dtype_name(dt), l);
     if (fp8 && layout.rope_dim > 0) STRATA_RETURN_IF_ERROR(check_mla_fp8_layer(layout, l));
   }
   return Status();
@@ -197,7 +203,8 @@ size_t Staging::reserve(size_t bytes) {
 
 int64_t Staging::find(const int32_t* host, int64_t n) const {
   for (const Entry& e : entries_)
-    if (e.n == n && std::memcmp(host_ + e.offset, host, size_t(n) * 4) == 0) return int64_t(e.offset);
+    if (e.n == n && std::memcmp(host_ + e.offset, host, size_t(n) * 4) == 0)
+      return int64_t(e.offset);
   return -1;
 }
 

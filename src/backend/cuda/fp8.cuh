@@ -42,12 +42,12 @@ STRATA_HD uint8_t encode_fp8(float f, uint32_t max_code) {
   const uint32_t bits = float_bits(f);
   const uint32_t sign = (bits >> 24) & 0x80u;
   const uint32_t a = bits & 0x7fffffffu;
-  if (a > 0x7f800000u) return uint8_t(sign | 0x7fu);        // NaN
-  if (a == 0x7f800000u) return uint8_t(sign | max_code);    // ±inf saturates
-  const int e = int(a >> 23) - 127;                          // unbiased exponent
-  const uint32_t mant = (a & 0x7fffffu) | 0x800000u;         // 24-bit significand
-  constexpr int kEmin = 1 - B;                               // smallest normal exponent
-  const int eq = e < kEmin ? kEmin : e;                      // binade whose quantum applies
+  if (a > 0x7f800000u) return uint8_t(sign | 0x7fu);      // NaN
+  if (a == 0x7f800000u) return uint8_t(sign | max_code);  // ±inf saturates
+  const int e = int(a >> 23) - 127;                       // unbiased exponent
+  const uint32_t mant = (a & 0x7fffffu) | 0x800000u;      // 24-bit significand
+  constexpr int kEmin = 1 - B;                            // smallest normal exponent
+  const int eq = e < kEmin ? kEmin : e;                   // binade whose quantum applies
   // value = mant · 2^(e-23); quantum = 2^(eq-M): q = value / quantum, rounded half to even.
   int shift = 23 - M + (eq - e);
   if (shift > 31) shift = 31;  // everything below half the smallest subnormal rounds to 0

@@ -103,15 +103,18 @@ void GraphRecorder::collect_profile() {
 }
 
 std::string GraphRecorder::profile_report(int steps) const {
-  std::vector<std::pair<int, std::pair<double, int64_t>>> rows(profile_ms_.begin(), profile_ms_.end());
-  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  std::vector<std::pair<int, std::pair<double, int64_t>>> rows(profile_ms_.begin(),
+                                                               profile_ms_.end());
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
   double total = 0;
   for (auto& r : rows) total += r.second.first;
   std::string out;
   for (auto& [op, v] : rows)
-    out += fmt::format("profile  {:<14} {:8.1f} us/step  {:5.1f} launches/step  {:6.2f} us/launch  {:5.1f}%\n",
-                       op_name(op), 1e3 * v.first / steps, double(v.second) / steps,
-                       1e3 * v.first / double(v.second), 100.0 * v.first / total);
+    out += fmt::format(
+        "profile  {:<14} {:8.1f} us/step  {:5.1f} launches/step  {:6.2f} us/launch  {:5.1f}%\n",
+        op_name(op), 1e3 * v.first / steps, double(v.second) / steps,
+        1e3 * v.first / double(v.second), 100.0 * v.first / total);
   out += fmt::format("profile  total          {:8.1f} us/step\n", 1e3 * total / steps);
   return out;
 }

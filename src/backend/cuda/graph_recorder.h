@@ -81,8 +81,8 @@ class GraphRecorder {
     signature_.append(reinterpret_cast<const char*>(&p), sizeof p);
     // The parameter bytes already sit in the signature: a pending launch only names them (no
     // allocation per launch; the host's recording time is time the device waits).
-    pending_.push_back(Pending{&run_recorded<P>, reinterpret_cast<AnyFn>(fn),
-                               last_sig_start_ + sizeof id});
+    pending_.push_back(
+        Pending{&run_recorded<P>, reinterpret_cast<AnyFn>(fn), last_sig_start_ + sizeof id});
   }
 
   // Graph mode: when the last recorded launch of this step is `op`, copies its parameters into
@@ -91,7 +91,8 @@ class GraphRecorder {
   template <typename P>
   bool last(Op op, P* p) const {
     if (!graph_mode_ || pending_.empty() || last_op_ != op) return false;
-    std::memcpy(static_cast<void*>(p), signature_.data() + last_sig_start_ + sizeof(int), sizeof *p);
+    std::memcpy(static_cast<void*>(p), signature_.data() + last_sig_start_ + sizeof(int),
+                sizeof *p);
     return true;
   }
   // Graph mode: removes the last recorded launch (to record a merged one instead).

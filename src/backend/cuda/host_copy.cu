@@ -48,9 +48,10 @@ __global__ void kv_page_copy_kernel(const KvCopySegment* segments, const int2* c
 void launch_kv_page_copy(const KvCopySegment* segments, int num_segments, const int32_t* copies,
                          int num_copies, bool to_host, bool vec16, cudaStream_t stream) {
   if (num_copies <= 0 || num_segments <= 0) return;
-  const dim3 grid(unsigned(num_copies < (1 << 20) ? num_copies : (1 << 20)), unsigned(num_segments));
-  kv_page_copy_kernel<<<grid, kThreads, 0, stream>>>(segments, reinterpret_cast<const int2*>(copies),
-                                                     num_copies, to_host, vec16);
+  const dim3 grid(unsigned(num_copies < (1 << 20) ? num_copies : (1 << 20)),
+                  unsigned(num_segments));
+  kv_page_copy_kernel<<<grid, kThreads, 0, stream>>>(
+      segments, reinterpret_cast<const int2*>(copies), num_copies, to_host, vec16);
   CUDA_CHECK(cudaGetLastError());
 }
 

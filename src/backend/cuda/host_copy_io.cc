@@ -24,11 +24,13 @@ class CudaKvHostIo : public KvHostIo {
 
   Status init() {
     const size_t bytes = size_t(std::max<int64_t>(1, host_bytes()));
-    if (cudaHostAlloc(&host_mem_, bytes, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
+    if (cudaHostAlloc(&host_mem_, bytes, cudaHostAllocMapped | cudaHostAllocPortable) !=
+        cudaSuccess) {
       cudaGetLastError();
       host_mem_ = nullptr;
-      return resource_exhausted("host KV tier: cannot pin {:.2f} GiB of host memory (cudaHostAlloc)",
-                                double(bytes) / double(int64_t(1) << 30));
+      return resource_exhausted(
+          "host KV tier: cannot pin {:.2f} GiB of host memory (cudaHostAlloc)",
+          double(bytes) / double(int64_t(1) << 30));
     }
     set_host_base(static_cast<std::byte*>(host_mem_));
     CUDA_CHECK(cudaHostGetDevicePointer(&host_dev_, host_mem_, 0));
@@ -39,10 +41,11 @@ class CudaKvHostIo : public KvHostIo {
       segs.push_back(KvCopySegment{.device = reinterpret_cast<char*>(s.device),
                                    .host = static_cast<char*>(host_dev_) + s.host_offset,
                                    .page_bytes = s.page_bytes});
-      vec16_ = vec16_ && s.page_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(s.device) % 16 == 0 &&
-               s.host_offset % 16 == 0;
+      vec16_ = vec16_ && s.page_bytes % 16 == 0 &&
+               reinterpret_cast<uintptr_t>(s.device) % 16 == 0 && s.host_offset % 16 == 0;
     }
-    CUDA_CHECK(cudaMalloc(&segments_dev_, std::max<size_t>(1, segs.size()) * sizeof(KvCopySegment)));
+    CUDA_CHECK(
+        cudaMalloc(&segments_dev_, std::max<size_t>(1, segs.size()) * sizeof(KvCopySegment)));
     CUDA_CHECK(cudaMemcpy(segments_dev_, segs.data(), segs.size() * sizeof(KvCopySegment),
                           cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaHostAlloc(&ring_, kRingPairs * 2 * sizeof(int32_t), cudaHostAllocMapped));
@@ -64,8 +67,12 @@ class CudaKvHostIo : public KvHostIo {
   }
 
   KvIoBackend backend() const override { return io_; }
-  uint64_t device_to_host(std::span<const KvPageCopy> copies) override { return submit(copies, true); }
-  uint64_t host_to_device(std::span<const KvPageCopy> copies) override { return submit(copies, false); }
+  uint64_t device_to_host(std::span<const KvPageCopy> copies) override {
+    return submit(copies, true);
+  }
+  uint64_t host_to_device(std::span<const KvPageCopy> copies) override {
+    return submit(copies, false);
+  }
 
   bool done(uint64_t ticket) override {
     retire(false);
@@ -129,8 +136,9 @@ class CudaKvHostIo : public KvHostIo {
           std::byte* dev = s.device + int64_t(r.device_page) * s.page_bytes;
           std::byte* host = host_ + s.host_offset + int64_t(r.host_page) * s.page_bytes;
           const size_t n = size_t(r.pages) * size_t(s.page_bytes);
-          CUDA_CHECK(cudaMemcpyAsync(to_host ? static_cast<void*>(host) : dev, to_host ? static_cast<void*>(dev) : host,
-                                     n, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, stream_));
+          CUDA_CHECK(cudaMemcpyAsync(
+              to_host ? static_cast<void*>(host) : dev, to_host ? static_cast<void*>(dev) : host, n,
+              to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, stream_));
         }
       }
     } else {
@@ -146,8 +154,8 @@ class CudaKvHostIo : public KvHostIo {
           dst[2 * i] = copies[first + size_t(i)].device_page;
           dst[2 * i + 1] = copies[first + size_t(i)].host_page;
         }
-        launch_kv_page_copy(segments_dev_, int(segments_.size()), ring_dev_ + 2 * ring_used_, int(n),
-                            to_host, vec16_, stream_);
+        launch_kv_page_copy(segments_dev_, int(segments_.size()), ring_dev_ + 2 * ring_used_,
+                            int(n), to_host, vec16_, stream_);
         ring_used_ += n;
       }
     }
@@ -172,8 +180,8 @@ class CudaKvHostIo : public KvHostIo {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<KvHostIo>> make_cuda_kv_host_io(const KvStorage& kv, int64_t num_host_pages,
-                                                         KvIoBackend io) {
+StatusOr<std::unique_ptr<KvHostIo>> make_cuda_kv_host_io(const KvStorage& kv,
+                                                         int64_t num_host_pages, KvIoBackend io) {
   CHECK(io == KvIoBackend::kDirect || io == KvIoBackend::kKernel);
   auto p = std::make_unique<CudaKvHostIo>(kv, num_host_pages, io);
   STRATA_RETURN_IF_ERROR(p->init());

@@ -13,9 +13,12 @@ namespace {
 
 template <int E>
 __device__ __forceinline__ void store_elem(void* base, int64_t i, float v) {
-  if constexpr (E == kKvBf16) static_cast<bf16_bits*>(base)[i] = float_to_bf16(v);
-  else if constexpr (E == kKvE4M3) static_cast<uint8_t*>(base)[i] = float_to_e4m3(v);
-  else static_cast<uint8_t*>(base)[i] = float_to_e5m2(v);
+  if constexpr (E == kKvBf16)
+    static_cast<bf16_bits*>(base)[i] = float_to_bf16(v);
+  else if constexpr (E == kKvE4M3)
+    static_cast<uint8_t*>(base)[i] = float_to_e4m3(v);
+  else
+    static_cast<uint8_t*>(base)[i] = float_to_e5m2(v);
 }
 
 template <int E>
@@ -73,8 +76,8 @@ void launch_kv_write(const KvWriteParams& p, const Launch& launch) {
                    (p.v_dim == 0 || (aligned16(p.src_v) && aligned16(p.cache_v)));
   const dim3 grid(unsigned(ceil_div(p.tokens * width, 256)));
   if (vec) {
-    launch_pdl(kv_write_vec_kernel, dim3(unsigned(ceil_div(p.tokens * (width / 8), 128))), dim3(128),
-               0, launch, p);
+    launch_pdl(kv_write_vec_kernel, dim3(unsigned(ceil_div(p.tokens * (width / 8), 128))),
+               dim3(128), 0, launch, p);
   } else if (p.kv_elem == kKvE4M3) {
     launch_pdl(kv_write_kernel<kKvE4M3>, grid, dim3(256), 0, launch, p);
   } else if (p.kv_elem == kKvE5M2) {
@@ -87,10 +90,14 @@ void launch_kv_write(const KvWriteParams& p, const Launch& launch) {
 // ---- host entries ----
 int kv_elem_of(const Tensor& cache) {
   switch (cache.dtype) {
-    case DType::kBF16: return kKvBf16;
-    case DType::kFP8E4M3: return kKvE4M3;
-    case DType::kFP8E5M2: return kKvE5M2;
-    default: CHECK_MSG(false, "CUDA KV cache of dtype {}", dtype_name(cache.dtype));
+    case DType::kBF16:
+      return kKvBf16;
+    case DType::kFP8E4M3:
+      return kKvE4M3;
+    case DType::kFP8E5M2:
+      return kKvE5M2;
+    default:
+      CHECK_MSG(false, "CUDA KV cache of dtype {}", dtype_name(cache.dtype));
   }
   return kKvBf16;
 }

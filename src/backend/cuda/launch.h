@@ -18,10 +18,10 @@
 
 #include "core/check.h"
 
-#define CUDA_CHECK(expr)                                                                   \
-  do {                                                                                     \
-    const cudaError_t err_ = (expr);                                                       \
-    CHECK_MSG(err_ == cudaSuccess, "CUDA: {} ({})", cudaGetErrorString(err_), #expr);      \
+#define CUDA_CHECK(expr)                                                              \
+  do {                                                                                \
+    const cudaError_t err_ = (expr);                                                  \
+    CHECK_MSG(err_ == cudaSuccess, "CUDA: {} ({})", cudaGetErrorString(err_), #expr); \
   } while (0)
 
 namespace strata::cuda {

@@ -15,7 +15,7 @@ namespace strata::cuda {
 namespace {
 
 constexpr int kMaxWarps = 8;  // warps per block: 8 (default) or 4 (GemvParams::block_warps)
-constexpr int kUnroll = 4;  // independent 16-byte weight loads in flight per lane
+constexpr int kUnroll = 4;    // independent 16-byte weight loads in flight per lane
 
 __device__ __forceinline__ float dot8(const float* a, const float* b) {
   float s = 0;
@@ -218,9 +218,12 @@ void launch_gemv_m(const GemvParams& p, const Launch& launch) {
   int ks = 1;
   while (ks < p.max_ksplit && ks < warps && p.n * ks < int64_t(num_sms()) * 48) ks *= 2;
   const dim3 grid(unsigned(ceil_div(p.n, warps / ks)));
-  if (ks == 1) launch_pdl(gemv_kernel<M, 1, false>, grid, block, 0, launch, p);
-  else if (ks == 2) launch_pdl(gemv_kernel<M, 2, false>, grid, block, 0, launch, p);
-  else launch_pdl(gemv_kernel<M, 4, false>, grid, block, 0, launch, p);
+  if (ks == 1)
+    launch_pdl(gemv_kernel<M, 1, false>, grid, block, 0, launch, p);
+  else if (ks == 2)
+    launch_pdl(gemv_kernel<M, 2, false>, grid, block, 0, launch, p);
+  else
+    launch_pdl(gemv_kernel<M, 4, false>, grid, block, 0, launch, p);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -231,15 +234,32 @@ void launch_gemv(const GemvParams& p, const Launch& launch) {
   CHECK(p.k % 8 == 0 && uintptr_t(p.x) % 16 == 0 && uintptr_t(p.w) % 16 == 0);
   CHECK(p.glu_inter == 0 || p.n == 2 * p.glu_inter);
   switch (p.m) {
-    case 1: launch_gemv_m<1>(p, launch); break;
-    case 2: launch_gemv_m<2>(p, launch); break;
-    case 3: launch_gemv_m<3>(p, launch); break;
-    case 4: launch_gemv_m<4>(p, launch); break;
-    case 5: launch_gemv_m<5>(p, launch); break;
-    case 6: launch_gemv_m<6>(p, launch); break;
-    case 7: launch_gemv_m<7>(p, launch); break;
-    case 8: launch_gemv_m<8>(p, launch); break;
-    default: CHECK_MSG(false, "gemv: {} rows (max {})", p.m, kGemvMaxRows);
+    case 1:
+      launch_gemv_m<1>(p, launch);
+      break;
+    case 2:
+      launch_gemv_m<2>(p, launch);
+      break;
+    case 3:
+      launch_gemv_m<3>(p, launch);
+      break;
+    case 4:
+      launch_gemv_m<4>(p, launch);
+      break;
+    case 5:
+      launch_gemv_m<5>(p, launch);
+      break;
+    case 6:
+      launch_gemv_m<6>(p, launch);
+      break;
+    case 7:
+      launch_gemv_m<7>(p, launch);
+      break;
+    case 8:
+      launch_gemv_m<8>(p, launch);
+      break;
+    default:
+      CHECK_MSG(false, "gemv: {} rows (max {})", p.m, kGemvMaxRows);
   }
 }
 
@@ -332,7 +352,8 @@ void CudaBackend::linear_silu_mul(const Tensor& x, const LinearWeight& w, const 
   }
   const Tensor& wt = w.weight->view();
   const int64_t m = x.numel() / x.dim(-1), k = x.dim(-1), n = wt.dim(0), inter = n / 2;
-  CHECK_MSG(wt.dim(1) == k, "linear_silu_mul: x has {} features, weight {}", k, shape_str(wt.shape));
+  CHECK_MSG(wt.dim(1) == k, "linear_silu_mul: x has {} features, weight {}", k,
+            shape_str(wt.shape));
   CHECK_MSG(n % 2 == 0, "linear_silu_mul: weight {} has an odd row count", shape_str(wt.shape));
   CHECK_EQ(out.numel(), m * inter);
   const bool dev = dev_gemv_takes(m);
@@ -345,8 +366,10 @@ void CudaBackend::linear_silu_mul(const Tensor& x, const LinearWeight& w, const 
   begin_op();
   GemvParams p = gemv_params(x, wt, w.bias ? w.bias->view().ptr<float>() : nullptr, out, m);
   p.glu_inter = inter;
-  if (dev) record(kOpGemvDevGlu, p, dev_.gemv);
-  else record(kOpGemvGlu, p, launch_gemv);
+  if (dev)
+    record(kOpGemvDevGlu, p, dev_.gemv);
+  else
+    record(kOpGemvGlu, p, launch_gemv);
 }
 
 void CudaBackend::per_head_linear(const Tensor& x, int64_t x_begin, const Tensor& w,

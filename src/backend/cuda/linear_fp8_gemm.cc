@@ -17,8 +17,8 @@
 #include <mutex>
 #include <tuple>
 
-#include "backend/cuda/linear_fp8.h"
 #include "backend/cuda/linear.h"
+#include "backend/cuda/linear_fp8.h"
 
 namespace strata::cuda {
 

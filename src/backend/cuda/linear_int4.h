@@ -93,11 +93,12 @@ void launch_int4_dequant_bf16(const Int4DequantParams& p, cudaStream_t stream);
 // output's bf16 rounding. Except: the register and stream GEMVs with gemv_round = 0 (their
 // default) use W unrounded, (nibble - 8) · scale exactly, the scale applied per group in float32
 // (linear_int4_reg.cu: NMSE ~1.3e-6 against the rounded weights, below the output's own
-// rounding); gemv_round = 1 (or the mma GEMV) gives the reference's bits. k % 32 == 0 (a multiple of the group); x, packed and scale 16-byte
-// aligned (x rows then are too); packed and scale as launch_int4_repack wrote them.
-// GEMV only: glu_inter > 0 makes W the fused gate-up projection [2 · glu_inter, k] (gate rows,
-// then up rows; glu_inter % 16 == 0) and out [m, glu_inter] = silu(g) · u with g, u the
-// bf16-rounded rows j and glu_inter + j (bias included), as launch_silu_mul computes them.
+// rounding); gemv_round = 1 (or the mma GEMV) gives the reference's bits. k % 32 == 0 (a multiple
+// of the group); x, packed and scale 16-byte aligned (x rows then are too); packed and scale as
+// launch_int4_repack wrote them. GEMV only: glu_inter > 0 makes W the fused gate-up projection [2 ·
+// glu_inter, k] (gate rows, then up rows; glu_inter % 16 == 0) and out [m, glu_inter] = silu(g) · u
+// with g, u the bf16-rounded rows j and glu_inter + j (bias included), as launch_silu_mul computes
+// them.
 constexpr int kInt4GemvMaxRows = 32;
 struct Int4LinearParams {
   const bf16_bits* x;

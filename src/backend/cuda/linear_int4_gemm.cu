@@ -322,8 +322,8 @@ template <int BM, int KW>
 void launch_cfg(const Int4LinearParams& p, cudaStream_t stream) {
   using C = GemmCfg<BM, KW>;
   const int64_t blocks = ceil_div(p.m, BM) * ceil_div(int4_row_tiles(p.n), C::kRows / 16);
-  launch_pdl(int4_gemm_kernel<BM, KW>, dim3(unsigned(blocks)), dim3(kThreads), C::kBytes, Launch{stream},
-             p);
+  launch_pdl(int4_gemm_kernel<BM, KW>, dim3(unsigned(blocks)), dim3(kThreads), C::kBytes,
+             Launch{stream}, p);
   CUDA_LAUNCH_CHECK();
 }
 

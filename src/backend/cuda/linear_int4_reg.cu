@@ -58,9 +58,9 @@ namespace {
 
 using namespace int4;
 
-constexpr int kMaxWarps = 8;      // two blocks of 8 warps at <= 128 registers per SM
-constexpr int kMaxTokens = 8;     // one mma n tile
-constexpr int kMaxGroup = 256;    // x sums: a group's 16-byte pieces within one warp
+constexpr int kMaxWarps = 8;    // two blocks of 8 warps at <= 128 registers per SM
+constexpr int kMaxTokens = 8;   // one mma n tile
+constexpr int kMaxGroup = 256;  // x sums: a group's 16-byte pieces within one warp
 constexpr int kDefaultWarps = 8;
 constexpr int kDefaultUnroll = 16;
 constexpr int kSmemPerSm = 228 * 1024;  // sm_90: shared memory per SM
@@ -91,12 +91,12 @@ __device__ __forceinline__ float2 lds64f(uint32_t addr) {
 
 // Host-computed layout of one launch (kernel argument; see choose_reg).
 struct Int4RegPlan {
-  int kt;           // k tiles per row tile
-  int units;        // row tiles, or gate/up pairs (SwiGLU)
-  int inter_tiles;  // SwiGLU: row tiles of the gate half; 0 plain
-  int slots;        // partial-sum row tiles per warp
-  int groups;       // scale groups per row (k padded to 64)
-  int trigger;      // kInt4Trigger*
+  int kt;                                        // k tiles per row tile
+  int units;                                     // row tiles, or gate/up pairs (SwiGLU)
+  int inter_tiles;                               // SwiGLU: row tiles of the gate half; 0 plain
+  int slots;                                     // partial-sum row tiles per warp
+  int groups;                                    // scale groups per row (k padded to 64)
+  int trigger;                                   // kInt4Trigger*
   uint32_t off_xsum, off_part, off_span, bytes;  // x at offset 0
 };
 
@@ -149,9 +149,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
       }
     }
   };
-  auto load_first = [&] {
-    static_for<U>([&](auto t_c) { load(t_c, a + decltype(t_c)::value); });
-  };
+  auto load_first = [&] { static_for<U>([&](auto t_c) { load(t_c, a + decltype(t_c)::value); }); };
   if (p.preload) load_first();
   if (pl.trigger == kInt4TriggerEarly) pdl_trigger();
   pdl_wait();
@@ -241,8 +239,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[i] = acc1[i] = 0.0f;
   };
-  int kt = KT > 0 ? a % KT : 0;   // the k tile of the position being multiplied
-  uint32_t xp = x_lane + kt * x_kt;   // its x
+  int kt = KT > 0 ? a % KT : 0;      // the k tile of the position being multiplied
+  uint32_t xp = x_lane + kt * x_kt;  // its x
   // Multiplies ring slot t (position i, k tile kt), then refills it with position i + U.
   auto step = [&](auto t_c, int i) {
     constexpr int t = decltype(t_c)::value;

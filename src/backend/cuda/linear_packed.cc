@@ -33,7 +33,9 @@ void run_int4_gemv(const Int4LinearParams& p, const Launch& l) { launch_int4_gem
 void run_int4_gemm(const Int4LinearParams& p, const Launch& l) { launch_int4_gemm(p, l.stream); }
 void run_fp8_gemv(const Fp8GemvParams& p, const Launch& l) { launch_fp8_gemv(p, l.stream); }
 void run_fp8_linear(const Fp8LinearParams& p, const Launch& l) { launch_fp8_linear(p, l.stream); }
-void run_fp8_dequant(const Fp8DequantParams& p, const Launch& l) { launch_fp8_dequant(p, l.stream); }
+void run_fp8_dequant(const Fp8DequantParams& p, const Launch& l) {
+  launch_fp8_dequant(p, l.stream);
+}
 
 constexpr size_t kFp8GemmWorkspaceBytes = size_t(32) << 20;  // cuBLASLt's recommendation on Hopper
 
@@ -83,9 +85,10 @@ LinearWeight CudaBackend::upload_linear(const HostLinearWeight& w, const Tensor&
     return upload_dense_bf16(w, bias_f32);
   if (!keep) {
     if (f.format != WeightFormat::kDense)
-      LOG_WARN("CUDA backend: a {} weight [{}, {}] is not a shape its kernels take; dequantized to bf16 "
-               "(the planner's figure assumed it packed)",
-               f.str(), w.out, w.in);
+      LOG_WARN(
+          "CUDA backend: a {} weight [{}, {}] is not a shape its kernels take; dequantized to bf16 "
+          "(the planner's figure assumed it packed)",
+          f.str(), w.out, w.in);
     return Backend::upload_linear(w, bias_f32);
   }
   end_step();
@@ -111,7 +114,8 @@ LinearWeight CudaBackend::upload_linear(const HostLinearWeight& w, const Tensor&
     for (int64_t s = 0; s < w.stack; ++s) {
       Int4RepackParams p = zeroed<Int4RepackParams>();
       p.src_packed = reinterpret_cast<const int32_t*>(sv + s * w.matrix_values_bytes());
-      p.src_scale = reinterpret_cast<const bf16_bits*>(sv + w.values.size() + s * w.matrix_scales_bytes());
+      p.src_scale =
+          reinterpret_cast<const bf16_bits*>(sv + w.values.size() + s * w.matrix_scales_bytes());
       p.dst_packed = static_cast<char*>(lw.weight->view().data) + s * packed;
       p.dst_scale = lw.scales->view().ptr<bf16_bits>() + s * (scale / 2);
       p.n = n;
@@ -127,21 +131,24 @@ LinearWeight CudaBackend::upload_linear(const HostLinearWeight& w, const Tensor&
       CUDA_CHECK(cudaMalloc(&fp8_workspace_, kFp8GemmWorkspaceBytes));
       fp8_planner_ = std::make_unique<Fp8GemmPlanner>(fp8_workspace_, kFp8GemmWorkspaceBytes);
     }
-    const int64_t rows = (n + kFp8Block - 1) / kFp8Block, cols = fp8_scale_cols(k), ld = fp8_gemm_scale_ld(k);
+    const int64_t rows = (n + kFp8Block - 1) / kFp8Block, cols = fp8_scale_cols(k),
+                  ld = fp8_gemm_scale_ld(k);
     lw.weight = alloc_resident(DType::kFP8E4M3, {w.stack, n, k});
     lw.scales = alloc_resident(DType::kF32, {w.stack, rows, ld});
     std::vector<float> padded(size_t(w.stack * rows * ld), 0.0f);
     for (int64_t s = 0; s < w.stack; ++s)
       for (int64_t r = 0; r < rows; ++r)
-        std::memcpy(padded.data() + (s * rows + r) * ld, w.scales.data() + ((s * rows + r) * cols) * 4,
-                    size_t(cols) * 4);
+        std::memcpy(padded.data() + (s * rows + r) * ld,
+                    w.scales.data() + ((s * rows + r) * cols) * 4, size_t(cols) * 4);
     upload_bytes(lw.weight->view().data, w.values.data(), w.values.size());
     upload_bytes(lw.scales->view().data, padded.data(), padded.size() * 4);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
-  CHECK_EQ(lw.weight->view().nbytes() + lw.scales->view().nbytes(), w.stack * linear_device_bytes(f, n, k));
+  CHECK_EQ(lw.weight->view().nbytes() + lw.scales->view().nbytes(),
+           w.stack * linear_device_bytes(f, n, k));
   if (!bias_f32.empty()) {
-    CHECK_MSG(bias_f32.dtype == DType::kF32 && bias_f32.numel() == n, "linear bias: expected float32 [{}]", n);
+    CHECK_MSG(bias_f32.dtype == DType::kF32 && bias_f32.numel() == n,
+              "linear bias: expected float32 [{}]", n);
     lw.bias = upload(bias_f32, DType::kF32);
   }
   return lw;
@@ -170,10 +177,12 @@ LinearWeight CudaBackend::upload_dense_bf16(const HostLinearWeight& w, const Ten
   return lw;
 }
 
-void CudaBackend::linear_packed(const Tensor& x, const LinearWeight& w, const Tensor& out, bool glu) {
+void CudaBackend::linear_packed(const Tensor& x, const LinearWeight& w, const Tensor& out,
+                                bool glu) {
   const int64_t m = x.numel() / x.dim(-1), k = x.dim(-1), n = w.out_features();
   CHECK_MSG(w.stack == 1, "linear: a stack of {} matrices is not one linear", w.stack);
-  CHECK_MSG(k == w.in_features(), "linear: x has {} features, the {} weight {}", k, w.format.str(), w.in_features());
+  CHECK_MSG(k == w.in_features(), "linear: x has {} features, the {} weight {}", k, w.format.str(),
+            w.in_features());
   CHECK_EQ(out.numel(), m * (glu ? n / 2 : n));
   check_bf16(x, "linear x");
   check_bf16(out, "linear out");
@@ -287,14 +296,15 @@ DeviceTensorPtr CudaBackend::dequantize_bf16(const LinearWeight& w) {
     launch_moe_repack(p, stream_);
   }
   if (w.is_dense()) {
-    CUDA_CHECK(cudaMemcpyAsync(out->view().data, w.weight->view().data, size_t(out->view().nbytes()),
-                               cudaMemcpyDeviceToDevice, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(out->view().data, w.weight->view().data,
+                               size_t(out->view().nbytes()), cudaMemcpyDeviceToDevice, stream_));
     return out;
   }
   for (int64_t s = 0; s < w.stack; ++s) {
     bf16_bits* dst = out->view().ptr<bf16_bits>() + s * n * k;
     if (w.format.format == WeightFormat::kInt4Group) {
-      const int64_t packed = int4_packed_bytes(n, k), scale = int4_scale_bytes(n, k, w.format.group_size);
+      const int64_t packed = int4_packed_bytes(n, k),
+                    scale = int4_scale_bytes(n, k, w.format.group_size);
       auto p = zeroed<Int4DequantParams>();
       p.packed = static_cast<const char*>(w.weight->view().data) + s * packed;
       p.scale = w.scales->view().ptr<bf16_bits>() + s * (scale / 2);
@@ -325,7 +335,8 @@ DeviceTensorPtr CudaBackend::dequantize_bf16(const LinearWeight& w) {
 bool CudaBackend::packed_glu_fused(const Tensor& x, const LinearWeight& w) const {
   const int64_t m = x.numel() / x.dim(-1), n = w.out_features();
   if (!tunables_.fusion || m == 0 || n % 2 != 0) return false;
-  if (w.format.format == WeightFormat::kInt4Group) return int4_use_gemv(m, n, x.dim(-1)) && (n / 2) % 16 == 0;
+  if (w.format.format == WeightFormat::kInt4Group)
+    return int4_use_gemv(m, n, x.dim(-1)) && (n / 2) % 16 == 0;
   return m <= kFp8GemvMaxRows && fp8_use_gemv(m, n, x.dim(-1));
 }
 

@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kWarps * 32) mla_kv_write_kernel(MlaKvWritePar
 void launch_mla_kv_write(const MlaKvWriteParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return;
   mla::launch(mla_kv_write_kernel, dim3(unsigned((p.tokens + kWarps - 1) / kWarps)),
-             dim3(kWarps * 32), 0, stream, p);
+              dim3(kWarps * 32), 0, stream, p);
   CUDA_LAUNCH_CHECK();
 }
 

@@ -409,11 +409,12 @@ void launch_moe_plan(const MoePlanParams& p, cudaStream_t stream) {
   } else {
     CHECK_MSG(p.plan.block_counts != nullptr, "moe plan: {} assignments need block_counts",
               p.assignments);
-    launch_pdl(moe_plan_count_kernel, dim3(unsigned(blocks)), dim3(kPlanChunkThreads), 0, Launch{stream},
-               p);
-    launch_pdl(moe_plan_scan_kernel, dim3(1), dim3(kPlanThreads), 0, Launch{stream}, p, int(blocks));
-    launch_pdl(moe_plan_place_kernel, dim3(unsigned(blocks)), dim3(kPlanChunkThreads), 0, Launch{stream},
-               p);
+    launch_pdl(moe_plan_count_kernel, dim3(unsigned(blocks)), dim3(kPlanChunkThreads), 0,
+               Launch{stream}, p);
+    launch_pdl(moe_plan_scan_kernel, dim3(1), dim3(kPlanThreads), 0, Launch{stream}, p,
+               int(blocks));
+    launch_pdl(moe_plan_place_kernel, dim3(unsigned(blocks)), dim3(kPlanChunkThreads), 0,
+               Launch{stream}, p);
   }
   CUDA_LAUNCH_CHECK();
 }
@@ -426,7 +427,8 @@ void launch_moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
         uintptr_t(p.add) % 16 == 0);
   const int64_t blocks = p.tokens * ceil_div(p.hidden, kCombineCols);
   CHECK_MSG(blocks < (int64_t(1) << 31), "moe combine: {} tokens", p.tokens);
-  launch_pdl(moe_combine_kernel, dim3(unsigned(blocks)), dim3(kCombineThreads), 0, Launch{stream}, p);
+  launch_pdl(moe_combine_kernel, dim3(unsigned(blocks)), dim3(kCombineThreads), 0, Launch{stream},
+             p);
   CUDA_LAUNCH_CHECK();
 }
 

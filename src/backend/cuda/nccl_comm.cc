@@ -31,7 +31,11 @@ class NcclComm : public Communicator {
  public:
   NcclComm(ncclComm_t comm, int rank, int size, cudaStream_t stream, double timeout_s,
            const std::atomic<bool>* give_up)
-      : comm_(comm), rank_(rank), size_(size), stream_(stream), timeout_s_(timeout_s),
+      : comm_(comm),
+        rank_(rank),
+        size_(size),
+        stream_(stream),
+        timeout_s_(timeout_s),
         give_up_(give_up) {}
   ~NcclComm() override {
     if (scratch_ != nullptr) cudaFree(scratch_);
@@ -44,16 +48,21 @@ class NcclComm : public Communicator {
   void all_reduce_sum(const Tensor& x) override {
     if (!status().ok()) return;
     ncclDataType_t t;
-    if (!nccl_type(x.dtype, &t)) return fail(invalid_argument("all_reduce: {} not supported", dtype_name(x.dtype)));
-    check(ncclAllReduce(x.data, x.data, size_t(x.numel()), t, ncclSum, comm_, stream_), "all_reduce");
+    if (!nccl_type(x.dtype, &t))
+      return fail(invalid_argument("all_reduce: {} not supported", dtype_name(x.dtype)));
+    check(ncclAllReduce(x.data, x.data, size_t(x.numel()), t, ncclSum, comm_, stream_),
+          "all_reduce");
   }
 
   void all_gather(const Tensor& in, const Tensor& out) override {
     if (!status().ok()) return;
     CHECK_EQ(out.nbytes(), in.nbytes() * size_);
     ncclDataType_t t;
-    if (!nccl_type(in.dtype, &t)) return fail(invalid_argument("all_gather: {} not supported", dtype_name(in.dtype)));
-    if (!check(ncclAllGather(in.data, out.data, size_t(in.numel()), t, comm_, stream_), "all_gather")) return;
+    if (!nccl_type(in.dtype, &t))
+      return fail(invalid_argument("all_gather: {} not supported", dtype_name(in.dtype)));
+    if (!check(ncclAllGather(in.data, out.data, size_t(in.numel()), t, comm_, stream_),
+               "all_gather"))
+      return;
     (void)wait("all_gather");
   }
 
@@ -107,23 +116,29 @@ class NcclComm : public Communicator {
     int64_t n = rank_ == root ? int64_t(bytes.size()) : 0;
     STRATA_RETURN_IF_ERROR(ensure_scratch(sizeof(int64_t)));
     cudaMemcpyAsync(scratch_, &n, sizeof(n), cudaMemcpyHostToDevice, stream_);
-    if (!check(ncclBroadcast(scratch_, scratch_, 1, ncclInt64, root, comm_, stream_), "broadcast")) return status();
+    if (!check(ncclBroadcast(scratch_, scratch_, 1, ncclInt64, root, comm_, stream_), "broadcast"))
+      return status();
     cudaMemcpyAsync(&n, scratch_, sizeof(n), cudaMemcpyDeviceToHost, stream_);
     STRATA_RETURN_IF_ERROR(wait("broadcast"));
     bytes.resize(size_t(n));
     if (n == 0) return Status();
     STRATA_RETURN_IF_ERROR(ensure_scratch(size_t(n)));
-    if (rank_ == root) cudaMemcpyAsync(scratch_, bytes.data(), size_t(n), cudaMemcpyHostToDevice, stream_);
-    if (!check(ncclBroadcast(scratch_, scratch_, size_t(n), ncclUint8, root, comm_, stream_), "broadcast"))
+    if (rank_ == root)
+      cudaMemcpyAsync(scratch_, bytes.data(), size_t(n), cudaMemcpyHostToDevice, stream_);
+    if (!check(ncclBroadcast(scratch_, scratch_, size_t(n), ncclUint8, root, comm_, stream_),
+               "broadcast"))
       return status();
-    if (rank_ != root) cudaMemcpyAsync(bytes.data(), scratch_, size_t(n), cudaMemcpyDeviceToHost, stream_);
+    if (rank_ != root)
+      cudaMemcpyAsync(bytes.data(), scratch_, size_t(n), cudaMemcpyDeviceToHost, stream_);
     return wait("broadcast");
   }
 
   Status barrier() override {
     STRATA_RETURN_IF_ERROR(status());
     STRATA_RETURN_IF_ERROR(ensure_scratch(sizeof(float)));
-    if (!check(ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_), "barrier")) return status();
+    if (!check(ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_),
+               "barrier"))
+      return status();
     return wait("barrier");
   }
 
@@ -143,19 +158,31 @@ class NcclComm : public Communicator {
  private:
   static bool nccl_type(DType d, ncclDataType_t* t) {
     switch (d) {
-      case DType::kF32: *t = ncclFloat32; return true;
-      case DType::kBF16: *t = ncclBfloat16; return true;
-      case DType::kF16: *t = ncclFloat16; return true;
-      case DType::kI32: *t = ncclInt32; return true;
-      case DType::kU8: *t = ncclUint8; return true;
-      default: return false;
+      case DType::kF32:
+        *t = ncclFloat32;
+        return true;
+      case DType::kBF16:
+        *t = ncclBfloat16;
+        return true;
+      case DType::kF16:
+        *t = ncclFloat16;
+        return true;
+      case DType::kI32:
+        *t = ncclInt32;
+        return true;
+      case DType::kU8:
+        *t = ncclUint8;
+        return true;
+      default:
+        return false;
     }
   }
   void fail(const Status& s) { abort(s.with_context("tensor-parallel rank {}", rank_)); }
 
   // A call on a non-blocking communicator: wait for it to be enqueued (ncclInProgress).
   bool check(ncclResult_t r, const char* what) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
     while (r == ncclInProgress) {
       if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) break;
       if (r != ncclInProgress) break;
@@ -172,12 +199,15 @@ class NcclComm : public Communicator {
     return true;
   }
 
-  bool stop_requested() const { return aborted_.load() || (give_up_ != nullptr && give_up_->load()); }
+  bool stop_requested() const {
+    return aborted_.load() || (give_up_ != nullptr && give_up_->load());
+  }
 
   // Waits for the stream like a watchdog: completion, NCCL's async error, a group abort, or the
   // timeout, whichever comes first.
   Status wait(const char* what) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
     for (;;) {
       const cudaError_t q = cudaStreamQuery(stream_);
       if (q == cudaSuccess) return status();
@@ -196,8 +226,9 @@ class NcclComm : public Communicator {
         return status();
       }
       if (std::chrono::steady_clock::now() > deadline) {
-        fail(unavailable("NCCL {}: no progress for {} s (a peer rank is gone or stuck; STRATA_NCCL_TIMEOUT_S)",
-                         what, timeout_s_));
+        fail(unavailable(
+            "NCCL {}: no progress for {} s (a peer rank is gone or stuck; STRATA_NCCL_TIMEOUT_S)",
+            what, timeout_s_));
         return status();
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
@@ -210,7 +241,8 @@ class NcclComm : public Communicator {
     if (scratch_ != nullptr) cudaFree(scratch_);
     scratch_ = nullptr;
     scratch_bytes_ = 0;
-    if (cudaMalloc(&scratch_, n) != cudaSuccess) return resource_exhausted("NCCL scratch of {} bytes", n);
+    if (cudaMalloc(&scratch_, n) != cudaSuccess)
+      return resource_exhausted("NCCL scratch of {} bytes", n);
     scratch_bytes_ = n;
     return Status();
   }
@@ -237,10 +269,12 @@ std::string nccl_id_to_hex(const NcclId& id) {
 
 StatusOr<NcclId> nccl_id_from_hex(const std::string& hex) {
   NcclId id;
-  if (hex.size() != id.bytes.size() * 2) return invalid_argument("NCCL id: {} hex digits, expected {}", hex.size(), id.bytes.size() * 2);
+  if (hex.size() != id.bytes.size() * 2)
+    return invalid_argument("NCCL id: {} hex digits, expected {}", hex.size(), id.bytes.size() * 2);
   for (size_t i = 0; i < id.bytes.size(); ++i) {
     unsigned v = 0;
-    if (std::sscanf(hex.c_str() + 2 * i, "%2x", &v) != 1) return invalid_argument("NCCL id: not hex at {}", 2 * i);
+    if (std::sscanf(hex.c_str() + 2 * i, "%2x", &v) != 1)
+      return invalid_argument("NCCL id: not hex at {}", 2 * i);
     id.bytes[i] = char(v);
   }
   return id;
@@ -258,7 +292,8 @@ StatusOr<NcclId> nccl_new_id() {
   return id;
 }
 
-StatusOr<NcclId> nccl_id_for_launch(const LaunchRank& launch, const std::string& id_file, double timeout_s) {
+StatusOr<NcclId> nccl_id_for_launch(const LaunchRank& launch, const std::string& id_file,
+                                    double timeout_s) {
   if (const auto hex = cuda::NcclEnv::from_environment().id_hex) return nccl_id_from_hex(*hex);
   if (launch.rank == 0) {
     STRATA_ASSIGN_OR_RETURN(NcclId id, nccl_new_id());
@@ -268,7 +303,8 @@ StatusOr<NcclId> nccl_id_for_launch(const LaunchRank& launch, const std::string&
       out << nccl_id_to_hex(id) << "\n";
       if (!out) return unavailable("cannot write the NCCL id file {}", tmp);
     }
-    if (std::rename(tmp.c_str(), id_file.c_str()) != 0) return unavailable("cannot rename {} to {}", tmp, id_file);
+    if (std::rename(tmp.c_str(), id_file.c_str()) != 0)
+      return unavailable("cannot rename {} to {}", tmp, id_file);
     return id;
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
@@ -277,7 +313,8 @@ StatusOr<NcclId> nccl_id_for_launch(const LaunchRank& launch, const std::string&
     std::string hex;
     if (in && std::getline(in, hex) && !hex.empty()) return nccl_id_from_hex(hex);
     if (std::chrono::steady_clock::now() > deadline)
-      return unavailable("rank {}: rank 0 did not write the NCCL id to {} within {} s", launch.rank, id_file, timeout_s);
+      return unavailable("rank {}: rank 0 did not write the NCCL id to {} within {} s", launch.rank,
+                         id_file, timeout_s);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
@@ -307,7 +344,8 @@ void* cuda_backend_stream(Backend& backend) {
   return cuda->stream();
 }
 
-StatusOr<std::unique_ptr<Communicator>> make_nccl_comm(const NcclId& id, int rank, int size, void* stream,
+StatusOr<std::unique_ptr<Communicator>> make_nccl_comm(const NcclId& id, int rank, int size,
+                                                       void* stream,
                                                        const std::atomic<bool>* give_up) {
   nccl_apply_env_defaults();
   const double timeout_s = cuda::NcclEnv::from_environment().timeout_s;
@@ -323,7 +361,8 @@ StatusOr<std::unique_ptr<Communicator>> make_nccl_comm(const NcclId& id, int ran
     if ((give_up != nullptr && give_up->load()) || std::chrono::steady_clock::now() > deadline) {
       ncclCommAbort(comm);
       return unavailable("NCCL init of rank {} of {}: {}", rank, size,
-                         give_up != nullptr && give_up->load() ? "another rank failed" : "peers did not join in time");
+                         give_up != nullptr && give_up->load() ? "another rank failed"
+                                                               : "peers did not join in time");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -331,8 +370,8 @@ StatusOr<std::unique_ptr<Communicator>> make_nccl_comm(const NcclId& id, int ran
     if (comm != nullptr) ncclCommAbort(comm);
     return nccl_error(r, "init").with_context("rank {} of {}", rank, size);
   }
-  return std::unique_ptr<Communicator>(
-      std::make_unique<NcclComm>(comm, rank, size, static_cast<cudaStream_t>(stream), timeout_s, give_up));
+  return std::unique_ptr<Communicator>(std::make_unique<NcclComm>(
+      comm, rank, size, static_cast<cudaStream_t>(stream), timeout_s, give_up));
 }
 
 }  // namespace strata

@@ -137,7 +137,8 @@ __global__ void __launch_bounds__(1024) rms_norm_vec_kernel(RmsNormParams p) {
       if (p.weight_f32) {
         const float4* wf = static_cast<const float4*>(p.weight) + 2 * idx;
         const float4 a = wf[0], b = wf[1];
-        w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
+        w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z,
+        w[7] = b.w;
       } else {
         unpack8(static_cast<const uint4*>(p.weight)[idx], w);
       }
@@ -161,9 +162,12 @@ void launch_rms_norm(const RmsNormParams& p, const Launch& launch) {
     const int threads = int(std::min<int64_t>(1024, ceil_div(nchunk, 32) * 32));
     const int chunks = int(ceil_div(nchunk, threads));
     const dim3 grid{unsigned(p.rows)}, block{unsigned(threads)};
-    if (chunks == 1) launch_pdl(rms_norm_vec_kernel<1>, grid, block, 0, launch, p);
-    else if (chunks == 2) launch_pdl(rms_norm_vec_kernel<2>, grid, block, 0, launch, p);
-    else launch_pdl(rms_norm_vec_kernel<4>, grid, block, 0, launch, p);
+    if (chunks == 1)
+      launch_pdl(rms_norm_vec_kernel<1>, grid, block, 0, launch, p);
+    else if (chunks == 2)
+      launch_pdl(rms_norm_vec_kernel<2>, grid, block, 0, launch, p);
+    else
+      launch_pdl(rms_norm_vec_kernel<4>, grid, block, 0, launch, p);
   } else if (p.dim <= 256) {
     launch_pdl(rms_norm_warp_kernel, dim3(unsigned(ceil_div(p.rows, 8))), dim3(256), 0, launch, p);
   } else {

@@ -6,15 +6,15 @@
 namespace strata::cuda {
 
 struct RmsNormParams {
-  const bf16_bits* x;     // [rows, dim]
-  bf16_bits* residual;    // [rows, dim] or null: residual += x first, then norm(residual)
-  const void* weight;     // [dim], bf16 or f32 (weight_f32)
-  bf16_bits* out;         // [rows, dim]; may alias x
+  const bf16_bits* x;   // [rows, dim]
+  bf16_bits* residual;  // [rows, dim] or null: residual += x first, then norm(residual)
+  const void* weight;   // [dim], bf16 or f32 (weight_f32)
+  bf16_bits* out;       // [rows, dim]; may alias x
   int64_t rows;
   int dim;
   float eps;
   int weight_f32;
-  int pdl_early;          // trigger the next kernel before waiting on the previous (common.cuh)
+  int pdl_early;  // trigger the next kernel before waiting on the previous (common.cuh)
 };
 void launch_rms_norm(const RmsNormParams& p, const Launch& launch);
 

@@ -50,15 +50,14 @@ enum Op : int {
 #define STRATA_CUDA_OP_ENUM(id, name) id,
   STRATA_CUDA_OPS(STRATA_CUDA_OP_ENUM)
 #undef STRATA_CUDA_OP_ENUM
-  kOpCount
+      kOpCount
 };
 
 // The name of an op id ("?" for none or an unknown id).
 inline const char* op_name(int op) {
-  static constexpr const char* kNames[] = {
-      "?",
+  static constexpr const char* kNames[] = {"?",
 #define STRATA_CUDA_OP_NAME(id, name) name,
-      STRATA_CUDA_OPS(STRATA_CUDA_OP_NAME)
+                                           STRATA_CUDA_OPS(STRATA_CUDA_OP_NAME)
 #undef STRATA_CUDA_OP_NAME
   };
   static_assert(sizeof kNames / sizeof kNames[0] == kOpCount);

@@ -16,9 +16,12 @@ namespace {
 template <int E>
 __device__ __forceinline__ void store_kv(void* base, int64_t i, float v, float inv_scale) {
   if (inv_scale != 1.0f) v *= inv_scale;
-  if constexpr (E == kKvBf16) static_cast<bf16_bits*>(base)[i] = float_to_bf16(v);
-  else if constexpr (E == kKvE4M3) static_cast<uint8_t*>(base)[i] = float_to_e4m3(v);
-  else static_cast<uint8_t*>(base)[i] = float_to_e5m2(v);
+  if constexpr (E == kKvBf16)
+    static_cast<bf16_bits*>(base)[i] = float_to_bf16(v);
+  else if constexpr (E == kKvE4M3)
+    static_cast<uint8_t*>(base)[i] = float_to_e4m3(v);
+  else
+    static_cast<uint8_t*>(base)[i] = float_to_e5m2(v);
 }
 
 __device__ __forceinline__ float round_bf16(float v) { return bf16_to_float(float_to_bf16(v)); }
@@ -84,9 +87,12 @@ void launch_qkv_rope_kv_write(const QkvRopeParams& p, const Launch& launch) {
   const int64_t n = p.tokens * (p.heads + 2 * p.kv_heads) * (p.head_dim / 2);
   if (n == 0) return;
   const dim3 grid(unsigned(ceil_div(n, 128))), block(128);
-  if (p.kv_elem == kKvE4M3) launch_pdl(qkv_rope_kernel<kKvE4M3>, grid, block, 0, launch, p);
-  else if (p.kv_elem == kKvE5M2) launch_pdl(qkv_rope_kernel<kKvE5M2>, grid, block, 0, launch, p);
-  else launch_pdl(qkv_rope_kernel<kKvBf16>, grid, block, 0, launch, p);
+  if (p.kv_elem == kKvE4M3)
+    launch_pdl(qkv_rope_kernel<kKvE4M3>, grid, block, 0, launch, p);
+  else if (p.kv_elem == kKvE5M2)
+    launch_pdl(qkv_rope_kernel<kKvE5M2>, grid, block, 0, launch, p);
+  else
+    launch_pdl(qkv_rope_kernel<kKvBf16>, grid, block, 0, launch, p);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -103,9 +109,9 @@ void CudaBackend::qkv_rope_kv_write(const Tensor& qkv, int heads, int kv_heads, 
   const Tensor kc = kv.k(layer);
   const bool fused = tunables_.fusion && qkv.dtype == DType::kBF16 && q.dtype == DType::kBF16 &&
                      hd % 2 == 0 && ra.offset == 0 && ra.rotary_dim % 2 == 0 &&
-                     ra.rotary_dim <= hd && half <= kMaxRopeHalf &&
-                     lay.k_dim == kv_heads * hd && lay.v_dim == kv_heads * hd &&
-                     !lay.k_row_is_split(layer) && kc.dtype == kv.v(layer).dtype;
+                     ra.rotary_dim <= hd && half <= kMaxRopeHalf && lay.k_dim == kv_heads * hd &&
+                     lay.v_dim == kv_heads * hd && !lay.k_row_is_split(layer) &&
+                     kc.dtype == kv.v(layer).dtype;
   if (!fused) {
     return Backend::qkv_rope_kv_write(qkv, heads, kv_heads, head_dim, ra, kv, layer, meta, q);
   }

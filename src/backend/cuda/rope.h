@@ -8,8 +8,8 @@ namespace strata::cuda {
 
 constexpr int kMaxRopeHalf = 256;
 struct RopeParams {
-  bf16_bits* x;              // [tokens, heads, stride]
-  bf16_bits* x2;             // a second tensor rotated in the same launch (q and k), or null
+  bf16_bits* x;   // [tokens, heads, stride]
+  bf16_bits* x2;  // a second tensor rotated in the same launch (q and k), or null
   int heads2;
   int stride2;
   const int32_t* positions;  // device [tokens]

@@ -33,7 +33,7 @@ constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
 constexpr int kBins = 65536;
 constexpr int kBinsPerThread = kBins / kThreads;  // 64, thread t owns keys 65535 - 64t down
-constexpr int kMaxReplay = 1 << 17;  // longer tie groups use the closed form instead
+constexpr int kMaxReplay = 1 << 17;               // longer tie groups use the closed form instead
 
 static_assert(sizeof(SampleRowDev) == 24, "SampleRowDev must match SampleRowParams");
 
@@ -144,11 +144,11 @@ struct Shared {
   Best best[kWarps];
   int64_t scan_i[kWarps];
   double scan_d[kWarps];
-  int winner;               // lowest thread that found a crossing
-  uint32_t key;             // its group
-  int64_t j;                // 1-based rank inside the group
-  double kept;              // top-p: the kept mass
-  uint32_t last_key;        // lowest key still kept (the reference's fallback: its last element)
+  int winner;         // lowest thread that found a crossing
+  uint32_t key;       // its group
+  int64_t j;          // 1-based rank inside the group
+  double kept;        // top-p: the kept mass
+  uint32_t last_key;  // lowest key still kept (the reference's fallback: its last element)
   int32_t token;
 };
 
@@ -412,8 +412,8 @@ void CudaBackend::sample(const Tensor& logits, const SampleRowParams* params, in
     return sample_f32_logits(logits, params, out_ids);
   }
   // The row parameters travel through staging as raw 32-bit words (24 bytes a row).
-  const int32_t* dev_params =
-      stage_i32(reinterpret_cast<const int32_t*>(params), rows * int64_t(sizeof(SampleRowParams) / 4));
+  const int32_t* dev_params = stage_i32(reinterpret_cast<const int32_t*>(params),
+                                        rows * int64_t(sizeof(SampleRowParams) / 4));
   auto out = alloc(DType::kI32, {rows});
   DeviceTensorPtr hist;
   if (any_sampling) hist = scratch(rows * 65536 * 4);

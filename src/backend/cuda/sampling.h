@@ -21,7 +21,7 @@ struct SampleParams {
   int64_t vocab;
   int rows;
   int f32;
-  int vec;           // rows are 16-byte aligned and a whole number of 16-byte vectors
+  int vec;  // rows are 16-byte aligned and a whole number of 16-byte vectors
   int any_sampling;
 };
 void launch_sample(const SampleParams& p, const Launch& launch);

@@ -13,9 +13,11 @@ namespace strata::cuda {
 CudaTunables CudaTunables::from_environment() {
   CudaTunables t;
   if (const char* v = std::getenv("STRATA_CUDA_PDL")) t.pdl = !(v[0] == '0');
-  if (const char* v = std::getenv("STRATA_CUDA_PREFILL_SPLIT"); v != nullptr && *v >= '0' && *v <= '2')
+  if (const char* v = std::getenv("STRATA_CUDA_PREFILL_SPLIT");
+      v != nullptr && *v >= '0' && *v <= '2')
     t.prefill_split_mode = *v - '0';
-  if (const char* v = std::getenv("STRATA_STEP_TIMING")) t.log_eager_steps = std::string_view(v) == "1";
+  if (const char* v = std::getenv("STRATA_STEP_TIMING"))
+    t.log_eager_steps = std::string_view(v) == "1";
   if (const char* v = std::getenv("STRATA_FP8_W8A8")) t.fp8_w8a8 = std::string_view(v) == "1";
   return t;
 }
@@ -25,7 +27,8 @@ void CudaTunables::check() const {
   CHECK_MSG(gemv_max_ksplit == 1 || gemv_max_ksplit == 2 || gemv_max_ksplit == 4,
             "gemv_max_ksplit {}", gemv_max_ksplit);
   CHECK_MSG(gemv_prefetch_elems >= 0, "gemv_prefetch_elems {}", gemv_prefetch_elems);
-  CHECK_MSG(gemv_block_warps == 4 || gemv_block_warps == 8, "gemv_block_warps {}", gemv_block_warps);
+  CHECK_MSG(gemv_block_warps == 4 || gemv_block_warps == 8, "gemv_block_warps {}",
+            gemv_block_warps);
   CHECK_MSG(decode_blocks_per_sm >= 1, "decode_blocks_per_sm {}", decode_blocks_per_sm);
   CHECK_MSG(prefill_split_mode >= 0 && prefill_split_mode <= 2, "prefill_split_mode {}",
             prefill_split_mode);

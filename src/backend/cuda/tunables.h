@@ -30,8 +30,8 @@ struct CudaTunables {
   // ---- launches ----
   // Programmatic dependent launch of the decode-path kernels (common.cuh launch_pdl). Env
   // STRATA_CUDA_PDL=0 turns it off. Default on since the first graphs (batch-1 decode of the 8B
-  // shape, RESULTS' table: graphs without PDL 5.122 ms/token on the old launch sequence, 2026-11-30;
-  // the default path 4.142).
+  // shape, RESULTS' table: graphs without PDL 5.122 ms/token on the old launch sequence,
+  // 2026-11-30; the default path 4.142).
   bool pdl = true;
   // Decode kernels (GEMV, RMSNorm, fused rope/KV write, decode attention) trigger their successor
   // before waiting on their predecessor (common.cuh pdl_enter). No env. Default off: batch-1

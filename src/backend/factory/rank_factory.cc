@@ -16,7 +16,8 @@ namespace strata {
 StatusOr<RankFactory> make_rank_factory(const RankGroup& group) {
   if (group.size < 1) return invalid_argument("--tp-size must be >= 1, got {}", group.size);
   if (group.one_rank) {
-    if (group.launch) return invalid_argument("--tp-one-rank runs one process alone: not under a launcher's ranks");
+    if (group.launch)
+      return invalid_argument("--tp-one-rank runs one process alone: not under a launcher's ranks");
     const Device device = group.device;
     const int size = group.size;
     return RankFactory([device, size](int r, const std::atomic<bool>&) -> StatusOr<RankResources> {

@@ -5,11 +5,11 @@
 
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
-#include <cstring>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "engine/engine.h"
@@ -48,15 +48,20 @@ CliRun run_cli(const std::string& args) {
 class BrokenModel : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("strata_model_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("strata_model_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    for (const auto& f : fs::directory_iterator(kHouse)) fs::copy(f.path(), dir_ / f.path().filename());
-    for (const auto& f : fs::directory_iterator(dir_)) fs::permissions(f.path(), fs::perms::owner_all, fs::perm_options::add);
+    for (const auto& f : fs::directory_iterator(kHouse))
+      fs::copy(f.path(), dir_ / f.path().filename());
+    for (const auto& f : fs::directory_iterator(dir_))
+      fs::permissions(f.path(), fs::perms::owner_all, fs::perm_options::add);
   }
   void TearDown() override { fs::remove_all(dir_); }
-  CliRun generate() { return run_cli("generate --model-path " + dir_.string() + " --prompt hi --max-new-tokens 2"); }
+  CliRun generate() {
+    return run_cli("generate --model-path " + dir_.string() + " --prompt hi --max-new-tokens 2");
+  }
   fs::path dir_;
 };
 
@@ -70,13 +75,15 @@ void expect_clear_error(const CliRun& r, const std::string& needle) {
 }
 
 TEST(GenerateCli, MissingModelDirectory) {
-  expect_clear_error(run_cli("generate --model-path /nonexistent/model --prompt hi"), "/nonexistent/model");
+  expect_clear_error(run_cli("generate --model-path /nonexistent/model --prompt hi"),
+                     "/nonexistent/model");
 }
 
 // SGLang's graph flags: graphs exist on cuda only, never silently ignored elsewhere.
 TEST(GenerateCli, CudaGraphFlags) {
   const std::string base = "generate --model-path " + kHouse + " --prompt hi --max-new-tokens 2 ";
-  expect_clear_error(run_cli(base + "--cuda-graph-max-bs 8"), "--cuda-graph-max-bs 8 needs --device cuda");
+  expect_clear_error(run_cli(base + "--cuda-graph-max-bs 8"),
+                     "--cuda-graph-max-bs 8 needs --device cuda");
   expect_clear_error(run_cli(base + "--cuda-graph-max-bs -1"), "--cuda-graph-max-bs must be >= 0");
   expect_clear_error(run_cli(base + "--disable-cuda-graph --cuda-graph-max-bs 8"), "both given");
   CliRun r = run_cli(base + "--disable-cuda-graph");
@@ -100,7 +107,8 @@ TEST(GenerateCli, ZeroNewTokensIsRefused) {
 // A prompt + --max-new-tokens beyond the KV pool fails with the reason (in text mode too), never
 // a silently shorter answer.
 TEST(GenerateCli, NeverFittingRequestFailsWithTheReason) {
-  CliRun r = run_cli("generate --model-path " + kHouse + " --prompt hi --max-new-tokens 100 --max-total-tokens 64");
+  CliRun r = run_cli("generate --model-path " + kHouse +
+                     " --prompt hi --max-new-tokens 100 --max-total-tokens 64");
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("maximum context length is 64 tokens (the KV cache pool holds 64 tokens"),
             std::string::npos)
@@ -160,9 +168,12 @@ TEST(GenerateCli, MalformedJsonlLineLeavesNoOutput) {
   const fs::path dir = fs::temp_directory_path() / ("strata_jsonl_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const fs::path in = dir / "in.jsonl", out = dir / "out.jsonl";
-  std::ofstream(in) << R"({"id": "a", "messages": [{"role": "user", "content": "hi"}]})" << "\n"
-                    << R"({"id": "b", "messages": [ oops )" << "\n";
-  CliRun r = run_cli("generate --model-path " + kHouse + " --input " + in.string() + " --output " + out.string());
+  std::ofstream(in) << R"({"id": "a", "messages": [{"role": "user", "content": "hi"}]})"
+                    << "\n"
+                    << R"({"id": "b", "messages": [ oops )"
+                    << "\n";
+  CliRun r = run_cli("generate --model-path " + kHouse + " --input " + in.string() + " --output " +
+                     out.string());
   expect_clear_error(r, "line 2");
   EXPECT_FALSE(fs::exists(out));
   EXPECT_FALSE(fs::exists(out.string() + ".tmp"));
@@ -183,7 +194,8 @@ TEST(GenerateCli, ConcurrencyDoesNotChangeGreedyOutputs) {
   }
   const std::string common = "generate --model-path " + kHouse + " --input " + in.string() +
                              " --max-new-tokens 16 --temperature 0 --no-progress";
-  CliRun serial = run_cli(common + " --max-running-requests 1 --output " + (dir / "serial.jsonl").string());
+  CliRun serial =
+      run_cli(common + " --max-running-requests 1 --output " + (dir / "serial.jsonl").string());
   CliRun batched = run_cli(common + " --output " + (dir / "batched.jsonl").string());
   ASSERT_EQ(serial.exit_code, 0) << serial.err;
   ASSERT_EQ(batched.exit_code, 0) << batched.err;
@@ -211,10 +223,12 @@ class HouseGreedy : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(HouseGreedy, HarborMatchesHuggingFaceGreedy) {
   const std::string model = kShared + "/models/" + GetParam();
-  CliRun r = run_cli("generate --model-path " + model +
-                     " --prompt 'What does the word \"harbor\" mean?' --max-new-tokens 32 --temperature 0");
+  CliRun r = run_cli(
+      "generate --model-path " + model +
+      " --prompt 'What does the word \"harbor\" mean?' --max-new-tokens 32 --temperature 0");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  auto ref = strata::SafetensorsFile::open(kShared + "/fixtures/" + GetParam() + "/reference.safetensors");
+  auto ref =
+      strata::SafetensorsFile::open(kShared + "/fixtures/" + GetParam() + "/reference.safetensors");
   ASSERT_TRUE(ref.ok());
   std::vector<int32_t> ids;
   for (const auto& t : (*ref)->tensors())
@@ -229,12 +243,16 @@ TEST_P(HouseGreedy, HarborMatchesHuggingFaceGreedy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, HouseGreedy, ::testing::Values("house-llama", "house-mla"),
-                         [](const auto& info) { return info.param == "house-llama" ? "llama" : "mla"; });
+                         [](const auto& info) {
+                           return info.param == "house-llama" ? "llama" : "mla";
+                         });
 
 // The engine's KV capacity equals `strata plan` for the same deployment (one formula).
 TEST(PlanCli, EngineCapacityEqualsPlan) {
-  CliRun plan = run_cli("plan --model-path " + kHouse +
-                        " --device cpu --gpu-memory-gib 4 --mem-fraction-static 0.9 --page-size 16 --kv-cache-dtype f32 --json");  // f32: the CPU engine's exact (auto) KV dtype
+  CliRun plan =
+      run_cli("plan --model-path " + kHouse +
+              " --device cpu --gpu-memory-gib 4 --mem-fraction-static 0.9 --page-size 16 "
+              "--kv-cache-dtype f32 --json");  // f32: the CPU engine's exact (auto) KV dtype
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
   const int64_t planned = nlohmann::json::parse(plan.out)["kv_tokens"].get<int64_t>();
   strata::EngineConfig c;

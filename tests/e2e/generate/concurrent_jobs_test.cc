@@ -45,12 +45,13 @@ class ConcurrentJobs : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   Child spawn(const std::string& log_name) {
-    return Child::spawn({STRATA_BINARY, "generate", "--model-path",
-                         std::string(STRATA_SHARED_DIR) + "/models/house-llama", "--input", "define=" + input_,
-                         "--output", output_, "--max-new-tokens", "12", "--temperature", "0",
-                         // Small waves: the job lasts long enough for the others to collide with it.
-                         "--concurrency", "2", "--no-progress"},
-                        log(log_name));
+    return Child::spawn(
+        {STRATA_BINARY, "generate", "--model-path",
+         std::string(STRATA_SHARED_DIR) + "/models/house-llama", "--input", "define=" + input_,
+         "--output", output_, "--max-new-tokens", "12", "--temperature", "0",
+         // Small waves: the job lasts long enough for the others to collide with it.
+         "--concurrency", "2", "--no-progress"},
+        log(log_name));
   }
   std::string log(const std::string& name) const { return (dir_ / (name + ".log")).string(); }
 
@@ -77,17 +78,19 @@ TEST_F(ConcurrentJobs, SecondJobIsRefusedAtOnceAndTheFirstCompletes) {
   Child first = spawn("first");
   // Until the first job holds the lock (its record names its pid).
   const std::string holder = "\"pid\":" + std::to_string(first.pid());
-  ASSERT_FALSE(wait_for_text(first, dir_.string(), output_ + ".lock", holder)) << read_file(log("first"));
+  ASSERT_FALSE(wait_for_text(first, dir_.string(), output_ + ".lock", holder))
+      << read_file(log("first"));
   Child second = spawn("second");
   auto rc2 = second.wait_for(60000);
   ASSERT_TRUE(rc2.has_value()) << "the second job was not refused";
   EXPECT_EQ(*rc2, 1) << read_file(log("second"));
   const std::string msg = read_file(log("second"));
-  EXPECT_NE(msg.find("being written by another job: pid " + std::to_string(first.pid()) + " on host " +
-                     local_host_name()),
+  EXPECT_NE(msg.find("being written by another job: pid " + std::to_string(first.pid()) +
+                     " on host " + local_host_name()),
             std::string::npos)
       << msg;
-  EXPECT_EQ(msg.find("KV cache"), std::string::npos) << "refused only after loading the model:\n" << msg;
+  EXPECT_EQ(msg.find("KV cache"), std::string::npos) << "refused only after loading the model:\n"
+                                                     << msg;
   auto rc1 = first.wait_for(300000);
   ASSERT_TRUE(rc1.has_value());
   EXPECT_EQ(*rc1, 0) << read_file(log("first"));

@@ -28,8 +28,8 @@ std::string read_file(const std::string& path) {
 }
 
 TEST(GenerateKillResume, SigkillAtRandomMomentsYieldsEveryIdExactlyOnce) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("strata_kill_resume_" + std::to_string(::getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("strata_kill_resume_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::string input = (dir / "define.jsonl").string(), output = (dir / "out.jsonl").string(),
@@ -45,15 +45,12 @@ TEST(GenerateKillResume, SigkillAtRandomMomentsYieldsEveryIdExactlyOnce) {
     }
   }
   ASSERT_EQ(int(ids.size()), kPrompts);
-  const std::vector<std::string> cmd = {STRATA_BINARY, "generate",
-                                        "--model-path", std::string(STRATA_SHARED_DIR) + "/models/house-llama",
-                                        "--input", "define=" + input,
-                                        "--output", output,
-                                        "--max-new-tokens", "4",
-                                        "--temperature", "0.8",
-                                        "--seed", "5",
-                                        // Small waves, so records land all through the run.
-                                        "--concurrency", "8"};
+  const std::vector<std::string> cmd = {
+      STRATA_BINARY, "generate", "--model-path",
+      std::string(STRATA_SHARED_DIR) + "/models/house-llama", "--input", "define=" + input,
+      "--output", output, "--max-new-tokens", "4", "--temperature", "0.8", "--seed", "5",
+      // Small waves, so records land all through the run.
+      "--concurrency", "8"};
 
   // Kill moments follow the generator's own progress, so they are random on any machine speed:
   // two kills at a random moment of startup (loading, scanning, truncating), the others once
@@ -115,7 +112,8 @@ TEST(GenerateKillResume, SigkillAtRandomMomentsYieldsEveryIdExactlyOnce) {
   EXPECT_TRUE(std::filesystem::exists(output + ".done"));
   // Progress was made between kills (the resume does not restart from scratch).
   int grew = 0;
-  for (size_t i = 1; i < records_after_kill.size(); ++i) grew += records_after_kill[i] > records_after_kill[i - 1];
+  for (size_t i = 1; i < records_after_kill.size(); ++i)
+    grew += records_after_kill[i] > records_after_kill[i - 1];
   EXPECT_GE(grew, 5) << "kill seed " << seed;
   std::printf("kills: %d, records after each kill:", kills);
   for (auto n : records_after_kill) std::printf(" %lld", (long long)n);

@@ -34,7 +34,8 @@ std::map<std::string, std::pair<std::string, int>> read_results(const std::strin
   std::string line;
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line);
-    out[j["id"]] = {j["conversations"].back()["content"], j["meta"]["completion_tokens"].get<int>()};
+    out[j["id"]] = {j["conversations"].back()["content"],
+                    j["meta"]["completion_tokens"].get<int>()};
   }
   return out;
 }
@@ -43,11 +44,13 @@ class Preemption : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(Preemption, KilledAgainAndAgainFinishesWithTheUninterruptedOutput) {
   const std::string temperature = GetParam();
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("strata_preempt_" + std::to_string(::getpid()) + "_" + temperature);
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("strata_preempt_" + std::to_string(::getpid()) + "_" + temperature);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  const std::string input = (dir / "explain.jsonl").string(), reference = (dir / "reference.jsonl").string(),
+  const std::string input = (dir / "explain.jsonl").string(),
+                    reference = (dir / "reference.jsonl").string(),
                     output = (dir / "out.jsonl").string(), partial = output + ".partial.jsonl",
                     log = (dir / "log.txt").string();
   {
@@ -57,11 +60,26 @@ TEST_P(Preemption, KilledAgainAndAgainFinishesWithTheUninterruptedOutput) {
     for (int i = 0; i < 3 && std::getline(in, line); ++i) out << line << "\n";
   }
   auto command = [&](const std::string& out) {
-    return std::vector<std::string>{STRATA_BINARY, "generate", "--model-path",
-                                    std::string(STRATA_SHARED_DIR) + "/models/house-llama", "--input",
-                                    "explain=" + input, "--output", out, "--max-new-tokens", "240", "--ignore-eos",
-                                    "--temperature", temperature, "--seed", "11", "--checkpoint-tokens", "16",
-                                    "--checkpoint-interval", "0.3", "--no-progress"};
+    return std::vector<std::string>{STRATA_BINARY,
+                                    "generate",
+                                    "--model-path",
+                                    std::string(STRATA_SHARED_DIR) + "/models/house-llama",
+                                    "--input",
+                                    "explain=" + input,
+                                    "--output",
+                                    out,
+                                    "--max-new-tokens",
+                                    "240",
+                                    "--ignore-eos",
+                                    "--temperature",
+                                    temperature,
+                                    "--seed",
+                                    "11",
+                                    "--checkpoint-tokens",
+                                    "16",
+                                    "--checkpoint-interval",
+                                    "0.3",
+                                    "--no-progress"};
   };
   Child ref = Child::spawn(command(reference), (dir / "reference.log").string());
   auto rc = ref.wait_for(300000);
@@ -107,14 +125,18 @@ TEST_P(Preemption, KilledAgainAndAgainFinishesWithTheUninterruptedOutput) {
   for (const auto& [id, w] : want) {
     ASSERT_TRUE(got.count(id)) << id;
     EXPECT_EQ(got.at(id).second, 240) << id;
-    EXPECT_EQ(got.at(id).first, w.first) << id << " differs from the uninterrupted run (kill seed " << seed << ")";
+    EXPECT_EQ(got.at(id).first, w.first)
+        << id << " differs from the uninterrupted run (kill seed " << seed << ")";
   }
-  std::printf("temperature %s: %d kills, output identical to the uninterrupted run\n", temperature.c_str(), kills);
+  std::printf("temperature %s: %d kills, output identical to the uninterrupted run\n",
+              temperature.c_str(), kills);
   std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(GreedyAndSeeded, Preemption, ::testing::Values("0", "0.8"),
-                         [](const auto& info) { return std::string(info.param) == "0" ? "greedy" : "seeded"; });
+                         [](const auto& info) {
+                           return std::string(info.param) == "0" ? "greedy" : "seeded";
+                         });
 
 }  // namespace
 }  // namespace strata

@@ -116,7 +116,8 @@ inline int64_t count_lines(const std::string& path) {
 
 // Waits (inotify on the directory, no polling loop) until done() holds or the child exits.
 // Returns the child's exit status if it exited, nullopt otherwise.
-inline std::optional<int> wait_until(Child& child, const std::string& dir, const std::function<bool()>& done) {
+inline std::optional<int> wait_until(Child& child, const std::string& dir,
+                                     const std::function<bool()>& done) {
   const int fd = ::inotify_init1(IN_CLOEXEC);
   ::inotify_add_watch(fd, dir.c_str(), IN_MODIFY | IN_CREATE);
   std::optional<int> rc;
@@ -132,7 +133,8 @@ inline std::optional<int> wait_until(Child& child, const std::string& dir, const
 }
 
 // Until `path` (in `dir`) has `lines` complete lines.
-inline std::optional<int> wait_for_lines(Child& child, const std::string& dir, const std::string& path, int64_t lines) {
+inline std::optional<int> wait_for_lines(Child& child, const std::string& dir,
+                                         const std::string& path, int64_t lines) {
   return wait_until(child, dir, [&] { return count_lines(path) >= lines; });
 }
 
@@ -141,8 +143,8 @@ inline bool file_contains(const std::string& path, const std::string& text) {
   return std::string(std::istreambuf_iterator<char>(in), {}).find(text) != std::string::npos;
 }
 // Until `path` (in `dir`) contains `text`.
-inline std::optional<int> wait_for_text(Child& child, const std::string& dir, const std::string& path,
-                                        const std::string& text) {
+inline std::optional<int> wait_for_text(Child& child, const std::string& dir,
+                                        const std::string& path, const std::string& text) {
   return wait_until(child, dir, [&] { return file_contains(path, text); });
 }
 

@@ -34,8 +34,8 @@ std::vector<int64_t> counts_before_any_finished(const std::string& log) {
 }
 
 TEST(GenerateProgress, TokenCountMovesBeforeAnyPromptFinishes) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("strata_progress_" + std::to_string(::getpid()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("strata_progress_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::string input = (dir / "define.jsonl").string(), log = (dir / "log.txt").string();
@@ -46,24 +46,28 @@ TEST(GenerateProgress, TokenCountMovesBeforeAnyPromptFinishes) {
     for (int i = 0; i < 8 && std::getline(in, line); ++i) out << line << "\n";
   }
   const auto start = std::chrono::steady_clock::now();
-  Child job = Child::spawn({STRATA_BINARY, "generate", "--model-path",
-                            std::string(STRATA_SHARED_DIR) + "/models/house-llama", "--input", "define=" + input,
-                            "--output", (dir / "out.jsonl").string(), "--max-new-tokens", "2000", "--ignore-eos",
-                            "--progress-interval", "0.25"},
-                           log);
+  Child job =
+      Child::spawn({STRATA_BINARY, "generate", "--model-path",
+                    std::string(STRATA_SHARED_DIR) + "/models/house-llama", "--input",
+                    "define=" + input, "--output", (dir / "out.jsonl").string(), "--max-new-tokens",
+                    "2000", "--ignore-eos", "--progress-interval", "0.25"},
+                   log);
   // Three lines with a growing count while no prompt has finished.
   auto moving = [&] {
     const auto counts = counts_before_any_finished(read_file(log));
     int rises = 0;
-    for (size_t i = 1; i < counts.size(); ++i) rises += counts[i] > counts[i - 1] && counts[i - 1] > 0;
+    for (size_t i = 1; i < counts.size(); ++i)
+      rises += counts[i] > counts[i - 1] && counts[i - 1] > 0;
     return rises >= 2;
   };
   auto rc = testing_support::wait_until(job, dir.string(), moving);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_FALSE(rc.has_value()) << "the job ended first:\n" << read_file(log);
   job.kill9();
   const std::string text = read_file(log);
-  std::printf("the token count moved (3 growing lines, 0/8 finished) %.2f s after the start\n", seconds);
+  std::printf("the token count moved (3 growing lines, 0/8 finished) %.2f s after the start\n",
+              seconds);
   EXPECT_NE(text.find("running"), std::string::npos) << text;
   EXPECT_NE(text.find("ETA "), std::string::npos) << text;
   std::filesystem::remove_all(dir);

@@ -26,7 +26,7 @@ using testing_support::free_port;
 constexpr int kWaitMs = 90000;  // a hung generator fails the test instead of hanging it
 
 struct Life {
-  int die_after = -1;       // crash (exit, connections reset) on this request number
+  int die_after = -1;         // crash (exit, connections reset) on this request number
   int unavailable_first = 0;  // answer 503 to the first requests ("loading")
 };
 
@@ -36,7 +36,8 @@ void serve(int port, Life life) {
   std::mutex mu;
   int requests = 0;
   srv.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(R"({"object":"list","data":[{"id":"fake-model","object":"model"}]})", "application/json");
+    res.set_content(R"({"object":"list","data":[{"id":"fake-model","object":"model"}]})",
+                    "application/json");
   });
   srv.Post("/v1/chat/completions", [&](const httplib::Request& req, httplib::Response& res) {
     int n;
@@ -59,15 +60,18 @@ void serve(int port, Life life) {
     const std::string content = body["messages"].back()["content"];
     if (content.find("TOO LONG") != std::string::npos) {
       res.status = 400;
-      res.set_content(R"({"error":{"message":"prompt is too long","type":"invalid_request_error"}})",
-                      "application/json");
+      res.set_content(
+          R"({"error":{"message":"prompt is too long","type":"invalid_request_error"}})",
+          "application/json");
       return;
     }
     nlohmann::json reply = {
-        {"choices", {{{"index", 0},
-                      {"message", {{"role", "assistant"},
-                                   {"content", "echo " + content + " seed " + body["seed"].dump()}}},
-                      {"finish_reason", "length"}}}},
+        {"choices",
+         {{{"index", 0},
+           {"message",
+            {{"role", "assistant"},
+             {"content", "echo " + content + " seed " + body["seed"].dump()}}},
+           {"finish_reason", "length"}}}},
         {"usage", {{"prompt_tokens", 3}, {"completion_tokens", body["max_tokens"]}}}};
     res.set_content(reply.dump(), "application/json");
   });
@@ -85,18 +89,37 @@ TEST(GenerateServerRestart, CrashesRestartsAndOutagesLoseNothing) {
   {
     std::ofstream out(input);
     for (int i = 0; i < kPrompts; ++i) {
-      const std::string content = i == 42 ? "TOO LONG " + std::to_string(i) : "q" + std::to_string(i);
-      out << nlohmann::json({{"id", "s" + std::to_string(i)}, {"messages", {{{"role", "user"}, {"content", content}}}}})
+      const std::string content =
+          i == 42 ? "TOO LONG " + std::to_string(i) : "q" + std::to_string(i);
+      out << nlohmann::json({{"id", "s" + std::to_string(i)},
+                             {"messages", {{{"role", "user"}, {"content", content}}}}})
                  .dump()
           << "\n";
     }
   }
   const int port = free_port();
-  const std::vector<std::string> cmd = {
-      STRATA_BINARY, "generate", "--server", "http://127.0.0.1:" + std::to_string(port) + "/v1",
-      "--input", "s=" + input, "--output", output, "--concurrency", "6", "--seed", "7",
-      "--max-new-tokens", "9", "--retry-initial-delay", "0.02", "--retry-max-delay", "0.1",
-      "--server-down-timeout", "1.5", "--max-attempts", "8"};
+  const std::vector<std::string> cmd = {STRATA_BINARY,
+                                        "generate",
+                                        "--server",
+                                        "http://127.0.0.1:" + std::to_string(port) + "/v1",
+                                        "--input",
+                                        "s=" + input,
+                                        "--output",
+                                        output,
+                                        "--concurrency",
+                                        "6",
+                                        "--seed",
+                                        "7",
+                                        "--max-new-tokens",
+                                        "9",
+                                        "--retry-initial-delay",
+                                        "0.02",
+                                        "--retry-max-delay",
+                                        "0.1",
+                                        "--server-down-timeout",
+                                        "1.5",
+                                        "--max-attempts",
+                                        "8"};
 
   // Life 1 crashes at its 40th request; life 2 comes back "loading" (503s) and crashes at its
   // 60th; then the server stays down until the generator gives up (exit 3, work saved).

@@ -22,11 +22,13 @@ struct CliRun {
 };
 
 CliRun generate(const std::string& flags) {
-  const fs::path dir = fs::temp_directory_path() / ("strata_hicache_cli_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("strata_hicache_cli_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const std::string out = (dir / "stdout").string(), err = (dir / "stderr").string();
   const std::string cmd = std::string(STRATA_BINARY) + " generate --model-path " + kHouse +
-                          " --prompt 'The kernel' --max-new-tokens 2 " + flags + " >" + out + " 2>" + err;
+                          " --prompt 'The kernel' --max-new-tokens 2 " + flags + " >" + out +
+                          " 2>" + err;
   const int status = std::system(cmd.c_str());
   CliRun r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
@@ -50,18 +52,22 @@ TEST(HicacheCli, BadValuesAreErrors) {
   expect_error("--hicache-ratio -1", "--hicache-ratio must be > 0");
   expect_error("--hicache-write-policy write_back", "--enable-hierarchical-cache");
   expect_error("--hicache-io-backend direct", "--enable-hierarchical-cache");
-  expect_error("--enable-hierarchical-cache --hicache-write-policy write_around", "--hicache-write-policy");
+  expect_error("--enable-hierarchical-cache --hicache-write-policy write_around",
+               "--hicache-write-policy");
   expect_error("--enable-hierarchical-cache --hicache-io-backend dma", "--hicache-io-backend");
 }
 
 TEST(HicacheCli, StartsAndLogsCapacity) {
-  const CliRun r = generate("--hicache-ratio 3 --hicache-write-policy write_back --hicache-io-backend kernel "
-                            "--max-total-tokens 256");
+  const CliRun r = generate(
+      "--hicache-ratio 3 --hicache-write-policy write_back --hicache-io-backend kernel "
+      "--max-total-tokens 256");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const std::string log = r.out + r.err;
   EXPECT_NE(log.find("Host KV tier: 768 tokens"), std::string::npos) << log;
   EXPECT_NE(log.find("write policy write_back"), std::string::npos) << log;
-  EXPECT_NE(log.find("--hicache-io-backend kernel does not apply on the cpu backend"), std::string::npos) << log;
+  EXPECT_NE(log.find("--hicache-io-backend kernel does not apply on the cpu backend"),
+            std::string::npos)
+      << log;
 }
 
 }  // namespace

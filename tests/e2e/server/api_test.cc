@@ -19,7 +19,9 @@ class ServeApiTest : public ::testing::Test {
     server_ = new ServerProcess();
     started_ = server_->start({"--max-total-tokens", "8192", "--max-request-body-mb", "1"});
   }
-  void SetUp() override { ASSERT_TRUE(started_) << "the server did not start:\n" << server_->log(); }
+  void SetUp() override {
+    ASSERT_TRUE(started_) << "the server did not start:\n" << server_->log();
+  }
   static void TearDownTestSuite() {
     EXPECT_EQ(server_->stop(), 0) << server_->log();
     delete server_;
@@ -28,15 +30,17 @@ class ServeApiTest : public ::testing::Test {
     return http(server_->port(), "POST", path, body);
   }
   // Posts `body` and checks an OpenAI-shaped error with `status` whose message contains `needle`.
-  static json expect_error(const std::string& path, const std::string& body, int status, const std::string& needle,
-                           const char* param = nullptr) {
+  static json expect_error(const std::string& path, const std::string& body, int status,
+                           const std::string& needle, const char* param = nullptr) {
     HttpResponse r = post(path, body);
     EXPECT_EQ(r.status, status) << r.body;
     json j = json::parse(r.body, nullptr, false);
     EXPECT_TRUE(j.is_object() && j.contains("error")) << r.body;
     if (!j.is_object() || !j.contains("error")) return j;
     const json& e = j["error"];
-    EXPECT_TRUE(e.contains("message") && e.contains("type") && e.contains("param") && e.contains("code")) << r.body;
+    EXPECT_TRUE(e.contains("message") && e.contains("type") && e.contains("param") &&
+                e.contains("code"))
+        << r.body;
     EXPECT_NE(e["message"].get<std::string>().find(needle), std::string::npos) << r.body;
     if (param) {
       EXPECT_EQ(e["param"], param) << r.body;
@@ -76,8 +80,9 @@ TEST_F(ServeApiTest, HealthAndFlush) {
 }
 
 TEST_F(ServeApiTest, CompletionShape) {
-  HttpResponse r = post("/v1/completions",
-                        R"({"model":"house-llama","prompt":"The kernel","max_tokens":5,"temperature":0,"logprobs":2})");
+  HttpResponse r = post(
+      "/v1/completions",
+      R"({"model":"house-llama","prompt":"The kernel","max_tokens":5,"temperature":0,"logprobs":2})");
   ASSERT_EQ(r.status, 200) << r.body;
   json j = json::parse(r.body);
   EXPECT_EQ(j["object"], "text_completion");
@@ -90,12 +95,14 @@ TEST_F(ServeApiTest, CompletionShape) {
   ASSERT_EQ(c["logprobs"]["top_logprobs"][0].size(), 2u);
   // Greedy: the chosen token is the most likely one.
   const double chosen = c["logprobs"]["token_logprobs"][0];
-  for (auto& [tok, lp] : c["logprobs"]["top_logprobs"][0].items()) EXPECT_LE(lp.get<double>(), chosen + 1e-5);
+  for (auto& [tok, lp] : c["logprobs"]["top_logprobs"][0].items())
+    EXPECT_LE(lp.get<double>(), chosen + 1e-5);
 }
 
 TEST_F(ServeApiTest, ChatStreamShape) {
-  HttpResponse r = post("/v1/chat/completions",
-                        R"({"messages":[{"role":"user","content":"What is a kernel?"}],"max_tokens":6,
+  HttpResponse r =
+      post("/v1/chat/completions",
+           R"({"messages":[{"role":"user","content":"What is a kernel?"}],"max_tokens":6,
                             "temperature":0,"stream":true,"stream_options":{"include_usage":true},"n":2})");
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_TRUE(r.complete);
@@ -121,12 +128,15 @@ TEST_F(ServeApiTest, ChatStreamShape) {
 }
 
 TEST_F(ServeApiTest, StopString) {
-  HttpResponse r = post("/v1/completions", R"({"prompt":"The kernel","max_tokens":40,"temperature":0})");
+  HttpResponse r =
+      post("/v1/completions", R"({"prompt":"The kernel","max_tokens":40,"temperature":0})");
   ASSERT_EQ(r.status, 200);
   const std::string full = json::parse(r.body)["choices"][0]["text"];
   ASSERT_GT(full.size(), 6u);
   const std::string stop = full.substr(4, 2);
-  r = post("/v1/completions", json{{"prompt", "The kernel"}, {"max_tokens", 40}, {"temperature", 0}, {"stop", {stop}}}.dump());
+  r = post("/v1/completions",
+           json{{"prompt", "The kernel"}, {"max_tokens", 40}, {"temperature", 0}, {"stop", {stop}}}
+               .dump());
   ASSERT_EQ(r.status, 200);
   json c = json::parse(r.body)["choices"][0];
   EXPECT_EQ(c["finish_reason"], "stop");
@@ -139,47 +149,59 @@ TEST_F(ServeApiTest, MalformedJson) {
 }
 
 TEST_F(ServeApiTest, BodyOverTheLimit) {  // the suite's server runs with --max-request-body-mb 1
-  const std::string big = json{{"prompt", std::string(size_t(1) << 20, 'a')}, {"max_tokens", 1}}.dump();
+  const std::string big =
+      json{{"prompt", std::string(size_t(1) << 20, 'a')}, {"max_tokens", 1}}.dump();
   expect_error("/v1/completions", big, 413, "limit of 1 MiB (--max-request-body-mb)");
 }
 
 TEST_F(ServeApiTest, WrongFieldTypes) {
-  expect_error("/v1/completions", R"({"prompt":"hi","temperature":"hot"})", 400, "must be a number", "temperature");
-  expect_error("/v1/completions", R"({"prompt":"hi","max_tokens":"8"})", 400, "must be an integer", "max_tokens");
+  expect_error("/v1/completions", R"({"prompt":"hi","temperature":"hot"})", 400, "must be a number",
+               "temperature");
+  expect_error("/v1/completions", R"({"prompt":"hi","max_tokens":"8"})", 400, "must be an integer",
+               "max_tokens");
   expect_error("/v1/completions", R"({"prompt":42})", 400, "'prompt' must be", "prompt");
-  expect_error("/v1/chat/completions", R"({"messages":"hello"})", 400, "must be an array", "messages");
-  expect_error("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"stream":"yes"})", 400,
+  expect_error("/v1/chat/completions", R"({"messages":"hello"})", 400, "must be an array",
+               "messages");
+  expect_error("/v1/chat/completions",
+               R"({"messages":[{"role":"user","content":"hi"}],"stream":"yes"})", 400,
                "must be a boolean", "stream");
   expect_error("/v1/completions", R"({"prompt":"hi","stop":[1]})", 400, "'stop' must be", "stop");
   expect_error("/v1/completions", R"({"prompt":"hi","n":0})", 400, "'n' must be between", "n");
-  expect_error("/v1/completions", R"({"prompt":"hi","temperature":3})", 400, "between 0 and 2", "temperature");
-  expect_error("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"top_logprobs":3})", 400,
+  expect_error("/v1/completions", R"({"prompt":"hi","temperature":3})", 400, "between 0 and 2",
+               "temperature");
+  expect_error("/v1/chat/completions",
+               R"({"messages":[{"role":"user","content":"hi"}],"top_logprobs":3})", 400,
                "requires 'logprobs'", "top_logprobs");
 }
 
 TEST_F(ServeApiTest, UnknownModel) {
-  json j = expect_error("/v1/completions", R"({"model":"gpt-4","prompt":"hi"})", 404, "does not exist", "model");
+  json j = expect_error("/v1/completions", R"({"model":"gpt-4","prompt":"hi"})", 404,
+                        "does not exist", "model");
   EXPECT_EQ(j["error"]["code"], "model_not_found");
 }
 
 TEST_F(ServeApiTest, EmptyMessages) {
-  expect_error("/v1/chat/completions", R"({"messages":[]})", 400, "at least one message", "messages");
-  expect_error("/v1/chat/completions", R"({"model":"house-llama"})", 400, "'messages' is required", "messages");
+  expect_error("/v1/chat/completions", R"({"messages":[]})", 400, "at least one message",
+               "messages");
+  expect_error("/v1/chat/completions", R"({"model":"house-llama"})", 400, "'messages' is required",
+               "messages");
   expect_error("/v1/completions", R"({"prompt":""})", 400, "must not be empty", "prompt");
 }
 
 TEST_F(ServeApiTest, PromptLongerThanContext) {
   std::string prompt;
   for (int i = 0; i < 5000; ++i) prompt += "kernel ";
-  json j = expect_error("/v1/completions", json{{"prompt", prompt}}.dump(), 400, "maximum context length", "prompt");
+  json j = expect_error("/v1/completions", json{{"prompt", prompt}}.dump(), 400,
+                        "maximum context length", "prompt");
   EXPECT_EQ(j["error"]["code"], "context_length_exceeded");
-  expect_error("/v1/chat/completions", json{{"messages", {{{"role", "user"}, {"content", prompt}}}}}.dump(), 400,
+  expect_error("/v1/chat/completions",
+               json{{"messages", {{{"role", "user"}, {"content", prompt}}}}}.dump(), 400,
                "maximum context length", "messages");
 }
 
 TEST_F(ServeApiTest, MaxTokensBeyondContext) {
-  json j = expect_error("/v1/completions", R"({"prompt":"hi","max_tokens":5000})", 400, "maximum context length",
-                        "max_tokens");
+  json j = expect_error("/v1/completions", R"({"prompt":"hi","max_tokens":5000})", 400,
+                        "maximum context length", "max_tokens");
   EXPECT_EQ(j["error"]["code"], "context_length_exceeded");
   expect_error("/v1/chat/completions",
                R"({"messages":[{"role":"user","content":"hi"}],"max_completion_tokens":4096})", 400,
@@ -246,14 +268,17 @@ TEST_F(ServeApiTest, MetricsPassPromtool) {
   ASSERT_EQ(post("/v1/completions", R"({"prompt":"The","max_tokens":3})").status, 200);
   HttpResponse r = http(server_->port(), "GET", "/metrics");
   ASSERT_EQ(r.status, 200);
-  for (const char* name : {"strata_num_running_requests", "strata_num_queued_requests", "strata_kv_cache_used_tokens",
-                           "strata_prefix_cache_hit_ratio", "strata_prompt_tokens_total",
-                           "strata_generation_tokens_total", "strata_time_to_first_token_seconds_count",
-                           "strata_inter_token_latency_seconds_count", "strata_generation_throughput_tokens_per_second"})
+  for (const char* name :
+       {"strata_num_running_requests", "strata_num_queued_requests", "strata_kv_cache_used_tokens",
+        "strata_prefix_cache_hit_ratio", "strata_prompt_tokens_total",
+        "strata_generation_tokens_total", "strata_time_to_first_token_seconds_count",
+        "strata_inter_token_latency_seconds_count",
+        "strata_generation_throughput_tokens_per_second"})
     EXPECT_GE(metric_value(r.body, name), 0) << name;
   EXPECT_GT(metric_value(r.body, "strata_time_to_first_token_seconds_count"), 0);
   std::string out;
-  if (run_command("command -v promtool", &out) != 0) GTEST_SKIP() << "promtool not installed (Debian package prometheus)";
+  if (run_command("command -v promtool", &out) != 0)
+    GTEST_SKIP() << "promtool not installed (Debian package prometheus)";
   const std::string path = ::testing::TempDir() + "strata_metrics.txt";
   {
     std::ofstream f(path);

@@ -44,12 +44,16 @@ TEST(ServeConnectionsTest, HealthAnswersWithThousandsOfIdleAndHalfSentConnection
   for (int i = 0; i < 20; ++i) {
     const auto start = std::chrono::steady_clock::now();
     HttpResponse r = http(server.port(), "GET", i % 2 ? "/metrics" : "/health", "", 30);
-    worst_s = std::max(worst_s, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    worst_s = std::max(
+        worst_s, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     EXPECT_EQ(r.status, 200) << r.body;
   }
-  std::printf("with 1,000 idle + 1,000 half-header connections: the slowest of 20 /health and /metrics took %.1f ms\n",
-              worst_s * 1e3);
-  EXPECT_LT(worst_s, 10.0) << "a generous bound: it answers at once, not after a connection times out";
+  std::printf(
+      "with 1,000 idle + 1,000 half-header connections: the slowest of 20 /health and /metrics "
+      "took %.1f ms\n",
+      worst_s * 1e3);
+  EXPECT_LT(worst_s, 10.0)
+      << "a generous bound: it answers at once, not after a connection times out";
   held.clear();
   EXPECT_EQ(server.stop(), 0) << server.log();
 }
@@ -63,15 +67,19 @@ TEST(ServeConnectionsTest, BeyondMaxConnectionsGenerationGets503AndHealthStillAn
     ASSERT_TRUE(held.back()->connect(server.port()));
   }
   ASSERT_TRUE(poll_until([&] { return http(server.port(), "GET", "/health").status == 200; }, 30));
-  HttpResponse r = http(server.port(), "POST", "/v1/completions", R"({"prompt":"hi","max_tokens":2})");
+  HttpResponse r =
+      http(server.port(), "POST", "/v1/completions", R"({"prompt":"hi","max_tokens":2})");
   EXPECT_EQ(r.status, 503) << r.body;
   EXPECT_EQ(r.headers["retry-after"], "1");
   EXPECT_EQ(json::parse(r.body)["error"]["code"], "too_many_connections");
   EXPECT_NE(r.body.find("--max-connections 8"), std::string::npos) << r.body;
   held.clear();
-  ASSERT_TRUE(poll_until([&] {
-    return http(server.port(), "POST", "/v1/completions", R"({"prompt":"hi","max_tokens":2})").status == 200;
-  }, 30));
+  ASSERT_TRUE(poll_until(
+      [&] {
+        return http(server.port(), "POST", "/v1/completions", R"({"prompt":"hi","max_tokens":2})")
+                   .status == 200;
+      },
+      30));
   EXPECT_EQ(server.stop(), 0) << server.log();
 }
 

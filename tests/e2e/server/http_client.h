@@ -17,7 +17,7 @@
 namespace strata::e2e {
 
 struct HttpResponse {
-  int status = 0;  // 0: no response (connection failed or closed early)
+  int status = 0;                              // 0: no response (connection failed or closed early)
   std::map<std::string, std::string> headers;  // lower-case names
   std::string body;                            // de-chunked
   bool complete = false;                       // the whole body arrived
@@ -50,7 +50,8 @@ class HttpConn {
     std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
     for (const std::string& h : headers) req += h + "\r\n";
     if (!body.empty() || method == "POST")
-      req += "Content-Type: " + content_type + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+      req += "Content-Type: " + content_type +
+             "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
     req += "\r\n" + body;
     size_t off = 0;
     while (off < req.size()) {
@@ -73,7 +74,8 @@ class HttpConn {
   // Reads until EOF or `deadline`; parses the response.
   HttpResponse read_response(std::chrono::steady_clock::time_point deadline) {
     bool open = true;
-    while (open && std::chrono::steady_clock::now() < deadline && !body_complete()) open = read_some(200);
+    while (open && std::chrono::steady_clock::now() < deadline && !body_complete())
+      open = read_some(200);
     return parse();
   }
   const std::string& raw() const { return raw_; }
@@ -132,7 +134,8 @@ class HttpConn {
       }
     } else {
       r.body = rest;
-      r.complete = r.headers.count("content-length") && rest.size() >= std::stoul(r.headers["content-length"]);
+      r.complete = r.headers.count("content-length") &&
+                   rest.size() >= std::stoul(r.headers["content-length"]);
     }
     return r;
   }
@@ -141,10 +144,12 @@ class HttpConn {
   std::string raw_;
 };
 
-inline HttpResponse http(int port, const std::string& method, const std::string& path, const std::string& body = "",
-                         int timeout_s = 120, const std::vector<std::string>& headers = {}) {
+inline HttpResponse http(int port, const std::string& method, const std::string& path,
+                         const std::string& body = "", int timeout_s = 120,
+                         const std::vector<std::string>& headers = {}) {
   HttpConn c;
-  if (!c.connect(port) || !c.send_request(method, path, body, "application/json", headers)) return {};
+  if (!c.connect(port) || !c.send_request(method, path, body, "application/json", headers))
+    return {};
   return c.read_response(std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s));
 }
 

@@ -24,15 +24,18 @@ void expect_node_ready(const std::filesystem::path& js_dir) {
 
 // The source tree's path, not __FILE__ (relative to the build directory, while ctest runs the
 // test from build/tests).
-std::filesystem::path js_dir() { return std::filesystem::path(STRATA_SOURCE_DIR) / "tests" / "e2e" / "js"; }
+std::filesystem::path js_dir() {
+  return std::filesystem::path(STRATA_SOURCE_DIR) / "tests" / "e2e" / "js";
+}
 
 TEST(ServeNodeClientTest, OfficialOpenAiClient) {
   ASSERT_NO_FATAL_FAILURE(expect_node_ready(js_dir()));
   ServerProcess server;
   ASSERT_TRUE(server.start({})) << server.log();
-  const std::string cmd = "cd '" + js_dir().string() + "' && STRATA_BASE_URL=http://127.0.0.1:" +
-                          std::to_string(server.port()) + "/v1 STRATA_BINARY='" + STRATA_BINARY +
-                          "' STRATA_MODEL_PATH='" + house_llama() + "' node --test openai_client.test.mjs";
+  const std::string cmd = "cd '" + js_dir().string() +
+                          "' && STRATA_BASE_URL=http://127.0.0.1:" + std::to_string(server.port()) +
+                          "/v1 STRATA_BINARY='" + STRATA_BINARY + "' STRATA_MODEL_PATH='" +
+                          house_llama() + "' node --test openai_client.test.mjs";
   std::string out;
   const int rc = run_command(cmd, &out);
   std::printf("%s\n", out.c_str());
@@ -47,9 +50,9 @@ TEST(ServeNodeClientTest, OfficialClientApiKey) {
   ServerProcess server;
   server.set_env("STRATA_API_KEY", key);
   ASSERT_TRUE(server.start({})) << server.log();
-  const std::string cmd = "cd '" + js_dir().string() + "' && STRATA_BASE_URL=http://127.0.0.1:" +
-                          std::to_string(server.port()) + "/v1 STRATA_TEST_API_KEY='" + key +
-                          "' node --test api_key.test.mjs";
+  const std::string cmd = "cd '" + js_dir().string() +
+                          "' && STRATA_BASE_URL=http://127.0.0.1:" + std::to_string(server.port()) +
+                          "/v1 STRATA_TEST_API_KEY='" + key + "' node --test api_key.test.mjs";
   std::string out;
   const int rc = run_command(cmd, &out);
   std::printf("%s\n", out.c_str());

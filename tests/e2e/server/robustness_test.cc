@@ -1,6 +1,7 @@
 // strata serve under load and misbehaving clients: a bounded load test (200 concurrent streaming
 // clients, 2,000 requests, nothing lost, KV released, RSS flat across two identical rounds),
-// clients that hang up (streaming or not), the bounded queue's 503, SIGTERM drain, and flag handling.
+// clients that hang up (streaming or not), the bounded queue's 503, SIGTERM drain, and flag
+// handling.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -18,7 +19,8 @@ using nlohmann::json;
 bool stream_complete(const HttpResponse& r, std::string* why) {
   if (r.status != 200) return *why = "status " + std::to_string(r.status) + " " + r.body, false;
   auto ev = sse_data(r.body);
-  if (!r.complete || ev.empty() || ev.back() != "[DONE]") return *why = "no [DONE]: " + r.body, false;
+  if (!r.complete || ev.empty() || ev.back() != "[DONE]")
+    return *why = "no [DONE]: " + r.body, false;
   for (const auto& e : ev) {
     if (e == "[DONE]") continue;
     json j = json::parse(e, nullptr, false);
@@ -53,11 +55,13 @@ int run_round(int port, int clients, int total, std::vector<std::string>* errors
         const bool chat = i % 2 == 0;
         json body = {{"max_tokens", 8}, {"stream", true}, {"temperature", 0.7}, {"seed", i}};
         if (chat) {
-          body["messages"] = {{{"role", "user"}, {"content", "Tell me about item " + std::to_string(i % 50)}}};
+          body["messages"] = {
+              {{"role", "user"}, {"content", "Tell me about item " + std::to_string(i % 50)}}};
         } else {
           body["prompt"] = "Item " + std::to_string(i % 50) + " is";
         }
-        HttpResponse r = http(port, "POST", chat ? "/v1/chat/completions" : "/v1/completions", body.dump(), 300);
+        HttpResponse r =
+            http(port, "POST", chat ? "/v1/chat/completions" : "/v1/completions", body.dump(), 300);
         std::string why;
         if (!stream_complete(r, &why)) {
           ++failed;
@@ -102,9 +106,16 @@ TEST(ServeRobustnessTest, ClientDisconnectMidStreamFreesKv) {
   {
     HttpConn c;
     ASSERT_TRUE(c.connect(server.port()));
-    ASSERT_TRUE(c.send_request("POST", "/v1/completions",
-                               R"({"prompt":"The kernel","max_tokens":3500,"ignore_eos":true,"stream":true})"));
-    ASSERT_TRUE(poll_until([&] { c.read_some(50); return sse_data(c.raw()).size() >= 3; }, 60)) << c.raw();
+    ASSERT_TRUE(c.send_request(
+        "POST", "/v1/completions",
+        R"({"prompt":"The kernel","max_tokens":3500,"ignore_eos":true,"stream":true})"));
+    ASSERT_TRUE(poll_until(
+        [&] {
+          c.read_some(50);
+          return sse_data(c.raw()).size() >= 3;
+        },
+        60))
+        << c.raw();
     HttpResponse m = http(server.port(), "GET", "/metrics");
     EXPECT_EQ(metric_value(m.body, "strata_num_running_requests"), 1);
     EXPECT_GT(metric_value(m.body, "strata_kv_cache_used_tokens"), 0);
@@ -128,10 +139,15 @@ TEST(ServeRobustnessTest, ClientDisconnectNonStreamingFreesKv) {
     ASSERT_TRUE(c.connect(server.port()));
     ASSERT_TRUE(c.send_request("POST", "/v1/completions",
                                R"({"prompt":"The kernel","max_tokens":3500,"ignore_eos":true})"));
-    ASSERT_TRUE(poll_until([&] {
-      return metric_value(http(server.port(), "GET", "/metrics").body, "strata_kv_cache_used_tokens") > 64;
-    }, 60));
-    EXPECT_EQ(metric_value(http(server.port(), "GET", "/metrics").body, "strata_num_running_requests"), 1);
+    ASSERT_TRUE(poll_until(
+        [&] {
+          return metric_value(http(server.port(), "GET", "/metrics").body,
+                              "strata_kv_cache_used_tokens") > 64;
+        },
+        60));
+    EXPECT_EQ(
+        metric_value(http(server.port(), "GET", "/metrics").body, "strata_num_running_requests"),
+        1);
   }  // hang up
   std::string metrics;
   ASSERT_TRUE(kv_released(server.port(), &metrics)) << metrics;
@@ -159,20 +175,31 @@ TEST(ServeRobustnessTest, ClientDisconnectDuringLongPrefillStopsTheWork) {
   {
     HttpConn c;
     ASSERT_TRUE(c.connect(server.port()));
-    ASSERT_TRUE(c.send_request("POST", "/v1/completions", json{{"prompt", ids}, {"max_tokens", 4}}.dump()));
+    ASSERT_TRUE(
+        c.send_request("POST", "/v1/completions", json{{"prompt", ids}, {"max_tokens", 4}}.dump()));
     // Admitted: the status line arrives; then let a few chunks run.
-    ASSERT_TRUE(poll_until([&] { c.read_some(50); return c.raw().rfind("HTTP/1.1 200", 0) == 0; }, 60)) << c.raw();
-    ASSERT_TRUE(poll_until([&] {
-      before_hangup = int64_t(metric_value(http(server.port(), "GET", "/metrics").body,
-                                           "strata_prefill_computed_tokens_total"));
-      return before_hangup >= 256;
-    }, 60));
+    ASSERT_TRUE(poll_until(
+        [&] {
+          c.read_some(50);
+          return c.raw().rfind("HTTP/1.1 200", 0) == 0;
+        },
+        60))
+        << c.raw();
+    ASSERT_TRUE(poll_until(
+        [&] {
+          before_hangup = int64_t(metric_value(http(server.port(), "GET", "/metrics").body,
+                                               "strata_prefill_computed_tokens_total"));
+          return before_hangup >= 256;
+        },
+        60));
   }  // hang up
   std::string metrics;
   ASSERT_TRUE(kv_released(server.port(), &metrics)) << metrics;
   const double wasted = metric_value(metrics, "strata_aborted_computed_tokens_total");
-  std::printf("prefill computed before the hang-up: %lld tokens; computed for the aborted request: %.0f of %d\n",
-              (long long)before_hangup, wasted, kPromptTokens);
+  std::printf(
+      "prefill computed before the hang-up: %lld tokens; computed for the aborted request: %.0f of "
+      "%d\n",
+      (long long)before_hangup, wasted, kPromptTokens);
   EXPECT_EQ(metric_value(metrics, "strata_requests_aborted_total"), 1);
   EXPECT_GE(wasted, double(before_hangup));
   EXPECT_LT(wasted, kPromptTokens) << "the prefill ran to the end after the client left";
@@ -181,13 +208,22 @@ TEST(ServeRobustnessTest, ClientDisconnectDuringLongPrefillStopsTheWork) {
 
 TEST(ServeRobustnessTest, BoundedQueueAnswers503WithRetryAfter) {
   ServerProcess server;
-  ASSERT_TRUE(server.start({"--max-running-requests", "1", "--max-queued-requests", "0"})) << server.log();
+  ASSERT_TRUE(server.start({"--max-running-requests", "1", "--max-queued-requests", "0"}))
+      << server.log();
   HttpConn c;
   ASSERT_TRUE(c.connect(server.port()));
-  ASSERT_TRUE(c.send_request("POST", "/v1/completions",
-                             R"({"prompt":"The kernel","max_tokens":3500,"ignore_eos":true,"stream":true})"));
-  ASSERT_TRUE(poll_until([&] { c.read_some(50); return sse_data(c.raw()).size() >= 2; }, 60)) << c.raw();
-  HttpResponse r = http(server.port(), "POST", "/v1/completions", R"({"prompt":"hi","max_tokens":2})");
+  ASSERT_TRUE(c.send_request(
+      "POST", "/v1/completions",
+      R"({"prompt":"The kernel","max_tokens":3500,"ignore_eos":true,"stream":true})"));
+  ASSERT_TRUE(poll_until(
+      [&] {
+        c.read_some(50);
+        return sse_data(c.raw()).size() >= 2;
+      },
+      60))
+      << c.raw();
+  HttpResponse r =
+      http(server.port(), "POST", "/v1/completions", R"({"prompt":"hi","max_tokens":2})");
   EXPECT_EQ(r.status, 503) << r.body;
   EXPECT_EQ(r.headers["retry-after"], "1");
   json j = json::parse(r.body);
@@ -198,8 +234,12 @@ TEST(ServeRobustnessTest, BoundedQueueAnswers503WithRetryAfter) {
   std::string metrics;
   ASSERT_TRUE(kv_released(server.port(), &metrics)) << metrics;
   // The slot is free again.
-  ASSERT_TRUE(poll_until([&] { return http(server.port(), "POST", "/v1/completions",
-                                           R"({"prompt":"hi","max_tokens":2})").status == 200; }, 30));
+  ASSERT_TRUE(poll_until(
+      [&] {
+        return http(server.port(), "POST", "/v1/completions", R"({"prompt":"hi","max_tokens":2})")
+                   .status == 200;
+      },
+      30));
   EXPECT_EQ(server.stop(), 0) << server.log();
 }
 
@@ -210,12 +250,18 @@ TEST(ServeRobustnessTest, SigtermDrainsInFlightRequests) {
   ASSERT_TRUE(server.start({"--drain-timeout", "3"})) << server.log();
   HttpConn short_c, long_c;
   ASSERT_TRUE(short_c.connect(server.port()) && long_c.connect(server.port()));
-  ASSERT_TRUE(short_c.send_request("POST", "/v1/completions",
-                                   R"({"prompt":"The kernel","max_tokens":60,"ignore_eos":true,"stream":true})"));
+  ASSERT_TRUE(short_c.send_request(
+      "POST", "/v1/completions",
+      R"({"prompt":"The kernel","max_tokens":60,"ignore_eos":true,"stream":true})"));
   ASSERT_TRUE(long_c.send_request("POST", "/v1/chat/completions",
                                   R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":3900,
                                       "ignore_eos":true,"stream":true})"));
-  ASSERT_TRUE(poll_until([&] { long_c.read_some(50); return sse_data(long_c.raw()).size() >= 3; }, 60));
+  ASSERT_TRUE(poll_until(
+      [&] {
+        long_c.read_some(50);
+        return sse_data(long_c.raw()).size() >= 3;
+      },
+      60));
   server.signal(SIGTERM);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   HttpResponse rs = short_c.read_response(deadline), rl = long_c.read_response(deadline);
@@ -224,14 +270,16 @@ TEST(ServeRobustnessTest, SigtermDrainsInFlightRequests) {
   EXPECT_TRUE(stream_complete(rl, &why)) << why;
   EXPECT_NE(rs.body.find(R"("finish_reason":"length")"), std::string::npos);
   // Cut by the drain timeout: "length", an OpenAI value ("abort" is none).
-  EXPECT_NE(rl.body.find(R"("finish_reason":"length")"), std::string::npos) << rl.body.substr(rl.body.size() - 300);
+  EXPECT_NE(rl.body.find(R"("finish_reason":"length")"), std::string::npos)
+      << rl.body.substr(rl.body.size() - 300);
   ASSERT_TRUE(poll_until([&] { return server.exited(); }, 60)) << server.log();
   EXPECT_EQ(server.exit_code(), 0) << server.log();
   EXPECT_EQ(http(server.port(), "GET", "/health", "", 5).status, 0);  // nobody listens
 }
 
 TEST(ServeFlagsTest, UnimplementedFlagsAreRejected) {
-  const std::string base = std::string(STRATA_BINARY) + " serve --model-path " + house_llama() + " --port 0 ";
+  const std::string base =
+      std::string(STRATA_BINARY) + " serve --model-path " + house_llama() + " --port 0 ";
   for (const char* flags : {"--dp-size 2", "--hicache-storage-backend file"}) {
     std::string out;
     EXPECT_EQ(run_command(base + flags, &out), 1) << flags << ": " << out;
@@ -248,15 +296,18 @@ TEST(ServeFlagsTest, UnimplementedFlagsAreRejected) {
   EXPECT_EQ(run_command(base + "--hicache-write-policy write_back", &out), 1) << out;
   EXPECT_NE(out.find("has no effect without"), std::string::npos) << out;
   EXPECT_EQ(run_command(base + "--max-request-body-mb 0", &out), 1) << out;
-  EXPECT_NE(out.find("--max-request-body-mb must be in [1, 65536], got 0"), std::string::npos) << out;
+  EXPECT_NE(out.find("--max-request-body-mb must be in [1, 65536], got 0"), std::string::npos)
+      << out;
 }
 
 // The host KV tier's SGLang flags are implemented: the server starts with them and says so.
 TEST(ServeFlagsTest, HostTierFlagsStartTheTier) {
   ServerProcess server;
-  ASSERT_TRUE(server.start({"--enable-hierarchical-cache", "--hicache-ratio", "2", "--hicache-write-policy",
-                            "write_back"})) << server.log();
-  HttpResponse r = http(server.port(), "POST", "/v1/completions", R"({"prompt":"The kernel","max_tokens":4})");
+  ASSERT_TRUE(server.start({"--enable-hierarchical-cache", "--hicache-ratio", "2",
+                            "--hicache-write-policy", "write_back"}))
+      << server.log();
+  HttpResponse r =
+      http(server.port(), "POST", "/v1/completions", R"({"prompt":"The kernel","max_tokens":4})");
   EXPECT_EQ(r.status, 200) << r.body;
   EXPECT_NE(server.log().find("Host KV tier:"), std::string::npos) << server.log();
   EXPECT_NE(http(server.port(), "GET", "/metrics").body.find("strata_hicache_"), std::string::npos);

@@ -2,11 +2,10 @@
 // Readiness is polled (the log line with the port, then /health), never slept for.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -51,13 +50,17 @@ class ServerProcess {
     }
   }
   // Sets an environment variable of the server processes started after this call.
-  void set_env(std::string name, std::string value) { env_.emplace_back(std::move(name), std::move(value)); }
+  void set_env(std::string name, std::string value) {
+    env_.emplace_back(std::move(name), std::move(value));
+  }
   // --model-path of the servers started after this call (default: house-llama).
   void set_model_path(std::string path) { model_path_ = std::move(path); }
   // Runs `strata serve --port 0 <args>`; returns once /health answers 200 (false on failure).
   bool start(std::vector<std::string> args, double timeout_s = 120) {
-    log_path_ = ::testing::TempDir() + "strata_serve_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++) + ".log";
-    std::vector<std::string> argv = {STRATA_BINARY, "serve", "--model-path", model_path_, "--port", "0"};
+    log_path_ = ::testing::TempDir() + "strata_serve_" + std::to_string(::getpid()) + "_" +
+                std::to_string(counter()++) + ".log";
+    std::vector<std::string> argv = {STRATA_BINARY, "serve",  "--model-path",
+                                     model_path_,   "--port", "0"};
     argv.insert(argv.end(), args.begin(), args.end());
     pid_ = ::fork();
     if (pid_ == 0) {
@@ -87,12 +90,15 @@ class ServerProcess {
         timeout_s);
     if (!logged || port_ <= 0) return false;
     HttpResponse last;
-    if (poll_until([&] { return (last = http(port_, "GET", "/health", "", 10)).status == 200; }, timeout_s))
+    if (poll_until([&] { return (last = http(port_, "GET", "/health", "", 10)).status == 200; },
+                   timeout_s))
       return true;
     // Never healthy: say what /health last answered and where the server's threads wait.
-    start_problem_ = "\n[test] /health never answered 200 in " + std::to_string(int(timeout_s)) +
-                     " s; the last answer: status " + std::to_string(last.status) + ", body '" + last.body +
-                     "'; " + (exited() ? "the server exited with " + std::to_string(exit_code_) : thread_states());
+    start_problem_ =
+        "\n[test] /health never answered 200 in " + std::to_string(int(timeout_s)) +
+        " s; the last answer: status " + std::to_string(last.status) + ", body '" + last.body +
+        "'; " +
+        (exited() ? "the server exited with " + std::to_string(exit_code_) : thread_states());
     return false;
   }
   int port() const { return port_; }
@@ -109,7 +115,9 @@ class ServerProcess {
     }
     return false;
   }
-  void signal(int sig) { if (pid_ > 0) ::kill(pid_, sig); }
+  void signal(int sig) {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
   // SIGTERM, then waits for the exit; returns the exit code (-1 on timeout).
   int stop(double timeout_s = 60) {
     signal(SIGTERM);
@@ -121,12 +129,14 @@ class ServerProcess {
   std::string thread_states() const {
     std::string out = "threads (name state wchan):";
     std::error_code ec;
-    for (const auto& t : std::filesystem::directory_iterator("/proc/" + std::to_string(pid_) + "/task", ec)) {
+    for (const auto& t :
+         std::filesystem::directory_iterator("/proc/" + std::to_string(pid_) + "/task", ec)) {
       const std::string stat = read_file(t.path() / "stat");
       const size_t open = stat.find('('), close = stat.rfind(')');
-      if (open == std::string::npos || close == std::string::npos || close + 2 >= stat.size()) continue;
-      out += " [" + stat.substr(open + 1, close - open - 1) + " " + stat.substr(close + 2, 1) + " " +
-             read_file(t.path() / "wchan") + "]";
+      if (open == std::string::npos || close == std::string::npos || close + 2 >= stat.size())
+        continue;
+      out += " [" + stat.substr(open + 1, close - open - 1) + " " + stat.substr(close + 2, 1) +
+             " " + read_file(t.path() / "wchan") + "]";
     }
     return out;
   }

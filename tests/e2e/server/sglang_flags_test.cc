@@ -166,13 +166,17 @@ TEST(ServeSglangFlagsTest, DisableRadixCache) {
 // Several nodes need NCCL ranks (the launch itself: unit NodeLaunchTest/NodeSupervisorTest, and
 // bench/cuda/multinode_check.sh on GPUs); one node is today's server.
 TEST(ServeSglangFlagsTest, MultiNodeFlags) {
-  const std::string base = std::string(STRATA_BINARY) + " serve --port 0 --model-path " + house_llama() + " ";
+  const std::string base =
+      std::string(STRATA_BINARY) + " serve --port 0 --model-path " + house_llama() + " ";
   const std::pair<std::string, std::string> refused[] = {
       {"--nnodes 2 --node-rank 0 --dist-init-addr 127.0.0.1:29500", "--device cuda"},
-      {"--nnodes 2 --node-rank 2 --dist-init-addr 127.0.0.1:29500", "--node-rank 2 is not in [0, --nnodes 2)"},
+      {"--nnodes 2 --node-rank 2 --dist-init-addr 127.0.0.1:29500",
+       "--node-rank 2 is not in [0, --nnodes 2)"},
       {"--device cuda --tp-size 2 --nnodes 2 --node-rank 1", "needs --dist-init-addr"},
-      {"--device cuda --tp-size 2 --nnodes 2 --node-rank 1 --dist-init-addr node0", "expected HOST:PORT"},
-      {"--device cuda --tp-size 3 --nnodes 2 --node-rank 1 --dist-init-addr node0:1", "does not split over"},
+      {"--device cuda --tp-size 2 --nnodes 2 --node-rank 1 --dist-init-addr node0",
+       "expected HOST:PORT"},
+      {"--device cuda --tp-size 3 --nnodes 2 --node-rank 1 --dist-init-addr node0:1",
+       "does not split over"},
   };
   for (const auto& [flags, needle] : refused) {
     std::string out;
@@ -182,18 +186,24 @@ TEST(ServeSglangFlagsTest, MultiNodeFlags) {
   // Valid flags: a build without NCCL says so; one with NCCL starts the node's ranks, which
   // fail on a machine without GPUs, and the node exits non-zero with them.
   std::string out;
-  EXPECT_NE(run_command(base + "--device cuda --tp-size 2 --nnodes 2 --node-rank 1 --dist-init-addr 127.0.0.1:29500",
-                        &out),
-            0)
+  EXPECT_NE(
+      run_command(
+          base +
+              "--device cuda --tp-size 2 --nnodes 2 --node-rank 1 --dist-init-addr 127.0.0.1:29500",
+          &out),
+      0)
       << out;
-  EXPECT_TRUE(out.find("need a build with NCCL") != std::string::npos || out.find("rank") != std::string::npos)
+  EXPECT_TRUE(out.find("need a build with NCCL") != std::string::npos ||
+              out.find("rank") != std::string::npos)
       << out;
   ServerProcess one_node;
-  ASSERT_TRUE(one_node.start({"--nnodes", "1", "--node-rank", "0", "--dist-init-addr", "127.0.0.1:29500"}))
+  ASSERT_TRUE(
+      one_node.start({"--nnodes", "1", "--node-rank", "0", "--dist-init-addr", "127.0.0.1:29500"}))
       << one_node.log();
   EXPECT_EQ(chat(one_node.port(), kQuestion).empty(), false);
   EXPECT_EQ(one_node.stop(), 0);
-  EXPECT_NE(one_node.log().find("--dist-init-addr is not needed"), std::string::npos) << one_node.log();
+  EXPECT_NE(one_node.log().find("--dist-init-addr is not needed"), std::string::npos)
+      << one_node.log();
 }
 
 }  // namespace

@@ -205,12 +205,16 @@ TEST(DeepseekGoldenKimi, K25WrapperLayout) {
   ASSERT_TRUE(file.ok()) << file.status().to_string();
   std::vector<SafetensorsEntry> entries;
   for (const TensorInfo& t : (*file)->tensors()) {
-    SafetensorsEntry e{.name = "language_model." + t.name, .dtype = t.dtype, .shape = t.shape,
+    SafetensorsEntry e{.name = "language_model." + t.name,
+                       .dtype = t.dtype,
+                       .shape = t.shape,
                        .bytes = std::vector<uint8_t>(t.data, t.data + t.nbytes)};
     entries.push_back(std::move(e));
   }
-  entries.push_back({.name = "vision_tower.patch_embed.weight", .dtype = DType::kF32,
-                     .shape = {2, 2}, .bytes = std::vector<uint8_t>(16, 0)});
+  entries.push_back({.name = "vision_tower.patch_embed.weight",
+                     .dtype = DType::kF32,
+                     .shape = {2, 2},
+                     .bytes = std::vector<uint8_t>(16, 0)});
   ASSERT_TRUE(write_safetensors(dir + "/model.safetensors", entries).ok());
 
   auto backend = make_cpu_backend();
@@ -252,8 +256,8 @@ TEST(DeepseekGoldenLong, HouseMla) {
   auto backend = make_cpu_backend();
   auto model = load(*backend, shared_dir() + "/models/house-mla");
   ASSERT_NE(model, nullptr);
-  check_long_reference(*model, shared_dir() + "/fixtures/house-mla/reference-long.safetensors", "house-mla",
-                       kMaxRelError);
+  check_long_reference(*model, shared_dir() + "/fixtures/house-mla/reference-long.safetensors",
+                       "house-mla", kMaxRelError);
 }
 
 }  // namespace

@@ -48,13 +48,17 @@ TEST(EngineAbort, LongPrefillStopsWithinAChunk) {
   EXPECT_FALSE(token_before_start);
   EXPECT_EQ(reason, int(FinishReason::kAbort));
   const EngineStats s = e.stats();
-  std::printf("prefill scheduled when the abort arrived: %lld tokens; computed for the aborted request: %lld "
-              "(prompt %d, chunk %d)\n",
-              (long long)scheduled_at_abort, (long long)s.aborted_computed_tokens_total, kPromptTokens, kChunk);
+  std::printf(
+      "prefill scheduled when the abort arrived: %lld tokens; computed for the aborted request: "
+      "%lld "
+      "(prompt %d, chunk %d)\n",
+      (long long)scheduled_at_abort, (long long)s.aborted_computed_tokens_total, kPromptTokens,
+      kChunk);
   // Stats lag the engine by at most the step in flight; the abort lands before the next one.
   EXPECT_GE(s.aborted_computed_tokens_total, 3 * kChunk);
   EXPECT_LE(s.aborted_computed_tokens_total, scheduled_at_abort + 2 * kChunk);
-  EXPECT_EQ(s.prefill_tokens_total, s.aborted_computed_tokens_total) << "prefill went on after the abort";
+  EXPECT_EQ(s.prefill_tokens_total, s.aborted_computed_tokens_total)
+      << "prefill went on after the abort";
   EXPECT_EQ(s.num_running, 0);
   EXPECT_EQ(s.kv_tokens_used, s.kv_tokens_cached);
 }

@@ -92,8 +92,7 @@ TEST_P(BatchInvariance, ConcurrentEqualsAloneAlsoWithRetraction) {
 }
 
 INSTANTIATE_TEST_SUITE_P(HouseModels, BatchInvariance,
-                         ::testing::Values("house-llama", "house-mla"),
-                         [](const auto& info) {
+                         ::testing::Values("house-llama", "house-mla"), [](const auto& info) {
                            return info.param == "house-llama" ? "llama" : "mla";
                          });
 

@@ -35,7 +35,7 @@ EngineConfig base_config(const std::string& model, int page_size) {
   EngineConfig c;
   c.model_path = kShared + "/models/" + model;
   c.page_size = page_size;
-  c.max_total_tokens = 96;  // one 48-token prefix and its request fit; two do not
+  c.max_total_tokens = 96;      // one 48-token prefix and its request fit; two do not
   c.chunked_prefill_size = 32;  // prefixes span chunks: promotion continues across chunks
   return c;
 }
@@ -73,19 +73,23 @@ TEST_P(HostTier, SameGreedyOutputsFewerPrefillTokens) {
     ASSERT_NE(engine, nullptr);
     EXPECT_EQ(engine->stats().hicache_capacity_tokens, 4 * engine->kv_capacity_tokens());
     const Result got = run_sequential(*engine, prompts);
-    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got.tokens[i], ref.tokens[i]) << "request " << i;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_EQ(got.tokens[i], ref.tokens[i]) << "request " << i;
     const HiCacheStats& h = got.stats.hicache;
-    std::printf("%s %s: prefill computed %lld tokens (%lld without the tier), host hits %lld tokens in %lld "
-                "promotions, demoted %lld pages, dropped %lld, %lld B to host, %lld B to device\n",
-                tc.model.c_str(), policy.c_str(), (long long)got.stats.prefill_tokens_total,
-                (long long)ref.stats.prefill_tokens_total, (long long)h.host_hit_tokens, (long long)h.promotions,
-                (long long)h.demoted_pages, (long long)h.dropped_pages, (long long)h.bytes_to_host,
-                (long long)h.bytes_to_device);
+    std::printf(
+        "%s %s: prefill computed %lld tokens (%lld without the tier), host hits %lld tokens in "
+        "%lld "
+        "promotions, demoted %lld pages, dropped %lld, %lld B to host, %lld B to device\n",
+        tc.model.c_str(), policy.c_str(), (long long)got.stats.prefill_tokens_total,
+        (long long)ref.stats.prefill_tokens_total, (long long)h.host_hit_tokens,
+        (long long)h.promotions, (long long)h.demoted_pages, (long long)h.dropped_pages,
+        (long long)h.bytes_to_host, (long long)h.bytes_to_device);
     EXPECT_GT(h.host_hit_tokens, 0);
     EXPECT_GT(h.promotions, 0);
     EXPECT_GT(h.demoted_pages, 0);
     EXPECT_GT(h.bytes_to_host, 0);
-    EXPECT_EQ(h.bytes_to_device, h.promoted_pages * h.bytes_to_host / std::max<int64_t>(1, h.backed_up_pages));
+    EXPECT_EQ(h.bytes_to_device,
+              h.promoted_pages * h.bytes_to_host / std::max<int64_t>(1, h.backed_up_pages));
     EXPECT_LT(got.stats.prefill_tokens_total, ref.stats.prefill_tokens_total);
     EXPECT_EQ(got.stats.prompt_tokens_total, ref.stats.prompt_tokens_total);
     // Every prompt token is computed or served from a cache tier.
@@ -98,7 +102,10 @@ TEST_P(HostTier, SameGreedyOutputsFewerPrefillTokens) {
 }
 
 INSTANTIATE_TEST_SUITE_P(HouseModels, HostTier,
-                         ::testing::Values(Case{"house-llama", 4, {"write_through", "write_through_selective", "write_back"}},
+                         ::testing::Values(Case{"house-llama",
+                                                4,
+                                                {"write_through", "write_through_selective",
+                                                 "write_back"}},
                                            Case{"house-mla", 16, {"write_back"}}),
                          [](const auto& info) {
                            std::string n = info.param.model;

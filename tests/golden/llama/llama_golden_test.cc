@@ -15,7 +15,8 @@ struct Fixture {
 std::vector<Fixture> fixtures() {
   const std::string s = shared_dir();
   std::vector<Fixture> f;
-  for (const char* n : {"llama-gqa", "llama-tied-mha", "llama3-ropescaled", "qwen2-bias", "qwen3-qknorm"})
+  for (const char* n :
+       {"llama-gqa", "llama-tied-mha", "llama3-ropescaled", "qwen2-bias", "qwen3-qknorm"})
     f.push_back({n, s + "/fixtures/tiny/" + n, s + "/fixtures/tiny/" + n});
   // Made in this repository by tests/fixtures/make_quant_fixtures.py (compressed-tensors W4A16).
   const std::string repo = STRATA_REPO_FIXTURES_DIR "/tiny/llama-w4a16";
@@ -78,7 +79,8 @@ TEST(LlamaGoldenLong, HouseLlama) {
   auto backend = make_cpu_backend();
   auto m = load_model(shared_dir() + "/models/house-llama", *backend);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
-  check_long_reference(**m, shared_dir() + "/fixtures/house-llama/reference-long.safetensors", "house-llama", 1e-4);
+  check_long_reference(**m, shared_dir() + "/fixtures/house-llama/reference-long.safetensors",
+                       "house-llama", 1e-4);
 }
 
 }  // namespace

@@ -41,7 +41,8 @@ std::vector<Case> cases() {
       c.push_back({name, s + "/fixtures/tiny/" + n, s + "/fixtures/tiny/" + n, tp, false});
     }
   }
-  c.push_back({"llama3_ropescaled", s + "/fixtures/tiny/llama3-ropescaled", s + "/fixtures/tiny/llama3-ropescaled", 4,
+  c.push_back({"llama3_ropescaled", s + "/fixtures/tiny/llama3-ropescaled",
+               s + "/fixtures/tiny/llama3-ropescaled", 4,
                false});  // one KV head replicated on 4 ranks
   return c;
 }
@@ -73,14 +74,15 @@ TEST_P(TpLogits, EqualTp1AndTheReference) {
     SingleSequence many(**tpn, 3, int(ids.size()));
     // Two steps: a prefill over most of the sequence, then the rest over the cached pages.
     const size_t cut = ids.size() * 2 / 3;
-    std::vector<int32_t> head(ids.begin(), ids.begin() + long(cut)), tail(ids.begin() + long(cut), ids.end());
+    std::vector<int32_t> head(ids.begin(), ids.begin() + long(cut)),
+        tail(ids.begin() + long(cut), ids.end());
     auto a = one.step(head, true), b = many.step(head, true);
     auto a2 = one.step(tail, true), b2 = many.step(tail, true);
     a.insert(a.end(), a2.begin(), a2.end());
     b.insert(b.end(), b2.begin(), b2.end());
     const double vs_tp1 = rel_max_error(b, a), vs_ref = rel_max_error(b, ref.f32(seq + ".logits"));
-    std::printf("%s tp %d %s: rel max error vs tp 1 %.3g, vs reference %.3g\n", c.name.c_str(), c.tp, seq.c_str(),
-                vs_tp1, vs_ref);
+    std::printf("%s tp %d %s: rel max error vs tp 1 %.3g, vs reference %.3g\n", c.name.c_str(),
+                c.tp, seq.c_str(), vs_tp1, vs_ref);
     EXPECT_LT(vs_tp1, 2e-6) << seq;
     EXPECT_LT(vs_ref, 1e-4) << seq;
   }
@@ -115,8 +117,10 @@ TEST(TpLoad, ErrorsNameTheFailingRankAndNobodyHangs) {
   };
   auto broken = create_tp_model(*spec, *weights, config, failing, &backend0);
   ASSERT_FALSE(broken.ok());
-  EXPECT_NE(broken.status().message().find("rank 2"), std::string::npos) << broken.status().to_string();
-  EXPECT_NE(broken.status().message().find("no device"), std::string::npos) << broken.status().to_string();
+  EXPECT_NE(broken.status().message().find("rank 2"), std::string::npos)
+      << broken.status().to_string();
+  EXPECT_NE(broken.status().message().find("no device"), std::string::npos)
+      << broken.status().to_string();
 }
 
 // A communicator whose rank `fail_rank` fails at its `fail_at`-th all-reduce (a rank dying in the
@@ -129,11 +133,14 @@ class FailingComm : public Communicator {
   int size() const override { return inner_->size(); }
   void all_reduce_sum(const Tensor& x) override {
     if (rank() == fail_rank_ && ++calls_ == fail_at_)
-      return inner_->abort(internal_error("rank {}: injected failure in all-reduce {}", rank(), calls_));
+      return inner_->abort(
+          internal_error("rank {}: injected failure in all-reduce {}", rank(), calls_));
     inner_->all_reduce_sum(x);
   }
   void all_gather(const Tensor& in, const Tensor& out) override { inner_->all_gather(in, out); }
-  Status broadcast_bytes(std::vector<uint8_t>& bytes, int root) override { return inner_->broadcast_bytes(bytes, root); }
+  Status broadcast_bytes(std::vector<uint8_t>& bytes, int root) override {
+    return inner_->broadcast_bytes(bytes, root);
+  }
   Status barrier() override { return inner_->barrier(); }
   void abort(const Status& reason) override { inner_->abort(reason); }
   Status status() const override { return inner_->status(); }
@@ -249,7 +256,8 @@ TEST(TpKvInit, SentOnceAndAgainWhenTheScalesChange) {
 
 // Greedy continuations through the engine: rank 0 schedules and broadcasts each BatchPlan.
 std::vector<std::vector<int32_t>> engine_greedy(const std::string& model, int tp,
-                                                const std::vector<std::vector<int32_t>>& prompts, int new_tokens) {
+                                                const std::vector<std::vector<int32_t>>& prompts,
+                                                int new_tokens) {
   EngineConfig c;
   c.model_path = shared_dir() + "/models/" + model;
   c.page_size = 4;
@@ -270,13 +278,15 @@ TEST(TpEngine, GreedyContinuationsEqualTp1) {
       prompts.push_back(ref.i32("greedy" + std::to_string(i) + ".prompt_ids"));
       expected.push_back(ref.i32("greedy" + std::to_string(i) + ".output_ids"));
     }
-    prompts.push_back(std::vector<int32_t>(prompts[0].begin(), prompts[0].begin() + 5));  // a short one
+    prompts.push_back(
+        std::vector<int32_t>(prompts[0].begin(), prompts[0].begin() + 5));  // a short one
     const int kNew = 16;
     auto tp1 = engine_greedy(model, 1, prompts, kNew);
     auto tp2 = engine_greedy(model, 2, prompts, kNew);
     EXPECT_EQ(tp2, tp1) << model;
     for (size_t i = 0; i < expected.size() && i < tp2.size(); ++i)
-      EXPECT_EQ(tp2[i], std::vector<int32_t>(expected[i].begin(), expected[i].begin() + kNew)) << model << " " << i;
+      EXPECT_EQ(tp2[i], std::vector<int32_t>(expected[i].begin(), expected[i].begin() + kNew))
+          << model << " " << i;
   }
 }
 

@@ -18,7 +18,8 @@ namespace strata::testing {
 namespace {
 
 TEST(TpOneRank, CountsEveryCollectiveOfAForward) {
-  const std::string dir = shared_dir() + "/fixtures/tiny/llama-gqa";  // 2 layers, hidden 64, vocab 512
+  const std::string dir =
+      shared_dir() + "/fixtures/tiny/llama-gqa";  // 2 layers, hidden 64, vocab 512
   auto spec = load_model_spec(dir);
   ASSERT_TRUE(spec.ok()) << spec.status().to_string();
   auto weights = WeightStore::open(dir, spec->quant);
@@ -62,7 +63,8 @@ TEST(TpOneRank, NeedsMoreThanOneRank) {
   c.tp_one_rank = true;  // tp_size 1
   auto e = Engine::create(c);
   ASSERT_FALSE(e.ok());
-  EXPECT_NE(e.status().message().find("--tp-one-rank"), std::string::npos) << e.status().to_string();
+  EXPECT_NE(e.status().message().find("--tp-one-rank"), std::string::npos)
+      << e.status().to_string();
 }
 
 }  // namespace

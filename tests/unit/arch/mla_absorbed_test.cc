@@ -13,8 +13,11 @@
 namespace strata {
 namespace {
 
-constexpr MlaDims kDims{.num_heads = 3, .kv_lora_rank = 12, .qk_nope_head_dim = 8,
-                       .qk_rope_head_dim = 6, .v_head_dim = 5};
+constexpr MlaDims kDims{.num_heads = 3,
+                        .kv_lora_rank = 12,
+                        .qk_nope_head_dim = 8,
+                        .qk_rope_head_dim = 6,
+                        .v_head_dim = 5};
 constexpr float kScale = 0.37f;
 constexpr float kAttentionFactor = 1.1f;  // YaRN-style cos/sin multiplier
 constexpr float kEps = 1e-6f;
@@ -65,12 +68,16 @@ TEST_P(MlaAbsorbed, MatchesNaiveAttention) {
   auto norm_w = randn(rng, size_t(rank), 0.5f);
   for (float& w : norm_w) w += 1.0f;
   std::vector<float> inv_freq(static_cast<size_t>(rope_dim / 2));
-  for (int i = 0; i < rope_dim / 2; ++i) inv_freq[size_t(i)] = std::pow(10000.0f, -2.0f * i / rope_dim);
+  for (int i = 0; i < rope_dim / 2; ++i)
+    inv_freq[size_t(i)] = std::pow(10000.0f, -2.0f * i / rope_dim);
   const MlaAbsorbedWeights w =
       split_kv_b(*be, Tensor::make(kv_b.data(), DType::kF32, {heads * (nope + v), rank}), d);
   auto norm = be->upload(Tensor::make(norm_w.data(), DType::kF32, {rank}), DType::kF32);
-  const RopeArgs rope{.inv_freq = inv_freq.data(), .attention_factor = kAttentionFactor,
-                      .rotary_dim = rope_dim, .offset = 0, .interleaved = interleaved};
+  const RopeArgs rope{.inv_freq = inv_freq.data(),
+                      .attention_factor = kAttentionFactor,
+                      .rotary_dim = rope_dim,
+                      .offset = 0,
+                      .interleaved = interleaved};
 
   // Two sequences; pages handed out interleaved and out of order.
   const int page_size = 2, num_pages = 12;
@@ -99,15 +106,21 @@ TEST_P(MlaAbsorbed, MatchesNaiveAttention) {
       kv_lens.push_back(step[size_t(s)].second);
     }
     const int t = int(batch.size());
-    AttentionMetadata meta{.num_seqs = 2, .num_tokens = t, .page_size = page_size,
-                           .q_indptr = q_indptr.data(), .kv_lens = kv_lens.data(),
-                           .page_indptr = page_indptr.data(), .page_indices = page_indices.data(),
-                           .positions = positions.data(), .slot_mapping = slots.data()};
+    AttentionMetadata meta{.num_seqs = 2,
+                           .num_tokens = t,
+                           .page_size = page_size,
+                           .q_indptr = q_indptr.data(),
+                           .kv_lens = kv_lens.data(),
+                           .page_indptr = page_indptr.data(),
+                           .page_indices = page_indices.data(),
+                           .positions = positions.data(),
+                           .slot_mapping = slots.data()};
     // Absorbed path through the backend.
     auto q = be->alloc(DType::kF32, {t, heads, qd});
     auto kv_a = be->alloc(DType::kF32, {t, d.cache_dim()});
     for (int i = 0; i < t; ++i) {
-      std::copy(batch[size_t(i)].q.begin(), batch[size_t(i)].q.end(), q->view().ptr<float>() + i * heads * qd);
+      std::copy(batch[size_t(i)].q.begin(), batch[size_t(i)].q.end(),
+                q->view().ptr<float>() + i * heads * qd);
       std::copy(batch[size_t(i)].kv_a.begin(), batch[size_t(i)].kv_a.end(),
                 kv_a->view().ptr<float>() + i * d.cache_dim());
     }
@@ -134,8 +147,10 @@ TEST_P(MlaAbsorbed, MatchesNaiveAttention) {
           for (int r = 0; r < rank; ++r) ss += double(ctx.kv_a[size_t(r)]) * ctx.kv_a[size_t(r)];
           const double inv = 1.0 / std::sqrt(ss / rank + kEps);
           std::vector<double> c(static_cast<size_t>(rank));
-          for (int r = 0; r < rank; ++r) c[size_t(r)] = ctx.kv_a[size_t(r)] * inv * norm_w[size_t(r)];
-          const auto k_pe = hf_rope(ctx.kv_a.data() + rank, rope_dim, ctx.pos, inv_freq, interleaved);
+          for (int r = 0; r < rank; ++r)
+            c[size_t(r)] = ctx.kv_a[size_t(r)] * inv * norm_w[size_t(r)];
+          const auto k_pe =
+              hf_rope(ctx.kv_a.data() + rank, rope_dim, ctx.pos, inv_freq, interleaved);
           const float* block = kv_b.data() + h * (nope + v) * rank;
           double dot = 0;
           for (int n = 0; n < nope; ++n) {
@@ -156,7 +171,8 @@ TEST_P(MlaAbsorbed, MatchesNaiveAttention) {
         for (double& s : scores) sum += s = std::exp(s - mx);
         for (int j = 0; j < v; ++j) {
           double o = 0;
-          for (size_t c = 0; c < scores.size(); ++c) o += scores[c] / sum * values[c * size_t(v) + size_t(j)];
+          for (size_t c = 0; c < scores.size(); ++c)
+            o += scores[c] / sum * values[c * size_t(v) + size_t(j)];
           const double got = out->view().ptr<float>()[(i * heads + h) * v + j];
           max_err = std::max(max_err, std::fabs(got - o));
           max_ref = std::max(max_ref, std::fabs(o));
@@ -174,7 +190,10 @@ INSTANTIATE_TEST_SUITE_P(Rope, MlaAbsorbed, ::testing::Bool(),
 
 TEST(MlaSplit, KvBLayout) {
   // kv_b rows per head: nope rows of W_UK, then v rows of W_UV.
-  const MlaDims d{.num_heads = 2, .kv_lora_rank = 3, .qk_nope_head_dim = 2, .qk_rope_head_dim = 2,
+  const MlaDims d{.num_heads = 2,
+                  .kv_lora_rank = 3,
+                  .qk_nope_head_dim = 2,
+                  .qk_rope_head_dim = 2,
                   .v_head_dim = 1};
   std::vector<float> kv_b(static_cast<size_t>(2 * 3 * 3));
   for (size_t i = 0; i < kv_b.size(); ++i) kv_b[i] = float(i);

@@ -1,11 +1,11 @@
 // KV row formats: plain fp8 with scales, MLA rows with a bf16 rope part, FlashMLA FP8 rows.
+#include "backend/kv_format.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
-
-#include "backend/kv_format.h"
 
 namespace strata {
 namespace {

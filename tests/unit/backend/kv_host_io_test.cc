@@ -1,12 +1,12 @@
 // The CPU host copy path (backend/kv_host_io.h): whole pages round-trip device -> host -> other
 // device pages byte for byte, for every KV row format (plain f32/bf16/fp8, mixed layers, split
 // MLA rows, FlashMLA fp8), and the io-backend flag is parsed and refused where it does not apply.
+#include "backend/kv_host_io.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <random>
-
-#include "backend/kv_host_io.h"
 
 namespace strata {
 namespace {
@@ -49,7 +49,8 @@ void round_trip(const KvLayout& layout) {
         auto want = device_part(*kv, l, value, c.device_page);
         ASSERT_EQ(h.page_part_bytes(l, value), int64_t(want.size()));
         if (want.empty()) continue;
-        EXPECT_EQ(std::memcmp(h.host_page_part(c.host_page, l, value), want.data(), want.size()), 0);
+        EXPECT_EQ(std::memcmp(h.host_page_part(c.host_page, l, value), want.data(), want.size()),
+                  0);
       }
   // Back to other device pages: their bytes equal the originals'.
   std::vector<std::vector<uint8_t>> before;
@@ -61,12 +62,14 @@ void round_trip(const KvLayout& layout) {
   size_t i = 0;
   for (const KvPageCopy& c : back)
     for (int l = 0; l < layout.num_layers; ++l)
-      for (bool value : {false, true}) EXPECT_EQ(device_part(*kv, l, value, c.device_page), before[i++]);
+      for (bool value : {false, true})
+        EXPECT_EQ(device_part(*kv, l, value, c.device_page), before[i++]);
   EXPECT_GE(h.copy_seconds(), 0.0);
 }
 
 KvLayout gqa(DType dtype) {
-  return KvLayout{.num_layers = 3, .num_pages = 8, .page_size = 4, .k_dim = 16, .v_dim = 16, .dtype = dtype};
+  return KvLayout{
+      .num_layers = 3, .num_pages = 8, .page_size = 4, .k_dim = 16, .v_dim = 16, .dtype = dtype};
 }
 
 TEST(KvHostIoTest, RoundTripsPlainRows) {
@@ -82,8 +85,14 @@ TEST(KvHostIoTest, RoundTripsMixedLayers) {
 }
 
 TEST(KvHostIoTest, RoundTripsMlaRows) {
-  KvLayout mla{.num_layers = 2, .num_pages = 8, .page_size = 2, .k_dim = 160, .v_dim = 0,
-               .dtype = DType::kFP8E4M3, .rope_dim = 32, .rope_dtype = DType::kBF16};
+  KvLayout mla{.num_layers = 2,
+               .num_pages = 8,
+               .page_size = 2,
+               .k_dim = 160,
+               .v_dim = 0,
+               .dtype = DType::kFP8E4M3,
+               .rope_dim = 32,
+               .rope_dtype = DType::kBF16};
   round_trip(mla);
   mla.format = KvFormat::kFlashMlaFp8;
   mla.rope_dtype.reset();

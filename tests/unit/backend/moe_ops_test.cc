@@ -1,5 +1,6 @@
 // The backend's MoE ops (moe_route, moe_experts) on hand-made routing cases whose answers follow
-// from transformers 5.17's DeepSeek-V2/V3 routers, and on random experts against a double-precision sum.
+// from transformers 5.17's DeepSeek-V2/V3 routers, and on random experts against a double-precision
+// sum.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,15 +20,18 @@ struct Routed {
 };
 
 // Routes one token; ids come back sorted with their weights.
-Routed route(Backend& be, std::vector<float> logits, std::vector<float> bias, const MoeRouteArgs& a) {
+Routed route(Backend& be, std::vector<float> logits, std::vector<float> bias,
+             const MoeRouteArgs& a) {
   auto l = be.upload(Tensor::make(logits.data(), DType::kF32, {1, a.num_experts}), DType::kF32);
   DeviceTensorPtr b;
-  if (!bias.empty()) b = be.upload(Tensor::make(bias.data(), DType::kF32, {a.num_experts}), DType::kF32);
+  if (!bias.empty())
+    b = be.upload(Tensor::make(bias.data(), DType::kF32, {a.num_experts}), DType::kF32);
   auto ids = be.alloc(DType::kI32, {1, a.top_k});
   auto w = be.alloc(DType::kF32, {1, a.top_k});
   be.moe_route(*l, b ? b->view() : Tensor{}, a, *ids, *w);
   std::vector<std::pair<int32_t, float>> r;
-  for (int j = 0; j < a.top_k; ++j) r.push_back({ids->view().ptr<int32_t>()[j], w->view().ptr<float>()[j]});
+  for (int j = 0; j < a.top_k; ++j)
+    r.push_back({ids->view().ptr<int32_t>()[j], w->view().ptr<float>()[j]});
   std::sort(r.begin(), r.end());
   Routed out;
   for (auto [i, x] : r) out.ids.push_back(i), out.weights.push_back(x);
@@ -40,9 +44,14 @@ TEST(MoeRoute, GroupScoreTop2SumVersusMax) {
   auto be = make_cpu_backend();
   // Group 0 has the single best expert, group 1 the best pair.
   const std::vector<float> logits = {3.0f, -5.0f, 1.5f, 1.5f, -5.0f, -5.0f, -5.0f, -5.0f};
-  MoeRouteArgs a{.num_experts = 8, .top_k = 2, .num_groups = 4, .topk_groups = 1,
-                 .scoring = MoeScoring::kSigmoid, .group_score = MoeGroupScore::kTop2Sum,
-                 .normalize = true, .scaling_factor = 2.5f};
+  MoeRouteArgs a{.num_experts = 8,
+                 .top_k = 2,
+                 .num_groups = 4,
+                 .topk_groups = 1,
+                 .scoring = MoeScoring::kSigmoid,
+                 .group_score = MoeGroupScore::kTop2Sum,
+                 .normalize = true,
+                 .scaling_factor = 2.5f};
   Routed r = route(*be, logits, {}, a);
   EXPECT_EQ(r.ids, (std::vector<int32_t>{2, 3}));
   EXPECT_NEAR(r.weights[0], 1.25f, 1e-6);  // normalized halves, times 2.5
@@ -55,9 +64,14 @@ TEST(MoeRoute, GroupScoreTop2SumVersusMax) {
 
 TEST(MoeRoute, CorrectionBiasChoosesButDoesNotWeigh) {
   auto be = make_cpu_backend();
-  MoeRouteArgs a{.num_experts = 4, .top_k = 1, .num_groups = 1, .topk_groups = 1,
-                 .scoring = MoeScoring::kSigmoid, .group_score = MoeGroupScore::kTop2Sum,
-                 .normalize = false, .scaling_factor = 2.5f};
+  MoeRouteArgs a{.num_experts = 4,
+                 .top_k = 1,
+                 .num_groups = 1,
+                 .topk_groups = 1,
+                 .scoring = MoeScoring::kSigmoid,
+                 .group_score = MoeGroupScore::kTop2Sum,
+                 .normalize = false,
+                 .scaling_factor = 2.5f};
   Routed r = route(*be, {1.0f, 0.5f, 0.0f, 0.0f}, {0.0f, 0.5f, 0.0f, 0.0f}, a);
   EXPECT_EQ(r.ids, (std::vector<int32_t>{1}));
   EXPECT_NEAR(r.weights[0], 2.5f * sigmoid(0.5f), 1e-6);
@@ -67,9 +81,14 @@ TEST(MoeRoute, CorrectionBiasChoosesButDoesNotWeigh) {
 // (transformers 5.17 masks them to -inf; an older 0.0 mask would have let them win here).
 TEST(MoeRoute, UnchosenGroupsNeverWin) {
   auto be = make_cpu_backend();
-  MoeRouteArgs a{.num_experts = 4, .top_k = 2, .num_groups = 2, .topk_groups = 1,
-                 .scoring = MoeScoring::kSigmoid, .group_score = MoeGroupScore::kTop2Sum,
-                 .normalize = true, .scaling_factor = 1.0f};
+  MoeRouteArgs a{.num_experts = 4,
+                 .top_k = 2,
+                 .num_groups = 2,
+                 .topk_groups = 1,
+                 .scoring = MoeScoring::kSigmoid,
+                 .group_score = MoeGroupScore::kTop2Sum,
+                 .normalize = true,
+                 .scaling_factor = 1.0f};
   Routed r = route(*be, {0.0f, 0.0f, 0.0f, 0.0f}, {-2.0f, -2.0f, -3.0f, -3.0f}, a);
   EXPECT_EQ(r.ids, (std::vector<int32_t>{0, 1}));
   EXPECT_NEAR(r.weights[0], 0.5f, 1e-6);
@@ -77,9 +96,14 @@ TEST(MoeRoute, UnchosenGroupsNeverWin) {
 
 TEST(MoeRoute, SoftmaxGreedy) {
   auto be = make_cpu_backend();
-  MoeRouteArgs a{.num_experts = 4, .top_k = 2, .num_groups = 1, .topk_groups = 1,
-                 .scoring = MoeScoring::kSoftmax, .group_score = MoeGroupScore::kMax,
-                 .normalize = false, .scaling_factor = 1.0f};
+  MoeRouteArgs a{.num_experts = 4,
+                 .top_k = 2,
+                 .num_groups = 1,
+                 .topk_groups = 1,
+                 .scoring = MoeScoring::kSoftmax,
+                 .group_score = MoeGroupScore::kMax,
+                 .normalize = false,
+                 .scaling_factor = 1.0f};
   Routed r = route(*be, {0.0f, std::log(2.0f), std::log(3.0f), 0.0f}, {}, a);
   EXPECT_EQ(r.ids, (std::vector<int32_t>{1, 2}));
   EXPECT_NEAR(r.weights[0], 2.0f / 7.0f, 1e-6);
@@ -101,15 +125,18 @@ TEST(MoeExperts, MatchesPerTokenSum) {
   std::vector<int32_t> ids;
   std::vector<float> weights;
   for (int t = 0; t < tokens; ++t) {
-    const int a = t % experts, b = (t * 3 + 1) % experts == a ? (a + 1) % experts : (t * 3 + 1) % experts;
+    const int a = t % experts,
+              b = (t * 3 + 1) % experts == a ? (a + 1) % experts : (t * 3 + 1) % experts;
     ids.insert(ids.end(), {a, b});
     weights.insert(weights.end(), {0.25f + 0.1f * t, 1.0f - 0.05f * t});
   }
   auto be = make_cpu_backend();
   MoeExpertWeights w;
-  w.gate_up.weight = be->upload(Tensor::make(gate_up.data(), DType::kF32, {experts, 2 * inter, hidden}), DType::kF32);
+  w.gate_up.weight = be->upload(
+      Tensor::make(gate_up.data(), DType::kF32, {experts, 2 * inter, hidden}), DType::kF32);
   w.gate_up.stack = experts;
-  w.down.weight = be->upload(Tensor::make(down.data(), DType::kF32, {experts, hidden, inter}), DType::kF32);
+  w.down.weight =
+      be->upload(Tensor::make(down.data(), DType::kF32, {experts, hidden, inter}), DType::kF32);
   w.down.stack = experts;
   auto xt = be->upload(Tensor::make(x.data(), DType::kF32, {tokens, hidden}), DType::kF32);
   auto idt = be->alloc(DType::kI32, {tokens, top_k});
@@ -128,18 +155,21 @@ TEST(MoeExperts, MatchesPerTokenSum) {
         double g = 0, u = 0;
         for (int k = 0; k < hidden; ++k) {
           g += gate_up[size_t((e * 2 * inter + i) * hidden + k)] * x[size_t(t * hidden + k)];
-          u += gate_up[size_t((e * 2 * inter + inter + i) * hidden + k)] * x[size_t(t * hidden + k)];
+          u +=
+              gate_up[size_t((e * 2 * inter + inter + i) * hidden + k)] * x[size_t(t * hidden + k)];
         }
         act[size_t(i)] = g / (1 + std::exp(-g)) * u;
       }
       for (int k = 0; k < hidden; ++k) {
         double s = 0;
-        for (int i = 0; i < inter; ++i) s += down[size_t((e * hidden + k) * inter + i)] * act[size_t(i)];
+        for (int i = 0; i < inter; ++i)
+          s += down[size_t((e * hidden + k) * inter + i)] * act[size_t(i)];
         y[size_t(k)] += weights[size_t(t * top_k + j)] * s;
       }
     }
     for (int k = 0; k < hidden; ++k)
-      max_err = std::max(max_err, std::fabs(y[size_t(k)] - out->view().ptr<float>()[t * hidden + k]));
+      max_err =
+          std::max(max_err, std::fabs(y[size_t(k)] - out->view().ptr<float>()[t * hidden + k]));
   }
   EXPECT_LT(max_err, 1e-5);
 

@@ -1,12 +1,12 @@
 // parallel_for runs every index exactly once per call, also when calls follow each other as fast
 // as possible (a worker woken for one call must not take chunks of the next: a race that
 // ThreadSanitizer found, where a chunk could run twice and a call return while one still ran).
+#include "core/thread_pool.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <vector>
-
-#include "core/thread_pool.h"
 
 namespace strata {
 namespace {
@@ -20,7 +20,8 @@ TEST(ThreadPool, EveryIndexOnceAcrossBackToBackCalls) {
       for (int64_t i = begin; i < end; ++i) hits[size_t(i)].fetch_add(1);
     });
     // Every chunk has finished when parallel_for returns.
-    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << "call " << call << " index " << i;
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(hits[size_t(i)].load(), 1) << "call " << call << " index " << i;
   }
 }
 

@@ -76,7 +76,8 @@ TEST(WeightFormat, DequantizeInt4MatchesNibbleRule) {
       std::memcpy(&word, w.values.data() + (r * 8 + c / 8) * 4, 4);
       uint16_t s;
       std::memcpy(&s, w.scales.data() + (r * 2 + c / 32) * 2, 2);
-      const float want = round_to_bf16(float(int((word >> (4 * (c % 8))) & 0xf) - 8) * bf16_to_f32(s));
+      const float want =
+          round_to_bf16(float(int((word >> (4 * (c % 8))) & 0xf) - 8) * bf16_to_f32(s));
       ASSERT_EQ(d[size_t(r * 64 + c)], want) << r << "," << c;
     }
 }
@@ -90,7 +91,8 @@ void expect_slices_agree(const LinearFormat& f, int64_t out, int64_t in, int64_t
   ASSERT_TRUE(rows.ok()) << rows.status().message();
   const std::vector<float> dr = dense(*rows);
   for (int64_t r = r0; r < r1; ++r)
-    for (int64_t c = 0; c < in; ++c) ASSERT_EQ(dr[size_t((r - r0) * in + c)], full[size_t(r * in + c)]);
+    for (int64_t c = 0; c < in; ++c)
+      ASSERT_EQ(dr[size_t((r - r0) * in + c)], full[size_t(r * in + c)]);
   auto cols = slice_linear_cols(w, c0, c1, "w");
   ASSERT_TRUE(cols.ok()) << cols.status().message();
   const std::vector<float> dc = dense(*cols);
@@ -118,7 +120,8 @@ TEST(WeightFormat, MisalignedSlicesAreErrors) {
 TEST(WeightFormat, ConcatRowsIsRowConcatenation) {
   for (const LinearFormat& f : {kBf16, kInt4g32, kFp8}) {
     const int64_t a = f.format == WeightFormat::kFp8Block ? 128 : 3;
-    const HostLinearWeight p0 = random_linear(f, a, 160 * 2, 1), p1 = random_linear(f, 5, 160 * 2, 2);
+    const HostLinearWeight p0 = random_linear(f, a, 160 * 2, 1),
+                           p1 = random_linear(f, 5, 160 * 2, 2);
     const std::vector<float> d0 = dense(p0), d1 = dense(p1);
     auto cat = concat_linear_rows({p0, p1}, "qkv");
     ASSERT_TRUE(cat.ok()) << cat.status().message();
@@ -131,12 +134,17 @@ TEST(WeightFormat, ConcatRowsIsRowConcatenation) {
 
 TEST(WeightFormat, ConcatRefusesWhatItCannotRepresent) {
   // fp8 parts whose rows straddle a scale block.
-  EXPECT_FALSE(concat_linear_rows({random_linear(kFp8, 100, 128, 1), random_linear(kFp8, 28, 128, 2)}, "x").ok());
+  EXPECT_FALSE(
+      concat_linear_rows({random_linear(kFp8, 100, 128, 1), random_linear(kFp8, 28, 128, 2)}, "x")
+          .ok());
   // Different formats.
-  EXPECT_FALSE(concat_linear_rows({random_linear(kInt4g32, 4, 64, 1), random_linear(kBf16, 4, 64, 2)}, "x").ok());
+  EXPECT_FALSE(
+      concat_linear_rows({random_linear(kInt4g32, 4, 64, 1), random_linear(kBf16, 4, 64, 2)}, "x")
+          .ok());
   // Dense parts of different dtypes are widened, not refused.
   const LinearFormat f16{.format = WeightFormat::kDense, .dense_dtype = DType::kF16};
-  auto mixed = concat_linear_rows({random_linear(kBf16, 2, 8, 1), random_linear(f16, 3, 8, 2)}, "x");
+  auto mixed =
+      concat_linear_rows({random_linear(kBf16, 2, 8, 1), random_linear(f16, 3, 8, 2)}, "x");
   ASSERT_TRUE(mixed.ok());
   EXPECT_EQ(mixed->format.dense_dtype, DType::kF32);
 }

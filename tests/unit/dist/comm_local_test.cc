@@ -55,7 +55,8 @@ TEST(LocalComm, AllReduceBf16RoundsTheFloat32SumOnce) {
   run_ranks(3, [&](Communicator& c) {
     c.all_reduce_sum(Tensor::make(v[size_t(c.rank())].data(), DType::kBF16, {4}));
   });
-  for (int r = 0; r < 3; ++r) EXPECT_EQ(bf16_to_f32(v[size_t(r)][0]), round_to_bf16(1.0f + 2.0f / 256));
+  for (int r = 0; r < 3; ++r)
+    EXPECT_EQ(bf16_to_f32(v[size_t(r)][0]), round_to_bf16(1.0f + 2.0f / 256));
 }
 
 TEST(LocalComm, AllGatherPlacesRankRAtRowR) {
@@ -129,7 +130,8 @@ TEST(LaunchRank, ReadsLauncherVariables) {
   std::string id_file;
   auto wrong_size = tp_launch_from_env(4, Device::kCuda, &id_file);
   ASSERT_FALSE(wrong_size.ok());
-  EXPECT_NE(wrong_size.status().message().find("--tp-size 8"), std::string::npos) << wrong_size.status().message();
+  EXPECT_NE(wrong_size.status().message().find("--tp-size 8"), std::string::npos)
+      << wrong_size.status().message();
   auto on_cpu = tp_launch_from_env(8, Device::kCpu, &id_file);
   ASSERT_FALSE(on_cpu.ok());
   EXPECT_NE(on_cpu.status().message().find("--device cuda"), std::string::npos);

@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <memory>
-#include <string>
 #include <random>
+#include <string>
 
 #include "engine/batch_plan.h"
 #include "engine/schedule_state.h"
@@ -28,12 +28,14 @@ struct Slot {
 // copy with probability 1/2.
 using SlotIo = testing::LateCopier<Slot>;
 testing::LateCopierShape slot_pages(int32_t page_size) {
-  return {.slots_per_page = page_size, .page_bytes = int64_t(page_size) * int64_t(sizeof(Slot)), .land_one_in = 2};
+  return {.slots_per_page = page_size,
+          .page_bytes = int64_t(page_size) * int64_t(sizeof(Slot)),
+          .land_one_in = 2};
 }
 
 struct Harness {
-  Harness(const SchedulerConfig& config, int32_t num_pages, int32_t host_pages, HiCacheWritePolicy policy,
-          uint32_t seed)
+  Harness(const SchedulerConfig& config, int32_t num_pages, int32_t host_pages,
+          HiCacheWritePolicy policy, uint32_t seed)
       : rng(seed),
         pool(num_pages, config.page_size),
         cache(&pool),
@@ -47,7 +49,8 @@ struct Harness {
   void fake_forward(const ScheduledStep& step) {
     BatchPlan plan = BatchPlan::build(step.seqs, pool.page_size());
     AttentionMetadata m = plan.view();
-    for (int i = 0; i < m.num_tokens; ++i) kv[size_t(m.slot_mapping[i])] = {plan.token_ids[i], m.positions[i]};
+    for (int i = 0; i < m.num_tokens; ++i)
+      kv[size_t(m.slot_mapping[i])] = {plan.token_ids[i], m.positions[i]};
     const int32_t page = pool.page_size();
     for (int s = 0; s < m.num_seqs; ++s) {
       const Request& r = *step.seqs[size_t(s)].request;
@@ -140,7 +143,8 @@ TEST_P(HiCacheSchedule, RandomTrafficReadsItsOwnContextFromBothTiers) {
   EXPECT_GT(s.host_hit_tokens, 0);
   EXPECT_GT(s.demoted_pages, 0);
   // write_back demotes ahead of need once the pool is large enough for a headroom (1/16 of it).
-  if (c.policy == HiCacheWritePolicy::kWriteBack && c.num_pages >= 16) EXPECT_GT(s.evicted_ahead_pages, 0);
+  if (c.policy == HiCacheWritePolicy::kWriteBack && c.num_pages >= 16)
+    EXPECT_GT(s.evicted_ahead_pages, 0);
   EXPECT_TRUE(h.state.flush_cache());
   h.state.check_invariants();
   EXPECT_EQ(h.pool.num_free_pages(), h.pool.num_pages());

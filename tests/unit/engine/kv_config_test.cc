@@ -12,10 +12,14 @@
 namespace strata {
 namespace {
 
-std::string model_dir(const char* name) { return std::string(STRATA_SHARED_DIR) + "/models/" + name; }
+std::string model_dir(const char* name) {
+  return std::string(STRATA_SHARED_DIR) + "/models/" + name;
+}
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("strata_evalkv_" + std::to_string(::getpid()) + "_" + name)).string();
+  return (std::filesystem::temp_directory_path() /
+          ("strata_evalkv_" + std::to_string(::getpid()) + "_" + name))
+      .string();
 }
 
 TEST(KvConfig, ScalesRoundTripThroughTheFile) {
@@ -31,8 +35,10 @@ TEST(KvConfig, ScalesRoundTripThroughTheFile) {
   EXPECT_EQ(back->source, "file:" + path);
   auto wrong_layers = read_kv_scales(path, 4);
   EXPECT_FALSE(wrong_layers.ok());
-  EXPECT_NE(wrong_layers.status().to_string().find("3 k and 3 v scales for a model of 4 layers"), std::string::npos);
-  std::ofstream(path) << R"({"format": "strata-kv-scales/1", "k_scale": [1, 0, 1], "v_scale": [1, 1, 1]})";
+  EXPECT_NE(wrong_layers.status().to_string().find("3 k and 3 v scales for a model of 4 layers"),
+            std::string::npos);
+  std::ofstream(path)
+      << R"({"format": "strata-kv-scales/1", "k_scale": [1, 0, 1], "v_scale": [1, 1, 1]})";
   auto zero = read_kv_scales(path, 3);
   EXPECT_FALSE(zero.ok());
   EXPECT_NE(zero.status().to_string().find("layer 1 scale 0"), std::string::npos);

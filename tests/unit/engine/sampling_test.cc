@@ -28,8 +28,8 @@ int32_t plain_sample(const std::vector<float>& logits, const SampleRowParams& p)
   std::vector<float> w;
   double total = 0;
   for (int32_t id : order) {
-    w.push_back(float(std::exp(double(logits[size_t(id)] - logits[size_t(order[0])]) /
-                               p.temperature)));
+    w.push_back(
+        float(std::exp(double(logits[size_t(id)] - logits[size_t(order[0])]) / p.temperature)));
     total += w.back();
   }
   size_t keep = 0;
@@ -93,8 +93,8 @@ TEST(Sampling, CpuBackendEqualsSampleTokenAndDrawsOncePerSampledToken) {
     const auto row = random_logits(g, vocab, true);
     logits.insert(logits.end(), row.begin(), row.end());
     const SampleRowParams p = random_params(g, vocab);
-    cfgs.push_back({.temperature = p.temperature, .top_p = p.top_p, .top_k = p.top_k,
-                    .min_p = p.min_p});
+    cfgs.push_back(
+        {.temperature = p.temperature, .top_p = p.top_p, .top_k = p.top_k, .min_p = p.min_p});
   }
   for (int step = 0; step < 3; ++step) {
     std::vector<SamplerRng> a, b;

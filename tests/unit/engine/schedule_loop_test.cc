@@ -40,7 +40,8 @@ struct Harness {
     BatchPlan plan = BatchPlan::build(step.seqs, pool.page_size());
     AttentionMetadata m = plan.view();
     ASSERT_EQ(m.num_seqs, int(step.seqs.size()));
-    for (int i = 0; i < m.num_tokens; ++i) kv[m.slot_mapping[i]] = {plan.token_ids[i], m.positions[i]};
+    for (int i = 0; i < m.num_tokens; ++i)
+      kv[m.slot_mapping[i]] = {plan.token_ids[i], m.positions[i]};
     const int32_t page = pool.page_size();
     for (int s = 0; s < m.num_seqs; ++s) {
       const Request& r = *step.seqs[s].request;
@@ -116,7 +117,8 @@ TEST_P(ScheduleLoop, RandomTrafficKeepsInvariantsAndFinishes) {
   int64_t aborted = 0, finished_by_stop_string = 0;
   for (int round = 0; round < 3000; ++round) {
     if (round < 2600 && rng() % 3 == 0) {
-      std::vector<int32_t> prompt = rng() % 2 ? stems[rng() % stems.size()] : std::vector<int32_t>{};
+      std::vector<int32_t> prompt =
+          rng() % 2 ? stems[rng() % stems.size()] : std::vector<int32_t>{};
       int len = 1 + rng() % 40;
       if (rng() % 100 == 0) len = int(capacity);  // never fits with one generated token
       while (int(prompt.size()) < len) prompt.push_back(3 + rng() % 7);
@@ -168,11 +170,12 @@ TEST_P(ScheduleLoop, RandomTrafficKeepsInvariantsAndFinishes) {
   if (c.decode_steps > 1) {
     EXPECT_GT(h.multi_steps, 0);
   }
-  std::printf("pages %d x %d: %zu requests, %ld rejected, %ld retracted, %ld aborted, %ld chunks, "
-              "%ld extra decode steps, hit %ld of %ld lookup tokens, %ld pages evicted\n",
-              c.num_pages, c.page_size, h.requests.size(), long(h.rejected), long(h.retracted),
-              long(aborted), long(h.chunks), long(h.multi_steps), long(h.cache.stats().hit_tokens),
-              long(h.cache.stats().lookup_tokens), long(h.cache.stats().evicted_pages));
+  std::printf(
+      "pages %d x %d: %zu requests, %ld rejected, %ld retracted, %ld aborted, %ld chunks, "
+      "%ld extra decode steps, hit %ld of %ld lookup tokens, %ld pages evicted\n",
+      c.num_pages, c.page_size, h.requests.size(), long(h.rejected), long(h.retracted),
+      long(aborted), long(h.chunks), long(h.multi_steps), long(h.cache.stats().hit_tokens),
+      long(h.cache.stats().lookup_tokens), long(h.cache.stats().evicted_pages));
 }
 
 INSTANTIATE_TEST_SUITE_P(Pools, ScheduleLoop,

@@ -10,7 +10,9 @@ namespace {
 
 struct Fixture {
   Fixture(SchedulerConfig config, int32_t num_pages)
-      : pool(num_pages, config.page_size), cache(&pool), scheduler(config),
+      : pool(num_pages, config.page_size),
+        cache(&pool),
+        scheduler(config),
         state(config, &pool, &cache, {2}) {}
 
   Request* submit(std::vector<int32_t> prompt, int32_t max_new, bool ignore_eos = true) {
@@ -53,7 +55,9 @@ struct Fixture {
 
 TEST(ScheduleState, RetractionHappensInATinyPoolAndEveryoneStillFinishes) {
   // A small decode reservation admits all four; their decode then outgrows the 24-token pool.
-  Fixture f({.page_size = 1, .chunked_prefill_size = 0, .max_running_requests = 8,
+  Fixture f({.page_size = 1,
+             .chunked_prefill_size = 0,
+             .max_running_requests = 8,
              .clip_max_new_tokens = 2},
             24);
   for (int i = 0; i < 4; ++i) f.submit({7, 7, 7, int32_t(10 + i)}, 20);
@@ -91,7 +95,10 @@ TEST(ScheduleState, RetractionHappensInATinyPoolAndEveryoneStillFinishes) {
 TEST(ScheduleState, WithoutTheRadixCacheNothingIsSharedOrKept) {
   for (const bool disable : {false, true}) {
     SCOPED_TRACE(disable ? "disabled" : "enabled");
-    Fixture f({.page_size = 2, .chunked_prefill_size = 4, .max_running_requests = 8, .clip_max_new_tokens = 2,
+    Fixture f({.page_size = 2,
+               .chunked_prefill_size = 4,
+               .max_running_requests = 8,
+               .clip_max_new_tokens = 2,
                .disable_radix_cache = disable},
               24);
     const std::vector<int32_t> prompt = {7, 8, 9, 10, 11, 12, 13, 14, 15};
@@ -101,7 +108,8 @@ TEST(ScheduleState, WithoutTheRadixCacheNothingIsSharedOrKept) {
     f.drain();
     EXPECT_EQ(first->prefix_hit_tokens(), 0);
     EXPECT_EQ(again->prefix_hit_tokens(), disable ? 0 : 8);
-    EXPECT_EQ(f.cache.cached_pages(), disable ? 0 : 5);  // 9 prompt + 3 output tokens, minus the last
+    EXPECT_EQ(f.cache.cached_pages(),
+              disable ? 0 : 5);  // 9 prompt + 3 output tokens, minus the last
     // Four at once outgrow the pool: retracted requests come back and finish.
     for (int i = 0; i < 4; ++i) f.submit({3, 3, 3, 3, int32_t(20 + i)}, 16);
     f.drain();

@@ -35,8 +35,8 @@ RunningEntry decoding(int64_t id, int32_t kv_len, int32_t output_len, int32_t pr
 TEST(Scheduler, AdmitsWhenPromptPlusReservationFits) {
   Scheduler sched(small_config());
   SchedulerSnapshot s = pool(100, 100);
-  s.waiting = {{.id = 1, .total_len = 50, .remaining_new_tokens = 40},    // 90 of 100
-               {.id = 2, .total_len = 20, .remaining_new_tokens = 40}};   // 150 > 100: waits
+  s.waiting = {{.id = 1, .total_len = 50, .remaining_new_tokens = 40},   // 90 of 100
+               {.id = 2, .total_len = 20, .remaining_new_tokens = 40}};  // 150 > 100: waits
   Decision d = sched.decide(s);
   ASSERT_EQ(d.prefill.size(), 1u);
   EXPECT_EQ(d.prefill[0].id, 1);
@@ -49,13 +49,16 @@ TEST(Scheduler, CachedPrefixIsNotChargedButLockingItIs) {
   Scheduler sched(small_config());
   SchedulerSnapshot s = pool(100, 40, 20);  // 60 obtainable
   // 50 tokens of which 30 cached (all 30 evictable now): 20 new + 10 reserve + 30 locked = 60.
-  s.waiting = {{.id = 1, .total_len = 50, .cached_tokens = 30, .cached_evictable_pages = 30,
+  s.waiting = {{.id = 1,
+                .total_len = 50,
+                .cached_tokens = 30,
+                .cached_evictable_pages = 30,
                 .remaining_new_tokens = 10}};
   Decision d = sched.decide(s);
   ASSERT_EQ(d.prefill.size(), 1u);
   EXPECT_EQ(d.prefill[0].num_tokens, 20);
   s.waiting[0].remaining_new_tokens = 11;  // one token more than the pool can promise
-  s.running = {decoding(9, 5, 1, 4, 0)};  // not idle, so no relaxation
+  s.running = {decoding(9, 5, 1, 4, 0)};   // not idle, so no relaxation
   EXPECT_TRUE(sched.decide(s).prefill.empty());
 }
 
@@ -84,7 +87,7 @@ TEST(Scheduler, IdlePoolAdmitsHeadEvenWithoutRoomForTheReservation) {
   Scheduler sched(small_config());
   SchedulerSnapshot s = pool(100, 100);
   s.waiting = {{.id = 1, .total_len = 60, .remaining_new_tokens = 40}};  // 60 + 40 > 100... no:
-  s.waiting[0].remaining_new_tokens = 41;                                 // 101 > 100
+  s.waiting[0].remaining_new_tokens = 41;                                // 101 > 100
   Decision d = sched.decide(s);
   ASSERT_EQ(d.prefill.size(), 1u);
   EXPECT_TRUE(d.reject.empty());
@@ -93,8 +96,8 @@ TEST(Scheduler, IdlePoolAdmitsHeadEvenWithoutRoomForTheReservation) {
 TEST(Scheduler, RejectsPromptThatCanNeverFit) {
   Scheduler sched(small_config());
   SchedulerSnapshot s = pool(100, 100);
-  s.waiting = {{.id = 1, .total_len = 100, .remaining_new_tokens = 1},   // 100 + 1 > 100
-               {.id = 2, .total_len = 99, .remaining_new_tokens = 1}};   // fits exactly
+  s.waiting = {{.id = 1, .total_len = 100, .remaining_new_tokens = 1},  // 100 + 1 > 100
+               {.id = 2, .total_len = 99, .remaining_new_tokens = 1}};  // fits exactly
   Decision d = sched.decide(s);
   EXPECT_EQ(d.reject, std::vector<int64_t>{1});
   ASSERT_EQ(d.prefill.size(), 1u);
@@ -121,8 +124,13 @@ TEST(Scheduler, ChunksLongPromptsOneChunkedRequestAtATime) {
   EXPECT_FALSE(d.prefill[0].last_chunk);
 
   // Next step: the chunked request continues first; nobody is admitted until its last chunk.
-  s.running = {RunningEntry{.id = 1, .decoding = false, .kv_len = 64, .total_len = 150,
-                            .held_pages = 64, .prompt_len = 150, .remaining_new_tokens = 8,
+  s.running = {RunningEntry{.id = 1,
+                            .decoding = false,
+                            .kv_len = 64,
+                            .total_len = 150,
+                            .held_pages = 64,
+                            .prompt_len = 150,
+                            .remaining_new_tokens = 8,
                             .max_new_tokens = 8}};
   s.waiting.erase(s.waiting.begin());
   d = sched.decide(s);
@@ -160,7 +168,8 @@ TEST(Scheduler, RespectsMaxRunningAndMaxPrefillTokens) {
   c.max_running_requests = 2;
   Scheduler sched(c);
   SchedulerSnapshot s = pool(10000, 10000);
-  for (int i = 0; i < 5; ++i) s.waiting.push_back({.id = i, .total_len = 10, .remaining_new_tokens = 5});
+  for (int i = 0; i < 5; ++i)
+    s.waiting.push_back({.id = i, .total_len = 10, .remaining_new_tokens = 5});
   EXPECT_EQ(sched.decide(s).prefill.size(), 2u);
 
   c.max_running_requests = 100;
@@ -203,10 +212,10 @@ TEST(Scheduler, RatioFloorsAtMinAndResetsWhenIdle) {
 
 TEST(Scheduler, RetractsLeastProgressWhenDecodeRunsOutOfPages) {
   Scheduler sched(small_config());
-  SchedulerSnapshot s = pool(100, 0);  // three decoders need three pages
-  s.running = {decoding(1, 30, 10, 20, 50),   // most output: kept
-               decoding(2, 33, 3, 30, 50),    // fewest output, shorter prompt
-               decoding(3, 43, 3, 40, 50)};   // fewest output, longest prompt: retracted first
+  SchedulerSnapshot s = pool(100, 0);        // three decoders need three pages
+  s.running = {decoding(1, 30, 10, 20, 50),  // most output: kept
+               decoding(2, 33, 3, 30, 50),   // fewest output, shorter prompt
+               decoding(3, 43, 3, 40, 50)};  // fewest output, longest prompt: retracted first
   s.running[2].releasable_pages = 1;  // (shares most of its pages) frees one: two still short
   s.new_token_ratio = 0.2;
   Decision d = sched.decide(s);

@@ -1,6 +1,8 @@
 // The eval-kv machinery on the house models: the paged runner against the Hugging Face
 // reference logits (two sequences batched), and the evaluator's invariants (bf16 vs itself is
 // exactly zero, fp8 is not, calibration finds the KV range).
+#include "eval/kv_eval.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -8,20 +10,22 @@
 #include <filesystem>
 #include <fstream>
 
-#include "eval/kv_eval.h"
 #include "eval/paged_runner.h"
 #include "support/golden.h"
 
 namespace strata {
 namespace {
 
-std::string model_dir(const char* name) { return std::string(STRATA_SHARED_DIR) + "/models/" + name; }
+std::string model_dir(const char* name) {
+  return std::string(STRATA_SHARED_DIR) + "/models/" + name;
+}
 
 TEST(PagedRunner, TwoBatchedSequencesMatchHuggingFace) {
   auto be = make_cpu_backend();
   auto model = load_model(model_dir("house-llama"), *be);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
-  testing::Reference ref(std::string(STRATA_SHARED_DIR) + "/fixtures/house-llama/reference.safetensors");
+  testing::Reference ref(std::string(STRATA_SHARED_DIR) +
+                         "/fixtures/house-llama/reference.safetensors");
   ASSERT_TRUE(ref.ok());
   KvCacheConfig exact = reference_kv_config((*model)->spec());
   exact.dtype = DType::kF32;
@@ -32,13 +36,18 @@ TEST(PagedRunner, TwoBatchedSequencesMatchHuggingFace) {
   // Chunks of 5 tokens from both sequences in each step.
   for (size_t i = 0; i < std::max(a.size(), b.size()); i += 5) {
     std::vector<std::pair<int, std::vector<int32_t>>> chunks;
-    if (i < a.size()) chunks.push_back({0, std::vector<int32_t>(a.begin() + long(i), a.begin() + long(std::min(a.size(), i + 5)))});
-    if (i < b.size()) chunks.push_back({1, std::vector<int32_t>(b.begin() + long(i), b.begin() + long(std::min(b.size(), i + 5)))});
+    if (i < a.size())
+      chunks.push_back({0, std::vector<int32_t>(a.begin() + long(i),
+                                                a.begin() + long(std::min(a.size(), i + 5)))});
+    if (i < b.size())
+      chunks.push_back({1, std::vector<int32_t>(b.begin() + long(i),
+                                                b.begin() + long(std::min(b.size(), i + 5)))});
     const std::vector<float> l = run.step(chunks, true);
     size_t off = 0;
     for (const auto& [seq, ids] : chunks) {
       auto& dst = seq == 0 ? la : lb;
-      dst.insert(dst.end(), l.begin() + long(off), l.begin() + long(off + ids.size() * size_t(vocab)));
+      dst.insert(dst.end(), l.begin() + long(off),
+                 l.begin() + long(off + ids.size() * size_t(vocab)));
       off += ids.size() * size_t(vocab);
     }
   }
@@ -50,7 +59,9 @@ TEST(PagedRunner, TwoBatchedSequencesMatchHuggingFace) {
 class KvEval : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    data_ = (std::filesystem::temp_directory_path() / ("strata_kv_eval_" + std::to_string(::getpid()) + ".jsonl")).string();
+    data_ = (std::filesystem::temp_directory_path() /
+             ("strata_kv_eval_" + std::to_string(::getpid()) + ".jsonl"))
+                .string();
     std::ifstream in(std::string(STRATA_SHARED_DIR) + "/data/heldout.jsonl");
     std::ofstream out(data_);
     std::string line;
@@ -59,8 +70,15 @@ class KvEval : public ::testing::Test {
   static void TearDownTestSuite() { std::filesystem::remove(data_); }
 
   std::unique_ptr<KvEvaluator> make(const char* model) {
-    EvalKvOptions o{.model_path = model_dir(model), .data_path = data_, .max_tokens = 126, .context_len = 64,
-                    .chunk = 16, .page_size = 4, .noise_chunk = 7, .free_run_prompts = 2, .free_run_tokens = 8};
+    EvalKvOptions o{.model_path = model_dir(model),
+                    .data_path = data_,
+                    .max_tokens = 126,
+                    .context_len = 64,
+                    .chunk = 16,
+                    .page_size = 4,
+                    .noise_chunk = 7,
+                    .free_run_prompts = 2,
+                    .free_run_tokens = 8};
     auto e = KvEvaluator::create(o);
     EXPECT_TRUE(e.ok()) << e.status().to_string();
     return e.ok() ? std::move(e).value() : nullptr;

@@ -14,7 +14,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string model_dir(const char* name) { return std::string(STRATA_SHARED_DIR) + "/models/" + name; }
+std::string model_dir(const char* name) {
+  return std::string(STRATA_SHARED_DIR) + "/models/" + name;
+}
 
 class KvGate : public ::testing::Test {
  protected:
@@ -83,7 +85,8 @@ TEST_F(KvGate, RecordsAreFoundByFingerprintAndKey) {
   // only when the key differs, so write this one directly).
   nlohmann::json newer = record(fp8_.key(), 0.0001, "2025-01-01T00:00:00Z");
   std::ofstream(dir_ + "/newer.json") << newer.dump();
-  EXPECT_EQ((*find_kv_record({dir_}, id_.fingerprint, fp8_.key()))["metrics"]["kld"]["mean"], 0.0001);
+  EXPECT_EQ((*find_kv_record({dir_}, id_.fingerprint, fp8_.key()))["metrics"]["kld"]["mean"],
+            0.0001);
 }
 
 TEST_F(KvGate, RecordsOfTheDeployedConfigurationArePreferred) {

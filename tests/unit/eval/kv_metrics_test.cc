@@ -1,9 +1,9 @@
 // KV quality metrics against hand-computed values.
+#include "eval/kv_metrics.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
-
-#include "eval/kv_metrics.h"
 
 namespace strata {
 namespace {
@@ -25,11 +25,13 @@ TEST(KvMetrics, TwoTokenVocabularyByHand) {
 TEST(KvMetrics, ThreeTokensTop1DisagreesAndIdenticalIsZero) {
   // p_ref = (0.5, 0.3, 0.2) and p_cand = (0.2, 0.5, 0.3), as logits ln p (+ an offset, which
   // softmax ignores).
-  const float ref_logits[3] = {float(std::log(0.5) + 7), float(std::log(0.3) + 7), float(std::log(0.2) + 7)};
+  const float ref_logits[3] = {float(std::log(0.5) + 7), float(std::log(0.3) + 7),
+                               float(std::log(0.2) + 7)};
   const float cand_logits[3] = {float(std::log(0.2)), float(std::log(0.5)), float(std::log(0.3))};
   const RefDistribution ref = make_ref_distribution(ref_logits, 3);
   const PositionScore s = score_position(ref, cand_logits, 2);
-  const double kl = 0.5 * std::log(0.5 / 0.2) + 0.3 * std::log(0.3 / 0.5) + 0.2 * std::log(0.2 / 0.3);
+  const double kl =
+      0.5 * std::log(0.5 / 0.2) + 0.3 * std::log(0.3 / 0.5) + 0.2 * std::log(0.2 / 0.3);
   EXPECT_NEAR(s.kl, kl, 1e-6);
   EXPECT_FALSE(s.top1_agree);
   EXPECT_NEAR(s.dp, 0.1, 1e-6);

@@ -2,6 +2,8 @@
 // randomized operation sequences with the invariants of both tiers checked after every step.
 // Page "contents" are signatures of the token path they hold, so a wrong copy, a reused page
 // or a dropped in-flight page shows up as a wrong signature when a request reads its pages.
+#include "kv/hicache.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 #include <unordered_set>
 
 #include "core/check.h"
-#include "kv/hicache.h"
 #include "support/late_copier.h"
 
 namespace strata {
@@ -28,7 +29,8 @@ uint64_t signature(std::span<const int32_t> tokens, int32_t page, int32_t page_s
 // Copies land late (support/late_copier.h): one page is one signature, 100 bytes as the tier
 // counts them; done() lands each queued copy with probability 1/3.
 using FakeIo = testing::LateCopier<uint64_t>;
-constexpr testing::LateCopierShape kSignaturePages{.slots_per_page = 1, .page_bytes = 100, .land_one_in = 3};
+constexpr testing::LateCopierShape kSignaturePages{
+    .slots_per_page = 1, .page_bytes = 100, .land_one_in = 3};
 
 // A request as ScheduleState keeps one: a locked device prefix plus pages of its own.
 struct Req {
@@ -163,7 +165,8 @@ class Harness {
   void finish(size_t i) {
     Req& r = reqs_[i];
     for (int32_t p = 0; p < r.kv_len / ps_; ++p)
-      ASSERT_EQ(content_[size_t(r.pages[size_t(p)])], signature(r.tokens, p, ps_)) << "locked page lost";
+      ASSERT_EQ(content_[size_t(r.pages[size_t(p)])], signature(r.tokens, p, ps_))
+          << "locked page lost";
     pool_.release(std::span(r.pages).subspan(size_t(r.cached_pages)));
     pool_.release(std::span(r.pages).first(size_t(r.cached_pages)));
     cache_.dec_lock_ref(r.node);
@@ -239,10 +242,12 @@ TEST_P(HiCacheRandomTest, InvariantsHoldAcrossBothTiers) {
 
 INSTANTIATE_TEST_SUITE_P(
     Policies, HiCacheRandomTest,
-    ::testing::Values(Case{HiCacheWritePolicy::kWriteThrough, 1}, Case{HiCacheWritePolicy::kWriteThrough, 4},
+    ::testing::Values(Case{HiCacheWritePolicy::kWriteThrough, 1},
+                      Case{HiCacheWritePolicy::kWriteThrough, 4},
                       Case{HiCacheWritePolicy::kWriteThroughSelective, 1},
                       Case{HiCacheWritePolicy::kWriteThroughSelective, 4},
-                      Case{HiCacheWritePolicy::kWriteBack, 1}, Case{HiCacheWritePolicy::kWriteBack, 4}),
+                      Case{HiCacheWritePolicy::kWriteBack, 1},
+                      Case{HiCacheWritePolicy::kWriteBack, 4}),
     // Readable, stable names (the default prints the struct's bytes, padding included, so ctest's
     // discovered names could differ from the run's and a filter would then match nothing).
     [](const ::testing::TestParamInfo<Case>& info) {
@@ -253,7 +258,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(HiCachePolicyTest, ParsesPolicies) {
   EXPECT_EQ(*parse_hicache_write_policy("write_back"), HiCacheWritePolicy::kWriteBack);
   EXPECT_EQ(*parse_hicache_write_policy("write_through"), HiCacheWritePolicy::kWriteThrough);
-  EXPECT_EQ(*parse_hicache_write_policy("write_through_selective"), HiCacheWritePolicy::kWriteThroughSelective);
+  EXPECT_EQ(*parse_hicache_write_policy("write_through_selective"),
+            HiCacheWritePolicy::kWriteThroughSelective);
   auto bad = parse_hicache_write_policy("write_around");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("--hicache-write-policy"), std::string::npos);
@@ -262,8 +268,8 @@ TEST(HiCachePolicyTest, ParsesPolicies) {
 // The fixed scenarios' setup: a device pool and its tree, a host pool, the late copier (page
 // contents are signatures) and the tier over them.
 struct Tiers {
-  Tiers(uint32_t seed, HiCacheWritePolicy policy, int32_t page_size, int32_t device_pages, int32_t host_pages,
-        testing::LateCopierShape shape = kSignaturePages)
+  Tiers(uint32_t seed, HiCacheWritePolicy policy, int32_t page_size, int32_t device_pages,
+        int32_t host_pages, testing::LateCopierShape shape = kSignaturePages)
       : rng(seed),
         pool(device_pages, page_size),
         cache(&pool),
@@ -342,7 +348,8 @@ TEST(HiCacheTest, WriteBackEvictsAheadWithoutWaiting) {
   hc.check_invariants();
 
   // Other policies copied at insert time: nothing to overlap, evict_ahead leaves the tree alone.
-  Tiers wt(12, HiCacheWritePolicy::kWriteThrough, /*page_size=*/2, /*device_pages=*/4, /*host_pages=*/8);
+  Tiers wt(12, HiCacheWritePolicy::kWriteThrough, /*page_size=*/2, /*device_pages=*/4,
+           /*host_pages=*/8);
   wt.cache.insert(a, *wt.pool.allocate(3));
   wt.hc.evict_ahead(4);
   EXPECT_EQ(wt.cache.evictable_pages(), 3);
@@ -350,7 +357,8 @@ TEST(HiCacheTest, WriteBackEvictsAheadWithoutWaiting) {
 }
 
 TEST(HiCacheTest, WriteThroughDropsNothingItBackedUpAndHostEvictsLru) {
-  Tiers tiers(9, HiCacheWritePolicy::kWriteThrough, /*page_size=*/1, /*device_pages=*/8, /*host_pages=*/3);
+  Tiers tiers(9, HiCacheWritePolicy::kWriteThrough, /*page_size=*/1, /*device_pages=*/8,
+              /*host_pages=*/3);
   auto& [rng, pool, cache, host, content, io, hc] = tiers;
   for (int32_t first : {10, 20, 30}) {
     const std::vector<int32_t> t = {first, first + 1};

@@ -113,9 +113,9 @@ void run_randomized(int page_size, uint32_t seed) {
     // The evicted node's prefixes leave the model; none may be locked.
     Tokens path(e.path_tokens.begin(), e.path_tokens.end());
     for (auto& [locked, n] : model.locks) {
-      ASSERT_FALSE(locked.size() >= static_cast<size_t>(e.first_token + page_size) &&
-                   std::equal(path.begin(), path.begin() + e.first_token + page_size,
-                              locked.begin()))
+      ASSERT_FALSE(
+          locked.size() >= static_cast<size_t>(e.first_token + page_size) &&
+          std::equal(path.begin(), path.begin() + e.first_token + page_size, locked.begin()))
           << "evicted a locked prefix";
     }
     for (size_t i = 0; i < e.pages.size(); ++i) {

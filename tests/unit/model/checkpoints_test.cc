@@ -32,7 +32,8 @@ void check_checkpoint(const std::string& dir) {
       EXPECT_TRUE(ws->load_f32(a + "kv_a_proj_with_mqa.weight", {kv_a, spec->hidden_size}).ok());
       EXPECT_TRUE(ws->load_f32(a + "kv_b_proj.weight",
                                {int64_t(spec->num_heads) * (m.qk_nope_head_dim + m.v_head_dim),
-                                m.kv_lora_rank}).ok());
+                                m.kv_lora_rank})
+                      .ok());
       EXPECT_EQ(ws->contains(a + "q_a_proj.weight"), m.q_lora_rank > 0);
     } else {
       const int64_t q = int64_t(spec->num_heads) * spec->head_dim;
@@ -47,12 +48,14 @@ void check_checkpoint(const std::string& dir) {
     if (spec->is_moe_layer(l)) {
       for (int e = 0; e < spec->moe.n_routed_experts; ++e) {
         EXPECT_TRUE(ws->load_f32(mlp + "experts." + std::to_string(e) + ".up_proj.weight",
-                                 {spec->moe.moe_intermediate_size, spec->hidden_size}).ok());
+                                 {spec->moe.moe_intermediate_size, spec->hidden_size})
+                        .ok());
       }
       EXPECT_TRUE(ws->contains(mlp + "gate.e_score_correction_bias"));
     } else {
-      EXPECT_TRUE(ws->load_f32(mlp + "down_proj.weight",
-                               {spec->hidden_size, spec->intermediate_size}).ok());
+      EXPECT_TRUE(
+          ws->load_f32(mlp + "down_proj.weight", {spec->hidden_size, spec->intermediate_size})
+              .ok());
     }
   }
   // Every stored float tensor and every packed weight loads and is finite.

@@ -233,26 +233,25 @@ TEST(ConfigTest, RealConfigs) {
   ModelSpec qwen = load("configs/qwen2.5-7b");
   EXPECT_TRUE(qwen.attention_bias);
   EXPECT_FALSE(qwen.attention_out_bias);
-  EXPECT_EQ(qwen.head_dim, 128);  // 3584 / 28
+  EXPECT_EQ(qwen.head_dim, 128);                  // 3584 / 28
   EXPECT_FALSE(qwen.sliding_window.has_value());  // use_sliding_window: false
 }
 
 json tiny_llama() {
-  return json{{"model_type", "llama"},
-              {"vocab_size", 100},
-              {"hidden_size", 32},
-              {"intermediate_size", 64},
-              {"num_hidden_layers", 2},
-              {"num_attention_heads", 4},
-              {"num_key_value_heads", 2},
-              {"max_position_embeddings", 256},
+  return json{{"model_type", "llama"},    {"vocab_size", 100},
+              {"hidden_size", 32},        {"intermediate_size", 64},
+              {"num_hidden_layers", 2},   {"num_attention_heads", 4},
+              {"num_key_value_heads", 2}, {"max_position_embeddings", 256},
               {"eos_token_id", 2}};
 }
 
 TEST(ConfigTest, TransformersFiveRopeParameters) {
   json c = tiny_llama();
-  c["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 20000.0}, {"factor", 2.0},
-                          {"original_max_position_embeddings", 64}, {"attention_factor", 1.25},
+  c["rope_parameters"] = {{"rope_type", "yarn"},
+                          {"rope_theta", 20000.0},
+                          {"factor", 2.0},
+                          {"original_max_position_embeddings", 64},
+                          {"attention_factor", 1.25},
                           {"truncate", false}};
   auto s = parse_model_spec(c);
   ASSERT_TRUE(s.ok()) << s.status().to_string();
@@ -352,7 +351,8 @@ TEST(ConfigTest, Errors) {
   EXPECT_THAT(s.status().message(), HasSubstr("quant_method 'gptq' is not supported"));
 
   c = tiny_llama();
-  c["quantization_config"] = {{"quant_method", "compressed-tensors"}, {"format", "float-quantized"},
+  c["quantization_config"] = {{"quant_method", "compressed-tensors"},
+                              {"format", "float-quantized"},
                               {"config_groups", {{"g", {{"weights", {{"num_bits", 8}}}}}}}};
   s = parse_model_spec(c);
   ASSERT_FALSE(s.ok());
@@ -374,18 +374,30 @@ TEST(ConfigTest, Errors) {
 json kimi_like(bool quant_at_top) {
   json text = tiny_llama();
   text["model_type"] = "deepseek_v3";
-  text.update({{"kv_lora_rank", 16}, {"q_lora_rank", 24}, {"qk_nope_head_dim", 8},
-               {"qk_rope_head_dim", 4}, {"v_head_dim", 8}, {"n_routed_experts", 4},
-               {"num_experts_per_tok", 2}, {"moe_intermediate_size", 16}, {"n_group", 2},
-               {"topk_group", 1}, {"topk_method", "group_limited_greedy"},
-               {"scoring_func", "softmax"}, {"rope_interleave", false}});
+  text.update({{"kv_lora_rank", 16},
+               {"q_lora_rank", 24},
+               {"qk_nope_head_dim", 8},
+               {"qk_rope_head_dim", 4},
+               {"v_head_dim", 8},
+               {"n_routed_experts", 4},
+               {"num_experts_per_tok", 2},
+               {"moe_intermediate_size", 16},
+               {"n_group", 2},
+               {"topk_group", 1},
+               {"topk_method", "group_limited_greedy"},
+               {"scoring_func", "softmax"},
+               {"rope_interleave", false}});
   json qc = {{"quant_method", "compressed-tensors"},
              {"format", "pack-quantized"},
              {"config_groups",
               {{"group_0",
                 {{"targets", {"Linear"}},
-                 {"weights", {{"num_bits", 4}, {"type", "int"}, {"symmetric", true},
-                              {"strategy", "group"}, {"group_size", 16}}}}}}},
+                 {"weights",
+                  {{"num_bits", 4},
+                   {"type", "int"},
+                   {"symmetric", true},
+                   {"strategy", "group"},
+                   {"group_size", 16}}}}}}},
              {"ignore", {"lm_head", "re:.*self_attn.*"}}};
   json c = {{"model_type", "kimi_k25"}, {"text_config", text}};
   if (quant_at_top) {
@@ -443,7 +455,8 @@ TEST(QuantTest, ParseErrors) {
   EXPECT_THAT(q.status().message(), HasSubstr("weight_block_size"));
   q = parse_quant_spec(json{{"quant_method", "fp8"}, {"weight_block_size", {128}}}, "c.json");
   ASSERT_FALSE(q.ok());
-  q = parse_quant_spec(json{{"quant_method", "fp8"}, {"weight_block_size", {128, 64}},
+  q = parse_quant_spec(json{{"quant_method", "fp8"},
+                            {"weight_block_size", {128, 64}},
                             {"modules_to_not_convert", {"re:(bad"}}},
                        "c.json");
   ASSERT_FALSE(q.ok());

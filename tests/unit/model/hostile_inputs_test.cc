@@ -10,21 +10,23 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "model/inventory.h"
-#include "planner/planner.h"
-
 #include "model/config.h"
+#include "model/inventory.h"
 #include "model/safetensors.h"
+#include "planner/planner.h"
 
 namespace strata {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string nested(int depth) { return std::string(size_t(depth), '[') + std::string(size_t(depth), ']'); }
+std::string nested(int depth) {
+  return std::string(size_t(depth), '[') + std::string(size_t(depth), ']');
+}
 
 fs::path temp_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("strata_hostile_" + name + "_" + std::to_string(::getpid()));
+  fs::path dir =
+      fs::temp_directory_path() / ("strata_hostile_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -53,7 +55,8 @@ TEST(HostileSafetensors, DeeplyNestedMetadataIsAnError) {
 
 TEST(HostileConfig, DeeplyNestedConfigIsAnError) {
   fs::path dir = temp_dir("cfg");
-  std::ofstream(dir / "config.json") << R"({"model_type": "llama", "text_config": )" << nested(100000) << "}";
+  std::ofstream(dir / "config.json")
+      << R"({"model_type": "llama", "text_config": )" << nested(100000) << "}";
   auto spec = load_model_spec(dir.string());
   ASSERT_FALSE(spec.ok());
   EXPECT_NE(spec.status().message().find("config.json: JSON nests deeper than"), std::string::npos)
@@ -84,7 +87,8 @@ TEST(HostileConfig, HugeSizesAreErrors) {
       {"house-llama", "intermediate_size", 2147483647, "intermediate_size is 2147483647"},
       // Past int32: narrowed to the spec's int fields it wrapped to 64.
       {"house-llama", "hidden_size", 4294967360LL, "'hidden_size' is out of range"},
-      {"house-llama", "num_attention_heads", -4294967295LL, "'num_attention_heads' is out of range"},
+      {"house-llama", "num_attention_heads", -4294967295LL,
+       "'num_attention_heads' is out of range"},
       // A float past int64: the cast was undefined.
       {"house-llama", "num_hidden_layers", 1e300, "'num_hidden_layers' is out of range"},
       {"house-llama", "partial_rotary_factor", 1e6, "rotary dims"},
@@ -95,14 +99,16 @@ TEST(HostileConfig, HugeSizesAreErrors) {
     auto spec = parse_model_spec(config);
     ASSERT_FALSE(spec.ok()) << c.field;
     EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(spec.status().message().find(c.message), std::string::npos) << spec.status().to_string();
+    EXPECT_NE(spec.status().message().find(c.message), std::string::npos)
+        << spec.status().to_string();
   }
   nlohmann::json config = shared_config("house-mla");
   config["num_hidden_layers"] = 1000;
   config["n_routed_experts"] = 4096;
   auto spec = parse_model_spec(config);
   ASSERT_FALSE(spec.ok());
-  EXPECT_NE(spec.status().message().find("x n_routed_experts 4096 is more than 131072"), std::string::npos)
+  EXPECT_NE(spec.status().message().find("x n_routed_experts 4096 is more than 131072"),
+            std::string::npos)
       << spec.status().to_string();
 }
 

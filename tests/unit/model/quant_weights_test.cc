@@ -19,7 +19,8 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-const std::string kInt4Dir = std::string(STRATA_SHARED_DIR) + "/fixtures/tiny/deepseek-v3-int4-experts";
+const std::string kInt4Dir =
+    std::string(STRATA_SHARED_DIR) + "/fixtures/tiny/deepseek-v3-int4-experts";
 
 // bf16 rounding written independently of core/dtype: round half to even on the top 16 bits,
 // done in double on the exact product.
@@ -70,8 +71,8 @@ TEST(Int4Test, FixtureExpertsMatchHandUnpacking) {
   for (int layer : {1, 2}) {
     for (int e : {0, 5, 7}) {
       for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
-        const std::string name =
-            "model.layers." + std::to_string(layer) + ".mlp.experts." + std::to_string(e) + "." + proj + ".weight";
+        const std::string name = "model.layers." + std::to_string(layer) + ".mlp.experts." +
+                                 std::to_string(e) + "." + proj + ".weight";
         const bool down = std::string(proj) == "down_proj";
         const Shape shape = down ? Shape{64, 32} : Shape{32, 64};
         ASSERT_TRUE(ws->contains(name)) << name;
@@ -90,7 +91,8 @@ TEST(Int4Test, FixtureExpertsMatchHandUnpacking) {
         for (int64_t r = 0; r < shape[0]; ++r) {
           for (int64_t c = 0; c < shape[1]; ++c) {
             double want = hand_dequant(*packed, *scale, r, c, 32, &rounding_mattered);
-            ASSERT_EQ(double(w->f32()[r * shape[1] + c]), want) << name << " [" << r << ", " << c << "]";
+            ASSERT_EQ(double(w->f32()[r * shape[1] + c]), want)
+                << name << " [" << r << ", " << c << "]";
             ++checked;
           }
         }
@@ -126,7 +128,8 @@ using strata::testing::TempDir;
 std::vector<uint8_t> raw_bytes(const TensorInfo& t) { return {t.data, t.data + t.nbytes}; }
 
 // Copies some tensors of the INT4 fixture into a fresh checkpoint.
-void copy_subset(const WeightStore& src, const std::vector<std::string>& names, const std::string& dir) {
+void copy_subset(const WeightStore& src, const std::vector<std::string>& names,
+                 const std::string& dir) {
   std::vector<SafetensorsEntry> entries;
   for (const std::string& n : names) {
     const TensorInfo* t = src.find(n);
@@ -179,22 +182,24 @@ TEST(Int4Test, MissingScaleAndBadGroupSize) {
 TEST(Fp8Test, BlockDequantRoundsToBf16) {
   // [130, 260] weight: 2 x 3 blocks of 128 x 128, the last ones partial.
   const int64_t out = 130, in = 260;
-  std::vector<uint8_t> w(out * in, 0x38);  // e4m3 0x38 = 1.0
-  w[0] = 0x39;                             // 1.125
-  w[1] = 0xB8;                             // -1.0
-  w[129 * in + 259] = 0x40;                // 2.0, in block (1, 2)
+  std::vector<uint8_t> w(out * in, 0x38);                            // e4m3 0x38 = 1.0
+  w[0] = 0x39;                                                       // 1.125
+  w[1] = 0xB8;                                                       // -1.0
+  w[129 * in + 259] = 0x40;                                          // 2.0, in block (1, 2)
   std::vector<float> scale = {1.1f, 2.0f, 3.0f, 0.5f, 0.25f, 4.0f};  // [2, 3]
   std::vector<uint8_t> scale_bytes(scale.size() * 4);
   std::memcpy(scale_bytes.data(), scale.data(), scale_bytes.size());
   TempDir d;
-  ASSERT_TRUE(write_safetensors(d.file("model.safetensors"),
-                                {{.name = "l.weight", .dtype = DType::kFP8E4M3, .shape = {out, in},
-                                  .bytes = w},
-                                 {.name = "l.weight_scale_inv", .dtype = DType::kF32,
-                                  .shape = {2, 3}, .bytes = scale_bytes},
-                                 {.name = "bare.weight", .dtype = DType::kFP8E4M3, .shape = {2},
-                                  .bytes = {0x38, 0x38}}})
-                  .ok());
+  ASSERT_TRUE(
+      write_safetensors(
+          d.file("model.safetensors"),
+          {{.name = "l.weight", .dtype = DType::kFP8E4M3, .shape = {out, in}, .bytes = w},
+           {.name = "l.weight_scale_inv",
+            .dtype = DType::kF32,
+            .shape = {2, 3},
+            .bytes = scale_bytes},
+           {.name = "bare.weight", .dtype = DType::kFP8E4M3, .shape = {2}, .bytes = {0x38, 0x38}}})
+          .ok());
   QuantSpec q;
   q.method = QuantMethod::kFp8Block;
   q.weight_block_size = {128, 128};
@@ -206,10 +211,10 @@ TEST(Fp8Test, BlockDequantRoundsToBf16) {
   const float* v = t->f32();
   // 1.125 * 1.1f = 1.2375..., which bf16 (spacing 2^-7 there) rounds to 1.234375.
   EXPECT_EQ(v[0], 1.234375f);
-  EXPECT_EQ(v[1], -1.1015625f);    // -1.1f rounded to bf16
-  EXPECT_EQ(v[128], 2.0f);         // block (0, 1)
-  EXPECT_EQ(v[256], 3.0f);         // block (0, 2)
-  EXPECT_EQ(v[128 * in], 0.5f);    // block (1, 0)
+  EXPECT_EQ(v[1], -1.1015625f);  // -1.1f rounded to bf16
+  EXPECT_EQ(v[128], 2.0f);       // block (0, 1)
+  EXPECT_EQ(v[256], 3.0f);       // block (0, 2)
+  EXPECT_EQ(v[128 * in], 0.5f);  // block (1, 0)
   EXPECT_EQ(v[129 * in + 130], 0.25f);
   EXPECT_EQ(v[129 * in + 259], 8.0f);
 

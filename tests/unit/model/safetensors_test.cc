@@ -156,13 +156,13 @@ TEST(WeightStoreTest, DirectoryErrorsAndShapeMismatch) {
   EXPECT_THAT(none.status().message(), HasSubstr("no model.safetensors"));
 
   TempDir d;
-  ASSERT_TRUE(write_safetensors(d.file("model.safetensors"),
-                                {{.name = "model.layers.3.mlp.up_proj.weight",
-                                  .dtype = DType::kBF16,
-                                  .shape = {2, 3},
-                                  .bytes = bf16_bytes({1, 2, 3, 4, 5, 6})},
-                                 {.name = "ids", .dtype = DType::kI32, .shape = {1},
-                                  .bytes = {1, 0, 0, 0}}})
+  ASSERT_TRUE(write_safetensors(
+                  d.file("model.safetensors"),
+                  {{.name = "model.layers.3.mlp.up_proj.weight",
+                    .dtype = DType::kBF16,
+                    .shape = {2, 3},
+                    .bytes = bf16_bytes({1, 2, 3, 4, 5, 6})},
+                   {.name = "ids", .dtype = DType::kI32, .shape = {1}, .bytes = {1, 0, 0, 0}}})
                   .ok());
   auto ws = WeightStore::open(d.str());
   ASSERT_TRUE(ws.ok()) << ws.status().to_string();
@@ -185,13 +185,13 @@ TEST(WeightStoreTest, DirectoryErrorsAndShapeMismatch) {
 
 TEST(WeightStoreTest, ShardedIndex) {
   TempDir d;
-  ASSERT_TRUE(write_safetensors(d.file("model-00001-of-00002.safetensors"),
-                                {{.name = "a", .dtype = DType::kBF16, .shape = {2},
-                                  .bytes = bf16_bytes({1, 2})}})
+  ASSERT_TRUE(write_safetensors(
+                  d.file("model-00001-of-00002.safetensors"),
+                  {{.name = "a", .dtype = DType::kBF16, .shape = {2}, .bytes = bf16_bytes({1, 2})}})
                   .ok());
-  ASSERT_TRUE(write_safetensors(d.file("model-00002-of-00002.safetensors"),
-                                {{.name = "b", .dtype = DType::kBF16, .shape = {1},
-                                  .bytes = bf16_bytes({7})}})
+  ASSERT_TRUE(write_safetensors(
+                  d.file("model-00002-of-00002.safetensors"),
+                  {{.name = "b", .dtype = DType::kBF16, .shape = {1}, .bytes = bf16_bytes({7})}})
                   .ok());
   auto write_index = [&](const std::string& body) {
     std::ofstream(d.file("model.safetensors.index.json")) << body;
@@ -211,7 +211,8 @@ TEST(WeightStoreTest, ShardedIndex) {
   auto missing = WeightStore::open(d.str());
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
-  EXPECT_THAT(missing.status().message(), HasSubstr("shard 'model-00003-of-00003.safetensors' is missing"));
+  EXPECT_THAT(missing.status().message(),
+              HasSubstr("shard 'model-00003-of-00003.safetensors' is missing"));
   EXPECT_THAT(missing.status().message(), HasSubstr("model.safetensors.index.json"));
 
   write_index(R"({"weight_map":{"a":"model-00002-of-00002.safetensors"}})");

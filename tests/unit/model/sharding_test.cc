@@ -1,9 +1,10 @@
 // Tensor-parallel sharding plan: the split rules per weight, KV-head replication, and the errors
 // for sizes that do not divide.
+#include "model/sharding.h"
+
 #include <gtest/gtest.h>
 
 #include "model/config.h"
-#include "model/sharding.h"
 
 namespace strata {
 namespace {
@@ -108,8 +109,10 @@ TEST(Sharding, FewerKvHeadsThanRanksReplicatesThem) {
 TEST(Sharding, ErrorsNameWhatDoesNotDivide) {
   auto heads = plan_tp_sharding(llama(6, 6), 4);
   ASSERT_FALSE(heads.ok());
-  EXPECT_NE(heads.status().message().find("num_key_value_heads 6"), std::string::npos) << heads.status().message();
-  auto kv = plan_tp_sharding(llama(12, 3, 120, 510), 6);  // 6 is a multiple of 3: each KV head on two ranks
+  EXPECT_NE(heads.status().message().find("num_key_value_heads 6"), std::string::npos)
+      << heads.status().message();
+  auto kv = plan_tp_sharding(llama(12, 3, 120, 510),
+                             6);  // 6 is a multiple of 3: each KV head on two ranks
   EXPECT_TRUE(kv.ok());
   auto kv_bad = plan_tp_sharding(llama(12, 3), 4);
   ASSERT_FALSE(kv_bad.ok());
@@ -126,7 +129,8 @@ TEST(Sharding, ErrorsNameWhatDoesNotDivide) {
   ASSERT_TRUE(house.ok());
   auto strict = plan_tp_sharding(*house, 2);
   ASSERT_FALSE(strict.ok());
-  EXPECT_NE(strict.status().message().find("num_attention_heads 5"), std::string::npos) << strict.status().message();
+  EXPECT_NE(strict.status().message().find("num_attention_heads 5"), std::string::npos)
+      << strict.status().message();
   auto uneven = plan_tp_sharding(*house, 2, {.allow_uneven = true});
   ASSERT_TRUE(uneven.ok()) << uneven.status().to_string();
   EXPECT_EQ(uneven->rank(0).q_heads, (Range{0, 3}));
@@ -143,9 +147,11 @@ TEST(Sharding, MlaMoeSplitsHeadsAndExpertIntermediate) {
   EXPECT_EQ(r3.moe_intermediate, (Range{768, 1024}));  // 2048 / 8
   const std::string l = "model.layers.5.";
   // Replicated: the latent projections and the router.
-  for (const char* name : {"self_attn.kv_a_proj_with_mqa.weight", "self_attn.q_a_proj.weight", "mlp.gate.weight",
-                           "mlp.gate.e_score_correction_bias", "self_attn.kv_a_layernorm.weight"}) {
-    auto shape = std::string(name).find("bias") != std::string::npos || std::string(name).find("norm") != std::string::npos
+  for (const char* name :
+       {"self_attn.kv_a_proj_with_mqa.weight", "self_attn.q_a_proj.weight", "mlp.gate.weight",
+        "mlp.gate.e_score_correction_bias", "self_attn.kv_a_layernorm.weight"}) {
+    auto shape = std::string(name).find("bias") != std::string::npos ||
+                         std::string(name).find("norm") != std::string::npos
                      ? Shape{512}
                      : Shape{576, 7168};
     auto w = plan->shard(3, l + name, shape);

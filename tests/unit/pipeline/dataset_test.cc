@@ -26,7 +26,8 @@ TEST(DatasetSpec, NameEqualsFileAndBareFile) {
 }
 
 TEST(DatasetSpec, LoadsTheSharedPrompts) {
-  auto d = parse_dataset_spec(std::string("explain=") + STRATA_SHARED_DIR + "/data/prompts-explain.jsonl");
+  auto d = parse_dataset_spec(std::string("explain=") + STRATA_SHARED_DIR +
+                              "/data/prompts-explain.jsonl");
   ASSERT_TRUE(d.ok());
   ASSERT_TRUE(load_dataset(*d).ok());
   ASSERT_EQ(d->records.size(), 3000u);
@@ -65,7 +66,8 @@ TEST(ServerUrl, Parses) {
 
 TEST(OpenAiBody, ChatAndCompletion) {
   auto chat = parse_prompt_line(
-      R"({"id":"a","conversations":[{"from":"human","value":"hi"},{"from":"gpt","value":"old"}]})", 1, "d");
+      R"({"id":"a","conversations":[{"from":"human","value":"hi"},{"from":"gpt","value":"old"}]})",
+      1, "d");
   ASSERT_TRUE(chat.ok());
   JobSampling s{.params = {.temperature = 0.7f,
                            .top_p = 0.9f,
@@ -110,24 +112,27 @@ TEST(OpenAiReply, RepliesCutShortAreRetriedNotWritten) {
 
 TEST(OpenAiReply, Parses) {
   GenerationOutcome o;
-  ASSERT_TRUE(parse_openai_reply(
-                  R"({"choices":[{"message":{"role":"assistant","content":"hello"},"finish_reason":"length"}],
+  ASSERT_TRUE(
+      parse_openai_reply(
+          R"({"choices":[{"message":{"role":"assistant","content":"hello"},"finish_reason":"length"}],
                       "usage":{"prompt_tokens":5,"completion_tokens":7}})",
-                  true, o)
-                  .ok());
+          true, o)
+          .ok());
   EXPECT_EQ(o.text, "hello");
   EXPECT_EQ(o.finish_reason, "length");
   EXPECT_EQ(o.prompt_tokens, 5);
   EXPECT_EQ(o.completion_tokens, 7);
   GenerationOutcome c;
-  ASSERT_TRUE(parse_openai_reply(R"({"choices":[{"text":"abc","finish_reason":"stop"}]})", false, c).ok());
+  ASSERT_TRUE(
+      parse_openai_reply(R"({"choices":[{"text":"abc","finish_reason":"stop"}]})", false, c).ok());
   EXPECT_EQ(c.text, "abc");
   GenerationOutcome n;
   ASSERT_TRUE(parse_openai_reply(R"({"choices":[{"message":{"content":null}}]})", true, n).ok());
   EXPECT_EQ(n.text, "");
   EXPECT_FALSE(parse_openai_reply("<html>", true, o).ok());
   EXPECT_FALSE(parse_openai_reply(R"({"choices":[]})", true, o).ok());
-  EXPECT_FALSE(parse_openai_reply(R"({"choices":[{"text":"x"}]})", true, o).ok());  // chat needs message
+  EXPECT_FALSE(
+      parse_openai_reply(R"({"choices":[{"text":"x"}]})", true, o).ok());  // chat needs message
 }
 
 TEST(Backoff, GrowsIsCappedAndJittered) {

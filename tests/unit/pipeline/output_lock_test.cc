@@ -1,6 +1,8 @@
 // Exclusive ownership of an output (output_lock.h): a second lock on the same output is refused
 // naming the holder, a released lock is free again, another host's live heartbeat refuses even
 // when flock grants the lock, and a job whose file lost records on disk writes no .done.
+#include "pipeline/output_lock.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,7 +11,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "pipeline/output_lock.h"
 #include "pipeline/runner.h"
 #include "support/temp_dir.h"
 
@@ -45,8 +46,11 @@ TEST(OutputLock, AnotherHostsLiveHeartbeatRefusesAStaleOneDoesNot) {
   const std::string out = dir.file("out.jsonl");
   const int64_t now = int64_t(std::time(nullptr));
   auto record = [&](int64_t heartbeat, bool released) {
-    return nlohmann::json{{"pid", 4242}, {"host", "some-other-node"}, {"started", now - 100},
-                          {"heartbeat", heartbeat}, {"released", released}}
+    return nlohmann::json{{"pid", 4242},
+                          {"host", "some-other-node"},
+                          {"started", now - 100},
+                          {"heartbeat", heartbeat},
+                          {"released", released}}
         .dump();
   };
   dir.write("out.jsonl.lock", record(now - 2, false));
@@ -82,7 +86,8 @@ class DamagingTarget : public PromptTarget {
 Dataset small_dataset(int n) {
   Dataset d{.name = "d"};
   for (int i = 0; i < n; ++i) {
-    auto r = parse_prompt_line(nlohmann::json({{"id", "p" + std::to_string(i)}, {"prompt", "q"}}).dump(), i + 1, "d");
+    auto r = parse_prompt_line(
+        nlohmann::json({{"id", "p" + std::to_string(i)}, {"prompt", "q"}}).dump(), i + 1, "d");
     EXPECT_TRUE(r.ok());
     d.records.push_back(*r);
   }
@@ -100,7 +105,8 @@ TEST(OutputLock, DoneIsWrittenOnlyWhenTheFileHoldsEveryId) {
   auto s = run_job(ds, b, o);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kDataLoss);
-  EXPECT_NE(s.status().message().find("holds 3 of 6 prompts"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("holds 3 of 6 prompts"), std::string::npos)
+      << s.status().message();
   EXPECT_FALSE(std::filesystem::exists(o.output_file + ".done"));
   // The same command again finishes what is missing.
   DamagingTarget again;

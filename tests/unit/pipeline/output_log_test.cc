@@ -1,13 +1,13 @@
 // The resume scanner and the append-only log: torn tails, duplicate ids, missing files,
 // corruption, and a randomized kill-at-any-byte check.
+#include "pipeline/output_log.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
-
-#include "pipeline/output_log.h"
 
 namespace strata {
 namespace {
@@ -31,7 +31,8 @@ class OutputLogTest : public ::testing::Test {
     return ss.str();
   }
   static std::string rec(const std::string& id, const std::string& ds = "a") {
-    return nlohmann::json({{"id", id}, {"meta", {{"dataset", ds}}}, {"text", "x\ny"}}).dump() + "\n";
+    return nlohmann::json({{"id", id}, {"meta", {{"dataset", ds}}}, {"text", "x\ny"}}).dump() +
+           "\n";
   }
   std::filesystem::path dir_;
   std::string path_;
@@ -53,7 +54,11 @@ TEST_F(OutputLogTest, MissingFileIsEmpty) {
 }
 
 TEST_F(OutputLogTest, CompleteLinesAndKeysPerDataset) {
-  write(rec("1", "a") + rec("2", "a") + rec("1", "b") + R"({"id":7,"dataset":"c"})" "\n" + R"({"id":"9"})" "\n");
+  write(rec("1", "a") + rec("2", "a") + rec("1", "b") +
+        R"({"id":7,"dataset":"c"})"
+        "\n" +
+        R"({"id":"9"})"
+        "\n");
   auto s = scan_output(path_, {.default_dataset = "dflt"});
   ASSERT_TRUE(s.ok()) << s.status().message();
   EXPECT_EQ(s->records, 5);
@@ -97,8 +102,10 @@ TEST_F(OutputLogTest, TornTailThatIsValidJsonStillCountsAsTorn) {
 }
 
 TEST_F(OutputLogTest, DuplicatesAreReportedAndCompactedKeepingTheFirst) {
-  const std::string first1 = nlohmann::json({{"id", "1"}, {"meta", {{"dataset", "a"}}}, {"v", 1}}).dump() + "\n";
-  const std::string again1 = nlohmann::json({{"id", "1"}, {"meta", {{"dataset", "a"}}}, {"v", 2}}).dump() + "\n";
+  const std::string first1 =
+      nlohmann::json({{"id", "1"}, {"meta", {{"dataset", "a"}}}, {"v", 1}}).dump() + "\n";
+  const std::string again1 =
+      nlohmann::json({{"id", "1"}, {"meta", {{"dataset", "a"}}}, {"v", 2}}).dump() + "\n";
   write(first1 + rec("2") + again1 + rec("1", "b") + rec("2") + rec("3") + "{\"id\":");
   auto s = scan_output(path_);
   ASSERT_TRUE(s.ok());
@@ -116,7 +123,10 @@ TEST_F(OutputLogTest, DuplicatesAreReportedAndCompactedKeepingTheFirst) {
 }
 
 TEST_F(OutputLogTest, KeepRecordsKeepsTheLastOfEachKey) {
-  write(R"({"id":"1","dataset":"a","error":"first"})" "\n" R"({"id":"1","dataset":"a","error":"second"})" "\n");
+  write(R"({"id":"1","dataset":"a","error":"first"})"
+        "\n"
+        R"({"id":"1","dataset":"a","error":"second"})"
+        "\n");
   auto s = scan_output(path_, {.keep_records = true});
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->last_records["a"]["1"]["error"], "second");
@@ -128,9 +138,11 @@ TEST_F(OutputLogTest, CorruptCompleteLineIsDataLoss) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(s.status().message().find("line 2"), std::string::npos) << s.status().message();
-  write(rec("1") + R"({"no_id":1})" "\n");
+  write(rec("1") + R"({"no_id":1})"
+                   "\n");
   EXPECT_EQ(scan_output(path_).status().code(), StatusCode::kDataLoss);
-  write(R"([1,2])" "\n");
+  write(R"([1,2])"
+        "\n");
   EXPECT_EQ(scan_output(path_).status().code(), StatusCode::kDataLoss);
 }
 
@@ -156,7 +168,9 @@ TEST_F(OutputLogTest, KillAtEveryByteRecoversExactlyTheCompleteRecords) {
   std::string all;
   for (int i = 0; i < 12; ++i) {
     std::string text(rng() % 40, 'a' + char(rng() % 26));
-    lines.push_back(nlohmann::json({{"id", std::to_string(i)}, {"meta", {{"dataset", "d"}}}, {"t", text}}).dump());
+    lines.push_back(
+        nlohmann::json({{"id", std::to_string(i)}, {"meta", {{"dataset", "d"}}}, {"t", text}})
+            .dump());
     all += lines.back() + "\n";
   }
   for (size_t cut = 0; cut <= all.size(); ++cut) {
@@ -164,10 +178,12 @@ TEST_F(OutputLogTest, KillAtEveryByteRecoversExactlyTheCompleteRecords) {
     auto s = scan_output(path_);
     ASSERT_TRUE(s.ok()) << cut;
     size_t complete = 0, bytes = 0;
-    while (complete < lines.size() && bytes + lines[complete].size() + 1 <= cut) bytes += lines[complete++].size() + 1;
+    while (complete < lines.size() && bytes + lines[complete].size() + 1 <= cut)
+      bytes += lines[complete++].size() + 1;
     ASSERT_EQ(s->records, int64_t(complete)) << cut;
     ASSERT_EQ(s->valid_bytes, int64_t(bytes)) << cut;
-    if (cut % 5 != 0 && cut != all.size() - 1) continue;  // resuming fsyncs: every 5th cut is enough
+    if (cut % 5 != 0 && cut != all.size() - 1)
+      continue;  // resuming fsyncs: every 5th cut is enough
     // Resume: append the missing records.
     {
       auto log = AppendLog::open(path_, s->valid_bytes);

@@ -1,5 +1,7 @@
 // The batch job against a fake prompt target: resume after interruption, exactly-once, failures and
 // --retry-failures, settings check, per-dataset files, repair of a damaged output, progress.
+#include "pipeline/runner.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -9,7 +11,6 @@
 
 #include "pipeline/checkpoint.h"
 #include "pipeline/output_log.h"
-#include "pipeline/runner.h"
 #include "support/temp_dir.h"
 
 namespace strata {
@@ -61,8 +62,9 @@ Dataset make_dataset(const std::string& name, int n, const std::string& id_prefi
   Dataset d{.name = name};
   for (int i = 0; i < n; ++i) {
     auto r = parse_prompt_line(
-        nlohmann::json({{"id", id_prefix + std::to_string(i)},
-                        {"conversations", {{{"role", "user"}, {"content", "q" + std::to_string(i)}}}}})
+        nlohmann::json(
+            {{"id", id_prefix + std::to_string(i)},
+             {"conversations", {{{"role", "user"}, {"content", "q" + std::to_string(i)}}}}})
             .dump(),
         i + 1, name);
     EXPECT_TRUE(r.ok());
@@ -110,8 +112,9 @@ TEST_F(RunnerTest, MemoryModeKeepsInputOrderAndAppendsTheAnswer) {
     EXPECT_EQ(r["id"], "p" + std::to_string(i));
     ASSERT_EQ(r["conversations"].size(), 2u);
     EXPECT_EQ(r["conversations"][1]["role"], "assistant");
-    EXPECT_EQ(r["conversations"][1]["content"],
-              "p" + std::to_string(i) + "|" + std::to_string(prompt_seed(11, "p" + std::to_string(i))));
+    EXPECT_EQ(
+        r["conversations"][1]["content"],
+        "p" + std::to_string(i) + "|" + std::to_string(prompt_seed(11, "p" + std::to_string(i))));
     EXPECT_EQ(r["meta"]["dataset"], "d");
     EXPECT_EQ(r["meta"]["model"], "fake-model");
     EXPECT_EQ(r["meta"]["sampling"]["seed"], 11);
@@ -266,7 +269,12 @@ TEST_F(RunnerTest, DuplicateDatasetNamesAreAnError) {
 
 TEST(Progress, FormatsPerDatasetTotalsTokensRatesAndEta) {
   ProgressSnapshot p;
-  p.datasets = {{.name = "define", .total = 100, .done_before = 10, .done = 20, .running = 3, .generated_tokens = 1500},
+  p.datasets = {{.name = "define",
+                 .total = 100,
+                 .done_before = 10,
+                 .done = 20,
+                 .running = 3,
+                 .generated_tokens = 1500},
                 {.name = "explain", .total = 50, .done = 5, .failed = 1, .generated_tokens = 500}};
   p.elapsed_s = 10;
   p.gen_tokens_per_s = 100;
@@ -327,7 +335,8 @@ class ResumableTarget : public PromptTarget {
     const int from = int(task.resume_output_ids.size());
     const int until = interrupt.count(id) ? tokens_before_interrupt : total_tokens;
     for (int i = from; i < until; ++i)
-      task.on_tokens(TokenReport{.token_ids = {1000 * n + i}, .rng_draws = uint64_t(i + 1), .prompt_tokens = 3});
+      task.on_tokens(TokenReport{
+          .token_ids = {1000 * n + i}, .rng_draws = uint64_t(i + 1), .prompt_tokens = 3});
     GenerationOutcome o;
     if (interrupt.count(id)) {
       o.kind = OutcomeKind::kInterrupted;
@@ -356,8 +365,10 @@ TEST_F(RunnerTest, UnfinishedPromptsResumeFromTheirCheckpoints) {
     EXPECT_EQ(s->datasets[0].generated_tokens, 12 * 2 + 5 * 2);  // counted as produced
     ASSERT_TRUE(std::filesystem::exists(partial));
   }
-  auto partials = read_partials(partial, settings_fingerprint(nlohmann::json{
-      {"model", "fake-model"}, {"sampling", o.sampling.to_json()}}.dump()));
+  auto partials = read_partials(
+      partial,
+      settings_fingerprint(
+          nlohmann::json{{"model", "fake-model"}, {"sampling", o.sampling.to_json()}}.dump()));
   ASSERT_TRUE(partials.ok());
   ASSERT_EQ(partials->size(), 2u);
   EXPECT_EQ(partials->at({"a", "p1"}).tokens, (std::vector<int32_t>{1000, 1001, 1002, 1003, 1004}));
@@ -373,7 +384,8 @@ TEST_F(RunnerTest, UnfinishedPromptsResumeFromTheirCheckpoints) {
   }
   EXPECT_FALSE(std::filesystem::exists(partial)) << "a complete job leaves no checkpoints";
   std::map<std::string, std::string> text;
-  for (const auto& r : read_lines(opts_.output_file)) text[r["id"]] = r["conversations"][1]["content"];
+  for (const auto& r : read_lines(opts_.output_file))
+    text[r["id"]] = r["conversations"][1]["content"];
   EXPECT_EQ(text["p1"], "p1 from 5");
   EXPECT_EQ(text["p0"], "p0 from 0");
 }
@@ -382,12 +394,13 @@ TEST(Checkpoints, DeltasConcatenateRestartsReplaceGapsDropAndOtherSettingsAreIgn
   testing::TempDir dir("strata_ckpt");
   const std::string path = dir.file("out.jsonl.partial.jsonl");
   const std::vector<int32_t> a = {1, 2, 3}, b = {4, 5}, c = {9};
-  std::string text = partial_line({"d", "x"}, 0, a, 3, 7, "S") + "\n" + partial_line({"d", "x"}, 3, b, 5, 7, "S") +
-                     "\n" + partial_line({"d", "y"}, 0, a, 3, 7, "S") + "\n" +
-                     partial_line({"d", "y"}, 1, c, 2, 7, "S") + "\n" +  // y restarted after 1 token
-                     partial_line({"d", "z"}, 0, a, 3, 7, "S") + "\n" +
-                     partial_line({"d", "z"}, 5, c, 6, 7, "S") + "\n" +  // a lost line: z starts over
-                     partial_line({"d", "w"}, 0, a, 3, 7, "OTHER") + "\n" + "{\"dataset\":\"d\",\"id\":\"x\",\"fr";
+  std::string text =
+      partial_line({"d", "x"}, 0, a, 3, 7, "S") + "\n" + partial_line({"d", "x"}, 3, b, 5, 7, "S") +
+      "\n" + partial_line({"d", "y"}, 0, a, 3, 7, "S") + "\n" +
+      partial_line({"d", "y"}, 1, c, 2, 7, "S") + "\n" +  // y restarted after 1 token
+      partial_line({"d", "z"}, 0, a, 3, 7, "S") + "\n" + partial_line({"d", "z"}, 5, c, 6, 7, "S") +
+      "\n" +  // a lost line: z starts over
+      partial_line({"d", "w"}, 0, a, 3, 7, "OTHER") + "\n" + "{\"dataset\":\"d\",\"id\":\"x\",\"fr";
   dir.write("out.jsonl.partial.jsonl", text);
   auto p = read_partials(path, "S");
   ASSERT_TRUE(p.ok());

@@ -15,7 +15,8 @@ const std::string kConfigs = std::string(STRATA_SHARED_DIR) + "/configs/";
 int64_t planned(const std::string& config, int tp) {
   auto spec = load_model_spec(kConfigs + config);
   EXPECT_TRUE(spec.ok()) << spec.status().to_string();
-  return summarize_inventory(*spec, build_inventory(*spec), tp, quant_layout(*spec), kGpuWeightPolicy)
+  return summarize_inventory(*spec, build_inventory(*spec), tp, quant_layout(*spec),
+                             kGpuWeightPolicy)
       .bytes_per_rank;
 }
 
@@ -32,8 +33,8 @@ using Linear = int64_t (*)(int64_t, int64_t);
 // q/k/v biases in float32), a final norm.
 int64_t llama(int64_t V, int64_t H, int64_t I, int64_t L, int64_t q, int64_t kv, Linear lin,
               bool qkv_bias) {
-  const int64_t layer = 2 * H * 2 + lin(q, H) + 2 * lin(kv, H) + lin(H, q) + 2 * lin(I, H) + lin(H, I) +
-                        (qkv_bias ? (q + 2 * kv) * 4 : 0);
+  const int64_t layer = 2 * H * 2 + lin(q, H) + 2 * lin(kv, H) + lin(H, q) + 2 * lin(I, H) +
+                        lin(H, I) + (qkv_bias ? (q + 2 * kv) * 4 : 0);
   return 2 * V * H * 2 + L * layer + H * 2;
 }
 
@@ -49,13 +50,15 @@ struct Ds {
 };
 int64_t deepseek(const Ds& d, int tp) {
   const int64_t kv = 512, rope = 64, nope = 128, v = 128, h = d.heads / tp;
-  int64_t attn = 2 * d.H * 2 + d.lin(kv + rope, d.H) + kv * 2 + bf16(h * (nope + v), kv) + d.lin(d.H, h * v);
+  int64_t attn =
+      2 * d.H * 2 + d.lin(kv + rope, d.H) + kv * 2 + bf16(h * (nope + v), kv) + d.lin(d.H, h * v);
   attn += d.q_lora > 0 ? d.lin(d.q_lora, d.H) + d.q_lora * 2 + d.lin(h * (nope + rope), d.q_lora)
                        : d.lin(h * (nope + rope), d.H);
   const int64_t i = d.I / tp, mi = d.MI / tp, si = d.shared * d.MI / tp;
   const int64_t mlp = 2 * d.lin(i, d.H) + d.lin(d.H, i);
-  const int64_t moe = d.E * d.H * 2 + (d.bias ? d.E * 4 : 0) + d.E * (2 * d.expert(mi, d.H) + d.expert(d.H, mi)) +
-                      2 * d.lin(si, d.H) + d.lin(d.H, si);
+  const int64_t moe = d.E * d.H * 2 + (d.bias ? d.E * 4 : 0) +
+                      d.E * (2 * d.expert(mi, d.H) + d.expert(d.H, mi)) + 2 * d.lin(si, d.H) +
+                      d.lin(d.H, si);
   const int64_t embed = 2 * cdiv(d.V, tp) * d.H * 2 + (tp > 1 ? d.H * 2 : 0);
   return embed + d.L * attn + d.dense * mlp + (d.L - d.dense) * moe + d.H * 2;
 }

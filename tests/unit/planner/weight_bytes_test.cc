@@ -19,7 +19,8 @@ namespace {
 std::vector<std::string> model_dirs() {
   const std::string s = STRATA_SHARED_DIR;
   std::vector<std::string> dirs = {s + "/models/house-llama", s + "/models/house-mla"};
-  for (const auto& e : std::filesystem::directory_iterator(s + "/fixtures/tiny")) dirs.push_back(e.path());
+  for (const auto& e : std::filesystem::directory_iterator(s + "/fixtures/tiny"))
+    dirs.push_back(e.path());
   const std::string repo = STRATA_REPO_FIXTURES_DIR "/tiny";
   if (std::filesystem::is_directory(repo))
     for (const auto& e : std::filesystem::directory_iterator(repo))
@@ -38,8 +39,8 @@ TEST(WeightBytes, LoadedBytesEqualThePlannersFigure) {
     CountingBackend<cpu::CpuBackend> be;
     auto model = create_model(*spec, *ws, be);
     ASSERT_TRUE(model.ok()) << dir << ": " << model.status().to_string();
-    const InventorySummary inv =
-        summarize_inventory(*spec, build_inventory(*spec), 1, quant_layout(*spec), be.weight_policy());
+    const InventorySummary inv = summarize_inventory(*spec, build_inventory(*spec), 1,
+                                                     quant_layout(*spec), be.weight_policy());
     EXPECT_EQ(be.weight_bytes(), inv.bytes_per_rank) << dir;
     // The float32 reference holds every parameter (biases included) as float32.
     EXPECT_EQ(inv.bytes_per_rank, 4 * inv.total_params) << dir;

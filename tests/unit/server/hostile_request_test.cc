@@ -16,8 +16,9 @@ namespace {
 TEST(ServerHostileTest, DeeplyNestedBodyIsInvalidJson) {
   const std::string deep = std::string(300000, '[') + std::string(300000, ']');
   OpenAiRequest r;
-  auto e = parse_openai_request(R"({"messages": [{"role": "user", "content": "x", "x": )" + deep + "}]}",
-                                Endpoint::kChat, &r);
+  auto e =
+      parse_openai_request(R"({"messages": [{"role": "user", "content": "x", "x": )" + deep + "}]}",
+                           Endpoint::kChat, &r);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->status, 400);
   EXPECT_EQ(e->code, "invalid_json");
@@ -41,7 +42,8 @@ TEST(ServerHostileTest, ParseErrorMessageIsValidUtf8) {
 // crash_number_overflow): a number beyond double made the parser throw out_of_range, not
 // parse_error, which nothing caught: one request body took the server down.
 TEST(ServerHostileTest, NumberOverflowIsInvalidJson) {
-  for (const char* body : {R"({"prompt": "x", "max_tokens": 1e999})", R"({"prompt": "x", "temperature": -7.8E888888})"}) {
+  for (const char* body : {R"({"prompt": "x", "max_tokens": 1e999})",
+                           R"({"prompt": "x", "temperature": -7.8E888888})"}) {
     OpenAiRequest r;
     auto e = parse_openai_request(body, Endpoint::kCompletions, &r);
     ASSERT_TRUE(e) << body;

@@ -1,6 +1,8 @@
 // The /metrics text of the CPU-fallback counters (strata_cpu_fallback_ops_total{op}) and of
 // labelled counter families in general, with a fake backend that reports fallback counts the way
 // the CUDA backend's CPU-twin table does (every declared op, zeros included).
+#include "server/metrics.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
-#include "server/metrics.h"
 #include "server/server_state.h"
 
 namespace strata {
@@ -17,7 +18,9 @@ namespace {
 // The CPU backend plus a declared table of fallback ops with settable counts.
 class FakeFallbackBackend : public cpu::CpuBackend {
  public:
-  std::vector<std::pair<std::string, int64_t>> cpu_fallback_counts() const override { return counts; }
+  std::vector<std::pair<std::string, int64_t>> cpu_fallback_counts() const override {
+    return counts;
+  }
   std::vector<std::pair<std::string, int64_t>> counts = {
       {"mla_attention", 0}, {"moe_route", 0}, {"moe_experts", 0}, {"linear_f32_out", 0}};
 };
@@ -32,9 +35,11 @@ TEST(CpuFallbackMetrics, EveryDeclaredOpIsExportedZerosIncluded) {
   const std::string text = m.registry.render();
   EXPECT_TRUE(has_line(text, "# TYPE strata_cpu_fallback_ops_total counter")) << text;
   for (const char* op : {"mla_attention", "moe_route", "moe_experts", "linear_f32_out"})
-    EXPECT_TRUE(has_line(text, std::string("strata_cpu_fallback_ops_total{model_name=\"house\",op=\"") +
-                                   op + "\"} 0"))
-        << op << "\n" << text;
+    EXPECT_TRUE(has_line(
+        text,
+        std::string("strata_cpu_fallback_ops_total{model_name=\"house\",op=\"") + op + "\"} 0"))
+        << op << "\n"
+        << text;
 }
 
 TEST(CpuFallbackMetrics, CountsFollowTheBackend) {
@@ -44,11 +49,14 @@ TEST(CpuFallbackMetrics, CountsFollowTheBackend) {
   backend.counts[2].second = 12345;  // moe_experts
   m.set_cpu_fallback_counts(backend.cpu_fallback_counts());
   const std::string text = m.registry.render();
-  EXPECT_TRUE(has_line(text, "strata_cpu_fallback_ops_total{model_name=\"house\",op=\"mla_attention\"} 3"))
+  EXPECT_TRUE(
+      has_line(text, "strata_cpu_fallback_ops_total{model_name=\"house\",op=\"mla_attention\"} 3"))
       << text;
-  EXPECT_TRUE(has_line(text, "strata_cpu_fallback_ops_total{model_name=\"house\",op=\"moe_experts\"} 12345"))
+  EXPECT_TRUE(has_line(
+      text, "strata_cpu_fallback_ops_total{model_name=\"house\",op=\"moe_experts\"} 12345"))
       << text;
-  EXPECT_TRUE(has_line(text, "strata_cpu_fallback_ops_total{model_name=\"house\",op=\"moe_route\"} 0"))
+  EXPECT_TRUE(
+      has_line(text, "strata_cpu_fallback_ops_total{model_name=\"house\",op=\"moe_route\"} 0"))
       << text;
   // The samples keep the table's order.
   EXPECT_LT(text.find("op=\"mla_attention\""), text.find("op=\"moe_route\""));

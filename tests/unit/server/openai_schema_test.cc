@@ -1,8 +1,9 @@
 // Request parsing/validation and Prometheus rendering, without HTTP or a model.
+#include "server/openai_schema.h"
+
 #include <gtest/gtest.h>
 
 #include "server/metrics.h"
-#include "server/openai_schema.h"
 #include "server/sse.h"
 
 namespace strata {
@@ -30,11 +31,11 @@ TEST(ServerSchemaTest, ParsesChatRequest) {
 }
 
 TEST(ServerSchemaTest, OnlyJsonContentTypesAreAccepted) {
-  for (const char* ok : {"", "application/json", "Application/JSON; charset=utf-8", " application/json ",
-                         "application/vnd.api+json"})
+  for (const char* ok : {"", "application/json", "Application/JSON; charset=utf-8",
+                         " application/json ", "application/vnd.api+json"})
     EXPECT_FALSE(check_json_content_type(ok)) << ok;
-  for (const char* bad : {"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
-                          "application/jsonx"}) {
+  for (const char* bad : {"text/plain", "application/x-www-form-urlencoded",
+                          "multipart/form-data; boundary=x", "application/jsonx"}) {
     auto e = check_json_content_type(bad);
     ASSERT_TRUE(e) << bad;
     EXPECT_EQ(e->status, 415);
@@ -51,7 +52,8 @@ TEST(ServerSchemaTest, AbortIsNoFinishReasonOnTheWire) {
 
 TEST(ServerSchemaTest, ParsesPromptForms) {
   OpenAiRequest a, b, c;
-  EXPECT_FALSE(parse_openai_request(R"({"prompt":["x","y"],"logprobs":1})", Endpoint::kCompletions, &a));
+  EXPECT_FALSE(
+      parse_openai_request(R"({"prompt":["x","y"],"logprobs":1})", Endpoint::kCompletions, &a));
   EXPECT_EQ(a.text_prompts.size(), 2u);
   EXPECT_EQ(a.top_logprobs, 1);
   EXPECT_FALSE(parse_openai_request(R"({"prompt":[1,2,3]})", Endpoint::kCompletions, &b));
@@ -87,7 +89,8 @@ TEST(ServerSchemaTest, RejectsBadInput) {
     EXPECT_EQ(e->status, 400) << c.body;
     EXPECT_EQ(e->param, c.param) << c.body << " -> " << e->message;
     const auto j = e->to_json();
-    EXPECT_TRUE(j["error"].contains("message") && j["error"].contains("type") && j["error"].contains("code"));
+    EXPECT_TRUE(j["error"].contains("message") && j["error"].contains("type") &&
+                j["error"].contains("code"));
   }
   OpenAiRequest r;
   auto e = parse_openai_request(std::string("{\"prompt\":\"\xff\"}"), Endpoint::kCompletions, &r);
@@ -203,11 +206,14 @@ TEST(ServerMetricsTest, RendersPrometheusText) {
   h.observe(0.5);
   h.observe(5);
   const std::string t = reg.render();
-  EXPECT_NE(t.find("# TYPE x_total counter\nx_total{model_name=\"a\\\"b\"} 3\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("# TYPE x_total counter\nx_total{model_name=\"a\\\"b\"} 3\n"), std::string::npos)
+      << t;
   EXPECT_NE(t.find("y_ratio{model_name=\"a\\\"b\"} 0.25\n"), std::string::npos) << t;
-  EXPECT_NE(t.find("z_seconds_bucket{model_name=\"a\\\"b\",le=\"0.1\"} 1\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("z_seconds_bucket{model_name=\"a\\\"b\",le=\"0.1\"} 1\n"), std::string::npos)
+      << t;
   EXPECT_NE(t.find("z_seconds_bucket{model_name=\"a\\\"b\",le=\"1\"} 2\n"), std::string::npos) << t;
-  EXPECT_NE(t.find("z_seconds_bucket{model_name=\"a\\\"b\",le=\"+Inf\"} 3\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("z_seconds_bucket{model_name=\"a\\\"b\",le=\"+Inf\"} 3\n"), std::string::npos)
+      << t;
   EXPECT_NE(t.find("z_seconds_count{model_name=\"a\\\"b\"} 3\n"), std::string::npos) << t;
   EXPECT_NE(t.find("z_seconds_sum{model_name=\"a\\\"b\"} 5.55\n"), std::string::npos) << t;
 }

@@ -1,13 +1,14 @@
 // --chat-template (ChatTemplate::from_argument): the built-in names render their formats exactly,
 // a file (Jinja, or JSON with "chat_template") replaces the checkpoint's template and still gets
 // the tokenizer's special tokens, and an unknown name is an error that lists the known ones.
+#include "tokenizer/builtin_chat_templates.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
-#include "tokenizer/builtin_chat_templates.h"
 #include "tokenizer/chat_template.h"
 
 namespace strata {

@@ -1,5 +1,7 @@
 // The house model's ChatML template must render the Hugging Face fixtures byte for byte, and
 // ChatTemplate::load must find templates wherever HF checkpoints keep them.
+#include "tokenizer/chat_template.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -7,7 +9,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "tokenizer/chat_template.h"
 #include "support/temp_dir.h"
 
 namespace strata {

@@ -1,12 +1,12 @@
 // SentencePiece-style BPE (Llama-2 / Mistral tokenizer.json layouts) on a hand-made vocabulary,
 // plus the unit pieces (UTF-8 repair, split behaviours) and error reporting.
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
-#include <random>
-#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -154,7 +154,8 @@ TEST(SentencePieceBpe, SpecialTokensAndLeadingSpace) {
 // The streamed pieces concatenate to decode() for random id sequences (pieces, lone "▁", byte
 // tokens that make and break UTF-8 characters, specials), both layouts and Strip variants that
 // treat the start of the whole text specially. A Strip of 2 leading spaces used to lose the
-// spaces of a window starting with a lone "▁" (fuzz/corpus/tokenizer_load/crash_stream_decoder_strip).
+// spaces of a window starting with a lone "▁"
+// (fuzz/corpus/tokenizer_load/crash_stream_decoder_strip).
 TEST(StreamDecoder, PiecesConcatenateToDecode) {
   std::vector<std::pair<std::string, Tokenizer>> variants;
   variants.emplace_back("legacy", make(false));
@@ -177,10 +178,14 @@ TEST(StreamDecoder, PiecesConcatenateToDecode) {
       std::vector<int32_t> ids(size_t(1 + rng() % 12));
       for (int32_t& id : ids) {
         const uint32_t kind = rng() % 8;
-        if (kind < 3) id = piece_id("▁");
-        else if (kind < 6) id = 259 + int32_t(rng() % kPieces.size());
-        else if (kind < 7) id = bytes[rng() % bytes.size()];
-        else id = int32_t(rng() % 3);  // <unk> <s> </s>
+        if (kind < 3)
+          id = piece_id("▁");
+        else if (kind < 6)
+          id = 259 + int32_t(rng() % kPieces.size());
+        else if (kind < 7)
+          id = bytes[rng() % bytes.size()];
+        else
+          id = int32_t(rng() % 3);  // <unk> <s> </s>
       }
       for (bool skip : {false, true}) {
         StreamDecoder sd(t, skip);
