@@ -14,7 +14,8 @@
 #           floor (bf16 vs bf16, another batch composition) and each candidate's KLD as a multiple
 #           of it. TP=N (N GPUs visible) also runs the GPU
 #           evaluation at --tp-size N.
-#   tput    positions scored per second on the Llama-3.1-8B shape with random weights
+#   tput    positions scored per second on each TPUT_CONFIGS shape (default llama-3.1-8b; e.g.
+#           "llama-3.1-8b moonlight-16b-a3b") with random weights in the stored format
 #           (strata_bench_make_checkpoint), MAX_TOKENS (default 100,000) positions, fp8_e4m3 and
 #           the noise floor, 16 windows of 1,024 per forward; capped at TPUT_SECONDS (default 120),
 #           progress and ETA in $OUT/tput.log.
@@ -112,34 +113,38 @@ for stage in ${STAGES:-parity house tput}; do
     tput)
       tok=""
       for m in house-llama house-mla; do [ -d "$M/$m" ] && tok=$M/$m && break; done
-      if [ ! -f "$C/shared/configs/llama-3.1-8b/config.json" ] || [ -z "$tok" ]; then
-        echo "  tput: no llama-3.1-8b config or tokenizer in this carry, skipped"; continue
-      fi
-      ./build-dev/strata_bench_make_checkpoint --config "$C/shared/configs/llama-3.1-8b/config.json" \
-        --out "$W/llama8b" --tokenizer "$tok" >"$OUT/make_checkpoint.log" 2>&1
-      echo "  random 8B checkpoint: rc $? in $(( $(date +%s) - t1 )) s"
-      rm -f "$W/tput.ckpt"  # a fresh measurement, not a continuation
-      t2=$(date +%s)
-      timeout "${TPUT_SECONDS:-120}" ./build-dev/strata eval-kv --device cuda --model-path "$W/llama8b" \
-        --data "$C/shared/data/prompts-define.jsonl" --allow-repeat --max-tokens "${MAX_TOKENS:-100000}" \
-        --context-len 1024 --chunk 256 --batch-windows 16 --kv-cache-dtype fp8_e4m3 --free-run-prompts 0 \
-        --no-save-records --json "$W/tput.json" --checkpoint "$W/tput.ckpt" >"$OUT/tput.log" 2>&1
-      rc=$?
-      s=$(( $(date +%s) - t2 ))
-      echo "  eval-kv 8B: rc $rc in $s s (load included)"
-      tr '\r' '\n' <"$OUT/tput.log" | grep -E "teacher forcing" | tail -2
-      grep -E "eval-kv:|error|CHECK" "$OUT/tput.log" | head -5
-      python3 - "$W/tput.json" "$s" <<'PY'
+      [ -n "$tok" ] || { echo "  tput: no house tokenizer in this carry, skipped"; continue; }
+      for shape in ${TPUT_CONFIGS:-llama-3.1-8b}; do
+        cfg=$C/shared/configs/$shape/config.json
+        [ -f "$cfg" ] || { echo "  tput: no $shape config in this carry, skipped"; continue; }
+        ts=$(date +%s)
+        ./build-dev/strata_bench_make_checkpoint --config "$cfg" --out "$W/$shape" --tokenizer "$tok" \
+          >"$OUT/make_checkpoint_$shape.log" 2>&1
+        echo "  random $shape checkpoint: rc $? in $(( $(date +%s) - ts )) s"
+        rm -f "$W/tput.ckpt"  # a fresh measurement, not a continuation
+        t2=$(date +%s)
+        timeout "${TPUT_SECONDS:-120}" ./build-dev/strata eval-kv --device cuda --model-path "$W/$shape" \
+          --data "$C/shared/data/prompts-define.jsonl" --allow-repeat --max-tokens "${MAX_TOKENS:-100000}" \
+          --context-len 1024 --chunk 256 --batch-windows 16 --kv-cache-dtype fp8_e4m3 --free-run-prompts 0 \
+          --no-save-records --json "$W/tput.json" --checkpoint "$W/tput.ckpt" >"$OUT/tput_$shape.log" 2>&1
+        rc=$?
+        s=$(( $(date +%s) - t2 ))
+        echo "  eval-kv $shape: rc $rc in $s s (load included)"
+        tr '\r' '\n' <"$OUT/tput_$shape.log" | grep -E "teacher forcing" | tail -2
+        grep -E "eval-kv:|error|CHECK" "$OUT/tput_$shape.log" | head -5
+        python3 - "$W/tput.json" "$s" "$shape" <<'PY'
 import json, sys
 try:
     j = json.load(open(sys.argv[1]))
 except Exception:
     sys.exit(0)
 n = j["metrics"]["tokens"]
-print(f"  8B: {n} positions x (reference + noise floor + 1 candidate) in {sys.argv[2]} s wall incl. load: "
-      f"{n / float(sys.argv[2]):.0f} positions/s; KLD fp8_e4m3 {j['metrics']['kld']['mean']:.3e}, "
+print(f"  {sys.argv[3]}: {n} positions x (reference + noise floor + 1 candidate) in {sys.argv[2]} s wall incl. "
+      f"load: {n / float(sys.argv[2]):.0f} positions/s; KLD fp8_e4m3 {j['metrics']['kld']['mean']:.3e}, "
       f"noise floor {j['noise_floor']['kld']['mean']:.3e}")
 PY
+        rm -rf "$W/$shape" "$W/tput.json" "$W/tput.ckpt"
+      done
       ;;
   esac
   echo "  ($stage: $(( $(date +%s) - t1 )) s)"
