@@ -478,7 +478,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
     }
   }
 
-  // ---- the output: normalized bf16 (one split) or the unnormalized partial ----
+  // ---- the output: normalized bf16 (no partials: one split) or the unnormalized partial ----
   mla::named_sync(kBarFinal, (kSWarps + kPvWarps) * 32);
   const float* lsum = reinterpret_cast<const float*>(smem + kLsumOff);
   const float* mrow = reinterpret_cast<const float*>(smem + kMOff);
@@ -493,7 +493,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
 #pragma unroll
       for (int v = 0; v < kSWarps; ++v) sum += lsum[v * kMaxRows + row];
       const int64_t grow = w.q_row0 + r;
-      const bool one = p.num_splits == 1;
+      const bool one = p.partial_o == nullptr;
       const float inv = one ? (sum > 0.0f ? f.latent_scale * ofac / sum : 0.0f) : ofac;
       if constexpr (!kFp8) {
 #pragma unroll
@@ -524,7 +524,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
                                  o[2 * j + 1][nt][e] * inv, o[2 * j + 1][nt][2 + e] * inv);
         }
       }
-      if (pw == 0 && g == 0) mla::store_ml(p, int(grow), mrow[row], sum);
+      // The sums of fp8 rows add P · 2^8 (kBoost): the stored max takes the 8 back out, so that
+      // max + log2(sum) is the row's log-sum-exp (DCP's lse_out; the split merge is unchanged).
+      if (pw == 0 && g == 0) mla::store_ml(p, int(grow), mrow[row] - (kFp8 ? 8.0f : 0.0f), sum);
     }
 }
 
