@@ -154,7 +154,7 @@ class DcpShards {
       p_.cpu_->kv_write(*cpu_full_, 0, *all.cpu, Tensor(), meta);
       p_.gpu_->kv_write(*gpu_full_, 0, *all.gpu, Tensor(), meta);
     }
-    std::vector<DcpLocalBatch> local(size_t(n_));
+    std::vector<DcpLocalBatch> local(static_cast<size_t>(n_));
     for (int r = 0; r < n_; ++r) {
       DcpLocalBatch& l = local[size_t(r)];
       l.build(meta, DcpShard{.rank = r, .size = n_}, page_);
@@ -183,8 +183,8 @@ class DcpShards {
       auto slice = [&](const DeviceTensorPtr& x) {
         return x->view().slice_rows(r, r + 1).reshape({t, heads, R + 1});
       };
-      p_.cpu_->mla_attention_partial(*q.cpu, *cpu_[size_t(r)], 0, local[size_t(r)].attn, args,
-                                     shard, slice(parts.cpu));
+      dcp_ops(*p_.cpu_).mla_attention_partial(*q.cpu, *cpu_[size_t(r)], 0, local[size_t(r)].attn,
+                                              args, shard, slice(parts.cpu));
       dcp_ops(*p_.gpu_).mla_attention_partial(*q.gpu, *gpu_[size_t(r)], 0, local[size_t(r)].attn,
                                               args, shard, slice(parts.gpu));
     }
