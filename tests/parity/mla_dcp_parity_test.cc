@@ -6,9 +6,10 @@
 //
 // What must hold, for N = 2, 4, 8, every KV layout below and the tiny fixtures' (32 + 8, 4
 // heads), house-mla's (128 + 32, 5 heads) and the real models' (512 + 64, 16 heads) dims, decode
-// (one new token over contexts of 1-1,000 keys: split-KV, empty splits) and prefill (37-64 new
+// (one new token over contexts of 1-1,000 keys: split-KV, empty splits), prefill (37-64 new
 // tokens over 0-130 cached ones: the first tokens of a fresh sequence see nothing on ranks past
-// their position, causal by absolute position):
+// their position, causal by absolute position) and a long prefill (2 x 400 fresh tokens: rows
+// enough for one key split, the partials kept only for the log-sum-exp):
 //  - each rank's partial (CudaBackend::mla_attention_partial) against the CPU's for the same
 //    shard: outputs NMSE < 1e-4 (the MLA kernels' bound: bf16 P and q), log-sum-exps within 4e-3
 //    absolute (P rounded to bf16 changes a row's sum by at most 2^-9 relative, ln of that < 2e-3)
@@ -280,6 +281,11 @@ TEST(MlaDcp, ShardPartialsAndMergeMatchTheCpuAndFullAttention) {
           check("prefill", f, d, n, e);
           EXPECT_GT(e.empty_rows, 0) << "the fresh sequence's first tokens see no key on some rank";
           check("decode", f, d, n, s.step({1, 1, 1}, true));
+        }
+        {  // a long prefill: 200+ blocks of rows (H200: 132 SMs), so one key split, where the
+           // kernels leave their partials only because lse_out asks for them
+          DcpShards s(p, f, d, n, 16, {400, 400});
+          check("long", f, d, n, s.step({400, 400}, true));
         }
       }
     }
