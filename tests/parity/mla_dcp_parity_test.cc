@@ -12,8 +12,12 @@
 // enough for one key split, the partials kept only for the log-sum-exp):
 //  - each rank's partial (CudaBackend::mla_attention_partial) against the CPU's for the same
 //    shard: outputs NMSE < 1e-4 (the MLA kernels' bound: bf16 P and q), log-sum-exps within 4e-3
-//    absolute (P rounded to bf16 changes a row's sum by at most 2^-9 relative, ln of that < 2e-3)
-//    and -inf exactly where the CPU's is (a row that sees no key of the shard);
+//    absolute (P rounded to bf16 changes a row's sum by at most 2^-9 relative, ln of that < 2e-3;
+//    the scores themselves agree to float32 rounding where the kernels read exact values), 1.5e-2
+//    for FlashMLA rows (the mma kernel rounds latent x tile scale to bf16: 2^-9 relative a value,
+//    which moves a score of 128 latent dims by ~1e-3 rms, and a row that sees one key has that
+//    score as its log-sum-exp), and -inf exactly where the CPU's is (a row that sees no key of
+//    the shard);
 //  - the merge kernel alone (the CPU's partials merged on the GPU into float32) against the CPU's
 //    merge (double): NMSE < 1e-10 (float32 sums of a handful of parts), into fewer heads than
 //    the parts have (the padded heads of an uneven split);
@@ -45,12 +49,13 @@ struct Format {
   std::optional<DType> rope_dtype;
   bool flashmla;
   float scale;
+  double lse_bound;  // the partials' log-sum-exps against the CPU's (see above)
 };
 const Format kFormats[] = {
-    {"bf16", DType::kBF16, std::nullopt, false, 1.0f},
-    {"e4m3 scale 0.37", DType::kFP8E4M3, std::nullopt, false, 0.37f},
-    {"e4m3 + bf16 rope, scale 0.5", DType::kFP8E4M3, DType::kBF16, false, 0.5f},
-    {"fp8_flashmla", DType::kFP8E4M3, std::nullopt, true, 1.0f},
+    {"bf16", DType::kBF16, std::nullopt, false, 1.0f, 4e-3},
+    {"e4m3 scale 0.37", DType::kFP8E4M3, std::nullopt, false, 0.37f, 4e-3},
+    {"e4m3 + bf16 rope, scale 0.5", DType::kFP8E4M3, DType::kBF16, false, 0.5f, 4e-3},
+    {"fp8_flashmla", DType::kFP8E4M3, std::nullopt, true, 1.0f, 1.5e-2},
 };
 
 struct Dims {
@@ -254,7 +259,7 @@ void check(const char* what, const Format& f, const Dims& d, int n, const DcpSha
       what, n, f.name, d.latent, d.rope, d.heads, e.partial_nmse, e.lse_abs,
       (long long)e.empty_rows, e.merge_kernel_nmse, e.merged_vs_gpu_full, e.merged_vs_cpu_full);
   EXPECT_LT(e.partial_nmse, 1e-4);
-  EXPECT_LT(e.lse_abs, 4e-3);
+  EXPECT_LT(e.lse_abs, f.lse_bound);
   EXPECT_EQ(e.lse_inf_mismatch, 0);
   EXPECT_LT(e.merge_kernel_nmse, 1e-10);
   EXPECT_LT(e.merged_vs_gpu_full, 1e-4);
