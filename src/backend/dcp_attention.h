@@ -1,7 +1,9 @@
 // The attention ops of decode context parallelism (arch/dcp.h): each rank of a DCP group holds
 // 1/N of every sequence's tokens, attends over its own shard, and returns partial outputs with
 // their log-sum-exp; the partials are merged exactly afterwards. A backend with these ops
-// implements DcpAttention beside Backend (the CPU reference does); dcp_attention() finds them.
+// implements DcpAttention beside Backend (the CPU reference and the CUDA backend do, the latter
+// through its MLA kernels' split-KV partials: backend/cuda/mla_dcp.cu); dcp_attention() finds
+// them.
 #pragma once
 
 #include "backend/backend.h"
@@ -34,8 +36,7 @@ class DcpAttention {
   virtual void merge_attention_partials(const Tensor& parts, const Tensor& out) = 0;
 };
 
-// `backend`'s DCP ops, or null when it has none (CUDA: its MLA kernels keep their split-KV
-// partials internal and mask by local position; see arch/dcp.h).
+// `backend`'s DCP ops, or null when it has none.
 inline DcpAttention* dcp_attention(Backend& backend) {
   return dynamic_cast<DcpAttention*>(&backend);
 }

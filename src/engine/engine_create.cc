@@ -73,12 +73,6 @@ Status check_config(const EngineConfig& c) {
         "--dcp-size {} with --tp-one-rank: one rank alone holds 1/{} of the context and cannot "
         "attend over the rest",
         c.dcp_size, c.dcp_size);
-  if (c.dcp_size > 1 && c.device == Device::kCuda)
-    return unimplemented(
-        "--dcp-size {} on cuda: the CUDA MLA kernels do not return each row's log-sum-exp over "
-        "one rank's shard of the context (causal by absolute position) and there is no CUDA "
-        "merge op (backend/dcp_attention.h); decode context parallelism runs on cpu ranks only",
-        c.dcp_size);
   if (c.tp_one_rank && c.tp_size < 2)
     return invalid_argument(
         "--tp-one-rank runs rank 0 of --tp-size ranks alone: give --tp-size >= 2, got {}",

@@ -95,6 +95,23 @@ void CudaBackend::mla_attention_cpu_twin(const Tensor& q_latent, const KvStorage
   to_device(o, out);
 }
 
+void CudaBackend::mla_attention_partial_cpu_twin(const Tensor& q_latent, const KvStorage& kv,
+                                                 int layer, const AttentionMetadata& meta,
+                                                 const MlaArgs& args, DcpShard shard,
+                                                 const Tensor& out) {
+  count_cpu_twin(twin_index("mla_attention"));
+  end_step();
+  cpu::CpuBackend cpu;
+  HostTensor q = to_host(*this, q_latent);
+  HostTensor o(DType::kF32, out.shape);
+  cpu::CpuKvStorage host_kv(kv.layout());
+  host_kv.set_scales(layer, kv.k_scale(layer), kv.v_scale(layer));
+  const Tensor dk = kv.k(layer), hk = host_kv.k(layer);
+  CUDA_CHECK(cudaMemcpy(hk.data, dk.data, size_t(dk.nbytes()), cudaMemcpyDeviceToHost));
+  cpu.mla_attention_partial(q.view, host_kv, layer, meta, args, shard, o.view);
+  to_device(o, out);
+}
+
 void CudaBackend::moe_route_twin(const Tensor& router_logits, const Tensor& correction_bias,
                                  const MoeRouteArgs& args, const Tensor& topk_ids,
                                  const Tensor& topk_weights, const char* why) {

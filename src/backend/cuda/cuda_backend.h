@@ -42,6 +42,7 @@
 #include "backend/cuda/ops.h"
 #include "backend/cuda/tunables.h"
 #include "backend/cuda/weight_upload.h"
+#include "backend/dcp_attention.h"
 
 namespace strata::cuda {
 
@@ -64,7 +65,8 @@ struct CpuTwinOp {
 extern const CpuTwinOp kCpuTwinOps[];
 extern const int kNumCpuTwinOps;
 
-class CudaBackend : public Backend {
+// Also decode context parallelism's ops (backend/dcp_attention.h, mla_dcp.cu).
+class CudaBackend : public Backend, public DcpAttention {
  public:
   CudaBackend();
   ~CudaBackend() override;
@@ -133,6 +135,12 @@ class CudaBackend : public Backend {
   void mla_attention(const Tensor& q_latent, const KvStorage& kv, int layer,
                      const AttentionMetadata& meta, const MlaArgs& args,
                      const Tensor& out) override;
+  // mla_dcp.cu: the shard's partials through the MLA kernels (the CPU twin where mla_attention
+  // would use it), and their merge on the GPU.
+  void mla_attention_partial(const Tensor& q_latent, const KvStorage& kv, int layer,
+                             const AttentionMetadata& meta, const MlaArgs& args, DcpShard shard,
+                             const Tensor& out) override;
+  void merge_attention_partials(const Tensor& parts, const Tensor& out) override;
   // moe.cu (shapes the kernels refuse: the CPU twin, counted)
   void moe_route(const Tensor& router_logits, const Tensor& correction_bias,
                  const MoeRouteArgs& args, const Tensor& topk_ids,
@@ -237,6 +245,16 @@ class CudaBackend : public Backend {
   void mla_attention_cpu_twin(const Tensor& q_latent, const KvStorage& kv, int layer,
                               const AttentionMetadata& meta, const MlaArgs& args,
                               const Tensor& out);
+  // mla.cu: mla_attention (shard null: bf16 out) or mla_attention_partial (float32 out rows
+  // [output | log-sum-exp] over the shard) on the MLA kernels; false, launching nothing, where
+  // they do not cover the layer (the caller runs the CPU twin).
+  bool mla_attention_gpu(const Tensor& q_latent, const KvStorage& kv, int layer,
+                         const AttentionMetadata& meta, const MlaArgs& args, const Tensor& out,
+                         const DcpShard* shard);
+  // cpu_twin.cc: mla_attention_partial for what the MLA kernels do not cover.
+  void mla_attention_partial_cpu_twin(const Tensor& q_latent, const KvStorage& kv, int layer,
+                                      const AttentionMetadata& meta, const MlaArgs& args,
+                                      DcpShard shard, const Tensor& out);
   // moe.cu: a linear with a float32 output (MoE routers: the reference scores experts in
   // float32); the upload of a stacked expert weight in the MoE kernels' layout (moe_weights.h);
   // the MoE GEMM kernels' one-time setup (before any graph capture).

@@ -13,7 +13,8 @@
 //
 // (kv_lora_rank, rope) pairs the kernels are not built for (mla_attention_supported), and rows
 // the kernels cannot copy (not 4-byte aligned; bf16 rows not 16-byte aligned), run on the CPU
-// reference through host copies (cpu_twin.cc), counted as "mla_attention".
+// reference through host copies (cpu_twin.cc), counted as "mla_attention". Decode context
+// parallelism's partial attention (mla_dcp.cu) launches through the same mla_attention_gpu.
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/mla_attention.h"
 
@@ -57,27 +58,33 @@ int kv_len_bucket(int max_kv_len) {
 void CudaBackend::mla_attention(const Tensor& q_latent, const KvStorage& kv, int layer,
                                 const AttentionMetadata& meta, const MlaArgs& args,
                                 const Tensor& out) {
+  const int64_t tokens = meta.num_tokens;
+  CHECK_EQ(out.numel(), tokens * args.num_heads * args.kv_lora_rank);
+  CHECK(out.is_contiguous());
+  check_bf16(out, "mla_attention out");
+  if (tokens > 0 && !mla_attention_gpu(q_latent, kv, layer, meta, args, out, nullptr))
+    mla_attention_cpu_twin(q_latent, kv, layer, meta, args, out);
+}
+
+bool CudaBackend::mla_attention_gpu(const Tensor& q_latent, const KvStorage& kv, int layer,
+                                    const AttentionMetadata& meta, const MlaArgs& args,
+                                    const Tensor& out, const DcpShard* shard) {
   const KvLayout& lay = kv.layout();
   const int heads = args.num_heads, latent = args.kv_lora_rank, rope = args.rope_dim;
   const int width = latent + rope;
   const int64_t tokens = meta.num_tokens;
   CHECK_EQ(lay.k_dim, width);
   CHECK_EQ(q_latent.numel(), tokens * heads * width);
-  CHECK_EQ(out.numel(), tokens * heads * latent);
-  CHECK(q_latent.is_contiguous() && out.is_contiguous());
+  CHECK(q_latent.is_contiguous());
   check_bf16(q_latent, "mla_attention q_latent");
-  check_bf16(out, "mla_attention out");
-  if (tokens == 0) return;
   const MlaRowFormat fmt = layer_row_format(lay, layer, rope, kv.k_scale(layer));
   const void* cache = kv.k(layer).data;
   const int copy_width = mla_copy_width(cache, fmt.row_bytes);
   // q rows are read 16 bytes at a time: width % 8 (true of every built pair); bf16 rows go
   // straight into the mma kernel's tiles in 16-byte copies (rows of every built pair are).
   if (!mla_attention_supported(latent, rope) || copy_width == 0 || width % 8 != 0 ||
-      (mla_mma_direct(fmt) && copy_width != 16)) {
-    mla_attention_cpu_twin(q_latent, kv, layer, meta, args, out);
-    return;
-  }
+      (mla_mma_direct(fmt) && copy_width != 16))
+    return false;
   if (!mla_ready_) {  // shared-memory limits, before the first launch (and any capture)
     init_mla_attention_kernels();
     mla_ready_ = true;
@@ -86,7 +93,14 @@ void CudaBackend::mla_attention(const Tensor& q_latent, const KvStorage& kv, int
   auto p = zeroed<MlaAttentionParams>();
   p.q = q_latent.ptr<bf16_bits>();
   p.cache = cache;
-  p.out = out.ptr<bf16_bits>();
+  if (shard == nullptr) {
+    p.out = out.ptr<bf16_bits>();
+  } else {  // rows [output | log-sum-exp] in float32 over the shard (mla_dcp.cu)
+    p.lse_out = out.ptr<float>();
+    p.positions = dm.positions;
+    p.dcp_rank = shard->rank;
+    p.dcp_size = shard->size;
+  }
   p.q_indptr = dm.q_indptr;
   p.kv_lens = dm.kv_lens;
   p.page_indptr = dm.page_indptr;
@@ -98,12 +112,15 @@ void CudaBackend::mla_attention(const Tensor& q_latent, const KvStorage& kv, int
   p.page_size = meta.page_size;
   p.scale_log2 = args.scale * 1.4426950408889634f;
   p.copy_width = copy_width;
+  MlaPlanOptions opt;
+  opt.partials = shard != nullptr ? 1 : 0;  // lse_out is written by the merge of the partials
   const MlaPlan plan = plan_mla_attention(fmt, meta.num_seqs, tokens, heads, meta_max_q_,
-                                          kv_len_bucket(meta_max_kv_), num_sms_);
+                                          kv_len_bucket(meta_max_kv_), num_sms_, opt);
   DeviceTensorPtr work;  // back to the pool at return: stream order keeps its reuse safe
   if (plan.scratch_bytes > 0) work = scratch(plan.scratch_bytes);
   apply_mla_plan(plan, work ? work->view().data : nullptr, &p);
   record(kOpMlaAttention, p, run_mla_attention);
+  return true;
 }
 
 void CudaBackend::mla_kv_write(KvStorage& kv, int layer, const Tensor& k,

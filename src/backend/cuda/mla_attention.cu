@@ -297,11 +297,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(MlaAttentionParams
 }
 
 // The split merge: out = latent_scale · Σᵢ wᵢ oᵢ / Σᵢ wᵢ lᵢ with wᵢ = 2^(mᵢ - max m); empty splits
-// (m = -inf) weigh 0. A block: one row, 128 columns (a float4 a lane), min(8, splits) warps taking
-// the splits in turn (independent loads in flight), the warps' sums added in shared memory; grid
-// (rows of the longest sequence, sequences, R / 128 column blocks). Dynamic shared memory: the
-// splits' weights. (One warp a row over all splits and columns took ~120 us for 16 rows x 114
-// splits: 16 warps on the whole GPU, each a chain of dependent loads.)
+// (m = -inf) weigh 0. With lse_out (decode context parallelism) the row goes there in float32,
+// followed by its log-sum-exp: (max m + log2 Σᵢ wᵢ lᵢ) · ln 2 (m and the scores are log2-scaled). A
+// block: one row, 128 columns (a float4 a lane), min(8, splits) warps taking the splits in turn
+// (independent loads in flight), the warps' sums added in shared memory; grid (rows of the longest
+// sequence, sequences, R / 128 column blocks). Dynamic shared memory: the splits' weights. (One
+// warp a row over all splits and columns took ~120 us for 16 rows x 114 splits: 16 warps on the
+// whole GPU, each a chain of dependent loads.)
 constexpr int kCombineCols = 128;
 __global__ void __launch_bounds__(256) mla_combine_kernel(MlaAttentionParams p) {
   extern __shared__ float wts[];  // [num_splits]
@@ -357,8 +359,16 @@ __global__ void __launch_bounds__(256) mla_combine_kernel(MlaAttentionParams p) 
       const float4 x = *reinterpret_cast<const float4*>(&red[v][4 * lane]);
       o.x += x.x, o.y += x.y, o.z += x.z, o.w += x.w;
     }
-    *reinterpret_cast<uint2*>(p.out + grow * R + col) =
-        make_uint2(pack_bf16x2(o.x * inv, o.y * inv), pack_bf16x2(o.z * inv, o.w * inv));
+    if (p.lse_out != nullptr) {
+      float* row = p.lse_out + grow * (R + 1);
+      row[col] = o.x * inv, row[col + 1] = o.y * inv, row[col + 2] = o.z * inv;
+      row[col + 3] = o.w * inv;
+      if (blockIdx.z == 0 && lane == 0)
+        row[R] = total > 0.0f ? (mx + log2f(total)) * 0.6931471805599453f : -INFINITY;
+    } else {
+      *reinterpret_cast<uint2*>(p.out + grow * R + col) =
+          make_uint2(pack_bf16x2(o.x * inv, o.y * inv), pack_bf16x2(o.z * inv, o.w * inv));
+    }
   }
 }
 
@@ -436,6 +446,7 @@ void init_mla_attention_kernels() {
 void launch_mla_attention(const MlaAttentionParams& p, cudaStream_t stream) {
   if (p.num_seqs == 0 || p.row_tiles == 0) return;
   CHECK_MSG(p.num_splits == 1 || (p.partial_o && p.partial_ml), "MLA attention: no scratch");
+  CHECK_MSG(p.lse_out == nullptr || p.partial_o, "MLA attention: lse_out needs the partials");
   if (p.kernel == kMlaWgmma) {
     launch_mla_attention_wgmma(p, stream);
   } else if (p.kernel == kMlaWgmmaPipe) {
@@ -454,7 +465,7 @@ void launch_mla_attention(const MlaAttentionParams& p, cudaStream_t stream) {
     else
       CHECK_MSG(false, "MLA attention: kv_lora_rank {} rope {} not built", R, P);
   }
-  if (p.num_splits > 1) {
+  if (p.partial_o != nullptr) {
     const int warps = std::min(8, p.num_splits);
     const int col_blocks = (p.fmt.latent + kCombineCols - 1) / kCombineCols;
     mla::launch(mla_combine_kernel, dim3(p.row_tiles * p.tile_rows, p.num_seqs, col_blocks),

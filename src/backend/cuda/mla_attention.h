@@ -82,7 +82,14 @@ void launch_mla_kv_write(const MlaKvWriteParams& p, cudaStream_t stream);
 // 64: the wgmma kernels) and one split of its keys; grid (row_tiles, num_splits, num_seqs), the
 // row tiles in reverse (the longest causal tiles first), tiles past a sequence's rows exit. With
 // num_splits > 1 each block leaves unnormalized partials and launch_mla_attention appends the merge
-// kernel.
+// kernel (also with one split when partials are asked for: MlaPlanOptions::partials).
+//
+// Decode context parallelism (backend/dcp_attention.h, p.positions set): the keys are one rank's
+// shard of each sequence, local key j being the token at position dcp_rank + dcp_size · j, and
+// the new token at position pos sees the local keys at positions <= pos (pos >= dcp_rank:
+// min(kv_len, (pos - dcp_rank) / dcp_size + 1) keys; else none). The merge then writes float32
+// rows [normalized output (R) | natural log-sum-exp of the row's scaled scores] into lse_out
+// (a zero output and -inf for a row that sees no key) instead of bf16 rows into out.
 enum MlaKernel : int { kMlaMma = 0, kMlaWgmma = 1, kMlaDecode = 2, kMlaWgmmaPipe = 3 };
 // The decode kernel's e4m3 -> f16 conversion (mla_decode.cuh): integer ops in both warp roles,
 // the conversion unit in the S warps and integer ops in the PV warps (the default), or the unit in
@@ -100,6 +107,8 @@ struct MlaAttentionParams {
   const int32_t* page_indices;  // device [page_indptr[num_seqs]]
   float* partial_o;             // num_splits > 1: [tokens · heads, num_splits, R] float32
   float* partial_ml;            // num_splits > 1: [tokens · heads, num_splits, 2] (max, sum)
+  const int32_t* positions;     // DCP: device [tokens], the new tokens' positions; else null
+  float* lse_out;               // DCP: float32 [tokens, heads, R + 1] (see above); else null
   MlaRowFormat fmt;
   int num_seqs;
   int heads;
@@ -118,8 +127,10 @@ struct MlaAttentionParams {
   int evict_first;   // 1: the decode kernel reads rows with an L2 evict-first policy (the plan's)
   int diag;          // benchmarks only, the decode and pipelined wgmma kernels: 1 loads without
                      // math, 2 math without loads (wrong results; where the time goes); else 0
+  int dcp_rank;      // DCP: this rank's index in its group (positions set)
+  int dcp_size;      // DCP: the group's ranks (positions set)
 };
-static_assert(sizeof(MlaAttentionParams) == 9 * 8 + sizeof(MlaRowFormat) + 16 * 4, "no padding");
+static_assert(sizeof(MlaAttentionParams) == 11 * 8 + sizeof(MlaRowFormat) + 18 * 4, "no padding");
 
 // Which (R, P) the kernels are built for: (512, 64) the real models, (128, 32) house-mla,
 // (32, 8) the tiny fixtures. The wgmma kernel: (512, 64) with bf16 plain rows only.
@@ -152,7 +163,7 @@ struct MlaPlan {
   int cvt = kMlaCvtHwS;
   int evict_first = 0;
   int diag = 0;
-  int64_t scratch_bytes = 0;  // partial_o then partial_ml, float32; 0 when num_splits == 1
+  int64_t scratch_bytes = 0;  // partial_o then partial_ml, float32; 0: no partials (one split)
 };
 // Knobs for tests and benchmarks; the defaults are the production choice.
 struct MlaPlanOptions {
@@ -163,6 +174,7 @@ struct MlaPlanOptions {
   int cvt = -1;         // the decode kernel's MlaCvt over e4m3 rows (-1: kMlaCvtHwS)
   int evict_first = 0;  // the decode kernel: rows read with an L2 evict-first policy
   int diag = 0;         // MlaAttentionParams::diag (benchmarks)
+  int partials = 0;     // 1: partials and the merge even with one split (DCP's lse_out needs them)
 };
 // Kernel: the pipelined wgmma kernel (opt.wgmma 1: the wgmma kernel) where it applies
 // (mla_wgmma_supported and >= 64 query rows a sequence), else the decode kernel where it applies
@@ -170,7 +182,7 @@ struct MlaPlanOptions {
 // stages, mla_decode_stages of them), else the mma kernel (16 rows; bf16 rows 48-key chunks in 3
 // stages, other formats 64-key chunks in 3 raw stages where they fit). Splits: enough blocks for
 // one wave over `num_sms` when the rows alone do not fill it, in whole chunks. Scratch: tokens ·
-// heads · num_splits · (R + 2) · 4 bytes when num_splits > 1.
+// heads · num_splits · (R + 2) · 4 bytes when num_splits > 1 or opt.partials.
 MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_tokens, int heads,
                            int max_new_tokens, int max_kv_len, int num_sms,
                            const MlaPlanOptions& opt = {});
@@ -179,14 +191,14 @@ int mla_mma_smem_bytes(const MlaRowFormat& fmt, int chunk, int stages);
 constexpr int kMlaMaxSmem = 227 * 1024;
 // Fills p.kernel, row_tiles, tile_rows, num_splits, split_len, chunk, stages, cvt, evict_first,
 // diag and the partial pointers from `plan` and `scratch` (plan.scratch_bytes bytes, 16-byte
-// aligned; null when none is needed).
+// aligned; null when none is needed). The kernels leave partials exactly when partial_o is set.
 void apply_mla_plan(const MlaPlan& plan, void* scratch, MlaAttentionParams* p);
 
 // Sets the kernels' shared-memory limits; call once per device before the first launch (and
 // before any graph capture).
 void init_mla_attention_kernels();
-// The attention kernel p.kernel names, then the merge when p.num_splits > 1. Programmatic
-// dependent launch on both (their first instruction waits on the predecessor).
+// The attention kernel p.kernel names, then the merge when it left partials (p.partial_o).
+// Programmatic dependent launch on both (their first instruction waits on the predecessor).
 void launch_mla_attention(const MlaAttentionParams& p, cudaStream_t stream);
 // The wgmma and decode kernels alone (launch_mla_attention calls them).
 void launch_mla_attention_wgmma(const MlaAttentionParams& p, cudaStream_t stream);
@@ -195,5 +207,23 @@ void launch_mla_attention_wgmma_pipe(const MlaAttentionParams& p, cudaStream_t s
 void init_mla_attention_wgmma_pipe_kernels();
 void launch_mla_decode(const MlaAttentionParams& p, cudaStream_t stream);
 void init_mla_decode_kernels();
+
+// ---- decode context parallelism's merge (mla_dcp.cu) ----
+// out[t, h] = Σ_n exp(lse_n - M) o_n / Σ_n exp(lse_n - M), M = max_n lse_n, over the parts
+// float32 [parts, tokens, heads, R + 1] (rows as lse_out above, over disjoint key sets), summed in
+// part order in float32, for the first out_heads (<= heads) heads; parts with lse -inf weigh 0.
+struct MlaDcpMergeParams {
+  const float* parts;
+  void* out;  // [tokens, out_heads, R]: bf16 (out_f32 0) or float32
+  int64_t tokens;
+  int parts_n;
+  int heads;
+  int out_heads;
+  int latent;  // R
+  int out_f32;
+  int pad;  // 0 (no padding bytes)
+};
+static_assert(sizeof(MlaDcpMergeParams) == 3 * 8 + 6 * 4, "no padding");
+void launch_mla_dcp_merge(const MlaDcpMergeParams& p, cudaStream_t stream);
 
 }  // namespace strata::cuda

@@ -478,11 +478,12 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
     }
   }
 
-  // ---- the output: normalized bf16 (one split) or the unnormalized partial ----
+  // ---- the output: normalized bf16 (no partials: one split) or the unnormalized partial ----
   mla::named_sync(kBarFinal, (kSWarps + kPvWarps) * 32);
   const float* lsum = reinterpret_cast<const float*>(smem + kLsumOff);
   const float* mrow = reinterpret_cast<const float*>(smem + kMOff);
   const float ofac = kConvV * (LK == kFlash ? gscale : 1.0f);
+  constexpr float kUnboost = kFp8 ? 1.0f / 256.0f : 1.0f;  // the S warps' kBoost, undone
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -493,8 +494,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
 #pragma unroll
       for (int v = 0; v < kSWarps; ++v) sum += lsum[v * kMaxRows + row];
       const int64_t grow = w.q_row0 + r;
-      const bool one = p.num_splits == 1;
-      const float inv = one ? (sum > 0.0f ? f.latent_scale * ofac / sum : 0.0f) : ofac;
+      const bool one = p.partial_o == nullptr;
+      const float inv = one ? (sum > 0.0f ? f.latent_scale * ofac / sum : 0.0f) : ofac * kUnboost;
       if constexpr (!kFp8) {
 #pragma unroll
         for (int j = 0; j < 8; ++j)
@@ -524,7 +525,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
                                  o[2 * j + 1][nt][e] * inv, o[2 * j + 1][nt][2 + e] * inv);
         }
       }
-      if (pw == 0 && g == 0) mla::store_ml(p, int(grow), mrow[row], sum);
+      // The sums of fp8 rows add P · 2^8 (kBoost): partials and sums are stored times 2^-8, so
+      // that max + log2(sum) is the row's log-sum-exp (DCP's lse_out); a power of two, so the
+      // split merge's result keeps its bits.
+      if (pw == 0 && g == 0) mla::store_ml(p, int(grow), mrow[row], sum * kUnboost);
     }
 }
 

@@ -36,9 +36,11 @@ void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaSt
 // at row0 (row r is token r / heads of the sequence's new tokens), keys [begin, end) of split
 // `split`.
 struct BlockWork {
+  int q0;      // the sequence's first new token (q_indptr[s])
   int q_row0;  // the sequence's first row in q / out (q_indptr[s] · heads)
   int rows;    // the sequence's rows (new tokens · heads)
   int row0;    // the block's first row within the sequence
+  int kv_len;  // the sequence's keys
   int first;   // keys before the sequence's first new token (kv_len - new tokens)
   int begin, end;
   int nchunks;
@@ -47,25 +49,34 @@ struct BlockWork {
   // false: the tile has no rows (the grid covers the longest sequence). tile_rows: 16 or 64.
   __device__ __forceinline__ bool init(const MlaAttentionParams& p, int tile_rows) {
     const int s = blockIdx.z;
-    const int q0 = p.q_indptr[s], n_new = p.q_indptr[s + 1] - q0;
+    q0 = p.q_indptr[s];
+    const int n_new = p.q_indptr[s + 1] - q0;
     rows = n_new * p.heads;
     // Tiles in reverse: later rows see more keys (causal chunks), so the longest start first.
     row0 = int(gridDim.x - 1 - blockIdx.x) * tile_rows;
     if (row0 >= rows) return false;
     q_row0 = q0 * p.heads;
-    first = p.kv_lens[s] - n_new;
+    kv_len = p.kv_lens[s];
+    first = kv_len - n_new;
     const int last = min(rows, row0 + tile_rows) - 1;
-    const int tile_lim = first + last / p.heads + 1;  // keys the tile's last row sees
+    const int tile_lim = keys_seen(p, last);  // keys the tile's last row sees (the most)
     begin = int(blockIdx.y) * p.split_len;
     end = min(tile_lim, begin + p.split_len);
     nchunks = end > begin ? (end - begin + p.chunk - 1) / p.chunk : 0;
     pages = p.page_indices + p.page_indptr[s];
     return true;
   }
+  // Keys [0, keys_seen(r)) are what row r (< rows) sees: causal within the new tokens, or under
+  // decode context parallelism (p.positions) the shard's keys at positions <= the token's.
+  __device__ __forceinline__ int keys_seen(const MlaAttentionParams& p, int r) const {
+    if (p.positions == nullptr) return first + r / p.heads + 1;
+    const int pos = p.positions[q0 + r / p.heads];
+    return pos < p.dcp_rank ? 0 : min(kv_len, (pos - p.dcp_rank) / p.dcp_size + 1);
+  }
   // Keys row r (within the sequence) may see in this block: [begin, limit(r)). Rows past the
   // sequence's (padding of the tile) see the block's keys; they are never stored.
   __device__ __forceinline__ int limit(const MlaAttentionParams& p, int r) const {
-    return r < rows ? min(end, first + r / p.heads + 1) : end;
+    return r < rows ? min(end, keys_seen(p, r)) : end;
   }
   __device__ __forceinline__ int slot_of(int j, int page_size) const {
     return pages[j / page_size] * page_size + j % page_size;
@@ -171,14 +182,15 @@ __device__ __forceinline__ uint4 q_group(const MlaAttentionParams& p, const Bloc
   return *reinterpret_cast<const uint4*>(p.q + int64_t(w.q_row0 + w.row0 + r) * p.q_stride + col);
 }
 
-// A row's result: normalized bf16 into `out` (one split), else the unnormalized partial.
+// A row's result: normalized bf16 into `out` (no partials: one split), else the unnormalized
+// partial.
 // `cols` values from column `col` (even), as pairs.
 __device__ __forceinline__ float* partial_row(const MlaAttentionParams& p, int grow) {
   return p.partial_o + (int64_t(grow) * p.num_splits + blockIdx.y) * p.fmt.latent;
 }
 __device__ __forceinline__ void store_pair(const MlaAttentionParams& p, int grow, int col, float a,
                                            float b, float inv) {
-  if (p.num_splits == 1) {
+  if (p.partial_o == nullptr) {
     *reinterpret_cast<uint32_t*>(p.out + int64_t(grow) * p.fmt.latent + col) =
         attn::pack_bf16x2(a * inv, b * inv);
   } else {
@@ -186,7 +198,7 @@ __device__ __forceinline__ void store_pair(const MlaAttentionParams& p, int grow
   }
 }
 __device__ __forceinline__ void store_ml(const MlaAttentionParams& p, int grow, float m, float l) {
-  if (p.num_splits > 1)
+  if (p.partial_o != nullptr)
     *reinterpret_cast<float2*>(p.partial_ml + (int64_t(grow) * p.num_splits + blockIdx.y) * 2) =
         make_float2(m, l);
 }

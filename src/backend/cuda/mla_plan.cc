@@ -116,7 +116,7 @@ MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_to
   plan.num_splits = int((max_chunks + chunks_per_split - 1) / chunks_per_split);
   if (opt.splits > 0)
     plan.num_splits = std::max(plan.num_splits, int(std::min<int64_t>(opt.splits, max_chunks)));
-  if (plan.num_splits > 1)
+  if (plan.num_splits > 1 || opt.partials)
     plan.scratch_bytes = num_tokens * heads * plan.num_splits * int64_t(fmt.latent + 2) * 4;
   return plan;
 }
@@ -134,8 +134,8 @@ void apply_mla_plan(const MlaPlan& plan, void* scratch, MlaAttentionParams* p) {
   p->diag = plan.diag;
   p->partial_o = nullptr;
   p->partial_ml = nullptr;
-  if (plan.num_splits > 1) {
-    CHECK_MSG(scratch != nullptr, "MLA attention: {} splits need scratch", plan.num_splits);
+  if (plan.scratch_bytes > 0) {
+    CHECK_MSG(scratch != nullptr, "MLA attention: {} split(s) need scratch", plan.num_splits);
     p->partial_o = static_cast<float*>(scratch);
     const int64_t rows_splits = plan.scratch_bytes / 4 / (p->fmt.latent + 2);
     p->partial_ml = p->partial_o + rows_splits * p->fmt.latent;

@@ -42,7 +42,8 @@ namespace strata::cuda {
   X(kOpBiasF32, "bias_f32")           \
   X(kOpMoeRoute, "moe_route")         \
   X(kOpMoeExperts, "moe_experts")     \
-  X(kOpLogitStats, "logit_stats")
+  X(kOpLogitStats, "logit_stats")     \
+  X(kOpMlaDcpMerge, "mla_dcp_merge")
 // clang-format on
 
 enum Op : int {
