@@ -26,7 +26,9 @@
 //                               [--context 4096]
 //                               [--decode-kernel 0] [--wgmma-pipe 0]  (0: never the decode
 //                               kernel / the pipelined wgmma kernel, e.g. after their parity tests
-//                               failed)
+//                               failed) [--row-groups 0] [--l2-prefetch 0]  (the acceptance
+//                               rows' decode kernel without that change, e.g. after its parity
+//                               cases failed)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -55,6 +57,8 @@ using bench::time_ms;
 
 bool g_decode_kernel = true;  // --decode-kernel 0: plans without the decode kernel
 bool g_wgmma_pipe = true;     // --wgmma-pipe 0: the wgmma kernel instead of the pipelined one
+int g_row_groups = -1;   // --row-groups 0: the acceptance rows' decode kernel copies single rows
+int g_l2_prefetch = -1;  // --l2-prefetch N: and prefetches N chunks ahead
 
 #define BENCH_CUDA(expr)                                                          \
   do {                                                                            \
@@ -266,6 +270,10 @@ int main(int argc, char** argv) {
       g_decode_kernel = std::atoi(argv[i + 1]) != 0;
     else if (a == "--wgmma-pipe")
       g_wgmma_pipe = std::atoi(argv[i + 1]) != 0;
+    else if (a == "--row-groups")
+      g_row_groups = std::atoi(argv[i + 1]);
+    else if (a == "--l2-prefetch")
+      g_l2_prefetch = std::atoi(argv[i + 1]);
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   cudaDeviceProp prop{};
@@ -286,9 +294,12 @@ int main(int argc, char** argv) {
     variant_sweep(s, c, flash, batch, ctx, 128);  // (bf16 at 128 heads: the wgmma kernel)
   }
   if (what.find("acceptance") != std::string::npos) {  // issue 22's rows, the product's plans
+    cuda::MlaPlanOptions o;
+    if (g_row_groups >= 0) o.row_groups = g_row_groups;
+    if (g_l2_prefetch >= 0) o.l2_prefetch = g_l2_prefetch;
     for (int heads : {16, 8, 128})
       for (const Layout* lt : {&bf16, &flash})
-        bench_case(s, c, *lt, batch, ctx, 1, heads, "accept");
+        bench_case(s, c, *lt, batch, ctx, 1, heads, "accept", o);
   }
   if (what.find("decode") != std::string::npos) {
     for (int heads : {16, 8}) {
