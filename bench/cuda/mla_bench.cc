@@ -212,7 +212,7 @@ double bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch
 // ("old": rows copied one by one, no L2 prefetch): rows copied in groups of 4 (row_groups), the
 // L2 prefetch (l2_prefetch chunks ahead) alone and with the groups, the product's default
 // ("new"), a sweep of prefetch distances, the other e4m3 conversions (cvt 0 and 2, 16 heads),
-// and loads-only runs (wrong results) of old and new.
+// loads-only runs of old and new and a math-only run of new (wrong results: where the time goes).
 // One summary line a layout and head count.
 void variant_sweep(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch, int ctx,
                    int heads) {
@@ -246,6 +246,7 @@ void variant_sweep(cudaStream_t s, const Ceilings& c, const Layout& lt, int batc
   bench_case(s, c, lt, batch, ctx, 1, heads, "old-load",
              {.diag = 1, .l2_prefetch = 0, .row_groups = 0});
   bench_case(s, c, lt, batch, ctx, 1, heads, "new-load", {.diag = 1});
+  bench_case(s, c, lt, batch, ctx, 1, heads, "new-math", {.diag = 2});
   std::printf(
       "summary  %-12s %3d heads: old %5.1f%% -> new %5.1f%% of copy (%.2fx); best %5.1f%% (%s)\n",
       lt.name, heads, old_pct, new_pct, old_pct > 0 ? new_pct / old_pct : 0.0, best, best_name);
