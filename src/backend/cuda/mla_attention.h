@@ -140,11 +140,11 @@ int mla_decode_stages(const MlaRowFormat& fmt);
 // default. Why: its shared memory holds 3 stages of bf16 rows and two of them are under the S and
 // PV warps (S of chunk c + 1 overlaps PV of chunk c), so a stage is refilled one chunk before its
 // S warps need it: one stage (74 KB) in flight an SM. At 85% of an H200's copy bandwidth over 128
-// blocks that is 2.6 us of latency to cover, about what a loaded HBM read of a whole stage takes
-// (the kernel reached 62% of copy; FlashMLA's like design reaches 90% on an H800, which needs 43%
-// fewer bytes in flight an SM). Rows prefetched into L2 a few chunks ahead keep more bytes in
-// flight than shared memory can hold, and the stage loads then read L2. 2 chunks: 19 MB of the
-// 50 MB L2 over 128 blocks.
+// blocks that is 2.6 us of latency to cover, about what a loaded HBM read of a whole stage may
+// take (not measured; the kernel reached 62% of copy; FlashMLA's like design reaches 90% on an
+// H800, which needs 30% fewer bytes in flight an SM). Rows prefetched into L2 a few chunks ahead
+// keep more bytes in flight than shared memory can hold, and the stage loads then read L2. 2
+// chunks: 19 MB of the 50 MB L2 over 128 blocks.
 constexpr int kMlaDecodeL2Prefetch = 2;
 constexpr int kMlaDecodeMaxL2Prefetch = 8;
 // Whether the mma kernel copies rows straight into its bf16 tiles (bf16 plain rows) rather than
