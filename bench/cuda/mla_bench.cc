@@ -16,10 +16,19 @@
 // bf16 values. Timing: CUDA events, median of 20 calls after 3 warm-ups. Compare with
 // bench/cuda/mla_torch_baseline.py (PyTorch bmm + softmax of the same decode).
 //
-// Usage: strata_bench_mla_bench [--what ceilings,decode,prefill] [--batch 64] [--context 4096]
+// variants  (with --what variants) the decode kernel before its bandwidth pass ("old": one row a
+//           copy, no L2 prefetch) against the product's ("new": groups of 4 rows a copy, L2
+//           prefetch), each change alone and other prefetch distances, at 16 and 8 heads over
+//           bf16, fp8_flashmla and fp8_e4m3 rows (and fp8_flashmla at 128), a summary line each
+// acceptance (with --what acceptance) issue 22's decode rows with the product's plans: bf16 and
+//           fp8_flashmla at 16, 8 and 128 heads
+// Usage: strata_bench_mla_bench [--what ceilings,variants,acceptance,decode,prefill] [--batch 64]
+//                               [--context 4096]
 //                               [--decode-kernel 0] [--wgmma-pipe 0]  (0: never the decode
 //                               kernel / the pipelined wgmma kernel, e.g. after their parity tests
-//                               failed)
+//                               failed) [--row-groups 0] [--l2-prefetch 0]  (the acceptance
+//                               rows' decode kernel without that change, e.g. after its parity
+//                               cases failed)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -48,6 +57,8 @@ using bench::time_ms;
 
 bool g_decode_kernel = true;  // --decode-kernel 0: plans without the decode kernel
 bool g_wgmma_pipe = true;     // --wgmma-pipe 0: the wgmma kernel instead of the pipelined one
+int g_row_groups = -1;   // --row-groups 0: the acceptance rows' decode kernel copies single rows
+int g_l2_prefetch = -1;  // --l2-prefetch N: and prefetches N chunks ahead
 
 #define BENCH_CUDA(expr)                                                          \
   do {                                                                            \
@@ -91,8 +102,10 @@ struct Layout {
 
 // One layer's latent cache of `batch` sequences × `ctx` tokens (pages of `page` tokens, shuffled),
 // written by the MLA write kernel; then `new_tokens` new tokens a sequence attend over it.
-void bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch, int ctx,
-                int new_tokens, int heads, const char* what, const cuda::MlaPlanOptions& opt = {}) {
+// Returns the % of copy bandwidth.
+double bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch, int ctx,
+                  int new_tokens, int heads, const char* what,
+                  const cuda::MlaPlanOptions& opt = {}) {
   constexpr int R = 512, P = 64, W = R + P, page = 64;
   const int pages_per_seq = (ctx + page - 1) / page;
   const int64_t num_pages = int64_t(batch) * pages_per_seq;
@@ -181,6 +194,9 @@ void bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch, 
   int at = std::snprintf(variant, sizeof variant, "%s %dx%d", kname, plan.chunk, plan.stages);
   if (plan.kernel == cuda::kMlaDecode && fmt.latent_elem == cuda::kMlaE4M3)
     at += std::snprintf(variant + at, sizeof variant - at, " c%d", plan.cvt);
+  if (plan.kernel == cuda::kMlaDecode)
+    at += std::snprintf(variant + at, sizeof variant - at, " pf%d%s", plan.l2_prefetch,
+                        plan.row_groups && page % 4 == 0 ? " g4" : "");
   if (plan.evict_first) at += std::snprintf(variant + at, sizeof variant - at, " ef");
   if (plan.diag == 1) std::snprintf(variant + at, sizeof variant - at, " LOADS");
   if (plan.diag == 2) std::snprintf(variant + at, sizeof variant - at, " MATH");
@@ -189,6 +205,51 @@ void bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch, 
       "%8.3f ms, %5.0f GB/s of latent rows = %5.1f%% of copy, %5.0f TFLOP/s = %5.1f%% of GEMM\n",
       what, lt.name, batch, ctx, new_tokens, heads, variant, plan.tile_rows, plan.num_splits, ms,
       gbs, 100.0 * gbs / c.copy_gbs, tflops, 100.0 * tflops / c.gemm_tflops);
+  return 100.0 * gbs / c.copy_gbs;
+}
+
+// The decode kernel's two changes of issue 22's bandwidth pass against the kernel before them
+// ("old": rows copied one by one, no L2 prefetch): rows copied in groups of 4 (row_groups), the
+// L2 prefetch (l2_prefetch chunks ahead) alone and with the groups, the product's default
+// ("new"), a sweep of prefetch distances, the other e4m3 conversions (cvt 0 and 2, 16 heads),
+// loads-only runs of old and new and a math-only run of new (wrong results: where the time goes).
+// One summary line a layout and head count.
+void variant_sweep(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch, int ctx,
+                   int heads) {
+  struct V {
+    const char* name;
+    cuda::MlaPlanOptions opt;
+  };
+  const V vs[] = {
+      {"old", {.l2_prefetch = 0, .row_groups = 0}},
+      {"groups", {.l2_prefetch = 0, .row_groups = 1}},
+      {"prefetch", {.l2_prefetch = cuda::kMlaDecodeL2Prefetch, .row_groups = 0}},
+      {"new", {}},
+      {"groups+pf1", {.l2_prefetch = 1, .row_groups = 1}},
+      {"groups+pf4", {.l2_prefetch = 4, .row_groups = 1}},
+      {"groups+pf6", {.l2_prefetch = 6, .row_groups = 1}},
+  };
+  double old_pct = 0, new_pct = 0, best = 0;
+  const char* best_name = "";
+  for (const V& v : vs) {
+    const double pct = bench_case(s, c, lt, batch, ctx, 1, heads, v.name, v.opt);
+    if (std::strcmp(v.name, "old") == 0) old_pct = pct;
+    if (std::strcmp(v.name, "new") == 0) new_pct = pct;
+    if (pct > best) best = pct, best_name = v.name;
+  }
+  if (lt.dtype == DType::kFP8E4M3 && heads > 8) {  // the other e4m3 conversions (16-row blocks)
+    for (int cvt : {cuda::kMlaCvtInt, cuda::kMlaCvtHw}) {
+      const double pct = bench_case(s, c, lt, batch, ctx, 1, heads, "new-cvt", {.cvt = cvt});
+      if (pct > best) best = pct, best_name = cvt == cuda::kMlaCvtInt ? "new, cvt 0" : "new, cvt 2";
+    }
+  }
+  bench_case(s, c, lt, batch, ctx, 1, heads, "old-load",
+             {.diag = 1, .l2_prefetch = 0, .row_groups = 0});
+  bench_case(s, c, lt, batch, ctx, 1, heads, "new-load", {.diag = 1});
+  bench_case(s, c, lt, batch, ctx, 1, heads, "new-math", {.diag = 2});
+  std::printf(
+      "summary  %-12s %3d heads: old %5.1f%% -> new %5.1f%% of copy (%.2fx); best %5.1f%% (%s)\n",
+      lt.name, heads, old_pct, new_pct, old_pct > 0 ? new_pct / old_pct : 0.0, best, best_name);
 }
 
 }  // namespace
@@ -210,6 +271,10 @@ int main(int argc, char** argv) {
       g_decode_kernel = std::atoi(argv[i + 1]) != 0;
     else if (a == "--wgmma-pipe")
       g_wgmma_pipe = std::atoi(argv[i + 1]) != 0;
+    else if (a == "--row-groups")
+      g_row_groups = std::atoi(argv[i + 1]);
+    else if (a == "--l2-prefetch")
+      g_l2_prefetch = std::atoi(argv[i + 1]);
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   cudaDeviceProp prop{};
@@ -224,6 +289,19 @@ int main(int argc, char** argv) {
       e5m2{"fp8_e5m2", DType::kFP8E5M2, false}, flash{"fp8_flashmla", DType::kFP8E4M3, true};
   const cuda::MlaPlanOptions mma64{.decode = 0, .bf16_chunk = 64}, mma{.decode = 0};
   auto cvt = [](int v) { return cuda::MlaPlanOptions{.cvt = v}; };
+  if (what.find("variants") != std::string::npos) {  // old vs new first
+    for (int heads : {16, 8})
+      for (const Layout* lt : {&bf16, &flash, &e4m3}) variant_sweep(s, c, *lt, batch, ctx, heads);
+    variant_sweep(s, c, flash, batch, ctx, 128);  // (bf16 at 128 heads: the wgmma kernel)
+  }
+  if (what.find("acceptance") != std::string::npos) {  // issue 22's rows, the product's plans
+    cuda::MlaPlanOptions o;
+    if (g_row_groups >= 0) o.row_groups = g_row_groups;
+    if (g_l2_prefetch >= 0) o.l2_prefetch = g_l2_prefetch;
+    for (int heads : {16, 8, 128})
+      for (const Layout* lt : {&bf16, &flash})
+        bench_case(s, c, *lt, batch, ctx, 1, heads, "accept", o);
+  }
   if (what.find("decode") != std::string::npos) {
     for (int heads : {16, 8}) {
       bench_case(s, c, bf16, batch, ctx, 1, heads, "decode");

@@ -6,9 +6,10 @@ parities, ldmatrix over fp8 bytes, the fp8 -> f16 conversions bit for bit (integ
 the conversion unit), the permuted k order inside a k-step and the matching Q loader (f16 with a
 power-of-two row scale), the swapped mma (keys as the A operand), masks, the S warps' shared row
 maxima, P in f16 (times 2^8) or bf16 with double buffering, the PV warps' byte permutes, FlashMLA
-tile scales on both sides, the output columns and the partials, the combine. Two schedules: the S
-warps as far ahead as the P buffers allow (S0 S1 PV0 S2 PV1 ...) and in lock step (S0 PV0 S1 ...);
-both must give the same bits. Compared with float64 attention over the decoded rows.
+tile scales on both sides, the output columns and the partials, the combine; both stage layouts
+(single rows; groups of 4 consecutive slots a copy with the keys interleaved over the tiles). Two
+schedules: the S warps as far ahead as the P buffers allow (S0 S1 PV0 S2 PV1 ...) and in lock step
+(S0 PV0 S1 ...); both must give the same bits. Compared with float64 attention over the decoded rows.
 
 Needs numpy (Debian: python3-numpy). Run: python3 bench/cuda/mla_decode_emulate.py (a few minutes).
 """
@@ -41,8 +42,26 @@ def stage_stride(row_bytes):
     return (((row_bytes + 15) // 16) | 1) * 16
 
 
-def stages_for(row_bytes):
-    return min(MAXSTAGES, (SMEM_MAX - STAGE_OFF) // (CHUNK * stage_stride(row_bytes)))
+class StageLayout:
+    """mla_decode_layout.cuh StageLayout: single rows (tile t's row m is key 16 t + m) or groups of
+    4 consecutive slots a copy (key 4 m + t); tile t's row m at m * gs + t * tstep."""
+
+    def __init__(self, row_bytes, groups):
+        self.groups, self.rb = groups, row_bytes
+        self.gs = stage_stride(4 * row_bytes if groups else row_bytes)
+        self.tstep = row_bytes if groups else 16 * stage_stride(row_bytes)
+        self.stage_bytes = (CHUNK // 4 if groups else CHUNK) * self.gs
+
+    def key(self, t, m):
+        return 4 * m + t if self.groups else 16 * t + m
+
+    def tile_row(self, t, m):
+        return m * self.gs + t * self.tstep
+
+
+def stages_for(row_bytes):  # what fits either layout (mla_decode_stages)
+    stage = max(StageLayout(row_bytes, False).stage_bytes, StageLayout(row_bytes, True).stage_bytes)
+    return min(MAXSTAGES, (SMEM_MAX - STAGE_OFF) // stage)
 
 
 # ---- bit-level helpers ----
@@ -208,6 +227,7 @@ def frexp_e(x):
 
 
 def run_block(p, cache, nt_tiles, lk, cvt, bx, by, bz, eager, partial_o, partial_ml, out):
+    lay = StageLayout(p["fmt"]["row_bytes"], p["row_groups"] and p["page_size"] % 4 == 0)
     f = p["fmt"]
     NT = nt_tiles
     rows_tile = 8 * NT
@@ -244,8 +264,7 @@ def run_block(p, cache, nt_tiles, lk, cvt, bx, by, bz, eager, partial_o, partial
     flash = lk == "flash"
     NS = p["stages"]
     rb = f["row_bytes"]
-    stride = stage_stride(rb)
-    stage_bytes = CHUNK * stride
+    stage_bytes = lay.stage_bytes
     sm = Smem(STAGE_OFF + NS * stage_bytes)
     full = [MBar(1) for _ in range(NS)]
     empty = [MBar(KPVW) for _ in range(NS)]
@@ -254,15 +273,31 @@ def run_block(p, cache, nt_tiles, lk, cvt, bx, by, bz, eager, partial_o, partial
     def produce(c):
         st = c % NS
         full[st].arrive(CHUNK * rb)  # lane 0: arrive.expect_tx
-        for i in range(2):
-            for lane in range(32):
-                key = begin + c * CHUNK + lane + 32 * i
-                if key >= end:
-                    key = begin
-                src = slot_of(key) * rb
-                dst = STAGE_OFF + st * stage_bytes + (lane + 32 * i) * stride
-                sm.put(dst, cache[src:src + rb])
-                full[st].complete_tx(rb)
+        stage = STAGE_OFF + st * stage_bytes
+        if not lay.groups:
+            for i in range(2):
+                for lane in range(32):
+                    key = begin + c * CHUNK + lane + 32 * i
+                    if key >= end:
+                        key = begin
+                    src = slot_of(key) * rb
+                    sm.put(stage + (lane + 32 * i) * lay.gs, cache[src:src + rb])
+                    full[st].complete_tx(rb)
+        else:
+            for lane in range(CHUNK // 4):
+                k0 = begin + c * CHUNK + 4 * lane
+                dst = stage + lane * lay.gs
+                if k0 + 3 < end:  # one copy of 4 consecutive slots
+                    src = slot_of(k0) * rb
+                    assert all(slot_of(k0 + r) == slot_of(k0) + r for r in range(4))
+                    sm.put(dst, cache[src:src + 4 * rb])
+                    full[st].complete_tx(4 * rb)
+                else:
+                    for r in range(4):
+                        key = k0 + r if k0 + r < end else begin
+                        src = slot_of(key) * rb
+                        sm.put(dst + r * rb, cache[src:src + rb])
+                        full[st].complete_tx(rb)
 
     # ---- S warps' setup: Q fragments ----
     rope_elem = f["rope_elem"]
@@ -333,7 +368,7 @@ def run_block(p, cache, nt_tiles, lk, cvt, bx, by, bz, eager, partial_o, partial
         red = np.zeros((KSW, MAXROWS))
         scs = []
         for warp in range(KSW):
-            krow = st0 + (16 * warp + (LANES & 7) + ((LANES >> 3) & 1) * 8) * stride + (LANES >> 4) * 16
+            krow = st0 + lay.tile_row(warp, (LANES & 7) + ((LANES >> 3) & 1) * 8) + (LANES >> 4) * 16
             acc = np.zeros((NT, 32, 4))
             accr = np.zeros((NT, 32, 4))
             if not fp8:
@@ -361,9 +396,8 @@ def run_block(p, cache, nt_tiles, lk, cvt, bx, by, bz, eager, partial_o, partial
                     s0 = np.ones(32)
                     s1 = np.ones(32)
                     if flash:
-                        srow = st0 + (16 * warp + G) * stride + R + 4 * t
-                        s0 = sm.f32(srow)
-                        s1 = sm.f32(srow + 8 * stride)
+                        s0 = sm.f32(st0 + lay.tile_row(warp, G) + R + 4 * t)
+                        s1 = sm.f32(st0 + lay.tile_row(warp, G + 8) + R + 4 * t)
                     for nt in range(NT):
                         acc[nt][:, :2] += s0[:, None] * a2[nt][:, :2]
                         acc[nt][:, 2:] += s1[:, None] * a2[nt][:, 2:]
@@ -386,13 +420,14 @@ def run_block(p, cache, nt_tiles, lk, cvt, bx, by, bz, eager, partial_o, partial
                     for nt in range(NT):
                         mma(accr[nt], a0, qf[k0, nt, 0], qf[k0, nt, 1], True)
                         mma(accr[nt], a1, qf[k0 + 1, nt, 0], qf[k0 + 1, nt, 1], True)
-            key0 = begin + c * CHUNK + 16 * warp + G
+            key0 = begin + c * CHUNK
+            gkey = [lay.key(warp, G), lay.key(warp, G + 8)]
             sc = np.zeros((NT, 4, 32))
             for nt in range(NT):
                 for i in range(4):
                     e = i & 1
                     v = acc[nt][:, i] * lat_f[nt, e] + accr[nt][:, i] * rope_f[nt, e]
-                    sc[nt, i] = np.where(key0 + 8 * (i >> 1) < lim[nt, e], v, -np.inf)
+                    sc[nt, i] = np.where(key0 + gkey[i >> 1] < lim[nt, e], v, -np.inf)
             for nt in range(NT):
                 for e in range(2):
                     mx = np.maximum(sc[nt, e], sc[nt, 2 + e])
@@ -442,8 +477,8 @@ def run_block(p, cache, nt_tiles, lk, cvt, bx, by, bz, eager, partial_o, partial
             if flash:
                 for ks in range(CHUNK // 16):
                     for i in range(4):
-                        key = 16 * ks + 2 * Q + (i & 1) + 8 * (i >> 1)
-                        sv[ks, i] = sm.f32(st0 + key * stride + R + 4 * pw)
+                        mrow = 2 * Q + (i & 1) + 8 * (i >> 1)
+                        sv[ks, i] = sm.f32(st0 + lay.tile_row(ks, mrow) + R + 4 * pw)
                 smax = sv.max(axis=(0, 1)).reshape(8, 4).max(axis=1).repeat(4)  # xor 1, 2
                 sv = sv * (1.0 / smax)
                 fac = fac * (gscale[pw] * (1.0 / smax))
@@ -467,7 +502,7 @@ def run_block(p, cache, nt_tiles, lk, cvt, bx, by, bz, eager, partial_o, partial
                             hi = f16_val(reg >> np.uint64(16)) * sv[ks, 2 * b + 1]
                             pb[nt][b] = pack_f16x2(lo, hi)
                 if not fp8:
-                    v_lane = st0 + (16 * ks + (LANES & 7) + (LANES >> 4) * 8) * stride + pw * 256 + ((LANES >> 3) & 1) * 16
+                    v_lane = st0 + lay.tile_row(ks, (LANES & 7) + (LANES >> 4) * 8) + pw * 256 + ((LANES >> 3) & 1) * 16
                     for j in range(8):
                         a = ldmatrix(sm, v_lane + j * 32, 4, trans=True)
                         for nt in range(NT):
@@ -475,8 +510,8 @@ def run_block(p, cache, nt_tiles, lk, cvt, bx, by, bz, eager, partial_o, partial
                 else:
                     words = []
                     for i in range(4):
-                        key = 16 * ks + 2 * Q + (i & 1) + 8 * (i >> 1)
-                        base = st0 + key * stride + 128 * pw + 16 * G
+                        mrow = 2 * Q + (i & 1) + 8 * (i >> 1)
+                        base = st0 + lay.tile_row(ks, mrow) + 128 * pw + 16 * G
                         words.append([sm.w32(base + 4 * cc) for cc in range(4)])
                     for cc in range(4):
                         for h in range(2):
@@ -597,7 +632,7 @@ def latent_kind(kind):
             "e5m2_e4m3rope": "e5m2", "flash": "flash"}[kind]
 
 
-def case(kind, heads, page, seqs, splits, cvt, rng, num_sms=132):
+def case(kind, heads, page, seqs, splits, cvt, rng, num_sms=132, row_groups=1):
     num_pages = sum((a + b + page - 1) // page for a, b in seqs) + 2
     perm = rng.permutation(num_pages)
     q_indptr, kv_lens, page_indptr, pages, slot_list = [0], [], [0], [], []
@@ -637,7 +672,8 @@ def case(kind, heads, page, seqs, splits, cvt, rng, num_sms=132):
     p = dict(fmt=f, q_bits=bf16_bits(q).astype(np.uint64), q_indptr=q_indptr, kv_lens=kv_lens,
              page_indptr=page_indptr, page_indices=pages, page_size=page, heads=heads, q_stride=W,
              scale_log2=scale * 1.4426950408889634, num_seqs=len(seqs), row_tiles=row_tiles,
-             num_splits=num_splits, split_len=cps * CHUNK, stages=stages_for(f["row_bytes"]))
+             num_splits=num_splits, split_len=cps * CHUNK, stages=stages_for(f["row_bytes"]),
+             row_groups=row_groups)
     lk = latent_kind(kind)
     results = []
     for eager in (True, False):
@@ -668,7 +704,8 @@ def case(kind, heads, page, seqs, splits, cvt, rng, num_sms=132):
     err = np.nansum((out - want) ** 2) / np.sum(want ** 2) if np.isfinite(out).all() else np.inf
     if not same:
         err = np.inf
-    print(f"{kind:14s} cvt {cvt} heads={heads:3d} page={page:2d} seqs={seqs} rows/tile={tile_rows} "
+    groups = int(row_groups and page % 4 == 0)
+    print(f"{kind:14s} cvt {cvt} groups {groups} heads={heads:3d} page={page:2d} seqs={seqs} rows/tile={tile_rows} "
           f"splits={num_splits} stages={p['stages']}: nmse {err:.3g}{'' if same else '  SCHEDULES DIFFER'}",
           flush=True)
     return err
@@ -691,12 +728,18 @@ def main():
         ("flash", 2, 1, [(60, 7), (0, 3)], 0, CVT_HWS),
         ("bf16", 16, 16, [(40, 2)], 0, CVT_INT),  # 32 rows: two row tiles, causal pairs
         ("flash", 40, 16, [(90, 1), (10, 1)], 0, CVT_HWS),  # three row tiles, the last ragged
+        # the single-row layout where groups would apply (row_groups 0), groups on pages of 4, 12
+        ("bf16", 16, 16, [(130, 1), (0, 1)], 0, CVT_INT, 0),
+        ("flash", 16, 64, [(260, 1)], 3, CVT_HWS, 0),
+        ("e4m3", 16, 4, [(201, 1), (6, 1)], 0, CVT_HWS, 1),
+        ("e4m3_bf16rope", 5, 12, [(150, 2)], 2, CVT_INT, 1),
+        ("bf16", 8, 4, [(66, 1)], 0, CVT_INT, 1),
     ]
     if "--quick" in sys.argv:
         cases = cases[:3]
     worst = 0.0
     for c in cases:
-        worst = max(worst, case(*c, rng=rng))
+        worst = max(worst, case(*c[:6], rng=rng, row_groups=c[6] if len(c) > 6 else 1))
     print(f"worst nmse {worst:.3g}")
     sys.exit(0 if worst < 1e-4 else 1)
 

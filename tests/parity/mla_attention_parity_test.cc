@@ -15,10 +15,10 @@
 //    8, 16, 128 heads; 1..5 new tokens a sequence (causal among them), ragged batches, chunks of
 //    64-200 new tokens (the prefill path); forced split counts (with empty splits) and the
 //    automatic plan; the decode kernel where it applies (512 + 64 rows but f32 rope parts; 8 and
-//    16 rows a block; its three e4m3 conversions; f16 Q, K, V and P over fp8 rows: P rounded to
-//    f16, relative 2^-11), the mma.sync kernel everywhere (both bf16 pipelines: 48-key chunks in 3
-//    stages, 64 in 2) and the wgmma kernel where it applies. Outputs start as NaN: a row not
-//    written fails the bound;
+//    16 rows a block; its three e4m3 conversions; L2 prefetch 0, 1, 2 (default) and 6 chunks ahead;
+//    f16 Q, K, V and P over fp8 rows: P rounded to f16, relative 2^-11), the mma.sync kernel
+//    everywhere (both bf16 pipelines: 48-key chunks in 3 stages, 64 in 2) and the wgmma kernel
+//    where it applies. Outputs start as NaN: a row not written fails the bound;
 //  - a launch captured into a CUDA graph and replayed gives the eager launch's bits.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -232,6 +232,9 @@ struct Case {
   int cvt = -1;                           // the decode kernel's e4m3 conversion (-1: default)
   bool spread = false;                    // rows scaled by e^U(-7, 2): FlashMLA tile scales of
                                           // keys four orders of magnitude apart
+  int l2_prefetch = -1;                   // the decode kernel's L2 prefetch distance (-1: default)
+  int row_groups = 1;                     // the decode kernel: rows copied in groups of 4 (where
+                                          // the page size is a multiple of 4) or one by one
 };
 
 const char* kernel_name(const cuda::MlaPlan& plan) {
@@ -340,7 +343,9 @@ void run_attention(const Fmt& f, const Case& cs) {
                                  .decode = cs.decode,
                                  .splits = cs.splits,
                                  .bf16_chunk = cs.bf16_chunk,
-                                 .cvt = cs.cvt};
+                                 .cvt = cs.cvt,
+                                 .l2_prefetch = cs.l2_prefetch,
+                                 .row_groups = cs.row_groups};
   const cuda::MlaPlan plan =
       cuda::plan_mla_attention(c.fmt, n, t_new, H, max_new, max_kv, num_sms(), opt);
   DevBuf scratch(size_t(plan.scratch_bytes));
@@ -358,9 +363,10 @@ void run_attention(const Fmt& f, const Case& cs) {
     shape += " " + std::to_string(cached) + "+" + std::to_string(fresh);
   std::printf(
       "mla attention %-28s %3d+%-2d heads %3d page %2d %-10s kernel (%2d rows, %d-key chunks, %d "
-      "stages, cvt %d), %d split(s) of %d:%s: nmse %.3g\n",
+      "stages, cvt %d, prefetch %d, row groups %d), %d split(s) of %d:%s: nmse %.3g\n",
       f.name, R, cs.rope, H, page, kernel_name(plan), plan.tile_rows, plan.chunk, plan.stages,
-      plan.cvt, plan.num_splits, plan.split_len, shape.c_str(), e);
+      plan.cvt, plan.l2_prefetch, plan.row_groups && page % 4 == 0, plan.num_splits, plan.split_len,
+      shape.c_str(), e);
   EXPECT_LT(e, 1e-4) << "kernel " << kernel_name(plan) << " " << f.name << " heads " << H
                      << " page " << page << shape;
 
@@ -486,6 +492,51 @@ TEST(MlaAttention, SmallDims) {
                       .page = 1,
                       .seqs = {{70, 1}, {0, 9}, {128, 3}},
                       .splits = 2});
+  }
+}
+
+// The decode kernel's L2 prefetch (every other test runs the default distance): none (the kernel
+// before it), one chunk, and farther than most splits have chunks; page sizes whose runs start
+// inside a chunk (3), end the chunk (64) and are single rows (1), splits ending mid-chunk. The
+// prefetch changes no value: the same bound; a bad prefetch address would fault the launch.
+TEST(MlaAttention, DecodeL2Prefetch) {
+  for (int i : {0, 2, 7}) {
+    for (int d : {0, 1, 6}) {
+      run_attention(kFormats[i], {.heads = 16,
+                                  .page = 3,
+                                  .seqs = {{1000, 1}, {130, 1}, {0, 1}},
+                                  .splits = 3,
+                                  .l2_prefetch = d});
+      run_attention(kFormats[i],
+                    {.heads = 8, .page = 64, .seqs = {{2100, 1}, {640, 2}}, .l2_prefetch = d});
+      run_attention(kFormats[i], {.heads = 16, .page = 1, .seqs = {{700, 1}}, .l2_prefetch = d});
+    }
+  }
+}
+
+// The decode kernel's two stage layouts (mla_decode_layout.cuh StageLayout): rows copied in
+// groups of 4 consecutive slots, tile t taking keys 4m + t (every other test with a page size
+// that is a multiple of 4), and one row a copy, tile t taking keys 16 t + m (page sizes 1 and 3
+// elsewhere; here forced). Page sizes 4, 12 (3 groups a page), 16, 64; contexts ending inside a
+// group, inside a chunk, on a page bound; splits that end mid-chunk; 5, 8 and 16 heads.
+TEST(MlaAttention, DecodeRowGroups) {
+  for (int i : {0, 1, 4, 7}) {
+    for (int groups : {1, 0}) {
+      run_attention(kFormats[i], {.heads = 16,
+                                  .page = 4,
+                                  .seqs = {{1001, 1}, {130, 1}, {2, 1}, {63, 1}},
+                                  .row_groups = groups});
+      run_attention(
+          kFormats[i],
+          {.heads = 5, .page = 12, .seqs = {{777, 3}, {0, 2}}, .splits = 4, .row_groups = groups});
+      run_attention(kFormats[i],
+                    {.heads = 16, .page = 16, .seqs = {{4095, 1}, {66, 1}}, .row_groups = groups});
+      run_attention(kFormats[i], {.heads = 8,
+                                  .page = 64,
+                                  .seqs = {{2047, 1}, {64, 1}, {190, 2}},
+                                  .splits = 3,
+                                  .row_groups = groups});
+    }
   }
 }
 

@@ -129,8 +129,13 @@ struct MlaAttentionParams {
                      // math, 2 math without loads (wrong results; where the time goes); else 0
   int dcp_rank;      // DCP: this rank's index in its group (positions set)
   int dcp_size;      // DCP: the group's ranks (positions set)
+  int l2_prefetch;   // the decode kernel: chunks of rows prefetched into L2 ahead of its stage
+                     // loads (the plan's; 0: none)
+  int row_groups;    // the decode kernel: 1 copies rows in groups of 4 consecutive slots where
+                     // the page size is a multiple of 4 (mla_decode_layout.cuh StageLayout), 0
+                     // one row a copy (the plan's)
 };
-static_assert(sizeof(MlaAttentionParams) == 11 * 8 + sizeof(MlaRowFormat) + 18 * 4, "no padding");
+static_assert(sizeof(MlaAttentionParams) == 11 * 8 + sizeof(MlaRowFormat) + 20 * 4, "no padding");
 
 // Which (R, P) the kernels are built for: (512, 64) the real models, (128, 32) house-mla,
 // (32, 8) the tiny fixtures. The wgmma kernel: (512, 64) with bf16 plain rows only.
@@ -142,6 +147,17 @@ bool mla_wgmma_supported(const MlaRowFormat& fmt);
 bool mla_decode_supported(const MlaRowFormat& fmt);
 // Its pipeline stages of 64 keys for the format (3 for bf16 rows, 5 for fp8 rows).
 int mla_decode_stages(const MlaRowFormat& fmt);
+// How many 64-key chunks ahead of its stage loads the decode kernel prefetches rows into L2 by
+// default. Why: its shared memory holds 3 stages of bf16 rows and two of them are under the S and
+// PV warps (S of chunk c + 1 overlaps PV of chunk c), so a stage is refilled one chunk before its
+// S warps need it: one stage (74 KB) in flight an SM. At 85% of an H200's copy bandwidth over 128
+// blocks that is 2.6 us of latency to cover, about what a loaded HBM read of a whole stage may
+// take (not measured; the kernel reached 62% of copy; FlashMLA's like design reaches 90% on an
+// H800, which needs 30% fewer bytes in flight an SM). Rows prefetched into L2 a few chunks ahead
+// keep more bytes in flight than shared memory can hold, and the stage loads then read L2. 2
+// chunks: 19 MB of the 50 MB L2 over 128 blocks.
+constexpr int kMlaDecodeL2Prefetch = 2;
+constexpr int kMlaDecodeMaxL2Prefetch = 8;
 // Whether the mma kernel copies rows straight into its bf16 tiles (bf16 plain rows) rather than
 // staging and decoding them.
 bool mla_mma_direct(const MlaRowFormat& fmt);
@@ -163,18 +179,24 @@ struct MlaPlan {
   int cvt = kMlaCvtHwS;
   int evict_first = 0;
   int diag = 0;
+  int l2_prefetch = 0;
+  int row_groups = 1;
   int64_t scratch_bytes = 0;  // partial_o then partial_ml, float32; 0: no partials (one split)
 };
 // Knobs for tests and benchmarks; the defaults are the production choice.
 struct MlaPlanOptions {
-  int wgmma = 2;        // 0: never a wgmma kernel, 1: the wgmma kernel, 2: the pipelined one
-  int decode = 1;       // 0: never the decode kernel (the mma kernel instead)
-  int splits = 0;       // > 0: that many key splits (some may be empty); 0: the plan's
-  int bf16_chunk = 48;  // the mma kernel over bf16 rows: 48-key chunks x 3 stages, or 64 x 2
-  int cvt = -1;         // the decode kernel's MlaCvt over e4m3 rows (-1: kMlaCvtHwS)
-  int evict_first = 0;  // the decode kernel: rows read with an L2 evict-first policy
-  int diag = 0;         // MlaAttentionParams::diag (benchmarks)
-  int partials = 0;     // 1: partials and the merge even with one split (DCP's lse_out needs them)
+  int wgmma = 2;         // 0: never a wgmma kernel, 1: the wgmma kernel, 2: the pipelined one
+  int decode = 1;        // 0: never the decode kernel (the mma kernel instead)
+  int splits = 0;        // > 0: that many key splits (some may be empty); 0: the plan's
+  int bf16_chunk = 48;   // the mma kernel over bf16 rows: 48-key chunks x 3 stages, or 64 x 2
+  int cvt = -1;          // the decode kernel's MlaCvt over e4m3 rows (-1: kMlaCvtHwS)
+  int evict_first = 0;   // the decode kernel: rows read with an L2 evict-first policy
+  int diag = 0;          // MlaAttentionParams::diag (benchmarks)
+  int partials = 0;      // 1: partials and the merge even with one split (DCP's lse_out needs them)
+  int l2_prefetch = -1;  // the decode kernel's L2 prefetch distance in chunks (-1: the default,
+                         // kMlaDecodeL2Prefetch; 0: none, the kernel as before it)
+  int row_groups = 1;    // the decode kernel: 1 rows copied in groups of 4 where the page size
+                         // allows, 0 one row a copy (the kernel as before)
 };
 // Kernel: the pipelined wgmma kernel (opt.wgmma 1: the wgmma kernel) where it applies
 // (mla_wgmma_supported and >= 64 query rows a sequence), else the decode kernel where it applies
@@ -190,8 +212,9 @@ MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_to
 int mla_mma_smem_bytes(const MlaRowFormat& fmt, int chunk, int stages);
 constexpr int kMlaMaxSmem = 227 * 1024;
 // Fills p.kernel, row_tiles, tile_rows, num_splits, split_len, chunk, stages, cvt, evict_first,
-// diag and the partial pointers from `plan` and `scratch` (plan.scratch_bytes bytes, 16-byte
-// aligned; null when none is needed). The kernels leave partials exactly when partial_o is set.
+// diag, l2_prefetch, row_groups and the partial pointers from `plan` and `scratch`
+// (plan.scratch_bytes bytes, 16-byte aligned; null when none is needed). The kernels leave
+// partials exactly when partial_o is set.
 void apply_mla_plan(const MlaPlan& plan, void* scratch, MlaAttentionParams* p);
 
 // Sets the kernels' shared-memory limits; call once per device before the first launch (and

@@ -30,8 +30,10 @@ bool mla_decode_supported(const MlaRowFormat& f) {
   return f.rope_elem != kMlaF32;  // fp8 latent, bf16 or fp8 rope
 }
 
-int mla_decode_stages(const MlaRowFormat& f) {
-  const int stage = mla_decode::kChunk * mla_decode::stage_stride(f.row_bytes);
+int mla_decode_stages(const MlaRowFormat& f) {  // what fits either layout
+  using mla_decode::StageLayout;
+  const int stage = std::max(StageLayout(f.row_bytes, false).stage_bytes(),
+                             StageLayout(f.row_bytes, true).stage_bytes());
   return std::min(mla_decode::kMaxStages, (kMlaMaxSmem - mla_decode::kStageOff) / stage);
 }
 

@@ -9,11 +9,15 @@
 // issue a cp.async per 16 bytes between barriers, 3 warps compute S while 5 wait, and fp8 rows are
 // decoded into a bf16 tile in shared memory with per-value branches: 62% of the copy bandwidth for
 // bf16 rows and 17% for fp8 rows on an H200 (batch 64 x 4,096, 16 heads). Here:
-//  - whole rows are copied with cp.async.bulk (the TMA engine: two instructions a lane per 64-key
-//    stage, against 4,608 cp.async) into NS stages (3 of bf16 rows, 5 of fp8 rows) with full /
-//    empty mbarriers, by PV warp 0 when the 4 PV warps have freed a stage (its lanes' page lookups
-//    for that stage issued a chunk earlier); the other 7 warps never issue loads. (A ninth,
-//    producer-only warp costs registers: ptxas sizes 288-thread blocks as 384, 168 a thread.)
+//  - whole rows are copied with cp.async.bulk (the TMA engine) into NS stages (3 of bf16 rows, 5
+//    of fp8 rows) with full / empty mbarriers, by PV warp 0 when the 4 PV warps have freed a stage
+//    (its lanes' page lookups for that stage issued a chunk earlier); the other 7 warps never
+//    issue loads. (A ninth, producer-only warp costs registers: ptxas sizes 288-thread blocks as
+//    384, 168 a thread.) Where the page size is a multiple of 4, four consecutive slots are one
+//    copy (16 a stage instead of 64: the TMA engine moves small copies below the bandwidth), the
+//    keys interleaved over the tiles so ldmatrix stays free of bank conflicts
+//    (mla_decode_layout.cuh StageLayout); and the rows of a chunk a few chunks ahead are
+//    prefetched into L2 (kMlaDecodeL2Prefetch: shared memory holds only one stage in flight).
 //  - 4 S warps, 16 keys of the stage each: Sᵀ = K·Qᵀ with K as the A operand (the m16 tile is 16
 //    keys, each n8 tile 8 query rows, so 8 heads cost one n-tile and 16 two: no padded rows), Q in
 //    registers for the whole split (36 k-steps x NT x 2 registers); the chunk's row maxima meet in
@@ -45,9 +49,10 @@
 
 namespace strata::cuda::mla_decode {
 
-// Shared memory of the kernel for p's stages and rows.
+// Shared memory of the kernel for p's stages, rows and layout.
 inline int smem_bytes(const MlaAttentionParams& p) {
-  return kStageOff + p.stages * kChunk * stage_stride(p.fmt.row_bytes);
+  const StageLayout lay(p.fmt.row_bytes, use_row_groups(p.row_groups, p.page_size));
+  return kStageOff + p.stages * lay.stage_bytes();
 }
 
 template <int NT, int LK, int CVT>

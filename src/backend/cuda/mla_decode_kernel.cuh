@@ -28,8 +28,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
   const int g = lane / 4, q = lane % 4;
   const MlaRowFormat& f = p.fmt;
   const int NS = p.stages;
-  const int stride = stage_stride(f.row_bytes);
-  const int stage_bytes = kChunk * stride;
+  const bool groups = use_row_groups(p.row_groups, p.page_size);
+  const StageLayout lay(f.row_bytes, groups);
+  const int stage_bytes = lay.stage_bytes();
   const uint32_t smem_s = smem_addr(smem);
   const uint32_t stage0 = smem_s + kStageOff;
   if (tid == 0) {
@@ -125,6 +126,11 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
     float m[NT][2], l[NT][2];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) m[nt][0] = m[nt][1] = -INFINITY, l[nt][0] = l[nt][1] = 0.0f;
+    // This warp's tile (t = warp): the lane's ldmatrix row, the rows g and g + 8 of its
+    // accumulators (their keys and, FlashMLA, where their scales lie).
+    const int lrow = lay.tile_row(warp, (lane & 7) + ((lane >> 3) & 1) * 8) + (lane >> 4) * 16;
+    const int srow0 = lay.tile_row(warp, g), srow1 = lay.tile_row(warp, g + 8);
+    const int gkey0 = lay.key(warp, g), gkey1 = lay.key(warp, g + 8);
     float* red = reinterpret_cast<float*>(smem + kRedOff);
     float* corr_s = reinterpret_cast<float*>(smem + kCorrOff);
     const int rope_off = f.rope_offset;
@@ -134,8 +140,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
       mla::mbar_wait(smem_s + kFullOff + 8 * st, (c / NS) & 1);
       const uint32_t st_s = stage0 + st * stage_bytes;
       const char* st_p = smem + kStageOff + st * stage_bytes;
-      const uint32_t krow =
-          st_s + (16 * warp + (lane & 7) + ((lane >> 3) & 1) * 8) * stride + (lane >> 4) * 16;
+      const uint32_t krow = st_s + lrow;
       float acc[NT][4], accr[NT][4];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
@@ -182,11 +187,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
               mma16816<true>(a2[kChains - 1][nt], a1, qf[2 * j + 1][nt][0], qf[2 * j + 1][nt][1]);
             }
           }
-          float s0 = 1.0f, s1 = 1.0f;  // keys 16 warp + g and + 8
+          float s0 = 1.0f, s1 = 1.0f;  // the tile's rows (keys) g and g + 8
           if constexpr (LK == kFlash) {
-            const char* srow = st_p + (16 * warp + g) * stride + kR + 4 * t;
-            s0 = *reinterpret_cast<const float*>(srow);
-            s1 = *reinterpret_cast<const float*>(srow + 8 * stride);
+            s0 = *reinterpret_cast<const float*>(st_p + srow0 + kR + 4 * t);
+            s1 = *reinterpret_cast<const float*>(st_p + srow1 + kR + 4 * t);
           }
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt)
@@ -234,8 +238,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
         }
       }
 
-      // Scores (log2 units), masked; accumulator element i is key g + 8 (i >> 1), row 2q + (i & 1).
-      const int key0 = w.begin + c * kChunk + 16 * warp + g;
+      // Scores (log2 units), masked; accumulator element i is the tile's row g + 8 (i >> 1) (key
+      // gkey0 or gkey1), query row 2q + (i & 1).
+      const int key0 = w.begin + c * kChunk;
       float sc[NT][4];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
@@ -243,7 +248,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
         for (int i = 0; i < 4; ++i) {
           const int e = i & 1;
           const float v = acc[nt][i] * lat_f[nt][e] + accr[nt][i] * rope_f[nt][e];
-          sc[nt][i] = key0 + 8 * (i >> 1) < lim[nt][e] ? v : -INFINITY;
+          sc[nt][i] = key0 + (i >> 1 ? gkey1 : gkey0) < lim[nt][e] ? v : -INFINITY;
         }
         // The warp's row maxima (over its 16 keys: the two halves, then the 8 lanes of a column).
 #pragma unroll
@@ -316,17 +321,19 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
 
   // ---- PV warps: output columns [128 pw, 128 pw + 128) (FlashMLA: tile pw) ----
   const int pw = warp - kSWarps;
-  // PV warp 0 produces: chunk c's rows, lanes taking keys lane and lane + 32; keys past the
-  // block's end copy the first key's row (finite bytes, masked to P = 0), so every stage expects
-  // the same bytes. Slots are looked up one chunk ahead of their copies.
+  // PV warp 0 produces chunk c's rows: single rows, lanes taking keys lane and lane + 32; groups
+  // of 4 rows (StageLayout), lane j < 16 taking keys 4j..4j+3 in one copy. Keys past the block's
+  // end copy the first key's row (finite bytes, masked to P = 0), so every stage expects the same
+  // bytes (a group holding the end copies its rows one by one). Slots are looked up one chunk
+  // ahead of their copies.
   const char* cache = static_cast<const char*>(p.cache);
   const uint32_t rb = uint32_t(f.row_bytes);
   auto slots_of = [&](int c, int64_t* src) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      int key = w.begin + c * kChunk + lane + 32 * i;
+      int key = w.begin + c * kChunk + (groups ? 4 * lane : lane + 32 * i);
       if (key >= w.end) key = w.begin;
-      src[i] = c < nchunks ? int64_t(w.slot_of(key, p.page_size)) * rb : 0;
+      src[i] = c < nchunks && (i == 0 || !groups) ? int64_t(w.slot_of(key, p.page_size)) * rb : 0;
     }
   };
   const uint64_t policy = mla::l2_evict_first_policy();
@@ -339,22 +346,70 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
     }
     if (lane == 0) mla::mbar_arrive_expect_tx(full, kChunk * rb);
     __syncwarp();
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const uint32_t dst = stage0 + st * stage_bytes + (lane + 32 * i) * stride;
+    auto copy = [&](uint32_t dst, const char* from, uint32_t bytes) {
       if (p.evict_first)
-        mla::bulk_copy_g2s_hint(dst, cache + src[i], rb, full, policy);
+        mla::bulk_copy_g2s_hint(dst, from, bytes, full, policy);
       else
-        mla::bulk_copy_g2s(dst, cache + src[i], rb, full);
+        mla::bulk_copy_g2s(dst, from, bytes, full);
+    };
+    const uint32_t stage = stage0 + st * stage_bytes;
+    if (!groups) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) copy(stage + (lane + 32 * i) * lay.gs, cache + src[i], rb);
+    } else if (lane < kChunk / 4) {
+      const int k0 = w.begin + c * kChunk + 4 * lane;
+      const uint32_t dst = stage + lane * lay.gs;
+      if (k0 + 3 < w.end) {
+        copy(dst, cache + src[0], 4 * rb);
+      } else {
+        for (int r = 0; r < 4; ++r) {
+          const int key = k0 + r < w.end ? k0 + r : w.begin;
+          copy(dst + r * rb, cache + int64_t(w.slot_of(key, p.page_size)) * rb, rb);
+        }
+      }
     }
   };
+  // L2 prefetch, p.l2_prefetch (D) chunks ahead of the stage loads (kMlaDecodeL2Prefetch says
+  // why): chunk c's rows as runs of consecutive slots (a page's keys within the chunk), one
+  // prefetch a run by the lane holding its first key; chunks NS..NS+D-1 after the first NS
+  // stage loads, then chunk c + NS + D with the stage load of chunk c + NS. Runs are looked up
+  // one refill ahead, as the slots are.
+  const int D = p.diag == 2 ? 0 : p.l2_prefetch;
+  auto runs_of = [&](int c, int64_t* off, uint32_t* bytes) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int c0 = w.begin + c * kChunk, key = c0 + lane + 32 * i;
+      bytes[i] = 0;
+      off[i] = 0;
+      if (D > 0 && c < nchunks && key < w.end) {
+        const int in_page = key % p.page_size;
+        if (in_page == 0 || key == c0) {
+          const int n = min(min(p.page_size - in_page, w.end - key), c0 + kChunk - key);
+          off[i] = int64_t(w.slot_of(key, p.page_size)) * rb;
+          bytes[i] = uint32_t(n) * rb;
+        }
+      }
+    }
+  };
+  auto prefetch = [&](const int64_t* off, const uint32_t* bytes) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      if (bytes[i] > 0) mla::bulk_prefetch_l2(cache + off[i], bytes[i]);
+  };
   int64_t next_src[2];  // PV warp 0: the slots of chunk c + NS
+  int64_t pf_off[2];    // and the runs of chunk c + NS + D
+  uint32_t pf_bytes[2];
   if (pw == 0) {
     for (int c = 0; c < min(NS, nchunks); ++c) {
       slots_of(c, next_src);
       produce(c, next_src);
     }
+    for (int c = NS; c < NS + D; ++c) {
+      runs_of(c, pf_off, pf_bytes);
+      prefetch(pf_off, pf_bytes);
+    }
     slots_of(NS, next_src);
+    runs_of(NS + D, pf_off, pf_bytes);
   }
   float o[8][NT][4];
 #pragma unroll
@@ -362,6 +417,12 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) o[j][nt][0] = o[j][nt][1] = o[j][nt][2] = o[j][nt][3] = 0.0f;
   float gscale = 0.0f;  // FlashMLA: o_true = gscale · o
+  // Offsets in a stage of tile 0's rows this lane reads (tile ks: + ks · tstep): the ldmatrix.trans
+  // row (bf16), rows 2q + {0, 1, 8, 9} (fp8 values, FlashMLA scales).
+  const int vrow_off = lay.tile_row(0, (lane & 7) + (lane >> 4) * 8);
+  int qrow_off[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) qrow_off[i] = lay.tile_row(0, 2 * q + (i & 1) + 8 * (i >> 1));
   const float* corr_s = reinterpret_cast<const float*>(smem + kCorrOff);
   for (int c = 0; c < nchunks; ++c) {
     const int st = c % NS, buf = c & 1;
@@ -374,7 +435,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 0; e < 2; ++e) fac[nt][e] = corr_s[buf * kMaxRows + 8 * nt + 2 * q + e];
-    // FlashMLA: tile pw's scale of keys 16 ks + 2q + {0, 1, 8, 9}, over the chunk's largest.
+    // FlashMLA: tile pw's scale of tile ks's rows 2q + {0, 1, 8, 9}, over the chunk's largest.
     float sv[kChunk / 16][4];
     if constexpr (LK == kFlash) {
       float smax = 0.0f;
@@ -382,8 +443,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
       for (int ks = 0; ks < kChunk / 16; ++ks)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const int key = 16 * ks + 2 * q + (i & 1) + 8 * (i >> 1);
-          sv[ks][i] = *reinterpret_cast<const float*>(st_p + key * stride + kR + 4 * pw);
+          sv[ks][i] =
+              *reinterpret_cast<const float*>(st_p + qrow_off[i] + ks * lay.tstep + kR + 4 * pw);
           smax = fmaxf(smax, sv[ks][i]);
         }
       smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 1));
@@ -411,7 +472,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
 #pragma unroll
     for (int ks = 0; ks < kChunk / 16; ++ks) {
       if (p.diag == 1) break;  // loads without math
-      // Pᵀ fragments: n-tile nt = rows 8 nt..8 nt+7, b0 keys 16 ks + 2q, +1, b1 keys + 8.
+      // Pᵀ fragments: n-tile nt = rows 8 nt..8 nt+7, b0 tile ks's rows (keys) 2q, +1, b1 + 8.
       uint32_t pb[NT][2];
       if constexpr (NT == 2) {
         uint32_t r[4];
@@ -433,8 +494,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
       }
       if constexpr (!kFp8) {
         // Vᵀ by ldmatrix.trans: m-tile j = columns 128 pw + 16 j + {g, g + 8}.
-        const uint32_t v_s = st_s + (16 * ks + (lane & 7) + (lane >> 4) * 8) * stride + pw * 256 +
-                             ((lane >> 3) & 1) * 16;
+        const uint32_t v_s = st_s + vrow_off + ks * lay.tstep + pw * 256 + ((lane >> 3) & 1) * 16;
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           uint32_t a[4];
@@ -443,14 +503,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
           for (int nt = 0; nt < NT; ++nt) mma16816<false>(o[j][nt], a, pb[nt][0], pb[nt][1]);
         }
       } else {
-        // Keys 16 ks + {2q, 2q+1, 2q+8, 2q+9}, bytes [128 pw + 16 g, + 16): m-tile j = 2 cc + h
-        // is columns 128 pw + 16 g + 2 j (as "row g") and + 1 ("row g + 8").
+        // Tile ks's rows (keys) {2q, 2q+1, 2q+8, 2q+9}, bytes [128 pw + 16 g, + 16): m-tile
+        // j = 2 cc + h is columns 128 pw + 16 g + 2 j (as "row g") and + 1 ("row g + 8").
         uint4 kv[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int key = 16 * ks + 2 * q + (i & 1) + 8 * (i >> 1);
-          kv[i] = *reinterpret_cast<const uint4*>(st_p + key * stride + 128 * pw + 16 * g);
-        }
+        for (int i = 0; i < 4; ++i)
+          kv[i] = *reinterpret_cast<const uint4*>(st_p + qrow_off[i] + ks * lay.tstep + 128 * pw +
+                                                  16 * g);
         const uint32_t w0[4] = {kv[0].x, kv[0].y, kv[0].z, kv[0].w};
         const uint32_t w1[4] = {kv[1].x, kv[1].y, kv[1].z, kv[1].w};
         const uint32_t w2[4] = {kv[2].x, kv[2].y, kv[2].z, kv[2].w};
@@ -474,7 +533,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
     if (pw == 0 && c + NS < nchunks) {  // refill the stage once every PV warp is done with it
       mla::mbar_wait(smem_s + kEmptyOff + 8 * st, (c / NS) & 1);
       produce(c + NS, next_src);
+      prefetch(pf_off, pf_bytes);
       slots_of(c + NS + 1, next_src);
+      runs_of(c + NS + 1 + D, pf_off, pf_bytes);
     }
   }
 

@@ -249,6 +249,11 @@ __device__ __forceinline__ void bulk_copy_g2s_hint(uint32_t dst, const void* src
       "l"(src), "r"(bytes), "r"(bar), "l"(policy)
       : "memory");
 }
+// Prefetches `bytes` (a multiple of 16, the address 16-byte aligned) from global memory into L2
+// (the TMA engine; nothing waits for it, and nothing depends on it but the time of later loads).
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+}
 __device__ __forceinline__ uint64_t l2_evict_first_policy() {
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));

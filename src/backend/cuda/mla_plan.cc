@@ -88,6 +88,9 @@ MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_to
     if (opt.cvt >= 0) plan.cvt = opt.cvt;
     plan.evict_first = opt.evict_first;
     plan.diag = opt.diag;
+    plan.l2_prefetch = opt.l2_prefetch < 0 ? kMlaDecodeL2Prefetch
+                                           : std::min(opt.l2_prefetch, kMlaDecodeMaxL2Prefetch);
+    plan.row_groups = opt.row_groups;
   } else {
     plan.kernel = kMlaMma;
     plan.tile_rows = 16;
@@ -132,6 +135,8 @@ void apply_mla_plan(const MlaPlan& plan, void* scratch, MlaAttentionParams* p) {
   p->cvt = plan.cvt;
   p->evict_first = plan.evict_first;
   p->diag = plan.diag;
+  p->l2_prefetch = plan.l2_prefetch;
+  p->row_groups = plan.row_groups;
   p->partial_o = nullptr;
   p->partial_ml = nullptr;
   if (plan.scratch_bytes > 0) {

@@ -1,0 +1,72 @@
+#!/bin/bash
+# The MLA decode kernel's bandwidth pass (issue 22: rows copied in groups of 4, L2 prefetch) on the
+# GPU machine (the device tool), from the repository root, unattended, < 4 minutes:
+#   1. builds strata_parity_test and strata_bench_mla_bench (Release, build-dev);
+#   2. the MLA parity tests against the CPU twin (MlaAttention.*: every row format and kernel, the
+#      decode kernel's two stage layouts and prefetch distances; MlaBackend.*: the backend's
+#      entry points, graph replay); their verdict decides how the benchmark's numbers may be read
+#      and which changes the acceptance rows keep (printed before them);
+#   3. the ceilings (copy bandwidth, bf16 GEMM rate), the old-vs-new sweep of the decode kernel
+#      (`--what variants`: old = one row a copy and no prefetch, new = the product's default) with
+#      one summary line a layout and head count, then issue 22's decode rows with the product's
+#      plans (`--what acceptance`: bf16 and fp8_flashmla at 16, 8, 128 heads), each its own process
+#      (a fault in one leaves the other);
+#   4. the PyTorch baseline of the same decode (bench/cuda/mla_torch_baseline.py).
+# Logs go to $OUT (mla_decode_parity.log, mla_decode_variants.log, mla_decode_accept.log,
+# mla_decode_torch.log). Carry: .devcarry/cuda, as the other bench/cuda scripts.
+# Knobs: PARITY_FILTER (default MlaAttention.*:MlaBackend.*), BUILD=0 (reuse build-dev), TORCH=0.
+set -u
+source bench/cuda/device_env.sh  # OUT, C, P, PKG; carried deps unpacked
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv,noheader
+t0=$(date +%s)
+if [ "${BUILD:-1}" = 1 ]; then
+  dev_configure
+  dev_build strata_parity_test strata_bench_mla_bench
+fi
+echo "build: $(( $(date +%s) - t0 )) s"
+
+filter=${PARITY_FILTER:-MlaAttention.*:MlaBackend.*}
+timeout 150 ./build-dev/strata_parity_test --gtest_filter="$filter" >"$OUT/mla_decode_parity.log" 2>&1
+rc=$?
+grep -E "^\[ *(OK|FAILED|PASSED) *\]|Failure|Expected|Which is|kernel decode|kernel mma|kernel wgmma" \
+  "$OUT/mla_decode_parity.log" | tail -40
+bad=$(grep "^mla attention .* decode  *kernel" "$OUT/mla_decode_parity.log" |
+  awk '{ if ($NF == "inf" || $NF == "nan" || $NF + 0 >= 1e-4) print }')
+fails=$(grep -c "^\[  FAILED  \] Mla" "$OUT/mla_decode_parity.log")
+echo "parity: exit status $rc, $fails failed test(s), $(( $(date +%s) - t0 )) s"
+# The acceptance rows run without a change whose parity cases failed (the printed case lines name
+# the knobs: "prefetch N, row groups G"); after a hang or a crash, as the kernel was before both.
+flags="" vt=120
+if [ $rc = 124 ] || ! grep -q "^\[==========\] .* ran\." "$OUT/mla_decode_parity.log"; then
+  echo "PARITY HUNG OR CRASHED (a hang: most likely a stage whose copies do not match its expected"
+  echo "bytes): acceptance rows with --row-groups 0 --l2-prefetch 0"
+  flags="--row-groups 0 --l2-prefetch 0" vt=60
+elif [ -n "$bad" ]; then
+  echo "decode kernel cases over the 1e-4 bound:"
+  echo "$bad" | head -20
+  if ! echo "$bad" | grep -qv "row groups 1"; then
+    flags="--row-groups 0"
+  elif ! echo "$bad" | grep -qv "prefetch [1-9]"; then
+    flags="--l2-prefetch 0"
+  else
+    flags="--decode-kernel 0"
+  fi
+  echo "PARITY FAILED for the decode kernel: acceptance rows with $flags; the variants below time"
+  echo "wrong results for the failing change"
+elif [ $rc != 0 ]; then
+  echo "PARITY FAILED, but no MlaAttention decode-kernel case (see the log: an MlaBackend case at"
+  echo "512 + 64 dims runs the decode kernel too; then its numbers below may time wrong results)"
+fi
+
+B=./build-dev/strata_bench_mla_bench
+timeout $vt $B --what ceilings,variants 2>&1 | tee "$OUT/mla_decode_variants.log" |
+  grep -E "^(device|ceiling|summary)|  (old|new) "
+echo "variants: exit status ${PIPESTATUS[0]}, $(( $(date +%s) - t0 )) s"
+timeout 60 $B --what ceilings,acceptance $flags 2>&1 | tee "$OUT/mla_decode_accept.log"
+echo "acceptance ($flags): exit status ${PIPESTATUS[0]}, $(( $(date +%s) - t0 )) s"
+[ "${TORCH:-1}" = 1 ] && timeout 60 python3 bench/cuda/mla_torch_baseline.py 2>&1 | tee "$OUT/mla_decode_torch.log"
+
+echo "==== old -> new (the decode kernel, batch 64 x 4,096, % of copy bandwidth) ===="
+grep "^summary" "$OUT/mla_decode_variants.log"
+echo "parity: exit status $rc ($fails failed)"
+echo "total: $(( $(date +%s) - t0 )) s"
