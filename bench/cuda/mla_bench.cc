@@ -223,7 +223,7 @@ void variant_sweep(cudaStream_t s, const Ceilings& c, const Layout& lt, int batc
   const V vs[] = {
       {"old", {.l2_prefetch = 0, .row_groups = 0}},
       {"groups", {.l2_prefetch = 0, .row_groups = 1}},
-      {"prefetch", {.l2_prefetch = cuda::kMlaDecodeL2Prefetch, .row_groups = 0}},
+      {"prefetch", {.l2_prefetch = 2, .row_groups = 0}},
       {"new", {}},
       {"groups+pf1", {.l2_prefetch = 1, .row_groups = 1}},
       {"groups+pf4", {.l2_prefetch = 4, .row_groups = 1}},

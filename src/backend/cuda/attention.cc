@@ -35,6 +35,7 @@ void CudaBackend::paged_attention(const Tensor& q, const KvStorage& kv, int laye
   check_bf16(out, "attention out");
   if (meta.num_tokens == 0) return;
   const DeviceMeta& dm = device_meta(meta);
+  check_new_within_kv();
   auto p = zeroed<AttentionParams>();
   p.q = q.ptr<bf16_bits>();
   p.k_cache = kv.k(layer).data;

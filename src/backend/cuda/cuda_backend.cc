@@ -239,17 +239,30 @@ const DeviceMeta& CudaBackend::device_meta(const AttentionMetadata& m) {
   meta_max_q_ = 0;
   meta_min_q_ = n > 0 ? INT32_MAX : 0;
   meta_max_kv_ = 0;
+  meta_short_seq_ = -1;
   for (int s = 0; s < n; ++s) {
     const int q = m.q_indptr[s + 1] - m.q_indptr[s];
     meta_max_q_ = std::max(meta_max_q_, q);
     meta_min_q_ = std::min(meta_min_q_, q);
     meta_max_kv_ = std::max(meta_max_kv_, int(m.kv_lens[s]));
-    CHECK_MSG(q <= m.kv_lens[s], "sequence {} has {} new tokens but length {}", s, q, m.kv_lens[s]);
+    // A DCP shard's metadata (DcpAttention) holds fewer local tokens than new ones; every other
+    // attention op checks this through check_new_within_kv().
+    if (q > m.kv_lens[s] && meta_short_seq_ < 0) {
+      meta_short_seq_ = s;
+      meta_short_q_ = q;
+      meta_short_kv_ = int(m.kv_lens[s]);
+    }
     const int pages = m.page_indptr[s + 1] - m.page_indptr[s];
     CHECK_MSG((m.kv_lens[s] + m.page_size - 1) / m.page_size <= pages,
               "sequence {} has {} tokens but {} pages", s, m.kv_lens[s], pages);
   }
   return meta_dev_;
+}
+
+void CudaBackend::check_new_within_kv() const {
+  if (meta_short_seq_ < 0) return;
+  CHECK_MSG(false, "sequence {} has {} new tokens but length {}", meta_short_seq_, meta_short_q_,
+            meta_short_kv_);
 }
 
 DeviceTensorPtr CudaBackend::alloc(DType dtype, const Shape& shape) {

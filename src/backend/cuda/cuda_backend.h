@@ -292,6 +292,11 @@ class CudaBackend : public Backend, public DcpAttention {
   std::vector<int32_t> meta_copy_;  // the host values it was uploaded from
   DeviceMeta meta_dev_{};
   int meta_max_q_ = 0, meta_min_q_ = 0, meta_max_kv_ = 0;
+  // The first sequence with more new tokens than its length (or -1), its new tokens and length.
+  int meta_short_seq_ = -1, meta_short_q_ = 0, meta_short_kv_ = 0;
+  // CHECKs that every sequence of the step's metadata holds its new tokens (all attention but
+  // a DCP shard's, whose local length can be shorter).
+  void check_new_within_kv() const;
 
   int64_t step_start_ns_ = 0;  // host clock at the step's first op (graph mode's record time)
   GraphStats logged_{};        // the counters at the last eager-steps log (log_eager_steps)

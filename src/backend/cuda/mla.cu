@@ -94,6 +94,7 @@ bool CudaBackend::mla_attention_gpu(const Tensor& q_latent, const KvStorage& kv,
   p.q = q_latent.ptr<bf16_bits>();
   p.cache = cache;
   if (shard == nullptr) {
+    check_new_within_kv();
     p.out = out.ptr<bf16_bits>();
   } else {  // rows [output | log-sum-exp] in float32 over the shard (mla_dcp.cu)
     p.lse_out = out.ptr<float>();

@@ -148,15 +148,13 @@ bool mla_decode_supported(const MlaRowFormat& fmt);
 // Its pipeline stages of 64 keys for the format (3 for bf16 rows, 5 for fp8 rows).
 int mla_decode_stages(const MlaRowFormat& fmt);
 // How many 64-key chunks ahead of its stage loads the decode kernel prefetches rows into L2 by
-// default. Why: its shared memory holds 3 stages of bf16 rows and two of them are under the S and
-// PV warps (S of chunk c + 1 overlaps PV of chunk c), so a stage is refilled one chunk before its
-// S warps need it: one stage (74 KB) in flight an SM. At 85% of an H200's copy bandwidth over 128
-// blocks that is 2.6 us of latency to cover, about what a loaded HBM read of a whole stage may
-// take (not measured; the kernel reached 62% of copy; FlashMLA's like design reaches 90% on an
-// H800, which needs 30% fewer bytes in flight an SM). Rows prefetched into L2 a few chunks ahead
-// keep more bytes in flight than shared memory can hold, and the stage loads then read L2. 2
-// chunks: 19 MB of the 50 MB L2 over 128 blocks.
-constexpr int kMlaDecodeL2Prefetch = 2;
+// default. The idea: its shared memory holds 3 stages of bf16 rows and two are under the S and PV
+// warps, so about one stage (74 KB) is in flight an SM; rows prefetched into L2 a few chunks ahead
+// would keep more bytes in flight. Measured on the H200 (2026-12-02, batch 64 x 4,096, `bash
+// bench/cuda/mla_decode_run.sh`): rows copied in groups of 4 alone reached 74.9% / 79.2% of copy
+// (bf16, 16 / 8 heads) and adding the prefetch (distance 2) lowered it to 66.6% / 69.4%, and fp8
+// likewise (39.6% vs 36.5%): off by default, kept as a knob for the benchmark's sweep.
+constexpr int kMlaDecodeL2Prefetch = 0;
 constexpr int kMlaDecodeMaxL2Prefetch = 8;
 // Whether the mma kernel copies rows straight into its bf16 tiles (bf16 plain rows) rather than
 // staging and decoding them.
