@@ -42,7 +42,9 @@ namespace strata::cuda {
   X(kOpBiasF32, "bias_f32")           \
   X(kOpMoeRoute, "moe_route")         \
   X(kOpMoeExperts, "moe_experts")     \
-  X(kOpLogitStats, "logit_stats")
+  X(kOpLogitStats, "logit_stats")     \
+  X(kOpGemmDet, "gemm_det")          \
+  X(kOpInt4Dequant, "int4_dequant")
 // clang-format on
 
 enum Op : int {
