@@ -10,6 +10,8 @@
 #      positions computed by prefill -> bitwise equal in the mode (and the count that differs
 #      without it), the CPU reference's own invariance, and greedy 64 x 512 tokens through the
 #      engine under two batch compositions -> identical in the mode.
+#      The logits schedules also on five tiny fixtures (biases, q/k norms, head_dim 16, MLA + MoE,
+#      INT4 experts).
 #   2. The mode's throughput cost: offline_bench at the 8B shape (random weights, the checkpoint
 #      written at run time) with and without the mode: engine output tok/s, and one decode step
 #      at batch 64 x 1,024 context.
@@ -37,6 +39,20 @@ for m in house-llama house-mla; do
   grep -E "^(PASS|FAIL)|differ|identical|against the CPU|failed checks" "$OUT/determinism_$m.log" \
     | sed "s|$C/shared/models/||" | tee -a "$OUT/summary.log"
   [ $rc -ne 0 ] && tail -20 "$OUT/determinism_$m.log"
+done
+
+# The tiny fixtures (logits schedules only): biases (qwen2), q/k norms (qwen3), head_dim 16, MLA
+# with MoE, and INT4-packed experts (the MoE GEMM's dequantizing path).
+for f in llama-gqa qwen2-bias qwen3-qknorm deepseek-v2lite-style deepseek-v3-int4-experts; do
+  timeout 60 build-dev/strata_bench_determinism_check --model "$C/shared/fixtures/tiny/$f" \
+    --skip-kernel 1 --skip-engine 1 >"$OUT/determinism_tiny_$f.log" 2>&1
+  rc=$?
+  [ $rc -ne 0 ] && status=1
+  echo "determinism_check tiny/$f: exit status $rc; $(grep -c '^PASS' "$OUT/determinism_tiny_$f.log") passed," \
+    "$(grep -c '^FAIL' "$OUT/determinism_tiny_$f.log") failed" | tee -a "$OUT/summary.log"
+  grep -E "^FAIL|default .*differ" "$OUT/determinism_tiny_$f.log" | sed "s|$C/shared/fixtures/||" \
+    | head -6 | tee -a "$OUT/summary.log"
+  [ $rc -ne 0 ] && tail -5 "$OUT/determinism_tiny_$f.log"
 done
 
 if [ "${SKIP_OFFLINE:-0}" != 1 ]; then
