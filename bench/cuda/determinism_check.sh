@@ -58,7 +58,7 @@ done
 if [ "${SKIP_OFFLINE:-0}" != 1 ]; then
   for det in 0 1; do
     timeout 110 build-dev/strata_bench_offline_bench --prompts 512 --in 512 --out 128 \
-      --max-seconds 25 --breakdown-batch 64 --breakdown-context 1024 \
+      --max-seconds 20 --breakdown-batch 64 --breakdown-context 1024 \
       --enable-deterministic-inference $det >"$OUT/offline_det$det.log" 2>&1
     echo "offline_bench deterministic=$det: exit status $? ($(( $(date +%s) - t0 )) s)" | tee -a "$OUT/summary.log"
     grep -E "^offline|forward|step" "$OUT/offline_det$det.log" | head -8 | tee -a "$OUT/summary.log"

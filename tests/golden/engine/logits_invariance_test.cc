@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include "backend/backend.h"
+#include "dist/tensor_parallel.h"
+#include "engine/engine.h"
 #include "support/logit_schedules.h"
 
 namespace strata {
@@ -31,6 +33,25 @@ TEST_P(LogitsInvariance, CpuRowsIndependentOfBatchOrderAndChunking) {
 
 INSTANTIATE_TEST_SUITE_P(HouseModels, LogitsInvariance,
                          ::testing::Values("house-llama", "house-mla"));
+
+// --enable-deterministic-inference with tensor parallelism on cuda: refused before anything loads
+// (NCCL's all-reduce order follows the message size), naming the flag; on cpu ranks it runs.
+TEST(DeterministicInference, RefusedWithCudaTensorParallelism) {
+  EngineConfig c;
+  c.model_path = std::string(STRATA_SHARED_DIR) + "/models/house-llama";
+  c.deterministic_inference = true;
+  c.tp_size = 2;
+  c.tp_allow_uneven = true;
+  c.device = Device::kCuda;
+  auto e = Engine::create(c, &tensor_parallel_runtime());
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("--enable-deterministic-inference with --tp-size 2"),
+            std::string::npos)
+      << e.status().to_string();
+  c.device = Device::kCpu;
+  e = Engine::create(c, &tensor_parallel_runtime());
+  EXPECT_TRUE(e.ok()) << e.status().to_string();
+}
 
 }  // namespace
 }  // namespace strata
