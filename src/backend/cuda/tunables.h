@@ -85,9 +85,9 @@ struct CudaTunables {
   // ---- deterministic inference ----
   // Batch-invariant kernels (BackendOptions::deterministic, --enable-deterministic-inference): a
   // token's row gives the same bits whatever the batch it runs in, its place there and the
-  // prefill chunking. Every linear (bf16 dense, FP8 dequantized, routers, per-head) takes the
-  // fixed-tile GEMM of linear_det.h at every m instead of the GEMV / cuBLAS; INT4 weights are
-  // dequantized to bf16 at upload; paged attention takes the regular prefill kernels for every
+  // prefill chunking. Every linear (bf16 dense, routers, per-head; FP8 and INT4 dequantized to
+  // bf16 scratch per call) takes the fixed-k-order GEMM of linear_det.h at every m instead of the
+  // GEMV / cuBLAS / W8A8; paged attention takes the regular prefill kernels for every
   // batch (no decode split-KV, no split prefill); MLA the mma kernel without key splits; MoE
   // experts the GEMM regime with 64-row tiles. No env (a typed backend option). Default off: it
   // costs throughput (bench/cuda/determinism_check.sh measures how much).
