@@ -20,6 +20,10 @@
 #   GEN_FLAGS=--enable-deterministic-inference bash bench/cuda/preemption_kv_run.sh
 set -u
 export STRATA_CARRY=${STRATA_CARRY:-$PWD/.devcarry/all}
+if [ ! -d "$STRATA_CARRY/shared" ]; then
+  echo "no carry at $STRATA_CARRY: run 'bash bench/cuda/make_carry.sh all' here and carry .devcarry/all"
+  exit 2
+fi
 source bench/cuda/device_env.sh  # OUT, C, PKG, dev_configure, dev_build
 t0=$(date +%s)
 dev_configure
