@@ -13,7 +13,8 @@
 # kernels alone are run-to-run deterministic).
 # Usage: bench/preemption_soak.sh [path/to/strata]
 #   (env: RECORDS=4 TOKENS=4000 KILL_EVERY=60 MAX_KILLS=200 DEVICE=cpu SHARED=../shared
-#    TEMPS="0 0.8" CHECKPOINT_INTERVAL=2 CHECKPOINT_KV=auto CONTROL=0)
+#    TEMPS="0 0.8" CHECKPOINT_INTERVAL=2 CHECKPOINT_KV=auto CONTROL=0
+#    GEN_FLAGS="--enable-deterministic-inference": extra flags of every generate run)
 # On the GPU (device machine, with a carry holding models/house-llama and data/):
 #   DEVICE=cuda SHARED=.devcarry/cuda/shared KILL_EVERY=5 bash bench/preemption_soak.sh build-dev/strata
 set -euo pipefail
@@ -64,7 +65,8 @@ status=0
 for temp in $TEMPS; do
   cmd=("$BIN" generate --device "$DEVICE" --model-path "$SHARED/models/house-llama" --input "explain=$TMP/in.jsonl"
        --max-new-tokens "$TOKENS" --ignore-eos --temperature "$temp" --seed 11
-       --checkpoint-interval "$CHECKPOINT_INTERVAL" --checkpoint-kv "$CHECKPOINT_KV" --no-progress)
+       --checkpoint-interval "$CHECKPOINT_INTERVAL" --checkpoint-kv "$CHECKPOINT_KV" --no-progress
+       ${GEN_FLAGS:-})
   start=$(date +%s)
   "${cmd[@]}" --output "$TMP/ref-$temp.jsonl" 2>"$TMP/ref-$temp.log"
   echo "temperature $temp: uninterrupted run $(( $(date +%s) - start )) s"

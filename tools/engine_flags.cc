@@ -45,6 +45,10 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_
                "benchmarks: run only rank 0 of --tp-size ranks, on one device, every collective "
                "skipped and counted "
                "(what each GPU of the group computes; the outputs are not the model's)");
+  app.add_flag("--enable-deterministic-inference", c.deterministic_inference,
+               "batch-invariant kernels on cuda: a request's output does not depend on the other "
+               "requests of its batches (exact resumption, reproducible runs); costs throughput "
+               "(README, 'Deterministic inference')");
   app.add_option("--kv-cache-dtype", f.kv_cache_dtype,
                  enum_name_list<KvCacheDtype>() + " (auto: exact; fp8 needs an eval-kv record)")
       ->capture_default_str();

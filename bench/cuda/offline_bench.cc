@@ -18,6 +18,8 @@
 //   pages of retracted requests come back from host memory instead of being recomputed)
 //   [--hicache-write-policy P] (write_through (the engine's default) | write_back: copies only
 //   the pages the device evicts, i.e. the retracted requests' in this workload)
+//   [--enable-deterministic-inference 1] (batch-invariant kernels: the engine's and the
+//   breakdown's backend; CudaTunables::deterministic)
 // Breakdown: [--breakdown-batch B] (0: none) [--breakdown-context C] [--breakdown-pages P,P,...]
 //   (then forward + sampling alone at each page size) [--breakdown-scatter 0|1] (each also with
 //   the pages scattered over the pool) [--breakdown-overlap 1] (instead: the step's two halves at
@@ -69,6 +71,7 @@ struct Args {
   double schedule_conservativeness = 1.0;
   double hicache_ratio = 0;          // > 0: the host KV tier at this ratio of the device pool
   std::string hicache_write_policy;  // empty: the engine's default
+  bool deterministic = false;        // --enable-deterministic-inference 1
 };
 
 std::string prepare_dir(const Args& a) {
@@ -97,6 +100,7 @@ void run_engine(const Args& a, const std::string& dir) {
   ec.tp_size = a.tp;
   ec.dcp_size = a.dcp;
   ec.tp_one_rank = a.one_rank;
+  ec.deterministic_inference = a.deterministic;
   ec.cuda_graph_max_bs = a.cuda_graph_max_bs;
   ec.schedule_conservativeness = a.schedule_conservativeness;
   if (a.hicache_ratio > 0) {  // retracted requests' pages then come back from host memory
@@ -195,7 +199,7 @@ std::unique_ptr<KvStorage> random_kv(cuda::CudaBackend& be, const Model& model, 
 // forward + sampling alone for each page size of --breakdown-pages, in order and (with
 // --breakdown-scatter 1) scattered.
 void breakdown(const Args& a, const std::string& dir) {
-  auto backend = make_cuda_backend();
+  auto backend = make_cuda_backend(BackendOptions{.deterministic = a.deterministic});
   auto& be = dynamic_cast<cuda::CudaBackend&>(*backend);
   auto m = load_model(dir, be);
   CHECK_MSG(m.ok(), "{}", m.status().to_string());
@@ -360,6 +364,8 @@ int main(int argc, char** argv) {
       a.hicache_ratio = std::stod(v);
     else if (k == "--hicache-write-policy")
       a.hicache_write_policy = v;
+    else if (k == "--enable-deterministic-inference")
+      a.deterministic = std::stoi(v) != 0;
     else {
       std::fprintf(stderr, "offline_bench: unknown flag %s\n", k.c_str());
       return 2;

@@ -8,6 +8,8 @@
 # log line "KV checkpoints: X MB of rows downloaded in S s (R MB/s)" is the download's cost.
 # From the repository root on the GPU machine (carry .devcarry/cuda: house-llama, data/); under
 # 4 minutes with the build; logs and the runs' files in $OUT.
+# GEN_FLAGS=--enable-deterministic-inference: the batch-invariant kernels, where every record
+# should come back identical (the restarted job's batches differ from the uninterrupted run's).
 set -u
 source bench/cuda/device_env.sh  # OUT, C, PKG, dev_configure, dev_build
 t0=$(date +%s)

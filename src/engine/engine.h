@@ -79,6 +79,11 @@ struct EngineConfig {
   // collective skipped and counted (backend/solo_comm.h). A benchmark mode — what each GPU of a
   // tp group computes, measured on one GPU; the outputs are not the model's.
   bool tp_one_rank = false;
+  // --enable-deterministic-inference (SGLang's flag): batch-invariant kernels (BackendOptions::
+  // deterministic), so a request's tokens do not depend on what else the server runs, at a cost
+  // in throughput. cuda with one rank (NCCL's reductions follow the message size); the CPU
+  // reference is batch-invariant without it.
+  bool deterministic_inference = false;
   // --dcp-size: decode context parallelism (arch/dcp.h; MLA models, divides tp_size): each group of
   // dcp_size ranks holds 1/dcp_size of every sequence's latent KV, so the pool holds dcp_size x
   // the tokens. The engine's page then holds page_size x dcp_size tokens (each rank's pool page

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/backend_options.h"
 #include "backend/kv_host_io.h"
 #include "core/log.h"
 #include "engine/engine.h"
@@ -73,6 +74,12 @@ Status check_config(const EngineConfig& c) {
         "--dcp-size {} with --tp-one-rank: one rank alone holds 1/{} of the context and cannot "
         "attend over the rest",
         c.dcp_size, c.dcp_size);
+  if (c.deterministic_inference && c.device == Device::kCuda && c.tp_size > 1)
+    return unimplemented(
+        "--enable-deterministic-inference with --tp-size {} on cuda: NCCL's all-reduce chooses its "
+        "algorithm and chunking by the message size, so a row's sum would still follow the batch; "
+        "the mode runs on one GPU",
+        c.tp_size);
   if (c.tp_one_rank && c.tp_size < 2)
     return invalid_argument(
         "--tp-one-rank runs rank 0 of --tp-size ranks alone: give --tp-size >= 2, got {}",
@@ -148,13 +155,20 @@ Status Engine::create_backend() {
       break;
     case Device::kCuda:
 #ifdef STRATA_CUDA
-      backend_ = make_cuda_backend();
+      backend_ =
+          make_cuda_backend(BackendOptions{.deterministic = config_.deterministic_inference});
       break;
 #else
       return failed_precondition(
           "--device cuda: this build has no CUDA backend (configure with -DSTRATA_CUDA=ON)");
 #endif
   }
+  if (config_.deterministic_inference)
+    LOG_INFO(
+        "--enable-deterministic-inference: {}",
+        config_.device == Device::kCuda
+            ? "batch-invariant kernels (a request's tokens do not depend on its batches; slower)"
+            : "the CPU reference is batch-invariant already; nothing changes");
   if (!config_.cuda_graph_max_bs)
     config_.cuda_graph_max_bs =
         config_.device == Device::kCuda && (config_.tp_size == 1 || config_.tp_one_rank)

@@ -53,7 +53,11 @@ void CudaBackend::paged_attention(const Tensor& q, const KvStorage& kv, int laye
   p.pdl_early = tunables_.pdl_early;
   const int group = heads / kv_heads;
 
-  if (meta_min_q_ == 1 && meta_max_q_ == 1 && decode_attention_supported(hd, group)) {
+  // Deterministic mode: every batch takes the regular prefill kernels below, whose result for a
+  // query row depends on its own keys only (64-key tiles from key 0; keys past the row's position
+  // are masked and add exact zeros), not on the batch, the chunk or the split count.
+  if (meta_min_q_ == 1 && meta_max_q_ == 1 && decode_attention_supported(hd, group) &&
+      !tunables_.deterministic) {
     // Split-KV sized from a power-of-two bucket of the longest context, so the grid (and a
     // captured graph) stays the same while contexts grow inside the bucket.
     const int tpi = decode_tokens_per_iteration(hd);
@@ -83,8 +87,8 @@ void CudaBackend::paged_attention(const Tensor& q, const KvStorage& kv, int laye
   // kernels below take the batch's other sequences.
   SplitPrefillPlan plan;
   if (plan_split_prefill(meta, hd, group, kv_heads, p.kv_elem != kKvBf16, num_sms_,
-                         tunables_.prefill_split_mode, tunables_.prefill_split_blocks_per_sm,
-                         &plan)) {
+                         tunables_.deterministic ? 0 : tunables_.prefill_split_mode,
+                         tunables_.prefill_split_blocks_per_sm, &plan)) {
     auto sp = zeroed<SplitPrefillParams>();
     std::memcpy(static_cast<void*>(&sp.a), &p, sizeof p);
     sp.a.split_len = plan.split_len;
@@ -116,7 +120,8 @@ void CudaBackend::paged_attention(const Tensor& q, const KvStorage& kv, int laye
   if (p.num_tiles == 0) return;
   p.tiles = stage_i32(tiles.data(), int64_t(tiles.size()));
   record(kOpPrefill, p,
-         dev_.prefill_attention != nullptr ? dev_.prefill_attention : launch_prefill_attention);
+         dev_.prefill_attention != nullptr && !tunables_.deterministic ? dev_.prefill_attention
+                                                                       : launch_prefill_attention);
 }
 
 }  // namespace strata::cuda

@@ -12,6 +12,9 @@
 namespace strata {
 
 std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<cuda::CudaBackend>(); }
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
+  return std::make_unique<cuda::CudaBackend>(options);
+}
 
 namespace cuda {
 namespace {
@@ -31,11 +34,12 @@ int64_t CudaBackend::device_memory_bytes() const {
 }
 
 // ---- CudaBackend ----
-CudaBackend::CudaBackend()
+CudaBackend::CudaBackend(const BackendOptions& options)
     : pool_(std::make_shared<DevicePool>()),
       staging_(kStagingBytes),
       tunables_(CudaTunables::from_environment()),
       cpu_twin_calls_(size_t(kNumCpuTwinOps), 0) {
+  tunables_.deterministic = options.deterministic;
   tunables_.check();
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));

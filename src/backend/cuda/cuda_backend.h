@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/backend_options.h"
 #include "backend/cuda/attention.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/graph_recorder.h"
@@ -68,7 +69,7 @@ extern const int kNumCpuTwinOps;
 // Also decode context parallelism's ops (backend/dcp_attention.h, mla_dcp.cu).
 class CudaBackend : public Backend, public DcpAttention {
  public:
-  CudaBackend();
+  explicit CudaBackend(const BackendOptions& options = {});
   ~CudaBackend() override;
 
   Device device() const override { return Device::kCuda; }
@@ -233,6 +234,9 @@ class CudaBackend : public Backend, public DcpAttention {
   // linear.cu: records out [m, n] = x [m, k] · w [n, k]ᵀ (+ bias) through cuBLAS (bf16).
   void record_gemm(const void* x, const void* w, const float* bias, void* out, int64_t m, int64_t n,
                    int64_t k);
+  // linear.cu: the batch-invariant GEMM (linear_det.h) of deterministic mode; bf16 or f32 out.
+  void record_det_gemm(const void* x, const void* w, const float* bias, void* out, bool out_f32,
+                       int64_t m, int64_t n, int64_t k);
   // linear_packed.cc: linear / linear_silu_mul (glu) of a packed weight; whether the fused
   // SwiGLU GEMV takes x.
   void linear_packed(const Tensor& x, const LinearWeight& w, const Tensor& out, bool glu);

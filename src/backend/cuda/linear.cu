@@ -10,6 +10,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/linear.h"
+#include "backend/cuda/linear_det.h"
 
 namespace strata::cuda {
 namespace {
@@ -308,6 +309,10 @@ void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& o
   }
   if (m == 0) return;
   begin_op();
+  if (tunables_.deterministic) {  // one kernel at every m (linear_det.h)
+    record_gemm(x.data, wt.data, bias, out.data, m, n, k);
+    return;
+  }
   const bool vec_ok = k % 8 == 0 && uintptr_t(x.data) % 16 == 0 && uintptr_t(wt.data) % 16 == 0;
   if (vec_ok && dev_gemv_takes(m)) {  // a development GEMV (bench/cuda/dev)
     record(kOpGemvDev, gemv_params(x, wt, bias, out, m), dev_.gemv);
@@ -323,6 +328,10 @@ void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& o
 
 void CudaBackend::record_gemm(const void* x, const void* w, const float* bias, void* out, int64_t m,
                               int64_t n, int64_t k) {
+  if (tunables_.deterministic) {
+    record_det_gemm(x, w, bias, out, false, m, n, k);
+    return;
+  }
   auto g = zeroed<GemmParams>();
   g.handle = cublas_;
   g.x = x;
@@ -345,7 +354,33 @@ void CudaBackend::record_gemm(const void* x, const void* w, const float* bias, v
   }
 }
 
+// The batch-invariant GEMM (deterministic mode): bias added in float32 before the one rounding.
+void CudaBackend::record_det_gemm(const void* x, const void* w, const float* bias, void* out,
+                                  bool out_f32, int64_t m, int64_t n, int64_t k) {
+  CHECK_MSG(m < (int64_t(1) << 31) && n < (int64_t(1) << 31) && k < (int64_t(1) << 31),
+            "deterministic GEMM: m {} n {} k {}", m, n, k);
+  auto g = zeroed<DetGemmParams>();
+  g.x = static_cast<const bf16_bits*>(x);
+  g.w = static_cast<const bf16_bits*>(w);
+  g.bias = bias;
+  g.out = out;
+  g.m = int(m);
+  g.n = int(n);
+  g.k = int(k);
+  g.ldx = g.ldw = int(k);
+  g.ldo = int(n);
+  g.batch = 1;
+  g.out_f32 = out_f32 ? 1 : 0;
+  CHECK_MSG(det_gemm_supported(g),
+            "--enable-deterministic-inference: a linear with k {} or operands not 16-byte aligned "
+            "(the batch-invariant GEMM needs k % 8 == 0)",
+            k);
+  record(kOpGemmDet, g, launch_det_gemm);
+}
+
 void CudaBackend::linear_silu_mul(const Tensor& x, const LinearWeight& w, const Tensor& out) {
+  // Deterministic mode: the linear (batch-invariant GEMM), then silu_mul (elementwise).
+  if (tunables_.deterministic) return Backend::linear_silu_mul(x, w, out);
   if (!w.is_dense()) {
     if (packed_glu_fused(x, w)) return linear_packed(x, w, out, true);
     return Backend::linear_silu_mul(x, w, out);
@@ -388,6 +423,28 @@ void CudaBackend::per_head_linear(const Tensor& x, int64_t x_begin, const Tensor
   check_bf16(out, "per_head_linear out");
   if (tokens == 0) return;
   begin_op();
+  if (tunables_.deterministic) {  // the batch-invariant GEMM, one head per grid z
+    auto d = zeroed<DetGemmParams>();
+    d.x = x.ptr<bf16_bits>() + x_begin;
+    d.w = w.ptr<bf16_bits>();
+    d.out = out.ptr<bf16_bits>() + out_begin;
+    d.m = int(tokens);
+    d.n = int(n);
+    d.k = int(k);
+    d.ldx = int(heads * dx);
+    d.ldw = int(k);
+    d.ldo = int(heads * dout);
+    d.batch = int(heads);
+    d.stride_x = dx;
+    d.stride_w = n * k;
+    d.stride_o = dout;
+    CHECK_MSG(det_gemm_supported(d),
+              "--enable-deterministic-inference: a per-head linear with k {}, x columns from {} of "
+              "{} (the batch-invariant GEMM needs multiples of 8)",
+              k, x_begin, dx);
+    record(kOpGemmDet, d, launch_det_gemm);
+    return;
+  }
   auto g = zeroed<GemmParams>();
   g.handle = cublas_;
   g.x = x.ptr<bf16_bits>() + x_begin;

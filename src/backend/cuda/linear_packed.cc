@@ -36,6 +36,9 @@ void run_fp8_linear(const Fp8LinearParams& p, const Launch& l) { launch_fp8_line
 void run_fp8_dequant(const Fp8DequantParams& p, const Launch& l) {
   launch_fp8_dequant(p, l.stream);
 }
+void run_int4_dequant(const Int4DequantParams& p, const Launch& l) {
+  launch_int4_dequant_bf16(p, l.stream);
+}
 
 constexpr size_t kFp8GemmWorkspaceBytes = size_t(32) << 20;  // cuBLASLt's recommendation on Hopper
 
@@ -189,6 +192,34 @@ void CudaBackend::linear_packed(const Tensor& x, const LinearWeight& w, const Te
   const float* bias = w.bias ? w.bias->view().ptr<float>() : nullptr;
   if (m == 0) return;
   begin_op();
+  if (tunables_.deterministic) {
+    // Batch-invariant: the weight dequantized to bf16 into scratch (the same bits at every m),
+    // then the fixed-tile GEMM (linear_det.h). glu never comes here (linear_silu_mul takes the
+    // Backend default in this mode).
+    CHECK(!glu);
+    auto dense = scratch(n * k * 2);
+    if (w.format.format == WeightFormat::kInt4Group) {
+      auto dq = zeroed<Int4DequantParams>();
+      dq.packed = w.weight->view().data;
+      dq.scale = w.scales->view().ptr<bf16_bits>();
+      dq.out = static_cast<bf16_bits*>(dense->view().data);
+      dq.n = n;
+      dq.k = k;
+      dq.group = w.format.group_size;
+      record(kOpInt4Dequant, dq, run_int4_dequant);
+    } else {
+      CHECK(w.format.format == WeightFormat::kFp8Block);
+      auto dq = zeroed<Fp8DequantParams>();
+      dq.w.w = static_cast<const uint8_t*>(w.weight->view().data);
+      dq.w.scale = w.scales->view().ptr<float>();
+      dq.w.n = n;
+      dq.w.k = k;
+      dq.w.scale_ld = fp8_gemm_scale_ld(k);
+      dq.out = static_cast<bf16_bits*>(dense->view().data);
+      record(kOpFp8Dequant, dq, run_fp8_dequant);
+    }
+    return record_det_gemm(x.data, dense->view().data, bias, out.data, false, m, n, k);
+  }
   if (w.format.format == WeightFormat::kInt4Group) {
     auto p = zeroed<Int4LinearParams>();
     p.x = x.ptr<bf16_bits>();

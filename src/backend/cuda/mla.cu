@@ -113,8 +113,15 @@ bool CudaBackend::mla_attention_gpu(const Tensor& q_latent, const KvStorage& kv,
   p.page_size = meta.page_size;
   p.scale_log2 = args.scale * 1.4426950408889634f;
   p.copy_width = copy_width;
+  // Deterministic mode: the mma kernel at every batch, keys unsplit (a row's sums then depend
+  // on its own keys only; the kernel choice and the split count otherwise follow the batch).
   MlaPlanOptions opt;
   opt.partials = shard != nullptr ? 1 : 0;  // lse_out is written by the merge of the partials
+  if (tunables_.deterministic) {
+    opt.wgmma = 0;
+    opt.decode = 0;
+    opt.splits = 1;
+  }
   const MlaPlan plan = plan_mla_attention(fmt, meta.num_seqs, tokens, heads, meta_max_q_,
                                           kv_len_bucket(meta_max_kv_), num_sms_, opt);
   DeviceTensorPtr work;  // back to the pool at return: stream order keeps its reuse safe

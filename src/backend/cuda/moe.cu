@@ -264,6 +264,16 @@ void CudaBackend::linear_f32_out(const Tensor& x, const LinearWeight& w, const T
     return linear_f32_out_twin(x, w, out, "a float32-output linear of a packed or stacked weight");
   const Tensor& wt = w.weight->view();
   if (m == 0) return;
+  if (tunables_.deterministic) {  // the batch-invariant GEMM at every m, the bias in its epilogue
+    begin_op();
+    const float* bias = nullptr;
+    if (w.bias) {
+      CHECK_MSG(w.bias->view().dtype == DType::kF32, "linear: bias must be f32");
+      bias = w.bias->view().ptr<float>();
+    }
+    record_det_gemm(x.data, wt.data, bias, out.data, true, m, n, k);
+    return;
+  }
   const bool gemv =
       m <= kMoeRouterMaxTokens && k % 32 == 0 && aligned16(x.data) && aligned16(wt.data);
   const int64_t counters = moe_router_counter_bytes(n) / 4;
@@ -400,6 +410,13 @@ void CudaBackend::moe_experts_add(const Tensor& x, const MoeExpertWeights& exper
   p.top_k = int(k);
   p.num_experts = int(e);
   p.regime = kMoeAuto;
+  if (tunables_.deterministic) {
+    // Batch-invariant: the GEMM regime at every T with one tile shape (the GEMV and the GEMM
+    // reduce in different orders; a row's sums in the GEMM depend on k alone). The combine sums a
+    // token's experts in ascending expert id in both regimes.
+    p.regime = kMoePrefill;
+    p.fixed_tiles = 1;
+  }
   p.pdl_early = tunables_.pdl_early;
   record(kOpMoeExperts, p, run_moe_experts);
 }

@@ -468,7 +468,7 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
   const int regime =
       p.regime != kMoeAuto ? p.regime : moe_pick_regime(p.tokens, p.top_k, p.num_experts);
   const bool decode = regime != kMoePrefill;
-  const int tile_rows = moe_gemm_tile_rows(p.tokens, p.top_k, p.num_experts);
+  const int tile_rows = p.fixed_tiles ? 64 : moe_gemm_tile_rows(p.tokens, p.top_k, p.num_experts);
 
   MoeGroupedParams g{};
   g.pdl_early = p.pdl_early;
@@ -494,6 +494,7 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
     g.counts = s.plan.counts;
     g.max_tiles = int(moe_max_tiles(n, p.num_experts, tile_rows));
     g.tile_rows = tile_rows;
+    if (p.fixed_tiles) g.gemm_blocks = -1;  // the one-block pipeline (not sized by the grid)
   }
   auto run = [&](const MoeGroupedParams& q) {
     decode ? launch_moe_gemv(q, stream) : launch_moe_gemm(q, stream);

@@ -252,6 +252,9 @@ struct MoeExpertsParams {
   int num_experts;
   int regime;  // MoeRegime
   int pdl_early;
+  int fixed_tiles;  // GEMM: 64-row plan tiles and the one-block pipeline whatever T (batch-
+                    // invariant mode: the shapes never change with the batch)
+  int pad_;
 };
 size_t moe_experts_scratch_bytes(int64_t tokens, int top_k, int num_experts, int64_t hidden,
                                  int64_t inter);
@@ -266,6 +269,6 @@ static_assert(std::has_unique_object_representations_v<MoeRepackParams>);
 static_assert(std::has_unique_object_representations_v<MoePlanParams>);
 static_assert(std::has_unique_object_representations_v<MoeGroupedParams>);
 static_assert(std::has_unique_object_representations_v<MoeCombineParams>);
-static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 184);
+static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 192);
 
 }  // namespace strata::cuda

@@ -43,7 +43,9 @@ namespace strata::cuda {
   X(kOpMoeRoute, "moe_route")         \
   X(kOpMoeExperts, "moe_experts")     \
   X(kOpLogitStats, "logit_stats")     \
-  X(kOpMlaDcpMerge, "mla_dcp_merge")
+  X(kOpMlaDcpMerge, "mla_dcp_merge") \
+  X(kOpGemmDet, "gemm_det")          \
+  X(kOpInt4Dequant, "int4_dequant")
 // clang-format on
 
 enum Op : int {

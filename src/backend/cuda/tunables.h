@@ -82,6 +82,17 @@ struct CudaTunables {
   // best or tied against 1 and 4 in every case measured (2026-11-29).
   int prefill_split_blocks_per_sm = 2;
 
+  // ---- deterministic inference ----
+  // Batch-invariant kernels (BackendOptions::deterministic, --enable-deterministic-inference): a
+  // token's row gives the same bits whatever the batch it runs in, its place there and the
+  // prefill chunking. Every linear (bf16 dense, routers, per-head; FP8 and INT4 dequantized to
+  // bf16 scratch per call) takes the fixed-k-order GEMM of linear_det.h at every m instead of the
+  // GEMV / cuBLAS / W8A8; paged attention takes the regular prefill kernels for every
+  // batch (no decode split-KV, no split prefill); MLA the mma kernel without key splits; MoE
+  // experts the GEMM regime with 64-row tiles. No env (a typed backend option). Default off: it
+  // costs throughput (bench/cuda/determinism_check.sh measures how much).
+  bool deterministic = false;
+
   // ---- diagnostics ----
   // Eager steps: log host launch time and device wait every 256 steps. Env STRATA_STEP_TIMING=1.
   bool log_eager_steps = false;
