@@ -22,8 +22,6 @@ void add_capture_flags(CLI::App& app, CaptureFlags& f) {
                  "stored dtype of the states: bf16 (the model's) or f32")
       ->check(CLI::IsMember({"bf16", "f32"}))
       ->capture_default_str();
-  app.add_option("--capture-shard-gb", f.shard_gb, "a new safetensors shard after this many GB")
-      ->capture_default_str();
   app.add_option("--capture-assume-free-bytes", f.assume_free_bytes,
                  "tests: the free space the disk check assumes instead of statvfs")
       ->group("");
@@ -65,7 +63,6 @@ Status resolve_capture_flags(const CaptureFlags& f, const std::string& model_pat
   job->layers = layers;
   job->hidden_size = spec.hidden_size;
   job->dtype = f.dtype == "f32" ? DType::kF32 : DType::kBF16;
-  job->shard_bytes = int64_t(f.shard_gb * 1e9);
   if (f.assume_free_bytes >= 0) {
     const int64_t free = f.assume_free_bytes;
     job->free_bytes = [free](const std::string&) { return free; };

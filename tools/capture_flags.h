@@ -18,7 +18,6 @@ struct CaptureFlags {
   bool capture_only = false;
   std::string dtype = "bf16";
   int64_t assume_free_bytes = -1;  // tests: the free space the disk check sees (-1: statvfs)
-  double shard_gb = 4;
   bool enabled() const { return !preset.empty() || !layers.empty(); }
 };
 

@@ -3,8 +3,10 @@
 SpecForge's offline layout (issue 25).
 
 Layout (src/pipeline/hidden_store.h): DIR/hidden/NAME/ holds meta.json, index.jsonl (one line per
-record: dataset, id, shard, tokens, and per tensor its dtype, shape, byte offset in the shard and
-byte count) and shard-NNNNN.safetensors files. Per record, T = prompt + response tokens:
+record: dataset, id, shard (the file holding it), tokens, and per tensor its dtype, shape, byte
+offset in that file and byte count) and the safetensors files: one rec-NNNNNNNN.safetensors per
+record (earlier versions: several records per shard-NNNNN.safetensors; read the same way). Per
+record, T = prompt + response tokens:
   aux_hidden_state  [T, k*H] bf16   outputs of the k aux layers (eagle3: [1, L//2-1, L-4]), concatenated
   hidden_state      [T, H]   bf16   the final norm's output
   input_ids         [T]      int32

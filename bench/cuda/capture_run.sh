@@ -11,9 +11,13 @@
 #               deepseek_e2e_run.sh's generate stage), 1,000 short chat prompts of
 #               data/prompts-explain.jsonl x 1,024 tokens (--ignore-eos, greedy): `strata generate`
 #               without and with --capture-hidden-states eagle3; prints both throughputs, their
-#               ratio (acceptance: >= 0.85), bytes per token and the disk write rate. The states go
-#               to the local disk when it has the room the job says it needs, else /dev/shm (then
-#               the write rate is memory's; the log says which).
+#               ratio (acceptance: >= 0.85), bytes per token and the disk write rate, where the
+#               capture's time went (the job's counters: per step download and scatter, rows
+#               streamed to the record files, per record write, per group sync and index), and the
+#               disk's own write ceiling measured first in the same directory (dd: one stream with
+#               fdatasync, one with O_DIRECT, four in parallel; /dev/shm as the upper bound). The
+#               states go to the local disk when it has the room the job says it needs, else
+#               /dev/shm (then the write rate is memory's; the log says which).
 # Under 5 minutes after the build; logs in $OUT.
 set -u
 source bench/cuda/device_env.sh  # OUT, C, PKG, dev_configure, dev_build
@@ -24,6 +28,39 @@ dev_build strata strata_parity_test strata_bench_make_checkpoint
 echo "build: $(( $(date +%s) - t0 )) s"
 W=${WORK:-/tmp/strata_capture}
 mkdir -p "$W"
+# disk_ceiling DIR: GB/s of 2 GiB written to DIR: one buffered stream then fdatasync, one O_DIRECT
+# stream, four buffered streams of 512 MiB each then fdatasync (what several record files in
+# flight look like). Each under 20 s; the files are removed.
+disk_ceiling() {
+  local d=$1 mb=${DD_MB:-2048} t f rc
+  local n=$((mb / 64)) bytes=$((mb * 1048576))
+  echo "disk $d: $(df -h --output=fstype,size,avail "$d" | tail -1)"
+  rate() {  # rate NAME START_TIME EXIT_STATUS
+    local note=""
+    [ "$3" != 0 ] && note=" (exit status $3: timed out or failed; the rate is not the disk's)"
+    python3 -c "print(f'  {\"$1\":24s} {$bytes / 1e9 / max($(date +%s.%N) - $2, 1e-9):.2f} GB/s$note')"
+  }
+  t=$(date +%s.%N)
+  timeout 20 dd if=/dev/zero of="$d/dd_seq" bs=64M count=$n conv=fdatasync status=none
+  rate "one stream + fdatasync" "$t" $?
+  rm -f "$d/dd_seq"
+  if [ "$d" != /dev/shm ]; then
+    t=$(date +%s.%N)
+    timeout 20 dd if=/dev/zero of="$d/dd_direct" bs=64M count=$n oflag=direct status=none
+    rate "one stream O_DIRECT" "$t" $?
+    rm -f "$d/dd_direct"
+  fi
+  t=$(date +%s.%N)
+  rc=0
+  for f in 1 2 3 4; do
+    timeout 20 dd if=/dev/zero of="$d/dd_par$f" bs=64M count=$((n / 4)) conv=fdatasync status=none &
+  done
+  for f in 1 2 3 4; do wait -n || rc=$?; done
+  rate "4 streams + fdatasync" "$t" $rc
+  rm -f "$d"/dd_par*
+}
+grep -E "MemTotal|Dirty:" /proc/meminfo | tr -s ' ' | paste -sd ' '
+echo "vm.dirty_ratio $(cat /proc/sys/vm/dirty_ratio), dirty_background_ratio $(cat /proc/sys/vm/dirty_background_ratio)"
 for stage in ${STAGES:-parity throughput}; do
   t1=$(date +%s)
   case $stage in
@@ -36,6 +73,8 @@ for stage in ${STAGES:-parity throughput}; do
         --out "$W/llama8b-random" --tokenizer "$C/shared/models/house-llama" >"$OUT/make_checkpoint.log" 2>&1 ||
         { tail -5 "$OUT/make_checkpoint.log"; exit 1; }
       head -1000 "$C/shared/data/prompts-explain.jsonl" >"$W/prompts.jsonl"
+      disk_ceiling "$W"
+      disk_ceiling /dev/shm
       gen() {  # gen NAME OUTPUT_DIR [flags]: one run; its summary lines; its wall time in $OUT/wall_NAME
         local name=$1 dir=$2
         shift 2
@@ -48,7 +87,7 @@ for stage in ${STAGES:-parity throughput}; do
         local rc=$?
         python3 -c "import time; print(round(time.time() - $s, 2))" >"$OUT/wall_$name"
         echo "$name: rc $rc, wall $(cat "$OUT/wall_$name") s"
-        grep -E "finished in|hidden-state capture|error" "$OUT/generate_$name.log" | head -4
+        grep -E "finished in|hidden-state capture|error" "$OUT/generate_$name.log" | head -6
         return $rc
       }
       gen plain "$W/plain"

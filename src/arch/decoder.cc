@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/capture_counters.h"
 #include "core/check.h"
 #include "model/weight_names.h"
 
@@ -99,7 +100,10 @@ void DecoderModel::capture_state(const Tensor& state, int block) {
 void DecoderModel::finish_capture(const ForwardBatch& batch) {
   if (!capturing_) return;
   capturing_ = false;
-  backend_->download(capture_buf_->view().slice_rows(0, batch.attn.num_tokens), batch.captured);
+  const Tensor rows = capture_buf_->view().slice_rows(0, batch.attn.num_tokens);
+  // The step's work is done (sampling downloaded its ids): this times the copy alone.
+  CaptureTimer timer(capture_counters().download, rows.nbytes());
+  backend_->download(rows, batch.captured);
 }
 
 Status DecoderModel::load_embedding_and_head(const WeightStore& ws) {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "core/capture_counters.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "engine/batch_plan.h"
@@ -247,6 +248,7 @@ void Engine::store_captured(const ScheduledStep& step, const BatchPlan& plan,
   const int64_t width = runner_->capture_width();
   const DType dtype = runner_->capture_dtype();
   const int64_t row_bytes = width * dtype_size(dtype);
+  CaptureTimer timer(capture_counters().scatter, int64_t(plan.num_tokens()) * row_bytes);
   std::vector<CapturedStates*> states(step.seqs.size());
   for (size_t s = 0; s < step.seqs.size(); ++s)
     states[s] = live_.at(step.seqs[s].request->id())->capture.get();

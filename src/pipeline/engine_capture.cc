@@ -21,6 +21,7 @@
 
 #include "core/log.h"
 #include "pipeline/engine_target.h"
+#include "pipeline/hidden_store.h"
 
 namespace strata {
 namespace {
@@ -93,7 +94,17 @@ void EngineTarget::start_capture(const GenerationTask& task, std::vector<int32_t
   run->id = r.id;
   run->done = std::move(done);
   run->on_tokens = task.on_tokens;
-  run->states = std::make_shared<CapturedStates>(capture_.dtype);
+  // Room for every position it can reach; its aux blocks stream to its file when the job has one.
+  const int64_t rows =
+      int64_t(prompt_ids.size()) + (forced ? 0 : int64_t(sampling_.params.max_new_tokens)) + 1;
+  const int num_aux = int(capture_.layers.size());
+  if (task.hidden_store != nullptr) {
+    run->states = task.hidden_store->begin_record(task.dataset, r.id, num_aux, capture_.hidden_size,
+                                                  capture_.dtype, rows);
+  } else {
+    run->states = std::make_shared<CapturedStates>(capture_.dtype);
+    run->states->reserve(rows, int64_t(num_aux + 1) * capture_.hidden_size);
+  }
   // The prompt's own assistant turns (earlier turns of a multi-turn prompt; every turn when
   // teacher-forced). Computed here, on the job's thread, not in the engine's callbacks.
   const nlohmann::json messages =

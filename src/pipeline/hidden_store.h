@@ -1,5 +1,5 @@
 // HiddenStore: the hidden states a capture job (strata generate --capture-hidden-states) keeps per
-// record, in safetensors shards beside the results JSONL, with an index from record to shard and
+// record, in safetensors files beside the results JSONL, with an index from record to file and
 // byte offsets. For EAGLE-3 training: what SpecForge's offline pass
 // (scripts/prepare_hidden_states.py) writes, without running the target model a second time.
 //
@@ -7,9 +7,13 @@
 //   DIR/hidden/NAME/meta.json              what was captured: layers, hidden size, dtype, model
 //   DIR/hidden/NAME/index.jsonl            one line per stored record:
 //       {"dataset","id","shard","tokens":T,"tensors":{NAME:{"dtype","shape","offset","nbytes"}}}
-//       (offset: bytes from the start of the shard file)
-//   DIR/hidden/NAME/shard-00000.safetensors  records' tensors back to back; a valid safetensors
-//       file once closed (its header lists every tensor as "<dataset>/<id>/<tensor>")
+//       (shard: the file holding it; offset: bytes from the start of that file)
+//   DIR/hidden/NAME/rec-NNNNNNNN.safetensors  one record's tensors (record_file.h), a valid
+//       safetensors file once committed (its header names them "<dataset>/<id>/<tensor>")
+// One file per record (as SpecForge's own data_<i>.ckpt): a record's rows are written to its file
+// while it is generated (the aux blocks, streamed by the engine), so a batch of records that
+// finish together leaves only their final-norm blocks to write. Directories written by earlier
+// versions (several records per shard-NNNNN.safetensors) read the same way.
 // Tensors per record, T = prompt + response tokens (each position's state is computed from the
 // tokens up to it, exactly as a prefill over the finished conversation would):
 //   aux_hidden_state  [T, k*H] model dtype  the outputs of the k aux layers, concatenated
@@ -18,12 +22,12 @@
 //   loss_mask         [T]      int32        1 on assistant tokens (SpecForge's rule)
 //
 // Exactly once: a record commits when its results line is written (output_log.h). Before that,
-// append() makes its tensors durable (shard data fdatasync'ed, then its index line, fdatasync'ed),
-// so a committed record always has its tensors. A kill between the two leaves an orphan: open()
-// keeps only index entries whose record is committed, truncates each shard after its last kept
-// record and rewrites the index, so no orphan bytes survive a restart. A shard's safetensors
-// header (space-padded into a fixed reserve before the data, as the format allows) is written when
-// the shard is closed and rebuilt by open(); while a shard is open, readers use the index.
+// commit() makes its tensors durable (its file fdatasync'ed, the directory synced, then its index
+// line, fdatasync'ed), so a committed record always has its tensors. Commits go in groups: the
+// records a job thread wakes up to are written, synced in parallel, then indexed with one sync.
+// A kill leaves files of records in flight or between the two: open() keeps only index entries
+// whose record is committed, rewrites the index, and deletes every record file no kept entry names,
+// so no orphan bytes survive a restart.
 #pragma once
 
 #include <cstdint>
@@ -56,7 +60,6 @@ struct CaptureOptions {
   std::vector<int> layers;    // aux layers (outputs of these decoder layers)
   int64_t hidden_size = 0;
   DType dtype = DType::kBF16;
-  int64_t shard_bytes = int64_t(4) << 30;  // a new shard once this much data is in one
   // Free bytes of the filesystem holding `dir` (statvfs when empty; tests inject their own).
   std::function<int64_t(const std::string& dir)> free_bytes{};
 
@@ -89,8 +92,7 @@ class HiddenStore {
   // above). Errors: unreadable or corrupt files, a meta mismatch.
   static StatusOr<std::unique_ptr<HiddenStore>> open(const std::string& dir,
                                                      const nlohmann::json& meta,
-                                                     const CommittedFn& committed,
-                                                     int64_t shard_bytes = int64_t(4) << 30);
+                                                     const CommittedFn& committed);
   ~HiddenStore();
   HiddenStore(const HiddenStore&) = delete;
   HiddenStore& operator=(const HiddenStore&) = delete;
@@ -101,40 +103,48 @@ class HiddenStore {
   int64_t records() const { return int64_t(keys_.size()); }
   int64_t reclaimed() const { return reclaimed_; }  // orphans dropped by open()
 
-  // Writes one record's tensors durably (see above). `num_aux` blocks of `hidden` in each row,
-  // then the final-norm block. Not thread-safe (the job's thread).
+  // The states a record's generation captures into: rows of `num_aux` aux blocks then the
+  // final-norm block, `hidden` elements of `dtype` each; the aux blocks stream into a new record
+  // file, the final-norm blocks stay in memory (room for `rows` reserved). Without a file (it
+  // cannot be created: logged) whole rows stay in memory; commit() writes them then.
+  std::shared_ptr<CapturedStates> begin_record(const std::string& dataset, const std::string& id,
+                                               int num_aux, int64_t hidden, DType dtype,
+                                               int64_t rows);
+
+  struct Pending {
+    std::string dataset, id;
+    const CapturedRecord* record = nullptr;
+  };
+  // Writes the records' tensors durably (see above), as one group: each file's rest, one
+  // fdatasync per file (in parallel), the directory, the index lines, one index fdatasync.
+  // Records already stored are skipped. `num_aux` blocks of `hidden` in each row, then the
+  // final-norm block. Not thread-safe (the job's thread).
+  Status commit(const std::vector<Pending>& records, int num_aux, int64_t hidden);
+  // One record's commit.
   Status append(const std::string& dataset, const std::string& id, const CapturedRecord& record,
-                int num_aux, int64_t hidden);
-  // Writes the safetensors header of the open shard (the job's end; open() also rebuilds them).
+                int num_aux, int64_t hidden) {
+    return commit({Pending{dataset, id, &record}}, num_aux, hidden);
+  }
+  // The job's end: logs where the capture's time went (core/capture_counters.h).
   Status close();
 
   const std::string& dir() const { return dir_; }
 
  private:
-  struct Entry {
-    std::string dataset, id, shard;
-    nlohmann::json line;  // the index line
-    int64_t end = 0;      // byte after its last tensor
-  };
-  explicit HiddenStore(std::string dir) : dir_(std::move(dir)) {}
+  struct Writeback;  // hidden_store.cc
+  explicit HiddenStore(std::string dir);
   Status recover(const CommittedFn& committed);
-  Status open_shard(int number, int64_t end);
-  // When `shard` has holes between its kept records: copies them back to back into shard `number`
-  // (the entries then name it) and returns its name; else returns `shard`.
-  StatusOr<std::string> compact_shard(const std::string& shard, int number);
-  Status write_header(const std::string& shard) const;
+  std::string next_file_name();
 
   std::string dir_;
-  int64_t shard_bytes_ = 0;
   std::set<std::pair<std::string, std::string>> keys_;
-  std::vector<Entry> entries_;  // kept, in index order
   std::unique_ptr<AppendLog> index_;
-  int shard_number_ = 0;
-  std::string shard_name_;
-  int shard_fd_ = -1;
-  int64_t shard_end_ = 0;           // append position in the open shard
-  int64_t shard_header_bytes_ = 0;  // the open shard's header, as written at close
+  int64_t next_file_ = 0;  // the number of the next record file
   int64_t reclaimed_ = 0;
+  bool warned_no_file_ = false;
+  // Starts the writeback of the record files in flight every so often, so that their streamed
+  // rows reach the disk while they generate, not all at the commit's fdatasync.
+  std::unique_ptr<Writeback> writeback_;
 };
 
 }  // namespace strata

@@ -18,6 +18,7 @@
 namespace strata {
 
 struct CapturedRecord;  // pipeline/hidden_store.h
+class HiddenStore;
 
 // The generation settings of a job, the same for every prompt: the request's SamplingParams
 // (engine/sampling_params.h; its seed is the job's base seed, each prompt drawing with
@@ -62,6 +63,9 @@ struct GenerationTask {
   std::shared_ptr<const KvRows> resume_kv{};
   bool export_kv = false;
   int32_t kv_export_from_row = 0;
+  // Capture jobs: the store the record's states stream into while it is generated
+  // (HiddenStore::begin_record, on the job's thread); null: they are kept in memory.
+  HiddenStore* hidden_store = nullptr;
 };
 
 enum class OutcomeKind {

@@ -164,6 +164,9 @@ class Job {
   Status open_checkpoints(Sink& s);
   Status open_hidden(Sink& s);
   Status check_capture_space();
+  // Capture jobs: the tensors of a batch's finished records, durable as one group before handle()
+  // writes their results lines (HiddenStore::commit).
+  Status commit_hidden(const std::vector<std::pair<size_t, GenerationOutcome>>& batch);
   void plan_tasks();
   Status handle(size_t index, GenerationOutcome& outcome);
   void on_tokens(size_t index, TokenReport& report);
@@ -307,18 +310,30 @@ Status Job::open_hidden(Sink& s) {
   if (!options_.capture.enabled) return Status();
   nlohmann::json meta = {{"model", meta_base_["model"]}, {"capture", options_.capture.to_json()}};
   const ScanResult& results = s.results;
-  STRATA_ASSIGN_OR_RETURN(s.hidden, HiddenStore::open(
-                                        hidden_dir_for(s.results_path), meta,
-                                        [&](const std::string& dataset, const std::string& id) {
-                                          return results.contains(dataset, id);
-                                        },
-                                        options_.capture.shard_bytes));
+  STRATA_ASSIGN_OR_RETURN(s.hidden,
+                          HiddenStore::open(hidden_dir_for(s.results_path), meta,
+                                            [&](const std::string& dataset, const std::string& id) {
+                                              return results.contains(dataset, id);
+                                            }));
   const int64_t without = s.results.records - s.hidden->records();
   if (without > 0)
     return failed_precondition(
         "{} holds {} records without hidden states in {} (made without capture?); use "
         "another output",
         s.results_path, without, s.hidden->dir());
+  return Status();
+}
+
+Status Job::commit_hidden(const std::vector<std::pair<size_t, GenerationOutcome>>& batch) {
+  std::map<size_t, std::vector<HiddenStore::Pending>> by_sink;
+  for (const auto& [index, o] : batch) {
+    const Task& t = tasks_[index];
+    if (o.kind == OutcomeKind::kDone && o.hidden && !sinks_.empty() && sinks_[t.sink].hidden)
+      by_sink[t.sink].push_back({t.task.dataset, t.task.record->id, o.hidden.get()});
+  }
+  for (const auto& [sink, records] : by_sink)
+    STRATA_RETURN_IF_ERROR(sinks_[sink].hidden->commit(records, int(options_.capture.layers.size()),
+                                                       options_.capture.hidden_size));
   return Status();
 }
 
@@ -766,6 +781,7 @@ StatusOr<JobSummary> Job::run() {
           LOG_WARN("{} id {}: {}; it is prefilled", t.task.dataset, t.task.record->id,
                    rows.status().message());
       }
+      if (!sinks_.empty()) t.task.hidden_store = sinks_[t.sink].hidden.get();
       target_.start(t.task, [inbox, index](GenerationOutcome o) {
         std::lock_guard<std::mutex> lk(inbox->mu);
         inbox->items.emplace_back(index, std::move(o));
@@ -785,6 +801,7 @@ StatusOr<JobSummary> Job::run() {
       inbox_->tokens.clear();
     }
     for (auto& [index, report] : reports) on_tokens(index, report);
+    STRATA_RETURN_IF_ERROR(commit_hidden(batch));
     for (auto& [index, outcome] : batch) {
       --in_flight;
       STRATA_RETURN_IF_ERROR(handle(index, outcome));

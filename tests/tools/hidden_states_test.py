@@ -62,8 +62,8 @@ class HiddenStatesTool(unittest.TestCase):
             self.assertEqual(sum(mask), r["meta"]["completion_tokens"])
             self.assertEqual(raw["aux_hidden_state"][1], [e["tokens"], 3 * 320])
             self.assertEqual(len(ids), e["tokens"])
-        # Each shard is a safetensors file whose header names every record's tensors at the
-        # index's offsets.
+        # Each file is a safetensors file whose header names its records' tensors at the index's
+        # offsets (one record per file).
         for shard in {e["shard"] for e in store.entries}:
             with open(os.path.join(self.hidden, shard), "rb") as f:
                 (n,) = struct.unpack("<Q", f.read(8))

@@ -3,8 +3,8 @@
 //  - killed with SIGKILL again and again (checkpoints every 2 tokens, so resumed records continue
 //    from partial outputs), then resumed by the same command: every id once, and each record's
 //    tensors byte-identical to an uninterrupted run's (greedy; the CPU reference is
-//    batch-invariant), no orphan tensors left (index entries == records, shards end at their last
-//    record);
+//    batch-invariant), no orphan tensors left (index entries == records, record files end at their
+//    last tensor, no file the index does not name);
 //  - --capture-only keeps the conversations and captures every position;
 //  - a filesystem without the room is refused before the run, naming both numbers.
 #include <gtest/gtest.h>
@@ -32,8 +32,9 @@ std::string read_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// id -> every tensor's bytes (name order), read through the index; checks each shard ends at its
-// last record (no orphan bytes) and that the index has no id twice.
+// id -> every tensor's bytes (name order), read through the index; checks each record file ends at
+// its last tensor, that no other file is left (no orphan bytes) and that no id is twice in the
+// index.
 std::map<std::string, std::string> read_tensors(const std::string& hidden_dir) {
   std::map<std::string, std::string> out;
   std::map<std::string, int64_t> shard_end;
@@ -57,6 +58,12 @@ std::map<std::string, std::string> read_tensors(const std::string& hidden_dir) {
     out[id] = std::move(bytes);
   }
   for (const auto& [shard, end] : shard_end) EXPECT_EQ(int64_t(fs::file_size(shard)), end) << shard;
+  // No file the index does not name (a record in flight at a kill, never committed).
+  for (const auto& f : fs::directory_iterator(hidden_dir)) {
+    if (f.path().extension() == ".safetensors") {
+      EXPECT_EQ(shard_end.count(f.path().string()), 1u) << f.path() << " is an orphan";
+    }
+  }
   return out;
 }
 
@@ -157,7 +164,6 @@ TEST_F(CaptureCli, KilledAndResumedCaptureEqualsAnUninterruptedRun) {
       ADD_FAILURE() << id << ": tensors differ from the uninterrupted run (kill seed " << seed
                     << ")";
   }
-  // Every shard's safetensors header was rebuilt at the end.
   EXPECT_TRUE(fs::exists(path("killed/hidden/out/meta.json")));
   std::printf(
       "capture: %d kills, %d/%d records byte-identical to the uninterrupted run (seed %u)\n", kills,

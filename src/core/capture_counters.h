@@ -1,0 +1,63 @@
+// CaptureCounters: where a hidden-state capture job's time goes (issue 25's throughput), counted
+// by the threads that do the work and printed once at the job's end (HiddenStore::close):
+//   per step    download  the captured rows, device -> host (the model's one copy per step)
+//               scatter   the host rows into each request's CapturedStates (and its spill file)
+//   per record  write     the rest of a record (the rows kept in memory, ids, mask, header)
+//               sync      fdatasync of a group's record files
+//               index     the index lines and their fdatasync
+// Process-wide: one capture job runs per process. Relaxed atomics: totals, not an ordering.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace strata {
+
+struct CaptureCounter {
+  std::atomic<int64_t> count{0};  // events (steps, records, groups)
+  std::atomic<int64_t> nanos{0};  // wall time spent in them
+  std::atomic<int64_t> bytes{0};  // bytes they moved
+
+  void add(int64_t ns, int64_t nbytes, int64_t n = 1) {
+    count.fetch_add(n, std::memory_order_relaxed);
+    nanos.fetch_add(ns, std::memory_order_relaxed);
+    bytes.fetch_add(nbytes, std::memory_order_relaxed);
+  }
+  double seconds() const { return double(nanos.load(std::memory_order_relaxed)) * 1e-9; }
+};
+
+struct CaptureCounters {
+  CaptureCounter download, scatter;      // per engine step
+  CaptureCounter spill;                  // rows streamed to record files during generation
+  CaptureCounter write, sync, index;     // per record (sync and index: per group)
+  std::atomic<int64_t> spill_errors{0};  // failed spill writes (the record then fails)
+
+  // One line: each phase's count, seconds, GB and GB/s.
+  std::string summary() const;
+};
+
+// The process's counters.
+CaptureCounters& capture_counters();
+
+// Measures a scope into a counter.
+class CaptureTimer {
+ public:
+  CaptureTimer(CaptureCounter& c, int64_t bytes) : c_(c), bytes_(bytes) {}
+  ~CaptureTimer() {
+    c_.add(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                begin_)
+               .count(),
+           bytes_);
+  }
+  CaptureTimer(const CaptureTimer&) = delete;
+  CaptureTimer& operator=(const CaptureTimer&) = delete;
+
+ private:
+  CaptureCounter& c_;
+  int64_t bytes_;
+  std::chrono::steady_clock::time_point begin_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace strata
