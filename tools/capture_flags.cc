@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "model/config.h"
+#include "model/eagle3_config.h"
 
 namespace strata::tools {
 
@@ -15,6 +16,9 @@ void add_capture_flags(CLI::App& app, CaptureFlags& f) {
   app.add_option(
       "--capture-layers", f.layers,
       "aux layers to capture instead of eagle3's, e.g. 1,15,28 (outputs of those decoder layers)");
+  app.add_option("--capture-drafter-config", f.drafter_config,
+                 "an EAGLE-3 drafter's directory: capture the layers its config.json names "
+                 "(eagle_config.eagle_aux_hidden_state_layer_ids; eagle3's default without)");
   app.add_flag(
       "--capture-only", f.capture_only,
       "teacher-forced capture of conversations that already hold their responses (prefill only)");
@@ -31,7 +35,9 @@ Status resolve_capture_flags(const CaptureFlags& f, const std::string& model_pat
                              CaptureOptions* job, CaptureSpec* engine) {
   if (!f.enabled()) {
     if (f.capture_only)
-      return invalid_argument("--capture-only needs --capture-hidden-states or --capture-layers");
+      return invalid_argument(
+          "--capture-only needs --capture-hidden-states, --capture-layers or "
+          "--capture-drafter-config");
     return Status();
   }
   if (!has_output)
@@ -39,7 +45,18 @@ Status resolve_capture_flags(const CaptureFlags& f, const std::string& model_pat
         "hidden-state capture writes beside its results: give --output or --output-dir");
   STRATA_ASSIGN_OR_RETURN(ModelSpec spec, load_model_spec(model_path));
   std::vector<int> layers;
-  if (!f.layers.empty()) {
+  if (!f.drafter_config.empty() && !f.layers.empty())
+    return invalid_argument("--capture-drafter-config and --capture-layers both name the layers");
+  if (!f.drafter_config.empty()) {
+    auto drafter = load_eagle3_spec(f.drafter_config);
+    if (!drafter.ok())
+      return invalid_argument("--capture-drafter-config: {}", drafter.status().message());
+    auto aux = eagle3_aux_layers(*drafter, spec.num_layers);
+    if (!aux.ok())
+      return invalid_argument("--capture-drafter-config {}: {}", f.drafter_config,
+                              aux.status().message());
+    layers = *aux;
+  } else if (!f.layers.empty()) {
     std::stringstream in(f.layers);
     std::string item;
     std::set<int> seen;

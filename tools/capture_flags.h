@@ -1,5 +1,6 @@
 // strata generate's hidden-state capture flags (issue 25): --capture-hidden-states eagle3,
-// --capture-layers, --capture-only, --capture-dtype, and the test hook --capture-assume-free-bytes.
+// --capture-layers, --capture-drafter-config, --capture-only, --capture-dtype, and the test hook
+// --capture-assume-free-bytes.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -13,12 +14,13 @@
 namespace strata::tools {
 
 struct CaptureFlags {
-  std::string preset;  // "eagle3" or empty
-  std::string layers;  // "1,15,28" or empty
+  std::string preset;          // "eagle3" or empty
+  std::string layers;          // "1,15,28" or empty
+  std::string drafter_config;  // an EAGLE-3 drafter's directory: its aux layer ids, or empty
   bool capture_only = false;
   std::string dtype = "bf16";
   int64_t assume_free_bytes = -1;  // tests: the free space the disk check sees (-1: statvfs)
-  bool enabled() const { return !preset.empty() || !layers.empty(); }
+  bool enabled() const { return !preset.empty() || !layers.empty() || !drafter_config.empty(); }
 };
 
 void add_capture_flags(CLI::App& app, CaptureFlags& f);

@@ -15,6 +15,12 @@ class DecoderModel : public Model {
   void forward_sample(const ForwardBatch& batch, KvStorage& kv, const SampleArgs& args) final;
   void forward_logits(const ForwardBatch& batch, KvStorage& kv,
                       const LogitsConsumer& consumer) final;
+  // The token embedding table [vocab, hidden] on backend(), or null under tensor parallelism
+  // (each rank holds a slice): what an EAGLE-3 drafter without its own table borrows
+  // (arch/eagle3.h; the engine reaches it through dynamic_cast<const DecoderModel*>).
+  const Tensor* input_embedding() const {
+    return tp_.active() || !embed_ ? nullptr : &embed_->view();
+  }
 
  protected:
   // rotary_dim: the dims rope rotates (the whole head for Llama, qk_rope_head_dim for MLA).

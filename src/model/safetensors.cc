@@ -114,11 +114,14 @@ Status SafetensorsFile::parse_header(const std::string& header, int64_t data_beg
     if (dt == entry.end() || !dt->is_string()) {
       return invalid_argument("{}: tensor '{}': field 'dtype' missing or not a string", file, name);
     }
-    std::optional<DType> dtype = dtype_from_safetensors(dt->get<std::string>());
+    // BOOL (one byte each: an EAGLE-3 drafter's t2d mask) reads as U8.
+    std::optional<DType> dtype = dt->get<std::string>() == "BOOL"
+                                     ? std::optional<DType>(DType::kU8)
+                                     : dtype_from_safetensors(dt->get<std::string>());
     if (!dtype) {
       return invalid_argument(
           "{}: tensor '{}': unsupported dtype '{}' (supported: F32, BF16, F16, F8_E4M3, F8_E5M2, "
-          "I8, U8, I32, I64)",
+          "I8, U8, BOOL, I32, I64)",
           file, name, dt->get<std::string>());
     }
     TensorInfo t{

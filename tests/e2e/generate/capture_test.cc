@@ -6,7 +6,8 @@
 //    batch-invariant), no orphan tensors left (index entries == records, record files end at their
 //    last tensor, no file the index does not name);
 //  - --capture-only keeps the conversations and captures every position;
-//  - a filesystem without the room is refused before the run, naming both numbers.
+//  - a filesystem without the room is refused before the run, naming both numbers;
+//  - --capture-drafter-config DIR captures the layers an EAGLE-3 drafter's config names (issue 26).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -238,6 +239,45 @@ TEST_F(CaptureCli, RefusesToStartWithoutRoomNamingBothNumbers) {
   EXPECT_NE(text.find("2568 bytes per token"), std::string::npos) << text;
   EXPECT_NE(text.find("has 123456 bytes"), std::string::npos) << text;
   EXPECT_EQ(count_lines(out), 0);
+}
+
+// The layers come from the drafter's eagle_config.eagle_aux_hidden_state_layer_ids (the committed
+// house-llama drafter's config with its ids changed to [0, 2, 6]); with --capture-layers too, or a
+// directory without a drafter config, the run is refused before it starts.
+TEST_F(CaptureCli, DrafterConfigNamesTheLayers) {
+  const std::string input = path("p.jsonl"), out = path("out.jsonl"), log = path("log.txt");
+  std::ofstream(input) << R"({"id": "x", "conversations": [{"role": "user", "content": "Hi"}]})"
+                       << "\n";
+  const std::string drafter = path("drafter");
+  fs::create_directories(drafter);
+  auto config = nlohmann::json::parse(
+      read_file(std::string(STRATA_REPO_FIXTURES_DIR) + "/eagle3/house-llama/config.json"));
+  config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = {0, 2, 6};
+  std::ofstream(drafter + "/config.json") << config.dump();
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> cmd = {STRATA_BINARY,      "generate",   "--model-path", kModel,
+                                    "--input",          "p=" + input, "--output",     out,
+                                    "--max-new-tokens", "3",          "--no-progress"};
+    cmd.insert(cmd.end(), extra.begin(), extra.end());
+    Child c = Child::spawn(cmd, log);
+    auto rc = c.wait_for(120000);
+    EXPECT_TRUE(rc.has_value());
+    return rc.value_or(-1);
+  };
+  ASSERT_EQ(run({"--capture-drafter-config", drafter}), 0) << read_file(log);
+  auto meta = nlohmann::json::parse(read_file(path("hidden/out/meta.json")));
+  EXPECT_EQ(meta["capture"]["layers"], nlohmann::json({0, 2, 6})) << meta.dump();
+  std::ifstream idx(path("hidden/out/index.jsonl"));
+  std::string line;
+  ASSERT_TRUE(std::getline(idx, line));
+  EXPECT_EQ(nlohmann::json::parse(line)["tensors"]["aux_hidden_state"]["shape"][1], 3 * 320);
+
+  fs::remove_all(path("hidden"));
+  fs::remove(out);
+  EXPECT_NE(run({"--capture-drafter-config", drafter, "--capture-layers", "1,2,3"}), 0);
+  EXPECT_NE(read_file(log).find("both name the layers"), std::string::npos) << read_file(log);
+  EXPECT_NE(run({"--capture-drafter-config", path("nowhere")}), 0);
+  EXPECT_NE(read_file(log).find("--capture-drafter-config"), std::string::npos) << read_file(log);
 }
 
 }  // namespace
