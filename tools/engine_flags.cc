@@ -223,10 +223,11 @@ StatusOr<EngineConfig> finish_engine_flags(EngineFlags& f) {
     c.cuda_graph_max_bs = 0;
   }
   STRATA_RETURN_IF_ERROR(finish_hicache_flags(f, c));
-  if (!f.speculative_algorithm.empty())
+  if (!f.speculative_algorithm.empty()) {
     STRATA_ASSIGN_OR_RETURN(
         c.speculative.algorithm,
         parse_enum<SpeculativeAlgorithm>(f.speculative_algorithm, "--speculative-algorithm"));
+  }
   STRATA_RETURN_IF_ERROR(resolve_speculative_config(&c.speculative));
   if (!std::filesystem::is_directory(c.model_path)) {
     if (c.model_path == default_model_path())

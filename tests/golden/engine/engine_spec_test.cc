@@ -7,6 +7,7 @@
 // continuing from cached prefixes gives plain decoding's tokens).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -37,6 +38,7 @@ std::vector<std::vector<int32_t>> heldout_prompts(const Tokenizer& tok, int coun
 
 struct EngineOptions {
   bool speculative = false;
+  bool capture = false;  // hidden-state capture of layers 1 and 3 for requests that ask
   int num_steps = 3;
   std::optional<int> max_running{};
   std::optional<int64_t> max_total_tokens{};
@@ -51,6 +53,7 @@ std::unique_ptr<Engine> make_engine(const EngineOptions& o) {
   c.max_running_requests = o.max_running;
   c.max_total_tokens = o.max_total_tokens;
   c.schedule_conservativeness = o.conservativeness;
+  if (o.capture) c.capture = CaptureSpec{.layers = {1, 3}, .final_norm = true};
   if (o.speculative) {
     c.speculative.algorithm = SpeculativeAlgorithm::kNgram;
     c.speculative.num_steps = o.num_steps;
@@ -342,6 +345,44 @@ TEST(SpeculativeEngine, CachedPrefixesAfterSpeculationAreCommittedTokens) {
   auto plain = make_engine({});
   const std::vector<Result> want = run(*plain, greedy_jobs(longer, 16));
   expect_same_tokens(again, want, "from cached prefixes");
+}
+
+// Hidden-state capture (drafter training data) under speculation: every position's captured row
+// equals plain decoding's; rejected drafts' rows never reach the request's CapturedStates.
+TEST(SpeculativeEngine, CapturedStatesAreThoseOfPlainDecoding) {
+  auto capture_all = [](Engine& engine, const std::vector<int32_t>& prompt) {
+    auto states = std::make_shared<CapturedStates>(DType::kF32);
+    GenerateRequest g;
+    g.prompt_ids = prompt;
+    g.params.temperature = 0;
+    g.params.max_new_tokens = 40;
+    g.params.ignore_eos = true;
+    g.capture = states;
+    g.use_prefix_cache = false;
+    std::vector<int32_t> out;
+    std::mutex mu;
+    g.on_event = [&](const StreamEvent& ev) {
+      std::lock_guard<std::mutex> lk(mu);
+      out.insert(out.end(), ev.token_ids.begin(), ev.token_ids.end());
+    };
+    EXPECT_TRUE(engine.submit(std::move(g)).ok());
+    engine.wait_idle();
+    return std::make_pair(out, states);
+  };
+  auto plain = make_engine({.capture = true});
+  auto spec = make_engine({.speculative = true, .capture = true, .num_steps = 4});
+  const auto prompt = plain->tokenizer().encode("1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,");
+  auto [want_tokens, want] = capture_all(*plain, prompt);
+  auto [got_tokens, got] = capture_all(*spec, prompt);
+  ASSERT_EQ(got_tokens, want_tokens);
+  EXPECT_GT(spec->stats().spec_accepted_tokens_total, 0);
+  const int64_t n = int64_t(prompt.size() + want_tokens.size()) - 1;  // the last is never computed
+  ASSERT_TRUE(want->complete(n));
+  ASSERT_TRUE(got->complete(n));
+  for (int64_t pos = 0; pos < n; ++pos)
+    ASSERT_EQ(0, std::memcmp(got->row(pos), want->row(pos), size_t(want->width() * 4))) << pos;
+  // Nothing past the committed positions: a rejected draft's row would sit there.
+  for (int64_t pos = n; pos < got->rows(); ++pos) EXPECT_FALSE(got->has(pos)) << pos;
 }
 
 }  // namespace
