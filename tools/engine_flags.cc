@@ -119,8 +119,26 @@ void add_engine_flags(CLI::App& app, EngineFlags& f, const std::string& default_
                  enum_name_list<KvIoBackend>() +
                      ": host tier copies on cuda by kernel (default; gather/scatter "
                      "kernel) or direct (cudaMemcpyAsync per page run); memcpy on cpu");
+  add_speculative_flags(app, f);
   app.add_option("--log-level", f.log_level, "trace | debug | info | warning | error")
       ->capture_default_str();
+}
+
+void add_speculative_flags(CLI::App& app, EngineFlags& f) {
+  SpeculativeConfig& s = f.config.speculative;
+  app.add_option("--speculative-algorithm", f.speculative_algorithm,
+                 "speculative decoding: NGRAM (drafts copied from the request's own earlier "
+                 "tokens) or EAGLE3 (a drafter model; not in this build yet). Greedy output stays "
+                 "that of plain decoding; sampling keeps the model's distribution");
+  app.add_option("--speculative-draft-model-path", s.draft_model_path,
+                 "the drafter's checkpoint directory (EAGLE3)");
+  app.add_option("--speculative-num-steps", s.num_steps,
+                 "draft tokens proposed per request per step (default 3)");
+  app.add_option("--speculative-eagle-topk", s.eagle_topk,
+                 "drafts per position: 1 is a chain (draft trees, > 1, are not built yet)")
+      ->capture_default_str();
+  app.add_option("--speculative-num-draft-tokens", s.num_draft_tokens,
+                 "tokens one verify runs per request: num-steps + 1 for a chain (default)");
 }
 
 namespace {
@@ -209,6 +227,12 @@ StatusOr<EngineConfig> finish_engine_flags(EngineFlags& f) {
     c.cuda_graph_max_bs = 0;
   }
   STRATA_RETURN_IF_ERROR(finish_hicache_flags(f, c));
+  if (!f.speculative_algorithm.empty()) {
+    STRATA_ASSIGN_OR_RETURN(
+        c.speculative.algorithm,
+        parse_enum<SpeculativeAlgorithm>(f.speculative_algorithm, "--speculative-algorithm"));
+  }
+  STRATA_RETURN_IF_ERROR(resolve_speculative_config(&c.speculative));
   if (!std::filesystem::is_directory(c.model_path)) {
     if (c.model_path == default_model_path())
       return not_found(

@@ -31,6 +31,7 @@ struct EngineFlags {
   bool disable_cuda_graph = false;
   // Unset: EngineConfig's defaults, or kCpuDefaultChunkedPrefillSize for both on cpu.
   std::optional<int> chunked_prefill_size, max_prefill_tokens;
+  std::string speculative_algorithm;  // "": off
 };
 
 // Registers --model-path, --device, --kv-cache-dtype, --page-size, --mem-fraction-static,
@@ -41,7 +42,11 @@ struct EngineFlags {
 // --hicache-write-policy, --hicache-io-backend), and the KV quality flags (--kv-bf16-layers,
 // --kv-scales, --kv-mla-rope-dtype,
 // --kv-quality-budget, --allow-lossy-kv, --kv-quality-records).
+// --speculative-algorithm, --speculative-draft-model-path, --speculative-num-steps,
+// --speculative-eagle-topk, --speculative-num-draft-tokens.
 void add_engine_flags(CLI::App& app, EngineFlags& flags, const std::string& default_model);
+// Speculative decoding's flags alone (add_engine_flags registers them too).
+void add_speculative_flags(CLI::App& app, EngineFlags& flags);
 
 // Turns parsed flags into an EngineConfig (validating ranges) and applies --log-level. Runs the
 // KV quality gate (eval/kv_quality.h): a lossy KV configuration without a record within budget

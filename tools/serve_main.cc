@@ -37,7 +37,6 @@ constexpr NotImplemented kNotImplemented[] = {
     {"--ep-size", true, "expert parallelism"},
     {"--hicache-storage-backend", true, "a storage backend behind the host KV tier"},
     {"--enable-dp-attention", false, "DP attention"},
-    {"--speculative-algorithm", true, "speculative decoding"},
     {"--quantization", true, "on-the-fly quantization"},
     {"--attention-backend", true, "choosing the attention backend"},
     {"--enable-torch-compile", false, "torch.compile"},

@@ -21,21 +21,27 @@ BatchPlan BatchPlan::build(std::span<const ScheduledSeq> seqs, int32_t page_size
     CHECK_MSG(seqs[s].num_new_tokens > 0 && end <= r.total_len(),
               "request {}: {} new tokens from {} of {}", r.id(), seqs[s].num_new_tokens, start,
               r.total_len());
-    const int32_t num_pages = (end + page_size - 1) / page_size;
+    const std::vector<int32_t>& draft = seqs[s].draft;
+    CHECK_MSG(draft.empty() || seqs[s].sample, "request {}: drafts on a chunk that samples nothing",
+              r.id());
+    const int32_t kv_end = end + static_cast<int32_t>(draft.size());
+    const int32_t num_pages = (kv_end + page_size - 1) / page_size;
     CHECK_MSG(static_cast<int32_t>(r.pages().size()) >= num_pages,
-              "request {}: {} pages for {} tokens", r.id(), r.pages().size(), end);
-    for (int32_t pos = start; pos < end; ++pos) {
-      p.token_ids.push_back(r.token_at(pos));
+              "request {}: {} pages for {} tokens", r.id(), r.pages().size(), kv_end);
+    for (int32_t pos = start; pos < kv_end; ++pos) {
+      p.token_ids.push_back(pos < end ? r.token_at(pos) : draft[size_t(pos - end)]);
       p.positions.push_back(pos);
       p.slot_mapping.push_back(r.pages()[pos / page_size] * page_size + pos % page_size);
     }
     p.q_indptr.push_back(static_cast<int32_t>(p.token_ids.size()));
-    p.kv_lens.push_back(end);
+    p.kv_lens.push_back(kv_end);
     p.page_indices.insert(p.page_indices.end(), r.pages().begin(), r.pages().begin() + num_pages);
     p.page_indptr.push_back(static_cast<int32_t>(p.page_indices.size()));
     if (seqs[s].sample) {
-      p.logits_rows.push_back(p.q_indptr.back() - 1);
-      p.sampled_seqs.push_back(static_cast<int32_t>(s));
+      for (int32_t row = end - start - 1; row < kv_end - start; ++row) {
+        p.logits_rows.push_back(p.q_indptr[s] + row);
+        p.sampled_seqs.push_back(static_cast<int32_t>(s));
+      }
     }
   }
   return p;

@@ -16,17 +16,22 @@
 
 namespace strata {
 
-// One sequence of a step: its next num_new_tokens tokens (from request->kv_len()) are computed.
+// One sequence of a step: its next num_new_tokens tokens (from request->kv_len()) are computed,
+// then its draft tokens (speculative decoding, engine/spec/drafter.h) at the positions after them.
 struct ScheduledSeq {
   Request* request = nullptr;
   int32_t num_new_tokens = 0;
   bool sample =
       false;  // its last new token's logits are sampled (false: a non-final prefill chunk)
+  // Drafts to verify (a decode only): computed after the request's last token, and each gets a
+  // logits row too, so a sampled seq has 1 + draft.size() rows (engine/spec/verify.h).
+  std::vector<int32_t> draft{};
+  int32_t num_tokens() const { return num_new_tokens + int32_t(draft.size()); }
 };
 
 class BatchPlan {
  public:
-  // Each request's page table must cover kv_len() + num_new_tokens tokens.
+  // Each request's page table must cover kv_len() + num_tokens() tokens.
   static BatchPlan build(std::span<const ScheduledSeq> seqs, int32_t page_size);
 
   int num_seqs() const { return static_cast<int>(kv_lens.size()); }
@@ -49,8 +54,10 @@ class BatchPlan {
   std::vector<int32_t> page_indptr;   // [num_seqs + 1] into page_indices
   std::vector<int32_t> page_indices;  // [page_indptr[num_seqs]] pages covering kv_lens[s] tokens
   std::vector<int32_t> slot_mapping;  // [num_tokens] page * page_size + offset of each new token
-  std::vector<int32_t> logits_rows;   // [num_sampled] row of the last new token of each sampled seq
-  std::vector<int32_t> sampled_seqs;  // [num_sampled] which sequence each logits row belongs to
+  // [num_rows] the rows whose logits are sampled: of each sampled seq, its last new token's and
+  // then its drafts' (consecutive rows, in order)
+  std::vector<int32_t> logits_rows;
+  std::vector<int32_t> sampled_seqs;  // [num_rows] which sequence each logits row belongs to
 };
 
 }  // namespace strata

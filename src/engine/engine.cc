@@ -21,6 +21,21 @@ Engine::~Engine() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (drafter_) {
+    const EngineStats s = stats();
+    std::string hist;
+    for (size_t len = 1; len < s.spec_accept_length_counts.size(); ++len)
+      hist += fmt::format("{}{}: {}", len > 1 ? ", " : "", len, s.spec_accept_length_counts[len]);
+    LOG_INFO(
+        "Speculative decoding ({}): {} verifies, {} drafts, {} accepted, accept len {:.2f} "
+        "(verifies by accept length: {})",
+        drafter_->name(), s.spec_verify_total, s.spec_draft_tokens_total,
+        s.spec_accepted_tokens_total,
+        s.spec_verify_total > 0 ? double(s.spec_accepted_tokens_total + s.spec_verify_total) /
+                                      double(s.spec_verify_total)
+                                : 1.0,
+        hist);
+  }
   if (hicache_) {
     const HiCacheStats h = hicache_->stats();
     LOG_INFO(

@@ -34,6 +34,8 @@
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
+#include "engine/spec/drafter.h"
+#include "engine/spec/spec_config.h"
 #include "kv/hicache.h"
 #include "planner/planner.h"
 #include "tokenizer/tokenizer.h"
@@ -123,6 +125,11 @@ struct EngineConfig {
   // Hidden states the model runner can capture (engine/model_runner.h) for requests that ask
   // (GenerateRequest::capture). Empty: none (the capture buffer is not even allocated).
   CaptureSpec capture{};
+  // Speculative decoding (SGLang's --speculative-* flags; engine/spec/): off unless an algorithm
+  // is set. Greedy output stays token for token that of decoding without it on a batch-invariant
+  // backend (the CPU reference; on CUDA bf16 a verify chunk and one-token decodes differ in
+  // rounding, so exactness there needs the deterministic mode: see Engine::create).
+  SpeculativeConfig speculative{};
 };
 
 // The KV options of a config, for resolve_kv_cache_config (engine/kv_config.h).
@@ -143,6 +150,11 @@ struct StreamEvent {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
   int32_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+  // Speculative decoding, on the finished event (SGLang's meta_info names): verify steps with
+  // drafts, drafts proposed, drafts accepted. Zero without speculation.
+  int32_t spec_verify_ct = 0;
+  int32_t spec_draft_token_num = 0;
+  int32_t spec_accept_token_num = 0;
   // GenerateRequest::export_kv: KV rows of whole pages the request completed since its last
   // export (an event of its own: no tokens, not finished). Their tokens were emitted before.
   std::shared_ptr<const KvRows> kv{};
@@ -229,6 +241,13 @@ struct EngineStats {
   double kv_import_seconds = 0;
   int64_t kv_import_tokens_total = 0;
   int64_t kv_import_refused_total = 0;
+  // Speculative decoding: verifies (one request's step with drafts), drafts proposed and
+  // accepted, and the histogram of accept lengths (accepted drafts + the target's own token, so
+  // 1..num_steps + 1; index 0 unused). Mean accept length = (accepted + verifies) / verifies.
+  int64_t spec_verify_total = 0;
+  int64_t spec_draft_tokens_total = 0;
+  int64_t spec_accepted_tokens_total = 0;
+  std::vector<int64_t> spec_accept_length_counts;  // empty without speculation
 };
 
 struct ScheduledStep;  // engine/schedule_state.h
@@ -283,17 +302,27 @@ class Engine {
   void loop();
   void drain_inbox();
   void run_step();
+  // run_step's parts: speculative drafts for a step's decodes; one forward and its
+  // post-processing (verification, streaming, finishing); the drafter's news after it.
+  void propose_drafts(ScheduledStep* step);
+  void run_one_step(const ScheduledStep& step, std::chrono::steady_clock::time_point step_begin);
+  void observe_committed(const ScheduledStep& step, const BatchPlan& plan, const uint8_t* captured,
+                         std::span<const int32_t> kv_before);
+  // `later`: tokens of the request's output after these, already appended by a verify step and
+  // emitted by the next calls (the event's completion_tokens leaves them out).
   void emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogprobs> logprobs,
-            bool resumed = false);
+            bool resumed = false, int32_t later = 0);
   void finalize(Live& live);
   // KV rows of checkpoints (engine_kv_rows.cc).
   bool ensure_kv_copier();
   void import_kv(Live& live);
   void export_kv(std::span<const ScheduledSeq> seqs);
-  void store_captured(const ScheduledStep& step, const BatchPlan& plan, const uint8_t* captured);
+  void store_captured(const ScheduledStep& step, const BatchPlan& plan, const uint8_t* captured,
+                      std::span<const int32_t> kept_rows);
   void update_stats();
   // create()'s steps, in order (engine_create.cc).
   struct Checkpoint;
+  Status create_drafter();
   Status create_backend();
   StatusOr<Checkpoint> open_checkpoint();
   Status plan_kv_cache(const Checkpoint& ck);
@@ -317,6 +346,7 @@ class Engine {
   std::unique_ptr<Model> model_;
   std::unique_ptr<KvStorage> kv_;
   std::unique_ptr<ModelRunner> runner_;  // between the loop and model_ (engine thread)
+  std::unique_ptr<Drafter> drafter_;     // speculative decoding's proposer (null: off)
   std::unique_ptr<PagePool> pool_;
   std::unique_ptr<RadixCache> cache_;
   std::unique_ptr<Scheduler> scheduler_;

@@ -126,6 +126,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
         config.tp_size);
   std::unique_ptr<Engine> e(new Engine());
   e->config_ = config;
+  STRATA_RETURN_IF_ERROR(e->create_drafter());
   // Under decode context parallelism the engine's page (scheduler, prefix cache, batch plans) holds
   // --page-size tokens of each of the group's ranks (arch/dcp.h); the pools keep --page-size.
   e->config_.page_size = config.page_size * config.dcp_size;
@@ -136,15 +137,42 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   STRATA_RETURN_IF_ERROR(e->load_model(ck));
   STRATA_ASSIGN_OR_RETURN(KvLayout layout, e->create_kv_pools(ck.spec));
   e->runner_ = std::make_unique<ModelRunner>(*e->model_, *e->kv_);
-  if (!config.capture.empty()) {
-    // A step holds at most one prefill budget or one decode row per running request.
-    const int64_t step_tokens = std::max<int64_t>(
-        {config.chunked_prefill_size, config.max_prefill_tokens, e->plan_.max_running_requests});
-    STRATA_RETURN_IF_ERROR(e->runner_->set_capture(config.capture, step_tokens));
+  const CaptureSpec capture = e->drafter_ && !e->drafter_->capture_spec().empty()
+                                  ? e->drafter_->capture_spec()
+                                  : config.capture;
+  if (!capture.empty()) {
+    // A step holds at most one prefill budget or 1 + drafts rows per running request.
+    const int64_t per_request = e->drafter_ ? e->config_.speculative.num_steps + 1 : 1;
+    const int64_t step_tokens =
+        std::max<int64_t>({config.chunked_prefill_size, config.max_prefill_tokens,
+                           e->plan_.max_running_requests * per_request});
+    STRATA_RETURN_IF_ERROR(e->runner_->set_capture(capture, step_tokens));
   }
   STRATA_RETURN_IF_ERROR(e->create_scheduler_and_host_tier(ck.spec, layout));
   e->start_runtime();
   return e;
+}
+
+// Speculative decoding's drafter (engine/spec/), when an algorithm is set. Verify steps run
+// eagerly (CUDA graphs cover plain decode steps only). On CUDA, greedy exactness against plain
+// decoding needs a batch-invariant forward (a k+1-token verify chunk and k+1 one-token decodes
+// round differently in bf16): the deterministic mode, when it lands, is to be switched on here
+// together with the drafter.
+Status Engine::create_drafter() {
+  STRATA_RETURN_IF_ERROR(resolve_speculative_config(&config_.speculative));
+  if (!config_.speculative.enabled()) return Status::ok_status();
+  if (config_.tp_size > 1 || config_.dcp_size > 1)
+    return unimplemented(
+        "--speculative-algorithm with --tp-size/--dcp-size > 1: the tensor-parallel ranks' batch "
+        "plans carry no drafts yet");
+  STRATA_ASSIGN_OR_RETURN(drafter_, strata::create_drafter(config_.speculative));
+  if (!drafter_->capture_spec().empty() && !config_.capture.empty())
+    return unimplemented(
+        "speculative decoding with a drafter that reads hidden states and hidden-state capture "
+        "for requests together: one capture spec per engine");
+  LOG_INFO("speculative decoding: {} drafter, {} draft tokens per step (topk {})", drafter_->name(),
+           config_.speculative.num_steps, config_.speculative.eagle_topk);
+  return Status::ok_status();
 }
 
 // The device's backend, and the CUDA graph batch limit it implies when none was given.
@@ -315,6 +343,7 @@ Status Engine::create_scheduler_and_host_tier(const ModelSpec& spec, const KvLay
   sc.max_running_requests = plan_.max_running_requests;
   sc.num_continuous_decode_steps = std::max(1, c.num_continuous_decode_steps);
   sc.disable_radix_cache = c.disable_radix_cache;
+  if (drafter_) sc.decode_tokens_per_step = c.speculative.num_steps + 1;
   sc.init_new_token_ratio = std::min(1.0, sc.init_new_token_ratio * c.schedule_conservativeness);
   sc.min_new_token_ratio =
       std::min(sc.init_new_token_ratio, sc.min_new_token_ratio * c.schedule_conservativeness);
@@ -397,6 +426,8 @@ void Engine::start_runtime() {
       config_.tp_size > 1 ? " per rank" : "", plan_.kv_bytes_per_token, config_.page_size,
       plan_.max_running_requests, plan_.context_length, backend_->name(), dcp);
   stats_.kv_tokens_total = plan_.kv_tokens;
+  if (drafter_)
+    stats_.spec_accept_length_counts.assign(size_t(config_.speculative.num_steps) + 2, 0);
   stats_.cpu_fallback_ops = backend_->cpu_fallback_counts();
   thread_ = std::thread([this] { loop(); });
 }

@@ -11,6 +11,7 @@
 #include "engine/live_request.h"
 #include "engine/parallel_runtime.h"
 #include "engine/schedule_state.h"
+#include "engine/spec/verify.h"
 #include "kv/page_pool.h"
 #include "kv/radix_cache.h"
 
@@ -50,6 +51,58 @@ struct StepTiming {
         1e3 * rest_s / double(steps));
     forward_s = rest_s = 0;
     steps = rows = 0;
+  }
+};
+
+// One step's speculative verifies (requests whose step had drafts).
+struct SpecStepCounts {
+  int64_t verifies = 0, drafted = 0, accepted = 0;
+  std::vector<int32_t> accept_lengths;  // accepted drafts + 1, per verify
+  void add(int32_t num_drafts, int32_t num_accepted) {
+    ++verifies;
+    drafted += num_drafts;
+    accepted += num_accepted;
+    accept_lengths.push_back(num_accepted + 1);
+  }
+  void add_to(EngineStats* stats) const {
+    stats->spec_verify_total += verifies;
+    stats->spec_draft_tokens_total += drafted;
+    stats->spec_accepted_tokens_total += accepted;
+    auto& hist = stats->spec_accept_length_counts;
+    for (int32_t len : accept_lengths)
+      if (size_t(len) < hist.size()) ++hist[size_t(len)];
+  }
+};
+
+// SGLang's decode log line, every kInterval decode steps: the batch, the generation throughput
+// over the interval and, under speculative decoding, its mean accept length (tokens a verify
+// commits: accepted drafts + 1). Engine thread only.
+struct DecodeLog {
+  static constexpr int kInterval = 40;
+  int steps = 0;
+  int64_t tokens = 0, verifies = 0, accepted = 0;
+  StepClock::time_point since = StepClock::now();
+  void add(size_t batch, int64_t step_tokens, const SpecStepCounts& spec, bool speculative,
+           int64_t kv_tokens_used, int64_t kv_tokens_total) {
+    tokens += step_tokens;
+    verifies += spec.verifies;
+    accepted += spec.accepted;
+    if (++steps < kInterval) return;
+    const auto now = StepClock::now();
+    const double seconds = std::chrono::duration<double>(now - since).count();
+    const double usage =
+        kv_tokens_total > 0 ? double(kv_tokens_used) / double(kv_tokens_total) : 0.0;
+    if (speculative)
+      LOG_INFO(
+          "Decode batch. #running-req: {}, token usage: {:.2f}, accept len: {:.2f}, gen "
+          "throughput (token/s): {:.2f}",
+          batch, usage, verifies > 0 ? double(accepted + verifies) / double(verifies) : 1.0,
+          seconds > 0 ? double(tokens) / seconds : 0.0);
+    else
+      LOG_INFO(
+          "Decode batch. #running-req: {}, token usage: {:.2f}, gen throughput (token/s): {:.2f}",
+          batch, usage, seconds > 0 ? double(tokens) / seconds : 0.0);
+    *this = DecodeLog{};
   }
 };
 
@@ -121,7 +174,6 @@ void Engine::drain_inbox() {
 }
 
 void Engine::run_step() {
-  static thread_local StepTiming timing;
   auto step_begin = StepClock::now();
   ScheduledStep step = state_->schedule(*scheduler_);
   auto end_request = [&](Request* r) {
@@ -156,40 +208,94 @@ void Engine::run_step() {
     ev.prompt_tokens = live.request.prompt_len();
     if (live.on_event) live.on_event(ev);
   }
-  const int64_t vocab = model_->spec().vocab_size;
+  for (Request* r : step.retracted)
+    if (drafter_) drafter_->release(r->id());
   for (int i = 0; i < step.num_decode_steps; ++i) {
     if (i > 0) {
       drain_inbox();  // aborts take effect between continuous decode steps
       step = state_->continue_decode();
       if (step.seqs.empty()) break;
     }
+    if (drafter_) propose_drafts(&step);
+    run_one_step(step, step_begin);
+    step_begin = StepClock::now();
+  }
+}
+
+// Speculative decoding: the drafter's proposals for this step's decodes, each cut to the room its
+// pages hold (ScheduleState::draft_room).
+void Engine::propose_drafts(ScheduledStep* step) {
+  std::vector<DraftQuery> queries;
+  std::vector<size_t> seq_of;
+  for (size_t s = 0; s < step->seqs.size(); ++s) {
+    const Request& r = *step->seqs[s].request;
+    if (r.state() != RequestState::kDecoding) continue;
+    const int32_t room = state_->draft_room(r);
+    if (room <= 0) continue;
+    queries.push_back(DraftQuery{.request = &r, .max_tokens = room});
+    seq_of.push_back(s);
+  }
+  if (queries.empty()) return;
+  std::vector<std::vector<int32_t>> drafts;
+  drafter_->propose(queries, &drafts);
+  CHECK_EQ(drafts.size(), queries.size());
+  for (size_t q = 0; q < queries.size(); ++q) {
+    std::vector<int32_t>& d = drafts[q];
+    if (int32_t(d.size()) > queries[q].max_tokens) d.resize(size_t(queries[q].max_tokens));
+    step->seqs[seq_of[q]].draft = std::move(d);
+  }
+}
+
+void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_begin) {
+  static thread_local StepTiming timing;
+  static thread_local DecodeLog decode_log;
+  const int64_t vocab = model_->spec().vocab_size;
+  {
     // Apply: the step's host-side metadata.
     BatchPlan plan = BatchPlan::build(step.seqs, config_.page_size);
     // Each row's sampling parameters, with its request's draw (one per sampled token, in the
     // request's own stream); the backend samples where the logits are and only ids come back,
-    // plus the full rows of requests that asked for logprobs.
+    // plus the full rows of requests that asked for logprobs. A seq that verifies drafts has a
+    // row per draft after its own: each row sees the drafts before it as output (penalties).
     const size_t n = plan.logits_rows.size();
     std::vector<Live*> row_live(n);
     std::vector<SampleRowParams> row_params(n);
     std::vector<int32_t> keep_rows;
     std::vector<LogitEdit> edits;  // penalties and logit_bias (engine/logit_edits.h)
+    std::vector<size_t> first_row(step.seqs.size(), n);  // of each sampled seq
+    OutputTokenCounts draft_counts;  // a verifying row's counts: output + the drafts before it
     for (size_t j = 0; j < n; ++j) {
-      Live& live = *live_.at(step.seqs[size_t(plan.sampled_seqs[j])].request->id());
+      const size_t s = size_t(plan.sampled_seqs[j]);
+      const ScheduledSeq& seq = step.seqs[s];
+      if (first_row[s] == n) first_row[s] = j;
+      const size_t in_seq = j - first_row[s];
+      Live& live = *live_.at(seq.request->id());
       row_live[j] = &live;
       const SamplingParams& p = live.request.params();
-      row_params[j] = draw_row_params(p, live.rng);
-      if (p.edits_logits()) append_logit_edits(p, live.output_counts, int32_t(j), &edits);
+      // The draw plain decoding would give this row's output position; taken when its token is
+      // kept (below), so a seeded request samples the same tokens with or without speculation.
+      row_params[j] = peek_row_params(p, live.rng, in_seq);
+      if (p.edits_logits()) {
+        if (in_seq == 0) {
+          append_logit_edits(p, live.output_counts, int32_t(j), &edits);
+        } else {
+          if (in_seq == 1) draft_counts = live.output_counts;
+          draft_counts.add(seq.draft[in_seq - 1]);
+          append_logit_edits(p, draft_counts, int32_t(j), &edits);
+        }
+      }
       if (live.top_logprobs >= 0) keep_rows.push_back(int32_t(j));
     }
-    bool capture = false;
+    bool capture = drafter_ && !drafter_->capture_spec().empty();
     for (const ScheduledSeq& seq : step.seqs)
       capture = capture || live_.at(seq.request->id())->capture != nullptr;
     // Small decode steps replay captured graphs (the host's launch work then leaves the step).
     // Graph mode covers this forward only, so nothing else (host-tier copies) is ever recorded.
     // Steps with logit edits run eagerly: their edit counts change every step, and so would a
-    // graph's signature. Capture's device copies are part of the graph (fixed buffers).
-    const bool graphs =
-        !step.is_prefill && int(n) <= config_.cuda_graph_max_bs.value_or(0) && edits.empty();
+    // graph's signature. Capture's device copies are part of the graph (fixed buffers). Steps
+    // that verify drafts run eagerly too (no graphs for verify steps yet).
+    const bool graphs = !step.is_prefill && int(n) <= config_.cuda_graph_max_bs.value_or(0) &&
+                        edits.empty() && plan.num_tokens() == plan.num_seqs();
     // Run.
     const auto fwd_begin = StepClock::now();
     runner_->run(plan, StepInputs{.row_params = row_params,
@@ -198,8 +304,8 @@ void Engine::run_step() {
                                   .capture = capture,
                                   .graphs = graphs});
     const auto fwd_end = StepClock::now();
-    // Post-process: captured states by position, logprobs, sampled tokens, stops.
-    if (const uint8_t* captured = runner_->captured()) store_captured(step, plan, captured);
+    // Post-process: captured states by position, verification, logprobs, tokens, stops.
+    const uint8_t* captured = runner_->captured();
     const std::vector<int32_t>& sampled = runner_->sampled();
     const float* kept_logits = runner_->kept_logits();
     std::vector<TokenLogprobs> lps(n);
@@ -208,43 +314,131 @@ void Engine::run_step() {
       lps[j] = token_logprobs(kept_logits + i * size_t(vocab), vocab, sampled[j],
                               row_live[j]->top_logprobs);
     }
-    std::vector<Request*> finished = state_->complete(step, sampled);
+    // Verification (engine/spec/verify.h): per sampled seq, its accepted drafts then the target's
+    // own token at the first disagreement.
+    std::vector<std::vector<int32_t>> committed;
+    std::vector<size_t> sampled_seq_index;             // the seq of each committed entry
+    std::vector<int32_t> kept_rows(step.seqs.size());  // of each seq: its tokens + accepted drafts
+    SpecStepCounts spec;
+    for (size_t s = 0; s < step.seqs.size(); ++s) {
+      kept_rows[s] = step.seqs[s].num_new_tokens;
+      if (first_row[s] == n) continue;
+      const std::vector<int32_t>& draft = step.seqs[s].draft;
+      const auto rows = std::span(sampled).subspan(first_row[s], draft.size() + 1);
+      const int32_t a = accepted_drafts(rows, draft);
+      kept_rows[s] += a;
+      std::vector<int32_t> c(draft.begin(), draft.begin() + a);
+      c.push_back(rows[size_t(a)]);
+      committed.push_back(std::move(c));
+      sampled_seq_index.push_back(s);
+      if (!draft.empty()) {
+        Live& live = *live_.at(step.seqs[s].request->id());
+        ++live.spec_verify_ct;
+        live.spec_draft_token_num += int32_t(draft.size());
+        live.spec_accept_token_num += a;
+        spec.add(int32_t(draft.size()), a);
+      }
+    }
+    // Captured states of the committed positions (a rejected draft's are not the request's).
+    if (captured != nullptr) store_captured(step, plan, captured, kept_rows);
+    std::vector<int32_t> kv_before(step.seqs.size()), out_before(step.seqs.size());
+    for (size_t s = 0; s < step.seqs.size(); ++s) {
+      kv_before[s] = step.seqs[s].request->kv_len();
+      out_before[s] = step.seqs[s].request->output_len();
+    }
+    std::vector<Request*> finished = state_->complete(step, committed);
+    int64_t user_tokens = 0;
+    for (size_t k = 0; k < committed.size(); ++k) {
+      const size_t s = sampled_seq_index[k];
+      Request* r = step.seqs[s].request;
+      Live& live = *live_.at(r->id());
+      // What complete() appended (a stop token or the length limit may cut the committed list).
+      const int32_t appended = r->output_len() - out_before[s];
+      for (int32_t t = 0; t < appended; ++t) {
+        const int32_t token = r->output_ids()[size_t(out_before[s] + t)];
+        if (!sample_is_greedy(row_params[first_row[s] + size_t(t)])) live.rng.uniform();
+        if (r->params().edits_logits()) live.output_counts.add(token);
+        std::vector<TokenLogprobs> lp;
+        if (live.top_logprobs >= 0) lp.push_back(std::move(lps[first_row[s] + size_t(t)]));
+        emit(live, {token}, std::move(lp), /*resumed=*/false, appended - t - 1);
+        user_tokens += live.internal ? 0 : 1;
+        if (!live.stopped_by_string) continue;
+        // A stop string: what followed in this step is dropped, as a plain decode would never
+        // have produced it.
+        state_->truncate_output(r, out_before[s] + t + 1);
+        if (r->state() == RequestState::kDecoding) {
+          state_->finish(r, FinishReason::kStop);
+          finished.push_back(r);
+        }
+        break;
+      }
+    }
+    if (drafter_) observe_committed(step, plan, captured, kv_before);
     {
-      int64_t user_rows = 0;
-      for (const Live* l : row_live) user_rows += l->internal ? 0 : 1;
       const double seconds = std::chrono::duration<double>(StepClock::now() - step_begin).count();
       step_seconds_[size_t(stats_.steps_total % int64_t(step_seconds_.size()))] = seconds;
       std::lock_guard<std::mutex> lk(mu_);
       ++stats_.steps_total;
-      stats_.generation_tokens_total += user_rows;
+      stats_.generation_tokens_total += user_tokens;
       stats_.last_step_seconds = seconds;
       stats_.longest_recent_step_seconds =
           *std::max_element(step_seconds_.begin(), step_seconds_.end());
+      spec.add_to(&stats_);
     }
-    for (size_t j = 0; j < sampled.size(); ++j) {
-      Request* r = step.seqs[size_t(plan.sampled_seqs[j])].request;
-      Live& live = *live_.at(r->id());
-      if (r->params().edits_logits()) live.output_counts.add(sampled[j]);
-      std::vector<TokenLogprobs> lp;
-      if (live.top_logprobs >= 0) lp.push_back(std::move(lps[j]));
-      emit(live, {sampled[j]}, std::move(lp));
-      if (live.stopped_by_string && r->state() == RequestState::kDecoding) {
-        state_->finish(r, FinishReason::kStop);
-        finished.push_back(r);
-      }
-    }
+    if (!step.is_prefill)
+      decode_log.add(step.seqs.size(), user_tokens, spec, drafter_ != nullptr,
+                     int64_t(pool_->num_used_pages()) * config_.page_size, plan_.kv_tokens);
     export_kv(step.seqs);  // pages this step completed, for requests that checkpoint their KV
-    for (Request* r : finished) end_request(r);
+    for (Request* r : finished) {
+      auto it = live_.find(r->id());
+      if (it == live_.end()) continue;
+      finalize(*it->second);
+      live_.erase(it);
+    }
     timing.add(step_begin, fwd_begin, fwd_end, n);
-    step_begin = StepClock::now();
   }
 }
 
+// Tells the drafter what each request committed this step: the positions whose KV is now
+// committed target KV, the token after each, and their captured hidden states.
+void Engine::observe_committed(const ScheduledStep& step, const BatchPlan& plan,
+                               const uint8_t* captured, std::span<const int32_t> kv_before) {
+  const int64_t width = runner_->capture_width();
+  const DType dtype = runner_->capture_dtype();
+  const int64_t row_bytes = width * dtype_size(dtype);
+  std::vector<CommittedTokens> news;
+  std::vector<std::vector<int32_t>> next_tokens;
+  news.reserve(step.seqs.size());
+  next_tokens.reserve(step.seqs.size());
+  for (size_t s = 0; s < step.seqs.size(); ++s) {
+    const Request& r = *step.seqs[s].request;
+    const int32_t first = kv_before[s];
+    // Committed KV now ends at kv_len (a retraction or abort since planning: nothing); each
+    // position's next token must exist (the request's last token has no successor yet).
+    const int32_t end = r.is_running() || r.state() == RequestState::kFinished
+                            ? std::min(r.kv_len(), r.total_len() - 1)
+                            : first;
+    if (end <= first) continue;
+    std::vector<int32_t> next;
+    for (int32_t p = first; p < end; ++p) next.push_back(r.token_at(p + 1));
+    next_tokens.push_back(std::move(next));
+    news.push_back(CommittedTokens{
+        .request = &r,
+        .first_position = first,
+        .count = end - first,
+        .next_tokens = next_tokens.back(),
+        .hidden =
+            captured == nullptr ? nullptr : captured + int64_t(plan.q_indptr[s]) * row_bytes});
+  }
+  drafter_->observe(news, width, dtype);
+}
+
 // Copies the step's captured rows of each capturing request into its CapturedStates, by position
-// (a recomputed position is written again).
+// (a recomputed position is written again): the first kept_rows[s] rows of seq s (its new tokens
+// and the drafts it accepted).
 // Spread over the host thread pool: a decode step at batch 512 of an 8B model is 16 MB of rows.
 void Engine::store_captured(const ScheduledStep& step, const BatchPlan& plan,
-                            const uint8_t* captured) {
+                            const uint8_t* captured, std::span<const int32_t> kept_rows) {
   const int64_t width = runner_->capture_width();
   const DType dtype = runner_->capture_dtype();
   const int64_t row_bytes = width * dtype_size(dtype);
@@ -255,7 +449,8 @@ void Engine::store_captured(const ScheduledStep& step, const BatchPlan& plan,
   parallel_for(int64_t(states.size()), 8, [&](int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; ++s) {
       if (states[size_t(s)] == nullptr) continue;
-      for (int32_t row = plan.q_indptr[size_t(s)]; row < plan.q_indptr[size_t(s) + 1]; ++row)
+      const int32_t first = plan.q_indptr[size_t(s)];
+      for (int32_t row = first; row < first + kept_rows[size_t(s)]; ++row)
         states[size_t(s)]->put(plan.positions[size_t(row)], captured + int64_t(row) * row_bytes,
                                dtype, width);
     }
@@ -265,7 +460,7 @@ void Engine::store_captured(const ScheduledStep& step, const BatchPlan& plan,
 // Streams one step's tokens of a request: detokenize, check stop strings, hold back text that
 // could still begin a stop string.
 void Engine::emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogprobs> logprobs,
-                  bool resumed) {
+                  bool resumed, int32_t later) {
   if (live.stopped_by_string) return;
   for (int32_t t : tokens) live.pending_text += live.decoder.push(t);
   StreamEvent ev;
@@ -293,7 +488,7 @@ void Engine::emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogp
     live.pending_text.erase(0, n);
   }
   ev.prompt_tokens = live.request.prompt_len();
-  ev.completion_tokens = live.request.output_len();
+  ev.completion_tokens = live.request.output_len() - later;
   if (live.on_event) live.on_event(ev);
 }
 
@@ -308,6 +503,10 @@ void Engine::finalize(Live& live) {
   ev.prompt_tokens = r.prompt_len();
   ev.completion_tokens = r.output_len();
   ev.cached_tokens = r.prefix_hit_tokens();
+  ev.spec_verify_ct = live.spec_verify_ct;
+  ev.spec_draft_token_num = live.spec_draft_token_num;
+  ev.spec_accept_token_num = live.spec_accept_token_num;
+  if (drafter_) drafter_->release(r.id());
   if (live.on_event) live.on_event(ev);
   std::lock_guard<std::mutex> lk(mu_);
   if (!live.internal) {  // a health probe is no user traffic

@@ -44,6 +44,10 @@ struct Engine::Live {
   bool stopped_by_string = false;
   bool start_announced = false;             // the `started` event went out
   std::shared_ptr<CapturedStates> capture;  // null: no capture
+  // Speculative decoding, for the finished event's usage.
+  int32_t spec_verify_ct = 0;
+  int32_t spec_draft_token_num = 0;
+  int32_t spec_accept_token_num = 0;
 };
 
 }  // namespace strata

@@ -90,4 +90,13 @@ FinishReason Request::append_output(int32_t token, std::span<const int32_t> eos_
   return FinishReason::kNone;
 }
 
+void Request::truncate_output(int32_t output_len) {
+  CHECK_MSG((is_running() || state_ == RequestState::kFinished) && output_len >= 0 &&
+                output_len <= this->output_len(),
+            "request {}: truncate_output({}) of {} while {}", id_, output_len, this->output_len(),
+            request_state_name(state_));
+  output_ids_.resize(size_t(output_len));
+  kv_len_ = std::min(kv_len_, total_len());
+}
+
 }  // namespace strata

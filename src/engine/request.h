@@ -116,6 +116,9 @@ class Request {
   // It does not change the state: the caller finishes the request. Stop strings are the
   // detokenizer's business.
   FinishReason append_output(int32_t token, std::span<const int32_t> eos_ids);
+  // Drops output tokens past `output_len` (running or just finished: a stop string inside the
+  // tokens a speculative step committed); kv_len shrinks to at most total_len().
+  void truncate_output(int32_t output_len);
 
   FinishReason finish_reason() const { return finish_reason_; }
   const std::string& error() const { return error_; }  // why it was aborted by the engine

@@ -15,6 +15,16 @@ SampleRowParams draw_row_params(const SamplingParams& params, SamplerRng& rng) {
   return p;
 }
 
+SampleRowParams peek_row_params(const SamplingParams& params, SamplerRng& rng, size_t ahead) {
+  SampleRowParams p{.temperature = params.temperature,
+                    .top_p = params.top_p,
+                    .top_k = params.top_k,
+                    .min_p = params.min_p,
+                    .uniform = 0.0};
+  if (!sample_is_greedy(p)) p.uniform = rng.peek(ahead);
+  return p;
+}
+
 int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params,
                      SamplerRng& rng, std::vector<std::pair<float, int32_t>>& scratch) {
   return sample_row_reference(logits, vocab, draw_row_params(params, rng), scratch);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <random>
 #include <utility>
 #include <vector>
@@ -19,6 +20,9 @@ namespace strata {
 // Per-request random stream (seeded once; advanced one draw per sampled token). Its whole state
 // is (seed, draws): a generation resumed from a checkpoint restores it with SamplerRng(seed,
 // draws) and continues exactly as the uninterrupted stream would (cost: `draws` steps).
+// peek(i) looks at the draw i places ahead without taking it: a speculative verify step samples
+// its rows for output positions n, n+1, ... with the draws those positions would get in plain
+// decoding, and takes only the ones of the tokens it keeps (engine/spec/verify.h).
 class SamplerRng {
  public:
   explicit SamplerRng(uint64_t seed, uint64_t draws = 0) : gen_(seed), draws_(draws) {
@@ -27,20 +31,33 @@ class SamplerRng {
   // Uniform in [0, 1).
   double uniform() {
     ++draws_;
-    return double(gen_() >> 11) * 0x1.0p-53;
+    if (ahead_.empty()) return next();
+    const double u = ahead_.front();
+    ahead_.pop_front();
+    return u;
+  }
+  // The draw `i` places ahead (0: what uniform() returns next), not taken.
+  double peek(size_t i) {
+    while (ahead_.size() <= i) ahead_.push_back(next());
+    return ahead_[i];
   }
   // Draws taken since the seed (what a checkpoint stores).
   uint64_t draws() const { return draws_; }
 
  private:
+  double next() { return double(gen_() >> 11) * 0x1.0p-53; }
   std::mt19937_64 gen_;
   uint64_t draws_ = 0;
+  std::deque<double> ahead_;  // drawn from gen_ by peek(), not yet taken
 };
 
 // The row parameters of one token: the request's temperature, top_p, top_k and min_p plus, unless
 // greedy, one draw from `rng` (the stream advances exactly one draw per sampled token, none per
 // greedy one).
 SampleRowParams draw_row_params(const SamplingParams& params, SamplerRng& rng);
+// The same with the draw `ahead` places ahead, not taken (rng.peek): the caller takes it
+// (rng.uniform()) when the row's token is kept. Greedy rows look at no draw.
+SampleRowParams peek_row_params(const SamplingParams& params, SamplerRng& rng, size_t ahead);
 
 // Picks the next token on the host (draw_row_params + sample_row_reference) from logits the
 // penalties and logit_bias have already changed. `scratch` is reused between calls to avoid

@@ -256,12 +256,41 @@ ScheduledStep ScheduleState::apply(const Decision& d) {
     ensure_pages(r, r->kv_len() + steps);  // reserved for the whole continuous decode
     step.seqs.push_back({.request = r, .num_new_tokens = 1, .sample = true});
   }
+  if (config_.decode_tokens_per_step > 1) reserve_draft_room(step);
   step.num_decode_steps = d.decode.empty() ? 1 : d.num_decode_steps;
   new_token_ratio_ = d.new_token_ratio;
   // Under write_back an allocation that evicts waits for the demoted pages' copies. Demoting now
   // what the next step may need lets those copies run beside this step's forward instead.
   if (hicache_) hicache_->evict_ahead(evict_ahead_pages());
   return step;
+}
+
+// Speculative decoding: each decode of `step` (one token secured by the decision) grows its pages
+// toward decode_tokens_per_step tokens (never past what it may still produce), in step order,
+// while free or evictable pages last. The drafter then proposes only what fits (draft_room).
+void ScheduleState::reserve_draft_room(const ScheduledStep& step) {
+  for (const ScheduledSeq& seq : step.seqs) {
+    Request* r = seq.request;
+    if (r->state() != RequestState::kDecoding) continue;
+    const int32_t want =
+        std::min(config_.decode_tokens_per_step, std::max(1, r->remaining_new_tokens()));
+    const int64_t extra = pool_->pages_for_tokens(r->kv_len() + want) - int64_t(r->pages().size());
+    if (extra <= 0) continue;
+    const int64_t available = int64_t(pool_->num_free_pages()) +
+                              (hicache_ ? hicache_->pages_pending_free() : 0) +
+                              cache_->evictable_pages();
+    const int64_t pages = std::min(extra, available);
+    if (pages <= 0) break;
+    ensure_pages(
+        r, int32_t(std::min<int64_t>(r->kv_len() + want,
+                                     (int64_t(r->pages().size()) + pages) * config_.page_size)));
+  }
+}
+
+int32_t ScheduleState::draft_room(const Request& r) const {
+  const int32_t room = int32_t(r.pages().size()) * config_.page_size - (r.kv_len() + 1);
+  return std::max(
+      0, std::min({room, config_.decode_tokens_per_step - 1, r.remaining_new_tokens() - 1}));
 }
 
 // Pages the next step may allocate: a page per running request (a decode step crosses at most one
@@ -284,22 +313,42 @@ ScheduledStep ScheduleState::continue_decode() {
 
 std::vector<Request*> ScheduleState::complete(const ScheduledStep& step,
                                               std::span<const int32_t> sampled) {
+  std::vector<std::vector<int32_t>> tokens;
+  tokens.reserve(sampled.size());
+  for (int32_t t : sampled) tokens.push_back({t});
+  return complete(step, tokens);
+}
+
+std::vector<Request*> ScheduleState::complete(const ScheduledStep& step,
+                                              std::span<const std::vector<int32_t>> committed) {
   std::vector<Request*> finished;
   size_t next = 0;
   for (const ScheduledSeq& seq : step.seqs) {
     Request* r = seq.request;
-    int32_t token = seq.sample ? sampled[next++] : -1;
+    const std::vector<int32_t>* tokens = seq.sample ? &committed[next++] : nullptr;
     if (!r->is_running()) continue;  // aborted since the step was planned
-    r->add_computed_tokens(seq.num_new_tokens);
-    r->set_kv_len(r->kv_len() + seq.num_new_tokens);
+    r->add_computed_tokens(seq.num_tokens());
     if (!seq.sample) {
+      r->set_kv_len(r->kv_len() + seq.num_new_tokens);
       cache_unfinished(r);
       continue;
     }
+    // The accepted drafts' KV is the committed tokens' KV; the rejected drafts' slots are
+    // garbage past kv_len, overwritten by later steps or released with their pages below.
+    const int32_t accepted = int32_t(tokens->size()) - 1;
+    CHECK_MSG(accepted >= 0 && accepted <= int32_t(seq.draft.size()),
+              "request {}: {} tokens committed for {} drafts", r->id(), tokens->size(),
+              seq.draft.size());
+    r->set_kv_len(r->kv_len() + seq.num_new_tokens);
     CHECK_EQ(r->kv_len(), r->total_len());
-    FinishReason reason = r->append_output(token, eos_token_ids_);
+    FinishReason reason = FinishReason::kNone;
+    for (int32_t i = 0; i <= accepted && reason == FinishReason::kNone; ++i) {
+      if (i > 0) r->set_kv_len(r->kv_len() + 1);  // draft i - 1 (now output) has its KV
+      reason = r->append_output((*tokens)[size_t(i)], eos_token_ids_);
+    }
     if (reason == FinishReason::kNone) {
       if (r->state() == RequestState::kPrefilling) r->start_decode();
+      if (config_.decode_tokens_per_step > 1) release_unneeded_pages(r);
       continue;
     }
     release_kv(r);
@@ -308,8 +357,24 @@ std::vector<Request*> ScheduleState::complete(const ScheduledStep& step,
     live_.erase(r->id());
     finished.push_back(r);
   }
-  CHECK_EQ(next, sampled.size());
+  CHECK_EQ(next, committed.size());
   return finished;
+}
+
+// After a speculative decode: pages past the committed tokens (and the next token's slot) held
+// only rejected drafts' slots; they go back to the pool. Never a cached page: those end at or
+// before kv_len.
+void ScheduleState::release_unneeded_pages(Request* r) {
+  std::vector<PageId>& pages = r->pages();
+  const int64_t keep = pool_->pages_for_tokens(r->total_len());
+  if (int64_t(pages.size()) <= keep) return;
+  CHECK_GE(keep, r->cached_pages());
+  pool_->release(std::span(pages).subspan(size_t(keep)));
+  pages.resize(size_t(keep));
+}
+
+void ScheduleState::truncate_output(Request* r, int32_t output_len) {
+  r->truncate_output(output_len);
 }
 
 void ScheduleState::finish(Request* r, FinishReason reason) {

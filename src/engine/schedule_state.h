@@ -66,6 +66,20 @@ class ScheduleState {
   // the i-th seq with sample set), caches the prefixes of finished requests and of non-final
   // chunks, and returns the requests that finished (stop token, EOS, length).
   std::vector<Request*> complete(const ScheduledStep& step, std::span<const int32_t> sampled);
+  // The same for a step that verified drafts: committed[i], for the i-th seq with sample set, is
+  // its accepted drafts (a prefix of seq.draft) then the target's own next token. They are
+  // appended in order until one finishes the request (the rest are dropped); kv_len counts the
+  // last token and the accepted drafts (KV rollback of the rejected ones), and pages past the
+  // committed tokens go back to the pool.
+  std::vector<Request*> complete(const ScheduledStep& step,
+                                 std::span<const std::vector<int32_t>> committed);
+  // Draft tokens a decoding request of this step may verify: what its pages hold past its last
+  // token, at most decode_tokens_per_step - 1 and never more than it may still produce after
+  // the target's own token.
+  int32_t draft_room(const Request& request) const;
+  // Drops a request's output tokens past `output_len` (a stop string found inside the tokens one
+  // verify step committed): a running one's before finish(), or one complete() just finished.
+  void truncate_output(Request* request, int32_t output_len);
 
   // Finishes a running request for a reason found outside (e.g. a stop string).
   void finish(Request* request, FinishReason reason);
@@ -93,6 +107,8 @@ class ScheduleState {
   void ensure_pages(Request* r, int32_t tokens);
   void release_kv(Request* r);
   void cache_unfinished(Request* r);
+  void reserve_draft_room(const ScheduledStep& step);
+  void release_unneeded_pages(Request* r);
   void promote_from_host(Request* r, int32_t end);
   void evict(int32_t pages);
   int32_t evict_ahead_pages() const;

@@ -13,6 +13,7 @@ Scheduler::Scheduler(const SchedulerConfig& config) : config_(config) {
   CHECK_GE(config_.max_running_requests, 1);
   CHECK_GE(config_.num_continuous_decode_steps, 1);
   CHECK(config_.min_new_token_ratio <= config_.init_new_token_ratio);
+  CHECK_GE(config_.decode_tokens_per_step, 1);
 }
 
 double Scheduler::reservation_tokens(int32_t remaining, double ratio) const {
@@ -107,7 +108,11 @@ void Scheduler::schedule_decode(const SchedulerSnapshot& s, Decision* d) const {
     return;
   }
   const int64_t avail = int64_t{s.free_pages} + s.evictable_pages;
-  // New pages the live requests need to run k more decode steps.
+  // New pages the live requests need to run k more decode steps. Under speculative decoding
+  // (decode_tokens_per_step > 1) one token each is what a step needs: the drafts' room is taken
+  // from what is left when the decision is applied (ScheduleState::apply), so a short pool
+  // shortens drafts instead of retracting requests.
+  const int64_t per_step = config_.decode_tokens_per_step;
   auto need = [&](int32_t k) {
     int64_t n = 0;
     for (const RunningEntry* r : live) {
@@ -117,7 +122,8 @@ void Scheduler::schedule_decode(const SchedulerSnapshot& s, Decision* d) const {
     return n;
   };
   int32_t k = 1;
-  if (s.waiting.empty() && !s.more_waiting && !has_chunked) k = config_.num_continuous_decode_steps;
+  if (s.waiting.empty() && !s.more_waiting && !has_chunked && per_step == 1)
+    k = config_.num_continuous_decode_steps;
   while (k > 1 && need(k) > avail) --k;
 
   if (need(1) <= avail) {

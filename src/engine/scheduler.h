@@ -16,10 +16,11 @@
 //     A request longer than chunked_prefill_size is split; its chunks end on page boundaries.
 //     A waiting request whose tokens + 1 exceed the whole pool is rejected.
 //  2. Otherwise decode every decoding request, for num_continuous_decode_steps steps when nothing
-//     waits (fewer if pages run short). When even one step does not fit, running requests are
-//     retracted, least progress first (fewest output tokens, then longest prompt), until it does;
-//     new_token_ratio then rises to the observed need, and otherwise decays by
-//     new_token_ratio_decay per decode step down to min_new_token_ratio.
+//     waits (fewer if pages run short); under speculative decoding one step at a time, its
+//     drafts' room given where pages are left (SchedulerConfig::decode_tokens_per_step). When even
+//     one step does not fit, running requests are retracted, least progress first (fewest output
+//     tokens, then longest prompt), until it does; new_token_ratio then rises to the observed need,
+//     and otherwise decays by new_token_ratio_decay per decode step down to min_new_token_ratio.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +42,12 @@ struct SchedulerConfig {
   // --disable-radix-cache: no prefix is shared or kept; a request's pages go back to the pool when
   // it ends (engine/schedule_state.h). The tree then stays empty.
   bool disable_radix_cache = false;
+  // Tokens one decode step computes per request: 1, or 1 + the drafts it verifies under
+  // speculative decoding (engine/spec/drafter.h). The decision secures one token per decoding
+  // request (retracting only for that); ScheduleState::apply then gives each the room for its
+  // drafts from the pages still free or evictable (fewer drafts when short), and a continuous
+  // decode is one step.
+  int32_t decode_tokens_per_step = 1;
 };
 
 struct WaitingEntry {

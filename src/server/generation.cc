@@ -129,6 +129,7 @@ std::optional<ApiError> Generation::submit_all(std::vector<std::vector<int32_t>>
   engine_ids_.assign(size_t(total), -1);
   prompt_tokens_.assign(size_t(total), 0);
   cached_tokens_.assign(size_t(total), 0);
+  spec_counts_.assign(size_t(total), {0, 0, 0});
   const int64_t context = state_.context_limit().tokens;
   for (int i = 0; i < total; ++i) {
     const auto& prompt = prompts[size_t(i / req_.n)];
@@ -185,13 +186,19 @@ void Generation::apply(ChoiceEvent& ce) {
     c.error = ev.error;
     finished_[size_t(ce.choice)] = true;
     cached_tokens_[size_t(ce.choice)] = ev.cached_tokens;
+    spec_counts_[size_t(ce.choice)] = {ev.spec_verify_ct, ev.spec_draft_token_num,
+                                       ev.spec_accept_token_num};
   }
 }
 
 Usage Generation::usage() const {
   Usage usage;
+  usage.include_spec = req_.return_meta_info;
   for (size_t i = 0; i < choices_.size(); ++i) {
     usage.completion_tokens += int64_t(choices_[i].token_ids.size());
+    usage.spec_verify_ct += spec_counts_[i][0];
+    usage.spec_draft_token_num += spec_counts_[i][1];
+    usage.spec_accept_token_num += spec_counts_[i][2];
     if (i % size_t(req_.n) == 0) {
       usage.prompt_tokens += prompt_tokens_[i];
       usage.cached_tokens += cached_tokens_[i];

@@ -6,6 +6,7 @@
 // client that went away) and releases the queue slots.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -74,6 +75,7 @@ class Generation {
   std::string start_error_;             // try_started: the first abort's reason
   std::vector<int32_t> prompt_tokens_;  // per choice
   std::vector<int32_t> cached_tokens_;
+  std::vector<std::array<int32_t, 3>> spec_counts_;  // verifies, drafted, accepted per choice
   Clock::time_point arrival_{};
   int admitted_ = 0;
   bool started_stream_ = false;

@@ -473,6 +473,7 @@ std::optional<ApiError> parse_openai_request(std::string_view body, Endpoint end
     r->chat_template_kwargs = *k;
   }
   if (auto e = read_bool(b, "stream", &r->stream)) return e;
+  if (auto e = read_bool(b, "return_meta_info", &r->return_meta_info)) return e;
   if (auto so = b.find("stream_options"); so != b.end() && !so->is_null()) {
     if (!so->is_object()) return wrong_type("stream_options", "an object", *so);
     if (auto e = read_bool(*so, "include_usage", &r->include_usage)) return e;
@@ -487,6 +488,15 @@ json Usage::to_json() const {
             {"completion_tokens", completion_tokens},
             {"total_tokens", prompt_tokens + completion_tokens}};
   u["prompt_tokens_details"] = {{"cached_tokens", cached_tokens}};
+  if (include_spec) {
+    u["spec_verify_ct"] = spec_verify_ct;
+    u["spec_draft_token_num"] = spec_draft_token_num;
+    u["spec_accept_token_num"] = spec_accept_token_num;
+    // Tokens per verify (accepted drafts + the target's own); 1 without verifies.
+    u["spec_accept_length"] =
+        spec_verify_ct > 0 ? double(spec_accept_token_num + spec_verify_ct) / double(spec_verify_ct)
+                           : 1.0;
+  }
   return u;
 }
 

@@ -48,7 +48,10 @@ struct OpenAiRequest {
   nlohmann::json chat_template_kwargs;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
-  int top_logprobs = -1;       // -1: no logprobs; else the chosen token's and the top n
+  // SGLang's return_meta_info: usage then also carries speculative decoding's per-request counts
+  // (spec_verify_ct, spec_draft_token_num, spec_accept_token_num, spec_accept_length).
+  bool return_meta_info = false;
+  int top_logprobs = -1;  // -1: no logprobs; else the chosen token's and the top n
   int num_prompts() const {
     return endpoint == Endpoint::kChat ? 1 : int(text_prompts.size() + token_prompts.size());
   }
@@ -83,6 +86,12 @@ struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;
+  // Speculative decoding (OpenAiRequest::return_meta_info; SGLang's meta_info names), summed over
+  // the choices: verifies, drafts proposed, drafts accepted.
+  bool include_spec = false;
+  int64_t spec_verify_ct = 0;
+  int64_t spec_draft_token_num = 0;
+  int64_t spec_accept_token_num = 0;
   nlohmann::json to_json() const;
 };
 

@@ -14,7 +14,7 @@ using Clock = std::chrono::steady_clock;
 
 ServerMetrics::ServerMetrics(const std::string& model_name,
                              const std::vector<std::pair<std::string, int64_t>>& fallback_ops,
-                             int host_tier_ranks)
+                             int host_tier_ranks, int spec_max_accept_length)
     : registry({{"model_name", model_name}}),
       running(registry.gauge("strata_num_running_requests",
                              "Requests prefilling or decoding in the engine.")),
@@ -89,6 +89,24 @@ ServerMetrics::ServerMetrics(const std::string& model_name,
       hicache_copy_seconds(
           registry.counter("strata_hicache_copy_seconds_total",
                            "Time the host-tier copies took (device time on cuda).")) {
+  if (spec_max_accept_length > 0) {
+    spec_verifies =
+        &registry.counter("strata_spec_verify_total",
+                          "Speculative decoding: verifies (one request's step with drafts).");
+    spec_draft_tokens = &registry.counter("strata_spec_draft_tokens_total",
+                                          "Speculative decoding: draft tokens proposed.");
+    spec_accepted_tokens = &registry.counter("strata_spec_accepted_tokens_total",
+                                             "Speculative decoding: draft tokens accepted.");
+    spec_accept_length = &registry.gauge(
+        "strata_spec_accept_length",
+        "Speculative decoding: mean tokens committed per verify (accepted drafts + 1) so far.");
+    spec_accept_length_count = &registry.counter_family(
+        "strata_spec_accept_length_count_total",
+        "Speculative decoding: verifies that committed accept_length tokens (the histogram).",
+        "accept_length");
+    for (int len = 1; len <= spec_max_accept_length; ++len)
+      spec_accept_length_count->with(std::to_string(len));
+  }
   if (host_tier_ranks > 0) {
     auto family = [&](const char* name, const char* help) {
       CounterFamily& f = registry.counter_family(name, help, "rank");
@@ -117,6 +135,20 @@ ServerMetrics::ServerMetrics(const std::string& model_name,
   set_cpu_fallback_counts(fallback_ops);
 }
 
+void ServerMetrics::set_spec_counts(const EngineStats& s) {
+  if (spec_verifies == nullptr) return;
+  spec_verifies->set_total(double(s.spec_verify_total));
+  spec_draft_tokens->set_total(double(s.spec_draft_tokens_total));
+  spec_accepted_tokens->set_total(double(s.spec_accepted_tokens_total));
+  spec_accept_length->set(s.spec_verify_total > 0
+                              ? double(s.spec_accepted_tokens_total + s.spec_verify_total) /
+                                    double(s.spec_verify_total)
+                              : 0.0);
+  for (size_t len = 1; len < s.spec_accept_length_counts.size(); ++len)
+    spec_accept_length_count->with(std::to_string(len))
+        .set_total(double(s.spec_accept_length_counts[len]));
+}
+
 void ServerMetrics::set_cpu_fallback_counts(
     const std::vector<std::pair<std::string, int64_t>>& counts) {
   if (cpu_fallback_ops == nullptr) return;
@@ -130,7 +162,8 @@ ServerState::ServerState(ServerConfig config, Engine& engine, const PromptEncode
       encoder_(encoder),
       metrics_(std::make_shared<ServerMetrics>(
           config_.served_model_name, engine.stats().cpu_fallback_ops,
-          engine.config().enable_hierarchical_cache ? std::max(1, engine.config().tp_size) : 0)),
+          engine.config().enable_hierarchical_cache ? std::max(1, engine.config().tp_size) : 0,
+          engine.config().speculative.enabled() ? engine.config().speculative.num_steps + 1 : 0)),
       start_time_(int64_t(std::time(nullptr))),
       last_progress_(Clock::now()) {
   if (config_.max_queued_requests >= 0)
@@ -343,6 +376,7 @@ void ServerState::refresh_engine_metrics(const EngineStats& s) {
     }
   }
   m.set_cpu_fallback_counts(s.cpu_fallback_ops);
+  m.set_spec_counts(s);
 }
 
 std::string ServerState::render_metrics() {

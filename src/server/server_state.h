@@ -48,9 +48,12 @@ struct ServerMetrics {
   // `fallback_ops`: the backend's ops that run on the CPU reference (EngineStats::
   // cpu_fallback_ops); when there are any, strata_cpu_fallback_ops_total{op} exports each.
   // host_tier_ranks: the ranks whose host KV tier is reported per rank (0: the tier is off).
+  // spec_max_accept_length: speculative decoding's longest accept length (num_steps + 1; 0: off).
   explicit ServerMetrics(const std::string& model_name,
                          const std::vector<std::pair<std::string, int64_t>>& fallback_ops = {},
-                         int host_tier_ranks = 0);
+                         int host_tier_ranks = 0, int spec_max_accept_length = 0);
+  // Mirrors the engine's speculative decoding counts (nothing while it is off).
+  void set_spec_counts(const EngineStats& stats);
   // Mirrors the engine's counts into strata_cpu_fallback_ops_total (nothing without the table).
   void set_cpu_fallback_counts(const std::vector<std::pair<std::string, int64_t>>& counts);
   MetricsRegistry registry;
@@ -96,6 +99,14 @@ struct ServerMetrics {
   // Calls of ops the backend runs on the CPU reference through host copies, per op (issue 21;
   // null when the backend declares none).
   CounterFamily* cpu_fallback_ops = nullptr;
+  // Speculative decoding (null while off): verifies, drafts proposed and accepted, the mean
+  // accept length so far, and how many verifies committed each accept length (label
+  // accept_length="1".."num_steps + 1": the accept-length histogram, one count per length).
+  Counter* spec_verifies = nullptr;
+  Counter* spec_draft_tokens = nullptr;
+  Counter* spec_accepted_tokens = nullptr;
+  Gauge* spec_accept_length = nullptr;
+  CounterFamily* spec_accept_length_count = nullptr;
 };
 
 // The longest prompt + completion the server accepts: the model's context length, or the KV cache

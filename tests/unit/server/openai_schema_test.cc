@@ -226,3 +226,36 @@ TEST(ServerSseTest, Framing) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+// return_meta_info (SGLang's name) adds speculative decoding's per-request counts to usage.
+TEST(ServerSchemaTest, ReturnMetaInfoAddsSpeculativeCountsToUsage) {
+  OpenAiRequest r;
+  auto e = parse_openai_request(R"({"model":"m","prompt":"a","return_meta_info":true})",
+                                Endpoint::kCompletions, &r);
+  ASSERT_FALSE(e) << e->message;
+  EXPECT_TRUE(r.return_meta_info);
+  OpenAiRequest plain;
+  ASSERT_FALSE(
+      parse_openai_request(R"({"model":"m","prompt":"a"})", Endpoint::kCompletions, &plain));
+  EXPECT_FALSE(plain.return_meta_info);
+  EXPECT_TRUE(parse_openai_request(R"({"model":"m","prompt":"a","return_meta_info":3})",
+                                   Endpoint::kCompletions, &plain));
+
+  Usage u{.prompt_tokens = 5, .completion_tokens = 9, .cached_tokens = 0};
+  EXPECT_FALSE(u.to_json().contains("spec_verify_ct"));
+  u.include_spec = true;
+  u.spec_verify_ct = 4;
+  u.spec_draft_token_num = 12;
+  u.spec_accept_token_num = 5;
+  const auto j = u.to_json();
+  EXPECT_EQ(j["spec_verify_ct"], 4);
+  EXPECT_EQ(j["spec_draft_token_num"], 12);
+  EXPECT_EQ(j["spec_accept_token_num"], 5);
+  EXPECT_DOUBLE_EQ(j["spec_accept_length"].get<double>(), 9.0 / 4.0);
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,124 @@
+// Speculative decoding (NGRAM) on the CPU reference: house-llama, greedy, N chat prompts of
+// prompts-explain.jsonl (the chat template applied), T new tokens each (ignore_eos), at batch 1
+// (--max-running-requests 1, one request at a time) and at batch N, with and without NGRAM.
+// Prints output tokens per second of wall time, the mean accept length and whether the outputs
+// are identical (they must be: the CPU reference is batch invariant).
+//
+// Usage: strata_bench_spec_cpu_bench [--prompts N] [--new T] [--steps K] [--model DIR]
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "engine/engine.h"
+#include "tokenizer/prompt_encoder.h"
+
+namespace strata {
+namespace {
+
+struct Args {
+  int prompts = 16, new_tokens = 128, steps = 4;
+  std::string model = std::string(STRATA_SHARED_DIR) + "/models/house-llama";
+  std::string data = std::string(STRATA_SHARED_DIR) + "/data/prompts-explain.jsonl";
+};
+
+struct Run {
+  std::vector<std::vector<int32_t>> outputs;
+  double seconds = 0;
+  EngineStats stats;
+};
+
+Run run(const Args& a, const std::vector<std::vector<int32_t>>& prompts, bool batch1, bool spec) {
+  EngineConfig c;
+  c.model_path = a.model;
+  c.page_size = 16;
+  c.chunked_prefill_size = 128;
+  c.max_prefill_tokens = 128;
+  if (batch1) c.max_running_requests = 1;
+  if (spec) {
+    c.speculative.algorithm = SpeculativeAlgorithm::kNgram;
+    c.speculative.num_steps = a.steps;
+  }
+  auto made = Engine::create(c);
+  CHECK_MSG(made.ok(), "{}", made.status().to_string());
+  Engine& e = **made;
+  Run r;
+  r.outputs.resize(prompts.size());
+  std::mutex mu;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerateRequest g;
+    g.prompt_ids = prompts[i];
+    g.params.temperature = 0;
+    g.params.max_new_tokens = a.new_tokens;
+    g.params.ignore_eos = true;
+    g.on_event = [&r, &mu, i](const StreamEvent& ev) {
+      std::lock_guard<std::mutex> lk(mu);
+      r.outputs[i].insert(r.outputs[i].end(), ev.token_ids.begin(), ev.token_ids.end());
+    };
+    CHECK(e.submit(std::move(g)).ok());
+  }
+  e.wait_idle();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.stats = e.stats();
+  return r;
+}
+
+int main_impl(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--prompts")
+      a.prompts = std::stoi(v);
+    else if (k == "--new")
+      a.new_tokens = std::stoi(v);
+    else if (k == "--steps")
+      a.steps = std::stoi(v);
+    else if (k == "--model")
+      a.model = v;
+    else {
+      std::fprintf(stderr, "spec_cpu_bench: unknown flag %s\n", k.c_str());
+      return 2;
+    }
+  }
+  auto tok = Tokenizer::load(a.model);
+  CHECK_MSG(tok.ok(), "{}", tok.status().to_string());
+  auto enc = PromptEncoder::load(a.model, *tok);
+  CHECK_MSG(enc.ok(), "{}", enc.status().to_string());
+  std::vector<std::vector<int32_t>> prompts;
+  std::ifstream in(a.data);
+  std::string line;
+  while (int(prompts.size()) < a.prompts && std::getline(in, line)) {
+    auto ids = enc->encode_chat(nlohmann::json::parse(line)["conversations"]);
+    CHECK_MSG(ids.ok(), "{}", ids.status().to_string());
+    prompts.push_back(*ids);
+  }
+  for (bool batch1 : {true, false}) {
+    const Run plain = run(a, prompts, batch1, false);
+    const Run spec = run(a, prompts, batch1, true);
+    const double tokens = double(prompts.size()) * a.new_tokens;
+    const EngineStats& s = spec.stats;
+    std::printf(
+        "batch %-3s %zu prompts x %d new tokens: plain %.1f tok/s, NGRAM (%d steps) %.1f tok/s "
+        "(x%.2f), accept len %.2f (%lld verifies, %lld of %lld drafts accepted), outputs %s\n",
+        batch1 ? "1" : "all", prompts.size(), a.new_tokens, tokens / plain.seconds, a.steps,
+        tokens / spec.seconds, plain.seconds / spec.seconds,
+        s.spec_verify_total > 0 ? double(s.spec_accepted_tokens_total + s.spec_verify_total) /
+                                      double(s.spec_verify_total)
+                                : 1.0,
+        (long long)s.spec_verify_total, (long long)s.spec_accepted_tokens_total,
+        (long long)s.spec_draft_tokens_total,
+        plain.outputs == spec.outputs ? "identical" : "DIFFER");
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace strata
+
+int main(int argc, char** argv) { return strata::main_impl(argc, argv); }

@@ -1,0 +1,88 @@
+// Drafter: what speculative decoding asks of a draft proposer (design.md §1, the model runner's
+// speculative step kind; issue 26). The engine loop drives it; it never touches the scheduler, the
+// page pool or the radix cache.
+//
+// A step with speculation, on the engine thread:
+//   1. schedule: each decoding request gets pages for 1 + k tokens (ScheduleState budgets
+//      SchedulerConfig::decode_tokens_per_step);
+//   2. propose(): up to k draft tokens per decoding request (a chain: topk 1);
+//   3. one target forward verifies every request's [last token, d1..dk] at positions n..n+k
+//      together with the rest of the batch (engine/spec/verify.h: accept the longest agreeing
+//      prefix plus the target's own next token);
+//   4. observe(): per request, the positions whose target KV became committed this step, the
+//      token that follows each, and (when capture_spec() is not empty) the target's captured
+//      hidden states of those positions;
+//   5. ScheduleState rolls back what was rejected: kv_len counts committed tokens only, pages past
+//      them go back to the pool, the radix cache only ever sees committed tokens.
+//
+// KV of a model drafter (EAGLE-3): one decoder layer whose KV is indexed by the SAME page ids and
+// slots as the target's (a second KvStorage of the same page count). A position's target slot and
+// drafter slot belong to the same page, so pages, retraction, the prefix cache and the host tier
+// need nothing new. Draft steps write the drafter's KV at positions past kv_len, inside the pages
+// the scheduler gave the request for this step (DraftQuery::max_tokens never exceeds them); those
+// slots are either rewritten by a later observe() or released with the page. Where the drafter's
+// KV is stale (a prefix shared through the radix cache that the drafter never saw, one promoted
+// from the host tier, a request it was released for), only acceptance drops: verification by the
+// target makes the output exact whatever the drafter proposes.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "arch/model.h"
+#include "engine/request.h"
+
+namespace strata {
+
+// One request's news after a target forward (prefill chunk, plain decode or verify).
+struct CommittedTokens {
+  const Request* request = nullptr;
+  // Positions [first_position, first_position + count) now hold committed target KV.
+  int32_t first_position = 0;
+  int32_t count = 0;
+  // The token at position p + 1 for each such p (count of them): a prompt token for a prefill
+  // chunk, else an accepted draft or the target's own new token. EAGLE-3's drafter reads
+  // (next_tokens[i], target hidden state at first_position + i) for its KV row at that position.
+  std::span<const int32_t> next_tokens;
+  // [count, capture width] of the runner's capture dtype: the target's captured states of those
+  // positions (Drafter::capture_spec()); null when the drafter captures nothing.
+  const uint8_t* hidden = nullptr;
+};
+
+// A decoding request that wants drafts this step. Its KV holds positions [0, kv_len()); its last
+// token (position kv_len()) and the drafts follow. Pages cover kv_len() + 1 + max_tokens tokens.
+struct DraftQuery {
+  const Request* request = nullptr;
+  int32_t max_tokens =
+      0;  // at most this many drafts (pages, max_tokens and --speculative-num-steps)
+};
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual std::string_view name() const = 0;
+
+  // Hidden states the target's forward must capture for observe() (ModelRunner::set_capture);
+  // empty: none (NGRAM).
+  virtual CaptureSpec capture_spec() const { return {}; }
+
+  // After every target forward, every scheduled request that computed something this step, in the
+  // step's order. `capture_width`/`capture_dtype` describe CommittedTokens::hidden.
+  virtual void observe(std::span<const CommittedTokens> committed, int64_t capture_width,
+                       DType capture_dtype) = 0;
+
+  // Fills (*drafts)[i] with up to queries[i].max_tokens draft tokens for queries[i] (empty: none,
+  // the request then decodes one token as without speculation). A chain: each draft follows the
+  // previous one. Deterministic given what it observed (verification treats each draft as a
+  // proposal of probability 1: engine/spec/verify.h).
+  virtual void propose(std::span<const DraftQuery> queries,
+                       std::vector<std::vector<int32_t>>* drafts) = 0;
+
+  // The request ended (finished, aborted) or was retracted: forget its state. A retracted
+  // request comes back through observe() of its new prefill.
+  virtual void release(int64_t request_id) = 0;
+};
+
+}  // namespace strata

@@ -1,0 +1,71 @@
+// NgramDrafter's lookup and the speculative flags' checks.
+#include "engine/spec/ngram_drafter.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/spec/spec_config.h"
+
+namespace strata {
+namespace {
+
+using V = std::vector<int32_t>;
+
+TEST(NgramDrafter, CopiesWhatFollowedTheLongestMatchingSuffix) {
+  // Suffix [4, 5] occurred at 1..2, followed by 6, 7, 8.
+  EXPECT_EQ(NgramDrafter::draft_for(V{3, 4, 5, 6, 7, 8, 9, 4, 5}, 4, 3), (V{6, 7, 8}));
+  EXPECT_EQ(NgramDrafter::draft_for(V{3, 4, 5, 6, 7, 8, 9, 4, 5}, 4, 2), (V{6, 7}));
+  // The longest suffix wins over a more recent shorter one: [1, 2] -> 10, not [2] -> 11.
+  EXPECT_EQ(NgramDrafter::draft_for(V{1, 2, 10, 2, 11, 1, 2}, 4, 1), (V{10}));
+  // Among equal matches, the most recent: [7] followed by 8 at 0, by 9 at 2.
+  EXPECT_EQ(NgramDrafter::draft_for(V{7, 8, 7, 9, 7}, 1, 1), (V{9}));
+  // A draft runs at most to the end of the sequence (a loop continues itself).
+  EXPECT_EQ(NgramDrafter::draft_for(V{1, 2, 1, 2}, 2, 5), (V{1, 2}));
+  EXPECT_EQ(NgramDrafter::draft_for(V{5, 5, 5}, 4, 3), (V{5}));
+}
+
+TEST(NgramDrafter, NothingWithoutAMatch) {
+  EXPECT_TRUE(NgramDrafter::draft_for(V{1, 2, 3, 4}, 4, 3).empty());
+  EXPECT_TRUE(NgramDrafter::draft_for(V{1}, 4, 3).empty());
+  EXPECT_TRUE(NgramDrafter::draft_for(V{1, 1}, 4, 0).empty());
+}
+
+TEST(SpeculativeConfig, ResolvesDefaultsAndRefusesWhatIsNotBuilt) {
+  SpeculativeConfig off;
+  EXPECT_TRUE(resolve_speculative_config(&off).ok());
+  off.num_steps = 3;
+  EXPECT_FALSE(resolve_speculative_config(&off).ok());  // a spec flag without an algorithm
+
+  SpeculativeConfig c{.algorithm = SpeculativeAlgorithm::kNgram};
+  ASSERT_TRUE(resolve_speculative_config(&c).ok());
+  EXPECT_EQ(c.num_steps, 3);
+  EXPECT_EQ(c.num_draft_tokens, 4);
+
+  SpeculativeConfig t{.algorithm = SpeculativeAlgorithm::kNgram, .num_draft_tokens = 6};
+  ASSERT_TRUE(resolve_speculative_config(&t).ok());
+  EXPECT_EQ(t.num_steps, 5);
+
+  SpeculativeConfig bad{
+      .algorithm = SpeculativeAlgorithm::kNgram, .num_steps = 3, .num_draft_tokens = 8};
+  EXPECT_FALSE(resolve_speculative_config(&bad).ok());
+
+  SpeculativeConfig tree{.algorithm = SpeculativeAlgorithm::kNgram, .eagle_topk = 4};
+  Status st = resolve_speculative_config(&tree);
+  EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(st.message().find("not built"), std::string::npos) << st.message();
+
+  SpeculativeConfig eagle{.algorithm = SpeculativeAlgorithm::kEagle3};
+  EXPECT_FALSE(resolve_speculative_config(&eagle).ok());  // needs a draft model path
+  eagle.draft_model_path = "/nonexistent";
+  ASSERT_TRUE(resolve_speculative_config(&eagle).ok());
+  auto d = create_drafter(eagle);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(d.status().message().find("EAGLE-3"), std::string::npos);
+
+  auto ngram = create_drafter(c);
+  ASSERT_TRUE(ngram.ok());
+  EXPECT_EQ((*ngram)->name(), "NGRAM");
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,205 @@
+// Speculative sampling keeps the target's distribution (engine/spec/verify.h): a toy target (a
+// Markov chain over 6 tokens, the next token's logits a function of the last) with temperature
+// and top-k, deterministic drafts, the engine's rule (every row sampled by the ordinary sampler
+// with its own draw; accept the longest agreeing prefix plus the first disagreeing sample), run
+// until 3 tokens are out, many times. A chi-squared test compares the 216 three-token sequences'
+// counts with their exact probabilities. The same test must reject a classic bug (a rejected
+// position resampled from p instead of p without the draft), so it has the power to see one.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "engine/sampler.h"
+#include "engine/spec/verify.h"
+
+namespace strata {
+namespace {
+
+constexpr int kVocab = 6;
+constexpr int kLen = 3;  // tokens generated per draw
+
+struct ToyTarget {
+  float logits[kVocab][kVocab];  // [last token][next token]
+  SampleRowParams params{.temperature = 0.8f, .top_p = 1.0f, .top_k = 4, .min_p = 0.0f};
+
+  ToyTarget() {
+    std::mt19937 g(3);
+    std::normal_distribution<float> n(0.0f, 1.2f);
+    for (auto& row : logits)
+      for (float& x : row) x = n(g);
+  }
+  // The exact next-token distribution (softmax at the temperature over the top 4).
+  std::vector<double> probs(int last) const {
+    std::vector<std::pair<float, int>> c;
+    for (int v = 0; v < kVocab; ++v) c.push_back({logits[last][v], v});
+    std::sort(c.begin(), c.end(), [](auto a, auto b) {
+      return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
+    std::vector<double> p(kVocab, 0.0);
+    double z = 0;
+    for (int i = 0; i < params.top_k; ++i)
+      z += std::exp(double(c[size_t(i)].first) / params.temperature);
+    for (int i = 0; i < params.top_k; ++i)
+      p[size_t(c[size_t(i)].second)] =
+          std::exp(double(c[size_t(i)].first) / params.temperature) / z;
+    return p;
+  }
+  int sample(int last, double u, std::vector<std::pair<float, int32_t>>& scratch) const {
+    SampleRowParams p = params;
+    p.uniform = u;
+    return sample_row_reference(logits[last], kVocab, p, scratch);
+  }
+};
+
+// A deterministic drafter: proposes (last * 5 + 1) % kVocab, then (that * 5 + 1) % kVocab.
+std::vector<int32_t> draft(int last, int n) {
+  std::vector<int32_t> d;
+  for (int i = 0; i < n; ++i) d.push_back(last = (last * 5 + 1) % kVocab);
+  return d;
+}
+
+// Generates kLen tokens after `start` by verify steps of 2 drafts each, as the engine does: row i
+// samples with the draw of its output position (peek), the kept tokens take theirs. `buggy`: a
+// rejected row's token is drawn afresh from p (the draft included) instead of being that row's
+// own sample.
+std::vector<int32_t> generate(const ToyTarget& t, int start, SamplerRng& rng, SamplerRng& other,
+                              bool buggy, std::vector<std::pair<float, int32_t>>& scratch) {
+  std::vector<int32_t> out;
+  int last = start;
+  while (int(out.size()) < kLen) {
+    const std::vector<int32_t> d = draft(last, 2);
+    // Row i: the target after the committed tokens and d[0..i).
+    std::vector<int32_t> rows;
+    int ctx = last;
+    for (size_t i = 0; i <= d.size(); ++i) {
+      rows.push_back(t.sample(ctx, rng.peek(i), scratch));
+      if (i < d.size()) ctx = d[i];
+    }
+    const int32_t a = accepted_drafts(rows, d);
+    std::vector<int32_t> committed(d.begin(), d.begin() + a);
+    int32_t next = rows[size_t(a)];
+    if (buggy && size_t(a) < d.size())
+      next = t.sample(a == 0 ? last : d[size_t(a) - 1], other.uniform(), scratch);
+    committed.push_back(next);
+    for (int32_t x : committed) {
+      if (int(out.size()) == kLen) break;
+      out.push_back(x);
+      rng.uniform();  // the kept token's draw
+    }
+    last = out.back();
+  }
+  return out;
+}
+
+// Chi-squared statistic and degrees of freedom over cells with expected count >= 5 (the rest
+// pooled into one cell).
+std::pair<double, int> chi_squared(const std::map<int, int64_t>& counts,
+                                   const std::vector<double>& expected) {
+  double stat = 0, pooled_e = 0, pooled_o = 0;
+  int cells = 0;
+  for (size_t k = 0; k < expected.size(); ++k) {
+    auto it = counts.find(int(k));
+    const double o = it == counts.end() ? 0.0 : double(it->second);
+    if (expected[k] < 5) {
+      pooled_e += expected[k];
+      pooled_o += o;
+      continue;
+    }
+    stat += (o - expected[k]) * (o - expected[k]) / expected[k];
+    ++cells;
+  }
+  if (pooled_e > 0) {
+    stat += (pooled_o - pooled_e) * (pooled_o - pooled_e) / pooled_e;
+    ++cells;
+  }
+  return {stat, cells - 1};
+}
+
+// The chi-squared critical value at upper tail 1e-4 (Wilson-Hilferty; z = 3.719).
+double critical(int df) {
+  const double z = 3.719, k = double(df);
+  return k * std::pow(1.0 - 2.0 / (9.0 * k) + z * std::sqrt(2.0 / (9.0 * k)), 3.0);
+}
+
+struct Result {
+  double stat = 0, crit = 0;
+  int df = 0;
+};
+
+Result run(bool buggy, int64_t draws) {
+  ToyTarget t;
+  SamplerRng rng(12345), other(999);
+  std::vector<std::pair<float, int32_t>> scratch;
+  const int start = 2;
+  std::map<int, int64_t> counts;
+  for (int64_t i = 0; i < draws; ++i) {
+    std::vector<int32_t> s = generate(t, start, rng, other, buggy, scratch);
+    counts[(s[0] * kVocab + s[1]) * kVocab + s[2]]++;
+  }
+  std::vector<double> expected(kVocab * kVocab * kVocab, 0.0);
+  const std::vector<double> p0 = t.probs(start);
+  for (int a = 0; a < kVocab; ++a) {
+    const std::vector<double> p1 = t.probs(a);
+    for (int b = 0; b < kVocab; ++b) {
+      const std::vector<double> p2 = t.probs(b);
+      for (int c = 0; c < kVocab; ++c)
+        expected[size_t((a * kVocab + b) * kVocab + c)] =
+            double(draws) * p0[size_t(a)] * p1[size_t(b)] * p2[size_t(c)];
+    }
+  }
+  auto [stat, df] = chi_squared(counts, expected);
+  return {stat, critical(df), df};
+}
+
+TEST(SpeculativeSampling, MatchesTheTargetDistribution) {
+  const Result r = run(/*buggy=*/false, 200000);
+  EXPECT_GT(r.df, 20);
+  EXPECT_LT(r.stat, r.crit) << "chi2 " << r.stat << " with " << r.df << " df";
+}
+
+TEST(SpeculativeSampling, TheTestRejectsResamplingFromTheFullDistribution) {
+  const Result r = run(/*buggy=*/true, 200000);
+  EXPECT_GT(r.stat, r.crit) << "chi2 " << r.stat << " with " << r.df << " df";
+}
+
+// With the draws of output positions, the speculative tokens are plain sampling's, draw for draw.
+TEST(SpeculativeSampling, SameDrawsGiveThePlainSamplersTokens) {
+  ToyTarget t;
+  std::vector<std::pair<float, int32_t>> scratch;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    SamplerRng spec_rng(seed), other(1), plain_rng(seed);
+    const std::vector<int32_t> spec = generate(t, 1, spec_rng, other, false, scratch);
+    std::vector<int32_t> plain;
+    int last = 1;
+    for (int i = 0; i < kLen; ++i)
+      plain.push_back(last = t.sample(last, plain_rng.uniform(), scratch));
+    EXPECT_EQ(spec, plain) << "seed " << seed;
+    EXPECT_EQ(spec_rng.draws(), plain_rng.draws());
+  }
+}
+
+TEST(SpeculativeSampling, PeekDoesNotTakeADraw) {
+  SamplerRng a(5), b(5);
+  const double p1 = a.peek(1), p0 = a.peek(0);
+  EXPECT_EQ(a.draws(), 0u);
+  EXPECT_NE(p0, p1);
+  EXPECT_EQ(b.uniform(), p0);
+  EXPECT_EQ(a.uniform(), p0);
+  EXPECT_EQ(a.uniform(), p1);
+  EXPECT_EQ(a.draws(), 2u);
+  SamplerRng c(5, 2);  // a resumed stream continues where `a` is
+  EXPECT_EQ(c.uniform(), a.uniform());
+}
+
+TEST(SpeculativeSampling, AcceptedDraftsIsTheLongestAgreeingPrefix) {
+  EXPECT_EQ(accepted_drafts(std::vector<int32_t>{5}, std::vector<int32_t>{}), 0);
+  EXPECT_EQ(accepted_drafts(std::vector<int32_t>{1, 2, 3}, std::vector<int32_t>{1, 2}), 2);
+  EXPECT_EQ(accepted_drafts(std::vector<int32_t>{1, 9, 3}, std::vector<int32_t>{1, 2}), 1);
+  EXPECT_EQ(accepted_drafts(std::vector<int32_t>{7, 2, 3}, std::vector<int32_t>{1, 2}), 0);
+}
+
+}  // namespace
+}  // namespace strata
