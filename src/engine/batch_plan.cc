@@ -3,17 +3,49 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "engine/slice_plan.h"
 
 namespace strata {
 
-BatchPlan BatchPlan::build(std::span<const ScheduledSeq> seqs, int32_t page_size) {
+namespace {
+
+// Appends sequence `s`: tokens [start, end) (token_at(pos)), its first pages, its logits rows
+// (every new token when all_rows, else the last when last_row).
+template <class TokenAt>
+void append_seq(BatchPlan& p, int32_t s, int32_t start, int32_t end, std::span<const int32_t> pages,
+                TokenAt token_at, bool all_rows, bool last_row) {
+  const int32_t page_size = p.page_size;
+  const int32_t num_pages = (end + page_size - 1) / page_size;
+  for (int32_t pos = start; pos < end; ++pos) {
+    p.token_ids.push_back(token_at(pos));
+    p.positions.push_back(pos);
+    p.slot_mapping.push_back(pages[size_t(pos / page_size)] * page_size + pos % page_size);
+    if (all_rows || (last_row && pos == end - 1)) {
+      p.logits_rows.push_back(static_cast<int32_t>(p.token_ids.size()) - 1);
+      p.sampled_seqs.push_back(s);
+    }
+  }
+  p.q_indptr.push_back(static_cast<int32_t>(p.token_ids.size()));
+  p.kv_lens.push_back(end);
+  p.page_indices.insert(p.page_indices.end(), pages.begin(), pages.begin() + num_pages);
+  p.page_indptr.push_back(static_cast<int32_t>(p.page_indices.size()));
+}
+
+BatchPlan empty_plan(int32_t page_size, size_t num_seqs) {
   CHECK_GE(page_size, 1);
   BatchPlan p;
   p.page_size = page_size;
-  p.q_indptr.reserve(seqs.size() + 1);
-  p.page_indptr.reserve(seqs.size() + 1);
+  p.q_indptr.reserve(num_seqs + 1);
+  p.page_indptr.reserve(num_seqs + 1);
   p.q_indptr.push_back(0);
   p.page_indptr.push_back(0);
+  return p;
+}
+
+}  // namespace
+
+BatchPlan BatchPlan::build(std::span<const ScheduledSeq> seqs, int32_t page_size) {
+  BatchPlan p = empty_plan(page_size, seqs.size());
   for (size_t s = 0; s < seqs.size(); ++s) {
     const Request& r = *seqs[s].request;
     const int32_t start = r.kv_len();
@@ -24,19 +56,26 @@ BatchPlan BatchPlan::build(std::span<const ScheduledSeq> seqs, int32_t page_size
     const int32_t num_pages = (end + page_size - 1) / page_size;
     CHECK_MSG(static_cast<int32_t>(r.pages().size()) >= num_pages,
               "request {}: {} pages for {} tokens", r.id(), r.pages().size(), end);
-    for (int32_t pos = start; pos < end; ++pos) {
-      p.token_ids.push_back(r.token_at(pos));
-      p.positions.push_back(pos);
-      p.slot_mapping.push_back(r.pages()[pos / page_size] * page_size + pos % page_size);
-    }
-    p.q_indptr.push_back(static_cast<int32_t>(p.token_ids.size()));
-    p.kv_lens.push_back(end);
-    p.page_indices.insert(p.page_indices.end(), r.pages().begin(), r.pages().begin() + num_pages);
-    p.page_indptr.push_back(static_cast<int32_t>(p.page_indices.size()));
-    if (seqs[s].sample) {
-      p.logits_rows.push_back(p.q_indptr.back() - 1);
-      p.sampled_seqs.push_back(static_cast<int32_t>(s));
-    }
+    append_seq(
+        p, static_cast<int32_t>(s), start, end, r.pages(),
+        [&r](int32_t pos) { return r.token_at(pos); }, false, seqs[s].sample);
+  }
+  return p;
+}
+
+BatchPlan build_slice_plan(std::span<const SeqSlice> seqs, int32_t page_size) {
+  BatchPlan p = empty_plan(page_size, seqs.size());
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const SeqSlice& q = seqs[s];
+    const int32_t end = q.start + static_cast<int32_t>(q.tokens.size());
+    CHECK_MSG(!q.tokens.empty() && q.start >= 0, "slice {}: {} new tokens from {}", s,
+              q.tokens.size(), q.start);
+    CHECK_MSG(int64_t(q.pages.size()) * page_size >= end, "slice {}: {} pages for {} tokens", s,
+              q.pages.size(), end);
+    append_seq(
+        p, static_cast<int32_t>(s), q.start, end, q.pages,
+        [&q](int32_t pos) { return q.tokens[size_t(pos - q.start)]; },
+        q.logits == SliceLogits::kAll, q.logits == SliceLogits::kLast);
   }
   return p;
 }
