@@ -32,7 +32,7 @@
 // weights gives near-uniform expert choice, as in a load-balanced trained model: every expert
 // equally likely, distinct experts ~ E · (1 - (1 - k/E)^T)) rotate.
 // Checks before timing: decode and prefill regimes agree on batch 0 (NMSE printed; both are
-// compared with the CPU twin by tests/parity/moe_parity_test.cc).
+// compared with the CPU twin by tests/parity/moe_experts_parity_test.cc).
 //
 // --what backend (or kernels,backend): the same layer through the CUDA backend's ops, shapes
 // and formats from ../shared/configs (moe_backend_layer.h; --backend-configs dsv3,moonlight,kimi).

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/linear_bias.h"
 #include "core/check.h"
 
 namespace strata {
@@ -44,6 +45,14 @@ void Backend::download(const Tensor& src, void* dst) {
   }
 }
 
+DeviceTensorPtr upload_linear_bias(Backend& be, const Tensor& bias_f32, int64_t out) {
+  if (bias_f32.empty()) return nullptr;
+  CHECK_MSG(bias_f32.dtype == DType::kF32 && bias_f32.numel() == out,
+            "linear bias: expected float32 [{}], got {} {}", out, dtype_name(bias_f32.dtype),
+            shape_str(bias_f32.shape));
+  return be.upload(bias_f32, DType::kF32);
+}
+
 LinearWeight Backend::upload_linear(const HostLinearWeight& w, const Tensor& bias_f32) {
   w.check_sizes();
   const Shape shape = w.stack == 1 ? Shape{w.out, w.in} : Shape{w.stack, w.out, w.in};
@@ -55,12 +64,7 @@ LinearWeight Backend::upload_linear(const HostLinearWeight& w, const Tensor& bia
   lw.stack = w.stack;
   lw.out = w.out;
   lw.in = w.in;
-  if (!bias_f32.empty()) {
-    CHECK_MSG(bias_f32.dtype == DType::kF32 && bias_f32.numel() == w.out,
-              "linear bias: expected float32 [{}], got {} {}", w.out, dtype_name(bias_f32.dtype),
-              shape_str(bias_f32.shape));
-    lw.bias = upload(bias_f32, DType::kF32);
-  }
+  lw.bias = upload_linear_bias(*this, bias_f32, w.out);
   return lw;
 }
 

@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "dist/tp_host_tier.h"
 #include "engine/batch_plan.h"
+#include "engine/plan_forward.h"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -283,15 +284,6 @@ BatchPlan plan_of(const ForwardBatch& b) {
   return p;
 }
 
-ForwardBatch batch_of(const BatchPlan& p) {
-  ForwardBatch b;
-  b.token_ids = p.token_ids.data();
-  b.attn = p.view();
-  b.logit_rows = p.logits_rows.data();
-  b.num_logit_rows = int(p.logits_rows.size());
-  return b;
-}
-
 // A worker's step: the plan must fit the rank's pool (pages and slots), or the message is bad.
 // Under decode context parallelism the plan's page holds dcp_size pool pages' tokens.
 Status check_plan_fits(const BatchPlan& p, const KvStorage* kv, int dcp_size) {
@@ -382,7 +374,7 @@ Status worker_loop(Communicator& comm, Model& model, Backend& backend, int dcp_s
         // Rank 0's copies between this step's plan and the last: before the forward reads or
         // overwrites the pages they move.
         STRATA_RETURN_IF_ERROR(apply_sync(id, sync));
-        model.forward(batch_of(plan), *kv, nullptr);  // the logits are rank 0's
+        model.forward(forward_batch(plan), *kv, nullptr);  // the logits are rank 0's
         // Nothing was downloaded, so end the step here: its staged inputs are released.
         backend.synchronize();
         STRATA_RETURN_IF_ERROR(comm.status());

@@ -3,17 +3,49 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "engine/slice_plan.h"
 
 namespace strata {
 
-BatchPlan BatchPlan::build(std::span<const ScheduledSeq> seqs, int32_t page_size) {
+namespace {
+
+// Appends sequence `s`: tokens [start, end) (token_at(pos)), its first pages, and a logits row
+// for every token at position >= logits_from (end - 1: the last; start: every row; end: none).
+template <class TokenAt>
+void append_seq(BatchPlan& p, int32_t s, int32_t start, int32_t end, std::span<const int32_t> pages,
+                TokenAt token_at, int32_t logits_from) {
+  const int32_t page_size = p.page_size;
+  const int32_t num_pages = (end + page_size - 1) / page_size;
+  for (int32_t pos = start; pos < end; ++pos) {
+    p.token_ids.push_back(token_at(pos));
+    p.positions.push_back(pos);
+    p.slot_mapping.push_back(pages[size_t(pos / page_size)] * page_size + pos % page_size);
+    if (pos >= logits_from) {
+      p.logits_rows.push_back(static_cast<int32_t>(p.token_ids.size()) - 1);
+      p.sampled_seqs.push_back(s);
+    }
+  }
+  p.q_indptr.push_back(static_cast<int32_t>(p.token_ids.size()));
+  p.kv_lens.push_back(end);
+  p.page_indices.insert(p.page_indices.end(), pages.begin(), pages.begin() + num_pages);
+  p.page_indptr.push_back(static_cast<int32_t>(p.page_indices.size()));
+}
+
+BatchPlan empty_plan(int32_t page_size, size_t num_seqs) {
   CHECK_GE(page_size, 1);
   BatchPlan p;
   p.page_size = page_size;
-  p.q_indptr.reserve(seqs.size() + 1);
-  p.page_indptr.reserve(seqs.size() + 1);
+  p.q_indptr.reserve(num_seqs + 1);
+  p.page_indptr.reserve(num_seqs + 1);
   p.q_indptr.push_back(0);
   p.page_indptr.push_back(0);
+  return p;
+}
+
+}  // namespace
+
+BatchPlan BatchPlan::build(std::span<const ScheduledSeq> seqs, int32_t page_size) {
+  BatchPlan p = empty_plan(page_size, seqs.size());
   for (size_t s = 0; s < seqs.size(); ++s) {
     const Request& r = *seqs[s].request;
     const int32_t start = r.kv_len();
@@ -21,6 +53,8 @@ BatchPlan BatchPlan::build(std::span<const ScheduledSeq> seqs, int32_t page_size
     CHECK_MSG(seqs[s].num_new_tokens > 0 && end <= r.total_len(),
               "request {}: {} new tokens from {} of {}", r.id(), seqs[s].num_new_tokens, start,
               r.total_len());
+    // Speculative decoding: the drafts follow the request's tokens, and every one of them and the
+    // last real token gets a logits row (engine/spec/verify.h).
     const std::vector<int32_t>& draft = seqs[s].draft;
     CHECK_MSG(draft.empty() || seqs[s].sample, "request {}: drafts on a chunk that samples nothing",
               r.id());
@@ -28,21 +62,31 @@ BatchPlan BatchPlan::build(std::span<const ScheduledSeq> seqs, int32_t page_size
     const int32_t num_pages = (kv_end + page_size - 1) / page_size;
     CHECK_MSG(static_cast<int32_t>(r.pages().size()) >= num_pages,
               "request {}: {} pages for {} tokens", r.id(), r.pages().size(), kv_end);
-    for (int32_t pos = start; pos < kv_end; ++pos) {
-      p.token_ids.push_back(pos < end ? r.token_at(pos) : draft[size_t(pos - end)]);
-      p.positions.push_back(pos);
-      p.slot_mapping.push_back(r.pages()[pos / page_size] * page_size + pos % page_size);
-    }
-    p.q_indptr.push_back(static_cast<int32_t>(p.token_ids.size()));
-    p.kv_lens.push_back(kv_end);
-    p.page_indices.insert(p.page_indices.end(), r.pages().begin(), r.pages().begin() + num_pages);
-    p.page_indptr.push_back(static_cast<int32_t>(p.page_indices.size()));
-    if (seqs[s].sample) {
-      for (int32_t row = end - start - 1; row < kv_end - start; ++row) {
-        p.logits_rows.push_back(p.q_indptr[s] + row);
-        p.sampled_seqs.push_back(static_cast<int32_t>(s));
-      }
-    }
+    append_seq(
+        p, static_cast<int32_t>(s), start, kv_end, r.pages(),
+        [&r, &draft, end](int32_t pos) {
+          return pos < end ? r.token_at(pos) : draft[size_t(pos - end)];
+        },
+        seqs[s].sample ? end - 1 : kv_end);
+  }
+  return p;
+}
+
+BatchPlan build_slice_plan(std::span<const SeqSlice> seqs, int32_t page_size) {
+  BatchPlan p = empty_plan(page_size, seqs.size());
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const SeqSlice& q = seqs[s];
+    const int32_t end = q.start + static_cast<int32_t>(q.tokens.size());
+    CHECK_MSG(!q.tokens.empty() && q.start >= 0, "slice {}: {} new tokens from {}", s,
+              q.tokens.size(), q.start);
+    CHECK_MSG(int64_t(q.pages.size()) * page_size >= end, "slice {}: {} pages for {} tokens", s,
+              q.pages.size(), end);
+    append_seq(
+        p, static_cast<int32_t>(s), q.start, end, q.pages,
+        [&q](int32_t pos) { return q.tokens[size_t(pos - q.start)]; },
+        q.logits == SliceLogits::kAll    ? q.start
+        : q.logits == SliceLogits::kLast ? end - 1
+                                         : end);
   }
   return p;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "engine/plan_forward.h"
 
 namespace strata {
 
@@ -12,11 +13,7 @@ Status ModelRunner::set_capture(const CaptureSpec& spec, int64_t max_tokens) {
 }
 
 void ModelRunner::run(const BatchPlan& plan, const StepInputs& in) {
-  ForwardBatch fb;
-  fb.token_ids = plan.token_ids.data();
-  fb.attn = plan.view();
-  fb.logit_rows = plan.logits_rows.data();
-  fb.num_logit_rows = int(plan.logits_rows.size());
+  ForwardBatch fb = forward_batch(plan);
   captured_valid_ = false;
   if (in.capture && captures()) {
     const int64_t t = plan.num_tokens();

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "engine/plan_forward.h"
+#include "engine/slice_plan.h"
 
 namespace strata {
 
@@ -26,64 +28,39 @@ PagedRunner::PagedRunner(Model& model, const KvCacheConfig& kv, int page_size, i
 
 void PagedRunner::reset() { std::fill(lens_.begin(), lens_.end(), 0); }
 
-PagedRunner::StepPlan PagedRunner::plan_step(
-    const std::vector<std::pair<int, std::vector<int32_t>>>& chunks, bool all_logits) {
-  StepPlan p;
+BatchPlan PagedRunner::plan_step(const std::vector<std::pair<int, std::vector<int32_t>>>& chunks,
+                                 bool all_logits) {
+  std::vector<SeqSlice> slices;
+  slices.reserve(chunks.size());
   for (const auto& [seq, toks] : chunks) {
     CHECK(seq >= 0 && seq < max_seqs_ && !toks.empty());
     const int32_t start = lens_[size_t(seq)];
     const int32_t end = start + int32_t(toks.size());
     CHECK_MSG(end <= pages_per_seq_ * page_size_, "sequence {} grows to {} tokens, room for {}",
               seq, end, pages_per_seq_ * page_size_);
-    const int32_t* seq_pages = pages_.data() + size_t(seq) * size_t(pages_per_seq_);
-    for (int32_t pos = start; pos < end; ++pos) {
-      p.ids.push_back(toks[size_t(pos - start)]);
-      p.positions.push_back(pos);
-      p.slots.push_back(seq_pages[pos / page_size_] * page_size_ + pos % page_size_);
-      if (all_logits || pos == end - 1) p.rows.push_back(int32_t(p.ids.size()) - 1);
-    }
-    p.q_indptr.push_back(int32_t(p.ids.size()));
-    p.kv_lens.push_back(end);
     const int32_t used = (end + page_size_ - 1) / page_size_;
-    p.pages.insert(p.pages.end(), seq_pages, seq_pages + used);
-    p.page_indptr.push_back(int32_t(p.pages.size()));
+    slices.push_back(
+        SeqSlice{.tokens = toks,
+                 .start = start,
+                 .pages = std::span<const int32_t>(
+                     pages_.data() + size_t(seq) * size_t(pages_per_seq_), size_t(used)),
+                 .logits = all_logits ? SliceLogits::kAll : SliceLogits::kLast});
     lens_[size_t(seq)] = end;
   }
-  return p;
-}
-
-ForwardBatch PagedRunner::StepPlan::batch() const {
-  ForwardBatch b;
-  b.token_ids = ids.data();
-  b.attn.num_seqs = int(kv_lens.size());
-  b.attn.num_tokens = int(ids.size());
-  b.attn.q_indptr = q_indptr.data();
-  b.attn.kv_lens = kv_lens.data();
-  b.attn.page_indptr = page_indptr.data();
-  b.attn.page_indices = pages.data();
-  b.attn.positions = positions.data();
-  b.attn.slot_mapping = slots.data();
-  b.logit_rows = rows.data();
-  b.num_logit_rows = int(rows.size());
-  return b;
+  return build_slice_plan(slices, page_size_);
 }
 
 std::vector<float> PagedRunner::step(
     const std::vector<std::pair<int, std::vector<int32_t>>>& chunks, bool all_logits) {
-  const StepPlan p = plan_step(chunks, all_logits);
-  ForwardBatch b = p.batch();
-  b.attn.page_size = page_size_;
-  std::vector<float> logits(p.rows.size() * size_t(vocab()));
-  model_.forward(b, *kv_, logits.data());
+  const BatchPlan plan = plan_step(chunks, all_logits);
+  std::vector<float> logits(plan.logits_rows.size() * size_t(vocab()));
+  forward_plan(model_, *kv_, plan, logits.data());
   return logits;
 }
 
 void PagedRunner::step_on_device(const std::vector<std::pair<int, std::vector<int32_t>>>& chunks,
                                  const Model::LogitsConsumer& consumer) {
-  const StepPlan p = plan_step(chunks, true);
-  ForwardBatch b = p.batch();
-  b.attn.page_size = page_size_;
-  model_.forward_logits(b, *kv_, consumer);
+  forward_plan_logits(model_, *kv_, plan_step(chunks, true), consumer);
 }
 
 std::vector<float> PagedRunner::prefill_all(int seq, const std::vector<int32_t>& ids, int chunk) {

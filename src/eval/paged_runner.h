@@ -1,7 +1,9 @@
-// Drives a Model directly over a paged KV pool for evaluation: several sequences, each with its
-// own pages (handed out interleaved, so page tables matter), teacher-forced chunk by chunk or
-// decoded greedily. No scheduler, no radix cache: eval-kv controls the batch composition itself
-// (the noise floor depends on it). Engine-thread-style: one caller at a time.
+// Runs a Model over a paged KV pool for evaluation: several sequences, each with its own pages
+// (handed out interleaved, so page tables matter), teacher-forced chunk by chunk or decoded
+// greedily. Each step is planned by the engine's BatchPlan code (engine/slice_plan.h) and run by
+// the engine's forward of a plan (engine/plan_forward.h, what ModelRunner runs too); what eval
+// leaves out is the scheduler, the sampler and the radix cache: eval-kv controls the batch
+// composition itself (the noise floor depends on it). Engine-thread-style: one caller at a time.
 #pragma once
 
 #include <memory>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "arch/model.h"
+#include "engine/batch_plan.h"
 #include "engine/kv_config.h"
 
 namespace strata {
@@ -43,13 +46,9 @@ class PagedRunner {
   int64_t vocab() const { return model_.spec().vocab_size; }
 
  private:
-  // The step's batch (host arrays in `plan`), appending each chunk to its sequence.
-  struct StepPlan {
-    std::vector<int32_t> ids, positions, slots, rows, q_indptr{0}, kv_lens, page_indptr{0}, pages;
-    ForwardBatch batch() const;
-  };
-  StepPlan plan_step(const std::vector<std::pair<int, std::vector<int32_t>>>& chunks,
-                     bool all_logits);
+  // The step's plan, appending each chunk to its sequence.
+  BatchPlan plan_step(const std::vector<std::pair<int, std::vector<int32_t>>>& chunks,
+                      bool all_logits);
 
   Model& model_;
   int page_size_, max_seqs_, pages_per_seq_;

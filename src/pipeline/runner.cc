@@ -2,76 +2,18 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
-#include <deque>
 #include <filesystem>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <set>
-#include <span>
-#include <unordered_map>
 
 #include "core/log.h"
-#include "pipeline/checkpoint.h"
-#include "pipeline/kv_checkpoint.h"
-#include "pipeline/output_lock.h"
-#include "pipeline/output_log.h"
+#include "pipeline/job.h"
 
 namespace strata {
+namespace generate_job {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// Outcomes handed from the target's threads to the job's thread. Shared with the callbacks, so
-// an early return (write error) leaves them a valid place to post to.
-struct Inbox {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::pair<size_t, GenerationOutcome>> items;  // (task index, outcome)
-  std::deque<std::pair<size_t, TokenReport>> tokens;       // (task index, new tokens)
-};
-
-// One results file, its failures file and its .done marker, fed by one or more datasets.
-struct Sink {
-  std::string results_path, failures_path, done_path;
-  std::string default_dataset;  // per-dataset files: records need not name it
-  std::vector<size_t> datasets;
-  ScanResult results, failures;
-  std::shared_ptr<OutputLock> lock;  // taken before the scan, held until the job returns
-  std::unique_ptr<AppendLog> results_log, failures_log;
-  std::string partial_path;                      // checkpoints (checkpoint.h)
-  std::map<PartialKey, PartialOutput> partials;  // of unfinished prompts, when the job started
-  std::unique_ptr<AppendLog> partial_log;        // null when the job does not checkpoint
-  std::unique_ptr<KvCheckpointFile> kv_file;     // their KV rows; null without KV checkpoints
-  int64_t kv_dead_rows = 0;             // rows of records finished since the last compaction
-  std::unique_ptr<HiddenStore> hidden;  // capture jobs (hidden_store.h)
-};
-
-struct Task {
-  size_t dataset = 0;
-  size_t sink = 0;
-  GenerationTask task;
-  // While it runs: its output tokens (a resumed partial's included), how many of them a
-  // checkpoint holds, and the sampler state after them.
-  bool running = false;
-  std::vector<int32_t> produced{};
-  size_t checkpointed = 0;
-  uint64_t rng_draws = 0;
-  int32_t prompt_tokens = 0;
-  int64_t reported_this_run = 0;  // tokens the target reported (not the resumed ones)
-  // KV checkpoints: the sampler's draws after each produced token (kUnknownDraws where a report
-  // of several tokens hid them), rows received and not yet in the side file, rows it holds, rows
-  // to load when the task starts, and the mark the last line stated.
-  std::vector<uint64_t> draws_after{};
-  std::vector<std::shared_ptr<const KvRows>> kv_pending{};
-  int64_t kv_received = 0, kv_saved = 0, kv_resume_rows = 0;
-  KvMark kv_written{};
-};
-
-constexpr uint64_t kUnknownDraws = ~uint64_t(0);
 
 // Scans a file, compacting it first if it holds duplicates (rescanning after).
 StatusOr<ScanResult> scan_and_repair(const std::string& path, const ScanOptions& opts) {
@@ -149,59 +91,7 @@ nlohmann::json failure_record(const PromptRecord& r, const std::string& dataset,
           {"error", o.error}, {"http_status", o.http_status}, {"attempts", o.attempts}};
 }
 
-class Job {
- public:
-  Job(const std::vector<Dataset>& datasets, PromptTarget& target, const JobOptions& options)
-      : datasets_(datasets),
-        target_(target),
-        options_(options),
-        inbox_(std::make_shared<Inbox>()) {}
-
-  StatusOr<JobSummary> run();
-
- private:
-  Status open_sinks();
-  Status open_checkpoints(Sink& s);
-  Status open_hidden(Sink& s);
-  Status check_capture_space();
-  // Capture jobs: the tensors of a batch's finished records, durable as one group before handle()
-  // writes their results lines (HiddenStore::commit).
-  Status commit_hidden(const std::vector<std::pair<size_t, GenerationOutcome>>& batch);
-  void plan_tasks();
-  Status handle(size_t index, GenerationOutcome& outcome);
-  void on_tokens(size_t index, TokenReport& report);
-  Status checkpoint(bool force);
-  Status save_partial(Task& t);
-  Status save_kv_rows(Task& t);
-  KvMark kv_mark(const Task& t) const;
-  Status setup_kv_checkpoints();
-  Status compact_kv_if_wasteful(Sink& s);
-  int64_t tokens_left() const;
-  void report_progress(bool force);
-  Status verify_sink(const Sink& s) const;
-  Status finish_sinks();
-
-  const std::vector<Dataset>& datasets_;
-  PromptTarget& target_;
-  const JobOptions& options_;
-  std::shared_ptr<Inbox> inbox_;
-  nlohmann::json meta_base_;
-  std::vector<Sink> sinks_;
-  std::vector<Task> tasks_;
-  JobSummary summary_;
-  std::vector<std::pair<size_t, size_t>> record_slots_;  // memory mode: task -> (dataset, record)
-  Clock::time_point start_ = Clock::now(), last_progress_ = Clock::now(),
-                    last_checkpoint_ = Clock::now();
-  int64_t finished_this_run_ = 0;
-  bool checkpointing_ = false;
-  std::optional<KvRowsLayout> kv_layout_;  // set when checkpoints hold KV rows too
-  std::string settings_;                   // settings_fingerprint of meta_base_
-  std::set<size_t> running_;
-  size_t started_ = 0;                                   // tasks handed to the target
-  int64_t generated_ = 0, finished_prompt_tokens_ = 0;   // this run
-  int64_t done_completion_tokens_ = 0, done_count_ = 0;  // for the expected output length
-  RateWindow gen_rate_{30}, prompt_rate_{30};
-};
+}  // namespace
 
 Status Job::open_sinks() {
   const bool per_dataset = !options_.output_dir.empty();
@@ -248,124 +138,6 @@ Status Job::open_sinks() {
     if (s.results.records > 0)
       LOG_INFO("resuming {}: {} records already written", s.results_path, s.results.records);
   }
-  return Status();
-}
-
-// Keeps the checkpoints of prompts still to run (rewritten compactly, one line each) and opens
-// the file for this run's. Without checkpointing, stale checkpoints are left alone.
-Status Job::open_checkpoints(Sink& s) {
-  s.partial_path = s.results_path + ".partial.jsonl";
-  if (!checkpointing_) return Status();
-  using Partials = std::map<PartialKey, PartialOutput>;
-  STRATA_ASSIGN_OR_RETURN(Partials all, read_partials(s.partial_path, settings_));
-  for (auto& [key, p] : all) {
-    const auto& [dataset, id] = key;
-    if (s.results.contains(dataset, id) ||
-        (!options_.retry_failures && s.failures.contains(dataset, id)))
-      continue;
-    s.partials.emplace(key, std::move(p));
-  }
-  if (kv_layout_) {
-    STRATA_ASSIGN_OR_RETURN(s.kv_file,
-                            KvCheckpointFile::open(s.results_path + ".partial.kv", *kv_layout_));
-    std::map<PartialKey, int64_t> keep;
-    int64_t lost = 0;
-    for (auto& [key, p] : s.partials) {
-      if (p.kv.rows > 0 && s.kv_file->rows(key) < p.kv.rows) {
-        ++lost;  // a torn side file, or one made with another layout: this record prefills again
-        p.kv = KvMark{};
-      }
-      if (p.kv.rows > 0) keep[key] = p.kv.rows;
-    }
-    if (lost > 0)
-      LOG_WARN("{}: the KV rows of {} unfinished prompts are missing; they are prefilled again",
-               s.kv_file->path(), lost);
-    int64_t kept = 0;
-    for (const auto& [key, rows] : keep)
-      kept += rows / kv_layout_->page_size * kv_layout_->page_bytes;
-    if (s.kv_file->file_bytes() > 2 * kept + (int64_t(64) << 20))
-      STRATA_RETURN_IF_ERROR(s.kv_file->compact(keep));
-  } else {
-    for (auto& [key, p] : s.partials)
-      p.kv = KvMark{};  // no rows are loaded: continue from every token
-  }
-  STRATA_RETURN_IF_ERROR(rewrite_partials(s.partial_path, s.partials, settings_));
-  std::error_code ec;
-  const int64_t bytes = std::filesystem::exists(s.partial_path, ec)
-                            ? int64_t(std::filesystem::file_size(s.partial_path, ec))
-                            : 0;
-  STRATA_ASSIGN_OR_RETURN(s.partial_log, AppendLog::open(s.partial_path, bytes));
-  if (!s.partials.empty()) {
-    int64_t tokens = 0;
-    for (const auto& [key, p] : s.partials) tokens += int64_t(p.tokens.size());
-    LOG_INFO("resuming {} unfinished prompts of {} from their checkpoints ({} tokens)",
-             s.partials.size(), s.results_path, tokens);
-  }
-  return Status();
-}
-
-// Capture jobs: opens the sink's hidden-state store, reclaiming the tensors of records that never
-// committed; every committed record must have its tensors (a file made without capture is refused).
-Status Job::open_hidden(Sink& s) {
-  if (!options_.capture.enabled) return Status();
-  nlohmann::json meta = {{"model", meta_base_["model"]}, {"capture", options_.capture.to_json()}};
-  const ScanResult& results = s.results;
-  STRATA_ASSIGN_OR_RETURN(s.hidden,
-                          HiddenStore::open(hidden_dir_for(s.results_path), meta,
-                                            [&](const std::string& dataset, const std::string& id) {
-                                              return results.contains(dataset, id);
-                                            }));
-  const int64_t without = s.results.records - s.hidden->records();
-  if (without > 0)
-    return failed_precondition(
-        "{} holds {} records without hidden states in {} (made without capture?); use "
-        "another output",
-        s.results_path, without, s.hidden->dir());
-  return Status();
-}
-
-Status Job::commit_hidden(const std::vector<std::pair<size_t, GenerationOutcome>>& batch) {
-  std::map<size_t, std::vector<HiddenStore::Pending>> by_sink;
-  for (const auto& [index, o] : batch) {
-    const Task& t = tasks_[index];
-    if (o.kind == OutcomeKind::kDone && o.hidden && !sinks_.empty() && sinks_[t.sink].hidden)
-      by_sink[t.sink].push_back({t.task.dataset, t.task.record->id, o.hidden.get()});
-  }
-  for (const auto& [sink, records] : by_sink)
-    STRATA_RETURN_IF_ERROR(sinks_[sink].hidden->commit(records, int(options_.capture.layers.size()),
-                                                       options_.capture.hidden_size));
-  return Status();
-}
-
-// Before a capture job starts: the bytes per token and the expected total, and a refusal when the
-// output filesystem lacks the room (naming both numbers).
-Status Job::check_capture_space() {
-  const CaptureOptions& c = options_.capture;
-  if (!c.enabled || sinks_.empty()) return Status();
-  int64_t tokens = 0;
-  for (const Task& t : tasks_) {
-    int64_t prompt = target_.prompt_tokens(*t.task.record);
-    if (prompt < 0) prompt = int64_t(t.task.record->original.dump().size() / 4);  // a rough guess
-    tokens += prompt + (c.capture_only ? 0 : options_.sampling.params.max_new_tokens);
-  }
-  const int64_t per_token = c.bytes_per_token(), total = tokens * per_token;
-  const std::string& dir = sinks_.front().hidden->dir();
-  const int64_t free = c.free_bytes ? c.free_bytes(dir) : filesystem_free_bytes(dir);
-  const double gb = 1e9;
-  // Always printed (not a log line): users must see the total before the run, not on day 2.
-  std::fprintf(stderr,
-               "[generate] hidden-state capture: %lld bytes per token (%zu states x %lld x %lld B "
-               "+ ids and mask); "
-               "up to %lld tokens for %zu records: %.3f GB expected in %s, %.3f GB free there\n",
-               (long long)per_token, c.layers.size() + 1, (long long)c.hidden_size,
-               (long long)c.element_bytes(), (long long)tokens, tasks_.size(), double(total) / gb,
-               dir.c_str(), double(free) / gb);
-  if (free >= 0 && total > free)
-    return resource_exhausted(
-        "hidden-state capture needs up to {} bytes ({:.3f} GB: {} tokens x {} bytes per token) "
-        "but the filesystem of {} has {} bytes ({:.3f} GB) free; free space or capture fewer "
-        "layers",
-        total, double(total) / gb, tokens, per_token, dir, free, double(free) / gb);
   return Status();
 }
 
@@ -435,11 +207,7 @@ Status Job::handle(size_t index, GenerationOutcome& o) {
   if (o.kind == OutcomeKind::kInterrupted) {
     ++summary_.interrupted;
     if (summary_.interrupt_reason.empty()) summary_.interrupt_reason = o.error;
-    // What it made is kept for the next run: its KV rows synced before the line naming them.
-    STRATA_RETURN_IF_ERROR(save_kv_rows(tm));
-    if (!sinks_.empty() && sinks_[tm.sink].kv_file)
-      STRATA_RETURN_IF_ERROR(sinks_[tm.sink].kv_file->sync());
-    return save_partial(tm);
+    return keep_for_resume(tm);
   }
   ++finished_this_run_;
   sum.prompt_tokens += o.prompt_tokens;
@@ -470,14 +238,8 @@ Status Job::handle(size_t index, GenerationOutcome& o) {
     return Status();
   }
   Sink& s = sinks_[t.sink];
-  if (o.kind == OutcomeKind::kDone && s.hidden) {
-    // Tensors durable first: the results line below is the record's commit (hidden_store.h).
-    if (!o.hidden)
-      return internal_error("{} id {}: the target returned no hidden states", t.task.dataset, r.id);
-    STRATA_RETURN_IF_ERROR(s.hidden->append(t.task.dataset, r.id, *o.hidden,
-                                            int(options_.capture.layers.size()),
-                                            options_.capture.hidden_size));
-  }
+  // Tensors durable first: the results line below is the record's commit (hidden_store.h).
+  if (o.kind == OutcomeKind::kDone && s.hidden) STRATA_RETURN_IF_ERROR(commit_hidden(s, t, o));
   if (o.kind == OutcomeKind::kDone)
     return s.results_log->append(
         result_record(r, t.task.dataset, meta_base_, t.task.seed, o).dump());
@@ -515,128 +277,6 @@ void Job::on_tokens(size_t index, TokenReport& report) {
   t.reported_this_run += n;
   summary_.datasets[t.dataset].generated_tokens += n;
   generated_ += n;
-}
-
-// Appends the unsaved tokens of every running prompt (one line each) and syncs, when a prompt
-// has checkpoint_tokens unsaved or checkpoint_interval_s passed (or `force`).
-Status Job::checkpoint(bool force) {
-  if (!checkpointing_) return Status();
-  const auto now = Clock::now();
-  bool due = force || std::chrono::duration<double>(now - last_checkpoint_).count() >=
-                          options_.checkpoint_interval_s;
-  for (size_t index : running_) {
-    if (due) break;
-    due = int64_t(tasks_[index].produced.size() - tasks_[index].checkpointed) >=
-          options_.checkpoint_tokens;
-  }
-  if (!due) return Status();
-  last_checkpoint_ = now;
-  // The KV rows first, synced, then the lines that name them: a line never refers to rows a
-  // crash could have lost.
-  for (size_t index : running_) STRATA_RETURN_IF_ERROR(save_kv_rows(tasks_[index]));
-  for (Sink& s : sinks_)
-    if (s.kv_file) STRATA_RETURN_IF_ERROR(s.kv_file->sync());
-  for (size_t index : running_) STRATA_RETURN_IF_ERROR(save_partial(tasks_[index]));
-  for (Sink& s : sinks_) STRATA_RETURN_IF_ERROR(s.partial_log->sync());
-  return Status();
-}
-
-// Appends t's KV rows received since the last checkpoint to its sink's side file (unsynced).
-Status Job::save_kv_rows(Task& t) {
-  if (t.kv_pending.empty()) return Status();
-  KvCheckpointFile& file = *sinks_[t.sink].kv_file;
-  const PartialKey key{t.task.dataset, t.task.record->id};
-  for (const auto& rows : t.kv_pending) {
-    STRATA_RETURN_IF_ERROR(file.append(key, *rows));
-    t.kv_saved = rows->first_row + rows->rows;
-  }
-  t.kv_pending.clear();
-  return Status();
-}
-
-// The mark t's next line states: the rows saved, if they end right before an output token whose
-// sampler state is known (KvMark); else none (a resume then prefills).
-KvMark Job::kv_mark(const Task& t) const {
-  const int64_t tokens = t.kv_saved - t.prompt_tokens + 1;
-  if (t.kv_saved <= 0 || tokens < 1 || tokens > int64_t(t.produced.size()) ||
-      t.draws_after[size_t(tokens - 1)] == kUnknownDraws)
-    return KvMark{};
-  return KvMark{.rows = t.kv_saved, .tokens = tokens, .draws = t.draws_after[size_t(tokens - 1)]};
-}
-
-// Appends t's tokens not yet in a checkpoint, or its new KV mark (one line; the caller syncs the
-// side file before and the line after).
-Status Job::save_partial(Task& t) {
-  if (!checkpointing_) return Status();
-  const KvMark mark = kv_layout_ ? kv_mark(t) : KvMark{};
-  if (t.produced.size() <= t.checkpointed && mark == t.kv_written) return Status();
-  const std::span<const int32_t> fresh =
-      std::span<const int32_t>(t.produced).subspan(t.checkpointed);
-  STRATA_RETURN_IF_ERROR(sinks_[t.sink].partial_log->append(
-      partial_line({t.task.dataset, t.task.record->id}, int64_t(t.checkpointed), fresh, t.rng_draws,
-                   t.prompt_tokens, settings_, mark)));
-  t.checkpointed = t.produced.size();
-  t.kv_written = mark;
-  return Status();
-}
-
-// Rewrites a side file that holds mostly rows of finished records (keeping every unfinished
-// record's saved rows, started or not).
-Status Job::compact_kv_if_wasteful(Sink& s) {
-  if (!s.kv_file || s.kv_dead_rows == 0) return Status();
-  const int64_t dead = s.kv_dead_rows / kv_layout_->page_size * kv_layout_->page_bytes;
-  if (dead < (int64_t(256) << 20) || dead < s.kv_file->live_bytes() - dead) return Status();
-  std::map<PartialKey, int64_t> keep;
-  for (size_t i = 0; i < tasks_.size(); ++i) {
-    const Task& t = tasks_[i];
-    if (&sinks_[t.sink] == &s && t.kv_saved > 0 && (t.running || i >= started_))
-      keep[{t.task.dataset, t.task.record->id}] = t.kv_saved;
-  }
-  const int64_t before = s.kv_file->file_bytes();
-  STRATA_RETURN_IF_ERROR(s.kv_file->compact(keep));
-  LOG_INFO("{}: compacted the KV rows of finished prompts away ({:.1f} -> {:.1f} MB)",
-           s.kv_file->path(), double(before) / 1e6, double(s.kv_file->file_bytes()) / 1e6);
-  s.kv_dead_rows = 0;
-  return Status();
-}
-
-// Decides whether checkpoints hold KV rows (JobOptions::checkpoint_kv) and says what they cost.
-Status Job::setup_kv_checkpoints() {
-  using Mode = JobOptions::CheckpointKv;
-  if (!checkpointing_ || options_.checkpoint_kv == Mode::kOff) return Status();
-  std::string why_not;
-  std::optional<KvRowsLayout> layout = target_.kv_rows_layout(&why_not);
-  if (!layout) {
-    if (options_.checkpoint_kv == Mode::kOn)
-      return failed_precondition(
-          "--checkpoint-kv on: this job's KV rows cannot be checkpointed: {}", why_not);
-    LOG_INFO("KV checkpoints: off ({}); a resumed prompt prefills its partial output again",
-             why_not);
-    return Status();
-  }
-  int64_t prompts = 0;
-  for (const Dataset& d : datasets_) prompts += int64_t(d.records.size());
-  const int64_t in_flight =
-      std::max<int64_t>(1, std::min<int64_t>(prompts, target_.max_in_flight()));
-  const int64_t bytes =
-      layout->bytes_per_token() * int64_t(options_.sampling.params.max_new_tokens) * in_flight;
-  if (options_.checkpoint_kv == Mode::kAuto && bytes > options_.checkpoint_kv_max_bytes) {
-    LOG_INFO(
-        "KV checkpoints: off: the KV rows of {} prompts in flight x {} tokens x {} B/token could "
-        "reach {:.1f} GB "
-        "(above --checkpoint-kv-max-gb {:.1f}); --checkpoint-kv on writes them anyway",
-        in_flight, options_.sampling.params.max_new_tokens, layout->bytes_per_token(),
-        double(bytes) / 1e9, double(options_.checkpoint_kv_max_bytes) / 1e9);
-    return Status();
-  }
-  LOG_INFO(
-      "KV checkpoints: on: {} B/token, up to {:.2f} GB of rows for {} prompts in flight x {} "
-      "output tokens "
-      "(plus their prompts) in FILE.partial.kv; a resumed prompt decodes on without prefilling",
-      layout->bytes_per_token(), double(bytes) / 1e9, in_flight,
-      options_.sampling.params.max_new_tokens);
-  kv_layout_ = std::move(layout);
-  return Status();
 }
 
 // Output tokens still expected: prompts not started x the mean output length of this run's
@@ -801,7 +441,7 @@ StatusOr<JobSummary> Job::run() {
       inbox_->tokens.clear();
     }
     for (auto& [index, report] : reports) on_tokens(index, report);
-    STRATA_RETURN_IF_ERROR(commit_hidden(batch));
+    STRATA_RETURN_IF_ERROR(commit_hidden_group(batch));
     for (auto& [index, outcome] : batch) {
       --in_flight;
       STRATA_RETURN_IF_ERROR(handle(index, outcome));
@@ -828,7 +468,7 @@ StatusOr<JobSummary> Job::run() {
   return std::move(summary_);
 }
 
-}  // namespace
+}  // namespace generate_job
 
 int64_t JobSummary::failed() const {
   int64_t n = 0;
@@ -865,7 +505,7 @@ StatusOr<std::vector<std::shared_ptr<OutputLock>>> lock_job_outputs(
                             ec.message());
   }
   std::set<std::string> paths;
-  for (const Dataset& d : datasets) paths.insert(results_path_of(d, options));
+  for (const Dataset& d : datasets) paths.insert(generate_job::results_path_of(d, options));
   for (const std::string& p : paths) {
     STRATA_ASSIGN_OR_RETURN(std::shared_ptr<OutputLock> lock, OutputLock::acquire(p));
     locks.push_back(std::move(lock));
@@ -875,7 +515,7 @@ StatusOr<std::vector<std::shared_ptr<OutputLock>>> lock_job_outputs(
 
 StatusOr<JobSummary> run_job(const std::vector<Dataset>& datasets, PromptTarget& target,
                              const JobOptions& options) {
-  Job job(datasets, target, options);
+  generate_job::Job job(datasets, target, options);
   return job.run();
 }
 

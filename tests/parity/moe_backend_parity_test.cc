@@ -13,8 +13,8 @@
 //   above 0 (exact ties, from logits on a 0.5 grid, break to the lower id on both sides). Such
 //   tokens are counted, printed and held under 1%. Weights of equal choices: relative 1e-5.
 // - Experts: the kernels dequantize to the CPU reference's exact bf16 weights; the GPU rounds
-//   gate, up, act, each expert's output and the sum to bf16 (moe_parity_test.cc: NMSE ~6e-6),
-//   bound 4e-5. The fused add of the shared experts' output is inside the same rounding.
+//   gate, up, act, each expert's output and the sum to bf16 (moe_experts_parity_test.cc: NMSE
+//   ~6e-6), bound 4e-5. The fused add of the shared experts' output is inside the same rounding.
 // - Graph mode: a MoE step replayed from a captured graph gives the bits of the eager run.
 // - In the fixtures: every MoE layer's GPU choice against the CPU's moe_route of the GPU's own
 //   logits (the route rule above), prefill (400 tokens: the prefill GEMMs) and token by token.

@@ -1,5 +1,6 @@
 // Random routed-expert stacks in their stored formats (checkpoint layouts), shared by the MoE
-// parity tests: moe_parity_test.cc (the kernels) and moe_backend_parity_test.cc (the backend ops).
+// parity tests: the kernels' (moe_experts_parity_test.cc, moe_gemm_shapes_parity_test.cc, via
+// moe_device.h) and the backend ops' (moe_backend_parity_test.cc).
 #pragma once
 
 #include <cmath>

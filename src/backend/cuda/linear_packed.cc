@@ -23,6 +23,7 @@
 #include "backend/cuda/linear_fp8.h"
 #include "backend/cuda/linear_int4.h"
 #include "backend/cuda/moe_weights.h"
+#include "backend/linear_bias.h"
 #include "core/log.h"
 
 namespace strata::cuda {
@@ -149,11 +150,7 @@ LinearWeight CudaBackend::upload_linear(const HostLinearWeight& w, const Tensor&
   }
   CHECK_EQ(lw.weight->view().nbytes() + lw.scales->view().nbytes(),
            w.stack * linear_device_bytes(f, n, k));
-  if (!bias_f32.empty()) {
-    CHECK_MSG(bias_f32.dtype == DType::kF32 && bias_f32.numel() == n,
-              "linear bias: expected float32 [{}]", n);
-    lw.bias = upload(bias_f32, DType::kF32);
-  }
+  lw.bias = upload_linear_bias(*this, bias_f32, n);
   return lw;
 }
 
@@ -170,12 +167,7 @@ LinearWeight CudaBackend::upload_dense_bf16(const HostLinearWeight& w, const Ten
   lw.stack = w.stack;
   lw.out = w.out;
   lw.in = w.in;
-  if (!bias_f32.empty()) {
-    CHECK_MSG(bias_f32.dtype == DType::kF32 && bias_f32.numel() == w.out,
-              "linear bias: expected float32 [{}], got {} {}", w.out, dtype_name(bias_f32.dtype),
-              shape_str(bias_f32.shape));
-    lw.bias = upload(bias_f32, DType::kF32);  // synchronizes
-  }
+  lw.bias = upload_linear_bias(*this, bias_f32, w.out);
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   return lw;
 }

@@ -15,7 +15,7 @@
 // Equality with the CPU twin: the same choice except at float near-ties, since the device's
 // expf differs from the host's by an ulp or two (CUDA's expf: 2 ulp; the scores then differ by a
 // few 1e-8 absolute). Exact ties (equal logits, saturated sigmoids) break to the lower expert id
-// on both. tests/parity/moe_parity_test.cc counts the differing choices and checks each one's
+// on both. tests/parity/moe_route_parity_test.cc counts the differing choices and checks each one's
 // margin on the CPU side is below 1e-5.
 //
 // Parameter blocks are trivially copyable without padding bytes; launchers are asynchronous,

@@ -16,7 +16,8 @@
 #include <random>
 
 #include "pipeline/output_log.h"
-#include "process.h"
+#include "support/child_process.h"
+#include "support/shared_prompts.h"
 
 namespace strata {
 namespace {
@@ -24,14 +25,13 @@ namespace {
 namespace fs = std::filesystem;
 using testing_support::Child;
 using testing_support::count_lines;
+using testing_support::kill_at_moments;
+using testing_support::read_file;
+using testing_support::runs_to_end;
 using testing_support::wait_for_lines;
+using testing_support::write_shared_prompts;
 
-const std::string kModel = std::string(STRATA_SHARED_DIR) + "/models/house-llama";
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+const std::string kModel = testing_support::house_llama_path();
 
 // id -> every tensor's bytes (name order), read through the index; checks each record file ends at
 // its last tensor, that no other file is left (no orphan bytes) and that no id is twice in the
@@ -83,16 +83,7 @@ class CaptureCli : public ::testing::Test {
 TEST_F(CaptureCli, KilledAndResumedCaptureEqualsAnUninterruptedRun) {
   constexpr int kPrompts = 40, kKills = 10;
   const std::string input = path("define.jsonl");
-  std::vector<std::string> ids;
-  {
-    std::ifstream in(std::string(STRATA_SHARED_DIR) + "/data/prompts-define.jsonl");
-    std::ofstream out(input);
-    std::string line;
-    for (int i = 0; i < kPrompts && std::getline(in, line); ++i) {
-      out << line << "\n";
-      ids.push_back(nlohmann::json::parse(line)["id"]);
-    }
-  }
+  const std::vector<std::string> ids = write_shared_prompts(input, "define", kPrompts);
   auto cmd = [&](const std::string& output) {
     return std::vector<std::string>{STRATA_BINARY,
                                     "generate",
@@ -114,38 +105,21 @@ TEST_F(CaptureCli, KilledAndResumedCaptureEqualsAnUninterruptedRun) {
   // The uninterrupted run.
   const std::string clean = path("clean/out.jsonl"), log = path("log.txt");
   fs::create_directories(path("clean"));
-  {
-    Child c = Child::spawn(cmd(clean), log);
-    auto rc = c.wait_for(300000);
-    ASSERT_TRUE(rc.has_value());
-    ASSERT_EQ(*rc, 0) << read_file(log);
-  }
+  ASSERT_TRUE(runs_to_end(cmd(clean), log));
   const std::string out = path("killed/out.jsonl");
   fs::create_directories(path("killed"));
   std::mt19937 rng(std::random_device{}());
   const unsigned seed = rng();
   rng.seed(seed);
   int kills = 0;
-  for (int k = 0; k < kKills; ++k) {
-    Child c = Child::spawn(cmd(out), log);
-    std::optional<int> rc;
-    if (k % 4 == 0) {
-      rc = c.wait_for(int(rng() % 800));
-    } else {
-      rc = wait_for_lines(c, dir_.string(), out, count_lines(out) + 1 + int64_t(rng() % 6));
-      if (!rc) rc = c.wait_for(int(rng() % 150));
-    }
-    if (rc) {
-      ASSERT_EQ(*rc, 0) << read_file(log);
-      break;
-    }
-    c.kill9();
-    ++kills;
-  }
-  Child last = Child::spawn(cmd(out), log);
-  auto rc = last.wait_for(300000);
-  ASSERT_TRUE(rc.has_value());
-  ASSERT_EQ(*rc, 0) << read_file(log);
+  auto moment = [&](Child& c, int k) -> std::optional<int> {
+    if (k % 4 == 0) return c.wait_for(int(rng() % 800));
+    const std::optional<int> rc =
+        wait_for_lines(c, dir_.string(), out, count_lines(out) + 1 + int64_t(rng() % 6));
+    return rc ? rc : c.wait_for(int(rng() % 150));
+  };
+  ASSERT_TRUE(kill_at_moments(cmd(out), log, kKills, moment, &kills));
+  ASSERT_TRUE(runs_to_end(cmd(out), log));
   EXPECT_GE(kills, 6) << "seed " << seed;
 
   auto scan = scan_output(out);

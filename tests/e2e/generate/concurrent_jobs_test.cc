@@ -9,20 +9,17 @@
 
 #include "pipeline/output_lock.h"
 #include "pipeline/output_log.h"
-#include "process.h"
+#include "support/child_process.h"
+#include "support/shared_prompts.h"
 
 namespace strata {
 namespace {
 
 using testing_support::Child;
+using testing_support::read_file;
 using testing_support::wait_for_text;
 
 constexpr int kPrompts = 48;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 class ConcurrentJobs : public ::testing::Test {
  protected:
@@ -34,13 +31,7 @@ class ConcurrentJobs : public ::testing::Test {
     std::filesystem::create_directories(dir_);
     input_ = (dir_ / "define.jsonl").string();
     output_ = (dir_ / "out.jsonl").string();
-    std::ifstream in(std::string(STRATA_SHARED_DIR) + "/data/prompts-define.jsonl");
-    std::ofstream out(input_);
-    std::string line;
-    for (int i = 0; i < kPrompts && std::getline(in, line); ++i) {
-      out << line << "\n";
-      ids_.push_back(nlohmann::json::parse(line)["id"]);
-    }
+    ids_ = testing_support::write_shared_prompts(input_, "define", kPrompts);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 

@@ -10,22 +10,23 @@
 #include <set>
 
 #include "pipeline/output_log.h"
-#include "process.h"
+#include "support/child_process.h"
+#include "support/shared_prompts.h"
 
 namespace strata {
 namespace {
 
 using testing_support::Child;
 using testing_support::count_lines;
+using testing_support::house_llama_path;
+using testing_support::kill_at_moments;
+using testing_support::read_file;
+using testing_support::runs_to_end;
 using testing_support::wait_for_lines;
+using testing_support::write_shared_prompts;
 
 constexpr int kPrompts = 240;
 constexpr int kKills = 12;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 TEST(GenerateKillResume, SigkillAtRandomMomentsYieldsEveryIdExactlyOnce) {
   const std::filesystem::path dir =
@@ -34,20 +35,10 @@ TEST(GenerateKillResume, SigkillAtRandomMomentsYieldsEveryIdExactlyOnce) {
   std::filesystem::create_directories(dir);
   const std::string input = (dir / "define.jsonl").string(), output = (dir / "out.jsonl").string(),
                     log = (dir / "log.txt").string();
-  std::vector<std::string> ids;
-  {
-    std::ifstream in(std::string(STRATA_SHARED_DIR) + "/data/prompts-define.jsonl");
-    std::ofstream out(input);
-    std::string line;
-    for (int i = 0; i < kPrompts && std::getline(in, line); ++i) {
-      out << line << "\n";
-      ids.push_back(nlohmann::json::parse(line)["id"]);
-    }
-  }
+  const std::vector<std::string> ids = write_shared_prompts(input, "define", kPrompts);
   ASSERT_EQ(int(ids.size()), kPrompts);
   const std::vector<std::string> cmd = {
-      STRATA_BINARY, "generate", "--model-path",
-      std::string(STRATA_SHARED_DIR) + "/models/house-llama", "--input", "define=" + input,
+      STRATA_BINARY, "generate", "--model-path", house_llama_path(), "--input", "define=" + input,
       "--output", output, "--max-new-tokens", "4", "--temperature", "0.8", "--seed", "5",
       // Small waves, so records land all through the run.
       "--concurrency", "8"};
@@ -61,31 +52,19 @@ TEST(GenerateKillResume, SigkillAtRandomMomentsYieldsEveryIdExactlyOnce) {
   rng.seed(seed);
   int kills = 0;
   std::vector<int64_t> records_after_kill;
-  for (int k = 0; k < kKills; ++k) {
-    Child c = Child::spawn(cmd, log);
-    std::optional<int> rc;
-    if (k % 6 == 0) {
-      rc = c.wait_for(int(rng() % 600));
-    } else {
-      const int64_t target = count_lines(output) + 1 + int64_t(rng() % 20);
-      rc = wait_for_lines(c, dir.string(), output, target);
-      if (!rc) rc = c.wait_for(int(rng() % 200));
-    }
-    if (rc) {
-      ASSERT_EQ(*rc, 0) << "the generator failed before it was killed; log:\n" << read_file(log);
-      break;  // finished early: nothing left to kill
-    }
-    c.kill9();
-    ++kills;
+  auto moment = [&](Child& c, int k) -> std::optional<int> {
+    if (k % 6 == 0) return c.wait_for(int(rng() % 600));
+    const int64_t target = count_lines(output) + 1 + int64_t(rng() % 20);
+    const std::optional<int> rc = wait_for_lines(c, dir.string(), output, target);
+    return rc ? rc : c.wait_for(int(rng() % 200));
+  };
+  ASSERT_TRUE(kill_at_moments(cmd, log, kKills, moment, &kills, [&] {
     auto scan = scan_output(output);
     ASSERT_TRUE(scan.ok()) << scan.status().message();
     EXPECT_TRUE(scan->duplicates.empty()) << "after kill " << kills;
     records_after_kill.push_back(scan->records);
-  }
-  Child last = Child::spawn(cmd, log);
-  auto rc = last.wait_for(100000);
-  ASSERT_TRUE(rc.has_value());
-  ASSERT_EQ(*rc, 0) << read_file(log);
+  }));
+  ASSERT_TRUE(runs_to_end(cmd, log, 100000));
   EXPECT_GE(kills, 10) << "the job finished too fast to be killed 10 times (seed " << seed << ")";
 
   auto scan = scan_output(output);

@@ -13,19 +13,18 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "process.h"
+#include "support/child_process.h"
+#include "support/shared_prompts.h"
 
 namespace strata {
 namespace {
 
 using testing_support::Child;
 using testing_support::count_lines;
+using testing_support::kill_at_moments;
+using testing_support::read_file;
+using testing_support::runs_to_end;
 using testing_support::wait_for_lines;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 // id -> (generated text, completion tokens)
 std::map<std::string, std::pair<std::string, int>> read_results(const std::string& path) {
@@ -53,17 +52,12 @@ TEST_P(Preemption, KilledAgainAndAgainFinishesWithTheUninterruptedOutput) {
                     reference = (dir / "reference.jsonl").string(),
                     output = (dir / "out.jsonl").string(), partial = output + ".partial.jsonl",
                     log = (dir / "log.txt").string();
-  {
-    std::ifstream in(std::string(STRATA_SHARED_DIR) + "/data/prompts-explain.jsonl");
-    std::ofstream out(input);
-    std::string line;
-    for (int i = 0; i < 3 && std::getline(in, line); ++i) out << line << "\n";
-  }
+  testing_support::write_shared_prompts(input, "explain", 3);
   auto command = [&](const std::string& out) {
     return std::vector<std::string>{STRATA_BINARY,
                                     "generate",
                                     "--model-path",
-                                    std::string(STRATA_SHARED_DIR) + "/models/house-llama",
+                                    testing_support::house_llama_path(),
                                     "--input",
                                     "explain=" + input,
                                     "--output",
@@ -81,32 +75,20 @@ TEST_P(Preemption, KilledAgainAndAgainFinishesWithTheUninterruptedOutput) {
                                     "0.3",
                                     "--no-progress"};
   };
-  Child ref = Child::spawn(command(reference), (dir / "reference.log").string());
-  auto rc = ref.wait_for(300000);
-  ASSERT_TRUE(rc.has_value());
-  ASSERT_EQ(*rc, 0) << read_file((dir / "reference.log").string());
+  ASSERT_TRUE(runs_to_end(command(reference), (dir / "reference.log").string()));
 
   std::mt19937 rng(std::random_device{}());
   const unsigned seed = rng();
   rng.seed(seed);
   int kills = 0;
-  for (int k = 0; k < 8; ++k) {
-    Child c = Child::spawn(command(output), log);
-    // A kill once 1-3 more checkpoint lines landed (plus up to 150 ms, to hit writes too).
+  // A kill once 1-3 more checkpoint lines landed (plus up to 150 ms, to hit writes too).
+  auto moment = [&](Child& c, int) -> std::optional<int> {
     const int64_t target = count_lines(partial) + 1 + int64_t(rng() % 3);
-    rc = wait_for_lines(c, dir.string(), partial, target);
-    if (!rc) rc = c.wait_for(int(rng() % 150));
-    if (rc) {
-      ASSERT_EQ(*rc, 0) << read_file(log);
-      break;
-    }
-    c.kill9();
-    ++kills;
-  }
-  Child last = Child::spawn(command(output), log);
-  rc = last.wait_for(300000);
-  ASSERT_TRUE(rc.has_value());
-  ASSERT_EQ(*rc, 0) << read_file(log);
+    const std::optional<int> rc = wait_for_lines(c, dir.string(), partial, target);
+    return rc ? rc : c.wait_for(int(rng() % 150));
+  };
+  ASSERT_TRUE(kill_at_moments(command(output), log, 8, moment, &kills));
+  ASSERT_TRUE(runs_to_end(command(output), log));
   EXPECT_GE(kills, 3) << "the job finished before it could be killed 3 times (seed " << seed << ")";
   EXPECT_NE(read_file(log).find("from their checkpoints"), std::string::npos) << read_file(log);
   // The run that finished (the only one that exits, so logs its engine's totals) loaded KV rows.

@@ -9,17 +9,14 @@
 #include <regex>
 #include <sstream>
 
-#include "process.h"
+#include "support/child_process.h"
+#include "support/shared_prompts.h"
 
 namespace strata {
 namespace {
 
 using testing_support::Child;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using testing_support::read_file;
 
 // The generated-token counts of the progress lines that show 0 of 8 prompts finished.
 std::vector<int64_t> counts_before_any_finished(const std::string& log) {
@@ -39,18 +36,12 @@ TEST(GenerateProgress, TokenCountMovesBeforeAnyPromptFinishes) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::string input = (dir / "define.jsonl").string(), log = (dir / "log.txt").string();
-  {
-    std::ifstream in(std::string(STRATA_SHARED_DIR) + "/data/prompts-define.jsonl");
-    std::ofstream out(input);
-    std::string line;
-    for (int i = 0; i < 8 && std::getline(in, line); ++i) out << line << "\n";
-  }
+  testing_support::write_shared_prompts(input, "define", 8);
   const auto start = std::chrono::steady_clock::now();
   Child job =
-      Child::spawn({STRATA_BINARY, "generate", "--model-path",
-                    std::string(STRATA_SHARED_DIR) + "/models/house-llama", "--input",
-                    "define=" + input, "--output", (dir / "out.jsonl").string(), "--max-new-tokens",
-                    "2000", "--ignore-eos", "--progress-interval", "0.25"},
+      Child::spawn({STRATA_BINARY, "generate", "--model-path", testing_support::house_llama_path(),
+                    "--input", "define=" + input, "--output", (dir / "out.jsonl").string(),
+                    "--max-new-tokens", "2000", "--ignore-eos", "--progress-interval", "0.25"},
                    log);
   // Three lines with a growing count while no prompt has finished.
   auto moving = [&] {

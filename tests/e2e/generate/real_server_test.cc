@@ -9,7 +9,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "process.h"
+#include "support/child_process.h"
+#include "support/shared_prompts.h"
 
 namespace strata {
 namespace {
@@ -18,6 +19,7 @@ using testing_support::Child;
 using testing_support::count_lines;
 using testing_support::file_contains;
 using testing_support::free_port;
+using testing_support::read_file;
 using testing_support::wait_for_lines;
 using testing_support::wait_for_text;
 
@@ -44,13 +46,8 @@ TEST(GenerateRealServer, ServerKilledAndRestartedMidRun) {
   const std::string input = (dir / "define.jsonl").string(), output = (dir / "out.jsonl").string(),
                     engine_output = (dir / "engine.jsonl").string(),
                     log = (dir / "log.txt").string();
-  {
-    std::ifstream in(std::string(STRATA_SHARED_DIR) + "/data/prompts-define.jsonl");
-    std::ofstream out(input);
-    std::string line;
-    for (int i = 0; i < kPrompts && std::getline(in, line); ++i) out << line << "\n";
-  }
-  const std::string model = std::string(STRATA_SHARED_DIR) + "/models/house-llama";
+  testing_support::write_shared_prompts(input, "define", kPrompts);
+  const std::string model = testing_support::house_llama_path();
   const int port = free_port();
   const std::vector<std::string> serve = {
       STRATA_BINARY, "serve",     "--model-path", model,
@@ -82,8 +79,7 @@ TEST(GenerateRealServer, ServerKilledAndRestartedMidRun) {
   const int64_t at_kill = count_lines(output);
   server = Child::spawn(serve, log);
   auto rc = g.wait_for(kWaitMs);
-  std::ifstream lf(log);
-  ASSERT_EQ(rc.value_or(-1), 0) << std::string((std::istreambuf_iterator<char>(lf)), {});
+  ASSERT_EQ(rc.value_or(-1), 0) << read_file(log);
   EXPECT_LT(at_kill, kPrompts) << "the server was killed after the job ended";
   EXPECT_TRUE(file_contains(log, "answers again"))
       << "the generator did not say the server came back";
@@ -96,8 +92,7 @@ TEST(GenerateRealServer, ServerKilledAndRestartedMidRun) {
   std::vector<std::string> local = {STRATA_BINARY, "generate", "--model-path",
                                     model,         "--output", engine_output};
   local.insert(local.end(), common.begin(), common.end());
-  Child e = Child::spawn(local, log);
-  ASSERT_EQ(e.wait_for(kWaitMs).value_or(-1), 0);
+  ASSERT_TRUE(testing_support::runs_to_end(local, log, kWaitMs));
   const auto via_engine = answers(engine_output);
   int same = 0;
   for (const auto& [id, text] : via_engine)

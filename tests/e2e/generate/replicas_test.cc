@@ -9,7 +9,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "process.h"
+#include "support/child_process.h"
+#include "support/shared_prompts.h"
 
 namespace strata {
 namespace {
@@ -18,16 +19,12 @@ using testing_support::Child;
 using testing_support::count_lines;
 using testing_support::file_contains;
 using testing_support::free_port;
+using testing_support::read_file;
 using testing_support::wait_for_lines;
 using testing_support::wait_for_text;
 
 constexpr int kPrompts = 160;
 constexpr int kWaitMs = 120000;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 TEST(GenerateReplicas, OneOfTwoReplicasKilledMidJobEveryIdOnce) {
   const std::filesystem::path dir =
@@ -36,13 +33,8 @@ TEST(GenerateReplicas, OneOfTwoReplicasKilledMidJobEveryIdOnce) {
   std::filesystem::create_directories(dir);
   const std::string input = (dir / "define.jsonl").string(), output = (dir / "out.jsonl").string(),
                     log = (dir / "log.txt").string(), serve_log = (dir / "serve.txt").string();
-  {
-    std::ifstream in(std::string(STRATA_SHARED_DIR) + "/data/prompts-define.jsonl");
-    std::ofstream out(input);
-    std::string line;
-    for (int i = 0; i < kPrompts && std::getline(in, line); ++i) out << line << "\n";
-  }
-  const std::string model = std::string(STRATA_SHARED_DIR) + "/models/house-llama";
+  testing_support::write_shared_prompts(input, "define", kPrompts);
+  const std::string model = testing_support::house_llama_path();
   const int port_a = free_port(), port_b = free_port();
   auto serve = [&](int port) {
     return Child::spawn({STRATA_BINARY, "serve", "--model-path", model, "--host", "127.0.0.1",

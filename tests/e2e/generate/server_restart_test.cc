@@ -16,7 +16,7 @@
 
 #include "pipeline/dataset.h"
 #include "pipeline/output_log.h"
-#include "process.h"
+#include "support/child_process.h"
 
 namespace strata {
 namespace {

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "pipeline/output_log.h"
-#include "process.h"
+#include "support/child_process.h"
 
 namespace strata {
 namespace {
@@ -20,17 +20,13 @@ namespace {
 using testing_support::Child;
 using testing_support::count_lines;
 using testing_support::file_contains;
+using testing_support::read_file;
 using testing_support::wait_for_lines;
 
 constexpr int kPrompts = 2000;
 constexpr int kShards = 4;
 constexpr int kKilled = 2;
 constexpr int kWaitMs = 120000;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 // The quoted word of each "What does the word \"X\" mean?" as a raw prompt, with its id.
 void write_prompts(const std::string& path) {

@@ -14,6 +14,7 @@
 
 #include "pipeline/checkpoint.h"
 #include "pipeline/runner.h"
+#include "support/resumable_target.h"
 #include "support/temp_dir.h"
 
 namespace strata {
@@ -141,53 +142,23 @@ TEST(KvCheckpointFile, CompactionKeepsOnlyWhatIsListed) {
 // prompt + output, the last token's row only after the next token): prompt 3 tokens, token i of
 // prompt pN is 1000 N + i, row bytes rows_of(N, ...). Tasks in `interrupt` stop after
 // `tokens_before_interrupt` tokens, as after a kill.
-class KvTarget : public PromptTarget {
+class KvTarget : public testing::ResumableTarget {
  public:
   std::string header = "{\"model\":\"m1\"}";
-  std::set<std::string> interrupt;
-  int tokens_before_interrupt = 11;
-  int total_tokens = 20;
-  struct Resumed {
-    std::vector<int32_t> tokens;
-    uint64_t draws = 0;
-    std::shared_ptr<const KvRows> kv;
-    int32_t export_from = 0;
-  };
-  std::map<std::string, Resumed> resumed;
-  std::string model_name() const override { return "fake-model"; }
-  int max_in_flight() const override { return 4; }
-  bool can_resume() const override { return true; }
+  KvTarget() {
+    tokens_before_interrupt = 11;
+    total_tokens = 20;
+  }
   std::optional<KvRowsLayout> kv_rows_layout(std::string*) const override { return layout(header); }
-  void start(const GenerationTask& task, OutcomeCallback done) override {
-    const std::string& id = task.record->id;
-    const int n = std::stoi(id.substr(1));
-    const int from = int(task.resume_output_ids.size());
-    if (from > 0)
-      resumed[id] = {task.resume_output_ids, task.resume_rng_draws, task.resume_kv,
-                     task.kv_export_from_row};
-    int64_t exported = task.kv_export_from_row;
-    const int until = interrupt.count(id) ? tokens_before_interrupt : total_tokens;
-    for (int i = from; i < until; ++i) {
-      task.on_tokens(TokenReport{
-          .token_ids = {1000 * n + i}, .rng_draws = uint64_t(i + 1), .prompt_tokens = 3});
-      const int64_t full = (3 + i) / kPage * kPage;  // rows computed: prompt + the first i outputs
-      if (task.export_kv && full > exported) {
-        task.on_tokens(
-            TokenReport{.kv = std::make_shared<KvRows>(rows_of(n, exported, full - exported))});
-        exported = full;
-      }
+
+ protected:
+  void after_token(const GenerationTask& task, int n, int i, int64_t* exported) override {
+    const int64_t full = (3 + i) / kPage * kPage;  // rows computed: prompt + the first i outputs
+    if (task.export_kv && full > *exported) {
+      task.on_tokens(
+          TokenReport{.kv = std::make_shared<KvRows>(rows_of(n, *exported, full - *exported))});
+      *exported = full;
     }
-    GenerationOutcome o;
-    if (interrupt.count(id)) {
-      o.kind = OutcomeKind::kInterrupted;
-      o.error = "killed";
-    } else {
-      o.text = id + " from " + std::to_string(from);
-      o.prompt_tokens = 3;
-      o.completion_tokens = total_tokens;
-      o.finish_reason = "length";
-    }
-    done(o);
   }
 };
 

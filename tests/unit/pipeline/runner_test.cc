@@ -11,6 +11,7 @@
 
 #include "pipeline/checkpoint.h"
 #include "pipeline/output_log.h"
+#include "support/resumable_target.h"
 #include "support/temp_dir.h"
 
 namespace strata {
@@ -58,20 +59,8 @@ class FakeTarget : public PromptTarget {
   std::vector<std::future<void>> futures_;
 };
 
-Dataset make_dataset(const std::string& name, int n, const std::string& id_prefix = "p") {
-  Dataset d{.name = name};
-  for (int i = 0; i < n; ++i) {
-    auto r = parse_prompt_line(
-        nlohmann::json(
-            {{"id", id_prefix + std::to_string(i)},
-             {"conversations", {{{"role", "user"}, {"content", "q" + std::to_string(i)}}}}})
-            .dump(),
-        i + 1, name);
-    EXPECT_TRUE(r.ok());
-    d.records.push_back(*r);
-  }
-  return d;
-}
+using testing::conversation_dataset;
+using testing::ResumableTarget;
 
 std::vector<nlohmann::json> read_lines(const std::string& path) {
   std::vector<nlohmann::json> out;
@@ -103,7 +92,7 @@ TEST_F(RunnerTest, MemoryModeKeepsInputOrderAndAppendsTheAnswer) {
   o.output_file.clear();
   FakeTarget b;
   b.async = true;
-  std::vector<Dataset> ds{make_dataset("d", 9)};
+  std::vector<Dataset> ds{conversation_dataset("d", 9)};
   auto s = run_job(ds, b, o);
   ASSERT_TRUE(s.ok()) << s.status().message();
   ASSERT_EQ(s->records.size(), 9u);
@@ -125,7 +114,7 @@ TEST_F(RunnerTest, MemoryModeKeepsInputOrderAndAppendsTheAnswer) {
 }
 
 TEST_F(RunnerTest, InterruptedRunResumesExactlyOnce) {
-  std::vector<Dataset> ds{make_dataset("a", 20), make_dataset("b", 15)};
+  std::vector<Dataset> ds{conversation_dataset("a", 20), conversation_dataset("b", 15)};
   for (int round = 0; round < 6; ++round) {
     FakeTarget b;
     b.interrupt_after = 7;
@@ -154,7 +143,7 @@ TEST_F(RunnerTest, InterruptedRunResumesExactlyOnce) {
 }
 
 TEST_F(RunnerTest, FailuresAreRecordedNotRetriedUnlessAsked) {
-  std::vector<Dataset> ds{make_dataset("a", 10)};
+  std::vector<Dataset> ds{conversation_dataset("a", 10)};
   {
     FakeTarget b;
     b.fail_ids = {"p3", "p7"};
@@ -194,7 +183,7 @@ TEST_F(RunnerTest, FailuresAreRecordedNotRetriedUnlessAsked) {
 }
 
 TEST_F(RunnerTest, ResumingWithOtherSettingsIsRefused) {
-  std::vector<Dataset> ds{make_dataset("a", 6)};
+  std::vector<Dataset> ds{conversation_dataset("a", 6)};
   FakeTarget b;
   b.interrupt_after = 3;
   ASSERT_TRUE(run_job(ds, b, opts_).ok());
@@ -215,7 +204,8 @@ TEST_F(RunnerTest, OutputDirWritesOneFilePerDataset) {
   JobOptions o = opts_;
   o.output_file.clear();
   o.output_dir = (dir_ / "outdir").string();
-  std::vector<Dataset> ds{make_dataset("define", 5), make_dataset("explain", 4)};  // same ids p0..
+  std::vector<Dataset> ds{conversation_dataset("define", 5),
+                          conversation_dataset("explain", 4)};  // same ids p0..
   FakeTarget b;
   b.interrupt_after = 6;
   ASSERT_TRUE(run_job(ds, b, o).ok());
@@ -233,14 +223,14 @@ TEST_F(RunnerTest, OutputDirWritesOneFilePerDataset) {
 }
 
 TEST_F(RunnerTest, SameIdInTwoDatasetsOfOneFileIsTwoRecords) {
-  std::vector<Dataset> ds{make_dataset("a", 3), make_dataset("b", 3)};
+  std::vector<Dataset> ds{conversation_dataset("a", 3), conversation_dataset("b", 3)};
   FakeTarget b;
   ASSERT_TRUE(run_job(ds, b, opts_).ok());
   EXPECT_EQ(read_lines(opts_.output_file).size(), 6u);
 }
 
 TEST_F(RunnerTest, RepairsTornTailAndDuplicatesBeforeResuming) {
-  std::vector<Dataset> ds{make_dataset("a", 5)};
+  std::vector<Dataset> ds{conversation_dataset("a", 5)};
   FakeTarget b;
   b.interrupt_after = 3;
   ASSERT_TRUE(run_job(ds, b, opts_).ok());
@@ -262,7 +252,7 @@ TEST_F(RunnerTest, RepairsTornTailAndDuplicatesBeforeResuming) {
 }
 
 TEST_F(RunnerTest, DuplicateDatasetNamesAreAnError) {
-  std::vector<Dataset> ds{make_dataset("a", 1), make_dataset("a", 1)};
+  std::vector<Dataset> ds{conversation_dataset("a", 1), conversation_dataset("a", 1)};
   FakeTarget b;
   EXPECT_EQ(run_job(ds, b, opts_).status().code(), StatusCode::kInvalidArgument);
 }
@@ -316,43 +306,8 @@ TEST(Progress, RateWindowForgetsWhatIsOlderThanTheWindow) {
   EXPECT_NEAR(w.span_s(), 10, 1e-9);
 }
 
-// Reports tokens as it goes (like the engine) and can resume. Tasks in `interrupt` report
-// `tokens_before_interrupt` tokens and then end kInterrupted (the job stops, as after a kill).
-class ResumableTarget : public PromptTarget {
- public:
-  std::set<std::string> interrupt;
-  int tokens_before_interrupt = 5;
-  int total_tokens = 12;
-  std::map<std::string, std::vector<int32_t>> resumed_with;  // id -> resume_output_ids
-  std::string model_name() const override { return "fake-model"; }
-  int max_in_flight() const override { return 4; }  // every prompt of the tests starts at once
-  bool can_resume() const override { return true; }
-  void start(const GenerationTask& task, OutcomeCallback done) override {
-    const std::string& id = task.record->id;
-    if (!task.resume_output_ids.empty()) resumed_with[id] = task.resume_output_ids;
-    // Token i of prompt pN is 1000 * N + i: a continuation shows where it resumed.
-    const int n = std::stoi(id.substr(1));
-    const int from = int(task.resume_output_ids.size());
-    const int until = interrupt.count(id) ? tokens_before_interrupt : total_tokens;
-    for (int i = from; i < until; ++i)
-      task.on_tokens(TokenReport{
-          .token_ids = {1000 * n + i}, .rng_draws = uint64_t(i + 1), .prompt_tokens = 3});
-    GenerationOutcome o;
-    if (interrupt.count(id)) {
-      o.kind = OutcomeKind::kInterrupted;
-      o.error = "killed";
-    } else {
-      o.text = id + " from " + std::to_string(from);
-      o.prompt_tokens = 3;
-      o.completion_tokens = total_tokens;
-      o.finish_reason = "length";
-    }
-    done(o);
-  }
-};
-
 TEST_F(RunnerTest, UnfinishedPromptsResumeFromTheirCheckpoints) {
-  std::vector<Dataset> ds{make_dataset("a", 4)};
+  std::vector<Dataset> ds{conversation_dataset("a", 4)};
   JobOptions o = opts_;
   o.checkpoint_tokens = 1;
   const std::string partial = opts_.output_file + ".partial.jsonl";
@@ -378,8 +333,8 @@ TEST_F(RunnerTest, UnfinishedPromptsResumeFromTheirCheckpoints) {
     auto s = run_job(ds, b, o);
     ASSERT_TRUE(s.ok()) << s.status().message();
     EXPECT_TRUE(s->complete);
-    EXPECT_EQ(b.resumed_with.size(), 2u);
-    EXPECT_EQ(b.resumed_with["p2"], (std::vector<int32_t>{2000, 2001, 2002, 2003, 2004}));
+    EXPECT_EQ(b.resumed.size(), 2u);
+    EXPECT_EQ(b.resumed["p2"].tokens, (std::vector<int32_t>{2000, 2001, 2002, 2003, 2004}));
     EXPECT_EQ(s->datasets[0].generated_tokens, 7 * 2);  // only what this run made
   }
   EXPECT_FALSE(std::filesystem::exists(partial)) << "a complete job leaves no checkpoints";

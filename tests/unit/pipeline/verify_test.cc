@@ -10,6 +10,7 @@
 
 #include "pipeline/runner.h"
 #include "pipeline/shard.h"
+#include "support/resumable_target.h"
 #include "support/temp_dir.h"
 
 namespace strata {
@@ -35,19 +36,9 @@ class InstantTarget : public PromptTarget {
   }
 };
 
+// Ids "<name>-<i>": unique across the datasets.
 Dataset make_dataset(const std::string& name, int n) {
-  Dataset d{.name = name};
-  for (int i = 0; i < n; ++i) {
-    auto r = parse_prompt_line(
-        nlohmann::json(
-            {{"id", name + "-" + std::to_string(i)},
-             {"conversations", {{{"role", "user"}, {"content", "q" + std::to_string(i)}}}}})
-            .dump(),
-        i + 1, name);
-    EXPECT_TRUE(r.ok());
-    d.records.push_back(*r);
-  }
-  return d;
+  return testing::conversation_dataset(name, n, name + "-");
 }
 
 std::vector<std::string> read_lines(const std::string& path) {

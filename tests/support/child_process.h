@@ -1,8 +1,10 @@
 // Child processes for the generate e2e tests: spawn the real binary with its output in files,
-// wait for it with a deadline (a pidfd, no sleep loop), kill it.
+// wait for it with a deadline (a pidfd, no sleep loop), kill it; run a job to its end, or kill it
+// again and again at moments the test picks (the kill-and-resume tests).
 #pragma once
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -146,6 +148,47 @@ inline bool file_contains(const std::string& path, const std::string& text) {
 inline std::optional<int> wait_for_text(Child& child, const std::string& dir,
                                         const std::string& path, const std::string& text) {
   return wait_until(child, dir, [&] { return file_contains(path, text); });
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Runs `argv` to its end (at most `timeout_ms`): a success when it exits 0; else the failure says
+// how it ended and shows its log.
+inline ::testing::AssertionResult runs_to_end(const std::vector<std::string>& argv,
+                                              const std::string& log, int timeout_ms = 300000) {
+  Child c = Child::spawn(argv, log);
+  const std::optional<int> rc = c.wait_for(timeout_ms);
+  if (!rc) return ::testing::AssertionFailure() << "still running after " << timeout_ms << " ms";
+  if (*rc != 0)
+    return ::testing::AssertionFailure() << "exit " << *rc << "; log:\n" << read_file(log);
+  return ::testing::AssertionSuccess();
+}
+
+// Kills `argv` with SIGKILL again and again: up to `max_kills` times a run is started and
+// `moment(child, k)` waits for run k's moment (returning the exit status when the run ended
+// first, else nullopt); then the run is killed, counted in *kills, and `after_kill` (if any)
+// looks at what it left. A run that ends on its own ends the loop, and must have exited 0.
+inline ::testing::AssertionResult kill_at_moments(
+    const std::vector<std::string>& argv, const std::string& log, int max_kills,
+    const std::function<std::optional<int>(Child&, int)>& moment, int* kills,
+    const std::function<void()>& after_kill = {}) {
+  for (int k = 0; k < max_kills; ++k) {
+    Child c = Child::spawn(argv, log);
+    if (const std::optional<int> rc = moment(c, k)) {
+      if (*rc != 0)
+        return ::testing::AssertionFailure()
+               << "the job failed before it was killed (exit " << *rc << "); log:\n"
+               << read_file(log);
+      break;  // finished early: nothing left to kill
+    }
+    c.kill9();
+    ++*kills;
+    if (after_kill) after_kill();
+  }
+  return ::testing::AssertionSuccess();
 }
 
 }  // namespace strata::testing_support

@@ -1,0 +1,363 @@
+// The work decompositions of the GPU's MoE expert kernels (backend/cuda/moe_experts.h) against
+// the CPU twin (cpu::CpuBackend::moe_experts): every forced decode-GEMV shape and the prefill
+// GEMM's short-k block splits give the layer's result.
+//
+// References and bounds:
+// - experts: the CPU twin with the same weights (dequantized on the host by core/weight_format's
+//   reference), x the same bf16 values; four bf16 roundings on the GPU side: NMSE bound 4e-5
+//   (moe_experts_parity_test.cc says why). An output never written keeps its NaN poison.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/moe_experts.h"
+#include "backend/cuda/moe_route.h"
+#include "parity/moe_device.h"
+
+namespace strata::parity {
+namespace {
+
+// ---- decode GEMV work decompositions ----
+// Every forced (ksplit, cluster, tiles_per_warp) shape below that the launcher accepts for the
+// sizes (and the automatic one), in grouped mode (gate_up, down and combine: the decode step's
+// pieces, rows in assignment order) and in dense mode, against the CPU twin. hidden 2048 so that
+// k splits of up to 8 warps x 8 CTAs fit gate_up; T 1, 12 and 20 use 1, 2 and 4 n-tiles; T 40 of
+// one expert takes two passes of 32 rows.
+struct GemvShapeCase {
+  int ksplit, cluster, tiles_per_warp;
+};
+const GemvShapeCase kGemvShapes[] = {{0, 0, 0}, {1, 1, 1}, {1, 1, 2}, {1, 1, 8}, {2, 1, 1},
+                                     {4, 1, 1}, {8, 1, 1}, {8, 2, 1}, {8, 4, 1}, {8, 8, 1}};
+
+// Forces `sh` when it fits these parameters (else the automatic shape); returns whether forced.
+bool force_shape(cuda::MoeGroupedParams& g, const GemvShapeCase& sh) {
+  cuda::MoeGroupedParams t = g;
+  t.ksplit = sh.ksplit;
+  t.cluster = sh.cluster;
+  t.tiles_per_warp = sh.tiles_per_warp;
+  const cuda::MoeGemvShape got = cuda::moe_gemv_shape(t);
+  if (got.ksplit == 0) {  // does not fit
+    g.ksplit = g.cluster = g.tiles_per_warp = 0;
+    return false;
+  }
+  if (sh.ksplit != 0) {
+    EXPECT_EQ(got.ksplit, sh.ksplit);
+    EXPECT_EQ(got.cluster, sh.cluster);
+    EXPECT_EQ(got.tiles_per_warp, sh.tiles_per_warp);
+  }
+  g = t;
+  return true;
+}
+
+TEST(MoeParity, GemvShapesMatchCpu) {
+  Stream s;
+  std::mt19937 rng(19);
+  cpu::CpuBackend cpu;
+  const int64_t hidden = 2048, inter = 256;
+  const int experts = 16, k = 4;
+  for (Fmt f : {Fmt::kBf16, Fmt::kFp8, Fmt::kInt4g32, Fmt::kInt4g128}) {
+    const HostLinearWeight gu = random_stack(rng, f, experts, 2 * inter, hidden);
+    const HostLinearWeight dn = random_stack(rng, f, experts, hidden, inter);
+    DevStack d_gu = to_device(gu, f, s), d_dn = to_device(dn, f, s);
+    MoeExpertWeights cw;
+    cw.gate_up.weight = cpu_weight(cpu, gu);
+    cw.gate_up.stack = experts;
+    cw.down.weight = cpu_weight(cpu, dn);
+    cw.down.stack = experts;
+    for (int64_t tokens : {1, 12, 20, 40}) {
+      const int64_t n = tokens * k;
+      const auto x = random_bf16(rng, tokens * hidden, 1.0f);
+      std::vector<int32_t> ids(static_cast<size_t>(n));
+      std::vector<float> wts(static_cast<size_t>(n));
+      std::uniform_real_distribution<float> wd(0.1f, 1.0f);
+      for (int64_t t = 0; t < tokens; ++t) {
+        std::vector<int32_t> all(static_cast<size_t>(experts));
+        for (int e = 0; e < experts; ++e) all[size_t(e)] = e;
+        std::shuffle(all.begin(), all.end(), rng);
+        if (tokens == 40)
+          std::swap(all[0], all[size_t(std::find(all.begin(), all.end(), 5) - all.begin())]);
+        for (int j = 0; j < k; ++j) {
+          ids[size_t(t * k + j)] = all[size_t(j)];
+          wts[size_t(t * k + j)] = wd(rng);
+        }
+      }
+      HostTensor hx(DType::kF32, {tokens, hidden}), hids(DType::kI32, {tokens, k}),
+          hw(DType::kF32, {tokens, k}), ho(DType::kF32, {tokens, hidden});
+      std::memcpy(hx.f32(), x.data(), x.size() * 4);
+      std::memcpy(hids.view.ptr<int32_t>(), ids.data(), ids.size() * 4);
+      std::memcpy(hw.f32(), wts.data(), wts.size() * 4);
+      cpu.moe_experts(hx.view, cw, hids.view, hw.view, ho.view);
+      const std::vector<double> want(ho.f32(), ho.f32() + tokens * hidden);
+      auto dx = upload(to_bits(x), s), d_ids = upload(ids, s), d_w = upload(wts, s);
+      Dev act(size_t(n * inter) * 2), y(size_t(n * hidden) * 2),
+          out(size_t(tokens * hidden + kGuard) * 2);
+      for (const GemvShapeCase& sh : kGemvShapes) {
+        cuda::MoeGroupedParams g{};
+        g.topk_ids = d_ids->as<int32_t>();
+        g.assignments = n;
+        g.num_experts = experts;
+        g.max_active = int(std::min<int64_t>(experts, n));
+        g.gemv_tokens = cuda::moe_gemv_tokens(tokens, k, experts);
+        cuda::MoeGroupedParams g_up = g, g_dn = g;
+        g_up.x = dx->as<bf16_bits>();
+        g_up.rows = tokens;
+        g_up.x_div = k;
+        g_up.out = act.as<bf16_bits>();
+        g_up.w = d_gu.view;
+        g_up.glu_inter = inter;
+        g_dn.x = act.as<bf16_bits>();
+        g_dn.rows = n;
+        g_dn.x_div = 1;
+        g_dn.out = y.as<bf16_bits>();
+        g_dn.w = d_dn.view;
+        g_dn.early_plan = 1;  // gate_up triggers after its wait
+        const bool up_forced = force_shape(g_up, sh), dn_forced = force_shape(g_dn, sh);
+        if (sh.ksplit != 0 && !up_forced && !dn_forced) continue;
+        std::vector<uint16_t> first;
+        for (int rep = 0; rep < 2; ++rep) {
+          CUDA_CHECK(cudaMemsetAsync(act.as<void>(), 0xff, act.bytes(), s.get()));
+          CUDA_CHECK(cudaMemsetAsync(y.as<void>(), 0xff, y.bytes(), s.get()));
+          CUDA_CHECK(cudaMemsetAsync(out.as<void>(), 0xff, out.bytes(), s.get()));
+          cuda::launch_moe_gemv(g_up, s.get());
+          cuda::launch_moe_gemv(g_dn, s.get());
+          cuda::MoeCombineParams cb{};
+          cb.y = y.as<bf16_bits>();
+          cb.topk_ids = d_ids->as<int32_t>();
+          cb.topk_weights = d_w->as<float>();
+          cb.out = out.as<bf16_bits>();
+          cb.tokens = tokens;
+          cb.hidden = hidden;
+          cb.top_k = k;
+          cb.num_experts = experts;
+          cuda::launch_moe_combine(cb, s.get());
+          const auto all = download<uint16_t>(out.as<void>(), size_t(tokens * hidden + kGuard), s);
+          bool guard = true;
+          for (int64_t i = tokens * hidden; i < tokens * hidden + kGuard; ++i)
+            guard &= all[size_t(i)] == 0xffff;
+          std::vector<float> got(size_t(tokens * hidden));
+          for (size_t i = 0; i < got.size(); ++i) got[i] = bf16_to_f32(all[i]);
+          const double e = nmse(got, want);
+          const std::string what =
+              std::string(fmt_name(f)) + " T " + std::to_string(tokens) + " gate_up " +
+              std::to_string(g_up.ksplit) + "/" + std::to_string(g_up.cluster) + "/" +
+              std::to_string(g_up.tiles_per_warp) + " down " + std::to_string(g_dn.ksplit) + "/" +
+              std::to_string(g_dn.cluster) + "/" + std::to_string(g_dn.tiles_per_warp);
+          EXPECT_LT(e, 4e-5) << what;
+          EXPECT_TRUE(guard) << "wrote past the output: " << what;
+          if (rep == 0) {
+            first.assign(all.begin(), all.begin() + tokens * hidden);
+            std::printf("gemv    %-9s T %2lld shape gate_up %d/%d/%d down %d/%d/%d: NMSE %.2e\n",
+                        fmt_name(f), static_cast<long long>(tokens), g_up.ksplit, g_up.cluster,
+                        g_up.tiles_per_warp, g_dn.ksplit, g_dn.cluster, g_dn.tiles_per_warp, e);
+          } else {
+            EXPECT_EQ(0, std::memcmp(first.data(), all.data(), first.size() * 2))
+                << "not deterministic: " << what;
+          }
+        }
+      }
+    }
+    // Dense mode: expert 0 of the stack for every row, against the CPU twin's one expert.
+    MoeExpertWeights cw1;
+    HostLinearWeight gu1 = gu, dn1 = dn;
+    for (HostLinearWeight* w : {&gu1, &dn1}) {  // the first expert's bytes
+      w->values.resize(w->values.size() / size_t(experts));
+      w->scales.resize(w->scales.size() / size_t(experts));
+      w->stack = 1;
+      w->check_sizes();
+    }
+    cw1.gate_up.weight = cpu_weight(cpu, gu1);
+    cw1.down.weight = cpu_weight(cpu, dn1);
+    for (int64_t tokens : {1, 9, 40}) {
+      const auto x = random_bf16(rng, tokens * hidden, 1.0f);
+      HostTensor hx(DType::kF32, {tokens, hidden}), hids(DType::kI32, {tokens, 1}),
+          hw(DType::kF32, {tokens, 1}), ho(DType::kF32, {tokens, hidden});
+      std::memcpy(hx.f32(), x.data(), x.size() * 4);
+      for (int64_t t = 0; t < tokens; ++t) {
+        hids.view.ptr<int32_t>()[t] = 0;
+        hw.f32()[t] = 1.0f;
+      }
+      cpu.moe_experts(hx.view, cw1, hids.view, hw.view, ho.view);
+      const std::vector<double> want(ho.f32(), ho.f32() + tokens * hidden);
+      auto dx = upload(to_bits(x), s);
+      Dev act(size_t(tokens * inter) * 2), out(size_t(tokens * hidden + kGuard) * 2);
+      for (const GemvShapeCase& sh : kGemvShapes) {
+        cuda::MoeGroupedParams g{};
+        g.gemv_tokens = int(std::min<int64_t>(tokens, 32));
+        g.rows = tokens;
+        cuda::MoeGroupedParams g_up = g, g_dn = g;
+        g_up.x = dx->as<bf16_bits>();
+        g_up.out = act.as<bf16_bits>();
+        g_up.w = d_gu.view;
+        g_up.glu_inter = inter;
+        g_dn.x = act.as<bf16_bits>();
+        g_dn.out = out.as<bf16_bits>();
+        g_dn.w = d_dn.view;
+        const bool up_forced = force_shape(g_up, sh), dn_forced = force_shape(g_dn, sh);
+        if (sh.ksplit != 0 && !up_forced && !dn_forced) continue;
+        CUDA_CHECK(cudaMemsetAsync(act.as<void>(), 0xff, act.bytes(), s.get()));
+        CUDA_CHECK(cudaMemsetAsync(out.as<void>(), 0xff, out.bytes(), s.get()));
+        cuda::launch_moe_gemv(g_up, s.get());
+        cuda::launch_moe_gemv(g_dn, s.get());
+        const auto all = download<uint16_t>(out.as<void>(), size_t(tokens * hidden + kGuard), s);
+        bool guard = true;
+        for (int64_t i = tokens * hidden; i < tokens * hidden + kGuard; ++i)
+          guard &= all[size_t(i)] == 0xffff;
+        std::vector<float> got(size_t(tokens * hidden));
+        for (size_t i = 0; i < got.size(); ++i) got[i] = bf16_to_f32(all[i]);
+        const double e = nmse(got, want);
+        EXPECT_LT(e, 4e-5) << "dense " << fmt_name(f) << " T " << tokens << " shape " << g_up.ksplit
+                           << "/" << g_up.cluster << "/" << g_up.tiles_per_warp;
+        EXPECT_TRUE(guard) << "dense wrote past the output: " << fmt_name(f);
+        std::printf("dense   %-9s T %2lld shape gate_up %d/%d/%d down %d/%d/%d: NMSE %.2e\n",
+                    fmt_name(f), static_cast<long long>(tokens), g_up.ksplit, g_up.cluster,
+                    g_up.tiles_per_warp, g_dn.ksplit, g_dn.cluster, g_dn.tiles_per_warp, e);
+      }
+    }
+  }
+}
+
+// ---- prefill GEMM, short k (the x-resident down projection) ----
+// The prefill pieces (plan, gate_up GEMM, down GEMM with gemm_blocks forced, combine) against
+// the CPU twin: gemm_blocks -1 (the one-block pipeline), 1, 3 (blocks that do not divide n's),
+// 8 and 16; plan tiles of 64 rows and of 128 (two sub-tiles each); hidden 1056 (a last block of
+// two row tiles); inter 192 (three k steps: an odd element count).
+struct ShortKCase {
+  Fmt fmt;
+  int64_t hidden, inter;
+  int experts, top_k;
+  int64_t tokens;
+};
+const ShortKCase kShortKCases[] = {
+    {Fmt::kFp8, 2048, 256, 16, 4, 300},      {Fmt::kInt4g32, 2048, 256, 16, 4, 300},
+    {Fmt::kInt4g128, 2048, 256, 16, 4, 300}, {Fmt::kFp8, 1056, 256, 8, 2, 1000},
+    {Fmt::kInt4g32, 1056, 256, 8, 2, 1000},  {Fmt::kInt4g32, 1056, 192, 8, 2, 300},
+};
+
+TEST(MoeParity, GemmShortKMatchCpu) {
+  Stream s;
+  std::mt19937 rng(23);
+  cpu::CpuBackend cpu;
+  for (const ShortKCase& c : kShortKCases) {
+    const int64_t hidden = c.hidden, inter = c.inter, tokens = c.tokens;
+    const int experts = c.experts, k = c.top_k;
+    const int64_t n = tokens * k;
+    const HostLinearWeight gu = random_stack(rng, c.fmt, experts, 2 * inter, hidden);
+    const HostLinearWeight dn = random_stack(rng, c.fmt, experts, hidden, inter);
+    DevStack d_gu = to_device(gu, c.fmt, s), d_dn = to_device(dn, c.fmt, s);
+    MoeExpertWeights cw;
+    cw.gate_up.weight = cpu_weight(cpu, gu);
+    cw.gate_up.stack = experts;
+    cw.down.weight = cpu_weight(cpu, dn);
+    cw.down.stack = experts;
+    const auto x = random_bf16(rng, tokens * hidden, 1.0f);
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    std::vector<float> wts(static_cast<size_t>(n));
+    std::uniform_real_distribution<float> wd(0.1f, 1.0f);
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::vector<int32_t> all(static_cast<size_t>(experts));
+      for (int e = 0; e < experts; ++e) all[size_t(e)] = e;
+      std::shuffle(all.begin(), all.end(), rng);
+      for (int j = 0; j < k; ++j) {
+        ids[size_t(t * k + j)] = all[size_t(j)];
+        wts[size_t(t * k + j)] = wd(rng);
+      }
+    }
+    HostTensor hx(DType::kF32, {tokens, hidden}), hids(DType::kI32, {tokens, k}),
+        hw(DType::kF32, {tokens, k}), ho(DType::kF32, {tokens, hidden});
+    std::memcpy(hx.f32(), x.data(), x.size() * 4);
+    std::memcpy(hids.view.ptr<int32_t>(), ids.data(), ids.size() * 4);
+    std::memcpy(hw.f32(), wts.data(), wts.size() * 4);
+    cpu.moe_experts(hx.view, cw, hids.view, hw.view, ho.view);
+    const std::vector<double> want(ho.f32(), ho.f32() + tokens * hidden);
+
+    auto dx = upload(to_bits(x), s), d_ids = upload(ids, s), d_w = upload(wts, s);
+    const int tile_rows = cuda::moe_gemm_tile_rows(tokens, k, experts);
+    const int64_t max_tiles = cuda::moe_max_tiles(n, experts, tile_rows);
+    Dev offsets(size_t(experts + 1) * 4), pos(size_t(n) * 4), row_token(size_t(n) * 4),
+        active(size_t(experts) * 4), counts(8), tiles(size_t(max_tiles) * 8),
+        block_counts(size_t(cuda::moe_plan_blocks(n) * experts) * 4);
+    cuda::MoePlanParams pp{};
+    pp.topk_ids = d_ids->as<int32_t>();
+    pp.plan = {offsets.as<int32_t>(),     pos.as<int32_t>(),    row_token.as<int32_t>(),
+               active.as<int32_t>(),      counts.as<int32_t>(), tiles.as<int32_t>(),
+               block_counts.as<int32_t>()};
+    pp.assignments = n;
+    pp.top_k = k;
+    pp.num_experts = experts;
+    pp.tile_rows = tile_rows;
+    cuda::launch_moe_plan(pp, s.get());
+    Dev act(size_t(n * inter) * 2), y(size_t(n * hidden) * 2),
+        out(size_t(tokens * hidden + kGuard) * 2);
+    cuda::MoeGroupedParams g{};
+    g.offsets = offsets.as<int32_t>();
+    g.tiles = tiles.as<int32_t>();
+    g.counts = counts.as<int32_t>();
+    g.max_tiles = int(max_tiles);
+    g.tile_rows = tile_rows;
+    cuda::MoeGroupedParams g_up = g, g_dn = g;
+    g_up.x = dx->as<bf16_bits>();
+    g_up.row_token = row_token.as<int32_t>();
+    g_up.rows = tokens;
+    g_up.out = act.as<bf16_bits>();
+    g_up.w = d_gu.view;
+    g_up.glu_inter = inter;
+    cuda::launch_moe_gemm(g_up, s.get());
+    g_dn.x = act.as<bf16_bits>();
+    g_dn.rows = n;
+    g_dn.out = y.as<bf16_bits>();
+    g_dn.w = d_dn.view;
+    for (int blocks : {-1, 1, 3, 8, 16}) {
+      g_dn.gemm_blocks = blocks;
+      std::vector<uint16_t> first;
+      for (int rep = 0; rep < 2; ++rep) {
+        CUDA_CHECK(cudaMemsetAsync(y.as<void>(), 0xff, y.bytes(), s.get()));
+        CUDA_CHECK(cudaMemsetAsync(out.as<void>(), 0xff, out.bytes(), s.get()));
+        cuda::launch_moe_gemm(g_dn, s.get());
+        cuda::MoeCombineParams cb{};
+        cb.y = y.as<bf16_bits>();
+        cb.pos = pos.as<int32_t>();
+        cb.topk_ids = d_ids->as<int32_t>();
+        cb.topk_weights = d_w->as<float>();
+        cb.out = out.as<bf16_bits>();
+        cb.tokens = tokens;
+        cb.hidden = hidden;
+        cb.top_k = k;
+        cb.num_experts = experts;
+        cuda::launch_moe_combine(cb, s.get());
+        const auto all = download<uint16_t>(out.as<void>(), size_t(tokens * hidden + kGuard), s);
+        bool guard = true;
+        for (int64_t i = tokens * hidden; i < tokens * hidden + kGuard; ++i)
+          guard &= all[size_t(i)] == 0xffff;
+        std::vector<float> got(size_t(tokens * hidden));
+        for (size_t i = 0; i < got.size(); ++i) got[i] = bf16_to_f32(all[i]);
+        const double e = nmse(got, want);
+        EXPECT_LT(e, 4e-5) << fmt_name(c.fmt) << " H " << hidden << " I " << inter << " T "
+                           << tokens << " tile " << tile_rows << " gemm_blocks " << blocks;
+        EXPECT_TRUE(guard) << "wrote past the output: " << fmt_name(c.fmt);
+        if (rep == 0) {
+          first.assign(all.begin(), all.begin() + tokens * hidden);
+          std::printf("shortk  %-9s H %4lld I %3lld T %4lld tile %3d gemm_blocks %2d: NMSE %.2e\n",
+                      fmt_name(c.fmt), static_cast<long long>(hidden),
+                      static_cast<long long>(inter), static_cast<long long>(tokens), tile_rows,
+                      blocks, e);
+        } else {
+          EXPECT_EQ(0, std::memcmp(first.data(), all.data(), first.size() * 2))
+              << "not deterministic: " << fmt_name(c.fmt) << " gemm_blocks " << blocks;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata::parity
