@@ -14,18 +14,22 @@ dev_configure -DSTRATA_TESTS=OFF
 dev_build strata strata_bench_offline_bench
 echo "build: $(( $(date +%s) - t0 )) s"
 dev_house_prompts "$OUT/prompts.jsonl"
+# Twice: the default kernels, then --enable-deterministic-inference (batch-invariant: a verify
+# chunk's rows equal one-token decodes, so greedy output must be identical with and without NGRAM).
+for mode in "" _deterministic; do
+dflags=""; [ -n "$mode" ] && dflags="--enable-deterministic-inference"
 for conc in 1 16; do
   for spec in off NGRAM; do
     sflags=""; [ "$spec" != off ] && sflags="--speculative-algorithm NGRAM --speculative-num-steps 4"
     t1=$(date +%s%N)
     ./build-dev/strata generate --device cuda --model-path $C/shared/models/house-llama \
-      --input "$OUT/prompts.jsonl" -o "$OUT/out_c${conc}_$spec.jsonl" --max-new-tokens 128 \
+      --input "$OUT/prompts.jsonl" -o "$OUT/out${mode}_c${conc}_$spec.jsonl" --max-new-tokens 128 \
       --ignore-eos --temperature 0 --concurrency $conc --mem-fraction-static 0.5 --no-progress \
-      $sflags >"$OUT/gen_c${conc}_$spec.log" 2>&1
-    echo "concurrency $conc, speculative $spec: exit $?, $(( ($(date +%s%N) - t1) / 1000000 )) ms (load included); $(grep -o 'accept len [0-9.]*' "$OUT/gen_c${conc}_$spec.log" | tail -1)"
-    grep -E "error|CHECK" "$OUT/gen_c${conc}_$spec.log" | head -3
+      $sflags $dflags >"$OUT/gen${mode}_c${conc}_$spec.log" 2>&1
+    echo "${mode:-default kernels}: concurrency $conc, speculative $spec: exit $?, $(( ($(date +%s%N) - t1) / 1000000 )) ms (load included); $(grep -o 'accept len [0-9.]*' "$OUT/gen${mode}_c${conc}_$spec.log" | tail -1)"
+    grep -E "error|CHECK" "$OUT/gen${mode}_c${conc}_$spec.log" | head -3
   done
-  python3 - "$OUT/out_c${conc}_off.jsonl" "$OUT/out_c${conc}_NGRAM.jsonl" <<'PY'
+  python3 - "$OUT/out${mode}_c${conc}_off.jsonl" "$OUT/out${mode}_c${conc}_NGRAM.jsonl" <<'PY'
 import json, sys
 def load(p):
     return {r["id"]: r for r in map(json.loads, open(p))}
@@ -33,6 +37,7 @@ a, b = load(sys.argv[1]), load(sys.argv[2])
 same = sum(a[k]["conversations"] == b[k].get("conversations") for k in a)
 print(f"identical outputs with and without NGRAM: {same}/{len(a)}")
 PY
+done
 done
 for bs in 1 64; do
   for spec in off NGRAM; do
