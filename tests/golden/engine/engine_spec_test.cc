@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "support/heldout_prompts.h"
 
 namespace strata {
 namespace {
@@ -20,20 +21,7 @@ namespace {
 const std::string kShared = STRATA_SHARED_DIR;
 
 std::vector<std::vector<int32_t>> heldout_prompts(const Tokenizer& tok, int count) {
-  std::ifstream in(kShared + "/data/heldout.jsonl");
-  std::vector<std::vector<int32_t>> out;
-  std::string line;
-  int i = 0;
-  while (int(out.size()) < count && std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (!j.contains("text")) continue;
-    auto ids = tok.encode(j["text"].get<std::string>());
-    const size_t len = 4 + size_t(i++ * 37 % 100);
-    if (ids.size() < len) continue;
-    ids.resize(len);
-    out.push_back(std::move(ids));
-  }
-  return out;
+  return testing::heldout_token_prompts(tok, count);
 }
 
 struct EngineOptions {
