@@ -16,11 +16,13 @@
 #              wall is projected the same way (compare: 6.967 ms measured on all 61, 2026-12-01).
 #              Also the backend's own per-op profile (events) of the 4-layer cut at batch 1.
 #   moonlight  Moonlight-16B-A3B shape, bf16, batch 1 at context 768 (512 prompt + half of 512
-#              generated: the engine run that gave 256 tok/s), all 27 layers, tp 1.
+#              generated: the engine run that gave 256 tok/s), tp 1: the wall on all 27 layers,
+#              the kernels from 2- and 4-layer cuts projected to 27 (as kimi).
 #   w4a16      Llama-3.1-8B W4A16 batch-1 decode after 512 tokens (llama_bench decode mode 4:
 #              graphs + PDL, fused ops, GPU greedy = the engine's path), the INT4 register GEMV
-#              at residency depth 0 (default) and 1 (CudaTunables::int4_gemv_depth): walls, and
-#              the ncu table at each depth.
+#              at residency depth 0 (default) and 1 (CudaTunables::int4_gemv_depth): walls on all
+#              32 layers, the kernels from 2- and 4-layer cuts projected to 32, at each depth.
+# (ncu takes ~0.1 s a kernel: the cuts keep each profile to a few hundred launches.)
 # Logs and CSVs in $OUT; tables on stdout.
 set -u
 source bench/cuda/device_env.sh  # OUT, C, PKG, dev_configure, dev_build
@@ -83,26 +85,33 @@ for stage in ${STAGES:-kimi moonlight w4a16}; do
       done
       sed -n '/^profile/,$p' "$OUT/kimi4_wall.log" | head -40 ;;
     moonlight)
-      cut_config "$CFG/moonlight-16b-a3b/config.json" 27 "$W/moonlight"
-      $RS --config "$W/moonlight/config.json" --batches 1 --context 768 --prefill 0 --reps 20 \
-        >"$OUT/moonlight_wall.log" 2>&1
+      $RS --config "$CFG/moonlight-16b-a3b/config.json" --batches 1 --context 768 --prefill 0 \
+        --reps 20 >"$OUT/moonlight_wall.log" 2>&1
       echo "moonlight wall: rc $?"
       grep -E "^model|^decode" "$OUT/moonlight_wall.log"
-      ncu_run moonlight $RS --config "$W/moonlight/config.json" --batches 1 --context 768 \
-        --prefill 0 --reps 2 --ncu-step 1
+      for L in 2 4; do
+        cut_config "$CFG/moonlight-16b-a3b/config.json" $L "$W/moonlight$L"
+        ncu_run moonlight$L $RS --config "$W/moonlight$L/config.json" --batches 1 --context 768 \
+          --prefill 0 --reps 2 --ncu-step 1
+      done
       python3 bench/cuda/ncu_table.py --title "Moonlight-16B-A3B bf16, batch 1, context 768" \
-        --csv "$OUT/ncu_moonlight.csv" --wall-ms "$(graph_ms "$OUT/moonlight_wall.log" 1)" ;;
+        --csv "$OUT/ncu_moonlight2.csv" --csv "$OUT/ncu_moonlight4.csv" --layers 2,4 --project 27 \
+        --wall-ms "$(graph_ms "$OUT/moonlight_wall.log" 1)" ;;
     w4a16)
+      for L in 2 4; do cut_config "$CFG/llama-3.1-8b-w4a16/config.json" $L "$W/w4a16_$L"; done
       for depth in 0 1; do
         DECODE_MODES=4 $LB --config "$CFG/llama-3.1-8b-w4a16/config.json" --what decode --steps 128 \
           --int4-gemv-depth $depth >"$OUT/w4a16_d${depth}_wall.log" 2>&1
         echo "w4a16 depth $depth wall: rc $?"
         grep -E "^ceiling|^model|^decode" "$OUT/w4a16_d${depth}_wall.log"
-        DECODE_MODES=4 ncu_run w4a16_d$depth $LB --config "$CFG/llama-3.1-8b-w4a16/config.json" \
-          --what decode --steps 4 --int4-gemv-depth $depth --ncu-step 1
+        for L in 2 4; do
+          DECODE_MODES=4 ncu_run w4a16_d${depth}_$L $LB --config "$W/w4a16_$L/config.json" \
+            --what decode --steps 4 --int4-gemv-depth $depth --ncu-step 1
+        done
         wall=$(grep -E "^decode" "$OUT/w4a16_d${depth}_wall.log" | grep -oE "[0-9.]+ ms/token" | grep -oE "[0-9.]+" | head -1)
         python3 bench/cuda/ncu_table.py --title "Llama-3.1-8B W4A16 batch 1 after 512, INT4 GEMV depth $depth" \
-          --csv "$OUT/ncu_w4a16_d$depth.csv" --wall-ms "$wall"
+          --csv "$OUT/ncu_w4a16_d${depth}_2.csv" --csv "$OUT/ncu_w4a16_d${depth}_4.csv" --layers 2,4 \
+          --project 32 --wall-ms "$wall"
       done ;;
   esac
   echo "-- $stage: $(( $(date +%s) - t1 )) s"
