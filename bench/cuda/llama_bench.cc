@@ -12,8 +12,13 @@
 // loader, and every device allocation is then filled with random values: timings never see zeros.
 //
 // Usage: strata_bench_llama_bench [--config PATH] [--what ceilings,decode,attention]
-//                                 [--steps N] [--prompt N]
+//                                 [--steps N] [--prompt N] [--ncu-step 0|1]
+//                                 [--int4-gemv-depth N]
+// --ncu-step 1: each decode mode ends with one eager step between cudaProfilerStart and
+// cudaProfilerStop, for `ncu --profile-from-start off` (bench/cuda/decode_profile.sh).
+// --int4-gemv-depth N: CudaTunables::int4_gemv_depth for the whole run.
 #include <cublas_v2.h>
+#include <cuda_profiler_api.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -326,7 +331,7 @@ class Runner {
 };
 
 void bench_decode(cuda::CudaBackend& be, const std::string& config, const Ceilings& c, int prompt,
-                  int steps) {
+                  int steps, bool ncu_step) {
   const std::string dir = "/tmp/strata_bench_llama";
   auto t0 = Clock::now();
   const int64_t ckpt_bytes = write_zero_checkpoint(config, dir);
@@ -432,6 +437,14 @@ void bench_decode(cuda::CudaBackend& be, const std::string& config, const Ceilin
         mi, mode.name, prompt, per_token_s * 1e3, 1.0 / per_token_s, bytes / 1e9,
         bytes / per_token_s / 1e9, 100.0 * limit_s / per_token_s, 1.0 / limit_s, record_us,
         flush_us, prompt, prefill_s * 1e3);
+    if (ncu_step) {
+      be.set_graph_mode(false);
+      be.synchronize();
+      CUDA_CHECK(cudaProfilerStart());
+      next = r.step({next});
+      be.synchronize();
+      CUDA_CHECK(cudaProfilerStop());
+    }
   }
   be.set_tunables(tunables0);
   const auto& st = be.graph_stats();
@@ -604,7 +617,8 @@ int main(int argc, char** argv) {
   using namespace strata;
   std::string config = std::string(STRATA_SHARED_DIR) + "/configs/llama-3.1-8b/config.json";
   std::string what = "ceilings,gemv,attention,decode";
-  int steps = 128, prompt = 512;
+  int steps = 128, prompt = 512, int4_gemv_depth = 0;
+  bool ncu_step = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--config")
@@ -615,10 +629,15 @@ int main(int argc, char** argv) {
       steps = std::atoi(argv[i + 1]);
     else if (a == "--prompt")
       prompt = std::atoi(argv[i + 1]);
+    else if (a == "--ncu-step")
+      ncu_step = std::string(argv[i + 1]) == "1";
+    else if (a == "--int4-gemv-depth")
+      int4_gemv_depth = std::atoi(argv[i + 1]);
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines survive a crash (logs are files)
   auto backend = make_cuda_backend();
   auto& be = dynamic_cast<cuda::CudaBackend&>(*backend);
+  be.tune([&](cuda::CudaTunables& t) { t.int4_gemv_depth = int4_gemv_depth; });
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device   %s, %d SMs\n", prop.name, prop.multiProcessorCount);
@@ -687,6 +706,7 @@ int main(int argc, char** argv) {
     bench_gemv_mma(be, c);
   }
   if (what.find("profile") != std::string::npos) bench_profile(be, config, prompt, steps);
-  if (what.find("decode") != std::string::npos) bench_decode(be, config, c, prompt, steps);
+  if (what.find("decode") != std::string::npos)
+    bench_decode(be, config, c, prompt, steps, ncu_step);
   return 0;
 }

@@ -10,7 +10,13 @@
 //
 // Usage: strata_bench_rank_step_bench --config PATH [--tp-size N] [--batches 1,32,128,256]
 //   [--context 4096] [--prefill 8192] [--kv-cache-dtype bf16|fp8_e4m3] [--page-size 64]
-//   [--mem-fraction 0.9] [--reps 20]
+//   [--mem-fraction 0.9] [--reps 20] [--ncu-step 0|1] [--op-profile 0|1]
+// --ncu-step 1: after each batch's timings, one more eager step between cudaProfilerStart and
+// cudaProfilerStop, for `ncu --profile-from-start off` (bench/cuda/decode_profile.sh).
+// --op-profile 1: the backend's own per-op device times of 4 eager steps (events around every
+// launch: CudaBackend::set_profile), which needs no profiler.
+#include <cuda_profiler_api.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -44,6 +50,8 @@ struct Args {
   int page = 64;
   double mem_fraction = 0.9;
   int reps = 20;
+  bool ncu_step = false;
+  bool op_profile = false;
 };
 
 // Milliseconds per call of fn, after one untimed call (which captures a graph in graph mode).
@@ -147,6 +155,22 @@ void run(const Args& a) {
     print_collectives(per_step);
     std::printf("\n");
     std::fflush(stdout);
+    if (a.ncu_step) {
+      be.synchronize();
+      CUDA_CHECK(cudaProfilerStart());
+      model->forward_sample(batch->fb, *kv, args);
+      be.synchronize();
+      CUDA_CHECK(cudaProfilerStop());
+    }
+    if (a.op_profile) {
+      constexpr int kSteps = 4;
+      be.set_profile(true);
+      for (int i = 0; i < kSteps; ++i) model->forward_sample(batch->fb, *kv, args);
+      std::printf("profile  batch %d, context %d, eager, per step:\n%s", B, C,
+                  be.profile_report(kSteps).c_str());
+      be.set_profile(false);
+      std::fflush(stdout);
+    }
   }
   if (a.prefill > 0) {
     const int pages = (a.prefill + a.page - 1) / a.page;
@@ -196,6 +220,10 @@ int main(int argc, char** argv) {
       a.mem_fraction = std::stod(v);
     else if (k == "--reps")
       a.reps = std::stoi(v);
+    else if (k == "--ncu-step")
+      a.ncu_step = v == "1";
+    else if (k == "--op-profile")
+      a.op_profile = v == "1";
     else {
       std::fprintf(stderr, "rank_step_bench: unknown flag %s\n", k.c_str());
       return 2;

@@ -226,6 +226,7 @@ void CudaBackend::linear_packed(const Tensor& x, const LinearWeight& w, const Te
     p.pdl_early = tunables_.pdl_early;
     p.preload = 1;  // weights are never written by the kernel before (linear_int4.h)
     if (int4_use_gemv(m, n, k)) {
+      p.gemv_depth = tunables_.int4_gemv_depth;
       if (glu) p.glu_inter = n / 2;
       return record(glu ? kOpInt4GemvGlu : kOpInt4Gemv, p, run_int4_gemv);
     }

@@ -60,6 +60,11 @@ struct CudaTunables {
   int gemv_block_warps = 8;
 
   // ---- packed weights (linear_packed.cc) ----
+  // INT4 register GEMV's residency depth (Int4LinearParams::gemv_depth: the most blocks per SM
+  // its shared memory leaves room for, its successor's included). No env. Default 0 (no
+  // padding); the 2026-12-02 sweep gave one 8B token's GEMVs 39.8% of copy at depth 1 vs 33.3% at
+  // 0 (bench/results/2026-12-02-session3.md); bench/cuda/decode_profile.sh measures decode.
+  int int4_gemv_depth = 0;
   // FP8-block linears above the GEMV's rows: false (default) dequantize the weight to bf16 and
   // run the bf16 GEMM (W8A16: the weights exactly as DeepSeek's reference inference dequantizes
   // them, activations untouched); true quantize the activations to e4m3 per 128 values and run
