@@ -476,15 +476,17 @@ def ttt_losses(model, ids, mask, aux, target, steps, autocast=None):
     return losses, correct, counted
 
 
-def learning_rate(a, step, progress):
+def learning_rate(a, step, total_steps):
     """Linear warmup over a.warmup steps; then constant, or a cosine from a.lr down to a.lr / 20
-    over the run's progress (the larger of steps done / --max-steps and time spent / --minutes,
-    so that a time cap still ends at the low end)."""
-    warm = min(1.0, (step + 1) / a.warmup)
+    over the steps after the warmup (total_steps: the run's; None: not known yet, which only the
+    warmup may not know)."""
+    if step < a.warmup:
+        return a.lr * (step + 1) / a.warmup
     if a.schedule == "constant":
-        return a.lr * warm
+        return a.lr
+    progress = (step - a.warmup) / max(1, total_steps - a.warmup)
     floor = a.lr / 20
-    return warm * (floor + (a.lr - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+    return floor + (a.lr - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 def pick_device(name):
@@ -494,6 +496,11 @@ def pick_device(name):
         torch.backends.cuda.matmul.allow_tf32 = True  # float32 weights, TF32 tensor-core GEMMs
         torch.backends.cudnn.allow_tf32 = True
     return torch.device(name)
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def make_autocast(a, device):
@@ -582,19 +589,36 @@ def cmd_train(a):
     batches = [order[i:i + a.batch] for i in range(0, n_records, a.batch)]
     print(f"training on {device}{' (bf16 autocast)' if a.bf16 else ''}: {len(batches)} batches "
           f"of {a.batch} records (set up in {time.time() - t0:.1f}s)", flush=True)
+    if not a.max_steps and a.calibrate > a.warmup:
+        raise SystemExit("--calibrate must be within --warmup (the schedule after the warmup "
+                         "depends on the step count)")
     t_train = time.time()
-    deadline = t_train + 60 * a.minutes
-    total_steps = a.max_steps if a.max_steps else 10 ** 9
+    # The run's length in steps: --max-steps, or (a time cap) what the measured step rate fits in
+    # --minutes, fixed after a.calibrate steps, so that the schedule depends on the step count
+    # alone and `--max-steps N` with the N printed here runs the same schedule again. The time
+    # cap stays as a hard stop 20% later (slower steps later on).
+    deadline = t_train + 60 * a.minutes * (1.0 if a.max_steps else 1.2)
+    total_steps = a.max_steps or None
+    rate_from = None  # (step, time) where the rate measurement began
     step, epoch = 0, 0
     stats = None
-    while step < total_steps and time.time() < deadline:
+    while (total_steps is None or step < total_steps) and time.time() < deadline:
         random.shuffle(batches)
         for bt in batches:
-            now = time.time()
-            if step >= total_steps or now >= deadline:
+            if total_steps is None and step in (a.calibrate // 4, a.calibrate):
+                sync(device)  # the device's queue drained: the wall time is its work
+                now = time.time()
+                if rate_from is None:
+                    rate_from = (step, now)
+                else:
+                    rate = (step - rate_from[0]) / max(now - rate_from[1], 1e-6)
+                    total_steps = step + int(rate * (t_train + 60 * a.minutes - now))
+                    print(f"step budget: {total_steps} steps ({rate:.1f} steps/s over steps "
+                          f"{rate_from[0]}-{step}); --max-steps {total_steps} runs this schedule "
+                          f"again", flush=True)
+            if (total_steps is not None and step >= total_steps) or time.time() >= deadline:
                 break
-            progress = max(step / total_steps, (now - t_train) / (60 * a.minutes))
-            lr = learning_rate(a, step, progress)
+            lr = learning_rate(a, step, total_steps if total_steps else a.warmup)
             for g in opt.param_groups:
                 g["lr"] = lr
             ids, mask, aux, target = data.batch(bt, draft_head)
@@ -618,7 +642,8 @@ def cmd_train(a):
         epoch += 1
     train_s = time.time() - t_train
     save_drafter(m, a.out, {"strata_train": json.dumps(
-        {"steps": step, "epochs": epoch, "records": n_records, "ttt_length": a.ttt_length,
+        {"steps": step, "planned_steps": total_steps, "epochs": epoch, "records": n_records,
+         "ttt_length": a.ttt_length,
          "lr": a.lr, "schedule": a.schedule, "warmup": a.warmup, "batch": a.batch, "seed": a.seed,
          "device": device.type, "bf16": a.bf16, "vocab_coverage": covered})})
     print(f"wrote {a.out} after {step} steps ({epoch} epochs) in {train_s:.0f}s of training, "
@@ -729,7 +754,12 @@ def main(argv):
     t.add_argument("--lr", type=float, default=1e-3)
     t.add_argument("--warmup", type=int, default=50)
     t.add_argument("--minutes", type=float, default=5)
-    t.add_argument("--max-steps", type=int, default=0)
+    t.add_argument("--max-steps", type=int, default=0,
+                   help="the run's steps (0: as many as fit --minutes, measured)")
+    t.add_argument("--calibrate", type=int, default=40,
+                   help="without --max-steps: the step rate is measured over steps calibrate/4 "
+                        "to calibrate (keep it within the warmup: the schedule then does not "
+                        "depend on the measurement before it is made)")
     t.add_argument("--limit", type=int, default=0, help="read at most this many records")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--threads", type=int, default=2)

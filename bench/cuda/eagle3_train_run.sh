@@ -2,8 +2,8 @@
 # Trains the house-llama EAGLE-3 drafter on one H200 (issue 26, "the loop, end to end"): strata
 # generates greedy responses to the shared prompts on the GPU and captures the EAGLE-3 training
 # states (`strata generate --device cuda --capture-hidden-states eagle3`), tools/eagle3_train.py
-# trains candidate drafters on the GPU at once (one process each; the drafter is tiny, so each is
-# bound by kernel launches and they share the GPU well), picks the one with the longest chain
+# trains candidate drafters on the GPU at once (one process each, sharing it: the drafter is tiny,
+# one step is partly bound by kernel launches), picks the one with the longest chain
 # acceptance on validation prompts, and measures every candidate's teacher-forced acceptance on
 # the held-out prompts. From the repository root on the GPU machine, .devcarry/cuda carried:
 #   bash bench/cuda/eagle3_train_run.sh
@@ -15,8 +15,9 @@
 #     2,900-2,949;
 #   training: define lines 0-19,699 and explain 0-2,899, generated in $CHUNKS interleaved chunks;
 #     a chunk starts only while the capture's time budget (GEN_SECONDS) has room for it.
-# Outputs in $OUT: the logs, accept_*.json (held-out and validation acceptance per candidate, and
-# of the committed drafter for comparison), summary.txt, and drafter/ (the chosen candidate:
+# Outputs in $OUT: the logs, accept.jsonl (held-out and validation acceptance per candidate, and
+# of the committed drafter for comparison), summary.txt (with the command that rebuilds the chosen
+# drafter from the same capture), and drafter/ (the chosen candidate:
 # config.json, model.safetensors with d2t/t2d, reference.safetensors for tests/golden/eagle3; ~5 MB).
 # Environment: MAX_NEW (tokens per response, 128), GEN_SECONDS (150), CHUNKS (4), TRAIN_MINUTES
 # (each candidate's training time cap, 2), CANDIDATES (";"-separated name=trainer flags),
@@ -56,7 +57,7 @@ DRAFT_VOCAB=${DRAFT_VOCAB:-2048}
 BATCH=${BATCH:-64}
 # later flags win: a candidate's --batch replaces $BATCH
 CANDIDATES=${CANDIDATES:-"lr3e-3_ttt5=--lr 3e-3 --ttt-length 5;lr1e-3_ttt5=--lr 1e-3 --ttt-length 5;\
-lr3e-3_ttt3=--lr 3e-3 --ttt-length 3;lr3e-3_ttt5_b256=--lr 3e-3 --ttt-length 5 --batch 256"}
+lr3e-3_ttt5_b256=--lr 3e-3 --ttt-length 5 --batch 256"}
 TRAIN=tools/eagle3_train.py
 fail() {
   echo "FAILED: $*"
@@ -139,10 +140,12 @@ IFS=';' read -ra cands <<<"$CANDIDATES"
 for cand in "${cands[@]}"; do
   name=${cand%%=*}
   names+=("$name")
-  # shellcheck disable=SC2086  # the candidate's flags split into words
-  "$PY" $TRAIN train --device $DEV --hidden "${trained[@]}" --target "$MODEL" --out "$W/cand_$name" \
-    --draft-vocab "$DRAFT_VOCAB" --batch "$BATCH" --warmup 100 --schedule cosine \
-    --minutes "$TRAIN_MINUTES" --threads 2 --seed 0 --log-every 250 ${cand#*=} >"$OUT/train_$name.log" 2>&1 &
+  # shellcheck disable=SC2206  # the candidate's flags split into words
+  cmd=("$PY" $TRAIN train --device $DEV --hidden "${trained[@]}" --target "$MODEL" --out "$W/cand_$name"
+    --draft-vocab "$DRAFT_VOCAB" --batch "$BATCH" --warmup 100 --schedule cosine
+    --minutes "$TRAIN_MINUTES" --threads 2 --seed 0 --log-every 250 ${cand#*=})
+  echo "command: ${cmd[*]}" >"$OUT/train_$name.log"
+  "${cmd[@]}" >>"$OUT/train_$name.log" 2>&1 &
   pids+=($!)
 done
 for i in "${!pids[@]}"; do
@@ -150,22 +153,25 @@ for i in "${!pids[@]}"; do
 done
 echo "training: $(($(date +%s) - t1)) s"
 
-accept() {  # accept NAME DRAFTER SET STEPS: teacher-forced acceptance on $W/SET's capture
-  "$PY" $TRAIN accept --device $DEV --batch 64 --hidden "$W/$3"/hidden/* --target "$MODEL" \
-    --drafter "$2" --steps "$4" >"$OUT/accept_$1_$3_steps$4.json" 2>"$OUT/accept_$1_$3_steps$4.err" ||
-    { cat "$OUT/accept_$1_$3_steps$4.err"; return 1; }
+# accept NAME DRAFTER SET STEPS: teacher-forced acceptance on $W/SET's capture, in $ACC (JSON) and
+# as a line of $OUT/accept.jsonl
+accept() {
+  ACC=$("$PY" $TRAIN accept --device $DEV --batch 64 --hidden "$W/$3"/hidden/* --target "$MODEL" \
+    --drafter "$2" --steps "$4" 2>>"$OUT/accept.err") || { tail -5 "$OUT/accept.err"; return 1; }
+  echo "{\"drafter\": \"$1\", \"prompts\": \"$3\", \"steps\": $4, \"result\": $ACC}" >>"$OUT/accept.jsonl"
 }
 best=""
 best_len=0
 for name in "${names[@]}"; do
   [ -f "$W/cand_$name/model.safetensors" ] || continue
-  grep -E "records,|coverage|draft vocabulary|training on|wrote" "$OUT/train_$name.log" | sed "s/^/  $name: /"
+  grep -E "records,|coverage|draft vocabulary|training on|step budget|wrote" "$OUT/train_$name.log" |
+    sed "s/^/  $name: /"
   tail -3 "$OUT/train_$name.log" | grep "^step" | tail -1 | sed "s/^/  $name: last /"
   accept "$name" "$W/cand_$name" valid 3 || continue
+  len=$("$PY" -c "import json, sys; print(json.loads(sys.argv[1])['expected_accept_length'])" "$ACC")
   accept "$name" "$W/cand_$name" heldout 3
+  echo "$name: validation acceptance length $len (3 steps); held-out: $ACC"
   accept "$name" "$W/cand_$name" heldout 5
-  len=$("$PY" -c "import json; print(json.load(open('$OUT/accept_${name}_valid_steps3.json'))['expected_accept_length'])")
-  echo "$name: validation acceptance length $len (3 steps); held-out: $(cat "$OUT/accept_${name}_heldout_steps3.json")"
   if "$PY" -c "import sys; sys.exit(0 if $len > $best_len else 1)"; then
     best=$name
     best_len=$len
@@ -173,7 +179,7 @@ for name in "${names[@]}"; do
 done
 [ -n "$best" ] || fail "no candidate trained"
 accept committed tests/fixtures/eagle3/house-llama heldout 3 &&
-  echo "committed drafter (90 CPU steps) on the same held-out capture: $(cat "$OUT/accept_committed_heldout_steps3.json")"
+  echo "committed drafter (90 CPU steps) on the same held-out capture: $ACC"
 
 mkdir -p "$OUT/drafter"
 cp "$W/cand_$best/config.json" "$W/cand_$best/model.safetensors" "$OUT/drafter/"
@@ -181,9 +187,12 @@ cp "$W/cand_$best/config.json" "$W/cand_$best/model.safetensors" "$OUT/drafter/"
   --out "$OUT/drafter/reference.safetensors" >"$OUT/reference.log" 2>&1 || fail "reference"
 {
   echo "chosen: $best (validation acceptance length $best_len at 3 steps)"
-  echo "held-out, 3 steps: $(cat "$OUT/accept_${best}_heldout_steps3.json")"
-  echo "held-out, 5 steps: $(cat "$OUT/accept_${best}_heldout_steps5.json")"
-  grep "^wrote" "$OUT/train_$best.log"
+  grep "\"$best\", \"prompts\": \"heldout\"" "$OUT/accept.jsonl"
+  grep -E "^step budget|^wrote" "$OUT/train_$best.log"
+  # the same drafter again from the same capture: its flags with the step count fixed
+  echo "rebuild: TRAIN_MINUTES=10 CANDIDATES=\"$best=$(grep -o -- "--lr .*" <<<"$(grep "^command" "$OUT/train_$best.log")") \
+--max-steps $(grep -o "step budget: [0-9]*" "$OUT/train_$best.log" | grep -o "[0-9]*$")\" \
+bash bench/cuda/eagle3_train_run.sh"
 } | tee "$OUT/summary.txt"
 du -sh "$OUT/drafter"
 echo "total: $(($(date +%s) - t0)) s after the build"

@@ -106,11 +106,12 @@ class Eagle3Train(unittest.TestCase):
     def test_cosine_schedule_ends_low(self):
         class A:
             lr, warmup, schedule = 1e-3, 10, "cosine"
-        self.assertAlmostEqual(E.learning_rate(A, 0, 0.0), 1e-4)  # warmup: 1 of 10
-        self.assertAlmostEqual(E.learning_rate(A, 50, 0.0), 1e-3)
-        self.assertAlmostEqual(E.learning_rate(A, 500, 1.0), 5e-5)  # lr / 20 at the end
+        self.assertAlmostEqual(E.learning_rate(A, 0, None), 1e-4)  # warmup: 1 of 10
+        self.assertAlmostEqual(E.learning_rate(A, 10, 510), 1e-3)  # the cosine's top
+        self.assertAlmostEqual(E.learning_rate(A, 260, 510), (1e-3 + 5e-5) / 2)  # its middle
+        self.assertAlmostEqual(E.learning_rate(A, 510, 510), 5e-5)  # lr / 20 at the end
         A.schedule = "constant"
-        self.assertAlmostEqual(E.learning_rate(A, 500, 1.0), 1e-3)
+        self.assertAlmostEqual(E.learning_rate(A, 500, 510), 1e-3)
 
     def test_written_drafter_reads_back(self):
         st = E.read_safetensors(os.path.join(self.tmp.name, "model.safetensors"))
