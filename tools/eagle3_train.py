@@ -498,6 +498,21 @@ def pick_device(name):
     return torch.device(name)
 
 
+def wait_for_peers(directory, count, timeout_s=300):
+    """A barrier between training processes that share one GPU (candidates trained at once): each
+    says it is ready in `directory` and waits until `count` have, so that every step rate is
+    measured while all of them run."""
+    os.makedirs(directory, exist_ok=True)
+    open(os.path.join(directory, f"ready-{os.getpid()}"), "w").close()
+    end = time.time() + timeout_s
+    while len([f for f in os.listdir(directory) if f.startswith("ready-")]) < count:
+        if time.time() > end:
+            print(f"barrier {directory}: fewer than {count} peers after {timeout_s}s; going on",
+                  flush=True)
+            return
+        time.sleep(0.2)
+
+
 def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -589,6 +604,8 @@ def cmd_train(a):
     batches = [order[i:i + a.batch] for i in range(0, n_records, a.batch)]
     print(f"training on {device}{' (bf16 autocast)' if a.bf16 else ''}: {len(batches)} batches "
           f"of {a.batch} records (set up in {time.time() - t0:.1f}s)", flush=True)
+    if a.barrier:
+        wait_for_peers(a.barrier, a.barrier_count)
     if not a.max_steps and a.calibrate > a.warmup:
         raise SystemExit("--calibrate must be within --warmup (the schedule after the warmup "
                          "depends on the step count)")
@@ -641,6 +658,9 @@ def cmd_train(a):
                 stats = None
         epoch += 1
     train_s = time.time() - t_train
+    if total_steps is not None and step < total_steps:
+        print(f"warning: the time cap stopped the run at step {step} of {total_steps}: its schedule "
+              f"did not finish, and --max-steps {total_steps} runs a different one", flush=True)
     save_drafter(m, a.out, {"strata_train": json.dumps(
         {"steps": step, "planned_steps": total_steps, "epochs": epoch, "records": n_records,
          "ttt_length": a.ttt_length,
@@ -756,6 +776,9 @@ def main(argv):
     t.add_argument("--minutes", type=float, default=5)
     t.add_argument("--max-steps", type=int, default=0,
                    help="the run's steps (0: as many as fit --minutes, measured)")
+    t.add_argument("--barrier", default="", help="a directory: wait there for --barrier-count "
+                   "training processes before the first step (candidates sharing a GPU)")
+    t.add_argument("--barrier-count", type=int, default=1)
     t.add_argument("--calibrate", type=int, default=40,
                    help="without --max-steps: the step rate is measured over steps calibrate/4 "
                         "to calibrate (keep it within the warmup: the schedule then does not "

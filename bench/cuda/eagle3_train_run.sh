@@ -143,7 +143,8 @@ for cand in "${cands[@]}"; do
   # shellcheck disable=SC2206  # the candidate's flags split into words
   cmd=("$PY" $TRAIN train --device $DEV --hidden "${trained[@]}" --target "$MODEL" --out "$W/cand_$name"
     --draft-vocab "$DRAFT_VOCAB" --batch "$BATCH" --warmup 100 --schedule cosine
-    --minutes "$TRAIN_MINUTES" --threads 2 --seed 0 --log-every 250 ${cand#*=})
+    --minutes "$TRAIN_MINUTES" --threads 2 --seed 0 --log-every 250
+    --barrier "$W/barrier" --barrier-count ${#cands[@]} ${cand#*=})
   echo "command: ${cmd[*]}" >"$OUT/train_$name.log"
   "${cmd[@]}" >>"$OUT/train_$name.log" 2>&1 &
   pids+=($!)
@@ -164,7 +165,7 @@ best=""
 best_len=0
 for name in "${names[@]}"; do
   [ -f "$W/cand_$name/model.safetensors" ] || continue
-  grep -E "records,|coverage|draft vocabulary|training on|step budget|wrote" "$OUT/train_$name.log" |
+  grep -E "records,|coverage|draft vocabulary|training on|step budget|warning|wrote" "$OUT/train_$name.log" |
     sed "s/^/  $name: /"
   tail -3 "$OUT/train_$name.log" | grep "^step" | tail -1 | sed "s/^/  $name: last /"
   accept "$name" "$W/cand_$name" valid 3 || continue
@@ -188,7 +189,7 @@ cp "$W/cand_$best/config.json" "$W/cand_$best/model.safetensors" "$OUT/drafter/"
 {
   echo "chosen: $best (validation acceptance length $best_len at 3 steps)"
   grep "\"$best\", \"prompts\": \"heldout\"" "$OUT/accept.jsonl"
-  grep -E "^step budget|^wrote" "$OUT/train_$best.log"
+  grep -E "^step budget|^warning|^wrote" "$OUT/train_$best.log"
   # the same drafter again from the same capture: its flags with the step count fixed
   echo "rebuild: TRAIN_MINUTES=10 CANDIDATES=\"$best=$(grep -o -- "--lr .*" <<<"$(grep "^command" "$OUT/train_$best.log")") \
 --max-steps $(grep -o "step budget: [0-9]*" "$OUT/train_$best.log" | grep -o "[0-9]*$")\" \
