@@ -167,7 +167,7 @@ for name in "${names[@]}"; do
   [ -f "$W/cand_$name/model.safetensors" ] || continue
   grep -E "records,|coverage|draft vocabulary|training on|step budget|warning|wrote" "$OUT/train_$name.log" |
     sed "s/^/  $name: /"
-  tail -3 "$OUT/train_$name.log" | grep "^step" | tail -1 | sed "s/^/  $name: last /"
+  grep "^step [0-9]" "$OUT/train_$name.log" | tail -1 | sed "s/^/  $name: last /"
   accept "$name" "$W/cand_$name" valid 3 || continue
   len=$("$PY" -c "import json, sys; print(json.loads(sys.argv[1])['expected_accept_length'])" "$ACC")
   accept "$name" "$W/cand_$name" heldout 3
