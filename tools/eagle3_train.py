@@ -29,8 +29,12 @@ The draft vocabulary: the draft_vocab_size most frequent next tokens under the l
 id), sorted by id (SpecForge's generate_vocab_mapping); d2t[i] = target id − i, t2d a bool mask.
 
 Subcommands:
-  train      --hidden DIR... --target MODEL --out DRAFTER   (prints per-step accuracy as it goes)
+  train      --hidden DIR... --target MODEL --out DRAFTER   (prints per-step accuracy as it goes;
+             --device cuda [--bf16] trains on the GPU: the records are packed into flat tensors
+             there once and every batch is gathered on the device)
   accept     --hidden DIR --target MODEL --drafter DRAFTER  teacher-forced top-1 agreement per step
+  check      --hidden DIR... --target MODEL                 the captures have the layout strata
+             writes (tensors, dtypes, shapes, aux layers), and --disjoint-from DIR... shares no id
   init       --target MODEL --out DRAFTER                   random weights (tests)
   reference  --drafter DRAFTER --target MODEL --out FILE    the parity reference strata's
              golden test (tests/golden/eagle3) reads: random inputs, the outputs of step 1 and of
@@ -117,7 +121,8 @@ def rms_norm(x, w, eps):
 
 def rope_tables(positions, head_dim, theta):
     """cos, sin [..., head_dim] for integer positions (Llama's rotate-half layout)."""
-    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    dims = torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device)
+    inv = 1.0 / (theta ** (dims / head_dim))
     freqs = positions.to(torch.float32)[..., None] * inv
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos(), emb.sin()
@@ -227,8 +232,8 @@ class Drafter(torch.nn.Module):
         Step k row p: token ids[p + 1 + k] (0 past the end) at position p + k. Returns the
         hidden [B, L, H] and draft logits [B, L, Vd] of every step."""
         B, L = ids.shape
-        mask0 = torch.full((L, L), float("-inf")).triu(1)
-        base = torch.arange(L)[None].expand(B, L)
+        mask0 = torch.full((L, L), float("-inf"), device=ids.device).triu(1)
+        base = torch.arange(L, device=ids.device)[None].expand(B, L)
         x = self.fc(aux)
         cache, outs = [], []
         for k in range(steps):
@@ -298,20 +303,49 @@ def init_weights(m, seed):
 # ---------------------------------------------------------------------------------------------
 # Data
 
-class Records:
-    """Captured records (input_ids, loss_mask, aux, final-norm state) of some hidden dirs."""
+# What `strata generate --capture-hidden-states eagle3` stores per record (tools/hidden_states.py
+# documents the layout): T = prompt + response tokens, k aux layers of the target's width H. The
+# trainer refuses anything else before training on it, naming what differs.
+CAPTURE_TENSORS = {"input_ids": ("I32",), "loss_mask": ("I32",),
+                   "aux_hidden_state": ("BF16", "F32"), "hidden_state": ("BF16", "F32")}
 
-    def __init__(self, dirs, limit=None):
+
+def check_entry(d, e, hidden_size, n_aux):
+    """Raises SystemExit unless index entry e of hidden dir d has the layout above."""
+    where = f"{d}: record {e.get('id')}"
+    t = e.get("tensors", {})
+    if set(t) != set(CAPTURE_TENSORS):
+        raise SystemExit(f"{where}: tensors {sorted(t)}, expected {sorted(CAPTURE_TENSORS)}")
+    T = e["tokens"]
+    want = {"input_ids": [T], "loss_mask": [T], "aux_hidden_state": [T, n_aux * hidden_size],
+            "hidden_state": [T, hidden_size]}
+    for name, shape in want.items():
+        if t[name]["shape"] != shape or t[name]["dtype"] not in CAPTURE_TENSORS[name]:
+            raise SystemExit(f"{where}: {name} is {t[name]['dtype']} {t[name]['shape']}, expected "
+                             f"{'/'.join(CAPTURE_TENSORS[name])} {shape}")
+
+
+class Records:
+    """Captured records (input_ids, loss_mask, aux, final-norm state) of some hidden dirs, checked
+    against the layout strata writes (hidden_size: the target's, when known)."""
+
+    def __init__(self, dirs, limit=None, hidden_size=None):
         self.items = []
         self.aux_layers = None
         for d in dirs:
             store = hidden_states.HiddenStates(d)
-            layers = store.meta["capture"]["layers"]
+            capture = store.meta.get("capture", {})
+            layers = capture.get("layers")
+            H = capture.get("hidden_size")
+            if not layers or H is None or (hidden_size is not None and H != hidden_size):
+                raise SystemExit(f"{d}/meta.json: capture {capture} is not an eagle3 capture of a "
+                                 f"target of hidden size {hidden_size}")
             if self.aux_layers is None:
                 self.aux_layers = layers
             elif layers != self.aux_layers:
                 raise SystemExit(f"{d}: aux layers {layers} differ from {self.aux_layers}")
             for e in store.entries:
+                check_entry(d, e, H, len(layers))
                 t = store.tensors(e)
                 self.items.append((e["id"], t["input_ids"].long(), t["loss_mask"].long(),
                                    t["aux_hidden_state"], t["hidden_state"]))
@@ -322,11 +356,17 @@ class Records:
         return sum(len(r[1]) for r in self.items)
 
 
-def choose_vocab(records, vocab_size, draft_vocab):
-    """(d2t, t2d) from next-token frequencies under the loss mask."""
+def token_counts(records, vocab_size):
+    """How often each token is a response token (under the loss mask)."""
     counts = torch.zeros(vocab_size, dtype=torch.int64)
     for _, ids, mask, _, _ in records.items:
         counts.index_add_(0, ids[mask.bool()], torch.ones(int(mask.sum()), dtype=torch.int64))
+    return counts
+
+
+def choose_vocab(records, vocab_size, draft_vocab):
+    """(d2t, t2d) from next-token frequencies under the loss mask."""
+    counts = token_counts(records, vocab_size)
     order = sorted(range(vocab_size), key=lambda i: (-int(counts[i]), i))
     used = sorted(order[:draft_vocab])
     covered = int(counts[used].sum()) / max(1, int(counts.sum()))
@@ -359,6 +399,44 @@ def make_batch(items, draft_head):
     return ids, mask, aux, target
 
 
+class Packed:
+    """Records concatenated into flat tensors on one device (the states in their stored dtype), so
+    that a batch is gathered there with one index per tensor instead of copied record by record
+    from host memory: what keeps a GPU busy. batch() returns what make_batch does for the same
+    records."""
+
+    def __init__(self, records, device):
+        items = records.items
+        self.device = torch.device(device)
+        self.lengths = torch.tensor([len(r[1]) for r in items], dtype=torch.long)
+        self.starts = torch.cumsum(self.lengths, 0) - self.lengths
+        self.ids = torch.cat([r[1] for r in items]).to(self.device)
+        self.mask = torch.cat([r[2] for r in items]).float().to(self.device)
+        self.aux = torch.cat([r[3] for r in items]).to(self.device)
+        self.final = torch.cat([r[4] for r in items]).to(self.device)
+
+    def __len__(self):
+        return len(self.lengths)
+
+    def batch(self, index, draft_head):
+        sel = torch.tensor(index, dtype=torch.long)
+        n = self.lengths[sel]
+        L = int(n.max())
+        pos = torch.arange(L)
+        valid = pos[None] < n[:, None]
+        flat = torch.where(valid, self.starts[sel][:, None] + pos[None], torch.zeros_like(pos[None]))
+        flat, valid = flat.to(self.device), valid.to(self.device)
+        vf = valid.float()
+        ids = self.ids[flat] * valid
+        mask = self.mask[flat] * vf
+        aux = self.aux[flat].float() * vf[..., None]
+        target = None
+        if draft_head is not None:
+            with torch.no_grad():
+                target = (self.final[flat].float() * vf[..., None]) @ draft_head.t()
+        return ids, mask, aux, target
+
+
 def shift(x, s):
     """x[:, s:] moved to the front, zeros after: row p reads row p + s."""
     out = torch.zeros_like(x)
@@ -378,8 +456,14 @@ def step_targets(ids, mask, target, t2d, k):
     return shift(target, k + 1), w
 
 
-def ttt_losses(model, ids, mask, aux, target, steps):
-    outs = model.unroll(ids, aux, steps)
+def ttt_losses(model, ids, mask, aux, target, steps, autocast=None):
+    """Per unrolled step: the loss, and (as tensors, so that no step waits for the device) the
+    weighted count of top-1 agreements and of supervised rows."""
+    if autocast is None:
+        outs = model.unroll(ids, aux, steps)
+    else:
+        with autocast():
+            outs = model.unroll(ids, aux, steps)
     losses, correct, counted = [], [], []
     for k, (_, logits) in enumerate(outs):
         tl, w = step_targets(ids, mask, target, model.t2d, k)
@@ -387,23 +471,115 @@ def ttt_losses(model, ids, mask, aux, target, steps):
         logp = torch.log_softmax(logits.float(), -1)
         losses.append(-(w * (p * logp).sum(-1)).mean())
         with torch.no_grad():
-            correct.append(float(((logits.argmax(-1) == tl.argmax(-1)).float() * w).sum()))
-            counted.append(float(w.sum()))
+            correct.append(((logits.argmax(-1) == tl.argmax(-1)).float() * w).sum())
+            counted.append(w.sum())
     return losses, correct, counted
+
+
+def learning_rate(a, step, total_steps):
+    """Linear warmup over a.warmup steps; then constant, or a cosine from a.lr down to a.lr / 20
+    over the steps after the warmup (total_steps: the run's; None: not known yet, which only the
+    warmup may not know)."""
+    if step < a.warmup:
+        return a.lr * (step + 1) / a.warmup
+    if a.schedule == "constant":
+        return a.lr
+    progress = (step - a.warmup) / max(1, total_steps - a.warmup)
+    floor = a.lr / 20
+    return floor + (a.lr - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def pick_device(name):
+    if name == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: PyTorch sees no CUDA device")
+    if name == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True  # float32 weights, TF32 tensor-core GEMMs
+        torch.backends.cudnn.allow_tf32 = True
+    return torch.device(name)
+
+
+def wait_for_peers(directory, count, timeout_s=300):
+    """A barrier between training processes that share one GPU (candidates trained at once): each
+    says it is ready in `directory` and waits until `count` have, so that every step rate is
+    measured while all of them run."""
+    os.makedirs(directory, exist_ok=True)
+    open(os.path.join(directory, f"ready-{os.getpid()}"), "w").close()
+    end = time.time() + timeout_s
+    while len([f for f in os.listdir(directory) if f.startswith("ready-")]) < count:
+        if time.time() > end:
+            print(f"barrier {directory}: fewer than {count} peers after {timeout_s}s; going on",
+                  flush=True)
+            return
+        time.sleep(0.2)
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def make_autocast(a, device):
+    """bf16 autocast (--bf16) for the unroll; the loss stays float32."""
+    if not a.bf16:
+        return None
+    return lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
 # ---------------------------------------------------------------------------------------------
 # Commands
 
+def cmd_check(a):
+    """The capture layout, without reading the states: every index entry of every dir has the
+    tensors, dtypes and shapes strata writes, the aux layers are the ones asked, and (with
+    --disjoint-from) no record id of these dirs is in those dirs (held-out prompts)."""
+    tcfg = load_config(a.target)
+    ids, records, tokens, layers = set(), 0, 0, None
+    for d in a.hidden:
+        store = hidden_states.HiddenStates(d)
+        cap = store.meta.get("capture", {})
+        if cap.get("hidden_size") != tcfg["hidden_size"] or not cap.get("layers"):
+            raise SystemExit(f"{d}/meta.json: capture {cap} is not an eagle3 capture of "
+                             f"{a.target}")
+        if layers is None:
+            layers = cap["layers"]
+        elif layers != cap["layers"]:
+            raise SystemExit(f"{d}: aux layers {cap['layers']} differ from {layers}")
+        if len(store) == 0:
+            raise SystemExit(f"{d}: no records")
+        for e in store.entries:
+            check_entry(d, e, tcfg["hidden_size"], len(layers))
+            ids.add((e["dataset"], e["id"]))
+            tokens += e["tokens"]
+        records += len(store)
+        # one record read whole: the bytes are where the index says, and the mask marks a response
+        t = store.tensors(store.entries[0])
+        if int(t["loss_mask"].sum()) == 0 or int(t["input_ids"].max()) >= tcfg["vocab_size"]:
+            raise SystemExit(f"{d}: record {store.entries[0]['id']} has no response tokens or "
+                             f"token ids past the vocabulary")
+    if a.aux_layers and layers != [int(x) for x in a.aux_layers.split(",")]:
+        raise SystemExit(f"aux layers {layers}, expected {a.aux_layers}")
+    for d in a.disjoint_from or []:
+        both = ids & set(hidden_states.HiddenStates(d).keys())
+        if both:
+            raise SystemExit(f"{len(both)} records are also in {d}, e.g. {sorted(both)[:3]}")
+    print(json.dumps({"records": records, "tokens": tokens, "aux_layers": layers}))
+
+
 def cmd_train(a):
     torch.manual_seed(a.seed)
     random.seed(a.seed)
     torch.set_num_threads(a.threads)
+    device = pick_device(a.device)
     t0 = time.time()
-    records = Records(a.hidden, a.limit)
     tcfg = load_config(a.target)
+    records = Records(a.hidden, a.limit, tcfg["hidden_size"])
     print(f"{len(records.items)} records, {records.tokens()} tokens, aux layers "
           f"{records.aux_layers} (read in {time.time() - t0:.1f}s)", flush=True)
+    counts = token_counts(records, tcfg["vocab_size"])
+    top = counts.sort(descending=True).values.cumsum(0).float() / max(1, int(counts.sum()))
+    print("response-token coverage of the most frequent 512 / 1024 / 2048 / 4096: " +
+          " / ".join(f"{100 * float(top[n - 1]):.2f}%" for n in (512, 1024, 2048, 4096)
+                     if n <= len(top)), flush=True)
     d2t, t2d, covered = choose_vocab(records, tcfg["vocab_size"], a.draft_vocab)
     print(f"draft vocabulary {a.draft_vocab} of {tcfg['vocab_size']}: covers {100 * covered:.2f}% "
           f"of the response tokens", flush=True)
@@ -415,24 +591,55 @@ def cmd_train(a):
     init_weights(m, a.seed)
     m.d2t.copy_(d2t)
     m.t2d.copy_(t2d)
+    m.to(device)
+    draft_head = draft_head.to(device)
+    data = Packed(records, device)
+    n_records = len(records.items)
+    # length buckets: little padding; the records themselves now live in `data`
+    order = sorted(range(n_records), key=lambda i: int(data.lengths[i]))
+    del records
+    autocast = make_autocast(a, device)
     params = [p for p in m.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=a.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    items = sorted(records.items, key=lambda r: len(r[1]))  # length buckets: little padding
-    batches = [items[i:i + a.batch] for i in range(0, len(items), a.batch)]
-    deadline = time.time() + 60 * a.minutes
-    total_steps = a.max_steps if a.max_steps else 10 ** 9
+    batches = [order[i:i + a.batch] for i in range(0, n_records, a.batch)]
+    print(f"training on {device}{' (bf16 autocast)' if a.bf16 else ''}: {len(batches)} batches "
+          f"of {a.batch} records (set up in {time.time() - t0:.1f}s)", flush=True)
+    if a.barrier:
+        wait_for_peers(a.barrier, a.barrier_count)
+    if not a.max_steps and a.calibrate > a.warmup:
+        raise SystemExit("--calibrate must be within --warmup (the schedule after the warmup "
+                         "depends on the step count)")
+    t_train = time.time()
+    # The run's length in steps: --max-steps, or (a time cap) what the measured step rate fits in
+    # --minutes, fixed after a.calibrate steps, so that the schedule depends on the step count
+    # alone and `--max-steps N` with the N printed here runs the same schedule again. The time
+    # cap stays as a hard stop 20% later (slower steps later on).
+    deadline = t_train + 60 * a.minutes * (1.0 if a.max_steps else 1.2)
+    total_steps = a.max_steps or None
+    rate_from = None  # (step, time) where the rate measurement began
     step, epoch = 0, 0
     stats = None
-    while step < total_steps and time.time() < deadline:
+    while (total_steps is None or step < total_steps) and time.time() < deadline:
         random.shuffle(batches)
         for bt in batches:
-            if step >= total_steps or time.time() >= deadline:
+            if total_steps is None and step in (a.calibrate // 4, a.calibrate):
+                sync(device)  # the device's queue drained: the wall time is its work
+                now = time.time()
+                if rate_from is None:
+                    rate_from = (step, now)
+                else:
+                    rate = (step - rate_from[0]) / max(now - rate_from[1], 1e-6)
+                    total_steps = step + int(rate * (t_train + 60 * a.minutes - now))
+                    print(f"step budget: {total_steps} steps ({rate:.1f} steps/s over steps "
+                          f"{rate_from[0]}-{step}); --max-steps {total_steps} runs this schedule "
+                          f"again", flush=True)
+            if (total_steps is not None and step >= total_steps) or time.time() >= deadline:
                 break
-            lr = a.lr * min(1.0, (step + 1) / a.warmup)
+            lr = learning_rate(a, step, total_steps if total_steps else a.warmup)
             for g in opt.param_groups:
                 g["lr"] = lr
-            ids, mask, aux, target = make_batch(bt, draft_head)
-            losses, correct, counted = ttt_losses(m, ids, mask, aux, target, a.ttt_length)
+            ids, mask, aux, target = data.batch(bt, draft_head)
+            losses, correct, counted = ttt_losses(m, ids, mask, aux, target, a.ttt_length, autocast)
             loss = sum((0.8 ** k) * l for k, l in enumerate(losses))
             opt.zero_grad()
             loss.backward()
@@ -441,19 +648,26 @@ def cmd_train(a):
             if stats is None:
                 stats = [[0.0, 0.0] for _ in losses]
             for k in range(len(losses)):
-                stats[k][0] += correct[k]
-                stats[k][1] += counted[k]
+                stats[k][0] = stats[k][0] + correct[k]
+                stats[k][1] = stats[k][1] + counted[k]
             step += 1
             if step % a.log_every == 0:
-                acc = " ".join(f"{c / max(n, 1):.3f}" for c, n in stats)
-                print(f"step {step} epoch {epoch} loss {float(loss):.4f} acc/step {acc} "
+                acc = " ".join(f"{float(c) / max(float(n), 1):.3f}" for c, n in stats)
+                print(f"step {step} epoch {epoch} lr {lr:.2e} loss {float(loss):.4f} acc/step {acc} "
                       f"({time.time() - t0:.0f}s)", flush=True)
                 stats = None
         epoch += 1
+    train_s = time.time() - t_train
+    if total_steps is not None and step < total_steps:
+        print(f"warning: the time cap stopped the run at step {step} of {total_steps}: its schedule "
+              f"did not finish, and --max-steps {total_steps} runs a different one", flush=True)
     save_drafter(m, a.out, {"strata_train": json.dumps(
-        {"steps": step, "epochs": epoch, "records": len(items), "ttt_length": a.ttt_length,
-         "lr": a.lr, "batch": a.batch, "seed": a.seed, "vocab_coverage": covered})})
-    print(f"wrote {a.out} after {step} steps ({epoch} epochs), {time.time() - t0:.0f}s", flush=True)
+        {"steps": step, "planned_steps": total_steps, "epochs": epoch, "records": n_records,
+         "ttt_length": a.ttt_length,
+         "lr": a.lr, "schedule": a.schedule, "warmup": a.warmup, "batch": a.batch, "seed": a.seed,
+         "device": device.type, "bf16": a.bf16, "vocab_coverage": covered})})
+    print(f"wrote {a.out} after {step} steps ({epoch} epochs) in {train_s:.0f}s of training, "
+          f"{time.time() - t0:.0f}s in all", flush=True)
 
 
 def cmd_accept(a):
@@ -461,15 +675,18 @@ def cmd_accept(a):
     generated greedily, so the target's argmax is the next token, and step k's agreement given
     steps < k agreed is a chain draft's acceptance of its k+1-th token."""
     torch.set_num_threads(a.threads)
-    records = Records(a.hidden, a.limit)
-    m = load_drafter(a.drafter, a.target)
+    device = pick_device(a.device)
+    tcfg = load_config(a.target)
+    records = Records(a.hidden, a.limit, tcfg["hidden_size"])
+    data = Packed(records, device)
+    m = load_drafter(a.drafter, a.target).to(device)
     steps = a.steps
     top1 = [[0, 0] for _ in range(steps)]
     chain = [0] * steps  # rows whose steps 0..k all agreed
     rows = 0
     with torch.no_grad():
-        for i in range(0, len(records.items), 16):
-            ids, mask, aux, _ = make_batch(records.items[i:i + 16], None)
+        for i in range(0, len(data), a.batch):
+            ids, mask, aux, _ = data.batch(list(range(i, min(i + a.batch, len(data)))), None)
             outs = m.unroll(ids, aux, steps)
             # rows whose `steps` predicted tokens (p + 2 .. p + 1 + steps) are all response tokens
             full = torch.ones_like(mask)
@@ -485,7 +702,7 @@ def cmd_accept(a):
                 ok &= agree
                 chain[k] += int((ok.float() * full).sum())
             rows += int(full.sum())
-    res = {"records": len(records.items), "steps": steps,
+    res = {"records": len(data), "steps": steps,
            "top1_per_step": [round(c / max(n, 1), 4) for c, n in top1],
            "chain_accept_per_step": [round(c / max(rows, 1), 4) for c in chain],
            "expected_accept_length": round(1 + sum(c / max(rows, 1) for c in chain), 3)}
@@ -534,8 +751,8 @@ def unroll_with_tokens(m, ids, aux, steps):
     """Drafter.unroll over L = aux rows with ids [B, L + steps] holding every token the steps
     read (step k row p: ids[p + 1 + k]), none past the end."""
     B, L = aux.shape[0], aux.shape[1]
-    mask0 = torch.full((L, L), float("-inf")).triu(1)
-    base = torch.arange(L)[None].expand(B, L)
+    mask0 = torch.full((L, L), float("-inf"), device=aux.device).triu(1)
+    base = torch.arange(L, device=aux.device)[None].expand(B, L)
     x = m.fc(aux)
     cache, outs = [], []
     for k in range(steps):
@@ -557,11 +774,23 @@ def main(argv):
     t.add_argument("--lr", type=float, default=1e-3)
     t.add_argument("--warmup", type=int, default=50)
     t.add_argument("--minutes", type=float, default=5)
-    t.add_argument("--max-steps", type=int, default=0)
+    t.add_argument("--max-steps", type=int, default=0,
+                   help="the run's steps (0: as many as fit --minutes, measured)")
+    t.add_argument("--barrier", default="", help="a directory: wait there for --barrier-count "
+                   "training processes before the first step (candidates sharing a GPU)")
+    t.add_argument("--barrier-count", type=int, default=1)
+    t.add_argument("--calibrate", type=int, default=40,
+                   help="without --max-steps: the step rate is measured over steps calibrate/4 "
+                        "to calibrate (keep it within the warmup: the schedule then does not "
+                        "depend on the measurement before it is made)")
     t.add_argument("--limit", type=int, default=0, help="read at most this many records")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--threads", type=int, default=2)
     t.add_argument("--log-every", type=int, default=20)
+    t.add_argument("--device", default="cpu", help="cpu | cuda")
+    t.add_argument("--bf16", action="store_true", help="bf16 autocast for the unroll")
+    t.add_argument("--schedule", choices=["constant", "cosine"], default="constant",
+                   help="after the warmup: constant, or cosine down to lr / 20")
     c = sub.add_parser("accept")
     c.add_argument("--hidden", nargs="+", required=True)
     c.add_argument("--target", required=True)
@@ -569,6 +798,13 @@ def main(argv):
     c.add_argument("--steps", type=int, default=3)
     c.add_argument("--limit", type=int, default=0)
     c.add_argument("--threads", type=int, default=2)
+    c.add_argument("--device", default="cpu", help="cpu | cuda")
+    c.add_argument("--batch", type=int, default=16, help="records per forward")
+    k = sub.add_parser("check")
+    k.add_argument("--hidden", nargs="+", required=True)
+    k.add_argument("--target", required=True)
+    k.add_argument("--aux-layers", default="", help="expected aux layers, e.g. 1,3,4")
+    k.add_argument("--disjoint-from", nargs="*", help="hidden dirs none of whose ids may appear")
     i = sub.add_parser("init")
     i.add_argument("--target", required=True)
     i.add_argument("--out", required=True)
@@ -582,7 +818,8 @@ def main(argv):
     r.add_argument("--length", type=int, default=13)
     r.add_argument("--seed", type=int, default=1)
     a = p.parse_args(argv)
-    {"train": cmd_train, "accept": cmd_accept, "init": cmd_init, "reference": cmd_reference}[a.cmd](a)
+    {"train": cmd_train, "accept": cmd_accept, "check": cmd_check, "init": cmd_init,
+     "reference": cmd_reference}[a.cmd](a)
     return 0
 
 

@@ -4,6 +4,9 @@
 # training states (--capture-hidden-states eagle3), tools/eagle3_train.py trains the drafter on
 # them (CPU), measures its teacher-forced acceptance on held-out prompts it never saw, and writes
 # the parity reference tests/golden/eagle3 checks strata's forward against.
+# The same loop on one H200 (capture with `strata generate --device cuda`, training with
+# `eagle3_train.py train --device cuda`, candidates chosen on validation prompts, the same held-out
+# prompts): bench/cuda/eagle3_train_run.sh; its header has the commands.
 #
 # Held out (never trained on; for the speculative engine's acceptance measurements):
 #   define-19900 .. define-19999 (the last 100 lines of prompts-define.jsonl)
