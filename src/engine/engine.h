@@ -22,6 +22,7 @@
 #include "arch/model.h"
 #include "backend/kv_host_io.h"
 #include "core/status.h"
+#include "engine/capture_writer.h"
 #include "engine/captured_states.h"
 #include "engine/host_tier_io.h"
 #include "engine/kv_config.h"
@@ -290,7 +291,13 @@ class Engine {
   bool ensure_kv_copier();
   void import_kv(Live& live);
   void export_kv(std::span<const ScheduledSeq> seqs);
-  void store_captured(const ScheduledStep& step, const BatchPlan& plan, const uint8_t* captured);
+  // Hands the step's captured block to capture_writer_ (engine_loop.cc).
+  void store_captured(const ScheduledStep& step, const BatchPlan& plan);
+  // Ends a request that left live_: its finished event now, or, while the capture writer still
+  // holds rows of its states, once they are stored (retire_written).
+  void retire(std::unique_ptr<Live> live);
+  // Finalizes the retiring requests whose rows are stored; `wait`: all of them, waiting.
+  void retire_written(bool wait);
   void update_stats();
   // create()'s steps, in order (engine_create.cc).
   struct Checkpoint;
@@ -334,6 +341,9 @@ class Engine {
 
   // Engine-thread state.
   std::unordered_map<int64_t, std::unique_ptr<Live>> live_;
+  // Ended requests whose finished event waits for the capture writer, in ending order.
+  std::deque<std::unique_ptr<Live>> retiring_;
+  std::unique_ptr<CaptureWriter> capture_writer_;  // with EngineConfig::capture
   std::vector<std::pair<float, int32_t>> sample_scratch_;
   std::array<double, 256> step_seconds_{};  // the last steps' wall times, a ring
 

@@ -141,6 +141,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
     const int64_t step_tokens = std::max<int64_t>(
         {config.chunked_prefill_size, config.max_prefill_tokens, e->plan_.max_running_requests});
     STRATA_RETURN_IF_ERROR(e->runner_->set_capture(config.capture, step_tokens));
+    e->capture_writer_ = std::make_unique<CaptureWriter>();
   }
   STRATA_RETURN_IF_ERROR(e->create_scheduler_and_host_tier(ck.spec, layout));
   e->start_runtime();

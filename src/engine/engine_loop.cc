@@ -61,16 +61,20 @@ void Engine::loop() {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] {
         return stop_ || !inbox_.empty() || !abort_inbox_.empty() || flush_requested_ ||
-               !live_.empty();
+               !live_.empty() || !retiring_.empty();
       });
       if (stop_) break;
     }
     drain_inbox();
     if (!live_.empty()) run_step();
+    // Nothing left to run: the last finished requests wait for their rows here.
+    retire_written(/*wait=*/live_.empty());
     update_stats();
   }
-  // Shutdown: everything still live ends with an abort event.
+  // Shutdown: everything still live ends with an abort event (after the writer is done with it).
   drain_inbox();
+  if (capture_writer_) capture_writer_->wait(capture_writer_->last_submitted());
+  retire_written(/*wait=*/true);
   for (auto& [id, live] : live_) {
     if (live->request.is_live()) state_->abort(&live->request);
     finalize(*live);
@@ -107,8 +111,9 @@ void Engine::drain_inbox() {
     auto it = live_.find(id);
     if (it == live_.end()) continue;
     if (it->second->request.is_live()) state_->abort(&it->second->request);
-    finalize(*it->second);
+    std::unique_ptr<Live> live = std::move(it->second);
     live_.erase(it);
+    retire(std::move(live));
   }
   if (flush) {
     const bool ok = state_->flush_cache();
@@ -127,8 +132,9 @@ void Engine::run_step() {
   auto end_request = [&](Request* r) {
     auto it = live_.find(r->id());
     if (it == live_.end()) return;
-    finalize(*it->second);
+    std::unique_ptr<Live> live = std::move(it->second);
     live_.erase(it);
+    retire(std::move(live));
   };
   for (Request* r : step.rejected) end_request(r);
   for (Request* r : step.truncated) end_request(r);
@@ -199,7 +205,7 @@ void Engine::run_step() {
                                   .graphs = graphs});
     const auto fwd_end = StepClock::now();
     // Post-process: captured states by position, logprobs, sampled tokens, stops.
-    if (const uint8_t* captured = runner_->captured()) store_captured(step, plan, captured);
+    if (runner_->captured() != nullptr) store_captured(step, plan);
     const std::vector<int32_t>& sampled = runner_->sampled();
     const float* kept_logits = runner_->kept_logits();
     std::vector<TokenLogprobs> lps(n);
@@ -235,31 +241,57 @@ void Engine::run_step() {
     }
     export_kv(step.seqs);  // pages this step completed, for requests that checkpoint their KV
     for (Request* r : finished) end_request(r);
+    retire_written(/*wait=*/false);  // requests of earlier steps whose rows are stored by now
     timing.add(step_begin, fwd_begin, fwd_end, n);
     step_begin = StepClock::now();
   }
 }
 
-// Copies the step's captured rows of each capturing request into its CapturedStates, by position
-// (a recomputed position is written again).
-// Spread over the host thread pool: a decode step at batch 512 of an 8B model is 16 MB of rows.
-void Engine::store_captured(const ScheduledStep& step, const BatchPlan& plan,
-                            const uint8_t* captured) {
-  const int64_t width = runner_->capture_width();
-  const DType dtype = runner_->capture_dtype();
-  const int64_t row_bytes = width * dtype_size(dtype);
-  CaptureTimer timer(capture_counters().scatter, int64_t(plan.num_tokens()) * row_bytes);
-  std::vector<CapturedStates*> states(step.seqs.size());
-  for (size_t s = 0; s < step.seqs.size(); ++s)
-    states[s] = live_.at(step.seqs[s].request->id())->capture.get();
-  parallel_for(int64_t(states.size()), 8, [&](int64_t begin, int64_t end) {
-    for (int64_t s = begin; s < end; ++s) {
-      if (states[size_t(s)] == nullptr) continue;
-      for (int32_t row = plan.q_indptr[size_t(s)]; row < plan.q_indptr[size_t(s) + 1]; ++row)
-        states[size_t(s)]->put(plan.positions[size_t(row)], captured + int64_t(row) * row_bytes,
-                               dtype, width);
+// Hands the step's captured block, with each row's request and position, to the capture writer,
+// which scatters the rows into each capturing request's CapturedStates (by position: a recomputed
+// position is written again) while the engine runs the next steps. The block changes hands by a
+// swap; the engine waits here only when the writer is `depth` blocks behind.
+void Engine::store_captured(const ScheduledStep& step, const BatchPlan& plan) {
+  CaptureJob job;
+  job.width = runner_->capture_width();
+  job.dtype = runner_->capture_dtype();
+  job.states.resize(step.seqs.size());
+  std::vector<Live*> lives(step.seqs.size());
+  for (size_t s = 0; s < step.seqs.size(); ++s) {
+    lives[s] = live_.at(step.seqs[s].request->id()).get();
+    job.states[s] = lives[s]->capture;
+  }
+  job.row_begin.assign(plan.q_indptr.begin(),
+                       plan.q_indptr.begin() + int64_t(step.seqs.size()) + 1);
+  job.positions.assign(plan.positions.begin(), plan.positions.begin() + plan.num_tokens());
+  job.rows = capture_writer_->take_buffer();
+  runner_->swap_captured(job.rows);
+  const uint64_t seq = capture_writer_->submit(std::move(job));
+  for (Live* live : lives)
+    if (live->capture != nullptr) live->capture_fence = seq;
+}
+
+void Engine::retire(std::unique_ptr<Live> live) {
+  if (!retiring_.empty() || (live->capture != nullptr && capture_writer_ != nullptr &&
+                             !capture_writer_->written(live->capture_fence))) {
+    retiring_.push_back(std::move(live));  // in order: events of requests keep their ending order
+    return;
+  }
+  finalize(*live);
+}
+
+void Engine::retire_written(bool wait) {
+  while (!retiring_.empty()) {
+    Live& live = *retiring_.front();
+    if (live.capture != nullptr && capture_writer_ != nullptr) {
+      if (wait)
+        capture_writer_->wait(live.capture_fence);
+      else if (!capture_writer_->written(live.capture_fence))
+        return;
     }
-  });
+    finalize(live);
+    retiring_.pop_front();
+  }
 }
 
 // Streams one step's tokens of a request: detokenize, check stop strings, hold back text that

@@ -44,6 +44,7 @@ struct Engine::Live {
   bool stopped_by_string = false;
   bool start_announced = false;             // the `started` event went out
   std::shared_ptr<CapturedStates> capture;  // null: no capture
+  uint64_t capture_fence = 0;               // the last CaptureWriter job holding rows of `capture`
 };
 
 }  // namespace strata
