@@ -373,5 +373,74 @@ TEST(SpeculativeEngine, CapturedStatesAreThoseOfPlainDecoding) {
   for (int64_t pos = n; pos < got->rows(); ++pos) EXPECT_FALSE(got->has(pos)) << pos;
 }
 
+// The same at batch 24 (and again with a pool small enough to retract requests mid-decode, whose
+// positions are then captured again): each step's block holds many requests' rows, verifies with
+// and without accepted drafts side by side, and goes to the capture writer's thread
+// (engine/capture_writer.h) with only each request's committed rows. The CPU reference is batch
+// invariant, so every row is bitwise plain decoding's at batch 24.
+TEST(SpeculativeEngine, BatchedCaptureStoresPlainDecodingsRows) {
+  struct Captured {
+    std::vector<int32_t> tokens;
+    std::shared_ptr<CapturedStates> states;
+  };
+  auto capture_batch = [](Engine& engine, const std::vector<std::vector<int32_t>>& prompts) {
+    std::vector<Captured> out(prompts.size());
+    std::mutex mu;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      out[i].states = std::make_shared<CapturedStates>(DType::kF32);
+      GenerateRequest g;
+      g.prompt_ids = prompts[i];
+      g.params.temperature = 0;
+      g.params.max_new_tokens = 32;
+      g.params.ignore_eos = true;
+      g.capture = out[i].states;
+      g.on_event = [&out, &mu, i](const StreamEvent& ev) {
+        std::lock_guard<std::mutex> lk(mu);
+        out[i].tokens.insert(out[i].tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+      };
+      EXPECT_TRUE(engine.submit(std::move(g)).ok());
+    }
+    engine.wait_idle();
+    return out;
+  };
+  auto plain = make_engine({.capture = true});
+  auto prompts = heldout_prompts(plain->tokenizer(), 22);
+  // Two that NGRAM drafts well, so that some verifies accept drafts and others reject them.
+  prompts.push_back(plain->tokenizer().encode("1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"));
+  prompts.push_back(plain->tokenizer().encode("a b c a b c a b c a b c a b c"));
+  const std::vector<Captured> want = capture_batch(*plain, prompts);
+  plain.reset();
+  const EngineOptions batched{.speculative = true, .capture = true, .num_steps = 4};
+  EngineOptions retracting = batched;
+  retracting.max_total_tokens = 640;
+  retracting.conservativeness = 0.02;
+  for (const EngineOptions& o : {batched, retracting}) {
+    const bool retract = o.max_total_tokens.has_value();
+    SCOPED_TRACE(retract ? "small pool (retraction)" : "batch 24");
+    auto spec = make_engine(o);
+    const std::vector<Captured> got = capture_batch(*spec, prompts);
+    const EngineStats s = spec->stats();
+    EXPECT_GT(s.spec_accepted_tokens_total, 0);
+    EXPECT_LT(s.spec_accepted_tokens_total, s.spec_draft_tokens_total) << "no draft was rejected";
+    if (retract) {
+      EXPECT_GT(s.retractions_total, 0) << "the small pool was meant to retract";
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
+      // Every position but the last token's (never computed).
+      const int64_t n = int64_t(prompts[i].size() + want[i].tokens.size()) - 1;
+      ASSERT_TRUE(want[i].states->complete(n)) << "request " << i;
+      ASSERT_TRUE(got[i].states->complete(n)) << "request " << i;
+      ASSERT_EQ(got[i].states->width(), want[i].states->width());
+      const size_t row_bytes = size_t(want[i].states->width() * 4);
+      for (int64_t pos = 0; pos < n; ++pos)
+        ASSERT_EQ(0, std::memcmp(got[i].states->row(pos), want[i].states->row(pos), row_bytes))
+            << "request " << i << " position " << pos;
+      for (int64_t pos = n; pos < got[i].states->rows(); ++pos)
+        EXPECT_FALSE(got[i].states->has(pos)) << "request " << i << ": a rejected draft's row";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata
