@@ -378,18 +378,34 @@ TEST(SpeculativeEngine, CapturedStatesAreThoseOfPlainDecoding) {
 // and without accepted drafts side by side, and goes to the capture writer's thread
 // (engine/capture_writer.h) with only each request's committed rows. The CPU reference is batch
 // invariant, so every row is bitwise plain decoding's at batch 24.
+// A spill of each row's first value that logs the positions in the order they were written.
+class PositionLog final : public RowSpill {
+ public:
+  int64_t prefix_bytes() const override { return 4; }
+  void write(int64_t pos, const uint8_t* prefix) override {
+    positions.push_back(pos);  // the capture writer's threads, one at a time for a request
+    if (pos >= int64_t(firsts.size())) firsts.resize(size_t(pos) + 1);
+    std::memcpy(&firsts[size_t(pos)], prefix, 4);
+  }
+  std::vector<int64_t> positions;
+  std::vector<float> firsts;  // each position's last written first value
+};
+
 TEST(SpeculativeEngine, BatchedCaptureStoresPlainDecodingsRows) {
   struct Captured {
     std::vector<int32_t> tokens;
     std::shared_ptr<CapturedStates> states;
+    std::shared_ptr<PositionLog> spill;
   };
   auto capture_batch = [](Engine& engine, const std::vector<std::vector<int32_t>>& prompts) {
     std::vector<Captured> out(prompts.size());
     std::mutex mu;
     for (size_t i = 0; i < prompts.size(); ++i) {
-      out[i].states = std::make_shared<CapturedStates>(DType::kF32);
+      out[i].spill = std::make_shared<PositionLog>();
+      out[i].states = std::make_shared<CapturedStates>(DType::kF32, out[i].spill);
       GenerateRequest g;
       g.prompt_ids = prompts[i];
+      g.use_prefix_cache = false;  // every position computed (and spilled) by each run
       g.params.temperature = 0;
       g.params.max_new_tokens = 32;
       g.params.ignore_eos = true;
@@ -432,12 +448,21 @@ TEST(SpeculativeEngine, BatchedCaptureStoresPlainDecodingsRows) {
       ASSERT_TRUE(want[i].states->complete(n)) << "request " << i;
       ASSERT_TRUE(got[i].states->complete(n)) << "request " << i;
       ASSERT_EQ(got[i].states->width(), want[i].states->width());
-      const size_t row_bytes = size_t(want[i].states->width() * 4);
-      for (int64_t pos = 0; pos < n; ++pos)
-        ASSERT_EQ(0, std::memcmp(got[i].states->row(pos), want[i].states->row(pos), row_bytes))
+      // The spill took each row's first value; memory keeps the rest.
+      const size_t kept_bytes = size_t(want[i].states->width() * 4 - 4);
+      for (int64_t pos = 0; pos < n; ++pos) {
+        ASSERT_EQ(0, std::memcmp(got[i].states->row(pos), want[i].states->row(pos), kept_bytes))
             << "request " << i << " position " << pos;
+        ASSERT_EQ(got[i].spill->firsts[size_t(pos)], want[i].spill->firsts[size_t(pos)])
+            << "request " << i << " position " << pos;
+      }
       for (int64_t pos = n; pos < got[i].states->rows(); ++pos)
         EXPECT_FALSE(got[i].states->has(pos)) << "request " << i << ": a rejected draft's row";
+      // Without retraction every position is written once, in order, as plain decoding writes
+      // them: a rejected draft's row (later overwritten by the right one) would show here.
+      if (!retract) {
+        EXPECT_EQ(got[i].spill->positions, want[i].spill->positions) << "request " << i;
+      }
     }
   }
 }
