@@ -2,6 +2,8 @@
 # Hidden-state capture on one H200 (issue 25), from the repository root on the GPU machine with
 # `.devcarry/all` carried (both house models, the hidden-state fixtures, configs, data):
 #   STRATA_CARRY=$PWD/.devcarry/all bash bench/cuda/capture_run.sh
+# The throughput stage alone needs only `.devcarry/cuda` (the default carry):
+#   STAGES=throughput bash bench/cuda/capture_run.sh
 # Stages (STAGES, default "parity throughput"):
 #   parity      tests/parity/capture_parity_test.cc: CUDA capture (bf16 activations, device copies
 #               in the forward, one raw download per step) vs the CPU reference's float32 capture and
@@ -12,8 +14,12 @@
 #               data/prompts-explain.jsonl x 1,024 tokens (--ignore-eos, greedy): `strata generate`
 #               without and with --capture-hidden-states eagle3; prints both throughputs, their
 #               ratio (acceptance: >= 0.85), bytes per token and the disk write rate, where the
-#               capture's time went (the job's counters: per step download and scatter, rows
-#               streamed to the record files, per record write, per group sync and index), and the
+#               capture's time went (the job's counters: per step download; on the capture
+#               writer's thread scatter and the rows streamed to the record files; the engine's
+#               waits on that writer, queue_wait (no free block: the writer is behind) and
+#               fence_wait (a finished request's rows not yet stored); per record write, per group
+#               sync and index), each run's engine step split (STRATA_STEP_TIMING: forward vs the
+#               host's rest of the step, the last two 256-step windows), and the
 #               disk's own write ceiling measured first in the same directory (dd: one stream with
 #               fdatasync, one with O_DIRECT, four in parallel; /dev/shm as the upper bound). The
 #               states go to the local disk when it has the room the job says it needs, else
@@ -81,13 +87,14 @@ for stage in ${STAGES:-parity throughput}; do
         rm -rf "$dir"
         mkdir -p "$dir"
         local s=$(date +%s.%N)
-        timeout 280 ./build-dev/strata generate --device cuda --model-path "$W/llama8b-random" \
+        STRATA_STEP_TIMING=1 timeout 280 ./build-dev/strata generate --device cuda --model-path "$W/llama8b-random" \
           --input "$W/prompts.jsonl" -o "$dir/out.jsonl" --max-new-tokens 1024 --ignore-eos --temperature 0 \
           --progress-interval 10 "$@" >"$OUT/generate_$name.log" 2>&1
         local rc=$?
         python3 -c "import time; print(round(time.time() - $s, 2))" >"$OUT/wall_$name"
         echo "$name: rc $rc, wall $(cat "$OUT/wall_$name") s"
         grep -E "finished in|hidden-state capture|error" "$OUT/generate_$name.log" | head -6
+        grep -E "engine steps:" "$OUT/generate_$name.log" | tail -2
         return $rc
       }
       gen plain "$W/plain"

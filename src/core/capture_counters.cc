@@ -18,6 +18,8 @@ std::string CaptureCounters::summary() const {
   };
   one("download", download);
   one("scatter", scatter);
+  one("queue_wait", queue_wait);
+  one("fence_wait", fence_wait);
   one("spill", spill);
   one("write", write);
   one("sync", sync);

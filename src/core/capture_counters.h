@@ -1,7 +1,13 @@
 // CaptureCounters: where a hidden-state capture job's time goes (issue 25's throughput), counted
 // by the threads that do the work and printed once at the job's end (HiddenStore::close):
 //   per step    download  the captured rows, device -> host (the model's one copy per step)
-//               scatter   the host rows into each request's CapturedStates (and its spill file)
+//               scatter   the host rows into each request's CapturedStates (and its spill file),
+//                         on the capture writer's thread (engine/capture_writer.h), spread over
+//                         the host thread pool by request
+//               queue_wait  the engine step waiting for a free block (the writer is behind)
+//               fence_wait  the engine waiting for the writer to store a finished request's rows
+//                         (only when nothing else is left to run)
+//   per write   spill     coalesced aux rows streamed to record files (writer thread)
 //   per record  write     the rest of a record (the rows kept in memory, ids, mask, header)
 //               sync      fdatasync of a group's record files
 //               index     the index lines and their fdatasync
@@ -29,10 +35,11 @@ struct CaptureCounter {
 };
 
 struct CaptureCounters {
-  CaptureCounter download, scatter;      // per engine step
-  CaptureCounter spill;                  // rows streamed to record files during generation
-  CaptureCounter write, sync, index;     // per record (sync and index: per group)
-  std::atomic<int64_t> spill_errors{0};  // failed spill writes (the record then fails)
+  CaptureCounter download, scatter;       // per engine step
+  CaptureCounter queue_wait, fence_wait;  // the engine thread blocked on the capture writer
+  CaptureCounter spill;                   // rows streamed to record files during generation
+  CaptureCounter write, sync, index;      // per record (sync and index: per group)
+  std::atomic<int64_t> spill_errors{0};   // failed spill writes (the record then fails)
 
   // One line: each phase's count, seconds, GB and GB/s.
   std::string summary() const;

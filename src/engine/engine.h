@@ -22,6 +22,7 @@
 #include "arch/model.h"
 #include "backend/kv_host_io.h"
 #include "core/status.h"
+#include "engine/capture_writer.h"
 #include "engine/captured_states.h"
 #include "engine/host_tier_io.h"
 #include "engine/kv_config.h"
@@ -317,8 +318,15 @@ class Engine {
   bool ensure_kv_copier();
   void import_kv(Live& live);
   void export_kv(std::span<const ScheduledSeq> seqs);
-  void store_captured(const ScheduledStep& step, const BatchPlan& plan, const uint8_t* captured,
+  // Hands the step's captured rows of capturing requests, the first kept_rows[s] of seq s, to
+  // capture_writer_ (engine_loop.cc). After observe_committed: the block changes hands.
+  void store_captured(const ScheduledStep& step, const BatchPlan& plan,
                       std::span<const int32_t> kept_rows);
+  // Ends request `id` (if live): takes it out of live_ and sends its finished event now or, while
+  // the capture writer still holds rows of its states, once they are stored (retire_written).
+  void retire(int64_t id);
+  // Finalizes the retiring requests whose rows are stored; `wait`: all of them, waiting.
+  void retire_written(bool wait);
   void update_stats();
   // create()'s steps, in order (engine_create.cc).
   struct Checkpoint;
@@ -364,6 +372,9 @@ class Engine {
 
   // Engine-thread state.
   std::unordered_map<int64_t, std::unique_ptr<Live>> live_;
+  // Ended requests whose finished event waits for the capture writer, in ending order.
+  std::deque<std::unique_ptr<Live>> retiring_;
+  std::unique_ptr<CaptureWriter> capture_writer_;  // with EngineConfig::capture
   std::vector<std::pair<float, int32_t>> sample_scratch_;
   std::array<double, 256> step_seconds_{};  // the last steps' wall times, a ring
 

@@ -148,6 +148,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
                            e->plan_.max_running_requests * per_request});
     STRATA_RETURN_IF_ERROR(e->runner_->set_capture(capture, step_tokens));
   }
+  // Requests' captures are stored on the capture writer's thread (the drafter's alone are not).
+  if (!config.capture.empty()) e->capture_writer_ = std::make_unique<CaptureWriter>();
   STRATA_RETURN_IF_ERROR(e->create_scheduler_and_host_tier(ck.spec, layout));
   e->start_runtime();
   return e;

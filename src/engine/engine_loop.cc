@@ -114,16 +114,20 @@ void Engine::loop() {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] {
         return stop_ || !inbox_.empty() || !abort_inbox_.empty() || flush_requested_ ||
-               !live_.empty();
+               !live_.empty() || !retiring_.empty();
       });
       if (stop_) break;
     }
     drain_inbox();
     if (!live_.empty()) run_step();
+    // Nothing left to run: the last finished requests wait for their rows here.
+    retire_written(/*wait=*/live_.empty());
     update_stats();
   }
-  // Shutdown: everything still live ends with an abort event.
+  // Shutdown: everything still live ends with an abort event (after the writer is done with it).
   drain_inbox();
+  if (capture_writer_) capture_writer_->wait(capture_writer_->last_submitted());
+  retire_written(/*wait=*/true);
   for (auto& [id, live] : live_) {
     if (live->request.is_live()) state_->abort(&live->request);
     finalize(*live);
@@ -160,8 +164,7 @@ void Engine::drain_inbox() {
     auto it = live_.find(id);
     if (it == live_.end()) continue;
     if (it->second->request.is_live()) state_->abort(&it->second->request);
-    finalize(*it->second);
-    live_.erase(it);
+    retire(id);
   }
   if (flush) {
     const bool ok = state_->flush_cache();
@@ -176,14 +179,8 @@ void Engine::drain_inbox() {
 void Engine::run_step() {
   auto step_begin = StepClock::now();
   ScheduledStep step = state_->schedule(*scheduler_);
-  auto end_request = [&](Request* r) {
-    auto it = live_.find(r->id());
-    if (it == live_.end()) return;
-    finalize(*it->second);
-    live_.erase(it);
-  };
-  for (Request* r : step.rejected) end_request(r);
-  for (Request* r : step.truncated) end_request(r);
+  for (Request* r : step.rejected) retire(r->id());
+  for (Request* r : step.truncated) retire(r->id());
   {
     // Published before the forward pass, so /metrics shows this step's batch while it runs.
     std::lock_guard<std::mutex> lk(mu_);
@@ -304,7 +301,8 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
                                   .capture = capture,
                                   .graphs = graphs});
     const auto fwd_end = StepClock::now();
-    // Post-process: captured states by position, verification, logprobs, tokens, stops.
+    // Post-process: verification, logprobs, tokens, stops, then the captured states by position
+    // (the drafter reads them first: the block then goes to the capture writer).
     const uint8_t* captured = runner_->captured();
     const std::vector<int32_t>& sampled = runner_->sampled();
     const float* kept_logits = runner_->kept_logits();
@@ -339,8 +337,6 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
         spec.add(int32_t(draft.size()), a);
       }
     }
-    // Captured states of the committed positions (a rejected draft's are not the request's).
-    if (captured != nullptr) store_captured(step, plan, captured, kept_rows);
     std::vector<int32_t> kv_before(step.seqs.size()), out_before(step.seqs.size());
     for (size_t s = 0; s < step.seqs.size(); ++s) {
       kv_before[s] = step.seqs[s].request->kv_len();
@@ -374,6 +370,9 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
       }
     }
     if (drafter_) observe_committed(step, plan, captured, kv_before);
+    // Captured states of the committed positions (a rejected draft's are not the request's).
+    // The block changes hands here: `captured` is not valid after this.
+    if (captured != nullptr) store_captured(step, plan, kept_rows);
     {
       const double seconds = std::chrono::duration<double>(StepClock::now() - step_begin).count();
       step_seconds_[size_t(stats_.steps_total % int64_t(step_seconds_.size()))] = seconds;
@@ -389,12 +388,8 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
       decode_log.add(step.seqs.size(), user_tokens, spec, drafter_ != nullptr,
                      int64_t(pool_->num_used_pages()) * config_.page_size, plan_.kv_tokens);
     export_kv(step.seqs);  // pages this step completed, for requests that checkpoint their KV
-    for (Request* r : finished) {
-      auto it = live_.find(r->id());
-      if (it == live_.end()) continue;
-      finalize(*it->second);
-      live_.erase(it);
-    }
+    for (Request* r : finished) retire(r->id());
+    retire_written(/*wait=*/false);  // requests of earlier steps whose rows are stored by now
     timing.add(step_begin, fwd_begin, fwd_end, n);
   }
 }
@@ -433,28 +428,59 @@ void Engine::observe_committed(const ScheduledStep& step, const BatchPlan& plan,
   drafter_->observe(news, width, dtype);
 }
 
-// Copies the step's captured rows of each capturing request into its CapturedStates, by position
-// (a recomputed position is written again): the first kept_rows[s] rows of seq s (its new tokens
-// and the drafts it accepted).
-// Spread over the host thread pool: a decode step at batch 512 of an 8B model is 16 MB of rows.
+// Hands the step's captured block, with each kept row's request and position, to the capture
+// writer, which scatters the rows into each capturing request's CapturedStates (by position: a
+// recomputed position is written again) while the engine runs the next steps. Seq s keeps its
+// first kept_rows[s] rows: its new tokens and the drafts it accepted. The block changes hands by a
+// swap; the engine waits here only when the writer is `depth` blocks behind.
 void Engine::store_captured(const ScheduledStep& step, const BatchPlan& plan,
-                            const uint8_t* captured, std::span<const int32_t> kept_rows) {
-  const int64_t width = runner_->capture_width();
-  const DType dtype = runner_->capture_dtype();
-  const int64_t row_bytes = width * dtype_size(dtype);
-  CaptureTimer timer(capture_counters().scatter, int64_t(plan.num_tokens()) * row_bytes);
-  std::vector<CapturedStates*> states(step.seqs.size());
-  for (size_t s = 0; s < step.seqs.size(); ++s)
-    states[s] = live_.at(step.seqs[s].request->id())->capture.get();
-  parallel_for(int64_t(states.size()), 8, [&](int64_t begin, int64_t end) {
-    for (int64_t s = begin; s < end; ++s) {
-      if (states[size_t(s)] == nullptr) continue;
-      const int32_t first = plan.q_indptr[size_t(s)];
-      for (int32_t row = first; row < first + kept_rows[size_t(s)]; ++row)
-        states[size_t(s)]->put(plan.positions[size_t(row)], captured + int64_t(row) * row_bytes,
-                               dtype, width);
+                            std::span<const int32_t> kept_rows) {
+  if (capture_writer_ == nullptr) return;  // the drafter's capture alone: nothing to store
+  CaptureJob job;
+  std::vector<Live*> lives;
+  for (size_t s = 0; s < step.seqs.size(); ++s) {
+    Live* live = live_.at(step.seqs[s].request->id()).get();
+    if (live->capture == nullptr || kept_rows[s] == 0) continue;
+    lives.push_back(live);
+    job.states.push_back(live->capture);
+    job.row_begin.push_back(plan.q_indptr[s]);
+    job.row_count.push_back(kept_rows[s]);
+  }
+  if (lives.empty()) return;
+  job.width = runner_->capture_width();
+  job.dtype = runner_->capture_dtype();
+  job.positions.assign(plan.positions.begin(), plan.positions.begin() + plan.num_tokens());
+  job.rows = capture_writer_->take_buffer();
+  runner_->swap_captured(job.rows);
+  const uint64_t seq = capture_writer_->submit(std::move(job));
+  for (Live* live : lives) live->capture_fence = seq;
+}
+
+void Engine::retire(int64_t id) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  std::unique_ptr<Live> live = std::move(it->second);
+  live_.erase(it);
+  if (!retiring_.empty() || (live->capture != nullptr && capture_writer_ != nullptr &&
+                             !capture_writer_->written(live->capture_fence))) {
+    retiring_.push_back(std::move(live));  // in order: events of requests keep their ending order
+    return;
+  }
+  finalize(*live);
+}
+
+void Engine::retire_written(bool wait) {
+  while (!retiring_.empty()) {
+    Live& live = *retiring_.front();
+    if (live.capture != nullptr && capture_writer_ != nullptr) {
+      if (wait)
+        capture_writer_->wait(live.capture_fence);
+      else if (!capture_writer_->written(live.capture_fence))
+        return;
     }
-  });
+    finalize(live);
+    retiring_.pop_front();
+  }
 }
 
 // Streams one step's tokens of a request: detokenize, check stop strings, hold back text that

@@ -48,6 +48,7 @@ struct Engine::Live {
   int32_t spec_verify_ct = 0;
   int32_t spec_draft_token_num = 0;
   int32_t spec_accept_token_num = 0;
+  uint64_t capture_fence = 0;  // the last CaptureWriter job holding rows of `capture`
 };
 
 }  // namespace strata

@@ -41,6 +41,12 @@ class ModelRunner {
   const float* kept_logits() const { return kept_logits_.data(); }
   // [plan.num_tokens(), capture_width()] of capture_dtype() when the step captured, else null.
   const uint8_t* captured() const { return captured_valid_ ? captured_.data() : nullptr; }
+  // Swaps the captured block with `buffer` (any size: the next capturing step sizes it), so the
+  // block goes to the capture writer without a copy. Only after a capturing step.
+  void swap_captured(std::vector<uint8_t>& buffer) {
+    captured_.swap(buffer);
+    captured_valid_ = false;
+  }
   DType capture_dtype() const { return model_.capture_dtype(); }
 
  private:

@@ -373,5 +373,99 @@ TEST(SpeculativeEngine, CapturedStatesAreThoseOfPlainDecoding) {
   for (int64_t pos = n; pos < got->rows(); ++pos) EXPECT_FALSE(got->has(pos)) << pos;
 }
 
+// The same at batch 24 (and again with a pool small enough to retract requests mid-decode, whose
+// positions are then captured again): each step's block holds many requests' rows, verifies with
+// and without accepted drafts side by side, and goes to the capture writer's thread
+// (engine/capture_writer.h) with only each request's committed rows. The CPU reference is batch
+// invariant, so every row is bitwise plain decoding's at batch 24.
+// A spill of each row's first value that logs the positions in the order they were written.
+class PositionLog final : public RowSpill {
+ public:
+  int64_t prefix_bytes() const override { return 4; }
+  void write(int64_t pos, const uint8_t* prefix) override {
+    positions.push_back(pos);  // the capture writer's threads, one at a time for a request
+    if (pos >= int64_t(firsts.size())) firsts.resize(size_t(pos) + 1);
+    std::memcpy(&firsts[size_t(pos)], prefix, 4);
+  }
+  std::vector<int64_t> positions;
+  std::vector<float> firsts;  // each position's last written first value
+};
+
+TEST(SpeculativeEngine, BatchedCaptureStoresPlainDecodingsRows) {
+  struct Captured {
+    std::vector<int32_t> tokens;
+    std::shared_ptr<CapturedStates> states;
+    std::shared_ptr<PositionLog> spill;
+  };
+  auto capture_batch = [](Engine& engine, const std::vector<std::vector<int32_t>>& prompts) {
+    std::vector<Captured> out(prompts.size());
+    std::mutex mu;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      out[i].spill = std::make_shared<PositionLog>();
+      out[i].states = std::make_shared<CapturedStates>(DType::kF32, out[i].spill);
+      GenerateRequest g;
+      g.prompt_ids = prompts[i];
+      g.use_prefix_cache = false;  // every position computed (and spilled) by each run
+      g.params.temperature = 0;
+      g.params.max_new_tokens = 32;
+      g.params.ignore_eos = true;
+      g.capture = out[i].states;
+      g.on_event = [&out, &mu, i](const StreamEvent& ev) {
+        std::lock_guard<std::mutex> lk(mu);
+        out[i].tokens.insert(out[i].tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+      };
+      EXPECT_TRUE(engine.submit(std::move(g)).ok());
+    }
+    engine.wait_idle();
+    return out;
+  };
+  auto plain = make_engine({.capture = true});
+  auto prompts = heldout_prompts(plain->tokenizer(), 22);
+  // Two that NGRAM drafts well, so that some verifies accept drafts and others reject them.
+  prompts.push_back(plain->tokenizer().encode("1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"));
+  prompts.push_back(plain->tokenizer().encode("a b c a b c a b c a b c a b c"));
+  const std::vector<Captured> want = capture_batch(*plain, prompts);
+  plain.reset();
+  const EngineOptions batched{.speculative = true, .capture = true, .num_steps = 4};
+  EngineOptions retracting = batched;
+  retracting.max_total_tokens = 640;
+  retracting.conservativeness = 0.02;
+  for (const EngineOptions& o : {batched, retracting}) {
+    const bool retract = o.max_total_tokens.has_value();
+    SCOPED_TRACE(retract ? "small pool (retraction)" : "batch 24");
+    auto spec = make_engine(o);
+    const std::vector<Captured> got = capture_batch(*spec, prompts);
+    const EngineStats s = spec->stats();
+    EXPECT_GT(s.spec_accepted_tokens_total, 0);
+    EXPECT_LT(s.spec_accepted_tokens_total, s.spec_draft_tokens_total) << "no draft was rejected";
+    if (retract) {
+      EXPECT_GT(s.retractions_total, 0) << "the small pool was meant to retract";
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
+      // Every position but the last token's (never computed).
+      const int64_t n = int64_t(prompts[i].size() + want[i].tokens.size()) - 1;
+      ASSERT_TRUE(want[i].states->complete(n)) << "request " << i;
+      ASSERT_TRUE(got[i].states->complete(n)) << "request " << i;
+      ASSERT_EQ(got[i].states->width(), want[i].states->width());
+      // The spill took each row's first value; memory keeps the rest.
+      const size_t kept_bytes = size_t(want[i].states->width() * 4 - 4);
+      for (int64_t pos = 0; pos < n; ++pos) {
+        ASSERT_EQ(0, std::memcmp(got[i].states->row(pos), want[i].states->row(pos), kept_bytes))
+            << "request " << i << " position " << pos;
+        ASSERT_EQ(got[i].spill->firsts[size_t(pos)], want[i].spill->firsts[size_t(pos)])
+            << "request " << i << " position " << pos;
+      }
+      for (int64_t pos = n; pos < got[i].states->rows(); ++pos)
+        EXPECT_FALSE(got[i].states->has(pos)) << "request " << i << ": a rejected draft's row";
+      // Without retraction every position is written once, in order, as plain decoding writes
+      // them: a rejected draft's row (later overwritten by the right one) would show here.
+      if (!retract) {
+        EXPECT_EQ(got[i].spill->positions, want[i].spill->positions) << "request " << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata
