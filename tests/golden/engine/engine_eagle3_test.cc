@@ -267,7 +267,7 @@ class DirectChain {
     auto hidden = be.alloc(DType::kF32, {rows, h});
     std::vector<int32_t> tokens(context.begin() + 1, context.end());
     const int32_t last = rows - 1;
-    std::vector<float> logits(size_t(dv));
+    std::vector<float> logits(static_cast<size_t>(dv));
     Eagle3Batch b1;
     dplan.plan({0}, {rows}, &b1);
     b1.token_ids = tokens.data();
