@@ -14,7 +14,9 @@
 # --enable-deterministic-inference, greedy outputs with and without EAGLE3 at concurrency 1 (30
 # prompts) and 16 (150 prompts) must be identical; the accept length and its histogram at
 # (steps 3, topk 1, draft tokens 4); (2) generation tok/s plain vs EAGLE3 with the default kernels
-# at concurrency 1 (16 prompts) and 64 (128 prompts), 128 new tokens (ignore_eos).
+# at concurrency 1 (16 prompts) and 64 (128 prompts), 128 new tokens (ignore_eos); (3) EAGLE3 at
+# concurrency 1 with --disable-cuda-graph: draft steps eager instead of graphs, the same accept
+# length and histogram expected.
 set -u
 source bench/cuda/device_env.sh  # OUT, C, PKG, dev_configure, dev_build
 
@@ -75,6 +77,10 @@ PY
     gen tput_c${conc}_EAGLE3 $input $conc EAGLE3
     same tput_c${conc}_off tput_c${conc}_EAGLE3
   done
+  # Draft steps replay CUDA graphs (up to --cuda-graph-max-bs requests): eager draft steps run
+  # the same kernels, so the accept length and its histogram must be exactly those above.
+  gen tput_c1_EAGLE3_eager heldout16 1 EAGLE3 --disable-cuda-graph
+  same tput_c1_EAGLE3 tput_c1_EAGLE3_eager
   rm -f "$OUT"/heldout*.jsonl
   echo "total: $(( $(date +%s) - t0 )) s"
 }

@@ -174,10 +174,12 @@ Status Engine::create_drafter(const KvLayout& layout) {
   if (!config_.speculative.enabled()) return Status::ok_status();
   STRATA_ASSIGN_OR_RETURN(
       drafter_,
-      strata::create_drafter(config_.speculative, DrafterTarget{.model = model_.get(),
-                                                                .model_dir = config_.model_path,
-                                                                .num_pages = layout.num_pages,
-                                                                .page_size = layout.page_size}));
+      strata::create_drafter(config_.speculative,
+                             DrafterTarget{.model = model_.get(),
+                                           .model_dir = config_.model_path,
+                                           .num_pages = layout.num_pages,
+                                           .page_size = layout.page_size,
+                                           .cuda_graph_max_bs = *config_.cuda_graph_max_bs}));
   if (config_.wrap_drafter) drafter_ = config_.wrap_drafter(std::move(drafter_));
   if (!drafter_->capture_spec().empty() && !config_.capture.empty())
     return unimplemented(

@@ -66,8 +66,11 @@ bool pages_cover(const Request& r, int32_t tokens, int page_size) {
 
 Eagle3ChainDrafter::Eagle3ChainDrafter(std::unique_ptr<Eagle3Drafter> model,
                                        std::vector<int> aux_layers, int64_t num_pages,
-                                       int page_size)
-    : model_(std::move(model)), aux_layers_(std::move(aux_layers)), page_size_(page_size) {
+                                       int page_size, int graph_max_batch)
+    : model_(std::move(model)),
+      aux_layers_(std::move(aux_layers)),
+      page_size_(page_size),
+      graph_max_batch_(graph_max_batch) {
   KvLayout layout = model_->kv_layout();
   layout.num_pages = num_pages;
   layout.page_size = page_size;
@@ -76,10 +79,13 @@ Eagle3ChainDrafter::Eagle3ChainDrafter(std::unique_ptr<Eagle3Drafter> model,
 }
 
 std::vector<int32_t> Eagle3ChainDrafter::forward_drafts(const Eagle3Batch& batch,
-                                                        const Tensor& hidden_out) {
+                                                        const Tensor& hidden_out, bool graph) {
   const int64_t dv = model_->draft_vocab_size();
   logits_.resize(size_t(batch.num_logit_rows * dv));
+  // The forward ends with the logits' download, which ends a graph step (cuda_backend.h).
+  if (graph) model_->backend().set_graph_mode(true);
   model_->forward(batch, *kv_, hidden_out, logits_.data());
+  if (graph) model_->backend().set_graph_mode(false);
   ++forwards_;
   std::vector<int32_t> ids(size_t(batch.num_logit_rows));
   for (int i = 0; i < batch.num_logit_rows; ++i)
@@ -118,7 +124,7 @@ void Eagle3ChainDrafter::observe(std::span<const CommittedTokens> committed, int
                           .target_features = &feats->view(),
                           .logit_rows = last_rows.data(),
                           .num_logit_rows = int(last_rows.size())};
-  const std::vector<int32_t> first_drafts = forward_drafts(batch, *hidden);
+  const std::vector<int32_t> first_drafts = forward_drafts(batch, *hidden, /*graph=*/false);
 
   // Keep each request's last row for propose().
   const int n = int(seqs.size());
@@ -182,7 +188,8 @@ void Eagle3ChainDrafter::propose(std::span<const DraftQuery> queries,
                             .prev_hidden = &prev->view(),
                             .logit_rows = rows.data(),
                             .num_logit_rows = n};
-    const std::vector<int32_t> next = forward_drafts(batch, *prev);  // rows overwritten in place
+    // prev's rows are overwritten in place.
+    const std::vector<int32_t> next = forward_drafts(batch, *prev, n <= graph_max_batch_);
     // Requests with drafts to go stay, their rows gathered to the front.
     std::vector<size_t> still;
     std::vector<int32_t> keep;

@@ -13,6 +13,9 @@
 // Draft ids are argmaxes over the draft vocabulary (the first index of the max), mapped to the
 // target's ids through d2t. The drafter's KV is one layer indexed by the target's page ids
 // (engine/spec/drafter.h explains why pages, retraction and the prefix cache need nothing new).
+// Draft steps of at most `graph_max_batch` requests run as CUDA graphs (Backend::set_graph_mode:
+// their shapes are fixed, one graph per batch size, replayed every step); observe()'s forwards,
+// ragged like prefills, run eagerly.
 // A request whose kept row is not at kv_len - 1 (the drafter missed its last commit) gets no
 // drafts that step; one whose context came from the prefix cache reads the drafter rows of the
 // request that computed those pages (the row at a shared page's last position paired that
@@ -33,9 +36,10 @@ namespace strata {
 class Eagle3ChainDrafter : public Drafter {
  public:
   // `model` on the target's backend; `aux_layers` its resolved target layers (capture_spec());
-  // its KV gets `num_pages` pages of `page_size` tokens: the target pool's.
+  // its KV gets `num_pages` pages of `page_size` tokens: the target pool's. `graph_max_batch`:
+  // the engine's --cuda-graph-max-bs (0: every forward eager).
   Eagle3ChainDrafter(std::unique_ptr<Eagle3Drafter> model, std::vector<int> aux_layers,
-                     int64_t num_pages, int page_size);
+                     int64_t num_pages, int page_size, int graph_max_batch = 0);
 
   std::string_view name() const override { return "EAGLE3"; }
   CaptureSpec capture_spec() const override { return CaptureSpec{.layers = aux_layers_}; }
@@ -57,13 +61,16 @@ class Eagle3ChainDrafter : public Drafter {
     std::vector<uint8_t> hidden;  // the kept row's hidden_out, [hidden_size] activation bytes
   };
 
-  // Runs `batch` and returns each logit row's draft as a target id; hidden_out as the forward.
-  std::vector<int32_t> forward_drafts(const Eagle3Batch& batch, const Tensor& hidden_out);
+  // Runs `batch` (recorded as a graph when `graph`) and returns each logit row's draft as a
+  // target id; hidden_out as the forward.
+  std::vector<int32_t> forward_drafts(const Eagle3Batch& batch, const Tensor& hidden_out,
+                                      bool graph);
 
   std::unique_ptr<Eagle3Drafter> model_;
   std::vector<int> aux_layers_;
   std::unique_ptr<KvStorage> kv_;
   int page_size_;
+  int graph_max_batch_;
   std::unordered_map<int64_t, RequestState> states_;  // by request id
   std::vector<float> logits_;                         // scratch: [rows, draft vocab]
   int64_t forwards_ = 0;

@@ -95,7 +95,8 @@ StatusOr<std::unique_ptr<Drafter>> create_eagle3_drafter(const SpeculativeConfig
   auto aux = model->aux_layers(t.num_layers);
   if (!aux.ok()) return invalid_argument("{}: {}", what, aux.status().to_string());
   return std::unique_ptr<Drafter>(new Eagle3ChainDrafter(std::move(model), std::move(aux).value(),
-                                                         target.num_pages, target.page_size));
+                                                         target.num_pages, target.page_size,
+                                                         target.cuda_graph_max_bs));
 }
 
 }  // namespace

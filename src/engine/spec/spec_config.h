@@ -46,6 +46,7 @@ struct DrafterTarget {
   std::string model_dir{};  // the target's checkpoint (embeddings a drafter may read)
   int64_t num_pages = 0;
   int page_size = 0;
+  int cuda_graph_max_bs = 0;  // draft steps of at most this many requests replay CUDA graphs
 };
 
 // The drafter of a resolved, enabled config. NGRAM ignores `target`. Errors (EAGLE3): no
