@@ -21,13 +21,16 @@ set -u
 source bench/cuda/device_env.sh  # OUT, C, PKG, dev_configure, dev_build
 
 eagle3_stage() {
-  local t0 drafter gen spec_flags
+  local t0 drafter spec_flags
   t0=$(date +%s)
+  # Prompts and outputs (with the job's lock and done files) stay out of $OUT; logs go there.
+  W=/tmp/strata_eagle3
+  rm -rf $W && mkdir -p $W
   drafter=${DRAFTER:-tests/fixtures/eagle3/house-llama}
   dev_configure -DSTRATA_TESTS=OFF
   dev_build strata
   echo "build: $(( $(date +%s) - t0 )) s; drafter $drafter"
-  python3 - "$C/shared/data" "$OUT" <<'PY'
+  python3 - "$C/shared/data" "$W" <<'PY'
 import json, sys
 data, out = sys.argv[1], sys.argv[2]
 define = open(f"{data}/prompts-define.jsonl").read().splitlines()[-100:]
@@ -47,14 +50,14 @@ PY
     local t1=$(date +%s%N)
     # shellcheck disable=SC2086
     ./build-dev/strata generate --device cuda --model-path $C/shared/models/house-llama \
-      --input "$OUT/$input.jsonl" -o "$OUT/out_$name.jsonl" --max-new-tokens 128 --ignore-eos \
-      --temperature 0 --concurrency $conc --mem-fraction-static 0.5 --no-progress $sflags "$@" \
+      --input "$W/$input.jsonl" -o "$W/out_$name.jsonl" --max-new-tokens 128 --ignore-eos \
+      --temperature 0 --concurrency $conc --mem-fraction-static 0.5 $sflags "$@" \
       >"$OUT/gen_$name.log" 2>&1
     echo "$name: exit $?, $(( ($(date +%s%N) - t1) / 1000000 )) ms (load included); $(grep -o 'generation [0-9.]* tok/s' "$OUT/gen_$name.log" | tail -1); $(grep -o 'accept len [0-9.]* (verifies by accept length: [^)]*)' "$OUT/gen_$name.log" | tail -1)"
     grep -E "error|CHECK|Error" "$OUT/gen_$name.log" | head -3
   }
   same() {
-    python3 - "$OUT/out_$1.jsonl" "$OUT/out_$2.jsonl" <<'PY'
+    python3 - "$W/out_$1.jsonl" "$W/out_$2.jsonl" <<'PY'
 import json, sys
 def load(p):
     return {r["id"]: r for r in map(json.loads, open(p))}
@@ -81,7 +84,6 @@ PY
   # the same kernels, so the accept length and its histogram must be exactly those above.
   gen tput_c1_EAGLE3_eager heldout16 1 EAGLE3 --disable-cuda-graph
   same tput_c1_EAGLE3 tput_c1_EAGLE3_eager
-  rm -f "$OUT"/heldout*.jsonl
   echo "total: $(( $(date +%s) - t0 )) s"
 }
 if [ "${STAGE:-ngram}" = eagle3 ]; then
