@@ -1,10 +1,15 @@
-// Speculative decoding (NGRAM) on the CPU reference: house-llama, greedy, N chat prompts of
-// prompts-explain.jsonl (the chat template applied), T new tokens each (ignore_eos), at batch 1
-// (--max-running-requests 1, one request at a time) and at batch N, with and without NGRAM.
-// Prints output tokens per second of wall time, the mean accept length and whether the outputs
-// are identical (they must be: the CPU reference is batch invariant).
+// Speculative decoding on the CPU reference: house-llama, greedy, N chat prompts (the chat
+// template applied), T new tokens each (ignore_eos), at batch 1 (--max-running-requests 1, one
+// request at a time) and at batch N, with and without speculation. Prints output tokens per
+// second of wall time, the mean accept length, the verifies by accept length and whether the
+// outputs are identical (they must be: the CPU reference is batch invariant).
+//   NGRAM (default): the first N prompts of prompts-explain.jsonl.
+//   EAGLE3 (--algorithm EAGLE3, --drafter DIR: the committed house-llama drafter by default): the
+//     prompts the drafter never saw, the last 100 of prompts-define.jsonl and the last 50 of
+//     prompts-explain.jsonl interleaved (as tests/support/eagle3_heldout.h), the first N of them.
 //
-// Usage: strata_bench_spec_cpu_bench [--prompts N] [--new T] [--steps K] [--model DIR]
+// Usage: strata_bench_spec_cpu_bench [--algorithm NGRAM|EAGLE3] [--drafter DIR] [--prompts N]
+//                                    [--new T] [--steps K] [--model DIR]
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -14,6 +19,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/parse_enum.h"
 #include "engine/engine.h"
 #include "tokenizer/prompt_encoder.h"
 
@@ -22,9 +28,36 @@ namespace {
 
 struct Args {
   int prompts = 16, new_tokens = 128, steps = 4;
+  SpeculativeAlgorithm algorithm = SpeculativeAlgorithm::kNgram;
+  std::string drafter = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/eagle3/house-llama";
   std::string model = std::string(STRATA_SHARED_DIR) + "/models/house-llama";
-  std::string data = std::string(STRATA_SHARED_DIR) + "/data/prompts-explain.jsonl";
+  std::string data = std::string(STRATA_SHARED_DIR) + "/data/";
 };
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) lines.push_back(line);
+  return lines;
+}
+
+// The conversations the benchmark runs (see the header).
+std::vector<std::string> prompt_lines(const Args& a) {
+  if (a.algorithm != SpeculativeAlgorithm::kEagle3)
+    return lines_of(a.data + "prompts-explain.jsonl");
+  std::vector<std::string> define = lines_of(a.data + "prompts-define.jsonl");
+  std::vector<std::string> explain = lines_of(a.data + "prompts-explain.jsonl");
+  define.erase(define.begin(), define.end() - 100);
+  explain.erase(explain.begin(), explain.end() - 50);
+  std::vector<std::string> mixed;
+  for (size_t i = 0; i < explain.size(); ++i) {
+    mixed.push_back(define[i]);
+    mixed.push_back(explain[i]);
+  }
+  mixed.insert(mixed.end(), define.begin() + long(explain.size()), define.end());
+  return mixed;
+}
 
 struct Run {
   std::vector<std::vector<int32_t>> outputs;
@@ -40,8 +73,9 @@ Run run(const Args& a, const std::vector<std::vector<int32_t>>& prompts, bool ba
   c.max_prefill_tokens = 128;
   if (batch1) c.max_running_requests = 1;
   if (spec) {
-    c.speculative.algorithm = SpeculativeAlgorithm::kNgram;
+    c.speculative.algorithm = a.algorithm;
     c.speculative.num_steps = a.steps;
+    if (a.algorithm == SpeculativeAlgorithm::kEagle3) c.speculative.draft_model_path = a.drafter;
   }
   auto made = Engine::create(c);
   CHECK_MSG(made.ok(), "{}", made.status().to_string());
@@ -80,7 +114,13 @@ int main_impl(int argc, char** argv) {
       a.steps = std::stoi(v);
     else if (k == "--model")
       a.model = v;
-    else {
+    else if (k == "--drafter")
+      a.drafter = v;
+    else if (k == "--algorithm") {
+      auto alg = parse_enum<SpeculativeAlgorithm>(v, "--algorithm");
+      CHECK_MSG(alg.ok(), "{}", alg.status().to_string());
+      a.algorithm = *alg;
+    } else {
       std::fprintf(stderr, "spec_cpu_bench: unknown flag %s\n", k.c_str());
       return 2;
     }
@@ -90,9 +130,8 @@ int main_impl(int argc, char** argv) {
   auto enc = PromptEncoder::load(a.model, *tok);
   CHECK_MSG(enc.ok(), "{}", enc.status().to_string());
   std::vector<std::vector<int32_t>> prompts;
-  std::ifstream in(a.data);
-  std::string line;
-  while (int(prompts.size()) < a.prompts && std::getline(in, line)) {
+  for (const std::string& line : prompt_lines(a)) {
+    if (int(prompts.size()) >= a.prompts) break;
     auto ids = enc->encode_chat(nlohmann::json::parse(line)["conversations"]);
     CHECK_MSG(ids.ok(), "{}", ids.status().to_string());
     prompts.push_back(*ids);
@@ -103,16 +142,21 @@ int main_impl(int argc, char** argv) {
     const double tokens = double(prompts.size()) * a.new_tokens;
     const EngineStats& s = spec.stats;
     std::printf(
-        "batch %-3s %zu prompts x %d new tokens: plain %.1f tok/s, NGRAM (%d steps) %.1f tok/s "
+        "batch %-3s %zu prompts x %d new tokens: plain %.1f tok/s, %s (%d steps) %.1f tok/s "
         "(x%.2f), accept len %.2f (%lld verifies, %lld of %lld drafts accepted), outputs %s\n",
-        batch1 ? "1" : "all", prompts.size(), a.new_tokens, tokens / plain.seconds, a.steps,
-        tokens / spec.seconds, plain.seconds / spec.seconds,
+        batch1 ? "1" : "all", prompts.size(), a.new_tokens, tokens / plain.seconds,
+        std::string(enum_name(a.algorithm)).c_str(), a.steps, tokens / spec.seconds,
+        plain.seconds / spec.seconds,
         s.spec_verify_total > 0 ? double(s.spec_accepted_tokens_total + s.spec_verify_total) /
                                       double(s.spec_verify_total)
                                 : 1.0,
         (long long)s.spec_verify_total, (long long)s.spec_accepted_tokens_total,
         (long long)s.spec_draft_tokens_total,
         plain.outputs == spec.outputs ? "identical" : "DIFFER");
+    std::printf("  verifies by accept length:");
+    for (size_t len = 1; len < s.spec_accept_length_counts.size(); ++len)
+      std::printf(" %zu: %lld", len, (long long)s.spec_accept_length_counts[len]);
+    std::printf("\n");
     std::fflush(stdout);
   }
   return 0;

@@ -7,8 +7,90 @@
 # length; (2) the offline benchmark, 8B shape on random weights (NGRAM accepts next to nothing
 # there: the cost of verify rows), batch 1 and 64, with and without NGRAM. Verify steps run
 # eagerly (no CUDA graphs for them yet). Well under 4 minutes.
+#
+# STAGE=eagle3 runs EAGLE-3 (issue 26) instead, on house-llama with the committed drafter
+# (DRAFTER=DIR: another drafter directory, e.g. the GPU-trained one), prompts the drafter never saw
+# (the last 100 of prompts-define.jsonl, the last 50 of prompts-explain.jsonl): (1) with
+# --enable-deterministic-inference, greedy outputs with and without EAGLE3 at concurrency 1 (30
+# prompts) and 16 (150 prompts) must be identical; the accept length and its histogram at
+# (steps 3, topk 1, draft tokens 4); (2) generation tok/s plain vs EAGLE3 with the default kernels
+# at concurrency 1 (16 prompts) and 64 (128 prompts), 128 new tokens (ignore_eos); (3) EAGLE3 at
+# concurrency 1 with --disable-cuda-graph: draft steps eager instead of graphs, the same accept
+# length and histogram expected.
 set -u
 source bench/cuda/device_env.sh  # OUT, C, PKG, dev_configure, dev_build
+
+eagle3_stage() {
+  local t0 drafter spec_flags
+  t0=$(date +%s)
+  # Prompts and outputs (with the job's lock and done files) stay out of $OUT; logs go there.
+  W=/tmp/strata_eagle3
+  rm -rf $W && mkdir -p $W
+  drafter=${DRAFTER:-tests/fixtures/eagle3/house-llama}
+  dev_configure -DSTRATA_TESTS=OFF
+  dev_build strata
+  echo "build: $(( $(date +%s) - t0 )) s; drafter $drafter"
+  python3 - "$C/shared/data" "$W" <<'PY'
+import json, sys
+data, out = sys.argv[1], sys.argv[2]
+define = open(f"{data}/prompts-define.jsonl").read().splitlines()[-100:]
+explain = open(f"{data}/prompts-explain.jsonl").read().splitlines()[-50:]
+mixed = [x for pair in zip(define[:50], explain) for x in pair] + define[50:]  # 150, interleaved
+for name, rows in (("heldout150", mixed), ("heldout30", mixed[:30]), ("heldout16", mixed[:16]),
+                   ("heldout128", mixed[:128])):
+    open(f"{out}/{name}.jsonl", "w").write("\n".join(rows) + "\n")
+PY
+  spec_flags="--speculative-algorithm EAGLE3 --speculative-draft-model-path $drafter \
+    --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4"
+  gen() {  # gen NAME INPUT CONCURRENCY SPEC(off|EAGLE3) [flags...]
+    local name=$1 input=$2 conc=$3 spec=$4
+    shift 4
+    local sflags=""
+    [ "$spec" != off ] && sflags=$spec_flags
+    local t1=$(date +%s%N)
+    # shellcheck disable=SC2086
+    ./build-dev/strata generate --device cuda --model-path $C/shared/models/house-llama \
+      --input "$W/$input.jsonl" -o "$W/out_$name.jsonl" --max-new-tokens 128 --ignore-eos \
+      --temperature 0 --concurrency $conc --mem-fraction-static 0.5 $sflags "$@" \
+      >"$OUT/gen_$name.log" 2>&1
+    echo "$name: exit $?, $(( ($(date +%s%N) - t1) / 1000000 )) ms (load included); $(grep -o 'generation [0-9.]* tok/s' "$OUT/gen_$name.log" | tail -1); $(grep -o 'accept len [0-9.]* (verifies by accept length: [^)]*)' "$OUT/gen_$name.log" | tail -1)"
+    grep -E "error|CHECK|Error" "$OUT/gen_$name.log" | head -3
+  }
+  same() {
+    python3 - "$W/out_$1.jsonl" "$W/out_$2.jsonl" <<'PY'
+import json, sys
+def load(p):
+    return {r["id"]: r for r in map(json.loads, open(p))}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+same = sum(a[k]["conversations"] == b.get(k, {}).get("conversations") for k in a)
+print(f"identical outputs {sys.argv[1].split('out_')[-1]} vs {sys.argv[2].split('out_')[-1]}: {same}/{len(a)}")
+PY
+  }
+  for conc in 1 16; do
+    input=heldout150
+    [ $conc = 1 ] && input=heldout30
+    gen det_c${conc}_off $input $conc off --enable-deterministic-inference
+    gen det_c${conc}_EAGLE3 $input $conc EAGLE3 --enable-deterministic-inference
+    same det_c${conc}_off det_c${conc}_EAGLE3
+  done
+  for conc in 1 64; do
+    input=heldout128
+    [ $conc = 1 ] && input=heldout16
+    gen tput_c${conc}_off $input $conc off
+    gen tput_c${conc}_EAGLE3 $input $conc EAGLE3
+    same tput_c${conc}_off tput_c${conc}_EAGLE3
+  done
+  # Draft steps replay CUDA graphs (up to --cuda-graph-max-bs requests): eager draft steps run
+  # the same kernels, so the accept length and its histogram must be exactly those above.
+  gen tput_c1_EAGLE3_eager heldout16 1 EAGLE3 --disable-cuda-graph
+  same tput_c1_EAGLE3 tput_c1_EAGLE3_eager
+  echo "total: $(( $(date +%s) - t0 )) s"
+}
+if [ "${STAGE:-ngram}" = eagle3 ]; then
+  eagle3_stage
+  exit 0
+fi
+
 t0=$(date +%s)
 dev_configure -DSTRATA_TESTS=OFF
 dev_build strata strata_bench_offline_bench

@@ -131,6 +131,9 @@ struct EngineConfig {
   // backend (the CPU reference; on CUDA bf16 a verify chunk and one-token decodes differ in
   // rounding, so exactness there needs the deterministic mode: see Engine::create).
   SpeculativeConfig speculative{};
+  // Tests only: receives the drafter the engine made and returns the one it uses (a recording
+  // proxy around it sees every observe() and propose()). Unset: the drafter as made.
+  std::function<std::unique_ptr<Drafter>(std::unique_ptr<Drafter>)> wrap_drafter{};
 };
 
 // The KV options of a config, for resolve_kv_cache_config (engine/kv_config.h).
@@ -330,7 +333,8 @@ class Engine {
   void update_stats();
   // create()'s steps, in order (engine_create.cc).
   struct Checkpoint;
-  Status create_drafter();
+  Status check_speculative_config();
+  Status create_drafter(const KvLayout& layout);
   Status create_backend();
   StatusOr<Checkpoint> open_checkpoint();
   Status plan_kv_cache(const Checkpoint& ck);

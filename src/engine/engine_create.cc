@@ -126,7 +126,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
         config.tp_size);
   std::unique_ptr<Engine> e(new Engine());
   e->config_ = config;
-  STRATA_RETURN_IF_ERROR(e->create_drafter());
+  STRATA_RETURN_IF_ERROR(e->check_speculative_config());
   // Under decode context parallelism the engine's page (scheduler, prefix cache, batch plans) holds
   // --page-size tokens of each of the group's ranks (arch/dcp.h); the pools keep --page-size.
   e->config_.page_size = config.page_size * config.dcp_size;
@@ -136,6 +136,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   STRATA_RETURN_IF_ERROR(e->plan_kv_cache(ck));
   STRATA_RETURN_IF_ERROR(e->load_model(ck));
   STRATA_ASSIGN_OR_RETURN(KvLayout layout, e->create_kv_pools(ck.spec));
+  STRATA_RETURN_IF_ERROR(e->create_drafter(layout));
   e->runner_ = std::make_unique<ModelRunner>(*e->model_, *e->kv_);
   const CaptureSpec capture = e->drafter_ && !e->drafter_->capture_spec().empty()
                                   ? e->drafter_->capture_spec()
@@ -155,19 +156,33 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   return e;
 }
 
-// Speculative decoding's drafter (engine/spec/), when an algorithm is set. Verify steps run
-// eagerly (CUDA graphs cover plain decode steps only). On CUDA, greedy exactness against plain
-// decoding needs a batch-invariant forward (a k+1-token verify chunk and k+1 one-token decodes
-// round differently in bf16): the deterministic mode, when it lands, is to be switched on here
-// together with the drafter.
-Status Engine::create_drafter() {
+// Speculative decoding's flags, checked before anything is loaded. Verify steps run eagerly (CUDA
+// graphs cover plain decode steps only). On CUDA, greedy exactness against plain decoding needs a
+// batch-invariant forward (a k+1-token verify chunk and k+1 one-token decodes round differently
+// in bf16): --enable-deterministic-inference.
+Status Engine::check_speculative_config() {
   STRATA_RETURN_IF_ERROR(resolve_speculative_config(&config_.speculative));
   if (!config_.speculative.enabled()) return Status::ok_status();
   if (config_.tp_size > 1 || config_.dcp_size > 1)
     return unimplemented(
         "--speculative-algorithm with --tp-size/--dcp-size > 1: the tensor-parallel ranks' batch "
         "plans carry no drafts yet");
-  STRATA_ASSIGN_OR_RETURN(drafter_, strata::create_drafter(config_.speculative));
+  return Status::ok_status();
+}
+
+// The drafter (engine/spec/), when an algorithm is set: after the target and its KV pool, which
+// a model drafter shares (its KV has the pool's pages; engine/spec/drafter.h).
+Status Engine::create_drafter(const KvLayout& layout) {
+  if (!config_.speculative.enabled()) return Status::ok_status();
+  STRATA_ASSIGN_OR_RETURN(
+      drafter_,
+      strata::create_drafter(config_.speculative,
+                             DrafterTarget{.model = model_.get(),
+                                           .model_dir = config_.model_path,
+                                           .num_pages = layout.num_pages,
+                                           .page_size = layout.page_size,
+                                           .cuda_graph_max_bs = *config_.cuda_graph_max_bs}));
+  if (config_.wrap_drafter) drafter_ = config_.wrap_drafter(std::move(drafter_));
   if (!drafter_->capture_spec().empty() && !config_.capture.empty())
     return unimplemented(
         "speculative decoding with a drafter that reads hidden states and hidden-state capture "

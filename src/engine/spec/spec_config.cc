@@ -1,5 +1,10 @@
 #include "engine/spec/spec_config.h"
 
+#include <filesystem>
+
+#include "arch/decoder.h"
+#include "arch/eagle3.h"
+#include "engine/spec/eagle3_drafter.h"
 #include "engine/spec/ngram_drafter.h"
 
 namespace strata {
@@ -59,16 +64,50 @@ Status resolve_speculative_config(SpeculativeConfig* c) {
   return Status::ok_status();
 }
 
-StatusOr<std::unique_ptr<Drafter>> create_drafter(const SpeculativeConfig& c) {
+namespace {
+
+// The EAGLE-3 drafter in c.draft_model_path, checked against the target it drafts for.
+StatusOr<std::unique_ptr<Drafter>> create_eagle3_drafter(const SpeculativeConfig& c,
+                                                         const DrafterTarget& target) {
+  const std::string& dir = c.draft_model_path;
+  CHECK(target.model != nullptr);
+  if (!std::filesystem::is_directory(dir))
+    return invalid_argument("--speculative-draft-model-path {}: no such directory", dir);
+  const ModelSpec& t = target.model->spec();
+  // The drafter borrows the target's embedding table unless it ships its own.
+  const auto* decoder = dynamic_cast<const DecoderModel*>(target.model);
+  const Tensor* embedding = decoder != nullptr ? decoder->input_embedding() : nullptr;
+  STRATA_ASSIGN_OR_RETURN(Eagle3Spec spec, load_eagle3_spec(dir));
+  const std::string what = fmt::format("--speculative-draft-model-path {}", dir);
+  if (spec.layer.vocab_size != t.vocab_size)
+    return invalid_argument(
+        "{}: the drafter's vocab_size is {}, the target's ({}) is {}: a drafter of another model?",
+        what, spec.layer.vocab_size, target.model_dir, t.vocab_size);
+  if (spec.target_hidden_size != t.hidden_size)
+    return invalid_argument(
+        "{}: the drafter reads target states of width {} (target_hidden_size), the target's "
+        "hidden_size is {}: a drafter of another model?",
+        what, spec.target_hidden_size, t.hidden_size);
+  if (embedding != nullptr && spec.layer.hidden_size != t.hidden_size) embedding = nullptr;
+  STRATA_ASSIGN_OR_RETURN(
+      std::unique_ptr<Eagle3Drafter> model,
+      Eagle3Drafter::load(dir, target.model->backend(), embedding, target.model_dir));
+  auto aux = model->aux_layers(t.num_layers);
+  if (!aux.ok()) return invalid_argument("{}: {}", what, aux.status().to_string());
+  return std::unique_ptr<Drafter>(new Eagle3ChainDrafter(std::move(model), std::move(aux).value(),
+                                                         target.num_pages, target.page_size,
+                                                         target.cuda_graph_max_bs));
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Drafter>> create_drafter(const SpeculativeConfig& c,
+                                                  const DrafterTarget& target) {
   switch (c.algorithm) {
     case SpeculativeAlgorithm::kNgram:
       return std::unique_ptr<Drafter>(new NgramDrafter(c.ngram_max_match));
     case SpeculativeAlgorithm::kEagle3:
-      // The wiring point for the EAGLE-3 drafter model (arch/eagle3.*, built on another branch):
-      // load c.draft_model_path against the target and return its Drafter here.
-      return unimplemented(
-          "--speculative-algorithm EAGLE3: the EAGLE-3 drafter model is not in this build yet "
-          "(issue 26); --speculative-algorithm NGRAM works");
+      return create_eagle3_drafter(c, target);
     case SpeculativeAlgorithm::kNone:
       break;
   }

@@ -1,6 +1,6 @@
 // Speculative decoding's configuration (SGLang's flags) and the one place that turns it into a
-// Drafter. EAGLE3 is refused until the drafter model lands (arch/eagle3.*, issue 26): wiring it is
-// create_drafter's kEagle3 case.
+// Drafter: NGRAM (engine/spec/ngram_drafter.h) or EAGLE3, a chain (engine/spec/eagle3_drafter.h).
+// Draft trees (--speculative-eagle-topk > 1) are refused until they are built.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +39,19 @@ struct SpeculativeConfig {
 // name the flag.
 Status resolve_speculative_config(SpeculativeConfig* config);
 
-// The drafter of a resolved, enabled config.
-StatusOr<std::unique_ptr<Drafter>> create_drafter(const SpeculativeConfig& config);
+// What a model drafter (EAGLE3) needs of the engine: the target on its backend and the target
+// KV pool's geometry (the drafter's KV has as many pages of as many tokens).
+struct DrafterTarget {
+  const Model* model = nullptr;
+  std::string model_dir{};  // the target's checkpoint (embeddings a drafter may read)
+  int64_t num_pages = 0;
+  int page_size = 0;
+  int cuda_graph_max_bs = 0;  // draft steps of at most this many requests replay CUDA graphs
+};
+
+// The drafter of a resolved, enabled config. NGRAM ignores `target`. Errors (EAGLE3): no
+// drafter directory, an invalid drafter, a drafter of another vocabulary or hidden size.
+StatusOr<std::unique_ptr<Drafter>> create_drafter(const SpeculativeConfig& config,
+                                                  const DrafterTarget& target);
 
 }  // namespace strata

@@ -57,12 +57,9 @@ TEST(SpeculativeConfig, ResolvesDefaultsAndRefusesWhatIsNotBuilt) {
   EXPECT_FALSE(resolve_speculative_config(&eagle).ok());  // needs a draft model path
   eagle.draft_model_path = "/nonexistent";
   ASSERT_TRUE(resolve_speculative_config(&eagle).ok());
-  auto d = create_drafter(eagle);
-  ASSERT_FALSE(d.ok());
-  EXPECT_EQ(d.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(d.status().message().find("EAGLE-3"), std::string::npos);
+  // EAGLE3's drafter is made against a target: engine_eagle3_test checks its errors.
 
-  auto ngram = create_drafter(c);
+  auto ngram = create_drafter(c, DrafterTarget{});
   ASSERT_TRUE(ngram.ok());
   EXPECT_EQ((*ngram)->name(), "NGRAM");
 }
