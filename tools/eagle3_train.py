@@ -424,7 +424,8 @@ class Packed:
         L = int(n.max())
         pos = torch.arange(L)
         valid = pos[None] < n[:, None]
-        flat = torch.where(valid, self.starts[sel][:, None] + pos[None], torch.zeros_like(pos[None]))
+        flat = torch.where(valid, self.starts[sel][:, None] + pos[None],
+                           torch.zeros_like(pos[None]))
         flat, valid = flat.to(self.device), valid.to(self.device)
         vf = valid.float()
         ids = self.ids[flat] * valid
@@ -653,14 +654,15 @@ def cmd_train(a):
             step += 1
             if step % a.log_every == 0:
                 acc = " ".join(f"{float(c) / max(float(n), 1):.3f}" for c, n in stats)
-                print(f"step {step} epoch {epoch} lr {lr:.2e} loss {float(loss):.4f} acc/step {acc} "
-                      f"({time.time() - t0:.0f}s)", flush=True)
+                print(f"step {step} epoch {epoch} lr {lr:.2e} loss {float(loss.detach()):.4f} "
+                      f"acc/step {acc} ({time.time() - t0:.0f}s)", flush=True)
                 stats = None
         epoch += 1
     train_s = time.time() - t_train
     if total_steps is not None and step < total_steps:
-        print(f"warning: the time cap stopped the run at step {step} of {total_steps}: its schedule "
-              f"did not finish, and --max-steps {total_steps} runs a different one", flush=True)
+        print(f"warning: the time cap stopped the run at step {step} of {total_steps}: its "
+              f"schedule did not finish, and --max-steps {total_steps} runs a different one",
+              flush=True)
     save_drafter(m, a.out, {"strata_train": json.dumps(
         {"steps": step, "planned_steps": total_steps, "epochs": epoch, "records": n_records,
          "ttt_length": a.ttt_length,

@@ -1,12 +1,14 @@
 #!/bin/bash
-# Rebuilds the house-llama EAGLE-3 drafter committed under tests/fixtures/eagle3/house-llama
-# (issue 26): strata generates greedy responses to the shared prompts and captures the EAGLE-3
-# training states (--capture-hidden-states eagle3), tools/eagle3_train.py trains the drafter on
-# them (CPU), measures its teacher-forced acceptance on held-out prompts it never saw, and writes
-# the parity reference tests/golden/eagle3 checks strata's forward against.
-# The same loop on one H200 (capture with `strata generate --device cuda`, training with
-# `eagle3_train.py train --device cuda`, candidates chosen on validation prompts, the same held-out
-# prompts): bench/cuda/eagle3_train_run.sh; its header has the commands.
+# The house-llama EAGLE-3 drafter loop on the CPU (issue 26): strata generates greedy responses to
+# the shared prompts and captures the EAGLE-3 training states (--capture-hidden-states eagle3),
+# tools/eagle3_train.py trains a drafter on them (CPU), measures its teacher-forced acceptance on
+# held-out prompts it never saw, and writes the parity reference tests/golden/eagle3 checks
+# strata's forward against. It writes to WORK_DIR/drafter (DRAFTER_OUT); copying that over
+# tests/fixtures/eagle3/house-llama replaces the committed drafter.
+# The committed drafter comes from the same loop on one H200 since 2026-12-02 (capture with
+# `strata generate --device cuda`, 22,600 training prompts, 2,162 GPU steps; held-out acceptance
+# length 2.78 at 3 steps where this script's 90 CPU steps reached 1.47):
+# bench/cuda/eagle3_train_run.sh, whose header has the commands and timings.
 #
 # Held out (never trained on; for the speculative engine's acceptance measurements):
 #   define-19900 .. define-19999 (the last 100 lines of prompts-define.jsonl)
@@ -15,13 +17,13 @@
 #
 # Usage (from the repository root, build/strata built, Debian's python3-torch installed):
 #   tools/make_house_drafter.sh [WORK_DIR]        (default /tmp/house-drafter; outputs resume)
-# Timings of the committed run (2 CPU cores shared with ~7 other jobs, 2026-12-02): generate +
+# Timings of the CPU run that made the first committed drafter (2 CPU cores shared with ~7 other jobs, 2026-12-02): generate +
 # capture 415 s (42,513 training tokens; 150 held-out records), train 1,097 s (90 steps of 8
 # records, ttt 3), accept + reference 60 s. Held-out teacher-forced top-1 agreement per draft step
 # 0.300 / 0.269 / 0.235; chain acceptance 0.300 / 0.114 / 0.055: mean acceptance length 1.47 at
 # 3 steps, topk 1.
 # Environment: DEFINE, EXPLAIN (training prompts), MAX_NEW (tokens per response), STEPS (optimizer
-# steps; 90 made the committed drafter: 18 minutes on 2 shared cores), MINUTES (a time cap), PY (a python with torch; default
+# steps; 90 made the first drafter: 18 minutes on 2 shared cores), MINUTES (a time cap), PY (a python with torch; default
 # /usr/bin/python3), THREADS. Debian's python3-torch calls the reference BLAS (libblas3), ~25x
 # slower than OpenBLAS: BLAS_DIR=DIR puts DIR first on LD_LIBRARY_PATH (e.g. the openblas-pthread
 # directory of `apt-get download libopenblas0-pthread` unpacked with dpkg -x).
@@ -37,7 +39,7 @@ PY=${PY:-/usr/bin/python3}
 THREADS=${THREADS:-2}
 STEPS=${STEPS:-90}
 [ -n "${BLAS_DIR:-}" ] && export LD_LIBRARY_PATH=$BLAS_DIR:${LD_LIBRARY_PATH:-}
-OUT=tests/fixtures/eagle3/house-llama
+OUT=${DRAFTER_OUT:-$WORK/drafter}
 mkdir -p "$WORK/in" "$WORK/train" "$WORK/heldout" "$OUT"
 
 head -n "$DEFINE" "$SHARED/data/prompts-define.jsonl" >"$WORK/in/define-train.jsonl"

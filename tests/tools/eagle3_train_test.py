@@ -92,7 +92,8 @@ class Eagle3Train(unittest.TestCase):
                 self.assertTrue(torch.allclose(w.float(), h.float(), atol=1e-5), f"{index} {name}")
 
     def test_capture_layout_is_checked(self):
-        t = {"input_ids": {"dtype": "I32", "shape": [4]}, "loss_mask": {"dtype": "I32", "shape": [4]},
+        t = {"input_ids": {"dtype": "I32", "shape": [4]},
+             "loss_mask": {"dtype": "I32", "shape": [4]},
              "aux_hidden_state": {"dtype": "BF16", "shape": [4, 960]},
              "hidden_state": {"dtype": "BF16", "shape": [4, 320]}}
         E.check_entry("d", {"id": "x", "tokens": 4, "tensors": t}, 320, 3)  # as strata writes

@@ -1,6 +1,6 @@
 // The EAGLE-3 drafter's CPU forward (arch/eagle3.cc) against tools/eagle3_train.py's PyTorch
 // forward on the committed house-llama drafter (tests/fixtures/eagle3/house-llama, made by
-// tools/make_house_drafter.sh): hidden states and draft logits of a prefill step and of a draft
+// bench/cuda/eagle3_train_run.sh): hidden states and draft logits of a prefill step and of a draft
 // step fed its own hidden state, within float32 reordering (rel max error < 1e-4); and the
 // drafter's loading errors.
 #include <gtest/gtest.h>
