@@ -196,10 +196,14 @@ double bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch
     at += std::snprintf(variant + at, sizeof variant - at, " c%d", plan.cvt);
   if (plan.kernel == cuda::kMlaDecode)
     at += std::snprintf(variant + at, sizeof variant - at, " pf%d%s", plan.l2_prefetch,
-                        plan.row_groups && page % 4 == 0 ? " g4" : "");
+                        plan.row_groups >= 2 && page % 8 == 0 ? " g8"
+                        : plan.row_groups && page % 4 == 0    ? " g4"
+                                                              : "");
   if (plan.evict_first) at += std::snprintf(variant + at, sizeof variant - at, " ef");
   if (plan.diag == 1) std::snprintf(variant + at, sizeof variant - at, " LOADS");
   if (plan.diag == 2) std::snprintf(variant + at, sizeof variant - at, " MATH");
+  if (plan.diag == 3) std::snprintf(variant + at, sizeof variant - at, " NO-PV-MATH");
+  if (plan.diag == 4) std::snprintf(variant + at, sizeof variant - at, " NO-S-MATH");
   std::printf(
       "mla      %-7s %-12s batch %2d x ctx %5d, %4d new, %3d heads, %-24s %2d rows, %3d split(s): "
       "%8.3f ms, %5.0f GB/s of latent rows = %5.1f%% of copy, %5.0f TFLOP/s = %5.1f%% of GEMM\n",
@@ -208,12 +212,13 @@ double bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch
   return 100.0 * gbs / c.copy_gbs;
 }
 
-// The decode kernel's two changes of issue 22's bandwidth pass against the kernel before them
-// ("old": rows copied one by one, no L2 prefetch): rows copied in groups of 4 (row_groups), the
+// The decode kernel's changes of issue 22's bandwidth passes against the kernel before them
+// ("old": rows copied one by one, no L2 prefetch): rows copied in groups of 4 (row_groups 1), the
 // L2 prefetch (l2_prefetch chunks ahead) alone and with the groups, the product's default
-// ("new"), a sweep of prefetch distances, the other e4m3 conversions (cvt 0 and 2, 16 heads),
-// loads-only runs of old and new and a math-only run of new (wrong results: where the time goes).
-// One summary line a layout and head count.
+// ("new"), a sweep of prefetch distances, groups of 8 rows (row_groups 2) and 4 stages instead of
+// as many as fit, the other e4m3 conversions (cvt 0 and 2, 16 heads), loads-only runs of old,
+// new and groups of 8, a math-only run of new and runs of new without the PV warps' or the S
+// warps' math (wrong results: where the time goes). One summary line a layout and head count.
 void variant_sweep(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch, int ctx,
                    int heads) {
   struct V {
@@ -228,6 +233,9 @@ void variant_sweep(cudaStream_t s, const Ceilings& c, const Layout& lt, int batc
       {"groups+pf1", {.l2_prefetch = 1, .row_groups = 1}},
       {"groups+pf4", {.l2_prefetch = 4, .row_groups = 1}},
       {"groups+pf6", {.l2_prefetch = 6, .row_groups = 1}},
+      {"groups8", {.l2_prefetch = 0, .row_groups = 2}},
+      {"groups8-4st", {.l2_prefetch = 0, .row_groups = 2, .stages = 4}},
+      {"groups-4st", {.l2_prefetch = 0, .row_groups = 1, .stages = 4}},
   };
   double old_pct = 0, new_pct = 0, best = 0;
   const char* best_name = "";
@@ -246,7 +254,10 @@ void variant_sweep(cudaStream_t s, const Ceilings& c, const Layout& lt, int batc
   bench_case(s, c, lt, batch, ctx, 1, heads, "old-load",
              {.diag = 1, .l2_prefetch = 0, .row_groups = 0});
   bench_case(s, c, lt, batch, ctx, 1, heads, "new-load", {.diag = 1});
+  bench_case(s, c, lt, batch, ctx, 1, heads, "g8-load", {.diag = 1, .row_groups = 2});
   bench_case(s, c, lt, batch, ctx, 1, heads, "new-math", {.diag = 2});
+  bench_case(s, c, lt, batch, ctx, 1, heads, "new-noPV", {.diag = 3});
+  bench_case(s, c, lt, batch, ctx, 1, heads, "new-noS", {.diag = 4});
   std::printf(
       "summary  %-12s %3d heads: old %5.1f%% -> new %5.1f%% of copy (%.2fx); best %5.1f%% (%s)\n",
       lt.name, heads, old_pct, new_pct, old_pct > 0 ? new_pct / old_pct : 0.0, best, best_name);

@@ -126,14 +126,16 @@ struct MlaAttentionParams {
   int cvt;           // MlaCvt (the decode kernel over e4m3 rows; the plan's)
   int evict_first;   // 1: the decode kernel reads rows with an L2 evict-first policy (the plan's)
   int diag;          // benchmarks only, the decode and pipelined wgmma kernels: 1 loads without
-                     // math, 2 math without loads (wrong results; where the time goes); else 0
+                     // math, 2 math without loads; the decode kernel also 3 without the PV
+                     // warps' math, 4 without the S warps' (wrong results; where the time goes)
   int dcp_rank;      // DCP: this rank's index in its group (positions set)
   int dcp_size;      // DCP: the group's ranks (positions set)
   int l2_prefetch;   // the decode kernel: chunks of rows prefetched into L2 ahead of its stage
                      // loads (the plan's; 0: none)
   int row_groups;    // the decode kernel: 1 copies rows in groups of 4 consecutive slots where
-                     // the page size is a multiple of 4 (mla_decode_layout.cuh StageLayout), 0
-                     // one row a copy (the plan's)
+                     // the page size is a multiple of 4, 2 in groups of 8 where it is a multiple
+                     // of 8 (else of 4), 0 one row a copy (mla_decode_layout.cuh StageLayout;
+                     // the plan's)
 };
 static_assert(sizeof(MlaAttentionParams) == 11 * 8 + sizeof(MlaRowFormat) + 20 * 4, "no padding");
 
@@ -194,7 +196,8 @@ struct MlaPlanOptions {
   int l2_prefetch = -1;  // the decode kernel's L2 prefetch distance in chunks (-1: the default,
                          // kMlaDecodeL2Prefetch; 0: none, the kernel as before it)
   int row_groups = 1;    // the decode kernel: 1 rows copied in groups of 4 where the page size
-                         // allows, 0 one row a copy (the kernel as before)
+                         // allows, 2 in groups of 8, 0 one row a copy (the kernel as before)
+  int stages = 0;        // the decode kernel's stages (0: as many as fit, mla_decode_stages)
 };
 // Kernel: the pipelined wgmma kernel (opt.wgmma 1: the wgmma kernel) where it applies
 // (mla_wgmma_supported and >= 64 query rows a sequence), else the decode kernel where it applies

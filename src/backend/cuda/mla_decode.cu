@@ -1,5 +1,7 @@
 // The MLA decode kernel (mla_decode.cuh): bf16 and e5m2 rows, what it supports, and the dispatch
 // of every row kind (e4m3 and FlashMLA rows are instantiated in mla_decode_fp8.cu).
+#include <algorithm>
+
 #include "backend/cuda/mla_decode.cuh"
 
 namespace strata::cuda {
@@ -32,8 +34,9 @@ bool mla_decode_supported(const MlaRowFormat& f) {
 
 int mla_decode_stages(const MlaRowFormat& f) {  // what fits either layout
   using mla_decode::StageLayout;
-  const int stage = std::max(StageLayout(f.row_bytes, false).stage_bytes(),
-                             StageLayout(f.row_bytes, true).stage_bytes());
+  const int stage = std::max({StageLayout(f.row_bytes, 0).stage_bytes(),
+                              StageLayout(f.row_bytes, 2).stage_bytes(),
+                              StageLayout(f.row_bytes, 3).stage_bytes()});
   return std::min(mla_decode::kMaxStages, (kMlaMaxSmem - mla_decode::kStageOff) / stage);
 }
 

@@ -51,7 +51,7 @@ namespace strata::cuda::mla_decode {
 
 // Shared memory of the kernel for p's stages, rows and layout.
 inline int smem_bytes(const MlaAttentionParams& p) {
-  const StageLayout lay(p.fmt.row_bytes, use_row_groups(p.row_groups, p.page_size));
+  const StageLayout lay(p.fmt.row_bytes, row_group_log2(p.row_groups, p.page_size));
   return kStageOff + p.stages * lay.stage_bytes();
 }
 

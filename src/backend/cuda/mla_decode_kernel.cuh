@@ -28,8 +28,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
   const int g = lane / 4, q = lane % 4;
   const MlaRowFormat& f = p.fmt;
   const int NS = p.stages;
-  const bool groups = use_row_groups(p.row_groups, p.page_size);
-  const StageLayout lay(f.row_bytes, groups);
+  const StageLayout lay(f.row_bytes, row_group_log2(p.row_groups, p.page_size));
+  const bool groups = lay.group_log2 != 0;
+  const int G = lay.group_rows();
   const int stage_bytes = lay.stage_bytes();
   const uint32_t smem_s = smem_addr(smem);
   const uint32_t stage0 = smem_s + kStageOff;
@@ -147,7 +148,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[nt][i] = accr[nt][i] = 0.0f;
 
-      const bool math = p.diag != 1;  // diag 1: loads without math
+      const bool math = p.diag != 1 && p.diag != 4;  // diag 1: loads only; 4: no S math
       if (!math) {
       } else if constexpr (!kFp8) {
         float a2[2][NT][4] = {};  // two accumulators: half the dependent-mma chain
@@ -322,16 +323,16 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
   // ---- PV warps: output columns [128 pw, 128 pw + 128) (FlashMLA: tile pw) ----
   const int pw = warp - kSWarps;
   // PV warp 0 produces chunk c's rows: single rows, lanes taking keys lane and lane + 32; groups
-  // of 4 rows (StageLayout), lane j < 16 taking keys 4j..4j+3 in one copy. Keys past the block's
-  // end copy the first key's row (finite bytes, masked to P = 0), so every stage expects the same
-  // bytes (a group holding the end copies its rows one by one). Slots are looked up one chunk
-  // ahead of their copies.
+  // of G = 4 or 8 rows (StageLayout), lane j < 64 / G taking keys G j..G j + G - 1 in one copy.
+  // Keys past the block's end copy the first key's row (finite bytes, masked to P = 0), so every
+  // stage expects the same bytes (a group holding the end copies its rows one by one). Slots are
+  // looked up one chunk ahead of their copies.
   const char* cache = static_cast<const char*>(p.cache);
   const uint32_t rb = uint32_t(f.row_bytes);
   auto slots_of = [&](int c, int64_t* src) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      int key = w.begin + c * kChunk + (groups ? 4 * lane : lane + 32 * i);
+      int key = w.begin + c * kChunk + (groups ? G * lane : lane + 32 * i);
       if (key >= w.end) key = w.begin;
       src[i] = c < nchunks && (i == 0 || !groups) ? int64_t(w.slot_of(key, p.page_size)) * rb : 0;
     }
@@ -356,13 +357,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
     if (!groups) {
 #pragma unroll
       for (int i = 0; i < 2; ++i) copy(stage + (lane + 32 * i) * lay.gs, cache + src[i], rb);
-    } else if (lane < kChunk / 4) {
-      const int k0 = w.begin + c * kChunk + 4 * lane;
+    } else if (lane < lay.groups()) {
+      const int k0 = w.begin + c * kChunk + G * lane;
       const uint32_t dst = stage + lane * lay.gs;
-      if (k0 + 3 < w.end) {
-        copy(dst, cache + src[0], 4 * rb);
+      if (k0 + G - 1 < w.end) {
+        copy(dst, cache + src[0], G * rb);
       } else {
-        for (int r = 0; r < 4; ++r) {
+        for (int r = 0; r < G; ++r) {
           const int key = k0 + r < w.end ? k0 + r : w.begin;
           copy(dst + r * rb, cache + int64_t(w.slot_of(key, p.page_size)) * rb, rb);
         }
@@ -471,7 +472,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
                          ((lane & 7) + (lane >> 4) * 8) * kPStride + ((lane >> 3) & 1) * 16;
 #pragma unroll
     for (int ks = 0; ks < kChunk / 16; ++ks) {
-      if (p.diag == 1) break;  // loads without math
+      if (p.diag == 1 || p.diag == 3) break;  // loads only; 3: no PV math
       // Pᵀ fragments: n-tile nt = rows 8 nt..8 nt+7, b0 tile ks's rows (keys) 2q, +1, b1 + 8.
       uint32_t pb[NT][2];
       if constexpr (NT == 2) {
