@@ -28,7 +28,7 @@
 //                               kernel / the pipelined wgmma kernel, e.g. after their parity tests
 //                               failed) [--row-groups 0] [--l2-prefetch 0]  (the acceptance
 //                               rows' decode kernel without that change, e.g. after its parity
-//                               cases failed)
+//                               cases failed) [--vtile 0]  (no V-tile variants)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -59,6 +59,7 @@ bool g_decode_kernel = true;  // --decode-kernel 0: plans without the decode ker
 bool g_wgmma_pipe = true;     // --wgmma-pipe 0: the wgmma kernel instead of the pipelined one
 int g_row_groups = -1;   // --row-groups 0: the acceptance rows' decode kernel copies single rows
 int g_l2_prefetch = -1;  // --l2-prefetch N: and prefetches N chunks ahead
+bool g_vtile = true;     // --vtile 0: no V-tile variants (e.g. after their parity tests failed)
 
 #define BENCH_CUDA(expr)                                                          \
   do {                                                                            \
@@ -216,7 +217,8 @@ double bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch
 // ("old": rows copied one by one, no L2 prefetch): rows copied in groups of 4 (row_groups 1), the
 // L2 prefetch (l2_prefetch chunks ahead) alone and with the groups, the product's default
 // ("new"), a sweep of prefetch distances, groups of 8 rows (row_groups 2) and 4 stages instead of
-// as many as fit, the other e4m3 conversions (cvt 0 and 2, 16 heads), loads-only runs of old,
+// as many as fit, the other e4m3 conversions (cvt 0 and 2, 16 heads), the V tile over e4m3 rows
+// (cvt 3, with groups of 4 and 8; loads-only, math-only, no PV math), loads-only runs of old,
 // new and groups of 8, a math-only run of new and runs of new without the PV warps' or the S
 // warps' math (wrong results: where the time goes). One summary line a layout and head count.
 void variant_sweep(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch, int ctx,
@@ -250,6 +252,16 @@ void variant_sweep(cudaStream_t s, const Ceilings& c, const Layout& lt, int batc
       const double pct = bench_case(s, c, lt, batch, ctx, 1, heads, "new-cvt", {.cvt = cvt});
       if (pct > best) best = pct, best_name = cvt == cuda::kMlaCvtInt ? "new, cvt 0" : "new, cvt 2";
     }
+  }
+  if (lt.dtype == DType::kFP8E4M3 && g_vtile) {  // the V tile: values converted once
+    const int t = cuda::kMlaCvtTile;
+    for (const V& v : {V{"tile", {.cvt = t}}, V{"tile-g8", {.cvt = t, .row_groups = 2}}}) {
+      const double pct = bench_case(s, c, lt, batch, ctx, 1, heads, v.name, v.opt);
+      if (pct > best) best = pct, best_name = v.name;
+    }
+    bench_case(s, c, lt, batch, ctx, 1, heads, "tile-load", {.cvt = t, .diag = 1});
+    bench_case(s, c, lt, batch, ctx, 1, heads, "tile-math", {.cvt = t, .diag = 2});
+    bench_case(s, c, lt, batch, ctx, 1, heads, "tile-noPV", {.cvt = t, .diag = 3});
   }
   bench_case(s, c, lt, batch, ctx, 1, heads, "old-load",
              {.diag = 1, .l2_prefetch = 0, .row_groups = 0});
@@ -286,6 +298,8 @@ int main(int argc, char** argv) {
       g_row_groups = std::atoi(argv[i + 1]);
     else if (a == "--l2-prefetch")
       g_l2_prefetch = std::atoi(argv[i + 1]);
+    else if (a == "--vtile")
+      g_vtile = std::atoi(argv[i + 1]) != 0;
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   cudaDeviceProp prop{};

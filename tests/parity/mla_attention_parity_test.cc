@@ -440,6 +440,38 @@ TEST(MlaAttention, DecodeConversions) {
   }
 }
 
+// The decode kernel's V tile (kMlaCvtTile: each e4m3 value converted once, by the S warps, into a
+// shared f16 tile the PV warps read; 2 stages, freed by the S warps): plain e4m3 (scaled, with a
+// bf16 rope part) and FlashMLA rows; 16, 8 and 5 heads; the three stage layouts; contexts ending
+// inside a group and a chunk; splits ending mid-chunk; several new tokens; rows of very different
+// sizes (FlashMLA tile scales four orders of magnitude apart).
+TEST(MlaAttention, DecodeVTile) {
+  constexpr int kTile = cuda::kMlaCvtTile;
+  for (int i : {1, 2, 4, 7}) {
+    for (int groups : {2, 1, 0}) {
+      run_attention(kFormats[i], {.heads = 16,
+                                  .page = 16,
+                                  .seqs = {{1001, 1}, {64, 1}, {5, 1}},
+                                  .cvt = kTile,
+                                  .row_groups = groups});
+      run_attention(kFormats[i], {.heads = 8,
+                                  .page = 64,
+                                  .seqs = {{2047, 1}, {190, 2}},
+                                  .splits = 3,
+                                  .cvt = kTile,
+                                  .row_groups = groups});
+    }
+    run_attention(kFormats[i], {.heads = 5,
+                                .page = 3,
+                                .seqs = {{300, 4}, {0, 1}},
+                                .splits = 2,
+                                .cvt = kTile,
+                                .spread = true});
+    run_attention(kFormats[i],
+                  {.heads = 16, .page = 8, .seqs = {{4100, 1}}, .cvt = kTile, .spread = true});
+  }
+}
+
 // 128 heads (DeepSeek-V3 at tp 1): both wgmma kernels (bf16), the decode kernel (8 row tiles a
 // token) and the mma kernel.
 TEST(MlaAttention, ManyHeads) {

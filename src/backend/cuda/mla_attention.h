@@ -93,8 +93,10 @@ void launch_mla_kv_write(const MlaKvWriteParams& p, cudaStream_t stream);
 enum MlaKernel : int { kMlaMma = 0, kMlaWgmma = 1, kMlaDecode = 2, kMlaWgmmaPipe = 3 };
 // The decode kernel's e4m3 -> f16 conversion (mla_decode.cuh): integer ops in both warp roles,
 // the conversion unit in the S warps and integer ops in the PV warps (the default), or the unit in
-// both. FlashMLA and plain e4m3 rows; -1 in MlaPlanOptions: the default.
-enum MlaCvt : int { kMlaCvtInt = 0, kMlaCvtHwS = 1, kMlaCvtHw = 2 };
+// both; or (kMlaCvtTile) each value once, by the S warps' conversion unit, into a shared f16 tile
+// the PV warps read (fewer stages fit). FlashMLA and plain e4m3 rows; -1 in MlaPlanOptions: the
+// default.
+enum MlaCvt : int { kMlaCvtInt = 0, kMlaCvtHwS = 1, kMlaCvtHw = 2, kMlaCvtTile = 3 };
 
 struct MlaAttentionParams {
   const uint16_t* q;            // bf16 [tokens, heads, q_stride]: [latent (R) | rope (P)]
@@ -147,8 +149,9 @@ bool mla_wgmma_supported(const MlaRowFormat& fmt);
 // fp8 latent with a bf16 or fp8 rope part, FlashMLA rows (not f32 rope parts). The cache base must
 // be 16-byte aligned too (mla_copy_width == 16; launch checks).
 bool mla_decode_supported(const MlaRowFormat& fmt);
-// Its pipeline stages of 64 keys for the format (3 for bf16 rows, 5 for fp8 rows).
-int mla_decode_stages(const MlaRowFormat& fmt);
+// Its pipeline stages of 64 keys for the format and e4m3 conversion (3 for bf16 rows, 5 for fp8
+// rows, 2 for e4m3 rows with kMlaCvtTile).
+int mla_decode_stages(const MlaRowFormat& fmt, int cvt = kMlaCvtHwS);
 // How many 64-key chunks ahead of its stage loads the decode kernel prefetches rows into L2 by
 // default. The idea: its shared memory holds 3 stages of bf16 rows and two are under the S and PV
 // warps, so about one stage (74 KB) is in flight an SM; rows prefetched into L2 a few chunks ahead

@@ -16,7 +16,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
   constexpr bool kSHw = kE4 && CVT != kCvtInt;  // S warps convert e4m3 by the conversion unit
   constexpr bool kPvHw = kE4 && CVT == kCvtHw;
   constexpr float kConvS = kE4 && !kSHw ? 256.0f : 1.0f;  // integer e4m3 reads value · 2^-8
-  constexpr float kConvV = kE4 && !kPvHw ? 256.0f : 1.0f;
+  constexpr bool kVT = kE4 && CVT == kCvtTile;  // V through the shared f16 tile (kVTileBytes)
+  constexpr float kConvV = kE4 && !kPvHw && !kVT ? 256.0f : 1.0f;
+  static_assert(kSWarps == kPvWarps, "either role's warps free a stage (one arrival each)");
+  constexpr int kStages0 = kStageOff + (kVT ? kVTileAreaBytes : 0);
   constexpr bool kPairs02 = !kSHw;
   constexpr int kRows = 8 * NT;
   extern __shared__ __align__(128) char smem[];
@@ -33,11 +36,11 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
   const int G = lay.group_rows();
   const int stage_bytes = lay.stage_bytes();
   const uint32_t smem_s = smem_addr(smem);
-  const uint32_t stage0 = smem_s + kStageOff;
+  const uint32_t stage0 = smem_s + kStages0;
   if (tid == 0) {
     for (int s = 0; s < NS; ++s) {
       mla::mbar_init(smem_s + kFullOff + 8 * s, 1);          // the producer's arrival
-      mla::mbar_init(smem_s + kEmptyOff + 8 * s, kPvWarps);  // one per PV warp
+      mla::mbar_init(smem_s + kEmptyOff + 8 * s, kPvWarps);  // one per PV (V tile: S) warp
     }
     mla::mbar_init_fence();
   }
@@ -140,8 +143,18 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
       const int st = c % NS, buf = c & 1;
       mla::mbar_wait(smem_s + kFullOff + 8 * st, (c / NS) & 1);
       const uint32_t st_s = stage0 + st * stage_bytes;
-      const char* st_p = smem + kStageOff + st * stage_bytes;
+      const char* st_p = smem + kStages0 + st * stage_bytes;
       const uint32_t krow = st_s + lrow;
+      // V tile `buf` (and P buffer `buf`) were last read by the PV warps at chunk c - 2.
+      if (kVT && c >= 2) mla::named_sync(kBarFree + buf, (kSWarps + kPvWarps) * 32);
+      char* vt = smem + kStageOff + buf * kVTileBytes;
+      float* vscale = reinterpret_cast<float*>(smem + kVScaleOff + buf * kVScaleBytes);
+      const int vr0 = 16 * warp + g, vswz = vtile_swizzle(g);  // rows vr0 and vr0 + 8
+      // The f16 values 4 u' .. 4 u' + 3 (u' = 2 u + half: the 8-byte half of unit u) of row r.
+      auto store_v = [&](int r, int u, int half, uint32_t lo, uint32_t hi) {
+        *reinterpret_cast<uint2*>(vt + r * kVRowBytes + ((u ^ vswz) << 4) + 8 * half) =
+            make_uint2(lo, hi);
+      };
       float acc[NT][4], accr[NT][4];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
@@ -182,6 +195,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
             key_pairs<kLatElem, kSHw>(r[1], a0[1], a0[3]);
             key_pairs<kLatElem, kSHw>(r[2], a1[0], a1[2]);
             key_pairs<kLatElem, kSHw>(r[3], a1[1], a1[3]);
+            if constexpr (kVT) {  // values 32 j + 4 q.. (a0) and 32 j + 16 + 4 q.. (a1)
+              const int u = 4 * j + (q >> 1), half = q & 1;
+              store_v(vr0, u, half, a0[0], a0[2]);
+              store_v(vr0 + 8, u, half, a0[1], a0[3]);
+              store_v(vr0, u + 2, half, a1[0], a1[2]);
+              store_v(vr0 + 8, u + 2, half, a1[1], a1[3]);
+            }
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
               mma16816<true>(a2[0][nt], a0, qf[2 * j][nt][0], qf[2 * j][nt][1]);
@@ -192,6 +212,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
           if constexpr (LK == kFlash) {
             s0 = *reinterpret_cast<const float*>(st_p + srow0 + kR + 4 * t);
             s1 = *reinterpret_cast<const float*>(st_p + srow1 + kR + 4 * t);
+            if (kVT && q == t) vscale[4 * vr0 + t] = s0, vscale[4 * (vr0 + 8) + t] = s1;
           }
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt)
@@ -239,6 +260,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
         }
       }
 
+      if constexpr (kVT) {  // the S warps are done with the stage (the PV warps never read it)
+        __syncwarp();
+        if (lane == 0) mla::mbar_arrive(smem_s + kEmptyOff + 8 * st);
+      }
       // Scores (log2 units), masked; accumulator element i is the tile's row g + 8 (i >> 1) (key
       // gkey0 or gkey1), query row 2q + (i & 1).
       const int key0 = w.begin + c * kChunk;
@@ -278,7 +303,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
           m[nt][e] = mx;
         }
       // P buffer `buf` was last read by the PV warps at chunk c - 2.
-      if (c >= 2) mla::named_sync(kBarFree + buf, (kSWarps + kPvWarps) * 32);
+      if (!kVT && c >= 2) mla::named_sync(kBarFree + buf, (kSWarps + kPvWarps) * 32);
       char* pb = smem + kPOff + buf * kMaxRows * kPStride;
       constexpr float kBoost = kFp8 ? 8.0f : 0.0f;  // f16 P: times 2^8
 #pragma unroll
@@ -428,9 +453,21 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
   for (int c = 0; c < nchunks; ++c) {
     const int st = c % NS, buf = c & 1;
     mla::named_sync(kBarReady + buf, (kSWarps + kPvWarps) * 32);
-    mla::mbar_wait(smem_s + kFullOff + 8 * st, (c / NS) & 1);  // the stage's bytes, visible here
+    if constexpr (kVT) {
+      // The S warps freed the stage before P was ready: refill it now (two chunks ahead).
+      if (pw == 0 && c + NS < nchunks) {
+        mla::mbar_wait(smem_s + kEmptyOff + 8 * st, (c / NS) & 1);
+        produce(c + NS, next_src);
+        prefetch(pf_off, pf_bytes);
+        slots_of(c + NS + 1, next_src);
+        runs_of(c + NS + 1 + D, pf_off, pf_bytes);
+      }
+    } else {
+      mla::mbar_wait(smem_s + kFullOff + 8 * st, (c / NS) & 1);  // the stage's bytes, visible
+    }
     const uint32_t st_s = stage0 + st * stage_bytes;
-    const char* st_p = smem + kStageOff + st * stage_bytes;
+    const char* st_p = smem + kStages0 + st * stage_bytes;
+    const float* vscale = reinterpret_cast<const float*>(smem + kVScaleOff + buf * kVScaleBytes);
     float fac[NT][2];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -444,8 +481,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
       for (int ks = 0; ks < kChunk / 16; ++ks)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          sv[ks][i] =
-              *reinterpret_cast<const float*>(st_p + qrow_off[i] + ks * lay.tstep + kR + 4 * pw);
+          sv[ks][i] = kVT ? vscale[4 * (16 * ks + 2 * q + (i & 1) + 8 * (i >> 1)) + pw]
+                          : *reinterpret_cast<const float*>(st_p + qrow_off[i] + ks * lay.tstep +
+                                                            kR + 4 * pw);
           smax = fmaxf(smax, sv[ks][i]);
         }
       smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 1));
@@ -493,7 +531,20 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
             pb[nt][b] = pack_f16x2(x.x * sv[ks][2 * b], x.y * sv[ks][2 * b + 1]);
           }
       }
-      if constexpr (!kFp8) {
+      if constexpr (kVT) {
+        // Vᵀ from the V tile as from bf16 rows: tile row 16 ks + (lane & 7) + (lane >> 4) · 8,
+        // unit 16 pw + 2 j + ((lane >> 3) & 1), swizzled by the row's (lane & 7).
+        const uint32_t v_s = smem_s + kStageOff + buf * kVTileBytes +
+                             (16 * ks + (lane & 7) + (lane >> 4) * 8) * kVRowBytes + pw * 256;
+        const int x = ((lane >> 3) & 1) ^ vtile_swizzle(lane & 7);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          uint32_t a[4];
+          ldmatrix_x4_trans(a, v_s + (((2 * j) ^ x) << 4));
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) mma16816<true>(o[j][nt], a, pb[nt][0], pb[nt][1]);
+        }
+      } else if constexpr (!kFp8) {
         // Vᵀ by ldmatrix.trans: m-tile j = columns 128 pw + 16 j + {g, g + 8}.
         const uint32_t v_s = st_s + vrow_off + ks * lay.tstep + pw * 256 + ((lane >> 3) & 1) * 16;
 #pragma unroll
@@ -529,9 +580,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
       }
     }
     __syncwarp();
-    if (lane == 0) mla::mbar_arrive(smem_s + kEmptyOff + 8 * st);  // this warp is done with it
+    if (!kVT && lane == 0) mla::mbar_arrive(smem_s + kEmptyOff + 8 * st);  // done with it
     mla::named_arrive(kBarFree + buf, (kSWarps + kPvWarps) * 32);
-    if (pw == 0 && c + NS < nchunks) {  // refill the stage once every PV warp is done with it
+    if (!kVT && pw == 0 && c + NS < nchunks) {  // refill once every PV warp is done with it
       mla::mbar_wait(smem_s + kEmptyOff + 8 * st, (c / NS) & 1);
       produce(c + NS, next_src);
       prefetch(pf_off, pf_bytes);
@@ -558,7 +609,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
       const int64_t grow = w.q_row0 + r;
       const bool one = p.partial_o == nullptr;
       const float inv = one ? (sum > 0.0f ? f.latent_scale * ofac / sum : 0.0f) : ofac * kUnboost;
-      if constexpr (!kFp8) {
+      if constexpr (!kFp8 || kVT) {  // the ldmatrix.trans accumulators: columns 16 j + g (+ 8)
 #pragma unroll
         for (int j = 0; j < 8; ++j)
 #pragma unroll

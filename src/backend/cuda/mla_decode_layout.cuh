@@ -9,8 +9,9 @@ using namespace attn;
 
 // Latent kinds (template parameter LK) and e4m3 conversions (Cvt; MlaAttentionParams::cvt).
 enum Kind : int { kBf16 = 0, kE4M3 = 1, kE5M2 = 2, kFlash = 3 };
-enum Cvt : int { kCvtInt = 0, kCvtHwS = 1, kCvtHw = 2 };
+enum Cvt : int { kCvtInt = 0, kCvtHwS = 1, kCvtHw = 2, kCvtTile = 3 };
 constexpr int kDefaultCvt = kCvtHwS;
+static_assert(int(kCvtTile) == int(kMlaCvtTile) && int(kCvtHwS) == int(kMlaCvtHwS), "MlaCvt");
 
 constexpr int kR = 512, kP = 64;
 constexpr int kChunk = 64;  // keys a stage
@@ -31,6 +32,27 @@ constexpr int kPStride = kChunk * 2 + 16;  // bytes a P row (9 16-byte units: ld
 constexpr int kPOff = 1152;
 constexpr int kStageOff = kPOff + 2 * kMaxRows * kPStride;
 static_assert(kMOff + kMaxRows * 4 <= kPOff && kStageOff % 128 == 0, "shared memory layout");
+
+// The V tile (Cvt kCvtTile, e4m3 latent values): the S warps store the f16 values they convert
+// for their keys' scores into a tile of the chunk's 64 rows (tile row 16 t + m: S warp t's row m,
+// P's column 16 t + m) x 512 values, and the PV warps read V from it by ldmatrix.trans as from bf16
+// rows, so each value is converted once instead of once a warp role; FlashMLA rows also leave their
+// four tile scales of each key there. Two buffers (P's), then the stages: the S warps free a
+// stage once they have read it (the PV warps never read stages), so 2 stages suffice. Rows are
+// 1,024 bytes, their 16-byte units XOR-swizzled by vtile_swizzle(row % 8): the 8 rows of an
+// ldmatrix hit 8 distinct units mod 8, and so do a half-warp's 8-byte stores (rows g = 0..3 of
+// an S warp, 4 q: units 4 j + q / 2 and 4 j + 2 + q / 2).
+constexpr int kVRowBytes = kR * 2;
+constexpr int kVTileBytes = kChunk * kVRowBytes;
+constexpr int kVScaleBytes = kChunk * 16;
+constexpr int kVScaleOff = kStageOff + 2 * kVTileBytes;  // [2][64 rows][4] float
+constexpr int kVTileAreaBytes = 2 * (kVTileBytes + kVScaleBytes);
+static_assert(kVTileAreaBytes % 128 == 0, "stages stay 128-byte aligned");
+__host__ __device__ constexpr int vtile_swizzle(int r8) { return 2 * (r8 & 3) + ((r8 >> 2) & 1); }
+// Whether a call runs with the V tile (its shared memory holds it before the stages).
+__host__ __device__ constexpr bool uses_vtile(int latent_elem, int cvt) {
+  return latent_elem == kMlaE4M3 && cvt == kCvtTile;
+}
 // Named barriers (0 is __syncthreads).
 constexpr int kBarMax = 1;    // the S warps' row maxima (128 threads)
 constexpr int kBarReady = 2;  // + buffer: P and the rescale factors written (S arrive, PV sync)
