@@ -101,12 +101,44 @@ struct Layout {
   bool flashmla;
 };
 
+// Where the decode kernel's warps wait (MlaAttentionParams::prof): one more launch with the
+// clock64 sums on, printed as cycles a chunk of one warp (the block's 4 S or 4 PV warps averaged)
+// and as % of that role's whole run.
+void print_profile(cudaStream_t s, cuda::MlaAttentionParams p, const cuda::MlaPlan& plan,
+                   const char* what, const char* layout, int heads) {
+  Buf prof(cuda::kMlaDecodeProfSlots * 8);
+  BENCH_CUDA(cudaMemset(prof.p, 0, cuda::kMlaDecodeProfSlots * 8));
+  p.prof = prof.as<uint64_t>();
+  cuda::launch_mla_attention(p, s);
+  BENCH_CUDA(cudaStreamSynchronize(s));
+  uint64_t v[cuda::kMlaDecodeProfSlots];
+  BENCH_CUDA(cudaMemcpy(v, prof.p, sizeof v, cudaMemcpyDeviceToHost));
+  const double warps = double(plan.row_tiles) * plan.num_splits * p.num_seqs * 4;
+  const double chunks = double(plan.split_len) / plan.chunk;  // a block's (all full here)
+  auto per = [&](int k) { return double(v[k]) / warps / chunks; };
+  auto pct = [&](int k, int total) {
+    return v[total] ? 100.0 * double(v[k]) / double(v[total]) : 0;
+  };
+  std::printf(
+      "prof     %-12s %-12s %3d heads, cycles/chunk: S %5.0f (full wait %4.0f = %2.0f%%, max %4.0f "
+      "= "
+      "%2.0f%%, P free %4.0f = %2.0f%%); PV %5.0f (P ready %4.0f = %2.0f%%, stage %4.0f = %2.0f%%, "
+      "produce %4.0f = %2.0f%%)\n",
+      what, layout, heads, per(cuda::kProfSTotal), per(cuda::kProfSFull),
+      pct(cuda::kProfSFull, cuda::kProfSTotal), per(cuda::kProfSMax),
+      pct(cuda::kProfSMax, cuda::kProfSTotal), per(cuda::kProfSFree),
+      pct(cuda::kProfSFree, cuda::kProfSTotal), per(cuda::kProfPvTotal), per(cuda::kProfPvReady),
+      pct(cuda::kProfPvReady, cuda::kProfPvTotal), per(cuda::kProfPvStage),
+      pct(cuda::kProfPvStage, cuda::kProfPvTotal), per(cuda::kProfPvProduce),
+      pct(cuda::kProfPvProduce, cuda::kProfPvTotal));
+}
+
 // One layer's latent cache of `batch` sequences × `ctx` tokens (pages of `page` tokens, shuffled),
 // written by the MLA write kernel; then `new_tokens` new tokens a sequence attend over it.
 // Returns the % of copy bandwidth.
 double bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch, int ctx,
-                  int new_tokens, int heads, const char* what,
-                  const cuda::MlaPlanOptions& opt = {}) {
+                  int new_tokens, int heads, const char* what, const cuda::MlaPlanOptions& opt = {},
+                  bool profile = false) {
   constexpr int R = 512, P = 64, W = R + P, page = 64;
   const int pages_per_seq = (ctx + page - 1) / page;
   const int64_t num_pages = int64_t(batch) * pages_per_seq;
@@ -210,6 +242,7 @@ double bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch
       "%8.3f ms, %5.0f GB/s of latent rows = %5.1f%% of copy, %5.0f TFLOP/s = %5.1f%% of GEMM\n",
       what, lt.name, batch, ctx, new_tokens, heads, variant, plan.tile_rows, plan.num_splits, ms,
       gbs, 100.0 * gbs / c.copy_gbs, tflops, 100.0 * tflops / c.gemm_tflops);
+  if (profile && plan.kernel == cuda::kMlaDecode) print_profile(s, p, plan, what, lt.name, heads);
   return 100.0 * gbs / c.copy_gbs;
 }
 
@@ -242,7 +275,8 @@ void variant_sweep(cudaStream_t s, const Ceilings& c, const Layout& lt, int batc
   double old_pct = 0, new_pct = 0, best = 0;
   const char* best_name = "";
   for (const V& v : vs) {
-    const double pct = bench_case(s, c, lt, batch, ctx, 1, heads, v.name, v.opt);
+    const bool profile = std::strcmp(v.name, "new") == 0 || std::strcmp(v.name, "groups8") == 0;
+    const double pct = bench_case(s, c, lt, batch, ctx, 1, heads, v.name, v.opt, profile);
     if (std::strcmp(v.name, "old") == 0) old_pct = pct;
     if (std::strcmp(v.name, "new") == 0) new_pct = pct;
     if (pct > best) best = pct, best_name = v.name;
@@ -256,7 +290,7 @@ void variant_sweep(cudaStream_t s, const Ceilings& c, const Layout& lt, int batc
   if (lt.dtype == DType::kFP8E4M3 && g_vtile) {  // the V tile: values converted once
     const int t = cuda::kMlaCvtTile;
     for (const V& v : {V{"tile", {.cvt = t}}, V{"tile-g8", {.cvt = t, .row_groups = 2}}}) {
-      const double pct = bench_case(s, c, lt, batch, ctx, 1, heads, v.name, v.opt);
+      const double pct = bench_case(s, c, lt, batch, ctx, 1, heads, v.name, v.opt, true);
       if (pct > best) best = pct, best_name = v.name;
     }
     bench_case(s, c, lt, batch, ctx, 1, heads, "tile-load", {.cvt = t, .diag = 1});

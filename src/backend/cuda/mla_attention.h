@@ -111,6 +111,8 @@ struct MlaAttentionParams {
   float* partial_ml;            // num_splits > 1: [tokens · heads, num_splits, 2] (max, sum)
   const int32_t* positions;     // DCP: device [tokens], the new tokens' positions; else null
   float* lse_out;               // DCP: float32 [tokens, heads, R + 1] (see above); else null
+  uint64_t* prof;  // benchmarks only, the decode kernel: kMlaDecodeProfSlots clock64 sums over
+                   // its warps (mla_decode_kernel.cuh MlaDecodeProf); else null
   MlaRowFormat fmt;
   int num_seqs;
   int heads;
@@ -139,7 +141,22 @@ struct MlaAttentionParams {
                      // of 8 (else of 4), 0 one row a copy (mla_decode_layout.cuh StageLayout;
                      // the plan's)
 };
-static_assert(sizeof(MlaAttentionParams) == 11 * 8 + sizeof(MlaRowFormat) + 20 * 4, "no padding");
+static_assert(sizeof(MlaAttentionParams) == 12 * 8 + sizeof(MlaRowFormat) + 20 * 4, "no padding");
+// Where the decode kernel's warps spend their cycles (p.prof, summed over every block's warps):
+// the S warps waiting for a stage's bytes, for the other S warps' row maxima, for the PV warps to
+// free a P buffer, and their whole run; the PV warps waiting for P, for a stage (its bytes, or
+// the producer for its empty slot), producing stages, and their whole run.
+enum MlaDecodeProf : int {
+  kProfSFull = 0,
+  kProfSMax,
+  kProfSFree,
+  kProfSTotal,
+  kProfPvReady,
+  kProfPvStage,
+  kProfPvProduce,
+  kProfPvTotal,
+  kMlaDecodeProfSlots
+};
 
 // Which (R, P) the kernels are built for: (512, 64) the real models, (128, 32) house-mla,
 // (32, 8) the tiny fixtures. The wgmma kernel: (512, 64) with bf16 plain rows only.

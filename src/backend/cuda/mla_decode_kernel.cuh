@@ -28,6 +28,22 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
   mla::BlockWork w;
   if (!w.init(p, kRows)) return;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  // p.prof (benchmarks): cycles of the waits below, summed by lane 0 of each warp at its end.
+  const bool prof = p.prof != nullptr;
+  const uint64_t t_start = prof ? clock64() : 0;
+  uint64_t tw[3] = {0, 0, 0};
+  auto tick = [&]() -> uint64_t { return prof ? clock64() : 0; };
+  auto tock = [&](int k, uint64_t since) {
+    if (prof) tw[k] += clock64() - since;
+  };
+  auto prof_flush = [&](int first, int total) {
+    if (!prof || lane != 0) return;
+    for (int k = 0; k < 3; ++k)
+      atomicAdd(reinterpret_cast<unsigned long long*>(p.prof + first + k),
+                (unsigned long long)tw[k]);
+    atomicAdd(reinterpret_cast<unsigned long long*>(p.prof + total),
+              (unsigned long long)(clock64() - t_start));
+  };
   const int g = lane / 4, q = lane % 4;
   const MlaRowFormat& f = p.fmt;
   const int NS = p.stages;
@@ -141,12 +157,16 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
 
     for (int c = 0; c < nchunks; ++c) {
       const int st = c % NS, buf = c & 1;
+      uint64_t t0 = tick();
       mla::mbar_wait(smem_s + kFullOff + 8 * st, (c / NS) & 1);
+      tock(0, t0);
       const uint32_t st_s = stage0 + st * stage_bytes;
       const char* st_p = smem + kStages0 + st * stage_bytes;
       const uint32_t krow = st_s + lrow;
       // V tile `buf` (and P buffer `buf`) were last read by the PV warps at chunk c - 2.
+      t0 = tick();
       if (kVT && c >= 2) mla::named_sync(kBarFree + buf, (kSWarps + kPvWarps) * 32);
+      tock(2, t0);
       char* vt = smem + kStageOff + buf * kVTileBytes;
       float* vscale = reinterpret_cast<float*>(smem + kVScaleOff + buf * kVScaleBytes);
       const int vr0 = 16 * warp + g, vswz = vtile_swizzle(g);  // rows vr0 and vr0 + 8
@@ -287,7 +307,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
           if (g == 0) red[(buf * kSWarps + warp) * kMaxRows + 8 * nt + 2 * q + e] = mx;
         }
+      uint64_t t1 = tick();
       mla::named_sync(kBarMax, kSWarps * 32);
+      tock(1, t1);
       float ref[NT][2], corr[NT][2];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
@@ -303,7 +325,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
           m[nt][e] = mx;
         }
       // P buffer `buf` was last read by the PV warps at chunk c - 2.
+      t1 = tick();
       if (!kVT && c >= 2) mla::named_sync(kBarFree + buf, (kSWarps + kPvWarps) * 32);
+      tock(2, t1);
       char* pb = smem + kPOff + buf * kMaxRows * kPStride;
       constexpr float kBoost = kFp8 ? 8.0f : 0.0f;  // f16 P: times 2^8
 #pragma unroll
@@ -342,6 +366,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
         }
       }
     mla::named_arrive(kBarFinal, (kSWarps + kPvWarps) * 32);
+    prof_flush(kProfSFull, kProfSTotal);
     return;
   }
 
@@ -452,18 +477,26 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
   const float* corr_s = reinterpret_cast<const float*>(smem + kCorrOff);
   for (int c = 0; c < nchunks; ++c) {
     const int st = c % NS, buf = c & 1;
+    uint64_t t0 = tick();
     mla::named_sync(kBarReady + buf, (kSWarps + kPvWarps) * 32);
+    tock(0, t0);
     if constexpr (kVT) {
       // The S warps freed the stage before P was ready: refill it now (two chunks ahead).
       if (pw == 0 && c + NS < nchunks) {
+        t0 = tick();
         mla::mbar_wait(smem_s + kEmptyOff + 8 * st, (c / NS) & 1);
+        tock(1, t0);
+        t0 = tick();
         produce(c + NS, next_src);
         prefetch(pf_off, pf_bytes);
         slots_of(c + NS + 1, next_src);
         runs_of(c + NS + 1 + D, pf_off, pf_bytes);
+        tock(2, t0);
       }
     } else {
+      t0 = tick();
       mla::mbar_wait(smem_s + kFullOff + 8 * st, (c / NS) & 1);  // the stage's bytes, visible
+      tock(1, t0);
     }
     const uint32_t st_s = stage0 + st * stage_bytes;
     const char* st_p = smem + kStages0 + st * stage_bytes;
@@ -583,11 +616,15 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
     if (!kVT && lane == 0) mla::mbar_arrive(smem_s + kEmptyOff + 8 * st);  // done with it
     mla::named_arrive(kBarFree + buf, (kSWarps + kPvWarps) * 32);
     if (!kVT && pw == 0 && c + NS < nchunks) {  // refill once every PV warp is done with it
+      t0 = tick();
       mla::mbar_wait(smem_s + kEmptyOff + 8 * st, (c / NS) & 1);
+      tock(1, t0);
+      t0 = tick();
       produce(c + NS, next_src);
       prefetch(pf_off, pf_bytes);
       slots_of(c + NS + 1, next_src);
       runs_of(c + NS + 1 + D, pf_off, pf_bytes);
+      tock(2, t0);
     }
   }
 
@@ -643,6 +680,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
       // split merge's result keeps its bits.
       if (pw == 0 && g == 0) mla::store_ml(p, int(grow), mrow[row], sum * kUnboost);
     }
+  prof_flush(kProfPvReady, kProfPvTotal);
 }
 
 }  // namespace strata::cuda::mla_decode
