@@ -82,15 +82,18 @@ B=./build-dev/strata_bench_mla_bench
 timeout $vt $B --what ceilings,variants --vtile $vtile 2>&1 | tee "$OUT/mla_decode_variants.log" |
   grep -E "^(device|ceiling|summary)"
 vrc=${PIPESTATUS[0]}
-# Every variant as one short line: layout, heads, variant, kernel config, % of copy.
-awk '/^mla /{ split($0, a, ":"); cfg = a[1]; sub(/.*heads, /, "", cfg); sub(/ +[0-9]+ rows,.*/, "", cfg);
+# Every variant of bf16 and FlashMLA rows at 16 and 8 heads as one short line: layout, heads,
+# variant, kernel config, % of copy (all of them: mla_decode_variants.log).
+grep -E "^mla .*(bf16|fp8_flashmla) .* (16|  8) heads" "$OUT/mla_decode_variants.log" | awk '/^mla /{ split($0, a, ":"); cfg = a[1]; sub(/.*heads, /, "", cfg); sub(/ +[0-9]+ rows,.*/, "", cfg);
   match($0, /= +[0-9.]+% of copy/); c = substr($0, RSTART + 2, RLENGTH - 10);
-  printf "%-12s %3s h %-12s %-34s %7s\n", $3, $11, $2, cfg, c }' "$OUT/mla_decode_variants.log"
+  printf "%-12s %3s h %-12s %-34s %7s\n", $3, $11, $2, cfg, c }'
 echo "variants: exit status $vrc, $(( $(date +%s) - t0 )) s"
 timeout 60 $B --what ceilings,acceptance $flags 2>&1 | tee "$OUT/mla_decode_accept.log"
 echo "acceptance ($flags): exit status ${PIPESTATUS[0]}, $(( $(date +%s) - t0 )) s"
 [ "${TORCH:-1}" = 1 ] && timeout 60 python3 bench/cuda/mla_torch_baseline.py 2>&1 | tee "$OUT/mla_decode_torch.log"
 
+echo "==== where the decode kernel's warps wait, 16 heads (cycles a chunk of one warp) ===="
+grep "^prof .* 16 heads" "$OUT/mla_decode_variants.log" | sed 's/^prof *//; s/ heads, cycles\/chunk//'
 echo "==== old -> new (the decode kernel, batch 64 x 4,096, % of copy bandwidth) ===="
 grep "^summary" "$OUT/mla_decode_variants.log"
 echo "parity: exit status $rc ($fails failed)"
