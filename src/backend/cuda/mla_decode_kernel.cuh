@@ -154,6 +154,17 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
     float* red = reinterpret_cast<float*>(smem + kRedOff);
     float* corr_s = reinterpret_cast<float*>(smem + kCorrOff);
     const int rope_off = f.rope_offset;
+    // V tile (kVT): this lane's rows vr0 = 16 warp + g and vr0 + 8 take the f16 values 32 j + 4 q..
+    // + 3 (unit u = 4 j + q / 2) and 32 j + 16 + 4 q.. (u + 2) at ((u ^ swizzle(g)) << 4) + 8 (q &
+    // 1). With x the unit's low 3 bits after the swizzle, that is vo[.] + 64 (j & ~1): x for even j
+    // and x ^ 4 for odd j (bit 2 of 4 j), so every store is a base register plus an immediate.
+    const int vr0 = 16 * warp + g, vswz = vtile_swizzle(g);
+    int vo[4];
+    {
+      const int xa = (q >> 1) ^ vswz, xb = (2 | (q >> 1)) ^ vswz, half = 8 * (q & 1);
+      vo[0] = (xa << 4) + half, vo[1] = ((xa ^ 4) << 4) + half;
+      vo[2] = (xb << 4) + half, vo[3] = ((xb ^ 4) << 4) + half;
+    }
 
     for (int c = 0; c < nchunks; ++c) {
       const int st = c % NS, buf = c & 1;
@@ -167,12 +178,11 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
       t0 = tick();
       if (kVT && c >= 2) mla::named_sync(kBarFree + buf, (kSWarps + kPvWarps) * 32);
       tock(2, t0);
-      char* vt = smem + kStageOff + buf * kVTileBytes;
+      char* vt = smem + kStageOff + buf * kVTileBytes + vr0 * kVRowBytes;  // row vr0
       float* vscale = reinterpret_cast<float*>(smem + kVScaleOff + buf * kVScaleBytes);
-      const int vr0 = 16 * warp + g, vswz = vtile_swizzle(g);  // rows vr0 and vr0 + 8
-      // The f16 values 4 u' .. 4 u' + 3 (u' = 2 u + half: the 8-byte half of unit u) of row r.
-      auto store_v = [&](int r, int u, int half, uint32_t lo, uint32_t hi) {
-        *reinterpret_cast<uint2*>(vt + r * kVRowBytes + ((u ^ vswz) << 4) + 8 * half) =
+      // Values of row vr0 (+ 8 rows: row8) at offset vo[k] + 64 (j & ~1) (see vo).
+      auto store_v = [&](int j, int k, int row8, uint32_t lo, uint32_t hi) {
+        *reinterpret_cast<uint2*>(vt + row8 * kVRowBytes + vo[k] + 64 * (j & ~1)) =
             make_uint2(lo, hi);
       };
       float acc[NT][4], accr[NT][4];
@@ -216,11 +226,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
             key_pairs<kLatElem, kSHw>(r[2], a1[0], a1[2]);
             key_pairs<kLatElem, kSHw>(r[3], a1[1], a1[3]);
             if constexpr (kVT) {  // values 32 j + 4 q.. (a0) and 32 j + 16 + 4 q.. (a1)
-              const int u = 4 * j + (q >> 1), half = q & 1;
-              store_v(vr0, u, half, a0[0], a0[2]);
-              store_v(vr0 + 8, u, half, a0[1], a0[3]);
-              store_v(vr0, u + 2, half, a1[0], a1[2]);
-              store_v(vr0 + 8, u + 2, half, a1[1], a1[3]);
+              store_v(j, j & 1, 0, a0[0], a0[2]);
+              store_v(j, j & 1, 8, a0[1], a0[3]);
+              store_v(j, 2 + (j & 1), 0, a1[0], a1[2]);
+              store_v(j, 2 + (j & 1), 8, a1[1], a1[3]);
             }
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
