@@ -249,11 +249,12 @@ double bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch
 // The decode kernel's changes of issue 22's bandwidth passes against the kernel before them
 // ("old": rows copied one by one, no L2 prefetch): rows copied in groups of 4 (row_groups 1), the
 // L2 prefetch (l2_prefetch chunks ahead) alone and with the groups, the product's default
-// ("new"), a sweep of prefetch distances, groups of 8 rows (row_groups 2) and 4 stages instead of
-// as many as fit, the other e4m3 conversions (cvt 0 and 2, 16 heads), the V tile over e4m3 rows
-// (cvt 3, with groups of 4 and 8; loads-only, math-only, no PV math), loads-only runs of old,
-// new and groups of 8, a math-only run of new and runs of new without the PV warps' or the S
-// warps' math (wrong results: where the time goes). One summary line a layout and head count.
+// ("new"), a sweep of prefetch distances, groups of 8 rows (row_groups 2, also with the L2
+// evict-first policy) and 4 stages instead of as many as fit, the other e4m3 conversions (cvt 0 and
+// 2, 16 heads), the V tile over e4m3 rows (cvt 3, with groups of 4 and 8; loads-only, math-only, no
+// PV math), loads-only runs of old, new and groups of 8, a math-only run of new and runs of new
+// without the PV warps' or the S warps' math (wrong results: where the time goes). One summary line
+// a layout and head count.
 void variant_sweep(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch, int ctx,
                    int heads) {
   struct V {
@@ -271,6 +272,7 @@ void variant_sweep(cudaStream_t s, const Ceilings& c, const Layout& lt, int batc
       {"groups8", {.l2_prefetch = 0, .row_groups = 2}},
       {"groups8-4st", {.l2_prefetch = 0, .row_groups = 2, .stages = 4}},
       {"groups-4st", {.l2_prefetch = 0, .row_groups = 1, .stages = 4}},
+      {"groups8-ef", {.evict_first = 1, .l2_prefetch = 0, .row_groups = 2}},
   };
   double old_pct = 0, new_pct = 0, best = 0;
   const char* best_name = "";
