@@ -14,8 +14,9 @@
 //    (its lanes' page lookups for that stage issued a chunk earlier); the other 7 warps never
 //    issue loads. (A ninth, producer-only warp costs registers: ptxas sizes 288-thread blocks as
 //    384, 168 a thread.) Where the page size is a multiple of 4, four consecutive slots are one
-//    copy (16 a stage instead of 64: the TMA engine moves small copies below the bandwidth), the
-//    keys interleaved over the tiles so ldmatrix stays free of bank conflicts
+//    copy (16 a stage instead of 64: the TMA engine moves small copies below the bandwidth; or 8
+//    slots, 8 copies, with row_groups 2 where the page size allows), the keys interleaved over
+//    the tiles so ldmatrix stays free of bank conflicts
 //    (mla_decode_layout.cuh StageLayout); and the rows of a chunk a few chunks ahead are
 //    prefetched into L2 (kMlaDecodeL2Prefetch: shared memory holds only one stage in flight).
 //  - 4 S warps, 16 keys of the stage each: Sᵀ = K·Qᵀ with K as the A operand (the m16 tile is 16
