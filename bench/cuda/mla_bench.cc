@@ -28,7 +28,7 @@
 //                               kernel / the pipelined wgmma kernel, e.g. after their parity tests
 //                               failed) [--row-groups 0] [--l2-prefetch 0]  (the acceptance
 //                               rows' decode kernel without that change, e.g. after its parity
-//                               cases failed)
+//                               cases failed) [--vtile 0]  (no V-tile variants)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -59,6 +59,7 @@ bool g_decode_kernel = true;  // --decode-kernel 0: plans without the decode ker
 bool g_wgmma_pipe = true;     // --wgmma-pipe 0: the wgmma kernel instead of the pipelined one
 int g_row_groups = -1;   // --row-groups 0: the acceptance rows' decode kernel copies single rows
 int g_l2_prefetch = -1;  // --l2-prefetch N: and prefetches N chunks ahead
+bool g_vtile = true;     // --vtile 0: no V-tile variants (e.g. after their parity tests failed)
 
 #define BENCH_CUDA(expr)                                                          \
   do {                                                                            \
@@ -100,12 +101,44 @@ struct Layout {
   bool flashmla;
 };
 
+// Where the decode kernel's warps wait (MlaAttentionParams::prof): one more launch with the
+// clock64 sums on, printed as cycles a chunk of one warp (the block's 4 S or 4 PV warps averaged)
+// and as % of that role's whole run.
+void print_profile(cudaStream_t s, cuda::MlaAttentionParams p, const cuda::MlaPlan& plan,
+                   const char* what, const char* layout, int heads) {
+  Buf prof(cuda::kMlaDecodeProfSlots * 8);
+  BENCH_CUDA(cudaMemset(prof.p, 0, cuda::kMlaDecodeProfSlots * 8));
+  p.prof = prof.as<uint64_t>();
+  cuda::launch_mla_attention(p, s);
+  BENCH_CUDA(cudaStreamSynchronize(s));
+  uint64_t v[cuda::kMlaDecodeProfSlots];
+  BENCH_CUDA(cudaMemcpy(v, prof.p, sizeof v, cudaMemcpyDeviceToHost));
+  const double warps = double(plan.row_tiles) * plan.num_splits * p.num_seqs * 4;
+  const double chunks = double(plan.split_len) / plan.chunk;  // a block's (all full here)
+  auto per = [&](int k) { return double(v[k]) / warps / chunks; };
+  auto pct = [&](int k, int total) {
+    return v[total] ? 100.0 * double(v[k]) / double(v[total]) : 0;
+  };
+  std::printf(
+      "prof     %-12s %-12s %3d heads, cycles/chunk: S %5.0f (full wait %4.0f = %2.0f%%, max %4.0f "
+      "= "
+      "%2.0f%%, P free %4.0f = %2.0f%%); PV %5.0f (P ready %4.0f = %2.0f%%, stage %4.0f = %2.0f%%, "
+      "produce %4.0f = %2.0f%%)\n",
+      what, layout, heads, per(cuda::kProfSTotal), per(cuda::kProfSFull),
+      pct(cuda::kProfSFull, cuda::kProfSTotal), per(cuda::kProfSMax),
+      pct(cuda::kProfSMax, cuda::kProfSTotal), per(cuda::kProfSFree),
+      pct(cuda::kProfSFree, cuda::kProfSTotal), per(cuda::kProfPvTotal), per(cuda::kProfPvReady),
+      pct(cuda::kProfPvReady, cuda::kProfPvTotal), per(cuda::kProfPvStage),
+      pct(cuda::kProfPvStage, cuda::kProfPvTotal), per(cuda::kProfPvProduce),
+      pct(cuda::kProfPvProduce, cuda::kProfPvTotal));
+}
+
 // One layer's latent cache of `batch` sequences × `ctx` tokens (pages of `page` tokens, shuffled),
 // written by the MLA write kernel; then `new_tokens` new tokens a sequence attend over it.
 // Returns the % of copy bandwidth.
 double bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch, int ctx,
-                  int new_tokens, int heads, const char* what,
-                  const cuda::MlaPlanOptions& opt = {}) {
+                  int new_tokens, int heads, const char* what, const cuda::MlaPlanOptions& opt = {},
+                  bool profile = false) {
   constexpr int R = 512, P = 64, W = R + P, page = 64;
   const int pages_per_seq = (ctx + page - 1) / page;
   const int64_t num_pages = int64_t(batch) * pages_per_seq;
@@ -196,24 +229,32 @@ double bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch
     at += std::snprintf(variant + at, sizeof variant - at, " c%d", plan.cvt);
   if (plan.kernel == cuda::kMlaDecode)
     at += std::snprintf(variant + at, sizeof variant - at, " pf%d%s", plan.l2_prefetch,
-                        plan.row_groups && page % 4 == 0 ? " g4" : "");
+                        plan.row_groups >= 2 && page % 8 == 0 ? " g8"
+                        : plan.row_groups && page % 4 == 0    ? " g4"
+                                                              : "");
   if (plan.evict_first) at += std::snprintf(variant + at, sizeof variant - at, " ef");
   if (plan.diag == 1) std::snprintf(variant + at, sizeof variant - at, " LOADS");
   if (plan.diag == 2) std::snprintf(variant + at, sizeof variant - at, " MATH");
+  if (plan.diag == 3) std::snprintf(variant + at, sizeof variant - at, " NO-PV-MATH");
+  if (plan.diag == 4) std::snprintf(variant + at, sizeof variant - at, " NO-S-MATH");
   std::printf(
       "mla      %-7s %-12s batch %2d x ctx %5d, %4d new, %3d heads, %-24s %2d rows, %3d split(s): "
       "%8.3f ms, %5.0f GB/s of latent rows = %5.1f%% of copy, %5.0f TFLOP/s = %5.1f%% of GEMM\n",
       what, lt.name, batch, ctx, new_tokens, heads, variant, plan.tile_rows, plan.num_splits, ms,
       gbs, 100.0 * gbs / c.copy_gbs, tflops, 100.0 * tflops / c.gemm_tflops);
+  if (profile && plan.kernel == cuda::kMlaDecode) print_profile(s, p, plan, what, lt.name, heads);
   return 100.0 * gbs / c.copy_gbs;
 }
 
-// The decode kernel's two changes of issue 22's bandwidth pass against the kernel before them
-// ("old": rows copied one by one, no L2 prefetch): rows copied in groups of 4 (row_groups), the
+// The decode kernel's changes of issue 22's bandwidth passes against the kernel before them
+// ("old": rows copied one by one, no L2 prefetch): rows copied in groups of 4 (row_groups 1), the
 // L2 prefetch (l2_prefetch chunks ahead) alone and with the groups, the product's default
-// ("new"), a sweep of prefetch distances, the other e4m3 conversions (cvt 0 and 2, 16 heads),
-// loads-only runs of old and new and a math-only run of new (wrong results: where the time goes).
-// One summary line a layout and head count.
+// ("new"), a sweep of prefetch distances, groups of 8 rows (row_groups 2, also with the L2
+// evict-first policy) and 4 stages instead of as many as fit, the other e4m3 conversions (cvt 0 and
+// 2, 16 heads), the V tile over e4m3 rows (cvt 3, with groups of 4 and 8; loads-only, math-only, no
+// PV math), loads-only runs of old, new and groups of 8, a math-only run of new and runs of new
+// without the PV warps' or the S warps' math (wrong results: where the time goes). One summary line
+// a layout and head count.
 void variant_sweep(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch, int ctx,
                    int heads) {
   struct V {
@@ -228,11 +269,16 @@ void variant_sweep(cudaStream_t s, const Ceilings& c, const Layout& lt, int batc
       {"groups+pf1", {.l2_prefetch = 1, .row_groups = 1}},
       {"groups+pf4", {.l2_prefetch = 4, .row_groups = 1}},
       {"groups+pf6", {.l2_prefetch = 6, .row_groups = 1}},
+      {"groups8", {.l2_prefetch = 0, .row_groups = 2}},
+      {"groups8-4st", {.l2_prefetch = 0, .row_groups = 2, .stages = 4}},
+      {"groups-4st", {.l2_prefetch = 0, .row_groups = 1, .stages = 4}},
+      {"groups8-ef", {.evict_first = 1, .l2_prefetch = 0, .row_groups = 2}},
   };
   double old_pct = 0, new_pct = 0, best = 0;
   const char* best_name = "";
   for (const V& v : vs) {
-    const double pct = bench_case(s, c, lt, batch, ctx, 1, heads, v.name, v.opt);
+    const bool profile = std::strcmp(v.name, "new") == 0 || std::strcmp(v.name, "groups8") == 0;
+    const double pct = bench_case(s, c, lt, batch, ctx, 1, heads, v.name, v.opt, profile);
     if (std::strcmp(v.name, "old") == 0) old_pct = pct;
     if (std::strcmp(v.name, "new") == 0) new_pct = pct;
     if (pct > best) best = pct, best_name = v.name;
@@ -243,10 +289,23 @@ void variant_sweep(cudaStream_t s, const Ceilings& c, const Layout& lt, int batc
       if (pct > best) best = pct, best_name = cvt == cuda::kMlaCvtInt ? "new, cvt 0" : "new, cvt 2";
     }
   }
+  if (lt.dtype == DType::kFP8E4M3 && g_vtile) {  // the V tile: values converted once
+    const int t = cuda::kMlaCvtTile;
+    for (const V& v : {V{"tile", {.cvt = t}}, V{"tile-g8", {.cvt = t, .row_groups = 2}}}) {
+      const double pct = bench_case(s, c, lt, batch, ctx, 1, heads, v.name, v.opt, true);
+      if (pct > best) best = pct, best_name = v.name;
+    }
+    bench_case(s, c, lt, batch, ctx, 1, heads, "tile-load", {.cvt = t, .diag = 1});
+    bench_case(s, c, lt, batch, ctx, 1, heads, "tile-math", {.cvt = t, .diag = 2});
+    bench_case(s, c, lt, batch, ctx, 1, heads, "tile-noPV", {.cvt = t, .diag = 3});
+  }
   bench_case(s, c, lt, batch, ctx, 1, heads, "old-load",
              {.diag = 1, .l2_prefetch = 0, .row_groups = 0});
   bench_case(s, c, lt, batch, ctx, 1, heads, "new-load", {.diag = 1});
+  bench_case(s, c, lt, batch, ctx, 1, heads, "g8-load", {.diag = 1, .row_groups = 2});
   bench_case(s, c, lt, batch, ctx, 1, heads, "new-math", {.diag = 2});
+  bench_case(s, c, lt, batch, ctx, 1, heads, "new-noPV", {.diag = 3});
+  bench_case(s, c, lt, batch, ctx, 1, heads, "new-noS", {.diag = 4});
   std::printf(
       "summary  %-12s %3d heads: old %5.1f%% -> new %5.1f%% of copy (%.2fx); best %5.1f%% (%s)\n",
       lt.name, heads, old_pct, new_pct, old_pct > 0 ? new_pct / old_pct : 0.0, best, best_name);
@@ -275,6 +334,8 @@ int main(int argc, char** argv) {
       g_row_groups = std::atoi(argv[i + 1]);
     else if (a == "--l2-prefetch")
       g_l2_prefetch = std::atoi(argv[i + 1]);
+    else if (a == "--vtile")
+      g_vtile = std::atoi(argv[i + 1]) != 0;
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   cudaDeviceProp prop{};

@@ -3,11 +3,13 @@
 merge (mla_attention.cu), written after the CUDA code, for checking without a GPU: the producer's
 bulk copies into stages (rows past the end duplicating the first key), mbarrier phases and
 parities, ldmatrix over fp8 bytes, the fp8 -> f16 conversions bit for bit (integer e4m3, e5m2,
-the conversion unit), the permuted k order inside a k-step and the matching Q loader (f16 with a
+the conversion unit; the V tile, cvt 3), the permuted k order inside a k-step and the matching Q loader (f16 with a
 power-of-two row scale), the swapped mma (keys as the A operand), masks, the S warps' shared row
 maxima, P in f16 (times 2^8) or bf16 with double buffering, the PV warps' byte permutes, FlashMLA
-tile scales on both sides, the output columns and the partials, the combine; both stage layouts
-(single rows; groups of 4 consecutive slots a copy with the keys interleaved over the tiles). Two
+tile scales on both sides, the output columns and the partials, the combine; the three stage
+layouts (single rows; groups of 4 or 8 consecutive slots a copy with the keys interleaved over the
+tiles); the V tile (cvt 3: the S warps store their converted values into a swizzled f16 tile and
+free the stage, the PV warps read V from it by ldmatrix.trans). Two
 schedules: the S warps as far ahead as the P buffers allow (S0 S1 PV0 S2 PV1 ...) and in lock step
 (S0 PV0 S1 ...); both must give the same bits. Compared with float64 attention over the decoded rows.
 
@@ -31,7 +33,10 @@ STAGE_OFF = P_OFF + 2 * MAXROWS * P_STRIDE
 LANES = np.arange(32)
 G, Q = LANES // 4, LANES % 4
 M32 = np.uint64(0xFFFFFFFF)
-CVT_INT, CVT_HWS, CVT_HW = 0, 1, 2
+CVT_INT, CVT_HWS, CVT_HW, CVT_TILE = 0, 1, 2, 3
+V_ROW = 2 * R  # the V tile (mla_decode_layout.cuh kVTileBytes): f16 rows of the latent values
+V_TILE = CHUNK * V_ROW
+V_AREA = 2 * (V_TILE + CHUNK * 16)  # two tiles and two [64][4] float scale arrays
 
 
 def u32(x):
@@ -43,25 +48,42 @@ def stage_stride(row_bytes):
 
 
 class StageLayout:
-    """mla_decode_layout.cuh StageLayout: single rows (tile t's row m is key 16 t + m) or groups of
-    4 consecutive slots a copy (key 4 m + t); tile t's row m at m * gs + t * tstep."""
+    """mla_decode_layout.cuh StageLayout: single rows (group_log2 0: tile t's row m is key 16 t + m)
+    or groups of 4 or 8 consecutive slots a copy (group_log2 2, 3: tile t's row m is row
+    t + 4 (m // NG) of group m % NG, NG = 64 / group rows); tile t's row m at tile_row(0, m) +
+    t * tstep."""
 
-    def __init__(self, row_bytes, groups):
-        self.groups, self.rb = groups, row_bytes
-        self.gs = stage_stride(4 * row_bytes if groups else row_bytes)
-        self.tstep = row_bytes if groups else 16 * stage_stride(row_bytes)
-        self.stage_bytes = (CHUNK // 4 if groups else CHUNK) * self.gs
+    def __init__(self, row_bytes, group_log2):
+        self.group_log2, self.rb = group_log2, row_bytes
+        self.ngroups = CHUNK >> group_log2
+        self.gs = stage_stride(row_bytes << group_log2)
+        self.tstep = row_bytes if group_log2 else 16 * stage_stride(row_bytes)
+        self.stage_bytes = self.ngroups * self.gs
 
     def key(self, t, m):
-        return 4 * m + t if self.groups else 16 * t + m
+        if not self.group_log2:
+            return 16 * t + m
+        return ((m % self.ngroups) << self.group_log2) + 4 * (m // self.ngroups) + t
 
     def tile_row(self, t, m):
-        return m * self.gs + t * self.tstep
+        if not self.group_log2:
+            return m * self.gs + t * self.tstep
+        return (m % self.ngroups) * self.gs + (4 * (m // self.ngroups) + t) * self.rb
 
 
-def stages_for(row_bytes):  # what fits either layout (mla_decode_stages)
-    stage = max(StageLayout(row_bytes, False).stage_bytes, StageLayout(row_bytes, True).stage_bytes)
-    return min(MAXSTAGES, (SMEM_MAX - STAGE_OFF) // stage)
+def row_group_log2(row_groups, page_size):  # mla_decode_layout.cuh row_group_log2
+    if row_groups >= 2 and page_size % 8 == 0:
+        return 3
+    return 2 if row_groups >= 1 and page_size % 4 == 0 else 0
+
+
+def vtile_swizzle(r8):
+    return 2 * (r8 & 3) + ((r8 >> 2) & 1)
+
+
+def stages_for(row_bytes, vtile=False):  # what fits every layout (mla_decode_stages)
+    stage = max(StageLayout(row_bytes, gl).stage_bytes for gl in (0, 2, 3))
+    return min(MAXSTAGES, (SMEM_MAX - STAGE_OFF - (V_AREA if vtile else 0)) // stage)
 
 
 # ---- bit-level helpers ----
@@ -227,7 +249,7 @@ def frexp_e(x):
 
 
 def run_block(p, cache, nt_tiles, lk, cvt, bx, by, bz, eager, partial_o, partial_ml, out):
-    lay = StageLayout(p["fmt"]["row_bytes"], p["row_groups"] and p["page_size"] % 4 == 0)
+    lay = StageLayout(p["fmt"]["row_bytes"], row_group_log2(p["row_groups"], p["page_size"]))
     f = p["fmt"]
     NT = nt_tiles
     rows_tile = 8 * NT
@@ -259,22 +281,26 @@ def run_block(p, cache, nt_tiles, lk, cvt, bx, by, bz, eager, partial_o, partial
     s_hw = e4 and cvt != CVT_INT
     pv_hw = e4 and cvt == CVT_HW
     conv_s = 256.0 if e4 and not s_hw else 1.0
-    conv_v = 256.0 if e4 and not pv_hw else 1.0
+    vt = e4 and cvt == CVT_TILE  # the V tile: the S warps store V as f16, the PV warps read it
+    conv_v = 256.0 if e4 and not pv_hw and not vt else 1.0
     pairs02 = not s_hw
     flash = lk == "flash"
     NS = p["stages"]
     rb = f["row_bytes"]
     stage_bytes = lay.stage_bytes
-    sm = Smem(STAGE_OFF + NS * stage_bytes)
+    stage_off = STAGE_OFF + (V_AREA if vt else 0)
+    sm = Smem(stage_off + NS * stage_bytes)
+    vtile = [Smem(V_TILE) for _ in range(2)]
+    vscale = np.full((2, CHUNK, 4), np.nan)
     full = [MBar(1) for _ in range(NS)]
-    empty = [MBar(KPVW) for _ in range(NS)]
+    empty = [MBar(KSW if vt else KPVW) for _ in range(NS)]
 
     # ---- the producer (PV warp 0's lanes) ----
     def produce(c):
         st = c % NS
         full[st].arrive(CHUNK * rb)  # lane 0: arrive.expect_tx
-        stage = STAGE_OFF + st * stage_bytes
-        if not lay.groups:
+        stage = stage_off + st * stage_bytes
+        if not lay.group_log2:
             for i in range(2):
                 for lane in range(32):
                     key = begin + c * CHUNK + lane + 32 * i
@@ -284,16 +310,17 @@ def run_block(p, cache, nt_tiles, lk, cvt, bx, by, bz, eager, partial_o, partial
                     sm.put(stage + (lane + 32 * i) * lay.gs, cache[src:src + rb])
                     full[st].complete_tx(rb)
         else:
-            for lane in range(CHUNK // 4):
-                k0 = begin + c * CHUNK + 4 * lane
+            gr = 1 << lay.group_log2
+            for lane in range(lay.ngroups):
+                k0 = begin + c * CHUNK + gr * lane
                 dst = stage + lane * lay.gs
-                if k0 + 3 < end:  # one copy of 4 consecutive slots
+                if k0 + gr - 1 < end:  # one copy of gr consecutive slots
                     src = slot_of(k0) * rb
-                    assert all(slot_of(k0 + r) == slot_of(k0) + r for r in range(4))
-                    sm.put(dst, cache[src:src + 4 * rb])
-                    full[st].complete_tx(4 * rb)
+                    assert all(slot_of(k0 + r) == slot_of(k0) + r for r in range(gr))
+                    sm.put(dst, cache[src:src + gr * rb])
+                    full[st].complete_tx(gr * rb)
                 else:
-                    for r in range(4):
+                    for r in range(gr):
                         key = k0 + r if k0 + r < end else begin
                         src = slot_of(key) * rb
                         sm.put(dst + r * rb, cache[src:src + rb])
@@ -364,7 +391,9 @@ def run_block(p, cache, nt_tiles, lk, cvt, bx, by, bz, eager, partial_o, partial
     def s_chunk(c):
         st, buf = c % NS, c & 1
         full[st].wait((c // NS) & 1, c // NS + 1)
-        st0 = STAGE_OFF + st * stage_bytes
+        st0 = stage_off + st * stage_bytes
+        if vt and c >= 2:
+            assert pv_done[c - 2], "V tile reused before the PV warps read it"
         red = np.zeros((KSW, MAXROWS))
         scs = []
         for warp in range(KSW):
@@ -390,6 +419,14 @@ def run_block(p, cache, nt_tiles, lk, cvt, bx, by, bz, eager, partial_o, partial
                         a0[:, 1], a0[:, 3] = key_pairs(lat_elem, s_hw, r[:, 1])
                         a1[:, 0], a1[:, 2] = key_pairs(lat_elem, s_hw, r[:, 2])
                         a1[:, 1], a1[:, 3] = key_pairs(lat_elem, s_hw, r[:, 3])
+                        if vt:  # rows 16 warp + g (+ 8), values 32 j + 4 q.. (a0), + 16 (a1)
+                            for lane in range(32):
+                                g, q = lane // 4, lane % 4
+                                for ro, uo, lo, hi in ((0, 0, a0[lane, 0], a0[lane, 2]), (8, 0, a0[lane, 1], a0[lane, 3]),
+                                                       (0, 2, a1[lane, 0], a1[lane, 2]), (8, 2, a1[lane, 1], a1[lane, 3])):
+                                    u = 4 * j + q // 2 + uo
+                                    at = (16 * warp + g + ro) * V_ROW + ((u ^ vtile_swizzle(g)) << 4) + 8 * (q & 1)
+                                    vtile[buf].put(at, np.array([lo, hi], np.uint32))
                         for nt in range(NT):
                             mma(a2[nt], a0, qf[2 * j, nt, 0], qf[2 * j, nt, 1], True)
                             mma(a2[nt], a1, qf[2 * j + 1, nt, 0], qf[2 * j + 1, nt, 1], True)
@@ -398,6 +435,9 @@ def run_block(p, cache, nt_tiles, lk, cvt, bx, by, bz, eager, partial_o, partial
                     if flash:
                         s0 = sm.f32(st0 + lay.tile_row(warp, G) + R + 4 * t)
                         s1 = sm.f32(st0 + lay.tile_row(warp, G + 8) + R + 4 * t)
+                        if vt:  # lane q == t of each quad
+                            vscale[buf, 16 * warp + G[Q == t], t] = s0[Q == t]
+                            vscale[buf, 16 * warp + G[Q == t] + 8, t] = s1[Q == t]
                     for nt in range(NT):
                         acc[nt][:, :2] += s0[:, None] * a2[nt][:, :2]
                         acc[nt][:, 2:] += s1[:, None] * a2[nt][:, 2:]
@@ -420,6 +460,8 @@ def run_block(p, cache, nt_tiles, lk, cvt, bx, by, bz, eager, partial_o, partial
                     for nt in range(NT):
                         mma(accr[nt], a0, qf[k0, nt, 0], qf[k0, nt, 1], True)
                         mma(accr[nt], a1, qf[k0 + 1, nt, 0], qf[k0 + 1, nt, 1], True)
+            if vt:  # this S warp is done with the stage
+                empty[st].arrive()
             key0 = begin + c * CHUNK
             gkey = [lay.key(warp, G), lay.key(warp, G + 8)]
             sc = np.zeros((NT, 4, 32))
@@ -466,9 +508,13 @@ def run_block(p, cache, nt_tiles, lk, cvt, bx, by, bz, eager, partial_o, partial
     def pv_chunk(c):
         assert s_done[c]
         st, buf = c % NS, c & 1
-        st0 = STAGE_OFF + st * stage_bytes
+        st0 = stage_off + st * stage_bytes
+        if vt and c + NS < nchunks:  # PV warp 0 refills the stage the S warps freed
+            empty[st].wait((c // NS) & 1, c // NS + 1)
+            produce(c + NS)
         for pw in range(KPVW):
-            full[st].wait((c // NS) & 1, c // NS + 1)
+            if not vt:
+                full[st].wait((c // NS) & 1, c // NS + 1)
             fac = np.zeros((NT, 2, 32))
             for nt in range(NT):
                 for e in range(2):
@@ -478,7 +524,7 @@ def run_block(p, cache, nt_tiles, lk, cvt, bx, by, bz, eager, partial_o, partial
                 for ks in range(CHUNK // 16):
                     for i in range(4):
                         mrow = 2 * Q + (i & 1) + 8 * (i >> 1)
-                        sv[ks, i] = sm.f32(st0 + lay.tile_row(ks, mrow) + R + 4 * pw)
+                        sv[ks, i] = vscale[buf, 16 * ks + mrow, pw] if vt else sm.f32(st0 + lay.tile_row(ks, mrow) + R + 4 * pw)
                 smax = sv.max(axis=(0, 1)).reshape(8, 4).max(axis=1).repeat(4)  # xor 1, 2
                 sv = sv * (1.0 / smax)
                 fac = fac * (gscale[pw] * (1.0 / smax))
@@ -501,7 +547,14 @@ def run_block(p, cache, nt_tiles, lk, cvt, bx, by, bz, eager, partial_o, partial
                             lo = f16_val(reg & np.uint64(0xFFFF)) * sv[ks, 2 * b]
                             hi = f16_val(reg >> np.uint64(16)) * sv[ks, 2 * b + 1]
                             pb[nt][b] = pack_f16x2(lo, hi)
-                if not fp8:
+                if vt:
+                    vr = 16 * ks + (LANES & 7) + (LANES >> 4) * 8
+                    x = ((LANES >> 3) & 1) ^ vtile_swizzle(LANES & 7)
+                    for j in range(8):
+                        a = ldmatrix(vtile[buf], vr * V_ROW + pw * 256 + (((2 * j) ^ x) << 4), 4, trans=True)
+                        for nt in range(NT):
+                            mma(o[pw, j, nt], a, pb[nt][0], pb[nt][1], True)
+                elif not fp8:
                     v_lane = st0 + lay.tile_row(ks, (LANES & 7) + (LANES >> 4) * 8) + pw * 256 + ((LANES >> 3) & 1) * 16
                     for j in range(8):
                         a = ldmatrix(sm, v_lane + j * 32, 4, trans=True)
@@ -520,9 +573,10 @@ def run_block(p, cache, nt_tiles, lk, cvt, bx, by, bz, eager, partial_o, partial
                             a[:, 2], a[:, 3] = value_pairs(lat_elem, pv_hw, words[2][cc], words[3][cc], h)
                             for nt in range(NT):
                                 mma(o[pw, 2 * cc + h, nt], a, pb[nt][0], pb[nt][1], True)
-            empty[st].arrive()
+            if not vt:
+                empty[st].arrive()
         pv_done[c] = True
-        if c + NS < nchunks:  # PV warp 0 refills the stage
+        if not vt and c + NS < nchunks:  # PV warp 0 refills the stage
             empty[st].wait((c // NS) & 1, c // NS + 1)
             produce(c + NS)
 
@@ -570,7 +624,7 @@ def run_block(p, cache, nt_tiles, lk, cvt, bx, by, bz, eager, partial_o, partial
                     inv = (f["latent_scale"] * ofac / total if total > 0 else 0.0) if one else ofac
                     for j in range(8):
                         for hh in range(2):
-                            col = 128 * pw + (16 * j + g + 8 * hh if not fp8 else 16 * g + 2 * j + hh)
+                            col = 128 * pw + (16 * j + g + 8 * hh if not fp8 or vt else 16 * g + 2 * j + hh)
                             v = o[pw, j, nt, lane, 2 * hh + e] * inv
                             if one:
                                 out[grow, col] = bf16_round(np.array([v]))[0]
@@ -672,7 +726,8 @@ def case(kind, heads, page, seqs, splits, cvt, rng, num_sms=132, row_groups=1):
     p = dict(fmt=f, q_bits=bf16_bits(q).astype(np.uint64), q_indptr=q_indptr, kv_lens=kv_lens,
              page_indptr=page_indptr, page_indices=pages, page_size=page, heads=heads, q_stride=W,
              scale_log2=scale * 1.4426950408889634, num_seqs=len(seqs), row_tiles=row_tiles,
-             num_splits=num_splits, split_len=cps * CHUNK, stages=stages_for(f["row_bytes"]),
+             num_splits=num_splits, split_len=cps * CHUNK,
+             stages=stages_for(f["row_bytes"], f["latent_elem"] == E4M3 and cvt == CVT_TILE),
              row_groups=row_groups)
     lk = latent_kind(kind)
     results = []
@@ -704,8 +759,8 @@ def case(kind, heads, page, seqs, splits, cvt, rng, num_sms=132, row_groups=1):
     err = np.nansum((out - want) ** 2) / np.sum(want ** 2) if np.isfinite(out).all() else np.inf
     if not same:
         err = np.inf
-    groups = int(row_groups and page % 4 == 0)
-    print(f"{kind:14s} cvt {cvt} groups {groups} heads={heads:3d} page={page:2d} seqs={seqs} rows/tile={tile_rows} "
+    groups = 1 << row_group_log2(row_groups, page)
+    print(f"{kind:14s} cvt {cvt} group {groups} heads={heads:3d} page={page:2d} seqs={seqs} rows/tile={tile_rows} "
           f"splits={num_splits} stages={p['stages']}: nmse {err:.3g}{'' if same else '  SCHEDULES DIFFER'}",
           flush=True)
     return err
@@ -734,6 +789,15 @@ def main():
         ("e4m3", 16, 4, [(201, 1), (6, 1)], 0, CVT_HWS, 1),
         ("e4m3_bf16rope", 5, 12, [(150, 2)], 2, CVT_INT, 1),
         ("bf16", 8, 4, [(66, 1)], 0, CVT_INT, 1),
+        # groups of 8 (pages of 8, 24, 64; 12 falls back to 4), the V tile (cvt 3: 2 stages)
+        ("bf16", 16, 8, [(130, 1), (7, 1)], 0, CVT_INT, 2),
+        ("flash", 16, 24, [(260, 1)], 3, CVT_HWS, 2),
+        ("e4m3_bf16rope", 5, 12, [(150, 2)], 2, CVT_HWS, 2),
+        ("flash", 16, 64, [(300, 1)], 2, CVT_TILE, 1),
+        ("flash", 8, 8, [(200, 1), (3, 1)], 0, CVT_TILE, 2),
+        ("flash", 2, 1, [(60, 7), (0, 3)], 0, CVT_TILE, 1),
+        ("e4m3", 16, 16, [(250, 1)], 3, CVT_TILE, 0),
+        ("e4m3_bf16rope", 5, 24, [(140, 2)], 0, CVT_TILE, 2),
     ]
     if "--quick" in sys.argv:
         cases = cases[:3]

@@ -234,8 +234,17 @@ struct Case {
                                           // keys four orders of magnitude apart
   int l2_prefetch = -1;                   // the decode kernel's L2 prefetch distance (-1: default)
   int row_groups = 1;                     // the decode kernel: rows copied in groups of 4 (where
-                                          // the page size is a multiple of 4) or one by one
+                                          // the page size is a multiple of 4), of 8 (2; where it
+                                          // is a multiple of 8) or one by one (0)
+  int stages = 0;                         // the decode kernel's stages (0: as many as fit)
 };
+
+// Rows the decode kernel copies at once for a plan and page size (mla_decode_layout.cuh
+// row_group_log2).
+int decode_group_rows(const cuda::MlaPlan& plan, int page) {
+  if (plan.row_groups >= 2 && page % 8 == 0) return 8;
+  return plan.row_groups >= 1 && page % 4 == 0 ? 4 : 1;
+}
 
 const char* kernel_name(const cuda::MlaPlan& plan) {
   switch (plan.kernel) {
@@ -345,7 +354,8 @@ void run_attention(const Fmt& f, const Case& cs) {
                                  .bf16_chunk = cs.bf16_chunk,
                                  .cvt = cs.cvt,
                                  .l2_prefetch = cs.l2_prefetch,
-                                 .row_groups = cs.row_groups};
+                                 .row_groups = cs.row_groups,
+                                 .stages = cs.stages};
   const cuda::MlaPlan plan =
       cuda::plan_mla_attention(c.fmt, n, t_new, H, max_new, max_kv, num_sms(), opt);
   DevBuf scratch(size_t(plan.scratch_bytes));
@@ -363,9 +373,9 @@ void run_attention(const Fmt& f, const Case& cs) {
     shape += " " + std::to_string(cached) + "+" + std::to_string(fresh);
   std::printf(
       "mla attention %-28s %3d+%-2d heads %3d page %2d %-10s kernel (%2d rows, %d-key chunks, %d "
-      "stages, cvt %d, prefetch %d, row groups %d), %d split(s) of %d:%s: nmse %.3g\n",
+      "stages, cvt %d, prefetch %d, row group %d), %d split(s) of %d:%s: nmse %.3g\n",
       f.name, R, cs.rope, H, page, kernel_name(plan), plan.tile_rows, plan.chunk, plan.stages,
-      plan.cvt, plan.l2_prefetch, plan.row_groups && page % 4 == 0, plan.num_splits, plan.split_len,
+      plan.cvt, plan.l2_prefetch, decode_group_rows(plan, page), plan.num_splits, plan.split_len,
       shape.c_str(), e);
   EXPECT_LT(e, 1e-4) << "kernel " << kernel_name(plan) << " " << f.name << " heads " << H
                      << " page " << page << shape;
@@ -427,6 +437,38 @@ TEST(MlaAttention, DecodeConversions) {
           {.heads = 4, .page = 3, .seqs = {{300, 4}}, .splits = 2, .cvt = cvt, .spread = true});
     }
     run_attention(kFormats[i], {.heads = 8, .page = 64, .seqs = {{400, 1}}, .spread = true});
+  }
+}
+
+// The decode kernel's V tile (kMlaCvtTile: each e4m3 value converted once, by the S warps, into a
+// shared f16 tile the PV warps read; 2 stages, freed by the S warps): plain e4m3 (scaled, with a
+// bf16 rope part) and FlashMLA rows; 16, 8 and 5 heads; the three stage layouts; contexts ending
+// inside a group and a chunk; splits ending mid-chunk; several new tokens; rows of very different
+// sizes (FlashMLA tile scales four orders of magnitude apart).
+TEST(MlaAttention, DecodeVTile) {
+  constexpr int kTile = cuda::kMlaCvtTile;
+  for (int i : {1, 2, 4, 7}) {
+    for (int groups : {2, 1, 0}) {
+      run_attention(kFormats[i], {.heads = 16,
+                                  .page = 16,
+                                  .seqs = {{1001, 1}, {64, 1}, {5, 1}},
+                                  .cvt = kTile,
+                                  .row_groups = groups});
+      run_attention(kFormats[i], {.heads = 8,
+                                  .page = 64,
+                                  .seqs = {{2047, 1}, {190, 2}},
+                                  .splits = 3,
+                                  .cvt = kTile,
+                                  .row_groups = groups});
+    }
+    run_attention(kFormats[i], {.heads = 5,
+                                .page = 3,
+                                .seqs = {{300, 4}, {0, 1}},
+                                .splits = 2,
+                                .cvt = kTile,
+                                .spread = true});
+    run_attention(kFormats[i],
+                  {.heads = 16, .page = 8, .seqs = {{4100, 1}}, .cvt = kTile, .spread = true});
   }
 }
 
@@ -514,14 +556,16 @@ TEST(MlaAttention, DecodeL2Prefetch) {
   }
 }
 
-// The decode kernel's two stage layouts (mla_decode_layout.cuh StageLayout): rows copied in
-// groups of 4 consecutive slots, tile t taking keys 4m + t (every other test with a page size
-// that is a multiple of 4), and one row a copy, tile t taking keys 16 t + m (page sizes 1 and 3
-// elsewhere; here forced). Page sizes 4, 12 (3 groups a page), 16, 64; contexts ending inside a
-// group, inside a chunk, on a page bound; splits that end mid-chunk; 5, 8 and 16 heads.
+// The decode kernel's three stage layouts (mla_decode_layout.cuh StageLayout): rows copied in
+// groups of 8 consecutive slots (row_groups 2, tile t taking keys 8 (m % 8) + 4 (m / 8) + t) or of
+// 4 (row_groups 1, keys 4m + t; every other test with a page size that is a multiple of 4), and
+// one row a copy (keys 16 t + m; page sizes 1 and 3 elsewhere; here forced). Page sizes 4, 12 (3
+// groups of 4 a page; groups of 8 fall back to 4), 8, 16, 24 (3 groups of 8 a page), 64; contexts
+// ending inside a group, inside a chunk, on a page bound; splits that end mid-chunk; 5, 8 and 16
+// heads; 2 and 3 stages (the stage ring wrapping at other chunks).
 TEST(MlaAttention, DecodeRowGroups) {
   for (int i : {0, 1, 4, 7}) {
-    for (int groups : {1, 0}) {
+    for (int groups : {2, 1, 0}) {
       run_attention(kFormats[i], {.heads = 16,
                                   .page = 4,
                                   .seqs = {{1001, 1}, {130, 1}, {2, 1}, {63, 1}},
@@ -536,6 +580,17 @@ TEST(MlaAttention, DecodeRowGroups) {
                                   .seqs = {{2047, 1}, {64, 1}, {190, 2}},
                                   .splits = 3,
                                   .row_groups = groups});
+      run_attention(kFormats[i], {.heads = 16,
+                                  .page = 8,
+                                  .seqs = {{1003, 1}, {7, 1}, {72, 1}},
+                                  .row_groups = groups,
+                                  .stages = 2});
+      run_attention(kFormats[i], {.heads = 5,
+                                  .page = 24,
+                                  .seqs = {{599, 2}, {23, 1}},
+                                  .splits = 3,
+                                  .row_groups = groups,
+                                  .stages = 3});
     }
   }
 }

@@ -93,8 +93,10 @@ void launch_mla_kv_write(const MlaKvWriteParams& p, cudaStream_t stream);
 enum MlaKernel : int { kMlaMma = 0, kMlaWgmma = 1, kMlaDecode = 2, kMlaWgmmaPipe = 3 };
 // The decode kernel's e4m3 -> f16 conversion (mla_decode.cuh): integer ops in both warp roles,
 // the conversion unit in the S warps and integer ops in the PV warps (the default), or the unit in
-// both. FlashMLA and plain e4m3 rows; -1 in MlaPlanOptions: the default.
-enum MlaCvt : int { kMlaCvtInt = 0, kMlaCvtHwS = 1, kMlaCvtHw = 2 };
+// both; or (kMlaCvtTile) each value once, by the S warps' conversion unit, into a shared f16 tile
+// the PV warps read (fewer stages fit). FlashMLA and plain e4m3 rows; -1 in MlaPlanOptions: the
+// default.
+enum MlaCvt : int { kMlaCvtInt = 0, kMlaCvtHwS = 1, kMlaCvtHw = 2, kMlaCvtTile = 3 };
 
 struct MlaAttentionParams {
   const uint16_t* q;            // bf16 [tokens, heads, q_stride]: [latent (R) | rope (P)]
@@ -109,6 +111,8 @@ struct MlaAttentionParams {
   float* partial_ml;            // num_splits > 1: [tokens · heads, num_splits, 2] (max, sum)
   const int32_t* positions;     // DCP: device [tokens], the new tokens' positions; else null
   float* lse_out;               // DCP: float32 [tokens, heads, R + 1] (see above); else null
+  uint64_t* prof;  // benchmarks only, the decode kernel: kMlaDecodeProfSlots clock64 sums over
+                   // its warps (mla_decode_kernel.cuh MlaDecodeProf); else null
   MlaRowFormat fmt;
   int num_seqs;
   int heads;
@@ -126,16 +130,33 @@ struct MlaAttentionParams {
   int cvt;           // MlaCvt (the decode kernel over e4m3 rows; the plan's)
   int evict_first;   // 1: the decode kernel reads rows with an L2 evict-first policy (the plan's)
   int diag;          // benchmarks only, the decode and pipelined wgmma kernels: 1 loads without
-                     // math, 2 math without loads (wrong results; where the time goes); else 0
+                     // math, 2 math without loads; the decode kernel also 3 without the PV
+                     // warps' math, 4 without the S warps' (wrong results; where the time goes)
   int dcp_rank;      // DCP: this rank's index in its group (positions set)
   int dcp_size;      // DCP: the group's ranks (positions set)
   int l2_prefetch;   // the decode kernel: chunks of rows prefetched into L2 ahead of its stage
                      // loads (the plan's; 0: none)
   int row_groups;    // the decode kernel: 1 copies rows in groups of 4 consecutive slots where
-                     // the page size is a multiple of 4 (mla_decode_layout.cuh StageLayout), 0
-                     // one row a copy (the plan's)
+                     // the page size is a multiple of 4, 2 in groups of 8 where it is a multiple
+                     // of 8 (else of 4), 0 one row a copy (mla_decode_layout.cuh StageLayout;
+                     // the plan's)
 };
-static_assert(sizeof(MlaAttentionParams) == 11 * 8 + sizeof(MlaRowFormat) + 20 * 4, "no padding");
+static_assert(sizeof(MlaAttentionParams) == 12 * 8 + sizeof(MlaRowFormat) + 20 * 4, "no padding");
+// Where the decode kernel's warps spend their cycles (p.prof, summed over every block's warps):
+// the S warps waiting for a stage's bytes, for the other S warps' row maxima, for the PV warps to
+// free a P buffer, and their whole run; the PV warps waiting for P, for a stage (its bytes, or
+// the producer for its empty slot), producing stages, and their whole run.
+enum MlaDecodeProf : int {
+  kProfSFull = 0,
+  kProfSMax,
+  kProfSFree,
+  kProfSTotal,
+  kProfPvReady,
+  kProfPvStage,
+  kProfPvProduce,
+  kProfPvTotal,
+  kMlaDecodeProfSlots
+};
 
 // Which (R, P) the kernels are built for: (512, 64) the real models, (128, 32) house-mla,
 // (32, 8) the tiny fixtures. The wgmma kernel: (512, 64) with bf16 plain rows only.
@@ -145,8 +166,9 @@ bool mla_wgmma_supported(const MlaRowFormat& fmt);
 // fp8 latent with a bf16 or fp8 rope part, FlashMLA rows (not f32 rope parts). The cache base must
 // be 16-byte aligned too (mla_copy_width == 16; launch checks).
 bool mla_decode_supported(const MlaRowFormat& fmt);
-// Its pipeline stages of 64 keys for the format (3 for bf16 rows, 5 for fp8 rows).
-int mla_decode_stages(const MlaRowFormat& fmt);
+// Its pipeline stages of 64 keys for the format and e4m3 conversion (3 for bf16 rows, 5 for fp8
+// rows, 2 for e4m3 rows with kMlaCvtTile).
+int mla_decode_stages(const MlaRowFormat& fmt, int cvt = kMlaCvtHwS);
 // How many 64-key chunks ahead of its stage loads the decode kernel prefetches rows into L2 by
 // default. The idea: its shared memory holds 3 stages of bf16 rows and two are under the S and PV
 // warps, so about one stage (74 KB) is in flight an SM; rows prefetched into L2 a few chunks ahead
@@ -194,7 +216,8 @@ struct MlaPlanOptions {
   int l2_prefetch = -1;  // the decode kernel's L2 prefetch distance in chunks (-1: the default,
                          // kMlaDecodeL2Prefetch; 0: none, the kernel as before it)
   int row_groups = 1;    // the decode kernel: 1 rows copied in groups of 4 where the page size
-                         // allows, 0 one row a copy (the kernel as before)
+                         // allows, 2 in groups of 8, 0 one row a copy (the kernel as before)
+  int stages = 0;        // the decode kernel's stages (0: as many as fit, mla_decode_stages)
 };
 // Kernel: the pipelined wgmma kernel (opt.wgmma 1: the wgmma kernel) where it applies
 // (mla_wgmma_supported and >= 64 query rows a sequence), else the decode kernel where it applies

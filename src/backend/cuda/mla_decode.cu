@@ -1,5 +1,7 @@
 // The MLA decode kernel (mla_decode.cuh): bf16 and e5m2 rows, what it supports, and the dispatch
 // of every row kind (e4m3 and FlashMLA rows are instantiated in mla_decode_fp8.cu).
+#include <algorithm>
+
 #include "backend/cuda/mla_decode.cuh"
 
 namespace strata::cuda {
@@ -30,11 +32,14 @@ bool mla_decode_supported(const MlaRowFormat& f) {
   return f.rope_elem != kMlaF32;  // fp8 latent, bf16 or fp8 rope
 }
 
-int mla_decode_stages(const MlaRowFormat& f) {  // what fits either layout
+int mla_decode_stages(const MlaRowFormat& f, int cvt) {  // what fits every layout
   using mla_decode::StageLayout;
-  const int stage = std::max(StageLayout(f.row_bytes, false).stage_bytes(),
-                             StageLayout(f.row_bytes, true).stage_bytes());
-  return std::min(mla_decode::kMaxStages, (kMlaMaxSmem - mla_decode::kStageOff) / stage);
+  const int stage = std::max({StageLayout(f.row_bytes, 0).stage_bytes(),
+                              StageLayout(f.row_bytes, 2).stage_bytes(),
+                              StageLayout(f.row_bytes, 3).stage_bytes()});
+  const int fixed = mla_decode::kStageOff +
+                    (mla_decode::uses_vtile(f.latent_elem, cvt) ? mla_decode::kVTileAreaBytes : 0);
+  return std::min(mla_decode::kMaxStages, (kMlaMaxSmem - fixed) / stage);
 }
 
 void init_mla_decode_kernels() {
@@ -45,7 +50,7 @@ void init_mla_decode_kernels() {
 void launch_mla_decode(const MlaAttentionParams& p, cudaStream_t stream) {
   CHECK_MSG(mla_decode_supported(p.fmt) && p.copy_width == 16 && p.chunk == mla_decode::kChunk &&
                 (p.tile_rows == 8 || p.tile_rows == 16) && p.stages >= 2 &&
-                p.stages <= mla_decode_stages(p.fmt),
+                p.stages <= mla_decode_stages(p.fmt, p.cvt),
             "MLA decode kernel: rows of {} bytes (16-byte aligned), chunk {}, {} rows, {} stages",
             p.fmt.row_bytes, p.chunk, p.tile_rows, p.stages);
   if (p.fmt.flashmla) return mla_decode::launch_flash(p, stream);

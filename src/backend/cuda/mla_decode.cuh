@@ -14,8 +14,9 @@
 //    (its lanes' page lookups for that stage issued a chunk earlier); the other 7 warps never
 //    issue loads. (A ninth, producer-only warp costs registers: ptxas sizes 288-thread blocks as
 //    384, 168 a thread.) Where the page size is a multiple of 4, four consecutive slots are one
-//    copy (16 a stage instead of 64: the TMA engine moves small copies below the bandwidth), the
-//    keys interleaved over the tiles so ldmatrix stays free of bank conflicts
+//    copy (16 a stage instead of 64: the TMA engine moves small copies below the bandwidth; or 8
+//    slots, 8 copies, with row_groups 2 where the page size allows), the keys interleaved over
+//    the tiles so ldmatrix stays free of bank conflicts
 //    (mla_decode_layout.cuh StageLayout); and the rows of a chunk a few chunks ahead are
 //    prefetched into L2 (kMlaDecodeL2Prefetch: shared memory holds only one stage in flight).
 //  - 4 S warps, 16 keys of the stage each: Sᵀ = K·Qᵀ with K as the A operand (the m16 tile is 16
@@ -38,6 +39,10 @@
 //    values) or by the conversion unit (cvt.rn.f16x2.e4m3x2, exact, one per 2 values); Cvt picks it
 //    per side (kCvtInt, kCvtHwS: S warps by the unit and PV warps by integer ops, kCvtHw), so the
 //    two pipes share the work; the bench compares the three.
+//  - the V tile (Cvt kCvtTile, e4m3 rows; mla_decode_layout.cuh): the S warps also store the f16
+//    values they convert into a shared tile (two buffers, as P) and free the stage themselves; the
+//    PV warps run the bf16 rows' ldmatrix.trans path on it with f16 mma. Each value is converted
+//    once (not once in each warp role), at the cost of 128 KB of shared memory (2 stages left).
 //  - FlashMLA rows: the S warps accumulate each 128-value tile separately and multiply by the key's
 //    tile scale; PV warp w owns exactly tile w's columns, so it multiplies P by its tile's scale of
 //    each key, divided by the chunk's largest (keeps P·s in f16's range); that divisor is carried
@@ -51,8 +56,9 @@ namespace strata::cuda::mla_decode {
 
 // Shared memory of the kernel for p's stages, rows and layout.
 inline int smem_bytes(const MlaAttentionParams& p) {
-  const StageLayout lay(p.fmt.row_bytes, use_row_groups(p.row_groups, p.page_size));
-  return kStageOff + p.stages * lay.stage_bytes();
+  const StageLayout lay(p.fmt.row_bytes, row_group_log2(p.row_groups, p.page_size));
+  return kStageOff + (uses_vtile(p.fmt.latent_elem, p.cvt) ? kVTileAreaBytes : 0) +
+         p.stages * lay.stage_bytes();
 }
 
 template <int NT, int LK, int CVT>

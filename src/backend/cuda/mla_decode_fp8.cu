@@ -1,5 +1,5 @@
 // The MLA decode kernel (mla_decode.cuh) over e4m3 and FlashMLA rows: the default e4m3 conversion
-// for 8 and 16 rows, the other two (the bench's comparison) for 16 rows.
+// and the V tile for 8 and 16 rows, the other two (the bench's comparison) for 16 rows.
 #include "backend/cuda/mla_decode.cuh"
 
 namespace strata::cuda::mla_decode {
@@ -7,8 +7,12 @@ namespace {
 
 template <int LK>
 void launch_kind(const MlaAttentionParams& p, cudaStream_t stream) {
-  if (p.tile_rows == 8) return launch<1, LK, kDefaultCvt>(p, stream);
+  if (p.tile_rows == 8)
+    return p.cvt == kCvtTile ? launch<1, LK, kCvtTile>(p, stream)
+                             : launch<1, LK, kDefaultCvt>(p, stream);
   switch (p.cvt) {
+    case kCvtTile:
+      return launch<2, LK, kCvtTile>(p, stream);
     case kCvtInt:
       return launch<2, LK, kCvtInt>(p, stream);
     case kCvtHw:
@@ -20,6 +24,8 @@ void launch_kind(const MlaAttentionParams& p, cudaStream_t stream) {
 template <int LK>
 void init_kind() {
   set_limit<1, LK, kDefaultCvt>();
+  set_limit<1, LK, kCvtTile>();
+  set_limit<2, LK, kCvtTile>();
   set_limit<2, LK, kCvtInt>();
   set_limit<2, LK, kCvtHwS>();
   set_limit<2, LK, kCvtHw>();

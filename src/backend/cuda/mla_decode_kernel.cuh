@@ -16,7 +16,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
   constexpr bool kSHw = kE4 && CVT != kCvtInt;  // S warps convert e4m3 by the conversion unit
   constexpr bool kPvHw = kE4 && CVT == kCvtHw;
   constexpr float kConvS = kE4 && !kSHw ? 256.0f : 1.0f;  // integer e4m3 reads value · 2^-8
-  constexpr float kConvV = kE4 && !kPvHw ? 256.0f : 1.0f;
+  constexpr bool kVT = kE4 && CVT == kCvtTile;  // V through the shared f16 tile (kVTileBytes)
+  constexpr float kConvV = kE4 && !kPvHw && !kVT ? 256.0f : 1.0f;
+  static_assert(kSWarps == kPvWarps, "either role's warps free a stage (one arrival each)");
+  constexpr int kStages0 = kStageOff + (kVT ? kVTileAreaBytes : 0);
   constexpr bool kPairs02 = !kSHw;
   constexpr int kRows = 8 * NT;
   extern __shared__ __align__(128) char smem[];
@@ -25,18 +28,35 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
   mla::BlockWork w;
   if (!w.init(p, kRows)) return;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  // p.prof (benchmarks): cycles of the waits below, summed by lane 0 of each warp at its end.
+  const bool prof = p.prof != nullptr;
+  const uint64_t t_start = prof ? clock64() : 0;
+  uint64_t tw[3] = {0, 0, 0};
+  auto tick = [&]() -> uint64_t { return prof ? clock64() : 0; };
+  auto tock = [&](int k, uint64_t since) {
+    if (prof) tw[k] += clock64() - since;
+  };
+  auto prof_flush = [&](int first, int total) {
+    if (!prof || lane != 0) return;
+    for (int k = 0; k < 3; ++k)
+      atomicAdd(reinterpret_cast<unsigned long long*>(p.prof + first + k),
+                (unsigned long long)tw[k]);
+    atomicAdd(reinterpret_cast<unsigned long long*>(p.prof + total),
+              (unsigned long long)(clock64() - t_start));
+  };
   const int g = lane / 4, q = lane % 4;
   const MlaRowFormat& f = p.fmt;
   const int NS = p.stages;
-  const bool groups = use_row_groups(p.row_groups, p.page_size);
-  const StageLayout lay(f.row_bytes, groups);
+  const StageLayout lay(f.row_bytes, row_group_log2(p.row_groups, p.page_size));
+  const bool groups = lay.group_log2 != 0;
+  const int G = lay.group_rows();
   const int stage_bytes = lay.stage_bytes();
   const uint32_t smem_s = smem_addr(smem);
-  const uint32_t stage0 = smem_s + kStageOff;
+  const uint32_t stage0 = smem_s + kStages0;
   if (tid == 0) {
     for (int s = 0; s < NS; ++s) {
       mla::mbar_init(smem_s + kFullOff + 8 * s, 1);          // the producer's arrival
-      mla::mbar_init(smem_s + kEmptyOff + 8 * s, kPvWarps);  // one per PV warp
+      mla::mbar_init(smem_s + kEmptyOff + 8 * s, kPvWarps);  // one per PV (V tile: S) warp
     }
     mla::mbar_init_fence();
   }
@@ -134,20 +154,44 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
     float* red = reinterpret_cast<float*>(smem + kRedOff);
     float* corr_s = reinterpret_cast<float*>(smem + kCorrOff);
     const int rope_off = f.rope_offset;
+    // V tile (kVT): this lane's rows vr0 = 16 warp + g and vr0 + 8 take the f16 values 32 j + 4 q..
+    // + 3 (unit u = 4 j + q / 2) and 32 j + 16 + 4 q.. (u + 2) at ((u ^ swizzle(g)) << 4) + 8 (q &
+    // 1). With x the unit's low 3 bits after the swizzle, that is vo[.] + 64 (j & ~1): x for even j
+    // and x ^ 4 for odd j (bit 2 of 4 j), so every store is a base register plus an immediate.
+    const int vr0 = 16 * warp + g, vswz = vtile_swizzle(g);
+    int vo[4];
+    {
+      const int xa = (q >> 1) ^ vswz, xb = (2 | (q >> 1)) ^ vswz, half = 8 * (q & 1);
+      vo[0] = (xa << 4) + half, vo[1] = ((xa ^ 4) << 4) + half;
+      vo[2] = (xb << 4) + half, vo[3] = ((xb ^ 4) << 4) + half;
+    }
 
     for (int c = 0; c < nchunks; ++c) {
       const int st = c % NS, buf = c & 1;
+      uint64_t t0 = tick();
       mla::mbar_wait(smem_s + kFullOff + 8 * st, (c / NS) & 1);
+      tock(0, t0);
       const uint32_t st_s = stage0 + st * stage_bytes;
-      const char* st_p = smem + kStageOff + st * stage_bytes;
+      const char* st_p = smem + kStages0 + st * stage_bytes;
       const uint32_t krow = st_s + lrow;
+      // V tile `buf` (and P buffer `buf`) were last read by the PV warps at chunk c - 2.
+      t0 = tick();
+      if (kVT && c >= 2) mla::named_sync(kBarFree + buf, (kSWarps + kPvWarps) * 32);
+      tock(2, t0);
+      char* vt = smem + kStageOff + buf * kVTileBytes + vr0 * kVRowBytes;  // row vr0
+      float* vscale = reinterpret_cast<float*>(smem + kVScaleOff + buf * kVScaleBytes);
+      // Values of row vr0 (+ 8 rows: row8) at offset vo[k] + 64 (j & ~1) (see vo).
+      auto store_v = [&](int j, int k, int row8, uint32_t lo, uint32_t hi) {
+        *reinterpret_cast<uint2*>(vt + row8 * kVRowBytes + vo[k] + 64 * (j & ~1)) =
+            make_uint2(lo, hi);
+      };
       float acc[NT][4], accr[NT][4];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[nt][i] = accr[nt][i] = 0.0f;
 
-      const bool math = p.diag != 1;  // diag 1: loads without math
+      const bool math = p.diag != 1 && p.diag != 4;  // diag 1: loads only; 4: no S math
       if (!math) {
       } else if constexpr (!kFp8) {
         float a2[2][NT][4] = {};  // two accumulators: half the dependent-mma chain
@@ -181,6 +225,12 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
             key_pairs<kLatElem, kSHw>(r[1], a0[1], a0[3]);
             key_pairs<kLatElem, kSHw>(r[2], a1[0], a1[2]);
             key_pairs<kLatElem, kSHw>(r[3], a1[1], a1[3]);
+            if constexpr (kVT) {  // values 32 j + 4 q.. (a0) and 32 j + 16 + 4 q.. (a1)
+              store_v(j, j & 1, 0, a0[0], a0[2]);
+              store_v(j, j & 1, 8, a0[1], a0[3]);
+              store_v(j, 2 + (j & 1), 0, a1[0], a1[2]);
+              store_v(j, 2 + (j & 1), 8, a1[1], a1[3]);
+            }
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
               mma16816<true>(a2[0][nt], a0, qf[2 * j][nt][0], qf[2 * j][nt][1]);
@@ -191,6 +241,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
           if constexpr (LK == kFlash) {
             s0 = *reinterpret_cast<const float*>(st_p + srow0 + kR + 4 * t);
             s1 = *reinterpret_cast<const float*>(st_p + srow1 + kR + 4 * t);
+            if (kVT && q == t) vscale[4 * vr0 + t] = s0, vscale[4 * (vr0 + 8) + t] = s1;
           }
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt)
@@ -238,6 +289,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
         }
       }
 
+      if constexpr (kVT) {  // the S warps are done with the stage (the PV warps never read it)
+        __syncwarp();
+        if (lane == 0) mla::mbar_arrive(smem_s + kEmptyOff + 8 * st);
+      }
       // Scores (log2 units), masked; accumulator element i is the tile's row g + 8 (i >> 1) (key
       // gkey0 or gkey1), query row 2q + (i & 1).
       const int key0 = w.begin + c * kChunk;
@@ -261,7 +316,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
           if (g == 0) red[(buf * kSWarps + warp) * kMaxRows + 8 * nt + 2 * q + e] = mx;
         }
+      uint64_t t1 = tick();
       mla::named_sync(kBarMax, kSWarps * 32);
+      tock(1, t1);
       float ref[NT][2], corr[NT][2];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
@@ -277,7 +334,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
           m[nt][e] = mx;
         }
       // P buffer `buf` was last read by the PV warps at chunk c - 2.
-      if (c >= 2) mla::named_sync(kBarFree + buf, (kSWarps + kPvWarps) * 32);
+      t1 = tick();
+      if (!kVT && c >= 2) mla::named_sync(kBarFree + buf, (kSWarps + kPvWarps) * 32);
+      tock(2, t1);
       char* pb = smem + kPOff + buf * kMaxRows * kPStride;
       constexpr float kBoost = kFp8 ? 8.0f : 0.0f;  // f16 P: times 2^8
 #pragma unroll
@@ -316,22 +375,23 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
         }
       }
     mla::named_arrive(kBarFinal, (kSWarps + kPvWarps) * 32);
+    prof_flush(kProfSFull, kProfSTotal);
     return;
   }
 
   // ---- PV warps: output columns [128 pw, 128 pw + 128) (FlashMLA: tile pw) ----
   const int pw = warp - kSWarps;
   // PV warp 0 produces chunk c's rows: single rows, lanes taking keys lane and lane + 32; groups
-  // of 4 rows (StageLayout), lane j < 16 taking keys 4j..4j+3 in one copy. Keys past the block's
-  // end copy the first key's row (finite bytes, masked to P = 0), so every stage expects the same
-  // bytes (a group holding the end copies its rows one by one). Slots are looked up one chunk
-  // ahead of their copies.
+  // of G = 4 or 8 rows (StageLayout), lane j < 64 / G taking keys G j..G j + G - 1 in one copy.
+  // Keys past the block's end copy the first key's row (finite bytes, masked to P = 0), so every
+  // stage expects the same bytes (a group holding the end copies its rows one by one). Slots are
+  // looked up one chunk ahead of their copies.
   const char* cache = static_cast<const char*>(p.cache);
   const uint32_t rb = uint32_t(f.row_bytes);
   auto slots_of = [&](int c, int64_t* src) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      int key = w.begin + c * kChunk + (groups ? 4 * lane : lane + 32 * i);
+      int key = w.begin + c * kChunk + (groups ? G * lane : lane + 32 * i);
       if (key >= w.end) key = w.begin;
       src[i] = c < nchunks && (i == 0 || !groups) ? int64_t(w.slot_of(key, p.page_size)) * rb : 0;
     }
@@ -356,13 +416,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
     if (!groups) {
 #pragma unroll
       for (int i = 0; i < 2; ++i) copy(stage + (lane + 32 * i) * lay.gs, cache + src[i], rb);
-    } else if (lane < kChunk / 4) {
-      const int k0 = w.begin + c * kChunk + 4 * lane;
+    } else if (lane < lay.groups()) {
+      const int k0 = w.begin + c * kChunk + G * lane;
       const uint32_t dst = stage + lane * lay.gs;
-      if (k0 + 3 < w.end) {
-        copy(dst, cache + src[0], 4 * rb);
+      if (k0 + G - 1 < w.end) {
+        copy(dst, cache + src[0], G * rb);
       } else {
-        for (int r = 0; r < 4; ++r) {
+        for (int r = 0; r < G; ++r) {
           const int key = k0 + r < w.end ? k0 + r : w.begin;
           copy(dst + r * rb, cache + int64_t(w.slot_of(key, p.page_size)) * rb, rb);
         }
@@ -426,10 +486,30 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
   const float* corr_s = reinterpret_cast<const float*>(smem + kCorrOff);
   for (int c = 0; c < nchunks; ++c) {
     const int st = c % NS, buf = c & 1;
+    uint64_t t0 = tick();
     mla::named_sync(kBarReady + buf, (kSWarps + kPvWarps) * 32);
-    mla::mbar_wait(smem_s + kFullOff + 8 * st, (c / NS) & 1);  // the stage's bytes, visible here
+    tock(0, t0);
+    if constexpr (kVT) {
+      // The S warps freed the stage before P was ready: refill it now (two chunks ahead).
+      if (pw == 0 && c + NS < nchunks) {
+        t0 = tick();
+        mla::mbar_wait(smem_s + kEmptyOff + 8 * st, (c / NS) & 1);
+        tock(1, t0);
+        t0 = tick();
+        produce(c + NS, next_src);
+        prefetch(pf_off, pf_bytes);
+        slots_of(c + NS + 1, next_src);
+        runs_of(c + NS + 1 + D, pf_off, pf_bytes);
+        tock(2, t0);
+      }
+    } else {
+      t0 = tick();
+      mla::mbar_wait(smem_s + kFullOff + 8 * st, (c / NS) & 1);  // the stage's bytes, visible
+      tock(1, t0);
+    }
     const uint32_t st_s = stage0 + st * stage_bytes;
-    const char* st_p = smem + kStageOff + st * stage_bytes;
+    const char* st_p = smem + kStages0 + st * stage_bytes;
+    const float* vscale = reinterpret_cast<const float*>(smem + kVScaleOff + buf * kVScaleBytes);
     float fac[NT][2];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -443,8 +523,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
       for (int ks = 0; ks < kChunk / 16; ++ks)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          sv[ks][i] =
-              *reinterpret_cast<const float*>(st_p + qrow_off[i] + ks * lay.tstep + kR + 4 * pw);
+          sv[ks][i] = kVT ? vscale[4 * (16 * ks + 2 * q + (i & 1) + 8 * (i >> 1)) + pw]
+                          : *reinterpret_cast<const float*>(st_p + qrow_off[i] + ks * lay.tstep +
+                                                            kR + 4 * pw);
           smax = fmaxf(smax, sv[ks][i]);
         }
       smax = fmaxf(smax, __shfl_xor_sync(0xffffffffu, smax, 1));
@@ -458,20 +539,31 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
       for (int nt = 0; nt < NT; ++nt) fac[nt][0] *= gscale * inv, fac[nt][1] *= gscale * inv;
       gscale = smax;
     }
+    // Once the row maxima settle, every factor is exactly 1 (exp2(0)): the warp skips its 8 · NT ·
+    // 4 multiplies (not FlashMLA rows, whose factors carry the chunks' scale ratios).
+    bool rescale = true;
+    if constexpr (LK != kFlash) {
+      bool ones = true;
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+      for (int nt = 0; nt < NT; ++nt) ones = ones && fac[nt][0] == 1.0f && fac[nt][1] == 1.0f;
+      rescale = !__all_sync(0xffffffffu, ones);
+    }
+    if (rescale) {
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        o[j][nt][0] *= fac[nt][0];
-        o[j][nt][1] *= fac[nt][1];
-        o[j][nt][2] *= fac[nt][0];
-        o[j][nt][3] *= fac[nt][1];
-      }
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          o[j][nt][0] *= fac[nt][0];
+          o[j][nt][1] *= fac[nt][1];
+          o[j][nt][2] *= fac[nt][0];
+          o[j][nt][3] *= fac[nt][1];
+        }
+    }
     const uint32_t p_s = smem_s + kPOff + buf * kMaxRows * kPStride +
                          ((lane & 7) + (lane >> 4) * 8) * kPStride + ((lane >> 3) & 1) * 16;
 #pragma unroll
     for (int ks = 0; ks < kChunk / 16; ++ks) {
-      if (p.diag == 1) break;  // loads without math
+      if (p.diag == 1 || p.diag == 3) break;  // loads only; 3: no PV math
       // Pᵀ fragments: n-tile nt = rows 8 nt..8 nt+7, b0 tile ks's rows (keys) 2q, +1, b1 + 8.
       uint32_t pb[NT][2];
       if constexpr (NT == 2) {
@@ -492,7 +584,20 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
             pb[nt][b] = pack_f16x2(x.x * sv[ks][2 * b], x.y * sv[ks][2 * b + 1]);
           }
       }
-      if constexpr (!kFp8) {
+      if constexpr (kVT) {
+        // Vᵀ from the V tile as from bf16 rows: tile row 16 ks + (lane & 7) + (lane >> 4) · 8,
+        // unit 16 pw + 2 j + ((lane >> 3) & 1), swizzled by the row's (lane & 7).
+        const uint32_t v_s = smem_s + kStageOff + buf * kVTileBytes +
+                             (16 * ks + (lane & 7) + (lane >> 4) * 8) * kVRowBytes + pw * 256;
+        const int x = ((lane >> 3) & 1) ^ vtile_swizzle(lane & 7);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          uint32_t a[4];
+          ldmatrix_x4_trans(a, v_s + (((2 * j) ^ x) << 4));
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) mma16816<true>(o[j][nt], a, pb[nt][0], pb[nt][1]);
+        }
+      } else if constexpr (!kFp8) {
         // Vᵀ by ldmatrix.trans: m-tile j = columns 128 pw + 16 j + {g, g + 8}.
         const uint32_t v_s = st_s + vrow_off + ks * lay.tstep + pw * 256 + ((lane >> 3) & 1) * 16;
 #pragma unroll
@@ -528,14 +633,18 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
       }
     }
     __syncwarp();
-    if (lane == 0) mla::mbar_arrive(smem_s + kEmptyOff + 8 * st);  // this warp is done with it
+    if (!kVT && lane == 0) mla::mbar_arrive(smem_s + kEmptyOff + 8 * st);  // done with it
     mla::named_arrive(kBarFree + buf, (kSWarps + kPvWarps) * 32);
-    if (pw == 0 && c + NS < nchunks) {  // refill the stage once every PV warp is done with it
+    if (!kVT && pw == 0 && c + NS < nchunks) {  // refill once every PV warp is done with it
+      t0 = tick();
       mla::mbar_wait(smem_s + kEmptyOff + 8 * st, (c / NS) & 1);
+      tock(1, t0);
+      t0 = tick();
       produce(c + NS, next_src);
       prefetch(pf_off, pf_bytes);
       slots_of(c + NS + 1, next_src);
       runs_of(c + NS + 1 + D, pf_off, pf_bytes);
+      tock(2, t0);
     }
   }
 
@@ -557,7 +666,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
       const int64_t grow = w.q_row0 + r;
       const bool one = p.partial_o == nullptr;
       const float inv = one ? (sum > 0.0f ? f.latent_scale * ofac / sum : 0.0f) : ofac * kUnboost;
-      if constexpr (!kFp8) {
+      if constexpr (!kFp8 || kVT) {  // the ldmatrix.trans accumulators: columns 16 j + g (+ 8)
 #pragma unroll
         for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -591,6 +700,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
       // split merge's result keeps its bits.
       if (pw == 0 && g == 0) mla::store_ml(p, int(grow), mrow[row], sum * kUnboost);
     }
+  prof_flush(kProfPvReady, kProfPvTotal);
 }
 
 }  // namespace strata::cuda::mla_decode

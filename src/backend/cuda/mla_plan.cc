@@ -84,8 +84,9 @@ MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_to
   } else if (opt.decode && mla_decode_supported(fmt)) {
     plan.kernel = kMlaDecode;
     plan.tile_rows = rows <= 8 ? 8 : 16;
-    plan.stages = mla_decode_stages(fmt);
     if (opt.cvt >= 0) plan.cvt = opt.cvt;
+    const int most = mla_decode_stages(fmt, plan.cvt);
+    plan.stages = opt.stages > 0 ? std::clamp(opt.stages, 2, most) : most;
     plan.evict_first = opt.evict_first;
     plan.diag = opt.diag;
     plan.l2_prefetch = opt.l2_prefetch < 0 ? kMlaDecodeL2Prefetch
