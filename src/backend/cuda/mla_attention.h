@@ -109,6 +109,7 @@ struct MlaAttentionParams {
   float* partial_ml;            // num_splits > 1: [tokens · heads, num_splits, 2] (max, sum)
   const int32_t* positions;     // DCP: device [tokens], the new tokens' positions; else null
   float* lse_out;               // DCP: float32 [tokens, heads, R + 1] (see above); else null
+  const uint64_t* tree_mask;    // draft trees: device [tokens] (AttentionMetadata); else null
   MlaRowFormat fmt;
   int num_seqs;
   int heads;
@@ -135,7 +136,7 @@ struct MlaAttentionParams {
                      // the page size is a multiple of 4 (mla_decode_layout.cuh StageLayout), 0
                      // one row a copy (the plan's)
 };
-static_assert(sizeof(MlaAttentionParams) == 11 * 8 + sizeof(MlaRowFormat) + 20 * 4, "no padding");
+static_assert(sizeof(MlaAttentionParams) == 12 * 8 + sizeof(MlaRowFormat) + 20 * 4, "no padding");
 
 // Which (R, P) the kernels are built for: (512, 64) the real models, (128, 32) house-mla,
 // (32, 8) the tiny fixtures. The wgmma kernel: (512, 64) with bf16 plain rows only.
