@@ -30,11 +30,14 @@ class PagedRequest {
     std::iota(request_->pages().rbegin(), request_->pages().rend(), 0);
   }
 
-  // Runs `seq` (its request is ours) and returns its logits rows [rows, vocab].
-  std::vector<float> run(ScheduledSeq seq) {
+  // Runs `seq` (its request is ours) and returns its logits rows [rows, vocab]. `drop_tree_mask`
+  // (a negative control of the tree tests): the plan's tree mask is removed, so a draft tree is
+  // attended causally in node order.
+  std::vector<float> run(ScheduledSeq seq, bool drop_tree_mask = false) {
     seq.request = request_.get();
     const std::vector<ScheduledSeq> seqs = {seq};
-    const BatchPlan plan = BatchPlan::build(seqs, page_size_);
+    BatchPlan plan = BatchPlan::build(seqs, page_size_);
+    if (drop_tree_mask) plan.tree_mask.clear();
     ForwardBatch b;
     b.token_ids = plan.token_ids.data();
     b.attn = plan.view();

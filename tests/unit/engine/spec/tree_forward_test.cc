@@ -89,6 +89,19 @@ TEST_P(TreeForward, EachNodesRowIsAPlainForwardOfItsPath) {
   }
 }
 
+// The negative control: without the mask (causal over node order) the rows of nodes whose
+// ancestors are not all the nodes before them differ from their paths' forwards, so the test
+// above sees a mask that is ignored.
+TEST_P(TreeForward, WithoutTheMaskRowsDiffer) {
+  PagedRequest req(*model_, prompt_, kPageSize);
+  req.prefill(int32_t(prompt_.size()) - 1);
+  const std::vector<float> logits = req.run(tree_seq(tree_), /*drop_tree_mask=*/true);
+  for (int32_t v : {2, 4, 5, 8}) {  // node 2 sees node 1, node 4 node 3, ...
+    const double err = rel_max_error(row(logits, v), plain_last_row(v));
+    EXPECT_GT(err, 1e-3) << GetParam() << " node " << v;
+  }
+}
+
 TEST_P(TreeForward, AChainAsATreeIsTheChain) {
   const std::vector<int32_t> drafts = tree_.path_tokens(8);
   PagedRequest as_chain(*model_, prompt_, kPageSize), as_tree(*model_, prompt_, kPageSize);
