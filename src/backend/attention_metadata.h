@@ -19,7 +19,15 @@ struct AttentionMetadata {
   const int32_t* positions = nullptr;     // [num_tokens] position of each new token
   const int32_t* slot_mapping = nullptr;  // [num_tokens] page * page_size + offset to write K/V
   // The new tokens of sequence s are the last (q_indptr[s+1]-q_indptr[s]) of its kv_lens[s]
-  // positions and attend causally to everything before them.
+  // KV rows and attend causally to everything before them, unless tree_mask says otherwise.
+
+  // Draft trees (speculative decoding, engine/spec/draft_tree.h): null (all causal), or
+  // [num_tokens] one word per new token. A non-zero word makes its token attend to the
+  // sequence's cached rows plus those of the sequence's new tokens j (0-based among them) whose
+  // bit j is set (its tree ancestors and itself) instead of every earlier new token; such a
+  // sequence has at most 64 new tokens, and positions[] (rope) need not follow the row order.
+  // A zero word keeps the causal rule.
+  const uint64_t* tree_mask = nullptr;
 };
 
 }  // namespace strata

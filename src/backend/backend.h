@@ -306,7 +306,15 @@ class Backend {
   // meta.slot_mapping, quantizing to the layer's KV dtype with its scales.
   virtual void kv_write(KvStorage& kv, int layer, const Tensor& k, const Tensor& v,
                         const AttentionMetadata& meta) = 0;
-  // Causal paged attention of the new tokens over each sequence's whole context.
+  // Copies KV rows within `kv`, in every layer, K and V as stored (whatever the dtype): slot
+  // from_slots[i] to slot to_slots[i], for i = 0, 1, ... as if one after another (a copy reads
+  // what an earlier one wrote; engine/spec/tree_verify.h's accepted_kv_moves never needs it).
+  // Speculative decoding with draft trees moves the accepted nodes' rows into place with it
+  // (engine/spec/tree_verify.h). from_slots, to_slots host int32 [n]. O(n · layers · row bytes).
+  virtual void kv_move_rows(KvStorage& kv, const int32_t* from_slots, const int32_t* to_slots,
+                            int n) = 0;
+  // Causal paged attention of the new tokens over each sequence's whole context
+  // (meta.tree_mask: draft trees).
   // q [T, num_heads, head_dim]; out [T, num_heads, v_head_dim].
   virtual void paged_attention(const Tensor& q, const KvStorage& kv, int layer,
                                const AttentionMetadata& meta, const AttentionArgs& args,

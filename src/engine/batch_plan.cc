@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "engine/slice_plan.h"
+#include "engine/spec/draft_tree.h"
 
 namespace strata {
 
@@ -29,6 +30,27 @@ void append_seq(BatchPlan& p, int32_t s, int32_t start, int32_t end, std::span<c
   p.kv_lens.push_back(end);
   p.page_indices.insert(p.page_indices.end(), pages.begin(), pages.begin() + num_pages);
   p.page_indptr.push_back(static_cast<int32_t>(p.page_indices.size()));
+}
+
+// The sequence just appended (its rows the last 1 + drafts of p) holds a draft tree: its drafts
+// take rope position kv_len() + depth, and every row its ancestor word.
+void add_tree(BatchPlan& p, const ScheduledSeq& seq, const Request& r) {
+  CHECK_MSG(seq.num_new_tokens == 1 && seq.draft_parents.size() == seq.draft.size(),
+            "request {}: a draft tree of {} drafts ({} parents) after {} new tokens", r.id(),
+            seq.draft.size(), seq.draft_parents.size(), seq.num_new_tokens);
+  DraftTree tree = DraftTree::root_only(r.token_at(r.kv_len()));
+  for (size_t i = 0; i < seq.draft.size(); ++i) {
+    CHECK_MSG(seq.draft_parents[i] >= 0 && size_t(seq.draft_parents[i]) <= i,
+              "request {}: draft {} has parent {}", r.id(), i, seq.draft_parents[i]);
+    tree.add(seq.draft_parents[i], seq.draft[i]);
+  }
+  const std::vector<uint64_t> mask = tree.ancestor_mask();
+  const size_t first = p.token_ids.size() - mask.size();
+  p.tree_mask.resize(first, 0);
+  for (size_t i = 0; i < mask.size(); ++i) {
+    p.positions[first + i] = r.kv_len() + tree.depths[i];
+    p.tree_mask.push_back(mask[i]);
+  }
 }
 
 BatchPlan empty_plan(int32_t page_size, size_t num_seqs) {
@@ -68,7 +90,9 @@ BatchPlan BatchPlan::build(std::span<const ScheduledSeq> seqs, int32_t page_size
           return pos < end ? r.token_at(pos) : draft[size_t(pos - end)];
         },
         seqs[s].sample ? end - 1 : kv_end);
+    if (!seqs[s].draft_parents.empty()) add_tree(p, seqs[s], r);
   }
+  if (!p.tree_mask.empty()) p.tree_mask.resize(p.token_ids.size(), 0);
   return p;
 }
 
@@ -100,13 +124,14 @@ AttentionMetadata BatchPlan::view() const {
                            .page_indptr = page_indptr.data(),
                            .page_indices = page_indices.data(),
                            .positions = positions.data(),
-                           .slot_mapping = slot_mapping.data()};
+                           .slot_mapping = slot_mapping.data(),
+                           .tree_mask = tree_mask.empty() ? nullptr : tree_mask.data()};
 }
 
 namespace {
 
 constexpr uint32_t kPlanMagic = 0x53545042;  // "STPB"
-constexpr uint32_t kPlanVersion = 1;
+constexpr uint32_t kPlanVersion = 2;         // 2: tree_mask
 
 void put_u32(std::vector<uint8_t>& out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(uint8_t(v >> (8 * i)));
@@ -160,6 +185,11 @@ std::vector<uint8_t> BatchPlan::serialize() const {
   for (const auto* v : {&token_ids, &positions, &q_indptr, &kv_lens, &page_indptr, &page_indices,
                         &slot_mapping, &logits_rows, &sampled_seqs})
     put_vec(out, *v);
+  put_u32(out, uint32_t(tree_mask.size()));
+  for (uint64_t w : tree_mask) {
+    put_u32(out, uint32_t(w));
+    put_u32(out, uint32_t(w >> 32));
+  }
   return out;
 }
 
@@ -177,13 +207,24 @@ StatusOr<BatchPlan> BatchPlan::deserialize(std::span<const uint8_t> bytes) {
                   &p.page_indices, &p.slot_mapping, &p.logits_rows, &p.sampled_seqs})
     if (!r.vec(v))
       return data_loss("batch plan message: truncated at byte {} of {}", r.at, bytes.size());
+  uint32_t mask_words = 0;
+  if (!r.u32(&mask_words) || (bytes.size() - r.at) / 8 < mask_words)
+    return data_loss("batch plan message: truncated at byte {} of {}", r.at, bytes.size());
+  p.tree_mask.resize(mask_words);
+  for (uint64_t& w : p.tree_mask) {
+    uint32_t lo = 0, hi = 0;
+    r.u32(&lo);
+    r.u32(&hi);
+    w = uint64_t(hi) << 32 | lo;
+  }
   if (r.at != bytes.size())
     return data_loss("batch plan message: {} trailing bytes", bytes.size() - r.at);
   const size_t seqs = p.kv_lens.size(), tokens = p.token_ids.size();
   if (p.positions.size() != tokens || p.slot_mapping.size() != tokens ||
       !valid_indptr(p.q_indptr, seqs, tokens) ||
       !valid_indptr(p.page_indptr, seqs, p.page_indices.size()) ||
-      p.sampled_seqs.size() != p.logits_rows.size())
+      p.sampled_seqs.size() != p.logits_rows.size() ||
+      (!p.tree_mask.empty() && p.tree_mask.size() != tokens))
     return data_loss("batch plan message: inconsistent lengths ({} seqs, {} tokens)", seqs, tokens);
   for (size_t s = 0; s < seqs; ++s) {
     const int64_t new_tokens = p.q_indptr[s + 1] - p.q_indptr[s];
@@ -201,6 +242,15 @@ StatusOr<BatchPlan> BatchPlan::deserialize(std::span<const uint8_t> bytes) {
   for (size_t i = 0; i < tokens; ++i)
     if (p.slot_mapping[i] < 0 || p.positions[i] < 0)
       return data_loss("batch plan message: negative slot or position");
+  // A tree word sees only its own sequence's new tokens up to itself (the backends index by it).
+  if (!p.tree_mask.empty())
+    for (size_t s = 0; s < seqs; ++s)
+      for (int32_t t = p.q_indptr[s]; t < p.q_indptr[s + 1]; ++t) {
+        const uint64_t w = p.tree_mask[size_t(t)];
+        const int32_t i = t - p.q_indptr[s];
+        if (w != 0 && (p.q_indptr[s + 1] - p.q_indptr[s] > 64 || (w >> i) != 1))
+          return data_loss("batch plan message: bad tree mask of token {}", t);
+      }
   return p;
 }
 

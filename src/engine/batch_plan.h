@@ -26,6 +26,11 @@ struct ScheduledSeq {
   // Drafts to verify (a decode only): computed after the request's last token, and each gets a
   // logits row too, so a sampled seq has 1 + draft.size() rows (engine/spec/verify.h).
   std::vector<int32_t> draft{};
+  // Empty: the drafts are a chain. Else a draft tree (engine/spec/draft_tree.h; a decode of one
+  // new token only): draft[i] is tree node i + 1 and draft_parents[i] (< i + 1) its parent, node 0
+  // the request's last token. Node i's KV row is kv_len() + i, its rope position kv_len() +
+  // depth, and it attends to the committed tokens and its ancestors (BatchPlan::tree_mask).
+  std::vector<int32_t> draft_parents{};
   int32_t num_tokens() const { return num_new_tokens + int32_t(draft.size()); }
 };
 
@@ -58,6 +63,9 @@ class BatchPlan {
   // then its drafts' (consecutive rows, in order)
   std::vector<int32_t> logits_rows;
   std::vector<int32_t> sampled_seqs;  // [num_rows] which sequence each logits row belongs to
+  // Empty when no sequence has a draft tree; else [num_tokens] (AttentionMetadata::tree_mask):
+  // each tree node's ancestor word, 0 for every other token.
+  std::vector<uint64_t> tree_mask;
 };
 
 }  // namespace strata

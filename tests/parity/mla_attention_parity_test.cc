@@ -36,6 +36,7 @@
 #include "backend/cuda/mla_attention.h"
 #include "core/check.h"
 #include "core/dtype.h"
+#include "tree_masks.h"
 
 namespace strata::testing {
 namespace {
@@ -237,6 +238,8 @@ struct Case {
                                           // the page size is a multiple of 4), of 8 (2; where it
                                           // is a multiple of 8) or one by one (0)
   int stages = 0;                         // the decode kernel's stages (0: as many as fit)
+  bool trees = false;  // sequences of 2..64 new tokens are draft trees (random parents):
+                       // AttentionMetadata::tree_mask
 };
 
 // Rows the decode kernel copies at once for a plan and page size (mla_decode_layout.cuh
@@ -321,6 +324,9 @@ void run_attention(const Fmt& f, const Case& cs) {
                          .page_indices = pages.data(),
                          .positions = positions.data(),
                          .slot_mapping = slot_mapping.data()};
+  const std::vector<uint64_t> tree =
+      cs.trees ? parity::random_tree_mask(q_indptr, rng) : std::vector<uint64_t>();
+  if (cs.trees) meta.tree_mask = tree.data();
   std::vector<float> want(size_t(t_new) * H * R);
   {
     Tensor qh = Tensor::make(q.data(), DType::kF32, {t_new, H, W});
@@ -332,6 +338,7 @@ void run_attention(const Fmt& f, const Case& cs) {
   auto dq = DevBuf::of(to_bf16(q));
   auto d_qi = DevBuf::of(q_indptr), d_kl = DevBuf::of(kv_lens), d_pi = DevBuf::of(page_indptr);
   auto d_pg = DevBuf::of(pages);
+  auto d_tree = DevBuf::of(tree);
   DevBuf dout(size_t(t_new) * H * R * 2);
   cuda::MlaAttentionParams p{};
   p.q = dq->as<uint16_t>();
@@ -341,6 +348,7 @@ void run_attention(const Fmt& f, const Case& cs) {
   p.kv_lens = d_kl->as<int32_t>();
   p.page_indptr = d_pi->as<int32_t>();
   p.page_indices = d_pg->as<int32_t>();
+  p.tree_mask = cs.trees ? d_tree->as<uint64_t>() : nullptr;
   p.fmt = c.fmt;
   p.num_seqs = n;
   p.heads = H;
@@ -371,6 +379,7 @@ void run_attention(const Fmt& f, const Case& cs) {
   std::string shape;
   for (auto [cached, fresh] : cs.seqs)
     shape += " " + std::to_string(cached) + "+" + std::to_string(fresh);
+  if (cs.trees) shape += " (trees)";
   std::printf(
       "mla attention %-28s %3d+%-2d heads %3d page %2d %-10s kernel (%2d rows, %d-key chunks, %d "
       "stages, cvt %d, prefetch %d, row group %d), %d split(s) of %d:%s: nmse %.3g\n",
@@ -593,6 +602,46 @@ TEST(MlaAttention, DecodeRowGroups) {
                                   .stages = 3});
     }
   }
+}
+
+// Draft trees (speculative verify with EAGLE topk > 1): each tree row sees the committed keys and
+// its ancestors only. Every layout on the decode kernel (few rows) and the mma kernel; bf16 on both
+// wgmma kernels (>= 64 rows); split-KV forced, so splits inside the new tokens see no key of a row.
+TEST(MlaAttention, DraftTrees) {
+  for (int decode : {1, 0}) {
+    for (const Fmt& f : kFormats) {
+      run_attention(f, {.heads = 16,
+                        .page = 16,
+                        .seqs = {{300, 8}, {0, 1}, {40, 5}, {1000, 1}},
+                        .decode = decode,
+                        .trees = true});
+      run_attention(f, {.heads = 8,
+                        .page = 1,
+                        .seqs = {{130, 9}, {7, 2}},
+                        .splits = 3,
+                        .decode = decode,
+                        .trees = true});
+    }
+  }
+  for (int wgmma : {2, 1}) {
+    run_attention(kFormats[0], {.heads = 16,
+                                .page = 16,
+                                .seqs = {{700, 64}, {3, 10}, {0, 70}},
+                                .wgmma = wgmma,
+                                .trees = true});
+    run_attention(kFormats[0], {.heads = 128,
+                                .page = 64,
+                                .seqs = {{900, 6}, {50, 16}},
+                                .wgmma = wgmma,
+                                .splits = 4,
+                                .trees = true});
+  }
+  run_attention(kFormats[0], {.heads = 16,
+                              .page = 16,
+                              .seqs = {{700, 64}, {3, 10}},
+                              .wgmma = 0,
+                              .decode = 0,
+                              .trees = true});
 }
 
 TEST(MlaAttention, GraphReplay) {

@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "tree_masks.h"
 
 namespace strata::parity {
 
@@ -97,9 +98,11 @@ struct AttnCase {
   std::vector<std::pair<int, int>> seqs;  // (cached, new)
 };
 
-// `setup` prepares the CUDA backend first (tunables, development kernels).
+// `setup` prepares the CUDA backend first (tunables, development kernels). `trees`: sequences of
+// 2..64 new tokens are random draft trees (AttentionMetadata::tree_mask).
 inline void run_attention(const AttnCase& c,
-                          const std::function<void(cuda::CudaBackend&)>& setup = nullptr) {
+                          const std::function<void(cuda::CudaBackend&)>& setup = nullptr,
+                          bool trees = false) {
   Pair p;
   if (setup) setup(p.cuda());
   const int n = int(c.seqs.size());
@@ -165,6 +168,9 @@ inline void run_attention(const AttnCase& c,
                          .page_indices = pages.data(),
                          .positions = positions.data(),
                          .slot_mapping = slots.data()};
+  const std::vector<uint64_t> tree =
+      trees ? random_tree_mask(q_indptr, p.rng()) : std::vector<uint64_t>();
+  if (trees) meta.tree_mask = tree.data();
   auto q = p.make(p.random(int64_t(t_new) * c.heads * c.head_dim), {t_new, c.heads, c.head_dim});
   auto out = p.out({t_new, c.heads, c.head_dim});
   AttentionArgs args{.scale = float(1.0 / std::sqrt(double(c.head_dim))),
@@ -177,8 +183,8 @@ inline void run_attention(const AttnCase& c,
   const double e = p.nmse(out);
   EXPECT_LT(e, 1e-4) << "heads " << c.heads << "/" << c.kv_heads << " hd " << c.head_dim << " page "
                      << c.page_size;
-  std::printf("attention heads %d/%d hd %d page %d seqs %d tokens %d: nmse %.3g\n", c.heads,
-              c.kv_heads, c.head_dim, c.page_size, n, t_new, e);
+  std::printf("attention heads %d/%d hd %d page %d seqs %d tokens %d%s: nmse %.3g\n", c.heads,
+              c.kv_heads, c.head_dim, c.page_size, n, t_new, trees ? " (trees)" : "", e);
 }
 
 // The grouped prefill kernels' tile-edge cases (CudaParity.PrefillAttentionTiles).

@@ -108,5 +108,25 @@ void CpuBackend::kv_write(KvStorage& kv, int layer, const Tensor& k, const Tenso
   }
 }
 
+void CpuBackend::kv_move_rows(KvStorage& kv, const int32_t* from_slots, const int32_t* to_slots,
+                              int n) {
+  const KvLayout& lay = kv.layout();
+  const int64_t slots = int64_t(lay.num_pages) * lay.page_size;
+  for (int i = 0; i < n; ++i)
+    CHECK_MSG(
+        from_slots[i] >= 0 && from_slots[i] < slots && to_slots[i] >= 0 && to_slots[i] < slots,
+        "kv_move_rows: slot {} -> {} out of a pool of {}", from_slots[i], to_slots[i], slots);
+  for (int layer = 0; layer < lay.num_layers; ++layer) {
+    const int64_t row_k = lay.k_row_bytes(layer), row_v = lay.v_row_bytes(layer);
+    char* k = static_cast<char*>(kv.k(layer).data);
+    char* v = lay.v_dim > 0 ? static_cast<char*>(kv.v(layer).data) : nullptr;
+    for (int i = 0; i < n; ++i) {
+      std::memmove(k + to_slots[i] * row_k, k + from_slots[i] * row_k, size_t(row_k));
+      if (v != nullptr)
+        std::memmove(v + to_slots[i] * row_v, v + from_slots[i] * row_v, size_t(row_v));
+    }
+  }
+}
+
 }  // namespace cpu
 }  // namespace strata

@@ -52,6 +52,8 @@ class CpuBackend : public Backend, public DcpAttention {
   void rope(const Tensor& x, const int32_t* positions, const RopeArgs& args) override;
   void kv_write(KvStorage& kv, int layer, const Tensor& k, const Tensor& v,
                 const AttentionMetadata& meta) override;
+  void kv_move_rows(KvStorage& kv, const int32_t* from_slots, const int32_t* to_slots,
+                    int n) override;
   void paged_attention(const Tensor& q, const KvStorage& kv, int layer,
                        const AttentionMetadata& meta, const AttentionArgs& args,
                        const Tensor& out) override;

@@ -16,6 +16,7 @@ struct DeviceMeta {
   const int32_t* page_indices;  // [page_indptr[num_seqs]]
   const int32_t* positions;     // [num_tokens]
   const int32_t* slot_mapping;  // [num_tokens]
+  const uint64_t* tree_mask;    // [num_tokens] or null (AttentionMetadata::tree_mask)
   int num_seqs;
   int num_tokens;
   int page_size;

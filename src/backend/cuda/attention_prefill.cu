@@ -11,6 +11,7 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/fp8.cuh"
+#include "backend/cuda/tree_mask.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -97,6 +98,9 @@ __global__ void __launch_bounds__(128) prefill_kernel(AttentionParams p) {
   for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0, l1 = 0;
   const int pos0 = first_pos + q_start + wr + gr, pos1 = pos0 + 8;
+  // Draft trees: the rows' ancestor words (0: causal).
+  const uint64_t tw0 = tree_word(p.meta.tree_mask, q0 + q_start + wr + gr, wr + gr < rows);
+  const uint64_t tw1 = tree_word(p.meta.tree_mask, q0 + q_start + wr + gr + 8, wr + gr + 8 < rows);
   const int warp_last_pos = first_pos + q_start + wr + 15;
   const float qk_scale = p.scale_log2 * p.k_scale;
 
@@ -137,7 +141,8 @@ __global__ void __launch_bounds__(128) prefill_kernel(AttentionParams p) {
         const int key = kv0 + nt * 8 + gc + (e & 1);
         const int pos = e < 2 ? pos0 : pos1;
         float v = sc[nt][e] * qk_scale;
-        if (key > pos || key >= kv_end) v = -INFINITY;
+        if (key > pos || key >= kv_end || tree_hides(e < 2 ? tw0 : tw1, key, first_pos))
+          v = -INFINITY;
         sc[nt][e] = v;
       }
       mx0 = fmaxf(mx0, fmaxf(sc[nt][0], sc[nt][1]));

@@ -22,6 +22,7 @@
 #include "backend/cuda/attention_tile.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/fp8.cuh"
+#include "backend/cuda/tree_mask.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -95,6 +96,11 @@ __global__ void __launch_bounds__(kThreads) split_kernel(SplitPrefillParams sp) 
   // This thread's rows: r_lo = 16w + gr and r_hi = r_lo + 8 of the tile.
   const int r_lo = warp * 16 + gr, r_hi = r_lo + 8;
   const int pos_lo = pos_base + r_lo / group, pos_hi = pos_base + r_hi / group;
+  // Draft trees: the rows' ancestor words (0: causal).
+  const uint64_t tw_lo =
+      tree_word(p.meta.tree_mask, q0 + q_start + r_lo / group, r_lo < valid_rows);
+  const uint64_t tw_hi =
+      tree_word(p.meta.tree_mask, q0 + q_start + r_hi / group, r_hi < valid_rows);
   const bool warp_active = warp * 16 < valid_rows;
   const int warp_max_pos = pos_base + (min(warp * 16 + 15, valid_rows - 1)) / group;
   // Q as the A operand (zero rows past the tile).
@@ -174,7 +180,10 @@ __global__ void __launch_bounds__(kThreads) split_kernel(SplitPrefillParams sp) 
         for (int e = 0; e < 4; ++e) {
           const int key = kv0 + nt * 8 + gc + (e & 1);
           const int pos = e < 2 ? pos_lo : pos_hi;
-          sc[nt][e] = key < end && key <= pos ? sc[nt][e] * qk_scale : -INFINITY;
+          sc[nt][e] =
+              key < end && key <= pos && !tree_hides(e < 2 ? tw_lo : tw_hi, key, len - n_new)
+                  ? sc[nt][e] * qk_scale
+                  : -INFINITY;
           mx[e >> 1] = fmaxf(mx[e >> 1], sc[nt][e]);
         }
       float corr[2];

@@ -28,6 +28,7 @@
 #include "backend/cuda/attention_wgmma.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/fp8.cuh"
+#include "backend/cuda/tree_mask.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -203,6 +204,14 @@ __global__ void __launch_bounds__(kThreads, BN == 64 && NS == 2 ? 2 : 1)
 #pragma unroll
   for (int h = 0; h < 2; ++h) pos[h] = pos_base + (wr + warp * 16 + h * 8 + g) / group;
   const int wg_min_pos = pos_base + wr / group;
+  // Draft trees: the rows' ancestor words (0: causal); a tree hides keys below wg_min_pos too.
+  const bool has_tree = p.meta.tree_mask != nullptr;
+  uint64_t tw[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = wr + warp * 16 + h * 8 + g;
+    tw[h] = tree_word(p.meta.tree_mask, q0 + q_start + row / group, row < valid_rows);
+  }
   const float qk = p.scale_log2 * p.k_scale;
 
   float o[D / 2];
@@ -262,11 +271,13 @@ __global__ void __launch_bounds__(kThreads, BN == 64 && NS == 2 ? 2 : 1)
       else
         wgmma_wait<0>();
       reg_fence<BN / 2>(sc);
-      if (kv0 + BN - 1 > wg_min_pos || kv0 + BN > kv_end) {
+      if (kv0 + BN - 1 > wg_min_pos || kv0 + BN > kv_end || has_tree) {
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) {
           const int key = kv0 + (i / 4) * 8 + c2 + (i & 1);
-          if (key > pos[(i >> 1) & 1] || key >= kv_end) sc[i] = -INFINITY;
+          if (key > pos[(i >> 1) & 1] || key >= kv_end ||
+              tree_hides(tw[(i >> 1) & 1], key, len - n_new))
+            sc[i] = -INFINITY;
         }
       }
       float corr[2];

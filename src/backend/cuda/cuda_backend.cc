@@ -214,8 +214,17 @@ const DeviceMeta& CudaBackend::device_meta(const AttentionMetadata& m) {
   packed.insert(packed.end(), m.positions, m.positions + t);
   packed.insert(packed.end(), m.slot_mapping, m.slot_mapping + t);
   packed.insert(packed.end(), m.page_indices, m.page_indices + num_pages);
+  // Draft trees: the 64-bit words as int32 pairs, 8-byte aligned in the copy.
+  size_t tree_at = 0;
+  if (m.tree_mask != nullptr) {
+    if (packed.size() % 2 != 0) packed.push_back(0);
+    tree_at = packed.size();
+    packed.resize(tree_at + 2 * size_t(t));
+    std::memcpy(packed.data() + tree_at, m.tree_mask, size_t(t) * 8);
+  }
   if (meta_valid_ && meta_host_.num_seqs == n && meta_host_.num_tokens == t &&
-      meta_host_.page_size == m.page_size && packed == meta_copy_)
+      meta_host_.page_size == m.page_size &&
+      (meta_host_.tree_mask == nullptr) == (m.tree_mask == nullptr) && packed == meta_copy_)
     return meta_dev_;
 
   // The copy size is rounded up to a power of two so that a decode step's graph survives
@@ -234,6 +243,9 @@ const DeviceMeta& CudaBackend::device_meta(const AttentionMetadata& m) {
   meta_dev_.positions = dev + 3 * n + 2;
   meta_dev_.slot_mapping = dev + 3 * n + 2 + t;
   meta_dev_.page_indices = dev + 3 * n + 2 + 2 * t;
+  CHECK_MSG(reinterpret_cast<uintptr_t>(dev) % 8 == 0, "metadata staging is not 8-byte aligned");
+  meta_dev_.tree_mask =
+      m.tree_mask != nullptr ? reinterpret_cast<const uint64_t*>(dev + tree_at) : nullptr;
   meta_dev_.num_seqs = n;
   meta_dev_.num_tokens = t;
   meta_dev_.page_size = m.page_size;

@@ -91,6 +91,8 @@ class CudaBackend : public Backend, public DcpAttention {
   // copies.cu
   void embedding(const int32_t* ids, int num_tokens, const Tensor& table,
                  const Tensor& out) override;
+  void kv_move_rows(KvStorage& kv, const int32_t* from_slots, const int32_t* to_slots,
+                    int n) override;
   void gather_rows(const Tensor& x, const int32_t* rows, int n, const Tensor& out) override;
   void slice_columns(const Tensor& x, int64_t begin, int64_t end, const Tensor& out) override;
   void copy_columns(const Tensor& x, int64_t begin, int64_t end, const Tensor& out,

@@ -93,6 +93,8 @@ bool CudaBackend::mla_attention_gpu(const Tensor& q_latent, const KvStorage& kv,
   auto p = zeroed<MlaAttentionParams>();
   p.q = q_latent.ptr<bf16_bits>();
   p.cache = cache;
+  CHECK_MSG(shard == nullptr || meta.tree_mask == nullptr,
+            "draft trees with decode context parallelism: not built");
   if (shard == nullptr) {
     check_new_within_kv();
     p.out = out.ptr<bf16_bits>();
@@ -104,6 +106,7 @@ bool CudaBackend::mla_attention_gpu(const Tensor& q_latent, const KvStorage& kv,
   }
   p.q_indptr = dm.q_indptr;
   p.kv_lens = dm.kv_lens;
+  p.tree_mask = dm.tree_mask;
   p.page_indptr = dm.page_indptr;
   p.page_indices = dm.page_indices;
   p.fmt = fmt;

@@ -131,6 +131,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(MlaAttentionParams
   int lim[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) lim[h] = w.limit(p, w.row0 + g + 8 * h);
+  uint64_t tw[2];  // draft trees: the rows' ancestor words
+#pragma unroll
+  for (int h = 0; h < 2; ++h) tw[h] = w.tree_word_of(p, w.row0 + g + 8 * h);
   const float ls = f.latent_scale * p.scale_log2, rs = f.rope_scale * p.scale_log2;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   constexpr int kNt = G::kPvCols / 8;
@@ -201,7 +204,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(MlaAttentionParams
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float v = sl[nt][e] * ls + sr[nt][e] * rs;
-          sc[nt][e] = key0 + nt * 8 + (e & 1) < lim[e >> 1] ? v : -INFINITY;
+          const int key = key0 + nt * 8 + (e & 1);
+          sc[nt][e] = key < lim[e >> 1] && !tree_hides(tw[e >> 1], key, w.first) ? v : -INFINITY;
         }
         // The chunk's row maxima over the warps.
 #pragma unroll

@@ -113,6 +113,7 @@ struct MlaAttentionParams {
   float* lse_out;               // DCP: float32 [tokens, heads, R + 1] (see above); else null
   uint64_t* prof;  // benchmarks only, the decode kernel: kMlaDecodeProfSlots clock64 sums over
                    // its warps (mla_decode_kernel.cuh MlaDecodeProf); else null
+  const uint64_t* tree_mask;    // draft trees: device [tokens] (AttentionMetadata); else null
   MlaRowFormat fmt;
   int num_seqs;
   int heads;
@@ -141,7 +142,7 @@ struct MlaAttentionParams {
                      // of 8 (else of 4), 0 one row a copy (mla_decode_layout.cuh StageLayout;
                      // the plan's)
 };
-static_assert(sizeof(MlaAttentionParams) == 12 * 8 + sizeof(MlaRowFormat) + 20 * 4, "no padding");
+static_assert(sizeof(MlaAttentionParams) == 13 * 8 + sizeof(MlaRowFormat) + 20 * 4, "no padding");
 // Where the decode kernel's warps spend their cycles (p.prof, summed over every block's warps):
 // the S warps waiting for a stage's bytes, for the other S warps' row maxima, for the PV warps to
 // free a P buffer, and their whole run; the PV warps waiting for P, for a stage (its bytes, or

@@ -79,6 +79,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_kernel(MlaAttentionPara
   int lim[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) lim[h] = w.limit(p, w.row0 + wi * 16 + g + 8 * h);
+  uint64_t tw[2];  // draft trees: the rows' ancestor words
+#pragma unroll
+  for (int h = 0; h < 2; ++h) tw[h] = w.tree_word_of(p, w.row0 + wi * 16 + g + 8 * h);
   const float qk_scale = p.fmt.latent_scale * p.scale_log2;  // plain bf16 rows: one scale
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   float o[2][64];
@@ -107,7 +110,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_kernel(MlaAttentionPara
       wgmma_wait<0>();
       reg_fence<32>(sc);
       float corr[2];
-      softmax(sc, lim, w.begin + c * kChunk + c2, qk_scale, m, l, pa, corr);
+      softmax(sc, lim, tw, w.first, w.begin + c * kChunk + c2, qk_scale, m, l, pa, corr);
 #pragma unroll
       for (int kk = 0; kk < kChunk / 16; ++kk)
 #pragma unroll

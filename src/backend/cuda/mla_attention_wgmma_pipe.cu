@@ -146,6 +146,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_pipe_kernel(MlaAttentio
   int lim[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) lim[h] = w.limit(p, w.row0 + wi * 16 + g + 8 * h);
+  uint64_t tw[2];  // draft trees: the rows' ancestor words
+#pragma unroll
+  for (int h = 0; h < 2; ++h) tw[h] = w.tree_word_of(p, w.row0 + wi * 16 + g + 8 * h);
   const float qk_scale = p.fmt.latent_scale * p.scale_log2;  // plain bf16 rows: one scale
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   float o[2][64];
@@ -177,7 +180,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_pipe_kernel(MlaAttentio
       for (int i = 0; i < 32; ++i) sc[i] = 0.0f;
     }
     float corr[2];
-    softmax(sc, lim, w.begin + c * kChunk + c2, qk_scale, m, l, pa, corr);
+    softmax(sc, lim, tw, w.first, w.begin + c * kChunk + c2, qk_scale, m, l, pa, corr);
     if (c > 0) mla::named_sync(kBarPFree, kThreads);  // warpgroup 1 has read chunk c - 1's
 #pragma unroll
     for (int kk = 0; kk < kChunk / 16; ++kk)

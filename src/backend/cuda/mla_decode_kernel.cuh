@@ -133,6 +133,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
     const float rs = f.rope_scale * p.scale_log2 * (rope_elem == kMlaE4M3 ? 256.0f : 1.0f);
     float lat_f[NT][2], rope_f[NT][2];
     int lim[NT][2];
+    uint64_t tw[NT][2];  // draft trees: the rows' ancestor words
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -141,6 +142,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
         lat_f[nt][e] = kFp8 ? ls * inv : ls;
         rope_f[nt][e] = rope_f16 ? rs * inv : rs;
         lim[nt][e] = w.limit(p, w.row0 + 8 * nt + 2 * q + e);
+        tw[nt][e] = w.tree_word_of(p, w.row0 + 8 * nt + 2 * q + e);
       }
 
     float m[NT][2], l[NT][2];
@@ -303,7 +305,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
         for (int i = 0; i < 4; ++i) {
           const int e = i & 1;
           const float v = acc[nt][i] * lat_f[nt][e] + accr[nt][i] * rope_f[nt][e];
-          sc[nt][i] = key0 + (i >> 1 ? gkey1 : gkey0) < lim[nt][e] ? v : -INFINITY;
+          const int key = key0 + (i >> 1 ? gkey1 : gkey0);
+          sc[nt][i] = key < lim[nt][e] && !tree_hides(tw[nt][e], key, w.first) ? v : -INFINITY;
         }
         // The warp's row maxima (over its 16 keys: the two halves, then the 8 lanes of a column).
 #pragma unroll

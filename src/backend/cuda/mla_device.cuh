@@ -11,6 +11,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/fp8.cuh"
 #include "backend/cuda/mla_attention.h"
+#include "backend/cuda/tree_mask.cuh"
 
 namespace strata::cuda::mla {
 
@@ -77,6 +78,10 @@ struct BlockWork {
   // sequence's (padding of the tile) see the block's keys; they are never stored.
   __device__ __forceinline__ int limit(const MlaAttentionParams& p, int r) const {
     return r < rows ? min(end, keys_seen(p, r)) : end;
+  }
+  // Row r's draft-tree word (tree_mask.cuh; 0: causal, also for padding rows past `rows`).
+  __device__ __forceinline__ uint64_t tree_word_of(const MlaAttentionParams& p, int r) const {
+    return tree_word(p.tree_mask, q0 + r / p.heads, r < rows);
   }
   __device__ __forceinline__ int slot_of(int j, int page_size) const {
     return pages[j / page_size] * page_size + j % page_size;

@@ -72,7 +72,9 @@ __device__ __forceinline__ void rescale(float (&o)[2][64], float c0, float c1) {
 // mask (keys < lim[h] for the thread's rows g, g + 8 of its warp), the online softmax in log2
 // units (qk = score scale), P rounded to bf16 as the A fragments of P·V (the row sums add the
 // rounded weights), the rows' rescale factors.
-__device__ __forceinline__ void softmax(float (&sc)[32], const int (&lim)[2], int key0, float qk,
+// Draft trees: tw[h] the rows' ancestor words (tree_mask.cuh), first the sequence's first new key.
+__device__ __forceinline__ void softmax(float (&sc)[32], const int (&lim)[2],
+                                        const uint64_t (&tw)[2], int first, int key0, float qk,
                                         float (&m)[2], float (&l)[2], uint32_t (&pa)[4][4],
                                         float (&corr)[2]) {
 #pragma unroll
@@ -83,7 +85,8 @@ __device__ __forceinline__ void softmax(float (&sc)[32], const int (&lim)[2], in
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float& s = sc[4 * nt + 2 * h + e];
-        s = key0 + nt * 8 + e < lim[h] ? s * qk : -INFINITY;
+        const int key = key0 + nt * 8 + e;
+        s = key < lim[h] && !tree_hides(tw[h], key, first) ? s * qk : -INFINITY;
         mx = fmaxf(mx, s);
       }
     }

@@ -18,8 +18,9 @@
 // argmax) make this "the longest prefix where the target's argmax equals the draft". When all k
 // drafts are accepted, row k's sample is the bonus token.
 //
-// So a step commits d1..da then t_a, where a is the first i with t_i != d_{i+1} (or k). A draft
-// tree (topk > 1) or a stochastic drafter would need the general rule with q; not built.
+// So a step commits d1..da then t_a, where a is the first i with t_i != d_{i+1} (or k). Draft
+// trees (topk > 1) follow the same rule node by node: engine/spec/tree_verify.h. A stochastic
+// drafter would need the general rule with q; not built.
 //
 // Draws: row i uses the draw of the request's random stream that plain decoding would use for
 // the same output position (SamplerRng::peek), and a step takes only the draws of the tokens it

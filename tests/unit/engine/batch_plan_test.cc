@@ -44,6 +44,36 @@ TEST(BatchPlan, FlattensPrefillAndDecodeWithPagedSlots) {
   EXPECT_EQ(m.slot_mapping, p.slot_mapping.data());
 }
 
+// A draft tree (speculative decoding, topk > 1): node i at KV row kv_len + i, rope position
+// kv_len + depth, its ancestor word; the other sequences' words 0; every node a logits row.
+TEST(BatchPlan, DraftTreeRowsPositionsAndMask) {
+  Request a(1, {10, 11, 12, 13, 14, 15}, SamplingParams{});
+  a.pages() = {6, 2, 9};
+  a.set_kv_len(5);  // the last token 15 is the root, at row 5
+  ScheduledSeq tree{.request = &a, .num_new_tokens = 1, .sample = true};
+  tree.draft = {20, 21, 22, 23};
+  tree.draft_parents = {0, 0, 1, 2};  // 0 ─┬─ 1 ─── 3
+                                      //    └─ 2 ─── 4
+  Request b(2, {1, 2}, SamplingParams{});
+  b.pages() = {0};
+  b.set_kv_len(1);
+  ScheduledSeq chain{.request = &b, .num_new_tokens = 1, .sample = true};
+  chain.draft = {3};
+  const std::vector<ScheduledSeq> seqs = {tree, chain};
+  BatchPlan p = BatchPlan::build(seqs, 4);
+  EXPECT_EQ(p.token_ids, (V{15, 20, 21, 22, 23, 2, 3}));
+  EXPECT_EQ(p.positions, (V{5, 6, 6, 7, 7, 1, 2}));
+  // Rows 5..9 of a: page 2 offsets 1..3, then page 9 offsets 0..1.
+  EXPECT_EQ(p.slot_mapping, (V{9, 10, 11, 36, 37, 1, 2}));
+  EXPECT_EQ(p.kv_lens, (V{10, 3}));
+  EXPECT_EQ(p.logits_rows, (V{0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(p.tree_mask, (std::vector<uint64_t>{0b1, 0b11, 0b101, 0b1011, 0b10101, 0, 0}));
+  EXPECT_EQ(p.view().tree_mask, p.tree_mask.data());
+  // No tree in the batch: no mask.
+  const std::vector<ScheduledSeq> plain = {chain};
+  EXPECT_EQ(BatchPlan::build(plain, 4).view().tree_mask, nullptr);
+}
+
 TEST(BatchPlan, EmptyBatch) {
   BatchPlan p = BatchPlan::build({}, 16);
   EXPECT_EQ(p.view().num_seqs, 0);

@@ -29,6 +29,7 @@ void expect_same(const BatchPlan& a, const BatchPlan& b) {
   EXPECT_EQ(a.slot_mapping, b.slot_mapping);
   EXPECT_EQ(a.logits_rows, b.logits_rows);
   EXPECT_EQ(a.sampled_seqs, b.sampled_seqs);
+  EXPECT_EQ(a.tree_mask, b.tree_mask);
 }
 
 TEST(BatchPlanWire, RoundTripKeepsEveryField) {
@@ -45,6 +46,28 @@ TEST(BatchPlanWire, RoundTripKeepsEveryField) {
   auto empty = BatchPlan::deserialize(BatchPlan{}.serialize());
   ASSERT_TRUE(empty.ok()) << empty.status().to_string();
   EXPECT_EQ(empty->num_seqs(), 0);
+}
+
+// A draft tree's mask words travel too, and a word that sees a later token is refused.
+TEST(BatchPlanWire, TreeMaskRoundTrip) {
+  Request r(1, {5, 6, 7}, SamplingParams{});
+  r.pages() = {2, 4};
+  r.set_kv_len(2);
+  ScheduledSeq tree{.request = &r, .num_new_tokens = 1, .sample = true};
+  tree.draft = {8, 9, 10};
+  tree.draft_parents = {0, 0, 2};
+  Request other(2, {1, 2, 3, 4}, SamplingParams{});
+  other.pages() = {0};
+  const std::vector<ScheduledSeq> seqs = {{&other, 4, true}, tree};
+  const BatchPlan p = BatchPlan::build(seqs, 4);
+  ASSERT_EQ(p.tree_mask.size(), 8u);
+  auto back = BatchPlan::deserialize(p.serialize());
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  expect_same(p, *back);
+  EXPECT_EQ(back->view().tree_mask[7], 0b1101u);
+  BatchPlan bad = p;
+  bad.tree_mask[5] = 0b111;  // the tree's node 1 seeing node 2
+  EXPECT_FALSE(BatchPlan::deserialize(bad.serialize()).ok());
 }
 
 TEST(BatchPlanWire, CorruptMessagesAreErrors) {

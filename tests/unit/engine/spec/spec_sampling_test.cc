@@ -7,52 +7,21 @@
 // position resampled from p instead of p without the draft), so it has the power to see one.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
 #include <map>
-#include <random>
 
 #include "engine/sampler.h"
 #include "engine/spec/verify.h"
+#include "spec_stats.h"
 
 namespace strata {
 namespace {
 
-constexpr int kVocab = 6;
-constexpr int kLen = 3;  // tokens generated per draw
-
-struct ToyTarget {
-  float logits[kVocab][kVocab];  // [last token][next token]
-  SampleRowParams params{.temperature = 0.8f, .top_p = 1.0f, .top_k = 4, .min_p = 0.0f};
-
-  ToyTarget() {
-    std::mt19937 g(3);
-    std::normal_distribution<float> n(0.0f, 1.2f);
-    for (auto& row : logits)
-      for (float& x : row) x = n(g);
-  }
-  // The exact next-token distribution (softmax at the temperature over the top 4).
-  std::vector<double> probs(int last) const {
-    std::vector<std::pair<float, int>> c;
-    for (int v = 0; v < kVocab; ++v) c.push_back({logits[last][v], v});
-    std::sort(c.begin(), c.end(), [](auto a, auto b) {
-      return a.first != b.first ? a.first > b.first : a.second < b.second;
-    });
-    std::vector<double> p(kVocab, 0.0);
-    double z = 0;
-    for (int i = 0; i < params.top_k; ++i)
-      z += std::exp(double(c[size_t(i)].first) / params.temperature);
-    for (int i = 0; i < params.top_k; ++i)
-      p[size_t(c[size_t(i)].second)] =
-          std::exp(double(c[size_t(i)].first) / params.temperature) / z;
-    return p;
-  }
-  int sample(int last, double u, std::vector<std::pair<float, int32_t>>& scratch) const {
-    SampleRowParams p = params;
-    p.uniform = u;
-    return sample_row_reference(logits[last], kVocab, p, scratch);
-  }
-};
+using spec_stats::chi_squared;
+using spec_stats::critical;
+using spec_stats::expected_counts;
+using spec_stats::kLen;
+using spec_stats::kVocab;
+using spec_stats::ToyTarget;
 
 // A deterministic drafter: proposes (last * 5 + 1) % kVocab, then (that * 5 + 1) % kVocab.
 std::vector<int32_t> draft(int last, int n) {
@@ -94,36 +63,6 @@ std::vector<int32_t> generate(const ToyTarget& t, int start, SamplerRng& rng, Sa
   return out;
 }
 
-// Chi-squared statistic and degrees of freedom over cells with expected count >= 5 (the rest
-// pooled into one cell).
-std::pair<double, int> chi_squared(const std::map<int, int64_t>& counts,
-                                   const std::vector<double>& expected) {
-  double stat = 0, pooled_e = 0, pooled_o = 0;
-  int cells = 0;
-  for (size_t k = 0; k < expected.size(); ++k) {
-    auto it = counts.find(int(k));
-    const double o = it == counts.end() ? 0.0 : double(it->second);
-    if (expected[k] < 5) {
-      pooled_e += expected[k];
-      pooled_o += o;
-      continue;
-    }
-    stat += (o - expected[k]) * (o - expected[k]) / expected[k];
-    ++cells;
-  }
-  if (pooled_e > 0) {
-    stat += (pooled_o - pooled_e) * (pooled_o - pooled_e) / pooled_e;
-    ++cells;
-  }
-  return {stat, cells - 1};
-}
-
-// The chi-squared critical value at upper tail 1e-4 (Wilson-Hilferty; z = 3.719).
-double critical(int df) {
-  const double z = 3.719, k = double(df);
-  return k * std::pow(1.0 - 2.0 / (9.0 * k) + z * std::sqrt(2.0 / (9.0 * k)), 3.0);
-}
-
 struct Result {
   double stat = 0, crit = 0;
   int df = 0;
@@ -139,17 +78,7 @@ Result run(bool buggy, int64_t draws) {
     std::vector<int32_t> s = generate(t, start, rng, other, buggy, scratch);
     counts[(s[0] * kVocab + s[1]) * kVocab + s[2]]++;
   }
-  std::vector<double> expected(kVocab * kVocab * kVocab, 0.0);
-  const std::vector<double> p0 = t.probs(start);
-  for (int a = 0; a < kVocab; ++a) {
-    const std::vector<double> p1 = t.probs(a);
-    for (int b = 0; b < kVocab; ++b) {
-      const std::vector<double> p2 = t.probs(b);
-      for (int c = 0; c < kVocab; ++c)
-        expected[size_t((a * kVocab + b) * kVocab + c)] =
-            double(draws) * p0[size_t(a)] * p1[size_t(b)] * p2[size_t(c)];
-    }
-  }
+  const std::vector<double> expected = expected_counts(t, start, draws);
   auto [stat, df] = chi_squared(counts, expected);
   return {stat, critical(df), df};
 }
