@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 
 #include "core/check.h"
 
@@ -64,6 +65,17 @@ bool pages_cover(const Request& r, int32_t tokens, int page_size) {
 
 }  // namespace
 
+Status check_eagle3_dir(const std::string& dir) {
+  if (!std::filesystem::is_directory(dir))
+    return invalid_argument("--speculative-draft-model-path {}: no such directory", dir);
+  return Status::ok_status();
+}
+
+StatusOr<int64_t> eagle3_kv_bytes_per_token(const std::string& dir, DType dtype) {
+  STRATA_ASSIGN_OR_RETURN(Eagle3Spec spec, load_eagle3_spec(dir));
+  return 2 * int64_t(spec.layer.num_kv_heads) * spec.layer.head_dim * dtype_size(dtype);
+}
+
 Eagle3ChainDrafter::Eagle3ChainDrafter(std::unique_ptr<Eagle3Drafter> model,
                                        std::vector<int> aux_layers, int64_t num_pages,
                                        int page_size, int graph_max_batch)
@@ -74,7 +86,8 @@ Eagle3ChainDrafter::Eagle3ChainDrafter(std::unique_ptr<Eagle3Drafter> model,
   KvLayout layout = model_->kv_layout();
   layout.num_pages = num_pages;
   layout.page_size = page_size;
-  layout.dtype = model_->backend().activation_dtype();  // exact: the drafter's own precision
+  // Exact: the drafter's own precision (eagle3_kv_bytes_per_token counts the same bytes).
+  layout.dtype = model_->backend().activation_dtype();
   kv_ = model_->backend().alloc_kv(layout);
 }
 

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -32,6 +33,14 @@
 #include "engine/spec/drafter.h"
 
 namespace strata {
+
+// OK when `dir` (--speculative-draft-model-path) is a directory; else an error naming the flag.
+Status check_eagle3_dir(const std::string& dir);
+
+// Bytes per token of the KV of the drafter in `dir` (one layer of K and V rows in `dtype`, the
+// activation dtype it is kept in): the engine fits the target pool and this one in the bytes the
+// planner gave the target's pool.
+StatusOr<int64_t> eagle3_kv_bytes_per_token(const std::string& dir, DType dtype);
 
 class Eagle3ChainDrafter : public Drafter {
  public:
