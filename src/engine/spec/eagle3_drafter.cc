@@ -99,7 +99,6 @@ std::vector<int32_t> Eagle3ChainDrafter::forward_drafts(const Eagle3Batch& batch
   if (graph) model_->backend().set_graph_mode(true);
   model_->forward(batch, *kv_, hidden_out, logits_.data());
   if (graph) model_->backend().set_graph_mode(false);
-  ++forwards_;
   std::vector<int32_t> ids(size_t(batch.num_logit_rows));
   for (int i = 0; i < batch.num_logit_rows; ++i)
     ids[size_t(i)] = model_->target_token(argmax_row_reference(logits_.data() + i * dv, dv));

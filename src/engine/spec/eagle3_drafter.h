@@ -59,8 +59,6 @@ class Eagle3ChainDrafter : public Drafter {
   void release(int64_t request_id) override { states_.erase(request_id); }
 
   const Eagle3Drafter& model() const { return *model_; }
-  // Drafter forwards run so far (observe's and propose's), for tests and benchmarks.
-  int64_t forwards() const { return forwards_; }
 
  private:
   // What the last observe() left of a request.
@@ -82,7 +80,6 @@ class Eagle3ChainDrafter : public Drafter {
   int graph_max_batch_;
   std::unordered_map<int64_t, RequestState> states_;  // by request id
   std::vector<float> logits_;                         // scratch: [rows, draft vocab]
-  int64_t forwards_ = 0;
 };
 
 }  // namespace strata
