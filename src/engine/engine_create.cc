@@ -180,10 +180,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   return e;
 }
 
-// Speculative decoding's flags, checked before anything is loaded. Verify steps run eagerly (CUDA
-// graphs cover plain decode steps only). On CUDA, greedy exactness against plain decoding needs a
-// batch-invariant forward (a k+1-token verify chunk and k+1 one-token decodes round differently
-// in bf16): --enable-deterministic-inference.
+// Speculative decoding's flags, checked before anything is loaded. On CUDA, greedy exactness
+// against plain decoding needs a batch-invariant forward (a k+1-token verify chunk and k+1
+// one-token decodes round differently in bf16): --enable-deterministic-inference.
 Status Engine::check_speculative_config() {
   STRATA_RETURN_IF_ERROR(resolve_speculative_config(&config_.speculative));
   if (!config_.speculative.enabled()) return Status::ok_status();

@@ -77,16 +77,26 @@ struct SpecStepCounts {
 // SGLang's decode log line, every kInterval decode steps: the batch, the generation throughput
 // over the interval and, under speculative decoding, its mean accept length (tokens a verify
 // commits: accepted drafts + 1). Engine thread only.
+// Under speculative decoding it also splits the decode steps' wall time into its phases, per
+// step: the drafter's proposals (draft), the target's forward and sampling (verify), the
+// drafter's news after it (observe).
+struct SpecPhases {
+  double draft_s = 0, verify_s = 0, observe_s = 0;
+};
 struct DecodeLog {
   static constexpr int kInterval = 40;
   int steps = 0;
   int64_t tokens = 0, verifies = 0, accepted = 0;
+  SpecPhases phases;
   StepClock::time_point since = StepClock::now();
   void add(size_t batch, int64_t step_tokens, const SpecStepCounts& spec, bool speculative,
-           int64_t kv_tokens_used, int64_t kv_tokens_total) {
+           int64_t kv_tokens_used, int64_t kv_tokens_total, const SpecPhases& step_phases) {
     tokens += step_tokens;
     verifies += spec.verifies;
     accepted += spec.accepted;
+    phases.draft_s += step_phases.draft_s;
+    phases.verify_s += step_phases.verify_s;
+    phases.observe_s += step_phases.observe_s;
     if (++steps < kInterval) return;
     const auto now = StepClock::now();
     const double seconds = std::chrono::duration<double>(now - since).count();
@@ -95,9 +105,10 @@ struct DecodeLog {
     if (speculative)
       LOG_INFO(
           "Decode batch. #running-req: {}, token usage: {:.2f}, accept len: {:.2f}, gen "
-          "throughput (token/s): {:.2f}",
+          "throughput (token/s): {:.2f}, ms per step: draft {:.3f} verify {:.3f} observe {:.3f}",
           batch, usage, verifies > 0 ? double(accepted + verifies) / double(verifies) : 1.0,
-          seconds > 0 ? double(tokens) / seconds : 0.0);
+          seconds > 0 ? double(tokens) / seconds : 0.0, 1e3 * phases.draft_s / steps,
+          1e3 * phases.verify_s / steps, 1e3 * phases.observe_s / steps);
     else
       LOG_INFO(
           "Decode batch. #running-req: {}, token usage: {:.2f}, gen throughput (token/s): {:.2f}",
@@ -105,6 +116,13 @@ struct DecodeLog {
     *this = DecodeLog{};
   }
 };
+
+// The last propose_drafts()'s wall time, for the decode log (engine thread only).
+thread_local double last_draft_seconds = 0;
+
+double seconds_since(StepClock::time_point t) {
+  return std::chrono::duration<double>(StepClock::now() - t).count();
+}
 
 }  // namespace
 
@@ -225,6 +243,8 @@ void Engine::run_step() {
 // Speculative decoding: the drafter's proposals for this step's decodes, each cut to the room its
 // pages hold (ScheduleState::draft_room).
 void Engine::propose_drafts(ScheduledStep* step) {
+  const auto begin = StepClock::now();
+  last_draft_seconds = 0;
   std::vector<DraftQuery> queries;
   std::vector<size_t> seq_of;
   for (size_t s = 0; s < step->seqs.size(); ++s) {
@@ -244,6 +264,7 @@ void Engine::propose_drafts(ScheduledStep* step) {
     if (int32_t(d.size()) > queries[q].max_tokens) d.resize(size_t(queries[q].max_tokens));
     step->seqs[seq_of[q]].draft = std::move(d);
   }
+  last_draft_seconds = seconds_since(begin);
 }
 
 void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_begin) {
@@ -293,9 +314,12 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
     // Graph mode covers this forward only, so nothing else (host-tier copies) is ever recorded.
     // Steps with logit edits run eagerly: their edit counts change every step, and so would a
     // graph's signature. Capture's device copies are part of the graph (fixed buffers). Steps
-    // that verify drafts run eagerly too (no graphs for verify steps yet).
-    const bool graphs = !step.is_prefill && int(n) <= config_.cuda_graph_max_bs.value_or(0) &&
-                        edits.empty() && plan.num_tokens() == plan.num_seqs();
+    // that verify drafts replay graphs too, by their number of requests (--cuda-graph-max-bs):
+    // a chain's verify has 1 + k rows per request, so a batch size and k make one signature
+    // (the recorder keys graphs by every launch's parameters; the rows' values are staged).
+    const bool graphs = !step.is_prefill &&
+                        int(plan.num_seqs()) <= config_.cuda_graph_max_bs.value_or(0) &&
+                        edits.empty();
     // Run.
     const auto fwd_begin = StepClock::now();
     runner_->run(plan, StepInputs{.row_params = row_params,
@@ -373,7 +397,14 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
         break;
       }
     }
-    if (drafter_) observe_committed(step, plan, captured, kv_before);
+    SpecPhases phases{.draft_s = last_draft_seconds,
+                      .verify_s = std::chrono::duration<double>(fwd_end - fwd_begin).count()};
+    last_draft_seconds = 0;
+    if (drafter_) {
+      const auto observe_begin = StepClock::now();
+      observe_committed(step, plan, captured, kv_before);
+      phases.observe_s = seconds_since(observe_begin);
+    }
     {
       const double seconds = std::chrono::duration<double>(StepClock::now() - step_begin).count();
       step_seconds_[size_t(stats_.steps_total % int64_t(step_seconds_.size()))] = seconds;
@@ -387,7 +418,7 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
     }
     if (!step.is_prefill)
       decode_log.add(step.seqs.size(), user_tokens, spec, drafter_ != nullptr,
-                     int64_t(pool_->num_used_pages()) * config_.page_size, plan_.kv_tokens);
+                     int64_t(pool_->num_used_pages()) * config_.page_size, plan_.kv_tokens, phases);
     export_kv(step.seqs);  // pages this step completed, for requests that checkpoint their KV
     for (Request* r : finished) {
       auto it = live_.find(r->id());
