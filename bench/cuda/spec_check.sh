@@ -15,9 +15,9 @@
 # prompts) and 16 (150 prompts) must be identical; the accept length and its histogram at
 # (steps 3, topk 1, draft tokens 4); (2) generation tok/s plain vs EAGLE3 with the default kernels
 # at concurrency 1 (16 prompts) and 64 (128 prompts), 128 new tokens (ignore_eos); (3) EAGLE3 at
-# concurrency 1 with --disable-cuda-graph: draft and verify steps eager instead of graphs, the
-# same outputs, accept length and histogram expected. Each run prints the decode log's last split
-# of a step (draft / verify / observe ms) and the CUDA graph counts.
+# concurrency 1 with --disable-cuda-graph: verify, observe and draft steps eager instead of
+# graphs, the same outputs, accept length and histogram expected. Each run prints the decode log's
+# last split of a step (draft / verify / observe ms) and the CUDA graph counts.
 set -u
 source bench/cuda/device_env.sh  # OUT, C, PKG, dev_configure, dev_build
 
@@ -84,9 +84,9 @@ PY
     gen tput_c${conc}_EAGLE3 $input $conc EAGLE3
     same tput_c${conc}_off tput_c${conc}_EAGLE3
   done
-  # Draft and verify steps replay CUDA graphs (up to --cuda-graph-max-bs requests): eager steps
-  # run the same kernels, so the outputs, the accept length and its histogram must be exactly
-  # those above.
+  # Verify, observe and draft steps replay CUDA graphs (up to --cuda-graph-max-bs requests):
+  # eager steps run the same kernels, so the outputs, the accept length and its histogram must be
+  # exactly those above.
   gen tput_c1_EAGLE3_eager heldout16 1 EAGLE3 --disable-cuda-graph
   same tput_c1_EAGLE3 tput_c1_EAGLE3_eager
   echo "total: $(( $(date +%s) - t0 )) s"

@@ -442,7 +442,8 @@ void Engine::observe_committed(const ScheduledStep& step, const BatchPlan& plan,
   news.reserve(step.seqs.size());
   next_tokens.reserve(step.seqs.size());
   for (size_t s = 0; s < step.seqs.size(); ++s) {
-    const Request& r = *step.seqs[s].request;
+    const ScheduledSeq& seq = step.seqs[s];
+    const Request& r = *seq.request;
     const int32_t first = kv_before[s];
     // Committed KV now ends at kv_len (a retraction or abort since planning: nothing); each
     // position's next token must exist (the request's last token has no successor yet).
@@ -450,16 +451,27 @@ void Engine::observe_committed(const ScheduledStep& step, const BatchPlan& plan,
                             ? std::min(r.kv_len(), r.total_len() - 1)
                             : first;
     if (end <= first) continue;
+    const int32_t rows = plan.q_indptr[s + 1] - plan.q_indptr[s];
     std::vector<int32_t> next;
     for (int32_t p = first; p < end; ++p) next.push_back(r.token_at(p + 1));
+    // The rejected rows' successors as the verify had them: the drafts after the committed.
+    for (int32_t i = end - first; i < rows; ++i)
+      next.push_back(seq.draft.empty()
+                         ? next.back()
+                         : seq.draft[std::min<size_t>(size_t(i), seq.draft.size() - 1)]);
     next_tokens.push_back(std::move(next));
+    const std::span<const int32_t> all = next_tokens.back();
     news.push_back(CommittedTokens{
         .request = &r,
         .first_position = first,
         .count = end - first,
-        .next_tokens = next_tokens.back(),
-        .hidden =
-            captured == nullptr ? nullptr : captured + int64_t(plan.q_indptr[s]) * row_bytes});
+        .next_tokens = all.first(size_t(end - first)),
+        .hidden = captured == nullptr ? nullptr : captured + int64_t(plan.q_indptr[s]) * row_bytes,
+        .rows = std::max(rows, end - first),
+        .step_tokens = all,
+        .step_pages = std::span(plan.page_indices)
+                          .subspan(size_t(plan.page_indptr[s]),
+                                   size_t(plan.page_indptr[s + 1] - plan.page_indptr[s]))});
   }
   drafter_->observe(news, width, dtype);
 }

@@ -2,10 +2,10 @@
 // (arch/eagle3.h), drafting a chain (--speculative-eagle-topk 1), as SGLang's EAGLE worker does:
 //
 //   observe(): one batched "extend" forward of the drafter over every request's newly committed
-//     positions: row p reads the target's aux-layer states at p and the token at p + 1, writes
-//     the drafter's KV at p, and predicts the token at p + 2. Per request it keeps the last row's
-//     hidden_out and its argmax: the first draft of the next step (that row pairs the last
-//     committed state with the request's last token).
+//     positions (and a verify's rejected ones, below): row p reads the target's aux-layer states at
+//     p and the token at p + 1, writes the drafter's KV at p, and predicts the token at p + 2. Per
+//     request it keeps the last row's hidden_out and its argmax: the first draft of the next step
+//     (that row pairs the last committed state with the request's last token).
 //   propose(): draft j + 1 (j >= 1) comes from one batched forward over every request still
 //     drafting: its kept hidden_out row and draft j at position kv_len - 1 + j, its output row
 //     kept for the next forward. num_steps drafts cost num_steps - 1 forwards.
@@ -13,9 +13,11 @@
 // Draft ids are argmaxes over the draft vocabulary (the first index of the max), mapped to the
 // target's ids through d2t. The drafter's KV is one layer indexed by the target's page ids
 // (engine/spec/drafter.h explains why pages, retraction and the prefix cache need nothing new).
-// Draft steps of at most `graph_max_batch` requests run as CUDA graphs (Backend::set_graph_mode:
-// their shapes are fixed, one graph per batch size, replayed every step); observe()'s forwards,
-// ragged like prefills, run eagerly.
+// observe() runs a verify's rejected rows too (SGLang's draft extend: every request then has
+// 1 + k rows; what they write lies past the committed positions and is rewritten before it is
+// read). Draft steps and observe()s after decode or verify steps, of at most `graph_max_batch`
+// requests, run as CUDA graphs (Backend::set_graph_mode: fixed shapes, one graph per batch size);
+// observe()s with prefill chunks run eagerly.
 // A request whose kept row is not at kv_len - 1 (the drafter missed its last commit) gets no
 // drafts that step; one whose context came from the prefix cache reads the drafter rows of the
 // request that computed those pages (the row at a shared page's last position paired that
