@@ -5,8 +5,8 @@
 # round differently, so exactness on the GPU waits for the deterministic / batch-invariant mode;
 # divergence after the first differing token is expected until then), the tok/s, the accept
 # length; (2) the offline benchmark, 8B shape on random weights (NGRAM accepts next to nothing
-# there: the cost of verify rows), batch 1 and 64, with and without NGRAM. Verify steps run
-# eagerly (no CUDA graphs for them yet). Well under 4 minutes.
+# there: the cost of verify rows), batch 1 and 64, with and without NGRAM. Verify steps replay
+# CUDA graphs like decode steps (up to --cuda-graph-max-bs requests). Well under 4 minutes.
 #
 # STAGE=eagle3 runs EAGLE-3 (issue 26) instead, on house-llama with the committed drafter
 # (DRAFTER=DIR: another drafter directory, e.g. the GPU-trained one), prompts the drafter never saw
@@ -15,8 +15,9 @@
 # prompts) and 16 (150 prompts) must be identical; the accept length and its histogram at
 # (steps 3, topk 1, draft tokens 4); (2) generation tok/s plain vs EAGLE3 with the default kernels
 # at concurrency 1 (16 prompts) and 64 (128 prompts), 128 new tokens (ignore_eos); (3) EAGLE3 at
-# concurrency 1 with --disable-cuda-graph: draft steps eager instead of graphs, the same accept
-# length and histogram expected.
+# concurrency 1 with --disable-cuda-graph: verify, observe and draft steps eager instead of
+# graphs, the same outputs, accept length and histogram expected. Each run prints the decode log's
+# last split of a step (draft / verify / observe ms) and the CUDA graph counts.
 set -u
 source bench/cuda/device_env.sh  # OUT, C, PKG, dev_configure, dev_build
 
@@ -55,6 +56,9 @@ PY
       >"$OUT/gen_$name.log" 2>&1
     echo "$name: exit $?, $(( ($(date +%s%N) - t1) / 1000000 )) ms (load included); $(grep -o 'generation [0-9.]* tok/s' "$OUT/gen_$name.log" | tail -1); $(grep -o 'accept len [0-9.]* (verifies by accept length: [^)]*)' "$OUT/gen_$name.log" | tail -1)"
     grep -E "error|CHECK|Error" "$OUT/gen_$name.log" | head -3
+    # Where an EAGLE3 step's time goes (the decode log's last phase split), and the graphs.
+    grep -o "ms per step: .*" "$OUT/gen_$name.log" | tail -1 | sed 's/^/    /'
+    grep -o "CUDA graphs: [0-9]* steps recorded.*" "$OUT/gen_$name.log" | tail -1 | sed 's/^/    /'
   }
   same() {
     python3 - "$W/out_$1.jsonl" "$W/out_$2.jsonl" <<'PY'
@@ -80,8 +84,9 @@ PY
     gen tput_c${conc}_EAGLE3 $input $conc EAGLE3
     same tput_c${conc}_off tput_c${conc}_EAGLE3
   done
-  # Draft steps replay CUDA graphs (up to --cuda-graph-max-bs requests): eager draft steps run
-  # the same kernels, so the accept length and its histogram must be exactly those above.
+  # Verify, observe and draft steps replay CUDA graphs (up to --cuda-graph-max-bs requests):
+  # eager steps run the same kernels, so the outputs, the accept length and its histogram must be
+  # exactly those above.
   gen tput_c1_EAGLE3_eager heldout16 1 EAGLE3 --disable-cuda-graph
   same tput_c1_EAGLE3 tput_c1_EAGLE3_eager
   echo "total: $(( $(date +%s) - t0 )) s"

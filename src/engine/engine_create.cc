@@ -14,6 +14,7 @@
 #include "engine/live_request.h"
 #include "engine/parallel_runtime.h"
 #include "engine/schedule_state.h"
+#include "engine/spec/eagle3_drafter.h"
 #include "kv/host_pool.h"
 #include "kv/page_pool.h"
 #include "kv/radix_cache.h"
@@ -108,6 +109,31 @@ Status check_config(const EngineConfig& c) {
   return Status::ok_status();
 }
 
+// A model drafter's KV (EAGLE3: one layer, as many pages as the target's pool; engine/spec/
+// drafter.h) comes out of the memory the planner gave the target's pool: both pools at `pages`
+// pages must fit the planned tokens' bytes (before a --max-total-tokens cap, which the pools keep
+// when memory allows). `strata plan` does not know the drafter: its token count is the target's
+// alone, a few percent above what a server with a drafter holds (1 layer in L + 1).
+// `room`: the bytes the planner found for KV before any cap.
+Status fit_drafter_kv(const EngineConfig& config, DType kv_dtype, const KvLayout& layout,
+                      int64_t room, Plan* plan) {
+  if (config.speculative.algorithm != SpeculativeAlgorithm::kEagle3) return Status::ok_status();
+  STRATA_ASSIGN_OR_RETURN(const int64_t drafter_bytes,
+                          eagle3_kv_bytes_per_token(config.speculative.draft_model_path, kv_dtype));
+  const int64_t page_bytes = (layout.bytes_per_token() + drafter_bytes) * layout.page_size;
+  const int64_t pages = std::min<int64_t>(plan->kv_tokens / config.page_size, room / page_bytes);
+  if (pages < 1)
+    return resource_exhausted(
+        "KV cache: no room for one page of the target's and the drafter's KV");
+  if (pages * config.page_size < plan->kv_tokens)
+    LOG_INFO(
+        "KV cache: the EAGLE3 drafter's KV ({} B/token) shares the planned pool: {} -> {} tokens",
+        drafter_bytes, plan->kv_tokens, pages * config.page_size);
+  plan->kv_tokens = pages * config.page_size;
+  plan->kv_pool_bytes = pages * layout.page_size * layout.bytes_per_token();
+  return Status::ok_status();
+}
+
 }  // namespace
 
 // What create() reads from the model directory and passes between its steps.
@@ -156,10 +182,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   return e;
 }
 
-// Speculative decoding's flags, checked before anything is loaded. Verify steps run eagerly (CUDA
-// graphs cover plain decode steps only). On CUDA, greedy exactness against plain decoding needs a
-// batch-invariant forward (a k+1-token verify chunk and k+1 one-token decodes round differently
-// in bf16): --enable-deterministic-inference.
+// Speculative decoding's flags, checked before anything is loaded. On CUDA, greedy exactness
+// against plain decoding needs a batch-invariant forward (a k+1-token verify chunk and k+1
+// one-token decodes round differently in bf16): --enable-deterministic-inference.
 Status Engine::check_speculative_config() {
   STRATA_RETURN_IF_ERROR(resolve_speculative_config(&config_.speculative));
   if (!config_.speculative.enabled()) return Status::ok_status();
@@ -167,6 +192,9 @@ Status Engine::check_speculative_config() {
     return unimplemented(
         "--speculative-algorithm with --tp-size/--dcp-size > 1: the tensor-parallel ranks' batch "
         "plans carry no drafts yet");
+  // A missing drafter is reported before the target loads.
+  if (config_.speculative.algorithm == SpeculativeAlgorithm::kEagle3)
+    STRATA_RETURN_IF_ERROR(check_eagle3_dir(config_.speculative.draft_model_path));
   return Status::ok_status();
 }
 
@@ -327,6 +355,8 @@ Status Engine::load_model(const Checkpoint& ck) {
 // The device KV pool at the planned size (rows as the model and the KV configuration lay them
 // out), its page pool and radix cache.
 StatusOr<KvLayout> Engine::create_kv_pools(const ModelSpec& spec) {
+  // The bytes the planner found for KV (before a --max-total-tokens cap): what the pools fit in.
+  const int64_t kv_room = plan_.profiled_kv_tokens * plan_.kv_bytes_per_token;
   const int page_size = config_.page_size;  // the engine's page: pool_page_size() x dcp_size tokens
   KvLayout layout = apply_kv_layout(kv_config_, spec, model_->kv_layout());
   layout.page_size = pool_page_size();
@@ -340,6 +370,8 @@ StatusOr<KvLayout> Engine::create_kv_pools(const ModelSpec& spec) {
     plan_.kv_bytes_per_token = layout.bytes_per_token();
     plan_.kv_pool_bytes = pages * layout.page_size * plan_.kv_bytes_per_token;
   }
+  STRATA_RETURN_IF_ERROR(
+      fit_drafter_kv(config_, backend_->activation_dtype(), layout, kv_room, &plan_));
   layout.num_pages = plan_.kv_tokens / page_size;
   STRATA_RETURN_IF_ERROR(backend_->check_kv_layout(layout));
   kv_ = backend_->alloc_kv(layout);

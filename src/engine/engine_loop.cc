@@ -77,16 +77,26 @@ struct SpecStepCounts {
 // SGLang's decode log line, every kInterval decode steps: the batch, the generation throughput
 // over the interval and, under speculative decoding, its mean accept length (tokens a verify
 // commits: accepted drafts + 1). Engine thread only.
+// Under speculative decoding it also splits the decode steps' wall time into its phases, per
+// step: the drafter's proposals (draft), the target's forward and sampling (verify), the
+// drafter's news after it (observe).
+struct SpecPhases {
+  double draft_s = 0, verify_s = 0, observe_s = 0;
+};
 struct DecodeLog {
   static constexpr int kInterval = 40;
   int steps = 0;
   int64_t tokens = 0, verifies = 0, accepted = 0;
+  SpecPhases phases;
   StepClock::time_point since = StepClock::now();
   void add(size_t batch, int64_t step_tokens, const SpecStepCounts& spec, bool speculative,
-           int64_t kv_tokens_used, int64_t kv_tokens_total) {
+           int64_t kv_tokens_used, int64_t kv_tokens_total, const SpecPhases& step_phases) {
     tokens += step_tokens;
     verifies += spec.verifies;
     accepted += spec.accepted;
+    phases.draft_s += step_phases.draft_s;
+    phases.verify_s += step_phases.verify_s;
+    phases.observe_s += step_phases.observe_s;
     if (++steps < kInterval) return;
     const auto now = StepClock::now();
     const double seconds = std::chrono::duration<double>(now - since).count();
@@ -95,9 +105,10 @@ struct DecodeLog {
     if (speculative)
       LOG_INFO(
           "Decode batch. #running-req: {}, token usage: {:.2f}, accept len: {:.2f}, gen "
-          "throughput (token/s): {:.2f}",
+          "throughput (token/s): {:.2f}, ms per step: draft {:.3f} verify {:.3f} observe {:.3f}",
           batch, usage, verifies > 0 ? double(accepted + verifies) / double(verifies) : 1.0,
-          seconds > 0 ? double(tokens) / seconds : 0.0);
+          seconds > 0 ? double(tokens) / seconds : 0.0, 1e3 * phases.draft_s / steps,
+          1e3 * phases.verify_s / steps, 1e3 * phases.observe_s / steps);
     else
       LOG_INFO(
           "Decode batch. #running-req: {}, token usage: {:.2f}, gen throughput (token/s): {:.2f}",
@@ -105,6 +116,13 @@ struct DecodeLog {
     *this = DecodeLog{};
   }
 };
+
+// The last propose_drafts()'s wall time, for the decode log (engine thread only).
+thread_local double last_draft_seconds = 0;
+
+double seconds_since(StepClock::time_point t) {
+  return std::chrono::duration<double>(StepClock::now() - t).count();
+}
 
 }  // namespace
 
@@ -222,6 +240,8 @@ void Engine::run_step() {
 // Speculative decoding: the drafter's proposals for this step's decodes, each cut to the room its
 // pages hold (ScheduleState::draft_room).
 void Engine::propose_drafts(ScheduledStep* step) {
+  const auto begin = StepClock::now();
+  last_draft_seconds = 0;
   std::vector<DraftQuery> queries;
   std::vector<size_t> seq_of;
   for (size_t s = 0; s < step->seqs.size(); ++s) {
@@ -241,6 +261,7 @@ void Engine::propose_drafts(ScheduledStep* step) {
     if (int32_t(d.size()) > queries[q].max_tokens) d.resize(size_t(queries[q].max_tokens));
     step->seqs[seq_of[q]].draft = std::move(d);
   }
+  last_draft_seconds = seconds_since(begin);
 }
 
 void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_begin) {
@@ -290,9 +311,12 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
     // Graph mode covers this forward only, so nothing else (host-tier copies) is ever recorded.
     // Steps with logit edits run eagerly: their edit counts change every step, and so would a
     // graph's signature. Capture's device copies are part of the graph (fixed buffers). Steps
-    // that verify drafts run eagerly too (no graphs for verify steps yet).
-    const bool graphs = !step.is_prefill && int(n) <= config_.cuda_graph_max_bs.value_or(0) &&
-                        edits.empty() && plan.num_tokens() == plan.num_seqs();
+    // that verify drafts replay graphs too, by their number of requests (--cuda-graph-max-bs):
+    // a chain's verify has 1 + k rows per request, so a batch size and k make one signature
+    // (the recorder keys graphs by every launch's parameters; the rows' values are staged).
+    const bool graphs = !step.is_prefill &&
+                        int(plan.num_seqs()) <= config_.cuda_graph_max_bs.value_or(0) &&
+                        edits.empty();
     // Run.
     const auto fwd_begin = StepClock::now();
     runner_->run(plan, StepInputs{.row_params = row_params,
@@ -369,9 +393,16 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
         break;
       }
     }
-    if (drafter_) observe_committed(step, plan, captured, kv_before);
+    SpecPhases phases{.draft_s = last_draft_seconds,
+                      .verify_s = std::chrono::duration<double>(fwd_end - fwd_begin).count()};
+    last_draft_seconds = 0;
+    if (drafter_) {
+      const auto observe_begin = StepClock::now();
+      observe_committed(step, plan, captured, kv_before);
+      phases.observe_s = seconds_since(observe_begin);
+    }
     // Captured states of the committed positions (a rejected draft's are not the request's).
-    // The block changes hands here: `captured` is not valid after this.
+    // The block changes hands here, after the drafter read it: `captured` is not valid after this.
     if (captured != nullptr) store_captured(step, plan, kept_rows);
     {
       const double seconds = std::chrono::duration<double>(StepClock::now() - step_begin).count();
@@ -386,7 +417,7 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
     }
     if (!step.is_prefill)
       decode_log.add(step.seqs.size(), user_tokens, spec, drafter_ != nullptr,
-                     int64_t(pool_->num_used_pages()) * config_.page_size, plan_.kv_tokens);
+                     int64_t(pool_->num_used_pages()) * config_.page_size, plan_.kv_tokens, phases);
     export_kv(step.seqs);  // pages this step completed, for requests that checkpoint their KV
     for (Request* r : finished) retire(r->id());
     retire_written(/*wait=*/false);  // requests of earlier steps whose rows are stored by now
@@ -406,7 +437,8 @@ void Engine::observe_committed(const ScheduledStep& step, const BatchPlan& plan,
   news.reserve(step.seqs.size());
   next_tokens.reserve(step.seqs.size());
   for (size_t s = 0; s < step.seqs.size(); ++s) {
-    const Request& r = *step.seqs[s].request;
+    const ScheduledSeq& seq = step.seqs[s];
+    const Request& r = *seq.request;
     const int32_t first = kv_before[s];
     // Committed KV now ends at kv_len (a retraction or abort since planning: nothing); each
     // position's next token must exist (the request's last token has no successor yet).
@@ -414,16 +446,27 @@ void Engine::observe_committed(const ScheduledStep& step, const BatchPlan& plan,
                             ? std::min(r.kv_len(), r.total_len() - 1)
                             : first;
     if (end <= first) continue;
+    const int32_t rows = plan.q_indptr[s + 1] - plan.q_indptr[s];
     std::vector<int32_t> next;
     for (int32_t p = first; p < end; ++p) next.push_back(r.token_at(p + 1));
+    // The rejected rows' successors as the verify had them: the drafts after the committed.
+    for (int32_t i = end - first; i < rows; ++i)
+      next.push_back(seq.draft.empty()
+                         ? next.back()
+                         : seq.draft[std::min<size_t>(size_t(i), seq.draft.size() - 1)]);
     next_tokens.push_back(std::move(next));
+    const std::span<const int32_t> all = next_tokens.back();
     news.push_back(CommittedTokens{
         .request = &r,
         .first_position = first,
         .count = end - first,
-        .next_tokens = next_tokens.back(),
-        .hidden =
-            captured == nullptr ? nullptr : captured + int64_t(plan.q_indptr[s]) * row_bytes});
+        .next_tokens = all.first(size_t(end - first)),
+        .hidden = captured == nullptr ? nullptr : captured + int64_t(plan.q_indptr[s]) * row_bytes,
+        .rows = std::max(rows, end - first),
+        .step_tokens = all,
+        .step_pages = std::span(plan.page_indices)
+                          .subspan(size_t(plan.page_indptr[s]),
+                                   size_t(plan.page_indptr[s + 1] - plan.page_indptr[s]))});
   }
   drafter_->observe(news, width, dtype);
 }

@@ -46,9 +46,21 @@ struct CommittedTokens {
   // chunk, else an accepted draft or the target's own new token. EAGLE-3's drafter reads
   // (next_tokens[i], target hidden state at first_position + i) for its KV row at that position.
   std::span<const int32_t> next_tokens;
-  // [count, capture width] of the runner's capture dtype: the target's captured states of those
-  // positions (Drafter::capture_spec()); null when the drafter captures nothing.
+  // [rows, capture width] of the runner's capture dtype: the target's captured states of the
+  // request's rows in the step (the committed positions first); null when the drafter captures
+  // nothing (Drafter::capture_spec()).
   const uint8_t* hidden = nullptr;
+  // The request's rows in the step's forward (>= count): a verify's 1 + k rows at positions
+  // [first_position, first_position + rows), its rejected drafts' after the committed ones.
+  // step_tokens [rows]: the token after each such position as the step had it (next_tokens,
+  // then the rejected drafts, the last one repeated at the end); step_pages: the page table of
+  // the step's forward, covering those positions (pages past the committed tokens may have gone
+  // back to the pool since: nothing else writes them before the next step). A drafter may run
+  // the rejected rows too (a fixed shape per batch size, for CUDA graphs) when nothing reads what
+  // they write before a later observe() or draft step rewrites those positions.
+  int32_t rows = 0;
+  std::span<const int32_t> step_tokens;
+  std::span<const int32_t> step_pages;
 };
 
 // A decoding request that wants drafts this step. Its KV holds positions [0, kv_len()); its last

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 
 #include "core/check.h"
 
@@ -58,11 +59,26 @@ class DraftAttention {
   std::vector<int32_t> q_indptr_, page_indptr_, kv_lens_, page_indices_, positions_, slots_;
 };
 
+// observe() forwards whose requests all have this many rows or fewer (1 + k of a verify) replay
+// graphs; prefill chunks are longer.
+constexpr int32_t kMaxGraphRowsPerRequest = 16;
+
 bool pages_cover(const Request& r, int32_t tokens, int page_size) {
   return int64_t(r.pages().size()) * page_size >= tokens;
 }
 
 }  // namespace
+
+Status check_eagle3_dir(const std::string& dir) {
+  if (!std::filesystem::is_directory(dir))
+    return invalid_argument("--speculative-draft-model-path {}: no such directory", dir);
+  return Status::ok_status();
+}
+
+StatusOr<int64_t> eagle3_kv_bytes_per_token(const std::string& dir, DType dtype) {
+  STRATA_ASSIGN_OR_RETURN(Eagle3Spec spec, load_eagle3_spec(dir));
+  return 2 * int64_t(spec.layer.num_kv_heads) * spec.layer.head_dim * dtype_size(dtype);
+}
 
 Eagle3ChainDrafter::Eagle3ChainDrafter(std::unique_ptr<Eagle3Drafter> model,
                                        std::vector<int> aux_layers, int64_t num_pages,
@@ -74,7 +90,8 @@ Eagle3ChainDrafter::Eagle3ChainDrafter(std::unique_ptr<Eagle3Drafter> model,
   KvLayout layout = model_->kv_layout();
   layout.num_pages = num_pages;
   layout.page_size = page_size;
-  layout.dtype = model_->backend().activation_dtype();  // exact: the drafter's own precision
+  // Exact: the drafter's own precision (eagle3_kv_bytes_per_token counts the same bytes).
+  layout.dtype = model_->backend().activation_dtype();
   kv_ = model_->backend().alloc_kv(layout);
 }
 
@@ -86,7 +103,6 @@ std::vector<int32_t> Eagle3ChainDrafter::forward_drafts(const Eagle3Batch& batch
   if (graph) model_->backend().set_graph_mode(true);
   model_->forward(batch, *kv_, hidden_out, logits_.data());
   if (graph) model_->backend().set_graph_mode(false);
-  ++forwards_;
   std::vector<int32_t> ids(size_t(batch.num_logit_rows));
   for (int i = 0; i < batch.num_logit_rows; ++i)
     ids[size_t(i)] = model_->target_token(argmax_row_reference(logits_.data() + i * dv, dv));
@@ -101,19 +117,32 @@ void Eagle3ChainDrafter::observe(std::span<const CommittedTokens> committed, int
   CHECK_EQ(capture_width, 3 * int64_t(model_->spec().target_hidden_size));
   const int64_t row_bytes = capture_width * dtype_size(capture_dtype);
   DraftAttention attention(page_size_);
-  std::vector<int32_t> tokens, last_rows;
+  std::vector<int32_t> tokens, last_rows, pages;
   std::vector<uint8_t> features;
   std::vector<const CommittedTokens*> seqs;
+  int32_t same_rows = -1;  // every request's row count when they are all equal, else 0
   for (const CommittedTokens& c : committed) {
     // A finished request has handed its pages back: nothing to write, nothing to keep.
     if (c.count <= 0 || c.hidden == nullptr ||
         !pages_cover(*c.request, c.first_position + c.count, page_size_))
       continue;
-    attention.add(c.request->pages(), c.first_position, c.count);
-    tokens.insert(tokens.end(), c.next_tokens.begin(), c.next_tokens.end());
-    features.insert(features.end(), c.hidden, c.hidden + c.count * row_bytes);
-    last_rows.push_back(attention.num_tokens() - 1);
+    // A verify's rejected rows run too (SGLang's draft extend): a fixed shape per batch size.
+    // Their KV lies past the committed positions, which the next draft steps and observe()s
+    // rewrite before anything reads them. Their pages: the step's where the request has handed
+    // them back.
+    const bool padded = c.rows > c.count && int32_t(c.step_tokens.size()) == c.rows &&
+                        int64_t(c.step_pages.size()) * page_size_ >= c.first_position + c.rows;
+    const int32_t rows = padded ? c.rows : c.count;
+    pages.assign(c.request->pages().begin(), c.request->pages().end());
+    if (padded)
+      for (size_t i = pages.size(); i < c.step_pages.size(); ++i) pages.push_back(c.step_pages[i]);
+    attention.add(pages, c.first_position, rows);
+    const auto next = padded ? c.step_tokens : c.next_tokens;
+    tokens.insert(tokens.end(), next.begin(), next.begin() + rows);
+    features.insert(features.end(), c.hidden, c.hidden + rows * row_bytes);
+    last_rows.push_back(attention.num_tokens() - rows + c.count - 1);
     seqs.push_back(&c);
+    same_rows = same_rows < 0 || same_rows == rows ? rows : 0;
   }
   if (seqs.empty()) return;
   const int t = attention.num_tokens();
@@ -124,7 +153,11 @@ void Eagle3ChainDrafter::observe(std::span<const CommittedTokens> committed, int
                           .target_features = &feats->view(),
                           .logit_rows = last_rows.data(),
                           .num_logit_rows = int(last_rows.size())};
-  const std::vector<int32_t> first_drafts = forward_drafts(batch, *hidden, /*graph=*/false);
+  // After a decode or verify step every request has 1 or 1 + k rows: graphs as the draft steps'
+  // (prefill chunks, ragged, run eagerly).
+  const bool graph =
+      same_rows > 0 && same_rows <= kMaxGraphRowsPerRequest && int(seqs.size()) <= graph_max_batch_;
+  const std::vector<int32_t> first_drafts = forward_drafts(batch, *hidden, graph);
 
   // Keep each request's last row for propose().
   const int n = int(seqs.size());

@@ -2,10 +2,10 @@
 // (arch/eagle3.h), drafting a chain (--speculative-eagle-topk 1), as SGLang's EAGLE worker does:
 //
 //   observe(): one batched "extend" forward of the drafter over every request's newly committed
-//     positions: row p reads the target's aux-layer states at p and the token at p + 1, writes
-//     the drafter's KV at p, and predicts the token at p + 2. Per request it keeps the last row's
-//     hidden_out and its argmax: the first draft of the next step (that row pairs the last
-//     committed state with the request's last token).
+//     positions (and a verify's rejected ones, below): row p reads the target's aux-layer states at
+//     p and the token at p + 1, writes the drafter's KV at p, and predicts the token at p + 2. Per
+//     request it keeps the last row's hidden_out and its argmax: the first draft of the next step
+//     (that row pairs the last committed state with the request's last token).
 //   propose(): draft j + 1 (j >= 1) comes from one batched forward over every request still
 //     drafting: its kept hidden_out row and draft j at position kv_len - 1 + j, its output row
 //     kept for the next forward. num_steps drafts cost num_steps - 1 forwards.
@@ -13,9 +13,11 @@
 // Draft ids are argmaxes over the draft vocabulary (the first index of the max), mapped to the
 // target's ids through d2t. The drafter's KV is one layer indexed by the target's page ids
 // (engine/spec/drafter.h explains why pages, retraction and the prefix cache need nothing new).
-// Draft steps of at most `graph_max_batch` requests run as CUDA graphs (Backend::set_graph_mode:
-// their shapes are fixed, one graph per batch size, replayed every step); observe()'s forwards,
-// ragged like prefills, run eagerly.
+// observe() runs a verify's rejected rows too (SGLang's draft extend: every request then has
+// 1 + k rows; what they write lies past the committed positions and is rewritten before it is
+// read). Draft steps and observe()s after decode or verify steps, of at most `graph_max_batch`
+// requests, run as CUDA graphs (Backend::set_graph_mode: fixed shapes, one graph per batch size);
+// observe()s with prefill chunks run eagerly.
 // A request whose kept row is not at kv_len - 1 (the drafter missed its last commit) gets no
 // drafts that step; one whose context came from the prefix cache reads the drafter rows of the
 // request that computed those pages (the row at a shared page's last position paired that
@@ -25,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -32,6 +35,14 @@
 #include "engine/spec/drafter.h"
 
 namespace strata {
+
+// OK when `dir` (--speculative-draft-model-path) is a directory; else an error naming the flag.
+Status check_eagle3_dir(const std::string& dir);
+
+// Bytes per token of the KV of the drafter in `dir` (one layer of K and V rows in `dtype`, the
+// activation dtype it is kept in): the engine fits the target pool and this one in the bytes the
+// planner gave the target's pool.
+StatusOr<int64_t> eagle3_kv_bytes_per_token(const std::string& dir, DType dtype);
 
 class Eagle3ChainDrafter : public Drafter {
  public:
@@ -50,8 +61,6 @@ class Eagle3ChainDrafter : public Drafter {
   void release(int64_t request_id) override { states_.erase(request_id); }
 
   const Eagle3Drafter& model() const { return *model_; }
-  // Drafter forwards run so far (observe's and propose's), for tests and benchmarks.
-  int64_t forwards() const { return forwards_; }
 
  private:
   // What the last observe() left of a request.
@@ -73,7 +82,6 @@ class Eagle3ChainDrafter : public Drafter {
   int graph_max_batch_;
   std::unordered_map<int64_t, RequestState> states_;  // by request id
   std::vector<float> logits_;                         // scratch: [rows, draft vocab]
-  int64_t forwards_ = 0;
 };
 
 }  // namespace strata

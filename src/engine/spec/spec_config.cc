@@ -1,7 +1,5 @@
 #include "engine/spec/spec_config.h"
 
-#include <filesystem>
-
 #include "arch/decoder.h"
 #include "arch/eagle3.h"
 #include "engine/spec/eagle3_drafter.h"
@@ -71,8 +69,7 @@ StatusOr<std::unique_ptr<Drafter>> create_eagle3_drafter(const SpeculativeConfig
                                                          const DrafterTarget& target) {
   const std::string& dir = c.draft_model_path;
   CHECK(target.model != nullptr);
-  if (!std::filesystem::is_directory(dir))
-    return invalid_argument("--speculative-draft-model-path {}: no such directory", dir);
+  STRATA_RETURN_IF_ERROR(check_eagle3_dir(dir));
   const ModelSpec& t = target.model->spec();
   // The drafter borrows the target's embedding table unless it ships its own.
   const auto* decoder = dynamic_cast<const DecoderModel*>(target.model);
