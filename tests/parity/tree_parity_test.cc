@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 
 #include "engine/spec/draft_tree.h"
 #include "op_pair.h"
@@ -181,6 +182,9 @@ class TreeModelParity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TreeModelParity, VerifyForwardRows) {
   const std::string dir = testing::shared_dir() + "/models/" + GetParam();
+  // A device carry holds one house model or both (bench/cuda/make_carry.sh): say which is absent.
+  if (!std::filesystem::exists(dir + "/config.json"))
+    GTEST_SKIP() << GetParam() << " is not in this carry (" << dir << ")";
   auto cpu = make_cpu_backend();
   auto gpu = make_cuda_backend();
   auto cm = load_model(dir, *cpu);
