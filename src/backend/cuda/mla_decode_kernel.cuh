@@ -8,7 +8,9 @@
 
 namespace strata::cuda::mla_decode {
 
-template <int NT, int LK, int CVT>
+// PROF: the wait profile (p.prof, benchmarks) compiled in; the product's kernels (PROF false)
+// carry none of its code.
+template <int NT, int LK, int CVT, bool PROF>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionParams p) {
   constexpr bool kFp8 = LK != kBf16;
   constexpr int kLatElem = LK == kBf16 ? kMlaBf16 : LK == kE5M2 ? kMlaE5M2 : kMlaE4M3;
@@ -29,7 +31,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
   if (!w.init(p, kRows)) return;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   // p.prof (benchmarks): cycles of the waits below, summed by lane 0 of each warp at its end.
-  const bool prof = p.prof != nullptr;
+  constexpr bool prof = PROF;
   const uint64_t t_start = prof ? clock64() : 0;
   uint64_t tw[3] = {0, 0, 0};
   auto tick = [&]() -> uint64_t { return prof ? clock64() : 0; };
