@@ -61,16 +61,22 @@ inline int smem_bytes(const MlaAttentionParams& p) {
          p.stages * lay.stage_bytes();
 }
 
+// p.prof set (benchmarks): the kernel with the wait profile compiled in.
 template <int NT, int LK, int CVT>
 void launch(const MlaAttentionParams& p, cudaStream_t stream) {
-  mla::launch(mla_decode_kernel<NT, LK, CVT>, dim3(p.row_tiles, p.num_splits, p.num_seqs),
-              dim3(kThreads), size_t(smem_bytes(p)), stream, p);
+  const dim3 grid(p.row_tiles, p.num_splits, p.num_seqs);
+  if (p.prof != nullptr)
+    mla::launch(mla_decode_kernel<NT, LK, CVT, true>, grid, dim3(kThreads), size_t(smem_bytes(p)),
+                stream, p);
+  else
+    mla::launch(mla_decode_kernel<NT, LK, CVT, false>, grid, dim3(kThreads), size_t(smem_bytes(p)),
+                stream, p);
   CUDA_LAUNCH_CHECK();
 }
 template <int NT, int LK, int CVT>
 void set_limit() {
-  CUDA_CHECK(cudaFuncSetAttribute(mla_decode_kernel<NT, LK, CVT>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, kMlaMaxSmem));
+  for (auto* k : {mla_decode_kernel<NT, LK, CVT, false>, mla_decode_kernel<NT, LK, CVT, true>})
+    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMlaMaxSmem));
 }
 
 // The instantiation files' entry points (p.tile_rows 8 or 16 picks NT, p.cvt the conversion).

@@ -8,7 +8,9 @@
 
 namespace strata::cuda::mla_decode {
 
-template <int NT, int LK, int CVT>
+// PROF: the wait profile (p.prof, benchmarks) compiled in; the product's kernels (PROF false)
+// carry none of its code.
+template <int NT, int LK, int CVT, bool PROF>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionParams p) {
   constexpr bool kFp8 = LK != kBf16;
   constexpr int kLatElem = LK == kBf16 ? kMlaBf16 : LK == kE5M2 ? kMlaE5M2 : kMlaE4M3;
@@ -29,7 +31,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
   if (!w.init(p, kRows)) return;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   // p.prof (benchmarks): cycles of the waits below, summed by lane 0 of each warp at its end.
-  const bool prof = p.prof != nullptr;
+  constexpr bool prof = PROF;
   const uint64_t t_start = prof ? clock64() : 0;
   uint64_t tw[3] = {0, 0, 0};
   auto tick = [&]() -> uint64_t { return prof ? clock64() : 0; };
@@ -542,26 +544,15 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
       for (int nt = 0; nt < NT; ++nt) fac[nt][0] *= gscale * inv, fac[nt][1] *= gscale * inv;
       gscale = smax;
     }
-    // Once the row maxima settle, every factor is exactly 1 (exp2(0)): the warp skips its 8 · NT ·
-    // 4 multiplies (not FlashMLA rows, whose factors carry the chunks' scale ratios).
-    bool rescale = true;
-    if constexpr (LK != kFlash) {
-      bool ones = true;
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) ones = ones && fac[nt][0] == 1.0f && fac[nt][1] == 1.0f;
-      rescale = !__all_sync(0xffffffffu, ones);
-    }
-    if (rescale) {
+    for (int j = 0; j < 8; ++j)
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          o[j][nt][0] *= fac[nt][0];
-          o[j][nt][1] *= fac[nt][1];
-          o[j][nt][2] *= fac[nt][0];
-          o[j][nt][3] *= fac[nt][1];
-        }
-    }
+      for (int nt = 0; nt < NT; ++nt) {
+        o[j][nt][0] *= fac[nt][0];
+        o[j][nt][1] *= fac[nt][1];
+        o[j][nt][2] *= fac[nt][0];
+        o[j][nt][3] *= fac[nt][1];
+      }
     const uint32_t p_s = smem_s + kPOff + buf * kMaxRows * kPStride +
                          ((lane & 7) + (lane >> 4) * 8) * kPStride + ((lane >> 3) & 1) * 16;
 #pragma unroll
