@@ -1,5 +1,6 @@
 #include "engine/capture_writer.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/capture_counters.h"
@@ -7,7 +8,8 @@
 
 namespace strata {
 
-CaptureWriter::CaptureWriter(int depth) : depth_(depth < 2 ? 2 : depth) {
+CaptureWriter::CaptureWriter(int max_blocks, int64_t max_bytes)
+    : max_blocks_(max_blocks < 2 ? 2 : max_blocks), max_bytes_(max_bytes) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -22,9 +24,9 @@ CaptureWriter::~CaptureWriter() {
 
 std::vector<uint8_t> CaptureWriter::take_buffer() {
   std::unique_lock<std::mutex> lk(mu_);
-  if (out_ >= depth_) {
+  if (full()) {
     CaptureTimer timer(capture_counters().queue_wait, 0);
-    cv_.wait(lk, [&] { return out_ < depth_; });
+    cv_.wait(lk, [&] { return !full(); });
   }
   ++out_;
   if (free_.empty()) return {};
@@ -37,6 +39,7 @@ uint64_t CaptureWriter::submit(CaptureJob job) {
   uint64_t seq;
   {
     std::lock_guard<std::mutex> lk(mu_);
+    queued_bytes_ += int64_t(job.rows.size());
     queue_.push_back(std::move(job));
     seq = ++submitted_;
   }
@@ -73,7 +76,8 @@ void CaptureWriter::run() {
     std::vector<uint8_t> rows = std::move(job.rows);
     job = CaptureJob();  // lets go of the states before the fence passes
     lk.lock();
-    free_.push_back(std::move(rows));
+    queued_bytes_ -= int64_t(rows.size());
+    if (free_.size() < 8) free_.push_back(std::move(rows));
     --out_;
     ++done_;
     cv_.notify_all();
@@ -84,13 +88,15 @@ void CaptureWriter::run() {
 // spread over the host thread pool by request: a decode step at batch 512 of an 8B model is 16 MB
 // of rows and as many record-file rows, more than one thread keeps up with at the engine's pace.
 // A request's rows stay on one thread within a job, and jobs run one after another, so each
-// request's states and spill see one writer at a time, in position order.
+// request's states and spill see one writer at a time, in position order. At most 8 threads: the
+// engine thread (CUDA launches) and the job's commits need cores too (the H200 host has 16).
 void CaptureWriter::store(const CaptureJob& job) {
   const int64_t row_bytes = job.width * dtype_size(job.dtype);
   int64_t rows = 0;
   for (int32_t n : job.row_count) rows += n;
   CaptureTimer timer(capture_counters().scatter, rows * row_bytes);
-  parallel_for(int64_t(job.states.size()), 8, [&](int64_t begin, int64_t end) {
+  const int64_t n = int64_t(job.states.size());
+  parallel_for(n, std::max<int64_t>(8, (n + 7) / 8), [&](int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; ++s) {
       CapturedStates* states = job.states[size_t(s)].get();
       if (states == nullptr) continue;
