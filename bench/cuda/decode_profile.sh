@@ -8,7 +8,10 @@
 # ncu runs with --clock-control none --cache-control none (the clocks and L2 as in production).
 # Random weights in the stored format (bench_checkpoint.h), as rank_step_bench / llama_bench.
 #
-# Stages (STAGES, default "kimi moonlight w4a16"):
+# Stages (STAGES, default "parity kimi moonlight w4a16"):
+#   parity     the parity tests of the ops the 2026-12-02 fusions touch (rms_norm_columns, merged
+#              rope, per-head GEMV, linear_silu_mul, MLA and MoE through the backend, the DeepSeek
+#              fixtures' models, INT4 linears), PARITY_FILTER to change them.
 #   kimi       one Kimi-K2.5 rank of tp 8 (INT4 experts, bf16 KV, context 4,096), batch 1 and
 #              128: the config cut to 2 and 4 layers (1 dense + 1 / 3 MoE; the full rank loads in
 #              minutes), every kernel's count and time projected linearly to 61 layers (the
@@ -32,8 +35,10 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 echo "ncu: ${NCU:-not found} $($NCU --version 2>/dev/null | tail -1)"
 t0=$(date +%s)
-dev_configure -DSTRATA_TESTS=OFF
+dev_configure
+STAGES=${STAGES:-parity kimi moonlight w4a16}
 dev_build strata_bench_rank_step_bench strata_bench_llama_bench strata_bench_offline_bench
+case " $STAGES " in *" parity "*) dev_build strata_parity_test ;; esac
 echo "build: $(( $(date +%s) - t0 )) s"
 t0=$(date +%s)
 CFG=$C/shared/configs
@@ -64,9 +69,14 @@ graph_ms() {  # LOG BATCH: the step's ms as a CUDA graph from a rank_step_bench 
   grep -E "^decode   batch $2," "$1" | grep -oE "step [0-9.]+ ms as a CUDA graph" | grep -oE "[0-9.]+" | head -1
 }
 
-for stage in ${STAGES:-kimi moonlight w4a16}; do
+for stage in $STAGES; do
   t1=$(date +%s)
   case $stage in
+    parity)
+      F=${PARITY_FILTER:-'CudaParity.RmsNormColumns:CudaParity.RopeMergedAtTwoOffsets:CudaParity.PerHeadLinear:CudaParity.RmsNormAndResidual:CudaParity.RopeVariants:CudaFusedParity.LinearSiluMul:MlaBackend.*:MoeBackend.*:*MlaModel*:*MoeModel*:*QuantModel*:QuantLinear.*'}
+      timeout 240 ./build-dev/strata_parity_test --gtest_filter="$F" >"$OUT/parity.log" 2>&1
+      echo "parity: rc $?"
+      grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|^\[  SKIPPED|Failure" "$OUT/parity.log" | head -30 ;;
     kimi)
       for L in 2 4; do
         cut_config "$CFG/kimi-k2.5/config.json" $L "$W/kimi$L"
