@@ -129,7 +129,7 @@ PY
         --tokenizer "$C/shared/models/house-llama" --prompts 1 --in 512 --out 512 --breakdown-batch 0 \
         --max-seconds 60 >"$OUT/moonlight_engine.log" 2>&1
       echo "moonlight engine batch 1: rc $?"
-      grep -E "^engine|^offline|CUDA graphs:" "$OUT/moonlight_engine.log" | head -4
+      grep -E "^engine|^offline|^decode|CUDA graphs:" "$OUT/moonlight_engine.log" | head -5
       python3 bench/cuda/ncu_table.py --top ${TOP:-15} --title "Moonlight-16B-A3B bf16, batch 1, context 768" \
         --csv "$OUT/ncu_moonlight2.csv" --csv "$OUT/ncu_moonlight4.csv" --layers 2,4 --project 27 \
         --wall-ms "$(graph_ms "$OUT/moonlight_wall.log" 1)" ;;
