@@ -68,8 +68,9 @@ void CudaBackend::rope(const Tensor& x, const int32_t* positions, const RopeArgs
   // tensor keeps its own offset: MLA's cache row and q rotate different dims).
   RopeParams m;
   if (recorder_.last(kOpRope, &m) && m.x2 == nullptr && m.positions == p.positions &&
-      m.tokens == p.tokens && m.half == p.half && (tunables_.fusion || m.offset == p.offset) &&
-      m.interleaved == p.interleaved && m.attention_factor == p.attention_factor &&
+      m.tokens == p.tokens && m.half == p.half && m.x != p.x &&
+      (tunables_.fusion || m.offset == p.offset) && m.interleaved == p.interleaved &&
+      m.attention_factor == p.attention_factor &&
       std::memcmp(m.inv_freq, p.inv_freq, sizeof p.inv_freq) == 0) {
     recorder_.drop_last();
     m.x2 = p.x;
