@@ -16,7 +16,7 @@
 //                                 [--int4-gemv-depth N]
 // --ncu-step 1: each decode mode ends with one eager step between cudaProfilerStart and
 // cudaProfilerStop, for `ncu --profile-from-start off` (bench/cuda/decode_profile.sh).
-// --int4-gemv-depth N: CudaTunables::int4_gemv_depth for the whole run.
+// --int4-gemv-depth N: CudaTunables::int4_gemv_depth for the whole run (unset: its default).
 #include <cublas_v2.h>
 #include <cuda_profiler_api.h>
 #include <fcntl.h>
@@ -617,7 +617,7 @@ int main(int argc, char** argv) {
   using namespace strata;
   std::string config = std::string(STRATA_SHARED_DIR) + "/configs/llama-3.1-8b/config.json";
   std::string what = "ceilings,gemv,attention,decode";
-  int steps = 128, prompt = 512, int4_gemv_depth = 0;
+  int steps = 128, prompt = 512, int4_gemv_depth = -1;  // -1: the backend's default
   bool ncu_step = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -637,7 +637,8 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines survive a crash (logs are files)
   auto backend = make_cuda_backend();
   auto& be = dynamic_cast<cuda::CudaBackend&>(*backend);
-  be.tune([&](cuda::CudaTunables& t) { t.int4_gemv_depth = int4_gemv_depth; });
+  if (int4_gemv_depth >= 0)
+    be.tune([&](cuda::CudaTunables& t) { t.int4_gemv_depth = int4_gemv_depth; });
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device   %s, %d SMs\n", prop.name, prop.multiProcessorCount);

@@ -19,6 +19,13 @@ import re
 import sys
 from collections import defaultdict
 
+# Kernel families for the summary line (first match wins): where a step's time goes at a glance.
+GROUPS = [("experts", r"moe_gemv|moe_gemm|moe_combine|moe_plan"), ("routing", r"moe_route"),
+          ("attention", r"mla_|decode_kernel|combine_kernel|attention|prefill|kv_write|qkv_rope"),
+          ("linear", r"gemv|gemm|cutlass|sm90_|ampere_|cublas|per_head"), ("norm", r"rms_norm"),
+          ("rope", r"rope"), ("copies", r"copy|slice|gather|embedding"),
+          ("elementwise", r"silu|add_kernel|f32_to_bf16"), ("sampling", r"sample|argmax|logit")]
+
 UNIT_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3,
            "second": 1e6, "s": 1e6}
 
@@ -37,7 +44,7 @@ def short_name(name):
             break
     name = name[:cut]
     name = re.sub(r"\b(strata::cuda::|strata::|cuda::|\(anonymous namespace\)::)", "", name)
-    return name[:90]
+    return name[:70]
 
 
 def read_csv(path):
@@ -92,14 +99,20 @@ def main():
         scope = "as profiled"
     total = sum(t for _, t in tab.values())
     print(f"== {a.title} ({scope}) ==")
-    print(f"{'kernel':<90} {'count':>7} {'us/step':>9} {'%':>6}")
     ranked = sorted(tab.items(), key=lambda kv: -kv[1][1])
+    w = max([len(k) for k, _ in ranked[:a.top]] + [16])
+    print(f"{'kernel':<{w}} {'count':>7} {'us/step':>9} {'%':>6}")
     for k, (c, t) in ranked[:a.top]:
-        print(f"{k:<90} {c:7.1f} {t:9.1f} {100 * t / total:6.1f}")
+        print(f"{k:<{w}} {c:7.1f} {t:9.1f} {100 * t / total:6.1f}")
     if len(ranked) > a.top:
         rest = ranked[a.top:]
-        print(f"{'(' + str(len(rest)) + ' more kernels)':<90} {sum(c for _, (c, _) in rest):7.1f} "
+        print(f"{'(' + str(len(rest)) + ' more kernels)':<{w}} {sum(c for _, (c, _) in rest):7.1f} "
               f"{sum(t for _, (_, t) in rest):9.1f} {100 * sum(t for _, (_, t) in rest) / total:6.1f}")
+    groups = defaultdict(float)
+    for k, (_, t) in tab.items():
+        groups[next((g for g, rx in GROUPS if re.search(rx, k)), "other")] += t
+    print("by family: " + ", ".join(f"{g} {t:.0f} us ({100 * t / total:.0f}%)"
+                                    for g, t in sorted(groups.items(), key=lambda kv: -kv[1])))
     launches = sum(c for c, _ in tab.values())
     line = f"sum of kernel times {total / 1e3:.3f} ms over {launches:.0f} launches"
     if wall:

@@ -10,7 +10,9 @@
 //
 // Usage: strata_bench_rank_step_bench --config PATH [--tp-size N] [--batches 1,32,128,256]
 //   [--context 4096] [--prefill 8192] [--kv-cache-dtype bf16|fp8_e4m3] [--page-size 64]
-//   [--mem-fraction 0.9] [--reps 20] [--ncu-step 0|1] [--op-profile 0|1]
+//   [--mem-fraction 0.9] [--reps 20] [--ncu-step 0|1] [--op-profile 0|1] [--compare-unfused 0|1]
+// --compare-unfused 1: each batch's graph step also with CudaTunables::fusion off (the launch
+// sequence of the MLA + MoE step before the 2026-12-02 fusions), in the same process.
 // --ncu-step 1: after each batch's timings, one more eager step between cudaProfilerStart and
 // cudaProfilerStop, for `ncu --profile-from-start off` (bench/cuda/decode_profile.sh).
 // --op-profile 1: the backend's own per-op device times of 4 eager steps (events around every
@@ -52,6 +54,7 @@ struct Args {
   int reps = 20;
   bool ncu_step = false;
   bool op_profile = false;
+  bool compare_unfused = false;
 };
 
 // Milliseconds per call of fn, after one untimed call (which captures a graph in graph mode).
@@ -155,6 +158,17 @@ void run(const Args& a) {
     print_collectives(per_step);
     std::printf("\n");
     std::fflush(stdout);
+    if (a.compare_unfused) {
+      be.tune([](cuda::CudaTunables& t) { t.fusion = false; });
+      be.set_graph_mode(true);
+      const double unfused =
+          time_ms(be, a.reps, [&] { model->forward_sample(batch->fb, *kv, args); });
+      be.set_graph_mode(false);
+      be.tune([](cuda::CudaTunables& t) { t.fusion = true; });
+      std::printf("unfused  batch %d, context %d: step %.3f ms as a CUDA graph with fusion off\n",
+                  B, C, unfused);
+      std::fflush(stdout);
+    }
     if (a.ncu_step) {
       be.synchronize();
       CUDA_CHECK(cudaProfilerStart());
@@ -224,6 +238,8 @@ int main(int argc, char** argv) {
       a.ncu_step = v == "1";
     else if (k == "--op-profile")
       a.op_profile = v == "1";
+    else if (k == "--compare-unfused")
+      a.compare_unfused = v == "1";
     else {
       std::fprintf(stderr, "rank_step_bench: unknown flag %s\n", k.c_str());
       return 2;

@@ -286,15 +286,16 @@ void DeepseekModel::attention_block(int layer, const Tensor& h, const ForwardBat
   } else {
     be.linear(h, L.q_proj, *q);
   }
-  RopeArgs q_rope = rope;
-  q_rope.offset = dims_.qk_nope_head_dim;
-  be.rope(*q, batch.attn.positions, q_rope);
-  trace(*q, "q_rope", layer);
-
   auto kv_row = be.alloc(act, {t, dims_.cache_dim()});
   be.linear(h, L.kv_a, *kv_row);
   mla_make_cache_rows(be, dims_, *kv_row, *L.kv_a_norm, kLoraNormEps, batch.attn.positions, rope);
   trace(*kv_row, "kv_cache_row", layer);
+  // q's rope right after the cache row's (same positions and frequencies): a backend may merge
+  // the two into one launch (the CUDA backend does under graphs).
+  RopeArgs q_rope = rope;
+  q_rope.offset = dims_.qk_nope_head_dim;
+  be.rope(*q, batch.attn.positions, q_rope);
+  trace(*q, "q_rope", layer);
   auto attn = be.alloc(act, {t, heads, dims_.v_head_dim});
   if (tp_.dcp_active()) {
     if (layer == 0)
@@ -313,10 +314,8 @@ void DeepseekModel::attention_block(int layer, const Tensor& h, const ForwardBat
 void DeepseekModel::swiglu(const SwiGlu& w, const Tensor& h, const Tensor& out) {
   Backend& be = *backend_;
   const int64_t t = h.dim(0), inter = w.down.in_features();
-  auto gu = be.alloc(be.activation_dtype(), {t, 2 * inter});
-  be.linear(h, w.gate_up, *gu);
   auto act = be.alloc(be.activation_dtype(), {t, inter});
-  be.silu_mul(*gu, *act);
+  be.linear_silu_mul(h, w.gate_up, *act);  // one GEMV with a SwiGLU epilogue on the GPU
   be.linear(*act, w.down, out);
 }
 

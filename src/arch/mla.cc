@@ -50,10 +50,8 @@ void mla_make_cache_rows(Backend& be, const MlaDims& d, const Tensor& kv_a, cons
                          float eps, const int32_t* positions, const RopeArgs& rope) {
   const int64_t t = kv_a.dim(0), rank = d.kv_lora_rank;
   CHECK_EQ(kv_a.dim(1), d.cache_dim());
-  auto latent = be.alloc(be.activation_dtype(), {t, rank});
-  be.slice_columns(kv_a, 0, rank, *latent);
-  be.rms_norm(*latent, norm, eps, *latent);
-  be.copy_columns(*latent, 0, rank, kv_a, 0);
+  CHECK_EQ(norm.numel(), rank);
+  be.rms_norm_columns(kv_a, norm, eps);
   RopeArgs r = rope;
   r.offset = int(rank);
   be.rope(kv_a.reshape({t, 1, d.cache_dim()}), positions, r);

@@ -89,6 +89,14 @@ void Backend::qkv_rope_kv_write(const Tensor& qkv, int heads, int kv_heads, int 
   kv_write(kv, layer, *k, *v, meta);
 }
 
+void Backend::rms_norm_columns(const Tensor& x, const Tensor& weight, float eps) {
+  const int64_t t = x.dim(0), n = weight.numel();
+  auto part = alloc(x.dtype, {t, n});
+  slice_columns(x, 0, n, *part);
+  rms_norm(*part, weight, eps, *part);
+  copy_columns(*part, 0, n, x, 0);
+}
+
 void Backend::moe_experts_add(const Tensor& x, const MoeExpertWeights& experts,
                               const Tensor& topk_ids, const Tensor& topk_weights,
                               const Tensor& add_in, const Tensor& out) {

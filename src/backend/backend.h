@@ -347,6 +347,10 @@ class Backend {
   virtual void moe_experts_add(const Tensor& x, const MoeExpertWeights& experts,
                                const Tensor& topk_ids, const Tensor& topk_weights,
                                const Tensor& add, const Tensor& out);
+  // In place: RMSNorm of each row's first weight.numel() columns of x [T, C], the other columns
+  // untouched (MLA's latent inside its cache row [latent | rope]). The same values as
+  // slice_columns, rms_norm, copy_columns (the default).
+  virtual void rms_norm_columns(const Tensor& x, const Tensor& weight, float eps);
 
   // ---- MLA helpers (absorbed attention: arch/mla.h) ----
   // Writes x's columns [begin, end) into out's columns [out_begin, out_begin + end - begin),

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <vector>
@@ -75,6 +76,38 @@ TEST(CudaParity, RmsNormAndResidual) {
   }
 }
 
+// In place over each row's first columns (MLA's latent inside its [latent | rope] cache row):
+// against the CPU reference, bit for bit the GPU's own default (slice_columns, rms_norm,
+// copy_columns: the same kernel on a contiguous copy), the other columns untouched. Strides that
+// are multiples of 8 take the vectorized kernel, others the scalar ones.
+TEST(CudaParity, RmsNormColumns) {
+  Pair p;
+  struct Case {
+    int rows, cols, dim;
+  };
+  for (Case c : {Case{1, 576, 512}, Case{7, 576, 512}, Case{3, 80, 64}, Case{2, 1000, 600},
+                 Case{5, 1001, 700}, Case{4, 333, 300}}) {
+    const std::vector<float> xv = p.random(int64_t(c.rows) * c.cols, 3.0f);
+    auto x = p.make(xv, {c.rows, c.cols});
+    auto w = p.make(p.random(c.dim), {c.dim});
+    p.cpu_->rms_norm_columns(*x.cpu, *w.cpu, 1e-6f);
+    p.gpu_->rms_norm_columns(*x.gpu, *w.gpu, 1e-6f);
+    EXPECT_LT(p.nmse(x), 1e-5) << c.rows << "x" << c.cols << " dim " << c.dim;
+    auto ref = p.make(xv, {c.rows, c.cols});
+    p.gpu_->Backend::rms_norm_columns(*ref.gpu, *w.gpu, 1e-6f);
+    const std::vector<float> got = p.get(*x.gpu, true), want = p.get(*ref.gpu, true);
+    int differ = 0, moved = 0;
+    for (int r = 0; r < c.rows; ++r)
+      for (int col = 0; col < c.cols; ++col) {
+        const size_t i = size_t(r) * c.cols + col;
+        differ += std::memcmp(&got[i], &want[i], sizeof(float)) != 0;
+        if (col >= c.dim) moved += std::memcmp(&got[i], &xv[i], sizeof(float)) != 0;
+      }
+    EXPECT_EQ(differ, 0) << "values differing from the unfused path, " << c.rows << "x" << c.cols;
+    EXPECT_EQ(moved, 0) << "columns past dim changed, " << c.rows << "x" << c.cols;
+  }
+}
+
 TEST(CudaParity, AddSiluMul) {
   Pair p;
   for (auto [rows, inter] : {std::pair{1, 896}, {13, 101}, {4, 14336}}) {
@@ -122,6 +155,37 @@ TEST(CudaParity, RopeVariants) {
   }
 }
 
+// Graph mode merges rope(a) and rope(b) with the same positions into one launch, each tensor at
+// its own offset (MLA: the cache row's rope part at 512, q's at 128; deepseek.cc orders them so).
+TEST(CudaParity, RopeMergedAtTwoOffsets) {
+  Pair p;
+  for (bool interleaved : {false, true}) {
+    const int tokens = 5, heads = 3, rotary = 64;
+    std::vector<float> inv_freq(size_t(rotary / 2));
+    for (int i = 0; i < rotary / 2; ++i)
+      inv_freq[size_t(i)] = float(1.0 / std::pow(10000.0, 2.0 * i / rotary));
+    std::vector<int32_t> pos = {0, 7, 4000, 65000, 3};
+    auto row = p.make(p.random(int64_t(tokens) * 576), {tokens, 1, 576});
+    auto q = p.make(p.random(int64_t(tokens) * heads * 192), {tokens, heads, 192});
+    RopeArgs a{.inv_freq = inv_freq.data(),
+               .attention_factor = 1.2f,
+               .rotary_dim = rotary,
+               .offset = 512,
+               .interleaved = interleaved};
+    RopeArgs b = a;
+    b.offset = 128;
+    p.cuda().set_graph_mode(true);
+    for (Backend* be : {p.cpu_.get(), p.gpu_.get()}) {
+      const bool gpu = be == p.gpu_.get();
+      be->rope(gpu ? *row.gpu : *row.cpu, pos.data(), a);
+      be->rope(gpu ? *q.gpu : *q.cpu, pos.data(), b);
+    }
+    EXPECT_LT(p.nmse(row), 1e-5) << "cache row, interleaved " << interleaved;  // ends the step
+    EXPECT_LT(p.nmse(q), 1e-5) << "q, interleaved " << interleaved;
+    p.cuda().set_graph_mode(false);
+  }
+}
+
 TEST(CudaParity, CopiesEmbeddingGather) {
   Pair p;
   const int vocab = 1001, h = 72;
@@ -146,15 +210,32 @@ TEST(CudaParity, CopiesEmbeddingGather) {
   EXPECT_EQ(p.nmse(dst), 0.0);
 }
 
+// Up to 8 tokens the per-head GEMV (per_head_gemv.h), above (and with the GEMV off) cuBLAS's
+// batched GEMM: odd sizes at column offsets, and MLA's W_UK (q_nope [.., 192] -> latent columns
+// of [.., 576]) and W_UV (latent 512 -> v 128) with 8 heads (a Kimi-K2.5 rank of tp 8).
 TEST(CudaParity, PerHeadLinear) {
   Pair p;
-  const int tokens = 11, heads = 3, dx = 40, k = 24, n = 20, dout = 30;
-  auto x = p.make(p.random(int64_t(tokens) * heads * dx), {tokens, heads, dx});
-  auto w = p.make(p.random(int64_t(heads) * n * k, 0.2f), {heads, n, k});
-  auto out = p.make(p.random(int64_t(tokens) * heads * dout), {tokens, heads, dout});
-  p.cpu_->per_head_linear(*x.cpu, 8, *w.cpu, *out.cpu, 5);
-  p.gpu_->per_head_linear(*x.gpu, 8, *w.gpu, *out.gpu, 5);
-  EXPECT_LT(p.nmse(out), 1e-5);
+  struct Case {
+    int heads, dx, x_begin, k, n, dout, out_begin;
+  };
+  for (int gemv_max : {8, 0}) {
+    p.cuda().tune([&](cuda::CudaTunables& t) { t.per_head_gemv_max_tokens = gemv_max; });
+    for (int tokens : {1, 3, 8, 11}) {
+      for (Case c : {Case{3, 40, 8, 24, 20, 30, 5}, Case{8, 192, 0, 128, 512, 576, 0},
+                     Case{8, 512, 0, 512, 128, 128, 0}, Case{2, 20, 3, 17, 9, 12, 1}}) {
+        auto x = p.make(p.random(int64_t(tokens) * c.heads * c.dx), {tokens, c.heads, c.dx});
+        auto w = p.make(p.random(int64_t(c.heads) * c.n * c.k, 0.2f), {c.heads, c.n, c.k});
+        auto out = p.make(p.random(int64_t(tokens) * c.heads * c.dout), {tokens, c.heads, c.dout});
+        p.cpu_->per_head_linear(*x.cpu, c.x_begin, *w.cpu, *out.cpu, c.out_begin);
+        p.gpu_->per_head_linear(*x.gpu, c.x_begin, *w.gpu, *out.gpu, c.out_begin);
+        const double e = p.nmse(out);
+        EXPECT_LT(e, 1e-5) << "gemv up to " << gemv_max << " tokens " << tokens << " heads "
+                           << c.heads << " k " << c.k << " n " << c.n;
+        std::printf("per_head_linear gemv<=%d tokens %d heads %d k %d n %d: nmse %.3g\n", gemv_max,
+                    tokens, c.heads, c.k, c.n, e);
+      }
+    }
+  }
 }
 
 TEST(CudaParity, DecodeAttention) {

@@ -112,6 +112,7 @@ class CudaBackend : public Backend, public DcpAttention {
   void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) override;
   void add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, float eps,
                     const Tensor& out) override;
+  void rms_norm_columns(const Tensor& x, const Tensor& weight, float eps) override;  // one launch
   // elementwise.cu
   void add(const Tensor& a, const Tensor& b, const Tensor& out) override;
   void silu_mul(const Tensor& x, const Tensor& out) override;

@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/linear.h"
 #include "backend/cuda/linear_det.h"
+#include "backend/cuda/per_head_gemv.h"
 
 namespace strata::cuda {
 namespace {
@@ -444,6 +445,26 @@ void CudaBackend::per_head_linear(const Tensor& x, int64_t x_begin, const Tensor
               k, x_begin, dx);
     record(kOpGemmDet, d, launch_det_gemm);
     return;
+  }
+  if (tunables_.fusion && tokens <= tunables_.per_head_gemv_max_tokens) {
+    auto q = zeroed<PerHeadGemvParams>();
+    q.x = x.ptr<bf16_bits>() + x_begin;
+    q.w = w.ptr<bf16_bits>();
+    q.out = out.ptr<bf16_bits>() + out_begin;
+    q.tokens = tokens;
+    q.ldx = heads * dx;
+    q.ldo = heads * dout;
+    q.stride_x = dx;
+    q.stride_o = dout;
+    q.heads = int(heads);
+    q.n = int(n);
+    q.k = int(k);
+    q.pdl_early = tunables_.pdl_early;
+    per_head_gemv_set_lanes(q);
+    if (per_head_gemv_fits(q)) {
+      record(kOpPerHeadGemv, q, launch_per_head_gemv);
+      return;
+    }
   }
   auto g = zeroed<GemmParams>();
   g.handle = cublas_;

@@ -27,7 +27,8 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
   pdl_enter(p.pdl_early);
   __shared__ float shared[kThreads / 32];
   const int64_t row = blockIdx.x;
-  const bf16_bits* x = p.x + row * p.dim;
+  const int64_t stride = p.row_stride ? p.row_stride : p.dim;
+  const bf16_bits* x = p.x + row * stride;
   bf16_bits* res = p.residual ? p.residual + row * p.dim : nullptr;
   float vals[kMaxPerThread];
   float ss = 0;
@@ -48,7 +49,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
   }
   ss = block_sum(ss, shared);
   const float inv = rsqrtf(ss / float(p.dim) + p.eps);
-  bf16_bits* out = p.out + row * p.dim;
+  bf16_bits* out = p.out + row * stride;
 #pragma unroll
   for (int j = 0; j < kMaxPerThread; ++j) {
     const int i = threadIdx.x + j * kThreads;
@@ -66,7 +67,8 @@ __global__ void rms_norm_warp_kernel(RmsNormParams p) {
   const int64_t row = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= p.rows) return;
-  const bf16_bits* x = p.x + row * p.dim;
+  const int64_t stride = p.row_stride ? p.row_stride : p.dim;
+  const bf16_bits* x = p.x + row * stride;
   bf16_bits* res = p.residual ? p.residual + row * p.dim : nullptr;
   float vals[8];
   float ss = 0;
@@ -86,7 +88,7 @@ __global__ void rms_norm_warp_kernel(RmsNormParams p) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   const float inv = rsqrtf(ss / float(p.dim) + p.eps);
-  bf16_bits* out = p.out + row * p.dim;
+  bf16_bits* out = p.out + row * stride;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const int i = lane + j * 32;
@@ -106,7 +108,8 @@ __global__ void __launch_bounds__(1024) rms_norm_vec_kernel(RmsNormParams p) {
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
   const int nchunk = p.dim / 8;
-  const uint4* x = reinterpret_cast<const uint4*>(p.x + row * p.dim);
+  const int64_t stride = p.row_stride ? p.row_stride : p.dim;
+  const uint4* x = reinterpret_cast<const uint4*>(p.x + row * stride);
   uint4* res = p.residual ? reinterpret_cast<uint4*>(p.residual + row * p.dim) : nullptr;
   float v[kChunks][8];
   float ss = 0;
@@ -128,7 +131,7 @@ __global__ void __launch_bounds__(1024) rms_norm_vec_kernel(RmsNormParams p) {
   }
   ss = block_sum(ss, shared);
   const float inv = rsqrtf(ss / float(p.dim) + p.eps);
-  uint4* out = reinterpret_cast<uint4*>(p.out + row * p.dim);
+  uint4* out = reinterpret_cast<uint4*>(p.out + row * stride);
 #pragma unroll
   for (int c = 0; c < kChunks; ++c) {
     const int idx = threadIdx.x + c * blockDim.x;
@@ -156,7 +159,8 @@ void launch_rms_norm(const RmsNormParams& p, const Launch& launch) {
   CHECK_MSG(p.dim <= kThreads * kMaxPerThread, "rms_norm: dim {} too large", p.dim);
   const bool vec = p.dim % 8 == 0 && p.dim > 256 && p.dim / 8 <= 4 * 1024 &&
                    uintptr_t(p.x) % 16 == 0 && uintptr_t(p.out) % 16 == 0 &&
-                   uintptr_t(p.weight) % 16 == 0 && uintptr_t(p.residual) % 16 == 0;
+                   uintptr_t(p.weight) % 16 == 0 && uintptr_t(p.residual) % 16 == 0 &&
+                   p.row_stride % 8 == 0;
   if (vec) {
     const int nchunk = p.dim / 8;
     const int threads = int(std::min<int64_t>(1024, ceil_div(nchunk, 32) * 32));
@@ -189,6 +193,26 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, con
   p.weight_f32 = weight.dtype == DType::kF32;
   p.out = out.ptr<bf16_bits>();
   p.rows = rows;
+  p.dim = int(d);
+  p.eps = eps;
+  p.pdl_early = tunables_.pdl_early;
+  record(kOpRmsNorm, p, launch_rms_norm);
+}
+
+void CudaBackend::rms_norm_columns(const Tensor& x, const Tensor& weight, float eps) {
+  if (!tunables_.fusion) return Backend::rms_norm_columns(x, weight, eps);
+  const int64_t d = weight.numel();
+  CHECK_EQ(x.rank(), 2);
+  CHECK_LE(d, x.dim(1));
+  check_bf16(x, "rms_norm_columns x");
+  begin_op();
+  auto p = zeroed<RmsNormParams>();
+  p.x = x.ptr<bf16_bits>();
+  p.weight = weight.data;
+  p.weight_f32 = weight.dtype == DType::kF32;
+  p.out = x.ptr<bf16_bits>();
+  p.rows = x.dim(0);
+  p.row_stride = x.dim(1);
   p.dim = int(d);
   p.eps = eps;
   p.pdl_early = tunables_.pdl_early;

@@ -11,6 +11,7 @@ struct RmsNormParams {
   const void* weight;   // [dim], bf16 or f32 (weight_f32)
   bf16_bits* out;       // [rows, dim]; may alias x
   int64_t rows;
+  int64_t row_stride;  // elements from one row of x / out to the next; 0: dim (contiguous)
   int dim;
   float eps;
   int weight_f32;

@@ -45,7 +45,8 @@ namespace strata::cuda {
   X(kOpLogitStats, "logit_stats")     \
   X(kOpMlaDcpMerge, "mla_dcp_merge") \
   X(kOpGemmDet, "gemm_det")          \
-  X(kOpInt4Dequant, "int4_dequant")
+  X(kOpInt4Dequant, "int4_dequant")  \
+  X(kOpPerHeadGemv, "per_head_gemv")
 // clang-format on
 
 enum Op : int {

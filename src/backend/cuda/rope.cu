@@ -26,8 +26,9 @@ __global__ void rope_kernel(RopeParams p) {
   sincosf(angle, &s, &c);  // accurate range reduction: positions reach 1e5+ radians
   c *= p.attention_factor;
   s *= p.attention_factor;
-  const int i0 = p.offset + (p.interleaved ? 2 * i : i);
-  const int i1 = p.offset + (p.interleaved ? 2 * i + 1 : i + p.half);
+  const int offset = h < p.heads ? p.offset : p.offset2;
+  const int i0 = offset + (p.interleaved ? 2 * i : i);
+  const int i1 = offset + (p.interleaved ? 2 * i + 1 : i + p.half);
   bf16_bits* v = h < p.heads ? p.x + (t * p.heads + h) * p.stride
                              : p.x2 + (t * p.heads2 + (h - p.heads)) * p.stride2;
   const float a = bf16_to_float(v[i0]), b = bf16_to_float(v[i1]);
@@ -63,16 +64,19 @@ void CudaBackend::rope(const Tensor& x, const int32_t* positions, const RopeArgs
   p.interleaved = args.interleaved;
   p.attention_factor = args.attention_factor;
   for (int i = 0; i < half; ++i) p.inv_freq[i] = args.inv_freq[i];
-  // Graph mode: rope(q) then rope(k) with the same positions and frequencies: one launch.
+  // Graph mode: rope(q) then rope(k) with the same positions and frequencies: one launch (each
+  // tensor keeps its own offset: MLA's cache row and q rotate different dims).
   RopeParams m;
   if (recorder_.last(kOpRope, &m) && m.x2 == nullptr && m.positions == p.positions &&
-      m.tokens == p.tokens && m.half == p.half && m.offset == p.offset &&
-      m.interleaved == p.interleaved && m.attention_factor == p.attention_factor &&
+      m.tokens == p.tokens && m.half == p.half && m.x != p.x &&
+      (tunables_.fusion || m.offset == p.offset) && m.interleaved == p.interleaved &&
+      m.attention_factor == p.attention_factor &&
       std::memcmp(m.inv_freq, p.inv_freq, sizeof p.inv_freq) == 0) {
     recorder_.drop_last();
     m.x2 = p.x;
     m.heads2 = p.heads;
     m.stride2 = p.stride;
+    m.offset2 = p.offset;
     record(kOpRope, m, launch_rope);
     return;
   }

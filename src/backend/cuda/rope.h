@@ -12,6 +12,8 @@ struct RopeParams {
   bf16_bits* x2;  // a second tensor rotated in the same launch (q and k), or null
   int heads2;
   int stride2;
+  int offset2;  // x2's first rotated dim (MLA merges q at 128 with the cache row's rope at 512)
+  int reserved_zero;         // no padding bytes: the parameters are a captured graph's signature
   const int32_t* positions;  // device [tokens]
   int64_t tokens;
   int heads;

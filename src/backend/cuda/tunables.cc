@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "backend/cuda/linear.h"
+#include "backend/cuda/per_head_gemv.h"
 #include "core/check.h"
 
 namespace strata::cuda {
@@ -29,6 +30,8 @@ void CudaTunables::check() const {
   CHECK_MSG(gemv_prefetch_elems >= 0, "gemv_prefetch_elems {}", gemv_prefetch_elems);
   CHECK_MSG(gemv_block_warps == 4 || gemv_block_warps == 8, "gemv_block_warps {}",
             gemv_block_warps);
+  CHECK_MSG(per_head_gemv_max_tokens >= 0 && per_head_gemv_max_tokens <= kPerHeadGemvMaxTokens,
+            "per_head_gemv_max_tokens {}", per_head_gemv_max_tokens);
   CHECK_MSG(int4_gemv_depth >= 0, "int4_gemv_depth {}", int4_gemv_depth);
   CHECK_MSG(decode_blocks_per_sm >= 1, "decode_blocks_per_sm {}", decode_blocks_per_sm);
   CHECK_MSG(prefill_split_mode >= 0 && prefill_split_mode <= 2, "prefill_split_mode {}",

@@ -59,12 +59,18 @@ struct CudaTunables {
   // ms/token (on top of early triggers and prefetch, so not conclusive; 2026-11-29 night).
   int gemv_block_warps = 8;
 
+  // Per-head linears (MLA's absorbed W_UK / W_UV) of up to this many tokens take the per-head
+  // GEMV (per_head_gemv.h, in the step's PDL chain), above it cuBLAS's batched GEMM. No env.
+  // Default 8 (kPerHeadGemvMaxTokens); 0: cuBLAS always (A/B, parity tests).
+  int per_head_gemv_max_tokens = 8;
+
   // ---- packed weights (linear_packed.cc) ----
   // INT4 register GEMV's residency depth (Int4LinearParams::gemv_depth: the most blocks per SM
-  // its shared memory leaves room for, its successor's included). No env. Default 0 (no
-  // padding); the 2026-12-02 sweep gave one 8B token's GEMVs 39.8% of copy at depth 1 vs 33.3% at
-  // 0 (bench/results/2026-12-02-session3.md); bench/cuda/decode_profile.sh measures decode.
-  int int4_gemv_depth = 0;
+  // its shared memory leaves room for, its successor's included; 0 = no padding). No env.
+  // Default 1: Llama-3.1-8B W4A16 batch-1 decode (graphs + PDL, fused, GPU greedy) 3.255 ->
+  // 2.703 ms/token (307 -> 370 tok/s, 34.0 -> 40.8% of the copy-bandwidth limit) against 0
+  // (bench/cuda/decode_profile.sh, H200, 2026-12-02).
+  int int4_gemv_depth = 1;
   // FP8-block linears above the GEMV's rows: false (default) dequantize the weight to bf16 and
   // run the bf16 GEMM (W8A16: the weights exactly as DeepSeek's reference inference dequantizes
   // them, activations untouched); true quantize the activations to e4m3 per 128 values and run
