@@ -1,6 +1,5 @@
 #include "engine/capture_writer.h"
 
-#include <algorithm>
 #include <chrono>
 
 #include "core/capture_counters.h"
@@ -88,15 +87,13 @@ void CaptureWriter::run() {
 // spread over the host thread pool by request: a decode step at batch 512 of an 8B model is 16 MB
 // of rows and as many record-file rows, more than one thread keeps up with at the engine's pace.
 // A request's rows stay on one thread within a job, and jobs run one after another, so each
-// request's states and spill see one writer at a time, in position order. At most 8 threads: the
-// engine thread (CUDA launches) and the job's commits need cores too (the H200 host has 16).
+// request's states and spill see one writer at a time, in position order.
 void CaptureWriter::store(const CaptureJob& job) {
   const int64_t row_bytes = job.width * dtype_size(job.dtype);
   int64_t rows = 0;
   for (int32_t n : job.row_count) rows += n;
   CaptureTimer timer(capture_counters().scatter, rows * row_bytes);
-  const int64_t n = int64_t(job.states.size());
-  parallel_for(n, std::max<int64_t>(8, (n + 7) / 8), [&](int64_t begin, int64_t end) {
+  parallel_for(int64_t(job.states.size()), 8, [&](int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; ++s) {
       CapturedStates* states = job.states[size_t(s)].get();
       if (states == nullptr) continue;
