@@ -7,8 +7,7 @@
 
 namespace strata {
 
-CaptureWriter::CaptureWriter(int max_blocks, int64_t max_bytes)
-    : max_blocks_(max_blocks < 2 ? 2 : max_blocks), max_bytes_(max_bytes) {
+CaptureWriter::CaptureWriter(int depth) : depth_(depth < 2 ? 2 : depth) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -23,9 +22,9 @@ CaptureWriter::~CaptureWriter() {
 
 std::vector<uint8_t> CaptureWriter::take_buffer() {
   std::unique_lock<std::mutex> lk(mu_);
-  if (full()) {
+  if (out_ >= depth_) {
     CaptureTimer timer(capture_counters().queue_wait, 0);
-    cv_.wait(lk, [&] { return !full(); });
+    cv_.wait(lk, [&] { return out_ < depth_; });
   }
   ++out_;
   if (free_.empty()) return {};
@@ -38,7 +37,6 @@ uint64_t CaptureWriter::submit(CaptureJob job) {
   uint64_t seq;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    queued_bytes_ += int64_t(job.rows.size());
     queue_.push_back(std::move(job));
     seq = ++submitted_;
   }
@@ -75,8 +73,7 @@ void CaptureWriter::run() {
     std::vector<uint8_t> rows = std::move(job.rows);
     job = CaptureJob();  // lets go of the states before the fence passes
     lk.lock();
-    queued_bytes_ -= int64_t(rows.size());
-    if (free_.size() < 8) free_.push_back(std::move(rows));
+    free_.push_back(std::move(rows));
     --out_;
     ++done_;
     cv_.notify_all();

@@ -10,13 +10,8 @@
 // the fence a request's finished event waits for (engine_loop.cc): its states are read only after
 // that.
 //
-// Memory is bounded: at most `max_blocks` blocks exist (the one the engine fills plus those queued
-// or being written), and beyond two of them, the queued ones hold at most `max_bytes`; at either
-// bound take_buffer() blocks the engine until the writer frees one. The bounds are deep on
-// purpose: the writer's file writes stall now and then for far longer than a step (on the H200,
-// 46 stalls cost a queue of 3 blocks 14 s of a 73 s job, while the writer was busy only 27 s):
-// 1 GiB is ~32 decode steps of an 8B model at batch 1,000 (32 MB each), or 4 prefill chunks of
-// 8,192 tokens. Freed blocks are kept for reuse (at most 8; the rest are let go).
+// Memory is bounded: at most `depth` blocks exist (the one the engine fills plus those queued or
+// being written); when all are queued, take_buffer() blocks the engine until the writer frees one.
 #pragma once
 
 #include <condition_variable>
@@ -45,14 +40,13 @@ struct CaptureJob {
 
 class CaptureWriter {
  public:
-  static constexpr int64_t kDefaultMaxBytes = int64_t(1) << 30;
-  explicit CaptureWriter(int max_blocks = 64, int64_t max_bytes = kDefaultMaxBytes);
+  explicit CaptureWriter(int depth = 3);
   ~CaptureWriter();  // processes what is queued, then joins
   CaptureWriter(const CaptureWriter&) = delete;
   CaptureWriter& operator=(const CaptureWriter&) = delete;
 
-  // A free row buffer for the next job (its old contents are garbage); blocks while the bounds
-  // above are reached (the time is CaptureCounters::queue_wait).
+  // A free row buffer for the next job (its old contents are garbage); blocks while `depth` jobs
+  // are queued or being written (the time is CaptureCounters::queue_wait).
   std::vector<uint8_t> take_buffer();
   // Queues a job; returns its sequence number.
   uint64_t submit(CaptureJob job);
@@ -66,18 +60,12 @@ class CaptureWriter {
   void run();
   static void store(const CaptureJob& job);
 
-  bool full() const {  // mu_ held
-    return out_ >= max_blocks_ || (out_ >= 2 && queued_bytes_ >= max_bytes_);
-  }
-
-  const int max_blocks_;
-  const int64_t max_bytes_;
+  const int depth_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<CaptureJob> queue_;
   std::vector<std::vector<uint8_t>> free_;
-  int out_ = 0;               // buffers handed out or queued, not yet back in free_
-  int64_t queued_bytes_ = 0;  // the rows of jobs queued or being written
+  int out_ = 0;  // buffers handed out or queued, not yet back in free_
   uint64_t submitted_ = 0, done_ = 0;
   bool stop_ = false;
   std::thread thread_;

@@ -108,23 +108,6 @@ TEST(CaptureWriter, ASlowWriterBlocksTheProducerInsteadOfGrowing) {
   EXPECT_TRUE(states->complete(3));
 }
 
-// Beyond two blocks, the queued rows' bytes bound the queue too (a prefill chunk's block is many
-// decode steps' worth).
-TEST(CaptureWriter, QueuedBytesBoundTheQueue) {
-  auto spill = std::make_shared<GatedSpill>();
-  auto states = std::make_shared<CapturedStates>(DType::kF32, spill);
-  const int64_t row_bytes = kWidth * 4;
-  CaptureWriter writer(/*max_blocks=*/16, /*max_bytes=*/3 * row_bytes);
-  writer.submit(job_for(writer.take_buffer(), states, 0, 2));  // being written (held): 2 rows
-  writer.submit(job_for(writer.take_buffer(), states, 2, 1));  // queued: 3 rows in all
-  auto third = std::async(std::launch::async, [&] { return writer.take_buffer(); });
-  EXPECT_EQ(third.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
-  spill->open();
-  ASSERT_EQ(third.wait_for(std::chrono::seconds(10)), std::future_status::ready);
-  writer.wait(writer.submit(job_for(third.get(), states, 3, 1)));
-  EXPECT_TRUE(states->complete(4));
-}
-
 // A verify step's block: each seq's segment keeps only its committed rows (its token and the
 // drafts it accepted); a rejected draft's row, and a seq that does not capture, store nothing.
 TEST(CaptureWriter, OnlyEachSegmentsKeptRowsAreStored) {
