@@ -193,8 +193,8 @@ std::string knob_str(const GemvKnobs& k) {
     std::snprintf(b, sizeof b, "warps %2d chunk %d stages %d grid %3d round %d preload %d early %d",
                   k.warps, k.chunk, k.stages, k.grid, k.round, k.preload, k.early);
   else
-    std::snprintf(b, sizeof b, "warps %d unroll %2d trigger %d depth %d round %d preload %d",
-                  k.warps, k.unroll, k.trigger, k.depth, k.round, k.preload);
+    std::snprintf(b, sizeof b, "warps %d unroll %2d trigger %d depth %d grid %3d round %d preload %d",
+                  k.warps, k.unroll, k.trigger, k.depth, k.grid, k.round, k.preload);
   return b;
 }
 
@@ -290,6 +290,13 @@ GemvKnobs sweep(GemvCase& gc, int64_t m, const Ceilings& c, cudaStream_t s,
   return best;
 }
 
+int num_sms() {
+  int dev = 0, n = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n;
+}
+
 // The register GEMV's knobs: defaults, then warps x ring x trigger x depth (full), the preload
 // off and the rounded weights.
 std::vector<GemvKnobs> reg_candidates(bool full) {
@@ -316,6 +323,17 @@ std::vector<GemvKnobs> reg_candidates(bool full) {
           k.depth = depth;
           out.push_back(k);
         }
+  // Occupancy: the default grid is one block per SM (8 warps: 2 per scheduler); more blocks
+  // per SM where the registers allow (ring 8 needs fewer registers than ring 16).
+  for (int warps : {4, 8})
+    for (int unroll : {8, 16})
+      for (int per_sm : {2, 3, 4}) {
+        GemvKnobs k = d;
+        k.warps = warps;
+        k.unroll = unroll;
+        k.grid = per_sm * num_sms();
+        out.push_back(k);
+      }
   GemvKnobs k = d;
   k.preload = 0;
   out.push_back(k);
@@ -503,6 +521,13 @@ void bench_gemv(const Ceilings& c, cudaStream_t s, cublasHandle_t h, std::vector
     k = reg;
     k.warps = 4;
     variants.push_back(uniform("reg 4 warps", k));
+    k = reg;
+    k.unroll = 8;
+    k.grid = 2 * num_sms();
+    variants.push_back(uniform("reg ring 8, 2 blocks per SM", k));
+    k.warps = 4;
+    k.grid = 4 * num_sms();
+    variants.push_back(uniform("reg ring 8, 4 warps, 4 blocks per SM", k));
     k = reg;
     k.preload = 0;
     variants.push_back(uniform("reg preload off", k));
