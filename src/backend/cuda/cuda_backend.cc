@@ -41,6 +41,7 @@ CudaBackend::CudaBackend(const BackendOptions& options)
       cpu_twin_calls_(size_t(kNumCpuTwinOps), 0) {
   tunables_.deterministic = options.deterministic;
   tunables_.check();
+  recorder_.set_explain_captures(tunables_.explain_graph_captures);
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, dev));
@@ -69,11 +70,12 @@ CudaBackend::~CudaBackend() {
     const double steps = double(stats.recorded_steps);
     LOG_INFO(
         "CUDA graphs: {} steps recorded: {} replayed, {} captured ({:.2f} ms per capture); "
-        "host time per recorded step {:.1f} us (of which flush {:.1f} us); {} steps eager",
+        "host time per recorded step {:.1f} us (of which flush {:.1f} us); {} steps eager; "
+        "device pool: {} cudaMalloc, {} trims (a trim drops every graph)",
         stats.recorded_steps, stats.replays, stats.captures,
         stats.captures ? 1e-6 * double(stats.capture_ns) / double(stats.captures) : 0.0,
         1e-3 * double(stats.record_ns) / steps, 1e-3 * double(stats.flush_ns) / steps,
-        stats.eager_steps);
+        stats.eager_steps, pool_->mallocs(), pool_->trims());
   }
   if (download_buffer_) cudaFreeHost(download_buffer_);
   recorder_.drop_graphs();

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/log.h"
+
 namespace strata::cuda {
 
 int64_t host_now_ns() {
@@ -51,6 +53,7 @@ void GraphRecorder::flush(const Launch& launch, int64_t step_start_ns) {
     CUDA_CHECK(cudaGraphLaunch(it->second.exec, launch.stream));
     ++stats_.replays;
   } else {
+    if (explain_captures_ && stats_.captures < 64) explain_capture();
     cudaGraph_t graph = nullptr;
     CUDA_CHECK(cudaStreamBeginCapture(launch.stream, cudaStreamCaptureModeThreadLocal));
     for (const Pending& l : pending_) l.run(signature_.data() + l.offset, l.fn, launch);
@@ -77,6 +80,42 @@ void GraphRecorder::flush(const Launch& launch, int64_t step_start_ns) {
   stats_.flush_ns += now - flush_start;
   stats_.record_ns += now - step_start_ns;
   ++stats_.recorded_steps;
+}
+
+void GraphRecorder::explain_capture() const {
+  // The captured signature of the same size sharing the longest prefix with this one.
+  const Graph* best = nullptr;
+  size_t common = 0;
+  for (const auto& [h, g] : graphs_) {
+    if (g.signature.size() != signature_.size()) continue;
+    const size_t n = size_t(std::mismatch(signature_.begin(), signature_.end(),
+                                          g.signature.begin())
+                                .first -
+                            signature_.begin());
+    if (best == nullptr || n > common) {
+      best = &g;
+      common = n;
+    }
+  }
+  if (best == nullptr) {
+    LOG_INFO("graph capture #{}: a new step shape ({} launches, {} signature bytes; {} graphs)",
+             stats_.captures + 1, pending_.size(), signature_.size(), graphs_.size());
+    return;
+  }
+  // The launch holding the first differing byte: the last one starting at or before it.
+  size_t i = 0;
+  while (i + 1 < pending_.size() && pending_[i + 1].offset - sizeof(int) <= common) ++i;
+  int op = 0;
+  std::memcpy(&op, signature_.data() + pending_[i].offset - sizeof(int), sizeof op);
+  const size_t at = common >= pending_[i].offset ? common - pending_[i].offset : 0;
+  uint64_t was = 0, now = 0;
+  const size_t w = (common / 8) * 8;
+  std::memcpy(&was, best->signature.data() + w, std::min<size_t>(8, signature_.size() - w));
+  std::memcpy(&now, signature_.data() + w, std::min<size_t>(8, signature_.size() - w));
+  LOG_INFO(
+      "graph capture #{}: launch {} of {} ({}) differs from a captured step at parameter byte {} "
+      "(8-byte word {:#x} was {:#x}); {} graphs",
+      stats_.captures + 1, i, pending_.size(), op_name(op), at, now, was, graphs_.size());
 }
 
 void GraphRecorder::drop_graphs() {

@@ -115,6 +115,9 @@ class GraphRecorder {
   void collect_profile();
   std::string profile_report(int steps) const;
 
+  // Logs why each of the next captures happened (CudaTunables::explain_graph_captures).
+  void set_explain_captures(bool on) { explain_captures_ = on; }
+
   GraphStats& stats() { return stats_; }
   const GraphStats& stats() const { return stats_; }
 
@@ -142,7 +145,11 @@ class GraphRecorder {
     cudaEvent_t start, stop;
   };
 
+  // Logs the first difference between the new signature_ and the closest captured one.
+  void explain_capture() const;
+
   bool graph_mode_ = false;
+  bool explain_captures_ = false;
   Op last_op_ = kOpNone;  // the last recorded launch (graph mode), for last()
   size_t last_sig_start_ = 0;
   std::string signature_;

@@ -19,6 +19,8 @@ CudaTunables CudaTunables::from_environment() {
     t.prefill_split_mode = *v - '0';
   if (const char* v = std::getenv("STRATA_STEP_TIMING"))
     t.log_eager_steps = std::string_view(v) == "1";
+  if (const char* v = std::getenv("STRATA_GRAPH_DEBUG"))
+    t.explain_graph_captures = std::string_view(v) == "1";
   if (const char* v = std::getenv("STRATA_FP8_W8A8")) t.fp8_w8a8 = std::string_view(v) == "1";
   return t;
 }

@@ -11,6 +11,7 @@
 //   STRATA_CUDA_PDL=0            CudaTunables::pdl off.
 //   STRATA_CUDA_PREFILL_SPLIT=N  CudaTunables::prefill_split_mode (0, 1, 2).
 //   STRATA_STEP_TIMING=1         CudaTunables::log_eager_steps (the engine reads it too).
+//   STRATA_GRAPH_DEBUG=1         CudaTunables::explain_graph_captures.
 //   STRATA_NCCL_TIMEOUT_S=S      NcclEnv::timeout_s.
 //   STRATA_NCCL_ID=HEX           NcclEnv::id_hex.
 //   CUDA_VISIBLE_DEVICES         NcclEnv::visible_devices (only quoted in error messages).
@@ -107,6 +108,9 @@ struct CudaTunables {
   // ---- diagnostics ----
   // Eager steps: log host launch time and device wait every 256 steps. Env STRATA_STEP_TIMING=1.
   bool log_eager_steps = false;
+  // Graph mode: log why a step captured a new graph (the first launch whose parameters differ
+  // from a captured step of the same size; the first 64 captures). Env STRATA_GRAPH_DEBUG=1.
+  bool explain_graph_captures = false;
 
   // The defaults above, overridden by the environment variables named.
   static CudaTunables from_environment();
