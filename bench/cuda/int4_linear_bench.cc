@@ -193,8 +193,9 @@ std::string knob_str(const GemvKnobs& k) {
     std::snprintf(b, sizeof b, "warps %2d chunk %d stages %d grid %3d round %d preload %d early %d",
                   k.warps, k.chunk, k.stages, k.grid, k.round, k.preload, k.early);
   else
-    std::snprintf(b, sizeof b, "warps %d unroll %2d trigger %d depth %d grid %3d round %d preload %d",
-                  k.warps, k.unroll, k.trigger, k.depth, k.grid, k.round, k.preload);
+    std::snprintf(b, sizeof b,
+                  "warps %d unroll %2d trigger %d depth %d grid %3d round %d preload %d", k.warps,
+                  k.unroll, k.trigger, k.depth, k.grid, k.round, k.preload);
   return b;
 }
 

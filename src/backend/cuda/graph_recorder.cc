@@ -88,10 +88,9 @@ void GraphRecorder::explain_capture() const {
   size_t common = 0;
   for (const auto& [h, g] : graphs_) {
     if (g.signature.size() != signature_.size()) continue;
-    const size_t n = size_t(std::mismatch(signature_.begin(), signature_.end(),
-                                          g.signature.begin())
-                                .first -
-                            signature_.begin());
+    const size_t n =
+        size_t(std::mismatch(signature_.begin(), signature_.end(), g.signature.begin()).first -
+               signature_.begin());
     if (best == nullptr || n > common) {
       best = &g;
       common = n;
