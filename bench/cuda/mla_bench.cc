@@ -262,7 +262,7 @@ void variant_sweep(cudaStream_t s, const Ceilings& c, const Layout& lt, int batc
     cuda::MlaPlanOptions opt;
   };
   const V vs[] = {
-      {"old", {.l2_prefetch = 0, .row_groups = 0}},
+      {"old", {.cvt = cuda::kMlaCvtHwS, .l2_prefetch = 0, .row_groups = 0}},
       {"groups", {.l2_prefetch = 0, .row_groups = 1}},
       {"prefetch", {.l2_prefetch = 2, .row_groups = 0}},
       {"new", {}},
@@ -284,9 +284,12 @@ void variant_sweep(cudaStream_t s, const Ceilings& c, const Layout& lt, int batc
     if (pct > best) best = pct, best_name = v.name;
   }
   if (lt.dtype == DType::kFP8E4M3 && heads > 8) {  // the other e4m3 conversions (16-row blocks)
-    for (int cvt : {cuda::kMlaCvtInt, cuda::kMlaCvtHw}) {
+    for (int cvt : {cuda::kMlaCvtInt, cuda::kMlaCvtHwS, cuda::kMlaCvtHw}) {
       const double pct = bench_case(s, c, lt, batch, ctx, 1, heads, "new-cvt", {.cvt = cvt});
-      if (pct > best) best = pct, best_name = cvt == cuda::kMlaCvtInt ? "new, cvt 0" : "new, cvt 2";
+      if (pct > best)
+        best = pct, best_name = cvt == cuda::kMlaCvtInt   ? "new, cvt 0"
+                                : cvt == cuda::kMlaCvtHwS ? "new, cvt 1"
+                                                          : "new, cvt 2";
     }
   }
   if (lt.dtype == DType::kFP8E4M3 && g_vtile) {  // the V tile: values converted once

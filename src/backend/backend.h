@@ -253,6 +253,11 @@ class Backend {
   // of `dtype` (weights, tables), converting exactly as float32 would (bf16 and f16 widen
   // exactly, then round to `dtype`).
   virtual DeviceTensorPtr upload(const Tensor& host, DType dtype) = 0;
+  // Copies a host tensor into an existing device tensor of the same element count (converting
+  // as upload does), outside any step: the buffers a caller keeps across steps (a drafter's
+  // inputs) keep their addresses, so the graphs recorded over them replay with the new values.
+  // Asynchronous on an asynchronous backend: `host` may be reused on return.
+  virtual void upload_to(const Tensor& host, const Tensor& dst) = 0;
   // A linear weight from its stored bytes (core/weight_format.h) and an optional float32 bias
   // [out] (an empty Tensor: none). The default dequantizes to float32 and uploads a dense weight
   // in weight_dtype() (the CPU reference's way); a backend with kernels for a packed format

@@ -28,23 +28,29 @@ DeviceTensorPtr CpuBackend::alloc(DType dtype, const Shape& shape) {
 }
 
 DeviceTensorPtr CpuBackend::upload(const Tensor& host, DType dtype) {
-  CHECK(host.is_contiguous());
+  auto t = std::make_unique<CpuTensor>(dtype, host.shape);
+  upload_to(host, t->view());
+  return t;
+}
+
+void CpuBackend::upload_to(const Tensor& host, const Tensor& dst) {
+  CHECK(host.is_contiguous() && dst.is_contiguous());
   CHECK_MSG(host.dtype == DType::kF32 || host.dtype == DType::kBF16 || host.dtype == DType::kF16,
             "upload: host tensors are float32, bf16 or f16, not {}", dtype_name(host.dtype));
-  auto t = std::make_unique<CpuTensor>(dtype, host.shape);
   const int64_t n = host.numel();
+  CHECK_EQ(n, dst.numel());
+  const DType dtype = dst.dtype;
   if (host.dtype == dtype) {
-    std::memcpy(t->view().data, host.data, size_t(host.nbytes()));
+    std::memcpy(dst.data, host.data, size_t(host.nbytes()));
   } else if (host.dtype == DType::kF32) {
-    from_f32(dtype, host.ptr<float>(), t->view().data, n);
+    from_f32(dtype, host.ptr<float>(), dst.data, n);
   } else if (dtype == DType::kF32) {
-    to_f32(host.dtype, host.data, t->view().ptr<float>(), n);
+    to_f32(host.dtype, host.data, dst.ptr<float>(), n);
   } else {
     std::vector<float> wide(static_cast<size_t>(n));
     to_f32(host.dtype, host.data, wide.data(), n);
-    from_f32(dtype, wide.data(), t->view().data, n);
+    from_f32(dtype, wide.data(), dst.data, n);
   }
-  return t;
 }
 
 void CpuBackend::download_f32(const Tensor& src, float* dst) {

@@ -291,6 +291,24 @@ DeviceTensorPtr CudaBackend::alloc_resident(DType dtype, const Shape& shape) {
   return std::make_unique<CudaTensor>(pool_, dtype, shape, Lifetime::kResident);
 }
 
+void CudaBackend::upload_to(const Tensor& host, const Tensor& dst) {
+  CHECK(host.is_contiguous() && dst.is_contiguous());
+  CHECK_EQ(host.numel(), dst.numel());
+  end_step();  // an eager copy, in stream order before the next step's launches
+  if (host.numel() == 0) return;
+  if (host.dtype == dst.dtype) {
+    upload_bytes(dst.data, host.data, size_t(host.nbytes()));
+    return;
+  }
+  // Converted on the host (small inputs: a drafter's features), then copied as stored.
+  const int64_t n = host.numel();
+  std::vector<float> wide(static_cast<size_t>(n));
+  to_f32(host.dtype, host.data, wide.data(), n);
+  std::vector<char> bytes(static_cast<size_t>(dst.nbytes()));
+  from_f32(dst.dtype, wide.data(), bytes.data(), n);
+  upload_bytes(dst.data, bytes.data(), bytes.size());
+}
+
 DeviceTensorPtr CudaBackend::upload(const Tensor& host, DType dtype) {
   CHECK(host.is_contiguous());
   CHECK_MSG(host.dtype == DType::kF32 || host.dtype == DType::kBF16 || host.dtype == DType::kF16,

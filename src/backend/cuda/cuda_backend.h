@@ -79,6 +79,7 @@ class CudaBackend : public Backend, public DcpAttention {
 
   DeviceTensorPtr alloc(DType dtype, const Shape& shape) override;
   DeviceTensorPtr upload(const Tensor& host, DType dtype) override;
+  void upload_to(const Tensor& host, const Tensor& dst) override;
   void download_f32(const Tensor& src, float* dst) override;
   void download(const Tensor& src, void* dst) override;
   std::unique_ptr<KvStorage> alloc_kv(const KvLayout& layout) override;

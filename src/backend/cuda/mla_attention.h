@@ -92,10 +92,12 @@ void launch_mla_kv_write(const MlaKvWriteParams& p, cudaStream_t stream);
 // (a zero output and -inf for a row that sees no key) instead of bf16 rows into out.
 enum MlaKernel : int { kMlaMma = 0, kMlaWgmma = 1, kMlaDecode = 2, kMlaWgmmaPipe = 3 };
 // The decode kernel's e4m3 -> f16 conversion (mla_decode.cuh): integer ops in both warp roles,
-// the conversion unit in the S warps and integer ops in the PV warps (the default), or the unit in
-// both; or (kMlaCvtTile) each value once, by the S warps' conversion unit, into a shared f16 tile
-// the PV warps read (fewer stages fit). FlashMLA and plain e4m3 rows; -1 in MlaPlanOptions: the
-// default.
+// the conversion unit in the S warps and integer ops in the PV warps, or the unit in both; or
+// (kMlaCvtTile, the default) each value once, by the S warps' conversion unit, into a shared f16
+// tile the PV warps read (fewer stages fit). FlashMLA and plain e4m3 rows; -1 in MlaPlanOptions:
+// the default. Measured on the H200 (2026-12-02, batch 64 x 4,096, `bash
+// bench/cuda/mla_decode_run.sh`), % of copy bandwidth, kMlaCvtHwS -> kMlaCvtTile: fp8_flashmla
+// 36.2 -> 39.9 (16 heads), 44.0 -> 49.6 (8 heads); e4m3 rows 36.1 -> 36.9, 43.4 -> 45.8.
 enum MlaCvt : int { kMlaCvtInt = 0, kMlaCvtHwS = 1, kMlaCvtHw = 2, kMlaCvtTile = 3 };
 
 struct MlaAttentionParams {
@@ -197,7 +199,7 @@ struct MlaPlan {
   int split_len = 0;
   int chunk = 64;
   int stages = 2;
-  int cvt = kMlaCvtHwS;
+  int cvt = kMlaCvtTile;
   int evict_first = 0;
   int diag = 0;
   int l2_prefetch = 0;
@@ -210,7 +212,7 @@ struct MlaPlanOptions {
   int decode = 1;        // 0: never the decode kernel (the mma kernel instead)
   int splits = 0;        // > 0: that many key splits (some may be empty); 0: the plan's
   int bf16_chunk = 48;   // the mma kernel over bf16 rows: 48-key chunks x 3 stages, or 64 x 2
-  int cvt = -1;          // the decode kernel's MlaCvt over e4m3 rows (-1: kMlaCvtHwS)
+  int cvt = -1;          // the decode kernel's MlaCvt over e4m3 rows (-1: kMlaCvtTile)
   int evict_first = 0;   // the decode kernel: rows read with an L2 evict-first policy
   int diag = 0;          // MlaAttentionParams::diag (benchmarks)
   int partials = 0;      // 1: partials and the merge even with one split (DCP's lse_out needs them)

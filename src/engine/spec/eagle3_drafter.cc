@@ -95,6 +95,18 @@ Eagle3ChainDrafter::Eagle3ChainDrafter(std::unique_ptr<Eagle3Drafter> model,
   kv_ = model_->backend().alloc_kv(layout);
 }
 
+Tensor Eagle3ChainDrafter::rows_of(DeviceTensorPtr* buffer, DType dtype, int64_t rows,
+                                   int64_t cols) {
+  const Tensor* have = *buffer ? &(*buffer)->view() : nullptr;
+  if (have == nullptr || have->dtype != dtype || have->dim(1) != cols || have->dim(0) < rows) {
+    // Room for a graph-sized batch of verify rows at once: most steps then never grow it.
+    int64_t capacity = std::max<int64_t>(64, int64_t(graph_max_batch_) * 4);
+    while (capacity < rows) capacity *= 2;
+    *buffer = model_->backend().alloc(dtype, {capacity, cols});
+  }
+  return (*buffer)->view().slice_rows(0, rows);
+}
+
 std::vector<int32_t> Eagle3ChainDrafter::forward_drafts(const Eagle3Batch& batch,
                                                         const Tensor& hidden_out, bool graph) {
   const int64_t dv = model_->draft_vocab_size();
@@ -146,26 +158,27 @@ void Eagle3ChainDrafter::observe(std::span<const CommittedTokens> committed, int
   }
   if (seqs.empty()) return;
   const int t = attention.num_tokens();
-  auto feats = be.upload(Tensor::make(features.data(), capture_dtype, {t, capture_width}), act);
-  auto hidden = be.alloc(act, {t, h});
+  const Tensor feats = rows_of(&feats_, act, t, capture_width);
+  be.upload_to(Tensor::make(features.data(), capture_dtype, {t, capture_width}), feats);
+  const Tensor hidden = rows_of(&hidden_, act, t, h);
   const Eagle3Batch batch{.token_ids = tokens.data(),
                           .attn = attention.metadata(),
-                          .target_features = &feats->view(),
+                          .target_features = &feats,
                           .logit_rows = last_rows.data(),
                           .num_logit_rows = int(last_rows.size())};
   // After a decode or verify step every request has 1 or 1 + k rows: graphs as the draft steps'
   // (prefill chunks, ragged, run eagerly).
   const bool graph =
       same_rows > 0 && same_rows <= kMaxGraphRowsPerRequest && int(seqs.size()) <= graph_max_batch_;
-  const std::vector<int32_t> first_drafts = forward_drafts(batch, *hidden, graph);
+  const std::vector<int32_t> first_drafts = forward_drafts(batch, hidden, graph);
 
   // Keep each request's last row for propose().
   const int n = int(seqs.size());
-  auto kept = be.alloc(act, {n, h});
-  be.gather_rows(*hidden, last_rows.data(), n, *kept);
+  const Tensor kept = rows_of(&kept_, act, n, h);
+  be.gather_rows(hidden, last_rows.data(), n, kept);
   const int64_t hidden_bytes = h * dtype_size(act);
   std::vector<uint8_t> host(size_t(n * hidden_bytes));
-  be.download(*kept, host.data());
+  be.download(kept, host.data());
   for (int i = 0; i < n; ++i) {
     const CommittedTokens& c = *seqs[size_t(i)];
     RequestState& s = states_[c.request->id()];
@@ -198,8 +211,10 @@ void Eagle3ChainDrafter::propose(std::span<const DraftQuery> queries,
     host.insert(host.end(), it->second.hidden.begin(), it->second.hidden.end());
   }
   if (active.empty()) return;
-  DeviceTensorPtr prev =
-      be.upload(Tensor::make(host.data(), act, {int64_t(active.size()), h}), act);
+  // Two buffers: the rows still drafting are gathered from one into the other.
+  int cur = 0;
+  Tensor prev = rows_of(&prev_[cur], act, int64_t(active.size()), h);
+  be.upload_to(Tensor::make(host.data(), act, {int64_t(active.size()), h}), prev);
 
   // Draft j + 1 from draft j at position kv_len - 1 + j, fed the row that drafted j.
   DraftAttention attention(page_size_);
@@ -218,11 +233,11 @@ void Eagle3ChainDrafter::propose(std::span<const DraftQuery> queries,
     for (int i = 0; i < n; ++i) rows[size_t(i)] = i;
     const Eagle3Batch batch{.token_ids = tokens.data(),
                             .attn = attention.metadata(),
-                            .prev_hidden = &prev->view(),
+                            .prev_hidden = &prev,
                             .logit_rows = rows.data(),
                             .num_logit_rows = n};
     // prev's rows are overwritten in place.
-    const std::vector<int32_t> next = forward_drafts(batch, *prev, n <= graph_max_batch_);
+    const std::vector<int32_t> next = forward_drafts(batch, prev, n <= graph_max_batch_);
     // Requests with drafts to go stay, their rows gathered to the front.
     std::vector<size_t> still;
     std::vector<int32_t> keep;
@@ -235,9 +250,10 @@ void Eagle3ChainDrafter::propose(std::span<const DraftQuery> queries,
       }
     }
     if (!still.empty() && int(still.size()) < n) {
-      auto packed = be.alloc(act, {int64_t(still.size()), h});
-      be.gather_rows(*prev, keep.data(), int(keep.size()), *packed);
-      prev = std::move(packed);
+      cur = 1 - cur;
+      const Tensor packed = rows_of(&prev_[cur], act, int64_t(still.size()), h);
+      be.gather_rows(prev, keep.data(), int(keep.size()), packed);
+      prev = packed;
     }
     active = std::move(still);
   }

@@ -75,6 +75,11 @@ class Eagle3ChainDrafter : public Drafter {
   std::vector<int32_t> forward_drafts(const Eagle3Batch& batch, const Tensor& hidden_out,
                                       bool graph);
 
+  // The first `rows` rows of *buffer (made or grown to hold them): device inputs and outputs
+  // kept across steps, so that the graphs recorded over them find the same addresses (an upload
+  // or pool allocation per step would capture a new graph whenever its address moved).
+  Tensor rows_of(DeviceTensorPtr* buffer, DType dtype, int64_t rows, int64_t cols);
+
   std::unique_ptr<Eagle3Drafter> model_;
   std::vector<int> aux_layers_;
   std::unique_ptr<KvStorage> kv_;
@@ -82,6 +87,8 @@ class Eagle3ChainDrafter : public Drafter {
   int graph_max_batch_;
   std::unordered_map<int64_t, RequestState> states_;  // by request id
   std::vector<float> logits_;                         // scratch: [rows, draft vocab]
+  // rows_of's buffers: observe's features, hidden out and kept rows; propose's two row sets.
+  DeviceTensorPtr feats_, hidden_, kept_, prev_[2];
 };
 
 }  // namespace strata
