@@ -23,9 +23,9 @@
 #              the kernels from 2- and 4-layer cuts projected to 27 (as kimi).
 #   w4a16      Llama-3.1-8B W4A16 batch-1 decode after 512 tokens (llama_bench decode mode 4:
 #              graphs + PDL, fused ops, GPU greedy = the engine's path), the INT4 register GEMV
-#              at residency depth 0 and 1 (CudaTunables::int4_gemv_depth, 1 the default since
-#              2026-12-02): walls on all 32 layers, the kernels from 2- and 4-layer cuts
-#              projected to 32, at each depth.
+#              with the product's settings and with the earlier ones (residency depth 1, one
+#              block per SM, ring 16; CudaTunables::int4_gemv_*): walls on all 32 layers, the
+#              kernels from 2- and 4-layer cuts projected to 32 (W4A16_NCU=0: walls only).
 # (ncu takes ~0.1 s a kernel: the cuts keep each profile to a few hundred launches.)
 # Tables on stdout (the top ${TOP:-15} kernels each); every log and CSV packed at the end into
 # $OUT/decode_profile.tgz (the device returns only a few files).
@@ -135,18 +135,25 @@ PY
         --wall-ms "$(graph_ms "$OUT/moonlight_wall.log" 1)" ;;
     w4a16)
       for L in 2 4; do cut_config "$CFG/llama-3.1-8b-w4a16/config.json" $L "$W/w4a16_$L"; done
-      for depth in 0 1; do
+      # The INT4 register GEMV's settings: the product's defaults against the morning of
+      # 2026-12-02's (residency depth 1, one block per SM, ring 16); W4A16_NCU=0 skips the tables.
+      for variant in "default|" "d1_1block_ring16|--int4-gemv-depth 1 --int4-gemv-blocks-per-sm 0 --int4-gemv-ring 16"; do
+        name=${variant%%|*}
+        flags=${variant#*|}
+        # shellcheck disable=SC2086
         DECODE_MODES=4 $LB --config "$CFG/llama-3.1-8b-w4a16/config.json" --what decode --steps 128 \
-          --int4-gemv-depth $depth >"$OUT/w4a16_d${depth}_wall.log" 2>&1
-        echo "w4a16 depth $depth wall: rc $?"
-        grep -E "^ceiling|^model|^decode" "$OUT/w4a16_d${depth}_wall.log"
+          $flags >"$OUT/w4a16_${name}_wall.log" 2>&1
+        echo "w4a16 $name wall: rc $?"
+        grep -E "^ceiling|^model|^decode" "$OUT/w4a16_${name}_wall.log"
+        [ "${W4A16_NCU:-1}" = 1 ] || continue
         for L in 2 4; do
-          DECODE_MODES=4 ncu_run w4a16_d${depth}_$L $LB --config "$W/w4a16_$L/config.json" \
-            --what decode --steps 4 --int4-gemv-depth $depth --ncu-step 1
+          # shellcheck disable=SC2086
+          DECODE_MODES=4 ncu_run w4a16_${name}_$L $LB --config "$W/w4a16_$L/config.json" \
+            --what decode --steps 4 $flags --ncu-step 1
         done
-        wall=$(grep -E "^decode" "$OUT/w4a16_d${depth}_wall.log" | grep -oE "[0-9.]+ ms/token" | grep -oE "[0-9.]+" | head -1)
-        python3 bench/cuda/ncu_table.py --top ${TOP:-15} --title "Llama-3.1-8B W4A16 batch 1 after 512, INT4 GEMV depth $depth" \
-          --csv "$OUT/ncu_w4a16_d${depth}_2.csv" --csv "$OUT/ncu_w4a16_d${depth}_4.csv" --layers 2,4 \
+        wall=$(grep -E "^decode" "$OUT/w4a16_${name}_wall.log" | grep -oE "[0-9.]+ ms/token" | grep -oE "[0-9.]+" | head -1)
+        python3 bench/cuda/ncu_table.py --top ${TOP:-15} --title "Llama-3.1-8B W4A16 batch 1 after 512, INT4 GEMV $name" \
+          --csv "$OUT/ncu_w4a16_${name}_2.csv" --csv "$OUT/ncu_w4a16_${name}_4.csv" --layers 2,4 \
           --project 32 --wall-ms "$wall"
       done ;;
   esac

@@ -13,10 +13,12 @@
 //
 // Usage: strata_bench_llama_bench [--config PATH] [--what ceilings,decode,attention]
 //                                 [--steps N] [--prompt N] [--ncu-step 0|1]
-//                                 [--int4-gemv-depth N]
+//                                 [--int4-gemv-depth N] [--int4-gemv-blocks-per-sm N]
+//                                 [--int4-gemv-ring N]
 // --ncu-step 1: each decode mode ends with one eager step between cudaProfilerStart and
 // cudaProfilerStop, for `ncu --profile-from-start off` (bench/cuda/decode_profile.sh).
-// --int4-gemv-depth N: CudaTunables::int4_gemv_depth for the whole run (unset: its default).
+// --int4-gemv-depth N, --int4-gemv-blocks-per-sm N, --int4-gemv-ring N: the CudaTunables of the
+// INT4 register GEMV for the whole run (unset: their defaults).
 #include <cublas_v2.h>
 #include <cuda_profiler_api.h>
 #include <fcntl.h>
@@ -617,7 +619,8 @@ int main(int argc, char** argv) {
   using namespace strata;
   std::string config = std::string(STRATA_SHARED_DIR) + "/configs/llama-3.1-8b/config.json";
   std::string what = "ceilings,gemv,attention,decode";
-  int steps = 128, prompt = 512, int4_gemv_depth = -1;  // -1: the backend's default
+  // -1: the backend's default
+  int steps = 128, prompt = 512, int4_gemv_depth = -1, int4_blocks = -1, int4_ring = -1;
   bool ncu_step = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -633,12 +636,19 @@ int main(int argc, char** argv) {
       ncu_step = std::string(argv[i + 1]) == "1";
     else if (a == "--int4-gemv-depth")
       int4_gemv_depth = std::atoi(argv[i + 1]);
+    else if (a == "--int4-gemv-blocks-per-sm")
+      int4_blocks = std::atoi(argv[i + 1]);
+    else if (a == "--int4-gemv-ring")
+      int4_ring = std::atoi(argv[i + 1]);
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines survive a crash (logs are files)
   auto backend = make_cuda_backend();
   auto& be = dynamic_cast<cuda::CudaBackend&>(*backend);
   if (int4_gemv_depth >= 0)
     be.tune([&](cuda::CudaTunables& t) { t.int4_gemv_depth = int4_gemv_depth; });
+  if (int4_blocks >= 0)
+    be.tune([&](cuda::CudaTunables& t) { t.int4_gemv_blocks_per_sm = int4_blocks; });
+  if (int4_ring >= 0) be.tune([&](cuda::CudaTunables& t) { t.int4_gemv_ring = int4_ring; });
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device   %s, %d SMs\n", prop.name, prop.multiProcessorCount);

@@ -227,6 +227,8 @@ void CudaBackend::linear_packed(const Tensor& x, const LinearWeight& w, const Te
     p.preload = 1;  // weights are never written by the kernel before (linear_int4.h)
     if (int4_use_gemv(m, n, k)) {
       p.gemv_depth = tunables_.int4_gemv_depth;
+      p.gemv_grid = tunables_.int4_gemv_blocks_per_sm * num_sms_;
+      p.gemv_unroll = tunables_.int4_gemv_ring;
       if (glu) p.glu_inter = n / 2;
       return record(glu ? kOpInt4GemvGlu : kOpInt4Gemv, p, run_int4_gemv);
     }

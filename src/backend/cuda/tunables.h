@@ -68,10 +68,18 @@ struct CudaTunables {
   // ---- packed weights (linear_packed.cc) ----
   // INT4 register GEMV's residency depth (Int4LinearParams::gemv_depth: the most blocks per SM
   // its shared memory leaves room for, its successor's included; 0 = no padding). No env.
-  // Default 1: Llama-3.1-8B W4A16 batch-1 decode (graphs + PDL, fused, GPU greedy) 3.255 ->
-  // 2.703 ms/token (307 -> 370 tok/s, 34.0 -> 40.8% of the copy-bandwidth limit) against 0
-  // (bench/cuda/decode_profile.sh, H200, 2026-12-02).
-  int int4_gemv_depth = 1;
+  // 1 took Llama-3.1-8B W4A16 batch-1 decode (graphs + PDL, fused, GPU greedy) from 3.255 to
+  // 2.703 ms/token against 0 with one block per SM (bench/cuda/decode_profile.sh, H200,
+  // 2026-12-02 morning). Default 0 since two blocks per SM (below) keep two resident anyway.
+  int int4_gemv_depth = 0;
+  // INT4 register GEMV's grid, in blocks per SM (Int4LinearParams::gemv_grid = this x SMs; 0:
+  // the kernel's default, one), and its register ring (gemv_unroll: 8 or 16 k tiles in flight
+  // per warp; 0: the kernel's default, 16). No env. Defaults 2 and 8: one 8B token's 128 W4A16
+  // GEMVs as a model runs them at m = 1, 2.483 ms (one block, ring 16) / 1.895 ms (depth 1) ->
+  // 1.754 ms = 47.8% of copy (`strata_bench_int4_linear_bench --what ceilings,gemv`, H200,
+  // 2026-12-02 session 5; the per-shape sweep: gate_up 65%, down 44%, qkv 37%, o_proj 31%).
+  int int4_gemv_blocks_per_sm = 2;
+  int int4_gemv_ring = 8;
   // FP8-block linears above the GEMV's rows: false (default) dequantize the weight to bf16 and
   // run the bf16 GEMM (W8A16: the weights exactly as DeepSeek's reference inference dequantizes
   // them, activations untouched); true quantize the activations to e4m3 per 128 values and run
