@@ -14,7 +14,8 @@
 # --enable-deterministic-inference, greedy outputs with and without EAGLE3 at concurrency 1 (30
 # prompts) and 16 (150 prompts) must be identical; the accept length and its histogram at
 # (steps 3, topk 1, draft tokens 4); (2) generation tok/s plain vs EAGLE3 with the default kernels
-# at concurrency 1 (16 prompts) and 64 (128 prompts), 128 new tokens (ignore_eos); (3) EAGLE3 at
+# at concurrency 1 (16 prompts) and 64 (128 prompts), 128 new tokens (ignore_eos), and at 64 in
+# deterministic mode with retraction forced by a 4,096-token pool (identical expected); (3) EAGLE3 at
 # concurrency 1 with --disable-cuda-graph: verify, observe and draft steps eager instead of
 # graphs, the same outputs, accept length and histogram expected. Each run prints the decode log's
 # last split of a step (draft / verify / observe ms) and the CUDA graph counts.
@@ -77,6 +78,14 @@ PY
     gen det_c${conc}_EAGLE3 $input $conc EAGLE3 --enable-deterministic-inference
     same det_c${conc}_off det_c${conc}_EAGLE3
   done
+  # Batch 64 with retraction forced by a small pool (issue 26's acceptance: batch 64, retraction):
+  # deterministic mode, so both runs must match token for token.
+  gen det_c64_retract_off heldout128 64 off --enable-deterministic-inference \
+    --max-total-tokens 4096 --schedule-conservativeness 0.05
+  gen det_c64_retract_EAGLE3 heldout128 64 EAGLE3 --enable-deterministic-inference \
+    --max-total-tokens 4096 --schedule-conservativeness 0.05
+  same det_c64_retract_off det_c64_retract_EAGLE3
+  grep -h "Retraction:" "$OUT/gen_det_c64_retract_off.log" "$OUT/gen_det_c64_retract_EAGLE3.log" | sed 's/^/    /'
   for conc in 1 64; do
     input=heldout128
     [ $conc = 1 ] && input=heldout16

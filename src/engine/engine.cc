@@ -36,6 +36,9 @@ Engine::~Engine() {
                                 : 1.0,
         hist);
   }
+  if (stats_.retractions_total > 0)
+    LOG_INFO("Retraction: {} requests retracted mid-decode to free KV (and recomputed)",
+             stats_.retractions_total);
   if (hicache_) {
     const HiCacheStats h = hicache_->stats();
     LOG_INFO(
