@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "arch/tp.h"
+#include "core/check.h"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -47,6 +48,12 @@ StatusOr<std::unique_ptr<Model>> create_model(const ModelSpec& spec, const Weigh
       return create_deepseek_model(spec, weights, backend, tp);
   }
   return internal_error("unknown architecture");
+}
+
+void Model::move_kv_rows(KvStorage& kv, std::span<const int32_t> from,
+                         std::span<const int32_t> to) {
+  CHECK_EQ(from.size(), to.size());
+  if (!from.empty()) backend_->kv_move_rows(kv, from.data(), to.data(), int(from.size()));
 }
 
 Status Model::set_capture(const CaptureSpec& spec, int64_t max_tokens) {

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -81,6 +82,12 @@ class Model {
   using LogitsConsumer = std::function<void(const Tensor& logits)>;
   virtual void forward_logits(const ForwardBatch& batch, KvStorage& kv,
                               const LogitsConsumer& consumer);
+
+  // Moves KV rows within `kv` (Backend::kv_move_rows: slot from[i] to slot to[i], in order; the
+  // accepted nodes of draft trees, engine/spec/tree_verify.h). Virtual: a tensor-parallel
+  // group's model (dist/tp_driver.cc) moves them in every rank's pool. Engine thread only.
+  virtual void move_kv_rows(KvStorage& kv, std::span<const int32_t> from,
+                            std::span<const int32_t> to);
 
   // Allocates the capture buffer [max_tokens, capture_width()] once (fixed device memory, so a
   // CUDA graph that writes it replays), for ForwardBatch::captured. An empty spec turns it off.

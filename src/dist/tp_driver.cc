@@ -28,7 +28,8 @@ enum class TpMessage : uint8_t {
   kStep = 2,
   kShutdown = 3,
   kInitHost = 4,
-  kHostStats = 5
+  kHostStats = 5,
+  kMoveKv = 6  // speculative decoding's draft trees: accepted nodes' KV rows into place
 };
 
 // STRATA_STEP_TIMING=1 (as for the engine's step log): every 256 steps a rank logs where its
@@ -277,6 +278,7 @@ BatchPlan plan_of(const ForwardBatch& b) {
   p.page_indices = take(a.page_indices, a.page_indptr[a.num_seqs]);
   p.slot_mapping = take(a.slot_mapping, a.num_tokens);
   p.logits_rows = take(b.logit_rows, b.num_logit_rows);
+  if (a.tree_mask != nullptr) p.tree_mask.assign(a.tree_mask, a.tree_mask + a.num_tokens);
   for (int32_t row : p.logits_rows) {
     const auto it = std::upper_bound(p.q_indptr.begin(), p.q_indptr.end(), row);
     p.sampled_seqs.push_back(int32_t(it - p.q_indptr.begin()) - 1);
@@ -362,6 +364,24 @@ Status worker_loop(Communicator& comm, Model& model, Backend& backend, int dcp_s
         std::vector<uint8_t> mine;
         encode_rank_stats(it->second->stats(), mine);
         STRATA_RETURN_IF_ERROR(gather_from_workers(comm, mine, nullptr));
+        break;
+      }
+      case TpMessage::kMoveKv: {
+        // Rank 0 moved the same rows of its pool right after its verify: in message order, so
+        // after this step's host tier copies and before the next step's.
+        uint32_t n = 0;
+        if (!get(msg, at, &n) || msg.size() != at + 8 * size_t(n))
+          return data_loss("KV move message: malformed");
+        std::vector<int32_t> from(n), to(n);
+        for (uint32_t i = 0; i < n; ++i) get(msg, at, &from[i]);
+        for (uint32_t i = 0; i < n; ++i) get(msg, at, &to[i]);
+        auto it = pools.find(id);
+        if (it == pools.end()) return data_loss("KV move for pool {} before its KV init", id);
+        const int64_t slots = it->second->layout().num_pages * it->second->layout().page_size;
+        for (uint32_t i = 0; i < n; ++i)
+          if (from[i] < 0 || from[i] >= slots || to[i] < 0 || to[i] >= slots)
+            return data_loss("KV move message: slot {} -> {} outside the pool", from[i], to[i]);
+        backend.kv_move_rows(*it->second, from.data(), to.data(), int(n));
         break;
       }
       case TpMessage::kStep: {
@@ -463,6 +483,23 @@ class TpModel : public Model {
       out.push_back(s);
     }
     return out;
+  }
+
+  // Every worker moves the same slots of its pool (each rank's pool has rank 0's pages and slots;
+  // decode context parallelism, whose pools differ, has no draft trees).
+  void move_kv_rows(KvStorage& kv, std::span<const int32_t> from,
+                    std::span<const int32_t> to) override {
+    CHECK_EQ(from.size(), to.size());
+    if (from.empty()) return;
+    if (bind_thread_) bind_thread_();
+    const Pool& pool = announce_pool(kv);
+    std::vector<uint8_t> msg{uint8_t(TpMessage::kMoveKv)};
+    put<uint32_t>(msg, pool.id);
+    put<uint32_t>(msg, uint32_t(from.size()));
+    for (int32_t x : from) put<int32_t>(msg, x);
+    for (int32_t x : to) put<int32_t>(msg, x);
+    check(comm_->broadcast_bytes(msg, 0));
+    inner_->move_kv_rows(kv, from, to);
   }
 
   void forward(const ForwardBatch& batch, KvStorage& kv, float* logits) override {

@@ -310,8 +310,10 @@ class Engine {
   // post-processing (verification, streaming, finishing); the drafter's news after it.
   void propose_drafts(ScheduledStep* step);
   void run_one_step(const ScheduledStep& step, std::chrono::steady_clock::time_point step_begin);
+  // paths[s]: the accepted path of sampled seq s's draft tree (tree_verify.h; [0] without drafts).
   void observe_committed(const ScheduledStep& step, const BatchPlan& plan, const uint8_t* captured,
-                         std::span<const int32_t> kv_before);
+                         std::span<const int32_t> kv_before,
+                         std::span<const std::vector<int32_t>> paths);
   // `later`: tokens of the request's output after these, already appended by a verify step and
   // emitted by the next calls (the event's completion_tokens leaves them out).
   void emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogprobs> logprobs,
@@ -321,10 +323,10 @@ class Engine {
   bool ensure_kv_copier();
   void import_kv(Live& live);
   void export_kv(std::span<const ScheduledSeq> seqs);
-  // Hands the step's captured rows of capturing requests, the first kept_rows[s] of seq s, to
+  // Hands the step's captured rows of capturing requests, rows kept_rows[s] of seq s's block, to
   // capture_writer_ (engine_loop.cc). After observe_committed: the block changes hands.
   void store_captured(const ScheduledStep& step, const BatchPlan& plan,
-                      std::span<const int32_t> kept_rows);
+                      std::span<const std::vector<int32_t>> kept_rows);
   // Ends request `id` (if live): takes it out of live_ and sends its finished event now or, while
   // the capture writer still holds rows of its states, once they are stored (retire_written).
   void retire(int64_t id);

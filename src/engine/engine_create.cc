@@ -169,7 +169,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
                                   : config.capture;
   if (!capture.empty()) {
     // A step holds at most one prefill budget or 1 + drafts rows per running request.
-    const int64_t per_request = e->drafter_ ? e->config_.speculative.num_steps + 1 : 1;
+    const int64_t per_request = e->drafter_ ? e->config_.speculative.num_draft_tokens : 1;
     const int64_t step_tokens =
         std::max<int64_t>({config.chunked_prefill_size, config.max_prefill_tokens,
                            e->plan_.max_running_requests * per_request});
@@ -392,7 +392,8 @@ Status Engine::create_scheduler_and_host_tier(const ModelSpec& spec, const KvLay
   sc.max_running_requests = plan_.max_running_requests;
   sc.num_continuous_decode_steps = std::max(1, c.num_continuous_decode_steps);
   sc.disable_radix_cache = c.disable_radix_cache;
-  if (drafter_) sc.decode_tokens_per_step = c.speculative.num_steps + 1;
+  // The verify's rows: the last token and the drafts (a chain's num_steps, a tree's nodes).
+  if (drafter_) sc.decode_tokens_per_step = c.speculative.num_draft_tokens;
   sc.init_new_token_ratio = std::min(1.0, sc.init_new_token_ratio * c.schedule_conservativeness);
   sc.min_new_token_ratio =
       std::min(sc.init_new_token_ratio, sc.min_new_token_ratio * c.schedule_conservativeness);

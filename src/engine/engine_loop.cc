@@ -11,7 +11,7 @@
 #include "engine/live_request.h"
 #include "engine/parallel_runtime.h"
 #include "engine/schedule_state.h"
-#include "engine/spec/verify.h"
+#include "engine/spec/tree_verify.h"
 #include "kv/page_pool.h"
 #include "kv/radix_cache.h"
 
@@ -122,6 +122,35 @@ thread_local double last_draft_seconds = 0;
 
 double seconds_since(StepClock::time_point t) {
   return std::chrono::duration<double>(StepClock::now() - t).count();
+}
+
+// A proposed tree as a seq's drafts: its first `max_drafts` drafts (node order is a topological
+// order, so they form a tree), with their parents unless they are a chain (the chain's verify is
+// the plain causal one).
+void set_drafts(ScheduledSeq* seq, const DraftTree& tree, int32_t max_drafts) {
+  const Request& r = *seq->request;
+  CHECK_MSG(tree.tokens[0] == r.token_at(r.kv_len()),
+            "request {}: a draft tree rooted at token {}, its last token is {}", r.id(),
+            tree.tokens[0], r.token_at(r.kv_len()));
+  const int32_t n = std::min(tree.num_drafts(), max_drafts);
+  seq->draft.assign(tree.tokens.begin() + 1, tree.tokens.begin() + 1 + n);
+  bool chain = true;
+  for (int32_t i = 1; i <= n; ++i) chain = chain && tree.parents[size_t(i)] == i - 1;
+  if (chain)
+    seq->draft_parents.clear();
+  else
+    seq->draft_parents.assign(tree.parents.begin() + 1, tree.parents.begin() + 1 + n);
+}
+
+// The tree a sampled seq verifies: its last token, then its drafts (a chain when they have no
+// parents).
+DraftTree verified_tree(const ScheduledSeq& seq) {
+  const Request& r = *seq.request;
+  const int32_t root = r.token_at(r.kv_len() + seq.num_new_tokens - 1);
+  if (seq.draft_parents.empty()) return DraftTree::chain(root, seq.draft);
+  DraftTree tree = DraftTree::root_only(root);
+  for (size_t i = 0; i < seq.draft.size(); ++i) tree.add(seq.draft_parents[i], seq.draft[i]);
+  return tree;
 }
 
 }  // namespace
@@ -253,14 +282,11 @@ void Engine::propose_drafts(ScheduledStep* step) {
     seq_of.push_back(s);
   }
   if (queries.empty()) return;
-  std::vector<std::vector<int32_t>> drafts;
-  drafter_->propose(queries, &drafts);
-  CHECK_EQ(drafts.size(), queries.size());
-  for (size_t q = 0; q < queries.size(); ++q) {
-    std::vector<int32_t>& d = drafts[q];
-    if (int32_t(d.size()) > queries[q].max_tokens) d.resize(size_t(queries[q].max_tokens));
-    step->seqs[seq_of[q]].draft = std::move(d);
-  }
+  std::vector<DraftTree> trees;
+  drafter_->propose(queries, &trees);
+  CHECK_EQ(trees.size(), queries.size());
+  for (size_t q = 0; q < queries.size(); ++q)
+    set_drafts(&step->seqs[seq_of[q]], trees[q], queries[q].max_tokens);
   last_draft_seconds = seconds_since(begin);
 }
 
@@ -274,32 +300,37 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
     // Each row's sampling parameters, with its request's draw (one per sampled token, in the
     // request's own stream); the backend samples where the logits are and only ids come back,
     // plus the full rows of requests that asked for logprobs. A seq that verifies drafts has a
-    // row per draft after its own: each row sees the drafts before it as output (penalties).
+    // row per draft after its own (tree node i: row i): each row sees the drafts on its path as
+    // output (penalties) and takes the draw of its depth's output position.
     const size_t n = plan.logits_rows.size();
     std::vector<Live*> row_live(n);
     std::vector<SampleRowParams> row_params(n);
     std::vector<int32_t> keep_rows;
     std::vector<LogitEdit> edits;  // penalties and logit_bias (engine/logit_edits.h)
     std::vector<size_t> first_row(step.seqs.size(), n);  // of each sampled seq
-    OutputTokenCounts draft_counts;  // a verifying row's counts: output + the drafts before it
+    std::vector<DraftTree> trees(step.seqs.size());      // of each sampled seq
     for (size_t j = 0; j < n; ++j) {
       const size_t s = size_t(plan.sampled_seqs[j]);
       const ScheduledSeq& seq = step.seqs[s];
-      if (first_row[s] == n) first_row[s] = j;
-      const size_t in_seq = j - first_row[s];
+      if (first_row[s] == n) {
+        first_row[s] = j;
+        trees[s] = verified_tree(seq);
+      }
+      const int32_t node = int32_t(j - first_row[s]);
+      const DraftTree& tree = trees[s];
       Live& live = *live_.at(seq.request->id());
       row_live[j] = &live;
       const SamplingParams& p = live.request.params();
       // The draw plain decoding would give this row's output position; taken when its token is
       // kept (below), so a seeded request samples the same tokens with or without speculation.
-      row_params[j] = peek_row_params(p, live.rng, in_seq);
+      row_params[j] = peek_row_params(p, live.rng, size_t(tree.depths[size_t(node)]));
       if (p.edits_logits()) {
-        if (in_seq == 0) {
+        if (node == 0) {
           append_logit_edits(p, live.output_counts, int32_t(j), &edits);
         } else {
-          if (in_seq == 1) draft_counts = live.output_counts;
-          draft_counts.add(seq.draft[in_seq - 1]);
-          append_logit_edits(p, draft_counts, int32_t(j), &edits);
+          OutputTokenCounts counts = live.output_counts;
+          counts.add(tree.path_tokens(node));
+          append_logit_edits(p, counts, int32_t(j), &edits);
         }
       }
       if (live.top_logprobs >= 0) keep_rows.push_back(int32_t(j));
@@ -336,31 +367,48 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
       lps[j] = token_logprobs(kept_logits + i * size_t(vocab), vocab, sampled[j],
                               row_live[j]->top_logprobs);
     }
-    // Verification (engine/spec/verify.h): per sampled seq, its accepted drafts then the target's
-    // own token at the first disagreement.
+    // Verification (engine/spec/verify.h, tree_verify.h): per sampled seq, the path its target
+    // rows' own samples follow through its drafts, then the target's token after the path. A
+    // tree's accepted nodes' target KV moves to the committed positions (kv_len + 1 + k).
     std::vector<std::vector<int32_t>> committed;
-    std::vector<size_t> sampled_seq_index;             // the seq of each committed entry
-    std::vector<int32_t> kept_rows(step.seqs.size());  // of each seq: its tokens + accepted drafts
+    std::vector<size_t> sampled_seq_index;  // the seq of each committed entry
+    // Of each seq: the rows of its block that are committed (its tokens, then the accepted
+    // drafts), by committed position.
+    std::vector<std::vector<int32_t>> kept_rows(step.seqs.size());
+    std::vector<std::vector<int32_t>> paths(step.seqs.size());  // of each sampled seq
+    std::vector<int32_t> move_from, move_to;                    // target KV slots
     SpecStepCounts spec;
     for (size_t s = 0; s < step.seqs.size(); ++s) {
-      kept_rows[s] = step.seqs[s].num_new_tokens;
+      const ScheduledSeq& seq = step.seqs[s];
+      std::vector<int32_t>& kept = kept_rows[s];
+      for (int32_t i = 0; i < seq.num_new_tokens; ++i) kept.push_back(i);
       if (first_row[s] == n) continue;
-      const std::vector<int32_t>& draft = step.seqs[s].draft;
-      const auto rows = std::span(sampled).subspan(first_row[s], draft.size() + 1);
-      const int32_t a = accepted_drafts(rows, draft);
-      kept_rows[s] += a;
-      std::vector<int32_t> c(draft.begin(), draft.begin() + a);
-      c.push_back(rows[size_t(a)]);
-      committed.push_back(std::move(c));
+      const DraftTree& tree = trees[s];
+      const TreeAcceptance acc =
+          accept_tree(tree, std::span(sampled).subspan(first_row[s], size_t(tree.size())));
+      const int32_t a = acc.accepted();
+      // Block row of tree node i: the seq's last new token's row + i.
+      const int32_t root_row = seq.num_new_tokens - 1;
+      for (int32_t k = 1; k <= a; ++k) kept.push_back(root_row + acc.path[size_t(k)]);
+      const int32_t q0 = plan.q_indptr[s] + root_row;
+      for (const auto& [from, to] : accepted_kv_moves(acc.path)) {
+        move_from.push_back(plan.slot_mapping[size_t(q0 + from)]);
+        move_to.push_back(plan.slot_mapping[size_t(q0 + to)]);
+      }
+      committed.push_back(acc.committed_tokens(tree));
+      paths[s] = acc.path;
       sampled_seq_index.push_back(s);
-      if (!draft.empty()) {
-        Live& live = *live_.at(step.seqs[s].request->id());
+      if (!seq.draft.empty()) {
+        Live& live = *live_.at(seq.request->id());
         ++live.spec_verify_ct;
-        live.spec_draft_token_num += int32_t(draft.size());
+        live.spec_draft_token_num += int32_t(seq.draft.size());
         live.spec_accept_token_num += a;
-        spec.add(int32_t(draft.size()), a);
+        spec.add(int32_t(seq.draft.size()), a);
       }
     }
+    // Before anything reads the committed positions (the next forward, a KV export, the host
+    // tier's copies of pages complete() caches); the rows they leave are past kv_len.
+    if (!move_from.empty()) model_->move_kv_rows(*kv_, move_from, move_to);
     std::vector<int32_t> kv_before(step.seqs.size()), out_before(step.seqs.size());
     for (size_t s = 0; s < step.seqs.size(); ++s) {
       kv_before[s] = step.seqs[s].request->kv_len();
@@ -376,10 +424,12 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
       const int32_t appended = r->output_len() - out_before[s];
       for (int32_t t = 0; t < appended; ++t) {
         const int32_t token = r->output_ids()[size_t(out_before[s] + t)];
-        if (!sample_is_greedy(row_params[first_row[s] + size_t(t)])) live.rng.uniform();
+        // The row that sampled it: the t-th node of the accepted path.
+        const size_t row = first_row[s] + size_t(paths[s][size_t(t)]);
+        if (!sample_is_greedy(row_params[row])) live.rng.uniform();
         if (r->params().edits_logits()) live.output_counts.add(token);
         std::vector<TokenLogprobs> lp;
-        if (live.top_logprobs >= 0) lp.push_back(std::move(lps[first_row[s] + size_t(t)]));
+        if (live.top_logprobs >= 0) lp.push_back(std::move(lps[row]));
         emit(live, {token}, std::move(lp), /*resumed=*/false, appended - t - 1);
         user_tokens += live.internal ? 0 : 1;
         if (!live.stopped_by_string) continue;
@@ -398,7 +448,7 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
     last_draft_seconds = 0;
     if (drafter_) {
       const auto observe_begin = StepClock::now();
-      observe_committed(step, plan, captured, kv_before);
+      observe_committed(step, plan, captured, kv_before, paths);
       phases.observe_s = seconds_since(observe_begin);
     }
     // Captured states of the committed positions (a rejected draft's are not the request's).
@@ -428,14 +478,16 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
 // Tells the drafter what each request committed this step: the positions whose KV is now
 // committed target KV, the token after each, and their captured hidden states.
 void Engine::observe_committed(const ScheduledStep& step, const BatchPlan& plan,
-                               const uint8_t* captured, std::span<const int32_t> kv_before) {
+                               const uint8_t* captured, std::span<const int32_t> kv_before,
+                               std::span<const std::vector<int32_t>> paths) {
   const int64_t width = runner_->capture_width();
   const DType dtype = runner_->capture_dtype();
   const int64_t row_bytes = width * dtype_size(dtype);
   std::vector<CommittedTokens> news;
-  std::vector<std::vector<int32_t>> next_tokens;
+  std::vector<std::vector<int32_t>> next_tokens, hidden_rows;
   news.reserve(step.seqs.size());
   next_tokens.reserve(step.seqs.size());
+  hidden_rows.reserve(step.seqs.size());
   for (size_t s = 0; s < step.seqs.size(); ++s) {
     const ScheduledSeq& seq = step.seqs[s];
     const Request& r = *seq.request;
@@ -456,12 +508,23 @@ void Engine::observe_committed(const ScheduledStep& step, const BatchPlan& plan,
                          : seq.draft[std::min<size_t>(size_t(i), seq.draft.size() - 1)]);
     next_tokens.push_back(std::move(next));
     const std::span<const int32_t> all = next_tokens.back();
+    // A tree's committed positions read the accepted path's rows, the rest its other nodes'.
+    std::vector<int32_t> order;
+    if (!seq.draft_parents.empty()) {
+      order = paths[s];
+      std::vector<bool> on_path(size_t(rows), false);
+      for (int32_t v : order) on_path[size_t(v)] = true;
+      for (int32_t v = 0; v < rows; ++v)
+        if (!on_path[size_t(v)]) order.push_back(v);
+    }
+    hidden_rows.push_back(std::move(order));
     news.push_back(CommittedTokens{
         .request = &r,
         .first_position = first,
         .count = end - first,
         .next_tokens = all.first(size_t(end - first)),
         .hidden = captured == nullptr ? nullptr : captured + int64_t(plan.q_indptr[s]) * row_bytes,
+        .hidden_rows = hidden_rows.back(),
         .rows = std::max(rows, end - first),
         .step_tokens = all,
         .step_pages = std::span(plan.page_indices)
@@ -473,26 +536,36 @@ void Engine::observe_committed(const ScheduledStep& step, const BatchPlan& plan,
 
 // Hands the step's captured block, with each kept row's request and position, to the capture
 // writer, which scatters the rows into each capturing request's CapturedStates (by position: a
-// recomputed position is written again) while the engine runs the next steps. Seq s keeps its
-// first kept_rows[s] rows: its new tokens and the drafts it accepted. The block changes hands by a
-// swap; the engine waits here only when the writer is `depth` blocks behind.
+// recomputed position is written again) while the engine runs the next steps. Seq s keeps the
+// rows kept_rows[s] of its block, by committed position: its new tokens and the drafts it
+// accepted (a tree's accepted path: rows that need not be consecutive; each run of consecutive
+// rows is one segment). The block changes hands by a swap; the engine waits here only when the
+// writer is `depth` blocks behind.
 void Engine::store_captured(const ScheduledStep& step, const BatchPlan& plan,
-                            std::span<const int32_t> kept_rows) {
+                            std::span<const std::vector<int32_t>> kept_rows) {
   if (capture_writer_ == nullptr) return;  // the drafter's capture alone: nothing to store
   CaptureJob job;
   std::vector<Live*> lives;
+  // The committed position of each block row (a tree node's row holds rope position
+  // kv_len + depth, which is the committed position of an accepted node).
+  job.positions.assign(plan.positions.begin(), plan.positions.begin() + plan.num_tokens());
   for (size_t s = 0; s < step.seqs.size(); ++s) {
     Live* live = live_.at(step.seqs[s].request->id()).get();
-    if (live->capture == nullptr || kept_rows[s] == 0) continue;
+    const std::vector<int32_t>& kept = kept_rows[s];
+    if (live->capture == nullptr || kept.empty()) continue;
     lives.push_back(live);
-    job.states.push_back(live->capture);
-    job.row_begin.push_back(plan.q_indptr[s]);
-    job.row_count.push_back(kept_rows[s]);
+    for (size_t i = 0; i < kept.size();) {
+      size_t end = i + 1;
+      while (end < kept.size() && kept[end] == kept[end - 1] + 1) ++end;
+      job.states.push_back(live->capture);
+      job.row_begin.push_back(plan.q_indptr[s] + kept[i]);
+      job.row_count.push_back(int32_t(end - i));
+      i = end;
+    }
   }
   if (lives.empty()) return;
   job.width = runner_->capture_width();
   job.dtype = runner_->capture_dtype();
-  job.positions.assign(plan.positions.begin(), plan.positions.begin() + plan.num_tokens());
   job.rows = capture_writer_->take_buffer();
   runner_->swap_captured(job.rows);
   const uint64_t seq = capture_writer_->submit(std::move(job));

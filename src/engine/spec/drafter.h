@@ -5,13 +5,16 @@
 // A step with speculation, on the engine thread:
 //   1. schedule: each decoding request gets pages for 1 + k tokens (ScheduleState budgets
 //      SchedulerConfig::decode_tokens_per_step);
-//   2. propose(): up to k draft tokens per decoding request (a chain: topk 1);
-//   3. one target forward verifies every request's [last token, d1..dk] at positions n..n+k
-//      together with the rest of the batch (engine/spec/verify.h: accept the longest agreeing
-//      prefix plus the target's own next token);
+//   2. propose(): a draft tree of up to k draft tokens per decoding request, rooted at its last
+//      token (engine/spec/draft_tree.h; a chain is the tree whose node i has parent i - 1);
+//   3. one target forward verifies every request's [last token, d1..dk] together with the rest of
+//      the batch: a chain's at positions n..n+k (engine/spec/verify.h: the longest agreeing
+//      prefix plus the target's own next token), a tree's nodes at KV rows n..n+k in node order,
+//      rope positions n + depth, under the tree mask (engine/spec/tree_verify.h: the path the
+//      target's own samples follow); the accepted path's KV rows then move to n+1..n+a;
 //   4. observe(): per request, the positions whose target KV became committed this step, the
 //      token that follows each, and (when capture_spec() is not empty) the target's captured
-//      hidden states of those positions;
+//      hidden states of those positions (a tree's: the accepted path's rows of the verify block);
 //   5. ScheduleState rolls back what was rejected: kv_len counts committed tokens only, pages past
 //      them go back to the pool, the radix cache only ever sees committed tokens.
 //
@@ -33,6 +36,7 @@
 
 #include "arch/model.h"
 #include "engine/request.h"
+#include "engine/spec/draft_tree.h"
 
 namespace strata {
 
@@ -46,10 +50,14 @@ struct CommittedTokens {
   // chunk, else an accepted draft or the target's own new token. EAGLE-3's drafter reads
   // (next_tokens[i], target hidden state at first_position + i) for its KV row at that position.
   std::span<const int32_t> next_tokens;
-  // [rows, capture width] of the runner's capture dtype: the target's captured states of the
-  // request's rows in the step (the committed positions first); null when the drafter captures
-  // nothing (Drafter::capture_spec()).
+  // [block rows, capture width] of the runner's capture dtype: the target's captured states of
+  // the request's rows in the step's forward; null when the drafter captures nothing
+  // (Drafter::capture_spec()). Position first_position + i reads block row hidden_rows[i], or
+  // row i when hidden_rows is empty (a chain or a prefill: the committed positions first).
   const uint8_t* hidden = nullptr;
+  // A draft tree's verify (empty otherwise): [rows] the block row of each of the `rows`
+  // positions: the accepted path's rows (root first), then the other nodes' in node order.
+  std::span<const int32_t> hidden_rows;
   // The request's rows in the step's forward (>= count): a verify's 1 + k rows at positions
   // [first_position, first_position + rows), its rejected drafts' after the committed ones.
   // step_tokens [rows]: the token after each such position as the step had it (next_tokens,
@@ -85,12 +93,12 @@ class Drafter {
   virtual void observe(std::span<const CommittedTokens> committed, int64_t capture_width,
                        DType capture_dtype) = 0;
 
-  // Fills (*drafts)[i] with up to queries[i].max_tokens draft tokens for queries[i] (empty: none,
-  // the request then decodes one token as without speculation). A chain: each draft follows the
-  // previous one. Deterministic given what it observed (verification treats each draft as a
-  // proposal of probability 1: engine/spec/verify.h).
-  virtual void propose(std::span<const DraftQuery> queries,
-                       std::vector<std::vector<int32_t>>* drafts) = 0;
+  // Fills (*drafts)[i] with queries[i]'s draft tree: rooted at the request's last token
+  // (token_at(kv_len())), at most queries[i].max_tokens drafts (DraftTree::root_only: none, the
+  // request then decodes one token as without speculation). A chain when each node's parent is
+  // the node before. Deterministic given what it observed (verification treats each draft as a
+  // proposal of probability 1: engine/spec/verify.h, tree_verify.h).
+  virtual void propose(std::span<const DraftQuery> queries, std::vector<DraftTree>* drafts) = 0;
 
   // The request ended (finished, aborted) or was retracted: forget its state. A retracted
   // request comes back through observe() of its new prefill.

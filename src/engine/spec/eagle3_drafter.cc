@@ -1,63 +1,17 @@
 #include "engine/spec/eagle3_drafter.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <numeric>
 
 #include "core/check.h"
+#include "engine/spec/draft_attention.h"
 
 namespace strata {
 
 namespace {
-
-// The attention metadata of one drafter forward: per sequence, `count` new rows at positions
-// [first, first + count) over its page table (the target's page ids).
-class DraftAttention {
- public:
-  explicit DraftAttention(int page_size) : page_size_(page_size) { clear(); }
-
-  void clear() {
-    q_indptr_.assign(1, 0);
-    page_indptr_.assign(1, 0);
-    kv_lens_.clear();
-    page_indices_.clear();
-    positions_.clear();
-    slots_.clear();
-  }
-
-  // The request's pages must cover positions [0, first + count).
-  void add(std::span<const int32_t> pages, int32_t first, int32_t count) {
-    const int32_t len = first + count;
-    const int32_t used = (len + page_size_ - 1) / page_size_;
-    CHECK_LE(used, int32_t(pages.size()));
-    q_indptr_.push_back(q_indptr_.back() + count);
-    kv_lens_.push_back(len);
-    page_indices_.insert(page_indices_.end(), pages.begin(), pages.begin() + used);
-    page_indptr_.push_back(int32_t(page_indices_.size()));
-    for (int32_t p = first; p < len; ++p) {
-      positions_.push_back(p);
-      slots_.push_back(pages[size_t(p / page_size_)] * page_size_ + p % page_size_);
-    }
-  }
-
-  int num_tokens() const { return q_indptr_.back(); }
-
-  AttentionMetadata metadata() const {
-    return AttentionMetadata{.num_seqs = int(kv_lens_.size()),
-                             .num_tokens = num_tokens(),
-                             .page_size = page_size_,
-                             .q_indptr = q_indptr_.data(),
-                             .kv_lens = kv_lens_.data(),
-                             .page_indptr = page_indptr_.data(),
-                             .page_indices = page_indices_.data(),
-                             .positions = positions_.data(),
-                             .slot_mapping = slots_.data()};
-  }
-
- private:
-  int page_size_;
-  std::vector<int32_t> q_indptr_, page_indptr_, kv_lens_, page_indices_, positions_, slots_;
-};
 
 // observe() forwards whose requests all have this many rows or fewer (1 + k of a verify) replay
 // graphs; prefill chunks are longer.
@@ -80,23 +34,25 @@ StatusOr<int64_t> eagle3_kv_bytes_per_token(const std::string& dir, DType dtype)
   return 2 * int64_t(spec.layer.num_kv_heads) * spec.layer.head_dim * dtype_size(dtype);
 }
 
-Eagle3ChainDrafter::Eagle3ChainDrafter(std::unique_ptr<Eagle3Drafter> model,
-                                       std::vector<int> aux_layers, int64_t num_pages,
-                                       int page_size, int graph_max_batch)
+Eagle3Proposer::Eagle3Proposer(std::unique_ptr<Eagle3Drafter> model, std::vector<int> aux_layers,
+                               int64_t num_pages, int page_size, int graph_max_batch,
+                               DraftShape shape)
     : model_(std::move(model)),
       aux_layers_(std::move(aux_layers)),
+      num_pages_(num_pages),
       page_size_(page_size),
-      graph_max_batch_(graph_max_batch) {
+      graph_max_batch_(graph_max_batch),
+      shape_(shape) {
+  CHECK(shape_.topk >= 1 && shape_.num_steps >= 1);
   KvLayout layout = model_->kv_layout();
-  layout.num_pages = num_pages;
+  layout.num_pages = num_pages + kScratchRequests * scratch_pages_per_request(shape_, page_size);
   layout.page_size = page_size;
   // Exact: the drafter's own precision (eagle3_kv_bytes_per_token counts the same bytes).
   layout.dtype = model_->backend().activation_dtype();
   kv_ = model_->backend().alloc_kv(layout);
 }
 
-Tensor Eagle3ChainDrafter::rows_of(DeviceTensorPtr* buffer, DType dtype, int64_t rows,
-                                   int64_t cols) {
+Tensor Eagle3Proposer::rows_of(DeviceTensorPtr* buffer, DType dtype, int64_t rows, int64_t cols) {
   const Tensor* have = *buffer ? &(*buffer)->view() : nullptr;
   if (have == nullptr || have->dtype != dtype || have->dim(1) != cols || have->dim(0) < rows) {
     // Room for a graph-sized batch of verify rows at once: most steps then never grow it.
@@ -107,22 +63,42 @@ Tensor Eagle3ChainDrafter::rows_of(DeviceTensorPtr* buffer, DType dtype, int64_t
   return (*buffer)->view().slice_rows(0, rows);
 }
 
-std::vector<int32_t> Eagle3ChainDrafter::forward_drafts(const Eagle3Batch& batch,
-                                                        const Tensor& hidden_out, bool graph) {
+void Eagle3Proposer::forward_rows(const Eagle3Batch& batch, const Tensor& hidden_out, bool graph) {
   const int64_t dv = model_->draft_vocab_size();
   logits_.resize(size_t(batch.num_logit_rows * dv));
   // The forward ends with the logits' download, which ends a graph step (cuda_backend.h).
   if (graph) model_->backend().set_graph_mode(true);
   model_->forward(batch, *kv_, hidden_out, logits_.data());
   if (graph) model_->backend().set_graph_mode(false);
-  std::vector<int32_t> ids(size_t(batch.num_logit_rows));
-  for (int i = 0; i < batch.num_logit_rows; ++i)
-    ids[size_t(i)] = model_->target_token(argmax_row_reference(logits_.data() + i * dv, dv));
-  return ids;
 }
 
-void Eagle3ChainDrafter::observe(std::span<const CommittedTokens> committed, int64_t capture_width,
-                                 DType capture_dtype) {
+int32_t Eagle3Proposer::argmax_token(int i) const {
+  const int64_t dv = model_->draft_vocab_size();
+  return model_->target_token(argmax_row_reference(logits_.data() + i * dv, dv));
+}
+
+void Eagle3Proposer::top_tokens(int i, int k, std::vector<int32_t>* tokens,
+                                std::vector<float>* logprobs) const {
+  const int64_t dv = model_->draft_vocab_size();
+  const float* row = logits_.data() + i * dv;
+  const float max = *std::max_element(row, row + dv);
+  double sum = 0;
+  for (int64_t v = 0; v < dv; ++v) sum += std::exp(double(row[v]) - max);
+  const float log_z = max + float(std::log(sum));
+  std::vector<int32_t> ids(static_cast<size_t>(dv));
+  std::iota(ids.begin(), ids.end(), 0);
+  const size_t n = std::min<size_t>(size_t(k), ids.size());
+  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [row](int32_t a, int32_t b) {
+    return row[a] != row[b] ? row[a] > row[b] : a < b;
+  });
+  for (size_t j = 0; j < n; ++j) {
+    tokens->push_back(model_->target_token(ids[j]));
+    logprobs->push_back(row[ids[j]] - log_z);
+  }
+}
+
+void Eagle3Proposer::observe(std::span<const CommittedTokens> committed, int64_t capture_width,
+                             DType capture_dtype) {
   Backend& be = model_->backend();
   const DType act = be.activation_dtype();
   const int64_t h = model_->hidden_size();
@@ -151,7 +127,13 @@ void Eagle3ChainDrafter::observe(std::span<const CommittedTokens> committed, int
     attention.add(pages, c.first_position, rows);
     const auto next = padded ? c.step_tokens : c.next_tokens;
     tokens.insert(tokens.end(), next.begin(), next.begin() + rows);
-    features.insert(features.end(), c.hidden, c.hidden + rows * row_bytes);
+    // A tree's committed positions read the accepted path's rows of the verify block.
+    CHECK(c.hidden_rows.empty() || int32_t(c.hidden_rows.size()) >= rows);
+    for (int32_t i = 0; i < rows; ++i) {
+      const int32_t row = c.hidden_rows.empty() ? i : c.hidden_rows[size_t(i)];
+      const uint8_t* src = c.hidden + int64_t(row) * row_bytes;
+      features.insert(features.end(), src, src + row_bytes);
+    }
     last_rows.push_back(attention.num_tokens() - rows + c.count - 1);
     seqs.push_back(&c);
     same_rows = same_rows < 0 || same_rows == rows ? rows : 0;
@@ -170,7 +152,7 @@ void Eagle3ChainDrafter::observe(std::span<const CommittedTokens> committed, int
   // (prefill chunks, ragged, run eagerly).
   const bool graph =
       same_rows > 0 && same_rows <= kMaxGraphRowsPerRequest && int(seqs.size()) <= graph_max_batch_;
-  const std::vector<int32_t> first_drafts = forward_drafts(batch, hidden, graph);
+  forward_rows(batch, hidden, graph);
 
   // Keep each request's last row for propose().
   const int n = int(seqs.size());
@@ -183,13 +165,43 @@ void Eagle3ChainDrafter::observe(std::span<const CommittedTokens> committed, int
     const CommittedTokens& c = *seqs[size_t(i)];
     RequestState& s = states_[c.request->id()];
     s.position = c.first_position + c.count - 1;
-    s.first_draft = first_drafts[size_t(i)];
+    s.first_draft = argmax_token(i);
+    s.top_tokens.clear();
+    s.top_logprobs.clear();
+    if (shape_.topk > 1) top_tokens(i, shape_.topk, &s.top_tokens, &s.top_logprobs);
     s.hidden.assign(host.begin() + i * hidden_bytes, host.begin() + (i + 1) * hidden_bytes);
   }
 }
 
-void Eagle3ChainDrafter::propose(std::span<const DraftQuery> queries,
-                                 std::vector<std::vector<int32_t>>* drafts) {
+void Eagle3Proposer::propose(std::span<const DraftQuery> queries, std::vector<DraftTree>* drafts) {
+  drafts->clear();
+  for (const DraftQuery& q : queries)
+    drafts->push_back(DraftTree::root_only(q.request->token_at(q.request->kv_len())));
+  if (shape_.topk == 1) {
+    std::vector<std::vector<int32_t>> chains;
+    propose_chain(queries, &chains);
+    for (size_t q = 0; q < queries.size(); ++q)
+      (*drafts)[q] = DraftTree::chain((*drafts)[q].tokens[0], chains[q]);
+    return;
+  }
+  // Trees for the queries the drafter has a kept row for, kScratchRequests per forward.
+  std::vector<size_t> which;
+  for (size_t q = 0; q < queries.size(); ++q) {
+    const Request& r = *queries[q].request;
+    auto it = states_.find(r.id());
+    if (queries[q].max_tokens <= 0 || it == states_.end() || it->second.position != r.kv_len() - 1)
+      continue;
+    which.push_back(q);
+    if (which.size() == size_t(kScratchRequests)) {
+      propose_trees(queries, which, drafts);
+      which.clear();
+    }
+  }
+  if (!which.empty()) propose_trees(queries, which, drafts);
+}
+
+void Eagle3Proposer::propose_chain(std::span<const DraftQuery> queries,
+                                   std::vector<std::vector<int32_t>>* drafts) {
   drafts->assign(queries.size(), {});
   Backend& be = model_->backend();
   const DType act = be.activation_dtype();
@@ -237,13 +249,13 @@ void Eagle3ChainDrafter::propose(std::span<const DraftQuery> queries,
                             .logit_rows = rows.data(),
                             .num_logit_rows = n};
     // prev's rows are overwritten in place.
-    const std::vector<int32_t> next = forward_drafts(batch, prev, n <= graph_max_batch_);
+    forward_rows(batch, prev, n <= graph_max_batch_);
     // Requests with drafts to go stay, their rows gathered to the front.
     std::vector<size_t> still;
     std::vector<int32_t> keep;
     for (int i = 0; i < n; ++i) {
       const size_t q = active[size_t(i)];
-      (*drafts)[q].push_back(next[size_t(i)]);
+      (*drafts)[q].push_back(argmax_token(i));
       if (int32_t((*drafts)[q].size()) < queries[q].max_tokens) {
         still.push_back(q);
         keep.push_back(i);

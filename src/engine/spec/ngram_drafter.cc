@@ -21,15 +21,14 @@ std::vector<int32_t> NgramDrafter::draft_for(std::span<const int32_t> tokens, in
   return {};
 }
 
-void NgramDrafter::propose(std::span<const DraftQuery> queries,
-                           std::vector<std::vector<int32_t>>* drafts) {
-  drafts->assign(queries.size(), {});
+void NgramDrafter::propose(std::span<const DraftQuery> queries, std::vector<DraftTree>* drafts) {
+  drafts->clear();
   std::vector<int32_t> tokens;
-  for (size_t i = 0; i < queries.size(); ++i) {
-    const Request& r = *queries[i].request;
-    if (queries[i].max_tokens <= 0) continue;
+  for (const DraftQuery& q : queries) {
+    const Request& r = *q.request;
     tokens = r.tokens(r.total_len());
-    (*drafts)[i] = draft_for(tokens, max_match_, queries[i].max_tokens);
+    drafts->push_back(
+        DraftTree::chain(r.token_at(r.kv_len()), draft_for(tokens, max_match_, q.max_tokens)));
   }
 }
 

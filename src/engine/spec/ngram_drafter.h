@@ -21,8 +21,7 @@ class NgramDrafter : public Drafter {
   explicit NgramDrafter(int32_t max_match = 4) : max_match_(max_match) {}
   std::string_view name() const override { return "NGRAM"; }
   void observe(std::span<const CommittedTokens>, int64_t, DType) override {}
-  void propose(std::span<const DraftQuery> queries,
-               std::vector<std::vector<int32_t>>* drafts) override;
+  void propose(std::span<const DraftQuery> queries, std::vector<DraftTree>* drafts) override;
   void release(int64_t) override {}
 
   // The draft for a token sequence: up to max_tokens tokens that followed the most recent earlier

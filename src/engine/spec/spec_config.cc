@@ -1,7 +1,10 @@
 #include "engine/spec/spec_config.h"
 
+#include <algorithm>
+
 #include "arch/decoder.h"
 #include "arch/eagle3.h"
+#include "engine/spec/draft_tree.h"
 #include "engine/spec/eagle3_drafter.h"
 #include "engine/spec/ngram_drafter.h"
 
@@ -10,6 +13,44 @@ namespace strata {
 namespace {
 constexpr int kDefaultNumSteps = 3;  // SGLang's usual EAGLE chain: 3 steps, 4 draft tokens
 constexpr int kMaxNumSteps = 64;
+
+// A draft tree's flags (topk > 1), as SGLang's EAGLE worker builds trees: step 0 gives topk
+// candidates, each later step topk² (topk children of each of the topk frontier nodes), and the
+// tree keeps the num_draft_tokens - 1 best of them, so SGLang needs num_draft_tokens - 1 <=
+// topk + (num_steps - 1) · topk² (its top-k selection over the candidates). strata adds two
+// bounds of its own: a tree of at most 64 nodes (kMaxDraftTreeNodes: one 64-bit ancestor word per
+// node in the verify's tree mask), and at most 64 nodes forwarded by the drafter per draft step
+// ((num_steps - 1) · topk: its own tree mask over them, engine/spec/eagle3_drafter.h). Defaults:
+// 3 steps; num_draft_tokens 1 + num_steps · topk (at most 64).
+Status resolve_tree(SpeculativeConfig* c) {
+  if (c->algorithm != SpeculativeAlgorithm::kEagle3)
+    return invalid_argument(
+        "--speculative-eagle-topk {}: draft trees are EAGLE3's; {} drafts chains (topk 1)",
+        c->eagle_topk, enum_name_in(kSpeculativeAlgorithmNames, c->algorithm));
+  if (c->num_steps == 0) c->num_steps = kDefaultNumSteps;
+  const int64_t k = c->eagle_topk, steps = c->num_steps;
+  if (c->num_draft_tokens == 0)
+    c->num_draft_tokens = int(std::min<int64_t>(kMaxDraftTreeNodes, 1 + steps * k));
+  const int64_t candidates = k + (steps - 1) * k * k;
+  if (c->num_draft_tokens - 1 > candidates)
+    return invalid_argument(
+        "--speculative-num-draft-tokens {}: a tree of --speculative-num-steps {} and "
+        "--speculative-eagle-topk {} has {} candidate drafts (topk + (num_steps - 1) * topk^2), "
+        "so at most {} draft tokens (the root included)",
+        c->num_draft_tokens, steps, k, candidates, candidates + 1);
+  if (c->num_draft_tokens > kMaxDraftTreeNodes)
+    return invalid_argument(
+        "--speculative-num-draft-tokens {}: a draft tree has at most {} nodes (the root "
+        "included)",
+        c->num_draft_tokens, kMaxDraftTreeNodes);
+  if ((steps - 1) * k > kMaxDraftTreeNodes)
+    return invalid_argument(
+        "--speculative-num-steps {} with --speculative-eagle-topk {}: the drafter forwards "
+        "(num_steps - 1) * topk = {} tree nodes per draft step, at most {}",
+        steps, k, (steps - 1) * k, kMaxDraftTreeNodes);
+  return Status::ok_status();
+}
+
 }  // namespace
 
 Status resolve_speculative_config(SpeculativeConfig* c) {
@@ -23,25 +64,24 @@ Status resolve_speculative_config(SpeculativeConfig* c) {
   }
   if (c->eagle_topk < 1)
     return invalid_argument("--speculative-eagle-topk must be >= 1, got {}", c->eagle_topk);
-  if (c->eagle_topk > 1)
-    return unimplemented(
-        "--speculative-eagle-topk {}: draft trees (topk > 1) are not built yet; use "
-        "--speculative-eagle-topk 1 (a chain)",
-        c->eagle_topk);
   if (c->num_steps < 0 || c->num_steps > kMaxNumSteps)
     return invalid_argument("--speculative-num-steps must be in [1, {}], got {}", kMaxNumSteps,
                             c->num_steps);
   if (c->num_draft_tokens < 0 || c->num_draft_tokens == 1 || c->num_draft_tokens > kMaxNumSteps + 1)
     return invalid_argument("--speculative-num-draft-tokens must be in [2, {}], got {}",
                             kMaxNumSteps + 1, c->num_draft_tokens);
-  if (c->num_steps == 0)
-    c->num_steps = c->num_draft_tokens > 0 ? c->num_draft_tokens - 1 : kDefaultNumSteps;
-  if (c->num_draft_tokens == 0) c->num_draft_tokens = c->num_steps + 1;
-  if (c->num_draft_tokens != c->num_steps + 1)
-    return invalid_argument(
-        "--speculative-num-draft-tokens {} with --speculative-num-steps {} and topk 1: a chain "
-        "verifies num-steps + 1 = {} tokens",
-        c->num_draft_tokens, c->num_steps, c->num_steps + 1);
+  if (c->eagle_topk > 1) {
+    STRATA_RETURN_IF_ERROR(resolve_tree(c));
+  } else {
+    if (c->num_steps == 0)
+      c->num_steps = c->num_draft_tokens > 0 ? c->num_draft_tokens - 1 : kDefaultNumSteps;
+    if (c->num_draft_tokens == 0) c->num_draft_tokens = c->num_steps + 1;
+    if (c->num_draft_tokens != c->num_steps + 1)
+      return invalid_argument(
+          "--speculative-num-draft-tokens {} with --speculative-num-steps {} and topk 1: a chain "
+          "verifies num-steps + 1 = {} tokens",
+          c->num_draft_tokens, c->num_steps, c->num_steps + 1);
+  }
   if (c->ngram_max_match < 1)
     return invalid_argument("the NGRAM match length must be >= 1, got {}", c->ngram_max_match);
   switch (c->algorithm) {
@@ -91,9 +131,11 @@ StatusOr<std::unique_ptr<Drafter>> create_eagle3_drafter(const SpeculativeConfig
       Eagle3Drafter::load(dir, target.model->backend(), embedding, target.model_dir));
   auto aux = model->aux_layers(t.num_layers);
   if (!aux.ok()) return invalid_argument("{}: {}", what, aux.status().to_string());
-  return std::unique_ptr<Drafter>(new Eagle3ChainDrafter(std::move(model), std::move(aux).value(),
-                                                         target.num_pages, target.page_size,
-                                                         target.cuda_graph_max_bs));
+  return std::unique_ptr<Drafter>(new Eagle3Proposer(
+      std::move(model), std::move(aux).value(), target.num_pages, target.page_size,
+      target.cuda_graph_max_bs,
+      DraftShape{
+          .num_steps = c.num_steps, .topk = c.eagle_topk, .num_draft_tokens = c.num_draft_tokens}));
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Speculative decoding's configuration (SGLang's flags) and the one place that turns it into a
-// Drafter: NGRAM (engine/spec/ngram_drafter.h) or EAGLE3, a chain (engine/spec/eagle3_drafter.h).
-// Draft trees (--speculative-eagle-topk > 1) are refused until they are built.
+// Drafter: NGRAM (engine/spec/ngram_drafter.h) or EAGLE3, a chain or, with
+// --speculative-eagle-topk > 1, a draft tree (engine/spec/eagle3_drafter.h).
 #pragma once
 
 #include <cstdint>
@@ -26,9 +26,10 @@ struct SpeculativeConfig {
   // --speculative-num-steps: drafts per request per step (a chain's depth); 0: the default, 3,
   // or num_draft_tokens - 1 when that is given.
   int num_steps = 0;
-  int eagle_topk = 1;  // --speculative-eagle-topk: 1 is a chain; a tree (> 1) is not built yet
+  int eagle_topk = 1;  // --speculative-eagle-topk: 1 is a chain; > 1 a draft tree (EAGLE3)
   // --speculative-num-draft-tokens: tokens of one verify (the drafts plus the last token); for a
-  // chain that is num_steps + 1. 0: derived.
+  // chain that is num_steps + 1, for a tree at most 1 + topk + (num_steps - 1) · topk² and 64
+  // (spec_config.cc). 0: derived (a tree: 1 + num_steps · topk, at most 64).
   int num_draft_tokens = 0;
   int ngram_max_match = 4;  // NGRAM: the longest suffix it looks up
 

@@ -3,23 +3,31 @@
 // the drafter never saw (support/eagle3_heldout.h):
 //  - greedy outputs are token for token those of plain decoding at batch 1 and 64, with chunked
 //    prefill and with retraction forced by a small pool, and drafts are accepted (accept length
-//    > 1);
+//    > 1), for a chain (3 steps, topk 1) and draft trees (3 steps topk 4 with 8 draft tokens,
+//    SGLang's 5 steps topk 8 with 32); a tree's accept length is at least the chain's;
 //  - every proposal the engine's drafter makes equals a direct chain of Eagle3Drafter forwards on
 //    the same context (the target's captured states of the whole context, one first-step forward,
-//    then draft steps): the wiring (positions, pages, captured rows, next tokens) is checked, not
-//    only the output, which verification keeps exact whatever is proposed;
-//  - seeded sampled requests give plain decoding's tokens (each output position's draw);
-//  - a missing or mismatched drafter and a tree (topk > 1) are refused with clear errors.
+//    then draft steps), and every tree proposal equals the tree built from direct chains along
+//    each node's path (DraftTreeBuilder fed their top-k): the wiring (positions, pages, captured
+//    rows, next tokens, the drafter's tree mask and scratch pages, the accepted path's rows) is
+//    checked, not only the output, which verification keeps exact whatever is proposed;
+//  - seeded sampled requests give plain decoding's tokens (each output position's draw), chain
+//    and tree;
+//  - a missing or mismatched drafter and trees out of bounds are refused with clear errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <numeric>
 
 #include "arch/eagle3.h"
 #include "arch/model.h"
 #include "engine/engine.h"
+#include "engine/spec/draft_tree.h"
 #include "engine/spec/eagle3_drafter.h"
 #include "support/eagle3_check.h"
 #include "support/eagle3_heldout.h"
@@ -41,6 +49,7 @@ struct Options {
   bool speculative = true;
   std::string drafter = kDrafter;
   int topk = 1;
+  int num_draft_tokens = 0;
   std::function<std::unique_ptr<Drafter>(std::unique_ptr<Drafter>)> wrap{};
 };
 
@@ -58,6 +67,7 @@ EngineConfig engine_config(const Options& o) {
     c.speculative.draft_model_path = o.drafter;
     c.speculative.num_steps = o.num_steps;
     c.speculative.eagle_topk = o.topk;
+    c.speculative.num_draft_tokens = o.num_draft_tokens;
   }
   c.wrap_drafter = o.wrap;
   return c;
@@ -136,6 +146,75 @@ std::vector<std::vector<int32_t>> heldout(const Engine& e, int count) {
 // estimate at training time: 1.47); a broken wiring (stale rows, shifted positions) falls to ~1.0.
 constexpr double kMinAcceptLength = 1.25;
 
+// A draft setting: steps, topk, draft tokens.
+struct Shape {
+  int steps = 3, topk = 1, tokens = 0;
+  std::string name() const {
+    return fmt::format("steps {} topk {} tokens {}", steps, topk, tokens);
+  }
+};
+
+// Batch 1 (16 prompts one at a time, prefill chunks of 16), batch 64 (chunks of 64) and batch 64
+// with retraction (a pool of 640 tokens, an optimistic reservation: requests are retracted
+// mid-decode and come back through a new prefill, the drafter forgets them and observes them
+// again): every greedy output equals plain decoding's. Returns batch 64's accept length.
+double check_greedy(const Shape& shape, const std::vector<std::vector<int32_t>>& prompts,
+                    const std::vector<Result>& want, int new_tokens) {
+  const Options base{
+      .num_steps = shape.steps, .topk = shape.topk, .num_draft_tokens = shape.tokens};
+  const std::string name = shape.name();
+  {
+    Options o = base;
+    o.max_running = 1;
+    o.chunked_prefill_size = 16;
+    auto spec = make_engine(o);
+    if (!spec) return 0;
+    const std::vector<std::vector<int32_t>> some(prompts.begin(), prompts.begin() + 16);
+    const std::vector<Result> got = run(*spec, some, greedy(new_tokens), /*one_at_a_time=*/true);
+    expect_same_tokens(got, std::vector<Result>(want.begin(), want.begin() + 16),
+                       (name + ", batch 1").c_str());
+    const EngineStats s = spec->stats();
+    std::printf("%s, batch 1: %lld verifies, accept len %.3f, histogram%s\n", name.c_str(),
+                (long long)s.spec_verify_total, accept_length(s), histogram(s).c_str());
+    EXPECT_GT(accept_length(s), kMinAcceptLength) << name;
+  }
+  double batch64 = 0;
+  {
+    auto spec = make_engine(base);
+    if (!spec) return 0;
+    const std::vector<Result> got = run(*spec, prompts, greedy(new_tokens));
+    expect_same_tokens(got, want, (name + ", batch 64").c_str());
+    const EngineStats s = spec->stats();
+    batch64 = accept_length(s);
+    std::printf("%s, batch 64: %lld verifies, accept len %.3f, histogram%s\n", name.c_str(),
+                (long long)s.spec_verify_total, batch64, histogram(s).c_str());
+    EXPECT_GT(batch64, kMinAcceptLength) << name;
+    int64_t accepted = 0;
+    for (const Result& r : got) accepted += r.accepted;
+    EXPECT_EQ(accepted, s.spec_accepted_tokens_total);
+    EXPECT_EQ(s.generation_tokens_total, int64_t(prompts.size()) * new_tokens);
+    EXPECT_EQ(s.kv_tokens_used, s.kv_tokens_cached);
+    EXPECT_TRUE(spec->flush_cache());
+    EXPECT_EQ(spec->stats().kv_tokens_used, 0);
+  }
+  {
+    Options o = base;
+    o.max_total_tokens = 640;
+    o.conservativeness = 0.02;
+    auto spec = make_engine(o);
+    if (!spec) return 0;
+    const std::vector<Result> got = run(*spec, prompts, greedy(new_tokens));
+    expect_same_tokens(got, want, (name + ", retraction").c_str());
+    const EngineStats s = spec->stats();
+    std::printf("%s, retraction: %lld retractions, accept len %.3f\n", name.c_str(),
+                (long long)s.retractions_total, accept_length(s));
+    EXPECT_GT(s.retractions_total, 0) << "the small pool was meant to force retraction";
+    EXPECT_GT(accept_length(s), kMinAcceptLength) << name;
+    EXPECT_EQ(s.kv_tokens_used, s.kv_tokens_cached);
+  }
+  return batch64;
+}
+
 TEST(Eagle3Engine, GreedyEqualsPlainDecodingAtBatch1And64WithRetraction) {
   const int kNew = 40;
   auto plain = make_engine({.speculative = false});
@@ -145,57 +224,26 @@ TEST(Eagle3Engine, GreedyEqualsPlainDecodingAtBatch1And64WithRetraction) {
   const std::vector<Result> want = run(*plain, prompts, greedy(kNew));
   plain.reset();
 
-  // Batch 1: one request at a time; prefill chunks of 16 tokens.
-  {
-    auto spec = make_engine({.max_running = 1, .chunked_prefill_size = 16});
-    ASSERT_TRUE(spec);
-    const std::vector<std::vector<int32_t>> some(prompts.begin(), prompts.begin() + 16);
-    const std::vector<Result> got = run(*spec, some, greedy(kNew), /*one_at_a_time=*/true);
-    expect_same_tokens(got, std::vector<Result>(want.begin(), want.begin() + 16), "batch 1");
-    const EngineStats s = spec->stats();
-    std::printf("batch 1: %lld verifies, accept len %.3f, histogram%s\n",
-                (long long)s.spec_verify_total, accept_length(s), histogram(s).c_str());
-    EXPECT_GT(accept_length(s), kMinAcceptLength);
-  }
-  // Batch 64, prefill chunks of 64 tokens.
-  {
-    auto spec = make_engine({});
-    ASSERT_TRUE(spec);
-    const std::vector<Result> got = run(*spec, prompts, greedy(kNew));
-    expect_same_tokens(got, want, "batch 64");
-    const EngineStats s = spec->stats();
-    std::printf("batch 64: %lld verifies, accept len %.3f, histogram%s\n",
-                (long long)s.spec_verify_total, accept_length(s), histogram(s).c_str());
-    EXPECT_GT(accept_length(s), kMinAcceptLength);
-    int64_t accepted = 0;
-    for (const Result& r : got) accepted += r.accepted;
-    EXPECT_EQ(accepted, s.spec_accepted_tokens_total);
-    EXPECT_EQ(s.generation_tokens_total, 64 * kNew);
-    EXPECT_EQ(s.kv_tokens_used, s.kv_tokens_cached);
-    ASSERT_TRUE(spec->flush_cache());
-    EXPECT_EQ(spec->stats().kv_tokens_used, 0);
-  }
-  // A pool of 640 tokens and an optimistic reservation: requests are retracted mid-decode and
-  // come back through a new prefill (the drafter forgets them and observes them again).
-  {
-    auto spec = make_engine({.max_total_tokens = 640, .conservativeness = 0.02});
-    ASSERT_TRUE(spec);
-    const std::vector<Result> got = run(*spec, prompts, greedy(kNew));
-    expect_same_tokens(got, want, "retraction");
-    const EngineStats s = spec->stats();
-    std::printf("retraction: %lld retractions, accept len %.3f\n", (long long)s.retractions_total,
-                accept_length(s));
-    EXPECT_GT(s.retractions_total, 0) << "the small pool was meant to force retraction";
-    EXPECT_GT(accept_length(s), kMinAcceptLength);
-    EXPECT_EQ(s.kv_tokens_used, s.kv_tokens_cached);
-  }
+  const double chain = check_greedy({.steps = 3, .topk = 1}, prompts, want, kNew);
+  const double tree = check_greedy({.steps = 3, .topk = 4, .tokens = 8}, prompts, want, kNew);
+  // SGLang's common EAGLE tree setting.
+  const double wide = check_greedy({.steps = 5, .topk = 8, .tokens = 32}, prompts, want, kNew);
+  std::printf(
+      "accept len at batch 64: chain (3, 1, 4) %.3f, tree (3, 4, 8) %.3f, tree (5, 8, 32) "
+      "%.3f\n",
+      chain, tree, wide);
+  // At the same depth the tree verifies the best-scored alternatives beside the likeliest path
+  // (not always the chain's: a node's score is its path's, so the chain's deeper nodes may lose
+  // to siblings' children); on these prompts that accepts more drafts, not fewer.
+  EXPECT_GE(tree, chain);
+  EXPECT_GE(wide, chain);
 }
 
 // What the engine's drafter was asked and answered.
 struct Proposal {
   std::vector<int32_t> context;  // the request's tokens (prompt + output) at the time
   int32_t max_tokens = 0;
-  std::vector<int32_t> drafts;
+  DraftTree tree;
 };
 
 class RecordingDrafter : public Drafter {
@@ -207,14 +255,13 @@ class RecordingDrafter : public Drafter {
   void observe(std::span<const CommittedTokens> c, int64_t width, DType dtype) override {
     inner_->observe(c, width, dtype);
   }
-  void propose(std::span<const DraftQuery> queries,
-               std::vector<std::vector<int32_t>>* drafts) override {
+  void propose(std::span<const DraftQuery> queries, std::vector<DraftTree>* drafts) override {
     inner_->propose(queries, drafts);
     for (size_t i = 0; i < queries.size(); ++i) {
       const Request& r = *queries[i].request;
       log_->push_back(Proposal{.context = r.tokens(r.total_len()),
                                .max_tokens = queries[i].max_tokens,
-                               .drafts = (*drafts)[i]});
+                               .tree = (*drafts)[i]});
     }
   }
   void release(int64_t id) override { inner_->release(id); }
@@ -224,12 +271,14 @@ class RecordingDrafter : public Drafter {
   std::vector<Proposal>* log_;
 };
 
-// The drafts of a context computed directly: the target over the whole context with the aux
-// layers captured, one first-step drafter forward over positions 0..n-2 (row p: the target's
-// states at p, token p + 1), its last row's argmax; then draft steps, each fed the row before.
-class DirectChain {
+// The drafter's proposals for a context computed directly, one path at a time: the target over
+// the whole context with the aux layers captured, one first-step drafter forward over positions
+// 0..n-2 (row p: the target's states at p, token p + 1), whose last row gives the first draft's
+// distribution; then, for a path of drafts, causal draft steps along it, each fed the row before
+// (no tree mask, no scratch pages: each path is a chain of its own).
+class DirectDrafter {
  public:
-  DirectChain() : backend_(make_cpu_backend()) {
+  DirectDrafter() : backend_(make_cpu_backend()) {
     auto target = load_model(kTarget, *backend_);
     CHECK_MSG(target.ok(), "{}", target.status().to_string());
     target_ = std::move(target).value();
@@ -241,9 +290,11 @@ class DirectChain {
     CHECK(target_->set_capture(CaptureSpec{.layers = *aux}, 1024).ok());
   }
 
-  std::vector<int32_t> drafts(const std::vector<int32_t>& context, int k) {
+  // The target and the first drafter step over `context`; paths of up to max_depth drafts follow.
+  void start(const std::vector<int32_t>& context, int max_depth) {
     Backend& be = *backend_;
-    const int n = int(context.size()), rows = n - 1;
+    const int n = int(context.size());
+    rows_ = n - 1;
     const int64_t width = target_->capture_width(), h = drafter_->hidden_size();
     const int64_t dv = drafter_->draft_vocab_size();
     // The target's captured states of positions 0..n-2.
@@ -253,75 +304,139 @@ class DirectChain {
     tl.num_pages = tplan.num_pages();
     auto tkv = be.alloc_kv(tl);
     Eagle3Batch tb;
-    tplan.plan({0}, {rows}, &tb);
-    std::vector<float> captured(size_t(rows * width));
+    tplan.plan({0}, {rows_}, &tb);
+    std::vector<float> captured(size_t(rows_ * width));
     ForwardBatch fb{.token_ids = context.data(), .attn = tb.attn, .captured = captured.data()};
     target_->forward(fb, *tkv, nullptr);
 
-    testing::DraftBatch dplan(1, 4, n + k);
+    dplan_ = std::make_unique<testing::DraftBatch>(1, 4, n + max_depth);
     KvLayout dl = drafter_->kv_layout();
     dl.page_size = 4;
-    dl.num_pages = dplan.num_pages();
-    auto dkv = be.alloc_kv(dl);
-    auto feats = be.upload(Tensor::make(captured.data(), DType::kF32, {rows, width}), DType::kF32);
-    auto hidden = be.alloc(DType::kF32, {rows, h});
+    dl.num_pages = dplan_->num_pages();
+    dkv_ = be.alloc_kv(dl);
+    auto feats = be.upload(Tensor::make(captured.data(), DType::kF32, {rows_, width}), DType::kF32);
+    auto hidden = be.alloc(DType::kF32, {rows_, h});
     std::vector<int32_t> tokens(context.begin() + 1, context.end());
-    const int32_t last = rows - 1;
-    std::vector<float> logits(static_cast<size_t>(dv));
+    const int32_t last = rows_ - 1;
+    first_logits_.assign(size_t(dv), 0);
     Eagle3Batch b1;
-    dplan.plan({0}, {rows}, &b1);
+    dplan_->plan({0}, {rows_}, &b1);
     b1.token_ids = tokens.data();
     b1.target_features = &feats->view();
     b1.logit_rows = &last;
     b1.num_logit_rows = 1;
-    drafter_->forward(b1, *dkv, *hidden, logits.data());
-    std::vector<int32_t> out{drafter_->target_token(argmax_row_reference(logits.data(), dv))};
-    auto prev = be.alloc(DType::kF32, {1, h});
-    be.gather_rows(*hidden, &last, 1, *prev);
+    drafter_->forward(b1, *dkv_, *hidden, first_logits_.data());
+    first_hidden_ = be.alloc(DType::kF32, {1, h});
+    be.gather_rows(*hidden, &last, 1, *first_hidden_);
+  }
+
+  // The drafter's logits for the token after the context and `path` (target ids).
+  std::vector<float> logits_after(std::span<const int32_t> path) {
+    Backend& be = *backend_;
+    std::vector<float> logits = first_logits_;
+    auto prev = be.alloc(DType::kF32, {1, drafter_->hidden_size()});
     const int32_t zero = 0;
-    for (int j = 1; j < k; ++j) {
+    be.gather_rows(*first_hidden_, &zero, 1, *prev);
+    for (size_t j = 1; j <= path.size(); ++j) {
       Eagle3Batch b;
-      dplan.plan({rows - 1 + j}, {1}, &b);
-      b.token_ids = &out.back();
+      dplan_->plan({rows_ - 1 + int(j)}, {1}, &b);
+      b.token_ids = &path[j - 1];
       b.prev_hidden = &prev->view();
       b.logit_rows = &zero;
       b.num_logit_rows = 1;
-      drafter_->forward(b, *dkv, *prev, logits.data());
-      out.push_back(drafter_->target_token(argmax_row_reference(logits.data(), dv)));
+      drafter_->forward(b, *dkv_, *prev, logits.data());
     }
+    return logits;
+  }
+
+  int32_t argmax(const std::vector<float>& logits) const {
+    return drafter_->target_token(argmax_row_reference(logits.data(), int64_t(logits.size())));
+  }
+
+  // The k best target ids and their log-probabilities, best first (the lower draft id on ties).
+  void top(const std::vector<float>& logits, int k, std::vector<int32_t>* ids,
+           std::vector<float>* logprobs) const {
+    const float max = *std::max_element(logits.begin(), logits.end());
+    double sum = 0;
+    for (float x : logits) sum += std::exp(double(x) - max);
+    const float log_z = max + float(std::log(sum));
+    std::vector<int32_t> order(logits.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
+    for (int j = 0; j < k; ++j) {
+      ids->push_back(drafter_->target_token(order[size_t(j)]));
+      logprobs->push_back(logits[size_t(order[size_t(j)])] - log_z);
+    }
+  }
+
+  std::vector<int32_t> chain(const std::vector<int32_t>& context, int k) {
+    start(context, k);
+    std::vector<int32_t> out;
+    while (int(out.size()) < k) out.push_back(argmax(logits_after(out)));
     return out;
+  }
+
+  // EAGLE's tree (DraftTreeBuilder) with every frontier node's candidates from logits_after(its
+  // path).
+  DraftTree tree(const std::vector<int32_t>& context, int steps, int topk, int tokens) {
+    start(context, steps);
+    DraftTreeBuilder b(context.back(), topk, tokens);
+    for (int step = 0; step < steps; ++step) {
+      std::vector<int32_t> ids;
+      std::vector<float> logprobs;
+      for (int32_t f : b.frontier()) {
+        std::vector<int32_t> path;
+        for (int32_t a = f; a != 0; a = b.parent(a)) path.insert(path.begin(), b.token(a));
+        top(logits_after(path), topk, &ids, &logprobs);
+      }
+      b.expand(ids, logprobs);
+    }
+    return b.finish();
   }
 
  private:
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> target_;
   std::unique_ptr<Eagle3Drafter> drafter_;
+  int rows_ = 0;
+  std::unique_ptr<testing::DraftBatch> dplan_;
+  std::unique_ptr<KvStorage> dkv_;
+  std::vector<float> first_logits_;
+  DeviceTensorPtr first_hidden_;
 };
 
-TEST(Eagle3Engine, ProposalsEqualADirectDrafterChain) {
+// The engine's proposals of a run with `options` (greedy, 12 held-out prompts, 24 new tokens).
+std::vector<Proposal> record_proposals(Options options) {
   // No prefix sharing: a shared page's last drafter row pairs the first request's next token
-  // (acceptance may drop there, by design), which a direct chain would not reproduce.
+  // (acceptance may drop there, by design), which a direct computation would not reproduce.
   auto log = std::make_shared<std::vector<Proposal>>();
-  auto spec = make_engine({.num_steps = 4,
-                           .max_running = 8,
-                           .chunked_prefill_size = 16,
-                           .disable_radix_cache = true,
-                           .wrap = [log](std::unique_ptr<Drafter> d) {
-                             return std::make_unique<RecordingDrafter>(std::move(d), log.get());
-                           }});
-  ASSERT_TRUE(spec);
+  options.max_running = 8;
+  options.chunked_prefill_size = 16;
+  options.disable_radix_cache = true;
+  options.wrap = [log](std::unique_ptr<Drafter> d) {
+    return std::make_unique<RecordingDrafter>(std::move(d), log.get());
+  };
+  auto spec = make_engine(options);
+  if (!spec) return {};
   const auto prompts = heldout(*spec, 12);
-  const std::vector<Result> got = run(*spec, prompts, greedy(24));
-  spec.reset();
-  ASSERT_GT(log->size(), 12u);
-  DirectChain direct;
+  run(*spec, prompts, greedy(24));
+  return *log;
+}
+
+TEST(Eagle3Engine, ProposalsEqualADirectDrafterChain) {
+  const std::vector<Proposal> log = record_proposals({.num_steps = 4});
+  ASSERT_GT(log.size(), 12u);
+  DirectDrafter direct;
   int checked = 0, full = 0;
-  for (const Proposal& p : *log) {
+  for (const Proposal& p : log) {
     ASSERT_GT(p.max_tokens, 0);
     // Every query is answered: the drafter observed each request's last commit.
-    ASSERT_EQ(int32_t(p.drafts.size()), p.max_tokens) << "context of " << p.context.size();
-    const std::vector<int32_t> want = direct.drafts(p.context, p.max_tokens);
-    EXPECT_EQ(p.drafts, want) << "context of " << p.context.size() << " tokens";
+    ASSERT_EQ(p.tree.num_drafts(), p.max_tokens) << "context of " << p.context.size();
+    const std::vector<int32_t> want = direct.chain(p.context, p.max_tokens);
+    EXPECT_EQ(p.tree.tokens, DraftTree::chain(p.context.back(), want).tokens)
+        << "context of " << p.context.size() << " tokens";
+    EXPECT_EQ(p.tree.parents, DraftTree::chain(p.context.back(), want).parents);
     ++checked;
     full += p.max_tokens == 4 ? 1 : 0;
   }
@@ -329,8 +444,43 @@ TEST(Eagle3Engine, ProposalsEqualADirectDrafterChain) {
   EXPECT_GT(full, checked / 2);
 }
 
+// The tree proposals after tree verifies (the drafter observed accepted paths whose rows are not
+// consecutive) equal trees built from direct chains along every node's path.
+TEST(Eagle3Engine, TreeProposalsEqualTreesOfDirectDrafterChains) {
+  const Shape shapes[] = {{.steps = 3, .topk = 4, .tokens = 8},
+                          {.steps = 4, .topk = 3, .tokens = 12}};
+  for (const Shape& shape : shapes) {
+    const std::vector<Proposal> log = record_proposals(
+        {.num_steps = shape.steps, .topk = shape.topk, .num_draft_tokens = shape.tokens});
+    ASSERT_GT(log.size(), 12u);
+    DirectDrafter direct;
+    int checked = 0, full = 0, branched = 0;
+    for (const Proposal& p : log) {
+      ASSERT_GT(p.max_tokens, 0);
+      const int tokens = std::min(shape.tokens, p.max_tokens + 1);
+      // Every query is answered with a full tree (the drafter observed each request's last commit).
+      ASSERT_EQ(p.tree.size(), tokens) << shape.name() << ", context of " << p.context.size();
+      // Checking every proposal costs a chain per node: every third one.
+      if (checked++ % 3 != 0) continue;
+      const DraftTree want = direct.tree(p.context, shape.steps, shape.topk, tokens);
+      EXPECT_EQ(p.tree.tokens, want.tokens) << shape.name() << ", context of " << p.context.size();
+      EXPECT_EQ(p.tree.parents, want.parents) << shape.name();
+      full += tokens == shape.tokens ? 1 : 0;
+      branched += p.tree.children(0).size() > 1 ? 1 : 0;
+    }
+    std::printf(
+        "%s: %d proposals, every third checked (%d of %d tokens, %d branching at the "
+        "root)\n",
+        shape.name().c_str(), checked, full, shape.tokens, branched);
+    EXPECT_GT(full, 0);
+    EXPECT_GT(branched, 0);
+  }
+}
+
 // A sampled request draws, for each output position, the draw plain decoding gives it, and
 // verification keeps a draft only where the target's own sample agrees: the same tokens.
+// Also with a frequency penalty on half of them: a tree row's penalties count the drafts on its
+// own path (not the nodes before it in node order).
 TEST(Eagle3Engine, SeededSampledRequestsGivePlainDecodingsTokens) {
   auto plain = make_engine({.speculative = false});
   ASSERT_TRUE(plain);
@@ -341,15 +491,25 @@ TEST(Eagle3Engine, SeededSampledRequestsGivePlainDecodingsTokens) {
   p.max_new_tokens = 32;
   p.ignore_eos = true;
   p.seed = 1234;
+  SamplingParams penalized = p;
+  penalized.frequency_penalty = 0.8f;
+  const std::vector<std::vector<int32_t>> some(prompts.begin(), prompts.begin() + 4);
   const std::vector<Result> want = run(*plain, prompts, p);
+  const std::vector<Result> want_penalized = run(*plain, some, penalized);
   plain.reset();
-  auto spec = make_engine({});
-  ASSERT_TRUE(spec);
-  const std::vector<Result> got = run(*spec, prompts, p);
-  expect_same_tokens(got, want, "seeded sampling");
-  const EngineStats s = spec->stats();
-  std::printf("sampled: accept len %.3f\n", accept_length(s));
-  EXPECT_GT(s.spec_accepted_tokens_total, 0);
+  for (const Shape& shape :
+       {Shape{.steps = 3, .topk = 1}, Shape{.steps = 3, .topk = 4, .tokens = 8}}) {
+    auto spec = make_engine(
+        {.num_steps = shape.steps, .topk = shape.topk, .num_draft_tokens = shape.tokens});
+    ASSERT_TRUE(spec);
+    const std::vector<Result> got = run(*spec, prompts, p);
+    expect_same_tokens(got, want, (shape.name() + ", seeded sampling").c_str());
+    expect_same_tokens(run(*spec, some, penalized), want_penalized,
+                       (shape.name() + ", seeded sampling with a penalty").c_str());
+    const EngineStats s = spec->stats();
+    std::printf("%s, sampled: accept len %.3f\n", shape.name().c_str(), accept_length(s));
+    EXPECT_GT(s.spec_accepted_tokens_total, 0);
+  }
 }
 
 std::string create_error(const Options& o) {
@@ -357,10 +517,13 @@ std::string create_error(const Options& o) {
   return e.ok() ? "" : e.status().to_string();
 }
 
-TEST(Eagle3Engine, RefusesAMissingOrMismatchedDrafterAndTrees) {
+TEST(Eagle3Engine, RefusesAMissingOrMismatchedDrafterAndTreesOutOfBounds) {
   EXPECT_NE(create_error({.drafter = "/nonexistent/drafter"}).find("no such directory"),
             std::string::npos);
-  EXPECT_NE(create_error({.topk = 4}).find("not built yet"), std::string::npos);
+  EXPECT_NE(create_error({.topk = 4, .num_draft_tokens = 40}).find("36 candidate drafts"),
+            std::string::npos)
+      << create_error({.topk = 4, .num_draft_tokens = 40});
+  EXPECT_EQ(create_error({.topk = 4, .num_draft_tokens = 8}), "");
   testing::TempDir dir;
   std::filesystem::copy_file(kDrafter + "/model.safetensors", dir.str() + "/model.safetensors");
   std::ifstream in(kDrafter + "/config.json");

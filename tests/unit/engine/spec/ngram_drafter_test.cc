@@ -50,8 +50,8 @@ TEST(SpeculativeConfig, ResolvesDefaultsAndRefusesWhatIsNotBuilt) {
 
   SpeculativeConfig tree{.algorithm = SpeculativeAlgorithm::kNgram, .eagle_topk = 4};
   Status st = resolve_speculative_config(&tree);
-  EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(st.message().find("not built"), std::string::npos) << st.message();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("draft trees are EAGLE3's"), std::string::npos) << st.message();
 
   SpeculativeConfig eagle{.algorithm = SpeculativeAlgorithm::kEagle3};
   EXPECT_FALSE(resolve_speculative_config(&eagle).ok());  // needs a draft model path
@@ -62,6 +62,39 @@ TEST(SpeculativeConfig, ResolvesDefaultsAndRefusesWhatIsNotBuilt) {
   auto ngram = create_drafter(c, DrafterTarget{});
   ASSERT_TRUE(ngram.ok());
   EXPECT_EQ((*ngram)->name(), "NGRAM");
+}
+
+// Draft trees: SGLang's bound on the tree (num_draft_tokens - 1 <= topk + (steps - 1) topk^2)
+// and strata's (64 nodes per tree, 64 nodes per drafter step), with defaults.
+TEST(SpeculativeConfig, ResolvesAndBoundsDraftTrees) {
+  auto tree = [](int steps, int topk, int tokens) {
+    SpeculativeConfig c{.algorithm = SpeculativeAlgorithm::kEagle3,
+                        .draft_model_path = "/nonexistent",
+                        .num_steps = steps,
+                        .eagle_topk = topk,
+                        .num_draft_tokens = tokens};
+    const Status st = resolve_speculative_config(&c);
+    return std::make_pair(st, c);
+  };
+  auto [st, c] = tree(0, 4, 0);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(c.num_steps, 3);
+  EXPECT_EQ(c.num_draft_tokens, 13);  // 1 + steps * topk
+  EXPECT_TRUE(tree(3, 4, 8).first.ok());
+  EXPECT_TRUE(tree(5, 8, 32).first.ok());
+  EXPECT_TRUE(tree(5, 8, 64).first.ok());  // SGLang's documented EAGLE-2 setting
+  EXPECT_TRUE(tree(3, 4, 37).first.ok());  // 4 + 2 * 16 candidates
+  st = tree(3, 4, 38).first;
+  EXPECT_NE(st.message().find("36 candidate drafts"), std::string::npos) << st.to_string();
+  st = tree(1, 2, 4).first;
+  EXPECT_NE(st.message().find("at most 3 draft tokens"), std::string::npos) << st.to_string();
+  st = tree(8, 48, 48).first;
+  EXPECT_NE(st.message().find("336 tree nodes per draft step"), std::string::npos)
+      << st.to_string();
+  st = tree(2, 8, 65).first;
+  EXPECT_FALSE(st.ok());
+  st = tree(10, 8, 64).first;
+  EXPECT_NE(st.message().find("72 tree nodes"), std::string::npos) << st.to_string();
 }
 
 }  // namespace
