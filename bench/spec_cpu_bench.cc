@@ -7,9 +7,11 @@
 //   EAGLE3 (--algorithm EAGLE3, --drafter DIR: the committed house-llama drafter by default): the
 //     prompts the drafter never saw, the last 100 of prompts-define.jsonl and the last 50 of
 //     prompts-explain.jsonl interleaved (as tests/support/eagle3_heldout.h), the first N of them.
+//     --topk K > 1 drafts trees of --draft-tokens T tokens (0: the default, spec_config.h).
 //
 // Usage: strata_bench_spec_cpu_bench [--algorithm NGRAM|EAGLE3] [--drafter DIR] [--prompts N]
-//                                    [--new T] [--steps K] [--model DIR]
+//                                    [--new T] [--steps K] [--topk K] [--draft-tokens T]
+//                                    [--model DIR]
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -27,7 +29,7 @@ namespace strata {
 namespace {
 
 struct Args {
-  int prompts = 16, new_tokens = 128, steps = 4;
+  int prompts = 16, new_tokens = 128, steps = 4, topk = 1, draft_tokens = 0;
   SpeculativeAlgorithm algorithm = SpeculativeAlgorithm::kNgram;
   std::string drafter = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/eagle3/house-llama";
   std::string model = std::string(STRATA_SHARED_DIR) + "/models/house-llama";
@@ -75,6 +77,8 @@ Run run(const Args& a, const std::vector<std::vector<int32_t>>& prompts, bool ba
   if (spec) {
     c.speculative.algorithm = a.algorithm;
     c.speculative.num_steps = a.steps;
+    c.speculative.eagle_topk = a.topk;
+    c.speculative.num_draft_tokens = a.draft_tokens;
     if (a.algorithm == SpeculativeAlgorithm::kEagle3) c.speculative.draft_model_path = a.drafter;
   }
   auto made = Engine::create(c);
@@ -102,6 +106,19 @@ Run run(const Args& a, const std::vector<std::vector<int32_t>>& prompts, bool ba
   return r;
 }
 
+// The --speculative-num-draft-tokens the engine resolves for `a` (spec_config.h's defaults).
+int resolved_draft_tokens(const Args& a) {
+  SpeculativeConfig c{.algorithm = a.algorithm,
+                      .draft_model_path = a.drafter,
+                      .num_steps = a.steps,
+                      .eagle_topk = a.topk,
+                      .num_draft_tokens = a.draft_tokens};
+  if (a.algorithm != SpeculativeAlgorithm::kEagle3) c.draft_model_path.clear();
+  const Status st = resolve_speculative_config(&c);
+  CHECK_MSG(st.ok(), "{}", st.to_string());
+  return c.num_draft_tokens;
+}
+
 int main_impl(int argc, char** argv) {
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -112,6 +129,10 @@ int main_impl(int argc, char** argv) {
       a.new_tokens = std::stoi(v);
     else if (k == "--steps")
       a.steps = std::stoi(v);
+    else if (k == "--topk")
+      a.topk = std::stoi(v);
+    else if (k == "--draft-tokens")
+      a.draft_tokens = std::stoi(v);
     else if (k == "--model")
       a.model = v;
     else if (k == "--drafter")
@@ -142,11 +163,12 @@ int main_impl(int argc, char** argv) {
     const double tokens = double(prompts.size()) * a.new_tokens;
     const EngineStats& s = spec.stats;
     std::printf(
-        "batch %-3s %zu prompts x %d new tokens: plain %.1f tok/s, %s (%d steps) %.1f tok/s "
+        "batch %-3s %zu prompts x %d new tokens: plain %.1f tok/s, %s (%d steps, topk %d, %d draft "
+        "tokens) %.1f tok/s "
         "(x%.2f), accept len %.2f (%lld verifies, %lld of %lld drafts accepted), outputs %s\n",
         batch1 ? "1" : "all", prompts.size(), a.new_tokens, tokens / plain.seconds,
-        std::string(enum_name(a.algorithm)).c_str(), a.steps, tokens / spec.seconds,
-        plain.seconds / spec.seconds,
+        std::string(enum_name(a.algorithm)).c_str(), a.steps, a.topk, resolved_draft_tokens(a),
+        tokens / spec.seconds, plain.seconds / spec.seconds,
         s.spec_verify_total > 0 ? double(s.spec_accepted_tokens_total + s.spec_verify_total) /
                                       double(s.spec_verify_total)
                                 : 1.0,

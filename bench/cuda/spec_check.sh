@@ -19,6 +19,14 @@
 # concurrency 1 with --disable-cuda-graph: verify, observe and draft steps eager instead of
 # graphs, the same outputs, accept length and histogram expected. Each run prints the decode log's
 # last split of a step (draft / verify / observe ms) and the CUDA graph counts.
+# Draft trees (--speculative-eagle-topk > 1): every stage above runs again for each setting of
+# TREES (default "3,4,8": steps, topk, draft tokens; e.g. TREES="3,4,8 5,8,32"), beside the chain:
+# identical greedy outputs in deterministic mode at concurrency 1 and 16, tok/s plain vs chain vs
+# tree at concurrency 1 and 64, and the tree's graphs-vs-eager outputs (its verify and draft steps
+# replay graphs: the tree mask and rope positions are staged metadata, so a graph of a batch size
+# serves every tree shape). The stage ends by packing its logs into $OUT/eagle3_logs.tgz (the
+# device returns at most 8 files) and prints one line per run. Under 3 minutes after the build
+# for the default TREES.
 set -u
 source bench/cuda/device_env.sh  # OUT, C, PKG, dev_configure, dev_build
 
@@ -42,13 +50,16 @@ for name, rows in (("heldout150", mixed), ("heldout30", mixed[:30]), ("heldout16
                    ("heldout128", mixed[:128])):
     open(f"{out}/{name}.jsonl", "w").write("\n".join(rows) + "\n")
 PY
-  spec_flags="--speculative-algorithm EAGLE3 --speculative-draft-model-path $drafter \
-    --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4"
-  gen() {  # gen NAME INPUT CONCURRENCY SPEC(off|EAGLE3) [flags...]
+  gen() {  # gen NAME INPUT CONCURRENCY SPEC(off|STEPS,TOPK,TOKENS) [flags...]
     local name=$1 input=$2 conc=$3 spec=$4
     shift 4
-    local sflags=""
-    [ "$spec" != off ] && sflags=$spec_flags
+    local sflags="" steps topk tokens
+    if [ "$spec" != off ]; then
+      IFS=, read -r steps topk tokens <<<"$spec"
+      sflags="--speculative-algorithm EAGLE3 --speculative-draft-model-path $drafter \
+        --speculative-num-steps $steps --speculative-eagle-topk $topk \
+        --speculative-num-draft-tokens $tokens"
+    fi
     local t1=$(date +%s%N)
     # shellcheck disable=SC2086
     ./build-dev/strata generate --device cuda --model-path $C/shared/models/house-llama \
@@ -71,12 +82,19 @@ same = sum(a[k]["conversations"] == b.get(k, {}).get("conversations") for k in a
 print(f"identical outputs {sys.argv[1].split('out_')[-1]} vs {sys.argv[2].split('out_')[-1]}: {same}/{len(a)}")
 PY
   }
+  # The chain, then each tree: name suffix and setting.
+  local settings="EAGLE3:3,1,4" tree
+  for tree in ${TREES:-3,4,8}; do settings="$settings tree${tree//,/_}:$tree"; done
+  local conc input setting sname sval
   for conc in 1 16; do
     input=heldout150
     [ $conc = 1 ] && input=heldout30
     gen det_c${conc}_off $input $conc off --enable-deterministic-inference
-    gen det_c${conc}_EAGLE3 $input $conc EAGLE3 --enable-deterministic-inference
-    same det_c${conc}_off det_c${conc}_EAGLE3
+    for setting in $settings; do
+      sname=${setting%%:*} sval=${setting#*:}
+      gen det_c${conc}_$sname $input $conc $sval --enable-deterministic-inference
+      same det_c${conc}_off det_c${conc}_$sname
+    done
   done
   # Batch 64 with retraction forced by a small pool (issue 26's acceptance: batch 64, retraction):
   # deterministic mode, so both runs must match token for token.
@@ -90,15 +108,23 @@ PY
     input=heldout128
     [ $conc = 1 ] && input=heldout16
     gen tput_c${conc}_off $input $conc off
-    gen tput_c${conc}_EAGLE3 $input $conc EAGLE3
-    same tput_c${conc}_off tput_c${conc}_EAGLE3
+    for setting in $settings; do
+      sname=${setting%%:*} sval=${setting#*:}
+      gen tput_c${conc}_$sname $input $conc $sval
+      same tput_c${conc}_off tput_c${conc}_$sname
+    done
   done
   # Verify, observe and draft steps replay CUDA graphs (up to --cuda-graph-max-bs requests):
   # eager steps run the same kernels, so the outputs, the accept length and its histogram must be
-  # exactly those above.
-  gen tput_c1_EAGLE3_eager heldout16 1 EAGLE3 --disable-cuda-graph
-  same tput_c1_EAGLE3 tput_c1_EAGLE3_eager
+  # exactly those above (chain and trees alike).
+  for setting in $settings; do
+    sname=${setting%%:*} sval=${setting#*:}
+    gen tput_c1_${sname}_eager heldout16 1 $sval --disable-cuda-graph
+    same tput_c1_$sname tput_c1_${sname}_eager
+  done
   echo "total: $(( $(date +%s) - t0 )) s"
+  # One file back from the device: the logs, packed.
+  tar czf "$OUT/eagle3_logs.tgz" -C "$OUT" $(cd "$OUT" && ls *.log) && (cd "$OUT" && rm -f *.log)
 }
 if [ "${STAGE:-ngram}" = eagle3 ]; then
   eagle3_stage

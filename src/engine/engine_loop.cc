@@ -344,7 +344,10 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
     // graph's signature. Capture's device copies are part of the graph (fixed buffers). Steps
     // that verify drafts replay graphs too, by their number of requests (--cuda-graph-max-bs):
     // a chain's verify has 1 + k rows per request, so a batch size and k make one signature
-    // (the recorder keys graphs by every launch's parameters; the rows' values are staged).
+    // (the recorder keys graphs by every launch's parameters; the rows' values are staged). A
+    // tree's shape lives in staged values too (rope positions, tree mask words: the device
+    // metadata copy), and whether a step has a tree mask in the launch parameters, so one graph
+    // per batch size and row count serves every tree shape.
     const bool graphs = !step.is_prefill &&
                         int(plan.num_seqs()) <= config_.cuda_graph_max_bs.value_or(0) &&
                         edits.empty();

@@ -215,28 +215,57 @@ double check_greedy(const Shape& shape, const std::vector<std::vector<int32_t>>&
   return batch64;
 }
 
-TEST(Eagle3Engine, GreedyEqualsPlainDecodingAtBatch1And64WithRetraction) {
-  const int kNew = 40;
-  auto plain = make_engine({.speculative = false});
-  ASSERT_TRUE(plain);
-  const auto prompts = heldout(*plain, 64);
-  ASSERT_EQ(prompts.size(), 64u);
-  const std::vector<Result> want = run(*plain, prompts, greedy(kNew));
-  plain.reset();
+// Plain decoding's greedy outputs of the 64 held-out prompts, computed once per test binary.
+struct PlainGreedy {
+  static constexpr int kNew = 40;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<Result> want;
+};
+const PlainGreedy& plain_greedy() {
+  static const PlainGreedy p = [] {
+    PlainGreedy g;
+    auto plain = make_engine({.speculative = false});
+    if (!plain) return g;
+    g.prompts = heldout(*plain, 64);
+    g.want = run(*plain, g.prompts, greedy(PlainGreedy::kNew));
+    return g;
+  }();
+  return p;
+}
 
-  const double chain = check_greedy({.steps = 3, .topk = 1}, prompts, want, kNew);
-  const double tree = check_greedy({.steps = 3, .topk = 4, .tokens = 8}, prompts, want, kNew);
-  // SGLang's common EAGLE tree setting.
-  const double wide = check_greedy({.steps = 5, .topk = 8, .tokens = 32}, prompts, want, kNew);
-  std::printf(
-      "accept len at batch 64: chain (3, 1, 4) %.3f, tree (3, 4, 8) %.3f, tree (5, 8, 32) "
-      "%.3f\n",
-      chain, tree, wide);
+TEST(Eagle3Engine, GreedyEqualsPlainDecodingAtBatch1And64WithRetraction) {
+  const PlainGreedy& p = plain_greedy();
+  ASSERT_EQ(p.prompts.size(), 64u);
+  check_greedy({.steps = 3, .topk = 1}, p.prompts, p.want, PlainGreedy::kNew);
+}
+
+// Draft trees: (3, 4, 8), whose accept length is compared with the chain's at the same depth
+// (batch 64), and SGLang's common EAGLE tree setting (5, 8, 32).
+TEST(Eagle3Engine, TreeGreedyEqualsPlainDecodingAndAcceptsMoreThanTheChain) {
+  const PlainGreedy& p = plain_greedy();
+  ASSERT_EQ(p.prompts.size(), 64u);
+  const double tree =
+      check_greedy({.steps = 3, .topk = 4, .tokens = 8}, p.prompts, p.want, PlainGreedy::kNew);
+  double chain = 0;
+  {
+    auto spec = make_engine({.num_steps = 3});
+    ASSERT_TRUE(spec);
+    run(*spec, p.prompts, greedy(PlainGreedy::kNew));
+    chain = accept_length(spec->stats());
+  }
+  std::printf("accept len at batch 64: chain (3, 1, 4) %.3f, tree (3, 4, 8) %.3f\n", chain, tree);
   // At the same depth the tree verifies the best-scored alternatives beside the likeliest path
   // (not always the chain's: a node's score is its path's, so the chain's deeper nodes may lose
   // to siblings' children); on these prompts that accepts more drafts, not fewer.
   EXPECT_GE(tree, chain);
-  EXPECT_GE(wide, chain);
+}
+
+TEST(Eagle3Engine, WideTreeGreedyEqualsPlainDecoding) {
+  const PlainGreedy& p = plain_greedy();
+  ASSERT_EQ(p.prompts.size(), 64u);
+  const double wide =
+      check_greedy({.steps = 5, .topk = 8, .tokens = 32}, p.prompts, p.want, PlainGreedy::kNew);
+  EXPECT_GT(wide, 3.0);  // 3.45 when written
 }
 
 // What the engine's drafter was asked and answered.
@@ -468,10 +497,8 @@ TEST(Eagle3Engine, TreeProposalsEqualTreesOfDirectDrafterChains) {
       full += tokens == shape.tokens ? 1 : 0;
       branched += p.tree.children(0).size() > 1 ? 1 : 0;
     }
-    std::printf(
-        "%s: %d proposals, every third checked (%d of %d tokens, %d branching at the "
-        "root)\n",
-        shape.name().c_str(), checked, full, shape.tokens, branched);
+    std::printf("%s: %d proposals, every third checked (%d full trees, %d branching at the root)\n",
+                shape.name().c_str(), checked, full, branched);
     EXPECT_GT(full, 0);
     EXPECT_GT(branched, 0);
   }
