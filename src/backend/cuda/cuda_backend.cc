@@ -207,15 +207,16 @@ const DeviceMeta& CudaBackend::device_meta(const AttentionMetadata& m) {
   const int n = m.num_seqs, t = m.num_tokens;
   const int num_pages = m.page_indptr[n];
   // Everything the kernels read, in one array: q_indptr, kv_lens, page_indptr, positions,
-  // slot_mapping, page_indices.
+  // slot_mapping, the draft-tree words if any, page_indices. Every offset depends on n and t only
+  // (page_indices, whose length grows with the sequences, comes last), so a graph recorded over
+  // these pointers replays while sequences gain pages, trees of every shape included.
   std::vector<int32_t> packed;
-  packed.reserve(size_t(3 * n + 2 + 2 * t + num_pages));
+  packed.reserve(size_t(3 * n + 3 + 4 * t + num_pages));
   packed.insert(packed.end(), m.q_indptr, m.q_indptr + n + 1);
   packed.insert(packed.end(), m.kv_lens, m.kv_lens + n);
   packed.insert(packed.end(), m.page_indptr, m.page_indptr + n + 1);
   packed.insert(packed.end(), m.positions, m.positions + t);
   packed.insert(packed.end(), m.slot_mapping, m.slot_mapping + t);
-  packed.insert(packed.end(), m.page_indices, m.page_indices + num_pages);
   // Draft trees: the 64-bit words as int32 pairs, 8-byte aligned in the copy.
   size_t tree_at = 0;
   if (m.tree_mask != nullptr) {
@@ -224,6 +225,8 @@ const DeviceMeta& CudaBackend::device_meta(const AttentionMetadata& m) {
     packed.resize(tree_at + 2 * size_t(t));
     std::memcpy(packed.data() + tree_at, m.tree_mask, size_t(t) * 8);
   }
+  const size_t pages_at = packed.size();
+  packed.insert(packed.end(), m.page_indices, m.page_indices + num_pages);
   if (meta_valid_ && meta_host_.num_seqs == n && meta_host_.num_tokens == t &&
       meta_host_.page_size == m.page_size &&
       (meta_host_.tree_mask == nullptr) == (m.tree_mask == nullptr) && packed == meta_copy_)
@@ -244,7 +247,7 @@ const DeviceMeta& CudaBackend::device_meta(const AttentionMetadata& m) {
   meta_dev_.page_indptr = dev + 2 * n + 1;
   meta_dev_.positions = dev + 3 * n + 2;
   meta_dev_.slot_mapping = dev + 3 * n + 2 + t;
-  meta_dev_.page_indices = dev + 3 * n + 2 + 2 * t;
+  meta_dev_.page_indices = dev + pages_at;
   CHECK_MSG(reinterpret_cast<uintptr_t>(dev) % 8 == 0, "metadata staging is not 8-byte aligned");
   meta_dev_.tree_mask =
       m.tree_mask != nullptr ? reinterpret_cast<const uint64_t*>(dev + tree_at) : nullptr;
