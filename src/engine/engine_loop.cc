@@ -309,6 +309,10 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
     std::vector<LogitEdit> edits;  // penalties and logit_bias (engine/logit_edits.h)
     std::vector<size_t> first_row(step.seqs.size(), n);  // of each sampled seq
     std::vector<DraftTree> trees(step.seqs.size());      // of each sampled seq
+    // A verifying row's counts (output + the drafts on its path) are those of node counts_node;
+    // a chain's next node extends them by one token, a tree's other nodes rebuild them.
+    OutputTokenCounts draft_counts;
+    int32_t counts_node = -1;
     for (size_t j = 0; j < n; ++j) {
       const size_t s = size_t(plan.sampled_seqs[j]);
       const ScheduledSeq& seq = step.seqs[s];
@@ -326,11 +330,17 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
       row_params[j] = peek_row_params(p, live.rng, size_t(tree.depths[size_t(node)]));
       if (p.edits_logits()) {
         if (node == 0) {
+          counts_node = -1;
           append_logit_edits(p, live.output_counts, int32_t(j), &edits);
         } else {
-          OutputTokenCounts counts = live.output_counts;
-          counts.add(tree.path_tokens(node));
-          append_logit_edits(p, counts, int32_t(j), &edits);
+          if (counts_node >= 0 && tree.parents[size_t(node)] == counts_node) {
+            draft_counts.add(tree.tokens[size_t(node)]);
+          } else {
+            draft_counts = live.output_counts;
+            draft_counts.add(tree.path_tokens(node));
+          }
+          counts_node = node;
+          append_logit_edits(p, draft_counts, int32_t(j), &edits);
         }
       }
       if (live.top_logprobs >= 0) keep_rows.push_back(int32_t(j));
