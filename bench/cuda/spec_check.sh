@@ -25,8 +25,9 @@
 # tree at concurrency 1 and 64, and the tree's graphs-vs-eager outputs (its verify and draft steps
 # replay graphs: the tree mask and rope positions are staged metadata, so a graph of a batch size
 # serves every tree shape). The stage ends by packing its logs into $OUT/eagle3_logs.tgz (the
-# device returns at most 8 files) and prints one line per run. Under 3 minutes after the build
-# for the default TREES.
+# device returns at most 8 files); its summary, a few lines per run, is also
+# $OUT/eagle3_summary.txt. The CUDA graph line of each run shows whether tree steps replay
+# (captured vs replayed). Under 3 minutes after the build for the default TREES.
 set -u
 source bench/cuda/device_env.sh  # OUT, C, PKG, dev_configure, dev_build
 
@@ -127,7 +128,8 @@ PY
   tar czf "$OUT/eagle3_logs.tgz" -C "$OUT" $(cd "$OUT" && ls *.log) && (cd "$OUT" && rm -f *.log)
 }
 if [ "${STAGE:-ngram}" = eagle3 ]; then
-  eagle3_stage
+  # The summary also as a file: the device returns only the last 12,000 characters of stdout.
+  eagle3_stage 2>&1 | tee "$OUT/eagle3_summary.txt"
   exit 0
 fi
 
