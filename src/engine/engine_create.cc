@@ -215,8 +215,10 @@ Status Engine::create_drafter(const KvLayout& layout) {
     return unimplemented(
         "speculative decoding with a drafter that reads hidden states and hidden-state capture "
         "for requests together: one capture spec per engine");
-  LOG_INFO("speculative decoding: {} drafter, {} draft tokens per step (topk {})", drafter_->name(),
-           config_.speculative.num_steps, config_.speculative.eagle_topk);
+  LOG_INFO(
+      "speculative decoding: {} drafter, {} draft steps, topk {}, up to {} draft tokens per step",
+      drafter_->name(), config_.speculative.num_steps, config_.speculative.eagle_topk,
+      config_.speculative.num_draft_tokens - 1);
   return Status::ok_status();
 }
 
