@@ -21,7 +21,8 @@
 # last split of a step (draft / verify / observe ms) and the CUDA graph counts.
 # Draft trees (--speculative-eagle-topk > 1): every stage above runs again for each setting of
 # TREES (default "3,4,8": steps, topk, draft tokens; e.g. TREES="3,4,8 5,8,32"), beside the chain:
-# identical greedy outputs in deterministic mode at concurrency 1 and 16, tok/s plain vs chain vs
+# identical greedy outputs in deterministic mode at concurrency 1 and 16 and at 64 with retraction
+# forced by the small pool, tok/s plain vs chain vs
 # tree at concurrency 1 and 64, and the tree's graphs-vs-eager outputs (its verify and draft steps
 # replay graphs: the tree mask and rope positions are staged metadata, so a graph of a batch size
 # serves every tree shape). The stage ends by packing its logs into $OUT/eagle3_logs.tgz (the
@@ -101,10 +102,14 @@ PY
   # deterministic mode, so both runs must match token for token.
   gen det_c64_retract_off heldout128 64 off --enable-deterministic-inference \
     --max-total-tokens 4096 --schedule-conservativeness 0.05
-  gen det_c64_retract_EAGLE3 heldout128 64 EAGLE3 --enable-deterministic-inference \
-    --max-total-tokens 4096 --schedule-conservativeness 0.05
-  same det_c64_retract_off det_c64_retract_EAGLE3
-  grep -h "Retraction:" "$OUT/gen_det_c64_retract_off.log" "$OUT/gen_det_c64_retract_EAGLE3.log" | sed 's/^/    /'
+  grep -h "Retraction:" "$OUT/gen_det_c64_retract_off.log" | sed 's/^/    /'
+  for setting in $settings; do
+    sname=${setting%%:*} sval=${setting#*:}
+    gen det_c64_retract_$sname heldout128 64 $sval --enable-deterministic-inference \
+      --max-total-tokens 4096 --schedule-conservativeness 0.05
+    same det_c64_retract_off det_c64_retract_$sname
+    grep -h "Retraction:" "$OUT/gen_det_c64_retract_$sname.log" | sed 's/^/    /'
+  done
   for conc in 1 64; do
     input=heldout128
     [ $conc = 1 ] && input=heldout16
