@@ -16,7 +16,6 @@
 // an odd step count gets a zero-filled step). Two blocks per SM (<= 128 registers, <= 113 KB of
 // shared memory each) fill each other's barrier waits. Blocks are rastered in groups of 8 token
 // tiles, so a token tile's x stays in L2 while the weights stream past it.
-#include <atomic>
 
 #include "backend/cuda/linear_int4.cuh"
 
@@ -356,16 +355,8 @@ void launch_int4_gemm(const Int4LinearParams& p, cudaStream_t stream) {
   CHECK(uintptr_t(p.x) % 16 == 0 && uintptr_t(p.packed) % 16 == 0 && uintptr_t(p.scale) % 16 == 0);
   CHECK(p.gemm_tokens == 0 || p.gemm_tokens == 64 || p.gemm_tokens == 128);
   CHECK(p.gemm_ksplit >= 0 && p.gemm_ksplit <= 2);
-  {  // the shared-memory limits, once per device (a function attribute is per device)
-    static std::atomic<uint64_t> done{0};
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    const uint64_t bit = uint64_t(1) << (dev & 63);
-    if ((done.load(std::memory_order_acquire) & bit) == 0) {
-      init_int4_linear_kernels();
-      done.fetch_or(bit, std::memory_order_acq_rel);
-    }
-  }
+  static PerDeviceOnce limits;  // the kernels' shared-memory limits
+  limits.run(init_int4_linear_kernels);
   const int bm = p.gemm_tokens ? p.gemm_tokens : (p.m <= 64 ? 64 : 128);
   int kw = p.gemm_ksplit;
   if (kw == 0) {  // split k when splitting rows alone leaves SMs idle

@@ -48,7 +48,6 @@
 // Numerics (gemv_round = 0) as the stream GEMV's: the weights unrounded, (nibble − 8) · scale
 // exactly; NMSE ~1.3e-6 against the bf16-rounded weights, below the output's own rounding.
 #include <algorithm>
-#include <atomic>
 #include <type_traits>
 
 #include "backend/cuda/linear_int4.cuh"
@@ -453,16 +452,8 @@ void launch_int4_gemv_reg(const Int4LinearParams& p, cudaStream_t stream) {
   CHECK_MSG(choose_reg(p, &r),
             "int4 register gemv: m {} k {} group {} warps {} unroll {} trigger {} does not fit",
             p.m, p.k, p.group, p.gemv_warps, p.gemv_unroll, p.gemv_trigger);
-  {  // the shared-memory limits, once per device (a function attribute is per device)
-    static std::atomic<uint64_t> done{0};
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    const uint64_t bit = uint64_t(1) << (dev & 63);
-    if ((done.load(std::memory_order_acquire) & bit) == 0) {
-      init_int4_gemv_reg_kernels();
-      done.fetch_or(bit, std::memory_order_acq_rel);
-    }
-  }
+  static PerDeviceOnce limits;  // the kernels' shared-memory limits
+  limits.run(init_int4_gemv_reg_kernels);
   const dim3 grid(unsigned(r.grid)), block(unsigned(r.warps * 32));
   const int tpg = p.group == 32 ? 0 : p.group / kInt4TileK;
   for_each_kernel(r.unroll, tpg, r.round, [&](auto kernel) {

@@ -47,7 +47,6 @@
 // below the output's own bf16 rounding (~2.4e-6). The −136·Σx correction cancels a term ~30x
 // the group's result (x of either sign); its float32 error stays < 1e-6 relative.
 #include <algorithm>
-#include <atomic>
 #include <type_traits>
 
 #include "backend/cuda/linear_int4.cuh"
@@ -508,16 +507,8 @@ void launch_int4_gemv_stream(const Int4LinearParams& p, cudaStream_t stream) {
             "int4 stream gemv: m {} k {} group {} warps {} stages {} does not fit", p.m, p.k,
             p.group, p.gemv_warps, p.gemv_stages);
   CHECK(s.warps >= 1 && s.warps <= kMaxWarps && (s.ct == 4 || s.ct == 8) && s.pl.stages >= 1);
-  {  // the shared-memory limits, once per device (a function attribute is per device)
-    static std::atomic<uint64_t> done{0};
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    const uint64_t bit = uint64_t(1) << (dev & 63);
-    if ((done.load(std::memory_order_acquire) & bit) == 0) {
-      init_int4_gemv_stream_kernels();
-      done.fetch_or(bit, std::memory_order_acq_rel);
-    }
-  }
+  static PerDeviceOnce limits;  // the kernels' shared-memory limits
+  limits.run(init_int4_gemv_stream_kernels);
   const dim3 grid(unsigned(s.grid)), block(unsigned(s.warps * 32));
   const int tpg = p.group == 32 ? 0 : p.group / kInt4TileK;
   for_each_kernel(s.ct, tpg, s.round, [&](auto kernel) {

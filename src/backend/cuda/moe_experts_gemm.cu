@@ -30,7 +30,6 @@
 // only weights and scales, the next block's copies are in flight while a block's outputs are
 // stored (after wgmma_wait<0>; the sums then restart from zero).
 #include <algorithm>
-#include <atomic>
 
 #include "backend/cuda/moe_experts.cuh"
 
@@ -544,16 +543,8 @@ void launch_moe_gemm(const MoeGroupedParams& p, cudaStream_t stream) {
   const int salign = p.w.format == kMoeInt4 ? 16 : 4;
   CHECK(p.w.format == kMoeBf16 ||
         (uintptr_t(p.w.scales) % salign == 0 && p.w.scales_stride % salign == 0));
-  {  // the shared-memory limits, once per device (a function attribute is per device)
-    static std::atomic<uint64_t> done{0};
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    const uint64_t bit = uint64_t(1) << (dev & 63);
-    if ((done.load(std::memory_order_acquire) & bit) == 0) {
-      init_moe_gemm_kernels();
-      done.fetch_or(bit, std::memory_order_acq_rel);
-    }
-  }
+  static PerDeviceOnce limits;  // the kernels' shared-memory limits
+  limits.run(init_moe_gemm_kernels);
   switch (p.w.format) {
     case kMoeBf16:
       launch_format<kMoeBf16>(p, stream);
