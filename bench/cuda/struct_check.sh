@@ -10,9 +10,9 @@
 #           model tests now sharing tests/parity/mla_sequences.h;
 #      moe  MoeParity.*, MoeBackend.*, Int4Parity.*: tests/parity/device_buffer.h shared by the
 #           MoE and INT4 kernel tests, and launch.h's PerDeviceOnce in the INT4 / MoE launchers;
-#      gemm CudaParity.Linear*, CudaParity.PerHeadLinear*, TreeParity.PagedAttentionDeterministic:
+#      ops  CudaParity.Linear*, CudaParity.PerHeadLinear*, TreeParity.PagedAttentionDeterministic:
 #           linear.cu's GemmOperands filling both GEMMs' parameters (cuBLAS and batch-invariant),
-#           with the new deterministic-mode cases;
+#           with the new deterministic-mode cases; TreeParity.KvMoveRows: kv_move's own op id;
 #   3. the MLA decode kernel's speed: strata_bench_mla_bench --what ceilings,acceptance, twice
 #      (bf16 and fp8_flashmla at 16 / 8 / 128 heads, batch 64 x 4,096), against bench/RESULTS.md's
 #      74.9 / 79.2% of copy (bf16, 16 / 8 heads) and 39.6 / 44.8% (fp8_flashmla); the split
@@ -41,14 +41,14 @@ parity() {  # parity NAME FILTER TIMEOUT_S
 }
 parity mla 'MlaAttention.*:MlaBackend.*:MlaDcp.*:*MlaModel*' 150
 parity moe 'MoeParity.*:MoeBackend.*:Int4Parity.*' 150
-parity gemm 'CudaParity.Linear*:CudaParity.PerHeadLinear*:TreeParity.PagedAttentionDeterministic' 90
+parity ops 'CudaParity.Linear*:CudaParity.PerHeadLinear*:TreeParity.PagedAttentionDeterministic:TreeParity.KvMoveRows' 90
 # The worst case of the decode kernel (bound 1e-4) and of the deterministic GEMMs (1e-5): NMSE last.
 worst() {  # worst FILE PATTERN
   grep -E "$2" "$1" | awk '{ v = ($NF == "inf" || $NF == "nan") ? 1e300 : $NF + 0;
     if (n == 0 || v > m) { m = v; line = $0 } n++ } END { if (n) print n " cases, worst: " line }'
 }
 echo "decode kernel: $(worst "$L/parity_mla.log" '^mla attention .* decode  *kernel')"
-echo "deterministic: $(worst "$L/parity_gemm.log" 'deterministic')"
+echo "deterministic: $(worst "$L/parity_ops.log" 'deterministic')"
 
 for run in 1 2; do
   t1=$(date +%s)
