@@ -38,19 +38,19 @@
 #include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "model/quant.h"
-#include "parity/device_buffer.h"
+#include "support/device_buffer.h"
 
 namespace strata {
 namespace {
 
 using cuda::bf16_bits;
 
-using parity::Dev;
-using parity::download;
-using parity::poisoned_output;
-using parity::read_output;
-using parity::Stream;
-using parity::upload;
+using testing::Dev;
+using testing::download;
+using testing::poisoned_output;
+using testing::read_output;
+using testing::Stream;
+using testing::upload;
 
 struct Shape {
   int64_t n, k;

@@ -16,12 +16,18 @@
 #include "backend/cuda/moe_experts.h"
 #include "core/dtype.h"
 #include "core/weight_format.h"
-#include "parity/device_buffer.h"
 #include "parity/moe_stack.h"
+#include "support/device_buffer.h"
 
 namespace strata::parity {
 
 using cuda::bf16_bits;
+using testing::Dev;
+using testing::download;
+using testing::kGuard;
+using testing::read_output;
+using testing::Stream;
+using testing::upload;
 
 inline std::unique_ptr<Dev> upload_bytes(const std::vector<uint8_t>& v, const Stream& s) {
   return upload(v, s);

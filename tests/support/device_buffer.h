@@ -1,6 +1,7 @@
-// Raw device buffers for the kernel parity tests that launch kernels directly (the MoE kernels'
-// moe_device.h, linear_int4_parity_test.cc): an allocation freed at scope exit, a stream, copies
-// to and from host vectors, and bf16 outputs with a poisoned guard after them.
+// Raw device buffers for the code that launches kernels directly, the kernel parity tests (the MoE
+// kernels' tests/parity/moe_device.h, linear_int4_parity_test.cc) and the kernel benchmarks
+// (bench/cuda/moe_bench_common.h, int4_linear_bench.cc): an allocation freed at scope exit, a
+// stream, copies to and from host vectors, and bf16 outputs with a poisoned guard after them.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,7 +12,7 @@
 
 #include "backend/cuda/launch.h"
 
-namespace strata::parity {
+namespace strata::testing {
 
 inline constexpr int64_t kGuard = 256;  // poisoned bf16 values after every output
 
@@ -82,4 +83,4 @@ inline std::vector<uint16_t> read_output(const Dev& d, int64_t count, const Stre
   return all;
 }
 
-}  // namespace strata::parity
+}  // namespace strata::testing
