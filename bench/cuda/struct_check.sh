@@ -8,7 +8,7 @@
 #      mla  MlaAttention.*, MlaBackend.*, MlaDcp.*, *MlaModel*: the MLA decode kernel split into
 #           its S-warp and PV-warp headers (mla_decode_{s,pv}_warps.cuh), and the backend / DCP /
 #           model tests now sharing tests/parity/mla_sequences.h;
-#      moe  MoeParity.*, MoeBackend.*, Int4Parity.*: tests/parity/device_buffer.h shared by the
+#      moe  MoeParity.*, MoeBackend.*, Int4Parity.*: tests/support/device_buffer.h shared by the
 #           MoE and INT4 kernel tests, and launch.h's PerDeviceOnce in the INT4 / MoE launchers;
 #      ops  CudaParity.Linear*, CudaParity.PerHeadLinear*, TreeParity.PagedAttentionDeterministic:
 #           linear.cu's GemmOperands filling both GEMMs' parameters (cuBLAS and batch-invariant),
