@@ -13,6 +13,8 @@
 #      ops  CudaParity.Linear*, CudaParity.PerHeadLinear*, TreeParity.PagedAttentionDeterministic:
 #           linear.cu's GemmOperands filling both GEMMs' parameters (cuBLAS and batch-invariant),
 #           with the new deterministic-mode cases; TreeParity.KvMoveRows: kv_move's own op id;
+#           CudaParity.PrefillAttention*: attention_wgmma.cuh, now also the INT4 / MoE GEMMs' (their
+#           SASS byte-identical; Int4Parity / MoeParity above run those GEMMs);
 #   3. the MLA decode kernel's speed: strata_bench_mla_bench --what ceilings,acceptance, twice
 #      (bf16 and fp8_flashmla at 16 / 8 / 128 heads, batch 64 x 4,096), against bench/RESULTS.md's
 #      74.9 / 79.2% of copy (bf16, 16 / 8 heads) and 39.6 / 44.8% (fp8_flashmla); the split
@@ -46,7 +48,7 @@ if [ ! -d "$C/shared/models/house-mla" ]; then  # the cuda carry: MlaModel needs
 fi
 parity mla "$mla" 200
 parity moe 'MoeParity.*:MoeBackend.*:Int4Parity.*' 150
-parity ops 'CudaParity.Linear*:CudaParity.PerHeadLinear*:TreeParity.PagedAttentionDeterministic:TreeParity.KvMoveRows' 90
+parity ops 'CudaParity.Linear*:CudaParity.PerHeadLinear*:CudaParity.PrefillAttention*:TreeParity.PagedAttentionDeterministic:TreeParity.KvMoveRows' 120
 # The worst case of the decode kernel (bound 1e-4) and of the deterministic GEMMs (1e-5): NMSE last.
 worst() {  # worst FILE PATTERN
   grep -E "$2" "$1" | awk '{ v = ($NF == "inf" || $NF == "nan") ? 1e300 : $NF + 0;
