@@ -38,6 +38,18 @@ struct Launch {
   bool pdl = true;
 };
 
+// The SM count of the device current at the first call (the launchers size their grids by it;
+// every rank's GPU is of one kind), read once.
+inline int num_sms() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  return sms;
+}
+
 // Runs a setup once on each device (0..63), the first time a launcher needs it there: kernel
 // attributes such as the dynamic shared-memory limit are per device. For the launchers that set
 // theirs lazily rather than from the backend's constructor (tests and benchmarks call them

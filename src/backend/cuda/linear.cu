@@ -166,16 +166,6 @@ __global__ void bias_add_kernel(BiasAddParams p) {
     p.out[i] = float_to_bf16(bf16_to_float(p.out[i]) + p.bias[i % p.cols]);
 }
 
-int num_sms() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  return sms;
-}
-
 struct GemmParams {
   cublasHandle_t handle;
   const void* x;  // [m, k] (row stride ldx)

@@ -255,16 +255,6 @@ void launch_cfg(const Int4LinearParams& p, cudaStream_t stream) {
   CUDA_LAUNCH_CHECK();
 }
 
-int num_sms() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  return sms;
-}
-
 }  // namespace
 
 void init_int4_linear_kernels() {

@@ -374,16 +374,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   }
 }
 
-int num_sms() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  return sms;
-}
-
 uint32_t align16(uint64_t v) { return uint32_t((v + 15) / 16 * 16); }
 
 // The launch layout for `warps` warps, `stages` ring stages of `ct` tiles and `grid` blocks.

@@ -430,16 +430,6 @@ void launch_format(const MoeGroupedParams& p, cudaStream_t stream) {
   }
 }
 
-int num_sms() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  return sms;
-}
-
 }  // namespace
 
 int moe_gemm_blocks(const MoeGroupedParams& p) {

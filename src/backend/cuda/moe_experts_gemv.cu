@@ -10,16 +10,6 @@ namespace {
 
 constexpr int kMaxCluster = 8;  // portable cluster size
 
-int num_sms() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  return sms;
-}
-
 // ---- host ----
 int nt_of(int gemv_tokens) { return gemv_tokens <= 8 ? 1 : gemv_tokens <= 16 ? 2 : 4; }
 
