@@ -348,30 +348,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   if (KT > 0 && b > a && b % KT != 0) flush();  // the part ends inside a row tile
   __syncthreads();
 
-  // ---- epilogue: output (token t, slot r, row i) sums slot r's warps in warp order ----
-  const float* parts = reinterpret_cast<const float*>(smem + pl.off_part);
-  const int2* span = reinterpret_cast<const int2*>(smem + pl.off_span);
-  auto slot_sum = [&](int r, int i, int t) {
-    float v = 0.0f;
-    for (int w = 0; w < nw; ++w) {
-      const int2 sp = span[w];
-      if (sp.x <= r && r <= sp.y) v += parts[((w * pl.slots + r - sp.x) * 16 + i) * m + t];
-    }
-    return v;
-  };
-  const int so = glu ? nu : ns, outs = so * 16 * m;
-  for (int o = tid; o < outs; o += int(blockDim.x)) {
-    const int t = o / (so * 16), r = (o / 16) % so, i = o % 16;
-    const int64_t row = int64_t(u0 + r) * kInt4TileRows + i;
-    if (glu) {
-      const float bg = p.bias ? p.bias[row] : 0.0f, bu = p.bias ? p.bias[p.glu_inter + row] : 0.0f;
-      const float gv = bf16_to_float(float_to_bf16(slot_sum(r, i, t) + bg));
-      const float uv = bf16_to_float(float_to_bf16(slot_sum(r + nu, i, t) + bu));
-      p.out[t * p.glu_inter + row] = float_to_bf16(gv / (1.0f + __expf(-gv)) * uv);
-    } else if (row < p.n) {
-      p.out[t * p.n + row] = float_to_bf16(slot_sum(r, i, t) + (p.bias ? p.bias[row] : 0.0f));
-    }
-  }
+  gemv_epilogue(p, pl, smem, tid, nw, m, glu, u0, nu, ns);
 }
 
 uint32_t align16(uint64_t v) { return uint32_t((v + 15) / 16 * 16); }
