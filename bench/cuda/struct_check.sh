@@ -9,7 +9,10 @@
 #           its S-warp and PV-warp headers (mla_decode_{s,pv}_warps.cuh), and the backend / DCP /
 #           model tests now sharing tests/parity/mla_sequences.h;
 #      moe  MoeParity.*, MoeBackend.*, Int4Parity.*: tests/support/device_buffer.h shared by the
-#           MoE and INT4 kernel tests, and launch.h's PerDeviceOnce in the INT4 / MoE launchers;
+#           MoE and INT4 kernel tests; launch.h's PerDeviceOnce and num_sms in the INT4 / MoE
+#           launchers; the INT4 / MoE GEMMs on attention_wgmma.cuh's wrappers (SASS byte-identical);
+#           the INT4 register / stream GEMVs' shared epilogue (register SASS identical, stream the
+#           same instruction counts and registers);
 #      ops  CudaParity.Linear*, CudaParity.PerHeadLinear*, TreeParity.PagedAttentionDeterministic:
 #           linear.cu's GemmOperands filling both GEMMs' parameters (cuBLAS and batch-invariant),
 #           with the new deterministic-mode cases; TreeParity.KvMoveRows: kv_move's own op id;
