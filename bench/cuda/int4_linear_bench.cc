@@ -34,6 +34,7 @@
 #include "bench_args.h"
 #include "bench_timing.h"
 #include "core/dtype.h"
+#include "support/device_buffer.h"
 
 namespace strata {
 namespace {
@@ -44,22 +45,7 @@ using bench::time_ms;
 
 using cuda::bf16_bits;
 
-class Dev {  // a device allocation, freed at scope exit
- public:
-  explicit Dev(size_t bytes) : bytes_(bytes) { CUDA_CHECK(cudaMalloc(&p_, bytes)); }
-  ~Dev() { cudaFree(p_); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p_);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_;
-};
+using testing::Dev;  // tests/support/device_buffer.h
 
 void fill(void* p, size_t bytes, uint64_t seed, float scale, cudaStream_t s) {
   cuda::launch_fill_random_bf16(static_cast<bf16_bits*>(p), int64_t(bytes / 2), seed, scale, s);

@@ -1,6 +1,7 @@
 // What the MoE benchmarks share (moe_bench.cc and its backend-op layer, moe_backend_layer.h):
-// device allocations, timing (events; CUDA graphs of back-to-back calls), the splitmix random
-// stream and the ceilings measured in the same run (copy bandwidth, cuBLAS bf16 GEMM rate).
+// device allocations (tests/support/device_buffer.h's Dev), timing (events; CUDA graphs of
+// back-to-back calls), the splitmix random stream and the ceilings measured in the same run (copy
+// bandwidth, cuBLAS bf16 GEMM rate).
 #pragma once
 
 #include <cublas_v2.h>
@@ -15,27 +16,13 @@
 #include "backend/cuda/elementwise.h"
 #include "backend/cuda/launch.h"
 #include "bench_timing.h"
+#include "support/device_buffer.h"
 
 namespace strata::moe_bench {
 
 using cuda::bf16_bits;
 
-class Dev {  // a device allocation, freed at scope exit
- public:
-  explicit Dev(size_t bytes) : bytes_(bytes) { CUDA_CHECK(cudaMalloc(&p_, bytes ? bytes : 16)); }
-  ~Dev() { cudaFree(p_); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p_);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_;
-};
+using testing::Dev;
 using DevPtr = std::unique_ptr<Dev>;
 inline DevPtr dev(size_t bytes) { return std::make_unique<Dev>(bytes); }
 

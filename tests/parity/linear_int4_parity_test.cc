@@ -38,60 +38,19 @@
 #include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "model/quant.h"
+#include "support/device_buffer.h"
 
 namespace strata {
 namespace {
 
 using cuda::bf16_bits;
 
-constexpr int64_t kGuard = 256;  // poisoned elements after every output
-
-// A device allocation, freed at scope exit.
-class Dev {
- public:
-  explicit Dev(size_t bytes) : bytes_(bytes) { CUDA_CHECK(cudaMalloc(&p_, bytes ? bytes : 16)); }
-  ~Dev() { cudaFree(p_); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p_);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_;
-};
-
-class Stream {
- public:
-  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-  ~Stream() { cudaStreamDestroy(s_); }
-  cudaStream_t get() const { return s_; }
-  void sync() const { CUDA_CHECK(cudaStreamSynchronize(s_)); }
-
- private:
-  cudaStream_t s_;
-};
-
-template <class T>
-std::unique_ptr<Dev> upload(const std::vector<T>& v, const Stream& s) {
-  auto d = std::make_unique<Dev>(v.size() * sizeof(T));
-  CUDA_CHECK(cudaMemcpyAsync(d->template as<void>(), v.data(), v.size() * sizeof(T),
-                             cudaMemcpyHostToDevice, s.get()));
-  s.sync();
-  return d;
-}
-template <class T>
-std::vector<T> download(const Dev& d, size_t count, const Stream& s) {
-  std::vector<T> v(count);
-  s.sync();
-  CUDA_CHECK(
-      cudaMemcpyAsync(v.data(), d.as<void>(), count * sizeof(T), cudaMemcpyDeviceToHost, s.get()));
-  s.sync();
-  return v;
-}
+using testing::Dev;
+using testing::download;
+using testing::poisoned_output;
+using testing::read_output;
+using testing::Stream;
+using testing::upload;
 
 struct Shape {
   int64_t n, k;
@@ -188,21 +147,6 @@ double nmse(const std::vector<uint16_t>& got, const std::vector<double>& want) {
     den += want[i] * want[i];
   }
   return den > 0 ? num / den : num;
-}
-
-// An output buffer of `count` bf16 plus the guard, poisoned.
-std::unique_ptr<Dev> poisoned_output(int64_t count, const Stream& s) {
-  auto d = std::make_unique<Dev>(size_t(count + kGuard) * 2);
-  CUDA_CHECK(cudaMemsetAsync(d->as<void>(), 0xff, d->bytes(), s.get()));
-  return d;
-}
-// The output's `count` values; the guard after them must still hold the poison.
-std::vector<uint16_t> read_output(const Dev& d, int64_t count, const Stream& s, bool* guard_ok) {
-  auto all = download<uint16_t>(d, size_t(count + kGuard), s);
-  *guard_ok = true;
-  for (int64_t i = count; i < count + kGuard; ++i) *guard_ok &= all[size_t(i)] == 0xffff;
-  all.resize(size_t(count));
-  return all;
 }
 
 // ---- the device layout, rebuilt from its documentation (linear_int4.cu) ----

@@ -23,11 +23,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "parity/mla_sequences.h"
 #include "parity/op_pair.h"
 
 namespace strata::testing {
@@ -55,35 +55,14 @@ const Format kFormats[] = {
     {"fp8_flashmla", DType::kFP8E4M3, std::nullopt, true, 1.0f},
 };
 
-struct Dims {
-  int latent, rope, heads;
-};
-const Dims kDims[] = {{32, 8, 4}, {128, 32, 5}, {512, 64, 16}};
-
-int64_t mla_fallbacks(const Backend& b) {
-  for (const auto& [op, n] : b.cpu_fallback_counts())
-    if (op == "mla_attention") return n;
-  return -1;  // no such row: the table lost its MLA entry
-}
-
 // Sequences on both backends: layer 1 of a two-layer layout (layer 0 bf16: per-layer dtypes),
 // each sequence's pages (for `capacity` tokens) scrambled over the pool.
 class MlaBatch {
  public:
-  MlaBatch(Pair& p, const Format& f, const Dims& d, int page, const std::vector<int>& capacity)
-      : p_(p), f_(f), d_(d), page_(page), len_(capacity.size(), 0) {
-    int64_t total = 0;
-    for (int c : capacity) total += (c + page - 1) / page;
-    std::vector<int32_t> perm(size_t(total + 2));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), p.rng());
-    size_t next = 0;
-    for (int c : capacity) {
-      for (int i = 0; i < (c + page - 1) / page; ++i) pages_.push_back(perm[next++]);
-      page_indptr_.push_back(int32_t(pages_.size()));
-    }
+  MlaBatch(Pair& p, const Format& f, const MlaDims& d, int page, const std::vector<int>& capacity)
+      : p_(p), f_(f), d_(d), seqs_(p.rng(), page, capacity) {
     lay_.num_layers = 2;
-    lay_.num_pages = int64_t(perm.size());
+    lay_.num_pages = seqs_.num_pages();
     lay_.page_size = page;
     lay_.k_dim = d.latent + d.rope;
     lay_.dtype = f.dtype;
@@ -104,28 +83,10 @@ class MlaBatch {
   // Appends fresh[s] tokens to sequence s on both sides (random rows of the format's scale);
   // with `attend`, then attention of the new tokens, returning its NMSE against the CPU.
   double step(const std::vector<int>& fresh, bool attend) {
-    const int n = int(fresh.size()), width = d_.latent + d_.rope, heads = d_.heads;
-    std::vector<int32_t> q_indptr{0}, kv_lens, positions, slots;
-    for (int s = 0; s < n; ++s) {
-      for (int j = len_[size_t(s)]; j < len_[size_t(s)] + fresh[size_t(s)]; ++j) {
-        positions.push_back(j);
-        slots.push_back(pages_[size_t(page_indptr_[size_t(s)] + j / page_)] * page_ + j % page_);
-      }
-      len_[size_t(s)] += fresh[size_t(s)];
-      q_indptr.push_back(int32_t(positions.size()));
-      kv_lens.push_back(len_[size_t(s)]);
-    }
-    written_.insert(written_.end(), slots.begin(), slots.end());
-    const int t = int(positions.size());
-    const AttentionMetadata meta{.num_seqs = n,
-                                 .num_tokens = t,
-                                 .page_size = page_,
-                                 .q_indptr = q_indptr.data(),
-                                 .kv_lens = kv_lens.data(),
-                                 .page_indptr = page_indptr_.data(),
-                                 .page_indices = pages_.data(),
-                                 .positions = positions.data(),
-                                 .slot_mapping = slots.data()};
+    const int width = d_.latent + d_.rope, heads = d_.heads;
+    const AttentionMetadata& meta = seqs_.grow(fresh);
+    written_.insert(written_.end(), seqs_.slots().begin(), seqs_.slots().end());
+    const int t = meta.num_tokens;
     // Every upload first: an upload ends the backend's step, and a graph step should hold the
     // write and the attention.
     auto rows = p_.make(p_.random(int64_t(t) * width, f_.scale), {t, width});
@@ -161,22 +122,21 @@ class MlaBatch {
  private:
   Pair& p_;
   const Format& f_;
-  const Dims d_;
-  const int page_;
+  const MlaDims d_;
+  GrowingSequences seqs_;
   KvLayout lay_;
   std::unique_ptr<KvStorage> cpu_, gpu_;
-  std::vector<int> len_;
-  std::vector<int32_t> page_indptr_{0}, pages_, written_;
+  std::vector<int32_t> written_;  // every slot written
 };
 
-void report(const char* what, const Format& f, const Dims& d, double e) {
+void report(const char* what, const Format& f, const MlaDims& d, double e) {
   std::printf("mla backend %-8s %-30s %3d+%-2d heads %2d: nmse %.3g\n", what, f.name, d.latent,
               d.rope, d.heads, e);
 }
 
 TEST(MlaBackend, DecodeAndPrefillEveryLayout) {
   Pair p;
-  for (const Dims& d : kDims) {
+  for (const MlaDims& d : kMlaDims) {
     for (const Format& f : kFormats) {
       SCOPED_TRACE(std::string(f.name) + " " + std::to_string(d.latent) + "+" +
                    std::to_string(d.rope));
@@ -208,7 +168,7 @@ TEST(MlaBackend, DecodeAndPrefillEveryLayout) {
 // inside one bucket of the plan (mla.cu), each step against the CPU.
 TEST(MlaBackend, DecodeStepsReplayCapturedGraphs) {
   for (int fi : {0, 8}) {  // bf16, FlashMLA
-    for (const Dims& d : {kDims[1], kDims[2]}) {
+    for (const MlaDims& d : {kMlaDims[1], kMlaDims[2]}) {
       const Format& f = kFormats[fi];
       SCOPED_TRACE(std::string(f.name) + " " + std::to_string(d.latent));
       Pair p;
@@ -237,7 +197,7 @@ TEST(MlaBackend, DecodeStepsReplayCapturedGraphs) {
 // latent write stays on the GPU.
 TEST(MlaBackend, UnbuiltDimsRunOnTheCpuTwinCounted) {
   Pair p;
-  const Dims d{64, 16, 3};
+  const MlaDims d{64, 16, 3};
   for (int fi : {0, 5}) {
     const Format& f = kFormats[fi];
     const int64_t before = mla_fallbacks(*p.gpu_);

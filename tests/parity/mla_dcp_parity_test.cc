@@ -30,12 +30,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "arch/dcp.h"
+#include "parity/mla_sequences.h"
 #include "parity/op_pair.h"
 
 namespace strata::testing {
@@ -58,17 +58,6 @@ const Format kFormats[] = {
     {"fp8_flashmla", DType::kFP8E4M3, std::nullopt, true, 1.0f, 1.5e-2},
 };
 
-struct Dims {
-  int latent, rope, heads;
-};
-const Dims kDims[] = {{32, 8, 4}, {128, 32, 5}, {512, 64, 16}};
-
-int64_t mla_fallbacks(const Backend& b) {
-  for (const auto& [op, n] : b.cpu_fallback_counts())
-    if (op == "mla_attention") return n;
-  return -1;
-}
-
 double nmse(const std::vector<float>& got, const std::vector<float>& want) {
   double num = 0, den = 0;
   for (size_t i = 0; i < want.size(); ++i) {
@@ -83,23 +72,13 @@ double nmse(const std::vector<float>& got, const std::vector<float>& want) {
 // page · N tokens (the pool's page is `page` on every rank), the same page ids on every rank.
 class DcpShards {
  public:
-  DcpShards(Pair& p, const Format& f, const Dims& d, int n, int page,
+  DcpShards(Pair& p, const Format& f, const MlaDims& d, int n, int page,
             const std::vector<int>& capacity)
-      : p_(p), f_(f), d_(d), n_(n), page_(page), len_(capacity.size(), 0) {
+      : p_(p), f_(f), d_(d), n_(n), page_(page), seqs_(p.rng(), page * n, capacity) {
     const int engine_page = page * n;
-    int64_t total = 0;
-    for (int c : capacity) total += (c + engine_page - 1) / engine_page;
-    std::vector<int32_t> perm(size_t(total + 2));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), p.rng());
-    size_t next = 0;
-    for (int c : capacity) {
-      for (int i = 0; i < (c + engine_page - 1) / engine_page; ++i) pages_.push_back(perm[next++]);
-      page_indptr_.push_back(int32_t(pages_.size()));
-    }
     KvLayout lay;
     lay.num_layers = 1;
-    lay.num_pages = int64_t(perm.size());
+    lay.num_pages = seqs_.num_pages();
     lay.page_size = page;
     lay.k_dim = d.latent + d.rope;
     lay.dtype = f.dtype;
@@ -131,29 +110,9 @@ class DcpShards {
   // Appends fresh[s] tokens to sequence s on every rank (each its own) and the full caches; with
   // `attend`, then the ops on the new tokens.
   Errors step(const std::vector<int>& fresh, bool attend) {
-    const int ns = int(fresh.size()), width = d_.latent + d_.rope, heads = d_.heads;
-    const int engine_page = page_ * n_, R = d_.latent;
-    std::vector<int32_t> q_indptr{0}, kv_lens, positions, slots;
-    for (int s = 0; s < ns; ++s) {
-      for (int j = len_[size_t(s)]; j < len_[size_t(s)] + fresh[size_t(s)]; ++j) {
-        positions.push_back(j);
-        slots.push_back(pages_[size_t(page_indptr_[size_t(s)] + j / engine_page)] * engine_page +
-                        j % engine_page);
-      }
-      len_[size_t(s)] += fresh[size_t(s)];
-      q_indptr.push_back(int32_t(positions.size()));
-      kv_lens.push_back(len_[size_t(s)]);
-    }
-    const int t = int(positions.size());
-    const AttentionMetadata meta{.num_seqs = ns,
-                                 .num_tokens = t,
-                                 .page_size = engine_page,
-                                 .q_indptr = q_indptr.data(),
-                                 .kv_lens = kv_lens.data(),
-                                 .page_indptr = page_indptr_.data(),
-                                 .page_indices = pages_.data(),
-                                 .positions = positions.data(),
-                                 .slot_mapping = slots.data()};
+    const int width = d_.latent + d_.rope, heads = d_.heads, R = d_.latent;
+    const AttentionMetadata& meta = seqs_.grow(fresh);
+    const int t = meta.num_tokens;
     const std::vector<float> rows = p_.random(int64_t(t) * width, f_.scale);
     {
       auto all = p_.make(rows, {t, width});
@@ -244,15 +203,14 @@ class DcpShards {
 
   Pair& p_;
   const Format& f_;
-  const Dims d_;
+  const MlaDims d_;
   const int n_, page_;
+  GrowingSequences seqs_;  // pages of page_ · n_ tokens (the engine's)
   std::vector<std::unique_ptr<KvStorage>> cpu_, gpu_;
   std::unique_ptr<KvStorage> cpu_full_, gpu_full_;
-  std::vector<int> len_;
-  std::vector<int32_t> page_indptr_{0}, pages_;
 };
 
-void check(const char* what, const Format& f, const Dims& d, int n, const DcpShards::Errors& e) {
+void check(const char* what, const Format& f, const MlaDims& d, int n, const DcpShards::Errors& e) {
   std::printf(
       "mla dcp %-7s N %d %-28s %3d+%-2d heads %2d: partial nmse %.3g, lse max abs %.3g (%lld "
       "empty rows), merge kernel nmse %.3g, merged vs full: cuda %.3g cpu %.3g\n",
@@ -269,7 +227,7 @@ void check(const char* what, const Format& f, const Dims& d, int n, const DcpSha
 TEST(MlaDcp, ShardPartialsAndMergeMatchTheCpuAndFullAttention) {
   Pair p;
   for (int n : {2, 4, 8}) {
-    for (const Dims& d : kDims) {
+    for (const MlaDims& d : kMlaDims) {
       for (const Format& f : kFormats) {
         SCOPED_TRACE(std::string(f.name) + " " + std::to_string(d.latent) + "+" +
                      std::to_string(d.rope) + " N " + std::to_string(n));

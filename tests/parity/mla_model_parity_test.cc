@@ -39,16 +39,11 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/dtype.h"
+#include "parity/mla_sequences.h"
 #include "support/golden.h"
 
 namespace strata::testing {
 namespace {
-
-int64_t mla_fallbacks(const Backend& b) {
-  for (const auto& [op, n] : b.cpu_fallback_counts())
-    if (op == "mla_attention") return n;
-  return -1;
-}
 
 // The CUDA backend with mla_attention on the CPU reference through host copies: the reference
 // point of the GPU kernels inside an otherwise identical GPU model.

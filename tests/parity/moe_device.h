@@ -1,7 +1,7 @@
 // Device-side helpers of the MoE kernel parity tests (moe_route_parity_test.cc,
-// moe_experts_parity_test.cc, moe_gemm_shapes_parity_test.cc): device buffers and a stream, bf16
-// test data, the NMSE against a float64 reference, and a weight stack (moe_stack.h) uploaded in
-// the kernels' layout beside the CPU twin's float32 copy of it.
+// moe_experts_parity_test.cc, moe_gemm_shapes_parity_test.cc): device buffers and a stream
+// (device_buffer.h), bf16 test data, the NMSE against a float64 reference, and a weight stack
+// (moe_stack.h) uploaded in the kernels' layout beside the CPU twin's float32 copy of it.
 #pragma once
 
 #include <cmath>
@@ -17,63 +17,24 @@
 #include "core/dtype.h"
 #include "core/weight_format.h"
 #include "parity/moe_stack.h"
+#include "support/device_buffer.h"
 
 namespace strata::parity {
 
 using cuda::bf16_bits;
+using testing::Dev;
+using testing::download;
+using testing::kGuard;
+using testing::read_output;
+using testing::Stream;
+using testing::upload;
 
-inline constexpr int64_t kGuard = 256;  // poisoned bf16 values after every expert output
-
-class Dev {  // a device allocation, freed at scope exit
- public:
-  explicit Dev(size_t bytes) : bytes_(bytes) { CUDA_CHECK(cudaMalloc(&p_, bytes ? bytes : 16)); }
-  ~Dev() { cudaFree(p_); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p_);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_;
-};
-
-class Stream {
- public:
-  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-  ~Stream() { cudaStreamDestroy(s_); }
-  cudaStream_t get() const { return s_; }
-  void sync() const { CUDA_CHECK(cudaStreamSynchronize(s_)); }
-
- private:
-  cudaStream_t s_;
-};
-
-template <class T>
-inline std::unique_ptr<Dev> upload(const std::vector<T>& v, const Stream& s) {
-  auto d = std::make_unique<Dev>(v.size() * sizeof(T));
-  CUDA_CHECK(cudaMemcpyAsync(d->template as<void>(), v.data(), v.size() * sizeof(T),
-                             cudaMemcpyHostToDevice, s.get()));
-  s.sync();
-  return d;
-}
 inline std::unique_ptr<Dev> upload_bytes(const std::vector<uint8_t>& v, const Stream& s) {
   return upload(v, s);
 }
 inline std::unique_ptr<Dev> upload_bytes(const HostBytes& v,
                                          const Stream& s) {  // a HostLinearWeight's
   return upload(std::vector<uint8_t>(v.begin(), v.end()), s);
-}
-template <class T>
-std::vector<T> download(const void* d, size_t count, const Stream& s) {
-  std::vector<T> v(count);
-  s.sync();
-  CUDA_CHECK(cudaMemcpyAsync(v.data(), d, count * sizeof(T), cudaMemcpyDeviceToHost, s.get()));
-  s.sync();
-  return v;
 }
 
 inline std::vector<float> random_bf16(std::mt19937& rng, int64_t count, float scale) {
@@ -86,6 +47,11 @@ inline std::vector<uint16_t> to_bits(const std::vector<float>& v) {
   std::vector<uint16_t> b(v.size());
   for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_bf16(v[i]);
   return b;
+}
+inline std::vector<float> from_bits(const std::vector<uint16_t>& b) {
+  std::vector<float> v(b.size());
+  for (size_t i = 0; i < b.size(); ++i) v[i] = bf16_to_f32(b[i]);
+  return v;
 }
 
 inline double nmse(const std::vector<float>& got, const std::vector<double>& want) {

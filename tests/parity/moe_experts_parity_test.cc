@@ -188,12 +188,9 @@ TEST(MoeParity, ExpertsMatchCpu) {
           p.num_experts = c.experts;
           p.regime = regime;
           cuda::launch_moe_experts(p, s.get());
-          const auto all = download<uint16_t>(out.as<void>(), size_t(tokens * hidden + kGuard), s);
-          bool guard = true;
-          for (int64_t i = tokens * hidden; i < tokens * hidden + kGuard; ++i)
-            guard &= all[size_t(i)] == 0xffff;
-          std::vector<float> got(size_t(tokens * hidden));
-          for (size_t i = 0; i < got.size(); ++i) got[i] = bf16_to_f32(all[i]);
+          bool guard = false;
+          const auto all = read_output(out, tokens * hidden, s, &guard);
+          const std::vector<float> got = from_bits(all);
           const double e = nmse(got, want);
           const char* rname = regime == cuda::kMoeDecode ? "decode" : "prefill";
           EXPECT_LT(e, 4e-5) << fmt_name(c.fmt) << " " << rname << " E " << c.experts << " k " << k
@@ -259,12 +256,9 @@ TEST(MoeParity, DenseModeMatchesCpu) {
         g.w = d_dn.view;
         g.glu_inter = 0;
         gemm ? cuda::launch_moe_gemm(g, s.get()) : cuda::launch_moe_gemv(g, s.get());
-        const auto all = download<uint16_t>(out.as<void>(), size_t(tokens * hidden + kGuard), s);
-        bool guard = true;
-        for (int64_t i = tokens * hidden; i < tokens * hidden + kGuard; ++i)
-          guard &= all[size_t(i)] == 0xffff;
-        std::vector<float> got(size_t(tokens * hidden));
-        for (size_t i = 0; i < got.size(); ++i) got[i] = bf16_to_f32(all[i]);
+        bool guard = false;
+        const auto all = read_output(out, tokens * hidden, s, &guard);
+        const std::vector<float> got = from_bits(all);
         // Three bf16 roundings (gate/up, act, out): bound as the layer's.
         const double e = nmse(got, want);
         EXPECT_LT(e, 4e-5) << "dense " << fmt_name(f) << (gemm ? " gemm" : " gemv") << " T "

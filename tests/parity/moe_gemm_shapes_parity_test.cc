@@ -140,12 +140,9 @@ TEST(MoeParity, GemvShapesMatchCpu) {
           cb.top_k = k;
           cb.num_experts = experts;
           cuda::launch_moe_combine(cb, s.get());
-          const auto all = download<uint16_t>(out.as<void>(), size_t(tokens * hidden + kGuard), s);
-          bool guard = true;
-          for (int64_t i = tokens * hidden; i < tokens * hidden + kGuard; ++i)
-            guard &= all[size_t(i)] == 0xffff;
-          std::vector<float> got(size_t(tokens * hidden));
-          for (size_t i = 0; i < got.size(); ++i) got[i] = bf16_to_f32(all[i]);
+          bool guard = false;
+          const auto all = read_output(out, tokens * hidden, s, &guard);
+          const std::vector<float> got = from_bits(all);
           const double e = nmse(got, want);
           const std::string what =
               std::string(fmt_name(f)) + " T " + std::to_string(tokens) + " gate_up " +
@@ -208,12 +205,9 @@ TEST(MoeParity, GemvShapesMatchCpu) {
         CUDA_CHECK(cudaMemsetAsync(out.as<void>(), 0xff, out.bytes(), s.get()));
         cuda::launch_moe_gemv(g_up, s.get());
         cuda::launch_moe_gemv(g_dn, s.get());
-        const auto all = download<uint16_t>(out.as<void>(), size_t(tokens * hidden + kGuard), s);
-        bool guard = true;
-        for (int64_t i = tokens * hidden; i < tokens * hidden + kGuard; ++i)
-          guard &= all[size_t(i)] == 0xffff;
-        std::vector<float> got(size_t(tokens * hidden));
-        for (size_t i = 0; i < got.size(); ++i) got[i] = bf16_to_f32(all[i]);
+        bool guard = false;
+        const auto all = read_output(out, tokens * hidden, s, &guard);
+        const std::vector<float> got = from_bits(all);
         const double e = nmse(got, want);
         EXPECT_LT(e, 4e-5) << "dense " << fmt_name(f) << " T " << tokens << " shape " << g_up.ksplit
                            << "/" << g_up.cluster << "/" << g_up.tiles_per_warp;
@@ -334,12 +328,9 @@ TEST(MoeParity, GemmShortKMatchCpu) {
         cb.top_k = k;
         cb.num_experts = experts;
         cuda::launch_moe_combine(cb, s.get());
-        const auto all = download<uint16_t>(out.as<void>(), size_t(tokens * hidden + kGuard), s);
-        bool guard = true;
-        for (int64_t i = tokens * hidden; i < tokens * hidden + kGuard; ++i)
-          guard &= all[size_t(i)] == 0xffff;
-        std::vector<float> got(size_t(tokens * hidden));
-        for (size_t i = 0; i < got.size(); ++i) got[i] = bf16_to_f32(all[i]);
+        bool guard = false;
+        const auto all = read_output(out, tokens * hidden, s, &guard);
+        const std::vector<float> got = from_bits(all);
         const double e = nmse(got, want);
         EXPECT_LT(e, 4e-5) << fmt_name(c.fmt) << " H " << hidden << " I " << inter << " T "
                            << tokens << " tile " << tile_rows << " gemm_blocks " << blocks;

@@ -38,6 +38,20 @@ TEST(CudaParity, Linear) {
   }
 }
 
+// Deterministic mode: every linear on the batch-invariant GEMM (linear_det.h; k a multiple of 8).
+TEST(CudaParity, LinearDeterministic) {
+  Pair p;
+  p.cuda().tune([](cuda::CudaTunables& t) { t.deterministic = true; });
+  for (LinearCase c : {LinearCase{1, 320, 129, false}, LinearCase{3, 896, 320, true},
+                       LinearCase{9, 320, 896, true}, LinearCase{77, 264, 1000, false},
+                       LinearCase{300, 4096, 1024, false}}) {
+    const double e = linear_nmse(p, c);
+    EXPECT_LT(e, 1e-5) << "m " << c.m << " k " << c.k << " n " << c.n;
+    std::printf("linear deterministic m=%d k=%d n=%d bias=%d nmse %.3g\n", c.m, c.k, c.n, c.bias,
+                e);
+  }
+}
+
 // The decode GEMV with 1, 2 and 4 warps per output row (each sums its own 256-element blocks of
 // k; the partial sums meet in shared memory): the 8B decode shapes and odd ones.
 TEST(CudaParity, LinearSplitK) {
@@ -210,30 +224,55 @@ TEST(CudaParity, CopiesEmbeddingGather) {
   EXPECT_EQ(p.nmse(dst), 0.0);
 }
 
+// One per_head_linear (out[:, h, out_begin..] = x[:, h, x_begin..] · w[h]ᵀ) on both backends:
+// the NMSE of the GPU's output.
+struct PerHeadCase {
+  int heads, dx, x_begin, k, n, dout, out_begin;
+};
+double per_head_nmse(Pair& p, int tokens, const PerHeadCase& c) {
+  auto x = p.make(p.random(int64_t(tokens) * c.heads * c.dx), {tokens, c.heads, c.dx});
+  auto w = p.make(p.random(int64_t(c.heads) * c.n * c.k, 0.2f), {c.heads, c.n, c.k});
+  auto out = p.make(p.random(int64_t(tokens) * c.heads * c.dout), {tokens, c.heads, c.dout});
+  p.cpu_->per_head_linear(*x.cpu, c.x_begin, *w.cpu, *out.cpu, c.out_begin);
+  p.gpu_->per_head_linear(*x.gpu, c.x_begin, *w.gpu, *out.gpu, c.out_begin);
+  return p.nmse(out);
+}
+
 // Up to 8 tokens the per-head GEMV (per_head_gemv.h), above (and with the GEMV off) cuBLAS's
 // batched GEMM: odd sizes at column offsets, and MLA's W_UK (q_nope [.., 192] -> latent columns
 // of [.., 576]) and W_UV (latent 512 -> v 128) with 8 heads (a Kimi-K2.5 rank of tp 8).
 TEST(CudaParity, PerHeadLinear) {
   Pair p;
-  struct Case {
-    int heads, dx, x_begin, k, n, dout, out_begin;
-  };
   for (int gemv_max : {8, 0}) {
     p.cuda().tune([&](cuda::CudaTunables& t) { t.per_head_gemv_max_tokens = gemv_max; });
     for (int tokens : {1, 3, 8, 11}) {
-      for (Case c : {Case{3, 40, 8, 24, 20, 30, 5}, Case{8, 192, 0, 128, 512, 576, 0},
-                     Case{8, 512, 0, 512, 128, 128, 0}, Case{2, 20, 3, 17, 9, 12, 1}}) {
-        auto x = p.make(p.random(int64_t(tokens) * c.heads * c.dx), {tokens, c.heads, c.dx});
-        auto w = p.make(p.random(int64_t(c.heads) * c.n * c.k, 0.2f), {c.heads, c.n, c.k});
-        auto out = p.make(p.random(int64_t(tokens) * c.heads * c.dout), {tokens, c.heads, c.dout});
-        p.cpu_->per_head_linear(*x.cpu, c.x_begin, *w.cpu, *out.cpu, c.out_begin);
-        p.gpu_->per_head_linear(*x.gpu, c.x_begin, *w.gpu, *out.gpu, c.out_begin);
-        const double e = p.nmse(out);
+      for (PerHeadCase c :
+           {PerHeadCase{3, 40, 8, 24, 20, 30, 5}, PerHeadCase{8, 192, 0, 128, 512, 576, 0},
+            PerHeadCase{8, 512, 0, 512, 128, 128, 0}, PerHeadCase{2, 20, 3, 17, 9, 12, 1}}) {
+        const double e = per_head_nmse(p, tokens, c);
         EXPECT_LT(e, 1e-5) << "gemv up to " << gemv_max << " tokens " << tokens << " heads "
                            << c.heads << " k " << c.k << " n " << c.n;
         std::printf("per_head_linear gemv<=%d tokens %d heads %d k %d n %d: nmse %.3g\n", gemv_max,
                     tokens, c.heads, c.k, c.n, e);
       }
+    }
+  }
+}
+
+// The same op in deterministic mode: the batch-invariant GEMM (linear_det.h), one head per grid z,
+// on the shapes it takes (k, offsets and strides multiples of 8): MLA's W_UK and W_UV.
+TEST(CudaParity, PerHeadLinearDeterministic) {
+  Pair p;
+  p.cuda().tune([](cuda::CudaTunables& t) { t.deterministic = true; });
+  for (int tokens : {1, 3, 8, 11, 70}) {
+    for (PerHeadCase c :
+         {PerHeadCase{8, 192, 0, 128, 512, 576, 0}, PerHeadCase{8, 512, 0, 512, 128, 128, 0},
+          PerHeadCase{2, 48, 16, 32, 24, 40, 8}}) {
+      const double e = per_head_nmse(p, tokens, c);
+      EXPECT_LT(e, 1e-5) << "tokens " << tokens << " heads " << c.heads << " k " << c.k << " n "
+                         << c.n;
+      std::printf("per_head_linear deterministic tokens %d heads %d k %d n %d: nmse %.3g\n", tokens,
+                  c.heads, c.k, c.n, e);
     }
   }
 }

@@ -1,4 +1,5 @@
-// wgmma (sm_90a) instruction wrappers of the attention kernels, generated shapes m64nNk16 with
+// wgmma (sm_90a) instruction wrappers of the tensor-core kernels (attention prefill, MLA, the INT4
+// GEMM of linear_int4_gemm.cu, the MoE GEMM of moe_experts_gemm.cu), shapes m64nNk16 with
 // bf16 inputs and float32 accumulators (N / 2 registers per thread: warp w of the warpgroup holds
 // rows 16w..16w+15 in the mma.m16n8 accumulator layout, n-tile i in d[4i..4i+3]).
 // Shared-memory operands are described by make_smem_desc (128-byte swizzle).
@@ -35,6 +36,14 @@ template <int N>
 __device__ __forceinline__ void reg_fence(float* r) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+// Pins register A fragments (four k-steps) before the next wgmma_fence, which must follow every
+// register write a wgmma reads (as CUTLASS's warpgroup_fence_operand does).
+__device__ __forceinline__ void reg_fence(uint32_t (&a)[4][4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(a[i][j])::"memory");
 }
 
 // D[64×64] (+)= A[64×16] · B[16×64], A and B from shared memory (descriptors), bf16 in,
@@ -119,6 +128,17 @@ __device__ __forceinline__ void wgmma_rs_m64n128k16(float* d, const uint32_t* a,
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
         "+f"(d[63])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TB), "r"(1));
+}
+
+// D[64×N] += A[64×16] · B[16×N] for N = 64 or 128 (the GEMMs' token tiles), A from registers, B
+// K-major from shared memory.
+template <int N>
+__device__ __forceinline__ void wgmma_rs_n(float* d, const uint32_t* a, uint64_t db) {
+  static_assert(N == 64 || N == 128, "wgmma_rs_n: N 64 or 128");
+  if constexpr (N == 64)
+    wgmma_rs_m64n64k16<0>(d, a, db);
+  else
+    wgmma_rs_m64n128k16<0>(d, a, db);
 }
 
 }  // namespace strata::cuda::attn

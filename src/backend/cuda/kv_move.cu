@@ -77,7 +77,7 @@ void CudaBackend::kv_move_rows(KvStorage& kv, const int32_t* from_slots, const i
   p.to = stage_i32(to_slots, n);
   p.n = n;
   p.num_layers = lay.num_layers;
-  record(kOpCopyRows, p, launch_kv_move);
+  record(kOpKvMove, p, launch_kv_move);
 }
 
 }  // namespace strata::cuda

@@ -14,6 +14,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "core/check.h"
@@ -35,6 +36,38 @@ struct Launch {
   // Programmatic dependent launch of the decode-path kernels (common.cuh launch_pdl;
   // CudaTunables::pdl).
   bool pdl = true;
+};
+
+// The SM count of the device current at the first call (the launchers size their grids by it;
+// every rank's GPU is of one kind), read once.
+inline int num_sms() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  return sms;
+}
+
+// Runs a setup once on each device (0..63), the first time a launcher needs it there: kernel
+// attributes such as the dynamic shared-memory limit are per device. For the launchers that set
+// theirs lazily rather than from the backend's constructor (tests and benchmarks call them
+// directly), as a function-local static: `static PerDeviceOnce limits; limits.run(init_x);`.
+// Two threads may both run a setup the first time; setting an attribute twice is harmless.
+class PerDeviceOnce {
+ public:
+  void run(void (*setup)()) {
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    const uint64_t bit = uint64_t(1) << (dev & 63);
+    if ((done_.load(std::memory_order_acquire) & bit) != 0) return;
+    setup();
+    done_.fetch_or(bit, std::memory_order_acq_rel);
+  }
+
+ private:
+  std::atomic<uint64_t> done_{0};
 };
 
 }  // namespace strata::cuda

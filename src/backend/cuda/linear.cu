@@ -166,16 +166,6 @@ __global__ void bias_add_kernel(BiasAddParams p) {
     p.out[i] = float_to_bf16(bf16_to_float(p.out[i]) + p.bias[i % p.cols]);
 }
 
-int num_sms() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  return sms;
-}
-
 struct GemmParams {
   cublasHandle_t handle;
   const void* x;  // [m, k] (row stride ldx)
@@ -185,6 +175,40 @@ struct GemmParams {
   int ldx, ldw, ldo;
   int batch;  // strided-batched when > 1
   int64_t stride_x, stride_w, stride_o;
+};
+
+// One GEMM as both GEMMs take it, cuBLAS's (GemmParams) and the batch-invariant one
+// (DetGemmParams): out_b = x_b · w_bᵀ for b < batch, row-major, strides in elements.
+struct GemmOperands {
+  const void* x;
+  const void* w;
+  void* out;
+  int64_t m, n, k;
+  int64_t ldx, ldw, ldo;
+  int64_t batch = 1;
+  int64_t stride_x = 0, stride_w = 0, stride_o = 0;
+
+  // Dense operands: x [m, k], w [n, k], out [m, n].
+  static GemmOperands dense(const void* x, const void* w, void* out, int64_t m, int64_t n,
+                            int64_t k) {
+    return {x, w, out, m, n, k, k, k, n};
+  }
+  template <class Params>
+  void fill(Params& p) const {
+    p.x = static_cast<decltype(p.x)>(x);
+    p.w = static_cast<decltype(p.w)>(w);
+    p.out = out;
+    p.m = int(m);
+    p.n = int(n);
+    p.k = int(k);
+    p.ldx = int(ldx);
+    p.ldw = int(ldw);
+    p.ldo = int(ldo);
+    p.batch = int(batch);
+    p.stride_x = stride_x;
+    p.stride_w = stride_w;
+    p.stride_o = stride_o;
+  }
 };
 
 void run_gemm(const GemmParams& p, const Launch& launch) {
@@ -335,15 +359,7 @@ void CudaBackend::record_gemm(const void* x, const void* w, const float* bias, v
   }
   auto g = zeroed<GemmParams>();
   g.handle = cublas_;
-  g.x = x;
-  g.w = w;
-  g.out = out;
-  g.m = int(m);
-  g.n = int(n);
-  g.k = int(k);
-  g.ldx = g.ldw = int(k);
-  g.ldo = int(n);
-  g.batch = 1;
+  GemmOperands::dense(x, w, out, m, n, k).fill(g);
   record(kOpGemm, g, run_gemm);
   if (bias) {
     auto b = zeroed<BiasAddParams>();
@@ -361,16 +377,8 @@ void CudaBackend::record_det_gemm(const void* x, const void* w, const float* bia
   CHECK_MSG(m < (int64_t(1) << 31) && n < (int64_t(1) << 31) && k < (int64_t(1) << 31),
             "deterministic GEMM: m {} n {} k {}", m, n, k);
   auto g = zeroed<DetGemmParams>();
-  g.x = static_cast<const bf16_bits*>(x);
-  g.w = static_cast<const bf16_bits*>(w);
+  GemmOperands::dense(x, w, out, m, n, k).fill(g);
   g.bias = bias;
-  g.out = out;
-  g.m = int(m);
-  g.n = int(n);
-  g.k = int(k);
-  g.ldx = g.ldw = int(k);
-  g.ldo = int(n);
-  g.batch = 1;
   g.out_f32 = out_f32 ? 1 : 0;
   CHECK_MSG(det_gemm_supported(g),
             "--enable-deterministic-inference: a linear with k {} or operands not 16-byte aligned "
@@ -424,21 +432,18 @@ void CudaBackend::per_head_linear(const Tensor& x, int64_t x_begin, const Tensor
   check_bf16(out, "per_head_linear out");
   if (tokens == 0) return;
   begin_op();
+  // Head h (batch entry h): out[:, h, out_begin..] = x[:, h, x_begin..] · w[h]ᵀ.
+  GemmOperands heads_gemm = GemmOperands::dense(x.ptr<bf16_bits>() + x_begin, w.data,
+                                                out.ptr<bf16_bits>() + out_begin, tokens, n, k);
+  heads_gemm.ldx = heads * dx;
+  heads_gemm.ldo = heads * dout;
+  heads_gemm.batch = heads;
+  heads_gemm.stride_x = dx;
+  heads_gemm.stride_w = n * k;
+  heads_gemm.stride_o = dout;
   if (tunables_.deterministic) {  // the batch-invariant GEMM, one head per grid z
     auto d = zeroed<DetGemmParams>();
-    d.x = x.ptr<bf16_bits>() + x_begin;
-    d.w = w.ptr<bf16_bits>();
-    d.out = out.ptr<bf16_bits>() + out_begin;
-    d.m = int(tokens);
-    d.n = int(n);
-    d.k = int(k);
-    d.ldx = int(heads * dx);
-    d.ldw = int(k);
-    d.ldo = int(heads * dout);
-    d.batch = int(heads);
-    d.stride_x = dx;
-    d.stride_w = n * k;
-    d.stride_o = dout;
+    heads_gemm.fill(d);
     CHECK_MSG(det_gemm_supported(d),
               "--enable-deterministic-inference: a per-head linear with k {}, x columns from {} of "
               "{} (the batch-invariant GEMM needs multiples of 8)",
@@ -468,19 +473,7 @@ void CudaBackend::per_head_linear(const Tensor& x, int64_t x_begin, const Tensor
   }
   auto g = zeroed<GemmParams>();
   g.handle = cublas_;
-  g.x = x.ptr<bf16_bits>() + x_begin;
-  g.w = w.data;
-  g.out = out.ptr<bf16_bits>() + out_begin;
-  g.m = int(tokens);
-  g.n = int(n);
-  g.k = int(k);
-  g.ldx = int(heads * dx);
-  g.ldw = int(k);
-  g.ldo = int(heads * dout);
-  g.batch = int(heads);
-  g.stride_x = dx;
-  g.stride_w = n * k;
-  g.stride_o = dout;
+  heads_gemm.fill(g);
   record(kOpGemmBatched, g, run_gemm);
 }
 

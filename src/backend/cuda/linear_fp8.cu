@@ -43,16 +43,6 @@ constexpr int kChunk = 512;      // k elements a warp covers with one 16-byte lo
 constexpr int kUnroll = 4;       // 16-byte weight loads in flight per lane (m <= 8; 1 above)
 constexpr int kWarpsPerSm = 64;  // k split: enough warps for ~2 waves of 32 per SM
 
-int num_sms() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  return sms;
-}
-
 // Sixteen e4m3 values (a 16-byte vector, lowest byte first) to floats, exactly.
 __device__ __forceinline__ void e4m3x16_to_float(const uint4& v, float* f) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};

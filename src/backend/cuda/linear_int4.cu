@@ -58,16 +58,6 @@ namespace {
 
 using namespace int4;
 
-int num_sms() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  return sms;
-}
-
 // ---- repack: one thread per 16-byte lane piece of a tile, then one per scale ----
 __global__ void int4_repack_kernel(Int4RepackParams p) {
   const int64_t kt_count = int4_k_tiles(p.k), groups = int4_scale_groups(p.k, p.group);

@@ -1,6 +1,7 @@
-// Device pieces shared by the INT4 linear kernels (linear_int4.cu, linear_int4_gemm.cu): the
-// tile layout's index math, the nibble -> bf16 dequantization of one packed word into an
-// mma.m16n8k16 A fragment, and thin wrappers of mma.sync, cp.async and wgmma.
+// Device pieces shared by the INT4 linear kernels (linear_int4.cu, linear_int4_gemm.cu, the
+// GEMVs of linear_int4_reg.cu and linear_int4_stream.cu): the tile layout's index math, the
+// nibble -> bf16 dequantization of one packed word into an mma.m16n8k16 A fragment, thin wrappers
+// of mma.sync, cp.async and wgmma, and the GEMVs' epilogue.
 //
 // Fragment layouts of mma.m16n8k16.row.col (lane = 4·g + c, g = lane / 4, c = lane % 4):
 //   A (16×16): a0 = (row g, k 2c, 2c+1), a1 = (row g+8, k 2c, 2c+1), a2 = (row g, k 2c+8, 2c+9),
@@ -99,6 +100,41 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// The epilogue of the register and stream GEMVs (linear_int4_reg.cu, linear_int4_stream.cu): the
+// block's slots are row tiles u0.. (nu of them; ns = 2 nu with SwiGLU: gate slots, then up);
+// output (token t, slot r, row i) sums slot r's partials (float [warp][slot - span start][16][m]
+// at pl.off_part) over the nw warps whose slot span (int2 at pl.off_span) holds r, in warp
+// order, plus the bias; with SwiGLU, gate and up each rounded to bf16 first (as an unfused
+// linear's output), then silu(gate) · up. A __syncthreads must precede it.
+template <class Plan>
+__device__ __forceinline__ void gemv_epilogue(const Int4LinearParams& p, const Plan& pl,
+                                              const char* smem, int tid, int nw, int m, bool glu,
+                                              int u0, int nu, int ns) {
+  const float* parts = reinterpret_cast<const float*>(smem + pl.off_part);
+  const int2* span = reinterpret_cast<const int2*>(smem + pl.off_span);
+  auto slot_sum = [&](int r, int i, int t) {
+    float v = 0.0f;
+    for (int w = 0; w < nw; ++w) {
+      const int2 sp = span[w];
+      if (sp.x <= r && r <= sp.y) v += parts[((w * pl.slots + r - sp.x) * 16 + i) * m + t];
+    }
+    return v;
+  };
+  const int so = glu ? nu : ns, outs = so * 16 * m;
+  for (int o = tid; o < outs; o += int(blockDim.x)) {
+    const int t = o / (so * 16), r = (o / 16) % so, i = o % 16;
+    const int64_t row = int64_t(u0 + r) * kInt4TileRows + i;
+    if (glu) {
+      const float bg = p.bias ? p.bias[row] : 0.0f, bu = p.bias ? p.bias[p.glu_inter + row] : 0.0f;
+      const float gv = bf16_to_float(float_to_bf16(slot_sum(r, i, t) + bg));
+      const float uv = bf16_to_float(float_to_bf16(slot_sum(r + nu, i, t) + bu));
+      p.out[t * p.glu_inter + row] = float_to_bf16(gv / (1.0f + __expf(-gv)) * uv);
+    } else if (row < p.n) {
+      p.out[t * p.n + row] = float_to_bf16(slot_sum(r, i, t) + (p.bias ? p.bias[row] : 0.0f));
+    }
+  }
 }
 
 }  // namespace strata::cuda::int4

@@ -16,88 +16,24 @@
 // an odd step count gets a zero-filled step). Two blocks per SM (<= 128 registers, <= 113 KB of
 // shared memory each) fill each other's barrier waits. Blocks are rastered in groups of 8 token
 // tiles, so a token tile's x stays in L2 while the weights stream past it.
-#include <atomic>
 
+#include "backend/cuda/attention_wgmma.cuh"
 #include "backend/cuda/linear_int4.cuh"
 
 namespace strata::cuda {
 namespace {
 
 using namespace int4;
+using attn::fence_proxy_async;
+using attn::make_smem_desc;
+using attn::reg_fence;
+using attn::wgmma_commit;
+using attn::wgmma_fence;
+using attn::wgmma_rs_n;
+using attn::wgmma_wait;
 
 constexpr int kThreads = 256;
 constexpr int kGroupTokenTiles = 8;  // raster group (see above)
-
-// D[64×64] += A[64×16] · B[16×64]: A from registers, B K-major from shared memory.
-__device__ __forceinline__ void wgmma_rs_n64(float* d, const uint32_t* a, uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-}
-// D[64×128] += A[64×16] · B[16×128]: A from registers, B K-major from shared memory.
-__device__ __forceinline__ void wgmma_rs_n128(float* d, const uint32_t* a, uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
-      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
-      "%56, %57, %58, %59, %60, %61, %62, %63}, "
-      "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-        "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-}
-
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {  // K-major, 128-byte swizzle:
-  // rows 128 B apart, 8-row groups 1024 B apart (the leading offset is unused).
-  return uint64_t((addr & 0x3ffff) >> 4) | uint64_t(16 >> 4) << 16 | uint64_t(1024 >> 4) << 32 |
-         uint64_t(1) << 62;
-}
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Orders cp.async (generic proxy) writes before wgmma (async proxy) reads; a barrier follows.
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void reg_fence(float* r) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-// Pins the A fragments' computation before the next wgmma_fence (which must follow every
-// register write a wgmma reads), as CUTLASS's warpgroup_fence_operand does.
-__device__ __forceinline__ void reg_fence(uint32_t (&a)[4][4]) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(a[i][j])::"memory");
-}
 
 template <int BM, int KW>
 struct GemmCfg {
@@ -112,14 +48,6 @@ struct GemmCfg {
   static constexpr int kRows = KW == 1 ? 128 : 64;                 // output rows per block
   static_assert(KW == 1 || kStages * kXBytes >= BM / 2 * 128 * 4, "split-k sums fit the x stages");
 };
-
-template <int BM>
-__device__ __forceinline__ void wgmma_rs(float* d, const uint32_t* a, uint64_t b) {
-  if constexpr (BM == 64)
-    wgmma_rs_n64(d, a, b);
-  else
-    wgmma_rs_n128(d, a, b);
-}
 
 // One thread's share of a block: its copy sources and destinations are fixed but for the k
 // step, so they are computed once (64-bit index math per copy spilled the BM = 128 kernels).
@@ -196,7 +124,7 @@ struct GemmBlock {
     wgmma_fence();
     const uint32_t xb = smem + uint32_t(j % C::kStages) * C::kXBytes + kw * BM * 128;
 #pragma unroll
-    for (int s = 0; s < 4; ++s) wgmma_rs<BM>(acc, cur[s], smem_desc(xb + 32 * s));
+    for (int s = 0; s < 4; ++s) wgmma_rs_n<BM>(acc, cur[s], make_smem_desc(xb + 32 * s, 16, 1024));
     wgmma_commit();
     if (j + 1 < steps) {
       wgmma_wait<1>();
@@ -327,16 +255,6 @@ void launch_cfg(const Int4LinearParams& p, cudaStream_t stream) {
   CUDA_LAUNCH_CHECK();
 }
 
-int num_sms() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  return sms;
-}
-
 }  // namespace
 
 void init_int4_linear_kernels() {
@@ -356,16 +274,8 @@ void launch_int4_gemm(const Int4LinearParams& p, cudaStream_t stream) {
   CHECK(uintptr_t(p.x) % 16 == 0 && uintptr_t(p.packed) % 16 == 0 && uintptr_t(p.scale) % 16 == 0);
   CHECK(p.gemm_tokens == 0 || p.gemm_tokens == 64 || p.gemm_tokens == 128);
   CHECK(p.gemm_ksplit >= 0 && p.gemm_ksplit <= 2);
-  {  // the shared-memory limits, once per device (a function attribute is per device)
-    static std::atomic<uint64_t> done{0};
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    const uint64_t bit = uint64_t(1) << (dev & 63);
-    if ((done.load(std::memory_order_acquire) & bit) == 0) {
-      init_int4_linear_kernels();
-      done.fetch_or(bit, std::memory_order_acq_rel);
-    }
-  }
+  static PerDeviceOnce limits;  // the kernels' shared-memory limits
+  limits.run(init_int4_linear_kernels);
   const int bm = p.gemm_tokens ? p.gemm_tokens : (p.m <= 64 ? 64 : 128);
   int kw = p.gemm_ksplit;
   if (kw == 0) {  // split k when splitting rows alone leaves SMs idle

@@ -47,7 +47,6 @@
 // below the output's own bf16 rounding (~2.4e-6). The −136·Σx correction cancels a term ~30x
 // the group's result (x of either sign); its float32 error stays < 1e-6 relative.
 #include <algorithm>
-#include <atomic>
 #include <type_traits>
 
 #include "backend/cuda/linear_int4.cuh"
@@ -349,40 +348,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   if (KT > 0 && b > a && b % KT != 0) flush();  // the part ends inside a row tile
   __syncthreads();
 
-  // ---- epilogue: output (token t, slot r, row i) sums slot r's warps in warp order ----
-  const float* parts = reinterpret_cast<const float*>(smem + pl.off_part);
-  const int2* span = reinterpret_cast<const int2*>(smem + pl.off_span);
-  auto slot_sum = [&](int r, int i, int t) {
-    float v = 0.0f;
-    for (int w = 0; w < nw; ++w) {
-      const int2 sp = span[w];
-      if (sp.x <= r && r <= sp.y) v += parts[((w * pl.slots + r - sp.x) * 16 + i) * m + t];
-    }
-    return v;
-  };
-  const int so = glu ? nu : ns, outs = so * 16 * m;
-  for (int o = tid; o < outs; o += int(blockDim.x)) {
-    const int t = o / (so * 16), r = (o / 16) % so, i = o % 16;
-    const int64_t row = int64_t(u0 + r) * kInt4TileRows + i;
-    if (glu) {
-      const float bg = p.bias ? p.bias[row] : 0.0f, bu = p.bias ? p.bias[p.glu_inter + row] : 0.0f;
-      const float gv = bf16_to_float(float_to_bf16(slot_sum(r, i, t) + bg));
-      const float uv = bf16_to_float(float_to_bf16(slot_sum(r + nu, i, t) + bu));
-      p.out[t * p.glu_inter + row] = float_to_bf16(gv / (1.0f + __expf(-gv)) * uv);
-    } else if (row < p.n) {
-      p.out[t * p.n + row] = float_to_bf16(slot_sum(r, i, t) + (p.bias ? p.bias[row] : 0.0f));
-    }
-  }
-}
-
-int num_sms() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  return sms;
+  gemv_epilogue(p, pl, smem, tid, nw, m, glu, u0, nu, ns);
 }
 
 uint32_t align16(uint64_t v) { return uint32_t((v + 15) / 16 * 16); }
@@ -508,16 +474,8 @@ void launch_int4_gemv_stream(const Int4LinearParams& p, cudaStream_t stream) {
             "int4 stream gemv: m {} k {} group {} warps {} stages {} does not fit", p.m, p.k,
             p.group, p.gemv_warps, p.gemv_stages);
   CHECK(s.warps >= 1 && s.warps <= kMaxWarps && (s.ct == 4 || s.ct == 8) && s.pl.stages >= 1);
-  {  // the shared-memory limits, once per device (a function attribute is per device)
-    static std::atomic<uint64_t> done{0};
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    const uint64_t bit = uint64_t(1) << (dev & 63);
-    if ((done.load(std::memory_order_acquire) & bit) == 0) {
-      init_int4_gemv_stream_kernels();
-      done.fetch_or(bit, std::memory_order_acq_rel);
-    }
-  }
+  static PerDeviceOnce limits;  // the kernels' shared-memory limits
+  limits.run(init_int4_gemv_stream_kernels);
   const dim3 grid(unsigned(s.grid)), block(unsigned(s.warps * 32));
   const int tpg = p.group == 32 ? 0 : p.group / kInt4TileK;
   for_each_kernel(s.ct, tpg, s.round, [&](auto kernel) {

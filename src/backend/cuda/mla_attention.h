@@ -114,7 +114,7 @@ struct MlaAttentionParams {
   const int32_t* positions;     // DCP: device [tokens], the new tokens' positions; else null
   float* lse_out;               // DCP: float32 [tokens, heads, R + 1] (see above); else null
   uint64_t* prof;  // benchmarks only, the decode kernel: kMlaDecodeProfSlots clock64 sums over
-                   // its warps (mla_decode_kernel.cuh MlaDecodeProf); else null
+                   // its warps (mla_decode_block.cuh WaitProfile); else null
   const uint64_t* tree_mask;  // draft trees: device [tokens] (AttentionMetadata); else null
   MlaRowFormat fmt;
   int num_seqs;

@@ -3,7 +3,8 @@
 // fp8) or FlashMLA rows, on mma.sync with a warp-specialized pipeline. The template is instantiated
 // in mla_decode.cu (bf16, e5m2) and mla_decode_fp8.cu (e4m3, FlashMLA), which compile in parallel.
 // Its pieces: mla_decode_layout.cuh (kinds, sizes, shared memory), mla_decode_mma.cuh (ldmatrix,
-// mma, fp8 -> f16 pairs), mla_decode_kernel.cuh (the kernel); here its launch.
+// mma, fp8 -> f16 pairs), mla_decode_block.cuh (what the warp roles share), mla_decode_s_warps.cuh
+// and mla_decode_pv_warps.cuh (the two roles), mla_decode_kernel.cuh (the kernel); here its launch.
 //
 // Why next to the mma kernel of mla_attention.cu (which handles every shape): there all 8 warps
 // issue a cp.async per 16 bytes between barriers, 3 warps compute S while 5 wait, and fp8 rows are

@@ -315,16 +315,6 @@ __global__ void moe_repack_kernel(MoeRepackParams p) {
   }
 }
 
-int num_sms() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  return sms;
-}
-
 size_t align256(size_t v) { return (v + 255) / 256 * 256; }
 
 // The scratch of one step, carved in a fixed order (moe_experts_scratch_bytes sums the same).

@@ -30,14 +30,21 @@
 // only weights and scales, the next block's copies are in flight while a block's outputs are
 // stored (after wgmma_wait<0>; the sums then restart from zero).
 #include <algorithm>
-#include <atomic>
 
+#include "backend/cuda/attention_wgmma.cuh"
 #include "backend/cuda/moe_experts.cuh"
 
 namespace strata::cuda {
 namespace {
 
 using namespace moe;
+using attn::fence_proxy_async;
+using attn::make_smem_desc;
+using attn::reg_fence;
+using attn::wgmma_commit;
+using attn::wgmma_fence;
+using attn::wgmma_rs_n;
+using attn::wgmma_wait;
 using int4::cp_async16;
 using int4::cp_async_commit;
 using int4::cp_async_wait;
@@ -47,81 +54,6 @@ constexpr int kThreads = 256;
 
 __host__ __device__ constexpr int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// ---- wgmma (sm_90a) ----
-// D[64×64] += A[64×16] · B[16×64]: A from registers, B K-major from shared memory.
-__device__ __forceinline__ void wgmma_n64(float* d, const uint32_t* a, uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-}
-// D[64×128] += A[64×16] · B[16×128].
-__device__ __forceinline__ void wgmma_n128(float* d, const uint32_t* a, uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
-      "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "
-      "%56, %57, %58, %59, %60, %61, %62, %63}, "
-      "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-        "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-}
-template <int BM>
-__device__ __forceinline__ void wgmma_rs(float* d, const uint32_t* a, uint64_t b) {
-  if constexpr (BM == 64)
-    wgmma_n64(d, a, b);
-  else
-    wgmma_n128(d, a, b);
-}
-// K-major, 128-byte swizzle: rows 128 B apart, 8-row groups 1024 B apart.
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
-  return uint64_t((addr & 0x3ffff) >> 4) | uint64_t(16 >> 4) << 16 | uint64_t(1024 >> 4) << 32 |
-         uint64_t(1) << 62;
-}
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Orders cp.async (generic proxy) writes before wgmma (async proxy) reads; a barrier follows.
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void reg_fence(float* r) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-__device__ __forceinline__ void reg_fence(uint32_t (&a)[4][4]) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(a[i][j])::"memory");
-}
 // 4 bytes global -> shared (the fp8 block scale).
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, int bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
@@ -275,7 +207,7 @@ struct Cta {
     wgmma_fence();
     const uint32_t xb = x_tile(j);
 #pragma unroll
-    for (int s = 0; s < 4; ++s) wgmma_rs<BM>(acc, cur[s], smem_desc(xb + 32 * s));
+    for (int s = 0; s < 4; ++s) wgmma_rs_n<BM>(acc, cur[s], make_smem_desc(xb + 32 * s, 16, 1024));
     wgmma_commit();
     if (j + 1 < count) {
       wgmma_wait<1>();
@@ -498,16 +430,6 @@ void launch_format(const MoeGroupedParams& p, cudaStream_t stream) {
   }
 }
 
-int num_sms() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  return sms;
-}
-
 }  // namespace
 
 int moe_gemm_blocks(const MoeGroupedParams& p) {
@@ -544,16 +466,8 @@ void launch_moe_gemm(const MoeGroupedParams& p, cudaStream_t stream) {
   const int salign = p.w.format == kMoeInt4 ? 16 : 4;
   CHECK(p.w.format == kMoeBf16 ||
         (uintptr_t(p.w.scales) % salign == 0 && p.w.scales_stride % salign == 0));
-  {  // the shared-memory limits, once per device (a function attribute is per device)
-    static std::atomic<uint64_t> done{0};
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    const uint64_t bit = uint64_t(1) << (dev & 63);
-    if ((done.load(std::memory_order_acquire) & bit) == 0) {
-      init_moe_gemm_kernels();
-      done.fetch_or(bit, std::memory_order_acq_rel);
-    }
-  }
+  static PerDeviceOnce limits;  // the kernels' shared-memory limits
+  limits.run(init_moe_gemm_kernels);
   switch (p.w.format) {
     case kMoeBf16:
       launch_format<kMoeBf16>(p, stream);

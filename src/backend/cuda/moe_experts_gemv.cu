@@ -1,7 +1,6 @@
 // The host side of the MoE decode GEMV: its shape choice (a cost model) and launch. The kernel and
 // its design: moe_experts_gemv_kernel.cuh.
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 
 #include "backend/cuda/moe_experts_gemv_kernel.cuh"
@@ -10,16 +9,6 @@ namespace strata::cuda {
 namespace {
 
 constexpr int kMaxCluster = 8;  // portable cluster size
-
-int num_sms() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  return sms;
-}
 
 // ---- host ----
 int nt_of(int gemv_tokens) { return gemv_tokens <= 8 ? 1 : gemv_tokens <= 16 ? 2 : 4; }
@@ -235,15 +224,9 @@ void launch_moe_gemv(const MoeGroupedParams& p, cudaStream_t stream) {
   // x offsets are 32-bit in the kernel.
   CHECK_MSG(p.rows * p.w.k < (int64_t(1) << 31), "moe gemv: x of {} x {} too large", p.rows, p.w.k);
   CHECK(slots <= 65535);
-  if (p.w.format == kMoeInt4) {  // the ring's shared-memory limit, once per device
-    static std::atomic<uint64_t> done{0};
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    const uint64_t bit = uint64_t(1) << (dev & 63);
-    if ((done.load(std::memory_order_acquire) & bit) == 0) {
-      init_moe_gemv_kernels();
-      done.fetch_or(bit, std::memory_order_acq_rel);
-    }
+  if (p.w.format == kMoeInt4) {  // the ring's shared-memory limit
+    static PerDeviceOnce limits;
+    limits.run(init_moe_gemv_kernels);
   }
   const MoeGemvShape sh = moe_gemv_shape(p);
   CHECK_MSG(sh.ksplit > 0, "moe gemv: no shape fits ksplit {} cluster {} tiles_per_warp {}",

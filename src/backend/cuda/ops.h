@@ -46,7 +46,8 @@ namespace strata::cuda {
   X(kOpMlaDcpMerge, "mla_dcp_merge") \
   X(kOpGemmDet, "gemm_det")          \
   X(kOpInt4Dequant, "int4_dequant")  \
-  X(kOpPerHeadGemv, "per_head_gemv")
+  X(kOpPerHeadGemv, "per_head_gemv") \
+  X(kOpKvMove, "kv_move")
 // clang-format on
 
 enum Op : int {

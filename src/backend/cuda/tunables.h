@@ -12,6 +12,7 @@
 //   STRATA_CUDA_PREFILL_SPLIT=N  CudaTunables::prefill_split_mode (0, 1, 2).
 //   STRATA_STEP_TIMING=1         CudaTunables::log_eager_steps (the engine reads it too).
 //   STRATA_GRAPH_DEBUG=1         CudaTunables::explain_graph_captures.
+//   STRATA_FP8_W8A8=1            CudaTunables::fp8_w8a8 (FP8-block linears as W8A8).
 //   STRATA_NCCL_TIMEOUT_S=S      NcclEnv::timeout_s.
 //   STRATA_NCCL_ID=HEX           NcclEnv::id_hex.
 //   CUDA_VISIBLE_DEVICES         NcclEnv::visible_devices (only quoted in error messages).

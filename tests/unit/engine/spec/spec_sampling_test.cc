@@ -7,8 +7,6 @@
 // position resampled from p instead of p without the draft), so it has the power to see one.
 #include <gtest/gtest.h>
 
-#include <map>
-
 #include "engine/sampler.h"
 #include "engine/spec/verify.h"
 #include "spec_stats.h"
@@ -16,11 +14,11 @@
 namespace strata {
 namespace {
 
-using spec_stats::chi_squared;
-using spec_stats::critical;
-using spec_stats::expected_counts;
-using spec_stats::kLen;
+using spec_stats::ChiSquaredTest;
+using spec_stats::generate_by_steps;
 using spec_stats::kVocab;
+using spec_stats::plain_tokens;
+using spec_stats::sequences_chi_squared;
 using spec_stats::ToyTarget;
 
 // A deterministic drafter: proposes (last * 5 + 1) % kVocab, then (that * 5 + 1) % kVocab.
@@ -36,9 +34,7 @@ std::vector<int32_t> draft(int last, int n) {
 // own sample.
 std::vector<int32_t> generate(const ToyTarget& t, int start, SamplerRng& rng, SamplerRng& other,
                               bool buggy, std::vector<std::pair<float, int32_t>>& scratch) {
-  std::vector<int32_t> out;
-  int last = start;
-  while (int(out.size()) < kLen) {
+  return generate_by_steps(start, rng, [&](int last) {
     const std::vector<int32_t> d = draft(last, 2);
     // Row i: the target after the committed tokens and d[0..i).
     std::vector<int32_t> rows;
@@ -53,44 +49,27 @@ std::vector<int32_t> generate(const ToyTarget& t, int start, SamplerRng& rng, Sa
     if (buggy && size_t(a) < d.size())
       next = t.sample(a == 0 ? last : d[size_t(a) - 1], other.uniform(), scratch);
     committed.push_back(next);
-    for (int32_t x : committed) {
-      if (int(out.size()) == kLen) break;
-      out.push_back(x);
-      rng.uniform();  // the kept token's draw
-    }
-    last = out.back();
-  }
-  return out;
+    return committed;
+  });
 }
 
-struct Result {
-  double stat = 0, crit = 0;
-  int df = 0;
-};
-
-Result run(bool buggy, int64_t draws) {
+ChiSquaredTest run(bool buggy, int64_t draws) {
   ToyTarget t;
   SamplerRng rng(12345), other(999);
   std::vector<std::pair<float, int32_t>> scratch;
-  const int start = 2;
-  std::map<int, int64_t> counts;
-  for (int64_t i = 0; i < draws; ++i) {
-    std::vector<int32_t> s = generate(t, start, rng, other, buggy, scratch);
-    counts[(s[0] * kVocab + s[1]) * kVocab + s[2]]++;
-  }
-  const std::vector<double> expected = expected_counts(t, start, draws);
-  auto [stat, df] = chi_squared(counts, expected);
-  return {stat, critical(df), df};
+  return sequences_chi_squared(t, /*start=*/2, draws, [&](int start) {
+    return generate(t, start, rng, other, buggy, scratch);
+  });
 }
 
 TEST(SpeculativeSampling, MatchesTheTargetDistribution) {
-  const Result r = run(/*buggy=*/false, 200000);
+  const ChiSquaredTest r = run(/*buggy=*/false, 200000);
   EXPECT_GT(r.df, 20);
   EXPECT_LT(r.stat, r.crit) << "chi2 " << r.stat << " with " << r.df << " df";
 }
 
 TEST(SpeculativeSampling, TheTestRejectsResamplingFromTheFullDistribution) {
-  const Result r = run(/*buggy=*/true, 200000);
+  const ChiSquaredTest r = run(/*buggy=*/true, 200000);
   EXPECT_GT(r.stat, r.crit) << "chi2 " << r.stat << " with " << r.df << " df";
 }
 
@@ -101,11 +80,7 @@ TEST(SpeculativeSampling, SameDrawsGiveThePlainSamplersTokens) {
   for (uint64_t seed = 0; seed < 200; ++seed) {
     SamplerRng spec_rng(seed), other(1), plain_rng(seed);
     const std::vector<int32_t> spec = generate(t, 1, spec_rng, other, false, scratch);
-    std::vector<int32_t> plain;
-    int last = 1;
-    for (int i = 0; i < kLen; ++i)
-      plain.push_back(last = t.sample(last, plain_rng.uniform(), scratch));
-    EXPECT_EQ(spec, plain) << "seed " << seed;
+    EXPECT_EQ(spec, plain_tokens(t, 1, plain_rng, scratch)) << "seed " << seed;
     EXPECT_EQ(spec_rng.draws(), plain_rng.draws());
   }
 }

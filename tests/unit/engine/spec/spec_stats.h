@@ -1,7 +1,8 @@
-// The toy target and the chi-squared helpers of the speculative sampling tests
+// The toy target and the chi-squared scaffolding of the speculative sampling tests
 // (spec_sampling_test.cc for chains, tree_verify_test.cc for draft trees): a Markov chain over
 // 6 tokens whose next-token logits are a function of the last token, sampled with temperature and
-// top-k by the engine's own sampler.
+// top-k by the engine's own sampler; generation by verify steps, plain sampling, and the
+// chi-squared test of generated sequences against the chain's exact probabilities.
 #pragma once
 
 #include <algorithm>
@@ -97,6 +98,52 @@ inline std::vector<double> expected_counts(const ToyTarget& t, int start, int64_
     }
   }
   return expected;
+}
+
+// kLen tokens after `start` by verify steps, as the engine keeps them: step(last) gives a step's
+// committed tokens after token `last`; each token kept takes its draw from rng (the sampler's
+// draws of output positions).
+template <class Step>
+std::vector<int32_t> generate_by_steps(int start, SamplerRng& rng, Step step) {
+  std::vector<int32_t> out;
+  int last = start;
+  while (int(out.size()) < kLen) {
+    for (int32_t x : step(last)) {
+      if (int(out.size()) == kLen) break;
+      out.push_back(x);
+      rng.uniform();  // the kept token's draw
+    }
+    last = out.back();
+  }
+  return out;
+}
+
+// Plain sampling of kLen tokens after `start`, one draw a token: what a speculative rule that
+// uses the draws of output positions must give, draw for draw.
+inline std::vector<int32_t> plain_tokens(const ToyTarget& t, int start, SamplerRng& rng,
+                                         std::vector<std::pair<float, int32_t>>& scratch) {
+  std::vector<int32_t> out;
+  int last = start;
+  for (int i = 0; i < kLen; ++i) out.push_back(last = t.sample(last, rng.uniform(), scratch));
+  return out;
+}
+
+// The chi-squared test of `draws` sequences generate(start) against the target's exact
+// probabilities: the sampling rule keeps the distribution when stat < crit (upper tail 1e-4).
+struct ChiSquaredTest {
+  double stat = 0, crit = 0;
+  int df = 0;
+};
+template <class Generate>
+ChiSquaredTest sequences_chi_squared(const ToyTarget& t, int start, int64_t draws,
+                                     Generate generate) {
+  std::map<int, int64_t> counts;
+  for (int64_t i = 0; i < draws; ++i) {
+    const std::vector<int32_t> s = generate(start);
+    counts[(s[0] * kVocab + s[1]) * kVocab + s[2]]++;
+  }
+  auto [stat, df] = chi_squared(counts, expected_counts(t, start, draws));
+  return {stat, critical(df), df};
 }
 
 }  // namespace strata::spec_stats

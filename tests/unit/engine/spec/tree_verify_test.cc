@@ -9,7 +9,6 @@
 
 #include <gtest/gtest.h>
 
-#include <map>
 #include <random>
 
 #include "engine/sampler.h"
@@ -19,11 +18,11 @@
 namespace strata {
 namespace {
 
-using spec_stats::chi_squared;
-using spec_stats::critical;
-using spec_stats::expected_counts;
-using spec_stats::kLen;
+using spec_stats::ChiSquaredTest;
+using spec_stats::generate_by_steps;
 using spec_stats::kVocab;
+using spec_stats::plain_tokens;
+using spec_stats::sequences_chi_squared;
 using spec_stats::ToyTarget;
 
 // Nodes as index(token):
@@ -151,52 +150,33 @@ std::vector<int32_t> tree_step(const ToyTarget& t, int last, Rule rule, SamplerR
 
 std::vector<int32_t> generate(const ToyTarget& t, int start, Rule rule, SamplerRng& rng,
                               SamplerRng& other, std::vector<std::pair<float, int32_t>>& scratch) {
-  std::vector<int32_t> out;
-  int last = start;
-  while (int(out.size()) < kLen) {
-    for (int32_t x : tree_step(t, last, rule, rng, other, scratch)) {
-      if (int(out.size()) == kLen) break;
-      out.push_back(x);
-      rng.uniform();  // the kept token's draw
-    }
-    last = out.back();
-  }
-  return out;
+  return generate_by_steps(start, rng,
+                           [&](int last) { return tree_step(t, last, rule, rng, other, scratch); });
 }
 
-struct Result {
-  double stat = 0, crit = 0;
-  int df = 0;
-};
-
-Result run(Rule rule, int64_t draws) {
+ChiSquaredTest run(Rule rule, int64_t draws) {
   ToyTarget t;
   SamplerRng rng(4242), other(77);
   std::vector<std::pair<float, int32_t>> scratch;
-  const int start = 2;
-  std::map<int, int64_t> counts;
-  for (int64_t i = 0; i < draws; ++i) {
-    const std::vector<int32_t> s = generate(t, start, rule, rng, other, scratch);
-    counts[(s[0] * kVocab + s[1]) * kVocab + s[2]]++;
-  }
-  auto [stat, df] = chi_squared(counts, expected_counts(t, start, draws));
-  return {stat, critical(df), df};
+  return sequences_chi_squared(t, /*start=*/2, draws, [&](int start) {
+    return generate(t, start, rule, rng, other, scratch);
+  });
 }
 
 TEST(TreeSpeculativeSampling, EnginesRuleMatchesTheTargetDistribution) {
-  const Result r = run(Rule::kEngine, 200000);
+  const ChiSquaredTest r = run(Rule::kEngine, 200000);
   EXPECT_GT(r.df, 20);
   EXPECT_LT(r.stat, r.crit) << "chi2 " << r.stat << " with " << r.df << " df";
 }
 
 TEST(TreeSpeculativeSampling, SequentialRuleMatchesTheTargetDistribution) {
-  const Result r = run(Rule::kSequential, 200000);
+  const ChiSquaredTest r = run(Rule::kSequential, 200000);
   EXPECT_GT(r.df, 20);
   EXPECT_LT(r.stat, r.crit) << "chi2 " << r.stat << " with " << r.df << " df";
 }
 
 TEST(TreeSpeculativeSampling, TheTestRejectsNotRemovingRejectedSiblings) {
-  const Result r = run(Rule::kSequentialBuggy, 200000);
+  const ChiSquaredTest r = run(Rule::kSequentialBuggy, 200000);
   EXPECT_GT(r.stat, r.crit) << "chi2 " << r.stat << " with " << r.df << " df";
 }
 
@@ -207,11 +187,7 @@ TEST(TreeSpeculativeSampling, SameDrawsGiveThePlainSamplersTokens) {
   for (uint64_t seed = 0; seed < 200; ++seed) {
     SamplerRng spec_rng(seed), other(1), plain_rng(seed);
     const std::vector<int32_t> spec = generate(t, 1, Rule::kEngine, spec_rng, other, scratch);
-    std::vector<int32_t> plain;
-    int last = 1;
-    for (int i = 0; i < kLen; ++i)
-      plain.push_back(last = t.sample(last, plain_rng.uniform(), scratch));
-    EXPECT_EQ(spec, plain) << "seed " << seed;
+    EXPECT_EQ(spec, plain_tokens(t, 1, plain_rng, scratch)) << "seed " << seed;
     EXPECT_EQ(spec_rng.draws(), plain_rng.draws());
   }
 }

@@ -1,0 +1,344 @@
+// The MLA decode kernel's S warps (mla_decode.cuh): scores of the stage's keys, the softmax's row
+// maxima and sums, and P for the PV warps (mla_decode_pv_warps.cuh).
+#pragma once
+
+#include <cfloat>
+
+#include "backend/cuda/mla_decode_block.cuh"
+#include "backend/cuda/mla_decode_mma.cuh"
+
+namespace strata::cuda::mla_decode {
+
+// S warp b.warp: keys [16 warp, 16 warp + 16) of each chunk.
+template <int NT, int LK, int CVT, bool PROF>
+__device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block& b,
+                                        WaitProfile<PROF>& prof) {
+  using K = KindTraits<LK, CVT>;
+  constexpr bool kFp8 = K::kFp8, kSHw = K::kSHw, kVT = K::kVT, kPairs02 = K::kPairs02;
+  constexpr int kLatElem = K::kLatElem, kStages0 = K::kStages0;
+  constexpr float kConvS = K::kConvS;
+  const mla::BlockWork& w = b.w;
+  const int warp = b.warp, lane = b.lane, g = b.g, q = b.q;
+  const MlaRowFormat& f = p.fmt;
+  const int NS = b.NS, nchunks = b.nchunks;
+  const StageLayout& lay = b.lay;
+  const int stage_bytes = b.stage_bytes;
+  char* const smem = b.smem;
+  const uint32_t smem_s = b.smem_s, stage0 = b.stage0;
+  const int rope_elem = f.rope_elem;
+  const bool rope_f16 = rope_elem != kMlaBf16;
+  // Q of rows 8 nt + g as B fragments: k-steps 0..31 the latent, 32..35 the rope.
+  bool qok[NT];
+  const uint16_t* qrow[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const int r = 8 * nt + g;
+    qok[nt] = w.row0 + r < w.rows;
+    qrow[nt] = p.q + int64_t(w.q_row0 + w.row0 + (qok[nt] ? r : 0)) * p.q_stride;
+  }
+  // The f16 parts' power-of-two scale of each row (a quad holds a row's values).
+  float qs[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    float amax = 0.0f;
+    if (qok[nt]) {
+      auto scan = [&](const uint16_t* at) {
+        const uint2 v = *reinterpret_cast<const uint2*>(at);
+        amax = fmaxf(amax, fmaxf(fmaxf(fabsf(__uint_as_float(v.x << 16)),
+                                       fabsf(__uint_as_float(v.x & 0xffff0000u))),
+                                 fmaxf(fabsf(__uint_as_float(v.y << 16)),
+                                       fabsf(__uint_as_float(v.y & 0xffff0000u)))));
+      };
+      if constexpr (kFp8) {
+#pragma unroll 8
+        for (int ks = 0; ks < kR / 16; ++ks) scan(qrow[nt] + 16 * ks + 4 * q);
+      }
+      if (rope_f16)
+#pragma unroll
+        for (int ks = 0; ks < kP / 16; ++ks) scan(qrow[nt] + kR + 16 * ks + 4 * q);
+    }
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    int e = 0;
+    frexpf(amax, &e);
+    qs[nt] = amax > 0.0f ? ldexpf(1.0f, min(15 - e, 100)) : 1.0f;  // (finite for tiny rows)
+  }
+  uint32_t qf[kR / 16 + kP / 16][NT][2];
+  // Values d..d+3 of a row as f16 pairs (scaled), paired as key_pairs pairs the keys' values.
+  auto f16_pairs = [&](const uint16_t* at, float s, bool pairs02, uint32_t* b) {
+    const uint2 v = *reinterpret_cast<const uint2*>(at);
+    const float x0 = __uint_as_float(v.x << 16) * s, x1 = __uint_as_float(v.x & 0xffff0000u) * s;
+    const float x2 = __uint_as_float(v.y << 16) * s, x3 = __uint_as_float(v.y & 0xffff0000u) * s;
+    b[0] = pairs02 ? pack_f16x2(x0, x2) : pack_f16x2(x0, x1);
+    b[1] = pairs02 ? pack_f16x2(x1, x3) : pack_f16x2(x2, x3);
+  };
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int ks = 0; ks < kR / 16 + kP / 16; ++ks) {
+      qf[ks][nt][0] = qf[ks][nt][1] = 0u;
+      if (!qok[nt]) continue;
+      const bool rope = ks >= kR / 16;
+      const uint16_t* at = qrow[nt] + 16 * ks;
+      if ((!rope && !kFp8) || (rope && !rope_f16)) {  // bf16 pairs (2c, 2c+1), (2c+8, 2c+9)
+        qf[ks][nt][0] = *reinterpret_cast<const uint32_t*>(at + 2 * q);
+        qf[ks][nt][1] = *reinterpret_cast<const uint32_t*>(at + 8 + 2 * q);
+      } else {
+        f16_pairs(at + 4 * q, qs[nt], rope || kPairs02, qf[ks][nt]);
+      }
+    }
+  }
+  // Score factors of this lane's accumulator rows 8 nt + 2q + e (the row's lanes hold its qs).
+  const float ls = f.latent_scale * p.scale_log2 * kConvS;
+  const float rs = f.rope_scale * p.scale_log2 * (rope_elem == kMlaE4M3 ? 256.0f : 1.0f);
+  float lat_f[NT][2], rope_f[NT][2];
+  int lim[NT][2];
+  uint64_t tw[NT][2];  // draft trees: the rows' ancestor words
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float inv = 1.0f / __shfl_sync(0xffffffffu, qs[nt], 4 * (2 * q + e));
+      lat_f[nt][e] = kFp8 ? ls * inv : ls;
+      rope_f[nt][e] = rope_f16 ? rs * inv : rs;
+      lim[nt][e] = w.limit(p, w.row0 + 8 * nt + 2 * q + e);
+      tw[nt][e] = w.tree_word_of(p, w.row0 + 8 * nt + 2 * q + e);
+    }
+
+  float m[NT][2], l[NT][2];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) m[nt][0] = m[nt][1] = -INFINITY, l[nt][0] = l[nt][1] = 0.0f;
+  // This warp's tile (t = warp): the lane's ldmatrix row, the rows g and g + 8 of its
+  // accumulators (their keys and, FlashMLA, where their scales lie).
+  const int lrow = lay.tile_row(warp, (lane & 7) + ((lane >> 3) & 1) * 8) + (lane >> 4) * 16;
+  const int srow0 = lay.tile_row(warp, g), srow1 = lay.tile_row(warp, g + 8);
+  const int gkey0 = lay.key(warp, g), gkey1 = lay.key(warp, g + 8);
+  float* red = reinterpret_cast<float*>(smem + kRedOff);
+  float* corr_s = reinterpret_cast<float*>(smem + kCorrOff);
+  const int rope_off = f.rope_offset;
+  // V tile (kVT): this lane's rows vr0 = 16 warp + g and vr0 + 8 take the f16 values 32 j + 4 q..
+  // + 3 (unit u = 4 j + q / 2) and 32 j + 16 + 4 q.. (u + 2) at ((u ^ swizzle(g)) << 4) + 8 (q &
+  // 1). With x the unit's low 3 bits after the swizzle, that is vo[.] + 64 (j & ~1): x for even j
+  // and x ^ 4 for odd j (bit 2 of 4 j), so every store is a base register plus an immediate.
+  const int vr0 = 16 * warp + g, vswz = vtile_swizzle(g);
+  int vo[4];
+  {
+    const int xa = (q >> 1) ^ vswz, xb = (2 | (q >> 1)) ^ vswz, half = 8 * (q & 1);
+    vo[0] = (xa << 4) + half, vo[1] = ((xa ^ 4) << 4) + half;
+    vo[2] = (xb << 4) + half, vo[3] = ((xb ^ 4) << 4) + half;
+  }
+
+  for (int c = 0; c < nchunks; ++c) {
+    const int st = c % NS, buf = c & 1;
+    uint64_t t0 = prof.tick();
+    mla::mbar_wait(smem_s + kFullOff + 8 * st, (c / NS) & 1);
+    prof.tock(0, t0);
+    const uint32_t st_s = stage0 + st * stage_bytes;
+    const char* st_p = smem + kStages0 + st * stage_bytes;
+    const uint32_t krow = st_s + lrow;
+    // V tile `buf` (and P buffer `buf`) were last read by the PV warps at chunk c - 2.
+    t0 = prof.tick();
+    if (kVT && c >= 2) mla::named_sync(kBarFree + buf, (kSWarps + kPvWarps) * 32);
+    prof.tock(2, t0);
+    char* vt = smem + kStageOff + buf * kVTileBytes + vr0 * kVRowBytes;  // row vr0
+    float* vscale = reinterpret_cast<float*>(smem + kVScaleOff + buf * kVScaleBytes);
+    // Values of row vr0 (+ 8 rows: row8) at offset vo[k] + 64 (j & ~1) (see vo).
+    auto store_v = [&](int j, int k, int row8, uint32_t lo, uint32_t hi) {
+      *reinterpret_cast<uint2*>(vt + row8 * kVRowBytes + vo[k] + 64 * (j & ~1)) =
+          make_uint2(lo, hi);
+    };
+    float acc[NT][4], accr[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[nt][i] = accr[nt][i] = 0.0f;
+
+    const bool math = p.diag != 1 && p.diag != 4;  // diag 1: loads only; 4: no S math
+    if (!math) {
+    } else if constexpr (!kFp8) {
+      float a2[2][NT][4] = {};  // two accumulators: half the dependent-mma chain
+#pragma unroll
+      for (int ks = 0; ks < kR / 16; ++ks) {
+        uint32_t a[4];
+        ldmatrix_x4(a, krow + ks * 32);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+          mma16816<false>(a2[ks & 1][nt], a, qf[ks][nt][0], qf[ks][nt][1]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[nt][i] = a2[0][nt][i] + a2[1][nt][i];
+    } else {
+      // 32 bytes a row (two k-steps) per ldmatrix: matrices (keys 0-7 | 8-15) x (bytes 0-15 |
+      // 16-31); FlashMLA: each 128-value tile (4 of them) scaled by its key's tile scale.
+      constexpr int kTiles = LK == kFlash ? kR / kMlaFlashTile : 1;
+      constexpr int kPerTile = (kR / 32) / kTiles;
+      constexpr int kChains = LK == kFlash ? 1 : 2;  // FlashMLA: chains of 8 per tile anyway
+#pragma unroll
+      for (int t = 0; t < kTiles; ++t) {
+        float a2[kChains][NT][4] = {};
+#pragma unroll
+        for (int jj = 0; jj < kPerTile; ++jj) {
+          const int j = t * kPerTile + jj;
+          uint32_t r[4], a0[4], a1[4];
+          ldmatrix_x4(r, krow + j * 32);
+          key_pairs<kLatElem, kSHw>(r[0], a0[0], a0[2]);
+          key_pairs<kLatElem, kSHw>(r[1], a0[1], a0[3]);
+          key_pairs<kLatElem, kSHw>(r[2], a1[0], a1[2]);
+          key_pairs<kLatElem, kSHw>(r[3], a1[1], a1[3]);
+          if constexpr (kVT) {  // values 32 j + 4 q.. (a0) and 32 j + 16 + 4 q.. (a1)
+            store_v(j, j & 1, 0, a0[0], a0[2]);
+            store_v(j, j & 1, 8, a0[1], a0[3]);
+            store_v(j, 2 + (j & 1), 0, a1[0], a1[2]);
+            store_v(j, 2 + (j & 1), 8, a1[1], a1[3]);
+          }
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            mma16816<true>(a2[0][nt], a0, qf[2 * j][nt][0], qf[2 * j][nt][1]);
+            mma16816<true>(a2[kChains - 1][nt], a1, qf[2 * j + 1][nt][0], qf[2 * j + 1][nt][1]);
+          }
+        }
+        float s0 = 1.0f, s1 = 1.0f;  // the tile's rows (keys) g and g + 8
+        if constexpr (LK == kFlash) {
+          s0 = *reinterpret_cast<const float*>(st_p + srow0 + kR + 4 * t);
+          s1 = *reinterpret_cast<const float*>(st_p + srow1 + kR + 4 * t);
+          if (kVT && q == t) vscale[4 * vr0 + t] = s0, vscale[4 * (vr0 + 8) + t] = s1;
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            float v = a2[0][nt][i];
+            if constexpr (kChains == 2) v += a2[1][nt][i];
+            acc[nt][i] += (i < 2 ? s0 : s1) * v;
+          }
+      }
+    }
+    // The rope part: bf16 (4 k-steps) or fp8 (2 ldmatrix of 32 bytes), in its own accumulator.
+    if (!math) {
+    } else if (rope_elem == kMlaBf16) {
+#pragma unroll
+      for (int ks = 0; ks < kP / 16; ++ks) {
+        uint32_t a[4];
+        ldmatrix_x4(a, krow + rope_off + ks * 32);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+          mma16816<false>(accr[nt], a, qf[kR / 16 + ks][nt][0], qf[kR / 16 + ks][nt][1]);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kP / 32; ++j) {
+        uint32_t r[4], a0[4], a1[4];
+        ldmatrix_x4(r, krow + rope_off + j * 32);
+        if (rope_elem == kMlaE4M3) {
+          key_pairs<kMlaE4M3, false>(r[0], a0[0], a0[2]);
+          key_pairs<kMlaE4M3, false>(r[1], a0[1], a0[3]);
+          key_pairs<kMlaE4M3, false>(r[2], a1[0], a1[2]);
+          key_pairs<kMlaE4M3, false>(r[3], a1[1], a1[3]);
+        } else {
+          key_pairs<kMlaE5M2, false>(r[0], a0[0], a0[2]);
+          key_pairs<kMlaE5M2, false>(r[1], a0[1], a0[3]);
+          key_pairs<kMlaE5M2, false>(r[2], a1[0], a1[2]);
+          key_pairs<kMlaE5M2, false>(r[3], a1[1], a1[3]);
+        }
+        const int k0 = kR / 16 + 2 * j;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          mma16816<true>(accr[nt], a0, qf[k0][nt][0], qf[k0][nt][1]);
+          mma16816<true>(accr[nt], a1, qf[k0 + 1][nt][0], qf[k0 + 1][nt][1]);
+        }
+      }
+    }
+
+    if constexpr (kVT) {  // the S warps are done with the stage (the PV warps never read it)
+      __syncwarp();
+      if (lane == 0) mla::mbar_arrive(smem_s + kEmptyOff + 8 * st);
+    }
+    // Scores (log2 units), masked; accumulator element i is the tile's row g + 8 (i >> 1) (key
+    // gkey0 or gkey1), query row 2q + (i & 1).
+    const int key0 = w.begin + c * kChunk;
+    float sc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int e = i & 1;
+        const float v = acc[nt][i] * lat_f[nt][e] + accr[nt][i] * rope_f[nt][e];
+        const int key = key0 + (i >> 1 ? gkey1 : gkey0);
+        sc[nt][i] = key < lim[nt][e] && !tree_hides(tw[nt][e], key, w.first) ? v : -INFINITY;
+      }
+      // The warp's row maxima (over its 16 keys: the two halves, then the 8 lanes of a column).
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float mx = fmaxf(sc[nt][e], sc[nt][2 + e]);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        if (g == 0) red[(buf * kSWarps + warp) * kMaxRows + 8 * nt + 2 * q + e] = mx;
+      }
+    uint64_t t1 = prof.tick();
+    mla::named_sync(kBarMax, kSWarps * 32);
+    prof.tock(1, t1);
+    float ref[NT][2], corr[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float mx = m[nt][e];
+#pragma unroll
+        for (int v = 0; v < kSWarps; ++v)
+          mx = fmaxf(mx, red[(buf * kSWarps + v) * kMaxRows + 8 * nt + 2 * q + e]);
+        // A row with no visible key yet keeps -inf: 0 as its reference gives exp2 = 0, not NaN.
+        ref[nt][e] = mx == -INFINITY ? 0.0f : mx;
+        corr[nt][e] = fast_exp2(m[nt][e] - ref[nt][e]);
+        m[nt][e] = mx;
+      }
+    // P buffer `buf` was last read by the PV warps at chunk c - 2.
+    t1 = prof.tick();
+    if (!kVT && c >= 2) mla::named_sync(kBarFree + buf, (kSWarps + kPvWarps) * 32);
+    prof.tock(2, t1);
+    char* pb = smem + kPOff + buf * kMaxRows * kPStride;
+    constexpr float kBoost = kFp8 ? 8.0f : 0.0f;  // f16 P: times 2^8
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float rsum = 0.0f;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint16_t b = p_bits<kFp8>(fast_exp2(sc[nt][2 * h + e] - ref[nt][e] + kBoost));
+          rsum += p_value<kFp8>(b);  // the rounded weights P·V multiplies with
+          *reinterpret_cast<uint16_t*>(pb + (8 * nt + 2 * q + e) * kPStride +
+                                       (16 * warp + g + 8 * h) * 2) = b;
+        }
+        l[nt][e] = l[nt][e] * corr[nt][e] + rsum;
+        if (warp == 0 && g == 0) corr_s[buf * kMaxRows + 8 * nt + 2 * q + e] = corr[nt][e];
+      }
+    mla::named_arrive(kBarReady + buf, (kSWarps + kPvWarps) * 32);
+  }
+  // The PV warps' last two P-free arrivals, then the row sums and maxima.
+  for (int c = max(0, nchunks - 2); c < nchunks; ++c)
+    mla::named_sync(kBarFree + (c & 1), (kSWarps + kPvWarps) * 32);
+  float* lsum = reinterpret_cast<float*>(smem + kLsumOff);
+  float* mrow = reinterpret_cast<float*>(smem + kMOff);
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float s = l[nt][e];
+      s += __shfl_xor_sync(0xffffffffu, s, 4);
+      s += __shfl_xor_sync(0xffffffffu, s, 8);
+      s += __shfl_xor_sync(0xffffffffu, s, 16);
+      if (g == 0) {
+        lsum[warp * kMaxRows + 8 * nt + 2 * q + e] = s;
+        if (warp == 0) mrow[8 * nt + 2 * q + e] = m[nt][e];
+      }
+    }
+  mla::named_arrive(kBarFinal, (kSWarps + kPvWarps) * 32);
+  prof.flush(p, lane, kProfSFull, kProfSTotal);
+}
+
+}  // namespace strata::cuda::mla_decode
