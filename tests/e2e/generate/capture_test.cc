@@ -81,7 +81,8 @@ class CaptureCli : public ::testing::Test {
 };
 
 TEST_F(CaptureCli, KilledAndResumedCaptureEqualsAnUninterruptedRun) {
-  constexpr int kPrompts = 40, kKills = 10;
+  // 80 prompts: room for ten kills (with 40 a fast machine finished after five, 2026-12-02).
+  constexpr int kPrompts = 80, kKills = 10;
   const std::string input = path("define.jsonl");
   const std::vector<std::string> ids = write_shared_prompts(input, "define", kPrompts);
   auto cmd = [&](const std::string& output) {
