@@ -78,6 +78,9 @@ for stage in ${STAGES:-parity throughput}; do
       ./build-dev/strata_bench_make_checkpoint --config "$C/shared/configs/llama-3.1-8b/config.json" \
         --out "$W/llama8b-random" --tokenizer "$C/shared/models/house-llama" >"$OUT/make_checkpoint.log" 2>&1 ||
         { tail -5 "$OUT/make_checkpoint.log"; exit 1; }
+      # The checkpoint (~16 GB) must be on disk before the baseline runs: its dirty pages flushing
+      # during the run without capture skewed the ratio (12 GB dirty at its start, 2026-12-02).
+      sync
       head -1000 "$C/shared/data/prompts-explain.jsonl" >"$W/prompts.jsonl"
       disk_ceiling "$W"
       disk_ceiling /dev/shm
