@@ -277,13 +277,6 @@ GemvKnobs sweep(GemvCase& gc, int64_t m, const Ceilings& c, cudaStream_t s,
   return best;
 }
 
-int num_sms() {
-  int dev = 0, n = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-  return n;
-}
-
 // The register GEMV's knobs: defaults, then warps x ring x trigger x depth (full), the preload
 // off and the rounded weights.
 std::vector<GemvKnobs> reg_candidates(bool full) {
@@ -318,7 +311,7 @@ std::vector<GemvKnobs> reg_candidates(bool full) {
         GemvKnobs k = d;
         k.warps = warps;
         k.unroll = unroll;
-        k.grid = per_sm * num_sms();
+        k.grid = per_sm * cuda::num_sms();
         out.push_back(k);
       }
   GemvKnobs k = d;
@@ -510,10 +503,10 @@ void bench_gemv(const Ceilings& c, cudaStream_t s, cublasHandle_t h, std::vector
     variants.push_back(uniform("reg 4 warps", k));
     k = reg;
     k.unroll = 8;
-    k.grid = 2 * num_sms();
+    k.grid = 2 * cuda::num_sms();
     variants.push_back(uniform("reg ring 8, 2 blocks per SM", k));
     k.warps = 4;
-    k.grid = 4 * num_sms();
+    k.grid = 4 * cuda::num_sms();
     variants.push_back(uniform("reg ring 8, 4 warps, 4 blocks per SM", k));
     k = reg;
     k.preload = 0;

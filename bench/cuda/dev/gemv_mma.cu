@@ -193,16 +193,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gemv_mma8_kernel(GemvParams p)
   gemv_mma_body<8, KS, GLU, U>(p);
 }
 
-int num_sms() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  return sms;
-}
-
 template <int NT, bool GLU, int U8>
 void launch_ks(int ks, int64_t tiles, const GemvParams& p, const Launch& launch) {
   const dim3 block(kWarps * 32);
