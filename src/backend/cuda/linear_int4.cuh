@@ -146,6 +146,7 @@ void launch_int4_gemv_stream(const Int4LinearParams& p, cudaStream_t stream);
 void init_int4_gemv_stream_kernels();
 // The register GEMV (linear_int4_reg.cu): launch_int4_gemv's default for m <= 8 where
 // int4_gemv_reg_fits.
-void launch_int4_gemv_reg(const Int4LinearParams& p, cudaStream_t stream);
+void launch_int4_gemv_reg(const Int4LinearParams& p, cudaStream_t stream,
+                          const Int4RegExperts* experts = nullptr);
 void init_int4_gemv_reg_kernels();
 }  // namespace strata::cuda

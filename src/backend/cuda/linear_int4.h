@@ -164,7 +164,23 @@ void launch_int4_gemv(const Int4LinearParams& p, cudaStream_t stream);
 // Whether launch_int4_gemv can run p (its knobs included) on the stream GEMV / the register
 // GEMV: m <= 8, group <= 256, and their shared memory (x is m·k·2 bytes of it) within 227 KB.
 bool int4_gemv_stream_fits(const Int4LinearParams& p);
-bool int4_gemv_reg_fits(const Int4LinearParams& p);
+// Experts mode of the register GEMV (the MoE decode path for a few assignments,
+// moe_experts.cu): `packed` / `scale` hold a stack of experts' [n, k] matrices (each n rows, the
+// linear_int4 layout of the whole [E · n, k] stack), x has one row per token, out one row per
+// assignment i = t · top_k + j. Assignment i multiplies x row i / x_div by expert ids[i]'s
+// matrix into out row i (m = 1 per assignment; SwiGLU with glu_inter); an id outside
+// [0, num_experts) leaves its row unwritten. Every touched expert's bytes are read once per
+// assignment: meant for T · k small against the experts (a repeated expert is read again).
+struct Int4RegExperts {
+  const int32_t* ids;  // [assignments] (topk_ids)
+  int64_t assignments;
+  int x_div;        // gate_up: top_k (x row = token); down: 1 (x row = assignment)
+  int num_experts;
+  int ids_early;    // ids are complete before this kernel starts (read before its pdl_wait, so
+                    // the weights may preload then): the predecessor triggered after its wait
+  int pad_;
+};
+bool int4_gemv_reg_fits(const Int4LinearParams& p, const Int4RegExperts* experts = nullptr);
 // The kernel launch_int4_gemv runs for p: gemv_kernel where set, else kInt4GemvReg where it
 // fits, else kInt4GemvMma.
 int int4_gemv_auto_kernel(const Int4LinearParams& p);

@@ -97,6 +97,10 @@ struct Int4RegPlan {
   int groups;                                    // scale groups per row (k padded to 64)
   int trigger;                                   // kInt4Trigger*
   uint32_t off_xsum, off_part, off_span, bytes;  // x at offset 0
+  Int4RegExperts experts;  // ids null: a dense linear; else one expert's matrix per assignment
+  int64_t expert_tiles;    // experts: tiles of one expert's matrix (row tiles x kt)
+  int blocks_per_assignment;
+  int pad_;
 };
 
 // TPG: k tiles per scale group (group / 64: 1, 2 or 4), 0 for group 32 (two per tile).
@@ -115,12 +119,33 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   const bool glu = p.glu_inter > 0;
   const int gshift = __ffs(p.group) - 1;
 
+  // Experts mode: blocks_per_assignment blocks per assignment (token t, choice j), each a part of
+  // the row tiles of the chosen expert's matrix; x is token t's row (x_div: gate_up k, down 1),
+  // the output row is the assignment's. Blocks never span two assignments.
+  const bool experts = pl.experts.ids != nullptr;
+  int bx = int(blockIdx.x), gx = int(gridDim.x), assign = 0;
+  if (experts) {
+    assign = bx / pl.blocks_per_assignment;
+    bx -= assign * pl.blocks_per_assignment;
+    gx = pl.blocks_per_assignment;
+    p.x += int64_t(assign / pl.experts.x_div) * p.k;
+    p.out += int64_t(assign) * (glu ? p.glu_inter : p.n);
+  }
   // The block's row tiles: slots 0..ns-1 (SwiGLU: nu gate tiles, then their nu up tiles).
-  const int u0 = int(int64_t(blockIdx.x) * pl.units / gridDim.x);
-  const int nu = int(int64_t(blockIdx.x + 1) * pl.units / gridDim.x) - u0;
+  const int u0 = int(int64_t(bx) * pl.units / gx);
+  const int nu = int(int64_t(bx + 1) * pl.units / gx) - u0;
   const int ns = glu ? 2 * nu : nu, L = ns * KT, J = glu ? nu * KT : L;
-  // Global tile of stream position i: i + base0 before J, i + base1 from J (the up run).
+  // Global tile of stream position i: i + base0 before J, i + base1 from J (the up run), both
+  // offset by the expert's first tile (ebase) in experts mode.
   const int base0 = u0 * KT, base1 = (pl.inter_tiles + u0 - nu) * KT;
+  int64_t ebase = 0;
+  bool valid = true;  // block-uniform: an id outside [0, num_experts) has no expert, no output
+  auto find_expert = [&] {
+    const int e = __ldcg(pl.experts.ids + assign);  // through L2: may precede pdl_wait
+    valid = e >= 0 && e < pl.experts.num_experts;
+    ebase = valid ? int64_t(e) * pl.expert_tiles : 0;
+  };
+  if (experts && pl.experts.ids_early) find_expert();
   // Warp w's part of the stream, [part_start(w), part_start(w + 1)), starts on a scale group's
   // first tile: a group's x sum then matches what a warp accumulates, and position i's place
   // in its group is i % kUnit (KT is a multiple of kUnit).
@@ -138,7 +163,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   auto load = [&](auto t_c, int i) {
     constexpr int t = decltype(t_c)::value;
     if (i < b) {
-      const int64_t gt = i + (i < J ? base0 : base1);
+      const int64_t gt = ebase + i + (i < J ? base0 : base1);
       ring[t] = __ldcs(wsrc + gt * 32);
       if constexpr (TPG == 0) {
         sc[2 * t] = __ldg(ssrc + gt * 16);
@@ -153,6 +178,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   if (pl.trigger == kInt4TriggerEarly) pdl_trigger();
   pdl_wait();
   if (pl.trigger == kInt4TriggerAfterWait) pdl_trigger();
+  if (experts && !pl.experts.ids_early) find_expert();
+  if (!valid) return;  // the whole block (its trigger, if any, was issued above)
   if (!p.preload) load_first();
   if (pl.trigger == kInt4TriggerLate && a + U >= b) pdl_trigger();
 
@@ -318,7 +345,7 @@ struct RegLaunch {
 // The configuration launch_int4_gemv_reg runs for p (knobs or defaults); false where the kernel
 // cannot take p: m > 8, group > 256, a knob out of range, or x (m·k·2 bytes) and the partial
 // sums over 227 KB of shared memory.
-bool choose_reg(const Int4LinearParams& p, RegLaunch* out) {
+bool choose_reg(const Int4LinearParams& p, const Int4RegExperts* ex, RegLaunch* out) {
   if (p.m < 1 || p.m > kMaxTokens || p.group > kMaxGroup || !int4_group_supported(p.group) ||
       p.k % p.group != 0 || p.k <= 0)
     return false;
@@ -330,10 +357,30 @@ bool choose_reg(const Int4LinearParams& p, RegLaunch* out) {
   if (p.group == 32) r.unroll = 8;  // the only ring size of group 32 (for_each_kernel)
   if (p.gemv_trigger < 0 || p.gemv_trigger > kInt4TriggerLate || p.gemv_depth < 0) return false;
   const int64_t units = p.glu_inter > 0 ? p.glu_inter / kInt4TileRows : int4_row_tiles(p.n);
-  r.grid = int(
-      std::max<int64_t>(1, std::min<int64_t>(units, p.gemv_grid > 0 ? p.gemv_grid : num_sms())));
+  // Blocks over which one matrix's row tiles are split: the grid (dense), or each assignment's
+  // share of two blocks per SM (experts; the registers allow two resident).
+  int split = 0;
+  if (ex == nullptr) {
+    r.grid = int(
+        std::max<int64_t>(1, std::min<int64_t>(units, p.gemv_grid > 0 ? p.gemv_grid : num_sms())));
+    split = r.grid;
+  } else {
+    if (ex->ids == nullptr || ex->assignments < 1 || ex->x_div < 1 || ex->num_experts < 1 ||
+        p.m != 1 || p.bias != nullptr || (p.glu_inter > 0 && p.n != 2 * p.glu_inter) ||
+        (p.preload && !ex->ids_early))
+      return false;
+    const int64_t target = p.gemv_grid > 0 ? p.gemv_grid : 2 * int64_t(num_sms());
+    split = int(std::clamp<int64_t>(target / ex->assignments, 1, units));
+    if (int64_t(split) * ex->assignments > int64_t(1) << 30) return false;
+    r.grid = split * int(ex->assignments);
+  }
   Int4RegPlan& pl = r.pl;
   pl = Int4RegPlan{};
+  if (ex != nullptr) {
+    pl.experts = *ex;
+    pl.expert_tiles = int4_row_tiles(p.n) * int4_k_tiles(p.k);
+    pl.blocks_per_assignment = split;
+  }
   const bool glu = p.glu_inter > 0;
   pl.kt = int(int4_k_tiles(p.k));
   pl.units = int(units);
@@ -342,7 +389,7 @@ bool choose_reg(const Int4LinearParams& p, RegLaunch* out) {
   pl.trigger = p.gemv_trigger != 0 ? p.gemv_trigger : kInt4TriggerEarly;
   const int64_t tpg = p.group == 32 ? 1 : p.group / kInt4TileK;
   // The longest warp part (part_start in the kernel) and the row tiles it can touch.
-  const int64_t tiles = (glu ? 2 : 1) * ceil_div(pl.units, r.grid) * pl.kt;
+  const int64_t tiles = (glu ? 2 : 1) * ceil_div(pl.units, split) * pl.kt;
   const int64_t len = ceil_div(tiles / tpg, r.warps) * tpg;
   pl.slots = int(len == 0 ? 1 : (pl.kt + len - 2) / pl.kt + 1);
   uint64_t off = uint64_t(p.m) * pl.kt * 128;  // x
@@ -409,14 +456,15 @@ void init_int4_gemv_reg_kernels() {
         });
 }
 
-bool int4_gemv_reg_fits(const Int4LinearParams& p) {
+bool int4_gemv_reg_fits(const Int4LinearParams& p, const Int4RegExperts* experts) {
   RegLaunch r;
-  return choose_reg(p, &r);
+  return choose_reg(p, experts, &r);
 }
 
-void launch_int4_gemv_reg(const Int4LinearParams& p, cudaStream_t stream) {
+void launch_int4_gemv_reg(const Int4LinearParams& p, cudaStream_t stream,
+                          const Int4RegExperts* experts) {
   RegLaunch r;
-  CHECK_MSG(choose_reg(p, &r),
+  CHECK_MSG(choose_reg(p, experts, &r),
             "int4 register gemv: m {} k {} group {} warps {} unroll {} trigger {} does not fit",
             p.m, p.k, p.group, p.gemv_warps, p.gemv_unroll, p.gemv_trigger);
   static PerDeviceOnce limits;  // the kernels' shared-memory limits

@@ -110,7 +110,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_kernel(MlaAttentionPara
       wgmma_wait<0>();
       reg_fence<32>(sc);
       float corr[2];
-      softmax(sc, lim, tw, w.first, w.begin + c * kChunk + c2, qk_scale, m, l, pa, corr);
+      const bool open = chunk_open(w.begin + c * kChunk, lim, tw, w.first);
+    softmax(sc, lim, tw, w.first, w.begin + c * kChunk + c2, open, qk_scale, m, l, pa, corr);
 #pragma unroll
       for (int kk = 0; kk < kChunk / 16; ++kk)
 #pragma unroll

@@ -180,7 +180,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_pipe_kernel(MlaAttentio
       for (int i = 0; i < 32; ++i) sc[i] = 0.0f;
     }
     float corr[2];
-    softmax(sc, lim, tw, w.first, w.begin + c * kChunk + c2, qk_scale, m, l, pa, corr);
+    const bool open = chunk_open(w.begin + c * kChunk, lim, tw, w.first);
+    softmax(sc, lim, tw, w.first, w.begin + c * kChunk + c2, open, qk_scale, m, l, pa, corr);
     if (c > 0) mla::named_sync(kBarPFree, kThreads);  // warpgroup 1 has read chunk c - 1's
 #pragma unroll
     for (int kk = 0; kk < kChunk / 16; ++kk)

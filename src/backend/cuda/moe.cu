@@ -418,6 +418,7 @@ void CudaBackend::moe_experts_add(const Tensor& x, const MoeExpertWeights& exper
     p.fixed_tiles = 1;
   }
   p.pdl_early = tunables_.pdl_early;
+  p.int4_reg_max_assignments = tunables_.moe_int4_reg_max_assignments;
   record(kOpMoeExperts, p, run_moe_experts);
 }
 

@@ -254,7 +254,8 @@ struct MoeExpertsParams {
   int pdl_early;
   int fixed_tiles;  // GEMM: 64-row plan tiles and the one-block pipeline whatever T (batch-
                     // invariant mode: the shapes never change with the batch)
-  int pad_;
+  int int4_reg_max_assignments;  // decode, INT4: up to this many T · k the register GEMV's
+                                 // experts mode (linear_int4.h) instead of the grouped GEMV; 0 off
 };
 size_t moe_experts_scratch_bytes(int64_t tokens, int top_k, int num_experts, int64_t hidden,
                                  int64_t inter);

@@ -40,6 +40,8 @@ void CudaTunables::check() const {
             int4_gemv_blocks_per_sm);
   CHECK_MSG(int4_gemv_ring == 0 || int4_gemv_ring == 8 || int4_gemv_ring == 16, "int4_gemv_ring {}",
             int4_gemv_ring);
+  CHECK_MSG(moe_int4_reg_max_assignments >= 0, "moe_int4_reg_max_assignments {}",
+            moe_int4_reg_max_assignments);
   CHECK_MSG(decode_blocks_per_sm >= 1, "decode_blocks_per_sm {}", decode_blocks_per_sm);
   CHECK_MSG(prefill_split_mode >= 0 && prefill_split_mode <= 2, "prefill_split_mode {}",
             prefill_split_mode);

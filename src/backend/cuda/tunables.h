@@ -81,6 +81,12 @@ struct CudaTunables {
   // 2026-12-02 session 5; the per-shape sweep: gate_up 65%, down 44%, qkv 37%, o_proj 31%).
   int int4_gemv_blocks_per_sm = 2;
   int int4_gemv_ring = 8;
+  // MoE decode with INT4 experts: up to this many assignments (tokens x top-k) the experts run
+  // as the register GEMV's experts mode, one expert matrix per assignment (linear_int4.h), above
+  // it the grouped MoE GEMV. No env. 0 turns it off (A/B). Default 16: one Kimi-K2.5 rank's
+  // grouped GEMVs took 33 us a layer at T = 1 for 24.7 MB of weights (decode_profile.sh,
+  // 2026-12-02); a repeated expert is read once per assignment, so the mode is for T·k << E.
+  int moe_int4_reg_max_assignments = 16;
   // FP8-block linears above the GEMV's rows: false (default) dequantize the weight to bf16 and
   // run the bf16 GEMM (W8A16: the weights exactly as DeepSeek's reference inference dequantizes
   // them, activations untouched); true quantize the activations to e4m3 per 128 values and run
