@@ -29,6 +29,8 @@
 # device returns at most 8 files); its summary, a few lines per run, is also
 # $OUT/eagle3_summary.txt. The CUDA graph line of each run shows whether tree steps replay
 # (captured vs replayed). Under 3 minutes after the build for the default TREES.
+# EAGLE3_PARTS=det keeps only the deterministic comparisons (concurrency 1, 16, 64 with
+# retraction), skipping the tok/s and eager runs.
 set -u
 source bench/cuda/device_env.sh  # OUT, C, PKG, dev_configure, dev_build
 
@@ -110,7 +112,10 @@ PY
     same det_c64_retract_off det_c64_retract_$sname
     grep -h "Retraction:" "$OUT/gen_det_c64_retract_$sname.log" | sed 's/^/    /'
   done
+  # EAGLE3_PARTS=det: only the deterministic comparisons above (bench/cuda/treeexact_check.sh).
+  [ "${EAGLE3_PARTS:-all}" = det ] && settings=""
   for conc in 1 64; do
+    [ -z "$settings" ] && break
     input=heldout128
     [ $conc = 1 ] && input=heldout16
     gen tput_c${conc}_off $input $conc off

@@ -108,9 +108,23 @@ void CudaBackend::paged_attention(const Tensor& q, const KvStorage& kv, int laye
   CHECK_MSG(prefill_attention_supported(hd), "CUDA paged attention: head_dim {} not supported", hd);
   std::vector<int32_t> tiles;
   const int tile_tokens = prefill_tile_tokens(hd, group);
+  // Deterministic mode: a draft tree's rows one to a tile, each with its keys in path order (path
+  // tiles, attention.h kTreePathTile), so a row's sums run as plain decoding of its path runs
+  // them. (A shared tile would hold the row's ancestors at their tree slots, with masked
+  // siblings between them: other 64-key tiles, another order, other bits.)
+  const bool path_tiles =
+      tunables_.deterministic && tunables_.deterministic_tree_paths && meta.tree_mask != nullptr;
   for (int s = 0; s < meta.num_seqs; ++s) {
     if (plan.takes(s)) continue;  // split-KV above
-    const int n_new = meta.q_indptr[s + 1] - meta.q_indptr[s];
+    const int q0 = meta.q_indptr[s], n_new = meta.q_indptr[s + 1] - q0;
+    if (path_tiles && std::any_of(meta.tree_mask + q0, meta.tree_mask + q0 + n_new,
+                                  [](uint64_t w) { return w != 0; })) {
+      for (int r = 0; r < n_new; ++r) {
+        tiles.push_back(s);
+        tiles.push_back(r | kTreePathTile);
+      }
+      continue;
+    }
     for (int r = 0; r < n_new; r += tile_tokens) {
       tiles.push_back(s);
       tiles.push_back(r);

@@ -42,7 +42,8 @@ struct AttentionParams {
   int split_len;      // tokens per split (multiple of the block's tokens per iteration)
   float* partial_o;   // [num_seqs, heads, num_splits, head_dim]
   float* partial_ml;  // [num_seqs, heads, num_splits, 2]
-  // prefill: the (sequence, first q row) of each query tile
+  // prefill: the (sequence, first q row) of each query tile; a first row with kTreePathTile set
+  // is a path tile (below)
   const int32_t* tiles;  // device [num_tiles, 2]
   int num_tiles;
   int pdl_early;  // decode kernels: trigger the next kernel before waiting on the previous
@@ -61,6 +62,13 @@ void init_decode_attention_kernels();
 // (attention_prefill_wgmma.cu), a block = kGroupedPrefillRows (token, query head of the group)
 // rows of one KV head; other head sizes (16, 32): the simple kernel, 64-row tiles of one head.
 constexpr int kPrefillTileRows = 64;
+// Deterministic mode's draft-tree rows (attention.cc): a tile whose first row carries this bit
+// holds that one new token, and its block gathers the token's keys in logical order: the
+// sequence's cached keys, then its tree ancestors and itself (the set bits of its tree word, in
+// slot order) at positions first, first + 1, ..., first + depth. The keys then fall into the
+// same 64-key tiles, in the same order, as plain decoding of the token's path gives them, so
+// the row's result is bitwise that of plain decoding (tree_mask.cuh path_key).
+constexpr int32_t kTreePathTile = int32_t(1) << 30;
 constexpr int kGroupedPrefillRows = 128;
 bool prefill_attention_supported(int head_dim);
 bool grouped_prefill_supported(int head_dim, int group);

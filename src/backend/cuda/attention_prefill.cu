@@ -63,12 +63,17 @@ __global__ void __launch_bounds__(128) prefill_kernel(AttentionParams p) {
 
   const int tile = p.num_tiles - 1 - int(blockIdx.x);
   const int h = blockIdx.y;
-  const int s = p.tiles[2 * tile], q_start = p.tiles[2 * tile + 1];
+  const int s = p.tiles[2 * tile], tile_q = p.tiles[2 * tile + 1];
+  const bool path_tile = (tile_q & kTreePathTile) != 0;  // one tree row, keys in path order
+  const int q_start = tile_q & ~kTreePathTile;
   const int group = p.heads / p.kv_heads, kvh = h / group;
   const int q0 = p.meta.q_indptr[s], n_new = p.meta.q_indptr[s + 1] - q0;
   const int len = p.meta.kv_lens[s], first_pos = len - n_new;
-  const int rows = min(kBM, n_new - q_start);
-  const int kv_end = min(len, first_pos + q_start + rows);
+  // A path tile's key j is KV row path_key(path_word, j, first_pos); every other tile's is row j.
+  const uint64_t path_word = tree_word(p.meta.tree_mask, q0 + q_start, path_tile);
+  const int rows = path_tile ? 1 : min(kBM, n_new - q_start);
+  const int pos_base = path_position(path_word, first_pos, q_start);  // the tile's first row's
+  const int kv_end = min(len, pos_base + rows);
   const int page_size = p.meta.page_size;
   const int32_t* pages = p.meta.page_indices + p.meta.page_indptr[s];
   const int64_t kdim = int64_t(p.kv_heads) * D;
@@ -97,11 +102,13 @@ __global__ void __launch_bounds__(128) prefill_kernel(AttentionParams p) {
 #pragma unroll
   for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0, l1 = 0;
-  const int pos0 = first_pos + q_start + wr + gr, pos1 = pos0 + 8;
-  // Draft trees: the rows' ancestor words (0: causal).
-  const uint64_t tw0 = tree_word(p.meta.tree_mask, q0 + q_start + wr + gr, wr + gr < rows);
-  const uint64_t tw1 = tree_word(p.meta.tree_mask, q0 + q_start + wr + gr + 8, wr + gr + 8 < rows);
-  const int warp_last_pos = first_pos + q_start + wr + 15;
+  const int pos0 = pos_base + wr + gr, pos1 = pos0 + 8;
+  // Draft trees: the rows' ancestor words (0: causal; a path tile has nothing to hide).
+  const uint64_t tw0 =
+      tree_word(p.meta.tree_mask, q0 + q_start + wr + gr, wr + gr < rows && !path_tile);
+  const uint64_t tw1 =
+      tree_word(p.meta.tree_mask, q0 + q_start + wr + gr + 8, wr + gr + 8 < rows && !path_tile);
+  const int warp_last_pos = pos_base + wr + 15;
   const float qk_scale = p.scale_log2 * p.k_scale;
 
   for (int kv0 = 0; kv0 < kv_end; kv0 += kBN) {
@@ -111,7 +118,8 @@ __global__ void __launch_bounds__(128) prefill_kernel(AttentionParams p) {
       const int j = kv0 + r;
       uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
       if (j < kv_end) {
-        const int64_t slot = int64_t(pages[j / page_size]) * page_size + j % page_size;
+        const int row = path_key(path_word, j, first_pos);
+        const int64_t slot = int64_t(pages[row / page_size]) * page_size + row % page_size;
         const int64_t off = slot * kdim + int64_t(kvh) * D + c;
         kv = load8_bf16<E>(p.k_cache, off);
         vv = load8_bf16<E>(p.v_cache, off);

@@ -167,20 +167,26 @@ __global__ void __launch_bounds__(kThreads, BN == 64 && NS == 2 ? 2 : 1)
   const int kvh = int(blockIdx.x) % p.kv_heads;
   const int tile = p.num_tiles - 1 - int(blockIdx.x) / p.kv_heads;  // longest first
   const int group = p.heads / p.kv_heads;
-  const int s = p.tiles[2 * tile], q_start = p.tiles[2 * tile + 1];
+  const int s = p.tiles[2 * tile], tile_q = p.tiles[2 * tile + 1];
+  const bool path_tile = (tile_q & kTreePathTile) != 0;  // one tree row, keys in path order
+  const int q_start = tile_q & ~kTreePathTile;
   const int q0 = p.meta.q_indptr[s], n_new = p.meta.q_indptr[s + 1] - q0;
-  const int len = p.meta.kv_lens[s];
-  const int ntok = min(kRows / group, n_new - q_start);
+  const int len = p.meta.kv_lens[s], first = len - n_new;
+  // A path tile's key j is KV row path_key(path_word, j, first); every other tile's is row j.
+  const uint64_t path_word = tree_word(p.meta.tree_mask, q0 + q_start, path_tile);
+  const int ntok = path_tile ? 1 : min(kRows / group, n_new - q_start);
   const int valid_rows = ntok * group;
-  const int pos_base = len - n_new + q_start;
+  const int pos_base = path_position(path_word, first, q_start);
   const int kv_end = min(len, pos_base + ntok);
   const int n_tiles = (kv_end + BN - 1) / BN;
   const int page_size = p.meta.page_size;
   const int32_t* pages = p.meta.page_indices + p.meta.page_indptr[s];
   int32_t* slots = reinterpret_cast<int32_t*>(smem + L::kSlotOff);
 
-  for (int j = tid; j < L::kSlotStages * BN; j += kThreads)  // tiles 0 .. kAhead
-    slots[j] = j < kv_end ? pages[j / page_size] * page_size + j % page_size : -1;
+  for (int j = tid; j < L::kSlotStages * BN; j += kThreads) {  // tiles 0 .. kAhead
+    const int row = j < kv_end ? path_key(path_word, j, first) : 0;
+    slots[j] = j < kv_end ? pages[row / page_size] * page_size + row % page_size : -1;
+  }
   const uint32_t q_s = smem_addr(smem);
   for (int i = tid; i < kRows * (D / 8); i += kThreads) {
     const int r = i / (D / 8), c = i % (D / 8);
@@ -205,12 +211,13 @@ __global__ void __launch_bounds__(kThreads, BN == 64 && NS == 2 ? 2 : 1)
   for (int h = 0; h < 2; ++h) pos[h] = pos_base + (wr + warp * 16 + h * 8 + g) / group;
   const int wg_min_pos = pos_base + wr / group;
   // Draft trees: the rows' ancestor words (0: causal); a tree hides keys below wg_min_pos too.
-  const bool has_tree = p.meta.tree_mask != nullptr;
+  // A path tile holds its row's keys only: nothing to hide.
+  const bool has_tree = p.meta.tree_mask != nullptr && !path_tile;
   uint64_t tw[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = wr + warp * 16 + h * 8 + g;
-    tw[h] = tree_word(p.meta.tree_mask, q0 + q_start + row / group, row < valid_rows);
+    tw[h] = tree_word(p.meta.tree_mask, q0 + q_start + row / group, row < valid_rows && has_tree);
   }
   const float qk = p.scale_log2 * p.k_scale;
 
@@ -230,8 +237,9 @@ __global__ void __launch_bounds__(kThreads, BN == 64 && NS == 2 ? 2 : 1)
     cp_async_commit();
     // Page lookup of tile t + kAhead + 1, stored at the end of this iteration (latency hidden).
     const int jn = (t + L::kAhead + 1) * BN + tid;
+    const int jn_row = jn < kv_end ? path_key(path_word, jn, first) : 0;
     int next_page = 0;
-    if (tid < BN && jn < kv_end) next_page = pages[jn / page_size];
+    if (tid < BN && jn < kv_end) next_page = pages[jn_row / page_size];
     if constexpr (L::kFp8) {
       w_widen_tile<D, E, BN, NS>(smem, t, tid);
       fence_proxy_async();
@@ -275,8 +283,7 @@ __global__ void __launch_bounds__(kThreads, BN == 64 && NS == 2 ? 2 : 1)
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) {
           const int key = kv0 + (i / 4) * 8 + c2 + (i & 1);
-          if (key > pos[(i >> 1) & 1] || key >= kv_end ||
-              tree_hides(tw[(i >> 1) & 1], key, len - n_new))
+          if (key > pos[(i >> 1) & 1] || key >= kv_end || tree_hides(tw[(i >> 1) & 1], key, first))
             sc[i] = -INFINITY;
         }
       }
@@ -336,7 +343,7 @@ __global__ void __launch_bounds__(kThreads, BN == 64 && NS == 2 ? 2 : 1)
     // t + kAhead + 1 (next iteration, after its barrier).
     if (tid < BN)
       slots[(t % L::kSlotStages) * BN + tid] =
-          jn < kv_end ? next_page * page_size + jn % page_size : -1;
+          jn < kv_end ? next_page * page_size + jn_row % page_size : -1;
   }
   if (L::kOv) {  // the last tile's P·V (its V is still in place: nothing was prefetched)
     rescale_o<D>(o, corr_prev);

@@ -119,6 +119,11 @@ struct CudaTunables {
   // experts the GEMM regime with 64-row tiles. No env (a typed backend option). Default off: it
   // costs throughput (bench/cuda/determinism_check.sh measures how much).
   bool deterministic = false;
+  // Deterministic mode's draft trees: each tree row gets its own attention block that reads its
+  // keys in path order (attention.h kTreePathTile), so a verified node's row is bitwise the row
+  // plain decoding of its path gives. No env. Default on; off only as the parity tests'
+  // negative control (tree_exact_parity_test.cc: rows then differ).
+  bool deterministic_tree_paths = true;
 
   // ---- diagnostics ----
   // Eager steps: log host launch time and device wait every 256 steps. Env STRATA_STEP_TIMING=1.

@@ -1,0 +1,43 @@
+#!/bin/bash
+# Draft trees exact in deterministic mode (issue 26), one H200, from the repository root:
+#   bash bench/cuda/treeexact_check.sh            (carry .devcarry/cuda: house-llama)
+# (1) strata_parity_test:
+#   TreeExactParity.*        deterministic paged attention: every tree row bitwise equal to the
+#                            plain row of its path (path tiles), and the control without them
+#                            (some rows must differ)
+#   TreeExactModel.*         the same on house-llama's verify forward: each node's logits ==
+#                            the plain forward of its path; the control
+#   TreeParity.*, MlaAttention.DraftTrees, *TreeModelParity*   the tree suites (tree_check.sh)
+#   CudaParity.*Attention*   the causal suites of the kernels path tiles touched
+# (2) the engine: STAGE=eagle3 EAGLE3_PARTS=det bench/cuda/spec_check.sh, greedy outputs with
+# and without EAGLE3 (chain 3,1,4 and tree 3,4,8) in deterministic mode at concurrency 1, 16 and
+# 64 with retraction: identical expected. Logs: $OUT/treeexact_logs.tgz, $OUT/eagle3_logs.tgz,
+# $OUT/eagle3_summary.txt. About 4 minutes with the build.
+set -u
+source bench/cuda/device_env.sh  # OUT, C, PKG, dev_configure, dev_build
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+t0=$(date +%s)
+dev_configure
+dev_build strata_parity_test strata
+echo "build: $(( $(date +%s) - t0 )) s"
+L=$OUT/treeexact
+mkdir -p "$L"
+run() {  # run NAME FILTER
+  local t1=$(date +%s)
+  timeout 300 ./build-dev/strata_parity_test --gtest_filter="$2" >"$L/$1.txt" 2>&1
+  local rc=$?
+  echo "$1: exit $rc, $(( $(date +%s) - t1 )) s; $(grep -E '^\[  (PASSED|FAILED)  \]' "$L/$1.txt" | tr '\n' ' ')"
+  grep -E "^\[  FAILED  \]|Failure|CHECK|error" "$L/$1.txt" | head -12
+}
+run exact_ops 'TreeExactParity.*'
+grep -E "^control:" "$L/exact_ops.txt"
+grep -E "^exact .*: [1-9][0-9]* rows differ" "$L/exact_ops.txt" | head -8
+run exact_model 'TreeExactModel.*'
+grep -E "rows differ" "$L/exact_model.txt" | head -16
+run tree_ops 'TreeParity.*:MlaAttention.DraftTrees'
+run tree_models '*TreeModelParity*'
+run causal_regression 'CudaParity.*Attention*'
+tar czf "$OUT/treeexact_logs.tgz" -C "$OUT" treeexact && rm -rf "$L"
+echo "tests: $(( $(date +%s) - t0 )) s"
+STAGE=eagle3 EAGLE3_PARTS=det bash bench/cuda/spec_check.sh 2>&1 | grep -vE "^ +(ms per step|CUDA graphs)"
+echo "total: $(( $(date +%s) - t0 )) s"
