@@ -13,6 +13,8 @@
 //   [--mem-fraction 0.9] [--reps 20] [--ncu-step 0|1] [--op-profile 0|1] [--compare-unfused 0|1]
 // --compare-unfused 1: each batch's graph step also with CudaTunables::fusion off (the launch
 // sequence of the MLA + MoE step before the 2026-12-02 fusions), in the same process.
+// --variants a,b,...: each batch's graph step also under each named tunable change (A/B in one
+// process; kVariants below: unfused, cublas_heads, moe_grouped, moe_ids_only, pdl_early).
 // --ncu-step 1: after each batch's timings, one more eager step between cudaProfilerStart and
 // cudaProfilerStop, for `ncu --profile-from-start off` (bench/cuda/decode_profile.sh).
 // --op-profile 1: the backend's own per-op device times of 4 eager steps (events around every
@@ -55,7 +57,35 @@ struct Args {
   bool ncu_step = false;
   bool op_profile = false;
   bool compare_unfused = false;
+  std::vector<std::string> variants;
 };
+
+// Named changes to the CUDA backend's tunables that --variants times against the defaults.
+struct Variant {
+  const char* name;
+  const char* what;
+  void (*apply)(cuda::CudaTunables&);
+};
+constexpr Variant kVariants[] = {
+    {"unfused", "CudaTunables::fusion off", [](cuda::CudaTunables& t) { t.fusion = false; }},
+    {"cublas_heads", "per-head linears on cuBLAS's batched GEMM (per_head_gemv_max_tokens 0)",
+     [](cuda::CudaTunables& t) { t.per_head_gemv_max_tokens = 0; }},
+    {"moe_grouped",
+     "INT4 experts on the grouped MoE GEMV at every batch (moe_int4_reg_max_assignments 0)",
+     [](cuda::CudaTunables& t) {
+       t.moe_int4_reg_max_assignments = 0;
+       t.moe_int4_reg_planned = false;
+     }},
+    {"moe_ids_only", "INT4 experts on the register GEMV by ids only (moe_int4_reg_planned off)",
+     [](cuda::CudaTunables& t) { t.moe_int4_reg_planned = false; }},
+    {"pdl_early", "decode kernels trigger their successor before waiting (pdl_early)",
+     [](cuda::CudaTunables& t) { t.pdl_early = true; }},
+};
+const Variant* find_variant(const std::string& name) {
+  for (const Variant& v : kVariants)
+    if (name == v.name) return &v;
+  return nullptr;
+}
 
 // Milliseconds per call of fn, after one untimed call (which captures a graph in graph mode).
 template <class F>
@@ -169,6 +199,20 @@ void run(const Args& a) {
                   B, C, unfused);
       std::fflush(stdout);
     }
+    for (const std::string& name : a.variants) {
+      const Variant* v = find_variant(name);
+      const cuda::CudaTunables saved = be.tunables();
+      be.tune(v->apply);
+      be.set_graph_mode(true);
+      const double ms = time_ms(be, a.reps, [&] { model->forward_sample(batch->fb, *kv, args); });
+      be.set_graph_mode(false);
+      be.set_tunables(saved);
+      std::printf(
+          "variant  batch %d, context %d: %-12s step %.3f ms as a CUDA graph (default %.3f: "
+          "%+.1f%%; %s)\n",
+          B, C, v->name, ms, graph, 100.0 * (ms / graph - 1.0), v->what);
+      std::fflush(stdout);
+    }
     if (a.ncu_step) {
       be.synchronize();
       CUDA_CHECK(cudaProfilerStart());
@@ -240,7 +284,20 @@ int main(int argc, char** argv) {
       a.op_profile = v == "1";
     else if (k == "--compare-unfused")
       a.compare_unfused = v == "1";
-    else {
+    else if (k == "--variants") {
+      for (size_t b = 0; b <= v.size();) {
+        const size_t e = std::min(v.find(',', b), v.size());
+        a.variants.push_back(v.substr(b, e - b));
+        if (!find_variant(a.variants.back())) {
+          std::fprintf(stderr, "rank_step_bench: unknown variant '%s' (",
+                       a.variants.back().c_str());
+          for (const Variant& x : kVariants) std::fprintf(stderr, " %s", x.name);
+          std::fprintf(stderr, " )\n");
+          return 2;
+        }
+        b = e + 1;
+      }
+    } else {
       std::fprintf(stderr, "rank_step_bench: unknown flag %s\n", k.c_str());
       return 2;
     }

@@ -164,21 +164,31 @@ void launch_int4_gemv(const Int4LinearParams& p, cudaStream_t stream);
 // Whether launch_int4_gemv can run p (its knobs included) on the stream GEMV / the register
 // GEMV: m <= 8, group <= 256, and their shared memory (x is m·k·2 bytes of it) within 227 KB.
 bool int4_gemv_stream_fits(const Int4LinearParams& p);
-// Experts mode of the register GEMV (the MoE decode path for a few assignments,
-// moe_experts.cu): `packed` / `scale` hold a stack of experts' [n, k] matrices (each n rows, the
-// linear_int4 layout of the whole [E · n, k] stack), x has one row per token, out one row per
-// assignment i = t · top_k + j. Assignment i multiplies x row i / x_div by expert ids[i]'s
-// matrix into out row i (m = 1 per assignment; SwiGLU with glu_inter); an id outside
-// [0, num_experts) leaves its row unwritten. Every touched expert's bytes are read once per
-// assignment: meant for T · k small against the experts (a repeated expert is read again).
+// Experts modes of the register GEMV (the MoE decode path, moe_experts.cu): `packed` / `scale`
+// hold a stack of experts' [n, k] matrices (each n rows, the linear_int4 layout of the whole
+// [E · n, k] stack); SwiGLU with glu_inter; no bias; an expert id outside [0, num_experts)
+// leaves its rows unwritten. Two ways to give the work:
+//   by ids (ids set, m = 1): assignment i = t · top_k + j multiplies x row i / x_div by expert
+//     ids[i] into out row i. Every touched expert's bytes are read once per assignment: for
+//     T · k small against the experts (a repeated expert is read again).
+//   planned (tiles set, m = the plan's tile rows, <= 8): a MoePlan made with m-row tiles
+//     (moe_experts.h): tile q is (expert e, first permuted row r0), its rows r0 .. min(r0 + m,
+//     offsets[e + 1]) - 1 read x row row_token[r] (or r where row_token is null) and write out
+//     row r; tiles past counts[1] do nothing. Each expert's bytes are read once per m rows.
 struct Int4RegExperts {
-  const int32_t* ids;  // [assignments] (topk_ids)
+  const int32_t* ids;  // by ids: [assignments] (topk_ids)
   int64_t assignments;
-  int x_div;        // gate_up: top_k (x row = token); down: 1 (x row = assignment)
+  int x_div;  // by ids: gate_up top_k (x row = token), down 1 (x row = assignment)
   int num_experts;
-  int ids_early;    // ids are complete before this kernel starts (read before its pdl_wait, so
-                    // the weights may preload then): the predecessor triggered after its wait
+  int ids_early;  // the ids / plan are complete before this kernel starts (read before its
+                  // pdl_wait, so the weights may preload then): the predecessor triggered
+                  // after its own wait
   int pad_;
+  const int32_t* tiles;      // planned: MoePlan::tiles of m-row tiles
+  const int32_t* counts;     // planned: MoePlan::counts ([1]: tiles in use)
+  const int32_t* offsets;    // planned: MoePlan::offsets
+  const int32_t* row_token;  // planned: x row of permuted row r; null: r
+  int64_t max_tiles;         // planned: the grid's bound (moe_max_tiles(T·k, E, m))
 };
 bool int4_gemv_reg_fits(const Int4LinearParams& p, const Int4RegExperts* experts = nullptr);
 // The kernel launch_int4_gemv runs for p: gemv_kernel where set, else kInt4GemvReg where it

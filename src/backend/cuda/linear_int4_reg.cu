@@ -62,7 +62,8 @@ constexpr int kMaxTokens = 8;   // one mma n tile
 constexpr int kMaxGroup = 256;  // x sums: a group's 16-byte pieces within one warp
 constexpr int kDefaultWarps = 8;
 constexpr int kDefaultUnroll = 16;
-constexpr int kSmemPerSm = 228 * 1024;  // sm_90: shared memory per SM
+constexpr int64_t kExpertUnitsPerBlock = 32;  // experts modes: row tiles (or SwiGLU pairs) a block
+constexpr int kSmemPerSm = 228 * 1024;        // sm_90: shared memory per SM
 constexpr int kSmemPerBlockReserved = 1024;
 constexpr int kSmemMax = 227 * 1024;
 
@@ -97,7 +98,8 @@ struct Int4RegPlan {
   int groups;                                    // scale groups per row (k padded to 64)
   int trigger;                                   // kInt4Trigger*
   uint32_t off_xsum, off_part, off_span, bytes;  // x at offset 0
-  Int4RegExperts experts;  // ids null: a dense linear; else one expert's matrix per assignment
+  uint32_t off_xrow, pad0_;                      // planned experts: the tile's x rows (8 ints)
+  Int4RegExperts experts;  // ids and tiles null: a dense linear (linear_int4.h)
   int64_t expert_tiles;    // experts: tiles of one expert's matrix (row tiles x kt)
   int blocks_per_assignment;
   int pad_;
@@ -115,21 +117,27 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   // The warp index, warp-uniform to the compiler.
   const int warp = __shfl_sync(~0u, int(threadIdx.x) / 32, 0);
   const int tid = int(threadIdx.x), lane = tid % 32, g = lane / 4, c = lane % 4;
-  const int nw = int(blockDim.x) / 32, KT = pl.kt, m = int(p.m);
+  const int nw = int(blockDim.x) / 32, KT = pl.kt;
+  int m = int(p.m);  // planned experts mode: the tile's rows, known once its expert is
   const bool glu = p.glu_inter > 0;
   const int gshift = __ffs(p.group) - 1;
 
-  // Experts mode: blocks_per_assignment blocks per assignment (token t, choice j), each a part of
-  // the row tiles of the chosen expert's matrix; x is token t's row (x_div: gate_up k, down 1),
-  // the output row is the assignment's. Blocks never span two assignments.
-  const bool experts = pl.experts.ids != nullptr;
+  // Experts modes (linear_int4.h): blocks_per_assignment blocks per work item, each a part of the
+  // row tiles of the item's expert matrix; an item is an assignment (token t, choice j: x row
+  // t = i / x_div, output row i) or a plan tile (up to 8 permuted rows of one expert: x rows
+  // row_token[r] or r, output rows r). Blocks never span two items.
+  const bool by_ids = pl.experts.ids != nullptr, planned = pl.experts.tiles != nullptr;
+  const bool experts = by_ids || planned;
   int bx = int(blockIdx.x), gx = int(gridDim.x), assign = 0;
   if (experts) {
     assign = bx / pl.blocks_per_assignment;
     bx -= assign * pl.blocks_per_assignment;
     gx = pl.blocks_per_assignment;
+  }
+  const int64_t out_ld = glu ? p.glu_inter : p.n;
+  if (by_ids) {
     p.x += int64_t(assign / pl.experts.x_div) * p.k;
-    p.out += int64_t(assign) * (glu ? p.glu_inter : p.n);
+    p.out += int64_t(assign) * out_ld;
   }
   // The block's row tiles: slots 0..ns-1 (SwiGLU: nu gate tiles, then their nu up tiles).
   const int u0 = int(int64_t(bx) * pl.units / gx);
@@ -140,9 +148,19 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   const int base0 = u0 * KT, base1 = (pl.inter_tiles + u0 - nu) * KT;
   int64_t ebase = 0;
   bool valid = true;  // block-uniform: an id outside [0, num_experts) has no expert, no output
-  auto find_expert = [&] {
-    const int e = __ldcg(pl.experts.ids + assign);  // through L2: may precede pdl_wait
-    valid = e >= 0 && e < pl.experts.num_experts;
+  int r0 = 0;         // planned: the tile's first permuted row
+  auto find_expert = [&] {  // reads through L2: may precede pdl_wait (ids_early)
+    int e;
+    if (by_ids) {
+      e = __ldcg(pl.experts.ids + assign);
+    } else {
+      valid = assign < __ldcg(pl.experts.counts + 1);
+      e = valid ? __ldcg(pl.experts.tiles + 2 * assign) : 0;
+      r0 = valid ? __ldcg(pl.experts.tiles + 2 * assign + 1) : 0;
+      if (valid) m = min(m, __ldcg(pl.experts.offsets + e + 1) - r0);  // p.m: tile rows
+      valid = valid && m > 0;
+    }
+    valid = valid && e >= 0 && e < pl.experts.num_experts;
     ebase = valid ? int64_t(e) * pl.expert_tiles : 0;
   };
   if (experts && pl.experts.ids_early) find_expert();
@@ -181,6 +199,15 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   if (experts && !pl.experts.ids_early) find_expert();
   if (!valid) return;  // the whole block (its trigger, if any, was issued above)
   if (!p.preload) load_first();
+  // Planned: the tile's x rows (gathered through row_token where set) and output rows.
+  int* xrow = reinterpret_cast<int*>(smem + pl.off_xrow);
+  if (planned) {
+    p.out += int64_t(r0) * out_ld;
+    if (int(threadIdx.x) < m)
+      xrow[threadIdx.x] = pl.experts.row_token ? __ldcg(pl.experts.row_token + r0 + threadIdx.x)
+                                               : r0 + int(threadIdx.x);
+    __syncthreads();
+  }
   if (pl.trigger == kInt4TriggerLate && a + U >= b) pdl_trigger();
 
   // ---- x into shared memory, B-fragment order: word (k tile kt, token t, half h, lane c, jj)
@@ -199,7 +226,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
         const int q = q0 + u * int(blockDim.x) + lane;
         v[u] = make_uint4(0, 0, 0, 0);
         if (q < pieces)
-          v[u] = __ldg(reinterpret_cast<const uint4*>(p.x + int64_t(q / kc) * p.k) + q % kc);
+          v[u] = __ldg(
+              reinterpret_cast<const uint4*>(p.x + int64_t(planned ? xrow[q / kc] : q / kc) * p.k) +
+              q % kc);
       }
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
@@ -365,14 +394,23 @@ bool choose_reg(const Int4LinearParams& p, const Int4RegExperts* ex, RegLaunch* 
         std::max<int64_t>(1, std::min<int64_t>(units, p.gemv_grid > 0 ? p.gemv_grid : num_sms())));
     split = r.grid;
   } else {
-    if (ex->ids == nullptr || ex->assignments < 1 || ex->x_div < 1 || ex->num_experts < 1 ||
-        p.m != 1 || p.bias != nullptr || (p.glu_inter > 0 && p.n != 2 * p.glu_inter) ||
-        (p.preload && !ex->ids_early))
+    // Work items: assignments (ids, one row each: m = 1) or plan tiles (up to 8 rows: m = 8
+    // sizes the shared memory, each block takes its tile's rows).
+    const bool by_ids = ex->ids != nullptr;
+    const int64_t items = by_ids ? ex->assignments : ex->max_tiles;
+    if (by_ids == (ex->tiles != nullptr) || items < 1 || ex->num_experts < 1 ||
+        (by_ids && p.m != 1) || p.bias != nullptr || (p.glu_inter > 0 && p.n != 2 * p.glu_inter) ||
+        (p.preload && !ex->ids_early) || (by_ids && ex->x_div < 1) ||
+        (!by_ids && (ex->counts == nullptr || ex->offsets == nullptr)))
       return false;
+    // Two blocks per SM over the items, and at most kExpertUnitsPerBlock row tiles a block (a
+    // block keeps every row tile's partial sums in shared memory until its epilogue: with many
+    // items, a whole down projection per block would leave room for one block per SM).
     const int64_t target = p.gemv_grid > 0 ? p.gemv_grid : 2 * int64_t(num_sms());
-    split = int(std::clamp<int64_t>(target / ex->assignments, 1, units));
-    if (int64_t(split) * ex->assignments > int64_t(1) << 30) return false;
-    r.grid = split * int(ex->assignments);
+    split = int(std::clamp<int64_t>(std::max(target / items, ceil_div(units, kExpertUnitsPerBlock)),
+                                    1, units));
+    if (int64_t(split) * items > int64_t(1) << 30) return false;
+    r.grid = split * int(items);
   }
   Int4RegPlan& pl = r.pl;
   pl = Int4RegPlan{};
@@ -399,6 +437,8 @@ bool choose_reg(const Int4LinearParams& p, const Int4RegExperts* ex, RegLaunch* 
   off = pl.off_part + uint64_t(r.warps) * pl.slots * 16 * p.m * 4;
   pl.off_span = align16(off);
   off = pl.off_span + uint64_t(r.warps) * 8;
+  pl.off_xrow = align16(off);
+  off = pl.off_xrow + kMaxTokens * 4;
   if (off > uint64_t(kSmemMax)) return false;
   pl.bytes = align16(off);
   // Padding to a residency depth: at most `depth` blocks (this kernel's, its successor's) share

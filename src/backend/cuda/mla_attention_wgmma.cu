@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_kernel(MlaAttentionPara
       reg_fence<32>(sc);
       float corr[2];
       const bool open = chunk_open(w.begin + c * kChunk, lim, tw, w.first);
-    softmax(sc, lim, tw, w.first, w.begin + c * kChunk + c2, open, qk_scale, m, l, pa, corr);
+      softmax(sc, lim, tw, w.first, w.begin + c * kChunk + c2, open, qk_scale, m, l, pa, corr);
 #pragma unroll
       for (int kk = 0; kk < kChunk / 16; ++kk)
 #pragma unroll

@@ -340,7 +340,8 @@ Scratch carve(void* base, int64_t tokens, int top_k, int experts, int64_t hidden
   s.plan.row_token = reinterpret_cast<int32_t*>(take(size_t(n) * 4));
   s.plan.active = reinterpret_cast<int32_t*>(take(size_t(experts) * 4));
   s.plan.counts = reinterpret_cast<int32_t*>(take(2 * 4));
-  s.plan.tiles = reinterpret_cast<int32_t*>(take(size_t(moe_max_tiles(n, experts, 64)) * 8));
+  // Tiles of the smallest rows any plan asks for: the register GEMV's 4-row tiles.
+  s.plan.tiles = reinterpret_cast<int32_t*>(take(size_t(moe_max_tiles(n, experts, 4)) * 8));
   s.plan.block_counts =
       reinterpret_cast<int32_t*>(take(size_t(moe_plan_blocks(n)) * size_t(experts) * 4));
   s.act = reinterpret_cast<bf16_bits*>(take(size_t(n * inter) * 2));
@@ -468,6 +469,10 @@ bool launch_moe_int4_reg(const MoeExpertsParams& p, bf16_bits* act, bf16_bits* y
     q.k = w.k;
     q.group = w.group;
     q.gemv_unroll = 8;  // the dense default's ring (CudaTunables::int4_gemv_ring)
+    // Weights rounded to bf16 before the mma, as every MoE kernel and the CPU twin dequantize
+    // (moe_experts.h numerics); the unrounded variant moved a tiny layer's NMSE from ~1.5e-5 to
+    // 4.3e-5 against the twin (MoeBackend.ExpertsMatchCpu, H 64 I 32 T 2; bound 4e-5).
+    q.gemv_round = 1;
     return q;
   };
   Int4LinearParams gate_up = params(p.gate_up, p.x, act);
@@ -487,6 +492,64 @@ bool launch_moe_int4_reg(const MoeExpertsParams& p, bf16_bits* act, bf16_bits* y
   return true;
 }
 
+// The decode path for more INT4 assignments (p.int4_reg_planned): a plan with tiles of up to 8
+// rows of one expert, then gate_up and down as the register GEMV's planned experts mode: each
+// touched expert's bytes are read once per tile (the grouped GEMV reads them once per pass of up
+// to 32 rows, but measured 42% of copy bandwidth on a Kimi-K2.5 rank at batch 128, 2026-12-02).
+// act and y rows are in the plan's permuted order; the combine reads them through pos.
+// False (nothing launched) where either projection does not fit the register GEMV.
+bool launch_moe_int4_reg_planned(const MoeExpertsParams& p, const MoePlan& plan, bf16_bits* act,
+                                 bf16_bits* y, cudaStream_t stream) {
+  const int64_t hidden = p.down.n, inter = p.down.k, n = p.tokens * p.top_k;
+  // A tile's x (tile rows x k bf16) sits in shared memory: 8 rows while gate_up's x is <= 64 KB
+  // (two blocks per SM stay resident), else 4.
+  const int tile_rows = hidden * 8 * 2 <= 64 * 1024 ? 8 : 4;
+  auto params = [&](const MoeWeights& w, const bf16_bits* x, bf16_bits* out) {
+    auto q = Int4LinearParams{};
+    q.x = x;
+    q.packed = w.values;
+    q.scale = static_cast<const bf16_bits*>(w.scales);
+    q.out = out;
+    q.m = tile_rows;
+    q.n = w.n;
+    q.k = w.k;
+    q.group = w.group;
+    q.gemv_unroll = 8;  // as launch_moe_int4_reg
+    q.gemv_round = 1;
+    return q;
+  };
+  Int4RegExperts ex{};
+  ex.num_experts = p.num_experts;
+  ex.tiles = plan.tiles;
+  ex.counts = plan.counts;
+  ex.offsets = plan.offsets;
+  ex.max_tiles = moe_max_tiles(n, p.num_experts, tile_rows);
+  Int4LinearParams gate_up = params(p.gate_up, p.x, act);
+  gate_up.glu_inter = inter;
+  gate_up.gemv_trigger = kInt4TriggerAfterWait;  // down reads the plan before its wait
+  Int4RegExperts gate_up_ex = ex;
+  gate_up_ex.row_token = plan.row_token;
+  Int4LinearParams down = params(p.down, act, y);
+  down.preload = 1;
+  Int4RegExperts down_ex = ex;
+  down_ex.ids_early = 1;
+  if (gate_up.n != 2 * inter || gate_up.k != hidden || !int4_gemv_reg_fits(gate_up, &gate_up_ex) ||
+      !int4_gemv_reg_fits(down, &down_ex))
+    return false;
+  MoePlanParams pp{};
+  pp.topk_ids = p.topk_ids;
+  pp.plan = plan;
+  pp.assignments = n;
+  pp.top_k = p.top_k;
+  pp.num_experts = p.num_experts;
+  pp.tile_rows = tile_rows;
+  pp.pdl_early = p.pdl_early;
+  launch_moe_plan(pp, stream);
+  launch_int4_gemv_reg(gate_up, stream, &gate_up_ex);
+  launch_int4_gemv_reg(down, stream, &down_ex);
+  return true;
+}
+
 void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return;
   const int64_t hidden = p.down.n, inter = p.down.k, n = p.tokens * p.top_k;
@@ -499,10 +562,10 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
       p.regime != kMoeAuto ? p.regime : moe_pick_regime(p.tokens, p.top_k, p.num_experts);
   const bool decode = regime != kMoePrefill;
   const int tile_rows = p.fixed_tiles ? 64 : moe_gemm_tile_rows(p.tokens, p.top_k, p.num_experts);
-  auto combine = [&] {
+  auto combine = [&](const int32_t* pos) {  // pos: null in assignment order
     MoeCombineParams comb{};
     comb.y = s.y;
-    comb.pos = decode ? nullptr : s.plan.pos;
+    comb.pos = pos;
     comb.topk_ids = p.topk_ids;
     comb.topk_weights = p.topk_weights;
     comb.add = p.add;
@@ -514,9 +577,13 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
     comb.pdl_early = 0;
     launch_moe_combine(comb, stream);
   };
-  if (decode && p.gate_up.format == kMoeInt4 && p.down.format == kMoeInt4 &&
-      n <= p.int4_reg_max_assignments && launch_moe_int4_reg(p, s.act, s.y, stream))
-    return combine();
+  const bool int4 = p.gate_up.format == kMoeInt4 && p.down.format == kMoeInt4;
+  if (decode && int4 && n <= p.int4_reg_max_assignments &&
+      launch_moe_int4_reg(p, s.act, s.y, stream))
+    return combine(nullptr);
+  if (decode && int4 && p.int4_reg_planned &&
+      launch_moe_int4_reg_planned(p, s.plan, s.act, s.y, stream))
+    return combine(s.plan.pos);
 
   MoeGroupedParams g{};
   g.pdl_early = p.pdl_early;
@@ -567,7 +634,7 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
   down.early_plan = gate_up.pdl_early ? 0 : 1;
   down.pdl_early = 0;
   run(down);
-  combine();
+  combine(decode ? nullptr : s.plan.pos);
 }
 
 }  // namespace strata::cuda

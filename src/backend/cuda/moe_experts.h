@@ -255,7 +255,11 @@ struct MoeExpertsParams {
   int fixed_tiles;  // GEMM: 64-row plan tiles and the one-block pipeline whatever T (batch-
                     // invariant mode: the shapes never change with the batch)
   int int4_reg_max_assignments;  // decode, INT4: up to this many T · k the register GEMV's
-                                 // experts mode (linear_int4.h) instead of the grouped GEMV; 0 off
+                                 // experts mode by ids (linear_int4.h) instead of the grouped
+                                 // GEMV; 0 off
+  int int4_reg_planned;  // decode, INT4, above that: 1 the register GEMV's planned experts mode
+                         // (a plan of 4- or 8-row tiles first), 0 the grouped GEMV
+  int pad_;
 };
 size_t moe_experts_scratch_bytes(int64_t tokens, int top_k, int num_experts, int64_t hidden,
                                  int64_t inter);
@@ -270,6 +274,6 @@ static_assert(std::has_unique_object_representations_v<MoeRepackParams>);
 static_assert(std::has_unique_object_representations_v<MoePlanParams>);
 static_assert(std::has_unique_object_representations_v<MoeGroupedParams>);
 static_assert(std::has_unique_object_representations_v<MoeCombineParams>);
-static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 192);
+static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 200);
 
 }  // namespace strata::cuda

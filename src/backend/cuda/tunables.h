@@ -87,6 +87,11 @@ struct CudaTunables {
   // grouped GEMVs took 33 us a layer at T = 1 for 24.7 MB of weights (decode_profile.sh,
   // 2026-12-02); a repeated expert is read once per assignment, so the mode is for T·k << E.
   int moe_int4_reg_max_assignments = 16;
+  // Above that, still in the MoE decode regime: true runs the INT4 experts as the register GEMV's
+  // planned experts mode (a plan of 4- or 8-row tiles, each touched expert read once per tile),
+  // false the grouped MoE GEMV. No env. Default true: the grouped GEMV measured 42% of copy
+  // bandwidth on a Kimi-K2.5 rank at batch 128 (660 us a layer, decode_profile.sh 2026-12-02).
+  bool moe_int4_reg_planned = true;
   // FP8-block linears above the GEMV's rows: false (default) dequantize the weight to bf16 and
   // run the bf16 GEMM (W8A16: the weights exactly as DeepSeek's reference inference dequantizes
   // them, activations untouched); true quantize the activations to e4m3 per 128 values and run
