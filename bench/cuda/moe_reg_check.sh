@@ -5,7 +5,7 @@
 #   (1) parity: MoE experts / backend layer / INT4 linears, the MLA attention suite (wgmma
 #       kernels with causal rows and draft trees);
 #   (2) one Kimi-K2.5 rank of tp 8 (INT4 g32 experts, bf16 KV, context 4,096): the decode step
-#       as a CUDA graph at batch 1, 2 and 8 on 2- and 4-layer cuts, projected to 61 layers (as
+#       as a CUDA graph at batch 1, 2, 8, 32 and 128 on 2- and 4-layer cuts, projected to 61 layers (as
 #       decode_profile.sh's kimi stage: 7.393 ms at batch 1 before, 2026-12-02 11:00), with the
 #       rank_step_bench variants (KIMI_VARIANTS: the grouped MoE GEMV, cuBLAS per-head, unfused);
 #   (3) Moonlight with INT4 g32 experts, batch 1 and 2, register path vs the grouped GEMV;
@@ -38,7 +38,7 @@ os.makedirs(sys.argv[3], exist_ok=True)
 json.dump(c, open(sys.argv[3] + "/config.json", "w"))
 PY
   timeout 150 ./build-dev/strata_bench_rank_step_bench --config "$W/kimi$n/config.json" --tp-size 8 \
-    --batches ${KIMI_BATCHES:-1,2,8} --context 4096 --prefill 0 --reps 10 \
+    --batches ${KIMI_BATCHES:-1,2,8,32,128} --context 4096 --prefill 0 --reps 10 \
     --variants ${KIMI_VARIANTS:-moe_grouped,cublas_heads,unfused} >"$L/kimi$n.log" 2>&1
   echo "kimi $n layers: exit $?"
 done
