@@ -1,14 +1,17 @@
 #!/bin/bash
 # Draft trees exact in deterministic mode (issue 26), one H200, from the repository root:
-#   bash bench/cuda/treeexact_check.sh            (carry .devcarry/cuda: house-llama)
+#   STRATA_CARRY=$PWD/.devcarry/all bash bench/cuda/treeexact_check.sh
+# (.devcarry/all: both house models, bench/cuda/make_carry.sh; with .devcarry/cuda the house-mla
+# model tests skip and say so).
 # (1) strata_parity_test:
-#   TreeExactParity.*        deterministic paged attention: every tree row bitwise equal to the
-#                            plain row of its path (path tiles), and the control without them
-#                            (some rows must differ)
-#   TreeExactModel.*         the same on house-llama's verify forward: each node's logits ==
-#                            the plain forward of its path; the control
+#   TreeExactParity.*        deterministic paged attention (GQA) and absorbed MLA: every tree row
+#                            bitwise equal to the plain row of its path (path tiles), and the
+#                            controls without them (some rows must differ)
+#   TreeExactModel.*         the same on house-llama's and house-mla's verify forwards: each
+#                            node's logits == the plain forward of its path; the controls
 #   TreeParity.*, MlaAttention.DraftTrees, *TreeModelParity*   the tree suites (tree_check.sh)
-#   CudaParity.*Attention*   the causal suites of the kernels path tiles touched
+#   CudaParity.*Attention*, MlaAttention.*, MlaBackend.*       the causal suites of the kernels
+#                            path tiles touched
 # (2) the engine: STAGE=eagle3 EAGLE3_PARTS=det bench/cuda/spec_check.sh, greedy outputs with
 # and without EAGLE3 (chain 3,1,4 and tree 3,4,8) in deterministic mode at concurrency 1, 16 and
 # 64 with retraction: identical expected. Logs: $OUT/treeexact_logs.tgz, $OUT/eagle3_logs.tgz,
@@ -36,7 +39,7 @@ run exact_model 'TreeExactModel.*'
 grep -E "rows differ" "$L/exact_model.txt" | head -16
 run tree_ops 'TreeParity.*:MlaAttention.DraftTrees'
 run tree_models '*TreeModelParity*'
-run causal_regression 'CudaParity.*Attention*'
+run causal_regression 'CudaParity.*Attention*:MlaAttention.*:MlaBackend.*'
 tar czf "$OUT/treeexact_logs.tgz" -C "$OUT" treeexact && rm -rf "$L"
 echo "tests: $(( $(date +%s) - t0 )) s"
 STAGE=eagle3 EAGLE3_PARTS=det bash bench/cuda/spec_check.sh 2>&1 | grep -vE "^ +(ms per step|CUDA graphs)"
