@@ -25,21 +25,22 @@ dev_build strata_parity_test strata
 echo "build: $(( $(date +%s) - t0 )) s"
 L=$OUT/treeexact
 mkdir -p "$L"
-run() {  # run NAME FILTER
+run() {  # run NAME FILTER MIN_TESTS: fails loudly when the filter ran fewer tests than expected
   local t1=$(date +%s)
   timeout 300 ./build-dev/strata_parity_test --gtest_filter="$2" >"$L/$1.txt" 2>&1
   local rc=$?
-  echo "$1: exit $rc, $(( $(date +%s) - t1 )) s; $(grep -E '^\[  (PASSED|FAILED)  \]' "$L/$1.txt" | tr '\n' ' ')"
-  grep -E "^\[  FAILED  \]|Failure|CHECK|error" "$L/$1.txt" | head -12
+  local ran=$(grep -oE '^\[==========\] [0-9]+ tests? from .* ran' "$L/$1.txt" | grep -oE '[0-9]+' | head -1)
+  echo "$1: exit $rc, ${ran:-0} tests, $(( $(date +%s) - t1 )) s; $(grep -E '^\[  (PASSED|FAILED|SKIPPED)  \]' "$L/$1.txt" | tr '\n' ' ')"
+  [ "${ran:-0}" -ge "$3" ] || echo "  !! $1: filter '$2' ran ${ran:-0} tests, expected >= $3"
+  grep -E "^\[  FAILED  \]|Failure|CHECK|error|SKIPPED|not in this carry" "$L/$1.txt" | head -12
 }
-run exact_ops 'TreeExactParity.*'
-grep -E "^control:" "$L/exact_ops.txt"
-grep -E "^exact .*: [1-9][0-9]* rows differ" "$L/exact_ops.txt" | head -8
-run exact_model 'TreeExactModel.*'
-grep -E "rows differ" "$L/exact_model.txt" | head -16
-run tree_ops 'TreeParity.*:MlaAttention.DraftTrees'
-run tree_models '*TreeModelParity*'
-run causal_regression 'CudaParity.*Attention*:MlaAttention.*:MlaBackend.*'
+run exact_ops 'TreeExactParity.*' 4
+grep -E "(exact|control).*rows differ" "$L/exact_ops.txt"
+run exact_model '*TreeExactModel*' 2
+grep -E "rows differ with path tiles|path tiles on: [1-9]" "$L/exact_model.txt" | head -16
+run tree_ops 'TreeParity.*:MlaAttention.DraftTrees' 5
+run tree_models '*TreeModelParity*' 2
+run causal_regression 'CudaParity.*Attention*:MlaAttention.*:MlaBackend.*' 6
 tar czf "$OUT/treeexact_logs.tgz" -C "$OUT" treeexact && rm -rf "$L"
 echo "tests: $(( $(date +%s) - t0 )) s"
 STAGE=eagle3 EAGLE3_PARTS=det bash bench/cuda/spec_check.sh 2>&1 | grep -vE "^ +(ms per step|CUDA graphs)"
