@@ -3,8 +3,9 @@
 // with BackendOptions::deterministic, the verify forward of a random draft tree (BatchPlan::build
 // with draft_parents, as the engine plans it) gives every node a logits row bitwise equal (==,
 // every float) to the last row of a plain forward over the node's path: the same prefix, then
-// the path's tokens as one chunk at contiguous positions. Prefixes that put the tree across a
-// 64-key tile edge, trees of 9 to 40 nodes.
+// the path's tokens as one chunk at contiguous positions. Prefixes that put the tree across
+// attention tile edges (GQA: 64 keys; MLA's bf16 mma kernel: 48), trees of 9 to 40 nodes;
+// house-llama (GQA) and house-mla (MLA, MoE).
 //
 // Negative control, same trees: with CudaTunables::deterministic_tree_paths off (the tree's rows
 // share attention tiles: the layout before path tiles) some rows must differ.
@@ -50,10 +51,11 @@ TEST_P(TreeExactModel, VerifyRowsEqualPlainPaths) {
   ASSERT_TRUE(gm.ok()) << gm.status().to_string();
   Model& model = **gm;
   const int32_t vocab = int32_t(model.spec().vocab_size);
-  // Root at 60 (the tree across keys 64), at 63, at 127 + a 40-node tree across 128 and 192,
-  // one tree inside a tile (149: keys 149..157).
-  const std::vector<TreeCase> cases = {
-      {60, 16, 16}, {63, 9, 16}, {149, 9, 16}, {127, 40, 8}, {250, 24, 16}};
+  // Root at 60 (the tree across keys 64; MLA: inside 48..95), at 63, at 127 + a 40-node tree
+  // across 128 and 192 (MLA: 144), 149 (keys 149..157: inside a GQA tile), 250 (across 256), 92
+  // (MLA: across 96).
+  const std::vector<TreeCase> cases = {{60, 16, 16}, {63, 9, 16},   {149, 9, 16},
+                                       {127, 40, 8}, {250, 24, 16}, {92, 12, 16}};
   std::mt19937 rng(26);
   int differ[2] = {0, 0}, rows = 0;
   for (const TreeCase& c : cases) {
@@ -105,7 +107,7 @@ TEST_P(TreeExactModel, VerifyRowsEqualPlainPaths) {
                              "cannot tell path tiles from it";
 }
 
-INSTANTIATE_TEST_SUITE_P(HouseModels, TreeExactModel, ::testing::Values("house-llama"),
+INSTANTIATE_TEST_SUITE_P(HouseModels, TreeExactModel, ::testing::Values("house-llama", "house-mla"),
                          [](const auto& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');

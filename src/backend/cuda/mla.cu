@@ -130,6 +130,17 @@ bool CudaBackend::mla_attention_gpu(const Tensor& q_latent, const KvStorage& kv,
   DeviceTensorPtr work;  // back to the pool at return: stream order keeps its reuse safe
   if (plan.scratch_bytes > 0) work = scratch(plan.scratch_bytes);
   apply_mla_plan(plan, work ? work->view().data : nullptr, &p);
+  // Deterministic mode's draft trees: path tiles (mla_device.cuh BlockWork), one token's heads a
+  // block, a tree row's keys in path order, so its sums run as plain decoding of its path runs
+  // them (a shared tile would hold its ancestors at their tree slots among masked siblings).
+  // Causal rows of the batch give the same bits either way (a row's sums depend on its keys only).
+  if (tunables_.deterministic && tunables_.deterministic_tree_paths && meta.tree_mask != nullptr) {
+    CHECK_MSG(p.kernel == kMlaMma && p.num_splits == 1 && p.partial_o == nullptr,
+              "MLA path tiles: the mma kernel without splits (kernel {}, {} splits)", p.kernel,
+              p.num_splits);
+    p.tree_paths = 1;
+    p.row_tiles = meta_max_q_ * ((heads + p.tile_rows - 1) / p.tile_rows);
+  }
   record(kOpMlaAttention, p, run_mla_attention);
   return true;
 }

@@ -143,8 +143,11 @@ struct MlaAttentionParams {
                      // the page size is a multiple of 4, 2 in groups of 8 where it is a multiple
                      // of 8 (else of 4), 0 one row a copy (mla_decode_layout.cuh StageLayout;
                      // the plan's)
+  int tree_paths;    // 1: path tiles (deterministic mode's draft trees, mla_device.cuh BlockWork;
+                     // the mma kernel, one split, no partials)
+  int pad_;          // 0 (no padding bytes)
 };
-static_assert(sizeof(MlaAttentionParams) == 13 * 8 + sizeof(MlaRowFormat) + 20 * 4, "no padding");
+static_assert(sizeof(MlaAttentionParams) == 13 * 8 + sizeof(MlaRowFormat) + 22 * 4, "no padding");
 // Where the decode kernel's warps spend their cycles (p.prof, summed over every block's warps):
 // the S warps waiting for a stage's bytes, for the other S warps' row maxima, for the PV warps to
 // free a P buffer, and their whole run; the PV warps waiting for P, for a stage (its bytes, or

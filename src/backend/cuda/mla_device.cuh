@@ -36,16 +36,22 @@ void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaSt
 // The rows and keys of one block (p.chunk keys a chunk): `rows` query rows of sequence s starting
 // at row0 (row r is token r / heads of the sequence's new tokens), keys [begin, end) of split
 // `split`.
+// Path tiles (p.tree_paths, deterministic mode with draft trees: the mma kernel, one split): a
+// block takes tile_rows heads of one new token (grid.x: tokens x ceil(heads / tile_rows)) and,
+// for a tree row, reads its keys in logical path order (tree_mask.cuh path_key: the cached keys,
+// then its ancestors and itself at first, first + 1, ...), so its sums run exactly as plain
+// decoding of its path runs them (attention.h kTreePathTile, the same for GQA).
 struct BlockWork {
   int q0;      // the sequence's first new token (q_indptr[s])
   int q_row0;  // the sequence's first row in q / out (q_indptr[s] · heads)
-  int rows;    // the sequence's rows (new tokens · heads)
+  int rows;    // the sequence's rows (new tokens · heads); a path tile: up to its token's last
   int row0;    // the block's first row within the sequence
   int kv_len;  // the sequence's keys
   int first;   // keys before the sequence's first new token (kv_len - new tokens)
   int begin, end;
   int nchunks;
   const int32_t* pages;
+  uint64_t path_word;  // a path tile's tree word (0: keys in place, causal)
 
   // false: the tile has no rows (the grid covers the longest sequence). tile_rows: 16 or 64.
   __device__ __forceinline__ bool init(const MlaAttentionParams& p, int tile_rows) {
@@ -54,8 +60,18 @@ struct BlockWork {
     const int n_new = p.q_indptr[s + 1] - q0;
     rows = n_new * p.heads;
     // Tiles in reverse: later rows see more keys (causal chunks), so the longest start first.
-    row0 = int(gridDim.x - 1 - blockIdx.x) * tile_rows;
-    if (row0 >= rows) return false;
+    const int tile = int(gridDim.x - 1 - blockIdx.x);
+    path_word = 0;
+    if (p.tree_paths) {
+      const int per_token = (p.heads + tile_rows - 1) / tile_rows, token = tile / per_token;
+      if (token >= n_new) return false;
+      row0 = token * p.heads + (tile % per_token) * tile_rows;
+      rows = (token + 1) * p.heads;
+      path_word = tree_word(p.tree_mask, q0 + token, true);
+    } else {
+      row0 = tile * tile_rows;
+      if (row0 >= rows) return false;
+    }
     q_row0 = q0 * p.heads;
     kv_len = p.kv_lens[s];
     first = kv_len - n_new;
@@ -70,6 +86,7 @@ struct BlockWork {
   // Keys [0, keys_seen(r)) are what row r (< rows) sees: causal within the new tokens, or under
   // decode context parallelism (p.positions) the shard's keys at positions <= the token's.
   __device__ __forceinline__ int keys_seen(const MlaAttentionParams& p, int r) const {
+    if (path_word != 0) return first + __popcll(static_cast<unsigned long long>(path_word));
     if (p.positions == nullptr) return first + r / p.heads + 1;
     const int pos = p.positions[q0 + r / p.heads];
     return pos < p.dcp_rank ? 0 : min(kv_len, (pos - p.dcp_rank) / p.dcp_size + 1);
@@ -79,12 +96,15 @@ struct BlockWork {
   __device__ __forceinline__ int limit(const MlaAttentionParams& p, int r) const {
     return r < rows ? min(end, keys_seen(p, r)) : end;
   }
-  // Row r's draft-tree word (tree_mask.cuh; 0: causal, also for padding rows past `rows`).
+  // Row r's draft-tree word (tree_mask.cuh; 0: causal, also for padding rows past `rows`; a path
+  // tile holds its row's keys only: nothing to hide).
   __device__ __forceinline__ uint64_t tree_word_of(const MlaAttentionParams& p, int r) const {
-    return tree_word(p.tree_mask, q0 + r / p.heads, r < rows);
+    return tree_word(p.tree_mask, q0 + r / p.heads, r < rows && p.tree_paths == 0);
   }
+  // The slot of the block's key j (a path tile: its logical key j).
   __device__ __forceinline__ int slot_of(int j, int page_size) const {
-    return pages[j / page_size] * page_size + j % page_size;
+    const int row = path_key(path_word, j, first);
+    return pages[row / page_size] * page_size + row % page_size;
   }
 };
 
