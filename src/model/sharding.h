@@ -14,7 +14,8 @@
 // default TP-MoE), not expert parallelism. Why: each token's work is split evenly whatever the
 // router picks (EP's load follows routing imbalance), the router runs replicated so every rank
 // makes the same choice, and Backend::moe_experts needs no change (no masking of remote experts).
-// The price is smaller expert GEMMs (DeepSeek-V3 at tp 8: 2048 → 256 columns).
+// The price is smaller expert GEMMs (DeepSeek-V3 at tp 8: 2048 → 256 columns). Expert
+// parallelism and DP attention are designed in dist/expert_parallelism.md.
 //
 // Attention heads: q heads follow their KV head. kv_heads >= tp: each rank gets kv_heads / tp
 // KV heads and their query groups. kv_heads < tp (tp a multiple of kv_heads): KV head k is
