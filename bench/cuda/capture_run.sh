@@ -9,11 +9,14 @@
 #               in the forward, one raw download per step) vs the CPU reference's float32 capture and
 #               Hugging Face's states (tests/fixtures/hidden_states), house-llama and house-mla,
 #               every layer's output and the final norm; bound: rel max error < 3e-2 per block
-#   throughput  the 8B Llama shape with random weights (strata_bench_make_checkpoint, as
-#               deepseek_e2e_run.sh's generate stage), 1,000 short chat prompts of
+#   throughput  first the capture blocks' page-locked download against the staged one
+#               (strata_parity_test CudaCaptureBlock.*), then the 8B Llama shape with random
+#               weights (strata_bench_make_checkpoint, as deepseek_e2e_run.sh's generate stage),
+#               1,000 short chat prompts of
 #               data/prompts-explain.jsonl x 1,024 tokens (--ignore-eos, greedy): `strata generate`
 #               without and with --capture-hidden-states eagle3; prints both throughputs, their
-#               ratio (acceptance: >= 0.85), bytes per token and the disk write rate, where the
+#               ratio (acceptance: >= 0.85), bytes per token and the disk write rate, how long
+#               the job ran after its last generated token (the end-of-run stall), where the
 #               capture's time went (the job's counters: per step download; on the capture
 #               writer's thread scatter and the rows streamed to the record files; the engine's
 #               waits on that writer, queue_wait (no free block: the writer is behind) and
@@ -75,6 +78,9 @@ for stage in ${STAGES:-parity throughput}; do
       echo "parity: exit status $?"
       grep -E "rel max error|OK|FAILED|PASSED|Failure|Expected" "$OUT/capture_parity.log" | tail -48 ;;
     throughput)
+      # The capture blocks' page-locked download (engine/capture_block.h) against the staged one.
+      ./build-dev/strata_parity_test --gtest_filter='CudaCaptureBlock.*' >"$OUT/capture_block.log" 2>&1
+      echo "pinned capture-block download vs staged: exit status $? ($(grep -cE '^\[       OK' "$OUT/capture_block.log") passed)"
       ./build-dev/strata_bench_make_checkpoint --config "$C/shared/configs/llama-3.1-8b/config.json" \
         --out "$W/llama8b-random" --tokenizer "$C/shared/models/house-llama" >"$OUT/make_checkpoint.log" 2>&1 ||
         { tail -5 "$OUT/make_checkpoint.log"; exit 1; }
@@ -130,6 +136,15 @@ print(f"throughput: without capture {plain:.0f} tok/s, with --capture-hidden-sta
 print(f"capture: {records} records, {tokens} tokens, {size / 1e9:.2f} GB in {hidden}: "
       f"{size / tokens if tokens else 0:.0f} bytes per token stored; write rate {size / wall / 1e9:.2f} GB/s "
       f"over the run's {wall:.0f} s wall (model load included)")
+log = open(f"{out}/generate_capture.log").read()
+m = re.search(r"job ended ([0-9.]+) s after its last generated token", log)
+print(f"end of the run: the job ended {m.group(1) if m else '?'} s after its last generated token "
+      f"(the last records' tail requests, the writer, the last commit)")
+m = re.search(r"where the time went: (.*)", log)
+if m:
+    print("where the capture's time went:")
+    for part in m.group(1).split("; "):
+        print(f"  {part}")
 PY
       rm -rf "$W/llama8b-random" "$W/plain" "$W/capture" /dev/shm/strata_capture ;;
   esac

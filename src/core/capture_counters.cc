@@ -13,8 +13,9 @@ std::string CaptureCounters::summary() const {
   std::string out;
   auto one = [&](const char* name, const CaptureCounter& c) {
     const double s = c.seconds(), gb = double(c.bytes.load(std::memory_order_relaxed)) * 1e-9;
-    out += fmt::format("{}{} {} x, {:.2f} s, {:.2f} GB ({:.2f} GB/s)", out.empty() ? "" : "; ",
-                       name, c.count.load(std::memory_order_relaxed), s, gb, s > 0 ? gb / s : 0.0);
+    out += fmt::format("{}{} {} x, {:.2f} s (longest {:.3f} s), {:.2f} GB ({:.2f} GB/s)",
+                       out.empty() ? "" : "; ", name, c.count.load(std::memory_order_relaxed), s,
+                       c.max_seconds(), gb, s > 0 ? gb / s : 0.0);
   };
   one("download", download);
   one("scatter", scatter);

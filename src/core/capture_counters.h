@@ -3,13 +3,14 @@
 //   per step    download  the captured rows, device -> host (the model's one copy per step)
 //               scatter   the host rows into each request's CapturedStates (and its spill file),
 //                         on the capture writer's thread (engine/capture_writer.h), spread over
-//                         the host thread pool by request
+//                         its crew of threads by request
 //               queue_wait  the engine step waiting for a free block (the writer is behind)
 //               fence_wait  the engine waiting for the writer to store a finished request's rows
 //                         (only when nothing else is left to run)
 //   per write   spill     coalesced aux rows streamed to record files (writer thread)
-//   per record  write     the rest of a record (the rows kept in memory, ids, mask, header)
-//               sync      fdatasync of a group's record files
+//   per record  write     the rest of a record (the rows kept in memory, ids, mask, header),
+//                         summed over the commit's threads
+//   per group   sync      a group's record files finished (write) and fdatasync'ed, 8 at a time
 //               index     the index lines and their fdatasync
 // Process-wide: one capture job runs per process. Relaxed atomics: totals, not an ordering.
 #pragma once
@@ -25,13 +26,18 @@ struct CaptureCounter {
   std::atomic<int64_t> count{0};  // events (steps, records, groups)
   std::atomic<int64_t> nanos{0};  // wall time spent in them
   std::atomic<int64_t> bytes{0};  // bytes they moved
+  std::atomic<int64_t> max_nanos{0};  // the longest one (one long stall vs many short ones)
 
   void add(int64_t ns, int64_t nbytes, int64_t n = 1) {
     count.fetch_add(n, std::memory_order_relaxed);
     nanos.fetch_add(ns, std::memory_order_relaxed);
     bytes.fetch_add(nbytes, std::memory_order_relaxed);
+    int64_t m = max_nanos.load(std::memory_order_relaxed);
+    while (ns > m && !max_nanos.compare_exchange_weak(m, ns, std::memory_order_relaxed)) {
+    }
   }
   double seconds() const { return double(nanos.load(std::memory_order_relaxed)) * 1e-9; }
+  double max_seconds() const { return double(max_nanos.load(std::memory_order_relaxed)) * 1e-9; }
 };
 
 struct CaptureCounters {
@@ -41,7 +47,7 @@ struct CaptureCounters {
   CaptureCounter write, sync, index;      // per record (sync and index: per group)
   std::atomic<int64_t> spill_errors{0};   // failed spill writes (the record then fails)
 
-  // One line: each phase's count, seconds, GB and GB/s.
+  // One line: each phase's count, seconds (and the longest one's), GB and GB/s.
   std::string summary() const;
 };
 

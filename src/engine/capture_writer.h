@@ -12,6 +12,12 @@
 //
 // Memory is bounded: at most `depth` blocks exist (the one the engine fills plus those queued or
 // being written); when all are queued, take_buffer() blocks the engine until the writer frees one.
+//
+// A job's rows are stored by a crew of `threads` threads of the writer's own (the writer's thread
+// and threads - 1 more), by request: each request's segments go to one of them, so its states
+// and spill see one writer at a time, in position order. Not the host thread pool: the engine
+// thread's own parallel loops (the download's copy) ran inline while a job held the pool, and a
+// job waited for the pool while the engine held it.
 #pragma once
 
 #include <condition_variable>
@@ -23,12 +29,13 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "engine/capture_block.h"
 #include "engine/captured_states.h"
 
 namespace strata {
 
 struct CaptureJob {
-  std::vector<uint8_t> rows;  // [num rows, width] of dtype
+  CaptureBlock rows;  // [num rows, width] of dtype
   int64_t width = 0;
   DType dtype = DType::kBF16;
   // Segment s: rows [row_begin[s], row_begin[s] + row_count[s]) belong to states[s]. Rows of the
@@ -40,14 +47,15 @@ struct CaptureJob {
 
 class CaptureWriter {
  public:
-  explicit CaptureWriter(int depth = 3);
+  explicit CaptureWriter(int depth = 3, int threads = 4);
   ~CaptureWriter();  // processes what is queued, then joins
   CaptureWriter(const CaptureWriter&) = delete;
   CaptureWriter& operator=(const CaptureWriter&) = delete;
 
-  // A free row buffer for the next job (its old contents are garbage); blocks while `depth` jobs
-  // are queued or being written (the time is CaptureCounters::queue_wait).
-  std::vector<uint8_t> take_buffer();
+  // A free row block for the next job (its old contents are garbage; empty the first times);
+  // blocks while `depth` jobs are queued or being written (the time is
+  // CaptureCounters::queue_wait). Blocks keep their memory (and page lock) across jobs.
+  CaptureBlock take_buffer();
   // Queues a job; returns its sequence number.
   uint64_t submit(CaptureJob job);
   // Every job up to `seq` is processed (seq 0: always).
@@ -57,14 +65,16 @@ class CaptureWriter {
   uint64_t last_submitted() const;
 
  private:
+  class Crew;  // capture_writer.cc
   void run();
-  static void store(const CaptureJob& job);
+  void store(const CaptureJob& job);
 
   const int depth_;
+  std::unique_ptr<Crew> crew_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<CaptureJob> queue_;
-  std::vector<std::vector<uint8_t>> free_;
+  std::vector<CaptureBlock> free_;
   int out_ = 0;  // buffers handed out or queued, not yet back in free_
   uint64_t submitted_ = 0, done_ = 0;
   bool stop_ = false;

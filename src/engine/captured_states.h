@@ -8,6 +8,12 @@
 // With a RowSpill attached, each row's first spill->prefix_bytes() go to the spill as they are
 // written (a capture job streams them into the record's file while it generates) and only the
 // rest of the row stays in memory: row() then returns that rest.
+//
+// keep_written() turns later writes of positions already written into no-ops: a capture job's
+// one-token tail request (pipeline/engine_capture.cc) recomputes the record's last page but must
+// only add its last position, and captures straight into the record's states that way (a
+// separate CapturedStates for the tail grew to the record's whole length, tens of MB zero-filled
+// per record on the capture writer's thread: issue 25's stall when hundreds finish together).
 #pragma once
 
 #include <algorithm>
@@ -65,8 +71,13 @@ class CapturedStates {
     data_.reserve(size_t(n * kept_bytes()));
   }
 
+  // From now on put() ignores positions already written (see the top). Set before the rows that
+  // must not overwrite are handed to the engine (its submit orders the two).
+  void keep_written() { keep_written_ = true; }
+
   // Writes row `pos` from `width` values of `src_dtype` (kF32 or kBF16; converted to dtype()).
   void put(int64_t pos, const void* values, DType src_dtype, int64_t width) {
+    if (keep_written_ && has(pos)) return;
     if (width_ == 0) width_ = width;
     if (pos >= rows())  // within the capacity (reserve()) row by row, else doubling
       grow(pos < int64_t(filled_.capacity()) ? pos + 1 : std::max(pos + 1, 2 * rows()));
@@ -120,6 +131,7 @@ class CapturedStates {
   int64_t width_ = 0;
   std::vector<uint8_t> data_;    // [rows, width] of dtype_, less each row's spilled prefix
   std::vector<uint8_t> filled_;  // per position: written
+  bool keep_written_ = false;    // keep_written(): positions written once stay as they are
 };
 
 }  // namespace strata

@@ -22,7 +22,8 @@ void ModelRunner::run(const BatchPlan& plan, const StepInputs& in) {
       Status st = model_.set_capture(model_.capture_spec(), capture_tokens_);
       CHECK_MSG(st.ok(), "growing the capture buffer: {}", st.to_string());
     }
-    captured_.resize(size_t(t * capture_width() * dtype_size(capture_dtype())));
+    captured_.resize(size_t(t * capture_width() * dtype_size(capture_dtype())),
+                     host_pinning(model_.backend()));
     fb.captured = captured_.data();
     captured_valid_ = true;
   }

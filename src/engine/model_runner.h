@@ -13,6 +13,7 @@
 
 #include "arch/model.h"
 #include "engine/batch_plan.h"
+#include "engine/capture_block.h"
 
 namespace strata {
 
@@ -41,10 +42,11 @@ class ModelRunner {
   const float* kept_logits() const { return kept_logits_.data(); }
   // [plan.num_tokens(), capture_width()] of capture_dtype() when the step captured, else null.
   const uint8_t* captured() const { return captured_valid_ ? captured_.data() : nullptr; }
-  // Swaps the captured block with `buffer` (any size: the next capturing step sizes it), so the
-  // block goes to the capture writer without a copy. Only after a capturing step.
-  void swap_captured(std::vector<uint8_t>& buffer) {
-    captured_.swap(buffer);
+  // Swaps the captured block with `buffer` (any size: the next capturing step sizes it, page-
+  // locked by the backend when it grows), so the block goes to the capture writer without a
+  // copy. Only after a capturing step.
+  void swap_captured(CaptureBlock& buffer) {
+    std::swap(captured_, buffer);
     captured_valid_ = false;
   }
   DType capture_dtype() const { return model_.capture_dtype(); }
@@ -55,7 +57,7 @@ class ModelRunner {
   int64_t capture_tokens_ = 0;
   std::vector<int32_t> sampled_;
   std::vector<float> kept_logits_;
-  std::vector<uint8_t> captured_;
+  CaptureBlock captured_;
   bool captured_valid_ = false;
 };
 

@@ -7,7 +7,8 @@
 //    one-token request over prompt + response, with the prefix cache (the finished request's pages
 //    are cached, so only the last page is computed again), captures the rest. Every position's
 //    state depends on the tokens up to it only, so this equals a prefill over the finished
-//    conversation (within batching noise on the GPU).
+//    conversation (within batching noise on the GPU). The tail captures into the record's own
+//    states, which keep the rows already written (CapturedStates::keep_written).
 //  - Teacher-forced (--capture-only): one request over the whole conversation; its prefill covers
 //    every position and its one sampled token is dropped.
 // The loss mask follows SpecForge (specforge/data/parse.py, GeneralParser.parse): 1 on each
@@ -164,19 +165,20 @@ void EngineTarget::start_capture(const GenerationTask& task, std::vector<int32_t
     tail.prompt_ids.insert(tail.prompt_ids.end(), run->output_ids.begin(), run->output_ids.end());
     tail.params = SamplingParams{.temperature = 0.0f, .seed = 0};
     tail.params.max_new_tokens = 1;
-    auto tail_states = std::make_shared<CapturedStates>(run->states->dtype());
-    tail.capture = tail_states;
+    // Straight into the record's states (its file, for a streamed record), keeping the rows the
+    // request captured: the tail recomputes the last page but adds only the last position. The
+    // finished event came after the capture writer stored every row of the request, and the
+    // tail's rows follow in later writer jobs, so the states see one writer at a time.
+    run->states->keep_written();
+    tail.capture = run->states;
     // Ahead of the queue: admitted while the finished request's pages are still in the prefix
     // cache, so only the last page is computed again (behind a full queue they may be evicted).
     tail.urgent = true;
-    tail.on_event = [run, tail_states](const StreamEvent& tev) {
+    tail.on_event = [run](const StreamEvent& tev) {
       if (!tev.finished) return;
       if (!tev.error.empty() || tev.finish_reason == FinishReason::kAbort)
         return run->done(
             failed_outcome(tev.error.empty() ? "the engine aborted the request" : tev.error));
-      const int64_t n = int64_t(run->prompt_ids.size() + run->output_ids.size());
-      for (int64_t p = 0; p < n; ++p)
-        if (!run->states->has(p) && tail_states->has(p)) run->states->put_row(p, *tail_states);
       finish_record(*run, false);
     };
     auto id = engine->submit(std::move(tail));

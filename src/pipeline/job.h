@@ -123,6 +123,7 @@ class Job {
   std::vector<std::pair<size_t, size_t>> record_slots_;  // memory mode: task -> (dataset, record)
   Clock::time_point start_ = Clock::now(), last_progress_ = Clock::now(),
                     last_checkpoint_ = Clock::now();
+  Clock::time_point last_token_ = Clock::now();  // when the job last received generated tokens
   int64_t finished_this_run_ = 0;
   bool checkpointing_ = false;
   std::optional<KvRowsLayout> kv_layout_;  // set when checkpoints hold KV rows too

@@ -277,6 +277,7 @@ void Job::on_tokens(size_t index, TokenReport& report) {
   t.reported_this_run += n;
   summary_.datasets[t.dataset].generated_tokens += n;
   generated_ += n;
+  if (n > 0) last_token_ = Clock::now();
 }
 
 // Output tokens still expected: prompts not started x the mean output length of this run's
@@ -342,6 +343,9 @@ Status Job::verify_sink(const Sink& s) const {
 Status Job::finish_sinks() {
   for (Sink& s : sinks_)
     if (s.hidden) STRATA_RETURN_IF_ERROR(s.hidden->close());
+  if (options_.capture.enabled && generated_ > 0)  // what capture adds after generation ends
+    LOG_INFO("hidden-state capture: the job ended {:.2f} s after its last generated token",
+             std::chrono::duration<double>(Clock::now() - last_token_).count());
   if (summary_.interrupted > 0) return Status();
   for (Sink& s : sinks_) {
     STRATA_RETURN_IF_ERROR(s.results_log->sync());

@@ -7,9 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/host_pinning.h"
+#include "engine/capture_block.h"
 #include "support/golden.h"
 
 namespace strata::testing {
@@ -88,6 +91,31 @@ TEST_P(CudaCapture, MatchesTheCpuReferenceAndHuggingFace) {
       std::printf("%s %s: cuda vs Hugging Face NMSE %.3g, rel max error %.3g\n", GetParam().c_str(),
                   name.c_str(), herr, rel_max_error(g, h));
     }
+  }
+}
+
+// The capture writer's blocks (engine/capture_block.h) are page-locked by the CUDA backend and
+// download() copies into them directly: the bytes equal the staged download into pageable
+// memory, at offsets within a block larger than the rows, after a growth, and for many sizes.
+TEST(CudaCaptureBlock, PinnedDownloadEqualsTheStagedOne) {
+  auto backend = make_cuda_backend();
+  HostPinning* pinning = host_pinning(*backend);
+  ASSERT_NE(pinning, nullptr);
+  CaptureBlock block;
+  for (int64_t rows : {3, 1000, 17, 4096}) {
+    const int64_t width = 384;
+    std::vector<uint16_t> host(size_t(rows * width));
+    for (size_t i = 0; i < host.size(); ++i)  // finite values (a NaN's payload may change)
+      host[i] = f32_to_bf16(float(int64_t((i * 2654435761u + size_t(rows)) % 20011) - 10000) / 37);
+    auto dev =
+        backend->upload(Tensor::make(host.data(), DType::kBF16, {rows, width}), DType::kBF16);
+    std::vector<uint16_t> staged(host.size());
+    backend->download(*dev, staged.data());
+    block.resize(host.size() * 2, pinning);
+    ASSERT_TRUE(block.pinned()) << rows;
+    backend->download(*dev, block.data());
+    EXPECT_EQ(std::memcmp(block.data(), staged.data(), host.size() * 2), 0) << rows;
+    EXPECT_EQ(staged, host) << rows;
   }
 }
 

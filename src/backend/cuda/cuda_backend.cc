@@ -357,6 +357,13 @@ void CudaBackend::download(const Tensor& src, void* dst) {
   end_step();
   const size_t bytes = size_t(src.nbytes());
   if (bytes == 0) return;
+  // Page-locked memory (pin_host: the capture writer's blocks) takes the device's copy directly.
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, dst) == cudaSuccess && attr.type == cudaMemoryTypeHost) {
+    CUDA_CHECK(cudaMemcpy(dst, src.data, bytes, cudaMemcpyDeviceToHost));
+    return;
+  }
+  (void)cudaGetLastError();  // an unregistered pointer's query may leave an error behind
   if (bytes > download_capacity_) {
     if (download_buffer_) CUDA_CHECK(cudaFreeHost(download_buffer_));
     download_capacity_ = std::max(bytes, size_t(1) << 20);
@@ -366,6 +373,20 @@ void CudaBackend::download(const Tensor& src, void* dst) {
   const char* host = static_cast<const char*>(download_buffer_);
   parallel_for(int64_t(bytes), int64_t(1) << 20, [&](int64_t b, int64_t e) {
     std::memcpy(static_cast<char*>(dst) + b, host + b, size_t(e - b));
+  });
+}
+
+std::shared_ptr<void> CudaBackend::pin_host(void* p, size_t bytes) {
+  const cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    LOG_WARN("page-locking {} MB of host memory failed ({}); downloads into it are staged",
+             bytes >> 20, cudaGetErrorString(e));
+    return nullptr;
+  }
+  // At exit the context may be gone before the last block: unregistering then fails harmlessly.
+  return std::shared_ptr<void>(p, [](void* q) {
+    if (cudaHostUnregister(q) != cudaSuccess) (void)cudaGetLastError();
   });
 }
 

@@ -44,6 +44,7 @@
 #include "backend/cuda/tunables.h"
 #include "backend/cuda/weight_upload.h"
 #include "backend/dcp_attention.h"
+#include "backend/host_pinning.h"
 
 namespace strata::cuda {
 
@@ -67,7 +68,7 @@ extern const CpuTwinOp kCpuTwinOps[];
 extern const int kNumCpuTwinOps;
 
 // Also decode context parallelism's ops (backend/dcp_attention.h, mla_dcp.cu).
-class CudaBackend : public Backend, public DcpAttention {
+class CudaBackend : public Backend, public DcpAttention, public HostPinning {
  public:
   explicit CudaBackend(const BackendOptions& options = {});
   ~CudaBackend() override;
@@ -82,6 +83,7 @@ class CudaBackend : public Backend, public DcpAttention {
   void upload_to(const Tensor& host, const Tensor& dst) override;
   void download_f32(const Tensor& src, float* dst) override;
   void download(const Tensor& src, void* dst) override;
+  std::shared_ptr<void> pin_host(void* p, size_t bytes) override;  // HostPinning
   std::unique_ptr<KvStorage> alloc_kv(const KvLayout& layout) override;
   // check_cuda_kv_layout (device_memory.h).
   Status check_kv_layout(const KvLayout& layout) const override;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -45,8 +46,8 @@ class GatedSpill final : public RowSpill {
 };
 
 // A job of `n` rows at positions first.. of `states`, row p's values p*10 + column.
-CaptureJob job_for(std::vector<uint8_t> buffer, std::shared_ptr<CapturedStates> states,
-                   int64_t first, int32_t n) {
+CaptureJob job_for(CaptureBlock buffer, std::shared_ptr<CapturedStates> states, int64_t first,
+                   int32_t n) {
   CaptureJob job;
   job.width = kWidth;
   job.dtype = DType::kF32;
@@ -134,6 +135,98 @@ TEST(CaptureWriter, OnlyEachSegmentsKeptRowsAreStored) {
   std::memcpy(v, b->row(4), sizeof(v));
   EXPECT_EQ(v[0], 70.f);
   EXPECT_EQ(v[3], 73.f);
+}
+
+// A spill that counts writes entered concurrently (there must be none) and positions that come
+// out of order (none either).
+class CheckingSpill final : public RowSpill {
+ public:
+  int64_t prefix_bytes() const override { return 4; }
+  void write(int64_t pos, const uint8_t* prefix) override {
+    if (inside_.exchange(true)) ++overlaps;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));  // widens any overlap
+    float v;
+    std::memcpy(&v, prefix, 4);
+    if (pos != next_ || v != float(pos * 10)) ++out_of_order;
+    next_ = pos + 1;
+    inside_.store(false);
+  }
+  std::atomic<int> overlaps{0};
+  int out_of_order = 0;
+
+ private:
+  std::atomic<bool> inside_{false};
+  int64_t next_ = 0;
+};
+
+// The crew's split: 12 requests over 4 threads, each request's rows in two segments (a tree's
+// accepted path: not adjacent in the block), over several jobs. Every request's rows reach its
+// spill one at a time and in position order, and every row is stored.
+TEST(CaptureWriter, EachRequestsSegmentsGoToOneThreadInOrder) {
+  constexpr int kRequests = 12;
+  std::vector<std::shared_ptr<CheckingSpill>> spills;
+  std::vector<std::shared_ptr<CapturedStates>> states;
+  for (int r = 0; r < kRequests; ++r) {
+    spills.push_back(std::make_shared<CheckingSpill>());
+    states.push_back(std::make_shared<CapturedStates>(DType::kF32, spills.back()));
+  }
+  CaptureWriter writer(3, 4);
+  uint64_t last = 0;
+  for (int64_t step = 0; step < 5; ++step) {
+    // Request r's positions 3*step .. 3*step+2: rows r*3 (one row) and 36 + r*2 (two rows).
+    const int64_t first = 3 * step;
+    CaptureJob job = job_for(writer.take_buffer(), nullptr, 0, 3 * kRequests);
+    for (int r = 0; r < kRequests; ++r) {
+      job.states.push_back(states[size_t(r)]);
+      job.row_begin.push_back(r);
+      job.row_count.push_back(1);
+      job.positions[size_t(r)] = first;
+    }
+    for (int r = 0; r < kRequests; ++r) {
+      job.states.push_back(states[size_t(r)]);
+      job.row_begin.push_back(kRequests + 2 * r);
+      job.row_count.push_back(2);
+      job.positions[size_t(kRequests + 2 * r)] = first + 1;
+      job.positions[size_t(kRequests + 2 * r + 1)] = first + 2;
+    }
+    // Row values follow positions (job_for wrote row*10 + column; rewrite column 0).
+    for (size_t row = 0; row < job.positions.size(); ++row) {
+      const float v = float(job.positions[row] * 10);
+      std::memcpy(job.rows.data() + row * kWidth * 4, &v, 4);
+    }
+    last = writer.submit(std::move(job));
+  }
+  writer.wait(last);
+  for (int r = 0; r < kRequests; ++r) {
+    EXPECT_EQ(spills[size_t(r)]->overlaps.load(), 0) << r;
+    EXPECT_EQ(spills[size_t(r)]->out_of_order, 0) << r;
+    EXPECT_TRUE(states[size_t(r)]->complete(15)) << r;
+  }
+}
+
+// Blocks come back for reuse with their memory: no reallocation (nor, on CUDA, a new page lock)
+// per step once they are large enough.
+TEST(CaptureWriter, BlocksAreReusedWithTheirMemory) {
+  auto states = std::make_shared<CapturedStates>(DType::kF32);
+  CaptureWriter writer(2);
+  CaptureBlock a = writer.take_buffer();
+  EXPECT_EQ(a.capacity(), 0u);
+  a.resize(1000);
+  const uint8_t* memory = a.data();
+  const size_t capacity = a.capacity();
+  EXPECT_GE(capacity, 1000u);
+  writer.wait(writer.submit(job_for(std::move(a), states, 0, 2)));
+  CaptureBlock again = writer.take_buffer();  // the only free block is the one written
+  EXPECT_EQ(again.data(), memory);
+  EXPECT_EQ(again.capacity(), capacity);
+  again.resize(capacity);  // within the capacity: the same memory
+  EXPECT_EQ(again.data(), memory);
+  again.resize(capacity + 1);  // beyond it: at least half as large again
+  EXPECT_GE(again.capacity(), capacity + capacity / 2);
+  CaptureBlock moved = std::move(again);
+  EXPECT_EQ(again.capacity(), 0u);  // NOLINT(bugprone-use-after-move): moved-from is empty
+  EXPECT_EQ(again.data(), nullptr);
+  EXPECT_FALSE(moved.pinned());  // no backend was given
 }
 
 TEST(CaptureWriter, DestructionStoresWhatIsQueued) {
