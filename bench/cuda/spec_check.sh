@@ -29,6 +29,12 @@
 # device returns at most 8 files); its summary, a few lines per run, is also
 # $OUT/eagle3_summary.txt. The CUDA graph line of each run shows whether tree steps replay
 # (captured vs replayed). Under 3 minutes after the build for the default TREES.
+# Fixed-shape verify (engine/spec/verify_shape.h): every verify pads to num_draft_tokens rows, so
+# the c64 runs' graph lines should show few captures (one per batch size) and many replays.
+# --speculative-batch-size-threshold THRESHOLD (default 16): c64 again with it for the chain and
+# each tree (plain decode steps above it, the drafter keeping up: tok/s near plain's), the outputs
+# against plain's (default kernels: divergence possible), and in deterministic mode with
+# retraction, where they must be identical; each prints its count of plain steps and pad rows.
 set -u
 source bench/cuda/device_env.sh  # OUT, C, PKG, dev_configure, dev_build
 
@@ -73,6 +79,7 @@ PY
     # Where an EAGLE3 step's time goes (the decode log's last phase split), and the graphs.
     grep -o "ms per step: .*" "$OUT/gen_$name.log" | tail -1 | sed 's/^/    /'
     grep -o "CUDA graphs: [0-9]* steps recorded.*" "$OUT/gen_$name.log" | tail -1 | sed 's/^/    /'
+    grep -o "[0-9]* decode steps without drafts.*" "$OUT/gen_$name.log" | tail -1 | sed 's/^/    /'
   }
   same() {
     python3 - "$W/out_$1.jsonl" "$W/out_$2.jsonl" <<'PY'
@@ -119,6 +126,16 @@ PY
       gen tput_c${conc}_$sname $input $conc $sval
       same tput_c${conc}_off tput_c${conc}_$sname
     done
+  done
+  # The automatic off switch at batch 64: plain decode steps above the threshold.
+  local thr=${THRESHOLD:-16}
+  for setting in $settings; do
+    sname=${setting%%:*} sval=${setting#*:}
+    gen tput_c64_${sname}_thr$thr heldout128 64 $sval --speculative-batch-size-threshold $thr
+    same tput_c64_off tput_c64_${sname}_thr$thr
+    gen det_c64_retract_${sname}_thr$thr heldout128 64 $sval --enable-deterministic-inference \
+      --max-total-tokens 4096 --schedule-conservativeness 0.05 --speculative-batch-size-threshold $thr
+    same det_c64_retract_off det_c64_retract_${sname}_thr$thr
   done
   # Verify, observe and draft steps replay CUDA graphs (up to --cuda-graph-max-bs requests):
   # eager steps run the same kernels, so the outputs, the accept length and its histogram must be

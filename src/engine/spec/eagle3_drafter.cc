@@ -98,7 +98,7 @@ void Eagle3Proposer::top_tokens(int i, int k, std::vector<int32_t>* tokens,
 }
 
 void Eagle3Proposer::observe(std::span<const CommittedTokens> committed, int64_t capture_width,
-                             DType capture_dtype) {
+                             DType capture_dtype, bool drafts_next) {
   Backend& be = model_->backend();
   const DType act = be.activation_dtype();
   const int64_t h = model_->hidden_size();
@@ -147,12 +147,24 @@ void Eagle3Proposer::observe(std::span<const CommittedTokens> committed, int64_t
                           .attn = attention.metadata(),
                           .target_features = &feats,
                           .logit_rows = last_rows.data(),
-                          .num_logit_rows = int(last_rows.size())};
+                          .num_logit_rows = drafts_next ? int(last_rows.size()) : 1};
   // After a decode or verify step every request has 1 or 1 + k rows: graphs as the draft steps'
-  // (prefill chunks, ragged, run eagerly).
+  // (prefill chunks, ragged, run eagerly). Speculation paused (!drafts_next): the KV is what
+  // counts; one logit row still ends the forward with a download, which ends a backend step
+  // (graph or eager) like every other forward.
   const bool graph =
       same_rows > 0 && same_rows <= kMaxGraphRowsPerRequest && int(seqs.size()) <= graph_max_batch_;
   forward_rows(batch, hidden, graph);
+  if (!drafts_next) {
+    // The drafter's KV of the committed positions is current; no kept row until an observe()
+    // with drafts_next (propose() gives such requests no drafts meanwhile).
+    for (const CommittedTokens* c : seqs) {
+      RequestState& s = states_[c->request->id()];
+      s.position = -1;
+      s.hidden.clear();
+    }
+    return;
+  }
 
   // Keep each request's last row for propose().
   const int n = int(seqs.size());
@@ -208,16 +220,24 @@ void Eagle3Proposer::propose_chain(std::span<const DraftQuery> queries,
   const int64_t h = model_->hidden_size();
   const int64_t hidden_bytes = h * dtype_size(act);
 
-  // The first drafts (observe's), and the queries that draft further.
+  // The first drafts (observe's), and the queries that draft further. A query drafts all
+  // num_steps tokens where its pages hold their drafter KV (positions up to kv_len + num_steps -
+  // 2), even past max_tokens (dropped at the end): every draft forward then has one row per
+  // query, a fixed shape per batch size (one CUDA graph), instead of shrinking as requests near
+  // their limit stop.
   std::vector<size_t> active;
+  std::vector<int32_t> wanted(queries.size(), 0);
   std::vector<uint8_t> host;
   for (size_t q = 0; q < queries.size(); ++q) {
     const Request& r = *queries[q].request;
     auto it = states_.find(r.id());
     if (queries[q].max_tokens <= 0 || it == states_.end() || it->second.position != r.kv_len() - 1)
       continue;
+    wanted[q] = pages_cover(r, r.kv_len() + shape_.num_steps - 1, page_size_)
+                    ? std::max(queries[q].max_tokens, shape_.num_steps)
+                    : queries[q].max_tokens;
     (*drafts)[q].push_back(it->second.first_draft);
-    if (queries[q].max_tokens < 2) continue;
+    if (wanted[q] < 2) continue;
     CHECK_EQ(int64_t(it->second.hidden.size()), hidden_bytes);
     active.push_back(q);
     host.insert(host.end(), it->second.hidden.begin(), it->second.hidden.end());
@@ -256,7 +276,7 @@ void Eagle3Proposer::propose_chain(std::span<const DraftQuery> queries,
     for (int i = 0; i < n; ++i) {
       const size_t q = active[size_t(i)];
       (*drafts)[q].push_back(argmax_token(i));
-      if (int32_t((*drafts)[q].size()) < queries[q].max_tokens) {
+      if (int32_t((*drafts)[q].size()) < wanted[q]) {
         still.push_back(q);
         keep.push_back(i);
       }
@@ -269,6 +289,9 @@ void Eagle3Proposer::propose_chain(std::span<const DraftQuery> queries,
     }
     active = std::move(still);
   }
+  for (size_t q = 0; q < queries.size(); ++q)
+    if (int32_t((*drafts)[q].size()) > queries[q].max_tokens)
+      (*drafts)[q].resize(size_t(queries[q].max_tokens));
 }
 
 }  // namespace strata

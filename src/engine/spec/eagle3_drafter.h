@@ -11,7 +11,12 @@
 //     (CommittedTokens::hidden_rows).
 //   propose(), chain: draft j + 1 (j >= 1) comes from one batched forward over every request still
 //     drafting: its kept hidden_out row and draft j at position kv_len - 1 + j, its output row
-//     kept for the next forward. num_steps drafts cost num_steps - 1 forwards.
+//     kept for the next forward. num_steps drafts cost num_steps - 1 forwards. A request near its
+//     limit still drafts all num_steps (the extra ones dropped) where its pages hold them, so
+//     every forward of a step has one row per request (a fixed shape per batch size).
+//   observe(drafts_next = false) (speculation paused above --speculative-batch-size-threshold):
+//     the same forward, its KV writes kept, no kept rows (one logit row ends the forward); the
+//     requests get drafts again after the next observe() with drafts_next.
 //   propose(), tree (engine/spec/draft_tree.h's DraftTreeBuilder, SGLang's EAGLE-2 tree): step 0
 //     takes observe()'s topk candidates; each of the num_steps - 1 draft steps forwards the
 //     frontier (topk nodes of one depth d, at position kv_len - 1 + d, each fed its own token and
@@ -84,7 +89,7 @@ class Eagle3Proposer : public Drafter {
   std::string_view name() const override { return "EAGLE3"; }
   CaptureSpec capture_spec() const override { return CaptureSpec{.layers = aux_layers_}; }
   void observe(std::span<const CommittedTokens> committed, int64_t capture_width,
-               DType capture_dtype) override;
+               DType capture_dtype, bool drafts_next) override;
   void propose(std::span<const DraftQuery> queries, std::vector<DraftTree>* drafts) override;
   void release(int64_t request_id) override { states_.erase(request_id); }
 

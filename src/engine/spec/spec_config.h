@@ -32,6 +32,13 @@ struct SpeculativeConfig {
   // (spec_config.cc). 0: derived (a tree: 1 + num_steps · topk, at most 64).
   int num_draft_tokens = 0;
   int ngram_max_match = 4;  // NGRAM: the longest suffix it looks up
+  // --speculative-batch-size-threshold (SGLang's flag): decode steps of more decoding requests
+  // than this run plain, without drafts (at large batches the target's forward is no longer
+  // bound by its weights' reads, so verifying k rows per request costs ~k times a decode while
+  // the drafts save less). 0: speculation at every batch size. The drafter keeps observing the
+  // plain steps (its KV stays current), so speculation resumes with full acceptance when the
+  // batch shrinks (engine/spec/drafter.h).
+  int batch_size_threshold = 0;
 
   bool enabled() const { return algorithm != SpeculativeAlgorithm::kNone; }
 };
