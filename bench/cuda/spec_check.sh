@@ -29,12 +29,6 @@
 # device returns at most 8 files); its summary, a few lines per run, is also
 # $OUT/eagle3_summary.txt. The CUDA graph line of each run shows whether tree steps replay
 # (captured vs replayed). Under 3 minutes after the build for the default TREES.
-# Fixed-shape verify (engine/spec/verify_shape.h): every verify pads to num_draft_tokens rows, so
-# the c64 runs' graph lines should show few captures (one per batch size) and many replays.
-# --speculative-batch-size-threshold THRESHOLD (default 16): c64 again with it for the chain and
-# each tree (plain decode steps above it, the drafter keeping up: tok/s near plain's), the outputs
-# against plain's (default kernels: divergence possible), and in deterministic mode with
-# retraction, where they must be identical; each prints its count of plain steps and pad rows.
 set -u
 source bench/cuda/device_env.sh  # OUT, C, PKG, dev_configure, dev_build
 
@@ -127,7 +121,13 @@ PY
       same tput_c${conc}_off tput_c${conc}_$sname
     done
   done
-  # The automatic off switch at batch 64: plain decode steps above the threshold.
+  # Fixed-shape verify (engine/spec/verify_shape.h): every verify pads to num_draft_tokens rows,
+  # so the c64 runs' graph lines above should show few captures (one per batch size) and many
+  # replays. The automatic off switch, --speculative-batch-size-threshold THRESHOLD (default 16):
+  # c64 again with it for the chain and each tree (plain decode steps above it, the drafter
+  # keeping up: tok/s near plain's), the outputs against plain's (default kernels: divergence
+  # possible), and in deterministic mode with retraction, where they must be identical; each
+  # prints its count of plain steps and pad rows.
   local thr=${THRESHOLD:-16}
   for setting in $settings; do
     sname=${setting%%:*} sval=${setting#*:}
