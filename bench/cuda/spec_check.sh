@@ -39,8 +39,18 @@ eagle3_stage() {
   W=/tmp/strata_eagle3
   rm -rf $W && mkdir -p $W
   drafter=${DRAFTER:-tests/fixtures/eagle3/house-llama}
-  dev_configure -DSTRATA_TESTS=OFF
-  dev_build strata
+  # PARITY=1: also the device top-k op (backend/top_k.h, the drafter's candidates) against the
+  # CPU reference, ids exact, and its time beside the download it replaces.
+  if [ "${PARITY:-0}" = 1 ]; then
+    dev_configure
+    dev_build strata strata_parity_test
+    timeout 300 ./build-dev/strata_parity_test --gtest_filter='CudaTopK.*' >"$OUT/topk_parity.log" 2>&1
+    echo "top-k parity: exit $?; $(grep -cE '^\[       OK' "$OUT/topk_parity.log") ok, $(grep -cE '^\[  FAILED  \] Cuda' "$OUT/topk_parity.log") failed"
+    grep -E "top-k of|Failure|Expected|Which is" "$OUT/topk_parity.log" | head -12
+  else
+    dev_configure -DSTRATA_TESTS=OFF
+    dev_build strata
+  fi
   echo "build: $(( $(date +%s) - t0 )) s; drafter $drafter"
   python3 - "$C/shared/data" "$W" <<'PY'
 import json, sys

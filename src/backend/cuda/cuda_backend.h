@@ -44,6 +44,7 @@
 #include "backend/cuda/tunables.h"
 #include "backend/cuda/weight_upload.h"
 #include "backend/dcp_attention.h"
+#include "backend/top_k.h"
 
 namespace strata::cuda {
 
@@ -67,7 +68,7 @@ extern const CpuTwinOp kCpuTwinOps[];
 extern const int kNumCpuTwinOps;
 
 // Also decode context parallelism's ops (backend/dcp_attention.h, mla_dcp.cu).
-class CudaBackend : public Backend, public DcpAttention {
+class CudaBackend : public Backend, public DcpAttention, public TopKOp {
  public:
   explicit CudaBackend(const BackendOptions& options = {});
   ~CudaBackend() override;
@@ -135,6 +136,8 @@ class CudaBackend : public Backend, public DcpAttention {
   // logit_stats.cu: one block per row; five floats a row come back.
   void logit_stats(const Tensor& ref, const Tensor& cand, const int32_t* targets,
                    LogitStatsRow* out) override;
+  // topk.cu: one block per row; 2k numbers a row come back.
+  void top_k(const Tensor& logits, int k, int32_t* ids, float* logprobs) override;
   // mla.cu: on the GPU for the (kv_lora_rank, rope) pairs the kernels are built for, else on the
   // CPU twin (counted).
   void mla_attention(const Tensor& q_latent, const KvStorage& kv, int layer,

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "backend/top_k.h"
 #include "core/check.h"
 #include "engine/spec/draft_attention.h"
 
@@ -64,36 +65,42 @@ Tensor Eagle3Proposer::rows_of(DeviceTensorPtr* buffer, DType dtype, int64_t row
 }
 
 void Eagle3Proposer::forward_rows(const Eagle3Batch& batch, const Tensor& hidden_out, bool graph) {
+  Backend& be = model_->backend();
   const int64_t dv = model_->draft_vocab_size();
-  logits_.resize(size_t(batch.num_logit_rows * dv));
-  // The forward ends with the logits' download, which ends a graph step (cuda_backend.h).
-  if (graph) model_->backend().set_graph_mode(true);
-  model_->forward(batch, *kv_, hidden_out, logits_.data());
-  if (graph) model_->backend().set_graph_mode(false);
+  const int n = batch.num_logit_rows, k = int(std::min<int64_t>(shape_.topk, dv));
+  top_ids_.resize(size_t(n) * size_t(k));
+  top_logprobs_.resize(top_ids_.size());
+  // A chain reads only the argmax: no log-probabilities.
+  float* logprobs = shape_.topk > 1 ? top_logprobs_.data() : nullptr;
+  // The forward ends with the top-k op or the logits' download, either of which ends a graph
+  // step (cuda_backend.h).
+  if (graph) be.set_graph_mode(true);
+  if (TopKOp* op = top_k_op(be)) {
+    DeviceTensorPtr logits = model_->forward_device_logits(batch, *kv_, hidden_out);
+    if (logits) op->top_k(logits->view(), k, top_ids_.data(), logprobs);
+  } else {
+    logits_.resize(size_t(n) * size_t(dv));
+    model_->forward(batch, *kv_, hidden_out, logits_.data());
+    for (int i = 0; i < n; ++i)
+      top_k_row_reference(logits_.data() + i * dv, dv, k, top_ids_.data() + size_t(i) * size_t(k),
+                          logprobs == nullptr ? nullptr : logprobs + size_t(i) * size_t(k));
+  }
+  if (graph) be.set_graph_mode(false);
 }
 
 int32_t Eagle3Proposer::argmax_token(int i) const {
-  const int64_t dv = model_->draft_vocab_size();
-  return model_->target_token(argmax_row_reference(logits_.data() + i * dv, dv));
+  const int64_t per_row = std::min<int64_t>(shape_.topk, model_->draft_vocab_size());
+  return model_->target_token(top_ids_[size_t(i * per_row)]);
 }
 
 void Eagle3Proposer::top_tokens(int i, int k, std::vector<int32_t>* tokens,
                                 std::vector<float>* logprobs) const {
-  const int64_t dv = model_->draft_vocab_size();
-  const float* row = logits_.data() + i * dv;
-  const float max = *std::max_element(row, row + dv);
-  double sum = 0;
-  for (int64_t v = 0; v < dv; ++v) sum += std::exp(double(row[v]) - max);
-  const float log_z = max + float(std::log(sum));
-  std::vector<int32_t> ids(static_cast<size_t>(dv));
-  std::iota(ids.begin(), ids.end(), 0);
-  const size_t n = std::min<size_t>(size_t(k), ids.size());
-  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [row](int32_t a, int32_t b) {
-    return row[a] != row[b] ? row[a] > row[b] : a < b;
-  });
-  for (size_t j = 0; j < n; ++j) {
-    tokens->push_back(model_->target_token(ids[j]));
-    logprobs->push_back(row[ids[j]] - log_z);
+  const int per_row = int(std::min<int64_t>(shape_.topk, model_->draft_vocab_size()));
+  CHECK_LE(k, per_row);
+  for (int j = 0; j < k; ++j) {
+    const size_t at = size_t(i) * size_t(per_row) + size_t(j);
+    tokens->push_back(model_->target_token(top_ids_[at]));
+    logprobs->push_back(top_logprobs_[at]);
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include "arch/decoder.h"
 #include "arch/eagle3.h"
+#include "backend/top_k.h"
 #include "engine/spec/draft_tree.h"
 #include "engine/spec/eagle3_drafter.h"
 #include "engine/spec/ngram_drafter.h"
@@ -43,6 +44,10 @@ Status resolve_tree(SpeculativeConfig* c) {
         "--speculative-num-draft-tokens {}: a draft tree has at most {} nodes (the root "
         "included)",
         c->num_draft_tokens, kMaxDraftTreeNodes);
+  if (k > kMaxTopK)
+    return invalid_argument(
+        "--speculative-eagle-topk {}: at most {} candidates a node (the drafter's top-k op)", k,
+        kMaxTopK);
   if ((steps - 1) * k > kMaxDraftTreeNodes)
     return invalid_argument(
         "--speculative-num-steps {} with --speculative-eagle-topk {}: the drafter forwards "

@@ -39,6 +39,12 @@ struct SpeculativeConfig {
   // plain steps (its KV stays current), so speculation resumes with full acceptance when the
   // batch shrinks (engine/spec/drafter.h).
   int batch_size_threshold = 0;
+  // Fixed-shape verify (engine/spec/verify_shape.h, EAGLE3): pad rows where they buy a fixed
+  // shape for a CUDA graph (a step of at most --cuda-graph-max-bs requests: kGraphs, the
+  // default; none on the CPU), at every decode step (kAlways: tests of the padding on the CPU),
+  // or never.
+  enum class PadVerify { kGraphs, kAlways, kNever };
+  PadVerify pad_verify = PadVerify::kGraphs;
 
   bool enabled() const { return algorithm != SpeculativeAlgorithm::kNone; }
 };
