@@ -139,6 +139,10 @@ void add_speculative_flags(CLI::App& app, EngineFlags& f) {
       ->capture_default_str();
   app.add_option("--speculative-num-draft-tokens", s.num_draft_tokens,
                  "tokens one verify runs per request: num-steps + 1 for a chain (default)");
+  app.add_option("--speculative-batch-size-threshold", s.batch_size_threshold,
+                 "decode steps of more requests than this run without speculation (plain "
+                 "decode steps; the drafter keeps up and resumes below it); 0: no limit")
+      ->capture_default_str();
 }
 
 namespace {

@@ -21,8 +21,9 @@
 //   [--enable-deterministic-inference 1] (batch-invariant kernels: the engine's and the
 //   breakdown's backend; CudaTunables::deterministic)
 //   [--speculative-algorithm NGRAM|EAGLE3 --speculative-num-steps N --speculative-eagle-topk 1
-//   --speculative-num-draft-tokens T --speculative-draft-model-path DIR] (speculative decoding;
-//   the mean accept length is printed)
+//   --speculative-num-draft-tokens T --speculative-draft-model-path DIR
+//   --speculative-batch-size-threshold B] (speculative decoding; the mean accept length is
+//   printed)
 // Breakdown: [--breakdown-batch B] (0: none) [--breakdown-context C] [--breakdown-pages P,P,...]
 //   (then forward + sampling alone at each page size) [--breakdown-scatter 0|1] (each also with
 //   the pages scattered over the pool) [--breakdown-overlap 1] (instead: the step's two halves at
@@ -412,6 +413,8 @@ int main(int argc, char** argv) {
       a.speculative.eagle_topk = std::stoi(v);
     else if (k == "--speculative-num-draft-tokens")
       a.speculative.num_draft_tokens = std::stoi(v);
+    else if (k == "--speculative-batch-size-threshold")
+      a.speculative.batch_size_threshold = std::stoi(v);
     else {
       std::fprintf(stderr, "offline_bench: unknown flag %s\n", k.c_str());
       return 2;

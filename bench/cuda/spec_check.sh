@@ -41,8 +41,18 @@ eagle3_stage() {
   W=/tmp/strata_eagle3
   rm -rf $W && mkdir -p $W
   drafter=${DRAFTER:-tests/fixtures/eagle3/house-llama}
-  dev_configure -DSTRATA_TESTS=OFF
-  dev_build strata
+  # PARITY=1: also the device top-k op (backend/top_k.h, the drafter's candidates) against the
+  # CPU reference, ids exact, and its time beside the download it replaces.
+  if [ "${PARITY:-0}" = 1 ]; then
+    dev_configure
+    dev_build strata strata_parity_test
+    timeout 300 ./build-dev/strata_parity_test --gtest_filter='CudaTopK.*' >"$OUT/topk_parity.log" 2>&1
+    echo "top-k parity: exit $?; $(grep -cE '^\[       OK' "$OUT/topk_parity.log") ok, $(grep -cE '^\[  FAILED  \] Cuda' "$OUT/topk_parity.log") failed"
+    grep -E "top-k of|Failure|Expected|Which is" "$OUT/topk_parity.log" | head -12
+  else
+    dev_configure -DSTRATA_TESTS=OFF
+    dev_build strata
+  fi
   echo "build: $(( $(date +%s) - t0 )) s; drafter $drafter"
   python3 - "$C/shared/data" "$W" <<'PY'
 import json, sys
@@ -75,6 +85,7 @@ PY
     # Where an EAGLE3 step's time goes (the decode log's last phase split), and the graphs.
     grep -o "ms per step: .*" "$OUT/gen_$name.log" | tail -1 | sed 's/^/    /'
     grep -o "CUDA graphs: [0-9]* steps recorded.*" "$OUT/gen_$name.log" | tail -1 | sed 's/^/    /'
+    grep -o "[0-9]* decode steps without drafts.*" "$OUT/gen_$name.log" | tail -1 | sed 's/^/    /'
   }
   same() {
     python3 - "$W/out_$1.jsonl" "$W/out_$2.jsonl" <<'PY'
@@ -124,6 +135,22 @@ PY
       gen tput_c${conc}_$sname $input $conc $sval
       same tput_c${conc}_off tput_c${conc}_$sname
     done
+  done
+  # Fixed-shape verify (engine/spec/verify_shape.h): every verify pads to num_draft_tokens rows,
+  # so the c64 runs' graph lines above should show few captures (one per batch size) and many
+  # replays. The automatic off switch, --speculative-batch-size-threshold THRESHOLD (default 16):
+  # c64 again with it for the chain and each tree (plain decode steps above it, the drafter
+  # keeping up: tok/s near plain's), the outputs against plain's (default kernels: divergence
+  # possible), and in deterministic mode with retraction, where they must be identical; each
+  # prints its count of plain steps and pad rows.
+  local thr=${THRESHOLD:-16}
+  for setting in $settings; do
+    sname=${setting%%:*} sval=${setting#*:}
+    gen tput_c64_${sname}_thr$thr heldout128 64 $sval --speculative-batch-size-threshold $thr
+    same tput_c64_off tput_c64_${sname}_thr$thr
+    gen det_c64_retract_${sname}_thr$thr heldout128 64 $sval --enable-deterministic-inference \
+      --max-total-tokens 4096 --schedule-conservativeness 0.05 --speculative-batch-size-threshold $thr
+    same det_c64_retract_off det_c64_retract_${sname}_thr$thr
   done
   # Verify, observe and draft steps replay CUDA graphs (up to --cuda-graph-max-bs requests):
   # eager steps run the same kernels, so the outputs, the accept length and its histogram must be

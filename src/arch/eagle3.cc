@@ -115,6 +115,17 @@ KvLayout Eagle3Drafter::kv_layout() const {
 
 void Eagle3Drafter::forward(const Eagle3Batch& batch, KvStorage& kv, const Tensor& hidden_out,
                             float* logits) {
+  DeviceTensorPtr out = run(batch, kv, hidden_out, logits != nullptr);
+  if (out) backend_->download_f32(*out, logits);
+}
+
+DeviceTensorPtr Eagle3Drafter::forward_device_logits(const Eagle3Batch& batch, KvStorage& kv,
+                                                     const Tensor& hidden_out) {
+  return run(batch, kv, hidden_out, /*logits=*/true);
+}
+
+DeviceTensorPtr Eagle3Drafter::run(const Eagle3Batch& batch, KvStorage& kv,
+                                   const Tensor& hidden_out, bool logits) {
   Backend& be = *backend_;
   const ModelSpec& s = spec_.layer;
   const int64_t t = batch.attn.num_tokens, h = s.hidden_size, hd = s.head_dim;
@@ -166,12 +177,12 @@ void Eagle3Drafter::forward(const Eagle3Batch& batch, KvStorage& kv, const Tenso
   be.add_rms_norm(*branch, x, *norm_, eps, *normed);  // x += mlp: hidden_out; normed: norm(x)
 
   const int n = batch.num_logit_rows;
-  if (n == 0 || logits == nullptr) return;
+  if (n == 0 || !logits) return nullptr;
   auto rows = be.alloc(act, {n, h});
   be.gather_rows(*normed, batch.logit_rows, n, *rows);
   auto out = be.alloc(act, {n, spec_.draft_vocab_size});
   be.linear(*rows, lm_head_, *out);
-  be.download_f32(*out, logits);
+  return out;
 }
 
 }  // namespace strata

@@ -79,6 +79,11 @@ class Eagle3Drafter {
   // the tensor prev_hidden views) and float32 logits [num_logit_rows, draft_vocab_size] to host
   // `logits` (null: none downloaded). Writes the rows' K/V into `kv`.
   void forward(const Eagle3Batch& batch, KvStorage& kv, const Tensor& hidden_out, float* logits);
+  // The same with the logits left on backend(): [num_logit_rows, draft_vocab_size] in the
+  // activation dtype (null when num_logit_rows is 0), for an op that reads them where they are
+  // (backend/top_k.h: a drafter's candidates without the rows' download).
+  DeviceTensorPtr forward_device_logits(const Eagle3Batch& batch, KvStorage& kv,
+                                        const Tensor& hidden_out);
 
   // The target vocabulary id of draft id `d` (d + d2t[d]).
   int32_t target_token(int32_t d) const { return d2t_target_[size_t(d)]; }
@@ -91,6 +96,9 @@ class Eagle3Drafter {
   Eagle3Drafter(Eagle3Spec spec, Backend& backend) : spec_(std::move(spec)), backend_(&backend) {}
   Status load_weights(const WeightStore& ws, const Tensor* target_embedding,
                       const std::string& target_dir);
+  // forward()'s work; the logits on the device when `logits` is set and there are logit rows.
+  DeviceTensorPtr run(const Eagle3Batch& batch, KvStorage& kv, const Tensor& hidden_out,
+                      bool logits);
 
   Eagle3Spec spec_;
   Backend* backend_;

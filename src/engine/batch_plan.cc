@@ -32,8 +32,9 @@ void append_seq(BatchPlan& p, int32_t s, int32_t start, int32_t end, std::span<c
   p.page_indptr.push_back(static_cast<int32_t>(p.page_indices.size()));
 }
 
-// The sequence just appended (its rows the last 1 + drafts of p) holds a draft tree: its drafts
-// take rope position kv_len() + depth, and every row its ancestor word.
+// The sequence just appended (its rows the last 1 + drafts + pads of p) holds a draft tree: its
+// drafts take rope position kv_len() + depth, and every row its ancestor word; its pad rows are
+// nodes of their own, like roots (the committed tokens and themselves, rope position kv_len()).
 void add_tree(BatchPlan& p, const ScheduledSeq& seq, const Request& r) {
   CHECK_MSG(seq.num_new_tokens == 1 && seq.draft_parents.size() == seq.draft.size(),
             "request {}: a draft tree of {} drafts ({} parents) after {} new tokens", r.id(),
@@ -45,11 +46,17 @@ void add_tree(BatchPlan& p, const ScheduledSeq& seq, const Request& r) {
     tree.add(seq.draft_parents[i], seq.draft[i]);
   }
   const std::vector<uint64_t> mask = tree.ancestor_mask();
-  const size_t first = p.token_ids.size() - mask.size();
+  const size_t first = p.token_ids.size() - mask.size() - size_t(seq.pad_rows);
   p.tree_mask.resize(first, 0);
   for (size_t i = 0; i < mask.size(); ++i) {
     p.positions[first + i] = r.kv_len() + tree.depths[i];
     p.tree_mask.push_back(mask[i]);
+  }
+  CHECK_MSG(mask.size() + size_t(seq.pad_rows) <= size_t(kMaxDraftTreeNodes),
+            "request {}: {} tree nodes and {} pad rows", r.id(), mask.size(), seq.pad_rows);
+  for (size_t i = mask.size(); i < mask.size() + size_t(seq.pad_rows); ++i) {
+    p.positions[first + i] = r.kv_len();
+    p.tree_mask.push_back(uint64_t(1) << i);
   }
 }
 
@@ -77,17 +84,24 @@ BatchPlan BatchPlan::build(std::span<const ScheduledSeq> seqs, int32_t page_size
               r.total_len());
     // Speculative decoding: the drafts follow the request's tokens, and every one of them and the
     // last real token gets a logits row (engine/spec/verify.h).
+    // Pad rows (verify_shape.h) follow the drafts: the last draft again (or the last token).
     const std::vector<int32_t>& draft = seqs[s].draft;
-    CHECK_MSG(draft.empty() || seqs[s].sample, "request {}: drafts on a chunk that samples nothing",
-              r.id());
-    const int32_t kv_end = end + static_cast<int32_t>(draft.size());
+    const int32_t pads = seqs[s].pad_rows;
+    CHECK_MSG((draft.empty() && pads == 0) || seqs[s].sample,
+              "request {}: drafts or pad rows on a chunk that samples nothing", r.id());
+    CHECK_MSG(pads >= 0 && (pads == 0 || seqs[s].num_new_tokens == 1),
+              "request {}: {} pad rows after {} new tokens", r.id(), pads, seqs[s].num_new_tokens);
+    const int32_t drafts_end = end + static_cast<int32_t>(draft.size());
+    const int32_t kv_end = drafts_end + pads;
     const int32_t num_pages = (kv_end + page_size - 1) / page_size;
     CHECK_MSG(static_cast<int32_t>(r.pages().size()) >= num_pages,
               "request {}: {} pages for {} tokens", r.id(), r.pages().size(), kv_end);
     append_seq(
         p, static_cast<int32_t>(s), start, kv_end, r.pages(),
-        [&r, &draft, end](int32_t pos) {
-          return pos < end ? r.token_at(pos) : draft[size_t(pos - end)];
+        [&r, &draft, end, drafts_end](int32_t pos) {
+          if (pos < end) return r.token_at(pos);
+          if (pos < drafts_end) return draft[size_t(pos - end)];
+          return draft.empty() ? r.token_at(end - 1) : draft.back();
         },
         seqs[s].sample ? end - 1 : kv_end);
     if (!seqs[s].draft_parents.empty()) add_tree(p, seqs[s], r);

@@ -31,12 +31,23 @@ struct ScheduledSeq {
   // the request's last token. Node i's KV row is kv_len() + i, its rope position kv_len() +
   // depth, and it attends to the committed tokens and its ancestors (BatchPlan::tree_mask).
   std::vector<int32_t> draft_parents{};
+  // Rows after the drafts that the verify computes and ignores (engine/spec/verify_shape.h): they
+  // give every verifying seq of a step the same number of rows, so the forward's shape (and its
+  // CUDA graph) depends on the batch size only. Each takes a logits row (sampled greedily, never
+  // read) and a KV slot of the request's own pages past its drafts (garbage past kv_len, as a
+  // rejected draft's). A chain's pads continue it (causal rows after the last draft); a tree's
+  // are nodes that attend to the committed tokens and themselves only (as roots: their tree word
+  // is their own bit, their rope position kv_len).
+  int32_t pad_rows = 0;
+  // New tokens and drafts: the tokens the step computes for the request (pads excluded).
   int32_t num_tokens() const { return num_new_tokens + int32_t(draft.size()); }
+  // Rows of the request in the step's forward: num_tokens() and the pads.
+  int32_t num_rows() const { return num_tokens() + pad_rows; }
 };
 
 class BatchPlan {
  public:
-  // Each request's page table must cover kv_len() + num_tokens() tokens.
+  // Each request's page table must cover kv_len() + num_rows() tokens.
   static BatchPlan build(std::span<const ScheduledSeq> seqs, int32_t page_size);
 
   int num_seqs() const { return static_cast<int>(kv_lens.size()); }
@@ -60,7 +71,7 @@ class BatchPlan {
   std::vector<int32_t> page_indices;  // [page_indptr[num_seqs]] pages covering kv_lens[s] tokens
   std::vector<int32_t> slot_mapping;  // [num_tokens] page * page_size + offset of each new token
   // [num_rows] the rows whose logits are sampled: of each sampled seq, its last new token's and
-  // then its drafts' (consecutive rows, in order)
+  // then its drafts' and its pad rows' (consecutive rows, in order)
   std::vector<int32_t> logits_rows;
   std::vector<int32_t> sampled_seqs;  // [num_rows] which sequence each logits row belongs to
   // Empty when no sequence has a draft tree; else [num_tokens] (AttentionMetadata::tree_mask):

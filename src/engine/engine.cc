@@ -35,6 +35,10 @@ Engine::~Engine() {
                                       double(s.spec_verify_total)
                                 : 1.0,
         hist);
+    LOG_INFO(
+        "Speculative decoding: {} decode steps without drafts (decodes above "
+        "--speculative-batch-size-threshold), {} pad rows verified (fixed-shape verify)",
+        s.spec_paused_steps_total, s.spec_pad_rows_total);
   }
   if (stats_.retractions_total > 0)
     LOG_INFO("Retraction: {} requests retracted mid-decode to free KV (and recomputed)",

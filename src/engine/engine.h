@@ -252,6 +252,11 @@ struct EngineStats {
   int64_t spec_draft_tokens_total = 0;
   int64_t spec_accepted_tokens_total = 0;
   std::vector<int64_t> spec_accept_length_counts;  // empty without speculation
+  // Steps with decodes run without drafts because their decodes exceeded
+  // --speculative-batch-size-threshold, and the pad rows verify steps computed so that every
+  // verify had num_draft_tokens rows (engine/spec/verify_shape.h).
+  int64_t spec_paused_steps_total = 0;
+  int64_t spec_pad_rows_total = 0;
 };
 
 struct ScheduledStep;  // engine/schedule_state.h
@@ -311,9 +316,10 @@ class Engine {
   void propose_drafts(ScheduledStep* step);
   void run_one_step(const ScheduledStep& step, std::chrono::steady_clock::time_point step_begin);
   // paths[s]: the accepted path of sampled seq s's draft tree (tree_verify.h; [0] without drafts).
+  // drafts_next: Drafter::observe's.
   void observe_committed(const ScheduledStep& step, const BatchPlan& plan, const uint8_t* captured,
                          std::span<const int32_t> kv_before,
-                         std::span<const std::vector<int32_t>> paths);
+                         std::span<const std::vector<int32_t>> paths, bool drafts_next);
   // `later`: tokens of the request's output after these, already appended by a verify step and
   // emitted by the next calls (the event's completion_tokens leaves them out).
   void emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogprobs> logprobs,

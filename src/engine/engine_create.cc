@@ -395,7 +395,10 @@ Status Engine::create_scheduler_and_host_tier(const ModelSpec& spec, const KvLay
   sc.num_continuous_decode_steps = std::max(1, c.num_continuous_decode_steps);
   sc.disable_radix_cache = c.disable_radix_cache;
   // The verify's rows: the last token and the drafts (a chain's num_steps, a tree's nodes).
-  if (drafter_) sc.decode_tokens_per_step = c.speculative.num_draft_tokens;
+  if (drafter_) {
+    sc.decode_tokens_per_step = c.speculative.num_draft_tokens;
+    sc.speculative_batch_size_threshold = c.speculative.batch_size_threshold;
+  }
   sc.init_new_token_ratio = std::min(1.0, sc.init_new_token_ratio * c.schedule_conservativeness);
   sc.min_new_token_ratio =
       std::min(sc.init_new_token_ratio, sc.min_new_token_ratio * c.schedule_conservativeness);

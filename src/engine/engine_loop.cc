@@ -12,6 +12,7 @@
 #include "engine/parallel_runtime.h"
 #include "engine/schedule_state.h"
 #include "engine/spec/tree_verify.h"
+#include "engine/spec/verify_shape.h"
 #include "kv/page_pool.h"
 #include "kv/radix_cache.h"
 
@@ -267,10 +268,23 @@ void Engine::run_step() {
 }
 
 // Speculative decoding: the drafter's proposals for this step's decodes, each cut to the room its
-// pages hold (ScheduleState::draft_room).
+// pages hold (ScheduleState::draft_room), then pad rows so that every verify of a decode step has
+// num_draft_tokens rows (engine/spec/verify_shape.h). A step above
+// --speculative-batch-size-threshold (not ScheduledStep::speculative) runs plain.
 void Engine::propose_drafts(ScheduledStep* step) {
   const auto begin = StepClock::now();
   last_draft_seconds = 0;
+  if (!step->speculative) {
+    // Paused above the threshold (a step with decodes that ScheduleState kept plain).
+    const bool decodes = std::any_of(step->seqs.begin(), step->seqs.end(), [](const auto& seq) {
+      return seq.request->state() == RequestState::kDecoding;
+    });
+    if (decodes && config_.speculative.batch_size_threshold > 0) {
+      std::lock_guard<std::mutex> lk(mu_);
+      ++stats_.spec_paused_steps_total;
+    }
+    return;
+  }
   std::vector<DraftQuery> queries;
   std::vector<size_t> seq_of;
   for (size_t s = 0; s < step->seqs.size(); ++s) {
@@ -281,12 +295,29 @@ void Engine::propose_drafts(ScheduledStep* step) {
     queries.push_back(DraftQuery{.request = &r, .max_tokens = room});
     seq_of.push_back(s);
   }
-  if (queries.empty()) return;
-  std::vector<DraftTree> trees;
-  drafter_->propose(queries, &trees);
-  CHECK_EQ(trees.size(), queries.size());
-  for (size_t q = 0; q < queries.size(); ++q)
-    set_drafts(&step->seqs[seq_of[q]], trees[q], queries[q].max_tokens);
+  if (!queries.empty()) {
+    std::vector<DraftTree> trees;
+    drafter_->propose(queries, &trees);
+    CHECK_EQ(trees.size(), queries.size());
+    for (size_t q = 0; q < queries.size(); ++q)
+      set_drafts(&step->seqs[seq_of[q]], trees[q], queries[q].max_tokens);
+  }
+  // A model drafter proposes full drafts but near a request's limits: fixed shapes are worth the
+  // few pad rows where the step replays a CUDA graph (of the verify and of the drafter's
+  // observe(), per batch size); an eager step would only compute them for nothing. NGRAM often
+  // has no drafts at all: padding would multiply its verify's cost.
+  using PadVerify = SpeculativeConfig::PadVerify;
+  const PadVerify policy = config_.speculative.pad_verify;
+  const bool pad = policy == PadVerify::kAlways ||
+                   (policy == PadVerify::kGraphs &&
+                    int(step->seqs.size()) <= config_.cuda_graph_max_bs.value_or(0));
+  if (pad && !step->is_prefill && config_.speculative.algorithm == SpeculativeAlgorithm::kEagle3) {
+    pad_verify_rows(step->seqs, config_.speculative.num_draft_tokens, config_.page_size);
+    int64_t pads = 0;
+    for (const ScheduledSeq& seq : step->seqs) pads += seq.pad_rows;
+    std::lock_guard<std::mutex> lk(mu_);
+    stats_.spec_pad_rows_total += pads;
+  }
   last_draft_seconds = seconds_since(begin);
 }
 
@@ -324,6 +355,11 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
       const DraftTree& tree = trees[s];
       Live& live = *live_.at(seq.request->id());
       row_live[j] = &live;
+      // A pad row (verify_shape.h): sampled greedily, never read; no draw, edits or logprobs.
+      if (node >= tree.size()) {
+        row_params[j] = SampleRowParams{};
+        continue;
+      }
       const SamplingParams& p = live.request.params();
       // The draw plain decoding would give this row's output position; taken when its token is
       // kept (below), so a seeded request samples the same tokens with or without speculation.
@@ -461,7 +497,17 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
     last_draft_seconds = 0;
     if (drafter_) {
       const auto observe_begin = StepClock::now();
-      observe_committed(step, plan, captured, kv_before, paths);
+      // Whether the next step speculates (the drafter then keeps what propose() needs): the
+      // next decision's decodes are the running requests that decode now (fewer if it retracts).
+      const int32_t threshold = config_.speculative.batch_size_threshold;
+      bool drafts_next = threshold <= 0;
+      if (!drafts_next) {
+        int64_t decoding = 0;
+        for (const Request* r : state_->running())
+          decoding += r->state() == RequestState::kDecoding ? 1 : 0;
+        drafts_next = decoding <= threshold;
+      }
+      observe_committed(step, plan, captured, kv_before, paths, drafts_next);
       phases.observe_s = seconds_since(observe_begin);
     }
     // Captured states of the committed positions (a rejected draft's are not the request's).
@@ -492,7 +538,7 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
 // committed target KV, the token after each, and their captured hidden states.
 void Engine::observe_committed(const ScheduledStep& step, const BatchPlan& plan,
                                const uint8_t* captured, std::span<const int32_t> kv_before,
-                               std::span<const std::vector<int32_t>> paths) {
+                               std::span<const std::vector<int32_t>> paths, bool drafts_next) {
   const int64_t width = runner_->capture_width();
   const DType dtype = runner_->capture_dtype();
   const int64_t row_bytes = width * dtype_size(dtype);
@@ -544,7 +590,7 @@ void Engine::observe_committed(const ScheduledStep& step, const BatchPlan& plan,
                           .subspan(size_t(plan.page_indptr[s]),
                                    size_t(plan.page_indptr[s + 1] - plan.page_indptr[s]))});
   }
-  drafter_->observe(news, width, dtype);
+  drafter_->observe(news, width, dtype, drafts_next);
 }
 
 // Hands the step's captured block, with each kept row's request and position, to the capture

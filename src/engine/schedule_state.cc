@@ -256,7 +256,10 @@ ScheduledStep ScheduleState::apply(const Decision& d) {
     ensure_pages(r, r->kv_len() + steps);  // reserved for the whole continuous decode
     step.seqs.push_back({.request = r, .num_new_tokens = 1, .sample = true});
   }
-  if (config_.decode_tokens_per_step > 1) reserve_draft_room(step);
+  const int32_t threshold = config_.speculative_batch_size_threshold;
+  step.speculative = config_.decode_tokens_per_step > 1 && !d.decode.empty() &&
+                     (threshold <= 0 || int64_t(d.decode.size()) <= threshold);
+  if (step.speculative) reserve_draft_room(step);
   step.num_decode_steps = d.decode.empty() ? 1 : d.num_decode_steps;
   new_token_ratio_ = d.new_token_ratio;
   // Under write_back an allocation that evicts waits for the demoted pages' copies. Demoting now
@@ -266,14 +269,15 @@ ScheduledStep ScheduleState::apply(const Decision& d) {
 }
 
 // Speculative decoding: each decode of `step` (one token secured by the decision) grows its pages
-// toward decode_tokens_per_step tokens (never past what it may still produce), in step order,
-// while free or evictable pages last. The drafter then proposes only what fits (draft_room).
+// toward decode_tokens_per_step tokens, in step order, while free or evictable pages last. The
+// drafter then proposes only what fits and what the request may still produce (draft_room); the
+// rest of the room holds the verify's pad rows (engine/spec/verify_shape.h), so that every verify
+// of the step has decode_tokens_per_step rows.
 void ScheduleState::reserve_draft_room(const ScheduledStep& step) {
   for (const ScheduledSeq& seq : step.seqs) {
     Request* r = seq.request;
     if (r->state() != RequestState::kDecoding) continue;
-    const int32_t want =
-        std::min(config_.decode_tokens_per_step, std::max(1, r->remaining_new_tokens()));
+    const int32_t want = config_.decode_tokens_per_step;
     const int64_t extra = pool_->pages_for_tokens(r->kv_len() + want) - int64_t(r->pages().size());
     if (extra <= 0) continue;
     const int64_t available = int64_t(pool_->num_free_pages()) +

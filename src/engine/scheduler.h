@@ -48,6 +48,10 @@ struct SchedulerConfig {
   // drafts from the pages still free or evictable (fewer drafts when short), and a continuous
   // decode is one step.
   int32_t decode_tokens_per_step = 1;
+  // --speculative-batch-size-threshold: a decode step of more decoding requests than this runs
+  // without speculation (no drafts, no draft room: plain decode steps; ScheduledStep::speculative),
+  // where verifying drafts costs more than it saves. 0: speculation at every batch size.
+  int32_t speculative_batch_size_threshold = 0;
 };
 
 struct WaitingEntry {

@@ -5,6 +5,7 @@
 
 #include "backend/backend.h"
 #include "backend/dcp_attention.h"
+#include "backend/top_k.h"
 
 namespace strata::cpu {
 
@@ -29,7 +30,7 @@ class CpuKvStorage : public KvStorage {
 };
 
 // Also the reference of decode context parallelism's ops (backend/dcp_attention.h).
-class CpuBackend : public Backend, public DcpAttention {
+class CpuBackend : public Backend, public DcpAttention, public TopKOp {
  public:
   Device device() const override { return Device::kCpu; }
   std::string name() const override { return "cpu"; }
@@ -82,6 +83,8 @@ class CpuBackend : public Backend, public DcpAttention {
   // logit_stats.cc: logit_stats_reference per row, rows in parallel.
   void logit_stats(const Tensor& ref, const Tensor& cand, const int32_t* targets,
                    LogitStatsRow* out) override;
+  // topk.cc: top_k_row_reference per row, rows in parallel.
+  void top_k(const Tensor& logits, int k, int32_t* ids, float* logprobs) override;
 };
 
 // out[r][j] = x[r] · w[j] (+ bias[j]) for r < m, j < n over k inputs, with row strides ldx, ldw,

@@ -45,6 +45,7 @@
 #include "backend/cuda/weight_upload.h"
 #include "backend/dcp_attention.h"
 #include "backend/host_pinning.h"
+#include "backend/top_k.h"
 
 namespace strata::cuda {
 
@@ -68,7 +69,7 @@ extern const CpuTwinOp kCpuTwinOps[];
 extern const int kNumCpuTwinOps;
 
 // Also decode context parallelism's ops (backend/dcp_attention.h, mla_dcp.cu).
-class CudaBackend : public Backend, public DcpAttention, public HostPinning {
+class CudaBackend : public Backend, public DcpAttention, public HostPinning, public TopKOp {
  public:
   explicit CudaBackend(const BackendOptions& options = {});
   ~CudaBackend() override;
@@ -137,6 +138,8 @@ class CudaBackend : public Backend, public DcpAttention, public HostPinning {
   // logit_stats.cu: one block per row; five floats a row come back.
   void logit_stats(const Tensor& ref, const Tensor& cand, const int32_t* targets,
                    LogitStatsRow* out) override;
+  // topk.cu: one block per row; 2k numbers a row come back.
+  void top_k(const Tensor& logits, int k, int32_t* ids, float* logprobs) override;
   // mla.cu: on the GPU for the (kv_lora_rank, rope) pairs the kernels are built for, else on the
   // CPU twin (counted).
   void mla_attention(const Tensor& q_latent, const KvStorage& kv, int layer,

@@ -43,6 +43,7 @@ namespace strata::cuda {
   X(kOpMoeRoute, "moe_route")         \
   X(kOpMoeExperts, "moe_experts")     \
   X(kOpLogitStats, "logit_stats")     \
+  X(kOpTopK, "top_k")                 \
   X(kOpMlaDcpMerge, "mla_dcp_merge") \
   X(kOpGemmDet, "gemm_det")          \
   X(kOpInt4Dequant, "int4_dequant")  \

@@ -90,8 +90,13 @@ class Drafter {
 
   // After every target forward, every scheduled request that computed something this step, in the
   // step's order. `capture_width`/`capture_dtype` describe CommittedTokens::hidden.
+  // `drafts_next`: the engine expects to ask for drafts before the next observe(). False while
+  // speculation is paused (SpeculativeConfig::batch_size_threshold: plain decode steps at large
+  // batches): a drafter then keeps only its own state current (EAGLE-3: its KV) and may skip
+  // what only propose() reads; a request it has no proposal state for gets no drafts the next
+  // time it is asked, and has them again after the next observe() with drafts_next set.
   virtual void observe(std::span<const CommittedTokens> committed, int64_t capture_width,
-                       DType capture_dtype) = 0;
+                       DType capture_dtype, bool drafts_next) = 0;
 
   // Fills (*drafts)[i] with queries[i]'s draft tree: rooted at the request's last token
   // (token_at(kv_len())), at most queries[i].max_tokens drafts (DraftTree::root_only: none, the

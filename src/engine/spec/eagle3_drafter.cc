@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "backend/top_k.h"
 #include "core/check.h"
 #include "engine/spec/draft_attention.h"
 
@@ -64,41 +65,47 @@ Tensor Eagle3Proposer::rows_of(DeviceTensorPtr* buffer, DType dtype, int64_t row
 }
 
 void Eagle3Proposer::forward_rows(const Eagle3Batch& batch, const Tensor& hidden_out, bool graph) {
+  Backend& be = model_->backend();
   const int64_t dv = model_->draft_vocab_size();
-  logits_.resize(size_t(batch.num_logit_rows * dv));
-  // The forward ends with the logits' download, which ends a graph step (cuda_backend.h).
-  if (graph) model_->backend().set_graph_mode(true);
-  model_->forward(batch, *kv_, hidden_out, logits_.data());
-  if (graph) model_->backend().set_graph_mode(false);
+  const int n = batch.num_logit_rows, k = int(std::min<int64_t>(shape_.topk, dv));
+  top_ids_.resize(size_t(n) * size_t(k));
+  top_logprobs_.resize(top_ids_.size());
+  // A chain reads only the argmax: no log-probabilities.
+  float* logprobs = shape_.topk > 1 ? top_logprobs_.data() : nullptr;
+  // The forward ends with the top-k op or the logits' download, either of which ends a graph
+  // step (cuda_backend.h).
+  if (graph) be.set_graph_mode(true);
+  if (TopKOp* op = top_k_op(be)) {
+    DeviceTensorPtr logits = model_->forward_device_logits(batch, *kv_, hidden_out);
+    if (logits) op->top_k(logits->view(), k, top_ids_.data(), logprobs);
+  } else {
+    logits_.resize(size_t(n) * size_t(dv));
+    model_->forward(batch, *kv_, hidden_out, logits_.data());
+    for (int i = 0; i < n; ++i)
+      top_k_row_reference(logits_.data() + i * dv, dv, k, top_ids_.data() + size_t(i) * size_t(k),
+                          logprobs == nullptr ? nullptr : logprobs + size_t(i) * size_t(k));
+  }
+  if (graph) be.set_graph_mode(false);
 }
 
 int32_t Eagle3Proposer::argmax_token(int i) const {
-  const int64_t dv = model_->draft_vocab_size();
-  return model_->target_token(argmax_row_reference(logits_.data() + i * dv, dv));
+  const int64_t per_row = std::min<int64_t>(shape_.topk, model_->draft_vocab_size());
+  return model_->target_token(top_ids_[size_t(i * per_row)]);
 }
 
 void Eagle3Proposer::top_tokens(int i, int k, std::vector<int32_t>* tokens,
                                 std::vector<float>* logprobs) const {
-  const int64_t dv = model_->draft_vocab_size();
-  const float* row = logits_.data() + i * dv;
-  const float max = *std::max_element(row, row + dv);
-  double sum = 0;
-  for (int64_t v = 0; v < dv; ++v) sum += std::exp(double(row[v]) - max);
-  const float log_z = max + float(std::log(sum));
-  std::vector<int32_t> ids(static_cast<size_t>(dv));
-  std::iota(ids.begin(), ids.end(), 0);
-  const size_t n = std::min<size_t>(size_t(k), ids.size());
-  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [row](int32_t a, int32_t b) {
-    return row[a] != row[b] ? row[a] > row[b] : a < b;
-  });
-  for (size_t j = 0; j < n; ++j) {
-    tokens->push_back(model_->target_token(ids[j]));
-    logprobs->push_back(row[ids[j]] - log_z);
+  const int per_row = int(std::min<int64_t>(shape_.topk, model_->draft_vocab_size()));
+  CHECK_LE(k, per_row);
+  for (int j = 0; j < k; ++j) {
+    const size_t at = size_t(i) * size_t(per_row) + size_t(j);
+    tokens->push_back(model_->target_token(top_ids_[at]));
+    logprobs->push_back(top_logprobs_[at]);
   }
 }
 
 void Eagle3Proposer::observe(std::span<const CommittedTokens> committed, int64_t capture_width,
-                             DType capture_dtype) {
+                             DType capture_dtype, bool drafts_next) {
   Backend& be = model_->backend();
   const DType act = be.activation_dtype();
   const int64_t h = model_->hidden_size();
@@ -147,12 +154,24 @@ void Eagle3Proposer::observe(std::span<const CommittedTokens> committed, int64_t
                           .attn = attention.metadata(),
                           .target_features = &feats,
                           .logit_rows = last_rows.data(),
-                          .num_logit_rows = int(last_rows.size())};
+                          .num_logit_rows = drafts_next ? int(last_rows.size()) : 1};
   // After a decode or verify step every request has 1 or 1 + k rows: graphs as the draft steps'
-  // (prefill chunks, ragged, run eagerly).
+  // (prefill chunks, ragged, run eagerly). Speculation paused (!drafts_next): the KV is what
+  // counts; one logit row still ends the forward with a download, which ends a backend step
+  // (graph or eager) like every other forward.
   const bool graph =
       same_rows > 0 && same_rows <= kMaxGraphRowsPerRequest && int(seqs.size()) <= graph_max_batch_;
   forward_rows(batch, hidden, graph);
+  if (!drafts_next) {
+    // The drafter's KV of the committed positions is current; no kept row until an observe()
+    // with drafts_next (propose() gives such requests no drafts meanwhile).
+    for (const CommittedTokens* c : seqs) {
+      RequestState& s = states_[c->request->id()];
+      s.position = -1;
+      s.hidden.clear();
+    }
+    return;
+  }
 
   // Keep each request's last row for propose().
   const int n = int(seqs.size());
@@ -208,16 +227,24 @@ void Eagle3Proposer::propose_chain(std::span<const DraftQuery> queries,
   const int64_t h = model_->hidden_size();
   const int64_t hidden_bytes = h * dtype_size(act);
 
-  // The first drafts (observe's), and the queries that draft further.
+  // The first drafts (observe's), and the queries that draft further. A query drafts all
+  // num_steps tokens where its pages hold their drafter KV (positions up to kv_len + num_steps -
+  // 2), even past max_tokens (dropped at the end): every draft forward then has one row per
+  // query, a fixed shape per batch size (one CUDA graph), instead of shrinking as requests near
+  // their limit stop.
   std::vector<size_t> active;
+  std::vector<int32_t> wanted(queries.size(), 0);
   std::vector<uint8_t> host;
   for (size_t q = 0; q < queries.size(); ++q) {
     const Request& r = *queries[q].request;
     auto it = states_.find(r.id());
     if (queries[q].max_tokens <= 0 || it == states_.end() || it->second.position != r.kv_len() - 1)
       continue;
+    wanted[q] = pages_cover(r, r.kv_len() + shape_.num_steps - 1, page_size_)
+                    ? std::max(queries[q].max_tokens, shape_.num_steps)
+                    : queries[q].max_tokens;
     (*drafts)[q].push_back(it->second.first_draft);
-    if (queries[q].max_tokens < 2) continue;
+    if (wanted[q] < 2) continue;
     CHECK_EQ(int64_t(it->second.hidden.size()), hidden_bytes);
     active.push_back(q);
     host.insert(host.end(), it->second.hidden.begin(), it->second.hidden.end());
@@ -256,7 +283,7 @@ void Eagle3Proposer::propose_chain(std::span<const DraftQuery> queries,
     for (int i = 0; i < n; ++i) {
       const size_t q = active[size_t(i)];
       (*drafts)[q].push_back(argmax_token(i));
-      if (int32_t((*drafts)[q].size()) < queries[q].max_tokens) {
+      if (int32_t((*drafts)[q].size()) < wanted[q]) {
         still.push_back(q);
         keep.push_back(i);
       }
@@ -269,6 +296,9 @@ void Eagle3Proposer::propose_chain(std::span<const DraftQuery> queries,
     }
     active = std::move(still);
   }
+  for (size_t q = 0; q < queries.size(); ++q)
+    if (int32_t((*drafts)[q].size()) > queries[q].max_tokens)
+      (*drafts)[q].resize(size_t(queries[q].max_tokens));
 }
 
 }  // namespace strata

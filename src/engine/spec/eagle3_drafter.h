@@ -11,7 +11,12 @@
 //     (CommittedTokens::hidden_rows).
 //   propose(), chain: draft j + 1 (j >= 1) comes from one batched forward over every request still
 //     drafting: its kept hidden_out row and draft j at position kv_len - 1 + j, its output row
-//     kept for the next forward. num_steps drafts cost num_steps - 1 forwards.
+//     kept for the next forward. num_steps drafts cost num_steps - 1 forwards. A request near its
+//     limit still drafts all num_steps (the extra ones dropped) where its pages hold them, so
+//     every forward of a step has one row per request (a fixed shape per batch size).
+//   observe(drafts_next = false) (speculation paused above --speculative-batch-size-threshold):
+//     the same forward, its KV writes kept, no kept rows (one logit row ends the forward); the
+//     requests get drafts again after the next observe() with drafts_next.
 //   propose(), tree (engine/spec/draft_tree.h's DraftTreeBuilder, SGLang's EAGLE-2 tree): step 0
 //     takes observe()'s topk candidates; each of the num_steps - 1 draft steps forwards the
 //     frontier (topk nodes of one depth d, at position kv_len - 1 + d, each fed its own token and
@@ -84,7 +89,7 @@ class Eagle3Proposer : public Drafter {
   std::string_view name() const override { return "EAGLE3"; }
   CaptureSpec capture_spec() const override { return CaptureSpec{.layers = aux_layers_}; }
   void observe(std::span<const CommittedTokens> committed, int64_t capture_width,
-               DType capture_dtype) override;
+               DType capture_dtype, bool drafts_next) override;
   void propose(std::span<const DraftQuery> queries, std::vector<DraftTree>* drafts) override;
   void release(int64_t request_id) override { states_.erase(request_id); }
 
@@ -101,13 +106,15 @@ class Eagle3Proposer : public Drafter {
     std::vector<float> top_logprobs;
   };
 
-  // Runs `batch` (recorded as a graph when `graph`): its logit rows in logits_, hidden_out as the
-  // forward.
+  // Runs `batch` (recorded as a graph when `graph`): each logit row's topk best draft ids and
+  // their log-probabilities in top_ids_/top_logprobs_ (backend/top_k.h's op where the backend has
+  // it: only those leave the device; else the rows are downloaded and ranked on the host by the
+  // op's reference), hidden_out as the forward.
   void forward_rows(const Eagle3Batch& batch, const Tensor& hidden_out, bool graph);
   // Logit row i's argmax as a target id.
   int32_t argmax_token(int i) const;
-  // Logit row i's `k` best target ids and their log-probabilities (log_softmax over the draft
-  // vocabulary), best first, appended.
+  // Logit row i's `k` (<= topk) best target ids and their log-probabilities (log_softmax over the
+  // draft vocabulary), best first, appended.
   void top_tokens(int i, int k, std::vector<int32_t>* tokens, std::vector<float>* logprobs) const;
   void propose_chain(std::span<const DraftQuery> queries,
                      std::vector<std::vector<int32_t>>* drafts);
@@ -130,7 +137,10 @@ class Eagle3Proposer : public Drafter {
   int graph_max_batch_;
   DraftShape shape_;
   std::unordered_map<int64_t, RequestState> states_;  // by request id
-  std::vector<float> logits_;                         // scratch: [rows, draft vocab]
+  std::vector<float> logits_;  // scratch: [rows, draft vocab] (no device top-k op)
+  // The last forward's logit rows' topk best draft ids and log-probabilities: [rows, topk].
+  std::vector<int32_t> top_ids_;
+  std::vector<float> top_logprobs_;
   // rows_of's buffers: observe's features, hidden out and kept rows; propose's two row sets; a
   // tree's rows (kept rows, then the last draft forward's hidden_out) and its forward's inputs.
   DeviceTensorPtr feats_, hidden_, kept_, prev_[2], tree_table_, tree_prev_;

@@ -20,7 +20,7 @@ class NgramDrafter : public Drafter {
  public:
   explicit NgramDrafter(int32_t max_match = 4) : max_match_(max_match) {}
   std::string_view name() const override { return "NGRAM"; }
-  void observe(std::span<const CommittedTokens>, int64_t, DType) override {}
+  void observe(std::span<const CommittedTokens>, int64_t, DType, bool) override {}
   void propose(std::span<const DraftQuery> queries, std::vector<DraftTree>* drafts) override;
   void release(int64_t) override {}
 

@@ -4,6 +4,7 @@
 
 #include "arch/decoder.h"
 #include "arch/eagle3.h"
+#include "backend/top_k.h"
 #include "engine/spec/draft_tree.h"
 #include "engine/spec/eagle3_drafter.h"
 #include "engine/spec/ngram_drafter.h"
@@ -43,6 +44,10 @@ Status resolve_tree(SpeculativeConfig* c) {
         "--speculative-num-draft-tokens {}: a draft tree has at most {} nodes (the root "
         "included)",
         c->num_draft_tokens, kMaxDraftTreeNodes);
+  if (k > kMaxTopK)
+    return invalid_argument(
+        "--speculative-eagle-topk {}: at most {} candidates a node (the drafter's top-k op)", k,
+        kMaxTopK);
   if ((steps - 1) * k > kMaxDraftTreeNodes)
     return invalid_argument(
         "--speculative-num-steps {} with --speculative-eagle-topk {}: the drafter forwards "
@@ -56,10 +61,11 @@ Status resolve_tree(SpeculativeConfig* c) {
 Status resolve_speculative_config(SpeculativeConfig* c) {
   if (!c->enabled()) {
     if (c->num_steps != 0 || c->num_draft_tokens != 0 || !c->draft_model_path.empty() ||
-        c->eagle_topk != 1)
+        c->eagle_topk != 1 || c->batch_size_threshold != 0)
       return invalid_argument(
           "--speculative-num-steps/--speculative-num-draft-tokens/--speculative-eagle-topk/"
-          "--speculative-draft-model-path need --speculative-algorithm");
+          "--speculative-draft-model-path/--speculative-batch-size-threshold need "
+          "--speculative-algorithm");
     return Status::ok_status();
   }
   if (c->eagle_topk < 1)
@@ -82,6 +88,9 @@ Status resolve_speculative_config(SpeculativeConfig* c) {
           "verifies num-steps + 1 = {} tokens",
           c->num_draft_tokens, c->num_steps, c->num_steps + 1);
   }
+  if (c->batch_size_threshold < 0)
+    return invalid_argument("--speculative-batch-size-threshold must be >= 0 (0: no limit), got {}",
+                            c->batch_size_threshold);
   if (c->ngram_max_match < 1)
     return invalid_argument("the NGRAM match length must be >= 1, got {}", c->ngram_max_match);
   switch (c->algorithm) {

@@ -32,6 +32,19 @@ struct SpeculativeConfig {
   // (spec_config.cc). 0: derived (a tree: 1 + num_steps · topk, at most 64).
   int num_draft_tokens = 0;
   int ngram_max_match = 4;  // NGRAM: the longest suffix it looks up
+  // --speculative-batch-size-threshold (SGLang's flag): decode steps of more decoding requests
+  // than this run plain, without drafts (at large batches the target's forward is no longer
+  // bound by its weights' reads, so verifying k rows per request costs ~k times a decode while
+  // the drafts save less). 0: speculation at every batch size. The drafter keeps observing the
+  // plain steps (its KV stays current), so speculation resumes with full acceptance when the
+  // batch shrinks (engine/spec/drafter.h).
+  int batch_size_threshold = 0;
+  // Fixed-shape verify (engine/spec/verify_shape.h, EAGLE3): pad rows where they buy a fixed
+  // shape for a CUDA graph (a step of at most --cuda-graph-max-bs requests: kGraphs, the
+  // default; none on the CPU), at every decode step (kAlways: tests of the padding on the CPU),
+  // or never.
+  enum class PadVerify { kGraphs, kAlways, kNever };
+  PadVerify pad_verify = PadVerify::kGraphs;
 
   bool enabled() const { return algorithm != SpeculativeAlgorithm::kNone; }
 };

@@ -13,6 +13,10 @@
 //    checked, not only the output, which verification keeps exact whatever is proposed;
 //  - seeded sampled requests give plain decoding's tokens (each output position's draw), chain
 //    and tree;
+//  - verifies are padded to a fixed number of rows (engine/spec/verify_shape.h) near requests'
+//    limits, and the outputs stay plain decoding's;
+//  - --speculative-batch-size-threshold: above it steps run plain, below it speculation resumes,
+//    with greedy outputs unchanged and proposals after a pause equal to the direct drafter's;
 //  - a missing or mismatched drafter and trees out of bounds are refused with clear errors.
 #include <gtest/gtest.h>
 
@@ -23,6 +27,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <span>
 
 #include "arch/eagle3.h"
 #include "arch/model.h"
@@ -50,6 +55,9 @@ struct Options {
   std::string drafter = kDrafter;
   int topk = 1;
   int num_draft_tokens = 0;
+  int threshold = 0;  // --speculative-batch-size-threshold
+  // Pad rows at every decode step (the CPU has no graphs: kGraphs would pad none).
+  SpeculativeConfig::PadVerify pad = SpeculativeConfig::PadVerify::kAlways;
   std::function<std::unique_ptr<Drafter>(std::unique_ptr<Drafter>)> wrap{};
 };
 
@@ -68,6 +76,8 @@ EngineConfig engine_config(const Options& o) {
     c.speculative.num_steps = o.num_steps;
     c.speculative.eagle_topk = o.topk;
     c.speculative.num_draft_tokens = o.num_draft_tokens;
+    c.speculative.batch_size_threshold = o.threshold;
+    c.speculative.pad_verify = o.pad;
   }
   c.wrap_drafter = o.wrap;
   return c;
@@ -84,14 +94,17 @@ struct Result {
   int32_t accepted = 0, drafted = 0, verifies = 0;
 };
 
+// `new_tokens` (when given): request i's max_new_tokens instead of params'.
 std::vector<Result> run(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
-                        const SamplingParams& params, bool one_at_a_time = false) {
+                        const SamplingParams& params, bool one_at_a_time = false,
+                        std::span<const int> new_tokens = {}) {
   std::vector<Result> out(prompts.size());
   std::mutex mu;
   for (size_t i = 0; i < prompts.size(); ++i) {
     GenerateRequest g;
     g.prompt_ids = prompts[i];
     g.params = params;
+    if (!new_tokens.empty()) g.params.max_new_tokens = new_tokens[i];
     g.on_event = [&out, &mu, i](const StreamEvent& ev) {
       std::lock_guard<std::mutex> lk(mu);
       EXPECT_TRUE(ev.error.empty()) << ev.error;
@@ -149,6 +162,7 @@ constexpr double kMinAcceptLength = 1.25;
 // A draft setting: steps, topk, draft tokens.
 struct Shape {
   int steps = 3, topk = 1, tokens = 0;
+  SpeculativeConfig::PadVerify pad = SpeculativeConfig::PadVerify::kAlways;
   std::string name() const {
     return fmt::format("steps {} topk {} tokens {}", steps, topk, tokens);
   }
@@ -160,8 +174,10 @@ struct Shape {
 // again): every greedy output equals plain decoding's. Returns batch 64's accept length.
 double check_greedy(const Shape& shape, const std::vector<std::vector<int32_t>>& prompts,
                     const std::vector<Result>& want, int new_tokens) {
-  const Options base{
-      .num_steps = shape.steps, .topk = shape.topk, .num_draft_tokens = shape.tokens};
+  const Options base{.num_steps = shape.steps,
+                     .topk = shape.topk,
+                     .num_draft_tokens = shape.tokens,
+                     .pad = shape.pad};
   const std::string name = shape.name();
   {
     Options o = base;
@@ -186,8 +202,15 @@ double check_greedy(const Shape& shape, const std::vector<std::vector<int32_t>>&
     expect_same_tokens(got, want, (name + ", batch 64").c_str());
     const EngineStats s = spec->stats();
     batch64 = accept_length(s);
-    std::printf("%s, batch 64: %lld verifies, accept len %.3f, histogram%s\n", name.c_str(),
-                (long long)s.spec_verify_total, batch64, histogram(s).c_str());
+    std::printf("%s, batch 64: %lld verifies, %lld pad rows, accept len %.3f, histogram%s\n",
+                name.c_str(), (long long)s.spec_verify_total, (long long)s.spec_pad_rows_total,
+                batch64, histogram(s).c_str());
+    // Requests draft fewer near their limit: fixed-shape verifies pad them (verify_shape.h);
+    // where padding is for graphs only, none on the CPU.
+    if (shape.pad == SpeculativeConfig::PadVerify::kAlways)
+      EXPECT_GT(s.spec_pad_rows_total, 0) << name;
+    else
+      EXPECT_EQ(s.spec_pad_rows_total, 0) << name;
     EXPECT_GT(batch64, kMinAcceptLength) << name;
     int64_t accepted = 0;
     for (const Result& r : got) accepted += r.accepted;
@@ -263,9 +286,49 @@ TEST(Eagle3Engine, TreeGreedyEqualsPlainDecodingAndAcceptsMoreThanTheChain) {
 TEST(Eagle3Engine, WideTreeGreedyEqualsPlainDecoding) {
   const PlainGreedy& p = plain_greedy();
   ASSERT_EQ(p.prompts.size(), 64u);
-  const double wide =
-      check_greedy({.steps = 5, .topk = 8, .tokens = 32}, p.prompts, p.want, PlainGreedy::kNew);
+  // Padding only for graphs (none on the CPU): a 32-row verify per request of 40 new tokens
+  // would be mostly pads, and slow here.
+  const double wide = check_greedy(
+      {.steps = 5, .topk = 8, .tokens = 32, .pad = SpeculativeConfig::PadVerify::kGraphs},
+      p.prompts, p.want, PlainGreedy::kNew);
   EXPECT_GT(wide, 3.0);  // 3.45 when written
+}
+
+// --speculative-batch-size-threshold 16 at batch 64 with prefill chunks of 64 tokens and
+// outputs of 8 to 40 tokens: the batch grows past the threshold while requests are admitted
+// (speculation pauses), then shrinks below it as they finish (it resumes); greedy outputs are
+// plain decoding's, and acceptance after resuming is that of a drafter that kept up (its KV
+// observed every plain step).
+TEST(Eagle3Engine, BatchSizeThresholdPausesSpeculationAndGreedyStaysPlain) {
+  const PlainGreedy& p = plain_greedy();
+  ASSERT_EQ(p.prompts.size(), 64u);
+  std::vector<int> lengths;
+  std::vector<Result> want;
+  for (size_t i = 0; i < p.prompts.size(); ++i) {
+    lengths.push_back(8 + int(i % 9) * 4);
+    Result w;
+    w.tokens.assign(p.want[i].tokens.begin(), p.want[i].tokens.begin() + lengths.back());
+    want.push_back(w);  // greedy outputs of a shorter limit are prefixes
+  }
+  for (const Shape& shape :
+       {Shape{.steps = 3, .topk = 1}, Shape{.steps = 3, .topk = 4, .tokens = 8}}) {
+    auto spec = make_engine({.num_steps = shape.steps,
+                             .topk = shape.topk,
+                             .num_draft_tokens = shape.tokens,
+                             .threshold = 16});
+    ASSERT_TRUE(spec);
+    const std::vector<Result> got =
+        run(*spec, p.prompts, greedy(PlainGreedy::kNew), /*one_at_a_time=*/false, lengths);
+    expect_same_tokens(got, want, (shape.name() + ", threshold 16").c_str());
+    const EngineStats s = spec->stats();
+    std::printf("%s, threshold 16: %lld plain decode steps, %lld verifies, accept len %.3f\n",
+                shape.name().c_str(), (long long)s.spec_paused_steps_total,
+                (long long)s.spec_verify_total, accept_length(s));
+    EXPECT_GT(s.spec_paused_steps_total, 0) << "the batch was meant to exceed the threshold";
+    EXPECT_GT(s.spec_verify_total, 0);
+    EXPECT_GT(accept_length(s), kMinAcceptLength) << shape.name();
+    EXPECT_EQ(s.kv_tokens_used, s.kv_tokens_cached);
+  }
 }
 
 // What the engine's drafter was asked and answered.
@@ -281,8 +344,9 @@ class RecordingDrafter : public Drafter {
       : inner_(std::move(inner)), log_(log) {}
   std::string_view name() const override { return inner_->name(); }
   CaptureSpec capture_spec() const override { return inner_->capture_spec(); }
-  void observe(std::span<const CommittedTokens> c, int64_t width, DType dtype) override {
-    inner_->observe(c, width, dtype);
+  void observe(std::span<const CommittedTokens> c, int64_t width, DType dtype,
+               bool drafts_next) override {
+    inner_->observe(c, width, dtype, drafts_next);
   }
   void propose(std::span<const DraftQuery> queries, std::vector<DraftTree>* drafts) override {
     inner_->propose(queries, drafts);
@@ -435,8 +499,9 @@ class DirectDrafter {
   DeviceTensorPtr first_hidden_;
 };
 
-// The engine's proposals of a run with `options` (greedy, 12 held-out prompts, 24 new tokens).
-std::vector<Proposal> record_proposals(Options options) {
+// The engine's proposals of a run with `options` (greedy, 12 held-out prompts, 24 new tokens);
+// its stats in *stats when given.
+std::vector<Proposal> record_proposals(Options options, EngineStats* stats = nullptr) {
   // No prefix sharing: a shared page's last drafter row pairs the first request's next token
   // (acceptance may drop there, by design), which a direct computation would not reproduce.
   auto log = std::make_shared<std::vector<Proposal>>();
@@ -450,6 +515,7 @@ std::vector<Proposal> record_proposals(Options options) {
   if (!spec) return {};
   const auto prompts = heldout(*spec, 12);
   run(*spec, prompts, greedy(24));
+  if (stats != nullptr) *stats = spec->stats();
   return *log;
 }
 
@@ -471,6 +537,30 @@ TEST(Eagle3Engine, ProposalsEqualADirectDrafterChain) {
   }
   std::printf("%d proposals checked (%d of 4 drafts)\n", checked, full);
   EXPECT_GT(full, checked / 2);
+}
+
+// With speculation paused above 4 requests (the 8 running requests cross it both ways: admitted
+// one prefill chunk at a time, finishing at different steps), the drafter observes the plain steps
+// without logits (its KV only) and proposes again when the batch shrinks: every proposal after
+// resuming still equals the direct chain over the whole context, so the drafter's KV of the
+// positions committed while paused is exactly what observing them with drafts would have left.
+TEST(Eagle3Engine, ProposalsAfterAPauseEqualADirectDrafterChain) {
+  EngineStats stats;
+  const std::vector<Proposal> log = record_proposals({.num_steps = 3, .threshold = 4}, &stats);
+  EXPECT_GT(stats.spec_paused_steps_total, 0) << "the batch was meant to exceed the threshold";
+  ASSERT_GT(log.size(), 12u);
+  DirectDrafter direct;
+  int checked = 0;
+  for (const Proposal& p : log) {
+    ASSERT_GT(p.max_tokens, 0);
+    ASSERT_EQ(p.tree.num_drafts(), p.max_tokens) << "context of " << p.context.size();
+    const std::vector<int32_t> want = direct.chain(p.context, p.max_tokens);
+    EXPECT_EQ(p.tree.tokens, DraftTree::chain(p.context.back(), want).tokens)
+        << "context of " << p.context.size() << " tokens";
+    ++checked;
+  }
+  std::printf("%d proposals checked, %lld plain decode steps\n", checked,
+              (long long)stats.spec_paused_steps_total);
 }
 
 // The tree proposals after tree verifies (the drafter observed accepted paths whose rows are not
@@ -551,6 +641,9 @@ TEST(Eagle3Engine, RefusesAMissingOrMismatchedDrafterAndTreesOutOfBounds) {
             std::string::npos)
       << create_error({.topk = 4, .num_draft_tokens = 40});
   EXPECT_EQ(create_error({.topk = 4, .num_draft_tokens = 8}), "");
+  EXPECT_NE(create_error({.num_steps = 1, .topk = 65, .num_draft_tokens = 8})
+                .find("at most 64 candidates"),
+            std::string::npos);
   testing::TempDir dir;
   std::filesystem::copy_file(kDrafter + "/model.safetensors", dir.str() + "/model.safetensors");
   std::ifstream in(kDrafter + "/config.json");

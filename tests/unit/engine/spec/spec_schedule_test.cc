@@ -10,6 +10,7 @@
 
 #include "engine/schedule_state.h"
 #include "engine/spec/verify.h"
+#include "engine/spec/verify_shape.h"
 
 namespace strata {
 namespace {
@@ -22,7 +23,8 @@ int32_t target_next(const std::vector<int32_t>& tokens) {
 
 struct SpecFixture {
   SpecFixture(SchedulerConfig config, int32_t num_pages)
-      : pool(num_pages, config.page_size),
+      : config(config),
+        pool(num_pages, config.page_size),
         cache(&pool),
         scheduler(config),
         state(config, &pool, &cache, {2}) {}
@@ -36,10 +38,13 @@ struct SpecFixture {
     return requests.back().get();
   }
 
-  // One decision: drafts of up to draft_room tokens, right with probability `right`.
+  // One decision: drafts of up to draft_room tokens, right with probability `right`, and the
+  // verify's pad rows (as the engine's EAGLE3 steps: engine/spec/verify_shape.h).
   void round(double right) {
     ScheduledStep step = state.schedule(scheduler);
     state.check_invariants();
+    EXPECT_EQ(step.speculative,
+              !step.seqs.empty() && step.seqs.back().request->state() == RequestState::kDecoding);
     for (ScheduledSeq& s : step.seqs) {
       if (s.request->state() != RequestState::kDecoding) continue;
       const int32_t room = state.draft_room(*s.request);
@@ -50,6 +55,10 @@ struct SpecFixture {
         s.draft.push_back(d);
         seq.push_back(d);
       }
+    }
+    if (step.speculative && !step.is_prefill) {
+      pad_verify_rows(step.seqs, config.decode_tokens_per_step, pool.page_size());
+      for (const ScheduledSeq& s : step.seqs) pad_rows += s.pad_rows;
     }
     BatchPlan plan = BatchPlan::build(step.seqs, pool.page_size());
     std::vector<std::vector<int32_t>> committed;
@@ -71,7 +80,7 @@ struct SpecFixture {
     }
     EXPECT_EQ(plan.logits_rows.size(), [&] {
       size_t n = 0;
-      for (const auto& c : step.seqs) n += c.sample ? 1 + c.draft.size() : 0;
+      for (const auto& c : step.seqs) n += c.sample ? 1 + c.draft.size() + c.pad_rows : 0;
       return n;
     }());
     state.complete(step, committed);
@@ -83,6 +92,7 @@ struct SpecFixture {
       }
   }
 
+  SchedulerConfig config;
   PagePool pool;
   RadixCache cache;
   Scheduler scheduler;
@@ -90,7 +100,7 @@ struct SpecFixture {
   std::vector<std::unique_ptr<Request>> requests;
   std::mt19937 rng{7};
   std::uniform_real_distribution<double> coin{0.0, 1.0};
-  int64_t drafted = 0, accepted = 0;
+  int64_t drafted = 0, accepted = 0, pad_rows = 0;
 };
 
 std::vector<int32_t> plain_output(std::vector<int32_t> prompt, int32_t n) {
@@ -130,6 +140,7 @@ TEST_P(SpecSchedule, OutputsEqualPlainDecodingAndOnlyCommittedTokensAreCached) {
   EXPECT_GT(f.accepted, 0);
   EXPECT_LT(f.accepted, f.drafted);  // some drafts were rejected (and rolled back)
   EXPECT_GT(retractions, 0) << "the pool was meant to force retraction";
+  EXPECT_GT(f.pad_rows, 0) << "requests near their limit verify pad rows";
   // Token for token what plain decoding makes.
   for (size_t i = 0; i < prompts.size(); ++i)
     EXPECT_EQ(f.requests[i]->output_ids(), plain_output(prompts[i], 30 + int32_t(i))) << i;
@@ -174,6 +185,36 @@ TEST(SpecSchedule, ContinuousDecodeIsOneStepUnderSpeculation) {
   ScheduledStep step = f.state.schedule(f.scheduler);
   EXPECT_EQ(step.num_decode_steps, 1);
   EXPECT_EQ(f.state.draft_room(*step.seqs[0].request), 3);
+}
+
+// --speculative-batch-size-threshold: a decision with more decodes than the threshold gives a
+// plain step (not speculative, no draft room: the pages of one token each); at or below it,
+// draft room again.
+TEST(SpecSchedule, StepsAboveTheBatchSizeThresholdArePlain) {
+  SchedulerConfig config{.page_size = 1,
+                         .max_running_requests = 8,
+                         .decode_tokens_per_step = 4,
+                         .speculative_batch_size_threshold = 2};
+  SpecFixture f(config, 256);
+  f.submit({3, 4, 5}, 2);
+  f.submit({6, 7}, 20);
+  f.submit({8, 9, 10}, 20);
+  f.round(1.0);  // prefill: each request's first token
+  ASSERT_EQ(f.state.num_running(), 3u);
+  ScheduledStep step = f.state.schedule(f.scheduler);
+  ASSERT_EQ(step.seqs.size(), 3u);
+  EXPECT_FALSE(step.speculative);
+  std::vector<int32_t> sampled;
+  for (const ScheduledSeq& s : step.seqs) {
+    EXPECT_EQ(f.state.draft_room(*s.request), 0);
+    EXPECT_EQ(int64_t(s.request->pages().size()), s.request->kv_len() + 1);
+    sampled.push_back(target_next(s.request->tokens(s.request->total_len())));
+  }
+  EXPECT_EQ(f.state.complete(step, sampled).size(), 1u);  // the first request's second token
+  step = f.state.schedule(f.scheduler);
+  ASSERT_EQ(step.seqs.size(), 2u);
+  EXPECT_TRUE(step.speculative);
+  for (const ScheduledSeq& s : step.seqs) EXPECT_EQ(f.state.draft_room(*s.request), 3);
 }
 
 }  // namespace
