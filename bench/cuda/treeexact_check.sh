@@ -1,8 +1,9 @@
 #!/bin/bash
 # Draft trees exact in deterministic mode (issue 26), one H200, from the repository root:
-#   STRATA_CARRY=$PWD/.devcarry/all bash bench/cuda/treeexact_check.sh
-# (.devcarry/all: both house models, bench/cuda/make_carry.sh; with .devcarry/cuda the house-mla
-# model tests skip and say so).
+#   bash bench/cuda/treeexact_check.sh            (carry .devcarry/cuda: house-llama)
+# With STRATA_CARRY=$PWD/.devcarry/all (both models) the house-mla model tests
+# run too; with .devcarry/cuda they skip and say so. (2026-12-02: .devcarry/all, 61.6 MiB, and the
+# tracked tree, 21.8 MB, no longer fit one call's 64 MiB.)
 # (1) strata_parity_test:
 #   TreeExactParity.*        deterministic paged attention (GQA) and absorbed MLA: every tree row
 #                            bitwise equal to the plain row of its path (path tiles), and the

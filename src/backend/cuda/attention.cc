@@ -123,6 +123,7 @@ void CudaBackend::paged_attention(const Tensor& q, const KvStorage& kv, int laye
         tiles.push_back(s);
         tiles.push_back(r | kTreePathTile);
       }
+      p.tree_paths = 1;
       continue;
     }
     for (int r = 0; r < n_new; r += tile_tokens) {

@@ -47,6 +47,8 @@ struct AttentionParams {
   const int32_t* tiles;  // device [num_tiles, 2]
   int num_tiles;
   int pdl_early;  // decode kernels: trigger the next kernel before waiting on the previous
+  int tree_paths;  // prefill: 1 when `tiles` holds path tiles (kTreePathTile)
+  int pad_;        // 0 (no padding bytes)
 };
 
 // Decode: every sequence has exactly one new token. Grid (splits, kv_heads, seqs); K/V chunks of

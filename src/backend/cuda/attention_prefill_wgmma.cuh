@@ -156,7 +156,11 @@ __device__ __forceinline__ void rescale_o(float* o, const float* corr) {
   }
 }
 
-template <int D, int E, int BN, int NS>
+// kPaths: the tile list may hold path tiles (AttentionParams::tree_paths, deterministic mode's
+// draft trees); false compiles them out, so the default kernel's registers stay as they were
+// (compiled in, the path bookkeeping made head_dim 128 over bf16 KV spill 24 bytes instead of 8
+// at its 128-register cap; ptxas -v, CUDA 13).
+template <int D, int E, int BN, int NS, bool kPaths = false>
 __global__ void __launch_bounds__(kThreads, BN == 64 && NS == 2 ? 2 : 1)
     wgmma_prefill_kernel(AttentionParams p) {
   using L = WLayout<D, E, BN, NS>;
@@ -168,12 +172,12 @@ __global__ void __launch_bounds__(kThreads, BN == 64 && NS == 2 ? 2 : 1)
   const int tile = p.num_tiles - 1 - int(blockIdx.x) / p.kv_heads;  // longest first
   const int group = p.heads / p.kv_heads;
   const int s = p.tiles[2 * tile], tile_q = p.tiles[2 * tile + 1];
-  const bool path_tile = (tile_q & kTreePathTile) != 0;  // one tree row, keys in path order
-  const int q_start = tile_q & ~kTreePathTile;
+  const bool path_tile = kPaths && (tile_q & kTreePathTile) != 0;  // one row, keys in path order
+  const int q_start = kPaths ? tile_q & ~kTreePathTile : tile_q;
   const int q0 = p.meta.q_indptr[s], n_new = p.meta.q_indptr[s + 1] - q0;
   const int len = p.meta.kv_lens[s], first = len - n_new;
   // A path tile's key j is KV row path_key(path_word, j, first); every other tile's is row j.
-  const uint64_t path_word = tree_word(p.meta.tree_mask, q0 + q_start, path_tile);
+  const uint64_t path_word = kPaths ? tree_word(p.meta.tree_mask, q0 + q_start, path_tile) : 0;
   const int ntok = path_tile ? 1 : min(kRows / group, n_new - q_start);
   const int valid_rows = ntok * group;
   const int pos_base = path_position(path_word, first, q_start);
@@ -217,7 +221,7 @@ __global__ void __launch_bounds__(kThreads, BN == 64 && NS == 2 ? 2 : 1)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = wr + warp * 16 + h * 8 + g;
-    tw[h] = tree_word(p.meta.tree_mask, q0 + q_start + row / group, row < valid_rows && has_tree);
+    tw[h] = tree_word(p.meta.tree_mask, q0 + q_start + row / group, row < valid_rows && !path_tile);
   }
   const float qk = p.scale_log2 * p.k_scale;
 
@@ -374,27 +378,27 @@ __global__ void __launch_bounds__(kThreads, BN == 64 && NS == 2 ? 2 : 1)
   }
 }
 
-template <int D, int E, int BN, int NS>
+template <int D, int E, int BN, int NS, bool kPaths = false>
 void w_launch(const AttentionParams& p, const Launch& launch) {
-  wgmma_prefill_kernel<D, E, BN, NS>
+  wgmma_prefill_kernel<D, E, BN, NS, kPaths>
       <<<p.num_tiles * p.kv_heads, kThreads, WLayout<D, E, BN, NS>::kBytes, launch.stream>>>(p);
   CUDA_LAUNCH_CHECK();
 }
 
-template <int D, int BN, int NS>
+template <int D, int BN, int NS, bool kPaths = false>
 void w_launch_d(const AttentionParams& p, const Launch& launch) {
   if (p.kv_elem == kKvE4M3)
-    w_launch<D, kKvE4M3, BN, 2>(p, launch);
+    w_launch<D, kKvE4M3, BN, 2, kPaths>(p, launch);
   else if (p.kv_elem == kKvE5M2)
-    w_launch<D, kKvE5M2, BN, 2>(p, launch);
+    w_launch<D, kKvE5M2, BN, 2, kPaths>(p, launch);
   else
-    w_launch<D, kKvBf16, BN, NS>(p, launch);
+    w_launch<D, kKvBf16, BN, NS, kPaths>(p, launch);
 }
 
-template <int D, int E, int BN, int NS>
+template <int D, int E, int BN, int NS, bool kPaths = false>
 void w_set_limit() {
   static_assert(WLayout<D, E, BN, NS>::kBytes <= 227 * 1024, "shared memory per block");
-  CUDA_CHECK(cudaFuncSetAttribute(wgmma_prefill_kernel<D, E, BN, NS>,
+  CUDA_CHECK(cudaFuncSetAttribute(wgmma_prefill_kernel<D, E, BN, NS, kPaths>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   WLayout<D, E, BN, NS>::kBytes));
 }

@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_mma_kernel(MlaAttentionParams
   pdl_wait();
   pdl_trigger();
   mla::BlockWork w;
-  if (!w.init(p, kRows)) return;
+  if (!w.init<true>(p, kRows)) return;  // path tiles too (deterministic mode's draft trees)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, c2 = (lane % 4) * 2;
   const MlaRowFormat& f = p.fmt;

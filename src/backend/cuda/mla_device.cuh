@@ -54,6 +54,9 @@ struct BlockWork {
   uint64_t path_word;  // a path tile's tree word (0: keys in place, causal)
 
   // false: the tile has no rows (the grid covers the longest sequence). tile_rows: 16 or 64.
+  // kPaths: the kernel takes path tiles when p.tree_paths (the mma kernel); false compiles them
+  // out (path_word stays 0: the other kernels' code as without them).
+  template <bool kPaths = false>
   __device__ __forceinline__ bool init(const MlaAttentionParams& p, int tile_rows) {
     const int s = blockIdx.z;
     q0 = p.q_indptr[s];
@@ -62,7 +65,7 @@ struct BlockWork {
     // Tiles in reverse: later rows see more keys (causal chunks), so the longest start first.
     const int tile = int(gridDim.x - 1 - blockIdx.x);
     path_word = 0;
-    if (p.tree_paths) {
+    if (kPaths && p.tree_paths) {
       const int per_token = (p.heads + tile_rows - 1) / tile_rows, token = tile / per_token;
       if (token >= n_new) return false;
       row0 = token * p.heads + (tile % per_token) * tile_rows;
@@ -99,7 +102,7 @@ struct BlockWork {
   // Row r's draft-tree word (tree_mask.cuh; 0: causal, also for padding rows past `rows`; a path
   // tile holds its row's keys only: nothing to hide).
   __device__ __forceinline__ uint64_t tree_word_of(const MlaAttentionParams& p, int r) const {
-    return tree_word(p.tree_mask, q0 + r / p.heads, r < rows && p.tree_paths == 0);
+    return tree_word(p.tree_mask, q0 + r / p.heads, r < rows && path_word == 0);
   }
   // The slot of the block's key j (a path tile: its logical key j).
   __device__ __forceinline__ int slot_of(int j, int page_size) const {
