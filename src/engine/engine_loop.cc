@@ -303,14 +303,14 @@ void Engine::propose_drafts(ScheduledStep* step) {
       set_drafts(&step->seqs[seq_of[q]], trees[q], queries[q].max_tokens);
   }
   // A model drafter proposes full drafts but near a request's limits: fixed shapes are worth the
-  // few pad rows where the step replays a CUDA graph (of the verify and of the drafter's
-  // observe(), per batch size); an eager step would only compute them for nothing. NGRAM often
-  // has no drafts at all: padding would multiply its verify's cost.
+  // few pad rows on cuda (CUDA graphs of the verify and of the drafter's observe() per batch
+  // size; eager steps padded alike, so graph and eager runs compute the same shapes); on the CPU
+  // they would only cost. NGRAM often has no drafts at all: padding would multiply its verify's
+  // cost.
   using PadVerify = SpeculativeConfig::PadVerify;
   const PadVerify policy = config_.speculative.pad_verify;
   const bool pad = policy == PadVerify::kAlways ||
-                   (policy == PadVerify::kGraphs &&
-                    int(step->seqs.size()) <= config_.cuda_graph_max_bs.value_or(0));
+                   (policy == PadVerify::kGraphs && config_.device == Device::kCuda);
   if (pad && !step->is_prefill && config_.speculative.algorithm == SpeculativeAlgorithm::kEagle3) {
     pad_verify_rows(step->seqs, config_.speculative.num_draft_tokens, config_.page_size);
     int64_t pads = 0;

@@ -39,10 +39,11 @@ struct SpeculativeConfig {
   // plain steps (its KV stays current), so speculation resumes with full acceptance when the
   // batch shrinks (engine/spec/drafter.h).
   int batch_size_threshold = 0;
-  // Fixed-shape verify (engine/spec/verify_shape.h, EAGLE3): pad rows where they buy a fixed
-  // shape for a CUDA graph (a step of at most --cuda-graph-max-bs requests: kGraphs, the
-  // default; none on the CPU), at every decode step (kAlways: tests of the padding on the CPU),
-  // or never.
+  // Fixed-shape verify (engine/spec/verify_shape.h, EAGLE3): pad rows on the device with CUDA
+  // graphs (kGraphs, the default: every decode step on cuda, so that an eager step, beyond
+  // --cuda-graph-max-bs or with --disable-cuda-graph, has the shapes a graph step would; none on
+  // the CPU, where they would only cost), at every decode step (kAlways: tests of the padding on
+  // the CPU), or never.
   enum class PadVerify { kGraphs, kAlways, kNever };
   PadVerify pad_verify = PadVerify::kGraphs;
 

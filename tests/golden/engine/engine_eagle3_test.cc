@@ -206,7 +206,7 @@ double check_greedy(const Shape& shape, const std::vector<std::vector<int32_t>>&
                 name.c_str(), (long long)s.spec_verify_total, (long long)s.spec_pad_rows_total,
                 batch64, histogram(s).c_str());
     // Requests draft fewer near their limit: fixed-shape verifies pad them (verify_shape.h);
-    // where padding is for graphs only, none on the CPU.
+    // where padding is for cuda only, none on the CPU.
     if (shape.pad == SpeculativeConfig::PadVerify::kAlways)
       EXPECT_GT(s.spec_pad_rows_total, 0) << name;
     else
@@ -286,8 +286,8 @@ TEST(Eagle3Engine, TreeGreedyEqualsPlainDecodingAndAcceptsMoreThanTheChain) {
 TEST(Eagle3Engine, WideTreeGreedyEqualsPlainDecoding) {
   const PlainGreedy& p = plain_greedy();
   ASSERT_EQ(p.prompts.size(), 64u);
-  // Padding only for graphs (none on the CPU): a 32-row verify per request of 40 new tokens
-  // would be mostly pads, and slow here.
+  // Padding only on cuda (none on the CPU): a 32-row verify per request of 40 new tokens would
+  // be mostly pads, and slow here.
   const double wide = check_greedy(
       {.steps = 5, .topk = 8, .tokens = 32, .pad = SpeculativeConfig::PadVerify::kGraphs},
       p.prompts, p.want, PlainGreedy::kNew);
