@@ -37,7 +37,7 @@ TEST(CudaTopK, EqualsTheCpuReference) {
   std::mt19937_64 g(3);
   for (int64_t vocab : {int64_t(7), int64_t(2048), int64_t(32000), int64_t(128256)}) {
     const int rows = 19;
-    const std::vector<float> x = make_rows(g, rows, vocab);
+    std::vector<float> x = make_rows(g, rows, vocab);
     for (int k : {1, 4, 8, 64}) {
       if (k > vocab) continue;
       std::vector<int32_t> want(size_t(rows) * k);
@@ -70,7 +70,7 @@ TEST(CudaTopK, DrafterStepTimeAgainstTheDownload) {
   std::mt19937_64 g(4);
   const int rows = 256, k = 4;
   const int64_t vocab = 32000;
-  const std::vector<float> x = make_rows(g, rows, vocab);
+  std::vector<float> x = make_rows(g, rows, vocab);
   auto t = gpu->upload(Tensor::make(x.data(), DType::kF32, {rows, vocab}), DType::kBF16);
   std::vector<int32_t> ids(size_t(rows) * k);
   std::vector<float> lps(ids.size()), host(x.size());
