@@ -23,9 +23,9 @@
 namespace strata {
 
 struct CaptureCounter {
-  std::atomic<int64_t> count{0};  // events (steps, records, groups)
-  std::atomic<int64_t> nanos{0};  // wall time spent in them
-  std::atomic<int64_t> bytes{0};  // bytes they moved
+  std::atomic<int64_t> count{0};      // events (steps, records, groups)
+  std::atomic<int64_t> nanos{0};      // wall time spent in them
+  std::atomic<int64_t> bytes{0};      // bytes they moved
   std::atomic<int64_t> max_nanos{0};  // the longest one (one long stall vs many short ones)
 
   void add(int64_t ns, int64_t nbytes, int64_t n = 1) {

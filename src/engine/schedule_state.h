@@ -33,7 +33,7 @@ namespace strata {
 struct ScheduledStep {
   std::vector<ScheduledSeq> seqs;  // prefill chunks, or decodes (one token each)
   bool is_prefill = false;
-  int32_t num_decode_steps = 1;     // decode steps to run (continue_decode for steps 2..n)
+  int32_t num_decode_steps = 1;  // decode steps to run (continue_decode for steps 2..n)
   // Its decodes verify drafts (decode_tokens_per_step > 1 and at most
   // speculative_batch_size_threshold of them): they have draft room (draft_room()).
   bool speculative = false;

@@ -46,7 +46,7 @@ struct AttentionParams {
   // is a path tile (below)
   const int32_t* tiles;  // device [num_tiles, 2]
   int num_tiles;
-  int pdl_early;  // decode kernels: trigger the next kernel before waiting on the previous
+  int pdl_early;   // decode kernels: trigger the next kernel before waiting on the previous
   int tree_paths;  // prefill: 1 when `tiles` holds path tiles (kTreePathTile)
   int pad_;        // 0 (no padding bytes)
 };

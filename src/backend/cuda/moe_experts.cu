@@ -25,11 +25,13 @@
 // float32; one bf16 rounding of each expert output, ~2^-9 relative, then a float32 weighted sum).
 // Regime: decode (launch_moe_gemv) while the rows per expert T·k / E stay small: every touched
 // expert's weights streamed once per pass of up to 32 rows; prefill (launch_moe_gemm) beyond.
+// INT4 experts at decode take the register GEMV's experts modes instead where the tunables say
+// (moe_experts_int4_reg.cu).
 #include <algorithm>
 #include <cmath>
 
-#include "backend/cuda/linear_int4.cuh"
 #include "backend/cuda/moe_experts.cuh"
+#include "backend/cuda/moe_experts_int4_reg.h"
 
 namespace strata::cuda {
 namespace {
@@ -447,107 +449,6 @@ size_t moe_experts_scratch_bytes(int64_t tokens, int top_k, int num_experts, int
 double moe_expected_active(int64_t tokens, int top_k, int num_experts) {
   const double e = num_experts, n = double(tokens) * top_k;
   return std::min({e, n, e * (1.0 - std::pow(1.0 - double(top_k) / e, double(tokens)))});
-}
-
-// The decode path for a few INT4 assignments (T · k <= p.int4_reg_max_assignments): gate_up and
-// down as the register GEMV's experts mode, one matrix per assignment (linear_int4.h), in place
-// of the grouped GEMV. Measured first on one Kimi-K2.5 rank at T = 1 (2026-12-02): the grouped
-// GEMV's gate_up and down took 19.9 + 13.4 us for 24.7 MB of weights, ~18% of copy bandwidth.
-// The rows stay in assignment order (act and y rows i = t · k + j), as the combine reads them.
-// False (nothing launched) where either projection does not fit the register GEMV.
-bool launch_moe_int4_reg(const MoeExpertsParams& p, bf16_bits* act, bf16_bits* y,
-                         cudaStream_t stream) {
-  const int64_t hidden = p.down.n, inter = p.down.k;
-  auto params = [&](const MoeWeights& w, const bf16_bits* x, bf16_bits* out) {
-    auto q = Int4LinearParams{};
-    q.x = x;
-    q.packed = w.values;
-    q.scale = static_cast<const bf16_bits*>(w.scales);
-    q.out = out;
-    q.m = 1;
-    q.n = w.n;
-    q.k = w.k;
-    q.group = w.group;
-    q.gemv_unroll = 8;  // the dense default's ring (CudaTunables::int4_gemv_ring)
-    // Weights rounded to bf16 before the mma, as every MoE kernel and the CPU twin dequantize
-    // (moe_experts.h numerics); the unrounded variant moved a tiny layer's NMSE from ~1.5e-5 to
-    // 4.3e-5 against the twin (MoeBackend.ExpertsMatchCpu, H 64 I 32 T 2; bound 4e-5).
-    q.gemv_round = 1;
-    return q;
-  };
-  Int4LinearParams gate_up = params(p.gate_up, p.x, act);
-  gate_up.glu_inter = inter;
-  // The ids are written by the kernel just before: the expert is known only after the wait, and
-  // the trigger comes after it, so that down may read the ids before its own wait.
-  gate_up.gemv_trigger = kInt4TriggerAfterWait;
-  const Int4RegExperts by_token{p.topk_ids, p.tokens * p.top_k, p.top_k, p.num_experts, 0, 0};
-  Int4LinearParams down = params(p.down, act, y);
-  down.preload = 1;  // its expert is known before its wait: the weights stream from the start
-  const Int4RegExperts by_row{p.topk_ids, p.tokens * p.top_k, 1, p.num_experts, 1, 0};
-  if (gate_up.n != 2 * inter || gate_up.k != hidden || !int4_gemv_reg_fits(gate_up, &by_token) ||
-      !int4_gemv_reg_fits(down, &by_row))
-    return false;
-  launch_int4_gemv_reg(gate_up, stream, &by_token);
-  launch_int4_gemv_reg(down, stream, &by_row);
-  return true;
-}
-
-// The decode path for more INT4 assignments (p.int4_reg_planned): a plan with tiles of up to 8
-// rows of one expert, then gate_up and down as the register GEMV's planned experts mode: each
-// touched expert's bytes are read once per tile (the grouped GEMV reads them once per pass of up
-// to 32 rows, but measured 42% of copy bandwidth on a Kimi-K2.5 rank at batch 128, 2026-12-02).
-// act and y rows are in the plan's permuted order; the combine reads them through pos.
-// False (nothing launched) where either projection does not fit the register GEMV.
-bool launch_moe_int4_reg_planned(const MoeExpertsParams& p, const MoePlan& plan, bf16_bits* act,
-                                 bf16_bits* y, cudaStream_t stream) {
-  const int64_t hidden = p.down.n, inter = p.down.k, n = p.tokens * p.top_k;
-  // A tile's x (tile rows x k bf16) sits in shared memory: 8 rows while gate_up's x is <= 64 KB
-  // (two blocks per SM stay resident), else 4.
-  const int tile_rows = hidden * 8 * 2 <= 64 * 1024 ? 8 : 4;
-  auto params = [&](const MoeWeights& w, const bf16_bits* x, bf16_bits* out) {
-    auto q = Int4LinearParams{};
-    q.x = x;
-    q.packed = w.values;
-    q.scale = static_cast<const bf16_bits*>(w.scales);
-    q.out = out;
-    q.m = tile_rows;
-    q.n = w.n;
-    q.k = w.k;
-    q.group = w.group;
-    q.gemv_unroll = 8;  // as launch_moe_int4_reg
-    q.gemv_round = 1;
-    return q;
-  };
-  Int4RegExperts ex{};
-  ex.num_experts = p.num_experts;
-  ex.tiles = plan.tiles;
-  ex.counts = plan.counts;
-  ex.offsets = plan.offsets;
-  ex.max_tiles = moe_max_tiles(n, p.num_experts, tile_rows);
-  Int4LinearParams gate_up = params(p.gate_up, p.x, act);
-  gate_up.glu_inter = inter;
-  gate_up.gemv_trigger = kInt4TriggerAfterWait;  // down reads the plan before its wait
-  Int4RegExperts gate_up_ex = ex;
-  gate_up_ex.row_token = plan.row_token;
-  Int4LinearParams down = params(p.down, act, y);
-  down.preload = 1;
-  Int4RegExperts down_ex = ex;
-  down_ex.ids_early = 1;
-  if (gate_up.n != 2 * inter || gate_up.k != hidden || !int4_gemv_reg_fits(gate_up, &gate_up_ex) ||
-      !int4_gemv_reg_fits(down, &down_ex))
-    return false;
-  MoePlanParams pp{};
-  pp.topk_ids = p.topk_ids;
-  pp.plan = plan;
-  pp.assignments = n;
-  pp.top_k = p.top_k;
-  pp.num_experts = p.num_experts;
-  pp.tile_rows = tile_rows;
-  pp.pdl_early = p.pdl_early;
-  launch_moe_plan(pp, stream);
-  launch_int4_gemv_reg(gate_up, stream, &gate_up_ex);
-  launch_int4_gemv_reg(down, stream, &down_ex);
-  return true;
 }
 
 void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
