@@ -85,12 +85,14 @@ struct CudaTunables {
   // as the register GEMV's experts mode, one expert matrix per assignment (linear_int4.h), above
   // it the grouped MoE GEMV. No env. 0 turns it off (A/B). Default 16: one Kimi-K2.5 rank's
   // grouped GEMVs took 33 us a layer at T = 1 for 24.7 MB of weights (decode_profile.sh,
-  // 2026-12-02); a repeated expert is read once per assignment, so the mode is for T·k << E.
+  // 2026-12-02); with this mode the rank's step at batch 1 / 2 took 6.39 / 8.22 ms against 6.60 /
+  // 9.10 (moe_reg_check.sh). A repeated expert is read once per assignment: for T·k << E.
   int moe_int4_reg_max_assignments = 16;
   // Above that, still in the MoE decode regime: true runs the INT4 experts as the register GEMV's
   // planned experts mode (a plan of 4- or 8-row tiles, each touched expert read once per tile),
-  // false the grouped MoE GEMV. No env. Default true: the grouped GEMV measured 42% of copy
-  // bandwidth on a Kimi-K2.5 rank at batch 128 (660 us a layer, decode_profile.sh 2026-12-02).
+  // false the grouped MoE GEMV. No env. Default true: one Kimi-K2.5 rank's decode step (61 layers
+  // projected, bench/cuda/moe_reg_check.sh, H200, 2026-12-02) at batch 8 / 32 / 128 took 13.06 /
+  // 24.60 / 48.63 ms against the grouped GEMV's 14.09 / 25.50 / 57.22.
   bool moe_int4_reg_planned = true;
   // FP8-block linears above the GEMV's rows: false (default) dequantize the weight to bf16 and
   // run the bf16 GEMM (W8A16: the weights exactly as DeepSeek's reference inference dequantizes
