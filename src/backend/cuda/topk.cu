@@ -12,6 +12,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/logit_row.cuh"
 #include "backend/cuda/topk.h"
 #include "backend/top_k.h"
 
@@ -21,19 +22,8 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
-template <bool F32>
-__device__ __forceinline__ float load(const void* row, int64_t i) {
-  if constexpr (F32) {
-    return static_cast<const float*>(row)[i];
-  } else {
-    return bf16_to_float(static_cast<const bf16_bits*>(row)[i]);
-  }
-}
-
-// (value, index) with the larger value, ties to the lower index.
-__device__ __forceinline__ void take_max(float& v, int& i, float v2, int i2) {
-  if (v2 > v || (v2 == v && i2 < i)) v = v2, i = i2;
-}
+using logit_row::load;
+using logit_row::take_max;
 
 template <bool F32>
 __global__ void __launch_bounds__(kThreads) top_k_kernel(TopKParams p) {
