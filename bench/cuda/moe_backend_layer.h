@@ -29,6 +29,7 @@
 #include "model/config.h"
 #include "model/inventory.h"
 #include "moe_bench_common.h"
+#include "tunable_variants.h"
 
 namespace strata::moe_bench {
 
@@ -118,8 +119,11 @@ struct BackendLayer {
   MoeExpertWeights experts;
 };
 
+// variants: tunable_variants.h names; each T's experts are also timed under each (same weights,
+// same routing), printed as "variant NAME experts X us = Y% of copy".
 inline void run_backend_layer(const BackendLayerConfig& cfg, const std::vector<int>& token_counts,
-                              int calls, int reps, const Ceilings& ceil) {
+                              int calls, int reps, const Ceilings& ceil,
+                              const std::vector<std::string>& variants = {}) {
   auto spec = load_model_spec(std::string(STRATA_SHARED_DIR) + "/configs/" + cfg.config);
   CHECK_MSG(spec.ok(), "{}", spec.status().to_string());
   const QuantLayout layout = quant_layout(*spec);
@@ -259,6 +263,19 @@ inline void run_backend_layer(const BackendLayerConfig& cfg, const std::vector<i
         t_experts, exp_gbs, 100.0 * exp_gbs / ceil.copy_gbs, flops / (t_experts * 1e-6) / 1e12,
         100.0 * flops / (t_experts * 1e-6) / 1e12 / ceil.gemm_tflops, t_route, t_shared,
         (long long)fallbacks);
+    for (const std::string& name : variants) {
+      const bench::Variant* v = bench::find_variant(name);
+      CHECK_MSG(v != nullptr, "moe_bench: unknown variant {}", name);
+      const cuda::CudaTunables saved = be.tunables();
+      be.tune(v->apply);
+      const double us = timed(experts);
+      be.set_tunables(saved);
+      const double gbs = touched_bytes / (us * 1e-6) / 1e9;
+      std::printf(
+          "variant  %-9s T=%-5d %-14s experts %.1f us = %.0f GB/s = %.1f%% of copy (default %.1f "
+          "us)\n",
+          cfg.name, T, name.c_str(), us, gbs, 100.0 * gbs / ceil.copy_gbs, t_experts);
+    }
     std::fflush(stdout);
   }
 }

@@ -39,7 +39,9 @@
 //
 // Usage: strata_bench_moe_bench [--what kernels] [--configs kimi,moonlight,moonlight-int4,dsv3]
 //        [--backend-configs dsv3,moonlight,kimi] [--tokens 1,8,32,128,512,8192] [--calls 16]
-//        [--reps 5] [--sweep 1] [--sweep-max-tokens 32]
+//        [--reps 5] [--sweep 1] [--sweep-max-tokens 32] [--variants moe_unrounded,moe_split2]
+// --variants (backend mode): each T's experts also under each named tunable change
+// (tunable_variants.h), same weights and routing.
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -717,6 +719,7 @@ int main(int argc, char** argv) {
   std::string configs = "kimi,moonlight,moonlight-int4,dsv3", what = "kernels";
   std::string backend_configs = "dsv3,moonlight,kimi";
   std::vector<int> tokens = {1, 8, 32, 128, 512, 8192};
+  std::vector<std::string> variants;  // --variants: tunable_variants.h names (backend mode)
   int calls = 16, reps = 5, sweep = 1, sweep_max_tokens = 32;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -736,12 +739,19 @@ int main(int argc, char** argv) {
       what = argv[i + 1];
     else if (a == "--backend-configs")
       backend_configs = argv[i + 1];
-    else {
+    else if (a == "--variants") {
+      const std::string v = argv[i + 1];
+      for (size_t b = 0; b < v.size();) {
+        const size_t e = std::min(v.find(',', b), v.size());
+        variants.push_back(v.substr(b, e - b));
+        b = e + 1;
+      }
+    } else {
       std::fprintf(
           stderr,
           "usage: %s [--what kernels,backend] [--configs kimi,moonlight,moonlight-int4,dsv3] "
           "[--backend-configs dsv3,moonlight,kimi] [--tokens 1,8,...] [--calls 16] [--reps 5] "
-          "[--sweep 1] [--sweep-max-tokens 32]\n",
+          "[--sweep 1] [--sweep-max-tokens 32] [--variants a,b]\n",
           argv[0]);
       return 2;
     }
@@ -767,7 +777,7 @@ int main(int argc, char** argv) {
   if (whats.find(",backend,") != std::string::npos)
     for (const moe_bench::BackendLayerConfig& c : moe_bench::kBackendLayers)
       if (blist.find("," + std::string(c.name) + ",") != std::string::npos)
-        moe_bench::run_backend_layer(c, tokens, calls, reps, ceil);
+        moe_bench::run_backend_layer(c, tokens, calls, reps, ceil, variants);
   cublasDestroy(h);
   cudaStreamDestroy(s);
   return 0;

@@ -14,7 +14,7 @@
 // --compare-unfused 1: each batch's graph step also with CudaTunables::fusion off (the launch
 // sequence of the MLA + MoE step before the 2026-12-02 fusions), in the same process.
 // --variants a,b,...: each batch's graph step also under each named tunable change (A/B in one
-// process; kVariants below: unfused, cublas_heads, moe_grouped, moe_ids_only, pdl_early).
+// process; tunable_variants.h lists them).
 // --ncu-step 1: after each batch's timings, one more eager step between cudaProfilerStart and
 // cudaProfilerStop, for `ncu --profile-from-start off` (bench/cuda/decode_profile.sh).
 // --op-profile 1: the backend's own per-op device times of 4 eager steps (events around every
@@ -35,9 +35,14 @@
 #include "model/config.h"
 #include "model/weights.h"
 #include "step_batch.h"
+#include "tunable_variants.h"
 
 namespace strata {
 namespace {
+
+using bench::find_variant;
+using bench::kVariants;
+using bench::Variant;
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) {
@@ -59,33 +64,6 @@ struct Args {
   bool compare_unfused = false;
   std::vector<std::string> variants;
 };
-
-// Named changes to the CUDA backend's tunables that --variants times against the defaults.
-struct Variant {
-  const char* name;
-  const char* what;
-  void (*apply)(cuda::CudaTunables&);
-};
-constexpr Variant kVariants[] = {
-    {"unfused", "CudaTunables::fusion off", [](cuda::CudaTunables& t) { t.fusion = false; }},
-    {"cublas_heads", "per-head linears on cuBLAS's batched GEMM (per_head_gemv_max_tokens 0)",
-     [](cuda::CudaTunables& t) { t.per_head_gemv_max_tokens = 0; }},
-    {"moe_grouped",
-     "INT4 experts on the grouped MoE GEMV at every batch (moe_int4_reg_max_assignments 0)",
-     [](cuda::CudaTunables& t) {
-       t.moe_int4_reg_max_assignments = 0;
-       t.moe_int4_reg_planned = false;
-     }},
-    {"moe_ids_only", "INT4 experts on the register GEMV by ids only (moe_int4_reg_planned off)",
-     [](cuda::CudaTunables& t) { t.moe_int4_reg_planned = false; }},
-    {"pdl_early", "decode kernels trigger their successor before waiting (pdl_early)",
-     [](cuda::CudaTunables& t) { t.pdl_early = true; }},
-};
-const Variant* find_variant(const std::string& name) {
-  for (const Variant& v : kVariants)
-    if (name == v.name) return &v;
-  return nullptr;
-}
 
 // Milliseconds per call of fn, after one untimed call (which captures a graph in graph mode).
 template <class F>

@@ -183,7 +183,7 @@ struct Int4RegExperts {
   int ids_early;  // the ids / plan are complete before this kernel starts (read before its
                   // pdl_wait, so the weights may preload then): the predecessor triggered
                   // after its own wait
-  int pad_;
+  int min_split;  // at least this many blocks per work item (0: two blocks per SM over them)
   const int32_t* tiles;      // planned: MoePlan::tiles of m-row tiles
   const int32_t* counts;     // planned: MoePlan::counts ([1]: tiles in use)
   const int32_t* offsets;    // planned: MoePlan::offsets

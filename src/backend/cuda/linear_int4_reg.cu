@@ -407,8 +407,9 @@ bool choose_reg(const Int4LinearParams& p, const Int4RegExperts* ex, RegLaunch* 
     // block keeps every row tile's partial sums in shared memory until its epilogue: with many
     // items, a whole down projection per block would leave room for one block per SM).
     const int64_t target = p.gemv_grid > 0 ? p.gemv_grid : 2 * int64_t(num_sms());
-    split = int(std::clamp<int64_t>(std::max(target / items, ceil_div(units, kExpertUnitsPerBlock)),
-                                    1, units));
+    split = int(std::clamp<int64_t>(
+        std::max({target / items, ceil_div(units, kExpertUnitsPerBlock), int64_t(ex->min_split)}),
+        1, units));
     if (int64_t(split) * items > int64_t(1) << 30) return false;
     r.grid = split * int(items);
   }

@@ -30,7 +30,7 @@ bool launch_moe_int4_reg(const MoeExpertsParams& p, bf16_bits* act, bf16_bits* y
     // Weights rounded to bf16 before the mma, as every MoE kernel and the CPU twin dequantize
     // (moe_experts.h numerics); the unrounded variant moved a tiny layer's NMSE from ~1.5e-5 to
     // 4.3e-5 against the twin (MoeBackend.ExpertsMatchCpu, H 64 I 32 T 2; bound 4e-5).
-    q.gemv_round = 1;
+    q.gemv_round = p.int4_reg_round;
     return q;
   };
   Int4LinearParams gate_up = params(p.gate_up, p.x, act);
@@ -38,10 +38,11 @@ bool launch_moe_int4_reg(const MoeExpertsParams& p, bf16_bits* act, bf16_bits* y
   // The ids are written by the kernel just before: the expert is known only after the wait, and
   // the trigger comes after it, so that down may read the ids before its own wait.
   gate_up.gemv_trigger = kInt4TriggerAfterWait;
-  const Int4RegExperts by_token{p.topk_ids, p.tokens * p.top_k, p.top_k, p.num_experts, 0, 0};
+  const Int4RegExperts by_token{p.topk_ids, p.tokens * p.top_k, p.top_k, p.num_experts,
+                                0,          p.int4_reg_split};
   Int4LinearParams down = params(p.down, act, y);
   down.preload = 1;  // its expert is known before its wait: the weights stream from the start
-  const Int4RegExperts by_row{p.topk_ids, p.tokens * p.top_k, 1, p.num_experts, 1, 0};
+  const Int4RegExperts by_row{p.topk_ids, p.tokens * p.top_k, 1, p.num_experts, 1, 0};  // own split
   if (gate_up.n != 2 * inter || gate_up.k != hidden || !int4_gemv_reg_fits(gate_up, &by_token) ||
       !int4_gemv_reg_fits(down, &by_row))
     return false;
@@ -61,7 +62,9 @@ bool launch_moe_int4_reg_planned(const MoeExpertsParams& p, const MoePlan& plan,
   const int64_t hidden = p.down.n, inter = p.down.k, n = p.tokens * p.top_k;
   // A tile's x (tile rows x k bf16) sits in shared memory: 8 rows while gate_up's x is <= 64 KB
   // (two blocks per SM stay resident), else 4.
-  const int tile_rows = hidden * 8 * 2 <= 64 * 1024 ? 8 : 4;
+  const int tile_rows = p.int4_reg_tile_rows == 4 || p.int4_reg_tile_rows == 8
+                            ? p.int4_reg_tile_rows
+                            : (hidden * 8 * 2 <= 64 * 1024 ? 8 : 4);
   auto params = [&](const MoeWeights& w, const bf16_bits* x, bf16_bits* out) {
     auto q = Int4LinearParams{};
     q.x = x;
@@ -73,7 +76,7 @@ bool launch_moe_int4_reg_planned(const MoeExpertsParams& p, const MoePlan& plan,
     q.k = w.k;
     q.group = w.group;
     q.gemv_unroll = 8;  // as launch_moe_int4_reg
-    q.gemv_round = 1;
+    q.gemv_round = p.int4_reg_round;
     return q;
   };
   Int4RegExperts ex{};
@@ -87,6 +90,7 @@ bool launch_moe_int4_reg_planned(const MoeExpertsParams& p, const MoePlan& plan,
   gate_up.gemv_trigger = kInt4TriggerAfterWait;  // down reads the plan before its wait
   Int4RegExperts gate_up_ex = ex;
   gate_up_ex.row_token = plan.row_token;
+  gate_up_ex.min_split = p.int4_reg_split;  // down's items are short (k = inter): its own split
   Int4LinearParams down = params(p.down, act, y);
   down.preload = 1;
   Int4RegExperts down_ex = ex;

@@ -94,6 +94,15 @@ struct CudaTunables {
   // projected, bench/cuda/moe_reg_check.sh, H200, 2026-12-02) at batch 8 / 32 / 128 took 13.06 /
   // 24.60 / 48.63 ms against the grouped GEMV's 14.09 / 25.50 / 57.22.
   bool moe_int4_reg_planned = true;
+  // The INT4 experts modes' knobs (A/B: rank_step_bench and moe_bench --variants). No env.
+  // round: weights rounded to bf16 before the mma, as the CPU twin dequantizes (default), or
+  // (nibble - 8) · scale unrounded (fewer instructions a tile; the 8B dense GEMV's default).
+  // split: at least this many blocks share one work item's matrix (0: the kernel's choice, two
+  // blocks per SM over the items). tile_rows: the planned mode's rows per tile (0: 8 while a
+  // tile's x fits 64 KB of shared memory, else 4).
+  bool moe_int4_reg_round = true;
+  int moe_int4_reg_split = 0;
+  int moe_int4_reg_tile_rows = 0;
   // FP8-block linears above the GEMV's rows: false (default) dequantize the weight to bf16 and
   // run the bf16 GEMM (W8A16: the weights exactly as DeepSeek's reference inference dequantizes
   // them, activations untouched); true quantize the activations to e4m3 per 128 values and run

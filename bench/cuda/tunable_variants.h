@@ -1,0 +1,47 @@
+// Named changes to the CUDA backend's tunables that the benches' --variants time against the
+// defaults in one process (rank_step_bench: the decode step; moe_bench: the MoE layer's experts).
+#pragma once
+
+#include <string>
+
+#include "backend/cuda/tunables.h"
+
+namespace strata::bench {
+
+struct Variant {
+  const char* name;
+  const char* what;
+  void (*apply)(cuda::CudaTunables&);
+};
+inline constexpr Variant kVariants[] = {
+    {"unfused", "CudaTunables::fusion off", [](cuda::CudaTunables& t) { t.fusion = false; }},
+    {"cublas_heads", "per-head linears on cuBLAS's batched GEMM (per_head_gemv_max_tokens 0)",
+     [](cuda::CudaTunables& t) { t.per_head_gemv_max_tokens = 0; }},
+    {"moe_grouped",
+     "INT4 experts on the grouped MoE GEMV at every batch (moe_int4_reg_max_assignments 0)",
+     [](cuda::CudaTunables& t) {
+       t.moe_int4_reg_max_assignments = 0;
+       t.moe_int4_reg_planned = false;
+     }},
+    {"moe_ids_only", "INT4 experts on the register GEMV by ids only (moe_int4_reg_planned off)",
+     [](cuda::CudaTunables& t) { t.moe_int4_reg_planned = false; }},
+    {"moe_unrounded", "INT4 experts' weights unrounded before the mma (moe_int4_reg_round off)",
+     [](cuda::CudaTunables& t) { t.moe_int4_reg_round = false; }},
+    {"moe_split2", "INT4 experts: two blocks at least per work item (moe_int4_reg_split 2)",
+     [](cuda::CudaTunables& t) { t.moe_int4_reg_split = 2; }},
+    {"moe_split4", "INT4 experts: four blocks at least per work item (moe_int4_reg_split 4)",
+     [](cuda::CudaTunables& t) { t.moe_int4_reg_split = 4; }},
+    {"moe_rows8", "INT4 experts: 8-row plan tiles (moe_int4_reg_tile_rows 8)",
+     [](cuda::CudaTunables& t) { t.moe_int4_reg_tile_rows = 8; }},
+    {"moe_rows4", "INT4 experts: 4-row plan tiles (moe_int4_reg_tile_rows 4)",
+     [](cuda::CudaTunables& t) { t.moe_int4_reg_tile_rows = 4; }},
+    {"pdl_early", "decode kernels trigger their successor before waiting (pdl_early)",
+     [](cuda::CudaTunables& t) { t.pdl_early = true; }},
+};
+inline const Variant* find_variant(const std::string& name) {
+  for (const Variant& v : kVariants)
+    if (name == v.name) return &v;
+  return nullptr;
+}
+
+}  // namespace strata::bench
