@@ -35,6 +35,19 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.moe_int4_reg_tile_rows = 8; }},
     {"moe_rows4", "INT4 experts: 4-row plan tiles (moe_int4_reg_tile_rows 4)",
      [](cuda::CudaTunables& t) { t.moe_int4_reg_tile_rows = 4; }},
+    {"moe_down64", "INT4 experts: down blocks of up to 64 row tiles (moe_int4_reg_down_units)",
+     [](cuda::CudaTunables& t) { t.moe_int4_reg_down_units = 64; }},
+    {"moe_down128", "INT4 experts: down blocks of up to 128 row tiles (moe_int4_reg_down_units)",
+     [](cuda::CudaTunables& t) { t.moe_int4_reg_down_units = 128; }},
+    {"moe_down448", "INT4 experts: down blocks of up to 448 row tiles (moe_int4_reg_down_units)",
+     [](cuda::CudaTunables& t) { t.moe_int4_reg_down_units = 448; }},
+    {"moe_split2_down128", "INT4 experts: moe_split2 and moe_down128 together",
+     [](cuda::CudaTunables& t) {
+       t.moe_int4_reg_split = 2;
+       t.moe_int4_reg_down_units = 128;
+     }},
+    {"moe_gu_warps16", "INT4 experts: gate_up blocks of 16 warps (moe_int4_reg_gate_up_warps)",
+     [](cuda::CudaTunables& t) { t.moe_int4_reg_gate_up_warps = 16; }},
     {"pdl_early", "decode kernels trigger their successor before waiting (pdl_early)",
      [](cuda::CudaTunables& t) { t.pdl_early = true; }},
 };

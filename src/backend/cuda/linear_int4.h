@@ -184,6 +184,8 @@ struct Int4RegExperts {
                   // pdl_wait, so the weights may preload then): the predecessor triggered
                   // after its own wait
   int min_split;  // at least this many blocks per work item (0: two blocks per SM over them)
+  int max_units;  // at most this many row tiles (SwiGLU: pairs) a block (0: the kernel's 32)
+  int pad_;
   const int32_t* tiles;      // planned: MoePlan::tiles of m-row tiles
   const int32_t* counts;     // planned: MoePlan::counts ([1]: tiles in use)
   const int32_t* offsets;    // planned: MoePlan::offsets

@@ -57,7 +57,10 @@ namespace {
 
 using namespace int4;
 
-constexpr int kMaxWarps = 8;    // two blocks of 8 warps at <= 128 registers per SM
+// Up to 16 warps a block: the bound caps registers at 128 a thread, as two blocks of 8 warps
+// per SM did (the default stays 8 warps: two blocks resident per SM); 16 for launches of fewer
+// blocks than SMs (MoE decode at a few tokens: gate_up of 8 experts is 128 blocks).
+constexpr int kMaxWarps = 16;
 constexpr int kMaxTokens = 8;   // one mma n tile
 constexpr int kMaxGroup = 256;  // x sums: a group's 16-byte pieces within one warp
 constexpr int kDefaultWarps = 8;
@@ -108,7 +111,7 @@ struct Int4RegPlan {
 // TPG: k tiles per scale group (group / 64: 1, 2 or 4), 0 for group 32 (two per tile).
 // U: k tiles in flight per warp (the register ring).
 template <int U, int TPG, bool kRound>
-__global__ void __launch_bounds__(kMaxWarps * 32, 2)
+__global__ void __launch_bounds__(kMaxWarps * 32, 1)
     int4_gemv_reg_kernel(Int4LinearParams p, Int4RegPlan pl) {
   constexpr int kUnit = TPG == 0 ? 1 : TPG;  // tiles per part unit (a group's, or one tile)
   constexpr int kScales = TPG == 0 ? 2 * U : U / kUnit;  // scale words in the ring
@@ -407,9 +410,9 @@ bool choose_reg(const Int4LinearParams& p, const Int4RegExperts* ex, RegLaunch* 
     // block keeps every row tile's partial sums in shared memory until its epilogue: with many
     // items, a whole down projection per block would leave room for one block per SM).
     const int64_t target = p.gemv_grid > 0 ? p.gemv_grid : 2 * int64_t(num_sms());
+    const int64_t max_units = ex->max_units > 0 ? ex->max_units : kExpertUnitsPerBlock;
     split = int(std::clamp<int64_t>(
-        std::max({target / items, ceil_div(units, kExpertUnitsPerBlock), int64_t(ex->min_split)}),
-        1, units));
+        std::max({target / items, ceil_div(units, max_units), int64_t(ex->min_split)}), 1, units));
     if (int64_t(split) * items > int64_t(1) << 30) return false;
     r.grid = split * int(items);
   }

@@ -261,7 +261,9 @@ struct MoeExpertsParams {
                          // (a plan of 4- or 8-row tiles first), 0 the grouped GEMV
   int int4_reg_round;    // CudaTunables::moe_int4_reg_round
   int int4_reg_split;    // CudaTunables::moe_int4_reg_split
-  int int4_reg_tile_rows;  // CudaTunables::moe_int4_reg_tile_rows
+  int int4_reg_tile_rows;      // CudaTunables::moe_int4_reg_tile_rows
+  int int4_reg_down_units;     // CudaTunables::moe_int4_reg_down_units
+  int int4_reg_gate_up_warps;  // CudaTunables::moe_int4_reg_gate_up_warps
 };
 size_t moe_experts_scratch_bytes(int64_t tokens, int top_k, int num_experts, int64_t hidden,
                                  int64_t inter);
@@ -276,6 +278,6 @@ static_assert(std::has_unique_object_representations_v<MoeRepackParams>);
 static_assert(std::has_unique_object_representations_v<MoePlanParams>);
 static_assert(std::has_unique_object_representations_v<MoeGroupedParams>);
 static_assert(std::has_unique_object_representations_v<MoeCombineParams>);
-static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 208);
+static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 216);
 
 }  // namespace strata::cuda

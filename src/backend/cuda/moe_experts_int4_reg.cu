@@ -35,6 +35,7 @@ bool launch_moe_int4_reg(const MoeExpertsParams& p, bf16_bits* act, bf16_bits* y
   };
   Int4LinearParams gate_up = params(p.gate_up, p.x, act);
   gate_up.glu_inter = inter;
+  gate_up.gemv_warps = p.int4_reg_gate_up_warps;
   // The ids are written by the kernel just before: the expert is known only after the wait, and
   // the trigger comes after it, so that down may read the ids before its own wait.
   gate_up.gemv_trigger = kInt4TriggerAfterWait;
@@ -42,7 +43,8 @@ bool launch_moe_int4_reg(const MoeExpertsParams& p, bf16_bits* act, bf16_bits* y
                                 0,          p.int4_reg_split};
   Int4LinearParams down = params(p.down, act, y);
   down.preload = 1;  // its expert is known before its wait: the weights stream from the start
-  const Int4RegExperts by_row{p.topk_ids, p.tokens * p.top_k, 1, p.num_experts, 1, 0};  // own split
+  const Int4RegExperts by_row{p.topk_ids,        p.tokens * p.top_k,   1, p.num_experts, 1,
+                              0 /* own split */, p.int4_reg_down_units};
   if (gate_up.n != 2 * inter || gate_up.k != hidden || !int4_gemv_reg_fits(gate_up, &by_token) ||
       !int4_gemv_reg_fits(down, &by_row))
     return false;
@@ -87,6 +89,7 @@ bool launch_moe_int4_reg_planned(const MoeExpertsParams& p, const MoePlan& plan,
   ex.max_tiles = moe_max_tiles(n, p.num_experts, tile_rows);
   Int4LinearParams gate_up = params(p.gate_up, p.x, act);
   gate_up.glu_inter = inter;
+  gate_up.gemv_warps = p.int4_reg_gate_up_warps;
   gate_up.gemv_trigger = kInt4TriggerAfterWait;  // down reads the plan before its wait
   Int4RegExperts gate_up_ex = ex;
   gate_up_ex.row_token = plan.row_token;
@@ -95,6 +98,7 @@ bool launch_moe_int4_reg_planned(const MoeExpertsParams& p, const MoePlan& plan,
   down.preload = 1;
   Int4RegExperts down_ex = ex;
   down_ex.ids_early = 1;
+  down_ex.max_units = p.int4_reg_down_units;
   if (gate_up.n != 2 * inter || gate_up.k != hidden || !int4_gemv_reg_fits(gate_up, &gate_up_ex) ||
       !int4_gemv_reg_fits(down, &down_ex))
     return false;

@@ -103,6 +103,11 @@ struct CudaTunables {
   bool moe_int4_reg_round = true;
   int moe_int4_reg_split = 0;
   int moe_int4_reg_tile_rows = 0;
+  // down_units: the most row tiles one block of the down projection takes (0: the kernel's 32).
+  int moe_int4_reg_down_units = 0;
+  // gate_up_warps: warps a block of the gate_up projection (0: the kernel's 8; 16 doubles the
+  // loads in flight where the grid has fewer blocks than two per SM).
+  int moe_int4_reg_gate_up_warps = 0;
   // FP8-block linears above the GEMV's rows: false (default) dequantize the weight to bf16 and
   // run the bf16 GEMM (W8A16: the weights exactly as DeepSeek's reference inference dequantizes
   // them, activations untouched); true quantize the activations to e4m3 per 128 values and run
