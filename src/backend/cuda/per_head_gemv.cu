@@ -12,14 +12,31 @@ namespace strata::cuda {
 namespace {
 
 constexpr int kWarps = 8;
+constexpr int kPreload = 4;  // weight pieces a lane loads before the PDL wait
 
 __global__ void __launch_bounds__(kWarps * 32) per_head_gemv_kernel(PerHeadGemvParams p) {
-  pdl_enter(p.pdl_early);
   const int lane = threadIdx.x % 32, lanes = p.lanes, rows_per_warp = 32 / lanes;
   const int sub = lane / lanes, sl = lane % lanes;
   const int64_t total = int64_t(p.heads) * p.n;
   const int64_t warp = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   const int64_t stride = int64_t(gridDim.x) * kWarps * rows_per_warp;
+  // The first row's leading weights (up to kPreload pieces a lane) load before the PDL wait:
+  // weights are never written by a kernel, and at decode sizes (MLA's W_UK / W_UV: one to four
+  // pieces a lane) this is the whole row, so the wait is followed by x alone.
+  uint4 pre[kPreload];
+  {
+    const int64_t r = warp * rows_per_warp + sub;
+    if (r < total) {
+      const bf16_bits* wr = p.w + r * p.k;
+#pragma unroll
+      for (int i = 0; i < kPreload; ++i) {
+        const int k0 = sl * 8 + i * lanes * 8;
+        if (k0 < p.k) pre[i] = *reinterpret_cast<const uint4*>(wr + k0);
+      }
+    }
+  }
+  pdl_enter(p.pdl_early);
+  bool first = true;
   // r0 is the same for the whole warp, so every lane reaches the shuffles below.
   for (int64_t r0 = warp * rows_per_warp; r0 < total; r0 += stride) {
     const int64_t r = r0 + sub;
@@ -32,9 +49,18 @@ __global__ void __launch_bounds__(kWarps * 32) per_head_gemv_kernel(PerHeadGemvP
     if (valid) {
       const bf16_bits* wr = p.w + (int64_t(h) * p.n + row) * p.k;
       const bf16_bits* xh = p.x + int64_t(h) * p.stride_x;
-      for (int k0 = sl * 8; k0 < p.k; k0 += lanes * 8) {
+      int i = 0;
+      for (int k0 = sl * 8; k0 < p.k; k0 += lanes * 8, ++i) {
         float wv[8];
-        unpack8(*reinterpret_cast<const uint4*>(wr + k0), wv);
+        uint4 wq;
+        if (first && i < kPreload) {
+#pragma unroll
+          for (int j = 0; j < kPreload; ++j)  // a register array indexed by constants only
+            if (j == i) wq = pre[j];
+        } else {
+          wq = *reinterpret_cast<const uint4*>(wr + k0);
+        }
+        unpack8(wq, wv);
 #pragma unroll
         for (int t = 0; t < kPerHeadGemvMaxTokens; ++t) {
           if (t < p.tokens) {
@@ -46,6 +72,7 @@ __global__ void __launch_bounds__(kWarps * 32) per_head_gemv_kernel(PerHeadGemvP
         }
       }
     }
+    first = false;
 #pragma unroll
     for (int t = 0; t < kPerHeadGemvMaxTokens; ++t)
       for (int o = lanes / 2; o > 0; o >>= 1) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], o);
