@@ -71,22 +71,6 @@ TEST(CudaParity, LinearSplitK) {
   }
 }
 
-// The ring GEMV (linear_gemv_ring.cu) for every bf16 linear of m <= 2: the Kimi / Moonlight
-// decode shapes (k a multiple of 256), k with a partial last piece (4104, 320, 2056), n below the
-// grid (7 rows: blocks with no row), and a grid that must grow for its slots (k = 8, n = 200,000).
-TEST(CudaParity, LinearRing) {
-  Pair p;
-  p.cuda().tune([](cuda::CudaTunables& t) { t.gemv_ring_max_mib = 1 << 20; });
-  for (LinearCase c : {LinearCase{1, 7168, 576, false}, LinearCase{2, 1024, 7168, true},
-                       LinearCase{1, 256, 7168, false}, LinearCase{2, 4104, 129, true},
-                       LinearCase{1, 320, 7, false}, LinearCase{2, 2056, 1000, false},
-                       LinearCase{1, 8, 200000, true}}) {
-    const double e = linear_nmse(p, c);
-    EXPECT_LT(e, 1e-5) << "ring m " << c.m << " k " << c.k << " n " << c.n;
-    std::printf("linear ring m=%d k=%d n=%d bias=%d nmse %.3g\n", c.m, c.k, c.n, c.bias, e);
-  }
-}
-
 TEST(CudaParity, RmsNormAndResidual) {
   Pair p;
   for (auto [rows, dim] : {std::pair{7, 64}, {3, 320}, {5, 4096}, {2, 5000}, {40, 16}}) {
