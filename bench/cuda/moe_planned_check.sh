@@ -10,8 +10,7 @@
 #   (3) Nsight Compute on the experts' kernels of the Kimi layer at NCU_TOKENS tokens: duration,
 #       DRAM throughput, issue activity and warp stall reasons (NCU=0 skips it);
 #   (4) the Kimi rank's decode step on 2- and 4-layer cuts projected to 61 layers, by default and
-#       under each KIMI_VARIANTS change (KIMI=0 skips it);
-#   (5) with MOONLIGHT_VARIANTS set: the Moonlight bf16 decode step at batch 1, default and each.
+#       under each KIMI_VARIANTS change (KIMI=0 skips it).
 # Logs packed into $OUT/moe_planned_check.tgz; the summary on stdout.
 set -u
 source bench/cuda/device_env.sh
@@ -77,12 +76,5 @@ for key in sorted(a, key=lambda k: (k[0], k[1] != "default", k[1])):
         print(f"kimi 61-layer step, batch {key[0]}, {key[1]:14s}: {a[key] + (c[key] - a[key]) * 59 / 2:.3f} ms "
               f"(2 layers {a[key]:.3f}, 4 layers {c[key]:.3f})")
 PY
-fi
-# (5) Moonlight bf16 at batch 1 (27 layers, context 768), by default and under MOONLIGHT_VARIANTS.
-if [ -n "${MOONLIGHT_VARIANTS:-}" ]; then
-  timeout 200 ./build-dev/strata_bench_rank_step_bench --config "$C/shared/configs/moonlight-16b-a3b/config.json" \
-    --batches 1 --context 768 --prefill 0 --reps 20 --variants "$MOONLIGHT_VARIANTS" >"$L/moonlight.log" 2>&1
-  echo "moonlight: exit $?"
-  grep -E "^decode|^variant" "$L/moonlight.log" | cut -c1-160
 fi
 echo "total: $(( $(date +%s) - t0 )) s"

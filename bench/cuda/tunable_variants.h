@@ -48,10 +48,6 @@ inline constexpr Variant kVariants[] = {
      }},
     {"moe_gu_warps16", "INT4 experts: gate_up blocks of 16 warps (moe_int4_reg_gate_up_warps)",
      [](cuda::CudaTunables& t) { t.moe_int4_reg_gate_up_warps = 16; }},
-    {"gemv_ring16", "bf16 GEMVs of <= 16 MiB as the ring GEMV (gemv_ring_max_mib 16)",
-     [](cuda::CudaTunables& t) { t.gemv_ring_max_mib = 16; }},
-    {"gemv_ring64", "bf16 GEMVs of <= 64 MiB as the ring GEMV (gemv_ring_max_mib 64)",
-     [](cuda::CudaTunables& t) { t.gemv_ring_max_mib = 64; }},
     {"pdl_early", "decode kernels trigger their successor before waiting (pdl_early)",
      [](cuda::CudaTunables& t) { t.pdl_early = true; }},
 };

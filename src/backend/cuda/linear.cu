@@ -259,7 +259,6 @@ void launch_gemv(const GemvParams& p, const Launch& launch) {
   if (p.m == 0 || p.n == 0) return;
   CHECK(p.k % 8 == 0 && uintptr_t(p.x) % 16 == 0 && uintptr_t(p.w) % 16 == 0);
   CHECK(p.glu_inter == 0 || p.n == 2 * p.glu_inter);
-  if (p.ring) return launch_gemv_ring(p, launch);
   switch (p.m) {
     case 1:
       launch_gemv_m<1>(p, launch);
@@ -315,11 +314,6 @@ GemvParams CudaBackend::gemv_params(const Tensor& x, const Tensor& w, const floa
   p.block_warps = tunables_.gemv_block_warps;
   p.max_ksplit = tunables_.gemv_max_ksplit;
   p.pdl_early = tunables_.pdl_early;
-  p.ring = tunables_.gemv_ring_max_mib > 0 &&
-                   p.n * p.k * 2 <= (int64_t(tunables_.gemv_ring_max_mib) << 20) &&
-                   gemv_ring_fits(p)
-               ? 1
-               : 0;
   return p;
 }
 

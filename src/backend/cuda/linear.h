@@ -27,13 +27,9 @@ struct GemvParams {
   int block_warps;         // 4 or 8 (one weight row per warp, or per KS warps)
   int max_ksplit;          // most warps sharing one output row: 1, 2 or 4
   int pdl_early;           // trigger the next kernel before waiting on the previous
-  int ring;                // 1: the ring GEMV (linear_gemv_ring.cu; m <= 2), else gemv_kernel
+  int pad_;
 };
-// The ring GEMV's or gemv_kernel's launch (p.ring).
 void launch_gemv(const GemvParams& p, const Launch& launch);
-// The ring GEMV (linear_gemv_ring.cu): m <= 2, k % 8 == 0, 16-byte aligned x and w.
-bool gemv_ring_fits(const GemvParams& p);
-void launch_gemv_ring(const GemvParams& p, const Launch& launch);
 
 struct BiasAddParams {  // out[r, j] += bias[j] (the cuBLAS GEMM's epilogue)
   bf16_bits* out;

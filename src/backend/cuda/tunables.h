@@ -60,10 +60,6 @@ struct CudaTunables {
   // Warps per GEMV block: 4 or 8. No env. Default 8: 4-warp blocks measured +0.13 / -0.07
   // ms/token (on top of early triggers and prefetch, so not conclusive; 2026-11-29 night).
   int gemv_block_warps = 8;
-  // Linears of m <= 2 rows whose bf16 weights take at most this many MiB run as the ring GEMV
-  // (linear_gemv_ring.cu: a fixed grid, a register ring of weights filled before the PDL wait);
-  // larger ones as gemv_kernel. No env. 0 off.
-  int gemv_ring_max_mib = 0;
 
   // Per-head linears (MLA's absorbed W_UK / W_UV) of up to this many tokens take the per-head
   // GEMV (per_head_gemv.h, in the step's PDL chain), above it cuBLAS's batched GEMM. No env.
