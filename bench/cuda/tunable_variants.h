@@ -27,6 +27,8 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.moe_int4_reg_planned = false; }},
     {"moe_unrounded", "INT4 experts' weights unrounded before the mma (moe_int4_reg_round off)",
      [](cuda::CudaTunables& t) { t.moe_int4_reg_round = false; }},
+    {"moe_split_auto", "INT4 experts: the kernel's blocks per work item (moe_int4_reg_split 0)",
+     [](cuda::CudaTunables& t) { t.moe_int4_reg_split = 0; }},
     {"moe_split2", "INT4 experts: two blocks at least per work item (moe_int4_reg_split 2)",
      [](cuda::CudaTunables& t) { t.moe_int4_reg_split = 2; }},
     {"moe_split4", "INT4 experts: four blocks at least per work item (moe_int4_reg_split 4)",
@@ -35,6 +37,11 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.moe_int4_reg_tile_rows = 8; }},
     {"moe_rows4", "INT4 experts: 4-row plan tiles (moe_int4_reg_tile_rows 4)",
      [](cuda::CudaTunables& t) { t.moe_int4_reg_tile_rows = 4; }},
+    {"moe_s7_before", "INT4 experts as before 2026-12-02 evening (split 0, down_units 0: 32)",
+     [](cuda::CudaTunables& t) {
+       t.moe_int4_reg_split = 0;
+       t.moe_int4_reg_down_units = 0;
+     }},
     {"moe_down64", "INT4 experts: down blocks of up to 64 row tiles (moe_int4_reg_down_units)",
      [](cuda::CudaTunables& t) { t.moe_int4_reg_down_units = 64; }},
     {"moe_down128", "INT4 experts: down blocks of up to 128 row tiles (moe_int4_reg_down_units)",

@@ -100,11 +100,17 @@ struct CudaTunables {
   // split: at least this many blocks share one work item's matrix (0: the kernel's choice, two
   // blocks per SM over the items). tile_rows: the planned mode's rows per tile (0: 8 while a
   // tile's x fits 64 KB of shared memory, else 4).
+  // Defaults split 2, down_units 128: one Kimi-K2.5 rank's INT4 experts (moe_bench --what
+  // backend, H200, 2026-12-02) at T = 8 / 32 / 128 took 103.4 / 249.1 / 548.8 us against 111.0 /
+  // 294.9 / 625.2 with 0 / 32 (gate_up items spread over more blocks; down blocks of more row
+  // tiles, each paying its x and epilogue once); the rank's step (61 layers projected) at batch
+  // 32 / 128: 18.64 / 39.90 ms against 22.98 / 45.02. Batch 1 (by ids) is unchanged by both.
+  // Unrounded weights and 8-row tiles measured no better (within 1%, or slower).
   bool moe_int4_reg_round = true;
-  int moe_int4_reg_split = 0;
+  int moe_int4_reg_split = 2;
   int moe_int4_reg_tile_rows = 0;
   // down_units: the most row tiles one block of the down projection takes (0: the kernel's 32).
-  int moe_int4_reg_down_units = 0;
+  int moe_int4_reg_down_units = 128;
   // gate_up_warps: warps a block of the gate_up projection (0: the kernel's 8; 16 doubles the
   // loads in flight where the grid has fewer blocks than two per SM).
   int moe_int4_reg_gate_up_warps = 0;
