@@ -14,7 +14,8 @@
 // --compare-unfused 1: each batch's graph step also with CudaTunables::fusion off (the launch
 // sequence of the MLA + MoE step before the 2026-12-02 fusions), in the same process.
 // --variants a,b,...: each batch's graph step also under each named tunable change (A/B in one
-// process; kVariants below: unfused, cublas_heads, moe_grouped, moe_ids_only, pdl_early).
+// process; kVariants below: unfused, unfused_mla_inputs, cublas_heads, moe_grouped, moe_ids_only,
+// pdl_early).
 // --ncu-step 1: after each batch's timings, one more eager step between cudaProfilerStart and
 // cudaProfilerStop, for `ncu --profile-from-start off` (bench/cuda/decode_profile.sh).
 // --op-profile 1: the backend's own per-op device times of 4 eager steps (events around every
@@ -68,6 +69,10 @@ struct Variant {
 };
 constexpr Variant kVariants[] = {
     {"unfused", "CudaTunables::fusion off", [](cuda::CudaTunables& t) { t.fusion = false; }},
+    {"unfused_mla_inputs",
+     "MLA's attention inputs as four launches (norm, rope, copy_columns, KV write; "
+     "mla_inputs_fusion off)",
+     [](cuda::CudaTunables& t) { t.mla_inputs_fusion = false; }},
     {"cublas_heads", "per-head linears on cuBLAS's batched GEMM (per_head_gemv_max_tokens 0)",
      [](cuda::CudaTunables& t) { t.per_head_gemv_max_tokens = 0; }},
     {"moe_grouped",
