@@ -1,8 +1,9 @@
 // MLA's attention inputs in one launch (mla_inputs.h says what and why it gives the separate ops'
-// bits). One block per token: the latent's norm by the threads that launch_rms_norm's kernel
-// would give the same values (kVecOnePass: thread i holds values [8i, 8i + 8), R / 8 threads;
+// bits). One block per token: the latent's squares summed in the order of the kernel
+// launch_rms_norm would take (kVecOnePass: thread i holds values [8i, 8i + 8), R / 8 threads;
 // kWarp: warp 0, lane l values l + 32j), both ropes over every thread, the finished row staged in
-// shared memory, then warp 0 encodes it into the token's slot as the latent KV write does.
+// shared memory, then every warp encodes a share of it into the token's slot as the latent KV
+// write does (mla_row_encode.cuh: the same bytes whichever warp encodes a value).
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/mla_inputs.h"
@@ -122,10 +123,8 @@ __global__ void __launch_bounds__(kThreads) mla_inputs_kernel(MlaInputsParams p)
     }
   }
   __syncthreads();
-  if (warp == 0) {
-    char* row = static_cast<char*>(p.cache) + int64_t(p.slots[t]) * p.fmt.row_bytes;
-    mla::encode_row(row_s, row, p.fmt, lane);
-  }
+  char* row = static_cast<char*>(p.cache) + int64_t(p.slots[t]) * p.fmt.row_bytes;
+  mla::encode_row(row_s, row, p.fmt, warp, kThreads / 32, lane);
 }
 
 }  // namespace

@@ -17,7 +17,7 @@ __global__ void __launch_bounds__(kWarps * 32) mla_kv_write_kernel(MlaKvWritePar
   const int64_t t = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (t >= p.tokens) return;
   char* row = static_cast<char*>(p.cache) + int64_t(p.slots[t]) * p.fmt.row_bytes;
-  mla::encode_row(p.src + t * p.src_stride, row, p.fmt, lane);
+  mla::encode_row(p.src + t * p.src_stride, row, p.fmt, 0, 1, lane);
 }
 
 }  // namespace

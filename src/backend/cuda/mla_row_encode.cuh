@@ -51,18 +51,22 @@ __device__ __forceinline__ float row_value(const uint16_t* src, int c) {
   return __uint_as_float(uint32_t(src[c]) << 16);
 }
 
-// One warp encodes the bf16 row `src` (global or shared memory) into `row` (the slot's bytes,
-// f.row_bytes); `lane` is the calling thread's lane. Every lane of the warp must call it.
+// Warp `warp` of `warps` encodes its share of the bf16 row `src` (global or shared memory) into
+// `row` (the slot's bytes, f.row_bytes): latent and rope values strided over the warps' lanes, a
+// FlashMLA tile per warp (its amax within that warp). Every lane of the `warps` warps calls it;
+// `lane` is the calling thread's lane. The bytes do not depend on `warps` (each value's encoding
+// and each tile's maximum are the same whichever warp computes them).
 __device__ __forceinline__ void encode_row(const uint16_t* src, char* row, const MlaRowFormat& f,
-                                           int lane) {
+                                           int warp, int warps, int lane) {
+  const int first = warp * 32 + lane, step = warps * 32;
   if (!f.flashmla) {
     const float inv = 1.0f / f.latent_scale;  // host: 1.0f / scale, the same IEEE division
     const int eb = mla_elem_bytes(f.latent_elem);
-    for (int c = lane; c < f.latent; c += 32)
+    for (int c = first; c < f.latent; c += step)
       store_row_elem(row + c * eb, f.latent_elem, scaled_like_host(row_value(src, c), inv));
   } else {
     const int tiles = (f.latent + kMlaFlashTile - 1) / kMlaFlashTile;
-    for (int tile = 0; tile < tiles; ++tile) {
+    for (int tile = warp; tile < tiles; tile += warps) {
       const int b = tile * kMlaFlashTile, n = min(kMlaFlashTile, f.latent - b);
       float amax = 0.0f;
       for (int c = lane; c < n; c += 32) amax = fmaxf(amax, fabsf(row_value(src, b + c)));
@@ -77,7 +81,7 @@ __device__ __forceinline__ void encode_row(const uint16_t* src, char* row, const
   }
   const float inv_rope = 1.0f / f.rope_scale;
   const int rb = mla_elem_bytes(f.rope_elem);
-  for (int c = lane; c < f.rope; c += 32)
+  for (int c = first; c < f.rope; c += step)
     store_row_elem(row + f.rope_offset + c * rb, f.rope_elem,
                    scaled_like_host(row_value(src, f.latent + c), inv_rope));
 }
