@@ -14,10 +14,10 @@
 //    < 1e-5 (bf16 rounding of one op: ~1e-6);
 //  - the fused call is one launch (mla_inputs) and the separate one is not: each run's per-op
 //    profile says which ran, so the comparison cannot be of one path with itself;
-//  - whole models (house-mla and the DeepSeek fixtures, bf16 and fp8 KV, eager and CUDA graphs):
-//    every logit of a prefill and of greedy decode steps, and every byte of every layer's KV, the
-//    same with the fused launch as with the separate launches (and the fused run reproduces
-//    itself, the check that the comparison can hold at all).
+//  - whole models (the DeepSeek fixtures and house-mla where the carry has it; bf16 and fp8 KV,
+//    eager and CUDA graphs): every logit of a prefill and of greedy decode steps, and every byte
+//    of every layer's KV, the same with the fused launch as with the separate launches (and the
+//    fused run reproduces itself, the check that the comparison can hold at all).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -251,64 +252,80 @@ ModelRun run_model(Model& m, DType kv_dtype, const std::vector<int32_t>& prompt,
   return out;
 }
 
-TEST(MlaInputs, ModelStepsEqualTheSeparateLaunches) {
-  const std::string dir = shared_dir();
-  struct Fx {
-    const char* name;
-    std::string model, reference;
-  };
-  const Fx fixtures[] = {
-      {"house-mla", dir + "/models/house-mla", dir + "/fixtures/house-mla/reference.safetensors"},
-      {"deepseek-v3-mla-moe", dir + "/fixtures/tiny/deepseek-v3-mla-moe",
-       dir + "/fixtures/tiny/deepseek-v3-mla-moe/reference.safetensors"},
-      {"deepseek-v2lite-style", dir + "/fixtures/tiny/deepseek-v2lite-style",
-       dir + "/fixtures/tiny/deepseek-v2lite-style/reference.safetensors"}};
-  for (const Fx& fx : fixtures) {
-    auto gpu = make_cuda_backend();
-    auto& cuda = dynamic_cast<cuda::CudaBackend&>(*gpu);
-    auto loaded = load_model(fx.model, *gpu);
-    ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
-    Model& m = *loaded.value();
-    Reference ref(fx.reference);
-    std::vector<int32_t> prompt = ref.i32("seq0.input_ids");
-    if (prompt.size() > 40) prompt.resize(40);
-    const int layers = m.spec().num_layers;
-    for (DType kv : {DType::kBF16, DType::kFP8E4M3}) {
-      for (bool graphs : {false, true}) {
-        SCOPED_TRACE(std::string(fx.name) + (kv == DType::kBF16 ? " bf16" : " fp8_e4m3") +
-                     (graphs ? " graphs" : " eager"));
-        cuda.tune([](cuda::CudaTunables& t) { t.mla_inputs_fusion = true; });
-        cuda.set_graph_mode(graphs);
-        const ModelRun fused = run_model(m, kv, prompt, 6);
-        const ModelRun again = run_model(m, kv, prompt, 6);
-        cuda.set_graph_mode(false);
-        cuda.tune([](cuda::CudaTunables& t) { t.mla_inputs_fusion = false; });
-        cuda.set_graph_mode(graphs);
-        const ModelRun sep = run_model(m, kv, prompt, 6);
-        cuda.set_graph_mode(false);
-        cuda.tune([](cuda::CudaTunables& t) { t.mla_inputs_fusion = true; });
-        ASSERT_EQ(fused.logits.size(), sep.logits.size());
-        const bool reproducible = fused.logits == again.logits && fused.kv == again.kv;
-        EXPECT_TRUE(reproducible) << "the fused run does not reproduce itself";
-        int logits_differ = 0;
-        for (size_t i = 0; i < fused.logits.size(); ++i)
-          logits_differ += std::memcmp(&fused.logits[i], &sep.logits[i], 4) != 0;
-        int layers_differ = 0;
-        for (int l = 0; l < layers; ++l) layers_differ += fused.kv[size_t(l)] != sep.kv[size_t(l)];
-        EXPECT_EQ(logits_differ, 0);
-        EXPECT_EQ(layers_differ, 0);
-        std::printf(
-            "mla inputs model %s %s %s: %zu logits, %d differ; %d of %d layers' KV differ\n",
-            fx.name, kv == DType::kBF16 ? "bf16" : "fp8_e4m3", graphs ? "graphs" : "eager",
-            fused.logits.size(), logits_differ, layers_differ, layers);
-      }
-    }
-    // One eager decode step: one mla_inputs launch a layer, no separate norm of the cache row.
-    const std::string ops = profiled(cuda, [&] { run_model(m, DType::kBF16, prompt, 1); });
-    EXPECT_NE(ops.find("mla_inputs"), std::string::npos) << ops;
-    std::printf("%s ops of a prefill + 1 decode step:\n%s", fx.name, ops.c_str());
-  }
+// A model directory of the shared folder (fixtures/tiny/NAME or models/NAME) and its
+// reference (for a prompt).
+struct ModelFixture {
+  std::string name, model, reference;
+};
+std::vector<ModelFixture> model_fixtures() {
+  const std::string s = shared_dir();
+  std::vector<ModelFixture> f;
+  for (const char* n : {"deepseek-v3-mla-moe", "deepseek-v2lite-style"})
+    f.push_back(
+        {n, s + "/fixtures/tiny/" + n, s + "/fixtures/tiny/" + n + "/reference.safetensors"});
+  f.push_back(
+      {"house-mla", s + "/models/house-mla", s + "/fixtures/house-mla/reference.safetensors"});
+  return f;
 }
+
+class MlaInputsModel : public ::testing::TestWithParam<ModelFixture> {};
+
+TEST_P(MlaInputsModel, StepsEqualTheSeparateLaunches) {
+  const ModelFixture& fx = GetParam();
+  if (!std::filesystem::exists(fx.model + "/config.json"))
+    GTEST_SKIP() << fx.name << " is not in this carry (" << fx.model << ")";
+  auto gpu = make_cuda_backend();
+  auto& cuda = dynamic_cast<cuda::CudaBackend&>(*gpu);
+  auto loaded = load_model(fx.model, *gpu);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  Model& m = *loaded.value();
+  Reference ref(fx.reference);
+  std::vector<int32_t> prompt = ref.i32("seq0.input_ids");
+  if (prompt.size() > 40) prompt.resize(40);
+  const int layers = m.spec().num_layers;
+  for (DType kv : {DType::kBF16, DType::kFP8E4M3}) {
+    for (bool graphs : {false, true}) {
+      SCOPED_TRACE(fx.name + (kv == DType::kBF16 ? " bf16" : " fp8_e4m3") +
+                   (graphs ? " graphs" : " eager"));
+      cuda.tune([](cuda::CudaTunables& t) { t.mla_inputs_fusion = true; });
+      cuda.set_graph_mode(graphs);
+      const ModelRun fused = run_model(m, kv, prompt, 6);
+      const ModelRun again = run_model(m, kv, prompt, 6);
+      cuda.set_graph_mode(false);
+      cuda.tune([](cuda::CudaTunables& t) { t.mla_inputs_fusion = false; });
+      cuda.set_graph_mode(graphs);
+      const ModelRun sep = run_model(m, kv, prompt, 6);
+      cuda.set_graph_mode(false);
+      cuda.tune([](cuda::CudaTunables& t) { t.mla_inputs_fusion = true; });
+      ASSERT_EQ(fused.logits.size(), sep.logits.size());
+      const bool reproducible = fused.logits == again.logits && fused.kv == again.kv;
+      EXPECT_TRUE(reproducible) << "the fused run does not reproduce itself";
+      int logits_differ = 0;
+      for (size_t i = 0; i < fused.logits.size(); ++i)
+        logits_differ += std::memcmp(&fused.logits[i], &sep.logits[i], 4) != 0;
+      int layers_differ = 0;
+      for (int l = 0; l < layers; ++l) layers_differ += fused.kv[size_t(l)] != sep.kv[size_t(l)];
+      EXPECT_EQ(logits_differ, 0);
+      EXPECT_EQ(layers_differ, 0);
+      std::printf("mla inputs model %s %s %s: %zu logits, %d differ; %d of %d layers' KV differ\n",
+                  fx.name.c_str(), kv == DType::kBF16 ? "bf16" : "fp8_e4m3",
+                  graphs ? "graphs" : "eager", fused.logits.size(), logits_differ, layers_differ,
+                  layers);
+    }
+  }
+  // One eager decode step: one mla_inputs launch a layer, no separate norm of the cache row.
+  const std::string ops = profiled(cuda, [&] { run_model(m, DType::kBF16, prompt, 1); });
+  EXPECT_NE(ops.find("mla_inputs"), std::string::npos) << ops;
+  std::printf("%s ops of a prefill + 1 decode step:\n%s", fx.name.c_str(), ops.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, MlaInputsModel, ::testing::ValuesIn(model_fixtures()),
+                         [](const auto& info) {
+                           std::string n = info.param.name;
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace strata::testing
