@@ -4,7 +4,7 @@
 # the repository root, STRATA_CARRY=$PWD/.devcarry/mla carried (house-mla and the tiny fixtures).
 #
 # Stages (STAGES, default "parity kimi moonlight"):
-#   parity     MlaInputs.* (the fused launch against the separate launches bit for bit, every KV
+#   parity     *MlaInputs* (the fused launch against the separate launches bit for bit, every KV
 #              layout, and whole models' logits and KV bytes), the MLA backend and model tests,
 #              the norm / rope / per-head ops the fused launch shares code with, the fp8 KV write
 #              (PARITY_FILTER to change them).
@@ -46,7 +46,7 @@ for stage in $STAGES; do
   t1=$(date +%s)
   case $stage in
     parity)
-      F=${PARITY_FILTER:-'MlaInputs.*:MlaBackend.*:*MlaModel*:MlaDcp.*:CudaParity.RmsNormColumns:CudaParity.RmsNormAndResidual:CudaParity.RopeVariants:CudaParity.RopeMergedAtTwoOffsets:CudaParity.PerHeadLinear:KvFp8.KvWriteStoresTheCpuBytes'}
+      F=${PARITY_FILTER:-'*MlaInputs*:MlaBackend.*:*MlaModel*:MlaDcp.*:CudaParity.RmsNormColumns:CudaParity.RmsNormAndResidual:CudaParity.RopeVariants:CudaParity.RopeMergedAtTwoOffsets:CudaParity.PerHeadLinear:KvFp8.KvWriteStoresTheCpuBytes'}
       timeout 300 ./build-dev/strata_parity_test --gtest_filter="$F" >"$OUT/parity.log" 2>&1
       echo "parity: rc $?"
       grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|^\[  SKIPPED|Failure|^mla inputs model" "$OUT/parity.log" | head -40
