@@ -57,6 +57,10 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.moe_int4_reg_gate_up_warps = 16; }},
     {"pdl_early", "decode kernels trigger their successor before waiting (pdl_early)",
      [](cuda::CudaTunables& t) { t.pdl_early = true; }},
+    {"unfused_mla_inputs",
+     "MLA's attention inputs as four launches (norm, rope, copy_columns, KV write; "
+     "mla_inputs_fusion off)",
+     [](cuda::CudaTunables& t) { t.mla_inputs_fusion = false; }},
 };
 inline const Variant* find_variant(const std::string& name) {
   for (const Variant& v : kVariants)

@@ -288,24 +288,31 @@ void DeepseekModel::attention_block(int layer, const Tensor& h, const ForwardBat
   }
   auto kv_row = be.alloc(act, {t, dims_.cache_dim()});
   be.linear(h, L.kv_a, *kv_row);
-  mla_make_cache_rows(be, dims_, *kv_row, *L.kv_a_norm, kLoraNormEps, batch.attn.positions, rope);
-  trace(*kv_row, "kv_cache_row", layer);
-  // q's rope right after the cache row's (same positions and frequencies): a backend may merge
-  // the two into one launch (the CUDA backend does under graphs).
-  RopeArgs q_rope = rope;
-  q_rope.offset = dims_.qk_nope_head_dim;
-  be.rope(*q, batch.attn.positions, q_rope);
-  trace(*q, "q_rope", layer);
   auto attn = be.alloc(act, {t, heads, dims_.v_head_dim});
   if (tp_.dcp_active()) {
+    mla_make_cache_rows(be, dims_, *kv_row, *L.kv_a_norm, kLoraNormEps, batch.attn.positions, rope);
+    trace(*kv_row, "kv_cache_row", layer);
+    // q's rope right after the cache row's (same positions and frequencies): a backend may merge
+    // the two into one launch (the CUDA backend does under graphs).
+    RopeArgs q_rope = rope;
+    q_rope.offset = dims_.qk_nope_head_dim;
+    be.rope(*q, batch.attn.positions, q_rope);
+    trace(*q, "q_rope", layer);
     if (layer == 0)
       dcp_local_.build(batch.attn, DcpShard{.rank = tp_.dcp->rank(), .size = tp_.dcp->size()},
                        kv.layout().page_size);
     mla_dcp_attention(be, *dcp_ops_, *tp_.dcp, dims_, dcp_group_heads_, L.absorbed, softmax_scale_,
                       *q, *kv_row, kv, layer, dcp_local_, *attn);
   } else {
-    be.kv_write(kv, layer, *kv_row, Tensor{}, batch.attn);
-    mla_absorbed_attention(be, dims_, L.absorbed, softmax_scale_, *q, kv, layer, batch.attn, *attn);
+    // The cache rows (norm, rope, page write), q's rope and q_latent's rope columns: one launch
+    // on the GPU.
+    auto q_latent = be.alloc(act, {t, heads, dims_.cache_dim()});
+    mla_prepare_attention(be, dims_, *kv_row, *L.kv_a_norm, kLoraNormEps, *q, *q_latent, rope, kv,
+                          layer, batch.attn);
+    trace(*kv_row, "kv_cache_row", layer);
+    trace(*q, "q_rope", layer);
+    mla_absorbed_attention_latent(be, dims_, L.absorbed, softmax_scale_, *q, *q_latent, kv, layer,
+                                  batch.attn, *attn);
   }
   trace(*attn, "attn", layer);
   be.linear(attn->view().reshape({t, heads * dims_.v_head_dim}), L.o_proj, out);

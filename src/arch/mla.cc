@@ -57,23 +57,42 @@ void mla_make_cache_rows(Backend& be, const MlaDims& d, const Tensor& kv_a, cons
   be.rope(kv_a.reshape({t, 1, d.cache_dim()}), positions, r);
 }
 
+void mla_prepare_attention(Backend& be, const MlaDims& d, const Tensor& kv_a, const Tensor& norm,
+                           float eps, const Tensor& q, const Tensor& q_latent, const RopeArgs& rope,
+                           KvStorage& kv, int layer, const AttentionMetadata& meta) {
+  CHECK_EQ(kv_a.dim(1), d.cache_dim());
+  CHECK_EQ(norm.numel(), d.kv_lora_rank);
+  CHECK_EQ(q.dim(1), d.num_heads);
+  CHECK_EQ(q.dim(2), d.q_head_dim());
+  CHECK_EQ(rope.rotary_dim, d.qk_rope_head_dim);
+  const MlaInputsArgs args{.eps = eps, .rope = rope, .q_rope_offset = d.qk_nope_head_dim};
+  be.mla_attention_inputs(kv_a, norm, q, q_latent, args, kv, layer, meta);
+}
+
 void mla_absorbed_attention(Backend& be, const MlaDims& d, const MlaAbsorbedWeights& w, float scale,
                             const Tensor& q, const KvStorage& kv, int layer,
                             const AttentionMetadata& meta, const Tensor& out) {
+  auto q_latent = be.alloc(be.activation_dtype(), {q.dim(0), d.num_heads, d.cache_dim()});
+  be.copy_columns(q, d.qk_nope_head_dim, d.q_head_dim(), *q_latent, d.kv_lora_rank);
+  mla_absorbed_attention_latent(be, d, w, scale, q, *q_latent, kv, layer, meta, out);
+}
+
+void mla_absorbed_attention_latent(Backend& be, const MlaDims& d, const MlaAbsorbedWeights& w,
+                                   float scale, const Tensor& q, const Tensor& q_latent,
+                                   const KvStorage& kv, int layer, const AttentionMetadata& meta,
+                                   const Tensor& out) {
   const int64_t t = q.dim(0), heads = d.num_heads, rank = d.kv_lora_rank;
   CHECK_EQ(q.dim(1), heads);
   CHECK_EQ(q.dim(2), d.q_head_dim());
-  const DType act = be.activation_dtype();
-  // q_latent[t, h] = [W_UK_hᵀ q_nope | q_rope]
-  auto q_latent = be.alloc(act, {t, heads, d.cache_dim()});
-  be.per_head_linear(q, 0, *w.w_uk, *q_latent, 0);
-  be.copy_columns(q, d.qk_nope_head_dim, d.q_head_dim(), *q_latent, rank);
-  auto latent_out = be.alloc(act, {t, heads, rank});
+  CHECK_EQ(q_latent.numel(), t * heads * d.cache_dim());
+  // q_latent[t, h] = [W_UK_hᵀ q_nope | q_rope]: the rope part is already there.
+  be.per_head_linear(q, 0, *w.w_uk, q_latent, 0);
+  auto latent_out = be.alloc(be.activation_dtype(), {t, heads, rank});
   const MlaArgs args{.scale = scale,
                      .num_heads = int(heads),
                      .kv_lora_rank = int(rank),
                      .rope_dim = d.qk_rope_head_dim};
-  be.mla_attention(*q_latent, kv, layer, meta, args, *latent_out);
+  be.mla_attention(q_latent, kv, layer, meta, args, *latent_out);
   be.per_head_linear(*latent_out, 0, *w.w_uv, out, 0);
 }
 

@@ -44,10 +44,24 @@ float mla_softmax_scale(const ModelSpec& spec);
 void mla_make_cache_rows(Backend& be, const MlaDims& d, const Tensor& kv_a, const Tensor& norm,
                          float eps, const int32_t* positions, const RopeArgs& rope);
 
+// The MLA step's attention inputs in one backend op (Backend::mla_attention_inputs, one launch
+// on the GPU): mla_make_cache_rows on kv_a, rope on q (applied at the rope offset of each head),
+// q's rope dims copied into q_latent [T, heads, kv_lora_rank + rope]'s last columns, and the cache
+// rows written into `layer` of kv.
+void mla_prepare_attention(Backend& be, const MlaDims& d, const Tensor& kv_a, const Tensor& norm,
+                           float eps, const Tensor& q, const Tensor& q_latent, const RopeArgs& rope,
+                           KvStorage& kv, int layer, const AttentionMetadata& meta);
+
 // Absorbed attention of the batch's new tokens. q [T, heads, nope + rope] with rope applied; the
 // layer's cache rows of the new tokens already written. out [T, heads, v_head_dim].
 void mla_absorbed_attention(Backend& be, const MlaDims& d, const MlaAbsorbedWeights& w, float scale,
                             const Tensor& q, const KvStorage& kv, int layer,
                             const AttentionMetadata& meta, const Tensor& out);
+// The same after mla_prepare_attention: q_latent's rope columns already hold q's roped dims (the
+// W_UK products fill the rest).
+void mla_absorbed_attention_latent(Backend& be, const MlaDims& d, const MlaAbsorbedWeights& w,
+                                   float scale, const Tensor& q, const Tensor& q_latent,
+                                   const KvStorage& kv, int layer, const AttentionMetadata& meta,
+                                   const Tensor& out);
 
 }  // namespace strata

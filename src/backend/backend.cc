@@ -97,6 +97,28 @@ void Backend::rms_norm_columns(const Tensor& x, const Tensor& weight, float eps)
   copy_columns(*part, 0, n, x, 0);
 }
 
+void Backend::mla_attention_inputs(const Tensor& kv_row, const Tensor& norm, const Tensor& q,
+                                   const Tensor& q_latent, const MlaInputsArgs& args, KvStorage& kv,
+                                   int layer, const AttentionMetadata& meta) {
+  const int64_t t = kv_row.dim(0), latent = norm.numel(), rope_dim = args.rope.rotary_dim;
+  CHECK_EQ(kv_row.rank(), 2);
+  CHECK_EQ(kv_row.dim(1), latent + rope_dim);
+  CHECK_EQ(q.rank(), 3);
+  CHECK_EQ(q.dim(0), t);
+  CHECK_LE(args.q_rope_offset + rope_dim, q.dim(2));
+  CHECK_EQ(q_latent.numel(), t * q.dim(1) * (latent + rope_dim));
+  CHECK_EQ(t, meta.num_tokens);
+  rms_norm_columns(kv_row, norm, args.eps);
+  RopeArgs k_rope = args.rope;
+  k_rope.offset = int(latent);
+  rope(kv_row.reshape({t, 1, latent + rope_dim}), meta.positions, k_rope);
+  RopeArgs q_rope = args.rope;
+  q_rope.offset = args.q_rope_offset;
+  rope(q, meta.positions, q_rope);
+  copy_columns(q, args.q_rope_offset, args.q_rope_offset + rope_dim, q_latent, latent);
+  kv_write(kv, layer, kv_row, Tensor{}, meta);
+}
+
 void Backend::moe_experts_add(const Tensor& x, const MoeExpertWeights& experts,
                               const Tensor& topk_ids, const Tensor& topk_weights,
                               const Tensor& add_in, const Tensor& out) {

@@ -151,6 +151,13 @@ struct MlaArgs {
   int rope_dim = 0;
 };
 
+// Backend::mla_attention_inputs: the cache row's norm and the rope of both parts.
+struct MlaInputsArgs {
+  float eps = 1e-6f;      // kv_a_layernorm's
+  RopeArgs rope;          // frequencies and rotary_dim (= the rope part P); offset not read
+  int q_rope_offset = 0;  // the first rotated dim of each q head (qk_nope_head_dim)
+};
+
 // ---- mixture of experts (DeepSeek / Kimi routing) ----
 enum class MoeScoring : uint8_t { kSoftmax, kSigmoid };
 // How a group of experts is scored when routing is group-limited.
@@ -356,6 +363,18 @@ class Backend {
   // untouched (MLA's latent inside its cache row [latent | rope]). The same values as
   // slice_columns, rms_norm, copy_columns (the default).
   virtual void rms_norm_columns(const Tensor& x, const Tensor& weight, float eps);
+  // MLA's attention inputs after its q and kv_a projections (arch/mla.h), in place. kv_row
+  // [T, R + P], kv_a_proj_with_mqa's output, becomes the cache row: RMSNorm (weight `norm` [R],
+  // args.eps) of its latent (the first R columns), rope of its last P = args.rope.rotary_dim
+  // columns; q [T, heads, Dq]: rope of each head's dims [args.q_rope_offset, + P), which are also
+  // copied into q_latent [T, heads, R + P]'s columns [R, R + P) (its other columns untouched);
+  // then kv_row is written into `layer` of `kv` at meta.slot_mapping. Rope at meta.positions
+  // with args.rope's frequencies (its offset is not read). The same values as rms_norm_columns,
+  // rope (cache row), rope (q), copy_columns, kv_write (the default); the CUDA backend runs
+  // them as one launch.
+  virtual void mla_attention_inputs(const Tensor& kv_row, const Tensor& norm, const Tensor& q,
+                                    const Tensor& q_latent, const MlaInputsArgs& args,
+                                    KvStorage& kv, int layer, const AttentionMetadata& meta);
 
   // ---- MLA helpers (absorbed attention: arch/mla.h) ----
   // Writes x's columns [begin, end) into out's columns [out_begin, out_begin + end - begin),

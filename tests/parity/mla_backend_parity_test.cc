@@ -35,43 +35,14 @@ namespace {
 
 using parity::Pair;
 
-struct Format {
-  const char* name;
-  DType dtype;
-  std::optional<DType> rope_dtype;
-  bool flashmla;
-  float scale;
-  bool split_layout = true;  // false: rope_dim 0 (the model's own kv_layout())
-};
-const Format kFormats[] = {
-    {"bf16", DType::kBF16, std::nullopt, false, 1.0f},
-    {"bf16, rope_dim 0", DType::kBF16, std::nullopt, false, 1.0f, false},
-    {"e4m3 scale 0.37", DType::kFP8E4M3, std::nullopt, false, 0.37f},
-    {"e5m2 scale 2.5", DType::kFP8E5M2, std::nullopt, false, 2.5f},
-    {"e4m3 scale 0.5, rope_dim 0", DType::kFP8E4M3, std::nullopt, false, 0.5f, false},
-    {"e4m3 + bf16 rope, scale 0.37", DType::kFP8E4M3, DType::kBF16, false, 0.37f},
-    {"e5m2 + e4m3 rope, scale 1.7", DType::kFP8E5M2, DType::kFP8E4M3, false, 1.7f},
-    {"e4m3 + f32 rope", DType::kFP8E4M3, DType::kF32, false, 1.0f},
-    {"fp8_flashmla", DType::kFP8E4M3, std::nullopt, true, 1.0f},
-};
-
-// Sequences on both backends: layer 1 of a two-layer layout (layer 0 bf16: per-layer dtypes),
+// Sequences on both backends: layer 1 of mla_test_layout,
 // each sequence's pages (for `capacity` tokens) scrambled over the pool.
 class MlaBatch {
  public:
-  MlaBatch(Pair& p, const Format& f, const MlaDims& d, int page, const std::vector<int>& capacity)
+  MlaBatch(Pair& p, const MlaFormat& f, const MlaDims& d, int page,
+           const std::vector<int>& capacity)
       : p_(p), f_(f), d_(d), seqs_(p.rng(), page, capacity) {
-    lay_.num_layers = 2;
-    lay_.num_pages = seqs_.num_pages();
-    lay_.page_size = page;
-    lay_.k_dim = d.latent + d.rope;
-    lay_.dtype = f.dtype;
-    lay_.layer_dtypes = {DType::kBF16, f.dtype};
-    if (f.split_layout) {
-      lay_.rope_dim = d.rope;
-      lay_.rope_dtype = f.rope_dtype;
-      if (f.flashmla) lay_.format = KvFormat::kFlashMlaFp8;
-    }
+    lay_ = mla_test_layout(f, d, page, seqs_.num_pages());
     const Status st = p.gpu_->check_kv_layout(lay_);
     EXPECT_TRUE(st.ok()) << f.name << ": " << st.message();
     cpu_ = p.cpu_->alloc_kv(lay_);
@@ -121,7 +92,7 @@ class MlaBatch {
 
  private:
   Pair& p_;
-  const Format& f_;
+  const MlaFormat& f_;
   const MlaDims d_;
   GrowingSequences seqs_;
   KvLayout lay_;
@@ -129,7 +100,7 @@ class MlaBatch {
   std::vector<int32_t> written_;  // every slot written
 };
 
-void report(const char* what, const Format& f, const MlaDims& d, double e) {
+void report(const char* what, const MlaFormat& f, const MlaDims& d, double e) {
   std::printf("mla backend %-8s %-30s %3d+%-2d heads %2d: nmse %.3g\n", what, f.name, d.latent,
               d.rope, d.heads, e);
 }
@@ -137,7 +108,7 @@ void report(const char* what, const Format& f, const MlaDims& d, double e) {
 TEST(MlaBackend, DecodeAndPrefillEveryLayout) {
   Pair p;
   for (const MlaDims& d : kMlaDims) {
-    for (const Format& f : kFormats) {
+    for (const MlaFormat& f : kMlaFormats) {
       SCOPED_TRACE(std::string(f.name) + " " + std::to_string(d.latent) + "+" +
                    std::to_string(d.rope));
       {  // decode: one new token each, contexts 1 to 1,000 (split-KV, empty splits)
@@ -169,7 +140,7 @@ TEST(MlaBackend, DecodeAndPrefillEveryLayout) {
 TEST(MlaBackend, DecodeStepsReplayCapturedGraphs) {
   for (int fi : {0, 8}) {  // bf16, FlashMLA
     for (const MlaDims& d : {kMlaDims[1], kMlaDims[2]}) {
-      const Format& f = kFormats[fi];
+      const MlaFormat& f = kMlaFormats[fi];
       SCOPED_TRACE(std::string(f.name) + " " + std::to_string(d.latent));
       Pair p;
       MlaBatch b(p, f, d, 16, {8, 30, 400, 700});
@@ -199,7 +170,7 @@ TEST(MlaBackend, UnbuiltDimsRunOnTheCpuTwinCounted) {
   Pair p;
   const MlaDims d{64, 16, 3};
   for (int fi : {0, 5}) {
-    const Format& f = kFormats[fi];
+    const MlaFormat& f = kMlaFormats[fi];
     const int64_t before = mla_fallbacks(*p.gpu_);
     MlaBatch b(p, f, d, 4, {10, 50});
     b.step({3, 40}, false);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -21,6 +22,47 @@ struct MlaDims {
 // The tiny fixtures' (32 + 8, 4 heads), house-mla's (128 + 32, 5 heads) and the real models'
 // (512 + 64, 16 heads).
 inline constexpr MlaDims kMlaDims[] = {{32, 8, 4}, {128, 32, 5}, {512, 64, 16}};
+
+// The MLA KV layouts the tests cover: bf16 rows; fp8 e4m3 / e5m2 with non-unit per-layer
+// scales; fp8 latents with a bf16, fp8 or f32 rope part; FlashMLA rows; and a model's own layout
+// without its rope split (rope_dim 0), as tests and tools allocate it.
+struct MlaFormat {
+  const char* name;
+  DType dtype;
+  std::optional<DType> rope_dtype;
+  bool flashmla;
+  float scale;
+  bool split_layout = true;  // false: rope_dim 0 (the model's own kv_layout())
+};
+inline const MlaFormat kMlaFormats[] = {
+    {"bf16", DType::kBF16, std::nullopt, false, 1.0f},
+    {"bf16, rope_dim 0", DType::kBF16, std::nullopt, false, 1.0f, false},
+    {"e4m3 scale 0.37", DType::kFP8E4M3, std::nullopt, false, 0.37f},
+    {"e5m2 scale 2.5", DType::kFP8E5M2, std::nullopt, false, 2.5f},
+    {"e4m3 scale 0.5, rope_dim 0", DType::kFP8E4M3, std::nullopt, false, 0.5f, false},
+    {"e4m3 + bf16 rope, scale 0.37", DType::kFP8E4M3, DType::kBF16, false, 0.37f},
+    {"e5m2 + e4m3 rope, scale 1.7", DType::kFP8E5M2, DType::kFP8E4M3, false, 1.7f},
+    {"e4m3 + f32 rope", DType::kFP8E4M3, DType::kF32, false, 1.0f},
+    {"fp8_flashmla", DType::kFP8E4M3, std::nullopt, true, 1.0f},
+};
+
+// A two-layer layout of format `f` at dims `d` (layer 0 bf16, layer 1 the format's dtype:
+// per-layer dtypes); the tests write and read layer 1, whose scale they set to f.scale.
+inline KvLayout mla_test_layout(const MlaFormat& f, const MlaDims& d, int page, int64_t num_pages) {
+  KvLayout lay;
+  lay.num_layers = 2;
+  lay.num_pages = num_pages;
+  lay.page_size = page;
+  lay.k_dim = d.latent + d.rope;
+  lay.dtype = f.dtype;
+  lay.layer_dtypes = {DType::kBF16, f.dtype};
+  if (f.split_layout) {
+    lay.rope_dim = d.rope;
+    lay.rope_dtype = f.rope_dtype;
+    if (f.flashmla) lay.format = KvFormat::kFlashMlaFp8;
+  }
+  return lay;
+}
 
 // Calls of mla_attention that ran on the CPU twin (Backend::cpu_fallback_counts); -1: the table
 // has no mla_attention row.

@@ -145,6 +145,11 @@ class CudaBackend : public Backend, public DcpAttention, public HostPinning, pub
   void mla_attention(const Tensor& q_latent, const KvStorage& kv, int layer,
                      const AttentionMetadata& meta, const MlaArgs& args,
                      const Tensor& out) override;
+  // mla_inputs.cu: one launch (CudaTunables::fusion and mla_inputs_fusion; layouts and dims
+  // the launch does not take: the Backend default).
+  void mla_attention_inputs(const Tensor& kv_row, const Tensor& norm, const Tensor& q,
+                            const Tensor& q_latent, const MlaInputsArgs& args, KvStorage& kv,
+                            int layer, const AttentionMetadata& meta) override;
   // mla_dcp.cu: the shard's partials through the MLA kernels (the CPU twin where mla_attention
   // would use it), and their merge on the GPU.
   void mla_attention_partial(const Tensor& q_latent, const KvStorage& kv, int layer,

@@ -30,22 +30,6 @@ void run_mla_kv_write(const MlaKvWriteParams& p, const Launch& l) {
   launch_mla_kv_write(p, l.stream);
 }
 
-// The row format of `layer` when the model's rope part is `rope` dims. A layout without its MLA
-// split (rope_dim 0: a model's own kv_layout(), which tests allocate directly; the engine sets
-// rope_dim through engine/kv_config.h) holds plain rows of the layer's dtype: the format of the
-// same layer with rope_dim set and no split (the bytes are the same).
-MlaRowFormat layer_row_format(const KvLayout& lay, int layer, int rope, float k_scale) {
-  if (lay.rope_dim == rope) return mla_row_format(lay, layer, k_scale);
-  CHECK_MSG(lay.rope_dim == 0, "MLA attention: the KV layout's rope dim {} is not the model's {}",
-            lay.rope_dim, rope);
-  KvLayout plain;
-  plain.num_layers = 1;
-  plain.k_dim = lay.k_dim;
-  plain.rope_dim = rope;
-  plain.dtype = lay.layer_dtype(layer);
-  return mla_row_format(plain, 0, k_scale);
-}
-
 // The longest context as the plan sees it: a power-of-two bucket, at least 256 keys.
 int kv_len_bucket(int max_kv_len) {
   int bucket = 256;
@@ -77,7 +61,7 @@ bool CudaBackend::mla_attention_gpu(const Tensor& q_latent, const KvStorage& kv,
   CHECK_EQ(q_latent.numel(), tokens * heads * width);
   CHECK(q_latent.is_contiguous());
   check_bf16(q_latent, "mla_attention q_latent");
-  const MlaRowFormat fmt = layer_row_format(lay, layer, rope, kv.k_scale(layer));
+  const MlaRowFormat fmt = mla_layer_row_format(lay, layer, rope, kv.k_scale(layer));
   const void* cache = kv.k(layer).data;
   const int copy_width = mla_copy_width(cache, fmt.row_bytes);
   // q rows are read 16 bytes at a time: width % 8 (true of every built pair); bf16 rows go

@@ -57,6 +57,11 @@ struct MlaRowFormat {
 static_assert(sizeof(MlaRowFormat) == 8 + 6 * 4 + 2 * 4, "MlaRowFormat has no padding");
 // The row format of `layer` (KvLayout::k_dim = R + rope_dim) with the layer's K scale.
 MlaRowFormat mla_row_format(const KvLayout& layout, int layer, float k_scale);
+// The row format of `layer` when the model's rope part is `rope` dims. A layout without its MLA
+// split (rope_dim 0: a model's own kv_layout(), which tests allocate directly; the engine sets
+// rope_dim through engine/kv_config.h) holds plain rows of the layer's dtype: the format of the
+// same layer with rope_dim set and no split (the bytes are the same).
+MlaRowFormat mla_layer_row_format(const KvLayout& layout, int layer, int rope, float k_scale);
 
 // ---- the write (mla_kv_write.cu) ----
 // Each new token's row [latent | rope] (bf16) is encoded into its slot exactly as

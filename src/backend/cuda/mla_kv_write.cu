@@ -1,52 +1,14 @@
 // The MLA latent KV write: each new token's bf16 row [latent (R) | rope (P)] encoded into its
 // slot of one layer, for every row format of mla_attention.h, bit for bit the bytes of
-// backend/kv_format.cc's encode_k_row (the parity test compares them):
-//  - values are divided by their part's scale as the CPU does (times 1 / scale, computed on the
-//    host in float), skipped for NaN so a NaN keeps its bits as on the host;
-//  - bf16 rounds to nearest even with the CPU's NaN rule (core/dtype.h f32_to_bf16), fp8 is
-//    fp8.cuh's exact OCP conversion, f32 is stored as is;
-//  - FlashMLA tiles: s = amax / 448 over the tile (NaN ignored, 1 for an all-zero tile), values
-//    times 1 / s unless s is 1, the float32 s after the latent.
-// One warp per token (a row is at most a few hundred values); 4 tokens a block.
+// backend/kv_format.cc's encode_k_row (mla_row_encode.cuh says how; the parity test compares
+// them). One warp per token (a row is at most a few hundred values); 4 tokens a block.
 #include "backend/cuda/mla_device.cuh"
+#include "backend/cuda/mla_row_encode.cuh"
 
 namespace strata::cuda {
 namespace {
 
 constexpr int kWarps = 4;
-
-// core/dtype.h's f32_to_bf16, on the device.
-__device__ __forceinline__ uint16_t bf16_like_host(float f) {
-  const uint32_t bits = __float_as_uint(f);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return uint16_t((bits >> 16) | 0x0040u);
-  return uint16_t((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
-
-__device__ __forceinline__ void store_elem(char* dst, int elem, float v) {
-  switch (elem) {
-    case kMlaBf16:
-      *reinterpret_cast<uint16_t*>(dst) = bf16_like_host(v);
-      break;
-    case kMlaE4M3:
-      *reinterpret_cast<uint8_t*>(dst) = float_to_e4m3(v);
-      break;
-    case kMlaE5M2:
-      *reinterpret_cast<uint8_t*>(dst) = float_to_e5m2(v);
-      break;
-    default:
-      *reinterpret_cast<float*>(dst) = v;
-      break;
-  }
-}
-
-// value / scale as the host computes it: value · (1 / scale), NaN untouched.
-__device__ __forceinline__ float scaled(float v, float inv) {
-  return inv == 1.0f || isnan(v) ? v : __fmul_rn(v, inv);
-}
-
-__device__ __forceinline__ float src_at(const uint16_t* row, int c) {
-  return __uint_as_float(uint32_t(row[c]) << 16);
-}
 
 __global__ void __launch_bounds__(kWarps * 32) mla_kv_write_kernel(MlaKvWriteParams p) {
   pdl_wait();
@@ -54,34 +16,8 @@ __global__ void __launch_bounds__(kWarps * 32) mla_kv_write_kernel(MlaKvWritePar
   const int lane = threadIdx.x % 32;
   const int64_t t = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (t >= p.tokens) return;
-  const MlaRowFormat& f = p.fmt;
-  const uint16_t* src = p.src + t * p.src_stride;
-  char* row = static_cast<char*>(p.cache) + int64_t(p.slots[t]) * f.row_bytes;
-  if (!f.flashmla) {
-    const float inv = 1.0f / f.latent_scale;  // host: 1.0f / scale, the same IEEE division
-    const int eb = mla_elem_bytes(f.latent_elem);
-    for (int c = lane; c < f.latent; c += 32)
-      store_elem(row + c * eb, f.latent_elem, scaled(src_at(src, c), inv));
-  } else {
-    const int tiles = (f.latent + kMlaFlashTile - 1) / kMlaFlashTile;
-    for (int tile = 0; tile < tiles; ++tile) {
-      const int b = tile * kMlaFlashTile, n = min(kMlaFlashTile, f.latent - b);
-      float amax = 0.0f;
-      for (int c = lane; c < n; c += 32) amax = fmaxf(amax, fabsf(src_at(src, b + c)));
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-      const float s = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
-      const float inv = s == 1.0f ? 1.0f : __fdiv_rn(1.0f, s);
-      for (int c = lane; c < n; c += 32)
-        row[b + c] = char(float_to_e4m3(scaled(src_at(src, b + c), inv)));
-      if (lane == 0) *reinterpret_cast<float*>(row + f.latent + 4 * tile) = s;
-    }
-  }
-  const float inv_rope = 1.0f / f.rope_scale;
-  const int rb = mla_elem_bytes(f.rope_elem);
-  for (int c = lane; c < f.rope; c += 32)
-    store_elem(row + f.rope_offset + c * rb, f.rope_elem,
-               scaled(src_at(src, f.latent + c), inv_rope));
+  char* row = static_cast<char*>(p.cache) + int64_t(p.slots[t]) * p.fmt.row_bytes;
+  mla::encode_row(p.src + t * p.src_stride, row, p.fmt, 0, 1, lane);
 }
 
 }  // namespace

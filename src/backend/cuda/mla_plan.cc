@@ -57,6 +57,18 @@ MlaRowFormat mla_row_format(const KvLayout& lay, int layer, float k_scale) {
   return f;
 }
 
+MlaRowFormat mla_layer_row_format(const KvLayout& lay, int layer, int rope, float k_scale) {
+  if (lay.rope_dim == rope) return mla_row_format(lay, layer, k_scale);
+  CHECK_MSG(lay.rope_dim == 0, "MLA attention: the KV layout's rope dim {} is not the model's {}",
+            lay.rope_dim, rope);
+  KvLayout plain;
+  plain.num_layers = 1;
+  plain.k_dim = lay.k_dim;
+  plain.rope_dim = rope;
+  plain.dtype = lay.layer_dtype(layer);
+  return mla_row_format(plain, 0, k_scale);
+}
+
 bool mla_attention_supported(int latent, int rope) {
   return (latent == 512 && rope == 64) || (latent == 128 && rope == 32) ||
          (latent == 32 && rope == 8);

@@ -154,14 +154,20 @@ __global__ void __launch_bounds__(1024) rms_norm_vec_kernel(RmsNormParams p) {
 
 }  // namespace
 
-void launch_rms_norm(const RmsNormParams& p, const Launch& launch) {
-  if (p.rows == 0) return;
-  CHECK_MSG(p.dim <= kThreads * kMaxPerThread, "rms_norm: dim {} too large", p.dim);
+RmsNormKernel rms_norm_kernel_for(const RmsNormParams& p) {
   const bool vec = p.dim % 8 == 0 && p.dim > 256 && p.dim / 8 <= 4 * 1024 &&
                    uintptr_t(p.x) % 16 == 0 && uintptr_t(p.out) % 16 == 0 &&
                    uintptr_t(p.weight) % 16 == 0 && uintptr_t(p.residual) % 16 == 0 &&
                    p.row_stride % 8 == 0;
-  if (vec) {
+  if (vec) return p.dim / 8 <= 1024 ? RmsNormKernel::kVecOnePass : RmsNormKernel::kVecMultiPass;
+  return p.dim <= 256 ? RmsNormKernel::kWarp : RmsNormKernel::kBlock;
+}
+
+void launch_rms_norm(const RmsNormParams& p, const Launch& launch) {
+  if (p.rows == 0) return;
+  CHECK_MSG(p.dim <= kThreads * kMaxPerThread, "rms_norm: dim {} too large", p.dim);
+  const RmsNormKernel kind = rms_norm_kernel_for(p);
+  if (kind == RmsNormKernel::kVecOnePass || kind == RmsNormKernel::kVecMultiPass) {
     const int nchunk = p.dim / 8;
     const int threads = int(std::min<int64_t>(1024, ceil_div(nchunk, 32) * 32));
     const int chunks = int(ceil_div(nchunk, threads));
@@ -172,7 +178,7 @@ void launch_rms_norm(const RmsNormParams& p, const Launch& launch) {
       launch_pdl(rms_norm_vec_kernel<2>, grid, block, 0, launch, p);
     else
       launch_pdl(rms_norm_vec_kernel<4>, grid, block, 0, launch, p);
-  } else if (p.dim <= 256) {
+  } else if (kind == RmsNormKernel::kWarp) {
     launch_pdl(rms_norm_warp_kernel, dim3(unsigned(ceil_div(p.rows, 8))), dim3(256), 0, launch, p);
   } else {
     launch_pdl(rms_norm_kernel, dim3(unsigned(p.rows)), dim3(kThreads), 0, launch, p);

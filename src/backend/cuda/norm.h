@@ -19,4 +19,13 @@ struct RmsNormParams {
 };
 void launch_rms_norm(const RmsNormParams& p, const Launch& launch);
 
+// The kernel launch_rms_norm runs for `p`. Their sums of squares run in different orders, so a
+// fused kernel that must give launch_rms_norm's bits follows the one it would take
+// (mla_inputs.cu): kVecOnePass, dim % 8 == 0 and 256 < dim <= 8192 with 16-byte aligned rows:
+// thread i holds values [8i, 8i + 8) and sums them in order, the warps' sums (xor butterfly)
+// added in warp order; kWarp, dim <= 256 otherwise: one warp, lane l holds values l + 32j for
+// j = 0..7 in order, the xor butterfly; kVecMultiPass and kBlock: the others.
+enum class RmsNormKernel { kVecOnePass, kVecMultiPass, kWarp, kBlock };
+RmsNormKernel rms_norm_kernel_for(const RmsNormParams& p);
+
 }  // namespace strata::cuda

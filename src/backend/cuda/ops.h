@@ -48,7 +48,8 @@ namespace strata::cuda {
   X(kOpGemmDet, "gemm_det")          \
   X(kOpInt4Dequant, "int4_dequant")  \
   X(kOpPerHeadGemv, "per_head_gemv") \
-  X(kOpKvMove, "kv_move")
+  X(kOpKvMove, "kv_move")            \
+  X(kOpMlaInputs, "mla_inputs")
 // clang-format on
 
 enum Op : int {

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/rope.cuh"
 #include "backend/cuda/rope.h"
 
 namespace strata::cuda {
@@ -21,19 +22,13 @@ __global__ void rope_kernel(RopeParams p) {
   const int64_t rest = idx / p.half;
   const int h = int(rest % heads_total);
   const int64_t t = rest / heads_total;
-  const float angle = float(p.positions[t]) * p.inv_freq[i];
-  float s, c;
-  sincosf(angle, &s, &c);  // accurate range reduction: positions reach 1e5+ radians
-  c *= p.attention_factor;
-  s *= p.attention_factor;
   const int offset = h < p.heads ? p.offset : p.offset2;
   const int i0 = offset + (p.interleaved ? 2 * i : i);
   const int i1 = offset + (p.interleaved ? 2 * i + 1 : i + p.half);
   bf16_bits* v = h < p.heads ? p.x + (t * p.heads + h) * p.stride
                              : p.x2 + (t * p.heads2 + (h - p.heads)) * p.stride2;
-  const float a = bf16_to_float(v[i0]), b = bf16_to_float(v[i1]);
-  v[i0] = float_to_bf16(a * c - b * s);
-  v[i1] = float_to_bf16(b * c + a * s);
+  rope_pair(bf16_to_float(v[i0]), bf16_to_float(v[i1]), p.positions[t], p.inv_freq[i],
+            p.attention_factor, &v[i0], &v[i1]);
 }
 
 }  // namespace

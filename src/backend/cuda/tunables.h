@@ -43,6 +43,11 @@ struct CudaTunables {
   // launch) instead of the Backend defaults. No env. Default on: batch-1 decode 4.95-5.00 -> 4.81
   // ms/token (RESULTS "Decode history", 2026-11-29 night).
   bool fusion = true;
+  // With fusion: MLA's attention inputs (Backend::mla_attention_inputs: the cache row's norm,
+  // both ropes, q's rope columns into q_latent and the latent KV write) as one launch
+  // (mla_inputs.h) instead of four. No env. Default on; off is the A/B of that fusion alone
+  // (rank_step_bench --variants unfused_mla_inputs) and the parity tests' bitwise reference.
+  bool mla_inputs_fusion = true;
 
   // ---- decode GEMV (linear.cu) ----
   // Rows up to which a linear takes the GEMV (1..kGemvMaxRows); above, cuBLAS. No env. Default 2:

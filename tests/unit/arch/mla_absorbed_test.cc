@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "arch/mla.h"
@@ -54,10 +56,12 @@ struct Token {
   std::vector<float> kv_a;  // [rank + rope], before norm and rope
 };
 
-class MlaAbsorbed : public ::testing::TestWithParam<bool> {};
+// (interleaved rope pairs, the inputs through Backend::mla_attention_inputs: mla_prepare_attention
+// then mla_absorbed_attention_latent, as arch/deepseek.cc runs them, rather than op by op).
+class MlaAbsorbed : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
 
 TEST_P(MlaAbsorbed, MatchesNaiveAttention) {
-  const bool interleaved = GetParam();
+  const auto [interleaved, one_op] = GetParam();
   const MlaDims d = kDims;
   const int heads = d.num_heads, rank = d.kv_lora_rank, nope = d.qk_nope_head_dim;
   const int rope_dim = d.qk_rope_head_dim, v = d.v_head_dim, qd = d.q_head_dim();
@@ -124,13 +128,19 @@ TEST_P(MlaAbsorbed, MatchesNaiveAttention) {
       std::copy(batch[size_t(i)].kv_a.begin(), batch[size_t(i)].kv_a.end(),
                 kv_a->view().ptr<float>() + i * d.cache_dim());
     }
-    RopeArgs q_rope = rope;
-    q_rope.offset = nope;
-    be->rope(*q, positions.data(), q_rope);
-    mla_make_cache_rows(*be, d, *kv_a, *norm, kEps, positions.data(), rope);
-    be->kv_write(*kv, 0, *kv_a, Tensor{}, meta);
     auto out = be->alloc(DType::kF32, {t, heads, v});
-    mla_absorbed_attention(*be, d, w, kScale, *q, *kv, 0, meta, *out);
+    if (one_op) {
+      auto q_latent = be->alloc(DType::kF32, {t, heads, d.cache_dim()});
+      mla_prepare_attention(*be, d, *kv_a, *norm, kEps, *q, *q_latent, rope, *kv, 0, meta);
+      mla_absorbed_attention_latent(*be, d, w, kScale, *q, *q_latent, *kv, 0, meta, *out);
+    } else {
+      RopeArgs q_rope = rope;
+      q_rope.offset = nope;
+      be->rope(*q, positions.data(), q_rope);
+      mla_make_cache_rows(*be, d, *kv_a, *norm, kEps, positions.data(), rope);
+      be->kv_write(*kv, 0, *kv_a, Tensor{}, meta);
+      mla_absorbed_attention(*be, d, w, kScale, *q, *kv, 0, meta, *out);
+    }
 
     history.insert(history.end(), batch.begin(), batch.end());
     // Naive path in double.
@@ -179,14 +189,19 @@ TEST_P(MlaAbsorbed, MatchesNaiveAttention) {
         }
       }
     }
-    std::printf("interleaved %d: rel max error %.3g\n", int(interleaved), max_err / max_ref);
+    std::printf("interleaved %d, one op %d: rel max error %.3g\n", int(interleaved), int(one_op),
+                max_err / max_ref);
     EXPECT_GT(max_ref, 0.1);
     EXPECT_LT(max_err / max_ref, 1e-5) << "interleaved " << interleaved;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Rope, MlaAbsorbed, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "interleaved" : "halves"; });
+INSTANTIATE_TEST_SUITE_P(Rope, MlaAbsorbed,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "interleaved" : "halves") +
+                                  (std::get<1>(info.param) ? "_one_op" : "_op_by_op");
+                         });
 
 TEST(MlaSplit, KvBLayout) {
   // kv_b rows per head: nope rows of W_UK, then v rows of W_UV.
