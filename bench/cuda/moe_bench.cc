@@ -12,10 +12,11 @@
 //
 // Per token count, stage by stage (each a CUDA graph of `calls` back-to-back calls, median of
 // `reps` replays, divided by `calls`): the router (this file's GEMV up to 32 tokens, cuBLAS
-// bf16 x bf16 -> f32 above), the route kernel, the prefill plan, the expert GEMMs alone (gate_up
-// + down, and each alone; decode: the GEMV CTAs plan themselves, prefill: plans computed
-// beforehand) in each regime, the combine, the shared expert (MoE dense mode, and up to their
-// row limits the engine's dense decode GEMVs on the same shapes), and the whole layer
+// bf16 x bf16 -> f32 above), the route kernel, both as one launch (up to 32 tokens: the CUDA
+// backend's graph-mode decode path, launch_moe_router_route), the prefill plan, the expert
+// GEMMs alone (gate_up + down, and each alone; decode: the GEMV CTAs plan themselves, prefill:
+// plans computed beforehand) in each regime, the combine, the shared expert (MoE dense mode, and up
+// to their row limits the engine's dense decode GEMVs on the same shapes), and the whole layer
 // (shared expert, router, route, launch_moe_experts in the auto regime with the shared output
 // added by the combine). Then, for decode token counts up to --sweep-max-tokens, every GEMV work
 // shape (ksplit / cluster / tiles_per_warp) forced in turn for the four projections (routed
@@ -301,18 +302,21 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
     }
     Dev partials(std::max<size_t>(16, cuda::moe_router_partials_bytes(std::min(T, 32), E, H)));
     const float one = 1.0f, zero = 0.0f;
+    auto router_params = [&](int b, int copy) {
+      cuda::MoeRouterParams p{};
+      p.x = xs[size_t(b)]->as<bf16_bits>();
+      p.w = gates[size_t(copy)]->as<bf16_bits>();
+      p.out = logits[size_t(b)]->as<float>();
+      p.partials = partials.as<float>();
+      p.counters = counters.as<int32_t>();
+      p.tokens = T;
+      p.experts = E;
+      p.hidden = H;
+      return p;
+    };
     auto router = [&](int b, int copy) {
       if (T <= cuda::kMoeRouterMaxTokens) {
-        cuda::MoeRouterParams p{};
-        p.x = xs[size_t(b)]->as<bf16_bits>();
-        p.w = gates[size_t(copy)]->as<bf16_bits>();
-        p.out = logits[size_t(b)]->as<float>();
-        p.partials = partials.as<float>();
-        p.counters = counters.as<int32_t>();
-        p.tokens = T;
-        p.experts = E;
-        p.hidden = H;
-        cuda::launch_moe_router(p, s);
+        cuda::launch_moe_router(router_params(b, copy), s);
       } else {
         CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, E, T, int(H), &one,
                            gates[size_t(copy)]->as<void>(), CUDA_R_16BF, int(H),
@@ -321,7 +325,7 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
                            CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
       }
     };
-    auto route = [&](int b) {
+    auto route_params = [&](int b) {
       cuda::MoeRouteParams p{};
       p.logits = logits[size_t(b)]->as<float>();
       p.bias = bias.as<float>();
@@ -336,7 +340,15 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
       p.group_score = c.group_score;
       p.normalize = 1;
       p.scaling_factor = c.scaling;
-      cuda::launch_moe_route(p, s);
+      return p;
+    };
+    auto route = [&](int b) { cuda::launch_moe_route(route_params(b), s); };
+    // The decode path's router and route as one launch (launch_moe_router_route).
+    auto router_route = [&](int b, int copy) {
+      cuda::MoeRouterRouteParams f{};
+      f.router = router_params(b, copy);
+      f.route = route_params(b);
+      cuda::launch_moe_router_route(f, s);
     };
     // Route every batch once (copy 0's gate) and count the distinct experts it touches.
     double touched = 0;
@@ -562,6 +574,10 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
     const double t_router =
         graph_us(s, calls, reps, [&](int i) { router(at(i).first, at(i).second); });
     const double t_route = graph_us(s, calls, reps, [&](int i) { route(at(i).first); });
+    const double t_fused =
+        T <= cuda::kMoeRouterMaxTokens
+            ? graph_us(s, calls, reps, [&](int i) { router_route(at(i).first, at(i).second); })
+            : 0.0;
     const double t_plan = graph_us(s, calls, reps, [&](int i) {
       cuda::MoePlanParams p{};
       p.topk_ids = ids[size_t(at(i).first)]->as<int32_t>();
@@ -598,10 +614,11 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
 
     const int auto_regime = cuda::moe_pick_regime(T, K, E);
     std::printf(
-        "moe %-14s T=%-5d touched %.1f experts (%.1f MB) | router %.1f us | route %.1f | plan "
-        "(prefill) %.1f | combine %.1f | regimes agree NMSE %.1e\n",
-        c.name.c_str(), T, touched, touched_bytes / 1e6, t_router, t_route, t_plan, t_combine,
-        agree);
+        "moe %-14s T=%-5d touched %.1f experts (%.1f MB) | router %.1f us | route %.1f | "
+        "router+route one launch %.1f | plan (prefill) %.1f | combine %.1f | regimes agree NMSE "
+        "%.1e\n",
+        c.name.c_str(), T, touched, touched_bytes / 1e6, t_router, t_route, t_fused, t_plan,
+        t_combine, agree);
     const double gu_share = double(layers[0].gate_up.bytes_per_expert) / double(expert_bytes);
     for (int r = 0; r < 2; ++r) {
       if (r == 0 && !time_decode) continue;

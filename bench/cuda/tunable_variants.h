@@ -61,6 +61,9 @@ inline constexpr Variant kVariants[] = {
      "MLA's attention inputs as four launches (norm, rope, copy_columns, KV write; "
      "mla_inputs_fusion off)",
      [](cuda::CudaTunables& t) { t.mla_inputs_fusion = false; }},
+    {"route_unfused",
+     "MoE router GEMV and expert choice as two launches (moe_router_route_max_tokens 0)",
+     [](cuda::CudaTunables& t) { t.moe_router_route_max_tokens = 0; }},
 };
 inline const Variant* find_variant(const std::string& name) {
   for (const Variant& v : kVariants)

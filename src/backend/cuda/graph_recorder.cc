@@ -73,6 +73,7 @@ void GraphRecorder::flush(const Launch& launch, int64_t step_start_ns) {
     ++stats_.captures;
     stats_.capture_ns += host_now_ns() - flush_start;
   }
+  stats_.launches += int64_t(pending_.size());
   pending_.clear();
   signature_.clear();
   last_op_ = kOpNone;

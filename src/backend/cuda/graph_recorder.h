@@ -28,6 +28,8 @@ struct GraphStats {
   int64_t captures = 0;
   int64_t replays = 0;
   int64_t eager_steps = 0;
+  // Graph mode: launches of the flushed steps, summed (launches merged at recording count once).
+  int64_t launches = 0;
   // Graph mode: host time from a step's first op to its graph launch (recording, signature,
   // lookup), summed over `recorded_steps`. The device idles through it.
   int64_t record_ns = 0;

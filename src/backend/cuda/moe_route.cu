@@ -15,8 +15,13 @@
 // all loads issued at once: the old loop of dependent loads cost ~10 us at E = 256..384) and
 // in shared memory for the group stage. Top-k is k rounds of a warp arg-max under (value desc,
 // id asc), the CPU twin's partial_sort order.
+//
+// Router + route (decode): the router kernel, then the CTA that completes the last row tile (a
+// counter over tiles, after the per-tile ones) routes every token with the route kernel's device
+// code, one warp per token: one launch and one kernel boundary fewer per MoE layer.
 #include <algorithm>
 #include <climits>
+#include <type_traits>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/moe_route.h"
@@ -36,11 +41,13 @@ __device__ __forceinline__ void mma16816(float* d, uint32_t a0, uint32_t a1, uin
 constexpr int kRouterWarps = 8;
 constexpr int kRouterUnroll = 4;  // 32-column chunks in flight per warp
 
+// One CTA's share of the router GEMV (after the PDL entry). Returns true in the CTA whose
+// writes completed its row tile's logits (every CTA when splits == 1, else the tile's last CTA);
+// uniform over the CTA.
 template <int NT>
-__global__ void __launch_bounds__(kRouterWarps * 32) moe_router_kernel(MoeRouterParams p) {
+__device__ __forceinline__ bool router_tile(const MoeRouterParams& p) {
   __shared__ float red[kRouterWarps][NT * 4][32];
   __shared__ int is_last;
-  pdl_enter(p.pdl_early);
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int g = lane / 4, c = lane % 4;
   const int64_t rt = blockIdx.y, split = blockIdx.x, splits = gridDim.x;
@@ -101,12 +108,12 @@ __global__ void __launch_bounds__(kRouterWarps * 32) moe_router_kernel(MoeRouter
           p.partials[(split * p.tokens + tok) * p.experts + row] = v;
       }
   }
-  if (splits == 1) return;
+  if (splits == 1) return true;
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) is_last = atomicAdd(p.counters + rt, 1) == splits - 1;
   __syncthreads();
-  if (!is_last) return;
+  if (!is_last) return false;
   __threadfence();
   // The last CTA of this row tile: the splits' sums in split order.
   for (int i = int(threadIdx.x); i < 16 * int(p.tokens); i += kRouterWarps * 32) {
@@ -118,6 +125,13 @@ __global__ void __launch_bounds__(kRouterWarps * 32) moe_router_kernel(MoeRouter
     p.out[tok * p.experts + row] = v;
   }
   if (threadIdx.x == 0) p.counters[rt] = 0;
+  return true;
+}
+
+template <int NT>
+__global__ void __launch_bounds__(kRouterWarps * 32) moe_router_kernel(MoeRouterParams p) {
+  pdl_enter(p.pdl_early);
+  router_tile<NT>(p);
 }
 
 // ---- route ----
@@ -146,15 +160,14 @@ __device__ __forceinline__ void warp_best(float& v, int& i) {
 // values live in registers (loops over q are unrolled to QMAX with a q < Q guard, so every
 // load of a token's logits and bias is issued at once); scores also go to shared memory for the
 // group stage and the weights, which index them by expert.
-template <int QMAX>
-__global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(MoeRouteParams p) {
-  extern __shared__ float route_smem[];
-  pdl_enter(p.pdl_early);
-  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  const int64_t t = int64_t(blockIdx.x) * kRouteWarps + warp;
-  if (t >= p.tokens) return;  // no CTA-wide barrier below
+// Token t's route by one warp (every lane calls it; warp-synchronous, no CTA barrier), with
+// 2·E floats of shared memory of its own at `score_s`. kCoherent: the logits were written by
+// other CTAs of this grid (the fused router), so they are read through L2 (__ldcg), not the
+// read-only path (__ldg); both read the same values.
+template <int QMAX, bool kCoherent>
+__device__ __forceinline__ void route_token(const MoeRouteParams& p, int64_t t, int lane,
+                                            float* score_s) {
   const int experts = p.num_experts, nq = (experts + 31) / 32;
-  float* score_s = route_smem + warp * 2 * experts;
   float* choice_s = score_s + experts;
   const float* logits = p.logits + t * experts;
 
@@ -163,7 +176,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(MoeRoutePar
   for (int q = 0; q < QMAX; ++q) {
     const int e = lane + 32 * q;
     const bool in = q < nq && e < experts;
-    sc[q] = in ? __ldg(logits + e) : 0.0f;
+    sc[q] = in ? (kCoherent ? __ldcg(logits + e) : __ldg(logits + e)) : 0.0f;
     ch[q] = in && p.bias != nullptr ? __ldg(p.bias + e) : 0.0f;
   }
   if (p.scoring == kMoeSigmoid) {
@@ -273,6 +286,102 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(MoeRoutePar
     p.topk_ids[t * p.top_k + lane] = my_id;
     p.topk_weights[t * p.top_k + lane] = w;
   }
+  __syncwarp();  // every lane done with score_s before the warp's next token overwrites it
+}
+
+template <int QMAX>
+__global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(MoeRouteParams p) {
+  extern __shared__ float route_smem[];
+  pdl_enter(p.pdl_early);
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int64_t t = int64_t(blockIdx.x) * kRouteWarps + warp;
+  if (t >= p.tokens) return;
+  route_token<QMAX, false>(p, t, lane, route_smem + warp * 2 * p.num_experts);
+}
+
+// ---- router + route in one launch ----
+// Warps of the last CTA that route (one token each at a time): all 8, fewer when 8 warps'
+// score and choice rows (2·E floats each) would pass 32 KB of shared memory (E > 512), never
+// more than the tokens.
+__host__ __device__ constexpr int fused_route_warps(int64_t tokens, int experts) {
+  const int by_smem = (32 << 10) / (2 * 4 * (experts > 0 ? experts : 1));
+  const int w = by_smem < kRouterWarps ? (by_smem > 0 ? by_smem : 1) : kRouterWarps;
+  return tokens < w ? int(tokens) : w;
+}
+
+// The router GEMV, then, in the CTA that completes the last row tile (a counter over the tiles
+// after the per-tile ones, reset by that CTA so the launch replays in a graph), the route of
+// every token: route_token, the code moe_route_kernel runs, so the choice is bit for bit the
+// separate launch's. Ordering as the tile counter's: each tile's writer fences before its
+// atomic; the last CTA fences after it and reads the logits through L2.
+template <int NT, int QMAX>
+__global__ void __launch_bounds__(kRouterWarps * 32)
+    moe_router_route_kernel(MoeRouterRouteParams f) {
+  extern __shared__ float route_smem[];
+  __shared__ int is_last_tile;
+  pdl_enter(f.router.pdl_early);
+  if (!router_tile<NT>(f.router)) return;
+  const int tiles = int(gridDim.y);
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) is_last_tile = atomicAdd(f.router.counters + tiles, 1) == tiles - 1;
+  __syncthreads();
+  if (!is_last_tile) return;
+  __threadfence();
+  if (threadIdx.x == 0) f.router.counters[tiles] = 0;
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int warps = fused_route_warps(f.route.tokens, f.route.num_experts);
+  if (warp >= warps) return;
+  for (int64_t t = warp; t < f.route.tokens; t += warps)
+    route_token<QMAX, true>(f.route, t, lane, route_smem + warp * 2 * f.route.num_experts);
+}
+
+// Each launcher's checks; the router's also picks the split.
+MoeRouterParams checked_router(const MoeRouterParams& p_in) {
+  CHECK_MSG(p_in.tokens <= kMoeRouterMaxTokens, "moe router: {} tokens (max {}; cuBLAS above)",
+            p_in.tokens, kMoeRouterMaxTokens);
+  CHECK_MSG(p_in.hidden % 32 == 0 && uintptr_t(p_in.x) % 16 == 0 && uintptr_t(p_in.w) % 16 == 0,
+            "moe router: hidden {} must be a multiple of 32, x and w 16-byte aligned", p_in.hidden);
+  MoeRouterParams p = p_in;
+  if (p.splits <= 0) p.splits = moe_router_splits(p.experts, p.hidden);
+  CHECK(p.splits == 1 || (p.partials != nullptr && p.counters != nullptr));
+  CHECK((p.experts + 15) / 16 <= 65535);
+  return p;
+}
+void check_route(const MoeRouteParams& p) {
+  CHECK_MSG(p.num_experts > 0 && p.num_experts <= kMoeRouteMaxExperts, "moe route: {} experts",
+            p.num_experts);
+  CHECK_MSG(p.top_k > 0 && p.top_k <= 32 && p.top_k <= p.num_experts, "moe route: top_k {}",
+            p.top_k);
+  CHECK_MSG(
+      p.num_groups > 0 && p.num_groups <= kMoeRouteMaxGroups && p.num_experts % p.num_groups == 0 &&
+          p.topk_groups > 0 && p.topk_groups <= p.num_groups,
+      "moe route: {} groups, {} kept, {} experts", p.num_groups, p.topk_groups, p.num_experts);
+}
+// Calls go(std::integral_constant<int, QMAX>) with the route's register depth for E experts.
+template <class Go>
+void with_qmax(int experts, Go&& go) {
+  const int nq = (experts + 31) / 32;
+  if (nq <= 2)
+    go(std::integral_constant<int, 2>{});
+  else if (nq <= 4)
+    go(std::integral_constant<int, 4>{});
+  else if (nq <= 8)
+    go(std::integral_constant<int, 8>{});
+  else if (nq <= 16)
+    go(std::integral_constant<int, 16>{});
+  else
+    go(std::integral_constant<int, 32>{});
+}
+// Calls go(std::integral_constant<int, NT>) with the router's token tiles for T tokens.
+template <class Go>
+void with_nt(int64_t tokens, Go&& go) {
+  if (tokens <= 8)
+    go(std::integral_constant<int, 1>{});
+  else if (tokens <= 16)
+    go(std::integral_constant<int, 2>{});
+  else
+    go(std::integral_constant<int, 4>{});
 }
 
 }  // namespace
@@ -287,51 +396,48 @@ int moe_router_splits(int64_t experts, int64_t hidden) {
 
 void launch_moe_router(const MoeRouterParams& p_in, cudaStream_t stream) {
   if (p_in.tokens == 0) return;
-  CHECK_MSG(p_in.tokens <= kMoeRouterMaxTokens, "moe router: {} tokens (max {}; cuBLAS above)",
-            p_in.tokens, kMoeRouterMaxTokens);
-  CHECK_MSG(p_in.hidden % 32 == 0 && uintptr_t(p_in.x) % 16 == 0 && uintptr_t(p_in.w) % 16 == 0,
-            "moe router: hidden {} must be a multiple of 32, x and w 16-byte aligned", p_in.hidden);
-  MoeRouterParams p = p_in;
-  if (p.splits <= 0) p.splits = moe_router_splits(p.experts, p.hidden);
-  CHECK(p.splits == 1 || (p.partials != nullptr && p.counters != nullptr));
+  const MoeRouterParams p = checked_router(p_in);
   const dim3 grid(unsigned(p.splits), unsigned((p.experts + 15) / 16));
-  CHECK(grid.y <= 65535);
-  if (p.tokens <= 8)
-    launch_pdl(moe_router_kernel<1>, grid, dim3(kRouterWarps * 32), 0, Launch{stream}, p);
-  else if (p.tokens <= 16)
-    launch_pdl(moe_router_kernel<2>, grid, dim3(kRouterWarps * 32), 0, Launch{stream}, p);
-  else
-    launch_pdl(moe_router_kernel<4>, grid, dim3(kRouterWarps * 32), 0, Launch{stream}, p);
+  with_nt(p.tokens, [&](auto nt) {
+    launch_pdl(moe_router_kernel<decltype(nt)::value>, grid, dim3(kRouterWarps * 32), 0,
+               Launch{stream}, p);
+  });
   CUDA_LAUNCH_CHECK();
 }
 
 void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return;
-  CHECK_MSG(p.num_experts > 0 && p.num_experts <= kMoeRouteMaxExperts, "moe route: {} experts",
-            p.num_experts);
-  CHECK_MSG(p.top_k > 0 && p.top_k <= 32 && p.top_k <= p.num_experts, "moe route: top_k {}",
-            p.top_k);
-  CHECK_MSG(
-      p.num_groups > 0 && p.num_groups <= kMoeRouteMaxGroups && p.num_experts % p.num_groups == 0 &&
-          p.topk_groups > 0 && p.topk_groups <= p.num_groups,
-      "moe route: {} groups, {} kept, {} experts", p.num_groups, p.topk_groups, p.num_experts);
+  check_route(p);
   const size_t smem = size_t(kRouteWarps) * 2 * size_t(p.num_experts) * sizeof(float);
   const unsigned blocks = unsigned((p.tokens + kRouteWarps - 1) / kRouteWarps);
-  const int nq = (p.num_experts + 31) / 32;
   // smem <= 4 · 2 · 1024 floats = 32 KB: under the default 48 KB limit.
-  auto go = [&](auto kernel) {
-    launch_pdl(kernel, dim3(blocks), dim3(kRouteWarps * 32), smem, Launch{stream}, p);
-  };
-  if (nq <= 2)
-    go(moe_route_kernel<2>);
-  else if (nq <= 4)
-    go(moe_route_kernel<4>);
-  else if (nq <= 8)
-    go(moe_route_kernel<8>);
-  else if (nq <= 16)
-    go(moe_route_kernel<16>);
-  else
-    go(moe_route_kernel<32>);
+  with_qmax(p.num_experts, [&](auto q) {
+    launch_pdl(moe_route_kernel<decltype(q)::value>, dim3(blocks), dim3(kRouteWarps * 32), smem,
+               Launch{stream}, p);
+  });
+  CUDA_LAUNCH_CHECK();
+}
+
+void launch_moe_router_route(const MoeRouterRouteParams& f_in, cudaStream_t stream) {
+  if (f_in.router.tokens == 0) return;
+  MoeRouterRouteParams f = f_in;
+  f.router = checked_router(f_in.router);
+  check_route(f.route);
+  CHECK_MSG(f.route.logits == f.router.out && f.route.tokens == f.router.tokens &&
+                f.route.num_experts == f.router.experts && f.router.counters != nullptr,
+            "moe router+route: the route must read the router's logits ({} tokens, {} experts) "
+            "and the counters must be given",
+            f.route.tokens, f.route.num_experts);
+  const dim3 grid(unsigned(f.router.splits), unsigned((f.router.experts + 15) / 16));
+  // Static: the router's reduction (<= 16 KB); dynamic: the routing warps' rows (<= 32 KB).
+  const size_t smem = size_t(fused_route_warps(f.route.tokens, f.route.num_experts)) * 2 *
+                      size_t(f.route.num_experts) * sizeof(float);
+  with_nt(f.router.tokens, [&](auto nt) {
+    with_qmax(f.route.num_experts, [&](auto q) {
+      launch_pdl(moe_router_route_kernel<decltype(nt)::value, decltype(q)::value>, grid,
+                 dim3(kRouterWarps * 32), smem, Launch{stream}, f);
+    });
+  });
   CUDA_LAUNCH_CHECK();
 }
 

@@ -49,7 +49,8 @@ namespace strata::cuda {
   X(kOpInt4Dequant, "int4_dequant")  \
   X(kOpPerHeadGemv, "per_head_gemv") \
   X(kOpKvMove, "kv_move")            \
-  X(kOpMlaInputs, "mla_inputs")
+  X(kOpMlaInputs, "mla_inputs") \
+  X(kOpMoeRouterRoute, "moe_router_route")
 // clang-format on
 
 enum Op : int {

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "backend/cuda/linear.h"
+#include "backend/cuda/moe_route.h"
 #include "backend/cuda/per_head_gemv.h"
 #include "core/check.h"
 
@@ -42,6 +43,8 @@ void CudaTunables::check() const {
             int4_gemv_ring);
   CHECK_MSG(moe_int4_reg_max_assignments >= 0, "moe_int4_reg_max_assignments {}",
             moe_int4_reg_max_assignments);
+  CHECK_MSG(moe_router_route_max_tokens >= 0 && moe_router_route_max_tokens <= kMoeRouterMaxTokens,
+            "moe_router_route_max_tokens {}", moe_router_route_max_tokens);
   CHECK_MSG(decode_blocks_per_sm >= 1, "decode_blocks_per_sm {}", decode_blocks_per_sm);
   CHECK_MSG(prefill_split_mode >= 0 && prefill_split_mode <= 2, "prefill_split_mode {}",
             prefill_split_mode);

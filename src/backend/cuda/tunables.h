@@ -119,6 +119,10 @@ struct CudaTunables {
   // gate_up_warps: warps a block of the gate_up projection (0: the kernel's 8; 16 doubles the
   // loads in flight where the grid has fewer blocks than two per SM).
   int moe_int4_reg_gate_up_warps = 0;
+  // With fusion, graph-mode MoE steps of up to this many tokens run the router GEMV and the
+  // expert choice as one launch (moe_route.h launch_moe_router_route); 0 keeps two launches (A/B),
+  // at most kMoeRouterMaxTokens (32). No env. Default 32: see bench/RESULTS.md (route fusion).
+  int moe_router_route_max_tokens = 32;
   // FP8-block linears above the GEMV's rows: false (default) dequantize the weight to bf16 and
   // run the bf16 GEMM (W8A16: the weights exactly as DeepSeek's reference inference dequantizes
   // them, activations untouched); true quantize the activations to e4m3 per 128 values and run
