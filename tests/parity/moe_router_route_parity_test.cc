@@ -3,14 +3,15 @@
 // launches it replaces (launch_moe_router, then launch_moe_route on its logits), whose routing
 // moe_route_parity_test.cc and moe_backend_parity_test.cc compare with the CPU twin.
 //
-// The fused launch runs the route kernel's own device code in the CTA that completes the
-// router's last row tile, so the bound is equality: logits, ids and weights bitwise. Cases: the
-// shapes of Kimi-K2.5 (384 experts, sigmoid + correction bias), DeepSeek-V3 (group-limited,
-// top-2-sum group scores), DeepSeek-V2 (grouped softmax) and V2-Lite (softmax), 1,024 experts
-// (fewer routing warps: their shared memory), one split (every CTA completes a tile), and gate
-// rows in equal pairs (exact ties, which must break to the lower id alike) at T = 1, 8, 13, 32.
-// The launch is repeated on other inputs and replayed from a CUDA graph: its tile counters and
-// the counter over tiles must come back to zero each time.
+// The fused launch runs the route kernel's own device code in the CTAs that complete the
+// router's last row tiles (1 to 4 of them, by tokens), so the bound is equality: logits, ids and
+// weights bitwise. Cases: the shapes of Kimi-K2.5 (384 experts, sigmoid + correction bias),
+// DeepSeek-V3 (group-limited, top-2-sum group scores), DeepSeek-V2 (grouped softmax) and V2-Lite
+// (softmax), 1,024 experts (fewer routing warps: their shared memory), one split (every CTA
+// completes a tile), and gate rows in equal pairs (exact ties, which must break to the lower id
+// alike) at T = 1, 8, 13, 32 (1, 1, 2 and 4 routing CTAs; 1,024 experts: 4 warps a CTA, 1, 2, 4,
+// 4). The launch is repeated on other inputs and replayed from a CUDA graph: its tile counters and
+// the two of the route must come back to zero each time.
 //
 // Through the CUDA backend: graph mode merges the router linear and moe_route of its logits
 // into one launch up to CudaTunables::moe_router_route_max_tokens (the step records one launch

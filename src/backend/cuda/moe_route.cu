@@ -16,8 +16,8 @@
 // in shared memory for the group stage. Top-k is k rounds of a warp arg-max under (value desc,
 // id asc), the CPU twin's partial_sort order.
 //
-// Router + route (decode): the router kernel, then the CTA that completes the last row tile (a
-// counter over tiles, after the per-tile ones) routes every token with the route kernel's device
+// Router + route (decode): the router kernel, then the CTAs that complete the last row tiles (a
+// counter over tiles, after the per-tile ones) route every token with the route kernel's device
 // code, one warp per token: one launch and one kernel boundary fewer per MoE layer.
 #include <algorithm>
 #include <climits>
@@ -300,39 +300,68 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(MoeRoutePar
 }
 
 // ---- router + route in one launch ----
-// Warps of the last CTA that route (one token each at a time): all 8, fewer when 8 warps'
-// score and choice rows (2·E floats each) would pass 32 KB of shared memory (E > 512), never
-// more than the tokens.
+// Warps of a routing CTA (one token each at a time): all 8, fewer when 8 warps' score and
+// choice rows (2·E floats each) would pass 32 KB of shared memory (E > 512), never more than
+// the tokens.
 __host__ __device__ constexpr int fused_route_warps(int64_t tokens, int experts) {
   const int by_smem = (32 << 10) / (2 * 4 * (experts > 0 ? experts : 1));
   const int w = by_smem < kRouterWarps ? (by_smem > 0 ? by_smem : 1) : kRouterWarps;
   return tokens < w ? int(tokens) : w;
 }
+// Routing CTAs: the last tile finishers, one per `warps` tokens, at most 4 (so 32 tokens of
+// Kimi-K2.5 take one pass of 32 warps, as the separate route kernel's 8 CTAs of 4 warps do).
+constexpr int kMaxRouteCtas = 4;
+__host__ __device__ constexpr int fused_route_ctas(int64_t tokens, int experts) {
+  const int warps = fused_route_warps(tokens, experts);
+  const int64_t n = (tokens + warps - 1) / warps;
+  return n < kMaxRouteCtas ? int(n) : kMaxRouteCtas;
+}
+__device__ __forceinline__ int load_acquire(const int32_t* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
 
-// The router GEMV, then, in the CTA that completes the last row tile (a counter over the tiles
-// after the per-tile ones, reset by that CTA so the launch replays in a graph), the route of
-// every token: route_token, the code moe_route_kernel runs, so the choice is bit for bit the
-// separate launch's. Ordering as the tile counter's: each tile's writer fences before its
-// atomic; the last CTA fences after it and reads the logits through L2.
+// The router GEMV, then the route of every token by the CTAs that complete the last row tiles
+// (counters[tiles] counts finished tiles): the last `ctas` finishers route, each its share of the
+// tokens, one warp per token with route_token, the code moe_route_kernel runs, so the choice is
+// bit for bit the separate launch's. All but the very last finisher wait (thread 0 polling the
+// count) for the other tiles: they are already running or waiting only for SM room that the
+// other, finished CTAs give back, and at most 3 CTAs wait. counters[tiles + 1] counts routing
+// CTAs past their wait; the last of them zeroes both, so the launch replays in a graph.
+// Ordering as the tile counter's: each tile's writer fences before its atomic; a router fences
+// after seeing the count and reads the logits through L2.
 template <int NT, int QMAX>
 __global__ void __launch_bounds__(kRouterWarps * 32)
     moe_router_route_kernel(MoeRouterRouteParams f) {
   extern __shared__ float route_smem[];
-  __shared__ int is_last_tile;
+  __shared__ int arrival_s;
   pdl_enter(f.router.pdl_early);
   if (!router_tile<NT>(f.router)) return;
   const int tiles = int(gridDim.y);
+  int32_t* done = f.router.counters + tiles;
   __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) is_last_tile = atomicAdd(f.router.counters + tiles, 1) == tiles - 1;
+  if (threadIdx.x == 0) arrival_s = atomicAdd(done, 1);
   __syncthreads();
-  if (!is_last_tile) return;
-  __threadfence();
-  if (threadIdx.x == 0) f.router.counters[tiles] = 0;
-  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int arrival = arrival_s;
   const int warps = fused_route_warps(f.route.tokens, f.route.num_experts);
+  const int ctas = fused_route_ctas(f.route.tokens, f.route.num_experts);
+  if (arrival < tiles - ctas) return;
+  if (threadIdx.x == 0) {
+    if (arrival != tiles - 1)
+      while (load_acquire(done) < tiles) __nanosleep(32);
+    if (atomicAdd(done + 1, 1) == ctas - 1) {  // every routing CTA is past its wait
+      done[0] = 0;
+      done[1] = 0;
+    }
+  }
+  __syncthreads();
+  __threadfence();
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   if (warp >= warps) return;
-  for (int64_t t = warp; t < f.route.tokens; t += warps)
+  const int helper = arrival - (tiles - ctas);
+  for (int64_t t = int64_t(helper) * warps + warp; t < f.route.tokens; t += int64_t(ctas) * warps)
     route_token<QMAX, true>(f.route, t, lane, route_smem + warp * 2 * f.route.num_experts);
 }
 

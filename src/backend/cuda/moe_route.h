@@ -41,7 +41,7 @@ struct MoeRouterParams {
   const bf16_bits* w;  // [E, H] row-major (the checkpoint's gate weight)
   float* out;          // [T, E]
   float* partials;     // scratch: [splits, T, E] float32 (unused when splits == 1)
-  int32_t* counters;   // [ceil(E / 16) + 1] int32 (the tiles', then one over all tiles for
+  int32_t* counters;   // [ceil(E / 16) + 2] int32 (the tiles', then two of
                        // launch_moe_router_route), zero before the first launch; each launch
                        // leaves them zero again. Owned by the caller, not shared with other
                        // scratch.
@@ -58,7 +58,7 @@ inline size_t moe_router_partials_bytes(int64_t tokens, int64_t experts, int64_t
   return s > 1 ? size_t(s) * size_t(tokens) * size_t(experts) * 4 : 0;
 }
 inline size_t moe_router_counter_bytes(int64_t experts) {
-  return size_t((experts + 15) / 16 + 1) * 4;
+  return size_t((experts + 15) / 16 + 2) * 4;
 }
 void launch_moe_router(const MoeRouterParams& p, cudaStream_t stream);
 
@@ -86,10 +86,11 @@ struct MoeRouteParams {
 };
 void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream);
 
-// launch_moe_router then launch_moe_route as one launch (decode: the router's T <= 32): the CTA
-// that completes the router's last row tile routes every token with the route kernel's code, so
-// ids and weights are bitwise those of the two launches. route.logits must be router.out (same
-// tokens and experts); router.counters is required (its last entry counts finished tiles).
+// launch_moe_router then launch_moe_route as one launch (decode: the router's T <= 32): the CTAs
+// that complete the router's last row tiles (one per 8 tokens, at most 4) route every token with
+// the route kernel's code, so ids and weights are bitwise those of the two launches.
+// route.logits must be router.out (same tokens and experts); router.counters is required (its
+// last two entries count finished tiles and routing CTAs).
 struct MoeRouterRouteParams {
   MoeRouterParams router;
   MoeRouteParams route;
