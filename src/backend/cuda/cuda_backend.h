@@ -333,8 +333,9 @@ class CudaBackend : public Backend, public DcpAttention, public HostPinning, pub
 
   // moe.cu
   bool moe_ready_ = false;  // init_moe_gemm_kernels() done
-  DeviceTensorPtr
-      moe_router_counters_;  // the router GEMV's tile counters (always zero between launches)
+  // The router GEMV's tile counters and the fused route's two (moe_route.h; always zero between
+  // launches).
+  DeviceTensorPtr moe_router_counters_;
 
   void log_eager_steps();
 };
