@@ -5,6 +5,7 @@
 // values are rounded to bf16 exactly where rope.cu rounds them, then scaled and stored exactly
 // as kv_write.cu stores a bf16 input.
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/rope.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/fp8.cuh"
 #include "backend/cuda/kv_write.h"
@@ -45,16 +46,13 @@ __global__ void qkv_rope_kernel(QkvRopeParams p) {
   int d0, d1;
   float o0, o1;
   if (rotated) {
-    const float angle = float(p.positions[t]) * p.inv_freq[u];
-    float s, c;
-    sincosf(angle, &s, &c);  // as rope.cu: accurate range reduction for large positions
-    c *= p.attention_factor;
-    s *= p.attention_factor;
     d0 = p.interleaved ? 2 * u : u;
     d1 = p.interleaved ? 2 * u + 1 : u + p.half;
-    const float a = bf16_to_float(src[d0]), b = bf16_to_float(src[d1]);
-    o0 = round_bf16(a * c - b * s);
-    o1 = round_bf16(b * c + a * s);
+    float r0, r1;  // rope.cuh: the separate rope's arithmetic
+    rope_pair_f32(bf16_to_float(src[d0]), bf16_to_float(src[d1]), p.positions[t], p.inv_freq[u],
+                  p.attention_factor, &r0, &r1);
+    o0 = round_bf16(r0);
+    o1 = round_bf16(r1);
   } else {
     d0 = h < p.heads + p.kv_heads ? 2 * (u - p.half) + 2 * p.half : 2 * u;
     d1 = d0 + 1;

@@ -1,6 +1,10 @@
 // One rotary pair on the device, HF semantics: the float32 angle position · inv_freq, cos and sin
-// times attention_factor (YaRN), both results rounded to bf16. rope.cu and the fused MLA inputs
-// (mla_inputs.cu) share it, so the fused launch rounds exactly where the separate rope does.
+// times attention_factor (YaRN), both results rounded to bf16. rope.cu, the fused q/k/v split
+// (qkv_rope.cu) and the fused MLA inputs (mla_inputs.cu) share it, so every fused launch rounds
+// exactly where the separate rope does. The products and sums are explicitly rounded
+// (__fmul_rn / __fsub_rn / __fadd_rn): left to the compiler, a · c − b · s contracts into an FMA
+// one way at one call site and another way at the next, and the fused and separate launches
+// then differed in the last bit (CudaFusedParity.QkvRopeKvWrite, 2026-12-02).
 #pragma once
 
 #include <cstdint>
@@ -9,16 +13,26 @@
 
 namespace strata::cuda {
 
-// (a, b) are dims (i, i + half) of a head (neox) or (2i, 2i + 1) (interleaved).
-__device__ __forceinline__ void rope_pair(float a, float b, int32_t position, float inv_freq,
-                                          float attention_factor, bf16_bits* o0, bf16_bits* o1) {
-  const float angle = float(position) * inv_freq;
+// (a, b) are dims (i, i + half) of a head (neox) or (2i, 2i + 1) (interleaved); the rotated
+// pair in float32, before its rounding.
+__device__ __forceinline__ void rope_pair_f32(float a, float b, int32_t position, float inv_freq,
+                                              float attention_factor, float* r0, float* r1) {
+  const float angle = __fmul_rn(float(position), inv_freq);
   float s, c;
   sincosf(angle, &s, &c);  // accurate range reduction: positions reach 1e5+ radians
-  c *= attention_factor;
-  s *= attention_factor;
-  *o0 = float_to_bf16(a * c - b * s);
-  *o1 = float_to_bf16(b * c + a * s);
+  c = __fmul_rn(c, attention_factor);
+  s = __fmul_rn(s, attention_factor);
+  *r0 = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+  *r1 = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+}
+
+// The same pair rounded to bf16.
+__device__ __forceinline__ void rope_pair(float a, float b, int32_t position, float inv_freq,
+                                          float attention_factor, bf16_bits* o0, bf16_bits* o1) {
+  float r0, r1;
+  rope_pair_f32(a, b, position, inv_freq, attention_factor, &r0, &r1);
+  *o0 = float_to_bf16(r0);
+  *o1 = float_to_bf16(r1);
 }
 
 }  // namespace strata::cuda
