@@ -1,0 +1,82 @@
+#!/bin/bash
+# Session 7's integration check (int/s7: the INT4 experts' knobs, the ring GEMV, the fused MLA
+# split merge, router + route in one launch, the MLA inputs in one launch), one build, on the GPU
+# machine from the repository root (carry with debs, shared/configs and shared/fixtures:
+# STRATA_CARRY=$PWD/.devcarry/fx):
+#   (1) parity: each change's new tests, then the MoE, MLA, linear and fused suites around them
+#       (PARITY=0 skips; PARITY_FILTER replaces the list);
+#   (2) one Kimi-K2.5 rank of tp 8 (INT4 experts, bf16 KV, context 4,096), 2- and 4-layer cuts
+#       projected to 61 layers, batches KIMI_BATCHES, default and every KIMI_VARIANTS change;
+#   (3) Moonlight bf16 batch 1 (27 layers, context 768), default and every MOONLIGHT_VARIANTS;
+#   (4) one MoE layer through the backend (moe_bench --what backend, MOE_CONFIGS at MOE_TOKENS),
+#       experts' share of copy bandwidth by default and under each MOE_VARIANTS change.
+# Logs packed into $OUT/session7_check.tgz; the summary on stdout.
+set -u
+source bench/cuda/device_env.sh
+t0=$(date +%s)
+dev_configure
+dev_build strata_bench_moe_bench strata_bench_rank_step_bench
+[ "${PARITY:-1}" = 1 ] && dev_build strata_parity_test
+echo "build: $(( $(date +%s) - t0 )) s"
+L=$OUT/session7_check
+mkdir -p $L
+pack() { tar czf "$OUT/session7_check.tgz" -C "$OUT" session7_check; }
+trap pack EXIT
+parity() {  # NAME FILTER TIMEOUT
+  local t1=$(date +%s)
+  timeout "$3" ./build-dev/strata_parity_test --gtest_filter="$2" >"$L/parity_$1.log" 2>&1
+  echo "parity $1: exit $?, $(( $(date +%s) - t1 )) s; $(grep -c '^\[       OK \]' "$L/parity_$1.log") ok;" \
+    "$(grep -E '^\[  (PASSED|FAILED)  \]' "$L/parity_$1.log" | tr '\n' ' ')"
+  grep -E "^\[  FAILED  \]|^\[  SKIPPED \]" "$L/parity_$1.log" | head -12
+}
+if [ "${PARITY:-1}" = 1 ]; then
+  parity new "${PARITY_NEW:-MlaAttention.FusedMergeBitwise:MlaBackend.FusedMergeDecodeSteps:MoeParity.RouterRoute*:MoeBackend.GraphModeMerges*:MlaInputs.*:CudaParity.LinearRing:CudaFusedParity.LinearSiluMulRing}" 150
+  parity suites "${PARITY_FILTER:-MoeParity.*:MoeBackend.*:Int4Parity.*:MlaAttention.*:MlaBackend.*:MlaDcp.*:*MlaModel*:*MoeModel*:CudaParity.*:CudaFusedParity.*:KvFp8.*}" 300
+fi
+W=/tmp/session7_check
+project() {  # LOG2 LOG4 LAYERS: each step (default, variants) projected to LAYERS from the cuts
+  python3 - "$@" <<'PY'
+import re, sys
+def walls(path):
+    text, out = open(path).read(), {}
+    for b, ms in re.findall(r"^decode   batch (\d+),.*?step ([\d.]+) ms as a CUDA graph", text, re.M):
+        out[(int(b), "default")] = float(ms)
+    for b, name, ms in re.findall(r"^variant  batch (\d+), context \d+: (\S+) +step ([\d.]+) ms", text, re.M):
+        out[(int(b), name)] = float(ms)
+    return out
+a, c, n = walls(sys.argv[1]), walls(sys.argv[2]), int(sys.argv[3])
+for key in sorted(a, key=lambda k: (k[0], k[1] != "default", k[1])):
+    if key in c:
+        print(f"kimi {n}-layer step, batch {key[0]}, {key[1]:20s}: {a[key] + (c[key] - a[key]) * (n - 2) / 2:.3f} ms "
+              f"(2 layers {a[key]:.3f}, 4 layers {c[key]:.3f})")
+PY
+}
+if [ "${KIMI:-1}" = 1 ]; then
+  for n in 2 4; do
+    python3 - "$C/shared/configs/kimi-k2.5/config.json" $n "$W/kimi$n" <<'PY'
+import json, os, sys
+c = json.load(open(sys.argv[1]))
+(c.get("text_config") or c)["num_hidden_layers"] = int(sys.argv[2])
+os.makedirs(sys.argv[3], exist_ok=True)
+json.dump(c, open(sys.argv[3] + "/config.json", "w"))
+PY
+    timeout 300 ./build-dev/strata_bench_rank_step_bench --config "$W/kimi$n/config.json" --tp-size 8 \
+      --batches ${KIMI_BATCHES:-1,32,128} --context 4096 --prefill 0 --reps 10 \
+      --variants ${KIMI_VARIANTS:-unfused} >"$L/kimi$n.log" 2>&1
+    echo "kimi $n layers: exit $?"
+  done
+  project "$L/kimi2.log" "$L/kimi4.log" 61
+fi
+if [ -n "${MOONLIGHT_VARIANTS:-}" ]; then
+  timeout 200 ./build-dev/strata_bench_rank_step_bench --config "$C/shared/configs/moonlight-16b-a3b/config.json" \
+    --batches 1 --context 768 --prefill 0 --reps 20 --variants "$MOONLIGHT_VARIANTS" >"$L/moonlight.log" 2>&1
+  echo "moonlight: exit $?"
+  grep -E "^decode|^variant" "$L/moonlight.log" | cut -c1-150
+fi
+if [ -n "${MOE_VARIANTS:-}" ]; then
+  timeout 300 ./build-dev/strata_bench_moe_bench --what backend --backend-configs ${MOE_CONFIGS:-kimi} \
+    --tokens ${MOE_TOKENS:-1,8,32,128} --variants "$MOE_VARIANTS" >"$L/moe_backend.log" 2>&1
+  echo "moe_bench backend: exit $?"
+  grep -E "^backend|^variant" "$L/moe_backend.log" | sed -E 's/ \| MoE ops.*//; s/ = [0-9]+ GB\/s = / /g' | cut -c1-170
+fi
+echo "total: $(( $(date +%s) - t0 )) s"
