@@ -3,8 +3,8 @@
 # split merge, router + route in one launch, the MLA inputs in one launch), one build, on the GPU
 # machine from the repository root (carry with debs, shared/configs and shared/fixtures:
 # STRATA_CARRY=$PWD/.devcarry/fx):
-#   (1) parity: each change's new tests, then the MoE, MLA, linear and fused suites around them
-#       (PARITY=0 skips; PARITY_FILTER replaces the list);
+#   (1) parity: each change's new tests first, the MoE, MLA, linear and fused suites around them
+#       last, in the time left before DEADLINE_S (PARITY=0 skips; PARITY_FILTER replaces the list);
 #   (2) one Kimi-K2.5 rank of tp 8 (INT4 experts, bf16 KV, context 4,096), 2- and 4-layer cuts
 #       projected to 61 layers, batches KIMI_BATCHES, default and every KIMI_VARIANTS change;
 #   (3) Moonlight bf16 batch 1 (27 layers, context 768), default and every MOONLIGHT_VARIANTS;
@@ -30,8 +30,7 @@ parity() {  # NAME FILTER TIMEOUT
   grep -E "^\[  FAILED  \]|^\[  SKIPPED \]" "$L/parity_$1.log" | head -12
 }
 if [ "${PARITY:-1}" = 1 ]; then
-  parity new "${PARITY_NEW:-MlaAttention.FusedMergeBitwise:MlaBackend.FusedMergeDecodeSteps:MoeParity.RouterRoute*:MoeBackend.GraphModeMerges*:MlaInputs.*:CudaParity.LinearRing:CudaFusedParity.LinearSiluMulRing}" 150
-  parity suites "${PARITY_FILTER:-MoeParity.*:MoeBackend.*:Int4Parity.*:MlaAttention.*:MlaBackend.*:MlaDcp.*:*MlaModel*:*MoeModel*:CudaParity.*:CudaFusedParity.*:KvFp8.*}" 300
+  parity new "${PARITY_NEW:-MlaAttention.FusedMergeBitwise:MlaBackend.FusedMergeDecodeSteps:MoeParity.RouterRoute*:MoeBackend.GraphModeMerges*:MlaInputs.*:CudaParity.LinearRing:CudaFusedParity.LinearSiluMulRing}" 100
 fi
 W=/tmp/session7_check
 project() {  # LOG2 LOG4 LAYERS: each step (default, variants) projected to LAYERS from the cuts
@@ -60,7 +59,7 @@ c = json.load(open(sys.argv[1]))
 os.makedirs(sys.argv[3], exist_ok=True)
 json.dump(c, open(sys.argv[3] + "/config.json", "w"))
 PY
-    timeout 300 ./build-dev/strata_bench_rank_step_bench --config "$W/kimi$n/config.json" --tp-size 8 \
+    timeout 150 ./build-dev/strata_bench_rank_step_bench --config "$W/kimi$n/config.json" --tp-size 8 \
       --batches ${KIMI_BATCHES:-1,32,128} --context 4096 --prefill 0 --reps 10 \
       --variants ${KIMI_VARIANTS:-unfused} >"$L/kimi$n.log" 2>&1
     echo "kimi $n layers: exit $?"
@@ -68,15 +67,20 @@ PY
   project "$L/kimi2.log" "$L/kimi4.log" 61
 fi
 if [ -n "${MOONLIGHT_VARIANTS:-}" ]; then
-  timeout 200 ./build-dev/strata_bench_rank_step_bench --config "$C/shared/configs/moonlight-16b-a3b/config.json" \
+  timeout 100 ./build-dev/strata_bench_rank_step_bench --config "$C/shared/configs/moonlight-16b-a3b/config.json" \
     --batches 1 --context 768 --prefill 0 --reps 20 --variants "$MOONLIGHT_VARIANTS" >"$L/moonlight.log" 2>&1
   echo "moonlight: exit $?"
   grep -E "^decode|^variant" "$L/moonlight.log" | cut -c1-150
 fi
 if [ -n "${MOE_VARIANTS:-}" ]; then
-  timeout 300 ./build-dev/strata_bench_moe_bench --what backend --backend-configs ${MOE_CONFIGS:-kimi} \
+  timeout 100 ./build-dev/strata_bench_moe_bench --what backend --backend-configs ${MOE_CONFIGS:-kimi} \
     --tokens ${MOE_TOKENS:-1,8,32,128} --variants "$MOE_VARIANTS" >"$L/moe_backend.log" 2>&1
   echo "moe_bench backend: exit $?"
   grep -E "^backend|^variant" "$L/moe_backend.log" | sed -E 's/ \| MoE ops.*//; s/ = [0-9]+ GB\/s = / /g' | cut -c1-170
+fi
+# The suites last, in the time left before DEADLINE_S (default 570 s after the start).
+left=$(( ${DEADLINE_S:-570} - ($(date +%s) - t0) ))
+if [ "${PARITY:-1}" = 1 ] && [ $left -gt 20 ]; then
+  parity suites "${PARITY_FILTER:-MoeParity.*:MoeBackend.*:MlaBackend.*:*MoeModel*:*MlaModel*:CudaParity.*:CudaFusedParity.*:KvFp8.*:Int4Parity.*:MlaAttention.*}" $left
 fi
 echo "total: $(( $(date +%s) - t0 )) s"
