@@ -9,7 +9,7 @@
 // DeepSeek-V3 (group-limited, top-2-sum group scores), DeepSeek-V2 (grouped softmax) and V2-Lite
 // (softmax), 1,024 experts (fewer routing warps: their shared memory), one split (every CTA
 // completes a tile), and gate rows in equal pairs (exact ties, which must break to the lower id
-// alike) at T = 1, 8, 13, 32 (1, 1, 2 and 4 routing CTAs; 1,024 experts: 4 warps a CTA, 1, 2, 4,
+// alike) at T = 1, 8, 13, 32 (1, 1, 2 and 4 routing CTAs; 1,024 experts: 3 warps a CTA, 1, 3, 4,
 // 4). The launch is repeated on other inputs and replayed from a CUDA graph: its tile counters and
 // the two of the route must come back to zero each time.
 //

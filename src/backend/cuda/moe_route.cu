@@ -301,10 +301,14 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(MoeRoutePar
 
 // ---- router + route in one launch ----
 // Warps of a routing CTA (one token each at a time): all 8, fewer when 8 warps' score and
-// choice rows (2·E floats each) would pass 32 KB of shared memory (E > 512), never more than
-// the tokens.
+// choice rows (2·E floats each) would pass 30 KB of dynamic shared memory (E > 480): with the
+// router's static 16 KB (NT = 4) it stays under the 48 KB a launch gets without an attribute.
+// Never more than the tokens.
+constexpr int kRouteSmemBudget = 30 << 10;
+static_assert(kRouteSmemBudget + sizeof(float) * kRouterWarps * 4 * 4 * 32 + 2 * sizeof(int) <=
+              48 << 10);  // the budget, router_tile<4>'s red and the two flags
 __host__ __device__ constexpr int fused_route_warps(int64_t tokens, int experts) {
-  const int by_smem = (32 << 10) / (2 * 4 * (experts > 0 ? experts : 1));
+  const int by_smem = kRouteSmemBudget / (2 * 4 * (experts > 0 ? experts : 1));
   const int w = by_smem < kRouterWarps ? (by_smem > 0 ? by_smem : 1) : kRouterWarps;
   return tokens < w ? int(tokens) : w;
 }
@@ -458,7 +462,7 @@ void launch_moe_router_route(const MoeRouterRouteParams& f_in, cudaStream_t stre
             "and the counters must be given",
             f.route.tokens, f.route.num_experts);
   const dim3 grid(unsigned(f.router.splits), unsigned((f.router.experts + 15) / 16));
-  // Static: the router's reduction (<= 16 KB); dynamic: the routing warps' rows (<= 32 KB).
+  // Static: the router's reduction (<= 16 KB); dynamic: the routing warps' rows (<= 30 KB).
   const size_t smem = size_t(fused_route_warps(f.route.tokens, f.route.num_experts)) * 2 *
                       size_t(f.route.num_experts) * sizeof(float);
   with_nt(f.router.tokens, [&](auto nt) {
