@@ -30,7 +30,7 @@ parity() {  # NAME FILTER TIMEOUT
   grep -E "^\[  FAILED  \]|^\[  SKIPPED \]" "$L/parity_$1.log" | head -12
 }
 if [ "${PARITY:-1}" = 1 ]; then
-  parity new "${PARITY_NEW:-MoeParity.RouterRoute*:MoeBackend.GraphModeMerges*:MlaInputs.*:CudaFusedParity.QkvRopeKvWrite:CudaParity.PerHeadLinear}" 100
+  parity new "${PARITY_NEW:-MoeParity.RouterRoute*:MoeBackend.GraphModeMerges*:*MlaInputs*:MlaBackend.DecodeStepsReplayCapturedGraphs:CudaFusedParity.QkvRopeKvWrite:CudaParity.PerHeadLinear}" 100
 fi
 W=/tmp/session7_check
 project() {  # LOG2 LOG4 LAYERS: each step (default, variants) projected to LAYERS from the cuts
