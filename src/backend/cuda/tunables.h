@@ -125,7 +125,7 @@ struct CudaTunables {
   // layers projected, session7_check.sh, H200, 2026-12-02) at batch 1 took 6.033 ms against
   // 6.485 with two launches (ncu had the route at 431 us a step); batch 32: 22.979 / 22.701, within
   // the run's noise (batch 128, which the merge does not touch: 45.015 / 46.717).
-  int moe_router_route_max_tokens = 32;
+  int moe_router_route_max_tokens = 0;
   // FP8-block linears above the GEMV's rows: false (default) dequantize the weight to bf16 and
   // run the bf16 GEMM (W8A16: the weights exactly as DeepSeek's reference inference dequantizes
   // them, activations untouched); true quantize the activations to e4m3 per 128 values and run
