@@ -121,10 +121,14 @@ struct CudaTunables {
   int moe_int4_reg_gate_up_warps = 0;
   // With fusion, graph-mode MoE steps of up to this many tokens run the router GEMV and the
   // expert choice as one launch (moe_route.h launch_moe_router_route); 0 keeps two launches (A/B),
-  // at most kMoeRouterMaxTokens (32). No env. Default 32: one Kimi-K2.5 rank's decode step (61
-  // layers projected, session7_check.sh, H200, 2026-12-02) at batch 1 took 6.033 ms against
-  // 6.485 with two launches (ncu had the route at 431 us a step); batch 32: 22.979 / 22.701, within
-  // the run's noise (batch 128, which the merge does not touch: 45.015 / 46.717).
+  // at most kMoeRouterMaxTokens (32). No env. Measured: one Kimi-K2.5 rank's decode step (61
+  // layers projected, session7_check.sh, H200, 2026-12-02) at batch 1 took 6.033 / 6.478 ms merged
+  // against 6.485 / 6.636 with two launches (two calls; ncu had the route at 431 us a step). Default
+  // 0 (off) until Fixtures/MlaModel.GreedyMatchesTheCpuBackend runs on the GPU with it: in the
+  // same run, graph-mode greedy of the tiny DeepSeek fixtures left eager's at a near-tie (CPU gap
+  // 0.003-0.006), and no device time was left to tell whether the merge or an older graph-mode
+  // difference did it (the merged launch itself is bitwise the two launches:
+  // MoeParity.RouterRouteOneLaunchIsBitwiseTheTwoLaunches, MoeBackend.GraphModeMergesRouterAndRoute).
   int moe_router_route_max_tokens = 0;
   // FP8-block linears above the GEMV's rows: false (default) dequantize the weight to bf16 and
   // run the bf16 GEMM (W8A16: the weights exactly as DeepSeek's reference inference dequantizes
