@@ -5,7 +5,11 @@
 #   .devcarry/cuda  debs, shared/{configs,data,fixtures}, models/house-llama            (~40 MB)
 #   .devcarry/mla   debs, shared/{configs,data,fixtures}, models/house-mla              (~52 MB)
 #   .devcarry/all   debs, shared/{configs,data,fixtures}, models.tar.xz of both models  (~62 MB)
-# Usage: bash bench/cuda/make_carry.sh [cuda|mla|all]...   (default: all three)
+#   .devcarry/fx    debs, shared/{configs,data,fixtures}, no model                      (~16 MB)
+#   .devcarry/bench debs, shared/configs only (benches that make their weights)          (~2 MB)
+# The repository's tracked files (~22 MB) travel too: with .devcarry/cuda the call is at the
+# limit, with .devcarry/mla or all over it (their house-model tests need a slimmer repository).
+# Usage: bash bench/cuda/make_carry.sh [cuda|mla|all|fx|bench]...   (default: cuda mla all)
 set -eu
 S=../shared
 debs() {
@@ -25,6 +29,8 @@ for what in ${@:-cuda mla all}; do
     cuda) mkdir -p $d/shared/models && cp -r $S/models/house-llama $d/shared/models/ ;;
     mla) mkdir -p $d/shared/models && cp -r $S/models/house-mla $d/shared/models/ ;;
     all) (cd $S/models && tar cf - house-llama house-mla) | xz -9 -T2 >$d/shared/models.tar.xz ;;
+    fx) ;;
+    bench) rm -rf $d/shared/data $d/shared/fixtures ;;
   esac
   echo "$d: $(du -sb $d | awk '{printf "%.1f MiB", $1 / 1048576}')"
 done

@@ -1,6 +1,6 @@
 #!/bin/bash
-# Session 7's integration check (int/s7: the INT4 experts' knobs, the ring GEMV, the fused MLA
-# split merge, router + route in one launch, the MLA inputs in one launch), one build, on the GPU
+# Session 7's integration check (the INT4 experts' knobs, router + route in one launch, the MLA
+# inputs in one launch, the per-head GEMV's preload), one build, on the GPU
 # machine from the repository root (carry with debs, shared/configs and shared/fixtures:
 # STRATA_CARRY=$PWD/.devcarry/fx):
 #   (1) parity: each change's new tests first, the MoE, MLA, linear and fused suites around them
