@@ -5,10 +5,10 @@
 // values are rounded to bf16 exactly where rope.cu rounds them, then scaled and stored exactly
 // as kv_write.cu stores a bf16 input.
 #include "backend/cuda/common.cuh"
-#include "backend/cuda/rope.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/fp8.cuh"
 #include "backend/cuda/kv_write.h"
+#include "backend/cuda/rope.cuh"
 #include "backend/cuda/rope.h"
 
 namespace strata::cuda {

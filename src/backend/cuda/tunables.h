@@ -123,12 +123,13 @@ struct CudaTunables {
   // expert choice as one launch (moe_route.h launch_moe_router_route); 0 keeps two launches (A/B),
   // at most kMoeRouterMaxTokens (32). No env. Measured: one Kimi-K2.5 rank's decode step (61
   // layers projected, session7_check.sh, H200, 2026-12-02) at batch 1 took 6.033 / 6.478 ms merged
-  // against 6.485 / 6.636 with two launches (two calls; ncu had the route at 431 us a step). Default
-  // 0 (off) until Fixtures/MlaModel.GreedyMatchesTheCpuBackend runs on the GPU with it: in the
-  // same run, graph-mode greedy of the tiny DeepSeek fixtures left eager's at a near-tie (CPU gap
-  // 0.003-0.006), and no device time was left to tell whether the merge or an older graph-mode
+  // against 6.485 / 6.636 with two launches (two calls; ncu had the route at 431 us a step).
+  // Default 0 (off) until Fixtures/MlaModel.GreedyMatchesTheCpuBackend runs on the GPU with it: in
+  // the same run, graph-mode greedy of the tiny DeepSeek fixtures left eager's at a near-tie (CPU
+  // gap 0.003-0.006), and no device time was left to tell whether the merge or an older graph-mode
   // difference did it (the merged launch itself is bitwise the two launches:
-  // MoeParity.RouterRouteOneLaunchIsBitwiseTheTwoLaunches, MoeBackend.GraphModeMergesRouterAndRoute).
+  // MoeParity.RouterRouteOneLaunchIsBitwiseTheTwoLaunches,
+  // MoeBackend.GraphModeMergesRouterAndRoute).
   int moe_router_route_max_tokens = 0;
   // FP8-block linears above the GEMV's rows: false (default) dequantize the weight to bf16 and
   // run the bf16 GEMM (W8A16: the weights exactly as DeepSeek's reference inference dequantizes
