@@ -257,12 +257,12 @@ struct MoeExpertsParams {
   int int4_reg_max_assignments;  // decode, INT4: up to this many T · k the register GEMV's
                                  // experts mode by ids (linear_int4.h) instead of the grouped
                                  // GEMV; 0 off
-  int int4_reg_planned;  // decode, INT4, above that: 1 the register GEMV's planned experts mode
-                         // (a plan of 4- or 8-row tiles first), 0 the grouped GEMV
-  int int4_reg_round;    // CudaTunables::moe_int4_reg_round
-  int int4_reg_split;    // CudaTunables::moe_int4_reg_split
-  int int4_reg_tile_rows;      // CudaTunables::moe_int4_reg_tile_rows
-  int int4_reg_down_units;     // CudaTunables::moe_int4_reg_down_units
+  int int4_reg_planned;     // decode, INT4, above that: 1 the register GEMV's planned experts mode
+                            // (a plan of 4- or 8-row tiles first), 0 the grouped GEMV
+  int int4_reg_round;       // CudaTunables::moe_int4_reg_round
+  int int4_reg_split;       // CudaTunables::moe_int4_reg_split
+  int int4_reg_tile_rows;   // CudaTunables::moe_int4_reg_tile_rows
+  int int4_reg_down_units;  // CudaTunables::moe_int4_reg_down_units
   int int4_reg_gate_up_warps;  // CudaTunables::moe_int4_reg_gate_up_warps
 };
 size_t moe_experts_scratch_bytes(int64_t tokens, int top_k, int num_experts, int64_t hidden,
