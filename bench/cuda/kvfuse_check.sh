@@ -31,16 +31,6 @@ mkdir -p $W
 RS=./build-dev/strata_bench_rank_step_bench
 VARIANTS=unfused_mla_inputs,unfused
 
-cut_config() {  # SRC_CONFIG LAYERS OUT_DIR: the config with num_hidden_layers = LAYERS
-  python3 - "$@" <<'PY'
-import json, os, sys
-src, layers, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-c = json.load(open(src))
-(c.get("text_config") or c)["num_hidden_layers"] = layers
-os.makedirs(out, exist_ok=True)
-json.dump(c, open(f"{out}/config.json", "w"), indent=1)
-PY
-}
 
 for stage in $STAGES; do
   t1=$(date +%s)
@@ -53,29 +43,14 @@ for stage in $STAGES; do
       echo "MlaInputs op cases run: $(grep -cE '^mla inputs .*nmse vs CPU' "$OUT/parity.log")" ;;
     kimi)
       for L in 2 4; do
-        cut_config "$CFG/kimi-k2.5/config.json" $L "$W/kimi$L"
+        python3 bench/cuda/rank_cuts.py cut "$CFG/kimi-k2.5/config.json" $L "$W/kimi$L"
         prof=0; [ $L = 4 ] && prof=1
         $RS --config "$W/kimi$L/config.json" --tp-size 8 --batches 1,32 --context 4096 --prefill 0 \
           --reps 30 --op-profile $prof --variants $VARIANTS >"$OUT/kimi${L}.log" 2>&1
         echo "kimi $L layers: rc $?"
         grep -E "^decode|^variant" "$OUT/kimi${L}.log"
       done
-      python3 - "$OUT/kimi2.log" "$OUT/kimi4.log" <<'PY'
-import re, sys
-def walls(path):
-    text = open(path).read()
-    w = {}
-    for b, ms in re.findall(r"^decode   batch (\d+),.*?step ([\d.]+) ms as a CUDA graph", text, re.M):
-        w[("default", int(b))] = float(ms)
-    for b, name, ms in re.findall(r"^variant  batch (\d+), context \d+: (\S+)\s+step ([\d.]+) ms", text, re.M):
-        w[(name, int(b))] = float(ms)
-    return w
-w2, w4 = walls(sys.argv[1]), walls(sys.argv[2])
-for key in sorted(w2, key=lambda k: (k[1], k[0])):
-    if key in w4:
-        proj = w2[key] + (w4[key] - w2[key]) * (61 - 2) / 2
-        print(f"kimi 61-layer step, batch {key[1]}, {key[0]:<18}: {proj:.3f} ms (2 layers {w2[key]:.3f}, 4 layers {w4[key]:.3f})")
-PY
+      python3 bench/cuda/rank_cuts.py project "$OUT/kimi2.log" "$OUT/kimi4.log"
       sed -n '/^profile/,$p' "$OUT/kimi4.log" | head -30 ;;
     moonlight)
       $RS --config "$CFG/moonlight-16b-a3b/config.json" --batches 1 --context 768 --prefill 0 \

@@ -49,32 +49,12 @@ fi
 if [ "${KIMI:-1}" = 1 ]; then
   W=/tmp/moe_planned_check
   for n in 2 4; do
-    python3 - "$C/shared/configs/kimi-k2.5/config.json" $n "$W/kimi$n" <<'PY'
-import json, os, sys
-c = json.load(open(sys.argv[1]))
-(c.get("text_config") or c)["num_hidden_layers"] = int(sys.argv[2])
-os.makedirs(sys.argv[3], exist_ok=True)
-json.dump(c, open(sys.argv[3] + "/config.json", "w"))
-PY
+    python3 bench/cuda/rank_cuts.py cut "$C/shared/configs/kimi-k2.5/config.json" $n "$W/kimi$n"
     timeout 240 ./build-dev/strata_bench_rank_step_bench --config "$W/kimi$n/config.json" --tp-size 8 \
       --batches ${KIMI_BATCHES:-1,32,128} --context 4096 --prefill 0 --reps 10 \
       --variants ${KIMI_VARIANTS:-moe_unrounded,moe_split2,moe_rows8} >"$L/kimi$n.log" 2>&1
     echo "kimi $n layers: exit $?"
   done
-  python3 - "$L/kimi2.log" "$L/kimi4.log" <<'PY'
-import re, sys
-def walls(path):
-    text, out = open(path).read(), {}
-    for b, ms in re.findall(r"^decode   batch (\d+),.*?step ([\d.]+) ms as a CUDA graph", text, re.M):
-        out[(int(b), "default")] = float(ms)
-    for b, name, ms in re.findall(r"^variant  batch (\d+), context \d+: (\S+) +step ([\d.]+) ms", text, re.M):
-        out[(int(b), name)] = float(ms)
-    return out
-a, c = walls(sys.argv[1]), walls(sys.argv[2])
-for key in sorted(a, key=lambda k: (k[0], k[1] != "default", k[1])):
-    if key in c:
-        print(f"kimi 61-layer step, batch {key[0]}, {key[1]:14s}: {a[key] + (c[key] - a[key]) * 59 / 2:.3f} ms "
-              f"(2 layers {a[key]:.3f}, 4 layers {c[key]:.3f})")
-PY
+  python3 bench/cuda/rank_cuts.py project "$L/kimi2.log" "$L/kimi4.log"
 fi
 echo "total: $(( $(date +%s) - t0 )) s"

@@ -30,34 +30,14 @@ parity moe 'MoeParity.*:MoeBackend.*:Int4Parity.*' ${MOE_PARITY_S:-150}
 parity mla 'MlaAttention.*' ${MLA_PARITY_S:-120}
 W=/tmp/moe_reg_check
 for n in 2 4; do
-  python3 - "$C/shared/configs/kimi-k2.5/config.json" $n "$W/kimi$n" <<'PY'
-import json, os, sys
-c = json.load(open(sys.argv[1]))
-(c.get("text_config") or c)["num_hidden_layers"] = int(sys.argv[2])
-os.makedirs(sys.argv[3], exist_ok=True)
-json.dump(c, open(sys.argv[3] + "/config.json", "w"))
-PY
+  python3 bench/cuda/rank_cuts.py cut "$C/shared/configs/kimi-k2.5/config.json" $n "$W/kimi$n"
   timeout 150 ./build-dev/strata_bench_rank_step_bench --config "$W/kimi$n/config.json" --tp-size 8 \
     --batches ${KIMI_BATCHES:-1,2,8,32,128} --context 4096 --prefill 0 --reps 10 \
     --variants ${KIMI_VARIANTS:-moe_grouped,cublas_heads,unfused} >"$L/kimi$n.log" 2>&1
   echo "kimi $n layers: exit $?"
 done
 # Each step (the default and every variant) projected to 61 layers from the 2- and 4-layer cuts.
-python3 - "$L/kimi2.log" "$L/kimi4.log" <<'PY'
-import re, sys
-def walls(path):
-    text, out = open(path).read(), {}
-    for b, ms in re.findall(r"^decode   batch (\d+),.*?step ([\d.]+) ms as a CUDA graph", text, re.M):
-        out[(int(b), "default")] = float(ms)
-    for b, name, ms in re.findall(r"^variant  batch (\d+), context \d+: (\S+) +step ([\d.]+) ms", text, re.M):
-        out[(int(b), name)] = float(ms)
-    return out
-a, c = walls(sys.argv[1]), walls(sys.argv[2])
-for key in sorted(a, key=lambda k: (k[0], k[1] != "default", k[1])):
-    if key in c:
-        print(f"kimi 61-layer step, batch {key[0]}, {key[1]:12s}: {a[key] + (c[key] - a[key]) * 59 / 2:.3f} ms "
-              f"(2 layers {a[key]:.3f}, 4 layers {c[key]:.3f})")
-PY
+python3 bench/cuda/rank_cuts.py project "$L/kimi2.log" "$L/kimi4.log"
 # Moonlight-16B-A3B with INT4 g32 experts (Kimi-K2.5's quantization_config on Moonlight's config,
 # as deepseek_e2e_run.sh's moonlight_w4a16), all 27 layers at tp 1, batch 1 and 2.
 python3 - "$C/shared/configs" "$W/moonlight-w4a16" <<'PY'

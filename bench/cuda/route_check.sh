@@ -32,35 +32,14 @@ grep -E "^router\+route|^graph-mode" "$L/parity_fused.log" | head -12
 parity moe 'MoeParity.*:MoeBackend.*' ${MOE_PARITY_S:-150}
 W=/tmp/route_check
 for n in 2 4; do
-  python3 - "$C/shared/configs/kimi-k2.5/config.json" $n "$W/kimi$n" <<'PY'
-import json, os, sys
-c = json.load(open(sys.argv[1]))
-(c.get("text_config") or c)["num_hidden_layers"] = int(sys.argv[2])
-os.makedirs(sys.argv[3], exist_ok=True)
-json.dump(c, open(sys.argv[3] + "/config.json", "w"))
-PY
+  python3 bench/cuda/rank_cuts.py cut "$C/shared/configs/kimi-k2.5/config.json" $n "$W/kimi$n"
   timeout 150 ./build-dev/strata_bench_rank_step_bench --config "$W/kimi$n/config.json" --tp-size 8 \
     --batches ${KIMI_BATCHES:-1,8,32} --context 4096 --prefill 0 --reps 20 \
     --variants ${ROUTE_VARIANTS:-route_unfused,unfused} >"$L/kimi$n.log" 2>&1
   echo "kimi $n layers: exit $?"
 done
 # Each step (the default and every variant) projected to 61 layers from the 2- and 4-layer cuts.
-python3 - "$L/kimi2.log" "$L/kimi4.log" <<'PY'
-import re, sys
-def walls(path):
-    text, out = open(path).read(), {}
-    for b, ms in re.findall(r"^decode   batch (\d+),.*?step ([\d.]+) ms as a CUDA graph", text, re.M):
-        out[(int(b), "default")] = float(ms)
-    for b, name, ms in re.findall(r"^variant  batch (\d+), context \d+: (\S+) +step ([\d.]+) ms", text, re.M):
-        out[(int(b), name)] = float(ms)
-    return out
-a, c = walls(sys.argv[1]), walls(sys.argv[2])
-for key in sorted(a, key=lambda k: (k[0], k[1] != "default", k[1])):
-    if key in c:
-        per_layer = (c[key] - a[key]) / 2
-        print(f"kimi 61-layer step, batch {key[0]}, {key[1]:13s}: {a[key] + per_layer * 59:.3f} ms "
-              f"(2 layers {a[key]:.3f}, 4 layers {c[key]:.3f}; {per_layer * 1e3:.1f} us/layer)")
-PY
+python3 bench/cuda/rank_cuts.py project "$L/kimi2.log" "$L/kimi4.log"
 timeout ${MOE_BENCH_S:-120} ./build-dev/strata_bench_moe_bench --what kernels,backend --configs kimi \
   --backend-configs kimi --tokens 1,8,32 --sweep 0 >"$L/moe_bench.log" 2>&1
 echo "moe_bench: exit $?"
