@@ -7,6 +7,31 @@
 
 namespace strata::cuda {
 
+namespace {
+
+// One projection of the experts as the register GEMV takes it: m rows (1 by ids, the plan's tile
+// rows when planned), the dense default's ring (CudaTunables::int4_gemv_ring: 8).
+Int4LinearParams expert_params(const MoeExpertsParams& p, const MoeWeights& w, const bf16_bits* x,
+                               bf16_bits* out, int64_t m) {
+  auto q = Int4LinearParams{};
+  q.x = x;
+  q.packed = w.values;
+  q.scale = static_cast<const bf16_bits*>(w.scales);
+  q.out = out;
+  q.m = m;
+  q.n = w.n;
+  q.k = w.k;
+  q.group = w.group;
+  q.gemv_unroll = 8;
+  // Weights rounded to bf16 before the mma by default, as every MoE kernel and the CPU twin
+  // dequantize (moe_experts.h numerics); the unrounded variant moved a tiny layer's NMSE from
+  // ~1.5e-5 to 4.3e-5 against the twin (MoeBackend.ExpertsMatchCpu, H 64 I 32 T 2; bound 4e-5).
+  q.gemv_round = p.int4_reg_round;
+  return q;
+}
+
+}  // namespace
+
 // The decode path for a few INT4 assignments (T · k <= p.int4_reg_max_assignments): gate_up and
 // down as the register GEMV's experts mode, one matrix per assignment (linear_int4.h), in place
 // of the grouped GEMV. Measured first on one Kimi-K2.5 rank at T = 1 (2026-12-02): the grouped
@@ -16,24 +41,7 @@ namespace strata::cuda {
 bool launch_moe_int4_reg(const MoeExpertsParams& p, bf16_bits* act, bf16_bits* y,
                          cudaStream_t stream) {
   const int64_t hidden = p.down.n, inter = p.down.k;
-  auto params = [&](const MoeWeights& w, const bf16_bits* x, bf16_bits* out) {
-    auto q = Int4LinearParams{};
-    q.x = x;
-    q.packed = w.values;
-    q.scale = static_cast<const bf16_bits*>(w.scales);
-    q.out = out;
-    q.m = 1;
-    q.n = w.n;
-    q.k = w.k;
-    q.group = w.group;
-    q.gemv_unroll = 8;  // the dense default's ring (CudaTunables::int4_gemv_ring)
-    // Weights rounded to bf16 before the mma, as every MoE kernel and the CPU twin dequantize
-    // (moe_experts.h numerics); the unrounded variant moved a tiny layer's NMSE from ~1.5e-5 to
-    // 4.3e-5 against the twin (MoeBackend.ExpertsMatchCpu, H 64 I 32 T 2; bound 4e-5).
-    q.gemv_round = p.int4_reg_round;
-    return q;
-  };
-  Int4LinearParams gate_up = params(p.gate_up, p.x, act);
+  Int4LinearParams gate_up = expert_params(p, p.gate_up, p.x, act, 1);
   gate_up.glu_inter = inter;
   gate_up.gemv_warps = p.int4_reg_gate_up_warps;
   // The ids are written by the kernel just before: the expert is known only after the wait, and
@@ -41,7 +49,7 @@ bool launch_moe_int4_reg(const MoeExpertsParams& p, bf16_bits* act, bf16_bits* y
   gate_up.gemv_trigger = kInt4TriggerAfterWait;
   const Int4RegExperts by_token{p.topk_ids, p.tokens * p.top_k, p.top_k, p.num_experts,
                                 0,          p.int4_reg_split};
-  Int4LinearParams down = params(p.down, act, y);
+  Int4LinearParams down = expert_params(p, p.down, act, y, 1);
   down.preload = 1;  // its expert is known before its wait: the weights stream from the start
   const Int4RegExperts by_row{p.topk_ids,        p.tokens * p.top_k,   1, p.num_experts, 1,
                               0 /* own split */, p.int4_reg_down_units};
@@ -67,34 +75,20 @@ bool launch_moe_int4_reg_planned(const MoeExpertsParams& p, const MoePlan& plan,
   const int tile_rows = p.int4_reg_tile_rows == 4 || p.int4_reg_tile_rows == 8
                             ? p.int4_reg_tile_rows
                             : (hidden * 8 * 2 <= 64 * 1024 ? 8 : 4);
-  auto params = [&](const MoeWeights& w, const bf16_bits* x, bf16_bits* out) {
-    auto q = Int4LinearParams{};
-    q.x = x;
-    q.packed = w.values;
-    q.scale = static_cast<const bf16_bits*>(w.scales);
-    q.out = out;
-    q.m = tile_rows;
-    q.n = w.n;
-    q.k = w.k;
-    q.group = w.group;
-    q.gemv_unroll = 8;  // as launch_moe_int4_reg
-    q.gemv_round = p.int4_reg_round;
-    return q;
-  };
   Int4RegExperts ex{};
   ex.num_experts = p.num_experts;
   ex.tiles = plan.tiles;
   ex.counts = plan.counts;
   ex.offsets = plan.offsets;
   ex.max_tiles = moe_max_tiles(n, p.num_experts, tile_rows);
-  Int4LinearParams gate_up = params(p.gate_up, p.x, act);
+  Int4LinearParams gate_up = expert_params(p, p.gate_up, p.x, act, tile_rows);
   gate_up.glu_inter = inter;
   gate_up.gemv_warps = p.int4_reg_gate_up_warps;
   gate_up.gemv_trigger = kInt4TriggerAfterWait;  // down reads the plan before its wait
   Int4RegExperts gate_up_ex = ex;
   gate_up_ex.row_token = plan.row_token;
   gate_up_ex.min_split = p.int4_reg_split;  // down's items are short (k = inter): its own split
-  Int4LinearParams down = params(p.down, act, y);
+  Int4LinearParams down = expert_params(p, p.down, act, y, tile_rows);
   down.preload = 1;
   Int4RegExperts down_ex = ex;
   down_ex.ids_early = 1;
