@@ -76,6 +76,18 @@ double time_ms(Backend& be, int reps, F&& fn) {
   return since(t) / reps * 1e3;
 }
 
+// The host's graph-mode recording per step between two GraphStats snapshots (the capture's own
+// time left out): the forward's host code, the signature and the graph launch, during which the
+// device waits (the step's end downloads the sampled tokens).
+std::string host_recording(const cuda::GraphStats& a, const cuda::GraphStats& b) {
+  const int64_t steps = b.recorded_steps - a.recorded_steps;
+  if (steps <= 0) return "";
+  const double rec = double((b.record_ns - a.record_ns) - (b.capture_ns - a.capture_ns)) / 1e3;
+  const double flush = double((b.flush_ns - a.flush_ns) - (b.capture_ns - a.capture_ns)) / 1e3;
+  return fmt::format("; host recording {:.0f} us a step (flush {:.0f} us), {} launches",
+                     rec / double(steps), flush / double(steps), (b.launches - a.launches) / steps);
+}
+
 void print_collectives(const SkippedCollectives& s) {
   if (s.all_reduce_calls == 0 && s.all_gather_calls == 0) return;
   std::printf("; skipped collectives: all_reduce %lld x %lld B, all_gather %lld x %lld B",
@@ -156,13 +168,15 @@ void run(const Args& a) {
     const double eager =
         time_ms(be, std::max(3, a.reps / 4), [&] { model->forward_sample(batch->fb, *kv, args); });
     be.set_graph_mode(true);
+    const cuda::GraphStats g0 = be.graph_stats();
     const double graph = time_ms(be, a.reps, [&] { model->forward_sample(batch->fb, *kv, args); });
+    const std::string recording = host_recording(g0, be.graph_stats());
     be.set_graph_mode(false);
     std::printf(
         "decode   batch %d, context %d%s, KV %s: step %.3f ms as a CUDA graph (%.0f tok/s), %.3f "
-        "ms eager",
+        "ms eager%s",
         B, C, C < a.context ? " (the longest that fits)" : "", dtype_name(kv_dtype), graph,
-        B / (graph * 1e-3), eager);
+        B / (graph * 1e-3), eager, recording.c_str());
     print_collectives(per_step);
     std::printf("\n");
     std::fflush(stdout);
@@ -182,13 +196,15 @@ void run(const Args& a) {
       const cuda::CudaTunables saved = be.tunables();
       be.tune(v->apply);
       be.set_graph_mode(true);
+      const cuda::GraphStats v0 = be.graph_stats();
       const double ms = time_ms(be, a.reps, [&] { model->forward_sample(batch->fb, *kv, args); });
+      const std::string v_recording = host_recording(v0, be.graph_stats());
       be.set_graph_mode(false);
       be.set_tunables(saved);
       std::printf(
           "variant  batch %d, context %d: %-12s step %.3f ms as a CUDA graph (default %.3f: "
-          "%+.1f%%; %s)\n",
-          B, C, v->name, ms, graph, 100.0 * (ms / graph - 1.0), v->what);
+          "%+.1f%%; %s)%s\n",
+          B, C, v->name, ms, graph, 100.0 * (ms / graph - 1.0), v->what, v_recording.c_str());
       std::fflush(stdout);
     }
     if (a.ncu_step) {

@@ -31,6 +31,8 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.moe_int4_reg_split = 0; }},
     {"moe_split2", "INT4 experts: two blocks at least per work item (moe_int4_reg_split 2)",
      [](cuda::CudaTunables& t) { t.moe_int4_reg_split = 2; }},
+    {"moe_split3", "INT4 experts: three blocks at least per work item (moe_int4_reg_split 3)",
+     [](cuda::CudaTunables& t) { t.moe_int4_reg_split = 3; }},
     {"moe_split4", "INT4 experts: four blocks at least per work item (moe_int4_reg_split 4)",
      [](cuda::CudaTunables& t) { t.moe_int4_reg_split = 4; }},
     {"moe_rows8", "INT4 experts: 8-row plan tiles (moe_int4_reg_tile_rows 8)",
@@ -64,6 +66,26 @@ inline constexpr Variant kVariants[] = {
     {"route_unfused",
      "MoE router GEMV and expert choice as two launches (moe_router_route_max_tokens 0)",
      [](cuda::CudaTunables& t) { t.moe_router_route_max_tokens = 0; }},
+    {"route_merged",
+     "MoE router GEMV and expert choice as one launch up to 32 tokens "
+     "(moe_router_route_max_tokens 32)",
+     [](cuda::CudaTunables& t) { t.moe_router_route_max_tokens = 32; }},
+    {"gemv_pair", "two plain GEMVs on one x as one launch (gemv_pair_fusion: q_a / q_proj + kv_a)",
+     [](cuda::CudaTunables& t) { t.gemv_pair_fusion = true; }},
+    {"side_branch",
+     "shared experts on a second stream beside the routing up to 2 rows (side_branch_max_rows)",
+     [](cuda::CudaTunables& t) { t.side_branch_max_rows = 2; }},
+    {"graph_merges", "route_merged and gemv_pair together",
+     [](cuda::CudaTunables& t) {
+       t.moe_router_route_max_tokens = 32;
+       t.gemv_pair_fusion = true;
+     }},
+    {"all_s8", "route_merged, gemv_pair and side_branch together",
+     [](cuda::CudaTunables& t) {
+       t.moe_router_route_max_tokens = 32;
+       t.gemv_pair_fusion = true;
+       t.side_branch_max_rows = 2;
+     }},
 };
 inline const Variant* find_variant(const std::string& name) {
   for (const Variant& v : kVariants)

@@ -10,6 +10,7 @@
 #include "arch/dcp.h"
 #include "arch/decoder.h"
 #include "arch/mla.h"
+#include "backend/side_branch.h"
 #include "model/weight_names.h"
 #include "model/weights.h"
 
@@ -277,17 +278,20 @@ void DeepseekModel::attention_block(int layer, const Tensor& h, const ForwardBat
   const int64_t t = batch.attn.num_tokens, heads = dims_.num_heads;
   const DType act = be.activation_dtype();
   auto q = be.alloc(act, {t, heads, dims_.q_head_dim()});
+  auto kv_row = be.alloc(act, {t, dims_.cache_dim()});
+  // kv_a right after the first linear on h: two linears on one input back to back, which a
+  // backend may run as one launch (the CUDA backend's gemv_pair_fusion under graphs).
   if (L.q_a.weight) {
     auto qa = be.alloc(act, {t, spec_.mla.q_lora_rank});
     be.linear(h, L.q_a, *qa);
+    be.linear(h, L.kv_a, *kv_row);
     be.rms_norm(*qa, *L.q_a_norm, kLoraNormEps, *qa);
     trace(*qa, "q_a_norm", layer);
     be.linear(*qa, L.q_b, *q);
   } else {
     be.linear(h, L.q_proj, *q);
+    be.linear(h, L.kv_a, *kv_row);
   }
-  auto kv_row = be.alloc(act, {t, dims_.cache_dim()});
-  be.linear(h, L.kv_a, *kv_row);
   auto attn = be.alloc(act, {t, heads, dims_.v_head_dim});
   if (tp_.dcp_active()) {
     mla_make_cache_rows(be, dims_, *kv_row, *L.kv_a_norm, kLoraNormEps, batch.attn.positions, rope);
@@ -304,15 +308,21 @@ void DeepseekModel::attention_block(int layer, const Tensor& h, const ForwardBat
     mla_dcp_attention(be, *dcp_ops_, *tp_.dcp, dims_, dcp_group_heads_, L.absorbed, softmax_scale_,
                       *q, *kv_row, kv, layer, dcp_local_, *attn);
   } else {
-    // The cache rows (norm, rope, page write), q's rope and q_latent's rope columns: one launch
-    // on the GPU.
+    // W_UK's per-head products (q's nope columns into q_latent's latent columns) as a side
+    // branch beside the cache rows (norm, rope, page write), q's rope and q_latent's rope columns
+    // (one launch on the GPU): the two touch disjoint columns.
     auto q_latent = be.alloc(act, {t, heads, dims_.cache_dim()});
+    SideBranches* side = side_branches(be);
+    if (side) side->begin_side_branch(t);
+    mla_absorb_q(be, dims_, L.absorbed, *q, *q_latent);
+    if (side) side->end_side_branch();
     mla_prepare_attention(be, dims_, *kv_row, *L.kv_a_norm, kLoraNormEps, *q, *q_latent, rope, kv,
                           layer, batch.attn);
+    if (side) side->join_side_branch();
     trace(*kv_row, "kv_cache_row", layer);
     trace(*q, "q_rope", layer);
-    mla_absorbed_attention_latent(be, dims_, L.absorbed, softmax_scale_, *q, *q_latent, kv, layer,
-                                  batch.attn, *attn);
+    mla_attend_latent(be, dims_, L.absorbed, softmax_scale_, *q_latent, kv, layer, batch.attn,
+                      *attn);
   }
   trace(*attn, "attn", layer);
   be.linear(attn->view().reshape({t, heads * dims_.v_head_dim}), L.o_proj, out);
@@ -330,6 +340,16 @@ void DeepseekModel::moe_block(int layer, const Tensor& h, const Tensor& out) {
   Backend& be = *backend_;
   const MoeBlock& m = layers_[size_t(layer)].moe;
   const int64_t t = h.dim(0), k = route_args_.top_k;
+  // The shared experts first, as a side branch (backend/side_branch.h) beside the router, the
+  // route and the routed experts; moe_experts_add joins it before it reads their output.
+  DeviceTensorPtr shared;
+  if (m.has_shared) {
+    shared = be.alloc(be.activation_dtype(), {t, spec_.hidden_size});
+    SideBranches* side = side_branches(be);
+    if (side) side->begin_side_branch(t);
+    swiglu(m.shared, h, *shared);
+    if (side) side->end_side_branch();
+  }
   auto logits = be.alloc(DType::kF32, {t, route_args_.num_experts});
   be.linear(h, m.gate, *logits);
   trace(*logits, "router_logits", layer);
@@ -345,12 +365,10 @@ void DeepseekModel::moe_block(int layer, const Tensor& h, const Tensor& out) {
     trace(out, "routed_out", layer);
     return;
   }
-  // The shared experts first, so that the routed experts' combine can add them (one launch and
-  // one rounding fewer on the GPU).
-  auto shared = be.alloc(be.activation_dtype(), {t, spec_.hidden_size});
-  swiglu(m.shared, h, *shared);
-  trace(*shared, "shared_out", layer);
+  // The routed experts' combine adds the shared experts' output (one launch and one rounding
+  // fewer on the GPU), which a side branch makes beside the routing (moe_experts_add joins it).
   be.moe_experts_add(h, m.experts, *ids, *weights, *shared, out);
+  trace(*shared, "shared_out", layer);
   trace(out, "moe_out", layer);
 }
 

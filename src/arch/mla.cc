@@ -81,12 +81,24 @@ void mla_absorbed_attention_latent(Backend& be, const MlaDims& d, const MlaAbsor
                                    float scale, const Tensor& q, const Tensor& q_latent,
                                    const KvStorage& kv, int layer, const AttentionMetadata& meta,
                                    const Tensor& out) {
-  const int64_t t = q.dim(0), heads = d.num_heads, rank = d.kv_lora_rank;
-  CHECK_EQ(q.dim(1), heads);
+  mla_absorb_q(be, d, w, q, q_latent);
+  mla_attend_latent(be, d, w, scale, q_latent, kv, layer, meta, out);
+}
+
+void mla_absorb_q(Backend& be, const MlaDims& d, const MlaAbsorbedWeights& w, const Tensor& q,
+                  const Tensor& q_latent) {
+  CHECK_EQ(q.dim(1), d.num_heads);
   CHECK_EQ(q.dim(2), d.q_head_dim());
-  CHECK_EQ(q_latent.numel(), t * heads * d.cache_dim());
-  // q_latent[t, h] = [W_UK_hᵀ q_nope | q_rope]: the rope part is already there.
+  CHECK_EQ(q_latent.numel(), q.dim(0) * d.num_heads * d.cache_dim());
+  // q_latent[t, h] = [W_UK_hᵀ q_nope | q_rope]: the rope part comes from mla_prepare_attention.
   be.per_head_linear(q, 0, *w.w_uk, q_latent, 0);
+}
+
+void mla_attend_latent(Backend& be, const MlaDims& d, const MlaAbsorbedWeights& w, float scale,
+                       const Tensor& q_latent, const KvStorage& kv, int layer,
+                       const AttentionMetadata& meta, const Tensor& out) {
+  const int64_t t = q_latent.dim(0), heads = d.num_heads, rank = d.kv_lora_rank;
+  CHECK_EQ(q_latent.numel(), t * heads * d.cache_dim());
   auto latent_out = be.alloc(be.activation_dtype(), {t, heads, rank});
   const MlaArgs args{.scale = scale,
                      .num_heads = int(heads),

@@ -58,10 +58,19 @@ void mla_absorbed_attention(Backend& be, const MlaDims& d, const MlaAbsorbedWeig
                             const Tensor& q, const KvStorage& kv, int layer,
                             const AttentionMetadata& meta, const Tensor& out);
 // The same after mla_prepare_attention: q_latent's rope columns already hold q's roped dims (the
-// W_UK products fill the rest).
+// W_UK products fill the rest). The two steps below, in order.
 void mla_absorbed_attention_latent(Backend& be, const MlaDims& d, const MlaAbsorbedWeights& w,
                                    float scale, const Tensor& q, const Tensor& q_latent,
                                    const KvStorage& kv, int layer, const AttentionMetadata& meta,
                                    const Tensor& out);
+// q_latent's first kv_lora_rank columns of each head = W_UK_hᵀ q_nope (one per-head linear). It
+// reads only q's nope columns and writes only those of q_latent, so it may run beside
+// mla_prepare_attention (a side branch: backend/side_branch.h).
+void mla_absorb_q(Backend& be, const MlaDims& d, const MlaAbsorbedWeights& w, const Tensor& q,
+                  const Tensor& q_latent);
+// The attention over the latent cache of a complete q_latent, then W_UV per head into out.
+void mla_attend_latent(Backend& be, const MlaDims& d, const MlaAbsorbedWeights& w, float scale,
+                       const Tensor& q_latent, const KvStorage& kv, int layer,
+                       const AttentionMetadata& meta, const Tensor& out);
 
 }  // namespace strata

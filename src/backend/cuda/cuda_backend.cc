@@ -84,6 +84,11 @@ CudaBackend::~CudaBackend() {
   fp8_planner_.reset();
   if (fp8_workspace_) cudaFree(fp8_workspace_);
   cudaStreamDestroy(own_stream_);
+  if (side_stream_ != nullptr) {
+    cudaEventDestroy(side_fork_);
+    cudaEventDestroy(side_join_);
+    cudaStreamDestroy(side_stream_);
+  }
 }
 
 void CudaBackend::begin_op() {
@@ -95,6 +100,8 @@ void CudaBackend::begin_op() {
 }
 
 void CudaBackend::end_step() {
+  CHECK_MSG(side_ != SideBranch::kOpen, "a step ended inside a side branch");
+  join_side_branch();  // the step's launches end on the one stream
   const bool eager = !recorder_.graph_mode() && in_step_;
   recorder_.flush(launch(), step_start_ns_);
   const int64_t launched = host_now_ns();

@@ -45,6 +45,7 @@
 #include "backend/cuda/weight_upload.h"
 #include "backend/dcp_attention.h"
 #include "backend/host_pinning.h"
+#include "backend/side_branch.h"
 #include "backend/top_k.h"
 
 namespace strata::cuda {
@@ -69,7 +70,11 @@ extern const CpuTwinOp kCpuTwinOps[];
 extern const int kNumCpuTwinOps;
 
 // Also decode context parallelism's ops (backend/dcp_attention.h, mla_dcp.cu).
-class CudaBackend : public Backend, public DcpAttention, public HostPinning, public TopKOp {
+class CudaBackend : public Backend,
+                    public DcpAttention,
+                    public HostPinning,
+                    public TopKOp,
+                    public SideBranches {
  public:
   explicit CudaBackend(const BackendOptions& options = {});
   ~CudaBackend() override;
@@ -164,6 +169,11 @@ class CudaBackend : public Backend, public DcpAttention, public HostPinning, pub
                    const Tensor& topk_weights, const Tensor& out) override;
   void moe_experts_add(const Tensor& x, const MoeExpertWeights& experts, const Tensor& topk_ids,
                        const Tensor& topk_weights, const Tensor& add, const Tensor& out) override;
+  // side_branch.cc (backend/side_branch.h): a second stream at up to
+  // CudaTunables::side_branch_max_rows rows.
+  void begin_side_branch(int64_t rows) override;
+  void end_side_branch() override;
+  void join_side_branch() override;
   // Every op of kCpuTwinOps with its calls so far.
   std::vector<std::pair<std::string, int64_t>> cpu_fallback_counts() const override;
 
@@ -214,11 +224,21 @@ class CudaBackend : public Backend, public DcpAttention, public HostPinning, pub
   // Flushes and waits; the next op starts a new step.
   void end_step();
 
-  // Runs or records one launch (GraphRecorder::record) on this backend's stream.
+  // Runs or records one launch (GraphRecorder::record) on this backend's stream, or on the side
+  // stream while a side branch is open (without programmatic launch there: a side launch waits
+  // for its fork in full, and the main stream's next kernel keeps the one programmatic edge).
   template <typename P>
   void record(Op op, const P& p, void (*fn)(const P&, const Launch&)) {
-    recorder_.record(op, p, fn, launch());
+    recorder_.record(
+        op, p, fn,
+        side_ == SideBranch::kOpen ? Launch{side_stream_, false} : Launch{stream_, tunables_.pdl});
   }
+  // side_branch.cc: an ended side branch's join event, taken by the launch that joins it (the
+  // branch counts as joined from then on: moe_experts_add's combine waits on it); null when no
+  // branch waits for its join.
+  cudaEvent_t take_side_join();
+  // side_branch.cc: before recording a cuBLAS launch (one workspace: never two streams at once).
+  void before_cublas();
   // Copies host int32 [n] into staging (or finds an identical staged copy this step) and
   // returns its device address. `copy_n` >= n elements are copied (a stable size for graphs).
   const int32_t* stage_i32(const int32_t* host, int64_t n, int64_t copy_n = -1);
@@ -242,6 +262,7 @@ class CudaBackend : public Backend, public DcpAttention, public HostPinning, pub
   // linear.cu
   GemvParams gemv_params(const Tensor& x, const Tensor& w, const float* bias, const Tensor& out,
                          int64_t m) const;
+  bool merge_gemv_pair(const GemvParams& p, GemvParams* pair) const;
   bool dev_gemv_takes(int64_t m) const {
     return dev_.gemv != nullptr && m >= dev_.gemv_min_rows && m <= dev_.gemv_max_rows;
   }
@@ -294,6 +315,13 @@ class CudaBackend : public Backend, public DcpAttention, public HostPinning, pub
 
   std::shared_ptr<DevicePool> pool_;
   cudaStream_t stream_ = nullptr;  // where launches go (own_stream_ unless set_stream)
+  // side_branch.cc: the side stream and its fork and join events (made at the first branch);
+  // the branch's state (the pool defers releases from kOpen until the join).
+  enum class SideBranch { kNone, kOpen, kEnded };
+  SideBranch side_ = SideBranch::kNone;
+  cudaStream_t side_stream_ = nullptr;
+  cudaEvent_t side_fork_ = nullptr, side_join_ = nullptr;
+  bool side_cublas_ = false;  // the open or unjoined branch launched cuBLAS
   cudaStream_t own_stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;

@@ -76,7 +76,17 @@ void DevicePool::trim() {
   cached_ = 0;
 }
 
+void DevicePool::resume_releases() {
+  deferring_ = false;
+  for (const auto& [ptr, bytes] : deferred_) release(ptr, bytes);
+  deferred_.clear();
+}
+
 void DevicePool::release(void* ptr, size_t bytes, Lifetime lifetime) {
+  if (lifetime == Lifetime::kTransient && deferring_) {
+    deferred_.emplace_back(ptr, bytes);
+    return;
+  }
   if (lifetime == Lifetime::kTransient) {
     bytes = size_class(bytes);
     free_[bytes].push_back(ptr);

@@ -43,6 +43,12 @@ class DevicePool {
   static size_t size_class(size_t bytes);
   int64_t mallocs() const { return mallocs_; }  // cudaMalloc calls (a cache miss each)
   int64_t trims() const { return trims_; }      // cache flushes (each synchronizes the device)
+  // While deferring, released transient blocks wait in a list instead of the cache, and go back
+  // to it at resume_releases in release order (the same sequence of calls still gives the same
+  // addresses). A side branch (backend/cuda/side_branch.cc) defers until its join: a block freed
+  // by one stream's work must not be handed to the other stream's while both may run.
+  void defer_releases() { deferring_ = true; }
+  void resume_releases();
   // Every allocation and its size (benchmarks fill them with random values).
   const std::vector<std::pair<void*, size_t>>& allocations() const { return owned_; }
 
@@ -52,6 +58,8 @@ class DevicePool {
   size_t reserved_ = 0, cached_ = 0;
   int64_t mallocs_ = 0, trims_ = 0;
   std::function<void()> on_trim_;
+  bool deferring_ = false;
+  std::vector<std::pair<void*, size_t>> deferred_;  // (block, bytes) released while deferring
 };
 
 class CudaTensor : public DeviceTensor {

@@ -56,7 +56,9 @@ void GraphRecorder::flush(const Launch& launch, int64_t step_start_ns) {
     if (explain_captures_ && stats_.captures < 64) explain_capture();
     cudaGraph_t graph = nullptr;
     CUDA_CHECK(cudaStreamBeginCapture(launch.stream, cudaStreamCaptureModeThreadLocal));
-    for (const Pending& l : pending_) l.run(signature_.data() + l.offset, l.fn, launch);
+    const Launch side{side_stream_, false};  // as CudaBackend::record launches there
+    for (const Pending& l : pending_)
+      l.run(signature_.data() + l.offset, l.fn, l.side ? side : launch);
     CUDA_CHECK(cudaStreamEndCapture(launch.stream, &graph));
     cudaGraphExec_t exec = nullptr;
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -115,7 +117,8 @@ void GraphRecorder::explain_capture() const {
   LOG_INFO(
       "graph capture #{}: launch {} of {} ({}) differs from a captured step at parameter byte {} "
       "(8-byte word {:#x} was {:#x}); {} graphs",
-      stats_.captures + 1, i, pending_.size(), op_name(op), at, now, was, graphs_.size());
+      stats_.captures + 1, i, pending_.size(), op_name(op & (kSideLaneBit - 1)), at, now, was,
+      graphs_.size());
 }
 
 void GraphRecorder::drop_graphs() {

@@ -76,7 +76,10 @@ class GraphRecorder {
       }
       return;
     }
-    const int id = op;
+    // A launch on the side stream (a side branch, CudaBackend::begin_side_branch) is replayed
+    // there, and says so in the signature.
+    const bool side = side_stream_ != nullptr && launch.stream == side_stream_;
+    const int id = op | (side ? kSideLaneBit : 0);
     last_op_ = op;
     last_sig_start_ = signature_.size();
     signature_.append(reinterpret_cast<const char*>(&id), sizeof id);
@@ -84,8 +87,11 @@ class GraphRecorder {
     // The parameter bytes already sit in the signature: a pending launch only names them (no
     // allocation per launch; the host's recording time is time the device waits).
     pending_.push_back(
-        Pending{&run_recorded<P>, reinterpret_cast<AnyFn>(fn), last_sig_start_ + sizeof id});
+        Pending{&run_recorded<P>, reinterpret_cast<AnyFn>(fn), last_sig_start_ + sizeof id, side});
   }
+  // The stream of side branches: a launch recorded on it is captured on it (flush); fork and
+  // join are launches of their own (events between the two streams).
+  void set_side_stream(cudaStream_t s) { side_stream_ = s; }
 
   // Graph mode: when the last recorded launch of this step is `op`, copies its parameters into
   // `*p` and returns true (consecutive launches that can merge into one: the caller drops it and
@@ -137,7 +143,9 @@ class GraphRecorder {
     void (*run)(const char*, AnyFn, const Launch&);
     AnyFn fn;
     size_t offset;  // of the parameter bytes in signature_
+    bool side;      // replayed on side_stream_
   };
+  static constexpr int kSideLaneBit = 1 << 16;  // in a signature's op id: a side-stream launch
   struct Graph {
     std::string signature;
     cudaGraphExec_t exec = nullptr;
@@ -152,6 +160,7 @@ class GraphRecorder {
 
   bool graph_mode_ = false;
   bool explain_captures_ = false;
+  cudaStream_t side_stream_ = nullptr;
   Op last_op_ = kOpNone;  // the last recorded launch (graph mode), for last()
   size_t last_sig_start_ = 0;
   std::string signature_;

@@ -42,20 +42,32 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(GemvParams p) {
   __shared__ float red[kMaxWarps][M];
   const int warps = int(blockDim.x / 32);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // A merged pair (GemvParams::w2): the second GEMV's blocks follow the first's.
+  int64_t block = blockIdx.x, rows = p.n;
+  const bf16_bits* w = p.w;
+  const float* bias = p.bias;
+  bf16_bits* out = p.out;
+  if (!GLU && p.w2 != nullptr && block >= p.blocks1) {
+    block -= p.blocks1;
+    rows = p.n2;
+    w = p.w2;
+    bias = p.bias2;
+    out = p.out2;
+  }
   int64_t n, col;  // the weight row this warp streams; the output column it feeds
   bool valid;
   int part = 0;
   if constexpr (GLU) {
     const int half = warps / 2;
-    col = int64_t(blockIdx.x) * half + warp % half;
+    col = block * half + warp % half;
     valid = col < p.glu_inter;
     n = col + (warp < half ? 0 : p.glu_inter);
   } else {
-    col = n = int64_t(blockIdx.x) * (warps / KS) + warp / KS;
+    col = n = block * (warps / KS) + warp / KS;
     part = warp % KS;
-    valid = n < p.n;
+    valid = n < rows;
   }
-  const bf16_bits* wrow = p.w + n * p.k;
+  const bf16_bits* wrow = w + n * p.k;
   constexpr int kStep = KS * 256;
   const int64_t k0 = int64_t(part) * 256 + lane * 8;
   // With the prefetch on, the first batch of this lane's weights also goes to registers.
@@ -119,14 +131,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(GemvParams p) {
     }
     __syncthreads();
     if (lane == 0 && warp < half && valid) {
-      const float bg = p.bias ? p.bias[col] : 0.0f;
-      const float bu = p.bias ? p.bias[col + p.glu_inter] : 0.0f;
+      const float bg = bias ? bias[col] : 0.0f;
+      const float bu = bias ? bias[col + p.glu_inter] : 0.0f;
 #pragma unroll
       for (int m = 0; m < M; ++m) {
         // The unfused path's roundings: the GEMV stores gate and up in bf16, silu_mul reads them.
         const float g = bf16_to_float(float_to_bf16(acc[m] + bg));
         const float u = bf16_to_float(float_to_bf16(red[warp + half][m] + bu));
-        p.out[m * p.glu_inter + col] = float_to_bf16(g / (1.0f + __expf(-g)) * u);
+        out[m * p.glu_inter + col] = float_to_bf16(g / (1.0f + __expf(-g)) * u);
       }
     }
     return;
@@ -148,9 +160,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(GemvParams p) {
     }
   }
   if (lane == 0 && part == 0 && valid) {
-    const float b = p.bias ? p.bias[n] : 0.0f;
+    const float b = bias ? bias[n] : 0.0f;
 #pragma unroll
-    for (int m = 0; m < M; ++m) p.out[m * p.n + n] = float_to_bf16(acc[m] + b);
+    for (int m = 0; m < M; ++m) out[m * rows + n] = float_to_bf16(acc[m] + b);
   }
 }
 
@@ -240,10 +252,15 @@ void launch_gemv_m(const GemvParams& p, const Launch& launch) {
     CUDA_LAUNCH_CHECK();
     return;
   }
-  // The fewest warps per row (up to p.max_ksplit) that give every SM ~48 warps of loads in flight.
-  int ks = 1;
-  while (ks < p.max_ksplit && ks < warps && p.n * ks < int64_t(num_sms()) * 48) ks *= 2;
-  const dim3 grid(unsigned(ceil_div(p.n, warps / ks)));
+  const int ks = gemv_ksplit(p, p.n);
+  int64_t blocks = gemv_blocks(p, p.n);
+  if (p.w2 != nullptr) {
+    CHECK_MSG(gemv_ksplit(p, p.n2) == ks && p.blocks1 == blocks,
+              "gemv pair: {} and {} rows split k {} and {} ways ({} blocks, {} given)", p.n, p.n2,
+              ks, gemv_ksplit(p, p.n2), blocks, p.blocks1);
+    blocks += gemv_blocks(p, p.n2);
+  }
+  const dim3 grid(static_cast<unsigned>(blocks));
   if (ks == 1)
     launch_pdl(gemv_kernel<M, 1, false>, grid, block, 0, launch, p);
   else if (ks == 2)
@@ -255,10 +272,24 @@ void launch_gemv_m(const GemvParams& p, const Launch& launch) {
 
 }  // namespace
 
+// The fewest warps per row (up to p.max_ksplit) that give every SM ~48 warps of loads in flight.
+int gemv_ksplit(const GemvParams& p, int64_t n) {
+  const int warps = p.block_warps == 4 ? 4 : kMaxWarps;
+  int ks = 1;
+  while (ks < p.max_ksplit && ks < warps && n * ks < int64_t(num_sms()) * 48) ks *= 2;
+  return ks;
+}
+int64_t gemv_blocks(const GemvParams& p, int64_t n) {
+  const int warps = p.block_warps == 4 ? 4 : kMaxWarps;
+  return ceil_div(n, warps / gemv_ksplit(p, n));
+}
+
 void launch_gemv(const GemvParams& p, const Launch& launch) {
   if (p.m == 0 || p.n == 0) return;
   CHECK(p.k % 8 == 0 && uintptr_t(p.x) % 16 == 0 && uintptr_t(p.w) % 16 == 0);
   CHECK(p.glu_inter == 0 || p.n == 2 * p.glu_inter);
+  CHECK(p.w2 == nullptr ||
+        (p.glu_inter == 0 && p.n2 > 0 && uintptr_t(p.w2) % 16 == 0 && p.out2 != nullptr));
   switch (p.m) {
     case 1:
       launch_gemv_m<1>(p, launch);
@@ -345,10 +376,51 @@ void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& o
   }
   const bool gemv_ok = m <= tunables_.gemv_max_rows && vec_ok;
   if (gemv_ok) {
-    record(kOpGemv, gemv_params(x, wt, bias, out, m), launch_gemv);
+    const GemvParams p = gemv_params(x, wt, bias, out, m);
+    GemvParams pair;
+    if (merge_gemv_pair(p, &pair)) {
+      recorder_.drop_last();
+      record(kOpGemvPair, pair, launch_gemv);
+      return;
+    }
+    record(kOpGemv, p, launch_gemv);
     return;
   }
   record_gemm(x.data, wt.data, bias, out.data, m, n, k);
+}
+
+namespace {
+bool overlaps(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
+  const auto a0 = uintptr_t(a), b0 = uintptr_t(b);
+  return a0 < b0 + uint64_t(b_bytes) && b0 < a0 + uint64_t(a_bytes);
+}
+}  // namespace
+
+// Graph mode, with gemv_pair_fusion: when the launch just recorded is a plain GEMV on the same x
+// (same rows, k and launch tunables, the same warps a row) and neither output overlaps x or the
+// other output, *pair becomes both as one launch (linear.h GemvParams::w2): the blocks compute
+// what their own launches would, bit for bit, with one kernel boundary fewer.
+bool CudaBackend::merge_gemv_pair(const GemvParams& p, GemvParams* pair) const {
+  if (!tunables_.fusion || !tunables_.gemv_pair_fusion) return false;
+  GemvParams a;
+  if (!recorder_.last(kOpGemv, &a)) return false;
+  if (a.w2 != nullptr || a.glu_inter != 0 || p.glu_inter != 0 || a.x != p.x || a.m != p.m ||
+      a.k != p.k || a.prefetch_elems != p.prefetch_elems || a.block_warps != p.block_warps ||
+      a.max_ksplit != p.max_ksplit || a.pdl_early != p.pdl_early ||
+      gemv_ksplit(a, a.n) != gemv_ksplit(p, p.n))
+    return false;
+  const int64_t x_bytes = int64_t(p.m) * p.k * 2, a_out = int64_t(a.m) * a.n * 2,
+                p_out = int64_t(p.m) * p.n * 2;
+  if (overlaps(p.out, p_out, p.x, x_bytes) || overlaps(a.out, a_out, a.x, x_bytes) ||
+      overlaps(p.out, p_out, a.out, a_out))
+    return false;
+  *pair = a;
+  pair->blocks1 = int(gemv_blocks(a, a.n));
+  pair->w2 = p.w;
+  pair->bias2 = p.bias;
+  pair->out2 = p.out;
+  pair->n2 = p.n;
+  return true;
 }
 
 void CudaBackend::record_gemm(const void* x, const void* w, const float* bias, void* out, int64_t m,
@@ -357,6 +429,7 @@ void CudaBackend::record_gemm(const void* x, const void* w, const float* bias, v
     record_det_gemm(x, w, bias, out, false, m, n, k);
     return;
   }
+  before_cublas();
   auto g = zeroed<GemmParams>();
   g.handle = cublas_;
   GemmOperands::dense(x, w, out, m, n, k).fill(g);
@@ -471,6 +544,7 @@ void CudaBackend::per_head_linear(const Tensor& x, int64_t x_begin, const Tensor
       return;
     }
   }
+  before_cublas();
   auto g = zeroed<GemmParams>();
   g.handle = cublas_;
   heads_gemm.fill(g);

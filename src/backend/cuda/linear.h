@@ -27,9 +27,22 @@ struct GemvParams {
   int block_warps;         // 4 or 8 (one weight row per warp, or per KS warps)
   int max_ksplit;          // most warps sharing one output row: 1, 2 or 4
   int pdl_early;           // trigger the next kernel before waiting on the previous
-  int pad_;
+  // A second GEMV on the same x in the same launch (graph mode merges two consecutive plain
+  // GEMVs that read one x: MLA's q_a / q_proj and kv_a): the blocks from `blocks1` on compute
+  // out2 [m, n2] = x · w2ᵀ (+ bias2) exactly as a launch of their own would (same warps a row).
+  // w2 null: one GEMV.
+  int blocks1;
+  const bf16_bits* w2;
+  const float* bias2;
+  bf16_bits* out2;
+  int64_t n2;
 };
 void launch_gemv(const GemvParams& p, const Launch& launch);
+// Warps that share one output row of a plain GEMV of n rows (the launch's choice, from
+// block_warps and max_ksplit), and the blocks it takes: two GEMVs merge into one launch only
+// where their k splits are equal.
+int gemv_ksplit(const GemvParams& p, int64_t n);
+int64_t gemv_blocks(const GemvParams& p, int64_t n);
 
 struct BiasAddParams {  // out[r, j] += bias[j] (the cuBLAS GEMM's epilogue)
   bf16_bits* out;

@@ -308,6 +308,7 @@ void CudaBackend::linear_f32_out(const Tensor& x, const LinearWeight& w, const T
     p.pdl_early = tunables_.pdl_early;
     record(kOpMoeRouter, p, run_moe_router);
   } else {
+    before_cublas();
     auto g = zeroed<RouterGemmParams>();
     g.handle = cublas_;
     g.x = x.data;
@@ -406,12 +407,15 @@ void CudaBackend::moe_experts_add(const Tensor& x, const MoeExpertWeights& exper
     CHECK(add.numel() == tokens * hidden && add.is_contiguous());
   }
   if (const char* why = moe_experts_refusal(x, experts, topk_ids, out)) {
+    join_side_branch();
     if (!add.empty()) return Backend::moe_experts_add(x, experts, topk_ids, topk_weights, add, out);
     return moe_experts_twin(x, experts, topk_ids, topk_weights, out, why);
   }
-  if (!add.empty() && !aligned16(add.data))
+  if (!add.empty() && !aligned16(add.data)) {
+    join_side_branch();
     return Backend::moe_experts_add(x, experts, topk_ids, topk_weights, add, out);
-  if (tokens == 0) return;
+  }
+  if (tokens == 0) return join_side_branch();
   begin_op();
   auto scratch_mem =
       scratch(int64_t(moe_experts_scratch_bytes(tokens, int(k), int(e), hidden, inter)));
@@ -443,6 +447,9 @@ void CudaBackend::moe_experts_add(const Tensor& x, const MoeExpertWeights& exper
   p.int4_reg_tile_rows = tunables_.moe_int4_reg_tile_rows;
   p.int4_reg_down_units = tunables_.moe_int4_reg_down_units;
   p.int4_reg_gate_up_warps = tunables_.moe_int4_reg_gate_up_warps;
+  // An ended side branch (the shared experts that made `add`) joins right before the combine:
+  // the routed experts' launches still overlap it.
+  p.join_event = take_side_join();
   record(kOpMoeExperts, p, run_moe_experts);
 }
 

@@ -476,6 +476,7 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
     comb.top_k = p.top_k;
     comb.num_experts = p.num_experts;
     comb.pdl_early = 0;
+    if (p.join_event != nullptr) CUDA_CHECK(cudaStreamWaitEvent(stream, p.join_event, 0));
     launch_moe_combine(comb, stream);
   };
   const bool int4 = p.gate_up.format == kMoeInt4 && p.down.format == kMoeInt4;

@@ -264,6 +264,9 @@ struct MoeExpertsParams {
   int int4_reg_tile_rows;   // CudaTunables::moe_int4_reg_tile_rows
   int int4_reg_down_units;  // CudaTunables::moe_int4_reg_down_units
   int int4_reg_gate_up_warps;  // CudaTunables::moe_int4_reg_gate_up_warps
+  // Or null: the stream waits on it right before the combine (the join of the side branch that
+  // makes `add`: backend/side_branch.h).
+  cudaEvent_t join_event;
 };
 size_t moe_experts_scratch_bytes(int64_t tokens, int top_k, int num_experts, int64_t hidden,
                                  int64_t inter);
@@ -278,6 +281,6 @@ static_assert(std::has_unique_object_representations_v<MoeRepackParams>);
 static_assert(std::has_unique_object_representations_v<MoePlanParams>);
 static_assert(std::has_unique_object_representations_v<MoeGroupedParams>);
 static_assert(std::has_unique_object_representations_v<MoeCombineParams>);
-static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 216);
+static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 224);
 
 }  // namespace strata::cuda

@@ -50,7 +50,11 @@ namespace strata::cuda {
   X(kOpPerHeadGemv, "per_head_gemv") \
   X(kOpKvMove, "kv_move")            \
   X(kOpMlaInputs, "mla_inputs") \
-  X(kOpMoeRouterRoute, "moe_router_route")
+  X(kOpMoeRouterRoute, "moe_router_route") \
+  X(kOpGemvPair, "gemv_pair") \
+  X(kOpSideFork, "side_fork") \
+  X(kOpSideEnd, "side_end") \
+  X(kOpSideJoin, "side_join")
 // clang-format on
 
 enum Op : int {

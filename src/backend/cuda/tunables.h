@@ -62,6 +62,19 @@ struct CudaTunables {
   // env. Default off: every GEMV got slower (one token's GEMVs 3.93 -> 4.37 ms, lm_head 237 ->
   // 255 us; decode step +0.2 ms/token; 2026-11-29 night).
   int64_t gemv_prefetch_elems = 0;
+  // With fusion, graph mode: two consecutive plain GEMVs on the same x (MLA's q_a or q_proj, then
+  // kv_a: arch/deepseek.cc records them back to back) as one launch (linear.h GemvParams::w2),
+  // bitwise the two launches. No env. Default off until measured (rank_step_bench --variants
+  // gemv_pair): every kernel boundary removed from an MLA layer so far saved 2-7 us at batch 1.
+  bool gemv_pair_fusion = false;
+  // Side branches (backend/side_branch.h: the shared experts of a MoE layer beside its
+  // router, route and routed experts, arch/deepseek.cc) run on a second stream, forked and
+  // joined through events (graphs capture the fork and the join), up to this many rows and
+  // gemv_max_rows (the branch's linears must be GEMVs: cuBLAS's one workspace is not shared
+  // across streams). 0 runs them in order on the one stream. No env. Default 0 until measured
+  // (rank_step_bench --variants side_branch): at batch 1 the shared experts' two GEMVs and their
+  // kernel boundaries would overlap the router, the route and the routed experts.
+  int side_branch_max_rows = 0;
   // Warps per GEMV block: 4 or 8. No env. Default 8: 4-warp blocks measured +0.13 / -0.07
   // ms/token (on top of early triggers and prefetch, so not conclusive; 2026-11-29 night).
   int gemv_block_warps = 8;
