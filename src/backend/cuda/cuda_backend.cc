@@ -212,57 +212,35 @@ const int32_t* CudaBackend::stage_i32(const int32_t* host, int64_t n, int64_t co
 const DeviceMeta& CudaBackend::device_meta(const AttentionMetadata& m) {
   begin_op();
   const int n = m.num_seqs, t = m.num_tokens;
-  const int num_pages = m.page_indptr[n];
-  // Everything the kernels read, in one array: q_indptr, kv_lens, page_indptr, positions,
-  // slot_mapping, the draft-tree words if any, page_indices. Every offset depends on n and t only
-  // (page_indices, whose length grows with the sequences, comes last), so a graph recorded over
-  // these pointers replays while sequences gain pages, trees of every shape included.
-  std::vector<int32_t> packed;
-  packed.reserve(size_t(3 * n + 3 + 4 * t + num_pages));
-  packed.insert(packed.end(), m.q_indptr, m.q_indptr + n + 1);
-  packed.insert(packed.end(), m.kv_lens, m.kv_lens + n);
-  packed.insert(packed.end(), m.page_indptr, m.page_indptr + n + 1);
-  packed.insert(packed.end(), m.positions, m.positions + t);
-  packed.insert(packed.end(), m.slot_mapping, m.slot_mapping + t);
-  // Draft trees: the 64-bit words as int32 pairs, 8-byte aligned in the copy.
-  size_t tree_at = 0;
-  if (m.tree_mask != nullptr) {
-    if (packed.size() % 2 != 0) packed.push_back(0);
-    tree_at = packed.size();
-    packed.resize(tree_at + 2 * size_t(t));
-    std::memcpy(packed.data() + tree_at, m.tree_mask, size_t(t) * 8);
-  }
-  const size_t pages_at = packed.size();
-  packed.insert(packed.end(), m.page_indices, m.page_indices + num_pages);
-  if (meta_valid_ && meta_host_.num_seqs == n && meta_host_.num_tokens == t &&
-      meta_host_.page_size == m.page_size &&
-      (meta_host_.tree_mask == nullptr) == (m.tree_mask == nullptr) && packed == meta_copy_)
-    return meta_dev_;
+  // Everything the kernels read, in one array (backend/metadata_pack.h); every op of a step asks
+  // again, and the same metadata (compared in place) keeps the copy already staged.
+  if (meta_valid_ && packs_to(m, meta_packed_)) return meta_dev_;
+  PackedMetadata packed = pack_attention_metadata(m);
 
   // The copy size is rounded up to a power of two so that a decode step's graph survives
   // sequences gaining pages.
   int64_t copy_n = 1024;
-  while (copy_n < int64_t(packed.size())) copy_n *= 2;
-  const int32_t* dev = stage_i32(packed.data(), int64_t(packed.size()), copy_n);
+  while (copy_n < int64_t(packed.values.size())) copy_n *= 2;
+  const int32_t* dev = stage_i32(packed.values.data(), int64_t(packed.values.size()), copy_n);
   // Let rope find the positions inside the packed copy.
   const size_t base = size_t(reinterpret_cast<const char*>(dev) - staging_.device(0));
-  staging_.remember(base + size_t(3 * n + 2) * 4, t);
+  staging_.remember(base + packed.positions_at() * 4, t);
 
   meta_dev_ = DeviceMeta{};
-  meta_dev_.q_indptr = dev;
-  meta_dev_.kv_lens = dev + n + 1;
-  meta_dev_.page_indptr = dev + 2 * n + 1;
-  meta_dev_.positions = dev + 3 * n + 2;
-  meta_dev_.slot_mapping = dev + 3 * n + 2 + t;
-  meta_dev_.page_indices = dev + pages_at;
+  meta_dev_.q_indptr = dev + packed.q_indptr_at();
+  meta_dev_.kv_lens = dev + packed.kv_lens_at();
+  meta_dev_.page_indptr = dev + packed.page_indptr_at();
+  meta_dev_.positions = dev + packed.positions_at();
+  meta_dev_.slot_mapping = dev + packed.slot_mapping_at();
+  meta_dev_.page_indices = dev + packed.pages_at;
   CHECK_MSG(reinterpret_cast<uintptr_t>(dev) % 8 == 0, "metadata staging is not 8-byte aligned");
   meta_dev_.tree_mask =
-      m.tree_mask != nullptr ? reinterpret_cast<const uint64_t*>(dev + tree_at) : nullptr;
+      packed.tree ? reinterpret_cast<const uint64_t*>(dev + packed.tree_at) : nullptr;
   meta_dev_.num_seqs = n;
   meta_dev_.num_tokens = t;
   meta_dev_.page_size = m.page_size;
   meta_host_ = m;
-  meta_copy_ = std::move(packed);
+  meta_packed_ = std::move(packed);
   meta_valid_ = true;
   meta_max_q_ = 0;
   meta_min_q_ = n > 0 ? INT32_MAX : 0;

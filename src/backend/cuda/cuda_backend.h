@@ -45,6 +45,7 @@
 #include "backend/cuda/weight_upload.h"
 #include "backend/dcp_attention.h"
 #include "backend/host_pinning.h"
+#include "backend/metadata_pack.h"
 #include "backend/side_branch.h"
 #include "backend/top_k.h"
 
@@ -335,7 +336,7 @@ class CudaBackend : public Backend,
   // The metadata of this step, as uploaded.
   bool meta_valid_ = false;
   AttentionMetadata meta_host_;
-  std::vector<int32_t> meta_copy_;  // the host values it was uploaded from
+  PackedMetadata meta_packed_;  // the host values it was uploaded from
   DeviceMeta meta_dev_{};
   int meta_max_q_ = 0, meta_min_q_ = 0, meta_max_kv_ = 0;
   // The first sequence with more new tokens than its length (or -1), its new tokens and length.
