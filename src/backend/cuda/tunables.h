@@ -67,13 +67,13 @@ struct CudaTunables {
   // bitwise the two launches. No env. Default off until measured (rank_step_bench --variants
   // gemv_pair): every kernel boundary removed from an MLA layer so far saved 2-7 us at batch 1.
   bool gemv_pair_fusion = false;
-  // Side branches (backend/side_branch.h: the shared experts of a MoE layer beside its
-  // router, route and routed experts, arch/deepseek.cc) run on a second stream, forked and
-  // joined through events (graphs capture the fork and the join), up to this many rows and
-  // gemv_max_rows (the branch's linears must be GEMVs: cuBLAS's one workspace is not shared
-  // across streams). 0 runs them in order on the one stream. No env. Default 0 until measured
-  // (rank_step_bench --variants side_branch): at batch 1 the shared experts' two GEMVs and their
-  // kernel boundaries would overlap the router, the route and the routed experts.
+  // Side branches (backend/side_branch.h; arch/deepseek.cc: a MoE layer's shared experts beside
+  // its router, route and routed experts, MLA's W_UK products beside the attention inputs) run
+  // on a second stream, forked and joined through events (graphs capture the fork and the
+  // join), up to this many rows and gemv_max_rows (a branch's linears stay GEMVs: cuBLAS's one
+  // workspace serves one stream at a time). 0 runs them in order on the one stream. No env.
+  // Default 0 until measured (rank_step_bench --variants side_branch): at batch 1 the branches'
+  // GEMVs and their kernel boundaries would overlap latency-bound launches of the main stream.
   int side_branch_max_rows = 0;
   // Warps per GEMV block: 4 or 8. No env. Default 8: 4-warp blocks measured +0.13 / -0.07
   // ms/token (on top of early triggers and prefetch, so not conclusive; 2026-11-29 night).
