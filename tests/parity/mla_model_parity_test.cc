@@ -213,7 +213,7 @@ TEST_P(MlaModel, GreedyMatchesTheCpuBackend) {
     const Greedy want = greedy_with_logits(*cm, DType::kF32, prompts[i], n);
     std::vector<int32_t> eager;
     // Eager, graphs, then graphs with the changes that are off by default (the router + route
-    // and GEMV pair merges, the shared experts on a side stream): each must give the eager bits.
+    // and GEMV pair merges, side branches on a second stream): each must give the eager bits.
     const cuda::CudaTunables defaults = cuda.tunables();
     for (int pass : {0, 1, 2}) {
       const bool graphs = pass > 0;
