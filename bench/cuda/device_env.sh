@@ -34,6 +34,17 @@ dev_build() {
     { grep -B3 -A12 -E "error|Error" "$OUT/build.log" | head -80; exit 1; }
 }
 
+# One parity run: the parity tests matching FILTER (at most TIMEOUT s), logged to
+# $L/parity_NAME.log ($L: the calling script's log folder); a summary line, then the lines of the
+# failures and skips.
+dev_parity() {  # NAME FILTER TIMEOUT
+  local t1=$(date +%s) log="$L/parity_$1.log"
+  timeout "$3" ./build-dev/strata_parity_test --gtest_filter="$2" >"$log" 2>&1
+  echo "parity $1: exit $?, $(( $(date +%s) - t1 )) s; $(grep -c '^\[       OK \]' "$log") ok;" \
+    "$(grep -E '^\[  (PASSED|FAILED)  \]' "$log" | tr '\n' ' ')"
+  grep -E "^\[  FAILED  \]|^\[  SKIPPED \]|Failure$" -A3 "$log" | head -16
+}
+
 # Twelve chat prompts of growing length (60-1,050 characters of bench/RESULTS.md) as a
 # `strata generate` input file: the graph/eager output comparisons of the check scripts.
 dev_house_prompts() {

@@ -19,15 +19,8 @@ dev_build strata_parity_test strata_bench_rank_step_bench strata_bench_mla_bench
 echo "build: $(( $(date +%s) - t0 )) s"
 L=$OUT/moe_reg_check
 mkdir -p $L
-parity() {  # NAME FILTER TIMEOUT
-  local t1=$(date +%s)
-  timeout "$3" ./build-dev/strata_parity_test --gtest_filter="$2" >"$L/parity_$1.log" 2>&1
-  echo "parity $1: exit $?, $(( $(date +%s) - t1 )) s; $(grep -c '^\[       OK \]' "$L/parity_$1.log") ok;" \
-    "$(grep -E '^\[  (PASSED|FAILED)  \]' "$L/parity_$1.log" | tr '\n' ' ')"
-  grep -E "^\[  FAILED  \]|Failure$" "$L/parity_$1.log" | head -8
-}
-parity moe 'MoeParity.*:MoeBackend.*:Int4Parity.*' ${MOE_PARITY_S:-150}
-parity mla 'MlaAttention.*' ${MLA_PARITY_S:-120}
+dev_parity moe 'MoeParity.*:MoeBackend.*:Int4Parity.*' ${MOE_PARITY_S:-150}
+dev_parity mla 'MlaAttention.*' ${MLA_PARITY_S:-120}
 W=/tmp/moe_reg_check
 for n in 2 4; do
   python3 bench/cuda/rank_cuts.py cut "$C/shared/configs/kimi-k2.5/config.json" $n "$W/kimi$n"

@@ -20,16 +20,9 @@ dev_build strata_parity_test strata_bench_rank_step_bench strata_bench_moe_bench
 echo "build: $(( $(date +%s) - t0 )) s"
 L=$OUT/route_check
 mkdir -p $L
-parity() {  # NAME FILTER TIMEOUT
-  local t1=$(date +%s)
-  timeout "$3" ./build-dev/strata_parity_test --gtest_filter="$2" >"$L/parity_$1.log" 2>&1
-  echo "parity $1: exit $?, $(( $(date +%s) - t1 )) s; $(grep -c '^\[       OK \]' "$L/parity_$1.log") ok;" \
-    "$(grep -E '^\[  (PASSED|FAILED)  \]' "$L/parity_$1.log" | tr '\n' ' ')"
-  grep -E "^\[  FAILED  \]|Failure$" -A3 "$L/parity_$1.log" | head -16
-}
-parity fused 'MoeParity.RouterRoute*:MoeBackend.GraphModeMerges*' ${FUSED_PARITY_S:-90}
+dev_parity fused 'MoeParity.RouterRoute*:MoeBackend.GraphModeMerges*' ${FUSED_PARITY_S:-90}
 grep -E "^router\+route|^graph-mode" "$L/parity_fused.log" | head -12
-parity moe 'MoeParity.*:MoeBackend.*' ${MOE_PARITY_S:-150}
+dev_parity moe 'MoeParity.*:MoeBackend.*' ${MOE_PARITY_S:-150}
 W=/tmp/route_check
 for n in 2 4; do
   python3 bench/cuda/rank_cuts.py cut "$C/shared/configs/kimi-k2.5/config.json" $n "$W/kimi$n"

@@ -22,15 +22,8 @@ L=$OUT/session7_check
 mkdir -p $L
 pack() { tar czf "$OUT/session7_check.tgz" -C "$OUT" session7_check; }
 trap pack EXIT
-parity() {  # NAME FILTER TIMEOUT
-  local t1=$(date +%s)
-  timeout "$3" ./build-dev/strata_parity_test --gtest_filter="$2" >"$L/parity_$1.log" 2>&1
-  echo "parity $1: exit $?, $(( $(date +%s) - t1 )) s; $(grep -c '^\[       OK \]' "$L/parity_$1.log") ok;" \
-    "$(grep -E '^\[  (PASSED|FAILED)  \]' "$L/parity_$1.log" | tr '\n' ' ')"
-  grep -E "^\[  FAILED  \]|^\[  SKIPPED \]" "$L/parity_$1.log" | head -12
-}
 if [ "${PARITY:-1}" = 1 ]; then
-  parity new "${PARITY_NEW:-MoeParity.RouterRoute*:MoeBackend.GraphModeMerges*:*MlaInputs*:MlaBackend.DecodeStepsReplayCapturedGraphs:CudaFusedParity.QkvRopeKvWrite:CudaParity.PerHeadLinear}" 100
+  dev_parity new "${PARITY_NEW:-MoeParity.RouterRoute*:MoeBackend.GraphModeMerges*:*MlaInputs*:MlaBackend.DecodeStepsReplayCapturedGraphs:CudaFusedParity.QkvRopeKvWrite:CudaParity.PerHeadLinear}" 100
 fi
 W=/tmp/session7_check
 if [ "${KIMI:-1}" = 1 ]; then
@@ -58,6 +51,6 @@ fi
 # The suites last, in the time left before DEADLINE_S (default 570 s after the start).
 left=$(( ${DEADLINE_S:-570} - ($(date +%s) - t0) ))
 if [ "${PARITY:-1}" = 1 ] && [ $left -gt 20 ]; then
-  parity suites "${PARITY_FILTER:-MoeParity.*:MoeBackend.*:MlaBackend.*:*MoeModel*:*MlaModel*:CudaParity.*:CudaFusedParity.*:KvFp8.*:Int4Parity.*:MlaAttention.*}" $left
+  dev_parity suites "${PARITY_FILTER:-MoeParity.*:MoeBackend.*:MlaBackend.*:*MoeModel*:*MlaModel*:CudaParity.*:CudaFusedParity.*:KvFp8.*:Int4Parity.*:MlaAttention.*}" $left
 fi
 echo "total: $(( $(date +%s) - t0 )) s"

@@ -36,22 +36,14 @@ echo "build: $(( $(date +%s) - t0 )) s"
 cp "$OUT/cmake.log" "$OUT/build.log" $L/ 2>/dev/null
 rm -f "$OUT/cmake.log" "$OUT/build.log"
 
-parity() {  # parity NAME FILTER TIMEOUT_S
-  local t1=$(date +%s)
-  timeout "$3" ./build-dev/strata_parity_test --gtest_filter="$2" >"$L/parity_$1.log" 2>&1
-  local rc=$?
-  echo "parity $1 ($2): exit status $rc, $(( $(date +%s) - t1 )) s;" \
-    "$(grep -c '^\[       OK \]' "$L/parity_$1.log") ok, $(grep -c '^\[  FAILED  \]' "$L/parity_$1.log") failed lines"
-  grep -E "^\[  FAILED  \]|Failure$|^\[  PASSED  \]" "$L/parity_$1.log" | head -12
-}
 mla='MlaAttention.*:MlaBackend.*:MlaDcp.*:*MlaModel*'
 if [ ! -d "$C/shared/models/house-mla" ]; then  # the cuda carry: MlaModel needs house-mla
   mla='MlaAttention.*:MlaBackend.*:MlaDcp.*'
   echo "no house-mla in $C: MlaModel not run (carry .devcarry/mla for it)"
 fi
-parity mla "$mla" 200
-parity moe 'MoeParity.*:MoeBackend.*:Int4Parity.*' 150
-parity ops 'CudaParity.Linear*:CudaParity.PerHeadLinear*:CudaParity.PrefillAttention*:TreeParity.PagedAttentionDeterministic:TreeParity.KvMoveRows' 120
+dev_parity mla "$mla" 200
+dev_parity moe 'MoeParity.*:MoeBackend.*:Int4Parity.*' 150
+dev_parity ops 'CudaParity.Linear*:CudaParity.PerHeadLinear*:CudaParity.PrefillAttention*:TreeParity.PagedAttentionDeterministic:TreeParity.KvMoveRows' 120
 # The worst case of the decode kernel (bound 1e-4) and of the deterministic GEMMs (1e-5): NMSE last.
 worst() {  # worst FILE PATTERN
   grep -E "$2" "$1" | awk '{ v = ($NF == "inf" || $NF == "nan") ? 1e300 : $NF + 0;
