@@ -53,7 +53,9 @@ struct DeepseekLayer {
 class DeepseekModel : public DecoderModel {
  public:
   DeepseekModel(const ModelSpec& spec, Backend& backend, const TpRank& tp)
-      : DecoderModel(spec, backend, mla_dims(spec).qk_rope_head_dim), dims_(mla_dims(spec)) {
+      : DecoderModel(spec, backend, mla_dims(spec).qk_rope_head_dim),
+        dims_(mla_dims(spec)),
+        side_(side_branches(backend)) {
     tp_ = tp;
     if (tp.active()) dims_.num_heads = int(tp.shard().q_heads.size());  // this rank's heads
     if (tp.dcp_active()) {
@@ -106,6 +108,9 @@ class DeepseekModel : public DecoderModel {
   DcpAttention* dcp_ops_ = nullptr;
   int dcp_group_heads_ = 0;
   DcpLocalBatch dcp_local_;
+  // The backend's side branches (backend/side_branch.h; null: none), found once: every layer of
+  // every step opens two.
+  SideBranches* side_ = nullptr;
   float softmax_scale_ = 1.0f;
   MoeRouteArgs route_args_;
   std::vector<DeepseekLayer> layers_;
@@ -312,13 +317,12 @@ void DeepseekModel::attention_block(int layer, const Tensor& h, const ForwardBat
     // branch beside the cache rows (norm, rope, page write), q's rope and q_latent's rope columns
     // (one launch on the GPU): the two touch disjoint columns.
     auto q_latent = be.alloc(act, {t, heads, dims_.cache_dim()});
-    SideBranches* side = side_branches(be);
-    if (side) side->begin_side_branch(t);
+    if (side_) side_->begin_side_branch(t);
     mla_absorb_q(be, dims_, L.absorbed, *q, *q_latent);
-    if (side) side->end_side_branch();
+    if (side_) side_->end_side_branch();
     mla_prepare_attention(be, dims_, *kv_row, *L.kv_a_norm, kLoraNormEps, *q, *q_latent, rope, kv,
                           layer, batch.attn);
-    if (side) side->join_side_branch();
+    if (side_) side_->join_side_branch();
     trace(*kv_row, "kv_cache_row", layer);
     trace(*q, "q_rope", layer);
     mla_attend_latent(be, dims_, L.absorbed, softmax_scale_, *q_latent, kv, layer, batch.attn,
@@ -345,10 +349,9 @@ void DeepseekModel::moe_block(int layer, const Tensor& h, const Tensor& out) {
   DeviceTensorPtr shared;
   if (m.has_shared) {
     shared = be.alloc(be.activation_dtype(), {t, spec_.hidden_size});
-    SideBranches* side = side_branches(be);
-    if (side) side->begin_side_branch(t);
+    if (side_) side_->begin_side_branch(t);
     swiglu(m.shared, h, *shared);
-    if (side) side->end_side_branch();
+    if (side_) side_->end_side_branch();
   }
   auto logits = be.alloc(DType::kF32, {t, route_args_.num_experts});
   be.linear(h, m.gate, *logits);
