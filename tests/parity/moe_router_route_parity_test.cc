@@ -184,6 +184,8 @@ TEST(MoeBackend, GraphModeMergesRouterAndRoute) {
       {"kimi", 7168, {384, 8, 1, 1, S::kSigmoid, G::kTop2Sum, true, 2.827f}, true},
       {"v3 grouped", 7168, {256, 8, 8, 4, S::kSigmoid, G::kTop2Sum, true, 2.5f}, true},
       {"v2 grouped softmax", 5120, {160, 6, 8, 3, S::kSoftmax, G::kMax, false, 16.0f}, false},
+      // The tiny fixtures' router: 8 experts are one row tile, fewer tiles than routing CTAs.
+      {"tiny", 64, {8, 2, 1, 1, S::kSoftmax, G::kMax, false, 1.0f}, false},
   };
   const cuda::CudaTunables defaults = gpu.tunables();
   ASSERT_TRUE(defaults.fusion);
@@ -194,7 +196,7 @@ TEST(MoeBackend, GraphModeMergesRouterAndRoute) {
     gate.weight = gpu.upload(Tensor::make(gw.data(), DType::kF32, {e, c.hidden}), DType::kBF16);
     auto bh = p.random(e, 0.01f);
     auto bias = gpu.upload(Tensor::make(bh.data(), DType::kF32, {e}), DType::kF32);
-    for (int64_t t : {1, 8, 32, 33}) {
+    for (int64_t t : {1, 8, 9, 32, 33}) {
       auto x = gpu.alloc(DType::kBF16, {t, c.hidden});
       auto step = [&] {  // as arch/deepseek.cc's moe_block
         auto logits = gpu.alloc(DType::kF32, {t, e});

@@ -350,7 +350,10 @@ __global__ void __launch_bounds__(kRouterWarps * 32)
   __syncthreads();
   const int arrival = arrival_s;
   const int warps = fused_route_warps(f.route.tokens, f.route.num_experts);
-  const int ctas = fused_route_ctas(f.route.tokens, f.route.num_experts);
+  // No more routing CTAs than tiles: with few experts (a tiny model's 8 are one tile) the
+  // finishers are fewer than the tokens' share would ask for.
+  const int by_tokens = fused_route_ctas(f.route.tokens, f.route.num_experts);
+  const int ctas = by_tokens < tiles ? by_tokens : tiles;
   if (arrival < tiles - ctas) return;
   if (threadIdx.x == 0) {
     if (arrival != tiles - 1)
