@@ -70,21 +70,30 @@ inline constexpr Variant kVariants[] = {
      "MoE router GEMV and expert choice as one launch up to 32 tokens "
      "(moe_router_route_max_tokens 32)",
      [](cuda::CudaTunables& t) { t.moe_router_route_max_tokens = 32; }},
-    {"gemv_pair", "two plain GEMVs on one x as one launch (gemv_pair_fusion: q_a / q_proj + kv_a)",
-     [](cuda::CudaTunables& t) { t.gemv_pair_fusion = true; }},
-    {"side_branch",
-     "shared experts on a second stream beside the routing up to 2 rows (side_branch_max_rows)",
-     [](cuda::CudaTunables& t) { t.side_branch_max_rows = 2; }},
-    {"graph_merges", "route_merged and gemv_pair together",
+    // The GEMV pair and side branches are on by default (tunables.h, 2026-12-03): these take them
+    // off, alone and together.
+    {"no_gemv_pair", "q_a / q_proj and kv_a as two GEMV launches (gemv_pair_fusion off)",
+     [](cuda::CudaTunables& t) { t.gemv_pair_fusion = false; }},
+    {"no_side_branch",
+     "shared experts and W_UK in order on the one stream (side_branch_max_rows 0)",
+     [](cuda::CudaTunables& t) { t.side_branch_max_rows = 0; }},
+    {"no_segments",
+     "each graph-mode step one graph, launched once recorded (graph_segment_launches 0)",
+     [](cuda::CudaTunables& t) { t.graph_segment_launches = 0; }},
+    {"segments16", "graph-mode steps launched in segments of 16 launches (2- and 4-layer cuts)",
+     [](cuda::CudaTunables& t) { t.graph_segment_launches = 16; }},
+    {"segments32", "graph-mode steps launched in segments of 32 launches",
+     [](cuda::CudaTunables& t) { t.graph_segment_launches = 32; }},
+    {"segments64", "graph-mode steps launched in segments of 64 launches (graph_segment_launches)",
+     [](cuda::CudaTunables& t) { t.graph_segment_launches = 64; }},
+    {"segments128", "graph-mode steps launched in segments of 128 launches",
+     [](cuda::CudaTunables& t) { t.graph_segment_launches = 128; }},
+    {"segments256", "graph-mode steps launched in segments of 256 launches",
+     [](cuda::CudaTunables& t) { t.graph_segment_launches = 256; }},
+    {"session7", "neither the GEMV pair nor side branches (session 7's defaults)",
      [](cuda::CudaTunables& t) {
-       t.moe_router_route_max_tokens = 32;
-       t.gemv_pair_fusion = true;
-     }},
-    {"all_s8", "route_merged, gemv_pair and side_branch together",
-     [](cuda::CudaTunables& t) {
-       t.moe_router_route_max_tokens = 32;
-       t.gemv_pair_fusion = true;
-       t.side_branch_max_rows = 2;
+       t.gemv_pair_fusion = false;
+       t.side_branch_max_rows = 0;
      }},
 };
 inline const Variant* find_variant(const std::string& name) {

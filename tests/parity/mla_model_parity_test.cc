@@ -188,6 +188,16 @@ Greedy greedy_with_logits(Model& m, DType kv, const std::vector<int32_t>& prompt
   return g;
 }
 
+// Graph mode's launch merges, side branches and segments all off.
+void no_merges(cuda::CudaTunables& t) {
+  t.moe_router_route_max_tokens = 0;
+  t.gemv_pair_fusion = false;
+  t.side_branch_max_rows = 0;
+  t.graph_segment_launches = 0;
+}
+
+constexpr int kTestSegment = 8;  // launches a graph segment in the segments pass
+
 TEST_P(MlaModel, GreedyMatchesTheCpuBackend) {
   const Fixture& fx = GetParam();
   auto cpu = make_cpu_backend();
@@ -212,20 +222,54 @@ TEST_P(MlaModel, GreedyMatchesTheCpuBackend) {
     const int n = lengths[i];
     const Greedy want = greedy_with_logits(*cm, DType::kF32, prompts[i], n);
     std::vector<int32_t> eager;
-    // Eager, graphs, then graphs with the changes that are off by default (the router + route
-    // and GEMV pair merges, side branches on a second stream): each must give the eager bits.
+    // Eager, graphs without the graph-mode merges, side branches and segments, then with each
+    // alone (the router + route merge, off by default; the GEMV pair merge and side branches on a
+    // second stream, on by default) and all three, and steps in segments (kTestSegment launches: a
+    // tiny model's step is shorter than the default 64): each must give the eager bits.
+    struct Pass {
+      const char* name;
+      bool graphs;
+      void (*tune)(cuda::CudaTunables&);
+    };
+    const Pass passes[] = {
+        {"eager", false, nullptr},
+        {"graphs, no merges or side branches", true, no_merges},
+        {"graphs + router-route merge", true,
+         [](cuda::CudaTunables& t) {
+           no_merges(t);
+           t.moe_router_route_max_tokens = 32;
+         }},
+        {"graphs + gemv pair", true,
+         [](cuda::CudaTunables& t) {
+           no_merges(t);
+           t.gemv_pair_fusion = true;
+         }},
+        {"graphs + side branches", true,
+         [](cuda::CudaTunables& t) {
+           no_merges(t);
+           t.side_branch_max_rows = 2;
+         }},
+        {"graphs + all three", true,
+         [](cuda::CudaTunables& t) {
+           t.moe_router_route_max_tokens = 32;
+           t.gemv_pair_fusion = true;
+           t.side_branch_max_rows = 2;
+         }},
+        // Steps launched as graphs of 8 launches each while the rest is recorded.
+        {"graphs in segments of 8 launches", true,
+         [](cuda::CudaTunables& t) { t.graph_segment_launches = kTestSegment; }},
+    };
     const cuda::CudaTunables defaults = cuda.tunables();
-    for (int pass : {0, 1, 2}) {
-      const bool graphs = pass > 0;
+    for (const Pass& pass : passes) {
+      const bool graphs = pass.graphs;
       cuda.set_graph_mode(graphs);
-      if (pass == 2)
-        cuda.tune([](cuda::CudaTunables& t) {
-          t.moe_router_route_max_tokens = 32;
-          t.gemv_pair_fusion = true;
-          t.side_branch_max_rows = 2;
-        });
+      if (pass.tune) cuda.tune(pass.tune);
+      const int64_t segments = cuda.graph_stats().segments;
       SingleSequence g(*gm, 16, int(prompts[i].size()) + n, DType::kBF16);
       auto got = g.greedy(prompts[i], n, 64);
+      if (cuda.tunables().graph_segment_launches == kTestSegment) {
+        EXPECT_GT(cuda.graph_stats().segments, segments) << pass.name << ": no segment launched";
+      }
       int same = 0;
       while (same < n && got[size_t(same)] == want.tokens[size_t(same)]) ++same;
       double gap = 0;  // the CPU's own margin at the first difference
@@ -239,18 +283,15 @@ TEST_P(MlaModel, GreedyMatchesTheCpuBackend) {
       std::printf(
           "%s prompt %zu (%zu tokens), %s: %d of %d greedy tokens equal the CPU "
           "backend's%s (CPU gap there %.3g)\n",
-          fx.name.c_str(), i, prompts[i].size(),
-          pass == 0   ? "eager"
-          : pass == 1 ? "graphs"
-                      : "graphs + merges + side branches",
-          same, n, same < n ? ", then a difference" : "", gap);
+          fx.name.c_str(), i, prompts[i].size(), pass.name, same, n,
+          same < n ? ", then a difference" : "", gap);
       EXPECT_LT(gap, 0.02) << "prompt " << i << ": greedy left the CPU's at token " << same
                            << ", not a near-tie";
       if (!graphs) {
         eager = got;
       } else {
         EXPECT_EQ(got, eager) << "prompt " << i << ": CUDA graphs changed the tokens"
-                              << (pass == 2 ? " (merges and side branches on)" : "");
+                              << " (" << pass.name << ")";
       }
       cuda.set_tunables(defaults);
     }

@@ -59,6 +59,7 @@ CudaBackend::CudaBackend(const BackendOptions& options)
     // Launches recorded for a graph but not yet run may use cached blocks: never free under them.
     CHECK_MSG(!recorder_.has_pending(),
               "device memory exhausted while recording a CUDA graph step");
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // launched segments of this step still run
     recorder_.drop_graphs();
   });
 }
@@ -69,10 +70,11 @@ CudaBackend::~CudaBackend() {
   if (stats.recorded_steps > 0) {
     const double steps = double(stats.recorded_steps);
     LOG_INFO(
-        "CUDA graphs: {} steps recorded: {} replayed, {} captured ({:.2f} ms per capture); "
-        "host time per recorded step {:.1f} us (of which flush {:.1f} us); {} steps eager; "
-        "device pool: {} cudaMalloc, {} trims (a trim drops every graph)",
-        stats.recorded_steps, stats.replays, stats.captures,
+        "CUDA graphs: {} steps recorded ({} segments launched before their step's end): {} "
+        "replayed, {} captured ({:.2f} ms per capture); host time per recorded step {:.1f} us (of "
+        "which flush {:.1f} us); {} steps eager; device pool: {} cudaMalloc, {} trims (a trim "
+        "drops every graph)",
+        stats.recorded_steps, stats.segments, stats.replays, stats.captures,
         stats.captures ? 1e-6 * double(stats.capture_ns) / double(stats.captures) : 0.0,
         1e-3 * double(stats.record_ns) / steps, 1e-3 * double(stats.flush_ns) / steps,
         stats.eager_steps, pool_->mallocs(), pool_->trims());
@@ -92,7 +94,15 @@ CudaBackend::~CudaBackend() {
 }
 
 void CudaBackend::begin_op() {
-  if (in_step_) return;
+  if (in_step_) {
+    // Graph mode: a long step goes to the device in segments, each replayed (or captured) as
+    // soon as it holds graph_segment_launches launches, so that the device runs them while the
+    // host records the rest. Never inside a side branch (a graph must end joined).
+    if (tunables_.graph_segment_launches > 0 && side_ == SideBranch::kNone &&
+        recorder_.pending_launches() >= size_t(tunables_.graph_segment_launches))
+      recorder_.flush_segment(launch());
+    return;
+  }
   in_step_ = true;
   step_start_ns_ = host_now_ns();
   staging_.reset();

@@ -47,6 +47,23 @@ GraphRecorder::~GraphRecorder() {
 void GraphRecorder::flush(const Launch& launch, int64_t step_start_ns) {
   if (!graph_mode_ || pending_.empty()) return;
   const int64_t flush_start = host_now_ns();
+  launch_pending(launch);
+  const int64_t now = host_now_ns();
+  stats_.flush_ns += now - flush_start;
+  stats_.record_ns += now - step_start_ns;
+  ++stats_.recorded_steps;
+}
+
+void GraphRecorder::flush_segment(const Launch& launch) {
+  if (!graph_mode_ || pending_.empty()) return;
+  const int64_t flush_start = host_now_ns();
+  launch_pending(launch);
+  ++stats_.segments;
+  stats_.flush_ns += host_now_ns() - flush_start;
+}
+
+void GraphRecorder::launch_pending(const Launch& launch) {
+  const int64_t start = host_now_ns();
   const size_t h = signature_hash(signature_);
   auto it = graphs_.find(h);
   if (it != graphs_.end() && it->second.signature == signature_) {
@@ -55,6 +72,8 @@ void GraphRecorder::flush(const Launch& launch, int64_t step_start_ns) {
   } else {
     if (explain_captures_ && stats_.captures < 64) explain_capture();
     cudaGraph_t graph = nullptr;
+    // Capture may begin while earlier segments of the step still run on the stream: it records,
+    // and the graph launched below runs after them in stream order.
     CUDA_CHECK(cudaStreamBeginCapture(launch.stream, cudaStreamCaptureModeThreadLocal));
     const Launch side{side_stream_, false};  // as CudaBackend::record launches there
     for (const Pending& l : pending_)
@@ -67,22 +86,20 @@ void GraphRecorder::flush(const Launch& launch, int64_t step_start_ns) {
       cudaGraphExecDestroy(it->second.exec);
     } else if (graphs_.size() >= kMaxGraphs) {
       // Serving meets many step shapes (batch sizes x context buckets): keep memory bounded by
-      // starting over; the shapes in use are captured again on their next step.
+      // starting over; the shapes in use are captured again on their next step. Launched
+      // segments of this step may still run: their graphs go once the stream is idle.
+      CUDA_CHECK(cudaStreamSynchronize(launch.stream));
       drop_graphs();
     }
     graphs_[h] = Graph{signature_, exec};
     CUDA_CHECK(cudaGraphLaunch(exec, launch.stream));
     ++stats_.captures;
-    stats_.capture_ns += host_now_ns() - flush_start;
+    stats_.capture_ns += host_now_ns() - start;
   }
   stats_.launches += int64_t(pending_.size());
   pending_.clear();
   signature_.clear();
   last_op_ = kOpNone;
-  const int64_t now = host_now_ns();
-  stats_.flush_ns += now - flush_start;
-  stats_.record_ns += now - step_start_ns;
-  ++stats_.recorded_steps;
 }
 
 void GraphRecorder::explain_capture() const {

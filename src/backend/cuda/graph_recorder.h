@@ -34,6 +34,8 @@ struct GraphStats {
   // lookup), summed over `recorded_steps`. The device idles through it.
   int64_t record_ns = 0;
   int64_t recorded_steps = 0;
+  // Graph mode: segments launched before their step's end (flush_segment), summed.
+  int64_t segments = 0;
   // The part of record_ns spent in flush (signature hash and lookup, graph launch or capture).
   int64_t flush_ns = 0;
   // The part of flush_ns spent capturing and instantiating graphs for new signatures.
@@ -110,10 +112,15 @@ class GraphRecorder {
     last_op_ = kOpNone;
   }
   bool has_pending() const { return !pending_.empty(); }
+  size_t pending_launches() const { return pending_.size(); }
 
   // Graph mode: replays or captures the recorded launches on `launch`; `step_start_ns` (the
   // step's first op) counts the step's host recording time. Eager or nothing recorded: nothing.
   void flush(const Launch& launch, int64_t step_start_ns);
+  // Graph mode: replays or captures the launches recorded so far as a graph of their own and
+  // lets the step go on (CudaTunables::graph_segment_launches): the device runs them while the
+  // host records the rest. Nothing recorded: nothing.
+  void flush_segment(const Launch& launch);
   // Destroys every captured graph (the next steps capture again).
   void drop_graphs();
 
@@ -155,6 +162,9 @@ class GraphRecorder {
     cudaEvent_t start, stop;
   };
 
+  // Replays the graph captured for signature_ or captures one, launches it, and starts the next
+  // signature.
+  void launch_pending(const Launch& launch);
   // Logs the first difference between the new signature_ and the closest captured one.
   void explain_capture() const;
 
@@ -166,7 +176,8 @@ class GraphRecorder {
   std::string signature_;
   std::vector<Pending> pending_;
   std::unordered_map<size_t, Graph> graphs_;
-  static constexpr size_t kMaxGraphs = 256;  // captured steps kept at once (flush starts over)
+  // Captured graphs kept at once (flush starts over): 256 step shapes of up to 8 segments.
+  static constexpr size_t kMaxGraphs = 2048;
   GraphStats stats_;
 
   bool profile_ = false;

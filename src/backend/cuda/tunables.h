@@ -64,17 +64,30 @@ struct CudaTunables {
   int64_t gemv_prefetch_elems = 0;
   // With fusion, graph mode: two consecutive plain GEMVs on the same x (MLA's q_a or q_proj, then
   // kv_a: arch/deepseek.cc records them back to back) as one launch (linear.h GemvParams::w2),
-  // bitwise the two launches. No env. Default off until measured (rank_step_bench --variants
-  // gemv_pair): every kernel boundary removed from an MLA layer so far saved 2-7 us at batch 1.
-  bool gemv_pair_fusion = false;
+  // bitwise the two launches. No env. Default on: Moonlight bf16 batch 1 (rank_step_bench
+  // --variants, H200, 2026-12-03) 2.831 against 2.897 ms a step (-2.3%; an earlier run -0.4%);
+  // a Kimi-K2.5 rank of tp 8 at batch 1, 61 layers projected, 6.42 against 6.48 ms.
+  bool gemv_pair_fusion = true;
   // Side branches (backend/side_branch.h; arch/deepseek.cc: a MoE layer's shared experts beside
   // its router, route and routed experts, MLA's W_UK products beside the attention inputs) run
   // on a second stream, forked and joined through events (graphs capture the fork and the
   // join), up to this many rows and gemv_max_rows (a branch's linears stay GEMVs: cuBLAS's one
   // workspace serves one stream at a time). 0 runs them in order on the one stream. No env.
-  // Default 0 until measured (rank_step_bench --variants side_branch): at batch 1 the branches'
-  // GEMVs and their kernel boundaries would overlap latency-bound launches of the main stream.
-  int side_branch_max_rows = 0;
+  // Default 2 (= gemv_max_rows): at batch 1 the branches' GEMVs and kernel boundaries overlap the
+  // main stream's latency-bound launches. Moonlight bf16 batch 1 (H200, 2026-12-03, two calls)
+  // 2.615 / 2.649 against 2.897 / 2.868 ms a step (-9.7 / -7.6%); a Kimi-K2.5 rank at batch 1,
+  // 61 layers projected, 6.14 against 6.48 ms (the projections spread ±0.4 ms between runs).
+  int side_branch_max_rows = 2;
+  // Graph mode: a step's launches go to the device in segments of this many (the last one
+  // shorter), each a graph of its own replayed or captured as soon as it is full, so that the
+  // device runs the step's first segments while the host records the rest; 0 keeps one graph a
+  // step, launched once the whole step is recorded (the device idles meanwhile: Moonlight bf16
+  // batch 1 172 us of host recording a 2.6 ms step, a Kimi-K2.5 rank ~10 us a layer; H200,
+  // 2026-12-03). Segments cut only between ops and outside side branches; launches that would
+  // merge across a cut stay two. No env. Default 64: Moonlight bf16 batch 1 (27 layers, 489
+  // launches a step; rank_step_bench --variants, H200, 2026-12-03) 2.534 / 2.555 / 2.573 ms a
+  // step in segments of 64 / 128 / 256 against 2.672 in one graph (-5.2 / -4.4 / -3.7%).
+  int graph_segment_launches = 64;
   // Warps per GEMV block: 4 or 8. No env. Default 8: 4-warp blocks measured +0.13 / -0.07
   // ms/token (on top of early triggers and prefetch, so not conclusive; 2026-11-29 night).
   int gemv_block_warps = 8;
@@ -136,13 +149,12 @@ struct CudaTunables {
   // expert choice as one launch (moe_route.h launch_moe_router_route); 0 keeps two launches (A/B),
   // at most kMoeRouterMaxTokens (32). No env. Measured: one Kimi-K2.5 rank's decode step (61
   // layers projected, session7_check.sh, H200, 2026-12-02) at batch 1 took 6.033 / 6.478 ms merged
-  // against 6.485 / 6.636 with two launches (two calls; ncu had the route at 431 us a step).
-  // Default 0 (off) until Fixtures/MlaModel.GreedyMatchesTheCpuBackend runs on the GPU with it: in
-  // the same run, graph-mode greedy of the tiny DeepSeek fixtures left eager's at a near-tie (CPU
-  // gap 0.003-0.006), and no device time was left to tell whether the merge or an older graph-mode
-  // difference did it (the merged launch itself is bitwise the two launches:
-  // MoeParity.RouterRouteOneLaunchIsBitwiseTheTwoLaunches,
-  // MoeBackend.GraphModeMergesRouterAndRoute).
+  // against 6.485 / 6.636 with two launches (two calls; ncu had the route at 431 us a step);
+  // on 2026-12-03, with the side branches, 6.96 / 6.38 against 6.48 / 5.97 ms, and Moonlight
+  // -0.8 / +1.0%: no gain that holds. Default 0 (off). (Session 7's graph-mode greedy
+  // differences on the tiny DeepSeek fixtures were this launch's: with 8 experts, one row tile,
+  // it waited for more routing CTAs than there were tiles, leaving tokens past the first 8
+  // unrouted; MoeBackend.GraphModeMergesRouterAndRoute now covers 8 experts at 9 tokens.)
   int moe_router_route_max_tokens = 0;
   // FP8-block linears above the GEMV's rows: false (default) dequantize the weight to bf16 and
   // run the bf16 GEMM (W8A16: the weights exactly as DeepSeek's reference inference dequantizes
