@@ -160,5 +160,6 @@ PY
   echo "-- $stage: $(( $(date +%s) - t1 )) s"
 done
 echo "total after the build: $(( $(date +%s) - t0 )) s"
-(cd "$OUT" && tar czf decode_profile.tgz --exclude=decode_profile.tgz . && find . -type f ! -name decode_profile.tgz -delete)
+# (The archive is made outside $OUT: tar stops on a folder that changes as it reads it.)
+(cd "$OUT" && tar czf /tmp/decode_profile.tgz . && find . -type f -delete && mv /tmp/decode_profile.tgz .)
 ls -la "$OUT"

@@ -30,7 +30,7 @@ if [ "${KIMI:-1}" = 1 ]; then
   for n in 2 4; do
     python3 bench/cuda/rank_cuts.py cut "$C/shared/configs/kimi-k2.5/config.json" $n "$W/kimi$n"
     timeout 150 ./build-dev/strata_bench_rank_step_bench --config "$W/kimi$n/config.json" --tp-size 8 \
-      --batches ${KIMI_BATCHES:-1,32,128} --context 4096 --prefill 0 --reps 10 \
+      --batches ${KIMI_BATCHES:-1,32,128} --context 4096 --prefill 0 --reps ${KIMI_REPS:-10} \
       --variants ${KIMI_VARIANTS:-unfused} >"$L/kimi$n.log" 2>&1
     echo "kimi $n layers: exit $?"
   done
@@ -38,7 +38,7 @@ if [ "${KIMI:-1}" = 1 ]; then
 fi
 if [ -n "${MOONLIGHT_VARIANTS:-}" ]; then
   timeout 100 ./build-dev/strata_bench_rank_step_bench --config "$C/shared/configs/moonlight-16b-a3b/config.json" \
-    --batches 1 --context 768 --prefill 0 --reps 20 --variants "$MOONLIGHT_VARIANTS" >"$L/moonlight.log" 2>&1
+    --batches 1 --context 768 --prefill 0 --reps ${MOONLIGHT_REPS:-20} --variants "$MOONLIGHT_VARIANTS" >"$L/moonlight.log" 2>&1
   echo "moonlight: exit $?"
   grep -E "^decode|^variant" "$L/moonlight.log" | cut -c1-150
 fi
