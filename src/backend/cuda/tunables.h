@@ -86,7 +86,9 @@ struct CudaTunables {
   // 2026-12-03). Segments cut only between ops and outside side branches; launches that would
   // merge across a cut stay two. No env. Default 64: Moonlight bf16 batch 1 (27 layers, 489
   // launches a step; rank_step_bench --variants, H200, 2026-12-03) 2.534 / 2.555 / 2.573 ms a
-  // step in segments of 64 / 128 / 256 against 2.672 in one graph (-5.2 / -4.4 / -3.7%).
+  // step in segments of 64 / 128 / 256 against 2.672 in one graph (-5.2 / -4.4 / -3.7%); a
+  // Kimi-K2.5 rank of tp 8, 61 layers projected: batch 1 5.62 against 6.03 ms, batch 128 40.94
+  // against 41.57; the Llama-3.1-8B shape's offline 1,000 x 1,024 / 1,024 unchanged (8,976 tok/s).
   int graph_segment_launches = 64;
   // Warps per GEMV block: 4 or 8. No env. Default 8: 4-warp blocks measured +0.13 / -0.07
   // ms/token (on top of early triggers and prefetch, so not conclusive; 2026-11-29 night).
