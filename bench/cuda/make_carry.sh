@@ -7,9 +7,10 @@
 #   .devcarry/all   debs, shared/{configs,data,fixtures}, models.tar.xz of both models  (~62 MB)
 #   .devcarry/fx    debs, shared/{configs,data,fixtures}, no model                      (~16 MB)
 #   .devcarry/bench debs, shared/configs only (benches that make their weights)          (~2 MB)
+#   .devcarry/gen   debs, shared/configs, prompts-explain.jsonl, house-llama's tokenizer  (~3 MB)
 # The repository's tracked files (~22 MB) travel too: with .devcarry/cuda the call is at the
 # limit, with .devcarry/mla or all over it (their house-model tests need a slimmer repository).
-# Usage: bash bench/cuda/make_carry.sh [cuda|mla|all|fx|bench]...   (default: cuda mla all)
+# Usage: bash bench/cuda/make_carry.sh [cuda|mla|all|fx|bench|gen]...   (default: cuda mla all)
 set -eu
 S=../shared
 debs() {
@@ -31,6 +32,11 @@ for what in ${@:-cuda mla all}; do
     all) (cd $S/models && tar cf - house-llama house-mla) | xz -9 -T2 >$d/shared/models.tar.xz ;;
     fx) ;;
     bench) rm -rf $d/shared/data $d/shared/fixtures ;;
+    gen)  # generate_check.sh: the prompts and a tokenizer, no weights
+      rm -rf $d/shared/fixtures && find $d/shared/data -type f ! -name prompts-explain.jsonl -delete
+      mkdir -p $d/shared/models/house-llama
+      cp $S/models/house-llama/{config.json,generation_config.json,chat_template.jinja,tokenizer.json,tokenizer_config.json} \
+        $d/shared/models/house-llama/ ;;
   esac
   echo "$d: $(du -sb $d | awk '{printf "%.1f MiB", $1 / 1048576}')"
 done
