@@ -90,6 +90,10 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.graph_segment_launches = 128; }},
     {"segments256", "graph-mode steps launched in segments of 256 launches",
      [](cuda::CudaTunables& t) { t.graph_segment_launches = 256; }},
+    {"mla_splits16", "MLA attention's key splits capped at 16 (mla_max_splits)",
+     [](cuda::CudaTunables& t) { t.mla_max_splits = 16; }},
+    {"mla_splits32", "MLA attention's key splits capped at 32 (mla_max_splits)",
+     [](cuda::CudaTunables& t) { t.mla_max_splits = 32; }},
     {"session7", "neither the GEMV pair nor side branches (session 7's defaults)",
      [](cuda::CudaTunables& t) {
        t.gemv_pair_fusion = false;

@@ -227,6 +227,7 @@ struct Case {
   std::vector<std::pair<int, int>> seqs;  // (cached, new) tokens
   int wgmma = 2;                          // 2: the pipelined wgmma kernel, 1: the wgmma kernel
   int splits = 0;                         // 0: the plan's
+  int max_splits = 0;                     // the plan's splits capped (CudaTunables::mla_max_splits)
   bool graph = false;                     // also replay the launch from a captured graph
   int bf16_chunk = 48;                    // the mma kernel's chunk for bf16 rows (48 or 64)
   int decode = 1;                         // allow the decode kernel
@@ -363,7 +364,8 @@ void run_attention(const Fmt& f, const Case& cs) {
                                  .cvt = cs.cvt,
                                  .l2_prefetch = cs.l2_prefetch,
                                  .row_groups = cs.row_groups,
-                                 .stages = cs.stages};
+                                 .stages = cs.stages,
+                                 .max_splits = cs.max_splits};
   const cuda::MlaPlan plan =
       cuda::plan_mla_attention(c.fmt, n, t_new, H, max_new, max_kv, num_sms(), opt);
   DevBuf scratch(size_t(plan.scratch_bytes));
@@ -430,6 +432,25 @@ TEST(MlaAttention, DecodeEveryLayout) {
           f, {.heads = 16, .page = 16, .seqs = {{500, 5}, {0, 4}, {77, 1}}, .decode = decode});
     }
   }
+}
+
+// The plan's splits capped (CudaTunables::mla_max_splits): a Kimi-K2.5 rank's batch 1 (8 heads, a
+// 4,096-token context) in 16 splits of 4 chunks instead of 64 of one, and a batch of two.
+TEST(MlaAttention, DecodeCappedSplits) {
+  const Fmt& bf16 = kFormats[0];
+  const cuda::MlaRowFormat fmt = cuda::mla_row_format(make_layout(bf16, 512, 64, 64, 64), 1, 1.0f);
+  const cuda::MlaPlan capped =
+      cuda::plan_mla_attention(fmt, 1, 1, 8, 1, 4096, 132, {.max_splits = 16});
+  EXPECT_EQ(capped.num_splits, 16);
+  EXPECT_EQ(capped.split_len, 4 * capped.chunk);
+  const cuda::MlaPlan plain = cuda::plan_mla_attention(fmt, 1, 1, 8, 1, 4096, 132);
+  EXPECT_EQ(plain.num_splits, 4096 / plain.chunk);
+  for (int cap : {16, 3})
+    for (const Fmt* f : {&bf16, &kFormats[std::size(kFormats) - 1]}) {
+      run_attention(*f, {.heads = 8, .page = 64, .seqs = {{4095, 1}}, .max_splits = cap});
+      run_attention(*f,
+                    {.heads = 16, .page = 16, .seqs = {{1000, 1}, {299, 1}}, .max_splits = cap});
+    }
 }
 
 // The decode kernel's three e4m3 conversions (integer ops, the conversion unit in the S warps,

@@ -104,6 +104,7 @@ bool CudaBackend::mla_attention_gpu(const Tensor& q_latent, const KvStorage& kv,
   // on its own keys only; the kernel choice and the split count otherwise follow the batch).
   MlaPlanOptions opt;
   opt.partials = shard != nullptr ? 1 : 0;  // lse_out is written by the merge of the partials
+  opt.max_splits = tunables_.mla_max_splits;
   if (tunables_.deterministic) {
     opt.wgmma = 0;
     opt.decode = 0;

@@ -125,6 +125,7 @@ MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_to
     // the rows leave SMs idle, into whole chunks.
     const int64_t blocks = int64_t(num_seqs) * plan.row_tiles;
     n = blocks >= num_sms ? 1 : std::max<int64_t>(1, num_sms / blocks);
+    if (opt.max_splits > 0) n = std::min<int64_t>(n, opt.max_splits);
   }
   n = std::clamp<int64_t>(n, 1, max_chunks);
   const int64_t chunks_per_split = (max_chunks + n - 1) / n;

@@ -167,6 +167,13 @@ struct CudaTunables {
   bool fp8_w8a8 = false;
 
   // ---- attention ----
+  // MLA attention's key splits where the plan picks them (a batch whose rows leave SMs idle:
+  // one block an SM over whole 64-key chunks): at most this many; 0 no cap. No env. Default 0.
+  // Why a cap: at batch 1 a Kimi-K2.5 rank's 4,096-token context splits 64 ways, one chunk a
+  // block, and the merge then reads 64 partial rows per head (mla_combine 5 us a layer against
+  // the decode kernel's 7.6 us, ncu 2026-12-03); fewer, longer splits trade the one for the
+  // other (rank_step_bench --variants mla_splits16 / mla_splits32: not yet measured).
+  int mla_max_splits = 0;
   // Decode attention's split-KV target: this many decode blocks per SM. No env. Default 4:
   // 1 or 8 changed batch-1 decode by +-0.02 ms (2026-11-29 night); the 64 x 4,096 kernel alone ran
   // at 95.1% of copy bandwidth at 2, 92.8-93.1% at 4 and 8 (2026-11-29 evening).
