@@ -90,6 +90,8 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.graph_segment_launches = 128; }},
     {"segments256", "graph-mode steps launched in segments of 256 launches",
      [](cuda::CudaTunables& t) { t.graph_segment_launches = 256; }},
+    {"gemv_norm", "q_a's RMSNorm inside the q_b GEMV (gemv_norm_fusion)",
+     [](cuda::CudaTunables& t) { t.gemv_norm_fusion = true; }},
     {"mla_splits16", "MLA attention's key splits capped at 16 (mla_max_splits)",
      [](cuda::CudaTunables& t) { t.mla_max_splits = 16; }},
     {"mla_splits32", "MLA attention's key splits capped at 32 (mla_max_splits)",

@@ -290,9 +290,12 @@ void DeepseekModel::attention_block(int layer, const Tensor& h, const ForwardBat
     auto qa = be.alloc(act, {t, spec_.mla.q_lora_rank});
     be.linear(h, L.q_a, *qa);
     be.linear(h, L.kv_a, *kv_row);
-    be.rms_norm(*qa, *L.q_a_norm, kLoraNormEps, *qa);
-    trace(*qa, "q_a_norm", layer);
-    be.linear(*qa, L.q_b, *q);
+    // The norm out of place, right before q_b: a backend may run the two as one launch (the
+    // CUDA backend's gemv_norm_fusion under graphs).
+    auto qa_norm = be.alloc(act, {t, spec_.mla.q_lora_rank});
+    be.rms_norm(*qa, *L.q_a_norm, kLoraNormEps, *qa_norm);
+    trace(*qa_norm, "q_a_norm", layer);
+    be.linear(*qa_norm, L.q_b, *q);
   } else {
     be.linear(h, L.q_proj, *q);
     be.linear(h, L.kv_a, *kv_row);

@@ -224,8 +224,10 @@ TEST_P(MlaModel, GreedyMatchesTheCpuBackend) {
     std::vector<int32_t> eager;
     // Eager, graphs without the graph-mode merges, side branches and segments, then with each
     // alone (the router + route merge, off by default; the GEMV pair merge and side branches on a
-    // second stream, on by default) and all three, and steps in segments (kTestSegment launches: a
-    // tiny model's step is shorter than the default 64): each must give the eager bits.
+    // second stream, on by default) and all three, and steps in segments (kTestSegment launches:
+    // a tiny model's step is shorter than the default 64): each must give the eager bits. (The
+    // q_a norm inside q_b's GEMV, gemv_norm_fusion, merges only norms of more than 256 values:
+    // GemvNorm.GraphModeRunsTheNormInsideTheGemv tests it.)
     struct Pass {
       const char* name;
       bool graphs;

@@ -264,6 +264,9 @@ class CudaBackend : public Backend,
   GemvParams gemv_params(const Tensor& x, const Tensor& w, const float* bias, const Tensor& out,
                          int64_t m) const;
   bool merge_gemv_pair(const GemvParams& p, GemvParams* pair) const;
+  // Graph mode, gemv_norm_fusion: when the launch just recorded is the rms_norm that made *p's x
+  // (gemv_norm.cc has the conditions), *p takes it as its prologue (GemvParams::norm_x).
+  bool merge_gemv_norm(GemvParams* p) const;
   bool dev_gemv_takes(int64_t m) const {
     return dev_.gemv != nullptr && m >= dev_.gemv_min_rows && m <= dev_.gemv_max_rows;
   }

@@ -9,6 +9,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/gemv_norm.cuh"
 #include "backend/cuda/linear.h"
 #include "backend/cuda/linear_det.h"
 #include "backend/cuda/per_head_gemv.h"
@@ -36,7 +37,8 @@ __device__ __forceinline__ float dot8(const float* a, const float* b) {
 // default: on the H200 it made every GEMV slower (back to back, 8B shapes: 3.93 -> 4.37 ms per
 // token's GEMVs, lm_head alone 237 -> 255 us; in the decode step +0.2 ms/token), most likely
 // because the prefetches double the requests the L2 serves for the same bytes.
-template <int M, int KS, bool GLU>
+// NORM (M <= 2, plain): x's rows normalized into shared memory first (gemv_norm.cuh).
+template <int M, int KS, bool GLU, bool NORM = false>
 __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(GemvParams p) {
   if (p.pdl_early) pdl_trigger();
   __shared__ float red[kMaxWarps][M];
@@ -84,6 +86,15 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(GemvParams p) {
   }
   pdl_wait();
   if (!p.pdl_early) pdl_trigger();
+  const bf16_bits* xn = nullptr;  // NORM: the normalized rows (shared memory)
+  if constexpr (NORM) {
+    extern __shared__ __align__(16) char norm_smem[];
+    xn = gemv_norm_prologue<M>(p, norm_smem);
+  }
+  auto load_x = [&](int64_t off) {  // x's 8 values at element off
+    if constexpr (NORM) return *reinterpret_cast<const uint4*>(xn + off);
+    return __ldg(reinterpret_cast<const uint4*>(p.x + off));
+  };
   float acc[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) acc[m] = 0;
@@ -102,7 +113,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(GemvParams p) {
 #pragma unroll
         for (int m = 0; m < M; ++m) {
           float xf[8];
-          unpack8(__ldg(reinterpret_cast<const uint4*>(p.x + m * p.k + k + u * kStep)), xf);
+          unpack8(load_x(m * p.k + k + u * kStep), xf);
           acc[m] += dot8(wf, xf);
         }
       }
@@ -113,7 +124,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(GemvParams p) {
 #pragma unroll
       for (int m = 0; m < M; ++m) {
         float xf[8];
-        unpack8(__ldg(reinterpret_cast<const uint4*>(p.x + m * p.k + k)), xf);
+        unpack8(load_x(m * p.k + k), xf);
         acc[m] += dot8(wf, xf);
       }
     }
@@ -261,6 +272,20 @@ void launch_gemv_m(const GemvParams& p, const Launch& launch) {
     blocks += gemv_blocks(p, p.n2);
   }
   const dim3 grid(static_cast<unsigned>(blocks));
+  if (p.norm_x != nullptr) {
+    CHECK_MSG(M <= 2 && p.w2 == nullptr, "gemv norm: {} rows (at most 2), no pair", M);
+    if constexpr (M <= 2) {
+      const size_t smem = gemv_norm_smem_bytes(M, p.k);
+      if (ks == 1)
+        launch_pdl(gemv_kernel<M, 1, false, true>, grid, block, smem, launch, p);
+      else if (ks == 2)
+        launch_pdl(gemv_kernel<M, 2, false, true>, grid, block, smem, launch, p);
+      else
+        launch_pdl(gemv_kernel<M, 4, false, true>, grid, block, smem, launch, p);
+    }
+    CUDA_LAUNCH_CHECK();
+    return;
+  }
   if (ks == 1)
     launch_pdl(gemv_kernel<M, 1, false>, grid, block, 0, launch, p);
   else if (ks == 2)
@@ -381,6 +406,12 @@ void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& o
     if (merge_gemv_pair(p, &pair)) {
       recorder_.drop_last();
       record(kOpGemvPair, pair, launch_gemv);
+      return;
+    }
+    GemvParams normed = p;
+    if (merge_gemv_norm(&normed)) {
+      recorder_.drop_last();
+      record(kOpGemvNorm, normed, launch_gemv);
       return;
     }
     record(kOpGemv, p, launch_gemv);

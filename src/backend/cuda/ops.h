@@ -54,7 +54,8 @@ namespace strata::cuda {
   X(kOpGemvPair, "gemv_pair") \
   X(kOpSideFork, "side_fork") \
   X(kOpSideEnd, "side_end") \
-  X(kOpSideJoin, "side_join")
+  X(kOpSideJoin, "side_join") \
+  X(kOpGemvNorm, "gemv_norm")
 // clang-format on
 
 enum Op : int {

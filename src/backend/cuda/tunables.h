@@ -68,6 +68,13 @@ struct CudaTunables {
   // --variants, H200, 2026-12-03) 2.831 against 2.897 ms a step (-2.3%; an earlier run -0.4%);
   // a Kimi-K2.5 rank of tp 8 at batch 1, 61 layers projected, 6.42 against 6.48 ms.
   bool gemv_pair_fusion = true;
+  // With fusion, graph mode: a plain GEMV of up to 2 rows right after the rms_norm that made its
+  // x (not in place: MLA's q_a norm before q_b, arch/deepseek.cc) normalizes x itself, and the
+  // norm's launch goes (gemv_norm.cc; bitwise the two launches). No env. Default off until
+  // measured (rank_step_bench --variants gemv_norm): one kernel boundary fewer a layer on the
+  // batch-1 critical path of DeepSeek-V3 / Kimi-K2.5 (q_lora), against every GEMV block
+  // repeating the norm of a few KB.
+  bool gemv_norm_fusion = false;
   // Side branches (backend/side_branch.h; arch/deepseek.cc: a MoE layer's shared experts beside
   // its router, route and routed experts, MLA's W_UK products beside the attention inputs) run
   // on a second stream, forked and joined through events (graphs capture the fork and the
