@@ -12,6 +12,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/linear.h"
+#include "backend/cuda/norm_weight.cuh"
 
 namespace strata::cuda {
 
@@ -53,14 +54,7 @@ __device__ __forceinline__ const bf16_bits* gemv_norm_prologue(const GemvParams&
     for (int i = int(threadIdx.x); i < nchunk; i += int(blockDim.x)) {
       float v[8], w[8], o[8];
       unpack8(__ldg(x + i), v);
-      if (p.norm_w_f32) {
-        const float4* wf = static_cast<const float4*>(p.norm_w) + 2 * i;
-        const float4 a = wf[0], b = wf[1];
-        w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z,
-        w[7] = b.w;
-      } else {
-        unpack8(static_cast<const uint4*>(p.norm_w)[i], w);
-      }
+      norm_weight8(p.norm_w, p.norm_w_f32, i, w);
 #pragma unroll
       for (int e = 0; e < 8; ++e) o[e] = w[e] * (v[e] * inv);
       const uint4 bits = pack8(o);

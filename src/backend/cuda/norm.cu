@@ -5,6 +5,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/norm.h"
+#include "backend/cuda/norm_weight.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -137,14 +138,7 @@ __global__ void __launch_bounds__(1024) rms_norm_vec_kernel(RmsNormParams p) {
     const int idx = threadIdx.x + c * blockDim.x;
     if (idx < nchunk) {
       float w[8], o[8];
-      if (p.weight_f32) {
-        const float4* wf = static_cast<const float4*>(p.weight) + 2 * idx;
-        const float4 a = wf[0], b = wf[1];
-        w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z,
-        w[7] = b.w;
-      } else {
-        unpack8(static_cast<const uint4*>(p.weight)[idx], w);
-      }
+      norm_weight8(p.weight, p.weight_f32, idx, w);
 #pragma unroll
       for (int e = 0; e < 8; ++e) o[e] = w[e] * (v[c][e] * inv);
       out[idx] = pack8(o);
