@@ -92,6 +92,8 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.graph_segment_launches = 256; }},
     {"gemv_norm", "q_a's RMSNorm inside the q_b GEMV (gemv_norm_fusion)",
      [](cuda::CudaTunables& t) { t.gemv_norm_fusion = true; }},
+    {"mla_rows8", "MLA decode kernel blocks of 8 query rows at any head count (mla_decode_rows 8)",
+     [](cuda::CudaTunables& t) { t.mla_decode_rows = 8; }},
     {"mla_splits16", "MLA attention's key splits capped at 16 (mla_max_splits)",
      [](cuda::CudaTunables& t) { t.mla_max_splits = 16; }},
     {"mla_splits32", "MLA attention's key splits capped at 32 (mla_max_splits)",

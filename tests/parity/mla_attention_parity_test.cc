@@ -228,6 +228,7 @@ struct Case {
   int wgmma = 2;                          // 2: the pipelined wgmma kernel, 1: the wgmma kernel
   int splits = 0;                         // 0: the plan's
   int max_splits = 0;                     // the plan's splits capped (CudaTunables::mla_max_splits)
+  int decode_rows = 0;                    // the decode kernel's rows a block (0: the plan's)
   bool graph = false;                     // also replay the launch from a captured graph
   int bf16_chunk = 48;                    // the mma kernel's chunk for bf16 rows (48 or 64)
   int decode = 1;                         // allow the decode kernel
@@ -365,7 +366,8 @@ void run_attention(const Fmt& f, const Case& cs) {
                                  .l2_prefetch = cs.l2_prefetch,
                                  .row_groups = cs.row_groups,
                                  .stages = cs.stages,
-                                 .max_splits = cs.max_splits};
+                                 .max_splits = cs.max_splits,
+                                 .decode_rows = cs.decode_rows};
   const cuda::MlaPlan plan =
       cuda::plan_mla_attention(c.fmt, n, t_new, H, max_new, max_kv, num_sms(), opt);
   DevBuf scratch(size_t(plan.scratch_bytes));
@@ -451,6 +453,20 @@ TEST(MlaAttention, DecodeCappedSplits) {
       run_attention(*f,
                     {.heads = 16, .page = 16, .seqs = {{1000, 1}, {299, 1}}, .max_splits = cap});
     }
+}
+
+// The decode kernel in blocks of 8 query rows where the plan would take 16
+// (CudaTunables::mla_decode_rows): 16 heads (Moonlight at batch 1) in two row tiles, 5 heads of 4
+// new tokens (20 rows: three tiles, the last short), every row layout.
+TEST(MlaAttention, DecodeEightRowTiles) {
+  const cuda::MlaRowFormat fmt =
+      cuda::mla_row_format(make_layout(kFormats[0], 512, 64, 64, 64), 1, 1.0f);
+  EXPECT_EQ(cuda::plan_mla_attention(fmt, 1, 1, 16, 1, 768, 132, {.decode_rows = 8}).row_tiles, 2);
+  EXPECT_EQ(cuda::plan_mla_attention(fmt, 1, 1, 16, 1, 768, 132).row_tiles, 1);
+  for (const Fmt& f : kFormats) {
+    run_attention(f, {.heads = 16, .page = 16, .seqs = {{767, 1}}, .decode_rows = 8});
+    run_attention(f, {.heads = 5, .page = 16, .seqs = {{300, 4}, {40, 1}}, .decode_rows = 8});
+  }
 }
 
 // The decode kernel's three e4m3 conversions (integer ops, the conversion unit in the S warps,

@@ -230,6 +230,7 @@ struct MlaPlanOptions {
                          // allows, 2 in groups of 8, 0 one row a copy (the kernel as before)
   int stages = 0;        // the decode kernel's stages (0: as many as fit, mla_decode_stages)
   int max_splits = 0;    // > 0: at most this many key splits where the plan picks them (splits 0)
+  int decode_rows = 0;   // the decode kernel's rows a block: 8 or 16 (0: 8 up to 8 rows, else 16)
 };
 // Kernel: the pipelined wgmma kernel (opt.wgmma 1: the wgmma kernel) where it applies
 // (mla_wgmma_supported and >= 64 query rows a sequence), else the decode kernel where it applies

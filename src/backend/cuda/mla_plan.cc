@@ -95,7 +95,9 @@ MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_to
     plan.diag = opt.diag;
   } else if (opt.decode && mla_decode_supported(fmt)) {
     plan.kernel = kMlaDecode;
-    plan.tile_rows = rows <= 8 ? 8 : 16;
+    plan.tile_rows = opt.decode_rows == 8 || opt.decode_rows == 16 ? opt.decode_rows
+                     : rows <= 8                                   ? 8
+                                                                   : 16;
     if (opt.cvt >= 0) plan.cvt = opt.cvt;
     const int most = mla_decode_stages(fmt, plan.cvt);
     plan.stages = opt.stages > 0 ? std::clamp(opt.stages, 2, most) : most;

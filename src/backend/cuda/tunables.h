@@ -181,6 +181,12 @@ struct CudaTunables {
   // the decode kernel's 7.6 us, ncu 2026-12-03); fewer, longer splits trade the one for the
   // other (rank_step_bench --variants mla_splits16 / mla_splits32: not yet measured).
   int mla_max_splits = 0;
+  // The MLA decode kernel's query rows a block: 8 or 16; 0 (default) 8 where a sequence's rows
+  // (heads x new tokens) are at most 8, else 16. No env. Why 8 at 16 heads: Moonlight's batch 1
+  // at a 768-token context runs 12 blocks (one row tile x 12 one-chunk splits) for 11 us a layer
+  // (ncu 2026-12-03); 8-row tiles make 24 blocks of half the math (rank_step_bench --variants
+  // mla_rows8: not yet measured).
+  int mla_decode_rows = 0;
   // Decode attention's split-KV target: this many decode blocks per SM. No env. Default 4:
   // 1 or 8 changed batch-1 decode by +-0.02 ms (2026-11-29 night); the 64 x 4,096 kernel alone ran
   // at 95.1% of copy bandwidth at 2, 92.8-93.1% at 4 and 8 (2026-11-29 evening).
