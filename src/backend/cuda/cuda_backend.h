@@ -40,6 +40,7 @@
 #include "backend/cuda/launch.h"
 #include "backend/cuda/linear.h"
 #include "backend/cuda/linear_fp8.h"
+#include "backend/cuda/norm.h"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/tunables.h"
 #include "backend/cuda/weight_upload.h"
@@ -267,6 +268,10 @@ class CudaBackend : public Backend,
   // Graph mode, gemv_norm_fusion: when the launch just recorded is the rms_norm that made *p's x
   // (gemv_norm.cc has the conditions), *p takes it as its prologue (GemvParams::norm_x).
   bool merge_gemv_norm(GemvParams* p) const;
+  // Graph mode, moe_combine_norm_fusion: when the launch just recorded is the MoE experts step
+  // that wrote np's x, records it again with the add_rms_norm in its combine (moe.cu); false:
+  // nothing changed.
+  bool merge_moe_combine_norm(const RmsNormParams& np);
   bool dev_gemv_takes(int64_t m) const {
     return dev_.gemv != nullptr && m >= dev_.gemv_min_rows && m <= dev_.gemv_max_rows;
   }

@@ -31,6 +31,7 @@
 #include "backend/cuda/linear_int4.h"
 #include "backend/cuda/moe_route.h"
 #include "backend/cuda/moe_weights.h"
+#include "backend/cuda/norm.h"
 #include "core/thread_pool.h"
 
 namespace strata::cuda {
@@ -451,6 +452,37 @@ void CudaBackend::moe_experts_add(const Tensor& x, const MoeExpertWeights& exper
   // the routed experts' launches still overlap it.
   p.join_event = take_side_join();
   record(kOpMoeExperts, p, run_moe_experts);
+}
+
+// Graph mode, moe_combine_norm_fusion: when the launch just recorded is the MoE experts step that
+// wrote np's x, its combine runs the add_rms_norm too (moe_combine.cu): one launch a MoE layer
+// fewer where nothing stands between the two (tp 1; under tensor parallelism the all-reduce
+// does). Also: the residual add in place (residual given, out elsewhere), rows and dim of the
+// step, the one-pass vec kernel's shape, and the norm's outputs apart from what the combine reads.
+bool CudaBackend::merge_moe_combine_norm(const RmsNormParams& np) {
+  if (!tunables_.fusion || !tunables_.moe_combine_norm_fusion) return false;
+  MoeExpertsParams e;
+  if (!recorder_.last(kOpMoeExperts, &e)) return false;
+  const int64_t hidden = e.down.n, bytes = e.tokens * hidden * 2;
+  if (np.x != e.out || np.residual == nullptr || e.norm_out != nullptr || np.rows != e.tokens ||
+      np.dim != hidden || (np.row_stride != 0 && np.row_stride != np.dim) ||
+      rms_norm_kernel_for(np) != RmsNormKernel::kVecOnePass)
+    return false;
+  auto apart = [&](const void* a, const void* b) {
+    const auto a0 = uintptr_t(a), b0 = uintptr_t(b);
+    return b == nullptr || a0 + uint64_t(bytes) <= b0 || b0 + uint64_t(bytes) <= a0;
+  };
+  if (!apart(np.out, e.out) || !apart(np.residual, e.out) || !apart(np.out, np.residual) ||
+      !apart(np.out, e.add) || !apart(np.residual, e.add))
+    return false;
+  recorder_.drop_last();
+  e.norm_out = np.out;
+  e.norm_residual = np.residual;
+  e.norm_w = np.weight;
+  e.norm_eps = np.eps;
+  e.norm_w_f32 = np.weight_f32;
+  record(kOpMoeExperts, e, run_moe_experts);
+  return true;
 }
 
 }  // namespace strata::cuda

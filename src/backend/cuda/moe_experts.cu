@@ -1,5 +1,6 @@
-// MoE experts on the GPU: the plan, the combine, the weight repack and the step that strings
-// them together with the grouped GEMMs (moe_experts_gemv.cu, moe_experts_gemm.cu).
+// MoE experts on the GPU: the plan, the weight repack and the step that strings them together
+// with the grouped GEMMs (moe_experts_gemv.cu, moe_experts_gemm.cu) and the combine
+// (moe_combine.cu).
 //
 // ## Design
 // No host synchronization: the host knows T, k and E only, so every grid is sized by a bound
@@ -198,78 +199,6 @@ __global__ void __launch_bounds__(kPlanChunkThreads) moe_plan_place_kernel(MoePl
   }
 }
 
-// Combine: CTA (token t, chunk of kCombineThreads · 8 columns). Threads 0..k-1 place assignment
-// j at its rank under (expert id, j) (the CPU twin's ascending-id order), so the sum order is
-// fixed; then each thread sums 8 columns over the token's valid assignments, its 16-byte loads
-// of up to 8 y rows issued together (the old one-CTA-per-token loop waited on each in turn:
-// 15 us at T = 1, hidden 7168).
-constexpr int kCombineThreads = 128;
-constexpr int kCombineCols = kCombineThreads * 8;
-__global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(MoeCombineParams p) {
-  __shared__ int ids[kMoeMaxTopK];
-  __shared__ int rows[kMoeMaxTopK];
-  __shared__ float weights[kMoeMaxTopK];
-  __shared__ int valid;
-  pdl_enter(p.pdl_early);
-  const int64_t chunks = (p.hidden + kCombineCols - 1) / kCombineCols;
-  const int64_t t = int64_t(blockIdx.x) / chunks, chunk = int64_t(blockIdx.x) % chunks;
-  const int k = p.top_k, tid = int(threadIdx.x);
-  // The token's k ids, weights and rows, each loaded by its own thread (one round trip).
-  int id = -1, row = -1;
-  float w = 0.0f;
-  if (tid < k) {
-    id = p.topk_ids[t * k + tid];
-    row = p.pos != nullptr ? p.pos[t * k + tid] : int(t * k + tid);
-    w = p.topk_weights[t * k + tid];
-    ids[tid] = id;
-  }
-  __syncthreads();
-  if (tid < k) {
-    int rank = 0, count = 0;  // rank among the valid assignments
-    for (int j = 0; j < k; ++j) {
-      const int o = ids[j];
-      if (o < 0 || o >= p.num_experts) continue;
-      ++count;
-      rank += o < id || (o == id && j < tid);
-    }
-    if (id >= 0 && id < p.num_experts) {
-      rows[rank] = row;
-      weights[rank] = w;
-    }
-    if (tid == 0) valid = count;
-  }
-  __syncthreads();
-  const int64_t v = chunk * kCombineThreads + tid;  // this thread's 16-byte column group
-  if (v >= p.hidden / 8) return;
-  const int n = valid;
-  float acc[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
-  for (int j0 = 0; j0 < n; j0 += 8) {
-    uint4 yv[8];
-#pragma unroll
-    for (int u = 0; u < 8; ++u)
-      if (j0 + u < n)
-        yv[u] = __ldg(reinterpret_cast<const uint4*>(p.y + int64_t(rows[j0 + u]) * p.hidden) + v);
-#pragma unroll
-    for (int u = 0; u < 8; ++u) {
-      if (j0 + u >= n) break;
-      float y[8];
-      unpack8(yv[u], y);
-      const float w = weights[j0 + u];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], __fmul_rn(w, y[i]));
-    }
-  }
-  if (p.add != nullptr) {
-    float a[8];
-    unpack8(__ldg(reinterpret_cast<const uint4*>(p.add + t * p.hidden) + v), a);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] += a[i];
-  }
-  reinterpret_cast<uint4*>(p.out + t * p.hidden)[v] = pack8(acc);
-}
-
 // One thread per 16-byte lane piece of a tile: gathers its elements from the row-major source
 // (or, unpacking, scatters them back to it).
 __global__ void moe_repack_kernel(MoeRepackParams p) {
@@ -413,19 +342,6 @@ void launch_moe_plan(const MoePlanParams& p, cudaStream_t stream) {
   CUDA_LAUNCH_CHECK();
 }
 
-void launch_moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
-  if (p.tokens == 0) return;
-  CHECK_MSG(p.top_k > 0 && p.top_k <= kMoeMaxTopK, "moe combine: top_k {}", p.top_k);
-  CHECK_MSG(p.num_experts > 0, "moe combine: num_experts {}", p.num_experts);
-  CHECK(p.hidden % 8 == 0 && uintptr_t(p.y) % 16 == 0 && uintptr_t(p.out) % 16 == 0 &&
-        uintptr_t(p.add) % 16 == 0);
-  const int64_t blocks = p.tokens * ceil_div(p.hidden, kCombineCols);
-  CHECK_MSG(blocks < (int64_t(1) << 31), "moe combine: {} tokens", p.tokens);
-  launch_pdl(moe_combine_kernel, dim3(unsigned(blocks)), dim3(kCombineThreads), 0, Launch{stream},
-             p);
-  CUDA_LAUNCH_CHECK();
-}
-
 int moe_pick_regime(int64_t tokens, int top_k, int num_experts) {
   return tokens * top_k <= int64_t(kMoeDecodeRowsPerExpert) * num_experts ? kMoeDecode
                                                                           : kMoePrefill;
@@ -476,6 +392,11 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
     comb.top_k = p.top_k;
     comb.num_experts = p.num_experts;
     comb.pdl_early = 0;
+    comb.norm_out = p.norm_out;
+    comb.norm_residual = p.norm_residual;
+    comb.norm_w = p.norm_w;
+    comb.norm_eps = p.norm_eps;
+    comb.norm_w_f32 = p.norm_w_f32;
     if (p.join_event != nullptr) CUDA_CHECK(cudaStreamWaitEvent(stream, p.join_event, 0));
     launch_moe_combine(comb, stream);
   };

@@ -222,6 +222,15 @@ struct MoeCombineParams {
   int num_experts;
   int pdl_early;
   int pad_;
+  // Or null: then the next layer's add_rms_norm(out, norm_residual, norm_w, norm_eps, norm_out)
+  // in the same kernel, with its bits (moe_combine.cu; hidden <= 8,192, 16-byte aligned rows):
+  // norm_residual = bf16(out + norm_residual), norm_out = its RMSNorm. norm_w: bf16, or f32 with
+  // norm_w_f32.
+  bf16_bits* norm_out;
+  bf16_bits* norm_residual;
+  const void* norm_w;
+  float norm_eps;
+  int norm_w_f32;
 };
 void launch_moe_combine(const MoeCombineParams& p, cudaStream_t stream);
 
@@ -267,6 +276,13 @@ struct MoeExpertsParams {
   // Or null: the stream waits on it right before the combine (the join of the side branch that
   // makes `add`: backend/side_branch.h).
   cudaEvent_t join_event;
+  // Or null: the combine also runs the next layer's add_rms_norm (MoeCombineParams::norm_out;
+  // CudaBackend::merge_moe_combine_norm).
+  bf16_bits* norm_out;
+  bf16_bits* norm_residual;
+  const void* norm_w;
+  float norm_eps;
+  int norm_w_f32;
 };
 size_t moe_experts_scratch_bytes(int64_t tokens, int top_k, int num_experts, int64_t hidden,
                                  int64_t inter);
@@ -280,7 +296,8 @@ static_assert(std::is_trivially_copyable_v<MoeWeights> && sizeof(MoeWeights) == 
 static_assert(std::has_unique_object_representations_v<MoeRepackParams>);
 static_assert(std::has_unique_object_representations_v<MoePlanParams>);
 static_assert(std::has_unique_object_representations_v<MoeGroupedParams>);
-static_assert(std::has_unique_object_representations_v<MoeCombineParams>);
-static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 224);
+// (A float member rules out has_unique_object_representations: the size says there is no padding.)
+static_assert(std::is_trivially_copyable_v<MoeCombineParams> && sizeof(MoeCombineParams) == 112);
+static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 256);
 
 }  // namespace strata::cuda

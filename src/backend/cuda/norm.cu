@@ -238,6 +238,7 @@ void CudaBackend::add_rms_norm(const Tensor& x, const Tensor& residual, const Te
   p.dim = int(d);
   p.eps = eps;
   p.pdl_early = tunables_.pdl_early;
+  if (merge_moe_combine_norm(p)) return;  // graph mode: inside the MoE combine just recorded
   record(kOpRmsNorm, p, launch_rms_norm);
 }
 

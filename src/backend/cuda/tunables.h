@@ -75,6 +75,12 @@ struct CudaTunables {
   // batch-1 critical path of DeepSeek-V3 / Kimi-K2.5 (q_lora), against every GEMV block
   // repeating the norm of a few KB.
   bool gemv_norm_fusion = false;
+  // With fusion, graph mode: the add_rms_norm recorded right after a MoE layer's experts (tp 1: the
+  // next layer's input norm) runs inside their combine, one CTA a token (moe_combine.cu; bitwise
+  // the two launches). No env. Default off until measured (rank_step_bench --variants
+  // combine_norm on Moonlight): one launch a layer fewer at batch 1 (rms_norm ~2.8 us a launch,
+  // ncu 2026-12-03), against a combine of one CTA a token instead of hidden / 1,024.
+  bool moe_combine_norm_fusion = false;
   // Side branches (backend/side_branch.h; arch/deepseek.cc: a MoE layer's shared experts beside
   // its router, route and routed experts, MLA's W_UK products beside the attention inputs) run
   // on a second stream, forked and joined through events (graphs capture the fork and the
