@@ -12,13 +12,6 @@
 
 namespace strata::cuda {
 
-namespace {
-bool disjoint(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
-  const auto a0 = uintptr_t(a), b0 = uintptr_t(b);
-  return a0 + uint64_t(a_bytes) <= b0 || b0 + uint64_t(b_bytes) <= a0;
-}
-}  // namespace
-
 // Merges when the launch just recorded is an rms_norm whose output is *p's x exactly: same rows
 // (m <= 2, contiguous, no residual), dim = k, not in place (the GEMV's blocks read the norm's
 // input while block 0 stores its output), and the one-pass vec kernel's shape (the prologue
@@ -35,8 +28,9 @@ bool CudaBackend::merge_gemv_norm(GemvParams* p) const {
       rms_norm_kernel_for(np) != RmsNormKernel::kVecOnePass)
     return false;
   const int64_t x_bytes = int64_t(p->m) * p->k * 2, out_bytes = int64_t(p->m) * p->n * 2;
-  if (!disjoint(np.x, x_bytes, np.out, x_bytes) || !disjoint(np.x, x_bytes, p->out, out_bytes) ||
-      !disjoint(np.out, x_bytes, p->out, out_bytes))
+  if (byte_ranges_overlap(np.x, x_bytes, np.out, x_bytes) ||
+      byte_ranges_overlap(np.x, x_bytes, p->out, out_bytes) ||
+      byte_ranges_overlap(np.out, x_bytes, p->out, out_bytes))
     return false;
   p->norm_x = np.x;
   p->norm_w = np.weight;

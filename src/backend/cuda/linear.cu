@@ -420,13 +420,6 @@ void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& o
   record_gemm(x.data, wt.data, bias, out.data, m, n, k);
 }
 
-namespace {
-bool overlaps(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
-  const auto a0 = uintptr_t(a), b0 = uintptr_t(b);
-  return a0 < b0 + uint64_t(b_bytes) && b0 < a0 + uint64_t(a_bytes);
-}
-}  // namespace
-
 // Graph mode, with gemv_pair_fusion: when the launch just recorded is a plain GEMV on the same x
 // (same rows, k and launch tunables, the same warps a row) and neither output overlaps x or the
 // other output, *pair becomes both as one launch (linear.h GemvParams::w2): the blocks compute
@@ -442,8 +435,9 @@ bool CudaBackend::merge_gemv_pair(const GemvParams& p, GemvParams* pair) const {
     return false;
   const int64_t x_bytes = int64_t(p.m) * p.k * 2, a_out = int64_t(a.m) * a.n * 2,
                 p_out = int64_t(p.m) * p.n * 2;
-  if (overlaps(p.out, p_out, p.x, x_bytes) || overlaps(a.out, a_out, a.x, x_bytes) ||
-      overlaps(p.out, p_out, a.out, a_out))
+  if (byte_ranges_overlap(p.out, p_out, p.x, x_bytes) ||
+      byte_ranges_overlap(a.out, a_out, a.x, x_bytes) ||
+      byte_ranges_overlap(p.out, p_out, a.out, a_out))
     return false;
   *pair = a;
   pair->blocks1 = int(gemv_blocks(a, a.n));

@@ -468,12 +468,11 @@ bool CudaBackend::merge_moe_combine_norm(const RmsNormParams& np) {
       np.dim != hidden || (np.row_stride != 0 && np.row_stride != np.dim) ||
       rms_norm_kernel_for(np) != RmsNormKernel::kVecOnePass)
     return false;
-  auto apart = [&](const void* a, const void* b) {
-    const auto a0 = uintptr_t(a), b0 = uintptr_t(b);
-    return b == nullptr || a0 + uint64_t(bytes) <= b0 || b0 + uint64_t(bytes) <= a0;
+  auto overlap = [&](const void* a, const void* b) {
+    return byte_ranges_overlap(a, bytes, b, bytes);
   };
-  if (!apart(np.out, e.out) || !apart(np.residual, e.out) || !apart(np.out, np.residual) ||
-      !apart(np.out, e.add) || !apart(np.residual, e.add))
+  if (overlap(np.out, e.out) || overlap(np.residual, e.out) || overlap(np.out, np.residual) ||
+      overlap(np.out, e.add) || overlap(np.residual, e.add))
     return false;
   recorder_.drop_last();
   e.norm_out = np.out;
