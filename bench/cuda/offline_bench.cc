@@ -24,6 +24,8 @@
 //   --speculative-num-draft-tokens T --speculative-draft-model-path DIR
 //   --speculative-batch-size-threshold B] (speculative decoding; the mean accept length is
 //   printed)
+//   [--variant NAME] (a named tunable change of tunable_variants.h on the engine's backend, e.g.
+//   mla_rows16: an A/B of a default at large batches)
 // Breakdown: [--breakdown-batch B] (0: none) [--breakdown-context C] [--breakdown-pages P,P,...]
 //   (then forward + sampling alone at each page size) [--breakdown-scatter 0|1] (each also with
 //   the pages scattered over the pool) [--breakdown-overlap 1] (instead: the step's two halves at
@@ -48,6 +50,7 @@
 #include "dist/tensor_parallel.h"
 #include "engine/engine.h"
 #include "step_batch.h"
+#include "tunable_variants.h"
 
 namespace strata {
 namespace {
@@ -73,6 +76,7 @@ struct Args {
   bool one_rank = false;  // --tp-one-rank 1: rank 0 of --tp-size alone (backend/solo_comm.h)
   std::optional<int> cuda_graph_max_bs;  // unset: the engine's default
   double schedule_conservativeness = 1.0;
+  std::string variant;  // --variant: tunable_variants.h's name, applied after the engine's creation
   double hicache_ratio = 0;          // > 0: the host KV tier at this ratio of the device pool
   std::string hicache_write_policy;  // empty: the engine's default
   bool deterministic = false;        // --enable-deterministic-inference 1
@@ -132,6 +136,12 @@ void run_engine(const Args& a, const std::string& dir) {
   CHECK_MSG(e.ok(), "{}", e.status().to_string());
   Engine& eng = **e;
   dynamic_cast<cuda::CudaBackend&>(eng.backend()).fill_all_random(42, 0.02f);
+  if (!a.variant.empty()) {
+    const bench::Variant* v = bench::find_variant(a.variant);
+    CHECK_MSG(v != nullptr, "offline_bench: unknown --variant {}", a.variant);
+    dynamic_cast<cuda::CudaBackend&>(eng.backend()).tune(v->apply);
+    std::printf("variant  %s: %s\n", v->name, v->what);
+  }
   std::printf("engine   %s, tp %d, KV %s, %lld KV tokens, max running %d, loaded in %.1f s\n",
               a.config.c_str(), a.tp, eng.kv_config().describe().c_str(),
               (long long)eng.plan().kv_tokens, eng.plan().max_running_requests, since(t_load));
@@ -361,6 +371,8 @@ int main(int argc, char** argv) {
       a.config = v;
     else if (k == "--tokenizer")
       a.tokenizer = v;
+    else if (k == "--variant")
+      a.variant = v;
     else if (k == "--prompts")
       a.prompts = std::stoi(v);
     else if (k == "--in")

@@ -101,6 +101,34 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.mla_max_splits = 16; }},
     {"mla_splits32", "MLA attention's key splits capped at 32 (mla_max_splits)",
      [](cuda::CudaTunables& t) { t.mla_max_splits = 32; }},
+    {"moe_down150", "INT4 experts: down blocks of up to 150 row tiles (3 a Kimi rank's expert)",
+     [](cuda::CudaTunables& t) { t.moe_int4_reg_down_units = 150; }},
+    {"moe_down224", "INT4 experts: down blocks of up to 224 row tiles (2 a Kimi rank's expert)",
+     [](cuda::CudaTunables& t) { t.moe_int4_reg_down_units = 224; }},
+    {"moe_down_w4", "INT4 experts: down blocks of 4 warps and up to 64 row tiles",
+     [](cuda::CudaTunables& t) {
+       t.moe_int4_reg_down_warps = 4;
+       t.moe_int4_reg_down_units = 64;
+     }},
+    {"moe_down_w4_128", "INT4 experts: down blocks of 4 warps and up to 128 row tiles",
+     [](cuda::CudaTunables& t) { t.moe_int4_reg_down_warps = 4; }},
+    {"no_gemv_norm", "q_a's RMSNorm its own launch (gemv_norm_fusion off)",
+     [](cuda::CudaTunables& t) { t.gemv_norm_fusion = false; }},
+    {"no_combine_norm",
+     "the next layer's add_rms_norm its own launch (moe_combine_norm_fusion off)",
+     [](cuda::CudaTunables& t) { t.moe_combine_norm_fusion = false; }},
+    {"mla_rows16", "MLA decode kernel blocks of 16 query rows (mla_decode_rows 16)",
+     [](cuda::CudaTunables& t) { t.mla_decode_rows = 16; }},
+    {"mla_chunks1", "MLA attention's splits down to one 64-key chunk (mla_min_split_chunks 1)",
+     [](cuda::CudaTunables& t) { t.mla_min_split_chunks = 1; }},
+    {"session9",
+     "session 9's defaults (no gemv_norm, combine_norm, auto 8-row MLA, 2-chunk splits)",
+     [](cuda::CudaTunables& t) {
+       t.gemv_norm_fusion = false;
+       t.moe_combine_norm_fusion = false;
+       t.mla_decode_rows = 0;
+       t.mla_min_split_chunks = 1;
+     }},
     {"session7", "neither the GEMV pair nor side branches (session 7's defaults)",
      [](cuda::CudaTunables& t) {
        t.gemv_pair_fusion = false;

@@ -447,6 +447,17 @@ TEST(MlaAttention, DecodeCappedSplits) {
   EXPECT_EQ(capped.split_len, 4 * capped.chunk);
   const cuda::MlaPlan plain = cuda::plan_mla_attention(fmt, 1, 1, 8, 1, 4096, 132);
   EXPECT_EQ(plain.num_splits, 4096 / plain.chunk);
+  // CudaTunables::mla_min_split_chunks: two chunks a split (32 splits at 4,096 keys); a shorter
+  // context keeps one chunk a split (kMlaSplitsKept); a long one stays split wide (132 blocks).
+  const cuda::MlaPlan two =
+      cuda::plan_mla_attention(fmt, 1, 1, 8, 1, 4096, 132, {.min_split_chunks = 2});
+  EXPECT_EQ(two.num_splits, 32);
+  EXPECT_EQ(two.split_len, 2 * two.chunk);
+  EXPECT_EQ(cuda::plan_mla_attention(fmt, 1, 1, 8, 1, 768, 132, {.min_split_chunks = 2}).num_splits,
+            12);
+  EXPECT_GE(
+      cuda::plan_mla_attention(fmt, 1, 1, 8, 1, 32768, 132, {.min_split_chunks = 2}).num_splits,
+      128);
   for (int cap : {16, 3})
     for (const Fmt* f : {&bf16, &kFormats[std::size(kFormats) - 1]}) {
       run_attention(*f, {.heads = 8, .page = 64, .seqs = {{4095, 1}}, .max_splits = cap});
@@ -463,6 +474,11 @@ TEST(MlaAttention, DecodeEightRowTiles) {
       cuda::mla_row_format(make_layout(kFormats[0], 512, 64, 64, 64), 1, 1.0f);
   EXPECT_EQ(cuda::plan_mla_attention(fmt, 1, 1, 16, 1, 768, 132, {.decode_rows = 8}).row_tiles, 2);
   EXPECT_EQ(cuda::plan_mla_attention(fmt, 1, 1, 16, 1, 768, 132).row_tiles, 1);
+  // Auto (-1, the tunable's default): 8-row blocks where 16-row ones of one chunk each leave SMs
+  // idle (1 x 12 < 132), 16-row ones where they do not (16 x 12 >= 132).
+  EXPECT_EQ(cuda::plan_mla_attention(fmt, 1, 1, 16, 1, 768, 132, {.decode_rows = -1}).row_tiles, 2);
+  EXPECT_EQ(cuda::plan_mla_attention(fmt, 16, 16, 16, 1, 768, 132, {.decode_rows = -1}).row_tiles,
+            1);
   for (const Fmt& f : kFormats) {
     run_attention(f, {.heads = 16, .page = 16, .seqs = {{767, 1}}, .decode_rows = 8});
     run_attention(f, {.heads = 5, .page = 16, .seqs = {{300, 4}, {40, 1}}, .decode_rows = 8});

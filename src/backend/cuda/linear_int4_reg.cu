@@ -166,7 +166,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     valid = valid && e >= 0 && e < pl.experts.num_experts;
     ebase = valid ? int64_t(e) * pl.expert_tiles : 0;
   };
-  if (experts && pl.experts.ids_early) find_expert();
+  if (experts && pl.experts.ids_early) {
+    find_expert();
+    // A block past the plan's tiles (the grid is sized for the most tiles a step can have) ends
+    // before it loads or waits: exiting counts as its trigger, and it holds no SM slot while
+    // the predecessor finishes. Block-uniform.
+    if (!valid) return;
+  }
   // Warp w's part of the stream, [part_start(w), part_start(w + 1)), starts on a scale group's
   // first tile: a group's x sum then matches what a warp accumulates, and position i's place
   // in its group is i % kUnit (KT is a multiple of kUnit).

@@ -106,6 +106,7 @@ bool CudaBackend::mla_attention_gpu(const Tensor& q_latent, const KvStorage& kv,
   opt.partials = shard != nullptr ? 1 : 0;  // lse_out is written by the merge of the partials
   opt.max_splits = tunables_.mla_max_splits;
   opt.decode_rows = tunables_.mla_decode_rows;
+  opt.min_split_chunks = tunables_.mla_min_split_chunks;
   if (tunables_.deterministic) {
     opt.wgmma = 0;
     opt.decode = 0;

@@ -230,14 +230,23 @@ struct MlaPlanOptions {
                          // allows, 2 in groups of 8, 0 one row a copy (the kernel as before)
   int stages = 0;        // the decode kernel's stages (0: as many as fit, mla_decode_stages)
   int max_splits = 0;    // > 0: at most this many key splits where the plan picks them (splits 0)
-  int decode_rows = 0;   // the decode kernel's rows a block: 8 or 16 (0: 8 up to 8 rows, else 16)
+  int decode_rows = 0;   // the decode kernel's rows a block: 8 or 16 (0: 8 up to 8 rows, else 16;
+                         // -1: as 0, and 8 too where 16-row blocks, one chunk each, leave SMs idle)
+  int min_split_chunks = 1;  // where the plan picks the splits: at least this many chunks a split
+                             // where that leaves kMlaSplitsKept splits or more
 };
+// min_split_chunks never takes the splits below this: Moonlight's batch 1 (16 heads, 768 keys:
+// 12 one-chunk splits of 8-row blocks) ran 1.9% faster a step than with 6 two-chunk splits,
+// a Kimi-K2.5 rank's (8 heads, 4,096 keys) faster with 32 two-chunk splits than 64 (H200,
+// 2026-12-03).
+constexpr int kMlaSplitsKept = 32;
 // Kernel: the pipelined wgmma kernel (opt.wgmma 1: the wgmma kernel) where it applies
 // (mla_wgmma_supported and >= 64 query rows a sequence), else the decode kernel where it applies
-// (mla_decode_supported; 8 rows a block when a sequence has at most 8 query rows, else 16; 64-key
-// stages, mla_decode_stages of them), else the mma kernel (16 rows; bf16 rows 48-key chunks in 3
-// stages, other formats 64-key chunks in 3 raw stages where they fit). Splits: enough blocks for
-// one wave over `num_sms` when the rows alone do not fill it, in whole chunks. Scratch: tokens ·
+// (mla_decode_supported; 8 rows a block when a sequence has at most 8 query rows, else 16, see
+// opt.decode_rows; 64-key stages, mla_decode_stages of them), else the mma kernel (16 rows; bf16
+// rows 48-key chunks in 3 stages, other formats 64-key chunks in 3 raw stages where they fit).
+// Splits: enough blocks for one wave over `num_sms` when the rows alone do not fill it, in whole
+// chunks (at least opt.min_split_chunks a split where the keys allow). Scratch: tokens ·
 // heads · num_splits · (R + 2) · 4 bytes when num_splits > 1 or opt.partials.
 MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_tokens, int heads,
                            int max_new_tokens, int max_kv_len, int num_sms,

@@ -95,8 +95,14 @@ MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_to
     plan.diag = opt.diag;
   } else if (opt.decode && mla_decode_supported(fmt)) {
     plan.kernel = kMlaDecode;
+    // 8-row blocks where a sequence has at most 8 rows, or (auto) where even one 64-key chunk a
+    // block leaves SMs idle with 16-row blocks: twice the blocks, each half the math, where the
+    // batch is too small to fill the GPU (Moonlight's batch 1: 12 blocks of 132 SMs).
+    const int64_t chunks16 = int64_t(num_seqs) * ((rows + 15) / 16) *
+                             std::max<int64_t>(1, (max_kv_len + plan.chunk - 1) / plan.chunk);
     plan.tile_rows = opt.decode_rows == 8 || opt.decode_rows == 16 ? opt.decode_rows
                      : rows <= 8                                   ? 8
+                     : opt.decode_rows < 0 && chunks16 < num_sms   ? 8
                                                                    : 16;
     if (opt.cvt >= 0) plan.cvt = opt.cvt;
     const int most = mla_decode_stages(fmt, plan.cvt);
@@ -128,6 +134,11 @@ MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_to
     const int64_t blocks = int64_t(num_seqs) * plan.row_tiles;
     n = blocks >= num_sms ? 1 : std::max<int64_t>(1, num_sms / blocks);
     if (opt.max_splits > 0) n = std::min<int64_t>(n, opt.max_splits);
+    // Fewer, longer splits only where there are many: the merge then reads fewer partial rows,
+    // while short contexts keep one chunk a block (kMlaSplitsKept).
+    if (opt.min_split_chunks > 1)
+      n = std::min<int64_t>(n,
+                            std::max<int64_t>(kMlaSplitsKept, max_chunks / opt.min_split_chunks));
   }
   n = std::clamp<int64_t>(n, 1, max_chunks);
   const int64_t chunks_per_split = (max_chunks + n - 1) / n;

@@ -448,6 +448,7 @@ void CudaBackend::moe_experts_add(const Tensor& x, const MoeExpertWeights& exper
   p.int4_reg_tile_rows = tunables_.moe_int4_reg_tile_rows;
   p.int4_reg_down_units = tunables_.moe_int4_reg_down_units;
   p.int4_reg_gate_up_warps = tunables_.moe_int4_reg_gate_up_warps;
+  p.int4_reg_down_warps = tunables_.moe_int4_reg_down_warps;
   // An ended side branch (the shared experts that made `add`) joins right before the combine:
   // the routed experts' launches still overlap it.
   p.join_event = take_side_join();

@@ -273,6 +273,8 @@ struct MoeExpertsParams {
   int int4_reg_tile_rows;   // CudaTunables::moe_int4_reg_tile_rows
   int int4_reg_down_units;  // CudaTunables::moe_int4_reg_down_units
   int int4_reg_gate_up_warps;  // CudaTunables::moe_int4_reg_gate_up_warps
+  int int4_reg_down_warps;     // CudaTunables::moe_int4_reg_down_warps
+  int pad_;
   // Or null: the stream waits on it right before the combine (the join of the side branch that
   // makes `add`: backend/side_branch.h).
   cudaEvent_t join_event;
@@ -298,6 +300,6 @@ static_assert(std::has_unique_object_representations_v<MoePlanParams>);
 static_assert(std::has_unique_object_representations_v<MoeGroupedParams>);
 // (A float member rules out has_unique_object_representations: the size says there is no padding.)
 static_assert(std::is_trivially_copyable_v<MoeCombineParams> && sizeof(MoeCombineParams) == 112);
-static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 256);
+static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 264);
 
 }  // namespace strata::cuda

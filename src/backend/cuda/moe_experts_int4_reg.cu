@@ -90,6 +90,7 @@ bool launch_moe_int4_reg_planned(const MoeExpertsParams& p, const MoePlan& plan,
   gate_up_ex.min_split = p.int4_reg_split;  // down's items are short (k = inter): its own split
   Int4LinearParams down = expert_params(p, p.down, act, y, tile_rows);
   down.preload = 1;
+  down.gemv_warps = p.int4_reg_down_warps;
   Int4RegExperts down_ex = ex;
   down_ex.ids_early = 1;
   down_ex.max_units = p.int4_reg_down_units;

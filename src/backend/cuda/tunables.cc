@@ -48,7 +48,9 @@ void CudaTunables::check() const {
   CHECK_MSG(side_branch_max_rows >= 0, "side_branch_max_rows {}", side_branch_max_rows);
   CHECK_MSG(graph_segment_launches >= 0, "graph_segment_launches {}", graph_segment_launches);
   CHECK_MSG(mla_max_splits >= 0, "mla_max_splits {}", mla_max_splits);
-  CHECK_MSG(mla_decode_rows == 0 || mla_decode_rows == 8 || mla_decode_rows == 16,
+  CHECK_MSG(mla_min_split_chunks >= 1, "mla_min_split_chunks {}", mla_min_split_chunks);
+  CHECK_MSG(mla_decode_rows == -1 || mla_decode_rows == 0 || mla_decode_rows == 8 ||
+                mla_decode_rows == 16,
             "mla_decode_rows {}", mla_decode_rows);
   CHECK_MSG(decode_blocks_per_sm >= 1, "decode_blocks_per_sm {}", decode_blocks_per_sm);
   CHECK_MSG(prefill_split_mode >= 0 && prefill_split_mode <= 2, "prefill_split_mode {}",

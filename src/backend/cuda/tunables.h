@@ -70,17 +70,17 @@ struct CudaTunables {
   bool gemv_pair_fusion = true;
   // With fusion, graph mode: a plain GEMV of up to 2 rows right after the rms_norm that made its
   // x (not in place: MLA's q_a norm before q_b, arch/deepseek.cc) normalizes x itself, and the
-  // norm's launch goes (gemv_norm.cc; bitwise the two launches). No env. Default off until
-  // measured (rank_step_bench --variants gemv_norm): one kernel boundary fewer a layer on the
-  // batch-1 critical path of DeepSeek-V3 / Kimi-K2.5 (q_lora), against every GEMV block
-  // repeating the norm of a few KB.
-  bool gemv_norm_fusion = false;
+  // norm's launch goes (gemv_norm.cc; bitwise the two launches). No env. Default on: one kernel
+  // boundary fewer a layer on the batch-1 critical path of DeepSeek-V3 / Kimi-K2.5 (q_lora); a
+  // Kimi-K2.5 rank at batch 1, 4-layer cut, 0.506 against 0.520 ms a step (-2.7%; 61 layers
+  // projected 5.98 against 6.73 ms; rank_step_bench --variants gemv_norm, H200, 2026-12-03).
+  bool gemv_norm_fusion = true;
   // With fusion, graph mode: the add_rms_norm recorded right after a MoE layer's experts (tp 1: the
   // next layer's input norm) runs inside their combine, one CTA a token (moe_combine.cu; bitwise
-  // the two launches). No env. Default off until measured (rank_step_bench --variants
-  // combine_norm on Moonlight): one launch a layer fewer at batch 1 (rms_norm ~2.8 us a launch,
-  // ncu 2026-12-03), against a combine of one CTA a token instead of hidden / 1,024.
-  bool moe_combine_norm_fusion = false;
+  // the two launches). No env. Default on: one launch a layer fewer at batch 1 (rms_norm ~2.8 us
+  // a launch, ncu 2026-12-03); Moonlight bf16 batch 1 2.498 against 2.515 ms a step (-0.7%,
+  // rank_step_bench --variants combine_norm, H200, 2026-12-03).
+  bool moe_combine_norm_fusion = true;
   // Side branches (backend/side_branch.h; arch/deepseek.cc: a MoE layer's shared experts beside
   // its router, route and routed experts, MLA's W_UK products beside the attention inputs) run
   // on a second stream, forked and joined through events (graphs capture the fork and the
@@ -160,6 +160,10 @@ struct CudaTunables {
   // gate_up_warps: warps a block of the gate_up projection (0: the kernel's 8; 16 doubles the
   // loads in flight where the grid has fewer blocks than two per SM).
   int moe_int4_reg_gate_up_warps = 0;
+  // down_warps: warps a block of the planned down projection (0: the kernel's 8; 4 lets four
+  // smaller blocks share an SM, so that one block's start and epilogue overlap three others'
+  // streams).
+  int moe_int4_reg_down_warps = 0;
   // With fusion, graph-mode MoE steps of up to this many tokens run the router GEMV and the
   // expert choice as one launch (moe_route.h launch_moe_router_route); 0 keeps two launches (A/B),
   // at most kMoeRouterMaxTokens (32). No env. Measured: one Kimi-K2.5 rank's decode step (61
@@ -181,18 +185,26 @@ struct CudaTunables {
 
   // ---- attention ----
   // MLA attention's key splits where the plan picks them (a batch whose rows leave SMs idle:
-  // one block an SM over whole 64-key chunks): at most this many; 0 no cap. No env. Default 0.
-  // Why a cap: at batch 1 a Kimi-K2.5 rank's 4,096-token context splits 64 ways, one chunk a
-  // block, and the merge then reads 64 partial rows per head (mla_combine 5 us a layer against
-  // the decode kernel's 7.6 us, ncu 2026-12-03); fewer, longer splits trade the one for the
-  // other (rank_step_bench --variants mla_splits16 / mla_splits32: not yet measured).
+  // one block an SM over whole 64-key chunks): at most this many; 0 no cap. No env. Default 0:
+  // a fixed cap would also cut the parallelism of long contexts at batch 1 (see
+  // mla_min_split_chunks). A Kimi-K2.5 rank at batch 1 (4-layer cut, rank_step_bench --variants,
+  // H200, 2026-12-03): 16 -3.6%, 32 -8.0% a step.
   int mla_max_splits = 0;
-  // The MLA decode kernel's query rows a block: 8 or 16; 0 (default) 8 where a sequence's rows
-  // (heads x new tokens) are at most 8, else 16. No env. Why 8 at 16 heads: Moonlight's batch 1
-  // at a 768-token context runs 12 blocks (one row tile x 12 one-chunk splits) for 11 us a layer
-  // (ncu 2026-12-03); 8-row tiles make 24 blocks of half the math (rank_step_bench --variants
-  // mla_rows8: not yet measured).
-  int mla_decode_rows = 0;
+  // Where the plan picks the splits: at least this many 64-key chunks a split, where that leaves
+  // 32 splits or more (kMlaSplitsKept). No env. Default 2. Why: at batch 1 a Kimi-K2.5 rank's
+  // 4,096-token context split 64 ways, one chunk a block, and the merge then read 64 partial
+  // rows per head (mla_combine 5 us a layer against the decode kernel's 7.6 us, ncu
+  // 2026-12-03). Splits of two chunks (32 at 4,096 keys, the measured mla_splits32 above) halve
+  // the partials; long contexts stay split wide, short ones (Moonlight's 768 keys) unchanged.
+  int mla_min_split_chunks = 2;
+  // The MLA decode kernel's query rows a block: 8 or 16; 0: 8 where a sequence's rows (heads x
+  // new tokens) are at most 8, else 16; -1 (default): as 0, and 8 also where 16-row blocks of one
+  // chunk each would leave SMs idle (batch x row tiles x chunks < SMs). No env. Why: Moonlight's
+  // batch 1 at a 768-token context ran 12 blocks (one row tile x 12 one-chunk splits) for 11 us a
+  // layer (ncu 2026-12-03); 8-row tiles make twice the blocks of half the math: Moonlight bf16
+  // batch 1 2.414 against 2.515 ms a step (-4.0%, rank_step_bench --variants mla_rows8, H200,
+  // 2026-12-03). Large batches keep 16-row blocks (each page read once for 16 heads).
+  int mla_decode_rows = -1;
   // Decode attention's split-KV target: this many decode blocks per SM. No env. Default 4:
   // 1 or 8 changed batch-1 decode by +-0.02 ms (2026-11-29 night); the 64 x 4,096 kernel alone ran
   // at 95.1% of copy bandwidth at 2, 92.8-93.1% at 4 and 8 (2026-11-29 evening).

@@ -1,0 +1,68 @@
+#!/bin/bash
+# Session 10's checks, one build, on the GPU machine from the repository root (carry
+# STRATA_CARRY=$PWD/.devcarry/cuda: debs, shared/{configs,fixtures}, models/house-llama). Stages
+# (STAGES, in this order; default all):
+#   parity     PARITY_FILTER (default: the MoE, INT4 and MLA suites and the DeepSeek fixtures'
+#              greedy; house-mla rows left out: the carry lacks house-mla)
+#   moe        one Kimi-K2.5 rank's MoE layer through the backend (moe_bench --what backend) at
+#              MOE_TOKENS, the defaults and MOE_VARIANTS (A/B in one process)
+#   kimi       one Kimi-K2.5 rank of tp 8, 2- and 4-layer cuts at KIMI_BATCHES projected to 61
+#              layers, the defaults and KIMI_VARIANTS (rank_step_bench, A/B in one process)
+#   moonlight  Moonlight bf16 batch 1 (27 layers, context 768), MOONLIGHT_VARIANTS
+#   offline    the Moonlight shape offline, 1,000 x 1,024 / 1,024, bf16 (offline_bench): the
+#              defaults, then each of OFFLINE_VARIANTS (one engine each)
+# Logs packed into $OUT/session10_check.tgz; the summary on stdout.
+set -u
+source bench/cuda/device_env.sh
+t0=$(date +%s)
+STAGES=${STAGES:-parity moe kimi moonlight offline}
+dev_configure
+dev_build strata_parity_test strata_bench_rank_step_bench strata_bench_offline_bench \
+  strata_bench_moe_bench
+echo "build: $(( $(date +%s) - t0 )) s"
+L=$OUT/session10_check
+mkdir -p $L
+pack() { tar czf "$OUT/session10_check.tgz" -C "$OUT" session10_check; }
+trap pack EXIT
+CFG=$C/shared/configs
+W=/tmp/session10_check
+for stage in $STAGES; do
+  t1=$(date +%s)
+  case $stage in
+    parity)
+      dev_parity suites "${PARITY_FILTER:-MoeParity.*:MoeBackend.*:Int4Parity.*:*MoeModel*:MoeCombineNorm.*:SideBranch.*:MlaAttention.*:MlaBackend.*:Fixtures/MlaModel.*/deepseek*:*QuantModel*-*HouseMla*:*house_mla*:MlaModelLong.*}" 240 ;;
+    moe)
+      timeout 200 ./build-dev/strata_bench_moe_bench --what backend --backend-configs kimi \
+        --tokens "${MOE_TOKENS:-1,8,32,128}" --variants "${MOE_VARIANTS:-moe_down224}" \
+        >"$L/moe.log" 2>&1
+      echo "moe: exit $?"
+      grep -E "^moe .*experts" "$L/moe.log" | cut -c1-200 | head -40 ;;
+    kimi)
+      for n in 2 4; do
+        python3 bench/cuda/rank_cuts.py cut "$CFG/kimi-k2.5/config.json" $n "$W/kimi$n"
+        timeout 150 ./build-dev/strata_bench_rank_step_bench --config "$W/kimi$n/config.json" \
+          --tp-size 8 --batches "${KIMI_BATCHES:-1,32,128}" --context 4096 --prefill 0 --reps 100 \
+          --variants "${KIMI_VARIANTS:-segments64}" >"$L/kimi$n.log" 2>&1
+        echo "kimi $n layers: exit $?"
+      done
+      python3 bench/cuda/rank_cuts.py project "$L/kimi2.log" "$L/kimi4.log" ;;
+    moonlight)
+      timeout 100 ./build-dev/strata_bench_rank_step_bench \
+        --config "$CFG/moonlight-16b-a3b/config.json" --batches 1 --context 768 --prefill 0 \
+        --reps 100 --variants "${MOONLIGHT_VARIANTS:-segments64}" >"$L/moonlight.log" 2>&1
+      echo "moonlight: exit $?"
+      grep -E "^decode|^variant" "$L/moonlight.log" | cut -c1-200 ;;
+    offline)
+      for v in default ${OFFLINE_VARIANTS:-}; do
+        arg=""
+        [ "$v" = default ] || arg="--variant $v"
+        timeout 200 ./build-dev/strata_bench_offline_bench \
+          --config "$CFG/moonlight-16b-a3b/config.json" --tokenizer "$C/shared/models/house-llama" \
+          --breakdown-batch 0 $arg >"$L/offline_$v.log" 2>&1
+        echo "moonlight offline ($v): exit $?"
+        grep -E "^variant|^offline|^decode" "$L/offline_$v.log" | cut -c1-220
+      done ;;
+  esac
+  echo "-- $stage: $(( $(date +%s) - t1 )) s"
+done
+echo "total: $(( $(date +%s) - t0 )) s"
