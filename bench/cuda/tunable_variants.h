@@ -101,6 +101,8 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.mla_max_splits = 16; }},
     {"mla_splits32", "MLA attention's key splits capped at 32 (mla_max_splits)",
      [](cuda::CudaTunables& t) { t.mla_max_splits = 32; }},
+    {"moe_flat_down", "INT4 experts: the planned down projection as one flat stream",
+     [](cuda::CudaTunables& t) { t.moe_int4_reg_flat_down = true; }},
     {"moe_down150", "INT4 experts: down blocks of up to 150 row tiles (3 a Kimi rank's expert)",
      [](cuda::CudaTunables& t) { t.moe_int4_reg_down_units = 150; }},
     {"moe_down224", "INT4 experts: down blocks of up to 224 row tiles (2 a Kimi rank's expert)",

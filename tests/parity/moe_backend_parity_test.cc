@@ -33,6 +33,7 @@
 
 #include "arch/model.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/moe_experts_int4_reg.h"
 #include "backend/cuda/moe_weights.h"
 #include "model/config.h"
 #include "parity/moe_stack.h"
@@ -323,6 +324,45 @@ TEST(MoeBackend, ExpertsMatchCpu) {
       }
     }
   }
+  EXPECT_EQ(moe_fallbacks(*p.gpu_), 0);
+}
+
+// The planned INT4 experts' down projection as one flat stream (CudaTunables::
+// moe_int4_reg_flat_down, moe_experts_int4_flat.cu) against the CPU twin, past the by-ids mode
+// (T · k > 16) in the decode regime: k = 64 / 128 / 256 (1, 2, 4 tiles a row tile), groups 32
+// and 128, plan tiles of 8 and 4 rows (x of 8 rows over 64 KB at hidden 5,120), warps whose
+// share crosses experts.
+TEST(MoeBackend, FlatDownMatchesCpu) {
+  Pair p;
+  const ExpertCase cases[] = {
+      {Fmt::kInt4g32, 512, 256, 64, 8},
+      {Fmt::kInt4g128, 1040, 128, 16, 4},
+      {Fmt::kInt4g32, 256, 64, 32, 6},
+      {Fmt::kInt4g32, 5120, 256, 16, 8},
+  };
+  for (const ExpertCase& c : cases) {
+    const int group = c.fmt == Fmt::kInt4g32 ? 32 : 128;
+    ASSERT_TRUE(cuda::int4_flat_down_fits(c.inter, group, 8)) << c.inter << " " << group;
+    const HostLinearWeight gu =
+        parity::random_stack(p.rng(), c.fmt, c.experts, 2 * c.inter, c.hidden);
+    const HostLinearWeight dn = parity::random_stack(p.rng(), c.fmt, c.experts, c.hidden, c.inter);
+    const Experts ex = upload_experts(p, gu, dn);
+    for (bool flat : {true, false}) {
+      p.cuda().tune([&](cuda::CudaTunables& t) { t.moe_int4_reg_flat_down = flat; });
+      for (int64_t t : {3, 8, 17, 32, 64}) {
+        if (t * c.top_k <= 16 || cuda::moe_pick_regime(t, c.top_k, c.experts) != cuda::kMoeDecode)
+          continue;
+        const double e = experts_nmse(p, ex, t, c.top_k, t % 2 == 1, nullptr);
+        std::printf("flat down %d %-9s H %4lld I %3lld E %2d k %d T %2lld: nmse %.2e\n", int(flat),
+                    fmt_name(c.fmt), (long long)c.hidden, (long long)c.inter, c.experts, c.top_k,
+                    (long long)t, e);
+        EXPECT_LT(e, kExpertsNmse) << fmt_name(c.fmt) << " H " << c.hidden << " T " << t;
+      }
+    }
+  }
+  p.cuda().tune([](cuda::CudaTunables& t) {
+    t.moe_int4_reg_flat_down = cuda::CudaTunables{}.moe_int4_reg_flat_down;
+  });
   EXPECT_EQ(moe_fallbacks(*p.gpu_), 0);
 }
 

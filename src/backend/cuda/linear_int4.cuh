@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/linear_int4.h"
@@ -78,6 +79,16 @@ __device__ __forceinline__ void magic_word(uint32_t q, uint32_t* a) {
   a[1] = lop3_and_or(q >> 4, kMask, kMagic);
   a[2] = lop3_and_or(q >> 8, kMask, kMagic);
   a[3] = lop3_and_or(q >> 12, kMask, kMagic);
+}
+
+// f(integral_constant<int, 0>) .. f(integral_constant<int, N - 1>): compile-time ring slots of
+// the GEMVs (linear_int4_reg.cu, moe_experts_int4_flat.cu).
+template <int N, int I = 0, typename F>
+__device__ __forceinline__ void static_for(F&& f) {
+  if constexpr (I < N) {
+    f(std::integral_constant<int, I>{});
+    static_for<N, I + 1>(f);
+  }
 }
 
 // ---- tensor cores, async copies ----

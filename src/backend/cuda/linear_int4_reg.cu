@@ -70,15 +70,6 @@ constexpr int kSmemPerSm = 228 * 1024;        // sm_90: shared memory per SM
 constexpr int kSmemPerBlockReserved = 1024;
 constexpr int kSmemMax = 227 * 1024;
 
-// f(integral_constant<int, 0>) .. f(integral_constant<int, N - 1>): compile-time ring slots.
-template <int N, int I = 0, typename F>
-__device__ __forceinline__ void static_for(F&& f) {
-  if constexpr (I < N) {
-    f(std::integral_constant<int, I>{});
-    static_for<N, I + 1>(f);
-  }
-}
-
 __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"

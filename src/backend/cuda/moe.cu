@@ -449,6 +449,7 @@ void CudaBackend::moe_experts_add(const Tensor& x, const MoeExpertWeights& exper
   p.int4_reg_down_units = tunables_.moe_int4_reg_down_units;
   p.int4_reg_gate_up_warps = tunables_.moe_int4_reg_gate_up_warps;
   p.int4_reg_down_warps = tunables_.moe_int4_reg_down_warps;
+  p.int4_reg_flat_down = tunables_.moe_int4_reg_flat_down ? 1 : 0;
   // An ended side branch (the shared experts that made `add`) joins right before the combine:
   // the routed experts' launches still overlap it.
   p.join_event = take_side_join();

@@ -274,7 +274,7 @@ struct MoeExpertsParams {
   int int4_reg_down_units;  // CudaTunables::moe_int4_reg_down_units
   int int4_reg_gate_up_warps;  // CudaTunables::moe_int4_reg_gate_up_warps
   int int4_reg_down_warps;     // CudaTunables::moe_int4_reg_down_warps
-  int pad_;
+  int int4_reg_flat_down;      // CudaTunables::moe_int4_reg_flat_down
   // Or null: the stream waits on it right before the combine (the join of the side branch that
   // makes `add`: backend/side_branch.h).
   cudaEvent_t join_event;

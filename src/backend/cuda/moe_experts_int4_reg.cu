@@ -94,8 +94,10 @@ bool launch_moe_int4_reg_planned(const MoeExpertsParams& p, const MoePlan& plan,
   Int4RegExperts down_ex = ex;
   down_ex.ids_early = 1;
   down_ex.max_units = p.int4_reg_down_units;
+  const bool flat = p.int4_reg_flat_down && p.int4_reg_round &&
+                    int4_flat_down_fits(p.down.k, p.down.group, tile_rows);
   if (gate_up.n != 2 * inter || gate_up.k != hidden || !int4_gemv_reg_fits(gate_up, &gate_up_ex) ||
-      !int4_gemv_reg_fits(down, &down_ex))
+      (!flat && !int4_gemv_reg_fits(down, &down_ex)))
     return false;
   MoePlanParams pp{};
   pp.topk_ids = p.topk_ids;
@@ -107,7 +109,27 @@ bool launch_moe_int4_reg_planned(const MoeExpertsParams& p, const MoePlan& plan,
   pp.pdl_early = p.pdl_early;
   launch_moe_plan(pp, stream);
   launch_int4_gemv_reg(gate_up, stream, &gate_up_ex);
-  launch_int4_gemv_reg(down, stream, &down_ex);
+  if (flat) {
+    Int4FlatDownParams f{};
+    f.x = act;
+    f.packed = p.down.values;
+    f.scale = static_cast<const bf16_bits*>(p.down.scales);
+    f.out = y;
+    f.tiles = plan.tiles;
+    f.counts = plan.counts;
+    f.offsets = plan.offsets;
+    f.row_tiles = int(int4_row_tiles(hidden));
+    f.expert_tiles = int64_t(f.row_tiles) * int4_k_tiles(inter);
+    f.n = hidden;
+    f.k = inter;
+    f.tile_rows = tile_rows;
+    f.max_tiles = int(ex.max_tiles);
+    f.num_experts = p.num_experts;
+    f.group = p.down.group;
+    CHECK(launch_int4_flat_down(f, stream));
+  } else {
+    launch_int4_gemv_reg(down, stream, &down_ex);
+  }
   return true;
 }
 

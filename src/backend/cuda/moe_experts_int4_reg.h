@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "backend/cuda/moe_experts.h"
 
 namespace strata::cuda {
@@ -16,5 +18,32 @@ bool launch_moe_int4_reg(const MoeExpertsParams& p, bf16_bits* act, bf16_bits* y
 // plan.pos).
 bool launch_moe_int4_reg_planned(const MoeExpertsParams& p, const MoePlan& plan, bf16_bits* act,
                                  bf16_bits* y, cudaStream_t stream);
+
+// The planned down projection as one flat stream over all the plan's row tiles
+// (moe_experts_int4_flat.cu; CudaTunables::moe_int4_reg_flat_down): weights rounded to bf16 as
+// the register GEMV's round mode, y rows in the plan's permuted order.
+struct Int4FlatDownParams {
+  const bf16_bits* x;      // act [rows, k], the plan's permuted rows (gate_up's output)
+  const void* packed;      // the stack's tile layout: expert e's tiles from e · expert_tiles
+  const bf16_bits* scale;  // its scales (linear_int4.cuh scale_slot order)
+  bf16_bits* out;          // y [rows, n]
+  const int32_t* tiles;    // MoePlan::tiles: (expert, first row) per tile
+  const int32_t* counts;   // MoePlan::counts ([1]: tiles in use)
+  const int32_t* offsets;  // MoePlan::offsets (expert e's rows end at offsets[e + 1])
+  int64_t expert_tiles;    // 512-byte tiles of one expert's matrix: row_tiles · k / 64
+  int64_t n;               // outputs (hidden)
+  int64_t k;               // inputs (the expert's intermediate slice): 64, 128 or 256
+  int row_tiles;           // int4_row_tiles(n)
+  int tile_rows;           // the plan's rows per tile (<= 8)
+  int max_tiles;           // the plan's bound on tiles (moe_max_tiles)
+  int num_experts;
+  int group;  // 32, 64, 128 or 256 (k % group == 0)
+  int pad_;
+};
+static_assert(std::has_unique_object_representations_v<Int4FlatDownParams>);
+// Whether the flat kernel takes a down projection of these inputs, group and tile rows.
+bool int4_flat_down_fits(int64_t k, int group, int tile_rows);
+// False (nothing launched) where it does not fit.
+bool launch_int4_flat_down(const Int4FlatDownParams& p, cudaStream_t stream);
 
 }  // namespace strata::cuda

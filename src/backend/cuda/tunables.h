@@ -164,6 +164,12 @@ struct CudaTunables {
   // smaller blocks share an SM, so that one block's start and epilogue overlap three others'
   // streams).
   int moe_int4_reg_down_warps = 0;
+  // flat_down: the planned down projection as one flat stream over every plan tile's row tiles
+  // (moe_experts_int4_flat.cu: equal shares per warp across experts, no per-tile blocks), where
+  // it fits (expert slices of k <= 256, round on). Default off until measured (moe_bench and
+  // rank_step_bench --variants moe_flat_down): the per-tile blocks' down projection ran at 54%
+  // of copy against gate_up's 84% on a Kimi-K2.5 rank at batch 128 (ncu, H200, 2026-12-03).
+  bool moe_int4_reg_flat_down = false;
   // With fusion, graph-mode MoE steps of up to this many tokens run the router GEMV and the
   // expert choice as one launch (moe_route.h launch_moe_router_route); 0 keeps two launches (A/B),
   // at most kMoeRouterMaxTokens (32). No env. Measured: one Kimi-K2.5 rank's decode step (61

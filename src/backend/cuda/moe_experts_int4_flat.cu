@@ -1,0 +1,201 @@
+// The planned INT4 experts' down projection as one flat stream (moe_experts_int4_reg.h): every
+// warp of the grid takes an equal, contiguous share of all the plan's row tiles, across expert
+// boundaries, from the plan's tile count on the device.
+//
+// ## Why (measured 2026-12-03, H200, one Kimi-K2.5 rank of tp 8 at batch 128, ncu)
+// The register GEMV's planned mode (linear_int4_reg.cu) gives each plan tile (an expert's up to
+// 4 rows) its own blocks: the down projection (k = 256, 448 row tiles an expert) ran 2,560
+// blocks of up to 128 row tiles (~230 KB each), 185 us a layer for ~420 MB: 54% of copy
+// bandwidth against gate_up's 84% (234 us, 840 MB, blocks of ~900 KB). A block that short pays
+// its start (expert lookup, ring fill, x copy, barrier) and its end (partial sums through shared
+// memory, barrier, epilogue) on a fifth of its life, and the grid is sized for the most tiles a
+// step can have, so blocks past the plan's tiles queue behind the real ones.
+//
+// ## This kernel (k = 64·KT with KT <= 4: an expert slice of up to 256 inputs, tp-sharded MoE)
+// - Grid: two blocks of 8 warps per SM. Warp w of W takes row tiles [w·R/W, (w+1)·R/W) of the
+//   R = tiles · row_tiles of the step (tiles: the plan's count, read before the PDL wait: the
+//   plan is complete once gate_up has triggered, as the register GEMV's ids_early). No warp
+//   waits for another: no shared memory, no barrier.
+// - A row tile is KT consecutive 512-byte tiles of one expert; a warp's stream runs through its
+//   row tiles in order, changing expert (and x, and output rows) at item boundaries. Each lane
+//   keeps a ring of U = 8 16-byte pieces in flight (with their scale words), refilled as soon
+//   as a piece is multiplied, from before the PDL wait (weights are never written by a kernel).
+// - x: the tile's up to 8 act rows (the plan's permuted rows, written by gate_up), as mma
+//   B fragments in registers (KT · 8 words a lane), loaded at each item change.
+// - Per 512-byte tile: dequantized as every MoE kernel and the CPU twin ((nibble − 8) · scale
+//   rounded to bf16), 4 mma.m16n8k16 into two accumulators (even / odd k steps), and at the row
+//   tile's end bf16(0 + (acc + acc1)) stored straight to y: the register GEMV's arithmetic for a
+//   row tile held by one warp (its epilogue sums a row tile's warps from 0 in warp order).
+#include "backend/cuda/linear_int4.cuh"
+#include "backend/cuda/moe_experts_int4_reg.h"
+
+namespace strata::cuda {
+namespace {
+
+using namespace int4;
+
+constexpr int kWarps = 8;
+constexpr int kRing = 8;  // 16-byte pieces in flight per lane
+
+// TPG: k tiles per scale group (1, 2 or 4 for groups 64, 128, 256), 0 for group 32.
+template <int KT, int TPG>
+__global__ void __launch_bounds__(kWarps * 32, 2) int4_flat_down_kernel(Int4FlatDownParams p) {
+  static_assert(kRing % KT == 0, "a ring round holds whole row tiles");
+  const int lane = int(threadIdx.x) % 32, g = lane / 4, c = lane % 4;
+  const int64_t warps = int64_t(gridDim.x) * kWarps;
+  const int64_t gw = int64_t(blockIdx.x) * kWarps + __shfl_sync(~0u, int(threadIdx.x) / 32, 0);
+  const int items = min(__ldcg(p.counts + 1), p.max_tiles);
+  const int64_t total = int64_t(items) * p.row_tiles;
+  // The warp's row tiles [u0, u1) and positions (512-byte tiles) [a, b) of the flat stream.
+  const int64_t u0 = gw * total / warps, u1 = (gw + 1) * total / warps;
+  pdl_trigger();  // the combine waits for this grid's completion anyway
+  if (u0 >= u1) return;
+  const int64_t a = u0 * KT, b = u1 * KT, per_item = int64_t(p.row_tiles) * KT;
+  auto expert_of = [&](int item) {
+    const int e = __ldcg(p.tiles + 2 * item);
+    return min(max(e, 0), p.num_experts - 1);  // the plan's ids are in range; never read past
+  };
+
+  // ---- the loads: position i into ring slot t; gt = i + delta within the current item ----
+  const uint4* wsrc = static_cast<const uint4*>(p.packed) + lane;
+  const uint32_t* ssrc = reinterpret_cast<const uint32_t*>(p.scale) + g;
+  constexpr int kScales = TPG == 0 ? 2 : 1;
+  uint4 ring[kRing];
+  uint32_t sc[kRing * kScales];
+  int l_item = int(a / per_item);
+  int64_t l_end = (l_item + 1) * per_item;
+  int64_t l_delta = int64_t(expert_of(l_item)) * p.expert_tiles - l_item * per_item;
+  auto load = [&](auto t_c, int64_t i) {
+    constexpr int t = decltype(t_c)::value;
+    if (i < b) {
+      if (i >= l_end) {  // warp-uniform: the next item
+        ++l_item;
+        l_end += per_item;
+        l_delta = int64_t(expert_of(l_item)) * p.expert_tiles - l_item * per_item;
+      }
+      const int64_t gt = i + l_delta;
+      ring[t] = __ldcs(wsrc + gt * 32);
+      if constexpr (TPG == 0) {
+        sc[2 * t] = __ldg(ssrc + gt * 16);
+        sc[2 * t + 1] = __ldg(ssrc + gt * 16 + 8);
+      } else {
+        sc[t] = __ldg(ssrc + (gt / TPG) * 8);
+      }
+    }
+  };
+  static_for<kRing>([&](auto t_c) { load(t_c, a + decltype(t_c)::value); });
+  pdl_wait();  // act (gate_up's output) is complete and visible from here
+
+  // ---- the multiplies: item state (x fragments, output rows) changes at item boundaries ----
+  uint32_t xf[KT * 8];
+  int c_item = -1, m = 0, rt = 0;
+  int64_t c_end = 0;
+  bf16_bits* out = p.out;
+  auto enter_item = [&](int64_t i) {  // warp-uniform
+    c_item = int(i / per_item);
+    c_end = (c_item + 1) * per_item;
+    rt = int((i - c_item * per_item) / KT);
+    const int e = expert_of(c_item);
+    const int r0 = __ldcg(p.tiles + 2 * c_item + 1);
+    m = max(0, min(p.tile_rows, __ldcg(p.offsets + e + 1) - r0));
+    out = p.out + int64_t(r0) * p.n;
+    // Lane (g, c): token g (token 0 for g >= m: its columns are never stored), k 16s + 2c
+    // (b0) and + 8 (b1) of each k step s.
+    const uint32_t* xr =
+        reinterpret_cast<const uint32_t*>(p.x + int64_t(r0 + (g < m ? g : 0)) * p.k);
+#pragma unroll
+    for (int s = 0; s < 4 * KT; ++s) {
+      xf[2 * s] = __ldg(xr + 8 * s + c);
+      xf[2 * s + 1] = __ldg(xr + 8 * s + c + 4);
+    }
+  };
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  auto step = [&](auto t_c, int64_t i) {
+    constexpr int t = decltype(t_c)::value, kt = t % KT;
+    if (kt == 0 && i >= c_end) enter_item(i);
+    const uint32_t qw[4] = {ring[t].x, ring[t].y, ring[t].z, ring[t].w};
+    uint32_t lo[2], hi[2];
+    scale_pairs(sc[TPG == 0 ? 2 * t : t], &lo[0], &hi[0]);
+    scale_pairs(sc[TPG == 0 ? 2 * t + 1 : t], &lo[1], &hi[1]);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      uint32_t af[4];
+      dequant_word(qw[s], lo[s / 2], hi[s / 2], af);
+      mma16816(s % 2 ? acc1 : acc, af, xf[kt * 8 + 2 * s], xf[kt * 8 + 2 * s + 1]);
+    }
+    load(t_c, i + kRing);
+    if (kt == KT - 1) {  // the row tile's end: rows g and g + 8, tokens 2c and 2c + 1
+      const int64_t row = int64_t(rt) * kInt4TileRows + g;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        if (2 * c + e < m) {
+          bf16_bits* o = out + int64_t(2 * c + e) * p.n;
+          if (row < p.n) o[row] = float_to_bf16(0.0f + (acc[e] + acc1[e]));
+          if (row + 8 < p.n) o[row + 8] = float_to_bf16(0.0f + (acc[2 + e] + acc1[2 + e]));
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[r] = acc1[r] = 0.0f;
+      ++rt;
+    }
+  };
+  for (int64_t i0 = a; i0 < b; i0 += kRing)
+    static_for<kRing>([&](auto t_c) {
+      const int64_t i = i0 + decltype(t_c)::value;
+      if (i < b) step(t_c, i);
+    });
+}
+
+template <typename F>
+bool with_kernel(int kt, int group, F&& f) {
+  auto by_tpg = [&](auto kt_c) {
+    constexpr int KT = decltype(kt_c)::value;
+    switch (group) {
+      case 32:
+        f(int4_flat_down_kernel<KT, 0>);
+        return true;
+      case 64:
+        f(int4_flat_down_kernel<KT, 1>);
+        return true;
+      case 128:
+        f(int4_flat_down_kernel<KT, 2>);
+        return true;
+      case 256:
+        f(int4_flat_down_kernel<KT, 4>);
+        return true;
+      default:
+        return false;
+    }
+  };
+  switch (kt) {
+    case 1:
+      return by_tpg(std::integral_constant<int, 1>{});
+    case 2:
+      return by_tpg(std::integral_constant<int, 2>{});
+    case 4:
+      return by_tpg(std::integral_constant<int, 4>{});
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+bool int4_flat_down_fits(int64_t k, int group, int tile_rows) {
+  const int64_t kt = k / kInt4TileK;
+  return k % kInt4TileK == 0 && (kt == 1 || kt == 2 || kt == 4) && tile_rows >= 1 &&
+         tile_rows <= 8 && (group == 32 || group == 64 || group == 128 || group == 256) &&
+         k % group == 0 && (group == 32 || group / kInt4TileK <= kt);
+}
+
+bool launch_int4_flat_down(const Int4FlatDownParams& p, cudaStream_t stream) {
+  if (!int4_flat_down_fits(p.k, p.group, p.tile_rows) || p.max_tiles < 1) return false;
+  const dim3 grid(unsigned(2 * num_sms())), block(unsigned(kWarps * 32));
+  const bool ok = with_kernel(int(p.k / kInt4TileK), p.group, [&](auto kernel) {
+    launch_pdl(kernel, grid, block, 0, Launch{stream}, p);
+  });
+  CUDA_LAUNCH_CHECK();
+  return ok;
+}
+
+}  // namespace strata::cuda
