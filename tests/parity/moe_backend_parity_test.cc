@@ -328,8 +328,8 @@ TEST(MoeBackend, ExpertsMatchCpu) {
 }
 
 // The planned INT4 experts' down projection as one flat stream (CudaTunables::
-// moe_int4_reg_flat_down, moe_experts_int4_flat.cu) against the CPU twin, past the by-ids mode
-// (T · k > 16) in the decode regime: k = 64 / 128 / 256 (1, 2, 4 tiles a row tile), groups 32
+// moe_int4_reg_flat_down, moe_experts_int4_flat.cu) against the CPU twin in the decode regime,
+// by ids (T · k <= 16) and planned: k = 64 / 128 / 256 (1, 2, 4 tiles a row tile), groups 32
 // and 128, plan tiles of 8 and 4 rows (x of 8 rows over 64 KB at hidden 5,120), warps whose
 // share crosses experts.
 TEST(MoeBackend, FlatDownMatchesCpu) {
@@ -349,9 +349,8 @@ TEST(MoeBackend, FlatDownMatchesCpu) {
     const Experts ex = upload_experts(p, gu, dn);
     for (bool flat : {true, false}) {
       p.cuda().tune([&](cuda::CudaTunables& t) { t.moe_int4_reg_flat_down = flat; });
-      for (int64_t t : {3, 8, 17, 32, 64}) {
-        if (t * c.top_k <= 16 || cuda::moe_pick_regime(t, c.top_k, c.experts) != cuda::kMoeDecode)
-          continue;
+      for (int64_t t : {1, 2, 3, 8, 17, 32, 64}) {
+        if (cuda::moe_pick_regime(t, c.top_k, c.experts) != cuda::kMoeDecode) continue;
         const double e = experts_nmse(p, ex, t, c.top_k, t % 2 == 1, nullptr);
         std::printf("flat down %d %-9s H %4lld I %3lld E %2d k %d T %2lld: nmse %.2e\n", int(flat),
                     fmt_name(c.fmt), (long long)c.hidden, (long long)c.inter, c.experts, c.top_k,

@@ -13,9 +13,10 @@
 //
 // ## This kernel (k = 64·KT with KT <= 4: an expert slice of up to 256 inputs, tp-sharded MoE)
 // - Grid: two blocks of 8 warps per SM. Warp w of W takes row tiles [w·R/W, (w+1)·R/W) of the
-//   R = tiles · row_tiles of the step (tiles: the plan's count, read before the PDL wait: the
-//   plan is complete once gate_up has triggered, as the register GEMV's ids_early). No warp
-//   waits for another: no shared memory, no barrier.
+//   R = items · row_tiles of the step. Items: the plan's tiles (their count read before the PDL
+//   wait: the plan is complete once gate_up has triggered, as the register GEMV's ids_early),
+//   or by ids the assignments themselves (one row each, x and y rows in assignment order: the
+//   few-token steps). No warp waits for another: no shared memory, no barrier.
 // - A row tile is KT consecutive 512-byte tiles of one expert; a warp's stream runs through its
 //   row tiles in order, changing expert (and x, and output rows) at item boundaries. Each lane
 //   keeps a ring of U = 8 16-byte pieces in flight (with their scale words), refilled as soon
@@ -44,16 +45,16 @@ __global__ void __launch_bounds__(kWarps * 32, 2) int4_flat_down_kernel(Int4Flat
   const int lane = int(threadIdx.x) % 32, g = lane / 4, c = lane % 4;
   const int64_t warps = int64_t(gridDim.x) * kWarps;
   const int64_t gw = int64_t(blockIdx.x) * kWarps + __shfl_sync(~0u, int(threadIdx.x) / 32, 0);
-  const int items = min(__ldcg(p.counts + 1), p.max_tiles);
+  const int items = p.ids ? p.max_tiles : min(__ldcg(p.counts + 1), p.max_tiles);
   const int64_t total = int64_t(items) * p.row_tiles;
   // The warp's row tiles [u0, u1) and positions (512-byte tiles) [a, b) of the flat stream.
   const int64_t u0 = gw * total / warps, u1 = (gw + 1) * total / warps;
   pdl_trigger();  // the combine waits for this grid's completion anyway
   if (u0 >= u1) return;
   const int64_t a = u0 * KT, b = u1 * KT, per_item = int64_t(p.row_tiles) * KT;
-  auto expert_of = [&](int item) {
-    const int e = __ldcg(p.tiles + 2 * item);
-    return min(max(e, 0), p.num_experts - 1);  // the plan's ids are in range; never read past
+  auto raw_expert = [&](int item) { return __ldcg(p.ids ? p.ids + item : p.tiles + 2 * item); };
+  auto expert_of = [&](int item) {  // an id out of range stores nothing (enter_item): clamped
+    return min(max(raw_expert(item), 0), p.num_experts - 1);  // only so as never to read past
   };
 
   // ---- the loads: position i into ring slot t; gt = i + delta within the current item ----
@@ -95,9 +96,16 @@ __global__ void __launch_bounds__(kWarps * 32, 2) int4_flat_down_kernel(Int4Flat
     c_item = int(i / per_item);
     c_end = (c_item + 1) * per_item;
     rt = int((i - c_item * per_item) / KT);
-    const int e = expert_of(c_item);
-    const int r0 = __ldcg(p.tiles + 2 * c_item + 1);
-    m = max(0, min(p.tile_rows, __ldcg(p.offsets + e + 1) - r0));
+    int r0;
+    if (p.ids) {  // by ids: one row, the assignment's own
+      const int e = raw_expert(c_item);
+      r0 = c_item;
+      m = e >= 0 && e < p.num_experts ? 1 : 0;
+    } else {
+      const int e = expert_of(c_item);
+      r0 = __ldcg(p.tiles + 2 * c_item + 1);
+      m = max(0, min(p.tile_rows, __ldcg(p.offsets + e + 1) - r0));
+    }
     out = p.out + int64_t(r0) * p.n;
     // Lane (g, c): token g (token 0 for g >= m: its columns are never stored), k 16s + 2c
     // (b0) and + 8 (b1) of each k step s.

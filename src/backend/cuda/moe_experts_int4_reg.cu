@@ -30,6 +30,23 @@ Int4LinearParams expert_params(const MoeExpertsParams& p, const MoeWeights& w, c
   return q;
 }
 
+// The flat down projection's weights, x and y (moe_experts_int4_flat.cu); the caller sets its
+// items (plan or ids).
+Int4FlatDownParams flat_down_params(const MoeExpertsParams& p, const bf16_bits* act, bf16_bits* y) {
+  Int4FlatDownParams f{};
+  f.x = act;
+  f.packed = p.down.values;
+  f.scale = static_cast<const bf16_bits*>(p.down.scales);
+  f.out = y;
+  f.row_tiles = int(int4_row_tiles(p.down.n));
+  f.expert_tiles = int64_t(f.row_tiles) * int4_k_tiles(p.down.k);
+  f.n = p.down.n;
+  f.k = p.down.k;
+  f.num_experts = p.num_experts;
+  f.group = p.down.group;
+  return f;
+}
+
 }  // namespace
 
 // The decode path for a few INT4 assignments (T · k <= p.int4_reg_max_assignments): gate_up and
@@ -53,11 +70,21 @@ bool launch_moe_int4_reg(const MoeExpertsParams& p, bf16_bits* act, bf16_bits* y
   down.preload = 1;  // its expert is known before its wait: the weights stream from the start
   const Int4RegExperts by_row{p.topk_ids,        p.tokens * p.top_k,   1, p.num_experts, 1,
                               0 /* own split */, p.int4_reg_down_units};
+  const bool flat =
+      p.int4_reg_flat_down && p.int4_reg_round && int4_flat_down_fits(p.down.k, p.down.group, 1);
   if (gate_up.n != 2 * inter || gate_up.k != hidden || !int4_gemv_reg_fits(gate_up, &by_token) ||
-      !int4_gemv_reg_fits(down, &by_row))
+      (!flat && !int4_gemv_reg_fits(down, &by_row)))
     return false;
   launch_int4_gemv_reg(gate_up, stream, &by_token);
-  launch_int4_gemv_reg(down, stream, &by_row);
+  if (flat) {
+    Int4FlatDownParams f = flat_down_params(p, act, y);
+    f.ids = p.topk_ids;
+    f.tile_rows = 1;
+    f.max_tiles = int(p.tokens * p.top_k);
+    CHECK(launch_int4_flat_down(f, stream));
+  } else {
+    launch_int4_gemv_reg(down, stream, &by_row);
+  }
   return true;
 }
 
@@ -110,22 +137,12 @@ bool launch_moe_int4_reg_planned(const MoeExpertsParams& p, const MoePlan& plan,
   launch_moe_plan(pp, stream);
   launch_int4_gemv_reg(gate_up, stream, &gate_up_ex);
   if (flat) {
-    Int4FlatDownParams f{};
-    f.x = act;
-    f.packed = p.down.values;
-    f.scale = static_cast<const bf16_bits*>(p.down.scales);
-    f.out = y;
+    Int4FlatDownParams f = flat_down_params(p, act, y);
     f.tiles = plan.tiles;
     f.counts = plan.counts;
     f.offsets = plan.offsets;
-    f.row_tiles = int(int4_row_tiles(hidden));
-    f.expert_tiles = int64_t(f.row_tiles) * int4_k_tiles(inter);
-    f.n = hidden;
-    f.k = inter;
     f.tile_rows = tile_rows;
     f.max_tiles = int(ex.max_tiles);
-    f.num_experts = p.num_experts;
-    f.group = p.down.group;
     CHECK(launch_int4_flat_down(f, stream));
   } else {
     launch_int4_gemv_reg(down, stream, &down_ex);

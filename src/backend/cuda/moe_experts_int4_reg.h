@@ -30,12 +30,13 @@ struct Int4FlatDownParams {
   const int32_t* tiles;    // MoePlan::tiles: (expert, first row) per tile
   const int32_t* counts;   // MoePlan::counts ([1]: tiles in use)
   const int32_t* offsets;  // MoePlan::offsets (expert e's rows end at offsets[e + 1])
+  const int32_t* ids;      // or, with no plan: the experts of max_tiles one-row assignments
   int64_t expert_tiles;    // 512-byte tiles of one expert's matrix: row_tiles · k / 64
   int64_t n;               // outputs (hidden)
   int64_t k;               // inputs (the expert's intermediate slice): 64, 128 or 256
   int row_tiles;           // int4_row_tiles(n)
   int tile_rows;           // the plan's rows per tile (<= 8)
-  int max_tiles;           // the plan's bound on tiles (moe_max_tiles)
+  int max_tiles;           // the plan's bound on tiles (moe_max_tiles); by ids: assignments
   int num_experts;
   int group;  // 32, 64, 128 or 256 (k % group == 0)
   int pad_;
