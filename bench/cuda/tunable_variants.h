@@ -101,6 +101,17 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.mla_max_splits = 16; }},
     {"mla_splits32", "MLA attention's key splits capped at 32 (mla_max_splits)",
      [](cuda::CudaTunables& t) { t.mla_max_splits = 32; }},
+    {"side_rows64", "side branches up to 64 rows (side_branch_max_rows; GEMMs on their own cuBLAS)",
+     [](cuda::CudaTunables& t) { t.side_branch_max_rows = 64; }},
+    {"side_rows256", "side branches up to 256 rows (side_branch_max_rows)",
+     [](cuda::CudaTunables& t) { t.side_branch_max_rows = 256; }},
+    {"side_rows_all", "side branches at every batch, prefill included (side_branch_max_rows)",
+     [](cuda::CudaTunables& t) { t.side_branch_max_rows = 1 << 30; }},
+    {"flat_side256", "moe_flat_down and side_rows256 together",
+     [](cuda::CudaTunables& t) {
+       t.moe_int4_reg_flat_down = true;
+       t.side_branch_max_rows = 256;
+     }},
     {"moe_flat_down", "INT4 experts: the planned down projection as one flat stream",
      [](cuda::CudaTunables& t) { t.moe_int4_reg_flat_down = true; }},
     {"moe_down150", "INT4 experts: down blocks of up to 150 row tiles (3 a Kimi rank's expert)",

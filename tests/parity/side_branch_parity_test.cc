@@ -6,8 +6,9 @@
 // are edges of the graph); a step with a branch records two launches more (the fork and the
 // branch's end; the join rides in the experts' launch). The branch's SwiGLU output is made and
 // freed inside it (the pool defers that block's reuse to the join). Routed experts in bf16 and
-// INT4 group 32 (Kimi-K2.5's mix: bf16 shared experts); T = 1 and 2 branch, T = 3 stays on the
-// one stream (above gemv_max_rows: the branch's linears must be GEMVs).
+// INT4 group 32 (Kimi-K2.5's mix: bf16 shared experts); T = 1, 2, 3 and 40 with branches of up to
+// 0 (the reference), 8 and 64 rows: T = 3 and 40 are above gemv_max_rows, so the branch's
+// linears are cuBLAS GEMMs on the branch's own handle and workspace.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -54,7 +55,7 @@ TEST(SideBranch, SharedExpertsBesideTheRoutingGiveTheOneStreamBits) {
     MoeExpertWeights ex;
     ex.gate_up = gpu.upload_linear(random_stack(p.rng(), f, experts, 2 * inter, hidden), Tensor{});
     ex.down = gpu.upload_linear(random_stack(p.rng(), f, experts, hidden, inter), Tensor{});
-    for (int64_t t : {1, 2, 3}) {
+    for (int64_t t : {1, 2, 3, 40}) {
       auto x = gpu.alloc(DType::kBF16, {t, hidden}), out = gpu.alloc(DType::kBF16, {t, hidden});
       auto step = [&] {  // as arch/deepseek.cc's moe_block
         auto shared = gpu.alloc(DType::kBF16, {t, hidden});
@@ -83,7 +84,7 @@ TEST(SideBranch, SharedExpertsBesideTheRoutingGiveTheOneStreamBits) {
         want.push_back(step());
       }
       int64_t one_stream_launches = 0;
-      for (int max_rows : {0, 8}) {
+      for (int max_rows : {0, 8, 64}) {
         gpu.tune([&](cuda::CudaTunables& tu) { tu.side_branch_max_rows = max_rows; });
         for (bool graphs : {false, true}) {
           gpu.set_graph_mode(graphs);
@@ -102,16 +103,15 @@ TEST(SideBranch, SharedExpertsBesideTheRoutingGiveTheOneStreamBits) {
             if (max_rows == 0)
               one_stream_launches = launches;
             else
-              EXPECT_EQ(launches, one_stream_launches + (t <= 2 ? 2 : 0))
+              EXPECT_EQ(launches, one_stream_launches + (t <= max_rows ? 2 : 0))
                   << fmt_name(f) << " T " << t << ": the fork and the branch's end";
           }
           gpu.set_graph_mode(false);
         }
       }
       gpu.set_tunables(defaults);
-      std::printf(
-          "side branch, %s experts, T %lld: eager and graphs give the one stream's bits%s\n",
-          fmt_name(f), (long long)t, t <= 2 ? " (on the side stream)" : "");
+      std::printf("side branch, %s experts, T %lld: eager and graphs give the one stream's bits\n",
+                  fmt_name(f), (long long)t);
     }
   }
 }

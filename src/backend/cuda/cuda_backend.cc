@@ -20,7 +20,6 @@ namespace cuda {
 namespace {
 
 constexpr size_t kStagingBytes = size_t(64) << 20;
-constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
 
 }  // namespace
 
@@ -86,6 +85,10 @@ CudaBackend::~CudaBackend() {
   fp8_planner_.reset();
   if (fp8_workspace_) cudaFree(fp8_workspace_);
   cudaStreamDestroy(own_stream_);
+  if (side_cublas_ != nullptr) {
+    cublasDestroy(side_cublas_);
+    cudaFree(side_cublas_workspace_);
+  }
   if (side_stream_ != nullptr) {
     cudaEventDestroy(side_fork_);
     cudaEventDestroy(side_join_);
@@ -175,6 +178,9 @@ void CudaBackend::set_stream(cudaStream_t s, int gemm_sm_target) {
   stream_ = s != nullptr ? s : own_stream_;
   CHECK(cublasSetStream(cublas_, stream_) == CUBLAS_STATUS_SUCCESS);
   CHECK(cublasSetSmCountTarget(cublas_, gemm_sm_target) == CUBLAS_STATUS_SUCCESS);
+  gemm_sm_target_ = gemm_sm_target;
+  if (side_cublas_ != nullptr)
+    CHECK(cublasSetSmCountTarget(side_cublas_, gemm_sm_target) == CUBLAS_STATUS_SUCCESS);
   reset_graphs();  // captured on the old stream
 }
 

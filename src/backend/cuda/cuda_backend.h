@@ -52,6 +52,10 @@
 
 namespace strata::cuda {
 
+// Each cuBLAS handle's fixed workspace (the main one, a side branch's): none is allocated during
+// graph capture.
+inline constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
+
 // Development kernels (bench/cuda/dev/) in place of the product's, for A/B measurements and their
 // parity tests; the product never sets them. Null: the product's kernel.
 struct DevKernels {
@@ -239,8 +243,10 @@ class CudaBackend : public Backend,
   // branch counts as joined from then on: moe_experts_add's combine waits on it); null when no
   // branch waits for its join.
   cudaEvent_t take_side_join();
-  // side_branch.cc: before recording a cuBLAS launch (one workspace: never two streams at once).
-  void before_cublas();
+  // side_branch.cc: the cuBLAS handle of a launch recorded now: the side branch's own (its own
+  // workspace: a workspace never serves two streams at once) while a branch is open, else the
+  // main one.
+  cublasHandle_t cublas_handle();
   // Copies host int32 [n] into staging (or finds an identical staged copy this step) and
   // returns its device address. `copy_n` >= n elements are copied (a stable size for graphs).
   const int32_t* stage_i32(const int32_t* host, int64_t n, int64_t copy_n = -1);
@@ -330,10 +336,12 @@ class CudaBackend : public Backend,
   SideBranch side_ = SideBranch::kNone;
   cudaStream_t side_stream_ = nullptr;
   cudaEvent_t side_fork_ = nullptr, side_join_ = nullptr;
-  bool side_cublas_ = false;  // the open or unjoined branch launched cuBLAS
+  cublasHandle_t side_cublas_ = nullptr;  // the branch's cuBLAS (made at its first GEMM)
+  void* side_cublas_workspace_ = nullptr;
   cudaStream_t own_stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
+  int gemm_sm_target_ = 0;  // set_stream's cuBLAS SM count target (0: all), both handles
   int num_sms_ = 0;
   Staging staging_;
   bool in_step_ = false;

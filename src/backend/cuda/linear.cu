@@ -454,9 +454,8 @@ void CudaBackend::record_gemm(const void* x, const void* w, const float* bias, v
     record_det_gemm(x, w, bias, out, false, m, n, k);
     return;
   }
-  before_cublas();
   auto g = zeroed<GemmParams>();
-  g.handle = cublas_;
+  g.handle = cublas_handle();
   GemmOperands::dense(x, w, out, m, n, k).fill(g);
   record(kOpGemm, g, run_gemm);
   if (bias) {
@@ -569,9 +568,8 @@ void CudaBackend::per_head_linear(const Tensor& x, int64_t x_begin, const Tensor
       return;
     }
   }
-  before_cublas();
   auto g = zeroed<GemmParams>();
-  g.handle = cublas_;
+  g.handle = cublas_handle();
   heads_gemm.fill(g);
   record(kOpGemmBatched, g, run_gemm);
 }

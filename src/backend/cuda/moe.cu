@@ -309,9 +309,8 @@ void CudaBackend::linear_f32_out(const Tensor& x, const LinearWeight& w, const T
     p.pdl_early = tunables_.pdl_early;
     record(kOpMoeRouter, p, run_moe_router);
   } else {
-    before_cublas();
     auto g = zeroed<RouterGemmParams>();
-    g.handle = cublas_;
+    g.handle = cublas_handle();
     g.x = x.data;
     g.w = wt.data;
     g.out = out.ptr<float>();

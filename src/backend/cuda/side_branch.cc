@@ -14,10 +14,9 @@
 // stream's work is never handed to the other's while both may run. Tensors the branch reads were
 // made before it.
 //
-// cuBLAS: its one workspace (cublasSetWorkspace) must never serve both streams at once. The
-// branch opens only at GEMV sizes (rows <= gemv_max_rows), so its linears never reach cuBLAS by
-// default; if one does (a per-head linear above per_head_gemv_max_tokens), the main stream's next
-// cuBLAS launch before the join joins the branch first (before_cublas).
+// cuBLAS: a workspace (cublasSetWorkspace) must never serve both streams at once, so the
+// branch's GEMMs (batches above gemv_max_rows) run on a handle of their own with its own
+// workspace (cublas_handle).
 #include "backend/cuda/cuda_backend.h"
 #include "core/check.h"
 
@@ -51,7 +50,7 @@ void CudaBackend::begin_side_branch(int64_t rows) {
   CHECK_MSG(side_ != SideBranch::kOpen, "begin_side_branch: a side branch is already open");
   join_side_branch();  // an ended branch not yet joined
   if (!tunables_.fusion || rows < 1 || rows > tunables_.side_branch_max_rows ||
-      rows > tunables_.gemv_max_rows || tunables_.deterministic)
+      tunables_.deterministic)
     return;  // the branch's ops run in order on the one stream
   begin_op();
   if (side_stream_ == nullptr) {
@@ -75,16 +74,21 @@ cudaEvent_t CudaBackend::take_side_join() {
   CHECK_MSG(side_ != SideBranch::kOpen, "a side branch is still open where its join is needed");
   if (side_ != SideBranch::kEnded) return nullptr;
   side_ = SideBranch::kNone;
-  side_cublas_ = false;
   pool_->resume_releases();  // the joining launch is recorded next, on the main stream
   return side_join_;
 }
 
-void CudaBackend::before_cublas() {
-  if (side_ == SideBranch::kOpen)
-    side_cublas_ = true;
-  else if (side_ == SideBranch::kEnded && side_cublas_)
-    join_side_branch();
+cublasHandle_t CudaBackend::cublas_handle() {
+  if (side_ != SideBranch::kOpen) return cublas_;
+  if (side_cublas_ == nullptr) {
+    CHECK(cublasCreate(&side_cublas_) == CUBLAS_STATUS_SUCCESS);
+    CUDA_CHECK(cudaMalloc(&side_cublas_workspace_, kCublasWorkspaceBytes));
+    CHECK(cublasSetWorkspace(side_cublas_, side_cublas_workspace_, kCublasWorkspaceBytes) ==
+          CUBLAS_STATUS_SUCCESS);
+    CHECK(cublasSetStream(side_cublas_, side_stream_) == CUBLAS_STATUS_SUCCESS);
+    CHECK(cublasSetSmCountTarget(side_cublas_, gemm_sm_target_) == CUBLAS_STATUS_SUCCESS);
+  }
+  return side_cublas_;
 }
 
 void CudaBackend::join_side_branch() {

@@ -84,12 +84,13 @@ struct CudaTunables {
   // Side branches (backend/side_branch.h; arch/deepseek.cc: a MoE layer's shared experts beside
   // its router, route and routed experts, MLA's W_UK products beside the attention inputs) run
   // on a second stream, forked and joined through events (graphs capture the fork and the
-  // join), up to this many rows and gemv_max_rows (a branch's linears stay GEMVs: cuBLAS's one
-  // workspace serves one stream at a time). 0 runs them in order on the one stream. No env.
-  // Default 2 (= gemv_max_rows): at batch 1 the branches' GEMVs and kernel boundaries overlap the
-  // main stream's latency-bound launches. Moonlight bf16 batch 1 (H200, 2026-12-03, two calls)
-  // 2.615 / 2.649 against 2.897 / 2.868 ms a step (-9.7 / -7.6%); a Kimi-K2.5 rank at batch 1,
-  // 61 layers projected, 6.14 against 6.48 ms (the projections spread ±0.4 ms between runs).
+  // join), up to this many rows (above gemv_max_rows the branch's GEMMs run on a cuBLAS handle and
+  // workspace of their own). 0 runs them in order on the one stream. No env. Default 2 until
+  // larger batches are measured (variants side_rows*): at batch 1 the branches' GEMVs and kernel
+  // boundaries overlap the main stream's latency-bound launches. Moonlight bf16 batch 1 (H200,
+  // 2026-12-03, two calls) 2.615 / 2.649 against 2.897 / 2.868 ms a step (-9.7 / -7.6%); a
+  // Kimi-K2.5 rank at batch 1, 61 layers projected, 6.14 against 6.48 ms (the projections spread
+  // ±0.4 ms between runs).
   int side_branch_max_rows = 2;
   // Graph mode: a step's launches go to the device in segments of this many (the last one
   // shorter), each a graph of its own replayed or captured as soon as it is full, so that the
