@@ -101,6 +101,11 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.mla_max_splits = 16; }},
     {"mla_splits32", "MLA attention's key splits capped at 32 (mla_max_splits)",
      [](cuda::CudaTunables& t) { t.mla_max_splits = 32; }},
+    {"no_flat_down",
+     "INT4 experts: the down projection in per-tile blocks (moe_int4_reg_flat_down off)",
+     [](cuda::CudaTunables& t) { t.moe_int4_reg_flat_down = false; }},
+    {"side_rows2", "side branches up to 2 rows, GEMV sizes only (session 9's side_branch_max_rows)",
+     [](cuda::CudaTunables& t) { t.side_branch_max_rows = 2; }},
     {"side_rows64", "side branches up to 64 rows (side_branch_max_rows; GEMMs on their own cuBLAS)",
      [](cuda::CudaTunables& t) { t.side_branch_max_rows = 64; }},
     {"side_rows256", "side branches up to 256 rows (side_branch_max_rows)",
@@ -135,8 +140,11 @@ inline constexpr Variant kVariants[] = {
     {"mla_chunks1", "MLA attention's splits down to one 64-key chunk (mla_min_split_chunks 1)",
      [](cuda::CudaTunables& t) { t.mla_min_split_chunks = 1; }},
     {"session9",
-     "session 9's defaults (no gemv_norm, combine_norm, auto 8-row MLA, 2-chunk splits)",
+     "session 9's defaults (none of session 10's: gemv_norm, combine_norm, auto 8-row MLA, "
+     "2-chunk splits, the flat down projection, side branches above 2 rows)",
      [](cuda::CudaTunables& t) {
+       t.moe_int4_reg_flat_down = false;
+       t.side_branch_max_rows = 2;
        t.gemv_norm_fusion = false;
        t.moe_combine_norm_fusion = false;
        t.mla_decode_rows = 0;

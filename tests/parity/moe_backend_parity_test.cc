@@ -336,7 +336,7 @@ TEST(MoeBackend, FlatDownMatchesCpu) {
   Pair p;
   const ExpertCase cases[] = {
       {Fmt::kInt4g32, 512, 256, 64, 8},
-      {Fmt::kInt4g128, 1040, 128, 16, 4},
+      {Fmt::kInt4g128, 1152, 128, 16, 4},
       {Fmt::kInt4g32, 256, 64, 32, 6},
       {Fmt::kInt4g32, 5120, 256, 16, 8},
   };
