@@ -85,16 +85,16 @@ struct CudaTunables {
   // its router, route and routed experts, MLA's W_UK products beside the attention inputs) run
   // on a second stream, forked and joined through events (graphs capture the fork and the
   // join), up to this many rows (above gemv_max_rows the branch's GEMMs run on a cuBLAS handle and
-  // workspace of their own). 0 runs them in order on the one stream. No env. Default 2 until the
-  // SideBranch test has run at GEMM sizes (candidate: 256). Measured: at batch
+  // workspace of their own). 0 runs them in order on the one stream. No env. Default 256: at batch
   // 1 the branches' GEMVs and kernel boundaries overlap the main stream's latency-bound launches
   // (Moonlight bf16 batch 1, H200, 2026-12-03, two calls: 2.615 / 2.649 against 2.897 / 2.868 ms
   // a step without branches; a Kimi-K2.5 rank at batch 1, 61 layers projected, 6.14 against
   // 6.48); at batch 32 / 128 the shared experts' GEMMs overlap the routed experts (a Kimi-K2.5
   // rank with the flat down projection: 16.59 / 36.77 against 17.97 / 37.07 ms with branches of
-  // up to 2 rows). Moonlight offline 1,000 x 1,024 / 1,024 with branches at every batch: 22,536
-  // against 22,535 tok/s (prefill chunks stay on the one stream above 256 rows).
-  int side_branch_max_rows = 2;
+  // up to 2 rows; a later call 14.36 / 32.40 against 15.08 / 35.26). Moonlight offline 1,000 x
+  // 1,024 / 1,024 with branches at every batch: 22,536 against 22,535 tok/s (prefill chunks stay on
+  // the one stream above 256 rows).
+  int side_branch_max_rows = 256;
   // Graph mode: a step's launches go to the device in segments of this many (the last one
   // shorter), each a graph of its own replayed or captured as soon as it is full, so that the
   // device runs the step's first segments while the host records the rest; 0 keeps one graph a
@@ -170,14 +170,14 @@ struct CudaTunables {
   int moe_int4_reg_down_warps = 0;
   // flat_down: the down projection (planned and by ids) as one flat stream over every item's row
   // tiles (moe_experts_int4_flat.cu: equal shares per warp across experts, no per-tile blocks),
-  // where it fits (expert slices of k <= 256, round on). Default off until its parity test
-  // (MoeBackend.FlatDownMatchesCpu) and the DeepSeek fixtures' greedy have run with it; measured:
-  // the per-tile blocks' down projection ran at 54% of copy against gate_up's 84% on a Kimi-K2.5
-  // rank at batch 128 (ncu, H200, 2026-12-03); the rank's experts (moe_bench --what backend
-  // --variants moe_flat_down, same day) at T = 1 / 8 / 32 / 128 took 22.5 / 95.3 / 223.8 / 476.4 us
-  // against 24.7 / 103.2 / 249.8 / 548.7, and its step (61 layers projected) at batch 32 /
-  // 128 17.97 / 37.07 ms against 19.01 / 42.48.
-  bool moe_int4_reg_flat_down = false;
+  // where it fits (expert slices of k <= 256, round on). Default on: the per-tile blocks' down
+  // projection ran at 54% of copy against gate_up's 84% on a Kimi-K2.5 rank at batch 128 (ncu,
+  // H200, 2026-12-03); the rank's experts (moe_bench --what backend --variants moe_flat_down,
+  // same day) at T = 1 / 8 / 32 / 128 took 22.5 / 95.3 / 223.8 / 476.4 us against 24.7 / 103.2 /
+  // 249.8 / 548.7, and its step (61 layers projected) at batch 32 / 128 17.97 / 37.07 ms against
+  // 19.01 / 42.48; with side branches up to 256 rows, 14.36 / 32.40 against 16.58 / 39.42 with
+  // this off (a later call). MoeBackend.FlatDownMatchesCpu and the DeepSeek fixtures' greedy pass.
+  bool moe_int4_reg_flat_down = true;
   // With fusion, graph-mode MoE steps of up to this many tokens run the router GEMV and the
   // expert choice as one launch (moe_route.h launch_moe_router_route); 0 keeps two launches (A/B),
   // at most kMoeRouterMaxTokens (32). No env. Measured: one Kimi-K2.5 rank's decode step (61
