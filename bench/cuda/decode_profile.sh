@@ -18,6 +18,8 @@
 #              layers are alike: the difference of the two cuts is exactly two MoE layers); the
 #              wall is projected the same way (compare: 6.967 ms measured on all 61, 2026-12-01).
 #              Also the backend's own per-op profile (events) of the 4-layer cut at batch 1.
+#              KIMI_NCU_BATCHES (default "1 128"): the profiled batches; NCU_VARIANT: the
+#              profiled steps under that named tunable change (tunable_variants.h).
 #   moonlight  Moonlight-16B-A3B shape, bf16, batch 1 at context 768 (512 prompt + half of 512
 #              generated: the engine run that gave 256 tok/s), tp 1: the wall on all 27 layers,
 #              the kernels from 2- and 4-layer cuts projected to 27 (as kimi).
@@ -85,12 +87,12 @@ for stage in $STAGES; do
           --reps 10 --op-profile $prof --compare-unfused 1 >"$OUT/kimi${L}_wall.log" 2>&1
         echo "kimi $L layers wall: rc $?"
         grep -E "^model|^decode|^unfused" "$OUT/kimi${L}_wall.log"
-        for B in 1 128; do
+        for B in ${KIMI_NCU_BATCHES:-1 128}; do
           ncu_run kimi${L}_b$B $RS --config "$W/kimi$L/config.json" --tp-size 8 --batches $B \
-            --context 4096 --prefill 0 --reps 2 --ncu-step 1
+            --context 4096 --prefill 0 --reps 2 --ncu-step 1 ${NCU_VARIANT:+--ncu-variant $NCU_VARIANT}
         done
       done
-      for B in 1 128; do
+      for B in ${KIMI_NCU_BATCHES:-1 128}; do
         python3 bench/cuda/ncu_table.py --top ${TOP:-15} --title "Kimi-K2.5 rank of tp 8, batch $B, context 4096" \
           --csv "$OUT/ncu_kimi2_b$B.csv" --csv "$OUT/ncu_kimi4_b$B.csv" --layers 2,4 --project 61 \
           --wall-ms "$(graph_ms "$OUT/kimi2_wall.log" $B),$(graph_ms "$OUT/kimi4_wall.log" $B)"

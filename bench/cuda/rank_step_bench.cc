@@ -16,7 +16,8 @@
 // --variants a,b,...: each batch's graph step also under each named tunable change (A/B in one
 // process; tunable_variants.h lists them).
 // --ncu-step 1: after each batch's timings, one more eager step between cudaProfilerStart and
-// cudaProfilerStop, for `ncu --profile-from-start off` (bench/cuda/decode_profile.sh).
+// cudaProfilerStop, for `ncu --profile-from-start off` (bench/cuda/decode_profile.sh);
+// --ncu-variant NAME: that step under a named tunable change instead of the defaults.
 // --op-profile 1: the backend's own per-op device times of 4 eager steps (events around every
 // launch: CudaBackend::set_profile), which needs no profiler.
 #include <cuda_profiler_api.h>
@@ -60,6 +61,7 @@ struct Args {
   double mem_fraction = 0.9;
   int reps = 20;
   bool ncu_step = false;
+  std::string ncu_variant;
   bool op_profile = false;
   bool compare_unfused = false;
   std::vector<std::string> variants;
@@ -208,11 +210,15 @@ void run(const Args& a) {
       std::fflush(stdout);
     }
     if (a.ncu_step) {
+      const cuda::CudaTunables saved = be.tunables();
+      if (!a.ncu_variant.empty()) be.tune(find_variant(a.ncu_variant)->apply);
+      model->forward_sample(batch->fb, *kv, args);  // any first-use set-up of the variant
       be.synchronize();
       CUDA_CHECK(cudaProfilerStart());
       model->forward_sample(batch->fb, *kv, args);
       be.synchronize();
       CUDA_CHECK(cudaProfilerStop());
+      be.set_tunables(saved);
     }
     if (a.op_profile) {
       constexpr int kSteps = 4;
@@ -274,7 +280,13 @@ int main(int argc, char** argv) {
       a.reps = std::stoi(v);
     else if (k == "--ncu-step")
       a.ncu_step = v == "1";
-    else if (k == "--op-profile")
+    else if (k == "--ncu-variant") {
+      a.ncu_variant = v;
+      if (!find_variant(v)) {
+        std::fprintf(stderr, "rank_step_bench: unknown variant '%s'\n", v.c_str());
+        return 2;
+      }
+    } else if (k == "--op-profile")
       a.op_profile = v == "1";
     else if (k == "--compare-unfused")
       a.compare_unfused = v == "1";

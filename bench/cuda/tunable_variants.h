@@ -117,6 +117,49 @@ inline constexpr Variant kVariants[] = {
        t.moe_int4_reg_flat_down = true;
        t.side_branch_max_rows = 256;
      }},
+    {"no_split_gu",
+     "INT4 experts: gate_up by ids on the register GEMV (moe_int4_split_gate_up off)",
+     [](cuda::CudaTunables& t) { t.moe_int4_split_gate_up = false; }},
+    {"flat_down_1cta", "INT4 experts: the flat down projection's grid one CTA an SM",
+     [](cuda::CudaTunables& t) { t.moe_int4_flat_ctas_per_sm = 1; }},
+    {"gemv_ks1", "bf16 decode GEMVs: one warp a row (gemv_max_ksplit 1)",
+     [](cuda::CudaTunables& t) { t.gemv_max_ksplit = 1; }},
+    {"gemv_ks2", "bf16 decode GEMVs: at most two warps a row (gemv_max_ksplit 2)",
+     [](cuda::CudaTunables& t) { t.gemv_max_ksplit = 2; }},
+    {"gemv_w4", "bf16 decode GEMVs: blocks of 4 warps (gemv_block_warps 4)",
+     [](cuda::CudaTunables& t) { t.gemv_block_warps = 4; }},
+    {"moe_split_gu",
+     "INT4 experts: gate_up by ids with k split over a cluster (the launcher's shape)",
+     [](cuda::CudaTunables& t) { t.moe_int4_split_gate_up = true; }},
+    {"moe_split_gu_c1w8", "moe_split_gu, one CTA of 8 warps a tile pair",
+     [](cuda::CudaTunables& t) {
+       t.moe_int4_split_gate_up = true;
+       t.moe_int4_split_cluster = 1;
+       t.moe_int4_split_warps = 8;
+     }},
+    {"moe_split_gu_c2w8", "moe_split_gu, clusters of 2 CTAs of 8 warps",
+     [](cuda::CudaTunables& t) {
+       t.moe_int4_split_gate_up = true;
+       t.moe_int4_split_cluster = 2;
+       t.moe_int4_split_warps = 8;
+     }},
+    {"moe_split_gu_c8w2", "moe_split_gu, clusters of 8 CTAs of 2 warps",
+     [](cuda::CudaTunables& t) {
+       t.moe_int4_split_gate_up = true;
+       t.moe_int4_split_cluster = 8;
+       t.moe_int4_split_warps = 2;
+     }},
+    {"moe_split_gu_c8w4", "moe_split_gu, clusters of 8 CTAs of 4 warps (~32 warps an SM at T 1)",
+     [](cuda::CudaTunables& t) {
+       t.moe_int4_split_gate_up = true;
+       t.moe_int4_split_cluster = 8;
+       t.moe_int4_split_warps = 4;
+     }},
+    {"moe_split_gu_r2", "moe_split_gu with 2 k tiles in flight a warp",
+     [](cuda::CudaTunables& t) {
+       t.moe_int4_split_gate_up = true;
+       t.moe_int4_split_ring = 2;
+     }},
     {"moe_flat_down", "INT4 experts: the planned down projection as one flat stream",
      [](cuda::CudaTunables& t) { t.moe_int4_reg_flat_down = true; }},
     {"moe_down150", "INT4 experts: down blocks of up to 150 row tiles (3 a Kimi rank's expert)",

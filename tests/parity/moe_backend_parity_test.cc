@@ -365,6 +365,57 @@ TEST(MoeBackend, FlatDownMatchesCpu) {
   EXPECT_EQ(moe_fallbacks(*p.gpu_), 0);
 }
 
+// The gate_up projection by ids with each tile pair's k split over a cluster (CudaTunables::
+// moe_int4_split_gate_up, moe_experts_int4_gate_up.cu) against the CPU twin at T = 1 and 2
+// (T · k <= 16): groups 32 and 128, k tiles not a multiple of the warps (hidden 1,152 = 18
+// tiles), every cluster size, 1 to 8 warps, both rings. (Bits across runs: GraphReplayMatchesEager
+// with the knob on.)
+TEST(MoeBackend, SplitGateUpMatchesCpu) {
+  Pair p;
+  const ExpertCase cases[] = {
+      {Fmt::kInt4g32, 7168, 256, 64, 8},
+      {Fmt::kInt4g128, 1152, 128, 16, 4},
+      {Fmt::kInt4g32, 2048, 1408, 8, 6},
+  };
+  struct Shape {
+    int cluster, warps, ring;
+  };
+  const Shape shapes[] = {{0, 0, 0}, {1, 8, 4}, {2, 4, 2}, {4, 4, 4}, {8, 2, 4}, {8, 1, 2}};
+  for (const ExpertCase& c : cases) {
+    const HostLinearWeight gu =
+        parity::random_stack(p.rng(), c.fmt, c.experts, 2 * c.inter, c.hidden);
+    const HostLinearWeight dn = parity::random_stack(p.rng(), c.fmt, c.experts, c.hidden, c.inter);
+    const Experts ex = upload_experts(p, gu, dn);
+    for (const Shape& sh : shapes) {
+      p.cuda().tune([&](cuda::CudaTunables& t) {
+        t.moe_int4_split_gate_up = true;
+        t.moe_int4_split_cluster = sh.cluster;
+        t.moe_int4_split_warps = sh.warps;
+        t.moe_int4_split_ring = sh.ring;
+      });
+      for (int64_t t : {1, 2}) {
+        if (t * c.top_k > cuda::CudaTunables{}.moe_int4_reg_max_assignments) continue;
+        std::vector<float> first;
+        const double e = experts_nmse(p, ex, t, c.top_k, t == 2, &first);
+        std::printf("split gate_up c%d w%d r%d %-9s H %4lld I %4lld E %2d k %d T %lld: nmse %.2e\n",
+                    sh.cluster, sh.warps, sh.ring, fmt_name(c.fmt), (long long)c.hidden,
+                    (long long)c.inter, c.experts, c.top_k, (long long)t, e);
+        EXPECT_LT(e, kExpertsNmse) << fmt_name(c.fmt) << " H " << c.hidden << " T " << t;
+        EXPECT_TRUE(
+            std::all_of(first.begin(), first.end(), [](float v) { return std::isfinite(v); }));
+      }
+    }
+  }
+  p.cuda().tune([](cuda::CudaTunables& t) {
+    const cuda::CudaTunables d;
+    t.moe_int4_split_gate_up = d.moe_int4_split_gate_up;
+    t.moe_int4_split_cluster = d.moe_int4_split_cluster;
+    t.moe_int4_split_warps = d.moe_int4_split_warps;
+    t.moe_int4_split_ring = d.moe_int4_split_ring;
+  });
+  EXPECT_EQ(moe_fallbacks(*p.gpu_), 0);
+}
+
 // Shapes the kernels refuse run on the CPU twin, counted: more experts than kMoeMaxExperts
 // (weights kept row-major), and top-k above 32 over tiled weights (the twin untiles them).
 TEST(MoeBackend, RefusedShapesRunOnTheTwin) {
@@ -406,11 +457,14 @@ TEST(MoeBackend, RefusedShapesRunOnTheTwin) {
 }
 
 // A whole MoE step (router, route, experts with the shared output added) captured as a CUDA
-// graph and replayed with new inputs: the bits of the eager runs.
+// graph and replayed with new inputs: the bits of the eager runs. INT4 also with the split
+// gate_up (moe_int4_split_gate_up: one token, 4 assignments, by ids).
 TEST(MoeBackend, GraphReplayMatchesEager) {
   Pair p;
   auto& gpu = p.cuda();
-  for (Fmt f : {Fmt::kBf16, Fmt::kFp8, Fmt::kInt4g32}) {
+  for (auto [f, split] : {std::pair{Fmt::kBf16, false}, std::pair{Fmt::kFp8, false},
+                          std::pair{Fmt::kInt4g32, false}, std::pair{Fmt::kInt4g32, true}}) {
+    gpu.tune([&](cuda::CudaTunables& t) { t.moe_int4_split_gate_up = split; });
     const int64_t hidden = 256, inter = 128;
     const int experts = 32, k = 4;
     const Experts ex =
@@ -458,6 +512,9 @@ TEST(MoeBackend, GraphReplayMatchesEager) {
       gpu.set_graph_mode(false);
     }
   }
+  gpu.tune([](cuda::CudaTunables& t) {
+    t.moe_int4_split_gate_up = cuda::CudaTunables{}.moe_int4_split_gate_up;
+  });
   EXPECT_EQ(moe_fallbacks(gpu), 0);
 }
 

@@ -449,6 +449,11 @@ void CudaBackend::moe_experts_add(const Tensor& x, const MoeExpertWeights& exper
   p.int4_reg_gate_up_warps = tunables_.moe_int4_reg_gate_up_warps;
   p.int4_reg_down_warps = tunables_.moe_int4_reg_down_warps;
   p.int4_reg_flat_down = tunables_.moe_int4_reg_flat_down ? 1 : 0;
+  p.int4_split_gate_up = tunables_.moe_int4_split_gate_up ? 1 : 0;
+  p.int4_split_cluster = tunables_.moe_int4_split_cluster;
+  p.int4_split_warps = tunables_.moe_int4_split_warps;
+  p.int4_split_ring = tunables_.moe_int4_split_ring;
+  p.int4_flat_ctas_per_sm = tunables_.moe_int4_flat_ctas_per_sm;
   // An ended side branch (the shared experts that made `add`) joins right before the combine:
   // the routed experts' launches still overlap it.
   p.join_event = take_side_join();

@@ -275,6 +275,12 @@ struct MoeExpertsParams {
   int int4_reg_gate_up_warps;  // CudaTunables::moe_int4_reg_gate_up_warps
   int int4_reg_down_warps;     // CudaTunables::moe_int4_reg_down_warps
   int int4_reg_flat_down;      // CudaTunables::moe_int4_reg_flat_down
+  int int4_split_gate_up;      // CudaTunables::moe_int4_split_gate_up (by ids)
+  int int4_split_cluster;      // CudaTunables::moe_int4_split_cluster (0: the launcher's)
+  int int4_split_warps;        // CudaTunables::moe_int4_split_warps (0: the launcher's)
+  int int4_split_ring;         // CudaTunables::moe_int4_split_ring (0: the launcher's)
+  int int4_flat_ctas_per_sm;   // CudaTunables::moe_int4_flat_ctas_per_sm (0: 2)
+  int pad_;
   // Or null: the stream waits on it right before the combine (the join of the side branch that
   // makes `add`: backend/side_branch.h).
   cudaEvent_t join_event;
@@ -300,6 +306,6 @@ static_assert(std::has_unique_object_representations_v<MoePlanParams>);
 static_assert(std::has_unique_object_representations_v<MoeGroupedParams>);
 // (A float member rules out has_unique_object_representations: the size says there is no padding.)
 static_assert(std::is_trivially_copyable_v<MoeCombineParams> && sizeof(MoeCombineParams) == 112);
-static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 264);
+static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 288);
 
 }  // namespace strata::cuda

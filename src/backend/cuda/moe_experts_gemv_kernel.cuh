@@ -43,6 +43,7 @@
 // expert, rows 0..rows-1: a shared expert in the tile layout) always loads early.
 #pragma once
 
+#include "backend/cuda/cluster.cuh"
 #include "backend/cuda/moe_experts_gemv_batch.cuh"
 
 // Included by moe_experts_gemv.cu only: the unnamed namespace keeps the kernels internal to it.
@@ -118,25 +119,6 @@ __device__ int collect_rows(const MoeGroupedParams& p, int e, int skip, int cap,
     __syncthreads();
   }
   return base;
-}
-
-// ---- clusters (distributed shared memory) ----
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
-}
-// This CTA's shared address `a` as the same offset in cluster CTA `rank`'s shared memory.
-__device__ __forceinline__ uint32_t cluster_map(uint32_t a, uint32_t rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ void st_cluster(uint32_t addr, float v) {
-  asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
 }
 
 template <int F, int NT, bool GLU>

@@ -197,8 +197,11 @@ bool int4_flat_down_fits(int64_t k, int group, int tile_rows) {
 }
 
 bool launch_int4_flat_down(const Int4FlatDownParams& p, cudaStream_t stream) {
-  if (!int4_flat_down_fits(p.k, p.group, p.tile_rows) || p.max_tiles < 1) return false;
-  const dim3 grid(unsigned(2 * num_sms())), block(unsigned(kWarps * 32));
+  if (!int4_flat_down_fits(p.k, p.group, p.tile_rows) || p.max_tiles < 1 || p.ctas_per_sm < 0 ||
+      p.ctas_per_sm > 2)
+    return false;
+  const int per_sm = p.ctas_per_sm > 0 ? p.ctas_per_sm : 2;
+  const dim3 grid(unsigned(per_sm * num_sms())), block(unsigned(kWarps * 32));
   const bool ok = with_kernel(int(p.k / kInt4TileK), p.group, [&](auto kernel) {
     launch_pdl(kernel, grid, block, 0, Launch{stream}, p);
   });

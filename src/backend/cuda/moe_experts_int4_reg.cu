@@ -44,7 +44,31 @@ Int4FlatDownParams flat_down_params(const MoeExpertsParams& p, const bf16_bits* 
   f.k = p.down.k;
   f.num_experts = p.num_experts;
   f.group = p.down.group;
+  f.ctas_per_sm = p.int4_flat_ctas_per_sm;
   return f;
+}
+
+// The gate_up projection by ids with k split over a cluster (moe_experts_int4_gate_up.cu), the
+// knobs' shape (0: the launcher's).
+Int4SplitGateUpParams split_gate_up_params(const MoeExpertsParams& p, const bf16_bits* x,
+                                           bf16_bits* act) {
+  Int4SplitGateUpParams s{};
+  s.x = x;
+  s.packed = p.gate_up.values;
+  s.scale = static_cast<const bf16_bits*>(p.gate_up.scales);
+  s.out = act;
+  s.ids = p.topk_ids;
+  s.k = p.gate_up.k;
+  s.inter = p.down.k;
+  s.expert_tiles = int4_row_tiles(p.gate_up.n) * int4_k_tiles(p.gate_up.k);
+  s.assignments = int(p.tokens * p.top_k);
+  s.x_div = p.top_k;
+  s.num_experts = p.num_experts;
+  s.group = p.gate_up.group;
+  s.cluster = p.int4_split_cluster;
+  s.warps = p.int4_split_warps;
+  s.ring = p.int4_split_ring;
+  return s;
 }
 
 }  // namespace
@@ -72,10 +96,20 @@ bool launch_moe_int4_reg(const MoeExpertsParams& p, bf16_bits* act, bf16_bits* y
                               0 /* own split */, p.int4_reg_down_units};
   const bool flat =
       p.int4_reg_flat_down && p.int4_reg_round && int4_flat_down_fits(p.down.k, p.down.group, 1);
-  if (gate_up.n != 2 * inter || gate_up.k != hidden || !int4_gemv_reg_fits(gate_up, &by_token) ||
+  Int4SplitGateUpParams split{};
+  bool split_ok = false;
+  if (p.int4_split_gate_up && p.int4_reg_round) {
+    split = split_gate_up_params(p, p.x, act);
+    split_ok = int4_split_gate_up_shape(&split);
+  }
+  if (gate_up.n != 2 * inter || gate_up.k != hidden ||
+      (!split_ok && !int4_gemv_reg_fits(gate_up, &by_token)) ||
       (!flat && !int4_gemv_reg_fits(down, &by_row)))
     return false;
-  launch_int4_gemv_reg(gate_up, stream, &by_token);
+  if (split_ok)
+    CHECK(launch_int4_split_gate_up(split, stream));
+  else
+    launch_int4_gemv_reg(gate_up, stream, &by_token);
   if (flat) {
     Int4FlatDownParams f = flat_down_params(p, act, y);
     f.ids = p.topk_ids;

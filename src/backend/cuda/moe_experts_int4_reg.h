@@ -38,13 +38,43 @@ struct Int4FlatDownParams {
   int tile_rows;           // the plan's rows per tile (<= 8)
   int max_tiles;           // the plan's bound on tiles (moe_max_tiles); by ids: assignments
   int num_experts;
-  int group;  // 32, 64, 128 or 256 (k % group == 0)
-  int pad_;
+  int group;        // 32, 64, 128 or 256 (k % group == 0)
+  int ctas_per_sm;  // the grid: this many CTAs of 8 warps an SM (0: 2)
 };
 static_assert(std::has_unique_object_representations_v<Int4FlatDownParams>);
 // Whether the flat kernel takes a down projection of these inputs, group and tile rows.
 bool int4_flat_down_fits(int64_t k, int group, int tile_rows);
 // False (nothing launched) where it does not fit.
 bool launch_int4_flat_down(const Int4FlatDownParams& p, cudaStream_t stream);
+
+// The gate_up projection by ids (one row an assignment) with each 16-row tile pair's k split
+// over the warps of a cluster of CTAs (moe_experts_int4_gate_up.cu; CudaTunables::
+// moe_int4_split_gate_up): weights rounded to bf16 as the register GEMV's round mode, partial
+// sums added in a fixed order (warps, then cluster ranks), act rows in assignment order.
+struct Int4SplitGateUpParams {
+  const bf16_bits* x;      // [tokens, k]: assignment i reads row i / x_div
+  const void* packed;      // the gate_up stack's tile layout (gate rows, then up rows)
+  const bf16_bits* scale;  // its scales (linear_int4.cuh scale_slot order)
+  bf16_bits* out;          // act [assignments, inter]
+  const int32_t* ids;      // [assignments] expert ids; one out of range stores nothing
+  int64_t expert_tiles;    // 512-byte tiles of one expert's matrix: row_tiles(2 · inter) · k / 64
+  int64_t k;               // inputs (hidden): a multiple of 64 and of the group
+  int64_t inter;           // gate (and up) rows: a multiple of 16
+  int assignments;
+  int x_div;  // top-k
+  int num_experts;
+  int group;    // 32, 64, 128 or 256
+  int cluster;  // CTAs sharing one tile pair's k: 1, 2, 4 or 8
+  int warps;    // warps a CTA: 1 .. 8
+  int ring;     // k tiles in flight per warp (a gate and an up piece each): 2 or 4
+  int pad_;
+};
+static_assert(std::has_unique_object_representations_v<Int4SplitGateUpParams>);
+// The shape the launcher runs where the knobs are 0 (cluster, warps, ring): every field set and
+// checked; false where the kernel cannot take it (k, inter or group off its grid, a knob out of
+// range).
+bool int4_split_gate_up_shape(Int4SplitGateUpParams* p);
+// False (nothing launched) where int4_split_gate_up_shape refuses p.
+bool launch_int4_split_gate_up(Int4SplitGateUpParams p, cudaStream_t stream);
 
 }  // namespace strata::cuda

@@ -43,6 +43,16 @@ void CudaTunables::check() const {
             int4_gemv_ring);
   CHECK_MSG(moe_int4_reg_max_assignments >= 0, "moe_int4_reg_max_assignments {}",
             moe_int4_reg_max_assignments);
+  CHECK_MSG(moe_int4_split_cluster == 0 || moe_int4_split_cluster == 1 ||
+                moe_int4_split_cluster == 2 || moe_int4_split_cluster == 4 ||
+                moe_int4_split_cluster == 8,
+            "moe_int4_split_cluster {}", moe_int4_split_cluster);
+  CHECK_MSG(moe_int4_split_warps >= 0 && moe_int4_split_warps <= 8, "moe_int4_split_warps {}",
+            moe_int4_split_warps);
+  CHECK_MSG(moe_int4_flat_ctas_per_sm >= 0 && moe_int4_flat_ctas_per_sm <= 2,
+            "moe_int4_flat_ctas_per_sm {}", moe_int4_flat_ctas_per_sm);
+  CHECK_MSG(moe_int4_split_ring == 0 || moe_int4_split_ring == 2 || moe_int4_split_ring == 4,
+            "moe_int4_split_ring {}", moe_int4_split_ring);
   CHECK_MSG(moe_router_route_max_tokens >= 0 && moe_router_route_max_tokens <= kMoeRouterMaxTokens,
             "moe_router_route_max_tokens {}", moe_router_route_max_tokens);
   CHECK_MSG(side_branch_max_rows >= 0, "side_branch_max_rows {}", side_branch_max_rows);

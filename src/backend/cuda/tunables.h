@@ -178,6 +178,21 @@ struct CudaTunables {
   // 19.01 / 42.48; with side branches up to 256 rows, 14.36 / 32.40 against 16.58 / 39.42 with
   // this off (a later call). MoeBackend.FlatDownMatchesCpu and the DeepSeek fixtures' greedy pass.
   bool moe_int4_reg_flat_down = true;
+  // split_gate_up: the gate_up projection by ids (T · k <= moe_int4_reg_max_assignments) with
+  // each 16-row tile pair's k split over the warps of a cluster of CTAs
+  // (moe_experts_int4_gate_up.cu), where it fits (k % 64 == 0, round on), in place of the
+  // register GEMV's experts mode (one Kimi-K2.5 rank: gate_up 18.4 us a MoE layer for 16.5 MB at
+  // batch 1, ~21% of copy, ncu, H200, 2026-12-03). cluster / warps /
+  // ring: its shape (0: the launcher's: 8 warps, 4 k tiles in flight, the most CTAs a pair
+  // within one CTA an SM). Default on: the rank's experts (moe_bench --what backend, H200,
+  // 2026-12-03) at T = 1 / 2 took 16.0 / 23.1 us against the register GEMV's 22.7 / 29.4
+  // (variants no_split_gu, moe_split_gu_*; the shapes measured: moe_experts_int4_gate_up.cu).
+  bool moe_int4_split_gate_up = true;
+  int moe_int4_split_cluster = 0;
+  int moe_int4_split_warps = 0;
+  int moe_int4_split_ring = 0;
+  // flat_ctas_per_sm: the flat down projection's grid, CTAs of 8 warps an SM (1 or 2; 0: 2).
+  int moe_int4_flat_ctas_per_sm = 0;
   // With fusion, graph-mode MoE steps of up to this many tokens run the router GEMV and the
   // expert choice as one launch (moe_route.h launch_moe_router_route); 0 keeps two launches (A/B),
   // at most kMoeRouterMaxTokens (32). No env. Measured: one Kimi-K2.5 rank's decode step (61

@@ -1,0 +1,267 @@
+// The INT4 experts' gate_up projection by ids with each tile pair's k split over a cluster
+// (moe_experts_int4_reg.h): the few-token decode steps (T · top-k <= 16), one row an assignment.
+//
+// ## Why (measured 2026-12-03, H200, one Kimi-K2.5 rank of tp 8 at batch 1, ncu)
+// The register GEMV's experts mode by ids (linear_int4_reg.cu) gives each 16-row gate/up tile
+// pair one CTA of 8 warps, each warp a contiguous eighth of the pair's stream (the gate row
+// tile's k tiles, then the up row tile's): gate_up took 18.4 us a MoE layer for 16.5 MB (0.9
+// TB/s, ~21% of copy), the largest kernel of the batch-1 step (ncu: 69% of cycles with no
+// eligible warp, DRAM 18%).
+//
+// ## This kernel
+// - Work unit: one assignment's tile pair (gate rows 16r.., up rows inter + 16r..) over all k.
+//   A unit's k tiles are split over the C CTAs of a cluster (contiguous ranges), and a CTA's
+//   range over its W warps: at one token (C = 1, W = 8) 128 CTAs, each warp 14 k tiles of both
+//   matrices, the gate and up pieces of a k tile loaded together.
+// - Each warp: a ring of R k tiles (a gate and an up 16-byte piece per lane each, with their
+//   scale words), refilled as soon as a tile is multiplied; per 512-byte tile the register
+//   GEMV's round mode: (nibble - 8) · scale rounded to bf16, 4 mma.m16n8k16 into two accumulators
+//   (even / odd k steps), x as B fragments from shared memory (the CTA's k range of the
+//   assignment's token row, staged once in the register GEMV's fragment order, m = 1).
+// - Partial sums: each warp's 16 gate and 16 up rows into shared memory; the CTA sums its warps
+//   in warp order, then rank 0 of the cluster sums the CTAs' sums in rank order through
+//   distributed shared memory (between two cluster barriers), rounds gate and up to bf16 (an
+//   unfused linear's outputs) and stores silu(gate) · up. Deterministic: the same bits every run.
+// - PDL: the expert is known only after the wait (route writes the ids just before), and the
+//   trigger follows the wait, so that down may read the ids before its own wait (as the register
+//   GEMV's kInt4TriggerAfterWait).
+#include "backend/cuda/cluster.cuh"
+#include "backend/cuda/linear_int4.cuh"
+#include "backend/cuda/moe_experts_int4_reg.h"
+
+namespace strata::cuda {
+namespace {
+
+using namespace int4;
+
+constexpr int kMaxWarps = 8;
+constexpr int kMaxCluster = 8;  // the portable cluster size
+// The launcher's shape: CTAs of 8 warps, a unit's k split over a cluster only while the grid stays
+// within one CTA an SM. Measured (moe_bench --what backend, one Kimi-K2.5 rank, H200,
+// 2026-12-03), the experts at T = 1 / 2: one CTA of 8 warps a unit 16.0 / 23.1 us; clusters of 2
+// CTAs of 8 warps 16.1 / 26.8; of 4 CTAs of 4 warps 19.9 / 24.0 (17.0 / 24.5 with 2 k tiles in
+// flight); of 8 CTAs of 4 warps 22.3 / 36.2; the register GEMV 22.7 / 29.4. More, shorter warp
+// streams lose: each CTA pays its x copy, barrier and epilogue, and more loads in flight did not
+// read faster.
+constexpr int kDefaultWarps = 8;
+constexpr int kXBatch = 4;  // x pieces a thread loads before the expert's id returns
+constexpr int kMaxXBytes = 48 * 1024;
+
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr));
+  return v;
+}
+
+// One 512-byte tile (lane's 16-byte piece q) times x's fragments: the register GEMV's round mode.
+__device__ __forceinline__ void mul_tile(const uint4& q, uint32_t s0, uint32_t s1,
+                                         const uint32_t* xw, float* acc, float* acc1) {
+  const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
+  uint32_t lo[2], hi[2];
+  scale_pairs(s0, &lo[0], &hi[0]);
+  scale_pairs(s1, &lo[1], &hi[1]);
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    uint32_t af[4];
+    dequant_word(qw[s], lo[s / 2], hi[s / 2], af);
+    mma16816(s % 2 ? acc1 : acc, af, xw[2 * s], xw[2 * s + 1]);
+  }
+}
+
+// R: k tiles in flight per warp. G32: group 32 (two scale words a tile), else one word a tile
+// (the tile's group: group >= 64).
+template <int R, bool G32>
+__global__ void __launch_bounds__(kMaxWarps * 32, 2)
+    int4_split_gate_up_kernel(Int4SplitGateUpParams p) {
+  __shared__ float red[kMaxWarps][32];  // a warp's sums: gate rows 0..15, then up rows 0..15
+  __shared__ float cta_sum[32];
+  extern __shared__ __align__(128) char xs_raw[];  // x of the CTA's k tiles, fragment order
+  const int tid = int(threadIdx.x), lane = tid % 32, g = lane / 4, c = lane % 4;
+  const int warp = __shfl_sync(~0u, tid / 32, 0), nw = int(blockDim.x) / 32;
+  const int C = p.cluster, rank = int(blockIdx.x) % C;
+  const int64_t unit = int64_t(blockIdx.x) / C;
+  const int inter_tiles = int(p.inter / kInt4TileRows), KT = int(p.k / kInt4TileK);
+  const int a = int(unit / inter_tiles), r = int(unit % inter_tiles);
+  // The CTA's k tiles [kb0, kb1), the warp's [k0, k1).
+  const int kb0 = rank * KT / C, kb1 = (rank + 1) * KT / C, nk = kb1 - kb0;
+  const int k0 = kb0 + warp * nk / nw, k1 = kb0 + (warp + 1) * nk / nw;
+
+  pdl_wait();
+  pdl_trigger();
+  // x's pieces of the CTA's range (16 bytes each), issued before the id's round trip.
+  const uint4* xsrc = reinterpret_cast<const uint4*>(p.x + int64_t(a / p.x_div) * p.k) + kb0 * 8;
+  const int pieces = nk * 8, nt = int(blockDim.x);
+  uint4 xv[kXBatch];
+#pragma unroll
+  for (int u = 0; u < kXBatch; ++u) {
+    const int q = tid + u * nt;
+    xv[u] = q < pieces ? __ldg(xsrc + q) : make_uint4(0, 0, 0, 0);
+  }
+  const int e = __ldcg(p.ids + a);
+  // The whole cluster shares the assignment: no cluster barrier is pending.
+  if (e < 0 || e >= p.num_experts) return;
+
+  // ---- the weights: k tile kt of the gate and up tiles into ring slot t ----
+  const int64_t gbase = int64_t(e) * p.expert_tiles + int64_t(r) * KT;
+  const int64_t ubase = gbase + int64_t(inter_tiles) * KT;
+  const uint4* wsrc = static_cast<const uint4*>(p.packed) + lane;
+  const uint32_t* ssrc = reinterpret_cast<const uint32_t*>(p.scale) + g;
+  const int gshift = __ffs(p.group) - 1;
+  uint4 rg[R], ru[R];
+  uint32_t sg[2 * R], su[2 * R];
+  auto scale_at = [&](int64_t tile, int half) {  // the scale word of a tile's k half
+    if constexpr (G32) return __ldg(ssrc + tile * 16 + half * 8);
+    return __ldg(ssrc + ((tile * kInt4TileK) >> gshift) * 8);
+  };
+  auto load = [&](auto t_c, int kt) {
+    constexpr int t = decltype(t_c)::value;
+    if (kt < k1) {
+      rg[t] = __ldcs(wsrc + (gbase + kt) * 32);
+      ru[t] = __ldcs(wsrc + (ubase + kt) * 32);
+      sg[2 * t] = scale_at(gbase + kt, 0);
+      su[2 * t] = scale_at(ubase + kt, 0);
+      if constexpr (G32) {
+        sg[2 * t + 1] = scale_at(gbase + kt, 1);
+        su[2 * t + 1] = scale_at(ubase + kt, 1);
+      }
+    }
+  };
+  static_for<R>([&](auto t_c) { load(t_c, k0 + decltype(t_c)::value); });
+
+  // ---- x into shared memory: the register GEMV's B-fragment order for one token (word (kt,
+  // half h, lane c, jj) at kt·32 + 16h + 4c + jj holds k 64kt + 16s + 2c + 8bb and + 1, with
+  // s = 2h + jj / 2, bb = jj % 2) ----
+  uint32_t* xs = reinterpret_cast<uint32_t*>(xs_raw);
+  auto store_x = [&](int q, const uint4& v) {
+    const int k0e = q * 8, kt = k0e / kInt4TileK, col = k0e % kInt4TileK;
+    const int s = col / 16, bb = (col % 16) / 8;
+    uint32_t* dst = xs + kt * 32 + (s / 2) * 16 + 2 * (s % 2) + bb;
+    dst[0] = v.x;
+    dst[4] = v.y;
+    dst[8] = v.z;
+    dst[12] = v.w;
+  };
+#pragma unroll
+  for (int u = 0; u < kXBatch; ++u)
+    if (tid + u * nt < pieces) store_x(tid + u * nt, xv[u]);
+  for (int q = tid + kXBatch * nt; q < pieces; q += nt) store_x(q, __ldg(xsrc + q));
+  __syncthreads();
+
+  // ---- the stream ----
+  float ag[4] = {0, 0, 0, 0}, ag1[4] = {0, 0, 0, 0}, au[4] = {0, 0, 0, 0}, au1[4] = {0, 0, 0, 0};
+  const uint32_t x_lane = smem_u32(xs_raw) + c * 16;
+  for (int kt0 = k0; kt0 < k1; kt0 += R)
+    static_for<R>([&](auto t_c) {
+      constexpr int t = decltype(t_c)::value;
+      const int kt = kt0 + t;
+      if (kt < k1) {
+        const uint32_t xp = x_lane + uint32_t(kt - kb0) * 128;
+        const uint4 xa = lds128(xp), xb = lds128(xp + 64);
+        const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+        mul_tile(rg[t], sg[2 * t], sg[G32 ? 2 * t + 1 : 2 * t], xw, ag, ag1);
+        mul_tile(ru[t], su[2 * t], su[G32 ? 2 * t + 1 : 2 * t], xw, au, au1);
+        load(t_c, kt + R);
+      }
+    });
+
+  // ---- sums: column 0 (the one token) of rows g and g + 8 sits in lanes c == 0 ----
+  if (c == 0) {
+    red[warp][g] = ag[0] + ag1[0];
+    red[warp][g + 8] = ag[2] + ag1[2];
+    red[warp][16 + g] = au[0] + au1[0];
+    red[warp][24 + g] = au[2] + au1[2];
+  }
+  __syncthreads();
+  if (tid < 32) {
+    float v = 0.0f;
+    for (int w = 0; w < nw; ++w) v += red[w][tid];
+    cta_sum[tid] = v;
+  }
+  auto store = [&](int i, float gate, float up) {  // the unfused linear's roundings
+    const float gv = bf16_to_float(float_to_bf16(gate)), uv = bf16_to_float(float_to_bf16(up));
+    p.out[int64_t(a) * p.inter + int64_t(r) * kInt4TileRows + i] =
+        float_to_bf16(gv / (1.0f + __expf(-gv)) * uv);
+  };
+  if (C == 1) {
+    __syncthreads();
+    if (tid < kInt4TileRows) store(tid, cta_sum[tid], cta_sum[16 + tid]);
+    return;
+  }
+  cluster_sync();  // every CTA's sums are written
+  if (rank == 0 && tid < kInt4TileRows) {
+    const uint32_t gs = smem_u32(&cta_sum[tid]), us = smem_u32(&cta_sum[16 + tid]);
+    float gate = 0.0f, up = 0.0f;
+    for (int q = 0; q < C; ++q) {
+      gate += ld_cluster(cluster_map(gs, uint32_t(q)));
+      up += ld_cluster(cluster_map(us, uint32_t(q)));
+    }
+    store(tid, gate, up);
+  }
+  cluster_sync();  // rank 0 is done reading: the others' shared memory may go
+}
+
+template <typename F>
+void with_kernel(int ring, int group, F&& f) {
+  if (ring == 2)
+    group == 32 ? f(int4_split_gate_up_kernel<2, true>) : f(int4_split_gate_up_kernel<2, false>);
+  else
+    group == 32 ? f(int4_split_gate_up_kernel<4, true>) : f(int4_split_gate_up_kernel<4, false>);
+}
+
+}  // namespace
+
+bool int4_split_gate_up_shape(Int4SplitGateUpParams* p) {
+  const int64_t kt = p->k / kInt4TileK;
+  if (p->k <= 0 || p->k % kInt4TileK != 0 || p->inter <= 0 || p->inter % kInt4TileRows != 0 ||
+      !(p->group == 32 || p->group == 64 || p->group == 128 || p->group == 256) ||
+      p->k % p->group != 0 || p->assignments < 1 || p->x_div < 1 || p->num_experts < 1)
+    return false;
+  if (p->warps == 0) p->warps = kDefaultWarps;
+  if (p->ring == 0) p->ring = 4;
+  const int64_t units = int64_t(p->assignments) * (p->inter / kInt4TileRows);
+  if (p->cluster == 0) {  // CTAs a unit while they stay within one CTA an SM
+    p->cluster = kMaxCluster;
+    while (p->cluster > 1 &&
+           (units * p->cluster > num_sms() || kt < 2 * int64_t(p->cluster) * p->warps))
+      p->cluster /= 2;
+  }
+  if (p->warps < 1 || p->warps > kMaxWarps || (p->ring != 2 && p->ring != 4) ||
+      !(p->cluster == 1 || p->cluster == 2 || p->cluster == 4 || p->cluster == kMaxCluster) ||
+      p->cluster > kt || units * p->cluster > (int64_t(1) << 31) - 1 ||
+      (kt + p->cluster - 1) / p->cluster * 128 > kMaxXBytes)
+    return false;
+  return true;
+}
+
+bool launch_int4_split_gate_up(Int4SplitGateUpParams p, cudaStream_t stream) {
+  if (!int4_split_gate_up_shape(&p)) return false;
+  const int64_t units = int64_t(p.assignments) * (p.inter / kInt4TileRows);
+  const int64_t kt = p.k / kInt4TileK;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(units * p.cluster));
+  cfg.blockDim = dim3(unsigned(p.warps * 32));
+  cfg.dynamicSmemBytes = size_t((kt + p.cluster - 1) / p.cluster * 128);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  int n = 0;
+  attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[n].val.programmaticStreamSerializationAllowed = 1;
+  ++n;
+  if (p.cluster > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = unsigned(p.cluster);
+    attr[n].val.clusterDim.y = 1;
+    attr[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = unsigned(n);
+  with_kernel(p.ring, p.group,
+              [&](auto kernel) { CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p)); });
+  CUDA_LAUNCH_CHECK();
+  return true;
+}
+
+}  // namespace strata::cuda
