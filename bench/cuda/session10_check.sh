@@ -6,8 +6,9 @@
 #              greedy; house-mla rows left out: the carry lacks house-mla)
 #   moe        one Kimi-K2.5 rank's MoE layer through the backend (moe_bench --what backend) at
 #              MOE_TOKENS, the defaults and MOE_VARIANTS (A/B in one process)
-#   kimi       one Kimi-K2.5 rank of tp 8, 2- and 4-layer cuts at KIMI_BATCHES projected to 61
-#              layers, the defaults and KIMI_VARIANTS (rank_step_bench, A/B in one process)
+#   kimi       one Kimi-K2.5 rank of tp 8, cuts of KIMI_CUTS layers (default "2 4") at
+#              KIMI_BATCHES projected to 61 layers, the defaults and KIMI_VARIANTS
+#              (rank_step_bench, A/B in one process)
 #   moonlight  Moonlight bf16 batch 1 (27 layers, context 768), MOONLIGHT_VARIANTS
 #   offline    the Moonlight shape offline, 1,000 x 1,024 / 1,024, bf16 (offline_bench): the
 #              defaults, then each of OFFLINE_VARIANTS (one engine each)
@@ -38,14 +39,15 @@ for stage in $STAGES; do
       echo "moe: exit $?"
       grep -E "^moe .*experts" "$L/moe.log" | cut -c1-200 | head -40 ;;
     kimi)
-      for n in 2 4; do
+      for n in ${KIMI_CUTS:-2 4}; do
         python3 bench/cuda/rank_cuts.py cut "$CFG/kimi-k2.5/config.json" $n "$W/kimi$n"
         timeout 150 ./build-dev/strata_bench_rank_step_bench --config "$W/kimi$n/config.json" \
           --tp-size 8 --batches "${KIMI_BATCHES:-1,32,128}" --context 4096 --prefill 0 --reps 100 \
           --variants "${KIMI_VARIANTS:-segments64}" >"$L/kimi$n.log" 2>&1
         echo "kimi $n layers: exit $?"
       done
-      python3 bench/cuda/rank_cuts.py project "$L/kimi2.log" "$L/kimi4.log" ;;
+      set -- ${KIMI_CUTS:-2 4}
+      python3 bench/cuda/rank_cuts.py project "$L/kimi$1.log" "$L/kimi$2.log" --layers "$1,$2" ;;
     moonlight)
       timeout 100 ./build-dev/strata_bench_rank_step_bench \
         --config "$CFG/moonlight-16b-a3b/config.json" --batches 1 --context 768 --prefill 0 \

@@ -128,6 +128,26 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.gemv_max_ksplit = 2; }},
     {"gemv_w4", "bf16 decode GEMVs: blocks of 4 warps (gemv_block_warps 4)",
      [](cuda::CudaTunables& t) { t.gemv_block_warps = 4; }},
+    {"moe_ids32", "INT4 experts by ids (split gate_up, flat down) up to 32 assignments",
+     [](cuda::CudaTunables& t) { t.moe_int4_reg_max_assignments = 32; }},
+    {"moe_ids64", "INT4 experts by ids up to 64 assignments (moe_int4_reg_max_assignments)",
+     [](cuda::CudaTunables& t) { t.moe_int4_reg_max_assignments = 64; }},
+    {"moe_ids128", "INT4 experts by ids up to 128 assignments (moe_int4_reg_max_assignments)",
+     [](cuda::CudaTunables& t) { t.moe_int4_reg_max_assignments = 128; }},
+    {"moe_ids256", "INT4 experts by ids up to 256 assignments (moe_int4_reg_max_assignments)",
+     [](cuda::CudaTunables& t) { t.moe_int4_reg_max_assignments = 256; }},
+    {"session10",
+     "session 10's defaults: gate_up by ids on the register GEMV, by ids up to 16 "
+     "assignments, up to 4 warps a bf16 GEMV row",
+     [](cuda::CudaTunables& t) {
+       t.moe_int4_split_gate_up = false;
+       t.moe_int4_reg_max_assignments = 16;
+       t.gemv_max_ksplit = 4;
+     }},
+    {"gemv_ks4", "bf16 decode GEMVs: up to four warps a row (session 10's gemv_max_ksplit)",
+     [](cuda::CudaTunables& t) { t.gemv_max_ksplit = 4; }},
+    {"moe_ids16", "INT4 experts by ids up to 16 assignments (session 10's threshold)",
+     [](cuda::CudaTunables& t) { t.moe_int4_reg_max_assignments = 16; }},
     {"moe_split_gu",
      "INT4 experts: gate_up by ids with k split over a cluster (the launcher's shape)",
      [](cuda::CudaTunables& t) { t.moe_int4_split_gate_up = true; }},

@@ -4,8 +4,9 @@
 // its own, so the bound is equality with the eager run's two launches, bit for bit, and the
 // step records one launch fewer (GraphStats::launches). Shapes: one Kimi-K2.5 rank's q_a and
 // kv_a (7168 -> 1536, 576), Moonlight's q_proj and kv_a (2048 -> 3072, 576), odd rows with
-// biases, m = 1 and 2. Not merged, and still the eager bits: rows whose k splits differ (a
-// 16-row GEMV after a 16,384-row one), a second GEMV on another input, the tunable off.
+// biases, m = 1 and 2, at the default one warp a row and at up to 4 (gemv_max_ksplit). Not
+// merged, and still the eager bits: rows whose k splits differ (up to 4 warps a row: a 16-row
+// GEMV after a 16,384-row one), a second GEMV on another input, the tunable off.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -23,6 +24,7 @@ struct PairCase {
   const char* name;
   int64_t k, n1, n2;
   bool bias, same_x, merges;  // merges: when the tunable is on
+  int max_ksplit;             // CudaTunables::gemv_max_ksplit for the case (0: the default)
 };
 
 LinearWeight gpu_weight(Pair& p, int64_t n, int64_t k, bool bias) {
@@ -42,13 +44,18 @@ TEST(GemvPair, GraphModeMergesTwoGemvsOnOneInput) {
   const cuda::CudaTunables defaults = gpu.tunables();
   ASSERT_TRUE(defaults.fusion);
   const PairCase cases[] = {
-      {"kimi q_a + kv_a", 7168, 1536, 576, false, true, true},
-      {"moonlight q_proj + kv_a", 2048, 3072, 576, false, true, true},
-      {"odd rows, biases", 1024, 333, 77, true, true, true},
-      {"k splits differ", 512, 16384, 16, false, true, false},
-      {"another input", 2048, 1536, 576, false, false, false},
+      {"kimi q_a + kv_a", 7168, 1536, 576, false, true, true, 0},
+      {"moonlight q_proj + kv_a", 2048, 3072, 576, false, true, true, 0},
+      {"odd rows, biases", 1024, 333, 77, true, true, true, 0},
+      {"kimi, up to 4 warps a row", 7168, 1536, 576, false, true, true, 4},
+      {"k splits differ", 512, 16384, 16, false, true, false, 4},
+      {"another input", 2048, 1536, 576, false, false, false, 0},
   };
   for (const PairCase& c : cases) {
+    gpu.tune([&](cuda::CudaTunables& t) {
+      t.gemv_max_ksplit = c.max_ksplit > 0 ? c.max_ksplit : defaults.gemv_max_ksplit;
+    });
+    const cuda::CudaTunables with_ksplit = gpu.tunables();
     const LinearWeight w1 = gpu_weight(p, c.n1, c.k, c.bias), w2 = gpu_weight(p, c.n2, c.k, c.bias);
     for (int64_t m : {1, 2}) {
       ASSERT_LE(m, defaults.gemv_max_rows);
@@ -87,8 +94,9 @@ TEST(GemvPair, GraphModeMergesTwoGemvsOnOneInput) {
             << c.name << " m " << m << " on " << on;
         gpu.set_graph_mode(false);
       }
-      gpu.set_tunables(defaults);
+      gpu.set_tunables(with_ksplit);
     }
+    gpu.set_tunables(defaults);
     std::printf("gemv pair %-24s k %lld rows %lld + %lld, m 1 and 2: eager bits, %s\n", c.name,
                 (long long)c.k, (long long)c.n1, (long long)c.n2,
                 c.merges ? "one launch merged" : "two launches");

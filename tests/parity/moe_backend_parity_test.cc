@@ -329,7 +329,7 @@ TEST(MoeBackend, ExpertsMatchCpu) {
 
 // The planned INT4 experts' down projection as one flat stream (CudaTunables::
 // moe_int4_reg_flat_down, moe_experts_int4_flat.cu) against the CPU twin in the decode regime,
-// by ids (T · k <= 16) and planned: k = 64 / 128 / 256 (1, 2, 4 tiles a row tile), groups 32
+// by ids (T · k <= 64) and planned: k = 64 / 128 / 256 (1, 2, 4 tiles a row tile), groups 32
 // and 128, plan tiles of 8 and 4 rows (x of 8 rows over 64 KB at hidden 5,120), warps whose
 // share crosses experts.
 TEST(MoeBackend, FlatDownMatchesCpu) {
@@ -366,8 +366,8 @@ TEST(MoeBackend, FlatDownMatchesCpu) {
 }
 
 // The gate_up projection by ids with each tile pair's k split over a cluster (CudaTunables::
-// moe_int4_split_gate_up, moe_experts_int4_gate_up.cu) against the CPU twin at T = 1 and 2
-// (T · k <= 16): groups 32 and 128, k tiles not a multiple of the warps (hidden 1,152 = 18
+// moe_int4_split_gate_up, moe_experts_int4_gate_up.cu) against the CPU twin at T = 1 to 8
+// (T · k <= 64): groups 32 and 128, k tiles not a multiple of the warps (hidden 1,152 = 18
 // tiles), every cluster size, 1 to 8 warps, both rings. (Bits across runs: GraphReplayMatchesEager
 // with the knob on.)
 TEST(MoeBackend, SplitGateUpMatchesCpu) {
@@ -393,10 +393,10 @@ TEST(MoeBackend, SplitGateUpMatchesCpu) {
         t.moe_int4_split_warps = sh.warps;
         t.moe_int4_split_ring = sh.ring;
       });
-      for (int64_t t : {1, 2}) {
+      for (int64_t t : {1, 2, 5, 8}) {
         if (t * c.top_k > cuda::CudaTunables{}.moe_int4_reg_max_assignments) continue;
         std::vector<float> first;
-        const double e = experts_nmse(p, ex, t, c.top_k, t == 2, &first);
+        const double e = experts_nmse(p, ex, t, c.top_k, t % 2 == 0, &first);
         std::printf("split gate_up c%d w%d r%d %-9s H %4lld I %4lld E %2d k %d T %lld: nmse %.2e\n",
                     sh.cluster, sh.warps, sh.ring, fmt_name(c.fmt), (long long)c.hidden,
                     (long long)c.inter, c.experts, c.top_k, (long long)t, e);

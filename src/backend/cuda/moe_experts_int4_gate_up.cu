@@ -1,5 +1,6 @@
 // The INT4 experts' gate_up projection by ids with each tile pair's k split over a cluster
-// (moe_experts_int4_reg.h): the few-token decode steps (T · top-k <= 16), one row an assignment.
+// (moe_experts_int4_reg.h): the few-token decode steps (T · top-k <= moe_int4_reg_max_assignments),
+// one row an assignment.
 //
 // ## Why (measured 2026-12-03, H200, one Kimi-K2.5 rank of tp 8 at batch 1, ncu)
 // The register GEMV's experts mode by ids (linear_int4_reg.cu) gives each 16-row gate/up tile

@@ -55,9 +55,13 @@ struct CudaTunables {
   // / 8 against cuBLAS's 4.83 / 4.69 / 4.53 / 4.72 ms (2026-11-30).
   int gemv_max_rows = 2;
   // Most warps that share one output row (1, 2 or 4); the launch takes the fewest that give every
-  // SM ~48 warps of loads (2 for the 8B shape's qkv, o_proj and down). No env. Default 4: one
-  // token's GEMVs back to back 3.928 ms with 1, 3.847 ms with up to 4 (2026-11-29 night).
-  int gemv_max_ksplit = 4;
+  // SM ~48 warps of loads (2 for the 8B shape's qkv, o_proj and down). No env. Default 1 (a warp
+  // streams whole rows): in the decode steps as the engine runs them (graphs, PDL;
+  // rank_step_bench --variants gemv_ks1, H200, 2026-12-03) the 8B shape's batch 1 took 4.121 ms
+  // against 4.195 with up to 4, Moonlight's batch 1 2.348 against 2.414, a Kimi-K2.5 rank's batch
+  // 2 5.571 against 5.901 (61 layers projected). (2026-11-29, the 8B shape's GEMVs back to back
+  // outside a step: 3.928 ms with 1, 3.847 with up to 4.)
+  int gemv_max_ksplit = 1;
   // Leading weights of each row prefetched into L2 before the PDL wait (elements; 0 off). No
   // env. Default off: every GEMV got slower (one token's GEMVs 3.93 -> 4.37 ms, lm_head 237 ->
   // 255 us; decode step +0.2 ms/token; 2026-11-29 night).
@@ -137,7 +141,11 @@ struct CudaTunables {
   // grouped GEMVs took 33 us a layer at T = 1 for 24.7 MB of weights (decode_profile.sh,
   // 2026-12-02); with this mode the rank's step at batch 1 / 2 took 6.39 / 8.22 ms against 6.60 /
   // 9.10 (moe_reg_check.sh). A repeated expert is read once per assignment: for T·k << E.
-  int moe_int4_reg_max_assignments = 16;
+  // Raised to 64 once gate_up by ids ran split (moe_int4_split_gate_up): the rank's experts
+  // (moe_bench --what backend --variants moe_ids*, H200, 2026-12-03) at T = 4 / 8 took 39.9 / 73.3
+  // us against the planned mode's 58.8 / 95.1; at T = 16 the two tie (136 us) and at T = 32 by
+  // ids is slower (262.8 against 222.7 us: repeated experts read once per assignment).
+  int moe_int4_reg_max_assignments = 64;
   // Above that, still in the MoE decode regime: true runs the INT4 experts as the register GEMV's
   // planned experts mode (a plan of 4- or 8-row tiles, each touched expert read once per tile),
   // false the grouped MoE GEMV. No env. Default true: one Kimi-K2.5 rank's decode step (61 layers
