@@ -148,6 +148,16 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.gemv_max_ksplit = 4; }},
     {"moe_ids16", "INT4 experts by ids up to 16 assignments (session 10's threshold)",
      [](cuda::CudaTunables& t) { t.moe_int4_reg_max_assignments = 16; }},
+    {"router_preload", "the MoE router GEMV's first weight loads before its PDL wait",
+     [](cuda::CudaTunables& t) { t.moe_router_preload = true; }},
+    {"gemv_prefetch2k",
+     "bf16 decode GEMVs: each row's first 2,048 weights prefetched before the "
+     "PDL wait (gemv_prefetch_elems, with the first batch into registers)",
+     [](cuda::CudaTunables& t) { t.gemv_prefetch_elems = 2048; }},
+    {"gemv_prefetch8k",
+     "bf16 decode GEMVs: each row's first 8,192 weights prefetched before the "
+     "PDL wait (gemv_prefetch_elems)",
+     [](cuda::CudaTunables& t) { t.gemv_prefetch_elems = 8192; }},
     {"moe_split_gu",
      "INT4 experts: gate_up by ids with k split over a cluster (the launcher's shape)",
      [](cuda::CudaTunables& t) { t.moe_int4_split_gate_up = true; }},

@@ -58,8 +58,10 @@ TEST(MoeParity, RouterLogits) {
       Dev out(size_t(tokens * experts) * 4), partials(partial_bytes),
           counters(cuda::moe_router_counter_bytes(experts));
       CUDA_CHECK(cudaMemsetAsync(counters.as<void>(), 0, counters.bytes(), s.get()));
-      for (int splits : {0, 1}) {
+      std::vector<float> preload_off;  // splits 0's logits without the preload: the same bits
+      for (auto [splits, preload] : {std::pair{0, 0}, std::pair{1, 0}, std::pair{0, 1}}) {
         cuda::MoeRouterParams p{};
+        p.preload = preload;
         p.x = dx->as<bf16_bits>();
         p.w = dw->as<bf16_bits>();
         p.out = out.as<float>();
@@ -83,6 +85,10 @@ TEST(MoeParity, RouterLogits) {
             EXPECT_EQ(0, std::memcmp(first.data(), got.data(), got.size() * 4))
                 << "router not deterministic, E " << experts << " T " << tokens;
         }
+        if (splits == 0 && !preload) preload_off = first;
+        if (preload)
+          EXPECT_EQ(0, std::memcmp(first.data(), preload_off.data(), first.size() * 4))
+              << "router with its weights preloaded, E " << experts << " T " << tokens;
       }
       // The counters are left zero for the next launch.
       const auto cnt = download<int32_t>(counters.as<void>(), size_t((experts + 15) / 16), s);

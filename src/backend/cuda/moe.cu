@@ -307,6 +307,7 @@ void CudaBackend::linear_f32_out(const Tensor& x, const LinearWeight& w, const T
     p.experts = n;
     p.hidden = k;
     p.pdl_early = tunables_.pdl_early;
+    p.preload = tunables_.moe_router_preload ? 1 : 0;
     record(kOpMoeRouter, p, run_moe_router);
   } else {
     auto g = zeroed<RouterGemmParams>();

@@ -41,11 +41,15 @@ __device__ __forceinline__ void mma16816(float* d, uint32_t a0, uint32_t a1, uin
 constexpr int kRouterWarps = 8;
 constexpr int kRouterUnroll = 4;  // 32-column chunks in flight per warp
 
-// One CTA's share of the router GEMV (after the PDL entry). Returns true in the CTA whose
-// writes completed its row tile's logits (every CTA when splits == 1, else the tile's last CTA);
-// uniform over the CTA.
+// One CTA's share of the router GEMV, its PDL entry included: at the start, or with p.preload
+// after each warp has issued its first batch of weight loads (weights are never written by a
+// kernel, so they may stream while the predecessor finishes; x, the scratch and the counters are
+// touched only after the entry). Returns true in the CTA whose writes completed its row tile's
+// logits (every CTA when splits == 1, else the tile's last CTA); uniform over the CTA.
 template <int NT>
 __device__ __forceinline__ bool router_tile(const MoeRouterParams& p) {
+  bool entered = !p.preload;
+  if (entered) pdl_enter(p.pdl_early);
   __shared__ float red[kRouterWarps][NT * 4][32];
   __shared__ int is_last;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
@@ -74,6 +78,10 @@ __device__ __forceinline__ bool router_tile(const MoeRouterParams& p) {
       va[u] = in && wa ? __ldcs(reinterpret_cast<const uint4*>(wa + col)) : make_uint4(0, 0, 0, 0);
       vb[u] = in && wb ? __ldcs(reinterpret_cast<const uint4*>(wb + col)) : make_uint4(0, 0, 0, 0);
     }
+    if (!entered) {
+      pdl_enter(p.pdl_early);
+      entered = true;
+    }
 #pragma unroll
     for (int u = 0; u < kRouterUnroll; ++u) {
       const int64_t col = (ch + kRouterWarps * u) * 32;
@@ -87,6 +95,7 @@ __device__ __forceinline__ bool router_tile(const MoeRouterParams& p) {
       }
     }
   }
+  if (!entered) pdl_enter(p.pdl_early);  // a warp without chunks
 #pragma unroll
   for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -130,7 +139,6 @@ __device__ __forceinline__ bool router_tile(const MoeRouterParams& p) {
 
 template <int NT>
 __global__ void __launch_bounds__(kRouterWarps * 32) moe_router_kernel(MoeRouterParams p) {
-  pdl_enter(p.pdl_early);
   router_tile<NT>(p);
 }
 
@@ -340,7 +348,6 @@ __global__ void __launch_bounds__(kRouterWarps * 32)
     moe_router_route_kernel(MoeRouterRouteParams f) {
   extern __shared__ float route_smem[];
   __shared__ int arrival_s;
-  pdl_enter(f.router.pdl_early);
   if (!router_tile<NT>(f.router)) return;
   const int tiles = int(gridDim.y);
   int32_t* done = f.router.counters + tiles;

@@ -50,6 +50,9 @@ struct MoeRouterParams {
   int64_t hidden;
   int splits;     // CTAs per 16-row tile splitting H: 0 = moe_router_splits(E, H)
   int pdl_early;  // trigger the next kernel before waiting on the previous (common.cuh)
+  int preload;    // each warp's first weight loads before the PDL wait (CudaTunables::
+                  // moe_router_preload); the same arithmetic, the same bits
+  int pad_;
 };
 // The split the launcher picks (its partials scratch: splits · T · E floats).
 int moe_router_splits(int64_t experts, int64_t hidden);

@@ -212,6 +212,9 @@ struct CudaTunables {
   // it waited for more routing CTAs than there were tiles, leaving tokens past the first 8
   // unrouted; MoeBackend.GraphModeMergesRouterAndRoute now covers 8 experts at 9 tokens.)
   int moe_router_route_max_tokens = 0;
+  // The router GEMV's first weight loads before its PDL wait (the same arithmetic). No env.
+  // Off until measured (A/B: variant router_preload).
+  bool moe_router_preload = false;
   // FP8-block linears above the GEMV's rows: false (default) dequantize the weight to bf16 and
   // run the bf16 GEMM (W8A16: the weights exactly as DeepSeek's reference inference dequantizes
   // them, activations untouched); true quantize the activations to e4m3 per 128 values and run
