@@ -44,28 +44,10 @@ void launch_nt(const MoeGroupedParams& p, const MoeGemvShape& sh, int64_t slots,
   q.ksplit = sh.ksplit;
   q.cluster = sh.cluster;
   q.tiles_per_warp = sh.tiles_per_warp;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(groups * sh.cluster), unsigned(slots));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = size_t(Cfg<F, NT, GLU>::kRingBytes);  // int4's ring, else 0
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  int n = 0;
-  {  // programmatic dependent launch, as launch_pdl's default Launch
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
-  if (sh.cluster > 1) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = unsigned(sh.cluster);
-    attr[n].val.clusterDim.y = 1;
-    attr[n].val.clusterDim.z = 1;
-    ++n;
-  }
-  cfg.attrs = attr;
-  cfg.numAttrs = unsigned(n);
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, moe_gemv_kernel<F, NT, GLU>, q));
+  launch_pdl_cluster(moe_gemv_kernel<F, NT, GLU>,
+                     dim3(unsigned(groups * sh.cluster), unsigned(slots)), dim3(kThreads),
+                     size_t(Cfg<F, NT, GLU>::kRingBytes) /* int4's ring */, Launch{stream},
+                     sh.cluster, q);
   CUDA_LAUNCH_CHECK();
 }
 

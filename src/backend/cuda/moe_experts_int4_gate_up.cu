@@ -48,14 +48,6 @@ constexpr int kDefaultWarps = 8;
 constexpr int kXBatch = 4;  // x pieces a thread loads before the expert's id returns
 constexpr int kMaxXBytes = 48 * 1024;
 
-__device__ __forceinline__ uint4 lds128(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(addr));
-  return v;
-}
-
 // One 512-byte tile (lane's 16-byte piece q) times x's fragments: the register GEMV's round mode.
 __device__ __forceinline__ void mul_tile(const uint4& q, uint32_t s0, uint32_t s1,
                                          const uint32_t* xw, float* acc, float* acc1) {
@@ -240,27 +232,11 @@ bool launch_int4_split_gate_up(Int4SplitGateUpParams p, cudaStream_t stream) {
   if (!int4_split_gate_up_shape(&p)) return false;
   const int64_t units = int64_t(p.assignments) * (p.inter / kInt4TileRows);
   const int64_t kt = p.k / kInt4TileK;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(units * p.cluster));
-  cfg.blockDim = dim3(unsigned(p.warps * 32));
-  cfg.dynamicSmemBytes = size_t((kt + p.cluster - 1) / p.cluster * 128);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  int n = 0;
-  attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[n].val.programmaticStreamSerializationAllowed = 1;
-  ++n;
-  if (p.cluster > 1) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = unsigned(p.cluster);
-    attr[n].val.clusterDim.y = 1;
-    attr[n].val.clusterDim.z = 1;
-    ++n;
-  }
-  cfg.attrs = attr;
-  cfg.numAttrs = unsigned(n);
-  with_kernel(p.ring, p.group,
-              [&](auto kernel) { CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p)); });
+  const size_t smem = size_t((kt + p.cluster - 1) / p.cluster * 128);  // the CTA's x
+  with_kernel(p.ring, p.group, [&](auto kernel) {
+    launch_pdl_cluster(kernel, dim3(unsigned(units * p.cluster)), dim3(unsigned(p.warps * 32)),
+                       smem, Launch{stream}, p.cluster, p);
+  });
   CUDA_LAUNCH_CHECK();
   return true;
 }
