@@ -99,6 +99,23 @@ __device__ __forceinline__ void mma16816(float* d, const uint32_t* a, uint32_t b
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// One 512-byte tile (a lane's 16-byte piece q) times x's B fragments xw[0..7] in round mode:
+// each k step's weights (nibble - 8) · scale rounded to bf16 (s0: the scale word of k steps 0-1,
+// s1: of steps 2-3), one mma.m16n8k16 each into acc (even steps) and acc1 (odd steps). The
+// register GEMV's round mode, the flat down projection and the split gate_up.
+__device__ __forceinline__ void mma_tile_round(const uint4& q, uint32_t s0, uint32_t s1,
+                                               const uint32_t* xw, float* acc, float* acc1) {
+  const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
+  uint32_t lo[2], hi[2];
+  scale_pairs(s0, &lo[0], &hi[0]);
+  scale_pairs(s1, &lo[1], &hi[1]);
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    uint32_t af[4];
+    dequant_word(qw[s], lo[s / 2], hi[s / 2], af);
+    mma16816(s % 2 ? acc1 : acc, af, xw[2 * s], xw[2 * s + 1]);
+  }
+}
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return uint32_t(__cvta_generic_to_shared(p));

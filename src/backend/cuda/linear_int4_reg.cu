@@ -296,15 +296,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
     const uint32_t qw[4] = {ring[t].x, ring[t].y, ring[t].z, ring[t].w};
     if constexpr (kRound) {
-      uint32_t lo[2], hi[2];
-      scale_pairs(sc[TPG == 0 ? 2 * t : t / kUnit], &lo[0], &hi[0]);
-      scale_pairs(sc[TPG == 0 ? 2 * t + 1 : t / kUnit], &lo[1], &hi[1]);
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        uint32_t af[4];
-        dequant_word(qw[s], lo[s / 2], hi[s / 2], af);
-        mma16816(s % 2 ? acc1 : acc, af, xw[2 * s], xw[2 * s + 1]);
-      }
+      mma_tile_round(ring[t], sc[TPG == 0 ? 2 * t : t / kUnit],
+                     sc[TPG == 0 ? 2 * t + 1 : t / kUnit], xw, acc, acc1);
     } else {
 #pragma unroll
       for (int s = 0; s < 4; ++s) {

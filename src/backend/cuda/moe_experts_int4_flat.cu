@@ -121,16 +121,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) int4_flat_down_kernel(Int4Flat
   auto step = [&](auto t_c, int64_t i) {
     constexpr int t = decltype(t_c)::value, kt = t % KT;
     if (kt == 0 && i >= c_end) enter_item(i);
-    const uint32_t qw[4] = {ring[t].x, ring[t].y, ring[t].z, ring[t].w};
-    uint32_t lo[2], hi[2];
-    scale_pairs(sc[TPG == 0 ? 2 * t : t], &lo[0], &hi[0]);
-    scale_pairs(sc[TPG == 0 ? 2 * t + 1 : t], &lo[1], &hi[1]);
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      uint32_t af[4];
-      dequant_word(qw[s], lo[s / 2], hi[s / 2], af);
-      mma16816(s % 2 ? acc1 : acc, af, xf[kt * 8 + 2 * s], xf[kt * 8 + 2 * s + 1]);
-    }
+    mma_tile_round(ring[t], sc[TPG == 0 ? 2 * t : t], sc[TPG == 0 ? 2 * t + 1 : t], xf + kt * 8,
+                   acc, acc1);
     load(t_c, i + kRing);
     if (kt == KT - 1) {  // the row tile's end: rows g and g + 8, tokens 2c and 2c + 1
       const int64_t row = int64_t(rt) * kInt4TileRows + g;

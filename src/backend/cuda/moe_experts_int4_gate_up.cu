@@ -48,21 +48,6 @@ constexpr int kDefaultWarps = 8;
 constexpr int kXBatch = 4;  // x pieces a thread loads before the expert's id returns
 constexpr int kMaxXBytes = 48 * 1024;
 
-// One 512-byte tile (lane's 16-byte piece q) times x's fragments: the register GEMV's round mode.
-__device__ __forceinline__ void mul_tile(const uint4& q, uint32_t s0, uint32_t s1,
-                                         const uint32_t* xw, float* acc, float* acc1) {
-  const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
-  uint32_t lo[2], hi[2];
-  scale_pairs(s0, &lo[0], &hi[0]);
-  scale_pairs(s1, &lo[1], &hi[1]);
-#pragma unroll
-  for (int s = 0; s < 4; ++s) {
-    uint32_t af[4];
-    dequant_word(qw[s], lo[s / 2], hi[s / 2], af);
-    mma16816(s % 2 ? acc1 : acc, af, xw[2 * s], xw[2 * s + 1]);
-  }
-}
-
 // R: k tiles in flight per warp. G32: group 32 (two scale words a tile), else one word a tile
 // (the tile's group: group >= 64).
 template <int R, bool G32>
@@ -153,8 +138,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
         const uint32_t xp = x_lane + uint32_t(kt - kb0) * 128;
         const uint4 xa = lds128(xp), xb = lds128(xp + 64);
         const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-        mul_tile(rg[t], sg[2 * t], sg[G32 ? 2 * t + 1 : 2 * t], xw, ag, ag1);
-        mul_tile(ru[t], su[2 * t], su[G32 ? 2 * t + 1 : 2 * t], xw, au, au1);
+        mma_tile_round(rg[t], sg[2 * t], sg[G32 ? 2 * t + 1 : 2 * t], xw, ag, ag1);
+        mma_tile_round(ru[t], su[2 * t], su[G32 ? 2 * t + 1 : 2 * t], xw, au, au1);
         load(t_c, kt + R);
       }
     });
