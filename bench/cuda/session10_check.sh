@@ -12,6 +12,10 @@
 #   moonlight  Moonlight bf16 batch 1 (27 layers, context 768), MOONLIGHT_VARIANTS
 #   offline    the Moonlight shape offline, 1,000 x 1,024 / 1,024, bf16 (offline_bench): the
 #              defaults, then each of OFFLINE_VARIANTS (one engine each)
+#   llama      the Llama-3.1-8B shape, batch 1, context 512, bf16, LLAMA_VARIANTS
+#   sweep      the MoE decode GEMV's work shapes (moe_bench --what kernels --sweep 1) for
+#              SWEEP_CONFIGS (default moonlight) at SWEEP_TOKENS (default 1,2,4,8)
+# (llama and sweep run only when named in STAGES.)
 # Logs packed into $OUT/session10_check.tgz; the summary on stdout.
 set -u
 source bench/cuda/device_env.sh
@@ -64,6 +68,18 @@ for stage in $STAGES; do
         echo "moonlight offline ($v): exit $?"
         grep -E "^variant|^offline|^decode" "$L/offline_$v.log" | cut -c1-220
       done ;;
+    llama)
+      timeout 100 ./build-dev/strata_bench_rank_step_bench \
+        --config "$CFG/llama-3.1-8b/config.json" --batches 1 --context 512 --prefill 0 \
+        --reps 100 --variants "${LLAMA_VARIANTS:-segments64}" >"$L/llama.log" 2>&1
+      echo "llama: exit $?"
+      grep -E "^decode|^variant" "$L/llama.log" | cut -c1-200 ;;
+    sweep)
+      timeout 200 ./build-dev/strata_bench_moe_bench --what kernels \
+        --configs "${SWEEP_CONFIGS:-moonlight}" --tokens "${SWEEP_TOKENS:-1,2,4,8}" --sweep 1 \
+        >"$L/sweep.log" 2>&1
+      echo "sweep: exit $?"
+      grep -E "^sweep|^ceiling|copy" "$L/sweep.log" | cut -c1-300 | head -60 ;;
   esac
   echo "-- $stage: $(( $(date +%s) - t1 )) s"
 done

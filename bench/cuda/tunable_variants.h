@@ -150,6 +150,12 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.moe_int4_reg_max_assignments = 16; }},
     {"router_preload", "the MoE router GEMV's first weight loads before its PDL wait",
      [](cuda::CudaTunables& t) { t.moe_router_preload = true; }},
+    {"no_add_norm",
+     "add_rms_norms their own launches (gemv_add_norm_fusion off: only plain norms merge into "
+     "the GEMV after them)",
+     [](cuda::CudaTunables& t) { t.gemv_add_norm_fusion = false; }},
+    {"no_router_norm", "the post-attention norm its own launch, not the MoE router's prologue",
+     [](cuda::CudaTunables& t) { t.moe_router_norm_fusion = false; }},
     {"gemv_prefetch2k",
      "bf16 decode GEMVs: each row's first 2,048 weights prefetched before the "
      "PDL wait (gemv_prefetch_elems, with the first batch into registers)",

@@ -347,8 +347,12 @@ void DeepseekModel::moe_block(int layer, const Tensor& h, const Tensor& out) {
   Backend& be = *backend_;
   const MoeBlock& m = layers_[size_t(layer)].moe;
   const int64_t t = h.dim(0), k = route_args_.top_k;
-  // The shared experts first, as a side branch (backend/side_branch.h) beside the router, the
-  // route and the routed experts; moe_experts_add joins it before it reads their output.
+  // The router first, right after the norm that made h (the CUDA backend runs that norm inside
+  // the router's launch at decode), then the shared experts as a side branch
+  // (backend/side_branch.h) beside the route and the routed experts; moe_experts_add joins it
+  // before it reads their output.
+  auto logits = be.alloc(DType::kF32, {t, route_args_.num_experts});
+  be.linear(h, m.gate, *logits);
   DeviceTensorPtr shared;
   if (m.has_shared) {
     shared = be.alloc(be.activation_dtype(), {t, spec_.hidden_size});
@@ -356,8 +360,6 @@ void DeepseekModel::moe_block(int layer, const Tensor& h, const Tensor& out) {
     swiglu(m.shared, h, *shared);
     if (side_) side_->end_side_branch();
   }
-  auto logits = be.alloc(DType::kF32, {t, route_args_.num_experts});
-  be.linear(h, m.gate, *logits);
   trace(*logits, "router_logits", layer);
   if (m.correction_bias) trace(*m.correction_bias, "router_bias", layer);
   auto ids = be.alloc(DType::kI32, {t, k});

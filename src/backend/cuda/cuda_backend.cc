@@ -52,6 +52,8 @@ CudaBackend::CudaBackend(const BackendOptions& options)
   CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes) ==
         CUBLAS_STATUS_SUCCESS);
   CHECK(cublasSetStream(cublas_, stream_) == CUBLAS_STATUS_SUCCESS);
+  CUDA_CHECK(cudaMalloc(&norm_prologue_counter_, sizeof(int)));
+  CUDA_CHECK(cudaMemsetAsync(norm_prologue_counter_, 0, sizeof(int), stream_));
   init_attention_kernels();
   // Captured graphs hold addresses of cached blocks: a trim drops them (re-captured on demand).
   pool_->set_on_trim([this] {
@@ -82,6 +84,7 @@ CudaBackend::~CudaBackend() {
   recorder_.drop_graphs();
   cublasDestroy(cublas_);
   cudaFree(cublas_workspace_);
+  cudaFree(norm_prologue_counter_);
   fp8_planner_.reset();
   if (fp8_workspace_) cudaFree(fp8_workspace_);
   cudaStreamDestroy(own_stream_);

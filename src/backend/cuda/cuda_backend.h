@@ -271,8 +271,12 @@ class CudaBackend : public Backend,
   GemvParams gemv_params(const Tensor& x, const Tensor& w, const float* bias, const Tensor& out,
                          int64_t m) const;
   bool merge_gemv_pair(const GemvParams& p, GemvParams* pair) const;
-  // Graph mode, gemv_norm_fusion: when the launch just recorded is the rms_norm that made *p's x
-  // (gemv_norm.cc has the conditions), *p takes it as its prologue (GemvParams::norm_x).
+  // Graph mode, gemv_norm_fusion: when the launch just recorded is the rms_norm (or
+  // add_rms_norm) that made x [m, k], *n becomes it as a prologue of the kernel that reads x and
+  // writes `out` (norm_prologue.cc has the conditions); merge_gemv_norm: *p takes it
+  // (GemvParams::norm). The caller drops the norm's launch.
+  bool take_norm_prologue(const void* x, int64_t m, int64_t k, const void* out, int64_t out_bytes,
+                          NormPrologue* n) const;
   bool merge_gemv_norm(GemvParams* p) const;
   // Graph mode, moe_combine_norm_fusion: when the launch just recorded is the MoE experts step
   // that wrote np's x, records it again with the add_rms_norm in its combine (moe.cu); false:
@@ -375,6 +379,10 @@ class CudaBackend : public Backend,
   void* fp8_workspace_ = nullptr;                // cuBLASLt's, for every FP8 GEMM
   std::unique_ptr<Fp8GemmPlanner> fp8_planner_;  // plans per (m, n, k)
   bool mla_ready_ = false;                       // mla.cu: init_mla_attention_kernels() done
+
+  // norm_prologue.cc: the merged add_rms_norms' block counter (NormPrologue::counter; zero
+  // between launches, which run one after another on the main stream).
+  int* norm_prologue_counter_ = nullptr;
 
   // moe.cu
   bool moe_ready_ = false;  // init_moe_gemm_kernels() done

@@ -19,8 +19,8 @@
 namespace strata::cuda {
 
 // Whether the device byte ranges [a, a + a_bytes) and [b, b + b_bytes) share a byte: graph mode's
-// launch merges (linear.cu, gemv_norm.cc, moe.cu) keep a merged launch's outputs apart from what
-// it reads. A null b overlaps nothing.
+// launch merges (linear.cu, norm_prologue.cc, moe.cu) keep a merged launch's outputs apart from
+// what it reads. A null b overlaps nothing.
 inline bool byte_ranges_overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
   const auto a0 = uintptr_t(a), b0 = uintptr_t(b);
   return b != nullptr && a != nullptr && a0 < b0 + uint64_t(b_bytes) && b0 < a0 + uint64_t(a_bytes);

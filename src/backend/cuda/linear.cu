@@ -9,9 +9,9 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/gemv_norm.cuh"
 #include "backend/cuda/linear.h"
 #include "backend/cuda/linear_det.h"
+#include "backend/cuda/norm_prologue.cuh"
 #include "backend/cuda/per_head_gemv.h"
 
 namespace strata::cuda {
@@ -37,7 +37,7 @@ __device__ __forceinline__ float dot8(const float* a, const float* b) {
 // default: on the H200 it made every GEMV slower (back to back, 8B shapes: 3.93 -> 4.37 ms per
 // token's GEMVs, lm_head alone 237 -> 255 us; in the decode step +0.2 ms/token), most likely
 // because the prefetches double the requests the L2 serves for the same bytes.
-// NORM (M <= 2, plain): x's rows normalized into shared memory first (gemv_norm.cuh).
+// NORM (M <= 2): x's rows normalized into shared memory first (norm_prologue.cuh).
 template <int M, int KS, bool GLU, bool NORM = false>
 __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(GemvParams p) {
   if (p.pdl_early) pdl_trigger();
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(GemvParams p) {
   const bf16_bits* xn = nullptr;  // NORM: the normalized rows (shared memory)
   if constexpr (NORM) {
     extern __shared__ __align__(16) char norm_smem[];
-    xn = gemv_norm_prologue<M>(p, norm_smem);
+    xn = norm_prologue<M>(p.norm, p.k, const_cast<bf16_bits*>(p.x), norm_smem);
   }
   auto load_x = [&](int64_t off) {  // x's 8 values at element off
     if constexpr (NORM) return *reinterpret_cast<const uint4*>(xn + off);
@@ -257,9 +257,20 @@ template <int M>
 void launch_gemv_m(const GemvParams& p, const Launch& launch) {
   const int warps = p.block_warps == 4 ? 4 : kMaxWarps;
   const dim3 block(unsigned(warps * 32));
+  CHECK_MSG(p.norm.x == nullptr ||
+                (M <= 2 && (p.norm.residual == nullptr) == (p.norm.counter == nullptr)),
+            "gemv norm: {} rows (at most 2), a residual with its counter", M);
   if (p.glu_inter > 0) {
-    launch_pdl(gemv_kernel<M, 1, true>, dim3(unsigned(ceil_div(p.glu_inter, warps / 2))), block, 0,
-               launch, p);
+    const dim3 grid(unsigned(ceil_div(p.glu_inter, warps / 2)));
+    if constexpr (M <= 2) {
+      if (p.norm.x != nullptr) {
+        launch_pdl(gemv_kernel<M, 1, true, true>, grid, block, norm_prologue_smem_bytes(M, p.k),
+                   launch, p);
+        CUDA_LAUNCH_CHECK();
+        return;
+      }
+    }
+    launch_pdl(gemv_kernel<M, 1, true>, grid, block, 0, launch, p);
     CUDA_LAUNCH_CHECK();
     return;
   }
@@ -272,10 +283,9 @@ void launch_gemv_m(const GemvParams& p, const Launch& launch) {
     blocks += gemv_blocks(p, p.n2);
   }
   const dim3 grid(static_cast<unsigned>(blocks));
-  if (p.norm_x != nullptr) {
-    CHECK_MSG(M <= 2 && p.w2 == nullptr, "gemv norm: {} rows (at most 2), no pair", M);
+  if (p.norm.x != nullptr) {
     if constexpr (M <= 2) {
-      const size_t smem = gemv_norm_smem_bytes(M, p.k);
+      const size_t smem = norm_prologue_smem_bytes(M, p.k);
       if (ks == 1)
         launch_pdl(gemv_kernel<M, 1, false, true>, grid, block, smem, launch, p);
       else if (ks == 2)
@@ -421,13 +431,20 @@ void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& o
 }
 
 // Graph mode, with gemv_pair_fusion: when the launch just recorded is a plain GEMV on the same x
-// (same rows, k and launch tunables, the same warps a row) and neither output overlaps x or the
-// other output, *pair becomes both as one launch (linear.h GemvParams::w2): the blocks compute
-// what their own launches would, bit for bit, with one kernel boundary fewer.
+// (same rows, k and launch tunables, the same warps a row; a norm merged into it stays: every
+// block of the pair runs the prologue) and neither output overlaps x or the other output, *pair
+// becomes both as one launch (linear.h GemvParams::w2): the blocks compute what their own
+// launches would, bit for bit, with one kernel boundary fewer.
 bool CudaBackend::merge_gemv_pair(const GemvParams& p, GemvParams* pair) const {
   if (!tunables_.fusion || !tunables_.gemv_pair_fusion) return false;
   GemvParams a;
-  if (!recorder_.last(kOpGemv, &a)) return false;
+  if (!recorder_.last(kOpGemv, &a) && !recorder_.last(kOpGemvNorm, &a)) return false;
+  if (a.norm.x != nullptr) {  // its norm's tensors must not overlap the second output either
+    const int64_t x_bytes = int64_t(p.m) * p.k * 2, p_out = int64_t(p.m) * p.n * 2;
+    if (byte_ranges_overlap(p.out, p_out, a.norm.x, x_bytes) ||
+        (a.norm.residual && byte_ranges_overlap(p.out, p_out, a.norm.residual, x_bytes)))
+      return false;
+  }
   if (a.w2 != nullptr || a.glu_inter != 0 || p.glu_inter != 0 || a.x != p.x || a.m != p.m ||
       a.k != p.k || a.prefetch_elems != p.prefetch_elems || a.block_warps != p.block_warps ||
       a.max_ksplit != p.max_ksplit || a.pdl_early != p.pdl_early ||
@@ -507,10 +524,16 @@ void CudaBackend::linear_silu_mul(const Tensor& x, const LinearWeight& w, const 
   begin_op();
   GemvParams p = gemv_params(x, wt, w.bias ? w.bias->view().ptr<float>() : nullptr, out, m);
   p.glu_inter = inter;
-  if (dev)
+  if (dev) {
     record(kOpGemvDevGlu, p, dev_.gemv);
-  else
-    record(kOpGemvGlu, p, launch_gemv);
+    return;
+  }
+  if (merge_gemv_norm(&p)) {  // graph mode: the norm that made x (a dense MLP's post-attention)
+    recorder_.drop_last();
+    record(kOpGemvNorm, p, launch_gemv);
+    return;
+  }
+  record(kOpGemvGlu, p, launch_gemv);
 }
 
 void CudaBackend::per_head_linear(const Tensor& x, int64_t x_begin, const Tensor& w,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "backend/cuda/launch.h"
+#include "backend/cuda/norm.h"
 
 namespace strata::cuda {
 
@@ -36,14 +37,10 @@ struct GemvParams {
   const float* bias2;
   bf16_bits* out2;
   int64_t n2;
-  // An RMSNorm of x's rows first (graph mode merges a plain GEMV of m <= 2 rows with the
-  // rms_norm just recorded for its x: CudaBackend::merge_gemv_norm, gemv_norm.cuh): norm_x is
-  // the norm's input, norm_w its weight (bf16, or f32 with norm_w_f32), x where its output goes
-  // (block 0 stores it). norm_x null: x is read as it is.
-  const bf16_bits* norm_x;
-  const void* norm_w;
-  float norm_eps;
-  int norm_w_f32;
+  // An RMSNorm of x's rows first (graph mode merges a GEMV of m <= 2 rows, a pair or SwiGLU
+  // included, with the rms_norm or add_rms_norm just recorded for its x: norm_prologue.cc): x
+  // is where the norm's output goes (block 0 stores it). norm.x null: x is read as it is.
+  NormPrologue norm;
 };
 void launch_gemv(const GemvParams& p, const Launch& launch);
 // Warps that share one output row of a plain GEMV of n rows (the launch's choice, from

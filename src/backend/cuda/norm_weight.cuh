@@ -1,5 +1,5 @@
 // An RMSNorm weight's 8 values [8i, 8i + 8) as float, from bf16 or float32 storage: what the
-// one-pass vec kernel (norm.cu) reads, and the kernels that give its bits (gemv_norm.cuh).
+// one-pass vec kernel (norm.cu) reads, and the kernels that give its bits (norm_prologue.cuh).
 #pragma once
 
 #include "backend/cuda/common.cuh"

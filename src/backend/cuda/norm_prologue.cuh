@@ -1,0 +1,109 @@
+// An RMSNorm run as the prologue of the kernel that reads its output (NormPrologue in norm.h;
+// graph mode merges the norm launch into it: norm_prologue.cc): the decode GEMV (MLA's q_a norm
+// before q_b, a layer's input norm before q_a / kv_a or qkv, a dense MLP's norm before its
+// SwiGLU GEMV) and the MoE router GEMV (the post-attention norm). Each block normalizes the m
+// rows itself into shared memory, so the norm's own launch, one kernel boundary of the batch-1
+// critical path, goes.
+//
+// Bits: those of launch_rms_norm's one-pass vec kernel (norm.h kVecOnePass), whose order of sums
+// this follows: norm thread i of ceil(k / 256) warps holds values [8i, 8i + 8) and sums their
+// squares in order, each norm warp's sum by the xor butterfly, the warps' sums added in warp
+// order; out = weight · (x · rsqrt(sum / k + eps)) rounded to bf16. The block's warps play the
+// norm warps in turn (warp w: norm warps w, w + W, ...). Block 0 also stores the rows where the
+// norm would have (`keep`), so the step's tensors hold what they held before the merge.
+//
+// With a residual (an add_rms_norm: residual += x, then the norm of the sum, each sum rounded to
+// bf16 as the norm kernel rounds what it stores) every block reads the old residual, so none
+// may store the new one before all have read it: each block counts itself in (counter) once its
+// reads are done, and the block that counts last stores the sums and resets the counter. No
+// block waits for another, so the grid may be larger than what the GPU holds at once.
+#pragma once
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/norm.h"
+#include "backend/cuda/norm_weight.cuh"
+
+namespace strata::cuda {
+
+// Dynamic shared memory the prologue takes: m rows of k bf16, then one float per norm warp.
+inline size_t norm_prologue_smem_bytes(int m, int64_t k) {
+  return size_t(m) * size_t(k) * 2 + size_t((k / 8 + 31) / 32) * 4;
+}
+
+// x + residual's 8 values at chunk i of row m (x's alone without a residual).
+__device__ __forceinline__ void norm_input8(const NormPrologue& n, int64_t k, int m, int i,
+                                            float* v) {
+  unpack8(__ldg(reinterpret_cast<const uint4*>(n.x + int64_t(m) * k) + i), v);
+  if (n.residual == nullptr) return;
+  float r[8];
+  unpack8(__ldg(reinterpret_cast<const uint4*>(n.residual + int64_t(m) * k) + i), r);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) v[e] = bf16_to_float(float_to_bf16(v[e] + r[e]));
+}
+
+// Every thread of the block, after pdl_wait: returns the M normalized rows of k values (shared
+// memory, `smem` of norm_prologue_smem_bytes). `keep` [M, k]: where block 0 stores them.
+template <int M>
+__device__ __forceinline__ const bf16_bits* norm_prologue(const NormPrologue& n, int64_t k,
+                                                          bf16_bits* keep, char* smem) {
+  bf16_bits* xs = reinterpret_cast<bf16_bits*>(smem);
+  float* warp_ss = reinterpret_cast<float*>(smem + size_t(M) * size_t(k) * 2);
+  const int nchunk = int(k / 8), norm_warps = (nchunk + 31) / 32;
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  const int nw = int(blockDim.x) / 32;
+  const int64_t block = blockIdx.x + int64_t(gridDim.x) * blockIdx.y;
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    for (int vw = warp; vw < norm_warps; vw += nw) {
+      const int i = vw * 32 + lane;
+      float ss = 0;
+      if (i < nchunk) {
+        float v[8];
+        norm_input8(n, k, m, i, v);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) ss += v[e] * v[e];
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      if (lane == 0) warp_ss[vw] = ss;
+    }
+    __syncthreads();
+    float total = 0;
+    for (int w = 0; w < norm_warps; ++w) total += warp_ss[w];
+    const float inv = rsqrtf(total / float(k) + n.eps);
+    uint4* dst = reinterpret_cast<uint4*>(xs + int64_t(m) * k);
+    uint4* kept = reinterpret_cast<uint4*>(keep + int64_t(m) * k);
+    for (int i = int(threadIdx.x); i < nchunk; i += int(blockDim.x)) {
+      float v[8], w[8], o[8];
+      norm_input8(n, k, m, i, v);
+      norm_weight8(n.weight, n.weight_f32, i, w);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) o[e] = w[e] * (v[e] * inv);
+      const uint4 bits = pack8(o);
+      dst[i] = bits;
+      if (block == 0) kept[i] = bits;
+    }
+    __syncthreads();  // the rows complete; warp_ss free for the next row
+  }
+  if (n.residual != nullptr) {  // this block's reads are done (the barrier above)
+    __shared__ int last;
+    if (threadIdx.x == 0) {
+      __threadfence();
+      last = atomicAdd(n.counter, 1) == int(gridDim.x * gridDim.y) - 1;
+    }
+    __syncthreads();
+    if (last) {  // every other block has read the old residual: store the sums
+      __threadfence();
+      for (int m = 0; m < M; ++m)
+        for (int i = int(threadIdx.x); i < nchunk; i += int(blockDim.x)) {
+          float v[8];
+          norm_input8(n, k, m, i, v);
+          reinterpret_cast<uint4*>(n.residual + int64_t(m) * k)[i] = pack8(v);
+        }
+      if (threadIdx.x == 0) *n.counter = 0;  // for the next launch (a graph replays it)
+    }
+  }
+  return xs;
+}
+
+}  // namespace strata::cuda
