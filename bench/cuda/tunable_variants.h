@@ -150,12 +150,17 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.moe_int4_reg_max_assignments = 16; }},
     {"router_preload", "the MoE router GEMV's first weight loads before its PDL wait",
      [](cuda::CudaTunables& t) { t.moe_router_preload = true; }},
-    {"no_add_norm",
-     "add_rms_norms their own launches (gemv_add_norm_fusion off: only plain norms merge into "
-     "the GEMV after them)",
-     [](cuda::CudaTunables& t) { t.gemv_add_norm_fusion = false; }},
-    {"no_router_norm", "the post-attention norm its own launch, not the MoE router's prologue",
-     [](cuda::CudaTunables& t) { t.moe_router_norm_fusion = false; }},
+    {"add_norm",
+     "add_rms_norms inside the GEMV after them (gemv_add_norm_fusion; plain norms merge "
+     "without it)",
+     [](cuda::CudaTunables& t) { t.gemv_add_norm_fusion = true; }},
+    {"norms", "add_norm and router_norm together",
+     [](cuda::CudaTunables& t) {
+       t.gemv_add_norm_fusion = true;
+       t.moe_router_norm_fusion = true;
+     }},
+    {"router_norm", "the post-attention norm as the MoE router's prologue, not its own launch",
+     [](cuda::CudaTunables& t) { t.moe_router_norm_fusion = true; }},
     {"bf16_ring", "bf16 MoE decode GEMVs through the shared-memory ring (moe_bf16_gemv_ring)",
      [](cuda::CudaTunables& t) { t.moe_bf16_gemv_ring = true; }},
     {"gemv_prefetch2k",

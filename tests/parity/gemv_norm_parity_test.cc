@@ -186,7 +186,10 @@ TEST(GemvNorm, GraphModeRunsTheNormInsideTheMoeRouter) {
         eager.push_back(step());
       }
       for (bool on : {true, false}) {
-        gpu.tune([&](cuda::CudaTunables& t) { t.moe_router_norm_fusion = on; });
+        gpu.tune([&](cuda::CudaTunables& t) {
+          t.moe_router_norm_fusion = on;
+          t.gemv_add_norm_fusion = on;
+        });
         gpu.set_graph_mode(true);
         const cuda::GraphStats before = gpu.graph_stats();
         for (uint64_t seed : {1, 2, 1}) {
