@@ -15,9 +15,14 @@ jobs=${STRATA_FUZZ_JOBS:-2}
 opt=${STRATA_FUZZ_OPT:--O0}
 t0=$(date +%s)
 
+# Precompiled headers (STRATA_PCH): at -O0 under the sanitizers about 30 % of the compile time is
+# parsing the same standard, gtest and json headers. lld (scripts/setup.sh installs it) links the
+# ASan binaries about 4x faster than ld.bfd.
+link=()
+command -v ld.lld >/dev/null 2>&1 && link=(-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld)
 cmake -S . -B "$build" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$opt -gline-tables-only" \
-  -DSTRATA_FUZZ=ON >/dev/null
+  -DSTRATA_FUZZ=ON -DSTRATA_PCH=ON "${link[@]}" >/dev/null
 units=()
 for d in tests/unit/*/; do units+=("strata_unit_$(basename "$d")_test"); done
 cmake --build "$build" -j"$(nproc)" --target "${units[@]}" strata_fuzz_all

@@ -9,7 +9,8 @@ PKGS=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libcpp-htt
       libxxhash-dev prometheus  # prometheus: promtool checks /metrics in the server e2e tests
       python3  # scripts/check_includes.py (the include-rule check; a ctest and .ci/run)
       git clang-format  # scripts/check_format.py (clang-format of the changed lines; .ci/run)
-      clang libclang-rt-14-dev llvm)  # sanitizer + libFuzzer build (fuzz/ci.sh); llvm: llvm-symbolizer
+      clang libclang-rt-14-dev llvm  # sanitizer + libFuzzer build (fuzz/ci.sh); llvm: llvm-symbolizer
+      lld)  # the linker of CI's builds (.ci/run, fuzz/ci.sh): a fraction of ld.bfd's time
 # node + npm: the openai npm client (tests/e2e/js). Checked apart: a machine may have node without npm.
 command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
 command -v npm >/dev/null 2>&1 || PKGS+=(npm)
