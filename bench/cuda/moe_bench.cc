@@ -40,8 +40,7 @@
 //
 // Usage: strata_bench_moe_bench [--what kernels] [--configs kimi,moonlight,moonlight-int4,dsv3]
 //        [--backend-configs dsv3,moonlight,kimi] [--tokens 1,8,32,128,512,8192] [--calls 16]
-//        [--reps 5] [--sweep 1] [--sweep-max-tokens 32] [--bf16-ring 0]
-//        [--variants moe_unrounded,moe_split2]
+//        [--reps 5] [--sweep 1] [--sweep-max-tokens 32] [--variants moe_unrounded,moe_split2]
 // --variants (backend mode): each T's experts also under each named tunable change
 // (tunable_variants.h), same weights and routing.
 #include <cublas_v2.h>
@@ -217,8 +216,8 @@ double nmse_bf16(const Dev& a, const Dev& b, size_t count) {
 }
 
 void run_config(const Config& c, const std::vector<int>& token_counts, int calls, int reps,
-                bool sweep, int sweep_max_tokens, int bf16_ring, const Ceilings& ceil,
-                cudaStream_t s, cublasHandle_t h) {
+                bool sweep, int sweep_max_tokens, const Ceilings& ceil, cudaStream_t s,
+                cublasHandle_t h) {
   const int64_t H = c.hidden, I = c.inter;
   const int E = c.experts, K = c.top_k;
   std::vector<Layer> layers;
@@ -393,7 +392,6 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
         g.max_active = int(std::min<int64_t>(E, n));
         g.expect_active = expect;
         g.gemv_tokens = cuda::moe_gemv_tokens(T, K, E);
-        g.bf16_ring = bf16_ring;
       } else {
         const PlanBufs& pb = plans[size_t(b)];
         g.offsets = pb.plan.offsets;
@@ -452,7 +450,6 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
       g.rows = T;
       g.tile_rows = T >= 192 ? 128 : 64;
       g.gemv_tokens = std::min(T, 32);
-      g.bf16_ring = bf16_ring;
       g.out = shared_act.as<bf16_bits>();
       g.w = shared[size_t(copy)].gate_up.w;
       g.glu_inter = c.shared_inter;
@@ -741,7 +738,6 @@ int main(int argc, char** argv) {
   std::vector<int> tokens = {1, 8, 32, 128, 512, 8192};
   std::vector<std::string> variants;  // --variants: tunable_variants.h names (backend mode)
   int calls = 16, reps = 5, sweep = 1, sweep_max_tokens = 32;
-  int bf16_ring = 0;  // --bf16-ring 1: the decode GEMV's bf16 through the shared-memory ring
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--configs")
@@ -756,8 +752,6 @@ int main(int argc, char** argv) {
       sweep = std::stoi(argv[i + 1]);
     else if (a == "--sweep-max-tokens")
       sweep_max_tokens = std::stoi(argv[i + 1]);
-    else if (a == "--bf16-ring")
-      bf16_ring = std::stoi(argv[i + 1]);
     else if (a == "--what")
       what = argv[i + 1];
     else if (a == "--backend-configs")
@@ -774,7 +768,7 @@ int main(int argc, char** argv) {
           stderr,
           "usage: %s [--what kernels,backend] [--configs kimi,moonlight,moonlight-int4,dsv3] "
           "[--backend-configs dsv3,moonlight,kimi] [--tokens 1,8,...] [--calls 16] [--reps 5] "
-          "[--sweep 1] [--sweep-max-tokens 32] [--bf16-ring 0] [--variants a,b]\n",
+          "[--sweep 1] [--sweep-max-tokens 32] [--variants a,b]\n",
           argv[0]);
       return 2;
     }
@@ -795,7 +789,7 @@ int main(int argc, char** argv) {
   if (whats.find(",kernels,") != std::string::npos)
     for (const Config& c : kConfigs)
       if (list.find("," + c.name + ",") != std::string::npos)
-        run_config(c, tokens, calls, reps, sweep != 0, sweep_max_tokens, bf16_ring, ceil, s, h);
+        run_config(c, tokens, calls, reps, sweep != 0, sweep_max_tokens, ceil, s, h);
   const std::string blist = "," + backend_configs + ",";
   if (whats.find(",backend,") != std::string::npos)
     for (const moe_bench::BackendLayerConfig& c : moe_bench::kBackendLayers)

@@ -14,8 +14,7 @@
 #              defaults, then each of OFFLINE_VARIANTS (one engine each)
 #   llama      the Llama-3.1-8B shape, batch 1, context 512, bf16, LLAMA_VARIANTS
 #   sweep      the MoE decode GEMV's work shapes (moe_bench --what kernels --sweep 1) for
-#              SWEEP_CONFIGS (default moonlight) at SWEEP_TOKENS (default 1,2,4,8), then
-#              again with bf16 through the shared-memory ring (--bf16-ring 1)
+#              SWEEP_CONFIGS (default moonlight) at SWEEP_TOKENS (default 1,2,4,8)
 # (llama and sweep run only when named in STAGES.)
 # Logs packed into $OUT/session10_check.tgz; the summary on stdout.
 set -u
@@ -80,12 +79,7 @@ for stage in $STAGES; do
         --configs "${SWEEP_CONFIGS:-moonlight}" --tokens "${SWEEP_TOKENS:-1,2,4,8}" --sweep 1 \
         >"$L/sweep.log" 2>&1
       echo "sweep: exit $?"
-      grep -E "^sweep|^ceiling|copy" "$L/sweep.log" | cut -c1-300 | head -60
-      timeout 200 ./build-dev/strata_bench_moe_bench --what kernels \
-        --configs "${SWEEP_CONFIGS:-moonlight}" --tokens "${SWEEP_TOKENS:-1,2,4,8}" --sweep 1 \
-        --bf16-ring 1 >"$L/sweep_ring.log" 2>&1
-      echo "sweep, bf16 ring: exit $?"
-      grep -E "^sweep" "$L/sweep_ring.log" | cut -c1-300 | head -60 ;;
+      grep -E "^sweep|^ceiling|copy" "$L/sweep.log" | cut -c1-300 | head -60 ;;
   esac
   echo "-- $stage: $(( $(date +%s) - t1 )) s"
 done

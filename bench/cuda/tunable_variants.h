@@ -165,8 +165,6 @@ inline constexpr Variant kVariants[] = {
      }},
     {"router_norm", "the post-attention norm as the MoE router's prologue, not its own launch",
      [](cuda::CudaTunables& t) { t.moe_router_norm_fusion = true; }},
-    {"bf16_ring", "bf16 MoE decode GEMVs through the shared-memory ring (moe_bf16_gemv_ring)",
-     [](cuda::CudaTunables& t) { t.moe_bf16_gemv_ring = true; }},
     {"gemv_prefetch2k",
      "bf16 decode GEMVs: each row's first 2,048 weights prefetched before the "
      "PDL wait (gemv_prefetch_elems, with the first batch into registers)",

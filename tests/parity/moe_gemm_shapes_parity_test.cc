@@ -69,7 +69,6 @@ TEST(MoeParity, GemvShapesMatchCpu) {
     const HostLinearWeight gu = random_stack(rng, f, experts, 2 * inter, hidden);
     const HostLinearWeight dn = random_stack(rng, f, experts, hidden, inter);
     DevStack d_gu = to_device(gu, f, s), d_dn = to_device(dn, f, s);
-    const std::vector<int> rings = f == Fmt::kBf16 ? std::vector<int>{0, 1} : std::vector<int>{0};
     MoeExpertWeights cw;
     cw.gate_up.weight = cpu_weight(cpu, gu);
     cw.gate_up.stack = experts;
@@ -102,69 +101,67 @@ TEST(MoeParity, GemvShapesMatchCpu) {
       auto dx = upload(to_bits(x), s), d_ids = upload(ids, s), d_w = upload(wts, s);
       Dev act(size_t(n * inter) * 2), y(size_t(n * hidden) * 2),
           out(size_t(tokens * hidden + kGuard) * 2);
-      for (int ring : rings)  // bf16: also through the shared-memory ring
-        for (const GemvShapeCase& sh : kGemvShapes) {
-          cuda::MoeGroupedParams g{};
-          g.bf16_ring = ring;
-          g.topk_ids = d_ids->as<int32_t>();
-          g.assignments = n;
-          g.num_experts = experts;
-          g.max_active = int(std::min<int64_t>(experts, n));
-          g.gemv_tokens = cuda::moe_gemv_tokens(tokens, k, experts);
-          cuda::MoeGroupedParams g_up = g, g_dn = g;
-          g_up.x = dx->as<bf16_bits>();
-          g_up.rows = tokens;
-          g_up.x_div = k;
-          g_up.out = act.as<bf16_bits>();
-          g_up.w = d_gu.view;
-          g_up.glu_inter = inter;
-          g_dn.x = act.as<bf16_bits>();
-          g_dn.rows = n;
-          g_dn.x_div = 1;
-          g_dn.out = y.as<bf16_bits>();
-          g_dn.w = d_dn.view;
-          g_dn.early_plan = 1;  // gate_up triggers after its wait
-          const bool up_forced = force_shape(g_up, sh), dn_forced = force_shape(g_dn, sh);
-          if (sh.ksplit != 0 && !up_forced && !dn_forced) continue;
-          std::vector<uint16_t> first;
-          for (int rep = 0; rep < 2; ++rep) {
-            CUDA_CHECK(cudaMemsetAsync(act.as<void>(), 0xff, act.bytes(), s.get()));
-            CUDA_CHECK(cudaMemsetAsync(y.as<void>(), 0xff, y.bytes(), s.get()));
-            CUDA_CHECK(cudaMemsetAsync(out.as<void>(), 0xff, out.bytes(), s.get()));
-            cuda::launch_moe_gemv(g_up, s.get());
-            cuda::launch_moe_gemv(g_dn, s.get());
-            cuda::MoeCombineParams cb{};
-            cb.y = y.as<bf16_bits>();
-            cb.topk_ids = d_ids->as<int32_t>();
-            cb.topk_weights = d_w->as<float>();
-            cb.out = out.as<bf16_bits>();
-            cb.tokens = tokens;
-            cb.hidden = hidden;
-            cb.top_k = k;
-            cb.num_experts = experts;
-            cuda::launch_moe_combine(cb, s.get());
-            bool guard = false;
-            const auto all = read_output(out, tokens * hidden, s, &guard);
-            const std::vector<float> got = from_bits(all);
-            const double e = nmse(got, want);
-            const std::string what =
-                std::string(fmt_name(f)) + (ring ? " ring" : "") + " T " + std::to_string(tokens) +
-                " gate_up " + std::to_string(g_up.ksplit) + "/" + std::to_string(g_up.cluster) +
-                "/" + std::to_string(g_up.tiles_per_warp) + " down " + std::to_string(g_dn.ksplit) +
-                "/" + std::to_string(g_dn.cluster) + "/" + std::to_string(g_dn.tiles_per_warp);
-            EXPECT_LT(e, 4e-5) << what;
-            EXPECT_TRUE(guard) << "wrote past the output: " << what;
-            if (rep == 0) {
-              first.assign(all.begin(), all.begin() + tokens * hidden);
-              std::printf("gemv    %-9s T %2lld shape gate_up %d/%d/%d down %d/%d/%d: NMSE %.2e\n",
-                          fmt_name(f), static_cast<long long>(tokens), g_up.ksplit, g_up.cluster,
-                          g_up.tiles_per_warp, g_dn.ksplit, g_dn.cluster, g_dn.tiles_per_warp, e);
-            } else {
-              EXPECT_EQ(0, std::memcmp(first.data(), all.data(), first.size() * 2))
-                  << "not deterministic: " << what;
-            }
+      for (const GemvShapeCase& sh : kGemvShapes) {
+        cuda::MoeGroupedParams g{};
+        g.topk_ids = d_ids->as<int32_t>();
+        g.assignments = n;
+        g.num_experts = experts;
+        g.max_active = int(std::min<int64_t>(experts, n));
+        g.gemv_tokens = cuda::moe_gemv_tokens(tokens, k, experts);
+        cuda::MoeGroupedParams g_up = g, g_dn = g;
+        g_up.x = dx->as<bf16_bits>();
+        g_up.rows = tokens;
+        g_up.x_div = k;
+        g_up.out = act.as<bf16_bits>();
+        g_up.w = d_gu.view;
+        g_up.glu_inter = inter;
+        g_dn.x = act.as<bf16_bits>();
+        g_dn.rows = n;
+        g_dn.x_div = 1;
+        g_dn.out = y.as<bf16_bits>();
+        g_dn.w = d_dn.view;
+        g_dn.early_plan = 1;  // gate_up triggers after its wait
+        const bool up_forced = force_shape(g_up, sh), dn_forced = force_shape(g_dn, sh);
+        if (sh.ksplit != 0 && !up_forced && !dn_forced) continue;
+        std::vector<uint16_t> first;
+        for (int rep = 0; rep < 2; ++rep) {
+          CUDA_CHECK(cudaMemsetAsync(act.as<void>(), 0xff, act.bytes(), s.get()));
+          CUDA_CHECK(cudaMemsetAsync(y.as<void>(), 0xff, y.bytes(), s.get()));
+          CUDA_CHECK(cudaMemsetAsync(out.as<void>(), 0xff, out.bytes(), s.get()));
+          cuda::launch_moe_gemv(g_up, s.get());
+          cuda::launch_moe_gemv(g_dn, s.get());
+          cuda::MoeCombineParams cb{};
+          cb.y = y.as<bf16_bits>();
+          cb.topk_ids = d_ids->as<int32_t>();
+          cb.topk_weights = d_w->as<float>();
+          cb.out = out.as<bf16_bits>();
+          cb.tokens = tokens;
+          cb.hidden = hidden;
+          cb.top_k = k;
+          cb.num_experts = experts;
+          cuda::launch_moe_combine(cb, s.get());
+          bool guard = false;
+          const auto all = read_output(out, tokens * hidden, s, &guard);
+          const std::vector<float> got = from_bits(all);
+          const double e = nmse(got, want);
+          const std::string what =
+              std::string(fmt_name(f)) + " T " + std::to_string(tokens) + " gate_up " +
+              std::to_string(g_up.ksplit) + "/" + std::to_string(g_up.cluster) + "/" +
+              std::to_string(g_up.tiles_per_warp) + " down " + std::to_string(g_dn.ksplit) + "/" +
+              std::to_string(g_dn.cluster) + "/" + std::to_string(g_dn.tiles_per_warp);
+          EXPECT_LT(e, 4e-5) << what;
+          EXPECT_TRUE(guard) << "wrote past the output: " << what;
+          if (rep == 0) {
+            first.assign(all.begin(), all.begin() + tokens * hidden);
+            std::printf("gemv    %-9s T %2lld shape gate_up %d/%d/%d down %d/%d/%d: NMSE %.2e\n",
+                        fmt_name(f), static_cast<long long>(tokens), g_up.ksplit, g_up.cluster,
+                        g_up.tiles_per_warp, g_dn.ksplit, g_dn.cluster, g_dn.tiles_per_warp, e);
+          } else {
+            EXPECT_EQ(0, std::memcmp(first.data(), all.data(), first.size() * 2))
+                << "not deterministic: " << what;
           }
         }
+      }
     }
     // Dense mode: expert 0 of the stack for every row, against the CPU twin's one expert.
     MoeExpertWeights cw1;
@@ -190,38 +187,35 @@ TEST(MoeParity, GemvShapesMatchCpu) {
       const std::vector<double> want(ho.f32(), ho.f32() + tokens * hidden);
       auto dx = upload(to_bits(x), s);
       Dev act(size_t(tokens * inter) * 2), out(size_t(tokens * hidden + kGuard) * 2);
-      for (int ring : rings)
-        for (const GemvShapeCase& sh : kGemvShapes) {
-          cuda::MoeGroupedParams g{};
-          g.bf16_ring = ring;
-          g.gemv_tokens = int(std::min<int64_t>(tokens, 32));
-          g.rows = tokens;
-          cuda::MoeGroupedParams g_up = g, g_dn = g;
-          g_up.x = dx->as<bf16_bits>();
-          g_up.out = act.as<bf16_bits>();
-          g_up.w = d_gu.view;
-          g_up.glu_inter = inter;
-          g_dn.x = act.as<bf16_bits>();
-          g_dn.out = out.as<bf16_bits>();
-          g_dn.w = d_dn.view;
-          const bool up_forced = force_shape(g_up, sh), dn_forced = force_shape(g_dn, sh);
-          if (sh.ksplit != 0 && !up_forced && !dn_forced) continue;
-          CUDA_CHECK(cudaMemsetAsync(act.as<void>(), 0xff, act.bytes(), s.get()));
-          CUDA_CHECK(cudaMemsetAsync(out.as<void>(), 0xff, out.bytes(), s.get()));
-          cuda::launch_moe_gemv(g_up, s.get());
-          cuda::launch_moe_gemv(g_dn, s.get());
-          bool guard = false;
-          const auto all = read_output(out, tokens * hidden, s, &guard);
-          const std::vector<float> got = from_bits(all);
-          const double e = nmse(got, want);
-          EXPECT_LT(e, 4e-5) << "dense " << fmt_name(f) << " ring " << ring << " T " << tokens
-                             << " shape " << g_up.ksplit << "/" << g_up.cluster << "/"
-                             << g_up.tiles_per_warp;
-          EXPECT_TRUE(guard) << "dense wrote past the output: " << fmt_name(f);
-          std::printf("dense   %-9s T %2lld shape gate_up %d/%d/%d down %d/%d/%d: NMSE %.2e\n",
-                      fmt_name(f), static_cast<long long>(tokens), g_up.ksplit, g_up.cluster,
-                      g_up.tiles_per_warp, g_dn.ksplit, g_dn.cluster, g_dn.tiles_per_warp, e);
-        }
+      for (const GemvShapeCase& sh : kGemvShapes) {
+        cuda::MoeGroupedParams g{};
+        g.gemv_tokens = int(std::min<int64_t>(tokens, 32));
+        g.rows = tokens;
+        cuda::MoeGroupedParams g_up = g, g_dn = g;
+        g_up.x = dx->as<bf16_bits>();
+        g_up.out = act.as<bf16_bits>();
+        g_up.w = d_gu.view;
+        g_up.glu_inter = inter;
+        g_dn.x = act.as<bf16_bits>();
+        g_dn.out = out.as<bf16_bits>();
+        g_dn.w = d_dn.view;
+        const bool up_forced = force_shape(g_up, sh), dn_forced = force_shape(g_dn, sh);
+        if (sh.ksplit != 0 && !up_forced && !dn_forced) continue;
+        CUDA_CHECK(cudaMemsetAsync(act.as<void>(), 0xff, act.bytes(), s.get()));
+        CUDA_CHECK(cudaMemsetAsync(out.as<void>(), 0xff, out.bytes(), s.get()));
+        cuda::launch_moe_gemv(g_up, s.get());
+        cuda::launch_moe_gemv(g_dn, s.get());
+        bool guard = false;
+        const auto all = read_output(out, tokens * hidden, s, &guard);
+        const std::vector<float> got = from_bits(all);
+        const double e = nmse(got, want);
+        EXPECT_LT(e, 4e-5) << "dense " << fmt_name(f) << " T " << tokens << " shape " << g_up.ksplit
+                           << "/" << g_up.cluster << "/" << g_up.tiles_per_warp;
+        EXPECT_TRUE(guard) << "dense wrote past the output: " << fmt_name(f);
+        std::printf("dense   %-9s T %2lld shape gate_up %d/%d/%d down %d/%d/%d: NMSE %.2e\n",
+                    fmt_name(f), static_cast<long long>(tokens), g_up.ksplit, g_up.cluster,
+                    g_up.tiles_per_warp, g_dn.ksplit, g_dn.cluster, g_dn.tiles_per_warp, e);
+      }
     }
   }
 }

@@ -461,7 +461,6 @@ void CudaBackend::moe_experts_add(const Tensor& x, const MoeExpertWeights& exper
   p.int4_split_warps = tunables_.moe_int4_split_warps;
   p.int4_split_ring = tunables_.moe_int4_split_ring;
   p.int4_flat_ctas_per_sm = tunables_.moe_int4_flat_ctas_per_sm;
-  p.bf16_gemv_ring = tunables_.moe_bf16_gemv_ring ? 1 : 0;
   p.int4_fused_max_assignments = tunables_.moe_int4_fused_max_assignments;
   p.fused_sync = moe_fused_sync_;
   // An ended side branch (the shared experts that made `add`) joins right before the combine:

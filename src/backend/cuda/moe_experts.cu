@@ -417,7 +417,6 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
     g.max_active = int(std::min<int64_t>(p.num_experts, n));
     g.expect_active = int(std::ceil(moe_expected_active(p.tokens, p.top_k, p.num_experts)));
     g.gemv_tokens = moe_gemv_tokens(p.tokens, p.top_k, p.num_experts);
-    g.bf16_ring = p.bf16_gemv_ring;
   } else {
     MoePlanParams plan{};
     plan.topk_ids = p.topk_ids;

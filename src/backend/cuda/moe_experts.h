@@ -177,12 +177,11 @@ struct MoeGroupedParams {
   int gemm_blocks;      // GEMM, plain, k <= kMoeGemmShortK: 128-row weight blocks a CTA streams
                         // against its x tile held in shared memory; 0 auto (moe_gemm_blocks);
                         // < 0: the one-block pipeline instead (A/B measurements)
-  int bf16_ring;        // GEMV, bf16: stream through the shared-memory ring as int4 does
-                        // (CudaTunables::moe_bf16_gemv_ring)
-  int pdl_early;        // trigger the next kernel before waiting on the previous (common.cuh)
-  int early_plan;       // GEMV grouped: topk_ids are complete before this kernel starts (its
-                        // predecessor triggers only after its own wait, and that predecessor's
-                        // predecessor wrote them): plan and first weights before pdl_wait
+  int pad_;
+  int pdl_early;   // trigger the next kernel before waiting on the previous (common.cuh)
+  int early_plan;  // GEMV grouped: topk_ids are complete before this kernel starts (its
+                   // predecessor triggers only after its own wait, and that predecessor's
+                   // predecessor wrote them): plan and first weights before pdl_wait
 };
 // The GEMV's work decomposition for these parameters (auto fields chosen by a cost model, or for
 // the int4 ring kernels with nothing forced by a rule fitted to measurements; forced ones kept;
@@ -281,12 +280,10 @@ struct MoeExpertsParams {
   int int4_split_warps;        // CudaTunables::moe_int4_split_warps (0: the launcher's)
   int int4_split_ring;         // CudaTunables::moe_int4_split_ring (0: the launcher's)
   int int4_flat_ctas_per_sm;   // CudaTunables::moe_int4_flat_ctas_per_sm (0: 2)
-  int bf16_gemv_ring;          // CudaTunables::moe_bf16_gemv_ring
   // Decode, INT4, by ids: up to this many T · k gate_up and down as one launch (CudaTunables::
   // moe_int4_fused_max_assignments; moe_experts_int4_reg.h launch_int4_fused_experts), counting
   // CTAs in on fused_sync (the backend's; zero once); 0 off.
   int int4_fused_max_assignments;
-  int pad_fused_;
   unsigned long long* fused_sync;
   // Or null: the stream waits on it right before the combine (the join of the side branch that
   // makes `add`: backend/side_branch.h).
@@ -313,6 +310,6 @@ static_assert(std::has_unique_object_representations_v<MoePlanParams>);
 static_assert(std::has_unique_object_representations_v<MoeGroupedParams>);
 // (A float member rules out has_unique_object_representations: the size says there is no padding.)
 static_assert(std::is_trivially_copyable_v<MoeCombineParams> && sizeof(MoeCombineParams) == 112);
-static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 304);
+static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 296);
 
 }  // namespace strata::cuda

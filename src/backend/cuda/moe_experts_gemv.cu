@@ -18,24 +18,23 @@ struct Pipe {
   int unroll, buffers;
   bool ring;  // Cfg::RING: the shared-memory ring (int4)
 };
-template <int F, bool BR>
+template <int F>
 Pipe pipe_f(int nt, bool glu) {
   auto of = [](auto cfg) {
     using C = decltype(cfg);
     return Pipe{C::U, C::RING ? C::NS : C::NB, C::RING};
   };
-  if (nt == 1) return glu ? of(Cfg<F, 1, true, BR>{}) : of(Cfg<F, 1, false, BR>{});
-  if (nt == 2) return glu ? of(Cfg<F, 2, true, BR>{}) : of(Cfg<F, 2, false, BR>{});
-  return glu ? of(Cfg<F, 4, true, BR>{}) : of(Cfg<F, 4, false, BR>{});
+  if (nt == 1) return glu ? of(Cfg<F, 1, true>{}) : of(Cfg<F, 1, false>{});
+  if (nt == 2) return glu ? of(Cfg<F, 2, true>{}) : of(Cfg<F, 2, false>{});
+  return glu ? of(Cfg<F, 4, true>{}) : of(Cfg<F, 4, false>{});
 }
-Pipe pipe_of(int format, int nt, bool glu, bool bf16_ring) {
-  return format == kMoeBf16
-             ? (bf16_ring ? pipe_f<kMoeBf16, true>(nt, glu) : pipe_f<kMoeBf16, false>(nt, glu))
-         : format == kMoeFp8 ? pipe_f<kMoeFp8, false>(nt, glu)
-                             : pipe_f<kMoeInt4, false>(nt, glu);
+Pipe pipe_of(int format, int nt, bool glu) {
+  return format == kMoeBf16  ? pipe_f<kMoeBf16>(nt, glu)
+         : format == kMoeFp8 ? pipe_f<kMoeFp8>(nt, glu)
+                             : pipe_f<kMoeInt4>(nt, glu);
 }
 
-template <int F, int NT, bool GLU, bool BR>
+template <int F, int NT, bool GLU>
 void launch_nt(const MoeGroupedParams& p, const MoeGemvShape& sh, int64_t slots,
                cudaStream_t stream) {
   const int64_t tiles = (GLU ? p.glu_inter : p.w.n) / kMoeTileRows;
@@ -45,28 +44,25 @@ void launch_nt(const MoeGroupedParams& p, const MoeGemvShape& sh, int64_t slots,
   q.ksplit = sh.ksplit;
   q.cluster = sh.cluster;
   q.tiles_per_warp = sh.tiles_per_warp;
-  launch_pdl_cluster(moe_gemv_kernel<F, NT, GLU, BR>,
+  launch_pdl_cluster(moe_gemv_kernel<F, NT, GLU>,
                      dim3(unsigned(groups * sh.cluster), unsigned(slots)), dim3(kThreads),
-                     size_t(Cfg<F, NT, GLU, BR>::kRingBytes) /* the ring */, Launch{stream},
+                     size_t(Cfg<F, NT, GLU>::kRingBytes) /* int4's ring */, Launch{stream},
                      sh.cluster, q);
   CUDA_LAUNCH_CHECK();
 }
 
-template <int F, bool GLU, bool BR = false>
+template <int F, bool GLU>
 void launch_format(const MoeGroupedParams& p, const MoeGemvShape& sh, int64_t slots,
                    cudaStream_t stream) {
-  if constexpr (F == kMoeBf16 && !BR) {
-    if (p.bf16_ring) return launch_format<F, GLU, true>(p, sh, slots, stream);
-  }
   switch (nt_of(p.gemv_tokens)) {
     case 1:
-      launch_nt<F, 1, GLU, BR>(p, sh, slots, stream);
+      launch_nt<F, 1, GLU>(p, sh, slots, stream);
       break;
     case 2:
-      launch_nt<F, 2, GLU, BR>(p, sh, slots, stream);
+      launch_nt<F, 2, GLU>(p, sh, slots, stream);
       break;
     default:
-      launch_nt<F, 4, GLU, BR>(p, sh, slots, stream);
+      launch_nt<F, 4, GLU>(p, sh, slots, stream);
       break;
   }
 }
@@ -89,17 +85,12 @@ void launch_glu(const MoeGroupedParams& p, const MoeGemvShape& sh, int64_t slots
 
 bool pow2_upto8(int v) { return v == 1 || v == 2 || v == 4 || v == 8; }
 
-template <int F, int NT, bool GLU, bool BR>
-void set_ring_limit_f() {
-  if constexpr (Cfg<F, NT, GLU, BR>::kRingBytes > 0)
-    CUDA_CHECK(cudaFuncSetAttribute(moe_gemv_kernel<F, NT, GLU, BR>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    Cfg<F, NT, GLU, BR>::kRingBytes));
-}
 template <int NT, bool GLU>
 void set_ring_limit() {
-  set_ring_limit_f<kMoeInt4, NT, GLU, false>();
-  set_ring_limit_f<kMoeBf16, NT, GLU, true>();
+  if constexpr (Cfg<kMoeInt4, NT, GLU>::kRingBytes > 0)
+    CUDA_CHECK(cudaFuncSetAttribute(moe_gemv_kernel<kMoeInt4, NT, GLU>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    Cfg<kMoeInt4, NT, GLU>::kRingBytes));
 }
 
 // The ring's shape (no field forced). The cost model below assumes a wave of CTAs costs its
@@ -148,7 +139,7 @@ MoeGemvShape moe_gemv_shape(const MoeGroupedParams& p) {
   const bool glu = p.glu_inter > 0;
   const int nt = nt_of(p.gemv_tokens);
   const int64_t tiles = (glu ? p.glu_inter : p.w.n) / kMoeTileRows;
-  const Pipe pipe = pipe_of(p.w.format, nt, glu, p.bf16_ring != 0);
+  const Pipe pipe = pipe_of(p.w.format, nt, glu);
   const int unroll = pipe.unroll;
   const int64_t batches = ceil_div(moe_k_tiles(p.w.format, p.w.k), unroll);
   const double active = p.topk_ids == nullptr ? 1.0
@@ -215,7 +206,7 @@ void launch_moe_gemv(const MoeGroupedParams& p, cudaStream_t stream) {
   // x offsets are 32-bit in the kernel.
   CHECK_MSG(p.rows * p.w.k < (int64_t(1) << 31), "moe gemv: x of {} x {} too large", p.rows, p.w.k);
   CHECK(slots <= 65535);
-  if (p.w.format == kMoeInt4 || p.bf16_ring) {  // the ring's shared-memory limit
+  if (p.w.format == kMoeInt4) {  // the ring's shared-memory limit
     static PerDeviceOnce limits;
     limits.run(init_moe_gemv_kernels);
   }

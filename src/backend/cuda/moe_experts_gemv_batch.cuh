@@ -10,7 +10,7 @@ namespace {
 
 using namespace moe;
 
-template <int F, int NT, bool GLU, bool BR>
+template <int F, int NT, bool GLU>
 struct Cfg {
   static constexpr int NM = GLU ? 2 : 1;  // weight matrices per warp (gate and up)
   static constexpr int S = kSteps<F>;     // k16 steps per tile
@@ -19,10 +19,7 @@ struct Cfg {
   // below); int4 plain projections at one n-tile keep the register ring (measured: the ring
   // lost there, e.g. the Kimi rank's short-k down projection at T <= 64,
   // 2026-12-01-moe-int4-decode.md).
-  // BR: bf16 through the ring too (MoeGroupedParams::bf16_ring; the register ring keeps only
-  // ~1.5 batches of 1 KB a matrix in flight per warp, ~48 KB an SM).
-  static constexpr bool RING = (F == kMoeInt4 && (GLU || NT > 1)) || (F == kMoeBf16 && BR);
-  static_assert(!BR || F == kMoeBf16, "the ring option is bf16's");
+  static constexpr bool RING = F == kMoeInt4 && (GLU || NT > 1);
   // x fragments loaded into registers with the weights where the registers allow it (not int4
   // GLU, nor int4 at two n-tiles, nor four n-tiles, nor the ring); elsewhere the x lines of a
   // batch are prefetched into L1 when its weights are loaded, and read from there when it is
@@ -51,8 +48,7 @@ struct Cfg {
   // the batch's tiles (each lane its own 16 bytes, as loaded before) and each lane's two scale
   // words per tile, so every lane reads back only what it copied: no barrier, no shuffle. x is
   // prefetched into L1 when a stage is issued (XPRE off).
-  static constexpr int kScaleBytes = F == kMoeInt4 ? 32 * 8 : 0;  // a tile's scale words
-  static constexpr int kStageBytes = NM * U * (kMoeTileBytes + kScaleBytes);
+  static constexpr int kStageBytes = NM * U * (kMoeTileBytes + 32 * 8);
   // Two CTAs of 8 warps per SM: ~113 KB each, less the k-split partials (red) and the plan.
   static constexpr int kRingWarpBytes = ((113 << 10) - 8 * (NM * NT * 4) * 32 * 4 - 1024) / 8;
   static constexpr int NS_FIT = kRingWarpBytes / kStageBytes;
@@ -60,9 +56,9 @@ struct Cfg {
   static constexpr int kRingBytes = RING ? 8 * NS * kStageBytes : 0;  // dynamic, per CTA
 };
 
-template <int F, int NT, bool GLU, bool BR>
+template <int F, int NT, bool GLU>
 struct Batch {  // this lane's 16 bytes of U consecutive k tiles per matrix, scales, x pairs
-  using C = Cfg<F, NT, GLU, BR>;
+  using C = Cfg<F, NT, GLU>;
   uint4 w[C::NM][C::U];
   TileScale s[C::NM][C::U];
   uint32_t x[C::XPRE ? C::U : 1][C::XPRE ? C::S : 1][C::XPRE ? NT : 1][2];
@@ -97,10 +93,10 @@ struct Work {
 
 // Weights and scales of the batch at k tile kt0 of row tile rt (tiles past kt_count and !ok:
 // zero, no load).
-template <int F, int NT, bool GLU, bool BR>
-__device__ __forceinline__ void load_w(Batch<F, NT, GLU, BR>& b, const Work& wk, int rt, int kt0,
+template <int F, int NT, bool GLU>
+__device__ __forceinline__ void load_w(Batch<F, NT, GLU>& b, const Work& wk, int rt, int kt0,
                                        bool ok) {
-  using C = Cfg<F, NT, GLU, BR>;
+  using C = Cfg<F, NT, GLU>;
 #pragma unroll
   for (int mt = 0; mt < C::NM; ++mt) {
     const int r = rt + (mt ? wk.glu_tiles : 0);
@@ -134,10 +130,10 @@ __device__ __forceinline__ void prefetch_l1(const void* p) {
   asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
 }
 
-template <int F, int NT, bool GLU, bool BR>
-__device__ __forceinline__ void load_x(Batch<F, NT, GLU, BR>& b, const bf16_bits* x,
+template <int F, int NT, bool GLU>
+__device__ __forceinline__ void load_x(Batch<F, NT, GLU>& b, const bf16_bits* x,
                                        const int32_t* xrow, int kt0, int k) {
-  using C = Cfg<F, NT, GLU, BR>;
+  using C = Cfg<F, NT, GLU>;
   if constexpr (!C::XPRE) {  // lanes c = 0 (xrow at the row's column 0): each row's tile lines
     if (threadIdx.x % 4 == 0) {
 #pragma unroll
@@ -169,11 +165,11 @@ __device__ __forceinline__ void load_x(Batch<F, NT, GLU, BR>& b, const bf16_bits
 }
 
 // Multiplies one batch into acc (n-tiles j < nt only).
-template <int F, int NT, bool GLU, bool BR>
-__device__ __forceinline__ void mma_batch(float (&acc)[Cfg<F, NT, GLU, BR>::NM][NT][4],
-                                          const Batch<F, NT, GLU, BR>& cur, const bf16_bits* x,
+template <int F, int NT, bool GLU>
+__device__ __forceinline__ void mma_batch(float (&acc)[Cfg<F, NT, GLU>::NM][NT][4],
+                                          const Batch<F, NT, GLU>& cur, const bf16_bits* x,
                                           const int32_t* xrow, int nt, int kt0, int k) {
-  using C = Cfg<F, NT, GLU, BR>;
+  using C = Cfg<F, NT, GLU>;
 #pragma unroll
   for (int u = 0; u < C::U; ++u) {
 #pragma unroll
@@ -205,7 +201,7 @@ __device__ __forceinline__ void mma_batch(float (&acc)[Cfg<F, NT, GLU, BR>::NM][
   }
 }
 
-// ---- the shared-memory ring (Cfg::RING: int4, and bf16 with BR) ----
+// ---- the int4 shared-memory ring (Cfg::RING) ----
 extern __shared__ uint4 moe_gemv_ring[];
 
 __device__ __forceinline__ void ring_cp16(uint32_t dst, const void* src) {
@@ -223,13 +219,13 @@ __device__ __forceinline__ void ring_wait() {
 }
 
 // Issues this lane's copies of the batch at k tile kt0 of row tile rt into the stage at `slot`
-// (a shared address): tile (mt, u) at slot + (mt·U + u)·512 + lane·16, int4's scale words s0, s1
-// at slot + NM·U·512 + (mt·U + u)·256 + lane·8 (bf16 has none). Tiles past kt_count are not copied
-// (their k steps are skipped by mma_batch). One commit group, empty when !ok.
-template <int F, int NT, bool GLU, bool BR>
+// (a shared address): tile (mt, u) at slot + (mt·U + u)·512 + lane·16, its scale words s0, s1 at
+// slot + NM·U·512 + (mt·U + u)·256 + lane·8. Tiles past kt_count are not copied (their k steps
+// are skipped by mma_batch). One commit group, empty when !ok.
+template <int F, int NT, bool GLU>
 __device__ __forceinline__ void ring_issue(uint32_t slot, const Work& wk, int rt, int kt0,
                                            bool ok) {
-  using C = Cfg<F, NT, GLU, BR>;
+  using C = Cfg<F, NT, GLU>;
   if (ok) {
     const int lane = int(threadIdx.x) % 32;
 #pragma unroll
@@ -242,7 +238,6 @@ __device__ __forceinline__ void ring_issue(uint32_t slot, const Work& wk, int rt
         const int kt = kt0 + u;
         if (kt >= wk.kt_count) continue;
         ring_cp16(slot + uint32_t((mt * C::U + u) * kMoeTileBytes + lane * 16), w + kt * 32);
-        if constexpr (F != kMoeInt4) continue;  // bf16: no scales
         const int g0 = (kt * 64) >> wk.gshift;
         const uint32_t sdst =
             slot + uint32_t(C::NM * C::U * kMoeTileBytes + (mt * C::U + u) * 256 + lane * 8);
@@ -255,10 +250,9 @@ __device__ __forceinline__ void ring_issue(uint32_t slot, const Work& wk, int rt
 }
 
 // The batch of the stage at `slot` (generic pointer), as load_w would have loaded it.
-template <int F, int NT, bool GLU, bool BR>
-__device__ __forceinline__ void ring_take(Batch<F, NT, GLU, BR>& b, const char* slot,
-                                          bool group32) {
-  using C = Cfg<F, NT, GLU, BR>;
+template <int F, int NT, bool GLU>
+__device__ __forceinline__ void ring_take(Batch<F, NT, GLU>& b, const char* slot, bool group32) {
+  using C = Cfg<F, NT, GLU>;
   const int lane = int(threadIdx.x) % 32;
 #pragma unroll
   for (int mt = 0; mt < C::NM; ++mt)
@@ -266,10 +260,6 @@ __device__ __forceinline__ void ring_take(Batch<F, NT, GLU, BR>& b, const char* 
     for (int u = 0; u < C::U; ++u) {
       b.w[mt][u] =
           *reinterpret_cast<const uint4*>(slot + (mt * C::U + u) * kMoeTileBytes + lane * 16);
-      if constexpr (F != kMoeInt4) {
-        b.s[mt][u] = TileScale{0, 0};
-        continue;
-      }
       const uint2 sc = *reinterpret_cast<const uint2*>(slot + C::NM * C::U * kMoeTileBytes +
                                                        (mt * C::U + u) * 256 + lane * 8);
       b.s[mt][u] = TileScale{sc.x, group32 ? sc.y : sc.x};

@@ -30,8 +30,7 @@
 // int4 GLU (gate_up) and int4 at two or four n-tiles (Cfg::RING) stream through a ring of NS
 // stages per warp in shared memory instead of the register buffers: cp.async copies of a
 // batch's tiles and each lane's scale words, NS - 1 batches in flight (~9-12 KB per warp against
-// ~3 KB), x prefetched into L1 when a stage is issued (2026-12-01-moe-int4-decode.md). bf16 takes
-// the same ring when asked (BR: MoeGroupedParams::bf16_ring), its stages without scale words.
+// ~3 KB), x prefetched into L1 when a stage is issued (2026-12-01-moe-int4-decode.md).
 //
 // ## No plan kernel
 // Each CTA finds its expert and rows itself from topk_ids (T·k <= a few thousand at decode):
@@ -122,9 +121,9 @@ __device__ int collect_rows(const MoeGroupedParams& p, int e, int skip, int cap,
   return base;
 }
 
-template <int F, int NT, bool GLU, bool BR>
+template <int F, int NT, bool GLU>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGroupedParams p) {
-  using C = Cfg<F, NT, GLU, BR>;
+  using C = Cfg<F, NT, GLU>;
   constexpr int NM = C::NM, U = C::U;
   constexpr int kAcc = NM * NT * 4;
   // k-split partials: [warp][accumulator][lane]; after the CTA's own sum, the leader's copy
@@ -179,20 +178,20 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
   auto elem_rt = [&](int s) { return tile0 + (s / nbq) * tpc; };
   auto elem_kt = [&](int s) { return (q + (s % nbq) * kp) * U; };
 
-  // Register ring (NB buffers: buf[b] holds stream elements b, b + NB, ...) or the
+  // Register ring (NB buffers: buf[b] holds stream elements b, b + NB, ...) or, int4, the
   // shared-memory ring (NS stages: element s in stage s % NS; NB is its prologue's length).
   constexpr bool RING = C::RING;
   constexpr int NS = C::NS;
   constexpr int NB = RING ? NS - 1 : C::NB;
-  Batch<F, NT, GLU, BR> buf[RING ? 1 : NB];
+  Batch<F, NT, GLU> buf[RING ? 1 : NB];
   const uint32_t ring = RING ? uint32_t(__cvta_generic_to_shared(moe_gemv_ring)) +
                                    uint32_t(warp * NS * C::kStageBytes)
                              : 0u;
   const char* ring_ptr = reinterpret_cast<const char*>(moe_gemv_ring) + warp * NS * C::kStageBytes;
   auto issue = [&](int s) {  // RING: element s into its stage (one commit group, empty past len)
     const bool ok = s < len;
-    ring_issue<F, NT, GLU, BR>(ring + uint32_t((s % NS) * C::kStageBytes), wk, ok ? elem_rt(s) : 0,
-                               ok ? elem_kt(s) : 0, ok);
+    ring_issue<F, NT, GLU>(ring + uint32_t((s % NS) * C::kStageBytes), wk, ok ? elem_rt(s) : 0,
+                           ok ? elem_kt(s) : 0, ok);
   };
   auto first_loads = [&]() {
     if constexpr (RING) {
@@ -268,14 +267,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
           }
       }
     };
-    auto consume = [&](int s, const Batch<F, NT, GLU, BR>& b) {
-      mma_batch<F, NT, GLU, BR>(acc, b, p.x, xrow, nt, elem_kt(s), k);
+    auto consume = [&](int s, const Batch<F, NT, GLU>& b) {
+      mma_batch<F, NT, GLU>(acc, b, p.x, xrow, nt, elem_kt(s), k);
       if (kp == 1 && s % nbq == nbq - 1) {  // the tile's last batch: its outputs (no k split)
         store(elem_rt(s));
         zero();
       }
     };
-    auto refill = [&](int s, Batch<F, NT, GLU, BR>& b) {
+    auto refill = [&](int s, Batch<F, NT, GLU>& b) {
       if (s >= len) return;
       load_w(b, wk, elem_rt(s), elem_kt(s), true);
       load_x(b, p.x, xrow, elem_kt(s), k);

@@ -213,11 +213,6 @@ struct CudaTunables {
   int moe_int4_split_cluster = 0;
   int moe_int4_split_warps = 0;
   int moe_int4_split_ring = 0;
-  // bf16 experts' decode GEMV (moe_experts_gemv_kernel.cuh) through the shared-memory ring of
-  // cp.async stages int4 uses (~12 KB in flight per warp) instead of its register buffers (~3
-  // KB): Moonlight's bf16 MoE GEMVs at batch 1 ran at 69% (gate_up) and 52% (down) of copy
-  // bandwidth (ncu, H200, 2026-12-03). No env. Off until measured (A/B: variant bf16_ring).
-  bool moe_bf16_gemv_ring = false;
   // flat_ctas_per_sm: the flat down projection's grid, CTAs of 8 warps an SM (1 or 2; 0: 2).
   int moe_int4_flat_ctas_per_sm = 0;
   // Decode, INT4, by ids: up to this many T · k assignments run gate_up and down as one launch
