@@ -442,23 +442,31 @@ TEST(MoeBackend, FusedExpertsMatchTwoLaunches) {
       std::vector<float> two, fused;
       p.cuda().tune([](cuda::CudaTunables& tu) { tu.moe_int4_fused_max_assignments = 0; });
       experts_nmse(p, ex, t, c.top_k, t == 2, &two);
-      p.cuda().tune([](cuda::CudaTunables& tu) { tu.moe_int4_fused_max_assignments = 16; });
-      for (int run = 0; run < 2; ++run) {
-        p.rng() = inputs;
-        const uint64_t handoffs = p.cuda().moe_fused_sync_value();
-        const double e = experts_nmse(p, ex, t, c.top_k, t == 2, &fused);
-        std::printf("fused experts %-9s H %4lld I %3lld E %2d k %d T %lld run %d: nmse %.2e\n",
-                    fmt_name(c.fmt), (long long)c.hidden, (long long)c.inter, c.experts, c.top_k,
-                    (long long)t, run, e);
-        // The fused kernel ran: every CTA of its grid (one an SM) counted in once.
-        EXPECT_EQ(p.cuda().moe_fused_sync_value(), handoffs + uint64_t(cuda::num_sms()));
-        EXPECT_LT(e, kExpertsNmse) << fmt_name(c.fmt) << " H " << c.hidden << " T " << t;
-        EXPECT_EQ(fused, two) << fmt_name(c.fmt) << " H " << c.hidden << " T " << t;
+      for (int ring : {0, 8}) {  // rings of 4 + 16 and 8 + 8
+        p.cuda().tune([&](cuda::CudaTunables& tu) {
+          tu.moe_int4_fused_max_assignments = 16;
+          tu.moe_int4_fused_ring = ring;
+        });
+        for (int run = 0; run < 2; ++run) {
+          p.rng() = inputs;
+          const uint64_t handoffs = p.cuda().moe_fused_sync_value();
+          const double e = experts_nmse(p, ex, t, c.top_k, t == 2, &fused);
+          std::printf(
+              "fused experts ring %d %-9s H %4lld I %3lld E %2d k %d T %lld run %d: nmse %.2e\n",
+              ring, fmt_name(c.fmt), (long long)c.hidden, (long long)c.inter, c.experts, c.top_k,
+              (long long)t, run, e);
+          // The fused kernel ran: every CTA of its grid (one an SM) counted in once.
+          EXPECT_EQ(p.cuda().moe_fused_sync_value(), handoffs + uint64_t(cuda::num_sms()));
+          EXPECT_LT(e, kExpertsNmse) << fmt_name(c.fmt) << " H " << c.hidden << " T " << t;
+          EXPECT_EQ(fused, two) << fmt_name(c.fmt) << " H " << c.hidden << " T " << t;
+        }
       }
     }
   }
   p.cuda().tune([](cuda::CudaTunables& t) {
-    t.moe_int4_fused_max_assignments = cuda::CudaTunables{}.moe_int4_fused_max_assignments;
+    const cuda::CudaTunables d;
+    t.moe_int4_fused_max_assignments = d.moe_int4_fused_max_assignments;
+    t.moe_int4_fused_ring = d.moe_int4_fused_ring;
   });
   EXPECT_EQ(moe_fallbacks(*p.gpu_), 0);
 }

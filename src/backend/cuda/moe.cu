@@ -462,6 +462,7 @@ void CudaBackend::moe_experts_add(const Tensor& x, const MoeExpertWeights& exper
   p.int4_split_ring = tunables_.moe_int4_split_ring;
   p.int4_flat_ctas_per_sm = tunables_.moe_int4_flat_ctas_per_sm;
   p.int4_fused_max_assignments = tunables_.moe_int4_fused_max_assignments;
+  p.int4_fused_ring = tunables_.moe_int4_fused_ring;
   p.fused_sync = moe_fused_sync_;
   // An ended side branch (the shared experts that made `add`) joins right before the combine:
   // the routed experts' launches still overlap it.

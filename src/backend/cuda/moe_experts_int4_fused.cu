@@ -17,8 +17,9 @@
 //   order as the split kernel with cluster 1 and 8 warps: the same bits.
 // - Down's weights: each warp's share of the flat down stream (the flat kernel's split of all
 //   assignments' row tiles over the grid's warps, the same arithmetic) goes into a register ring
-//   of 16 pieces right after the first tile pair's loads, before phase 1 runs: at one token (8
-//   assignments, ~14 pieces a warp) every byte of down is in flight while gate_up streams.
+//   of 16 pieces (8 with gate_up's ring of 8) right after the first tile pair's loads, before
+//   phase 1 runs: at one token (8 assignments, ~14 pieces a warp) every byte of down is in
+//   flight while gate_up streams.
 // - Handoff: a CTA whose act rows are stored counts itself in on the backend's 64-bit counter
 //   (never reset: launch n's CTAs take tickets n · grid .. n · grid + grid - 1 and wait until it
 //   reaches (n + 1) · grid), then its threads wait for every CTA. No CTA waits on work that
@@ -38,8 +39,9 @@ namespace {
 using namespace int4;
 
 constexpr int kWarps = 8;
-constexpr int kGuRing = 4;             // gate_up: k tiles in flight a warp (gate + up pieces)
-constexpr int kDownRing = 16;          // down: 16-byte pieces in flight a lane
+// The register rings (Int4FusedExpertsParams::ring): gate_up's k tiles in flight a warp (a gate
+// and an up piece each) and down's pieces a lane, 4 + 16 (default) or 8 + 8: ~230 registers.
+constexpr int kDownRingFor(int gu_ring) { return gu_ring == 4 ? 16 : 8; }
 constexpr int kMaxXBytes = 48 * 1024;  // x of one token in fragment order: hidden / 64 · 128
 
 __device__ __forceinline__ unsigned long long ld_acquire_u64(const unsigned long long* p) {
@@ -49,10 +51,11 @@ __device__ __forceinline__ unsigned long long ld_acquire_u64(const unsigned long
 }
 
 // KT: down's k tiles a row tile (inter / 64: 1, 2 or 4); G32: group 32 (two scale words a
-// tile), else one word a tile (group >= 64).
-template <int KT, bool G32>
+// tile), else one word a tile (group >= 64); kGuRing: gate_up's ring (4 or 8).
+template <int KT, bool G32, int kGuRing>
 __global__ void __launch_bounds__(kWarps * 32, 1)
     int4_fused_experts_kernel(Int4FusedExpertsParams p) {
+  constexpr int kDownRing = kDownRingFor(kGuRing);
   static_assert(kDownRing % KT == 0, "a ring round holds whole row tiles");
   __shared__ float red[kWarps][32];  // a warp's sums: gate rows 0..15, then up rows 0..15
   extern __shared__ __align__(128) char xs_raw[];  // x of one token, fragment order
@@ -249,10 +252,15 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
 }
 
 template <typename F>
-bool with_kernel(int kt, int group, F&& f) {
+bool with_kernel(int kt, int group, int ring, F&& f) {
   auto by_group = [&](auto kt_c) {
     constexpr int KT = decltype(kt_c)::value;
-    group == 32 ? f(int4_fused_experts_kernel<KT, true>) : f(int4_fused_experts_kernel<KT, false>);
+    if (ring == 8)
+      group == 32 ? f(int4_fused_experts_kernel<KT, true, 8>)
+                  : f(int4_fused_experts_kernel<KT, false, 8>);
+    else
+      group == 32 ? f(int4_fused_experts_kernel<KT, true, 4>)
+                  : f(int4_fused_experts_kernel<KT, false, 4>);
     return true;
   };
   switch (kt) {
@@ -279,10 +287,11 @@ bool int4_fused_experts_fits(int64_t hidden, int64_t inter, int group) {
 
 bool launch_int4_fused_experts(const Int4FusedExpertsParams& p, cudaStream_t stream) {
   if (!int4_fused_experts_fits(p.hidden, p.inter, p.group) || p.assignments < 1 || p.x_div < 1 ||
-      p.num_experts < 1 || p.sync == nullptr || p.down_row_tiles != int4_row_tiles(p.hidden))
+      p.num_experts < 1 || p.sync == nullptr || p.down_row_tiles != int4_row_tiles(p.hidden) ||
+      (p.ring != 0 && p.ring != 4 && p.ring != 8))
     return false;
   const size_t smem = size_t(p.hidden / kInt4TileK * 128);
-  const bool ok = with_kernel(int(p.inter / kInt4TileK), p.group, [&](auto kernel) {
+  const bool ok = with_kernel(int(p.inter / kInt4TileK), p.group, p.ring, [&](auto kernel) {
     // One CTA an SM: the handoff needs every CTA resident at once (see the design note).
     launch_pdl(kernel, dim3(unsigned(num_sms())), dim3(kWarps * 32), smem, Launch{stream}, p);
   });

@@ -105,6 +105,7 @@ bool launch_moe_int4_reg(const MoeExpertsParams& p, bf16_bits* act, bf16_bits* y
     f.x_div = p.top_k;
     f.num_experts = p.num_experts;
     f.group = p.down.group;
+    f.ring = p.int4_fused_ring;
     if (launch_int4_fused_experts(f, stream)) return true;
   }
   Int4LinearParams gate_up = expert_params(p, p.gate_up, p.x, act, 1);

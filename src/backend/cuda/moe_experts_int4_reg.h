@@ -99,7 +99,7 @@ struct Int4FusedExpertsParams {
   int x_div;  // top-k
   int num_experts;
   int group;  // 32, 64, 128 or 256, both projections
-  int pad_;
+  int ring;   // gate_up's k tiles in flight a warp: 4 (0: default; down then 16 pieces) or 8 (8)
 };
 static_assert(std::has_unique_object_representations_v<Int4FusedExpertsParams>);
 bool int4_fused_experts_fits(int64_t hidden, int64_t inter, int group);

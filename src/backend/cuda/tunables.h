@@ -220,6 +220,8 @@ struct CudaTunables {
   // instead of two; the bits of the split gate_up + flat down). No env. 0 (off) until measured
   // (A/B: variants moe_fused8, moe_fused16).
   int moe_int4_fused_max_assignments = 0;
+  // Its register rings: 4 gate_up k tiles a warp and 16 down pieces a lane (0, 4), or 8 and 8.
+  int moe_int4_fused_ring = 0;
   // With fusion, graph-mode MoE steps of up to this many tokens run the router GEMV and the
   // expert choice as one launch (moe_route.h launch_moe_router_route); 0 keeps two launches (A/B),
   // at most kMoeRouterMaxTokens (32). No env. Measured: one Kimi-K2.5 rank's decode step (61
