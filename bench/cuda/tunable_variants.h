@@ -148,15 +148,6 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.gemv_max_ksplit = 4; }},
     {"moe_ids16", "INT4 experts by ids up to 16 assignments (session 10's threshold)",
      [](cuda::CudaTunables& t) { t.moe_int4_reg_max_assignments = 16; }},
-    {"moe_fused8", "INT4 experts up to 8 assignments: gate_up and down as one launch",
-     [](cuda::CudaTunables& t) { t.moe_int4_fused_max_assignments = 8; }},
-    {"moe_fused16", "INT4 experts up to 16 assignments: gate_up and down as one launch",
-     [](cuda::CudaTunables& t) { t.moe_int4_fused_max_assignments = 16; }},
-    {"moe_fused16_r8", "moe_fused16 with rings of 8 gate_up k tiles and 8 down pieces",
-     [](cuda::CudaTunables& t) {
-       t.moe_int4_fused_max_assignments = 16;
-       t.moe_int4_fused_ring = 8;
-     }},
     {"router_preload", "the MoE router GEMV's first weight loads before its PDL wait",
      [](cuda::CudaTunables& t) { t.moe_router_preload = true; }},
     {"add_norm",

@@ -33,7 +33,6 @@
 
 #include "arch/model.h"
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/launch.h"
 #include "backend/cuda/moe_experts_int4_reg.h"
 #include "backend/cuda/moe_weights.h"
 #include "model/config.h"
@@ -417,60 +416,6 @@ TEST(MoeBackend, SplitGateUpMatchesCpu) {
   EXPECT_EQ(moe_fallbacks(*p.gpu_), 0);
 }
 
-// gate_up and down as one launch (CudaTunables::moe_int4_fused_max_assignments,
-// moe_experts_int4_fused.cu) at T · k <= 16: the bits of the two launches it replaces (the split
-// gate_up and the flat down, same inputs) and within the bound of the CPU twin, at inter 256 /
-// 128 / 64 (4, 2, 1 k tiles a down row tile), groups 32 and 128, hidden 7,168 (a Kimi-K2.5 rank)
-// down to 512; each input run twice (the handoff's counter carries over between launches).
-TEST(MoeBackend, FusedExpertsMatchTwoLaunches) {
-  Pair p;
-  const ExpertCase cases[] = {
-      {Fmt::kInt4g32, 7168, 256, 64, 8},
-      {Fmt::kInt4g128, 1152, 128, 16, 4},
-      {Fmt::kInt4g32, 512, 64, 32, 6},
-  };
-  for (const ExpertCase& c : cases) {
-    const int group = c.fmt == Fmt::kInt4g32 ? 32 : 128;
-    ASSERT_TRUE(cuda::int4_fused_experts_fits(c.hidden, c.inter, group));
-    const HostLinearWeight gu =
-        parity::random_stack(p.rng(), c.fmt, c.experts, 2 * c.inter, c.hidden);
-    const HostLinearWeight dn = parity::random_stack(p.rng(), c.fmt, c.experts, c.hidden, c.inter);
-    const Experts ex = upload_experts(p, gu, dn);
-    for (int64_t t : {1, 2, 3}) {
-      if (t * c.top_k > 16) continue;
-      const std::mt19937 inputs = p.rng();
-      std::vector<float> two, fused;
-      p.cuda().tune([](cuda::CudaTunables& tu) { tu.moe_int4_fused_max_assignments = 0; });
-      experts_nmse(p, ex, t, c.top_k, t == 2, &two);
-      for (int ring : {0, 8}) {  // rings of 4 + 16 and 8 + 8
-        p.cuda().tune([&](cuda::CudaTunables& tu) {
-          tu.moe_int4_fused_max_assignments = 16;
-          tu.moe_int4_fused_ring = ring;
-        });
-        for (int run = 0; run < 2; ++run) {
-          p.rng() = inputs;
-          const uint64_t handoffs = p.cuda().moe_fused_sync_value();
-          const double e = experts_nmse(p, ex, t, c.top_k, t == 2, &fused);
-          std::printf(
-              "fused experts ring %d %-9s H %4lld I %3lld E %2d k %d T %lld run %d: nmse %.2e\n",
-              ring, fmt_name(c.fmt), (long long)c.hidden, (long long)c.inter, c.experts, c.top_k,
-              (long long)t, run, e);
-          // The fused kernel ran: every CTA of its grid (one an SM) counted in once.
-          EXPECT_EQ(p.cuda().moe_fused_sync_value(), handoffs + uint64_t(cuda::num_sms()));
-          EXPECT_LT(e, kExpertsNmse) << fmt_name(c.fmt) << " H " << c.hidden << " T " << t;
-          EXPECT_EQ(fused, two) << fmt_name(c.fmt) << " H " << c.hidden << " T " << t;
-        }
-      }
-    }
-  }
-  p.cuda().tune([](cuda::CudaTunables& t) {
-    const cuda::CudaTunables d;
-    t.moe_int4_fused_max_assignments = d.moe_int4_fused_max_assignments;
-    t.moe_int4_fused_ring = d.moe_int4_fused_ring;
-  });
-  EXPECT_EQ(moe_fallbacks(*p.gpu_), 0);
-}
-
 // Shapes the kernels refuse run on the CPU twin, counted: more experts than kMoeMaxExperts
 // (weights kept row-major), and top-k above 32 over tiled weights (the twin untiles them).
 TEST(MoeBackend, RefusedShapesRunOnTheTwin) {
@@ -513,19 +458,13 @@ TEST(MoeBackend, RefusedShapesRunOnTheTwin) {
 
 // A whole MoE step (router, route, experts with the shared output added) captured as a CUDA
 // graph and replayed with new inputs: the bits of the eager runs. INT4 also with the split
-// gate_up (moe_int4_split_gate_up: one token, 4 assignments, by ids) and with gate_up and down
-// as one launch.
+// gate_up (moe_int4_split_gate_up: one token, 4 assignments, by ids).
 TEST(MoeBackend, GraphReplayMatchesEager) {
   Pair p;
   auto& gpu = p.cuda();
-  // mode 1: the split gate_up; 2: also gate_up and down as one launch (moe_experts_int4_fused.cu)
-  for (auto [f, mode] :
-       {std::pair{Fmt::kBf16, 0}, std::pair{Fmt::kFp8, 0}, std::pair{Fmt::kInt4g32, 0},
-        std::pair{Fmt::kInt4g32, 1}, std::pair{Fmt::kInt4g32, 2}}) {
-    gpu.tune([&](cuda::CudaTunables& t) {
-      t.moe_int4_split_gate_up = mode >= 1;
-      t.moe_int4_fused_max_assignments = mode == 2 ? 16 : 0;
-    });
+  for (auto [f, split] : {std::pair{Fmt::kBf16, false}, std::pair{Fmt::kFp8, false},
+                          std::pair{Fmt::kInt4g32, false}, std::pair{Fmt::kInt4g32, true}}) {
+    gpu.tune([&](cuda::CudaTunables& t) { t.moe_int4_split_gate_up = split; });
     const int64_t hidden = 256, inter = 128;
     const int experts = 32, k = 4;
     const Experts ex =
@@ -575,7 +514,6 @@ TEST(MoeBackend, GraphReplayMatchesEager) {
   }
   gpu.tune([](cuda::CudaTunables& t) {
     t.moe_int4_split_gate_up = cuda::CudaTunables{}.moe_int4_split_gate_up;
-    t.moe_int4_fused_max_assignments = cuda::CudaTunables{}.moe_int4_fused_max_assignments;
   });
   EXPECT_EQ(moe_fallbacks(gpu), 0);
 }

@@ -54,8 +54,6 @@ CudaBackend::CudaBackend(const BackendOptions& options)
   CHECK(cublasSetStream(cublas_, stream_) == CUBLAS_STATUS_SUCCESS);
   CUDA_CHECK(cudaMalloc(&norm_prologue_counter_, sizeof(int)));
   CUDA_CHECK(cudaMemsetAsync(norm_prologue_counter_, 0, sizeof(int), stream_));
-  CUDA_CHECK(cudaMalloc(&moe_fused_sync_, sizeof(unsigned long long)));
-  CUDA_CHECK(cudaMemsetAsync(moe_fused_sync_, 0, sizeof(unsigned long long), stream_));
   init_attention_kernels();
   // Captured graphs hold addresses of cached blocks: a trim drops them (re-captured on demand).
   pool_->set_on_trim([this] {
@@ -87,7 +85,6 @@ CudaBackend::~CudaBackend() {
   cublasDestroy(cublas_);
   cudaFree(cublas_workspace_);
   cudaFree(norm_prologue_counter_);
-  cudaFree(moe_fused_sync_);
   fp8_planner_.reset();
   if (fp8_workspace_) cudaFree(fp8_workspace_);
   cudaStreamDestroy(own_stream_);

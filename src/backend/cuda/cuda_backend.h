@@ -202,9 +202,6 @@ class CudaBackend : public Backend,
   // Drops every captured graph.
   void reset_graphs();
   const GraphStats& graph_stats() const { return recorder_.stats(); }
-  // The fused INT4 experts' handoff counter (moe_experts_int4_fused.cu): each launch adds its
-  // grid's CTAs. Waits for the stream; tests read it to see the fused path ran.
-  uint64_t moe_fused_sync_value();
   cudaStream_t stream() const { return stream_; }
   // Where and how this backend launches (benchmarks that call a launcher directly).
   Launch launch() const { return Launch{stream_, tunables_.pdl}; }
@@ -386,9 +383,6 @@ class CudaBackend : public Backend,
   // norm_prologue.cc: the merged add_rms_norms' block counter (NormPrologue::counter; zero
   // between launches, which run one after another on the main stream).
   int* norm_prologue_counter_ = nullptr;
-  // moe_experts_int4_fused.cu: the fused INT4 experts' handoff counter (zero once; each launch
-  // adds its grid's CTAs and waits for them, so it only grows).
-  unsigned long long* moe_fused_sync_ = nullptr;
 
   // moe.cu
   bool moe_ready_ = false;  // init_moe_gemm_kernels() done

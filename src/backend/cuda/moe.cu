@@ -461,20 +461,10 @@ void CudaBackend::moe_experts_add(const Tensor& x, const MoeExpertWeights& exper
   p.int4_split_warps = tunables_.moe_int4_split_warps;
   p.int4_split_ring = tunables_.moe_int4_split_ring;
   p.int4_flat_ctas_per_sm = tunables_.moe_int4_flat_ctas_per_sm;
-  p.int4_fused_max_assignments = tunables_.moe_int4_fused_max_assignments;
-  p.int4_fused_ring = tunables_.moe_int4_fused_ring;
-  p.fused_sync = moe_fused_sync_;
   // An ended side branch (the shared experts that made `add`) joins right before the combine:
   // the routed experts' launches still overlap it.
   p.join_event = take_side_join();
   record(kOpMoeExperts, p, run_moe_experts);
-}
-
-uint64_t CudaBackend::moe_fused_sync_value() {
-  unsigned long long v = 0;
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  CUDA_CHECK(cudaMemcpy(&v, moe_fused_sync_, sizeof(v), cudaMemcpyDeviceToHost));
-  return uint64_t(v);
 }
 
 // Graph mode, moe_combine_norm_fusion: when the launch just recorded is the MoE experts step that

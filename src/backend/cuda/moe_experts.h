@@ -280,13 +280,7 @@ struct MoeExpertsParams {
   int int4_split_warps;        // CudaTunables::moe_int4_split_warps (0: the launcher's)
   int int4_split_ring;         // CudaTunables::moe_int4_split_ring (0: the launcher's)
   int int4_flat_ctas_per_sm;   // CudaTunables::moe_int4_flat_ctas_per_sm (0: 2)
-  // Decode, INT4, by ids: up to this many T · k gate_up and down as one launch (CudaTunables::
-  // moe_int4_fused_max_assignments; moe_experts_int4_reg.h launch_int4_fused_experts), counting
-  // CTAs in on fused_sync (the backend's; zero once); 0 off.
-  int int4_fused_max_assignments;
-  int int4_fused_ring;  // CudaTunables::moe_int4_fused_ring (0: 4)
-  int pad_fused_;
-  unsigned long long* fused_sync;
+  int pad_;
   // Or null: the stream waits on it right before the combine (the join of the side branch that
   // makes `add`: backend/side_branch.h).
   cudaEvent_t join_event;
@@ -312,6 +306,6 @@ static_assert(std::has_unique_object_representations_v<MoePlanParams>);
 static_assert(std::has_unique_object_representations_v<MoeGroupedParams>);
 // (A float member rules out has_unique_object_representations: the size says there is no padding.)
 static_assert(std::is_trivially_copyable_v<MoeCombineParams> && sizeof(MoeCombineParams) == 112);
-static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 304);
+static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 288);
 
 }  // namespace strata::cuda

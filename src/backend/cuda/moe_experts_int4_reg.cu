@@ -82,32 +82,6 @@ Int4SplitGateUpParams split_gate_up_params(const MoeExpertsParams& p, const bf16
 bool launch_moe_int4_reg(const MoeExpertsParams& p, bf16_bits* act, bf16_bits* y,
                          cudaStream_t stream) {
   const int64_t hidden = p.down.n, inter = p.down.k;
-  const int64_t assignments = p.tokens * p.top_k;
-  if (assignments <= p.int4_fused_max_assignments && p.int4_reg_round && p.fused_sync &&
-      p.gate_up.group == p.down.group && p.gate_up.n == 2 * inter && p.gate_up.k == hidden &&
-      int4_fused_experts_fits(hidden, inter, p.down.group)) {
-    Int4FusedExpertsParams f{};
-    f.x = p.x;
-    f.gu_packed = p.gate_up.values;
-    f.gu_scale = static_cast<const bf16_bits*>(p.gate_up.scales);
-    f.down_packed = p.down.values;
-    f.down_scale = static_cast<const bf16_bits*>(p.down.scales);
-    f.act = act;
-    f.out = y;
-    f.ids = p.topk_ids;
-    f.sync = p.fused_sync;
-    f.gu_expert_tiles = int4_row_tiles(p.gate_up.n) * int4_k_tiles(p.gate_up.k);
-    f.down_row_tiles = int(int4_row_tiles(hidden));
-    f.down_expert_tiles = int64_t(f.down_row_tiles) * int4_k_tiles(inter);
-    f.hidden = hidden;
-    f.inter = inter;
-    f.assignments = int(assignments);
-    f.x_div = p.top_k;
-    f.num_experts = p.num_experts;
-    f.group = p.down.group;
-    f.ring = p.int4_fused_ring;
-    if (launch_int4_fused_experts(f, stream)) return true;
-  }
   Int4LinearParams gate_up = expert_params(p, p.gate_up, p.x, act, 1);
   gate_up.glu_inter = inter;
   gate_up.gemv_warps = p.int4_reg_gate_up_warps;

@@ -77,34 +77,4 @@ bool int4_split_gate_up_shape(Int4SplitGateUpParams* p);
 // False (nothing launched) where int4_split_gate_up_shape refuses p.
 bool launch_int4_split_gate_up(Int4SplitGateUpParams p, cudaStream_t stream);
 
-// The decode step's gate_up and down by ids as one launch with a grid-wide handoff between them
-// (moe_experts_int4_fused.cu; CudaTunables::moe_int4_fused_max_assignments): the split gate_up's
-// and the flat down's arithmetic (their bits), act and y rows in assignment order.
-struct Int4FusedExpertsParams {
-  const bf16_bits* x;           // [tokens, hidden]: assignment i reads row i / x_div
-  const void* gu_packed;        // the gate_up stack's tile layout (gate rows, then up rows)
-  const bf16_bits* gu_scale;    // its scales
-  const void* down_packed;      // the down stack's tile layout
-  const bf16_bits* down_scale;  // its scales
-  bf16_bits* act;               // [assignments, inter]: written in phase 1, read in phase 2
-  bf16_bits* out;               // y [assignments, hidden]
-  const int32_t* ids;           // [assignments]; one out of range stores nothing
-  unsigned long long* sync;     // the handoff's counter (zero once, then only this kernel's)
-  int64_t gu_expert_tiles;      // 512-byte tiles of one gate_up matrix
-  int64_t down_expert_tiles;    // of one down matrix: down_row_tiles · inter / 64
-  int64_t hidden;               // a multiple of 64 and of the group
-  int64_t inter;                // 64, 128 or 256 (the expert's slice)
-  int down_row_tiles;           // int4_row_tiles(hidden)
-  int assignments;
-  int x_div;  // top-k
-  int num_experts;
-  int group;  // 32, 64, 128 or 256, both projections
-  int ring;   // gate_up's k tiles in flight a warp: 4 (0: default; down then 16 pieces) or 8 (8)
-};
-static_assert(std::has_unique_object_representations_v<Int4FusedExpertsParams>);
-bool int4_fused_experts_fits(int64_t hidden, int64_t inter, int group);
-// False (nothing launched) where it does not fit. One CTA an SM (num_sms() CTAs: `sync` grows
-// by that much a launch; CudaBackend::moe_fused_sync_value reads it).
-bool launch_int4_fused_experts(const Int4FusedExpertsParams& p, cudaStream_t stream);
-
 }  // namespace strata::cuda

@@ -215,13 +215,6 @@ struct CudaTunables {
   int moe_int4_split_ring = 0;
   // flat_ctas_per_sm: the flat down projection's grid, CTAs of 8 warps an SM (1 or 2; 0: 2).
   int moe_int4_flat_ctas_per_sm = 0;
-  // Decode, INT4, by ids: up to this many T · k assignments run gate_up and down as one launch
-  // (moe_experts_int4_fused.cu: down's weights stream while gate_up runs, one start and end
-  // instead of two; the bits of the split gate_up + flat down). No env. 0 (off) until measured
-  // (A/B: variants moe_fused8, moe_fused16).
-  int moe_int4_fused_max_assignments = 0;
-  // Its register rings: 4 gate_up k tiles a warp and 16 down pieces a lane (0, 4), or 8 and 8.
-  int moe_int4_fused_ring = 0;
   // With fusion, graph-mode MoE steps of up to this many tokens run the router GEMV and the
   // expert choice as one launch (moe_route.h launch_moe_router_route); 0 keeps two launches (A/B),
   // at most kMoeRouterMaxTokens (32). No env. Measured: one Kimi-K2.5 rank's decode step (61
