@@ -59,6 +59,24 @@ bool force_shape(cuda::MoeGroupedParams& g, const GemvShapeCase& sh) {
   return true;
 }
 
+// The decode step's last piece: the combine of y (rows in assignment order, or permuted with pos,
+// MoePlan::pos) into out.
+void launch_combine(const bf16_bits* y, const int32_t* pos, const int32_t* ids, const float* w,
+                    bf16_bits* out, int64_t tokens, int64_t hidden, int k, int experts,
+                    cudaStream_t s) {
+  cuda::MoeCombineParams cb{};
+  cb.y = y;
+  cb.pos = pos;
+  cb.topk_ids = ids;
+  cb.topk_weights = w;
+  cb.out = out;
+  cb.tokens = tokens;
+  cb.hidden = hidden;
+  cb.top_k = k;
+  cb.num_experts = experts;
+  cuda::launch_moe_combine(cb, s);
+}
+
 TEST(MoeParity, GemvShapesMatchCpu) {
   Stream s;
   std::mt19937 rng(19);
@@ -130,16 +148,8 @@ TEST(MoeParity, GemvShapesMatchCpu) {
           CUDA_CHECK(cudaMemsetAsync(out.as<void>(), 0xff, out.bytes(), s.get()));
           cuda::launch_moe_gemv(g_up, s.get());
           cuda::launch_moe_gemv(g_dn, s.get());
-          cuda::MoeCombineParams cb{};
-          cb.y = y.as<bf16_bits>();
-          cb.topk_ids = d_ids->as<int32_t>();
-          cb.topk_weights = d_w->as<float>();
-          cb.out = out.as<bf16_bits>();
-          cb.tokens = tokens;
-          cb.hidden = hidden;
-          cb.top_k = k;
-          cb.num_experts = experts;
-          cuda::launch_moe_combine(cb, s.get());
+          launch_combine(y.as<bf16_bits>(), nullptr, d_ids->as<int32_t>(), d_w->as<float>(),
+                         out.as<bf16_bits>(), tokens, hidden, k, experts, s.get());
           bool guard = false;
           const auto all = read_output(out, tokens * hidden, s, &guard);
           const std::vector<float> got = from_bits(all);
@@ -317,17 +327,8 @@ TEST(MoeParity, GemmShortKMatchCpu) {
         CUDA_CHECK(cudaMemsetAsync(y.as<void>(), 0xff, y.bytes(), s.get()));
         CUDA_CHECK(cudaMemsetAsync(out.as<void>(), 0xff, out.bytes(), s.get()));
         cuda::launch_moe_gemm(g_dn, s.get());
-        cuda::MoeCombineParams cb{};
-        cb.y = y.as<bf16_bits>();
-        cb.pos = pos.as<int32_t>();
-        cb.topk_ids = d_ids->as<int32_t>();
-        cb.topk_weights = d_w->as<float>();
-        cb.out = out.as<bf16_bits>();
-        cb.tokens = tokens;
-        cb.hidden = hidden;
-        cb.top_k = k;
-        cb.num_experts = experts;
-        cuda::launch_moe_combine(cb, s.get());
+        launch_combine(y.as<bf16_bits>(), pos.as<int32_t>(), d_ids->as<int32_t>(), d_w->as<float>(),
+                       out.as<bf16_bits>(), tokens, hidden, k, experts, s.get());
         bool guard = false;
         const auto all = read_output(out, tokens * hidden, s, &guard);
         const std::vector<float> got = from_bits(all);
