@@ -13,8 +13,10 @@
 //   prefill   8,192 new tokens causal (the absorbed kernel as the prefill path), 16 and 128 heads:
 //             TFLOP/s over the causal FLOPs and % of the GEMM rate
 // Pages of 64 tokens in a shuffled order; the rows written by the MLA write kernel from random
-// bf16 values. Timing: CUDA events, median of 20 calls after 3 warm-ups. Compare with
-// bench/cuda/mla_torch_baseline.py (PyTorch bmm + softmax of the same decode).
+// bf16 values. Timing: CUDA events around 8 calls enqueued back to back over two copies of the
+// cache (median of 10), and beside it one synced call (median of 20; it also times the host's
+// launch latency). Compare with bench/cuda/mla_torch_baseline.py (PyTorch bmm + softmax of the
+// same decode).
 //
 // variants  (with --what variants) the decode kernel before its bandwidth pass ("old": one row a
 //           copy, no L2 prefetch) against the product's ("new": groups of 4 rows a copy, L2
@@ -22,8 +24,12 @@
 //           bf16, fp8_flashmla and fp8_e4m3 rows (and fp8_flashmla at 128), a summary line each
 // acceptance (with --what acceptance) issue 22's decode rows with the product's plans: bf16 and
 //           fp8_flashmla at 16, 8 and 128 heads
-// Usage: strata_bench_mla_bench [--what ceilings,variants,acceptance,decode,prefill] [--batch 64]
-//                               [--context 4096]
+// scaling   (with --what scaling) bf16 decode at other batches, contexts and split counts, loads
+//           alone, pages shuffled and in pool order (what limits the acceptance shape)
+// merge     (with --what merge) the decode kernel's own split merge against the merge kernel
+// Usage: strata_bench_mla_bench [--what ceilings,variants,acceptance,scaling,merge,decode,prefill]
+//                               [--batch 64] [--context 4096] [--pages sequential]
+//                               [--fused-merge 2]
 //                               [--decode-kernel 0] [--wgmma-pipe 0]  (0: never the decode
 //                               kernel / the pipelined wgmma kernel, e.g. after their parity tests
 //                               failed) [--row-groups 0] [--l2-prefetch 0]  (the acceptance
@@ -60,6 +66,9 @@ bool g_wgmma_pipe = true;     // --wgmma-pipe 0: the wgmma kernel instead of the
 int g_row_groups = -1;   // --row-groups 0: the acceptance rows' decode kernel copies single rows
 int g_l2_prefetch = -1;  // --l2-prefetch N: and prefetches N chunks ahead
 bool g_vtile = true;     // --vtile 0: no V-tile variants (e.g. after their parity tests failed)
+bool g_shuffle = true;   // --pages sequential: each sequence's pages in pool order (scaling rows)
+int g_fused_merge = 2;   // --fused-merge N: the acceptance rows' decode kernel merges up to N
+                         // splits itself (the product's default: 2; 0 never)
 
 #define BENCH_CUDA(expr)                                                          \
   do {                                                                            \
@@ -154,7 +163,7 @@ double bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch
   Buf cache(size_t(num_pages * page * fmt.row_bytes));
   std::vector<int32_t> perm(static_cast<size_t>(num_pages));
   std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), std::mt19937(5));
+  if (g_shuffle) std::shuffle(perm.begin(), perm.end(), std::mt19937(5));
   {  // every slot written from random bf16 rows (in slabs of 64K tokens)
     const int64_t slots = num_pages * page, slab = 65536;
     Buf src(size_t(slab) * W * 2), dslots(size_t(slab) * 4);
@@ -210,8 +219,29 @@ double bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch
   const cuda::MlaPlan plan =
       cuda::plan_mla_attention(fmt, batch, tokens, heads, new_tokens, ctx, sms, o);
   Buf scratch(size_t(std::max<int64_t>(plan.scratch_bytes, 16)));
-  cuda::apply_mla_plan(plan, plan.scratch_bytes ? scratch.p : nullptr, &p);
-  const double ms = time_ms(s, 3, 20, [&] { cuda::launch_mla_attention(p, s); });
+  Buf counters(size_t(std::max<int64_t>(plan.merge_counters, 4)) * 4);
+  BENCH_CUDA(cudaMemset(counters.p, 0, size_t(std::max<int64_t>(plan.merge_counters, 4)) * 4));
+  cuda::apply_mla_plan(plan, plan.scratch_bytes ? scratch.p : nullptr, &p, counters.as<int32_t>());
+  // Two timings. Back to back (the headline, as a decode step's graph runs the kernel and as
+  // int4_linear_bench, Triton's do_bench and nvbench time): kQueued calls enqueued at once,
+  // alternating between the cache and a copy of it (each call's rows come from DRAM, not from
+  // what the previous call left in L2), the mean of a call. One synced call (the figure before
+  // 2026-12-03 session 14): events around a single launch on an idle GPU, which also times the
+  // host's launch latency (~5 us of a ~90 us call).
+  constexpr int kQueued = 8;
+  Buf cache2(size_t(num_pages * page * fmt.row_bytes));
+  BENCH_CUDA(cudaMemcpy(cache2.p, cache.p, size_t(num_pages * page * fmt.row_bytes),
+                        cudaMemcpyDeviceToDevice));
+  const double ms_synced = time_ms(s, 3, 20, [&] { cuda::launch_mla_attention(p, s); });
+  const double ms = time_ms(s, 1, 10,
+                            [&] {
+                              for (int i = 0; i < kQueued; ++i) {
+                                p.cache = i % 2 ? cache2.p : cache.p;
+                                cuda::launch_mla_attention(p, s);
+                              }
+                              p.cache = cache.p;
+                            }) /
+                    kQueued;
   BENCH_CUDA(cudaGetLastError());
   // Causal among the new tokens: token i sees ctx - new_tokens + i + 1 keys.
   double keys = 0;
@@ -233,15 +263,18 @@ double bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch
                         : plan.row_groups && page % 4 == 0    ? " g4"
                                                               : "");
   if (plan.evict_first) at += std::snprintf(variant + at, sizeof variant - at, " ef");
+  if (p.merge_counters) at += std::snprintf(variant + at, sizeof variant - at, " fm");
   if (plan.diag == 1) std::snprintf(variant + at, sizeof variant - at, " LOADS");
   if (plan.diag == 2) std::snprintf(variant + at, sizeof variant - at, " MATH");
   if (plan.diag == 3) std::snprintf(variant + at, sizeof variant - at, " NO-PV-MATH");
   if (plan.diag == 4) std::snprintf(variant + at, sizeof variant - at, " NO-S-MATH");
+  const double synced_pct = 100.0 * bytes / (ms_synced * 1e-3) / 1e9 / c.copy_gbs;
   std::printf(
       "mla      %-7s %-12s batch %2d x ctx %5d, %4d new, %3d heads, %-24s %2d rows, %3d split(s): "
-      "%8.3f ms, %5.0f GB/s of latent rows = %5.1f%% of copy, %5.0f TFLOP/s = %5.1f%% of GEMM\n",
+      "%8.3f ms, %5.0f GB/s of latent rows = %5.1f%% of copy, %5.0f TFLOP/s = %5.1f%% of GEMM "
+      "(one synced call %.3f ms = %.1f%%)\n",
       what, lt.name, batch, ctx, new_tokens, heads, variant, plan.tile_rows, plan.num_splits, ms,
-      gbs, 100.0 * gbs / c.copy_gbs, tflops, 100.0 * tflops / c.gemm_tflops);
+      gbs, 100.0 * gbs / c.copy_gbs, tflops, 100.0 * tflops / c.gemm_tflops, ms_synced, synced_pct);
   if (profile && plan.kernel == cuda::kMlaDecode) print_profile(s, p, plan, what, lt.name, heads);
   return 100.0 * gbs / c.copy_gbs;
 }
@@ -314,6 +347,50 @@ void variant_sweep(cudaStream_t s, const Ceilings& c, const Layout& lt, int batc
       lt.name, heads, old_pct, new_pct, old_pct > 0 ? new_pct / old_pct : 0.0, best, best_name);
 }
 
+// Where the bf16 decode rows' % of copy comes from (issue 22's 85%): the acceptance shape against
+// twice the keys a block (batch 128, or context 8,192), the same shape without the split-KV merge
+// (one split: 64 blocks) and with more splits, loads alone, and pages in pool order against
+// shuffled ones (the TLB: each sequence's pages then share 2 MiB mappings).
+void scaling(cudaStream_t s, const Ceilings& c, const Layout& bf16) {
+  struct Shape {
+    int batch, ctx;
+  };
+  for (const bool shuffled : {true, false}) {
+    g_shuffle = shuffled;
+    const char* what = shuffled ? "shuffled" : "in-order";
+    for (int heads : {16, 8}) {
+      for (const Shape sh :
+           {Shape{64, 4096}, Shape{128, 4096}, Shape{64, 8192}, Shape{32, 8192}, Shape{256, 1024}})
+        bench_case(s, c, bf16, sh.batch, sh.ctx, 1, heads, what);
+      for (int n : {1, 3, 4, 8})
+        bench_case(s, c, bf16, 64, 4096, 1, heads, what, cuda::MlaPlanOptions{.splits = n});
+      bench_case(s, c, bf16, 64, 4096, 1, heads, what, cuda::MlaPlanOptions{.diag = 1}, true);
+      bench_case(s, c, bf16, 128, 4096, 1, heads, what, cuda::MlaPlanOptions{.diag = 1});
+    }
+  }
+  g_shuffle = true;
+}
+
+// The decode kernel's own split merge (MlaPlanOptions::fused_merge) against the merge kernel, on
+// the split shapes: issue 22's (64 x 4,096), 32 x 8,192, and batch 1 as a Kimi-K2.5 rank (8
+// heads, 4,096 keys: 32 splits of 2 chunks, or 64 of one) and Moonlight (16 heads, 768 keys, 8-row
+// blocks) run it; bf16 and fp8_flashmla rows.
+void fused_merge(cudaStream_t s, const Ceilings& c, const Layout& bf16, const Layout& flash) {
+  struct Shape {
+    int batch, ctx, heads, min_split_chunks, decode_rows;
+  };
+  for (const Shape sh :
+       {Shape{64, 4096, 16, 1, 0}, Shape{64, 4096, 8, 1, 0}, Shape{32, 8192, 16, 1, 0},
+        Shape{1, 4096, 8, 2, -1}, Shape{1, 4096, 8, 1, -1}, Shape{1, 768, 16, 2, -1},
+        Shape{4, 4096, 8, 2, -1}})
+    for (const Layout* lt : {&bf16, &flash})
+      for (int fm : {0, 1})
+        bench_case(s, c, *lt, sh.batch, sh.ctx, 1, sh.heads, fm ? "fused" : "kernel",
+                   cuda::MlaPlanOptions{.decode_rows = sh.decode_rows,
+                                        .min_split_chunks = sh.min_split_chunks,
+                                        .fused_merge = fm ? cuda::kMlaFusedMergeMaxSplits : 0});
+}
+
 }  // namespace
 }  // namespace strata
 
@@ -339,6 +416,10 @@ int main(int argc, char** argv) {
       g_l2_prefetch = std::atoi(argv[i + 1]);
     else if (a == "--vtile")
       g_vtile = std::atoi(argv[i + 1]) != 0;
+    else if (a == "--pages")
+      g_shuffle = std::string(argv[i + 1]) != "sequential";
+    else if (a == "--fused-merge")
+      g_fused_merge = std::atoi(argv[i + 1]);
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   cudaDeviceProp prop{};
@@ -362,10 +443,13 @@ int main(int argc, char** argv) {
     cuda::MlaPlanOptions o;
     if (g_row_groups >= 0) o.row_groups = g_row_groups;
     if (g_l2_prefetch >= 0) o.l2_prefetch = g_l2_prefetch;
+    o.fused_merge = g_fused_merge;
     for (int heads : {16, 8, 128})
       for (const Layout* lt : {&bf16, &flash})
         bench_case(s, c, *lt, batch, ctx, 1, heads, "accept", o);
   }
+  if (what.find("scaling") != std::string::npos) scaling(s, c, bf16);
+  if (what.find("merge") != std::string::npos) fused_merge(s, c, bf16, flash);
   if (what.find("decode") != std::string::npos) {
     for (int heads : {16, 8}) {
       bench_case(s, c, bf16, batch, ctx, 1, heads, "decode");

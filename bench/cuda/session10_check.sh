@@ -13,9 +13,11 @@
 #   offline    the Moonlight shape offline, 1,000 x 1,024 / 1,024, bf16 (offline_bench): the
 #              defaults, then each of OFFLINE_VARIANTS (one engine each)
 #   llama      the Llama-3.1-8B shape, batch 1, context 512, bf16, LLAMA_VARIANTS
+#   mla        the MLA decode kernel's own split merge against the merge kernel, then issue 22's
+#              acceptance rows (mla_bench --what ceilings,merge,acceptance)
 #   sweep      the MoE decode GEMV's work shapes (moe_bench --what kernels --sweep 1) for
 #              SWEEP_CONFIGS (default moonlight) at SWEEP_TOKENS (default 1,2,4,8)
-# (llama and sweep run only when named in STAGES.)
+# (llama, mla and sweep run only when named in STAGES.)
 # Logs packed into $OUT/session10_check.tgz; the summary on stdout.
 set -u
 source bench/cuda/device_env.sh
@@ -23,7 +25,7 @@ t0=$(date +%s)
 STAGES=${STAGES:-parity moe kimi moonlight offline}
 dev_configure
 dev_build strata_parity_test strata_bench_rank_step_bench strata_bench_offline_bench \
-  strata_bench_moe_bench
+  strata_bench_moe_bench strata_bench_mla_bench
 echo "build: $(( $(date +%s) - t0 )) s"
 L=$OUT/session10_check
 mkdir -p $L
@@ -52,6 +54,11 @@ for stage in $STAGES; do
       done
       set -- ${KIMI_CUTS:-2 4}
       python3 bench/cuda/rank_cuts.py project "$L/kimi$1.log" "$L/kimi$2.log" --layers "$1,$2" ;;
+    mla)
+      timeout 150 ./build-dev/strata_bench_mla_bench --what ceilings,merge,acceptance \
+        >"$L/mla.log" 2>&1
+      echo "mla: exit $?"
+      grep -E "^ceiling|^mla" "$L/mla.log" | sed 's/ of latent rows//' | cut -c1-220 ;;
     moonlight)
       timeout 100 ./build-dev/strata_bench_rank_step_bench \
         --config "$CFG/moonlight-16b-a3b/config.json" --batches 1 --context 768 --prefill 0 \

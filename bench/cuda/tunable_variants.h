@@ -221,6 +221,8 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.moe_combine_norm_fusion = false; }},
     {"mla_rows16", "MLA decode kernel blocks of 16 query rows (mla_decode_rows 16)",
      [](cuda::CudaTunables& t) { t.mla_decode_rows = 16; }},
+    {"no_mla_fused_merge", "MLA splits merged by their own kernel (mla_fused_merge_max_splits 0)",
+     [](cuda::CudaTunables& t) { t.mla_fused_merge_max_splits = 0; }},
     {"mla_chunks1", "MLA attention's splits down to one 64-key chunk (mla_min_split_chunks 1)",
      [](cuda::CudaTunables& t) { t.mla_min_split_chunks = 1; }},
     {"session9",

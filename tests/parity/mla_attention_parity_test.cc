@@ -240,8 +240,9 @@ struct Case {
                                           // the page size is a multiple of 4), of 8 (2; where it
                                           // is a multiple of 8) or one by one (0)
   int stages = 0;                         // the decode kernel's stages (0: as many as fit)
-  bool trees = false;  // sequences of 2..64 new tokens are draft trees (random parents):
-                       // AttentionMetadata::tree_mask
+  bool trees = false;   // sequences of 2..64 new tokens are draft trees (random parents):
+                        // AttentionMetadata::tree_mask
+  int fused_merge = 0;  // the decode kernel merges up to this many splits itself (MlaPlanOptions)
 };
 
 // Rows the decode kernel copies at once for a plan and page size (mla_decode_layout.cuh
@@ -367,11 +368,24 @@ void run_attention(const Fmt& f, const Case& cs) {
                                  .row_groups = cs.row_groups,
                                  .stages = cs.stages,
                                  .max_splits = cs.max_splits,
-                                 .decode_rows = cs.decode_rows};
+                                 .decode_rows = cs.decode_rows,
+                                 .fused_merge = cs.fused_merge};
   const cuda::MlaPlan plan =
       cuda::plan_mla_attention(c.fmt, n, t_new, H, max_new, max_kv, num_sms(), opt);
   DevBuf scratch(size_t(plan.scratch_bytes));
-  cuda::apply_mla_plan(plan, plan.scratch_bytes ? scratch.p : nullptr, &p);
+  // The fused merge's counters start at zero and every launch must leave them so (checked below,
+  // after the eager launch and after the graph replay).
+  const std::vector<int32_t> zeros(size_t(std::max<int64_t>(plan.merge_counters, 1)), 0);
+  auto counters = DevBuf::of(zeros);
+  if (cs.fused_merge) {
+    ASSERT_GT(plan.merge_counters, 0) << "the case must split its keys";
+  }
+  cuda::apply_mla_plan(plan, plan.scratch_bytes ? scratch.p : nullptr, &p, counters->as<int32_t>());
+  auto counters_zero = [&] {
+    std::vector<int32_t> now(zeros.size());
+    MLA_CUDA(cudaMemcpy(now.data(), counters->p, now.size() * 4, cudaMemcpyDeviceToHost));
+    return now == zeros;
+  };
   MLA_CUDA(cudaMemset(dout.p, 0xff, dout.bytes));  // NaN: rows never written fail
   cuda::launch_mla_attention(p, nullptr);
   MLA_CUDA(cudaDeviceSynchronize());
@@ -392,6 +406,7 @@ void run_attention(const Fmt& f, const Case& cs) {
       shape.c_str(), e);
   EXPECT_LT(e, 1e-4) << "kernel " << kernel_name(plan) << " " << f.name << " heads " << H
                      << " page " << page << shape;
+  EXPECT_TRUE(counters_zero()) << "the fused merge left a counter set";
 
   if (cs.graph) {  // the same launch captured and replayed: the same bits
     cudaStream_t s;
@@ -409,6 +424,7 @@ void run_attention(const Fmt& f, const Case& cs) {
     MLA_CUDA(cudaMemcpy(replay.data(), dout.p, replay.size() * 2, cudaMemcpyDeviceToHost));
     EXPECT_EQ(std::memcmp(replay.data(), raw.data(), raw.size() * 2), 0)
         << "graph replay, kernel " << kernel_name(plan);
+    EXPECT_TRUE(counters_zero()) << "the fused merge left a counter set (graph replay)";
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
     cudaStreamDestroy(s);
@@ -433,6 +449,45 @@ TEST(MlaAttention, DecodeEveryLayout) {
       run_attention(
           f, {.heads = 16, .page = 16, .seqs = {{500, 5}, {0, 4}, {77, 1}}, .decode = decode});
     }
+  }
+}
+
+// The decode kernel's own split merge (MlaPlanOptions::fused_merge): the last split block of a
+// tile merges the others' partials. Forced and planned splits (2 to 64: a lane weighs two), 8-
+// and 16-row tiles, ragged batches with sequences shorter than their splits (empty splits weigh
+// 0), a sequence with no keys before its token, bf16, e4m3 and FlashMLA rows, graph replay (the
+// counters must be zero again after every launch).
+TEST(MlaAttention, DecodeFusedMerge) {
+  for (int i : {0, 2, 7}) {  // bf16, e4m3 with a scale, FlashMLA
+    const Fmt& f = kFormats[i];
+    run_attention(f, {.heads = 16,
+                      .page = 16,
+                      .seqs = {{0, 1}, {16, 1}, {299, 1}, {1000, 1}},
+                      .graph = true,
+                      .fused_merge = cuda::kMlaFusedMergeMaxSplits});
+    run_attention(f, {.heads = 8,
+                      .page = 64,
+                      .seqs = {{2100, 1}, {63, 1}},
+                      .splits = 5,
+                      .graph = true,
+                      .fused_merge = cuda::kMlaFusedMergeMaxSplits});
+    run_attention(f, {.heads = 8,
+                      .page = 64,
+                      .seqs = {{4095, 1}},
+                      .splits = 64,
+                      .fused_merge = cuda::kMlaFusedMergeMaxSplits});
+    run_attention(f, {.heads = 16,
+                      .page = 64,
+                      .seqs = {{767, 1}},
+                      .decode_rows = 8,
+                      .graph = true,
+                      .fused_merge = cuda::kMlaFusedMergeMaxSplits});
+    run_attention(f, {.heads = 16,
+                      .page = 16,
+                      .seqs = {{500, 5}, {0, 4}, {77, 1}},
+                      .wgmma = 0,
+                      .splits = 3,
+                      .fused_merge = cuda::kMlaFusedMergeMaxSplits});
   }
 }
 

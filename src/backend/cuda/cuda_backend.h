@@ -379,6 +379,11 @@ class CudaBackend : public Backend,
   void* fp8_workspace_ = nullptr;                // cuBLASLt's, for every FP8 GEMM
   std::unique_ptr<Fp8GemmPlanner> fp8_planner_;  // plans per (m, n, k)
   bool mla_ready_ = false;                       // mla.cu: init_mla_attention_kernels() done
+  // mla.cu: the MLA decode kernel's split-merge counters (MlaAttentionParams::merge_counters),
+  // zeroed at construction; every launch leaves them zero. A fixed array (256 KB): captured
+  // graphs keep its address.
+  static constexpr int64_t kMlaMergeCounterCapacity = 1 << 16;
+  int32_t* mla_merge_counters_ = nullptr;
 
   // norm_prologue.cc: the merged add_rms_norms' block counter (NormPrologue::counter; zero
   // between launches, which run one after another on the main stream).

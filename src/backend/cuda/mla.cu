@@ -107,6 +107,7 @@ bool CudaBackend::mla_attention_gpu(const Tensor& q_latent, const KvStorage& kv,
   opt.max_splits = tunables_.mla_max_splits;
   opt.decode_rows = tunables_.mla_decode_rows;
   opt.min_split_chunks = tunables_.mla_min_split_chunks;
+  opt.fused_merge = tunables_.mla_fused_merge_max_splits;
   if (tunables_.deterministic) {
     opt.wgmma = 0;
     opt.decode = 0;
@@ -116,7 +117,11 @@ bool CudaBackend::mla_attention_gpu(const Tensor& q_latent, const KvStorage& kv,
                                           kv_len_bucket(meta_max_kv_), num_sms_, opt);
   DeviceTensorPtr work;  // back to the pool at return: stream order keeps its reuse safe
   if (plan.scratch_bytes > 0) work = scratch(plan.scratch_bytes);
-  apply_mla_plan(plan, work ? work->view().data : nullptr, &p);
+  // The decode kernel's own split merge: counters from the backend's fixed array (zeroed once,
+  // left zero by every launch), or the merge kernel where a batch needs more than it holds.
+  int32_t* counters =
+      plan.merge_counters <= kMlaMergeCounterCapacity ? mla_merge_counters_ : nullptr;
+  apply_mla_plan(plan, work ? work->view().data : nullptr, &p, counters);
   // Deterministic mode's draft trees: path tiles (mla_device.cuh BlockWork), one token's heads a
   // block, a tree row's keys in path order, so its sums run as plain decoding of its path runs
   // them (a shared tile would hold its ancestors at their tree slots among masked siblings).

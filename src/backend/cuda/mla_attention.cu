@@ -451,6 +451,11 @@ void launch_mla_attention(const MlaAttentionParams& p, cudaStream_t stream) {
   if (p.num_seqs == 0 || p.row_tiles == 0) return;
   CHECK_MSG(p.num_splits == 1 || (p.partial_o && p.partial_ml), "MLA attention: no scratch");
   CHECK_MSG(p.lse_out == nullptr || p.partial_o, "MLA attention: lse_out needs the partials");
+  CHECK_MSG(p.merge_counters == nullptr ||
+                (p.kernel == kMlaDecode && p.partial_o && p.lse_out == nullptr &&
+                 p.num_splits <= kMlaFusedMergeMaxSplits),
+            "MLA attention: the fused merge is the decode kernel's, up to {} splits into bf16 out",
+            kMlaFusedMergeMaxSplits);
   if (p.kernel == kMlaWgmma) {
     launch_mla_attention_wgmma(p, stream);
   } else if (p.kernel == kMlaWgmmaPipe) {
@@ -469,7 +474,7 @@ void launch_mla_attention(const MlaAttentionParams& p, cudaStream_t stream) {
     else
       CHECK_MSG(false, "MLA attention: kv_lora_rank {} rope {} not built", R, P);
   }
-  if (p.partial_o != nullptr) {
+  if (p.partial_o != nullptr && p.merge_counters == nullptr) {
     const int warps = std::min(8, p.num_splits);
     const int col_blocks = (p.fmt.latent + kCombineCols - 1) / kCombineCols;
     mla::launch(mla_combine_kernel, dim3(p.row_tiles * p.tile_rows, p.num_seqs, col_blocks),

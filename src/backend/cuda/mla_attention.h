@@ -121,6 +121,10 @@ struct MlaAttentionParams {
   uint64_t* prof;  // benchmarks only, the decode kernel: kMlaDecodeProfSlots clock64 sums over
                    // its warps (mla_decode_block.cuh WaitProfile); else null
   const uint64_t* tree_mask;  // draft trees: device [tokens] (AttentionMetadata); else null
+  int32_t* merge_counters;    // the decode kernel with partials into bf16 out (no lse_out): one
+                              // counter a (sequence, row tile), zero between launches; the last
+                              // of a tile's split blocks merges the partials (mla_decode_merge.cuh)
+                              // and no merge kernel follows. Null: the merge kernel
   MlaRowFormat fmt;
   int num_seqs;
   int heads;
@@ -152,7 +156,7 @@ struct MlaAttentionParams {
                      // the mma kernel, one split, no partials)
   int pad_;          // 0 (no padding bytes)
 };
-static_assert(sizeof(MlaAttentionParams) == 13 * 8 + sizeof(MlaRowFormat) + 22 * 4, "no padding");
+static_assert(sizeof(MlaAttentionParams) == 14 * 8 + sizeof(MlaRowFormat) + 22 * 4, "no padding");
 // Where the decode kernel's warps spend their cycles (p.prof, summed over every block's warps):
 // the S warps waiting for a stage's bytes, for the other S warps' row maxima, for the PV warps to
 // free a P buffer, and their whole run; the PV warps waiting for P, for a stage (its bytes, or
@@ -213,6 +217,9 @@ struct MlaPlan {
   int l2_prefetch = 0;
   int row_groups = 1;
   int64_t scratch_bytes = 0;  // partial_o then partial_ml, float32; 0: no partials (one split)
+  // The decode kernel's split merge in its last block (MlaAttentionParams::merge_counters): the
+  // counters it needs (num_seqs · row_tiles); 0: the merge kernel (or no merge).
+  int64_t merge_counters = 0;
 };
 // Knobs for tests and benchmarks; the defaults are the production choice.
 struct MlaPlanOptions {
@@ -234,7 +241,13 @@ struct MlaPlanOptions {
                          // -1: as 0, and 8 too where 16-row blocks, one chunk each, leave SMs idle)
   int min_split_chunks = 1;  // where the plan picks the splits: at least this many chunks a split
                              // where that leaves kMlaSplitsKept splits or more
+  int fused_merge = 0;       // > 1: the decode kernel merges its splits itself where there are at
+                             // most this many (and kMlaFusedMergeMaxSplits), into bf16 output (not
+                             // opt.partials); CudaTunables::mla_fused_merge_max_splits
 };
+// The most splits the decode kernel merges itself: its last block weighs every split of its
+// rows in one pass of its warps (mla_decode_merge.cuh: a lane two splits).
+constexpr int kMlaFusedMergeMaxSplits = 64;
 // min_split_chunks never takes the splits below this: Moonlight's batch 1 (16 heads, 768 keys:
 // 12 one-chunk splits of 8-row blocks) ran 1.9% faster a step than with 6 two-chunk splits,
 // a Kimi-K2.5 rank's (8 heads, 4,096 keys) faster with 32 two-chunk splits than 64 (H200,
@@ -257,13 +270,16 @@ constexpr int kMlaMaxSmem = 227 * 1024;
 // Fills p.kernel, row_tiles, tile_rows, num_splits, split_len, chunk, stages, cvt, evict_first,
 // diag, l2_prefetch, row_groups and the partial pointers from `plan` and `scratch`
 // (plan.scratch_bytes bytes, 16-byte aligned; null when none is needed). The kernels leave
-// partials exactly when partial_o is set.
-void apply_mla_plan(const MlaPlan& plan, void* scratch, MlaAttentionParams* p);
+// partials exactly when partial_o is set. merge_counters: plan.merge_counters zeroed int32
+// counters (left zero by every launch), or null: the merge kernel merges the splits.
+void apply_mla_plan(const MlaPlan& plan, void* scratch, MlaAttentionParams* p,
+                    int32_t* merge_counters = nullptr);
 
 // Sets the kernels' shared-memory limits; call once per device before the first launch (and
 // before any graph capture).
 void init_mla_attention_kernels();
-// The attention kernel p.kernel names, then the merge when it left partials (p.partial_o).
+// The attention kernel p.kernel names, then the merge when it left partials (p.partial_o) and
+// does not merge them itself (p.merge_counters).
 // Programmatic dependent launch on both (their first instruction waits on the predecessor).
 void launch_mla_attention(const MlaAttentionParams& p, cudaStream_t stream);
 // The wgmma and decode kernels alone (launch_mla_attention calls them).

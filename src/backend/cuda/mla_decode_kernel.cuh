@@ -1,8 +1,10 @@
 // The MLA decode kernel itself (its design: mla_decode.cuh): the block's setup, then the S warps
-// (mla_decode_s_warps.cuh) and the PV warps (mla_decode_pv_warps.cuh).
+// (mla_decode_s_warps.cuh) and the PV warps (mla_decode_pv_warps.cuh), then (p.merge_counters)
+// the split merge of a tile's last block (mla_decode_merge.cuh).
 #pragma once
 
 #include "backend/cuda/mla_decode_block.cuh"
+#include "backend/cuda/mla_decode_merge.cuh"
 #include "backend/cuda/mla_decode_pv_warps.cuh"
 #include "backend/cuda/mla_decode_s_warps.cuh"
 
@@ -50,6 +52,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
     s_warps<NT, LK, CVT>(p, b, prof);
   else
     pv_warps<NT, LK, CVT>(p, b, prof);
+  if (p.merge_counters != nullptr) merge_if_last<kRows>(p, w, smem);
 }
 
 }  // namespace strata::cuda::mla_decode

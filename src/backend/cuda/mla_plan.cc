@@ -148,10 +148,14 @@ MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_to
     plan.num_splits = std::max(plan.num_splits, int(std::min<int64_t>(opt.splits, max_chunks)));
   if (plan.num_splits > 1 || opt.partials)
     plan.scratch_bytes = num_tokens * heads * plan.num_splits * int64_t(fmt.latent + 2) * 4;
+  if (plan.kernel == kMlaDecode && plan.num_splits > 1 && !opt.partials &&
+      plan.num_splits <= std::min(opt.fused_merge, kMlaFusedMergeMaxSplits))
+    plan.merge_counters = int64_t(num_seqs) * plan.row_tiles;
   return plan;
 }
 
-void apply_mla_plan(const MlaPlan& plan, void* scratch, MlaAttentionParams* p) {
+void apply_mla_plan(const MlaPlan& plan, void* scratch, MlaAttentionParams* p,
+                    int32_t* merge_counters) {
   p->kernel = plan.kernel;
   p->row_tiles = plan.row_tiles;
   p->num_splits = plan.num_splits;
@@ -166,6 +170,7 @@ void apply_mla_plan(const MlaPlan& plan, void* scratch, MlaAttentionParams* p) {
   p->row_groups = plan.row_groups;
   p->partial_o = nullptr;
   p->partial_ml = nullptr;
+  p->merge_counters = plan.merge_counters > 0 ? merge_counters : nullptr;
   if (plan.scratch_bytes > 0) {
     CHECK_MSG(scratch != nullptr, "MLA attention: {} split(s) need scratch", plan.num_splits);
     p->partial_o = static_cast<float*>(scratch);

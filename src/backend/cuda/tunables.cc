@@ -59,6 +59,8 @@ void CudaTunables::check() const {
   CHECK_MSG(graph_segment_launches >= 0, "graph_segment_launches {}", graph_segment_launches);
   CHECK_MSG(mla_max_splits >= 0, "mla_max_splits {}", mla_max_splits);
   CHECK_MSG(mla_min_split_chunks >= 1, "mla_min_split_chunks {}", mla_min_split_chunks);
+  CHECK_MSG(mla_fused_merge_max_splits >= 0, "mla_fused_merge_max_splits {}",
+            mla_fused_merge_max_splits);
   CHECK_MSG(mla_decode_rows == -1 || mla_decode_rows == 0 || mla_decode_rows == 8 ||
                 mla_decode_rows == 16,
             "mla_decode_rows {}", mla_decode_rows);

@@ -251,6 +251,15 @@ struct CudaTunables {
   // 2026-12-03). Splits of two chunks (32 at 4,096 keys, the measured mla_splits32 above) halve
   // the partials; long contexts stay split wide, short ones (Moonlight's 768 keys) unchanged.
   int mla_min_split_chunks = 2;
+  // The MLA decode kernel merges its key splits itself where a batch has at most this many (and
+  // more than one): the last split block of a (sequence, row tile) weighs the others' partials
+  // (mla_decode_merge.cuh) instead of a merge kernel launched after it. 0: never. No env.
+  // Default 2, measured on the H200 (2026-12-03, mla_bench --what merge; rank_step_bench): batch
+  // 64 x 4,096 (2 splits) 73.7 -> 75.8% of copy at 16 heads, 76.9 -> 79.3% at 8, fp8_flashmla
+  // +1.2 / +1.7 points; 4 splits (32 x 8,192) 76.1 -> 74.8%; at batch 1 (12-64 splits) slower,
+  // 17 -> 21-24 us a Kimi-K2.5 rank's layer (one SM reads every split's partial rows where the
+  // merge kernel spreads them over 32 blocks): the rank's batch-1 step 4.97 against 4.83 ms.
+  int mla_fused_merge_max_splits = 2;
   // The MLA decode kernel's query rows a block: 8 or 16; 0: 8 where a sequence's rows (heads x
   // new tokens) are at most 8, else 16; -1 (default): as 0, and 8 also where 16-row blocks of one
   // chunk each would leave SMs idle (batch x row tiles x chunks < SMs). No env. Why: Moonlight's
