@@ -150,17 +150,6 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.moe_int4_reg_max_assignments = 16; }},
     {"router_preload", "the MoE router GEMV's first weight loads before its PDL wait",
      [](cuda::CudaTunables& t) { t.moe_router_preload = true; }},
-    {"add_norm",
-     "add_rms_norms inside the GEMV after them (gemv_add_norm_fusion; plain norms merge "
-     "without it)",
-     [](cuda::CudaTunables& t) { t.gemv_add_norm_fusion = true; }},
-    {"norms", "add_norm and router_norm together",
-     [](cuda::CudaTunables& t) {
-       t.gemv_add_norm_fusion = true;
-       t.moe_router_norm_fusion = true;
-     }},
-    {"router_norm", "the post-attention norm as the MoE router's prologue, not its own launch",
-     [](cuda::CudaTunables& t) { t.moe_router_norm_fusion = true; }},
     {"gemv_prefetch2k",
      "bf16 decode GEMVs: each row's first 2,048 weights prefetched before the "
      "PDL wait (gemv_prefetch_elems, with the first batch into registers)",

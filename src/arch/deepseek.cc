@@ -347,10 +347,8 @@ void DeepseekModel::moe_block(int layer, const Tensor& h, const Tensor& out) {
   Backend& be = *backend_;
   const MoeBlock& m = layers_[size_t(layer)].moe;
   const int64_t t = h.dim(0), k = route_args_.top_k;
-  // The router first, right after the norm that made h (the CUDA backend runs that norm inside
-  // the router's launch at decode), then the shared experts as a side branch
-  // (backend/side_branch.h) beside the route and the routed experts; moe_experts_add joins it
-  // before it reads their output.
+  // The router first, then the shared experts as a side branch (backend/side_branch.h) beside
+  // the route and the routed experts; moe_experts_add joins it before it reads their output.
   auto logits = be.alloc(DType::kF32, {t, route_args_.num_experts});
   be.linear(h, m.gate, *logits);
   DeviceTensorPtr shared;

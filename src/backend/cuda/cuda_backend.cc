@@ -52,8 +52,6 @@ CudaBackend::CudaBackend(const BackendOptions& options)
   CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes) ==
         CUBLAS_STATUS_SUCCESS);
   CHECK(cublasSetStream(cublas_, stream_) == CUBLAS_STATUS_SUCCESS);
-  CUDA_CHECK(cudaMalloc(&norm_prologue_counter_, sizeof(int)));
-  CUDA_CHECK(cudaMemsetAsync(norm_prologue_counter_, 0, sizeof(int), stream_));
   CUDA_CHECK(cudaMalloc(&mla_merge_counters_, kMlaMergeCounterCapacity * sizeof(int32_t)));
   CUDA_CHECK(
       cudaMemsetAsync(mla_merge_counters_, 0, kMlaMergeCounterCapacity * sizeof(int32_t), stream_));
@@ -87,7 +85,6 @@ CudaBackend::~CudaBackend() {
   recorder_.drop_graphs();
   cublasDestroy(cublas_);
   cudaFree(cublas_workspace_);
-  cudaFree(norm_prologue_counter_);
   cudaFree(mla_merge_counters_);
   fp8_planner_.reset();
   if (fp8_workspace_) cudaFree(fp8_workspace_);

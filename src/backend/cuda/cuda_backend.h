@@ -385,10 +385,6 @@ class CudaBackend : public Backend,
   static constexpr int64_t kMlaMergeCounterCapacity = 1 << 16;
   int32_t* mla_merge_counters_ = nullptr;
 
-  // norm_prologue.cc: the merged add_rms_norms' block counter (NormPrologue::counter; zero
-  // between launches, which run one after another on the main stream).
-  int* norm_prologue_counter_ = nullptr;
-
   // moe.cu
   bool moe_ready_ = false;  // init_moe_gemm_kernels() done
   // The router GEMV's tile counters and the fused route's two (moe_route.h; always zero between

@@ -257,9 +257,7 @@ template <int M>
 void launch_gemv_m(const GemvParams& p, const Launch& launch) {
   const int warps = p.block_warps == 4 ? 4 : kMaxWarps;
   const dim3 block(unsigned(warps * 32));
-  CHECK_MSG(p.norm.x == nullptr ||
-                (M <= 2 && (p.norm.residual == nullptr) == (p.norm.counter == nullptr)),
-            "gemv norm: {} rows (at most 2), a residual with its counter", M);
+  CHECK_MSG(p.norm.x == nullptr || M <= 2, "gemv norm: {} rows (at most 2)", M);
   if (p.glu_inter > 0) {
     const dim3 grid(unsigned(ceil_div(p.glu_inter, warps / 2)));
     if constexpr (M <= 2) {
@@ -441,9 +439,7 @@ bool CudaBackend::merge_gemv_pair(const GemvParams& p, GemvParams* pair) const {
   if (!recorder_.last(kOpGemv, &a) && !recorder_.last(kOpGemvNorm, &a)) return false;
   if (a.norm.x != nullptr) {  // its norm's tensors must not overlap the second output either
     const int64_t x_bytes = int64_t(p.m) * p.k * 2, p_out = int64_t(p.m) * p.n * 2;
-    if (byte_ranges_overlap(p.out, p_out, a.norm.x, x_bytes) ||
-        (a.norm.residual && byte_ranges_overlap(p.out, p_out, a.norm.residual, x_bytes)))
-      return false;
+    if (byte_ranges_overlap(p.out, p_out, a.norm.x, x_bytes)) return false;
   }
   if (a.w2 != nullptr || a.glu_inter != 0 || p.glu_inter != 0 || a.x != p.x || a.m != p.m ||
       a.k != p.k || a.prefetch_elems != p.prefetch_elems || a.block_warps != p.block_warps ||

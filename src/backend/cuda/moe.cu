@@ -308,12 +308,6 @@ void CudaBackend::linear_f32_out(const Tensor& x, const LinearWeight& w, const T
     p.hidden = k;
     p.pdl_early = tunables_.pdl_early;
     p.preload = tunables_.moe_router_preload ? 1 : 0;
-    // Graph mode: the norm that made x (a MoE layer's post-attention norm) as the prologue.
-    if (tunables_.moe_router_norm_fusion && !w.bias &&
-        take_norm_prologue(p.x, m, k, p.out, m * n * 4, &p.norm)) {
-      recorder_.drop_last();
-      p.preload = 0;
-    }
     record(kOpMoeRouter, p, run_moe_router);
   } else {
     auto g = zeroed<RouterGemmParams>();
@@ -378,7 +372,7 @@ void CudaBackend::moe_route(const Tensor& router_logits, const Tensor& correctio
   MoeRouterParams r;
   if (tunables_.fusion && tokens <= tunables_.moe_router_route_max_tokens &&
       recorder_.last(kOpMoeRouter, &r) && r.out == p.logits && r.tokens == tokens &&
-      r.experts == e && r.norm.x == nullptr) {
+      r.experts == e) {
     recorder_.drop_last();
     auto f = zeroed<MoeRouterRouteParams>();
     f.router = r;

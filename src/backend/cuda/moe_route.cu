@@ -25,7 +25,6 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/moe_route.h"
-#include "backend/cuda/norm_prologue.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -47,16 +46,10 @@ constexpr int kRouterUnroll = 4;  // 32-column chunks in flight per warp
 // kernel, so they may stream while the predecessor finishes; x, the scratch and the counters are
 // touched only after the entry). Returns true in the CTA whose writes completed its row tile's
 // logits (every CTA when splits == 1, else the tile's last CTA); uniform over the CTA.
-// NM > 0: p.norm's prologue for NM tokens after the entry (x read from shared memory; no preload).
-template <int NT, int NM = 0>
+template <int NT>
 __device__ __forceinline__ bool router_tile(const MoeRouterParams& p) {
-  bool entered = NM > 0 || !p.preload;
+  bool entered = !p.preload;
   if (entered) pdl_enter(p.pdl_early);
-  const bf16_bits* x = p.x;
-  if constexpr (NM > 0) {
-    extern __shared__ __align__(16) char norm_smem[];
-    x = norm_prologue<NM>(p.norm, p.hidden, const_cast<bf16_bits*>(p.x), norm_smem);
-  }
   __shared__ float red[kRouterWarps][NT * 4][32];
   __shared__ int is_last;
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
@@ -70,7 +63,7 @@ __device__ __forceinline__ bool router_tile(const MoeRouterParams& p) {
   const bf16_bits* xr[NT];
 #pragma unroll
   for (int j = 0; j < NT; ++j)
-    xr[j] = 8 * j + g < p.tokens ? x + (8 * j + g) * p.hidden + 8 * c : nullptr;
+    xr[j] = 8 * j + g < p.tokens ? p.x + (8 * j + g) * p.hidden + 8 * c : nullptr;
   float acc[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j)
@@ -95,8 +88,8 @@ __device__ __forceinline__ bool router_tile(const MoeRouterParams& p) {
       if (ch + kRouterWarps * u >= ch1) break;  // uniform over the warp
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        const uint4* xp = reinterpret_cast<const uint4*>(xr[j] + col);
-        const uint4 xv = xr[j] ? (NM > 0 ? *xp : __ldg(xp)) : make_uint4(0, 0, 0, 0);
+        const uint4 xv =
+            xr[j] ? __ldg(reinterpret_cast<const uint4*>(xr[j] + col)) : make_uint4(0, 0, 0, 0);
         mma16816(acc[j], va[u].x, vb[u].x, va[u].y, vb[u].y, xv.x, xv.y);
         mma16816(acc[j], va[u].z, vb[u].z, va[u].w, vb[u].w, xv.z, xv.w);
       }
@@ -144,9 +137,9 @@ __device__ __forceinline__ bool router_tile(const MoeRouterParams& p) {
   return true;
 }
 
-template <int NT, int NM>
+template <int NT>
 __global__ void __launch_bounds__(kRouterWarps * 32) moe_router_kernel(MoeRouterParams p) {
-  router_tile<NT, NM>(p);
+  router_tile<NT>(p);
 }
 
 // ---- route ----
@@ -448,20 +441,8 @@ void launch_moe_router(const MoeRouterParams& p_in, cudaStream_t stream) {
   if (p_in.tokens == 0) return;
   const MoeRouterParams p = checked_router(p_in);
   const dim3 grid(unsigned(p.splits), unsigned((p.experts + 15) / 16));
-  if (p.norm.x != nullptr) {  // tokens <= 2: one token tile
-    CHECK_MSG(p.tokens <= 2 && p.hidden <= 8192 &&
-                  (p.norm.residual == nullptr) == (p.norm.counter == nullptr),
-              "moe router norm: {} tokens (at most 2), hidden {} (at most 8,192), a residual "
-              "with its counter",
-              p.tokens, p.hidden);
-    const size_t smem = norm_prologue_smem_bytes(int(p.tokens), p.hidden);
-    launch_pdl(p.tokens == 1 ? moe_router_kernel<1, 1> : moe_router_kernel<1, 2>, grid,
-               dim3(kRouterWarps * 32), smem, Launch{stream}, p);
-    CUDA_LAUNCH_CHECK();
-    return;
-  }
   with_nt(p.tokens, [&](auto nt) {
-    launch_pdl(moe_router_kernel<decltype(nt)::value, 0>, grid, dim3(kRouterWarps * 32), 0,
+    launch_pdl(moe_router_kernel<decltype(nt)::value>, grid, dim3(kRouterWarps * 32), 0,
                Launch{stream}, p);
   });
   CUDA_LAUNCH_CHECK();
@@ -485,7 +466,6 @@ void launch_moe_router_route(const MoeRouterRouteParams& f_in, cudaStream_t stre
   MoeRouterRouteParams f = f_in;
   f.router = checked_router(f_in.router);
   check_route(f.route);
-  CHECK_MSG(f.router.norm.x == nullptr, "moe router+route: no norm prologue");
   CHECK_MSG(f.route.logits == f.router.out && f.route.tokens == f.router.tokens &&
                 f.route.num_experts == f.router.experts && f.router.counters != nullptr,
             "moe router+route: the route must read the router's logits ({} tokens, {} experts) "

@@ -31,7 +31,6 @@
 #include <type_traits>
 
 #include "backend/cuda/launch.h"
-#include "backend/cuda/norm.h"
 
 namespace strata::cuda {
 
@@ -52,12 +51,8 @@ struct MoeRouterParams {
   int splits;     // CTAs per 16-row tile splitting H: 0 = moe_router_splits(E, H)
   int pdl_early;  // trigger the next kernel before waiting on the previous (common.cuh)
   int preload;    // each warp's first weight loads before the PDL wait (CudaTunables::
-                  // moe_router_preload); the same arithmetic, the same bits. Not with a norm.
+                  // moe_router_preload); the same arithmetic, the same bits
   int pad_;
-  // The rms_norm (or add_rms_norm) that made x, as this launch's prologue (graph mode merges it:
-  // CudaBackend::take_norm_prologue; norm_prologue.cuh): every CTA normalizes the tokens (at most
-  // 2) into shared memory, CTA 0 stores them to x. norm.x null: none. Not with the route merged.
-  NormPrologue norm;
 };
 // The split the launcher picks (its partials scratch: splits · T · E floats).
 int moe_router_splits(int64_t experts, int64_t hidden);
@@ -105,9 +100,7 @@ struct MoeRouterRouteParams {
 };
 void launch_moe_router_route(const MoeRouterRouteParams& p, cudaStream_t stream);
 
-static_assert(std::is_trivially_copyable_v<NormPrologue> && sizeof(NormPrologue) == 4 * 8 + 2 * 4);
-static_assert(std::is_trivially_copyable_v<MoeRouterParams> &&
-              sizeof(MoeRouterParams) == 8 * 8 + 4 * 4 + sizeof(NormPrologue));  // no padding
+static_assert(std::has_unique_object_representations_v<MoeRouterParams>);
 static_assert(std::is_trivially_copyable_v<MoeRouteParams> && sizeof(MoeRouteParams) == 80);
 static_assert(std::is_trivially_copyable_v<MoeRouterRouteParams> &&
               sizeof(MoeRouterRouteParams) == sizeof(MoeRouterParams) + sizeof(MoeRouteParams));

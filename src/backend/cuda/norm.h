@@ -19,14 +19,12 @@ struct RmsNormParams {
 };
 void launch_rms_norm(const RmsNormParams& p, const Launch& launch);
 
-// An rms_norm or add_rms_norm that the kernel reading its output runs as a prologue (graph mode
-// merges the norm launch just recorded into the decode GEMV or the MoE router GEMV after it:
-// norm_prologue.cc, the device side norm_prologue.cuh). x null: no prologue.
+// An rms_norm that the kernel reading its output runs as a prologue (graph mode merges the norm
+// launch just recorded into the decode GEMV after it: norm_prologue.cc, the device side
+// norm_prologue.cuh). x null: no prologue.
 struct NormPrologue {
-  const bf16_bits* x;   // the norm's input [m, k]
-  const void* weight;   // [k], bf16 or f32 (weight_f32)
-  bf16_bits* residual;  // add_rms_norm: [m, k], residual += x first (stored by one block), or null
-  int* counter;         // with a residual: the blocks that have read it (zero between launches)
+  const bf16_bits* x;  // the norm's input [m, k]
+  const void* weight;  // [k], bf16 or f32 (weight_f32)
   float eps;
   int weight_f32;
 };

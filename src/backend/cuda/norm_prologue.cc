@@ -1,12 +1,11 @@
-// Graph mode's merge of an rms_norm / add_rms_norm into the kernel that reads its output
-// (CudaTunables::gemv_norm_fusion, gemv_add_norm_fusion; the device side: norm_prologue.cuh).
+// Graph mode's merge of an rms_norm into the decode GEMV that reads its output
+// (CudaTunables::gemv_norm_fusion; the device side: norm_prologue.cuh).
 //
 // Why: at batch 1 each kernel boundary costs a few microseconds of a latency-bound step, and
-// every layer has norms on its critical path: MLA's q_a -> norm -> q_b (arch/deepseek.cc), the
-// input norm before q_a / kv_a (or qkv), the post-attention norm before the router or a dense
-// MLP's SwiGLU GEMV (arch/decoder.cc). Every block of the reading kernel repeats the norm of its
-// m <= 2 rows (k <= 8,192 values: a few KB from L2), so the norm's launch goes and the kernel's
-// own weight stream starts as before.
+// MLA's q_a -> norm -> q_b (arch/deepseek.cc) is on its critical path. Every block of the
+// reading kernel repeats the norm of its m <= 2 rows (k <= 8,192 values: a few KB from L2), so
+// the norm's launch goes and the kernel's own weight stream starts as before. Not add_rms_norms
+// (norm_prologue.cuh says why).
 #include <cstdint>
 
 #include "backend/cuda/cuda_backend.h"
@@ -14,14 +13,12 @@
 
 namespace strata::cuda {
 
-// True when the launch just recorded is an rms_norm (or add_rms_norm) whose output is x [m, k]
+// True when the launch just recorded is an rms_norm (not add_rms_norm) whose output is x [m, k]
 // exactly: contiguous rows, m <= 2, not in place (the reading kernel's blocks read the norm's
 // input while block 0 stores its output), the one-pass vec kernel's shape (the prologue follows
 // its order of sums: 256 < k <= 8,192, 16-byte aligned), none of its tensors overlapping each
-// other or the reader's output `out` (out_bytes). An add_rms_norm's residual update moves along
-// only with gemv_add_norm_fusion and on the main stream (the counter is the backend's one, and
-// main-stream launches run one after another). *n then holds the prologue; the caller drops the
-// norm's launch and records the merged one.
+// other or the reader's output `out` (out_bytes). *n then holds the prologue; the caller drops
+// the norm's launch and records the merged one.
 bool CudaBackend::take_norm_prologue(const void* x, int64_t m, int64_t k, const void* out,
                                      int64_t out_bytes, NormPrologue* n) const {
   if (!tunables_.fusion || !tunables_.gemv_norm_fusion || m < 1 || m > 2) return false;
@@ -30,22 +27,15 @@ bool CudaBackend::take_norm_prologue(const void* x, int64_t m, int64_t k, const 
   if (np.out != x || np.rows != m || (np.row_stride != 0 && np.row_stride != np.dim) ||
       np.dim != k || rms_norm_kernel_for(np) != RmsNormKernel::kVecOnePass)
     return false;
-  if (np.residual != nullptr && (!tunables_.gemv_add_norm_fusion || side_ == SideBranch::kOpen))
-    return false;
+  if (np.residual != nullptr) return false;
   const int64_t x_bytes = m * k * 2;
-  const void* tensors[] = {np.x, np.out, np.residual};
-  for (int a = 0; a < 3; ++a) {
-    if (tensors[a] == nullptr) continue;
-    if (byte_ranges_overlap(tensors[a], x_bytes, out, out_bytes)) return false;
-    for (int b = a + 1; b < 3; ++b)
-      if (tensors[b] != nullptr && byte_ranges_overlap(tensors[a], x_bytes, tensors[b], x_bytes))
-        return false;
-  }
+  if (byte_ranges_overlap(np.x, x_bytes, out, out_bytes) ||
+      byte_ranges_overlap(np.out, x_bytes, out, out_bytes) ||
+      byte_ranges_overlap(np.x, x_bytes, np.out, x_bytes))
+    return false;
   *n = zeroed<NormPrologue>();
   n->x = np.x;
   n->weight = np.weight;
-  n->residual = np.residual;
-  n->counter = np.residual != nullptr ? norm_prologue_counter_ : nullptr;
   n->eps = np.eps;
   n->weight_f32 = np.weight_f32;
   return true;

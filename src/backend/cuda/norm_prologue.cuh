@@ -1,9 +1,7 @@
-// An RMSNorm run as the prologue of the kernel that reads its output (NormPrologue in norm.h;
-// graph mode merges the norm launch into it: norm_prologue.cc): the decode GEMV (MLA's q_a norm
-// before q_b, a layer's input norm before q_a / kv_a or qkv, a dense MLP's norm before its
-// SwiGLU GEMV) and the MoE router GEMV (the post-attention norm). Each block normalizes the m
-// rows itself into shared memory, so the norm's own launch, one kernel boundary of the batch-1
-// critical path, goes.
+// An RMSNorm run as the prologue of the decode GEMV that reads its output (NormPrologue in norm.h;
+// graph mode merges the norm launch into it: norm_prologue.cc; MLA's q_a norm before q_b). Each
+// block normalizes the m rows itself into shared memory, so the norm's own launch, one kernel
+// boundary of the batch-1 critical path, goes.
 //
 // Bits: those of launch_rms_norm's one-pass vec kernel (norm.h kVecOnePass), whose order of sums
 // this follows: norm thread i of ceil(k / 256) warps holds values [8i, 8i + 8) and sums their
@@ -12,11 +10,11 @@
 // norm warps in turn (warp w: norm warps w, w + W, ...). Block 0 also stores the rows where the
 // norm would have (`keep`), so the step's tensors hold what they held before the merge.
 //
-// With a residual (an add_rms_norm: residual += x, then the norm of the sum, each sum rounded to
-// bf16 as the norm kernel rounds what it stores) every block reads the old residual, so none
-// may store the new one before all have read it: each block counts itself in (counter) once its
-// reads are done, and the block that counts last stores the sums and resets the counter. No
-// block waits for another, so the grid may be larger than what the GPU holds at once.
+// Not an add_rms_norm: its residual update inside the GEMV (the block that read last stored the
+// sums) ran slower than the two launches on the H200, because every block of a large grid
+// repeats the row's add and norm (Llama-3.1-8B batch 1 4.879 against 4.141 ms a step, a
+// Kimi-K2.5 rank +10%; the router GEMV with the post-attention norm likewise; 2026-12-03,
+// bench/results/2026-12-03-session13.md). That design is in commit fb9159d.
 #pragma once
 
 #include "backend/cuda/common.cuh"
@@ -30,15 +28,10 @@ inline size_t norm_prologue_smem_bytes(int m, int64_t k) {
   return size_t(m) * size_t(k) * 2 + size_t((k / 8 + 31) / 32) * 4;
 }
 
-// x + residual's 8 values at chunk i of row m (x's alone without a residual).
+// x's 8 values at chunk i of row m.
 __device__ __forceinline__ void norm_input8(const NormPrologue& n, int64_t k, int m, int i,
                                             float* v) {
   unpack8(__ldg(reinterpret_cast<const uint4*>(n.x + int64_t(m) * k) + i), v);
-  if (n.residual == nullptr) return;
-  float r[8];
-  unpack8(__ldg(reinterpret_cast<const uint4*>(n.residual + int64_t(m) * k) + i), r);
-#pragma unroll
-  for (int e = 0; e < 8; ++e) v[e] = bf16_to_float(float_to_bf16(v[e] + r[e]));
 }
 
 // Every thread of the block, after pdl_wait: returns the M normalized rows of k values (shared
@@ -84,24 +77,6 @@ __device__ __forceinline__ const bf16_bits* norm_prologue(const NormPrologue& n,
       if (block == 0) kept[i] = bits;
     }
     __syncthreads();  // the rows complete; warp_ss free for the next row
-  }
-  if (n.residual != nullptr) {  // this block's reads are done (the barrier above)
-    __shared__ int last;
-    if (threadIdx.x == 0) {
-      __threadfence();
-      last = atomicAdd(n.counter, 1) == int(gridDim.x * gridDim.y) - 1;
-    }
-    __syncthreads();
-    if (last) {  // every other block has read the old residual: store the sums
-      __threadfence();
-      for (int m = 0; m < M; ++m)
-        for (int i = int(threadIdx.x); i < nchunk; i += int(blockDim.x)) {
-          float v[8];
-          norm_input8(n, k, m, i, v);
-          reinterpret_cast<uint4*>(n.residual + int64_t(m) * k)[i] = pack8(v);
-        }
-      if (threadIdx.x == 0) *n.counter = 0;  // for the next launch (a graph replays it)
-    }
   }
   return xs;
 }

@@ -78,21 +78,9 @@ struct CudaTunables {
   // boundary fewer a layer on the batch-1 critical path of DeepSeek-V3 / Kimi-K2.5 (q_lora); a
   // Kimi-K2.5 rank at batch 1, 4-layer cut, 0.506 against 0.520 ms a step (-2.7%; 61 layers
   // projected 5.98 against 6.73 ms; rank_step_bench --variants gemv_norm, H200, 2026-12-03).
+  // add_rms_norms inside the GEMV, and the post-attention norm inside the MoE router GEMV, ran
+  // slower and left the product (norm_prologue.cuh).
   bool gemv_norm_fusion = true;
-  // With gemv_norm_fusion: an add_rms_norm too (a layer's input norm after the residual add, at
-  // tp > 1 behind the all-reduce; the post-attention norm before a SwiGLU GEMV): the residual
-  // update moves into the GEMV (the block that reads last stores it; norm_prologue.cuh). No env.
-  // One launch fewer a layer on the batch-1 critical path (bitwise the two launches: GemvNorm
-  // parity test). Default off until it has run on the GPU (no device was lent on 2026-12-03,
-  // session 12): A/B with variant add_norm.
-  bool gemv_add_norm_fusion = false;
-  // With gemv_norm_fusion (and gemv_add_norm_fusion for an add_rms_norm), graph mode: the norm
-  // recorded right before a MoE router GEMV of up to 2 tokens that reads its output (a MoE
-  // layer's post-attention norm: arch/deepseek.cc records the router before the shared experts'
-  // side branch) runs as the router's prologue (moe_route.cu; bitwise the two launches). No env.
-  // One launch fewer a MoE layer at batch 1. Default off until it has run on the GPU (as
-  // gemv_add_norm_fusion): A/B with variant router_norm.
-  bool moe_router_norm_fusion = false;
   // With fusion, graph mode: the add_rms_norm recorded right after a MoE layer's experts (tp 1: the
   // next layer's input norm) runs inside their combine, one CTA a token (moe_combine.cu; bitwise
   // the two launches). No env. Default on: one launch a layer fewer at batch 1 (rms_norm ~2.8 us
