@@ -368,8 +368,9 @@ TEST(MoeBackend, FlatDownMatchesCpu) {
 // The gate_up projection by ids with each tile pair's k split over a cluster (CudaTunables::
 // moe_int4_split_gate_up, moe_experts_int4_gate_up.cu) against the CPU twin at T = 1 to 8
 // (T · k <= 64): groups 32 and 128, k tiles not a multiple of the warps (hidden 1,152 = 18
-// tiles), every cluster size, 1 to 8 warps, both rings. (Bits across runs: GraphReplayMatchesEager
-// with the knob on.)
+// tiles), every cluster size, 1 to 8 warps, both rings, and the weights by bulk copies (TMA:
+// the launcher's choice where the grid is one wave, and forced at 1, 3, 4 and 8 warps, clusters
+// of 1, 2 and 8). (Bits across runs: GraphReplayMatchesEager with the knob on.)
 TEST(MoeBackend, SplitGateUpMatchesCpu) {
   Pair p;
   const ExpertCase cases[] = {
@@ -378,9 +379,11 @@ TEST(MoeBackend, SplitGateUpMatchesCpu) {
       {Fmt::kInt4g32, 2048, 1408, 8, 6},
   };
   struct Shape {
-    int cluster, warps, ring;
+    int cluster, warps, ring, tma;  // tma -1: the launcher's (TMA where the grid is one wave)
   };
-  const Shape shapes[] = {{0, 0, 0}, {1, 8, 4}, {2, 4, 2}, {4, 4, 4}, {8, 2, 4}, {8, 1, 2}};
+  const Shape shapes[] = {{0, 0, 0, -1}, {0, 0, 0, 0},  {1, 8, 4, -1}, {2, 4, 2, -1},
+                          {4, 4, 4, -1}, {8, 2, 4, -1}, {8, 1, 2, -1}, {1, 8, 0, 1},
+                          {2, 4, 0, 1},  {8, 1, 0, 1},  {1, 3, 0, 1}};
   for (const ExpertCase& c : cases) {
     const HostLinearWeight gu =
         parity::random_stack(p.rng(), c.fmt, c.experts, 2 * c.inter, c.hidden);
@@ -392,14 +395,16 @@ TEST(MoeBackend, SplitGateUpMatchesCpu) {
         t.moe_int4_split_cluster = sh.cluster;
         t.moe_int4_split_warps = sh.warps;
         t.moe_int4_split_ring = sh.ring;
+        t.moe_int4_split_tma = sh.tma;
       });
       for (int64_t t : {1, 2, 5, 8}) {
         if (t * c.top_k > cuda::CudaTunables{}.moe_int4_reg_max_assignments) continue;
         std::vector<float> first;
         const double e = experts_nmse(p, ex, t, c.top_k, t % 2 == 0, &first);
-        std::printf("split gate_up c%d w%d r%d %-9s H %4lld I %4lld E %2d k %d T %lld: nmse %.2e\n",
-                    sh.cluster, sh.warps, sh.ring, fmt_name(c.fmt), (long long)c.hidden,
-                    (long long)c.inter, c.experts, c.top_k, (long long)t, e);
+        std::printf(
+            "split gate_up c%d w%d r%d tma %d %-9s H %4lld I %4lld E %2d k %d T %lld: nmse %.2e\n",
+            sh.cluster, sh.warps, sh.ring, sh.tma, fmt_name(c.fmt), (long long)c.hidden,
+            (long long)c.inter, c.experts, c.top_k, (long long)t, e);
         EXPECT_LT(e, kExpertsNmse) << fmt_name(c.fmt) << " H " << c.hidden << " T " << t;
         EXPECT_TRUE(
             std::all_of(first.begin(), first.end(), [](float v) { return std::isfinite(v); }));
@@ -412,8 +417,27 @@ TEST(MoeBackend, SplitGateUpMatchesCpu) {
     t.moe_int4_split_cluster = d.moe_int4_split_cluster;
     t.moe_int4_split_warps = d.moe_int4_split_warps;
     t.moe_int4_split_ring = d.moe_int4_split_ring;
+    t.moe_int4_split_tma = d.moe_int4_split_tma;
   });
   EXPECT_EQ(moe_fallbacks(*p.gpu_), 0);
+}
+
+// The launcher's TMA choice (moe_int4_split_tma -1): a Kimi-K2.5 rank at one token (128 tile
+// pairs, one wave) takes it; at two tokens (256, two CTAs an SM through the ring) it does not.
+TEST(MoeBackend, SplitGateUpTmaWhereOneWave) {
+  for (int tokens : {1, 2}) {
+    cuda::Int4SplitGateUpParams s{};
+    s.k = 7168;
+    s.inter = 256;
+    s.expert_tiles = int64_t(2 * 256 / 16) * (7168 / 64);
+    s.assignments = 8 * tokens;
+    s.x_div = 8;
+    s.num_experts = 384;
+    s.group = 32;
+    s.tma = -1;
+    ASSERT_TRUE(cuda::int4_split_gate_up_shape(&s)) << tokens;
+    EXPECT_EQ(s.tma, tokens == 1 ? 1 : 0) << "tokens " << tokens;
+  }
 }
 
 // Shapes the kernels refuse run on the CPU twin, counted: more experts than kMoeMaxExperts

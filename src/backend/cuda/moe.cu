@@ -454,6 +454,7 @@ void CudaBackend::moe_experts_add(const Tensor& x, const MoeExpertWeights& exper
   p.int4_split_cluster = tunables_.moe_int4_split_cluster;
   p.int4_split_warps = tunables_.moe_int4_split_warps;
   p.int4_split_ring = tunables_.moe_int4_split_ring;
+  p.int4_split_tma = tunables_.moe_int4_split_tma;
   p.int4_flat_ctas_per_sm = tunables_.moe_int4_flat_ctas_per_sm;
   // An ended side branch (the shared experts that made `add`) joins right before the combine:
   // the routed experts' launches still overlap it.

@@ -280,7 +280,7 @@ struct MoeExpertsParams {
   int int4_split_warps;        // CudaTunables::moe_int4_split_warps (0: the launcher's)
   int int4_split_ring;         // CudaTunables::moe_int4_split_ring (0: the launcher's)
   int int4_flat_ctas_per_sm;   // CudaTunables::moe_int4_flat_ctas_per_sm (0: 2)
-  int pad_;
+  int int4_split_tma;          // CudaTunables::moe_int4_split_tma (-1: the launcher's)
   // Or null: the stream waits on it right before the combine (the join of the side branch that
   // makes `add`: backend/side_branch.h).
   cudaEvent_t join_event;

@@ -26,6 +26,14 @@
 // - PDL: the expert is known only after the wait (route writes the ids just before), and the
 //   trigger follows the wait, so that down may read the ids before its own wait (as the register
 //   GEMV's kInt4TriggerAfterWait).
+// - TMA (p.tma): instead of the register ring, each warp's k tiles (gate, up and their scale
+//   words: a few contiguous spans) come by bulk copies of the TMA engine into shared memory, in
+//   two halves with an mbarrier each, all issued as soon as the expert is known, so the CTA's
+//   whole stream is in flight at once (~130 KB at a Kimi-K2.5 rank's shape; the ring holds 4 k
+//   tiles a warp, ~35 KB an SM). Why: at one token the split gate_up read ~16.5 MB in 11-14 us,
+//   ~1.2-1.5 TB/s, about what 35 KB an SM in flight over a DRAM round trip gives (Little's law).
+//   One CTA an SM (its shared memory), so the launcher takes it only where the grid is one wave.
+#include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/cluster.cuh"
 #include "backend/cuda/linear_int4.cuh"
 #include "backend/cuda/moe_experts_int4_reg.h"
@@ -47,10 +55,40 @@ constexpr int kMaxCluster = 8;  // the portable cluster size
 constexpr int kDefaultWarps = 8;
 constexpr int kXBatch = 4;  // x pieces a thread loads before the expert's id returns
 constexpr int kMaxXBytes = 48 * 1024;
+constexpr int kTileBytes = 512;          // a 16 x 64 tile of nibbles
+constexpr int kTmaSmemMax = 220 * 1024;  // the TMA kernel's dynamic shared memory, at most
+constexpr int kScaleSetBytes = 8 * 4;    // group >= 64: a tile row's 8 scale words a group
 
-// R: k tiles in flight per warp. G32: group 32 (two scale words a tile), else one word a tile
-// (the tile's group: group >= 64).
-template <int R, bool G32>
+// The x bytes of a CTA (its k tiles in the fragment order, 128 bytes a k tile).
+__host__ __device__ inline int x_bytes(int kt, int cluster) {
+  return (kt + cluster - 1) / cluster * 128;
+}
+// The TMA kernel's shared memory after x: each warp's two halves (k tiles [k0, km), [km, k1)),
+// each a slot of its gate tiles, up tiles, gate scale words, up scale words; the mbarriers first.
+struct TmaLayout {
+  int half_tiles;   // the most k tiles in a half
+  int scale_bytes;  // the most scale bytes of a half's tiles, one matrix
+  int half_bytes;   // a half's slot
+  int bars;         // offset of the 2 · warps mbarriers
+  int slots;        // offset of warp 0's first slot
+  int total;        // dynamic shared memory
+  __host__ __device__ TmaLayout(int kt, int cluster, int warps, int group) {
+    const int cta_tiles = (kt + cluster - 1) / cluster;
+    half_tiles = ((cta_tiles + warps - 1) / warps + 1) / 2;
+    // Group 32: 16 words a tile. Else one 8-word set a group of group / 64 tiles, a half
+    // possibly starting and ending inside one.
+    scale_bytes =
+        group == 32 ? half_tiles * 64 : (half_tiles * kInt4TileK / group + 2) * kScaleSetBytes;
+    half_bytes = 2 * half_tiles * kTileBytes + 2 * scale_bytes;
+    bars = x_bytes(kt, cluster);
+    slots = bars + 128;  // 8 warps x 2 barriers x 8 bytes
+    total = slots + warps * 2 * half_bytes;
+  }
+};
+
+// R: k tiles in flight per warp (the register ring). G32: group 32 (two scale words a tile), else
+// one word a tile (the tile's group: group >= 64). TMA: the weights by bulk copies (no ring).
+template <int R, bool G32, bool TMA>
 __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     int4_split_gate_up_kernel(Int4SplitGateUpParams p) {
   __shared__ float red[kMaxWarps][32];  // a warp's sums: gate rows 0..15, then up rows 0..15
@@ -87,6 +125,50 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   const uint4* wsrc = static_cast<const uint4*>(p.packed) + lane;
   const uint32_t* ssrc = reinterpret_cast<const uint32_t*>(p.scale) + g;
   const int gshift = __ffs(p.group) - 1;
+  // TMA: the warp's halves, issued by lane 0 before x is staged (the copies run meanwhile).
+  const int km = k0 + (k1 - k0 + 1) / 2;
+  const TmaLayout tl(KT, C, nw, p.group);
+  char* const slot0 = xs_raw + tl.slots + warp * 2 * tl.half_bytes;
+  const uint32_t bar0 = smem_u32(xs_raw + tl.bars) + uint32_t(warp) * 16;
+  // The first scale set of tile t's half (group >= 64): the set of its first tile.
+  auto set_of = [&](int64_t tile) { return (tile * kInt4TileK) >> gshift; };
+  if constexpr (TMA) {
+    if (lane == 0) {
+      mbar_init(bar0, 1);
+      mbar_init(bar0 + 8, 1);
+      mbar_init_fence();
+      const char* packed = static_cast<const char*>(p.packed);
+      const char* scales = reinterpret_cast<const char*>(p.scale);
+      for (int h = 0; h < 2; ++h) {
+        const int ks = h ? km : k0, ke = h ? k1 : km, n = ke - ks;
+        const uint32_t bar = bar0 + 8 * h, dst = smem_u32(slot0 + h * tl.half_bytes);
+        if (n <= 0) {
+          mbar_arrive(bar);
+          continue;
+        }
+        auto scale_span = [&](int64_t base, int64_t* off) {  // bytes, and their offset
+          if constexpr (G32) {
+            *off = (base + ks) * 64;
+            return int64_t(n) * 64;
+          }
+          const int64_t s0 = set_of(base + ks), s1 = set_of(base + ke - 1);
+          *off = s0 * kScaleSetBytes;
+          return (s1 - s0 + 1) * kScaleSetBytes;
+        };
+        int64_t goff = 0, uoff = 0;
+        const int64_t gsb = scale_span(gbase, &goff), usb = scale_span(ubase, &uoff);
+        const uint32_t wb = uint32_t(n) * kTileBytes;
+        mbar_arrive_expect_tx(bar, 2 * wb + uint32_t(gsb + usb));
+        const uint32_t sc = dst + 2 * tl.half_tiles * kTileBytes;
+        bulk_copy_g2s(dst, packed + (gbase + ks) * kTileBytes, wb, bar);
+        bulk_copy_g2s(dst + tl.half_tiles * kTileBytes, packed + (ubase + ks) * kTileBytes, wb,
+                      bar);
+        bulk_copy_g2s(sc, scales + goff, uint32_t(gsb), bar);
+        bulk_copy_g2s(sc + tl.scale_bytes, scales + uoff, uint32_t(usb), bar);
+      }
+    }
+    __syncwarp();
+  }
   uint4 rg[R], ru[R];
   uint32_t sg[2 * R], su[2 * R];
   auto scale_at = [&](int64_t tile, int half) {  // the scale word of a tile's k half
@@ -95,7 +177,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   };
   auto load = [&](auto t_c, int kt) {
     constexpr int t = decltype(t_c)::value;
-    if (kt < k1) {
+    if (!TMA && kt < k1) {
       rg[t] = __ldcs(wsrc + (gbase + kt) * 32);
       ru[t] = __ldcs(wsrc + (ubase + kt) * 32);
       sg[2 * t] = scale_at(gbase + kt, 0);
@@ -106,7 +188,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
       }
     }
   };
-  static_for<R>([&](auto t_c) { load(t_c, k0 + decltype(t_c)::value); });
+  if constexpr (!TMA) static_for<R>([&](auto t_c) { load(t_c, k0 + decltype(t_c)::value); });
 
   // ---- x into shared memory: the register GEMV's B-fragment order for one token (word (kt,
   // half h, lane c, jj) at kt·32 + 16h + 4c + jj holds k 64kt + 16s + 2c + 8bb and + 1, with
@@ -130,7 +212,35 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   // ---- the stream ----
   float ag[4] = {0, 0, 0, 0}, ag1[4] = {0, 0, 0, 0}, au[4] = {0, 0, 0, 0}, au1[4] = {0, 0, 0, 0};
   const uint32_t x_lane = smem_u32(xs_raw) + c * 16;
-  for (int kt0 = k0; kt0 < k1; kt0 += R)
+  if constexpr (TMA) {
+    for (int h = 0; h < 2; ++h) {
+      const int ks = h ? km : k0, ke = h ? k1 : km;
+      if (ke <= ks) continue;
+      mbar_wait(bar0 + 8 * h, 0);
+      const uint32_t wg = smem_u32(slot0 + h * tl.half_bytes) + uint32_t(lane) * 16;
+      const uint32_t wu = wg + uint32_t(tl.half_tiles) * kTileBytes;
+      const uint32_t sg0 = smem_u32(slot0 + h * tl.half_bytes) +
+                           uint32_t(2 * tl.half_tiles * kTileBytes) + uint32_t(g) * 4;
+      const uint32_t su0 = sg0 + uint32_t(tl.scale_bytes);
+      for (int kt = ks; kt < ke; ++kt) {
+        const uint32_t xp = x_lane + uint32_t(kt - kb0) * 128;
+        const uint4 xa = lds128(xp), xb = lds128(xp + 64);
+        const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+        const uint32_t i = uint32_t(kt - ks);
+        uint32_t g0, g1, u0, u1;
+        if constexpr (G32) {  // words 16 i + g and 16 i + 8 + g of the half's span
+          g0 = lds32(sg0 + 64 * i), g1 = lds32(sg0 + 64 * i + 32);
+          u0 = lds32(su0 + 64 * i), u1 = lds32(su0 + 64 * i + 32);
+        } else {  // word g of the tile's set, counted from the half's first set
+          g0 = g1 = lds32(sg0 + uint32_t(set_of(gbase + kt) - set_of(gbase + ks)) * kScaleSetBytes);
+          u0 = u1 = lds32(su0 + uint32_t(set_of(ubase + kt) - set_of(ubase + ks)) * kScaleSetBytes);
+        }
+        mma_tile_round(lds128(wg + i * kTileBytes), g0, g1, xw, ag, ag1);
+        mma_tile_round(lds128(wu + i * kTileBytes), u0, u1, xw, au, au1);
+      }
+    }
+  }
+  for (int kt0 = k0; !TMA && kt0 < k1; kt0 += R)
     static_for<R>([&](auto t_c) {
       constexpr int t = decltype(t_c)::value;
       const int kt = kt0 + t;
@@ -181,11 +291,24 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
 }
 
 template <typename F>
-void with_kernel(int ring, int group, F&& f) {
-  if (ring == 2)
-    group == 32 ? f(int4_split_gate_up_kernel<2, true>) : f(int4_split_gate_up_kernel<2, false>);
+void with_kernel(int ring, int group, bool tma, F&& f) {
+  if (tma)
+    group == 32 ? f(int4_split_gate_up_kernel<2, true, true>)
+                : f(int4_split_gate_up_kernel<2, false, true>);
+  else if (ring == 2)
+    group == 32 ? f(int4_split_gate_up_kernel<2, true, false>)
+                : f(int4_split_gate_up_kernel<2, false, false>);
   else
-    group == 32 ? f(int4_split_gate_up_kernel<4, true>) : f(int4_split_gate_up_kernel<4, false>);
+    group == 32 ? f(int4_split_gate_up_kernel<4, true, false>)
+                : f(int4_split_gate_up_kernel<4, false, false>);
+}
+
+void init_tma_kernels() {
+  for (int group : {32, 128})
+    with_kernel(2, group, true, [](auto kernel) {
+      CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTmaSmemMax));
+    });
 }
 
 }  // namespace
@@ -208,17 +331,25 @@ bool int4_split_gate_up_shape(Int4SplitGateUpParams* p) {
   if (p->warps < 1 || p->warps > kMaxWarps || (p->ring != 2 && p->ring != 4) ||
       !(p->cluster == 1 || p->cluster == 2 || p->cluster == 4 || p->cluster == kMaxCluster) ||
       p->cluster > kt || units * p->cluster > (int64_t(1) << 31) - 1 ||
-      (kt + p->cluster - 1) / p->cluster * 128 > kMaxXBytes)
+      x_bytes(int(kt), p->cluster) > kMaxXBytes || p->tma < -1 || p->tma > 1)
     return false;
-  return true;
+  // TMA (-1: where the grid is one wave of one CTA an SM and the stream fits shared memory).
+  const bool tma_fits = TmaLayout(int(kt), p->cluster, p->warps, p->group).total <= kTmaSmemMax;
+  if (p->tma == -1) p->tma = tma_fits && units * p->cluster <= num_sms() ? 1 : 0;
+  return p->tma == 0 || tma_fits;
 }
 
 bool launch_int4_split_gate_up(Int4SplitGateUpParams p, cudaStream_t stream) {
   if (!int4_split_gate_up_shape(&p)) return false;
   const int64_t units = int64_t(p.assignments) * (p.inter / kInt4TileRows);
   const int64_t kt = p.k / kInt4TileK;
-  const size_t smem = size_t((kt + p.cluster - 1) / p.cluster * 128);  // the CTA's x
-  with_kernel(p.ring, p.group, [&](auto kernel) {
+  size_t smem = size_t(x_bytes(int(kt), p.cluster));  // the CTA's x
+  if (p.tma) {
+    static PerDeviceOnce limits;  // the TMA kernels' shared-memory limit
+    limits.run(init_tma_kernels);
+    smem = size_t(TmaLayout(int(kt), p.cluster, p.warps, p.group).total);
+  }
+  with_kernel(p.ring, p.group, p.tma != 0, [&](auto kernel) {
     launch_pdl_cluster(kernel, dim3(unsigned(units * p.cluster)), dim3(unsigned(p.warps * 32)),
                        smem, Launch{stream}, p.cluster, p);
   });

@@ -68,6 +68,7 @@ Int4SplitGateUpParams split_gate_up_params(const MoeExpertsParams& p, const bf16
   s.cluster = p.int4_split_cluster;
   s.warps = p.int4_split_warps;
   s.ring = p.int4_split_ring;
+  s.tma = p.int4_split_tma;
   return s;
 }
 

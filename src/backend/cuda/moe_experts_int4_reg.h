@@ -67,11 +67,12 @@ struct Int4SplitGateUpParams {
   int cluster;  // CTAs sharing one tile pair's k: 1, 2, 4 or 8
   int warps;    // warps a CTA: 1 .. 8
   int ring;     // k tiles in flight per warp (a gate and an up piece each): 2 or 4
-  int pad_;
+  int tma;      // 1: the weights by bulk copies into shared memory (no ring), 0: the register
+                // ring, -1: the launcher's choice (TMA where the grid is one wave and it fits)
 };
 static_assert(std::has_unique_object_representations_v<Int4SplitGateUpParams>);
-// The shape the launcher runs where the knobs are 0 (cluster, warps, ring): every field set and
-// checked; false where the kernel cannot take it (k, inter or group off its grid, a knob out of
+// The shape the launcher runs where the knobs are 0 (cluster, warps, ring; tma -1): every field set
+// and checked; false where the kernel cannot take it (k, inter or group off its grid, a knob out of
 // range).
 bool int4_split_gate_up_shape(Int4SplitGateUpParams* p);
 // False (nothing launched) where int4_split_gate_up_shape refuses p.

@@ -47,6 +47,8 @@ void CudaTunables::check() const {
                 moe_int4_split_cluster == 2 || moe_int4_split_cluster == 4 ||
                 moe_int4_split_cluster == 8,
             "moe_int4_split_cluster {}", moe_int4_split_cluster);
+  CHECK_MSG(moe_int4_split_tma >= -1 && moe_int4_split_tma <= 1, "moe_int4_split_tma {}",
+            moe_int4_split_tma);
   CHECK_MSG(moe_int4_split_warps >= 0 && moe_int4_split_warps <= 8, "moe_int4_split_warps {}",
             moe_int4_split_warps);
   CHECK_MSG(moe_int4_flat_ctas_per_sm >= 0 && moe_int4_flat_ctas_per_sm <= 2,

@@ -201,6 +201,12 @@ struct CudaTunables {
   int moe_int4_split_cluster = 0;
   int moe_int4_split_warps = 0;
   int moe_int4_split_ring = 0;
+  // split_tma: the split gate_up's weights by bulk copies (TMA) into shared memory, the CTA's
+  // whole stream in flight at once, instead of the register ring of `ring` k tiles a warp
+  // (moe_experts_int4_gate_up.cu says why). -1: where the grid is one wave of one CTA an SM (a
+  // Kimi-K2.5 rank at one token: 128 CTAs) and it fits, 0: never, 1: wherever it fits. No env.
+  // Default -1, first measured 2026-12-03 (session 14; variant no_split_tma).
+  int moe_int4_split_tma = -1;
   // flat_ctas_per_sm: the flat down projection's grid, CTAs of 8 warps an SM (1 or 2; 0: 2).
   int moe_int4_flat_ctas_per_sm = 0;
   // With fusion, graph-mode MoE steps of up to this many tokens run the router GEMV and the
