@@ -369,8 +369,9 @@ TEST(MoeBackend, FlatDownMatchesCpu) {
 // moe_int4_split_gate_up, moe_experts_int4_gate_up.cu) against the CPU twin at T = 1 to 8
 // (T · k <= 64): groups 32 and 128, k tiles not a multiple of the warps (hidden 1,152 = 18
 // tiles), every cluster size, 1 to 8 warps, both rings, and the weights by bulk copies (TMA:
-// the launcher's choice where the grid is one wave, and forced at 1, 3, 4 and 8 warps, clusters
-// of 1, 2 and 8). (Bits across runs: GraphReplayMatchesEager with the knob on.)
+// the launcher's choice: the whole stream where the grid is one wave, a ring of slots elsewhere;
+// forced at 1, 3, 4 and 8 warps, clusters of 1, 2, 4 and 8). (Bits across runs:
+// GraphReplayMatchesEager with the knob on.)
 TEST(MoeBackend, SplitGateUpMatchesCpu) {
   Pair p;
   const ExpertCase cases[] = {
@@ -381,9 +382,9 @@ TEST(MoeBackend, SplitGateUpMatchesCpu) {
   struct Shape {
     int cluster, warps, ring, tma;  // tma -1: the launcher's (TMA where the grid is one wave)
   };
-  const Shape shapes[] = {{0, 0, 0, -1}, {0, 0, 0, 0},  {1, 8, 4, -1}, {2, 4, 2, -1},
-                          {4, 4, 4, -1}, {8, 2, 4, -1}, {8, 1, 2, -1}, {1, 8, 0, 1},
-                          {2, 4, 0, 1},  {8, 1, 0, 1},  {1, 3, 0, 1}};
+  const Shape shapes[] = {{0, 0, 0, -1}, {0, 0, 0, 0}, {1, 8, 4, 0}, {2, 4, 2, 0},
+                          {4, 4, 4, 0},  {8, 2, 4, 0}, {8, 1, 2, 0}, {1, 8, 0, 1},
+                          {2, 4, 0, 1},  {8, 1, 0, 1}, {1, 3, 0, 1}, {4, 4, 0, 1}};
   for (const ExpertCase& c : cases) {
     const HostLinearWeight gu =
         parity::random_stack(p.rng(), c.fmt, c.experts, 2 * c.inter, c.hidden);
@@ -422,10 +423,12 @@ TEST(MoeBackend, SplitGateUpMatchesCpu) {
   EXPECT_EQ(moe_fallbacks(*p.gpu_), 0);
 }
 
-// The launcher's TMA choice (moe_int4_split_tma -1): a Kimi-K2.5 rank at one token (128 tile
-// pairs, one wave) takes it; at two tokens (256, two CTAs an SM through the ring) it does not.
-TEST(MoeBackend, SplitGateUpTmaWhereOneWave) {
-  for (int tokens : {1, 2}) {
+// The launcher's TMA shapes: a Kimi-K2.5 rank at one token (128 tile pairs, one wave) streams
+// each warp's 14 k tiles in two batches (-1, the default, takes it); at two tokens (256 pairs)
+// the default keeps the register ring, and TMA forced (1) runs a ring of batches of 4 tiles at
+// two CTAs an SM that holds less than the whole stream.
+TEST(MoeBackend, SplitGateUpTmaShapes) {
+  auto kimi_rank = [](int tokens, int tma) {
     cuda::Int4SplitGateUpParams s{};
     s.k = 7168;
     s.inter = 256;
@@ -434,10 +437,20 @@ TEST(MoeBackend, SplitGateUpTmaWhereOneWave) {
     s.x_div = 8;
     s.num_experts = 384;
     s.group = 32;
-    s.tma = -1;
-    ASSERT_TRUE(cuda::int4_split_gate_up_shape(&s)) << tokens;
-    EXPECT_EQ(s.tma, tokens == 1 ? 1 : 0) << "tokens " << tokens;
-  }
+    s.tma = tma;
+    EXPECT_TRUE(cuda::int4_split_gate_up_shape(&s)) << tokens << " tokens, tma " << tma;
+    return s;
+  };
+  const cuda::Int4SplitGateUpParams one = kimi_rank(1, -1);
+  EXPECT_EQ(one.tma, 1);
+  EXPECT_EQ(one.tma_stages, 2);
+  EXPECT_EQ(one.tma_tiles, 7);
+  EXPECT_EQ(kimi_rank(2, -1).tma, 0);
+  const cuda::Int4SplitGateUpParams forced = kimi_rank(2, 1);
+  EXPECT_EQ(forced.tma, 1);
+  EXPECT_EQ(forced.tma_tiles, 4);
+  EXPECT_LT(forced.tma_tiles * forced.tma_stages, 14);
+  EXPECT_GE(forced.tma_stages, 2);
 }
 
 // Shapes the kernels refuse run on the CPU twin, counted: more experts than kMoeMaxExperts

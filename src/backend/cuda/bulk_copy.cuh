@@ -52,6 +52,12 @@ __device__ __forceinline__ void bulk_copy_g2s_hint(uint32_t dst, const void* src
       "l"(src), "r"(bytes), "r"(bar), "l"(policy)
       : "memory");
 }
+// Orders this thread's (and, after a barrier, its peers') earlier generic-proxy accesses to shared
+// memory before its later async-proxy ones: a slot the warp has read may then be refilled by a
+// bulk copy.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 // Prefetches `bytes` (a multiple of 16, the address 16-byte aligned) from global memory into L2
 // (the TMA engine; nothing waits for it, and nothing depends on it but the time of later loads).
 __device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {

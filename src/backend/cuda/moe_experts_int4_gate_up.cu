@@ -27,12 +27,16 @@
 //   trigger follows the wait, so that down may read the ids before its own wait (as the register
 //   GEMV's kInt4TriggerAfterWait).
 // - TMA (p.tma): instead of the register ring, each warp's k tiles (gate, up and their scale
-//   words: a few contiguous spans) come by bulk copies of the TMA engine into shared memory, in
-//   two halves with an mbarrier each, all issued as soon as the expert is known, so the CTA's
-//   whole stream is in flight at once (~130 KB at a Kimi-K2.5 rank's shape; the ring holds 4 k
-//   tiles a warp, ~35 KB an SM). Why: at one token the split gate_up read ~16.5 MB in 11-14 us,
-//   ~1.2-1.5 TB/s, about what 35 KB an SM in flight over a DRAM round trip gives (Little's law).
-//   One CTA an SM (its shared memory), so the launcher takes it only where the grid is one wave.
+//   words: a few contiguous spans a batch) come by bulk copies of the TMA engine into a ring of
+//   shared-memory slots with an mbarrier each, refilled by lane 0 as the warp finishes a slot.
+//   Where the grid is one wave (a Kimi-K2.5 rank at one token: 128 CTAs) the ring is the warp's
+//   whole stream in two batches, all issued as soon as the expert is known (~130 KB a CTA in
+//   flight; the register ring holds 4 k tiles a warp, ~35 KB an SM). Why: at one token the split
+//   gate_up read ~16.5 MB in 11-14 us, ~1.2-1.5 TB/s, about what 35 KB an SM in flight over a
+//   DRAM round trip gives (Little's law). Forced (p.tma 1) on larger grids: two CTAs an SM with
+//   batches of 4 k tiles, as many slots as ~108 KB allow; measured slower there (the launcher).
+#include <algorithm>
+
 #include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/cluster.cuh"
 #include "backend/cuda/linear_int4.cuh"
@@ -55,36 +59,43 @@ constexpr int kMaxCluster = 8;  // the portable cluster size
 constexpr int kDefaultWarps = 8;
 constexpr int kXBatch = 4;  // x pieces a thread loads before the expert's id returns
 constexpr int kMaxXBytes = 48 * 1024;
-constexpr int kTileBytes = 512;          // a 16 x 64 tile of nibbles
-constexpr int kTmaSmemMax = 220 * 1024;  // the TMA kernel's dynamic shared memory, at most
-constexpr int kScaleSetBytes = 8 * 4;    // group >= 64: a tile row's 8 scale words a group
+constexpr int kTileBytes = 512;              // a 16 x 64 tile of nibbles
+constexpr int kTmaSmemMax = 220 * 1024;      // the TMA kernel's dynamic shared memory, at most
+constexpr int kTmaSmemTwoCtas = 108 * 1024;  // ... with two CTAs an SM
+constexpr int kScaleSetBytes = 8 * 4;        // group >= 64: a tile row's 8 scale words a group
 
 // The x bytes of a CTA (its k tiles in the fragment order, 128 bytes a k tile).
 __host__ __device__ inline int x_bytes(int kt, int cluster) {
   return (kt + cluster - 1) / cluster * 128;
 }
-// The TMA kernel's shared memory after x: each warp's two halves (k tiles [k0, km), [km, k1)),
-// each a slot of its gate tiles, up tiles, gate scale words, up scale words; the mbarriers first.
+// The TMA kernel's shared memory after x: the mbarriers (a warp's `stages` from 128 · warp / 8),
+// then each warp's ring of `stages` slots, a slot one batch of up to `tiles` k tiles: its gate
+// tiles, up tiles, gate scale words, up scale words.
+constexpr int kTmaMaxStages = 16;
 struct TmaLayout {
-  int half_tiles;   // the most k tiles in a half
-  int scale_bytes;  // the most scale bytes of a half's tiles, one matrix
-  int half_bytes;   // a half's slot
-  int bars;         // offset of the 2 · warps mbarriers
-  int slots;        // offset of warp 0's first slot
-  int total;        // dynamic shared memory
-  __host__ __device__ TmaLayout(int kt, int cluster, int warps, int group) {
-    const int cta_tiles = (kt + cluster - 1) / cluster;
-    half_tiles = ((cta_tiles + warps - 1) / warps + 1) / 2;
-    // Group 32: 16 words a tile. Else one 8-word set a group of group / 64 tiles, a half
+  int tiles;        // k tiles a batch
+  int stages;       // slots a warp
+  int scale_bytes;  // the most scale bytes of a batch, one matrix
+  int slot_bytes;
+  int bars;   // offset of the mbarriers
+  int slots;  // offset of warp 0's first slot
+  int total;  // dynamic shared memory
+  __host__ __device__ TmaLayout(int kt, int cluster, int warps, int group, int tiles_, int stages_)
+      : tiles(tiles_), stages(stages_) {
+    // Group 32: 16 words a tile. Else one 8-word set a group of group / 64 tiles, a batch
     // possibly starting and ending inside one.
-    scale_bytes =
-        group == 32 ? half_tiles * 64 : (half_tiles * kInt4TileK / group + 2) * kScaleSetBytes;
-    half_bytes = 2 * half_tiles * kTileBytes + 2 * scale_bytes;
+    scale_bytes = group == 32 ? tiles * 64 : (tiles * kInt4TileK / group + 2) * kScaleSetBytes;
+    slot_bytes = 2 * tiles * kTileBytes + 2 * scale_bytes;
     bars = x_bytes(kt, cluster);
-    slots = bars + 128;  // 8 warps x 2 barriers x 8 bytes
-    total = slots + warps * 2 * half_bytes;
+    slots = bars + warps * stages * 8;
+    slots = (slots + 127) / 128 * 128;
+    total = slots + warps * stages * slot_bytes;
   }
 };
+// The most k tiles a warp streams (the CTA's k range split over its warps).
+__host__ __device__ inline int warp_tiles(int kt, int cluster, int warps) {
+  return ((kt + cluster - 1) / cluster + warps - 1) / warps;
+}
 
 // R: k tiles in flight per warp (the register ring). G32: group 32 (two scale words a tile), else
 // one word a tile (the tile's group: group >= 64). TMA: the weights by bulk copies (no ring).
@@ -125,47 +136,44 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   const uint4* wsrc = static_cast<const uint4*>(p.packed) + lane;
   const uint32_t* ssrc = reinterpret_cast<const uint32_t*>(p.scale) + g;
   const int gshift = __ffs(p.group) - 1;
-  // TMA: the warp's halves, issued by lane 0 before x is staged (the copies run meanwhile).
-  const int km = k0 + (k1 - k0 + 1) / 2;
-  const TmaLayout tl(KT, C, nw, p.group);
-  char* const slot0 = xs_raw + tl.slots + warp * 2 * tl.half_bytes;
-  const uint32_t bar0 = smem_u32(xs_raw + tl.bars) + uint32_t(warp) * 16;
-  // The first scale set of tile t's half (group >= 64): the set of its first tile.
+  // TMA: the warp's k tiles in batches of p.tma_tiles through a ring of p.tma_stages slots, the
+  // first `stages` batches issued by lane 0 before x is staged (the copies run meanwhile).
+  const TmaLayout tl(KT, C, nw, p.group, p.tma_tiles, p.tma_stages);
+  const int nbatch = TMA ? (k1 - k0 + tl.tiles - 1) / tl.tiles : 0;
+  char* const slot0 = xs_raw + tl.slots + warp * tl.stages * tl.slot_bytes;
+  const uint32_t bar0 = smem_u32(xs_raw + tl.bars) + uint32_t(warp * tl.stages) * 8;
+  // The scale set of a tile (group >= 64).
   auto set_of = [&](int64_t tile) { return (tile * kInt4TileK) >> gshift; };
+  const char* packed = static_cast<const char*>(p.packed);
+  const char* scales = reinterpret_cast<const char*>(p.scale);
+  auto issue = [&](int j) {  // lane 0: batch j into slot j % stages
+    const int ks = k0 + j * tl.tiles, ke = min(k1, ks + tl.tiles), n = ke - ks;
+    const int st = j % tl.stages;
+    const uint32_t bar = bar0 + 8 * st, dst = smem_u32(slot0 + st * tl.slot_bytes);
+    auto scale_span = [&](int64_t base, int64_t* off) {  // bytes, and their offset
+      if constexpr (G32) {
+        *off = (base + ks) * 64;
+        return int64_t(n) * 64;
+      }
+      const int64_t s0 = set_of(base + ks), s1 = set_of(base + ke - 1);
+      *off = s0 * kScaleSetBytes;
+      return (s1 - s0 + 1) * kScaleSetBytes;
+    };
+    int64_t goff = 0, uoff = 0;
+    const int64_t gsb = scale_span(gbase, &goff), usb = scale_span(ubase, &uoff);
+    const uint32_t wb = uint32_t(n) * kTileBytes;
+    mbar_arrive_expect_tx(bar, 2 * wb + uint32_t(gsb + usb));
+    const uint32_t sc = dst + 2 * tl.tiles * kTileBytes;
+    bulk_copy_g2s(dst, packed + (gbase + ks) * kTileBytes, wb, bar);
+    bulk_copy_g2s(dst + tl.tiles * kTileBytes, packed + (ubase + ks) * kTileBytes, wb, bar);
+    bulk_copy_g2s(sc, scales + goff, uint32_t(gsb), bar);
+    bulk_copy_g2s(sc + tl.scale_bytes, scales + uoff, uint32_t(usb), bar);
+  };
   if constexpr (TMA) {
     if (lane == 0) {
-      mbar_init(bar0, 1);
-      mbar_init(bar0 + 8, 1);
+      for (int st = 0; st < tl.stages; ++st) mbar_init(bar0 + 8 * st, 1);
       mbar_init_fence();
-      const char* packed = static_cast<const char*>(p.packed);
-      const char* scales = reinterpret_cast<const char*>(p.scale);
-      for (int h = 0; h < 2; ++h) {
-        const int ks = h ? km : k0, ke = h ? k1 : km, n = ke - ks;
-        const uint32_t bar = bar0 + 8 * h, dst = smem_u32(slot0 + h * tl.half_bytes);
-        if (n <= 0) {
-          mbar_arrive(bar);
-          continue;
-        }
-        auto scale_span = [&](int64_t base, int64_t* off) {  // bytes, and their offset
-          if constexpr (G32) {
-            *off = (base + ks) * 64;
-            return int64_t(n) * 64;
-          }
-          const int64_t s0 = set_of(base + ks), s1 = set_of(base + ke - 1);
-          *off = s0 * kScaleSetBytes;
-          return (s1 - s0 + 1) * kScaleSetBytes;
-        };
-        int64_t goff = 0, uoff = 0;
-        const int64_t gsb = scale_span(gbase, &goff), usb = scale_span(ubase, &uoff);
-        const uint32_t wb = uint32_t(n) * kTileBytes;
-        mbar_arrive_expect_tx(bar, 2 * wb + uint32_t(gsb + usb));
-        const uint32_t sc = dst + 2 * tl.half_tiles * kTileBytes;
-        bulk_copy_g2s(dst, packed + (gbase + ks) * kTileBytes, wb, bar);
-        bulk_copy_g2s(dst + tl.half_tiles * kTileBytes, packed + (ubase + ks) * kTileBytes, wb,
-                      bar);
-        bulk_copy_g2s(sc, scales + goff, uint32_t(gsb), bar);
-        bulk_copy_g2s(sc + tl.scale_bytes, scales + uoff, uint32_t(usb), bar);
-      }
+      for (int j = 0; j < min(nbatch, tl.stages); ++j) issue(j);
     }
     __syncwarp();
   }
@@ -213,14 +221,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   float ag[4] = {0, 0, 0, 0}, ag1[4] = {0, 0, 0, 0}, au[4] = {0, 0, 0, 0}, au1[4] = {0, 0, 0, 0};
   const uint32_t x_lane = smem_u32(xs_raw) + c * 16;
   if constexpr (TMA) {
-    for (int h = 0; h < 2; ++h) {
-      const int ks = h ? km : k0, ke = h ? k1 : km;
-      if (ke <= ks) continue;
-      mbar_wait(bar0 + 8 * h, 0);
-      const uint32_t wg = smem_u32(slot0 + h * tl.half_bytes) + uint32_t(lane) * 16;
-      const uint32_t wu = wg + uint32_t(tl.half_tiles) * kTileBytes;
-      const uint32_t sg0 = smem_u32(slot0 + h * tl.half_bytes) +
-                           uint32_t(2 * tl.half_tiles * kTileBytes) + uint32_t(g) * 4;
+    for (int j = 0; j < nbatch; ++j) {
+      const int ks = k0 + j * tl.tiles, ke = min(k1, ks + tl.tiles), st = j % tl.stages;
+      mbar_wait(bar0 + 8 * st, uint32_t(j / tl.stages) & 1);
+      const uint32_t slot = smem_u32(slot0 + st * tl.slot_bytes);
+      const uint32_t wg = slot + uint32_t(lane) * 16, wu = wg + uint32_t(tl.tiles) * kTileBytes;
+      const uint32_t sg0 = slot + uint32_t(2 * tl.tiles * kTileBytes) + uint32_t(g) * 4;
       const uint32_t su0 = sg0 + uint32_t(tl.scale_bytes);
       for (int kt = ks; kt < ke; ++kt) {
         const uint32_t xp = x_lane + uint32_t(kt - kb0) * 128;
@@ -228,15 +234,22 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
         const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
         const uint32_t i = uint32_t(kt - ks);
         uint32_t g0, g1, u0, u1;
-        if constexpr (G32) {  // words 16 i + g and 16 i + 8 + g of the half's span
+        if constexpr (G32) {  // words 16 i + g and 16 i + 8 + g of the batch's span
           g0 = lds32(sg0 + 64 * i), g1 = lds32(sg0 + 64 * i + 32);
           u0 = lds32(su0 + 64 * i), u1 = lds32(su0 + 64 * i + 32);
-        } else {  // word g of the tile's set, counted from the half's first set
+        } else {  // word g of the tile's set, counted from the batch's first set
           g0 = g1 = lds32(sg0 + uint32_t(set_of(gbase + kt) - set_of(gbase + ks)) * kScaleSetBytes);
           u0 = u1 = lds32(su0 + uint32_t(set_of(ubase + kt) - set_of(ubase + ks)) * kScaleSetBytes);
         }
         mma_tile_round(lds128(wg + i * kTileBytes), g0, g1, xw, ag, ag1);
         mma_tile_round(lds128(wu + i * kTileBytes), u0, u1, xw, au, au1);
+      }
+      // The slot is read (every lane, ordered before lane 0 by the warp barrier, then before the
+      // bulk copy's writes by the proxy fence): refill it with batch j + stages.
+      __syncwarp();
+      if (lane == 0 && j + tl.stages < nbatch) {
+        fence_proxy_async_smem();
+        issue(j + tl.stages);
       }
     }
   }
@@ -333,10 +346,29 @@ bool int4_split_gate_up_shape(Int4SplitGateUpParams* p) {
       p->cluster > kt || units * p->cluster > (int64_t(1) << 31) - 1 ||
       x_bytes(int(kt), p->cluster) > kMaxXBytes || p->tma < -1 || p->tma > 1)
     return false;
-  // TMA (-1: where the grid is one wave of one CTA an SM and the stream fits shared memory).
-  const bool tma_fits = TmaLayout(int(kt), p->cluster, p->warps, p->group).total <= kTmaSmemMax;
-  if (p->tma == -1) p->tma = tma_fits && units * p->cluster <= num_sms() ? 1 : 0;
-  return p->tma == 0 || tma_fits;
+  // TMA: batches and stages within the shared memory the grid's residency leaves (one wave of
+  // one CTA an SM: the warp's whole stream in two batches where it fits; else two CTAs an SM, the
+  // deepest ring of batches of up to 4 tiles); -1: only where the grid is one wave (the ring at
+  // two to eight tokens of a Kimi-K2.5 rank lost to the register ring: 24.6 / 41.6 / 74.1 us
+  // against 22.8 / 40.1 / 73.3, its batch-2 step 5.635 against 5.489 ms; H200, 2026-12-03).
+  const int wt = warp_tiles(int(kt), p->cluster, p->warps);
+  const bool one_wave = units * p->cluster <= num_sms();
+  const int budget = one_wave ? kTmaSmemMax : kTmaSmemTwoCtas;
+  auto layout = [&](int tiles, int stages) {
+    return TmaLayout(int(kt), p->cluster, p->warps, p->group, tiles, stages);
+  };
+  int tiles = one_wave ? (wt + 1) / 2 : std::min(wt, 4), stages = 2;
+  if (layout(tiles, 2).total > budget) tiles = std::min(wt, 4);
+  while (stages < kTmaMaxStages && stages * tiles < wt && layout(tiles, stages + 1).total <= budget)
+    ++stages;
+  const bool tma_fits = tiles >= 1 && layout(tiles, stages).total <= budget;
+  if (p->tma == -1) p->tma = tma_fits && one_wave ? 1 : 0;
+  if (p->tma == 1) {
+    if (!tma_fits) return false;
+    p->tma_tiles = tiles;
+    p->tma_stages = stages;
+  }
+  return true;
 }
 
 bool launch_int4_split_gate_up(Int4SplitGateUpParams p, cudaStream_t stream) {
@@ -347,7 +379,7 @@ bool launch_int4_split_gate_up(Int4SplitGateUpParams p, cudaStream_t stream) {
   if (p.tma) {
     static PerDeviceOnce limits;  // the TMA kernels' shared-memory limit
     limits.run(init_tma_kernels);
-    smem = size_t(TmaLayout(int(kt), p.cluster, p.warps, p.group).total);
+    smem = size_t(TmaLayout(int(kt), p.cluster, p.warps, p.group, p.tma_tiles, p.tma_stages).total);
   }
   with_kernel(p.ring, p.group, p.tma != 0, [&](auto kernel) {
     launch_pdl_cluster(kernel, dim3(unsigned(units * p.cluster)), dim3(unsigned(p.warps * 32)),

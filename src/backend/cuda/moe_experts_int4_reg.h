@@ -63,12 +63,15 @@ struct Int4SplitGateUpParams {
   int assignments;
   int x_div;  // top-k
   int num_experts;
-  int group;    // 32, 64, 128 or 256
-  int cluster;  // CTAs sharing one tile pair's k: 1, 2, 4 or 8
-  int warps;    // warps a CTA: 1 .. 8
-  int ring;     // k tiles in flight per warp (a gate and an up piece each): 2 or 4
-  int tma;      // 1: the weights by bulk copies into shared memory (no ring), 0: the register
-                // ring, -1: the launcher's choice (TMA where the grid is one wave and it fits)
+  int group;       // 32, 64, 128 or 256
+  int cluster;     // CTAs sharing one tile pair's k: 1, 2, 4 or 8
+  int warps;       // warps a CTA: 1 .. 8
+  int ring;        // k tiles in flight per warp (a gate and an up piece each): 2 or 4
+  int tma;         // 1: the weights by bulk copies into a shared-memory ring of batches where
+                   // they fit, 0: the register ring, -1: TMA where the grid is one wave
+                   // (CudaTunables::moe_int4_split_tma)
+  int tma_tiles;   // TMA: k tiles a batch (set by int4_split_gate_up_shape)
+  int tma_stages;  // TMA: slots a warp's ring (set by int4_split_gate_up_shape)
 };
 static_assert(std::has_unique_object_representations_v<Int4SplitGateUpParams>);
 // The shape the launcher runs where the knobs are 0 (cluster, warps, ring; tma -1): every field set

@@ -201,11 +201,13 @@ struct CudaTunables {
   int moe_int4_split_cluster = 0;
   int moe_int4_split_warps = 0;
   int moe_int4_split_ring = 0;
-  // split_tma: the split gate_up's weights by bulk copies (TMA) into shared memory, the CTA's
-  // whole stream in flight at once, instead of the register ring of `ring` k tiles a warp
-  // (moe_experts_int4_gate_up.cu says why). -1: where the grid is one wave of one CTA an SM (a
-  // Kimi-K2.5 rank at one token: 128 CTAs) and it fits, 0: never, 1: wherever it fits. No env.
-  // Default -1, first measured 2026-12-03 (session 14; variant no_split_tma).
+  // split_tma: the split gate_up's weights by bulk copies (TMA) into shared memory instead of the
+  // register ring of `ring` k tiles a warp (moe_experts_int4_gate_up.cu says why). -1: where the
+  // grid is one wave (a Kimi-K2.5 rank at one token: 128 CTAs; the warp's whole stream in two
+  // batches), 0: never, 1: wherever it fits (larger grids through a ring of 4-tile batches at two
+  // CTAs an SM). No env. Default -1, measured on the H200 (2026-12-03, session 14; variants
+  // no_split_tma, split_tma_all): a Kimi rank's batch-1 step -3.0% / -4.8% / -3.2% in three calls;
+  // TMA at 2-8 tokens lost to the register ring (the step at batch 2 +2.7%).
   int moe_int4_split_tma = -1;
   // flat_ctas_per_sm: the flat down projection's grid, CTAs of 8 warps an SM (1 or 2; 0: 2).
   int moe_int4_flat_ctas_per_sm = 0;
