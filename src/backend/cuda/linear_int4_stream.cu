@@ -49,6 +49,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/linear_int4.cuh"
 
 namespace strata::cuda {
@@ -62,45 +63,6 @@ constexpr int kMaxGroup = 256;         // x sums: a group's 16-byte pieces withi
 constexpr int kZeroBytes = 128;        // the x words lanes of tokens >= m read: both halves
 constexpr int kSmemHalf = 113 * 1024;  // two blocks per SM
 constexpr int kSmemMax = 227 * 1024;
-
-// ---- cp.async.bulk and transaction barriers ----
-__device__ __forceinline__ void mbar_init(uint32_t bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar));
-}
-__device__ __forceinline__ void mbar_init_fence() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ uint64_t evict_first_policy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-// `bytes` (a multiple of 16) from global `src` to shared `dst`, both 16-byte aligned; completes
-// that many transaction bytes on `bar`.
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes,
-                                          uint32_t bar, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
-      "[%1], %2, [%3], %4;\n" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
-      : "memory");
-}
-// Orders this thread's earlier shared-memory reads before later async-proxy writes.
-__device__ __forceinline__ void fence_proxy_async_smem() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
 
 // Host-computed layout of one launch (kernel argument; see plan_stream).
 struct Int4StreamPlan {
@@ -170,16 +132,16 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     const uint32_t dst = base + ring_off + uint32_t(pst) * pl.stage_bytes;
     const uint32_t bar = bars + uint32_t(pst) * 8;
     if (lane == 0) {
-      mbar_expect_tx(bar, wbytes + sbytes);
-      bulk_copy(dst, packed + gt0 * kInt4TileBytes, wbytes, bar, policy);
-      bulk_copy(dst + CT * kInt4TileBytes, scales + e0 * 32, sbytes, bar, policy);
+      mbar_arrive_expect_tx(bar, wbytes + sbytes);
+      bulk_copy_g2s_hint(dst, packed + gt0 * kInt4TileBytes, wbytes, bar, policy);
+      bulk_copy_g2s_hint(dst + CT * kInt4TileBytes, scales + e0 * 32, sbytes, bar, policy);
     }
     advance(pc, len);
     if (++pst == P) pst = 0;
   };
   if (lane == 0) {
-    policy = evict_first_policy();
-    for (int st = 0; st < P; ++st) mbar_init(bars + uint32_t(st) * 8);
+    policy = l2_evict_first_policy();
+    for (int st = 0; st < P; ++st) mbar_init(bars + uint32_t(st) * 8, 1);
     mbar_init_fence();
   }
   __syncwarp();
