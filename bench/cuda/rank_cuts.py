@@ -5,11 +5,14 @@ shared helper: a full Kimi-K2.5 rank takes minutes to make, a 2- or 4-layer cut 
   rank_cuts.py cut SRC_CONFIG LAYERS OUT_DIR
       OUT_DIR/config.json = SRC_CONFIG with num_hidden_layers = LAYERS (text_config's where the
       config nests one).
-  rank_cuts.py project LOG_A LOG_B [--layers 2,4] [--to 61]
-      From two rank_step_bench logs of the same model cut to LA and LB layers: every step (the
+  rank_cuts.py project LOG_A LOG_B [LOG_C ...] [--layers 2,4[,...]] [--to 61]
+      From rank_step_bench logs of the same model cut to LA, LB, ... layers: every step (the
       default "decode ... as a CUDA graph" line and each "variant" line) projected linearly to
-      TO layers: the layers past the first dense ones are alike, so (B - A) / (LB - LA) is one
-      layer's time.
+      TO layers: the layers past the first dense ones are alike, so the slope of step time over
+      layers is one layer's time. Two cuts: the line through them; three or more: the least-
+      squares line, and its largest residual (how far one cut sits off the line: each cut's
+      noise is multiplied by about TO / (LB - LA) in a two-cut projection, so a third cut shows
+      whether a projection can be trusted).
 """
 import argparse
 import json
@@ -34,14 +37,30 @@ def walls(path):
     return out
 
 
-def project(log_a, log_b, la, lb, to):
-    a, b = walls(log_a), walls(log_b)
-    for key in sorted(a, key=lambda k: (k[0], k[1] != "default", k[1])):
-        if key in b:
-            per_layer = (b[key] - a[key]) / (lb - la)
-            print(f"kimi {to}-layer step, batch {key[0]}, {key[1]:20s}: "
-                  f"{a[key] + per_layer * (to - la):.3f} ms ({la} layers {a[key]:.3f}, {lb} layers "
-                  f"{b[key]:.3f}; {per_layer * 1e3:.1f} us/layer)")
+def fit(xs, ys):
+    """Least-squares line through (xs, ys): (intercept, slope), exact through two points."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return my - slope * mx, slope
+
+
+def project(logs, layers, to):
+    ws = [walls(path) for path in logs]
+    first = ws[0]
+    for key in sorted(first, key=lambda k: (k[0], k[1] != "default", k[1])):
+        if not all(key in w for w in ws):
+            continue
+        ys = [w[key] for w in ws]
+        b0, per_layer = fit(layers, ys)
+        cuts = ", ".join(f"{n} layers {y:.3f}" for n, y in zip(layers, ys))
+        line = (f"kimi {to}-layer step, batch {key[0]}, {key[1]:20s}: "
+                f"{b0 + per_layer * to:.3f} ms ({cuts}; {per_layer * 1e3:.1f} us/layer")
+        if len(layers) > 2:
+            worst = max(abs(y - (b0 + per_layer * n)) for n, y in zip(layers, ys))
+            line += f"; largest residual {worst * 1e3:.1f} us"
+        print(line + ")")
 
 
 def main():
@@ -52,16 +71,17 @@ def main():
     c.add_argument("layers", type=int)
     c.add_argument("out_dir")
     p = sub.add_parser("project")
-    p.add_argument("log_a")
-    p.add_argument("log_b")
+    p.add_argument("logs", nargs="+")
     p.add_argument("--layers", default="2,4")
     p.add_argument("--to", type=int, default=61)
     args = ap.parse_args()
     if args.cmd == "cut":
         cut(args.src, args.layers, args.out_dir)
     else:
-        la, lb = (int(x) for x in args.layers.split(","))
-        project(args.log_a, args.log_b, la, lb, args.to)
+        layers = [int(x) for x in args.layers.split(",")]
+        if len(layers) != len(args.logs) or len(layers) < 2 or len(set(layers)) < 2:
+            ap.error(f"--layers {args.layers}: one layer count a log, two different ones at least")
+        project(args.logs, layers, args.to)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@
 #              greedy; house-mla rows left out: the carry lacks house-mla)
 #   moe        one Kimi-K2.5 rank's MoE layer through the backend (moe_bench --what backend) at
 #              MOE_TOKENS, the defaults and MOE_VARIANTS (A/B in one process)
-#   kimi       one Kimi-K2.5 rank of tp 8, cuts of KIMI_CUTS layers (default "2 4") at
+#   kimi       one Kimi-K2.5 rank of tp 8, cuts of KIMI_CUTS layers (default "2 4"; three or
+#              more, e.g. "4 8 12": a least-squares line and its largest residual) at
 #              KIMI_BATCHES projected to 61 layers, the defaults and KIMI_VARIANTS
 #              (rank_step_bench, A/B in one process)
 #   moonlight  Moonlight bf16 batch 1 (27 layers, context 768), MOONLIGHT_VARIANTS
@@ -52,8 +53,9 @@ for stage in $STAGES; do
           --variants "${KIMI_VARIANTS:-segments64}" >"$L/kimi$n.log" 2>&1
         echo "kimi $n layers: exit $?"
       done
-      set -- ${KIMI_CUTS:-2 4}
-      python3 bench/cuda/rank_cuts.py project "$L/kimi$1.log" "$L/kimi$2.log" --layers "$1,$2" ;;
+      cuts=(${KIMI_CUTS:-2 4}) logs=()
+      for n in "${cuts[@]}"; do logs+=("$L/kimi$n.log"); done
+      python3 bench/cuda/rank_cuts.py project "${logs[@]}" --layers "$(IFS=,; echo "${cuts[*]}")" ;;
     mla)
       timeout 150 ./build-dev/strata_bench_mla_bench --what ceilings,merge,acceptance \
         >"$L/mla.log" 2>&1
