@@ -68,9 +68,9 @@ constexpr int kScaleSetBytes = 8 * 4;        // group >= 64: a tile row's 8 scal
 __host__ __device__ inline int x_bytes(int kt, int cluster) {
   return (kt + cluster - 1) / cluster * 128;
 }
-// The TMA kernel's shared memory after x: the mbarriers (a warp's `stages` from 128 · warp / 8),
-// then each warp's ring of `stages` slots, a slot one batch of up to `tiles` k tiles: its gate
-// tiles, up tiles, gate scale words, up scale words.
+// The TMA kernel's shared memory after x: the mbarriers (warp w's `stages` of them from
+// bars + 8 · stages · w), then each warp's ring of `stages` slots, a slot one batch of up to
+// `tiles` k tiles: its gate tiles, up tiles, gate scale words, up scale words.
 constexpr int kTmaMaxStages = 16;
 struct TmaLayout {
   int tiles;        // k tiles a batch
