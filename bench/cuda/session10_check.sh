@@ -6,7 +6,7 @@
 #              greedy; house-mla rows left out: the carry lacks house-mla)
 #   moe        one Kimi-K2.5 rank's MoE layer through the backend (moe_bench --what backend) at
 #              MOE_TOKENS, the defaults and MOE_VARIANTS (A/B in one process)
-#   kimi       one Kimi-K2.5 rank of tp 8, cuts of KIMI_CUTS layers (default "2 4"; three or
+#   kimi       one Kimi-K2.5 rank of tp 8, cuts of KIMI_CUTS layers (default "4 8 12"; three or
 #              more, e.g. "4 8 12": a least-squares line and its largest residual) at
 #              KIMI_BATCHES projected to 61 layers, the defaults and KIMI_VARIANTS
 #              (rank_step_bench, A/B in one process)
@@ -46,14 +46,14 @@ for stage in $STAGES; do
       echo "moe: exit $?"
       grep -E "^moe .*experts" "$L/moe.log" | cut -c1-200 | head -40 ;;
     kimi)
-      for n in ${KIMI_CUTS:-2 4}; do
+      for n in ${KIMI_CUTS:-4 8 12}; do
         python3 bench/cuda/rank_cuts.py cut "$CFG/kimi-k2.5/config.json" $n "$W/kimi$n"
         timeout 150 ./build-dev/strata_bench_rank_step_bench --config "$W/kimi$n/config.json" \
           --tp-size 8 --batches "${KIMI_BATCHES:-1,32,128}" --context 4096 --prefill 0 --reps 100 \
           --variants "${KIMI_VARIANTS:-segments64}" >"$L/kimi$n.log" 2>&1
         echo "kimi $n layers: exit $?"
       done
-      cuts=(${KIMI_CUTS:-2 4}) logs=()
+      cuts=(${KIMI_CUTS:-4 8 12}) logs=()
       for n in "${cuts[@]}"; do logs+=("$L/kimi$n.log"); done
       python3 bench/cuda/rank_cuts.py project "${logs[@]}" --layers "$(IFS=,; echo "${cuts[*]}")" ;;
     mla)
