@@ -1,10 +1,11 @@
 // The split-KV merge at the end of the MLA decode kernel (mla_decode_kernel.cuh), where
 // p.merge_counters is set: the last of a (sequence, row tile)'s split blocks to finish merges
 // every split's partial rows, as mla_combine_kernel (mla_attention.cu) does in a launch of its
-// own. Why: at batch 1 that launch cost as much as a third of the decode kernel (ncu, a Kimi-K2.5
-// rank: combine 4.3 us a layer beside the decode kernel's 8.7; Moonlight 3.9 beside 7.1), and at
-// batch 64 x 4,096 the bf16 rows' 2-split plan ran at 75-80% of copy bandwidth against 87-89% of
-// the same kernel at batch 128 with one split (H200, 2026-12-03, mla_bench --what scaling).
+// own. Why: at batch 64 x 4,096 the bf16 rows' 2-split plan ran at 75-80% of copy bandwidth
+// against 87-89% of the same kernel at batch 128 with one split (H200, 2026-12-03, mla_bench
+// --what scaling); merged here, 78.5 -> 80.7% (16 heads) and 82.2 -> 83.8% (8). At batch 1 (12-64
+// splits) one SM reading every split's partials is slower than the merge kernel's 32 blocks, so
+// the plan uses this only up to CudaTunables::mla_fused_merge_max_splits (2).
 //
 // Ordering: every thread fences its partial stores, the block meets at a barrier, then one
 // thread counts the block in (atomicAdd). The block that brings the count to num_splits has seen
