@@ -219,8 +219,9 @@ double bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch
   const cuda::MlaPlan plan =
       cuda::plan_mla_attention(fmt, batch, tokens, heads, new_tokens, ctx, sms, o);
   Buf scratch(size_t(std::max<int64_t>(plan.scratch_bytes, 16)));
-  Buf counters(size_t(std::max<int64_t>(plan.merge_counters, 4)) * 4);
-  BENCH_CUDA(cudaMemset(counters.p, 0, size_t(std::max<int64_t>(plan.merge_counters, 4)) * 4));
+  const size_t counter_bytes = size_t(std::max<int64_t>(plan.merge_counters, 1)) * 4;
+  Buf counters(counter_bytes);  // the fused merge's, zero before the first launch
+  BENCH_CUDA(cudaMemset(counters.p, 0, counter_bytes));
   cuda::apply_mla_plan(plan, plan.scratch_bytes ? scratch.p : nullptr, &p, counters.as<int32_t>());
   // Two timings. Back to back (the headline, as a decode step's graph runs the kernel and as
   // int4_linear_bench, Triton's do_bench and nvbench time): kQueued calls enqueued at once,
