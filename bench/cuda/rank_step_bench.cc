@@ -10,7 +10,8 @@
 //
 // Usage: strata_bench_rank_step_bench --config PATH [--tp-size N] [--batches 1,32,128,256]
 //   [--context 4096] [--prefill 8192] [--kv-cache-dtype bf16|fp8_e4m3] [--page-size 64]
-//   [--mem-fraction 0.9] [--reps 20] [--ncu-step 0|1] [--op-profile 0|1] [--compare-unfused 0|1]
+//   [--mem-fraction 0.9] [--reps 20] [--ncu-step 0|1] [--op-profile 0|1] [--timeline 0|1|2]
+//   [--compare-unfused 0|1]
 // --compare-unfused 1: each batch's graph step also with CudaTunables::fusion off (the launch
 // sequence of the MLA + MoE step before the 2026-12-02 fusions), in the same process.
 // --variants a,b,...: each batch's graph step also under each named tunable change (A/B in one
@@ -20,6 +21,10 @@
 // --ncu-variant NAME: that step under a named tunable change instead of the defaults.
 // --op-profile 1: the backend's own per-op device times of 4 eager steps (events around every
 // launch: CudaBackend::set_profile), which needs no profiler.
+// --timeline 1|2: after each batch's timings, one graph-mode step's kernels as the GPU ran them
+// (CUPTI, PDL overlap kept: kernel_timeline.h), by kernel name with the time each moved the
+// step's end; 2 also lists every kernel of the step in start order. --timeline-variants a,b: the
+// same under each named tunable change too.
 #include <cuda_profiler_api.h>
 
 #include <algorithm>
@@ -33,6 +38,7 @@
 #include "bench_args.h"
 #include "bench_checkpoint.h"
 #include "dist/tp_driver.h"
+#include "kernel_timeline.h"
 #include "model/config.h"
 #include "model/weights.h"
 #include "step_batch.h"
@@ -63,9 +69,28 @@ struct Args {
   bool ncu_step = false;
   std::string ncu_variant;
   bool op_profile = false;
+  int timeline = 0;
+  std::vector<std::string> timeline_variants;
   bool compare_unfused = false;
   std::vector<std::string> variants;
 };
+
+// Appends the comma-separated variant names of `v` to *out; false (the known names on stderr) at
+// an unknown one.
+bool parse_variants(const std::string& v, std::vector<std::string>* out) {
+  for (size_t b = 0; b <= v.size();) {
+    const size_t e = std::min(v.find(',', b), v.size());
+    out->push_back(v.substr(b, e - b));
+    if (!find_variant(out->back())) {
+      std::fprintf(stderr, "rank_step_bench: unknown variant '%s' (", out->back().c_str());
+      for (const Variant& x : kVariants) std::fprintf(stderr, " %s", x.name);
+      std::fprintf(stderr, " )\n");
+      return false;
+    }
+    b = e + 1;
+  }
+  return true;
+}
 
 // Milliseconds per call of fn, after one untimed call (which captures a graph in graph mode).
 template <class F>
@@ -220,6 +245,32 @@ void run(const Args& a) {
       CUDA_CHECK(cudaProfilerStop());
       be.set_tunables(saved);
     }
+    // The timelines (the defaults, then each --timeline-variants change), their graphs captured
+    // again with CUPTI on (it traces the nodes of graphs instantiated after it).
+    for (size_t tv = 0; a.timeline > 0 && tv <= a.timeline_variants.size(); ++tv) {
+      if (!bench::timeline_begin()) break;
+      const cuda::CudaTunables saved = be.tunables();
+      const std::string vname = tv == 0 ? "defaults" : a.timeline_variants[tv - 1];
+      if (tv > 0) be.tune(find_variant(vname)->apply);
+      be.reset_graphs();
+      be.set_graph_mode(true);
+      for (int i = 0; i < 3; ++i) model->forward_sample(batch->fb, *kv, args);
+      be.synchronize();
+      const double traced =
+          time_ms(be, a.reps, [&] { model->forward_sample(batch->fb, *kv, args); });
+      bench::timeline_mark();
+      model->forward_sample(batch->fb, *kv, args);
+      be.synchronize();
+      const bench::Timeline k = bench::timeline_end();
+      be.set_graph_mode(false);
+      be.reset_graphs();
+      be.set_tunables(saved);
+      const std::string label = "batch " + std::to_string(B) + ", context " + std::to_string(C) +
+                                ", " + vname +
+                                " (graph step with CUPTI on: " + std::to_string(traced) + " ms)";
+      bench::timeline_print(k, label.c_str(), 40, a.timeline > 1);
+      std::fflush(stdout);
+    }
     if (a.op_profile) {
       constexpr int kSteps = 4;
       be.set_profile(true);
@@ -288,21 +339,13 @@ int main(int argc, char** argv) {
       }
     } else if (k == "--op-profile")
       a.op_profile = v == "1";
+    else if (k == "--timeline")
+      a.timeline = std::stoi(v);
+
     else if (k == "--compare-unfused")
       a.compare_unfused = v == "1";
-    else if (k == "--variants") {
-      for (size_t b = 0; b <= v.size();) {
-        const size_t e = std::min(v.find(',', b), v.size());
-        a.variants.push_back(v.substr(b, e - b));
-        if (!find_variant(a.variants.back())) {
-          std::fprintf(stderr, "rank_step_bench: unknown variant '%s' (",
-                       a.variants.back().c_str());
-          for (const Variant& x : kVariants) std::fprintf(stderr, " %s", x.name);
-          std::fprintf(stderr, " )\n");
-          return 2;
-        }
-        b = e + 1;
-      }
+    else if (k == "--variants" || k == "--timeline-variants") {
+      if (!parse_variants(v, k == "--variants" ? &a.variants : &a.timeline_variants)) return 2;
     } else {
       std::fprintf(stderr, "rank_step_bench: unknown flag %s\n", k.c_str());
       return 2;

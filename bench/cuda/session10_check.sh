@@ -13,12 +13,15 @@
 #   moonlight  Moonlight bf16 batch 1 (27 layers, context 768), MOONLIGHT_VARIANTS
 #   offline    the Moonlight shape offline, 1,000 x 1,024 / 1,024, bf16 (offline_bench): the
 #              defaults, then each of OFFLINE_VARIANTS (one engine each)
-#   llama      the Llama-3.1-8B shape, batch 1, context 512, bf16, LLAMA_VARIANTS
+#   llama      the Llama-3.1-8B shape (LLAMA_CONFIG, default llama-3.1-8b; llama-3.1-8b-w4a16:
+#              INT4), batch 1, context 512, LLAMA_VARIANTS
 #   mla        the MLA decode kernel's own split merge against the merge kernel, then issue 22's
 #              acceptance rows (mla_bench --what ceilings,merge,acceptance)
 #   sweep      the MoE decode GEMV's work shapes (moe_bench --what kernels --sweep 1) for
 #              SWEEP_CONFIGS (default moonlight) at SWEEP_TOKENS (default 1,2,4,8)
 # (llama, mla and sweep run only when named in STAGES.)
+# RANK_EXTRA: more arguments for every rank_step_bench run (e.g. "--timeline 1": the step's
+# kernels as the GPU ran them, kernel_timeline.h; its tables are echoed on stdout).
 # Logs packed into $OUT/session10_check.tgz; the summary on stdout.
 set -u
 source bench/cuda/device_env.sh
@@ -34,6 +37,9 @@ pack() { tar czf "$OUT/session10_check.tgz" -C "$OUT" session10_check; }
 trap pack EXIT
 CFG=$C/shared/configs
 W=/tmp/session10_check
+timeline_tables() {  # LOG: each timeline's summary and by-kernel table (not the per-kernel list)
+  awk '/^timeline/ {on = 1; print; next} /^  +# / || !/^  / {on = 0} on' "$1" | cut -c1-130
+}
 for stage in $STAGES; do
   t1=$(date +%s)
   case $stage in
@@ -50,8 +56,9 @@ for stage in $STAGES; do
         python3 bench/cuda/rank_cuts.py cut "$CFG/kimi-k2.5/config.json" $n "$W/kimi$n"
         timeout 150 ./build-dev/strata_bench_rank_step_bench --config "$W/kimi$n/config.json" \
           --tp-size 8 --batches "${KIMI_BATCHES:-1,32,128}" --context 4096 --prefill 0 --reps 100 \
-          --variants "${KIMI_VARIANTS:-segments64}" >"$L/kimi$n.log" 2>&1
+          --variants "${KIMI_VARIANTS:-segments64}" ${RANK_EXTRA:-} >"$L/kimi$n.log" 2>&1
         echo "kimi $n layers: exit $?"
+        timeline_tables "$L/kimi$n.log"
       done
       cuts=(${KIMI_CUTS:-4 8 12}) logs=()
       for n in "${cuts[@]}"; do logs+=("$L/kimi$n.log"); done
@@ -64,9 +71,11 @@ for stage in $STAGES; do
     moonlight)
       timeout 100 ./build-dev/strata_bench_rank_step_bench \
         --config "$CFG/moonlight-16b-a3b/config.json" --batches 1 --context 768 --prefill 0 \
-        --reps 100 --variants "${MOONLIGHT_VARIANTS:-segments64}" >"$L/moonlight.log" 2>&1
+        --reps 100 --variants "${MOONLIGHT_VARIANTS:-segments64}" ${RANK_EXTRA:-} \
+        >"$L/moonlight.log" 2>&1
       echo "moonlight: exit $?"
-      grep -E "^decode|^variant" "$L/moonlight.log" | cut -c1-200 ;;
+      grep -E "^decode|^variant" "$L/moonlight.log" | cut -c1-200
+      timeline_tables "$L/moonlight.log" ;;
     offline)
       for v in default ${OFFLINE_VARIANTS:-}; do
         arg=""
@@ -79,10 +88,12 @@ for stage in $STAGES; do
       done ;;
     llama)
       timeout 100 ./build-dev/strata_bench_rank_step_bench \
-        --config "$CFG/llama-3.1-8b/config.json" --batches 1 --context 512 --prefill 0 \
-        --reps 100 --variants "${LLAMA_VARIANTS:-segments64}" >"$L/llama.log" 2>&1
+        --config "$CFG/${LLAMA_CONFIG:-llama-3.1-8b}/config.json" --batches 1 --context 512 \
+        --prefill 0 --reps 100 --variants "${LLAMA_VARIANTS:-segments64}" ${RANK_EXTRA:-} \
+        >"$L/llama.log" 2>&1
       echo "llama: exit $?"
-      grep -E "^decode|^variant" "$L/llama.log" | cut -c1-200 ;;
+      grep -E "^decode|^variant" "$L/llama.log" | cut -c1-200
+      timeline_tables "$L/llama.log" ;;
     sweep)
       timeout 200 ./build-dev/strata_bench_moe_bench --what kernels \
         --configs "${SWEEP_CONFIGS:-moonlight}" --tokens "${SWEEP_TOKENS:-1,2,4,8}" --sweep 1 \

@@ -90,6 +90,14 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.graph_segment_launches = 128; }},
     {"segments256", "graph-mode steps launched in segments of 256 launches",
      [](cuda::CudaTunables& t) { t.graph_segment_launches = 256; }},
+    {"seg_first_off",
+     "every graph segment of graph_segment_launches (graph_first_segment_launches 0)",
+     [](cuda::CudaTunables& t) { t.graph_first_segment_launches = 0; }},
+    {"seg_first8_256", "graph segments of 8, 16, ... doubling up to 256 launches",
+     [](cuda::CudaTunables& t) {
+       t.graph_first_segment_launches = 8;
+       t.graph_segment_launches = 256;
+     }},
     {"gemv_norm", "q_a's RMSNorm inside the q_b GEMV (gemv_norm_fusion)",
      [](cuda::CudaTunables& t) { t.gemv_norm_fusion = true; }},
     {"combine_norm",

@@ -225,7 +225,8 @@ TEST_P(MlaModel, GreedyMatchesTheCpuBackend) {
     // Eager, graphs without the graph-mode merges, side branches and segments, then with each
     // alone (the router + route merge, off by default; the GEMV pair merge and side branches on a
     // second stream, on by default) and all three, and steps in segments (kTestSegment launches:
-    // a tiny model's step is shorter than the default 64): each must give the eager bits. (The
+    // a tiny model's step is shorter than the default 64; then growing from 2): each must give
+    // the eager bits. (The
     // q_a norm inside q_b's GEMV, gemv_norm_fusion, merges only norms of more than 256 values:
     // GemvNorm.GraphModeRunsTheNormInsideTheGemv tests it.)
     struct Pass {
@@ -260,6 +261,12 @@ TEST_P(MlaModel, GreedyMatchesTheCpuBackend) {
         // Steps launched as graphs of 8 launches each while the rest is recorded.
         {"graphs in segments of 8 launches", true,
          [](cuda::CudaTunables& t) { t.graph_segment_launches = kTestSegment; }},
+        // Segments of 2, 4, then 8 launches (graph_first_segment_launches).
+        {"graphs in growing segments", true,
+         [](cuda::CudaTunables& t) {
+           t.graph_segment_launches = kTestSegment;
+           t.graph_first_segment_launches = 2;
+         }},
     };
     const cuda::CudaTunables defaults = cuda.tunables();
     for (const Pass& pass : passes) {

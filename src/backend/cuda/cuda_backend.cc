@@ -105,13 +105,20 @@ void CudaBackend::begin_op() {
     // Graph mode: a long step goes to the device in segments, each replayed (or captured) as
     // soon as it holds graph_segment_launches launches, so that the device runs them while the
     // host records the rest. Never inside a side branch (a graph must end joined).
+    // The first segment may be shorter (graph_first_segment_launches), the next ones double.
     if (tunables_.graph_segment_launches > 0 && side_ == SideBranch::kNone &&
-        recorder_.pending_launches() >= size_t(tunables_.graph_segment_launches))
+        recorder_.pending_launches() >= segment_cut_) {
       recorder_.flush_segment(launch());
+      segment_cut_ = std::min(2 * segment_cut_, size_t(tunables_.graph_segment_launches));
+    }
     return;
   }
   in_step_ = true;
   step_start_ns_ = host_now_ns();
+  const int first = tunables_.graph_first_segment_launches;
+  segment_cut_ = size_t(first > 0 && first < tunables_.graph_segment_launches
+                            ? first
+                            : tunables_.graph_segment_launches);
   staging_.reset();
   meta_valid_ = false;
 }

@@ -366,7 +366,9 @@ class CudaBackend : public Backend,
   void check_new_within_kv() const;
 
   int64_t step_start_ns_ = 0;  // host clock at the step's first op (graph mode's record time)
-  GraphStats logged_{};        // the counters at the last eager-steps log (log_eager_steps)
+  // Graph mode: pending launches at which the step's next segment is cut (begin_op).
+  size_t segment_cut_ = 0;
+  GraphStats logged_{};  // the counters at the last eager-steps log (log_eager_steps)
 
   PinnedUploader uploader_;          // upload_bytes' staging (pinned at the first upload)
   void* download_buffer_ = nullptr;  // pinned host memory for download_f32

@@ -59,6 +59,8 @@ void CudaTunables::check() const {
             "moe_router_route_max_tokens {}", moe_router_route_max_tokens);
   CHECK_MSG(side_branch_max_rows >= 0, "side_branch_max_rows {}", side_branch_max_rows);
   CHECK_MSG(graph_segment_launches >= 0, "graph_segment_launches {}", graph_segment_launches);
+  CHECK_MSG(graph_first_segment_launches >= 0, "graph_first_segment_launches {}",
+            graph_first_segment_launches);
   CHECK_MSG(mla_max_splits >= 0, "mla_max_splits {}", mla_max_splits);
   CHECK_MSG(mla_min_split_chunks >= 1, "mla_min_split_chunks {}", mla_min_split_chunks);
   CHECK_MSG(mla_fused_merge_max_splits >= 0, "mla_fused_merge_max_splits {}",

@@ -113,6 +113,18 @@ struct CudaTunables {
   // Kimi-K2.5 rank of tp 8, 61 layers projected: batch 1 5.62 against 6.03 ms, batch 128 40.94
   // against 41.57; the Llama-3.1-8B shape's offline 1,000 x 1,024 / 1,024 unchanged (8,976 tok/s).
   int graph_segment_launches = 64;
+  // Graph mode, with segments: the step's first segment is cut at this many launches and each
+  // next one at twice the last, up to graph_segment_launches (0: every segment that size). The
+  // device idles from the step's start until its first segment is recorded and launched, so a
+  // short first segment starts it sooner, and longer later ones cut fewer PDL chains (each cut
+  // ends one: the next graph's first kernel cannot launch early). No env. Default 8 (then 16, 32,
+  // 64): in one process against 0 (every segment 64), H200, 2026-12-03 (rank_step_bench
+  // --variants, three calls): a Kimi-K2.5 rank of tp 8, 4-layer cut, batch 1, 0.468 -> 0.441,
+  // 0.483 -> 0.443, 0.456 -> 0.443 ms a step, 8-layer cut 0.761 -> 0.733, 0.776 -> 0.737, 0.800
+  // -> 0.758 (the ~30-40 us the device waited for a whole first segment); Moonlight bf16 batch 1
+  // -1.1 / -1.4 / -1.5%; Llama-3.1-8B bf16 batch 1 -0.5%. Doubling past 64 (to 256) gained
+  // nothing more.
+  int graph_first_segment_launches = 8;
   // Warps per GEMV block: 4 or 8. No env. Default 8: 4-warp blocks measured +0.13 / -0.07
   // ms/token (on top of early triggers and prefetch, so not conclusive; 2026-11-29 night).
   int gemv_block_warps = 8;
@@ -217,7 +229,14 @@ struct CudaTunables {
   // layers projected, session7_check.sh, H200, 2026-12-02) at batch 1 took 6.033 / 6.478 ms merged
   // against 6.485 / 6.636 with two launches (two calls; ncu had the route at 431 us a step);
   // on 2026-12-03, with the side branches, 6.96 / 6.38 against 6.48 / 5.97 ms, and Moonlight
-  // -0.8 / +1.0%: no gain that holds. Default 0 (off). (Session 7's graph-mode greedy
+  // -0.8 / +1.0%: no gain that holds -- because arch/deepseek.cc records the shared experts' side
+  // branch between the router and the route, so the two never merged since side branches came.
+  // With the branch moved before the router (so they merge; kernel timeline confirmed), the
+  // merged launch was slower than two (H200, 2026-12-03, session 15, in one process: Kimi-K2.5
+  // rank 8-layer cut 0.758 against 0.742 ms at batch 1, 61 layers batch 32 16.03 against 15.71;
+  // Moonlight bf16 batch 1 2.388 against 2.353): the route's own launch already starts early
+  // under PDL, and the merged router ends in one routing CTA after its last tile. Default 0 (off),
+  // deepseek.cc's order kept. (Session 7's graph-mode greedy
   // differences on the tiny DeepSeek fixtures were this launch's: with 8 experts, one row tile,
   // it waited for more routing CTAs than there were tiles, leaving tokens past the first 8
   // unrouted; MoeBackend.GraphModeMergesRouterAndRoute now covers 8 experts at 9 tokens.)
