@@ -66,6 +66,8 @@ inline constexpr Variant kVariants[] = {
     {"route_unfused",
      "MoE router GEMV and expert choice as two launches (moe_router_route_max_tokens 0)",
      [](cuda::CudaTunables& t) { t.moe_router_route_max_tokens = 0; }},
+    // A no-op in the DeepSeek model as arch/deepseek.cc records it (the shared experts' side
+    // branch sits between the router and the route; session 15's kernel timeline).
     {"route_merged",
      "MoE router GEMV and expert choice as one launch up to 32 tokens "
      "(moe_router_route_max_tokens 32)",
