@@ -226,9 +226,8 @@ TEST_P(MlaModel, GreedyMatchesTheCpuBackend) {
     // alone (the router + route merge, off by default; the GEMV pair merge and side branches on a
     // second stream, on by default) and all three, and steps in segments (kTestSegment launches:
     // a tiny model's step is shorter than the default 64; then growing from 2): each must give
-    // the eager bits. (The
-    // q_a norm inside q_b's GEMV, gemv_norm_fusion, merges only norms of more than 256 values:
-    // GemvNorm.GraphModeRunsTheNormInsideTheGemv tests it.)
+    // the eager bits. (The q_a norm inside q_b's GEMV, gemv_norm_fusion, merges only norms of more
+    // than 256 values: GemvNorm.GraphModeRunsTheNormInsideTheGemv tests it.)
     struct Pass {
       const char* name;
       bool graphs;
