@@ -8,8 +8,12 @@
 // kernels against a 5.24 ms graph wall (2026-12-03). This timeline attributes the wall itself:
 // sorted by end time, each kernel is charged the time by which it moved the step's last end
 // ("end increment"); the increments add up to the step's wall (first start to last end), so the
-// table says which kernels the step actually waits on. A kernel that ends inside another's
-// span (a side branch finished under the main stream) is charged 0.
+// table says which kernels the step actually waits on. Where streams overlap, a side branch's
+// kernel that ends while a main-stream kernel runs takes part of that kernel's increment: read
+// the main path from the listing (--timeline 2). CUPTI slows the host's graph launches (a
+// 64-launch segment's cudaGraphLaunch took 140-300 us with it on, session 15), so holes at segment
+// boundaries in a traced step can be CUPTI's own; kernel durations and increments inside a
+// segment are the ones to trust.
 //
 // Use: timeline_begin() before the first graph-mode step (CUPTI traces the nodes of graphs
 // instantiated after it), run the steps, timeline_mark() right before the step to analyse (after
