@@ -119,11 +119,11 @@ struct CudaTunables {
   // short first segment starts it sooner, and longer later ones cut fewer PDL chains (each cut
   // ends one: the next graph's first kernel cannot launch early). No env. Default 8 (then 16, 32,
   // 64): in one process against 0 (every segment 64), H200, 2026-12-03 (rank_step_bench
-  // --variants, three calls): a Kimi-K2.5 rank of tp 8, 4-layer cut, batch 1, 0.468 -> 0.441,
-  // 0.483 -> 0.443, 0.456 -> 0.443 ms a step, 8-layer cut 0.761 -> 0.733, 0.776 -> 0.737, 0.800
-  // -> 0.758 (the ~30-40 us the device waited for a whole first segment); Moonlight bf16 batch 1
-  // -1.1 / -1.4 / -1.5%; Llama-3.1-8B bf16 batch 1 -0.5%. Doubling past 64 (to 256) gained
-  // nothing more.
+  // --variants, four calls): a Kimi-K2.5 rank of tp 8, 4-layer cut, batch 1, 0.468 -> 0.441,
+  // 0.483 -> 0.443, 0.456 -> 0.443, 0.460 -> 0.436 ms a step, 8-layer cut 0.761 -> 0.733, 0.776 ->
+  // 0.737, 0.800 -> 0.758, 0.764 -> 0.734 (the ~25-40 us the device waited for a whole first
+  // segment); Moonlight bf16 batch 1 -1.1 / -1.4 / -1.5 / -3.0%; Llama-3.1-8B bf16 batch 1 -0.5%.
+  // Doubling past 64 (to 256) gained nothing more.
   int graph_first_segment_launches = 8;
   // Warps per GEMV block: 4 or 8. No env. Default 8: 4-warp blocks measured +0.13 / -0.07
   // ms/token (on top of early triggers and prefetch, so not conclusive; 2026-11-29 night).
