@@ -193,7 +193,8 @@ inline Timeline timeline_end() {
 }
 
 // Prints the step: its wall, the sum of kernel durations, the time no kernel ran; the kernels by
-// name (count, µs of duration, µs of end increment, sorted by the increment; the top `top`);
+// name and grid (count, µs of duration, µs of end increment, its mean and median, sorted by the
+// increment; the top `top`);
 // with `all`, every kernel, runtime call and copy in start order (times from the first kernel's
 // start; a host call's row gives its host duration).
 inline void timeline_print(const Timeline& tl, const char* label, int top, bool all) {
@@ -227,24 +228,33 @@ inline void timeline_print(const Timeline& tl, const char* label, int top, bool 
       "timeline %s: %zu kernels, wall %.1f us (first start to last end), kernel sum %.1f us, no "
       "kernel running %.1f us; %zu runtime calls, %.1f us in them\n",
       label, k.size(), double(last - t0) * 1e-3, sum, idle, tl.api.size(), api_busy);
+  // By name and grid (one kernel serves several shapes: the GEMVs of q_a, o_proj, ...): the
+  // median increment is the typical layer's (the mean also carries the step's one-off holes).
   struct Agg {
     int n = 0;
     double dur = 0, inc = 0;
+    std::vector<double> incs;
   };
   std::map<std::string, Agg> agg;
   for (size_t i = 0; i < k.size(); ++i) {
-    Agg& a = agg[k[i].name];
+    Agg& a = agg[k[i].name + " [" + std::to_string(k[i].grid) + "]"];
     ++a.n;
     a.dur += double(k[i].end - k[i].start) * 1e-3;
     a.inc += inc[i];
+    a.incs.push_back(inc[i]);
   }
   std::vector<std::pair<std::string, Agg>> rows(agg.begin(), agg.end());
   std::sort(rows.begin(), rows.end(),
             [](const auto& a, const auto& b) { return a.second.inc > b.second.inc; });
-  std::printf("  %-70s %5s %10s %10s %8s\n", "kernel", "count", "dur us", "incr us", "incr/n");
-  for (size_t i = 0; i < rows.size() && int(i) < top; ++i)
-    std::printf("  %-70.70s %5d %10.1f %10.1f %8.2f\n", rows[i].first.c_str(), rows[i].second.n,
-                rows[i].second.dur, rows[i].second.inc, rows[i].second.inc / rows[i].second.n);
+  std::printf("  %-70s %5s %10s %10s %8s %8s\n", "kernel [grid]", "count", "dur us", "incr us",
+              "incr/n", "median");
+  for (size_t i = 0; i < rows.size() && int(i) < top; ++i) {
+    std::vector<double>& v = rows[i].second.incs;
+    std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
+    std::printf("  %-70.70s %5d %10.1f %10.1f %8.2f %8.2f\n", rows[i].first.c_str(),
+                rows[i].second.n, rows[i].second.dur, rows[i].second.inc,
+                rows[i].second.inc / rows[i].second.n, v[v.size() / 2]);
+  }
   if (!all) return;
   std::printf("  %5s %9s %8s %8s %6s %6s %5s %6s  %s\n", "#", "start us", "dur us", "incr us",
               "grid", "block", "strm", "corr", "kernel / runtime call");
