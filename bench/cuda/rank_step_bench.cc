@@ -332,16 +332,13 @@ int main(int argc, char** argv) {
     else if (k == "--ncu-step")
       a.ncu_step = v == "1";
     else if (k == "--ncu-variant") {
+      std::vector<std::string> one;
+      if (!parse_variants(v, &one) || one.size() != 1) return 2;
       a.ncu_variant = v;
-      if (!find_variant(v)) {
-        std::fprintf(stderr, "rank_step_bench: unknown variant '%s'\n", v.c_str());
-        return 2;
-      }
     } else if (k == "--op-profile")
       a.op_profile = v == "1";
     else if (k == "--timeline")
       a.timeline = std::stoi(v);
-
     else if (k == "--compare-unfused")
       a.compare_unfused = v == "1";
     else if (k == "--variants" || k == "--timeline-variants") {

@@ -1,7 +1,9 @@
 // Side branches on the CUDA backend (backend/side_branch.h, backend/cuda/side_branch.cc): a MoE
 // layer's shared experts (the SwiGLU GEMV, then the down GEMV) on a second stream beside the
-// router, the route and the routed experts, joined right before moe_experts_add's combine, as
-// arch/deepseek.cc records them. The same kernels run on the same inputs, so the bound is
+// router, the route and the routed experts, joined right before moe_experts_add's combine.
+// (arch/deepseek.cc records the router before the branch; here the branch comes first. Either
+// order must give the one-stream bits; this one also has the logits allocated while the branch's
+// freed block is deferred.) The same kernels run on the same inputs, so the bound is
 // equality with the one-stream run, eager and replayed from captured graphs (whose fork and join
 // are edges of the graph); a step with a branch records two launches more (the fork and the
 // branch's end; the join rides in the experts' launch). The branch's SwiGLU output is made and
@@ -57,7 +59,7 @@ TEST(SideBranch, SharedExpertsBesideTheRoutingGiveTheOneStreamBits) {
     ex.down = gpu.upload_linear(random_stack(p.rng(), f, experts, hidden, inter), Tensor{});
     for (int64_t t : {1, 2, 3, 40}) {
       auto x = gpu.alloc(DType::kBF16, {t, hidden}), out = gpu.alloc(DType::kBF16, {t, hidden});
-      auto step = [&] {  // as arch/deepseek.cc's moe_block
+      auto step = [&] {  // arch/deepseek.cc's moe_block, the branch before the router
         auto shared = gpu.alloc(DType::kBF16, {t, hidden});
         side->begin_side_branch(t);
         {
