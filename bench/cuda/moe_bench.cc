@@ -12,8 +12,7 @@
 //
 // Per token count, stage by stage (each a CUDA graph of `calls` back-to-back calls, median of
 // `reps` replays, divided by `calls`): the router (this file's GEMV up to 32 tokens, cuBLAS
-// bf16 x bf16 -> f32 above), the route kernel, both as one launch (up to 32 tokens: the CUDA
-// backend's graph-mode decode path, launch_moe_router_route), the prefill plan, the expert
+// bf16 x bf16 -> f32 above), the route kernel, the prefill plan, the expert
 // GEMMs alone (gate_up + down, and each alone; decode: the GEMV CTAs plan themselves, prefill:
 // plans computed beforehand) in each regime, the combine, the shared expert (MoE dense mode, and up
 // to their row limits the engine's dense decode GEMVs on the same shapes), and the whole layer
@@ -343,13 +342,6 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
       return p;
     };
     auto route = [&](int b) { cuda::launch_moe_route(route_params(b), s); };
-    // The decode path's router and route as one launch (launch_moe_router_route).
-    auto router_route = [&](int b, int copy) {
-      cuda::MoeRouterRouteParams f{};
-      f.router = router_params(b, copy);
-      f.route = route_params(b);
-      cuda::launch_moe_router_route(f, s);
-    };
     // Route every batch once (copy 0's gate) and count the distinct experts it touches.
     double touched = 0;
     for (int b = 0; b < kBatches; ++b) {
@@ -574,10 +566,6 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
     const double t_router =
         graph_us(s, calls, reps, [&](int i) { router(at(i).first, at(i).second); });
     const double t_route = graph_us(s, calls, reps, [&](int i) { route(at(i).first); });
-    const double t_fused =
-        T <= cuda::kMoeRouterMaxTokens
-            ? graph_us(s, calls, reps, [&](int i) { router_route(at(i).first, at(i).second); })
-            : 0.0;
     const double t_plan = graph_us(s, calls, reps, [&](int i) {
       cuda::MoePlanParams p{};
       p.topk_ids = ids[size_t(at(i).first)]->as<int32_t>();
@@ -615,10 +603,10 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
     const int auto_regime = cuda::moe_pick_regime(T, K, E);
     std::printf(
         "moe %-14s T=%-5d touched %.1f experts (%.1f MB) | router %.1f us | route %.1f | "
-        "router+route one launch %.1f | plan (prefill) %.1f | combine %.1f | regimes agree NMSE "
+        "plan (prefill) %.1f | combine %.1f | regimes agree NMSE "
         "%.1e\n",
-        c.name.c_str(), T, touched, touched_bytes / 1e6, t_router, t_route, t_fused, t_plan,
-        t_combine, agree);
+        c.name.c_str(), T, touched, touched_bytes / 1e6, t_router, t_route, t_plan, t_combine,
+        agree);
     const double gu_share = double(layers[0].gate_up.bytes_per_expert) / double(expert_bytes);
     for (int r = 0; r < 2; ++r) {
       if (r == 0 && !time_decode) continue;

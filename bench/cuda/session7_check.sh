@@ -23,7 +23,7 @@ mkdir -p $L
 pack() { tar czf "$OUT/session7_check.tgz" -C "$OUT" session7_check; }
 trap pack EXIT
 if [ "${PARITY:-1}" = 1 ]; then
-  dev_parity new "${PARITY_NEW:-MoeParity.RouterRoute*:MoeBackend.GraphModeMerges*:*MlaInputs*:MlaBackend.DecodeStepsReplayCapturedGraphs:CudaFusedParity.QkvRopeKvWrite:CudaParity.PerHeadLinear}" 100
+  dev_parity new "${PARITY_NEW:-*MlaInputs*:MlaBackend.DecodeStepsReplayCapturedGraphs:CudaFusedParity.QkvRopeKvWrite:CudaParity.PerHeadLinear}" 100
 fi
 W=/tmp/session7_check
 if [ "${KIMI:-1}" = 1 ]; then

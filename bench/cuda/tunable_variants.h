@@ -63,15 +63,6 @@ inline constexpr Variant kVariants[] = {
      "MLA's attention inputs as four launches (norm, rope, copy_columns, KV write; "
      "mla_inputs_fusion off)",
      [](cuda::CudaTunables& t) { t.mla_inputs_fusion = false; }},
-    {"route_unfused",
-     "MoE router GEMV and expert choice as two launches (moe_router_route_max_tokens 0)",
-     [](cuda::CudaTunables& t) { t.moe_router_route_max_tokens = 0; }},
-    // A no-op in the DeepSeek model as arch/deepseek.cc records it (the shared experts' side
-    // branch sits between the router and the route; session 15's kernel timeline).
-    {"route_merged",
-     "MoE router GEMV and expert choice as one launch up to 32 tokens "
-     "(moe_router_route_max_tokens 32)",
-     [](cuda::CudaTunables& t) { t.moe_router_route_max_tokens = 32; }},
     // The GEMV pair and side branches are on by default (tunables.h, 2026-12-03): these take them
     // off, alone and together.
     {"no_gemv_pair", "q_a / q_proj and kv_a as two GEMV launches (gemv_pair_fusion off)",

@@ -190,7 +190,6 @@ Greedy greedy_with_logits(Model& m, DType kv, const std::vector<int32_t>& prompt
 
 // Graph mode's launch merges, side branches and segments all off.
 void no_merges(cuda::CudaTunables& t) {
-  t.moe_router_route_max_tokens = 0;
   t.gemv_pair_fusion = false;
   t.side_branch_max_rows = 0;
   t.graph_segment_launches = 0;
@@ -223,8 +222,8 @@ TEST_P(MlaModel, GreedyMatchesTheCpuBackend) {
     const Greedy want = greedy_with_logits(*cm, DType::kF32, prompts[i], n);
     std::vector<int32_t> eager;
     // Eager, graphs without the graph-mode merges, side branches and segments, then with each
-    // alone (the router + route merge, off by default; the GEMV pair merge and side branches on a
-    // second stream, on by default) and all three, and steps in segments (kTestSegment launches:
+    // alone (the GEMV pair merge and side branches on a second stream, both on by default) and
+    // both, and steps in segments (kTestSegment launches:
     // a tiny model's step is shorter than the default 64; then growing from 2): each must give
     // the eager bits. (The q_a norm inside q_b's GEMV, gemv_norm_fusion, merges only norms of more
     // than 256 values: GemvNorm.GraphModeRunsTheNormInsideTheGemv tests it.)
@@ -236,11 +235,6 @@ TEST_P(MlaModel, GreedyMatchesTheCpuBackend) {
     const Pass passes[] = {
         {"eager", false, nullptr},
         {"graphs, no merges or side branches", true, no_merges},
-        {"graphs + router-route merge", true,
-         [](cuda::CudaTunables& t) {
-           no_merges(t);
-           t.moe_router_route_max_tokens = 32;
-         }},
         {"graphs + gemv pair", true,
          [](cuda::CudaTunables& t) {
            no_merges(t);
@@ -251,9 +245,8 @@ TEST_P(MlaModel, GreedyMatchesTheCpuBackend) {
            no_merges(t);
            t.side_branch_max_rows = 2;
          }},
-        {"graphs + all three", true,
+        {"graphs + both", true,
          [](cuda::CudaTunables& t) {
-           t.moe_router_route_max_tokens = 32;
            t.gemv_pair_fusion = true;
            t.side_branch_max_rows = 2;
          }},

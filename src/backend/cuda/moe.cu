@@ -8,9 +8,7 @@
 //                   counters owned by the backend (zeroed once; every launch leaves them zero,
 //                   so graph replays need no reset); above, cublasGemmEx bf16 x bf16 -> f32
 //                   (compute 32F). A bias is one more float32 launch.
-//   moe_route       launch_moe_route (one warp per token). Graph mode with CudaTunables::fusion,
-//                   up to moe_router_route_max_tokens: merged with the router launch just
-//                   recorded for its logits into launch_moe_router_route (one launch).
+//   moe_route       launch_moe_route (one warp per token).
 //   moe_experts     launch_moe_experts, recorded as one launch: the 3 (decode) to 6 (prefill)
 //                   kernels it issues are a function of its parameter block, which is what a
 //                   graph's signature holds. Scratch (moe_experts_scratch_bytes) comes from the
@@ -79,9 +77,6 @@ void run_bias_f32(const BiasF32Params& p, const Launch& launch) {
 
 void run_moe_router(const MoeRouterParams& p, const Launch& l) { launch_moe_router(p, l.stream); }
 void run_moe_route(const MoeRouteParams& p, const Launch& l) { launch_moe_route(p, l.stream); }
-void run_moe_router_route(const MoeRouterRouteParams& p, const Launch& l) {
-  launch_moe_router_route(p, l.stream);
-}
 void run_moe_experts(const MoeExpertsParams& p, const Launch& l) {
   launch_moe_experts(p, l.stream);
 }
@@ -367,19 +362,6 @@ void CudaBackend::moe_route(const Tensor& router_logits, const Tensor& correctio
   p.normalize = args.normalize ? 1 : 0;
   p.scaling_factor = args.scaling_factor;
   p.pdl_early = tunables_.pdl_early;
-  // Graph mode: the router launch that made these logits, just recorded, and this route become
-  // one launch (bitwise the same ids and weights; eager mode keeps the two).
-  MoeRouterParams r;
-  if (tunables_.fusion && tokens <= tunables_.moe_router_route_max_tokens &&
-      recorder_.last(kOpMoeRouter, &r) && r.out == p.logits && r.tokens == tokens &&
-      r.experts == e) {
-    recorder_.drop_last();
-    auto f = zeroed<MoeRouterRouteParams>();
-    f.router = r;
-    f.route = p;
-    record(kOpMoeRouterRoute, f, run_moe_router_route);
-    return;
-  }
   record(kOpMoeRoute, p, run_moe_route);
 }
 

@@ -14,11 +14,8 @@
 // Route: one warp per token, its scores and choice values in registers (lane l: experts l + 32q;
 // all loads issued at once: the old loop of dependent loads cost ~10 us at E = 256..384) and
 // in shared memory for the group stage. Top-k is k rounds of a warp arg-max under (value desc,
-// id asc), the CPU twin's partial_sort order.
-//
-// Router + route (decode): the router kernel, then the CTAs that complete the last row tiles (a
-// counter over tiles, after the per-tile ones) route every token with the route kernel's device
-// code, one warp per token: one launch and one kernel boundary fewer per MoE layer.
+// id asc), the CPU twin's partial_sort order. (The two as one launch, the router's last CTAs
+// routing, was measured slower than two launches and left the product: tunables.h, 2026-12-03.)
 #include <algorithm>
 #include <climits>
 #include <type_traits>
@@ -44,10 +41,9 @@ constexpr int kRouterUnroll = 4;  // 32-column chunks in flight per warp
 // One CTA's share of the router GEMV, its PDL entry included: at the start, or with p.preload
 // after each warp has issued its first batch of weight loads (weights are never written by a
 // kernel, so they may stream while the predecessor finishes; x, the scratch and the counters are
-// touched only after the entry). Returns true in the CTA whose writes completed its row tile's
-// logits (every CTA when splits == 1, else the tile's last CTA); uniform over the CTA.
+// touched only after the entry).
 template <int NT>
-__device__ __forceinline__ bool router_tile(const MoeRouterParams& p) {
+__device__ __forceinline__ void router_tile(const MoeRouterParams& p) {
   bool entered = !p.preload;
   if (entered) pdl_enter(p.pdl_early);
   __shared__ float red[kRouterWarps][NT * 4][32];
@@ -117,12 +113,12 @@ __device__ __forceinline__ bool router_tile(const MoeRouterParams& p) {
           p.partials[(split * p.tokens + tok) * p.experts + row] = v;
       }
   }
-  if (splits == 1) return true;
+  if (splits == 1) return;
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) is_last = atomicAdd(p.counters + rt, 1) == splits - 1;
   __syncthreads();
-  if (!is_last) return false;
+  if (!is_last) return;
   __threadfence();
   // The last CTA of this row tile: the splits' sums in split order.
   for (int i = int(threadIdx.x); i < 16 * int(p.tokens); i += kRouterWarps * 32) {
@@ -134,7 +130,6 @@ __device__ __forceinline__ bool router_tile(const MoeRouterParams& p) {
     p.out[tok * p.experts + row] = v;
   }
   if (threadIdx.x == 0) p.counters[rt] = 0;
-  return true;
 }
 
 template <int NT>
@@ -169,10 +164,8 @@ __device__ __forceinline__ void warp_best(float& v, int& i) {
 // load of a token's logits and bias is issued at once); scores also go to shared memory for the
 // group stage and the weights, which index them by expert.
 // Token t's route by one warp (every lane calls it; warp-synchronous, no CTA barrier), with
-// 2·E floats of shared memory of its own at `score_s`. kCoherent: the logits were written by
-// other CTAs of this grid (the fused router), so they are read through L2 (__ldcg), not the
-// read-only path (__ldg); both read the same values.
-template <int QMAX, bool kCoherent>
+// 2·E floats of shared memory of its own at `score_s`.
+template <int QMAX>
 __device__ __forceinline__ void route_token(const MoeRouteParams& p, int64_t t, int lane,
                                             float* score_s) {
   const int experts = p.num_experts, nq = (experts + 31) / 32;
@@ -184,7 +177,7 @@ __device__ __forceinline__ void route_token(const MoeRouteParams& p, int64_t t, 
   for (int q = 0; q < QMAX; ++q) {
     const int e = lane + 32 * q;
     const bool in = q < nq && e < experts;
-    sc[q] = in ? (kCoherent ? __ldcg(logits + e) : __ldg(logits + e)) : 0.0f;
+    sc[q] = in ? __ldg(logits + e) : 0.0f;
     ch[q] = in && p.bias != nullptr ? __ldg(p.bias + e) : 0.0f;
   }
   if (p.scoring == kMoeSigmoid) {
@@ -304,79 +297,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(MoeRoutePar
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int64_t t = int64_t(blockIdx.x) * kRouteWarps + warp;
   if (t >= p.tokens) return;
-  route_token<QMAX, false>(p, t, lane, route_smem + warp * 2 * p.num_experts);
-}
-
-// ---- router + route in one launch ----
-// Warps of a routing CTA (one token each at a time): all 8, fewer when 8 warps' score and
-// choice rows (2·E floats each) would pass 30 KB of dynamic shared memory (E > 480): with the
-// router's static 16 KB (NT = 4) it stays under the 48 KB a launch gets without an attribute.
-// Never more than the tokens.
-constexpr int kRouteSmemBudget = 30 << 10;
-static_assert(kRouteSmemBudget + sizeof(float) * kRouterWarps * 4 * 4 * 32 + 2 * sizeof(int) <=
-              48 << 10);  // the budget, router_tile<4>'s red and the two flags
-__host__ __device__ constexpr int fused_route_warps(int64_t tokens, int experts) {
-  const int by_smem = kRouteSmemBudget / (2 * 4 * (experts > 0 ? experts : 1));
-  const int w = by_smem < kRouterWarps ? (by_smem > 0 ? by_smem : 1) : kRouterWarps;
-  return tokens < w ? int(tokens) : w;
-}
-// Routing CTAs: the last tile finishers, one per `warps` tokens, at most 4 (so 32 tokens of
-// Kimi-K2.5 take one pass of 32 warps, as the separate route kernel's 8 CTAs of 4 warps do).
-constexpr int kMaxRouteCtas = 4;
-__host__ __device__ constexpr int fused_route_ctas(int64_t tokens, int experts) {
-  const int warps = fused_route_warps(tokens, experts);
-  const int64_t n = (tokens + warps - 1) / warps;
-  return n < kMaxRouteCtas ? int(n) : kMaxRouteCtas;
-}
-__device__ __forceinline__ int load_acquire(const int32_t* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-// The router GEMV, then the route of every token by the CTAs that complete the last row tiles
-// (counters[tiles] counts finished tiles): the last `ctas` finishers route, each its share of the
-// tokens, one warp per token with route_token, the code moe_route_kernel runs, so the choice is
-// bit for bit the separate launch's. All but the very last finisher wait (thread 0 polling the
-// count) for the other tiles: they are already running or waiting only for SM room that the
-// other, finished CTAs give back, and at most 3 CTAs wait. counters[tiles + 1] counts routing
-// CTAs past their wait; the last of them zeroes both, so the launch replays in a graph.
-// Ordering as the tile counter's: each tile's writer fences before its atomic; a router fences
-// after seeing the count and reads the logits through L2.
-template <int NT, int QMAX>
-__global__ void __launch_bounds__(kRouterWarps * 32)
-    moe_router_route_kernel(MoeRouterRouteParams f) {
-  extern __shared__ float route_smem[];
-  __shared__ int arrival_s;
-  if (!router_tile<NT>(f.router)) return;
-  const int tiles = int(gridDim.y);
-  int32_t* done = f.router.counters + tiles;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) arrival_s = atomicAdd(done, 1);
-  __syncthreads();
-  const int arrival = arrival_s;
-  const int warps = fused_route_warps(f.route.tokens, f.route.num_experts);
-  // No more routing CTAs than tiles: with few experts (a tiny model's 8 are one tile) the
-  // finishers are fewer than the tokens' share would ask for.
-  const int by_tokens = fused_route_ctas(f.route.tokens, f.route.num_experts);
-  const int ctas = by_tokens < tiles ? by_tokens : tiles;
-  if (arrival < tiles - ctas) return;
-  if (threadIdx.x == 0) {
-    if (arrival != tiles - 1)
-      while (load_acquire(done) < tiles) __nanosleep(32);
-    if (atomicAdd(done + 1, 1) == ctas - 1) {  // every routing CTA is past its wait
-      done[0] = 0;
-      done[1] = 0;
-    }
-  }
-  __syncthreads();
-  __threadfence();
-  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-  if (warp >= warps) return;
-  const int helper = arrival - (tiles - ctas);
-  for (int64_t t = int64_t(helper) * warps + warp; t < f.route.tokens; t += int64_t(ctas) * warps)
-    route_token<QMAX, true>(f.route, t, lane, route_smem + warp * 2 * f.route.num_experts);
+  route_token<QMAX>(p, t, lane, route_smem + warp * 2 * p.num_experts);
 }
 
 // Each launcher's checks; the router's also picks the split.
@@ -457,29 +378,6 @@ void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream) {
   with_qmax(p.num_experts, [&](auto q) {
     launch_pdl(moe_route_kernel<decltype(q)::value>, dim3(blocks), dim3(kRouteWarps * 32), smem,
                Launch{stream}, p);
-  });
-  CUDA_LAUNCH_CHECK();
-}
-
-void launch_moe_router_route(const MoeRouterRouteParams& f_in, cudaStream_t stream) {
-  if (f_in.router.tokens == 0) return;
-  MoeRouterRouteParams f = f_in;
-  f.router = checked_router(f_in.router);
-  check_route(f.route);
-  CHECK_MSG(f.route.logits == f.router.out && f.route.tokens == f.router.tokens &&
-                f.route.num_experts == f.router.experts && f.router.counters != nullptr,
-            "moe router+route: the route must read the router's logits ({} tokens, {} experts) "
-            "and the counters must be given",
-            f.route.tokens, f.route.num_experts);
-  const dim3 grid(unsigned(f.router.splits), unsigned((f.router.experts + 15) / 16));
-  // Static: the router's reduction (<= 16 KB); dynamic: the routing warps' rows (<= 30 KB).
-  const size_t smem = size_t(fused_route_warps(f.route.tokens, f.route.num_experts)) * 2 *
-                      size_t(f.route.num_experts) * sizeof(float);
-  with_nt(f.router.tokens, [&](auto nt) {
-    with_qmax(f.route.num_experts, [&](auto q) {
-      launch_pdl(moe_router_route_kernel<decltype(nt)::value, decltype(q)::value>, grid,
-                 dim3(kRouterWarps * 32), smem, Launch{stream}, f);
-    });
   });
   CUDA_LAUNCH_CHECK();
 }

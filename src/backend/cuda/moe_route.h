@@ -12,8 +12,6 @@
 //                      scores, best topk_groups groups kept), top-k by (choice desc, id asc),
 //                      weights = the chosen experts' scores, normalized (sum + 1e-20) and scaled
 //                      by routed_scaling_factor; summed in the CPU twin's order.
-//   launch_moe_router_route  both in one launch at decode (the CUDA backend's graph mode merges
-//                      a router launch and the route of its logits: CudaTunables::fusion).
 // Equality with the CPU twin: the same choice except at float near-ties, since the device's
 // expf differs from the host's by an ulp or two (CUDA's expf: 2 ulp; the scores then differ by a
 // few 1e-8 absolute). Exact ties (equal logits, saturated sigmoids) break to the lower expert id
@@ -41,10 +39,9 @@ struct MoeRouterParams {
   const bf16_bits* w;  // [E, H] row-major (the checkpoint's gate weight)
   float* out;          // [T, E]
   float* partials;     // scratch: [splits, T, E] float32 (unused when splits == 1)
-  int32_t* counters;   // [ceil(E / 16) + 2] int32 (the tiles', then two of
-                       // launch_moe_router_route), zero before the first launch; each launch
-                       // leaves them zero again. Owned by the caller, not shared with other
-                       // scratch.
+  int32_t* counters;   // [ceil(E / 16)] int32 (a row tile's), zero before the first launch; each
+                       // launch leaves them zero again. Owned by the caller, not shared with
+                       // other scratch.
   int64_t tokens;      // 1 .. kMoeRouterMaxTokens
   int64_t experts;
   int64_t hidden;
@@ -60,9 +57,7 @@ inline size_t moe_router_partials_bytes(int64_t tokens, int64_t experts, int64_t
   const int s = moe_router_splits(experts, hidden);
   return s > 1 ? size_t(s) * size_t(tokens) * size_t(experts) * 4 : 0;
 }
-inline size_t moe_router_counter_bytes(int64_t experts) {
-  return size_t((experts + 15) / 16 + 2) * 4;
-}
+inline size_t moe_router_counter_bytes(int64_t experts) { return size_t((experts + 15) / 16) * 4; }
 void launch_moe_router(const MoeRouterParams& p, cudaStream_t stream);
 
 enum MoeRouteScoring : int { kMoeSoftmax = 0, kMoeSigmoid = 1 };
@@ -89,20 +84,7 @@ struct MoeRouteParams {
 };
 void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream);
 
-// launch_moe_router then launch_moe_route as one launch (decode: the router's T <= 32): the CTAs
-// that complete the router's last row tiles (one per 8 tokens, at most 4) route every token with
-// the route kernel's code, so ids and weights are bitwise those of the two launches.
-// route.logits must be router.out (same tokens and experts); router.counters is required (its
-// last two entries count finished tiles and routing CTAs).
-struct MoeRouterRouteParams {
-  MoeRouterParams router;
-  MoeRouteParams route;
-};
-void launch_moe_router_route(const MoeRouterRouteParams& p, cudaStream_t stream);
-
 static_assert(std::has_unique_object_representations_v<MoeRouterParams>);
 static_assert(std::is_trivially_copyable_v<MoeRouteParams> && sizeof(MoeRouteParams) == 80);
-static_assert(std::is_trivially_copyable_v<MoeRouterRouteParams> &&
-              sizeof(MoeRouterRouteParams) == sizeof(MoeRouterParams) + sizeof(MoeRouteParams));
 
 }  // namespace strata::cuda

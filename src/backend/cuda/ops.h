@@ -50,7 +50,6 @@ namespace strata::cuda {
   X(kOpPerHeadGemv, "per_head_gemv") \
   X(kOpKvMove, "kv_move")            \
   X(kOpMlaInputs, "mla_inputs") \
-  X(kOpMoeRouterRoute, "moe_router_route") \
   X(kOpGemvPair, "gemv_pair") \
   X(kOpSideFork, "side_fork") \
   X(kOpSideEnd, "side_end") \

@@ -6,7 +6,6 @@
 #include <string_view>
 
 #include "backend/cuda/linear.h"
-#include "backend/cuda/moe_route.h"
 #include "backend/cuda/per_head_gemv.h"
 #include "core/check.h"
 
@@ -55,8 +54,6 @@ void CudaTunables::check() const {
             "moe_int4_flat_ctas_per_sm {}", moe_int4_flat_ctas_per_sm);
   CHECK_MSG(moe_int4_split_ring == 0 || moe_int4_split_ring == 2 || moe_int4_split_ring == 4,
             "moe_int4_split_ring {}", moe_int4_split_ring);
-  CHECK_MSG(moe_router_route_max_tokens >= 0 && moe_router_route_max_tokens <= kMoeRouterMaxTokens,
-            "moe_router_route_max_tokens {}", moe_router_route_max_tokens);
   CHECK_MSG(side_branch_max_rows >= 0, "side_branch_max_rows {}", side_branch_max_rows);
   CHECK_MSG(graph_segment_launches >= 0, "graph_segment_launches {}", graph_segment_launches);
   CHECK_MSG(graph_first_segment_launches >= 0, "graph_first_segment_launches {}",

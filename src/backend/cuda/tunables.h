@@ -223,24 +223,6 @@ struct CudaTunables {
   int moe_int4_split_tma = -1;
   // flat_ctas_per_sm: the flat down projection's grid, CTAs of 8 warps an SM (1 or 2; 0: 2).
   int moe_int4_flat_ctas_per_sm = 0;
-  // With fusion, graph-mode MoE steps of up to this many tokens run the router GEMV and the
-  // expert choice as one launch (moe_route.h launch_moe_router_route); 0 keeps two launches (A/B),
-  // at most kMoeRouterMaxTokens (32). No env. Measured: one Kimi-K2.5 rank's decode step (61
-  // layers projected, session7_check.sh, H200, 2026-12-02) at batch 1 took 6.033 / 6.478 ms merged
-  // against 6.485 / 6.636 with two launches (two calls; ncu had the route at 431 us a step);
-  // on 2026-12-03, with the side branches, 6.96 / 6.38 against 6.48 / 5.97 ms, and Moonlight
-  // -0.8 / +1.0%: no gain that holds -- because arch/deepseek.cc records the shared experts' side
-  // branch between the router and the route, so the two never merged since side branches came.
-  // With the branch moved before the router (so they merge; kernel timeline confirmed), the
-  // merged launch was slower than two (H200, 2026-12-03, session 15, in one process: Kimi-K2.5
-  // rank 8-layer cut 0.758 against 0.742 ms at batch 1, 61 layers batch 32 16.03 against 15.71;
-  // Moonlight bf16 batch 1 2.388 against 2.353): the route's own launch already starts early
-  // under PDL, and the merged router ends in one routing CTA after its last tile. Default 0 (off),
-  // deepseek.cc's order kept. (Session 7's graph-mode greedy
-  // differences on the tiny DeepSeek fixtures were this launch's: with 8 experts, one row tile,
-  // it waited for more routing CTAs than there were tiles, leaving tokens past the first 8
-  // unrouted; MoeBackend.GraphModeMergesRouterAndRoute now covers 8 experts at 9 tokens.)
-  int moe_router_route_max_tokens = 0;
   // The router GEMV's first weight loads before its PDL wait (the same arithmetic). No env.
   // Off until measured (A/B: variant router_preload).
   bool moe_router_preload = false;
