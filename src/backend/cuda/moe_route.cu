@@ -15,7 +15,8 @@
 // all loads issued at once: the old loop of dependent loads cost ~10 us at E = 256..384) and
 // in shared memory for the group stage. Top-k is k rounds of a warp arg-max under (value desc,
 // id asc), the CPU twin's partial_sort order. (The two as one launch, the router's last CTAs
-// routing, was measured slower than two launches and left the product: tunables.h, 2026-12-03.)
+// routing, was measured slower than two launches and left the product: bench/results/
+// 2026-12-03-session15.md and -session16.md.)
 #include <algorithm>
 #include <climits>
 #include <type_traits>
