@@ -25,6 +25,8 @@ inline constexpr Variant kVariants[] = {
      }},
     {"moe_ids_only", "INT4 experts on the register GEMV by ids only (moe_int4_reg_planned off)",
      [](cuda::CudaTunables& t) { t.moe_int4_reg_planned = false; }},
+    {"fp8_f16", "FP8 experts' decode GEMVs against x staged in f16 (moe_fp8_f16 on)",
+     [](cuda::CudaTunables& t) { t.moe_fp8_f16 = true; }},
     {"moe_unrounded", "INT4 experts' weights unrounded before the mma (moe_int4_reg_round off)",
      [](cuda::CudaTunables& t) { t.moe_int4_reg_round = false; }},
     {"moe_split_auto", "INT4 experts: the kernel's blocks per work item (moe_int4_reg_split 0)",

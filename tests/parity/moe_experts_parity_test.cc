@@ -14,6 +14,9 @@
 //   scale gives 1e-2 to 2; an output never written keeps its NaN poison (infinite NMSE), and a
 //   poisoned guard after the output must survive. The same layer twice gives the same bits
 //   (rows inside an expert's segment are placed by atomics; values must not depend on it).
+//   FP8 decode also runs against x staged in f16 (fp8_f16): its weights are not rounded to bf16
+//   (w · s stays exact in the float32 sums), one rounding fewer than the twin's bf16(w · s), so
+//   the same bound holds; moe_fp8_f16_parity_test.cc checks the staging itself.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -166,7 +169,10 @@ TEST(MoeParity, ExpertsMatchCpu) {
 
       auto dx = upload(to_bits(x), s), d_ids = upload(ids, s), d_w = upload(wts, s),
            d_add = upload(to_bits(add), s);
-      for (int regime : {cuda::kMoeDecode, cuda::kMoePrefill}) {
+      // Decode, decode with x staged in f16 (fp8 only: moe_stage_f16.cu), prefill.
+      for (int mode : {0, 1, 2}) {
+        if (mode == 1 && c.fmt != Fmt::kFp8) continue;
+        const int regime = mode == 2 ? cuda::kMoePrefill : cuda::kMoeDecode;
         const size_t scratch_bytes =
             cuda::moe_experts_scratch_bytes(tokens, k, c.experts, hidden, inter);
         Dev scratch(scratch_bytes), out(size_t(tokens * hidden + kGuard) * 2);
@@ -187,12 +193,13 @@ TEST(MoeParity, ExpertsMatchCpu) {
           p.top_k = k;
           p.num_experts = c.experts;
           p.regime = regime;
+          p.fp8_f16 = mode == 1;
           cuda::launch_moe_experts(p, s.get());
           bool guard = false;
           const auto all = read_output(out, tokens * hidden, s, &guard);
           const std::vector<float> got = from_bits(all);
           const double e = nmse(got, want);
-          const char* rname = regime == cuda::kMoeDecode ? "decode" : "prefill";
+          const char* rname = mode == 0 ? "decode" : mode == 1 ? "dec-f16" : "prefill";
           EXPECT_LT(e, 4e-5) << fmt_name(c.fmt) << " " << rname << " E " << c.experts << " k " << k
                              << " T " << tokens;
           EXPECT_TRUE(guard) << "wrote past the output: " << fmt_name(c.fmt) << " " << rname;

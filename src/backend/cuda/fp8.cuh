@@ -64,10 +64,15 @@ STRATA_HD uint8_t float_to_e4m3(float f) { return encode_fp8<3, 7>(f, 0x7eu); }
 STRATA_HD uint8_t float_to_e5m2(float f) { return encode_fp8<2, 15>(f, 0x7bu); }
 
 #ifdef __CUDACC__
-// Two fp8 values (low byte first) to two floats.
-__device__ __forceinline__ float2 e4m3x2_to_float2(uint16_t v) {
+// Two e4m3 values (low byte first) to an f16 pair (bits; exact: every e4m3 value is an f16).
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint16_t v) {
   uint32_t h2;
   asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(v));
+  return h2;
+}
+// Two fp8 values (low byte first) to two floats.
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint16_t v) {
+  const uint32_t h2 = e4m3x2_to_f16x2(v);
   __half2 h;
   std::memcpy(&h, &h2, 4);
   return __half22float2(h);

@@ -254,6 +254,12 @@ struct Scratch {
   MoePlan plan;
   bf16_bits* act;
   bf16_bits* y;
+  // x and act staged in f16 for the FP8 GEMV (MoeExpertsParams::fp8_f16), up to
+  // kMoeStageF16MaxTokens tokens; else null.
+  uint16_t* x16;
+  float* x_inv;
+  uint16_t* act16;
+  float* act_inv;
   size_t bytes;
 };
 Scratch carve(void* base, int64_t tokens, int top_k, int experts, int64_t hidden, int64_t inter) {
@@ -277,6 +283,14 @@ Scratch carve(void* base, int64_t tokens, int top_k, int experts, int64_t hidden
       reinterpret_cast<int32_t*>(take(size_t(moe_plan_blocks(n)) * size_t(experts) * 4));
   s.act = reinterpret_cast<bf16_bits*>(take(size_t(n * inter) * 2));
   s.y = reinterpret_cast<bf16_bits*>(take(size_t(n * hidden) * 2));
+  s.x16 = s.act16 = nullptr;
+  s.x_inv = s.act_inv = nullptr;
+  if (tokens <= kMoeStageF16MaxTokens) {
+    s.x16 = reinterpret_cast<uint16_t*>(take(size_t(tokens * hidden) * 2));
+    s.x_inv = reinterpret_cast<float*>(take(size_t(tokens) * 4));
+    s.act16 = reinterpret_cast<uint16_t*>(take(size_t(n * inter) * 2));
+    s.act_inv = reinterpret_cast<float*>(take(size_t(n) * 4));
+  }
   s.bytes = used;
   return s;
 }
@@ -437,6 +451,22 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
   auto run = [&](const MoeGroupedParams& q) {
     decode ? launch_moe_gemv(q, stream) : launch_moe_gemm(q, stream);
   };
+  // FP8 GEMVs against x in f16 (fp8_f16; the scratch holds the staged rows only up to
+  // kMoeStageF16MaxTokens): each projection's x staged first, one small launch each.
+  const bool f16 = decode && p.fp8_f16 && p.tokens <= kMoeStageF16MaxTokens;
+  auto stage = [&](MoeGroupedParams& q, uint16_t* x16, float* inv) {
+    if (!f16 || q.w.format != kMoeFp8) return;
+    MoeStageF16Params st{};
+    st.x = q.x;
+    st.x16 = x16;
+    st.inv = inv;
+    st.rows = q.rows;
+    st.k = q.w.k;
+    st.pdl_early = 0;
+    launch_moe_stage_f16(st, stream);
+    q.x_f16 = x16;
+    q.x_inv = inv;
+  };
   MoeGroupedParams gate_up = g;  // act = silu(x · Wgᵀ) · (x · Wuᵀ), x through the rows' tokens
   gate_up.x = p.x;
   gate_up.rows = p.tokens;
@@ -445,6 +475,7 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
   gate_up.out = s.act;
   gate_up.w = p.gate_up;
   gate_up.glu_inter = inter;
+  stage(gate_up, s.x16, s.x_inv);
   run(gate_up);
   MoeGroupedParams down = g;  // y = act · Wdᵀ, both in the same row order
   down.x = s.act;
@@ -452,10 +483,12 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
   down.x_div = 1;
   down.out = s.y;
   down.w = p.down;
-  // topk_ids were complete before gate_up's pdl_wait returned, and gate_up lets down launch
-  // only after that wait (unless it triggers early): down may plan before its own wait.
+  // topk_ids were complete before gate_up's pdl_wait returned, and gate_up (or act's f16 stage,
+  // which waits on gate_up first) lets down launch only after that wait (unless gate_up
+  // triggers early): down may plan before its own wait.
   down.early_plan = gate_up.pdl_early ? 0 : 1;
   down.pdl_early = 0;
+  stage(down, s.act16, s.act_inv);
   run(down);
   combine(decode ? nullptr : s.plan.pos);
 }

@@ -27,10 +27,17 @@
 
 namespace strata::cuda::moe {
 
+// The GEMV kernels' fp8 instance against x staged in f16 (MoeGroupedParams::x_f16): the fp8
+// tile layout; fragments are the e4m3 values as f16 (exact, unscaled), the mma is f16, and the
+// block scale multiplies each batch's float32 sums (moe_experts_gemv_batch.cuh).
+constexpr int kMoeFp8F16 = 3;
+template <int F>
+constexpr bool kFp8Tiles = F == kMoeFp8 || F == kMoeFp8F16;
+
 // k16 steps per tile.
 template <int F>
 constexpr int kSteps = F == kMoeInt4  ? 4
-                       : F == kMoeFp8 ? 2
+                       : kFp8Tiles<F> ? 2
                                       : 1;
 
 // ---- the layouts (host and device: repack kernel, tests) ----
@@ -71,6 +78,12 @@ __device__ __forceinline__ void fragment(const uint4& w, const TileScale& sc, in
     a[1] = w.y;
     a[2] = w.z;
     a[3] = w.w;
+  } else if constexpr (F == kMoeFp8F16) {
+    const uint32_t lo = s == 0 ? w.x : w.z, hi = s == 0 ? w.y : w.w;
+    a[0] = e4m3x2_to_f16x2(uint16_t(lo));
+    a[1] = e4m3x2_to_f16x2(uint16_t(lo >> 16));
+    a[2] = e4m3x2_to_f16x2(uint16_t(hi));
+    a[3] = e4m3x2_to_f16x2(uint16_t(hi >> 16));
   } else if constexpr (F == kMoeFp8) {
     const float scale = __uint_as_float(sc.s0);
     const uint32_t lo = s == 0 ? w.x : w.z, hi = s == 0 ? w.y : w.w;
@@ -84,6 +97,16 @@ __device__ __forceinline__ void fragment(const uint4& w, const TileScale& sc, in
     const uint32_t word = s == 0 ? w.x : s == 1 ? w.y : s == 2 ? w.z : w.w;
     int4::dequant_word(word, lo, hi, a);
   }
+}
+
+// d += a · b on f16 fragments (mma.m16n8k16, float32 accumulation): the fp8-f16 kernels.
+__device__ __forceinline__ void mma16816_f16(float* d, const uint32_t* a, uint32_t b0,
+                                             uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }

@@ -44,7 +44,9 @@
 // k % 64 (int4), k % 32 (fp8), k % 16 (bf16) is 0: every real checkpoint shape.
 // Numerics: dequantized weights are bit for bit the CPU twin's (int4: (nibble - 8) · scale
 // rounded to bf16; fp8: value · scale in float32 rounded to bf16); float32 accumulation; gate and
-// up rounded to bf16 before silu (as linear + silu_mul), act, y and out stored in bf16.
+// up rounded to bf16 before silu (as linear + silu_mul), act, y and out stored in bf16. FP8
+// decode with x staged in f16 (fp8_f16) keeps w · s unrounded instead: e4m3 values times f16 x
+// summed in float32 per 128-column block, times the block scale (moe_stage_f16.cu).
 //
 // Parameter blocks are trivially copyable without padding bytes (the backend records launches by
 // their bytes for CUDA graphs); launchers are asynchronous on `stream`, never allocate, never
@@ -151,6 +153,11 @@ void launch_moe_plan(const MoePlanParams& p, cudaStream_t stream);
 // set): one expert (index 0), rows [0, rows) (a shared expert stored in the tile layout).
 struct MoeGroupedParams {
   const bf16_bits* x;
+  // GEMV, fp8 weights: or null. x staged in f16 (launch_moe_stage_f16: x16 [rows, k] = x · 2^e
+  // per row, inv [rows] = 2^-e): the f16 kernels (e4m3 -> f16 exactly, one cvt a pair, the block
+  // scale on each tile's float32 sums, 1 / 2^e on the outputs) read these instead of x.
+  const uint16_t* x_f16;
+  const float* x_inv;
   const int32_t* topk_ids;   // GEMV grouped: [assignments]
   const int32_t* row_token;  // GEMM: null: x row = permuted row
   const int32_t* offsets;    // GEMM grouped: MoePlan::offsets
@@ -207,6 +214,21 @@ int moe_gemm_blocks(const MoeGroupedParams& p);
 // first use; call ahead of a CUDA-graph capture).
 void init_moe_gemm_kernels();
 void launch_moe_gemm(const MoeGroupedParams& p, cudaStream_t stream);
+
+// ---- x in f16 for the FP8 GEMV (moe_stage_f16.cu says why it loses nothing) ----
+struct MoeStageF16Params {
+  const bf16_bits* x;  // [rows, k]
+  uint16_t* x16;       // [rows, k]: f16 bits of x · 2^e(row)
+  float* inv;          // [rows]: 2^-e(row), e putting the row's largest |x| in [2^14, 2^15)
+  int64_t rows;
+  int64_t k;  // % 8 == 0
+  int pdl_early;
+  int pad_;
+};
+void launch_moe_stage_f16(const MoeStageF16Params& p, cudaStream_t stream);
+// launch_moe_experts stages x in f16 (MoeExpertsParams::fp8_f16) up to this many tokens: its
+// scratch holds the staged rows only there (decode's sizes; above, FP8 runs the bf16-x GEMV).
+constexpr int64_t kMoeStageF16MaxTokens = 1024;
 
 // ---- combine ----
 struct MoeCombineParams {
@@ -281,6 +303,9 @@ struct MoeExpertsParams {
   int int4_split_ring;         // CudaTunables::moe_int4_split_ring (0: the launcher's)
   int int4_flat_ctas_per_sm;   // CudaTunables::moe_int4_flat_ctas_per_sm (0: 2)
   int int4_split_tma;          // CudaTunables::moe_int4_split_tma (-1: the launcher's)
+  int fp8_f16;  // decode, FP8 experts, up to kMoeStageF16MaxTokens: x and act staged in f16
+                // for the f16 GEMV (CudaTunables::moe_fp8_f16)
+  int pad_;
   // Or null: the stream waits on it right before the combine (the join of the side branch that
   // makes `add`: backend/side_branch.h).
   cudaEvent_t join_event;
@@ -304,8 +329,9 @@ static_assert(std::is_trivially_copyable_v<MoeWeights> && sizeof(MoeWeights) == 
 static_assert(std::has_unique_object_representations_v<MoeRepackParams>);
 static_assert(std::has_unique_object_representations_v<MoePlanParams>);
 static_assert(std::has_unique_object_representations_v<MoeGroupedParams>);
+static_assert(std::has_unique_object_representations_v<MoeStageF16Params>);
 // (A float member rules out has_unique_object_representations: the size says there is no padding.)
 static_assert(std::is_trivially_copyable_v<MoeCombineParams> && sizeof(MoeCombineParams) == 112);
-static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 288);
+static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 296);
 
 }  // namespace strata::cuda

@@ -12,6 +12,10 @@ constexpr int kMaxCluster = 8;  // portable cluster size
 
 // ---- host ----
 int nt_of(int gemv_tokens) { return gemv_tokens <= 8 ? 1 : gemv_tokens <= 16 ? 2 : 4; }
+// The kernel instance's format: fp8 weights against x staged in f16 run kMoeFp8F16.
+int kernel_format(const MoeGroupedParams& p) {
+  return p.w.format == kMoeFp8 && p.x_f16 != nullptr ? kMoeFp8F16 : p.w.format;
+}
 
 // Tiles per batch (Cfg::U) and register buffers (Cfg::NB) of the kernel these sizes take.
 struct Pipe {
@@ -29,9 +33,10 @@ Pipe pipe_f(int nt, bool glu) {
   return glu ? of(Cfg<F, 4, true>{}) : of(Cfg<F, 4, false>{});
 }
 Pipe pipe_of(int format, int nt, bool glu) {
-  return format == kMoeBf16  ? pipe_f<kMoeBf16>(nt, glu)
-         : format == kMoeFp8 ? pipe_f<kMoeFp8>(nt, glu)
-                             : pipe_f<kMoeInt4>(nt, glu);
+  return format == kMoeBf16     ? pipe_f<kMoeBf16>(nt, glu)
+         : format == kMoeFp8    ? pipe_f<kMoeFp8>(nt, glu)
+         : format == kMoeFp8F16 ? pipe_f<kMoeFp8F16>(nt, glu)
+                                : pipe_f<kMoeInt4>(nt, glu);
 }
 
 template <int F, int NT, bool GLU>
@@ -70,12 +75,15 @@ void launch_format(const MoeGroupedParams& p, const MoeGemvShape& sh, int64_t sl
 template <bool GLU>
 void launch_glu(const MoeGroupedParams& p, const MoeGemvShape& sh, int64_t slots,
                 cudaStream_t stream) {
-  switch (p.w.format) {
+  switch (kernel_format(p)) {
     case kMoeBf16:
       launch_format<kMoeBf16, GLU>(p, sh, slots, stream);
       break;
     case kMoeFp8:
       launch_format<kMoeFp8, GLU>(p, sh, slots, stream);
+      break;
+    case kMoeFp8F16:
+      launch_format<kMoeFp8F16, GLU>(p, sh, slots, stream);
       break;
     default:
       launch_format<kMoeInt4, GLU>(p, sh, slots, stream);
@@ -139,7 +147,7 @@ MoeGemvShape moe_gemv_shape(const MoeGroupedParams& p) {
   const bool glu = p.glu_inter > 0;
   const int nt = nt_of(p.gemv_tokens);
   const int64_t tiles = (glu ? p.glu_inter : p.w.n) / kMoeTileRows;
-  const Pipe pipe = pipe_of(p.w.format, nt, glu);
+  const Pipe pipe = pipe_of(kernel_format(p), nt, glu);
   const int unroll = pipe.unroll;
   const int64_t batches = ceil_div(moe_k_tiles(p.w.format, p.w.k), unroll);
   const double active = p.topk_ids == nullptr ? 1.0
@@ -195,6 +203,9 @@ void launch_moe_gemv(const MoeGroupedParams& p, cudaStream_t stream) {
   CHECK((p.ksplit == 0 || pow2_upto8(p.ksplit)) && (p.cluster == 0 || pow2_upto8(p.cluster)) &&
         (p.tiles_per_warp == 0 || pow2_upto8(p.tiles_per_warp)));
   CHECK(uintptr_t(p.x) % 16 == 0 && uintptr_t(p.w.values) % 16 == 0 && p.w.values_stride % 16 == 0);
+  CHECK_MSG(p.x_f16 == nullptr ||
+                (p.w.format == kMoeFp8 && p.x_inv != nullptr && uintptr_t(p.x_f16) % 16 == 0),
+            "moe gemv: x in f16 is for fp8 weights, with its row scales");
   const bool grouped = p.topk_ids != nullptr;
   if (grouped) {
     CHECK_MSG(p.num_experts > 0 && p.num_experts <= kMoeMaxExperts && p.x_div > 0,
@@ -205,6 +216,8 @@ void launch_moe_gemv(const MoeGroupedParams& p, cudaStream_t stream) {
   if (slots <= 0 || (grouped ? p.assignments : p.rows) <= 0) return;
   // x offsets are 32-bit in the kernel.
   CHECK_MSG(p.rows * p.w.k < (int64_t(1) << 31), "moe gemv: x of {} x {} too large", p.rows, p.w.k);
+  // The kernel's stream position keeps a batch index in 16 bits (StreamPos).
+  CHECK_MSG(p.w.k < (int64_t(1) << 20), "moe gemv: k {} too large", p.w.k);
   CHECK(slots <= 65535);
   if (p.w.format == kMoeInt4) {  // the ring's shared-memory limit
     static PerDeviceOnce limits;

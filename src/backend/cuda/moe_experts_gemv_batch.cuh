@@ -34,13 +34,13 @@ struct Cfg {
   // spilled 20 bytes with two buffers of two tiles, none with three of one.
   // RING: two tiles per batch at every NT (the registers hold one batch only).
   static constexpr int U = RING      ? 2
-                           : NT == 1 ? (F == kMoeFp8 && GLU    ? 1
+                           : NT == 1 ? (kFp8Tiles<F> && GLU    ? 1
                                         : GLU || F == kMoeInt4 ? 2
                                                                : 4)
                            : NT == 2 ? (GLU || F == kMoeInt4 ? 1 : 2)
                                      : 1;
-  static constexpr int NB = NT == 1 && F == kMoeFp8 && GLU ? 3 : 2;
-  static_assert(F != kMoeFp8 || 4 % U == 0, "an fp8 batch must lie in one scale block");
+  static constexpr int NB = NT == 1 && kFp8Tiles<F> && GLU ? 3 : 2;
+  static_assert(!kFp8Tiles<F> || 4 % U == 0, "an fp8 batch must lie in one scale block");
   // The ring (RING): each warp's NS stages of one batch each in shared memory (cp.async, a
   // commit group per batch), NS - 1 batches in flight while one is multiplied. The register
   // ring kept only ~1.5 batches (3 KB at one n-tile, 1.5 KB at two) in flight per warp: 24-48 KB
@@ -72,7 +72,7 @@ __device__ __forceinline__ TileScale load_scale(const void* s, int kt, int gshif
     const int g0 = (kt * 64) >> gshift;
     sc.s0 = __ldg(sp + g0 * 8);
     sc.s1 = group32 ? __ldg(sp + (g0 + 1) * 8) : sc.s0;
-  } else if constexpr (F == kMoeFp8) {
+  } else if constexpr (kFp8Tiles<F>) {
     sc.s0 = __float_as_uint(__ldg(static_cast<const float*>(s) + (kt * 32) / kMoeFp8Block));
   }
   return sc;
@@ -104,7 +104,7 @@ __device__ __forceinline__ void load_w(Batch<F, NT, GLU>& b, const Work& wk, int
     const void* sp = nullptr;
     if constexpr (F == kMoeInt4) {
       sp = reinterpret_cast<const uint32_t*>(wk.s_base) + r * wk.scale_row_words;
-    } else if constexpr (F == kMoeFp8) {
+    } else if constexpr (kFp8Tiles<F>) {
       sp = reinterpret_cast<const float*>(wk.s_base) +
            (r * kMoeTileRows / kMoeFp8Block) * wk.scale_cols;
     }
@@ -115,7 +115,7 @@ __device__ __forceinline__ void load_w(Batch<F, NT, GLU>& b, const Work& wk, int
         b.w[mt][u] = __ldcs(w + kt * 32);
         // fp8: a batch (kt0 % U == 0, U | 4) lies in one 128-column scale block.
         b.s[mt][u] =
-            F == kMoeFp8 && u > 0 ? b.s[mt][0] : load_scale<F>(sp, kt, wk.gshift, wk.group32);
+            kFp8Tiles<F> && u > 0 ? b.s[mt][0] : load_scale<F>(sp, kt, wk.gshift, wk.group32);
       } else {
         b.w[mt][u] = make_uint4(0, 0, 0, 0);
         b.s[mt][u] = TileScale{0, 0};
@@ -164,38 +164,116 @@ __device__ __forceinline__ void load_x(Batch<F, NT, GLU>& b, const bf16_bits* x,
   }
 }
 
+// The x B fragment pair of k16 step (u, s) at column koff and n-tile j: from the batch's
+// registers (XPRE) or through L1; zero past the rows and past k.
+template <int F, int NT, bool GLU>
+__device__ __forceinline__ void x_pair(const Batch<F, NT, GLU>& cur, const bf16_bits* x,
+                                       const int32_t* xrow, int nt, int u, int s, int j, int koff,
+                                       int k, uint32_t* xb) {
+  if constexpr (Cfg<F, NT, GLU>::XPRE) {
+    xb[0] = cur.x[u][s][j][0];
+    xb[1] = cur.x[u][s][j][1];
+  } else {
+    const bool ok = j < nt && xrow[j] >= 0 && koff < k;
+    const unsigned int* src = reinterpret_cast<const unsigned int*>(x + xrow[j] + koff);
+    xb[0] = ok ? __ldg(src) : 0u;
+    xb[1] = ok ? __ldg(src + 4) : 0u;
+  }
+}
+
+// kMoeFp8F16: one batch (U tiles of one 128-column scale block per matrix) into float32 sums
+// of e4m3 · f16 x, then acc += sums · the block's scale. x holds 16-bit f16 bits here. Steps
+// past k are multiplied too, not branched around: their weights are zero (the repack's zero
+// columns, load_w's zero tiles) and so is their x (x_pair, load_x). An n-tile past nt (NT > 1)
+// is skipped (NT = 1: nt is 1).
+template <int NT, bool GLU>
+__device__ __forceinline__ void mma_batch_f16(float (&acc)[Cfg<kMoeFp8F16, NT, GLU>::NM][NT][4],
+                                              const Batch<kMoeFp8F16, NT, GLU>& cur,
+                                              const bf16_bits* x, const int32_t* xrow, int nt,
+                                              int kt0, int k) {
+  using C = Cfg<kMoeFp8F16, NT, GLU>;
+  uint32_t xb[C::U][C::S][NT][2];
+#pragma unroll
+  for (int u = 0; u < C::U; ++u)
+#pragma unroll
+    for (int s = 0; s < C::S; ++s)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+        x_pair(cur, x, xrow, nt, u, s, j, (kt0 + u) * C::TK + 16 * s, k, xb[u][s][j]);
+        // Four n-tiles: per matrix the batch's fragments once, then each n-tile's sums, four
+        // registers at a time (all n-tiles' sums at once spilled). Fewer: per k16 step its
+        // fragment, into every n-tile's sums (holding a batch's fragments spilled at four tiles a
+        // batch).
+#pragma unroll
+  for (int mt = 0; mt < C::NM; ++mt) {
+    const float scale = __uint_as_float(cur.s[mt][0].s0);
+    if constexpr (NT == 4) {
+      uint32_t a[C::U][C::S][4];
+#pragma unroll
+      for (int u = 0; u < C::U; ++u)
+#pragma unroll
+        for (int s = 0; s < C::S; ++s) fragment<kMoeFp8F16>(cur.w[mt][u], cur.s[mt][u], s, a[u][s]);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        if (j >= nt) continue;
+        float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int u = 0; u < C::U; ++u)
+#pragma unroll
+          for (int s = 0; s < C::S; ++s) mma16816_f16(sum, a[u][s], xb[u][s][j][0], xb[u][s][j][1]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[mt][j][i] = fmaf(sum[i], scale, acc[mt][j][i]);
+      }
+    } else {
+      float sum[NT][4];
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sum[j][i] = 0.0f;
+#pragma unroll
+      for (int u = 0; u < C::U; ++u)
+#pragma unroll
+        for (int s = 0; s < C::S; ++s) {
+          uint32_t a[4];
+          fragment<kMoeFp8F16>(cur.w[mt][u], cur.s[mt][u], s, a);
+#pragma unroll
+          for (int j = 0; j < NT; ++j)
+            if (NT == 1 || j < nt) mma16816_f16(sum[j], a, xb[u][s][j][0], xb[u][s][j][1]);
+        }
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[mt][j][i] = fmaf(sum[j][i], scale, acc[mt][j][i]);
+    }
+  }
+}
+
 // Multiplies one batch into acc (n-tiles j < nt only).
 template <int F, int NT, bool GLU>
 __device__ __forceinline__ void mma_batch(float (&acc)[Cfg<F, NT, GLU>::NM][NT][4],
                                           const Batch<F, NT, GLU>& cur, const bf16_bits* x,
                                           const int32_t* xrow, int nt, int kt0, int k) {
   using C = Cfg<F, NT, GLU>;
+  if constexpr (F == kMoeFp8F16) {
+    mma_batch_f16<NT, GLU>(acc, cur, x, xrow, nt, kt0, k);
+  } else {
 #pragma unroll
-  for (int u = 0; u < C::U; ++u) {
+    for (int u = 0; u < C::U; ++u) {
 #pragma unroll
-    for (int s = 0; s < C::S; ++s) {
-      const int koff = (kt0 + u) * C::TK + 16 * s;
-      if (koff >= k) continue;  // uniform over the warp
-      uint32_t xb[NT][2];
+      for (int s = 0; s < C::S; ++s) {
+        const int koff = (kt0 + u) * C::TK + 16 * s;
+        if (koff >= k) continue;  // uniform over the warp
+        uint32_t xb[NT][2];
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        if constexpr (C::XPRE) {
-          xb[j][0] = cur.x[u][s][j][0];
-          xb[j][1] = cur.x[u][s][j][1];
-        } else {
-          const bool ok = j < nt && xrow[j] >= 0;
-          const unsigned int* src = reinterpret_cast<const unsigned int*>(x + xrow[j] + koff);
-          xb[j][0] = ok ? __ldg(src) : 0u;
-          xb[j][1] = ok ? __ldg(src + 4) : 0u;
+        for (int j = 0; j < NT; ++j) x_pair(cur, x, xrow, nt, u, s, j, koff, k, xb[j]);
+#pragma unroll
+        for (int mt = 0; mt < C::NM; ++mt) {
+          uint32_t a[4];
+          fragment<F>(cur.w[mt][u], cur.s[mt][u], s, a);
+#pragma unroll
+          for (int j = 0; j < NT; ++j)
+            if (NT == 1 || j < nt) int4::mma16816(acc[mt][j], a, xb[j][0], xb[j][1]);
         }
-      }
-#pragma unroll
-      for (int mt = 0; mt < C::NM; ++mt) {
-        uint32_t a[4];
-        fragment<F>(cur.w[mt][u], cur.s[mt][u], s, a);
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-          if (j < nt) int4::mma16816(acc[mt][j], a, xb[j][0], xb[j][1]);
       }
     }
   }

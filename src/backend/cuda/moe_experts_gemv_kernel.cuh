@@ -54,6 +54,20 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kBlocksPerSm = 2;  // resident at <= 128 registers per thread
 
+// A position in a warp's stream: element s = j · nbq + i is row tile tile0 + j · tpc, batch
+// q + i · kp. The loops step it once a batch (next) instead of dividing s by nbq: the two
+// divisions of each consume and refill were ~50 of the FP8 f16 kernel's ~210 instructions a
+// batch (SASS, session 17). j and i share one register (i < 2^16: launch_moe_gemv checks k).
+struct StreamPos {
+  uint32_t ji;
+  __device__ __forceinline__ int j() const { return int(ji >> 16); }
+  __device__ __forceinline__ int i() const { return int(ji & 0xffffu); }
+  __device__ __forceinline__ void next(int nbq) {
+    ++ji;
+    if (i() == nbq) ji += (1u << 16) - uint32_t(nbq);
+  }
+};
+
 // ---- the self-plan ----
 constexpr int kPassRowsMax = 32;
 struct PlanSmem {
@@ -149,6 +163,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
   const int len = rv * nbq;  // the warp's stream of (row tile, batch)
   const bool grouped = p.topk_ids != nullptr;
   const bool early = !grouped || p.early_plan;  // plan inputs readable before pdl_wait
+  // kMoeFp8F16 reads x staged in f16 (2-byte elements, the same offsets) and scales each output
+  // by its row's 1 / 2^e.
+  const bf16_bits* xs = F == kMoeFp8F16 ? reinterpret_cast<const bf16_bits*>(p.x_f16) : p.x;
 
   // Expert and rows (grouped: the a-th touched expert; dense: expert 0, rows 0..rows-1).
   int e = 0;
@@ -174,9 +191,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
     wk.gshift = __ffs(p.w.group) - 1;
     wk.group32 = p.w.group == 32;
   };
-  // Stream element s: row tile tile0 + (s / nbq) · tpc, batch q + (s % nbq) · kp.
-  auto elem_rt = [&](int s) { return tile0 + (s / nbq) * tpc; };
-  auto elem_kt = [&](int s) { return (q + (s % nbq) * kp) * U; };
+  // Stream positions (StreamPos): at(s) divides once (the prologue); rt and kt are its row
+  // tile and first k tile.
+  auto at = [&](int s) {
+    return nbq > 0 ? StreamPos{uint32_t(s / nbq) << 16 | uint32_t(s % nbq)} : StreamPos{0};
+  };
+  // (GLU: one row tile a warp, so the row's addresses are loop invariants.)
+  auto rt_of = [&](const StreamPos& e) { return GLU ? tile0 : tile0 + e.j() * tpc; };
+  auto kt_of = [&](const StreamPos& e) { return (q + e.i() * kp) * U; };
 
   // Register ring (NB buffers: buf[b] holds stream elements b, b + NB, ...) or, int4, the
   // shared-memory ring (NS stages: element s in stage s % NS; NB is its prologue's length).
@@ -188,19 +210,20 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
                                    uint32_t(warp * NS * C::kStageBytes)
                              : 0u;
   const char* ring_ptr = reinterpret_cast<const char*>(moe_gemv_ring) + warp * NS * C::kStageBytes;
-  auto issue = [&](int s) {  // RING: element s into its stage (one commit group, empty past len)
+  // RING: element s (at e) into its stage (one commit group, empty past len).
+  auto issue = [&](int s, const StreamPos& e) {
     const bool ok = s < len;
-    ring_issue<F, NT, GLU>(ring + uint32_t((s % NS) * C::kStageBytes), wk, ok ? elem_rt(s) : 0,
-                           ok ? elem_kt(s) : 0, ok);
+    ring_issue<F, NT, GLU>(ring + uint32_t((s % NS) * C::kStageBytes), wk, ok ? rt_of(e) : 0,
+                           ok ? kt_of(e) : 0, ok);
   };
   auto first_loads = [&]() {
     if constexpr (RING) {
 #pragma unroll
-      for (int b = 0; b < NB; ++b) issue(b);
+      for (int b = 0; b < NB; ++b) issue(b, at(b));
     } else {
 #pragma unroll
       for (int b = 0; b < NB; ++b)
-        load_w(buf[b], wk, len > b ? elem_rt(b) : 0, len > b ? elem_kt(b) : 0, len > b);
+        load_w(buf[b], wk, len > b ? rt_of(at(b)) : 0, len > b ? kt_of(at(b)) : 0, len > b);
     }
   };
   bool live = true;
@@ -239,7 +262,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
     }
 #pragma unroll
     for (int b = 0; b < NB; ++b)
-      if (len > b) load_x(buf[RING ? 0 : b], p.x, xrow, elem_kt(b), k);
+      if (len > b) load_x(buf[RING ? 0 : b], xs, xrow, kt_of(at(b)), k);
 
     float acc[NM][NT][4];
     auto zero = [&]() {
@@ -262,44 +285,56 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
             const int r = 8 * j + 2 * c + e2;
             if (j >= nt || r >= rows) continue;
             float v = acc[0][j][2 * h + e2];
-            if constexpr (GLU) v = silu(round_bf16(v)) * round_bf16(acc[NM - 1][j][2 * h + e2]);
+            [[maybe_unused]] float u = acc[NM - 1][j][2 * h + e2];
+            if constexpr (F == kMoeFp8F16) {
+              const float inv = __ldg(p.x_inv + x_row(r));
+              v *= inv;
+              u *= inv;
+            }
+            if constexpr (GLU) v = silu(round_bf16(v)) * round_bf16(u);
             p.out[int64_t(out_row(r)) * (GLU ? p.glu_inter : p.w.n) + col] = float_to_bf16(v);
           }
       }
     };
-    auto consume = [&](int s, const Batch<F, NT, GLU>& b) {
-      mma_batch<F, NT, GLU>(acc, b, p.x, xrow, nt, elem_kt(s), k);
-      if (kp == 1 && s % nbq == nbq - 1) {  // the tile's last batch: its outputs (no k split)
-        store(elem_rt(s));
+    auto consume = [&](const StreamPos& e, const Batch<F, NT, GLU>& b) {
+      mma_batch<F, NT, GLU>(acc, b, xs, xrow, nt, kt_of(e), k);
+      if (kp == 1 && e.i() == nbq - 1) {  // the tile's last batch: its outputs (no k split)
+        store(rt_of(e));
         zero();
       }
     };
-    auto refill = [&](int s, Batch<F, NT, GLU>& b) {
+    auto refill = [&](int s, const StreamPos& e, Batch<F, NT, GLU>& b) {
       if (s >= len) return;
-      load_w(b, wk, elem_rt(s), elem_kt(s), true);
-      load_x(b, p.x, xrow, elem_kt(s), k);
+      load_w(b, wk, rt_of(e), kt_of(e), true);
+      load_x(b, xs, xrow, kt_of(e), k);
     };
     zero();
     if constexpr (RING) {
       // Groups committed on entry to iteration s: NS - 1 + s (elements 0 .. NS - 2 + s); the
       // oldest s + 1 done leaves NS - 2 pending. Element s + NS - 1 goes into the stage that
       // element s - 1 left (read back by this lane alone, into registers already used).
+      StreamPos ce = at(0), ie = at(NS - 1);  // consumed, issued
       for (int s = 0; s < len; ++s) {
         ring_wait<NS - 2>();
-        issue(s + NS - 1);
-        if (s + NS - 1 < len) load_x(buf[0], p.x, xrow, elem_kt(s + NS - 1), k);
+        issue(s + NS - 1, ie);
+        if (s + NS - 1 < len) load_x(buf[0], xs, xrow, kt_of(ie), k);
+        ie.next(nbq);
         ring_take(buf[0], ring_ptr + (s % NS) * C::kStageBytes, wk.group32);
-        consume(s, buf[0]);
+        consume(ce, buf[0]);
+        ce.next(nbq);
       }
     } else {
       // buf[b] holds element s + b on entry to each iteration; it is refilled with element
       // s + b + NB as soon as it has been multiplied.
+      StreamPos ce = at(0), re = at(NB);  // consumed, refilled
       for (int s = 0; s < len; s += NB) {
 #pragma unroll
         for (int b = 0; b < NB; ++b) {
           if (s + b >= len) break;
-          consume(s + b, buf[b]);
-          refill(s + b + NB, buf[b]);
+          consume(ce, buf[b]);
+          ce.next(nbq);
+          refill(s + b + NB, re, buf[b]);
+          re.next(nbq);
         }
       }
     }

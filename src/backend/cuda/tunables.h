@@ -223,6 +223,10 @@ struct CudaTunables {
   int moe_int4_split_tma = -1;
   // flat_ctas_per_sm: the flat down projection's grid, CTAs of 8 warps an SM (1 or 2; 0: 2).
   int moe_int4_flat_ctas_per_sm = 0;
+  // FP8 experts' decode GEMVs against x staged in f16 (moe_stage_f16.cu: one small launch before
+  // each projection; e4m3 -> f16 exactly, the block scale on float32 sums; no bf16 rounding of
+  // w · s, so not bit for bit the CPU twin's bf16(w · s)). Off until measured (variant fp8_f16).
+  bool moe_fp8_f16 = false;
   // The router GEMV's first weight loads before its PDL wait (the same arithmetic). No env.
   // Off until measured (A/B: variant router_preload).
   bool moe_router_preload = false;

@@ -1,0 +1,85 @@
+// x staged in f16 for the FP8 experts' decode GEMV (moe_experts.h, MoeStageF16Params).
+//
+// Why: the FP8 GEMV multiplied bf16 x by bf16(w · s), and turning each e4m3 pair into that bf16
+// pair took ~7.5 instructions (143 warp instructions a 512-byte tile against bf16's 51; issue-
+// bound at 35-45% of copy, 2026-12-03-session16.md). Every e4m3 value is an f16, so with x in
+// f16 a pair is one cvt and the block scale goes onto the tile's float32 sums. x in f16 loses
+// nothing that matters: each row is multiplied by the power of two that puts its largest |x| in
+// [2^14, 2^15) (f16's top binade is [2^15, 65504]: nothing overflows), where every bf16 value
+// of the row down to 2^-31 of that largest is exact (f16 holds 11 significant bits down to 2^-14
+// and is exact for a bf16's 8 bits down to 2^-17); smaller ones round to f16's subnormal step,
+// an absolute error of at most 2^-40 of the row's largest, far below the output's bf16 rounding.
+//
+// One CTA a row: the row's largest magnitude (bf16 bits compare as integers), then the row
+// again (from L1) scaled and rounded to f16.
+#include <cuda_fp16.h>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/moe_experts.h"
+
+namespace strata::cuda {
+namespace {
+
+constexpr int kStageMaxThreads = 256;
+
+// 2^e with e in [-126, 127] (a normal float).
+__device__ __forceinline__ float pow2f(int e) { return __uint_as_float(uint32_t(e + 127) << 23); }
+
+__global__ void __launch_bounds__(kStageMaxThreads) moe_stage_f16_kernel(MoeStageF16Params p) {
+  __shared__ uint32_t warp_max[kStageMaxThreads / 32];
+  __shared__ int row_e;
+  pdl_enter(p.pdl_early);
+  const int64_t row = blockIdx.x, chunks = p.k / 8;
+  const uint4* src = reinterpret_cast<const uint4*>(p.x + row * p.k);
+  const int tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  uint32_t m = 0;  // the largest |x| as bf16 bits (NaN above +inf)
+  for (int64_t i = tid; i < chunks; i += blockDim.x) {
+    const uint4 v = __ldg(src + i);
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) m = max(m, max(w[j] & 0x7fffu, (w[j] >> 16) & 0x7fffu));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (lane == 0) warp_max[warp] = m;
+  __syncthreads();
+  if (tid == 0) {
+    for (int w = 1; w < int(blockDim.x) / 32; ++w) m = max(m, warp_max[w]);
+    // e puts the largest in [2^14, 2^15): 14 - its binade. A zero or non-finite row keeps
+    // e = 0 (inf and NaN then reach the outputs as the bf16 path would give them).
+    int e = 0;
+    if (m != 0 && m < 0x7f80u) e = min(126, max(-126, 14 - ilogbf(__uint_as_float(m << 16))));
+    row_e = e;
+    p.inv[row] = pow2f(-e);
+  }
+  __syncthreads();
+  const float scale = pow2f(row_e);
+  uint4* dst = reinterpret_cast<uint4*>(p.x16 + row * p.k);
+  for (int64_t i = tid; i < chunks; i += blockDim.x) {
+    const uint4 v = __ldg(src + i);
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    uint32_t h[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const __half2 f = __floats2half2_rn(__uint_as_float(w[j] << 16) * scale,
+                                          __uint_as_float(w[j] & 0xffff0000u) * scale);
+      h[j] = *reinterpret_cast<const uint32_t*>(&f);
+    }
+    dst[i] = make_uint4(h[0], h[1], h[2], h[3]);
+  }
+}
+
+}  // namespace
+
+void launch_moe_stage_f16(const MoeStageF16Params& p, cudaStream_t stream) {
+  CHECK_MSG(p.k > 0 && p.k % 8 == 0, "moe stage f16: k {} (a multiple of 8)", p.k);
+  CHECK(uintptr_t(p.x) % 16 == 0 && uintptr_t(p.x16) % 16 == 0);
+  if (p.rows <= 0) return;
+  CHECK_MSG(p.rows <= 0x7fffffff, "moe stage f16: {} rows", p.rows);
+  const int threads = int(std::min<int64_t>(kStageMaxThreads, ceil_div(p.k / 8, 32) * 32));
+  launch_pdl(moe_stage_f16_kernel, dim3(unsigned(p.rows)), dim3(unsigned(threads)), 0,
+             Launch{stream}, p);
+  CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace strata::cuda
