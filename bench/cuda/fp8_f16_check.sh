@@ -5,7 +5,8 @@
 #   1. parity: the MoE kernels and backend (the f16 path: MoeFp8F16.*, MoeParity's dec-f16 rows)
 #      and the DeepSeek fixtures (PARITY_FILTER overrides; "-" skips)
 #   2. one DeepSeek-V3 rank's MoE layer through the backend (moe_bench --what backend) at
-#      F16_TOKENS (default 1,8,32,128): the defaults against the variant fp8_f16, one process
+#      F16_TOKENS (default 1,8,32,128): the defaults (f16 x) against the variant fp8_bf16x, one
+#      process
 #   3. the GEMV kernels alone (moe_bench --what kernels) for Moonlight (bf16) and DeepSeek-V3 (FP8,
 #      bf16 x) at KERNEL_TOKENS (default 1,8,32)
 #   4. ncu at T = 8: the bf16-x FP8 GEMV (moe_gemv_kernel<1, ...>) and the f16 one (<3, ...>),
@@ -22,7 +23,7 @@ mkdir -p "$L"
 F=${PARITY_FILTER:-MoeParity.*:MoeFp8F16.*:MoeBackend.*:MoeGemmShapes.*:SideBranch.*:Fixtures/MlaModel.*/deepseek*:*MoeModel*:*QuantModel*-*HouseMla*:*house_mla*}
 [ "$F" = "-" ] || dev_parity fp8_f16 "$F" 240
 timeout 240 ./build-dev/strata_bench_moe_bench --what backend --backend-configs dsv3 \
-  --tokens "${F16_TOKENS:-1,8,32,128}" --variants fp8_f16 >"$L/moe.log" 2>&1
+  --tokens "${F16_TOKENS:-1,8,32,128}" --variants fp8_bf16x >"$L/moe.log" 2>&1
 echo "moe: exit $?"
 grep -E "^backend|^variant" "$L/moe.log" | cut -c1-220
 timeout 200 ./build-dev/strata_bench_moe_bench --what kernels --configs moonlight,dsv3 \
@@ -35,7 +36,7 @@ M=$M,dram__throughput.avg.pct_of_peak_sustained_elapsed
 for f in 1 3; do
   timeout 200 ncu --clock-control none --kernel-name-base mangled -k "regex:moe_gemv_kernelILi$f" \
     --launch-count 2 --metrics "$M" ./build-dev/strata_bench_moe_bench --what backend \
-    --backend-configs dsv3 --tokens 8 --calls 1 --reps 1 --variants fp8_f16 \
+    --backend-configs dsv3 --tokens 8 --calls 1 --reps 1 --variants fp8_bf16x \
     >"$L/ncu_fp8_$f.log" 2>&1
   echo "ncu fp8 kernel $f: exit $?"
 done

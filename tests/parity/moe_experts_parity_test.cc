@@ -122,6 +122,7 @@ const ExpertCase kExpertCases[] = {
     {Fmt::kInt4g32, 320, 96, 64, 8},  {Fmt::kInt4g32, 320, 96, 8, 8},
     {Fmt::kInt4g128, 384, 128, 8, 2}, {Fmt::kInt4g128, 384, 128, 64, 6},
     {Fmt::kFp8, 320, 128, 64, 8},     {Fmt::kFp8, 320, 128, 8, 2},
+    {Fmt::kFp8, 336, 128, 8, 2},  // hidden % 32 != 0: gate_up keeps bf16 x under fp8_f16
 };
 
 TEST(MoeParity, ExpertsMatchCpu) {

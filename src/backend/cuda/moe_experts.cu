@@ -455,7 +455,7 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
   // kMoeStageF16MaxTokens): each projection's x staged first, one small launch each.
   const bool f16 = decode && p.fp8_f16 && p.tokens <= kMoeStageF16MaxTokens;
   auto stage = [&](MoeGroupedParams& q, uint16_t* x16, float* inv) {
-    if (!f16 || q.w.format != kMoeFp8) return;
+    if (!f16 || q.w.format != kMoeFp8 || q.w.k % 32 != 0) return;
     MoeStageF16Params st{};
     st.x = q.x;
     st.x16 = x16;

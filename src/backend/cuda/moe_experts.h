@@ -216,18 +216,22 @@ void init_moe_gemm_kernels();
 void launch_moe_gemm(const MoeGroupedParams& p, cudaStream_t stream);
 
 // ---- x in f16 for the FP8 GEMV (moe_stage_f16.cu says why it loses nothing) ----
+// x16 holds each row in the fp8 tiles' fragment order: the 32 columns at 32t are stored at 32t
+// as 4 pieces of 8, piece c = columns 2c, 2c+1, 2c+8, 2c+9, 16+2c, 17+2c, 24+2c, 25+2c (mma
+// lane column c's B fragments of the tile's two k16 steps).
 struct MoeStageF16Params {
   const bf16_bits* x;  // [rows, k]
-  uint16_t* x16;       // [rows, k]: f16 bits of x · 2^e(row)
+  uint16_t* x16;       // [rows, k]: f16 bits of x · 2^e(row), in fragment order
   float* inv;          // [rows]: 2^-e(row), e putting the row's largest |x| in [2^14, 2^15)
   int64_t rows;
-  int64_t k;  // % 8 == 0
+  int64_t k;  // % 32 == 0
   int pdl_early;
   int pad_;
 };
 void launch_moe_stage_f16(const MoeStageF16Params& p, cudaStream_t stream);
 // launch_moe_experts stages x in f16 (MoeExpertsParams::fp8_f16) up to this many tokens: its
-// scratch holds the staged rows only there (decode's sizes; above, FP8 runs the bf16-x GEMV).
+// scratch holds the staged rows only there (decode's sizes; above, FP8 runs the bf16-x GEMV, as
+// it does for a projection whose k is not a multiple of 32).
 constexpr int64_t kMoeStageF16MaxTokens = 1024;
 
 // ---- combine ----

@@ -203,9 +203,9 @@ void launch_moe_gemv(const MoeGroupedParams& p, cudaStream_t stream) {
   CHECK((p.ksplit == 0 || pow2_upto8(p.ksplit)) && (p.cluster == 0 || pow2_upto8(p.cluster)) &&
         (p.tiles_per_warp == 0 || pow2_upto8(p.tiles_per_warp)));
   CHECK(uintptr_t(p.x) % 16 == 0 && uintptr_t(p.w.values) % 16 == 0 && p.w.values_stride % 16 == 0);
-  CHECK_MSG(p.x_f16 == nullptr ||
-                (p.w.format == kMoeFp8 && p.x_inv != nullptr && uintptr_t(p.x_f16) % 16 == 0),
-            "moe gemv: x in f16 is for fp8 weights, with its row scales");
+  CHECK_MSG(p.x_f16 == nullptr || (p.w.format == kMoeFp8 && p.x_inv != nullptr &&
+                                   uintptr_t(p.x_f16) % 16 == 0 && p.w.k % 32 == 0),
+            "moe gemv: x in f16 is for fp8 weights with k % 32 == 0, with its row scales");
   const bool grouped = p.topk_ids != nullptr;
   if (grouped) {
     CHECK_MSG(p.num_experts > 0 && p.num_experts <= kMoeMaxExperts && p.x_div > 0,

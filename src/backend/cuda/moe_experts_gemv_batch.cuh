@@ -69,11 +69,11 @@ __device__ __forceinline__ TileScale load_scale(const void* s, int kt, int gshif
   TileScale sc{0, 0};
   if constexpr (F == kMoeInt4) {
     const uint32_t* sp = static_cast<const uint32_t*>(s);
-    const int g0 = (kt * 64) >> gshift;
-    sc.s0 = __ldg(sp + g0 * 8);
-    sc.s1 = group32 ? __ldg(sp + (g0 + 1) * 8) : sc.s0;
+    const uint32_t g0 = (uint32_t(kt) * 64u) >> gshift;
+    sc.s0 = __ldg(sp + g0 * 8u);
+    sc.s1 = group32 ? __ldg(sp + (g0 + 1u) * 8u) : sc.s0;
   } else if constexpr (kFp8Tiles<F>) {
-    sc.s0 = __float_as_uint(__ldg(static_cast<const float*>(s) + (kt * 32) / kMoeFp8Block));
+    sc.s0 = __float_as_uint(__ldg(static_cast<const float*>(s) + uint32_t(kt) / 4u));  // 128 / 32
   }
   return sc;
 }
@@ -99,20 +99,22 @@ __device__ __forceinline__ void load_w(Batch<F, NT, GLU>& b, const Work& wk, int
   using C = Cfg<F, NT, GLU>;
 #pragma unroll
   for (int mt = 0; mt < C::NM; ++mt) {
-    const int r = rt + (mt ? wk.glu_tiles : 0);
-    const uint4* w = wk.w_base + r * wk.kt_count * 32;
+    // Unsigned offsets (non-negative here): a 32-bit offset then one wide multiply-add per
+    // address, where signed ones took four instructions each (sign extension, LEA pairs).
+    const uint32_t r = uint32_t(rt + (mt ? wk.glu_tiles : 0));
+    const uint4* w = wk.w_base + r * uint32_t(wk.kt_count) * 32u;
     const void* sp = nullptr;
     if constexpr (F == kMoeInt4) {
-      sp = reinterpret_cast<const uint32_t*>(wk.s_base) + r * wk.scale_row_words;
+      sp = reinterpret_cast<const uint32_t*>(wk.s_base) + r * uint32_t(wk.scale_row_words);
     } else if constexpr (kFp8Tiles<F>) {
       sp = reinterpret_cast<const float*>(wk.s_base) +
-           (r * kMoeTileRows / kMoeFp8Block) * wk.scale_cols;
+           (r * uint32_t(kMoeTileRows) / uint32_t(kMoeFp8Block)) * uint32_t(wk.scale_cols);
     }
 #pragma unroll
     for (int u = 0; u < C::U; ++u) {
       const int kt = kt0 + u;
       if (ok && kt < wk.kt_count) {
-        b.w[mt][u] = __ldcs(w + kt * 32);
+        b.w[mt][u] = __ldcs(w + uint32_t(kt) * 32u);
         // fp8: a batch (kt0 % U == 0, U | 4) lies in one 128-column scale block.
         b.s[mt][u] =
             kFp8Tiles<F> && u > 0 ? b.s[mt][0] : load_scale<F>(sp, kt, wk.gshift, wk.group32);
@@ -128,6 +130,14 @@ __device__ __forceinline__ void load_w(Batch<F, NT, GLU>& b, const Work& wk, int
 // 8j + g at column 2c, -1 past the rows; k % 16 == 0, so a k16 step lies inside or past k.
 __device__ __forceinline__ void prefetch_l1(const void* p) {
   asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
+}
+
+// kMoeFp8F16: the lane's B fragments of both k16 steps of the 32-column tile at koff, one
+// 16-byte load (x staged in the tiles' fragment order, MoeStageF16Params: xrow[j] is then the
+// row's offset + 8c); zero past the rows and past k (k % 32 == 0).
+__device__ __forceinline__ uint4 x16_tile(const bf16_bits* x, int32_t xrow, int koff, int k) {
+  if (xrow < 0 || koff >= k) return make_uint4(0, 0, 0, 0);
+  return __ldg(reinterpret_cast<const uint4*>(x + uint32_t(xrow + koff)));
 }
 
 template <int F, int NT, bool GLU>
@@ -147,6 +157,17 @@ __device__ __forceinline__ void load_x(Batch<F, NT, GLU>& b, const bf16_bits* x,
           }
       }
     }
+  } else if constexpr (F == kMoeFp8F16) {
+#pragma unroll
+    for (int u = 0; u < C::U; ++u)
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const uint4 v = x16_tile(x, xrow[j], (kt0 + u) * C::TK, k);
+        b.x[u][0][j][0] = v.x;
+        b.x[u][0][j][1] = v.y;
+        b.x[u][1][j][0] = v.z;
+        b.x[u][1][j][1] = v.w;
+      }
   } else {
 #pragma unroll
     for (int u = 0; u < C::U; ++u)
@@ -156,7 +177,8 @@ __device__ __forceinline__ void load_x(Batch<F, NT, GLU>& b, const bf16_bits* x,
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
           const bool ok = xrow[j] >= 0 && koff < k;
-          const unsigned int* src = reinterpret_cast<const unsigned int*>(x + xrow[j] + koff);
+          const unsigned int* src =
+              reinterpret_cast<const unsigned int*>(x + uint32_t(xrow[j] + koff));
           b.x[u][s][j][0] = ok ? __ldg(src) : 0u;
           b.x[u][s][j][1] = ok ? __ldg(src + 4) : 0u;
         }
@@ -175,7 +197,7 @@ __device__ __forceinline__ void x_pair(const Batch<F, NT, GLU>& cur, const bf16_
     xb[1] = cur.x[u][s][j][1];
   } else {
     const bool ok = j < nt && xrow[j] >= 0 && koff < k;
-    const unsigned int* src = reinterpret_cast<const unsigned int*>(x + xrow[j] + koff);
+    const unsigned int* src = reinterpret_cast<const unsigned int*>(x + uint32_t(xrow[j] + koff));
     xb[0] = ok ? __ldg(src) : 0u;
     xb[1] = ok ? __ldg(src + 4) : 0u;
   }
@@ -196,14 +218,26 @@ __device__ __forceinline__ void mma_batch_f16(float (&acc)[Cfg<kMoeFp8F16, NT, G
 #pragma unroll
   for (int u = 0; u < C::U; ++u)
 #pragma unroll
-    for (int s = 0; s < C::S; ++s)
+    for (int j = 0; j < NT; ++j) {
+      if constexpr (C::XPRE) {
 #pragma unroll
-      for (int j = 0; j < NT; ++j)
-        x_pair(cur, x, xrow, nt, u, s, j, (kt0 + u) * C::TK + 16 * s, k, xb[u][s][j]);
-        // Four n-tiles: per matrix the batch's fragments once, then each n-tile's sums, four
-        // registers at a time (all n-tiles' sums at once spilled). Fewer: per k16 step its
-        // fragment, into every n-tile's sums (holding a batch's fragments spilled at four tiles a
-        // batch).
+        for (int s = 0; s < C::S; ++s) {
+          xb[u][s][j][0] = cur.x[u][s][j][0];
+          xb[u][s][j][1] = cur.x[u][s][j][1];
+        }
+      } else {
+        const uint4 v =
+            NT == 1 || j < nt ? x16_tile(x, xrow[j], (kt0 + u) * C::TK, k) : make_uint4(0, 0, 0, 0);
+        xb[u][0][j][0] = v.x;
+        xb[u][0][j][1] = v.y;
+        xb[u][1][j][0] = v.z;
+        xb[u][1][j][1] = v.w;
+      }
+    }
+    // Four n-tiles: per matrix the batch's fragments once, then each n-tile's sums, four
+    // registers at a time (all n-tiles' sums at once spilled). Fewer: per k16 step its
+    // fragment, into every n-tile's sums (holding a batch's fragments spilled at four tiles a
+    // batch).
 #pragma unroll
   for (int mt = 0; mt < C::NM; ++mt) {
     const float scale = __uint_as_float(cur.s[mt][0].s0);

@@ -62,9 +62,11 @@ struct StreamPos {
   uint32_t ji;
   __device__ __forceinline__ int j() const { return int(ji >> 16); }
   __device__ __forceinline__ int i() const { return int(ji & 0xffffu); }
+  // wrap false: the stream is one row tile (GLU), i never reaches nbq inside it.
+  template <bool wrap>
   __device__ __forceinline__ void next(int nbq) {
     ++ji;
-    if (i() == nbq) ji += (1u << 16) - uint32_t(nbq);
+    if (wrap && i() == nbq) ji += (1u << 16) - uint32_t(nbq);
   }
 };
 
@@ -258,7 +260,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
       const int r = 8 * j + g;
-      xrow[j] = r < rows ? x_row(r) * k + 2 * c : -1;
+      // kMoeFp8F16: x in the fp8 tiles' fragment order (a lane's 8 values of a tile at 8c).
+      xrow[j] = r < rows ? x_row(r) * k + (F == kMoeFp8F16 ? 8 : 2) * c : -1;
     }
 #pragma unroll
     for (int b = 0; b < NB; ++b)
@@ -318,10 +321,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
         ring_wait<NS - 2>();
         issue(s + NS - 1, ie);
         if (s + NS - 1 < len) load_x(buf[0], xs, xrow, kt_of(ie), k);
-        ie.next(nbq);
+        ie.next<!GLU>(nbq);
         ring_take(buf[0], ring_ptr + (s % NS) * C::kStageBytes, wk.group32);
         consume(ce, buf[0]);
-        ce.next(nbq);
+        ce.next<!GLU>(nbq);
       }
     } else {
       // buf[b] holds element s + b on entry to each iteration; it is refilled with element
@@ -332,9 +335,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
         for (int b = 0; b < NB; ++b) {
           if (s + b >= len) break;
           consume(ce, buf[b]);
-          ce.next(nbq);
+          ce.next<!GLU>(nbq);
           refill(s + b + NB, re, buf[b]);
-          re.next(nbq);
+          re.next<!GLU>(nbq);
         }
       }
     }

@@ -10,8 +10,12 @@
 // and is exact for a bf16's 8 bits down to 2^-17); smaller ones round to f16's subnormal step,
 // an absolute error of at most 2^-40 of the row's largest, far below the output's bf16 rounding.
 //
+// The f16 row is stored in the fp8 tiles' fragment order (moe_experts.h): each 32 columns hold
+// the 8 values of mma lane column c (c = 0..3) at 8c, so the GEMV loads a lane's B fragments of
+// a tile's two k16 steps with one 16-byte load instead of four 4-byte ones.
+//
 // One CTA a row: the row's largest magnitude (bf16 bits compare as integers), then the row
-// again (from L1) scaled and rounded to f16.
+// again (from L1) scaled, rounded to f16 and placed.
 #include <cuda_fp16.h>
 
 #include "backend/cuda/common.cuh"
@@ -55,9 +59,13 @@ __global__ void __launch_bounds__(kStageMaxThreads) moe_stage_f16_kernel(MoeStag
   __syncthreads();
   const float scale = pow2f(row_e);
   uint4* dst = reinterpret_cast<uint4*>(p.x16 + row * p.k);
+  const uint32_t* src32 = reinterpret_cast<const uint32_t*>(p.x + row * p.k);
   for (int64_t i = tid; i < chunks; i += blockDim.x) {
-    const uint4 v = __ldg(src + i);
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    // Output piece i: lane column c = i % 4 of the 32 columns at 32 (i / 4): the column pairs
+    // 2c, 2c + 8, 16 + 2c, 24 + 2c (32-bit words c, c + 4, c + 8, c + 12 of the group).
+    const int64_t word0 = (i / 4) * 16 + i % 4;
+    const uint32_t w[4] = {__ldg(src32 + word0), __ldg(src32 + word0 + 4), __ldg(src32 + word0 + 8),
+                           __ldg(src32 + word0 + 12)};
     uint32_t h[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -72,7 +80,7 @@ __global__ void __launch_bounds__(kStageMaxThreads) moe_stage_f16_kernel(MoeStag
 }  // namespace
 
 void launch_moe_stage_f16(const MoeStageF16Params& p, cudaStream_t stream) {
-  CHECK_MSG(p.k > 0 && p.k % 8 == 0, "moe stage f16: k {} (a multiple of 8)", p.k);
+  CHECK_MSG(p.k > 0 && p.k % 32 == 0, "moe stage f16: k {} (a multiple of 32)", p.k);
   CHECK(uintptr_t(p.x) % 16 == 0 && uintptr_t(p.x16) % 16 == 0);
   if (p.rows <= 0) return;
   CHECK_MSG(p.rows <= 0x7fffffff, "moe stage f16: {} rows", p.rows);

@@ -225,8 +225,11 @@ struct CudaTunables {
   int moe_int4_flat_ctas_per_sm = 0;
   // FP8 experts' decode GEMVs against x staged in f16 (moe_stage_f16.cu: one small launch before
   // each projection; e4m3 -> f16 exactly, the block scale on float32 sums; no bf16 rounding of
-  // w · s, so not bit for bit the CPU twin's bf16(w · s)). Off until measured (variant fp8_f16).
-  bool moe_fp8_f16 = false;
+  // w · s, so not bit for bit the CPU twin's bf16(w · s)). On: one DeepSeek-V3 rank's experts
+  // (moe_bench --what backend, H200, 2026-12-03, fp8_f16_check.sh) at T = 1 / 8 / 32 / 128 took
+  // 28.7 / 120.3 / 309.2 / 567.3 us against 30.5 / 167.0 / 432.0 / 745.8 with bf16 x (variant
+  // fp8_bf16x).
+  bool moe_fp8_f16 = true;
   // The router GEMV's first weight loads before its PDL wait (the same arithmetic). No env.
   // Off until measured (A/B: variant router_preload).
   bool moe_router_preload = false;
