@@ -10,6 +10,8 @@
 #              more, e.g. "4 8 12": a least-squares line and its largest residual) at
 #              KIMI_BATCHES projected to 61 layers, the defaults and KIMI_VARIANTS
 #              (rank_step_bench, A/B in one process)
+#   dsv3       one DeepSeek-V3 rank of tp 8 (FP8 experts), cuts of DSV3_CUTS layers projected to 61
+#              at DSV3_BATCHES, the defaults and DSV3_VARIANTS (default fp8_bf16x), as kimi
 #   moonlight  Moonlight bf16 batch 1 (27 layers, context 768), MOONLIGHT_VARIANTS
 #   offline    the Moonlight shape offline, 1,000 x 1,024 / 1,024, bf16 (offline_bench): the
 #              defaults, then each of OFFLINE_VARIANTS (one engine each)
@@ -19,7 +21,7 @@
 #              acceptance rows (mla_bench --what ceilings,merge,acceptance)
 #   sweep      the MoE decode GEMV's work shapes (moe_bench --what kernels --sweep 1) for
 #              SWEEP_CONFIGS (default moonlight) at SWEEP_TOKENS (default 1,2,4,8)
-# (llama, mla and sweep run only when named in STAGES.)
+# (llama, dsv3, mla and sweep run only when named in STAGES.)
 # RANK_EXTRA: more arguments for every rank_step_bench run (e.g. "--timeline 1": the step's
 # kernels as the GPU ran them, kernel_timeline.h; its tables are echoed on stdout).
 # Logs packed into $OUT/session10_check.tgz; the summary on stdout.
@@ -62,6 +64,17 @@ for stage in $STAGES; do
       done
       cuts=(${KIMI_CUTS:-4 8 12}) logs=()
       for n in "${cuts[@]}"; do logs+=("$L/kimi$n.log"); done
+      python3 bench/cuda/rank_cuts.py project "${logs[@]}" --layers "$(IFS=,; echo "${cuts[*]}")" ;;
+    dsv3)
+      for n in ${DSV3_CUTS:-4 8 12}; do
+        python3 bench/cuda/rank_cuts.py cut "$CFG/deepseek-v3/config.json" $n "$W/dsv3_$n"
+        timeout 150 ./build-dev/strata_bench_rank_step_bench --config "$W/dsv3_$n/config.json" \
+          --tp-size 8 --batches "${DSV3_BATCHES:-1,32,128}" --context 4096 --prefill 0 --reps 100 \
+          --variants "${DSV3_VARIANTS:-fp8_bf16x}" ${RANK_EXTRA:-} >"$L/dsv3_$n.log" 2>&1
+        echo "dsv3 $n layers: exit $?"
+      done
+      cuts=(${DSV3_CUTS:-4 8 12}) logs=()
+      for n in "${cuts[@]}"; do logs+=("$L/dsv3_$n.log"); done
       python3 bench/cuda/rank_cuts.py project "${logs[@]}" --layers "$(IFS=,; echo "${cuts[*]}")" ;;
     mla)
       timeout 150 ./build-dev/strata_bench_mla_bench --what ceilings,merge,acceptance \

@@ -277,6 +277,20 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
           for (int i = 0; i < 4; ++i) acc[mt][j][i] = 0.0f;
     };
     // Stores row tile rt's outputs of this pass from acc.
+    // kMoeFp8F16: the 1 / 2^e of the rows this lane stores (8j + 2c + e2), read once a pass at
+    // one or two n-tiles (the store's x_row divides; the down projection stores every 8 k
+    // tiles), in the store at four (registers).
+    constexpr bool kPassInv = F == kMoeFp8F16 && NT <= 2;
+    float pass_inv[kPassInv ? NT : 1][2];
+    if constexpr (kPassInv) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e2 = 0; e2 < 2; ++e2) {
+          const int r = 8 * j + 2 * c + e2;
+          pass_inv[j][e2] = r < rows ? __ldg(p.x_inv + x_row(r)) : 0.0f;
+        }
+    }
     auto store = [&](int rt) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -290,7 +304,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
             float v = acc[0][j][2 * h + e2];
             [[maybe_unused]] float u = acc[NM - 1][j][2 * h + e2];
             if constexpr (F == kMoeFp8F16) {
-              const float inv = __ldg(p.x_inv + x_row(r));
+              const float inv =
+                  kPassInv ? pass_inv[kPassInv ? j : 0][e2] : __ldg(p.x_inv + x_row(r));
               v *= inv;
               u *= inv;
             }
