@@ -5,7 +5,7 @@ shared helper: a full Kimi-K2.5 rank takes minutes to make, a 2- or 4-layer cut 
   rank_cuts.py cut SRC_CONFIG LAYERS OUT_DIR
       OUT_DIR/config.json = SRC_CONFIG with num_hidden_layers = LAYERS (text_config's where the
       config nests one).
-  rank_cuts.py project LOG_A LOG_B [LOG_C ...] [--layers 2,4[,...]] [--to 61]
+  rank_cuts.py project LOG_A LOG_B [LOG_C ...] [--layers 2,4[,...]] [--to 61] [--name kimi]
       From rank_step_bench logs of the same model cut to LA, LB, ... layers: every step (the
       default "decode ... as a CUDA graph" line and each "variant" line) projected linearly to
       TO layers: the layers past the first dense ones are alike, so the slope of step time over
@@ -46,7 +46,7 @@ def fit(xs, ys):
     return my - slope * mx, slope
 
 
-def project(logs, layers, to):
+def project(logs, layers, to, name):
     ws = [walls(path) for path in logs]
     first = ws[0]
     for key in sorted(first, key=lambda k: (k[0], k[1] != "default", k[1])):
@@ -55,7 +55,7 @@ def project(logs, layers, to):
         ys = [w[key] for w in ws]
         b0, per_layer = fit(layers, ys)
         cuts = ", ".join(f"{n} layers {y:.3f}" for n, y in zip(layers, ys))
-        line = (f"kimi {to}-layer step, batch {key[0]}, {key[1]:20s}: "
+        line = (f"{name} {to}-layer step, batch {key[0]}, {key[1]:20s}: "
                 f"{b0 + per_layer * to:.3f} ms ({cuts}; {per_layer * 1e3:.1f} us/layer")
         if len(layers) > 2:
             worst = max(abs(y - (b0 + per_layer * n)) for n, y in zip(layers, ys))
@@ -74,6 +74,7 @@ def main():
     p.add_argument("logs", nargs="+")
     p.add_argument("--layers", default="2,4")
     p.add_argument("--to", type=int, default=61)
+    p.add_argument("--name", default="kimi", help="the model's name on the printed lines")
     args = ap.parse_args()
     if args.cmd == "cut":
         cut(args.src, args.layers, args.out_dir)
@@ -81,7 +82,7 @@ def main():
         layers = [int(x) for x in args.layers.split(",")]
         if len(layers) != len(args.logs) or len(layers) < 2 or len(set(layers)) < 2:
             ap.error(f"--layers {args.layers}: one layer count a log, two different ones at least")
-        project(args.logs, layers, args.to)
+        project(args.logs, layers, args.to, args.name)
 
 
 if __name__ == "__main__":

@@ -72,10 +72,12 @@ for stage in $STAGES; do
           --tp-size 8 --batches "${DSV3_BATCHES:-1,32,128}" --context 4096 --prefill 0 --reps 100 \
           --variants "${DSV3_VARIANTS:-fp8_bf16x}" ${RANK_EXTRA:-} >"$L/dsv3_$n.log" 2>&1
         echo "dsv3 $n layers: exit $?"
+        timeline_tables "$L/dsv3_$n.log"
       done
       cuts=(${DSV3_CUTS:-4 8 12}) logs=()
       for n in "${cuts[@]}"; do logs+=("$L/dsv3_$n.log"); done
-      python3 bench/cuda/rank_cuts.py project "${logs[@]}" --layers "$(IFS=,; echo "${cuts[*]}")" ;;
+      python3 bench/cuda/rank_cuts.py project "${logs[@]}" --layers "$(IFS=,; echo "${cuts[*]}")" \
+        --name dsv3 ;;
     mla)
       timeout 150 ./build-dev/strata_bench_mla_bench --what ceilings,merge,acceptance \
         >"$L/mla.log" 2>&1
