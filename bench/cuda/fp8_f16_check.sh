@@ -9,8 +9,9 @@
 #      process
 #   3. the GEMV kernels alone (moe_bench --what kernels) for Moonlight (bf16) and DeepSeek-V3 (FP8,
 #      bf16 x) at KERNEL_TOKENS (default 1,8,32)
-#   4. ncu at T = 8: the bf16-x FP8 GEMV (moe_gemv_kernel<1, ...>) and the f16 one (<3, ...>),
-#      warp instructions a 512-byte tile (ncu_per_tile.py); the f16 gate_up's SASS loop
+#   4. (NCU=0 skips it) ncu at T = 8: the bf16-x FP8 GEMV (moe_gemv_kernel<1, ...>) and the f16
+#      one (<3, ...>), warp instructions a 512-byte tile (ncu_per_tile.py); the f16 gate_up's SASS
+#      loop
 # Logs under $OUT; the tables on stdout.
 set -u
 source bench/cuda/device_env.sh
@@ -33,6 +34,7 @@ grep -E "^ceiling|experts decode" "$L/kernels.log" | cut -c1-200 | head -40
 M=smsp__inst_executed.sum,dram__bytes_read.sum,gpu__time_duration.sum
 M=$M,sm__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active
 M=$M,dram__throughput.avg.pct_of_peak_sustained_elapsed
+[ "${NCU:-1}" = 1 ] || { echo "total: $(( $(date +%s) - t0 )) s"; exit 0; }  # NCU=0: no step 4
 for f in 1 3; do
   timeout 200 ncu --clock-control none --kernel-name-base mangled -k "regex:moe_gemv_kernelILi$f" \
     --launch-count 2 --metrics "$M" ./build-dev/strata_bench_moe_bench --what backend \

@@ -145,12 +145,13 @@ struct MoePlanParams {
 void launch_moe_plan(const MoePlanParams& p, cudaStream_t stream);
 
 // ---- grouped expert GEMMs ----
-// GEMV (decode), grouped mode (topk_ids set): slot a of the grid takes the a-th touched expert;
-// its rows are the assignments i with topk_ids[i] == e, ascending: x row i / x_div, output row
-// i. GEMM (prefill), grouped mode (offsets set): expert e's rows r in [offsets[e],
-// offsets[e + 1]) read x row row_token ? row_token[r] : r and write out row r. Each row's x has
-// k values and its output n values (or glu_inter with the SwiGLU epilogue). Dense mode (neither
-// set): one expert (index 0), rows [0, rows) (a shared expert stored in the tile layout).
+// GEMV (decode), grouped mode (topk_ids set): slot a of the grid takes the a-th pass (of
+// gemv_tokens rows) over the touched experts in ascending id; an expert's rows are the
+// assignments i with topk_ids[i] == e, ascending: x row i / x_div, output row i. GEMM (prefill),
+// grouped mode (offsets set): expert e's rows r in [offsets[e], offsets[e + 1]) read x row
+// row_token ? row_token[r] : r and write out row r. Each row's x has k values and its output n
+// values (or glu_inter with the SwiGLU epilogue). Dense mode (neither set): one expert (index 0),
+// rows [0, rows) (a shared expert stored in the tile layout).
 struct MoeGroupedParams {
   const bf16_bits* x;
   // GEMV, fp8 weights: or null. x staged in f16 (launch_moe_stage_f16: x16 [rows, k] = x · 2^e
@@ -171,7 +172,7 @@ struct MoeGroupedParams {
   int64_t assignments;  // GEMV grouped: T·k
   int x_div;            // GEMV grouped: x row of assignment i is i / x_div (gate_up: k; down: 1)
   int num_experts;      // GEMV grouped: ids outside [0, num_experts) have no expert
-  int max_active;       // GEMV grid bound: min(E, T·k) (grouped)
+  int max_active;       // GEMV grid bound: min(E, T·k) (grouped; the grid adds T·k / pass rows)
   int expect_active;    // GEMV grouped: the touched experts expected (shape choice); 0: max_active
   int max_tiles;        // GEMM grid bound: moe_max_tiles(T·k, E, tile_rows) (grouped)
   int tile_rows;        // GEMM rows per tile: 64 or 128 (grouped: the plan's tile_rows)
@@ -270,7 +271,8 @@ int moe_pick_regime(int64_t tokens, int top_k, int num_experts);
 int moe_gemm_tile_rows(int64_t tokens, int top_k, int num_experts);
 // Decode rows per weight pass (MoeGroupedParams::gemv_tokens): 8 while experts average <= 2
 // rows (T·k <= 2E), 16 up to 4, else 32 (never more than T). More rows than that in one expert
-// (a skewed batch) cost another pass over its weights, never correctness.
+// (a skewed batch) cost another pass over its weights, in parallel with the others (one grid
+// slot a pass), never correctness.
 int moe_gemv_tokens(int64_t tokens, int top_k, int num_experts);
 
 struct MoeExpertsParams {

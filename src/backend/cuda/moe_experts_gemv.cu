@@ -212,7 +212,11 @@ void launch_moe_gemv(const MoeGroupedParams& p, cudaStream_t stream) {
               "moe gemv: {} experts, x_div {}", p.num_experts, p.x_div);
     CHECK_MSG(p.assignments < (int64_t(1) << 31), "moe gemv: {} assignments", p.assignments);
   }
-  const int64_t slots = grouped ? p.max_active : 1;
+  // One slot a pass of P rows (the kernel's find_pass): grouped, at most one partial pass an
+  // expert plus the full ones, min(E, T·k) + T·k / P; dense, the rows' passes.
+  const int64_t P = 8 * int64_t(nt_of(p.gemv_tokens));
+  const int64_t slots =
+      grouped ? (p.max_active > 0 ? p.max_active + p.assignments / P : 0) : ceil_div(p.rows, P);
   if (slots <= 0 || (grouped ? p.assignments : p.rows) <= 0) return;
   // x offsets are 32-bit in the kernel.
   CHECK_MSG(p.rows * p.w.k < (int64_t(1) << 31), "moe gemv: x of {} x {} too large", p.rows, p.w.k);

@@ -3,9 +3,10 @@
 // The decode regime of the MoE experts: a batched GEMV over the experts the tokens touched.
 //
 // ## Work decomposition
-// Grid (C · row-tile groups, expert slots), clusters of C CTAs along x. Slot a takes the a-th
-// touched expert in ascending id (slots past the device count exit at once: the grid is sized
-// by the host's bound min(E, T·k)). A CTA is 8 warps = 8 / KS tile lanes × KS k parts; the C
+// Grid (C · row-tile groups, pass slots), clusters of C CTAs along x. Slot a takes the a-th
+// pass of 8 · NT rows over the touched experts in ascending id (slots past the device count
+// exit at once: the grid is sized by the host's bound min(E, T·k) + T·k / (8 · NT); dense
+// mode: pass a of the rows). A CTA is 8 warps = 8 / KS tile lanes × KS k parts; the C
 // CTAs of a cluster take the same row tiles and split k further, so a row tile's k is split
 // over KP = KS · C warps (part q = rank · KS + warp % KS takes batches q, q + KP, ...). A warp
 // streams R row tiles one after the other (R > 1 only for plain projections with KP = 1: the
@@ -25,8 +26,8 @@
 // fragments, 32-bit pairs) are loaded with its weights; elsewhere its x lines are prefetched
 // into L1 then and read from L1 when it is multiplied. GLU (gate_up): a warp holds a gate tile
 // and the matching up tile, so silu(g) · u is its epilogue. An expert with more rows than
-// 8 · NT streams its weights once per pass of 8 · NT rows (a skewed batch costs time, never
-// correctness).
+// 8 · NT streams its weights once per pass of 8 · NT rows, each pass in a slot of its own (a
+// skewed batch costs bytes, never correctness).
 // int4 GLU (gate_up) and int4 at two or four n-tiles (Cfg::RING) stream through a ring of NS
 // stages per warp in shared memory instead of the register buffers: cp.async copies of a
 // batch's tiles and each lane's scale words, NS - 1 batches in flight (~9-12 KB per warp against
@@ -34,8 +35,10 @@
 //
 // ## No plan kernel
 // Each CTA finds its expert and rows itself from topk_ids (T·k <= a few thousand at decode):
-// a bitmap of the touched experts in shared memory, the a-th set bit, then the assignments
-// (t, j) with that expert in ascending order (a ballot scan). Rows are kept in assignment order:
+// the experts' row counts in shared memory, slot a's pass among every expert's passes of 8 · NT
+// rows (find_pass), then that pass's assignments (t, j) of the expert in ascending order (a
+// ballot scan). The grid has a slot for every pass (the host's bound: min(E, T·k) + T·k / (8 ·
+// NT)); slots past the passes exit at once. Rows are kept in assignment order:
 // gate_up reads x row t = i / x_div and writes act row i = t·k + j; down reads act row i and
 // writes y row i; the combine reads y[t·k + j]. With `early_plan` (the down projection, whose
 // topk_ids were complete before its predecessor started) the plan and the first two batches of
@@ -73,25 +76,32 @@ struct StreamPos {
 // ---- the self-plan ----
 constexpr int kPassRowsMax = 32;
 struct PlanSmem {
-  uint32_t bits[kMoeMaxExperts / 32];  // touched experts
   int warp_count[kWarps];
   int rows[kPassRowsMax];  // this pass's assignments (grouped) in ascending order
 };
 
-// The a-th touched expert (ascending id) among topk_ids, or -1 when fewer are touched. Every
-// thread calls it; ids are read through L2 (ld.global.cg: they may be read before pdl_wait).
-__device__ int find_expert(const MoeGroupedParams& p, int a, PlanSmem& ps) {
+// Slot a's work: the a-th pass (in ascending expert id, then pass) over the touched experts,
+// each expert's rows split into passes of P: its expert into *e and its pass into *pass, or
+// false when there are fewer passes. One slot a pass (not an expert's passes one after the
+// other in one slot): a skewed batch (an expert with 128 rows) then streams its passes in
+// parallel, where one CTA column streamed them in turn (a DeepSeek-V3 rank at batch 128, 8
+// passes: 1.0 ms for gate_up, 2026-12-03 session 17). Every thread calls it; ids are read
+// through L2 (ld.global.cg: they may be read before pdl_wait). `counts` is kMoeMaxExperts ints
+// of shared memory (the kernel lends its k-split partials, unused until after the stream).
+__device__ bool find_pass(const MoeGroupedParams& p, int a, int P, int* counts, int* e, int* pass) {
   const int tid = int(threadIdx.x), lane = tid % 32;
-  if (tid < kMoeMaxExperts / 32) ps.bits[tid] = 0;
+  for (int i = tid; i < kMoeMaxExperts; i += kThreads) counts[i] = 0;
   __syncthreads();
   for (int64_t i = tid; i < p.assignments; i += kThreads) {
-    const int e = __ldcg(p.topk_ids + i);
-    if (e >= 0 && e < p.num_experts) atomicOr(&ps.bits[e >> 5], 1u << (e & 31));
+    const int x = __ldcg(p.topk_ids + i);
+    if (x >= 0 && x < p.num_experts) atomicAdd(&counts[x], 1);
   }
   __syncthreads();
-  // Every warp finds it alike (no further barrier): lane l scans word l.
-  const uint32_t word = ps.bits[lane];
-  const int c = __popc(word);
+  // Every warp finds it alike (no further barrier): lane l sums the passes of experts
+  // 32l .. 32l + 31 (from q = l on: 32 lanes, 32 banks), a scan over the lanes finds the lane
+  // holding pass a, then its experts.
+  int c = 0;
+  for (int q = 0; q < 32; ++q) c += (counts[32 * lane + (q + lane) % 32] + P - 1) / P;
   int inc = c;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
@@ -99,12 +109,19 @@ __device__ int find_expert(const MoeGroupedParams& p, int a, PlanSmem& ps) {
     if (lane >= o) inc += v;
   }
   const uint32_t after = __ballot_sync(0xffffffffu, inc > a);
-  if (after == 0) return -1;
+  if (after == 0) return false;
   const int l = __ffs(after) - 1;
-  uint32_t w = __shfl_sync(0xffffffffu, word, l);
-  const int nth = a - (__shfl_sync(0xffffffffu, inc, l) - __shfl_sync(0xffffffffu, c, l));
-  for (int q = 0; q < nth; ++q) w &= w - 1;  // drop the nth lowest set bits
-  return 32 * l + __ffs(w) - 1;
+  int before = __shfl_sync(0xffffffffu, inc, l) - __shfl_sync(0xffffffffu, c, l);
+  for (int q = 0; q < 32; ++q) {
+    const int n = (counts[32 * l + q] + P - 1) / P;
+    if (a < before + n) {
+      *e = 32 * l + q;
+      *pass = a - before;
+      return true;
+    }
+    before += n;
+  }
+  return false;  // not reached: lane l holds pass a
 }
 
 // The assignments i (ascending) with topk_ids[i] == e: those of rank [skip, skip + cap) go to
@@ -146,6 +163,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
   // receives the other cluster CTAs' sums (rank r in slot r - 1).
   __shared__ float red[kWarps][kAcc][32];
   __shared__ PlanSmem ps;
+  static_assert(sizeof(red) >= kMoeMaxExperts * sizeof(int), "find_pass borrows red");
   if (p.pdl_early) pdl_trigger();
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int g = lane / 4, c = lane % 4;
@@ -169,14 +187,19 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
   // by its row's 1 / 2^e.
   const bf16_bits* xs = F == kMoeFp8F16 ? reinterpret_cast<const bf16_bits*>(p.x_f16) : p.x;
 
-  // Expert and rows (grouped: the a-th touched expert; dense: expert 0, rows 0..rows-1).
+  // Expert, pass and rows. Grouped: slot blockIdx.y's (expert, pass) (find_pass); dense:
+  // expert 0, rows 0..rows-1, pass blockIdx.y. The pass's rows are c0 .. c0 + 8 · NT - 1 of
+  // the expert's count.
   int e = 0;
   int count = int(p.rows);  // < 2^31: rows · k is
+  int c0 = int(blockIdx.y) * 8 * NT;
   auto plan = [&]() {
-    if (!grouped) return true;
-    e = find_expert(p, int(blockIdx.y), ps);
-    if (e < 0) return false;
-    count = collect_rows(p, e, 0, 8 * NT, ps);
+    if (!grouped) return c0 < count;
+    int pass = 0;
+    if (!find_pass(p, int(blockIdx.y), 8 * NT, reinterpret_cast<int*>(&red[0][0][0]), &e, &pass))
+      return false;
+    c0 = pass * 8 * NT;
+    count = collect_rows(p, e, c0, 8 * NT, ps);
     return true;
   };
   Work wk;
@@ -246,11 +269,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
     }
   }
   if (!live) return;  // the whole cluster (the same slot): no cluster barrier is pending
-  for (int c0 = 0; c0 < count; c0 += 8 * NT) {
-    if (c0 > 0) {  // a later pass (more rows than 8 · NT): its rows, then its first batches
-      if (grouped) collect_rows(p, e, c0, 8 * NT, ps);
-      first_loads();
-    }
+  {                   // the slot's one pass
     const int rows = min(8 * NT, count - c0);  // this pass's rows
     const int nt = (rows + 7) / 8;
     // Row r of the pass: x row and output row.
@@ -406,7 +425,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
       }
       if (rank == 0 && part == 0 && len > 0) store(tile0);
     }
-    __syncthreads();  // red and ps.rows are reused by the next pass
   }
 }
 
