@@ -1,5 +1,5 @@
 // Warp-level tensor-core helpers of the attention kernels: cp.async with zero fill, ldmatrix,
-// mma.sync m16n8k16 (bf16 in, float32 accumulate), bf16x2 packing and exp2.
+// bf16x2 packing and exp2 (mma.sync m16n8k16 itself: mma_sync.cuh).
 //
 // Fragment layouts of mma.m16n8k16.row.col (lane = 4·g + c, g = lane / 4, c = lane % 4):
 //   A (16×16, row-major): a0 = (row g, k 2c..2c+1), a1 = (row g+8, k 2c..), a2 = (row g, k 2c+8..),
@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstdint>
+
+#include "backend/cuda/mma_sync.cuh"
 
 namespace strata::cuda::attn {
 
@@ -37,15 +39,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
-}
-
-__device__ __forceinline__ void mma_bf16_16816(float* c, const uint32_t* a, uint32_t b0,
-                                               uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // Two floats as a bf16 pair (lo in the low half), round to nearest even: one instruction.

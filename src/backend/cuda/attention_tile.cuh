@@ -102,15 +102,7 @@ struct PagedKvGather {
 // ---- K/V fragments of the mma (decode and split-KV prefill) ----
 // fp8 caches run the mma in f16 (every e4m3 and e5m2 value is an f16, so K and V fragments are
 // one conversion instruction away; Q and P are rounded to f16 instead of bf16, which keeps more
-// mantissa); bf16 caches run it in bf16.
-__device__ __forceinline__ void mma_f16_16816(float* c, const uint32_t* a, uint32_t b0,
-                                              uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+// mantissa); bf16 caches run it in bf16 (mma_sync.cuh).
 template <int E>
 __device__ __forceinline__ void mma_kv(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
   if constexpr (E == kKvBf16)

@@ -7,6 +7,7 @@
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/linear_det.h"
+#include "backend/cuda/mma_sync.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -15,7 +16,6 @@ using attn::cp_async16_zfill;
 using attn::cp_async_commit;
 using attn::cp_async_wait;
 using attn::ldmatrix_x4;
-using attn::mma_bf16_16816;
 using attn::smem_addr;
 
 constexpr int kBM = 64, kBN = 64, kBK = 32, kStages = 4;

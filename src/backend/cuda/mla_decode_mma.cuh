@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/mla_decode_layout.cuh"
+#include "backend/cuda/mma_sync.cuh"
 
 namespace strata::cuda::mla_decode {
 
@@ -11,14 +12,6 @@ __device__ __forceinline__ void ldmatrix_x2(uint32_t* r, uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
                : "=r"(r[0]), "=r"(r[1])
                : "r"(addr));
-}
-__device__ __forceinline__ void mma_f16_16816(float* c, const uint32_t* a, uint32_t b0,
-                                              uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 template <bool kF16>
 __device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {

@@ -23,6 +23,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/fp8.cuh"
 #include "backend/cuda/linear_int4.cuh"
+#include "backend/cuda/mma_sync.cuh"
 #include "backend/cuda/moe_experts.h"
 
 namespace strata::cuda::moe {
@@ -97,16 +98,6 @@ __device__ __forceinline__ void fragment(const uint4& w, const TileScale& sc, in
     const uint32_t word = s == 0 ? w.x : s == 1 ? w.y : s == 2 ? w.z : w.w;
     int4::dequant_word(word, lo, hi, a);
   }
-}
-
-// d += a · b on f16 fragments (mma.m16n8k16, float32 accumulation): the fp8-f16 kernels.
-__device__ __forceinline__ void mma16816_f16(float* d, const uint32_t* a, uint32_t b0,
-                                             uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }

@@ -254,7 +254,8 @@ __device__ __forceinline__ void mma_batch_f16(float (&acc)[Cfg<kMoeFp8F16, NT, G
 #pragma unroll
         for (int u = 0; u < C::U; ++u)
 #pragma unroll
-          for (int s = 0; s < C::S; ++s) mma16816_f16(sum, a[u][s], xb[u][s][j][0], xb[u][s][j][1]);
+          for (int s = 0; s < C::S; ++s)
+            mma_f16_16816(sum, a[u][s], xb[u][s][j][0], xb[u][s][j][1]);
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[mt][j][i] = fmaf(sum[i], scale, acc[mt][j][i]);
       }
@@ -272,7 +273,7 @@ __device__ __forceinline__ void mma_batch_f16(float (&acc)[Cfg<kMoeFp8F16, NT, G
           fragment<kMoeFp8F16>(cur.w[mt][u], cur.s[mt][u], s, a);
 #pragma unroll
           for (int j = 0; j < NT; ++j)
-            if (NT == 1 || j < nt) mma16816_f16(sum[j], a, xb[u][s][j][0], xb[u][s][j][1]);
+            if (NT == 1 || j < nt) mma_f16_16816(sum[j], a, xb[u][s][j][0], xb[u][s][j][1]);
         }
 #pragma unroll
       for (int j = 0; j < NT; ++j)
