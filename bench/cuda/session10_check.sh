@@ -42,6 +42,22 @@ W=/tmp/session10_check
 timeline_tables() {  # LOG: each timeline's summary and by-kernel table (not the per-kernel list)
   awk '/^timeline/ {on = 1; print; next} /^  +# / || !/^  / {on = 0} on' "$1" | cut -c1-130
 }
+# One tp-8 rank of a model (NAME, configs/CONFIG) cut to each of CUTS layers, timed at BATCHES with
+# VARIANTS (rank_step_bench, A/B in one process), then projected to 61 layers (rank_cuts.py).
+rank_stage() {  # NAME CONFIG CUTS BATCHES VARIANTS
+  local name=$1 config=$2 cuts=($3) batches=$4 variants=$5 logs=() n
+  for n in "${cuts[@]}"; do
+    python3 bench/cuda/rank_cuts.py cut "$CFG/$config/config.json" $n "$W/${name}_$n"
+    timeout 150 ./build-dev/strata_bench_rank_step_bench --config "$W/${name}_$n/config.json" \
+      --tp-size 8 --batches "$batches" --context 4096 --prefill 0 --reps 100 \
+      --variants "$variants" ${RANK_EXTRA:-} >"$L/${name}_$n.log" 2>&1
+    echo "$name $n layers: exit $?"
+    timeline_tables "$L/${name}_$n.log"
+    logs+=("$L/${name}_$n.log")
+  done
+  python3 bench/cuda/rank_cuts.py project "${logs[@]}" --layers "$(IFS=,; echo "${cuts[*]}")" \
+    --name "$name"
+}
 for stage in $STAGES; do
   t1=$(date +%s)
   case $stage in
@@ -54,30 +70,11 @@ for stage in $STAGES; do
       echo "moe: exit $?"
       grep -E "^moe .*experts" "$L/moe.log" | cut -c1-200 | head -40 ;;
     kimi)
-      for n in ${KIMI_CUTS:-4 8 12}; do
-        python3 bench/cuda/rank_cuts.py cut "$CFG/kimi-k2.5/config.json" $n "$W/kimi$n"
-        timeout 150 ./build-dev/strata_bench_rank_step_bench --config "$W/kimi$n/config.json" \
-          --tp-size 8 --batches "${KIMI_BATCHES:-1,32,128}" --context 4096 --prefill 0 --reps 100 \
-          --variants "${KIMI_VARIANTS:-segments64}" ${RANK_EXTRA:-} >"$L/kimi$n.log" 2>&1
-        echo "kimi $n layers: exit $?"
-        timeline_tables "$L/kimi$n.log"
-      done
-      cuts=(${KIMI_CUTS:-4 8 12}) logs=()
-      for n in "${cuts[@]}"; do logs+=("$L/kimi$n.log"); done
-      python3 bench/cuda/rank_cuts.py project "${logs[@]}" --layers "$(IFS=,; echo "${cuts[*]}")" ;;
+      rank_stage kimi kimi-k2.5 "${KIMI_CUTS:-4 8 12}" "${KIMI_BATCHES:-1,32,128}" \
+        "${KIMI_VARIANTS:-segments64}" ;;
     dsv3)
-      for n in ${DSV3_CUTS:-4 8 12}; do
-        python3 bench/cuda/rank_cuts.py cut "$CFG/deepseek-v3/config.json" $n "$W/dsv3_$n"
-        timeout 150 ./build-dev/strata_bench_rank_step_bench --config "$W/dsv3_$n/config.json" \
-          --tp-size 8 --batches "${DSV3_BATCHES:-1,32,128}" --context 4096 --prefill 0 --reps 100 \
-          --variants "${DSV3_VARIANTS:-fp8_bf16x}" ${RANK_EXTRA:-} >"$L/dsv3_$n.log" 2>&1
-        echo "dsv3 $n layers: exit $?"
-        timeline_tables "$L/dsv3_$n.log"
-      done
-      cuts=(${DSV3_CUTS:-4 8 12}) logs=()
-      for n in "${cuts[@]}"; do logs+=("$L/dsv3_$n.log"); done
-      python3 bench/cuda/rank_cuts.py project "${logs[@]}" --layers "$(IFS=,; echo "${cuts[*]}")" \
-        --name dsv3 ;;
+      rank_stage dsv3 deepseek-v3 "${DSV3_CUTS:-4 8 12}" "${DSV3_BATCHES:-1,32,128}" \
+        "${DSV3_VARIANTS:-fp8_bf16x}" ;;
     mla)
       timeout 150 ./build-dev/strata_bench_mla_bench --what ceilings,merge,acceptance \
         >"$L/mla.log" 2>&1
