@@ -4,9 +4,10 @@
 // device pieces: moe_experts.cuh.
 //
 // One step: launch_moe_experts (the backend's entry point; each piece is also callable alone):
-//   decode   gate_up GEMV -> down GEMV -> combine, three launches. The GEMV kernels find their
-//            expert and its rows from topk_ids themselves (no plan kernel); rows stay in
-//            assignment order i = t·k + j: act [T·k, inter] and y [T·k, hidden] rows are i.
+//   decode   gate_up GEMV -> down GEMV -> combine, three launches (FP8 with fp8_f16: each GEMV
+//            after its x's f16 stage, five). The GEMV kernels find their expert and its rows
+//            from topk_ids themselves (no plan kernel); rows stay in assignment order
+//            i = t·k + j: act [T·k, inter] and y [T·k, hidden] rows are i.
 //   prefill  plan -> gate_up GEMM -> down GEMM -> combine. The plan puts the rows in expert
 //            order (expert e's rows are [offsets[e], offsets[e + 1])); act and y rows are in
 //            that permuted order and `pos` maps each assignment to its row.
@@ -325,8 +326,8 @@ struct MoeExpertsParams {
 };
 size_t moe_experts_scratch_bytes(int64_t tokens, int top_k, int num_experts, int64_t hidden,
                                  int64_t inter);
-// Decode: gate_up -> down -> combine (three launches); prefill: plan (one or three launches) ->
-// gate_up -> down -> combine. T = 0 launches nothing.
+// Decode: gate_up -> down -> combine (three launches; five with FP8's f16 stages); prefill: plan
+// (one or three launches) -> gate_up -> down -> combine. T = 0 launches nothing.
 void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream);
 // The touched experts expected for T tokens with uniform routing: E · (1 - (1 - k/E)^T).
 double moe_expected_active(int64_t tokens, int top_k, int num_experts);
