@@ -17,6 +17,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/linear_int4.h"
+#include "backend/cuda/mma_sync.cuh"
 
 namespace strata::cuda::int4 {
 
@@ -92,12 +93,9 @@ __device__ __forceinline__ void static_for(F&& f) {
 }
 
 // ---- tensor cores, async copies ----
+// (The INT4 kernels' name for mma_sync.cuh's bf16 mma.)
 __device__ __forceinline__ void mma16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  mma_bf16_16816(d, a, b0, b1);
 }
 // One 512-byte tile (a lane's 16-byte piece q) times x's B fragments xw[0..7] in round mode:
 // each k step's weights (nibble - 8) · scale rounded to bf16 (s0: the scale word of k steps 0-1,
