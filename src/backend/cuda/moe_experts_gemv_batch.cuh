@@ -65,13 +65,18 @@ struct Batch {  // this lane's 16 bytes of U consecutive k tiles per matrix, sca
 };
 
 template <int F>
-__device__ __forceinline__ TileScale load_scale(const void* s, int kt, int gshift, bool group32) {
+__device__ __forceinline__ TileScale load_scale(const void* s, int kt, int gshift, bool group32,
+                                                int k) {
   TileScale sc{0, 0};
   if constexpr (F == kMoeInt4) {
     const uint32_t* sp = static_cast<const uint32_t*>(s);
     const uint32_t g0 = (uint32_t(kt) * 64u) >> gshift;
     sc.s0 = __ldg(sp + g0 * 8u);
-    sc.s1 = group32 ? __ldg(sp + (g0 + 1u) * 8u) : sc.s0;
+    // Group 32: the second half tile's group; none where that half lies past k (k % 64 == 32:
+    // its k steps are skipped, and the word would be the next row tile's, or past the end).
+    sc.s1 = !group32                                 ? sc.s0
+            : uint32_t(kt) * 64u + 32u < uint32_t(k) ? __ldg(sp + (g0 + 1u) * 8u)
+                                                     : 0u;
   } else if constexpr (kFp8Tiles<F>) {
     sc.s0 = __float_as_uint(__ldg(static_cast<const float*>(s) + uint32_t(kt) / 4u));  // 128 / 32
   }
@@ -85,6 +90,7 @@ struct Work {
   const char* s_base;   // the expert's scales (int4: + this lane's scale word)
   int glu_tiles;        // GLU: row tiles of the gate half (the up tile is rt + glu_tiles)
   int kt_count;
+  int k;
   int scale_row_words;  // int4: 32-bit scale words per row tile
   int scale_cols;       // fp8: scale blocks per row block
   int gshift;
@@ -117,7 +123,7 @@ __device__ __forceinline__ void load_w(Batch<F, NT, GLU>& b, const Work& wk, int
         b.w[mt][u] = __ldcs(w + uint32_t(kt) * 32u);
         // fp8: a batch (kt0 % U == 0, U | 4) lies in one 128-column scale block.
         b.s[mt][u] =
-            kFp8Tiles<F> && u > 0 ? b.s[mt][0] : load_scale<F>(sp, kt, wk.gshift, wk.group32);
+            kFp8Tiles<F> && u > 0 ? b.s[mt][0] : load_scale<F>(sp, kt, wk.gshift, wk.group32, wk.k);
       } else {
         b.w[mt][u] = make_uint4(0, 0, 0, 0);
         b.s[mt][u] = TileScale{0, 0};
@@ -355,7 +361,8 @@ __device__ __forceinline__ void ring_issue(uint32_t slot, const Work& wk, int rt
         const uint32_t sdst =
             slot + uint32_t(C::NM * C::U * kMoeTileBytes + (mt * C::U + u) * 256 + lane * 8);
         ring_cp4(sdst, sp + g0 * 8);
-        if (wk.group32) ring_cp4(sdst + 4, sp + (g0 + 1) * 8);
+        // (Not past k: load_scale says why; the stage's word then goes unread.)
+        if (wk.group32 && kt * 64 + 32 < wk.k) ring_cp4(sdst + 4, sp + (g0 + 1) * 8);
       }
     }
   }

@@ -211,6 +211,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
                 (F == kMoeInt4 ? (lane / 4) * 4 : 0);
     wk.glu_tiles = GLU ? int(p.glu_inter / kMoeTileRows) : 0;
     wk.kt_count = kt_count;
+    wk.k = k;
     wk.scale_row_words = F == kMoeInt4 ? int(int4_scale_groups(k, p.w.group)) * 8 : 0;
     wk.scale_cols = (k + kMoeFp8Block - 1) / kMoeFp8Block;
     wk.gshift = __ffs(p.w.group) - 1;
