@@ -5,10 +5,10 @@
 #   1. parity: the MoE kernels and backend (the f16 path: MoeFp8F16.*, MoeParity's dec-f16 rows)
 #      and the DeepSeek fixtures (PARITY_FILTER overrides; "-" skips)
 #   2. one DeepSeek-V3 rank's MoE layer through the backend (moe_bench --what backend) at
-#      F16_TOKENS (default 1,8,32,128): the defaults (f16 x) against the variant fp8_bf16x, one
-#      process
-#   3. the GEMV kernels alone (moe_bench --what kernels) for Moonlight (bf16) and DeepSeek-V3 (FP8,
-#      bf16 x) at KERNEL_TOKENS (default 1,8,32)
+#      F16_TOKENS (default 1,8,32,128): the defaults (f16 x) against F16_VARIANTS (default
+#      fp8_bf16x), one process, F16_REPEAT times (default 1: the spread between runs)
+#   3. (KERNELS=0 skips it) the GEMV kernels alone (moe_bench --what kernels) for Moonlight (bf16)
+#      and DeepSeek-V3 (FP8, bf16 x) at KERNEL_TOKENS (default 1,8,32)
 #   4. (NCU=0 skips it) ncu at T = 8: the bf16-x FP8 GEMV (moe_gemv_kernel<1, ...>) and the f16
 #      one (<3, ...>), warp instructions a 512-byte tile (ncu_per_tile.py); the f16 gate_up's SASS
 #      loop
@@ -23,14 +23,18 @@ L=$OUT/fp8_f16
 mkdir -p "$L"
 F=${PARITY_FILTER:-MoeParity.*:MoeFp8F16.*:MoeBackend.*:MoeGemmShapes.*:SideBranch.*:Fixtures/MlaModel.*/deepseek*:*MoeModel*:*QuantModel*-*HouseMla*:*house_mla*}
 [ "$F" = "-" ] || dev_parity fp8_f16 "$F" 240
-timeout 240 ./build-dev/strata_bench_moe_bench --what backend --backend-configs dsv3 \
-  --tokens "${F16_TOKENS:-1,8,32,128}" --variants fp8_bf16x >"$L/moe.log" 2>&1
-echo "moe: exit $?"
-grep -E "^backend|^variant" "$L/moe.log" | cut -c1-220
-timeout 200 ./build-dev/strata_bench_moe_bench --what kernels --configs moonlight,dsv3 \
-  --tokens "${KERNEL_TOKENS:-1,8,32}" --sweep 0 >"$L/kernels.log" 2>&1
-echo "kernels: exit $?"
-grep -E "^ceiling|experts decode" "$L/kernels.log" | cut -c1-200 | head -40
+for i in $(seq "${F16_REPEAT:-1}"); do
+  timeout 240 ./build-dev/strata_bench_moe_bench --what backend --backend-configs dsv3 \
+    --tokens "${F16_TOKENS:-1,8,32,128}" --variants "${F16_VARIANTS:-fp8_bf16x}" >"$L/moe_$i.log" 2>&1
+  echo "moe run $i: exit $?"
+  grep -E "^ceiling  D2D|^backend|^variant" "$L/moe_$i.log" | cut -c1-220
+done
+if [ "${KERNELS:-1}" = 1 ]; then
+  timeout 200 ./build-dev/strata_bench_moe_bench --what kernels --configs moonlight,dsv3 \
+    --tokens "${KERNEL_TOKENS:-1,8,32}" --sweep 0 >"$L/kernels.log" 2>&1
+  echo "kernels: exit $?"
+  grep -E "^ceiling|experts decode" "$L/kernels.log" | cut -c1-200 | head -40
+fi
 M=smsp__inst_executed.sum,dram__bytes_read.sum,gpu__time_duration.sum
 M=$M,sm__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active
 M=$M,dram__throughput.avg.pct_of_peak_sustained_elapsed

@@ -170,9 +170,10 @@ TEST(MoeParity, ExpertsMatchCpu) {
 
       auto dx = upload(to_bits(x), s), d_ids = upload(ids, s), d_w = upload(wts, s),
            d_add = upload(to_bits(add), s);
-      // Decode, decode with x staged in f16 (fp8 only: moe_stage_f16.cu), prefill.
-      for (int mode : {0, 1, 2}) {
-        if (mode == 1 && c.fmt != Fmt::kFp8) continue;
+      // Decode, decode with x staged in f16 (fp8 only: by a launch, moe_stage_f16.cu, or by the
+      // GEMV's CTAs in shared memory where it fits), prefill.
+      for (int mode : {0, 1, 3, 2}) {
+        if ((mode == 1 || mode == 3) && c.fmt != Fmt::kFp8) continue;
         const int regime = mode == 2 ? cuda::kMoePrefill : cuda::kMoeDecode;
         const size_t scratch_bytes =
             cuda::moe_experts_scratch_bytes(tokens, k, c.experts, hidden, inter);
@@ -194,13 +195,17 @@ TEST(MoeParity, ExpertsMatchCpu) {
           p.top_k = k;
           p.num_experts = c.experts;
           p.regime = regime;
-          p.fp8_f16 = mode == 1;
+          p.fp8_f16 = mode == 1 || mode == 3;
+          p.fp8_f16_smem = mode == 3;
           cuda::launch_moe_experts(p, s.get());
           bool guard = false;
           const auto all = read_output(out, tokens * hidden, s, &guard);
           const std::vector<float> got = from_bits(all);
           const double e = nmse(got, want);
-          const char* rname = mode == 0 ? "decode" : mode == 1 ? "dec-f16" : "prefill";
+          const char* rname = mode == 0   ? "decode"
+                              : mode == 1 ? "dec-f16"
+                              : mode == 3 ? "dec-f16s"
+                                          : "prefill";
           EXPECT_LT(e, 4e-5) << fmt_name(c.fmt) << " " << rname << " E " << c.experts << " k " << k
                              << " T " << tokens;
           EXPECT_TRUE(guard) << "wrote past the output: " << fmt_name(c.fmt) << " " << rname;

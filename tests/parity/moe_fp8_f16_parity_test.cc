@@ -11,7 +11,8 @@
 //   f16's subnormal step (2^-25 · inv). A wrong exponent, rounding or place breaks exactness on
 //   most elements.
 // - layer: the CPU twin with the same weights and x, per token row (a row of 2^-30 must be as
-//   right as one of 2^30): NMSE bound 4e-5, as moe_experts_parity_test.cc's. And the exact layer
+//   right as one of 2^30): NMSE bound 4e-5, as moe_experts_parity_test.cc's; x staged by a
+//   launch and by the GEMV itself (fp8_f16_smem). And the exact layer
 //   (float64, weights e4m3 · scale unrounded): f16 x must be closer to it than the bf16-x GEMV.
 #include <gtest/gtest.h>
 
@@ -116,6 +117,11 @@ TEST(MoeFp8F16, StagingIsExact) {
 
 // One FP8 layer: random weights (E experts, top-k, hidden x inter), its CPU twin, and the GPU
 // decode run on any x and routing.
+// How the FP8 GEMVs read x: bf16 x; f16 x staged by a launch before each GEMV; f16 x staged by
+// the GEMV's CTAs in shared memory where it fits (fp8_f16_smem; here gate_up every row of x,
+// down each pass's rows).
+enum class XMode { kBf16, kF16Launch, kF16Smem };
+
 struct Fp8Layer {
   static constexpr int64_t kHidden = 384, kInter = 256;
   static constexpr int kExperts = 16, kTopK = 4;
@@ -156,7 +162,7 @@ struct Fp8Layer {
   }
   std::vector<float> gpu_out(const Stream& s, const std::vector<float>& x,
                              const std::vector<int32_t>& ids, const std::vector<float>& wts,
-                             bool f16) {
+                             XMode mode) {
     const int64_t tokens = int64_t(x.size()) / kHidden;
     auto dx = upload(to_bits(x), s), d_ids = upload(ids, s), d_w = upload(wts, s);
     const size_t scratch_bytes =
@@ -176,7 +182,8 @@ struct Fp8Layer {
     p.top_k = kTopK;
     p.num_experts = kExperts;
     p.regime = cuda::kMoeDecode;
-    p.fp8_f16 = f16;
+    p.fp8_f16 = mode != XMode::kBf16;
+    p.fp8_f16_smem = mode == XMode::kF16Smem;
     cuda::launch_moe_experts(p, s.get());
     bool guard = false;
     std::vector<float> got = from_bits(read_output(out, tokens * kHidden, s, &guard));
@@ -231,14 +238,17 @@ TEST(MoeFp8F16, RowsOfAnyMagnitudeMatchCpu) {
   std::vector<float> wts;
   Fp8Layer::routing(tokens, &ids, &wts);
   const std::vector<double> want = layer.cpu_out(cpu, x, ids, wts);
-  const std::vector<float> got = layer.gpu_out(s, x, ids, wts, true);
-  for (int64_t t = 0; t < tokens; ++t) {
-    const std::vector<float> g(got.begin() + t * hidden, got.begin() + (t + 1) * hidden);
-    const std::vector<double> w(want.begin() + t * hidden, want.begin() + (t + 1) * hidden);
-    const double e = nmse(g, w);
-    EXPECT_LT(e, 4e-5) << "token " << t;
-    std::printf("fp8 f16 token %lld (x · 2^%d): NMSE %.2e\n", static_cast<long long>(t),
-                int(-30 + 7.5 * double(t)), e);
+  for (XMode mode : {XMode::kF16Launch, XMode::kF16Smem}) {
+    const std::vector<float> got = layer.gpu_out(s, x, ids, wts, mode);
+    const char* name = mode == XMode::kF16Smem ? "staged by the GEMV" : "staged by a launch";
+    for (int64_t t = 0; t < tokens; ++t) {
+      const std::vector<float> g(got.begin() + t * hidden, got.begin() + (t + 1) * hidden);
+      const std::vector<double> w(want.begin() + t * hidden, want.begin() + (t + 1) * hidden);
+      const double e = nmse(g, w);
+      EXPECT_LT(e, 4e-5) << "token " << t << ", " << name;
+      std::printf("fp8 f16 %s, token %lld (x · 2^%d): NMSE %.2e\n", name, static_cast<long long>(t),
+                  int(-30 + 7.5 * double(t)), e);
+    }
   }
 }
 
@@ -258,8 +268,8 @@ TEST(MoeFp8F16, CloserToTheExactLayerThanBf16X) {
   Fp8Layer::routing(tokens, &ids, &wts);
   const std::vector<double> exact = layer.exact_out(x, ids, wts);
   const std::vector<double> twin = layer.cpu_out(cpu, x, ids, wts);
-  const double e_f16 = nmse(layer.gpu_out(s, x, ids, wts, true), exact);
-  const double e_bf16x = nmse(layer.gpu_out(s, x, ids, wts, false), exact);
+  const double e_f16 = nmse(layer.gpu_out(s, x, ids, wts, XMode::kF16Launch), exact);
+  const double e_bf16x = nmse(layer.gpu_out(s, x, ids, wts, XMode::kBf16), exact);
   const double e_twin = nmse(std::vector<float>(twin.begin(), twin.end()), exact);
   std::printf("against the exact layer: f16 x NMSE %.2e, bf16 x %.2e, the CPU twin %.2e\n", e_f16,
               e_bf16x, e_twin);

@@ -186,11 +186,12 @@ struct MoeGroupedParams {
   int gemm_blocks;      // GEMM, plain, k <= kMoeGemmShortK: 128-row weight blocks a CTA streams
                         // against its x tile held in shared memory; 0 auto (moe_gemm_blocks);
                         // < 0: the one-block pipeline instead (A/B measurements)
-  int pad_;
-  int pdl_early;   // trigger the next kernel before waiting on the previous (common.cuh)
-  int early_plan;  // GEMV grouped: topk_ids are complete before this kernel starts (its
-                   // predecessor triggers only after its own wait, and that predecessor's
-                   // predecessor wrote them): plan and first weights before pdl_wait
+  int stage_smem;       // GEMV, fp8, x_f16 null: kMoeStagePass / kMoeStageAll, the f16 kernel
+                        // stages x itself into shared memory (moe_gemv_stage_smem); else none
+  int pdl_early;        // trigger the next kernel before waiting on the previous (common.cuh)
+  int early_plan;       // GEMV grouped: topk_ids are complete before this kernel starts (its
+                        // predecessor triggers only after its own wait, and that predecessor's
+                        // predecessor wrote them): plan and first weights before pdl_wait
 };
 // The GEMV's work decomposition for these parameters (auto fields chosen by a cost model, or for
 // the int4 ring kernels with nothing forced by a rule fitted to measurements; forced ones kept;
@@ -235,6 +236,15 @@ void launch_moe_stage_f16(const MoeStageF16Params& p, cudaStream_t stream);
 // scratch holds the staged rows only there (decode's sizes; above, FP8 runs the bf16-x GEMV, as
 // it does for a projection whose k is not a multiple of 32).
 constexpr int64_t kMoeStageF16MaxTokens = 1024;
+// Or the f16 GEMV stages x itself, each CTA the rows it reads, into shared memory (no launch
+// before it; MoeGroupedParams::stage_smem): the rows of its pass (kMoeStagePass: 8 · NT slots,
+// NT the GEMV's n-tiles) or every row of x (kMoeStageAll: `rows` slots, fewer where x is one
+// token), where slots · k <= kMoeStageSmemElems (16 KB of f16). A DeepSeek-V3 rank's down
+// projection (k = 256) at every decode size, its gate_up (k = 7,168) at one token.
+enum MoeStageSmem : int { kMoeStageNone = 0, kMoeStagePass = 1, kMoeStageAll = 2 };
+constexpr int64_t kMoeStageSmemElems = 8192;
+// The stage_smem mode for p (fp8 weights, x_f16 null, k % 32 == 0), kMoeStageNone where none fits.
+int moe_gemv_stage_smem(const MoeGroupedParams& p);
 
 // ---- combine ----
 struct MoeCombineParams {
@@ -310,9 +320,11 @@ struct MoeExpertsParams {
   int int4_split_ring;         // CudaTunables::moe_int4_split_ring (0: the launcher's)
   int int4_flat_ctas_per_sm;   // CudaTunables::moe_int4_flat_ctas_per_sm (0: 2)
   int int4_split_tma;          // CudaTunables::moe_int4_split_tma (-1: the launcher's)
-  int fp8_f16;  // decode, FP8 experts, up to kMoeStageF16MaxTokens: x and act staged in f16
-                // for the f16 GEMV (CudaTunables::moe_fp8_f16)
-  int pad_;
+  int fp8_f16;       // decode, FP8 experts, up to kMoeStageF16MaxTokens: x and act staged in f16
+                     // for the f16 GEMV (CudaTunables::moe_fp8_f16)
+  int fp8_f16_smem;  // with fp8_f16: each GEMV stages its x in shared memory where it fits
+                     // (moe_gemv_stage_smem) instead of a staging launch before it
+                     // (CudaTunables::moe_fp8_f16_smem)
   // Or null: the stream waits on it right before the combine (the join of the side branch that
   // makes `add`: backend/side_branch.h).
   cudaEvent_t join_event;

@@ -14,7 +14,22 @@ constexpr int kMaxCluster = 8;  // portable cluster size
 int nt_of(int gemv_tokens) { return gemv_tokens <= 8 ? 1 : gemv_tokens <= 16 ? 2 : 4; }
 // The kernel instance's format: fp8 weights against x staged in f16 run kMoeFp8F16.
 int kernel_format(const MoeGroupedParams& p) {
-  return p.w.format == kMoeFp8 && p.x_f16 != nullptr ? kMoeFp8F16 : p.w.format;
+  return p.w.format == kMoeFp8 && (p.x_f16 != nullptr || p.stage_smem != kMoeStageNone)
+             ? kMoeFp8F16
+             : p.w.format;
+}
+// Staged x slots of the CTA-staged modes (moe_experts.h).
+int64_t stage_slots(int mode, int64_t rows, int nt) {
+  return mode == kMoeStagePass ? 8 * nt : mode == kMoeStageAll ? rows : 0;
+}
+// Dynamic shared memory: the int4 ring, or the CTA-staged x (slots · k f16, then slots floats).
+template <int F, int NT, bool GLU>
+size_t dynamic_smem(const MoeGroupedParams& p) {
+  if constexpr (F == kMoeFp8F16) {
+    const int64_t slots = stage_slots(p.stage_smem, p.rows, NT);
+    return size_t(slots * p.w.k * 2 + slots * 4);
+  }
+  return size_t(Cfg<F, NT, GLU>::kRingBytes);
 }
 
 // Tiles per batch (Cfg::U) and register buffers (Cfg::NB) of the kernel these sizes take.
@@ -51,8 +66,7 @@ void launch_nt(const MoeGroupedParams& p, const MoeGemvShape& sh, int64_t slots,
   q.tiles_per_warp = sh.tiles_per_warp;
   launch_pdl_cluster(moe_gemv_kernel<F, NT, GLU>,
                      dim3(unsigned(groups * sh.cluster), unsigned(slots)), dim3(kThreads),
-                     size_t(Cfg<F, NT, GLU>::kRingBytes) /* int4's ring */, Launch{stream},
-                     sh.cluster, q);
+                     dynamic_smem<F, NT, GLU>(q), Launch{stream}, sh.cluster, q);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -134,6 +148,15 @@ MoeGemvShape ring_shape(bool glu, int64_t tiles, int64_t batches, double batch_b
 
 }  // namespace
 
+int moe_gemv_stage_smem(const MoeGroupedParams& p) {
+  if (p.w.format != kMoeFp8 || p.x_f16 != nullptr || p.w.k % 32 != 0) return kMoeStageNone;
+  auto fits = [&](int64_t slots) { return slots * p.w.k <= kMoeStageSmemElems; };
+  const int64_t pass = stage_slots(kMoeStagePass, p.rows, nt_of(p.gemv_tokens));
+  // Every row where x has no more rows than a pass (one token's x: one slot, not eight).
+  if (p.rows <= pass && fits(p.rows)) return kMoeStageAll;
+  return fits(pass) ? kMoeStagePass : kMoeStageNone;
+}
+
 void init_moe_gemv_kernels() {
   set_ring_limit<1, false>();
   set_ring_limit<1, true>();
@@ -206,6 +229,13 @@ void launch_moe_gemv(const MoeGroupedParams& p, cudaStream_t stream) {
   CHECK_MSG(p.x_f16 == nullptr || (p.w.format == kMoeFp8 && p.x_inv != nullptr &&
                                    uintptr_t(p.x_f16) % 16 == 0 && p.w.k % 32 == 0),
             "moe gemv: x in f16 is for fp8 weights with k % 32 == 0, with its row scales");
+  CHECK_MSG(
+      p.stage_smem == kMoeStageNone ||
+          (p.w.format == kMoeFp8 && p.x_f16 == nullptr && p.w.k % 32 == 0 &&
+           (p.stage_smem == kMoeStagePass || p.stage_smem == kMoeStageAll) &&
+           stage_slots(p.stage_smem, p.rows, nt_of(p.gemv_tokens)) * p.w.k <= kMoeStageSmemElems),
+      "moe gemv: stage_smem {} for format {} k {} rows {}", p.stage_smem, p.w.format, p.w.k,
+      p.rows);
   const bool grouped = p.topk_ids != nullptr;
   if (grouped) {
     CHECK_MSG(p.num_experts > 0 && p.num_experts <= kMoeMaxExperts && p.x_div > 0,

@@ -140,10 +140,11 @@ __device__ __forceinline__ void prefetch_l1(const void* p) {
 
 // kMoeFp8F16: the lane's B fragments of both k16 steps of the 32-column tile at koff, one
 // 16-byte load (x staged in the tiles' fragment order, MoeStageF16Params: xrow[j] is then the
-// row's offset + 8c); zero past the rows and past k (k % 32 == 0).
+// row's offset + 8c); zero past the rows and past k (k % 32 == 0). x is global memory (staged by
+// a launch) or shared memory (staged by the CTA, stage_smem): a generic load.
 __device__ __forceinline__ uint4 x16_tile(const bf16_bits* x, int32_t xrow, int koff, int k) {
   if (xrow < 0 || koff >= k) return make_uint4(0, 0, 0, 0);
-  return __ldg(reinterpret_cast<const uint4*>(x + uint32_t(xrow + koff)));
+  return *reinterpret_cast<const uint4*>(x + uint32_t(xrow + koff));
 }
 
 template <int F, int NT, bool GLU>

@@ -48,6 +48,7 @@
 
 #include "backend/cuda/cluster.cuh"
 #include "backend/cuda/moe_experts_gemv_batch.cuh"
+#include "backend/cuda/moe_stage_f16.cuh"
 
 // Included by moe_experts_gemv.cu only: the unnamed namespace keeps the kernels internal to it.
 namespace strata::cuda {
@@ -154,6 +155,52 @@ __device__ int collect_rows(const MoeGroupedParams& p, int e, int skip, int cap,
   return base;
 }
 
+// ---- x staged in f16 by the CTA itself (kMoeFp8F16, MoeGroupedParams::stage_smem) ----
+// Slots 0 .. slots - 1 of x rows row_of(s), each as moe_stage_f16.cuh's k / 8 pieces, into `dst`
+// (shared memory; slot s at s · k / 8) and 2^-e into inv[s]. Every thread calls it (barriers);
+// slots · k <= kMoeStageSmemElems, so a thread holds at most kStagePieces pieces. `rowmax` is
+// `slots` words of shared memory (the kernel lends its k-split partials, unused until after the
+// stream). One pass over x: each thread loads its pieces, the rows' largest |x| meet in rowmax
+// (the lanes of a slot reduced in the warp first, then one shared atomicMax), then each piece is
+// scaled by its row's 2^e from registers.
+constexpr int kStagePieces = int(kMoeStageSmemElems / 8 / kThreads);
+static_assert(kStagePieces * 8 * kThreads == kMoeStageSmemElems, "whole pieces a thread");
+template <class RowOf>
+__device__ void stage_rows(const bf16_bits* x, int k, int slots, RowOf row_of, uint4* dst,
+                           float* inv, uint32_t* rowmax) {
+  const int tid = int(threadIdx.x), lane = tid % 32, kp = k / 8, pieces = slots * kp;
+  for (int s = tid; s < slots; s += kThreads) rowmax[s] = 0;
+  __syncthreads();
+  uint32_t w[kStagePieces][4];
+#pragma unroll
+  for (int u = 0; u < kStagePieces; ++u) {
+    const int q = tid + u * kThreads, s = q < pieces ? q / kp : -1;
+    uint32_t m = 0;
+    if (s >= 0) {
+      const uint32_t* src = reinterpret_cast<const uint32_t*>(x) + int64_t(row_of(s)) * (k / 2) +
+                            stage_word(uint32_t(q - s * kp));
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        w[u][j] = __ldg(src + 4 * j);
+        m = abs_max_bits(m, w[u][j]);
+      }
+    }
+    const uint32_t same = __match_any_sync(0xffffffffu, s);
+    m = __reduce_max_sync(same, m);
+    if (s >= 0 && lane == __ffs(same) - 1) atomicMax(rowmax + s, m);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int u = 0; u < kStagePieces; ++u) {
+    const int q = tid + u * kThreads;
+    if (q >= pieces) break;
+    const int s = q / kp, e = stage_exponent(rowmax[s]);
+    dst[q] = stage_piece(w[u], pow2f(e));
+    if (q == s * kp) inv[s] = pow2f(-e);
+  }
+  __syncthreads();
+}
+
 template <int F, int NT, bool GLU>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGroupedParams p) {
   using C = Cfg<F, NT, GLU>;
@@ -183,9 +230,13 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
   const int len = rv * nbq;  // the warp's stream of (row tile, batch)
   const bool grouped = p.topk_ids != nullptr;
   const bool early = !grouped || p.early_plan;  // plan inputs readable before pdl_wait
-  // kMoeFp8F16 reads x staged in f16 (2-byte elements, the same offsets) and scales each output
-  // by its row's 1 / 2^e.
-  const bf16_bits* xs = F == kMoeFp8F16 ? reinterpret_cast<const bf16_bits*>(p.x_f16) : p.x;
+  // kMoeFp8F16 reads x staged in f16 (2-byte elements, the same offsets; by a launch before this
+  // one, x_f16, or by this CTA into shared memory, stage_smem) and scales each output by its
+  // row's 1 / 2^e.
+  const int stage = F == kMoeFp8F16 ? p.stage_smem : kMoeStageNone;
+  const bf16_bits* xs = F != kMoeFp8F16          ? p.x
+                        : stage != kMoeStageNone ? reinterpret_cast<const bf16_bits*>(moe_gemv_ring)
+                                                 : reinterpret_cast<const bf16_bits*>(p.x_f16);
 
   // Expert, pass and rows. Grouped: slot blockIdx.y's (expert, pass) (find_pass); dense:
   // expert 0, rows 0..rows-1, pass blockIdx.y. The pass's rows are c0 .. c0 + 8 · NT - 1 of
@@ -276,12 +327,30 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
     // Row r of the pass: x row and output row.
     auto x_row = [&](int r) { return grouped ? ps.rows[r] / p.x_div : c0 + r; };
     auto out_row = [&](int r) { return grouped ? ps.rows[r] : c0 + r; };
+    // Staged by this CTA: slot r holds the pass's row r (kMoeStagePass) or slot t x row t
+    // (kMoeStageAll); 2^-e of slot s at inv_smem[s], after the slots' pieces.
+    float* inv_smem = nullptr;
+    auto slot_of = [&](int r) { return stage == kMoeStagePass ? r : x_row(r); };
+    if (stage != kMoeStageNone) {
+      const int cap = stage == kMoeStagePass ? 8 * NT : int(p.rows);
+      inv_smem = reinterpret_cast<float*>(moe_gemv_ring + cap * (k / 8));
+      uint32_t* rowmax = reinterpret_cast<uint32_t*>(&red[0][0][0]);
+      if (stage == kMoeStagePass)
+        stage_rows(p.x, k, rows, x_row, moe_gemv_ring, inv_smem, rowmax);
+      else
+        stage_rows(
+            p.x, k, cap, [](int s) { return s; }, moe_gemv_ring, inv_smem, rowmax);
+    }
+    // 1 / 2^e of the pass's row r (kMoeFp8F16).
+    auto inv_of = [&](int r) {
+      return stage != kMoeStageNone ? inv_smem[slot_of(r)] : __ldg(p.x_inv + x_row(r));
+    };
     int32_t xrow[NT];
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
       const int r = 8 * j + g;
       // kMoeFp8F16: x in the fp8 tiles' fragment order (a lane's 8 values of a tile at 8c).
-      xrow[j] = r < rows ? x_row(r) * k + (F == kMoeFp8F16 ? 8 : 2) * c : -1;
+      xrow[j] = r < rows ? (F == kMoeFp8F16 ? slot_of(r) * k + 8 * c : x_row(r) * k + 2 * c) : -1;
     }
 #pragma unroll
     for (int b = 0; b < NB; ++b)
@@ -308,7 +377,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
 #pragma unroll
         for (int e2 = 0; e2 < 2; ++e2) {
           const int r = 8 * j + 2 * c + e2;
-          pass_inv[j][e2] = r < rows ? __ldg(p.x_inv + x_row(r)) : 0.0f;
+          pass_inv[j][e2] = r < rows ? inv_of(r) : 0.0f;
         }
     }
     auto store = [&](int rt) {
@@ -324,8 +393,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) moe_gemv_kernel(MoeGro
             float v = acc[0][j][2 * h + e2];
             [[maybe_unused]] float u = acc[NM - 1][j][2 * h + e2];
             if constexpr (F == kMoeFp8F16) {
-              const float inv =
-                  kPassInv ? pass_inv[kPassInv ? j : 0][e2] : __ldg(p.x_inv + x_row(r));
+              const float inv = kPassInv ? pass_inv[kPassInv ? j : 0][e2] : inv_of(r);
               v *= inv;
               u *= inv;
             }

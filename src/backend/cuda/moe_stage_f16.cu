@@ -16,18 +16,16 @@
 //
 // One CTA a row: the row's largest magnitude (bf16 bits compare as integers), then the row
 // again (from L1) scaled, rounded to f16 and placed.
-#include <cuda_fp16.h>
-
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/moe_experts.h"
+#include "backend/cuda/moe_stage_f16.cuh"
 
 namespace strata::cuda {
 namespace {
 
-constexpr int kStageMaxThreads = 256;
+using namespace moe;
 
-// 2^e with e in [-126, 127] (a normal float).
-__device__ __forceinline__ float pow2f(int e) { return __uint_as_float(uint32_t(e + 127) << 23); }
+constexpr int kStageMaxThreads = 256;
 
 __global__ void __launch_bounds__(kStageMaxThreads) moe_stage_f16_kernel(MoeStageF16Params p) {
   __shared__ uint32_t warp_max[kStageMaxThreads / 32];
@@ -41,7 +39,7 @@ __global__ void __launch_bounds__(kStageMaxThreads) moe_stage_f16_kernel(MoeStag
     const uint4 v = __ldg(src + i);
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int j = 0; j < 4; ++j) m = max(m, max(w[j] & 0x7fffu, (w[j] >> 16) & 0x7fffu));
+    for (int j = 0; j < 4; ++j) m = abs_max_bits(m, w[j]);
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
@@ -49,10 +47,7 @@ __global__ void __launch_bounds__(kStageMaxThreads) moe_stage_f16_kernel(MoeStag
   __syncthreads();
   if (tid == 0) {
     for (int w = 1; w < int(blockDim.x) / 32; ++w) m = max(m, warp_max[w]);
-    // e puts the largest in [2^14, 2^15): 14 - its binade. A zero or non-finite row keeps
-    // e = 0 (inf and NaN then reach the outputs as the bf16 path would give them).
-    int e = 0;
-    if (m != 0 && m < 0x7f80u) e = min(126, max(-126, 14 - ilogbf(__uint_as_float(m << 16))));
+    const int e = stage_exponent(m);
     row_e = e;
     p.inv[row] = pow2f(-e);
   }
@@ -60,20 +55,11 @@ __global__ void __launch_bounds__(kStageMaxThreads) moe_stage_f16_kernel(MoeStag
   const float scale = pow2f(row_e);
   uint4* dst = reinterpret_cast<uint4*>(p.x16 + row * p.k);
   const uint32_t* src32 = reinterpret_cast<const uint32_t*>(p.x + row * p.k);
-  for (int64_t i = tid; i < chunks; i += blockDim.x) {
-    // Output piece i: lane column c = i % 4 of the 32 columns at 32 (i / 4): the column pairs
-    // 2c, 2c + 8, 16 + 2c, 24 + 2c (32-bit words c, c + 4, c + 8, c + 12 of the group).
-    const int64_t word0 = (i / 4) * 16 + i % 4;
+  for (int64_t i = tid; i < chunks; i += blockDim.x) {  // piece i (moe_stage_f16.cuh)
+    const uint32_t word0 = stage_word(uint32_t(i));
     const uint32_t w[4] = {__ldg(src32 + word0), __ldg(src32 + word0 + 4), __ldg(src32 + word0 + 8),
                            __ldg(src32 + word0 + 12)};
-    uint32_t h[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const __half2 f = __floats2half2_rn(__uint_as_float(w[j] << 16) * scale,
-                                          __uint_as_float(w[j] & 0xffff0000u) * scale);
-      h[j] = *reinterpret_cast<const uint32_t*>(&f);
-    }
-    dst[i] = make_uint4(h[0], h[1], h[2], h[3]);
+    dst[i] = stage_piece(w, scale);
   }
 }
 

@@ -230,6 +230,12 @@ struct CudaTunables {
   // 28.7 / 120.3 / 309.2 / 567.3 us against 30.5 / 167.0 / 432.0 / 745.8 with bf16 x (variant
   // fp8_bf16x).
   bool moe_fp8_f16 = true;
+  // With moe_fp8_f16: each FP8 GEMV's CTAs stage the x rows they read in shared memory where they
+  // fit (moe_gemv_stage_smem: a DeepSeek-V3 rank's down projection at every decode size, its
+  // gate_up at one token) instead of a staging launch before the GEMV: one launch fewer in the
+  // chain. The same values (moe_stage_f16.cuh). No env. Off until measured (A/B: variant
+  // fp8_smem_stage).
+  bool moe_fp8_f16_smem = false;
   // The router GEMV's first weight loads before its PDL wait (the same arithmetic). No env.
   // Off until measured (A/B: variant router_preload).
   bool moe_router_preload = false;
