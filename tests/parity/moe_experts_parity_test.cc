@@ -196,7 +196,7 @@ TEST(MoeParity, ExpertsMatchCpu) {
           p.num_experts = c.experts;
           p.regime = regime;
           p.fp8_f16 = mode == 1 || mode == 3;
-          p.fp8_f16_smem = mode == 3;
+          p.fp8_f16_smem_max_tokens = mode == 3 ? 1 << 30 : 0;
           cuda::launch_moe_experts(p, s.get());
           bool guard = false;
           const auto all = read_output(out, tokens * hidden, s, &guard);

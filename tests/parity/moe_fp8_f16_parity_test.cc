@@ -12,7 +12,7 @@
 //   most elements.
 // - layer: the CPU twin with the same weights and x, per token row (a row of 2^-30 must be as
 //   right as one of 2^30): NMSE bound 4e-5, as moe_experts_parity_test.cc's; x staged by a
-//   launch and by the GEMV itself (fp8_f16_smem). And the exact layer
+//   launch and by the GEMV itself (fp8_f16_smem_max_tokens). And the exact layer
 //   (float64, weights e4m3 · scale unrounded): f16 x must be closer to it than the bf16-x GEMV.
 #include <gtest/gtest.h>
 
@@ -118,8 +118,8 @@ TEST(MoeFp8F16, StagingIsExact) {
 // One FP8 layer: random weights (E experts, top-k, hidden x inter), its CPU twin, and the GPU
 // decode run on any x and routing.
 // How the FP8 GEMVs read x: bf16 x; f16 x staged by a launch before each GEMV; f16 x staged by
-// the GEMV's CTAs in shared memory where it fits (fp8_f16_smem; here gate_up every row of x,
-// down each pass's rows).
+// the GEMV's CTAs in shared memory where it fits (fp8_f16_smem_max_tokens; here gate_up every row
+// of x, down each pass's rows).
 enum class XMode { kBf16, kF16Launch, kF16Smem };
 
 struct Fp8Layer {
@@ -183,7 +183,7 @@ struct Fp8Layer {
     p.num_experts = kExperts;
     p.regime = cuda::kMoeDecode;
     p.fp8_f16 = mode != XMode::kBf16;
-    p.fp8_f16_smem = mode == XMode::kF16Smem;
+    p.fp8_f16_smem_max_tokens = mode == XMode::kF16Smem ? 1 << 30 : 0;
     cuda::launch_moe_experts(p, s.get());
     bool guard = false;
     std::vector<float> got = from_bits(read_output(out, tokens * kHidden, s, &guard));

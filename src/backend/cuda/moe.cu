@@ -439,7 +439,7 @@ void CudaBackend::moe_experts_add(const Tensor& x, const MoeExpertWeights& exper
   p.int4_split_tma = tunables_.moe_int4_split_tma;
   p.int4_flat_ctas_per_sm = tunables_.moe_int4_flat_ctas_per_sm;
   p.fp8_f16 = tunables_.moe_fp8_f16 ? 1 : 0;
-  p.fp8_f16_smem = tunables_.moe_fp8_f16_smem ? 1 : 0;
+  p.fp8_f16_smem_max_tokens = tunables_.moe_fp8_f16_smem_max_tokens;
   // An ended side branch (the shared experts that made `add`) joins right before the combine:
   // the routed experts' launches still overlap it.
   p.join_event = take_side_join();

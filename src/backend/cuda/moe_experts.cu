@@ -456,8 +456,11 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
   const bool f16 = decode && p.fp8_f16 && p.tokens <= kMoeStageF16MaxTokens;
   auto stage = [&](MoeGroupedParams& q, uint16_t* x16, float* inv) {
     if (!f16 || q.w.format != kMoeFp8 || q.w.k % 32 != 0) return;
-    // Or no launch: the GEMV's CTAs stage the rows they read in shared memory (fp8_f16_smem).
-    if (p.fp8_f16_smem && (q.stage_smem = moe_gemv_stage_smem(q)) != kMoeStageNone) return;
+    // Or no launch: the GEMV's CTAs stage the rows they read in shared memory (few tokens: each
+    // CTA of a pass stages the pass's rows again, CudaTunables::moe_fp8_f16_smem_max_tokens).
+    if (p.tokens <= p.fp8_f16_smem_max_tokens &&
+        (q.stage_smem = moe_gemv_stage_smem(q)) != kMoeStageNone)
+      return;
     MoeStageF16Params st{};
     st.x = q.x;
     st.x16 = x16;

@@ -5,7 +5,8 @@
 //
 // One step: launch_moe_experts (the backend's entry point; each piece is also callable alone):
 //   decode   gate_up GEMV -> down GEMV -> combine, three launches (FP8 with fp8_f16: each GEMV
-//            after its x's f16 stage, five). The GEMV kernels find their expert and its rows
+//            after its x's f16 stage, five, unless the GEMV stages x itself in shared memory:
+//            fp8_f16_smem_max_tokens). The GEMV kernels find their expert and its rows
 //            from topk_ids themselves (no plan kernel); rows stay in assignment order
 //            i = t·k + j: act [T·k, inter] and y [T·k, hidden] rows are i.
 //   prefill  plan -> gate_up GEMM -> down GEMM -> combine. The plan puts the rows in expert
@@ -320,11 +321,12 @@ struct MoeExpertsParams {
   int int4_split_ring;         // CudaTunables::moe_int4_split_ring (0: the launcher's)
   int int4_flat_ctas_per_sm;   // CudaTunables::moe_int4_flat_ctas_per_sm (0: 2)
   int int4_split_tma;          // CudaTunables::moe_int4_split_tma (-1: the launcher's)
-  int fp8_f16;       // decode, FP8 experts, up to kMoeStageF16MaxTokens: x and act staged in f16
-                     // for the f16 GEMV (CudaTunables::moe_fp8_f16)
-  int fp8_f16_smem;  // with fp8_f16: each GEMV stages its x in shared memory where it fits
-                     // (moe_gemv_stage_smem) instead of a staging launch before it
-                     // (CudaTunables::moe_fp8_f16_smem)
+  int fp8_f16;  // decode, FP8 experts, up to kMoeStageF16MaxTokens: x and act staged in f16
+                // for the f16 GEMV (CudaTunables::moe_fp8_f16)
+  int fp8_f16_smem_max_tokens;  // with fp8_f16, up to this many tokens: each GEMV stages its x
+                                // in shared memory where it fits (moe_gemv_stage_smem) instead
+                                // of a staging launch before it; 0 never
+                                // (CudaTunables::moe_fp8_f16_smem_max_tokens)
   // Or null: the stream waits on it right before the combine (the join of the side branch that
   // makes `add`: backend/side_branch.h).
   cudaEvent_t join_event;

@@ -54,6 +54,8 @@ void CudaTunables::check() const {
             "moe_int4_flat_ctas_per_sm {}", moe_int4_flat_ctas_per_sm);
   CHECK_MSG(moe_int4_split_ring == 0 || moe_int4_split_ring == 2 || moe_int4_split_ring == 4,
             "moe_int4_split_ring {}", moe_int4_split_ring);
+  CHECK_MSG(moe_fp8_f16_smem_max_tokens >= 0, "moe_fp8_f16_smem_max_tokens {}",
+            moe_fp8_f16_smem_max_tokens);
   CHECK_MSG(side_branch_max_rows >= 0, "side_branch_max_rows {}", side_branch_max_rows);
   CHECK_MSG(graph_segment_launches >= 0, "graph_segment_launches {}", graph_segment_launches);
   CHECK_MSG(graph_first_segment_launches >= 0, "graph_first_segment_launches {}",

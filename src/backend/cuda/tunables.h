@@ -230,12 +230,16 @@ struct CudaTunables {
   // 28.7 / 120.3 / 309.2 / 567.3 us against 30.5 / 167.0 / 432.0 / 745.8 with bf16 x (variant
   // fp8_bf16x).
   bool moe_fp8_f16 = true;
-  // With moe_fp8_f16: each FP8 GEMV's CTAs stage the x rows they read in shared memory where they
-  // fit (moe_gemv_stage_smem: a DeepSeek-V3 rank's down projection at every decode size, its
-  // gate_up at one token) instead of a staging launch before the GEMV: one launch fewer in the
-  // chain. The same values (moe_stage_f16.cuh). No env. Off until measured (A/B: variant
-  // fp8_smem_stage).
-  bool moe_fp8_f16_smem = false;
+  // With moe_fp8_f16, up to this many tokens: each FP8 GEMV's CTAs stage the x rows they read in
+  // shared memory where they fit (moe_gemv_stage_smem: a DeepSeek-V3 rank's down projection at
+  // every decode size, its gate_up at one token) instead of a staging launch before the GEMV.
+  // The same values (moe_stage_f16.cuh). No env; 0 never. Default 8: one DeepSeek-V3 rank's
+  // experts (moe_bench --what backend, H200, 2026-12-04, fp8_f16_check.sh, two runs) at
+  // T = 1 / 2 / 4 / 8 took 27.2-27.4 / 36.2 / 55.8-56.1 / 99.3-99.4 us against 27.3-27.6
+  // / 37.3-37.4 / 57.8 / 101.0-101.2 with the launches, but at T = 32 / 128 287.4 / 474.4-474.9
+  // against 281.8 / 471.7-472.2: there every CTA of a pass stages the pass's rows again, and the
+  // down projection has thousands of CTAs (A/B: variant fp8_launch_stage).
+  int moe_fp8_f16_smem_max_tokens = 8;
   // The router GEMV's first weight loads before its PDL wait (the same arithmetic). No env.
   // Off until measured (A/B: variant router_preload).
   bool moe_router_preload = false;
