@@ -11,6 +11,11 @@
 //             defaults and former best knobs; one decode token's GEMVs summed per shape
 //             (m = 1..32), and the 128 launched as a model runs them (32 layers with their own
 //             weights, interleaved), per variant (kernel and knobs): the number issue 21 asks for
+//   scan      where the GEMV's time goes: m = 1, k = 4096, n = 1,024 .. 65,536 (and k = 14,336),
+//             the W4A16 GEMV (launch_int4_gemv's choice) and the bf16 GEMV (linear.h) per launch
+//             in the same back-to-back graphs, with a least-squares line time = fixed + bytes /
+//             rate per kernel: a fixed cost a launch (start, x, epilogue, completion) against a
+//             streaming rate short of copy bandwidth
 //   gemm      the GEMM at m = 32 .. 8192 against bf16 cuBLAS on a bf16 weight of the same shape
 //             and against dequantize-to-bf16 + cuBLAS (the fallback), each kernel configuration
 // Every timing is CUDA events around back-to-back launches over weight copies that together
@@ -18,7 +23,7 @@
 // kernel's output is checked against dequant + cuBLAS first (NMSE printed): a wrong kernel's
 // timings mean nothing.
 //
-// Usage: strata_bench_int4_linear_bench [--what ceilings,gemv,gemm] [--m 32,64,...]
+// Usage: strata_bench_int4_linear_bench [--what ceilings,gemv,scan,gemm] [--m 32,64,...]
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -30,6 +35,7 @@
 #include <vector>
 
 #include "backend/cuda/elementwise.h"
+#include "backend/cuda/linear.h"
 #include "backend/cuda/linear_int4.h"
 #include "bench_args.h"
 #include "bench_timing.h"
@@ -544,6 +550,77 @@ void bench_gemv(const Ceilings& c, cudaStream_t s, cublasHandle_t h, std::vector
   }
 }
 
+// The scan (see the file comment): one line per shape and kernel, then each kernel's fit.
+void bench_scan(const Ceilings& c, cudaStream_t s) {
+  struct Point {
+    double mb, us;
+  };
+  std::vector<Point> int4_pts, bf16_pts;
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {1024, 4096},  {2048, 4096},  {4096, 4096},  {8192, 4096},
+      {16384, 4096}, {32768, 4096}, {65536, 4096}, {4096, 14336}};
+  Dev x(size_t(4096 * 4) * 2 * 4), out(size_t(65536) * 2 * 8);
+  fill(x.as<void>(), x.bytes(), 7, 1.0f, s);
+  for (auto [n, k] : shapes) {
+    {  // W4A16, the backend's default kernel choice
+      Weights w = make_weights(n, k, s, 300);
+      const double us = per_call_us(s, w.copies(), true, [&](int i) {
+        cuda::launch_int4_gemv(linear_params(w, i, x, out, 1), s);
+      });
+      const double mb = double(w.bytes()) / 1e6;
+      int4_pts.push_back({mb, us});
+      std::printf("scan     w4a16 n %6lld k %5lld: %8.2f MB %8.2f us = %6.1f%% of copy\n",
+                  (long long)n, (long long)k, mb, us,
+                  100.0 * mb * 1e6 / (us * 1e-6) / 1e9 / c.copy_gbs);
+    }
+    {  // bf16, the GEMV's default knobs (CudaTunables)
+      const int64_t bytes = n * k * 2;
+      const int copies = int(std::max<int64_t>(2, (int64_t(256) << 20) / bytes + 1));
+      std::vector<std::unique_ptr<Dev>> ws;
+      for (int i = 0; i < copies; ++i) {
+        ws.push_back(std::make_unique<Dev>(size_t(bytes)));
+        fill(ws.back()->as<void>(), size_t(bytes), 400 + uint64_t(i), 0.02f, s);
+      }
+      const double us = per_call_us(s, copies, true, [&](int i) {
+        cuda::GemvParams p{};
+        p.x = x.as<bf16_bits>();
+        p.w = ws[size_t(i)]->as<bf16_bits>();
+        p.out = out.as<bf16_bits>();
+        p.m = 1;
+        p.n = n;
+        p.k = k;
+        p.block_warps = 8;
+        p.max_ksplit = 1;
+        cuda::launch_gemv(p, cuda::Launch{s});
+      });
+      const double mb = double(bytes) / 1e6;
+      bf16_pts.push_back({mb, us});
+      std::printf("scan     bf16  n %6lld k %5lld: %8.2f MB %8.2f us = %6.1f%% of copy\n",
+                  (long long)n, (long long)k, mb, us,
+                  100.0 * mb * 1e6 / (us * 1e-6) / 1e9 / c.copy_gbs);
+    }
+  }
+  auto fit = [&](const char* name, const std::vector<Point>& pts) {
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (const Point& q : pts) {
+      sx += q.mb;
+      sy += q.us;
+      sxx += q.mb * q.mb;
+      sxy += q.mb * q.us;
+    }
+    const double nn = double(pts.size()), slope = (nn * sxy - sx * sy) / (nn * sxx - sx * sx);
+    const double fixed = (sy - slope * sx) / nn, gbs = 1e3 / slope;  // MB / us = GB/s · 1e-3
+    double worst = 0;
+    for (const Point& q : pts) worst = std::max(worst, std::fabs(q.us - fixed - slope * q.mb));
+    std::printf(
+        "scan     %-5s fit: %.2f us a launch + bytes at %.0f GB/s = %.1f%% of copy "
+        "(largest residual %.2f us)\n",
+        name, fixed, gbs, 100.0 * gbs / c.copy_gbs, worst);
+  };
+  fit("w4a16", int4_pts);
+  fit("bf16", bf16_pts);
+}
+
 struct GemmRow {
   const char* name;
   int64_t m;
@@ -656,7 +733,7 @@ int main(int argc, char** argv) {
     else if (a == "--m")
       ms = parse_int_list(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: %s [--what ceilings,gemv,gemm] [--m 32,64,...]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--what ceilings,gemv,scan,gemm] [--m 32,64,...]\n", argv[0]);
       return 2;
     }
   }
@@ -672,6 +749,7 @@ int main(int argc, char** argv) {
   const Ceilings c = measure_ceilings(s);
   std::vector<GemvRow> gemv_rows;
   if (what.find("gemv") != std::string::npos) bench_gemv(c, s, h, &gemv_rows);
+  if (what.find("scan") != std::string::npos) bench_scan(c, s);
   std::vector<GemmRow> rows;
   if (what.find("gemm") != std::string::npos) bench_gemm(c, s, h, ms, &rows);
   std::printf("\nsummary  copy %.0f GB/s, cuBLAS bf16 %.0f TFLOP/s\n", c.copy_gbs, c.gemm_tflops);
