@@ -556,18 +556,15 @@ void bench_scan(const Ceilings& c, cudaStream_t s) {
   struct Point {
     double mb, us;
   };
-  // W4A16 with the backend's knobs and each of these L2 prefetch depths (gemv_l2_tiles).
-  const std::vector<int> l2s = {0, 16, 32, 64, 128};
-  std::vector<std::vector<Point>> int4_pts(l2s.size());
-  std::vector<Point> bf16_pts;
+  std::vector<Point> int4_pts, bf16_pts;
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
       {1024, 4096},  {2048, 4096},  {4096, 4096},  {8192, 4096},
       {16384, 4096}, {32768, 4096}, {65536, 4096}, {4096, 14336}};
   Dev x(size_t(4096 * 4) * 2 * 4), out(size_t(65536) * 2 * 8);
   fill(x.as<void>(), x.bytes(), 7, 1.0f, s);
   for (auto [n, k] : shapes) {
-    Weights w = make_weights(n, k, s, 300);
-    for (size_t li = 0; li < l2s.size(); ++li) {  // W4A16 (linear_packed.cc's knobs)
+    {  // W4A16 with the backend's knobs (linear_packed.cc)
+      Weights w = make_weights(n, k, s, 300);
       const cuda::CudaTunables t;
       const double us = per_call_us(s, w.copies(), true, [&](int i) {
         cuda::Int4LinearParams p = linear_params(w, i, x, out, 1);
@@ -576,13 +573,12 @@ void bench_scan(const Ceilings& c, cudaStream_t s) {
         p.gemv_depth = t.int4_gemv_depth;
         p.gemv_grid = t.int4_gemv_blocks_per_sm * cuda::num_sms();
         p.gemv_unroll = t.int4_gemv_ring;
-        p.gemv_l2_tiles = l2s[li];
         cuda::launch_int4_gemv(p, s);
       });
       const double mb = double(w.bytes()) / 1e6;
-      int4_pts[li].push_back({mb, us});
-      std::printf("scan     w4a16 l2 %3d n %6lld k %5lld: %8.2f MB %8.2f us = %6.1f%% of copy\n",
-                  l2s[li], (long long)n, (long long)k, mb, us,
+      int4_pts.push_back({mb, us});
+      std::printf("scan     w4a16 n %6lld k %5lld: %8.2f MB %8.2f us = %6.1f%% of copy\n",
+                  (long long)n, (long long)k, mb, us,
                   100.0 * mb * 1e6 / (us * 1e-6) / 1e9 / c.copy_gbs);
     }
     {  // bf16, the GEMV's default knobs (CudaTunables)
@@ -632,8 +628,7 @@ void bench_scan(const Ceilings& c, cudaStream_t s) {
         "(largest residual %.2f us)\n",
         name, fixed, gbs, 100.0 * gbs / c.copy_gbs, worst);
   };
-  for (size_t li = 0; li < l2s.size(); ++li)
-    fit(("w4a16 l2 " + std::to_string(l2s[li])).c_str(), int4_pts[li]);
+  fit("w4a16", int4_pts);
   fit("bf16", bf16_pts);
 }
 

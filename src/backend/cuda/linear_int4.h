@@ -145,11 +145,6 @@ struct Int4LinearParams {
   int gemv_unroll;
   int gemv_trigger;
   int gemv_depth;
-  // Register GEMV, dense: each warp's next gemv_l2_tiles k tiles past its ring prefetched into L2
-  // (one bulk prefetch) with the ring's first loads, before the PDL wait: DRAM stays busy through
-  // the launch's fixed cost (its wait, x, the epilogue; bench --what scan). 0 off.
-  int gemv_l2_tiles;
-  int pad_;
 };
 constexpr int kInt4GemvStream = 1;
 constexpr int kInt4GemvMma = 2;

@@ -50,7 +50,6 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/linear_int4.cuh"
 
 namespace strata::cuda {
@@ -186,20 +185,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     }
   };
   auto load_first = [&] { static_for<U>([&](auto t_c) { load(t_c, a + decltype(t_c)::value); }); };
-  // Positions [a + U, a + U + gemv_l2_tiles) into L2 (dense: gate and up runs are contiguous
-  // ranges of tiles; the prefetch stops at the first run's end).
-  auto prefetch_l2 = [&] {
-    const int i0 = a + U, i1 = min(b, i0 + p.gemv_l2_tiles);
-    const int end = i0 < J ? min(i1, J) : i1;
-    if (lane == 0 && end > i0)
-      bulk_prefetch_l2(
-          static_cast<const uint4*>(p.packed) + (int64_t(i0) + (i0 < J ? base0 : base1)) * 32,
-          uint32_t(end - i0) * uint32_t(kInt4TileBytes));
-  };
-  if (p.preload) {
-    load_first();
-    if (!experts && p.gemv_l2_tiles > 0) prefetch_l2();
-  }
+  if (p.preload) load_first();
   if (pl.trigger == kInt4TriggerEarly) pdl_trigger();
   pdl_wait();
   if (pl.trigger == kInt4TriggerAfterWait) pdl_trigger();
@@ -384,9 +370,7 @@ bool choose_reg(const Int4LinearParams& p, const Int4RegExperts* ex, RegLaunch* 
   r.round = p.gemv_round != 0;
   if (r.warps > kMaxWarps || (r.unroll != 8 && r.unroll != 16)) return false;
   if (p.group == 32) r.unroll = 8;  // the only ring size of group 32 (for_each_kernel)
-  if (p.gemv_trigger < 0 || p.gemv_trigger > kInt4TriggerLate || p.gemv_depth < 0 ||
-      p.gemv_l2_tiles < 0)
-    return false;
+  if (p.gemv_trigger < 0 || p.gemv_trigger > kInt4TriggerLate || p.gemv_depth < 0) return false;
   const int64_t units = p.glu_inter > 0 ? p.glu_inter / kInt4TileRows : int4_row_tiles(p.n);
   // Blocks over which one matrix's row tiles are split: the grid (dense), or each assignment's
   // share of two blocks per SM (experts; the registers allow two resident).

@@ -149,9 +149,6 @@ struct CudaTunables {
   // 2026-12-02 session 5; the per-shape sweep: gate_up 65%, down 44%, qkv 37%, o_proj 31%).
   int int4_gemv_blocks_per_sm = 2;
   int int4_gemv_ring = 8;
-  // Each warp's next k tiles past its ring prefetched into L2 before the PDL wait
-  // (Int4LinearParams::gemv_l2_tiles). No env. 0 off until measured (A/B: variants int4_l2_*).
-  int int4_gemv_l2_tiles = 0;
   // MoE decode with INT4 experts: up to this many assignments (tokens x top-k) the experts run
   // as the register GEMV's experts mode, one expert matrix per assignment (linear_int4.h), above
   // it the grouped MoE GEMV. No env. 0 turns it off (A/B). Default 16: one Kimi-K2.5 rank's
