@@ -556,38 +556,29 @@ void bench_scan(const Ceilings& c, cudaStream_t s) {
   struct Point {
     double mb, us;
   };
-  // W4A16 with the backend's knobs, and the three-blocks-an-SM instance at grids of two and three
-  // blocks an SM (gemv_resident 3).
-  struct Config {
-    const char* name;
-    int resident, blocks;
-  };
-  const Config cfgs[] = {{"w4a16", 2, 2}, {"w4a16 r3 g2", 3, 2}, {"w4a16 r3 g3", 3, 3}};
-  std::vector<std::vector<Point>> int4_pts(std::size(cfgs));
-  std::vector<Point> bf16_pts;
+  std::vector<Point> int4_pts, bf16_pts;
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
       {1024, 4096},  {2048, 4096},  {4096, 4096},  {8192, 4096},
       {16384, 4096}, {32768, 4096}, {65536, 4096}, {4096, 14336}};
   Dev x(size_t(4096 * 4) * 2 * 4), out(size_t(65536) * 2 * 8);
   fill(x.as<void>(), x.bytes(), 7, 1.0f, s);
   for (auto [n, k] : shapes) {
-    Weights w = make_weights(n, k, s, 300);
-    for (size_t ci = 0; ci < std::size(cfgs); ++ci) {  // W4A16 (linear_packed.cc's knobs)
+    {  // W4A16 with the backend's knobs (linear_packed.cc)
+      Weights w = make_weights(n, k, s, 300);
       const cuda::CudaTunables t;
       const double us = per_call_us(s, w.copies(), true, [&](int i) {
         cuda::Int4LinearParams p = linear_params(w, i, x, out, 1);
         p.preload = 1;
         p.pdl_early = t.pdl_early;
         p.gemv_depth = t.int4_gemv_depth;
-        p.gemv_grid = cfgs[ci].blocks * cuda::num_sms();
-        p.gemv_resident = cfgs[ci].resident;
+        p.gemv_grid = t.int4_gemv_blocks_per_sm * cuda::num_sms();
         p.gemv_unroll = t.int4_gemv_ring;
         cuda::launch_int4_gemv(p, s);
       });
       const double mb = double(w.bytes()) / 1e6;
-      int4_pts[ci].push_back({mb, us});
-      std::printf("scan     %-11s n %6lld k %5lld: %8.2f MB %8.2f us = %6.1f%% of copy\n",
-                  cfgs[ci].name, (long long)n, (long long)k, mb, us,
+      int4_pts.push_back({mb, us});
+      std::printf("scan     w4a16 n %6lld k %5lld: %8.2f MB %8.2f us = %6.1f%% of copy\n",
+                  (long long)n, (long long)k, mb, us,
                   100.0 * mb * 1e6 / (us * 1e-6) / 1e9 / c.copy_gbs);
     }
     {  // bf16, the GEMV's default knobs (CudaTunables)
@@ -633,11 +624,11 @@ void bench_scan(const Ceilings& c, cudaStream_t s) {
     double worst = 0;
     for (const Point& q : pts) worst = std::max(worst, std::fabs(q.us - fixed - slope * q.mb));
     std::printf(
-        "scan     %-11s fit: %.2f us a launch + bytes at %.0f GB/s = %.1f%% of copy "
+        "scan     %-5s fit: %.2f us a launch + bytes at %.0f GB/s = %.1f%% of copy "
         "(largest residual %.2f us)\n",
         name, fixed, gbs, 100.0 * gbs / c.copy_gbs, worst);
   };
-  for (size_t ci = 0; ci < std::size(cfgs); ++ci) fit(cfgs[ci].name, int4_pts[ci]);
+  fit("w4a16", int4_pts);
   fit("bf16", bf16_pts);
 }
 

@@ -27,14 +27,6 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.moe_int4_reg_planned = false; }},
     {"fp8_bf16x", "FP8 experts' decode GEMVs against bf16 x (moe_fp8_f16 off)",
      [](cuda::CudaTunables& t) { t.moe_fp8_f16 = false; }},
-    {"int4_resident3",
-     "W4A16 GEMV: the three-blocks-an-SM instance, grid of two an SM (int4_gemv_resident 3)",
-     [](cuda::CudaTunables& t) { t.int4_gemv_resident = 3; }},
-    {"int4_grid3", "W4A16 GEMV: the three-blocks-an-SM instance, grid of three an SM",
-     [](cuda::CudaTunables& t) {
-       t.int4_gemv_resident = 3;
-       t.int4_gemv_blocks_per_sm = 3;
-     }},
     {"fp8_launch_stage",
      "FP8 experts' f16 GEMVs after a staging launch at every size (moe_fp8_f16_smem_max_tokens 0)",
      [](cuda::CudaTunables& t) { t.moe_fp8_f16_smem_max_tokens = 0; }},

@@ -249,7 +249,7 @@ struct RunOpts {
   bool gemm = false;
   int gemv_ksplit = 0, gemm_tokens = 0, gemm_ksplit = 0, preload = 0, pdl_early = 0;
   int gemv_kernel = 0, gemv_warps = 0, gemv_stages = 0, gemv_chunk = 0, gemv_grid = 0,
-      gemv_round = 0, gemv_unroll = 0, gemv_trigger = 0, gemv_depth = 0, gemv_resident = 0;
+      gemv_round = 0, gemv_unroll = 0, gemv_trigger = 0, gemv_depth = 0;
   // The reference's weights: the unrounded products (the stream GEMV's gemv_round = 0) or the
   // bf16-rounded ones.
   bool exact_ref = false;
@@ -269,7 +269,6 @@ void apply(const RunOpts& o, cuda::Int4LinearParams* p) {
   p->gemv_unroll = o.gemv_unroll;
   p->gemv_trigger = o.gemv_trigger;
   p->gemv_depth = o.gemv_depth;
-  p->gemv_resident = o.gemv_resident;
 }
 // Whether launch_int4_gemv can take o on an [n, k] weight at m rows (a forced stream or register
 // configuration may need more shared memory than there is).
@@ -572,16 +571,14 @@ TEST(Int4Parity, GemvStreamSwiGlu) {
 // Knob sets: defaults; one warp (a block's whole stream in one part); 7 warps of a ring of 8 on
 // 3 blocks (parts crossing row tiles, many row tiles per block); each trigger point; residency
 // depth 1 and 2; one block (every row tile in it); the rounded-weight variant with each ring
-// size; the preload off; the three-blocks-an-SM instance (gemv_resident 3: defaults, rounded on
-// 3 blocks, 7 warps late trigger; group 32 keeps the two-block one).
+// size; the preload off.
 struct RegKnobs {
-  int warps, unroll, grid, trigger, depth, round, preload, resident;
+  int warps, unroll, grid, trigger, depth, round, preload;
 };
 const RegKnobs kRegKnobs[] = {
-    {0, 0, 0, 0, 0, 0, 1, 0},  {1, 16, 0, 0, 0, 0, 1, 0}, {7, 8, 3, 1, 0, 0, 1, 0},
-    {4, 16, 0, 2, 1, 0, 1, 0}, {8, 8, 0, 3, 2, 0, 1, 0},  {3, 16, 1, 0, 0, 0, 1, 0},
-    {0, 8, 0, 0, 0, 1, 1, 0},  {0, 16, 2, 3, 0, 1, 0, 0}, {5, 0, 0, 0, 2, 0, 0, 0},
-    {0, 0, 0, 0, 0, 0, 1, 3},  {8, 8, 3, 1, 0, 1, 1, 3},  {7, 0, 0, 3, 0, 0, 1, 3},
+    {0, 0, 0, 0, 0, 0, 1},  {1, 16, 0, 0, 0, 0, 1}, {7, 8, 3, 1, 0, 0, 1},
+    {4, 16, 0, 2, 1, 0, 1}, {8, 8, 0, 3, 2, 0, 1},  {3, 16, 1, 0, 0, 0, 1},
+    {0, 8, 0, 0, 0, 1, 1},  {0, 16, 2, 3, 0, 1, 0}, {5, 0, 0, 0, 2, 0, 0},
 };
 RunOpts reg_opts(const RegKnobs& k) {
   RunOpts o;
@@ -593,7 +590,6 @@ RunOpts reg_opts(const RegKnobs& k) {
   o.gemv_depth = k.depth;
   o.gemv_round = k.round;
   o.preload = k.preload;
-  o.gemv_resident = k.resident;
   o.exact_ref = k.round == 0;
   return o;
 }

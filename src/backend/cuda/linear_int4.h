@@ -145,12 +145,6 @@ struct Int4LinearParams {
   int gemv_unroll;
   int gemv_trigger;
   int gemv_depth;
-  // Register GEMV: 3 runs the instance compiled for three resident blocks of 8 warps an SM (at
-  // most 80 registers a thread; ring 8, group >= 64, <= 8 warps), where the warps' dependency
-  // chains rather than DRAM set the rate (int4_linear_bench --what scan); else (0, 2) the one of
-  // up to 128 registers (two blocks an SM).
-  int gemv_resident;
-  int pad_;
 };
 constexpr int kInt4GemvStream = 1;
 constexpr int kInt4GemvMma = 2;

@@ -94,9 +94,8 @@ struct Int4RegPlan {
 
 // TPG: k tiles per scale group (group / 64: 1, 2 or 4), 0 for group 32 (two per tile).
 // U: k tiles in flight per warp (the register ring).
-// kBlocks: 1, or 3 for the instance of three resident 8-warp blocks an SM (<= 80 registers).
-template <int U, int TPG, bool kRound, int kBlocks>
-__global__ void __launch_bounds__(kBlocks == 3 ? 256 : kMaxWarps * 32, kBlocks)
+template <int U, int TPG, bool kRound>
+__global__ void __launch_bounds__(kMaxWarps * 32, 1)
     int4_gemv_reg_kernel(Int4LinearParams p, Int4RegPlan pl) {
   constexpr int kUnit = TPG == 0 ? 1 : TPG;  // tiles per part unit (a group's, or one tile)
   constexpr int kScales = TPG == 0 ? 2 * U : U / kUnit;  // scale words in the ring
@@ -353,8 +352,8 @@ uint32_t align16(uint64_t v) { return uint32_t((v + 15) / 16 * 16); }
 
 struct RegLaunch {
   int warps, unroll, grid;
-  bool round, three;  // three: the three-blocks-an-SM instance (Int4LinearParams::gemv_resident)
-  uint32_t smem;      // dynamic shared memory requested: pl.bytes, padded for the residency depth
+  bool round;
+  uint32_t smem;  // dynamic shared memory requested: pl.bytes, padded for the residency depth
   Int4RegPlan pl;
 };
 
@@ -371,11 +370,6 @@ bool choose_reg(const Int4LinearParams& p, const Int4RegExperts* ex, RegLaunch* 
   r.round = p.gemv_round != 0;
   if (r.warps > kMaxWarps || (r.unroll != 8 && r.unroll != 16)) return false;
   if (p.group == 32) r.unroll = 8;  // the only ring size of group 32 (for_each_kernel)
-  if (p.gemv_resident != 0 && p.gemv_resident != 2 && p.gemv_resident != 3) return false;
-  // Three blocks an SM: ring 8, at most 8 warps; group 32's two scale words a tile spill there
-  // (140 bytes at 80 registers), so it keeps the two-block instance.
-  r.three = p.gemv_resident == 3 && p.group >= 64 && r.warps <= 8;
-  if (r.three) r.unroll = 8;
   if (p.gemv_trigger < 0 || p.gemv_trigger > kInt4TriggerLate || p.gemv_depth < 0) return false;
   const int64_t units = p.glu_inter > 0 ? p.glu_inter / kInt4TileRows : int4_row_tiles(p.n);
   // Blocks over which one matrix's row tiles are split: the grid (dense), or each assignment's
@@ -449,20 +443,12 @@ bool choose_reg(const Int4LinearParams& p, const Int4RegExperts* ex, RegLaunch* 
 }
 
 // Every instantiation: ring sizes 8 and 16 (8 only for group 32, whose two scale words per
-// tile would spill at 16) x tiles per group (0: group 32, 1, 2, 4) x the rounded-weight variant;
-// and the three-blocks-an-SM instances (ring 8, tiles per group 1, 2, 4).
+// tile would spill at 16) x tiles per group (0: group 32, 1, 2, 4) x the rounded-weight variant.
 template <typename F>
-void for_each_kernel(int unroll, int tpg, bool round, bool three, F&& f) {
+void for_each_kernel(int unroll, int tpg, bool round, F&& f) {
   auto by_round = [&](auto u_c, auto tpg_c) {
     constexpr int U = decltype(u_c)::value, TPG = decltype(tpg_c)::value;
-    if constexpr (U == 8 && TPG != 0) {
-      if (three) {
-        round ? f(int4_gemv_reg_kernel<U, TPG, true, 3>)
-              : f(int4_gemv_reg_kernel<U, TPG, false, 3>);
-        return;
-      }
-    }
-    round ? f(int4_gemv_reg_kernel<U, TPG, true, 1>) : f(int4_gemv_reg_kernel<U, TPG, false, 1>);
+    round ? f(int4_gemv_reg_kernel<U, TPG, true>) : f(int4_gemv_reg_kernel<U, TPG, false>);
   };
   auto by_tpg = [&](auto u_c) {
     switch (tpg) {
@@ -491,11 +477,10 @@ void init_int4_gemv_reg_kernels() {
   for (int u : {8, 16})
     for (int tpg : {0, 1, 2, 4})
       for (bool round : {false, true})
-        for (bool three : {false, true})
-          for_each_kernel(u, tpg, round, three, [](auto kernel) {
-            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            kSmemMax));
-          });
+        for_each_kernel(u, tpg, round, [](auto kernel) {
+          CUDA_CHECK(
+              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemMax));
+        });
 }
 
 bool int4_gemv_reg_fits(const Int4LinearParams& p, const Int4RegExperts* experts) {
@@ -513,7 +498,7 @@ void launch_int4_gemv_reg(const Int4LinearParams& p, cudaStream_t stream,
   limits.run(init_int4_gemv_reg_kernels);
   const dim3 grid(unsigned(r.grid)), block(unsigned(r.warps * 32));
   const int tpg = p.group == 32 ? 0 : p.group / kInt4TileK;
-  for_each_kernel(r.unroll, tpg, r.round, r.three, [&](auto kernel) {
+  for_each_kernel(r.unroll, tpg, r.round, [&](auto kernel) {
     launch_pdl(kernel, grid, block, r.smem, Launch{stream}, p, r.pl);
   });
   CUDA_LAUNCH_CHECK();

@@ -35,11 +35,9 @@ void CudaTunables::check() const {
   CHECK_MSG(per_head_gemv_max_tokens >= 0 && per_head_gemv_max_tokens <= kPerHeadGemvMaxTokens,
             "per_head_gemv_max_tokens {}", per_head_gemv_max_tokens);
   CHECK_MSG(int4_gemv_depth >= 0, "int4_gemv_depth {}", int4_gemv_depth);
-  CHECK_MSG(int4_gemv_resident == 2 || int4_gemv_resident == 3, "int4_gemv_resident {}",
-            int4_gemv_resident);
-  CHECK_MSG(int4_gemv_blocks_per_sm >= 0 && int4_gemv_blocks_per_sm <= int4_gemv_resident,
-            "int4_gemv_blocks_per_sm {} (the registers allow {} blocks of 8 warps)",
-            int4_gemv_blocks_per_sm, int4_gemv_resident);
+  CHECK_MSG(int4_gemv_blocks_per_sm >= 0 && int4_gemv_blocks_per_sm <= 2,
+            "int4_gemv_blocks_per_sm {} (the registers allow two blocks of 8 warps)",
+            int4_gemv_blocks_per_sm);
   CHECK_MSG(int4_gemv_ring == 0 || int4_gemv_ring == 8 || int4_gemv_ring == 16, "int4_gemv_ring {}",
             int4_gemv_ring);
   CHECK_MSG(moe_int4_reg_max_assignments >= 0, "moe_int4_reg_max_assignments {}",
