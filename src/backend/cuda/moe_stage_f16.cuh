@@ -1,6 +1,6 @@
 // Rows of x in f16 for the FP8 experts' GEMV (moe_stage_f16.cu says why nothing is lost): the
 // row's power of two and the fragment order, shared by the staging kernel (moe_stage_f16.cu) and
-// the GEMV's own staging into shared memory (moe_experts_gemv_kernel.cuh, stage_in_smem).
+// the GEMV's own staging into shared memory (moe_experts_gemv_kernel.cuh, stage_rows).
 //
 // A row is staged as k / 8 pieces of 16 bytes: piece i holds the 8 values of mma lane column
 // c = i % 4 of the 32 columns at 32 (i / 4), i.e. columns 2c, 2c + 1, 2c + 8, 2c + 9, 16 + 2c,
