@@ -1,7 +1,8 @@
 // Device-side helpers of the MoE kernel parity tests (moe_route_parity_test.cc,
-// moe_experts_parity_test.cc, moe_gemm_shapes_parity_test.cc): device buffers and a stream
-// (device_buffer.h), bf16 test data, the NMSE against a float64 reference, and a weight stack
-// (moe_stack.h) uploaded in the kernels' layout beside the CPU twin's float32 copy of it.
+// moe_experts_parity_test.cc, moe_gemm_shapes_parity_test.cc, moe_fp8_f16_parity_test.cc):
+// device buffers and a stream (device_buffer.h), bf16 test data, the NMSE against a float64
+// reference, a weight stack (moe_stack.h) uploaded in the kernels' layout beside the CPU twin's
+// float32 copy of it, and the CPU twin's layer on host data.
 #pragma once
 
 #include <cmath>
@@ -116,6 +117,23 @@ inline DevStack to_device(const HostLinearWeight& w, Fmt f, const Stream& s) {
   v.values = d.values->as<void>();
   v.scales = d.scales ? d.scales->as<void>() : nullptr;
   return d;
+}
+
+// The CPU twin's MoE layer (cpu::CpuBackend::moe_experts) on host data: x [tokens, hidden],
+// each token's top_k expert ids and weights (ids and wts [tokens, top_k]); its float32 output as
+// float64 [tokens, hidden] (the parity tests' reference).
+inline std::vector<double> cpu_moe_experts(cpu::CpuBackend& cpu, const MoeExpertWeights& w,
+                                           const std::vector<float>& x,
+                                           const std::vector<int32_t>& ids,
+                                           const std::vector<float>& wts, int top_k) {
+  const int64_t tokens = int64_t(ids.size()) / top_k, hidden = int64_t(x.size()) / tokens;
+  HostTensor hx(DType::kF32, {tokens, hidden}), hids(DType::kI32, {tokens, top_k}),
+      hw(DType::kF32, {tokens, top_k}), ho(DType::kF32, {tokens, hidden});
+  std::memcpy(hx.f32(), x.data(), x.size() * 4);
+  std::memcpy(hids.view.ptr<int32_t>(), ids.data(), ids.size() * 4);
+  std::memcpy(hw.f32(), wts.data(), wts.size() * 4);
+  cpu.moe_experts(hx.view, w, hids.view, hw.view, ho.view);
+  return std::vector<double>(ho.f32(), ho.f32() + tokens * hidden);
 }
 
 // The CPU twin's weight tensor: float32 [stack, out, in].

@@ -159,14 +159,9 @@ TEST(MoeParity, ExpertsMatchCpu) {
       const bool with_add = tokens == 13;  // the fused shared-expert add
       const auto add = random_bf16(rng, tokens * hidden, 0.5f);
       // CPU twin.
-      HostTensor hx(DType::kF32, {tokens, hidden}), hids(DType::kI32, {tokens, k}),
-          hw(DType::kF32, {tokens, k}), ho(DType::kF32, {tokens, hidden});
-      std::memcpy(hx.f32(), x.data(), x.size() * 4);
-      std::memcpy(hids.view.ptr<int32_t>(), ids.data(), ids.size() * 4);
-      std::memcpy(hw.f32(), wts.data(), wts.size() * 4);
-      cpu.moe_experts(hx.view, cw, hids.view, hw.view, ho.view);
-      std::vector<double> want(size_t(tokens * hidden));
-      for (size_t i = 0; i < want.size(); ++i) want[i] = ho.f32()[i] + (with_add ? add[i] : 0.0f);
+      std::vector<double> want = cpu_moe_experts(cpu, cw, x, ids, wts, k);
+      for (size_t i = 0; i < want.size(); ++i)  // the add in float32, as before
+        want[i] = float(want[i]) + (with_add ? add[i] : 0.0f);
 
       auto dx = upload(to_bits(x), s), d_ids = upload(ids, s), d_w = upload(wts, s),
            d_add = upload(to_bits(add), s);
@@ -241,15 +236,9 @@ TEST(MoeParity, DenseModeMatchesCpu) {
     cw.down.weight = cpu_weight(cpu, dn);
     for (int64_t tokens : {1, 9, 40, 200}) {
       const auto x = random_bf16(rng, tokens * hidden, 1.0f);
-      HostTensor hx(DType::kF32, {tokens, hidden}), hids(DType::kI32, {tokens, 1}),
-          hw(DType::kF32, {tokens, 1}), ho(DType::kF32, {tokens, hidden});
-      std::memcpy(hx.f32(), x.data(), x.size() * 4);
-      for (int64_t t = 0; t < tokens; ++t) {
-        hids.view.ptr<int32_t>()[t] = 0;
-        hw.f32()[t] = 1.0f;
-      }
-      cpu.moe_experts(hx.view, cw, hids.view, hw.view, ho.view);
-      std::vector<double> want(ho.f32(), ho.f32() + tokens * hidden);
+      std::vector<double> want =
+          cpu_moe_experts(cpu, cw, x, std::vector<int32_t>(size_t(tokens), 0),
+                          std::vector<float>(size_t(tokens), 1.0f), 1);
       auto dx = upload(to_bits(x), s);
       for (bool gemm : {false, true}) {
         Dev act(size_t(tokens * inter) * 2), out(size_t(tokens * hidden + kGuard) * 2);

@@ -151,14 +151,7 @@ struct Fp8Layer {
   }
   std::vector<double> cpu_out(cpu::CpuBackend& cpu, const std::vector<float>& x,
                               const std::vector<int32_t>& ids, const std::vector<float>& wts) {
-    const int64_t tokens = int64_t(x.size()) / kHidden;
-    HostTensor hx(DType::kF32, {tokens, kHidden}), hids(DType::kI32, {tokens, kTopK}),
-        hw(DType::kF32, {tokens, kTopK}), ho(DType::kF32, {tokens, kHidden});
-    std::memcpy(hx.f32(), x.data(), x.size() * 4);
-    std::memcpy(hids.view.ptr<int32_t>(), ids.data(), ids.size() * 4);
-    std::memcpy(hw.f32(), wts.data(), wts.size() * 4);
-    cpu.moe_experts(hx.view, cw, hids.view, hw.view, ho.view);
-    return std::vector<double>(ho.f32(), ho.f32() + tokens * kHidden);
+    return cpu_moe_experts(cpu, cw, x, ids, wts, kTopK);
   }
   std::vector<float> gpu_out(const Stream& s, const std::vector<float>& x,
                              const std::vector<int32_t>& ids, const std::vector<float>& wts,

@@ -109,13 +109,7 @@ TEST(MoeParity, GemvShapesMatchCpu) {
           wts[size_t(t * k + j)] = wd(rng);
         }
       }
-      HostTensor hx(DType::kF32, {tokens, hidden}), hids(DType::kI32, {tokens, k}),
-          hw(DType::kF32, {tokens, k}), ho(DType::kF32, {tokens, hidden});
-      std::memcpy(hx.f32(), x.data(), x.size() * 4);
-      std::memcpy(hids.view.ptr<int32_t>(), ids.data(), ids.size() * 4);
-      std::memcpy(hw.f32(), wts.data(), wts.size() * 4);
-      cpu.moe_experts(hx.view, cw, hids.view, hw.view, ho.view);
-      const std::vector<double> want(ho.f32(), ho.f32() + tokens * hidden);
+      const std::vector<double> want = cpu_moe_experts(cpu, cw, x, ids, wts, k);
       auto dx = upload(to_bits(x), s), d_ids = upload(ids, s), d_w = upload(wts, s);
       Dev act(size_t(n * inter) * 2), y(size_t(n * hidden) * 2),
           out(size_t(tokens * hidden + kGuard) * 2);
@@ -186,15 +180,9 @@ TEST(MoeParity, GemvShapesMatchCpu) {
     cw1.down.weight = cpu_weight(cpu, dn1);
     for (int64_t tokens : {1, 9, 40}) {
       const auto x = random_bf16(rng, tokens * hidden, 1.0f);
-      HostTensor hx(DType::kF32, {tokens, hidden}), hids(DType::kI32, {tokens, 1}),
-          hw(DType::kF32, {tokens, 1}), ho(DType::kF32, {tokens, hidden});
-      std::memcpy(hx.f32(), x.data(), x.size() * 4);
-      for (int64_t t = 0; t < tokens; ++t) {
-        hids.view.ptr<int32_t>()[t] = 0;
-        hw.f32()[t] = 1.0f;
-      }
-      cpu.moe_experts(hx.view, cw1, hids.view, hw.view, ho.view);
-      const std::vector<double> want(ho.f32(), ho.f32() + tokens * hidden);
+      const std::vector<double> want =
+          cpu_moe_experts(cpu, cw1, x, std::vector<int32_t>(size_t(tokens), 0),
+                          std::vector<float>(size_t(tokens), 1.0f), 1);
       auto dx = upload(to_bits(x), s);
       Dev act(size_t(tokens * inter) * 2), out(size_t(tokens * hidden + kGuard) * 2);
       for (const GemvShapeCase& sh : kGemvShapes) {
@@ -276,13 +264,7 @@ TEST(MoeParity, GemmShortKMatchCpu) {
         wts[size_t(t * k + j)] = wd(rng);
       }
     }
-    HostTensor hx(DType::kF32, {tokens, hidden}), hids(DType::kI32, {tokens, k}),
-        hw(DType::kF32, {tokens, k}), ho(DType::kF32, {tokens, hidden});
-    std::memcpy(hx.f32(), x.data(), x.size() * 4);
-    std::memcpy(hids.view.ptr<int32_t>(), ids.data(), ids.size() * 4);
-    std::memcpy(hw.f32(), wts.data(), wts.size() * 4);
-    cpu.moe_experts(hx.view, cw, hids.view, hw.view, ho.view);
-    const std::vector<double> want(ho.f32(), ho.f32() + tokens * hidden);
+    const std::vector<double> want = cpu_moe_experts(cpu, cw, x, ids, wts, k);
 
     auto dx = upload(to_bits(x), s), d_ids = upload(ids, s), d_w = upload(wts, s);
     const int tile_rows = cuda::moe_gemm_tile_rows(tokens, k, experts);
