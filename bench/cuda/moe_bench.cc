@@ -21,8 +21,9 @@
 // shape (ksplit / cluster / tiles_per_warp) forced in turn for the four projections (routed
 // gate_up and down, shared gate_up and down), the automatic one first: "auto 8/2/1 5.1 us 61%"
 // is the shape, its time and its bandwidth as a share of copy. For prefill token counts with a
-// short-k down projection (inter <= kMoeGemmShortK), the down GEMM at each gemm_blocks ("auto 8"
-// first; -1 is the one-block pipeline).
+// short-k down projection (inter <= kMoeGemmShortK), the down GEMM on the x-resident path at each
+// gemm_blocks ("auto 8" first; -1 is the one-block pipeline), then on the weight-stationary
+// kernel (the product's default where supported, so the "experts prefill" rows time that).
 // Bandwidth counts the bytes of the experts actually touched (distinct experts of each call's
 // routing, downloaded once before timing): experts GB/s = touched expert bytes / expert-GEMM
 // time; the layer's adds the router and shared weights. Compute: routed FLOPs
@@ -40,6 +41,7 @@
 // Usage: strata_bench_moe_bench [--what kernels] [--configs kimi,moonlight,moonlight-int4,dsv3]
 //        [--backend-configs dsv3,moonlight,kimi] [--tokens 1,8,32,128,512,8192] [--calls 16]
 //        [--reps 5] [--sweep 1] [--sweep-max-tokens 32] [--variants moe_unrounded,moe_split2]
+//        [--tile-rows 64|128]  (kernels mode: the prefill tiles forced, else moe_gemm_tile_rows)
 // --variants (backend mode): each T's experts also under each named tunable change
 // (tunable_variants.h), same weights and routing.
 #include <cublas_v2.h>
@@ -71,6 +73,8 @@ namespace {
 
 using cuda::bf16_bits;
 using namespace moe_bench;
+
+int g_tile_rows = 0;  // --tile-rows 64|128 (kernels mode): the prefill plan's tile rows forced
 
 // Fills a device buffer by repeating a 64 MiB host pattern (weights: random values need not be
 // unique, only never served from L2, which depends on addresses).
@@ -357,7 +361,7 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
     const double flops = 2.0 * double(n) * 3.0 * double(H) * double(I);
 
     // Prefill plans per batch (decode needs none: the GEMV CTAs plan themselves); act and y.
-    const int tile_rows = cuda::moe_gemm_tile_rows(T, K, E);
+    const int tile_rows = g_tile_rows ? g_tile_rows : cuda::moe_gemm_tile_rows(T, K, E);
     std::vector<PlanBufs> plans;
     for (int b = 0; b < kBatches; ++b) {
       plans.push_back(make_plan_bufs(n, E));
@@ -392,6 +396,7 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
         g.max_tiles = int(cuda::moe_max_tiles(n, E, tile_rows));
         g.tile_rows = tile_rows;
         g.row_token = pb.plan.row_token;
+        g.num_experts = E;
       }
       std::pair<cuda::MoeGroupedParams, cuda::MoeGroupedParams> r{g, g};
       cuda::MoeGroupedParams& gu = r.first;
@@ -409,6 +414,7 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
       dn.out = y.as<bf16_bits>();
       dn.w = layers[size_t(copy)].down.w;
       dn.early_plan = 1;
+      dn.weight_stationary = cuda::CudaTunables{}.moe_gemm_weight_stationary ? 2 : 0;
       return r;
     };
     auto run_gemm = [&](int regime, const cuda::MoeGroupedParams& g) {
@@ -649,6 +655,7 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
           cuda::MoeGroupedParams g =
               gemm_params(cuda::kMoePrefill, at(i).first, at(i).second).second;
           g.gemm_blocks = blocks;
+          g.weight_stationary = 0;
           cuda::launch_moe_gemm(g, s);
         });
         const int shown = blocks == 0
@@ -656,6 +663,19 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
                               : blocks;
         std::snprintf(buf, sizeof buf, "%s%d %.1f us %.1f TFLOP/s", blocks == 0 ? "auto " : " | ",
                       shown, us, flops / 3 / (us * 1e-6) / 1e12);
+        line += buf;
+      }
+      // The weight-stationary kernel: 1 outputs stored from registers, 2 through shared memory.
+      for (int ws = 1; ws <= 2; ++ws) {
+        if (!cuda::moe_gemm_ws_supported(gemm_params(cuda::kMoePrefill, 0, 0).second)) break;
+        const double us = graph_us(s, calls, reps, [&](int i) {
+          cuda::MoeGroupedParams g =
+              gemm_params(cuda::kMoePrefill, at(i).first, at(i).second).second;
+          g.weight_stationary = ws;
+          cuda::launch_moe_gemm(g, s);
+        });
+        std::snprintf(buf, sizeof buf, " | ws%d %.1f us %.1f TFLOP/s", ws, us,
+                      flops / 3 / (us * 1e-6) / 1e12);
         line += buf;
       }
       std::printf("sweep %-14s T=%-5d %-14s %s\n", c.name.c_str(), T, "down blocks", line.c_str());
@@ -744,6 +764,8 @@ int main(int argc, char** argv) {
       what = argv[i + 1];
     else if (a == "--backend-configs")
       backend_configs = argv[i + 1];
+    else if (a == "--tile-rows")
+      g_tile_rows = std::stoi(argv[i + 1]);
     else if (a == "--variants") {
       const std::string v = argv[i + 1];
       for (size_t b = 0; b < v.size();) {
@@ -756,7 +778,7 @@ int main(int argc, char** argv) {
           stderr,
           "usage: %s [--what kernels,backend] [--configs kimi,moonlight,moonlight-int4,dsv3] "
           "[--backend-configs dsv3,moonlight,kimi] [--tokens 1,8,...] [--calls 16] [--reps 5] "
-          "[--sweep 1] [--sweep-max-tokens 32] [--variants a,b]\n",
+          "[--sweep 1] [--sweep-max-tokens 32] [--variants a,b] [--tile-rows 64|128]\n",
           argv[0]);
       return 2;
     }

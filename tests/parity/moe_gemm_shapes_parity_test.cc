@@ -222,7 +222,9 @@ TEST(MoeParity, GemvShapesMatchCpu) {
 // The prefill pieces (plan, gate_up GEMM, down GEMM with gemm_blocks forced, combine) against
 // the CPU twin: gemm_blocks -1 (the one-block pipeline), 1, 3 (blocks that do not divide n's),
 // 8 and 16; plan tiles of 64 rows and of 128 (two sub-tiles each); hidden 1056 (a last block of
-// two row tiles); inter 192 (three k steps: an odd element count).
+// two row tiles); inter 192 (three k steps: an odd element count). Then, where it applies (k 128
+// or 256), the weight-stationary kernel (moe_experts_gemm_ws.cu; "gemm_blocks ws"): experts of
+// up to ~250 rows (four x tiles), 64 experts for 40 rows (most of them empty), k = 128.
 struct ShortKCase {
   Fmt fmt;
   int64_t hidden, inter;
@@ -230,10 +232,14 @@ struct ShortKCase {
   int64_t tokens;
 };
 const ShortKCase kShortKCases[] = {
-    {Fmt::kFp8, 2048, 256, 16, 4, 300},      {Fmt::kInt4g32, 2048, 256, 16, 4, 300},
-    {Fmt::kInt4g128, 2048, 256, 16, 4, 300}, {Fmt::kFp8, 1056, 256, 8, 2, 1000},
+    {Fmt::kFp8, 2048, 256, 16, 4, 250},      {Fmt::kInt4g32, 2048, 256, 16, 4, 250},
+    {Fmt::kInt4g128, 2048, 256, 16, 4, 250}, {Fmt::kFp8, 1056, 256, 8, 2, 1000},
     {Fmt::kInt4g32, 1056, 256, 8, 2, 1000},  {Fmt::kInt4g32, 1056, 192, 8, 2, 300},
+    {Fmt::kFp8, 1056, 128, 8, 2, 300},       {Fmt::kInt4g32, 1056, 256, 64, 2, 20},
+    {Fmt::kBf16, 1056, 256, 8, 2, 300},
 };
+constexpr int kWeightStationary = 1000;  // not block counts: the weight-stationary kernel with
+constexpr int kWeightStationaryStaged = 1001;  // outputs from registers / through shared memory
 
 TEST(MoeParity, GemmShortKMatchCpu) {
   Stream s;
@@ -302,8 +308,12 @@ TEST(MoeParity, GemmShortKMatchCpu) {
     g_dn.rows = n;
     g_dn.out = y.as<bf16_bits>();
     g_dn.w = d_dn.view;
-    for (int blocks : {-1, 1, 3, 8, 16}) {
-      g_dn.gemm_blocks = blocks;
+    g_dn.num_experts = experts;
+    for (int blocks : {-1, 1, 3, 8, 16, kWeightStationary, kWeightStationaryStaged}) {
+      const bool ws = blocks >= kWeightStationary;
+      g_dn.gemm_blocks = ws ? 0 : blocks;
+      g_dn.weight_stationary = ws ? 1 + blocks - kWeightStationary : 0;
+      if (ws && !cuda::moe_gemm_ws_supported(g_dn)) continue;
       std::vector<uint16_t> first;
       for (int rep = 0; rep < 2; ++rep) {
         CUDA_CHECK(cudaMemsetAsync(y.as<void>(), 0xff, y.bytes(), s.get()));
@@ -320,10 +330,12 @@ TEST(MoeParity, GemmShortKMatchCpu) {
         EXPECT_TRUE(guard) << "wrote past the output: " << fmt_name(c.fmt);
         if (rep == 0) {
           first.assign(all.begin(), all.begin() + tokens * hidden);
-          std::printf("shortk  %-9s H %4lld I %3lld T %4lld tile %3d gemm_blocks %2d: NMSE %.2e\n",
-                      fmt_name(c.fmt), static_cast<long long>(hidden),
-                      static_cast<long long>(inter), static_cast<long long>(tokens), tile_rows,
-                      blocks, e);
+          std::printf(
+              "shortk  %-9s H %4lld I %3lld T %4lld tile %3d gemm_blocks %s: NMSE %.2e\n",
+              fmt_name(c.fmt), static_cast<long long>(hidden), static_cast<long long>(inter),
+              static_cast<long long>(tokens), tile_rows,
+              ws ? (blocks == kWeightStationary ? "ws" : "ws2") : std::to_string(blocks).c_str(),
+              e);
         } else {
           EXPECT_EQ(0, std::memcmp(first.data(), all.data(), first.size() * 2))
               << "not deterministic: " << fmt_name(c.fmt) << " gemm_blocks " << blocks;

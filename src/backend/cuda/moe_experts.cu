@@ -361,8 +361,13 @@ int moe_pick_regime(int64_t tokens, int top_k, int num_experts) {
                                                                           : kMoePrefill;
 }
 
+// gate_up dequantizes each weight once per tile, so 128-row tiles pay once experts are full
+// enough: moe_bench --what kernels --tile-rows 64|128, H200, 2026-12-04 (gate_up us, 64 / 128):
+// DeepSeek-V3 rank (FP8) averaging 32 / 64 / 128 rows 409 / 492, 593 / 558, 991 / 832; Kimi-K2.5
+// rank (INT4) 21 / 43 / 85 rows 466 / 644, 508 / 657, 958 / 748; Moonlight (bf16) 96 rows 319 /
+// 290. (The threshold was 192 before.)
 int moe_gemm_tile_rows(int64_t tokens, int top_k, int num_experts) {
-  return tokens * top_k >= int64_t(192) * num_experts ? 128 : 64;
+  return tokens * top_k >= int64_t(64) * num_experts ? 128 : 64;
 }
 
 int moe_gemv_tokens(int64_t tokens, int top_k, int num_experts) {
@@ -446,6 +451,7 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
     g.counts = s.plan.counts;
     g.max_tiles = int(moe_max_tiles(n, p.num_experts, tile_rows));
     g.tile_rows = tile_rows;
+    g.num_experts = p.num_experts;
     if (p.fixed_tiles) g.gemm_blocks = -1;  // the one-block pipeline (not sized by the grid)
   }
   auto run = [&](const MoeGroupedParams& q) {
@@ -492,6 +498,7 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
   // which waits on gate_up first) lets down launch only after that wait (unless gate_up
   // triggers early): down may plan before its own wait.
   down.early_plan = gate_up.pdl_early ? 0 : 1;
+  down.weight_stationary = !decode && !p.fixed_tiles && p.gemm_weight_stationary ? 2 : 0;
   down.pdl_early = 0;
   stage(down, s.act16, s.act_inv);
   run(down);

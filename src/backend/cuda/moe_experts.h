@@ -193,6 +193,10 @@ struct MoeGroupedParams {
   int early_plan;       // GEMV grouped: topk_ids are complete before this kernel starts (its
                         // predecessor triggers only after its own wait, and that predecessor's
                         // predecessor wrote them): plan and first weights before pdl_wait
+  int weight_stationary;  // GEMM, where moe_gemm_ws_supported: the weight-stationary kernel
+                          // (below) with its outputs stored from registers (1) or through
+                          // shared memory (2); 0 the x-resident path or the one-block pipeline
+  int pad_;
 };
 // The GEMV's work decomposition for these parameters (auto fields chosen by a cost model, or for
 // the int4 ring kernels with nothing forced by a rule fitted to measurements; forced ones kept;
@@ -218,6 +222,13 @@ int moe_gemm_blocks(const MoeGroupedParams& p);
 // first use; call ahead of a CUDA-graph capture).
 void init_moe_gemm_kernels();
 void launch_moe_gemm(const MoeGroupedParams& p, cudaStream_t stream);
+// GEMM, grouped (offsets and num_experts set), plain projections of k = 128 or 256 (the down
+// projection of a tp-8 expert slice): one CTA per (expert, 128 weight rows) dequantizes its
+// block once into shared memory and runs it against all of the expert's rows
+// (moe_experts_gemm_ws.cu; launch_moe_gemm takes it where p.weight_stationary is set).
+bool moe_gemm_ws_supported(const MoeGroupedParams& p);
+void init_moe_gemm_ws_kernels();
+void launch_moe_gemm_ws(const MoeGroupedParams& p, cudaStream_t stream);
 
 // ---- x in f16 for the FP8 GEMV (moe_stage_f16.cu says why it loses nothing) ----
 // x16 holds each row in the fp8 tiles' fragment order: the 32 columns at 32t are stored at 32t
@@ -279,7 +290,8 @@ enum MoeRegime : int { kMoeAuto = 0, kMoeDecode = 1, kMoePrefill = 2 };
 // kMoeDecodeRowsPerExpert (the bench prints both regimes at every size to place this).
 constexpr int kMoeDecodeRowsPerExpert = 8;
 int moe_pick_regime(int64_t tokens, int top_k, int num_experts);
-// Prefill tile rows for these sizes (64, or 128 when experts average >= 192 rows).
+// Prefill tile rows for these sizes: 64, or 128 when experts average >= 64 rows (gate_up then
+// dequantizes each weight once per 128 rows; moe_experts.cu has the measurements).
 int moe_gemm_tile_rows(int64_t tokens, int top_k, int num_experts);
 // Decode rows per weight pass (MoeGroupedParams::gemv_tokens): 8 while experts average <= 2
 // rows (T·k <= 2E), 16 up to 4, else 32 (never more than T). More rows than that in one expert
@@ -327,6 +339,9 @@ struct MoeExpertsParams {
                                 // in shared memory where it fits (moe_gemv_stage_smem) instead
                                 // of a staging launch before it; 0 never
                                 // (CudaTunables::moe_fp8_f16_smem_max_tokens)
+  int gemm_weight_stationary;   // prefill: the down projection on the weight-stationary GEMM
+                                // where supported (CudaTunables::moe_gemm_weight_stationary)
+  int pad_;
   // Or null: the stream waits on it right before the combine (the join of the side branch that
   // makes `add`: backend/side_branch.h).
   cudaEvent_t join_event;
@@ -353,6 +368,6 @@ static_assert(std::has_unique_object_representations_v<MoeGroupedParams>);
 static_assert(std::has_unique_object_representations_v<MoeStageF16Params>);
 // (A float member rules out has_unique_object_representations: the size says there is no padding.)
 static_assert(std::is_trivially_copyable_v<MoeCombineParams> && sizeof(MoeCombineParams) == 112);
-static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 296);
+static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 304);
 
 }  // namespace strata::cuda

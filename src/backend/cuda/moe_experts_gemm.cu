@@ -447,6 +447,7 @@ void init_moe_gemm_kernels() {
   set_limits_format<kMoeFp8>();
   set_limits_format<kMoeInt4>();
   init_moe_gemv_kernels();  // the int4 GEMV's ring, before any graph capture as well
+  init_moe_gemm_ws_kernels();
 }
 
 void launch_moe_gemm(const MoeGroupedParams& p, cudaStream_t stream) {
@@ -468,6 +469,7 @@ void launch_moe_gemm(const MoeGroupedParams& p, cudaStream_t stream) {
         (uintptr_t(p.w.scales) % salign == 0 && p.w.scales_stride % salign == 0));
   static PerDeviceOnce limits;  // the kernels' shared-memory limits
   limits.run(init_moe_gemm_kernels);
+  if (p.weight_stationary && moe_gemm_ws_supported(p)) return launch_moe_gemm_ws(p, stream);
   switch (p.w.format) {
     case kMoeBf16:
       launch_format<kMoeBf16>(p, stream);

@@ -240,6 +240,13 @@ struct CudaTunables {
   // against 281.8 / 471.7-472.2: there every CTA of a pass stages the pass's rows again, and the
   // down projection has thousands of CTAs (A/B: variant fp8_launch_stage).
   int moe_fp8_f16_smem_max_tokens = 8;
+  // Prefill: the experts' down projection of k = 128 / 256 (a tp-8 slice) on the
+  // weight-stationary GEMM (moe_experts_gemm_ws.cu: each weight dequantized once per expert,
+  // not once per 64-row x tile; outputs through shared memory). No env. A/B: variant
+  // no_ws_down. moe_bench --what kernels, H200, 2026-12-04, down projection at 512 / 2,048 /
+  // 8,192 tokens, us: DeepSeek-V3 rank (FP8) 326 / 543 / 1,702 -> 226 / 287 / 710; Kimi-K2.5
+  // rank (INT4) 431 / 481 / 1,594 -> 311 / 334 / 751.
+  bool moe_gemm_weight_stationary = true;
   // The router GEMV's first weight loads before its PDL wait (the same arithmetic). No env.
   // Off until measured (A/B: variant router_preload).
   bool moe_router_preload = false;
