@@ -29,7 +29,7 @@
 // merge     (with --what merge) the decode kernel's own split merge against the merge kernel
 // Usage: strata_bench_mla_bench [--what ceilings,variants,acceptance,scaling,merge,decode,prefill]
 //                               [--batch 64] [--context 4096] [--pages sequential]
-//                               [--fused-merge 2]
+//                               [--fused-merge 2] [--early-kv 0|1]
 //                               [--decode-kernel 0] [--wgmma-pipe 0]  (0: never the decode
 //                               kernel / the pipelined wgmma kernel, e.g. after their parity tests
 //                               failed) [--row-groups 0] [--l2-prefetch 0]  (the acceptance
@@ -50,6 +50,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/mla_attention.h"
+#include "backend/cuda/tunables.h"
 #include "bench_timing.h"
 #include "core/check.h"
 #include "core/dtype.h"
@@ -67,6 +68,8 @@ int g_row_groups = -1;   // --row-groups 0: the acceptance rows' decode kernel c
 int g_l2_prefetch = -1;  // --l2-prefetch N: and prefetches N chunks ahead
 bool g_vtile = true;     // --vtile 0: no V-tile variants (e.g. after their parity tests failed)
 bool g_shuffle = true;   // --pages sequential: each sequence's pages in pool order (scaling rows)
+int g_early_kv = -1;     // --early-kv 0|1: the decode kernel's copies of old keys before its PDL
+                         // wait (MlaAttentionParams::early_kv; -1: the product's default)
 int g_fused_merge = 2;   // --fused-merge N: the acceptance rows' decode kernel merges up to N
                          // splits itself (the product's default: 2; 0 never)
 
@@ -211,6 +214,9 @@ double bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch
   p.page_size = page;
   p.scale_log2 = float(1.0 / std::sqrt(192.0) * 1.4426950408889634);
   p.copy_width = cuda::mla_copy_width(cache.p, fmt.row_bytes);
+  // As the backend sets it: the calls queued back to back write no key (each waits on the one
+  // before it, which triggers after its own wait).
+  p.early_kv = g_early_kv >= 0 ? g_early_kv : cuda::CudaTunables{}.mla_early_kv ? 1 : 0;
   int sms = 0;
   BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   cuda::MlaPlanOptions o = opt;
@@ -421,6 +427,8 @@ int main(int argc, char** argv) {
       g_shuffle = std::string(argv[i + 1]) != "sequential";
     else if (a == "--fused-merge")
       g_fused_merge = std::atoi(argv[i + 1]);
+    else if (a == "--early-kv")
+      g_early_kv = std::atoi(argv[i + 1]);
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   cudaDeviceProp prop{};

@@ -133,6 +133,7 @@ bool CudaBackend::mla_attention_gpu(const Tensor& q_latent, const KvStorage& kv,
     p.tree_paths = 1;
     p.row_tiles = meta_max_q_ * ((heads + p.tile_rows - 1) / p.tile_rows);
   }
+  p.early_kv = tunables_.mla_early_kv && !tunables_.pdl_early && shard == nullptr ? 1 : 0;
   record(kOpMlaAttention, p, run_mla_attention);
   return true;
 }

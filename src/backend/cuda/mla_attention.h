@@ -154,7 +154,10 @@ struct MlaAttentionParams {
                      // the plan's)
   int tree_paths;    // 1: path tiles (deterministic mode's draft trees, mla_device.cuh BlockWork;
                      // the mma kernel, one split, no partials)
-  int pad_;          // 0 (no padding bytes)
+  int early_kv;      // the decode kernel: 1 copies its first stages of keys that existed before
+                     // the step's new tokens before waiting on the previous kernel. The
+                     // caller's promise: that kernel triggers only after its own wait and
+                     // writes none of those keys (CudaTunables::mla_early_kv)
 };
 static_assert(sizeof(MlaAttentionParams) == 14 * 8 + sizeof(MlaRowFormat) + 22 * 4, "no padding");
 // Where the decode kernel's warps spend their cycles (p.prof, summed over every block's warps):

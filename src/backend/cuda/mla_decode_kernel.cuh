@@ -17,8 +17,12 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(MlaAttentionPar
   static_assert(kSWarps == kPvWarps, "either role's warps free a stage (one arrival each)");
   constexpr int kRows = 8 * NT;
   extern __shared__ __align__(128) char smem[];
-  pdl_wait();
-  pdl_trigger();
+  // p.early_kv: each role waits itself (its first reads of the previous kernel's output), PV
+  // warp 0 after copying the stages of old keys (pv_warps); the metadata is the step's upload.
+  if (!p.early_kv) {
+    pdl_wait();
+    pdl_trigger();
+  }
   mla::BlockWork w;
   if (!w.init(p, kRows)) return;
   WaitProfile<PROF> prof;

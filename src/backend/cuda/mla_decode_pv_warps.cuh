@@ -103,8 +103,22 @@ __device__ __forceinline__ void pv_warps(const MlaAttentionParams& p, const Bloc
   int64_t next_src[2];  // PV warp 0: the slots of chunk c + NS
   int64_t pf_off[2];    // and the runs of chunk c + NS + D
   uint32_t pf_bytes[2];
+  // p.early_kv: the stages of chunks of old keys only (below w.first, written by earlier
+  // steps) go out before the PDL wait; the rest after it.
+  const int first_stages = min(NS, nchunks);
+  int early = 0;
+  if (p.early_kv) {
+    while (early < first_stages && min(w.begin + (early + 1) * kChunk, w.end) <= w.first) ++early;
+    if (pw == 0)
+      for (int c = 0; c < early; ++c) {
+        slots_of(c, next_src);
+        produce(c, next_src);
+      }
+    pdl_wait();
+    pdl_trigger();
+  }
   if (pw == 0) {
-    for (int c = 0; c < min(NS, nchunks); ++c) {
+    for (int c = early; c < first_stages; ++c) {
       slots_of(c, next_src);
       produce(c, next_src);
     }

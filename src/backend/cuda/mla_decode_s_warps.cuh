@@ -27,6 +27,10 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
   const uint32_t smem_s = b.smem_s, stage0 = b.stage0;
   const int rope_elem = f.rope_elem;
   const bool rope_f16 = rope_elem != kMlaBf16;
+  if (p.early_kv) {  // q is the previous kernel's output (mla_decode_kernel.cuh)
+    pdl_wait();
+    pdl_trigger();
+  }
   // Q of rows 8 nt + g as B fragments: k-steps 0..31 the latent, 32..35 the rope.
   bool qok[NT];
   const uint16_t* qrow[NT];

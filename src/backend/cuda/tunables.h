@@ -281,6 +281,12 @@ struct CudaTunables {
   // 17 -> 21-24 us a Kimi-K2.5 rank's layer (one SM reads every split's partial rows where the
   // merge kernel spreads them over 32 blocks): the rank's batch-1 step 4.97 against 4.83 ms.
   int mla_fused_merge_max_splits = 2;
+  // The MLA decode kernel copies its first stages of old keys (those before the step's new
+  // tokens: written by earlier steps) before its PDL wait, so the copies overlap the previous
+  // kernel's tail (mla_inputs, which writes only the new tokens' rows). Only with pdl_early off
+  // (every kernel then triggers after its own wait, so everything two kernels back is done) and
+  // without decode context parallelism. No env. A/B: variant no_mla_early_kv.
+  bool mla_early_kv = true;
   // The MLA decode kernel's query rows a block: 8 or 16; 0: 8 where a sequence's rows (heads x
   // new tokens) are at most 8, else 16; -1 (default): as 0, and 8 also where 16-row blocks of one
   // chunk each would leave SMs idle (batch x row tiles x chunks < SMs). No env. Why: Moonlight's
