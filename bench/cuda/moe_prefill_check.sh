@@ -9,7 +9,8 @@
 #      a CTA swept; EXTRA_KERNELS: one more kernels pass at 8,192 tokens with these flags;
 #      PREFILL_VARIANTS (tunable_variants.h names) run the same through the backend
 #   3. (NCU=0 skips it) Nsight Compute on the two prefill GEMMs (gate_up, down) of each config at
-#      NCU_TOKENS (default 8192): speed of light, tensor pipe, L2, warp stalls, occupancy
+#      NCU_TOKENS (default 8192): speed of light, tensor pipe, L2, warp stalls by reason, occupancy
+#      (NCU_KERNEL: the kernel regex, default moe_gemm; NCU_CONFIGS: default "dsv3 moonlight kimi")
 # Logs under $OUT/moe_prefill; the tables on stdout.
 set -u
 source bench/cuda/device_env.sh
@@ -41,11 +42,17 @@ fi
 [ "${NCU:-1}" = 1 ] || { echo "total: $(( $(date +%s) - t0 )) s"; exit 0; }
 S="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis"
 S="$S --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats"
+# The stall reasons (warps stalled a cycle per issued instruction, by reason): the sections alone
+# print none without source counters.
+S="$S --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
 for c in ${NCU_CONFIGS:-dsv3 moonlight kimi}; do
   timeout 200 ncu --clock-control none -k regex:${NCU_KERNEL:-moe_gemm} --launch-count 2 $S \
     ./build-dev/strata_bench_moe_bench --what kernels --configs "$c" --tokens "${NCU_TOKENS:-8192}" \
     --sweep 0 --calls 1 --reps 1 >"$L/ncu_$c.log" 2>&1
   echo "ncu $c: exit $?"
+  # the stall reasons above 0.2 cycles an instruction, then the sections' lines
+  awk '/moe_gemm/ {print "  " $0} /issue_stalled_/ && $NF + 0 > 0.2 {sub(/smsp__average_warps_issue_stalled_/, "stall "); print "    " $1, $2, $NF}' \
+    "$L/ncu_$c.log" | cut -c1-160
   grep -E "moe_gemm|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Throughput|Executed Ipc A|Issue Slots Busy|Achieved Occupancy|Registers Per|Grid Size|Warp Cycles Per Issued|No Eligible|Stall|Tensor|L1/TEX Hit|L2 Hit|Local" \
     "$L/ncu_$c.log" | cut -c1-200 | head -80
 done
