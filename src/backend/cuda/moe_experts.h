@@ -222,9 +222,10 @@ int moe_gemm_blocks(const MoeGroupedParams& p);
 // first use; call ahead of a CUDA-graph capture).
 void init_moe_gemm_kernels();
 void launch_moe_gemm(const MoeGroupedParams& p, cudaStream_t stream);
-// GEMM, grouped (offsets and num_experts set), plain projections of k = 128 or 256 (the down
-// projection of a tp-8 expert slice): one CTA per (expert, 128 weight rows) dequantizes its
-// block once into shared memory and runs it against all of the expert's rows
+// GEMM, grouped (offsets and num_experts set), plain projections of k = 128 or 256 with x in the
+// plan's row order (row_token null: the down projection of a tp-8 expert slice, which reads
+// act): one CTA per (expert, 128 weight rows) dequantizes its block once, into wgmma's A
+// fragments kept in registers, and runs it against all of the expert's rows
 // (moe_experts_gemm_ws.cu; launch_moe_gemm takes it where p.weight_stationary is set).
 bool moe_gemm_ws_supported(const MoeGroupedParams& p);
 void init_moe_gemm_ws_kernels();

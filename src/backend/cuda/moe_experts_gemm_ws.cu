@@ -123,7 +123,7 @@ __device__ __forceinline__ void dequant_block(const MoeGroupedParams& p, int64_t
   }
 }
 
-// The x rows [r, r + 64) ∩ [.., r_end) of the expert (through row_token) into the tile at
+// The x rows [r, r + 64) ∩ [.., r_end) of the expert into the tile at
 // x_smem: thread t copies rows t / 8 and t / 8 + 32, 16-byte unit t % 8 of each k atom; rows
 // past r_end are zero.
 template <int KA>
@@ -134,8 +134,7 @@ __device__ __forceinline__ void issue_x(const MoeGroupedParams& p, int r, int r_
   for (int i = 0; i < kTok / 32; ++i) {
     const int row = tid / 8 + 32 * i, pr = r + row;
     const bool ok = pr < r_end;
-    const int64_t xr = ok ? (p.row_token ? int64_t(p.row_token[pr]) : int64_t(pr)) : 0;
-    const bf16_bits* src = p.x + xr * p.w.k + chunk * 8;
+    const bf16_bits* src = p.x + (ok ? int64_t(pr) : 0) * p.w.k + chunk * 8;
 #pragma unroll
     for (int a = 0; a < KA; ++a)
       cp_async16(x_smem + uint32_t(a * kTok * 128 + row * 128 + ((chunk ^ (row & 7)) << 4)),
@@ -279,7 +278,8 @@ void launch_ws_format(const MoeGroupedParams& p, cudaStream_t stream) {
 }  // namespace
 
 bool moe_gemm_ws_supported(const MoeGroupedParams& p) {
-  return p.offsets != nullptr && p.num_experts > 0 && p.glu_inter == 0 &&
+  // (x in the plan's row order, as the down projection reads act: row_token is not taken.)
+  return p.offsets != nullptr && p.num_experts > 0 && p.glu_inter == 0 && p.row_token == nullptr &&
          (p.w.k == 128 || p.w.k == 256) && p.w.n % kMoeTileRows == 0 &&
          (p.w.format != kMoeInt4 || p.w.group % 64 == 0 || p.w.group == 32);
 }
