@@ -8,9 +8,16 @@
 #   .devcarry/fx    debs, shared/{configs,data,fixtures}, no model                      (~16 MB)
 #   .devcarry/bench debs, shared/configs only (benches that make their weights)          (~2 MB)
 #   .devcarry/gen   debs, shared/configs, prompts-explain.jsonl, house-llama's tokenizer  (~3 MB)
+#   .devcarry/mlaslim  debs, shared/configs, fixtures/house-mla, models/house-mla        (~45 MB)
 # The repository's tracked files (~22 MB) travel too: with .devcarry/cuda the call is at the
 # limit, with .devcarry/mla or all over it (their house-model tests need a slimmer repository).
-# Usage: bash bench/cuda/make_carry.sh [cuda|mla|all|fx|bench|gen]...   (default: cuda mla all)
+# mlaslim (house-mla's engine and model tests, e.g. MlaEngine.*:MlaModelLong.*:*/house_mla) fits
+# beside a tree without its five largest tracked files (13.6 MB of hidden-state, EAGLE-3 and tiny
+# fixture weights those tests do not read): remove them before the call and restore them after,
+#   rm tests/fixtures/hidden_states/*.safetensors tests/fixtures/eagle3/house-llama/model.safetensors \
+#      tests/fixtures/tiny/{deepseek-v3-fp8-block,llama-w4a16}/model.safetensors
+#   ... the device call ...;  git checkout -- tests/fixtures
+# Usage: bash bench/cuda/make_carry.sh [cuda|mla|all|fx|bench|gen|mlaslim]...   (default: cuda mla all)
 set -eu
 S=../shared
 debs() {
@@ -31,6 +38,9 @@ for what in ${@:-cuda mla all}; do
     mla) mkdir -p $d/shared/models && cp -r $S/models/house-mla $d/shared/models/ ;;
     all) (cd $S/models && tar cf - house-llama house-mla) | xz -9 -T2 >$d/shared/models.tar.xz ;;
     fx) ;;
+    mlaslim)
+      rm -rf $d/shared/data $d/shared/fixtures/* && cp -r $S/fixtures/house-mla $d/shared/fixtures/
+      mkdir -p $d/shared/models && cp -r $S/models/house-mla $d/shared/models/ ;;
     bench) rm -rf $d/shared/data $d/shared/fixtures ;;
     gen)  # generate_check.sh: the prompts and a tokenizer, no weights
       rm -rf $d/shared/fixtures && find $d/shared/data -type f ! -name prompts-explain.jsonl -delete
