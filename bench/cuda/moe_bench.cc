@@ -41,7 +41,8 @@
 // Usage: strata_bench_moe_bench [--what kernels] [--configs kimi,moonlight,moonlight-int4,dsv3]
 //        [--backend-configs dsv3,moonlight,kimi] [--tokens 1,8,32,128,512,8192] [--calls 16]
 //        [--reps 5] [--sweep 1] [--sweep-max-tokens 32] [--variants moe_unrounded,moe_split2]
-//        [--tile-rows 64|128]  (kernels mode: the prefill tiles forced, else moe_gemm_tile_rows)
+//        [--tile-rows 64|128|256]  (kernels mode: the prefill tiles forced, else
+//        moe_gemm_tile_rows)
 // --variants (backend mode): each T's experts also under each named tunable change
 // (tunable_variants.h), same weights and routing.
 #include <cublas_v2.h>
@@ -74,7 +75,7 @@ namespace {
 using cuda::bf16_bits;
 using namespace moe_bench;
 
-int g_tile_rows = 0;  // --tile-rows 64|128 (kernels mode): the prefill plan's tile rows forced
+int g_tile_rows = 0;  // --tile-rows 64|128|256 (kernels mode): the prefill plan's tiles forced
 
 // Fills a device buffer by repeating a 64 MiB host pattern (weights: random values need not be
 // unique, only never served from L2, which depends on addresses).
@@ -778,7 +779,7 @@ int main(int argc, char** argv) {
           stderr,
           "usage: %s [--what kernels,backend] [--configs kimi,moonlight,moonlight-int4,dsv3] "
           "[--backend-configs dsv3,moonlight,kimi] [--tokens 1,8,...] [--calls 16] [--reps 5] "
-          "[--sweep 1] [--sweep-max-tokens 32] [--variants a,b] [--tile-rows 64|128]\n",
+          "[--sweep 1] [--sweep-max-tokens 32] [--variants a,b] [--tile-rows 64|128|256]\n",
           argv[0]);
       return 2;
     }

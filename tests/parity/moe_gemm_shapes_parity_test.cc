@@ -222,21 +222,31 @@ TEST(MoeParity, GemvShapesMatchCpu) {
 // The prefill pieces (plan, gate_up GEMM, down GEMM with gemm_blocks forced, combine) against
 // the CPU twin: gemm_blocks -1 (the one-block pipeline), 1, 3 (blocks that do not divide n's),
 // 8 and 16; plan tiles of 64 rows and of 128 (two sub-tiles each); hidden 1056 (a last block of
-// two row tiles); inter 192 (three k steps: an odd element count). Then, where it applies (k 128
-// or 256), the weight-stationary kernel (moe_experts_gemm_ws.cu; "gemm_blocks ws"): experts of
-// up to ~250 rows (four x tiles), 64 experts for 40 rows (most of them empty), k = 128.
+// two row tiles); inter 192 (three k steps: an odd element count); plan tiles of 256 rows forced
+// (tile_rows: the one-CTA-an-SM instances, gate_up and the one-block down). Then, where it
+// applies (k 128 or 256), the weight-stationary kernel (moe_experts_gemm_ws.cu; "gemm_blocks ws"):
+// experts of up to ~250 rows (four x tiles), 64 experts for 40 rows (most of them empty), k = 128.
 struct ShortKCase {
   Fmt fmt;
   int64_t hidden, inter;
   int experts, top_k;
   int64_t tokens;
+  int tile_rows = 0;  // the plan's tiles forced (0: moe_gemm_tile_rows)
 };
 const ShortKCase kShortKCases[] = {
-    {Fmt::kFp8, 2048, 256, 16, 4, 250},      {Fmt::kInt4g32, 2048, 256, 16, 4, 250},
-    {Fmt::kInt4g128, 2048, 256, 16, 4, 250}, {Fmt::kFp8, 1056, 256, 8, 2, 1000},
-    {Fmt::kInt4g32, 1056, 256, 8, 2, 1000},  {Fmt::kInt4g32, 1056, 192, 8, 2, 300},
-    {Fmt::kFp8, 1056, 128, 8, 2, 300},       {Fmt::kInt4g32, 1056, 256, 64, 2, 20},
+    {Fmt::kFp8, 2048, 256, 16, 4, 250},
+    {Fmt::kInt4g32, 2048, 256, 16, 4, 250},
+    {Fmt::kInt4g128, 2048, 256, 16, 4, 250},
+    {Fmt::kFp8, 1056, 256, 8, 2, 1000},
+    {Fmt::kInt4g32, 1056, 256, 8, 2, 1000},
+    {Fmt::kInt4g32, 1056, 192, 8, 2, 300},
+    {Fmt::kFp8, 1056, 128, 8, 2, 300},
+    {Fmt::kInt4g32, 1056, 256, 64, 2, 20},
     {Fmt::kBf16, 1056, 256, 8, 2, 300},
+    {Fmt::kFp8, 1056, 256, 8, 2, 1000, 256},
+    {Fmt::kInt4g32, 1056, 256, 8, 2, 1000, 256},
+    {Fmt::kBf16, 1056, 256, 8, 2, 1000, 256},
+    {Fmt::kInt4g128, 2048, 256, 16, 4, 250, 256},
 };
 constexpr int kWeightStationary = 1000;  // not block counts: the weight-stationary kernel with
 constexpr int kWeightStationaryStaged = 1001;  // outputs from registers / through shared memory
@@ -273,7 +283,7 @@ TEST(MoeParity, GemmShortKMatchCpu) {
     const std::vector<double> want = cpu_moe_experts(cpu, cw, x, ids, wts, k);
 
     auto dx = upload(to_bits(x), s), d_ids = upload(ids, s), d_w = upload(wts, s);
-    const int tile_rows = cuda::moe_gemm_tile_rows(tokens, k, experts);
+    const int tile_rows = c.tile_rows ? c.tile_rows : cuda::moe_gemm_tile_rows(tokens, k, experts);
     const int64_t max_tiles = cuda::moe_max_tiles(n, experts, tile_rows);
     Dev offsets(size_t(experts + 1) * 4), pos(size_t(n) * 4), row_token(size_t(n) * 4),
         active(size_t(experts) * 4), counts(8), tiles(size_t(max_tiles) * 8),

@@ -141,7 +141,7 @@ struct MoePlanParams {
   int64_t assignments;  // T·k
   int top_k;
   int num_experts;  // <= kMoeMaxExperts
-  int tile_rows;    // rows per GEMM tile (64 or 128); 0: no tile list
+  int tile_rows;    // rows per GEMM tile (64, 128 or 256); 0: no tile list
   int pdl_early;    // trigger the next kernel before waiting on the previous (common.cuh)
 };
 void launch_moe_plan(const MoePlanParams& p, cudaStream_t stream);
@@ -177,7 +177,7 @@ struct MoeGroupedParams {
   int max_active;       // GEMV grid bound: min(E, T·k) (grouped; the grid adds T·k / pass rows)
   int expect_active;    // GEMV grouped: the touched experts expected (shape choice); 0: max_active
   int max_tiles;        // GEMM grid bound: moe_max_tiles(T·k, E, tile_rows) (grouped)
-  int tile_rows;        // GEMM rows per tile: 64 or 128 (grouped: the plan's tile_rows)
+  int tile_rows;        // GEMM rows per tile: 64, 128 or 256 (grouped: the plan's tile_rows)
   int gemv_tokens;      // GEMV rows per weight pass: 8, 16 or 32 (more rows: more passes)
   int ksplit;           // GEMV warps of a CTA per row tile: 0 (auto), 1, 2, 4, 8
   int cluster;          // GEMV CTAs of a cluster splitting k further: 0 (auto), 1, 2, 4, 8 (> 1
