@@ -415,7 +415,7 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
       dn.out = y.as<bf16_bits>();
       dn.w = layers[size_t(copy)].down.w;
       dn.early_plan = 1;
-      dn.weight_stationary = cuda::CudaTunables{}.moe_gemm_weight_stationary ? 2 : 0;
+      dn.weight_stationary = cuda::CudaTunables{}.moe_gemm_weight_stationary ? 1 : 0;
       return r;
     };
     auto run_gemm = [&](int regime, const cuda::MoeGroupedParams& g) {
@@ -666,16 +666,14 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
                       shown, us, flops / 3 / (us * 1e-6) / 1e12);
         line += buf;
       }
-      // The weight-stationary kernel: 1 outputs stored from registers, 2 through shared memory.
-      for (int ws = 1; ws <= 2; ++ws) {
-        if (!cuda::moe_gemm_ws_supported(gemm_params(cuda::kMoePrefill, 0, 0).second)) break;
+      if (cuda::moe_gemm_ws_supported(gemm_params(cuda::kMoePrefill, 0, 0).second)) {
         const double us = graph_us(s, calls, reps, [&](int i) {
           cuda::MoeGroupedParams g =
               gemm_params(cuda::kMoePrefill, at(i).first, at(i).second).second;
-          g.weight_stationary = ws;
+          g.weight_stationary = 1;
           cuda::launch_moe_gemm(g, s);
         });
-        std::snprintf(buf, sizeof buf, " | ws%d %.1f us %.1f TFLOP/s", ws, us,
+        std::snprintf(buf, sizeof buf, " | weight-stationary %.1f us %.1f TFLOP/s", us,
                       flops / 3 / (us * 1e-6) / 1e12);
         line += buf;
       }

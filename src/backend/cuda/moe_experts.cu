@@ -498,7 +498,7 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
   // which waits on gate_up first) lets down launch only after that wait (unless gate_up
   // triggers early): down may plan before its own wait.
   down.early_plan = gate_up.pdl_early ? 0 : 1;
-  down.weight_stationary = !decode && !p.fixed_tiles && p.gemm_weight_stationary ? 2 : 0;
+  down.weight_stationary = !decode && !p.fixed_tiles && p.gemm_weight_stationary ? 1 : 0;
   down.pdl_early = 0;
   stage(down, s.act16, s.act_inv);
   run(down);

@@ -193,9 +193,8 @@ struct MoeGroupedParams {
   int early_plan;       // GEMV grouped: topk_ids are complete before this kernel starts (its
                         // predecessor triggers only after its own wait, and that predecessor's
                         // predecessor wrote them): plan and first weights before pdl_wait
-  int weight_stationary;  // GEMM, where moe_gemm_ws_supported: the weight-stationary kernel
-                          // (below) with its outputs stored from registers (1) or through
-                          // shared memory (2); 0 the x-resident path or the one-block pipeline
+  int weight_stationary;  // GEMM, where moe_gemm_ws_supported: 1 the weight-stationary kernel
+                          // (below), 0 the x-resident path or the one-block pipeline
   int pad_;
 };
 // The GEMV's work decomposition for these parameters (auto fields chosen by a cost model, or for

@@ -12,15 +12,13 @@
 // shared memory: with A in shared memory every wgmma re-reads it (2 KB a warpgroup a k16 step),
 // which at n = 32 or 64 x rows is as much shared-memory bandwidth as the tensor cores leave.
 //
-// Shared memory: x tiles [k / 64 atoms][64 rows][128 B] (32 KB each at k = 256), two CTAs an SM.
-// With outputs stored from registers (weight_stationary 1): three tiles, t + 1 and t + 2 flying
-// while t is computed (the first ones while the block is dequantized), a buffer refilled once
-// both warpgroups are done with it; each lane stores bf16 pairs of adjacent weight rows (lanes
-// g and g ^ 1 swap one value), half a 32-byte sector a row. Through shared memory (2, the
-// product's): two x tiles and a 16 KB output tile from which 16-byte row pieces leave whole:
-// at 8,192 tokens the down projection's outputs (T · k rows of hidden) are ~1 GB, and halving
-// their L2 write requests took DeepSeek-V3's from 764 to 710 us and Kimi-K2.5's from 888 to 751
-// (moe_bench sweep ws1 / ws2, H200, 2026-12-04).
+// Shared memory: two x tiles [k / 64 atoms][64 rows][128 B] (32 KB each at k = 256) and a 16 KB
+// output tile, two CTAs an SM. Tile t + 1's copies fly while tile t is computed (the first while
+// the block is dequantized). Outputs cross the output tile and leave as whole 16-byte row
+// pieces: at 8,192 tokens the down projection's outputs (T · k rows of hidden) are ~1 GB, and
+// storing bf16 pairs straight from the accumulators (half a 32-byte sector a store) instead,
+// with a third x tile in the output tile's place, took DeepSeek-V3's 764 us against 710 and
+// Kimi-K2.5's 888 against 751 (moe_bench sweep, H200, 2026-12-04; that form has left the code).
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_wgmma.cuh"
 #include "backend/cuda/bulk_copy.cuh"
@@ -47,32 +45,18 @@ constexpr int kThreads = 256;
 constexpr int kRows = 128;  // weight rows a CTA (two warpgroups of m64)
 constexpr int kTok = 64;    // x rows a tile (wgmma n)
 
-// KA: 64-column k atoms (k = 64 · KA). STAGE: the outputs cross shared memory (a warpgroup's 64
-// weight rows x 64 x rows, [x row][128 B] with 16-byte units XOR-swizzled by x row % 8) and
-// leave as whole 128-byte row pieces, at the cost of one x buffer.
-template <int KA, bool STAGE>
+// KA: 64-column k atoms (k = 64 · KA). The output tile: a warpgroup's 64 weight rows x 64 x rows,
+// [x row][128 B] with 16-byte units XOR-swizzled by x row % 8.
+template <int KA>
 struct WsCfg {
-  static constexpr int kXBufs = STAGE ? 2 : 3;  // x tiles in flight
+  static constexpr int kXBufs = 2;  // x tiles in flight
   static constexpr int kXAtom = kTok * 128;
   static constexpr int kXBuf = KA * kXAtom;
-  static constexpr int kOutBytes = STAGE ? 2 * kTok * 128 : 0;
+  static constexpr int kOutBytes = 2 * kTok * 128;
   static constexpr int kOutOff = kXBufs * kXBuf;
   static constexpr int kBytes = kOutOff + kOutBytes + 1024;  // + alignment slack
   static_assert(kBytes <= 113 * 1024, "two CTAs per SM");
 };
-
-__device__ __forceinline__ uint4 ldg16(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ uint32_t ldg32(const void* p) {
-  uint32_t v;
-  asm volatile("ld.global.nc.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
-  return v;
-}
 
 // This lane's A fragments of warp `warp`'s row tile of the block (16 rows, all of k): each lane's
 // 16 bytes of a weight tile give its fragments of the tile's k16 steps (moe_experts.cuh).
@@ -103,17 +87,18 @@ __device__ __forceinline__ void dequant_block(const MoeGroupedParams& p, int64_t
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int kt = t0 + b;
-      q[b] = ldg16(wv + kt * kMoeTileBytes);
+      q[b] = __ldg(reinterpret_cast<const uint4*>(wv + kt * kMoeTileBytes));
       sc[b] = TileScale{0, 0};
       if constexpr (F == kMoeFp8) {
-        sc[b].s0 = ldg32(sv + (int64_t(rt / (kMoeFp8Block / kMoeTileRows)) * scale_cols +
-                               kt * moe_tile_k(F) / kMoeFp8Block) *
-                                  4);
+        const int64_t at = int64_t(rt / (kMoeFp8Block / kMoeTileRows)) * scale_cols +
+                           kt * moe_tile_k(F) / kMoeFp8Block;
+        sc[b].s0 = __ldg(reinterpret_cast<const uint32_t*>(sv) + at);
       } else if constexpr (F == kMoeInt4) {
         const int grp = (kt * 64) >> gshift;
-        const char* rec = sv + (int64_t(rt) * groups + grp) * 32 + g * 4;
-        sc[b].s0 = ldg32(rec);
-        sc[b].s1 = p.w.group == 32 ? ldg32(rec + 32) : sc[b].s0;
+        const uint32_t* rec =
+            reinterpret_cast<const uint32_t*>(sv + (int64_t(rt) * groups + grp) * 32) + g;
+        sc[b].s0 = __ldg(rec);
+        sc[b].s1 = p.w.group == 32 ? __ldg(rec + 8) : sc[b].s0;
       }
     }
 #pragma unroll
@@ -142,9 +127,9 @@ __device__ __forceinline__ void issue_x(const MoeGroupedParams& p, int r, int r_
   }
 }
 
-template <int F, int KA, bool STAGE>
+template <int F, int KA>
 __global__ void __launch_bounds__(kThreads, 2) moe_gemm_ws_kernel(MoeGroupedParams p) {
-  using C = WsCfg<KA, STAGE>;
+  using C = WsCfg<KA>;
   constexpr int kXBufs = C::kXBufs;
   extern __shared__ __align__(128) char smem_raw[];
   if (p.pdl_early) pdl_trigger();
@@ -214,64 +199,49 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_ws_kernel(MoeGroupedPara
         const int t = 8 * i + 2 * c + (odd ? 1 : 0);  // x row in the tile
         const int64_t col = col0 + 8 * h - (odd ? 1 : 0);
         const uint32_t pair = odd ? pack_bf16x2(got, v1) : pack_bf16x2(v0, got);
-        if constexpr (STAGE) {
-          const int f = int(col - (int64_t(nb) * kRows + 64 * wg));  // 0..63, even
-          const int unit = (f >> 3) ^ (t & 7);
-          asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(
-                           stage + uint32_t(t * 128 + unit * 16 + (f & 7) * 2)),
-                       "r"(pair)
-                       : "memory");
-        } else if (r + t < r_end && col < p.w.n) {
-          *reinterpret_cast<uint32_t*>(p.out + (r + t) * p.w.n + col) = pair;
-        }
+        const int f = int(col - (int64_t(nb) * kRows + 64 * wg));  // 0..63, even
+        const int unit = (f >> 3) ^ (t & 7);
+        asm volatile(
+            "st.shared.u32 [%0], %1;\n" ::"r"(stage + uint32_t(t * 128 + unit * 16 + (f & 7) * 2)),
+            "r"(pair)
+            : "memory");
       }
-    if constexpr (STAGE) {  // the warpgroup's 64 x 64 tile leaves in 16-byte row pieces
-      named_sync(1 + wg, 128);
-      const int wt = int(threadIdx.x) % 128;
-      const int64_t f0 = int64_t(nb) * kRows + 64 * wg;
+    // The warpgroup's 64 x 64 tile leaves in 16-byte row pieces.
+    named_sync(1 + wg, 128);
+    const int wt = int(threadIdx.x) % 128;
+    const int64_t f0 = int64_t(nb) * kRows + 64 * wg;
 #pragma unroll
-      for (int q = 0; q < kTok * 8 / 128; ++q) {
-        const int piece = wt + 128 * q, t = piece / 8, u = piece % 8;
-        if (r + t < r_end && f0 + 8 * u < p.w.n) {
-          uint4 v;
-          asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                       : "r"(stage + uint32_t(t * 128 + ((u ^ (t & 7)) << 4))));
-          *reinterpret_cast<uint4*>(p.out + (r + t) * p.w.n + f0 + 8 * u) = v;
-        }
+    for (int q = 0; q < kTok * 8 / 128; ++q) {
+      const int piece = wt + 128 * q, t = piece / 8, u = piece % 8;
+      if (r + t < r_end && f0 + 8 * u < p.w.n) {
+        uint4 v;
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "r"(stage + uint32_t(t * 128 + ((u ^ (t & 7)) << 4))));
+        *reinterpret_cast<uint4*>(p.out + (r + t) * p.w.n + f0 + 8 * u) = v;
       }
     }
   }
   cp_async_wait<0>();  // no copy outlives the CTA
 }
 
-template <int F, int KA, bool STAGE>
-void set_limit_ws() {
-  CUDA_CHECK(cudaFuncSetAttribute(moe_gemm_ws_kernel<F, KA, STAGE>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  WsCfg<KA, STAGE>::kBytes));
-}
 template <int F>
 void set_limits_ws() {
-  set_limit_ws<F, 2, false>();
-  set_limit_ws<F, 4, false>();
-  set_limit_ws<F, 2, true>();
-  set_limit_ws<F, 4, true>();
-}
-template <int F, int KA, bool STAGE>
-void launch_ws(const MoeGroupedParams& p, int64_t ctas, cudaStream_t stream) {
-  launch_pdl(moe_gemm_ws_kernel<F, KA, STAGE>, dim3(unsigned(ctas)), dim3(kThreads),
-             WsCfg<KA, STAGE>::kBytes, Launch{stream}, p);
+  CUDA_CHECK(cudaFuncSetAttribute(moe_gemm_ws_kernel<F, 2>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, WsCfg<2>::kBytes));
+  CUDA_CHECK(cudaFuncSetAttribute(moe_gemm_ws_kernel<F, 4>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, WsCfg<4>::kBytes));
 }
 template <int F>
 void launch_ws_format(const MoeGroupedParams& p, cudaStream_t stream) {
   const int64_t ctas = int64_t(p.num_experts) * ((p.w.n + kRows - 1) / kRows);
   CHECK_MSG(ctas < (int64_t(1) << 31), "moe gemm ws: {} CTAs", ctas);
-  const bool stage = p.weight_stationary == 2 && p.w.n % 8 == 0;
   if (p.w.k == 256)
-    stage ? launch_ws<F, 4, true>(p, ctas, stream) : launch_ws<F, 4, false>(p, ctas, stream);
+    launch_pdl(moe_gemm_ws_kernel<F, 4>, dim3(unsigned(ctas)), dim3(kThreads), WsCfg<4>::kBytes,
+               Launch{stream}, p);
   else
-    stage ? launch_ws<F, 2, true>(p, ctas, stream) : launch_ws<F, 2, false>(p, ctas, stream);
+    launch_pdl(moe_gemm_ws_kernel<F, 2>, dim3(unsigned(ctas)), dim3(kThreads), WsCfg<2>::kBytes,
+               Launch{stream}, p);
   CUDA_LAUNCH_CHECK();
 }
 
