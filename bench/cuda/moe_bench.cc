@@ -41,7 +41,7 @@
 // Usage: strata_bench_moe_bench [--what kernels] [--configs kimi,moonlight,moonlight-int4,dsv3]
 //        [--backend-configs dsv3,moonlight,kimi] [--tokens 1,8,32,128,512,8192] [--calls 16]
 //        [--reps 5] [--sweep 1] [--sweep-max-tokens 32] [--variants moe_unrounded,moe_split2]
-//        [--tile-rows 64|128|256]  (kernels mode: the prefill tiles forced, else
+//        [--tile-rows 64|128]  (kernels mode: the prefill tiles forced, else
 //        moe_gemm_tile_rows)
 // --variants (backend mode): each T's experts also under each named tunable change
 // (tunable_variants.h), same weights and routing.
@@ -75,7 +75,7 @@ namespace {
 using cuda::bf16_bits;
 using namespace moe_bench;
 
-int g_tile_rows = 0;  // --tile-rows 64|128|256 (kernels mode): the prefill plan's tiles forced
+int g_tile_rows = 0;  // --tile-rows 64|128 (kernels mode): the prefill plan's tiles forced
 
 // Fills a device buffer by repeating a 64 MiB host pattern (weights: random values need not be
 // unique, only never served from L2, which depends on addresses).
@@ -763,9 +763,14 @@ int main(int argc, char** argv) {
       what = argv[i + 1];
     else if (a == "--backend-configs")
       backend_configs = argv[i + 1];
-    else if (a == "--tile-rows")
+    else if (a == "--tile-rows") {
       g_tile_rows = std::stoi(argv[i + 1]);
-    else if (a == "--variants") {
+      if (g_tile_rows != 64 && g_tile_rows != 128) {
+        std::fprintf(stderr, "--tile-rows: 64 or 128 (the GEMM's instances), not %d\n",
+                     g_tile_rows);
+        return 2;
+      }
+    } else if (a == "--variants") {
       const std::string v = argv[i + 1];
       for (size_t b = 0; b < v.size();) {
         const size_t e = std::min(v.find(',', b), v.size());
@@ -777,7 +782,7 @@ int main(int argc, char** argv) {
           stderr,
           "usage: %s [--what kernels,backend] [--configs kimi,moonlight,moonlight-int4,dsv3] "
           "[--backend-configs dsv3,moonlight,kimi] [--tokens 1,8,...] [--calls 16] [--reps 5] "
-          "[--sweep 1] [--sweep-max-tokens 32] [--variants a,b] [--tile-rows 64|128|256]\n",
+          "[--sweep 1] [--sweep-max-tokens 32] [--variants a,b] [--tile-rows 64|128]\n",
           argv[0]);
       return 2;
     }

@@ -222,8 +222,10 @@ TEST(MoeParity, GemvShapesMatchCpu) {
 // The prefill pieces (plan, gate_up GEMM, down GEMM with gemm_blocks forced, combine) against
 // the CPU twin: gemm_blocks -1 (the one-block pipeline), 1, 3 (blocks that do not divide n's),
 // 8 and 16; plan tiles of 64 rows and of 128 (two sub-tiles each); hidden 1056 (a last block of
-// two row tiles); inter 192 (three k steps: an odd element count); plan tiles of 256 rows forced
-// (tile_rows: the one-CTA-an-SM instances, gate_up and the one-block down). Then, where it
+// two row tiles); inter 192 (three k steps: an odd element count); plan tiles forced to the
+// instance the rule does not take: 64 rows for experts of ~250 (four tiles, the last partial),
+// 128 for experts of ~62 (one tile, half of its x rows past the expert's end, zero-filled);
+// gate_up and the one-block down. Then, where it
 // applies (k 128 or 256), the weight-stationary kernel (moe_experts_gemm_ws.cu; "gemm_blocks ws"):
 // experts of up to ~250 rows (four x tiles), 64 experts for 40 rows (most of them empty), k = 128.
 struct ShortKCase {
@@ -243,10 +245,10 @@ const ShortKCase kShortKCases[] = {
     {Fmt::kFp8, 1056, 128, 8, 2, 300},
     {Fmt::kInt4g32, 1056, 256, 64, 2, 20},
     {Fmt::kBf16, 1056, 256, 8, 2, 300},
-    {Fmt::kFp8, 1056, 256, 8, 2, 1000, 256},
-    {Fmt::kInt4g32, 1056, 256, 8, 2, 1000, 256},
-    {Fmt::kBf16, 1056, 256, 8, 2, 1000, 256},
-    {Fmt::kInt4g128, 2048, 256, 16, 4, 250, 256},
+    {Fmt::kFp8, 1056, 256, 8, 2, 1000, 64},
+    {Fmt::kInt4g32, 1056, 256, 8, 2, 1000, 64},
+    {Fmt::kBf16, 1056, 256, 8, 2, 1000, 64},
+    {Fmt::kInt4g128, 2048, 256, 16, 4, 250, 128},
 };
 constexpr int kWeightStationary = 1000;  // not a block count: the weight-stationary kernel
 

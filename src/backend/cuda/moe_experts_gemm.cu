@@ -18,9 +18,10 @@
 // k-steps (64 columns each) ahead; per step a warpgroup issues the four wgmma of step j, then,
 // while they run, waits for step j - 1's wgmma and step j + 1's copies, meets the CTA at one
 // barrier, issues step j + S - 1's copies and makes step j + 1's fragments in the other register
-// buffer. Two CTAs per SM (<= 128 registers, <= 113 KB shared memory each); tiles of 256 rows
-// (plan tile_rows 256: each weight converted once per 256 x rows, not 128) one CTA an SM with
-// twice the shared memory and up to 255 registers (its 128 accumulators a thread).
+// buffer. Two CTAs per SM (<= 128 registers, <= 113 KB shared memory each). (Tiles of 256 rows
+// at one CTA an SM, each weight converted once per 256 x rows, ran gate_up 7-22% slower than two
+// CTAs of 128 at 8,192 tokens (up to 2.5x at 2,048) in every format but Kimi-K2.5's INT4 at
+// 8,192, -1%: H200, moe_bench --tile-rows 256, 2026-12-04; removed.)
 // Tiles: the plan lists (expert, first row) per tile of BM rows in expert order; the grid is
 // the host's bound on tiles times the row-block groups, tile-major, so an expert's weights are
 // re-read by its next tile while still in L2; CTAs past the device's tile count exit at once.
@@ -72,9 +73,7 @@ struct Cfg {
   static constexpr int kXSteps = int(kMoeGemmShortK / 64);  // XRES: k steps held
   static constexpr int kXRegion = XRES ? kXSteps * kXBytes : 0;
   static constexpr int kStageBytes = (XRES ? 0 : kXBytes) + kWBytes + kSBytes;
-  // 256-row tiles run one CTA an SM (128 accumulators a thread): twice the shared memory.
-  static constexpr int kCtasPerSm = BM == 256 ? 1 : 2;
-  static constexpr int kBudget = (kCtasPerSm == 1 ? 224 : 112) * 1024;
+  static constexpr int kBudget = 112 * 1024;  // two CTAs an SM
   static constexpr int kFit = (kBudget - kXRegion) / kStageBytes;
   static constexpr int kStages = kFit > 6 ? 6 : kFit;
   static constexpr int kXOff = 0;  // x stages (or XRES's steps) first: 1024-byte aligned
@@ -83,7 +82,7 @@ struct Cfg {
   static constexpr int kRowOff = kSOff + kStages * kSBytes;  // the tile's x row offsets
   static constexpr int kBytes = kRowOff + BM * 4 + 1024;     // + alignment slack
   static_assert(kStages >= 3, "the pipeline needs three stages");
-  static_assert(kBytes <= (kCtasPerSm == 1 ? 227 : 113) * 1024, "kCtasPerSm CTAs per SM");
+  static_assert(kBytes <= 113 * 1024, "two CTAs per SM");
   static_assert(XRES || kStages * kXBytes >= BM * 256, "the GLU exchange fits the x stages");
 };
 
@@ -124,7 +123,10 @@ struct Cta {
   }
 
   // x of k step ks (columns 64·ks ..) into the tile at shared address sx; past the rows or k:
-  // zero.
+  // zero. (Rows past the tile's end reading x's first row instead, unmasked, with every row's
+  // address loaded before the copies, measured slower: bf16 gate_up 476 -> 596 us at 2,048
+  // tokens, equal at 8,192 for FP8; most likely every CTA's padding rows reading the same x row:
+  // H200, moe_bench, 2026-12-04.)
   __device__ __forceinline__ void issue_x(int ks, uint32_t sx) const {
     const int kk = ks * 64;
     // x row offsets come from shared memory (kept there, not in registers, for the fragments).
@@ -227,7 +229,7 @@ struct Cta {
 };
 
 template <int F, int BM, bool GLU, bool XRES>
-__global__ void __launch_bounds__(kThreads, BM == 256 ? 1 : 2) moe_gemm_kernel(MoeGroupedParams p) {
+__global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(MoeGroupedParams p) {
   using C = Cfg<F, BM, XRES>;
   extern __shared__ __align__(128) char smem_raw[];
   if (p.pdl_early) pdl_trigger();
@@ -395,8 +397,6 @@ void set_limits_format() {
   set_limit<F, 64, true, false>();
   set_limit<F, 128, false, false>();
   set_limit<F, 128, true, false>();
-  set_limit<F, 256, false, false>();
-  set_limit<F, 256, true, false>();
   if constexpr (xres_fits(F, 64)) set_limit<F, 64, false, true>();
 }
 
@@ -432,10 +432,8 @@ void launch_format(const MoeGroupedParams& p, cudaStream_t stream) {
     if constexpr (xres_fits(F, 64)) launch_cfg<F, 64, false, true>(p, stream);
   } else if (p.tile_rows == 64) {
     glu ? launch_cfg<F, 64, true, false>(p, stream) : launch_cfg<F, 64, false, false>(p, stream);
-  } else if (p.tile_rows == 128) {
-    glu ? launch_cfg<F, 128, true, false>(p, stream) : launch_cfg<F, 128, false, false>(p, stream);
   } else {
-    glu ? launch_cfg<F, 256, true, false>(p, stream) : launch_cfg<F, 256, false, false>(p, stream);
+    glu ? launch_cfg<F, 128, true, false>(p, stream) : launch_cfg<F, 128, false, false>(p, stream);
   }
 }
 
@@ -468,8 +466,7 @@ void launch_moe_gemm(const MoeGroupedParams& p, cudaStream_t stream) {
   // fp8: a 128-row scale block must not straddle the gate and up halves.
   CHECK_MSG(p.glu_inter == 0 || p.w.format != kMoeFp8 || p.glu_inter % kMoeFp8Block == 0,
             "moe gemm: fp8 gate_up needs inter % 128 == 0 (inter {})", p.glu_inter);
-  CHECK_MSG(p.tile_rows == 64 || p.tile_rows == 128 || p.tile_rows == 256, "moe gemm: tile_rows {}",
-            p.tile_rows);
+  CHECK_MSG(p.tile_rows == 64 || p.tile_rows == 128, "moe gemm: tile_rows {}", p.tile_rows);
   CHECK_MSG(p.rows * p.w.k < (int64_t(1) << 31),
             "moe gemm: x of {} x {} too large (32-bit offsets)", p.rows, p.w.k);
   CHECK(uintptr_t(p.x) % 16 == 0 && uintptr_t(p.w.values) % 16 == 0 && p.w.values_stride % 16 == 0);
