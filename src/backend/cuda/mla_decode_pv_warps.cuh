@@ -32,17 +32,18 @@ __device__ __forceinline__ void pv_warps(const MlaAttentionParams& p, const Bloc
   // looked up one chunk ahead of their copies.
   const char* cache = static_cast<const char*>(p.cache);
   const uint32_t rb = uint32_t(f.row_bytes);
+  const int ps = p.page_size, pshift = (ps & (ps - 1)) == 0 ? __ffs(ps) - 1 : -1;
   auto slots_of = [&](int c, int64_t* src) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       int key = w.begin + c * kChunk + (groups ? G * lane : lane + 32 * i);
       if (key >= w.end) key = w.begin;
-      src[i] = c < nchunks && (i == 0 || !groups) ? int64_t(w.slot_of(key, p.page_size)) * rb : 0;
+      src[i] = c < nchunks && (i == 0 || !groups) ? int64_t(w.slot_of(key, ps, pshift)) * rb : 0;
     }
   };
   const uint64_t policy = mla::l2_evict_first_policy();
-  auto produce = [&](int c, const int64_t* src) {  // into its stage, known to be free
-    const int st = c % NS;
+  // Chunk c into stage st (c % NS: the callers keep it without a division), known to be free.
+  auto produce = [&](int c, int st, const int64_t* src) {
     const uint32_t full = smem_s + kFullOff + 8 * st;
     if (p.diag == 2) {  // math without loads: the stage keeps what it holds
       if (lane == 0) mla::mbar_arrive(full);
@@ -68,7 +69,7 @@ __device__ __forceinline__ void pv_warps(const MlaAttentionParams& p, const Bloc
       } else {
         for (int r = 0; r < G; ++r) {
           const int key = k0 + r < w.end ? k0 + r : w.begin;
-          copy(dst + r * rb, cache + int64_t(w.slot_of(key, p.page_size)) * rb, rb);
+          copy(dst + r * rb, cache + int64_t(w.slot_of(key, ps, pshift)) * rb, rb);
         }
       }
     }
@@ -86,10 +87,10 @@ __device__ __forceinline__ void pv_warps(const MlaAttentionParams& p, const Bloc
       bytes[i] = 0;
       off[i] = 0;
       if (D > 0 && c < nchunks && key < w.end) {
-        const int in_page = key % p.page_size;
+        const int in_page = pshift >= 0 ? key & (ps - 1) : key % ps;
         if (in_page == 0 || key == c0) {
           const int n = min(min(p.page_size - in_page, w.end - key), c0 + kChunk - key);
-          off[i] = int64_t(w.slot_of(key, p.page_size)) * rb;
+          off[i] = int64_t(w.slot_of(key, ps, pshift)) * rb;
           bytes[i] = uint32_t(n) * rb;
         }
       }
@@ -112,7 +113,7 @@ __device__ __forceinline__ void pv_warps(const MlaAttentionParams& p, const Bloc
     if (pw == 0)
       for (int c = 0; c < early; ++c) {
         slots_of(c, next_src);
-        produce(c, next_src);
+        produce(c, c, next_src);  // c < NS
       }
     pdl_wait();
     pdl_trigger();
@@ -120,7 +121,7 @@ __device__ __forceinline__ void pv_warps(const MlaAttentionParams& p, const Bloc
   if (pw == 0) {
     for (int c = early; c < first_stages; ++c) {
       slots_of(c, next_src);
-      produce(c, next_src);
+      produce(c, c, next_src);  // c < NS
     }
     for (int c = NS; c < NS + D; ++c) {
       runs_of(c, pf_off, pf_bytes);
@@ -142,8 +143,12 @@ __device__ __forceinline__ void pv_warps(const MlaAttentionParams& p, const Bloc
 #pragma unroll
   for (int i = 0; i < 4; ++i) qrow_off[i] = lay.tile_row(0, 2 * q + (i & 1) + 8 * (i >> 1));
   const float* corr_s = reinterpret_cast<const float*>(smem + kCorrOff);
-  for (int c = 0; c < nchunks; ++c) {
-    const int st = c % NS, buf = c & 1;
+  // Chunk c's stage st = c % NS and its mbarriers' phase (c / NS) & 1, kept by increments: a
+  // runtime NS made each an integer division a chunk (ncu, 2026-12-04).
+  int st = 0;
+  uint32_t phase = 0;
+  for (int c = 0; c < nchunks; ++c, st = st + 1 == NS ? 0 : st + 1, phase ^= st == 0 ? 1 : 0) {
+    const int buf = c & 1;
     uint64_t t0 = prof.tick();
     mla::named_sync(kBarReady + buf, (kSWarps + kPvWarps) * 32);
     prof.tock(0, t0);
@@ -151,10 +156,10 @@ __device__ __forceinline__ void pv_warps(const MlaAttentionParams& p, const Bloc
       // The S warps freed the stage before P was ready: refill it now (two chunks ahead).
       if (pw == 0 && c + NS < nchunks) {
         t0 = prof.tick();
-        mla::mbar_wait(smem_s + kEmptyOff + 8 * st, (c / NS) & 1);
+        mla::mbar_wait(smem_s + kEmptyOff + 8 * st, phase);
         prof.tock(1, t0);
         t0 = prof.tick();
-        produce(c + NS, next_src);
+        produce(c + NS, st, next_src);
         prefetch(pf_off, pf_bytes);
         slots_of(c + NS + 1, next_src);
         runs_of(c + NS + 1 + D, pf_off, pf_bytes);
@@ -162,7 +167,7 @@ __device__ __forceinline__ void pv_warps(const MlaAttentionParams& p, const Bloc
       }
     } else {
       t0 = prof.tick();
-      mla::mbar_wait(smem_s + kFullOff + 8 * st, (c / NS) & 1);  // the stage's bytes, visible
+      mla::mbar_wait(smem_s + kFullOff + 8 * st, phase);  // the stage's bytes, visible
       prof.tock(1, t0);
     }
     const uint32_t st_s = stage0 + st * stage_bytes;
@@ -284,10 +289,10 @@ __device__ __forceinline__ void pv_warps(const MlaAttentionParams& p, const Bloc
     mla::named_arrive(kBarFree + buf, (kSWarps + kPvWarps) * 32);
     if (!kVT && pw == 0 && c + NS < nchunks) {  // refill once every PV warp is done with it
       t0 = prof.tick();
-      mla::mbar_wait(smem_s + kEmptyOff + 8 * st, (c / NS) & 1);
+      mla::mbar_wait(smem_s + kEmptyOff + 8 * st, phase);
       prof.tock(1, t0);
       t0 = prof.tick();
-      produce(c + NS, next_src);
+      produce(c + NS, st, next_src);
       prefetch(pf_off, pf_bytes);
       slots_of(c + NS + 1, next_src);
       runs_of(c + NS + 1 + D, pf_off, pf_bytes);

@@ -132,10 +132,13 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
     vo[2] = (xb << 4) + half, vo[3] = ((xb ^ 4) << 4) + half;
   }
 
-  for (int c = 0; c < nchunks; ++c) {
-    const int st = c % NS, buf = c & 1;
+  // st = c % NS and the phase (c / NS) & 1 by increments (no integer division a chunk).
+  int st = 0;
+  uint32_t phase = 0;
+  for (int c = 0; c < nchunks; ++c, st = st + 1 == NS ? 0 : st + 1, phase ^= st == 0 ? 1 : 0) {
+    const int buf = c & 1;
     uint64_t t0 = prof.tick();
-    mla::mbar_wait(smem_s + kFullOff + 8 * st, (c / NS) & 1);
+    mla::mbar_wait(smem_s + kFullOff + 8 * st, phase);
     prof.tock(0, t0);
     const uint32_t st_s = stage0 + st * stage_bytes;
     const char* st_p = smem + kStages0 + st * stage_bytes;

@@ -110,6 +110,13 @@ struct BlockWork {
     const int row = path_key(path_word, j, first);
     return pages[row / page_size] * page_size + row % page_size;
   }
+  // The same with page_shift = log2(page_size) where the page size is a power of two (the
+  // caller's, computed once), else -1: shifts instead of an integer division a key.
+  __device__ __forceinline__ int slot_of(int j, int page_size, int page_shift) const {
+    if (page_shift < 0) return slot_of(j, page_size);
+    const int row = path_key(path_word, j, first);
+    return (pages[row >> page_shift] << page_shift) + (row & (page_size - 1));
+  }
 };
 
 // cp.async of W bytes (4, 8: through L1; 16: L2 only), zero-filled when `ok` is false.
