@@ -23,7 +23,9 @@
 // is the shape, its time and its bandwidth as a share of copy. For prefill token counts with a
 // short-k down projection (inter <= kMoeGemmShortK), the down GEMM on the x-resident path at each
 // gemm_blocks ("auto 8" first; -1 is the one-block pipeline), then on the weight-stationary
-// kernel (the product's default where supported, so the "experts prefill" rows time that).
+// kernel (the product's default where supported, so the "experts prefill" rows time that). For
+// every prefill token count, "producer warp": each projection on the product's kernel and on
+// the producer-warp GEMM (moe_experts_gemm_pipe.cu), back to back ("-": not applicable).
 // Bandwidth counts the bytes of the experts actually touched (distinct experts of each call's
 // routing, downloaded once before timing): experts GB/s = touched expert bytes / expert-GEMM
 // time; the layer's adds the router and shared weights. Compute: routed FLOPs
@@ -678,6 +680,40 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
         line += buf;
       }
       std::printf("sweep %-14s T=%-5d %-14s %s\n", c.name.c_str(), T, "down blocks", line.c_str());
+    }
+    // The producer-warp GEMM (moe_experts_gemm_pipe.cu) against the product's choice, each
+    // projection timed both ways back to back; "-" where it does not apply.
+    if (sweep && auto_regime == cuda::kMoePrefill) {
+      experts_gemms(cuda::kMoePrefill, 0, 0, 1);  // act for the down runs
+      CUDA_CHECK(cudaStreamSynchronize(s));
+      std::string line;
+      char buf[200];
+      for (int proj = 0; proj < 2; ++proj) {
+        auto params = [&](int i) {
+          const auto g = gemm_params(cuda::kMoePrefill, at(i).first, at(i).second);
+          return proj == 0 ? g.first : g.second;
+        };
+        const cuda::MoeGroupedParams g0 = params(0);
+        const bool ok = cuda::moe_gemm_pipe_supported(g0) &&
+                        !(g0.weight_stationary && cuda::moe_gemm_ws_supported(g0));
+        double us[2] = {0, 0};
+        for (int pipe = 0; pipe < (ok ? 2 : 0); ++pipe)
+          us[pipe] = graph_us(s, calls, reps, [&](int i) {
+            cuda::MoeGroupedParams g = params(i);
+            g.pipe = pipe;
+            cuda::launch_moe_gemm(g, s);
+          });
+        const double f = flops * (proj == 0 ? 2.0 : 1.0) / 3;
+        if (ok)
+          std::snprintf(buf, sizeof buf, "%s%s %.1f us -> %.1f us (%.1f -> %.1f TFLOP/s)",
+                        proj ? " | " : "", proj ? "down" : "gate_up", us[0], us[1],
+                        f / (us[0] * 1e-6) / 1e12, f / (us[1] * 1e-6) / 1e12);
+        else
+          std::snprintf(buf, sizeof buf, "%s%s -", proj ? " | " : "", proj ? "down" : "gate_up");
+        line += buf;
+      }
+      std::printf("sweep %-14s T=%-5d %-14s %s\n", c.name.c_str(), T, "producer warp",
+                  line.c_str());
     }
 
     // The decode GEMV's work shapes (ksplit/cluster/tiles_per_warp), forced one at a time, for

@@ -227,7 +227,9 @@ TEST(MoeParity, GemvShapesMatchCpu) {
 // 128 for experts of ~62 (one tile, half of its x rows past the expert's end, zero-filled);
 // gate_up and the one-block down. Then, where it
 // applies (k 128 or 256), the weight-stationary kernel (moe_experts_gemm_ws.cu; "gemm_blocks ws"):
-// experts of up to ~250 rows (four x tiles), 64 experts for 40 rows (most of them empty), k = 128.
+// experts of up to ~250 rows (four x tiles), 64 experts for 40 rows (most of them empty), k = 128;
+// and where it applies (plan tiles of 128 rows) the producer-warp kernel (moe_experts_gemm_pipe.cu;
+// "gemm_blocks pipe"), whose gate_up must give the two-CTA kernel's act bit for bit.
 struct ShortKCase {
   Fmt fmt;
   int64_t hidden, inter;
@@ -249,8 +251,12 @@ const ShortKCase kShortKCases[] = {
     {Fmt::kInt4g32, 1056, 256, 8, 2, 1000, 64},
     {Fmt::kBf16, 1056, 256, 8, 2, 1000, 64},
     {Fmt::kInt4g128, 2048, 256, 16, 4, 250, 128},
+    {Fmt::kFp8, 2048, 256, 16, 4, 600},      // hidden % 64 == 0 and 128-row tiles: the
+    {Fmt::kInt4g32, 2048, 256, 16, 4, 600},  // producer-warp gate_up too
+    {Fmt::kBf16, 2048, 256, 8, 2, 300, 128},
 };
 constexpr int kWeightStationary = 1000;  // not a block count: the weight-stationary kernel
+constexpr int kPipe = 1001;              // nor this: the producer-warp kernel
 
 TEST(MoeParity, GemmShortKMatchCpu) {
   Stream s;
@@ -315,16 +321,42 @@ TEST(MoeParity, GemmShortKMatchCpu) {
     g_up.w = d_gu.view;
     g_up.glu_inter = inter;
     cuda::launch_moe_gemm(g_up, s.get());
+    // The producer-warp GEMM (plan tiles of 128 rows, k % 64 == 0): gate_up's act bit for bit.
+    cuda::MoeGroupedParams g_up_pipe = g_up;
+    g_up_pipe.pipe = 1;
+    if (cuda::moe_gemm_pipe_supported(g_up_pipe)) {
+      Dev act2(size_t(n * inter) * 2);
+      CUDA_CHECK(cudaMemsetAsync(act2.as<void>(), 0xff, act2.bytes(), s.get()));
+      g_up_pipe.out = act2.as<bf16_bits>();
+      cuda::launch_moe_gemm(g_up_pipe, s.get());
+      std::vector<uint16_t> h1(size_t(n * inter)), h2(size_t(n * inter));
+      CUDA_CHECK(cudaMemcpyAsync(h1.data(), act.as<void>(), h1.size() * 2, cudaMemcpyDeviceToHost,
+                                 s.get()));
+      CUDA_CHECK(cudaMemcpyAsync(h2.data(), act2.as<void>(), h2.size() * 2, cudaMemcpyDeviceToHost,
+                                 s.get()));
+      CUDA_CHECK(cudaStreamSynchronize(s.get()));
+      int64_t differ = 0;
+      for (size_t i = 0; i < h1.size(); ++i) differ += h1[i] != h2[i];
+      EXPECT_EQ(differ, 0) << "producer-warp gate_up: " << fmt_name(c.fmt) << " H " << hidden
+                           << " I " << inter << " T " << tokens << " tile " << tile_rows;
+      std::printf(
+          "shortk  %-9s H %4lld I %3lld T %4lld tile %3d gate_up producer warp: %lld of "
+          "%zu act values differ\n",
+          fmt_name(c.fmt), static_cast<long long>(hidden), static_cast<long long>(inter),
+          static_cast<long long>(tokens), tile_rows, static_cast<long long>(differ), h1.size());
+    }
     g_dn.x = act.as<bf16_bits>();
     g_dn.rows = n;
     g_dn.out = y.as<bf16_bits>();
     g_dn.w = d_dn.view;
     g_dn.num_experts = experts;
-    for (int blocks : {-1, 1, 3, 8, 16, kWeightStationary}) {
-      const bool ws = blocks == kWeightStationary;
-      g_dn.gemm_blocks = ws ? 0 : blocks;
+    for (int blocks : {-1, 1, 3, 8, 16, kWeightStationary, kPipe}) {
+      const bool ws = blocks == kWeightStationary, pipe = blocks == kPipe;
+      g_dn.gemm_blocks = ws || pipe ? 0 : blocks;
       g_dn.weight_stationary = ws ? 1 : 0;
+      g_dn.pipe = pipe ? 1 : 0;
       if (ws && !cuda::moe_gemm_ws_supported(g_dn)) continue;
+      if (pipe && !cuda::moe_gemm_pipe_supported(g_dn)) continue;
       std::vector<uint16_t> first;
       for (int rep = 0; rep < 2; ++rep) {
         CUDA_CHECK(cudaMemsetAsync(y.as<void>(), 0xff, y.bytes(), s.get()));
@@ -344,7 +376,10 @@ TEST(MoeParity, GemmShortKMatchCpu) {
           std::printf("shortk  %-9s H %4lld I %3lld T %4lld tile %3d gemm_blocks %s: NMSE %.2e\n",
                       fmt_name(c.fmt), static_cast<long long>(hidden),
                       static_cast<long long>(inter), static_cast<long long>(tokens), tile_rows,
-                      ws ? "ws" : std::to_string(blocks).c_str(), e);
+                      ws     ? "ws"
+                      : pipe ? "pipe"
+                             : std::to_string(blocks).c_str(),
+                      e);
         } else {
           EXPECT_EQ(0, std::memcmp(first.data(), all.data(), first.size() * 2))
               << "not deterministic: " << fmt_name(c.fmt) << " gemm_blocks " << blocks;

@@ -177,7 +177,7 @@ struct MoeGroupedParams {
   int max_active;       // GEMV grid bound: min(E, T·k) (grouped; the grid adds T·k / pass rows)
   int expect_active;    // GEMV grouped: the touched experts expected (shape choice); 0: max_active
   int max_tiles;        // GEMM grid bound: moe_max_tiles(T·k, E, tile_rows) (grouped)
-  int tile_rows;        // GEMM rows per tile: 64, 128 or 256 (grouped: the plan's tile_rows)
+  int tile_rows;        // GEMM rows per tile: 64 or 128 (grouped: the plan's tile_rows)
   int gemv_tokens;      // GEMV rows per weight pass: 8, 16 or 32 (more rows: more passes)
   int ksplit;           // GEMV warps of a CTA per row tile: 0 (auto), 1, 2, 4, 8
   int cluster;          // GEMV CTAs of a cluster splitting k further: 0 (auto), 1, 2, 4, 8 (> 1
@@ -195,7 +195,8 @@ struct MoeGroupedParams {
                         // predecessor wrote them): plan and first weights before pdl_wait
   int weight_stationary;  // GEMM, where moe_gemm_ws_supported: 1 the weight-stationary kernel
                           // (below), 0 the x-resident path or the one-block pipeline
-  int pad_;
+  int pipe;               // GEMM, where moe_gemm_pipe_supported (and not weight-stationary): 1 the
+                          // producer-warp kernel (below; bench and tests only until measured)
 };
 // The GEMV's work decomposition for these parameters (auto fields chosen by a cost model, or for
 // the int4 ring kernels with nothing forced by a rule fitted to measurements; forced ones kept;
@@ -229,6 +230,14 @@ void launch_moe_gemm(const MoeGroupedParams& p, cudaStream_t stream);
 bool moe_gemm_ws_supported(const MoeGroupedParams& p);
 void init_moe_gemm_ws_kernels();
 void launch_moe_gemm_ws(const MoeGroupedParams& p, cudaStream_t stream);
+// GEMM with a producer warp (moe_experts_gemm_pipe.cu): one CTA an SM, two consumer
+// warpgroups over 128 x rows and 256 weight rows, an mbarrier pipeline fed by one warp's bulk
+// copies (weights) and cp.async (x rows, scales); the same bits as the two-CTA kernel. Needs
+// k % 64 == 0 and plan tiles of 128 rows (or dense mode); launch_moe_gemm takes it where
+// p.pipe is set.
+bool moe_gemm_pipe_supported(const MoeGroupedParams& p);
+void init_moe_gemm_pipe_kernels();
+void launch_moe_gemm_pipe(const MoeGroupedParams& p, cudaStream_t stream);
 
 // ---- x in f16 for the FP8 GEMV (moe_stage_f16.cu says why it loses nothing) ----
 // x16 holds each row in the fp8 tiles' fragment order: the 32 columns at 32t are stored at 32t

@@ -455,6 +455,7 @@ void init_moe_gemm_kernels() {
   set_limits_format<kMoeInt4>();
   init_moe_gemv_kernels();  // the int4 GEMV's ring, before any graph capture as well
   init_moe_gemm_ws_kernels();
+  init_moe_gemm_pipe_kernels();
 }
 
 void launch_moe_gemm(const MoeGroupedParams& p, cudaStream_t stream) {
@@ -477,6 +478,7 @@ void launch_moe_gemm(const MoeGroupedParams& p, cudaStream_t stream) {
   static PerDeviceOnce limits;  // the kernels' shared-memory limits
   limits.run(init_moe_gemm_kernels);
   if (p.weight_stationary && moe_gemm_ws_supported(p)) return launch_moe_gemm_ws(p, stream);
+  if (p.pipe && moe_gemm_pipe_supported(p)) return launch_moe_gemm_pipe(p, stream);
   switch (p.w.format) {
     case kMoeBf16:
       launch_format<kMoeBf16>(p, stream);

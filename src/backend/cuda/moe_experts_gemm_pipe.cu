@@ -1,0 +1,405 @@
+// The prefill regime's grouped GEMM with a producer warp: one CTA an SM of two consumer
+// warpgroups and one warp that only copies, over a pipeline of mbarriers (MoeGroupedParams::pipe;
+// moe_gemm_pipe_supported says where).
+//
+// Why (ncu warp-state sampling per SASS instruction, H200, 2026-12-04, the two-CTA kernel of
+// moe_experts_gemm.cu at 8,192 tokens): Moonlight's bf16 gate_up spent its warps' stalls waiting
+// for their own cp.async groups (27% long scoreboard: three 32 KB stages, copies one k step
+// ahead), at the CTA barrier of each k step (9%) and on the x rows' address chain (row offset
+// from shared memory -> compare -> address -> cp.async, 14% short scoreboard); DeepSeek-V3's FP8
+// gate_up was issue-bound with the x copies' compares and address arithmetic the largest share
+// of its samples (27%), beside the conversions. Every warp both copied and multiplied, so each
+// k step waited for the slowest warp's copies and nothing ran ahead of the CTA barrier.
+//
+// This kernel:
+//  - 288 threads, one CTA an SM (up to 224 registers a thread): warps 0-7 are two consumer
+//    warpgroups, warp 8 the producer. A CTA takes a plan tile of 128 x rows (the wgmma n) and
+//    256 weight rows: plain, 16 row tiles (warpgroup v rows 128 v ..); SwiGLU, 128 outputs,
+//    warpgroup 0 their 8 gate row tiles and warpgroup 1 the matching 8 up row tiles. Each
+//    warpgroup runs two m64 blocks, so a weight fragment serves 128 x rows and an x tile 256
+//    weight rows (the two-CTA kernel: 128 x rows, 128 weight rows).
+//  - Stages of one 64-column k step (x tile 16 KB, weights 8-32 KB, scales), as many as fit
+//    (bf16 4, fp8 6, int4 8): the producer waits on a stage's empty mbarrier (one arrival per
+//    consumer warp), then copies its weights with one bulk copy per row tile (a row tile's k step
+//    is contiguous in the tile layout; lane t < 16 takes row tile t), x rows by cp.async (lane l
+//    rows l + 32 i, offsets kept in registers) and scales by cp.async, and arrives on the full
+//    mbarrier with its copies (cp.async.mbarrier.arrive.noinc; the bulk bytes as transactions).
+//  - Consumers: wait full, make the A fragments of both blocks (the two-CTA kernel's fragment
+//    code: same dequantization, same bits), issue 8 wgmma (2 blocks x 4 k16), then wait for the
+//    previous step's wgmma and free its stage. No CTA barrier in the loop.
+//  - Epilogue as the two-CTA kernel's: plain outputs stored from the accumulators; SwiGLU's up
+//    sums cross to the gate warpgroup through the (then idle) stages.
+// The accumulation order of each output is the two-CTA kernel's (wgmma n 128, k16 steps in
+// order), so both give the same bits (GemmShortKMatchCpu checks it).
+// Requires k % 64 == 0 (whole tiles every step: bulk copies do not zero-fill) and plan tiles of
+// 128 rows (or dense mode).
+#include "backend/cuda/attention_wgmma.cuh"
+#include "backend/cuda/bulk_copy.cuh"
+#include "backend/cuda/moe_experts.cuh"
+
+namespace strata::cuda {
+namespace {
+
+using namespace moe;
+using attn::fence_proxy_async;
+using attn::make_smem_desc;
+using attn::reg_fence;
+using attn::wgmma_commit;
+using attn::wgmma_fence;
+using attn::wgmma_rs_n;
+using attn::wgmma_wait;
+using int4::cp_async16;
+using int4::smem_u32;
+
+constexpr int kConsumerThreads = 256;
+constexpr int kThreads = kConsumerThreads + 32;
+constexpr int kBM = 128;                            // x rows a tile (wgmma n)
+constexpr int kRowTiles = 16;                       // weight row tiles a CTA (256 rows)
+constexpr int kFullCount = 32 + 1;                  // the producer's lanes + its expect_tx
+constexpr int kEmptyCount = kConsumerThreads / 32;  // one arrival a consumer warp
+constexpr int kSmemMax = 227 * 1024;
+
+__host__ __device__ constexpr int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+// The cp.async copies this thread issued so far arrive on `bar` when they land.
+__device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+template <int F>
+struct PipeCfg {
+  static constexpr int kTilesPerStep = 64 / moe_tile_k(F);  // weight tiles a row tile a k step
+  static constexpr int kRowTileBytes = kTilesPerStep * kMoeTileBytes;
+  static constexpr int kXBytes = kBM * 128;  // [128 rows][64 k] bf16, 128-byte swizzle
+  static constexpr int kWBytes = kRowTiles * kRowTileBytes;
+  // int4: per row tile the scale records of the step's groups (one, or two at group 32: 64 B);
+  // fp8: the two 128-row blocks' scales of the step's 128-column block.
+  static constexpr int kSBytes = F == kMoeInt4 ? kRowTiles * 64 : F == kMoeFp8 ? 16 : 0;
+  static constexpr int kStage = (kXBytes + kWBytes + kSBytes + 1023) / 1024 * 1024;
+  static constexpr int kTail = 2 * 8 * 8 + kBM * 4 + 1024;  // barriers, row table, alignment
+  static constexpr int kFit = (kSmemMax - kTail) / kStage;
+  static constexpr int kStages = kFit > 8 ? 8 : kFit;
+  static constexpr int kBarOff = kStages * kStage;  // full[S], then empty[S]
+  static constexpr int kRowOff = kBarOff + 2 * 8 * kStages;
+  static constexpr int kBytes = kRowOff + kBM * 4 + 1024;
+  static_assert(kStages >= 3, "the pipeline needs three stages");
+  static_assert(kBytes <= kSmemMax, "one CTA an SM");
+  static_assert(kStages * kStage >= 2 * 64 * 128 * 4, "the SwiGLU exchange fits the stages");
+};
+
+// Row tile `t` (0..15) of the CTA in the weight matrix, or -1 past n (plain) or inter (SwiGLU).
+template <bool GLU>
+__device__ __forceinline__ int row_tile_of(const MoeGroupedParams& p, int nb, int t) {
+  if constexpr (GLU) {
+    const int half = int(p.glu_inter / kMoeTileRows), gi = nb * 8 + t % 8;
+    return gi < half ? gi + (t >= 8 ? half : 0) : -1;
+  } else {
+    const int rt = nb * kRowTiles + t;
+    return rt < int(p.w.n / kMoeTileRows) ? rt : -1;
+  }
+}
+
+template <int F, bool GLU>
+__device__ __forceinline__ void produce(const MoeGroupedParams& p, int64_t e, int nb, uint32_t smem,
+                                        int steps) {
+  using C = PipeCfg<F>;
+  const int lane = int(threadIdx.x) % 32;
+  const uint32_t full0 = smem + C::kBarOff, empty0 = full0 + 8 * C::kStages;
+  // This lane's x rows (lane + 32 i): element offsets, -1 past the tile's rows.
+  int32_t xoff[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    asm volatile("ld.shared.s32 %0, [%1];\n"
+                 : "=r"(xoff[i])
+                 : "r"(smem + C::kRowOff + uint32_t(lane + 32 * i) * 4));
+  }
+  // Lane t < 16: row tile t's weights (one bulk copy a step); the valid row tiles' bytes.
+  const int rt = lane < kRowTiles ? row_tile_of<GLU>(p, nb, lane) : -1;
+  const int kt_count = int(moe_k_tiles(F, p.w.k));
+  const char* w_src = static_cast<const char*>(p.w.values) + e * p.w.values_stride +
+                      int64_t(rt < 0 ? 0 : rt) * kt_count * kMoeTileBytes;
+  const uint32_t w_bytes = uint32_t(__popc(__ballot_sync(~0u, rt >= 0))) * C::kRowTileBytes;
+  const char* s_base = static_cast<const char*>(p.w.scales) + e * p.w.scales_stride;
+  const int groups = F == kMoeInt4 ? int(int4_scale_groups(p.w.k, p.w.group)) : 0;
+  const int gshift = __ffs(p.w.group) - 1;
+  const int scale_cols = int(cdiv(p.w.k, kMoeFp8Block));
+  int st = 0;
+  uint32_t phase = 0;  // (j / stages) & 1
+  for (int j = 0; j < steps; ++j) {
+    if (j >= C::kStages) mbar_wait(empty0 + 8 * st, phase ^ 1);  // element j - S's release
+    const uint32_t stage = smem + uint32_t(st) * C::kStage, full = full0 + 8 * st;
+    if (lane == 0) mbar_arrive_expect_tx(full, w_bytes);
+    __syncwarp();
+    if (rt >= 0)
+      bulk_copy_g2s(stage + C::kXBytes + uint32_t(lane) * C::kRowTileBytes,
+                    w_src + int64_t(j) * C::kRowTileBytes, C::kRowTileBytes, full);
+    const uint32_t ss = stage + C::kXBytes + C::kWBytes;
+    if constexpr (F == kMoeInt4) {
+      // Row tile t's record(s) of the step's group(s): 32 bytes, 64 at group 32 (k % 64 == 0:
+      // both groups exist).
+      if (lane < kRowTiles) {
+        const int grp = (j * 64) >> gshift, pieces = p.w.group == 32 ? 4 : 2;
+        const char* src = s_base + (int64_t(rt < 0 ? 0 : rt) * groups + grp) * 32;
+        for (int q = 0; q < pieces; ++q)
+          cp_async16(ss + uint32_t(lane * 64 + q * 16), rt >= 0 ? src + q * 16 : s_base,
+                     rt >= 0 ? 16 : 0);
+      }
+    } else if constexpr (F == kMoeFp8) {
+      // Lane v < 2: the scale of warpgroup v's 128-row block (row tile 8 v's block).
+      if (lane < 2) {
+        const int r8 = row_tile_of<GLU>(p, nb, 8 * lane);
+        const int idx = (r8 * kMoeTileRows / kMoeFp8Block) * scale_cols + j * 64 / kMoeFp8Block;
+        cp_async4(ss + uint32_t(lane * 4), r8 >= 0 ? s_base + idx * 4 : s_base, r8 >= 0 ? 4 : 0);
+      }
+    }
+    // x: rows lane + 32 i, the 8 16-byte pieces of each, 128-byte swizzle (as the consumers'
+    // descriptors read them).
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = lane + 32 * i;
+      const bool ok = xoff[i] >= 0;
+      const bf16_bits* src = p.x + (ok ? xoff[i] : 0) + j * 64;
+#pragma unroll
+      for (int c = 0; c < 8; ++c)
+        cp_async16(stage + uint32_t(r * 128 + ((c ^ (r & 7)) << 4)), ok ? src + c * 8 : p.x,
+                   ok ? 16 : 0);
+    }
+    cp_async_arrive_noinc(full);
+    if (++st == C::kStages) st = 0, phase ^= 1;
+  }
+  asm volatile("cp.async.wait_all;\n" ::: "memory");  // no copy outlives its thread
+}
+
+// Consumer warp `warp` (0..7; warpgroup v = warp / 4): the A fragments of step j's stage for its
+// two row tiles (blocks b = 0, 1: row tile 8 v + 4 b + warp % 4).
+template <int F>
+__device__ __forceinline__ void fragments(const MoeGroupedParams& p, uint32_t stage, int warp,
+                                          uint32_t (&a)[2][4][4]) {
+  using C = PipeCfg<F>;
+  const int lane = int(threadIdx.x) % 32, v = warp / 4;
+  const uint32_t ss = stage + C::kXBytes + C::kWBytes;
+#pragma unroll
+  for (int b = 0; b < 2; ++b) {
+    const int t = 8 * v + 4 * b + warp % 4;
+    TileScale sc{0, 0};
+    if constexpr (F == kMoeInt4) {
+      const uint32_t at = ss + uint32_t(t * 64 + (lane / 4) * 4);
+      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(sc.s0) : "r"(at));
+      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(sc.s1) : "r"(at + 32));
+      if (p.w.group != 32) sc.s1 = sc.s0;
+    } else if constexpr (F == kMoeFp8) {
+      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(sc.s0) : "r"(ss + uint32_t(v * 4)));
+    }
+    const uint32_t w = stage + C::kXBytes + uint32_t(t * C::kRowTileBytes + lane * 16);
+#pragma unroll
+    for (int tt = 0; tt < C::kTilesPerStep; ++tt) {
+      uint4 q;
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w)
+                   : "r"(w + uint32_t(tt * kMoeTileBytes)));
+#pragma unroll
+      for (int s = 0; s < kSteps<F>; ++s) fragment<F>(q, sc, s, a[b][tt * kSteps<F> + s]);
+    }
+    reg_fence(a[b]);
+  }
+}
+
+template <int F, bool GLU>
+__global__ void __maxnreg__(224) moe_gemm_pipe_kernel(MoeGroupedParams p) {
+  using C = PipeCfg<F>;
+  extern __shared__ __align__(128) char smem_raw[];
+  if (p.pdl_early) pdl_trigger();
+  const int tid = int(threadIdx.x);
+  const int warp = __shfl_sync(~0u, tid / 32, 0), lane = tid % 32;
+  const int units = int(GLU ? cdiv(p.glu_inter / kMoeTileRows, 8) : cdiv(p.w.n / kMoeTileRows, 16));
+  const int64_t tile = int64_t(blockIdx.x) / units;
+  const int nb = int(int64_t(blockIdx.x) % units);
+  pdl_wait();
+  if (!p.pdl_early) pdl_trigger();
+
+  int64_t e = 0;
+  int row0, rows;  // < 2^31: the launcher checks rows · k
+  if (p.offsets != nullptr) {
+    if (tile >= p.counts[1]) return;  // the whole CTA
+    e = p.tiles[2 * tile];
+    row0 = p.tiles[2 * tile + 1];
+    rows = min(kBM, p.offsets[e + 1] - row0);
+    if (rows <= 0) return;
+  } else {
+    if (tile * kBM >= p.rows) return;
+    row0 = int(tile * kBM);
+    rows = int(min(int64_t(kBM), p.rows - row0));
+  }
+  uint32_t smem = smem_u32(smem_raw);
+  smem += (1024 - (smem & 1023)) & 1023;  // the swizzle works on address bits
+  char* smem_g = smem_raw + (smem - smem_u32(smem_raw));
+  const uint32_t full0 = smem + C::kBarOff, empty0 = full0 + 8 * C::kStages;
+  if (tid == 0) {
+    for (int s = 0; s < C::kStages; ++s) {
+      mbar_init(full0 + 8 * s, kFullCount);
+      mbar_init(empty0 + 8 * s, kEmptyCount);
+    }
+    mbar_init_fence();
+  }
+  if (tid < kBM) {  // element offset of the tile's x row tid, -1 past its rows
+    const int64_t xr =
+        tid < rows ? (p.row_token ? int64_t(p.row_token[row0 + tid]) : row0 + tid) : -1;
+    reinterpret_cast<int32_t*>(smem_g + C::kRowOff)[tid] = xr >= 0 ? int32_t(xr * p.w.k) : -1;
+  }
+  __syncthreads();
+  const int steps = int(p.w.k / 64);
+  if (warp == kConsumerThreads / 32) {
+    produce<F, GLU>(p, e, nb, smem, steps);
+    return;
+  }
+
+  // ---- consumers ----
+  float acc[2][kBM / 2];
+#pragma unroll
+  for (int b = 0; b < 2; ++b)
+#pragma unroll
+    for (int i = 0; i < kBM / 2; ++i) acc[b][i] = 0.0f;
+  uint32_t a0[2][4][4], a1[2][4][4];
+  int st = 0;
+  uint32_t phase = 0;
+  auto stage_of = [&](int s) { return smem + uint32_t(s) * C::kStage; };
+  mbar_wait(full0, 0);
+  fence_proxy_async();  // the producer's cp.async (generic proxy) before wgmma reads x
+  fragments<F>(p, stage_of(0), warp, a0);
+  // Step j with fragments `cur`: its wgmma; then step j - 1's are done (its stage is freed and
+  // `nxt` may be rewritten) and step j + 1's fragments go into `nxt`.
+  auto step = [&](int j, uint32_t(&cur)[2][4][4], uint32_t(&nxt)[2][4][4]) {
+    const uint32_t xb = stage_of(st);
+    wgmma_fence();
+#pragma unroll
+    for (int b = 0; b < 2; ++b)
+#pragma unroll
+      for (int s = 0; s < 4; ++s)
+        wgmma_rs_n<kBM>(acc[b], cur[b][s], make_smem_desc(xb + 32 * s, 16, 1024));
+    wgmma_commit();
+    wgmma_wait<1>();
+    if (j > 0) {  // step j - 1's stage: both warpgroups' reads of it are done once all 8 arrive
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty0 + 8 * (st == 0 ? C::kStages - 1 : st - 1));
+    }
+    if (++st == C::kStages) st = 0, phase ^= 1;
+    if (j + 1 < steps) {
+      mbar_wait(full0 + 8 * st, phase);
+      fence_proxy_async();
+      fragments<F>(p, stage_of(st), warp, nxt);
+    }
+  };
+  for (int j = 0; j < steps; j += 2) {
+    step(j, a0, a1);
+    if (j + 1 < steps) step(j + 1, a1, a0);
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int b = 0; b < 2; ++b) reg_fence<kBM / 2>(acc[b]);
+
+  // acc[b][4 i + 2 h + e2]: weight row 16 (row tile) + g + 8 h, x row 8 i + 2 c + e2.
+  const int g = lane / 4, c = lane % 4, v = warp / 4;
+  if constexpr (!GLU) {
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      const int rt = row_tile_of<false>(p, nb, 8 * v + 4 * b + warp % 4);
+      if (rt < 0) continue;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t col = int64_t(rt) * kMoeTileRows + g + 8 * h;
+#pragma unroll
+        for (int i = 0; i < kBM / 8; ++i)
+#pragma unroll
+          for (int e2 = 0; e2 < 2; ++e2) {
+            const int r = 8 * i + 2 * c + e2;
+            if (r < rows)
+              p.out[(row0 + r) * p.w.n + col] = float_to_bf16(acc[b][4 * i + 2 * h + e2]);
+          }
+      }
+    }
+  } else {  // warpgroup 1's up sums join warpgroup 0's gate sums through the idle stages
+    float* xchg = reinterpret_cast<float*>(smem_g);
+    const int t = tid % 128;
+    named_sync(1, kConsumerThreads);  // every consumer's last wgmma has read its stage
+    if (v == 1) {
+#pragma unroll
+      for (int b = 0; b < 2; ++b)
+#pragma unroll
+        for (int i = 0; i < kBM / 2; ++i) xchg[(b * (kBM / 2) + i) * 128 + t] = acc[b][i];
+    }
+    named_sync(2, kConsumerThreads);
+    if (v == 1) return;
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      const int rt = row_tile_of<true>(p, nb, 4 * b + warp % 4);  // a gate tile
+      if (rt < 0) continue;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t col = int64_t(rt) * kMoeTileRows + g + 8 * h;
+#pragma unroll
+        for (int i = 0; i < kBM / 8; ++i)
+#pragma unroll
+          for (int e2 = 0; e2 < 2; ++e2) {
+            const int r = 8 * i + 2 * c + e2;
+            const int at = 4 * i + 2 * h + e2;
+            if (r < rows)
+              p.out[(row0 + r) * p.glu_inter + col] = float_to_bf16(
+                  silu(round_bf16(acc[b][at])) * round_bf16(xchg[(b * (kBM / 2) + at) * 128 + t]));
+          }
+      }
+    }
+  }
+}
+
+template <int F, bool GLU>
+void launch_pipe(const MoeGroupedParams& p, cudaStream_t stream) {
+  using C = PipeCfg<F>;
+  const int64_t units = GLU ? cdiv(p.glu_inter / kMoeTileRows, 8) : cdiv(p.w.n / kMoeTileRows, 16);
+  const int64_t tiles = p.offsets ? p.max_tiles : cdiv(p.rows, kBM);
+  const int64_t ctas = tiles * units;
+  if (ctas == 0) return;
+  CHECK_MSG(ctas < (int64_t(1) << 31), "moe gemm pipe: {} CTAs", ctas);
+  launch_pdl(moe_gemm_pipe_kernel<F, GLU>, dim3(unsigned(ctas)), dim3(kThreads), C::kBytes,
+             Launch{stream}, p);
+  CUDA_LAUNCH_CHECK();
+}
+
+template <int F>
+void set_limits_pipe() {
+  for (auto* k : {moe_gemm_pipe_kernel<F, false>, moe_gemm_pipe_kernel<F, true>})
+    CUDA_CHECK(
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, PipeCfg<F>::kBytes));
+}
+
+}  // namespace
+
+bool moe_gemm_pipe_supported(const MoeGroupedParams& p) {
+  return (p.offsets == nullptr || p.tile_rows == kBM) && p.w.k % 64 == 0 && p.w.k > 0 &&
+         p.rows * p.w.k < (int64_t(1) << 31) &&
+         (p.w.format != kMoeInt4 || p.w.group % 64 == 0 || p.w.group == 32);
+}
+
+void init_moe_gemm_pipe_kernels() {
+  set_limits_pipe<kMoeBf16>();
+  set_limits_pipe<kMoeFp8>();
+  set_limits_pipe<kMoeInt4>();
+}
+
+void launch_moe_gemm_pipe(const MoeGroupedParams& p, cudaStream_t stream) {
+  CHECK_MSG(moe_gemm_pipe_supported(p), "moe gemm pipe: k {} tile_rows {} format {} group {}",
+            p.w.k, p.tile_rows, p.w.format, p.w.group);
+  const bool glu = p.glu_inter > 0;
+  switch (p.w.format) {
+    case kMoeBf16:
+      return glu ? launch_pipe<kMoeBf16, true>(p, stream) : launch_pipe<kMoeBf16, false>(p, stream);
+    case kMoeFp8:
+      return glu ? launch_pipe<kMoeFp8, true>(p, stream) : launch_pipe<kMoeFp8, false>(p, stream);
+    default:
+      return glu ? launch_pipe<kMoeInt4, true>(p, stream) : launch_pipe<kMoeInt4, false>(p, stream);
+  }
+}
+
+}  // namespace strata::cuda
