@@ -23,9 +23,10 @@
 // is the shape, its time and its bandwidth as a share of copy. For prefill token counts with a
 // short-k down projection (inter <= kMoeGemmShortK), the down GEMM on the x-resident path at each
 // gemm_blocks ("auto 8" first; -1 is the one-block pipeline), then on the weight-stationary
-// kernel (the product's default where supported, so the "experts prefill" rows time that). For
-// every prefill token count, "producer warp": each projection on the product's kernel and on
-// the producer-warp GEMM (moe_experts_gemm_pipe.cu), back to back ("-": not applicable).
+// kernel (the product's default where supported, so the "experts prefill" rows time that). With
+// --producer-warp 1, for every prefill token count, "producer warp": each projection on the
+// product's kernel and on the producer-warp GEMM (moe_experts_gemm_pipe.cu), back to back ("-":
+// not applicable).
 // Bandwidth counts the bytes of the experts actually touched (distinct experts of each call's
 // routing, downloaded once before timing): experts GB/s = touched expert bytes / expert-GEMM
 // time; the layer's adds the router and shared weights. Compute: routed FLOPs
@@ -44,7 +45,7 @@
 //        [--backend-configs dsv3,moonlight,kimi] [--tokens 1,8,32,128,512,8192] [--calls 16]
 //        [--reps 5] [--sweep 1] [--sweep-max-tokens 32] [--variants moe_unrounded,moe_split2]
 //        [--tile-rows 64|128]  (kernels mode: the prefill tiles forced, else
-//        moe_gemm_tile_rows)
+//        moe_gemm_tile_rows) [--producer-warp 1]  (kernels mode: see above)
 // --variants (backend mode): each T's experts also under each named tunable change
 // (tunable_variants.h), same weights and routing.
 #include <cublas_v2.h>
@@ -77,7 +78,8 @@ namespace {
 using cuda::bf16_bits;
 using namespace moe_bench;
 
-int g_tile_rows = 0;  // --tile-rows 64|128 (kernels mode): the prefill plan's tiles forced
+int g_tile_rows = 0;      // --tile-rows 64|128 (kernels mode): the prefill plan's tiles forced
+int g_producer_warp = 0;  // --producer-warp 1 (kernels mode): the "producer warp" comparison
 
 // Fills a device buffer by repeating a 64 MiB host pattern (weights: random values need not be
 // unique, only never served from L2, which depends on addresses).
@@ -683,7 +685,7 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
     }
     // The producer-warp GEMM (moe_experts_gemm_pipe.cu) against the product's choice, each
     // projection timed both ways back to back; "-" where it does not apply.
-    if (sweep && auto_regime == cuda::kMoePrefill) {
+    if (g_producer_warp && auto_regime == cuda::kMoePrefill) {
       experts_gemms(cuda::kMoePrefill, 0, 0, 1);  // act for the down runs
       CUDA_CHECK(cudaStreamSynchronize(s));
       std::string line;
@@ -799,6 +801,8 @@ int main(int argc, char** argv) {
       what = argv[i + 1];
     else if (a == "--backend-configs")
       backend_configs = argv[i + 1];
+    else if (a == "--producer-warp")
+      g_producer_warp = std::stoi(argv[i + 1]);
     else if (a == "--tile-rows") {
       g_tile_rows = std::stoi(argv[i + 1]);
       if (g_tile_rows != 64 && g_tile_rows != 128) {
@@ -818,7 +822,8 @@ int main(int argc, char** argv) {
           stderr,
           "usage: %s [--what kernels,backend] [--configs kimi,moonlight,moonlight-int4,dsv3] "
           "[--backend-configs dsv3,moonlight,kimi] [--tokens 1,8,...] [--calls 16] [--reps 5] "
-          "[--sweep 1] [--sweep-max-tokens 32] [--variants a,b] [--tile-rows 64|128]\n",
+          "[--sweep 1] [--sweep-max-tokens 32] [--variants a,b] [--tile-rows 64|128] "
+          "[--producer-warp 0|1]\n",
           argv[0]);
       return 2;
     }

@@ -12,11 +12,11 @@
 // k step waited for the slowest warp's copies and nothing ran ahead of the CTA barrier.
 //
 // This kernel:
-//  - 288 threads, one CTA an SM (up to 224 registers a thread): warps 0-7 are two consumer
-//    warpgroups, warp 8 the producer. A CTA takes a plan tile of 128 x rows (the wgmma n) and
-//    256 weight rows: plain, 16 row tiles (warpgroup v rows 128 v ..); SwiGLU, 128 outputs,
-//    warpgroup 0 their 8 gate row tiles and warpgroup 1 the matching 8 up row tiles. Each
-//    warpgroup runs two m64 blocks, so a weight fragment serves 128 x rows and an x tile 256
+//  - 384 threads, one CTA an SM: warps 0-7 are two consumer warpgroups (224 registers a thread
+//    by setmaxnreg), warp 8 the producer (warps 9-11 leave). A CTA takes a plan tile of 128 x rows
+//    (the wgmma n) and 256 weight rows: plain, 16 row tiles (warpgroup v rows 128 v ..); SwiGLU,
+//    128 outputs, warpgroup 0 their 8 gate row tiles and warpgroup 1 the matching 8 up row tiles.
+//    Each warpgroup runs two m64 blocks, so a weight fragment serves 128 x rows and an x tile 256
 //    weight rows (the two-CTA kernel: 128 x rows, 128 weight rows).
 //  - Stages of one 64-column k step (x tile 16 KB, weights 8-32 KB, scales), as many as fit
 //    (bf16 4, fp8 6, int4 8): the producer waits on a stage's empty mbarrier (one arrival per
@@ -52,7 +52,12 @@ using int4::cp_async16;
 using int4::smem_u32;
 
 constexpr int kConsumerThreads = 256;
-constexpr int kThreads = kConsumerThreads + 32;
+// A third warpgroup holds the producer (its first warp; the other three leave at once): the
+// register file is split per SM sub-partition, so a ninth warp would cap every thread at 168
+// registers (ptxas sizes a 288-thread block as 384). setmaxnreg moves the producer group's
+// registers to the consumers: 2 x 224 + 56 registers a thread per sub-partition's three warps.
+constexpr int kThreads = kConsumerThreads + 128;
+constexpr int kConsumerRegs = 224, kProducerRegs = 56;
 constexpr int kBM = 128;                            // x rows a tile (wgmma n)
 constexpr int kRowTiles = 16;                       // weight row tiles a CTA (256 rows)
 constexpr int kFullCount = 32 + 1;                  // the producer's lanes + its expect_tx
@@ -208,7 +213,7 @@ __device__ __forceinline__ void fragments(const MoeGroupedParams& p, uint32_t st
 }
 
 template <int F, bool GLU>
-__global__ void __maxnreg__(224) moe_gemm_pipe_kernel(MoeGroupedParams p) {
+__global__ void __launch_bounds__(kThreads, 1) moe_gemm_pipe_kernel(MoeGroupedParams p) {
   using C = PipeCfg<F>;
   extern __shared__ __align__(128) char smem_raw[];
   if (p.pdl_early) pdl_trigger();
@@ -251,10 +256,12 @@ __global__ void __maxnreg__(224) moe_gemm_pipe_kernel(MoeGroupedParams p) {
   }
   __syncthreads();
   const int steps = int(p.w.k / 64);
-  if (warp == kConsumerThreads / 32) {
-    produce<F, GLU>(p, e, nb, smem, steps);
+  if (warp >= kConsumerThreads / 32) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    if (warp == kConsumerThreads / 32) produce<F, GLU>(p, e, nb, smem, steps);
     return;
   }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
 
   // ---- consumers ----
   float acc[2][kBM / 2];
