@@ -6,7 +6,8 @@
 #   2. the layer's kernels at PREFILL_TOKENS (default 512,8192) for PREFILL_CONFIGS (default
 #      dsv3,moonlight,moonlight-int4,kimi): gate_up and down apart, TFLOP/s and % of the cuBLAS
 #      bf16 rate measured in the same run (moe_bench --what kernels), the down projection's blocks
-#      a CTA swept; EXTRA_KERNELS: one more kernels pass at 8,192 tokens with these flags;
+#      a CTA swept; EXTRA_KERNELS: one more kernels pass at 8,192 tokens with these flags (e.g.
+#      "--configs dsv3,kimi --producer-warp 1": the producer-warp GEMM beside the product's);
 #      PREFILL_VARIANTS (tunable_variants.h names) run the same through the backend
 #   3. (NCU=0 skips it) Nsight Compute on the two prefill GEMMs (gate_up, down) of each config at
 #      NCU_TOKENS (default 8192): speed of light, tensor pipe, L2, warp stalls by reason, occupancy
@@ -31,7 +32,7 @@ if [ -n "${EXTRA_KERNELS:-}" ]; then  # a second kernels pass, e.g. "--configs k
   timeout 200 ./build-dev/strata_bench_moe_bench --what kernels --tokens 8192 --sweep 0 \
     $EXTRA_KERNELS >"$L/kernels_extra.log" 2>&1
   echo "extra kernels ($EXTRA_KERNELS): exit $?"
-  grep -E "experts prefill" "$L/kernels_extra.log" | cut -c1-260
+  grep -E "experts prefill|producer warp" "$L/kernels_extra.log" | cut -c1-260
 fi
 if [ -n "${PREFILL_VARIANTS:-}" ]; then
   timeout 300 ./build-dev/strata_bench_moe_bench --what backend --backend-configs dsv3,moonlight,kimi \

@@ -486,6 +486,7 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
   gate_up.out = s.act;
   gate_up.w = p.gate_up;
   gate_up.glu_inter = inter;
+  gate_up.pipe = !decode && !p.fixed_tiles && p.gemm_pipe ? 1 : 0;
   stage(gate_up, s.x16, s.x_inv);
   run(gate_up);
   MoeGroupedParams down = g;  // y = act · Wdᵀ, both in the same row order
@@ -499,6 +500,7 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
   // triggers early): down may plan before its own wait.
   down.early_plan = gate_up.pdl_early ? 0 : 1;
   down.weight_stationary = !decode && !p.fixed_tiles && p.gemm_weight_stationary ? 1 : 0;
+  down.pipe = gate_up.pipe;
   down.pdl_early = 0;
   stage(down, s.act16, s.act_inv);
   run(down);

@@ -350,7 +350,8 @@ struct MoeExpertsParams {
                                 // (CudaTunables::moe_fp8_f16_smem_max_tokens)
   int gemm_weight_stationary;   // prefill: the down projection on the weight-stationary GEMM
                                 // where supported (CudaTunables::moe_gemm_weight_stationary)
-  int pad_;
+  int gemm_pipe;  // prefill: the GEMMs on the producer-warp kernel where supported (the
+                  // weight-stationary down projection first; CudaTunables::moe_gemm_pipe)
   // Or null: the stream waits on it right before the combine (the join of the side branch that
   // makes `add`: backend/side_branch.h).
   cudaEvent_t join_event;

@@ -247,6 +247,11 @@ struct CudaTunables {
   // 8,192 tokens, us: DeepSeek-V3 rank (FP8) 326 / 543 / 1,702 -> 226 / 287 / 710; Kimi-K2.5
   // rank (INT4) 431 / 481 / 1,594 -> 311 / 334 / 751.
   bool moe_gemm_weight_stationary = true;
+  // Prefill: the experts' GEMMs on the producer-warp kernel (moe_experts_gemm_pipe.cu: one CTA
+  // an SM, an mbarrier pipeline fed by one warp, no CTA barrier a k step) where it applies
+  // (plan tiles of 128 rows, k % 64 == 0); the weight-stationary down projection keeps its
+  // kernel. No env. Off until measured (A/B: variant gemm_pipe; moe_bench --producer-warp 1).
+  bool moe_gemm_pipe = false;
   // The router GEMV's first weight loads before its PDL wait (the same arithmetic). No env.
   // Off until measured (A/B: variant router_preload).
   bool moe_router_preload = false;
