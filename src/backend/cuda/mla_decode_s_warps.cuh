@@ -108,6 +108,19 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
       lim[nt][e] = w.limit(p, w.row0 + 8 * nt + 2 * q + e);
       tw[nt][e] = w.tree_word_of(p, w.row0 + 8 * nt + 2 * q + e);
     }
+  // A chunk below every one of this lane's rows' limits, with no draft tree among them, needs no
+  // mask: all but a split's last chunk or two in decode. (The per-element test, tree word
+  // included, was ~120 of the S warps' ~500 instructions a chunk at 16 rows, and the PV warps
+  // wait for the S warps: ncu, H200, 2026-12-04.)
+  int lim_min = lim[0][0];
+  bool trees = false;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      lim_min = min(lim_min, lim[nt][e]);
+      trees = trees || tw[nt][e] != 0;
+    }
 
   float m[NT][2], l[NT][2];
 #pragma unroll
@@ -265,17 +278,25 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
     // Scores (log2 units), masked; accumulator element i is the tile's row g + 8 (i >> 1) (key
     // gkey0 or gkey1), query row 2q + (i & 1).
     const int key0 = w.begin + c * kChunk;
+    const bool open = !trees && key0 + kChunk <= lim_min;
     float sc[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int e = i & 1;
-        const float v = acc[nt][i] * lat_f[nt][e] + accr[nt][i] * rope_f[nt][e];
-        const int key = key0 + (i >> 1 ? gkey1 : gkey0);
-        sc[nt][i] = key < lim[nt][e] && !tree_hides(tw[nt][e], key, w.first) ? v : -INFINITY;
+        sc[nt][i] = acc[nt][i] * lat_f[nt][e] + accr[nt][i] * rope_f[nt][e];
       }
-      // The warp's row maxima (over its 16 keys: the two halves, then the 8 lanes of a column).
+    if (!open) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int e = i & 1, key = key0 + (i >> 1 ? gkey1 : gkey0);
+          if (key >= lim[nt][e] || tree_hides(tw[nt][e], key, w.first)) sc[nt][i] = -INFINITY;
+        }
+    }
+    // The warp's row maxima (over its 16 keys: the two halves, then the 8 lanes of a column).
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
