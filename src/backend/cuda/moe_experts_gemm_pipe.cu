@@ -21,9 +21,10 @@
 //  - Stages of one 64-column k step (x tile 16 KB, weights 8-32 KB, scales), as many as fit
 //    (bf16 4, fp8 6, int4 8): the producer waits on a stage's empty mbarrier (one arrival per
 //    consumer warp), then copies its weights with one bulk copy per row tile (a row tile's k step
-//    is contiguous in the tile layout; lane t < 16 takes row tile t), x rows by cp.async (lane l
-//    rows l + 32 i, offsets kept in registers) and scales by cp.async, and arrives on the full
-//    mbarrier with its copies (cp.async.mbarrier.arrive.noinc; the bulk bytes as transactions).
+//    is contiguous in the tile layout; lane t < 16 takes row tile t), x rows by cp.async (8
+//    lanes a row, whole 32-byte sectors a copy round; row offsets from a table in shared
+//    memory) and scales by cp.async, and arrives on the full mbarrier with its copies
+//    (cp.async.mbarrier.arrive.noinc; the bulk bytes as transactions).
 //  - Consumers: wait full, make the A fragments of both blocks (the two-CTA kernel's fragment
 //    code: same dequantization, same bits), issue 8 wgmma (2 blocks x 4 k16), then wait for the
 //    previous step's wgmma and free its stage. No CTA barrier in the loop.
@@ -113,14 +114,6 @@ __device__ __forceinline__ void produce(const MoeGroupedParams& p, int64_t e, in
   using C = PipeCfg<F>;
   const int lane = int(threadIdx.x) % 32;
   const uint32_t full0 = smem + C::kBarOff, empty0 = full0 + 8 * C::kStages;
-  // This lane's x rows (lane + 32 i): element offsets, -1 past the tile's rows.
-  int32_t xoff[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    asm volatile("ld.shared.s32 %0, [%1];\n"
-                 : "=r"(xoff[i])
-                 : "r"(smem + C::kRowOff + uint32_t(lane + 32 * i) * 4));
-  }
   // Lane t < 16: row tile t's weights (one bulk copy a step); the valid row tiles' bytes.
   const int rt = lane < kRowTiles ? row_tile_of<GLU>(p, nb, lane) : -1;
   const int kt_count = int(moe_k_tiles(F, p.w.k));
@@ -143,14 +136,15 @@ __device__ __forceinline__ void produce(const MoeGroupedParams& p, int64_t e, in
                     w_src + int64_t(j) * C::kRowTileBytes, C::kRowTileBytes, full);
     const uint32_t ss = stage + C::kXBytes + C::kWBytes;
     if constexpr (F == kMoeInt4) {
-      // Row tile t's record(s) of the step's group(s): 32 bytes, 64 at group 32 (k % 64 == 0:
-      // both groups exist).
-      if (lane < kRowTiles) {
-        const int grp = (j * 64) >> gshift, pieces = p.w.group == 32 ? 4 : 2;
-        const char* src = s_base + (int64_t(rt < 0 ? 0 : rt) * groups + grp) * 32;
-        for (int q = 0; q < pieces; ++q)
-          cp_async16(ss + uint32_t(lane * 64 + q * 16), rt >= 0 ? src + q * 16 : s_base,
-                     rt >= 0 ? 16 : 0);
+      // Row tile t = lane / 2's record(s) of the step's group(s), 32 bytes (64 at group 32, k %
+      // 64 == 0: both groups exist), lanes 2t and 2t + 1 one 32-byte sector per copy round.
+      const int t = lane / 2, tr = row_tile_of<GLU>(p, nb, t);
+      const int grp = (j * 64) >> gshift, rounds = p.w.group == 32 ? 2 : 1;
+      const char* src = s_base + (int64_t(tr < 0 ? 0 : tr) * groups + grp) * 32;
+      for (int q = 0; q < rounds; ++q) {
+        const int piece = 2 * q + lane % 2;
+        cp_async16(ss + uint32_t(t * 64 + piece * 16), tr >= 0 ? src + piece * 16 : s_base,
+                   tr >= 0 ? 16 : 0);
       }
     } else if constexpr (F == kMoeFp8) {
       // Lane v < 2: the scale of warpgroup v's 128-row block (row tile 8 v's block).
@@ -160,17 +154,20 @@ __device__ __forceinline__ void produce(const MoeGroupedParams& p, int64_t e, in
         cp_async4(ss + uint32_t(lane * 4), r8 >= 0 ? s_base + idx * 4 : s_base, r8 >= 0 ? 4 : 0);
       }
     }
-    // x: rows lane + 32 i, the 8 16-byte pieces of each, 128-byte swizzle (as the consumers'
-    // descriptors read them).
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = lane + 32 * i;
-      const bool ok = xoff[i] >= 0;
-      const bf16_bits* src = p.x + (ok ? xoff[i] : 0) + j * 64;
-#pragma unroll
-      for (int c = 0; c < 8; ++c)
-        cp_async16(stage + uint32_t(r * 128 + ((c ^ (r & 7)) << 4)), ok ? src + c * 8 : p.x,
-                   ok ? 16 : 0);
+    // x: 16-byte piece lane % 8 of rows 4 i + lane / 8 (a copy round moves 4 whole 128-byte
+    // row steps, whole sectors), 128-byte swizzle as the consumers' descriptors read them; the
+    // rows' element offsets (-1 past the tile's rows) from the table.
+    const int c = lane % 8;
+#pragma unroll 8
+    for (int i = 0; i < kBM / 4; ++i) {
+      const int r = 4 * i + lane / 8;
+      int32_t off;
+      asm volatile("ld.shared.s32 %0, [%1];\n"
+                   : "=r"(off)
+                   : "r"(smem + C::kRowOff + uint32_t(r) * 4));
+      const bool ok = off >= 0;
+      cp_async16(stage + uint32_t(r * 128 + ((c ^ (r & 7)) << 4)),
+                 ok ? p.x + off + j * 64 + c * 8 : p.x, ok ? 16 : 0);
     }
     cp_async_arrive_noinc(full);
     if (++st == C::kStages) st = 0, phase ^= 1;
