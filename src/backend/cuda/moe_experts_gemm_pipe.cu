@@ -30,8 +30,10 @@
 //    previous step's wgmma and free its stage. No CTA barrier in the loop.
 //  - Epilogue as the two-CTA kernel's: plain outputs stored from the accumulators; SwiGLU's up
 //    sums cross to the gate warpgroup through the (then idle) stages.
-// The accumulation order of each output is the two-CTA kernel's (wgmma n 128, k16 steps in
-// order), so both give the same bits (GemmShortKMatchCpu checks it).
+//  - A tail tile of at most 64 rows (an expert's last) runs wgmma n = 64: half the products of
+//    a full tile (Kimi-K2.5's rank at 8,192 tokens averages ~170 rows an expert).
+// The accumulation order of each output is the two-CTA kernel's (k16 steps in order), so both
+// give the same bits (GemmShortKMatchCpu compares them).
 // Requires k % 64 == 0 (whole tiles every step: bulk copies do not zero-fill) and plan tiles of
 // 128 rows (or dense mode).
 #include "backend/cuda/attention_wgmma.cuh"
@@ -209,6 +211,52 @@ __device__ __forceinline__ void fragments(const MoeGroupedParams& p, uint32_t st
   }
 }
 
+// The consumers' k loop with wgmma n = N: 128, or 64 for a tail tile of at most 64 rows (its
+// sums are acc[b][0 .. 31], the n = 128 layout's first 8 columns; the rest stay zero). Per step
+// j with fragments `cur`: its wgmma; then step j - 1's are done (its stage is freed and `nxt`
+// may be rewritten) and step j + 1's fragments go into `nxt`. (One loop with both shapes behind
+// a branch made ptxas inject warpgroup arrives around every wgmma.)
+template <int F, int N>
+__device__ __forceinline__ void mainloop(const MoeGroupedParams& p, uint32_t smem, int warp,
+                                         int steps, float (&acc)[2][kBM / 2]) {
+  using C = PipeCfg<F>;
+  const int lane = int(threadIdx.x) % 32;
+  const uint32_t full0 = smem + C::kBarOff, empty0 = full0 + 8 * C::kStages;
+  uint32_t a0[2][4][4], a1[2][4][4];
+  int st = 0;
+  uint32_t phase = 0;
+  auto stage_of = [&](int s) { return smem + uint32_t(s) * C::kStage; };
+  mbar_wait(full0, 0);
+  fence_proxy_async();  // the producer's cp.async (generic proxy) before wgmma reads x
+  fragments<F>(p, stage_of(0), warp, a0);
+  auto step = [&](int j, uint32_t(&cur)[2][4][4], uint32_t(&nxt)[2][4][4]) {
+    const uint32_t xb = stage_of(st);
+    wgmma_fence();
+#pragma unroll
+    for (int b = 0; b < 2; ++b)
+#pragma unroll
+      for (int s = 0; s < 4; ++s)
+        wgmma_rs_n<N>(acc[b], cur[b][s], make_smem_desc(xb + 32 * s, 16, 1024));
+    wgmma_commit();
+    wgmma_wait<1>();
+    if (j > 0) {  // step j - 1's stage: both warpgroups' reads of it are done once all 8 arrive
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty0 + 8 * (st == 0 ? C::kStages - 1 : st - 1));
+    }
+    if (++st == C::kStages) st = 0, phase ^= 1;
+    if (j + 1 < steps) {
+      mbar_wait(full0 + 8 * st, phase);
+      fence_proxy_async();
+      fragments<F>(p, stage_of(st), warp, nxt);
+    }
+  };
+  for (int j = 0; j < steps; j += 2) {
+    step(j, a0, a1);
+    if (j + 1 < steps) step(j + 1, a1, a0);
+  }
+  wgmma_wait<0>();
+}
+
 template <int F, bool GLU>
 __global__ void __launch_bounds__(kThreads, 1) moe_gemm_pipe_kernel(MoeGroupedParams p) {
   using C = PipeCfg<F>;
@@ -266,41 +314,10 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_pipe_kernel(MoeGroupedPa
   for (int b = 0; b < 2; ++b)
 #pragma unroll
     for (int i = 0; i < kBM / 2; ++i) acc[b][i] = 0.0f;
-  uint32_t a0[2][4][4], a1[2][4][4];
-  int st = 0;
-  uint32_t phase = 0;
-  auto stage_of = [&](int s) { return smem + uint32_t(s) * C::kStage; };
-  mbar_wait(full0, 0);
-  fence_proxy_async();  // the producer's cp.async (generic proxy) before wgmma reads x
-  fragments<F>(p, stage_of(0), warp, a0);
-  // Step j with fragments `cur`: its wgmma; then step j - 1's are done (its stage is freed and
-  // `nxt` may be rewritten) and step j + 1's fragments go into `nxt`.
-  auto step = [&](int j, uint32_t(&cur)[2][4][4], uint32_t(&nxt)[2][4][4]) {
-    const uint32_t xb = stage_of(st);
-    wgmma_fence();
-#pragma unroll
-    for (int b = 0; b < 2; ++b)
-#pragma unroll
-      for (int s = 0; s < 4; ++s)
-        wgmma_rs_n<kBM>(acc[b], cur[b][s], make_smem_desc(xb + 32 * s, 16, 1024));
-    wgmma_commit();
-    wgmma_wait<1>();
-    if (j > 0) {  // step j - 1's stage: both warpgroups' reads of it are done once all 8 arrive
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty0 + 8 * (st == 0 ? C::kStages - 1 : st - 1));
-    }
-    if (++st == C::kStages) st = 0, phase ^= 1;
-    if (j + 1 < steps) {
-      mbar_wait(full0 + 8 * st, phase);
-      fence_proxy_async();
-      fragments<F>(p, stage_of(st), warp, nxt);
-    }
-  };
-  for (int j = 0; j < steps; j += 2) {
-    step(j, a0, a1);
-    if (j + 1 < steps) step(j + 1, a1, a0);
-  }
-  wgmma_wait<0>();
+  if (rows <= kBM / 2)  // CTA-uniform: a tail tile of <= 64 rows does half the products
+    mainloop<F, kBM / 2>(p, smem, warp, steps, acc);
+  else
+    mainloop<F, kBM>(p, smem, warp, steps, acc);
 #pragma unroll
   for (int b = 0; b < 2; ++b) reg_fence<kBM / 2>(acc[b]);
 
