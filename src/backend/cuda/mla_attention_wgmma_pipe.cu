@@ -39,12 +39,6 @@ constexpr int kBarP = 1;      // warpgroup 0's P and factors written (0 arrives,
 constexpr int kBarPFree = 2;  // warpgroup 1 has read them (1 arrives, 0 syncs)
 constexpr int kBarFinal = 3;  // warpgroup 0's row sums and maxima written
 
-// The cp.async copies this thread issued so far arrive on `bar` when they land (the arrival
-// counts against the barrier's expected count).
-__device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-
 __global__ void __launch_bounds__(kThreads, 1) mla_wgmma_pipe_kernel(MlaAttentionParams p) {
   extern __shared__ __align__(128) char smem_raw[];
   // wgmma's swizzle works on address bits: tiles start 1024-byte aligned.

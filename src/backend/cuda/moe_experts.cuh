@@ -100,6 +100,11 @@ __device__ __forceinline__ void fragment(const uint4& w, const TileScale& sc, in
   }
 }
 
+// 4 bytes global -> shared through L1, zero-filled for bytes = 0 (the GEMMs' fp8 block scale).
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
 __device__ __forceinline__ float round_bf16(float v) { return bf16_to_float(float_to_bf16(v)); }
 

@@ -57,11 +57,6 @@ constexpr int kThreads = 256;
 
 __host__ __device__ constexpr int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// 4 bytes global -> shared (the fp8 block scale).
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, int bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
-}
-
 // XRES (x resident, plain projections with k <= kMoeGemmShortK): x's k steps live in their own
 // region for the whole CTA; the stages hold weights (and scales) only.
 template <int F, int BM, bool XRES = false>

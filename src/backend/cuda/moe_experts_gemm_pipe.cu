@@ -69,14 +69,6 @@ constexpr int kSmemMax = 227 * 1024;
 
 __host__ __device__ constexpr int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, int bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
-}
-// The cp.async copies this thread issued so far arrive on `bar` when they land.
-__device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-
 template <int F>
 struct PipeCfg {
   static constexpr int kTilesPerStep = 64 / moe_tile_k(F);  // weight tiles a row tile a k step
@@ -126,6 +118,9 @@ __device__ __forceinline__ void produce(const MoeGroupedParams& p, int64_t e, in
   const int groups = F == kMoeInt4 ? int(int4_scale_groups(p.w.k, p.w.group)) : 0;
   const int gshift = __ffs(p.w.group) - 1;
   const int scale_cols = int(cdiv(p.w.k, kMoeFp8Block));
+  // The scale copies' row tile (fixed for the CTA): int4 row tile lane / 2 (two lanes a record);
+  // fp8 lane v < 2 warpgroup v's first row tile (its 128-row block).
+  const int s_rt = row_tile_of<GLU>(p, nb, F == kMoeInt4 ? lane / 2 : 8 * (lane & 1));
   int st = 0;
   uint32_t phase = 0;  // (j / stages) & 1
   for (int j = 0; j < steps; ++j) {
@@ -140,20 +135,19 @@ __device__ __forceinline__ void produce(const MoeGroupedParams& p, int64_t e, in
     if constexpr (F == kMoeInt4) {
       // Row tile t = lane / 2's record(s) of the step's group(s), 32 bytes (64 at group 32, k %
       // 64 == 0: both groups exist), lanes 2t and 2t + 1 one 32-byte sector per copy round.
-      const int t = lane / 2, tr = row_tile_of<GLU>(p, nb, t);
       const int grp = (j * 64) >> gshift, rounds = p.w.group == 32 ? 2 : 1;
-      const char* src = s_base + (int64_t(tr < 0 ? 0 : tr) * groups + grp) * 32;
+      const char* src = s_base + (int64_t(s_rt < 0 ? 0 : s_rt) * groups + grp) * 32;
       for (int q = 0; q < rounds; ++q) {
         const int piece = 2 * q + lane % 2;
-        cp_async16(ss + uint32_t(t * 64 + piece * 16), tr >= 0 ? src + piece * 16 : s_base,
-                   tr >= 0 ? 16 : 0);
+        cp_async16(ss + uint32_t((lane / 2) * 64 + piece * 16),
+                   s_rt >= 0 ? src + piece * 16 : s_base, s_rt >= 0 ? 16 : 0);
       }
     } else if constexpr (F == kMoeFp8) {
       // Lane v < 2: the scale of warpgroup v's 128-row block (row tile 8 v's block).
       if (lane < 2) {
-        const int r8 = row_tile_of<GLU>(p, nb, 8 * lane);
-        const int idx = (r8 * kMoeTileRows / kMoeFp8Block) * scale_cols + j * 64 / kMoeFp8Block;
-        cp_async4(ss + uint32_t(lane * 4), r8 >= 0 ? s_base + idx * 4 : s_base, r8 >= 0 ? 4 : 0);
+        const int idx = (s_rt * kMoeTileRows / kMoeFp8Block) * scale_cols + j * 64 / kMoeFp8Block;
+        cp_async4(ss + uint32_t(lane * 4), s_rt >= 0 ? s_base + idx * 4 : s_base,
+                  s_rt >= 0 ? 4 : 0);
       }
     }
     // x: 16-byte piece lane % 8 of rows 4 i + lane / 8 (a copy round moves 4 whole 128-byte
