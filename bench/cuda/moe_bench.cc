@@ -25,8 +25,9 @@
 // gemm_blocks ("auto 8" first; -1 is the one-block pipeline), then on the weight-stationary
 // kernel (the product's default where supported, so the "experts prefill" rows time that). With
 // --producer-warp 1, for every prefill token count, "producer warp": each projection on the
-// product's kernel and on the producer-warp GEMM (moe_experts_gemm_pipe.cu), back to back ("-":
-// not applicable).
+// two-CTA kernel (or the weight-stationary one, the default where it applies) and on the
+// producer-warp GEMM (moe_experts_gemm_pipe.cu, the default elsewhere), back to back ("-": not
+// applicable).
 // Bandwidth counts the bytes of the experts actually touched (distinct experts of each call's
 // routing, downloaded once before timing): experts GB/s = touched expert bytes / expert-GEMM
 // time; the layer's adds the router and shared weights. Compute: routed FLOPs
@@ -420,6 +421,7 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
       dn.w = layers[size_t(copy)].down.w;
       dn.early_plan = 1;
       dn.weight_stationary = cuda::CudaTunables{}.moe_gemm_weight_stationary ? 1 : 0;
+      gu.pipe = dn.pipe = cuda::CudaTunables{}.moe_gemm_pipe ? 1 : 0;  // the product's kernels
       return r;
     };
     auto run_gemm = [&](int regime, const cuda::MoeGroupedParams& g) {
@@ -696,13 +698,14 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
           return proj == 0 ? g.first : g.second;
         };
         const cuda::MoeGroupedParams g0 = params(0);
-        const bool ok = cuda::moe_gemm_pipe_supported(g0) &&
-                        !(g0.weight_stationary && cuda::moe_gemm_ws_supported(g0));
+        // Against the product's kernel, the weight-stationary one included where it applies.
+        const bool ok = cuda::moe_gemm_pipe_supported(g0);
         double us[2] = {0, 0};
         for (int pipe = 0; pipe < (ok ? 2 : 0); ++pipe)
           us[pipe] = graph_us(s, calls, reps, [&](int i) {
             cuda::MoeGroupedParams g = params(i);
             g.pipe = pipe;
+            if (pipe) g.weight_stationary = 0;  // pipe 0: the weight-stationary down if default
             cuda::launch_moe_gemm(g, s);
           });
         const double f = flops * (proj == 0 ? 2.0 : 1.0) / 3;

@@ -6,9 +6,9 @@
 # SchedulerStats sections saved as a report, its source page exported as SASS with the sampling
 # columns (CSV), and ncu_source_top.py printing the instructions that hold the most stall samples,
 # by reason. Cases (SOURCE_CASES, default "gu_dsv3 gu_moonlight mla16"):
-#   gu_dsv3 / gu_kimi / gu_moonlight: the MoE prefill gate_up GEMM at SOURCE_TOKENS (8192)
+#   gu_dsv3 / gu_kimi / gu_moonlight: the MoE prefill gate_up GEMM at SOURCE_TOKENS (8192), the
+#     product's kernel (the producer-warp GEMM where it applies, moe_experts_gemm_pipe.cu)
 #   dn_dsv3: the down projection (the weight-stationary kernel) at the same size
-#   pw_dsv3 / pw_kimi / pw_moonlight: gate_up on the producer-warp GEMM (moe_experts_gemm_pipe.cu)
 #   mla16: the MLA decode kernel, 64 x 4,096, 16 heads, bf16 rows (mla_bench's acceptance row)
 # Back: $OUT/source_top.txt (the tables) and $OUT/source.tar (reports, CSVs, logs).
 set -u
@@ -28,9 +28,8 @@ moe() {  # CONFIG: the MoE bench at T tokens, one call
 }
 for c in ${SOURCE_CASES:-gu_dsv3 gu_moonlight mla16}; do
   case $c in
-    gu_*) re='moe_gemm_kernel'; skip=0; cmd=$(moe "${c#gu_}") ;;
+    gu_*) re='moe_gemm_(pipe_)?kernel'; skip=0; cmd=$(moe "${c#gu_}") ;;
     dn_*) re='moe_gemm_ws_kernel'; skip=0; cmd=$(moe "${c#dn_}") ;;
-    pw_*) re='moe_gemm_pipe_kernel'; skip=0; cmd="$(moe "${c#pw_}") --producer-warp 1" ;;
     mla16) re='mla_decode_kernel'; skip=2
       cmd="./build-dev/strata_bench_mla_bench --what acceptance" ;;
     *) echo "unknown case $c"; continue ;;

@@ -33,8 +33,10 @@ inline constexpr Variant kVariants[] = {
     {"no_ws_down",
      "MoE prefill down projection on the x-resident GEMM (moe_gemm_weight_stationary off)",
      [](cuda::CudaTunables& t) { t.moe_gemm_weight_stationary = false; }},
-    {"gemm_pipe", "MoE prefill GEMMs on the producer-warp kernel (moe_gemm_pipe on)",
-     [](cuda::CudaTunables& t) { t.moe_gemm_pipe = true; }},
+    {"no_gemm_pipe",
+     "MoE prefill GEMMs on the two-CTA kernel, not the producer-warp one "
+     "(moe_gemm_pipe off)",
+     [](cuda::CudaTunables& t) { t.moe_gemm_pipe = false; }},
     {"no_mla_early_kv", "MLA decode copies its first stages after its PDL wait (mla_early_kv off)",
      [](cuda::CudaTunables& t) { t.mla_early_kv = false; }},
     {"moe_unrounded", "INT4 experts' weights unrounded before the mma (moe_int4_reg_round off)",

@@ -196,7 +196,7 @@ struct MoeGroupedParams {
   int weight_stationary;  // GEMM, where moe_gemm_ws_supported: 1 the weight-stationary kernel
                           // (below), 0 the x-resident path or the one-block pipeline
   int pipe;               // GEMM, where moe_gemm_pipe_supported (and not weight-stationary): 1 the
-                          // producer-warp kernel (below; bench and tests only until measured)
+                          // producer-warp kernel (below; the prefill default)
 };
 // The GEMV's work decomposition for these parameters (auto fields chosen by a cost model, or for
 // the int4 ring kernels with nothing forced by a rule fitted to measurements; forced ones kept;
@@ -230,9 +230,10 @@ void launch_moe_gemm(const MoeGroupedParams& p, cudaStream_t stream);
 bool moe_gemm_ws_supported(const MoeGroupedParams& p);
 void init_moe_gemm_ws_kernels();
 void launch_moe_gemm_ws(const MoeGroupedParams& p, cudaStream_t stream);
-// GEMM with a producer warp (moe_experts_gemm_pipe.cu): one CTA an SM, two consumer
-// warpgroups over 128 x rows and 256 weight rows, an mbarrier pipeline fed by one warp's bulk
-// copies (weights) and cp.async (x rows, scales); the same bits as the two-CTA kernel. Needs
+// GEMM with producer warps (moe_experts_gemm_pipe.cu): one CTA an SM, two consumer
+// warpgroups over 128 x rows and 256 weight rows, an mbarrier pipeline fed by a producer
+// warpgroup's bulk copies (weights) and cp.async (x rows, scales); the same bits as the two-CTA
+// kernel. Needs
 // k % 64 == 0 and plan tiles of 128 rows (or dense mode); launch_moe_gemm takes it where
 // p.pipe is set.
 bool moe_gemm_pipe_supported(const MoeGroupedParams& p);

@@ -1,6 +1,7 @@
-// The prefill regime's grouped GEMM with a producer warp: one CTA an SM of two consumer
-// warpgroups and one warp that only copies, over a pipeline of mbarriers (MoeGroupedParams::pipe;
-// moe_gemm_pipe_supported says where).
+// The prefill regime's grouped GEMM with producer warps: one CTA an SM of two consumer
+// warpgroups and a warpgroup that only copies, over a pipeline of mbarriers
+// (MoeGroupedParams::pipe; moe_gemm_pipe_supported says where; the default, CudaTunables::
+// moe_gemm_pipe).
 //
 // Why (ncu warp-state sampling per SASS instruction, H200, 2026-12-04, the two-CTA kernel of
 // moe_experts_gemm.cu at 8,192 tokens): Moonlight's bf16 gate_up spent its warps' stalls waiting
@@ -13,18 +14,20 @@
 //
 // This kernel:
 //  - 384 threads, one CTA an SM: warps 0-7 are two consumer warpgroups (224 registers a thread
-//    by setmaxnreg), warp 8 the producer (warps 9-11 leave). A CTA takes a plan tile of 128 x rows
+//    by setmaxnreg), warps 8-11 the producers. A CTA takes a plan tile of 128 x rows
 //    (the wgmma n) and 256 weight rows: plain, 16 row tiles (warpgroup v rows 128 v ..); SwiGLU,
 //    128 outputs, warpgroup 0 their 8 gate row tiles and warpgroup 1 the matching 8 up row tiles.
 //    Each warpgroup runs two m64 blocks, so a weight fragment serves 128 x rows and an x tile 256
 //    weight rows (the two-CTA kernel: 128 x rows, 128 weight rows).
 //  - Stages of one 64-column k step (x tile 16 KB, weights 8-32 KB, scales), as many as fit
-//    (bf16 4, fp8 6, int4 8): the producer waits on a stage's empty mbarrier (one arrival per
-//    consumer warp), then copies its weights with one bulk copy per row tile (a row tile's k step
-//    is contiguous in the tile layout; lane t < 16 takes row tile t), x rows by cp.async (8
-//    lanes a row, whole 32-byte sectors a copy round; row offsets from a table in shared
-//    memory) and scales by cp.async, and arrives on the full mbarrier with its copies
-//    (cp.async.mbarrier.arrive.noinc; the bulk bytes as transactions).
+//    (bf16 4, fp8 6, int4 8): each producer warp waits on a stage's empty mbarrier (one arrival
+//    per consumer warp), then copies its share: 4 row tiles' weights, one bulk copy each (a row
+//    tile's k step is contiguous in the tile layout), 32 x rows by cp.async (8 lanes a row,
+//    whole 32-byte sectors a copy round; row offsets held in registers for the tile), warp 0
+//    the scales by cp.async; each lane arrives on the full mbarrier with its copies
+//    (cp.async.mbarrier.arrive.noinc; the bulk bytes as transactions). A single producer warp
+//    measured 2x slower than the two-CTA kernel (2026-12-04, ncu: the consumers waited ~70% of
+//    their samples at the full mbarrier; the warp's serial copy chain was the bottleneck).
 //  - Consumers: wait full, make the A fragments of both blocks (the two-CTA kernel's fragment
 //    code: same dequantization, same bits), issue 8 wgmma (2 blocks x 4 k16), then wait for the
 //    previous step's wgmma and free its stage. No CTA barrier in the loop.
@@ -55,16 +58,16 @@ using int4::cp_async16;
 using int4::smem_u32;
 
 constexpr int kConsumerThreads = 256;
-// A third warpgroup holds the producer (its first warp; the other three leave at once): the
-// register file is split per SM sub-partition, so a ninth warp would cap every thread at 168
-// registers (ptxas sizes a 288-thread block as 384). setmaxnreg moves the producer group's
+// A third warpgroup holds the producers (the register file is split per SM sub-partition: a
+// block's warps count in fours). setmaxnreg moves the producer group's
 // registers to the consumers: 2 x 224 + 56 registers a thread per sub-partition's three warps.
 constexpr int kThreads = kConsumerThreads + 128;
 constexpr int kConsumerRegs = 224, kProducerRegs = 56;
-constexpr int kBM = 128;                            // x rows a tile (wgmma n)
-constexpr int kRowTiles = 16;                       // weight row tiles a CTA (256 rows)
-constexpr int kFullCount = 32 + 1;                  // the producer's lanes + its expect_tx
-constexpr int kEmptyCount = kConsumerThreads / 32;  // one arrival a consumer warp
+constexpr int kBM = 128;       // x rows a tile (wgmma n)
+constexpr int kRowTiles = 16;  // weight row tiles a CTA (256 rows)
+constexpr int kProducerWarps = 4;
+constexpr int kFullCount = 32 * kProducerWarps + 1;  // the producers' lanes + one expect_tx
+constexpr int kEmptyCount = kConsumerThreads / 32;   // one arrival a consumer warp
 constexpr int kSmemMax = 227 * 1024;
 
 __host__ __device__ constexpr int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -106,10 +109,12 @@ template <int F, bool GLU>
 __device__ __forceinline__ void produce(const MoeGroupedParams& p, int64_t e, int nb, uint32_t smem,
                                         int steps) {
   using C = PipeCfg<F>;
-  const int lane = int(threadIdx.x) % 32;
+  const int lane = int(threadIdx.x) % 32, pw = int(threadIdx.x) / 32 - kConsumerThreads / 32;
   const uint32_t full0 = smem + C::kBarOff, empty0 = full0 + 8 * C::kStages;
-  // Lane t < 16: row tile t's weights (one bulk copy a step); the valid row tiles' bytes.
+  // Lane t < 16: row tile t's weights (one bulk copy a step, by producer warp t / 4); the valid
+  // row tiles' bytes (every producer warp computes the sum; warp 0 expects them).
   const int rt = lane < kRowTiles ? row_tile_of<GLU>(p, nb, lane) : -1;
+  const bool my_rt = rt >= 0 && lane / 4 == pw;
   const int kt_count = int(moe_k_tiles(F, p.w.k));
   const char* w_src = static_cast<const char*>(p.w.values) + e * p.w.values_stride +
                       int64_t(rt < 0 ? 0 : rt) * kt_count * kMoeTileBytes;
@@ -121,49 +126,61 @@ __device__ __forceinline__ void produce(const MoeGroupedParams& p, int64_t e, in
   // The scale copies' row tile (fixed for the CTA): int4 row tile lane / 2 (two lanes a record);
   // fp8 lane v < 2 warpgroup v's first row tile (its 128-row block).
   const int s_rt = row_tile_of<GLU>(p, nb, F == kMoeInt4 ? lane / 2 : 8 * (lane & 1));
+  // x: this warp's 32 rows, 32 pw + 4 i + lane / 8 (i < 8), 16-byte piece c = lane % 8 of each
+  // (a copy round moves 4 whole 128-byte row steps, whole sectors). Their element offsets are
+  // read from the table once; a row past the tile's end copies 0 bytes (bit i of x_ok clear).
+  const int c = lane % 8;
+  int32_t x_off[8];
+  uint32_t x_ok = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    int32_t off;
+    asm volatile("ld.shared.s32 %0, [%1];\n"
+                 : "=r"(off)
+                 : "r"(smem + C::kRowOff + uint32_t(32 * pw + 4 * i + lane / 8) * 4));
+    x_off[i] = off >= 0 ? off + c * 8 : 0;
+    x_ok |= off >= 0 ? 1u << i : 0u;
+  }
   int st = 0;
   uint32_t phase = 0;  // (j / stages) & 1
   for (int j = 0; j < steps; ++j) {
     if (j >= C::kStages) mbar_wait(empty0 + 8 * st, phase ^ 1);  // element j - S's release
     const uint32_t stage = smem + uint32_t(st) * C::kStage, full = full0 + 8 * st;
-    if (lane == 0) mbar_arrive_expect_tx(full, w_bytes);
+    // Another warp's bulk bytes may land before this expect_tx: the transaction count may go
+    // negative within a phase, which cannot complete before warp 0's lanes arrive below.
+    if (pw == 0 && lane == 0) mbar_arrive_expect_tx(full, w_bytes);
     __syncwarp();
-    if (rt >= 0)
+    if (my_rt)
       bulk_copy_g2s(stage + C::kXBytes + uint32_t(lane) * C::kRowTileBytes,
                     w_src + int64_t(j) * C::kRowTileBytes, C::kRowTileBytes, full);
     const uint32_t ss = stage + C::kXBytes + C::kWBytes;
     if constexpr (F == kMoeInt4) {
-      // Row tile t = lane / 2's record(s) of the step's group(s), 32 bytes (64 at group 32, k %
-      // 64 == 0: both groups exist), lanes 2t and 2t + 1 one 32-byte sector per copy round.
-      const int grp = (j * 64) >> gshift, rounds = p.w.group == 32 ? 2 : 1;
-      const char* src = s_base + (int64_t(s_rt < 0 ? 0 : s_rt) * groups + grp) * 32;
-      for (int q = 0; q < rounds; ++q) {
-        const int piece = 2 * q + lane % 2;
-        cp_async16(ss + uint32_t((lane / 2) * 64 + piece * 16),
-                   s_rt >= 0 ? src + piece * 16 : s_base, s_rt >= 0 ? 16 : 0);
+      // Warp 0: row tile t = lane / 2's record(s) of the step's group(s), 32 bytes (64 at group
+      // 32, k % 64 == 0: both groups exist), lanes 2t and 2t + 1 one 32-byte sector a round.
+      if (pw == 0) {
+        const int grp = (j * 64) >> gshift, rounds = p.w.group == 32 ? 2 : 1;
+        const char* src = s_base + (int64_t(s_rt < 0 ? 0 : s_rt) * groups + grp) * 32;
+        for (int q = 0; q < rounds; ++q) {
+          const int piece = 2 * q + lane % 2;
+          cp_async16(ss + uint32_t((lane / 2) * 64 + piece * 16),
+                     s_rt >= 0 ? src + piece * 16 : s_base, s_rt >= 0 ? 16 : 0);
+        }
       }
     } else if constexpr (F == kMoeFp8) {
-      // Lane v < 2: the scale of warpgroup v's 128-row block (row tile 8 v's block).
-      if (lane < 2) {
+      // Warp 0's lane v < 2: the scale of warpgroup v's 128-row block (row tile 8 v's block).
+      if (pw == 0 && lane < 2) {
         const int idx = (s_rt * kMoeTileRows / kMoeFp8Block) * scale_cols + j * 64 / kMoeFp8Block;
         cp_async4(ss + uint32_t(lane * 4), s_rt >= 0 ? s_base + idx * 4 : s_base,
                   s_rt >= 0 ? 4 : 0);
       }
     }
-    // x: 16-byte piece lane % 8 of rows 4 i + lane / 8 (a copy round moves 4 whole 128-byte
-    // row steps, whole sectors), 128-byte swizzle as the consumers' descriptors read them; the
-    // rows' element offsets (-1 past the tile's rows) from the table.
-    const int c = lane % 8;
-#pragma unroll 8
-    for (int i = 0; i < kBM / 4; ++i) {
-      const int r = 4 * i + lane / 8;
-      int32_t off;
-      asm volatile("ld.shared.s32 %0, [%1];\n"
-                   : "=r"(off)
-                   : "r"(smem + C::kRowOff + uint32_t(r) * 4));
-      const bool ok = off >= 0;
-      cp_async16(stage + uint32_t(r * 128 + ((c ^ (r & 7)) << 4)),
-                 ok ? p.x + off + j * 64 + c * 8 : p.x, ok ? 16 : 0);
+    // x, 128-byte swizzle as the consumers' descriptors read it.
+    const auto* xj = p.x + j * 64;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int r = 32 * pw + 4 * i + lane / 8;
+      cp_async16(stage + uint32_t(r * 128 + ((c ^ (r & 7)) << 4)), xj + x_off[i],
+                 (x_ok >> i) & 1 ? 16 : 0);
     }
     cp_async_arrive_noinc(full);
     if (++st == C::kStages) st = 0, phase ^= 1;
@@ -297,7 +314,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_pipe_kernel(MoeGroupedPa
   const int steps = int(p.w.k / 64);
   if (warp >= kConsumerThreads / 32) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    if (warp == kConsumerThreads / 32) produce<F, GLU>(p, e, nb, smem, steps);
+    produce<F, GLU>(p, e, nb, smem, steps);
     return;
   }
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));

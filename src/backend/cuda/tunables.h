@@ -248,10 +248,14 @@ struct CudaTunables {
   // rank (INT4) 431 / 481 / 1,594 -> 311 / 334 / 751.
   bool moe_gemm_weight_stationary = true;
   // Prefill: the experts' GEMMs on the producer-warp kernel (moe_experts_gemm_pipe.cu: one CTA
-  // an SM, an mbarrier pipeline fed by one warp, no CTA barrier a k step) where it applies
-  // (plan tiles of 128 rows, k % 64 == 0); the weight-stationary down projection keeps its
-  // kernel. No env. Off until measured (A/B: variant gemm_pipe; moe_bench --producer-warp 1).
-  bool moe_gemm_pipe = false;
+  // an SM, an mbarrier pipeline fed by a producer warpgroup, no CTA barrier a k step) where it
+  // applies (plan tiles of 128 rows, k % 64 == 0); the weight-stationary down projection keeps
+  // its kernel (the pipe kernel there measured 1.9-2.1x slower). No env. A/B: variant
+  // no_gemm_pipe. moe_bench --what backend, H200, 2026-12-04, experts us at 2,048 / 8,192
+  // tokens, off -> on: DeepSeek-V3 rank (FP8) 892.7 / 2,371.9 -> 834.2 / 2,196.0; Moonlight
+  // (bf16) 744.4 / 2,326.7 -> 658.4 / 2,087.4; Kimi-K2.5 rank (INT4) 884.5 / 2,429.3 -> 910.2
+  // (64-row tiles at 2,048: the pipe kernel does not apply; spread) / 2,218.2.
+  bool moe_gemm_pipe = true;
   // The router GEMV's first weight loads before its PDL wait (the same arithmetic). No env.
   // Off until measured (A/B: variant router_preload).
   bool moe_router_preload = false;
