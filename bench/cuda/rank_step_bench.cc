@@ -14,8 +14,8 @@
 //   [--compare-unfused 0|1]
 // --compare-unfused 1: each batch's graph step also with CudaTunables::fusion off (the launch
 // sequence of the MLA + MoE step before the 2026-12-02 fusions), in the same process.
-// --variants a,b,...: each batch's graph step also under each named tunable change (A/B in one
-// process; tunable_variants.h lists them).
+// --variants a,b,...: each batch's graph step, and the prefill, also under each named tunable
+// change (A/B in one process; tunable_variants.h lists them).
 // --ncu-step 1: after each batch's timings, one more eager step between cudaProfilerStart and
 // cudaProfilerStop, for `ncu --profile-from-start off` (bench/cuda/decode_profile.sh);
 // --ncu-variant NAME: that step under a named tunable change instead of the defaults.
@@ -300,6 +300,15 @@ void run(const Args& a) {
                 a.prefill / (ms * 1e-3));
     print_collectives(per_step);
     std::printf("\n");
+    for (const std::string& name : a.variants) {  // the same prefill under each tunable change
+      const cuda::CudaTunables saved = be.tunables();
+      be.tune(find_variant(name)->apply);
+      model->forward_sample(batch->fb, *kv, args);
+      const double v_ms = time_ms(be, 3, [&] { model->forward_sample(batch->fb, *kv, args); });
+      be.set_tunables(saved);
+      std::printf("variant  prefill %d tokens: %-12s %.2f ms (default %.2f)\n", a.prefill,
+                  name.c_str(), v_ms, ms);
+    }
   }
 }
 
