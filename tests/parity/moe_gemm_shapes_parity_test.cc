@@ -254,6 +254,9 @@ const ShortKCase kShortKCases[] = {
     {Fmt::kFp8, 2048, 256, 16, 4, 600},      // hidden % 64 == 0 and 128-row tiles: the
     {Fmt::kInt4g32, 2048, 256, 16, 4, 600},  // producer-warp gate_up too
     {Fmt::kBf16, 2048, 256, 8, 2, 300, 128},
+    {Fmt::kFp8, 1024, 1024, 16, 4, 600},      // the producer-warp GEMM at inter 1,024: 8
+    {Fmt::kInt4g32, 1024, 1024, 16, 4, 600},  // gate_up and 4 down weight units a tile,
+    {Fmt::kBf16, 1024, 1024, 16, 4, 600},     // more CTAs than SMs
 };
 constexpr int kWeightStationary = 1000;  // not a block count: the weight-stationary kernel
 constexpr int kPipe = 1001;              // nor this: the producer-warp kernel
