@@ -1,0 +1,35 @@
+#!/bin/bash
+# ptxas's verdict on the CUDA files that issue wgmma (or FILES...), here on the CPU machine: each
+# file compiled alone with -Xptxas -v through its compile_commands.json entry (BUILD, default
+# build-cuda: configure it once with the CUDA backend on), then per file the kernels ptxas
+# serialized the wgmma of (`ptxas info (C7512) Potential Performance Loss: wgmma.mma_async
+# instructions are serialized due to insufficient register resources`) and those that spill.
+# C7512 is an info line, not a warning: a build shows nothing, and the kernel runs correct but
+# several times slower (2026-12-04: a persistent form of moe_experts_gemm_pipe.cu). Exit 1 if any
+# kernel is serialized. Run it after changing a wgmma kernel, before spending device time on it.
+set -u
+B=${BUILD:-build-cuda}
+[ -f "$B/compile_commands.json" ] || { echo "no $B/compile_commands.json"; exit 2; }
+files=("$@")
+[ ${#files[@]} -gt 0 ] || mapfile -t files < <(grep -l "wgmma" src/backend/cuda/*.cu)
+bad=0
+for f in "${files[@]}"; do
+  cmd=$(python3 - "$B/compile_commands.json" "$(realpath "$f")" <<'PY'
+import json, sys
+for e in json.load(open(sys.argv[1])):
+    if e["file"] == sys.argv[2]:
+        print(e["command"])
+        break
+PY
+)
+  [ -n "$cmd" ] || { echo "$f: not in $B/compile_commands.json"; bad=1; continue; }
+  cmd=$(sed 's| -o [^ ]*| -o /tmp/ptxas_check.o|' <<<"$cmd")
+  out=$(cd "$B" && eval "$cmd -Xptxas -v" 2>&1)
+  serial=$(grep -c "C7512" <<<"$out")
+  spills=$(grep -cE "[1-9][0-9]* bytes spill stores" <<<"$out")
+  echo "$f: $serial kernel(s) with serialized wgmma, $spills spilling"
+  grep "C7512" <<<"$out" | sed 's/.*for the function /  serialized: /' | cut -c1-160
+  [ "$serial" = 0 ] || bad=1
+done
+rm -f /tmp/ptxas_check.o
+exit $bad
