@@ -59,8 +59,8 @@ using int4::smem_u32;
 
 constexpr int kConsumerThreads = 256;
 // A third warpgroup holds the producers (the register file is split per SM sub-partition: a
-// block's warps count in fours). setmaxnreg moves the producer group's
-// registers to the consumers: 2 x 224 + 56 registers a thread per sub-partition's three warps.
+// block's warps count in fours). setmaxnreg moves the producer group's registers to the
+// consumers: 2 x 224 + 56 registers a thread per sub-partition's three warps.
 constexpr int kThreads = kConsumerThreads + 128;
 constexpr int kConsumerRegs = 224, kProducerRegs = 56;
 constexpr int kBM = 128;       // x rows a tile (wgmma n)
