@@ -25,9 +25,9 @@
 // gemm_blocks ("auto 8" first; -1 is the one-block pipeline), then on the weight-stationary
 // kernel (the product's default where supported, so the "experts prefill" rows time that). With
 // --producer-warp 1, for every prefill token count, "producer warp": each projection on the
-// two-CTA kernel (or the weight-stationary one, the default where it applies) and on the
-// producer-warp GEMM (moe_experts_gemm_pipe.cu, the default elsewhere), back to back ("-": not
-// applicable).
+// two-CTA kernel (or the weight-stationary one, the default where it applies), on the
+// producer-warp GEMM (moe_experts_gemm_pipe.cu, the default elsewhere) and on it over paired plan
+// tiles, back to back ("-": not applicable).
 // Bandwidth counts the bytes of the experts actually touched (distinct experts of each call's
 // routing, downloaded once before timing): experts GB/s = touched expert bytes / expert-GEMM
 // time; the layer's adds the router and shared weights. Compute: routed FLOPs
@@ -421,7 +421,8 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
       dn.w = layers[size_t(copy)].down.w;
       dn.early_plan = 1;
       dn.weight_stationary = cuda::CudaTunables{}.moe_gemm_weight_stationary ? 1 : 0;
-      gu.pipe = dn.pipe = cuda::CudaTunables{}.moe_gemm_pipe ? 1 : 0;  // the product's kernels
+      const cuda::CudaTunables tun{};  // the product's kernels
+      gu.pipe = dn.pipe = !tun.moe_gemm_pipe ? 0 : tun.moe_gemm_pipe_pairs ? 2 : 1;
       return r;
     };
     auto run_gemm = [&](int regime, const cuda::MoeGroupedParams& g) {
@@ -691,7 +692,7 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
       experts_gemms(cuda::kMoePrefill, 0, 0, 1);  // act for the down runs
       CUDA_CHECK(cudaStreamSynchronize(s));
       std::string line;
-      char buf[200];
+      char buf[240];
       for (int proj = 0; proj < 2; ++proj) {
         auto params = [&](int i) {
           const auto g = gemm_params(cuda::kMoePrefill, at(i).first, at(i).second);
@@ -700,8 +701,8 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
         const cuda::MoeGroupedParams g0 = params(0);
         // Against the product's kernel, the weight-stationary one included where it applies.
         const bool ok = cuda::moe_gemm_pipe_supported(g0);
-        double us[2] = {0, 0};
-        for (int pipe = 0; pipe < (ok ? 2 : 0); ++pipe)
+        double us[3] = {0, 0, 0};  // pipe 0 (two-CTA or weight-stationary), 1, 2 (paired tiles)
+        for (int pipe = 0; pipe < (ok ? 3 : 0); ++pipe)
           us[pipe] = graph_us(s, calls, reps, [&](int i) {
             cuda::MoeGroupedParams g = params(i);
             g.pipe = pipe;
@@ -710,9 +711,11 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
           });
         const double f = flops * (proj == 0 ? 2.0 : 1.0) / 3;
         if (ok)
-          std::snprintf(buf, sizeof buf, "%s%s %.1f us -> %.1f us (%.1f -> %.1f TFLOP/s)",
-                        proj ? " | " : "", proj ? "down" : "gate_up", us[0], us[1],
-                        f / (us[0] * 1e-6) / 1e12, f / (us[1] * 1e-6) / 1e12);
+          std::snprintf(buf, sizeof buf,
+                        "%s%s %.1f us -> %.1f us, paired %.1f us (%.1f -> %.1f, %.1f TFLOP/s)",
+                        proj ? " | " : "", proj ? "down" : "gate_up", us[0], us[1], us[2],
+                        f / (us[0] * 1e-6) / 1e12, f / (us[1] * 1e-6) / 1e12,
+                        f / (us[2] * 1e-6) / 1e12);
         else
           std::snprintf(buf, sizeof buf, "%s%s -", proj ? " | " : "", proj ? "down" : "gate_up");
         line += buf;

@@ -486,7 +486,7 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
   gate_up.out = s.act;
   gate_up.w = p.gate_up;
   gate_up.glu_inter = inter;
-  gate_up.pipe = !decode && !p.fixed_tiles && p.gemm_pipe ? 1 : 0;
+  gate_up.pipe = !decode && !p.fixed_tiles ? p.gemm_pipe : 0;
   stage(gate_up, s.x16, s.x_inv);
   run(gate_up);
   MoeGroupedParams down = g;  // y = act · Wdᵀ, both in the same row order

@@ -196,7 +196,8 @@ struct MoeGroupedParams {
   int weight_stationary;  // GEMM, where moe_gemm_ws_supported: 1 the weight-stationary kernel
                           // (below), 0 the x-resident path or the one-block pipeline
   int pipe;               // GEMM, where moe_gemm_pipe_supported (and not weight-stationary): 1 the
-                          // producer-warp kernel (below; the prefill default)
+                          // producer-warp kernel (below; the prefill default), 2 the same over
+                          // paired plan tiles (256 x rows a CTA)
 };
 // The GEMV's work decomposition for these parameters (auto fields chosen by a cost model, or for
 // the int4 ring kernels with nothing forced by a rule fitted to measurements; forced ones kept;
@@ -234,7 +235,8 @@ void launch_moe_gemm_ws(const MoeGroupedParams& p, cudaStream_t stream);
 // warpgroups over 128 x rows and 256 weight rows, an mbarrier pipeline fed by a producer
 // warpgroup's bulk copies (weights) and cp.async (x rows, scales); the same bits as the two-CTA
 // kernel. Needs k % 64 == 0 and plan tiles of 128 rows (or dense mode); launch_moe_gemm takes it
-// where p.pipe is set.
+// where p.pipe is set (2: an expert's plan tiles in pairs, 256 x rows against 128 weight rows a
+// CTA).
 bool moe_gemm_pipe_supported(const MoeGroupedParams& p);
 void init_moe_gemm_pipe_kernels();
 void launch_moe_gemm_pipe(const MoeGroupedParams& p, cudaStream_t stream);
@@ -351,7 +353,8 @@ struct MoeExpertsParams {
   int gemm_weight_stationary;   // prefill: the down projection on the weight-stationary GEMM
                                 // where supported (CudaTunables::moe_gemm_weight_stationary)
   int gemm_pipe;  // prefill: the GEMMs on the producer-warp kernel where supported (the
-                  // weight-stationary down projection first; CudaTunables::moe_gemm_pipe)
+                  // weight-stationary down projection first; CudaTunables::moe_gemm_pipe): 1,
+                  // or 2 over paired plan tiles (moe_gemm_pipe_pairs); MoeGroupedParams::pipe
   // Or null: the stream waits on it right before the combine (the join of the side branch that
   // makes `add`: backend/side_branch.h).
   cudaEvent_t join_event;

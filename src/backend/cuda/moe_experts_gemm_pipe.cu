@@ -35,6 +35,9 @@
 //    sums cross to the gate warpgroup through the (then idle) stages.
 //  - A tail tile of at most 64 rows (an expert's last) runs wgmma n = 64: half the products of
 //    a full tile (Kimi-K2.5's rank at 8,192 tokens averages ~170 rows an expert).
+//  - Paired (Shape<true>, MoeGroupedParams::pipe 2, off by default until measured): a CTA takes
+//    two plan tiles of an expert, 256 x rows against 128 weight rows, one m64 block a warpgroup
+//    at wgmma n = 64 .. 256 by its rows: each weight converted once per 256 x rows.
 // The accumulation order of each output is the two-CTA kernel's (k16 steps in order), so both
 // give the same bits (GemmShortKMatchCpu compares them).
 // Requires k % 64 == 0 (whole tiles every step: bulk copies do not zero-fill) and plan tiles of
@@ -60,11 +63,10 @@ using int4::smem_u32;
 constexpr int kConsumerThreads = 256;
 // A third warpgroup holds the producers (the register file is split per SM sub-partition: a
 // block's warps count in fours). setmaxnreg moves the producer group's registers to the
-// consumers: 2 x 224 + 56 registers a thread per sub-partition's three warps.
+// consumers (Shape: 2 x 224 + 56 registers a thread per sub-partition's three warps; paired,
+// whose consumers hold half the fragments and whose producers twice the x rows, 2 x 200 + 104).
 constexpr int kThreads = kConsumerThreads + 128;
-constexpr int kConsumerRegs = 224, kProducerRegs = 56;
-constexpr int kBM = 128;       // x rows a tile (wgmma n)
-constexpr int kRowTiles = 16;  // weight row tiles a CTA (256 rows)
+constexpr int kBM = 128;  // rows of a plan tile
 constexpr int kProducerWarps = 4;
 constexpr int kFullCount = 32 * kProducerWarps + 1;  // the producers' lanes + one expect_tx
 constexpr int kEmptyCount = kConsumerThreads / 32;   // one arrival a consumer warp
@@ -72,49 +74,86 @@ constexpr int kSmemMax = 227 * 1024;
 
 __host__ __device__ constexpr int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-template <int F>
+// The CTA's shape. P = false: a plan tile (128 x rows) against 256 weight rows, each consumer
+// warpgroup two m64 blocks. P = true (paired tiles): an expert's plan tiles 2i and 2i + 1 (256 x
+// rows) against 128 weight rows, each warpgroup one m64 block at wgmma n up to 256, so that a
+// weight is converted once per 256 x rows, not 128 (FP8 and INT4 gate_up spend much of their
+// issue slots on the conversions: ncu, H200, 2026-12-04).
+template <bool P>
+struct Shape {
+  static constexpr int kXR = P ? 256 : 128;  // x rows a CTA (the largest wgmma n)
+  static constexpr int kNB = P ? 1 : 2;      // m64 blocks a consumer warpgroup
+  static constexpr int kRowTiles = 8 * kNB;  // weight row tiles a CTA
+  static constexpr int kHalf = 4 * kNB;      // SwiGLU: the CTA's gate row tiles
+  static constexpr int kXRounds = kXR / 16;  // a producer lane's x rows (4 rows a warp a round)
+  static constexpr int kConsumerRegs = P ? 200 : 224, kProducerRegs = P ? 104 : 56;
+  static_assert(2 * kConsumerRegs + kProducerRegs <= 512, "the register file, 128 threads each");
+};
+
+template <int F, bool P>
 struct PipeCfg {
+  using S = Shape<P>;
   static constexpr int kTilesPerStep = 64 / moe_tile_k(F);  // weight tiles a row tile a k step
   static constexpr int kRowTileBytes = kTilesPerStep * kMoeTileBytes;
-  static constexpr int kXBytes = kBM * 128;  // [128 rows][64 k] bf16, 128-byte swizzle
-  static constexpr int kWBytes = kRowTiles * kRowTileBytes;
+  static constexpr int kXBytes = S::kXR * 128;  // [x rows][64 k] bf16, 128-byte swizzle
+  static constexpr int kWBytes = S::kRowTiles * kRowTileBytes;
   // int4: per row tile the scale records of the step's groups (one, or two at group 32: 64 B);
-  // fp8: the two 128-row blocks' scales of the step's 128-column block.
-  static constexpr int kSBytes = F == kMoeInt4 ? kRowTiles * 64 : F == kMoeFp8 ? 16 : 0;
+  // fp8: the two warpgroups' 128-row blocks' scales of the step's 128-column block.
+  static constexpr int kSBytes = F == kMoeInt4 ? S::kRowTiles * 64 : F == kMoeFp8 ? 16 : 0;
   static constexpr int kStage = (kXBytes + kWBytes + kSBytes + 1023) / 1024 * 1024;
-  static constexpr int kTail = 2 * 8 * 8 + kBM * 4 + 1024;  // barriers, row table, alignment
+  static constexpr int kTail = 2 * 8 * 8 + S::kXR * 4 + 1024;  // barriers, row table, alignment
   static constexpr int kFit = (kSmemMax - kTail) / kStage;
   static constexpr int kStages = kFit > 8 ? 8 : kFit;
   static constexpr int kBarOff = kStages * kStage;  // full[S], then empty[S]
   static constexpr int kRowOff = kBarOff + 2 * 8 * kStages;
-  static constexpr int kBytes = kRowOff + kBM * 4 + 1024;
+  static constexpr int kBytes = kRowOff + S::kXR * 4 + 1024;
+  static constexpr int kXchg = S::kNB * (S::kXR / 2) * 128 * 4;  // SwiGLU's up sums, floats
   static_assert(kStages >= 3, "the pipeline needs three stages");
   static_assert(kBytes <= kSmemMax, "one CTA an SM");
-  static_assert(kStages * kStage >= 2 * 64 * 128 * 4, "the SwiGLU exchange fits the stages");
+  static_assert(kStages * kStage >= kXchg, "the SwiGLU exchange fits the stages");
 };
 
-// Row tile `t` (0..15) of the CTA in the weight matrix, or -1 past n (plain) or inter (SwiGLU).
-template <bool GLU>
+// The CTA's row tile of consumer warpgroup v's block b, warp w (0..3): warpgroup v holds row
+// tiles kHalf v .. (SwiGLU: warpgroup 0 the gate tiles, 1 the matching up tiles).
+template <bool P>
+__device__ __forceinline__ int tile_of(int v, int b, int w) {
+  return v * Shape<P>::kHalf + 4 * b + w;
+}
+
+// Row tile `t` (0 .. kRowTiles - 1) of the CTA in the weight matrix, or -1 past n (plain) or
+// inter (SwiGLU).
+template <bool GLU, bool P>
 __device__ __forceinline__ int row_tile_of(const MoeGroupedParams& p, int nb, int t) {
+  using S = Shape<P>;
   if constexpr (GLU) {
-    const int half = int(p.glu_inter / kMoeTileRows), gi = nb * 8 + t % 8;
-    return gi < half ? gi + (t >= 8 ? half : 0) : -1;
+    const int half = int(p.glu_inter / kMoeTileRows), gi = nb * S::kHalf + t % S::kHalf;
+    return gi < half ? gi + (t >= S::kHalf ? half : 0) : -1;
   } else {
-    const int rt = nb * kRowTiles + t;
+    const int rt = nb * S::kRowTiles + t;
     return rt < int(p.w.n / kMoeTileRows) ? rt : -1;
   }
 }
 
-template <int F, bool GLU>
+// Weight units (CTAs) a tile.
+template <bool GLU, bool P>
+__host__ __device__ inline int64_t units_of(const MoeGroupedParams& p) {
+  using S = Shape<P>;
+  return GLU ? cdiv(p.glu_inter / kMoeTileRows, S::kHalf)
+             : cdiv(p.w.n / kMoeTileRows, S::kRowTiles);
+}
+
+template <int F, bool GLU, bool P>
 __device__ __forceinline__ void produce(const MoeGroupedParams& p, int64_t e, int nb, uint32_t smem,
                                         int steps) {
-  using C = PipeCfg<F>;
+  using C = PipeCfg<F, P>;
+  using S = Shape<P>;
+  constexpr int kRowTiles = S::kRowTiles;
   const int lane = int(threadIdx.x) % 32, pw = int(threadIdx.x) / 32 - kConsumerThreads / 32;
   const uint32_t full0 = smem + C::kBarOff, empty0 = full0 + 8 * C::kStages;
-  // Lane t < 16: row tile t's weights (one bulk copy a step, by producer warp t / 4); the valid
-  // row tiles' bytes (every producer warp computes the sum; warp 0 expects them).
-  const int rt = lane < kRowTiles ? row_tile_of<GLU>(p, nb, lane) : -1;
-  const bool my_rt = rt >= 0 && lane / 4 == pw;
+  // Lane t < kRowTiles: row tile t's weights (one bulk copy a step, by producer warp t / (kRowTiles
+  // / 4)); the valid row tiles' bytes (every producer warp computes the sum; warp 0 expects them).
+  const int rt = lane < kRowTiles ? row_tile_of<GLU, P>(p, nb, lane) : -1;
+  const bool my_rt = rt >= 0 && lane / (kRowTiles / 4) == pw;
   const int kt_count = int(moe_k_tiles(F, p.w.k));
   const char* w_src = static_cast<const char*>(p.w.values) + e * p.w.values_stride +
                       int64_t(rt < 0 ? 0 : rt) * kt_count * kMoeTileBytes;
@@ -123,21 +162,25 @@ __device__ __forceinline__ void produce(const MoeGroupedParams& p, int64_t e, in
   const int groups = F == kMoeInt4 ? int(int4_scale_groups(p.w.k, p.w.group)) : 0;
   const int gshift = __ffs(p.w.group) - 1;
   const int scale_cols = int(cdiv(p.w.k, kMoeFp8Block));
-  // The scale copies' row tile (fixed for the CTA): int4 row tile lane / 2 (two lanes a record);
-  // fp8 lane v < 2 warpgroup v's first row tile (its 128-row block).
-  const int s_rt = row_tile_of<GLU>(p, nb, F == kMoeInt4 ? lane / 2 : 8 * (lane & 1));
-  // x: this warp's 32 rows, 32 pw + 4 i + lane / 8 (i < 8), 16-byte piece c = lane % 8 of each
-  // (a copy round moves 4 whole 128-byte row steps, whole sectors). Their element offsets are
-  // read from the table once; a row past the tile's end copies 0 bytes (bit i of x_ok clear).
-  const int c = lane % 8;
-  int32_t x_off[8];
+  // The scale copies' row tile (fixed for the CTA): int4 row tile lane / 2 (two lanes a record,
+  // lanes below 2 kRowTiles); fp8 lane v < 2 warpgroup v's first row tile (its 128-row block).
+  const int s_rt = F == kMoeInt4
+                       ? (lane / 2 < kRowTiles ? row_tile_of<GLU, P>(p, nb, lane / 2) : -1)
+                       : row_tile_of<GLU, P>(p, nb, tile_of<P>(lane & 1, 0, 0));
+  // x: this warp's kXR / 4 rows, (kXR / 4) pw + 4 i + lane / 8 (i < kXRounds), 16-byte piece c =
+  // lane % 8 of each (a copy round moves 4 whole 128-byte row steps, whole sectors). Their
+  // element offsets are read from the table once; a row past the tile's end copies 0 bytes (bit
+  // i of x_ok clear).
+  constexpr int kXRounds = S::kXRounds;
+  const int c = lane % 8, xr0 = (S::kXR / 4) * pw + lane / 8;
+  int32_t x_off[kXRounds];
   uint32_t x_ok = 0;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < kXRounds; ++i) {
     int32_t off;
     asm volatile("ld.shared.s32 %0, [%1];\n"
                  : "=r"(off)
-                 : "r"(smem + C::kRowOff + uint32_t(32 * pw + 4 * i + lane / 8) * 4));
+                 : "r"(smem + C::kRowOff + uint32_t(xr0 + 4 * i) * 4));
     x_off[i] = off >= 0 ? off + c * 8 : 0;
     x_ok |= off >= 0 ? 1u << i : 0u;
   }
@@ -157,7 +200,7 @@ __device__ __forceinline__ void produce(const MoeGroupedParams& p, int64_t e, in
     if constexpr (F == kMoeInt4) {
       // Warp 0: row tile t = lane / 2's record(s) of the step's group(s), 32 bytes (64 at group
       // 32, k % 64 == 0: both groups exist), lanes 2t and 2t + 1 one 32-byte sector a round.
-      if (pw == 0) {
+      if (pw == 0 && lane / 2 < kRowTiles) {
         const int grp = (j * 64) >> gshift, rounds = p.w.group == 32 ? 2 : 1;
         const char* src = s_base + (int64_t(s_rt < 0 ? 0 : s_rt) * groups + grp) * 32;
         for (int q = 0; q < rounds; ++q) {
@@ -177,8 +220,8 @@ __device__ __forceinline__ void produce(const MoeGroupedParams& p, int64_t e, in
     // x, 128-byte swizzle as the consumers' descriptors read it.
     const auto* xj = p.x + j * 64;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int r = 32 * pw + 4 * i + lane / 8;
+    for (int i = 0; i < kXRounds; ++i) {
+      const int r = xr0 + 4 * i;
       cp_async16(stage + uint32_t(r * 128 + ((c ^ (r & 7)) << 4)), xj + x_off[i],
                  (x_ok >> i) & 1 ? 16 : 0);
     }
@@ -189,16 +232,16 @@ __device__ __forceinline__ void produce(const MoeGroupedParams& p, int64_t e, in
 }
 
 // Consumer warp `warp` (0..7; warpgroup v = warp / 4): the A fragments of step j's stage for its
-// two row tiles (blocks b = 0, 1: row tile 8 v + 4 b + warp % 4).
-template <int F>
+// row tiles (blocks b < kNB: row tile tile_of(v, b, warp % 4)).
+template <int F, bool P>
 __device__ __forceinline__ void fragments(const MoeGroupedParams& p, uint32_t stage, int warp,
-                                          uint32_t (&a)[2][4][4]) {
-  using C = PipeCfg<F>;
+                                          uint32_t (&a)[Shape<P>::kNB][4][4]) {
+  using C = PipeCfg<F, P>;
   const int lane = int(threadIdx.x) % 32, v = warp / 4;
   const uint32_t ss = stage + C::kXBytes + C::kWBytes;
 #pragma unroll
-  for (int b = 0; b < 2; ++b) {
-    const int t = 8 * v + 4 * b + warp % 4;
+  for (int b = 0; b < Shape<P>::kNB; ++b) {
+    const int t = tile_of<P>(v, b, warp % 4);
     TileScale sc{0, 0};
     if constexpr (F == kMoeInt4) {
       const uint32_t at = ss + uint32_t(t * 64 + (lane / 4) * 4);
@@ -227,24 +270,26 @@ __device__ __forceinline__ void fragments(const MoeGroupedParams& p, uint32_t st
 // j with fragments `cur`: its wgmma; then step j - 1's are done (its stage is freed and `nxt`
 // may be rewritten) and step j + 1's fragments go into `nxt`. (One loop with both shapes behind
 // a branch made ptxas inject warpgroup arrives around every wgmma.)
-template <int F, int N>
+template <int F, bool P, int N>
 __device__ __forceinline__ void mainloop(const MoeGroupedParams& p, uint32_t smem, int warp,
-                                         int steps, float (&acc)[2][kBM / 2]) {
-  using C = PipeCfg<F>;
+                                         int steps,
+                                         float (&acc)[Shape<P>::kNB][Shape<P>::kXR / 2]) {
+  using C = PipeCfg<F, P>;
+  constexpr int kNB = Shape<P>::kNB;
   const int lane = int(threadIdx.x) % 32;
   const uint32_t full0 = smem + C::kBarOff, empty0 = full0 + 8 * C::kStages;
-  uint32_t a0[2][4][4], a1[2][4][4];
+  uint32_t a0[kNB][4][4], a1[kNB][4][4];
   int st = 0;
   uint32_t phase = 0;
   auto stage_of = [&](int s) { return smem + uint32_t(s) * C::kStage; };
   mbar_wait(full0, 0);
   fence_proxy_async();  // the producer's cp.async (generic proxy) before wgmma reads x
-  fragments<F>(p, stage_of(0), warp, a0);
-  auto step = [&](int j, uint32_t(&cur)[2][4][4], uint32_t(&nxt)[2][4][4]) {
+  fragments<F, P>(p, stage_of(0), warp, a0);
+  auto step = [&](int j, uint32_t(&cur)[kNB][4][4], uint32_t(&nxt)[kNB][4][4]) {
     const uint32_t xb = stage_of(st);
     wgmma_fence();
 #pragma unroll
-    for (int b = 0; b < 2; ++b)
+    for (int b = 0; b < kNB; ++b)
 #pragma unroll
       for (int s = 0; s < 4; ++s)
         wgmma_rs_n<N>(acc[b], cur[b][s], make_smem_desc(xb + 32 * s, 16, 1024));
@@ -258,7 +303,7 @@ __device__ __forceinline__ void mainloop(const MoeGroupedParams& p, uint32_t sme
     if (j + 1 < steps) {
       mbar_wait(full0 + 8 * st, phase);
       fence_proxy_async();
-      fragments<F>(p, stage_of(st), warp, nxt);
+      fragments<F, P>(p, stage_of(st), warp, nxt);
     }
   };
   for (int j = 0; j < steps; j += 2) {
@@ -268,14 +313,16 @@ __device__ __forceinline__ void mainloop(const MoeGroupedParams& p, uint32_t sme
   wgmma_wait<0>();
 }
 
-template <int F, bool GLU>
+template <int F, bool GLU, bool P>
 __global__ void __launch_bounds__(kThreads, 1) moe_gemm_pipe_kernel(MoeGroupedParams p) {
-  using C = PipeCfg<F>;
+  using C = PipeCfg<F, P>;
+  using S = Shape<P>;
+  constexpr int kXR = S::kXR, kNB = S::kNB;
   extern __shared__ __align__(128) char smem_raw[];
   if (p.pdl_early) pdl_trigger();
   const int tid = int(threadIdx.x);
   const int warp = __shfl_sync(~0u, tid / 32, 0), lane = tid % 32;
-  const int units = int(GLU ? cdiv(p.glu_inter / kMoeTileRows, 8) : cdiv(p.w.n / kMoeTileRows, 16));
+  const int units = int(units_of<GLU, P>(p));
   const int64_t tile = int64_t(blockIdx.x) / units;
   const int nb = int(int64_t(blockIdx.x) % units);
   pdl_wait();
@@ -287,12 +334,14 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_pipe_kernel(MoeGroupedPa
     if (tile >= p.counts[1]) return;  // the whole CTA
     e = p.tiles[2 * tile];
     row0 = p.tiles[2 * tile + 1];
-    rows = min(kBM, p.offsets[e + 1] - row0);
+    // Paired: an expert's odd plan tile is its even neighbour's second half.
+    if (P && ((row0 - p.offsets[e]) / kBM) % 2 == 1) return;
+    rows = min(kXR, p.offsets[e + 1] - row0);
     if (rows <= 0) return;
   } else {
-    if (tile * kBM >= p.rows) return;
-    row0 = int(tile * kBM);
-    rows = int(min(int64_t(kBM), p.rows - row0));
+    if (tile * kXR >= p.rows) return;
+    row0 = int(tile * kXR);
+    rows = int(min(int64_t(kXR), p.rows - row0));
   }
   uint32_t smem = smem_u32(smem_raw);
   smem += (1024 - (smem & 1023)) & 1023;  // the swizzle works on address bits
@@ -305,7 +354,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_pipe_kernel(MoeGroupedPa
     }
     mbar_init_fence();
   }
-  if (tid < kBM) {  // element offset of the tile's x row tid, -1 past its rows
+  if (tid < kXR) {  // element offset of the CTA's x row tid, -1 past its rows
     const int64_t xr =
         tid < rows ? (p.row_token ? int64_t(p.row_token[row0 + tid]) : row0 + tid) : -1;
     reinterpret_cast<int32_t*>(smem_g + C::kRowOff)[tid] = xr >= 0 ? int32_t(xr * p.w.k) : -1;
@@ -313,37 +362,43 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_pipe_kernel(MoeGroupedPa
   __syncthreads();
   const int steps = int(p.w.k / 64);
   if (warp >= kConsumerThreads / 32) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    produce<F, GLU>(p, e, nb, smem, steps);
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(S::kProducerRegs));
+    produce<F, GLU, P>(p, e, nb, smem, steps);
     return;
   }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(S::kConsumerRegs));
 
   // ---- consumers ----
-  float acc[2][kBM / 2];
+  float acc[kNB][kXR / 2];
 #pragma unroll
-  for (int b = 0; b < 2; ++b)
+  for (int b = 0; b < kNB; ++b)
 #pragma unroll
-    for (int i = 0; i < kBM / 2; ++i) acc[b][i] = 0.0f;
-  if (rows <= kBM / 2)  // CTA-uniform: a tail tile of <= 64 rows does half the products
-    mainloop<F, kBM / 2>(p, smem, warp, steps, acc);
+    for (int i = 0; i < kXR / 2; ++i) acc[b][i] = 0.0f;
+  // wgmma n by the CTA's rows (CTA-uniform): a tail of <= 64 rows does half a tile's products;
+  // paired, 192 or 256 above 128 rows.
+  if (rows <= 64)
+    mainloop<F, P, 64>(p, smem, warp, steps, acc);
+  else if (!P || rows <= 128)
+    mainloop<F, P, 128>(p, smem, warp, steps, acc);
+  else if (rows <= 192)
+    mainloop<F, P, (P ? 192 : 128)>(p, smem, warp, steps, acc);
   else
-    mainloop<F, kBM>(p, smem, warp, steps, acc);
+    mainloop<F, P, (P ? 256 : 128)>(p, smem, warp, steps, acc);
 #pragma unroll
-  for (int b = 0; b < 2; ++b) reg_fence<kBM / 2>(acc[b]);
+  for (int b = 0; b < kNB; ++b) reg_fence<kXR / 2>(acc[b]);
 
   // acc[b][4 i + 2 h + e2]: weight row 16 (row tile) + g + 8 h, x row 8 i + 2 c + e2.
   const int g = lane / 4, c = lane % 4, v = warp / 4;
   if constexpr (!GLU) {
 #pragma unroll
-    for (int b = 0; b < 2; ++b) {
-      const int rt = row_tile_of<false>(p, nb, 8 * v + 4 * b + warp % 4);
+    for (int b = 0; b < kNB; ++b) {
+      const int rt = row_tile_of<false, P>(p, nb, tile_of<P>(v, b, warp % 4));
       if (rt < 0) continue;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t col = int64_t(rt) * kMoeTileRows + g + 8 * h;
 #pragma unroll
-        for (int i = 0; i < kBM / 8; ++i)
+        for (int i = 0; i < kXR / 8; ++i)
 #pragma unroll
           for (int e2 = 0; e2 < 2; ++e2) {
             const int r = 8 * i + 2 * c + e2;
@@ -358,52 +413,58 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_pipe_kernel(MoeGroupedPa
     named_sync(1, kConsumerThreads);  // every consumer's last wgmma has read its stage
     if (v == 1) {
 #pragma unroll
-      for (int b = 0; b < 2; ++b)
+      for (int b = 0; b < kNB; ++b)
 #pragma unroll
-        for (int i = 0; i < kBM / 2; ++i) xchg[(b * (kBM / 2) + i) * 128 + t] = acc[b][i];
+        for (int i = 0; i < kXR / 2; ++i) xchg[(b * (kXR / 2) + i) * 128 + t] = acc[b][i];
     }
     named_sync(2, kConsumerThreads);
     if (v == 1) return;
 #pragma unroll
-    for (int b = 0; b < 2; ++b) {
-      const int rt = row_tile_of<true>(p, nb, 4 * b + warp % 4);  // a gate tile
+    for (int b = 0; b < kNB; ++b) {
+      const int rt = row_tile_of<true, P>(p, nb, tile_of<P>(0, b, warp % 4));  // a gate tile
       if (rt < 0) continue;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t col = int64_t(rt) * kMoeTileRows + g + 8 * h;
 #pragma unroll
-        for (int i = 0; i < kBM / 8; ++i)
+        for (int i = 0; i < kXR / 8; ++i)
 #pragma unroll
           for (int e2 = 0; e2 < 2; ++e2) {
             const int r = 8 * i + 2 * c + e2;
             const int at = 4 * i + 2 * h + e2;
             if (r < rows)
               p.out[(row0 + r) * p.glu_inter + col] = float_to_bf16(
-                  silu(round_bf16(acc[b][at])) * round_bf16(xchg[(b * (kBM / 2) + at) * 128 + t]));
+                  silu(round_bf16(acc[b][at])) * round_bf16(xchg[(b * (kXR / 2) + at) * 128 + t]));
           }
       }
     }
   }
 }
 
-template <int F, bool GLU>
+template <int F, bool GLU, bool P>
 void launch_pipe(const MoeGroupedParams& p, cudaStream_t stream) {
-  using C = PipeCfg<F>;
-  const int64_t units = GLU ? cdiv(p.glu_inter / kMoeTileRows, 8) : cdiv(p.w.n / kMoeTileRows, 16);
-  const int64_t tiles = p.offsets ? p.max_tiles : cdiv(p.rows, kBM);
-  const int64_t ctas = tiles * units;
+  using C = PipeCfg<F, P>;
+  // Plan mode: a CTA a plan tile (paired: the odd tiles' CTAs leave at once); dense: a CTA kXR
+  // rows.
+  const int64_t tiles = p.offsets ? p.max_tiles : cdiv(p.rows, Shape<P>::kXR);
+  const int64_t ctas = tiles * units_of<GLU, P>(p);
   if (ctas == 0) return;
   CHECK_MSG(ctas < (int64_t(1) << 31), "moe gemm pipe: {} CTAs", ctas);
-  launch_pdl(moe_gemm_pipe_kernel<F, GLU>, dim3(unsigned(ctas)), dim3(kThreads), C::kBytes,
+  launch_pdl(moe_gemm_pipe_kernel<F, GLU, P>, dim3(unsigned(ctas)), dim3(kThreads), C::kBytes,
              Launch{stream}, p);
   CUDA_LAUNCH_CHECK();
 }
 
-template <int F>
+template <int F, bool P>
 void set_limits_pipe() {
-  for (auto* k : {moe_gemm_pipe_kernel<F, false>, moe_gemm_pipe_kernel<F, true>})
-    CUDA_CHECK(
-        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, PipeCfg<F>::kBytes));
+  for (auto* k : {moe_gemm_pipe_kernel<F, false, P>, moe_gemm_pipe_kernel<F, true, P>})
+    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    PipeCfg<F, P>::kBytes));
+}
+
+template <int F, bool P>
+void launch_format(const MoeGroupedParams& p, cudaStream_t stream) {
+  return p.glu_inter > 0 ? launch_pipe<F, true, P>(p, stream) : launch_pipe<F, false, P>(p, stream);
 }
 
 }  // namespace
@@ -415,22 +476,28 @@ bool moe_gemm_pipe_supported(const MoeGroupedParams& p) {
 }
 
 void init_moe_gemm_pipe_kernels() {
-  set_limits_pipe<kMoeBf16>();
-  set_limits_pipe<kMoeFp8>();
-  set_limits_pipe<kMoeInt4>();
+  set_limits_pipe<kMoeBf16, false>();
+  set_limits_pipe<kMoeFp8, false>();
+  set_limits_pipe<kMoeInt4, false>();
+  set_limits_pipe<kMoeBf16, true>();
+  set_limits_pipe<kMoeFp8, true>();
+  set_limits_pipe<kMoeInt4, true>();
 }
 
 void launch_moe_gemm_pipe(const MoeGroupedParams& p, cudaStream_t stream) {
   CHECK_MSG(moe_gemm_pipe_supported(p), "moe gemm pipe: k {} tile_rows {} format {} group {}",
             p.w.k, p.tile_rows, p.w.format, p.w.group);
-  const bool glu = p.glu_inter > 0;
+  const bool paired = p.pipe == 2;
   switch (p.w.format) {
     case kMoeBf16:
-      return glu ? launch_pipe<kMoeBf16, true>(p, stream) : launch_pipe<kMoeBf16, false>(p, stream);
+      return paired ? launch_format<kMoeBf16, true>(p, stream)
+                    : launch_format<kMoeBf16, false>(p, stream);
     case kMoeFp8:
-      return glu ? launch_pipe<kMoeFp8, true>(p, stream) : launch_pipe<kMoeFp8, false>(p, stream);
+      return paired ? launch_format<kMoeFp8, true>(p, stream)
+                    : launch_format<kMoeFp8, false>(p, stream);
     default:
-      return glu ? launch_pipe<kMoeInt4, true>(p, stream) : launch_pipe<kMoeInt4, false>(p, stream);
+      return paired ? launch_format<kMoeInt4, true>(p, stream)
+                    : launch_format<kMoeInt4, false>(p, stream);
   }
 }
 
