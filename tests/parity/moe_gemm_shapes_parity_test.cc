@@ -229,8 +229,8 @@ TEST(MoeParity, GemvShapesMatchCpu) {
 // applies (k 128 or 256), the weight-stationary kernel (moe_experts_gemm_ws.cu; "gemm_blocks ws"):
 // experts of up to ~250 rows (four x tiles), 64 experts for 40 rows (most of them empty), k = 128;
 // and where it applies (plan tiles of 128 rows) the producer-warp kernel (moe_experts_gemm_pipe.cu;
-// "gemm_blocks pipe"), alone and over paired plan tiles ("pipe pairs"), whose gate_up must give
-// the two-CTA kernel's act bit for bit.
+// "gemm_blocks pipe"), alone, over paired plan tiles ("pipe pairs") and four plan tiles a CTA
+// ("pipe items"), whose gate_up must give the two-CTA kernel's act bit for bit.
 struct ShortKCase {
   Fmt fmt;
   int64_t hidden, inter;
@@ -264,6 +264,7 @@ const ShortKCase kShortKCases[] = {
 constexpr int kWeightStationary = 1000;  // not a block count: the weight-stationary kernel
 constexpr int kPipe = 1001;              // nor this: the producer-warp kernel
 constexpr int kPipePairs = 1002;         // nor this: the same over paired plan tiles
+constexpr int kPipeItems = 1003;         // nor this: four plan tiles a CTA
 
 TEST(MoeParity, GemmShortKMatchCpu) {
   Stream s;
@@ -330,7 +331,7 @@ TEST(MoeParity, GemmShortKMatchCpu) {
     cuda::launch_moe_gemm(g_up, s.get());
     // The producer-warp GEMM (plan tiles of 128 rows, k % 64 == 0), alone and over paired plan
     // tiles: gate_up's act bit for bit.
-    for (int pipe : {1, 2}) {
+    for (int pipe : {1, 2, 3}) {
       cuda::MoeGroupedParams g_up_pipe = g_up;
       g_up_pipe.pipe = pipe;
       if (!cuda::moe_gemm_pipe_supported(g_up_pipe)) continue;
@@ -358,7 +359,10 @@ TEST(MoeParity, GemmShortKMatchCpu) {
           "shortk  %-9s H %4lld I %3lld T %4lld tile %3d gate_up producer warp%s: %lld of "
           "%zu act values differ, NMSE %.2e\n",
           fmt_name(c.fmt), static_cast<long long>(hidden), static_cast<long long>(inter),
-          static_cast<long long>(tokens), tile_rows, pipe == 2 ? ", paired" : "",
+          static_cast<long long>(tokens), tile_rows,
+          pipe == 2   ? ", paired"
+          : pipe == 3 ? ", items"
+                      : "",
           static_cast<long long>(differ), h1.size(), e);
     }
     g_dn.x = act.as<bf16_bits>();
@@ -366,11 +370,11 @@ TEST(MoeParity, GemmShortKMatchCpu) {
     g_dn.out = y.as<bf16_bits>();
     g_dn.w = d_dn.view;
     g_dn.num_experts = experts;
-    for (int blocks : {-1, 1, 3, 8, 16, kWeightStationary, kPipe, kPipePairs}) {
-      const bool ws = blocks == kWeightStationary, pipe = blocks == kPipe || blocks == kPipePairs;
+    for (int blocks : {-1, 1, 3, 8, 16, kWeightStationary, kPipe, kPipePairs, kPipeItems}) {
+      const bool ws = blocks == kWeightStationary, pipe = blocks >= kPipe;
       g_dn.gemm_blocks = ws || pipe ? 0 : blocks;
       g_dn.weight_stationary = ws ? 1 : 0;
-      g_dn.pipe = !pipe ? 0 : blocks == kPipePairs ? 2 : 1;
+      g_dn.pipe = pipe ? blocks - kPipe + 1 : 0;
       if (ws && !cuda::moe_gemm_ws_supported(g_dn)) continue;
       if (pipe && !cuda::moe_gemm_pipe_supported(g_dn)) continue;
       std::vector<uint16_t> first;
@@ -394,6 +398,7 @@ TEST(MoeParity, GemmShortKMatchCpu) {
                       static_cast<long long>(inter), static_cast<long long>(tokens), tile_rows,
                       ws                     ? "ws"
                       : blocks == kPipePairs ? "pipe pairs"
+                      : blocks == kPipeItems ? "pipe items"
                       : pipe                 ? "pipe"
                                              : std::to_string(blocks).c_str(),
                       e);

@@ -3,14 +3,10 @@
 // (MoeGroupedParams::pipe; moe_gemm_pipe_supported says where; the default, CudaTunables::
 // moe_gemm_pipe).
 //
-// Why (ncu warp-state sampling per SASS instruction, H200, 2026-12-04, the two-CTA kernel of
-// moe_experts_gemm.cu at 8,192 tokens): Moonlight's bf16 gate_up spent its warps' stalls waiting
-// for their own cp.async groups (27% long scoreboard: three 32 KB stages, copies one k step
-// ahead), at the CTA barrier of each k step (9%) and on the x rows' address chain (row offset
-// from shared memory -> compare -> address -> cp.async, 14% short scoreboard); DeepSeek-V3's FP8
-// gate_up was issue-bound with the x copies' compares and address arithmetic the largest share
-// of its samples (27%), beside the conversions. Every warp both copied and multiplied, so each
-// k step waited for the slowest warp's copies and nothing ran ahead of the CTA barrier.
+// Why (ncu per SASS instruction, H200, 2026-12-04, the two-CTA kernel of moe_experts_gemm.cu at
+// 8,192 tokens): its warps both copied and multiplied, so they waited on their own cp.async
+// groups (Moonlight bf16: 27% long scoreboard), on the CTA barrier of each k step (9%) and on
+// the x rows' address chain (DeepSeek-V3 FP8: 27% of the samples, beside the conversions).
 //
 // This kernel:
 //  - 384 threads, one CTA an SM: warps 0-7 are two consumer warpgroups (224 registers a thread
@@ -35,9 +31,10 @@
 //    sums cross to the gate warpgroup through the (then idle) stages.
 //  - A tail tile of at most 64 rows (an expert's last) runs wgmma n = 64: half the products of
 //    a full tile (Kimi-K2.5's rank at 8,192 tokens averages ~170 rows an expert).
-//  - Paired (Shape<true>, MoeGroupedParams::pipe 2, off by default until measured): a CTA takes
+//  - Off by default until measured: paired (Shape<true>, MoeGroupedParams::pipe 2): a CTA takes
 //    two plan tiles of an expert, 256 x rows against 128 weight rows, one m64 block a warpgroup
-//    at wgmma n = 64 .. 256 by its rows: each weight converted once per 256 x rows.
+//    at wgmma n = 64 .. 256 by its rows: each weight converted once per 256 x rows. M (pipe 3):
+//    kItems plan tiles a CTA, the pipeline running on across them.
 // The accumulation order of each output is the two-CTA kernel's (k16 steps in order), so both
 // give the same bits (GemmShortKMatchCpu compares them).
 // Requires k % 64 == 0 (whole tiles every step: bulk copies do not zero-fill) and plan tiles of
@@ -45,6 +42,7 @@
 #include "backend/cuda/attention_wgmma.cuh"
 #include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/moe_experts.cuh"
+#include "backend/cuda/moe_experts_gemm_pipe.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -60,94 +58,20 @@ using attn::wgmma_wait;
 using int4::cp_async16;
 using int4::smem_u32;
 
-constexpr int kConsumerThreads = 256;
-// A third warpgroup holds the producers (the register file is split per SM sub-partition: a
-// block's warps count in fours). setmaxnreg moves the producer group's registers to the
-// consumers (Shape: 2 x 224 + 56 registers a thread per sub-partition's three warps; paired,
-// whose consumers hold half the fragments and whose producers twice the x rows, 2 x 200 + 104).
-constexpr int kThreads = kConsumerThreads + 128;
-constexpr int kBM = 128;  // rows of a plan tile
-constexpr int kProducerWarps = 4;
-constexpr int kFullCount = 32 * kProducerWarps + 1;  // the producers' lanes + one expect_tx
-constexpr int kEmptyCount = kConsumerThreads / 32;   // one arrival a consumer warp
-constexpr int kSmemMax = 227 * 1024;
+using namespace moe_pipe;
 
-__host__ __device__ constexpr int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// The CTA's shape. P = false: a plan tile (128 x rows) against 256 weight rows, each consumer
-// warpgroup two m64 blocks. P = true (paired tiles): an expert's plan tiles 2i and 2i + 1 (256 x
-// rows) against 128 weight rows, each warpgroup one m64 block at wgmma n up to 256, so that a
-// weight is converted once per 256 x rows, not 128 (FP8 and INT4 gate_up spend much of their
-// issue slots on the conversions: ncu, H200, 2026-12-04).
-template <bool P>
-struct Shape {
-  static constexpr int kXR = P ? 256 : 128;  // x rows a CTA (the largest wgmma n)
-  static constexpr int kNB = P ? 1 : 2;      // m64 blocks a consumer warpgroup
-  static constexpr int kRowTiles = 8 * kNB;  // weight row tiles a CTA
-  static constexpr int kHalf = 4 * kNB;      // SwiGLU: the CTA's gate row tiles
-  static constexpr int kXRounds = kXR / 16;  // a producer lane's x rows (4 rows a warp a round)
-  static constexpr int kConsumerRegs = P ? 200 : 224, kProducerRegs = P ? 104 : 56;
-  static_assert(2 * kConsumerRegs + kProducerRegs <= 512, "the register file, 128 threads each");
-};
-
-template <int F, bool P>
-struct PipeCfg {
-  using S = Shape<P>;
-  static constexpr int kTilesPerStep = 64 / moe_tile_k(F);  // weight tiles a row tile a k step
-  static constexpr int kRowTileBytes = kTilesPerStep * kMoeTileBytes;
-  static constexpr int kXBytes = S::kXR * 128;  // [x rows][64 k] bf16, 128-byte swizzle
-  static constexpr int kWBytes = S::kRowTiles * kRowTileBytes;
-  // int4: per row tile the scale records of the step's groups (one, or two at group 32: 64 B);
-  // fp8: the two warpgroups' 128-row blocks' scales of the step's 128-column block.
-  static constexpr int kSBytes = F == kMoeInt4 ? S::kRowTiles * 64 : F == kMoeFp8 ? 16 : 0;
-  static constexpr int kStage = (kXBytes + kWBytes + kSBytes + 1023) / 1024 * 1024;
-  static constexpr int kTail = 2 * 8 * 8 + S::kXR * 4 + 1024;  // barriers, row table, alignment
-  static constexpr int kFit = (kSmemMax - kTail) / kStage;
-  static constexpr int kStages = kFit > 8 ? 8 : kFit;
-  static constexpr int kBarOff = kStages * kStage;  // full[S], then empty[S]
-  static constexpr int kRowOff = kBarOff + 2 * 8 * kStages;
-  static constexpr int kBytes = kRowOff + S::kXR * 4 + 1024;
-  static constexpr int kXchg = S::kNB * (S::kXR / 2) * 128 * 4;  // SwiGLU's up sums, floats
-  static_assert(kStages >= 3, "the pipeline needs three stages");
-  static_assert(kBytes <= kSmemMax, "one CTA an SM");
-  static_assert(kStages * kStage >= kXchg, "the SwiGLU exchange fits the stages");
-};
-
-// The CTA's row tile of consumer warpgroup v's block b, warp w (0..3): warpgroup v holds row
-// tiles kHalf v .. (SwiGLU: warpgroup 0 the gate tiles, 1 the matching up tiles).
-template <bool P>
-__device__ __forceinline__ int tile_of(int v, int b, int w) {
-  return v * Shape<P>::kHalf + 4 * b + w;
-}
-
-// Row tile `t` (0 .. kRowTiles - 1) of the CTA in the weight matrix, or -1 past n (plain) or
-// inter (SwiGLU).
-template <bool GLU, bool P>
-__device__ __forceinline__ int row_tile_of(const MoeGroupedParams& p, int nb, int t) {
-  using S = Shape<P>;
-  if constexpr (GLU) {
-    const int half = int(p.glu_inter / kMoeTileRows), gi = nb * S::kHalf + t % S::kHalf;
-    return gi < half ? gi + (t >= S::kHalf ? half : 0) : -1;
-  } else {
-    const int rt = nb * S::kRowTiles + t;
-    return rt < int(p.w.n / kMoeTileRows) ? rt : -1;
-  }
-}
-
-// Weight units (CTAs) a tile.
-template <bool GLU, bool P>
-__host__ __device__ inline int64_t units_of(const MoeGroupedParams& p) {
-  using S = Shape<P>;
-  return GLU ? cdiv(p.glu_inter / kMoeTileRows, S::kHalf)
-             : cdiv(p.w.n / kMoeTileRows, S::kRowTiles);
-}
-
-template <int F, bool GLU, bool P>
-__device__ __forceinline__ void produce(const MoeGroupedParams& p, int64_t e, int nb, uint32_t smem,
-                                        int steps) {
+// The producer warps' copies of one item. st / phase / filled carry the pipeline's position
+// (filled: every stage used once) across items (M); the item's x row offsets come from the
+// shared-memory table (one item a CTA) or, with M, from row_token directly.
+template <int F, bool GLU, bool P, bool M>
+__device__ __forceinline__ void produce(const MoeGroupedParams& p, const PipeItem& it,
+                                        uint32_t smem, int steps, int& st, uint32_t& phase,
+                                        bool& filled) {
   using C = PipeCfg<F, P>;
   using S = Shape<P>;
   constexpr int kRowTiles = S::kRowTiles;
+  const int64_t e = it.e;
+  const int nb = it.nb;
   const int lane = int(threadIdx.x) % 32, pw = int(threadIdx.x) / 32 - kConsumerThreads / 32;
   const uint32_t full0 = smem + C::kBarOff, empty0 = full0 + 8 * C::kStages;
   // Lane t < kRowTiles: row tile t's weights (one bulk copy a step, by producer warp t / (kRowTiles
@@ -164,9 +88,10 @@ __device__ __forceinline__ void produce(const MoeGroupedParams& p, int64_t e, in
   const int scale_cols = int(cdiv(p.w.k, kMoeFp8Block));
   // The scale copies' row tile (fixed for the CTA): int4 row tile lane / 2 (two lanes a record,
   // lanes below 2 kRowTiles); fp8 lane v < 2 warpgroup v's first row tile (its 128-row block).
-  const int s_rt = F == kMoeInt4
-                       ? (lane / 2 < kRowTiles ? row_tile_of<GLU, P>(p, nb, lane / 2) : -1)
-                       : row_tile_of<GLU, P>(p, nb, tile_of<P>(lane & 1, 0, 0));
+  const int s_rt =
+      F == kMoeInt4
+          ? (lane / 2 < kRowTiles ? row_tile_of<GLU, P>(p, nb, lane / 2) : -1)
+          : row_tile_of<GLU, P>(p, nb, GLU && M ? 8 * (lane & 1) : tile_of<P>(lane & 1, 0, 0));
   // x: this warp's kXR / 4 rows, (kXR / 4) pw + 4 i + lane / 8 (i < kXRounds), 16-byte piece c =
   // lane % 8 of each (a copy round moves 4 whole 128-byte row steps, whole sectors). Their
   // element offsets are read from the table once; a row past the tile's end copies 0 bytes (bit
@@ -178,16 +103,21 @@ __device__ __forceinline__ void produce(const MoeGroupedParams& p, int64_t e, in
 #pragma unroll
   for (int i = 0; i < kXRounds; ++i) {
     int32_t off;
-    asm volatile("ld.shared.s32 %0, [%1];\n"
-                 : "=r"(off)
-                 : "r"(smem + C::kRowOff + uint32_t(xr0 + 4 * i) * 4));
+    if constexpr (M) {
+      const int r = xr0 + 4 * i;
+      off = r >= it.rows
+                ? -1
+                : int32_t((p.row_token ? int64_t(p.row_token[it.row0 + r]) : it.row0 + r) * p.w.k);
+    } else {
+      asm volatile("ld.shared.s32 %0, [%1];\n"
+                   : "=r"(off)
+                   : "r"(smem + C::kRowOff + uint32_t(xr0 + 4 * i) * 4));
+    }
     x_off[i] = off >= 0 ? off + c * 8 : 0;
     x_ok |= off >= 0 ? 1u << i : 0u;
   }
-  int st = 0;
-  uint32_t phase = 0;  // (j / stages) & 1
   for (int j = 0; j < steps; ++j) {
-    if (j >= C::kStages) mbar_wait(empty0 + 8 * st, phase ^ 1);  // element j - S's release
+    if (filled) mbar_wait(empty0 + 8 * st, phase ^ 1);  // the stage's previous use released
     const uint32_t stage = smem + uint32_t(st) * C::kStage, full = full0 + 8 * st;
     // Another warp's bulk bytes may land before this expect_tx: the transaction count may go
     // negative within a phase, which cannot complete before warp 0's lanes arrive below.
@@ -226,14 +156,13 @@ __device__ __forceinline__ void produce(const MoeGroupedParams& p, int64_t e, in
                  (x_ok >> i) & 1 ? 16 : 0);
     }
     cp_async_arrive_noinc(full);
-    if (++st == C::kStages) st = 0, phase ^= 1;
+    if (++st == C::kStages) st = 0, phase ^= 1, filled = true;
   }
-  asm volatile("cp.async.wait_all;\n" ::: "memory");  // no copy outlives its thread
 }
 
 // Consumer warp `warp` (0..7; warpgroup v = warp / 4): the A fragments of step j's stage for its
 // row tiles (blocks b < kNB: row tile tile_of(v, b, warp % 4)).
-template <int F, bool P>
+template <int F, bool GLU, bool P, bool M>
 __device__ __forceinline__ void fragments(const MoeGroupedParams& p, uint32_t stage, int warp,
                                           uint32_t (&a)[Shape<P>::kNB][4][4]) {
   using C = PipeCfg<F, P>;
@@ -241,7 +170,7 @@ __device__ __forceinline__ void fragments(const MoeGroupedParams& p, uint32_t st
   const uint32_t ss = stage + C::kXBytes + C::kWBytes;
 #pragma unroll
   for (int b = 0; b < Shape<P>::kNB; ++b) {
-    const int t = tile_of<P>(v, b, warp % 4);
+    const int t = tile_of<GLU, P, M>(v, b, warp % 4);
     TileScale sc{0, 0};
     if constexpr (F == kMoeInt4) {
       const uint32_t at = ss + uint32_t(t * 64 + (lane / 4) * 4);
@@ -249,7 +178,8 @@ __device__ __forceinline__ void fragments(const MoeGroupedParams& p, uint32_t st
       asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(sc.s1) : "r"(at + 32));
       if (p.w.group != 32) sc.s1 = sc.s0;
     } else if constexpr (F == kMoeFp8) {
-      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(sc.s0) : "r"(ss + uint32_t(v * 4)));
+      const int slot = GLU && M ? b : v;
+      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(sc.s0) : "r"(ss + uint32_t(slot * 4)));
     }
     const uint32_t w = stage + C::kXBytes + uint32_t(t * C::kRowTileBytes + lane * 16);
 #pragma unroll
@@ -268,23 +198,22 @@ __device__ __forceinline__ void fragments(const MoeGroupedParams& p, uint32_t st
 // The consumers' k loop with wgmma n = N: 128, or 64 for a tail tile of at most 64 rows (its
 // sums are acc[b][0 .. 31], the n = 128 layout's first 8 columns; the rest stay zero). Per step
 // j with fragments `cur`: its wgmma; then step j - 1's are done (its stage is freed and `nxt`
-// may be rewritten) and step j + 1's fragments go into `nxt`. (One loop with both shapes behind
-// a branch made ptxas inject warpgroup arrives around every wgmma.)
-template <int F, bool P, int N>
+// may be rewritten) and step j + 1's fragments go into `nxt`. With M the last step's stage is
+// freed too (the next item's copies need it); st / phase carry the pipeline's position. (One
+// loop with both shapes behind a branch made ptxas inject warpgroup arrives around every wgmma.)
+template <int F, bool GLU, bool P, bool M, int N>
 __device__ __forceinline__ void mainloop(const MoeGroupedParams& p, uint32_t smem, int warp,
-                                         int steps,
-                                         float (&acc)[Shape<P>::kNB][Shape<P>::kXR / 2]) {
+                                         int steps, float (&acc)[Shape<P>::kNB][Shape<P>::kXR / 2],
+                                         int& st, uint32_t& phase) {
   using C = PipeCfg<F, P>;
   constexpr int kNB = Shape<P>::kNB;
   const int lane = int(threadIdx.x) % 32;
   const uint32_t full0 = smem + C::kBarOff, empty0 = full0 + 8 * C::kStages;
   uint32_t a0[kNB][4][4], a1[kNB][4][4];
-  int st = 0;
-  uint32_t phase = 0;
   auto stage_of = [&](int s) { return smem + uint32_t(s) * C::kStage; };
-  mbar_wait(full0, 0);
+  mbar_wait(full0 + 8 * st, phase);
   fence_proxy_async();  // the producer's cp.async (generic proxy) before wgmma reads x
-  fragments<F, P>(p, stage_of(0), warp, a0);
+  fragments<F, GLU, P, M>(p, stage_of(st), warp, a0);
   auto step = [&](int j, uint32_t(&cur)[kNB][4][4], uint32_t(&nxt)[kNB][4][4]) {
     const uint32_t xb = stage_of(st);
     wgmma_fence();
@@ -303,7 +232,7 @@ __device__ __forceinline__ void mainloop(const MoeGroupedParams& p, uint32_t sme
     if (j + 1 < steps) {
       mbar_wait(full0 + 8 * st, phase);
       fence_proxy_async();
-      fragments<F, P>(p, stage_of(st), warp, nxt);
+      fragments<F, GLU, P, M>(p, stage_of(st), warp, nxt);
     }
   };
   for (int j = 0; j < steps; j += 2) {
@@ -311,84 +240,24 @@ __device__ __forceinline__ void mainloop(const MoeGroupedParams& p, uint32_t sme
     if (j + 1 < steps) step(j + 1, a1, a0);
   }
   wgmma_wait<0>();
+  if constexpr (M) {  // the last step's stage
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty0 + 8 * (st == 0 ? C::kStages - 1 : st - 1));
+  }
 }
 
-template <int F, bool GLU, bool P>
-__global__ void __launch_bounds__(kThreads, 1) moe_gemm_pipe_kernel(MoeGroupedParams p) {
-  using C = PipeCfg<F, P>;
+// Outputs of one item from the accumulators: acc[b][4 i + 2 h + e2] is weight row 16 (row tile)
+// + g + 8 h, x row 8 i + 2 c + e2 (lane = 4 g + c). Plain, or SwiGLU with both sums in the thread
+// (M); one item a CTA, SwiGLU's up sums cross from warpgroup 1 through the then idle stages.
+template <int F, bool GLU, bool P, bool M>
+__device__ __forceinline__ void store_outputs(
+    const MoeGroupedParams& p, const PipeItem& it, char* smem_g,
+    const float (&acc)[Shape<P>::kNB][Shape<P>::kXR / 2]) {
   using S = Shape<P>;
   constexpr int kXR = S::kXR, kNB = S::kNB;
-  extern __shared__ __align__(128) char smem_raw[];
-  if (p.pdl_early) pdl_trigger();
-  const int tid = int(threadIdx.x);
-  const int warp = __shfl_sync(~0u, tid / 32, 0), lane = tid % 32;
-  const int units = int(units_of<GLU, P>(p));
-  const int64_t tile = int64_t(blockIdx.x) / units;
-  const int nb = int(int64_t(blockIdx.x) % units);
-  pdl_wait();
-  if (!p.pdl_early) pdl_trigger();
-
-  int64_t e = 0;
-  int row0, rows;  // < 2^31: the launcher checks rows · k
-  if (p.offsets != nullptr) {
-    if (tile >= p.counts[1]) return;  // the whole CTA
-    e = p.tiles[2 * tile];
-    row0 = p.tiles[2 * tile + 1];
-    // Paired: an expert's odd plan tile is its even neighbour's second half.
-    if (P && ((row0 - p.offsets[e]) / kBM) % 2 == 1) return;
-    rows = min(kXR, p.offsets[e + 1] - row0);
-    if (rows <= 0) return;
-  } else {
-    if (tile * kXR >= p.rows) return;
-    row0 = int(tile * kXR);
-    rows = int(min(int64_t(kXR), p.rows - row0));
-  }
-  uint32_t smem = smem_u32(smem_raw);
-  smem += (1024 - (smem & 1023)) & 1023;  // the swizzle works on address bits
-  char* smem_g = smem_raw + (smem - smem_u32(smem_raw));
-  const uint32_t full0 = smem + C::kBarOff, empty0 = full0 + 8 * C::kStages;
-  if (tid == 0) {
-    for (int s = 0; s < C::kStages; ++s) {
-      mbar_init(full0 + 8 * s, kFullCount);
-      mbar_init(empty0 + 8 * s, kEmptyCount);
-    }
-    mbar_init_fence();
-  }
-  if (tid < kXR) {  // element offset of the CTA's x row tid, -1 past its rows
-    const int64_t xr =
-        tid < rows ? (p.row_token ? int64_t(p.row_token[row0 + tid]) : row0 + tid) : -1;
-    reinterpret_cast<int32_t*>(smem_g + C::kRowOff)[tid] = xr >= 0 ? int32_t(xr * p.w.k) : -1;
-  }
-  __syncthreads();
-  const int steps = int(p.w.k / 64);
-  if (warp >= kConsumerThreads / 32) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(S::kProducerRegs));
-    produce<F, GLU, P>(p, e, nb, smem, steps);
-    return;
-  }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(S::kConsumerRegs));
-
-  // ---- consumers ----
-  float acc[kNB][kXR / 2];
-#pragma unroll
-  for (int b = 0; b < kNB; ++b)
-#pragma unroll
-    for (int i = 0; i < kXR / 2; ++i) acc[b][i] = 0.0f;
-  // wgmma n by the CTA's rows (CTA-uniform): a tail of <= 64 rows does half a tile's products;
-  // paired, 192 or 256 above 128 rows.
-  if (rows <= 64)
-    mainloop<F, P, 64>(p, smem, warp, steps, acc);
-  else if (!P || rows <= 128)
-    mainloop<F, P, 128>(p, smem, warp, steps, acc);
-  else if (rows <= 192)
-    mainloop<F, P, (P ? 192 : 128)>(p, smem, warp, steps, acc);
-  else
-    mainloop<F, P, (P ? 256 : 128)>(p, smem, warp, steps, acc);
-#pragma unroll
-  for (int b = 0; b < kNB; ++b) reg_fence<kXR / 2>(acc[b]);
-
-  // acc[b][4 i + 2 h + e2]: weight row 16 (row tile) + g + 8 h, x row 8 i + 2 c + e2.
+  const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, c = lane % 4, v = warp / 4;
+  const int row0 = it.row0, rows = it.rows, nb = it.nb;
   if constexpr (!GLU) {
 #pragma unroll
     for (int b = 0; b < kNB; ++b) {
@@ -407,7 +276,24 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_pipe_kernel(MoeGroupedPa
           }
       }
     }
-  } else {  // warpgroup 1's up sums join warpgroup 0's gate sums through the idle stages
+  } else if constexpr (M) {
+    static_assert(kNB == 2, "SwiGLU in one thread: gate block 0, up block 1");
+    const int rt = row_tile_of<true, P>(p, nb, tile_of<GLU, P, M>(v, 0, warp % 4));
+    if (rt < 0) return;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t col = int64_t(rt) * kMoeTileRows + g + 8 * h;
+#pragma unroll
+      for (int i = 0; i < kXR / 8; ++i)
+#pragma unroll
+        for (int e2 = 0; e2 < 2; ++e2) {
+          const int r = 8 * i + 2 * c + e2, at = 4 * i + 2 * h + e2;
+          if (r < rows)
+            p.out[(row0 + r) * p.glu_inter + col] =
+                float_to_bf16(silu(round_bf16(acc[0][at])) * round_bf16(acc[1][at]));
+        }
+    }
+  } else {
     float* xchg = reinterpret_cast<float*>(smem_g);
     const int t = tid % 128;
     named_sync(1, kConsumerThreads);  // every consumer's last wgmma has read its stage
@@ -441,30 +327,135 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_pipe_kernel(MoeGroupedPa
   }
 }
 
-template <int F, bool GLU, bool P>
-void launch_pipe(const MoeGroupedParams& p, cudaStream_t stream) {
+// One item's consumer work: wgmma n by its rows (CTA-uniform): a tail of <= 64 rows does half a
+// tile's products; paired, 192 or 256 above 128 rows.
+template <int F, bool GLU, bool P, bool M>
+__device__ __forceinline__ void consume(const MoeGroupedParams& p, const PipeItem& it,
+                                        uint32_t smem, char* smem_g, int warp, int steps, int& st,
+                                        uint32_t& phase) {
+  using S = Shape<P>;
+  constexpr int kXR = S::kXR, kNB = S::kNB;
+  float acc[kNB][kXR / 2];
+#pragma unroll
+  for (int b = 0; b < kNB; ++b)
+#pragma unroll
+    for (int i = 0; i < kXR / 2; ++i) acc[b][i] = 0.0f;
+  const int rows = it.rows;
+  if (rows <= 64)
+    mainloop<F, GLU, P, M, 64>(p, smem, warp, steps, acc, st, phase);
+  else if (!P || rows <= 128)
+    mainloop<F, GLU, P, M, 128>(p, smem, warp, steps, acc, st, phase);
+  else if (rows <= 192)
+    mainloop<F, GLU, P, M, (P ? 192 : 128)>(p, smem, warp, steps, acc, st, phase);
+  else
+    mainloop<F, GLU, P, M, (P ? 256 : 128)>(p, smem, warp, steps, acc, st, phase);
+#pragma unroll
+  for (int b = 0; b < kNB; ++b) reg_fence<kXR / 2>(acc[b]);
+  store_outputs<F, GLU, P, M>(p, it, smem_g, acc);
+}
+
+// M: items blockIdx.x + k gridDim.x, k < kItems, the pipeline running on across them, so that an
+// item's first copies fly while the previous item's last wgmma and stores run.
+template <int F, bool GLU, bool P, bool M>
+__global__ void __launch_bounds__(kThreads, 1) moe_gemm_pipe_kernel(MoeGroupedParams p) {
   using C = PipeCfg<F, P>;
-  // Plan mode: a CTA a plan tile (paired: the odd tiles' CTAs leave at once); dense: a CTA kXR
-  // rows.
+  using S = Shape<P>;
+  constexpr int kXR = S::kXR;
+  static_assert(!(M && P), "several items a CTA: unpaired tiles only");
+  extern __shared__ __align__(128) char smem_raw[];
+  if (p.pdl_early) pdl_trigger();
+  const int tid = int(threadIdx.x);
+  const int warp = __shfl_sync(~0u, tid / 32, 0);
+  const int units = int(units_of<GLU, P>(p));
+  pdl_wait();
+  if (!p.pdl_early) pdl_trigger();
+
+  PipeItem it{};  // one item a CTA: blockIdx.x
+  if (!M && !item_of<GLU, P>(p, int64_t(blockIdx.x), units, it)) return;  // the whole CTA
+  uint32_t smem = smem_u32(smem_raw);
+  smem += (1024 - (smem & 1023)) & 1023;  // the swizzle works on address bits
+  char* smem_g = smem_raw + (smem - smem_u32(smem_raw));
+  const uint32_t full0 = smem + C::kBarOff, empty0 = full0 + 8 * C::kStages;
+  if (tid == 0) {
+    for (int s = 0; s < C::kStages; ++s) {
+      mbar_init(full0 + 8 * s, kFullCount);
+      mbar_init(empty0 + 8 * s, kEmptyCount);
+    }
+    mbar_init_fence();
+  }
+  if (!M && tid < kXR) {  // element offset of the CTA's x row tid, -1 past its rows
+    const int64_t xr =
+        tid < it.rows ? (p.row_token ? int64_t(p.row_token[it.row0 + tid]) : it.row0 + tid) : -1;
+    reinterpret_cast<int32_t*>(smem_g + C::kRowOff)[tid] = xr >= 0 ? int32_t(xr * p.w.k) : -1;
+  }
+  __syncthreads();
+  const int steps = int(p.w.k / 64);
+  int st = 0;
+  uint32_t phase = 0;
+  if (warp >= kConsumerThreads / 32) {
+    // (M: the producers compute their rows' offsets, 8 more registers: 2 x 224 + 64.)
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(M ? 64 : S::kProducerRegs));
+    bool filled = false;
+    if constexpr (M) {
+      for (int k = 0; k < kItems; ++k)
+        if (item_of<GLU, P>(p, int64_t(blockIdx.x) + int64_t(k) * gridDim.x, units, it))
+          produce<F, GLU, P, M>(p, it, smem, steps, st, phase, filled);
+    } else {
+      produce<F, GLU, P, M>(p, it, smem, steps, st, phase, filled);
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");  // no copy outlives its thread
+    return;
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(S::kConsumerRegs));
+  if constexpr (M) {
+#pragma unroll
+    for (int k = 0; k < kItems; ++k)
+      if (item_of<GLU, P>(p, int64_t(blockIdx.x) + int64_t(k) * gridDim.x, units, it))
+        consume<F, GLU, P, M>(p, it, smem, smem_g, warp, steps, st, phase);
+  } else {
+    consume<F, GLU, P, M>(p, it, smem, smem_g, warp, steps, st, phase);
+  }
+}
+
+// Plan mode: a CTA a plan tile (paired: the odd tiles' CTAs leave at once), with M kItems of
+// them; dense: a CTA kXR rows.
+template <int F, bool GLU, bool P, bool M>
+void launch_pipe(const MoeGroupedParams& p, cudaStream_t stream) {
   const int64_t tiles = p.offsets ? p.max_tiles : cdiv(p.rows, Shape<P>::kXR);
-  const int64_t ctas = tiles * units_of<GLU, P>(p);
+  const int64_t ctas = cdiv(tiles * units_of<GLU, P>(p), M ? kItems : 1);
   if (ctas == 0) return;
   CHECK_MSG(ctas < (int64_t(1) << 31), "moe gemm pipe: {} CTAs", ctas);
-  launch_pdl(moe_gemm_pipe_kernel<F, GLU, P>, dim3(unsigned(ctas)), dim3(kThreads), C::kBytes,
-             Launch{stream}, p);
+  launch_pdl(moe_gemm_pipe_kernel<F, GLU, P, M>, dim3(unsigned(ctas)), dim3(kThreads),
+             PipeCfg<F, P>::kBytes, Launch{stream}, p);
   CUDA_LAUNCH_CHECK();
 }
 
-template <int F, bool P>
+template <int F, bool P, bool M>
 void set_limits_pipe() {
-  for (auto* k : {moe_gemm_pipe_kernel<F, false, P>, moe_gemm_pipe_kernel<F, true, P>})
+  for (auto* k : {moe_gemm_pipe_kernel<F, false, P, M>, moe_gemm_pipe_kernel<F, true, P, M>})
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     PipeCfg<F, P>::kBytes));
 }
 
-template <int F, bool P>
+// MoeGroupedParams::pipe: 1 one tile a CTA, 2 paired tiles, 3 kItems tiles a CTA.
+template <int F>
 void launch_format(const MoeGroupedParams& p, cudaStream_t stream) {
-  return p.glu_inter > 0 ? launch_pipe<F, true, P>(p, stream) : launch_pipe<F, false, P>(p, stream);
+  const bool glu = p.glu_inter > 0;
+  if (p.pipe == 2)
+    return glu ? launch_pipe<F, true, true, false>(p, stream)
+               : launch_pipe<F, false, true, false>(p, stream);
+  if (p.pipe == 3)
+    return glu ? launch_pipe<F, true, false, true>(p, stream)
+               : launch_pipe<F, false, false, true>(p, stream);
+  return glu ? launch_pipe<F, true, false, false>(p, stream)
+             : launch_pipe<F, false, false, false>(p, stream);
+}
+
+template <int F>
+void set_limits_format() {
+  set_limits_pipe<F, false, false>();
+  set_limits_pipe<F, true, false>();
+  set_limits_pipe<F, false, true>();
 }
 
 }  // namespace
@@ -476,28 +467,21 @@ bool moe_gemm_pipe_supported(const MoeGroupedParams& p) {
 }
 
 void init_moe_gemm_pipe_kernels() {
-  set_limits_pipe<kMoeBf16, false>();
-  set_limits_pipe<kMoeFp8, false>();
-  set_limits_pipe<kMoeInt4, false>();
-  set_limits_pipe<kMoeBf16, true>();
-  set_limits_pipe<kMoeFp8, true>();
-  set_limits_pipe<kMoeInt4, true>();
+  set_limits_format<kMoeBf16>();
+  set_limits_format<kMoeFp8>();
+  set_limits_format<kMoeInt4>();
 }
 
 void launch_moe_gemm_pipe(const MoeGroupedParams& p, cudaStream_t stream) {
   CHECK_MSG(moe_gemm_pipe_supported(p), "moe gemm pipe: k {} tile_rows {} format {} group {}",
             p.w.k, p.tile_rows, p.w.format, p.w.group);
-  const bool paired = p.pipe == 2;
   switch (p.w.format) {
     case kMoeBf16:
-      return paired ? launch_format<kMoeBf16, true>(p, stream)
-                    : launch_format<kMoeBf16, false>(p, stream);
+      return launch_format<kMoeBf16>(p, stream);
     case kMoeFp8:
-      return paired ? launch_format<kMoeFp8, true>(p, stream)
-                    : launch_format<kMoeFp8, false>(p, stream);
+      return launch_format<kMoeFp8>(p, stream);
     default:
-      return paired ? launch_format<kMoeInt4, true>(p, stream)
-                    : launch_format<kMoeInt4, false>(p, stream);
+      return launch_format<kMoeInt4>(p, stream);
   }
 }
 

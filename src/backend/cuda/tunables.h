@@ -261,6 +261,11 @@ struct CudaTunables {
   // converted once per 256 x rows instead of 128. No env. Off until measured (A/B: variant
   // pipe_pairs; moe_bench --producer-warp 1).
   bool moe_gemm_pipe_pairs = false;
+  // Prefill, with moe_gemm_pipe (and not _pairs): four plan tiles a CTA on the producer-warp
+  // kernel, the pipeline running on across them (an item's first copies fly during the previous
+  // item's last wgmma and stores). No env. Off until measured (A/B: variant pipe_items;
+  // moe_bench --producer-warp 1).
+  bool moe_gemm_pipe_items = false;
   // The router GEMV's first weight loads before its PDL wait (the same arithmetic). No env.
   // Off until measured (A/B: variant router_preload).
   bool moe_router_preload = false;
