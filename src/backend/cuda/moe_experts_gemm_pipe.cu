@@ -246,53 +246,52 @@ __device__ __forceinline__ void mainloop(const MoeGroupedParams& p, uint32_t sme
   }
 }
 
-// Outputs of one item from the accumulators: acc[b][4 i + 2 h + e2] is weight row 16 (row tile)
-// + g + 8 h, x row 8 i + 2 c + e2 (lane = 4 g + c). Plain, or SwiGLU with both sums in the thread
-// (M); one item a CTA, SwiGLU's up sums cross from warpgroup 1 through the then idle stages.
+// The outputs this thread holds for row tile rt: acc[.][at], at = 4 i + 2 h + e2, is weight row
+// 16 rt + g + 8 h (column `col` of the output) and x row 8 i + 2 c + e2 (lane = 4 g + c); `put`
+// gets (x row, col, at) for the rows below `rows`.
+template <int kXR, typename Put>
+__device__ __forceinline__ void for_outputs(int rt, int rows, Put&& put) {
+  const int lane = int(threadIdx.x) % 32, g = lane / 4, c = lane % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t col = int64_t(rt) * kMoeTileRows + g + 8 * h;
+#pragma unroll
+    for (int i = 0; i < kXR / 8; ++i)
+#pragma unroll
+      for (int e2 = 0; e2 < 2; ++e2) {
+        const int r = 8 * i + 2 * c + e2;
+        if (r < rows) put(r, col, 4 * i + 2 * h + e2);
+      }
+  }
+}
+
+// One item's outputs from the accumulators: plain, or SwiGLU with both sums in the thread (M);
+// one item a CTA, SwiGLU's up sums cross from warpgroup 1 through the then idle stages.
 template <int F, bool GLU, bool P, bool M>
 __device__ __forceinline__ void store_outputs(
     const MoeGroupedParams& p, const PipeItem& it, char* smem_g,
     const float (&acc)[Shape<P>::kNB][Shape<P>::kXR / 2]) {
   using S = Shape<P>;
   constexpr int kXR = S::kXR, kNB = S::kNB;
-  const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
-  const int g = lane / 4, c = lane % 4, v = warp / 4;
-  const int row0 = it.row0, rows = it.rows, nb = it.nb;
+  const int tid = int(threadIdx.x), warp = tid / 32, v = warp / 4;
+  const int64_t row0 = it.row0;
   if constexpr (!GLU) {
 #pragma unroll
     for (int b = 0; b < kNB; ++b) {
-      const int rt = row_tile_of<false, P>(p, nb, tile_of<P>(v, b, warp % 4));
+      const int rt = row_tile_of<false, P>(p, it.nb, tile_of<P>(v, b, warp % 4));
       if (rt < 0) continue;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t col = int64_t(rt) * kMoeTileRows + g + 8 * h;
-#pragma unroll
-        for (int i = 0; i < kXR / 8; ++i)
-#pragma unroll
-          for (int e2 = 0; e2 < 2; ++e2) {
-            const int r = 8 * i + 2 * c + e2;
-            if (r < rows)
-              p.out[(row0 + r) * p.w.n + col] = float_to_bf16(acc[b][4 * i + 2 * h + e2]);
-          }
-      }
+      for_outputs<kXR>(rt, it.rows, [&](int r, int64_t col, int at) {
+        p.out[(row0 + r) * p.w.n + col] = float_to_bf16(acc[b][at]);
+      });
     }
   } else if constexpr (M) {
     static_assert(kNB == 2, "SwiGLU in one thread: gate block 0, up block 1");
-    const int rt = row_tile_of<true, P>(p, nb, tile_of<GLU, P, M>(v, 0, warp % 4));
+    const int rt = row_tile_of<true, P>(p, it.nb, tile_of<GLU, P, M>(v, 0, warp % 4));
     if (rt < 0) return;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t col = int64_t(rt) * kMoeTileRows + g + 8 * h;
-#pragma unroll
-      for (int i = 0; i < kXR / 8; ++i)
-#pragma unroll
-        for (int e2 = 0; e2 < 2; ++e2) {
-          const int r = 8 * i + 2 * c + e2, at = 4 * i + 2 * h + e2;
-          if (r < rows)
-            p.out[(row0 + r) * p.glu_inter + col] =
-                float_to_bf16(silu(round_bf16(acc[0][at])) * round_bf16(acc[1][at]));
-        }
-    }
+    for_outputs<kXR>(rt, it.rows, [&](int r, int64_t col, int at) {
+      p.out[(row0 + r) * p.glu_inter + col] =
+          float_to_bf16(silu(round_bf16(acc[0][at])) * round_bf16(acc[1][at]));
+    });
   } else {
     float* xchg = reinterpret_cast<float*>(smem_g);
     const int t = tid % 128;
@@ -307,22 +306,12 @@ __device__ __forceinline__ void store_outputs(
     if (v == 1) return;
 #pragma unroll
     for (int b = 0; b < kNB; ++b) {
-      const int rt = row_tile_of<true, P>(p, nb, tile_of<P>(0, b, warp % 4));  // a gate tile
+      const int rt = row_tile_of<true, P>(p, it.nb, tile_of<P>(0, b, warp % 4));  // a gate tile
       if (rt < 0) continue;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t col = int64_t(rt) * kMoeTileRows + g + 8 * h;
-#pragma unroll
-        for (int i = 0; i < kXR / 8; ++i)
-#pragma unroll
-          for (int e2 = 0; e2 < 2; ++e2) {
-            const int r = 8 * i + 2 * c + e2;
-            const int at = 4 * i + 2 * h + e2;
-            if (r < rows)
-              p.out[(row0 + r) * p.glu_inter + col] = float_to_bf16(
-                  silu(round_bf16(acc[b][at])) * round_bf16(xchg[(b * (kXR / 2) + at) * 128 + t]));
-          }
-      }
+      for_outputs<kXR>(rt, it.rows, [&](int r, int64_t col, int at) {
+        p.out[(row0 + r) * p.glu_inter + col] = float_to_bf16(
+            silu(round_bf16(acc[b][at])) * round_bf16(xchg[(b * (kXR / 2) + at) * 128 + t]));
+      });
     }
   }
 }
