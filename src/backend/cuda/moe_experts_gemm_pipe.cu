@@ -94,8 +94,8 @@ __device__ __forceinline__ void produce(const MoeGroupedParams& p, const PipeIte
           : row_tile_of<GLU, P>(p, nb, GLU && M ? 8 * (lane & 1) : tile_of<P>(lane & 1, 0, 0));
   // x: this warp's kXR / 4 rows, (kXR / 4) pw + 4 i + lane / 8 (i < kXRounds), 16-byte piece c =
   // lane % 8 of each (a copy round moves 4 whole 128-byte row steps, whole sectors). Their
-  // element offsets are read from the table once; a row past the tile's end copies 0 bytes (bit
-  // i of x_ok clear).
+  // element offsets are read once from the table (one item a CTA) or computed (M); a row past the
+  // item's end copies 0 bytes (bit i of x_ok clear).
   constexpr int kXRounds = S::kXRounds;
   const int c = lane % 8, xr0 = (S::kXR / 4) * pw + lane / 8;
   int32_t x_off[kXRounds];
@@ -104,10 +104,7 @@ __device__ __forceinline__ void produce(const MoeGroupedParams& p, const PipeIte
   for (int i = 0; i < kXRounds; ++i) {
     int32_t off;
     if constexpr (M) {
-      const int r = xr0 + 4 * i;
-      off = r >= it.rows
-                ? -1
-                : int32_t((p.row_token ? int64_t(p.row_token[it.row0 + r]) : it.row0 + r) * p.w.k);
+      off = x_row_offset(p, it, xr0 + 4 * i);
     } else {
       asm volatile("ld.shared.s32 %0, [%1];\n"
                    : "=r"(off)
@@ -140,7 +137,7 @@ __device__ __forceinline__ void produce(const MoeGroupedParams& p, const PipeIte
         }
       }
     } else if constexpr (F == kMoeFp8) {
-      // Warp 0's lane v < 2: the scale of warpgroup v's 128-row block (row tile 8 v's block).
+      // Warp 0's lane j < 2: scale slot j, the 128-row block of row tile s_rt (above).
       if (pw == 0 && lane < 2) {
         const int idx = (s_rt * kMoeTileRows / kMoeFp8Block) * scale_cols + j * 64 / kMoeFp8Block;
         cp_async4(ss + uint32_t(lane * 4), s_rt >= 0 ? s_base + idx * 4 : s_base,
@@ -372,11 +369,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_pipe_kernel(MoeGroupedPa
     }
     mbar_init_fence();
   }
-  if (!M && tid < kXR) {  // element offset of the CTA's x row tid, -1 past its rows
-    const int64_t xr =
-        tid < it.rows ? (p.row_token ? int64_t(p.row_token[it.row0 + tid]) : it.row0 + tid) : -1;
-    reinterpret_cast<int32_t*>(smem_g + C::kRowOff)[tid] = xr >= 0 ? int32_t(xr * p.w.k) : -1;
-  }
+  if (!M && tid < kXR)  // the table of the item's x row offsets
+    reinterpret_cast<int32_t*>(smem_g + C::kRowOff)[tid] = x_row_offset(p, it, tid);
   __syncthreads();
   const int steps = int(p.w.k / 64);
   int st = 0;

@@ -130,4 +130,13 @@ __device__ __forceinline__ bool item_of(const MoeGroupedParams& p, int64_t w, in
   return it.rows > 0;
 }
 
+// The element offset in x of the item's x row r (its token's row: row_token, or the row itself
+// in dense mode), -1 past the item's rows (< 2^31: the launcher checks rows · k).
+__device__ __forceinline__ int32_t x_row_offset(const MoeGroupedParams& p, const PipeItem& it,
+                                                int r) {
+  if (r >= it.rows) return -1;
+  const int64_t xr = p.row_token ? int64_t(p.row_token[it.row0 + r]) : it.row0 + r;
+  return int32_t(xr * p.w.k);
+}
+
 }  // namespace strata::cuda::moe_pipe
