@@ -376,8 +376,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_pipe_kernel(MoeGroupedPa
   int st = 0;
   uint32_t phase = 0;
   if (warp >= kConsumerThreads / 32) {
-    // (M: the producers compute their rows' offsets, 8 more registers: 2 x 224 + 64.)
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(M ? 64 : S::kProducerRegs));
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Regs<P, M>::kProducer));
     bool filled = false;
     if constexpr (M) {
       for (int k = 0; k < kItems; ++k)
@@ -389,7 +388,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_pipe_kernel(MoeGroupedPa
     asm volatile("cp.async.wait_all;\n" ::: "memory");  // no copy outlives its thread
     return;
   }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(S::kConsumerRegs));
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Regs<P, M>::kConsumer));
   if constexpr (M) {
 #pragma unroll
     for (int k = 0; k < kItems; ++k)

@@ -11,8 +11,7 @@ using namespace moe;
 constexpr int kConsumerThreads = 256;
 // A third warpgroup holds the producers (the register file is split per SM sub-partition: a
 // block's warps count in fours). setmaxnreg moves the producer group's registers to the
-// consumers (Shape: 2 x 224 + 56 registers a thread per sub-partition's three warps; paired,
-// whose consumers hold half the fragments and whose producers twice the x rows, 2 x 200 + 104).
+// consumers (Regs below).
 constexpr int kThreads = kConsumerThreads + 128;
 constexpr int kBM = 128;  // rows of a plan tile
 constexpr int kProducerWarps = 4;
@@ -34,8 +33,20 @@ struct Shape {
   static constexpr int kRowTiles = 8 * kNB;  // weight row tiles a CTA
   static constexpr int kHalf = 4 * kNB;      // SwiGLU: the CTA's gate row tiles
   static constexpr int kXRounds = kXR / 16;  // a producer lane's x rows (4 rows a warp a round)
-  static constexpr int kConsumerRegs = P ? 200 : 224, kProducerRegs = P ? 104 : 56;
-  static_assert(2 * kConsumerRegs + kProducerRegs <= 512, "the register file, 128 threads each");
+};
+
+// setmaxnreg's split of the launch's registers. The launch gives each of the CTA's 12 warps
+// kLaunchRegs a thread (__launch_bounds__(kThreads, 1): 65,536 / 384, rounded down to 8), and a
+// warpgroup's .inc waits until the others' .dec have freed what it asks: a split above the
+// launch's waits forever (2026-12-04: M at 2 x 224 + 64 hung on the device). Consumers: one tile
+// 224 (2 x 64 sums, 2 x 2 x 16 fragments); paired 200 (half the sums) for producers holding twice
+// the x rows (104); M 216 for producers that compute their rows' offsets (64).
+constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+template <bool P, bool M>
+struct Regs {
+  static constexpr int kConsumer = P ? 200 : 224;
+  static constexpr int kProducer = P ? 104 : 56;
+  static_assert(2 * kConsumer + kProducer <= 3 * kLaunchRegs, "setmaxnreg: the launch's registers");
 };
 
 template <int F, bool P>
