@@ -26,8 +26,8 @@
 // kernel (the product's default where supported, so the "experts prefill" rows time that). With
 // --producer-warp 1, for every prefill token count, "producer warp": each projection on the
 // two-CTA kernel (or the weight-stationary one, the default where it applies), on the
-// producer-warp GEMM (moe_experts_gemm_pipe.cu, the default elsewhere), on it over paired plan
-// tiles and four tiles a CTA, back to back ("-": not applicable).
+// producer-warp GEMM (moe_experts_gemm_pipe.cu, the default elsewhere), back to back ("-": not
+// applicable).
 // Bandwidth counts the bytes of the experts actually touched (distinct experts of each call's
 // routing, downloaded once before timing): experts GB/s = touched expert bytes / expert-GEMM
 // time; the layer's adds the router and shared weights. Compute: routed FLOPs
@@ -422,10 +422,7 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
       dn.early_plan = 1;
       dn.weight_stationary = cuda::CudaTunables{}.moe_gemm_weight_stationary ? 1 : 0;
       const cuda::CudaTunables tun{};  // the product's kernels
-      gu.pipe = dn.pipe = !tun.moe_gemm_pipe        ? 0
-                          : tun.moe_gemm_pipe_pairs ? 2
-                          : tun.moe_gemm_pipe_items ? 3
-                                                    : 1;
+      gu.pipe = dn.pipe = tun.moe_gemm_pipe ? 1 : 0;
       return r;
     };
     auto run_gemm = [&](int regime, const cuda::MoeGroupedParams& g) {
@@ -704,9 +701,9 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
         const cuda::MoeGroupedParams g0 = params(0);
         // Against the product's kernel, the weight-stationary one included where it applies.
         const bool ok = cuda::moe_gemm_pipe_supported(g0);
-        // pipe 0 (two-CTA or weight-stationary), 1, 2 (paired tiles), 3 (four tiles a CTA)
-        double us[4] = {0, 0, 0, 0};
-        for (int pipe = 0; pipe < (ok ? 4 : 0); ++pipe)
+        // pipe 0 (two-CTA or weight-stationary), 1
+        double us[2] = {0, 0};
+        for (int pipe = 0; pipe < (ok ? 2 : 0); ++pipe)
           us[pipe] = graph_us(s, calls, reps, [&](int i) {
             cuda::MoeGroupedParams g = params(i);
             g.pipe = pipe;
@@ -715,12 +712,9 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
           });
         const double f = flops * (proj == 0 ? 2.0 : 1.0) / 3;
         if (ok)
-          std::snprintf(
-              buf, sizeof buf,
-              "%s%s %.1f us -> %.1f us, paired %.1f, items %.1f (%.1f -> %.1f, %.1f, %.1f TFLOP/s)",
-              proj ? " | " : "", proj ? "down" : "gate_up", us[0], us[1], us[2], us[3],
-              f / (us[0] * 1e-6) / 1e12, f / (us[1] * 1e-6) / 1e12, f / (us[2] * 1e-6) / 1e12,
-              f / (us[3] * 1e-6) / 1e12);
+          std::snprintf(buf, sizeof buf, "%s%s %.1f us -> %.1f us (%.1f -> %.1f TFLOP/s)",
+                        proj ? " | " : "", proj ? "down" : "gate_up", us[0], us[1],
+                        f / (us[0] * 1e-6) / 1e12, f / (us[1] * 1e-6) / 1e12);
         else
           std::snprintf(buf, sizeof buf, "%s%s -", proj ? " | " : "", proj ? "down" : "gate_up");
         line += buf;

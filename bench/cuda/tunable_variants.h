@@ -37,10 +37,6 @@ inline constexpr Variant kVariants[] = {
      "MoE prefill GEMMs on the two-CTA kernel, not the producer-warp one "
      "(moe_gemm_pipe off)",
      [](cuda::CudaTunables& t) { t.moe_gemm_pipe = false; }},
-    {"pipe_pairs", "MoE prefill GEMMs over paired plan tiles (moe_gemm_pipe_pairs on)",
-     [](cuda::CudaTunables& t) { t.moe_gemm_pipe_pairs = true; }},
-    {"pipe_items", "MoE prefill GEMMs four plan tiles a CTA (moe_gemm_pipe_items on)",
-     [](cuda::CudaTunables& t) { t.moe_gemm_pipe_items = true; }},
     {"no_mla_early_kv", "MLA decode copies its first stages after its PDL wait (mla_early_kv off)",
      [](cuda::CudaTunables& t) { t.mla_early_kv = false; }},
     {"moe_unrounded", "INT4 experts' weights unrounded before the mma (moe_int4_reg_round off)",

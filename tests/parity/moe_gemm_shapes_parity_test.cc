@@ -229,8 +229,7 @@ TEST(MoeParity, GemvShapesMatchCpu) {
 // applies (k 128 or 256), the weight-stationary kernel (moe_experts_gemm_ws.cu; "gemm_blocks ws"):
 // experts of up to ~250 rows (four x tiles), 64 experts for 40 rows (most of them empty), k = 128;
 // and where it applies (plan tiles of 128 rows) the producer-warp kernel (moe_experts_gemm_pipe.cu;
-// "gemm_blocks pipe"), alone, over paired plan tiles ("pipe pairs") and four plan tiles a CTA
-// ("pipe items"), whose gate_up must give the two-CTA kernel's act bit for bit.
+// "gemm_blocks pipe"), whose gate_up must give the two-CTA kernel's act bit for bit.
 struct ShortKCase {
   Fmt fmt;
   int64_t hidden, inter;
@@ -258,13 +257,11 @@ const ShortKCase kShortKCases[] = {
     {Fmt::kFp8, 1024, 1024, 16, 4, 600},      // the producer-warp GEMM at inter 1,024: 8
     {Fmt::kInt4g32, 1024, 1024, 16, 4, 600},  // gate_up and 4 down weight units a tile,
     {Fmt::kBf16, 1024, 1024, 16, 4, 600},     // more CTAs than SMs
-    {Fmt::kFp8, 1024, 1024, 8, 2, 1000},      // ~250 rows an expert: paired plan tiles at wgmma
-    {Fmt::kInt4g32, 1024, 1024, 8, 2, 1000},  // n = 256 (the rows above: ~150, n = 192)
+    {Fmt::kFp8, 1024, 1024, 8, 2, 1000},      // ~250 rows an expert: a full plan tile and a
+    {Fmt::kInt4g32, 1024, 1024, 8, 2, 1000},  // partial one above 64 rows (wgmma n = 128)
 };
 constexpr int kWeightStationary = 1000;  // not a block count: the weight-stationary kernel
 constexpr int kPipe = 1001;              // nor this: the producer-warp kernel
-constexpr int kPipePairs = 1002;         // nor this: the same over paired plan tiles
-constexpr int kPipeItems = 1003;         // nor this: four plan tiles a CTA
 
 TEST(MoeParity, GemmShortKMatchCpu) {
   Stream s;
@@ -329,12 +326,9 @@ TEST(MoeParity, GemmShortKMatchCpu) {
     g_up.w = d_gu.view;
     g_up.glu_inter = inter;
     cuda::launch_moe_gemm(g_up, s.get());
-    // The producer-warp GEMM (plan tiles of 128 rows, k % 64 == 0), alone and over paired plan
-    // tiles: gate_up's act bit for bit.
-    for (int pipe : {1, 2, 3}) {
-      cuda::MoeGroupedParams g_up_pipe = g_up;
-      g_up_pipe.pipe = pipe;
-      if (!cuda::moe_gemm_pipe_supported(g_up_pipe)) continue;
+    // The producer-warp GEMM (plan tiles of 128 rows, k % 64 == 0): gate_up's act bit for bit.
+    if (cuda::MoeGroupedParams g_up_pipe = g_up;
+        g_up_pipe.pipe = 1, cuda::moe_gemm_pipe_supported(g_up_pipe)) {
       Dev act2(size_t(n * inter) * 2);
       CUDA_CHECK(cudaMemsetAsync(act2.as<void>(), 0xff, act2.bytes(), s.get()));
       g_up_pipe.out = act2.as<bf16_bits>();
@@ -352,29 +346,24 @@ TEST(MoeParity, GemmShortKMatchCpu) {
       for (size_t i = 0; i < h1.size(); ++i) differ += h1[i] != h2[i];
       const std::vector<float> f1 = from_bits(h1);
       const double e = nmse(from_bits(h2), std::vector<double>(f1.begin(), f1.end()));
-      EXPECT_LT(e, 1e-7) << "producer-warp gate_up (pipe " << pipe << "): " << fmt_name(c.fmt)
-                         << " H " << hidden << " I " << inter << " T " << tokens << " tile "
-                         << tile_rows;
+      EXPECT_LT(e, 1e-7) << "producer-warp gate_up: " << fmt_name(c.fmt) << " H " << hidden << " I "
+                         << inter << " T " << tokens << " tile " << tile_rows;
       std::printf(
-          "shortk  %-9s H %4lld I %3lld T %4lld tile %3d gate_up producer warp%s: %lld of "
+          "shortk  %-9s H %4lld I %3lld T %4lld tile %3d gate_up producer warp: %lld of "
           "%zu act values differ, NMSE %.2e\n",
           fmt_name(c.fmt), static_cast<long long>(hidden), static_cast<long long>(inter),
-          static_cast<long long>(tokens), tile_rows,
-          pipe == 2   ? ", paired"
-          : pipe == 3 ? ", items"
-                      : "",
-          static_cast<long long>(differ), h1.size(), e);
+          static_cast<long long>(tokens), tile_rows, static_cast<long long>(differ), h1.size(), e);
     }
     g_dn.x = act.as<bf16_bits>();
     g_dn.rows = n;
     g_dn.out = y.as<bf16_bits>();
     g_dn.w = d_dn.view;
     g_dn.num_experts = experts;
-    for (int blocks : {-1, 1, 3, 8, 16, kWeightStationary, kPipe, kPipePairs, kPipeItems}) {
-      const bool ws = blocks == kWeightStationary, pipe = blocks >= kPipe;
+    for (int blocks : {-1, 1, 3, 8, 16, kWeightStationary, kPipe}) {
+      const bool ws = blocks == kWeightStationary, pipe = blocks == kPipe;
       g_dn.gemm_blocks = ws || pipe ? 0 : blocks;
       g_dn.weight_stationary = ws ? 1 : 0;
-      g_dn.pipe = pipe ? blocks - kPipe + 1 : 0;
+      g_dn.pipe = pipe ? 1 : 0;
       if (ws && !cuda::moe_gemm_ws_supported(g_dn)) continue;
       if (pipe && !cuda::moe_gemm_pipe_supported(g_dn)) continue;
       std::vector<uint16_t> first;
@@ -396,11 +385,9 @@ TEST(MoeParity, GemmShortKMatchCpu) {
           std::printf("shortk  %-9s H %4lld I %3lld T %4lld tile %3d gemm_blocks %s: NMSE %.2e\n",
                       fmt_name(c.fmt), static_cast<long long>(hidden),
                       static_cast<long long>(inter), static_cast<long long>(tokens), tile_rows,
-                      ws                     ? "ws"
-                      : blocks == kPipePairs ? "pipe pairs"
-                      : blocks == kPipeItems ? "pipe items"
-                      : pipe                 ? "pipe"
-                                             : std::to_string(blocks).c_str(),
+                      ws     ? "ws"
+                      : pipe ? "pipe"
+                             : std::to_string(blocks).c_str(),
                       e);
         } else {
           EXPECT_EQ(0, std::memcmp(first.data(), all.data(), first.size() * 2))

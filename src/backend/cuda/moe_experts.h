@@ -196,8 +196,7 @@ struct MoeGroupedParams {
   int weight_stationary;  // GEMM, where moe_gemm_ws_supported: 1 the weight-stationary kernel
                           // (below), 0 the x-resident path or the one-block pipeline
   int pipe;               // GEMM, where moe_gemm_pipe_supported (and not weight-stationary): 1 the
-                          // producer-warp kernel (below; the prefill default), 2 the same over
-                          // paired plan tiles (256 x rows a CTA), 3 four plan tiles a CTA
+                          // producer-warp kernel (below; the prefill default)
 };
 // The GEMV's work decomposition for these parameters (auto fields chosen by a cost model, or for
 // the int4 ring kernels with nothing forced by a rule fitted to measurements; forced ones kept;
@@ -352,10 +351,8 @@ struct MoeExpertsParams {
                                 // (CudaTunables::moe_fp8_f16_smem_max_tokens)
   int gemm_weight_stationary;   // prefill: the down projection on the weight-stationary GEMM
                                 // where supported (CudaTunables::moe_gemm_weight_stationary)
-  int gemm_pipe;  // prefill: the GEMMs on the producer-warp kernel where supported (the
-                  // weight-stationary down projection first; CudaTunables::moe_gemm_pipe): 1,
-                  // 2 over paired plan tiles (_pairs), 3 four tiles a CTA (_items); as
-                  // MoeGroupedParams::pipe
+  int gemm_pipe;  // prefill: 1 the GEMMs on the producer-warp kernel where supported (the
+                  // weight-stationary down projection first; CudaTunables::moe_gemm_pipe)
   // Or null: the stream waits on it right before the combine (the join of the side branch that
   // makes `add`: backend/side_branch.h).
   cudaEvent_t join_event;

@@ -31,10 +31,6 @@
 //    sums cross to the gate warpgroup through the (then idle) stages.
 //  - A tail tile of at most 64 rows (an expert's last) runs wgmma n = 64: half the products of
 //    a full tile (Kimi-K2.5's rank at 8,192 tokens averages ~170 rows an expert).
-//  - Off by default until measured: paired (Shape<true>, MoeGroupedParams::pipe 2): a CTA takes
-//    two plan tiles of an expert, 256 x rows against 128 weight rows, one m64 block a warpgroup
-//    at wgmma n = 64 .. 256 by its rows: each weight converted once per 256 x rows. M (pipe 3):
-//    kItems plan tiles a CTA, the pipeline running on across them.
 // The accumulation order of each output is the two-CTA kernel's (k16 steps in order), so both
 // give the same bits (GemmShortKMatchCpu compares them).
 // Requires k % 64 == 0 (whole tiles every step: bulk copies do not zero-fill) and plan tiles of
@@ -60,23 +56,19 @@ using int4::smem_u32;
 
 using namespace moe_pipe;
 
-// The producer warps' copies of one item. st / phase / filled carry the pipeline's position
-// (filled: every stage used once) across items (M); the item's x row offsets come from the
-// shared-memory table (one item a CTA) or, with M, from row_token directly.
-template <int F, bool GLU, bool P, bool M>
+// The producer warps' copies of the CTA's item; its x row offsets come from the shared-memory
+// table.
+template <int F, bool GLU>
 __device__ __forceinline__ void produce(const MoeGroupedParams& p, const PipeItem& it,
-                                        uint32_t smem, int steps, int& st, uint32_t& phase,
-                                        bool& filled) {
-  using C = PipeCfg<F, P>;
-  using S = Shape<P>;
-  constexpr int kRowTiles = S::kRowTiles;
+                                        uint32_t smem, int steps) {
+  using C = PipeCfg<F>;
   const int64_t e = it.e;
   const int nb = it.nb;
   const int lane = int(threadIdx.x) % 32, pw = int(threadIdx.x) / 32 - kConsumerThreads / 32;
   const uint32_t full0 = smem + C::kBarOff, empty0 = full0 + 8 * C::kStages;
   // Lane t < kRowTiles: row tile t's weights (one bulk copy a step, by producer warp t / (kRowTiles
   // / 4)); the valid row tiles' bytes (every producer warp computes the sum; warp 0 expects them).
-  const int rt = lane < kRowTiles ? row_tile_of<GLU, P>(p, nb, lane) : -1;
+  const int rt = lane < kRowTiles ? row_tile_of<GLU>(p, nb, lane) : -1;
   const bool my_rt = rt >= 0 && lane / (kRowTiles / 4) == pw;
   const int kt_count = int(moe_k_tiles(F, p.w.k));
   const char* w_src = static_cast<const char*>(p.w.values) + e * p.w.values_stride +
@@ -88,31 +80,27 @@ __device__ __forceinline__ void produce(const MoeGroupedParams& p, const PipeIte
   const int scale_cols = int(cdiv(p.w.k, kMoeFp8Block));
   // The scale copies' row tile (fixed for the CTA): int4 row tile lane / 2 (two lanes a record,
   // lanes below 2 kRowTiles); fp8 lane v < 2 warpgroup v's first row tile (its 128-row block).
-  const int s_rt =
-      F == kMoeInt4
-          ? (lane / 2 < kRowTiles ? row_tile_of<GLU, P>(p, nb, lane / 2) : -1)
-          : row_tile_of<GLU, P>(p, nb, GLU && M ? 8 * (lane & 1) : tile_of<P>(lane & 1, 0, 0));
+  const int s_rt = F == kMoeInt4 ? (lane / 2 < kRowTiles ? row_tile_of<GLU>(p, nb, lane / 2) : -1)
+                                 : row_tile_of<GLU>(p, nb, tile_of(lane & 1, 0, 0));
   // x: this warp's kXR / 4 rows, (kXR / 4) pw + 4 i + lane / 8 (i < kXRounds), 16-byte piece c =
   // lane % 8 of each (a copy round moves 4 whole 128-byte row steps, whole sectors). Their
-  // element offsets are read once from the table (one item a CTA) or computed (M); a row past the
-  // item's end copies 0 bytes (bit i of x_ok clear).
-  constexpr int kXRounds = S::kXRounds;
-  const int c = lane % 8, xr0 = (S::kXR / 4) * pw + lane / 8;
+  // element offsets are read once from the table; a row past the item's end copies 0 bytes (bit
+  // i of x_ok clear).
+  const int c = lane % 8, xr0 = (kXR / 4) * pw + lane / 8;
   int32_t x_off[kXRounds];
   uint32_t x_ok = 0;
 #pragma unroll
   for (int i = 0; i < kXRounds; ++i) {
     int32_t off;
-    if constexpr (M) {
-      off = x_row_offset(p, it, xr0 + 4 * i);
-    } else {
-      asm volatile("ld.shared.s32 %0, [%1];\n"
-                   : "=r"(off)
-                   : "r"(smem + C::kRowOff + uint32_t(xr0 + 4 * i) * 4));
-    }
+    asm volatile("ld.shared.s32 %0, [%1];\n"
+                 : "=r"(off)
+                 : "r"(smem + C::kRowOff + uint32_t(xr0 + 4 * i) * 4));
     x_off[i] = off >= 0 ? off + c * 8 : 0;
     x_ok |= off >= 0 ? 1u << i : 0u;
   }
+  int st = 0;
+  uint32_t phase = 0;
+  bool filled = false;  // every stage used once
   for (int j = 0; j < steps; ++j) {
     if (filled) mbar_wait(empty0 + 8 * st, phase ^ 1);  // the stage's previous use released
     const uint32_t stage = smem + uint32_t(st) * C::kStage, full = full0 + 8 * st;
@@ -159,15 +147,15 @@ __device__ __forceinline__ void produce(const MoeGroupedParams& p, const PipeIte
 
 // Consumer warp `warp` (0..7; warpgroup v = warp / 4): the A fragments of step j's stage for its
 // row tiles (blocks b < kNB: row tile tile_of(v, b, warp % 4)).
-template <int F, bool GLU, bool P, bool M>
+template <int F>
 __device__ __forceinline__ void fragments(const MoeGroupedParams& p, uint32_t stage, int warp,
-                                          uint32_t (&a)[Shape<P>::kNB][4][4]) {
-  using C = PipeCfg<F, P>;
+                                          uint32_t (&a)[kNB][4][4]) {
+  using C = PipeCfg<F>;
   const int lane = int(threadIdx.x) % 32, v = warp / 4;
   const uint32_t ss = stage + C::kXBytes + C::kWBytes;
 #pragma unroll
-  for (int b = 0; b < Shape<P>::kNB; ++b) {
-    const int t = tile_of<GLU, P, M>(v, b, warp % 4);
+  for (int b = 0; b < kNB; ++b) {
+    const int t = tile_of(v, b, warp % 4);
     TileScale sc{0, 0};
     if constexpr (F == kMoeInt4) {
       const uint32_t at = ss + uint32_t(t * 64 + (lane / 4) * 4);
@@ -175,8 +163,7 @@ __device__ __forceinline__ void fragments(const MoeGroupedParams& p, uint32_t st
       asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(sc.s1) : "r"(at + 32));
       if (p.w.group != 32) sc.s1 = sc.s0;
     } else if constexpr (F == kMoeFp8) {
-      const int slot = GLU && M ? b : v;
-      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(sc.s0) : "r"(ss + uint32_t(slot * 4)));
+      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(sc.s0) : "r"(ss + uint32_t(v * 4)));
     }
     const uint32_t w = stage + C::kXBytes + uint32_t(t * C::kRowTileBytes + lane * 16);
 #pragma unroll
@@ -195,22 +182,21 @@ __device__ __forceinline__ void fragments(const MoeGroupedParams& p, uint32_t st
 // The consumers' k loop with wgmma n = N: 128, or 64 for a tail tile of at most 64 rows (its
 // sums are acc[b][0 .. 31], the n = 128 layout's first 8 columns; the rest stay zero). Per step
 // j with fragments `cur`: its wgmma; then step j - 1's are done (its stage is freed and `nxt`
-// may be rewritten) and step j + 1's fragments go into `nxt`. With M the last step's stage is
-// freed too (the next item's copies need it); st / phase carry the pipeline's position. (One
-// loop with both shapes behind a branch made ptxas inject warpgroup arrives around every wgmma.)
-template <int F, bool GLU, bool P, bool M, int N>
+// may be rewritten) and step j + 1's fragments go into `nxt`. (One loop with both shapes behind
+// a branch made ptxas inject warpgroup arrives around every wgmma.)
+template <int F, int N>
 __device__ __forceinline__ void mainloop(const MoeGroupedParams& p, uint32_t smem, int warp,
-                                         int steps, float (&acc)[Shape<P>::kNB][Shape<P>::kXR / 2],
-                                         int& st, uint32_t& phase) {
-  using C = PipeCfg<F, P>;
-  constexpr int kNB = Shape<P>::kNB;
+                                         int steps, float (&acc)[kNB][kXR / 2]) {
+  using C = PipeCfg<F>;
   const int lane = int(threadIdx.x) % 32;
   const uint32_t full0 = smem + C::kBarOff, empty0 = full0 + 8 * C::kStages;
   uint32_t a0[kNB][4][4], a1[kNB][4][4];
   auto stage_of = [&](int s) { return smem + uint32_t(s) * C::kStage; };
+  int st = 0;
+  uint32_t phase = 0;
   mbar_wait(full0 + 8 * st, phase);
   fence_proxy_async();  // the producer's cp.async (generic proxy) before wgmma reads x
-  fragments<F, GLU, P, M>(p, stage_of(st), warp, a0);
+  fragments<F>(p, stage_of(st), warp, a0);
   auto step = [&](int j, uint32_t(&cur)[kNB][4][4], uint32_t(&nxt)[kNB][4][4]) {
     const uint32_t xb = stage_of(st);
     wgmma_fence();
@@ -229,7 +215,7 @@ __device__ __forceinline__ void mainloop(const MoeGroupedParams& p, uint32_t sme
     if (j + 1 < steps) {
       mbar_wait(full0 + 8 * st, phase);
       fence_proxy_async();
-      fragments<F, GLU, P, M>(p, stage_of(st), warp, nxt);
+      fragments<F>(p, stage_of(st), warp, nxt);
     }
   };
   for (int j = 0; j < steps; j += 2) {
@@ -237,16 +223,12 @@ __device__ __forceinline__ void mainloop(const MoeGroupedParams& p, uint32_t sme
     if (j + 1 < steps) step(j + 1, a1, a0);
   }
   wgmma_wait<0>();
-  if constexpr (M) {  // the last step's stage
-    __syncwarp();
-    if (lane == 0) mbar_arrive(empty0 + 8 * (st == 0 ? C::kStages - 1 : st - 1));
-  }
 }
 
 // The outputs this thread holds for row tile rt: acc[.][at], at = 4 i + 2 h + e2, is weight row
 // 16 rt + g + 8 h (column `col` of the output) and x row 8 i + 2 c + e2 (lane = 4 g + c); `put`
 // gets (x row, col, at) for the rows below `rows`.
-template <int kXR, typename Put>
+template <typename Put>
 __device__ __forceinline__ void for_outputs(int rt, int rows, Put&& put) {
   const int lane = int(threadIdx.x) % 32, g = lane / 4, c = lane % 4;
 #pragma unroll
@@ -262,33 +244,22 @@ __device__ __forceinline__ void for_outputs(int rt, int rows, Put&& put) {
   }
 }
 
-// One item's outputs from the accumulators: plain, or SwiGLU with both sums in the thread (M);
-// one item a CTA, SwiGLU's up sums cross from warpgroup 1 through the then idle stages.
-template <int F, bool GLU, bool P, bool M>
-__device__ __forceinline__ void store_outputs(
-    const MoeGroupedParams& p, const PipeItem& it, char* smem_g,
-    const float (&acc)[Shape<P>::kNB][Shape<P>::kXR / 2]) {
-  using S = Shape<P>;
-  constexpr int kXR = S::kXR, kNB = S::kNB;
+// The item's outputs from the accumulators: plain, or SwiGLU with the up sums crossing from
+// warpgroup 1 through the then idle stages.
+template <bool GLU>
+__device__ __forceinline__ void store_outputs(const MoeGroupedParams& p, const PipeItem& it,
+                                              char* smem_g, const float (&acc)[kNB][kXR / 2]) {
   const int tid = int(threadIdx.x), warp = tid / 32, v = warp / 4;
   const int64_t row0 = it.row0;
   if constexpr (!GLU) {
 #pragma unroll
     for (int b = 0; b < kNB; ++b) {
-      const int rt = row_tile_of<false, P>(p, it.nb, tile_of<P>(v, b, warp % 4));
+      const int rt = row_tile_of<false>(p, it.nb, tile_of(v, b, warp % 4));
       if (rt < 0) continue;
-      for_outputs<kXR>(rt, it.rows, [&](int r, int64_t col, int at) {
+      for_outputs(rt, it.rows, [&](int r, int64_t col, int at) {
         p.out[(row0 + r) * p.w.n + col] = float_to_bf16(acc[b][at]);
       });
     }
-  } else if constexpr (M) {
-    static_assert(kNB == 2, "SwiGLU in one thread: gate block 0, up block 1");
-    const int rt = row_tile_of<true, P>(p, it.nb, tile_of<GLU, P, M>(v, 0, warp % 4));
-    if (rt < 0) return;
-    for_outputs<kXR>(rt, it.rows, [&](int r, int64_t col, int at) {
-      p.out[(row0 + r) * p.glu_inter + col] =
-          float_to_bf16(silu(round_bf16(acc[0][at])) * round_bf16(acc[1][at]));
-    });
   } else {
     float* xchg = reinterpret_cast<float*>(smem_g);
     const int t = tid % 128;
@@ -303,9 +274,9 @@ __device__ __forceinline__ void store_outputs(
     if (v == 1) return;
 #pragma unroll
     for (int b = 0; b < kNB; ++b) {
-      const int rt = row_tile_of<true, P>(p, it.nb, tile_of<P>(0, b, warp % 4));  // a gate tile
+      const int rt = row_tile_of<true>(p, it.nb, tile_of(0, b, warp % 4));  // a gate tile
       if (rt < 0) continue;
-      for_outputs<kXR>(rt, it.rows, [&](int r, int64_t col, int at) {
+      for_outputs(rt, it.rows, [&](int r, int64_t col, int at) {
         p.out[(row0 + r) * p.glu_inter + col] = float_to_bf16(
             silu(round_bf16(acc[b][at])) * round_bf16(xchg[(b * (kXR / 2) + at) * 128 + t]));
       });
@@ -313,14 +284,11 @@ __device__ __forceinline__ void store_outputs(
   }
 }
 
-// One item's consumer work: wgmma n by its rows (CTA-uniform): a tail of <= 64 rows does half a
-// tile's products; paired, 192 or 256 above 128 rows.
-template <int F, bool GLU, bool P, bool M>
+// The consumers' work: wgmma n by the item's rows (CTA-uniform): a tail of <= 64 rows does half
+// a tile's products.
+template <int F, bool GLU>
 __device__ __forceinline__ void consume(const MoeGroupedParams& p, const PipeItem& it,
-                                        uint32_t smem, char* smem_g, int warp, int steps, int& st,
-                                        uint32_t& phase) {
-  using S = Shape<P>;
-  constexpr int kXR = S::kXR, kNB = S::kNB;
+                                        uint32_t smem, char* smem_g, int warp, int steps) {
   float acc[kNB][kXR / 2];
 #pragma unroll
   for (int b = 0; b < kNB; ++b)
@@ -328,36 +296,28 @@ __device__ __forceinline__ void consume(const MoeGroupedParams& p, const PipeIte
     for (int i = 0; i < kXR / 2; ++i) acc[b][i] = 0.0f;
   const int rows = it.rows;
   if (rows <= 64)
-    mainloop<F, GLU, P, M, 64>(p, smem, warp, steps, acc, st, phase);
-  else if (!P || rows <= 128)
-    mainloop<F, GLU, P, M, 128>(p, smem, warp, steps, acc, st, phase);
-  else if (rows <= 192)
-    mainloop<F, GLU, P, M, (P ? 192 : 128)>(p, smem, warp, steps, acc, st, phase);
+    mainloop<F, 64>(p, smem, warp, steps, acc);
   else
-    mainloop<F, GLU, P, M, (P ? 256 : 128)>(p, smem, warp, steps, acc, st, phase);
+    mainloop<F, 128>(p, smem, warp, steps, acc);
 #pragma unroll
   for (int b = 0; b < kNB; ++b) reg_fence<kXR / 2>(acc[b]);
-  store_outputs<F, GLU, P, M>(p, it, smem_g, acc);
+  store_outputs<GLU>(p, it, smem_g, acc);
 }
 
-// M: items blockIdx.x + k gridDim.x, k < kItems, the pipeline running on across them, so that an
-// item's first copies fly while the previous item's last wgmma and stores run.
-template <int F, bool GLU, bool P, bool M>
+// One CTA a plan tile x weight unit (blockIdx.x), or in dense mode kXR rows.
+template <int F, bool GLU>
 __global__ void __launch_bounds__(kThreads, 1) moe_gemm_pipe_kernel(MoeGroupedParams p) {
-  using C = PipeCfg<F, P>;
-  using S = Shape<P>;
-  constexpr int kXR = S::kXR;
-  static_assert(!(M && P), "several items a CTA: unpaired tiles only");
+  using C = PipeCfg<F>;
   extern __shared__ __align__(128) char smem_raw[];
   if (p.pdl_early) pdl_trigger();
   const int tid = int(threadIdx.x);
   const int warp = __shfl_sync(~0u, tid / 32, 0);
-  const int units = int(units_of<GLU, P>(p));
+  const int units = int(units_of<GLU>(p));
   pdl_wait();
   if (!p.pdl_early) pdl_trigger();
 
-  PipeItem it{};  // one item a CTA: blockIdx.x
-  if (!M && !item_of<GLU, P>(p, int64_t(blockIdx.x), units, it)) return;  // the whole CTA
+  PipeItem it{};
+  if (!item_of<GLU>(p, int64_t(blockIdx.x), units, it)) return;  // the whole CTA
   uint32_t smem = smem_u32(smem_raw);
   smem += (1024 - (smem & 1023)) & 1023;  // the swizzle works on address bits
   char* smem_g = smem_raw + (smem - smem_u32(smem_raw));
@@ -369,75 +329,42 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_pipe_kernel(MoeGroupedPa
     }
     mbar_init_fence();
   }
-  if (!M && tid < kXR)  // the table of the item's x row offsets
+  if (tid < kXR)  // the table of the item's x row offsets
     reinterpret_cast<int32_t*>(smem_g + C::kRowOff)[tid] = x_row_offset(p, it, tid);
   __syncthreads();
   const int steps = int(p.w.k / 64);
-  int st = 0;
-  uint32_t phase = 0;
   if (warp >= kConsumerThreads / 32) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Regs<P, M>::kProducer));
-    bool filled = false;
-    if constexpr (M) {
-      for (int k = 0; k < kItems; ++k)
-        if (item_of<GLU, P>(p, int64_t(blockIdx.x) + int64_t(k) * gridDim.x, units, it))
-          produce<F, GLU, P, M>(p, it, smem, steps, st, phase, filled);
-    } else {
-      produce<F, GLU, P, M>(p, it, smem, steps, st, phase, filled);
-    }
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    produce<F, GLU>(p, it, smem, steps);
     asm volatile("cp.async.wait_all;\n" ::: "memory");  // no copy outlives its thread
     return;
   }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Regs<P, M>::kConsumer));
-  if constexpr (M) {
-#pragma unroll
-    for (int k = 0; k < kItems; ++k)
-      if (item_of<GLU, P>(p, int64_t(blockIdx.x) + int64_t(k) * gridDim.x, units, it))
-        consume<F, GLU, P, M>(p, it, smem, smem_g, warp, steps, st, phase);
-  } else {
-    consume<F, GLU, P, M>(p, it, smem, smem_g, warp, steps, st, phase);
-  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+  consume<F, GLU>(p, it, smem, smem_g, warp, steps);
 }
 
-// Plan mode: a CTA a plan tile (paired: the odd tiles' CTAs leave at once), with M kItems of
-// them; dense: a CTA kXR rows.
-template <int F, bool GLU, bool P, bool M>
+// Plan mode: a CTA a plan tile x weight unit; dense: a CTA kXR rows x weight unit.
+template <int F, bool GLU>
 void launch_pipe(const MoeGroupedParams& p, cudaStream_t stream) {
-  const int64_t tiles = p.offsets ? p.max_tiles : cdiv(p.rows, Shape<P>::kXR);
-  const int64_t ctas = cdiv(tiles * units_of<GLU, P>(p), M ? kItems : 1);
+  const int64_t tiles = p.offsets ? p.max_tiles : cdiv(p.rows, kXR);
+  const int64_t ctas = tiles * units_of<GLU>(p);
   if (ctas == 0) return;
   CHECK_MSG(ctas < (int64_t(1) << 31), "moe gemm pipe: {} CTAs", ctas);
-  launch_pdl(moe_gemm_pipe_kernel<F, GLU, P, M>, dim3(unsigned(ctas)), dim3(kThreads),
-             PipeCfg<F, P>::kBytes, Launch{stream}, p);
+  launch_pdl(moe_gemm_pipe_kernel<F, GLU>, dim3(unsigned(ctas)), dim3(kThreads), PipeCfg<F>::kBytes,
+             Launch{stream}, p);
   CUDA_LAUNCH_CHECK();
 }
 
-template <int F, bool P, bool M>
-void set_limits_pipe() {
-  for (auto* k : {moe_gemm_pipe_kernel<F, false, P, M>, moe_gemm_pipe_kernel<F, true, P, M>})
-    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    PipeCfg<F, P>::kBytes));
-}
-
-// MoeGroupedParams::pipe: 1 one tile a CTA, 2 paired tiles, 3 kItems tiles a CTA.
 template <int F>
 void launch_format(const MoeGroupedParams& p, cudaStream_t stream) {
-  const bool glu = p.glu_inter > 0;
-  if (p.pipe == 2)
-    return glu ? launch_pipe<F, true, true, false>(p, stream)
-               : launch_pipe<F, false, true, false>(p, stream);
-  if (p.pipe == 3)
-    return glu ? launch_pipe<F, true, false, true>(p, stream)
-               : launch_pipe<F, false, false, true>(p, stream);
-  return glu ? launch_pipe<F, true, false, false>(p, stream)
-             : launch_pipe<F, false, false, false>(p, stream);
+  return p.glu_inter > 0 ? launch_pipe<F, true>(p, stream) : launch_pipe<F, false>(p, stream);
 }
 
 template <int F>
 void set_limits_format() {
-  set_limits_pipe<F, false, false>();
-  set_limits_pipe<F, true, false>();
-  set_limits_pipe<F, false, true>();
+  for (auto* k : {moe_gemm_pipe_kernel<F, false>, moe_gemm_pipe_kernel<F, true>})
+    CUDA_CHECK(
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, PipeCfg<F>::kBytes));
 }
 
 }  // namespace

@@ -256,16 +256,6 @@ struct CudaTunables {
   // (bf16) 744.4 / 2,326.7 -> 658.4 / 2,087.4; Kimi-K2.5 rank (INT4) 884.5 / 2,429.3 -> 910.2
   // (64-row tiles at 2,048: the pipe kernel does not apply; spread) / 2,218.2.
   bool moe_gemm_pipe = true;
-  // Prefill, with moe_gemm_pipe: an expert's plan tiles in pairs on the producer-warp kernel (256
-  // x rows against 128 weight rows a CTA, wgmma n up to 256), so that FP8 and INT4 weights are
-  // converted once per 256 x rows instead of 128. No env. Off until measured (A/B: variant
-  // pipe_pairs; moe_bench --producer-warp 1).
-  bool moe_gemm_pipe_pairs = false;
-  // Prefill, with moe_gemm_pipe (and not _pairs): four plan tiles a CTA on the producer-warp
-  // kernel, the pipeline running on across them (an item's first copies fly during the previous
-  // item's last wgmma and stores). No env. Off until measured (A/B: variant pipe_items;
-  // moe_bench --producer-warp 1).
-  bool moe_gemm_pipe_items = false;
   // The router GEMV's first weight loads before its PDL wait (the same arithmetic). No env.
   // Off until measured (A/B: variant router_preload).
   bool moe_router_preload = false;
