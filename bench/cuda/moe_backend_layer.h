@@ -263,18 +263,26 @@ inline void run_backend_layer(const BackendLayerConfig& cfg, const std::vector<i
         t_experts, exp_gbs, 100.0 * exp_gbs / ceil.copy_gbs, flops / (t_experts * 1e-6) / 1e12,
         100.0 * flops / (t_experts * 1e-6) / 1e12 / ceil.gemm_tflops, t_route, t_shared,
         (long long)fallbacks);
+    // Each variant against the default timed around it, default and variant alternating (twice
+    // each): a variant timed once after the default read up to ~4% slower with no change at all
+    // (the same kernels, 2026-12-04: the GPU's clocks drift over a run).
     for (const std::string& name : variants) {
       const bench::Variant* v = bench::find_variant(name);
       CHECK_MSG(v != nullptr, "moe_bench: unknown variant {}", name);
       const cuda::CudaTunables saved = be.tunables();
-      be.tune(v->apply);
-      const double us = timed(experts);
-      be.set_tunables(saved);
+      double us = 0, base = 0;
+      for (int round = 0; round < 2; ++round) {
+        base += timed(experts) / 2;
+        be.tune(v->apply);
+        us += timed(experts) / 2;
+        be.set_tunables(saved);
+      }
       const double gbs = touched_bytes / (us * 1e-6) / 1e9;
       std::printf(
           "variant  %-9s T=%-5d %-14s experts %.1f us = %.0f GB/s = %.1f%% of copy (default %.1f "
-          "us)\n",
-          cfg.name, T, name.c_str(), us, gbs, 100.0 * gbs / ceil.copy_gbs, t_experts);
+          "us, alternating; %+.1f%%)\n",
+          cfg.name, T, name.c_str(), us, gbs, 100.0 * gbs / ceil.copy_gbs, base,
+          100.0 * (us / base - 1.0));
     }
     std::fflush(stdout);
   }

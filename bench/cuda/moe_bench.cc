@@ -47,6 +47,7 @@
 //        [--reps 5] [--sweep 1] [--sweep-max-tokens 32] [--variants moe_unrounded,moe_split2]
 //        [--tile-rows 64|128]  (kernels mode: the prefill tiles forced, else
 //        moe_gemm_tile_rows) [--producer-warp 1]  (kernels mode: see above)
+//        [--narrow-tails 0|1]  (kernels mode: CudaTunables::moe_gemm_narrow_tails forced)
 // --variants (backend mode): each T's experts also under each named tunable change
 // (tunable_variants.h), same weights and routing.
 #include <cublas_v2.h>
@@ -81,6 +82,7 @@ using namespace moe_bench;
 
 int g_tile_rows = 0;      // --tile-rows 64|128 (kernels mode): the prefill plan's tiles forced
 int g_producer_warp = 0;  // --producer-warp 1 (kernels mode): the "producer warp" comparison
+int g_narrow_tails = -1;  // --narrow-tails 0|1 (kernels mode): forced; -1 the product's
 
 // Fills a device buffer by repeating a 64 MiB host pattern (weights: random values need not be
 // unique, only never served from L2, which depends on addresses).
@@ -423,6 +425,9 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
       dn.weight_stationary = cuda::CudaTunables{}.moe_gemm_weight_stationary ? 1 : 0;
       const cuda::CudaTunables tun{};  // the product's kernels
       gu.pipe = dn.pipe = tun.moe_gemm_pipe ? 1 : 0;
+      gu.narrow_tails = dn.narrow_tails = g_narrow_tails >= 0         ? g_narrow_tails
+                                          : tun.moe_gemm_narrow_tails ? 1
+                                                                      : 0;
       return r;
     };
     auto run_gemm = [&](int regime, const cuda::MoeGroupedParams& g) {
@@ -808,6 +813,8 @@ int main(int argc, char** argv) {
       backend_configs = argv[i + 1];
     else if (a == "--producer-warp")
       g_producer_warp = std::stoi(argv[i + 1]);
+    else if (a == "--narrow-tails")
+      g_narrow_tails = std::stoi(argv[i + 1]);
     else if (a == "--tile-rows") {
       g_tile_rows = std::stoi(argv[i + 1]);
       if (g_tile_rows != 64 && g_tile_rows != 128) {
@@ -828,7 +835,7 @@ int main(int argc, char** argv) {
           "usage: %s [--what kernels,backend] [--configs kimi,moonlight,moonlight-int4,dsv3] "
           "[--backend-configs dsv3,moonlight,kimi] [--tokens 1,8,...] [--calls 16] [--reps 5] "
           "[--sweep 1] [--sweep-max-tokens 32] [--variants a,b] [--tile-rows 64|128] "
-          "[--producer-warp 0|1]\n",
+          "[--producer-warp 0|1] [--narrow-tails 0|1]\n",
           argv[0]);
       return 2;
     }

@@ -37,6 +37,9 @@ inline constexpr Variant kVariants[] = {
      "MoE prefill GEMMs on the two-CTA kernel, not the producer-warp one "
      "(moe_gemm_pipe off)",
      [](cuda::CudaTunables& t) { t.moe_gemm_pipe = false; }},
+    {"narrow_tails",
+     "MoE prefill down projection's last tiles at a narrow wgmma n (moe_gemm_narrow_tails on)",
+     [](cuda::CudaTunables& t) { t.moe_gemm_narrow_tails = true; }},
     {"no_mla_early_kv", "MLA decode copies its first stages after its PDL wait (mla_early_kv off)",
      [](cuda::CudaTunables& t) { t.mla_early_kv = false; }},
     {"moe_unrounded", "INT4 experts' weights unrounded before the mma (moe_int4_reg_round off)",

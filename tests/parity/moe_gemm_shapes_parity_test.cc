@@ -226,7 +226,8 @@ TEST(MoeParity, GemvShapesMatchCpu) {
 // instance the rule does not take: 64 rows for experts of ~250 (four tiles, the last partial),
 // 128 for experts of ~62 (one tile, half of its x rows past the expert's end, zero-filled);
 // gate_up and the one-block down. Then, where it
-// applies (k 128 or 256), the weight-stationary kernel (moe_experts_gemm_ws.cu; "gemm_blocks ws"):
+// applies (k 128 or 256), the weight-stationary kernel (moe_experts_gemm_ws.cu; "gemm_blocks ws",
+// and "ws narrow": an expert's last x tile at wgmma n = its rows rounded up to 16):
 // experts of up to ~250 rows (four x tiles), 64 experts for 40 rows (most of them empty), k = 128;
 // and where it applies (plan tiles of 128 rows) the producer-warp kernel (moe_experts_gemm_pipe.cu;
 // "gemm_blocks pipe"), whose gate_up must give the two-CTA kernel's act bit for bit.
@@ -262,6 +263,7 @@ const ShortKCase kShortKCases[] = {
 };
 constexpr int kWeightStationary = 1000;  // not a block count: the weight-stationary kernel
 constexpr int kPipe = 1001;              // nor this: the producer-warp kernel
+constexpr int kWsNarrow = 1002;          // the weight-stationary kernel with narrow tails
 
 TEST(MoeParity, GemmShortKMatchCpu) {
   Stream s;
@@ -359,11 +361,13 @@ TEST(MoeParity, GemmShortKMatchCpu) {
     g_dn.out = y.as<bf16_bits>();
     g_dn.w = d_dn.view;
     g_dn.num_experts = experts;
-    for (int blocks : {-1, 1, 3, 8, 16, kWeightStationary, kPipe}) {
-      const bool ws = blocks == kWeightStationary, pipe = blocks == kPipe;
+    for (int blocks : {-1, 1, 3, 8, 16, kWeightStationary, kWsNarrow, kPipe}) {
+      const bool narrow = blocks == kWsNarrow;
+      const bool ws = blocks == kWeightStationary || narrow, pipe = blocks == kPipe;
       g_dn.gemm_blocks = ws || pipe ? 0 : blocks;
       g_dn.weight_stationary = ws ? 1 : 0;
       g_dn.pipe = pipe ? 1 : 0;
+      g_dn.narrow_tails = narrow ? 1 : 0;
       if (ws && !cuda::moe_gemm_ws_supported(g_dn)) continue;
       if (pipe && !cuda::moe_gemm_pipe_supported(g_dn)) continue;
       std::vector<uint16_t> first;
@@ -385,7 +389,8 @@ TEST(MoeParity, GemmShortKMatchCpu) {
           std::printf("shortk  %-9s H %4lld I %3lld T %4lld tile %3d gemm_blocks %s: NMSE %.2e\n",
                       fmt_name(c.fmt), static_cast<long long>(hidden),
                       static_cast<long long>(inter), static_cast<long long>(tokens), tile_rows,
-                      ws     ? "ws"
+                      narrow ? "ws narrow"
+                      : ws   ? "ws"
                       : pipe ? "pipe"
                              : std::to_string(blocks).c_str(),
                       e);

@@ -130,12 +130,63 @@ __device__ __forceinline__ void wgmma_rs_m64n128k16(float* d, const uint32_t* a,
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TB), "r"(1));
 }
 
-// D[64×N] += A[64×16] · B[16×N] for N = 64 or 128 (the GEMMs' token tiles), A from registers, B
-// K-major from shared memory.
+// D[64×16] += A[64×16] · B[16×16], A from registers (the mma.m16n8k16 A layout per warp),
+// B from shared memory; B transposed (MN-major) when TB = 1.
+template <int TB>
+__device__ __forceinline__ void wgmma_rs_m64n16k16(float* d, const uint32_t* a, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %14, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, "
+      "%9, %10, %11}, %12, p, 1, 1, %13;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TB), "r"(1));
+}
+
+// D[64×32] += A[64×16] · B[16×32], A from registers (the mma.m16n8k16 A layout per warp),
+// B from shared memory; B transposed (MN-major) when TB = 1.
+template <int TB>
+__device__ __forceinline__ void wgmma_rs_m64n32k16(float* d, const uint32_t* a, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %22, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, %21;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TB), "r"(1));
+}
+
+// D[64×48] += A[64×16] · B[16×48], A from registers (the mma.m16n8k16 A layout per warp),
+// B from shared memory; B transposed (MN-major) when TB = 1.
+template <int TB>
+__device__ __forceinline__ void wgmma_rs_m64n48k16(float* d, const uint32_t* a, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %30, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}, {%24, %25, %26, "
+      "%27}, %28, p, 1, 1, %29;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(TB), "r"(1));
+}
+
+// D[64×N] += A[64×16] · B[16×N] for N = 16, 32, 48, 64 or 128 (the GEMMs' token tiles; the
+// narrow ones for an expert's last rows), A from registers, B K-major from shared memory. The
+// sums of x row r are d[4 (r / 8) + ..] whatever N (d holds at least N / 2 floats).
 template <int N>
 __device__ __forceinline__ void wgmma_rs_n(float* d, const uint32_t* a, uint64_t db) {
-  static_assert(N == 64 || N == 128, "wgmma_rs_n: N 64 or 128");
-  if constexpr (N == 64)
+  static_assert(N == 16 || N == 32 || N == 48 || N == 64 || N == 128,
+                "wgmma_rs_n: N 16, 32, 48, 64 or 128");
+  if constexpr (N == 16)
+    wgmma_rs_m64n16k16<0>(d, a, db);
+  else if constexpr (N == 32)
+    wgmma_rs_m64n32k16<0>(d, a, db);
+  else if constexpr (N == 48)
+    wgmma_rs_m64n48k16<0>(d, a, db);
+  else if constexpr (N == 64)
     wgmma_rs_m64n64k16<0>(d, a, db);
   else
     wgmma_rs_m64n128k16<0>(d, a, db);

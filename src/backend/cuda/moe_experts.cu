@@ -501,6 +501,7 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
   down.early_plan = gate_up.pdl_early ? 0 : 1;
   down.weight_stationary = !decode && !p.fixed_tiles && p.gemm_weight_stationary ? 1 : 0;
   down.pipe = gate_up.pipe;
+  down.narrow_tails = p.gemm_narrow_tails;
   down.pdl_early = 0;
   stage(down, s.act16, s.act_inv);
   run(down);

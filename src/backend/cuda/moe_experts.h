@@ -197,6 +197,9 @@ struct MoeGroupedParams {
                           // (below), 0 the x-resident path or the one-block pipeline
   int pipe;               // GEMM, where moe_gemm_pipe_supported (and not weight-stationary): 1 the
                           // producer-warp kernel (below; the prefill default)
+  int narrow_tails;       // GEMM, the weight-stationary kernel: an expert's last x tile of few
+                          // rows at wgmma n = its rows rounded up to 16, not 64
+  int unused;             // (keeps the struct free of padding bytes: the asserts at the end)
 };
 // The GEMV's work decomposition for these parameters (auto fields chosen by a cost model, or for
 // the int4 ring kernels with nothing forced by a rule fitted to measurements; forced ones kept;
@@ -351,8 +354,11 @@ struct MoeExpertsParams {
                                 // (CudaTunables::moe_fp8_f16_smem_max_tokens)
   int gemm_weight_stationary;   // prefill: the down projection on the weight-stationary GEMM
                                 // where supported (CudaTunables::moe_gemm_weight_stationary)
-  int gemm_pipe;  // prefill: 1 the GEMMs on the producer-warp kernel where supported (the
-                  // weight-stationary down projection first; CudaTunables::moe_gemm_pipe)
+  int gemm_pipe;          // prefill: 1 the GEMMs on the producer-warp kernel where supported (the
+                          // weight-stationary down projection first; CudaTunables::moe_gemm_pipe)
+  int gemm_narrow_tails;  // prefill: MoeGroupedParams::narrow_tails (CudaTunables::
+                          // moe_gemm_narrow_tails)
+  int unused;             // (keeps the struct free of padding bytes: the asserts at the end)
   // Or null: the stream waits on it right before the combine (the join of the side branch that
   // makes `add`: backend/side_branch.h).
   cudaEvent_t join_event;
@@ -379,6 +385,6 @@ static_assert(std::has_unique_object_representations_v<MoeGroupedParams>);
 static_assert(std::has_unique_object_representations_v<MoeStageF16Params>);
 // (A float member rules out has_unique_object_representations: the size says there is no padding.)
 static_assert(std::is_trivially_copyable_v<MoeCombineParams> && sizeof(MoeCombineParams) == 112);
-static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 304);
+static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 312);
 
 }  // namespace strata::cuda

@@ -34,7 +34,7 @@ using attn::pack_bf16x2;
 using attn::reg_fence;
 using attn::wgmma_commit;
 using attn::wgmma_fence;
-using attn::wgmma_rs_m64n64k16;
+using attn::wgmma_rs_n;
 using attn::wgmma_wait;
 using int4::cp_async16;
 using int4::cp_async_commit;
@@ -127,6 +127,21 @@ __device__ __forceinline__ void issue_x(const MoeGroupedParams& p, int r, int r_
   }
 }
 
+// A tile's products at wgmma n = N: x rows 0 .. N - 1 of the tile at xb, their sums acc[0 ..
+// N / 2 - 1] (the n = 64 layout's first N / 8 columns; the rest stay as they are).
+template <int N, int KA>
+__device__ __forceinline__ void tile_mma(float (&acc)[kTok / 2], const uint32_t (&a)[4 * KA][4],
+                                         uint32_t xb) {
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < 4 * KA; ++ks)
+    wgmma_rs_n<N>(
+        acc, a[ks],
+        make_smem_desc(xb + uint32_t((ks / 4) * WsCfg<KA>::kXAtom + (ks % 4) * 32), 16, 1024));
+  wgmma_commit();
+  wgmma_wait<0>();
+}
+
 template <int F, int KA>
 __global__ void __launch_bounds__(kThreads, 2) moe_gemm_ws_kernel(MoeGroupedParams p) {
   using C = WsCfg<KA>;
@@ -176,14 +191,17 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_ws_kernel(MoeGroupedPara
     float acc[kTok / 2];
 #pragma unroll
     for (int i = 0; i < kTok / 2; ++i) acc[i] = 0.0f;
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < 4 * KA; ++ks)
-      wgmma_rs_m64n64k16<0>(
-          acc, a[ks],
-          make_smem_desc(xb + uint32_t((ks / 4) * C::kXAtom + (ks % 4) * 32), 16, 1024));
-    wgmma_commit();
-    wgmma_wait<0>();
+    // The expert's last tile of fewer rows at n = its rows rounded up to 16 (p.narrow_tails).
+    const int left = r_end - r;
+    const int n = !p.narrow_tails || left >= kTok ? kTok : (left + 15) / 16 * 16;
+    if (n == 64)
+      tile_mma<64, KA>(acc, a, xb);
+    else if (n == 48)
+      tile_mma<48, KA>(acc, a, xb);
+    else if (n == 32)
+      tile_mma<32, KA>(acc, a, xb);
+    else
+      tile_mma<16, KA>(acc, a, xb);
     reg_fence<kTok / 2>(acc);
     __syncthreads();  // both warpgroups are done with this buffer: the next iteration refills it
     // acc[4 i + 2 h + e2]: weight row col0 + 8 h, x row r + 8 i + 2 c + e2. Lanes g and g ^ 1

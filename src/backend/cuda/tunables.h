@@ -256,6 +256,11 @@ struct CudaTunables {
   // (bf16) 744.4 / 2,326.7 -> 658.4 / 2,087.4; Kimi-K2.5 rank (INT4) 884.5 / 2,429.3 -> 910.2
   // (64-row tiles at 2,048: the pipe kernel does not apply; spread) / 2,218.2.
   bool moe_gemm_pipe = true;
+  // Prefill: the weight-stationary down projection runs an expert's last x tile of few rows at
+  // wgmma n = its rows rounded up to 16, not 64 (at 8,192 tokens such tails are ~11% of its
+  // executed products: DeepSeek-V3's rank ~256 rows an expert, Kimi-K2.5's ~170). No env. Off
+  // until measured (A/B: variant narrow_tails; moe_bench --narrow-tails 0|1).
+  bool moe_gemm_narrow_tails = false;
   // The router GEMV's first weight loads before its PDL wait (the same arithmetic). No env.
   // Off until measured (A/B: variant router_preload).
   bool moe_router_preload = false;
