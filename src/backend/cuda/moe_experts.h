@@ -199,7 +199,7 @@ struct MoeGroupedParams {
                           // producer-warp kernel (below; the prefill default)
   int narrow_tails;       // GEMM, the weight-stationary kernel: an expert's last x tile of few
                           // rows at wgmma n = its rows rounded up to 16, not 64
-  int unused;             // (keeps the struct free of padding bytes: the asserts at the end)
+  int ws_one_barrier;     // GEMM, the weight-stationary kernel: one CTA barrier a tile, not two
 };
 // The GEMV's work decomposition for these parameters (auto fields chosen by a cost model, or for
 // the int4 ring kernels with nothing forced by a rule fitted to measurements; forced ones kept;
@@ -354,11 +354,12 @@ struct MoeExpertsParams {
                                 // (CudaTunables::moe_fp8_f16_smem_max_tokens)
   int gemm_weight_stationary;   // prefill: the down projection on the weight-stationary GEMM
                                 // where supported (CudaTunables::moe_gemm_weight_stationary)
-  int gemm_pipe;          // prefill: 1 the GEMMs on the producer-warp kernel where supported (the
-                          // weight-stationary down projection first; CudaTunables::moe_gemm_pipe)
-  int gemm_narrow_tails;  // prefill: MoeGroupedParams::narrow_tails (CudaTunables::
-                          // moe_gemm_narrow_tails)
-  int unused;             // (keeps the struct free of padding bytes: the asserts at the end)
+  int gemm_pipe;            // prefill: 1 the GEMMs on the producer-warp kernel where supported (the
+                            // weight-stationary down projection first; CudaTunables::moe_gemm_pipe)
+  int gemm_narrow_tails;    // prefill: MoeGroupedParams::narrow_tails (CudaTunables::
+                            // moe_gemm_narrow_tails)
+  int gemm_ws_one_barrier;  // prefill: MoeGroupedParams::ws_one_barrier (CudaTunables::
+                            // moe_gemm_ws_one_barrier)
   // Or null: the stream waits on it right before the combine (the join of the side branch that
   // makes `add`: backend/side_branch.h).
   cudaEvent_t join_event;

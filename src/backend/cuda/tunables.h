@@ -261,6 +261,11 @@ struct CudaTunables {
   // executed products: DeepSeek-V3's rank ~256 rows an expert, Kimi-K2.5's ~170). No env. Off
   // until measured (A/B: variant narrow_tails; moe_bench --narrow-tails 0|1).
   bool moe_gemm_narrow_tails = false;
+  // Prefill: the weight-stationary down projection with one CTA barrier a tile instead of two
+  // (the next tile's copies issued after the barrier; ncu, 2026-12-04: the barriers around each
+  // tile's wgmma were ~25% of its stall samples). No env. Off until measured (A/B: variant
+  // ws_one_barrier).
+  bool moe_gemm_ws_one_barrier = false;
   // The router GEMV's first weight loads before its PDL wait (the same arithmetic). No env.
   // Off until measured (A/B: variant router_preload).
   bool moe_router_preload = false;
