@@ -422,8 +422,8 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
       dn.out = y.as<bf16_bits>();
       dn.w = layers[size_t(copy)].down.w;
       dn.early_plan = 1;
-      dn.weight_stationary = cuda::CudaTunables{}.moe_gemm_weight_stationary ? 1 : 0;
       const cuda::CudaTunables tun{};  // the product's kernels
+      dn.weight_stationary = tun.moe_gemm_weight_stationary ? 1 : 0;
       gu.pipe = dn.pipe = tun.moe_gemm_pipe ? 1 : 0;
       gu.narrow_tails = dn.narrow_tails = g_narrow_tails >= 0         ? g_narrow_tails
                                           : tun.moe_gemm_narrow_tails ? 1

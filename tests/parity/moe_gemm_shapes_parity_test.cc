@@ -343,8 +343,8 @@ TEST(MoeParity, GemmShortKMatchCpu) {
                                  s.get()));
       CUDA_CHECK(cudaStreamSynchronize(s.get()));
       // Same fragments, same k order: the same bits expected (tail tiles of <= 64 rows run wgmma
-      // n = 64 there, n = 128 here; paired tiles n = 192 or 256: a difference would be one of
-      // rounding, printed; an index error is far above the bound).
+      // n = 64 there, n = 128 here: a difference would be one of rounding, printed; an index
+      // error is far above the bound).
       int64_t differ = 0;
       for (size_t i = 0; i < h1.size(); ++i) differ += h1[i] != h2[i];
       const std::vector<float> f1 = from_bits(h1);

@@ -237,8 +237,7 @@ void launch_moe_gemm_ws(const MoeGroupedParams& p, cudaStream_t stream);
 // warpgroups over 128 x rows and 256 weight rows, an mbarrier pipeline fed by a producer
 // warpgroup's bulk copies (weights) and cp.async (x rows, scales); the same bits as the two-CTA
 // kernel. Needs k % 64 == 0 and plan tiles of 128 rows (or dense mode); launch_moe_gemm takes it
-// where p.pipe is set (2: an expert's plan tiles in pairs, 256 x rows against 128 weight rows a
-// CTA).
+// where p.pipe is set.
 bool moe_gemm_pipe_supported(const MoeGroupedParams& p);
 void init_moe_gemm_pipe_kernels();
 void launch_moe_gemm_pipe(const MoeGroupedParams& p, cudaStream_t stream);
