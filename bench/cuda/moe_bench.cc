@@ -428,7 +428,6 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
       gu.narrow_tails = dn.narrow_tails = g_narrow_tails >= 0         ? g_narrow_tails
                                           : tun.moe_gemm_narrow_tails ? 1
                                                                       : 0;
-      dn.ws_one_barrier = tun.moe_gemm_ws_one_barrier ? 1 : 0;
       return r;
     };
     auto run_gemm = [&](int regime, const cuda::MoeGroupedParams& g) {

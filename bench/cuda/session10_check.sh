@@ -22,6 +22,7 @@
 #   sweep      the MoE decode GEMV's work shapes (moe_bench --what kernels --sweep 1) for
 #              SWEEP_CONFIGS (default moonlight) at SWEEP_TOKENS (default 1,2,4,8)
 # (llama, dsv3, mla and sweep run only when named in STAGES.)
+# EXTRA_TARGETS: more targets to build (e.g. strata_bench_moe_bench for a command after this one).
 # RANK_EXTRA: more arguments for every rank_step_bench run (e.g. "--timeline 1": the step's
 # kernels as the GPU ran them, kernel_timeline.h; its tables are echoed on stdout).
 # Logs packed into $OUT/session10_check.tgz; the summary on stdout.
@@ -30,8 +31,18 @@ source bench/cuda/device_env.sh
 t0=$(date +%s)
 STAGES=${STAGES:-parity moe kimi moonlight offline}
 dev_configure
-dev_build strata_parity_test strata_bench_rank_step_bench strata_bench_offline_bench \
-  strata_bench_moe_bench strata_bench_mla_bench
+# Only the targets the stages run (each is minutes of the device's build).
+targets=()
+for stage in $STAGES; do
+  case $stage in
+    parity) targets+=(strata_parity_test) ;;
+    moe | sweep) targets+=(strata_bench_moe_bench) ;;
+    kimi | dsv3 | moonlight | llama) targets+=(strata_bench_rank_step_bench) ;;
+    mla) targets+=(strata_bench_mla_bench) ;;
+    offline) targets+=(strata_bench_offline_bench) ;;
+  esac
+done
+dev_build $(printf '%s\n' "${targets[@]}" | sort -u) ${EXTRA_TARGETS:-}
 echo "build: $(( $(date +%s) - t0 )) s"
 L=$OUT/session10_check
 mkdir -p $L

@@ -6,7 +6,10 @@
 // records one launch fewer. Moonlight's and DeepSeek-V3's hidden sizes (2048, 7168: 256 and 896
 // threads a token), bf16 and INT4 group-32 experts, bf16 and f32 norm weights, with the shared
 // experts' rows added or not, T = 1, 2, 9 (decode) and 40 (the prefill regime: rows through the
-// plan's pos). Not merged, and still the eager bits: hidden 256 (the warp norm kernel).
+// plan's pos). The merged kernel runs twice: with each token's row over a cluster of CTAs
+// where its row has 16 warps or more (CudaTunables::moe_combine_cluster_max_tokens 64: at hidden
+// 7168 7 CTAs a token at T = 1, 2 and 9, 2 at T = 40) and one CTA a token.
+// Not merged, and still the eager bits: hidden 256 (the warp norm kernel).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -88,15 +91,21 @@ TEST(MoeCombineNorm, GraphModeRunsTheNextNormInsideTheCombine) {
       };
       const std::vector<std::vector<float>> eager = {step(1), step(2)};
       int64_t merged_launches = 0;
-      for (bool on : {true, false}) {
-        gpu.tune([&](cuda::CudaTunables& tu) { tu.moe_combine_norm_fusion = on; });
+      // The merged kernel with each token's row over a cluster of CTAs (where T is small) and
+      // one CTA a token, then unmerged.
+      for (int pass = 0; pass < 3; ++pass) {
+        const bool on = pass < 2;
+        gpu.tune([&](cuda::CudaTunables& tu) {
+          tu.moe_combine_norm_fusion = on;
+          tu.moe_combine_cluster_max_tokens = pass == 0 ? 64 : 0;
+        });
         gpu.set_graph_mode(true);
         const cuda::GraphStats before = gpu.graph_stats();
         for (uint64_t seed : {1, 2, 1}) {
           const auto got = step(seed);
           EXPECT_EQ(0, std::memcmp(got.data(), eager[seed - 1].data(), got.size() * 4))
-              << "hidden " << c.hidden << " " << fmt_name(c.format) << " T " << t << " on " << on
-              << " seed " << seed;
+              << "hidden " << c.hidden << " " << fmt_name(c.format) << " T " << t << " pass "
+              << pass << " seed " << seed;
         }
         const cuda::GraphStats& after = gpu.graph_stats();
         EXPECT_EQ(after.replays - before.replays, 2) << "hidden " << c.hidden << " T " << t;

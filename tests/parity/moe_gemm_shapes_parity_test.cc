@@ -264,7 +264,6 @@ const ShortKCase kShortKCases[] = {
 constexpr int kWeightStationary = 1000;  // not a block count: the weight-stationary kernel
 constexpr int kPipe = 1001;              // nor this: the producer-warp kernel
 constexpr int kWsNarrow = 1002;          // the weight-stationary kernel with narrow tails
-constexpr int kWsOneBarrier = 1003;      // and with one CTA barrier a tile
 
 TEST(MoeParity, GemmShortKMatchCpu) {
   Stream s;
@@ -362,14 +361,13 @@ TEST(MoeParity, GemmShortKMatchCpu) {
     g_dn.out = y.as<bf16_bits>();
     g_dn.w = d_dn.view;
     g_dn.num_experts = experts;
-    for (int blocks : {-1, 1, 3, 8, 16, kWeightStationary, kWsNarrow, kWsOneBarrier, kPipe}) {
-      const bool narrow = blocks == kWsNarrow, one_barrier = blocks == kWsOneBarrier;
-      const bool ws = blocks == kWeightStationary || narrow || one_barrier, pipe = blocks == kPipe;
+    for (int blocks : {-1, 1, 3, 8, 16, kWeightStationary, kWsNarrow, kPipe}) {
+      const bool narrow = blocks == kWsNarrow;
+      const bool ws = blocks == kWeightStationary || narrow, pipe = blocks == kPipe;
       g_dn.gemm_blocks = ws || pipe ? 0 : blocks;
       g_dn.weight_stationary = ws ? 1 : 0;
       g_dn.pipe = pipe ? 1 : 0;
       g_dn.narrow_tails = narrow ? 1 : 0;
-      g_dn.ws_one_barrier = one_barrier ? 1 : 0;
       if (ws && !cuda::moe_gemm_ws_supported(g_dn)) continue;
       if (pipe && !cuda::moe_gemm_pipe_supported(g_dn)) continue;
       std::vector<uint16_t> first;
@@ -391,11 +389,10 @@ TEST(MoeParity, GemmShortKMatchCpu) {
           std::printf("shortk  %-9s H %4lld I %3lld T %4lld tile %3d gemm_blocks %s: NMSE %.2e\n",
                       fmt_name(c.fmt), static_cast<long long>(hidden),
                       static_cast<long long>(inter), static_cast<long long>(tokens), tile_rows,
-                      narrow        ? "ws narrow"
-                      : one_barrier ? "ws one barrier"
-                      : ws          ? "ws"
-                      : pipe        ? "pipe"
-                                    : std::to_string(blocks).c_str(),
+                      narrow ? "ws narrow"
+                      : ws   ? "ws"
+                      : pipe ? "pipe"
+                             : std::to_string(blocks).c_str(),
                       e);
         } else {
           EXPECT_EQ(0, std::memcmp(first.data(), all.data(), first.size() * 2))

@@ -443,7 +443,7 @@ void CudaBackend::moe_experts_add(const Tensor& x, const MoeExpertWeights& exper
   p.gemm_weight_stationary = tunables_.moe_gemm_weight_stationary ? 1 : 0;
   p.gemm_pipe = tunables_.moe_gemm_pipe ? 1 : 0;
   p.gemm_narrow_tails = tunables_.moe_gemm_narrow_tails ? 1 : 0;
-  p.gemm_ws_one_barrier = tunables_.moe_gemm_ws_one_barrier ? 1 : 0;
+  p.combine_cluster_max_tokens = tunables_.moe_combine_cluster_max_tokens;
   // An ended side branch (the shared experts that made `add`) joins right before the combine:
   // the routed experts' launches still overlap it.
   p.join_event = take_side_join();

@@ -8,11 +8,23 @@
 // one-CTA-per-token loop waited on each in turn: 15 us at T = 1, hidden 7168).
 //
 // With the norm (CudaTunables::moe_combine_norm_fusion; graph mode merges the add_rms_norm
-// recorded right after the experts, CudaBackend::merge_moe_combine_norm): one CTA a token of
-// ceil(hidden / 256) warps, thread i the columns [8i, 8i + 8), which is the thread layout and
-// order of sums of launch_rms_norm's one-pass vec kernel (norm.h kVecOnePass): residual =
-// bf16(out + residual), norm_out = w · (residual · rsqrt(Σ residual² / hidden + eps)), the same
-// bits as the two launches.
+// recorded right after the experts, CudaBackend::merge_moe_combine_norm): ceil(hidden / 256)
+// warps a token, thread i the columns [8i, 8i + 8), which is the thread layout and order of sums
+// of launch_rms_norm's one-pass vec kernel (norm.h kVecOnePass): residual = bf16(out +
+// residual), norm_out = w · (residual · rsqrt(Σ residual² / hidden + eps)), the same bits as the
+// two launches. A token's warps are one CTA, or (a few tokens: MoeCombineParams::
+// cluster_max_tokens) split over a cluster of C CTAs: CTA r holds warps [r W / C, (r + 1) W / C),
+// and each CTA adds all W warp sums in warp order, reading the other CTAs' from their shared
+// memory, so the sum is the one-CTA sum. Why: at batch 1 a single SM read the token's top-k expert
+// rows, the shared experts' row and the residual alone (~140 KB at hidden 7,168).
+//
+// Every kernel issues the loads that do not depend on the assignments (the `add` row, the
+// residual, the norm weight) with the assignments' own, so a token waits on two rounds of loads
+// (assignments, then the expert rows), not five.
+#include <algorithm>
+
+#include "backend/cuda/cluster.cuh"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/moe_experts.cuh"
 #include "backend/cuda/norm_weight.cuh"
 
@@ -21,6 +33,7 @@ namespace {
 
 constexpr int kCombineThreads = 128;
 constexpr int kCombineCols = kCombineThreads * 8;
+constexpr int kMaxClusterCtas = 8;  // the portable cluster size
 
 struct TokenAssignments {
   int ids[kMoeMaxTopK];
@@ -60,9 +73,17 @@ __device__ __forceinline__ void load_assignments(const MoeCombineParams& p, int6
   __syncthreads();
 }
 
-// Token t's 8 output values of 16-byte column group v, before their bf16 rounding.
+// Token t's `add` values of column group v (zeros without `add`): loaded before the assignments.
+__device__ __forceinline__ uint4 load_add(const MoeCombineParams& p, int64_t t, int64_t v) {
+  if (p.add == nullptr) return make_uint4(0u, 0u, 0u, 0u);
+  return __ldg(reinterpret_cast<const uint4*>(p.add + t * p.hidden) + v);
+}
+
+// Token t's 8 output values of 16-byte column group v, before their bf16 rounding; add_bits:
+// load_add's.
 __device__ __forceinline__ void combine_group(const MoeCombineParams& p, int64_t t, int64_t v,
-                                              const TokenAssignments& a, float* acc) {
+                                              const TokenAssignments& a, uint4 add_bits,
+                                              float* acc) {
   const int n = a.valid;
 #pragma unroll
   for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
@@ -84,7 +105,7 @@ __device__ __forceinline__ void combine_group(const MoeCombineParams& p, int64_t
   }
   if (p.add != nullptr) {
     float ad[8];
-    unpack8(__ldg(reinterpret_cast<const uint4*>(p.add + t * p.hidden) + v), ad);
+    unpack8(add_bits, ad);
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[i] += ad[i];
   }
@@ -96,32 +117,49 @@ __global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(MoeCombine
   pdl_enter(p.pdl_early);
   const int64_t chunks = (p.hidden + kCombineCols - 1) / kCombineCols;
   const int64_t t = int64_t(blockIdx.x) / chunks, chunk = int64_t(blockIdx.x) % chunks;
-  load_assignments(p, t, a);
   const int64_t v = chunk * kCombineThreads + int(threadIdx.x);  // this thread's column group
-  if (v >= p.hidden / 8) return;
+  const bool in = v < p.hidden / 8;
+  const uint4 add_bits = in ? load_add(p, t, v) : make_uint4(0u, 0u, 0u, 0u);
+  load_assignments(p, t, a);
+  if (!in) return;
   float acc[8];
-  combine_group(p, t, v, a, acc);
+  combine_group(p, t, v, a, add_bits, acc);
   reinterpret_cast<uint4*>(p.out + t * p.hidden)[v] = pack8(acc);
 }
 
-// CTA t: token t's whole row, then the residual add and the RMSNorm (the vec kernel's layout).
+// Token blockIdx.x / C's row (C = 1, or CLUSTER: the cluster's CTAs, combine_norm_ctas), then the
+// residual add and the RMSNorm (the vec kernel's layout; CTA r of a cluster: column groups from
+// r · blockDim.x).
+template <bool CLUSTER>
 __global__ void __launch_bounds__(1024) moe_combine_norm_kernel(MoeCombineParams p) {
   __shared__ TokenAssignments a;
   __shared__ float warp_ss[32];
   pdl_enter(p.pdl_early);
-  const int64_t t = blockIdx.x, nchunk = p.hidden / 8, v = threadIdx.x;
+  const int rank = CLUSTER ? int(cluster_rank()) : 0;
+  const int ctas = CLUSTER ? int(gridDim.x / p.tokens) : 1;  // a token's CTAs
+  const int64_t t = blockIdx.x / ctas, nchunk = p.hidden / 8;
+  const int64_t v = int64_t(rank) * blockDim.x + threadIdx.x;
+  const bool in = v < nchunk;
+  // The loads the assignments do not decide, issued with theirs.
+  uint4 add_bits = make_uint4(0u, 0u, 0u, 0u), res_bits = add_bits;
+  float w[8];
+  uint4* res = reinterpret_cast<uint4*>(p.norm_residual + t * p.hidden);
+  if (in) {
+    add_bits = load_add(p, t, v);
+    res_bits = res[v];
+    norm_weight8(p.norm_w, p.norm_w_f32, v, w);
+  }
   load_assignments(p, t, a);
   float x[8];
   float ss = 0;
-  if (v < nchunk) {
+  if (in) {
     float acc[8], r[8];
-    combine_group(p, t, v, a, acc);
+    combine_group(p, t, v, a, add_bits, acc);
     const uint4 out_bits = pack8(acc);
     reinterpret_cast<uint4*>(p.out + t * p.hidden)[v] = out_bits;
     // add_rms_norm(out, residual, ...) as the vec kernel runs it: x = bf16(out + residual).
     unpack8(out_bits, x);
-    uint4* res = reinterpret_cast<uint4*>(p.norm_residual + t * p.hidden);
-    unpack8(res[v], r);
+    unpack8(res_bits, r);
 #pragma unroll
     for (int e = 0; e < 8; ++e) x[e] = bf16_to_float(float_to_bf16(x[e] + r[e]));
     res[v] = pack8(x);
@@ -130,19 +168,47 @@ __global__ void __launch_bounds__(1024) moe_combine_norm_kernel(MoeCombineParams
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, warps = blockDim.x / 32;
   if (lane == 0) warp_ss[warp] = ss;
-  __syncthreads();
   float total = 0;
-  for (int w = 0; w < int(blockDim.x / 32); ++w) total += warp_ss[w];
+  if constexpr (CLUSTER) {
+    // Thread i < ctas · warps fetches warp sum i (CTA i / warps) in one round trip; then every
+    // thread adds them in order from this CTA's copy.
+    __shared__ float all_ss[32];
+    cluster_sync();  // every CTA's warp sums written
+    if (int(threadIdx.x) < ctas * warps) {
+      const uint32_t ws = uint32_t(__cvta_generic_to_shared(warp_ss));
+      all_ss[threadIdx.x] = ld_cluster(
+          cluster_map(ws + 4 * (int(threadIdx.x) % warps), uint32_t(int(threadIdx.x) / warps)));
+    }
+    cluster_sync();  // the copies written, and no CTA leaves while another still reads its sums
+    for (int i = 0; i < ctas * warps; ++i) total += all_ss[i];
+  } else {
+    __syncthreads();
+    for (int i = 0; i < warps; ++i) total += warp_ss[i];
+  }
   const float inv = rsqrtf(total / float(p.hidden) + p.norm_eps);
-  if (v < nchunk) {
-    float w[8], o[8];
-    norm_weight8(p.norm_w, p.norm_w_f32, v, w);
+  if (in) {
+    float o[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) o[e] = w[e] * (x[e] * inv);
     reinterpret_cast<uint4*>(p.norm_out + t * p.hidden)[v] = pack8(o);
   }
+}
+
+// The CTAs a token's combine + norm takes: up to cluster_max_tokens tokens of rows of 16 warps or
+// more (hidden >= 4,096), the largest divisor of its warps up to 8 that leaves each CTA 2 warps
+// or more and tokens x CTAs within one wave (1: no cluster). Measured (rank_step_bench, H200,
+// 2026-12-04), one CTA a token against clusters: a Kimi-K2.5 rank (hidden 7,168, 7 CTAs of 4
+// warps) batch 1 4.706 / 4.778 against 4.599 / 4.655 ms a step (61 layers), batch 8 10.321
+// against 10.236; Moonlight (hidden 2,048) batch 1 2.325 / 2.314 against 2.360 (8 CTAs of 1
+// warp) / 2.329 ms (4 of 2): a row of 8 warps reads too little for a cluster to pay.
+int combine_norm_ctas(const MoeCombineParams& p, int64_t nchunk) {
+  if (p.tokens > p.cluster_max_tokens || nchunk % 32 != 0 || nchunk / 32 < 16) return 1;
+  const int64_t warps = nchunk / 32;
+  for (int c = kMaxClusterCtas; c > 1; --c)
+    if (warps % c == 0 && warps / c >= 2 && p.tokens * c <= num_sms()) return c;
+  return 1;
 }
 
 }  // namespace
@@ -159,9 +225,15 @@ void launch_moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
                   uintptr_t(p.norm_residual) % 16 == 0 && uintptr_t(p.norm_out) % 16 == 0 &&
                   uintptr_t(p.norm_w) % 16 == 0,
               "moe combine + norm: hidden {} (at most 8,192), 16-byte aligned rows", p.hidden);
-    // The vec norm kernel's block: ceil(nchunk / 32) warps (launch_rms_norm).
-    launch_pdl(moe_combine_norm_kernel, dim3(unsigned(p.tokens)),
-               dim3(unsigned(ceil_div(nchunk, 32) * 32)), 0, Launch{stream}, p);
+    // The vec norm kernel's block: ceil(nchunk / 32) warps (launch_rms_norm), split over `ctas`.
+    const int ctas = combine_norm_ctas(p, nchunk);
+    const dim3 block(unsigned(ceil_div(nchunk, 32) * 32 / ctas));
+    if (ctas > 1)
+      launch_pdl_cluster(moe_combine_norm_kernel<true>, dim3(unsigned(p.tokens * ctas)), block, 0,
+                         Launch{stream}, ctas, p);
+    else
+      launch_pdl(moe_combine_norm_kernel<false>, dim3(unsigned(p.tokens)), block, 0, Launch{stream},
+                 p);
     CUDA_LAUNCH_CHECK();
     return;
   }

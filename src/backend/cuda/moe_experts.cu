@@ -411,6 +411,7 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
     comb.top_k = p.top_k;
     comb.num_experts = p.num_experts;
     comb.pdl_early = 0;
+    comb.cluster_max_tokens = p.combine_cluster_max_tokens;
     comb.norm_out = p.norm_out;
     comb.norm_residual = p.norm_residual;
     comb.norm_w = p.norm_w;
@@ -502,7 +503,6 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
   down.weight_stationary = !decode && !p.fixed_tiles && p.gemm_weight_stationary ? 1 : 0;
   down.pipe = gate_up.pipe;
   down.narrow_tails = p.gemm_narrow_tails;
-  down.ws_one_barrier = p.gemm_ws_one_barrier;
   down.pdl_early = 0;
   stage(down, s.act16, s.act_inv);
   run(down);

@@ -199,7 +199,7 @@ struct MoeGroupedParams {
                           // producer-warp kernel (below; the prefill default)
   int narrow_tails;       // GEMM, the weight-stationary kernel: an expert's last x tile of few
                           // rows at wgmma n = its rows rounded up to 16, not 64
-  int ws_one_barrier;     // GEMM, the weight-stationary kernel: one CTA barrier a tile, not two
+  int unused;             // (keeps the struct free of padding bytes: the asserts at the end)
 };
 // The GEMV's work decomposition for these parameters (auto fields chosen by a cost model, or for
 // the int4 ring kernels with nothing forced by a rule fitted to measurements; forced ones kept;
@@ -283,7 +283,9 @@ struct MoeCombineParams {
   int top_k;
   int num_experts;
   int pdl_early;
-  int pad_;
+  // With the norm, up to this many tokens: a token's row split over a cluster of CTAs
+  // (moe_combine.cu; CudaTunables::moe_combine_cluster_max_tokens).
+  int cluster_max_tokens;
   // Or null: then the next layer's add_rms_norm(out, norm_residual, norm_w, norm_eps, norm_out)
   // in the same kernel, with its bits (moe_combine.cu; hidden <= 8,192, 16-byte aligned rows):
   // norm_residual = bf16(out + norm_residual), norm_out = its RMSNorm. norm_w: bf16, or f32 with
@@ -353,12 +355,12 @@ struct MoeExpertsParams {
                                 // (CudaTunables::moe_fp8_f16_smem_max_tokens)
   int gemm_weight_stationary;   // prefill: the down projection on the weight-stationary GEMM
                                 // where supported (CudaTunables::moe_gemm_weight_stationary)
-  int gemm_pipe;            // prefill: 1 the GEMMs on the producer-warp kernel where supported (the
-                            // weight-stationary down projection first; CudaTunables::moe_gemm_pipe)
-  int gemm_narrow_tails;    // prefill: MoeGroupedParams::narrow_tails (CudaTunables::
-                            // moe_gemm_narrow_tails)
-  int gemm_ws_one_barrier;  // prefill: MoeGroupedParams::ws_one_barrier (CudaTunables::
-                            // moe_gemm_ws_one_barrier)
+  int gemm_pipe;          // prefill: 1 the GEMMs on the producer-warp kernel where supported (the
+                          // weight-stationary down projection first; CudaTunables::moe_gemm_pipe)
+  int gemm_narrow_tails;  // prefill: MoeGroupedParams::narrow_tails (CudaTunables::
+                          // moe_gemm_narrow_tails)
+  int combine_cluster_max_tokens;  // MoeCombineParams::cluster_max_tokens (CudaTunables::
+                                   // moe_combine_cluster_max_tokens)
   // Or null: the stream waits on it right before the combine (the join of the side branch that
   // makes `add`: backend/side_branch.h).
   cudaEvent_t join_event;

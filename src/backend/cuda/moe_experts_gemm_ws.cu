@@ -142,7 +142,7 @@ __device__ __forceinline__ void tile_mma(float (&acc)[kTok / 2], const uint32_t 
   wgmma_wait<0>();
 }
 
-template <int F, int KA, bool OB>
+template <int F, int KA>
 __global__ void __launch_bounds__(kThreads, 2) moe_gemm_ws_kernel(MoeGroupedParams p) {
   using C = WsCfg<KA>;
   constexpr int kXBufs = C::kXBufs;
@@ -175,29 +175,18 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_ws_kernel(MoeGroupedPara
   const int wg = warp / 4, g = lane / 4, c = lane % 4;
   // This thread's output column (weight row) of h = 0; h = 1 is 8 further.
   const int64_t col0 = int64_t(nb) * kRows + 64 * wg + 16 * (warp % 4) + g;
-  // OB (p.ws_one_barrier): tile t + 1's copies go out right after tile t's barrier, which every
-  // thread passes only once done with tile t - 1 (its wgmma and its epilogue), so that barrier
-  // also frees t - 1's buffer and the output tile: one CTA barrier a tile instead of two (the form
-  // below issues them before the wait, and a second barrier after the wgmma guards the buffer).
-  constexpr bool one_barrier = OB;
   int buf = 0;
   for (int r = r_begin; r < r_end; r += kTok, buf = buf + 1 == kXBufs ? 0 : buf + 1) {
-    // Tile t + kXBufs - 1's copies, into the buffer tile t - 1 freed.
+    // Tile t + kXBufs - 1's copies go out now, into the buffer tile t - 1 freed.
     const int ahead = r + (kXBufs - 1) * kTok;
-    const int ab = buf == 0 ? kXBufs - 1 : buf - 1;
-    if constexpr (!one_barrier) {
-      if (ahead < r_end) issue_x<KA>(p, ahead, r_end, xs + uint32_t(ab * C::kXBuf));
-      cp_async_commit();
-      cp_async_wait<kXBufs - 1>();  // this tile landed (the next ones may still fly)
-    } else {
-      cp_async_wait<0>();  // this tile landed (nothing else is in flight)
+    if (ahead < r_end) {
+      const int ab = buf == 0 ? kXBufs - 1 : buf - 1;
+      issue_x<KA>(p, ahead, r_end, xs + uint32_t(ab * C::kXBuf));
     }
-    fence_proxy_async();  // X's cp.async before wgmma reads it
+    cp_async_commit();
+    cp_async_wait<kXBufs - 1>();  // this tile landed (the next ones may still fly)
+    fence_proxy_async();          // X's cp.async before wgmma reads it
     __syncthreads();
-    if constexpr (one_barrier) {
-      if (ahead < r_end) issue_x<KA>(p, ahead, r_end, xs + uint32_t(ab * C::kXBuf));
-      cp_async_commit();
-    }
     const uint32_t xb = xs + uint32_t(buf * C::kXBuf);
     float acc[kTok / 2];
 #pragma unroll
@@ -214,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_ws_kernel(MoeGroupedPara
     else
       tile_mma<16, KA>(acc, a, xb);
     reg_fence<kTok / 2>(acc);
-    if constexpr (!one_barrier) __syncthreads();  // both warpgroups done with the buffer: refill it
+    __syncthreads();  // both warpgroups are done with this buffer: the next iteration refills it
     // acc[4 i + 2 h + e2]: weight row col0 + 8 h, x row r + 8 i + 2 c + e2. Lanes g and g ^ 1
     // swap one value each so that a lane stores two adjacent weight rows of one x row.
     const bool odd = g & 1;
@@ -256,26 +245,21 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_ws_kernel(MoeGroupedPara
 
 template <int F>
 void set_limits_ws() {
-  for (auto* k : {moe_gemm_ws_kernel<F, 2, false>, moe_gemm_ws_kernel<F, 2, true>})
-    CUDA_CHECK(
-        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, WsCfg<2>::kBytes));
-  for (auto* k : {moe_gemm_ws_kernel<F, 4, false>, moe_gemm_ws_kernel<F, 4, true>})
-    CUDA_CHECK(
-        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, WsCfg<4>::kBytes));
-}
-template <int F, int KA>
-void launch_ws(const MoeGroupedParams& p, int64_t ctas, cudaStream_t stream) {
-  launch_pdl(p.ws_one_barrier ? moe_gemm_ws_kernel<F, KA, true> : moe_gemm_ws_kernel<F, KA, false>,
-             dim3(unsigned(ctas)), dim3(kThreads), WsCfg<KA>::kBytes, Launch{stream}, p);
+  CUDA_CHECK(cudaFuncSetAttribute(moe_gemm_ws_kernel<F, 2>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, WsCfg<2>::kBytes));
+  CUDA_CHECK(cudaFuncSetAttribute(moe_gemm_ws_kernel<F, 4>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, WsCfg<4>::kBytes));
 }
 template <int F>
 void launch_ws_format(const MoeGroupedParams& p, cudaStream_t stream) {
   const int64_t ctas = int64_t(p.num_experts) * ((p.w.n + kRows - 1) / kRows);
   CHECK_MSG(ctas < (int64_t(1) << 31), "moe gemm ws: {} CTAs", ctas);
   if (p.w.k == 256)
-    launch_ws<F, 4>(p, ctas, stream);
+    launch_pdl(moe_gemm_ws_kernel<F, 4>, dim3(unsigned(ctas)), dim3(kThreads), WsCfg<4>::kBytes,
+               Launch{stream}, p);
   else
-    launch_ws<F, 2>(p, ctas, stream);
+    launch_pdl(moe_gemm_ws_kernel<F, 2>, dim3(unsigned(ctas)), dim3(kThreads), WsCfg<2>::kBytes,
+               Launch{stream}, p);
   CUDA_LAUNCH_CHECK();
 }
 

@@ -87,6 +87,12 @@ struct CudaTunables {
   // a launch, ncu 2026-12-03); Moonlight bf16 batch 1 2.498 against 2.515 ms a step (-0.7%,
   // rank_step_bench --variants combine_norm, H200, 2026-12-03).
   bool moe_combine_norm_fusion = true;
+  // The combine + norm of up to this many tokens splits each token's row over a cluster of CTAs
+  // (up to 8, a divisor of the row's warps; their squares summed in the one-CTA order through
+  // distributed shared memory: the same bits). 0: one CTA a token. Why: at batch 1 one SM read
+  // the token's 8 expert rows, the shared experts' row and the residual (~140 KB at hidden
+  // 7,168) alone. No env. A/B: variant no_combine_cluster.
+  int moe_combine_cluster_max_tokens = 8;
   // Side branches (backend/side_branch.h; arch/deepseek.cc: a MoE layer's shared experts beside
   // its router, route and routed experts, MLA's W_UK products beside the attention inputs) run
   // on a second stream, forked and joined through events (graphs capture the fork and the
@@ -258,14 +264,13 @@ struct CudaTunables {
   bool moe_gemm_pipe = true;
   // Prefill: the weight-stationary down projection runs an expert's last x tile of few rows at
   // wgmma n = its rows rounded up to 16, not 64 (at 8,192 tokens such tails are ~11% of its
-  // executed products: DeepSeek-V3's rank ~256 rows an expert, Kimi-K2.5's ~170). No env. Off
-  // until measured (A/B: variant narrow_tails; moe_bench --narrow-tails 0|1).
-  bool moe_gemm_narrow_tails = false;
-  // Prefill: the weight-stationary down projection with one CTA barrier a tile instead of two
-  // (the next tile's copies issued after the barrier; ncu, 2026-12-04: the barriers around each
-  // tile's wgmma were ~25% of its stall samples). No env. Off until measured (A/B: variant
-  // ws_one_barrier).
-  bool moe_gemm_ws_one_barrier = false;
+  // executed products: DeepSeek-V3's rank ~256 rows an expert, Kimi-K2.5's ~170). No env. A/B:
+  // variant no_narrow_tails; moe_bench --narrow-tails 0|1. H200, 2026-12-04: kernels mode, down
+  // at 8,192 tokens 0.7-4.6% faster (4 of 4 pairs: Kimi 785 -> 749, 774 -> 760 us; DeepSeek-V3
+  // 706 -> 691, 702 -> 696); through the backend, alternating with the default, experts at
+  // 2,048 / 8,192 tokens: DeepSeek-V3 -1.8 / +1.3%, Kimi -1.7 / -1.1% (Moonlight, whose down
+  // this does not touch, -0.4 / -1.3%: the A/B's spread).
+  bool moe_gemm_narrow_tails = true;
   // The router GEMV's first weight loads before its PDL wait (the same arithmetic). No env.
   // Off until measured (A/B: variant router_preload).
   bool moe_router_preload = false;
