@@ -21,8 +21,6 @@
 // Every kernel issues the loads that do not depend on the assignments (the `add` row, the
 // residual, the norm weight) with the assignments' own, so a token waits on two rounds of loads
 // (assignments, then the expert rows), not five.
-#include <algorithm>
-
 #include "backend/cuda/cluster.cuh"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/moe_experts.cuh"

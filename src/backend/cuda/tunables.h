@@ -91,7 +91,11 @@ struct CudaTunables {
   // (up to 8, a divisor of the row's warps; their squares summed in the one-CTA order through
   // distributed shared memory: the same bits). 0: one CTA a token. Why: at batch 1 one SM read
   // the token's 8 expert rows, the shared experts' row and the residual (~140 KB at hidden
-  // 7,168) alone. No env. A/B: variant no_combine_cluster.
+  // 7,168) alone. Rows of 16 warps or more only (hidden >= 4,096; moe_combine.cu has the
+  // Moonlight numbers). No env. A/B: variant no_combine_cluster. Default 8: rank_step_bench, H200,
+  // 2026-12-04, 61 layers, a Kimi-K2.5 rank at batch 1 4.599 / 4.655 / 4.521 against 4.706 /
+  // 4.778 / 4.598 ms a step in three calls, batch 8 -0.8 / -0.5%; a DeepSeek-V3 rank batch 1 /
+  // 8 -1.5 / -1.0%.
   int moe_combine_cluster_max_tokens = 8;
   // Side branches (backend/side_branch.h; arch/deepseek.cc: a MoE layer's shared experts beside
   // its router, route and routed experts, MLA's W_UK products beside the attention inputs) run
