@@ -282,6 +282,12 @@ class Backend {
   // Graph mode: a step's launches are recorded and replayed as one captured graph whenever the
   // same step shape comes again (CUDA: cuda_backend.h). A backend without graphs ignores it.
   virtual void set_graph_mode(bool /*on*/) {}
+  // A collective of this rank's tensor-parallel group sits here in the op stream, skipped (the
+  // one-rank benchmark mode, backend/solo_comm.h): a backend that merges consecutive ops (CUDA
+  // graph mode: a MoE combine with the next norm) must not merge across it, as it could not
+  // across the real collective, so that one rank alone runs a real rank's kernels. `bytes`: its
+  // payload. Default: nothing (no merges).
+  virtual void skipped_collective(int64_t /*bytes*/) {}
   virtual std::unique_ptr<KvStorage> alloc_kv(const KvLayout& layout) = 0;
   // Whether this backend implements `layout` (dtypes, row formats); alloc_kv CHECK-fails on a
   // layout this refuses, so callers that take a layout from users ask first. Default: all.

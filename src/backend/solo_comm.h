@@ -7,6 +7,10 @@
 // all_gather writes this rank's part into every rank's slot (so the gathered tensor has the
 // shape, bytes and finite values later ops expect; samplers then pick among this rank's vocab
 // columns, repeated). A benchmark mode, never a way to serve: the engine logs it at startup.
+// Each skipped collective still marks its place in the backend's op stream
+// (Backend::skipped_collective), so the backend merges no ops across it: until 2026-12-04 CUDA
+// graph mode merged a MoE layer's combine with the next norm across the skipped all-reduce, one
+// launch a layer fewer than a real rank runs.
 //
 // The counts (calls and payload bytes of each collective) are process-wide totals, read by the
 // benchmarks around the steps they time and printed in the engine's exit line, so a projected

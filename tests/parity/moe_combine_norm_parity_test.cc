@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/solo_comm.h"
 #include "parity/moe_stack.h"
 #include "parity/op_pair.h"
 
@@ -126,6 +127,76 @@ TEST(MoeCombineNorm, GraphModeRunsTheNextNormInsideTheCombine) {
                 c.shared ? ", shared experts added" : "",
                 c.merges ? "one launch merged" : "not merged");
   }
+}
+
+// One rank of a tensor-parallel group run alone (backend/solo_comm.h): the MoE output's skipped
+// all-reduce stands between the combine and the next norm, so graph mode must not merge them (a
+// real rank's norm reads the all-reduced sum): the step records what the unmerged step records,
+// plus the collective's place (one launch that runs nothing), and gives the eager bits.
+TEST(MoeCombineNorm, ASkippedAllReduceKeepsTheCombineAndTheNormApart) {
+  Pair p;
+  auto& gpu = p.cuda();
+  const cuda::CudaTunables defaults = gpu.tunables();
+  ASSERT_TRUE(defaults.fusion && defaults.moe_combine_norm_fusion);
+  const int experts = 16, k = 4;
+  const int64_t hidden = 7168, inter = 64, t = 1;
+  const MoeRouteArgs a{.num_experts = experts,
+                       .top_k = k,
+                       .num_groups = 1,
+                       .topk_groups = 1,
+                       .scoring = MoeScoring::kSoftmax,
+                       .group_score = MoeGroupScore::kMax,
+                       .normalize = true,
+                       .scaling_factor = 1.0f};
+  MoeExpertWeights ex;
+  ex.gate_up =
+      gpu.upload_linear(random_stack(p.rng(), Fmt::kInt4g32, experts, 2 * inter, hidden), Tensor{});
+  ex.down =
+      gpu.upload_linear(random_stack(p.rng(), Fmt::kInt4g32, experts, hidden, inter), Tensor{});
+  LinearWeight gate;
+  auto gv = p.random(experts * hidden, 0.05f);
+  gate.weight = gpu.upload(Tensor::make(gv.data(), DType::kF32, {experts, hidden}), DType::kBF16);
+  auto nv = p.random(hidden, 0.5f);
+  auto norm_w = gpu.upload(Tensor::make(nv.data(), DType::kF32, {hidden}), DType::kBF16);
+  auto x = gpu.alloc(DType::kBF16, {t, hidden}), shared = gpu.alloc(DType::kBF16, {t, hidden});
+  auto residual = gpu.alloc(DType::kBF16, {t, hidden});
+  const std::unique_ptr<Communicator> comm = make_solo_comm(8, gpu);
+  auto step = [&](bool all_reduce) {
+    gpu.fill_random(*x, 1, 1.0f);
+    gpu.fill_random(*shared, 11, 0.5f);
+    gpu.fill_random(*residual, 21, 1.0f);
+    auto logits = gpu.alloc(DType::kF32, {t, experts});
+    gpu.linear(*x, gate, *logits);
+    auto ids = gpu.alloc(DType::kI32, {t, k}), w = gpu.alloc(DType::kF32, {t, k});
+    gpu.moe_route(*logits, Tensor{}, a, *ids, *w);
+    auto out = gpu.alloc(DType::kBF16, {t, hidden}), h = gpu.alloc(DType::kBF16, {t, hidden});
+    gpu.moe_experts_add(*x, ex, *ids, *w, *shared, *out);
+    if (all_reduce) comm->all_reduce_sum(*out);
+    gpu.add_rms_norm(*out, *residual, *norm_w, 1e-6f, *h);
+    std::vector<float> o(size_t(2 * t * hidden));
+    gpu.download_f32(*residual, o.data());  // ends the step (graph mode: capture or replay)
+    gpu.download_f32(*h, o.data() + t * hidden);
+    return o;
+  };
+  const std::vector<float> eager = step(false);
+  // Launches of one replayed step: fusion on with the skipped all-reduce, then off without it.
+  int64_t launches[2] = {0, 0};
+  for (int pass = 0; pass < 2; ++pass) {
+    gpu.tune([&](cuda::CudaTunables& tu) { tu.moe_combine_norm_fusion = pass == 0; });
+    gpu.set_graph_mode(true);
+    (void)step(pass == 0);  // captures
+    const cuda::GraphStats before = gpu.graph_stats();
+    const auto got = step(pass == 0);
+    EXPECT_EQ(gpu.graph_stats().replays - before.replays, 1) << "pass " << pass;
+    launches[pass] = gpu.graph_stats().launches - before.launches;
+    EXPECT_EQ(0, std::memcmp(got.data(), eager.data(), got.size() * 4)) << "pass " << pass;
+    gpu.set_graph_mode(false);
+  }
+  gpu.set_tunables(defaults);
+  EXPECT_EQ(launches[0], launches[1] + 1)
+      << "the combine and the norm merged across the all-reduce";
+  std::printf("skipped all-reduce: %lld launches a step (unmerged without it: %lld)\n",
+              static_cast<long long>(launches[0]), static_cast<long long>(launches[1]));
 }
 
 }  // namespace

@@ -184,6 +184,23 @@ void CudaBackend::set_graph_mode(bool on) {
   recorder_.set_graph_mode(on);
 }
 
+namespace {
+// The skipped collective's place in a step (its payload bytes: the signature tells steps apart as
+// a real collective's parameters would).
+struct SkippedCollective {
+  int64_t bytes;
+};
+void run_skipped_collective(const SkippedCollective&, const Launch&) {}
+}  // namespace
+
+// The recorder merges a launch with the one right before it (recorder_.last): a launch that
+// runs nothing keeps both sides of the collective apart. Eager mode merges nothing.
+void CudaBackend::skipped_collective(int64_t bytes) {
+  if (!recorder_.graph_mode()) return;
+  begin_op();
+  record(kOpCollective, SkippedCollective{bytes}, run_skipped_collective);
+}
+
 void CudaBackend::set_stream(cudaStream_t s, int gemm_sm_target) {
   end_step();
   stream_ = s != nullptr ? s : own_stream_;

@@ -202,6 +202,8 @@ class CudaBackend : public Backend,
   // Drops every captured graph.
   void reset_graphs();
   const GraphStats& graph_stats() const { return recorder_.stats(); }
+  // Graph mode: records a launch that runs nothing where the collective was (no merge spans it).
+  void skipped_collective(int64_t bytes) override;
   cudaStream_t stream() const { return stream_; }
   // Where and how this backend launches (benchmarks that call a launcher directly).
   Launch launch() const { return Launch{stream_, tunables_.pdl}; }

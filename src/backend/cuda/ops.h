@@ -54,7 +54,8 @@ namespace strata::cuda {
   X(kOpSideFork, "side_fork") \
   X(kOpSideEnd, "side_end") \
   X(kOpSideJoin, "side_join") \
-  X(kOpGemvNorm, "gemv_norm")
+  X(kOpGemvNorm, "gemv_norm") \
+  X(kOpCollective, "collective")
 // clang-format on
 
 enum Op : int {

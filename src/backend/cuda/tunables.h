@@ -95,7 +95,9 @@ struct CudaTunables {
   // Moonlight numbers). No env. A/B: variant no_combine_cluster. Default 8: rank_step_bench, H200,
   // 2026-12-04, 61 layers, a Kimi-K2.5 rank at batch 1 4.599 / 4.655 / 4.521 against 4.706 /
   // 4.778 / 4.598 ms a step in three calls, batch 8 -0.8 / -0.5%; a DeepSeek-V3 rank batch 1 /
-  // 8 -1.5 / -1.0%.
+  // 8 -1.5 / -1.0%. Those one-rank runs merged the norm into the combine across the skipped
+  // all-reduce, which a real rank cannot (fixed the same day: Backend::skipped_collective); so
+  // this applies at tp 1 (MoE models of hidden >= 4,096), where the norm follows the combine.
   int moe_combine_cluster_max_tokens = 8;
   // Side branches (backend/side_branch.h; arch/deepseek.cc: a MoE layer's shared experts beside
   // its router, route and routed experts, MLA's W_UK products beside the attention inputs) run
