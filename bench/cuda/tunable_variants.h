@@ -37,6 +37,9 @@ inline constexpr Variant kVariants[] = {
      "MoE prefill GEMMs on the two-CTA kernel, not the producer-warp one "
      "(moe_gemm_pipe off)",
      [](cuda::CudaTunables& t) { t.moe_gemm_pipe = false; }},
+    {"norm_cluster",
+     "RMSNorm of up to 8 rows over a cluster of CTAs a row (rms_norm_cluster_max_rows 8)",
+     [](cuda::CudaTunables& t) { t.rms_norm_cluster_max_rows = 8; }},
     {"no_combine_cluster",
      "MoE combine + norm one CTA a token at every batch (moe_combine_cluster_max_tokens 0)",
      [](cuda::CudaTunables& t) { t.moe_combine_cluster_max_tokens = 0; }},

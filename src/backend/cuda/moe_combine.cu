@@ -22,7 +22,6 @@
 // residual, the norm weight) with the assignments' own, so a token waits on two rounds of loads
 // (assignments, then the expert rows), not five.
 #include "backend/cuda/cluster.cuh"
-#include "backend/cuda/launch.h"
 #include "backend/cuda/moe_experts.cuh"
 #include "backend/cuda/norm_weight.cuh"
 
@@ -31,7 +30,6 @@ namespace {
 
 constexpr int kCombineThreads = 128;
 constexpr int kCombineCols = kCombineThreads * 8;
-constexpr int kMaxClusterCtas = 8;  // the portable cluster size
 
 struct TokenAssignments {
   int ids[kMoeMaxTopK];
@@ -170,17 +168,8 @@ __global__ void __launch_bounds__(1024) moe_combine_norm_kernel(MoeCombineParams
   if (lane == 0) warp_ss[warp] = ss;
   float total = 0;
   if constexpr (CLUSTER) {
-    // Thread i < ctas · warps fetches warp sum i (CTA i / warps) in one round trip; then every
-    // thread adds them in order from this CTA's copy.
     __shared__ float all_ss[32];
-    cluster_sync();  // every CTA's warp sums written
-    if (int(threadIdx.x) < ctas * warps) {
-      const uint32_t ws = uint32_t(__cvta_generic_to_shared(warp_ss));
-      all_ss[threadIdx.x] = ld_cluster(
-          cluster_map(ws + 4 * (int(threadIdx.x) % warps), uint32_t(int(threadIdx.x) / warps)));
-    }
-    cluster_sync();  // the copies written, and no CTA leaves while another still reads its sums
-    for (int i = 0; i < ctas * warps; ++i) total += all_ss[i];
+    total = cluster_sum_in_warp_order(warp_ss, warps, ctas, all_ss);
   } else {
     __syncthreads();
     for (int i = 0; i < warps; ++i) total += warp_ss[i];
@@ -194,19 +183,15 @@ __global__ void __launch_bounds__(1024) moe_combine_norm_kernel(MoeCombineParams
   }
 }
 
-// The CTAs a token's combine + norm takes: up to cluster_max_tokens tokens of rows of 16 warps or
-// more (hidden >= 4,096), the largest divisor of its warps up to 8 that leaves each CTA 2 warps
-// or more and tokens x CTAs within one wave (1: no cluster). Measured (rank_step_bench, H200,
-// 2026-12-04), one CTA a token against clusters: a Kimi-K2.5 rank (hidden 7,168, 7 CTAs of 4
-// warps) batch 1 4.706 / 4.778 against 4.599 / 4.655 ms a step (61 layers), batch 8 10.321
-// against 10.236; Moonlight (hidden 2,048) batch 1 2.325 / 2.314 against 2.360 (8 CTAs of 1
-// warp) / 2.329 ms (4 of 2): a row of 8 warps reads too little for a cluster to pay.
+// The CTAs a token's combine + norm takes (cluster.cuh row_cluster_ctas: up to
+// cluster_max_tokens tokens of rows of 16 warps or more, hidden >= 4,096). Measured
+// (rank_step_bench, H200, 2026-12-04), one CTA a token against clusters: a Kimi-K2.5 rank (hidden
+// 7,168, 7 CTAs of 4 warps) batch 1 4.706 / 4.778 against 4.599 / 4.655 ms a step (61 layers),
+// batch 8 10.321 against 10.236; Moonlight (hidden 2,048) batch 1 2.325 / 2.314 against 2.360 (8
+// CTAs of 1 warp) / 2.329 ms (4 of 2): a row of 8 warps reads too little for a cluster to pay.
 int combine_norm_ctas(const MoeCombineParams& p, int64_t nchunk) {
-  if (p.tokens > p.cluster_max_tokens || nchunk % 32 != 0 || nchunk / 32 < 16) return 1;
-  const int64_t warps = nchunk / 32;
-  for (int c = kMaxClusterCtas; c > 1; --c)
-    if (warps % c == 0 && warps / c >= 2 && p.tokens * c <= num_sms()) return c;
-  return 1;
+  if (nchunk % 32 != 0) return 1;
+  return row_cluster_ctas(p.tokens, nchunk / 32, p.cluster_max_tokens);
 }
 
 }  // namespace

@@ -99,6 +99,12 @@ struct CudaTunables {
   // all-reduce, which a real rank cannot (fixed the same day: Backend::skipped_collective); so
   // this applies at tp 1 (MoE models of hidden >= 4,096), where the norm follows the combine.
   int moe_combine_cluster_max_tokens = 8;
+  // The one-pass RMSNorm (and add + RMSNorm) of up to this many rows of hidden >= 4,096 splits
+  // each row over a cluster of CTAs as the MoE combine above does (norm.cu; the same bits). 0:
+  // one CTA a row. Why: a tensor-parallel rank's norms follow its all-reduces, so at batch 1 each
+  // layer's two add_rms_norms run one CTA a token (~2.5 us each, a Kimi-K2.5 rank, H200,
+  // 2026-12-04). No env. Off until measured (A/B: variant norm_cluster).
+  int rms_norm_cluster_max_rows = 0;
   // Side branches (backend/side_branch.h; arch/deepseek.cc: a MoE layer's shared experts beside
   // its router, route and routed experts, MLA's W_UK products beside the attention inputs) run
   // on a second stream, forked and joined through events (graphs capture the fork and the
