@@ -177,6 +177,42 @@ __device__ __forceinline__ void gemv_epilogue(const Int4LinearParams& p, const P
   }
 }
 
+// Calls f(integral_constant KT, integral_constant TPG) for a row tile of kt 512-byte tiles (k =
+// 64 kt: 1, 2 or 4) and the scales' group (TPG: k tiles a group, 1, 2 or 4 for 64, 128 or 256;
+// 0 for group 32), the template arguments of the kernels that hold a row tile a warp
+// (moe_experts_int4_flat.cu, moe_experts_int4_down_combine.cu); false where off that grid.
+template <typename F>
+bool with_row_tile_kernel(int kt, int group, F&& f) {
+  auto by_tpg = [&](auto kt_c) {
+    switch (group) {
+      case 32:
+        f(kt_c, std::integral_constant<int, 0>{});
+        return true;
+      case 64:
+        f(kt_c, std::integral_constant<int, 1>{});
+        return true;
+      case 128:
+        f(kt_c, std::integral_constant<int, 2>{});
+        return true;
+      case 256:
+        f(kt_c, std::integral_constant<int, 4>{});
+        return true;
+      default:
+        return false;
+    }
+  };
+  switch (kt) {
+    case 1:
+      return by_tpg(std::integral_constant<int, 1>{});
+    case 2:
+      return by_tpg(std::integral_constant<int, 2>{});
+    case 4:
+      return by_tpg(std::integral_constant<int, 4>{});
+    default:
+      return false;
+  }
+}
+
 }  // namespace strata::cuda::int4
 
 namespace strata::cuda {

@@ -444,6 +444,7 @@ void CudaBackend::moe_experts_add(const Tensor& x, const MoeExpertWeights& exper
   p.gemm_pipe = tunables_.moe_gemm_pipe ? 1 : 0;
   p.gemm_narrow_tails = tunables_.moe_gemm_narrow_tails ? 1 : 0;
   p.combine_cluster_max_tokens = tunables_.moe_combine_cluster_max_tokens;
+  p.int4_down_combine = tunables_.moe_int4_down_combine ? 1 : 0;
   // An ended side branch (the shared experts that made `add`) joins right before the combine:
   // the routed experts' launches still overlap it.
   p.join_event = take_side_join();

@@ -421,6 +421,8 @@ void launch_moe_experts(const MoeExpertsParams& p, cudaStream_t stream) {
     launch_moe_combine(comb, stream);
   };
   const bool int4 = p.gate_up.format == kMoeInt4 && p.down.format == kMoeInt4;
+  if (decode && int4 && p.int4_down_combine && launch_moe_int4_down_combined(p, s.act, stream))
+    return;
   if (decode && int4 && n <= p.int4_reg_max_assignments &&
       launch_moe_int4_reg(p, s.act, s.y, stream))
     return combine(nullptr);

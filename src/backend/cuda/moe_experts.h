@@ -361,6 +361,9 @@ struct MoeExpertsParams {
                           // moe_gemm_narrow_tails)
   int combine_cluster_max_tokens;  // MoeCombineParams::cluster_max_tokens (CudaTunables::
                                    // moe_combine_cluster_max_tokens)
+  int int4_down_combine;           // INT4 at T = 1: down and combine in one launch (CudaTunables::
+                                   // moe_int4_down_combine; moe_experts_int4_reg.h)
+  int pad_;
   // Or null: the stream waits on it right before the combine (the join of the side branch that
   // makes `add`: backend/side_branch.h).
   cudaEvent_t join_event;
@@ -387,6 +390,6 @@ static_assert(std::has_unique_object_representations_v<MoeGroupedParams>);
 static_assert(std::has_unique_object_representations_v<MoeStageF16Params>);
 // (A float member rules out has_unique_object_representations: the size says there is no padding.)
 static_assert(std::is_trivially_copyable_v<MoeCombineParams> && sizeof(MoeCombineParams) == 112);
-static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 312);
+static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 320);
 
 }  // namespace strata::cuda

@@ -146,39 +146,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2) int4_flat_down_kernel(Int4Flat
     });
 }
 
-template <typename F>
-bool with_kernel(int kt, int group, F&& f) {
-  auto by_tpg = [&](auto kt_c) {
-    constexpr int KT = decltype(kt_c)::value;
-    switch (group) {
-      case 32:
-        f(int4_flat_down_kernel<KT, 0>);
-        return true;
-      case 64:
-        f(int4_flat_down_kernel<KT, 1>);
-        return true;
-      case 128:
-        f(int4_flat_down_kernel<KT, 2>);
-        return true;
-      case 256:
-        f(int4_flat_down_kernel<KT, 4>);
-        return true;
-      default:
-        return false;
-    }
-  };
-  switch (kt) {
-    case 1:
-      return by_tpg(std::integral_constant<int, 1>{});
-    case 2:
-      return by_tpg(std::integral_constant<int, 2>{});
-    case 4:
-      return by_tpg(std::integral_constant<int, 4>{});
-    default:
-      return false;
-  }
-}
-
 }  // namespace
 
 bool int4_flat_down_fits(int64_t k, int group, int tile_rows) {
@@ -194,8 +161,9 @@ bool launch_int4_flat_down(const Int4FlatDownParams& p, cudaStream_t stream) {
     return false;
   const int per_sm = p.ctas_per_sm > 0 ? p.ctas_per_sm : 2;
   const dim3 grid(unsigned(per_sm * num_sms())), block(unsigned(kWarps * 32));
-  const bool ok = with_kernel(int(p.k / kInt4TileK), p.group, [&](auto kernel) {
-    launch_pdl(kernel, grid, block, 0, Launch{stream}, p);
+  const bool ok = with_row_tile_kernel(int(p.k / kInt4TileK), p.group, [&](auto kt, auto tpg) {
+    launch_pdl(int4_flat_down_kernel<decltype(kt)::value, decltype(tpg)::value>, grid, block, 0,
+               Launch{stream}, p);
   });
   CUDA_LAUNCH_CHECK();
   return ok;

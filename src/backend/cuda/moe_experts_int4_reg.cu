@@ -123,6 +123,38 @@ bool launch_moe_int4_reg(const MoeExpertsParams& p, bf16_bits* act, bf16_bits* y
   return true;
 }
 
+// The batch-1 step as three launches where it was four (moe_experts_int4_reg.h): the split
+// gate_up, then down and combine in one (moe_experts_int4_down_combine.cu).
+bool launch_moe_int4_down_combined(const MoeExpertsParams& p, bf16_bits* act, cudaStream_t stream) {
+  if (p.tokens != 1 || p.top_k > kInt4DownCombineMaxTopK || p.norm_out != nullptr ||
+      !p.int4_reg_round || !p.int4_split_gate_up || p.gate_up.n != 2 * p.down.k ||
+      p.gate_up.k != p.down.n || !int4_flat_down_fits(p.down.k, p.down.group, 1))
+    return false;
+  Int4SplitGateUpParams split = split_gate_up_params(p, p.x, act);
+  if (!int4_split_gate_up_shape(&split)) return false;
+  CHECK(launch_int4_split_gate_up(split, stream));
+  // The shared experts' branch (`add`) joins here, not before the combine: the combine is the
+  // next launch.
+  if (p.join_event != nullptr) CUDA_CHECK(cudaStreamWaitEvent(stream, p.join_event, 0));
+  Int4DownCombineParams d{};
+  d.x = act;
+  d.packed = p.down.values;
+  d.scale = static_cast<const bf16_bits*>(p.down.scales);
+  d.ids = p.topk_ids;
+  d.weights = p.topk_weights;
+  d.add = p.add;
+  d.out = p.out;
+  d.row_tiles = int(int4_row_tiles(p.down.n));
+  d.expert_tiles = int64_t(d.row_tiles) * int4_k_tiles(p.down.k);
+  d.n = p.down.n;
+  d.k = p.down.k;
+  d.top_k = p.top_k;
+  d.num_experts = p.num_experts;
+  d.group = p.down.group;
+  CHECK(launch_int4_down_combine(d, stream));
+  return true;
+}
+
 // The decode path for more INT4 assignments (p.int4_reg_planned): a plan with tiles of up to 8
 // rows of one expert, then gate_up and down as the register GEMV's planned experts mode: each
 // touched expert's bytes are read once per tile (the grouped GEMV reads them once per pass of up

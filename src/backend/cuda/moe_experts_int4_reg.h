@@ -47,6 +47,34 @@ bool int4_flat_down_fits(int64_t k, int group, int tile_rows);
 // False (nothing launched) where it does not fit.
 bool launch_int4_flat_down(const Int4FlatDownParams& p, cudaStream_t stream);
 
+// One token's down projection and combine in one launch (moe_experts_int4_down_combine.cu;
+// CudaTunables::moe_int4_down_combine): the flat down projection's arithmetic by ids, then the
+// combine's sum in ascending expert id, plus `add`: their bits, without the y rows.
+constexpr int kInt4DownCombineMaxTopK = 8;
+struct Int4DownCombineParams {
+  const bf16_bits* x;      // act [top_k, k]: the token's assignments in slot order
+  const void* packed;      // the down stack's tile layout: expert e's tiles from e · expert_tiles
+  const bf16_bits* scale;  // its scales (linear_int4.cuh scale_slot order)
+  const int32_t* ids;      // [top_k]; ids out of range contribute nothing
+  const float* weights;    // [top_k]
+  const bf16_bits* add;    // [n] or null: added before the output's rounding
+  bf16_bits* out;          // [n]; may alias add
+  int64_t expert_tiles;    // 512-byte tiles of one expert's matrix: row_tiles · k / 64
+  int64_t n;               // outputs (hidden)
+  int64_t k;               // inputs (the expert's intermediate slice): 64, 128 or 256
+  int row_tiles;           // int4_row_tiles(n): the grid
+  int top_k;               // <= kInt4DownCombineMaxTopK
+  int num_experts;
+  int group;  // 32, 64, 128 or 256 (k % group == 0)
+};
+static_assert(std::has_unique_object_representations_v<Int4DownCombineParams>);
+// False (nothing launched) where it does not fit (int4_flat_down_fits, top_k).
+bool launch_int4_down_combine(const Int4DownCombineParams& p, cudaStream_t stream);
+// The batch-1 step with it: split gate_up by ids, the side branch's join, down + combine into
+// p.out. False (nothing launched) where it does not apply: T != 1, top_k above the bound, the
+// combine's norm asked for (p.norm_out), or either projection off its kernel's shapes.
+bool launch_moe_int4_down_combined(const MoeExpertsParams& p, bf16_bits* act, cudaStream_t stream);
+
 // The gate_up projection by ids (one row an assignment) with each 16-row tile pair's k split
 // over the warps of a cluster of CTAs (moe_experts_int4_gate_up.cu; CudaTunables::
 // moe_int4_split_gate_up): weights rounded to bf16 as the register GEMV's round mode, partial

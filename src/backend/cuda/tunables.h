@@ -105,6 +105,13 @@ struct CudaTunables {
   // layer's two add_rms_norms run one CTA a token (~2.5 us each, a Kimi-K2.5 rank, H200,
   // 2026-12-04). No env. Off until measured (A/B: variant norm_cluster).
   int rms_norm_cluster_max_rows = 0;
+  // INT4 experts at one token (top-k <= 8, no norm merged into the combine): the down projection
+  // and the combine as one launch (moe_experts_int4_down_combine.cu; the same bits), the shared
+  // experts' branch joined before it. Why: at batch 1 each dependent launch of a MoE layer's
+  // routed path costs ~2 us of hand-off beyond its work (a Kimi-K2.5 rank's timeline, H200,
+  // 2026-12-04: flat down ~4.5 us, combine ~3-4). No env. Off until measured (A/B: variant
+  // int4_down_combine).
+  bool moe_int4_down_combine = false;
   // Side branches (backend/side_branch.h; arch/deepseek.cc: a MoE layer's shared experts beside
   // its router, route and routed experts, MLA's W_UK products beside the attention inputs) run
   // on a second stream, forked and joined through events (graphs capture the fork and the
