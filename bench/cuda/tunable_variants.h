@@ -43,6 +43,11 @@ inline constexpr Variant kVariants[] = {
     {"int4_down_combine",
      "INT4 experts' down and combine in one launch at batch 1 (moe_int4_down_combine on)",
      [](cuda::CudaTunables& t) { t.moe_int4_down_combine = true; }},
+    {"down_combine_norm_cluster", "int4_down_combine and norm_cluster together",
+     [](cuda::CudaTunables& t) {
+       t.moe_int4_down_combine = true;
+       t.rms_norm_cluster_max_rows = 8;
+     }},
     {"no_combine_cluster",
      "MoE combine + norm one CTA a token at every batch (moe_combine_cluster_max_tokens 0)",
      [](cuda::CudaTunables& t) { t.moe_combine_cluster_max_tokens = 0; }},
