@@ -9,8 +9,10 @@
 #   .devcarry/bench debs, shared/configs only (benches that make their weights)          (~2 MB)
 #   .devcarry/gen   debs, shared/configs, prompts-explain.jsonl, house-llama's tokenizer  (~3 MB)
 #   .devcarry/mlaslim  debs, shared/configs, fixtures/house-mla, models/house-mla        (~45 MB)
-# The repository's tracked files (~22 MB) travel too: with .devcarry/cuda the call is at the
-# limit, with .devcarry/mla or all over it (their house-model tests need a slimmer repository).
+# The repository's tracked files (~22.5 MB) travel too: with .devcarry/cuda (~44.5 MB) the call
+# is over the limit since 2026-12-04 (refused), with .devcarry/mla or all too (their house-model
+# tests need a slimmer repository, as mlaslim below). Suites that read no house model (MoE, MLA
+# kernels, the DeepSeek fixtures, rank_step_bench, moe_bench) take .devcarry/fx.
 # mlaslim (house-mla's engine and model tests, e.g. MlaEngine.*:MlaModelLong.*:*/house_mla) fits
 # beside a tree without its five largest tracked files (13.6 MB of hidden-state, EAGLE-3 and tiny
 # fixture weights those tests do not read): remove them before the call and restore them after,
