@@ -37,14 +37,7 @@ TEST(MoeCombineNorm, GraphModeRunsTheNextNormInsideTheCombine) {
   ASSERT_TRUE(defaults.fusion);
   const int experts = 16, k = 4;
   const int64_t inter = 64;
-  const MoeRouteArgs a{.num_experts = experts,
-                       .top_k = k,
-                       .num_groups = 1,
-                       .topk_groups = 1,
-                       .scoring = MoeScoring::kSoftmax,
-                       .group_score = MoeGroupScore::kMax,
-                       .normalize = true,
-                       .scaling_factor = 1.0f};
+  const MoeRouteArgs a = softmax_route(experts, k);
   const CombineCase cases[] = {
       {2048, Fmt::kBf16, false, true, true},  {2048, Fmt::kInt4g32, true, false, true},
       {7168, Fmt::kBf16, false, false, true}, {7168, Fmt::kInt4g32, false, true, true},
@@ -140,14 +133,7 @@ TEST(MoeCombineNorm, ASkippedAllReduceKeepsTheCombineAndTheNormApart) {
   ASSERT_TRUE(defaults.fusion && defaults.moe_combine_norm_fusion);
   const int experts = 16, k = 4;
   const int64_t hidden = 7168, inter = 64, t = 1;
-  const MoeRouteArgs a{.num_experts = experts,
-                       .top_k = k,
-                       .num_groups = 1,
-                       .topk_groups = 1,
-                       .scoring = MoeScoring::kSoftmax,
-                       .group_score = MoeGroupScore::kMax,
-                       .normalize = true,
-                       .scaling_factor = 1.0f};
+  const MoeRouteArgs a = softmax_route(experts, k);
   MoeExpertWeights ex;
   ex.gate_up =
       gpu.upload_linear(random_stack(p.rng(), Fmt::kInt4g32, experts, 2 * inter, hidden), Tensor{});

@@ -35,14 +35,7 @@ TEST(MoeDownCombine, OneLaunchGivesTheDownAndCombineBits) {
       {4096, 256, 4, Fmt::kInt4g128, true},
   };
   for (const DownCombineCase& c : cases) {
-    const MoeRouteArgs a{.num_experts = experts,
-                         .top_k = c.top_k,
-                         .num_groups = 1,
-                         .topk_groups = 1,
-                         .scoring = MoeScoring::kSoftmax,
-                         .group_score = MoeGroupScore::kMax,
-                         .normalize = true,
-                         .scaling_factor = 1.0f};
+    const MoeRouteArgs a = softmax_route(experts, c.top_k);
     MoeExpertWeights ex;
     ex.gate_up = gpu.upload_linear(random_stack(p.rng(), c.format, experts, 2 * c.inter, c.hidden),
                                    Tensor{});

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 
+#include "backend/backend.h"
 #include "core/dtype.h"
 #include "core/weight_format.h"
 
@@ -19,6 +20,19 @@ inline const char* fmt_name(Fmt f) {
          : f == Fmt::kFp8     ? "fp8"
          : f == Fmt::kInt4g32 ? "int4 g32"
                               : "int4 g128";
+}
+
+// A plain softmax top-k route over `experts` (one group, normalized, no scaling): the MoE
+// backend tests' router.
+inline MoeRouteArgs softmax_route(int experts, int top_k) {
+  return MoeRouteArgs{.num_experts = experts,
+                      .top_k = top_k,
+                      .num_groups = 1,
+                      .topk_groups = 1,
+                      .scoring = MoeScoring::kSoftmax,
+                      .group_score = MoeGroupScore::kMax,
+                      .normalize = true,
+                      .scaling_factor = 1.0f};
 }
 
 // A random stored weight stack [experts, n, k] in `f` (checkpoint layouts), values scaled so

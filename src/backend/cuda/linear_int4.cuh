@@ -177,6 +177,19 @@ __device__ __forceinline__ void gemv_epilogue(const Int4LinearParams& p, const P
   }
 }
 
+// The scale words a lane needs for 512-byte tile gt of a row-tile kernel (TPG as below): group 32
+// its two words (k steps 0-1, 2-3) into s[0], s[1]; else its group's one word into s[0]. ssrc:
+// the scales as words, offset by the lane's row g.
+template <int TPG>
+__device__ __forceinline__ void load_tile_scales(const uint32_t* ssrc, int64_t gt, uint32_t* s) {
+  if constexpr (TPG == 0) {
+    s[0] = __ldg(ssrc + gt * 16);
+    s[1] = __ldg(ssrc + gt * 16 + 8);
+  } else {
+    s[0] = __ldg(ssrc + (gt / TPG) * 8);
+  }
+}
+
 // Calls f(integral_constant KT, integral_constant TPG) for a row tile of kt 512-byte tiles (k =
 // 64 kt: 1, 2 or 4) and the scales' group (TPG: k tiles a group, 1, 2 or 4 for 64, 128 or 256;
 // 0 for group 32), the template arguments of the kernels that hold a row tile a warp

@@ -78,12 +78,7 @@ __global__ void __launch_bounds__(kWarps * 32) int4_down_combine_kernel(Int4Down
       if (slot[s] < 0) continue;
       const int64_t gt = int64_t(expert[s]) * p.expert_tiles + rt * KT + kt;
       ring[t] = __ldcs(wsrc + gt * 32);
-      if constexpr (TPG == 0) {
-        sc[2 * t] = __ldg(ssrc + gt * 16);
-        sc[2 * t + 1] = __ldg(ssrc + gt * 16 + 8);
-      } else {
-        sc[t] = __ldg(ssrc + (gt / TPG) * 8);
-      }
+      load_tile_scales<TPG>(ssrc, gt, sc + kScales * t);
     }
   pdl_wait();  // act (gate_up's output) and `add` (the joined side branch) are complete
 

@@ -76,12 +76,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) int4_flat_down_kernel(Int4Flat
       }
       const int64_t gt = i + l_delta;
       ring[t] = __ldcs(wsrc + gt * 32);
-      if constexpr (TPG == 0) {
-        sc[2 * t] = __ldg(ssrc + gt * 16);
-        sc[2 * t + 1] = __ldg(ssrc + gt * 16 + 8);
-      } else {
-        sc[t] = __ldg(ssrc + (gt / TPG) * 8);
-      }
+      load_tile_scales<TPG>(ssrc, gt, sc + kScales * t);
     }
   };
   static_for<kRing>([&](auto t_c) { load(t_c, a + decltype(t_c)::value); });
