@@ -37,17 +37,9 @@ inline constexpr Variant kVariants[] = {
      "MoE prefill GEMMs on the two-CTA kernel, not the producer-warp one "
      "(moe_gemm_pipe off)",
      [](cuda::CudaTunables& t) { t.moe_gemm_pipe = false; }},
-    {"norm_cluster",
-     "RMSNorm of up to 8 rows over a cluster of CTAs a row (rms_norm_cluster_max_rows 8)",
-     [](cuda::CudaTunables& t) { t.rms_norm_cluster_max_rows = 8; }},
-    {"int4_down_combine",
-     "INT4 experts' down and combine in one launch at batch 1 (moe_int4_down_combine on)",
-     [](cuda::CudaTunables& t) { t.moe_int4_down_combine = true; }},
-    {"down_combine_norm_cluster", "int4_down_combine and norm_cluster together",
-     [](cuda::CudaTunables& t) {
-       t.moe_int4_down_combine = true;
-       t.rms_norm_cluster_max_rows = 8;
-     }},
+    {"no_int4_down_combine",
+     "INT4 experts' down and combine as two launches at batch 1 (moe_int4_down_combine off)",
+     [](cuda::CudaTunables& t) { t.moe_int4_down_combine = false; }},
     {"no_combine_cluster",
      "MoE combine + norm one CTA a token at every batch (moe_combine_cluster_max_tokens 0)",
      [](cuda::CudaTunables& t) { t.moe_combine_cluster_max_tokens = 0; }},

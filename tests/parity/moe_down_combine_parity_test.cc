@@ -2,8 +2,9 @@
 // (backend/cuda/moe_experts_int4_down_combine.cu; CudaTunables::moe_int4_down_combine): the
 // kernel follows the flat down projection's arithmetic and the combine's order of sums, so the
 // bound is equality with the two launches, bit for bit, in eager and graph mode (where the step
-// records one launch fewer). Kimi-K2.5's rank shape (hidden 7168, slice 256, top-8, group 32)
-// and smaller slices (128, 64), group 128, top-6, with the shared experts' rows added or not.
+// launches one kernel fewer: GraphStats::kernels). Kimi-K2.5's rank shape (hidden 7168, slice 256,
+// top-8, group 32) and smaller slices (128, 64), group 128, top-6, with the shared experts' rows
+// added or not.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -64,7 +65,7 @@ TEST(MoeDownCombine, OneLaunchGivesTheDownAndCombineBits) {
       return o;
     };
     // Two launches (the default), then one: eager, then graph mode (capture, replay).
-    int64_t launches[2] = {0, 0};
+    int64_t kernels[2] = {0, 0};
     for (int on = 0; on < 2; ++on) {
       gpu.tune([&](cuda::CudaTunables& t) { t.moe_int4_down_combine = on == 1; });
       const std::vector<float> eager = step(1);
@@ -80,20 +81,20 @@ TEST(MoeDownCombine, OneLaunchGivesTheDownAndCombineBits) {
       (void)step(2);  // captures
       const cuda::GraphStats before = gpu.graph_stats();
       const std::vector<float> replayed = step(1);
-      launches[on] = gpu.graph_stats().launches - before.launches;
+      kernels[on] = gpu.graph_stats().kernels - before.kernels;
       EXPECT_EQ(gpu.graph_stats().replays - before.replays, 1);
       gpu.set_graph_mode(false);
       EXPECT_EQ(0, std::memcmp(replayed.data(), eager.data(), eager.size() * 4))
           << "graph mode, on " << on << ", hidden " << c.hidden << " inter " << c.inter;
     }
     gpu.set_tunables(defaults);
-    EXPECT_EQ(launches[0], launches[1] + 1) << "hidden " << c.hidden << " inter " << c.inter;
+    EXPECT_EQ(kernels[0], kernels[1] + 1) << "hidden " << c.hidden << " inter " << c.inter;
     std::printf(
         "down + combine, hidden %lld, slice %lld, %s, top-%d%s: the two launches' bits, "
-        "%lld launches a step against %lld\n",
+        "%lld kernels a step against %lld\n",
         static_cast<long long>(c.hidden), static_cast<long long>(c.inter), fmt_name(c.format),
-        c.top_k, c.shared ? ", shared experts added" : "", static_cast<long long>(launches[1]),
-        static_cast<long long>(launches[0]));
+        c.top_k, c.shared ? ", shared experts added" : "", static_cast<long long>(kernels[1]),
+        static_cast<long long>(kernels[0]));
   }
 }
 

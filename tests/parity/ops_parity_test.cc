@@ -90,44 +90,6 @@ TEST(CudaParity, RmsNormAndResidual) {
   }
 }
 
-// A few rows of hidden >= 4,096 split over a cluster of CTAs a row
-// (CudaTunables::rms_norm_cluster_max_rows): the one-CTA kernel's bits, rms_norm and add_rms_norm
-// (its residual too), bf16 and f32 weights; 7168 (7 CTAs of 4 warps), 4096 and 8192 (8 of 2 and
-// 4), at 1, 2 and 9 rows (and 40: above the bound, one CTA a row either way).
-TEST(CudaParity, RmsNormOverAClusterGivesTheOneCtaBits) {
-  Pair p;
-  auto& gpu = p.cuda();
-  const cuda::CudaTunables defaults = gpu.tunables();
-  for (int64_t dim : {4096, 7168, 8192})
-    for (int64_t rows : {1, 2, 9, 40})
-      for (bool f32_weight : {false, true}) {
-        const auto xv = p.random(rows * dim, 3.0f), rv = p.random(rows * dim, 3.0f);
-        const auto wv = p.random(dim);
-        auto w = gpu.upload(Tensor::make(const_cast<float*>(wv.data()), DType::kF32, {dim}),
-                            f32_weight ? DType::kF32 : DType::kBF16);
-        auto x = gpu.alloc(DType::kBF16, {rows, dim}), res = gpu.alloc(DType::kBF16, {rows, dim});
-        auto out = gpu.alloc(DType::kBF16, {rows, dim}),
-             out2 = gpu.alloc(DType::kBF16, {rows, dim});
-        auto run = [&](int max_rows) {
-          gpu.tune([&](cuda::CudaTunables& t) { t.rms_norm_cluster_max_rows = max_rows; });
-          gpu.upload_to(Tensor::make(const_cast<float*>(xv.data()), DType::kF32, {rows, dim}), *x);
-          gpu.upload_to(Tensor::make(const_cast<float*>(rv.data()), DType::kF32, {rows, dim}),
-                        *res);
-          gpu.rms_norm(*x, *w, 1e-5f, *out);
-          gpu.add_rms_norm(*x, *res, *w, 1e-6f, *out2);
-          std::vector<float> v(size_t(3 * rows * dim));
-          gpu.download_f32(*out, v.data());
-          gpu.download_f32(*out2, v.data() + rows * dim);
-          gpu.download_f32(*res, v.data() + 2 * rows * dim);
-          return v;
-        };
-        const auto one = run(0), cluster = run(8);
-        EXPECT_EQ(0, std::memcmp(one.data(), cluster.data(), one.size() * 4))
-            << rows << "x" << dim << (f32_weight ? " f32" : " bf16") << " weight";
-      }
-  gpu.set_tunables(defaults);
-}
-
 // In place over each row's first columns (MLA's latent inside its [latent | rope] cache row):
 // against the CPU reference, bit for bit the GPU's own default (slice_columns, rms_norm,
 // copy_columns: the same kernel on a contiguous copy), the other columns untouched. Strides that

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <vector>
 
 #include "core/log.h"
 
@@ -32,6 +33,21 @@ size_t signature_hash(const std::string& s) {
   }
   for (; i < s.size(); ++i) h = (h ^ uint8_t(s[i])) * 0x94D049BB133111EBull;
   return size_t(h ^ (h >> 29));
+}
+
+// Once a capture (not a replay): the kernel nodes, for GraphStats::kernels.
+int64_t count_kernel_nodes(cudaGraph_t graph) {
+  size_t n = 0;
+  CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n > 0) CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &n));
+  int64_t kernels = 0;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type;
+    CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    kernels += type == cudaGraphNodeTypeKernel;
+  }
+  return kernels;
 }
 
 }  // namespace
@@ -69,6 +85,7 @@ void GraphRecorder::launch_pending(const Launch& launch) {
   if (it != graphs_.end() && it->second.signature == signature_) {
     CUDA_CHECK(cudaGraphLaunch(it->second.exec, launch.stream));
     ++stats_.replays;
+    stats_.kernels += it->second.kernels;
   } else {
     if (explain_captures_ && stats_.captures < 64) explain_capture();
     cudaGraph_t graph = nullptr;
@@ -79,6 +96,7 @@ void GraphRecorder::launch_pending(const Launch& launch) {
     for (const Pending& l : pending_)
       l.run(signature_.data() + l.offset, l.fn, l.side ? side : launch);
     CUDA_CHECK(cudaStreamEndCapture(launch.stream, &graph));
+    const int64_t kernels = count_kernel_nodes(graph);
     cudaGraphExec_t exec = nullptr;
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     CUDA_CHECK(cudaGraphDestroy(graph));
@@ -91,9 +109,10 @@ void GraphRecorder::launch_pending(const Launch& launch) {
       CUDA_CHECK(cudaStreamSynchronize(launch.stream));
       drop_graphs();
     }
-    graphs_[h] = Graph{signature_, exec};
+    graphs_[h] = Graph{signature_, exec, kernels};
     CUDA_CHECK(cudaGraphLaunch(exec, launch.stream));
     ++stats_.captures;
+    stats_.kernels += kernels;
     stats_.capture_ns += host_now_ns() - start;
   }
   stats_.launches += int64_t(pending_.size());

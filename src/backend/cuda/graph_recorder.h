@@ -30,6 +30,9 @@ struct GraphStats {
   int64_t eager_steps = 0;
   // Graph mode: launches of the flushed steps, summed (launches merged at recording count once).
   int64_t launches = 0;
+  // Graph mode: kernel nodes of the launched graphs, summed (an op that launches several kernels
+  // counts each; what a fusion inside one op saves shows here, not in `launches`).
+  int64_t kernels = 0;
   // Graph mode: host time from a step's first op to its graph launch (recording, signature,
   // lookup), summed over `recorded_steps`. The device idles through it.
   int64_t record_ns = 0;
@@ -156,6 +159,7 @@ class GraphRecorder {
   struct Graph {
     std::string signature;
     cudaGraphExec_t exec = nullptr;
+    int64_t kernels = 0;  // kernel nodes in the graph
   };
   struct Profiled {
     int op;

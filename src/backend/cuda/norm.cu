@@ -2,7 +2,6 @@
 // row kept in registers between the two passes (dim <= kThreads · kMaxPerThread).
 #include <algorithm>
 
-#include "backend/cuda/cluster.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/norm.h"
@@ -147,47 +146,6 @@ __global__ void __launch_bounds__(1024) rms_norm_vec_kernel(RmsNormParams p) {
   }
 }
 
-// The one-pass vec kernel's row over a cluster of gridDim.x / rows CTAs (launch_rms_norm: up to
-// p.cluster_max_rows rows of 16 warps or more): CTA r holds chunks [r · blockDim.x, (r + 1) ·
-// blockDim.x), and the warp sums are added in warp order across the cluster (cluster.cuh), the
-// one-CTA kernel's order: the same bits. Why: at batch 1 one SM read and wrote the row alone (a
-// tensor-parallel rank's add_rms_norm at hidden 7,168, twice a layer: ~2.5 us each, timeline,
-// H200, 2026-12-04).
-__global__ void __launch_bounds__(1024) rms_norm_vec_cluster_kernel(RmsNormParams p) {
-  pdl_enter(p.pdl_early);
-  __shared__ float warp_ss[32], all_ss[32];
-  const int ctas = int(gridDim.x / p.rows), rank = int(cluster_rank());
-  const int64_t row = blockIdx.x / ctas;
-  const int64_t stride = p.row_stride ? p.row_stride : p.dim;
-  const int idx = rank * int(blockDim.x) + int(threadIdx.x);  // < dim / 8: the launch's split
-  const uint4* x = reinterpret_cast<const uint4*>(p.x + row * stride);
-  uint4* res = p.residual ? reinterpret_cast<uint4*>(p.residual + row * p.dim) : nullptr;
-  float v[8], w[8];
-  norm_weight8(p.weight, p.weight_f32, idx, w);
-  const uint4 xb = x[idx];
-  const uint4 rb = res ? res[idx] : make_uint4(0u, 0u, 0u, 0u);
-  unpack8(xb, v);
-  if (res) {
-    float r[8];
-    unpack8(rb, r);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] = bf16_to_float(float_to_bf16(v[e] + r[e]));
-    res[idx] = pack8(v);
-  }
-  float ss = 0;
-#pragma unroll
-  for (int e = 0; e < 8; ++e) ss += v[e] * v[e];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  if (threadIdx.x % 32 == 0) warp_ss[threadIdx.x / 32] = ss;
-  const float total = cluster_sum_in_warp_order(warp_ss, int(blockDim.x / 32), ctas, all_ss);
-  const float inv = rsqrtf(total / float(p.dim) + p.eps);
-  float o[8];
-#pragma unroll
-  for (int e = 0; e < 8; ++e) o[e] = w[e] * (v[e] * inv);
-  reinterpret_cast<uint4*>(p.out + row * stride)[idx] = pack8(o);
-}
-
 }  // namespace
 
 RmsNormKernel rms_norm_kernel_for(const RmsNormParams& p) {
@@ -208,13 +166,7 @@ void launch_rms_norm(const RmsNormParams& p, const Launch& launch) {
     const int threads = int(std::min<int64_t>(1024, ceil_div(nchunk, 32) * 32));
     const int chunks = int(ceil_div(nchunk, threads));
     const dim3 grid{unsigned(p.rows)}, block{unsigned(threads)};
-    const int ctas = chunks == 1 && nchunk % 32 == 0
-                         ? row_cluster_ctas(p.rows, nchunk / 32, p.cluster_max_rows)
-                         : 1;
-    if (ctas > 1)
-      launch_pdl_cluster(rms_norm_vec_cluster_kernel, dim3(unsigned(p.rows * ctas)),
-                         dim3(unsigned(threads / ctas)), 0, launch, ctas, p);
-    else if (chunks == 1)
+    if (chunks == 1)
       launch_pdl(rms_norm_vec_kernel<1>, grid, block, 0, launch, p);
     else if (chunks == 2)
       launch_pdl(rms_norm_vec_kernel<2>, grid, block, 0, launch, p);
@@ -244,7 +196,6 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, con
   p.dim = int(d);
   p.eps = eps;
   p.pdl_early = tunables_.pdl_early;
-  p.cluster_max_rows = tunables_.rms_norm_cluster_max_rows;
   record(kOpRmsNorm, p, launch_rms_norm);
 }
 
@@ -287,7 +238,6 @@ void CudaBackend::add_rms_norm(const Tensor& x, const Tensor& residual, const Te
   p.dim = int(d);
   p.eps = eps;
   p.pdl_early = tunables_.pdl_early;
-  p.cluster_max_rows = tunables_.rms_norm_cluster_max_rows;
   if (merge_moe_combine_norm(p)) return;  // graph mode: inside the MoE combine just recorded
   record(kOpRmsNorm, p, launch_rms_norm);
 }

@@ -16,10 +16,6 @@ struct RmsNormParams {
   float eps;
   int weight_f32;
   int pdl_early;  // trigger the next kernel before waiting on the previous (common.cuh)
-  // The one-pass vec kernel's rows (below), up to this many: each row over a cluster of CTAs
-  // (norm.cu; CudaTunables::rms_norm_cluster_max_rows); the same bits.
-  int cluster_max_rows;
-  int pad_;
 };
 void launch_rms_norm(const RmsNormParams& p, const Launch& launch);
 

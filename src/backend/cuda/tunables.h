@@ -99,19 +99,16 @@ struct CudaTunables {
   // all-reduce, which a real rank cannot (fixed the same day: Backend::skipped_collective); so
   // this applies at tp 1 (MoE models of hidden >= 4,096), where the norm follows the combine.
   int moe_combine_cluster_max_tokens = 8;
-  // The one-pass RMSNorm (and add + RMSNorm) of up to this many rows of hidden >= 4,096 splits
-  // each row over a cluster of CTAs as the MoE combine above does (norm.cu; the same bits). 0:
-  // one CTA a row. Why: a tensor-parallel rank's norms follow its all-reduces, so at batch 1 each
-  // layer's two add_rms_norms run one CTA a token (~2.5 us each, a Kimi-K2.5 rank, H200,
-  // 2026-12-04). No env. Off until measured (A/B: variant norm_cluster).
-  int rms_norm_cluster_max_rows = 0;
   // INT4 experts at one token (top-k <= 8, no norm merged into the combine): the down projection
   // and the combine as one launch (moe_experts_int4_down_combine.cu; the same bits), the shared
   // experts' branch joined before it. Why: at batch 1 each dependent launch of a MoE layer's
   // routed path costs ~2 us of hand-off beyond its work (a Kimi-K2.5 rank's timeline, H200,
-  // 2026-12-04: flat down ~4.5 us, combine ~3-4). No env. Off until measured (A/B: variant
-  // int4_down_combine).
-  bool moe_int4_down_combine = false;
+  // 2026-12-04: flat down ~4.5 us, combine ~3-4). No env. Default on: rank_step_bench, H200,
+  // 2026-12-04, 61 layers, a Kimi-K2.5 rank at batch 1 4.548 against 4.733 ms a step (-3.9%;
+  // batch 8, which does not take it, within the spread). A/B: variant no_int4_down_combine.
+  // (An RMSNorm of a few rows over a cluster, for the rank's norms after its all-reduces, was
+  // measured with it the same day: +0.9% alone, -0.1% beside this; not kept.)
+  bool moe_int4_down_combine = true;
   // Side branches (backend/side_branch.h; arch/deepseek.cc: a MoE layer's shared experts beside
   // its router, route and routed experts, MLA's W_UK products beside the attention inputs) run
   // on a second stream, forked and joined through events (graphs capture the fork and the
