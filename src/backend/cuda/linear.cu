@@ -37,6 +37,9 @@ __device__ __forceinline__ float dot8(const float* a, const float* b) {
 // default: on the H200 it made every GEMV slower (back to back, 8B shapes: 3.93 -> 4.37 ms per
 // token's GEMVs, lm_head alone 237 -> 255 us; in the decode step +0.2 ms/token), most likely
 // because the prefetches double the requests the L2 serves for the same bytes.
+// The last steps of a row (fewer than kUnroll) load together: MLA's q_b at batch 1 (1,536
+// weights a row, 6 loads a lane) was three dependent round trips, now two (a Kimi-K2.5 rank's
+// q_b 4.58 -> 4.38 us after q_a, timeline, H200, 2026-12-04).
 // NORM (M <= 2): x's rows normalized into shared memory first (norm_prologue.cuh).
 template <int M, int KS, bool GLU, bool NORM = false>
 __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(GemvParams p) {
@@ -98,6 +101,18 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(GemvParams p) {
   float acc[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) acc[m] = 0;
+  // One step: 8 weights at element k (in wq) against each row of x. Every path below adds the
+  // steps in k order, so the sums do not depend on how the loads were batched.
+  auto step = [&](const uint4& wq, int64_t k) {
+    float wf[8];
+    unpack8(wq, wf);
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float xf[8];
+      unpack8(load_x(m * p.k + k), xf);
+      acc[m] += dot8(wf, xf);
+    }
+  };
   if (valid) {
     int64_t k = k0;
     for (; k + (kUnroll - 1) * kStep < p.k; k += kUnroll * kStep) {
@@ -107,27 +122,15 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(GemvParams p) {
           wv[u] = __ldcs(reinterpret_cast<const uint4*>(wrow + k + u * kStep));
       }
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        float wf[8];
-        unpack8(wv[u], wf);
-#pragma unroll
-        for (int m = 0; m < M; ++m) {
-          float xf[8];
-          unpack8(load_x(m * p.k + k + u * kStep), xf);
-          acc[m] += dot8(wf, xf);
-        }
-      }
+      for (int u = 0; u < kUnroll; ++u) step(wv[u], k + u * kStep);
     }
-    for (; k < p.k; k += kStep) {  // the tail (k not a multiple of the unrolled step)
-      float wf[8];
-      unpack8(__ldcs(reinterpret_cast<const uint4*>(wrow + k)), wf);
+    // The tail (fewer than kUnroll steps left): its loads issued together, one round trip.
 #pragma unroll
-      for (int m = 0; m < M; ++m) {
-        float xf[8];
-        unpack8(load_x(m * p.k + k), xf);
-        acc[m] += dot8(wf, xf);
-      }
-    }
+    for (int u = 0; u < kUnroll - 1; ++u)
+      if (k + u * kStep < p.k) wv[u] = __ldcs(reinterpret_cast<const uint4*>(wrow + k + u * kStep));
+#pragma unroll
+    for (int u = 0; u < kUnroll - 1; ++u)
+      if (k + u * kStep < p.k) step(wv[u], k + u * kStep);
   }
 #pragma unroll
   for (int m = 0; m < M; ++m) {
