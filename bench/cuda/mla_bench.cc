@@ -27,6 +27,8 @@
 // scaling   (with --what scaling) bf16 decode at other batches, contexts and split counts, loads
 //           alone, pages shuffled and in pool order (what limits the acceptance shape)
 // merge     (with --what merge) the decode kernel's own split merge against the merge kernel
+// batch1    (with --what batch1) batch-1 decode (a Kimi-K2.5 rank, Moonlight): profile, loads
+//           alone, math alone, split counts
 // Usage: strata_bench_mla_bench [--what ceilings,variants,acceptance,scaling,merge,decode,prefill]
 //                               [--batch 64] [--context 4096] [--pages sequential]
 //                               [--fused-merge 2] [--early-kv 0|1]
@@ -398,6 +400,29 @@ void fused_merge(cudaStream_t s, const Ceilings& c, const Layout& bf16, const La
                                         .fused_merge = fm ? cuda::kMlaFusedMergeMaxSplits : 0});
 }
 
+// Batch 1 as a Kimi-K2.5 rank (8 heads, 4,096 keys: the plan's 32 splits of 2 chunks) and
+// Moonlight (16 heads, 768 keys) run it, where a step's decode is a latency, not a stream: the
+// product's plan with its wait profile, loads alone, math alone, and other split counts.
+void batch_one(cudaStream_t s, const Ceilings& c, const Layout& bf16) {
+  struct Shape {
+    int ctx, heads;
+  };
+  for (const Shape sh : {Shape{4096, 8}, Shape{768, 16}}) {
+    const cuda::MlaPlanOptions plan{.decode_rows = -1, .min_split_chunks = 2};
+    bench_case(s, c, bf16, 1, sh.ctx, 1, sh.heads, "batch1", plan, true);
+    for (int diag : {1, 2}) {
+      cuda::MlaPlanOptions o = plan;
+      o.diag = diag;
+      bench_case(s, c, bf16, 1, sh.ctx, 1, sh.heads, "batch1", o, true);
+    }
+    for (int n : {8, 16, 64, 128}) {
+      cuda::MlaPlanOptions o = plan;
+      o.splits = n;
+      bench_case(s, c, bf16, 1, sh.ctx, 1, sh.heads, "batch1", o, true);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata
 
@@ -459,6 +484,7 @@ int main(int argc, char** argv) {
   }
   if (what.find("scaling") != std::string::npos) scaling(s, c, bf16);
   if (what.find("merge") != std::string::npos) fused_merge(s, c, bf16, flash);
+  if (what.find("batch1") != std::string::npos) batch_one(s, c, bf16);
   if (what.find("decode") != std::string::npos) {
     for (int heads : {16, 8}) {
       bench_case(s, c, bf16, batch, ctx, 1, heads, "decode");

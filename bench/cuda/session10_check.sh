@@ -18,7 +18,8 @@
 #   llama      the Llama-3.1-8B shape (LLAMA_CONFIG, default llama-3.1-8b; llama-3.1-8b-w4a16:
 #              INT4), batch 1, context 512, LLAMA_VARIANTS
 #   mla        the MLA decode kernel's own split merge against the merge kernel, then issue 22's
-#              acceptance rows (mla_bench --what ceilings,merge,acceptance)
+#              acceptance rows (mla_bench --what ceilings,merge,acceptance; MLA_WHAT for others,
+#              e.g. ceilings,batch1)
 #   sweep      the MoE decode GEMV's work shapes (moe_bench --what kernels --sweep 1) for
 #              SWEEP_CONFIGS (default moonlight) at SWEEP_TOKENS (default 1,2,4,8)
 # (llama, dsv3, mla and sweep run only when named in STAGES.)
@@ -87,10 +88,10 @@ for stage in $STAGES; do
       rank_stage dsv3 deepseek-v3 "${DSV3_CUTS:-4 8 12}" "${DSV3_BATCHES:-1,32,128}" \
         "${DSV3_VARIANTS:-fp8_bf16x}" ;;
     mla)
-      timeout 150 ./build-dev/strata_bench_mla_bench --what ceilings,merge,acceptance \
+      timeout 150 ./build-dev/strata_bench_mla_bench --what "${MLA_WHAT:-ceilings,merge,acceptance}" \
         >"$L/mla.log" 2>&1
       echo "mla: exit $?"
-      grep -E "^ceiling|^mla" "$L/mla.log" | sed 's/ of latent rows//' | cut -c1-220 ;;
+      grep -E "^ceiling|^mla|^prof" "$L/mla.log" | sed 's/ of latent rows//' | cut -c1-220 ;;
     moonlight)
       timeout 100 ./build-dev/strata_bench_rank_step_bench \
         --config "$CFG/moonlight-16b-a3b/config.json" --batches 1 --context 768 --prefill 0 \
