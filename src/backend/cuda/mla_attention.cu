@@ -322,6 +322,16 @@ __global__ void __launch_bounds__(256) mla_combine_kernel(MlaAttentionParams p) 
   const int n = p.num_splits, R = p.fmt.latent;
   const int64_t grow = int64_t(q0) * p.heads + r;
   const float* ml = p.partial_ml + grow * n * 2;
+  // The lane's first kPre partial rows load with the (m, l) pairs: they need neither the
+  // weights nor each other, so the merge waits on one round trip to L2, not two.
+  constexpr int kPre = 4;
+  const int col = int(blockIdx.z) * kCombineCols + 4 * lane;
+  const float* po = p.partial_o + grow * n * R + col;
+  float4 pv[kPre];
+#pragma unroll
+  for (int j = 0; j < kPre; ++j)
+    if (col < R && warp + j * nw < n)
+      pv[j] = *reinterpret_cast<const float4*>(po + int64_t(warp + j * nw) * R);
   float mx = -INFINITY;
   for (int i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, ml[2 * i]);
 #pragma unroll
@@ -341,12 +351,18 @@ __global__ void __launch_bounds__(256) mla_combine_kernel(MlaAttentionParams p) 
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
   if (lane == 0) stat[1][warp] = sum;
   __syncthreads();
-  const int col = int(blockIdx.z) * kCombineCols + 4 * lane;
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   if (col < R) {
-    const float* po = p.partial_o + grow * n * R + col;
+#pragma unroll
+    for (int j = 0; j < kPre; ++j) {
+      const int i = warp + j * nw;
+      if (i < n) {
+        const float wi = wts[i];
+        acc.x += wi * pv[j].x, acc.y += wi * pv[j].y, acc.z += wi * pv[j].z, acc.w += wi * pv[j].w;
+      }
+    }
 #pragma unroll 4
-    for (int i = warp; i < n; i += nw) {
+    for (int i = warp + kPre * nw; i < n; i += nw) {
       const float wi = wts[i];
       const float4 v = *reinterpret_cast<const float4*>(po + int64_t(i) * R);
       acc.x += wi * v.x, acc.y += wi * v.y, acc.z += wi * v.z, acc.w += wi * v.w;

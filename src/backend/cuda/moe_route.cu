@@ -166,9 +166,22 @@ __device__ __forceinline__ void warp_best(float& v, int& i) {
 // group stage and the weights, which index them by expert.
 // Token t's route by one warp (every lane calls it; warp-synchronous, no CTA barrier), with
 // 2·E floats of shared memory of its own at `score_s`.
+// The lane's experts' bias (0 without one): a weight, never written by a kernel, so the route
+// loads it before its PDL wait (at batch 1 it is the only load that may miss L2).
+template <int QMAX>
+__device__ __forceinline__ void load_route_bias(const MoeRouteParams& p, int lane,
+                                                float (&bias)[QMAX]) {
+  const int experts = p.num_experts, nq = (experts + 31) / 32;
+#pragma unroll
+  for (int q = 0; q < QMAX; ++q) {
+    const int e = lane + 32 * q;
+    bias[q] = q < nq && e < experts && p.bias != nullptr ? __ldg(p.bias + e) : 0.0f;
+  }
+}
+
 template <int QMAX>
 __device__ __forceinline__ void route_token(const MoeRouteParams& p, int64_t t, int lane,
-                                            float* score_s) {
+                                            const float (&bias)[QMAX], float* score_s) {
   const int experts = p.num_experts, nq = (experts + 31) / 32;
   float* choice_s = score_s + experts;
   const float* logits = p.logits + t * experts;
@@ -177,9 +190,8 @@ __device__ __forceinline__ void route_token(const MoeRouteParams& p, int64_t t, 
 #pragma unroll
   for (int q = 0; q < QMAX; ++q) {
     const int e = lane + 32 * q;
-    const bool in = q < nq && e < experts;
-    sc[q] = in ? __ldg(logits + e) : 0.0f;
-    ch[q] = in && p.bias != nullptr ? __ldg(p.bias + e) : 0.0f;
+    sc[q] = q < nq && e < experts ? __ldg(logits + e) : 0.0f;
+    ch[q] = bias[q];
   }
   if (p.scoring == kMoeSigmoid) {
 #pragma unroll
@@ -294,11 +306,13 @@ __device__ __forceinline__ void route_token(const MoeRouteParams& p, int64_t t, 
 template <int QMAX>
 __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(MoeRouteParams p) {
   extern __shared__ float route_smem[];
-  pdl_enter(p.pdl_early);
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  float bias[QMAX];
+  load_route_bias<QMAX>(p, lane, bias);
+  pdl_enter(p.pdl_early);
   const int64_t t = int64_t(blockIdx.x) * kRouteWarps + warp;
   if (t >= p.tokens) return;
-  route_token<QMAX>(p, t, lane, route_smem + warp * 2 * p.num_experts);
+  route_token<QMAX>(p, t, lane, bias, route_smem + warp * 2 * p.num_experts);
 }
 
 // Each launcher's checks; the router's also picks the split.
