@@ -178,6 +178,11 @@ inline constexpr Variant kVariants[] = {
      "bf16 decode GEMVs: each row's first 2,048 weights prefetched before the "
      "PDL wait (gemv_prefetch_elems, with the first batch into registers)",
      [](cuda::CudaTunables& t) { t.gemv_prefetch_elems = 2048; }},
+    {"mla_mma_small",
+     "MLA attention on the mma kernel below 17 query rows (mla_decode_min_rows 17: batch 1)",
+     [](cuda::CudaTunables& t) { t.mla_decode_min_rows = 17; }},
+    {"mla_lean", "MLA attention on the lean decode kernel up to 16 query rows (mla_lean_max_rows)",
+     [](cuda::CudaTunables& t) { t.mla_lean_max_rows = 16; }},
     {"gemv_prefetch8k",
      "bf16 decode GEMVs: each row's first 8,192 weights prefetched before the "
      "PDL wait (gemv_prefetch_elems)",

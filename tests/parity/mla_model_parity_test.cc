@@ -250,6 +250,9 @@ TEST_P(MlaModel, GreedyMatchesTheCpuBackend) {
            t.gemv_pair_fusion = true;
            t.side_branch_max_rows = 2;
          }},
+        // Decode steps' attention on the mma kernel, not the decode kernel (mla_decode_min_rows).
+        {"graphs + both, MLA on the mma kernel", true,
+         [](cuda::CudaTunables& t) { t.mla_decode_min_rows = 1 << 20; }},
         // Steps launched as graphs of 8 launches each while the rest is recorded.
         {"graphs in segments of 8 launches", true,
          [](cuda::CudaTunables& t) { t.graph_segment_launches = kTestSegment; }},

@@ -327,6 +327,20 @@ struct CudaTunables {
   // (every kernel then triggers after its own wait, so everything two kernels back is done) and
   // without decode context parallelism. No env. A/B: variant no_mla_early_kv.
   bool mla_early_kv = true;
+  // The MLA decode kernel only where a step has at least this many query rows (tokens x heads);
+  // below, the mma kernel (mla_attention.cu). 0: wherever the decode kernel takes the rows. No
+  // env. Why: at batch 1 the decode kernel is its blocks' fixed latency (a block's first chunk
+  // ~5 us whether or not its keys load: mla_bench --what batch1, H200, 2026-12-04; ~7.5 us a
+  // layer of a Kimi-K2.5 rank's step after its inputs), and the mma kernel has no warp roles to
+  // hand chunks between. Off until measured (A/B: variant mla_mma_small, 17: every batch-1 step
+  // of Kimi-K2.5 / DeepSeek-V3 ranks and Moonlight).
+  int mla_decode_min_rows = 0;
+  // The lean MLA decode kernel (mla_decode_lean.cu: four warps, no roles, the keys copied before
+  // the PDL wait) where a batch has at most this many query rows (tokens x heads) and a sequence
+  // at most 16, over bf16 rows. 0: never. No env. Why: as mla_decode_min_rows. Off until
+  // measured (A/B: variant mla_lean, 16: every batch-1 step of Kimi-K2.5 / DeepSeek-V3 ranks and
+  // Moonlight).
+  int mla_lean_max_rows = 0;
   // The MLA decode kernel's query rows a block: 8 or 16; 0: 8 where a sequence's rows (heads x
   // new tokens) are at most 8, else 16; -1 (default): as 0, and 8 also where 16-row blocks of one
   // chunk each would leave SMs idle (batch x row tiles x chunks < SMs). No env. Why: Moonlight's
