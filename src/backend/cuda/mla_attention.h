@@ -19,7 +19,9 @@
 // converted in registers: the memory-bound decode), mla_attention_wgmma.cu (the wgmma kernel:
 // bf16 rows, R = 512, P = 64, 64 query rows a block: DeepSeek-V3's 128 heads, long chunks) and
 // mla_attention_wgmma_pipe.cu (the same products with warpgroup 1 loading behind mbarriers, no
-// block-wide barrier in the loop), mla_wgmma.cuh (their shared pieces).
+// block-wide barrier in the loop), mla_wgmma.cuh (their shared pieces), mla_decode_lean.cu (the
+// lean decode kernel: bf16 rows, R = 512, P = 64, up to 16 query rows a sequence, four warps
+// without roles: small batches, where a step's decode is a latency).
 //
 // Conventions as kernels.h's: trivially copyable parameter blocks without padding bytes (a
 // launch is recorded as its bytes), launchers asynchronous on `stream` that never allocate or
