@@ -188,10 +188,10 @@ inline constexpr Variant kVariants[] = {
        t.mla_lean_max_rows = 16;
        t.mla_min_split_chunks = 1;
      }},
-    {"mla_lean_chunks4", "mla_lean with splits of four 64-key chunks (mla_min_split_chunks 4)",
+    {"mla_lean_splits16", "mla_lean with at most 16 key splits (mla_max_splits 16)",
      [](cuda::CudaTunables& t) {
        t.mla_lean_max_rows = 16;
-       t.mla_min_split_chunks = 4;
+       t.mla_max_splits = 16;
      }},
     {"gemv_prefetch8k",
      "bf16 decode GEMVs: each row's first 8,192 weights prefetched before the "
