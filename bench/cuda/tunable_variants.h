@@ -181,6 +181,14 @@ inline constexpr Variant kVariants[] = {
     {"mla_mma_small",
      "MLA attention on the mma kernel below 17 query rows (mla_decode_min_rows 17: batch 1)",
      [](cuda::CudaTunables& t) { t.mla_decode_min_rows = 17; }},
+    {"no_mla_query",
+     "a q_lora layer's MLA query as the q_b GEMV, W_UK on a side branch and the attention inputs "
+     "(mla_query_fusion off)",
+     [](cuda::CudaTunables& t) { t.mla_query_fusion = false; }},
+    {"mla_chunks1",
+     "MLA splits of one 64-key chunk on the default decode kernel "
+     "(mla_min_split_chunks 1)",
+     [](cuda::CudaTunables& t) { t.mla_min_split_chunks = 1; }},
     {"mla_lean", "MLA attention on the lean decode kernel up to 16 query rows (mla_lean_max_rows)",
      [](cuda::CudaTunables& t) { t.mla_lean_max_rows = 16; }},
     {"mla_lean_chunks1", "mla_lean with splits of one 64-key chunk (mla_min_split_chunks 1)",

@@ -284,24 +284,42 @@ void DeepseekModel::attention_block(int layer, const Tensor& h, const ForwardBat
   const DType act = be.activation_dtype();
   auto q = be.alloc(act, {t, heads, dims_.q_head_dim()});
   auto kv_row = be.alloc(act, {t, dims_.cache_dim()});
+  const bool dcp = tp_.dcp_active();
+  DeviceTensorPtr q_latent = dcp ? nullptr : be.alloc(act, {t, heads, dims_.cache_dim()});
+  const MlaInputsArgs inputs = mla_inputs_args(dims_, kLoraNormEps, rope);
+  bool inputs_done = false;  // the query and the cache rows by one Backend::mla_query
   // kv_a right after the first linear on h: two linears on one input back to back, which a
   // backend may run as one launch (the CUDA backend's gemv_pair_fusion under graphs).
   if (L.q_a.weight) {
     auto qa = be.alloc(act, {t, spec_.mla.q_lora_rank});
     be.linear(h, L.q_a, *qa);
     be.linear(h, L.kv_a, *kv_row);
-    // The norm out of place, right before q_b: a backend may run the two as one launch (the
-    // CUDA backend's gemv_norm_fusion under graphs).
     auto qa_norm = be.alloc(act, {t, spec_.mla.q_lora_rank});
-    be.rms_norm(*qa, *L.q_a_norm, kLoraNormEps, *qa_norm);
+    inputs_done = !dcp && be.mla_query({.q_a = *qa,
+                                        .q_a_norm = *L.q_a_norm,
+                                        .q_a_eps = kLoraNormEps,
+                                        .q_b = L.q_b,
+                                        .w_uk = *L.absorbed.w_uk,
+                                        .kv_row = *kv_row,
+                                        .kv_norm = *L.kv_a_norm,
+                                        .args = inputs,
+                                        .q_a_normed = *qa_norm,
+                                        .q = *q,
+                                        .q_latent = *q_latent},
+                                       kv, layer, batch.attn);
+    if (!inputs_done) {
+      // The norm out of place, right before q_b: a backend may run the two as one launch (the
+      // CUDA backend's gemv_norm_fusion under graphs).
+      be.rms_norm(*qa, *L.q_a_norm, kLoraNormEps, *qa_norm);
+      be.linear(*qa_norm, L.q_b, *q);
+    }
     trace(*qa_norm, "q_a_norm", layer);
-    be.linear(*qa_norm, L.q_b, *q);
   } else {
     be.linear(h, L.q_proj, *q);
     be.linear(h, L.kv_a, *kv_row);
   }
   auto attn = be.alloc(act, {t, heads, dims_.v_head_dim});
-  if (tp_.dcp_active()) {
+  if (dcp) {
     mla_make_cache_rows(be, dims_, *kv_row, *L.kv_a_norm, kLoraNormEps, batch.attn.positions, rope);
     trace(*kv_row, "kv_cache_row", layer);
     // q's rope right after the cache row's (same positions and frequencies): a backend may merge
@@ -316,16 +334,17 @@ void DeepseekModel::attention_block(int layer, const Tensor& h, const ForwardBat
     mla_dcp_attention(be, *dcp_ops_, *tp_.dcp, dims_, dcp_group_heads_, L.absorbed, softmax_scale_,
                       *q, *kv_row, kv, layer, dcp_local_, *attn);
   } else {
-    // W_UK's per-head products (q's nope columns into q_latent's latent columns) as a side
-    // branch beside the cache rows (norm, rope, page write), q's rope and q_latent's rope columns
-    // (one launch on the GPU): the two touch disjoint columns.
-    auto q_latent = be.alloc(act, {t, heads, dims_.cache_dim()});
-    if (side_) side_->begin_side_branch(t);
-    mla_absorb_q(be, dims_, L.absorbed, *q, *q_latent);
-    if (side_) side_->end_side_branch();
-    mla_prepare_attention(be, dims_, *kv_row, *L.kv_a_norm, kLoraNormEps, *q, *q_latent, rope, kv,
-                          layer, batch.attn);
-    if (side_) side_->join_side_branch();
+    if (!inputs_done) {
+      // W_UK's per-head products (q's nope columns into q_latent's latent columns) as a side
+      // branch beside the cache rows (norm, rope, page write), q's rope and q_latent's rope
+      // columns (one launch on the GPU): the two touch disjoint columns.
+      if (side_) side_->begin_side_branch(t);
+      mla_absorb_q(be, dims_, L.absorbed, *q, *q_latent);
+      if (side_) side_->end_side_branch();
+      mla_prepare_attention(be, dims_, *kv_row, *L.kv_a_norm, inputs, *q, *q_latent, kv, layer,
+                            batch.attn);
+      if (side_) side_->join_side_branch();
+    }
     trace(*kv_row, "kv_cache_row", layer);
     trace(*q, "q_rope", layer);
     mla_attend_latent(be, dims_, L.absorbed, softmax_scale_, *q_latent, kv, layer, batch.attn,

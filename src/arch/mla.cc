@@ -57,15 +57,19 @@ void mla_make_cache_rows(Backend& be, const MlaDims& d, const Tensor& kv_a, cons
   be.rope(kv_a.reshape({t, 1, d.cache_dim()}), positions, r);
 }
 
+MlaInputsArgs mla_inputs_args(const MlaDims& d, float eps, const RopeArgs& rope) {
+  return MlaInputsArgs{.eps = eps, .rope = rope, .q_rope_offset = d.qk_nope_head_dim};
+}
+
 void mla_prepare_attention(Backend& be, const MlaDims& d, const Tensor& kv_a, const Tensor& norm,
-                           float eps, const Tensor& q, const Tensor& q_latent, const RopeArgs& rope,
+                           const MlaInputsArgs& args, const Tensor& q, const Tensor& q_latent,
                            KvStorage& kv, int layer, const AttentionMetadata& meta) {
   CHECK_EQ(kv_a.dim(1), d.cache_dim());
   CHECK_EQ(norm.numel(), d.kv_lora_rank);
   CHECK_EQ(q.dim(1), d.num_heads);
   CHECK_EQ(q.dim(2), d.q_head_dim());
-  CHECK_EQ(rope.rotary_dim, d.qk_rope_head_dim);
-  const MlaInputsArgs args{.eps = eps, .rope = rope, .q_rope_offset = d.qk_nope_head_dim};
+  CHECK_EQ(args.rope.rotary_dim, d.qk_rope_head_dim);
+  CHECK_EQ(args.q_rope_offset, d.qk_nope_head_dim);
   be.mla_attention_inputs(kv_a, norm, q, q_latent, args, kv, layer, meta);
 }
 

@@ -44,12 +44,15 @@ float mla_softmax_scale(const ModelSpec& spec);
 void mla_make_cache_rows(Backend& be, const MlaDims& d, const Tensor& kv_a, const Tensor& norm,
                          float eps, const int32_t* positions, const RopeArgs& rope);
 
+// Backend::mla_attention_inputs' arguments: the cache row's norm eps, the rope, q's rope offset.
+MlaInputsArgs mla_inputs_args(const MlaDims& d, float eps, const RopeArgs& rope);
+
 // The MLA step's attention inputs in one backend op (Backend::mla_attention_inputs, one launch
 // on the GPU): mla_make_cache_rows on kv_a, rope on q (applied at the rope offset of each head),
 // q's rope dims copied into q_latent [T, heads, kv_lora_rank + rope]'s last columns, and the cache
 // rows written into `layer` of kv.
 void mla_prepare_attention(Backend& be, const MlaDims& d, const Tensor& kv_a, const Tensor& norm,
-                           float eps, const Tensor& q, const Tensor& q_latent, const RopeArgs& rope,
+                           const MlaInputsArgs& args, const Tensor& q, const Tensor& q_latent,
                            KvStorage& kv, int layer, const AttentionMetadata& meta);
 
 // Absorbed attention of the batch's new tokens. q [T, heads, nope + rope] with rope applied; the

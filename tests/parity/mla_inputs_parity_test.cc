@@ -36,14 +36,9 @@
 namespace strata::testing {
 namespace {
 
+using parity::device_bytes;
 using parity::Pair;
-
-// The bytes of a GPU tensor.
-std::vector<char> device_bytes(const Tensor& t) {
-  std::vector<char> host(size_t(t.nbytes()));
-  EXPECT_EQ(cudaMemcpy(host.data(), t.data, host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-  return host;
-}
+using parity::profiled;
 
 // The op's inputs on one backend (their values are the same on every backend made by `make`).
 struct Inputs {
@@ -123,16 +118,6 @@ class OpRun {
   std::vector<float> inv_freq_, kv_row_, q_, q_latent_, norm_;
   MlaInputsArgs args_;
 };
-
-// The CUDA backend's per-op profile of `fn` (eager launches).
-template <typename F>
-std::string profiled(cuda::CudaBackend& be, F&& fn) {
-  be.set_profile(true);
-  fn();
-  std::string report = be.profile_report(1);
-  be.set_profile(false);
-  return report;
-}
 
 double nmse(const std::vector<float>& got, const std::vector<float>& want) {
   double num = 0, den = 0;

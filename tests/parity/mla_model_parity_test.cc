@@ -250,6 +250,10 @@ TEST_P(MlaModel, GreedyMatchesTheCpuBackend) {
            t.gemv_pair_fusion = true;
            t.side_branch_max_rows = 2;
          }},
+        // A q_lora layer's query as separate launches (mla_query_fusion, on by default, off;
+        // mla_query_parity_test.cc).
+        {"graphs + both, the MLA query unfused", true,
+         [](cuda::CudaTunables& t) { t.mla_query_fusion = false; }},
         // Decode steps' attention on the mma kernel, not the decode kernel (mla_decode_min_rows).
         {"graphs + both, MLA on the mma kernel", true,
          [](cuda::CudaTunables& t) { t.mla_decode_min_rows = 1 << 20; }},

@@ -4,6 +4,7 @@
 // (bench/cuda/dev/dev_parity_test.cc) share.
 #pragma once
 
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -19,6 +21,23 @@
 #include "tree_masks.h"
 
 namespace strata::parity {
+
+// The bytes of a GPU tensor.
+inline std::vector<char> device_bytes(const Tensor& t) {
+  std::vector<char> host(size_t(t.nbytes()));
+  EXPECT_EQ(cudaMemcpy(host.data(), t.data, host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  return host;
+}
+
+// The CUDA backend's per-op profile of `fn` (eager launches): which ops ran.
+template <typename F>
+std::string profiled(cuda::CudaBackend& be, F&& fn) {
+  be.set_profile(true);
+  fn();
+  std::string report = be.profile_report(1);
+  be.set_profile(false);
+  return report;
+}
 
 class Pair {
  public:

@@ -27,7 +27,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +42,7 @@
 #include "backend/cuda/launch.h"
 #include "backend/cuda/linear.h"
 #include "backend/cuda/linear_fp8.h"
+#include "backend/cuda/mla_inputs.h"
 #include "backend/cuda/norm.h"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/tunables.h"
@@ -161,6 +164,10 @@ class CudaBackend : public Backend,
   void mla_attention_inputs(const Tensor& kv_row, const Tensor& norm, const Tensor& q,
                             const Tensor& q_latent, const MlaInputsArgs& args, KvStorage& kv,
                             int layer, const AttentionMetadata& meta) override;
+  // mla_query.cu: one launch (CudaTunables::fusion and mla_query_fusion; a bf16 q_b, up to 2
+  // tokens, sizes mla_query_fits takes, every cluster resident at once), else false.
+  bool mla_query(const MlaQueryOperands& o, KvStorage& kv, int layer,
+                 const AttentionMetadata& meta) override;
   // mla_dcp.cu: the shard's partials through the MLA kernels (the CPU twin where mla_attention
   // would use it), and their merge on the GPU.
   void mla_attention_partial(const Tensor& q_latent, const KvStorage& kv, int layer,
@@ -299,6 +306,16 @@ class CudaBackend : public Backend,
   bool packed_glu_fused(const Tensor& x, const LinearWeight& w) const;
   // A weight's dequantized values, bf16 [stack, out, in] (the CPU twin of packed MoE experts).
   DeviceTensorPtr dequantize_bf16(const LinearWeight& w);
+  // mla_inputs.cu: whether the fused inputs launch takes these operands; the separate norm's
+  // parameters on the cache rows (the fused launches follow its order of sums); the launch's
+  // parameters (after begin_op: the step's device metadata).
+  bool mla_inputs_fusable(const Tensor& kv_row, const Tensor& norm, const Tensor& q,
+                          const Tensor& q_latent, const MlaInputsArgs& args, const KvStorage& kv,
+                          const AttentionMetadata& meta) const;
+  static RmsNormParams mla_inputs_norm(const Tensor& kv_row, const Tensor& norm);
+  MlaInputsParams mla_inputs_params(const Tensor& kv_row, const Tensor& norm, const Tensor& q,
+                                    const Tensor& q_latent, const MlaInputsArgs& args,
+                                    KvStorage& kv, int layer, const AttentionMetadata& meta);
   // mla.cu: kv_write of a layout with MLA rows (rope_dim > 0).
   void mla_kv_write(KvStorage& kv, int layer, const Tensor& k, const AttentionMetadata& meta);
   // cpu_twin.cc: mla_attention for what the MLA kernels do not cover.
@@ -368,6 +385,9 @@ class CudaBackend : public Backend,
   void check_new_within_kv() const;
 
   int64_t step_start_ns_ = 0;  // host clock at the step's first op (graph mode's record time)
+  // mla_query.cu: whether the fused MLA query's clusters at a shape (tokens, q_lora_rank, heads,
+  // q dims a head, nope, latent) are all resident at once.
+  std::map<std::array<int64_t, 6>, bool> mla_query_one_wave_;
   // Graph mode: pending launches at which the step's next segment is cut (begin_op).
   size_t segment_cut_ = 0;
   GraphStats logged_{};  // the counters at the last eager-steps log (log_eager_steps)

@@ -55,7 +55,8 @@ namespace strata::cuda {
   X(kOpSideEnd, "side_end") \
   X(kOpSideJoin, "side_join") \
   X(kOpGemvNorm, "gemv_norm") \
-  X(kOpCollective, "collective")
+  X(kOpCollective, "collective") \
+  X(kOpMlaQuery, "mla_query")
 // clang-format on
 
 enum Op : int {

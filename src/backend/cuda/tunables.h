@@ -48,6 +48,14 @@ struct CudaTunables {
   // (mla_inputs.h) instead of four. No env. Default on; off is the A/B of that fusion alone
   // (rank_step_bench --variants unfused_mla_inputs) and the parity tests' bitwise reference.
   bool mla_inputs_fusion = true;
+  // With fusion: a q_lora layer's MLA query (Backend::mla_query: the q_a norm, q_b, q's rope,
+  // W_UK and the cache rows) as one launch of clusters (mla_query.h) at up to 2 tokens, instead
+  // of the q_b GEMV, W_UK on a side branch beside the attention inputs, and the join. No env.
+  // Default on: a Kimi-K2.5 rank of tp 8 at batch 1, 61 layers projected from 4/8/12 cuts,
+  // 4.328 -> 4.236 ms (-2.1%), 4.400 -> 4.361 (-0.9%), 4.610 -> 4.432 (-3.9%, a noisy default)
+  // in three calls (rank_step_bench --variants, H200, 2026-12-04, session 25); off: variant
+  // no_mla_query.
+  bool mla_query_fusion = true;
 
   // ---- decode GEMV (linear.cu) ----
   // Rows up to which a linear takes the GEMV (1..kGemvMaxRows); above, cuBLAS. No env. Default 2:

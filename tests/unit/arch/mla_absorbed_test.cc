@@ -131,7 +131,8 @@ TEST_P(MlaAbsorbed, MatchesNaiveAttention) {
     auto out = be->alloc(DType::kF32, {t, heads, v});
     if (one_op) {
       auto q_latent = be->alloc(DType::kF32, {t, heads, d.cache_dim()});
-      mla_prepare_attention(*be, d, *kv_a, *norm, kEps, *q, *q_latent, rope, *kv, 0, meta);
+      mla_prepare_attention(*be, d, *kv_a, *norm, mla_inputs_args(d, kEps, rope), *q, *q_latent,
+                            *kv, 0, meta);
       mla_absorbed_attention_latent(*be, d, w, kScale, *q, *q_latent, *kv, 0, meta, *out);
     } else {
       RopeArgs q_rope = rope;
