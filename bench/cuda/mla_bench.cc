@@ -28,7 +28,7 @@
 //           alone, pages shuffled and in pool order (what limits the acceptance shape)
 // merge     (with --what merge) the decode kernel's own split merge against the merge kernel
 // batch1    (with --what batch1) batch-1 decode (a Kimi-K2.5 rank, Moonlight): profile, loads
-//           alone, math alone, split counts; the lean decode kernel and the mma kernel beside it
+//           alone, math alone, split counts; the mma kernel beside it
 // Usage: strata_bench_mla_bench [--what ceilings,variants,acceptance,scaling,merge,decode,prefill]
 //                               [--batch 64] [--context 4096] [--pages sequential]
 //                               [--fused-merge 2] [--early-kv 0|1]
@@ -258,11 +258,10 @@ double bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch
   const double flops = 2.0 * batch * heads * keys * (W + R);
   const double bytes = double(batch) * ctx * fmt.row_bytes;
   const double gbs = bytes / (ms * 1e-3) / 1e9, tflops = flops / (ms * 1e-3) / 1e12;
-  const char* kname = plan.kernel == cuda::kMlaWgmma        ? "wgmma"
-                      : plan.kernel == cuda::kMlaWgmmaPipe  ? "wgmma-pipe"
-                      : plan.kernel == cuda::kMlaDecode     ? "decode"
-                      : plan.kernel == cuda::kMlaDecodeLean ? "lean"
-                                                            : "mma";
+  const char* kname = plan.kernel == cuda::kMlaWgmma       ? "wgmma"
+                      : plan.kernel == cuda::kMlaWgmmaPipe ? "wgmma-pipe"
+                      : plan.kernel == cuda::kMlaDecode    ? "decode"
+                                                           : "mma";
   char variant[48];
   int at = std::snprintf(variant, sizeof variant, "%s %dx%d", kname, plan.chunk, plan.stages);
   if (plan.kernel == cuda::kMlaDecode && fmt.latent_elem == cuda::kMlaE4M3)
@@ -420,13 +419,6 @@ void batch_one(cudaStream_t s, const Ceilings& c, const Layout& bf16) {
       cuda::MlaPlanOptions o = plan;
       o.splits = n;
       bench_case(s, c, bf16, 1, sh.ctx, 1, sh.heads, "batch1", o, true);
-    }
-    // The lean decode kernel (mla_lean_max_rows): its plan's splits, then fewer and more.
-    for (int n : {0, 16, 64}) {
-      cuda::MlaPlanOptions o = plan;
-      o.lean = 16;
-      o.splits = n;
-      bench_case(s, c, bf16, 1, sh.ctx, 1, sh.heads, "batch1", o);
     }
     // The mma kernel (mla_decode_min_rows): its plan's splits, then fewer and more.
     for (int n : {0, 16, 64}) {

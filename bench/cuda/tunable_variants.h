@@ -189,18 +189,6 @@ inline constexpr Variant kVariants[] = {
      "MLA splits of one 64-key chunk on the default decode kernel "
      "(mla_min_split_chunks 1)",
      [](cuda::CudaTunables& t) { t.mla_min_split_chunks = 1; }},
-    {"mla_lean", "MLA attention on the lean decode kernel up to 16 query rows (mla_lean_max_rows)",
-     [](cuda::CudaTunables& t) { t.mla_lean_max_rows = 16; }},
-    {"mla_lean_chunks1", "mla_lean with splits of one 64-key chunk (mla_min_split_chunks 1)",
-     [](cuda::CudaTunables& t) {
-       t.mla_lean_max_rows = 16;
-       t.mla_min_split_chunks = 1;
-     }},
-    {"mla_lean_splits16", "mla_lean with at most 16 key splits (mla_max_splits 16)",
-     [](cuda::CudaTunables& t) {
-       t.mla_lean_max_rows = 16;
-       t.mla_max_splits = 16;
-     }},
     {"gemv_prefetch8k",
      "bf16 decode GEMVs: each row's first 8,192 weights prefetched before the "
      "PDL wait (gemv_prefetch_elems)",

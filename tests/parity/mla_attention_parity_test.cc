@@ -243,7 +243,6 @@ struct Case {
   bool trees = false;   // sequences of 2..64 new tokens are draft trees (random parents):
                         // AttentionMetadata::tree_mask
   int fused_merge = 0;  // the decode kernel merges up to this many splits itself (MlaPlanOptions)
-  int lean = 0;         // the lean decode kernel up to this many rows a batch (MlaPlanOptions)
 };
 
 // Rows the decode kernel copies at once for a plan and page size (mla_decode_layout.cuh
@@ -261,8 +260,6 @@ const char* kernel_name(const cuda::MlaPlan& plan) {
       return "wgmma-pipe";
     case cuda::kMlaDecode:
       return "decode";
-    case cuda::kMlaDecodeLean:
-      return "lean";
     default:
       return "mma";
   }
@@ -372,7 +369,6 @@ void run_attention(const Fmt& f, const Case& cs) {
                                  .stages = cs.stages,
                                  .max_splits = cs.max_splits,
                                  .decode_rows = cs.decode_rows,
-                                 .lean = cs.lean,
                                  .fused_merge = cs.fused_merge};
   const cuda::MlaPlan plan =
       cuda::plan_mla_attention(c.fmt, n, t_new, H, max_new, max_kv, num_sms(), opt);
@@ -454,28 +450,6 @@ TEST(MlaAttention, DecodeEveryLayout) {
           f, {.heads = 16, .page = 16, .seqs = {{500, 5}, {0, 4}, {77, 1}}, .decode = decode});
     }
   }
-}
-
-// The lean decode kernel (mla_decode_lean.cu; CudaTunables::mla_lean_max_rows) over bf16 rows: a
-// Kimi-K2.5 rank's batch 1 (8 heads, 4,095 cached keys: the plan's splits of two chunks),
-// Moonlight's (16 heads, 767), two new tokens (16 rows, causal) on pages of one key, a sequence
-// with no cached key, a batch of two of 5 heads (graph replay too), one split (the normalized rows
-// straight out), and splits of 20 chunks (the two-stage ring refilled).
-TEST(MlaAttention, DecodeLean) {
-  const Fmt& bf16 = kFormats[0];
-  const cuda::MlaRowFormat fmt = cuda::mla_row_format(make_layout(bf16, 512, 64, 64, 64), 1, 1.0f);
-  EXPECT_EQ(cuda::plan_mla_attention(fmt, 1, 1, 8, 1, 4096, 132, {.lean = 16}).kernel,
-            cuda::kMlaDecodeLean);
-  EXPECT_EQ(cuda::plan_mla_attention(fmt, 2, 2, 16, 1, 4096, 132, {.lean = 16}).kernel,
-            cuda::kMlaDecode);  // 32 rows: over the bound
-  run_attention(bf16, {.heads = 8, .page = 64, .seqs = {{4095, 1}}, .lean = 16});
-  run_attention(bf16, {.heads = 16, .page = 64, .seqs = {{767, 1}}, .lean = 16});
-  run_attention(bf16, {.heads = 8, .page = 1, .seqs = {{130, 2}}, .splits = 3, .lean = 16});
-  run_attention(bf16, {.heads = 8, .page = 16, .seqs = {{0, 1}}, .lean = 16});
-  run_attention(bf16,
-                {.heads = 5, .page = 64, .seqs = {{1000, 1}, {63, 1}}, .graph = true, .lean = 16});
-  run_attention(bf16, {.heads = 8, .page = 16, .seqs = {{200, 1}}, .splits = 1, .lean = 16});
-  run_attention(bf16, {.heads = 8, .page = 64, .seqs = {{5000, 1}}, .splits = 4, .lean = 16});
 }
 
 // The decode kernel's own split merge (MlaPlanOptions::fused_merge): the last split block of a

@@ -164,33 +164,6 @@ TEST(MlaBackend, DecodeStepsReplayCapturedGraphs) {
   }
 }
 
-// The lean decode kernel through the backend (CudaTunables::mla_lean_max_rows; mla.cu picks it
-// for batches of at most that many rows): bf16 rows of the real dims, 8 heads (a Kimi-K2.5 rank)
-// and 16, one sequence and two; an eager step, then graph steps, each against the CPU.
-TEST(MlaBackend, LeanDecodeKernelSteps) {
-  for (const MlaDims& d : {MlaDims{512, 64, 8}, kMlaDims[2]}) {
-    for (const std::vector<int>& ctx : {std::vector<int>{1200}, std::vector<int>{300, 9}}) {
-      if (d.heads * int(ctx.size()) > 16) continue;
-      SCOPED_TRACE(std::to_string(d.heads) + " heads, " + std::to_string(ctx.size()) + " seqs");
-      Pair p;
-      p.cuda().tune([](cuda::CudaTunables& t) { t.mla_lean_max_rows = 16; });
-      std::vector<int> cap, cached, one;
-      for (int c : ctx) cap.push_back(c + 8), cached.push_back(c), one.push_back(1);
-      MlaBatch b(p, kMlaFormats[0], d, 16, cap);
-      b.step(cached, false);
-      for (int i = 0; i < 4; ++i) {
-        if (i == 1) p.cuda().set_graph_mode(true);
-        const double e = b.step(one, true);
-        report("lean", kMlaFormats[0], d, e);
-        EXPECT_LT(e, 1e-4) << "step " << i;
-      }
-      p.cuda().set_graph_mode(false);
-      EXPECT_EQ(b.rows_differing(), 0);
-      EXPECT_EQ(mla_fallbacks(*p.gpu_), 0);
-    }
-  }
-}
-
 // (kv_lora_rank, rope) = (64, 16) has no kernel: the CPU twin runs it, each call counted, and the
 // latent write stays on the GPU.
 TEST(MlaBackend, UnbuiltDimsRunOnTheCpuTwinCounted) {

@@ -109,10 +109,6 @@ bool CudaBackend::mla_attention_gpu(const Tensor& q_latent, const KvStorage& kv,
   opt.min_split_chunks = tunables_.mla_min_split_chunks;
   opt.fused_merge = tunables_.mla_fused_merge_max_splits;
   if (tokens * heads < tunables_.mla_decode_min_rows) opt.decode = 0;
-  // The lean kernel copies old keys before its PDL wait, as the decode kernel's early_kv: only
-  // where everything two kernels back is done (pdl_early off), and not for draft trees or DCP.
-  if (!tunables_.pdl_early && shard == nullptr && meta.tree_mask == nullptr)
-    opt.lean = tunables_.mla_lean_max_rows;
   if (tunables_.deterministic) {
     opt.wgmma = 0;
     opt.decode = 0;

@@ -461,7 +461,6 @@ void init_mla_attention_kernels() {
   init_mla_attention_wgmma_kernels();
   init_mla_attention_wgmma_pipe_kernels();
   init_mla_decode_kernels();
-  init_mla_decode_lean_kernel();
 }
 
 void launch_mla_attention(const MlaAttentionParams& p, cudaStream_t stream) {
@@ -479,8 +478,6 @@ void launch_mla_attention(const MlaAttentionParams& p, cudaStream_t stream) {
     launch_mla_attention_wgmma_pipe(p, stream);
   } else if (p.kernel == kMlaDecode) {
     launch_mla_decode(p, stream);
-  } else if (p.kernel == kMlaDecodeLean) {
-    launch_mla_decode_lean(p, stream);
   } else {
     CHECK_MSG(p.tile_rows == kRows, "MLA attention: the mma kernel takes {} rows a block", kRows);
     const int R = p.fmt.latent, P = p.fmt.rope;

@@ -19,9 +19,7 @@
 // converted in registers: the memory-bound decode), mla_attention_wgmma.cu (the wgmma kernel:
 // bf16 rows, R = 512, P = 64, 64 query rows a block: DeepSeek-V3's 128 heads, long chunks) and
 // mla_attention_wgmma_pipe.cu (the same products with warpgroup 1 loading behind mbarriers, no
-// block-wide barrier in the loop), mla_wgmma.cuh (their shared pieces), mla_decode_lean.cu (the
-// lean decode kernel: bf16 rows, R = 512, P = 64, up to 16 query rows a sequence, four warps
-// without roles: small batches, where a step's decode is a latency).
+// block-wide barrier in the loop), mla_wgmma.cuh (their shared pieces).
 //
 // Conventions as kernels.h's: trivially copyable parameter blocks without padding bytes (a
 // launch is recorded as its bytes), launchers asynchronous on `stream` that never allocate or
@@ -97,13 +95,7 @@ void launch_mla_kv_write(const MlaKvWriteParams& p, cudaStream_t stream);
 // min(kv_len, (pos - dcp_rank) / dcp_size + 1) keys; else none). The merge then writes float32
 // rows [normalized output (R) | natural log-sum-exp of the row's scaled scores] into lse_out
 // (a zero output and -inf for a row that sees no key) instead of bf16 rows into out.
-enum MlaKernel : int {
-  kMlaMma = 0,
-  kMlaWgmma = 1,
-  kMlaDecode = 2,
-  kMlaWgmmaPipe = 3,
-  kMlaDecodeLean = 4,  // mla_decode_lean.cu: up to 16 rows a sequence, bf16 rows, no warp roles
-};
+enum MlaKernel : int { kMlaMma = 0, kMlaWgmma = 1, kMlaDecode = 2, kMlaWgmmaPipe = 3 };
 // The decode kernel's e4m3 -> f16 conversion (mla_decode.cuh): integer ops in both warp roles,
 // the conversion unit in the S warps and integer ops in the PV warps, or the unit in both; or
 // (kMlaCvtTile, the default) each value once, by the S warps' conversion unit, into a shared f16
@@ -186,10 +178,6 @@ enum MlaDecodeProf : int {
 
 // Which (R, P) the kernels are built for: (512, 64) the real models, (128, 32) house-mla,
 // (32, 8) the tiny fixtures. The wgmma kernel: (512, 64) with bf16 plain rows only.
-// The lean decode kernel's rows: bf16 latent 512 + rope 64, one scale (mla_decode_lean.cu).
-bool mla_lean_supported(const MlaRowFormat& f);
-void launch_mla_decode_lean(const MlaAttentionParams& p, cudaStream_t stream);
-void init_mla_decode_lean_kernel();
 bool mla_attention_supported(int latent, int rope);
 bool mla_wgmma_supported(const MlaRowFormat& fmt);
 // The decode kernel: R = 512, P = 64, rows and rope offset multiples of 16 bytes, bf16 plain rows,
@@ -256,11 +244,9 @@ struct MlaPlanOptions {
                          // -1: as 0, and 8 too where 16-row blocks, one chunk each, leave SMs idle)
   int min_split_chunks = 1;  // where the plan picks the splits: at least this many chunks a split
                              // where that leaves kMlaSplitsKept splits or more
-  int lean = 0;  // > 0: the lean decode kernel (mla_decode_lean.cu) where a sequence has at most
-                 // 16 rows, the batch at most this many, and the rows are bf16 (mla_lean_supported)
-  int fused_merge = 0;  // > 1: the decode kernel merges its splits itself where there are at
-                        // most this many (and kMlaFusedMergeMaxSplits), into bf16 output (not
-                        // opt.partials); CudaTunables::mla_fused_merge_max_splits
+  int fused_merge = 0;       // > 1: the decode kernel merges its splits itself where there are at
+                             // most this many (and kMlaFusedMergeMaxSplits), into bf16 output (not
+                             // opt.partials); CudaTunables::mla_fused_merge_max_splits
 };
 // The most splits the decode kernel merges itself: its last block weighs every split of its
 // rows in one pass of its warps (mla_decode_merge.cuh: a lane two splits).

@@ -74,8 +74,6 @@ bool mla_attention_supported(int latent, int rope) {
          (latent == 32 && rope == 8);
 }
 
-bool mla_lean_supported(const MlaRowFormat& f) { return mla_wgmma_supported(f); }
-
 bool mla_wgmma_supported(const MlaRowFormat& f) {
   return f.latent == 512 && f.rope == 64 && mla_mma_direct(f) && f.latent_scale == f.rope_scale;
 }
@@ -95,9 +93,6 @@ MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_to
     plan.kernel = opt.wgmma == 1 ? kMlaWgmma : kMlaWgmmaPipe;
     plan.tile_rows = 64;
     plan.diag = opt.diag;
-  } else if (opt.lean > 0 && rows <= 16 && int64_t(num_seqs) * rows <= opt.lean &&
-             mla_lean_supported(fmt)) {
-    plan.kernel = kMlaDecodeLean;  // 16-row blocks of 64-key chunks (the plan's defaults)
   } else if (opt.decode && mla_decode_supported(fmt)) {
     plan.kernel = kMlaDecode;
     // 8-row blocks where a sequence has at most 8 rows, or (auto) where even one 64-key chunk a

@@ -62,7 +62,6 @@ void CudaTunables::check() const {
             graph_first_segment_launches);
   CHECK_MSG(mla_max_splits >= 0, "mla_max_splits {}", mla_max_splits);
   CHECK_MSG(mla_decode_min_rows >= 0, "mla_decode_min_rows {}", mla_decode_min_rows);
-  CHECK_MSG(mla_lean_max_rows >= 0, "mla_lean_max_rows {}", mla_lean_max_rows);
   CHECK_MSG(mla_min_split_chunks >= 1, "mla_min_split_chunks {}", mla_min_split_chunks);
   CHECK_MSG(mla_fused_merge_max_splits >= 0, "mla_fused_merge_max_splits {}",
             mla_fused_merge_max_splits);

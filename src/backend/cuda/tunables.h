@@ -52,9 +52,9 @@ struct CudaTunables {
   // W_UK and the cache rows) as one launch of clusters (mla_query.h) at up to 2 tokens, instead
   // of the q_b GEMV, W_UK on a side branch beside the attention inputs, and the join. No env.
   // Default on: a Kimi-K2.5 rank of tp 8 at batch 1, 61 layers projected from 4/8/12 cuts,
-  // 4.328 -> 4.236 ms (-2.1%), 4.400 -> 4.361 (-0.9%), 4.610 -> 4.432 (-3.9%, a noisy default)
-  // in three calls (rank_step_bench --variants, H200, 2026-12-04, session 25); off: variant
-  // no_mla_query.
+  // 4.328 -> 4.236 ms (-2.1%), 4.400 -> 4.361 (-0.9%), 4.425 -> 4.277 (-3.3%) in three calls,
+  // batch 2 5.403 -> 5.290 (-2.1%) (rank_step_bench --variants, H200, 2026-12-04, session 25,
+  // bench/results/2026-12-04-session25.md); off: variant no_mla_query.
   bool mla_query_fusion = true;
 
   // ---- decode GEMV (linear.cu) ----
@@ -340,15 +340,12 @@ struct CudaTunables {
   // env. Why: at batch 1 the decode kernel is its blocks' fixed latency (a block's first chunk
   // ~5 us whether or not its keys load: mla_bench --what batch1, H200, 2026-12-04; ~7.5 us a
   // layer of a Kimi-K2.5 rank's step after its inputs), and the mma kernel has no warp roles to
-  // hand chunks between. Off until measured (A/B: variant mla_mma_small, 17: every batch-1 step
-  // of Kimi-K2.5 / DeepSeek-V3 ranks and Moonlight).
+  // hand chunks between. Measured slower (variant mla_mma_small, 17: a Kimi-K2.5 rank's batch-1
+  // step +1.8 to +2.5%, DeepSeek-V3's +2.1%, Moonlight's +1.7%; H200, 2026-12-04, session 25),
+  // so 0; the tests' way onto the mma kernel at decode. (A lean decode kernel for small batches,
+  // four warps without roles, lost the same way: +1.6 to +2.7%, and with one-chunk splits no
+  // better than the decode kernel with them; removed, session 25.)
   int mla_decode_min_rows = 0;
-  // The lean MLA decode kernel (mla_decode_lean.cu: four warps, no roles, the keys copied before
-  // the PDL wait) where a batch has at most this many query rows (tokens x heads) and a sequence
-  // at most 16, over bf16 rows. 0: never. No env. Why: as mla_decode_min_rows. Off until
-  // measured (A/B: variant mla_lean, 16: every batch-1 step of Kimi-K2.5 / DeepSeek-V3 ranks and
-  // Moonlight).
-  int mla_lean_max_rows = 0;
   // The MLA decode kernel's query rows a block: 8 or 16; 0: 8 where a sequence's rows (heads x
   // new tokens) are at most 8, else 16; -1 (default): as 0, and 8 also where 16-row blocks of one
   // chunk each would leave SMs idle (batch x row tiles x chunks < SMs). No env. Why: Moonlight's
