@@ -5,18 +5,19 @@
 // side branch beside the attention inputs, then the branch's join.
 //
 // Why one launch: at batch 1 a Kimi-K2.5 rank's q_b streams 4.7 MB and W_UK 1 MB, ~1.5 µs at the
-// H200's bandwidth, while the two kernel boundaries and the join cost ~8 µs a layer (H200
-// timelines, bench/results/2026-12-04-session24.md). Head h's W_UK product needs all of head h's
-// q_nope, which one CTA cannot stream fast enough, so a cluster of CTAs shares each head: every
-// CTA streams a slice of the head's q_b rows, the slices meet in distributed shared memory, and
-// every CTA then folds the head's q_nope into its own slice of latent columns. One more cluster
-// writes the cache rows.
+// H200's bandwidth, while the q_b launch and the inputs ‖ W_UK pair after it took ~8 µs of a
+// layer's critical path (H200 timelines, bench/results/2026-12-04-session24.md; fused: the pair's
+// end to the MLA decode's end 15.0-15.3 -> 12.0-12.6 µs, session 25). Head h's W_UK product needs
+// all of head h's q_nope, which one CTA cannot stream fast enough, so a cluster of CTAs shares each
+// head: every CTA streams a slice of the head's q_b rows, the slices meet in distributed shared
+// memory, and every CTA then folds the head's q_nope into its own slice of latent columns. One more
+// cluster writes the cache rows.
 //
 // Bits: those of the separate launches. A q_b row is one warp's sum in the decode GEMV's order
 // (linear.cu gemv_kernel: lane l's 8-value steps at l · 8 + 256 s in order, the xor butterfly),
-// after the norm prologue's (norm_prologue.cuh) or, for q_lora_rank <= 256, the one-warp norm's
-// order; a latent column is per_head_gemv.cu's sum (`uk_lanes` lanes, fmaf in k order, the xor
-// butterfly); the ropes share rope_pair; the cache rows are mla_inputs.cuh's.
+// after the q_a norm in the norm prologue's order (norm_prologue.cuh) or, for q_lora_rank <= 256,
+// the one-warp norm's; a latent column is per_head_gemv.cu's sum (`uk_lanes` lanes, fmaf in k
+// order, the xor butterfly); the ropes share rope_pair; the cache rows are mla_inputs.cuh's.
 #pragma once
 
 #include "backend/cuda/launch.h"
