@@ -284,26 +284,31 @@ __global__ void __launch_bounds__(kThreads, 1) mla_query_kernel(MlaQueryParams p
   cluster_wait();  // no CTA leaves while another may still read its q_s
 }
 
-// The CTAs a head: the most (up to the portable 8) that split its q rows into whole 8-row pieces
-// of at most kMlaQueryMaxRowsPerWarp rows a warp and its latent columns evenly, with W_UK's rows
-// within kMlaQueryMaxUkPasses a warp.
-int head_cluster(int64_t q_stride, int64_t latent, int lanes) {
+// How a head's work splits: `lanes` (per_head_gemv's for k = nope) share a W_UK row, and the
+// head's cluster takes `cluster` CTAs, the most (up to the portable 8) that split its q rows into
+// whole 8-row pieces of at most kMlaQueryMaxRowsPerWarp rows a warp and its latent columns evenly,
+// with W_UK's rows within kMlaQueryMaxUkPasses a warp (0: none does).
+struct HeadSplit {
+  int cluster, lanes;
+};
+HeadSplit head_split(int64_t q_stride, int64_t nope, int64_t latent) {
+  PerHeadGemvParams g{};
+  g.k = int(nope);
+  per_head_gemv_set_lanes(g);
   for (int cs = 8; cs >= 1; cs /= 2) {
     if (q_stride % (int64_t(cs) * kWarps) != 0 || latent % cs != 0) continue;
     if (q_stride / (int64_t(cs) * kWarps) > kMlaQueryMaxRowsPerWarp) continue;
-    if (ceil_div(latent / cs, int64_t(kWarps) * (32 / lanes)) > kMlaQueryMaxUkPasses) continue;
-    return cs;
+    if (ceil_div(latent / cs, int64_t(kWarps) * (32 / g.lanes)) > kMlaQueryMaxUkPasses) continue;
+    return {cs, g.lanes};
   }
-  return 0;
+  return {0, g.lanes};
 }
-
-size_t norm_smem_bytes(int m, int64_t k) { return norm_prologue_smem_bytes(m, k); }
 
 template <int M>
 void launch_m(const MlaQueryParams& p, const Launch& launch) {
   const dim3 grid(unsigned((p.in.heads + 1) * p.cluster));
-  launch_pdl_cluster(mla_query_kernel<M>, grid, dim3(kThreads), norm_smem_bytes(M, p.k), launch,
-                     p.cluster, p);
+  launch_pdl_cluster(mla_query_kernel<M>, grid, dim3(kThreads), norm_prologue_smem_bytes(M, p.k),
+                     launch, p.cluster, p);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -314,24 +319,18 @@ bool mla_query_fits(int64_t tokens, int64_t k, int64_t heads, int64_t q_stride, 
   if (tokens < 1 || tokens > kMlaQueryMaxTokens || heads < 1) return false;
   if (k < 8 || k % 8 != 0 || k > int64_t(kMlaQueryMaxSteps) * 256) return false;
   if (nope < 8 || nope % 8 != 0 || nope > kMlaQueryMaxNope || nope >= q_stride) return false;
-  PerHeadGemvParams g{};
-  g.k = int(nope);
-  per_head_gemv_set_lanes(g);
-  if (ceil_div(nope, int64_t(g.lanes) * 8) > kMlaQueryMaxUkPieces) return false;
-  return head_cluster(q_stride, latent, g.lanes) > 0;
+  const HeadSplit h = head_split(q_stride, nope, latent);
+  return ceil_div(nope, int64_t(h.lanes) * 8) <= kMlaQueryMaxUkPieces && h.cluster > 0;
 }
 
 int mla_query_active_clusters(int64_t tokens, int64_t k, int64_t heads, int64_t q_stride,
                               int64_t nope, int64_t latent) {
-  PerHeadGemvParams g{};
-  g.k = int(nope);
-  per_head_gemv_set_lanes(g);
-  const int cs = head_cluster(q_stride, latent, g.lanes);
+  const int cs = head_split(q_stride, nope, latent).cluster;
   int active = 0;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned((heads + 1) * cs));
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = norm_smem_bytes(int(tokens), k);
+  cfg.dynamicSmemBytes = norm_prologue_smem_bytes(int(tokens), k);
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeClusterDimension;
   attr.val.clusterDim.x = unsigned(cs);
@@ -349,12 +348,10 @@ int mla_query_active_clusters(int64_t tokens, int64_t k, int64_t heads, int64_t 
 }
 
 void mla_query_set_split(MlaQueryParams& p) {
-  PerHeadGemvParams g{};
-  g.k = p.nope;
-  per_head_gemv_set_lanes(g);
-  p.uk_lanes = g.lanes;
-  p.cluster = head_cluster(p.in.q_stride, p.in.fmt.latent, g.lanes);
-  CHECK(p.cluster > 0);
+  const HeadSplit h = head_split(p.in.q_stride, p.nope, p.in.fmt.latent);
+  CHECK(h.cluster > 0);
+  p.uk_lanes = h.lanes;
+  p.cluster = h.cluster;
   p.rows_per_cta = p.in.q_stride / p.cluster;
 }
 
