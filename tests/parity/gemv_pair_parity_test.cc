@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <cstring>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -69,31 +69,14 @@ TEST(GemvPair, GraphModeMergesTwoGemvsOnOneInput) {
         gpu.download_f32(*o2, out.data() + m * c.n1);
         return out;
       };
-      std::vector<std::vector<float>> eager;
-      for (uint64_t seed : {1, 2}) {
+      auto fill = [&](uint64_t seed) {
         gpu.fill_random(*x, seed, 1.0f);
         gpu.fill_random(*x2, seed + 10, 1.0f);
-        eager.push_back(step());
-      }
-      for (bool on : {true, false}) {
-        gpu.tune([&](cuda::CudaTunables& t) { t.gemv_pair_fusion = on; });
-        gpu.set_graph_mode(true);
-        const cuda::GraphStats before = gpu.graph_stats();
-        for (uint64_t seed : {1, 2, 1}) {
-          gpu.fill_random(*x, seed, 1.0f);
-          gpu.fill_random(*x2, seed + 10, 1.0f);
-          const auto got = step();
-          EXPECT_EQ(0, std::memcmp(got.data(), eager[seed - 1].data(), got.size() * 4))
-              << c.name << " m " << m << " on " << on << " seed " << seed;
-        }
-        const cuda::GraphStats& after = gpu.graph_stats();
-        EXPECT_EQ(after.captures - before.captures, 1) << c.name << " m " << m;
-        EXPECT_EQ(after.replays - before.replays, 2) << c.name << " m " << m;
-        const int64_t per_step = on && c.merges ? 1 : 2;
-        EXPECT_EQ(after.launches - before.launches, 3 * per_step)
-            << c.name << " m " << m << " on " << on;
-        gpu.set_graph_mode(false);
-      }
+      };
+      expect_merge_keeps_eager_bits(
+          gpu, fill, step, [](cuda::CudaTunables& t, bool on) { t.gemv_pair_fusion = on; },
+          [&](bool on) { return on && c.merges ? 1 : 2; },
+          std::string(c.name) + " m " + std::to_string(m));
       gpu.set_tunables(with_ksplit);
     }
     gpu.set_tunables(defaults);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <numeric>
 #include <random>
@@ -37,6 +38,38 @@ std::string profiled(cuda::CudaBackend& be, F&& fn) {
   std::string report = be.profile_report(1);
   be.set_profile(false);
   return report;
+}
+
+// A graph-mode launch merge against the eager launches (gemv_pair_parity_test.cc,
+// head_gemv_linear_parity_test.cc): `fill(seed)` sets a step's inputs, `step()` records one step
+// and ends it (a download), returning its outputs as floats. The eager steps of seeds 1 and 2 are
+// the reference; then with tune(t, on) for on = true, then false, three graph-mode steps (seeds 1,
+// 2, 1: one capture, two replays) must each give their seed's eager bits and record
+// launches(on) launches a step. `what` names the case in failures.
+template <class Fill, class Step, class Tune, class Launches>
+void expect_merge_keeps_eager_bits(cuda::CudaBackend& gpu, Fill&& fill, Step&& step, Tune&& tune,
+                                   Launches&& launches, const std::string& what) {
+  std::vector<std::vector<float>> eager;
+  for (uint64_t seed : {1, 2}) {
+    fill(seed);
+    eager.push_back(step());
+  }
+  for (bool on : {true, false}) {
+    gpu.tune([&](cuda::CudaTunables& t) { tune(t, on); });
+    gpu.set_graph_mode(true);
+    const cuda::GraphStats before = gpu.graph_stats();
+    for (uint64_t seed : {1, 2, 1}) {
+      fill(seed);
+      const std::vector<float> got = step();
+      EXPECT_EQ(0, std::memcmp(got.data(), eager[seed - 1].data(), got.size() * 4))
+          << what << " on " << on << " seed " << seed;
+    }
+    const cuda::GraphStats& after = gpu.graph_stats();
+    EXPECT_EQ(after.captures - before.captures, 1) << what;
+    EXPECT_EQ(after.replays - before.replays, 2) << what;
+    EXPECT_EQ(after.launches - before.launches, 3 * launches(on)) << what << " on " << on;
+    gpu.set_graph_mode(false);
+  }
 }
 
 class Pair {

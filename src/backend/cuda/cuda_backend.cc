@@ -55,6 +55,8 @@ CudaBackend::CudaBackend(const BackendOptions& options)
   CUDA_CHECK(cudaMalloc(&mla_merge_counters_, kMlaMergeCounterCapacity * sizeof(int32_t)));
   CUDA_CHECK(
       cudaMemsetAsync(mla_merge_counters_, 0, kMlaMergeCounterCapacity * sizeof(int32_t), stream_));
+  CUDA_CHECK(cudaMalloc(&head_gemv_linear_barrier_, sizeof(unsigned)));
+  CUDA_CHECK(cudaMemsetAsync(head_gemv_linear_barrier_, 0, sizeof(unsigned), stream_));
   init_attention_kernels();
   // Captured graphs hold addresses of cached blocks: a trim drops them (re-captured on demand).
   pool_->set_on_trim([this] {
@@ -86,6 +88,7 @@ CudaBackend::~CudaBackend() {
   cublasDestroy(cublas_);
   cudaFree(cublas_workspace_);
   cudaFree(mla_merge_counters_);
+  cudaFree(head_gemv_linear_barrier_);
   fp8_planner_.reset();
   if (fp8_workspace_) cudaFree(fp8_workspace_);
   cudaStreamDestroy(own_stream_);

@@ -287,6 +287,10 @@ class CudaBackend : public Backend,
   bool take_norm_prologue(const void* x, int64_t m, int64_t k, const void* out, int64_t out_bytes,
                           NormPrologue* n) const;
   bool merge_gemv_norm(GemvParams* p) const;
+  // head_gemv_linear.cu: graph mode, head_gemv_linear_fusion: when the launch just recorded is
+  // the per-head GEMV that made p's x (MLA's W_UV before o_proj), records both as one launch in
+  // its place; false: nothing changed (the caller records p).
+  bool merge_head_gemv_linear(const GemvParams& p);
   // Graph mode, moe_combine_norm_fusion: when the launch just recorded is the MoE experts step
   // that wrote np's x, records it again with the add_rms_norm in its combine (moe.cu); false:
   // nothing changed.
@@ -388,6 +392,11 @@ class CudaBackend : public Backend,
   // mla_query.cu: whether the fused MLA query's clusters at a shape (tokens, q_lora_rank, heads,
   // q dims a head, nope, latent) are all resident at once.
   std::map<std::array<int64_t, 6>, bool> mla_query_one_wave_;
+  // head_gemv_linear.cu: whether its grid is resident at once at (tokens, shared-memory bytes),
+  // and its grid barrier's word (zeroed at construction; used by that kernel alone, on the main
+  // stream).
+  std::map<std::array<int64_t, 2>, bool> head_gemv_linear_one_wave_;
+  unsigned* head_gemv_linear_barrier_ = nullptr;
   // Graph mode: pending launches at which the step's next segment is cut (begin_op).
   size_t segment_cut_ = 0;
   GraphStats logged_{};  // the counters at the last eager-steps log (log_eager_steps)

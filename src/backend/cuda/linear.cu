@@ -413,6 +413,7 @@ void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& o
   const bool gemv_ok = m <= tunables_.gemv_max_rows && vec_ok;
   if (gemv_ok) {
     const GemvParams p = gemv_params(x, wt, bias, out, m);
+    if (merge_head_gemv_linear(p)) return;  // MLA's W_UV before o_proj (graph mode)
     GemvParams pair;
     if (merge_gemv_pair(p, &pair)) {
       recorder_.drop_last();

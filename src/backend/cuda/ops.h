@@ -56,7 +56,8 @@ namespace strata::cuda {
   X(kOpSideJoin, "side_join") \
   X(kOpGemvNorm, "gemv_norm") \
   X(kOpCollective, "collective") \
-  X(kOpMlaQuery, "mla_query")
+  X(kOpMlaQuery, "mla_query") \
+  X(kOpHeadGemvLinear, "head_gemv_linear")
 // clang-format on
 
 enum Op : int {

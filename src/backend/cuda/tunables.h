@@ -89,6 +89,12 @@ struct CudaTunables {
   // add_rms_norms inside the GEMV, and the post-attention norm inside the MoE router GEMV, ran
   // slower and left the product (norm_prologue.cuh).
   bool gemv_norm_fusion = true;
+  // With fusion, graph mode: a linear of up to 2 rows right after the per-head GEMV that made its
+  // x (MLA's W_UV, then o_proj: arch/mla.cc, arch/deepseek.cc) as one launch whose CTAs copy their
+  // o_proj rows into shared memory before the PDL wait and meet at a grid barrier
+  // (head_gemv_linear.h; bitwise the two launches). No env. Default off until measured: variant
+  // uv_oproj.
+  bool head_gemv_linear_fusion = false;
   // With fusion, graph mode: the add_rms_norm recorded right after a MoE layer's experts (tp 1: the
   // next layer's input norm) runs inside their combine, one CTA a token (moe_combine.cu; bitwise
   // the two launches). No env. Default on: one launch a layer fewer at batch 1 (rms_norm ~2.8 us
