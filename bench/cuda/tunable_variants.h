@@ -189,6 +189,13 @@ inline constexpr Variant kVariants[] = {
      "MLA's W_UV and o_proj at up to 2 tokens as one launch: o_proj's rows in shared memory before "
      "the PDL wait, a grid barrier (head_gemv_linear_fusion)",
      [](cuda::CudaTunables& t) { t.head_gemv_linear_fusion = true; }},
+    {"uv_oproj_late",
+     "uv_oproj with o_proj's rows copied into shared memory after the grid barrier, not before the "
+     "PDL wait (head_gemv_linear_stage_early off)",
+     [](cuda::CudaTunables& t) {
+       t.head_gemv_linear_fusion = true;
+       t.head_gemv_linear_stage_early = false;
+     }},
     {"mla_chunks1",
      "MLA splits of one 64-key chunk on the default decode kernel "
      "(mla_min_split_chunks 1)",

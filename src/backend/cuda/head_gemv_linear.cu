@@ -20,9 +20,6 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr uint32_t kCopyChunk = 32 * 1024;  // bytes a bulk copy
 constexpr int64_t kBarrierBytes = 16;       // the two mbarriers at the front of shared memory
-// How long a CTA waits at the grid barrier before making the others' outputs itself: ~100 times
-// what the barrier takes when the grid is resident.
-constexpr uint64_t kBarrierTimeoutNs = 200 * 1000;
 
 __device__ __forceinline__ float dot8(const float* a, const float* b) {
   float s = 0;
@@ -61,11 +58,11 @@ __device__ __forceinline__ uint64_t global_ns() {
 // then visible to this CTA's loads after it (head_gemv_linear.h: the word's top bit flips when the
 // last CTA arrives). The bit is read before arriving, as it cannot flip before this CTA has (and
 // the launch before this one ended before this kernel's PDL wait returned), so the add is a
-// reduction: no round trip for its old value. False after kBarrierTimeoutNs without the others:
+// reduction: no round trip for its old value. False after timeout_ns without the others:
 // the grid is not resident at once (other work holds SMs: another process under MPS, another
 // backend on this GPU), and the CTA makes the outputs itself rather than wait on CTAs that wait
 // for its SM.
-__device__ __forceinline__ bool grid_barrier(unsigned* word) {
+__device__ __forceinline__ bool grid_barrier(unsigned* word, uint64_t timeout_ns) {
   __shared__ int met;
   __syncthreads();  // the CTA's stores issued
   if (threadIdx.x == 0) {
@@ -76,7 +73,7 @@ __device__ __forceinline__ bool grid_barrier(unsigned* word) {
     const uint64_t start = global_ns();
     met = 1;
     while ((ld_acquire_gpu(word) & 0x80000000u) == phase) {
-      if (global_ns() - start > kBarrierTimeoutNs) {
+      if (global_ns() - start > timeout_ns) {
         met = 0;
         break;
       }
@@ -131,11 +128,14 @@ __global__ void __launch_bounds__(kThreads, 1) head_gemv_linear_kernel(HeadGemvL
   }
   __syncthreads();
   // Weights before the wait (never written by a kernel), streamed once: evict first from L2.
+  const uint64_t policy = l2_evict_first_policy();
+  auto copy_rows = [&] {
+    copy_into_smem(smem_addr(w_s), p.w + r0 * k, uint32_t((r1 - r0) * k * 2), bar_rows, policy);
+  };
   if (threadIdx.x == 0) {
-    const uint64_t policy = l2_evict_first_policy();
     copy_into_smem(smem_addr(wh_s), p.w_head + o0 * p.k_head, uint32_t((o1 - o0) * p.k_head * 2),
                    bar_head, policy);
-    copy_into_smem(smem_addr(w_s), p.w + r0 * k, uint32_t((r1 - r0) * k * 2), bar_rows, policy);
+    if (p.stage_early) copy_rows();
   }
   pdl_enter(p.pdl_early);
 
@@ -153,7 +153,9 @@ __global__ void __launch_bounds__(kThreads, 1) head_gemv_linear_kernel(HeadGemvL
       for (int t = 0; t < M; ++t) p.mid[t * k + o0 + j] = float_to_bf16(acc[t]);
     }
   }
-  if (grid_barrier(p.barrier)) {
+  const bool met = grid_barrier(p.barrier, uint64_t(p.barrier_timeout_us) * 1000);
+  if (!p.stage_early && threadIdx.x == 0) copy_rows();
+  if (met) {
     // Every per-head output into shared memory (other CTAs wrote them: through L2, not L1).
     const int64_t pieces = M * k / 8;
     for (int64_t i = threadIdx.x; i < pieces; i += kThreads)
@@ -311,6 +313,8 @@ bool CudaBackend::merge_head_gemv_linear(const GemvParams& p) {
   h.lanes = q.lanes;
   h.ks = gemv_ksplit(p, p.n);
   h.pdl_early = tunables_.pdl_early;
+  h.stage_early = tunables_.head_gemv_linear_stage_early;
+  h.barrier_timeout_us = tunables_.head_gemv_linear_barrier_timeout_us;
   head_gemv_linear_set_grid(h);
   // One wave (the CTAs wait on each other): asked of the driver once a shape, as this runs at
   // every layer's recording.

@@ -17,8 +17,8 @@
 // flips when the last arrives and its low bits return to what they were, so no reset is needed
 // between launches of any grid size). The barrier's word belongs to this kernel alone. Should the
 // grid not be resident at once after all (other work holding SMs: another process under MPS,
-// another backend on the GPU), a CTA that waited 200 µs makes every per-head output itself, from
-// global memory, with the same sums: slow, never stuck, the same bits.
+// another backend on the GPU), a CTA that waited 200 µs (barrier_timeout_us) makes every per-head
+// output itself, from global memory, with the same sums: slow, never stuck, the same bits.
 //
 // Bits: those of the two launches. An output of the per-head GEMV is per_head_gemv.cu's sum
 // (`lanes` lanes, fmaf in k order, the xor butterfly) rounded to bf16 and stored where that launch
@@ -55,8 +55,14 @@ struct HeadGemvLinearParams {
   int rows_max;  // and outputs [b · k / ctas, ..) of the per-head GEMV; the most of either a CTA
   int outs_max;  // takes (its shared memory)
   int pdl_early;
+  // 1: the linear's rows are copied before the PDL wait; 0: after the grid barrier (the A/B of
+  // what the early copy is worth: CudaTunables::head_gemv_linear_stage_early).
+  int stage_early;
+  // How long a CTA waits at the grid barrier before making every per-head output itself (µs;
+  // CudaTunables::head_gemv_linear_barrier_timeout_us; 0: the tests' way into that path).
+  int barrier_timeout_us;
 };
-static_assert(sizeof(HeadGemvLinearParams) == 7 * 8 + 3 * 8 + 10 * 4,
+static_assert(sizeof(HeadGemvLinearParams) == 7 * 8 + 3 * 8 + 12 * 4,
               "HeadGemvLinearParams has no padding");
 
 // Fills ctas, rows_max and outs_max from the other sizes in p.

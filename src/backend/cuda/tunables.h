@@ -95,6 +95,13 @@ struct CudaTunables {
   // (head_gemv_linear.h; bitwise the two launches). No env. Default off until measured: variant
   // uv_oproj.
   bool head_gemv_linear_fusion = false;
+  // That launch copies o_proj's rows into shared memory before its PDL wait (true) or after its
+  // grid barrier (false: what the early copy is worth, variant uv_oproj_late). No env.
+  bool head_gemv_linear_stage_early = true;
+  // How long (µs) a CTA of that launch waits at its grid barrier before making the per-head
+  // outputs itself (head_gemv_linear.h: when the grid is not resident at once). No env. Default
+  // 200, ~100 times the barrier's own time; 0 sends the tests through that path.
+  int head_gemv_linear_barrier_timeout_us = 200;
   // With fusion, graph mode: the add_rms_norm recorded right after a MoE layer's experts (tp 1: the
   // next layer's input norm) runs inside their combine, one CTA a token (moe_combine.cu; bitwise
   // the two launches). No env. Default on: one launch a layer fewer at batch 1 (rms_norm ~2.8 us
