@@ -196,6 +196,18 @@ inline constexpr Variant kVariants[] = {
        t.head_gemv_linear_fusion = true;
        t.head_gemv_linear_stage_early = false;
      }},
+    {"l2w16",
+     "an MLA layer's o_proj and W_UV (16 MiB of hints) brought into L2 by the fused MLA query's "
+     "CTAs (l2_prefetch_bytes)",
+     [](cuda::CudaTunables& t) { t.l2_prefetch_bytes = int64_t(16) << 20; }},
+    {"l2w32",
+     "l2w16 and the MoE router and shared experts (32 MiB of hints: all of a Kimi-K2.5 rank's)",
+     [](cuda::CudaTunables& t) { t.l2_prefetch_bytes = int64_t(32) << 20; }},
+    {"uv_oproj_l2w32", "uv_oproj and l2w32",
+     [](cuda::CudaTunables& t) {
+       t.head_gemv_linear_fusion = true;
+       t.l2_prefetch_bytes = int64_t(32) << 20;
+     }},
     {"mla_chunks1",
      "MLA splits of one 64-key chunk on the default decode kernel "
      "(mla_min_split_chunks 1)",

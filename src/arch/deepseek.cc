@@ -101,6 +101,7 @@ class DeepseekModel : public DecoderModel {
   }
   void swiglu(const SwiGlu& w, const Tensor& h, const Tensor& out);
   void moe_block(int layer, const Tensor& h, const Tensor& out);
+  void prefetch_after_attention(const DeepseekLayer& L);
 
   MlaDims dims_;  // num_heads: this rank's query heads
   // Decode context parallelism (arch/dcp.h): the backend's ops (null: none), the most heads a
@@ -288,6 +289,7 @@ void DeepseekModel::attention_block(int layer, const Tensor& h, const ForwardBat
   DeviceTensorPtr q_latent = dcp ? nullptr : be.alloc(act, {t, heads, dims_.cache_dim()});
   const MlaInputsArgs inputs = mla_inputs_args(dims_, kLoraNormEps, rope);
   bool inputs_done = false;  // the query and the cache rows by one Backend::mla_query
+  prefetch_after_attention(L);
   // kv_a right after the first linear on h: two linears on one input back to back, which a
   // backend may run as one launch (the CUDA backend's gemv_pair_fusion under graphs).
   if (L.q_a.weight) {
@@ -352,6 +354,25 @@ void DeepseekModel::attention_block(int layer, const Tensor& h, const ForwardBat
   }
   trace(*attn, "attn", layer);
   be.linear(attn->view().reshape({t, heads * dims_.v_head_dim}), L.o_proj, out);
+}
+
+// What the layer reads right after its attention, most urgent first: o_proj, W_UV, then a MoE
+// layer's router and shared experts (a dense layer's MLP is too large to be worth it). A hint
+// (Backend::prefetch): a backend may bring them closer while the attention runs.
+void DeepseekModel::prefetch_after_attention(const DeepseekLayer& L) {
+  Backend& be = *backend_;
+  auto linear = [&](const LinearWeight& w) {
+    if (w.weight) be.prefetch(w.weight->view());
+    if (w.scales) be.prefetch(w.scales->view());
+  };
+  linear(L.o_proj);
+  if (L.absorbed.w_uv) be.prefetch(L.absorbed.w_uv->view());
+  if (!L.is_moe) return;
+  linear(L.moe.gate);
+  if (L.moe.has_shared) {
+    linear(L.moe.shared.gate_up);
+    linear(L.moe.shared.down);
+  }
 }
 
 void DeepseekModel::swiglu(const SwiGlu& w, const Tensor& h, const Tensor& out) {

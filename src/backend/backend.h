@@ -303,6 +303,10 @@ class Backend {
   // across the real collective, so that one rank alone runs a real rank's kernels. `bytes`: its
   // payload. Default: nothing (no merges).
   virtual void skipped_collective(int64_t /*bytes*/) {}
+  // A hint: the weight bytes of `t` are read a few ops from here. A backend may start bringing
+  // them closer to its compute meanwhile (CUDA: into L2 while a batch-1 step's MLA attention
+  // waits on latency, cuda/l2_prefetch.h). Results do not change. Default: nothing.
+  virtual void prefetch(const Tensor& /*t*/) {}
   virtual std::unique_ptr<KvStorage> alloc_kv(const KvLayout& layout) = 0;
   // Whether this backend implements `layout` (dtypes, row formats); alloc_kv CHECK-fails on a
   // layout this refuses, so callers that take a layout from users ask first. Default: all.

@@ -258,6 +258,15 @@ TEST_P(MlaModel, GreedyMatchesTheCpuBackend) {
         // (head_gemv_linear_fusion, off by default; head_gemv_linear_parity_test.cc).
         {"graphs + both, W_UV and o_proj in one launch", true,
          [](cuda::CudaTunables& t) { t.head_gemv_linear_fusion = true; }},
+        // Weights after the attention brought into L2 by the fused query's CTAs (prefetch hints,
+        // l2_prefetch_bytes, off by default; l2_prefetch.h), and with the launch above.
+        {"graphs + both, weights into L2 ahead", true,
+         [](cuda::CudaTunables& t) { t.l2_prefetch_bytes = int64_t(64) << 20; }},
+        {"graphs + both, W_UV and o_proj in one launch, weights into L2 ahead", true,
+         [](cuda::CudaTunables& t) {
+           t.head_gemv_linear_fusion = true;
+           t.l2_prefetch_bytes = int64_t(64) << 20;
+         }},
         // Decode steps' attention on the mma kernel, not the decode kernel (mla_decode_min_rows).
         {"graphs + both, MLA on the mma kernel", true,
          [](cuda::CudaTunables& t) { t.mla_decode_min_rows = 1 << 20; }},

@@ -13,7 +13,8 @@
 //  - against the CPU backend's ops on the same values (float32): NMSE of q and q_latent < 1e-4
 //    (a few bf16 roundings: ~1e-5);
 //  - the fused call is one launch (mla_query) and the separate one is not (the per-op profile);
-//  - mla_query returns false, having launched nothing, with the tunable off and at 3 tokens.
+//  - mla_query returns false, having launched nothing, with the tunable off and at 3 tokens;
+//  - prefetch hints carried by the fused launch (weights into L2: l2_prefetch.h) change no bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -131,21 +132,36 @@ class QueryRun {
   MlaInputsArgs args_;
 };
 
+// l2_hints: the fused launch also carries prefetch hints (Backend::prefetch: the q_b and W_UK
+// weights and a 24 MB buffer brought into L2 by its CTAs), which must change nothing.
 void check_case(Pair& p, const Case& c, const MlaFormat& f, int tokens, bool interleaved,
-                bool norm_f32) {
+                bool norm_f32, bool l2_hints = false) {
   SCOPED_TRACE(std::string(c.name) + " " + f.name + " tokens " + std::to_string(tokens) +
-               (interleaved ? " interleaved" : " neox") + (norm_f32 ? " f32 norm" : ""));
+               (interleaved ? " interleaved" : " neox") + (norm_f32 ? " f32 norm" : "") +
+               (l2_hints ? " L2 hints" : ""));
   QueryRun r(p, c, f, tokens, interleaved, norm_f32);
   cuda::CudaBackend& cuda = p.cuda();
   const Operands fu = r.upload(*p.gpu_, DType::kBF16), sep = r.upload(*p.gpu_, DType::kBF16);
   const Operands cpu = r.upload(*p.cpu_, DType::kF32);
   auto kv_fu = r.alloc_kv(*p.gpu_), kv_sep = r.alloc_kv(*p.gpu_), kv_cpu = r.alloc_kv(*p.cpu_);
 
-  cuda.tune([](cuda::CudaTunables& t) { t.mla_query_fusion = true; });
+  cuda.tune([l2_hints](cuda::CudaTunables& t) {
+    t.mla_query_fusion = true;
+    t.l2_prefetch_bytes = l2_hints ? int64_t(64) << 20 : 0;
+  });
+  auto big = p.gpu_->alloc(DType::kBF16, {int64_t(12) << 20});
+  if (l2_hints) {
+    cuda.prefetch(fu.q_b.weight->view());
+    cuda.prefetch(fu.w_uk->view());
+    cuda.prefetch(big->view());
+  }
   bool took = false;
   const std::string fused_ops = profiled(cuda, [&] { took = r.fused(cuda, fu, *kv_fu); });
   ASSERT_TRUE(took) << "mla_query did not take these sizes";
-  cuda.tune([](cuda::CudaTunables& t) { t.mla_query_fusion = false; });
+  cuda.tune([](cuda::CudaTunables& t) {
+    t.mla_query_fusion = false;
+    t.l2_prefetch_bytes = 0;
+  });
   const std::string sep_ops = profiled(cuda, [&] { r.separate(cuda, sep, *kv_sep); });
   EXPECT_FALSE(p.cpu_->mla_query({.q_a = *cpu.q_a,
                                   .q_a_norm = *cpu.q_a_norm,
@@ -194,6 +210,7 @@ TEST(MlaQuery, FusedEqualsSeparateOps) {
       for (int tokens : {1, 2}) {
         check_case(p, c, f, tokens, true, false);
         if (name == "bf16") check_case(p, c, f, tokens, false, kimi);
+        if (name == "bf16" && kimi) check_case(p, c, f, tokens, true, false, true);
       }
     }
   }

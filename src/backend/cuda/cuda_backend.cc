@@ -128,7 +128,8 @@ void CudaBackend::begin_op() {
 
 void CudaBackend::end_step() {
   CHECK_MSG(side_ != SideBranch::kOpen, "a step ended inside a side branch");
-  join_side_branch();  // the step's launches end on the one stream
+  join_side_branch();        // the step's launches end on the one stream
+  (void)take_l2_prefetch();  // hints no launch carried go with the step
   const bool eager = !recorder_.graph_mode() && in_step_;
   recorder_.flush(launch(), step_start_ns_);
   const int64_t launched = host_now_ns();

@@ -13,6 +13,7 @@
 #include "backend/cuda/cluster.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/mla_attention.h"
 #include "backend/cuda/mla_inputs.cuh"
 #include "backend/cuda/mla_query.h"
@@ -134,6 +135,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_query_kernel(MlaQueryParams p
       for (int b = int(threadIdx.x) * 128; b < wbytes; b += kThreads * 128)
         prefetch_l2(static_cast<const char*>(p.in.norm) + b);
     pdl_enter(p.in.pdl_early);
+    if (threadIdx.x == 0) l2_prefetch_share(p.l2, blockIdx.x, gridDim.x);
     for (int64_t t = rank; t < p.in.tokens; t += cs) {
       if (t != rank) __syncthreads();  // the last row's encode has read row_s
       mla_cache_row(p.in, t, row_s, warp_ss);
@@ -175,6 +177,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_query_kernel(MlaQueryParams p
   if (p.norm_vec && int(threadIdx.x) < nchunk)
     norm_weight8(p.norm.weight, p.norm.weight_f32, threadIdx.x, nw);
   pdl_enter(p.in.pdl_early);
+  // After the wait: the predecessor (q_a and kv_a, 30 MB at a Kimi-K2.5 rank) streams no more.
+  if (threadIdx.x == 0) l2_prefetch_share(p.l2, blockIdx.x, gridDim.x);
 
   // q_a's norm, then this warp's q rows: one warp a row as the decode GEMV sums it.
   bf16_bits* xn = reinterpret_cast<bf16_bits*>(norm_smem);
@@ -366,6 +370,7 @@ void launch_mla_query(const MlaQueryParams& p, const Launch& launch) {
 // ---- host entry ----
 bool CudaBackend::mla_query(const MlaQueryOperands& o, KvStorage& kv, int layer,
                             const AttentionMetadata& meta) {
+  const L2PrefetchRanges hints = take_l2_prefetch();  // carried by this launch or dropped
   if (!tunables_.fusion || !tunables_.mla_query_fusion || tunables_.deterministic) return false;
   const LinearWeight& qb = o.q_b;
   if (!qb.is_dense() || qb.bias || qb.stack != 1) return false;
@@ -421,6 +426,7 @@ bool CudaBackend::mla_query(const MlaQueryOperands& o, KvStorage& kv, int layer,
   p.k = int(k);
   p.nope = int(nope);
   p.norm_vec = norm_kernel == RmsNormKernel::kVecOnePass;
+  p.l2 = hints;
   mla_query_set_split(p);
   record(kOpMlaQuery, p, launch_mla_query);
   return true;

@@ -20,6 +20,7 @@
 // order, the xor butterfly); the ropes share rope_pair; the cache rows are mla_inputs.cuh's.
 #pragma once
 
+#include "backend/cuda/l2_prefetch.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/mla_inputs.h"
 #include "backend/cuda/norm.h"
@@ -45,9 +46,10 @@ struct MlaQueryParams {
   int rows_per_cta;       // q_stride / cluster, a multiple of 8
   int uk_lanes;           // per_head_gemv_set_lanes for k = nope
   int norm_vec;           // 1: the q_a norm in the vec one-pass order, 0: the one-warp order
+  L2PrefetchRanges l2;    // weights the CTAs bring into L2 after their wait (Backend::prefetch)
 };
-static_assert(sizeof(MlaQueryParams) ==
-                  sizeof(MlaInputsParams) + sizeof(NormPrologue) + 3 * 8 + 6 * 4,
+static_assert(sizeof(MlaQueryParams) == sizeof(MlaInputsParams) + sizeof(NormPrologue) + 3 * 8 +
+                                            6 * 4 + sizeof(L2PrefetchRanges),
               "MlaQueryParams has no padding");
 
 // Whether the launch takes these sizes (besides what mla_inputs takes): tokens, a q_b row's
