@@ -203,10 +203,17 @@ inline constexpr Variant kVariants[] = {
     {"l2w32",
      "l2w16 and the MoE router and shared experts (32 MiB of hints: all of a Kimi-K2.5 rank's)",
      [](cuda::CudaTunables& t) { t.l2_prefetch_bytes = int64_t(32) << 20; }},
+    {"l2w48", "l2w16 and the MoE router and shared experts (48 MiB of hints: all of Moonlight's)",
+     [](cuda::CudaTunables& t) { t.l2_prefetch_bytes = int64_t(48) << 20; }},
     {"uv_oproj_l2w32", "uv_oproj and l2w32",
      [](cuda::CudaTunables& t) {
        t.head_gemv_linear_fusion = true;
        t.l2_prefetch_bytes = int64_t(32) << 20;
+     }},
+    {"uv_oproj_l2w48", "uv_oproj and l2w48",
+     [](cuda::CudaTunables& t) {
+       t.head_gemv_linear_fusion = true;
+       t.l2_prefetch_bytes = int64_t(48) << 20;
      }},
     {"mla_chunks1",
      "MLA splits of one 64-key chunk on the default decode kernel "

@@ -165,7 +165,8 @@ class CudaBackend : public Backend,
   void mla_attention_inputs(const Tensor& kv_row, const Tensor& norm, const Tensor& q,
                             const Tensor& q_latent, const MlaInputsArgs& args, KvStorage& kv,
                             int layer, const AttentionMetadata& meta) override;
-  // l2_prefetch.cc: kept for the next fused MLA query (CudaTunables::l2_prefetch_bytes).
+  // l2_prefetch.cc: kept for the next fused MLA query or per-head GEMV (CudaTunables::
+  // l2_prefetch_bytes).
   void prefetch(const Tensor& t) override;
   // mla_query.cu: one launch (CudaTunables::fusion and mla_query_fusion; a bf16 q_b, up to 2
   // tokens, sizes mla_query_fits takes, every cluster resident at once), else false.

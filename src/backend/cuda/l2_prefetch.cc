@@ -1,6 +1,7 @@
 // Backend::prefetch's hints (l2_prefetch.h says why): kept, within CudaTunables::
 // l2_prefetch_bytes and kL2PrefetchMaxRanges in the order given (the caller's priority), until
-// the next fused MLA query carries them (mla_query.cu) or the step ends (end_step drops them).
+// the next fused MLA query or per-head GEMV carries them (mla_query.cu, linear.cu) or the step
+// ends (end_step drops them).
 #include <cstdint>
 
 #include "backend/cuda/cuda_backend.h"

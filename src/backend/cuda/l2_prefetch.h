@@ -1,7 +1,8 @@
 // Weights brought into L2 ahead of their reads (Backend::prefetch; CudaTunables::
 // l2_prefetch_bytes): the hints of a layer are carried by the next launch with spare time and
-// CTAs across the GPU, the fused MLA query (mla_query.cu), whose CTAs each issue their share as
-// bulk prefetches of the TMA engine after their PDL wait (nothing waits for them).
+// CTAs across the GPU, the fused MLA query (mla_query.cu) or, where it declines (no q_lora, an FP8
+// q_b), W_UK's per-head GEMV on its side branch (per_head_gemv.cu), whose CTAs each issue their
+// share as bulk prefetches of the TMA engine after their wait (nothing waits for them).
 //
 // Why: at batch 1 an MLA layer's attention (the query, the decode, the split merge) waits on
 // latency, not bandwidth (a Kimi-K2.5 rank's decode read its 4.7 MB of keys in ~8 µs, ~0.6 TB/s:

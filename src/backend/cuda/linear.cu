@@ -326,34 +326,12 @@ void launch_gemv(const GemvParams& p, const Launch& launch) {
   CHECK(p.glu_inter == 0 || p.n == 2 * p.glu_inter);
   CHECK(p.w2 == nullptr ||
         (p.glu_inter == 0 && p.n2 > 0 && uintptr_t(p.w2) % 16 == 0 && p.out2 != nullptr));
-  switch (p.m) {
-    case 1:
-      launch_gemv_m<1>(p, launch);
-      break;
-    case 2:
-      launch_gemv_m<2>(p, launch);
-      break;
-    case 3:
-      launch_gemv_m<3>(p, launch);
-      break;
-    case 4:
-      launch_gemv_m<4>(p, launch);
-      break;
-    case 5:
-      launch_gemv_m<5>(p, launch);
-      break;
-    case 6:
-      launch_gemv_m<6>(p, launch);
-      break;
-    case 7:
-      launch_gemv_m<7>(p, launch);
-      break;
-    case 8:
-      launch_gemv_m<8>(p, launch);
-      break;
-    default:
-      CHECK_MSG(false, "gemv: {} rows (max {})", p.m, kGemvMaxRows);
-  }
+  using Launcher = void (*)(const GemvParams&, const Launch&);
+  static constexpr Launcher kByRows[kGemvMaxRows] = {
+      launch_gemv_m<1>, launch_gemv_m<2>, launch_gemv_m<3>, launch_gemv_m<4>,
+      launch_gemv_m<5>, launch_gemv_m<6>, launch_gemv_m<7>, launch_gemv_m<8>};
+  CHECK_MSG(p.m >= 1 && p.m <= kGemvMaxRows, "gemv: {} rows (max {})", p.m, kGemvMaxRows);
+  kByRows[p.m - 1](p, launch);
 }
 
 void launch_bias_add(const BiasAddParams& p, const Launch& launch) {
@@ -585,6 +563,7 @@ void CudaBackend::per_head_linear(const Tensor& x, int64_t x_begin, const Tensor
     q.n = int(n);
     q.k = int(k);
     q.pdl_early = tunables_.pdl_early;
+    q.l2 = take_l2_prefetch();  // W_UK's launch carries the layer's hints where mla_query did not
     per_head_gemv_set_lanes(q);
     if (per_head_gemv_fits(q)) {
       record(kOpPerHeadGemv, q, launch_per_head_gemv);

@@ -370,7 +370,6 @@ void launch_mla_query(const MlaQueryParams& p, const Launch& launch) {
 // ---- host entry ----
 bool CudaBackend::mla_query(const MlaQueryOperands& o, KvStorage& kv, int layer,
                             const AttentionMetadata& meta) {
-  const L2PrefetchRanges hints = take_l2_prefetch();  // carried by this launch or dropped
   if (!tunables_.fusion || !tunables_.mla_query_fusion || tunables_.deterministic) return false;
   const LinearWeight& qb = o.q_b;
   if (!qb.is_dense() || qb.bias || qb.stack != 1) return false;
@@ -426,7 +425,7 @@ bool CudaBackend::mla_query(const MlaQueryOperands& o, KvStorage& kv, int layer,
   p.k = int(k);
   p.nope = int(nope);
   p.norm_vec = norm_kernel == RmsNormKernel::kVecOnePass;
-  p.l2 = hints;
+  p.l2 = take_l2_prefetch();  // the layer's hints (where it declines, W_UK's launch takes them)
   mla_query_set_split(p);
   record(kOpMlaQuery, p, launch_mla_query);
   return true;

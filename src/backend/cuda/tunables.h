@@ -104,8 +104,9 @@ struct CudaTunables {
   int head_gemv_linear_barrier_timeout_us = 200;
   // With fusion: Backend::prefetch's hints (arch/deepseek.cc: o_proj, W_UV, the router and the
   // shared experts of an MLA layer, in that order) taken up to this many bytes a layer and
-  // brought into L2 by the fused MLA query's CTAs while the batch-1 attention waits on latency
-  // (l2_prefetch.h). No env. Default 0 (off) until measured: variants l2w16, l2w32.
+  // brought into L2 by the fused MLA query's CTAs (or W_UK's) while the batch-1 attention waits
+  // on latency (l2_prefetch.h). No env. Default 0 (off) until measured: variants l2w16, l2w32,
+  // l2w48.
   int64_t l2_prefetch_bytes = 0;
   // With fusion, graph mode: the add_rms_norm recorded right after a MoE layer's experts (tp 1: the
   // next layer's input norm) runs inside their combine, one CTA a token (moe_combine.cu; bitwise
