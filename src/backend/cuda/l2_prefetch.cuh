@@ -17,7 +17,7 @@ __device__ __forceinline__ void l2_prefetch_share(const L2PrefetchRanges& r, uin
 #pragma unroll  // constant indices: the ranges stay in the parameter bank
   for (int i = 0; i < kL2PrefetchMaxRanges; ++i) {
     if (i >= r.count) break;
-    const uint32_t bytes = uint32_t(r.bytes[i]), slice = (bytes / ctas + 15) / 16 * 16;
+    const uint32_t bytes = uint32_t(r.bytes[i]), slice = ((bytes + ctas - 1) / ctas + 15) / 16 * 16;
     const uint32_t begin = cta * slice, end = begin + slice < bytes ? begin + slice : bytes;
     for (uint32_t at = begin; at < end; at += kChunk)
       bulk_prefetch_l2(r.ptr[i] + at, end - at < kChunk ? end - at : kChunk);
