@@ -11,10 +11,10 @@
 // outputs, the grid meets at one barrier (every output is needed by every o_proj row), and each CTA
 // finishes its rows from shared memory.
 //
-// The grid barrier: one CTA an SM at most (the rows fill shared memory) and the launch only where
-// the driver's occupancy query holds the whole grid at once, so every CTA is resident while the
-// others wait; a CTA arrives once (CTA 0 adds 2^31 - (ctas - 1), the others 1: the word's top bit
-// flips when the last arrives and its low bits return to what they were, so no reset is needed
+// The grid barrier: at most one CTA an SM (the grid is at most the SM count) and the launch only
+// where the driver's occupancy query holds the whole grid at once, so every CTA is resident while
+// the others wait; a CTA arrives once (CTA 0 adds 2^31 - (ctas - 1), the others 1: the word's top
+// bit flips when the last arrives and its low bits return to what they were, so no reset is needed
 // between launches of any grid size). The barrier's word belongs to this kernel alone. Should the
 // grid not be resident at once after all (other work holding SMs: another process under MPS,
 // another backend on the GPU), a CTA that waited 200 µs (barrier_timeout_us) makes every per-head
