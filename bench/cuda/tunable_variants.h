@@ -197,18 +197,17 @@ inline constexpr Variant kVariants[] = {
        t.head_gemv_linear_stage_early = false;
      }},
     {"l2w16",
-     "an MLA layer's o_proj and W_UV (16 MiB of hints) brought into L2 by the fused MLA query's "
-     "CTAs (l2_prefetch_bytes)",
+     "an MoE layer's router and shared experts (16 MiB of hints: a Kimi-K2.5 rank's) brought "
+     "into L2 by the fused MLA query's or W_UK's CTAs (l2_prefetch_bytes)",
      [](cuda::CudaTunables& t) { t.l2_prefetch_bytes = int64_t(16) << 20; }},
-    {"l2w32",
-     "l2w16 and the MoE router and shared experts (32 MiB of hints: all of a Kimi-K2.5 rank's)",
+    {"l2w32", "l2w16, then W_UV and o_proj (32 MiB of hints: all of a Kimi-K2.5 rank's)",
      [](cuda::CudaTunables& t) { t.l2_prefetch_bytes = int64_t(32) << 20; }},
-    {"l2w48", "l2w16 and the MoE router and shared experts (48 MiB of hints: all of Moonlight's)",
+    {"l2w48", "the same with 48 MiB of hints (all of Moonlight's)",
      [](cuda::CudaTunables& t) { t.l2_prefetch_bytes = int64_t(48) << 20; }},
-    {"uv_oproj_l2w32", "uv_oproj and l2w32",
+    {"uv_oproj_l2w16", "uv_oproj and l2w16",
      [](cuda::CudaTunables& t) {
        t.head_gemv_linear_fusion = true;
-       t.l2_prefetch_bytes = int64_t(32) << 20;
+       t.l2_prefetch_bytes = int64_t(16) << 20;
      }},
     {"uv_oproj_l2w48", "uv_oproj and l2w48",
      [](cuda::CudaTunables& t) {

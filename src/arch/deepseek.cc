@@ -356,23 +356,26 @@ void DeepseekModel::attention_block(int layer, const Tensor& h, const ForwardBat
   be.linear(attn->view().reshape({t, heads * dims_.v_head_dim}), L.o_proj, out);
 }
 
-// What the layer reads right after its attention, most urgent first: o_proj, W_UV, then a MoE
-// layer's router and shared experts (a dense layer's MLP is too large to be worth it). A hint
-// (Backend::prefetch): a backend may bring them closer while the attention runs.
+// What the layer reads right after its attention, as hints (Backend::prefetch: a backend may
+// bring them closer while the attention runs), most useful first: a MoE layer's router and
+// shared experts (at batch 1 the routed experts and the shared experts' side branch are two paths
+// of about equal length into the combine, so only both shortened shorten the layer), then W_UV
+// and o_proj. A dense layer's MLP is too large to be worth it.
 void DeepseekModel::prefetch_after_attention(const DeepseekLayer& L) {
   Backend& be = *backend_;
   auto linear = [&](const LinearWeight& w) {
     if (w.weight) be.prefetch(w.weight->view());
     if (w.scales) be.prefetch(w.scales->view());
   };
-  linear(L.o_proj);
-  if (L.absorbed.w_uv) be.prefetch(L.absorbed.w_uv->view());
-  if (!L.is_moe) return;
-  linear(L.moe.gate);
-  if (L.moe.has_shared) {
-    linear(L.moe.shared.gate_up);
-    linear(L.moe.shared.down);
+  if (L.is_moe) {
+    linear(L.moe.gate);
+    if (L.moe.has_shared) {
+      linear(L.moe.shared.gate_up);
+      linear(L.moe.shared.down);
+    }
   }
+  if (L.absorbed.w_uv) be.prefetch(L.absorbed.w_uv->view());
+  linear(L.o_proj);
 }
 
 void DeepseekModel::swiglu(const SwiGlu& w, const Tensor& h, const Tensor& out) {

@@ -102,8 +102,8 @@ struct CudaTunables {
   // outputs itself (head_gemv_linear.h: when the grid is not resident at once). No env. Default
   // 200, ~100 times the barrier's own time; 0 sends the tests through that path.
   int head_gemv_linear_barrier_timeout_us = 200;
-  // With fusion: Backend::prefetch's hints (arch/deepseek.cc: o_proj, W_UV, the router and the
-  // shared experts of an MLA layer, in that order) taken up to this many bytes a layer and
+  // With fusion: Backend::prefetch's hints (arch/deepseek.cc: the router and shared experts of an
+  // MLA layer, then W_UV and o_proj, in that order) taken up to this many bytes a layer and
   // brought into L2 by the fused MLA query's CTAs (or W_UK's) while the batch-1 attention waits
   // on latency (l2_prefetch.h). No env. Default 0 (off) until measured: variants l2w16, l2w32,
   // l2w48.
