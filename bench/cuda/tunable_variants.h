@@ -209,6 +209,15 @@ inline constexpr Variant kVariants[] = {
        t.head_gemv_linear_fusion = true;
        t.l2_prefetch_bytes = int64_t(16) << 20;
      }},
+    {"glu_w4_small",
+     "SwiGLU GEMVs of fewer than 132 blocks of 8 warps in blocks of 4 (a TP rank's shared "
+     "experts: gemv_glu_min_blocks)",
+     [](cuda::CudaTunables& t) { t.gemv_glu_min_blocks = 132; }},
+    {"l2w16_glu", "l2w16 and glu_w4_small",
+     [](cuda::CudaTunables& t) {
+       t.l2_prefetch_bytes = int64_t(16) << 20;
+       t.gemv_glu_min_blocks = 132;
+     }},
     {"uv_oproj_l2w48", "uv_oproj and l2w48",
      [](cuda::CudaTunables& t) {
        t.head_gemv_linear_fusion = true;

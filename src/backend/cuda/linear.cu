@@ -506,6 +506,9 @@ void CudaBackend::linear_silu_mul(const Tensor& x, const LinearWeight& w, const 
     record(kOpGemvDevGlu, p, dev_.gemv);
     return;
   }
+  // Few rows: blocks of 4 warps, twice the SMs streaming (a warp still takes whole rows: the bits).
+  if (p.block_warps == 8 && ceil_div(inter, int64_t(4)) < tunables_.gemv_glu_min_blocks)
+    p.block_warps = 4;
   if (merge_gemv_norm(&p)) {  // graph mode: the norm that made x (a dense MLP's post-attention)
     recorder_.drop_last();
     record(kOpGemvNorm, p, launch_gemv);

@@ -177,6 +177,14 @@ struct CudaTunables {
   // Warps per GEMV block: 4 or 8. No env. Default 8: 4-warp blocks measured +0.13 / -0.07
   // ms/token (on top of early triggers and prefetch, so not conclusive; 2026-11-29 night).
   int gemv_block_warps = 8;
+  // A SwiGLU GEMV that would run fewer blocks of 8 warps than this runs blocks of 4 (twice the
+  // blocks; each warp the same whole rows, so the same bits). Why: at batch 1 a Kimi-K2.5 rank's
+  // shared experts' SwiGLU (256 rows of 7,168: 64 blocks) read 7.3 MB in ~9-11 µs on the side
+  // stream, ~1 MB of loads in flight on 64 SMs, and that path into the MoE combine is as long as
+  // the routed one (bench/results/2026-12-03-session16.md). Blocks of 4 warps everywhere lost
+  // (variant gemv_w4: Kimi batch 1 +3.9%, session 11). No env. Default 0 (off) until measured:
+  // variant glu_w4_small (132: below one block an SM).
+  int gemv_glu_min_blocks = 0;
 
   // Per-head linears (MLA's absorbed W_UK / W_UV) of up to this many tokens take the per-head
   // GEMV (per_head_gemv.h, in the step's PDL chain), above it cuBLAS's batched GEMM. No env.
