@@ -28,6 +28,15 @@ __device__ __forceinline__ void unpack8(const uint4& v, float* f) {
     f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
   }
 }
+// Σ a[i] · b[i] over 8 values, one fmaf chain from 0 in index order: the decode GEMVs' step
+// (linear.cu) and the kernels that reproduce its sums bit for bit (mla_query.cu,
+// head_gemv_linear.cu).
+__device__ __forceinline__ float dot8(const float* a, const float* b) {
+  float s = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) s = fmaf(a[i], b[i], s);
+  return s;
+}
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   return uint32_t(float_to_bf16(lo)) | (uint32_t(float_to_bf16(hi)) << 16);
 }

@@ -21,13 +21,6 @@ constexpr int kThreads = kWarps * 32;
 constexpr uint32_t kCopyChunk = 32 * 1024;  // bytes a bulk copy
 constexpr int64_t kBarrierBytes = 16;       // the two mbarriers at the front of shared memory
 
-__device__ __forceinline__ float dot8(const float* a, const float* b) {
-  float s = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) s = fmaf(a[i], b[i], s);
-  return s;
-}
-
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return uint32_t(__cvta_generic_to_shared(p));
 }

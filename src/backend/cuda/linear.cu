@@ -20,13 +20,6 @@ namespace {
 constexpr int kMaxWarps = 8;  // warps per block: 8 (default) or 4 (GemvParams::block_warps)
 constexpr int kUnroll = 4;    // independent 16-byte weight loads in flight per lane
 
-__device__ __forceinline__ float dot8(const float* a, const float* b) {
-  float s = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) s = fmaf(a[i], b[i], s);
-  return s;
-}
-
 // KS warps share each output row (interleaved 256-element blocks of k) so that small-n layers
 // still put enough loads in flight on every SM; partial sums meet in shared memory.
 // GLU: the block's first half of warps stream gate rows, the second half the matching up rows

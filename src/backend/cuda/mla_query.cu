@@ -29,13 +29,6 @@ constexpr int kThreads = kWarps * 32;
 static_assert(kThreads == kMlaInputsThreads, "the cache rows' cluster runs mla_cache_row");
 constexpr int kMaxRowsPerCta = kWarps * kMlaQueryMaxRowsPerWarp;
 
-__device__ __forceinline__ float dot8(const float* a, const float* b) {
-  float s = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) s = fmaf(a[i], b[i], s);
-  return s;
-}
-
 // The q_a norm in the one-warp kernel's order (norm.cu rms_norm_warp_kernel, k <= 256): warp m
 // normalizes row m, lane l holding values l + 32j in order, the xor butterfly. Into xs [M, k]
 // (shared); block 0 also stores the rows into `keep`.
