@@ -223,6 +223,21 @@ inline constexpr Variant kVariants[] = {
        t.head_gemv_linear_fusion = true;
        t.l2_prefetch_bytes = int64_t(48) << 20;
      }},
+    {"mla_query_proj",
+     "a layer without q_lora (Moonlight): q_proj, kv_a, q's rope, W_UK and the cache rows as one "
+     "launch of clusters at up to 2 tokens (mla_query_proj_fusion)",
+     [](cuda::CudaTunables& t) { t.mla_query_proj_fusion = true; }},
+    {"mla_query_proj_uv_oproj", "mla_query_proj and uv_oproj",
+     [](cuda::CudaTunables& t) {
+       t.mla_query_proj_fusion = true;
+       t.head_gemv_linear_fusion = true;
+     }},
+    {"mla_query_proj_all", "mla_query_proj, uv_oproj and l2w48",
+     [](cuda::CudaTunables& t) {
+       t.mla_query_proj_fusion = true;
+       t.head_gemv_linear_fusion = true;
+       t.l2_prefetch_bytes = int64_t(48) << 20;
+     }},
     {"mla_chunks1",
      "MLA splits of one 64-key chunk on the default decode kernel "
      "(mla_min_split_chunks 1)",

@@ -288,7 +288,7 @@ void DeepseekModel::attention_block(int layer, const Tensor& h, const ForwardBat
   const bool dcp = tp_.dcp_active();
   DeviceTensorPtr q_latent = dcp ? nullptr : be.alloc(act, {t, heads, dims_.cache_dim()});
   const MlaInputsArgs inputs = mla_inputs_args(dims_, kLoraNormEps, rope);
-  bool inputs_done = false;  // the query and the cache rows by one Backend::mla_query
+  bool inputs_done = false;  // the query and the cache rows by Backend::mla_query(_proj)
   prefetch_after_attention(L);
   // kv_a right after the first linear on h: two linears on one input back to back, which a
   // backend may run as one launch (the CUDA backend's gemv_pair_fusion under graphs).
@@ -317,8 +317,20 @@ void DeepseekModel::attention_block(int layer, const Tensor& h, const ForwardBat
     }
     trace(*qa_norm, "q_a_norm", layer);
   } else {
-    be.linear(h, L.q_proj, *q);
-    be.linear(h, L.kv_a, *kv_row);
+    inputs_done = !dcp && be.mla_query_proj({.h = h,
+                                             .q_proj = L.q_proj,
+                                             .kv_a = L.kv_a,
+                                             .w_uk = *L.absorbed.w_uk,
+                                             .kv_norm = *L.kv_a_norm,
+                                             .args = inputs,
+                                             .kv_row = *kv_row,
+                                             .q = *q,
+                                             .q_latent = *q_latent},
+                                            kv, layer, batch.attn);
+    if (!inputs_done) {
+      be.linear(h, L.q_proj, *q);
+      be.linear(h, L.kv_a, *kv_row);
+    }
   }
   auto attn = be.alloc(act, {t, heads, dims_.v_head_dim});
   if (dcp) {

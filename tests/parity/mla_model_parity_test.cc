@@ -267,6 +267,17 @@ TEST_P(MlaModel, GreedyMatchesTheCpuBackend) {
            t.head_gemv_linear_fusion = true;
            t.l2_prefetch_bytes = int64_t(64) << 20;
          }},
+        // A layer without q_lora: q_proj, kv_a, the rope, W_UK and the cache rows as one launch
+        // (mla_query_proj_fusion, off by default; mla_query_proj_parity_test.cc), alone and with
+        // the two above (the q_lora fixtures run it as "graphs + both").
+        {"graphs + both, the no-q_lora query in one launch", true,
+         [](cuda::CudaTunables& t) { t.mla_query_proj_fusion = true; }},
+        {"graphs + both, the no-q_lora query and W_UV + o_proj in one launch each, L2 ahead", true,
+         [](cuda::CudaTunables& t) {
+           t.mla_query_proj_fusion = true;
+           t.head_gemv_linear_fusion = true;
+           t.l2_prefetch_bytes = int64_t(64) << 20;
+         }},
         // Decode steps' attention on the mma kernel, not the decode kernel (mla_decode_min_rows).
         {"graphs + both, MLA on the mma kernel", true,
          [](cuda::CudaTunables& t) { t.mla_decode_min_rows = 1 << 20; }},

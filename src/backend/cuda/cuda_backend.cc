@@ -57,6 +57,8 @@ CudaBackend::CudaBackend(const BackendOptions& options)
       cudaMemsetAsync(mla_merge_counters_, 0, kMlaMergeCounterCapacity * sizeof(int32_t), stream_));
   CUDA_CHECK(cudaMalloc(&head_gemv_linear_barrier_, sizeof(unsigned)));
   CUDA_CHECK(cudaMemsetAsync(head_gemv_linear_barrier_, 0, sizeof(unsigned), stream_));
+  CUDA_CHECK(cudaMalloc(&mla_query_proj_done_, sizeof(unsigned)));
+  CUDA_CHECK(cudaMemsetAsync(mla_query_proj_done_, 0, sizeof(unsigned), stream_));
   init_attention_kernels();
   // Captured graphs hold addresses of cached blocks: a trim drops them (re-captured on demand).
   pool_->set_on_trim([this] {
@@ -89,6 +91,7 @@ CudaBackend::~CudaBackend() {
   cudaFree(cublas_workspace_);
   cudaFree(mla_merge_counters_);
   cudaFree(head_gemv_linear_barrier_);
+  cudaFree(mla_query_proj_done_);
   fp8_planner_.reset();
   if (fp8_workspace_) cudaFree(fp8_workspace_);
   cudaStreamDestroy(own_stream_);

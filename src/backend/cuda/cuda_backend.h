@@ -172,6 +172,10 @@ class CudaBackend : public Backend,
   // tokens, sizes mla_query_fits takes, every cluster resident at once), else false.
   bool mla_query(const MlaQueryOperands& o, KvStorage& kv, int layer,
                  const AttentionMetadata& meta) override;
+  // mla_query_proj.cu: one launch (CudaTunables::fusion and mla_query_proj_fusion; bf16 q_proj
+  // and kv_a, up to 2 tokens, one-warp-a-row GEMVs, sizes mla_query_proj_plan takes), else false.
+  bool mla_query_proj(const MlaQueryProjOperands& o, KvStorage& kv, int layer,
+                      const AttentionMetadata& meta) override;
   // mla_dcp.cu: the shard's partials through the MLA kernels (the CPU twin where mla_attention
   // would use it), and their merge on the GPU.
   void mla_attention_partial(const Tensor& q_latent, const KvStorage& kv, int layer,
@@ -401,6 +405,9 @@ class CudaBackend : public Backend,
   // stream).
   std::map<std::array<int64_t, 2>, bool> head_gemv_linear_one_wave_;
   unsigned* head_gemv_linear_barrier_ = nullptr;
+  // mla_query_proj.cu: the count of its CTAs done with their kv_a rows (zeroed at construction
+  // and by each launch's last CTA; that kernel alone uses it, on the main stream).
+  unsigned* mla_query_proj_done_ = nullptr;
   // l2_prefetch.cc: the prefetch hints not yet carried by a launch, and their bytes.
   L2PrefetchRanges l2_hints_{};
   int64_t l2_hint_bytes_ = 0;

@@ -18,21 +18,10 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr uint32_t kCopyChunk = 32 * 1024;  // bytes a bulk copy
-constexpr int64_t kBarrierBytes = 16;       // the two mbarriers at the front of shared memory
+constexpr int64_t kBarrierBytes = 16;  // the two mbarriers at the front of shared memory
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return uint32_t(__cvta_generic_to_shared(p));
-}
-
-// One thread: `bytes` (a multiple of 16) from src into shared memory at dst by bulk copies,
-// completing the current phase of `bar` (its one arrival is this call's).
-__device__ __forceinline__ void copy_into_smem(uint32_t dst, const void* src, uint32_t bytes,
-                                               uint32_t bar, uint64_t policy) {
-  mbar_arrive_expect_tx(bar, bytes);
-  for (uint32_t off = 0; off < bytes; off += kCopyChunk)
-    bulk_copy_g2s_hint(dst + off, static_cast<const char*>(src) + off,
-                       bytes - off < kCopyChunk ? bytes - off : kCopyChunk, bar, policy);
 }
 
 __device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
@@ -123,11 +112,12 @@ __global__ void __launch_bounds__(kThreads, 1) head_gemv_linear_kernel(HeadGemvL
   // Weights before the wait (never written by a kernel), streamed once: evict first from L2.
   const uint64_t policy = l2_evict_first_policy();
   auto copy_rows = [&] {
-    copy_into_smem(smem_addr(w_s), p.w + r0 * k, uint32_t((r1 - r0) * k * 2), bar_rows, policy);
+    bulk_copy_into_smem(smem_addr(w_s), p.w + r0 * k, uint32_t((r1 - r0) * k * 2), bar_rows,
+                        policy);
   };
   if (threadIdx.x == 0) {
-    copy_into_smem(smem_addr(wh_s), p.w_head + o0 * p.k_head, uint32_t((o1 - o0) * p.k_head * 2),
-                   bar_head, policy);
+    bulk_copy_into_smem(smem_addr(wh_s), p.w_head + o0 * p.k_head,
+                        uint32_t((o1 - o0) * p.k_head * 2), bar_head, policy);
     if (p.stage_early) copy_rows();
   }
   pdl_enter(p.pdl_early);

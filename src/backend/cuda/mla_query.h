@@ -52,6 +52,16 @@ static_assert(sizeof(MlaQueryParams) == sizeof(MlaInputsParams) + sizeof(NormPro
                                             6 * 4 + sizeof(L2PrefetchRanges),
               "MlaQueryParams has no padding");
 
+// How a head's work splits (this launch and mla_query_proj.h's): `lanes` (per_head_gemv's for
+// k = nope) share a W_UK row, and the head's cluster takes `cluster` CTAs, the most (up to the
+// portable 8) that split its q rows into whole 8-row pieces of at most kMlaQueryMaxRowsPerWarp
+// rows a warp and its latent columns evenly, with W_UK's rows within kMlaQueryMaxUkPasses a warp
+// (0: none does).
+struct MlaQueryHeadSplit {
+  int cluster, lanes;
+};
+MlaQueryHeadSplit mla_query_head_split(int64_t q_stride, int64_t nope, int64_t latent);
+
 // Whether the launch takes these sizes (besides what mla_inputs takes): tokens, a q_b row's
 // steps, the cluster's split of the q rows and of the latent columns.
 bool mla_query_fits(int64_t tokens, int64_t k, int64_t heads, int64_t q_stride, int64_t nope,

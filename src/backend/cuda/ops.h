@@ -57,7 +57,8 @@ namespace strata::cuda {
   X(kOpGemvNorm, "gemv_norm") \
   X(kOpCollective, "collective") \
   X(kOpMlaQuery, "mla_query") \
-  X(kOpHeadGemvLinear, "head_gemv_linear")
+  X(kOpHeadGemvLinear, "head_gemv_linear") \
+  X(kOpMlaQueryProj, "mla_query_proj")
 // clang-format on
 
 enum Op : int {
