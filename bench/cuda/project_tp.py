@@ -14,7 +14,11 @@ when multi-GPU machines are lent, issue 28):
   all-gather of b bytes from each rank: 10 us + b x (N-1) / 460 GB/s (ring: each rank receives
     N-1 parts; 10 us the latency class of the small all-reduces above, rounded up).
 
-Usage: python3 bench/cuda/project_tp.py LOG [--tp 8]
+With --measured COLLECTIVES_LOG (collectives_bench's output on the GPUs of one host), the
+measured latencies at that tp replace both estimates: piecewise-linear in the bytes between the
+measured sizes, extended along the last two beyond them (each line says which it used).
+
+Usage: python3 bench/cuda/project_tp.py LOG [--tp 8] [--measured COLLECTIVES_LOG]
 """
 import argparse
 import re
@@ -37,11 +41,40 @@ def all_gather_us(b, n):
     return 10.0 + b * (n - 1) / (BUS_GBS * 1e3)
 
 
+def read_measured(path, tp):
+    """{"all_reduce": [(bytes, us)], "all_gather": [...]} at `tp` from collectives_bench's lines."""
+    pat = re.compile(r"^collective (all_reduce|all_gather) tp (\d+) bytes (\d+): latency ([\d.]+) us")
+    table = {"all_reduce": [], "all_gather": []}
+    for line in open(path):
+        m = pat.match(line)
+        if m and int(m.group(2)) == tp:
+            table[m.group(1)].append((int(m.group(3)), float(m.group(4))))
+    for kind, rows in table.items():
+        if len(rows) < 2:
+            raise SystemExit(f"{path}: fewer than two {kind} sizes measured at tp {tp}")
+        rows.sort()
+    return table
+
+
+def interpolate(rows, b):
+    """Piecewise-linear through the measured (bytes, us); beyond them, along the nearest two."""
+    if b <= rows[0][0]:
+        (x0, y0), (x1, y1) = rows[0], rows[1]
+        return max(y0, y0 + (y1 - y0) * (b - x0) / (x1 - x0))  # never below the smallest's latency
+    for (x0, y0), (x1, y1) in zip(rows, rows[1:]):
+        if b <= x1:
+            return y0 + (y1 - y0) * (b - x0) / (x1 - x0)
+    (x0, y0), (x1, y1) = rows[-2], rows[-1]
+    return y1 + (y1 - y0) * (b - x1) / (x1 - x0)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("log")
     ap.add_argument("--tp", type=int, default=8)
+    ap.add_argument("--measured", help="collectives_bench output: measured latencies replace the estimates")
     a = ap.parse_args()
+    measured = read_measured(a.measured, a.tp) if a.measured else None
     pat = re.compile(r"decode\s+batch (\d+), context (\d+).*?step ([\d.]+) ms as a CUDA graph.*?"
                      r"all_reduce (\d+) x (\d+) B, all_gather (\d+) x (\d+) B")
     for line in open(a.log):
@@ -50,10 +83,15 @@ def main():
             continue
         batch, ctx, step = int(m.group(1)), int(m.group(2)), float(m.group(3))
         n_ar, b_ar, n_ag, b_ag = (int(m.group(i)) for i in range(4, 8))
-        ar_ms = n_ar * all_reduce_us(b_ar, a.tp) / 1e3
-        ag_ms = n_ag * all_gather_us(b_ag, a.tp) / 1e3
+        if measured:
+            ar_ms = n_ar * interpolate(measured["all_reduce"], b_ar) / 1e3
+            ag_ms = n_ag * interpolate(measured["all_gather"], b_ag) / 1e3
+        else:
+            ar_ms = n_ar * all_reduce_us(b_ar, a.tp) / 1e3
+            ag_ms = n_ag * all_gather_us(b_ag, a.tp) / 1e3
         total = step + ar_ms + ag_ms
-        print(f"project  tp {a.tp}, batch {batch}, context {ctx}: rank step {step:.3f} ms + {n_ar} all-reduces of "
+        source = "measured" if measured else "estimated"
+        print(f"project  tp {a.tp} ({source} collectives), batch {batch}, context {ctx}: rank step {step:.3f} ms + {n_ar} all-reduces of "
               f"{b_ar} B ({ar_ms:.3f} ms) + {n_ag} all-gather of {b_ag} B ({ag_ms:.3f} ms) = {total:.3f} ms "
               f"-> {batch / (total * 1e-3):.0f} output tok/s for the {a.tp}-GPU group")
 

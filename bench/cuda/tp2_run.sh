@@ -1,8 +1,10 @@
 #!/bin/bash
 # Tensor-parallel check on a multi-GPU device kind (e.g. nvidia-h200-x2), from the repository root:
 # builds strata_parity_test and the offline benchmark, runs the NCCL communicator and tp-vs-tp-1
-# suites (TP_FILTER), then the offline benchmark at each size of TP_SIZES (OFFLINE_ARGS) with the
-# engine's and the ranks' step timing. Logs go to $OUT.
+# suites (TP_FILTER), the collectives a decode step runs at each size of TP_SIZES above 1
+# (collectives_bench: all-reduce and all-gather latencies, for project_tp.py --measured), then the
+# offline benchmark at each size (OFFLINE_ARGS) with the engine's and the ranks' step timing. Logs
+# go to $OUT.
 # Carry: .devcarry/cuda (house-llama), or a folder with house-mla named by STRATA_CARRY (the two
 # house models do not fit in one call's carry): e.g. TP_FILTER='NcclComm.*:*/house_mla:*/llama_gqa'.
 set -u
@@ -11,13 +13,19 @@ nvidia-smi -L
 t0=$(date +%s)
 dev_configure
 grep -i nccl "$OUT/cmake.log" | head -3
-dev_build strata_parity_test strata_bench_offline_bench
+dev_build strata_parity_test strata_bench_offline_bench strata_bench_collectives_bench
 echo "build: $(( $(date +%s) - t0 )) s"
 export NCCL_NVLS_ENABLE=0
 timeout 240 ./build-dev/strata_parity_test --gtest_filter="${TP_FILTER:-NcclComm.*:TpParity*}" >"$OUT/tp.log" 2>&1
 echo "tp parity: exit status $?"
 grep -vE "^\[ *(RUN|OK) |^\[20" "$OUT/tp.log" | tail -60
 echo "tp: $(( $(date +%s) - t0 )) s"
+for tp in ${TP_SIZES:-1 2}; do
+  [ "$tp" -gt 1 ] || continue
+  timeout 120 ./build-dev/strata_bench_collectives_bench --tp $tp >"$OUT/collectives_tp$tp.log" 2>&1
+  echo "collectives tp $tp: exit status $?"
+  grep -E "^collective" "$OUT/collectives_tp$tp.log"
+done
 for tp in ${TP_SIZES:-1 2}; do
   STRATA_STEP_TIMING=1 timeout ${OFFLINE_TIMEOUT:-200} ./build-dev/strata_bench_offline_bench \
     --config $C/shared/configs/llama-3.1-8b/config.json --tokenizer $C/shared/models/house-llama \
