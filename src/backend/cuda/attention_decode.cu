@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
       const uint32_t a[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
       if constexpr (E == kKvBf16) {  // both 8-token tiles' fragments in one ldmatrix
         uint32_t b[4];
-        attn::ldmatrix_x4(b, attn::smem_addr(kb) + k_lane + kk * 32);
+        attn::ldmatrix_x4(b, smem_addr(kb) + k_lane + kk * 32);
         mma_kv<E>(sc[0], a, b[0], b[1]);
         mma_kv<E>(sc[1], a, b[2], b[3]);
       } else {
@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
         uint32_t b[4];
-        attn::ldmatrix_x4_trans(b, attn::smem_addr(vb) + v_lane + dp * 32);
+        attn::ldmatrix_x4_trans(b, smem_addr(vb) + v_lane + dp * 32);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           float acc[4] = {o[2 * dp + h][0], o[2 * dp + h][1], 0.0f, 0.0f};

@@ -11,13 +11,10 @@
 
 #include <cstdint>
 
+#include "backend/cuda/common.cuh"
 #include "backend/cuda/mma_sync.cuh"
 
 namespace strata::cuda::attn {
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return uint32_t(__cvta_generic_to_shared(p));
-}
 
 // 16 bytes global -> shared, bypassing L1; `bytes` = 0 fills the 16 bytes with zeros instead.
 __device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, int bytes) {

@@ -75,6 +75,11 @@ __device__ __forceinline__ void pdl_enter(int early) {
     pdl_trigger();
   }
 }
+// The 32-bit shared-state address of `p` (a pointer into this CTA's shared memory), as PTX's
+// ld.shared / cp.async / mbarrier / ldmatrix operands take it.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return uint32_t(__cvta_generic_to_shared(p));
+}
 // Prefetches the 128-byte line holding `p` into L2 (no register is written).
 __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));

@@ -16,7 +16,6 @@ using attn::cp_async16_zfill;
 using attn::cp_async_commit;
 using attn::cp_async_wait;
 using attn::ldmatrix_x4;
-using attn::smem_addr;
 
 constexpr int kBM = 64, kBN = 64, kBK = 32, kStages = 4;
 constexpr int kPitch = kBK + 8;  // shared-memory row pitch (elements): 80 bytes

@@ -115,9 +115,6 @@ __device__ __forceinline__ void mma_tile_round(const uint4& q, uint32_t s0, uint
   }
 }
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return uint32_t(__cvta_generic_to_shared(p));
-}
 // 16 bytes from shared memory (a lane's x fragments of the GEMVs).
 __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   uint4 v;

@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kThreads, 2) int4_gemm_kernel(Int4LinearParams
 
   GemmBlock<BM, KW> b{p};
   // The swizzle works on address bits: stages start 1024-byte aligned.
-  b.smem = smem_u32(smem_raw);
+  b.smem = smem_addr(smem_raw);
   b.smem += (1024 - (b.smem & 1023)) & 1023;
   const int r0 = tid / 8;
   b.x_col = 8 * (tid % 8);
@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(kThreads, 2) int4_gemm_kernel(Int4LinearParams
   wgmma_wait<0>();
   reg_fence<BM / 2>(acc);
   cp_async_wait<0>();  // the zero-filled copies past the last step
-  char* smem = smem_raw + (b.smem - smem_u32(smem_raw));
+  char* smem = smem_raw + (b.smem - smem_addr(smem_raw));
 
   if constexpr (KW == 2) {  // warpgroup 1's partial sums join warpgroup 0's
     __syncthreads();

@@ -266,10 +266,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   // This lane's x words of k tile 0, half 0 (shared-memory address; half 1 is 64 bytes away in
   // the same 128-byte block: address ^ 64); lanes of tokens >= m read token 0.
   const int tok = g < m ? g : 0;
-  if (smem_u32(smem) % 128 != 0) __trap();  // the halves' XOR needs 128-byte blocks
-  const uint32_t x_lane = smem_u32(smem) + tok * 128 + c * 16 + (tok & 1) * 64;
+  if (smem_addr(smem) % 128 != 0) __trap();  // the halves' XOR needs 128-byte blocks
+  const uint32_t x_lane = smem_addr(smem) + tok * 128 + c * 16 + (tok & 1) * 64;
   const uint32_t x_kt = m * 128;
-  const uint32_t xsum_lane = smem_u32(smem + pl.off_xsum) + 2 * c * 4;
+  const uint32_t xsum_lane = smem_addr(smem + pl.off_xsum) + 2 * c * 4;
   float* part = reinterpret_cast<float*>(smem + pl.off_part) + warp * pl.slots * 16 * m;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   // g0 (even k steps) starts a scale group at −136·Σx, g1 (odd steps) at 0; both sum

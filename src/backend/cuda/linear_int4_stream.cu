@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   const int nw = int(blockDim.x) / 32, KT = pl.kt, P = pl.stages, m = int(p.m);
   const bool glu = p.glu_inter > 0;
   const int gshift = __ffs(p.group) - 1;
-  const uint32_t base = smem_u32(smem);
+  const uint32_t base = smem_addr(smem);
 
   // The block's row tiles: slots 0..ns-1 (SwiGLU: nu gate tiles, then their nu up tiles).
   const int u0 = int(int64_t(blockIdx.x) * pl.units / gridDim.x);

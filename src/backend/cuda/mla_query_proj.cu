@@ -25,10 +25,6 @@ using mla_query_head::kWarps;
 constexpr int kMaxRowsPerCta = kWarps * kMlaQueryMaxRowsPerWarp;
 constexpr int kBarrierBytes = 16;  // the two mbarriers at the front of dynamic shared memory
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return uint32_t(__cvta_generic_to_shared(p));
-}
-
 // One GEMV row as gemv_kernel sums it at one warp a row: lane l's 8-value steps at l · 8 + 256 s
 // in order (dot8, then added), the xor butterfly. w (a row of k) and x ([M, k]) in shared memory.
 template <int M>

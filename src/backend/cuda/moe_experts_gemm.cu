@@ -51,7 +51,6 @@ using attn::wgmma_wait;
 using int4::cp_async16;
 using int4::cp_async_commit;
 using int4::cp_async_wait;
-using int4::smem_u32;
 
 constexpr int kThreads = 256;
 
@@ -258,7 +257,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(MoeGroupedParams 
     rows = int(min(int64_t(BM), p.rows - row0));
   }
 
-  b.smem = smem_u32(smem_raw);
+  b.smem = smem_addr(smem_raw);
   b.smem += (1024 - (b.smem & 1023)) & 1023;  // the swizzle works on address bits
   const int r0 = tid / 8;
   b.x_col = 8 * (tid % 8);
@@ -266,7 +265,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(MoeGroupedParams 
   if (tid < BM) {  // element offset of the tile's x row tid, -1 past its rows
     const int64_t xr =
         tid < rows ? (p.row_token ? int64_t(p.row_token[row0 + tid]) : row0 + tid) : -1;
-    reinterpret_cast<int32_t*>(smem_raw + (b.smem - smem_u32(smem_raw)) + C::kRowOff)[tid] =
+    reinterpret_cast<int32_t*>(smem_raw + (b.smem - smem_addr(smem_raw)) + C::kRowOff)[tid] =
         xr >= 0 ? int32_t(xr * p.w.k) : -1;
   }
   __syncthreads();
@@ -340,7 +339,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_kernel(MoeGroupedParams 
   if constexpr (!GLU) {
     store_plain(b.block_of(b.len - 1));
   } else {  // warpgroup 1's up sums join warpgroup 0's gate sums
-    char* smem = smem_raw + (b.smem - smem_u32(smem_raw));
+    char* smem = smem_raw + (b.smem - smem_addr(smem_raw));
     float* xchg = reinterpret_cast<float*>(smem);
     const int t = tid % 128;
     __syncthreads();

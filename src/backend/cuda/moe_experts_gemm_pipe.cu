@@ -52,7 +52,6 @@ using attn::wgmma_fence;
 using attn::wgmma_rs_n;
 using attn::wgmma_wait;
 using int4::cp_async16;
-using int4::smem_u32;
 
 using namespace moe_pipe;
 
@@ -320,9 +319,9 @@ __global__ void __launch_bounds__(kThreads, 1) moe_gemm_pipe_kernel(MoeGroupedPa
 
   PipeItem it{};
   if (!item_of<GLU>(p, int64_t(blockIdx.x), units, it)) return;  // the whole CTA
-  uint32_t smem = smem_u32(smem_raw);
+  uint32_t smem = smem_addr(smem_raw);
   smem += (1024 - (smem & 1023)) & 1023;  // the swizzle works on address bits
-  char* smem_g = smem_raw + (smem - smem_u32(smem_raw));
+  char* smem_g = smem_raw + (smem - smem_addr(smem_raw));
   const uint32_t full0 = smem + C::kBarOff, empty0 = full0 + 8 * C::kStages;
   if (tid == 0) {
     for (int s = 0; s < C::kStages; ++s) {

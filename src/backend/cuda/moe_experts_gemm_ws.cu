@@ -39,7 +39,6 @@ using attn::wgmma_wait;
 using int4::cp_async16;
 using int4::cp_async_commit;
 using int4::cp_async_wait;
-using int4::smem_u32;
 
 constexpr int kThreads = 256;
 constexpr int kRows = 128;  // weight rows a CTA (two warpgroups of m64)
@@ -156,7 +155,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_ws_kernel(MoeGroupedPara
   if (!p.pdl_early) pdl_trigger();
   const int r_begin = p.offsets[e], r_end = p.offsets[e + 1];
   if (r_end <= r_begin) return;
-  uint32_t xs = smem_u32(smem_raw);
+  uint32_t xs = smem_addr(smem_raw);
   xs += (1024 - (xs & 1023)) & 1023;  // the swizzle works on address bits
   // The first x tiles' copies fly while the block is dequantized.
 #pragma unroll

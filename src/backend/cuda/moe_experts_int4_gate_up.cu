@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   const TmaLayout tl(KT, C, nw, p.group, p.tma_tiles, p.tma_stages);
   const int nbatch = TMA ? (k1 - k0 + tl.tiles - 1) / tl.tiles : 0;
   char* const slot0 = xs_raw + tl.slots + warp * tl.stages * tl.slot_bytes;
-  const uint32_t bar0 = smem_u32(xs_raw + tl.bars) + uint32_t(warp * tl.stages) * 8;
+  const uint32_t bar0 = smem_addr(xs_raw + tl.bars) + uint32_t(warp * tl.stages) * 8;
   // The scale set of a tile (group >= 64).
   auto set_of = [&](int64_t tile) { return (tile * kInt4TileK) >> gshift; };
   const char* packed = static_cast<const char*>(p.packed);
@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   auto issue = [&](int j) {  // lane 0: batch j into slot j % stages
     const int ks = k0 + j * tl.tiles, ke = min(k1, ks + tl.tiles), n = ke - ks;
     const int st = j % tl.stages;
-    const uint32_t bar = bar0 + 8 * st, dst = smem_u32(slot0 + st * tl.slot_bytes);
+    const uint32_t bar = bar0 + 8 * st, dst = smem_addr(slot0 + st * tl.slot_bytes);
     auto scale_span = [&](int64_t base, int64_t* off) {  // bytes, and their offset
       if constexpr (G32) {
         *off = (base + ks) * 64;
@@ -219,12 +219,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
 
   // ---- the stream ----
   float ag[4] = {0, 0, 0, 0}, ag1[4] = {0, 0, 0, 0}, au[4] = {0, 0, 0, 0}, au1[4] = {0, 0, 0, 0};
-  const uint32_t x_lane = smem_u32(xs_raw) + c * 16;
+  const uint32_t x_lane = smem_addr(xs_raw) + c * 16;
   if constexpr (TMA) {
     for (int j = 0; j < nbatch; ++j) {
       const int ks = k0 + j * tl.tiles, ke = min(k1, ks + tl.tiles), st = j % tl.stages;
       mbar_wait(bar0 + 8 * st, uint32_t(j / tl.stages) & 1);
-      const uint32_t slot = smem_u32(slot0 + st * tl.slot_bytes);
+      const uint32_t slot = smem_addr(slot0 + st * tl.slot_bytes);
       const uint32_t wg = slot + uint32_t(lane) * 16, wu = wg + uint32_t(tl.tiles) * kTileBytes;
       const uint32_t sg0 = slot + uint32_t(2 * tl.tiles * kTileBytes) + uint32_t(g) * 4;
       const uint32_t su0 = sg0 + uint32_t(tl.scale_bytes);
@@ -292,7 +292,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   }
   cluster_sync();  // every CTA's sums are written
   if (rank == 0 && tid < kInt4TileRows) {
-    const uint32_t gs = smem_u32(&cta_sum[tid]), us = smem_u32(&cta_sum[16 + tid]);
+    const uint32_t gs = smem_addr(&cta_sum[tid]), us = smem_addr(&cta_sum[16 + tid]);
     float gate = 0.0f, up = 0.0f;
     for (int q = 0; q < C; ++q) {
       gate += ld_cluster(cluster_map(gs, uint32_t(q)));
