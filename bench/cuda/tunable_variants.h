@@ -304,6 +304,17 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.moe_int4_split_tma = 1; }},
     {"no_mla_fused_merge", "MLA splits merged by their own kernel (mla_fused_merge_max_splits 0)",
      [](cuda::CudaTunables& t) { t.mla_fused_merge_max_splits = 0; }},
+    // Batch 1 over short contexts (Moonlight's 768 keys: 12 one-chunk splits and a merge launch):
+    // fewer, longer splits that the decode kernel merges itself, or every split merged in it.
+    {"mla_splits2", "MLA attention in at most 2 key splits, merged by the decode kernel",
+     [](cuda::CudaTunables& t) { t.mla_max_splits = 2; }},
+    {"mla_splits4_fused", "MLA attention in at most 4 key splits, merged by the decode kernel",
+     [](cuda::CudaTunables& t) {
+       t.mla_max_splits = 4;
+       t.mla_fused_merge_max_splits = 4;
+     }},
+    {"mla_fused_merge_all", "MLA key splits always merged by the decode kernel's last block",
+     [](cuda::CudaTunables& t) { t.mla_fused_merge_max_splits = 64; }},
     {"mla_chunks1", "MLA attention's splits down to one 64-key chunk (mla_min_split_chunks 1)",
      [](cuda::CudaTunables& t) { t.mla_min_split_chunks = 1; }},
     {"session9",
