@@ -84,6 +84,24 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
+// The most dynamic shared memory a block of `kernel` may take on the current device: the opt-in
+// limit less the kernel's static shared memory (cudaFuncAttributeMaxDynamicSharedMemorySize may
+// not be set above it). Host.
+template <typename... KArgs>
+int max_dynamic_smem(void (*kernel)(KArgs...)) {
+  int dev = 0, optin = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  cudaFuncAttributes a{};
+  CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
+  return optin - int(a.sharedSizeBytes);
+}
+// Lets `kernel` take that much (once a device: PerDeviceOnce).
+template <typename... KArgs>
+void allow_max_dynamic_smem(void (*kernel)(KArgs...)) {
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  max_dynamic_smem(kernel)));
+}
 // Launches `kernel` with programmatic dependent launch when `launch.pdl` (CudaTunables::pdl), in
 // thread-block clusters of `cluster` CTAs along x (1: none; grid.x a multiple of it).
 template <typename... KArgs, typename... Args>

@@ -192,13 +192,8 @@ __global__ void __launch_bounds__(kThreads, 1) head_gemv_linear_kernel(HeadGemvL
 }
 
 void init_head_gemv_linear_kernels() {
-  int dev = 0, optin = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  CUDA_CHECK(cudaFuncSetAttribute(head_gemv_linear_kernel<1>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-  CUDA_CHECK(cudaFuncSetAttribute(head_gemv_linear_kernel<2>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+  allow_max_dynamic_smem(head_gemv_linear_kernel<1>);
+  allow_max_dynamic_smem(head_gemv_linear_kernel<2>);
 }
 
 void init_once() {
@@ -224,11 +219,10 @@ size_t head_gemv_linear_smem_bytes(const HeadGemvLinearParams& p) {
 bool head_gemv_linear_one_wave(const HeadGemvLinearParams& p) {
   if (p.tokens < 1 || p.tokens > kHeadGemvLinearMaxTokens) return false;
   init_once();
-  int dev = 0, optin = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   const size_t smem = head_gemv_linear_smem_bytes(p);
-  if (smem > size_t(optin)) return false;
+  const int allowed = p.tokens == 1 ? max_dynamic_smem(head_gemv_linear_kernel<1>)
+                                    : max_dynamic_smem(head_gemv_linear_kernel<2>);
+  if (smem > size_t(allowed)) return false;
   int per_sm = 0;
   const cudaError_t e = p.tokens == 1 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(
                                             &per_sm, head_gemv_linear_kernel<1>, kThreads, smem)

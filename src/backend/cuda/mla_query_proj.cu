@@ -7,6 +7,8 @@
 // last CTA done with its kv_a rows.
 #include <cuda_runtime.h>
 
+#include <array>
+
 #include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/cluster.cuh"
 #include "backend/cuda/common.cuh"
@@ -164,32 +166,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_query_proj_kernel(MlaQueryPro
   cluster_wait();  // no CTA leaves while another may still read its q_s
 }
 
-// The kernel's static shared memory at M tokens, a bound (its arrays, each 16-byte aligned):
-// the dynamic part may take the device's opt-in limit less this.
-constexpr int static_smem_bound(int m) {
-  return m * kMaxRowsPerCta * 2 + m * kMlaQueryMaxNope * 2 +
-         (kMlaInputsMaxLatent + 2 * kMaxRopeHalf) * 2 + kWarps * 4 + 4 + 4 * 16;
-}
-
-int dynamic_smem_max(int tokens) {
-  int dev = 0, optin = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return optin - static_smem_bound(tokens);
-}
-
 void init_kernels() {
-  int m = 1;
-  for (auto* kernel : {mla_query_proj_kernel<1>, mla_query_proj_kernel<2>}) {
-    cudaFuncAttributes a{};
-    CUDA_CHECK(cudaFuncGetAttributes(&a, kernel));
-    CHECK_MSG(int(a.sharedSizeBytes) <= static_smem_bound(m),
-              "mla_query_proj_kernel<{}>: {} bytes of static shared memory, bound {}", m,
-              a.sharedSizeBytes, static_smem_bound(m));
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    dynamic_smem_max(m)));
-    ++m;
-  }
+  allow_max_dynamic_smem(mla_query_proj_kernel<1>);
+  allow_max_dynamic_smem(mla_query_proj_kernel<2>);
 }
 
 void init_once() {
@@ -221,11 +200,16 @@ bool mla_query_proj_plan(int64_t tokens, int64_t k, int64_t heads, int64_t q_str
   p.uk_lanes = h.lanes;
   p.rows_per_cta = int(q_stride / h.cluster);
   p.kv_rows_max = int(ceil_div(latent + rope, ctas));
-  // Each CTA's weights and h in shared memory, beside the kernel's static arrays.
+  return true;
+}
+
+bool mla_query_proj_smem_fits(int64_t tokens, int64_t latent, const MlaQueryProjParams& p) {
   init_once();
   const SmemLayout l =
-      smem_layout(int(tokens), p.k, p.kv_rows_max, p.rows_per_cta, int(latent / h.cluster), p.nope);
-  return kBarrierBytes + 2 * l.end <= int64_t(dynamic_smem_max(int(tokens)));
+      smem_layout(int(tokens), p.k, p.kv_rows_max, p.rows_per_cta, int(latent / p.cluster), p.nope);
+  const int allowed = tokens == 1 ? max_dynamic_smem(mla_query_proj_kernel<1>)
+                                  : max_dynamic_smem(mla_query_proj_kernel<2>);
+  return kBarrierBytes + 2 * l.end <= int64_t(allowed);
 }
 
 void launch_mla_query_proj(const MlaQueryProjParams& p, const Launch& launch) {
@@ -274,8 +258,15 @@ bool CudaBackend::mla_query_proj(const MlaQueryProjOperands& o, KvStorage& kv, i
       !mla_inputs_fusable(kv_row, o.kv_norm, q, o.q_latent, o.args, kv, meta))
     return false;
   auto p = zeroed<MlaQueryProjParams>();
-  if (!mla_query_proj_plan(t, k, heads, q_stride, nope, latent, o.args.rope.rotary_dim, p))
-    return false;
+  const int64_t rope = o.args.rope.rotary_dim;
+  if (!mla_query_proj_plan(t, k, heads, q_stride, nope, latent, rope, p)) return false;
+  // Each CTA's weights in shared memory: asked of the driver once a shape, as this runs at every
+  // layer's recording.
+  const std::array<int64_t, 7> shape{t, k, heads, q_stride, nope, latent, rope};
+  auto fits = mla_query_proj_fits_.find(shape);
+  if (fits == mla_query_proj_fits_.end())
+    fits = mla_query_proj_fits_.emplace(shape, mla_query_proj_smem_fits(t, latent, p)).first;
+  if (!fits->second) return false;
   begin_op();
   p.in = mla_inputs_params(kv_row, o.kv_norm, q, o.q_latent, o.args, kv, layer, meta);
   p.x = h.ptr<bf16_bits>();

@@ -55,10 +55,12 @@ static_assert(sizeof(MlaQueryProjParams) ==
               "MlaQueryProjParams has no padding");
 
 // Fills k, nope, cluster, rows_per_cta, uk_lanes and kv_rows_max of p for these sizes (latent R,
-// rope P); false where the launch does not take them (tokens, a head's split, nope, shared
-// memory).
+// rope P); false where the launch does not take them (tokens, a head's split, nope).
 bool mla_query_proj_plan(int64_t tokens, int64_t k, int64_t heads, int64_t q_stride, int64_t nope,
                          int64_t latent, int64_t rope, MlaQueryProjParams& p);
+// Whether a CTA's weights and h fit its shared memory (after mla_query_proj_plan; asks the
+// driver).
+bool mla_query_proj_smem_fits(int64_t tokens, int64_t latent, const MlaQueryProjParams& p);
 void launch_mla_query_proj(const MlaQueryProjParams& p, const Launch& launch);
 
 }  // namespace strata::cuda
