@@ -72,7 +72,7 @@ struct Args {
   std::vector<int> bd_pages;  // page sizes to time the step at, after the full breakdown
   int page_size = 16;         // the engine's and the breakdown's KV page
   int tp = 1;
-  int dcp = 1;  // --dcp-size (arch/dcp.h; the engine refuses it on cuda until the kernels exist)
+  int dcp = 1;            // --dcp-size: decode context parallelism over the tp ranks (arch/dcp.h)
   bool one_rank = false;  // --tp-one-rank 1: rank 0 of --tp-size alone (backend/solo_comm.h)
   std::optional<int> cuda_graph_max_bs;  // unset: the engine's default
   double schedule_conservativeness = 1.0;
@@ -142,9 +142,10 @@ void run_engine(const Args& a, const std::string& dir) {
     dynamic_cast<cuda::CudaBackend&>(eng.backend()).tune(v->apply);
     std::printf("variant  %s: %s\n", v->name, v->what);
   }
-  std::printf("engine   %s, tp %d, KV %s, %lld KV tokens, max running %d, loaded in %.1f s\n",
-              a.config.c_str(), a.tp, eng.kv_config().describe().c_str(),
-              (long long)eng.plan().kv_tokens, eng.plan().max_running_requests, since(t_load));
+  std::printf(
+      "engine   %s, tp %d, dcp %d, KV %s, %lld KV tokens, max running %d, loaded in %.1f s\n",
+      a.config.c_str(), a.tp, a.dcp, eng.kv_config().describe().c_str(),
+      (long long)eng.plan().kv_tokens, eng.plan().max_running_requests, since(t_load));
 
   std::mt19937 rng(1);
   std::uniform_int_distribution<int32_t> tok(0, int32_t(eng.spec().vocab_size - 1));
