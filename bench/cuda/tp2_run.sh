@@ -4,8 +4,8 @@
 # DCP-on-NCCL-ranks-vs-tp-1 suites (TP_FILTER), the collectives a decode step runs at each size of
 # TP_SIZES above 1 (collectives_bench: all-reduce and all-gather latencies, for project_tp.py
 # --measured), then the offline benchmark at each size (OFFLINE_ARGS) with the engine's and the
-# ranks' step timing; with DCP_TP_SIZES, the Moonlight shape's offline run at those tp without and
-# with decode context parallelism. Logs go to $OUT.
+# ranks' step timing; with DCP_TP_SIZES, an MLA model's offline run at those tp without and with
+# decode context parallelism. Logs go to $OUT.
 # Carry: .devcarry/cuda (house-llama), or a folder with house-mla named by STRATA_CARRY (the two
 # house models do not fit in one call's carry): e.g. TP_FILTER='NcclComm.*:*/house_mla:*/llama_gqa'.
 set -u
@@ -27,16 +27,18 @@ for tp in ${TP_SIZES:-1 2}; do
   echo "collectives tp $tp: exit status $?"
   grep -E "^collective" "$OUT/collectives_tp$tp.log"
 done
-# Decode context parallelism at the same memory fraction (issue 28): the Moonlight shape at each tp
-# above 1 without and with --dcp-size tp, the KV tokens each pool holds and the throughput.
+# Decode context parallelism at the same memory fraction (issue 28): DCP_CONFIG (default the
+# Moonlight shape; kimi-k2.5 on eight GPUs) at each tp of DCP_TP_SIZES without and with --dcp-size
+# tp, the KV tokens each pool holds and the throughput.
 for tp in ${DCP_TP_SIZES:-}; do
   for dcp in 1 $tp; do
     timeout ${OFFLINE_TIMEOUT:-200} ./build-dev/strata_bench_offline_bench \
-      --config $C/shared/configs/moonlight-16b-a3b/config.json --tokenizer $C/shared/models/house-llama \
+      --config $C/shared/configs/${DCP_CONFIG:-moonlight-16b-a3b}/config.json \
+      --tokenizer $C/shared/models/house-llama \
       --tp-size $tp --dcp-size $dcp ${DCP_OFFLINE_ARGS:---prompts 1000 --in 1024 --out 1024 --max-seconds 150} \
-      >"$OUT/offline_moonlight_tp${tp}_dcp$dcp.log" 2>&1
-    echo "moonlight offline tp $tp dcp $dcp: exit status $?"
-    grep -E "^(engine|offline|decode)" "$OUT/offline_moonlight_tp${tp}_dcp$dcp.log" | cut -c1-220
+      >"$OUT/offline_dcp_tp${tp}_dcp$dcp.log" 2>&1
+    echo "${DCP_CONFIG:-moonlight-16b-a3b} offline tp $tp dcp $dcp: exit status $?"
+    grep -E "^(engine|offline|decode)" "$OUT/offline_dcp_tp${tp}_dcp$dcp.log" | cut -c1-220
   done
 done
 for tp in ${TP_SIZES:-1 2}; do
