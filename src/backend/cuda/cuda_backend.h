@@ -407,10 +407,10 @@ class CudaBackend : public Backend,
   unsigned* head_gemv_linear_barrier_ = nullptr;
   // mla_query_proj.cu: the count of its CTAs done with their kv_a rows (zeroed at construction
   // and by each launch's last CTA; that kernel alone uses it, on the main stream), and whether a
-  // CTA's weights fit its shared memory at a shape (tokens, hidden, heads, q dims a head, nope,
-  // latent, rope).
+  // CTA's weights fit its shared memory and every cluster is resident at once at a shape
+  // (tokens, hidden, heads, q dims a head, nope, latent, rope).
   unsigned* mla_query_proj_done_ = nullptr;
-  std::map<std::array<int64_t, 7>, bool> mla_query_proj_fits_;
+  std::map<std::array<int64_t, 7>, bool> mla_query_proj_one_wave_;
   // l2_prefetch.cc: the prefetch hints not yet carried by a launch, and their bytes.
   L2PrefetchRanges l2_hints_{};
   int64_t l2_hint_bytes_ = 0;

@@ -203,13 +203,34 @@ bool mla_query_proj_plan(int64_t tokens, int64_t k, int64_t heads, int64_t q_str
   return true;
 }
 
-bool mla_query_proj_smem_fits(int64_t tokens, int64_t latent, const MlaQueryProjParams& p) {
+bool mla_query_proj_one_wave(int64_t tokens, int64_t heads, int64_t latent,
+                             const MlaQueryProjParams& p) {
   init_once();
   const SmemLayout l =
       smem_layout(int(tokens), p.k, p.kv_rows_max, p.rows_per_cta, int(latent / p.cluster), p.nope);
+  const int64_t smem = kBarrierBytes + 2 * l.end;
   const int allowed = tokens == 1 ? max_dynamic_smem(mla_query_proj_kernel<1>)
                                   : max_dynamic_smem(mla_query_proj_kernel<2>);
-  return kBarrierBytes + 2 * l.end <= int64_t(allowed);
+  if (smem > allowed) return false;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(heads * p.cluster));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = size_t(smem);
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = unsigned(p.cluster);
+  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int active = 0;
+  const cudaError_t e =
+      tokens == 1 ? cudaOccupancyMaxActiveClusters(&active, mla_query_proj_kernel<1>, &cfg)
+                  : cudaOccupancyMaxActiveClusters(&active, mla_query_proj_kernel<2>, &cfg);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return active >= heads;
 }
 
 void launch_mla_query_proj(const MlaQueryProjParams& p, const Launch& launch) {
@@ -260,13 +281,15 @@ bool CudaBackend::mla_query_proj(const MlaQueryProjOperands& o, KvStorage& kv, i
   auto p = zeroed<MlaQueryProjParams>();
   const int64_t rope = o.args.rope.rotary_dim;
   if (!mla_query_proj_plan(t, k, heads, q_stride, nope, latent, rope, p)) return false;
-  // Each CTA's weights in shared memory: asked of the driver once a shape, as this runs at every
-  // layer's recording.
+  // Each CTA's weights in shared memory, every cluster resident at once (a second wave would
+  // double the launch's latency): asked of the driver once a shape, as this runs at every layer's
+  // recording.
   const std::array<int64_t, 7> shape{t, k, heads, q_stride, nope, latent, rope};
-  auto fits = mla_query_proj_fits_.find(shape);
-  if (fits == mla_query_proj_fits_.end())
-    fits = mla_query_proj_fits_.emplace(shape, mla_query_proj_smem_fits(t, latent, p)).first;
-  if (!fits->second) return false;
+  auto wave = mla_query_proj_one_wave_.find(shape);
+  if (wave == mla_query_proj_one_wave_.end())
+    wave =
+        mla_query_proj_one_wave_.emplace(shape, mla_query_proj_one_wave(t, heads, latent, p)).first;
+  if (!wave->second) return false;
   begin_op();
   p.in = mla_inputs_params(kv_row, o.kv_norm, q, o.q_latent, o.args, kv, layer, meta);
   p.x = h.ptr<bf16_bits>();

@@ -19,7 +19,8 @@
 // (mla_query_head.cuh). The cache rows need every kv_a row: each CTA counts itself done with its
 // kv_a rows on a word in global memory, and the last to do so makes the cache rows (norm, rope,
 // page write; mla_inputs.cuh) and zeroes the word for the next launch. No CTA waits on another
-// outside its cluster, so the grid need not be resident at once.
+// outside its cluster, so the grid need not be resident at once to be correct; the backend still
+// takes the launch only where it is (a second wave would double its latency).
 //
 // Bits: those of the separate launches. A q_proj or kv_a row is one warp's sum in the decode
 // GEMV's order at one warp a row (linear.cu gemv_kernel: lane l's 8-value steps at l · 8 + 256 s
@@ -58,9 +59,10 @@ static_assert(sizeof(MlaQueryProjParams) ==
 // rope P); false where the launch does not take them (tokens, a head's split, nope).
 bool mla_query_proj_plan(int64_t tokens, int64_t k, int64_t heads, int64_t q_stride, int64_t nope,
                          int64_t latent, int64_t rope, MlaQueryProjParams& p);
-// Whether a CTA's weights and h fit its shared memory (after mla_query_proj_plan; asks the
-// driver).
-bool mla_query_proj_smem_fits(int64_t tokens, int64_t latent, const MlaQueryProjParams& p);
+// Whether a CTA's weights and h fit its shared memory and the GPU holds every cluster at once
+// (after mla_query_proj_plan; asks the driver; false on an error).
+bool mla_query_proj_one_wave(int64_t tokens, int64_t heads, int64_t latent,
+                             const MlaQueryProjParams& p);
 void launch_mla_query_proj(const MlaQueryProjParams& p, const Launch& launch);
 
 }  // namespace strata::cuda
