@@ -18,6 +18,7 @@
 #include "backend/cuda/mla_query.h"
 #include "backend/cuda/mla_query_head.cuh"
 #include "backend/cuda/mla_query_proj.h"
+#include "core/log.h"
 
 namespace strata::cuda {
 namespace {
@@ -286,9 +287,16 @@ bool CudaBackend::mla_query_proj(const MlaQueryProjOperands& o, KvStorage& kv, i
   // recording.
   const std::array<int64_t, 7> shape{t, k, heads, q_stride, nope, latent, rope};
   auto wave = mla_query_proj_one_wave_.find(shape);
-  if (wave == mla_query_proj_one_wave_.end())
+  if (wave == mla_query_proj_one_wave_.end()) {
     wave =
         mla_query_proj_one_wave_.emplace(shape, mla_query_proj_one_wave(t, heads, latent, p)).first;
+    if (!wave->second)
+      LOG_INFO(
+          "mla_query_proj: {} clusters of {} CTAs ({} tokens, hidden {}) are not resident at once "
+          "on this GPU; the q_proj and kv_a GEMVs, W_UK and the attention inputs run as separate "
+          "launches",
+          heads, p.cluster, t, k);
+  }
   if (!wave->second) return false;
   begin_op();
   p.in = mla_inputs_params(kv_row, o.kv_norm, q, o.q_latent, o.args, kv, layer, meta);
