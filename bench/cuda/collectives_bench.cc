@@ -33,16 +33,11 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/nccl_comm.h"
 #include "bench_args.h"
+#include "bench_timing.h"
 #include "core/check.h"
 
 namespace strata {
 namespace {
-
-#define CUDA_OK(x)                                                             \
-  do {                                                                         \
-    const cudaError_t e_ = (x);                                                \
-    CHECK_MSG(e_ == cudaSuccess, "{} failed: {}", #x, cudaGetErrorString(e_)); \
-  } while (0)
 
 struct Args {
   int tp = 0;
@@ -88,39 +83,29 @@ struct Timing {
   double latency_us = 0, back_to_back_us = 0;
 };
 
-// One rank's timing of `run` (enqueues one collective on `stream`).
+// One rank's timing of `run` (enqueues one collective on `stream`): the median latency of one
+// between events (bench_timing.h time_ms, after 5 warm-up calls: NCCL's first calls set up its
+// channels), then the median over 3 rounds of `reps` enqueued back to back, a collective.
 template <typename Run>
 Timing time_collective(cudaStream_t stream, int reps, Run&& run) {
-  cudaEvent_t e0, e1;
-  CUDA_OK(cudaEventCreate(&e0));
-  CUDA_OK(cudaEventCreate(&e1));
-  for (int i = 0; i < 5; ++i) run();  // warm-up: NCCL's first calls set up channels
-  CUDA_OK(cudaStreamSynchronize(stream));
-  std::vector<double> one;
-  for (int i = 0; i < reps; ++i) {
-    CUDA_OK(cudaEventRecord(e0, stream));
-    run();
-    CUDA_OK(cudaEventRecord(e1, stream));
-    CUDA_OK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-    one.push_back(1e3 * double(ms));
-  }
   Timing t;
-  t.latency_us = median(one);
+  t.latency_us = 1e3 * bench::time_ms(stream, 5, reps, run);
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
   std::vector<double> batches;
   for (int round = 0; round < 3; ++round) {
-    CUDA_OK(cudaEventRecord(e0, stream));
+    CUDA_CHECK(cudaEventRecord(e0, stream));
     for (int i = 0; i < reps; ++i) run();
-    CUDA_OK(cudaEventRecord(e1, stream));
-    CUDA_OK(cudaEventSynchronize(e1));
+    CUDA_CHECK(cudaEventRecord(e1, stream));
+    CUDA_CHECK(cudaEventSynchronize(e1));
     float ms = 0;
-    CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
     batches.push_back(1e3 * double(ms) / reps);
   }
   t.back_to_back_us = median(batches);
-  CUDA_OK(cudaEventDestroy(e0));
-  CUDA_OK(cudaEventDestroy(e1));
+  CUDA_CHECK(cudaEventDestroy(e0));
+  CUDA_CHECK(cudaEventDestroy(e1));
   return t;
 }
 

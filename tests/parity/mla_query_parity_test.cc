@@ -178,19 +178,11 @@ void check_case(Pair& p, const Case& c, const MlaFormat& f, int tokens, bool int
 
 TEST(MlaQuery, FusedEqualsSeparateOps) {
   Pair p;
-  for (const Case& c : kCases) {
-    for (const MlaFormat& f : kMlaFormats) {
-      const std::string name = f.name;
-      const bool kimi = c.heads == 8;
-      if (name != "bf16" && !(kimi && (name == "fp8_flashmla" || name == "e4m3 scale 0.37")))
-        continue;
-      for (int tokens : {1, 2}) {
-        check_case(p, c, f, tokens, true, false);
-        if (name == "bf16") check_case(p, c, f, tokens, false, kimi);
-        if (name == "bf16" && kimi) check_case(p, c, f, tokens, true, false, true);
-      }
-    }
-  }
+  for (const Case& c : kCases)
+    for_each_query_variant(c.heads == 8, [&](const MlaFormat& f, int tokens, bool interleaved,
+                                             bool norm_f32, bool l2_hints) {
+      check_case(p, c, f, tokens, interleaved, norm_f32, l2_hints);
+    });
 }
 
 TEST(MlaQuery, DeclinesWhatItDoesNotTake) {

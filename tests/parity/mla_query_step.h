@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "parity/mla_sequences.h"
@@ -55,6 +56,24 @@ class MlaQueryStep {
   std::vector<float> inv_freq_;
   MlaInputsArgs args_;
 };
+
+// The formats and variants a fused MLA query test runs for one case: bf16 rows (interleaved pairs;
+// neox pairs, with f32 norm weights for the main case; for the main case also with L2 prefetch
+// hints), and for the main case e4m3 and FlashMLA rows; 1 and 2 tokens each.
+// check(format, tokens, interleaved, norm_f32, l2_hints).
+template <typename Check>
+void for_each_query_variant(bool main_case, Check&& check) {
+  for (const MlaFormat& f : kMlaFormats) {
+    const std::string name = f.name;
+    if (name != "bf16" && !(main_case && (name == "fp8_flashmla" || name == "e4m3 scale 0.37")))
+      continue;
+    for (int tokens : {1, 2}) {
+      check(f, tokens, true, false, false);
+      if (name == "bf16") check(f, tokens, false, main_case, false);
+      if (name == "bf16" && main_case) check(f, tokens, true, false, true);
+    }
+  }
+}
 
 // A query's outputs on the GPU: q (rope applied), q_latent, the cache rows left in kv_row, the KV.
 struct MlaQueryOutputs {
