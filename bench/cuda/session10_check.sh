@@ -12,7 +12,8 @@
 #              (rank_step_bench, A/B in one process)
 #   dsv3       one DeepSeek-V3 rank of tp 8 (FP8 experts), cuts of DSV3_CUTS layers projected to 61
 #              at DSV3_BATCHES, the defaults and DSV3_VARIANTS (default fp8_bf16x), as kimi
-#   moonlight  Moonlight bf16 batch 1 (27 layers, context 768), MOONLIGHT_VARIANTS
+#   moonlight  Moonlight bf16 batch 1 (27 layers, context 768), MOONLIGHT_VARIANTS (timeout
+#              MOONLIGHT_TIMEOUT s, default 150)
 #   offline    the Moonlight shape offline, 1,000 x 1,024 / 1,024, bf16 (offline_bench): the
 #              defaults, then each of OFFLINE_VARIANTS (one engine each)
 #   llama      the Llama-3.1-8B shape (LLAMA_CONFIG, default llama-3.1-8b; llama-3.1-8b-w4a16:
@@ -93,7 +94,7 @@ for stage in $STAGES; do
       echo "mla: exit $?"
       grep -E "^ceiling|^mla|^prof" "$L/mla.log" | sed 's/ of latent rows//' | cut -c1-220 ;;
     moonlight)
-      timeout 100 ./build-dev/strata_bench_rank_step_bench \
+      timeout ${MOONLIGHT_TIMEOUT:-150} ./build-dev/strata_bench_rank_step_bench \
         --config "$CFG/moonlight-16b-a3b/config.json" --batches 1 --context 768 --prefill 0 \
         --reps 100 --variants "${MOONLIGHT_VARIANTS:-segments64}" ${RANK_EXTRA:-} \
         >"$L/moonlight.log" 2>&1
