@@ -9,7 +9,9 @@
 //    (a decode step's all-reduce sits alone between kernels), the median of --reps;
 //  - back to back: --reps collectives enqueued between two events (the pipelined rate), per
 //    collective;
-// each rank's median, the slowest rank's reported (the group waits for it). Bus bandwidth as
+// each rank's median, the slowest rank's reported (the group waits for it). The communicator's
+// all_gather returns only once complete (it polls the stream: nccl_comm.h), so its times include
+// that wait, as a step that gathers its logits sees them. Bus bandwidth as
 // nccl-tests defines it (all-reduce: bytes · 2 (N − 1) / N a time; all-gather: bytes · (N − 1)).
 //
 // Usage: strata_bench_collectives_bench [--tp N (default: every visible GPU)]
