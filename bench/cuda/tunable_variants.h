@@ -185,59 +185,10 @@ inline constexpr Variant kVariants[] = {
      "a q_lora layer's MLA query as the q_b GEMV, W_UK on a side branch and the attention inputs "
      "(mla_query_fusion off)",
      [](cuda::CudaTunables& t) { t.mla_query_fusion = false; }},
-    {"uv_oproj",
-     "MLA's W_UV and o_proj at up to 2 tokens as one launch: o_proj's rows in shared memory before "
-     "the PDL wait, a grid barrier (head_gemv_linear_fusion)",
-     [](cuda::CudaTunables& t) { t.head_gemv_linear_fusion = true; }},
-    {"uv_oproj_late",
-     "uv_oproj with o_proj's rows copied into shared memory after the grid barrier, not before the "
-     "PDL wait (head_gemv_linear_stage_early off)",
-     [](cuda::CudaTunables& t) {
-       t.head_gemv_linear_fusion = true;
-       t.head_gemv_linear_stage_early = false;
-     }},
-    {"l2w16",
-     "an MoE layer's router and shared experts (16 MiB of hints: a Kimi-K2.5 rank's) brought "
-     "into L2 by the fused MLA query's or W_UK's CTAs (l2_prefetch_bytes)",
-     [](cuda::CudaTunables& t) { t.l2_prefetch_bytes = int64_t(16) << 20; }},
-    {"l2w32", "l2w16, then W_UV and o_proj (32 MiB of hints: all of a Kimi-K2.5 rank's)",
-     [](cuda::CudaTunables& t) { t.l2_prefetch_bytes = int64_t(32) << 20; }},
-    {"l2w48", "the same with 48 MiB of hints (all of Moonlight's)",
-     [](cuda::CudaTunables& t) { t.l2_prefetch_bytes = int64_t(48) << 20; }},
-    {"uv_oproj_l2w16", "uv_oproj and l2w16",
-     [](cuda::CudaTunables& t) {
-       t.head_gemv_linear_fusion = true;
-       t.l2_prefetch_bytes = int64_t(16) << 20;
-     }},
-    {"glu_w4_small",
-     "SwiGLU GEMVs of fewer than 132 blocks of 8 warps in blocks of 4 (a TP rank's shared "
-     "experts: gemv_glu_min_blocks)",
-     [](cuda::CudaTunables& t) { t.gemv_glu_min_blocks = 132; }},
-    {"l2w16_glu", "l2w16 and glu_w4_small",
-     [](cuda::CudaTunables& t) {
-       t.l2_prefetch_bytes = int64_t(16) << 20;
-       t.gemv_glu_min_blocks = 132;
-     }},
-    {"uv_oproj_l2w48", "uv_oproj and l2w48",
-     [](cuda::CudaTunables& t) {
-       t.head_gemv_linear_fusion = true;
-       t.l2_prefetch_bytes = int64_t(48) << 20;
-     }},
-    {"mla_query_proj",
-     "a layer without q_lora (Moonlight): q_proj, kv_a, q's rope, W_UK and the cache rows as one "
-     "launch of clusters at up to 2 tokens (mla_query_proj_fusion)",
-     [](cuda::CudaTunables& t) { t.mla_query_proj_fusion = true; }},
-    {"mla_query_proj_uv_oproj", "mla_query_proj and uv_oproj",
-     [](cuda::CudaTunables& t) {
-       t.mla_query_proj_fusion = true;
-       t.head_gemv_linear_fusion = true;
-     }},
-    {"mla_query_proj_all", "mla_query_proj, uv_oproj and l2w48",
-     [](cuda::CudaTunables& t) {
-       t.mla_query_proj_fusion = true;
-       t.head_gemv_linear_fusion = true;
-       t.l2_prefetch_bytes = int64_t(48) << 20;
-     }},
+    {"no_uv_oproj",
+     "MLA's W_UV and o_proj as two launches (head_gemv_linear_fusion off; on: one launch with "
+     "o_proj's rows in shared memory before the PDL wait and a grid barrier)",
+     [](cuda::CudaTunables& t) { t.head_gemv_linear_fusion = false; }},
     {"mla_chunks1",
      "MLA splits of one 64-key chunk on the default decode kernel "
      "(mla_min_split_chunks 1)",
@@ -304,17 +255,6 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.moe_int4_split_tma = 1; }},
     {"no_mla_fused_merge", "MLA splits merged by their own kernel (mla_fused_merge_max_splits 0)",
      [](cuda::CudaTunables& t) { t.mla_fused_merge_max_splits = 0; }},
-    // Batch 1 over short contexts (Moonlight's 768 keys: 12 one-chunk splits and a merge launch):
-    // fewer, longer splits that the decode kernel merges itself, or every split merged in it.
-    {"mla_splits2", "MLA attention in at most 2 key splits, merged by the decode kernel",
-     [](cuda::CudaTunables& t) { t.mla_max_splits = 2; }},
-    {"mla_splits4_fused", "MLA attention in at most 4 key splits, merged by the decode kernel",
-     [](cuda::CudaTunables& t) {
-       t.mla_max_splits = 4;
-       t.mla_fused_merge_max_splits = 4;
-     }},
-    {"mla_fused_merge_all", "MLA key splits always merged by the decode kernel's last block",
-     [](cuda::CudaTunables& t) { t.mla_fused_merge_max_splits = 64; }},
     {"mla_chunks1", "MLA attention's splits down to one 64-key chunk (mla_min_split_chunks 1)",
      [](cuda::CudaTunables& t) { t.mla_min_split_chunks = 1; }},
     {"session9",

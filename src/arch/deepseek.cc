@@ -101,7 +101,6 @@ class DeepseekModel : public DecoderModel {
   }
   void swiglu(const SwiGlu& w, const Tensor& h, const Tensor& out);
   void moe_block(int layer, const Tensor& h, const Tensor& out);
-  void prefetch_after_attention(const DeepseekLayer& L);
 
   MlaDims dims_;  // num_heads: this rank's query heads
   // Decode context parallelism (arch/dcp.h): the backend's ops (null: none), the most heads a
@@ -288,8 +287,7 @@ void DeepseekModel::attention_block(int layer, const Tensor& h, const ForwardBat
   const bool dcp = tp_.dcp_active();
   DeviceTensorPtr q_latent = dcp ? nullptr : be.alloc(act, {t, heads, dims_.cache_dim()});
   const MlaInputsArgs inputs = mla_inputs_args(dims_, kLoraNormEps, rope);
-  bool inputs_done = false;  // the query and the cache rows by Backend::mla_query(_proj)
-  prefetch_after_attention(L);
+  bool inputs_done = false;  // the query and the cache rows by one Backend::mla_query
   // kv_a right after the first linear on h: two linears on one input back to back, which a
   // backend may run as one launch (the CUDA backend's gemv_pair_fusion under graphs).
   if (L.q_a.weight) {
@@ -317,20 +315,8 @@ void DeepseekModel::attention_block(int layer, const Tensor& h, const ForwardBat
     }
     trace(*qa_norm, "q_a_norm", layer);
   } else {
-    inputs_done = !dcp && be.mla_query_proj({.h = h,
-                                             .q_proj = L.q_proj,
-                                             .kv_a = L.kv_a,
-                                             .w_uk = *L.absorbed.w_uk,
-                                             .kv_norm = *L.kv_a_norm,
-                                             .args = inputs,
-                                             .kv_row = *kv_row,
-                                             .q = *q,
-                                             .q_latent = *q_latent},
-                                            kv, layer, batch.attn);
-    if (!inputs_done) {
-      be.linear(h, L.q_proj, *q);
-      be.linear(h, L.kv_a, *kv_row);
-    }
+    be.linear(h, L.q_proj, *q);
+    be.linear(h, L.kv_a, *kv_row);
   }
   auto attn = be.alloc(act, {t, heads, dims_.v_head_dim});
   if (dcp) {
@@ -366,28 +352,6 @@ void DeepseekModel::attention_block(int layer, const Tensor& h, const ForwardBat
   }
   trace(*attn, "attn", layer);
   be.linear(attn->view().reshape({t, heads * dims_.v_head_dim}), L.o_proj, out);
-}
-
-// What the layer reads right after its attention, as hints (Backend::prefetch: a backend may
-// bring them closer while the attention runs), most useful first: a MoE layer's router and
-// shared experts (at batch 1 the routed experts and the shared experts' side branch are two paths
-// of about equal length into the combine, so only both shortened shorten the layer), then W_UV
-// and o_proj. A dense layer's MLP is too large to be worth it.
-void DeepseekModel::prefetch_after_attention(const DeepseekLayer& L) {
-  Backend& be = *backend_;
-  auto linear = [&](const LinearWeight& w) {
-    if (w.weight) be.prefetch(w.weight->view());
-    if (w.scales) be.prefetch(w.scales->view());
-  };
-  if (L.is_moe) {
-    linear(L.moe.gate);
-    if (L.moe.has_shared) {
-      linear(L.moe.shared.gate_up);
-      linear(L.moe.shared.down);
-    }
-  }
-  if (L.absorbed.w_uv) be.prefetch(L.absorbed.w_uv->view());
-  linear(L.o_proj);
 }
 
 void DeepseekModel::swiglu(const SwiGlu& w, const Tensor& h, const Tensor& out) {

@@ -173,19 +173,6 @@ struct MlaQueryOperands {
   const Tensor& q_latent;    // [T, heads, R + rope]: out, complete
 };
 
-// Backend::mla_query_proj: the query of a layer without q_lora (q_proj; arch/deepseek.cc) from h.
-struct MlaQueryProjOperands {
-  const Tensor& h;             // [T, hidden]: the layer's normalized hidden state
-  const LinearWeight& q_proj;  // [heads · (nope + rope), hidden]
-  const LinearWeight& kv_a;    // [R + rope, hidden]
-  const Tensor& w_uk;          // [heads, R, nope]: W_UK_hᵀ (MlaAbsorbedWeights)
-  const Tensor& kv_norm;       // [R]: kv_a_layernorm's weight
-  const MlaInputsArgs& args;
-  const Tensor& kv_row;    // [T, R + rope]: out, kv_a's rows made into cache rows
-  const Tensor& q;         // [T, heads, nope + rope]: out, rope applied
-  const Tensor& q_latent;  // [T, heads, R + rope]: out, complete
-};
-
 // ---- mixture of experts (DeepSeek / Kimi routing) ----
 enum class MoeScoring : uint8_t { kSoftmax, kSigmoid };
 // How a group of experts is scored when routing is group-limited.
@@ -316,10 +303,6 @@ class Backend {
   // across the real collective, so that one rank alone runs a real rank's kernels. `bytes`: its
   // payload. Default: nothing (no merges).
   virtual void skipped_collective(int64_t /*bytes*/) {}
-  // A hint: the weight bytes of `t` are read a few ops from here. A backend may start bringing
-  // them closer to its compute meanwhile (CUDA: into L2 while a batch-1 step's MLA attention
-  // waits on latency, cuda/l2_prefetch.h). Results do not change. Default: nothing.
-  virtual void prefetch(const Tensor& /*t*/) {}
   virtual std::unique_ptr<KvStorage> alloc_kv(const KvLayout& layout) = 0;
   // Whether this backend implements `layout` (dtypes, row formats); alloc_kv CHECK-fails on a
   // layout this refuses, so callers that take a layout from users ask first. Default: all.
@@ -421,15 +404,6 @@ class Backend {
   // values a true return gives as well.
   virtual bool mla_query(const MlaQueryOperands& o, KvStorage& kv, int layer,
                          const AttentionMetadata& meta) {
-    (void)o, (void)kv, (void)layer, (void)meta;
-    return false;
-  }
-  // The same for a layer without q_lora: q = h · q_projᵀ, kv_row = h · kv_aᵀ, then
-  // mla_attention_inputs and q_latent's W_UK columns as above. False, having done nothing, where
-  // the backend has no such op (the default) or its op does not take the shapes: the caller then
-  // runs the two linears and the ops one by one.
-  virtual bool mla_query_proj(const MlaQueryProjOperands& o, KvStorage& kv, int layer,
-                              const AttentionMetadata& meta) {
     (void)o, (void)kv, (void)layer, (void)meta;
     return false;
   }

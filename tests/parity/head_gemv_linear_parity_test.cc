@@ -10,11 +10,10 @@
 // Shapes: one Kimi-K2.5 rank's W_UV + o_proj (8 heads of 128 from 512 latent values, hidden
 // 7,168), Moonlight's (16 heads, hidden 2,048) at one warp a row and at up to 4 (gemv_max_ksplit),
 // house-mla's (5 heads of 64 from 128, hidden 320), odd sizes with a bias, the Kimi shape with
-// the rows copied after the grid barrier (head_gemv_linear_stage_early off) and with CTAs that do
-// not wait at the barrier (timeout 0: the path for a grid that is not resident at once, each CTA
-// making every per-head output itself); 1 and 2 tokens. Not
-// merged, and still the eager bits: a DeepSeek-V3 rank's (16 heads into 7,168 rows: a CTA's rows
-// do not fit its shared memory), a linear on another input, the tunable off.
+// CTAs that do not wait at the barrier (timeout 0: the path for a grid that is not resident at
+// once, each CTA making every per-head output itself); 1 and 2 tokens. Not merged, and still the
+// eager bits: a DeepSeek-V3 rank's (16 heads into 7,168 rows: a CTA's rows do not fit its shared
+// memory), a linear on another input, the tunable off.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -35,7 +34,6 @@ struct Case {
   int64_t heads, n_head, k_head, n;
   bool bias, same_x, merges;  // merges: when the tunable is on
   int max_ksplit;             // CudaTunables::gemv_max_ksplit for the case (0: the default)
-  bool late;                  // o_proj's rows copied after the grid barrier (stage_early off)
   bool no_wait;               // barrier timeout 0: every CTA makes every per-head output itself
 };
 
@@ -66,22 +64,20 @@ TEST(HeadGemvLinear, GraphModeMergesThePerHeadGemvIntoTheLinear) {
   const cuda::CudaTunables defaults = gpu.tunables();
   ASSERT_TRUE(defaults.fusion);
   const Case cases[] = {
-      {"kimi-k2.5 rank W_UV + o_proj", 8, 128, 512, 7168, false, true, true, 0, false, false},
-      {"kimi-k2.5 rank, rows copied late", 8, 128, 512, 7168, false, true, true, 0, true, false},
-      {"kimi-k2.5 rank, no wait at the barrier", 8, 128, 512, 7168, false, true, true, 0, false,
-       true},
-      {"moonlight W_UV + o_proj", 16, 128, 512, 2048, false, true, true, 0, false, false},
-      {"moonlight, up to 4 warps a row", 16, 128, 512, 2048, false, true, true, 4, false, false},
-      {"house-mla W_UV + o_proj", 5, 64, 128, 320, false, true, true, 0, false, false},
-      {"odd sizes, bias, 4 warps a row", 3, 40, 72, 333, true, true, true, 4, false, false},
-      {"deepseek-v3 rank (rows too big)", 16, 128, 512, 7168, false, true, false, 0, false, false},
-      {"another input", 8, 128, 512, 7168, false, false, false, 0, false, false},
+      {"kimi-k2.5 rank W_UV + o_proj", 8, 128, 512, 7168, false, true, true, 0, false},
+      {"kimi-k2.5 rank, no wait at the barrier", 8, 128, 512, 7168, false, true, true, 0, true},
+      {"moonlight W_UV + o_proj", 16, 128, 512, 2048, false, true, true, 0, false},
+      {"moonlight, up to 4 warps a row", 16, 128, 512, 2048, false, true, true, 4, false},
+      {"house-mla W_UV + o_proj", 5, 64, 128, 320, false, true, true, 0, false},
+      {"odd sizes, bias, 4 warps a row", 3, 40, 72, 333, true, true, true, 4, false},
+      {"deepseek-v3 rank (rows too big)", 16, 128, 512, 7168, false, true, false, 0, false},
+      {"another input", 8, 128, 512, 7168, false, false, false, 0, false},
   };
+
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     gpu.tune([&](cuda::CudaTunables& t) {
       t.gemv_max_ksplit = c.max_ksplit > 0 ? c.max_ksplit : defaults.gemv_max_ksplit;
-      t.head_gemv_linear_stage_early = !c.late;
       t.head_gemv_linear_barrier_timeout_us =
           c.no_wait ? 0 : defaults.head_gemv_linear_barrier_timeout_us;
     });

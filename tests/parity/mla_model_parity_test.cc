@@ -254,30 +254,10 @@ TEST_P(MlaModel, GreedyMatchesTheCpuBackend) {
         // mla_query_parity_test.cc).
         {"graphs + both, the MLA query unfused", true,
          [](cuda::CudaTunables& t) { t.mla_query_fusion = false; }},
-        // W_UV and o_proj at decode sizes as one launch with a grid barrier
-        // (head_gemv_linear_fusion, off by default; head_gemv_linear_parity_test.cc).
-        {"graphs + both, W_UV and o_proj in one launch", true,
-         [](cuda::CudaTunables& t) { t.head_gemv_linear_fusion = true; }},
-        // Weights after the attention brought into L2 by the fused query's CTAs (prefetch hints,
-        // l2_prefetch_bytes, off by default; l2_prefetch.h), and with the launch above.
-        {"graphs + both, weights into L2 ahead", true,
-         [](cuda::CudaTunables& t) { t.l2_prefetch_bytes = int64_t(64) << 20; }},
-        {"graphs + both, W_UV and o_proj in one launch, weights into L2 ahead", true,
-         [](cuda::CudaTunables& t) {
-           t.head_gemv_linear_fusion = true;
-           t.l2_prefetch_bytes = int64_t(64) << 20;
-         }},
-        // A layer without q_lora: q_proj, kv_a, the rope, W_UK and the cache rows as one launch
-        // (mla_query_proj_fusion, off by default; mla_query_proj_parity_test.cc), alone and with
-        // the two above (the q_lora fixtures run it as "graphs + both").
-        {"graphs + both, the no-q_lora query in one launch", true,
-         [](cuda::CudaTunables& t) { t.mla_query_proj_fusion = true; }},
-        {"graphs + both, the no-q_lora query and W_UV + o_proj in one launch each, L2 ahead", true,
-         [](cuda::CudaTunables& t) {
-           t.mla_query_proj_fusion = true;
-           t.head_gemv_linear_fusion = true;
-           t.l2_prefetch_bytes = int64_t(64) << 20;
-         }},
+        // W_UV and o_proj as two launches (head_gemv_linear_fusion, on by default: one launch
+        // with a grid barrier; head_gemv_linear_parity_test.cc).
+        {"graphs + both, W_UV and o_proj as two launches", true,
+         [](cuda::CudaTunables& t) { t.head_gemv_linear_fusion = false; }},
         // Decode steps' attention on the mma kernel, not the decode kernel (mla_decode_min_rows).
         {"graphs + both, MLA on the mma kernel", true,
          [](cuda::CudaTunables& t) { t.mla_decode_min_rows = 1 << 20; }},

@@ -1,7 +1,7 @@
 // mbarriers, bulk copies by the TMA engine (cp.async.bulk) and named barriers: the pieces of the
 // kernels that stream rows or weights into shared memory without a register round trip (the MLA
 // decode kernel, mla_decode.cuh; the INT4 experts' split gate_up, moe_experts_int4_gate_up.cu;
-// the kernels that stage weights before their PDL wait).
+// head_gemv_linear.cu, which stages weights before its PDL wait).
 #pragma once
 
 #include <cstdint>
@@ -75,8 +75,8 @@ __device__ __forceinline__ uint64_t l2_evict_first_policy() {
   return policy;
 }
 // One thread: `bytes` (a multiple of 16) from src into shared memory at dst by bulk copies of up
-// to 32 KB, with an L2 cache policy, as one arrival on `bar` that expects their bytes (the kernels
-// that stage weights before their PDL wait: head_gemv_linear.cu, mla_query_proj.cu).
+// to 32 KB, with an L2 cache policy, as one arrival on `bar` that expects their bytes (a kernel
+// that stages weights before its PDL wait: head_gemv_linear.cu).
 __device__ __forceinline__ void bulk_copy_into_smem(uint32_t dst, const void* src, uint32_t bytes,
                                                     uint32_t bar, uint64_t policy) {
   constexpr uint32_t kChunk = 32 * 1024;

@@ -57,8 +57,6 @@ CudaBackend::CudaBackend(const BackendOptions& options)
       cudaMemsetAsync(mla_merge_counters_, 0, kMlaMergeCounterCapacity * sizeof(int32_t), stream_));
   CUDA_CHECK(cudaMalloc(&head_gemv_linear_barrier_, sizeof(unsigned)));
   CUDA_CHECK(cudaMemsetAsync(head_gemv_linear_barrier_, 0, sizeof(unsigned), stream_));
-  CUDA_CHECK(cudaMalloc(&mla_query_proj_done_, sizeof(unsigned)));
-  CUDA_CHECK(cudaMemsetAsync(mla_query_proj_done_, 0, sizeof(unsigned), stream_));
   init_attention_kernels();
   // Captured graphs hold addresses of cached blocks: a trim drops them (re-captured on demand).
   pool_->set_on_trim([this] {
@@ -91,7 +89,6 @@ CudaBackend::~CudaBackend() {
   cudaFree(cublas_workspace_);
   cudaFree(mla_merge_counters_);
   cudaFree(head_gemv_linear_barrier_);
-  cudaFree(mla_query_proj_done_);
   fp8_planner_.reset();
   if (fp8_workspace_) cudaFree(fp8_workspace_);
   cudaStreamDestroy(own_stream_);
@@ -131,8 +128,7 @@ void CudaBackend::begin_op() {
 
 void CudaBackend::end_step() {
   CHECK_MSG(side_ != SideBranch::kOpen, "a step ended inside a side branch");
-  join_side_branch();        // the step's launches end on the one stream
-  (void)take_l2_prefetch();  // hints no launch carried go with the step
+  join_side_branch();  // the step's launches end on the one stream
   const bool eager = !recorder_.graph_mode() && in_step_;
   recorder_.flush(launch(), step_start_ns_);
   const int64_t launched = host_now_ns();

@@ -39,7 +39,6 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/graph_recorder.h"
-#include "backend/cuda/l2_prefetch.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/linear.h"
 #include "backend/cuda/linear_fp8.h"
@@ -165,17 +164,10 @@ class CudaBackend : public Backend,
   void mla_attention_inputs(const Tensor& kv_row, const Tensor& norm, const Tensor& q,
                             const Tensor& q_latent, const MlaInputsArgs& args, KvStorage& kv,
                             int layer, const AttentionMetadata& meta) override;
-  // l2_prefetch.cc: kept for the next fused MLA query or per-head GEMV (CudaTunables::
-  // l2_prefetch_bytes).
-  void prefetch(const Tensor& t) override;
   // mla_query.cu: one launch (CudaTunables::fusion and mla_query_fusion; a bf16 q_b, up to 2
   // tokens, sizes mla_query_fits takes, every cluster resident at once), else false.
   bool mla_query(const MlaQueryOperands& o, KvStorage& kv, int layer,
                  const AttentionMetadata& meta) override;
-  // mla_query_proj.cu: one launch (CudaTunables::fusion and mla_query_proj_fusion; bf16 q_proj
-  // and kv_a, up to 2 tokens, one-warp-a-row GEMVs, sizes mla_query_proj_plan takes), else false.
-  bool mla_query_proj(const MlaQueryProjOperands& o, KvStorage& kv, int layer,
-                      const AttentionMetadata& meta) override;
   // mla_dcp.cu: the shard's partials through the MLA kernels (the CPU twin where mla_attention
   // would use it), and their merge on the GPU.
   void mla_attention_partial(const Tensor& q_latent, const KvStorage& kv, int layer,
@@ -405,17 +397,6 @@ class CudaBackend : public Backend,
   // stream).
   std::map<std::array<int64_t, 2>, bool> head_gemv_linear_one_wave_;
   unsigned* head_gemv_linear_barrier_ = nullptr;
-  // mla_query_proj.cu: the count of its CTAs done with their kv_a rows (zeroed at construction
-  // and by each launch's last CTA; that kernel alone uses it, on the main stream), and whether a
-  // CTA's weights fit its shared memory and every cluster is resident at once at a shape
-  // (tokens, hidden, heads, q dims a head, nope, latent, rope).
-  unsigned* mla_query_proj_done_ = nullptr;
-  std::map<std::array<int64_t, 7>, bool> mla_query_proj_one_wave_;
-  // l2_prefetch.cc: the prefetch hints not yet carried by a launch, and their bytes.
-  L2PrefetchRanges l2_hints_{};
-  int64_t l2_hint_bytes_ = 0;
-  // The hints so far, for the launch that carries them; none are left.
-  L2PrefetchRanges take_l2_prefetch();
   // Graph mode: pending launches at which the step's next segment is cut (begin_op).
   size_t segment_cut_ = 0;
   GraphStats logged_{};  // the counters at the last eager-steps log (log_eager_steps)

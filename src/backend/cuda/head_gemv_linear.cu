@@ -106,15 +106,12 @@ __global__ void __launch_bounds__(kThreads, 1) head_gemv_linear_kernel(HeadGemvL
   }
   __syncthreads();
   // Weights before the wait (never written by a kernel), streamed once: evict first from L2.
-  const uint64_t policy = l2_evict_first_policy();
-  auto copy_rows = [&] {
-    bulk_copy_into_smem(smem_addr(w_s), p.w + r0 * k, uint32_t((r1 - r0) * k * 2), bar_rows,
-                        policy);
-  };
   if (threadIdx.x == 0) {
+    const uint64_t policy = l2_evict_first_policy();
     bulk_copy_into_smem(smem_addr(wh_s), p.w_head + o0 * p.k_head,
                         uint32_t((o1 - o0) * p.k_head * 2), bar_head, policy);
-    if (p.stage_early) copy_rows();
+    bulk_copy_into_smem(smem_addr(w_s), p.w + r0 * k, uint32_t((r1 - r0) * k * 2), bar_rows,
+                        policy);
   }
   pdl_enter(p.pdl_early);
 
@@ -133,7 +130,6 @@ __global__ void __launch_bounds__(kThreads, 1) head_gemv_linear_kernel(HeadGemvL
     }
   }
   const bool met = grid_barrier(p.barrier, uint64_t(p.barrier_timeout_us) * 1000);
-  if (!p.stage_early && threadIdx.x == 0) copy_rows();
   if (met) {
     // Every per-head output into shared memory (other CTAs wrote them: through L2, not L1).
     const int64_t pieces = M * k / 8;
@@ -286,7 +282,6 @@ bool CudaBackend::merge_head_gemv_linear(const GemvParams& p) {
   h.lanes = q.lanes;
   h.ks = gemv_ksplit(p, p.n);
   h.pdl_early = tunables_.pdl_early;
-  h.stage_early = tunables_.head_gemv_linear_stage_early;
   h.barrier_timeout_us = tunables_.head_gemv_linear_barrier_timeout_us;
   head_gemv_linear_set_grid(h);
   // One wave (the CTAs wait on each other): asked of the driver once a shape, as this runs at

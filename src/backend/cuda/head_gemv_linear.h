@@ -55,9 +55,7 @@ struct HeadGemvLinearParams {
   int rows_max;  // and outputs [b · k / ctas, ..) of the per-head GEMV; the most of either a CTA
   int outs_max;  // takes (its shared memory)
   int pdl_early;
-  // 1: the linear's rows are copied before the PDL wait; 0: after the grid barrier (the A/B of
-  // what the early copy is worth: CudaTunables::head_gemv_linear_stage_early).
-  int stage_early;
+  int reserved_zero;  // keeps the struct free of padding (its bytes are a graph's signature)
   // How long a CTA waits at the grid barrier before making every per-head output itself (µs;
   // CudaTunables::head_gemv_linear_barrier_timeout_us; 0: the tests' way into that path).
   int barrier_timeout_us;

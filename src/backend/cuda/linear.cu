@@ -499,9 +499,6 @@ void CudaBackend::linear_silu_mul(const Tensor& x, const LinearWeight& w, const 
     record(kOpGemvDevGlu, p, dev_.gemv);
     return;
   }
-  // Few rows: blocks of 4 warps, twice the SMs streaming (a warp still takes whole rows: the bits).
-  if (p.block_warps == 8 && ceil_div(inter, int64_t(4)) < tunables_.gemv_glu_min_blocks)
-    p.block_warps = 4;
   if (merge_gemv_norm(&p)) {  // graph mode: the norm that made x (a dense MLP's post-attention)
     recorder_.drop_last();
     record(kOpGemvNorm, p, launch_gemv);
@@ -559,7 +556,6 @@ void CudaBackend::per_head_linear(const Tensor& x, int64_t x_begin, const Tensor
     q.n = int(n);
     q.k = int(k);
     q.pdl_early = tunables_.pdl_early;
-    q.l2 = take_l2_prefetch();  // W_UK's launch carries the layer's hints where mla_query did not
     per_head_gemv_set_lanes(q);
     if (per_head_gemv_fits(q)) {
       record(kOpPerHeadGemv, q, launch_per_head_gemv);

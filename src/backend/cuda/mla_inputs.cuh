@@ -29,8 +29,7 @@ __device__ __forceinline__ void mla_rope_pair_dims(const MlaInputsParams& p, int
 }
 
 // Token t's cache row, by every thread of a block of kMlaInputsThreads (after the PDL wait):
-// row_s holds kMlaInputsMaxLatent + 2 · kMaxRopeHalf values, warp_ss one float a warp. kv_row is
-// read through L2: in mla_query_proj.cu other CTAs of the same launch wrote it.
+// row_s holds kMlaInputsMaxLatent + 2 · kMaxRopeHalf values, warp_ss one float a warp.
 __device__ __forceinline__ void mla_cache_row(const MlaInputsParams& p, int64_t t, uint16_t* row_s,
                                               float* warp_ss) {
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -45,7 +44,7 @@ __device__ __forceinline__ void mla_cache_row(const MlaInputsParams& p, int64_t 
   float ss = 0;
   if (p.norm_vec) {
     if (holds) {
-      unpack8(__ldcg(reinterpret_cast<const uint4*>(kv) + tid), v);
+      unpack8(reinterpret_cast<const uint4*>(kv)[tid], v);
 #pragma unroll
       for (int e = 0; e < 8; ++e) ss += v[e] * v[e];
     }
@@ -54,7 +53,7 @@ __device__ __forceinline__ void mla_cache_row(const MlaInputsParams& p, int64_t 
     for (int j = 0; j < 8; ++j) {
       const int i = lane + j * 32;
       if (i < R) {
-        v[j] = bf16_to_float(__ldcg(kv + i));
+        v[j] = bf16_to_float(kv[i]);
         ss += v[j] * v[j];
       }
     }
@@ -65,8 +64,8 @@ __device__ __forceinline__ void mla_cache_row(const MlaInputsParams& p, int64_t 
     int d0, d1;
     mla_rope_pair_dims(p, i, &d0, &d1);
     bf16_bits o0, o1;
-    rope_pair(bf16_to_float(__ldcg(kv + R + d0)), bf16_to_float(__ldcg(kv + R + d1)), position,
-              p.inv_freq[i], p.attention_factor, &o0, &o1);
+    rope_pair(bf16_to_float(kv[R + d0]), bf16_to_float(kv[R + d1]), position, p.inv_freq[i],
+              p.attention_factor, &o0, &o1);
     kv[R + d0] = o0;
     kv[R + d1] = o1;
     row_s[R + d0] = o0;

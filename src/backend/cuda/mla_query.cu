@@ -5,7 +5,7 @@
 // written by a kernel), after the q_a norm of its own; the rows meet in distributed shared
 // memory; then CTA r ropes its share of the head's rope pairs and folds the head's q_nope into
 // latent columns [r · latent / cluster, +latent / cluster) with the W_UK rows it also loaded
-// before the wait (mla_query_head.cuh: the part shared with mla_query_proj.cu).
+// before the wait.
 #include <cuda_runtime.h>
 
 #include <array>
@@ -13,11 +13,9 @@
 #include "backend/cuda/cluster.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/mla_attention.h"
 #include "backend/cuda/mla_inputs.cuh"
 #include "backend/cuda/mla_query.h"
-#include "backend/cuda/mla_query_head.cuh"
 #include "backend/cuda/norm_prologue.cuh"
 #include "backend/cuda/norm_weight.cuh"
 #include "backend/cuda/per_head_gemv.h"
@@ -25,8 +23,9 @@
 namespace strata::cuda {
 namespace {
 
-using mla_query_head::kThreads;
-using mla_query_head::kWarps;
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+static_assert(kThreads == kMlaInputsThreads, "the cache rows' cluster runs mla_cache_row");
 constexpr int kMaxRowsPerCta = kWarps * kMlaQueryMaxRowsPerWarp;
 
 // The q_a norm in the one-warp kernel's order (norm.cu rms_norm_warp_kernel, k <= 256): warp m
@@ -128,7 +127,6 @@ __global__ void __launch_bounds__(kThreads, 1) mla_query_kernel(MlaQueryParams p
       for (int b = int(threadIdx.x) * 128; b < wbytes; b += kThreads * 128)
         prefetch_l2(static_cast<const char*>(p.in.norm) + b);
     pdl_enter(p.in.pdl_early);
-    if (threadIdx.x == 0) l2_prefetch_share(p.l2, blockIdx.x, gridDim.x);
     for (int64_t t = rank; t < p.in.tokens; t += cs) {
       if (t != rank) __syncthreads();  // the last row's encode has read row_s
       mla_cache_row(p.in, t, row_s, warp_ss);
@@ -149,17 +147,18 @@ __global__ void __launch_bounds__(kThreads, 1) mla_query_kernel(MlaQueryParams p
       if (j < rpw && kk < k) wv[j][s] = __ldcs(reinterpret_cast<const uint4*>(wq + j * k + kk));
     }
   }
-  const int R = p.in.fmt.latent, nope = p.nope;
-  const mla_query_head::Share share{head, rank, cs, rows, nope, p.uk_lanes, R / cs};
-  const bf16_bits* wuk = p.w_uk + (int64_t(head) * R + share.col0()) * nope;
+  const int R = p.in.fmt.latent, P = p.in.fmt.rope, nope = p.nope;
+  const int L = p.uk_lanes, uk_rows = 32 / L, sub = lane / L, sl = lane % L;
+  const int cols = R / cs, col0 = rank * cols;
+  const bf16_bits* wuk = p.w_uk + (int64_t(head) * R + col0) * nope;
   uint4 uk[kMlaQueryMaxUkPasses][kMlaQueryMaxUkPieces];
 #pragma unroll
   for (int ps = 0; ps < kMlaQueryMaxUkPasses; ++ps) {
-    const int c = share.uk_col(ps, warp, lane);
+    const int c = (ps * kWarps + warp) * uk_rows + sub;
 #pragma unroll
     for (int i = 0; i < kMlaQueryMaxUkPieces; ++i) {
-      const int k0 = share.uk_k0(i, lane);
-      if (c < share.cols && k0 < nope)
+      const int k0 = sl * 8 + i * L * 8;
+      if (c < cols && k0 < nope)
         uk[ps][i] = *reinterpret_cast<const uint4*>(wuk + int64_t(c) * nope + k0);
     }
   }
@@ -169,8 +168,6 @@ __global__ void __launch_bounds__(kThreads, 1) mla_query_kernel(MlaQueryParams p
   if (p.norm_vec && int(threadIdx.x) < nchunk)
     norm_weight8(p.norm.weight, p.norm.weight_f32, threadIdx.x, nw);
   pdl_enter(p.in.pdl_early);
-  // After the wait: the predecessor (q_a and kv_a, 30 MB at a Kimi-K2.5 rank) streams no more.
-  if (threadIdx.x == 0) l2_prefetch_share(p.l2, blockIdx.x, gridDim.x);
 
   // q_a's norm, then this warp's q rows: one warp a row as the decode GEMV sums it.
   bf16_bits* xn = reinterpret_cast<bf16_bits*>(norm_smem);
@@ -213,22 +210,81 @@ __global__ void __launch_bounds__(kThreads, 1) mla_query_kernel(MlaQueryParams p
     }
   }
   cluster_sync();  // every CTA's q rows in its q_s
-  mla_query_head::finish<M>(p.in, share, &q_s[0][0], kMaxRowsPerCta, nope_s,
-                            [&](int ps, int i) { return uk[ps][i]; });
+
+  // The head's q_nope gathered (16-byte pieces: rows_per_cta is a multiple of 8), and this
+  // CTA's share of the rope pairs: rotated into q and q_latent's rope columns.
+  const int pieces = nope / 8;
+  for (int i = int(threadIdx.x); i < M * pieces; i += kThreads) {
+    const int m = i / pieces, d = (i - m * pieces) * 8;
+    const uint32_t at = uint32_t(__cvta_generic_to_shared(&q_s[m][d % rows]));
+    *reinterpret_cast<uint4*>(&nope_s[m][d]) = ld_cluster_v4(cluster_map(at, uint32_t(d / rows)));
+  }
+  const int half = p.in.half;
+  for (int idx = rank * kThreads + int(threadIdx.x); idx < M * half; idx += cs * kThreads) {
+    const int m = idx / half, i = idx - m * half;
+    int d0, d1;
+    mla_rope_pair_dims(p.in, i, &d0, &d1);
+    const int e0 = nope + d0, e1 = nope + d1;
+    const uint32_t a0 = uint32_t(__cvta_generic_to_shared(&q_s[m][e0 % rows]));
+    const uint32_t a1 = uint32_t(__cvta_generic_to_shared(&q_s[m][e1 % rows]));
+    const float x0 = bf16_to_float(ld_cluster_u16(cluster_map(a0, uint32_t(e0 / rows))));
+    const float x1 = bf16_to_float(ld_cluster_u16(cluster_map(a1, uint32_t(e1 / rows))));
+    bf16_bits o0, o1;
+    rope_pair(x0, x1, p.in.positions[m], p.in.inv_freq[i], p.in.attention_factor, &o0, &o1);
+    bf16_bits* qh = p.in.q + (int64_t(m) * heads + head) * q_stride;
+    bf16_bits* lh = p.in.q_latent + (int64_t(m) * heads + head) * (R + P) + R;
+    qh[e0] = o0;
+    qh[e1] = o1;
+    lh[d0] = o0;
+    lh[d1] = o1;
+  }
+  cluster_arrive();  // done with the other CTAs' q_s
+  __syncthreads();   // nope_s complete
+
+  // W_UK: latent column col0 + c of the head, per_head_gemv's sum of L lanes.
+#pragma unroll
+  for (int ps = 0; ps < kMlaQueryMaxUkPasses; ++ps) {
+    const int c = (ps * kWarps + warp) * uk_rows + sub;
+    float acc[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+    if (c < cols) {
+#pragma unroll
+      for (int i = 0; i < kMlaQueryMaxUkPieces; ++i) {
+        const int k0 = sl * 8 + i * L * 8;
+        if (k0 < nope) {
+          float w[8];
+          unpack8(uk[ps][i], w);
+#pragma unroll
+          for (int m = 0; m < M; ++m) {
+            float x[8];
+            unpack8(*reinterpret_cast<const uint4*>(&nope_s[m][k0]), x);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[m] = fmaf(w[e], x[e], acc[m]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+      for (int o = L / 2; o > 0; o >>= 1) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], o);
+    if (c < cols && sl == 0) {
+#pragma unroll
+      for (int m = 0; m < M; ++m)
+        p.in.q_latent[(int64_t(m) * heads + head) * (R + P) + col0 + c] = float_to_bf16(acc[m]);
+    }
+  }
   cluster_wait();  // no CTA leaves while another may still read its q_s
 }
 
-template <int M>
-void launch_m(const MlaQueryParams& p, const Launch& launch) {
-  const dim3 grid(unsigned((p.in.heads + 1) * p.cluster));
-  launch_pdl_cluster(mla_query_kernel<M>, grid, dim3(kThreads), norm_prologue_smem_bytes(M, p.k),
-                     launch, p.cluster, p);
-  CUDA_LAUNCH_CHECK();
-}
-
-}  // namespace
-
-MlaQueryHeadSplit mla_query_head_split(int64_t q_stride, int64_t nope, int64_t latent) {
+// How a head's work splits: `lanes` (per_head_gemv's for k = nope) share a W_UK row, and the
+// head's cluster takes `cluster` CTAs, the most (up to the portable 8) that split its q rows into
+// whole 8-row pieces of at most kMlaQueryMaxRowsPerWarp rows a warp and its latent columns evenly,
+// with W_UK's rows within kMlaQueryMaxUkPasses a warp (0: none does).
+struct HeadSplit {
+  int cluster, lanes;
+};
+HeadSplit head_split(int64_t q_stride, int64_t nope, int64_t latent) {
   PerHeadGemvParams g{};
   g.k = int(nope);
   per_head_gemv_set_lanes(g);
@@ -241,18 +297,28 @@ MlaQueryHeadSplit mla_query_head_split(int64_t q_stride, int64_t nope, int64_t l
   return {0, g.lanes};
 }
 
+template <int M>
+void launch_m(const MlaQueryParams& p, const Launch& launch) {
+  const dim3 grid(unsigned((p.in.heads + 1) * p.cluster));
+  launch_pdl_cluster(mla_query_kernel<M>, grid, dim3(kThreads), norm_prologue_smem_bytes(M, p.k),
+                     launch, p.cluster, p);
+  CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
 bool mla_query_fits(int64_t tokens, int64_t k, int64_t heads, int64_t q_stride, int64_t nope,
                     int64_t latent) {
   if (tokens < 1 || tokens > kMlaQueryMaxTokens || heads < 1) return false;
   if (k < 8 || k % 8 != 0 || k > int64_t(kMlaQueryMaxSteps) * 256) return false;
   if (nope < 8 || nope % 8 != 0 || nope > kMlaQueryMaxNope || nope >= q_stride) return false;
-  const MlaQueryHeadSplit h = mla_query_head_split(q_stride, nope, latent);
+  const HeadSplit h = head_split(q_stride, nope, latent);
   return ceil_div(nope, int64_t(h.lanes) * 8) <= kMlaQueryMaxUkPieces && h.cluster > 0;
 }
 
 int mla_query_active_clusters(int64_t tokens, int64_t k, int64_t heads, int64_t q_stride,
                               int64_t nope, int64_t latent) {
-  const int cs = mla_query_head_split(q_stride, nope, latent).cluster;
+  const int cs = head_split(q_stride, nope, latent).cluster;
   int active = 0;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned((heads + 1) * cs));
@@ -275,7 +341,7 @@ int mla_query_active_clusters(int64_t tokens, int64_t k, int64_t heads, int64_t 
 }
 
 void mla_query_set_split(MlaQueryParams& p) {
-  const MlaQueryHeadSplit h = mla_query_head_split(p.in.q_stride, p.nope, p.in.fmt.latent);
+  const HeadSplit h = head_split(p.in.q_stride, p.nope, p.in.fmt.latent);
   CHECK(h.cluster > 0);
   p.uk_lanes = h.lanes;
   p.cluster = h.cluster;
@@ -348,7 +414,6 @@ bool CudaBackend::mla_query(const MlaQueryOperands& o, KvStorage& kv, int layer,
   p.k = int(k);
   p.nope = int(nope);
   p.norm_vec = norm_kernel == RmsNormKernel::kVecOnePass;
-  p.l2 = take_l2_prefetch();  // the layer's hints (where it declines, W_UK's launch takes them)
   mla_query_set_split(p);
   record(kOpMlaQuery, p, launch_mla_query);
   return true;

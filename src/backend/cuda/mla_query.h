@@ -20,7 +20,6 @@
 // order, the xor butterfly); the ropes share rope_pair; the cache rows are mla_inputs.cuh's.
 #pragma once
 
-#include "backend/cuda/l2_prefetch.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/mla_inputs.h"
 #include "backend/cuda/norm.h"
@@ -46,21 +45,10 @@ struct MlaQueryParams {
   int rows_per_cta;       // q_stride / cluster, a multiple of 8
   int uk_lanes;           // per_head_gemv_set_lanes for k = nope
   int norm_vec;           // 1: the q_a norm in the vec one-pass order, 0: the one-warp order
-  L2PrefetchRanges l2;    // weights the CTAs bring into L2 after their wait (Backend::prefetch)
 };
-static_assert(sizeof(MlaQueryParams) == sizeof(MlaInputsParams) + sizeof(NormPrologue) + 3 * 8 +
-                                            6 * 4 + sizeof(L2PrefetchRanges),
+static_assert(sizeof(MlaQueryParams) ==
+                  sizeof(MlaInputsParams) + sizeof(NormPrologue) + 3 * 8 + 6 * 4,
               "MlaQueryParams has no padding");
-
-// How a head's work splits (this launch and mla_query_proj.h's): `lanes` (per_head_gemv's for
-// k = nope) share a W_UK row, and the head's cluster takes `cluster` CTAs, the most (up to the
-// portable 8) that split its q rows into whole 8-row pieces of at most kMlaQueryMaxRowsPerWarp
-// rows a warp and its latent columns evenly, with W_UK's rows within kMlaQueryMaxUkPasses a warp
-// (0: none does).
-struct MlaQueryHeadSplit {
-  int cluster, lanes;
-};
-MlaQueryHeadSplit mla_query_head_split(int64_t q_stride, int64_t nope, int64_t latent);
 
 // Whether the launch takes these sizes (besides what mla_inputs takes): tokens, a q_b row's
 // steps, the cluster's split of the q rows and of the latent columns.

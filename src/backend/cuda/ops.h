@@ -57,8 +57,7 @@ namespace strata::cuda {
   X(kOpGemvNorm, "gemv_norm") \
   X(kOpCollective, "collective") \
   X(kOpMlaQuery, "mla_query") \
-  X(kOpHeadGemvLinear, "head_gemv_linear") \
-  X(kOpMlaQueryProj, "mla_query_proj")
+  X(kOpHeadGemvLinear, "head_gemv_linear")
 // clang-format on
 
 enum Op : int {

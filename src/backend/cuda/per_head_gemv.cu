@@ -6,7 +6,6 @@
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
-#include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/per_head_gemv.h"
 
 namespace strata::cuda {
@@ -37,7 +36,6 @@ __global__ void __launch_bounds__(kWarps * 32) per_head_gemv_kernel(PerHeadGemvP
     }
   }
   pdl_enter(p.pdl_early);
-  if (threadIdx.x == 0) l2_prefetch_share(p.l2, blockIdx.x, gridDim.x);
   bool first = true;
   // r0 is the same for the whole warp, so every lane reaches the shuffles below.
   for (int64_t r0 = warp * rows_per_warp; r0 < total; r0 += stride) {

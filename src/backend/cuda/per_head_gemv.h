@@ -5,7 +5,6 @@
 // kernel waits on its end, twice per layer.
 #pragma once
 
-#include "backend/cuda/l2_prefetch.h"
 #include "backend/cuda/launch.h"
 
 namespace strata::cuda {
@@ -21,8 +20,7 @@ struct PerHeadGemvParams {
   int heads, n, k;
   int lanes;  // lanes that share one output row: a power of 2, <= 32, lanes · 8 <= k
   int pdl_early;
-  int reserved_zero;    // keeps the struct free of padding (its bytes are a graph's signature)
-  L2PrefetchRanges l2;  // weights the blocks bring into L2 after their wait (Backend::prefetch)
+  int reserved_zero;  // keeps the struct free of padding (its bytes are a graph's signature)
 };
 
 // Whether the kernel takes these sizes: tokens within its bound, k and every row offset of x and

@@ -32,8 +32,6 @@ void CudaTunables::check() const {
   CHECK_MSG(gemv_prefetch_elems >= 0, "gemv_prefetch_elems {}", gemv_prefetch_elems);
   CHECK_MSG(gemv_block_warps == 4 || gemv_block_warps == 8, "gemv_block_warps {}",
             gemv_block_warps);
-  CHECK_MSG(gemv_glu_min_blocks >= 0, "gemv_glu_min_blocks {}", gemv_glu_min_blocks);
-  CHECK_MSG(l2_prefetch_bytes >= 0, "l2_prefetch_bytes {}", l2_prefetch_bytes);
   CHECK_MSG(head_gemv_linear_barrier_timeout_us >= 0, "head_gemv_linear_barrier_timeout_us {}",
             head_gemv_linear_barrier_timeout_us);
   CHECK_MSG(per_head_gemv_max_tokens >= 0 && per_head_gemv_max_tokens <= kPerHeadGemvMaxTokens,

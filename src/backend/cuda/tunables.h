@@ -56,12 +56,6 @@ struct CudaTunables {
   // batch 2 5.403 -> 5.290 (-2.1%) (rank_step_bench --variants, H200, 2026-12-04, session 25,
   // bench/results/2026-12-04-session25.md); off: variant no_mla_query.
   bool mla_query_fusion = true;
-  // With fusion: the same for a layer without q_lora (Backend::mla_query_proj: q_proj and kv_a,
-  // q's rope, W_UK and the cache rows; Moonlight, DeepSeek-V2-Lite) as one launch of clusters
-  // (mla_query_proj.h) at up to 2 tokens, instead of the q_proj ‖ kv_a GEMV pair, W_UK on a side
-  // branch beside the attention inputs, and the join. No env. Default off until measured:
-  // variant mla_query_proj.
-  bool mla_query_proj_fusion = false;
 
   // ---- decode GEMV (linear.cu) ----
   // Rows up to which a linear takes the GEMV (1..kGemvMaxRows); above, cuBLAS. No env. Default 2:
@@ -98,22 +92,19 @@ struct CudaTunables {
   // With fusion, graph mode: a linear of up to 2 rows right after the per-head GEMV that made its
   // x (MLA's W_UV, then o_proj: arch/mla.cc, arch/deepseek.cc) as one launch whose CTAs copy their
   // o_proj rows into shared memory before the PDL wait and meet at a grid barrier
-  // (head_gemv_linear.h; bitwise the two launches). No env. Default off until measured: variant
-  // uv_oproj.
-  bool head_gemv_linear_fusion = false;
-  // That launch copies o_proj's rows into shared memory before its PDL wait (true) or after its
-  // grid barrier (false: what the early copy is worth, variant uv_oproj_late). No env.
-  bool head_gemv_linear_stage_early = true;
+  // (head_gemv_linear.h; bitwise the two launches). No env. Default on: a Kimi-K2.5 rank of tp 8
+  // at batch 1, 61 layers projected from 4/8/12 cuts, 4.223 -> 4.189 ms (-0.8%) and 4.174 -> 4.045
+  // (-3.1%) on one H200, within the noise on another (4.457 -> 4.482, 4.296 -> 4.346; its 12-layer
+  // cut 0.991 -> 0.982 ms); batch 2 and Moonlight's batch 1 unchanged (rank_step_bench --variants,
+  // 2026-12-05, bench/results/2026-12-05-session27.md; off: variant no_uv_oproj). Measured there
+  // and removed: the rows copied after the barrier (no gain); weights brought into L2 by the MLA
+  // query's CTAs during the batch-1 attention (Kimi +4.2%, Moonlight +2.6%: they share DRAM with
+  // the attention's own reads); 4-warp blocks for a SwiGLU GEMV of few rows (Kimi +2.0%).
+  bool head_gemv_linear_fusion = true;
   // How long (µs) a CTA of that launch waits at its grid barrier before making the per-head
   // outputs itself (head_gemv_linear.h: when the grid is not resident at once). No env. Default
   // 200, ~100 times the barrier's own time; 0 sends the tests through that path.
   int head_gemv_linear_barrier_timeout_us = 200;
-  // With fusion: Backend::prefetch's hints (arch/deepseek.cc: the router and shared experts of an
-  // MLA layer, then W_UV and o_proj, in that order) taken up to this many bytes a layer and
-  // brought into L2 by the fused MLA query's CTAs (or W_UK's) while the batch-1 attention waits
-  // on latency (l2_prefetch.h). No env. Default 0 (off) until measured: variants l2w16, l2w32,
-  // l2w48.
-  int64_t l2_prefetch_bytes = 0;
   // With fusion, graph mode: the add_rms_norm recorded right after a MoE layer's experts (tp 1: the
   // next layer's input norm) runs inside their combine, one CTA a token (moe_combine.cu; bitwise
   // the two launches). No env. Default on: one launch a layer fewer at batch 1 (rms_norm ~2.8 us
@@ -183,14 +174,6 @@ struct CudaTunables {
   // Warps per GEMV block: 4 or 8. No env. Default 8: 4-warp blocks measured +0.13 / -0.07
   // ms/token (on top of early triggers and prefetch, so not conclusive; 2026-11-29 night).
   int gemv_block_warps = 8;
-  // A SwiGLU GEMV that would run fewer blocks of 8 warps than this runs blocks of 4 (twice the
-  // blocks; each warp the same whole rows, so the same bits). Why: at batch 1 a Kimi-K2.5 rank's
-  // shared experts' SwiGLU (256 rows of 7,168: 64 blocks) read 7.3 MB in ~9-11 µs on the side
-  // stream, ~1 MB of loads in flight on 64 SMs, and that path into the MoE combine is as long as
-  // the routed one (bench/results/2026-12-03-session16.md). Blocks of 4 warps everywhere lost
-  // (variant gemv_w4: Kimi batch 1 +3.9%, session 11). No env. Default 0 (off) until measured:
-  // variant glu_w4_small (132: below one block an SM).
-  int gemv_glu_min_blocks = 0;
 
   // Per-head linears (MLA's absorbed W_UK / W_UV) of up to this many tokens take the per-head
   // GEMV (per_head_gemv.h, in the step's PDL chain), above it cuBLAS's batched GEMM. No env.
