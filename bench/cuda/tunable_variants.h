@@ -255,8 +255,6 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.moe_int4_split_tma = 1; }},
     {"no_mla_fused_merge", "MLA splits merged by their own kernel (mla_fused_merge_max_splits 0)",
      [](cuda::CudaTunables& t) { t.mla_fused_merge_max_splits = 0; }},
-    {"mla_chunks1", "MLA attention's splits down to one 64-key chunk (mla_min_split_chunks 1)",
-     [](cuda::CudaTunables& t) { t.mla_min_split_chunks = 1; }},
     {"session9",
      "session 9's defaults (none of session 10's: gemv_norm, combine_norm, auto 8-row MLA, "
      "2-chunk splits, the flat down projection, side branches above 2 rows)",
