@@ -162,7 +162,7 @@ std::vector<uint16_t> reference(cublasHandle_t h, const Weights& w, const Dev& x
 // the backend passes (linear_packed.cc; pdl_early is its tunable, off by default).
 struct GemvKnobs {
   int kernel = 0, warps = 0, stages = 0, chunk = 0, grid = 0, round = 0, preload = 1, early = 0;
-  int unroll = 0, trigger = 0, depth = 0;  // register GEMV
+  int unroll = 0, trigger = 0, depth = 0, rows = 0;  // register GEMV
 };
 void apply(const GemvKnobs& k, cuda::Int4LinearParams* p) {
   p->gemv_kernel = k.kernel;
@@ -176,6 +176,7 @@ void apply(const GemvKnobs& k, cuda::Int4LinearParams* p) {
   p->gemv_unroll = k.unroll;
   p->gemv_trigger = k.trigger;
   p->gemv_depth = k.depth;
+  p->gemv_rows = k.rows;
 }
 const char* kernel_name(int kernel) {
   return kernel == cuda::kInt4GemvReg ? "reg" : kernel == cuda::kInt4GemvStream ? "stream" : "mma";
@@ -187,8 +188,8 @@ std::string knob_str(const GemvKnobs& k) {
                   k.warps, k.chunk, k.stages, k.grid, k.round, k.preload, k.early);
   else
     std::snprintf(b, sizeof b,
-                  "warps %d unroll %2d trigger %d depth %d grid %3d round %d preload %d", k.warps,
-                  k.unroll, k.trigger, k.depth, k.grid, k.round, k.preload);
+                  "warps %d unroll %2d trigger %d depth %d grid %3d round %d preload %d rows %d",
+                  k.warps, k.unroll, k.trigger, k.depth, k.grid, k.round, k.preload, k.rows);
   return b;
 }
 
@@ -512,6 +513,13 @@ void bench_gemv(const Ceilings& c, cudaStream_t s, cublasHandle_t h, std::vector
     k.unroll = 8;
     k.grid = 2 * cuda::num_sms();
     variants.push_back(uniform("reg ring 8, 2 blocks per SM", k));
+    k.rows = 4;  // four row tiles a k tile (linear_int4.h gemv_rows)
+    variants.push_back(uniform("reg ring 8, 2 blocks per SM, rows 4", k));
+    k.round = 1;
+    variants.push_back(uniform("reg ring 8, 2 blocks per SM, rows 4, rounded", k));
+    k.rows = 0;
+    variants.push_back(uniform("reg ring 8, 2 blocks per SM, rounded", k));
+    k.round = 0;
     k.warps = 4;
     k.grid = 4 * cuda::num_sms();
     variants.push_back(uniform("reg ring 8, 4 warps, 4 blocks per SM", k));

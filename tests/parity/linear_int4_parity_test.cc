@@ -249,7 +249,7 @@ struct RunOpts {
   bool gemm = false;
   int gemv_ksplit = 0, gemm_tokens = 0, gemm_ksplit = 0, preload = 0, pdl_early = 0;
   int gemv_kernel = 0, gemv_warps = 0, gemv_stages = 0, gemv_chunk = 0, gemv_grid = 0,
-      gemv_round = 0, gemv_unroll = 0, gemv_trigger = 0, gemv_depth = 0;
+      gemv_round = 0, gemv_unroll = 0, gemv_trigger = 0, gemv_depth = 0, gemv_rows = 0;
   // The reference's weights: the unrounded products (the stream GEMV's gemv_round = 0) or the
   // bf16-rounded ones.
   bool exact_ref = false;
@@ -269,6 +269,7 @@ void apply(const RunOpts& o, cuda::Int4LinearParams* p) {
   p->gemv_unroll = o.gemv_unroll;
   p->gemv_trigger = o.gemv_trigger;
   p->gemv_depth = o.gemv_depth;
+  p->gemv_rows = o.gemv_rows;
 }
 // Whether launch_int4_gemv can take o on an [n, k] weight at m rows (a forced stream or register
 // configuration may need more shared memory than there is).
@@ -571,14 +572,17 @@ TEST(Int4Parity, GemvStreamSwiGlu) {
 // Knob sets: defaults; one warp (a block's whole stream in one part); 7 warps of a ring of 8 on
 // 3 blocks (parts crossing row tiles, many row tiles per block); each trigger point; residency
 // depth 1 and 2; one block (every row tile in it); the rounded-weight variant with each ring
-// size; the preload off.
+// size; the preload off; four row tiles a k tile (rows 4: ring 8, unrounded and rounded, one
+// warp, many blocks, parts that cut super-slots, the trigger late).
 struct RegKnobs {
-  int warps, unroll, grid, trigger, depth, round, preload;
+  int warps, unroll, grid, trigger, depth, round, preload, rows = 0;
 };
 const RegKnobs kRegKnobs[] = {
-    {0, 0, 0, 0, 0, 0, 1},  {1, 16, 0, 0, 0, 0, 1}, {7, 8, 3, 1, 0, 0, 1},
-    {4, 16, 0, 2, 1, 0, 1}, {8, 8, 0, 3, 2, 0, 1},  {3, 16, 1, 0, 0, 0, 1},
-    {0, 8, 0, 0, 0, 1, 1},  {0, 16, 2, 3, 0, 1, 0}, {5, 0, 0, 0, 2, 0, 0},
+    {0, 0, 0, 0, 0, 0, 1},     {1, 16, 0, 0, 0, 0, 1},   {7, 8, 3, 1, 0, 0, 1},
+    {4, 16, 0, 2, 1, 0, 1},    {8, 8, 0, 3, 2, 0, 1},    {3, 16, 1, 0, 0, 0, 1},
+    {0, 8, 0, 0, 0, 1, 1},     {0, 16, 2, 3, 0, 1, 0},   {5, 0, 0, 0, 2, 0, 0},
+    {0, 8, 0, 0, 0, 0, 1, 4},  {7, 8, 3, 1, 0, 1, 1, 4}, {1, 8, 0, 3, 0, 0, 1, 4},
+    {3, 8, 64, 2, 0, 1, 0, 4},
 };
 RunOpts reg_opts(const RegKnobs& k) {
   RunOpts o;
@@ -590,8 +594,22 @@ RunOpts reg_opts(const RegKnobs& k) {
   o.gemv_depth = k.depth;
   o.gemv_round = k.round;
   o.preload = k.preload;
+  o.gemv_rows = k.rows;
   o.exact_ref = k.round == 0;
   return o;
+}
+// The row tiles a position the register GEMV runs o with: knobs asking for 4 get 4 wherever
+// the kernel is instantiated (group <= 128), so those rows test what they name.
+void expect_rows(const RunOpts& o, int64_t m, int64_t n, int64_t k, int group, int64_t inter = 0) {
+  cuda::Int4LinearParams p{};
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.group = group;
+  p.glu_inter = inter;
+  apply(o, &p);
+  EXPECT_EQ(cuda::int4_gemv_reg_rows(p), o.gemv_rows == 4 && group <= 128 ? 4 : 1)
+      << "n " << n << " k " << k << " group " << group;
 }
 
 // Odd shapes (a partial row tile, k % 64 == 32, groups 32 to 256), every m from 1 to 8 on the
@@ -608,6 +626,7 @@ TEST(Int4Parity, GemvReg) {
         if (ki > 0 && m % 3 != 1 && m != 8) continue;  // every m on the defaults only
         const RunOpts o = reg_opts(kRegKnobs[ki]);
         ASSERT_TRUE(gemv_fits(o, m, sh.n, sh.k, sh.group)) << "knobs " << ki << " m " << m;
+        expect_rows(o, m, sh.n, sh.k, sh.group);
         const bool bias = (m + int64_t(ki)) % 2 == 1;
         double rounded = 0;
         const double e = run_linear(rng, w, m, bias, o, s, &rounded);
@@ -656,6 +675,7 @@ TEST(Int4Parity, GemvRegSwiGlu) {
         if (sh.n > 20000 && (ki % 3 != 0 || m == 3)) continue;  // the 8B gate_up: a few
         const RunOpts o = reg_opts(kRegKnobs[ki]);
         ASSERT_TRUE(gemv_fits(o, m, sh.n, sh.k, sh.group, sh.n / 2)) << "knobs " << ki;
+        expect_rows(o, m, sh.n, sh.k, sh.group, sh.n / 2);
         const double e = run_swiglu(rng, w, m, m % 2 == 1, o, s);
         EXPECT_LT(e, 1e-5) << "reg swiglu knobs " << ki << " m " << m << " inter " << sh.n / 2
                            << " k " << sh.k;

@@ -365,6 +365,48 @@ TEST(MoeBackend, FlatDownMatchesCpu) {
   EXPECT_EQ(moe_fallbacks(*p.gpu_), 0);
 }
 
+// The register GEMV with four row tiles a k tile (CudaTunables::moe_int4_reg_rows 4) in the
+// experts modes against the CPU twin: gate_up and down by ids and planned, with the split gate_up
+// and the flat down off so that both projections run it; intermediates of 2, 4, 6, 8 and 16
+// gate/up pairs (a block's last group of four partial: 2 and 6), k % 64 == 32 (inter 96 and
+// 32), groups 32 and 128.
+TEST(MoeBackend, WideRowsMatchCpu) {
+  Pair p;
+  const ExpertCase cases[] = {
+      {Fmt::kInt4g32, 512, 256, 64, 8}, {Fmt::kInt4g128, 1152, 128, 16, 4},
+      {Fmt::kInt4g32, 256, 64, 32, 6},  {Fmt::kInt4g32, 384, 96, 16, 6},
+      {Fmt::kInt4g32, 320, 32, 8, 2},
+  };
+  for (const ExpertCase& c : cases) {
+    const HostLinearWeight gu =
+        parity::random_stack(p.rng(), c.fmt, c.experts, 2 * c.inter, c.hidden);
+    const HostLinearWeight dn = parity::random_stack(p.rng(), c.fmt, c.experts, c.hidden, c.inter);
+    const Experts ex = upload_experts(p, gu, dn);
+    for (bool others : {false, true}) {  // the split gate_up and flat down off, then on
+      p.cuda().tune([&](cuda::CudaTunables& t) {
+        t.moe_int4_reg_rows = 4;
+        t.moe_int4_split_gate_up = others;
+        t.moe_int4_reg_flat_down = others;
+      });
+      for (int64_t t : {1, 2, 3, 8, 17, 32, 64}) {
+        if (cuda::moe_pick_regime(t, c.top_k, c.experts) != cuda::kMoeDecode) continue;
+        const double e = experts_nmse(p, ex, t, c.top_k, t % 2 == 1, nullptr);
+        std::printf("wide rows %d %-9s H %4lld I %3lld E %2d k %d T %2lld: nmse %.2e\n",
+                    int(others), fmt_name(c.fmt), (long long)c.hidden, (long long)c.inter,
+                    c.experts, c.top_k, (long long)t, e);
+        EXPECT_LT(e, kExpertsNmse) << fmt_name(c.fmt) << " H " << c.hidden << " T " << t;
+      }
+    }
+  }
+  p.cuda().tune([](cuda::CudaTunables& t) {
+    const cuda::CudaTunables d;
+    t.moe_int4_reg_rows = d.moe_int4_reg_rows;
+    t.moe_int4_split_gate_up = d.moe_int4_split_gate_up;
+    t.moe_int4_reg_flat_down = d.moe_int4_reg_flat_down;
+  });
+  EXPECT_EQ(moe_fallbacks(*p.gpu_), 0);
+}
+
 // The gate_up projection by ids with each tile pair's k split over a cluster (CudaTunables::
 // moe_int4_split_gate_up, moe_experts_int4_gate_up.cu) against the CPU twin at T = 1 to 8
 // (T · k <= 64): groups 32 and 128, k tiles not a multiple of the warps (hidden 1,152 = 18

@@ -145,6 +145,10 @@ struct Int4LinearParams {
   int gemv_unroll;
   int gemv_trigger;
   int gemv_depth;
+  // Register GEMV: row tiles a warp multiplies at each k tile, sharing its x fragments and the
+  // position's bookkeeping (0 or 1: one; 4 where instantiated: ring 8, group <= 128; else one).
+  int gemv_rows;
+  int gemv_pad_;  // no padding bytes (launches are recorded by their parameter bytes)
 };
 constexpr int kInt4GemvStream = 1;
 constexpr int kInt4GemvMma = 2;
@@ -164,6 +168,9 @@ void launch_int4_gemv(const Int4LinearParams& p, cudaStream_t stream);
 // Whether launch_int4_gemv can run p (its knobs included) on the stream GEMV / the register
 // GEMV: m <= 8, group <= 256, and their shared memory (x is m·k·2 bytes of it) within 227 KB.
 bool int4_gemv_stream_fits(const Int4LinearParams& p);
+// The row tiles a position the register GEMV would run p with (gemv_rows where instantiated,
+// else 1); 0 where it cannot take p.
+int int4_gemv_reg_rows(const Int4LinearParams& p);
 // Experts modes of the register GEMV (the MoE decode path, moe_experts.cu): `packed` / `scale`
 // hold a stack of experts' [n, k] matrices (each n rows, the linear_int4 layout of the whole
 // [E · n, k] stack); SwiGLU with glu_inter; no bias; an expert id outside [0, num_experts)

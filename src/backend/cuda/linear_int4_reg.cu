@@ -42,6 +42,12 @@
 //   ~37 clocks: ~1.2 instructions per clock of the 4 it can issue.
 //   gemv_round = 1 instead dequantizes as the mma GEMV does ((nibble − 8) · scale rounded to
 //   bf16, 15 instructions per 8 weights) and accumulates the mma directly: the reference's bits.
+// - Rows (gemv_rows 4, Int4RegPlan via RegLaunch::rows): a stream position is one k tile of R = 4
+//   row tiles ("super-slots": R consecutive slots of one run, blocks cut in whole super-slots),
+//   so the x fragments, the position's address and bookkeeping serve four tiles, and the ring
+//   holds U / R positions; rows past the block's last row tile load zeros and are never stored.
+//   Why: ncu (2026-12-05, a Kimi-K2.5 rank at T = 128, round mode, group 32) counted 110 warp
+//   instructions a tile at 65% issue, ~64 of them the dequantization and the mma.
 // - Partial sums per (warp, row tile) go to shared memory; after the block's barrier each
 //   output sums its row tile's warps in warp order (deterministic), adds the bias and rounds
 //   once (SwiGLU: gate and up rounded to bf16, then silu(g)·u, as launch_silu_mul).
@@ -93,13 +99,18 @@ struct Int4RegPlan {
 };
 
 // TPG: k tiles per scale group (group / 64: 1, 2 or 4), 0 for group 32 (two per tile).
-// U: k tiles in flight per warp (the register ring).
-template <int U, int TPG, bool kRound>
+// U: k tiles in flight per warp (the register ring). R: row tiles a warp multiplies at each k
+// tile (a stream position: R tiles sharing the x fragments and the position's bookkeeping).
+template <int U, int TPG, bool kRound, int R>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     int4_gemv_reg_kernel(Int4LinearParams p, Int4RegPlan pl) {
-  constexpr int kUnit = TPG == 0 ? 1 : TPG;  // tiles per part unit (a group's, or one tile)
+  constexpr int kUnit = TPG == 0 ? 1 : TPG;  // positions per part unit (a group's, or one)
+  constexpr int P = U / R;                   // positions in flight
   constexpr int kScales = TPG == 0 ? 2 * U : U / kUnit;  // scale words in the ring
-  static_assert(kUnit <= U && U % kUnit == 0, "the ring holds whole groups");
+  static_assert(P * R == U && kUnit <= P && P % kUnit == 0, "the ring holds whole groups");
+  // Ring slot of position slot t, row r; its scale words (TPG 0: two, at sci and sci + 1).
+  auto rslot = [](int t, int r) { return t * R + r; };
+  auto sci = [](int t, int r) { return TPG == 0 ? 2 * (t * R + r) : (t / kUnit) * R + r; };
   extern __shared__ __align__(128) char smem[];
   // The warp index, warp-uniform to the compiler.
   const int warp = __shfl_sync(~0u, int(threadIdx.x) / 32, 0);
@@ -126,10 +137,20 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     p.x += int64_t(assign / pl.experts.x_div) * p.k;
     p.out += int64_t(assign) * out_ld;
   }
-  // The block's row tiles: slots 0..ns-1 (SwiGLU: nu gate tiles, then their nu up tiles).
-  const int u0 = int(int64_t(bx) * pl.units / gx);
-  const int nu = int(int64_t(bx + 1) * pl.units / gx) - u0;
-  const int ns = glu ? 2 * nu : nu, L = ns * KT, J = glu ? nu * KT : L;
+  // The block's row tiles: slots 0..ns-1 (SwiGLU: nu gate tiles, then their nu up tiles), cut
+  // between blocks in whole groups of R.
+  const int su = (pl.units + R - 1) / R;
+  const int u0 = int(int64_t(bx) * su / gx) * R;
+  const int nu = min(int(int64_t(bx + 1) * su / gx) * R, pl.units) - u0;
+  const int ns = glu ? 2 * nu : nu;
+  // Super-slots: R consecutive slots of one run (gate or plain, then up), h a run; position i
+  // of the block's stream is k tile i % KT of super-slot i / KT.
+  const int h = (nu + R - 1) / R, L = (glu ? 2 * h : h) * KT, J = glu ? h * KT : L;
+  auto slot_of = [&](int j) { return j < h ? j * R : nu + (j - h) * R; };      // its first slot
+  auto rows_of = [&](int j) { return min(R, nu - (j < h ? j : j - h) * R); };  // real slots
+  auto tile_of = [&](int j) {  // its first row tile in the matrix
+    return j < h ? u0 + j * R : pl.inter_tiles + u0 + (j - h) * R;
+  };
   // Global tile of stream position i: i + base0 before J, i + base1 from J (the up run), both
   // offset by the expert's first tile (ebase) in experts mode.
   const int base0 = u0 * KT, base1 = (pl.inter_tiles + u0 - nu) * KT;
@@ -163,7 +184,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   auto part_start = [&](int w) { return int(int64_t(w) * (L / kUnit) / nw) * kUnit; };
   const int a = part_start(warp), b = part_start(warp + 1);
 
-  // ---- the weights' loads: position i into ring slot t (t == (i - a) % U) ----
+  // ---- the weights' loads: position i into ring slots t · R.. (t == (i - a) % P) ----
   // A scale group's scale word is loaded with its last tile (the ring slot of the group's first
   // tile is refilled before the group ends). The scale groups of consecutive row tiles are
   // consecutive (k % group == 0): group (64 · tile) >> log2(group) of the whole weight.
@@ -171,20 +192,42 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   const uint32_t* ssrc = reinterpret_cast<const uint32_t*>(p.scale) + g;
   uint4 ring[U];
   uint32_t sc[kScales];
-  auto load = [&](auto t_c, int i) {
-    constexpr int t = decltype(t_c)::value;
-    if (i < b) {
-      const int64_t gt = ebase + i + (i < J ? base0 : base1);
-      ring[t] = __ldcs(wsrc + gt * 32);
-      if constexpr (TPG == 0) {
-        sc[2 * t] = __ldg(ssrc + gt * 16);
-        sc[2 * t + 1] = __ldg(ssrc + gt * 16 + 8);
-      } else if constexpr (t % kUnit == kUnit - 1) {
-        sc[t / kUnit] = __ldg(ssrc + ((gt * kInt4TileK) >> gshift) * 8);
-      }
+  // R > 1: the next load's position as running state (loads come in stream order): its tile of
+  // row 0, k tile, super-slot and real rows (the rest load zeros, multiplied but never stored).
+  int64_t l_gt = 0;
+  int l_kt = 0, l_j = 0, l_rows = 0;
+  auto load_seek = [&](int j, int kt) {
+    l_j = j;
+    l_kt = kt;
+    l_gt = ebase + int64_t(tile_of(j)) * KT + kt;
+    l_rows = rows_of(j);
+  };
+  auto load_tile = [&](int t, int r, int64_t gt, bool real) {  // t, r compile-time after unrolling
+    ring[rslot(t, r)] = real ? __ldcs(wsrc + gt * 32) : make_uint4(0, 0, 0, 0);
+    if constexpr (TPG == 0) {
+      sc[sci(t, r)] = real ? __ldg(ssrc + gt * 16) : 0u;
+      sc[sci(t, r) + 1] = real ? __ldg(ssrc + gt * 16 + 8) : 0u;
+    } else if (t % kUnit == kUnit - 1) {
+      sc[sci(t, r)] = real ? __ldg(ssrc + ((gt * kInt4TileK) >> gshift) * 8) : 0u;
     }
   };
-  auto load_first = [&] { static_for<U>([&](auto t_c) { load(t_c, a + decltype(t_c)::value); }); };
+  auto load = [&](auto t_c, int i) {
+    constexpr int t = decltype(t_c)::value;
+    if (i >= b) return;
+    if constexpr (R == 1) {
+      load_tile(t, 0, ebase + i + (i < J ? base0 : base1), true);
+    } else {
+#pragma unroll
+      for (int r = 0; r < R; ++r) load_tile(t, r, l_gt + int64_t(r) * KT, r < l_rows);
+      ++l_gt;
+      if (++l_kt == KT) load_seek(l_j + 1, 0);
+    }
+  };
+  auto load_first = [&] {
+    if constexpr (R > 1)
+      if (b > a) load_seek(a / KT, a % KT);
+    static_for<P>([&](auto t_c) { load(t_c, a + decltype(t_c)::value); });
+  };
   if (p.preload) load_first();
   if (pl.trigger == kInt4TriggerEarly) pdl_trigger();
   pdl_wait();
@@ -201,7 +244,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
                                                : r0 + int(threadIdx.x);
     __syncthreads();
   }
-  if (pl.trigger == kInt4TriggerLate && a + U >= b) pdl_trigger();
+  if (pl.trigger == kInt4TriggerLate && a + P >= b) pdl_trigger();
 
   // ---- x into shared memory, B-fragment order: word (k tile kt, token t, half h, lane c, jj)
   // at (kt·m + t)·32 + (h ^ (t & 1))·16 + 4c + jj holds k 64kt + 16s + 2c + 8bb (and +1) with
@@ -255,9 +298,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
       if (i % kMaxTokens >= m || (int64_t(i / kMaxTokens) << gshift) >= p.k) xsum[i] = 0.0f;
     // Each warp's first and last row-tile slot, for the epilogue.
     if (tid < nw) {
-      const int wa = part_start(tid), wb = part_start(tid + 1);
+      const int wa = part_start(tid), wb = part_start(tid + 1), jb = (wb - 1) / KT;
       reinterpret_cast<int2*>(smem + pl.off_span)[tid] =
-          wb > wa ? make_int2(wa / KT, (wb - 1) / KT) : make_int2(1, 0);
+          wb > wa ? make_int2(slot_of(wa / KT), slot_of(jb) + rows_of(jb) - 1) : make_int2(1, 0);
     }
   }
   __syncthreads();
@@ -271,76 +314,98 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   const uint32_t x_kt = m * 128;
   const uint32_t xsum_lane = smem_addr(smem + pl.off_xsum) + 2 * c * 4;
   float* part = reinterpret_cast<float*>(smem + pl.off_part) + warp * pl.slots * 16 * m;
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  // g0 (even k steps) starts a scale group at −136·Σx, g1 (odd steps) at 0; both sum
-  // (128 + nibble)·x over it, and acc takes their sum times the rows' scales at its end.
-  float g0[4], g1[4];
-  int jslot = 0;
-  auto flush = [&]() {  // acc -> this warp's partial sums of slot jslot
-    float* dst = part + jslot * 16 * m;
+  // Accumulators per row r of the position: R == 1 two chains (acc: even k steps, acc1: odd),
+  // R > 1 one (the R rows are independent chains already).
+  constexpr int kChains = R == 1 ? 2 : 1;
+  float acc[R][4] = {}, acc1[1][4] = {};  // acc1: R == 1 only
+  auto acc_odd = [&](int r) -> float* { return kChains == 2 ? acc1[0] : acc[r]; };
+  // g0 (even k steps) starts a scale group at −136·Σx, g1 (odd steps; R > 1: g0 too) at 0; both
+  // sum (128 + nibble)·x over it, and acc takes their sum times the rows' scales at its end.
+  float g0[R][4], g1[1][4];
+  int cj = KT > 0 ? a / KT : 0;  // the super-slot being multiplied
+  const int span0 = slot_of(cj);
+  auto flush = [&]() {  // acc -> this warp's partial sums of super-slot cj's real slots
+    const int s0 = slot_of(cj) - span0, nr = rows_of(cj);
 #pragma unroll
-    for (int e = 0; e < 2; ++e)
-      if (2 * c + e < m) {
-        dst[g * m + 2 * c + e] = acc[e] + acc1[e];
-        dst[(g + 8) * m + 2 * c + e] = acc[2 + e] + acc1[2 + e];
-      }
+    for (int r = 0; r < R; ++r) {
+      float* dst = part + (s0 + r) * 16 * m;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[i] = acc1[i] = 0.0f;
+      for (int e = 0; e < 2; ++e)
+        if (r < nr && 2 * c + e < m) {
+          dst[g * m + 2 * c + e] = acc[r][e] + (kChains == 2 ? acc1[0][e] : 0.0f);
+          dst[(g + 8) * m + 2 * c + e] = acc[r][2 + e] + (kChains == 2 ? acc1[0][2 + e] : 0.0f);
+        }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[r][i] = acc1[0][i] = 0.0f;
+    }
   };
   int kt = KT > 0 ? a % KT : 0;      // the k tile of the position being multiplied
   uint32_t xp = x_lane + kt * x_kt;  // its x
-  // Multiplies ring slot t (position i, k tile kt), then refills it with position i + U.
+  // Multiplies ring slots t · R.. (position i, k tile kt), then refills them with position i + P.
   auto step = [&](auto t_c, int i) {
     constexpr int t = decltype(t_c)::value;
     const uint4 xa = lds128(xp), xb = lds128(xp ^ 64);
     const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-    const uint32_t qw[4] = {ring[t].x, ring[t].y, ring[t].z, ring[t].w};
     if constexpr (kRound) {
-      mma_tile_round(ring[t], sc[TPG == 0 ? 2 * t : t / kUnit],
-                     sc[TPG == 0 ? 2 * t + 1 : t / kUnit], xw, acc, acc1);
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        mma_tile_round(ring[rslot(t, r)], sc[sci(t, r)], sc[TPG == 0 ? sci(t, r) + 1 : sci(t, r)],
+                       xw, acc[r], acc_odd(r));
     } else {
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
         if (TPG == 0 ? s % 2 == 0 : s == 0 && t % kUnit == 0) {  // a group's first k step
           const int grp = TPG == 0 ? 2 * kt + s / 2 : (kt * kInt4TileK) >> gshift;
           const float2 xs = lds64f(xsum_lane + grp * kMaxTokens * 4);
-          g0[0] = xs.x;
-          g0[1] = xs.y;
-          g0[2] = xs.x;
-          g0[3] = xs.y;
 #pragma unroll
-          for (int r = 0; r < 4; ++r) g1[r] = 0.0f;
+          for (int r = 0; r < R; ++r) {
+            g0[r][0] = xs.x;
+            g0[r][1] = xs.y;
+            g0[r][2] = xs.x;
+            g0[r][3] = xs.y;
+          }
+#pragma unroll
+          for (int e = 0; e < 4; ++e) g1[0][e] = 0.0f;
         }
-        uint32_t af[4];
-        magic_word(qw[s], af);
-        mma16816(s % 2 ? g1 : g0, af, xw[2 * s], xw[2 * s + 1]);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const uint4& q = ring[rslot(t, r)];
+          const uint32_t qs = s == 0 ? q.x : s == 1 ? q.y : s == 2 ? q.z : q.w;
+          uint32_t af[4];
+          magic_word(qs, af);
+          mma16816(kChains == 2 && s % 2 ? g1[0] : g0[r], af, xw[2 * s], xw[2 * s + 1]);
+        }
         if (TPG == 0 ? s % 2 == 1 : s == 3 && t % kUnit == kUnit - 1) {  // its last
-          const uint32_t sw = sc[TPG == 0 ? 2 * t + s / 2 : t / kUnit];
-          const float s_lo = __uint_as_float(sw << 16), s_hi = __uint_as_float(sw & 0xffff0000u);
-          acc[0] = fmaf(s_lo, g0[0] + g1[0], acc[0]);
-          acc[1] = fmaf(s_lo, g0[1] + g1[1], acc[1]);
-          acc[2] = fmaf(s_hi, g0[2] + g1[2], acc[2]);
-          acc[3] = fmaf(s_hi, g0[3] + g1[3], acc[3]);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const uint32_t sw = sc[TPG == 0 ? sci(t, r) + s / 2 : sci(t, r)];
+            const float s_lo = __uint_as_float(sw << 16), s_hi = __uint_as_float(sw & 0xffff0000u);
+            auto gsum = [&](int e) { return kChains == 2 ? g0[r][e] + g1[0][e] : g0[r][e]; };
+            acc[r][0] = fmaf(s_lo, gsum(0), acc[r][0]);
+            acc[r][1] = fmaf(s_lo, gsum(1), acc[r][1]);
+            acc[r][2] = fmaf(s_hi, gsum(2), acc[r][2]);
+            acc[r][3] = fmaf(s_hi, gsum(3), acc[r][3]);
+          }
         }
       }
     }
-    load(t_c, i + U);
+    load(t_c, i + P);
     xp += x_kt;
-    if (++kt == KT) {  // the row tile's end
+    if (++kt == KT) {  // the super-slot's end
       kt = 0;
       xp = x_lane;
       flush();
-      ++jslot;
+      ++cj;
     }
   };
-  for (int i0 = a; i0 < b; i0 += U) {
-    static_for<U>([&](auto t_c) {
+  for (int i0 = a; i0 < b; i0 += P) {
+    static_for<P>([&](auto t_c) {
       const int i = i0 + decltype(t_c)::value;
       if (i < b) step(t_c, i);
     });
-    // This round refilled positions up to i0 + 2U - 1: the last load is issued once that
+    // This round refilled positions up to i0 + 2P - 1: the last load is issued once that
     // reaches b - 1 (the trigger counts once per block).
-    if (pl.trigger == kInt4TriggerLate && i0 + 2 * U >= b) pdl_trigger();
+    if (pl.trigger == kInt4TriggerLate && i0 + 2 * P >= b) pdl_trigger();
   }
   if (KT > 0 && b > a && b % KT != 0) flush();  // the part ends inside a row tile
   __syncthreads();
@@ -351,7 +416,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
 uint32_t align16(uint64_t v) { return uint32_t((v + 15) / 16 * 16); }
 
 struct RegLaunch {
-  int warps, unroll, grid;
+  int warps, unroll, rows, grid;
   bool round;
   uint32_t smem;  // dynamic shared memory requested: pl.bytes, padded for the residency depth
   Int4RegPlan pl;
@@ -370,14 +435,17 @@ bool choose_reg(const Int4LinearParams& p, const Int4RegExperts* ex, RegLaunch* 
   r.round = p.gemv_round != 0;
   if (r.warps > kMaxWarps || (r.unroll != 8 && r.unroll != 16)) return false;
   if (p.group == 32) r.unroll = 8;  // the only ring size of group 32 (for_each_kernel)
+  // Row tiles a position: 4 where instantiated (ring 8, whole groups in its 2 positions), else 1.
+  r.rows = p.gemv_rows == 4 && r.unroll == 8 && p.group <= 128 ? 4 : 1;
+  if (p.gemv_rows < 0 || p.gemv_rows > 4) return false;
   if (p.gemv_trigger < 0 || p.gemv_trigger > kInt4TriggerLate || p.gemv_depth < 0) return false;
   const int64_t units = p.glu_inter > 0 ? p.glu_inter / kInt4TileRows : int4_row_tiles(p.n);
   // Blocks over which one matrix's row tiles are split: the grid (dense), or each assignment's
   // share of two blocks per SM (experts; the registers allow two resident).
   int split = 0;
   if (ex == nullptr) {
-    r.grid = int(
-        std::max<int64_t>(1, std::min<int64_t>(units, p.gemv_grid > 0 ? p.gemv_grid : num_sms())));
+    r.grid = int(std::max<int64_t>(
+        1, std::min<int64_t>(ceil_div(units, r.rows), p.gemv_grid > 0 ? p.gemv_grid : num_sms())));
     split = r.grid;
   } else {
     // Work items: assignments (ids, one row each: m = 1) or plan tiles (up to 8 rows: m = 8
@@ -395,7 +463,8 @@ bool choose_reg(const Int4LinearParams& p, const Int4RegExperts* ex, RegLaunch* 
     const int64_t target = p.gemv_grid > 0 ? p.gemv_grid : 2 * int64_t(num_sms());
     const int64_t max_units = ex->max_units > 0 ? ex->max_units : kExpertUnitsPerBlock;
     split = int(std::clamp<int64_t>(
-        std::max({target / items, ceil_div(units, max_units), int64_t(ex->min_split)}), 1, units));
+        std::max({target / items, ceil_div(units, max_units), int64_t(ex->min_split)}), 1,
+        ceil_div(units, r.rows)));
     if (int64_t(split) * items > int64_t(1) << 30) return false;
     r.grid = split * int(items);
   }
@@ -413,10 +482,11 @@ bool choose_reg(const Int4LinearParams& p, const Int4RegExperts* ex, RegLaunch* 
   pl.groups = int(int4_scale_groups(p.k, p.group));
   pl.trigger = p.gemv_trigger != 0 ? p.gemv_trigger : kInt4TriggerEarly;
   const int64_t tpg = p.group == 32 ? 1 : p.group / kInt4TileK;
-  // The longest warp part (part_start in the kernel) and the row tiles it can touch.
-  const int64_t tiles = (glu ? 2 : 1) * ceil_div(pl.units, split) * pl.kt;
-  const int64_t len = ceil_div(tiles / tpg, r.warps) * tpg;
-  pl.slots = int(len == 0 ? 1 : (pl.kt + len - 2) / pl.kt + 1);
+  // The longest warp part (part_start in the kernel, in positions of r.rows row tiles) and the
+  // row tiles it can touch.
+  const int64_t positions = (glu ? 2 : 1) * ceil_div(ceil_div(pl.units, r.rows), split) * pl.kt;
+  const int64_t len = ceil_div(positions / tpg, r.warps) * tpg;
+  pl.slots = int(len == 0 ? 1 : ((pl.kt + len - 2) / pl.kt + 1) * r.rows);
   uint64_t off = uint64_t(p.m) * pl.kt * 128;  // x
   pl.off_xsum = align16(off);
   off = pl.off_xsum + uint64_t(pl.groups) * kMaxTokens * 4;
@@ -443,12 +513,18 @@ bool choose_reg(const Int4LinearParams& p, const Int4RegExperts* ex, RegLaunch* 
 }
 
 // Every instantiation: ring sizes 8 and 16 (8 only for group 32, whose two scale words per
-// tile would spill at 16) x tiles per group (0: group 32, 1, 2, 4) x the rounded-weight variant.
+// tile would spill at 16) x tiles per group (0: group 32, 1, 2, 4) x the rounded-weight variant,
+// each with one row tile a position, and with four (rows 4) for ring 8 up to group 128.
 template <typename F>
-void for_each_kernel(int unroll, int tpg, bool round, F&& f) {
+void for_each_kernel(int unroll, int tpg, bool round, int rows, F&& f) {
   auto by_round = [&](auto u_c, auto tpg_c) {
     constexpr int U = decltype(u_c)::value, TPG = decltype(tpg_c)::value;
-    round ? f(int4_gemv_reg_kernel<U, TPG, true>) : f(int4_gemv_reg_kernel<U, TPG, false>);
+    if constexpr (U == 8 && TPG <= 2) {
+      if (rows == 4)
+        return round ? f(int4_gemv_reg_kernel<U, TPG, true, 4>)
+                     : f(int4_gemv_reg_kernel<U, TPG, false, 4>);
+    }
+    round ? f(int4_gemv_reg_kernel<U, TPG, true, 1>) : f(int4_gemv_reg_kernel<U, TPG, false, 1>);
   };
   auto by_tpg = [&](auto u_c) {
     switch (tpg) {
@@ -477,10 +553,16 @@ void init_int4_gemv_reg_kernels() {
   for (int u : {8, 16})
     for (int tpg : {0, 1, 2, 4})
       for (bool round : {false, true})
-        for_each_kernel(u, tpg, round, [](auto kernel) {
-          CUDA_CHECK(
-              cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemMax));
-        });
+        for (int rows : {1, 4})
+          for_each_kernel(u, tpg, round, rows, [](auto kernel) {
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            kSmemMax));
+          });
+}
+
+int int4_gemv_reg_rows(const Int4LinearParams& p) {
+  RegLaunch r;
+  return choose_reg(p, nullptr, &r) ? r.rows : 0;
 }
 
 bool int4_gemv_reg_fits(const Int4LinearParams& p, const Int4RegExperts* experts) {
@@ -498,7 +580,7 @@ void launch_int4_gemv_reg(const Int4LinearParams& p, cudaStream_t stream,
   limits.run(init_int4_gemv_reg_kernels);
   const dim3 grid(unsigned(r.grid)), block(unsigned(r.warps * 32));
   const int tpg = p.group == 32 ? 0 : p.group / kInt4TileK;
-  for_each_kernel(r.unroll, tpg, r.round, [&](auto kernel) {
+  for_each_kernel(r.unroll, tpg, r.round, r.rows, [&](auto kernel) {
     launch_pdl(kernel, grid, block, r.smem, Launch{stream}, p, r.pl);
   });
   CUDA_LAUNCH_CHECK();

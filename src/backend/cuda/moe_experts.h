@@ -363,7 +363,7 @@ struct MoeExpertsParams {
                                    // moe_combine_cluster_max_tokens)
   int int4_down_combine;           // INT4 at T = 1: down and combine in one launch (CudaTunables::
                                    // moe_int4_down_combine; moe_experts_int4_reg.h)
-  int pad_;
+  int int4_reg_rows;               // CudaTunables::moe_int4_reg_rows
   // Or null: the stream waits on it right before the combine (the join of the side branch that
   // makes `add`: backend/side_branch.h).
   cudaEvent_t join_event;

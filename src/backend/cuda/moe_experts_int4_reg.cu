@@ -27,6 +27,7 @@ Int4LinearParams expert_params(const MoeExpertsParams& p, const MoeWeights& w, c
   // dequantize (moe_experts.h numerics); the unrounded variant moved a tiny layer's NMSE from
   // ~1.5e-5 to 4.3e-5 against the twin (MoeBackend.ExpertsMatchCpu, H 64 I 32 T 2; bound 4e-5).
   q.gemv_round = p.int4_reg_round;
+  q.gemv_rows = p.int4_reg_rows;
   return q;
 }
 

@@ -42,6 +42,9 @@ void CudaTunables::check() const {
             int4_gemv_blocks_per_sm);
   CHECK_MSG(int4_gemv_ring == 0 || int4_gemv_ring == 8 || int4_gemv_ring == 16, "int4_gemv_ring {}",
             int4_gemv_ring);
+  CHECK_MSG(int4_gemv_rows == 1 || int4_gemv_rows == 4, "int4_gemv_rows {}", int4_gemv_rows);
+  CHECK_MSG(moe_int4_reg_rows == 1 || moe_int4_reg_rows == 4, "moe_int4_reg_rows {}",
+            moe_int4_reg_rows);
   CHECK_MSG(moe_int4_reg_max_assignments >= 0, "moe_int4_reg_max_assignments {}",
             moe_int4_reg_max_assignments);
   CHECK_MSG(moe_int4_split_cluster == 0 || moe_int4_split_cluster == 1 ||

@@ -195,6 +195,13 @@ struct CudaTunables {
   // 2026-12-02 session 5; the per-shape sweep: gate_up 65%, down 44%, qkv 37%, o_proj 31%).
   int int4_gemv_blocks_per_sm = 2;
   int int4_gemv_ring = 8;
+  // INT4 register GEMV: row tiles a warp multiplies at each k tile (Int4LinearParams::gemv_rows;
+  // 1, or 4: the x fragments, addresses and loop bookkeeping of a k tile shared by four 16-row
+  // tiles). Why: ncu (H200, 2026-12-05) counted 105-118 warp instructions a 512-byte tile in the
+  // register GEMV and the flat down, of which the dequantization and the mma are ~64 in round
+  // mode and ~32 unrounded, at 61-65% issue: the rest is a position's overhead. Dense linears
+  // here, the MoE experts' in moe_int4_reg_rows. No env. Default 1 (until measured).
+  int int4_gemv_rows = 1;
   // MoE decode with INT4 experts: up to this many assignments (tokens x top-k) the experts run
   // as the register GEMV's experts mode, one expert matrix per assignment (linear_int4.h), above
   // it the grouped MoE GEMV. No env. 0 turns it off (A/B). Default 16: one Kimi-K2.5 rank's
@@ -226,6 +233,7 @@ struct CudaTunables {
   // Unrounded weights and 8-row tiles measured no better (within 1%, or slower).
   bool moe_int4_reg_round = true;
   int moe_int4_reg_split = 2;
+  int moe_int4_reg_rows = 1;  // Int4LinearParams::gemv_rows of the experts' register GEMV
   int moe_int4_reg_tile_rows = 0;
   // down_units: the most row tiles one block of the down projection takes (0: the kernel's 32).
   int moe_int4_reg_down_units = 128;
