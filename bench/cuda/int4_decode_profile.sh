@@ -35,13 +35,17 @@ if [[ $STAGES == *" timing "* ]]; then
   echo "backend: exit $?"
   grep -E "copy|experts|variant|T =|tokens" "$OUT/backend.log" | head -60
 fi
-KERNELS='regex:int4_gemv|int4_flat|int4_split|int4_down|moe_plan|moe_combine'
+# NCU_KERNELS / NCU_NAME_BASE pick other kernels: e.g. NCU_NAME_BASE=mangled
+# NCU_KERNELS='regex:int4_gemv_reg_kernelILi8ELi0ELb1ELi4E' is the register GEMV with four row
+# tiles a position, round mode, group 32 (the demangled names carry no template arguments).
+KERNELS=${NCU_KERNELS:-'regex:int4_gemv|int4_flat|int4_split|int4_down|moe_plan|moe_combine'}
+NB="--kernel-name-base ${NCU_NAME_BASE:-function}"
 if [[ $STAGES == *" ncu "* ]]; then
   M=smsp__inst_executed.sum,dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum
   M=$M,sm__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active
   M=$M,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,launch__registers_per_thread
   for T in ${MOE_PROFILE_TOKENS:-32 128}; do
-    timeout 300 ncu --clock-control none -k "$KERNELS" --launch-count "${NCU_LAUNCHES:-8}" \
+    timeout 300 ncu --clock-control none $NB -k "$KERNELS" --launch-count "${NCU_LAUNCHES:-8}" \
       --section WarpStateStats \
       --metrics "$M" $B --what backend --backend-configs kimi --tokens "$T" --calls 1 --reps 1 \
       ${V:+--variants $V} \
@@ -51,7 +55,7 @@ if [[ $STAGES == *" ncu "* ]]; then
   done
 fi
 if [[ $STAGES == *" stalls "* ]]; then
-  timeout 240 ncu --clock-control none -k "$KERNELS" --launch-count "${STALL_LAUNCHES:-4}" \
+  timeout 240 ncu --clock-control none $NB -k "$KERNELS" --launch-count "${STALL_LAUNCHES:-4}" \
     --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum' \
     $B --what backend --backend-configs kimi --tokens "${STALL_TOKENS:-128}" --calls 1 --reps 1 \
     ${V:+--variants $V} \
@@ -62,7 +66,7 @@ if [[ $STAGES == *" stalls "* ]]; then
 fi
 if [[ $STAGES == *" sass "* ]]; then
   D=build-dev/CMakeFiles/strata_backend.dir/src/backend/cuda
-  for f in linear_int4_reg:int4_gemv_reg_kernelILi8ELi0ELb1 \
+  for f in linear_int4_reg:int4_gemv_reg_kernelILi8ELi0ELb1ELi4E \
       moe_experts_int4_flat:int4_flat_down_kernelILi4ELi0E; do
     cuobjdump -sass "$D/${f%%:*}.cu.o" >"$OUT/all.sass"
     python3 bench/cuda/sass_loops.py "$OUT/all.sass" --kernel "${f##*:}" | cut -c1-300

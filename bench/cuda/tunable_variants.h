@@ -50,13 +50,8 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.mla_early_kv = false; }},
     {"moe_unrounded", "INT4 experts' weights unrounded before the mma (moe_int4_reg_round off)",
      [](cuda::CudaTunables& t) { t.moe_int4_reg_round = false; }},
-    {"moe_wide4", "INT4 experts' register GEMV: four row tiles a k tile (moe_int4_reg_rows 4)",
-     [](cuda::CudaTunables& t) { t.moe_int4_reg_rows = 4; }},
-    {"int4_wide4", "INT4 register GEMVs, dense and experts: four row tiles a k tile",
-     [](cuda::CudaTunables& t) {
-       t.int4_gemv_rows = 4;
-       t.moe_int4_reg_rows = 4;
-     }},
+    {"moe_rows1", "INT4 experts' register GEMV: one row tile a k tile (moe_int4_reg_rows 1)",
+     [](cuda::CudaTunables& t) { t.moe_int4_reg_rows = 1; }},
     {"moe_split_auto", "INT4 experts: the kernel's blocks per work item (moe_int4_reg_split 0)",
      [](cuda::CudaTunables& t) { t.moe_int4_reg_split = 0; }},
     {"moe_split2", "INT4 experts: two blocks at least per work item (moe_int4_reg_split 2)",

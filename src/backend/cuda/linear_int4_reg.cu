@@ -46,8 +46,10 @@
 //   row tiles ("super-slots": R consecutive slots of one run, blocks cut in whole super-slots),
 //   so the x fragments, the position's address and bookkeeping serve four tiles, and the ring
 //   holds U / R positions; rows past the block's last row tile load zeros and are never stored.
-//   Why: ncu (2026-12-05, a Kimi-K2.5 rank at T = 128, round mode, group 32) counted 110 warp
-//   instructions a tile at 65% issue, ~64 of them the dequantization and the mma.
+//   Measured (H200, 2026-12-05, a Kimi-K2.5 rank, round mode, group 32): the experts at T = 32 /
+//   128 −3.5 / −2.1% (their default, CudaTunables::moe_int4_reg_rows), though ncu counts 108
+//   warp instructions a tile against 110: ~68 are round mode's dequantization and mma. Dense
+//   8B shapes lose (too few blocks of whole super-slots): int4_gemv_rows stays 1.
 // - Partial sums per (warp, row tile) go to shared memory; after the block's barrier each
 //   output sums its row tile's warps in warp order (deterministic), adds the bias and rounds
 //   once (SwiGLU: gate and up rounded to bf16, then silu(g)·u, as launch_silu_mul).

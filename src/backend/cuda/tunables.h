@@ -200,7 +200,10 @@ struct CudaTunables {
   // tiles). Why: ncu (H200, 2026-12-05) counted 105-118 warp instructions a 512-byte tile in the
   // register GEMV and the flat down, of which the dequantization and the mma are ~64 in round
   // mode and ~32 unrounded, at 61-65% issue: the rest is a position's overhead. Dense linears
-  // here, the MoE experts' in moe_int4_reg_rows. No env. Default 1 (until measured).
+  // here, the MoE experts' in moe_int4_reg_rows. No env. Default 1: one 8B token's 128 W4A16
+  // GEMVs (int4_linear_bench, H200, 2026-12-05) took 2.674 ms with 4 against 1.859 ms: blocks
+  // own whole groups of four row tiles, so the 8B shapes (256-384 row tiles) fill 64-96 blocks
+  // where 264 run with 1.
   int int4_gemv_rows = 1;
   // MoE decode with INT4 experts: up to this many assignments (tokens x top-k) the experts run
   // as the register GEMV's experts mode, one expert matrix per assignment (linear_int4.h), above
@@ -233,7 +236,12 @@ struct CudaTunables {
   // Unrounded weights and 8-row tiles measured no better (within 1%, or slower).
   bool moe_int4_reg_round = true;
   int moe_int4_reg_split = 2;
-  int moe_int4_reg_rows = 1;  // Int4LinearParams::gemv_rows of the experts' register GEMV
+  // rows: Int4LinearParams::gemv_rows of the experts' register GEMV (1 or 4). Default 4: one
+  // Kimi-K2.5 rank's experts (moe_bench --what backend, H200, 2026-12-05, alternating A/B) at
+  // T = 32 / 128 −3.5 / −2.1% (T = 1 / 8 unchanged: the split gate_up and flat down take them),
+  // and its step (61 layers projected) at batch 32 / 128 15.002 / 34.365 ms against 15.126 /
+  // 34.858 (variant moe_rows1). Dense linears lose with 4 (int4_gemv_rows).
+  int moe_int4_reg_rows = 4;
   int moe_int4_reg_tile_rows = 0;
   // down_units: the most row tiles one block of the down projection takes (0: the kernel's 32).
   int moe_int4_reg_down_units = 128;
