@@ -438,8 +438,8 @@ bool choose_reg(const Int4LinearParams& p, const Int4RegExperts* ex, RegLaunch* 
   if (r.warps > kMaxWarps || (r.unroll != 8 && r.unroll != 16)) return false;
   if (p.group == 32) r.unroll = 8;  // the only ring size of group 32 (for_each_kernel)
   // Row tiles a position: 4 where instantiated (ring 8, whole groups in its 2 positions), else 1.
+  if (p.gemv_rows != 0 && p.gemv_rows != 1 && p.gemv_rows != 4) return false;
   r.rows = p.gemv_rows == 4 && r.unroll == 8 && p.group <= 128 ? 4 : 1;
-  if (p.gemv_rows < 0 || p.gemv_rows > 4) return false;
   if (p.gemv_trigger < 0 || p.gemv_trigger > kInt4TriggerLate || p.gemv_depth < 0) return false;
   const int64_t units = p.glu_inter > 0 ? p.glu_inter / kInt4TileRows : int4_row_tiles(p.n);
   // Blocks over which one matrix's row tiles are split: the grid (dense), or each assignment's
