@@ -148,8 +148,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   // Super-slots: R consecutive slots of one run (gate or plain, then up), h a run; position i
   // of the block's stream is k tile i % KT of super-slot i / KT.
   const int h = (nu + R - 1) / R, L = (glu ? 2 * h : h) * KT, J = glu ? h * KT : L;
-  auto slot_of = [&](int j) { return j < h ? j * R : nu + (j - h) * R; };      // its first slot
-  auto rows_of = [&](int j) { return min(R, nu - (j < h ? j : j - h) * R); };  // real slots
+  // Super-slot j's first slot, and its real slots (R == 1: j and 1, folded at compile time).
+  auto slot_of = [&](int j) { return R == 1 ? j : j < h ? j * R : nu + (j - h) * R; };
+  auto rows_of = [&](int j) { return R == 1 ? 1 : min(R, nu - (j < h ? j : j - h) * R); };
   auto tile_of = [&](int j) {  // its first row tile in the matrix
     return j < h ? u0 + j * R : pl.inter_tiles + u0 + (j - h) * R;
   };
