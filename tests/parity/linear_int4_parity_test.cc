@@ -271,9 +271,9 @@ void apply(const RunOpts& o, cuda::Int4LinearParams* p) {
   p->gemv_depth = o.gemv_depth;
   p->gemv_rows = o.gemv_rows;
 }
-// Whether launch_int4_gemv can take o on an [n, k] weight at m rows (a forced stream or register
-// configuration may need more shared memory than there is).
-bool gemv_fits(const RunOpts& o, int64_t m, int64_t n, int64_t k, int group, int64_t inter = 0) {
+// o's launch parameters for an [n, k] weight at m rows (no buffers: for the fit queries).
+cuda::Int4LinearParams shape_params(const RunOpts& o, int64_t m, int64_t n, int64_t k, int group,
+                                    int64_t inter) {
   cuda::Int4LinearParams p{};
   p.m = m;
   p.n = n;
@@ -281,6 +281,12 @@ bool gemv_fits(const RunOpts& o, int64_t m, int64_t n, int64_t k, int group, int
   p.group = group;
   p.glu_inter = inter;
   apply(o, &p);
+  return p;
+}
+// Whether launch_int4_gemv can take o on an [n, k] weight at m rows (a forced stream or register
+// configuration may need more shared memory than there is).
+bool gemv_fits(const RunOpts& o, int64_t m, int64_t n, int64_t k, int group, int64_t inter = 0) {
+  const cuda::Int4LinearParams p = shape_params(o, m, n, k, group, inter);
   if (o.gemv_kernel == cuda::kInt4GemvStream) return cuda::int4_gemv_stream_fits(p);
   if (o.gemv_kernel == cuda::kInt4GemvReg) return cuda::int4_gemv_reg_fits(p);
   return true;
@@ -601,14 +607,8 @@ RunOpts reg_opts(const RegKnobs& k) {
 // The row tiles a position the register GEMV runs o with: knobs asking for 4 get 4 wherever
 // the kernel is instantiated (group <= 128), so those rows test what they name.
 void expect_rows(const RunOpts& o, int64_t m, int64_t n, int64_t k, int group, int64_t inter = 0) {
-  cuda::Int4LinearParams p{};
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.group = group;
-  p.glu_inter = inter;
-  apply(o, &p);
-  EXPECT_EQ(cuda::int4_gemv_reg_rows(p), o.gemv_rows == 4 && group <= 128 ? 4 : 1)
+  EXPECT_EQ(cuda::int4_gemv_reg_rows(shape_params(o, m, n, k, group, inter)),
+            o.gemv_rows == 4 && group <= 128 ? 4 : 1)
       << "n " << n << " k " << k << " group " << group;
 }
 
