@@ -4,12 +4,14 @@
 #pragma once
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -21,6 +23,7 @@ struct HttpResponse {
   std::map<std::string, std::string> headers;  // lower-case names
   std::string body;                            // de-chunked
   bool complete = false;                       // the whole body arrived
+  std::string failure;  // when status is 0: what went wrong (connect, send, or what arrived)
 };
 
 // One connection; Connection: close, so the response ends at EOF (or at the last chunk).
@@ -38,6 +41,7 @@ class HttpConn {
     a.sin_port = htons(uint16_t(port));
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+      error_ = std::string("connect: ") + std::strerror(errno);
       close();
       return false;
     }
@@ -56,7 +60,10 @@ class HttpConn {
     size_t off = 0;
     while (off < req.size()) {
       ssize_t n = ::send(fd_, req.data() + off, req.size() - off, MSG_NOSIGNAL);
-      if (n <= 0) return false;
+      if (n <= 0) {
+        error_ = std::string("send: ") + std::strerror(errno);
+        return false;
+      }
       off += size_t(n);
     }
     return true;
@@ -76,8 +83,15 @@ class HttpConn {
     bool open = true;
     while (open && std::chrono::steady_clock::now() < deadline && !body_complete())
       open = read_some(200);
-    return parse();
+    HttpResponse r = parse();
+    if (r.status == 0)
+      r.failure = std::to_string(raw_.size()) + " bytes arrived, then " +
+                  (open ? "the deadline passed" : "the server closed the connection") +
+                  (raw_.empty() ? "" : ": '" + raw_.substr(0, 200) + "'");
+    return r;
   }
+  // Why connect() or send_request() failed (errno's words).
+  const std::string& error() const { return error_; }
   const std::string& raw() const { return raw_; }
   int fd() const { return fd_; }  // for tests that send bytes of their own
   void close() {
@@ -142,14 +156,18 @@ class HttpConn {
 
   int fd_ = -1;
   std::string raw_;
+  std::string error_;
 };
 
 inline HttpResponse http(int port, const std::string& method, const std::string& path,
                          const std::string& body = "", int timeout_s = 120,
                          const std::vector<std::string>& headers = {}) {
   HttpConn c;
-  if (!c.connect(port) || !c.send_request(method, path, body, "application/json", headers))
-    return {};
+  if (!c.connect(port) || !c.send_request(method, path, body, "application/json", headers)) {
+    HttpResponse r;
+    r.failure = c.error();
+    return r;
+  }
   return c.read_response(std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s));
 }
 

@@ -30,6 +30,50 @@ inline std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+// Every socket listening on `port` (IPv4 and IPv6, from /proc/net) and the processes holding it:
+// names a second listener that took connections meant for a test's server.
+inline std::string port_listeners(int port) {
+  std::vector<std::string> inodes;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::istringstream in(read_file(table));
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string slot, local, remote, state, skip, inode;
+      f >> slot >> local >> remote >> state;
+      for (int i = 0; i < 5; ++i) f >> skip;  // tx:rx tr:when retrnsmt uid timeout
+      f >> inode;
+      const size_t colon = local.rfind(':');
+      if (state != "0A" || colon == std::string::npos) continue;  // 0A: LISTEN
+      if (std::stoi(local.substr(colon + 1), nullptr, 16) == port)
+        inodes.push_back(local + " socket " + inode);
+    }
+  }
+  std::string out = "listening on port " + std::to_string(port) + ":";
+  if (inodes.empty()) return out + " nothing";
+  for (const std::string& entry : inodes) {
+    out += " [" + entry;
+    const std::string target = "socket:[" + entry.substr(entry.rfind(' ') + 1) + "]";
+    std::error_code ec;
+    for (const auto& proc : std::filesystem::directory_iterator("/proc", ec)) {
+      const std::string pid = proc.path().filename().string();
+      if (pid.find_first_not_of("0123456789") != std::string::npos) continue;  // self, ...
+      std::error_code fec;
+      for (const auto& fd : std::filesystem::directory_iterator(proc.path() / "fd", fec)) {
+        std::error_code lec;
+        if (std::filesystem::read_symlink(fd.path(), lec).string() != target) continue;
+        std::string comm = read_file(proc.path() / "comm");
+        while (!comm.empty() && comm.back() == '\n') comm.pop_back();
+        out += " held by pid " + pid + " (" + comm + ")";
+        break;
+      }
+    }
+    out += "]";
+  }
+  return out;
+}
+
 // Polls `pred` every 20 ms until it holds or `timeout_s` passes.
 template <typename Pred>
 bool poll_until(Pred pred, double timeout_s) {
@@ -62,6 +106,10 @@ class ServerProcess {
     std::vector<std::string> argv = {STRATA_BINARY, "serve",  "--model-path",
                                      model_path_,   "--port", "0"};
     argv.insert(argv.end(), args.begin(), args.end());
+    // Emptied here, before the fork: pids recur, and a file left by an earlier test process of
+    // this pid would show its server's port to the poll below until the child truncates it (a
+    // CI run probed a dead port for 120 s that way).
+    std::ofstream(log_path_, std::ios::trunc).close();
     pid_ = ::fork();
     if (pid_ == 0) {
       FILE* f = std::freopen(log_path_.c_str(), "w", stderr);
@@ -97,7 +145,8 @@ class ServerProcess {
     start_problem_ =
         "\n[test] /health never answered 200 in " + std::to_string(int(timeout_s)) +
         " s; the last answer: status " + std::to_string(last.status) + ", body '" + last.body +
-        "'; " +
+        "'" + (last.failure.empty() ? "" : " (" + last.failure + ")") + "; server pid " +
+        std::to_string(pid_) + "; " + port_listeners(port_) + "; " +
         (exited() ? "the server exited with " + std::to_string(exit_code_) : thread_states());
     return false;
   }
