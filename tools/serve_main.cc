@@ -252,6 +252,7 @@ int serve_main(int argc, char** argv) {
       sc.flags[opt->get_name()] = "(hidden)";  // /get_server_info shows the flags
   }
 
+  if (Status s = check_listen_address(sc.host, sc.port); !s.ok()) return fail(s);
   SignalWatcher signals;  // before any thread starts, so all of them inherit the mask
   auto engine_or = Engine::create(*cfg, &tensor_parallel_runtime());
   if (!engine_or.ok()) return fail(engine_or.status());

@@ -1,19 +1,22 @@
 #include "server/http_server.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "core/log.h"
 
 #ifdef STRATA_HAVE_MHD
 #include <fmt/format.h>
 #include <microhttpd.h>
-#include <netdb.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdarg>
 #include <cstdio>
-#include <cstring>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -25,6 +28,50 @@
 #endif
 
 namespace strata {
+
+namespace {
+
+// --host:--port as the listener binds it: the first address getaddrinfo gives.
+struct ListenAddress {
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+  bool v6 = false;
+};
+
+StatusOr<ListenAddress> resolve_listen_address(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 ||
+      res == nullptr)
+    return unavailable("cannot resolve --host '{}'", host);
+  ListenAddress a;
+  std::memcpy(&a.addr, res->ai_addr, res->ai_addrlen);
+  a.len = res->ai_addrlen;
+  a.v6 = res->ai_family == AF_INET6;
+  ::freeaddrinfo(res);
+  return a;
+}
+
+}  // namespace
+
+Status check_listen_address(const std::string& host, int port) {
+  auto a = resolve_listen_address(host, port);
+  if (!a.ok()) return a.status();
+  const int fd = ::socket(a->v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return unavailable("cannot open a socket: {}", std::strerror(errno));
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // as the listener will
+  const bool bound = ::bind(fd, reinterpret_cast<const sockaddr*>(&a->addr), a->len) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!bound)
+    return unavailable("cannot listen on {}:{}: {}{}", host, port, std::strerror(err),
+                       err == EADDRINUSE ? " (another server is on this port?)" : "");
+  return Status();
+}
 
 #ifndef STRATA_HAVE_MHD
 
@@ -470,13 +517,21 @@ void on_completed(void* cls, MHD_Connection* /*conn*/, void** con_cls,
   if (ex->gen && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) ex->gen->abort();
 }
 
-// libmicrohttpd's own messages (a client that hung up mid-response, mostly) at debug level.
+// libmicrohttpd's own messages: a client that hung up mid-response (most of them) at debug
+// level; the listener's troubles (accept failing, a resource or connection limit, the epoll set)
+// as warnings, since each leaves new connections unanswered.
 void on_mhd_log(void* /*cls*/, const char* fmt, va_list ap) {
   char buf[512];
   std::vsnprintf(buf, sizeof(buf), fmt, ap);
   std::string msg(buf);
   while (!msg.empty() && msg.back() == '\n') msg.pop_back();
-  LOG_DEBUG("http: {}", msg);
+  const bool listener = msg.find("accept") != std::string::npos ||
+                        msg.find("limit") != std::string::npos ||
+                        msg.find("epoll") != std::string::npos;
+  if (listener)
+    LOG_WARN("http: {}", msg);
+  else
+    LOG_DEBUG("http: {}", msg);
 }
 
 void on_connection(void* cls, MHD_Connection* /*conn*/, void** /*socket_context*/,
@@ -509,18 +564,14 @@ HttpServer::~HttpServer() {
 Status HttpServer::bind() {
   Impl& impl = *impl_;
   const ServerConfig& c = impl.state.config();
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(c.host.c_str(), std::to_string(c.port).c_str(), &hints, &res) != 0 ||
-      res == nullptr)
-    return unavailable("cannot resolve --host '{}'", c.host);
-  sockaddr_storage addr{};
-  std::memcpy(&addr, res->ai_addr, res->ai_addrlen);
-  const bool v6 = res->ai_family == AF_INET6;
-  ::freeaddrinfo(res);
+  auto listen_address = resolve_listen_address(c.host, c.port);
+  if (!listen_address.ok()) return listen_address.status();
+  sockaddr_storage addr = listen_address->addr;
+  const bool v6 = listen_address->v6;
+  // No MHD_OPTION_LISTENING_ADDRESS_REUSE: it sets SO_REUSEPORT, with which a second server on
+  // the same port (or any SO_REUSEPORT socket of this user) listens beside this one and the
+  // kernel deals the connections between them; MHD's default SO_REUSEADDR is what a restart needs
+  // (a port with connections in TIME_WAIT).
   // Idle and half-sent connections cost a socket and a little memory, never a thread; the hard
   // cap leaves room above --max-connections to answer the 503s and the health checks.
   const unsigned hard_limit = unsigned(c.max_connections) + 256;
@@ -531,8 +582,7 @@ Status HttpServer::bind() {
       MHD_OPTION_NOTIFY_COMPLETED, &on_completed, &impl, MHD_OPTION_NOTIFY_CONNECTION,
       &on_connection, &impl, MHD_OPTION_CONNECTION_TIMEOUT, unsigned(30),
       MHD_OPTION_CONNECTION_LIMIT, hard_limit, MHD_OPTION_LISTEN_BACKLOG_SIZE, unsigned(1024),
-      MHD_OPTION_LISTENING_ADDRESS_REUSE, unsigned(1), MHD_OPTION_EXTERNAL_LOGGER, &on_mhd_log,
-      nullptr, MHD_OPTION_END);
+      MHD_OPTION_EXTERNAL_LOGGER, &on_mhd_log, nullptr, MHD_OPTION_END);
   if (impl.daemon == nullptr)
     return unavailable("cannot listen on {}:{} (address in use or not local?)", c.host, c.port);
   const MHD_DaemonInfo* info = MHD_get_daemon_info(impl.daemon, MHD_DAEMON_INFO_BIND_PORT);

@@ -14,11 +14,17 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "core/status.h"
 #include "server/server_state.h"
 
 namespace strata {
+
+// Whether host:port can be bound now (port 0 always can): checked before the model loads, so a
+// port in use is reported in a second rather than after minutes of loading. The listener binds
+// for real later (HttpServer::bind), which can still fail if another process takes it meanwhile.
+Status check_listen_address(const std::string& host, int port);
 
 class HttpServer {
  public:

@@ -1,7 +1,8 @@
 // Health that stays true under connections: with 1,000 idle and 1,000 half-header connections
 // open, /health and /metrics still answer at once (the event loop holds no thread per
 // connection; bench/health_under_connections.py prints the p99); beyond --max-connections a
-// generation request gets a clean 503 while /health still answers.
+// generation request gets a clean 503 while /health still answers; a second server on the same
+// port is refused.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
@@ -81,6 +82,29 @@ TEST(ServeConnectionsTest, BeyondMaxConnectionsGenerationGets503AndHealthStillAn
       },
       30));
   EXPECT_EQ(server.stop(), 0) << server.log();
+}
+
+// A second server on a port in use fails at start with the reason, as any server does: with
+// SO_REUSEPORT both would listen and the kernel would deal the connections between them (half of
+// a user's traffic, and the health checks, going to a server they did not mean).
+TEST(ServeConnectionsTest, SecondServerOnTheSamePortIsRefused) {
+  ServerProcess first;
+  ASSERT_TRUE(first.start({})) << first.log();
+  const std::string port = std::to_string(first.port());
+  std::string out;
+  // `timeout`: a second server that does listen serves until killed (then the code is 124).
+  EXPECT_EQ(run_command("timeout 60 " + std::string(STRATA_BINARY) + " serve --model-path " +
+                            house_llama() + " --host 127.0.0.1 --port " + port,
+                        &out),
+            1)
+      << out;
+  EXPECT_NE(out.find("cannot listen on 127.0.0.1:" + port), std::string::npos) << out;
+  EXPECT_EQ(out.find("KV cache:"), std::string::npos) << "said after loading the model: " << out;
+  EXPECT_NE(port_listeners(first.port()).find("held by pid " + std::to_string(first.pid())),
+            std::string::npos)
+      << port_listeners(first.port());
+  EXPECT_EQ(http(first.port(), "GET", "/health").status, 200);
+  EXPECT_EQ(first.stop(), 0) << first.log();
 }
 
 }  // namespace
