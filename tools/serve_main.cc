@@ -265,11 +265,11 @@ int serve_main(int argc, char** argv) {
     HttpServer server(state);
     if (Status s = server.bind(); !s.ok()) return fail(s);
     signals.start([&server] { server.shutdown(); });
-    LOG_INFO("serving '{}' on http://{}:{} (OpenAI API at /v1){}", sc.served_model_name, sc.host,
-             server.port(), sc.api_key.empty() ? "" : " · API key required");
+    LOG_INFO("serving '{}' on http://{}:{} (OpenAI API at /v1){}", sc.served_model_name,
+             url_host(sc.host), server.port(), sc.api_key.empty() ? "" : " · API key required");
     if (sc.api_key.empty() && sc.host != "127.0.0.1" && sc.host != "localhost" && sc.host != "::1")
       LOG_WARN("no API key: anyone who can reach {}:{} can use this server (--api-key-file or ${})",
-               sc.host, server.port(), kApiKeyEnv);
+               url_host(sc.host), server.port(), kApiKeyEnv);
     if (Status s = server.run(); !s.ok()) rc = fail(s);
     signals.stop();
   }

@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -57,18 +58,23 @@ StatusOr<ListenAddress> resolve_listen_address(const std::string& host, int port
 
 }  // namespace
 
+std::string url_host(const std::string& host) {
+  return host.find(':') != std::string::npos ? "[" + host + "]" : host;
+}
+
 Status check_listen_address(const std::string& host, int port) {
   auto a = resolve_listen_address(host, port);
   if (!a.ok()) return a.status();
   const int fd = ::socket(a->v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return unavailable("cannot open a socket: {}", std::strerror(errno));
-  const int one = 1;
+  const int one = 1, zero = 0;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // as the listener will
+  if (a->v6) ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));  // dual stack
   const bool bound = ::bind(fd, reinterpret_cast<const sockaddr*>(&a->addr), a->len) == 0;
   const int err = errno;
   ::close(fd);
   if (!bound)
-    return unavailable("cannot listen on {}:{}: {}{}", host, port, std::strerror(err),
+    return unavailable("cannot listen on {}:{}: {}{}", url_host(host), port, std::strerror(err),
                        err == EADDRINUSE ? " (another server is on this port?)" : "");
   return Status();
 }
@@ -568,6 +574,8 @@ Status HttpServer::bind() {
   if (!listen_address.ok()) return listen_address.status();
   sockaddr_storage addr = listen_address->addr;
   const bool v6 = listen_address->v6;
+  // IPv6 dual stack (no IPV6_V6ONLY): `--host ::` takes IPv4 clients too, as SGLang's (Python's)
+  // listener does; an IPv4 --host is IPv4 only.
   // No MHD_OPTION_LISTENING_ADDRESS_REUSE: it sets SO_REUSEPORT, with which a second server on
   // the same port (or any SO_REUSEPORT socket of this user) listens beside this one and the
   // kernel deals the connections between them; MHD's default SO_REUSEADDR is what a restart needs
@@ -577,14 +585,15 @@ Status HttpServer::bind() {
   const unsigned hard_limit = unsigned(c.max_connections) + 256;
   impl.daemon = MHD_start_daemon(
       MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
-          (v6 ? MHD_USE_IPv6 : 0),
+          (v6 ? MHD_USE_DUAL_STACK : 0),
       uint16_t(c.port), nullptr, nullptr, &on_request, &impl, MHD_OPTION_SOCK_ADDR, &addr,
       MHD_OPTION_NOTIFY_COMPLETED, &on_completed, &impl, MHD_OPTION_NOTIFY_CONNECTION,
       &on_connection, &impl, MHD_OPTION_CONNECTION_TIMEOUT, unsigned(30),
       MHD_OPTION_CONNECTION_LIMIT, hard_limit, MHD_OPTION_LISTEN_BACKLOG_SIZE, unsigned(1024),
       MHD_OPTION_EXTERNAL_LOGGER, &on_mhd_log, nullptr, MHD_OPTION_END);
   if (impl.daemon == nullptr)
-    return unavailable("cannot listen on {}:{} (address in use or not local?)", c.host, c.port);
+    return unavailable("cannot listen on {}:{} (address in use or not local?)", url_host(c.host),
+                       c.port);
   const MHD_DaemonInfo* info = MHD_get_daemon_info(impl.daemon, MHD_DAEMON_INFO_BIND_PORT);
   impl.port = info != nullptr ? int(info->port) : c.port;
   impl.ticker = std::thread([p = &impl] { p->tick_loop(); });

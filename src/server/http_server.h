@@ -21,6 +21,9 @@
 
 namespace strata {
 
+// `host` as a URL writes it: an IPv6 address in brackets ("[::1]"), anything else as it is.
+std::string url_host(const std::string& host);
+
 // Whether host:port can be bound now (port 0 always can): checked before the model loads, so a
 // port in use is reported in a second rather than after minutes of loading. The listener binds
 // for real later (HttpServer::bind), which can still fail if another process takes it meanwhile.

@@ -107,5 +107,28 @@ TEST(ServeConnectionsTest, SecondServerOnTheSamePortIsRefused) {
   EXPECT_EQ(first.stop(), 0) << first.log();
 }
 
+// `--host ::` listens on every address of both families, as SGLang's listener does (an
+// IPv6-only socket would refuse every IPv4 client); the log writes the address in brackets.
+TEST(ServeConnectionsTest, EveryIpv6AddressServesIpv4ClientsToo) {
+  HttpConn probe;
+  const bool ipv6 = probe.connect(1, "::1") || probe.error().find("refused") != std::string::npos;
+  ServerProcess server;
+  ASSERT_TRUE(server.start({"--host", "::"})) << server.log();
+  EXPECT_NE(server.log().find("on http://[::]:" + std::to_string(server.port()) + " "),
+            std::string::npos)
+      << server.log();
+  auto health = [&](const std::string& ip) {
+    HttpConn c;
+    if (!c.connect(server.port(), ip) || !c.send_request("GET", "/health", "")) return 0;
+    return c.read_response(std::chrono::steady_clock::now() + std::chrono::seconds(30)).status;
+  };
+  EXPECT_EQ(health("127.0.0.1"), 200);
+  if (ipv6) {
+    EXPECT_EQ(health("::1"), 200);
+  }
+  EXPECT_EQ(server.stop(), 0) << server.log();
+  if (!ipv6) GTEST_SKIP() << "no IPv6 loopback here: checked the IPv4 half only";
+}
+
 }  // namespace
 }  // namespace strata::e2e

@@ -33,14 +33,30 @@ class HttpConn {
   HttpConn(const HttpConn&) = delete;
   ~HttpConn() { close(); }
 
-  bool connect(int port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd_ < 0) return false;
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(uint16_t(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+  // `ip`: a numeric IPv4 or IPv6 address.
+  bool connect(int port, const std::string& ip = "127.0.0.1") {
+    const bool v6 = ip.find(':') != std::string::npos;
+    fd_ = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
+    if (fd_ < 0) {
+      error_ = std::string("socket: ") + std::strerror(errno);
+      return false;
+    }
+    sockaddr_storage a{};
+    socklen_t len = 0;
+    if (v6) {
+      auto* a6 = reinterpret_cast<sockaddr_in6*>(&a);
+      a6->sin6_family = AF_INET6;
+      a6->sin6_port = htons(uint16_t(port));
+      ::inet_pton(AF_INET6, ip.c_str(), &a6->sin6_addr);
+      len = sizeof(sockaddr_in6);
+    } else {
+      auto* a4 = reinterpret_cast<sockaddr_in*>(&a);
+      a4->sin_family = AF_INET;
+      a4->sin_port = htons(uint16_t(port));
+      ::inet_pton(AF_INET, ip.c_str(), &a4->sin_addr);
+      len = sizeof(sockaddr_in);
+    }
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), len) != 0) {
       error_ = std::string("connect: ") + std::strerror(errno);
       close();
       return false;

@@ -122,17 +122,17 @@ class ServerProcess {
       ::execv(cargv[0], cargv.data());
       std::_Exit(127);
     }
-    const std::string marker = "on http://127.0.0.1:";
+    const std::string marker = "on http://";  // host:port or [v6 host]:port, then a space
     const bool logged = poll_until(
         [&] {
           const std::string log = read_file(log_path_);
-          size_t p = log.find(marker);
+          const size_t p = log.find(marker);
           if (p == std::string::npos) return exited();
-          // The whole number only: the line may still be being written (a partial port would
+          // The whole address only: the line may still be being written (a partial port would
           // send every health probe to the wrong port until the timeout).
-          const size_t end = log.find_first_not_of("0123456789", p + marker.size());
+          const size_t end = log.find(' ', p + marker.size());
           if (end == std::string::npos) return false;
-          port_ = std::atoi(log.c_str() + p + marker.size());
+          port_ = std::atoi(log.c_str() + log.rfind(':', end) + 1);
           return true;
         },
         timeout_s);
