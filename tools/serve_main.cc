@@ -42,6 +42,8 @@ constexpr NotImplemented kNotImplemented[] = {
     {"--enable-torch-compile", false, "torch.compile"},
     {"--schedule-policy", true, "scheduling policies other than the default"},
     {"--lora-paths", true, "LoRA adapters"},
+    {"--tool-call-parser", true,
+     "tool calls parsed out of the output (requests with tools are refused)"},
 };
 
 struct ServeFlags {
@@ -51,6 +53,7 @@ struct ServeFlags {
   bool disable_custom_all_reduce = false;
   bool enable_metrics = false;
   bool trust_remote_code = false;
+  std::string reasoning_parser;                     // "" off
   std::vector<std::string> not_implemented_values;  // one slot per kNotImplemented entry
   std::vector<bool> not_implemented_flags;
 };
@@ -156,6 +159,9 @@ int serve_main(int argc, char** argv) {
   app.add_option("--port", sc.port, "port to listen on (0: any free port)")->capture_default_str();
   app.add_option("--served-model-name", sc.served_model_name,
                  "model name clients use (default: basename of --model-path)");
+  app.add_option("--reasoning-parser", sf.reasoning_parser,
+                 "split a thinking model's reasoning into the chat API's reasoning_content: "
+                 "deepseek-r1, deepseek-v3, qwen3, qwen3-thinking, glm45, kimi, kimi_k2");
   app.add_option(
          "--max-queued-requests", sc.max_queued_requests,
          "requests waiting beyond the running slots before 503 + Retry-After (-1: unbounded)")
@@ -220,6 +226,11 @@ int serve_main(int argc, char** argv) {
       return fail(unimplemented("{} is not implemented yet ({})", kNotImplemented[i].name,
                                 kNotImplemented[i].what));
   if (sc.port < 0 || sc.port > 65535) return fail(invalid_argument("--port must be in [0, 65535]"));
+  if (!sf.reasoning_parser.empty()) {
+    auto format = reasoning_format(sf.reasoning_parser);
+    if (!format.ok()) return fail(format.status());
+    sc.reasoning = *format;
+  }
   if (sc.max_queued_requests < -1)
     return fail(invalid_argument("--max-queued-requests must be >= -1"));
   if (sc.drain_timeout_s < 0) return fail(invalid_argument("--drain-timeout must be >= 0"));

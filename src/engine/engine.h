@@ -201,6 +201,9 @@ struct GenerateRequest {
   bool use_prefix_cache = true;
   // Queued ahead of the waiting requests (Request::urgent).
   bool urgent = false;
+  // Special tokens the event text keeps (the others are skipped): a reasoning parser's tags
+  // (server/reasoning_parser.h).
+  std::vector<int32_t> keep_special_ids{};
 };
 
 // A consistent snapshot of the engine's counters (thread-safe to read).

@@ -96,6 +96,13 @@ std::variant<ApiError, std::unique_ptr<Generation>> Generation::start(ServerStat
     if (auto e = state.engine().check(engine_request(req, p, limit, 0)))
       return api_error_from(*e, prompt_param);
   std::unique_ptr<Generation> g(new Generation(state, std::move(req)));
+  if (const auto& format = state.config().reasoning; chat && format && g->req_.separate_reasoning) {
+    const Tokenizer& tok = state.engine().tokenizer();
+    const bool inside = starts_inside_reasoning(*format, tok, prompts[0]);
+    g->keep_special_ids_ = reasoning_tag_token_ids(*format, tok);
+    for (int i = 0; i < g->req_.n; ++i)
+      g->splitters_.emplace_back(*format, inside, g->req_.stream_reasoning);
+  }
   if (auto e = g->submit_all(std::move(prompts), arrival)) return *e;
   if (const RequestLogConfig& log = state.config().log_requests; log.enabled) {
     std::vector<int32_t> lengths;
@@ -134,6 +141,7 @@ std::optional<ApiError> Generation::submit_all(std::vector<std::vector<int32_t>>
   for (int i = 0; i < total; ++i) {
     const auto& prompt = prompts[size_t(i / req_.n)];
     GenerateRequest g = engine_request(req_, prompt, context, i);
+    g.keep_special_ids = keep_special_ids_;
     prompt_tokens_[size_t(i)] = int32_t(prompt.size());
     g.on_event = [stream = stream_, metrics = state_.metrics(), i, arrival,
                   last = Clock::time_point{}](const StreamEvent& ev) mutable {
@@ -252,7 +260,15 @@ std::optional<nlohmann::json> Generation::poll_response(std::chrono::millisecond
     if (left.count() <= 0) break;
   }
   if (!all_finished()) return std::nullopt;
-  return build_response(req_, meta_, choices_, usage(), state_.engine().tokenizer());
+  if (splitters_.empty())
+    return build_response(req_, meta_, choices_, usage(), state_.engine().tokenizer());
+  std::vector<ChoiceResult> split = choices_;
+  for (size_t i = 0; i < split.size(); ++i) {
+    ReasoningSplitter::Parts all = splitters_[i].push(split[i].text), tail = splitters_[i].finish();
+    split[i].text = all.content + tail.content;
+    split[i].reasoning = all.reasoning + tail.reasoning;
+  }
+  return build_response(req_, meta_, split, usage(), state_.engine().tokenizer());
 }
 
 bool Generation::next_sse(std::string* out, std::chrono::milliseconds heartbeat,
@@ -275,12 +291,27 @@ bool Generation::next_sse(std::string* out, std::chrono::milliseconds heartbeat,
     ChunkPart part;
     part.choice = ce.choice;
     part.text = ce.event.text;
+    if (!splitters_.empty()) {
+      ReasoningSplitter::Parts parts = splitters_[size_t(ce.choice)].push(ce.event.text);
+      part.text = std::move(parts.content);
+      part.reasoning = std::move(parts.reasoning);
+    }
     part.token_ids = ce.event.token_ids;
     part.logprobs = ce.event.logprobs;
     part.text_offset = choices_[size_t(ce.choice)].text.size();
     apply(ce);
-    if (!part.text.empty() || (req_.top_logprobs >= 0 && !part.token_ids.empty()))
+    if (!part.text.empty() || !part.reasoning.empty() ||
+        (req_.top_logprobs >= 0 && !part.token_ids.empty()))
       *out += sse_event(build_chunk(req_, meta_, part, tok));
+    if (ce.event.finished && !splitters_.empty()) {  // what the splitter held back
+      ChunkPart tail;
+      tail.choice = ce.choice;
+      ReasoningSplitter::Parts parts = splitters_[size_t(ce.choice)].finish();
+      tail.text = std::move(parts.content);
+      tail.reasoning = std::move(parts.reasoning);
+      if (!tail.text.empty() || !tail.reasoning.empty())
+        *out += sse_event(build_chunk(req_, meta_, tail, tok));
+    }
     if (ce.event.finished) {
       ChunkPart end;
       end.choice = ce.choice;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "server/openai_schema.h"
+#include "server/reasoning_parser.h"
 #include "server/request_stream.h"
 #include "server/server_state.h"
 
@@ -76,6 +77,10 @@ class Generation {
   std::vector<int32_t> prompt_tokens_;  // per choice
   std::vector<int32_t> cached_tokens_;
   std::vector<std::array<int32_t, 3>> spec_counts_;  // verifies, drafted, accepted per choice
+  // --reasoning-parser on a chat request: one splitter per choice (none: off), and the parser's
+  // tags that are special tokens (kept in the text).
+  std::vector<ReasoningSplitter> splitters_;
+  std::vector<int32_t> keep_special_ids_;
   Clock::time_point arrival_{};
   int admitted_ = 0;
   bool started_stream_ = false;

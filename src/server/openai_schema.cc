@@ -473,6 +473,8 @@ std::optional<ApiError> parse_openai_request(std::string_view body, Endpoint end
     r->chat_template_kwargs = *k;
   }
   if (auto e = read_bool(b, "stream", &r->stream)) return e;
+  if (auto e = read_bool(b, "separate_reasoning", &r->separate_reasoning)) return e;
+  if (auto e = read_bool(b, "stream_reasoning", &r->stream_reasoning)) return e;
   if (auto e = read_bool(b, "return_meta_info", &r->return_meta_info)) return e;
   if (auto so = b.find("stream_options"); so != b.end() && !so->is_null()) {
     if (!so->is_object()) return wrong_type("stream_options", "an object", *so);
@@ -526,6 +528,9 @@ json build_response(const OpenAiRequest& req, const ResponseMeta& meta,
                 : completion_logprobs(c.token_ids, c.logprobs, tok, 0);
     if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (c.reasoning)
+        choice["message"]["reasoning_content"] =
+            c.reasoning->empty() ? json(nullptr) : json(*c.reasoning);
     } else {
       choice["text"] = c.text;
     }
@@ -549,6 +554,7 @@ json build_chunk(const OpenAiRequest& req, const ResponseMeta& meta, const Chunk
   if (chat) {
     json delta = json::object();
     if (part.first) delta["role"] = "assistant";
+    if (!part.reasoning.empty()) delta["reasoning_content"] = part.reasoning;
     if (part.first || !part.text.empty()) delta["content"] = part.text;
     choice["delta"] = std::move(delta);
   } else {

@@ -52,6 +52,10 @@ struct OpenAiRequest {
   // (spec_verify_ct, spec_draft_token_num, spec_accept_token_num, spec_accept_length).
   bool return_meta_info = false;
   int top_logprobs = -1;  // -1: no logprobs; else the chosen token's and the top n
+  // Chat with --reasoning-parser (SGLang's fields): split the reasoning out of the content, and
+  // stream it as it comes (false: in one delta once it ended).
+  bool separate_reasoning = true;
+  bool stream_reasoning = true;
   int num_prompts() const {
     return endpoint == Endpoint::kChat ? 1 : int(text_prompts.size() + token_prompts.size());
   }
@@ -76,6 +80,8 @@ ApiError api_error_from(const RequestError& error, const std::string& prompt_par
 // What one choice produced.
 struct ChoiceResult {
   std::string text;
+  std::optional<std::string> reasoning;  // set: a chat response with reasoning_content (text: the
+                                         // content, without the reasoning)
   std::vector<int32_t> token_ids;
   std::vector<TokenLogprobs> logprobs;  // one per token when requested
   FinishReason finish_reason = FinishReason::kNone;
@@ -114,6 +120,7 @@ struct ChunkPart {
   int choice = 0;
   bool first = false;
   std::string text;
+  std::string reasoning;  // chat: the delta's reasoning_content (none when empty)
   std::vector<int32_t> token_ids;
   std::vector<TokenLogprobs> logprobs;
   std::optional<FinishReason> finish;

@@ -19,6 +19,7 @@
 #include "engine/engine.h"
 #include "server/api_key_auth.h"
 #include "server/metrics.h"
+#include "server/reasoning_parser.h"
 #include "server/request_log.h"
 #include "tokenizer/prompt_encoder.h"
 
@@ -39,6 +40,8 @@ struct ServerConfig {
   int max_request_body_mb = 64;   // larger request bodies are answered 413
   RequestLogConfig log_requests;  // --log-requests, --log-requests-level
   std::string api_key;  // --api-key: "" = none needed (server/api_key_auth.h); never logged
+  // --reasoning-parser: chat responses split the reasoning into reasoning_content (unset: off).
+  std::optional<ReasoningFormat> reasoning;
   nlohmann::json flags = nlohmann::json::object();  // the launch flags, for /get_server_info
 };
 

@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
@@ -9,8 +11,9 @@ bool ends_with_replacement(const std::string& s) { return s.ends_with(tok::kRepl
 
 }  // namespace
 
-StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special)
-    : tokenizer_(&tokenizer), skip_special_(skip_special) {}
+StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special,
+                             std::vector<int32_t> keep_special)
+    : tokenizer_(&tokenizer), skip_special_(skip_special), keep_special_(std::move(keep_special)) {}
 
 // Hugging Face's DecodeStream::step, with an anchor: decode the window [anchor ids + context ids +
 // pending ids]; when it grew past the decode of [anchor + context] and does not end in U+FFFD (an
@@ -29,10 +32,11 @@ std::string StreamDecoder::push(int32_t id) {
   // bytes before it (" " then " \xF0" decodes to two U+FFFD): wait for the run to end.
   // A skipped special or unknown id adds no token, so a run around it stays open.
   if (tokenizer_->is_byte_fallback_piece(id) || id < 0 || id >= tokenizer_->vocab_size() ||
-      (skip_special_ && tokenizer_->is_special(id))) {
+      (skip_special_ && tokenizer_->is_special(id) &&
+       std::find(keep_special_.begin(), keep_special_.end(), id) == keep_special_.end())) {
     return {};
   }
-  std::string text = tokenizer_->decode(ids_, skip_special_);
+  std::string text = tokenizer_->decode(ids_, skip_special_, keep_special_);
   if (text.size() <= prefix_.size() || ends_with_replacement(text) || !text.starts_with(prefix_)) {
     return {};
   }
@@ -46,12 +50,12 @@ std::string StreamDecoder::push(int32_t id) {
   ids_.erase(ids_.begin() + std::ptrdiff_t(anchor_len_),
              ids_.begin() + std::ptrdiff_t(context_end_));
   context_end_ = ids_.size();
-  prefix_ = tokenizer_->decode(ids_, skip_special_);
+  prefix_ = tokenizer_->decode(ids_, skip_special_, keep_special_);
   return out;
 }
 
 std::string StreamDecoder::finish() {
-  std::string text = tokenizer_->decode(ids_, skip_special_);
+  std::string text = tokenizer_->decode(ids_, skip_special_, keep_special_);
   std::string out;
   if (text.size() > prefix_.size() && text.starts_with(prefix_)) out = text.substr(prefix_.size());
   ids_.clear();

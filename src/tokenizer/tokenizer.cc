@@ -1,5 +1,6 @@
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -284,6 +285,11 @@ std::vector<int32_t> Tokenizer::with_special_tokens(std::span<const int32_t> ids
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
+  return decode(ids, skip_special, {});
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special,
+                              std::span<const int32_t> keep_special) const {
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (int32_t id : ids) {
@@ -291,7 +297,10 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
     const int32_t slot = added_slot_[size_t(id)];
     if (slot >= 0) {
       const tok::AddedToken& a = added_->tokens()[size_t(slot)];
-      if (!(skip_special && a.special)) tokens.push_back(a.content);
+      const bool skipped =
+          skip_special && a.special &&
+          std::find(keep_special.begin(), keep_special.end(), id) == keep_special.end();
+      if (!skipped) tokens.push_back(a.content);
       continue;
     }
     const std::string& t = model_->id_to_token(id);

@@ -62,6 +62,10 @@ class Tokenizer {
   // Ids -> text through the decoder. Unknown ids are skipped. Always valid UTF-8 (invalid byte
   // sequences become U+FFFD).
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
+  // skip_special with exceptions: the special tokens in `keep_special` are decoded (a reasoning
+  // parser's tags, server/reasoning_parser.h).
+  std::string decode(std::span<const int32_t> ids, bool skip_special,
+                     std::span<const int32_t> keep_special) const;
 
   // One past the largest id (model vocabulary and added tokens).
   int64_t vocab_size() const;
@@ -103,7 +107,9 @@ class Tokenizer {
 // concatenate to decode(all ids). Not thread-safe; one per stream. The Tokenizer must outlive it.
 class StreamDecoder {
  public:
-  explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special = true);
+  // `keep_special`: special tokens decoded even when skip_special (Tokenizer::decode).
+  explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special = true,
+                         std::vector<int32_t> keep_special = {});
 
   // Returns the newly final text (possibly empty). Cost: decodes a short window of recent ids.
   std::string push(int32_t id);
@@ -113,6 +119,7 @@ class StreamDecoder {
  private:
   const Tokenizer* tokenizer_;
   bool skip_special_;
+  std::vector<int32_t> keep_special_;
   std::vector<int32_t> ids_;  // window: anchor ids, context ids, then ids not yet emitted
   std::string prefix_;        // decode of ids_[0, context_end_)
   size_t anchor_len_ = 0;     // ids_[0, anchor_len_): the stream's first ids (0: not yet known)
