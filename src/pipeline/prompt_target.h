@@ -77,6 +77,9 @@ enum class OutcomeKind {
 struct GenerationOutcome {
   OutcomeKind kind = OutcomeKind::kDone;
   std::string text;
+  // Server mode, chat: the reply's reasoning (a server with a reasoning parser returns a thinking
+  // model's reasoning apart from `text`); "" none. Kept in the record beside the answer.
+  std::string reasoning;
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
   std::string finish_reason;  // "stop" | "length" | "abort" (OpenAI names)

@@ -59,7 +59,10 @@ nlohmann::json result_record(const PromptRecord& r, const std::string& dataset,
   if (!r.messages.is_null()) {
     const char* key = out.contains("messages") ? "messages" : "conversations";
     nlohmann::json conv = prompt_messages(r.messages);
-    conv.push_back({{"role", "assistant"}, {"content", o.text}});
+    nlohmann::json answer = {{"role", "assistant"}, {"content", o.text}};
+    // The name the chat templates of thinking models (DeepSeek, Kimi, Qwen3) render it from.
+    if (!o.reasoning.empty()) answer["reasoning_content"] = o.reasoning;
+    conv.push_back(std::move(answer));
     out[key] = std::move(conv);
   } else {
     out["completion"] = o.text;

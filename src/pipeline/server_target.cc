@@ -79,9 +79,14 @@ Status parse_openai_reply(const std::string& text, bool chat, GenerationOutcome&
     return data_loss("the server's reply has no choices");
   const auto& c = (*choices)[0];
   const nlohmann::json* content = nullptr;
+  const nlohmann::json* reasoning = nullptr;
   if (chat) {
-    if (auto m = c.find("message"); m != c.end() && m->is_object())
+    if (auto m = c.find("message"); m != c.end() && m->is_object()) {
       if (auto t = m->find("content"); t != m->end()) content = &*t;
+      // SGLang's and DeepSeek's reasoning_content; vLLM's newer `reasoning`.
+      for (const char* key : {"reasoning_content", "reasoning"})
+        if (auto r = m->find(key); !reasoning && r != m->end() && r->is_string()) reasoning = &*r;
+    }
   } else if (auto t = c.find("text"); t != c.end()) {
     content = &*t;
   }
@@ -89,6 +94,7 @@ Status parse_openai_reply(const std::string& text, bool chat, GenerationOutcome&
     return data_loss("the server's reply has no {}",
                      chat ? "choices[0].message.content" : "choices[0].text");
   out.text = content->is_string() ? content->get<std::string>() : "";
+  out.reasoning = reasoning ? reasoning->get<std::string>() : "";
   if (auto f = c.find("finish_reason"); f != c.end() && f->is_string())
     out.finish_reason = f->get<std::string>();
   if (auto u = j.find("usage"); u != j.end() && u->is_object()) {

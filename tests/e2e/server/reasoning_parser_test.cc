@@ -2,7 +2,8 @@
 // reasoning is opened by the prompt: a chat template whose generation prompt ends with "<think>"
 // (as DeepSeek-V3.1's does with thinking on). The greedy output then is all reasoning, and equals
 // the raw completion of the same text; streamed deltas carry it as reasoning_content; a request
-// with separate_reasoning false, or a prompt that opens nothing, gets it all as content. The
+// with separate_reasoning false, or a prompt that opens nothing, gets it all as content;
+// `strata generate --server` keeps it in its records. The
 // splitting itself (tags across chunks, tool sections) is tests/unit/server/reasoning_parser_test.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -88,6 +89,25 @@ TEST(ServeReasoningParserTest, ThePromptOpensTheReasoningAndItComesBackApart) {
     else
       EXPECT_EQ(reasoning_deltas, 1) << r.body;
   }
+  // `strata generate --server` keeps the reasoning in its records, as the assistant message's
+  // reasoning_content (what thinking models' chat templates render it from).
+  std::ofstream(dir / "in.jsonl")
+      << json({{"id", "q"}, {"messages", {{{"role", "user"}, {"content", kQuestion}}}}}).dump()
+      << "\n";
+  std::string gen_out;
+  ASSERT_EQ(run_command(std::string(STRATA_BINARY) +
+                            " generate --server http://127.0.0.1:" + std::to_string(port) +
+                            " --input q=" + (dir / "in.jsonl").string() + " --output " +
+                            (dir / "out.jsonl").string() + " --max-new-tokens 12 --temperature 0",
+                        &gen_out),
+            0)
+      << gen_out;
+  std::ifstream records(dir / "out.jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(records, line)) << gen_out;
+  const json answer_message = json::parse(line)["messages"].back();
+  EXPECT_EQ(answer_message["reasoning_content"], thought) << line;
+  EXPECT_EQ(answer_message["content"], "") << line;
   EXPECT_EQ(server.stop(), 0) << server.log();
 
   // house-llama's own template opens nothing: the answer is content, reasoning_content null.

@@ -2,6 +2,7 @@
 // server target) and the backoff policy.
 #include "pipeline/dataset.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -119,6 +120,7 @@ TEST(OpenAiReply, Parses) {
           true, o)
           .ok());
   EXPECT_EQ(o.text, "hello");
+  EXPECT_EQ(o.reasoning, "");
   EXPECT_EQ(o.finish_reason, "length");
   EXPECT_EQ(o.prompt_tokens, 5);
   EXPECT_EQ(o.completion_tokens, 7);
@@ -129,6 +131,17 @@ TEST(OpenAiReply, Parses) {
   GenerationOutcome n;
   ASSERT_TRUE(parse_openai_reply(R"({"choices":[{"message":{"content":null}}]})", true, n).ok());
   EXPECT_EQ(n.text, "");
+  // A server with a reasoning parser: SGLang's field, and vLLM's newer name.
+  for (const char* key : {"reasoning_content", "reasoning"}) {
+    GenerationOutcome r;
+    ASSERT_TRUE(parse_openai_reply(fmt::format(R"({{"choices":[{{"message":{{"content":"4",
+                                                   "{}":"2 + 2"}}}}]}})",
+                                               key),
+                                   true, r)
+                    .ok());
+    EXPECT_EQ(r.text, "4");
+    EXPECT_EQ(r.reasoning, "2 + 2") << key;
+  }
   EXPECT_FALSE(parse_openai_reply("<html>", true, o).ok());
   EXPECT_FALSE(parse_openai_reply(R"({"choices":[]})", true, o).ok());
   EXPECT_FALSE(
