@@ -41,6 +41,7 @@ struct GenerateFlags {
   int concurrency = 0;               // 0: engine 2 x max running requests; server 32 per replica
   std::string logit_bias;            // JSON object
   std::string chat_template_kwargs;  // JSON object
+  std::string reasoning_parser;      // "" off
   std::string shard;                 // K/N, auto or auto/N
   std::vector<std::string> verify;   // outputs to check instead of generating
   std::string checkpoint_kv = "auto";
@@ -94,6 +95,9 @@ void add_generate_flags(CLI::App& app, GenerateFlags& g) {
   app.add_option(
       "--chat-template-kwargs", g.chat_template_kwargs,
       "extra chat template variables as a JSON object, e.g. '{\"enable_thinking\": false}'");
+  app.add_option("--reasoning-parser", g.reasoning_parser,
+                 "keep a thinking model's reasoning apart: the record's assistant message gets it "
+                 "as reasoning_content (names as strata serve's; in-process engine)");
   app.add_option("--seed", g.seed,
                  "base sampling seed; each prompt uses a hash of it and the prompt id")
       ->capture_default_str();
@@ -192,6 +196,14 @@ Status parse_json_flags(GenerateFlags& g) {
 
 Status validate(GenerateFlags& g) {
   STRATA_RETURN_IF_ERROR(parse_json_flags(g));
+  if (!g.reasoning_parser.empty()) {
+    if (!g.server.urls.empty())
+      return invalid_argument(
+          "--reasoning-parser applies to the in-process engine; a --server splits the reasoning "
+          "with its own --reasoning-parser (its reasoning_content is kept either way)");
+    STRATA_ASSIGN_OR_RETURN(ReasoningFormat format, reasoning_format(g.reasoning_parser));
+    g.job.sampling.reasoning = std::move(format);
+  }
   // The request contract, with the flags' names (the engine checks the token ids again).
   if (auto e = validate_sampling(g.job.sampling.params))
     return invalid_argument("{}", e->describe(flag_of(e->param)));

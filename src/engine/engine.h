@@ -202,7 +202,7 @@ struct GenerateRequest {
   // Queued ahead of the waiting requests (Request::urgent).
   bool urgent = false;
   // Special tokens the event text keeps (the others are skipped): a reasoning parser's tags
-  // (server/reasoning_parser.h).
+  // (tokenizer/reasoning_parser.h).
   std::vector<int32_t> keep_special_ids{};
 };
 

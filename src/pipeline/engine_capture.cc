@@ -135,8 +135,16 @@ void EngineTarget::start_capture(const GenerationTask& task, std::vector<int32_t
       if (task.on_tokens) task.on_tokens(TokenReport{.restart = true});
     }
   }
+  // --reasoning-parser on a generated chat answer: as EngineTarget::start.
+  std::optional<ReasoningFormat> reasoning;
+  bool inside = false;
+  if (sampling_.reasoning && !forced && !r.messages.is_null()) {
+    reasoning = sampling_.reasoning;
+    inside = starts_inside_reasoning(*reasoning, engine_.tokenizer(), req.prompt_ids);
+    req.keep_special_ids = reasoning_tag_token_ids(*reasoning, engine_.tokenizer());
+  }
   Engine* engine = &engine_;
-  req.on_event = [run, forced, engine](const StreamEvent& ev) {
+  req.on_event = [run, forced, engine, reasoning, inside](const StreamEvent& ev) {
     if (!forced) {
       run->text += ev.text;
       run->output_ids.insert(run->output_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
@@ -158,6 +166,7 @@ void EngineTarget::start_capture(const GenerationTask& task, std::vector<int32_t
       return finish_record(*run, /*teacher_forced=*/true);
     }
     o.text = std::move(run->text);
+    if (reasoning) split_reasoning(*reasoning, inside, &o);
     if (run->output_ids.empty()) return finish_record(*run, false);
     // The last token's state: one more token over prompt + response (see the top of the file).
     GenerateRequest tail;

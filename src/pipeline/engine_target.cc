@@ -75,10 +75,19 @@ void EngineTarget::start(const GenerationTask& task, OutcomeCallback done) {
       if (task.on_tokens) task.on_tokens(TokenReport{.restart = true});
     }
   }
+  // --reasoning-parser on a chat record: its tags reach the text, which is split once finished.
+  std::optional<ReasoningFormat> reasoning;
+  bool inside = false;
+  if (sampling_.reasoning && !r.messages.is_null()) {
+    reasoning = sampling_.reasoning;
+    inside = starts_inside_reasoning(*reasoning, engine_.tokenizer(), req.prompt_ids);
+    req.keep_special_ids = reasoning_tag_token_ids(*reasoning, engine_.tokenizer());
+  }
   // The callback runs on the engine thread: it only appends text, reports new tokens and hands
   // the outcome over once finished.
   auto text = std::make_shared<std::string>();
-  req.on_event = [text, done, on_tokens = task.on_tokens](const StreamEvent& ev) {
+  req.on_event = [text, done, on_tokens = task.on_tokens, reasoning,
+                  inside](const StreamEvent& ev) {
     *text += ev.text;
     if (on_tokens && !ev.resumed && !ev.token_ids.empty())
       on_tokens(TokenReport{
@@ -94,6 +103,7 @@ void EngineTarget::start(const GenerationTask& task, OutcomeCallback done) {
       o.error = ev.error.empty() ? "the engine aborted the request" : ev.error;
     } else {
       o.text = std::move(*text);
+      if (reasoning) split_reasoning(*reasoning, inside, &o);
     }
     done(std::move(o));
   };

@@ -33,7 +33,15 @@ nlohmann::json JobSampling::to_json() const {
   }
   if (!p.stop_token_ids.empty()) j["stop_token_ids"] = p.stop_token_ids;
   if (!chat_template_kwargs.is_null()) j["chat_template_kwargs"] = chat_template_kwargs;
+  if (reasoning) j["reasoning_parser"] = reasoning->name;
   return j;
+}
+
+void split_reasoning(const ReasoningFormat& format, bool starts_inside, GenerationOutcome* o) {
+  ReasoningSplitter splitter(format, starts_inside);
+  ReasoningSplitter::Parts all = splitter.push(o->text), tail = splitter.finish();
+  o->text = all.content + tail.content;
+  o->reasoning = all.reasoning + tail.reasoning;
 }
 
 double backoff_delay_s(const RetryPolicy& policy, int retry, std::mt19937_64& rng) {

@@ -14,6 +14,7 @@
 #include "engine/kv_rows.h"
 #include "engine/sampling_params.h"
 #include "pipeline/dataset.h"
+#include "tokenizer/reasoning_parser.h"
 
 namespace strata {
 
@@ -26,6 +27,8 @@ class HiddenStore;
 struct JobSampling {
   SamplingParams params{.temperature = 0.0f, .seed = 0};  // strata generate's default: greedy
   nlohmann::json chat_template_kwargs{};                  // null or an object
+  // --reasoning-parser (in-process engine): a chat record's answer keeps the reasoning apart.
+  std::optional<ReasoningFormat> reasoning{};
   uint64_t base_seed() const { return params.seed.value_or(0); }
 
   // The settings as stored in every record's meta (and compared on resume): the fields of the
@@ -94,6 +97,10 @@ struct GenerationOutcome {
 };
 
 using OutcomeCallback = std::function<void(GenerationOutcome)>;
+
+// Splits a finished outcome's text into its reasoning and its answer (JobSampling::reasoning).
+// `starts_inside`: the prompt opened the reasoning (starts_inside_reasoning).
+void split_reasoning(const ReasoningFormat& format, bool starts_inside, GenerationOutcome* o);
 
 class PromptTarget {
  public:

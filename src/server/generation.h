@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "server/openai_schema.h"
-#include "server/reasoning_parser.h"
 #include "server/request_stream.h"
 #include "server/server_state.h"
+#include "tokenizer/reasoning_parser.h"
 
 namespace strata {
 

@@ -19,9 +19,9 @@
 #include "engine/engine.h"
 #include "server/api_key_auth.h"
 #include "server/metrics.h"
-#include "server/reasoning_parser.h"
 #include "server/request_log.h"
 #include "tokenizer/prompt_encoder.h"
+#include "tokenizer/reasoning_parser.h"
 
 namespace strata {
 

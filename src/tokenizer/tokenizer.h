@@ -63,7 +63,7 @@ class Tokenizer {
   // sequences become U+FFFD).
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
   // skip_special with exceptions: the special tokens in `keep_special` are decoded (a reasoning
-  // parser's tags, server/reasoning_parser.h).
+  // parser's tags, tokenizer/reasoning_parser.h).
   std::string decode(std::span<const int32_t> ids, bool skip_special,
                      std::span<const int32_t> keep_special) const;
 

@@ -3,7 +3,8 @@
 // (as DeepSeek-V3.1's does with thinking on). The greedy output then is all reasoning, and equals
 // the raw completion of the same text; streamed deltas carry it as reasoning_content; a request
 // with separate_reasoning false, or a prompt that opens nothing, gets it all as content;
-// `strata generate --server` keeps it in its records. The
+// `strata generate` keeps it in its records (from the server's reply, or split by its own
+// --reasoning-parser on the in-process engine). The
 // splitting itself (tags across chunks, tool sections) is tests/unit/server/reasoning_parser_test.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -109,6 +110,27 @@ TEST(ServeReasoningParserTest, ThePromptOpensTheReasoningAndItComesBackApart) {
   EXPECT_EQ(answer_message["reasoning_content"], thought) << line;
   EXPECT_EQ(answer_message["content"], "") << line;
   EXPECT_EQ(server.stop(), 0) << server.log();
+
+  // The in-process engine with the same parser writes the same record; with --server the flag is
+  // refused (the server splits).
+  const std::string local_gen =
+      std::string(STRATA_BINARY) + " generate --model-path " + house_llama() + " --chat-template " +
+      (dir / "think.jinja").string() +
+      " --reasoning-parser deepseek-v3 --input q=" + (dir / "in.jsonl").string() +
+      " --max-new-tokens 12 --temperature 0";
+  ASSERT_EQ(run_command(local_gen + " --output " + (dir / "local.jsonl").string(), &gen_out), 0)
+      << gen_out;
+  std::ifstream local_records(dir / "local.jsonl");
+  ASSERT_TRUE(std::getline(local_records, line)) << gen_out;
+  EXPECT_EQ(json::parse(line)["messages"].back(), answer_message) << line;
+  EXPECT_EQ(json::parse(line)["meta"]["sampling"]["reasoning_parser"], "deepseek-v3") << line;
+  EXPECT_EQ(run_command(local_gen + " --server http://127.0.0.1:1 --output " +
+                            (dir / "refused.jsonl").string(),
+                        &gen_out),
+            1)
+      << gen_out;
+  EXPECT_NE(gen_out.find("--reasoning-parser applies to the in-process engine"), std::string::npos)
+      << gen_out;
 
   // house-llama's own template opens nothing: the answer is content, reasoning_content null.
   ServerProcess plain;

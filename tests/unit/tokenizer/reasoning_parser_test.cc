@@ -2,7 +2,7 @@
 // every pair of pieces (a tag split between two pushes never leaks into either field), where the
 // reasoning starts (the output's tag, the prompt's, or always), tool sections, buffered
 // reasoning, and the tag tokens a decoder that skips special tokens keeps.
-#include "server/reasoning_parser.h"
+#include "tokenizer/reasoning_parser.h"
 
 #include <gtest/gtest.h>
 

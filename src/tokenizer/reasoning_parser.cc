@@ -1,4 +1,4 @@
-#include "server/reasoning_parser.h"
+#include "tokenizer/reasoning_parser.h"
 
 #include <algorithm>
 #include <array>
