@@ -183,6 +183,18 @@ def openai_seeds():
         put("openai_request", f"completions{i}", b"\x00" + json.dumps(b).encode())
 
 
+def reasoning_seeds():
+    texts = [
+        (2, 0, 3, "<think>\nLet me add.\n</think>\n\n4"),
+        (1, 1, 1, "plan</think>answer"),
+        (6, 2, 5, "<think>call it<|tool_calls_section_begin|>x<|tool_calls_section_end|>"),
+        (5, 0, 2, "\u25c1think\u25b7r\u25c1/think\u25b7c"),
+        (0, 3, 4, "<think><think>cut short </thi"),
+    ]
+    for i, (fmt, mode, step, text) in enumerate(texts):
+        put("reasoning_split", f"text{i}", bytes([fmt, mode, step]) + text.encode())
+
+
 def dataset_seeds(shared):
     for p in sorted(shared.glob("data/*.jsonl")):
         lines = []
@@ -210,6 +222,7 @@ def main():
     tokenizer_seeds(shared)
     chat_template_seeds(shared)
     openai_seeds()
+    reasoning_seeds()
     dataset_seeds(shared)
 
 
