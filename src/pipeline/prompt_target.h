@@ -80,8 +80,8 @@ enum class OutcomeKind {
 struct GenerationOutcome {
   OutcomeKind kind = OutcomeKind::kDone;
   std::string text;
-  // Server mode, chat: the reply's reasoning (a server with a reasoning parser returns a thinking
-  // model's reasoning apart from `text`); "" none. Kept in the record beside the answer.
+  // A chat answer's reasoning, apart from `text`: the server's reasoning_content, or the
+  // in-process engine's split (JobSampling::reasoning); "" none. Kept in the record beside it.
   std::string reasoning;
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
