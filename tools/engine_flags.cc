@@ -271,6 +271,12 @@ int parse_cli(CLI::App& app, int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::ExtrasError&) {  // CLI11 lists them backwards
+    std::string extras;
+    for (const std::string& a : app.remaining()) extras += (extras.empty() ? "" : " ") + a;
+    std::fprintf(stderr, "%s: error: unknown flag or argument: %s (%s --help lists the flags)\n",
+                 app.get_name().c_str(), extras.c_str(), app.get_name().c_str());
+    return 2;
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "%s: error: %s\n", app.get_name().c_str(), e.what());
     return 2;

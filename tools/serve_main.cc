@@ -20,31 +20,11 @@
 #include "dist/tp_driver.h"
 #include "engine_flags.h"
 #include "server/http_server.h"
+#include "sglang_flags.h"
 #include "tokenizer/prompt_encoder.h"
 
 namespace strata::tools {
 namespace {
-
-// SGLang flags that strata knows but has not built: accepted by the parser so the message can
-// say so, then rejected (an operator must not believe a setting took effect).
-struct NotImplemented {
-  const char* name;
-  bool takes_value;
-  const char* what;
-};
-constexpr NotImplemented kNotImplemented[] = {
-    {"--dp-size", true, "data parallelism"},
-    {"--ep-size", true, "expert parallelism"},
-    {"--hicache-storage-backend", true, "a storage backend behind the host KV tier"},
-    {"--enable-dp-attention", false, "DP attention"},
-    {"--quantization", true, "on-the-fly quantization"},
-    {"--attention-backend", true, "choosing the attention backend"},
-    {"--enable-torch-compile", false, "torch.compile"},
-    {"--schedule-policy", true, "scheduling policies other than the default"},
-    {"--lora-paths", true, "LoRA adapters"},
-    {"--tool-call-parser", true,
-     "tool calls parsed out of the output (requests with tools are refused)"},
-};
 
 struct ServeFlags {
   ServerConfig server;
@@ -53,9 +33,8 @@ struct ServeFlags {
   bool disable_custom_all_reduce = false;
   bool enable_metrics = false;
   bool trust_remote_code = false;
-  std::string reasoning_parser;                     // "" off
-  std::vector<std::string> not_implemented_values;  // one slot per kNotImplemented entry
-  std::vector<bool> not_implemented_flags;
+  std::string reasoning_parser;  // "" off
+  SglangFlags sglang;            // SGLang's flags without a strata setting (sglang_flags.h)
 };
 
 // Each connection is a file descriptor: raise the soft limit (often 1,024) to the hard one, and
@@ -211,20 +190,9 @@ int serve_main(int argc, char** argv) {
       ->check(CLI::Range(0, 3));
   app.add_flag("--trust-remote-code", sf.trust_remote_code,
                "accepted for SGLang compatibility: no code is ever run");
-  sf.not_implemented_values.resize(std::size(kNotImplemented));
-  sf.not_implemented_flags.resize(std::size(kNotImplemented));
-  std::vector<CLI::Option*> ni_opts;
-  for (size_t i = 0; i < std::size(kNotImplemented); ++i) {
-    const auto& ni = kNotImplemented[i];
-    const std::string help = std::string("not implemented yet (") + ni.what + ")";
-    ni_opts.push_back(ni.takes_value ? app.add_option(ni.name, sf.not_implemented_values[i], help)
-                                     : app.add_flag(ni.name, help));
-  }
+  add_sglang_flags(app, sf.sglang);
   if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
-  for (size_t i = 0; i < ni_opts.size(); ++i)
-    if (ni_opts[i]->count() > 0)
-      return fail(unimplemented("{} is not implemented yet ({})", kNotImplemented[i].name,
-                                kNotImplemented[i].what));
+  if (Status s = check_sglang_flags(sf.sglang); !s.ok()) return fail(s);
   if (sc.port < 0 || sc.port > 65535) return fail(invalid_argument("--port must be in [0, 65535]"));
   if (!sf.reasoning_parser.empty()) {
     auto format = reasoning_format(sf.reasoning_parser);

@@ -280,24 +280,50 @@ TEST(ServeRobustnessTest, SigtermDrainsInFlightRequests) {
 TEST(ServeFlagsTest, UnimplementedFlagsAreRejected) {
   const std::string base =
       std::string(STRATA_BINARY) + " serve --model-path " + house_llama() + " --port 0 ";
-  for (const char* flags : {"--dp-size 2", "--hicache-storage-backend file"}) {
+  for (const char* flags : {"--dp-size 2", "--hicache-storage-backend file", "--ep 8",
+                            "--enable-ep-moe", "--tool-call-parser kimi_k2"}) {
     std::string out;
     EXPECT_EQ(run_command(base + flags, &out), 1) << flags << ": " << out;
     EXPECT_NE(out.find("not implemented yet"), std::string::npos) << flags << ": " << out;
   }
   std::string out;
+  // SGLang flags at a value strata cannot honour say what it accepts.
+  EXPECT_EQ(run_command(base + "--dtype float16", &out), 1) << out;
+  EXPECT_NE(out.find("--dtype float16: weights run in the checkpoint's stored formats"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("accepts auto|bfloat16 only"), std::string::npos) << out;
   // --tp-size is implemented (--disable-custom-all-reduce accepted): house-llama's 5 heads do not
   // split over 2 ranks, which is an error naming why, never a silent tp 1.
   EXPECT_EQ(run_command(base + "--tp-size 2 --disable-custom-all-reduce", &out), 1) << out;
   EXPECT_NE(out.find("num_attention_heads 5"), std::string::npos) << out;
-  EXPECT_EQ(run_command(base + "--no-such-flag", &out), 2) << out;
-  EXPECT_NE(out.find("no-such-flag"), std::string::npos) << out;
+  EXPECT_EQ(run_command(base + "--no-such-flag 3", &out), 2) << out;
+  EXPECT_NE(out.find("unknown flag or argument: --no-such-flag 3"), std::string::npos) << out;
   // A policy without the tier is a mistake, not a silent no-op.
   EXPECT_EQ(run_command(base + "--hicache-write-policy write_back", &out), 1) << out;
   EXPECT_NE(out.find("has no effect without"), std::string::npos) << out;
   EXPECT_EQ(run_command(base + "--max-request-body-mb 0", &out), 1) << out;
   EXPECT_NE(out.find("--max-request-body-mb must be in [1, 65536], got 0"), std::string::npos)
       << out;
+}
+
+// SGLang flags of its own machinery (a warm-up, stream batching, a kernel backend) and the neutral
+// values of unbuilt features start the server, each named once as without effect.
+TEST(ServeFlagsTest, SglangFlagsWithoutEffectHereAreAcceptedAndNamed) {
+  ServerProcess server;
+  ASSERT_TRUE(server.start({"--skip-server-warmup", "--enable-cache-report", "--stream-interval",
+                            "4", "--sampling-backend", "flashinfer", "--dp-size", "1", "--ep", "1",
+                            "--dtype", "auto", "--base-gpu-id", "0"}))
+      << server.log();
+  for (const char* flag :
+       {"--skip-server-warmup", "--enable-cache-report", "--stream-interval", "--sampling-backend"})
+    EXPECT_NE(
+        server.log().find(std::string(flag) + ": accepted for SGLang compatibility, no effect"),
+        std::string::npos)
+        << flag << "\n"
+        << server.log();
+  EXPECT_EQ(http(server.port(), "GET", "/health").status, 200);
+  EXPECT_EQ(server.stop(), 0) << server.log();
 }
 
 // The host KV tier's SGLang flags are implemented: the server starts with them and says so.
