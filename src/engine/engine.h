@@ -201,8 +201,9 @@ struct GenerateRequest {
   bool use_prefix_cache = true;
   // Queued ahead of the waiting requests (Request::urgent).
   bool urgent = false;
-  // Special tokens the event text keeps (the others are skipped): a reasoning parser's tags
-  // (tokenizer/reasoning_parser.h).
+  // The event text leaves special tokens out (Hugging Face's and SGLang's default), except those in
+  // keep_special_ids (a reasoning parser's tags, tokenizer/reasoning_parser.h); false keeps all.
+  bool skip_special_tokens = true;
   std::vector<int32_t> keep_special_ids{};
 };
 

@@ -16,7 +16,7 @@ struct Engine::Live {
         on_event(std::move(g.on_event)),
         top_logprobs(g.top_logprobs),
         internal(g.internal),
-        decoder(tok, /*skip_special=*/true, std::move(g.keep_special_ids)),
+        decoder(tok, g.skip_special_tokens, std::move(g.keep_special_ids)),
         rng(seed, g.resume_rng_draws),
         resume_output_ids(std::move(g.resume_output_ids)),
         resume_kv(std::move(g.resume_kv)),

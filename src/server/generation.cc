@@ -36,6 +36,7 @@ GenerateRequest engine_request(const OpenAiRequest& req, std::vector<int32_t> pr
   const int64_t dflt = req.endpoint == Endpoint::kChat ? room : std::min<int64_t>(16, room);
   g.params.max_new_tokens = int32_t(req.max_tokens ? *req.max_tokens : dflt);
   g.top_logprobs = req.top_logprobs;
+  g.skip_special_tokens = req.skip_special_tokens;
   g.prompt_ids = std::move(prompt);
   return g;
 }

@@ -475,6 +475,7 @@ std::optional<ApiError> parse_openai_request(std::string_view body, Endpoint end
   if (auto e = read_bool(b, "stream", &r->stream)) return e;
   if (auto e = read_bool(b, "separate_reasoning", &r->separate_reasoning)) return e;
   if (auto e = read_bool(b, "stream_reasoning", &r->stream_reasoning)) return e;
+  if (auto e = read_bool(b, "skip_special_tokens", &r->skip_special_tokens)) return e;
   if (auto e = read_bool(b, "return_meta_info", &r->return_meta_info)) return e;
   if (auto so = b.find("stream_options"); so != b.end() && !so->is_null()) {
     if (!so->is_object()) return wrong_type("stream_options", "an object", *so);

@@ -56,6 +56,7 @@ struct OpenAiRequest {
   // stream it as it comes (false: in one delta once it ended).
   bool separate_reasoning = true;
   bool stream_reasoning = true;
+  bool skip_special_tokens = true;  // SGLang's field: false puts special tokens' text in the output
   int num_prompts() const {
     return endpoint == Endpoint::kChat ? 1 : int(text_prompts.size() + token_prompts.size());
   }

@@ -248,6 +248,20 @@ TEST_F(ServeApiTest, SglangSamplingFieldsTakeEffect) {
                       .body);
   EXPECT_EQ(stopped["choices"][0]["finish_reason"], "stop") << stopped.dump();
   EXPECT_EQ(stopped["usage"]["completion_tokens"], 1) << stopped.dump();
+  // A special token (<|im_start|>, id 1) forced: left out of the text by default, written with
+  // skip_special_tokens false.
+  for (bool skip : {true, false}) {
+    json special = json::parse(post("/v1/completions", json({{"prompt", "The kernel"},
+                                                             {"max_tokens", 3},
+                                                             {"temperature", 0},
+                                                             {"logit_bias", {{"1", 100}}},
+                                                             {"skip_special_tokens", skip}})
+                                                           .dump())
+                                   .body);
+    EXPECT_EQ(special["usage"]["completion_tokens"], 3) << special.dump();
+    EXPECT_EQ(special["choices"][0]["text"], skip ? "" : "<|im_start|><|im_start|><|im_start|>")
+        << special.dump();
+  }
   HttpResponse r =
       post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"Name a colour."}],
       "max_tokens":6,"temperature":0.8,"top_k":40,"min_p":0.05,"repetition_penalty":1.2,"presence_penalty":0.5,
