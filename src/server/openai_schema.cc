@@ -215,6 +215,15 @@ std::optional<ApiError> reject_unsupported(const json& b) {
     return unsupported("response_format", " other than text");
   if (auto it = b.find("echo"); it != b.end() && it->is_boolean() && it->get<bool>())
     return unsupported("echo");
+  // SGLang's and vLLM's fields that change the prompt or the text, at their non-default values.
+  for (const char* key : {"no_stop_trim", "continue_final_message", "return_hidden_states"})
+    if (auto it = b.find(key); it != b.end() && it->is_boolean() && it->get<bool>())
+      return unsupported(key);
+  if (auto it = b.find("add_generation_prompt");
+      it != b.end() && it->is_boolean() && !it->get<bool>())
+    return unsupported("add_generation_prompt", " other than true");
+  if (auto it = b.find("lora_path"); it != b.end() && !it->is_null())
+    return unsupported("lora_path");
   if (auto it = b.find("suffix"); it != b.end() && !it->is_null()) return unsupported("suffix");
   if (auto it = b.find("best_of"); it != b.end() && it->is_number() && it->get<double>() > 1)
     return unsupported("best_of");

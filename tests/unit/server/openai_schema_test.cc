@@ -165,6 +165,16 @@ TEST(ServerSchemaTest, EachBadParameterNamesItself) {
        "unsupported_parameter"},
       {R"({"prompt":"x","tools":[{"type":"function"}]})", "tools", "not supported",
        "unsupported_parameter"},
+      {R"({"prompt":"x","no_stop_trim":true})", "no_stop_trim", "not supported",
+       "unsupported_parameter"},
+      {R"({"messages":[{"role":"user","content":"x"}],"continue_final_message":true})",
+       "continue_final_message", "not supported", "unsupported_parameter"},
+      {R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":false})",
+       "add_generation_prompt", "not supported other than true", "unsupported_parameter"},
+      {R"({"prompt":"x","lora_path":"a"})", "lora_path", "not supported", "unsupported_parameter"},
+      {R"({"prompt":"x","return_hidden_states":true})", "return_hidden_states", "not supported",
+       "unsupported_parameter"},
+      {R"({"prompt":"x","skip_special_tokens":"no"})", "skip_special_tokens", "must be", ""},
   };
   for (const Case& c : cases) {
     OpenAiRequest r;
