@@ -23,12 +23,6 @@ using nlohmann::json;
 
 const char* kQuestion = "What does the word harbor mean?";
 
-json post_json(int port, const std::string& path, const json& body) {
-  const HttpResponse r = http(port, "POST", path, body.dump());
-  EXPECT_EQ(r.status, 200) << path << ": " << r.body;
-  return json::parse(r.body, nullptr, false);
-}
-
 json chat_body(bool stream = false) {
   return {{"messages", {{{"role", "user"}, {"content", kQuestion}}}},
           {"max_tokens", 12},

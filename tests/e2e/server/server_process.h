@@ -212,6 +212,13 @@ class ServerProcess {
   std::string model_path_ = house_llama();
 };
 
+// POSTs `body` as JSON and parses the answer (discarded JSON when it is none); expects a 200.
+inline nlohmann::json post_json(int port, const std::string& path, const nlohmann::json& body) {
+  const HttpResponse r = http(port, "POST", path, body.dump());
+  EXPECT_EQ(r.status, 200) << path << ": " << r.body;
+  return nlohmann::json::parse(r.body, nullptr, false);
+}
+
 // Runs a command, returns its exit code and output (stdout + stderr).
 inline int run_command(const std::string& cmd, std::string* output) {
   std::string full = cmd + " 2>&1";

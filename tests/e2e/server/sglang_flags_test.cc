@@ -19,12 +19,6 @@ using nlohmann::json;
 
 const char* kQuestion = "What does the word harbor mean?";
 
-json post_json(int port, const std::string& path, const json& body) {
-  const HttpResponse r = http(port, "POST", path, body.dump());
-  EXPECT_EQ(r.status, 200) << path << ": " << r.body;
-  return json::parse(r.body, nullptr, false);
-}
-
 std::string chat(int port, const std::string& question) {
   const json j = post_json(port, "/v1/chat/completions",
                            {{"messages", {{{"role", "user"}, {"content", question}}}},
