@@ -135,14 +135,10 @@ void EngineTarget::start_capture(const GenerationTask& task, std::vector<int32_t
       if (task.on_tokens) task.on_tokens(TokenReport{.restart = true});
     }
   }
-  // --reasoning-parser on a generated chat answer: as EngineTarget::start.
-  std::optional<ReasoningFormat> reasoning;
+  // --reasoning-parser on a generated chat answer (a teacher-forced one is kept as it is).
   bool inside = false;
-  if (sampling_.reasoning && !forced && !r.messages.is_null()) {
-    reasoning = sampling_.reasoning;
-    inside = starts_inside_reasoning(*reasoning, engine_.tokenizer(), req.prompt_ids);
-    req.keep_special_ids = reasoning_tag_token_ids(*reasoning, engine_.tokenizer());
-  }
+  const std::optional<ReasoningFormat> reasoning =
+      forced ? std::nullopt : reasoning_of(r, req, &inside);
   Engine* engine = &engine_;
   req.on_event = [run, forced, engine, reasoning, inside](const StreamEvent& ev) {
     if (!forced) {

@@ -40,6 +40,16 @@ StatusOr<std::vector<int32_t>> EngineTarget::encode(const PromptRecord& r) const
                               sampling_.chat_template_kwargs);
 }
 
+std::optional<ReasoningFormat> EngineTarget::reasoning_of(const PromptRecord& r,
+                                                          GenerateRequest& req,
+                                                          bool* inside) const {
+  *inside = false;
+  if (!sampling_.reasoning || r.messages.is_null()) return std::nullopt;
+  *inside = starts_inside_reasoning(*sampling_.reasoning, engine_.tokenizer(), req.prompt_ids);
+  req.keep_special_ids = reasoning_tag_token_ids(*sampling_.reasoning, engine_.tokenizer());
+  return sampling_.reasoning;
+}
+
 int64_t EngineTarget::prompt_tokens(const PromptRecord& record) const {
   auto ids = encode(record);
   return ids.ok() ? int64_t(ids->size()) : -1;
@@ -76,13 +86,8 @@ void EngineTarget::start(const GenerationTask& task, OutcomeCallback done) {
     }
   }
   // --reasoning-parser on a chat record: its tags reach the text, which is split once finished.
-  std::optional<ReasoningFormat> reasoning;
   bool inside = false;
-  if (sampling_.reasoning && !r.messages.is_null()) {
-    reasoning = sampling_.reasoning;
-    inside = starts_inside_reasoning(*reasoning, engine_.tokenizer(), req.prompt_ids);
-    req.keep_special_ids = reasoning_tag_token_ids(*reasoning, engine_.tokenizer());
-  }
+  const std::optional<ReasoningFormat> reasoning = reasoning_of(r, req, &inside);
   // The callback runs on the engine thread: it only appends text, reports new tokens and hands
   // the outcome over once finished.
   auto text = std::make_shared<std::string>();

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/engine.h"
@@ -40,6 +41,10 @@ class EngineTarget : public PromptTarget {
   // The prompt's token ids (chat template, or raw); with the whole conversation when
   // teacher-forced.
   StatusOr<std::vector<int32_t>> encode(const PromptRecord& r) const;
+  // --reasoning-parser on a chat record: the format (nullopt: none), with `req` keeping its tags
+  // in the text and *inside set when the prompt (req.prompt_ids) opened the reasoning.
+  std::optional<ReasoningFormat> reasoning_of(const PromptRecord& r, GenerateRequest& req,
+                                              bool* inside) const;
   // Capture jobs (engine_capture.cc).
   void start_capture(const GenerationTask& task, std::vector<int32_t> prompt_ids,
                      OutcomeCallback done);

@@ -38,10 +38,10 @@ nlohmann::json JobSampling::to_json() const {
 }
 
 void split_reasoning(const ReasoningFormat& format, bool starts_inside, GenerationOutcome* o) {
-  ReasoningSplitter splitter(format, starts_inside);
-  ReasoningSplitter::Parts all = splitter.push(o->text), tail = splitter.finish();
-  o->text = all.content + tail.content;
-  o->reasoning = all.reasoning + tail.reasoning;
+  ReasoningSplitter::Parts parts =
+      ReasoningSplitter(format, starts_inside).push_and_finish(o->text);
+  o->text = std::move(parts.content);
+  o->reasoning = std::move(parts.reasoning);
 }
 
 double backoff_delay_s(const RetryPolicy& policy, int retry, std::mt19937_64& rng) {

@@ -265,9 +265,9 @@ std::optional<nlohmann::json> Generation::poll_response(std::chrono::millisecond
     return build_response(req_, meta_, choices_, usage(), state_.engine().tokenizer());
   std::vector<ChoiceResult> split = choices_;
   for (size_t i = 0; i < split.size(); ++i) {
-    ReasoningSplitter::Parts all = splitters_[i].push(split[i].text), tail = splitters_[i].finish();
-    split[i].text = all.content + tail.content;
-    split[i].reasoning = all.reasoning + tail.reasoning;
+    ReasoningSplitter::Parts parts = splitters_[i].push_and_finish(split[i].text);
+    split[i].text = std::move(parts.content);
+    split[i].reasoning = std::move(parts.reasoning);
   }
   return build_response(req_, meta_, split, usage(), state_.engine().tokenizer());
 }

@@ -134,4 +134,11 @@ ReasoningSplitter::Parts ReasoningSplitter::finish() {
   return out;
 }
 
+ReasoningSplitter::Parts ReasoningSplitter::push_and_finish(std::string_view text) {
+  Parts out = push(text), tail = finish();
+  out.reasoning += tail.reasoning;
+  out.content += tail.content;
+  return out;
+}
+
 }  // namespace strata

@@ -52,6 +52,8 @@ class ReasoningSplitter {
   Parts push(std::string_view text);
   // The end of the output: everything held back.
   Parts finish();
+  // push(text) then finish(), in one result (a whole response).
+  Parts push_and_finish(std::string_view text);
   bool saw_reasoning() const { return saw_reasoning_; }
 
  private:
