@@ -168,6 +168,14 @@ def openai_seeds():
         {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "reasoning_content": "c"},
                       {"role": "user", "content": "d"}],
          "chat_template_kwargs": {"enable_thinking": False}, "min_p": 0.05, "repetition_penalty": 1.1},
+        {"messages": [{"role": "user", "content": "w?"},
+                      {"role": "assistant", "content": None, "tool_calls": [
+                          {"id": "functions.f:0", "type": "function",
+                           "function": {"name": "f", "arguments": "{\"z\": 1, \"a\": [2]}"}}]},
+                      {"role": "tool", "tool_call_id": "functions.f:0", "content": "ok"}],
+         "tools": [{"type": "function", "function": {"name": "f", "description": "d",
+                                                     "parameters": {"type": "object", "properties": {}}}}],
+         "tool_choice": "auto", "parallel_tool_calls": False},
     ]
     comp = [
         {"model": "m", "prompt": "Once upon", "max_tokens": 16, "temperature": 0.7, "echo": False},
@@ -193,6 +201,25 @@ def reasoning_seeds():
     ]
     for i, (fmt, mode, step, text) in enumerate(texts):
         put("reasoning_split", f"text{i}", bytes([fmt, mode, step]) + text.encode())
+
+
+def tool_call_seeds():
+    # Byte 0: the format's index in tool_call_format_names() (kimi_k2, deepseekv3, deepseekv31,
+    # qwen25, qwen, hermes, llama3); byte 1: the piece size.
+    k = "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{\"a\": 1}<|tool_call_end|>"
+    ds = "<\uff5ctool\u2581calls\u2581begin\uff5c><\uff5ctool\u2581call\u2581begin\uff5c>"
+    sep = "<\uff5ctool\u2581sep\uff5c>"
+    ds_end = "<\uff5ctool\u2581call\u2581end\uff5c><\uff5ctool\u2581calls\u2581end\uff5c>"
+    texts = [
+        (0, 3, "ok<|tool_calls_section_begin|>" + k + k + "<|tool_calls_section_end|>after"),
+        (0, 1, "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_"),
+        (1, 4, ds + "function" + sep + "f\n```json\n{\"x\": [1]}\n```" + ds_end),
+        (2, 2, ds + "f" + sep + "{}" + ds_end),
+        (3, 5, "text<tool_call>\n{\"name\": \"f\", \"arguments\": {\"b\": \"}\"}}\n</tool_call>"),
+        (6, 6, "<|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\"}"),
+    ]
+    for i, (fmt, step, text) in enumerate(texts):
+        put("tool_call_split", f"text{i}", bytes([fmt, step]) + text.encode())
 
 
 def dataset_seeds(shared):
@@ -223,6 +250,7 @@ def main():
     chat_template_seeds(shared)
     openai_seeds()
     reasoning_seeds()
+    tool_call_seeds()
     dataset_seeds(shared)
 
 

@@ -46,8 +46,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (req.n < 1 || req.num_prompts() < 1) __builtin_trap();
   if (endpoint == strata::Endpoint::kChat) {
-    auto text =
-        h.tmpl.render(req.messages, /*add_generation_prompt=*/true, req.chat_template_kwargs);
+    auto text = h.tmpl.render(req.messages, /*add_generation_prompt=*/true,
+                              strata::chat_template_context(req));
     if (text.ok()) (void)h.tok.encode(*text);
   }
   for (const auto& p : req.text_prompts) (void)h.tok.encode(p, /*allow_special=*/false);

@@ -34,6 +34,7 @@ struct ServeFlags {
   bool enable_metrics = false;
   bool trust_remote_code = false;
   std::string reasoning_parser;  // "" off
+  std::string tool_call_parser;  // "" off
   SglangFlags sglang;            // SGLang's flags without a strata setting (sglang_flags.h)
 };
 
@@ -141,6 +142,9 @@ int serve_main(int argc, char** argv) {
   app.add_option("--reasoning-parser", sf.reasoning_parser,
                  "split a thinking model's reasoning into the chat API's reasoning_content: "
                  "deepseek-r1, deepseek-v3, qwen3, qwen3-thinking, glm45, kimi, kimi_k2");
+  app.add_option("--tool-call-parser", sf.tool_call_parser,
+                 "parse the model's tool calls into the chat API's tool_calls (the model's call "
+                 "format): kimi_k2, deepseekv3, deepseekv31, qwen25 (qwen, hermes), llama3");
   app.add_option(
          "--max-queued-requests", sc.max_queued_requests,
          "requests waiting beyond the running slots before 503 + Retry-After (-1: unbounded)")
@@ -198,6 +202,11 @@ int serve_main(int argc, char** argv) {
     auto format = reasoning_format(sf.reasoning_parser);
     if (!format.ok()) return fail(format.status());
     sc.reasoning = *format;
+  }
+  if (!sf.tool_call_parser.empty()) {
+    auto format = tool_call_format(sf.tool_call_parser);
+    if (!format.ok()) return fail(format.status());
+    sc.tool_call = *format;
   }
   if (sc.max_queued_requests < -1)
     return fail(invalid_argument("--max-queued-requests must be >= -1"));

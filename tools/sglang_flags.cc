@@ -3,8 +3,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <array>
-
 #include "core/log.h"
 
 namespace strata::tools {
@@ -25,7 +23,9 @@ struct SglangFlag {
   const char* neutral = "";
 };
 
-constexpr std::array<SglangFlag, 38> kFlags = {{
+// A plain array: its size follows the rows (a std::array of a stated size would zero-fill a
+// missing row).
+constexpr SglangFlag kFlags[] = {
     // Without effect here.
     {"--skip-server-warmup", false, Kind::kNoEffect, "strata sends no warm-up request"},
     {"--enable-cache-report", false, Kind::kNoEffect,
@@ -70,8 +70,6 @@ constexpr std::array<SglangFlag, 38> kFlags = {{
     {"--enable-torch-compile", false, Kind::kRefused, "torch.compile"},
     {"--schedule-policy", true, Kind::kRefused, "scheduling policies other than the default"},
     {"--lora-paths", true, Kind::kRefused, "LoRA adapters"},
-    {"--tool-call-parser", true, Kind::kRefused,
-     "tool calls parsed out of the output (requests with tools are refused)"},
     {"--allow-auto-truncate", false, Kind::kRefused,
      "cutting prompts to the context (a longer prompt is refused with its length)"},
     {"--revision", true, Kind::kRefused,
@@ -82,7 +80,7 @@ constexpr std::array<SglangFlag, 38> kFlags = {{
      "a list of graph sizes; --cuda-graph-max-bs sets the largest"},
     {"--watchdog-timeout", true, Kind::kRefused,
      "SGLang's watchdog; --health-timeout makes /health fail on a stalled engine"},
-}};
+};
 
 bool is_neutral(const SglangFlag& f, const std::vector<std::string>& values) {
   if (values.size() != 1) return false;
@@ -99,9 +97,9 @@ bool is_neutral(const SglangFlag& f, const std::vector<std::string>& values) {
 }  // namespace
 
 void add_sglang_flags(CLI::App& app, SglangFlags& flags) {
-  flags.values.assign(kFlags.size(), {});
+  flags.values.assign(std::size(kFlags), {});
   flags.options.clear();
-  for (size_t i = 0; i < kFlags.size(); ++i) {
+  for (size_t i = 0; i < std::size(kFlags); ++i) {
     const SglangFlag& f = kFlags[i];
     const std::string help =
         f.kind == Kind::kNoEffect ? std::string("SGLang's; no effect here: ") + f.why
@@ -114,7 +112,7 @@ void add_sglang_flags(CLI::App& app, SglangFlags& flags) {
 }
 
 Status check_sglang_flags(const SglangFlags& flags) {
-  for (size_t i = 0; i < kFlags.size(); ++i) {
+  for (size_t i = 0; i < std::size(kFlags); ++i) {
     const SglangFlag& f = kFlags[i];
     if (flags.options[i]->count() == 0) continue;
     switch (f.kind) {

@@ -1,6 +1,7 @@
 #include "server/generation.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <ctime>
@@ -79,8 +80,14 @@ std::variant<ApiError, std::unique_ptr<Generation>> Generation::start(ServerStat
   if (chat) {
     if (!state.encoder().has_chat_template())
       return bad_request("this model has no chat template; use /v1/completions", "messages");
+    if (wants_tool_calls(req) && !state.config().tool_call)
+      return bad_request(
+          fmt::format("'tools' need the server started with --tool-call-parser (the model's call "
+                      "format: {}); or send tool_choice \"none\"",
+                      fmt::join(tool_call_format_names(), ", ")),
+          "tools");
     auto ids = state.encoder().encode_chat(req.messages, /*add_generation_prompt=*/true, max_bytes,
-                                           req.chat_template_kwargs);
+                                           chat_template_context(req));
     if (ids.status().code() == StatusCode::kOutOfRange)
       return bad_request(ids.status().message(), "messages", "context_length_exceeded");
     if (!ids.ok()) return bad_request(ids.status().message(), "messages");
@@ -103,6 +110,12 @@ std::variant<ApiError, std::unique_ptr<Generation>> Generation::start(ServerStat
     g->keep_special_ids_ = reasoning_tag_token_ids(*format, tok);
     for (int i = 0; i < g->req_.n; ++i)
       g->splitters_.emplace_back(*format, inside, g->req_.stream_reasoning);
+  }
+  if (const auto& format = state.config().tool_call; format && wants_tool_calls(g->req_)) {
+    for (int32_t id : tool_call_tag_token_ids(*format, state.engine().tokenizer()))
+      g->keep_special_ids_.push_back(id);
+    g->tool_splitters_.assign(size_t(g->req_.n), ToolCallSplitter(*format));
+    g->calls_made_.assign(size_t(g->req_.n), 0);
   }
   if (auto e = g->submit_all(std::move(prompts), arrival)) return *e;
   if (const RequestLogConfig& log = state.config().log_requests; log.enabled) {
@@ -261,15 +274,40 @@ std::optional<nlohmann::json> Generation::poll_response(std::chrono::millisecond
     if (left.count() <= 0) break;
   }
   if (!all_finished()) return std::nullopt;
-  if (splitters_.empty())
+  if (splitters_.empty() && tool_splitters_.empty())
     return build_response(req_, meta_, choices_, usage(), state_.engine().tokenizer());
   std::vector<ChoiceResult> split = choices_;
   for (size_t i = 0; i < split.size(); ++i) {
-    ReasoningSplitter::Parts parts = splitters_[i].push_and_finish(split[i].text);
+    Split parts = split_text(int(i), split[i].text, /*final=*/true);
     split[i].text = std::move(parts.content);
-    split[i].reasoning = std::move(parts.reasoning);
+    if (!splitters_.empty()) split[i].reasoning = std::move(parts.reasoning);
+    split[i].tool_calls = std::move(parts.calls);
   }
   return build_response(req_, meta_, split, usage(), state_.engine().tokenizer());
+}
+
+Generation::Split Generation::split_text(int choice, std::string_view text, bool final) {
+  Split out;
+  if (splitters_.empty()) {
+    out.content = std::string(text);
+  } else {
+    ReasoningSplitter& rs = splitters_[size_t(choice)];
+    ReasoningSplitter::Parts parts = final ? rs.push_and_finish(text) : rs.push(text);
+    out.content = std::move(parts.content);
+    out.reasoning = std::move(parts.reasoning);
+  }
+  if (tool_splitters_.empty()) return out;
+  // The reasoning's tool-section tag (Kimi K2, Qwen3) ends it and stays in the content, where
+  // the calls are parsed.
+  ToolCallSplitter& ts = tool_splitters_[size_t(choice)];
+  ToolCallSplitter::Parts parts = final ? ts.push_and_finish(out.content) : ts.push(out.content);
+  out.content = std::move(parts.content);
+  int& made = calls_made_[size_t(choice)];
+  out.first_call = made;
+  out.calls = name_tool_calls(*state_.config().tool_call, std::move(parts.calls),
+                              req_.history_tool_calls, made, req_.parallel_tool_calls);
+  made += int(out.calls.size());
+  return out;
 }
 
 bool Generation::next_sse(std::string* out, std::chrono::milliseconds heartbeat,
@@ -291,32 +329,24 @@ bool Generation::next_sse(std::string* out, std::chrono::milliseconds heartbeat,
   for (auto& ce : events) {
     ChunkPart part;
     part.choice = ce.choice;
-    part.text = ce.event.text;
-    if (!splitters_.empty()) {
-      ReasoningSplitter::Parts parts = splitters_[size_t(ce.choice)].push(ce.event.text);
-      part.text = std::move(parts.content);
-      part.reasoning = std::move(parts.reasoning);
-    }
+    // The last event also flushes what the splitters held back.
+    Split parts = split_text(ce.choice, ce.event.text, ce.event.finished);
+    part.text = std::move(parts.content);
+    part.reasoning = std::move(parts.reasoning);
+    part.tool_calls = std::move(parts.calls);
+    part.tool_index = parts.first_call;
     part.token_ids = ce.event.token_ids;
     part.logprobs = ce.event.logprobs;
     part.text_offset = choices_[size_t(ce.choice)].text.size();
     apply(ce);
-    if (!part.text.empty() || !part.reasoning.empty() ||
+    if (!part.text.empty() || !part.reasoning.empty() || !part.tool_calls.empty() ||
         (req_.top_logprobs >= 0 && !part.token_ids.empty()))
       *out += sse_event(build_chunk(req_, meta_, part, tok));
-    if (ce.event.finished && !splitters_.empty()) {  // what the splitter held back
-      ChunkPart tail;
-      tail.choice = ce.choice;
-      ReasoningSplitter::Parts parts = splitters_[size_t(ce.choice)].finish();
-      tail.text = std::move(parts.content);
-      tail.reasoning = std::move(parts.reasoning);
-      if (!tail.text.empty() || !tail.reasoning.empty())
-        *out += sse_event(build_chunk(req_, meta_, tail, tok));
-    }
     if (ce.event.finished) {
       ChunkPart end;
       end.choice = ce.choice;
       end.finish = ce.event.finish_reason;
+      end.called_tools = !calls_made_.empty() && calls_made_[size_t(ce.choice)] > 0;
       *out += sse_event(build_chunk(req_, meta_, end, tok));
     }
   }

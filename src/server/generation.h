@@ -19,6 +19,7 @@
 #include "server/request_stream.h"
 #include "server/server_state.h"
 #include "tokenizer/reasoning_parser.h"
+#include "tokenizer/tool_call_parser.h"
 
 namespace strata {
 
@@ -63,6 +64,14 @@ class Generation {
   std::vector<ChoiceEvent> take_events(
       std::chrono::milliseconds wait);  // held_ first, then the stream
   Usage usage() const;                  // prompts counted once, not once per choice
+  // A choice's new text through the reasoning and tool-call splitters (each when on); `final`
+  // flushes what they held back (the choice finished).
+  struct Split {
+    std::string content, reasoning;
+    std::vector<ToolCallOut> calls;
+    int first_call = 0;  // the first call's index in the choice
+  };
+  Split split_text(int choice, std::string_view text, bool final);
 
   ServerState& state_;
   OpenAiRequest req_;
@@ -81,6 +90,10 @@ class Generation {
   // tags that are special tokens (kept in the text).
   std::vector<ReasoningSplitter> splitters_;
   std::vector<int32_t> keep_special_ids_;
+  // A chat request offering tools, with --tool-call-parser: one splitter per choice (none: off),
+  // and the calls each choice made so far.
+  std::vector<ToolCallSplitter> tool_splitters_;
+  std::vector<int> calls_made_;
   Clock::time_point arrival_{};
   int admitted_ = 0;
   bool started_stream_ = false;

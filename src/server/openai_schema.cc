@@ -139,7 +139,7 @@ std::optional<ApiError> parse_messages(const json& b, OpenAiRequest* r) {
   if (it == b.end() || it->is_null()) return bad_request("'messages' is required", "messages");
   if (!it->is_array()) return wrong_type("messages", "an array", *it);
   if (it->empty()) return bad_request("'messages' must contain at least one message", "messages");
-  r->messages = json::array();
+  r->messages = nlohmann::ordered_json::array();
   for (size_t i = 0; i < it->size(); ++i) {
     const json& m = (*it)[i];
     const std::string param = fmt::format("messages[{}]", i);
@@ -175,8 +175,21 @@ std::optional<ApiError> parse_messages(const json& b, OpenAiRequest* r) {
     } else if (rs != "assistant") {
       return bad_request(fmt::format("'{}.content' is required", param), param + ".content");
     }
-    json msg = {{"role", rs}, {"content", content}};
+    nlohmann::ordered_json msg = {{"role", rs}, {"content", content}};
     if (auto name = m.find("name"); name != m.end() && name->is_string()) msg["name"] = *name;
+    if (auto calls = m.find("tool_calls"); calls != m.end() && !calls->is_null()) {
+      if (rs != "assistant")
+        return bad_request(fmt::format("'{}.tool_calls' belongs to assistant messages", param),
+                           param + ".tool_calls");
+      nlohmann::ordered_json parsed;
+      if (auto e = parse_message_tool_calls(*calls, param + ".tool_calls", &parsed)) return e;
+      r->history_tool_calls += int(parsed.size());
+      msg["tool_calls"] = std::move(parsed);
+    }
+    if (auto id = m.find("tool_call_id"); id != m.end() && !id->is_null()) {
+      if (!id->is_string()) return wrong_type(param + ".tool_call_id", "a string", *id);
+      msg["tool_call_id"] = *id;
+    }
     // A reasoning model's earlier thinking (SGLang, vLLM): passed to the chat template, which
     // shows it where the template has a place for it (Qwen3, DeepSeek-R1) and ignores it elsewhere.
     if (auto rc = m.find("reasoning_content"); rc != m.end() && !rc->is_null()) {
@@ -195,10 +208,6 @@ std::optional<ApiError> reject_unsupported(const json& b) {
     return bad_request(fmt::format("'{}' is not supported{}", key, why), key,
                        "unsupported_parameter");
   };
-  for (const char* key : {"tools", "functions"}) {
-    auto it = b.find(key);
-    if (it != b.end() && !it->is_null() && !it->empty()) return unsupported(key);
-  }
   // SGLang's constrained decoding and custom processors.
   for (const char* key :
        {"regex", "ebnf", "json_schema", "structural_tag", "custom_logit_processor"}) {
@@ -472,6 +481,12 @@ std::optional<ApiError> parse_openai_request(std::string_view body, Endpoint end
   if (auto e = read_string(b, "model", &r->model)) return e;
   if (auto e = reject_unsupported(b)) return e;
   if (auto e = endpoint == Endpoint::kChat ? parse_messages(b, r) : parse_prompt(b, r)) return e;
+  // The tools keep their key order for the chat template (tojson prints them as sent): the body
+  // is parsed once more, keeping it, when it has any.
+  nlohmann::ordered_json ordered;
+  if (auto t = b.find("tools"); t != b.end() && t->is_array() && !t->empty())
+    ordered = nlohmann::ordered_json::parse(body);
+  if (auto e = parse_tools(b, ordered, r)) return e;
   if (auto e = parse_sampling(b, r)) return e;
   if (auto e = parse_logprobs(b, r)) return e;
   if (auto k = b.find("chat_template_kwargs"); k != b.end() && !k->is_null()) {
@@ -537,10 +552,18 @@ json build_response(const OpenAiRequest& req, const ResponseMeta& meta,
       lp = chat ? chat_logprobs(c.token_ids, c.logprobs, tok)
                 : completion_logprobs(c.token_ids, c.logprobs, tok, 0);
     if (chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      // With tool calls, content is null unless the model wrote more than white space.
+      const bool blank = c.text.find_first_not_of(" \n\t\r") == std::string::npos;
+      choice["message"] = {
+          {"role", "assistant"},
+          {"content", !c.tool_calls.empty() && blank ? json(nullptr) : json(c.text)}};
       if (c.reasoning)
         choice["message"]["reasoning_content"] =
             c.reasoning->empty() ? json(nullptr) : json(*c.reasoning);
+      if (!c.tool_calls.empty()) {
+        choice["message"]["tool_calls"] = tool_calls_json(c.tool_calls);
+        if (c.finish_reason == FinishReason::kStop) choice["finish_reason"] = "tool_calls";
+      }
     } else {
       choice["text"] = c.text;
     }
@@ -566,12 +589,16 @@ json build_chunk(const OpenAiRequest& req, const ResponseMeta& meta, const Chunk
     if (part.first) delta["role"] = "assistant";
     if (!part.reasoning.empty()) delta["reasoning_content"] = part.reasoning;
     if (part.first || !part.text.empty()) delta["content"] = part.text;
+    if (!part.tool_calls.empty())
+      delta["tool_calls"] = tool_call_deltas_json(part.tool_calls, part.tool_index);
     choice["delta"] = std::move(delta);
   } else {
     choice["text"] = part.text;
   }
   choice["logprobs"] = lp;
   choice["finish_reason"] = part.finish ? finish_reason_json(*part.finish) : json(nullptr);
+  if (part.finish && part.called_tools && *part.finish == FinishReason::kStop)
+    choice["finish_reason"] = "tool_calls";
   json out = {{"id", meta.id},
               {"object", chat ? "chat.completion.chunk" : "text_completion"},
               {"created", meta.created},

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "server/openai_tools.h"
 
 namespace strata {
 
@@ -33,8 +34,9 @@ enum class Endpoint { kCompletions, kChat };
 
 struct OpenAiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
-  std::string model;                                // empty: the served model
-  nlohmann::json messages;                          // chat: [{role, content (string)}]
+  std::string model;  // empty: the served model
+  // chat: [{role, content (string), ...}]; ordered: the template may print parts with tojson.
+  nlohmann::ordered_json messages;
   std::vector<std::string> text_prompts;            // completions: one per prompt
   std::vector<std::vector<int32_t>> token_prompts;  // completions given token ids
   int n = 1;
@@ -57,6 +59,13 @@ struct OpenAiRequest {
   bool separate_reasoning = true;
   bool stream_reasoning = true;
   bool skip_special_tokens = true;  // SGLang's field: false puts special tokens' text in the output
+  // Chat tools (server/openai_tools.h): the offered tools as sent (null: none), tool_choice
+  // "none", parallel_tool_calls, and the calls the conversation's assistant messages made (Kimi
+  // K2's ids count them).
+  nlohmann::ordered_json tools;
+  bool tool_choice_none = false;
+  bool parallel_tool_calls = true;
+  int history_tool_calls = 0;
   int num_prompts() const {
     return endpoint == Endpoint::kChat ? 1 : int(text_prompts.size() + token_prompts.size());
   }
@@ -83,9 +92,10 @@ struct ChoiceResult {
   std::string text;
   std::optional<std::string> reasoning;  // set: a chat response with reasoning_content (text: the
                                          // content, without the reasoning)
+  std::vector<ToolCallOut> tool_calls;   // chat with --tool-call-parser (text: the rest)
   std::vector<int32_t> token_ids;
-  std::vector<TokenLogprobs> logprobs;  // one per token when requested
-  FinishReason finish_reason = FinishReason::kNone;
+  std::vector<TokenLogprobs> logprobs;               // one per token when requested
+  FinishReason finish_reason = FinishReason::kNone;  // a stop after tool calls is "tool_calls"
   std::string error;
 };
 
@@ -121,7 +131,10 @@ struct ChunkPart {
   int choice = 0;
   bool first = false;
   std::string text;
-  std::string reasoning;  // chat: the delta's reasoning_content (none when empty)
+  std::string reasoning;                // chat: the delta's reasoning_content (none when empty)
+  std::vector<ToolCallOut> tool_calls;  // chat: calls completed in this delta,
+  int tool_index = 0;                   // the first one's index in the choice
+  bool called_tools = false;            // with finish: the choice made calls ("tool_calls")
   std::vector<int32_t> token_ids;
   std::vector<TokenLogprobs> logprobs;
   std::optional<FinishReason> finish;

@@ -22,6 +22,7 @@
 #include "server/request_log.h"
 #include "tokenizer/prompt_encoder.h"
 #include "tokenizer/reasoning_parser.h"
+#include "tokenizer/tool_call_parser.h"
 
 namespace strata {
 
@@ -42,6 +43,9 @@ struct ServerConfig {
   std::string api_key;  // --api-key: "" = none needed (server/api_key_auth.h); never logged
   // --reasoning-parser: chat responses split the reasoning into reasoning_content (unset: off).
   std::optional<ReasoningFormat> reasoning;
+  // --tool-call-parser: chat requests with tools get the calls as tool_calls (unset: such
+  // requests are refused).
+  std::optional<ToolCallFormat> tool_call;
   nlohmann::json flags = nlohmann::json::object();  // the launch flags, for /get_server_info
 };
 

@@ -26,26 +26,52 @@ StatusOr<PromptEncoder> PromptEncoder::load(const std::string& model_dir,
   return p;
 }
 
-StatusOr<std::string> PromptEncoder::render_chat(const nlohmann::json& messages,
-                                                 bool add_generation_prompt,
-                                                 const nlohmann::json& template_kwargs) const {
+template <typename Json>
+StatusOr<std::string> PromptEncoder::render_impl(const Json& messages, bool add_generation_prompt,
+                                                 const Json& template_kwargs) const {
   if (!chat_) return failed_precondition("this model has no chat template; use a raw prompt");
   if (!messages.is_array() || messages.empty())
     return invalid_argument("messages must be a non-empty array");
   return chat_->render(messages, add_generation_prompt, template_kwargs);
 }
 
-StatusOr<std::vector<int32_t>> PromptEncoder::encode_chat(
-    const nlohmann::json& messages, bool add_generation_prompt, size_t max_text_bytes,
-    const nlohmann::json& template_kwargs) const {
+template <typename Json>
+StatusOr<std::vector<int32_t>> PromptEncoder::encode_impl(const Json& messages,
+                                                          bool add_generation_prompt,
+                                                          size_t max_text_bytes,
+                                                          const Json& template_kwargs) const {
   STRATA_ASSIGN_OR_RETURN(std::string text,
-                          render_chat(messages, add_generation_prompt, template_kwargs));
+                          render_impl(messages, add_generation_prompt, template_kwargs));
   if (text.size() > max_text_bytes) {
     return out_of_range(
         "the rendered chat prompt is {} bytes, more than the context can hold ({} bytes)",
         text.size(), max_text_bytes);
   }
   return tokenizer_->encode(text, /*allow_special=*/true);
+}
+
+StatusOr<std::string> PromptEncoder::render_chat(const nlohmann::json& messages,
+                                                 bool add_generation_prompt,
+                                                 const nlohmann::json& template_kwargs) const {
+  return render_impl(messages, add_generation_prompt, template_kwargs);
+}
+
+StatusOr<std::string> PromptEncoder::render_chat(
+    const nlohmann::ordered_json& messages, bool add_generation_prompt,
+    const nlohmann::ordered_json& template_kwargs) const {
+  return render_impl(messages, add_generation_prompt, template_kwargs);
+}
+
+StatusOr<std::vector<int32_t>> PromptEncoder::encode_chat(
+    const nlohmann::json& messages, bool add_generation_prompt, size_t max_text_bytes,
+    const nlohmann::json& template_kwargs) const {
+  return encode_impl(messages, add_generation_prompt, max_text_bytes, template_kwargs);
+}
+
+StatusOr<std::vector<int32_t>> PromptEncoder::encode_chat(
+    const nlohmann::ordered_json& messages, bool add_generation_prompt, size_t max_text_bytes,
+    const nlohmann::ordered_json& template_kwargs) const {
+  return encode_impl(messages, add_generation_prompt, max_text_bytes, template_kwargs);
 }
 
 std::vector<int32_t> PromptEncoder::encode_raw(const std::string& text) const {

@@ -35,6 +35,14 @@ class PromptEncoder {
                                              bool add_generation_prompt = true,
                                              size_t max_text_bytes = SIZE_MAX,
                                              const nlohmann::json& template_kwargs = {}) const;
+  // The same with key order kept (the server's chat requests: tools and tool-call arguments are
+  // printed by the template as the client sent them).
+  StatusOr<std::string> render_chat(const nlohmann::ordered_json& messages,
+                                    bool add_generation_prompt,
+                                    const nlohmann::ordered_json& template_kwargs = {}) const;
+  StatusOr<std::vector<int32_t>> encode_chat(
+      const nlohmann::ordered_json& messages, bool add_generation_prompt = true,
+      size_t max_text_bytes = SIZE_MAX, const nlohmann::ordered_json& template_kwargs = {}) const;
   std::vector<int32_t> encode_raw(const std::string& text) const;
 
   // The most text bytes that `max_tokens` tokens can cover: the longest vocabulary entry times
@@ -43,6 +51,14 @@ class PromptEncoder {
   size_t max_prompt_bytes(int64_t max_tokens) const;
 
  private:
+  template <typename Json>
+  StatusOr<std::string> render_impl(const Json& messages, bool add_generation_prompt,
+                                    const Json& template_kwargs) const;
+  template <typename Json>
+  StatusOr<std::vector<int32_t>> encode_impl(const Json& messages, bool add_generation_prompt,
+                                             size_t max_text_bytes,
+                                             const Json& template_kwargs) const;
+
   const Tokenizer* tokenizer_ = nullptr;
   size_t max_token_bytes_ = 1;  // longest vocabulary entry (added tokens included)
   std::optional<ChatTemplate> chat_;

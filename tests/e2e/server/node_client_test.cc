@@ -7,6 +7,7 @@
 
 #include <filesystem>
 
+#include "scripted_model.h"
 #include "server_process.h"
 
 namespace strata::e2e {
@@ -59,6 +60,32 @@ TEST(ServeNodeClientTest, OfficialClientApiKey) {
   EXPECT_EQ(rc, 0) << out;
   EXPECT_EQ(server.stop(), 0) << server.log();
   EXPECT_EQ(server.log().find(key), std::string::npos) << server.log();
+}
+
+// --tool-call-parser with the client's tool helpers (tool_calls.test.mjs), on house-llama with a
+// token renamed to a Qwen-style call.
+TEST(ServeNodeClientTest, OfficialClientToolCalls) {
+  ASSERT_NO_FATAL_FAILURE(expect_node_ready(js_dir()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("strata_node_tools_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const ScriptedModel model = make_scripted_model(
+      dir,
+      {R"(<tool_call>{"name":"get_weather","arguments":{"city":"Paris","unit":"c"}}</tool_call>)"});
+  ServerProcess server;
+  server.set_model_path(model.dir);
+  ASSERT_TRUE(server.start({"--served-model-name", "house-llama", "--tool-call-parser", "qwen25"}))
+      << server.log();
+  const std::string cmd = "cd '" + js_dir().string() +
+                          "' && STRATA_BASE_URL=http://127.0.0.1:" + std::to_string(server.port()) +
+                          "/v1 STRATA_CALL_TOKEN=" + std::to_string(model.ids[0]) +
+                          " node --test tool_calls.test.mjs";
+  std::string out;
+  const int rc = run_command(cmd, &out);
+  std::printf("%s\n", out.c_str());
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(server.stop(), 0) << server.log();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -141,12 +141,6 @@ TEST(ServeReasoningParserTest, ThePromptOpensTheReasoningAndItComesBackApart) {
             1)
       << out;
   EXPECT_NE(out.find("unknown parser 'nope'"), std::string::npos) << out;
-  EXPECT_EQ(run_command(std::string(STRATA_BINARY) + " serve --port 0 --model-path " +
-                            house_llama() + " --tool-call-parser kimi_k2",
-                        &out),
-            1)
-      << out;
-  EXPECT_NE(out.find("--tool-call-parser is not implemented yet"), std::string::npos) << out;
   fs::remove_all(dir);
 }
 

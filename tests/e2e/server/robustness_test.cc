@@ -281,7 +281,7 @@ TEST(ServeFlagsTest, UnimplementedFlagsAreRejected) {
   const std::string base =
       std::string(STRATA_BINARY) + " serve --model-path " + house_llama() + " --port 0 ";
   for (const char* flags : {"--dp-size 2", "--hicache-storage-backend file", "--ep 8",
-                            "--enable-ep-moe", "--tool-call-parser kimi_k2"}) {
+                            "--enable-ep-moe", "--enable-dp-attention"}) {
     std::string out;
     EXPECT_EQ(run_command(base + flags, &out), 1) << flags << ": " << out;
     EXPECT_NE(out.find("not implemented yet"), std::string::npos) << flags << ": " << out;

@@ -75,7 +75,8 @@ TEST(ServerHostileTest, PromptByteBoundHoldsForFixtures) {
   ASSERT_FALSE(ids.ok());
   EXPECT_EQ(ids.status().code(), StatusCode::kOutOfRange);
   EXPECT_NE(ids.status().message().find("more than the context can hold"), std::string::npos);
-  EXPECT_TRUE(enc->encode_chat({{{"role", "user"}, {"content", "hi"}}}, true, max_bytes).ok());
+  const nlohmann::json short_chat = {{{"role", "user"}, {"content", "hi"}}};
+  EXPECT_TRUE(enc->encode_chat(short_chat, true, max_bytes).ok());
 }
 
 }  // namespace

@@ -163,8 +163,39 @@ TEST(ServerSchemaTest, EachBadParameterNamesItself) {
       {R"({"prompt":"x","regex":"a+"})", "regex", "not supported", "unsupported_parameter"},
       {R"({"prompt":"x","json_schema":"{}"})", "json_schema", "not supported",
        "unsupported_parameter"},
-      {R"({"prompt":"x","tools":[{"type":"function"}]})", "tools", "not supported",
-       "unsupported_parameter"},
+      {R"({"prompt":"x","tools":[{"type":"function"}]})", "tools", "chat/completions only", ""},
+      {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})",
+       "tools[0].function", "must be an object", ""},
+      {R"({"messages":[{"role":"user","content":"x"}],"tools":{"a":1}})", "tools",
+       "must be an array", ""},
+      {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"code","function":{}}]})",
+       "tools[0].type", "must be \"function\"", ""},
+      {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function",
+          "function":{"name":""}}]})",
+       "tools[0].function.name", "non-empty string", ""},
+      {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function",
+          "function":{"name":"f","parameters":[]}}]})",
+       "tools[0].function.parameters", "JSON Schema object", ""},
+      {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required"})", "tool_choice",
+       "needs constrained decoding", "unsupported_parameter"},
+      {R"({"messages":[{"role":"user","content":"x"}],
+          "tool_choice":{"type":"function","function":{"name":"f"}}})",
+       "tool_choice", "needs constrained decoding", "unsupported_parameter"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"sometimes"})", "tool_choice",
+       "must be \"none\", \"auto\"", ""},
+      {R"({"messages":[{"role":"user","content":"x"}],"parallel_tool_calls":1})",
+       "parallel_tool_calls", "must be a boolean", ""},
+      {R"({"messages":[{"role":"user","content":"x"}],"functions":[{"name":"f"}]})", "functions",
+       "send 'tools'", "unsupported_parameter"},
+      {R"({"messages":[{"role":"user","content":"x","tool_calls":[]}]})", "messages[0].tool_calls",
+       "belongs to assistant messages", ""},
+      {R"({"messages":[{"role":"assistant","tool_calls":[{"id":"a","function":{"name":1}}]}]})",
+       "messages[0].tool_calls[0].function.name", "must be a string", ""},
+      {R"({"messages":[{"role":"assistant","tool_calls":[{"id":"a","type":"function",
+          "function":{"name":"f","arguments":5}}]}]})",
+       "messages[0].tool_calls[0].function.arguments", "must be a JSON string", ""},
+      {R"({"messages":[{"role":"tool","content":"x","tool_call_id":3}]})",
+       "messages[0].tool_call_id", "must be a string", ""},
       {R"({"prompt":"x","no_stop_trim":true})", "no_stop_trim", "not supported",
        "unsupported_parameter"},
       {R"({"messages":[{"role":"user","content":"x"}],"continue_final_message":true})",
@@ -188,6 +219,107 @@ TEST(ServerSchemaTest, EachBadParameterNamesItself) {
     EXPECT_NE(e->message.find(c.message), std::string::npos) << c.body << " -> " << e->message;
     EXPECT_EQ(e->code, c.code) << c.body;
   }
+}
+
+// Tools are kept as sent, key order included (the chat template prints them with tojson);
+// assistant messages' calls reach the template with their arguments parsed, in the model's order;
+// the calls the conversation made are counted (Kimi K2's ids).
+TEST(ServerSchemaTest, ToolsAndToolCallsReachTheTemplateAsSent) {
+  OpenAiRequest r;
+  auto e = parse_openai_request(
+      R"({"messages":[{"role":"user","content":"weather?"},
+          {"role":"assistant","content":null,"tool_calls":[
+            {"id":"call_1","type":"function","function":{"name":"get","arguments":"{\"z\":1,\"a\":2}"}},
+            {"id":"call_2","type":"function","function":{"name":"now","arguments":"not json"}}]},
+          {"role":"tool","tool_call_id":"call_1","content":"sunny"}],
+          "tools":[{"type":"function","function":{"name":"get","parameters":{"type":"object",
+            "properties":{"zone":{"type":"string"},"city":{"type":"string"}}}}}],
+          "parallel_tool_calls":false})",
+      Endpoint::kChat, &r);
+  ASSERT_FALSE(e) << e->message;
+  EXPECT_EQ(r.tools.dump(),
+            R"([{"type":"function","function":{"name":"get","parameters":{"type":"object",)"
+            R"("properties":{"zone":{"type":"string"},"city":{"type":"string"}}}}}])");
+  EXPECT_EQ(r.messages[1]["content"], "");
+  EXPECT_EQ(r.messages[1]["tool_calls"][0]["function"]["arguments"].dump(), R"({"z":1,"a":2})");
+  EXPECT_EQ(r.messages[1]["tool_calls"][1]["function"]["arguments"], "not json");
+  EXPECT_EQ(r.messages[2]["tool_call_id"], "call_1");
+  EXPECT_EQ(r.history_tool_calls, 2);
+  EXPECT_FALSE(r.parallel_tool_calls);
+  EXPECT_TRUE(wants_tool_calls(r));
+  EXPECT_EQ(chat_template_context(r)["tools"], r.tools);
+  // tool_choice "none": the tools stay out of the prompt and the output is not parsed.
+  OpenAiRequest none;
+  ASSERT_FALSE(parse_openai_request(
+      R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"none",
+          "tools":[{"type":"function","function":{"name":"f"}}]})",
+      Endpoint::kChat, &none));
+  EXPECT_FALSE(wants_tool_calls(none));
+  EXPECT_FALSE(chat_template_context(none).contains("tools"));
+}
+
+// Parsed calls in whole responses (content null beside them, finish_reason "tool_calls" after a
+// stop, "length" kept) and in streamed deltas (each with its index; the finish chunk says
+// "tool_calls").
+TEST(ServerSchemaTest, ToolCallsInResponsesAndChunks) {
+  OpenAiRequest req;
+  req.endpoint = Endpoint::kChat;
+  const ResponseMeta meta{"chatcmpl-1", 7, "m"};
+  auto loaded = Tokenizer::load(std::string(STRATA_SHARED_DIR) + "/models/house-llama");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  const Tokenizer& tok = *loaded;
+  ChoiceResult called;
+  called.text = "\n";
+  called.tool_calls = {{"call_a", "get", R"({"city":"Paris"})"}};
+  called.finish_reason = FinishReason::kStop;
+  ChoiceResult cut = called;
+  cut.text = "Let me see.";
+  cut.finish_reason = FinishReason::kLength;
+  ChoiceResult plain;
+  plain.text = "hi";
+  plain.finish_reason = FinishReason::kStop;
+  const nlohmann::json body = build_response(req, meta, {called, cut, plain}, Usage{}, tok);
+  const nlohmann::json& m0 = body["choices"][0]["message"];
+  EXPECT_TRUE(m0["content"].is_null()) << body;
+  EXPECT_EQ(m0["tool_calls"], nlohmann::json::parse(R"([{"id":"call_a","type":"function",
+      "function":{"name":"get","arguments":"{\"city\":\"Paris\"}"}}])"));
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(body["choices"][1]["message"]["content"], "Let me see.");
+  EXPECT_EQ(body["choices"][1]["finish_reason"], "length");
+  EXPECT_FALSE(body["choices"][2]["message"].contains("tool_calls"));
+  EXPECT_EQ(body["choices"][2]["finish_reason"], "stop");
+
+  ChunkPart part;
+  part.tool_calls = {{"functions.get:3", "get", "{}"}};
+  part.tool_index = 1;
+  const nlohmann::json chunk = build_chunk(req, meta, part, tok);
+  EXPECT_EQ(chunk["choices"][0]["delta"]["tool_calls"],
+            nlohmann::json::parse(R"([{"index":1,"id":"functions.get:3","type":"function",
+                "function":{"name":"get","arguments":"{}"}}])"));
+  EXPECT_FALSE(chunk["choices"][0]["delta"].contains("content"));
+  ChunkPart end;
+  end.finish = FinishReason::kStop;
+  end.called_tools = true;
+  EXPECT_EQ(build_chunk(req, meta, end, tok)["choices"][0]["finish_reason"], "tool_calls");
+  end.called_tools = false;
+  EXPECT_EQ(build_chunk(req, meta, end, tok)["choices"][0]["finish_reason"], "stop");
+}
+
+// Kimi K2's ids count the conversation's calls (its template renders them back); other formats
+// get random call_ ids; parallel_tool_calls false keeps a choice's first call only.
+TEST(ServerSchemaTest, ToolCallIds) {
+  const ToolCallFormat kimi = *tool_call_format("kimi_k2"), qwen = *tool_call_format("qwen25");
+  const std::vector<ToolCall> two = {{"get", "{}", "functions.get:0"}, {"put", "{}", ""}};
+  auto k = name_tool_calls(kimi, two, /*first=*/3, /*already=*/1, /*parallel=*/true);
+  ASSERT_EQ(k.size(), 2u);
+  EXPECT_EQ(k[0].id, "functions.get:4");
+  EXPECT_EQ(k[1].id, "functions.put:5");
+  auto q = name_tool_calls(qwen, two, 0, 0, true);
+  ASSERT_EQ(q.size(), 2u);
+  EXPECT_TRUE(q[0].id.starts_with("call_") && q[0].id.size() == 29) << q[0].id;
+  EXPECT_NE(q[0].id, q[1].id);
+  EXPECT_EQ(name_tool_calls(qwen, two, 0, 0, false).size(), 1u);
+  EXPECT_TRUE(name_tool_calls(qwen, two, 0, 1, false).empty());
 }
 
 // The engine's typed refusals become OpenAI errors: the field as param, the right code and status.
