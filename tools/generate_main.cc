@@ -42,6 +42,7 @@ struct GenerateFlags {
   std::string logit_bias;            // JSON object
   std::string chat_template_kwargs;  // JSON object
   std::string reasoning_parser;      // "" off
+  std::string tool_call_parser;      // "" off
   std::string shard;                 // K/N, auto or auto/N
   std::vector<std::string> verify;   // outputs to check instead of generating
   std::string checkpoint_kv = "auto";
@@ -98,6 +99,10 @@ void add_generate_flags(CLI::App& app, GenerateFlags& g) {
   app.add_option("--reasoning-parser", g.reasoning_parser,
                  "keep a thinking model's reasoning apart: the record's assistant message gets it "
                  "as reasoning_content (names as strata serve's; in-process engine)");
+  app.add_option("--tool-call-parser", g.tool_call_parser,
+                 "records with \"tools\": the model's calls become the assistant message's "
+                 "tool_calls (names as strata serve's; in-process engine; without it a call stays "
+                 "in the content as written)");
   app.add_option("--seed", g.seed,
                  "base sampling seed; each prompt uses a hash of it and the prompt id")
       ->capture_default_str();
@@ -203,6 +208,14 @@ Status validate(GenerateFlags& g) {
           "with its own --reasoning-parser (its reasoning_content is kept either way)");
     STRATA_ASSIGN_OR_RETURN(ReasoningFormat format, reasoning_format(g.reasoning_parser));
     g.job.sampling.reasoning = std::move(format);
+  }
+  if (!g.tool_call_parser.empty()) {
+    if (!g.server.urls.empty())
+      return invalid_argument(
+          "--tool-call-parser applies to the in-process engine; a --server parses the calls with "
+          "its own --tool-call-parser (its tool_calls are kept either way)");
+    STRATA_ASSIGN_OR_RETURN(ToolCallFormat format, tool_call_format(g.tool_call_parser));
+    g.job.sampling.tool_call = std::move(format);
   }
   // The request contract, with the flags' names (the engine checks the token ids again).
   if (auto e = validate_sampling(g.job.sampling.params))

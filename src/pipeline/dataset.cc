@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "core/json_limits.h"
+#include "tokenizer/tool_call_parser.h"
 
 namespace strata {
 namespace {
@@ -29,10 +30,35 @@ StatusOr<nlohmann::json> normalize_turns(const nlohmann::json& turns, const std:
       return invalid_argument("{}: turn {} has no \"role\"", where, i);
     }
     const char* key = t.contains("content") ? "content" : "value";
-    if (!t.contains(key) || !t[key].is_string())
+    auto calls = t.find("tool_calls");
+    const bool has_calls = calls != t.end() && !calls->is_null();
+    // An assistant turn that only calls tools has no content (OpenAI writes null).
+    if (has_calls && (!t.contains(key) || t[key].is_null())) {
+      content = "";
+    } else if (!t.contains(key) || !t[key].is_string()) {
       return invalid_argument("{}: turn {} has no string \"content\"", where, i);
-    content = t[key].get<std::string>();
-    out.push_back({{"role", role}, {"content", content}});
+    } else {
+      content = t[key].get<std::string>();
+    }
+    nlohmann::json turn = {{"role", role}, {"content", content}};
+    if (has_calls) {
+      if (!calls->is_array())
+        return invalid_argument("{}: turn {} \"tool_calls\" is not an array", where, i);
+      for (const auto& c : *calls)
+        if (!c.is_object() || !c.contains("function") || !c["function"].is_object() ||
+            !c["function"].value("name", nlohmann::json()).is_string())
+          return invalid_argument(
+              "{}: turn {} \"tool_calls\" needs {{\"function\": {{\"name\", \"arguments\"}}}} "
+              "objects",
+              where, i);
+      turn["tool_calls"] = *calls;
+    }
+    if (auto id = t.find("tool_call_id"); id != t.end() && !id->is_null()) {
+      if (!id->is_string())
+        return invalid_argument("{}: turn {} \"tool_call_id\" is not a string", where, i);
+      turn["tool_call_id"] = *id;
+    }
+    out.push_back(std::move(turn));
   }
   return out;
 }
@@ -62,6 +88,18 @@ StatusOr<PromptRecord> parse_prompt_line(const std::string& text, int64_t line_n
       return invalid_argument("{}: \"id\" must be a string or an integer", where);
   } else {
     r.id = dataset + "-" + std::to_string(line_number);
+  }
+  if (auto tools = o.find("tools"); tools != o.end() && !tools->is_null()) {
+    if (!tools->is_array()) return invalid_argument("{}: \"tools\" must be an array", where);
+    for (const auto& t : *tools)
+      if (!t.is_object() || !t.contains("function") || !t["function"].is_object() ||
+          !t["function"].value("name", nlohmann::json()).is_string())
+        return invalid_argument(
+            "{}: \"tools\" must hold {{\"type\": \"function\", \"function\": {{\"name\", "
+            "...}}}} objects",
+            where);
+    // Parsed again keeping its key order (the line parsed above sorts keys).
+    if (!tools->empty()) r.tools = nlohmann::ordered_json::parse(text).at("tools");
   }
   if (o.contains("conversations") || o.contains("messages")) {
     const auto& turns = o.contains("conversations") ? o["conversations"] : o["messages"];
@@ -93,6 +131,34 @@ StatusOr<std::vector<PromptRecord>> read_prompt_file(const std::string& path,
     out.push_back(std::move(r));
   }
   return out;
+}
+
+nlohmann::ordered_json template_messages(const nlohmann::json& messages) {
+  nlohmann::ordered_json out = messages;
+  for (auto& m : out) {
+    if (!m.contains("tool_calls")) continue;
+    for (auto& c : m["tool_calls"]) {
+      auto& fn = c["function"];
+      if (auto a = fn.find("arguments"); a != fn.end() && a->is_string())
+        *a = template_arguments(a->get<std::string>());
+    }
+  }
+  return out;
+}
+
+nlohmann::ordered_json template_context(const PromptRecord& record, const nlohmann::json& kwargs) {
+  nlohmann::ordered_json ctx =
+      kwargs.is_object() ? nlohmann::ordered_json(kwargs) : nlohmann::ordered_json::object();
+  if (!record.tools.is_null()) ctx["tools"] = record.tools;
+  return ctx;
+}
+
+int count_tool_calls(const nlohmann::json& messages) {
+  int n = 0;
+  if (messages.is_array())
+    for (const auto& m : messages)
+      if (auto c = m.find("tool_calls"); c != m.end() && c->is_array()) n += int(c->size());
+  return n;
 }
 
 nlohmann::json prompt_messages(const nlohmann::json& messages) {

@@ -13,12 +13,25 @@
 namespace strata {
 
 struct PromptRecord {
-  std::string id;           // the line's "id", else "<dataset>-<line number>"
-  nlohmann::json messages;  // [{"role","content"}...] normalized; null for a raw prompt
+  std::string id;  // the line's "id", else "<dataset>-<line number>"
+  // [{"role", "content"}...] normalized (an assistant turn's "tool_calls" and a tool turn's
+  // "tool_call_id" kept, OpenAI's layout); null for a raw prompt.
+  nlohmann::json messages;
+  // The line's "tools" (OpenAI's function tools), key order kept: the chat template prints them
+  // with tojson. Null: none.
+  nlohmann::ordered_json tools;
   std::string prompt;       // raw text when there are no messages
   nlohmann::json original;  // the input line as read (output appends to it)
   int64_t line = 0;         // 1-based line number in the file
 };
+
+// The record's conversation (`messages`, its last assistant turns dropped or not) and context
+// as the chat template reads them: calls' arguments parsed into objects (template_arguments),
+// `tools` added to the template variables `kwargs` when the record has any.
+nlohmann::ordered_json template_messages(const nlohmann::json& messages);
+nlohmann::ordered_json template_context(const PromptRecord& record, const nlohmann::json& kwargs);
+// The calls the conversation's assistant turns made (Kimi K2's call ids count them).
+int count_tool_calls(const nlohmann::json& messages);
 
 // Parses one JSONL line. Errors name the line and the problem.
 StatusOr<PromptRecord> parse_prompt_line(const std::string& line_text, int64_t line_number,

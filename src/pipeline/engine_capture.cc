@@ -28,14 +28,16 @@ namespace strata {
 namespace {
 
 // SpecForge's assistant spans of `messages` (see above), over `n` tokens.
-std::vector<int32_t> assistant_mask(const PromptEncoder& enc, const nlohmann::json& messages,
-                                    size_t n, const nlohmann::json& kwargs) {
+std::vector<int32_t> assistant_mask(const PromptEncoder& enc,
+                                    const nlohmann::ordered_json& messages, size_t n,
+                                    const nlohmann::ordered_json& kwargs) {
   std::vector<int32_t> mask(n, 0);
   if (!messages.is_array()) return mask;
   for (size_t k = 0; k < messages.size(); ++k) {
     if (messages[k].value("role", "") != "assistant") continue;
-    const nlohmann::json before(messages.begin(), messages.begin() + std::ptrdiff_t(k));
-    const nlohmann::json through(messages.begin(), messages.begin() + std::ptrdiff_t(k + 1));
+    const nlohmann::ordered_json before(messages.begin(), messages.begin() + std::ptrdiff_t(k));
+    const nlohmann::ordered_json through(messages.begin(),
+                                         messages.begin() + std::ptrdiff_t(k + 1));
     auto head = enc.encode_chat(before, /*add_generation_prompt=*/true, SIZE_MAX, kwargs);
     auto turn = enc.encode_chat(through, /*add_generation_prompt=*/false, SIZE_MAX, kwargs);
     if (!head.ok() || !turn.ok()) continue;
@@ -108,10 +110,11 @@ void EngineTarget::start_capture(const GenerationTask& task, std::vector<int32_t
   }
   // The prompt's own assistant turns (earlier turns of a multi-turn prompt; every turn when
   // teacher-forced). Computed here, on the job's thread, not in the engine's callbacks.
-  const nlohmann::json messages =
-      r.messages.is_null() ? nlohmann::json() : (forced ? r.messages : prompt_messages(r.messages));
-  run->prompt_mask =
-      assistant_mask(encoder_, messages, prompt_ids.size(), sampling_.chat_template_kwargs);
+  const nlohmann::ordered_json messages =
+      r.messages.is_null() ? nlohmann::ordered_json()
+                           : template_messages(forced ? r.messages : prompt_messages(r.messages));
+  run->prompt_mask = assistant_mask(encoder_, messages, prompt_ids.size(),
+                                    template_context(r, sampling_.chat_template_kwargs));
   run->prompt_ids = prompt_ids;
 
   GenerateRequest req;
@@ -135,12 +138,16 @@ void EngineTarget::start_capture(const GenerationTask& task, std::vector<int32_t
       if (task.on_tokens) task.on_tokens(TokenReport{.restart = true});
     }
   }
-  // --reasoning-parser on a generated chat answer (a teacher-forced one is kept as it is).
+  // --reasoning-parser and --tool-call-parser on a generated chat answer (a teacher-forced one is
+  // kept as it is).
   bool inside = false;
   const std::optional<ReasoningFormat> reasoning =
       forced ? std::nullopt : reasoning_of(r, req, &inside);
+  const std::optional<ToolCallFormat> tool_call = forced ? std::nullopt : tool_call_of(r, req);
+  const int earlier_calls = count_tool_calls(prompt_messages(r.messages));
   Engine* engine = &engine_;
-  req.on_event = [run, forced, engine, reasoning, inside](const StreamEvent& ev) {
+  req.on_event = [run, forced, engine, reasoning, inside, tool_call,
+                  earlier_calls](const StreamEvent& ev) {
     if (!forced) {
       run->text += ev.text;
       run->output_ids.insert(run->output_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
@@ -162,7 +169,7 @@ void EngineTarget::start_capture(const GenerationTask& task, std::vector<int32_t
       return finish_record(*run, /*teacher_forced=*/true);
     }
     o.text = std::move(run->text);
-    if (reasoning) split_reasoning(*reasoning, inside, &o);
+    split_answer(reasoning, inside, tool_call, earlier_calls, &o);
     if (run->output_ids.empty()) return finish_record(*run, false);
     // The last token's state: one more token over prompt + response (see the top of the file).
     GenerateRequest tail;

@@ -33,11 +33,12 @@ StatusOr<std::unique_ptr<EngineTarget>> EngineTarget::create(Engine& engine,
 
 StatusOr<std::vector<int32_t>> EngineTarget::encode(const PromptRecord& r) const {
   if (r.messages.is_null()) return encoder_.encode_raw(r.prompt);
+  const nlohmann::ordered_json context = template_context(r, sampling_.chat_template_kwargs);
   if (capture_.enabled && capture_.capture_only)  // the conversation as it is, responses included
-    return encoder_.encode_chat(r.messages, /*add_generation_prompt=*/false, SIZE_MAX,
-                                sampling_.chat_template_kwargs);
-  return encoder_.encode_chat(prompt_messages(r.messages), /*add_generation_prompt=*/true, SIZE_MAX,
-                              sampling_.chat_template_kwargs);
+    return encoder_.encode_chat(template_messages(r.messages), /*add_generation_prompt=*/false,
+                                SIZE_MAX, context);
+  return encoder_.encode_chat(template_messages(prompt_messages(r.messages)),
+                              /*add_generation_prompt=*/true, SIZE_MAX, context);
 }
 
 std::optional<ReasoningFormat> EngineTarget::reasoning_of(const PromptRecord& r,
@@ -46,8 +47,31 @@ std::optional<ReasoningFormat> EngineTarget::reasoning_of(const PromptRecord& r,
   *inside = false;
   if (!sampling_.reasoning || r.messages.is_null()) return std::nullopt;
   *inside = starts_inside_reasoning(*sampling_.reasoning, engine_.tokenizer(), req.prompt_ids);
-  req.keep_special_ids = reasoning_tag_token_ids(*sampling_.reasoning, engine_.tokenizer());
+  for (int32_t id : reasoning_tag_token_ids(*sampling_.reasoning, engine_.tokenizer()))
+    req.keep_special_ids.push_back(id);
   return sampling_.reasoning;
+}
+
+std::optional<ToolCallFormat> EngineTarget::tool_call_of(const PromptRecord& r,
+                                                         GenerateRequest& req) const {
+  if (r.messages.is_null() || r.tools.is_null()) return std::nullopt;
+  if (!sampling_.tool_call) {
+    if (!warned_no_tool_parser_.exchange(true))
+      LOG_WARN(
+          "records offer tools, and without --tool-call-parser the model's calls stay in the "
+          "answer's content as it wrote them");
+    return std::nullopt;
+  }
+  for (int32_t id : tool_call_tag_token_ids(*sampling_.tool_call, engine_.tokenizer()))
+    req.keep_special_ids.push_back(id);
+  return sampling_.tool_call;
+}
+
+void EngineTarget::split_answer(const std::optional<ReasoningFormat>& reasoning, bool inside,
+                                const std::optional<ToolCallFormat>& tool_call, int earlier_calls,
+                                GenerationOutcome* o) {
+  if (reasoning) split_reasoning(*reasoning, inside, o);
+  if (tool_call) split_tool_calls(*tool_call, earlier_calls, o);
 }
 
 int64_t EngineTarget::prompt_tokens(const PromptRecord& record) const {
@@ -85,14 +109,17 @@ void EngineTarget::start(const GenerationTask& task, OutcomeCallback done) {
       if (task.on_tokens) task.on_tokens(TokenReport{.restart = true});
     }
   }
-  // --reasoning-parser on a chat record: its tags reach the text, which is split once finished.
+  // --reasoning-parser and --tool-call-parser on a chat record: their tags reach the text, which
+  // is split once finished.
   bool inside = false;
   const std::optional<ReasoningFormat> reasoning = reasoning_of(r, req, &inside);
+  const std::optional<ToolCallFormat> tool_call = tool_call_of(r, req);
+  const int earlier_calls = count_tool_calls(prompt_messages(r.messages));
   // The callback runs on the engine thread: it only appends text, reports new tokens and hands
   // the outcome over once finished.
   auto text = std::make_shared<std::string>();
-  req.on_event = [text, done, on_tokens = task.on_tokens, reasoning,
-                  inside](const StreamEvent& ev) {
+  req.on_event = [text, done, on_tokens = task.on_tokens, reasoning, inside, tool_call,
+                  earlier_calls](const StreamEvent& ev) {
     *text += ev.text;
     if (on_tokens && !ev.resumed && !ev.token_ids.empty())
       on_tokens(TokenReport{
@@ -108,7 +135,7 @@ void EngineTarget::start(const GenerationTask& task, OutcomeCallback done) {
       o.error = ev.error.empty() ? "the engine aborted the request" : ev.error;
     } else {
       o.text = std::move(*text);
-      if (reasoning) split_reasoning(*reasoning, inside, &o);
+      split_answer(reasoning, inside, tool_call, earlier_calls, &o);
     }
     done(std::move(o));
   };

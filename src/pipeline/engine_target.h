@@ -8,6 +8,7 @@
 // hidden states at every position of prompt + response (engine_capture.cc says how).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,6 +46,13 @@ class EngineTarget : public PromptTarget {
   // in the text and *inside set when the prompt (req.prompt_ids) opened the reasoning.
   std::optional<ReasoningFormat> reasoning_of(const PromptRecord& r, GenerateRequest& req,
                                               bool* inside) const;
+  // --tool-call-parser on a chat record with tools: the format (nullopt: none), with `req`
+  // keeping its tags in the text.
+  std::optional<ToolCallFormat> tool_call_of(const PromptRecord& r, GenerateRequest& req) const;
+  // Both splits of a finished chat answer, as the record's settings ask.
+  static void split_answer(const std::optional<ReasoningFormat>& reasoning, bool inside,
+                           const std::optional<ToolCallFormat>& tool_call, int earlier_calls,
+                           GenerationOutcome* o);
   // Capture jobs (engine_capture.cc).
   void start_capture(const GenerationTask& task, std::vector<int32_t> prompt_ids,
                      OutcomeCallback done);
@@ -56,6 +64,7 @@ class EngineTarget : public PromptTarget {
   CaptureOptions capture_;
   std::string model_name_;
   int max_in_flight_ = 64;
+  mutable std::atomic<bool> warned_no_tool_parser_{false};
 };
 
 }  // namespace strata

@@ -34,6 +34,7 @@ nlohmann::json JobSampling::to_json() const {
   if (!p.stop_token_ids.empty()) j["stop_token_ids"] = p.stop_token_ids;
   if (!chat_template_kwargs.is_null()) j["chat_template_kwargs"] = chat_template_kwargs;
   if (reasoning) j["reasoning_parser"] = reasoning->name;
+  if (tool_call) j["tool_call_parser"] = tool_call->name;
   return j;
 }
 
@@ -42,6 +43,15 @@ void split_reasoning(const ReasoningFormat& format, bool starts_inside, Generati
       ReasoningSplitter(format, starts_inside).push_and_finish(o->text);
   o->text = std::move(parts.content);
   o->reasoning = std::move(parts.reasoning);
+}
+
+void split_tool_calls(const ToolCallFormat& format, int earlier_calls, GenerationOutcome* o) {
+  ToolCallSplitter::Parts parts = ToolCallSplitter(format).push_and_finish(o->text);
+  if (parts.calls.empty()) return;
+  o->text = std::move(parts.content);
+  o->tool_calls = tool_calls_json(
+      name_tool_calls(format, std::move(parts.calls), earlier_calls, 0, /*parallel=*/true));
+  if (o->finish_reason == "stop") o->finish_reason = "tool_calls";
 }
 
 double backoff_delay_s(const RetryPolicy& policy, int retry, std::mt19937_64& rng) {

@@ -15,6 +15,7 @@
 #include "engine/sampling_params.h"
 #include "pipeline/dataset.h"
 #include "tokenizer/reasoning_parser.h"
+#include "tokenizer/tool_call_parser.h"
 
 namespace strata {
 
@@ -29,6 +30,9 @@ struct JobSampling {
   nlohmann::json chat_template_kwargs{};                  // null or an object
   // --reasoning-parser (in-process engine): a chat record's answer keeps the reasoning apart.
   std::optional<ReasoningFormat> reasoning{};
+  // --tool-call-parser (in-process engine): the calls in the answer of a record with tools become
+  // the assistant message's tool_calls.
+  std::optional<ToolCallFormat> tool_call{};
   uint64_t base_seed() const { return params.seed.value_or(0); }
 
   // The settings as stored in every record's meta (and compared on resume): the fields of the
@@ -83,9 +87,12 @@ struct GenerationOutcome {
   // A chat answer's reasoning, apart from `text`: the server's reasoning_content, or the
   // in-process engine's split (JobSampling::reasoning); "" none. Kept in the record beside it.
   std::string reasoning;
+  // A chat answer's calls as OpenAI's message.tool_calls (the server's, or the in-process
+  // engine's parse, JobSampling::tool_call); null or empty: none. `text` is the rest.
+  nlohmann::json tool_calls;
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
-  std::string finish_reason;  // "stop" | "length" | "abort" (OpenAI names)
+  std::string finish_reason;  // "stop" | "length" | "tool_calls" | "abort" (OpenAI names)
   std::string error;          // for kFailed / kInterrupted
   // kDone: every output token counted, those of a resumed partial included.
   int http_status = 0;  // server mode: the last HTTP status (0: none / transport error)
@@ -101,6 +108,10 @@ using OutcomeCallback = std::function<void(GenerationOutcome)>;
 // Splits a finished outcome's text into its reasoning and its answer (JobSampling::reasoning).
 // `starts_inside`: the prompt opened the reasoning (starts_inside_reasoning).
 void split_reasoning(const ReasoningFormat& format, bool starts_inside, GenerationOutcome* o);
+// Parses a finished outcome's text for tool calls (JobSampling::tool_call): the calls go to
+// o->tool_calls (ids counting the conversation's `earlier_calls`), finish_reason "stop" becomes
+// "tool_calls"; what does not parse stays in the text.
+void split_tool_calls(const ToolCallFormat& format, int earlier_calls, GenerationOutcome* o);
 
 class PromptTarget {
  public:

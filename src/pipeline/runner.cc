@@ -62,6 +62,11 @@ nlohmann::json result_record(const PromptRecord& r, const std::string& dataset,
     nlohmann::json answer = {{"role", "assistant"}, {"content", o.text}};
     // The name the chat templates of thinking models (DeepSeek, Kimi, Qwen3) render it from.
     if (!o.reasoning.empty()) answer["reasoning_content"] = o.reasoning;
+    // OpenAI's layout: the calls, and content null unless the model wrote more than white space.
+    if (o.tool_calls.is_array() && !o.tool_calls.empty()) {
+      answer["tool_calls"] = o.tool_calls;
+      if (o.text.find_first_not_of(" \n\t\r") == std::string::npos) answer["content"] = nullptr;
+    }
     conv.push_back(std::move(answer));
     out[key] = std::move(conv);
   } else {

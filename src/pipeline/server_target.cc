@@ -37,15 +37,15 @@ StatusOr<ServerUrl> parse_server_url(const std::string& url) {
   return u;
 }
 
-nlohmann::json openai_request_body(const PromptRecord& record, const JobSampling& job,
-                                   const std::string& model, uint64_t seed) {
+nlohmann::ordered_json openai_request_body(const PromptRecord& record, const JobSampling& job,
+                                           const std::string& model, uint64_t seed) {
   const SamplingParams& s = job.params;
-  nlohmann::json body = {{"model", model},
-                         {"max_tokens", s.max_new_tokens},
-                         {"temperature", s.temperature},
-                         {"top_p", s.top_p},
-                         {"seed", seed},
-                         {"stream", false}};
+  nlohmann::ordered_json body = {{"model", model},
+                                 {"max_tokens", s.max_new_tokens},
+                                 {"temperature", s.temperature},
+                                 {"top_p", s.top_p},
+                                 {"seed", seed},
+                                 {"stream", false}};
   // The rest only when set: SGLang/vLLM extensions a plain OpenAI server may refuse.
   if (s.top_k > 0) body["top_k"] = s.top_k;
   if (s.min_p != 0) body["min_p"] = s.min_p;
@@ -66,6 +66,7 @@ nlohmann::json openai_request_body(const PromptRecord& record, const JobSampling
     body["messages"] = prompt_messages(record.messages);
     if (!job.chat_template_kwargs.is_null())
       body["chat_template_kwargs"] = job.chat_template_kwargs;
+    if (!record.tools.is_null()) body["tools"] = record.tools;
   }
   return body;
 }
@@ -83,6 +84,8 @@ Status parse_openai_reply(const std::string& text, bool chat, GenerationOutcome&
   if (chat) {
     if (auto m = c.find("message"); m != c.end() && m->is_object()) {
       if (auto t = m->find("content"); t != m->end()) content = &*t;
+      if (auto t = m->find("tool_calls"); t != m->end() && t->is_array() && !t->empty())
+        out.tool_calls = *t;
       // SGLang's and DeepSeek's reasoning_content; vLLM's newer `reasoning`.
       for (const char* key : {"reasoning_content", "reasoning"})
         if (auto r = m->find(key); !reasoning && r != m->end() && r->is_string()) reasoning = &*r;

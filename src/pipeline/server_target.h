@@ -46,9 +46,10 @@ struct ServerUrl {
 };
 StatusOr<ServerUrl> parse_server_url(const std::string& url);
 
-// The JSON body of one request (pure, for tests): chat or completions by the record's kind.
-nlohmann::json openai_request_body(const PromptRecord& record, const JobSampling& sampling,
-                                   const std::string& model, uint64_t seed);
+// The JSON body of one request (pure, for tests): chat or completions by the record's kind; a
+// record's tools go as they were written (key order kept: the server's chat template prints them).
+nlohmann::ordered_json openai_request_body(const PromptRecord& record, const JobSampling& sampling,
+                                           const std::string& model, uint64_t seed);
 // Reads an OpenAI reply into `out` (text, a chat reply's reasoning, finish reason, token counts).
 Status parse_openai_reply(const std::string& body, bool chat, GenerationOutcome& out);
 // A reply that ended before the job's limit without a stop ("abort", or "length" short of

@@ -68,7 +68,7 @@ class Generation {
   // flushes what they held back (the choice finished).
   struct Split {
     std::string content, reasoning;
-    std::vector<ToolCallOut> calls;
+    std::vector<ApiToolCall> calls;
     int first_call = 0;  // the first call's index in the choice
   };
   Split split_text(int choice, std::string_view text, bool final);

@@ -92,7 +92,7 @@ struct ChoiceResult {
   std::string text;
   std::optional<std::string> reasoning;  // set: a chat response with reasoning_content (text: the
                                          // content, without the reasoning)
-  std::vector<ToolCallOut> tool_calls;   // chat with --tool-call-parser (text: the rest)
+  std::vector<ApiToolCall> tool_calls;   // chat with --tool-call-parser (text: the rest)
   std::vector<int32_t> token_ids;
   std::vector<TokenLogprobs> logprobs;               // one per token when requested
   FinishReason finish_reason = FinishReason::kNone;  // a stop after tool calls is "tool_calls"
@@ -132,7 +132,7 @@ struct ChunkPart {
   bool first = false;
   std::string text;
   std::string reasoning;                // chat: the delta's reasoning_content (none when empty)
-  std::vector<ToolCallOut> tool_calls;  // chat: calls completed in this delta,
+  std::vector<ApiToolCall> tool_calls;  // chat: calls completed in this delta,
   int tool_index = 0;                   // the first one's index in the choice
   bool called_tools = false;            // with finish: the choice made calls ("tool_calls")
   std::vector<int32_t> token_ids;

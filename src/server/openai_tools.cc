@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <random>
-
 #include "server/openai_schema.h"
 
 namespace strata {
@@ -34,11 +32,6 @@ std::optional<ApiError> check_tool(const json& t, const std::string& param) {
   if (auto p = fn->find("parameters"); p != fn->end() && !p->is_null() && !p->is_object())
     return must_be(param + ".function.parameters", "a JSON Schema object");
   return std::nullopt;
-}
-
-std::string random_call_id() {
-  static thread_local std::mt19937_64 rng(std::random_device{}());
-  return fmt::format("call_{:016x}{:08x}", rng(), uint32_t(rng()));
 }
 
 }  // namespace
@@ -98,12 +91,7 @@ std::optional<ApiError> parse_message_tool_calls(const json& calls, const std::s
     ordered_json args = ordered_json::object();
     if (auto a = fn->find("arguments"); a != fn->end() && !a->is_null()) {
       if (a->is_string()) {
-        // As the model wrote them (the client's string); an object once parsed.
-        try {
-          args = ordered_json::parse(a->get<std::string>());
-        } catch (const ordered_json::exception&) {
-          args = a->get<std::string>();
-        }
+        args = template_arguments(a->get<std::string>());
       } else if (a->is_object()) {
         args = *a;
       } else {
@@ -127,35 +115,7 @@ bool wants_tool_calls(const OpenAiRequest& r) {
   return r.endpoint == Endpoint::kChat && !r.tools.is_null() && !r.tool_choice_none;
 }
 
-std::vector<ToolCallOut> name_tool_calls(const ToolCallFormat& format, std::vector<ToolCall> calls,
-                                         int first, int already, bool parallel) {
-  std::vector<ToolCallOut> out;
-  for (size_t i = 0; i < calls.size(); ++i) {
-    if (!parallel && already + int(i) >= 1) break;
-    ToolCall& c = calls[i];
-    ToolCallOut o;
-    // Kimi K2's template renders the id back in the next turn, and the model was trained on ids
-    // that count the conversation's calls (SGLang renumbers the same way).
-    o.id = format.body == ToolCallBody::kKimiK2
-               ? fmt::format("functions.{}:{}", c.name, first + already + int(i))
-               : random_call_id();
-    o.name = std::move(c.name);
-    o.arguments = std::move(c.arguments);
-    out.push_back(std::move(o));
-  }
-  return out;
-}
-
-json tool_calls_json(const std::vector<ToolCallOut>& calls) {
-  json out = json::array();
-  for (const ToolCallOut& c : calls)
-    out.push_back({{"id", c.id},
-                   {"type", "function"},
-                   {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
-  return out;
-}
-
-json tool_call_deltas_json(const std::vector<ToolCallOut>& calls, int first_index) {
+json tool_call_deltas_json(const std::vector<ApiToolCall>& calls, int first_index) {
   json out = tool_calls_json(calls);
   for (size_t i = 0; i < out.size(); ++i) out[i]["index"] = first_index + int(i);
   return out;

@@ -42,21 +42,8 @@ nlohmann::ordered_json chat_template_context(const OpenAiRequest& r);
 // "none"; the server has a parser).
 bool wants_tool_calls(const OpenAiRequest& r);
 
-// A parsed call as the API returns it.
-struct ToolCallOut {
-  std::string id;  // Kimi K2: functions.NAME:N (N counting the conversation's calls); call_<hex>
-  std::string name;
-  std::string arguments;
-};
-
-// Ids for a choice's calls: `first` is the number of calls the conversation made before (Kimi K2's
-// ids count them); `parallel` false keeps only the first call of the choice (`already` calls came
-// out before).
-std::vector<ToolCallOut> name_tool_calls(const ToolCallFormat& format, std::vector<ToolCall> calls,
-                                         int first, int already, bool parallel);
-
-// message.tool_calls (whole responses) and delta.tool_calls (streamed: each with its index).
-nlohmann::json tool_calls_json(const std::vector<ToolCallOut>& calls);
-nlohmann::json tool_call_deltas_json(const std::vector<ToolCallOut>& calls, int first_index);
+// delta.tool_calls (streamed: each call with its index in the choice; message.tool_calls is
+// tool_calls_json, tokenizer/tool_call_parser.h).
+nlohmann::json tool_call_deltas_json(const std::vector<ApiToolCall>& calls, int first_index);
 
 }  // namespace strata

@@ -1,9 +1,12 @@
 #include "tokenizer/tool_call_parser.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
 
 namespace strata {
 
@@ -223,6 +226,43 @@ bool parse_tool_call(const ToolCallFormat& format, std::string_view body, ToolCa
     }
   }
   return false;
+}
+
+std::vector<ApiToolCall> name_tool_calls(const ToolCallFormat& format, std::vector<ToolCall> calls,
+                                         int first, int already, bool parallel) {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  std::vector<ApiToolCall> out;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (!parallel && already + int(i) >= 1) break;
+    ToolCall& c = calls[i];
+    ApiToolCall o;
+    // Kimi K2's template renders the id back in the next turn, and the model was trained on ids
+    // that count the conversation's calls (SGLang renumbers the same way).
+    o.id = format.body == ToolCallBody::kKimiK2
+               ? fmt::format("functions.{}:{}", c.name, first + already + int(i))
+               : fmt::format("call_{:016x}{:08x}", rng(), uint32_t(rng()));
+    o.name = std::move(c.name);
+    o.arguments = std::move(c.arguments);
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+nlohmann::json tool_calls_json(const std::vector<ApiToolCall>& calls) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ApiToolCall& c : calls)
+    out.push_back({{"id", c.id},
+                   {"type", "function"},
+                   {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  return out;
+}
+
+ojson template_arguments(const std::string& arguments) {
+  try {
+    return ojson::parse(arguments);
+  } catch (const ojson::exception&) {
+    return arguments;
+  }
 }
 
 ToolCallSplitter::ToolCallSplitter(ToolCallFormat format)

@@ -12,6 +12,7 @@
 // all its arguments at once; OpenAI clients accumulate either way).
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,5 +89,26 @@ class ToolCallSplitter {
 // Parses one call's text between call_begin and call_end (exposed for tests). False when it is
 // not a well-formed call of the format.
 bool parse_tool_call(const ToolCallFormat& format, std::string_view body, ToolCall* out);
+
+// A parsed call as the chat API returns it (and strata generate records it).
+struct ApiToolCall {
+  std::string id;  // Kimi K2: functions.NAME:N (N counting the conversation's calls); call_<hex>
+  std::string name;
+  std::string arguments;
+};
+
+// Ids for one answer's calls: `first` is the number of calls the conversation made before (Kimi
+// K2's ids count them); `parallel` false keeps only the answer's first call (`already` calls came
+// out before).
+std::vector<ApiToolCall> name_tool_calls(const ToolCallFormat& format, std::vector<ToolCall> calls,
+                                         int first, int already, bool parallel);
+
+// The calls as OpenAI's message.tool_calls ({id, type "function", function {name, arguments}}).
+nlohmann::json tool_calls_json(const std::vector<ApiToolCall>& calls);
+
+// An earlier call's arguments as chat templates read them: the JSON text parsed into an object
+// (key order kept; templates print it with tojson), as vLLM and SGLang pass them; text that is no
+// JSON stays a string.
+nlohmann::ordered_json template_arguments(const std::string& arguments);
 
 }  // namespace strata

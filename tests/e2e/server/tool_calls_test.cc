@@ -211,7 +211,48 @@ TEST(ServeToolCallsTest, CallsComeBackAsToolCallsAndToolsReachTheTemplate) {
   const json q = post(kimi.port(), "/v1/chat/completions", chat(qwen_token, 1));
   EXPECT_EQ(q["choices"][0]["message"]["content"], kQwenCall) << q;
   EXPECT_FALSE(q["choices"][0]["message"].contains("tool_calls")) << q;
+
+  // `strata generate` on a record with tools: through the server (its tool_calls kept in the
+  // record) and in-process with the same parser: the same record, ids included.
+  std::ofstream(dir / "in.jsonl")
+      << ojson({{"id", "w"}, {"tools", tools()}, {"messages", conversation()}}).dump() << "\n";
+  const std::string flags = " --input w=" + (dir / "in.jsonl").string() +
+                            " --max-new-tokens 4 --temperature 0 --logit-bias '{\"" +
+                            std::to_string(kimi_token) + "\": 100}' --stop-token-id " +
+                            std::to_string(kimi_token);
+  std::string gen_out;
+  ASSERT_EQ(run_command(std::string(STRATA_BINARY) +
+                            " generate --server http://127.0.0.1:" + std::to_string(kimi.port()) +
+                            flags + " --output " + (dir / "served.jsonl").string(),
+                        &gen_out),
+            0)
+      << gen_out;
   EXPECT_EQ(kimi.stop(), 0) << kimi.log();
+  const std::string local = std::string(STRATA_BINARY) + " generate --model-path " + model.dir +
+                            " --chat-template " + (dir / "tools.jinja").string() +
+                            " --tool-call-parser kimi_k2" + flags;
+  ASSERT_EQ(run_command(local + " --output " + (dir / "local.jsonl").string(), &gen_out), 0)
+      << gen_out;
+  const json served = json::parse(read_file((dir / "served.jsonl").string()));
+  const json in_process = json::parse(read_file((dir / "local.jsonl").string()));
+  const json& answer_message = served["messages"].back();
+  EXPECT_TRUE(answer_message["content"].is_null()) << served;
+  ASSERT_EQ(answer_message["tool_calls"].size(), 1u) << served;
+  EXPECT_EQ(answer_message["tool_calls"][0]["id"], "functions.get_weather:2") << served;
+  EXPECT_EQ(served["meta"]["finish_reason"], "tool_calls") << served;
+  EXPECT_EQ(in_process["messages"], served["messages"]) << in_process;
+  EXPECT_EQ(in_process["meta"]["finish_reason"], "tool_calls") << in_process;
+  // The same prompt (the tools rendered in both): the answer is forced, its length is not.
+  EXPECT_EQ(in_process["meta"]["prompt_tokens"], served["meta"]["prompt_tokens"]) << in_process;
+  EXPECT_EQ(in_process["meta"]["sampling"]["tool_call_parser"], "kimi_k2") << in_process;
+  EXPECT_EQ(in_process["tools"], served["tools"]);
+  EXPECT_EQ(run_command(
+                local + " --server http://127.0.0.1:1 --output " + (dir / "refused.jsonl").string(),
+                &gen_out),
+            1)
+      << gen_out;
+  EXPECT_NE(gen_out.find("--tool-call-parser applies to the in-process engine"), std::string::npos)
+      << gen_out;
 
   // Without --tool-call-parser, a request offering tools is refused, saying what to start with.
   ServerProcess plain;

@@ -94,6 +94,77 @@ TEST(OpenAiBody, ChatAndCompletion) {
   EXPECT_EQ(b["ignore_eos"], true);
 }
 
+// A record with tools: the tools kept in their key order, the conversation's calls and tool
+// results kept (OpenAI's layout), the calls' arguments parsed for the chat template, the calls
+// counted, and the server request carrying the tools as written.
+TEST(Dataset, ToolsAndToolCalls) {
+  auto r = parse_prompt_line(
+      R"({"id":"t","tools":[{"type":"function","function":{"name":"get","parameters":{"type":
+          "object","properties":{"zone":{},"city":{}}}}}],
+          "messages":[{"role":"user","content":"weather?"},
+            {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",
+              "function":{"name":"get","arguments":"{\"z\": 1, \"a\": 2}"}}]},
+            {"role":"tool","tool_call_id":"c1","content":"sunny"},
+            {"role":"assistant","content":"Sunny."}]})",
+      1, "d");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->tools.dump(),
+            R"([{"type":"function","function":{"name":"get","parameters":{"type":"object",)"
+            R"("properties":{"zone":{},"city":{}}}}}])");
+  EXPECT_EQ(r->messages[1]["content"], "");
+  EXPECT_EQ(r->messages[2]["tool_call_id"], "c1");
+  const nlohmann::ordered_json t = template_messages(r->messages);
+  EXPECT_EQ(t[1]["tool_calls"][0]["function"]["arguments"].dump(), R"({"z":1,"a":2})");
+  EXPECT_EQ(count_tool_calls(r->messages), 1);
+  const nlohmann::ordered_json ctx = template_context(*r, {{"enable_thinking", false}});
+  EXPECT_EQ(ctx["tools"], r->tools);
+  EXPECT_EQ(ctx["enable_thinking"], false);
+  const nlohmann::ordered_json body = openai_request_body(*r, JobSampling{}, "m", 1);
+  EXPECT_EQ(body["tools"].dump(), r->tools.dump());
+  EXPECT_EQ(body["messages"].size(), 3u);  // the last answer is regenerated
+  EXPECT_EQ(body["messages"][1]["tool_calls"][0]["function"]["arguments"], R"({"z": 1, "a": 2})");
+  // Records without tools have none in the request or the template's context.
+  auto plain = parse_prompt_line(R"({"messages":[{"role":"user","content":"x"}]})", 2, "d");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(openai_request_body(*plain, JobSampling{}, "m", 1).contains("tools"));
+  EXPECT_FALSE(template_context(*plain, nullptr).contains("tools"));
+  for (const char* bad : {
+           R"({"tools":{"a":1},"messages":[{"role":"user","content":"x"}]})",
+           R"({"tools":[{"type":"function"}],"messages":[{"role":"user","content":"x"}]})",
+           R"({"messages":[{"role":"assistant","tool_calls":{"a":1}}]})",
+           R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"arguments":"{}"}}]}]})",
+           R"({"messages":[{"role":"tool","content":"x","tool_call_id":7}]})",
+       }) {
+    auto e = parse_prompt_line(bad, 4, "d");
+    EXPECT_FALSE(e.ok()) << bad;
+    EXPECT_NE(e.status().message().find("d line 4"), std::string::npos) << e.status().message();
+  }
+}
+
+// The in-process parse of an answer: calls to tool_calls with ids (Kimi K2's counting the
+// conversation's calls), finish_reason "tool_calls" after a stop; an answer without calls
+// unchanged.
+TEST(Dataset, SplitToolCalls) {
+  GenerationOutcome o;
+  o.text =
+      "ok<|tool_calls_section_begin|><|tool_call_begin|>functions.get:0"
+      "<|tool_call_argument_begin|>{\"city\": \"Rome\"}<|tool_call_end|>"
+      "<|tool_calls_section_end|>";
+  o.finish_reason = "stop";
+  split_tool_calls(*tool_call_format("kimi_k2"), 2, &o);
+  EXPECT_EQ(o.text, "ok");
+  EXPECT_EQ(o.finish_reason, "tool_calls");
+  EXPECT_EQ(o.tool_calls, nlohmann::json::parse(R"([{"id":"functions.get:2","type":"function",
+      "function":{"name":"get","arguments":"{\"city\": \"Rome\"}"}}])"));
+  GenerationOutcome plain;
+  plain.text = "no call";
+  plain.finish_reason = "stop";
+  split_tool_calls(*tool_call_format("kimi_k2"), 0, &plain);
+  EXPECT_EQ(plain.text, "no call");
+  EXPECT_EQ(plain.finish_reason, "stop");
+  EXPECT_TRUE(plain.tool_calls.is_null());
+}
+
 TEST(OpenAiReply, RepliesCutShortAreRetriedNotWritten) {
   JobSampling s;
   s.params.max_new_tokens = 100;
@@ -131,6 +202,17 @@ TEST(OpenAiReply, Parses) {
   GenerationOutcome n;
   ASSERT_TRUE(parse_openai_reply(R"({"choices":[{"message":{"content":null}}]})", true, n).ok());
   EXPECT_EQ(n.text, "");
+  EXPECT_TRUE(n.tool_calls.is_null());
+  // A server with a tool-call parser: its calls are kept as it wrote them.
+  GenerationOutcome t;
+  ASSERT_TRUE(parse_openai_reply(R"({"choices":[{"message":{"content":null,"tool_calls":[
+      {"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},
+      "finish_reason":"tool_calls"}]})",
+                                 true, t)
+                  .ok());
+  EXPECT_EQ(t.text, "");
+  EXPECT_EQ(t.tool_calls[0]["id"], "call_1");
+  EXPECT_EQ(t.finish_reason, "tool_calls");
   // A server with a reasoning parser: SGLang's field, and vLLM's newer name.
   for (const char* key : {"reasoning_content", "reasoning"}) {
     GenerationOutcome r;
