@@ -10,6 +10,7 @@
 
 #include "core/log.h"
 #include "server/request_log.h"
+#include "server/sglang_generate.h"
 #include "server/sse.h"
 
 namespace strata {
@@ -46,7 +47,9 @@ GenerateRequest engine_request(const OpenAiRequest& req, std::vector<int32_t> pr
 
 Generation::Generation(ServerState& state, OpenAiRequest req)
     : state_(state), req_(std::move(req)) {
-  meta_.id = random_id(req_.endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
+  meta_.id = random_id(req_.endpoint == Endpoint::kChat          ? "chatcmpl-"
+                       : req_.endpoint == Endpoint::kCompletions ? "cmpl-"
+                                                                 : "");
   meta_.created = int64_t(std::time(nullptr));
   meta_.model = state_.config().served_model_name;
 }
@@ -151,6 +154,7 @@ std::optional<ApiError> Generation::submit_all(std::vector<std::vector<int32_t>>
   prompt_tokens_.assign(size_t(total), 0);
   cached_tokens_.assign(size_t(total), 0);
   spec_counts_.assign(size_t(total), {0, 0, 0});
+  e2e_s_.assign(size_t(total), 0.0);
   const int64_t context = state_.context_limit().tokens;
   for (int i = 0; i < total; ++i) {
     const auto& prompt = prompts[size_t(i / req_.n)];
@@ -210,6 +214,7 @@ void Generation::apply(ChoiceEvent& ce) {
     cached_tokens_[size_t(ce.choice)] = ev.cached_tokens;
     spec_counts_[size_t(ce.choice)] = {ev.spec_verify_ct, ev.spec_draft_token_num,
                                        ev.spec_accept_token_num};
+    e2e_s_[size_t(ce.choice)] = seconds(Clock::now() - arrival_);
   }
 }
 
@@ -274,6 +279,7 @@ std::optional<nlohmann::json> Generation::poll_response(std::chrono::millisecond
     if (left.count() <= 0) break;
   }
   if (!all_finished()) return std::nullopt;
+  if (req_.endpoint == Endpoint::kGenerate) return generate_response();
   if (splitters_.empty() && tool_splitters_.empty())
     return build_response(req_, meta_, choices_, usage(), state_.engine().tokenizer());
   std::vector<ChoiceResult> split = choices_;
@@ -284,6 +290,26 @@ std::optional<nlohmann::json> Generation::poll_response(std::chrono::millisecond
     split[i].tool_calls = std::move(parts.calls);
   }
   return build_response(req_, meta_, split, usage(), state_.engine().tokenizer());
+}
+
+nlohmann::json Generation::generate_item(int choice) const {
+  const size_t i = size_t(choice);
+  const int prompt = choice / req_.n;
+  GenerateChoiceMeta m;
+  const bool per_prompt = int(req_.rids.size()) == req_.num_prompts();
+  m.id = req_.rids.empty() ? meta_.id : per_prompt ? req_.rids[size_t(prompt)] : req_.rids[0];
+  if (req_.n > 1 || (!per_prompt && req_.num_prompts() > 1)) m.id += fmt::format("-{}", choice);
+  m.prompt_tokens = prompt_tokens_[i];
+  m.cached_tokens = cached_tokens_[i];
+  m.e2e_latency_s = finished_[i] ? e2e_s_[i] : seconds(Clock::now() - arrival_);
+  return build_generate_item(req_, choices_[i], m, state_.engine().tokenizer(), choice);
+}
+
+nlohmann::json Generation::generate_response() const {
+  if (!req_.native_batch && choices_.size() == 1) return generate_item(0);
+  nlohmann::json items = nlohmann::json::array();
+  for (int i = 0; i < int(choices_.size()); ++i) items.push_back(generate_item(i));
+  return items;
 }
 
 Generation::Split Generation::split_text(int choice, std::string_view text, bool final) {
@@ -326,6 +352,18 @@ bool Generation::next_sse(std::string* out, std::chrono::milliseconds heartbeat,
   }
   auto events = take_events(heartbeat);
   if (events.empty() && keepalive_when_idle) *out += sse_comment("keep-alive");
+  if (req_.endpoint == Endpoint::kGenerate) {
+    // SGLang's stream: each event carries the choice's whole text so far.
+    for (auto& ce : events) {
+      const bool news = !ce.event.token_ids.empty() || !ce.event.text.empty() || ce.event.finished;
+      apply(ce);
+      if (news) *out += sse_event(generate_item(ce.choice));
+    }
+    if (!std::all_of(finished_.begin(), finished_.end(), [](bool f) { return f; })) return false;
+    *out += sse_done();
+    done_sent_ = true;
+    return true;
+  }
   for (auto& ce : events) {
     ChunkPart part;
     part.choice = ce.choice;

@@ -72,6 +72,9 @@ class Generation {
     int first_call = 0;  // the first call's index in the choice
   };
   Split split_text(int choice, std::string_view text, bool final);
+  // /generate (server/sglang_generate.h): one choice's object, and the whole response.
+  nlohmann::json generate_item(int choice) const;
+  nlohmann::json generate_response() const;
 
   ServerState& state_;
   OpenAiRequest req_;
@@ -86,6 +89,7 @@ class Generation {
   std::vector<int32_t> prompt_tokens_;  // per choice
   std::vector<int32_t> cached_tokens_;
   std::vector<std::array<int32_t, 3>> spec_counts_;  // verifies, drafted, accepted per choice
+  std::vector<double> e2e_s_;                        // per choice: arrival to its end
   // --reasoning-parser on a chat request: one splitter per choice (none: off), and the parser's
   // tags that are special tokens (kept in the text).
   std::vector<ReasoningSplitter> splitters_;

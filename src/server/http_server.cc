@@ -26,6 +26,7 @@
 
 #include "server/generation.h"
 #include "server/openai_schema.h"
+#include "server/sglang_generate.h"
 #endif
 
 namespace strata {
@@ -357,7 +358,7 @@ MHD_Result HttpServer::Impl::route(const std::shared_ptr<Exchange>& ex) {
         e.reply = Reply{.body = "Cache flushed.\n", .content_type = "text/plain"};
     });
   }
-  if (post && (u == "/v1/completions" || u == "/v1/chat/completions")) {
+  if (post && (u == "/v1/completions" || u == "/v1/chat/completions" || u == "/generate")) {
     const int open = open_connections.load();
     if (open > state.config().max_connections) {
       state.metrics()->requests_rejected.inc();
@@ -372,11 +373,14 @@ MHD_Result HttpServer::Impl::route(const std::shared_ptr<Exchange>& ex) {
     }
     const char* ct = MHD_lookup_connection_value(ex->conn, MHD_HEADER_KIND, "Content-Type");
     if (auto e = check_json_content_type(ct ? ct : "")) return send(*ex, error_reply(*e));
-    const Endpoint endpoint = u == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChat;
+    const Endpoint endpoint = u == "/v1/completions" ? Endpoint::kCompletions
+                              : u == "/generate"     ? Endpoint::kGenerate
+                                                     : Endpoint::kChat;
     const auto arrival = Clock::now();
     return run_async(ex, [this, endpoint, arrival](Exchange& e) {
       OpenAiRequest r;
-      if (auto err = parse_openai_request(e.body, endpoint, &r)) {
+      if (auto err = endpoint == Endpoint::kGenerate ? parse_generate_request(e.body, &r)
+                                                     : parse_openai_request(e.body, endpoint, &r)) {
         e.reply = error_reply(*err);
         return;
       }

@@ -460,15 +460,13 @@ std::optional<ApiError> check_json_content_type(std::string_view content_type) {
       "invalid_request_error", "", "unsupported_media_type");
 }
 
-std::optional<ApiError> parse_openai_request(std::string_view body, Endpoint endpoint,
-                                             OpenAiRequest* r) {
+std::optional<ApiError> parse_json_body(std::string_view body, json* out) {
   if (!tok::is_valid_utf8(body))
     return bad_request("the request body is not valid UTF-8", "", "invalid_utf8");
   if (Status s = check_json_depth(body, "the request body"); !s.ok())
     return bad_request(s.message(), "", "invalid_json");
-  json b;
   try {
-    b = json::parse(body);
+    *out = json::parse(body);
   } catch (const json::exception& e) {
     // parse_error, or out_of_range for a number beyond double (1e999). The parser's message
     // quotes the bytes it stopped at, possibly half a UTF-8 character.
@@ -476,7 +474,14 @@ std::optional<ApiError> parse_openai_request(std::string_view body, Endpoint end
         fmt::format("the request body is not valid JSON: {}", tok::to_valid_utf8(e.what())), "",
         "invalid_json");
   }
-  if (!b.is_object()) return bad_request("the request body must be a JSON object");
+  if (!out->is_object()) return bad_request("the request body must be a JSON object");
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_openai_request(std::string_view body, Endpoint endpoint,
+                                             OpenAiRequest* r) {
+  json b;
+  if (auto e = parse_json_body(body, &b)) return e;
   r->endpoint = endpoint;
   if (auto e = read_string(b, "model", &r->model)) return e;
   if (auto e = reject_unsupported(b)) return e;

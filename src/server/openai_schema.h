@@ -30,7 +30,9 @@ ApiError bad_request(std::string message, std::string param = "", std::string co
 // 5xx server_error (503 responses also carry Retry-After).
 ApiError server_error(int status, std::string message, std::string code = "");
 
-enum class Endpoint { kCompletions, kChat };
+// kGenerate: SGLang's native /generate (server/sglang_generate.h), a completions request in
+// another wire format.
+enum class Endpoint { kCompletions, kChat, kGenerate };
 
 struct OpenAiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
@@ -66,6 +68,11 @@ struct OpenAiRequest {
   bool tool_choice_none = false;
   bool parallel_tool_calls = true;
   int history_tool_calls = 0;
+  // /generate: the prompts came as a list (the response is a list), the client's request ids
+  // (rid: one, or one per prompt), and token texts in its logprobs.
+  bool native_batch = false;
+  std::vector<std::string> rids;
+  bool text_in_logprobs = false;
   int num_prompts() const {
     return endpoint == Endpoint::kChat ? 1 : int(text_prompts.size() + token_prompts.size());
   }
@@ -75,6 +82,9 @@ struct OpenAiRequest {
 // (charset) allowed, case-insensitive. A request without one is accepted (some clients send
 // none); any other type (text/plain, a form) is answered 415 naming what was sent.
 std::optional<ApiError> check_json_content_type(std::string_view content_type);
+
+// The body as a JSON value: errors for invalid UTF-8, nesting too deep and malformed JSON.
+std::optional<ApiError> parse_json_body(std::string_view body, nlohmann::json* out);
 
 // Parses `body`. Returns an error for malformed JSON, invalid UTF-8, wrong types, parameters this
 // server refuses, and sampling values the request contract refuses (validate_sampling); the model

@@ -9,7 +9,14 @@ namespace {
 using nlohmann::json;
 
 const char* path_of(const OpenAiRequest& req) {
-  return req.endpoint == Endpoint::kChat ? "/v1/chat/completions" : "/v1/completions";
+  switch (req.endpoint) {
+    case Endpoint::kChat:
+      return "/v1/chat/completions";
+    case Endpoint::kGenerate:
+      return "/generate";
+    default:
+      return "/v1/completions";
+  }
 }
 
 // Text as a JSON string (quotes, newlines escaped: one log line), cut at level 2.

@@ -1,0 +1,98 @@
+// SGLang's native /generate through the real server: the same greedy text as /v1/completions for
+// text, token-id and batched prompts, SGLang's response shape, the stream whose events carry the
+// whole text so far (what SGLang's bench_serving reads, with the payload it sends), and errors in
+// the native field names. The translation itself is tests/unit/server/sglang_generate_test.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "server_process.h"
+
+namespace strata::e2e {
+namespace {
+
+using nlohmann::json;
+
+const char* kPrompts[] = {"The Linux kernel", "A dictionary is"};
+
+std::string completion(int port, const json& prompt, int max_tokens) {
+  const json r = post_json(port, "/v1/completions",
+                           {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}});
+  return r["choices"][0]["text"];
+}
+
+TEST(ServeSglangGenerateTest, NativeApiMatchesCompletions) {
+  ServerProcess server;
+  ASSERT_TRUE(server.start({})) << server.log();
+  const int port = server.port();
+  const json greedy = {{"max_new_tokens", 12}, {"temperature", 0}};
+
+  const json one =
+      post_json(port, "/generate", {{"text", kPrompts[0]}, {"sampling_params", greedy}});
+  ASSERT_TRUE(one.is_object()) << one;
+  EXPECT_EQ(one["text"], completion(port, kPrompts[0], 12)) << one;
+  EXPECT_EQ(one["output_ids"].size(), 12u) << one;
+  EXPECT_EQ(one["meta_info"]["finish_reason"], json({{"type", "length"}, {"length", 12}})) << one;
+  EXPECT_EQ(one["meta_info"]["completion_tokens"], 12) << one;
+  EXPECT_GT(one["meta_info"]["prompt_tokens"].get<int>(), 0) << one;
+  EXPECT_FALSE(one["meta_info"]["id"].get<std::string>().empty()) << one;
+
+  // Token ids in, and a batch: a list back, each item as its prompt alone would answer.
+  const json ids = one["output_ids"];
+  const json by_ids =
+      post_json(port, "/generate", {{"input_ids", ids}, {"sampling_params", greedy}});
+  EXPECT_EQ(by_ids["text"], completion(port, ids, 12)) << by_ids;
+  const json batch = post_json(
+      port, "/generate",
+      {{"text", {kPrompts[0], kPrompts[1]}}, {"rid", {"a", "b"}}, {"sampling_params", greedy}});
+  ASSERT_TRUE(batch.is_array() && batch.size() == 2) << batch;
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(batch[i]["index"], i);
+    EXPECT_EQ(batch[i]["text"], completion(port, kPrompts[i], 12)) << batch;
+  }
+  EXPECT_EQ(batch[0]["meta_info"]["id"], "a");
+  EXPECT_EQ(batch[1]["meta_info"]["id"], "b");
+
+  // The stream, with the payload SGLang's bench_serving (--backend sglang) sends: every event's
+  // text is the whole text so far, completion_tokens counts up, finish_reason comes last.
+  const json bench = {
+      {"text", kPrompts[1]},
+      {"sampling_params", {{"temperature", 0.0}, {"max_new_tokens", 12}, {"ignore_eos", true}}},
+      {"stream", true},
+      {"stream_options", {{"include_usage", true}}},
+      {"lora_path", nullptr},
+      {"return_logprob", false},
+      {"logprob_start_len", -1}};
+  const HttpResponse s = http(port, "POST", "/generate", bench.dump());
+  ASSERT_EQ(s.status, 200) << s.body;
+  const std::vector<std::string> events = sse_data(s.body);
+  ASSERT_GE(events.size(), 3u) << s.body;
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string text;
+  int tokens = 0, events_seen = 0;
+  json last;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    last = json::parse(events[i]);
+    const std::string t = last["text"];
+    EXPECT_EQ(t.compare(0, text.size(), text), 0) << "event " << i << " does not extend the text";
+    EXPECT_GE(last["meta_info"]["completion_tokens"].get<int>(), tokens);
+    if (i + 2 < events.size()) EXPECT_TRUE(last["meta_info"]["finish_reason"].is_null());
+    text = t;
+    tokens = last["meta_info"]["completion_tokens"];
+    ++events_seen;
+  }
+  EXPECT_GT(events_seen, 1) << s.body;  // streamed, not one event at the end
+  EXPECT_EQ(text, completion(port, kPrompts[1], 12));
+  EXPECT_EQ(tokens, 12);
+  EXPECT_EQ(last["meta_info"]["finish_reason"]["type"], "length");
+
+  const HttpResponse bad =
+      http(port, "POST", "/generate",
+           json({{"text", "x"}, {"sampling_params", {{"temperature", 3}}}}).dump());
+  EXPECT_EQ(bad.status, 400) << bad.body;
+  EXPECT_EQ(json::parse(bad.body)["error"]["param"], "sampling_params.temperature") << bad.body;
+  EXPECT_EQ(server.stop(), 0) << server.log();
+}
+
+}  // namespace
+}  // namespace strata::e2e
