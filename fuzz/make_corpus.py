@@ -189,6 +189,14 @@ def openai_seeds():
         put("openai_request", f"chat{i}", b"\x01" + json.dumps(b).encode())
     for i, b in enumerate(comp):
         put("openai_request", f"completions{i}", b"\x00" + json.dumps(b).encode())
+    native = [
+        {"text": "Once upon", "sampling_params": {"max_new_tokens": 8, "temperature": 0, "stop": ["\n"]},
+         "stream": True, "return_logprob": True, "top_logprobs_num": 2, "rid": "r"},
+        {"input_ids": [[1, 2], [3]], "sampling_params": {"n": 2, "sampling_seed": 5, "ignore_eos": True},
+         "lora_path": None, "logprob_start_len": -1},
+    ]
+    for i, b in enumerate(native):
+        put("openai_request", f"generate{i}", b"\x02" + json.dumps(b).encode())
 
 
 def reasoning_seeds():

@@ -1,12 +1,14 @@
-// Fuzzes the OpenAI request parser (/v1/completions and /v1/chat/completions bodies), then the
-// rest of what the server does with an accepted body before the engine: the house model's chat
-// template and tokenizer on chat messages, the tokenizer on text prompts.
-// Input: first byte selects the endpoint (even: completions, odd: chat), the rest is the body.
+// Fuzzes the request parsers (/v1/completions, /v1/chat/completions and SGLang's native /generate
+// bodies), then the rest of what the server does with an accepted body before the engine: the
+// house model's chat template and tokenizer on chat messages, the tokenizer on text prompts.
+// Input: first byte selects the endpoint (% 3: 0 completions, 1 chat, 2 /generate), the rest is
+// the body.
 #include <cstdint>
 #include <string_view>
 
 #include "fuzz_util.h"
 #include "server/openai_schema.h"
+#include "server/sglang_generate.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -36,10 +38,14 @@ const House& house() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const House& h = house();
-  const auto endpoint = data[0] % 2 ? strata::Endpoint::kChat : strata::Endpoint::kCompletions;
+  const strata::Endpoint endpoints[] = {strata::Endpoint::kCompletions, strata::Endpoint::kChat,
+                                        strata::Endpoint::kGenerate};
+  const strata::Endpoint endpoint = endpoints[data[0] % 3];
   std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   strata::OpenAiRequest req;
-  if (auto err = strata::parse_openai_request(body, endpoint, &req)) {
+  if (auto err = endpoint == strata::Endpoint::kGenerate
+                     ? strata::parse_generate_request(body, &req)
+                     : strata::parse_openai_request(body, endpoint, &req)) {
     (void)err->to_json().dump();  // strict: throws (and fails) on invalid UTF-8 in the message
     if (err->status < 400 || err->status > 599) __builtin_trap();
     return 0;

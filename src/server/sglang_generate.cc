@@ -139,11 +139,12 @@ std::optional<ApiError> parse_generate_request(std::string_view body, OpenAiRequ
                        has_ids ? "input_ids" : "text");
   const json& prompt = has_text ? b["text"] : b["input_ids"];
   json c = {{"prompt", prompt}, {"max_tokens", kDefaultMaxNewTokens}};
-  for (const auto& [key, value] : sp.items()) {
+  for (auto it = sp.begin(); it != sp.end(); ++it) {
+    const std::string& key = it.key();
     const auto* field = std::find_if(kSamplingFields.begin(), kSamplingFields.end(),
                                      [&](const auto& f) { return key == f.first; });
     if (field != kSamplingFields.end()) {
-      c[field->second] = value;
+      c[field->second] = it.value();
     } else if (key != "spaces_between_special_tokens" && key != "custom_params" &&
                key != "stream_interval") {
       return bad_request(fmt::format("'sampling_params.{}' is not a sampling parameter",
