@@ -340,6 +340,8 @@ MHD_Result HttpServer::Impl::route(const std::shared_ptr<Exchange>& ex) {
   }
   if (get && (u == "/get_server_info" || u == "/server_info"))
     return send(*ex, Reply{.body = dump(state.server_info())});
+  if (get && (u == "/get_model_info" || u == "/model_info"))
+    return send(*ex, Reply{.body = dump(state.model_info())});
   // Work that blocks: on a worker, the connection suspended meanwhile.
   if (get && u == "/health_generate") {
     return run_async(ex, [this](Exchange& e) {

@@ -334,6 +334,18 @@ json ServerState::server_info() {
           {"flags", config_.flags}};
 }
 
+json ServerState::model_info() const {
+  const EngineConfig& c = engine_.config();
+  return {{"model_path", c.model_path},
+          {"tokenizer_path", c.tokenizer_dir()},
+          {"served_model_name", config_.served_model_name},
+          {"is_generation", true},
+          {"preferred_sampling_params", nullptr},
+          {"weight_version", "default"},
+          {"has_image_understanding", false},
+          {"has_audio_understanding", false}};
+}
+
 void ServerState::refresh_engine_metrics(const EngineStats& s) {
   ServerMetrics& m = *metrics_;
   m.running.set(double(s.num_running));

@@ -167,6 +167,8 @@ class ServerState {
   // The no-progress limit now: --health-timeout, or derived from the step times.
   double no_progress_limit_s(const EngineStats& s) const;
   nlohmann::json server_info();
+  // SGLang's /get_model_info: what SGLang's tools read of it (the paths, a generation model).
+  nlohmann::json model_info() const;
   std::string render_metrics();
 
  private:

@@ -33,12 +33,14 @@ const Endpoint kEndpoints[] = {
     {"GET", "/v1/models/house-llama", "", 200},
     {"GET", "/get_server_info", "", 200},
     {"GET", "/server_info", "", 200},
+    {"GET", "/get_model_info", "", 200},
     {"GET", "/metrics", "", 200},
     {"GET", "/flush_cache", "", 200},
     {"POST", "/flush_cache", "", 200},
     {"POST", "/v1/completions", R"({"prompt":"The kernel","max_tokens":2})", 200},
     {"POST", "/v1/chat/completions",
      R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":2})", 200},
+    {"POST", "/generate", R"({"text":"The kernel","sampling_params":{"max_new_tokens":2}})", 200},
     {"GET", "/no/such/endpoint", "", 404},
 };
 

@@ -86,6 +86,14 @@ TEST(ServeSglangGenerateTest, NativeApiMatchesCompletions) {
   EXPECT_EQ(tokens, 12);
   EXPECT_EQ(last["meta_info"]["finish_reason"]["type"], "length");
 
+  // SGLang's /get_model_info, which its tools probe.
+  const HttpResponse info = http(port, "GET", "/get_model_info", "");
+  ASSERT_EQ(info.status, 200) << info.body;
+  const json mi = json::parse(info.body);
+  EXPECT_EQ(mi["model_path"], house_llama()) << mi;
+  EXPECT_FALSE(mi["tokenizer_path"].get<std::string>().empty()) << mi;
+  EXPECT_EQ(mi["is_generation"], true) << mi;
+
   const HttpResponse bad =
       http(port, "POST", "/generate",
            json({{"text", "x"}, {"sampling_params", {{"temperature", 3}}}}).dump());
