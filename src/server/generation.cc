@@ -351,7 +351,7 @@ bool Generation::next_sse(std::string* out, std::chrono::milliseconds heartbeat,
     }
   }
   auto events = take_events(heartbeat);
-  if (events.empty() && keepalive_when_idle) *out += sse_comment("keep-alive");
+  if (events.empty() && keepalive_when_idle) *out += sse_keepalive();
   if (req_.endpoint == Endpoint::kGenerate) {
     // SGLang's stream: each event carries the choice's whole text so far.
     for (auto& ce : events) {

@@ -47,7 +47,7 @@ class Generation {
   // they have, nullopt otherwise (call again).
   std::optional<nlohmann::json> poll_response(std::chrono::milliseconds wait);
   // Streaming: waits up to `heartbeat` for events and appends their SSE text to *out (a
-  // keep-alive comment when nothing happened). Returns true when *out ends the stream with
+  // keep-alive when nothing happened, sse.h). Returns true when *out ends the stream with
   // `data: [DONE]`; the caller then sends it and stops.
   bool next_sse(std::string* out, std::chrono::milliseconds heartbeat,
                 bool keepalive_when_idle = true);

@@ -9,6 +9,6 @@ std::string sse_event(const nlohmann::json& data) {
 
 std::string sse_done() { return "data: [DONE]\n\n"; }
 
-std::string sse_comment(const std::string& text) { return ": " + text + "\n\n"; }
+std::string sse_keepalive() { return "\n\n"; }
 
 }  // namespace strata

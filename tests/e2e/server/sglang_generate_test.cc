@@ -4,6 +4,7 @@
 // the native field names. The translation itself is tests/unit/server/sglang_generate_test.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "server_process.h"
@@ -85,6 +86,34 @@ TEST(ServeSglangGenerateTest, NativeApiMatchesCompletions) {
   EXPECT_EQ(text, completion(port, kPrompts[1], 12));
   EXPECT_EQ(tokens, 12);
   EXPECT_EQ(last["meta_info"]["finish_reason"]["type"], "length");
+
+  // A prefill that takes seconds (3,500 tokens on the CPU): the keep-alives written meanwhile
+  // must not break a reader that parses every non-empty line as JSON after "data: ", as
+  // bench_serving does (an SSE comment would).
+  json long_ids = json::array();
+  for (int i = 0; i < 3500; ++i) long_ids.push_back(100 + (i * 7919) % 4000);
+  const auto t0 = std::chrono::steady_clock::now();
+  const HttpResponse slow = http(
+      port, "POST", "/generate",
+      json(
+          {{"input_ids", long_ids}, {"sampling_params", {{"max_new_tokens", 4}}}, {"stream", true}})
+          .dump());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(slow.status, 200) << slow.body;
+  int parsed = 0;
+  for (size_t start = 0, nl; (nl = slow.body.find('\n', start)) != std::string::npos;
+       start = nl + 1) {
+    const std::string line = slow.body.substr(start, nl - start);
+    if (line.empty()) continue;
+    ASSERT_TRUE(line.starts_with("data: ")) << line;
+    if (line != "data: [DONE]")
+      EXPECT_FALSE(json::parse(line.substr(6), nullptr, false).is_discarded()) << line;
+    ++parsed;
+  }
+  EXPECT_GE(parsed, 2);
+  if (seconds > 2)
+    EXPECT_TRUE(slow.body.starts_with("\n\n")) << "no keep-alive in " << seconds << " s";
 
   // SGLang's /get_model_info, which its tools probe.
   const HttpResponse info = http(port, "GET", "/get_model_info", "");

@@ -363,7 +363,29 @@ TEST(ServerMetricsTest, RendersPrometheusText) {
 TEST(ServerSseTest, Framing) {
   EXPECT_EQ(sse_event(nlohmann::json{{"a", 1}}), "data: {\"a\":1}\n\n");
   EXPECT_EQ(sse_done(), "data: [DONE]\n\n");
-  EXPECT_EQ(sse_comment("x"), ": x\n\n");
+  // Keep-alives between events: every event reaches a reader that parses each non-empty line as
+  // JSON after "data: " (SGLang's bench_serving), and one that splits events on blank lines.
+  const std::string stream = sse_keepalive() + sse_event(nlohmann::json{{"a", 1}}) +
+                             sse_keepalive() + sse_keepalive() +
+                             sse_event(nlohmann::json{{"a", 2}}) + sse_keepalive() + sse_done();
+  std::vector<int> by_lines, by_events;
+  size_t start = 0;
+  for (size_t nl; (nl = stream.find('\n', start)) != std::string::npos; start = nl + 1) {
+    std::string line = stream.substr(start, nl - start);
+    if (line.empty()) continue;
+    ASSERT_TRUE(line.starts_with("data: ")) << line;
+    line = line.substr(6);
+    if (line != "[DONE]") by_lines.push_back(nlohmann::json::parse(line)["a"]);
+  }
+  start = 0;
+  for (size_t end; (end = stream.find("\n\n", start)) != std::string::npos; start = end + 2) {
+    const std::string event = stream.substr(start, end - start);
+    if (event.empty()) continue;
+    ASSERT_TRUE(event.starts_with("data: ")) << event;
+    if (event != "data: [DONE]") by_events.push_back(nlohmann::json::parse(event.substr(6))["a"]);
+  }
+  EXPECT_EQ(by_lines, (std::vector<int>{1, 2}));
+  EXPECT_EQ(by_events, (std::vector<int>{1, 2}));
 }
 
 }  // namespace
