@@ -331,7 +331,18 @@ json ServerState::server_info() {
           {"http_requests_in_flight", outstanding()},
           {"draining", draining()},
           {"start_time", start_time_},
-          {"flags", config_.flags}};
+          {"flags", config_.flags},
+          {"internal_states", json::array({internal_state(s)})}};
+}
+
+// SGLang's per-scheduler state, as its tools read it (bench_one_batch_server reads
+// last_gen_throughput; bench_serving avg_spec_accept_length when speculation is on).
+json ServerState::internal_state(const EngineStats& s) const {
+  json state = {{"last_gen_throughput", last_gen_throughput_.load()}};
+  if (s.spec_verify_total > 0)
+    state["avg_spec_accept_length"] =
+        double(s.spec_accepted_tokens_total + s.spec_verify_total) / double(s.spec_verify_total);
+  return state;
 }
 
 json ServerState::model_info() const {
@@ -410,6 +421,7 @@ void ServerState::monitor_loop() {
     const double throughput =
         double(s.generation_tokens_total - prev.generation_tokens_total) / std::max(secs, 1e-9);
     metrics_->gen_throughput.set(throughput);
+    if (throughput > 0) last_gen_throughput_ = throughput;
     const bool busy = s.num_running > 0 || s.num_waiting > 0 || outstanding() > 0;
     {
       std::lock_guard<std::mutex> g(mu_);

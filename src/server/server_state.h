@@ -167,6 +167,7 @@ class ServerState {
   // The no-progress limit now: --health-timeout, or derived from the step times.
   double no_progress_limit_s(const EngineStats& s) const;
   nlohmann::json server_info();
+  nlohmann::json internal_state(const EngineStats& s) const;
   // SGLang's /get_model_info: what SGLang's tools read of it (the paths, a generation model).
   nlohmann::json model_info() const;
   std::string render_metrics();
@@ -189,6 +190,9 @@ class ServerState {
   int64_t outstanding_ = 0;
   std::set<int64_t> live_ids_;
   std::atomic<bool> draining_{false};
+  // The generation throughput of the last busy second (SGLang's last_gen_throughput: kept while
+  // idle), for /get_server_info.
+  std::atomic<double> last_gen_throughput_{0};
 
   // Health: the monitor thread's view of progress.
   std::mutex probe_mu_;

@@ -115,6 +115,12 @@ TEST(ServeSglangGenerateTest, NativeApiMatchesCompletions) {
   if (seconds > 2)
     EXPECT_TRUE(slow.body.starts_with("\n\n")) << "no keep-alive in " << seconds << " s";
 
+  // SGLang's internal state in /get_server_info: the throughput of the last busy second.
+  const json server_info = json::parse(http(port, "GET", "/get_server_info", "").body);
+  EXPECT_GT(server_info["internal_states"][0]["last_gen_throughput"].get<double>(), 0)
+      << server_info;
+  EXPECT_FALSE(server_info["internal_states"][0].contains("avg_spec_accept_length"));
+
   // SGLang's /get_model_info, which its tools probe.
   const HttpResponse info = http(port, "GET", "/get_model_info", "");
   ASSERT_EQ(info.status, 200) << info.body;
