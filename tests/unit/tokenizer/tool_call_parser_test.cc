@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tokenizer/reasoning_parser.h"
+
 namespace strata {
 namespace {
 
@@ -184,6 +186,40 @@ TEST(ToolCallParser, Llama3WholeOutput) {
   expect_split(l, "{\"answer\": 4}", {"{\"answer\": 4}", {}});
   expect_split(l, "{\"name\": \"a\"} trailing", {"{\"name\": \"a\"} trailing", {}});
   expect_split(l, "  ", {"  ", {}});
+}
+
+// Kimi K2.5 thinks, then calls: the reasoning parser ends the reasoning at the call section's tag
+// and leaves the section in the content, where the tool-call parser takes the calls (the server
+// chains the two this way, whole and streamed piece by piece).
+TEST(ToolCallParser, AfterTheReasoningParser) {
+  auto reasoning = reasoning_format("kimi_k2");
+  ASSERT_TRUE(reasoning.ok());
+  const ToolCallFormat k = format("kimi_k2");
+  for (const std::string text :
+       {std::string("<think>check the weather</think>Sure.<|tool_calls_section_begin|>") +
+            kKimiCall + "<|tool_calls_section_end|>",
+        std::string("<think>check the weather<|tool_calls_section_begin|>") + kKimiCall +
+            "<|tool_calls_section_end|>"}) {
+    const bool closed = text.find("</think>") != std::string::npos;
+    for (size_t step : {text.size(), size_t(1), size_t(5)}) {
+      ReasoningSplitter rs(*reasoning, /*starts_inside=*/false);
+      ToolCallSplitter ts(k);
+      std::string thought;
+      Split out;
+      for (size_t i = 0; i < text.size(); i += step) {
+        ReasoningSplitter::Parts p = rs.push(std::string_view(text).substr(i, step));
+        thought += p.reasoning;
+        add(out, ts.push(p.content));
+      }
+      ReasoningSplitter::Parts p = rs.finish();
+      thought += p.reasoning;
+      add(out, ts.push_and_finish(p.content));
+      EXPECT_EQ(thought, "check the weather") << text << " step " << step;
+      EXPECT_EQ(out, (Split{closed ? "Sure." : "",
+                            {"get_weather {\"city\": \"Paris\"} functions.get_weather:0"}}))
+          << text << " step " << step;
+    }
+  }
 }
 
 // house-llama's tokenizer with Kimi K2's section tags added as special tokens.
