@@ -12,6 +12,7 @@
 #include "tokenizer/json_util.h"
 #include "tokenizer/normalizer.h"
 #include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/tiktoken_model.h"
 #include "tokenizer/utf8.h"
 
 namespace strata {
@@ -139,11 +140,16 @@ Tokenizer::~Tokenizer() = default;
 StatusOr<Tokenizer> Tokenizer::load(const std::string& model_dir) {
   const std::filesystem::path dir(model_dir);
   const auto tokenizer_path = dir / "tokenizer.json";
-  if (!std::filesystem::exists(tokenizer_path)) {
-    return not_found("{} not found (a Hugging Face tokenizer.json is required)",
-                     tokenizer_path.string());
+  std::string text;
+  if (has_tiktoken_model(model_dir)) {  // Kimi K2 / K2.5, Moonlight (tokenizer/tiktoken_model.h)
+    STRATA_ASSIGN_OR_RETURN(text, tiktoken_tokenizer_json(model_dir));
+  } else if (!std::filesystem::exists(tokenizer_path)) {
+    return not_found(
+        "{} not found (a Hugging Face tokenizer.json is required, or a Kimi tiktoken.model)",
+        tokenizer_path.string());
+  } else {
+    STRATA_ASSIGN_OR_RETURN(text, read_file(tokenizer_path));
   }
-  STRATA_ASSIGN_OR_RETURN(std::string text, read_file(tokenizer_path));
   std::string config_text;
   const auto config_path = dir / "tokenizer_config.json";
   if (std::filesystem::exists(config_path)) {
