@@ -7,6 +7,7 @@ data, request bodies. Re-running rewrites the seed_* files; crash_* regression i
 files libFuzzer added are left alone.
 """
 import argparse
+import base64
 import json
 import re
 import struct
@@ -230,6 +231,18 @@ def tool_call_seeds():
         put("tool_call_split", f"text{i}", bytes([fmt, step]) + text.encode())
 
 
+def tiktoken_seeds():
+    # Byte-level seeds: the 256 bytes, a few merges, Kimi's config (empty field: the default).
+    lines = [base64.b64encode(bytes([b])).decode() + f" {b}" for b in range(256)]
+    for rank, tok in enumerate([b"ab", b"abc", b"bc", b" th", b"\xe4\xb8"], start=256):
+        lines.append(base64.b64encode(tok).decode() + f" {rank}")
+    model = "\n".join(lines) + "\n"
+    config = json.dumps({"auto_map": {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", None]},
+                         "added_tokens_decoder": {"262": {"content": "<|im_end|>", "special": True}}})
+    put("tiktoken_load", "bytes", (model + "\0" + config + "\0abc the 中文 <|im_end|>").encode())
+    put("tiktoken_load", "small", ("YQ== 0\nYg== 1\nYWI= 2\n\0\0ab ba").encode())
+
+
 def dataset_seeds(shared):
     for p in sorted(shared.glob("data/*.jsonl")):
         lines = []
@@ -259,6 +272,7 @@ def main():
     openai_seeds()
     reasoning_seeds()
     tool_call_seeds()
+    tiktoken_seeds()
     dataset_seeds(shared)
 
 
