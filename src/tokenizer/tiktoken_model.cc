@@ -135,12 +135,14 @@ StatusOr<std::string> tiktoken_tokenizer_json(const std::string& model_dir) {
     std::optional<std::string> bytes =
         space == std::string::npos ? std::nullopt : base64_decode(line.substr(0, space));
     int64_t rank = -1;
-    try {
-      size_t used = 0;
-      rank = std::stoll(line.substr(space + 1), &used);
-      if (used != line.size() - space - 1) rank = -1;
-    } catch (const std::exception&) {
-      rank = -1;
+    if (bytes) {
+      try {
+        size_t used = 0;
+        rank = std::stoll(line.substr(space + 1), &used);
+        if (used != line.size() - space - 1) rank = -1;
+      } catch (const std::exception&) {
+        rank = -1;
+      }
     }
     if (!bytes || rank < 0 || rank >= int64_t(1) << 30)
       return invalid_argument("{} line {}: expected \"BASE64 RANK\"", model_path.string(), n);
