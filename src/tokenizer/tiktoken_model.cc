@@ -126,6 +126,8 @@ StatusOr<std::string> tiktoken_tokenizer_json(const std::string& model_dir) {
   STRATA_ASSIGN_OR_RETURN(std::string text, read_text(model_path));
   std::vector<std::string> by_rank;
   std::unordered_map<std::string, int32_t> rank_of;
+  // Ranks run 0..n-1, so none reaches the line count (a huge rank must not size the table).
+  const int64_t max_lines = int64_t(std::count(text.begin(), text.end(), '\n')) + 1;
   std::istringstream lines(text);
   std::string line;
   for (int64_t n = 1; std::getline(lines, line); ++n) {
@@ -144,8 +146,11 @@ StatusOr<std::string> tiktoken_tokenizer_json(const std::string& model_dir) {
         rank = -1;
       }
     }
-    if (!bytes || rank < 0 || rank >= int64_t(1) << 30)
+    if (!bytes || rank < 0)
       return invalid_argument("{} line {}: expected \"BASE64 RANK\"", model_path.string(), n);
+    if (rank >= max_lines)
+      return invalid_argument("{} line {}: rank {} beyond the file's {} lines", model_path.string(),
+                              n, rank, max_lines);
     if (size_t(rank) >= by_rank.size()) by_rank.resize(size_t(rank) + 1);
     if (!by_rank[size_t(rank)].empty() || !rank_of.emplace(*bytes, int32_t(rank)).second)
       return invalid_argument("{} line {}: rank {} or its token given twice", model_path.string(),

@@ -81,8 +81,9 @@ TEST(TiktokenModel, MalformedFilesAreRefusedByLine) {
   const Case cases[] = {
       {"YWJj\n", "line 261: expected \"BASE64 RANK\""},
       {"YWJj 7\n", "line 261: rank 7 or its token given twice"},
-      {"eHl6 262\n", "no token has rank 260"},
+      {"eHl6 261\n", "no token has rank 260"},
       {"Y=Jj 260\n", "line 261: expected \"BASE64 RANK\""},
+      {"eHl6 1000000000\n", "line 261: rank 1000000000 beyond the file's 262 lines"},
   };
   for (const Case& c : cases) {
     const fs::path dir = write_model(c.extra);
