@@ -27,6 +27,7 @@
 #include "server/generation.h"
 #include "server/openai_schema.h"
 #include "server/sglang_generate.h"
+#include "server/tokenize_api.h"
 #endif
 
 namespace strata {
@@ -358,6 +359,17 @@ MHD_Result HttpServer::Impl::route(const std::shared_ptr<Exchange>& ex) {
             bad_request("the prefix cache was not flushed: requests are running or waiting"));
       else
         e.reply = Reply{.body = "Cache flushed.\n", .content_type = "text/plain"};
+    });
+  }
+  if (post &&
+      (u == "/tokenize" || u == "/v1/tokenize" || u == "/detokenize" || u == "/v1/detokenize")) {
+    const bool detokenize = u.find("detokenize") != std::string::npos;
+    return run_async(ex, [this, detokenize](Exchange& e) {
+      auto r = detokenize ? detokenize_request(state, e.body) : tokenize_request(state, e.body);
+      if (auto* err = std::get_if<ApiError>(&r))
+        e.reply = error_reply(*err);
+      else
+        e.reply = Reply{.body = dump(std::get<json>(r))};
     });
   }
   if (post && (u == "/v1/completions" || u == "/v1/chat/completions" || u == "/generate")) {

@@ -41,6 +41,7 @@ const Endpoint kEndpoints[] = {
     {"POST", "/v1/chat/completions",
      R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":2})", 200},
     {"POST", "/generate", R"({"text":"The kernel","sampling_params":{"max_new_tokens":2}})", 200},
+    {"POST", "/tokenize", R"({"prompt":"The kernel"})", 200},
     {"GET", "/no/such/endpoint", "", 404},
 };
 
