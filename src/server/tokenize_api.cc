@@ -29,12 +29,9 @@ std::variant<ApiError, json> tokenize_request(ServerState& state, std::string_vi
     if (auto e = read_flag(b, "add_generation_prompt", &generation_prompt)) return *e;
     if (!state.encoder().has_chat_template())
       return bad_request("this model has no chat template; send 'prompt'", "messages");
-    nlohmann::ordered_json ctx = r.chat_template_kwargs.is_object()
-                                     ? nlohmann::ordered_json(r.chat_template_kwargs)
-                                     : nlohmann::ordered_json::object();
-    if (!r.tools.is_null()) ctx["tools"] = r.tools;
     auto ids = state.encoder().encode_chat(r.messages, generation_prompt,
-                                           state.encoder().max_prompt_bytes(INT32_MAX), ctx);
+                                           state.encoder().max_prompt_bytes(INT32_MAX),
+                                           chat_template_context(r));
     if (!ids.ok()) return bad_request(ids.status().message(), "messages");
     return json{{"tokens", *ids}, {"count", ids->size()}, {"max_model_len", max_len}};
   }
