@@ -8,7 +8,6 @@
 // lookahead), contractions, digit groups, white space runs, punctuation, emoji, special tokens
 // inside text.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -16,6 +15,8 @@
 #include <sstream>
 
 #include "../server/server_process.h"
+#include "support/temp_dir.h"
+#include "support/tiktoken_file.h"
 #include "tokenizer/tiktoken_model.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
@@ -26,42 +27,27 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string base64(const std::string& bytes) {
-  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  for (size_t i = 0; i < bytes.size(); i += 3) {
-    uint32_t n = uint32_t(uint8_t(bytes[i])) << 16;
-    if (i + 1 < bytes.size()) n |= uint32_t(uint8_t(bytes[i + 1])) << 8;
-    if (i + 2 < bytes.size()) n |= uint8_t(bytes[i + 2]);
-    out += kAlphabet[n >> 18];
-    out += kAlphabet[(n >> 12) & 63];
-    out += i + 1 < bytes.size() ? kAlphabet[(n >> 6) & 63] : '=';
-    out += i + 2 < bytes.size() ? kAlphabet[n & 63] : '=';
-  }
-  return out;
-}
-
 // house-llama's vocabulary as a Kimi-style checkpoint: returns the number of base tokens.
-int write_kimi_style_tokenizer(const fs::path& dir) {
+int write_kimi_style_tokenizer(const testing::TempDir& dir) {
   std::stringstream ss;
   ss << std::ifstream(house_llama() + "/tokenizer.json").rdbuf();
   const json tok = json::parse(ss.str());
   std::vector<std::string> by_id(tok["model"]["vocab"].size());
   for (const auto& [s, id] : tok["model"]["vocab"].items()) by_id[id.get<size_t>()] = s;
-  std::ofstream model(dir / "tiktoken.model");
-  int rank = 0;
+  std::vector<std::string> tokens;
   for (size_t id = 3; id < by_id.size(); ++id) {  // 0..2 are house-llama's special tokens
     std::string bytes;
     size_t pos = 0;
     while (pos < by_id[id].size())
       bytes += char(tok::unicode_to_byte(tok::next_code_point(by_id[id], &pos)));
-    model << base64(bytes) << " " << rank++ << "\n";
+    tokens.push_back(std::move(bytes));
   }
   // Tokens across a letter/Han boundary ("h" and the bytes of 混), which only a pattern that
   // splits Han runs off the letters (Kimi's) keeps from forming in "English混合".
   const std::string boundary = "h\u6df7";
-  for (size_t n = 2; n <= boundary.size(); ++n)
-    model << base64(boundary.substr(0, n)) << " " << rank++ << "\n";
+  for (size_t n = 2; n <= boundary.size(); ++n) tokens.push_back(boundary.substr(0, n));
+  testing::write_tiktoken_model(dir.file("tiktoken.model"), tokens);
+  const int rank = int(tokens.size());
   json config = {
       {"tokenizer_class", "TikTokenTokenizer"},
       {"auto_map", {{"AutoTokenizer", {"tokenization_kimi.TikTokenTokenizer", nullptr}}}},
@@ -73,18 +59,15 @@ int write_kimi_style_tokenizer(const fs::path& dir) {
         {std::to_string(rank + 2), {{"content", "<|im_end|>"}, {"special", true}}},
         {std::to_string(rank + 9),
          {{"content", "<|tool_calls_section_begin|>"}, {"special", true}}}}}};
-  std::ofstream(dir / "tokenizer_config.json") << config.dump();
+  dir.write("tokenizer_config.json", config.dump());
   return rank;
 }
 
 TEST(TiktokenModel, EncodesAsTiktokenDoes) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("strata_tiktoken_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const testing::TempDir dir("strata_tiktoken");
   const int base = write_kimi_style_tokenizer(dir);
-  ASSERT_TRUE(has_tiktoken_model(dir.string()));
-  auto tok = Tokenizer::load(dir.string());
+  ASSERT_TRUE(has_tiktoken_model(dir.str()));
+  auto tok = Tokenizer::load(dir.str());
   ASSERT_TRUE(tok.ok()) << tok.status().message();
   EXPECT_EQ(tok->vocab_size(), base + 256);
   EXPECT_EQ(tok->token_to_id("<|im_end|>"), base + 2);
@@ -112,18 +95,18 @@ TEST(TiktokenModel, EncodesAsTiktokenDoes) {
   json special = json::object();
   for (const char* name : {"[BOS]", "[EOS]", "<|im_end|>", "<|tool_calls_section_begin|>"})
     special[name] = *tok->token_to_id(name);
-  const json input = {{"model", (dir / "tiktoken.model").string()},
+  const json input = {{"model", dir.file("tiktoken.model")},
                       {"special_tokens", special},
                       {"pattern", kKimiPatternTiktoken},
                       {"cases", cases}};
-  std::ofstream(dir / "input.json") << input.dump();
+  dir.write("input.json", input.dump());
   std::string out;
   const fs::path js = fs::path(STRATA_SOURCE_DIR) / "tests" / "e2e" / "js";
   ASSERT_TRUE(fs::exists(js / "node_modules" / "tiktoken" / "package.json"))
       << "the tiktoken npm package is missing: run `npm ci` in " << js
       << " (scripts/setup.sh does it)";
   ASSERT_EQ(run_command("node '" + (js / "tiktoken_reference.mjs").string() + "' '" +
-                            (dir / "input.json").string() + "'",
+                            dir.file("input.json") + "'",
                         &out),
             0)
       << out;
@@ -134,30 +117,6 @@ TEST(TiktokenModel, EncodesAsTiktokenDoes) {
     EXPECT_EQ(json(ids), reference[i]) << "case " << i << ": " << cases[i];
     EXPECT_EQ(tok->decode(ids, /*skip_special=*/false), cases[i]) << "case " << i;
   }
-  fs::remove_all(dir);
-}
-
-// What does not describe a Kimi tokenizer is refused, saying why.
-TEST(TiktokenModel, ErrorsNameTheProblem) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("strata_tiktoken_bad_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  write_kimi_style_tokenizer(dir);
-  std::ofstream(dir / "tokenizer_config.json") << R"({"tokenizer_class": "SomethingElse"})";
-  auto unknown = Tokenizer::load(dir.string());
-  ASSERT_FALSE(unknown.ok());
-  EXPECT_NE(unknown.status().message().find("pre-tokenization strata does not know"),
-            std::string::npos)
-      << unknown.status().message();
-  write_kimi_style_tokenizer(dir);
-  std::ofstream(dir / "tiktoken.model", std::ios::app) << "not-base64! 5\n";
-  auto bad = Tokenizer::load(dir.string());
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("tiktoken.model line 8193: expected \"BASE64 RANK\""),
-            std::string::npos)
-      << bad.status().message();
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -5,17 +5,13 @@
 #include "tokenizer/tiktoken_model.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
-#include <fstream>
-
+#include "support/temp_dir.h"
+#include "support/tiktoken_file.h"
 #include "tokenizer/tokenizer.h"
 
 namespace strata {
 namespace {
-
-namespace fs = std::filesystem;
 
 // The 256 bytes (rank = byte), then "ab" 256, "abc" 257, "bc" 258, "cab" 259.
 const char* kConfig =
@@ -23,38 +19,19 @@ const char* kConfig =
         "auto_map": {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", null]},
         "added_tokens_decoder": {"261": {"content": "<|im_end|>", "special": true}}})";
 
-std::string base64(const std::string& bytes) {
-  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  for (size_t i = 0; i < bytes.size(); i += 3) {
-    uint32_t n = uint32_t(uint8_t(bytes[i])) << 16;
-    if (i + 1 < bytes.size()) n |= uint32_t(uint8_t(bytes[i + 1])) << 8;
-    if (i + 2 < bytes.size()) n |= uint8_t(bytes[i + 2]);
-    out += kAlphabet[n >> 18];
-    out += kAlphabet[(n >> 12) & 63];
-    out += i + 1 < bytes.size() ? kAlphabet[(n >> 6) & 63] : '=';
-    out += i + 2 < bytes.size() ? kAlphabet[n & 63] : '=';
-  }
-  return out;
-}
-
-fs::path write_model(const std::string& extra_lines = "") {
-  const fs::path dir =
-      fs::temp_directory_path() / ("strata_tiktoken_unit_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  std::ofstream model(dir / "tiktoken.model");
-  for (int b = 0; b < 256; ++b) model << base64(std::string(1, char(b))) << " " << b << "\n";
-  int rank = 256;
-  for (const char* t : {"ab", "abc", "bc", "cab"}) model << base64(t) << " " << rank++ << "\n";
-  model << extra_lines;
-  std::ofstream(dir / "tokenizer_config.json") << kConfig;
-  return dir;
+// The vocabulary in `dir` (a TempDir), with `extra` lines after it.
+void write_model(const testing::TempDir& dir, const std::string& extra = "") {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, char(b)));
+  for (const char* t : {"ab", "abc", "bc", "cab"}) tokens.push_back(t);
+  testing::write_tiktoken_model(dir.file("tiktoken.model"), tokens, extra);
+  dir.write("tokenizer_config.json", kConfig);
 }
 
 TEST(TiktokenModel, MergesAsTiktokenRanksThem) {
-  const fs::path dir = write_model();
-  auto tok = Tokenizer::load(dir.string());
+  const testing::TempDir dir("strata_tiktoken_unit");
+  write_model(dir);
+  auto tok = Tokenizer::load(dir.str());
   ASSERT_TRUE(tok.ok()) << tok.status().message();
   EXPECT_EQ(tok->vocab_size(), 260 + 256);
   // "abc": ab (256) beats bc (258), then ab+c is abc (257).
@@ -70,7 +47,17 @@ TEST(TiktokenModel, MergesAsTiktokenRanksThem) {
   EXPECT_EQ(tok->token_to_id("<|im_end|>"), 261);
   EXPECT_EQ(tok->token_to_id("<|reserved_token_260|>"), 260);
   EXPECT_EQ(tok->encode("ab<|im_end|>", /*allow_special=*/true), (std::vector<int32_t>{256, 261}));
-  fs::remove_all(dir);
+}
+
+// A tokenizer class whose pattern strata does not know is refused, naming it.
+TEST(TiktokenModel, UnknownTokenizerClassesAreRefused) {
+  const testing::TempDir dir("strata_tiktoken_unit");
+  write_model(dir);
+  dir.write("tokenizer_config.json", R"({"tokenizer_class": "SomethingElse"})");
+  auto tok = Tokenizer::load(dir.str());
+  ASSERT_FALSE(tok.ok());
+  EXPECT_NE(tok.status().message().find("pre-tokenization strata does not know"), std::string::npos)
+      << tok.status().message();
 }
 
 TEST(TiktokenModel, MalformedFilesAreRefusedByLine) {
@@ -86,12 +73,12 @@ TEST(TiktokenModel, MalformedFilesAreRefusedByLine) {
       {"eHl6 1000000000\n", "line 261: rank 1000000000 beyond the file's 262 lines"},
   };
   for (const Case& c : cases) {
-    const fs::path dir = write_model(c.extra);
-    auto tok = Tokenizer::load(dir.string());
+    const testing::TempDir dir("strata_tiktoken_unit");
+    write_model(dir, c.extra);
+    auto tok = Tokenizer::load(dir.str());
     ASSERT_FALSE(tok.ok()) << c.extra;
     EXPECT_NE(tok.status().message().find(c.message), std::string::npos)
         << c.extra << " -> " << tok.status().message();
-    fs::remove_all(dir);
   }
 }
 
