@@ -43,14 +43,6 @@ ApiError wrong_type(const std::string& param, const char* want, const json& got)
 }
 
 // Field readers: absent or null leaves *out unchanged; a wrong type is an error.
-std::optional<ApiError> read_bool(const json& b, const char* key, bool* out) {
-  auto it = b.find(key);
-  if (it == b.end() || it->is_null()) return std::nullopt;
-  if (!it->is_boolean()) return wrong_type(key, "a boolean", *it);
-  *out = it->get<bool>();
-  return std::nullopt;
-}
-
 std::optional<ApiError> read_number(const json& b, const char* key, double lo, double hi,
                                     double* out) {
   auto it = b.find(key);
@@ -458,6 +450,14 @@ std::optional<ApiError> check_json_content_type(std::string_view content_type) {
                   "not '{}'",
                   tok::to_valid_utf8(std::string(content_type.substr(0, 200)))),
       "invalid_request_error", "", "unsupported_media_type");
+}
+
+std::optional<ApiError> read_bool(const json& b, const char* key, bool* out) {
+  auto it = b.find(key);
+  if (it == b.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) return wrong_type(key, "a boolean", *it);
+  *out = it->get<bool>();
+  return std::nullopt;
 }
 
 std::optional<ApiError> parse_json_body(std::string_view body, json* out) {

@@ -83,6 +83,10 @@ struct OpenAiRequest {
 // none); any other type (text/plain, a form) is answered 415 naming what was sent.
 std::optional<ApiError> check_json_content_type(std::string_view content_type);
 
+// A boolean field of `body` into *out: absent or null leaves it unchanged, another type is an
+// error naming the field.
+std::optional<ApiError> read_bool(const nlohmann::json& body, const char* key, bool* out);
+
 // The body as a JSON value: errors for invalid UTF-8, nesting too deep and malformed JSON.
 std::optional<ApiError> parse_json_body(std::string_view body, nlohmann::json* out);
 

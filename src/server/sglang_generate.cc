@@ -154,18 +154,13 @@ std::optional<ApiError> parse_generate_request(std::string_view body, OpenAiRequ
   }
   if (auto it = b.find("stream"); it != b.end()) c["stream"] = *it;
   bool logprobs = false;
-  if (auto it = b.find("return_logprob"); it != b.end() && !it->is_null()) {
-    if (!it->is_boolean())
-      return bad_request("'return_logprob' must be a boolean", "return_logprob");
-    logprobs = it->get<bool>();
-  }
+  if (auto e = read_bool(b, "return_logprob", &logprobs)) return e;
   if (logprobs) c["logprobs"] = b.value("top_logprobs_num", json(0));
   if (auto e = parse_openai_request(c.dump(), Endpoint::kCompletions, r))
     return renamed(*e, has_ids);
   r->endpoint = Endpoint::kGenerate;
   r->native_batch = prompt.is_array() && (has_text || (!prompt.empty() && prompt[0].is_array()));
-  if (auto it = b.find("return_text_in_logprobs"); it != b.end() && it->is_boolean())
-    r->text_in_logprobs = it->get<bool>();
+  if (auto e = read_bool(b, "return_text_in_logprobs", &r->text_in_logprobs)) return e;
   if (auto it = b.find("rid"); it != b.end() && !it->is_null()) {
     if (it->is_string()) {
       r->rids.push_back(it->get<std::string>());

@@ -3,19 +3,8 @@
 #include <fmt/format.h>
 
 namespace strata {
-namespace {
 
 using nlohmann::json;
-
-std::optional<ApiError> read_flag(const json& b, const char* key, bool* out) {
-  auto it = b.find(key);
-  if (it == b.end() || it->is_null()) return std::nullopt;
-  if (!it->is_boolean()) return bad_request(fmt::format("'{}' must be a boolean", key), key);
-  *out = it->get<bool>();
-  return std::nullopt;
-}
-
-}  // namespace
 
 std::variant<ApiError, json> tokenize_request(ServerState& state, std::string_view body) {
   json b;
@@ -26,7 +15,7 @@ std::variant<ApiError, json> tokenize_request(ServerState& state, std::string_vi
     OpenAiRequest r;
     if (auto e = parse_openai_request(body, Endpoint::kChat, &r)) return *e;
     bool generation_prompt = true;
-    if (auto e = read_flag(b, "add_generation_prompt", &generation_prompt)) return *e;
+    if (auto e = read_bool(b, "add_generation_prompt", &generation_prompt)) return *e;
     if (!state.encoder().has_chat_template())
       return bad_request("this model has no chat template; send 'prompt'", "messages");
     auto ids = state.encoder().encode_chat(r.messages, generation_prompt,
@@ -36,7 +25,7 @@ std::variant<ApiError, json> tokenize_request(ServerState& state, std::string_vi
     return json{{"tokens", *ids}, {"count", ids->size()}, {"max_model_len", max_len}};
   }
   bool special = true;
-  if (auto e = read_flag(b, "add_special_tokens", &special)) return *e;
+  if (auto e = read_bool(b, "add_special_tokens", &special)) return *e;
   auto it = b.find("prompt");
   if (it == b.end() || !(it->is_string() || it->is_array()))
     return bad_request("'prompt' must be a string or an array of strings (or send 'messages')",
@@ -61,7 +50,7 @@ std::variant<ApiError, json> detokenize_request(ServerState& state, std::string_
   json b;
   if (auto e = parse_json_body(body, &b)) return *e;
   bool skip = true;
-  if (auto e = read_flag(b, "skip_special_tokens", &skip)) return *e;
+  if (auto e = read_bool(b, "skip_special_tokens", &skip)) return *e;
   auto it = b.find("tokens");
   if (it == b.end() || !it->is_array())
     return bad_request("'tokens' must be an array of token ids (or of such arrays)", "tokens");

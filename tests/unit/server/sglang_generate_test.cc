@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "bad_request_case.h"
+
 namespace strata {
 namespace {
 
@@ -52,13 +54,7 @@ TEST(SglangGenerate, TranslatesIntoTheCompletionsRequest) {
 }
 
 TEST(SglangGenerate, ErrorsNameTheNativeFields) {
-  struct Case {
-    const char* body;
-    const char* param;
-    const char* message;
-    const char* code;
-  };
-  const Case cases[] = {
+  const BadRequestCase cases[] = {
       {R"({"text":"x","sampling_params":{"temperature":3}})", "sampling_params.temperature",
        "'sampling_params.temperature' must be between 0 and 2", ""},
       {R"({"text":"x","sampling_params":{"max_new_tokens":"many"}})",
@@ -88,14 +84,10 @@ TEST(SglangGenerate, ErrorsNameTheNativeFields) {
       {R"({"text":["a","b"],"rid":["x"]})", "rid", "one per prompt", ""},
       {R"(["not an object"])", "", "must be a JSON object", ""},
   };
-  for (const Case& c : cases) {
+  for (const BadRequestCase& c : cases) {
     OpenAiRequest r;
     auto e = parse_generate_request(c.body, &r);
-    ASSERT_TRUE(e) << c.body;
-    EXPECT_EQ(e->status, 400) << c.body;
-    EXPECT_EQ(e->param, c.param) << c.body << " -> " << e->message;
-    EXPECT_NE(e->message.find(c.message), std::string::npos) << c.body << " -> " << e->message;
-    EXPECT_EQ(e->code, c.code) << c.body;
+    expect_bad_request(c, e);
   }
 }
 
