@@ -9,6 +9,7 @@
 
 #include "scripted_model.h"
 #include "server_process.h"
+#include "support/temp_dir.h"
 
 namespace strata::e2e {
 namespace {
@@ -66,11 +67,9 @@ TEST(ServeNodeClientTest, OfficialClientApiKey) {
 // token renamed to a Qwen-style call.
 TEST(ServeNodeClientTest, OfficialClientToolCalls) {
   ASSERT_NO_FATAL_FAILURE(expect_node_ready(js_dir()));
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("strata_node_tools_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
+  const testing::TempDir dir("strata_node_tools");
   const ScriptedModel model = make_scripted_model(
-      dir,
+      dir.str(),
       {R"(<tool_call>{"name":"get_weather","arguments":{"city":"Paris","unit":"c"}}</tool_call>)"});
   ServerProcess server;
   server.set_model_path(model.dir);
@@ -85,7 +84,6 @@ TEST(ServeNodeClientTest, OfficialClientToolCalls) {
   std::printf("%s\n", out.c_str());
   EXPECT_EQ(rc, 0) << out;
   EXPECT_EQ(server.stop(), 0) << server.log();
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

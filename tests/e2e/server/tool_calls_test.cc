@@ -7,19 +7,17 @@
 // not parse) is tests/unit/tokenizer/tool_call_parser_test; the official npm client's view is
 // tests/e2e/js/tool_calls.test.mjs (node_client_test.cc).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "scripted_model.h"
 #include "server_process.h"
+#include "support/temp_dir.h"
 
 namespace strata::e2e {
 namespace {
 
-namespace fs = std::filesystem;
 using nlohmann::json;
 // Request bodies keep their key order, as a client's JSON does (nlohmann::json would sort it).
 using ojson = nlohmann::ordered_json;
@@ -126,17 +124,15 @@ Streamed stream_chat(int port, const ojson& body) {
 }
 
 TEST(ServeToolCallsTest, CallsComeBackAsToolCallsAndToolsReachTheTemplate) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("strata_tool_calls_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  const ScriptedModel model = make_scripted_model(dir / "model", {kQwenCall, kKimiCall});
-  std::ofstream(dir / "tools.jinja") << kTemplate;
+  const testing::TempDir dir("strata_tool_calls");
+  const ScriptedModel model = make_scripted_model(dir.file("model"), {kQwenCall, kKimiCall});
+  dir.write("tools.jinja", kTemplate);
   const int32_t qwen_token = model.ids[0], kimi_token = model.ids[1];
 
   ServerProcess qwen;
   qwen.set_model_path(model.dir);
-  ASSERT_TRUE(qwen.start(
-      {"--chat-template", (dir / "tools.jinja").string(), "--tool-call-parser", "qwen25"}))
+  ASSERT_TRUE(
+      qwen.start({"--chat-template", dir.file("tools.jinja"), "--tool-call-parser", "qwen25"}))
       << qwen.log();
   const int port = qwen.port();
 
@@ -195,8 +191,8 @@ TEST(ServeToolCallsTest, CallsComeBackAsToolCallsAndToolsReachTheTemplate) {
   // Kimi K2: the ids count the conversation's calls (two before: :2 and :3), whole and streamed.
   ServerProcess kimi;
   kimi.set_model_path(model.dir);
-  ASSERT_TRUE(kimi.start(
-      {"--chat-template", (dir / "tools.jinja").string(), "--tool-call-parser", "kimi_k2"}))
+  ASSERT_TRUE(
+      kimi.start({"--chat-template", dir.file("tools.jinja"), "--tool-call-parser", "kimi_k2"}))
       << kimi.log();
   const json k = post(kimi.port(), "/v1/chat/completions", chat(kimi_token, 2));
   const json& kc = k["choices"][0]["message"]["tool_calls"];
@@ -214,27 +210,26 @@ TEST(ServeToolCallsTest, CallsComeBackAsToolCallsAndToolsReachTheTemplate) {
 
   // `strata generate` on a record with tools: through the server (its tool_calls kept in the
   // record) and in-process with the same parser: the same record, ids included.
-  std::ofstream(dir / "in.jsonl")
+  std::ofstream(dir.file("in.jsonl"))
       << ojson({{"id", "w"}, {"tools", tools()}, {"messages", conversation()}}).dump() << "\n";
-  const std::string flags = " --input w=" + (dir / "in.jsonl").string() +
+  const std::string flags = " --input w=" + dir.file("in.jsonl") +
                             " --max-new-tokens 4 --temperature 0 --logit-bias '{\"" +
                             std::to_string(kimi_token) + "\": 100}' --stop-token-id " +
                             std::to_string(kimi_token);
   std::string gen_out;
   ASSERT_EQ(run_command(std::string(STRATA_BINARY) +
                             " generate --server http://127.0.0.1:" + std::to_string(kimi.port()) +
-                            flags + " --output " + (dir / "served.jsonl").string(),
+                            flags + " --output " + dir.file("served.jsonl"),
                         &gen_out),
             0)
       << gen_out;
   EXPECT_EQ(kimi.stop(), 0) << kimi.log();
   const std::string local = std::string(STRATA_BINARY) + " generate --model-path " + model.dir +
-                            " --chat-template " + (dir / "tools.jinja").string() +
+                            " --chat-template " + dir.file("tools.jinja") +
                             " --tool-call-parser kimi_k2" + flags;
-  ASSERT_EQ(run_command(local + " --output " + (dir / "local.jsonl").string(), &gen_out), 0)
-      << gen_out;
-  const json served = json::parse(read_file((dir / "served.jsonl").string()));
-  const json in_process = json::parse(read_file((dir / "local.jsonl").string()));
+  ASSERT_EQ(run_command(local + " --output " + dir.file("local.jsonl"), &gen_out), 0) << gen_out;
+  const json served = json::parse(read_file(dir.file("served.jsonl")));
+  const json in_process = json::parse(read_file(dir.file("local.jsonl")));
   const json& answer_message = served["messages"].back();
   EXPECT_TRUE(answer_message["content"].is_null()) << served;
   ASSERT_EQ(answer_message["tool_calls"].size(), 1u) << served;
@@ -246,10 +241,10 @@ TEST(ServeToolCallsTest, CallsComeBackAsToolCallsAndToolsReachTheTemplate) {
   EXPECT_EQ(in_process["meta"]["prompt_tokens"], served["meta"]["prompt_tokens"]) << in_process;
   EXPECT_EQ(in_process["meta"]["sampling"]["tool_call_parser"], "kimi_k2") << in_process;
   EXPECT_EQ(in_process["tools"], served["tools"]);
-  EXPECT_EQ(run_command(
-                local + " --server http://127.0.0.1:1 --output " + (dir / "refused.jsonl").string(),
-                &gen_out),
-            1)
+  EXPECT_EQ(
+      run_command(local + " --server http://127.0.0.1:1 --output " + dir.file("refused.jsonl"),
+                  &gen_out),
+      1)
       << gen_out;
   EXPECT_NE(gen_out.find("--tool-call-parser applies to the in-process engine"), std::string::npos)
       << gen_out;
@@ -271,7 +266,6 @@ TEST(ServeToolCallsTest, CallsComeBackAsToolCallsAndToolsReachTheTemplate) {
             1)
       << out;
   EXPECT_NE(out.find("unknown parser 'nope'"), std::string::npos) << out;
-  fs::remove_all(dir);
 }
 
 }  // namespace
