@@ -144,7 +144,7 @@ void EngineTarget::start_capture(const GenerationTask& task, std::vector<int32_t
   const std::optional<ReasoningFormat> reasoning =
       forced ? std::nullopt : reasoning_of(r, req, &inside);
   const std::optional<ToolCallFormat> tool_call = forced ? std::nullopt : tool_call_of(r, req);
-  const int earlier_calls = count_tool_calls(prompt_messages(r.messages));
+  const int earlier_calls = tool_call ? count_tool_calls(prompt_messages(r.messages)) : 0;
   Engine* engine = &engine_;
   req.on_event = [run, forced, engine, reasoning, inside, tool_call,
                   earlier_calls](const StreamEvent& ev) {

@@ -114,7 +114,7 @@ void EngineTarget::start(const GenerationTask& task, OutcomeCallback done) {
   bool inside = false;
   const std::optional<ReasoningFormat> reasoning = reasoning_of(r, req, &inside);
   const std::optional<ToolCallFormat> tool_call = tool_call_of(r, req);
-  const int earlier_calls = count_tool_calls(prompt_messages(r.messages));
+  const int earlier_calls = tool_call ? count_tool_calls(prompt_messages(r.messages)) : 0;
   // The callback runs on the engine thread: it only appends text, reports new tokens and hands
   // the outcome over once finished.
   auto text = std::make_shared<std::string>();
