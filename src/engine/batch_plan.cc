@@ -1,5 +1,6 @@
 #include "engine/batch_plan.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/check.h"
@@ -73,6 +74,18 @@ BatchPlan empty_plan(int32_t page_size, size_t num_seqs) {
 
 }  // namespace
 
+PromptScoreRows prompt_score_rows(const Request& r, int32_t num_new_tokens) {
+  // Position p's logits score token p + 1: positions from - 1 (at least 0) up to the prompt's
+  // second-to-last, within this chunk. Only before the first output token (the engine records
+  // the prompt's logprobs with it), so the rows always end where the chunk's sampled row begins.
+  const int32_t from = r.prompt_score_from();
+  if (from < 0 || r.output_len() > 0) return {};
+  const int32_t start = r.kv_len(), end = start + num_new_tokens;
+  const PromptScoreRows rows{std::max(start, std::max(from, 1) - 1),
+                             std::min(end, r.prompt_len() - 1)};
+  return rows.size() > 0 ? rows : PromptScoreRows{};
+}
+
 BatchPlan BatchPlan::build(std::span<const ScheduledSeq> seqs, int32_t page_size) {
   BatchPlan p = empty_plan(page_size, seqs.size());
   for (size_t s = 0; s < seqs.size(); ++s) {
@@ -91,6 +104,12 @@ BatchPlan BatchPlan::build(std::span<const ScheduledSeq> seqs, int32_t page_size
               "request {}: drafts or pad rows on a chunk that samples nothing", r.id());
     CHECK_MSG(pads >= 0 && (pads == 0 || seqs[s].num_new_tokens == 1),
               "request {}: {} pad rows after {} new tokens", r.id(), pads, seqs[s].num_new_tokens);
+    // Prompt-scoring rows come first, and meet the sampled row (end - 1) or the chunk's end.
+    const PromptScoreRows score = prompt_score_rows(r, seqs[s].num_new_tokens);
+    const int32_t rows_end = seqs[s].sample ? end - 1 : end;
+    CHECK_MSG(score.size() == 0 || score.last == rows_end,
+              "request {}: prompt scoring rows [{}, {}) apart from the chunk's rows at {}", r.id(),
+              score.first, score.last, rows_end);
     const int32_t drafts_end = end + static_cast<int32_t>(draft.size());
     const int32_t kv_end = drafts_end + pads;
     const int32_t num_pages = (kv_end + page_size - 1) / page_size;
@@ -103,7 +122,9 @@ BatchPlan BatchPlan::build(std::span<const ScheduledSeq> seqs, int32_t page_size
           if (pos < drafts_end) return draft[size_t(pos - end)];
           return draft.empty() ? r.token_at(end - 1) : draft.back();
         },
-        seqs[s].sample ? end - 1 : kv_end);
+        score.size() > 0 ? score.first
+        : seqs[s].sample ? end - 1
+                         : kv_end);
     if (!seqs[s].draft_parents.empty()) add_tree(p, seqs[s], r);
   }
   if (!p.tree_mask.empty()) p.tree_mask.resize(p.token_ids.size(), 0);

@@ -45,6 +45,16 @@ struct ScheduledSeq {
   int32_t num_rows() const { return num_tokens() + pad_rows; }
 };
 
+// The positions [first, last) of a step's chunk whose logits rows score the prompt's next token
+// (Request::prompt_score_from), for a seq of num_new_tokens new tokens from the request's
+// kv_len(): empty unless the request owes prompt logprobs. They precede the chunk's sampled row
+// (if any) as consecutive rows: the seq's first `size()` logits rows of the step.
+struct PromptScoreRows {
+  int32_t first = 0, last = 0;
+  int32_t size() const { return last - first; }
+};
+PromptScoreRows prompt_score_rows(const Request& r, int32_t num_new_tokens);
+
 class BatchPlan {
  public:
   // Each request's page table must cover kv_len() + num_rows() tokens.
@@ -70,8 +80,9 @@ class BatchPlan {
   std::vector<int32_t> page_indptr;   // [num_seqs + 1] into page_indices
   std::vector<int32_t> page_indices;  // [page_indptr[num_seqs]] pages covering kv_lens[s] tokens
   std::vector<int32_t> slot_mapping;  // [num_tokens] page * page_size + offset of each new token
-  // [num_rows] the rows whose logits are sampled: of each sampled seq, its last new token's and
-  // then its drafts' and its pad rows' (consecutive rows, in order)
+  // [num_rows] the rows whose logits are sampled: of each seq, its prompt-scoring rows
+  // (prompt_score_rows), then, if sampled, its last new token's, its drafts' and its pad rows'
+  // (consecutive rows, in order)
   std::vector<int32_t> logits_rows;
   std::vector<int32_t> sampled_seqs;  // [num_rows] which sequence each logits row belongs to
   // Empty when no sequence has a draft tree; else [num_tokens] (AttentionMetadata::tree_mask):

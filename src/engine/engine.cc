@@ -108,6 +108,13 @@ std::optional<RequestError> Engine::check(const GenerateRequest& g) const {
   if (g.capture && config_.capture.empty())
     return request_error(RequestErrorCode::kUnsupported, "",
                          "hidden-state capture was asked for but this engine captures no layers");
+  if (g.prompt_logprobs_from < -1)
+    return invalid_value("logprob_start_len", "must be -1 (none) or a prompt position, got {}",
+                         g.prompt_logprobs_from);
+  if (g.prompt_logprobs_from >= 0 && !g.resume_output_ids.empty())
+    return request_error(RequestErrorCode::kUnsupported, "logprob_start_len",
+                         "a resumed generation has no prompt logprobs (its prompt was scored "
+                         "before it was cut short)");
   return validate_request(g.prompt_ids, g.params, g.resume_output_ids, request_limits());
 }
 

@@ -144,6 +144,11 @@ struct StreamEvent {
   std::vector<int32_t> token_ids;       // tokens sampled since the last event
   std::string text;                     // complete UTF-8 text since the last event
   std::vector<TokenLogprobs> logprobs;  // one per token when requested
+  // GenerateRequest::prompt_logprobs_from: on the event of the first output token, the logprobs
+  // of prompt tokens prompt_logprobs_from.. (each given the tokens before it; token 0 has none,
+  // so the first is at least 1), with top_logprobs alternatives each.
+  std::vector<TokenLogprobs> prompt_logprobs;
+  int32_t prompt_logprobs_from = 0;
   bool started = false;  // the request was admitted: its prefill begins (no tokens yet)
   // The event carries GenerateRequest::resume_output_ids (their text), not newly sampled tokens.
   bool resumed = false;
@@ -169,6 +174,12 @@ struct GenerateRequest {
   std::vector<int32_t> prompt_ids;
   SamplingParams params;
   int top_logprobs = -1;  // -1: no logprobs; n >= 0: the chosen token's and the top n
+  // >= 0: the logprobs of the prompt's tokens from this one on (SGLang's logprob_start_len;
+  // OpenAI's echo with logprobs: 0), on the first output token's event (StreamEvent::
+  // prompt_logprobs), each with top_logprobs alternatives (top_logprobs must be >= 0). The prompt
+  // is then computed whole (no prefix cache) in chunks of at most score_rows_per_step tokens
+  // (each prompt token takes a full logits row). -1: none.
+  int32_t prompt_logprobs_from = -1;
   StreamCallback on_event;
   // Resuming a generation that was cut short (a checkpoint of a killed batch job): the tokens it
   // had produced and its sampler's draws then (StreamEvent::rng_draws). The engine prefills prompt

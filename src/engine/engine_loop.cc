@@ -344,9 +344,31 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
     // a chain's next node extends them by one token, a tree's other nodes rebuild them.
     OutputTokenCounts draft_counts;
     int32_t counts_node = -1;
+    // Prompt-scoring rows (batch_plan.h prompt_score_rows): a seq's first rows of the step, kept
+    // in full and never sampled (greedy, like pad rows: no draw, no edits).
+    std::vector<PromptScoreRows> score(step.seqs.size());
+    for (size_t s = 0; s < step.seqs.size(); ++s)
+      score[s] = prompt_score_rows(*step.seqs[s].request, step.seqs[s].num_new_tokens);
+    std::vector<int32_t> scored(step.seqs.size(), 0);
+    struct ScoreRow {
+      size_t keep;  // its index in keep_rows (and kept_logits)
+      Live* live;
+      int32_t position;  // its logits score the prompt token after it
+    };
+    std::vector<ScoreRow> score_rows;
+    std::vector<char> is_score(n, 0);
     for (size_t j = 0; j < n; ++j) {
       const size_t s = size_t(plan.sampled_seqs[j]);
       const ScheduledSeq& seq = step.seqs[s];
+      if (scored[s] < score[s].size()) {
+        Live& live = *live_.at(seq.request->id());
+        row_live[j] = &live;
+        row_params[j] = SampleRowParams{};
+        is_score[j] = 1;
+        score_rows.push_back({keep_rows.size(), &live, score[s].first + scored[s]++});
+        keep_rows.push_back(int32_t(j));
+        continue;
+      }
       if (first_row[s] == n) {
         first_row[s] = j;
         trees[s] = verified_tree(seq);
@@ -413,8 +435,15 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
     std::vector<TokenLogprobs> lps(n);
     for (size_t i = 0; i < keep_rows.size(); ++i) {
       const size_t j = size_t(keep_rows[i]);
+      if (is_score[j]) continue;
       lps[j] = token_logprobs(kept_logits + i * size_t(vocab), vocab, sampled[j],
                               row_live[j]->top_logprobs);
+    }
+    for (const ScoreRow& sr : score_rows) {
+      Live& live = *sr.live;
+      const int32_t token = live.request.token_at(sr.position + 1);
+      live.prompt_logprobs[size_t(sr.position + 1 - live.prompt_logprobs_from)] = token_logprobs(
+          kept_logits + sr.keep * size_t(vocab), vocab, token, std::max(0, live.top_logprobs));
     }
     // Verification (engine/spec/verify.h, tree_verify.h): per sampled seq, the path its target
     // rows' own samples follow through its drafts, then the target's token after the path. A
@@ -669,6 +698,14 @@ void Engine::emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogp
   ev.rng_draws = live.rng.draws();
   ev.token_ids = std::move(tokens);
   ev.logprobs = std::move(logprobs);
+  // The prompt's logprobs go with the first output token: every prompt row is scored by the step
+  // that samples it, and a retraction after it prefills the prompt again without scoring.
+  if (live.prompt_logprobs_pending && !resumed) {
+    ev.prompt_logprobs = std::move(live.prompt_logprobs);
+    ev.prompt_logprobs_from = live.prompt_logprobs_from;
+    live.prompt_logprobs_pending = false;
+    live.request.set_prompt_score_from(-1);
+  }
   const auto& stops = live.request.params().stop_strings;
   size_t stop_at = std::string::npos;
   for (const auto& s : stops) {

@@ -3,6 +3,7 @@
 // output tokens for the penalties).
 #pragma once
 
+#include <algorithm>
 #include <string>
 
 #include "engine/engine.h"
@@ -23,7 +24,15 @@ struct Engine::Live {
         export_kv(g.export_kv),
         exported_rows(g.kv_export_from_row),
         capture(std::move(g.capture)) {
-    request.set_use_prefix_cache(g.use_prefix_cache);
+    // Prompt logprobs: every scored position is computed, none served from the prefix cache.
+    if (g.prompt_logprobs_from >= 0) {
+      prompt_logprobs_pending = true;
+      prompt_logprobs_from = std::max(g.prompt_logprobs_from, 1);
+      const int32_t scored = std::max(0, request.prompt_len() - prompt_logprobs_from);
+      prompt_logprobs.resize(size_t(scored));
+      if (scored > 0) request.set_prompt_score_from(prompt_logprobs_from);
+    }
+    request.set_use_prefix_cache(g.use_prefix_cache && g.prompt_logprobs_from < 0);
     request.set_urgent(g.urgent);
     if (!resume_output_ids.empty()) request.preload_output(resume_output_ids);
     if (request.params().edits_logits()) output_counts.add(resume_output_ids);
@@ -39,8 +48,13 @@ struct Engine::Live {
   std::shared_ptr<const KvRows> resume_kv;  // loaded into the pool once the request is queued
   bool export_kv = false;
   int32_t exported_rows = 0;  // KV rows streamed so far (or held by the caller's checkpoint)
-  std::string pending_text;   // decoded, not yet emitted
-  size_t max_stop_len = 0;    // longest stop string: that much text minus one is held back
+  // Prompt logprobs of prompt tokens prompt_logprobs_from.. (filled as their rows are scored,
+  // again if a retracted prefill scores them again), sent with the first output token.
+  bool prompt_logprobs_pending = false;
+  int32_t prompt_logprobs_from = 0;
+  std::vector<TokenLogprobs> prompt_logprobs;
+  std::string pending_text;  // decoded, not yet emitted
+  size_t max_stop_len = 0;   // longest stop string: that much text minus one is held back
   bool stopped_by_string = false;
   bool start_announced = false;             // the `started` event went out
   std::shared_ptr<CapturedStates> capture;  // null: no capture

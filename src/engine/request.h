@@ -95,6 +95,12 @@ class Request {
   // hidden states are captured needs them all).
   bool use_prefix_cache() const { return use_prefix_cache_; }
   void set_use_prefix_cache(bool on) { use_prefix_cache_ = on; }
+  // Prompt logprobs (GenerateRequest::prompt_logprobs_from): >= 0 while the prefill still owes
+  // them, the first prompt token scored (>= 1: token 0 has no context); -1 none, or recorded.
+  // Each prompt position p in [from - 1, prompt_len - 1) then gets a logits row, scoring token
+  // p + 1 (batch_plan.h prompt_score_rows).
+  int32_t prompt_score_from() const { return prompt_score_from_; }
+  void set_prompt_score_from(int32_t from) { prompt_score_from_ = from; }
   // Queued ahead of the other waiting requests (a capture's one-token tail request: admitted while
   // the pages of the request it completes are still cached).
   bool urgent() const { return urgent_; }
@@ -145,6 +151,7 @@ class Request {
   std::string error_;
   int32_t kv_len_ = 0;
   bool use_prefix_cache_ = true;
+  int32_t prompt_score_from_ = -1;
   bool urgent_ = false;
   int32_t prefix_hit_tokens_ = 0;
   std::vector<PageId> pages_;

@@ -64,7 +64,8 @@ SchedulerSnapshot ScheduleState::snapshot() const {
                      .remaining_new_tokens = r->remaining_new_tokens(),
                      .max_new_tokens = r->max_new_tokens(),
                      .releasable_pages = int32_t(r->pages().size()) - r->cached_pages() +
-                                         cache_->exclusive_locked_pages(r->cache_node())});
+                                         cache_->exclusive_locked_pages(r->cache_node()),
+                     .scores_prompt = r->prompt_score_from() >= 0});
   }
   // Admission is FCFS and stops at the first request that does not fit, so the head of the queue
   // is enough: the free slots plus one.
@@ -74,10 +75,12 @@ SchedulerSnapshot ScheduleState::snapshot() const {
     if (fitting > slots) break;
     WaitingEntry w{.id = r->id(),
                    .total_len = r->total_len(),
-                   .remaining_new_tokens = r->remaining_new_tokens()};
+                   .remaining_new_tokens = r->remaining_new_tokens(),
+                   .scores_prompt = r->prompt_score_from() >= 0};
     if (pool_->pages_for_tokens(int64_t{r->total_len()} + 1) <= pool_->num_pages()) {
-      // The last token is always computed: its logits are needed.
-      RadixPeek peek = config_.disable_radix_cache
+      // The last token is always computed: its logits are needed. A request that shares no
+      // prefix (admit) has no hit either: the decision must not count pages it will not share.
+      RadixPeek peek = config_.disable_radix_cache || !r->use_prefix_cache()
                            ? RadixPeek{}
                            : cache_->peek_prefix(r->tokens(r->total_len() - 1));
       w.cached_tokens = peek.matched_tokens;

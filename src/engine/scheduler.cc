@@ -42,6 +42,8 @@ bool Scheduler::schedule_prefill(const SchedulerSnapshot& s, Decision* d) const 
   int64_t rem_chunk = config_.chunked_prefill_size > 0 ? config_.chunked_prefill_size
                                                        : std::numeric_limits<int64_t>::max();
   int64_t rem_input = config_.max_prefill_tokens;
+  // Prompt-scoring requests' tokens this step (whole pages, at least one).
+  int64_t rem_score = std::max<int64_t>(config_.score_rows_per_step / page * page, page);
   bool chunk_open = false;
 
   for (const RunningEntry& r : s.running) {
@@ -51,13 +53,16 @@ bool Scheduler::schedule_prefill(const SchedulerSnapshot& s, Decision* d) const 
     double own = budget + reservation_tokens(r.remaining_new_tokens, s.new_token_ratio);
     int64_t budget_pages = own > 0 ? int64_t(std::floor(own / page)) : 0;
     int64_t max_tokens = (r.held_pages + budget_pages) * page - r.kv_len;
-    int64_t end = r.kv_len + std::min({int64_t{r.total_len - r.kv_len}, rem_chunk, max_tokens});
+    const int64_t score_cap = r.scores_prompt ? rem_score : std::numeric_limits<int64_t>::max();
+    int64_t end =
+        r.kv_len + std::min({int64_t{r.total_len - r.kv_len}, rem_chunk, max_tokens, score_cap});
     if (end < r.total_len) end = end / page * page;  // a non-final chunk ends on a page boundary
     if (end <= r.kv_len) continue;                   // no room this step: it waits
     int64_t n = end - r.kv_len;
     budget -= double(std::max<int64_t>(0, pages_for(end) - r.held_pages) * page);
     rem_chunk -= n;
     rem_input -= n;
+    if (r.scores_prompt) rem_score -= n;
     d->prefill.push_back({.id = r.id, .num_tokens = int32_t(n), .last_chunk = end == r.total_len});
     chunk_open = end < r.total_len;
   }
@@ -78,15 +83,17 @@ bool Scheduler::schedule_prefill(const SchedulerSnapshot& s, Decision* d) const 
     double need = double(extend_pages * page) + lock_cost;
     if (need + decode_reserve > budget && !(idle && need <= budget)) break;
     if (extend_pages * page > rem_input && !d->prefill.empty()) break;
-    if (extend <= rem_chunk) {
+    const int64_t room = w.scores_prompt ? std::min(rem_chunk, rem_score) : rem_chunk;
+    if (extend <= room) {
       d->prefill.push_back({.id = w.id, .num_tokens = int32_t(extend), .last_chunk = true});
       budget -= need + decode_reserve;
       rem_chunk -= extend;
       rem_input -= extend;
+      if (w.scores_prompt) rem_score -= extend;
       ++num_running;
       continue;
     }
-    int64_t trunc = rem_chunk / page * page;  // the prefix is whole pages, so the chunk end is too
+    int64_t trunc = room / page * page;  // the prefix is whole pages, so the chunk end is too
     if (trunc <= 0) break;
     d->prefill.push_back({.id = w.id, .num_tokens = int32_t(trunc), .last_chunk = false});
     break;  // at most one chunked request

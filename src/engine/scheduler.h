@@ -14,6 +14,8 @@
 //     amount for those already running). With nothing running, the first request is admitted
 //     when its uncached tokens fit, so a request that fits the pool always runs eventually.
 //     A request longer than chunked_prefill_size is split; its chunks end on page boundaries.
+//     Requests that score their prompt (prompt logprobs: a full logits row a token) share
+//     score_rows_per_step tokens a step on top of that, so their chunks are smaller.
 //     A waiting request whose tokens + 1 exceed the whole pool is rejected.
 //  2. Otherwise decode every decoding request, for num_continuous_decode_steps steps when nothing
 //     waits (fewer if pages run short); under speculative decoding one step at a time, its
@@ -52,6 +54,11 @@ struct SchedulerConfig {
   // without speculation (no drafts, no draft room: plain decode steps; ScheduledStep::speculative),
   // where verifying drafts costs more than it saves. 0: speculation at every batch size.
   int32_t speculative_batch_size_threshold = 0;
+  // Prefill tokens a step gives requests that score their prompt (their entries' scores_prompt):
+  // each such token takes a full logits row (vocab floats on the device and the host: 512 rows
+  // of a 163,840-token vocabulary are ~0.3 GB of bf16 logits and ~0.3 GB of floats), so their
+  // chunks stay this small whatever chunked_prefill_size is. At least one page a step.
+  int32_t score_rows_per_step = 512;
 };
 
 struct WaitingEntry {
@@ -60,6 +67,7 @@ struct WaitingEntry {
   int32_t cached_tokens = 0;  // radix hit, whole pages, < total_len
   int32_t cached_evictable_pages = 0;  // of the hit, pages now evictable (locking removes them)
   int32_t remaining_new_tokens = 0;
+  bool scores_prompt = false;  // its prefill computes a logits row a token (prompt logprobs)
 };
 
 struct RunningEntry {
@@ -73,6 +81,7 @@ struct RunningEntry {
   int32_t remaining_new_tokens = 0;
   int32_t max_new_tokens = 0;
   int32_t releasable_pages = 0;  // pages that become free or evictable if it is retracted
+  bool scores_prompt = false;    // its prefill computes a logits row a token (prompt logprobs)
 };
 
 struct SchedulerSnapshot {

@@ -38,6 +38,7 @@ GenerateRequest engine_request(const OpenAiRequest& req, std::vector<int32_t> pr
   const int64_t dflt = req.endpoint == Endpoint::kChat ? room : std::min<int64_t>(16, room);
   g.params.max_new_tokens = int32_t(req.max_tokens ? *req.max_tokens : dflt);
   g.top_logprobs = req.top_logprobs;
+  g.prompt_logprobs_from = req.prompt_logprobs_from;
   g.skip_special_tokens = req.skip_special_tokens;
   g.prompt_ids = std::move(prompt);
   return g;
@@ -102,11 +103,19 @@ std::variant<ApiError, std::unique_ptr<Generation>> Generation::start(ServerStat
     }
     for (auto& p : req.token_prompts) prompts.push_back(std::move(p));
   }
+  // echo: each prompt as sent (token prompts as their text, special tokens included).
+  std::vector<std::string> echo_texts;
+  if (req.echo) {
+    echo_texts = req.text_prompts;
+    for (size_t i = req.text_prompts.size(); i < prompts.size(); ++i)
+      echo_texts.push_back(state.engine().tokenizer().decode(prompts[i]));
+  }
   // The request contract (engine/request_validation.h) for every prompt before any is submitted.
   for (const auto& p : prompts)
     if (auto e = state.engine().check(engine_request(req, p, limit, 0)))
       return api_error_from(*e, prompt_param);
   std::unique_ptr<Generation> g(new Generation(state, std::move(req)));
+  g->echo_texts_ = std::move(echo_texts);
   if (const auto& format = state.config().reasoning; chat && format && g->req_.separate_reasoning) {
     const Tokenizer& tok = state.engine().tokenizer();
     const bool inside = starts_inside_reasoning(*format, tok, prompts[0]);
@@ -152,6 +161,7 @@ std::optional<ApiError> Generation::submit_all(std::vector<std::vector<int32_t>>
   finished_.assign(size_t(total), false);
   engine_ids_.assign(size_t(total), -1);
   prompt_tokens_.assign(size_t(total), 0);
+  echo_sent_.assign(size_t(total), false);
   cached_tokens_.assign(size_t(total), 0);
   spec_counts_.assign(size_t(total), {0, 0, 0});
   e2e_s_.assign(size_t(total), 0.0);
@@ -161,6 +171,8 @@ std::optional<ApiError> Generation::submit_all(std::vector<std::vector<int32_t>>
     GenerateRequest g = engine_request(req_, prompt, context, i);
     g.keep_special_ids = keep_special_ids_;
     prompt_tokens_[size_t(i)] = int32_t(prompt.size());
+    if (req_.echo) choices_[size_t(i)].echo_text = echo_texts_[size_t(i / req_.n)];
+    if (req_.echo || req_.prompt_logprobs_from >= 0) choices_[size_t(i)].prompt_ids = prompt;
     g.on_event = [stream = stream_, metrics = state_.metrics(), i, arrival,
                   last = Clock::time_point{}](const StreamEvent& ev) mutable {
       const auto now = Clock::now();
@@ -204,11 +216,20 @@ void Generation::abort() {
 void Generation::apply(ChoiceEvent& ce) {
   ChoiceResult& c = choices_[size_t(ce.choice)];
   StreamEvent& ev = ce.event;
-  c.text += ev.text;
-  c.token_ids.insert(c.token_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
-  for (auto& lp : ev.logprobs) c.logprobs.push_back(lp);
+  if (ev.prompt_logprobs_from > 0) {  // the first token's event brings the prompt's
+    c.prompt_logprobs = std::move(ev.prompt_logprobs);
+    c.prompt_logprobs_from = ev.prompt_logprobs_from;
+  }
+  // echo with max_tokens 0: the one sampled token is not part of the answer.
+  if (!req_.prompt_only) {
+    c.text += ev.text;
+    c.token_ids.insert(c.token_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
+    for (auto& lp : ev.logprobs) c.logprobs.push_back(lp);
+  }
   if (ev.finished) {
-    c.finish_reason = ev.finish_reason;
+    c.finish_reason = req_.prompt_only && ev.finish_reason != FinishReason::kAbort
+                          ? FinishReason::kLength
+                          : ev.finish_reason;
     c.error = ev.error;
     finished_[size_t(ce.choice)] = true;
     cached_tokens_[size_t(ce.choice)] = ev.cached_tokens;
@@ -365,6 +386,24 @@ bool Generation::next_sse(std::string* out, std::chrono::milliseconds heartbeat,
     return true;
   }
   for (auto& ce : events) {
+    const size_t ci = size_t(ce.choice);
+    if (req_.echo && !echo_sent_[ci] && (!ce.event.token_ids.empty() || ce.event.finished)) {
+      // echo: the prompt's chunk first (its logprobs come with the first token's event).
+      echo_sent_[ci] = true;
+      const ChoiceResult& c = choices_[ci];
+      ChunkPart echo;
+      echo.choice = ce.choice;
+      echo.text = c.echo_text;
+      echo.token_ids = c.prompt_ids;
+      echo.logprobs = ce.event.prompt_logprobs;
+      echo.unscored =
+          std::min(c.prompt_ids.size(), size_t(std::max(ce.event.prompt_logprobs_from, 0)));
+      if (echo.logprobs.size() != c.prompt_ids.size() - echo.unscored) {
+        echo.unscored = c.prompt_ids.size();  // none came (it ended first): all null
+        echo.logprobs.clear();
+      }
+      *out += sse_event(build_chunk(req_, meta_, echo, tok));
+    }
     ChunkPart part;
     part.choice = ce.choice;
     // The last event also flushes what the splitters held back.
@@ -375,15 +414,16 @@ bool Generation::next_sse(std::string* out, std::chrono::milliseconds heartbeat,
     part.tool_index = parts.first_call;
     part.token_ids = ce.event.token_ids;
     part.logprobs = ce.event.logprobs;
-    part.text_offset = choices_[size_t(ce.choice)].text.size();
+    part.text_offset = choices_[ci].echo_text.size() + choices_[ci].text.size();
     apply(ce);
-    if (!part.text.empty() || !part.reasoning.empty() || !part.tool_calls.empty() ||
-        (req_.top_logprobs >= 0 && !part.token_ids.empty()))
+    if (!req_.prompt_only &&
+        (!part.text.empty() || !part.reasoning.empty() || !part.tool_calls.empty() ||
+         (req_.top_logprobs >= 0 && !part.token_ids.empty())))
       *out += sse_event(build_chunk(req_, meta_, part, tok));
     if (ce.event.finished) {
       ChunkPart end;
       end.choice = ce.choice;
-      end.finish = ce.event.finish_reason;
+      end.finish = choices_[ci].finish_reason;
       end.called_tools = !calls_made_.empty() && calls_made_[size_t(ce.choice)] > 0;
       *out += sse_event(build_chunk(req_, meta_, end, tok));
     }

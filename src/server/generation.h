@@ -83,10 +83,12 @@ class Generation {
   std::vector<int64_t> engine_ids_;  // per choice; -1 when not submitted
   std::vector<ChoiceResult> choices_;
   std::vector<bool> finished_;
-  std::vector<ChoiceEvent> held_;       // popped by try_started, not yet applied
-  int start_finished_ = 0;              // try_started's count of choices that ended
-  std::string start_error_;             // try_started: the first abort's reason
-  std::vector<int32_t> prompt_tokens_;  // per choice
+  std::vector<ChoiceEvent> held_;        // popped by try_started, not yet applied
+  int start_finished_ = 0;               // try_started's count of choices that ended
+  std::string start_error_;              // try_started: the first abort's reason
+  std::vector<std::string> echo_texts_;  // OpenAiRequest::echo: per prompt
+  std::vector<bool> echo_sent_;          // streaming echo: per choice, its prompt's chunk went out
+  std::vector<int32_t> prompt_tokens_;   // per choice
   std::vector<int32_t> cached_tokens_;
   std::vector<std::array<int32_t, 3>> spec_counts_;  // verifies, drafted, accepted per choice
   std::vector<double> e2e_s_;                        // per choice: arrival to its end

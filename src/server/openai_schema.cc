@@ -214,8 +214,6 @@ std::optional<ApiError> reject_unsupported(const json& b) {
   if (auto it = b.find("response_format");
       it != b.end() && it->is_object() && it->value("type", "text") != "text")
     return unsupported("response_format", " other than text");
-  if (auto it = b.find("echo"); it != b.end() && it->is_boolean() && it->get<bool>())
-    return unsupported("echo");
   // SGLang's and vLLM's fields that change the prompt or the text, at their non-default values.
   for (const char* key : {"no_stop_trim", "continue_final_message", "return_hidden_states"})
     if (auto it = b.find(key); it != b.end() && it->is_boolean() && it->get<bool>())
@@ -290,6 +288,15 @@ std::optional<ApiError> read_float(const json& b, const char* key, float* out) {
   return std::nullopt;
 }
 
+// Completions' echo (chat refuses it: OpenAI's chat API has none).
+std::optional<ApiError> parse_echo(const json& b, OpenAiRequest* r) {
+  if (auto e = read_bool(b, "echo", &r->echo)) return e;
+  if (r->echo && r->endpoint == Endpoint::kChat)
+    return bad_request("'echo' is not supported by /v1/chat/completions (use /v1/completions)",
+                       "echo", "unsupported_parameter");
+  return std::nullopt;
+}
+
 std::optional<ApiError> parse_sampling(const json& b, OpenAiRequest* r) {
   SamplingParams& p = r->sampling;
   std::optional<int64_t> v;
@@ -301,6 +308,12 @@ std::optional<ApiError> parse_sampling(const json& b, OpenAiRequest* r) {
   v.reset();
   if (auto e = read_int(b, "max_completion_tokens", INT32_MIN, INT32_MAX, &v)) return e;
   if (v) r->max_tokens = int32_t(*v);
+  // echo with max_tokens 0: the prompt (and its logprobs) alone, as lm-evaluation-harness's
+  // loglikelihood requests ask. The engine samples one token, which the response leaves out.
+  if (r->echo && r->max_tokens == 0) {
+    r->prompt_only = true;
+    r->max_tokens = 1;
+  }
   for (auto [key, field] : {std::pair{"temperature", &p.temperature},
                             {"top_p", &p.top_p},
                             {"min_p", &p.min_p},
@@ -371,17 +384,25 @@ json chat_logprobs(const std::vector<int32_t>& ids, const std::vector<TokenLogpr
   return {{"content", content}};
 }
 
+// The tokens' logprobs: lps[i] is token unscored + i's; the first `unscored` tokens (an echoed
+// prompt's first token, which nothing precedes) have null logprobs, as OpenAI's echo gives.
 json completion_logprobs(const std::vector<int32_t>& ids, const std::vector<TokenLogprobs>& lps,
-                         const Tokenizer& tok, size_t text_offset) {
+                         const Tokenizer& tok, size_t text_offset, size_t unscored = 0) {
   json tokens = json::array(), token_lps = json::array(), tops = json::array(),
        offsets = json::array();
-  for (size_t i = 0; i < ids.size() && i < lps.size(); ++i) {
+  for (size_t i = 0; i < ids.size() && (i < unscored || i - unscored < lps.size()); ++i) {
     TokenText t = token_text(tok, ids[i]);
     tokens.push_back(t.text);
-    token_lps.push_back(lps[i].logprob);
-    json top = json::object();
-    for (const auto& [tid, lp] : lps[i].top) top[token_text(tok, tid).text] = lp;
-    tops.push_back(top);
+    if (i < unscored) {
+      token_lps.push_back(nullptr);
+      tops.push_back(nullptr);
+    } else {
+      const TokenLogprobs& lp = lps[i - unscored];
+      token_lps.push_back(lp.logprob);
+      json top = json::object();
+      for (const auto& [tid, v] : lp.top) top[token_text(tok, tid).text] = v;
+      tops.push_back(top);
+    }
     offsets.push_back(text_offset);
     text_offset += t.text.size();
   }
@@ -492,8 +513,10 @@ std::optional<ApiError> parse_openai_request(std::string_view body, Endpoint end
   if (auto t = b.find("tools"); t != b.end() && t->is_array() && !t->empty())
     ordered = nlohmann::ordered_json::parse(body);
   if (auto e = parse_tools(b, ordered, r)) return e;
+  if (auto e = parse_echo(b, r)) return e;
   if (auto e = parse_sampling(b, r)) return e;
   if (auto e = parse_logprobs(b, r)) return e;
+  if (r->echo && r->top_logprobs >= 0) r->prompt_logprobs_from = 0;
   if (auto k = b.find("chat_template_kwargs"); k != b.end() && !k->is_null()) {
     if (!k->is_object()) return wrong_type("chat_template_kwargs", "an object", *k);
     if (endpoint != Endpoint::kChat)
@@ -553,9 +576,22 @@ json build_response(const OpenAiRequest& req, const ResponseMeta& meta,
     const ChoiceResult& c = choices[i];
     json choice = {{"index", i}, {"finish_reason", finish_reason_json(c.finish_reason)}};
     json lp = nullptr;
-    if (req.top_logprobs >= 0)
+    if (req.top_logprobs >= 0 && req.echo) {
+      // The prompt's tokens, then the completion's: one list (logprobs from the scored one on).
+      std::vector<int32_t> ids = c.prompt_ids;
+      ids.insert(ids.end(), c.token_ids.begin(), c.token_ids.end());
+      size_t unscored = std::min(c.prompt_ids.size(), size_t(std::max(c.prompt_logprobs_from, 0)));
+      std::vector<TokenLogprobs> lps = c.prompt_logprobs;
+      if (lps.size() != c.prompt_ids.size() - unscored) {  // it ended before they came: all null
+        unscored = c.prompt_ids.size();
+        lps.clear();
+      }
+      lps.insert(lps.end(), c.logprobs.begin(), c.logprobs.end());
+      lp = completion_logprobs(ids, lps, tok, 0, unscored);
+    } else if (req.top_logprobs >= 0) {
       lp = chat ? chat_logprobs(c.token_ids, c.logprobs, tok)
                 : completion_logprobs(c.token_ids, c.logprobs, tok, 0);
+    }
     if (chat) {
       // With tool calls, content is null unless the model wrote more than white space.
       const bool blank = c.text.find_first_not_of(" \n\t\r") == std::string::npos;
@@ -570,7 +606,7 @@ json build_response(const OpenAiRequest& req, const ResponseMeta& meta,
         if (c.finish_reason == FinishReason::kStop) choice["finish_reason"] = "tool_calls";
       }
     } else {
-      choice["text"] = c.text;
+      choice["text"] = c.echo_text + c.text;
     }
     choice["logprobs"] = lp;
     if (!c.error.empty()) choice["error"] = c.error;
@@ -588,7 +624,8 @@ json build_chunk(const OpenAiRequest& req, const ResponseMeta& meta, const Chunk
   json lp = nullptr;
   if (req.top_logprobs >= 0 && !part.token_ids.empty())
     lp = chat ? chat_logprobs(part.token_ids, part.logprobs, tok)
-              : completion_logprobs(part.token_ids, part.logprobs, tok, part.text_offset);
+              : completion_logprobs(part.token_ids, part.logprobs, tok, part.text_offset,
+                                    part.unscored);
   if (chat) {
     json delta = json::object();
     if (part.first) delta["role"] = "assistant";

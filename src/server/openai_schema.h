@@ -56,6 +56,14 @@ struct OpenAiRequest {
   // (spec_verify_ct, spec_draft_token_num, spec_accept_token_num, spec_accept_length).
   bool return_meta_info = false;
   int top_logprobs = -1;  // -1: no logprobs; else the chosen token's and the top n
+  // Completions' echo: each choice's text (and, with logprobs, its logprobs) starts with its
+  // prompt's; max_tokens 0 then asks for the prompt alone (prompt_only: one token is sampled and
+  // dropped, finish_reason "length"). Chat refuses echo.
+  bool echo = false;
+  bool prompt_only = false;
+  // The prompt's logprobs from this token on (GenerateRequest::prompt_logprobs_from): echo with
+  // logprobs 0, /generate's logprob_start_len; -1 none.
+  int32_t prompt_logprobs_from = -1;
   // Chat with --reasoning-parser (SGLang's fields): split the reasoning out of the content, and
   // stream it as it comes (false: in one delta once it ended).
   bool separate_reasoning = true;
@@ -111,6 +119,14 @@ struct ChoiceResult {
   std::vector<TokenLogprobs> logprobs;               // one per token when requested
   FinishReason finish_reason = FinishReason::kNone;  // a stop after tool calls is "tool_calls"
   std::string error;
+  // OpenAiRequest::echo: the prompt's text, written before text; and the prompt's ids (echo and
+  // prompt logprobs: the tokens they score).
+  std::string echo_text;
+  std::vector<int32_t> prompt_ids;
+  // OpenAiRequest::prompt_logprobs_from: the logprobs of prompt tokens prompt_logprobs_from..
+  // (StreamEvent::prompt_logprobs; the tokens before have none: null in the response).
+  std::vector<TokenLogprobs> prompt_logprobs;
+  int32_t prompt_logprobs_from = 0;
 };
 
 struct Usage {
@@ -150,7 +166,8 @@ struct ChunkPart {
   int tool_index = 0;                   // the first one's index in the choice
   bool called_tools = false;            // with finish: the choice made calls ("tool_calls")
   std::vector<int32_t> token_ids;
-  std::vector<TokenLogprobs> logprobs;
+  std::vector<TokenLogprobs> logprobs;  // of token_ids from the `unscored`-th (null before it)
+  size_t unscored = 0;                  // echo: the prompt's first tokens have no logprob
   std::optional<FinishReason> finish;
   size_t text_offset = 0;
 };

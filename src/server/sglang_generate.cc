@@ -66,10 +66,6 @@ std::optional<ApiError> refuse_unsupported(const json& b, const json& sp) {
     return unsupported("return_hidden_states", "strata generate --capture-hidden-states does it");
   if (set(b, "token_ids_logprob"))
     return unsupported("token_ids_logprob", "logprobs of chosen token ids");
-  if (auto it = b.find("logprob_start_len"); it != b.end() && it->is_number_integer() &&
-                                             it->get<int64_t>() >= 0 && set(b, "return_logprob"))
-    return unsupported("logprob_start_len",
-                       "the prompt's logprobs (-1, the default, returns the output's)");
   if (set(sp, "custom_params"))
     return unsupported("sampling_params.custom_params", "custom params");
   if (auto it = sp.find("spaces_between_special_tokens");
@@ -114,10 +110,10 @@ json finish_reason_item(const ChoiceResult& c) {
   }
 }
 
-// [logprob, token id, text or null], SGLang's triple.
-json logprob_triple(double lp, int32_t id, const Tokenizer& tok, bool text) {
+// [logprob (null for a prompt token with none), token id, text or null], SGLang's triple.
+json logprob_triple(json lp, int32_t id, const Tokenizer& tok, bool text) {
   return json::array(
-      {lp, id,
+      {std::move(lp), id,
        text ? json(tok::to_valid_utf8(tok.decode(std::span<const int32_t>(&id, 1)))) : json()});
 }
 
@@ -161,6 +157,14 @@ std::optional<ApiError> parse_generate_request(std::string_view body, OpenAiRequ
   r->endpoint = Endpoint::kGenerate;
   r->native_batch = prompt.is_array() && (has_text || (!prompt.empty() && prompt[0].is_array()));
   if (auto e = read_bool(b, "return_text_in_logprobs", &r->text_in_logprobs)) return e;
+  // logprob_start_len >= 0: the prompt's logprobs from that token on (input_token_logprobs);
+  // -1 (SGLang's default) none. Only with return_logprob, as SGLang.
+  if (auto it = b.find("logprob_start_len"); it != b.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < -1 || it->get<int64_t>() > INT32_MAX)
+      return bad_request("'logprob_start_len' must be -1 or a prompt position",
+                         "logprob_start_len");
+    if (logprobs) r->prompt_logprobs_from = int32_t(it->get<int64_t>());
+  }
   if (auto it = b.find("rid"); it != b.end() && !it->is_null()) {
     if (it->is_string()) {
       r->rids.push_back(it->get<std::string>());
@@ -196,6 +200,30 @@ json build_generate_item(const OpenAiRequest& req, const ChoiceResult& c,
     }
     info["output_token_logprobs"] = std::move(lps);
     info["output_top_logprobs"] = std::move(tops);
+  }
+  if (req.prompt_logprobs_from >= 0) {
+    // Prompt tokens logprob_start_len..: [null, id, text] for token 0 (nothing precedes it),
+    // and for every token when the choice ended before its prompt's logprobs came.
+    json lps = json::array(), tops = json::array();
+    const size_t first = std::min(c.prompt_ids.size(), size_t(req.prompt_logprobs_from));
+    const size_t scored_from = size_t(std::max(c.prompt_logprobs_from, 1));
+    const bool have = c.prompt_logprobs.size() + scored_from == c.prompt_ids.size() ||
+                      (c.prompt_logprobs.empty() && scored_from >= c.prompt_ids.size());
+    for (size_t i = first; i < c.prompt_ids.size(); ++i) {
+      if (!have || i < scored_from) {
+        lps.push_back(logprob_triple(nullptr, c.prompt_ids[i], tok, req.text_in_logprobs));
+        tops.push_back(nullptr);
+        continue;
+      }
+      const TokenLogprobs& lp = c.prompt_logprobs[i - scored_from];
+      lps.push_back(logprob_triple(lp.logprob, c.prompt_ids[i], tok, req.text_in_logprobs));
+      json top = json::array();
+      for (const auto& [id, v] : lp.top)
+        top.push_back(logprob_triple(v, id, tok, req.text_in_logprobs));
+      tops.push_back(std::move(top));
+    }
+    info["input_token_logprobs"] = std::move(lps);
+    info["input_top_logprobs"] = std::move(tops);
   }
   json item = {{"text", c.text}, {"output_ids", c.token_ids}, {"meta_info", std::move(info)}};
   if (req.native_batch || req.n > 1) item["index"] = index;

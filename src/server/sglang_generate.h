@@ -9,9 +9,11 @@
 // choice `{"text", "output_ids", "meta_info": {"id", "finish_reason": {"type": "stop" | "length"
 // | "abort", ...}, "prompt_tokens", "completion_tokens", "cached_tokens", "e2e_latency"}}`, one
 // object for one prompt and choice, else a list; streamed as SSE events whose "text" is the whole
-// text so far (as SGLang sends it), then `data: [DONE]`.
-// Refused (never ignored): prompt logprobs (logprob_start_len >= 0), images, LoRA, embeddings as
-// input, sessions, disaggregation and everything the completions API refuses.
+// text so far (as SGLang sends it), then `data: [DONE]`. With return_logprob, meta_info carries
+// output_token_logprobs / output_top_logprobs, and with logprob_start_len >= 0 the prompt's
+// from that token on as input_token_logprobs / input_top_logprobs (token 0's logprob null).
+// Refused (never ignored): images, LoRA, embeddings as input, sessions, disaggregation,
+// token_ids_logprob and everything the completions API refuses.
 #pragma once
 
 #include <nlohmann/json.hpp>

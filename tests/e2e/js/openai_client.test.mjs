@@ -109,6 +109,28 @@ test('chat logprobs and sampling parameters', async () => {
   assert.deepEqual(again.choices.map((c) => c.message.content), r.choices.map((c) => c.message.content));
 });
 
+// lm-evaluation-harness's loglikelihood request (its local-completions model): echo, logprobs 1,
+// max_tokens 0 — the prompt back with each token's logprob (the first null), plus a completion
+// after it with max_tokens > 0. The values are checked against Hugging Face in
+// tests/e2e/server/prompt_logprobs_test.cc; here the client's view of the shape.
+test('completions echo the prompt with its logprobs', async () => {
+  const prompt = PROMPTS[0];
+  const r = await client.completions.create({ model, prompt, echo: true, logprobs: 1, max_tokens: 0, temperature: 0 });
+  const c = r.choices[0];
+  assert.equal(c.text, prompt);
+  assert.equal(c.finish_reason, 'length');
+  assert.equal(r.usage.completion_tokens, 0);
+  assert.equal(c.logprobs.tokens.join(''), prompt);
+  assert.equal(c.logprobs.tokens.length, r.usage.prompt_tokens);
+  assert.equal(c.logprobs.token_logprobs[0], null);
+  for (const lp of c.logprobs.token_logprobs.slice(1)) assert.ok(lp <= 0, `logprob ${lp}`);
+  const more = await client.completions.create({ model, prompt, echo: true, logprobs: 1, max_tokens: 4, temperature: 0 });
+  const plain = await client.completions.create({ model, prompt, max_tokens: 4, temperature: 0 });
+  assert.equal(more.choices[0].text, prompt + plain.choices[0].text);
+  assert.deepEqual(more.choices[0].logprobs.token_logprobs.slice(0, c.logprobs.tokens.length),
+                   c.logprobs.token_logprobs);
+});
+
 test('errors surface as OpenAI API errors', async () => {
   await assert.rejects(client.completions.create({ model: 'gpt-4', prompt: 'hi' }),
                        (e) => e instanceof OpenAI.NotFoundError && /does not exist/.test(e.message));

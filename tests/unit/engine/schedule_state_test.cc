@@ -149,6 +149,10 @@ TEST(ScheduleState, NoPrefixCacheRequestsComputeEverythingAndUrgentOnesQueueFirs
   ASSERT_TRUE(f.state.submit(&tail).ok());
   ASSERT_EQ(f.state.waiting().front(), &tail);
   EXPECT_EQ(f.state.waiting().back(), &uncached);
+  // The decision sees no hit for the request that shares none (it would count pages admission
+  // then has to allocate: "the decision over-committed the pool").
+  for (const WaitingEntry& w : f.state.snapshot().waiting)
+    EXPECT_EQ(w.cached_tokens, w.id == uncached.id() ? 0 : w.id == tail.id() ? 8 : 0) << w.id;
   f.drain();
   EXPECT_EQ(uncached.prefix_hit_tokens(), 0);
   EXPECT_EQ(tail.prefix_hit_tokens(), 8);

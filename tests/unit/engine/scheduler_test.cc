@@ -151,6 +151,56 @@ TEST(Scheduler, ChunksLongPromptsOneChunkedRequestAtATime) {
   EXPECT_FALSE(d.prefill[1].last_chunk);
 }
 
+// Prompt-scoring requests (a full logits row a token) share score_rows_per_step tokens a step,
+// whatever the chunk size; the others keep the whole chunk.
+TEST(Scheduler, PromptScoringRequestsShareTheScoreRowsOfAStep) {
+  SchedulerConfig c = small_config();  // chunk 64
+  c.page_size = 4;
+  c.max_prefill_tokens = 1000;
+  c.score_rows_per_step = 30;  // 28: whole pages
+  Scheduler sched(c);
+  SchedulerSnapshot s = pool(1000, 1000);
+  s.waiting = {{.id = 1, .total_len = 20, .remaining_new_tokens = 4, .scores_prompt = true},
+               {.id = 2, .total_len = 20, .remaining_new_tokens = 4, .scores_prompt = true},
+               {.id = 3, .total_len = 20, .remaining_new_tokens = 4}};
+  Decision d = sched.decide(s);
+  // 1 whole (20 of 28), then 2 chunked to the 8 left; 3 waits behind the chunked request.
+  ASSERT_EQ(d.prefill.size(), 2u);
+  EXPECT_EQ(d.prefill[0].num_tokens, 20);
+  EXPECT_TRUE(d.prefill[0].last_chunk);
+  EXPECT_EQ(d.prefill[1].id, 2);
+  EXPECT_EQ(d.prefill[1].num_tokens, 8);
+  EXPECT_FALSE(d.prefill[1].last_chunk);
+
+  // Next step: 2 continues within 28 (12 left of it), then 3 (not scoring) takes what the chunk
+  // has left.
+  s.waiting.erase(s.waiting.begin(), s.waiting.begin() + 2);
+  s.running = {RunningEntry{.id = 2,
+                            .decoding = false,
+                            .kv_len = 8,
+                            .total_len = 20,
+                            .held_pages = 2,
+                            .prompt_len = 20,
+                            .remaining_new_tokens = 4,
+                            .max_new_tokens = 4,
+                            .scores_prompt = true}};
+  s.waiting[0].total_len = 60;
+  d = sched.decide(s);
+  ASSERT_EQ(d.prefill.size(), 2u);
+  EXPECT_EQ(d.prefill[0].num_tokens, 12);
+  EXPECT_TRUE(d.prefill[0].last_chunk);
+  EXPECT_EQ(d.prefill[1].id, 3);
+  EXPECT_EQ(d.prefill[1].num_tokens, 52);  // 64 - 12: the chunk budget, not the score rows
+
+  // A long scoring prompt alone: chunks of 28 though the chunk allows 64.
+  s.running.clear();
+  s.waiting = {{.id = 4, .total_len = 100, .remaining_new_tokens = 4, .scores_prompt = true}};
+  d = sched.decide(s);
+  ASSERT_EQ(d.prefill.size(), 1u);
+  EXPECT_EQ(d.prefill[0].num_tokens, 28);
+  EXPECT_FALSE(d.prefill[0].last_chunk);
+}
+
 TEST(Scheduler, NonFinalChunksEndOnPageBoundaries) {
   SchedulerConfig c = small_config();
   c.page_size = 16;

@@ -201,6 +201,10 @@ TEST(ServerSchemaTest, EachBadParameterNamesItself) {
       {R"({"prompt":"x","return_hidden_states":true})", "return_hidden_states", "not supported",
        "unsupported_parameter"},
       {R"({"prompt":"x","skip_special_tokens":"no"})", "skip_special_tokens", "must be", ""},
+      {R"({"messages":[{"role":"user","content":"x"}],"echo":true})", "echo",
+       "not supported by /v1/chat/completions", "unsupported_parameter"},
+      {R"({"prompt":"x","echo":1})", "echo", "must be a boolean", ""},
+      {R"({"prompt":"x","max_tokens":0})", "max_tokens", "must be >= 1", ""},
   };
   for (const BadRequestCase& c : cases) {
     OpenAiRequest r;
@@ -294,6 +298,64 @@ TEST(ServerSchemaTest, ToolCallsInResponsesAndChunks) {
   EXPECT_EQ(build_chunk(req, meta, end, tok)["choices"][0]["finish_reason"], "tool_calls");
   end.called_tools = false;
   EXPECT_EQ(build_chunk(req, meta, end, tok)["choices"][0]["finish_reason"], "stop");
+}
+
+// Completions' echo: the prompt's text before the choice's; with logprobs, the prompt's tokens
+// lead the list, the first with null logprobs (nothing precedes it), and the engine's prompt
+// logprobs for the rest; max_tokens 0 asks for the prompt alone.
+TEST(ServerSchemaTest, EchoPutsThePromptAndItsLogprobsFirst) {
+  OpenAiRequest req;
+  ASSERT_FALSE(parse_openai_request(R"({"prompt":"the cat","echo":true,"logprobs":1})",
+                                    Endpoint::kCompletions, &req));
+  EXPECT_TRUE(req.echo);
+  EXPECT_FALSE(req.prompt_only);
+  EXPECT_EQ(req.prompt_logprobs_from, 0);
+  OpenAiRequest only;
+  ASSERT_FALSE(parse_openai_request(R"({"prompt":"x","echo":true,"max_tokens":0})",
+                                    Endpoint::kCompletions, &only));
+  EXPECT_TRUE(only.prompt_only);
+  EXPECT_EQ(only.max_tokens, 1);
+  EXPECT_EQ(only.prompt_logprobs_from, -1);  // echo without logprobs: the text alone
+
+  auto loaded = Tokenizer::load(std::string(STRATA_SHARED_DIR) + "/models/house-llama");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  const Tokenizer& tok = *loaded;
+  const std::vector<int32_t> p = tok.encode(" the cat"), out = tok.encode(" sat");
+  ASSERT_EQ(p.size(), 2u);
+  ASSERT_EQ(out.size(), 1u);
+  ChoiceResult c;
+  c.echo_text = " the cat";
+  c.prompt_ids = p;
+  c.prompt_logprobs = {{-2.5f, {{p[1], -2.5f}}}};
+  c.prompt_logprobs_from = 1;
+  c.text = " sat";
+  c.token_ids = out;
+  c.logprobs = {{-0.5f, {{out[0], -0.5f}}}};
+  c.finish_reason = FinishReason::kLength;
+  const ResponseMeta meta{"cmpl-1", 7, "m"};
+  const nlohmann::json body = build_response(req, meta, {c}, Usage{}, tok);
+  const nlohmann::json& choice = body["choices"][0];
+  EXPECT_EQ(choice["text"], " the cat sat");
+  const nlohmann::json& lp = choice["logprobs"];
+  EXPECT_EQ(lp["tokens"], nlohmann::json({" the", " cat", " sat"}));
+  EXPECT_EQ(lp["token_logprobs"], nlohmann::json::parse("[null, -2.5, -0.5]"));
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_EQ(lp["top_logprobs"][1], nlohmann::json({{" cat", -2.5}}));
+  EXPECT_EQ(lp["text_offset"], nlohmann::json({0, 4, 8}));
+  // A choice that ended before its prompt's logprobs came: the prompt's are all null.
+  c.prompt_logprobs.clear();
+  const nlohmann::json cut = build_response(req, meta, {c}, Usage{}, tok)["choices"][0]["logprobs"];
+  EXPECT_EQ(cut["token_logprobs"], nlohmann::json::parse("[null, null, -0.5]"));
+
+  // The stream's echo chunk: the prompt's text and tokens, the first unscored.
+  ChunkPart echo;
+  echo.text = c.echo_text;
+  echo.token_ids = p;
+  echo.logprobs = {{-2.5f, {{p[1], -2.5f}}}};
+  echo.unscored = 1;
+  const nlohmann::json chunk = build_chunk(req, meta, echo, tok)["choices"][0];
+  EXPECT_EQ(chunk["text"], " the cat");
+  EXPECT_EQ(chunk["logprobs"]["token_logprobs"], nlohmann::json::parse("[null, -2.5]"));
 }
 
 // Kimi K2's ids count the conversation's calls (its template renders them back); other formats

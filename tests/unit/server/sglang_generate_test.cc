@@ -35,6 +35,17 @@ TEST(SglangGenerate, TranslatesIntoTheCompletionsRequest) {
   EXPECT_TRUE(r.text_in_logprobs);
   EXPECT_FALSE(r.native_batch);
   EXPECT_EQ(r.rids, std::vector<std::string>{"r1"});
+  EXPECT_EQ(r.prompt_logprobs_from, -1);  // logprob_start_len -1: the output's logprobs only
+
+  // logprob_start_len >= 0 asks for the prompt's from there, with return_logprob only.
+  OpenAiRequest in;
+  ASSERT_FALSE(
+      parse_generate_request(R"({"text":"x","return_logprob":true,"logprob_start_len":2})", &in));
+  EXPECT_EQ(in.prompt_logprobs_from, 2);
+  EXPECT_EQ(in.top_logprobs, 0);
+  OpenAiRequest off;
+  ASSERT_FALSE(parse_generate_request(R"({"text":"x","logprob_start_len":0})", &off));
+  EXPECT_EQ(off.prompt_logprobs_from, -1);
 
   // Defaults: SGLang's 128 new tokens, temperature 1; a list of prompts is a batch.
   OpenAiRequest d;
@@ -75,8 +86,10 @@ TEST(SglangGenerate, ErrorsNameTheNativeFields) {
       {R"({"text":"x","image_data":"a.png"})", "image_data", "text models",
        "unsupported_parameter"},
       {R"({"text":"x","lora_path":"a"})", "lora_path", "LoRA", "unsupported_parameter"},
-      {R"({"text":"x","return_logprob":true,"logprob_start_len":0})", "logprob_start_len",
-       "prompt's logprobs", "unsupported_parameter"},
+      {R"({"text":"x","return_logprob":true,"logprob_start_len":-2})", "logprob_start_len",
+       "-1 or a prompt position", ""},
+      {R"({"text":"x","return_logprob":true,"logprob_start_len":"0"})", "logprob_start_len",
+       "-1 or a prompt position", ""},
       {R"({"text":"x","return_logprob":true,"top_logprobs_num":50})", "top_logprobs_num",
        "between 0 and 20", ""},
       {R"({"text":"x","sampling_params":{"spaces_between_special_tokens":false}})",
@@ -121,6 +134,31 @@ TEST(SglangGenerate, ResponseItems) {
                                               tok->decode(std::vector<int32_t>{ids[0]}), ids[1],
                                               tok->decode(std::vector<int32_t>{ids[1]}))));
   EXPECT_EQ(info["output_top_logprobs"][1][0][1], ids[1]);
+  EXPECT_FALSE(info.contains("input_token_logprobs"));  // not asked for
+
+  // The prompt's logprobs from logprob_start_len: token 0 has none (null), tokens from the
+  // engine's first scored one carry theirs; before they came, every one is null.
+  OpenAiRequest in;
+  ASSERT_FALSE(parse_generate_request(
+      R"({"text":"x","return_logprob":true,"top_logprobs_num":1,"logprob_start_len":0})", &in));
+  c.prompt_ids = {ids[0], ids[1], ids[0]};
+  const nlohmann::json none = build_generate_item(in, c, meta, *tok, 0)["meta_info"];
+  EXPECT_EQ(none["input_token_logprobs"],
+            nlohmann::json::parse(fmt::format(R"([[null,{},null],[null,{},null],[null,{},null]])",
+                                              ids[0], ids[1], ids[0])));
+  c.prompt_logprobs = {{-2.0f, {{ids[1], -2.0f}}}, {-3.0f, {{ids[1], -0.5f}}}};
+  c.prompt_logprobs_from = 1;
+  const nlohmann::json scored = build_generate_item(in, c, meta, *tok, 0)["meta_info"];
+  EXPECT_EQ(scored["input_token_logprobs"],
+            nlohmann::json::parse(fmt::format(R"([[null,{},null],[-2.0,{},null],[-3.0,{},null]])",
+                                              ids[0], ids[1], ids[0])));
+  EXPECT_TRUE(scored["input_top_logprobs"][0].is_null());
+  EXPECT_EQ(scored["input_top_logprobs"][2],
+            nlohmann::json::parse(fmt::format(R"([[-0.5,{},null]])", ids[1])));
+  in.prompt_logprobs_from = 2;  // logprob_start_len 2: the list starts at token 2
+  EXPECT_EQ(build_generate_item(in, c, meta, *tok, 0)["meta_info"]["input_token_logprobs"],
+            nlohmann::json::parse(fmt::format(R"([[-3.0,{},null]])", ids[0])));
+
   c.finish_reason = FinishReason::kStop;
   EXPECT_EQ(build_generate_item(req, c, meta, *tok, 0)["meta_info"]["finish_reason"],
             nlohmann::json({{"type", "stop"}}));
