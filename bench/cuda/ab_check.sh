@@ -29,6 +29,10 @@ t0=$(date +%s)
 A=$PWD/.devcarry/ab
 [ -f "$A/FILES" ] || { echo "no .devcarry/ab (run: bash bench/cuda/ab_check.sh prepare FILE...)"; exit 1; }
 read -r _base files <"$A/FILES"
+# A machine still warm from an earlier call keeps its build-dev, built last from the old files;
+# the tree's new files arrive with this machine's older mtimes, so ninja would keep the old
+# objects for the "new" pass (seen 2026-12-05: a first pass that timed the old code). Touch them.
+touch $files
 L=$OUT/ab
 mkdir -p "$L" "$L/newfiles"
 dev_configure

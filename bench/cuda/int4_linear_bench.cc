@@ -16,6 +16,8 @@
 //             in the same back-to-back graphs, with a least-squares line time = fixed + bytes /
 //             rate per kernel: a fixed cost a launch (start, x, epilogue, completion) against a
 //             streaming rate short of copy bandwidth
+//   token     one decode token's 128 GEMVs at m = 1 as a model runs them (the gemv stage's
+//             "token" line), backend knobs and kernel defaults, three rounds: a quick A/B
 //   gemm      the GEMM at m = 32 .. 8192 against bf16 cuBLAS on a bf16 weight of the same shape
 //             and against dequantize-to-bf16 + cuBLAS (the fallback), each kernel configuration
 // Every timing is CUDA events around back-to-back launches over weight copies that together
@@ -23,7 +25,7 @@
 // kernel's output is checked against dequant + cuBLAS first (NMSE printed): a wrong kernel's
 // timings mean nothing.
 //
-// Usage: strata_bench_int4_linear_bench [--what ceilings,gemv,scan,gemm] [--m 32,64,...]
+// Usage: strata_bench_int4_linear_bench [--what ceilings,gemv,scan,token,gemm] [--m 32,64,...]
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -559,6 +561,27 @@ void bench_gemv(const Ceilings& c, cudaStream_t s, cublasHandle_t h, std::vector
   }
 }
 
+// --what token (see the file comment): one decode token's 128 GEMVs at m = 1 as a model runs them,
+// with the backend's knobs (ring 8, two blocks an SM: CudaTunables) and the kernel's defaults,
+// three rounds alternating.
+void bench_token(const Ceilings& c, cudaStream_t s) {
+  GemvKnobs backend;
+  backend.kernel = cuda::kInt4GemvReg;
+  backend.unroll = 8;
+  backend.grid = 2 * cuda::num_sms();
+  const GemvKnobs backend_k[5] = {backend, backend, backend, backend, backend}, auto_k[5] = {};
+  TokenWeights tw(s);
+  for (int round = 0; round < 3; ++round)
+    for (const auto& [name, knobs] :
+         {std::pair{"backend knobs", backend_k}, {"kernel defaults", auto_k}}) {
+      const double ms_tok = tw.time_ms_token(s, 1, knobs, true);
+      std::printf(
+          "token    one decode token's 128 W4A16 GEMVs (%.2f GB), %s, round %d: %.3f ms = "
+          "%.1f%% of copy\n",
+          tw.gb, name, round, ms_tok, 100.0 * tw.gb / (ms_tok * 1e-3) / c.copy_gbs);
+    }
+}
+
 // The scan (see the file comment): one line per shape and kernel, then each kernel's fit.
 void bench_scan(const Ceilings& c, cudaStream_t s) {
   struct Point {
@@ -752,7 +775,8 @@ int main(int argc, char** argv) {
     else if (a == "--m")
       ms = parse_int_list(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: %s [--what ceilings,gemv,scan,gemm] [--m 32,64,...]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--what ceilings,gemv,scan,token,gemm] [--m 32,64,...]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -769,6 +793,7 @@ int main(int argc, char** argv) {
   std::vector<GemvRow> gemv_rows;
   if (what.find("gemv") != std::string::npos) bench_gemv(c, s, h, &gemv_rows);
   if (what.find("scan") != std::string::npos) bench_scan(c, s);
+  if (what.find("token") != std::string::npos) bench_token(c, s);
   std::vector<GemmRow> rows;
   if (what.find("gemm") != std::string::npos) bench_gemm(c, s, h, ms, &rows);
   std::printf("\nsummary  copy %.0f GB/s, cuBLAS bf16 %.0f TFLOP/s\n", c.copy_gbs, c.gemm_tflops);

@@ -176,15 +176,22 @@ __device__ __forceinline__ void gemv_epilogue(const Int4LinearParams& p, const P
 
 // The scale words a lane needs for 512-byte tile gt of a row-tile kernel (TPG as below): group 32
 // its two words (k steps 0-1, 2-3) into s[0], s[1]; else its group's one word into s[0]. ssrc:
-// the scales as words, offset by the lane's row g.
-template <int TPG>
-__device__ __forceinline__ void load_tile_scales(const uint32_t* ssrc, int64_t gt, uint32_t* s) {
+// the scales as words, offset by the lane's row g. Index: int64_t, or uint32_t where the launch
+// holds fewer than 2^27 tiles (int4_tile_index_fits): the address is then one IMAD.WIDE.U32.
+template <int TPG, typename Index>
+__device__ __forceinline__ void load_tile_scales(const uint32_t* ssrc, Index gt, uint32_t* s) {
   if constexpr (TPG == 0) {
-    s[0] = __ldg(ssrc + gt * 16);
-    s[1] = __ldg(ssrc + gt * 16 + 8);
+    s[0] = __ldg(ssrc + gt * Index(16));
+    s[1] = __ldg(ssrc + gt * Index(16) + 8);
   } else {
-    s[0] = __ldg(ssrc + (gt / TPG) * 8);
+    s[0] = __ldg(ssrc + gt / Index(TPG) * Index(8));
   }
+}
+// Whether every 512-byte tile of `matrices` matrices of `tiles` tiles each has a 32-bit index
+// whose 16-byte pieces (32 a tile) still fit 32 bits: the GEMVs' tile indices (2^27 tiles: 64
+// GiB of packed weights; one Kimi-K2.5 layer's experts are ~1 GiB at tp 8).
+inline bool int4_tile_index_fits(int64_t tiles, int64_t matrices) {
+  return tiles >= 0 && matrices >= 1 && tiles * matrices < (int64_t(1) << 27);
 }
 
 // Calls f(integral_constant KT, integral_constant TPG) for a row tile of kt 512-byte tiles (k =

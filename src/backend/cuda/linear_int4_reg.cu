@@ -156,8 +156,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   };
   // Global tile of stream position i: i + base0 before J, i + base1 from J (the up run), both
   // offset by the expert's first tile (ebase) in experts mode.
-  const int base0 = u0 * KT, base1 = (pl.inter_tiles + u0 - nu) * KT;
-  int64_t ebase = 0;
+  // 32-bit tile indices (choose_reg: int4_tile_index_fits): an address is one IMAD.WIDE.U32; 64-bit
+  // ones cost ~14 instructions a tile for the weight and scale loads (SASS, 2026-12-05).
+  const uint32_t base0 = uint32_t(u0 * KT), base1 = uint32_t((pl.inter_tiles + u0 - nu) * KT);
+  uint32_t ebase = 0;
   bool valid = true;  // block-uniform: an id outside [0, num_experts) has no expert, no output
   int r0 = 0;         // planned: the tile's first permuted row
   auto find_expert = [&] {  // reads through L2: may precede pdl_wait (ids_early)
@@ -172,7 +174,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
       valid = valid && m > 0;
     }
     valid = valid && e >= 0 && e < pl.experts.num_experts;
-    ebase = valid ? int64_t(e) * pl.expert_tiles : 0;
+    ebase = valid ? uint32_t(e) * uint32_t(pl.expert_tiles) : 0u;
   };
   if (experts && pl.experts.ids_early) {
     find_expert();
@@ -197,31 +199,33 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   uint32_t sc[kScales];
   // R > 1: the next load's position as running state (loads come in stream order): its tile of
   // row 0, k tile, super-slot and real rows (the rest load zeros, multiplied but never stored).
-  int64_t l_gt = 0;
+  uint32_t l_gt = 0;
   int l_kt = 0, l_j = 0, l_rows = 0;
   auto load_seek = [&](int j, int kt) {
     l_j = j;
     l_kt = kt;
-    l_gt = ebase + int64_t(tile_of(j)) * KT + kt;
+    l_gt = ebase + uint32_t(tile_of(j) * KT + kt);
     l_rows = rows_of(j);
   };
-  auto load_tile = [&](int t, int r, int64_t gt, bool real) {  // t, r compile-time after unrolling
-    ring[rslot(t, r)] = real ? __ldcs(wsrc + gt * 32) : make_uint4(0, 0, 0, 0);
+  // Tile gt: its 32 16-byte pieces, and its scale words (group 32: groups 2 gt and 2 gt + 1;
+  // else group gt / TPG, loaded with the group's last tile).
+  auto load_tile = [&](int t, int r, uint32_t gt, bool real) {  // t, r compile-time once unrolled
+    ring[rslot(t, r)] = real ? __ldcs(wsrc + gt * 32u) : make_uint4(0, 0, 0, 0);
     if constexpr (TPG == 0) {
-      sc[sci(t, r)] = real ? __ldg(ssrc + gt * 16) : 0u;
-      sc[sci(t, r) + 1] = real ? __ldg(ssrc + gt * 16 + 8) : 0u;
+      sc[sci(t, r)] = real ? __ldg(ssrc + gt * 16u) : 0u;
+      sc[sci(t, r) + 1] = real ? __ldg(ssrc + gt * 16u + 8) : 0u;
     } else if (t % kUnit == kUnit - 1) {
-      sc[sci(t, r)] = real ? __ldg(ssrc + ((gt * kInt4TileK) >> gshift) * 8) : 0u;
+      sc[sci(t, r)] = real ? __ldg(ssrc + gt / uint32_t(TPG) * 8u) : 0u;
     }
   };
   auto load = [&](auto t_c, int i) {
     constexpr int t = decltype(t_c)::value;
     if (i >= b) return;
     if constexpr (R == 1) {
-      load_tile(t, 0, ebase + i + (i < J ? base0 : base1), true);
+      load_tile(t, 0, ebase + uint32_t(i) + (i < J ? base0 : base1), true);
     } else {
 #pragma unroll
-      for (int r = 0; r < R; ++r) load_tile(t, r, l_gt + int64_t(r) * KT, r < l_rows);
+      for (int r = 0; r < R; ++r) load_tile(t, r, l_gt + uint32_t(r * KT), r < l_rows);
       ++l_gt;
       if (++l_kt == KT) load_seek(l_j + 1, 0);
     }
@@ -471,6 +475,10 @@ bool choose_reg(const Int4LinearParams& p, const Int4RegExperts* ex, RegLaunch* 
     if (int64_t(split) * items > int64_t(1) << 30) return false;
     r.grid = split * int(items);
   }
+  // The kernel's tile indices are 32-bit.
+  if (!int4_tile_index_fits(int4_row_tiles(p.n) * int4_k_tiles(p.k),
+                            ex != nullptr ? ex->num_experts : 1))
+    return false;
   Int4RegPlan& pl = r.pl;
   pl = Int4RegPlan{};
   if (ex != nullptr) {

@@ -51,7 +51,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2) int4_flat_down_kernel(Int4Flat
   const int64_t u0 = gw * total / warps, u1 = (gw + 1) * total / warps;
   pdl_trigger();  // the combine waits for this grid's completion anyway
   if (u0 >= u1) return;
-  const int64_t a = u0 * KT, b = u1 * KT, per_item = int64_t(p.row_tiles) * KT;
+  // Positions and tile indices are 32-bit (launch_int4_flat_down: int4_tile_index_fits for the
+  // experts, and the stream's positions under 2^31): addresses are one IMAD.WIDE.U32 each.
+  const int a = int(u0 * KT), b = int(u1 * KT), per_item = p.row_tiles * KT;
   auto raw_expert = [&](int item) { return __ldcg(p.ids ? p.ids + item : p.tiles + 2 * item); };
   auto expert_of = [&](int item) {  // an id out of range stores nothing (enter_item): clamped
     return min(max(raw_expert(item), 0), p.num_experts - 1);  // only so as never to read past
@@ -63,19 +65,21 @@ __global__ void __launch_bounds__(kWarps * 32, 2) int4_flat_down_kernel(Int4Flat
   constexpr int kScales = TPG == 0 ? 2 : 1;
   uint4 ring[kRing];
   uint32_t sc[kRing * kScales];
-  int l_item = int(a / per_item);
-  int64_t l_end = (l_item + 1) * per_item;
-  int64_t l_delta = int64_t(expert_of(l_item)) * p.expert_tiles - l_item * per_item;
-  auto load = [&](auto t_c, int64_t i) {
+  const uint32_t expert_tiles = uint32_t(p.expert_tiles);
+  int l_item = a / per_item;
+  int l_end = (l_item + 1) * per_item;
+  // gt - i within the current item (wraps modulo 2^32; the sum is the tile's index)
+  uint32_t l_delta = uint32_t(expert_of(l_item)) * expert_tiles - uint32_t(l_item * per_item);
+  auto load = [&](auto t_c, int i) {
     constexpr int t = decltype(t_c)::value;
     if (i < b) {
       if (i >= l_end) {  // warp-uniform: the next item
         ++l_item;
         l_end += per_item;
-        l_delta = int64_t(expert_of(l_item)) * p.expert_tiles - l_item * per_item;
+        l_delta = uint32_t(expert_of(l_item)) * expert_tiles - uint32_t(l_item * per_item);
       }
-      const int64_t gt = i + l_delta;
-      ring[t] = __ldcs(wsrc + gt * 32);
+      const uint32_t gt = uint32_t(i) + l_delta;
+      ring[t] = __ldcs(wsrc + gt * 32u);
       load_tile_scales<TPG>(ssrc, gt, sc + kScales * t);
     }
   };
@@ -84,13 +88,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2) int4_flat_down_kernel(Int4Flat
 
   // ---- the multiplies: item state (x fragments, output rows) changes at item boundaries ----
   uint32_t xf[KT * 8];
-  int c_item = -1, m = 0, rt = 0;
-  int64_t c_end = 0;
+  int c_item = -1, m = 0, rt = 0, c_end = 0;
   bf16_bits* out = p.out;
-  auto enter_item = [&](int64_t i) {  // warp-uniform
-    c_item = int(i / per_item);
+  auto enter_item = [&](int i) {  // warp-uniform
+    c_item = i / per_item;
     c_end = (c_item + 1) * per_item;
-    rt = int((i - c_item * per_item) / KT);
+    rt = (i - c_item * per_item) / KT;
     int r0;
     if (p.ids) {  // by ids: one row, the assignment's own
       const int e = raw_expert(c_item);
@@ -113,7 +116,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) int4_flat_down_kernel(Int4Flat
     }
   };
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  auto step = [&](auto t_c, int64_t i) {
+  auto step = [&](auto t_c, int i) {
     constexpr int t = decltype(t_c)::value, kt = t % KT;
     if (kt == 0 && i >= c_end) enter_item(i);
     mma_tile_round(ring[t], sc[TPG == 0 ? 2 * t : t], sc[TPG == 0 ? 2 * t + 1 : t], xf + kt * 8,
@@ -134,9 +137,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2) int4_flat_down_kernel(Int4Flat
       ++rt;
     }
   };
-  for (int64_t i0 = a; i0 < b; i0 += kRing)
+  for (int i0 = a; i0 < b; i0 += kRing)
     static_for<kRing>([&](auto t_c) {
-      const int64_t i = i0 + decltype(t_c)::value;
+      const int i = i0 + decltype(t_c)::value;
       if (i < b) step(t_c, i);
     });
 }
@@ -152,7 +155,8 @@ bool int4_flat_down_fits(int64_t k, int group, int tile_rows) {
 
 bool launch_int4_flat_down(const Int4FlatDownParams& p, cudaStream_t stream) {
   if (!int4_flat_down_fits(p.k, p.group, p.tile_rows) || p.max_tiles < 1 || p.ctas_per_sm < 0 ||
-      p.ctas_per_sm > 2)
+      p.ctas_per_sm > 2 || !int4_tile_index_fits(p.expert_tiles, p.num_experts) ||
+      int64_t(p.max_tiles) * p.row_tiles * (p.k / kInt4TileK) + kRing >= (int64_t(1) << 31))
     return false;
   const int per_sm = p.ctas_per_sm > 0 ? p.ctas_per_sm : 2;
   const dim3 grid(unsigned(per_sm * num_sms())), block(unsigned(kWarps * 32));
