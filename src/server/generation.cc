@@ -395,13 +395,9 @@ bool Generation::next_sse(std::string* out, std::chrono::milliseconds heartbeat,
       echo.choice = ce.choice;
       echo.text = c.echo_text;
       echo.token_ids = c.prompt_ids;
-      echo.logprobs = ce.event.prompt_logprobs;
-      echo.unscored =
-          std::min(c.prompt_ids.size(), size_t(std::max(ce.event.prompt_logprobs_from, 0)));
-      if (echo.logprobs.size() != c.prompt_ids.size() - echo.unscored) {
-        echo.unscored = c.prompt_ids.size();  // none came (it ended first): all null
-        echo.logprobs.clear();
-      }
+      echo.unscored = unscored_prompt_tokens(c.prompt_ids.size(), ce.event.prompt_logprobs.size(),
+                                             ce.event.prompt_logprobs_from);
+      if (echo.unscored < c.prompt_ids.size()) echo.logprobs = ce.event.prompt_logprobs;
       *out += sse_event(build_chunk(req_, meta_, echo, tok));
     }
     ChunkPart part;

@@ -555,6 +555,11 @@ json Usage::to_json() const {
   return u;
 }
 
+size_t unscored_prompt_tokens(size_t prompt_len, size_t num_logprobs, int32_t from) {
+  const size_t unscored = std::min(prompt_len, size_t(std::max(from, 0)));
+  return num_logprobs == prompt_len - unscored ? unscored : prompt_len;
+}
+
 json finish_reason_json(FinishReason r) {
   if (r == FinishReason::kNone) return nullptr;
   // "abort" is no OpenAI value: a completion cut before it finished (the drain timeout at
@@ -580,12 +585,10 @@ json build_response(const OpenAiRequest& req, const ResponseMeta& meta,
       // The prompt's tokens, then the completion's: one list (logprobs from the scored one on).
       std::vector<int32_t> ids = c.prompt_ids;
       ids.insert(ids.end(), c.token_ids.begin(), c.token_ids.end());
-      size_t unscored = std::min(c.prompt_ids.size(), size_t(std::max(c.prompt_logprobs_from, 0)));
-      std::vector<TokenLogprobs> lps = c.prompt_logprobs;
-      if (lps.size() != c.prompt_ids.size() - unscored) {  // it ended before they came: all null
-        unscored = c.prompt_ids.size();
-        lps.clear();
-      }
+      const size_t unscored = unscored_prompt_tokens(c.prompt_ids.size(), c.prompt_logprobs.size(),
+                                                     c.prompt_logprobs_from);
+      std::vector<TokenLogprobs> lps;
+      if (unscored < c.prompt_ids.size()) lps = c.prompt_logprobs;
       lps.insert(lps.end(), c.logprobs.begin(), c.logprobs.end());
       lp = completion_logprobs(ids, lps, tok, 0, unscored);
     } else if (req.top_logprobs >= 0) {

@@ -177,6 +177,11 @@ nlohmann::json build_chunk(const OpenAiRequest& req, const ResponseMeta& meta,
 nlohmann::json build_usage_chunk(const OpenAiRequest& req, const ResponseMeta& meta,
                                  const Usage& usage);
 
+// Of an echoed prompt of prompt_len tokens, how many lead without a logprob (null): those before
+// `from` (the engine's first scored token) when num_logprobs covers the rest, else all of them
+// (the choice ended before its prompt's logprobs came).
+size_t unscored_prompt_tokens(size_t prompt_len, size_t num_logprobs, int32_t from);
+
 // "stop" or "length" (kAbort too: OpenAI has no "abort"); null for kNone.
 nlohmann::json finish_reason_json(FinishReason r);
 

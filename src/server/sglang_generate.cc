@@ -206,16 +206,15 @@ json build_generate_item(const OpenAiRequest& req, const ChoiceResult& c,
     // and for every token when the choice ended before its prompt's logprobs came.
     json lps = json::array(), tops = json::array();
     const size_t first = std::min(c.prompt_ids.size(), size_t(req.prompt_logprobs_from));
-    const size_t scored_from = size_t(std::max(c.prompt_logprobs_from, 1));
-    const bool have = c.prompt_logprobs.size() + scored_from == c.prompt_ids.size() ||
-                      (c.prompt_logprobs.empty() && scored_from >= c.prompt_ids.size());
+    const size_t unscored = unscored_prompt_tokens(c.prompt_ids.size(), c.prompt_logprobs.size(),
+                                                   c.prompt_logprobs_from);
     for (size_t i = first; i < c.prompt_ids.size(); ++i) {
-      if (!have || i < scored_from) {
+      if (i < unscored) {
         lps.push_back(logprob_triple(nullptr, c.prompt_ids[i], tok, req.text_in_logprobs));
         tops.push_back(nullptr);
         continue;
       }
-      const TokenLogprobs& lp = c.prompt_logprobs[i - scored_from];
+      const TokenLogprobs& lp = c.prompt_logprobs[i - unscored];
       lps.push_back(logprob_triple(lp.logprob, c.prompt_ids[i], tok, req.text_in_logprobs));
       json top = json::array();
       for (const auto& [id, v] : lp.top)

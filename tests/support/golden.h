@@ -67,6 +67,18 @@ inline double rel_max_error(const std::vector<float>& a, const std::vector<float
   return den > 0 ? num / den : num;
 }
 
+// log_softmax of one reference logits row, in double (a token's logprob given the row's position:
+// what prompt logprobs are checked against).
+inline std::vector<double> log_softmax(const float* row, int64_t vocab) {
+  const double mx = *std::max_element(row, row + vocab);
+  double sum = 0;
+  for (int64_t v = 0; v < vocab; ++v) sum += std::exp(double(row[v]) - mx);
+  const double log_z = mx + std::log(sum);
+  std::vector<double> out(static_cast<size_t>(vocab));
+  for (int64_t v = 0; v < vocab; ++v) out[size_t(v)] = double(row[v]) - log_z;
+  return out;
+}
+
 // ‖a − b‖² / ‖b‖² (infinite when a holds a non-finite value).
 inline double nmse(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;

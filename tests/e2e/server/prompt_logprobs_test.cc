@@ -20,11 +20,7 @@ using nlohmann::json;
 
 // log p(ids[pos] | ids[:pos]) from the reference logits of seq0, row pos - 1.
 double reference_logprob(const std::vector<float>& logits, int64_t vocab, size_t pos, int32_t id) {
-  const float* row = logits.data() + (pos - 1) * size_t(vocab);
-  const double mx = *std::max_element(row, row + vocab);
-  double sum = 0;
-  for (int64_t v = 0; v < vocab; ++v) sum += std::exp(double(row[v]) - mx);
-  return double(row[id]) - mx - std::log(sum);
+  return testing::log_softmax(logits.data() + (pos - 1) * size_t(vocab), vocab)[size_t(id)];
 }
 
 TEST(ServePromptLogprobsTest, EchoAndLogprobStartLenMatchTheReference) {

@@ -16,6 +16,7 @@
 namespace strata {
 namespace {
 
+using testing::log_softmax;
 using testing::Reference;
 using testing::shared_dir;
 
@@ -72,16 +73,6 @@ std::vector<Result> run(const std::vector<std::vector<int32_t>>& prompts, int32_
     EXPECT_TRUE(id.ok()) << id.status().to_string();
   }
   engine().wait_idle();
-  return out;
-}
-
-// log_softmax of one reference logits row.
-std::vector<double> log_softmax(const float* row, int64_t vocab) {
-  const double mx = *std::max_element(row, row + vocab);
-  double sum = 0;
-  for (int64_t v = 0; v < vocab; ++v) sum += std::exp(double(row[v]) - mx);
-  std::vector<double> out(static_cast<size_t>(vocab));
-  for (int64_t v = 0; v < vocab; ++v) out[size_t(v)] = double(row[v]) - mx - std::log(sum);
   return out;
 }
 
