@@ -93,6 +93,27 @@ TEST(ServePromptLogprobsTest, EchoAndLogprobStartLenMatchTheReference) {
             mc["text"])
       << pl;
 
+  // lm-evaluation-harness's batch: token-id prompts in a list, max_tokens 1, a seed; choice i is
+  // prompt i's, its tokens the prompt's and the one generated.
+  const std::vector<int32_t> ids1 = ref.i32("seq1.input_ids");
+  const json batch = post_json(port, "/v1/completions",
+                               {{"prompt", {ids, ids1}},
+                                {"echo", true},
+                                {"logprobs", 1},
+                                {"max_tokens", 1},
+                                {"temperature", 0},
+                                {"seed", 1234}});
+  ASSERT_EQ(batch["choices"].size(), 2u) << batch;
+  for (int i = 0; i < 2; ++i) {
+    const json& bc = batch["choices"][i];
+    EXPECT_EQ(bc["index"], i);
+    const size_t n = (i == 0 ? ids : ids1).size();
+    ASSERT_EQ(bc["logprobs"]["token_logprobs"].size(), n + 1) << bc;
+    if (i == 0)
+      for (size_t pos = 0; pos < n; ++pos)
+        EXPECT_EQ(bc["logprobs"]["token_logprobs"][pos], lp["token_logprobs"][pos]) << pos;
+  }
+
   // SGLang's /generate: input_token_logprobs from logprob_start_len, the same numbers.
   const json g = post_json(port, "/generate",
                            {{"input_ids", ids},
