@@ -55,6 +55,7 @@ struct Result {
   std::vector<int32_t> tokens;
   std::string text;
   std::vector<TokenLogprobs> logprobs;
+  std::vector<TokenLogprobs> prompt_logprobs;
   FinishReason finish = FinishReason::kNone;
   int32_t completion_tokens = 0;
   int32_t accepted = 0, drafted = 0, verifies = 0;
@@ -65,6 +66,7 @@ struct Job {
   std::vector<int32_t> prompt;
   SamplingParams params;
   int top_logprobs = -1;
+  int32_t prompt_logprobs_from = -1;
 };
 
 std::vector<Result> run(Engine& engine, const std::vector<Job>& jobs, bool one_at_a_time = false) {
@@ -75,9 +77,11 @@ std::vector<Result> run(Engine& engine, const std::vector<Job>& jobs, bool one_a
     g.prompt_ids = jobs[i].prompt;
     g.params = jobs[i].params;
     g.top_logprobs = jobs[i].top_logprobs;
+    g.prompt_logprobs_from = jobs[i].prompt_logprobs_from;
     g.on_event = [&out, &mu, i](const StreamEvent& ev) {
       std::lock_guard<std::mutex> lk(mu);
       Result& r = out[i];
+      if (ev.prompt_logprobs_from > 0) r.prompt_logprobs = ev.prompt_logprobs;
       r.tokens.insert(r.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
       r.logprobs.insert(r.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
       r.text += ev.text;
@@ -186,6 +190,35 @@ TEST(SpeculativeEngine, GreedyEqualsPlainDecodingAtBatch1And64WithRetraction) {
     ASSERT_TRUE(spec->flush_cache());
     EXPECT_EQ(spec->stats().kv_tokens_used, 0);
   }
+}
+
+// Prompt logprobs (completions echo) beside speculation: a prefill's scoring rows come before its
+// sampled row, which the drafter's first verify follows; the prompts' logprobs and the greedy
+// tokens equal plain decoding's, in one batch with chunked prefill.
+TEST(SpeculativeEngine, PromptLogprobsAreThoseOfPlainDecoding) {
+  auto plain = make_engine({});
+  auto spec = make_engine({.speculative = true});
+  ASSERT_TRUE(plain && spec);
+  std::vector<Job> jobs = greedy_jobs(heldout_prompts(plain->tokenizer(), 6), 24);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    jobs[i].top_logprobs = 2;
+    jobs[i].prompt_logprobs_from = i % 2 == 0 ? 0 : 5;
+  }
+  const std::vector<Result> want = run(*plain, jobs), got = run(*spec, jobs);
+  expect_same_tokens(got, want, "prompt logprobs");
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    ASSERT_EQ(want[i].prompt_logprobs.size(),
+              jobs[i].prompt.size() - size_t(std::max(1, jobs[i].prompt_logprobs_from)));
+    ASSERT_EQ(got[i].prompt_logprobs.size(), want[i].prompt_logprobs.size()) << i;
+    for (size_t k = 0; k < got[i].prompt_logprobs.size(); ++k) {
+      EXPECT_NEAR(got[i].prompt_logprobs[k].logprob, want[i].prompt_logprobs[k].logprob, 1e-5)
+          << "request " << i << " token " << k;
+      EXPECT_EQ(got[i].prompt_logprobs[k].top[0].first, want[i].prompt_logprobs[k].top[0].first);
+    }
+  }
+  int64_t drafted = 0;
+  for (const Result& r : got) drafted += r.drafted;
+  EXPECT_GT(drafted, 0);  // speculation ran
 }
 
 TEST(SpeculativeEngine, RepetitivePromptAcceptsDraftsAndStaysExact) {
