@@ -148,6 +148,11 @@ std::optional<ApiError> parse_generate_request(std::string_view body, OpenAiRequ
                          "sampling_params." + key);
     }
   }
+  // max_new_tokens 0 (SGLang's frontend scoring a prompt): the prefill alone. One token is sampled
+  // and left out of the answer (OpenAiRequest::prompt_only), as completions' echo with max_tokens
+  // 0.
+  const bool prompt_only = c["max_tokens"].is_number_integer() && c["max_tokens"] == 0;
+  if (prompt_only) c["max_tokens"] = 1;
   if (auto it = b.find("stream"); it != b.end()) c["stream"] = *it;
   bool logprobs = false;
   if (auto e = read_bool(b, "return_logprob", &logprobs)) return e;
@@ -155,6 +160,7 @@ std::optional<ApiError> parse_generate_request(std::string_view body, OpenAiRequ
   if (auto e = parse_openai_request(c.dump(), Endpoint::kCompletions, r))
     return renamed(*e, has_ids);
   r->endpoint = Endpoint::kGenerate;
+  r->prompt_only = prompt_only;
   r->native_batch = prompt.is_array() && (has_text || (!prompt.empty() && prompt[0].is_array()));
   if (auto e = read_bool(b, "return_text_in_logprobs", &r->text_in_logprobs)) return e;
   // logprob_start_len >= 0: the prompt's logprobs from that token on (input_token_logprobs);

@@ -11,7 +11,8 @@
 // object for one prompt and choice, else a list; streamed as SSE events whose "text" is the whole
 // text so far (as SGLang sends it), then `data: [DONE]`. With return_logprob, meta_info carries
 // output_token_logprobs / output_top_logprobs, and with logprob_start_len >= 0 the prompt's
-// from that token on as input_token_logprobs / input_top_logprobs (token 0's logprob null).
+// from that token on as input_token_logprobs / input_top_logprobs (token 0's logprob null);
+// max_new_tokens 0 runs the prefill alone (no output: finish_reason length 0).
 // Refused (never ignored): images, LoRA, embeddings as input, sessions, disaggregation,
 // token_ids_logprob and everything the completions API refuses.
 #pragma once

@@ -126,6 +126,18 @@ TEST(ServePromptLogprobsTest, EchoAndLogprobStartLenMatchTheReference) {
     EXPECT_EQ(in[pos - 4][1], ids[pos]);
     EXPECT_NEAR(in[pos - 4][0].get<double>(), lp["token_logprobs"][pos].get<double>(), 1e-6);
   }
+  // max_new_tokens 0 (SGLang's frontend scoring choices): the prompt's logprobs, no output.
+  const json z = post_json(port, "/generate",
+                           {{"input_ids", ids},
+                            {"return_logprob", true},
+                            {"logprob_start_len", 0},
+                            {"sampling_params", {{"max_new_tokens", 0}}}});
+  EXPECT_EQ(z["text"], "") << z;
+  EXPECT_EQ(z["output_ids"].size(), 0u) << z;
+  EXPECT_EQ(z["meta_info"]["finish_reason"], json({{"type", "length"}, {"length", 0}})) << z;
+  ASSERT_EQ(z["meta_info"]["input_token_logprobs"].size(), ids.size()) << z;
+  EXPECT_TRUE(z["meta_info"]["input_token_logprobs"][0][0].is_null()) << z;
+  EXPECT_EQ(z["meta_info"]["input_token_logprobs"][5][0], in[1][0]) << z;
 
   // Chat has no echo.
   const HttpResponse chat =

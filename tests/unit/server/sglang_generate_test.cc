@@ -46,6 +46,13 @@ TEST(SglangGenerate, TranslatesIntoTheCompletionsRequest) {
   OpenAiRequest off;
   ASSERT_FALSE(parse_generate_request(R"({"text":"x","logprob_start_len":0})", &off));
   EXPECT_EQ(off.prompt_logprobs_from, -1);
+  // max_new_tokens 0: the prompt alone (one token sampled, left out), as SGLang's frontend scores.
+  OpenAiRequest zero;
+  ASSERT_FALSE(
+      parse_generate_request(R"({"text":"x","sampling_params":{"max_new_tokens":0}})", &zero));
+  EXPECT_TRUE(zero.prompt_only);
+  EXPECT_EQ(zero.max_tokens, 1);
+  EXPECT_FALSE(in.prompt_only);
 
   // Defaults: SGLang's 128 new tokens, temperature 1; a list of prompts is a batch.
   OpenAiRequest d;
