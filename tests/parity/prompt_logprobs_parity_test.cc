@@ -86,12 +86,7 @@ TEST(PromptLogprobsParity, CudaEngineMatchesTheReference) {
   const std::string model = model_with_tokenizer(dir);
   Reference ref(shared_dir() + "/fixtures/tiny/llama-gqa/reference.safetensors");
   ASSERT_TRUE(ref.ok());
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::vector<float>> logits;
-  for (int s = 0; ref.has("seq" + std::to_string(s) + ".input_ids"); ++s) {
-    prompts.push_back(ref.i32("seq" + std::to_string(s) + ".input_ids"));
-    logits.push_back(ref.f32("seq" + std::to_string(s) + ".logits"));
-  }
+  const auto [prompts, logits] = reference_sequences(ref);
   for (int chunk : {4096, 8}) {
     const std::vector<Scored> out = run(model, chunk, prompts);
     ASSERT_EQ(out.size(), prompts.size() + 1);

@@ -67,6 +67,21 @@ inline double rel_max_error(const std::vector<float>& a, const std::vector<float
   return den > 0 ? num / den : num;
 }
 
+// A reference's scored sequences seq0, seq1, ...: their input ids and the logits of every
+// position ([len, vocab] each).
+struct ReferenceSequences {
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<std::vector<float>> logits;
+};
+inline ReferenceSequences reference_sequences(const Reference& ref) {
+  ReferenceSequences out;
+  for (int s = 0; ref.has("seq" + std::to_string(s) + ".input_ids"); ++s) {
+    out.ids.push_back(ref.i32("seq" + std::to_string(s) + ".input_ids"));
+    out.logits.push_back(ref.f32("seq" + std::to_string(s) + ".logits"));
+  }
+  return out;
+}
+
 // log_softmax of one reference logits row, in double (a token's logprob given the row's position:
 // what prompt logprobs are checked against).
 inline std::vector<double> log_softmax(const float* row, int64_t vocab) {

@@ -50,12 +50,7 @@ std::vector<std::vector<TokenLogprobs>> score(int tp, int dcp,
 TEST(TpPromptLogprobs, EveryRankCountGivesTheReference) {
   Reference ref(shared_dir() + "/fixtures/house-mla/reference.safetensors");
   ASSERT_TRUE(ref.ok());
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::vector<float>> logits;
-  for (int s = 0; ref.has("seq" + std::to_string(s) + ".input_ids"); ++s) {
-    prompts.push_back(ref.i32("seq" + std::to_string(s) + ".input_ids"));
-    logits.push_back(ref.f32("seq" + std::to_string(s) + ".logits"));
-  }
+  const auto [prompts, logits] = reference_sequences(ref);
   for (auto [tp, dcp] : {std::pair{1, 1}, {2, 1}, {2, 2}}) {
     SCOPED_TRACE("tp " + std::to_string(tp) + " dcp " + std::to_string(dcp));
     const auto out = score(tp, dcp, prompts);
