@@ -112,8 +112,9 @@ TEST(PromptLogprobsParity, CudaEngineMatchesTheReference) {
         for (int64_t v = 0; v < vocab; ++v) order[size_t(v)] = int32_t(v);
         std::partial_sort(order.begin(), order.begin() + 2, order.end(),
                           [&](int32_t a, int32_t b) { return row[a] > row[b]; });
-        if (lp(order[0]) - lp(order[1]) > 0.05)
+        if (lp(order[0]) - lp(order[1]) > 0.05) {
           EXPECT_EQ(got.top[0].first, order[0]) << "seq " << s << " position " << pos;
+        }
       }
       std::printf("chunk %d seq %zu: %zu prompt logprobs on cuda, max |error| %.3g\n", chunk, s,
                   ids.size() - 1, worst);

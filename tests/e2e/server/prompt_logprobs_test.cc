@@ -109,9 +109,9 @@ TEST(ServePromptLogprobsTest, EchoAndLogprobStartLenMatchTheReference) {
     EXPECT_EQ(bc["index"], i);
     const size_t n = (i == 0 ? ids : ids1).size();
     ASSERT_EQ(bc["logprobs"]["token_logprobs"].size(), n + 1) << bc;
-    if (i == 0)
-      for (size_t pos = 0; pos < n; ++pos)
-        EXPECT_EQ(bc["logprobs"]["token_logprobs"][pos], lp["token_logprobs"][pos]) << pos;
+    if (i != 0) continue;
+    for (size_t pos = 0; pos < n; ++pos)
+      EXPECT_EQ(bc["logprobs"]["token_logprobs"][pos], lp["token_logprobs"][pos]) << pos;
   }
 
   // SGLang's /generate: input_token_logprobs from logprob_start_len, the same numbers.

@@ -98,8 +98,9 @@ void expect_matches_reference(const Result& r, const std::vector<int32_t>& ids, 
     for (int64_t v = 0; v < vocab; ++v) order[size_t(v)] = int32_t(v);
     std::partial_sort(order.begin(), order.begin() + 2, order.end(),
                       [&](int32_t a, int32_t b) { return want[size_t(a)] > want[size_t(b)]; });
-    if (want[size_t(order[0])] - want[size_t(order[1])] > 1e-2)
+    if (want[size_t(order[0])] - want[size_t(order[1])] > 1e-2) {
       EXPECT_EQ(got.top[0].first, order[0]) << "seq " << seq << " position " << pos;
+    }
     EXPECT_NEAR(got.top[0].second, want[size_t(got.top[0].first)], 1e-4);
   }
   std::printf("seq %d from %d: %zu prompt logprobs, max |error| %.2g against the HF logits\n", seq,
