@@ -197,8 +197,8 @@ struct MoeGroupedParams {
                           // (below), 0 the x-resident path or the one-block pipeline
   int pipe;               // GEMM, where moe_gemm_pipe_supported (and not weight-stationary): 1 the
                           // producer-warp kernel (below; the prefill default)
-  int narrow_tails;       // GEMM, the weight-stationary kernel: an expert's last x tile of few
-                          // rows at wgmma n = its rows rounded up to 16, not 64
+  int narrow_tails;       // GEMM, the weight-stationary kernel: an expert's last x tile of <= 32
+                          // rows at wgmma n = 32, not 64 (fp8 and int4 at k = 256)
   int unused;             // (keeps the struct free of padding bytes: the asserts at the end)
 };
 // The GEMV's work decomposition for these parameters (auto fields chosen by a cost model, or for

@@ -141,6 +141,16 @@ __device__ __forceinline__ void tile_mma(float (&acc)[kTok / 2], const uint32_t 
   wgmma_wait<0>();
 }
 
+// Where the kernel runs an expert's short last tile narrower (p.narrow_tails): fp8 and int4 at
+// k = 256 (the tp-8 slices of DeepSeek-V3 and Kimi-K2.5), at n = 32 for tails of up to 32 rows.
+// More wgmma shapes in the loop (n = 16 / 32 / 48 by the tail's rows, as until 2026-12-05), or
+// the narrow tile at k = 128 or in bf16, make ptxas serialize the kernel's wgmma (see
+// bench/cuda/ptxas_check.sh). H100, 8,192 tokens, the down projection: the serialized four-shape
+// tails 704-716 us (DeepSeek-V3) / 773-776 us (Kimi-K2.5), this rule 695-699 / 744-749 us, no
+// narrow tile 696-706 / 752-759 us (2,048 tokens: all within +-2%; 2026-12-05-session32.md).
+template <int F, int KA>
+constexpr bool kNarrowTail = (F != kMoeBf16) && KA == 4;
+
 template <int F, int KA>
 __global__ void __launch_bounds__(kThreads, 2) moe_gemm_ws_kernel(MoeGroupedParams p) {
   using C = WsCfg<KA>;
@@ -190,17 +200,13 @@ __global__ void __launch_bounds__(kThreads, 2) moe_gemm_ws_kernel(MoeGroupedPara
     float acc[kTok / 2];
 #pragma unroll
     for (int i = 0; i < kTok / 2; ++i) acc[i] = 0.0f;
-    // The expert's last tile of fewer rows at n = its rows rounded up to 16 (p.narrow_tails).
+    // An expert's last tile of at most 32 rows at wgmma n = 32 (p.narrow_tails; kNarrowTail).
     const int left = r_end - r;
     const int n = !p.narrow_tails || left >= kTok ? kTok : (left + 15) / 16 * 16;
-    if (n == 64)
+    if (!kNarrowTail<F, KA> || n > 32)
       tile_mma<64, KA>(acc, a, xb);
-    else if (n == 48)
-      tile_mma<48, KA>(acc, a, xb);
-    else if (n == 32)
-      tile_mma<32, KA>(acc, a, xb);
     else
-      tile_mma<16, KA>(acc, a, xb);
+      tile_mma<32, KA>(acc, a, xb);
     reg_fence<kTok / 2>(acc);
     __syncthreads();  // both warpgroups are done with this buffer: the next iteration refills it
     // acc[4 i + 2 h + e2]: weight row col0 + 8 h, x row r + 8 i + 2 c + e2. Lanes g and g ^ 1

@@ -318,14 +318,13 @@ struct CudaTunables {
   // (bf16) 744.4 / 2,326.7 -> 658.4 / 2,087.4; Kimi-K2.5 rank (INT4) 884.5 / 2,429.3 -> 910.2
   // (64-row tiles at 2,048: the pipe kernel does not apply; spread) / 2,218.2.
   bool moe_gemm_pipe = true;
-  // Prefill: the weight-stationary down projection runs an expert's last x tile of few rows at
-  // wgmma n = its rows rounded up to 16, not 64 (at 8,192 tokens such tails are ~11% of its
-  // executed products: DeepSeek-V3's rank ~256 rows an expert, Kimi-K2.5's ~170). No env. A/B:
-  // variant no_narrow_tails; moe_bench --narrow-tails 0|1. H200, 2026-12-04: kernels mode, down
-  // at 8,192 tokens 0.7-4.6% faster (4 of 4 pairs: Kimi 785 -> 749, 774 -> 760 us; DeepSeek-V3
-  // 706 -> 691, 702 -> 696); through the backend, alternating with the default, experts at
-  // 2,048 / 8,192 tokens: DeepSeek-V3 -1.8 / +1.3%, Kimi -1.7 / -1.1% (Moonlight, whose down
-  // this does not touch, -0.4 / -1.3%: the A/B's spread).
+  // Prefill: the weight-stationary down projection runs an expert's last x tile of at most 32
+  // rows at wgmma n = 32, not 64 (fp8 and int4 at k = 256: moe_experts_gemm_ws.cu's kNarrowTail;
+  // at 8,192 tokens short tails are a share of its executed products: DeepSeek-V3's rank ~256
+  // rows an expert, Kimi-K2.5's ~170). No env. A/B: variant no_narrow_tails; moe_bench
+  // --narrow-tails 0|1. H100, 2026-12-05, down at 8,192 tokens (kernels mode): 695-699 us
+  // (DeepSeek-V3) / 744-749 (Kimi) against 696-706 / 752-759 without, and 704-716 / 773-776 for
+  // the form before (n = 16 / 32 / 48 by the tail's rows, which made ptxas serialize the wgmma).
   bool moe_gemm_narrow_tails = true;
   // The router GEMV's first weight loads before its PDL wait (the same arithmetic). No env.
   // Off until measured (A/B: variant router_preload).
