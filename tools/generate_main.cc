@@ -110,6 +110,9 @@ void add_generate_flags(CLI::App& app, GenerateFlags& g) {
   app.add_option("--stop-token-id", s.stop_token_ids,
                  "stop when this token id is sampled (repeatable)");
   app.add_flag("--ignore-eos", s.ignore_eos, "keep generating past EOS");
+  app.add_option("--min-new-tokens", s.min_new_tokens,
+                 "no stop token, EOS or stop string ends a prompt's output before this many "
+                 "tokens");
   app.add_flag("!--no-progress", g.job.progress, "no progress lines on stderr");
   app.add_option("--progress-interval", g.job.progress_interval_s, "seconds between progress lines")
       ->capture_default_str();
@@ -166,6 +169,7 @@ void add_generate_flags(CLI::App& app, GenerateFlags& g) {
 // The flag of each request field the contract may name (engine/request_validation.h).
 std::string flag_of(const std::string& param) {
   if (param == "max_tokens") return "--max-new-tokens";
+  if (param == "min_tokens") return "--min-new-tokens";
   if (param == "stop_token_ids") return "--stop-token-id";
   std::string flag = "--" + param;
   std::replace(flag.begin(), flag.end(), '_', '-');

@@ -339,6 +339,7 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
     // a chain's next node extends them by one token, a tree's other nodes rebuild them.
     OutputTokenCounts draft_counts;
     int32_t counts_node = -1;
+    std::vector<int32_t> banned;  // a row's tokens under min_new_tokens (engine/logit_edits.h)
     // Prompt-scoring rows (batch_plan.h prompt_score_rows): a seq's first rows of the step, kept
     // in full and never sampled (greedy, like pad rows: no draw, no edits).
     std::vector<PromptScoreRows> score(step.seqs.size());
@@ -381,10 +382,12 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
       // The draw plain decoding would give this row's output position; taken when its token is
       // kept (below), so a seeded request samples the same tokens with or without speculation.
       row_params[j] = peek_row_params(p, live.rng, size_t(tree.depths[size_t(node)]));
+      min_tokens_banned(p, live.request.output_len() + tree.depths[size_t(node)],
+                        state_->eos_token_ids(), &banned);
       if (p.edits_logits()) {
         if (node == 0) {
           counts_node = -1;
-          append_logit_edits(p, live.output_counts, int32_t(j), &edits);
+          append_logit_edits(p, live.output_counts, int32_t(j), banned, &edits);
         } else {
           if (counts_node >= 0 && tree.parents[size_t(node)] == counts_node) {
             draft_counts.add(tree.tokens[size_t(node)]);
@@ -393,8 +396,10 @@ void Engine::run_one_step(const ScheduledStep& step, StepClock::time_point step_
             draft_counts.add(tree.path_tokens(node));
           }
           counts_node = node;
-          append_logit_edits(p, draft_counts, int32_t(j), &edits);
+          append_logit_edits(p, draft_counts, int32_t(j), banned, &edits);
         }
+      } else if (!banned.empty()) {  // no penalties: the counts are not read
+        append_logit_edits(p, live.output_counts, int32_t(j), banned, &edits);
       }
       if (live.top_logprobs >= 0) keep_rows.push_back(int32_t(j));
     }

@@ -38,7 +38,11 @@ void Engine::emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogp
     live.prompt_logprobs_pending = false;
     live.request.set_prompt_score_from(-1);
   }
-  const auto& stops = live.request.params().stop_strings;
+  const SamplingParams& params = live.request.params();
+  // Stop strings count from min_new_tokens on (text before it is emitted, never searched).
+  const auto& stops = live.request.output_len() >= params.min_new_tokens
+                          ? params.stop_strings
+                          : std::vector<std::string>{};
   size_t stop_at = std::string::npos;
   for (const auto& s : stops) {
     if (s.empty()) continue;

@@ -37,9 +37,16 @@ class OutputTokenCounts {
 };
 
 // Appends the edits of logit row `row` for a request with `params` and output `counts`: one per
-// generated token when a penalty is set, one per logit_bias entry (merged when a token is both).
-// Nothing when params.edits_logits() is false.
+// generated token when a penalty is set, one per logit_bias entry (merged when a token is both),
+// and -inf on each token of `banned` (merged with the others: edits of one row never name a token
+// twice, as the CUDA kernel applies them in parallel). Nothing when params.edits_logits() is false
+// and `banned` is empty.
 void append_logit_edits(const SamplingParams& params, const OutputTokenCounts& counts, int32_t row,
-                        std::vector<LogitEdit>* out);
+                        std::span<const int32_t> banned, std::vector<LogitEdit>* out);
+
+// The tokens a request may not sample at output position `position` (0: its first output token):
+// before params.min_new_tokens, its stop tokens and, unless ignore_eos, `eos_ids`; else none.
+void min_tokens_banned(const SamplingParams& params, int32_t position,
+                       std::span<const int32_t> eos_ids, std::vector<int32_t>* out);
 
 }  // namespace strata

@@ -70,6 +70,9 @@ std::optional<RequestError> validate_sampling(const SamplingParams& p, int64_t v
     if (id < 0) return invalid_value("stop_token_ids", "holds {}, not a token id", id);
   if (p.max_new_tokens < 1)
     return invalid_value("max_tokens", "must be >= 1, got {}", p.max_new_tokens);
+  if (p.min_new_tokens < 0 || p.min_new_tokens > p.max_new_tokens)
+    return invalid_value("min_tokens", "must be between 0 and max_tokens ({}), got {}",
+                         p.max_new_tokens, p.min_new_tokens);
   return std::nullopt;
 }
 

@@ -30,6 +30,10 @@ struct SamplingParams {
   std::vector<std::pair<int32_t, float>> logit_bias{};
   std::optional<uint64_t> seed{};  // per-request RNG seed; unset: the engine's stream
   int32_t max_new_tokens = 128;
+  // Until the output holds this many tokens, the stop tokens (stop_token_ids, and the model's
+  // EOS unless ignore_eos) cannot be sampled (their logits set to -inf: engine/logit_edits.h)
+  // and stop strings are not looked for: vLLM's min_tokens, SGLang's min_new_tokens. [0, max].
+  int32_t min_new_tokens = 0;
   std::vector<int32_t> stop_token_ids{};    // finish (reason stop) when one of these is sampled
   std::vector<std::string> stop_strings{};  // checked by the engine on the detokenized text
   bool ignore_eos = false;  // when true the model's EOS tokens do not finish the request

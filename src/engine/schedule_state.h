@@ -99,6 +99,7 @@ class ScheduleState {
   // Prompt tokens scheduled for computation by prefill steps (cache and host-tier hits excluded).
   int64_t prefill_tokens_total() const { return prefill_tokens_total_; }
   const SchedulerConfig& config() const { return config_; }
+  std::span<const int32_t> eos_token_ids() const { return eos_token_ids_; }
 
   // CHECKs pool and cache invariants and that refcounts equal holders (tree + running requests),
   // every running request's prefix equals its locked cache path, locked pages equal the union of

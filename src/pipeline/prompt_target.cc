@@ -32,6 +32,7 @@ nlohmann::json JobSampling::to_json() const {
     j["logit_bias"] = bias;
   }
   if (!p.stop_token_ids.empty()) j["stop_token_ids"] = p.stop_token_ids;
+  if (p.min_new_tokens != 0) j["min_new_tokens"] = p.min_new_tokens;
   if (!chat_template_kwargs.is_null()) j["chat_template_kwargs"] = chat_template_kwargs;
   if (reasoning) j["reasoning_parser"] = reasoning->name;
   if (tool_call) j["tool_call_parser"] = tool_call->name;

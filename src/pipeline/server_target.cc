@@ -60,6 +60,7 @@ nlohmann::ordered_json openai_request_body(const PromptRecord& record, const Job
   if (!s.stop_strings.empty()) body["stop"] = s.stop_strings;
   if (!s.stop_token_ids.empty()) body["stop_token_ids"] = s.stop_token_ids;
   if (s.ignore_eos) body["ignore_eos"] = true;
+  if (s.min_new_tokens > 0) body["min_tokens"] = s.min_new_tokens;
   if (record.messages.is_null()) {
     body["prompt"] = record.prompt;
   } else {

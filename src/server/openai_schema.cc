@@ -206,11 +206,6 @@ std::optional<ApiError> reject_unsupported(const json& b) {
     auto it = b.find(key);
     if (it != b.end() && !it->is_null()) return unsupported(key);
   }
-  for (const char* key : {"min_tokens", "min_new_tokens"}) {
-    auto it = b.find(key);
-    if (it != b.end() && it->is_number() && it->get<double>() != 0)
-      return unsupported(key, " (only 0)");
-  }
   if (auto it = b.find("response_format");
       it != b.end() && it->is_object() && it->value("type", "text") != "text")
     return unsupported("response_format", " other than text");
@@ -328,12 +323,19 @@ std::optional<ApiError> parse_sampling(const json& b, OpenAiRequest* r) {
   if (auto e = read_int(b, "seed", INT64_MIN, INT64_MAX, &v)) return e;
   if (v) p.seed = uint64_t(*v);
   if (auto e = read_bool(b, "ignore_eos", &p.ignore_eos)) return e;
+  // vLLM's min_tokens, SGLang's min_new_tokens (its /generate's name; both on either endpoint).
+  for (const char* key : {"min_tokens", "min_new_tokens"}) {
+    v.reset();
+    if (auto e = read_int(b, key, INT32_MIN, INT32_MAX, &v)) return e;
+    if (v) p.min_new_tokens = int32_t(*v);
+  }
   if (auto e = parse_logit_bias(b, &p)) return e;
   if (auto e = parse_stop(b, r)) return e;
   // The values, checked by the contract the engine applies again (the max_tokens of a request
-  // that gives none is the server's choice, always >= 1).
-  if (r->max_tokens) p.max_new_tokens = *r->max_tokens;
-  if (auto e = validate_sampling(p)) return api_error_from(*e);
+  // that gives none is the server's choice, always >= 1: min_tokens is checked against it then).
+  SamplingParams check = p;
+  check.max_new_tokens = r->max_tokens ? *r->max_tokens : INT32_MAX;
+  if (auto e = validate_sampling(check)) return api_error_from(*e);
   return std::nullopt;
 }
 

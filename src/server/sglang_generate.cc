@@ -33,7 +33,7 @@ constexpr std::array<std::pair<const char*, const char*>, 20> kSamplingFields = 
     {"skip_special_tokens", "skip_special_tokens"},
     {"n", "n"},
     {"logit_bias", "logit_bias"},
-    {"min_new_tokens", "min_new_tokens"},
+    {"min_new_tokens", "min_tokens"},
     {"no_stop_trim", "no_stop_trim"},
     {"json_schema", "json_schema"},
     {"regex", "regex"},

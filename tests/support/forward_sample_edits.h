@@ -26,7 +26,8 @@ struct ForwardSampleEditsCounts {
 
 // Runs `n` random tokens of one sequence (pages of `page` tokens, KV in `kv_dtype`) through
 // forward, then through forward_sample with edits on two rows of three (each row's top token
-// penalized hard, two tokens biased) and sampling on odd rows (temperature 0.8, top-k 50), keeping
+// penalized hard, two tokens biased; every other one also bans its top token and one more, as
+// min_new_tokens does) and sampling on odd rows (temperature 0.8, top-k 50), keeping
 // rows `keep`. Expects every sampled id to equal the reference's choice on the forward's logits
 // after edit_logit_reference (rounded to bf16 when `edits_in_bf16`: the logits live as bf16 on the
 // device), and the kept rows to be the raw logits. At least one row's choice must change.
@@ -55,12 +56,16 @@ inline ForwardSampleEditsCounts check_forward_sample_edits(Model& model, DType k
     const int32_t top = int32_t(std::max_element(row, row + vocab) - row);
     OutputTokenCounts counts;
     counts.add(std::vector<int32_t>{top, top, int32_t(g() % 8000)});
+    // Every other edited row bans its top token (min_new_tokens' -inf, merged with its penalty)
+    // and one more.
+    const std::vector<int32_t> banned =
+        r % 2 == 0 ? std::vector<int32_t>{top, int32_t(g() % 8000)} : std::vector<int32_t>{};
     append_logit_edits(
         {.repetition_penalty = 1.8f,
          .presence_penalty = 1.0f,
          .frequency_penalty = 0.5f,
          .logit_bias = {{int32_t(g() % 4000), 3.0f}, {int32_t(4000 + g() % 4000), -2.0f}}},
-        counts, r, &edits);
+        counts, r, banned, &edits);
   }
   std::vector<int32_t> got(size_t(n), -1);
   std::vector<float> kept(keep.size() * size_t(vocab));

@@ -218,8 +218,8 @@ TEST_F(ServeApiTest, UnknownEndpointAndUnsupported) {
   HttpResponse r = http(server_->port(), "GET", "/v1/nothing");
   EXPECT_EQ(r.status, 404);
   EXPECT_NE(r.body.find("unknown endpoint"), std::string::npos) << r.body;
-  json j = expect_error("/v1/completions", R"({"prompt":"hi","min_tokens":4})", 400,
-                        "not supported", "min_tokens");
+  json j = expect_error("/v1/completions", R"({"prompt":"hi","regex":"a+"})", 400, "not supported",
+                        "regex");
   EXPECT_EQ(j["error"]["code"], "unsupported_parameter");
   // Token ids are checked against the model's vocabulary, naming the field.
   expect_error("/v1/completions", R"({"prompt":"hi","logit_bias":{"99999999":1}})", 400,

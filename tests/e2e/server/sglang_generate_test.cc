@@ -1,7 +1,8 @@
 // SGLang's native /generate through the real server: the same greedy text as /v1/completions for
 // text, token-id and batched prompts, SGLang's response shape, the stream whose events carry the
 // whole text so far (what SGLang's bench_serving reads, with the payload it sends), and errors in
-// the native field names. The translation itself is tests/unit/server/sglang_generate_test.
+// the native field names; min_new_tokens. The translation itself is
+// tests/unit/server/sglang_generate_test.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -134,6 +135,39 @@ TEST(ServeSglangGenerateTest, NativeApiMatchesCompletions) {
            json({{"text", "x"}, {"sampling_params", {{"temperature", 3}}}}).dump());
   EXPECT_EQ(bad.status, 400) << bad.body;
   EXPECT_EQ(json::parse(bad.body)["error"]["param"], "sampling_params.temperature") << bad.body;
+  EXPECT_EQ(server.stop(), 0) << server.log();
+}
+
+// min_new_tokens (the completions' min_tokens): the stop token cannot end the output before it.
+TEST(ServeSglangGenerateTest, MinNewTokensHoldsOffTheStopToken) {
+  ServerProcess server;
+  ASSERT_TRUE(server.start({})) << server.log();
+  const int port = server.port();
+  const json greedy = {{"max_new_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}};
+  const json plain =
+      post_json(port, "/generate", {{"text", kPrompts[0]}, {"sampling_params", greedy}});
+  ASSERT_EQ(plain["output_ids"].size(), 8u) << plain;
+  const int first = plain["output_ids"][0];
+  json stop = greedy;
+  stop["stop_token_ids"] = {first};
+  const json at_once =
+      post_json(port, "/generate", {{"text", kPrompts[0]}, {"sampling_params", stop}});
+  EXPECT_EQ(at_once["meta_info"]["completion_tokens"], 1) << at_once;
+  EXPECT_EQ(at_once["meta_info"]["finish_reason"]["type"], "stop") << at_once;
+  json held = stop;
+  held["min_new_tokens"] = 4;
+  const json later =
+      post_json(port, "/generate", {{"text", kPrompts[0]}, {"sampling_params", held}});
+  ASSERT_GE(later["output_ids"].size(), 4u) << later;
+  for (int i = 0; i < 4; ++i) EXPECT_NE(later["output_ids"][i], first) << later;
+  const json c = post_json(port, "/v1/completions",
+                           {{"prompt", kPrompts[0]},
+                            {"max_tokens", 8},
+                            {"temperature", 0},
+                            {"ignore_eos", true},
+                            {"stop_token_ids", {first}},
+                            {"min_tokens", 4}});
+  EXPECT_EQ(c["choices"][0]["text"], later["text"]) << c;
   EXPECT_EQ(server.stop(), 0) << server.log();
 }
 

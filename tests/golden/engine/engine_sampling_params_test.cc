@@ -23,6 +23,7 @@ const std::string kHouse = std::string(STRATA_SHARED_DIR) + "/models/house-llama
 
 struct Result {
   std::vector<int32_t> tokens;
+  std::string text;
   std::vector<TokenLogprobs> logprobs;
   FinishReason finish = FinishReason::kNone;
 };
@@ -55,6 +56,7 @@ std::vector<Result> run(std::vector<SamplingParams> params, int top_logprobs = -
     g.on_event = [&out, &mu, i](const StreamEvent& ev) {
       std::lock_guard<std::mutex> lk(mu);
       out[i].tokens.insert(out[i].tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+      out[i].text += ev.text;
       out[i].logprobs.insert(out[i].logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
       if (ev.finished) out[i].finish = ev.finish_reason;
     };
@@ -132,6 +134,46 @@ TEST(EngineSamplingParams, StopTokenIdsFinishTheRequest) {
                               plain.tokens.begin());
   EXPECT_EQ(r.tokens, std::vector<int32_t>(plain.tokens.begin(), plain.tokens.begin() + first + 1));
   EXPECT_EQ(r.finish, FinishReason::kStop);
+}
+
+// min_new_tokens: the stop token cannot be sampled before it (greedy takes the model's second
+// best there), may be after it; a stop string is not looked for before it.
+TEST(EngineSamplingParams, MinNewTokensHoldsOffStopTokensAndStopStrings) {
+  const SamplingParams greedy{.temperature = 0.0f, .max_new_tokens = 8, .ignore_eos = true};
+  const Result plain = run({greedy}, 2)[0];
+  ASSERT_EQ(plain.tokens.size(), 8u);
+  const int32_t t = plain.tokens[1];
+  const size_t first =
+      size_t(std::find(plain.tokens.begin(), plain.tokens.end(), t) - plain.tokens.begin());
+  SamplingParams held = greedy;
+  held.stop_token_ids = {t};
+  held.min_new_tokens = int32_t(first) + 3;
+  const Result r = run({held})[0];
+  ASSERT_GT(r.tokens.size(), first);
+  EXPECT_EQ(
+      std::vector<int32_t>(r.tokens.begin(), r.tokens.begin() + std::ptrdiff_t(first)),
+      std::vector<int32_t>(plain.tokens.begin(), plain.tokens.begin() + std::ptrdiff_t(first)));
+  EXPECT_EQ(r.tokens[first], plain.logprobs[first].top[1].first);
+  EXPECT_GE(r.tokens.size(), size_t(held.min_new_tokens));
+  for (size_t i = 0; i < r.tokens.size(); ++i)
+    if (r.tokens[i] == t) {
+      EXPECT_GE(i, size_t(held.min_new_tokens)) << "the stop token at " << i;
+      EXPECT_EQ(i + 1, r.tokens.size()) << "and it stops";
+    }
+  EXPECT_EQ(r.finish, r.tokens.back() == t ? FinishReason::kStop : FinishReason::kLength);
+  // A stop string that the first token's text holds: found at once without min_new_tokens, not
+  // before it with.
+  const std::string head = engine().tokenizer().decode(std::vector<int32_t>{plain.tokens[0]});
+  ASSERT_FALSE(head.empty());
+  SamplingParams by_string = greedy;
+  by_string.stop_strings = {head};
+  SamplingParams by_string_held = by_string;
+  by_string_held.min_new_tokens = 4;
+  const std::vector<Result> s = run({by_string, by_string_held});
+  EXPECT_EQ(s[0].text, "");
+  EXPECT_EQ(s[0].finish, FinishReason::kStop);
+  EXPECT_EQ(s[1].text.rfind(head, 0), 0u) << s[1].text;
+  EXPECT_GE(s[1].tokens.size(), 4u);
 }
 
 // Every new field at once, sampled: the same seed gives the same tokens alone and in a batch

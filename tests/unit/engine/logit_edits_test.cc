@@ -1,12 +1,14 @@
 // The penalties and logit_bias on the CPU reference sampler, as SGLang applies them: presence and
 // frequency are subtracted from the generated tokens, then the repetition penalty divides their
 // positive logits and multiplies their negative ones, then logit_bias is added; the prompt's
-// tokens are not penalized. Plus min_p's cut and seeded reproducibility on the same path.
+// tokens are not penalized. Plus min_p's cut and seeded reproducibility on the same path, and
+// min_new_tokens' bans.
 #include "engine/logit_edits.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <set>
 #include <vector>
@@ -16,14 +18,15 @@
 namespace strata {
 namespace {
 
-// Row 0 of `logits` after the edits of `params` with `output` generated, through the CPU
-// backend's op (the path the engine takes).
+// Row 0 of `logits` after the edits of `params` with `output` generated and `banned` tokens,
+// through the CPU backend's op (the path the engine takes).
 std::vector<float> edited(std::vector<float> logits, const SamplingParams& params,
-                          const std::vector<int32_t>& output) {
+                          const std::vector<int32_t>& output,
+                          const std::vector<int32_t>& banned = {}) {
   OutputTokenCounts counts;
   counts.add(output);
   std::vector<LogitEdit> edits;
-  append_logit_edits(params, counts, 0, &edits);
+  append_logit_edits(params, counts, 0, banned, &edits);
   auto be = make_cpu_backend();
   be->edit_logits(Tensor::make(logits.data(), DType::kF32, {1, int64_t(logits.size())}),
                   edits.data(), int64_t(edits.size()));
@@ -66,7 +69,7 @@ TEST(LogitEdits, LogitBiasAddsToAnyTokenOnceEvenWhenAlsoPenalized) {
   OutputTokenCounts counts;
   counts.add(std::vector<int32_t>{0, 0, 2});
   std::vector<LogitEdit> edits;
-  append_logit_edits(p, counts, 7, &edits);
+  append_logit_edits(p, counts, 7, {}, &edits);
   std::set<int32_t> tokens;
   for (const LogitEdit& e : edits) {
     EXPECT_EQ(e.row, 7);
@@ -75,13 +78,52 @@ TEST(LogitEdits, LogitBiasAddsToAnyTokenOnceEvenWhenAlsoPenalized) {
   EXPECT_EQ(tokens, (std::set<int32_t>{0, 2, 3}));
   // Nothing to do without penalties or a bias; a bias alone touches only its tokens.
   edits.clear();
-  append_logit_edits({}, counts, 0, &edits);
+  append_logit_edits({}, counts, 0, {}, &edits);
   EXPECT_TRUE(edits.empty());
-  append_logit_edits({.logit_bias = {{1, 5.0f}}}, counts, 0, &edits);
+  append_logit_edits({.logit_bias = {{1, 5.0f}}}, counts, 0, {}, &edits);
   ASSERT_EQ(edits.size(), 1u);
   EXPECT_EQ(edits[0].token, 1);
   EXPECT_EQ(edits[0].scale, 1.0f);
   EXPECT_EQ(edits[0].subtract, 0.0f);
+}
+
+TEST(LogitEdits, MinNewTokensBansStopAndEosTokensBeforeItsPosition) {
+  const SamplingParams p{.min_new_tokens = 3, .stop_token_ids = {4, 9}};
+  const std::vector<int32_t> eos{2, 9};
+  std::vector<int32_t> banned;
+  min_tokens_banned(p, 0, eos, &banned);
+  EXPECT_EQ(banned, (std::vector<int32_t>{4, 9, 2, 9}));  // duplicates merge in the edits
+  min_tokens_banned(p, 2, eos, &banned);
+  EXPECT_EQ(banned.size(), 4u);
+  min_tokens_banned(p, 3, eos, &banned);  // the fourth token may stop
+  EXPECT_TRUE(banned.empty());
+  SamplingParams ignore = p;
+  ignore.ignore_eos = true;
+  min_tokens_banned(ignore, 0, eos, &banned);
+  EXPECT_EQ(banned, (std::vector<int32_t>{4, 9}));
+  min_tokens_banned({}, 0, eos, &banned);  // min_new_tokens 0: nothing
+  EXPECT_TRUE(banned.empty());
+}
+
+TEST(LogitEdits, BannedTokensGetMinusInfinityOnceMergedWithTheirOtherEdits) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> row{2.0f, -2.0f, 1.0f, 3.0f, 0.5f};
+  // Alone; with a penalty on the same token; with a logit_bias on it; named twice.
+  EXPECT_EQ(edited(row, {}, {}, {3}), (std::vector<float>{2.0f, -2.0f, 1.0f, -inf, 0.5f}));
+  const SamplingParams pen{.repetition_penalty = 2.0f, .logit_bias = {{4, 1.0f}}};
+  EXPECT_EQ(edited(row, pen, {3, 0}, {3, 4, 3}),
+            (std::vector<float>{1.0f, -2.0f, 1.0f, -inf, -inf}));
+  OutputTokenCounts counts;
+  counts.add(std::vector<int32_t>{3, 0});
+  std::vector<LogitEdit> edits{LogitEdit{.row = 0, .token = 3}};  // another row's edit before
+  append_logit_edits(pen, counts, 1, std::vector<int32_t>{3, 4, 3}, &edits);
+  std::set<int32_t> tokens;
+  for (size_t i = 1; i < edits.size(); ++i) {
+    EXPECT_EQ(edits[i].row, 1);
+    EXPECT_TRUE(tokens.insert(edits[i].token).second) << "token " << edits[i].token << " twice";
+  }
+  EXPECT_EQ(tokens, (std::set<int32_t>{0, 3, 4}));
+  EXPECT_EQ(edits[0].bias, 0.0f) << "the earlier row's edit is not this row's";
 }
 
 TEST(LogitEdits, BiasBansAndForcesTokensOfTheSampler) {

@@ -83,15 +83,18 @@ TEST(OpenAiBody, ChatAndCompletion) {
   EXPECT_EQ(b["stop"], nlohmann::json({"END"}));
   EXPECT_EQ(b["stream"], false);
   EXPECT_FALSE(b.contains("ignore_eos"));
+  EXPECT_FALSE(b.contains("min_tokens"));
   // The old assistant turn is dropped: the model regenerates it.
   EXPECT_EQ(b["messages"], nlohmann::json::parse(R"([{"role":"user","content":"hi"}])"));
   auto raw = parse_prompt_line(R"({"prompt":"Once upon"})", 3, "d");
   ASSERT_TRUE(raw.ok());
-  b = openai_request_body(*raw, JobSampling{.params = {.ignore_eos = true}}, "m", 1);
+  b = openai_request_body(*raw, JobSampling{.params = {.min_new_tokens = 5, .ignore_eos = true}},
+                          "m", 1);
   EXPECT_EQ(b["prompt"], "Once upon");
   EXPECT_FALSE(b.contains("messages"));
   EXPECT_FALSE(b.contains("top_k"));
   EXPECT_EQ(b["ignore_eos"], true);
+  EXPECT_EQ(b["min_tokens"], 5);
 }
 
 // A record with tools: the tools kept in their key order, the conversation's calls and tool

@@ -108,7 +108,7 @@ TEST(ServerSchemaTest, ParsesEverySamplingField) {
                       {"role":"user","content":"more"}],
           "temperature":0.7,"top_p":0.9,"top_k":20,"min_p":0.05,"repetition_penalty":1.1,
           "presence_penalty":0.5,"frequency_penalty":-0.25,"logit_bias":{"17":-100,"3":2.5},
-          "stop_token_ids":[7,8],"seed":5,"ignore_eos":true,"max_tokens":9,
+          "stop_token_ids":[7,8],"seed":5,"ignore_eos":true,"max_tokens":9,"min_tokens":3,
           "chat_template_kwargs":{"enable_thinking":false}})",
       Endpoint::kChat, &r);
   ASSERT_FALSE(e) << e->message;
@@ -124,6 +124,7 @@ TEST(ServerSchemaTest, ParsesEverySamplingField) {
   EXPECT_EQ(p.stop_token_ids, (std::vector<int32_t>{7, 8}));  // without a "stop" too
   EXPECT_EQ(*p.seed, 5u);
   EXPECT_TRUE(p.ignore_eos);
+  EXPECT_EQ(p.min_new_tokens, 3);
   EXPECT_EQ(*r.max_tokens, 9);
   EXPECT_EQ(r.chat_template_kwargs, nlohmann::json::parse(R"({"enable_thinking":false})"));
   EXPECT_EQ(r.messages[1]["reasoning_content"], "because");
@@ -154,7 +155,10 @@ TEST(ServerSchemaTest, EachBadParameterNamesItself) {
        "chat_template_kwargs", "must be an object", ""},
       {R"({"messages":[{"role":"assistant","content":"x","reasoning_content":5}]})",
        "messages[0].reasoning_content", "must be a string", ""},
-      {R"({"prompt":"x","min_tokens":4})", "min_tokens", "not supported", "unsupported_parameter"},
+      {R"({"prompt":"x","max_tokens":4,"min_tokens":5})", "min_tokens",
+       "'min_tokens' must be between 0 and max_tokens (4), got 5", ""},
+      {R"({"prompt":"x","min_tokens":-1})", "min_tokens", "must be between 0", ""},
+      {R"({"prompt":"x","min_new_tokens":1.5})", "min_new_tokens", "must be an integer", ""},
       {R"({"prompt":"x","regex":"a+"})", "regex", "not supported", "unsupported_parameter"},
       {R"({"prompt":"x","json_schema":"{}"})", "json_schema", "not supported",
        "unsupported_parameter"},
