@@ -333,6 +333,7 @@ std::optional<ApiError> parse_sampling(const json& b, OpenAiRequest* r) {
   if (auto e = parse_stop(b, r)) return e;
   // The values, checked by the contract the engine applies again (the max_tokens of a request
   // that gives none is the server's choice, always >= 1: min_tokens is checked against it then).
+  if (r->max_tokens) p.max_new_tokens = *r->max_tokens;
   SamplingParams check = p;
   check.max_new_tokens = r->max_tokens ? *r->max_tokens : INT32_MAX;
   if (auto e = validate_sampling(check)) return api_error_from(*e);
