@@ -90,8 +90,11 @@ std::variant<ApiError, std::unique_ptr<Generation>> Generation::start(ServerStat
                       "format: {}); or send tool_choice \"none\"",
                       fmt::join(tool_call_format_names(), ", ")),
           "tools");
-    auto ids = state.encoder().encode_chat(req.messages, /*add_generation_prompt=*/true, max_bytes,
-                                           chat_template_context(req));
+    auto ids = req.continue_final_message
+                   ? state.encoder().encode_chat_continuing(req.messages, max_bytes,
+                                                            chat_template_context(req))
+                   : state.encoder().encode_chat(req.messages, req.add_generation_prompt, max_bytes,
+                                                 chat_template_context(req));
     if (ids.status().code() == StatusCode::kOutOfRange)
       return bad_request(ids.status().message(), "messages", "context_length_exceeded");
     if (!ids.ok()) return bad_request(ids.status().message(), "messages");

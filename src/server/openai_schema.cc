@@ -210,12 +210,9 @@ std::optional<ApiError> reject_unsupported(const json& b) {
       it != b.end() && it->is_object() && it->value("type", "text") != "text")
     return unsupported("response_format", " other than text");
   // SGLang's and vLLM's fields that change the prompt or the text, at their non-default values.
-  for (const char* key : {"no_stop_trim", "continue_final_message", "return_hidden_states"})
+  for (const char* key : {"no_stop_trim", "return_hidden_states"})
     if (auto it = b.find(key); it != b.end() && it->is_boolean() && it->get<bool>())
       return unsupported(key);
-  if (auto it = b.find("add_generation_prompt");
-      it != b.end() && it->is_boolean() && !it->get<bool>())
-    return unsupported("add_generation_prompt", " other than true");
   if (auto it = b.find("lora_path"); it != b.end() && !it->is_null())
     return unsupported("lora_path");
   if (auto it = b.find("suffix"); it != b.end() && !it->is_null()) return unsupported("suffix");
@@ -289,6 +286,27 @@ std::optional<ApiError> parse_echo(const json& b, OpenAiRequest* r) {
   if (r->echo && r->endpoint == Endpoint::kChat)
     return bad_request("'echo' is not supported by /v1/chat/completions (use /v1/completions)",
                        "echo", "unsupported_parameter");
+  return std::nullopt;
+}
+
+// Chat's add_generation_prompt and vLLM's continue_final_message (completions: refused at their
+// non-default values, which would change a chat prompt that completions do not build).
+std::optional<ApiError> parse_generation_prompt(const json& b, OpenAiRequest* r) {
+  if (auto e = read_bool(b, "add_generation_prompt", &r->add_generation_prompt)) return e;
+  if (auto e = read_bool(b, "continue_final_message", &r->continue_final_message)) return e;
+  if (r->endpoint != Endpoint::kChat) {
+    if (!r->add_generation_prompt)
+      return bad_request("'add_generation_prompt' applies to /v1/chat/completions only",
+                         "add_generation_prompt");
+    if (r->continue_final_message)
+      return bad_request("'continue_final_message' applies to /v1/chat/completions only",
+                         "continue_final_message");
+  }
+  if (r->continue_final_message && r->add_generation_prompt)
+    return bad_request(
+        "'continue_final_message' continues the final assistant message, so it needs "
+        "'add_generation_prompt': false (both true contradict each other)",
+        "continue_final_message");
   return std::nullopt;
 }
 
@@ -527,6 +545,7 @@ std::optional<ApiError> parse_openai_request(std::string_view body, Endpoint end
                          "chat_template_kwargs");
     r->chat_template_kwargs = *k;
   }
+  if (auto e = parse_generation_prompt(b, r)) return e;
   if (auto e = read_bool(b, "stream", &r->stream)) return e;
   if (auto e = read_bool(b, "separate_reasoning", &r->separate_reasoning)) return e;
   if (auto e = read_bool(b, "stream_reasoning", &r->stream_reasoning)) return e;

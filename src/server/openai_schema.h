@@ -50,6 +50,11 @@ struct OpenAiRequest {
   // chat: extra variables for the chat template (SGLang's chat_template_kwargs, e.g.
   // {"enable_thinking": false}); a JSON object or null.
   nlohmann::json chat_template_kwargs;
+  // chat: the template's generation prompt (false: the conversation as it stands), or vLLM's
+  // continue_final_message: the final assistant message left open and continued
+  // (PromptEncoder::encode_chat_continuing; it needs add_generation_prompt false, as vLLM's).
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   // SGLang's return_meta_info: usage then also carries speculative decoding's per-request counts

@@ -74,6 +74,33 @@ StatusOr<std::vector<int32_t>> PromptEncoder::encode_chat(
   return encode_impl(messages, add_generation_prompt, max_text_bytes, template_kwargs);
 }
 
+StatusOr<std::vector<int32_t>> PromptEncoder::encode_chat_continuing(
+    const nlohmann::ordered_json& messages, size_t max_text_bytes,
+    const nlohmann::ordered_json& template_kwargs) const {
+  const bool open = messages.is_array() && !messages.empty() && messages.back().is_object() &&
+                    messages.back().value("role", "") == "assistant" &&
+                    messages.back().contains("content") && messages.back()["content"].is_string() &&
+                    !messages.back()["content"].get<std::string>().empty();
+  if (!open)
+    return invalid_argument(
+        "continue_final_message needs the final message to be the assistant's, with its text "
+        "as a non-empty string 'content'");
+  STRATA_ASSIGN_OR_RETURN(std::string text, render_impl(messages, false, template_kwargs));
+  const std::string& content = messages.back()["content"].get_ref<const std::string&>();
+  const size_t at = text.rfind(content);
+  if (at == std::string::npos)
+    return invalid_argument(
+        "continue_final_message: the chat template does not write the final message's content "
+        "as sent, so there is no place to continue it from");
+  text.resize(at + content.size());
+  if (text.size() > max_text_bytes) {
+    return out_of_range(
+        "the rendered chat prompt is {} bytes, more than the context can hold ({} bytes)",
+        text.size(), max_text_bytes);
+  }
+  return tokenizer_->encode(text, /*allow_special=*/true);
+}
+
 std::vector<int32_t> PromptEncoder::encode_raw(const std::string& text) const {
   // As Hugging Face tokenizer(text): special tokens written in the text are recognized.
   return tokenizer_->with_special_tokens(tokenizer_->encode(text, /*allow_special=*/true));

@@ -43,6 +43,14 @@ class PromptEncoder {
   StatusOr<std::vector<int32_t>> encode_chat(
       const nlohmann::ordered_json& messages, bool add_generation_prompt = true,
       size_t max_text_bytes = SIZE_MAX, const nlohmann::ordered_json& template_kwargs = {}) const;
+  // The conversation with its final message left open for the model to go on writing (vLLM's
+  // continue_final_message): the template rendered without a generation prompt, cut right after
+  // the final message's content (its last occurrence in the text). InvalidArgument when the final
+  // message is not an assistant message of non-empty string content, or the template does not
+  // write that content as sent.
+  StatusOr<std::vector<int32_t>> encode_chat_continuing(
+      const nlohmann::ordered_json& messages, size_t max_text_bytes = SIZE_MAX,
+      const nlohmann::ordered_json& template_kwargs = {}) const;
   std::vector<int32_t> encode_raw(const std::string& text) const;
 
   // The most text bytes that `max_tokens` tokens can cover: the longest vocabulary entry times

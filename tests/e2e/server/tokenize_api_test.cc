@@ -1,7 +1,7 @@
 // /tokenize and /detokenize through the real server (server/tokenize_api.h): the tokens are the
 // ones a generation request is given (the same count in usage, the same greedy text from them as
-// token ids), conversations as the chat endpoint renders them, text back from the ids, and
-// errors naming the field.
+// token ids), conversations as the chat endpoint renders them (a final assistant message
+// continued too), text back from the ids, and errors naming the field.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -47,6 +47,44 @@ TEST(ServeTokenizeTest, TokensAreTheOnesGenerationSees) {
   const json chat = post_json(port, "/v1/chat/completions",
                               {{"messages", messages}, {"max_tokens", 2}, {"temperature", 0}});
   EXPECT_EQ(chat["usage"]["prompt_tokens"], chat_tokens["count"]) << chat_tokens;
+
+  // A conversation left open (vLLM's continue_final_message): its tokens without the generation
+  // prompt, cut right after the final assistant message's content, and the greedy text goes on
+  // from there; add_generation_prompt false alone: all of those tokens.
+  const json open = {{{"role", "user"}, {"content", "What is a daemon?"}},
+                     {{"role", "assistant"}, {"content", "A daemon is"}}};
+  const json closed =
+      post_json(port, "/tokenize", {{"messages", open}, {"add_generation_prompt", false}});
+  const json cont = post_json(port, "/v1/chat/completions",
+                              {{"messages", open},
+                               {"add_generation_prompt", false},
+                               {"continue_final_message", true},
+                               {"max_tokens", 6},
+                               {"temperature", 0}});
+  const int n = cont["usage"]["prompt_tokens"].get<int>();
+  ASSERT_LT(n, closed["count"].get<int>()) << cont << closed;
+  json head = json::array();
+  for (int i = 0; i < n; ++i) head.push_back(closed["tokens"][i]);
+  const std::string head_text =
+      post_json(port, "/detokenize", {{"tokens", head}, {"skip_special_tokens", false}})["text"];
+  EXPECT_EQ(head_text.substr(head_text.size() - 11), "A daemon is") << head_text;
+  const json from_head =
+      post_json(port, "/v1/completions", {{"prompt", head}, {"max_tokens", 6}, {"temperature", 0}});
+  EXPECT_EQ(cont["choices"][0]["message"]["content"], from_head["choices"][0]["text"]) << cont;
+  const json whole = post_json(port, "/v1/chat/completions",
+                               {{"messages", open},
+                                {"add_generation_prompt", false},
+                                {"max_tokens", 1},
+                                {"temperature", 0}});
+  EXPECT_EQ(whole["usage"]["prompt_tokens"], closed["count"]) << whole;
+  const HttpResponse not_open = http(port, "POST", "/v1/chat/completions",
+                                     json{{"messages", messages},
+                                          {"add_generation_prompt", false},
+                                          {"continue_final_message", true}}
+                                         .dump());
+  EXPECT_EQ(not_open.status, 400) << not_open.body;
+  EXPECT_NE(not_open.body.find("final message to be the assistant's"), std::string::npos)
+      << not_open.body;
 
   for (const auto& [path, body, param] :
        {std::tuple{"/tokenize", R"({"prompt": 5})", "prompt"},

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tokenizer/prompt_encoder.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
@@ -250,6 +251,43 @@ TEST(HouseTokenizer, ConcurrentEncodeMatchesSerial) {
   }
   for (auto& th : threads) th.join();
   for (int m : mismatches) EXPECT_EQ(m, 0);
+}
+
+// A conversation continued (vLLM's continue_final_message): the closed conversation's text cut
+// right after the final assistant message's content; refused where there is no such message or
+// the template does not write its content as sent.
+TEST(HouseTokenizer, ChatContinuingCutsAfterTheFinalAssistantContent) {
+  auto enc = PromptEncoder::load(kShared + "/models/house-llama", house());
+  ASSERT_TRUE(enc.ok()) << enc.status().to_string();
+  const nlohmann::ordered_json open = nlohmann::ordered_json::parse(
+      R"([{"role":"user","content":"Name a colour."},{"role":"assistant","content":"Blue, or"}])");
+  auto closed = enc->render_chat(open, false);
+  ASSERT_TRUE(closed.ok());
+  const size_t at = closed->rfind("Blue, or");
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_GT(closed->size(), at + 8) << "the template closes the turn after the content";
+  auto ids = enc->encode_chat_continuing(open);
+  ASSERT_TRUE(ids.ok()) << ids.status().to_string();
+  EXPECT_EQ(*ids, house().encode(closed->substr(0, at + 8), /*allow_special=*/true));
+  for (const char* bad :
+       {R"([{"role":"user","content":"Name a colour."}])",
+        R"([{"role":"user","content":"x"},{"role":"assistant","content":""}])",
+        R"([{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"text"}]}])"}) {
+    auto r = enc->encode_chat_continuing(nlohmann::ordered_json::parse(bad));
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  // A template that rewrites the content leaves no place to continue from.
+  const std::string path = ::testing::TempDir() + "/upper_template.jinja";
+  std::ofstream(path) << "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] | upper }}"
+                         "</s>{% endfor %}";
+  auto upper = PromptEncoder::load(kShared + "/models/house-llama", house(), path);
+  ASSERT_TRUE(upper.ok()) << upper.status().to_string();
+  auto r = upper->encode_chat_continuing(open);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("does not write the final message's content"),
+            std::string::npos)
+      << r.status().to_string();
 }
 
 }  // namespace
