@@ -43,14 +43,18 @@ void Engine::emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogp
   const auto& stops = live.request.output_len() >= params.min_new_tokens
                           ? params.stop_strings
                           : std::vector<std::string>{};
-  size_t stop_at = std::string::npos;
+  size_t stop_at = std::string::npos, stop_len = 0;  // the first match (the longest there)
   for (const auto& s : stops) {
     if (s.empty()) continue;
-    size_t p = live.pending_text.find(s);
-    if (p != std::string::npos) stop_at = std::min(stop_at, p);
+    const size_t p = live.pending_text.find(s);
+    if (p != std::string::npos && (p < stop_at || (p == stop_at && s.size() > stop_len))) {
+      stop_at = p;
+      stop_len = s.size();
+    }
   }
   if (stop_at != std::string::npos) {
-    ev.text = live.pending_text.substr(0, stop_at);
+    ev.text =
+        live.pending_text.substr(0, stop_at + (params.include_stop_str_in_output ? stop_len : 0));
     live.pending_text.clear();
     live.stopped_by_string = true;
   } else {

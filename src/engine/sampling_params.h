@@ -36,6 +36,8 @@ struct SamplingParams {
   int32_t min_new_tokens = 0;
   std::vector<int32_t> stop_token_ids{};    // finish (reason stop) when one of these is sampled
   std::vector<std::string> stop_strings{};  // checked by the engine on the detokenized text
+  // The matched stop string ends the text (vLLM's include_stop_str_in_output); else it is cut.
+  bool include_stop_str_in_output = false;
   bool ignore_eos = false;  // when true the model's EOS tokens do not finish the request
 
   // Whether the logits are changed before sampling (a penalty or a bias is set).

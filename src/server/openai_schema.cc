@@ -341,6 +341,7 @@ std::optional<ApiError> parse_sampling(const json& b, OpenAiRequest* r) {
   if (auto e = read_int(b, "seed", INT64_MIN, INT64_MAX, &v)) return e;
   if (v) p.seed = uint64_t(*v);
   if (auto e = read_bool(b, "ignore_eos", &p.ignore_eos)) return e;
+  if (auto e = read_bool(b, "include_stop_str_in_output", &p.include_stop_str_in_output)) return e;
   // vLLM's min_tokens, SGLang's min_new_tokens (its /generate's name; both on either endpoint).
   for (const char* key : {"min_tokens", "min_new_tokens"}) {
     v.reset();

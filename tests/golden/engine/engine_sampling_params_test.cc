@@ -176,6 +176,26 @@ TEST(EngineSamplingParams, MinNewTokensHoldsOffStopTokensAndStopStrings) {
   EXPECT_GE(s[1].tokens.size(), 4u);
 }
 
+// A stop string ends the text before it, or with it under include_stop_str_in_output.
+TEST(EngineSamplingParams, IncludeStopStrInOutputKeepsTheMatchedString) {
+  const SamplingParams greedy{.temperature = 0.0f, .max_new_tokens = 8, .ignore_eos = true};
+  const Result plain = run({greedy})[0];
+  ASSERT_EQ(plain.tokens.size(), 8u);
+  const std::string stop = engine().tokenizer().decode(std::vector<int32_t>{plain.tokens[2]});
+  ASSERT_FALSE(stop.empty());
+  const size_t at = plain.text.find(stop);
+  ASSERT_NE(at, std::string::npos) << plain.text;
+  SamplingParams cut = greedy;
+  cut.stop_strings = {stop};
+  SamplingParams kept = cut;
+  kept.include_stop_str_in_output = true;
+  const std::vector<Result> r = run({cut, kept});
+  EXPECT_EQ(r[0].text, plain.text.substr(0, at));
+  EXPECT_EQ(r[1].text, plain.text.substr(0, at + stop.size()));
+  EXPECT_EQ(r[0].finish, FinishReason::kStop);
+  EXPECT_EQ(r[1].finish, FinishReason::kStop);
+}
+
 // Every new field at once, sampled: the same seed gives the same tokens alone and in a batch
 // with other requests.
 TEST(EngineSamplingParams, SeededRequestsAreReproducibleInAnyBatch) {

@@ -109,6 +109,7 @@ TEST(ServerSchemaTest, ParsesEverySamplingField) {
           "temperature":0.7,"top_p":0.9,"top_k":20,"min_p":0.05,"repetition_penalty":1.1,
           "presence_penalty":0.5,"frequency_penalty":-0.25,"logit_bias":{"17":-100,"3":2.5},
           "stop_token_ids":[7,8],"seed":5,"ignore_eos":true,"max_tokens":9,"min_tokens":3,
+          "include_stop_str_in_output":true,
           "chat_template_kwargs":{"enable_thinking":false}})",
       Endpoint::kChat, &r);
   ASSERT_FALSE(e) << e->message;
@@ -125,6 +126,7 @@ TEST(ServerSchemaTest, ParsesEverySamplingField) {
   EXPECT_EQ(*p.seed, 5u);
   EXPECT_TRUE(p.ignore_eos);
   EXPECT_EQ(p.min_new_tokens, 3);
+  EXPECT_TRUE(p.include_stop_str_in_output);
   EXPECT_EQ(*r.max_tokens, 9);
   EXPECT_EQ(r.chat_template_kwargs, nlohmann::json::parse(R"({"enable_thinking":false})"));
   EXPECT_EQ(r.messages[1]["reasoning_content"], "because");
