@@ -40,12 +40,10 @@ void Engine::emit(Live& live, std::vector<int32_t> tokens, std::vector<TokenLogp
   }
   const SamplingParams& params = live.request.params();
   // Stop strings count from min_new_tokens on (text before it is emitted, never searched).
-  const auto& stops = live.request.output_len() >= params.min_new_tokens
-                          ? params.stop_strings
-                          : std::vector<std::string>{};
+  const bool look = live.request.output_len() >= params.min_new_tokens;
   size_t stop_at = std::string::npos, stop_len = 0;  // the first match (the longest there)
-  for (const auto& s : stops) {
-    if (s.empty()) continue;
+  for (const auto& s : params.stop_strings) {
+    if (!look || s.empty()) continue;
     const size_t p = live.pending_text.find(s);
     if (p != std::string::npos && (p < stop_at || (p == stop_at && s.size() > stop_len))) {
       stop_at = p;
