@@ -17,8 +17,7 @@
 //             rate per kernel: a fixed cost a launch (start, x, epilogue, completion) against a
 //             streaming rate short of copy bandwidth
 //   token     one decode token's 128 GEMVs at m = 1 as a model runs them (the gemv stage's
-//             "token" line), backend knobs, kernel defaults and the backend knobs with the
-//             trigger after x's staging (kInt4TriggerAfterStage), three rounds: a quick A/B
+//             "token" line), backend knobs and kernel defaults, three rounds: a quick A/B
 //   gemm      the GEMM at m = 32 .. 8192 against bf16 cuBLAS on a bf16 weight of the same shape
 //             and against dequantize-to-bf16 + cuBLAS (the fallback), each kernel configuration
 // Every timing is CUDA events around back-to-back launches over weight copies that together
@@ -296,7 +295,7 @@ std::vector<GemvKnobs> reg_candidates(bool full) {
   d.kernel = cuda::kInt4GemvReg;
   out.push_back(d);
   if (!full) {
-    for (int trigger : {2, 3, 4}) {
+    for (int trigger : {2, 3}) {
       GemvKnobs k = d;
       k.trigger = trigger;
       out.push_back(k);
@@ -305,7 +304,7 @@ std::vector<GemvKnobs> reg_candidates(bool full) {
   }
   for (int warps : {4, 8})
     for (int unroll : {8, 16})
-      for (int trigger : {1, 2, 3, 4})
+      for (int trigger : {1, 2, 3})
         for (int depth : {0, 1, 2}) {
           GemvKnobs k = d;
           k.warps = warps;
@@ -495,13 +494,10 @@ void bench_gemv(const Ceilings& c, cudaStream_t s, cublasHandle_t h, std::vector
   std::vector<Variant> variants;
   variants.push_back(uniform("auto (defaults)", GemvKnobs{}));
   variants.push_back(uniform("auto, eager launches", GemvKnobs{}, false));
-  for (int trigger : {2, 3, 4}) {
+  for (int trigger : {2, 3}) {
     GemvKnobs k = reg;
     k.trigger = trigger;
-    variants.push_back(uniform(trigger == 2   ? "reg trigger after wait"
-                               : trigger == 3 ? "reg trigger late"
-                                              : "reg trigger after staging",
-                               k));
+    variants.push_back(uniform(trigger == 2 ? "reg trigger after wait" : "reg trigger late", k));
   }
   for (int depth : {1, 2}) {
     GemvKnobs k = reg;
@@ -573,15 +569,11 @@ void bench_token(const Ceilings& c, cudaStream_t s) {
   backend.kernel = cuda::kInt4GemvReg;
   backend.unroll = 8;
   backend.grid = 2 * cuda::num_sms();
-  GemvKnobs staged = backend;  // the successor launched once x is staged (linear_int4.h)
-  staged.trigger = cuda::kInt4TriggerAfterStage;
   const GemvKnobs backend_k[5] = {backend, backend, backend, backend, backend}, auto_k[5] = {};
-  const GemvKnobs staged_k[5] = {staged, staged, staged, staged, staged};
   TokenWeights tw(s);
   for (int round = 0; round < 3; ++round)
-    for (const auto& [name, knobs] : {std::pair{"backend knobs", backend_k},
-                                      {"kernel defaults", auto_k},
-                                      {"backend knobs, trigger after staging", staged_k}}) {
+    for (const auto& [name, knobs] :
+         {std::pair{"backend knobs", backend_k}, {"kernel defaults", auto_k}}) {
       const double ms_tok = tw.time_ms_token(s, 1, knobs, true);
       std::printf(
           "token    one decode token's 128 W4A16 GEMVs (%.2f GB), %s, round %d: %.3f ms = "

@@ -4,7 +4,6 @@
 
 #include <string>
 
-#include "backend/cuda/linear_int4.h"
 #include "backend/cuda/tunables.h"
 
 namespace strata::bench {
@@ -47,10 +46,6 @@ inline constexpr Variant kVariants[] = {
     {"no_narrow_tails",
      "MoE prefill down projection's last tiles at wgmma n 64 (moe_gemm_narrow_tails off)",
      [](cuda::CudaTunables& t) { t.moe_gemm_narrow_tails = false; }},
-    {"int4_trigger_after_stage",
-     "W4A16 register GEMV lets its successor launch once x is staged, not before its PDL wait "
-     "(int4_gemv_trigger = kInt4TriggerAfterStage)",
-     [](cuda::CudaTunables& t) { t.int4_gemv_trigger = cuda::kInt4TriggerAfterStage; }},
     {"no_mla_early_kv", "MLA decode copies its first stages after its PDL wait (mla_early_kv off)",
      [](cuda::CudaTunables& t) { t.mla_early_kv = false; }},
     {"moe_unrounded", "INT4 experts' weights unrounded before the mma (moe_int4_reg_round off)",

@@ -154,15 +154,10 @@ constexpr int kInt4GemvStream = 1;
 constexpr int kInt4GemvMma = 2;
 constexpr int kInt4GemvReg = 3;
 // gemv_trigger: griddepcontrol.launch_dependents before the PDL wait (right after the weight
-// preload), after it, once a warp has issued its last weight loads, or (register GEMV) once the
-// block has staged x. The last: with an early trigger the successor's successor becomes resident
-// as this kernel's predecessor exits, which is when this kernel loads x after its wait, and its
-// 64 KB an SM of preloads may queue ahead of those loads (H100, 2026-12-05: staging x costs ~1.7 us
-// of a launch's ~4.9, 2026-12-05-session32.md); after staging, they no longer meet. Not measured.
+// preload), after it, or once a warp has issued its last weight loads.
 constexpr int kInt4TriggerEarly = 1;
 constexpr int kInt4TriggerAfterWait = 2;
 constexpr int kInt4TriggerLate = 3;
-constexpr int kInt4TriggerAfterStage = 4;
 static_assert(std::has_unique_object_representations_v<Int4LinearParams> &&
                   std::has_unique_object_representations_v<Int4RepackParams> &&
                   std::has_unique_object_representations_v<Int4DequantParams>,

@@ -3,8 +3,9 @@
 // per lane, several k tiles in flight per warp), as the bf16 GEMV (linear.cu) streams its rows.
 //
 // ## Why (measured 2026-12-01, H200, m = 1, % of copy bandwidth)
-// The mma and stream GEMVs (linear_int4.cu, linear_int4_stream.cu) reached 27-50% on the 8B
-// shapes: the stream GEMV ~4.3 us plus 2.5-2.7 TB/s a launch, a qkv's weights 3.0 us. A launch of
+// The mma GEMV (linear_int4.cu) and the stream GEMV (linear_int4_stream.cu) reached 27-50% on
+// the 8B shapes: the stream GEMV costs ~4.3 us plus 2.5-2.7 TB/s per launch (qkv 9.1 us,
+// o_proj 7.5, gate_up 28.2), while a qkv's weights take 3.0 us at copy bandwidth. A launch of
 // these sizes has to keep DRAM busy through its own start (PDL wait, x) and end (the last
 // loads' latency, the epilogue, the grid's completion): with ~40-60 KB in flight per SM that is
 // ~1.5-2.5 us of idle memory per launch unless the next launch's weights are already in flight.
@@ -26,7 +27,8 @@
 //   successor's block becomes resident beside this one and loads its first 64 KB per SM while
 //   this kernel streams; the one after that becomes resident only as this kernel's blocks exit,
 //   so its loads fill the gap between this kernel's last loads and its successor's PDL wait.
-//   Knobs: trigger point (kInt4TriggerAfterStage too), residency depth, warps, U.
+//   Trigger point, residency depth (shared-memory padding), warps and U are knobs (the bench
+//   sweeps them).
 // - x (m <= 8 tokens) is copied into shared memory once per block in mma B-fragment order:
 //   lane (t, c) reads its 8 words of a k tile as two 16-byte loads, the two halves of odd
 //   tokens swapped so that the 8 lanes of a 16-byte load phase (tokens 2j, 2j + 1) hit
@@ -309,7 +311,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     }
   }
   __syncthreads();
-  if (pl.trigger == kInt4TriggerAfterStage) pdl_trigger();
 
   // ---- the stream ----
   // This lane's x words of k tile 0, half 0 (shared-memory address; half 1 is 64 bytes away in
@@ -439,13 +440,12 @@ bool choose_reg(const Int4LinearParams& p, const Int4RegExperts* ex, RegLaunch* 
   r.warps = p.gemv_warps > 0 ? p.gemv_warps : kDefaultWarps;
   r.unroll = p.gemv_unroll > 0 ? p.gemv_unroll : kDefaultUnroll;
   r.round = p.gemv_round != 0;
-  if (r.warps > kMaxWarps || (r.unroll != 8 && r.unroll != 16) || p.gemv_depth < 0 ||
-      p.gemv_trigger < 0 || p.gemv_trigger > kInt4TriggerAfterStage)
-    return false;
+  if (r.warps > kMaxWarps || (r.unroll != 8 && r.unroll != 16)) return false;
   if (p.group == 32) r.unroll = 8;  // the only ring size of group 32 (for_each_kernel)
   // Row tiles a position: 4 where instantiated (ring 8, whole groups in its 2 positions), else 1.
   if (p.gemv_rows != 0 && p.gemv_rows != 1 && p.gemv_rows != 4) return false;
   r.rows = p.gemv_rows == 4 && r.unroll == 8 && p.group <= 128 ? 4 : 1;
+  if (p.gemv_trigger < 0 || p.gemv_trigger > kInt4TriggerLate || p.gemv_depth < 0) return false;
   const int64_t units = p.glu_inter > 0 ? p.glu_inter / kInt4TileRows : int4_row_tiles(p.n);
   // Blocks over which one matrix's row tiles are split: the grid (dense), or each assignment's
   // share of two blocks per SM (experts; the registers allow two resident).

@@ -195,11 +195,6 @@ struct CudaTunables {
   // 2026-12-02 session 5; the per-shape sweep: gate_up 65%, down 44%, qkv 37%, o_proj 31%).
   int int4_gemv_blocks_per_sm = 2;
   int int4_gemv_ring = 8;
-  // INT4 register GEMV's trigger point (Int4LinearParams::gemv_trigger; 0: the kernel's default,
-  // kInt4TriggerEarly). No env. A/B: variant int4_trigger_after_stage (kInt4TriggerAfterStage:
-  // the successor launches once x is staged; linear_int4.h says why), int4_linear_bench --what
-  // token (both rows). Not measured yet: default 0.
-  int int4_gemv_trigger = 0;
   // INT4 register GEMV: row tiles a warp multiplies at each k tile (Int4LinearParams::gemv_rows;
   // 1, or 4: the x fragments, addresses and loop bookkeeping of a k tile shared by four 16-row
   // tiles). Why: ncu (H200, 2026-12-05) counted 105-118 warp instructions a 512-byte tile in the
