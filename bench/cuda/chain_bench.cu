@@ -1,0 +1,422 @@
+// What a dependent launch costs in a chain of decode kernels. A batch-1 decode step is a chain of
+// ~8-12 launches a layer, each dependent on the one before; the W4A16 GEMV's size scan
+// (int4_linear_bench --what scan) puts ~4.9 us a launch on top of its streaming (session 32).
+// This program times chains of K synthetic kernels shaped like that GEMV (2 blocks an SM held
+// resident by shared memory, a ring of 16-byte weight loads issued before the wait, an 8 KB x
+// staged after it, the rest streamed, an output the successor reads as its x), in CUDA graphs:
+//   --what modes  the ways to wait, at 0 MB (one block, x only: an RMSNorm's shape) and 2 / 8 /
+//                 32 MB a kernel, two or one blocks an SM:
+//     serial  no programmatic launch: the graph's plain kernel edge
+//     pdl     griddepcontrol.wait (the product's: the successor launched early, released once
+//             the predecessor grid has completed and flushed)
+//     flag    no griddepcontrol.wait: each block of kernel i, after its stores, fences and adds 1
+//             to counter i; a block of kernel i + 1 spins (thread 0, ld.acquire) until counter i
+//             holds kernel i's blocks; a memset node at the chain's head zeroes the counters
+//     flagrl  the same with fence.acq_rel + a relaxed add (CUTLASS's Barrier::arrive_inc)
+//     none    no wait at all (the x read is racy: a floor, not a correct chain)
+//   --what parts  the register GEMV's traits (kV* below) added one at a time, under pdl
+// as µs a launch, and the same less the weights' time at the measured copy rate.
+// Found (H100, 2026-12-05, bench/results/2026-12-05-session33.md): with the weights loaded as the
+// product loads them (ld.global.cs), pdl is the fastest correct wait at every size (8 MB: 3.78 us
+// a launch, flag 4.26, none 3.29); flag was ahead only with ld.global.nc.L1::no_allocate loads,
+// which make pdl ~1 us a launch slower. Counter waits in the product's W4A16 GEMV measured
+// slower too (+0.5 us a launch; the patch beside that log). The wait itself costs ~0.5 us of a
+// GEMV-shaped launch; the rest of the real GEMV's fixed cost is in the kernel.
+// Usage: strata_bench_chain_bench [--what modes|parts] [--kernels 128] [--reps 20]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#define CK(x)                                                                                 \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
+
+namespace {
+
+enum Mode : int { kSerial = 0, kPdl = 1, kFlag = 2, kNone = 3, kFlagRel = 4 };
+const char* const kModeNames[] = {"serial", "pdl", "flag", "none", "flagrl"};
+constexpr int kModes = 5;
+
+constexpr int kThreads = 256;
+constexpr int kRing = 8;      // 16-byte loads in flight a thread (8 warps: 32 KB a block)
+constexpr int kXUnits = 512;  // x: 8 KB of 16-byte units
+
+struct Args {
+  const uint4* w;  // this kernel's weights (n16 units)
+  long long n16;
+  const uint4* x_in;  // the predecessor's output
+  uint4* x_out;
+  unsigned* counters;  // flag mode: counter i = blocks of kernel i done
+  int index;
+  int prev_blocks;
+  uint4* out;  // out_units 16-byte units a block
+  int out_units;
+};
+
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint4 ld_cs(const uint4* p) { return __ldcs(p); }
+__device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// --what parts: the register GEMV's traits (linear_int4_reg.cu) added to the synthetic kernel one
+// at a time (V, a bit mask), to find what makes the GEMV's fixed cost a launch ~2.7 us above
+// this kernel's under the same PDL wait.
+constexpr int kVCs = 1;     // weights by ld.global.cs (the GEMV's __ldcs), not nc.L1::no_allocate
+constexpr int kVParts = 2;  // each warp streams one contiguous part (the GEMV's split)
+constexpr int kVSums = 4;   // x staged as the GEMV: 4 loads a thread, sums over 16 lanes, scatter
+constexpr int kVEpi = 8;    // epilogue through shared memory: warps' partials, a barrier, sums
+constexpr int kVMma = 16;   // each 16-byte piece: 4 nibble words to fragments, 4 mma.m16n8k16
+
+template <int MODE, int V>
+__global__ void __launch_bounds__(kThreads) chain_kernel(Args a) {
+  extern __shared__ uint4 xs[];  // kXUnits used; the rest only holds the SM's residency at 2
+  if (MODE != kSerial) asm volatile("griddepcontrol.launch_dependents;");
+  const long long tid = (long long)blockIdx.x * kThreads + threadIdx.x;
+  const long long stride = (long long)gridDim.x * kThreads;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  // kVParts: warp wg's tiles (32 pieces each) [t0, t1); else grid-strided pieces.
+  const long long nw = (long long)gridDim.x * (kThreads / 32),
+                  wg = blockIdx.x * (kThreads / 32) + warp;
+  const long long tiles = a.n16 / 32, t0 = wg * tiles / nw, t1 = (wg + 1) * tiles / nw;
+  auto elem = [&](long long p) { return (V & kVParts) ? (t0 + p) * 32 + lane : tid + p * stride; };
+  auto valid = [&](long long p) { return (V & kVParts) ? t0 + p < t1 : tid + p * stride < a.n16; };
+  auto load = [&](long long p) {
+    if (!valid(p)) return make_uint4(0, 0, 0, 0);
+    return (V & kVCs) ? ld_cs(a.w + elem(p)) : ld_stream(a.w + elem(p));
+  };
+  uint4 r[kRing];
+#pragma unroll
+  for (int u = 0; u < kRing; ++u) r[u] = load(u);  // weights are never written: before the wait
+  if (MODE == kPdl) asm volatile("griddepcontrol.wait;" ::: "memory");
+  if ((MODE == kFlag || MODE == kFlagRel) && a.index > 0) {
+    if (threadIdx.x == 0)
+      while (ld_acquire(a.counters + a.index - 1) < unsigned(a.prev_blocks)) {
+      }
+    __syncthreads();
+  }
+  float* sums = reinterpret_cast<float*>(xs + kXUnits);  // kVSums: 64 groups; kVEpi: partials
+  if (V & kVSums) {  // 512 pieces: 4 loads a thread (2 valid), sums over 16 lanes, scattered words
+    uint32_t* xw = reinterpret_cast<uint32_t*>(xs);
+    for (int q0 = threadIdx.x - lane; q0 < kXUnits; q0 += 4 * kThreads) {
+      uint4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int q = q0 + u * kThreads + lane;
+        v[u] = q < kXUnits ? __ldcg(a.x_in + q) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int q = q0 + u * kThreads + lane;
+        if (q0 + u * kThreads >= kXUnits) break;
+        const uint32_t w4[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+        float sum = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          sum += __uint_as_float(w4[j] << 16) + __uint_as_float(w4[j] & 0xffff0000u);
+        for (int o = 1; o < 16; o <<= 1) sum += __shfl_xor_sync(~0u, sum, o);
+        uint32_t* dst = xw + (((q / 8) * 32 + (((q % 8) / 2) ^ (q & 1)) * 4 + (q % 2)) & 2047);
+        dst[0] = v[u].x;
+        dst[8] = v[u].y;
+        dst[16] = v[u].z;
+        dst[24] = v[u].w;
+        if (lane % 16 == 0) sums[q / 16] = -136.0f * sum;
+      }
+    }
+  } else {
+    for (int i = threadIdx.x; i < kXUnits; i += kThreads) xs[i] = __ldcg(a.x_in + i);
+  }
+  __syncthreads();
+  unsigned acc = 0;
+  float facc[4] = {};
+  const long long my = (V & kVParts) ? t1 - t0 : (a.n16 - tid + stride - 1) / stride;
+  const long long rounds = my <= 0 ? 0 : (my + kRing - 1) / kRing;
+  for (long long round = 0; round < rounds; ++round) {
+#pragma unroll
+    for (int u = 0; u < kRing; ++u) {
+      const uint4 x = xs[(u * 32 + threadIdx.x) % kXUnits];
+      if (V & kVMma) {
+        const uint4 x2 = xs[(u * 32 + threadIdx.x + 64) % kXUnits];
+        const uint32_t words[4] = {r[u].x, r[u].y, r[u].z, r[u].w};
+        const uint32_t xb[8] = {x.x, x.y, x.z, x.w, x2.x, x2.y, x2.z, x2.w};
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+          uint32_t af[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) af[j] = ((words[s] >> (4 * j)) & 0x000f000fu) | 0x43004300u;
+          mma16816(facc, af, xb[2 * s], xb[2 * s + 1]);
+        }
+      } else {
+        acc += (r[u].x ^ x.x) + (r[u].y ^ x.y) + (r[u].z ^ x.z) + (r[u].w ^ x.w);
+      }
+      r[u] = load((round + 1) * kRing + u);
+    }
+  }
+  acc += __float_as_uint(facc[0] + facc[1] + facc[2] + facc[3]);
+  if (V & kVEpi) {  // each warp's 64 partials, then 64 outputs summed over the 8 warps
+    __syncthreads();
+    sums[64 + warp * 64 + lane] = float(acc);
+    sums[64 + warp * 64 + lane + 32] = float(acc >> 1);
+    __syncthreads();
+    if (threadIdx.x < 64) {
+      float t = 0;
+      for (int w = 0; w < kThreads / 32; ++w) t += sums[64 + w * 64 + threadIdx.x];
+      acc = __float_as_uint(t);
+      reinterpret_cast<uint16_t*>(a.out)[blockIdx.x * 64 + threadIdx.x] = uint16_t(acc >> 16);
+    }
+  }
+  if (a.n16 == 0) acc = xs[threadIdx.x].x;
+  // The output (the successor's x): every block writes its share, so every block is a producer;
+  // out_units > 0: each block also writes that many 16-byte units of its own (a GEMV's rows).
+  for (long long i = tid; i < kXUnits; i += stride) a.x_out[i] = make_uint4(acc, acc + 1, 0, 0);
+  for (int i = threadIdx.x; i < a.out_units; i += kThreads)
+    a.out[(long long)blockIdx.x * a.out_units + i] = make_uint4(acc, i, 0, 0);
+  if (acc == 0x9e3779b9u) a.x_out[kXUnits] = make_uint4(acc, 0, 0, 0);  // keeps the sums live
+  if (MODE == kFlag) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(a.counters + a.index, 1u);
+    }
+  }
+  if (MODE == kFlagRel) {  // fence.acq_rel + relaxed add (CUTLASS's Barrier::arrive_inc)
+    __syncthreads();
+    if (threadIdx.x == 0)
+      asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(
+                       a.counters + a.index)
+                   : "memory");
+  }
+}
+
+using KernelFn = void (*)(Args);
+template <int V>
+KernelFn kernel_of_v(int mode) {
+  switch (mode) {
+    case kSerial:
+      return chain_kernel<kSerial, V>;
+    case kPdl:
+      return chain_kernel<kPdl, V>;
+    case kFlag:
+      return chain_kernel<kFlag, V>;
+    case kFlagRel:
+      return chain_kernel<kFlagRel, V>;
+    default:
+      return chain_kernel<kNone, V>;
+  }
+}
+constexpr int kParts[] = {0, kVCs, kVParts, kVSums, kVEpi, kVMma, 31};
+KernelFn kernel_of(int mode, int v = 0) {
+  switch (v) {
+    case kVCs:
+      return kernel_of_v<kVCs>(mode);
+    case kVParts:
+      return kernel_of_v<kVParts>(mode);
+    case kVSums:
+      return kernel_of_v<kVSums>(mode);
+    case kVEpi:
+      return kernel_of_v<kVEpi>(mode);
+    case kVMma:
+      return kernel_of_v<kVMma>(mode);
+    case 31:
+      return kernel_of_v<31>(mode);
+    default:
+      return kernel_of_v<0>(mode);
+  }
+}
+
+struct Chain {
+  int kernels, blocks, smem, out_units, v = 0;
+  long long n16;
+  std::vector<uint4*> w;
+  uint4* x = nullptr;  // two x buffers of kXUnits + 1 units (ping-pong)
+  unsigned* counters = nullptr;
+  uint4* out = nullptr;
+};
+
+// One graph: the counters' memset, then K launches of the mode's kernel.
+cudaGraphExec_t capture(const Chain& c, int mode, cudaStream_t s) {
+  const KernelFn fn = kernel_of(mode, c.v);
+  cudaGraph_t g;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CK(cudaMemsetAsync(c.counters, 0, sizeof(unsigned) * c.kernels, s));
+  for (int i = 0; i < c.kernels; ++i) {
+    Args a{};
+    a.w = c.w[size_t(i)];
+    a.n16 = c.n16;
+    a.x_in = c.x + (i % 2) * (kXUnits + 1);
+    a.x_out = c.x + ((i + 1) % 2) * (kXUnits + 1);
+    a.counters = c.counters;
+    a.index = i;
+    a.prev_blocks = c.blocks;
+    a.out = c.out;
+    a.out_units = c.out_units;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(c.blocks));
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = size_t(c.smem);
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = mode == kSerial ? 0 : 1;
+    CK(cudaLaunchKernelEx(&cfg, fn, a));
+  }
+  CK(cudaStreamEndCapture(s, &g));
+  cudaGraphExec_t e;
+  CK(cudaGraphInstantiate(&e, g, 0));
+  CK(cudaGraphDestroy(g));
+  return e;
+}
+
+// Median µs of one replay of the graph (reps replays, each timed alone after two warm-ups).
+double time_us(cudaGraphExec_t e, cudaStream_t s, int reps) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < 2; ++i) CK(cudaGraphLaunch(e, s));
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(a, s));
+    CK(cudaGraphLaunch(e, s));
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float t = 0;
+    CK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  std::sort(ms.begin(), ms.end());
+  return 1e3 * ms[ms.size() / 2];
+}
+
+double copy_gbs(cudaStream_t s) {  // D2D copy, read + write, median of 10
+  const size_t bytes = size_t(2) << 30;
+  void *src, *dst;
+  CK(cudaMalloc(&src, bytes));
+  CK(cudaMalloc(&dst, bytes));
+  CK(cudaMemsetAsync(src, 1, bytes, s));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int i = 0; i < 11; ++i) {
+    CK(cudaEventRecord(a, s));
+    CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float t = 0;
+    CK(cudaEventElapsedTime(&t, a, b));
+    if (i > 0) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  CK(cudaFree(src));
+  CK(cudaFree(dst));
+  return 2.0 * double(bytes) / (ms[ms.size() / 2] * 1e-3) / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int kernels = 128, reps = 20;
+  std::string what = "modes";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--kernels")) kernels = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--what")) what = argv[i + 1];
+  }
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const double gbs = copy_gbs(s);
+  std::printf("device   %s, %d SMs; D2D copy %.0f GB/s\n", prop.name, prop.multiProcessorCount,
+              gbs);
+  // Shared memory a block that leaves room for exactly two blocks an SM (the GEMV's residency).
+  const int smem = int(prop.sharedMemPerMultiprocessor / 2) - 2048;
+  for (int m = 0; m < kModes; ++m)
+    for (int v : kParts)
+      CK(cudaFuncSetAttribute(kernel_of(m, v), cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  // One chain's launches at each of `modes` (alternating, the second round kept), one line each.
+  auto measure = [&](long long mb, int blocks, int out_units, int v, std::vector<int> modes) {
+    Chain c;
+    c.kernels = kernels;
+    c.n16 = mb * (1 << 20) / 16;
+    c.blocks = blocks;
+    c.out_units = out_units;
+    c.smem = smem;
+    c.v = v;
+    for (int i = 0; i < kernels; ++i) {
+      uint4* p = nullptr;
+      if (mb > 0) {
+        CK(cudaMalloc(&p, size_t(mb) << 20));
+        CK(cudaMemsetAsync(p, i & 0xff, size_t(mb) << 20, s));
+      }
+      c.w.push_back(p);
+    }
+    CK(cudaMalloc(&c.x, sizeof(uint4) * 2 * (kXUnits + 1)));
+    CK(cudaMemsetAsync(c.x, 0, sizeof(uint4) * 2 * (kXUnits + 1), s));
+    CK(cudaMalloc(&c.counters, sizeof(unsigned) * size_t(kernels)));
+    CK(cudaMalloc(&c.out, sizeof(uint4) * size_t(c.blocks) * 128));
+    std::vector<cudaGraphExec_t> exec;
+    for (int m : modes) exec.push_back(capture(c, m, s));
+    std::vector<double> us(modes.size());
+    for (int round = 0; round < 2; ++round)
+      for (size_t j = 0; j < modes.size(); ++j) us[j] = time_us(exec[j], s, reps) / kernels;
+    const double stream_us = double(mb << 20) / (gbs * 1e3);
+    for (size_t j = 0; j < modes.size(); ++j)
+      std::printf(
+          "chain    %2lld MB a kernel, %3d blocks, out %4d B a block, parts %2d, %-6s: %7.2f us a "
+          "launch (%6.2f beyond the weights at copy rate)\n",
+          mb, c.blocks, 16 * c.out_units, v, kModeNames[modes[j]], us[j], us[j] - stream_us);
+    for (cudaGraphExec_t e : exec) CK(cudaGraphExecDestroy(e));
+    for (uint4* p : c.w)
+      if (p) CK(cudaFree(p));
+    CK(cudaFree(c.x));
+    CK(cudaFree(c.counters));
+    CK(cudaFree(c.out));
+  };
+  const int sms = prop.multiProcessorCount;
+  const std::vector<int> all = {kSerial, kPdl, kFlag, kNone, kFlagRel};
+  if (what == "modes") {  // weights by ld.global.cs, as the product's GEMVs load them (kVCs)
+    measure(0, 1, 0, kVCs, all);  // a one-block kernel (an RMSNorm's shape)
+    for (long long mb : {2, 8, 32})
+      for (int bps : {2, 1}) measure(mb, bps * sms, 0, kVCs, all);
+    measure(8, 2 * sms, 128, kVCs, all);  // with 2 KB / 256 B of output a block
+    measure(8, 2 * sms, 16, kVCs, all);
+  } else if (what == "parts") {  // the GEMV's traits one at a time, then all, under the PDL wait
+    for (long long mb : {8, 32})
+      for (int v : kParts)
+        measure(mb, 2 * sms, 16, v,
+                v == 31 ? std::vector<int>{kPdl, kNone} : std::vector<int>{kPdl});
+  }
+  CK(cudaStreamDestroy(s));
+  return 0;
+}
