@@ -51,7 +51,7 @@ struct Ceilings {
 // the best of three medians of `reps`, after ~0.2 s of the same work untimed: a GPU that starts a
 // process at idle clocks read the GEMM rate as 722-786 TFLOP/s from one process to the next on one
 // H100 with three warm-up calls (2026-12-05-session33.md), enough to move a "% of GEMM" verdict
-// by 4 points. The best rate is the ceiling a kernel is held to; the three medians are printed.
+// by 4 points. The best rate is the ceiling a kernel is held to; the medians' spread is printed.
 inline Ceilings measure_ceilings(cudaStream_t stream, int64_t copy_bytes = int64_t(4) << 30,
                                  int reps = 10) {
   auto alloc = [](int64_t bytes) {
