@@ -14,7 +14,9 @@
 //             holds kernel i's blocks; a memset node at the chain's head zeroes the counters
 //     flagrl  the same with fence.acq_rel + a relaxed add (CUTLASS's Barrier::arrive_inc)
 //     none    no wait at all (the x read is racy: a floor, not a correct chain)
-//   --what parts  the register GEMV's traits (kV* below) added one at a time, under pdl
+//   --what parts  the register GEMV's traits (kV* below) added one at a time to the product's
+//                 .cs loads, under pdl (session 33 ran an earlier form: traits on the no-allocate
+//                 loads, the mma on one accumulator chain; not rerun since)
 // as µs a launch, and the same less the weights' time at the measured copy rate.
 // Found (H100, 2026-12-05, bench/results/2026-12-05-session33.md): with the weights loaded as the
 // product loads them (ld.global.cs), pdl is the fastest correct wait at every size (8 MB: 3.78 us
@@ -93,6 +95,7 @@ constexpr int kVParts = 2;  // each warp streams one contiguous part (the GEMV's
 constexpr int kVSums = 4;   // x staged as the GEMV: 4 loads a thread, sums over 16 lanes, scatter
 constexpr int kVEpi = 8;    // epilogue through shared memory: warps' partials, a barrier, sums
 constexpr int kVMma = 16;   // each 16-byte piece: 4 nibble words to fragments, 4 mma.m16n8k16
+                            // on two fresh chains, then scaled into the accumulator
 
 template <int MODE, int V>
 __global__ void __launch_bounds__(kThreads) chain_kernel(Args a) {
@@ -165,13 +168,18 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(Args a) {
         const uint4 x2 = xs[(u * 32 + threadIdx.x + 64) % kXUnits];
         const uint32_t words[4] = {r[u].x, r[u].y, r[u].z, r[u].w};
         const uint32_t xb[8] = {x.x, x.y, x.z, x.w, x2.x, x2.y, x2.z, x2.w};
+        // As the GEMV: two chains (even / odd k steps) that start fresh each scale group (here
+        // each piece), then summed into the running accumulator.
+        float g[2][4] = {};
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
           uint32_t af[4];
 #pragma unroll
           for (int j = 0; j < 4; ++j) af[j] = ((words[s] >> (4 * j)) & 0x000f000fu) | 0x43004300u;
-          mma16816(facc, af, xb[2 * s], xb[2 * s + 1]);
+          mma16816(g[s % 2], af, xb[2 * s], xb[2 * s + 1]);
         }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) facc[j] = fmaf(1.5f, g[0][j] + g[1][j], facc[j]);
       } else {
         acc += (r[u].x ^ x.x) + (r[u].y ^ x.y) + (r[u].z ^ x.z) + (r[u].w ^ x.w);
       }
@@ -230,23 +238,15 @@ KernelFn kernel_of_v(int mode) {
       return chain_kernel<kNone, V>;
   }
 }
-constexpr int kParts[] = {0, kVCs, kVParts, kVSums, kVEpi, kVMma, 31};
+// The forms --what parts times: the base with no-allocate loads, then with the product's .cs loads
+// and each other trait on top of them, then all.
+constexpr int kParts[] = {0, kVCs, kVCs | kVParts, kVCs | kVSums, kVCs | kVEpi, kVCs | kVMma, 31};
+template <int I = 0>
 KernelFn kernel_of(int mode, int v = 0) {
-  switch (v) {
-    case kVCs:
-      return kernel_of_v<kVCs>(mode);
-    case kVParts:
-      return kernel_of_v<kVParts>(mode);
-    case kVSums:
-      return kernel_of_v<kVSums>(mode);
-    case kVEpi:
-      return kernel_of_v<kVEpi>(mode);
-    case kVMma:
-      return kernel_of_v<kVMma>(mode);
-    case 31:
-      return kernel_of_v<31>(mode);
-    default:
-      return kernel_of_v<0>(mode);
+  if constexpr (I == sizeof(kParts) / sizeof(kParts[0])) {
+    return kernel_of_v<0>(mode);
+  } else {
+    return v == kParts[I] ? kernel_of_v<kParts[I]>(mode) : kernel_of<I + 1>(mode, v);
   }
 }
 
