@@ -35,6 +35,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/mma_sync.cuh"
+
 #define CK(x)                                                                                 \
   do {                                                                                        \
     cudaError_t e_ = (x);                                                                     \
@@ -74,13 +76,6 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
   return v;
 }
 __device__ __forceinline__ uint4 ld_cs(const uint4* p) { return __ldcs(p); }
-__device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -176,7 +171,7 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(Args a) {
           uint32_t af[4];
 #pragma unroll
           for (int j = 0; j < 4; ++j) af[j] = ((words[s] >> (4 * j)) & 0x000f000fu) | 0x43004300u;
-          mma16816(g[s % 2], af, xb[2 * s], xb[2 * s + 1]);
+          strata::cuda::mma_bf16_16816(g[s % 2], af, xb[2 * s], xb[2 * s + 1]);
         }
 #pragma unroll
         for (int j = 0; j < 4; ++j) facc[j] = fmaf(1.5f, g[0][j] + g[1][j], facc[j]);
