@@ -195,6 +195,10 @@ inline constexpr Variant kVariants[] = {
      "MLA splits of one 64-key chunk on the default decode kernel "
      "(mla_min_split_chunks 1)",
      [](cuda::CudaTunables& t) { t.mla_min_split_chunks = 1; }},
+    {"gemv_preload_regs",
+     "bf16 decode GEMVs: each lane's first batch of weights into registers before the PDL wait, "
+     "no L2 prefetch (gemv_prefetch_elems -1)",
+     [](cuda::CudaTunables& t) { t.gemv_prefetch_elems = -1; }},
     {"gemv_prefetch8k",
      "bf16 decode GEMVs: each row's first 8,192 weights prefetched before the "
      "PDL wait (gemv_prefetch_elems)",

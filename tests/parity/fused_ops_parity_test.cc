@@ -3,8 +3,9 @@
 //  - linear_silu_mul (the GEMV with SwiGLU as its epilogue): NMSE against the CPU < 2e-5 (two
 //    bf16 roundings, the projection's output and the product, where the CPU rounds none), bit
 //    for bit the unfused linear + silu_mul on the GPU, for every GEMV launch variant (4- and
-//    8-warp blocks, L2 prefetch, early PDL trigger); row counts past the GEMV (cuBLAS path) and
-//    k % 8 != 0 take the default and are checked the same way;
+//    8-warp blocks, L2 prefetch, the first weights in registers before the wait, early PDL
+//    trigger); row counts past the GEMV (cuBLAS path) and k % 8 != 0 take the default and are
+//    checked the same way;
 //  - qkv_rope_kv_write (split + rope + KV write in one launch): q and the written K/V cache rows
 //    bit for bit the unfused slice/rope/kv_write on the GPU, for bf16, fp8 e4m3 and e5m2 caches
 //    (non-unit scales), neox and interleaved rope, partial rotary dims, attention factors,
@@ -46,7 +47,8 @@ TEST(CudaFusedParity, LinearSiluMul) {
     int64_t prefetch;
     bool early;
   };
-  const Variant variants[] = {{8, 4096, true}, {8, 0, false}, {4, 4096, true}, {4, 100000, false}};
+  const Variant variants[] = {{8, 4096, true},    {8, 0, false}, {4, 4096, true},
+                              {4, 100000, false}, {8, -1, true}, {4, -1, false}};
   for (Case c : {Case{1, 320, 129, false}, Case{3, 896, 517, true}, Case{8, 64, 33, false},
                  Case{1, 4096, 1001, true}, Case{2, 4104, 7, false}, Case{9, 320, 96, true},
                  Case{5, 100, 40, false}, Case{40, 264, 300, true}}) {

@@ -29,7 +29,9 @@ constexpr int kUnroll = 4;    // independent 16-byte weight loads in flight per 
 // written by a kernel, so the stream could start while the previous kernel still runs. Off by
 // default: on the H200 it made every GEMV slower (back to back, 8B shapes: 3.93 -> 4.37 ms per
 // token's GEMVs, lm_head alone 237 -> 255 us; in the decode step +0.2 ms/token), most likely
-// because the prefetches double the requests the L2 serves for the same bytes.
+// because the prefetches double the requests the L2 serves for the same bytes. prefetch_elems
+// -1: the first batch into registers only, no L2 prefetch (the W4A16 register GEMV's way: its
+// ring before the wait; not yet measured here).
 // The last steps of a row (fewer than kUnroll) load together: MLA's q_b at batch 1 (1,536
 // weights a row, 6 loads a lane) was three dependent round trips, now two (a Kimi-K2.5 rank's
 // q_b 4.58 -> 4.38 us after q_a, timeline, H200, 2026-12-04).
@@ -69,14 +71,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(GemvParams p) {
   constexpr int kStep = KS * 256;
   const int64_t k0 = int64_t(part) * 256 + lane * 8;
   // With the prefetch on, the first batch of this lane's weights also goes to registers.
-  const bool preloaded = valid && p.prefetch_elems > 0 && k0 + (kUnroll - 1) * kStep < p.k;
+  const bool preloaded = valid && p.prefetch_elems != 0 && k0 + (kUnroll - 1) * kStep < p.k;
   uint4 wv[kUnroll];
   if (preloaded) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
       wv[u] = __ldcs(reinterpret_cast<const uint4*>(wrow + k0 + u * kStep));
   }
-  if (valid && part == 0) {
+  if (valid && part == 0 && p.prefetch_elems > 0) {
     const int64_t pf = p.prefetch_elems < p.k ? p.prefetch_elems : p.k;
     for (int64_t e = int64_t(lane) * 64; e < pf; e += 32 * 64) prefetch_l2(wrow + e);
   }

@@ -25,6 +25,7 @@ struct GemvParams {
   int64_t k;
   int64_t glu_inter;       // 0: plain GEMV
   int64_t prefetch_elems;  // leading weights of each row prefetched into L2 before pdl_wait
+                           // (with the first batch into registers); -1: the registers only
   int block_warps;         // 4 or 8 (one weight row per warp, or per KS warps)
   int max_ksplit;          // most warps sharing one output row: 1, 2 or 4
   int pdl_early;           // trigger the next kernel before waiting on the previous

@@ -29,7 +29,7 @@ void CudaTunables::check() const {
   CHECK_MSG(gemv_max_rows >= 1 && gemv_max_rows <= kGemvMaxRows, "gemv_max_rows {}", gemv_max_rows);
   CHECK_MSG(gemv_max_ksplit == 1 || gemv_max_ksplit == 2 || gemv_max_ksplit == 4,
             "gemv_max_ksplit {}", gemv_max_ksplit);
-  CHECK_MSG(gemv_prefetch_elems >= 0, "gemv_prefetch_elems {}", gemv_prefetch_elems);
+  CHECK_MSG(gemv_prefetch_elems >= -1, "gemv_prefetch_elems {}", gemv_prefetch_elems);
   CHECK_MSG(gemv_block_warps == 4 || gemv_block_warps == 8, "gemv_block_warps {}",
             gemv_block_warps);
   CHECK_MSG(head_gemv_linear_barrier_timeout_us >= 0, "head_gemv_linear_barrier_timeout_us {}",

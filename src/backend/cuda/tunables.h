@@ -70,9 +70,10 @@ struct CudaTunables {
   // 2 5.571 against 5.901 (61 layers projected). (2026-11-29, the 8B shape's GEMVs back to back
   // outside a step: 3.928 ms with 1, 3.847 with up to 4.)
   int gemv_max_ksplit = 1;
-  // Leading weights of each row prefetched into L2 before the PDL wait (elements; 0 off). No
-  // env. Default off: every GEMV got slower (one token's GEMVs 3.93 -> 4.37 ms, lm_head 237 ->
-  // 255 us; decode step +0.2 ms/token; 2026-11-29 night).
+  // Leading weights of each row prefetched into L2 before the PDL wait (elements; 0 off; -1: only
+  // the first batch into registers, variant gemv_preload_regs, not yet measured). No env. Default
+  // off: every GEMV got slower (one token's GEMVs 3.93 -> 4.37 ms, lm_head 237 -> 255 us; decode
+  // step +0.2 ms/token; 2026-11-29 night).
   int64_t gemv_prefetch_elems = 0;
   // With fusion, graph mode: two consecutive plain GEMVs on the same x (MLA's q_a or q_proj, then
   // kv_a: arch/deepseek.cc records them back to back) as one launch (linear.h GemvParams::w2),
