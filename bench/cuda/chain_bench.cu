@@ -83,8 +83,8 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
 }
 
 // --what parts: the register GEMV's traits (linear_int4_reg.cu) added to the synthetic kernel one
-// at a time (V, a bit mask), to find what makes the GEMV's fixed cost a launch ~2.7 us above
-// this kernel's under the same PDL wait.
+// at a time (V, a bit mask), to find what puts the GEMV's fixed cost a launch (~4.8 us on an H100)
+// ~3.8 us above this kernel's with the same loads under the same PDL wait.
 constexpr int kVCs = 1;     // weights by ld.global.cs (the GEMV's __ldcs), not nc.L1::no_allocate
 constexpr int kVParts = 2;  // each warp streams one contiguous part (the GEMV's split)
 constexpr int kVSums = 4;   // x staged as the GEMV: 4 loads a thread, sums over 16 lanes, scatter
