@@ -91,6 +91,8 @@ constexpr int kVSums = 4;   // x staged as the GEMV: 4 loads a thread, sums over
 constexpr int kVEpi = 8;    // epilogue through shared memory: warps' partials, a barrier, sums
 constexpr int kVMma = 16;   // each 16-byte piece: 4 nibble words to fragments, 4 mma.m16n8k16
                             // on two fresh chains, then scaled into the accumulator
+constexpr int kVLdg = 32;   // x through the non-coherent path (__ldg, the GEMV's under PDL)
+constexpr int kVAll = 63;
 
 template <int MODE, int V>
 __global__ void __launch_bounds__(kThreads) chain_kernel(Args a) {
@@ -127,7 +129,9 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(Args a) {
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         const int q = q0 + u * kThreads + lane;
-        v[u] = q < kXUnits ? __ldcg(a.x_in + q) : make_uint4(0, 0, 0, 0);
+        v[u] = q >= kXUnits  ? make_uint4(0, 0, 0, 0)
+               : (V & kVLdg) ? __ldg(a.x_in + q)
+                             : __ldcg(a.x_in + q);
       }
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
@@ -148,7 +152,8 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(Args a) {
       }
     }
   } else {
-    for (int i = threadIdx.x; i < kXUnits; i += kThreads) xs[i] = __ldcg(a.x_in + i);
+    for (int i = threadIdx.x; i < kXUnits; i += kThreads)
+      xs[i] = (V & kVLdg) ? __ldg(a.x_in + i) : __ldcg(a.x_in + i);
   }
   __syncthreads();
   unsigned acc = 0;
@@ -235,7 +240,8 @@ KernelFn kernel_of_v(int mode) {
 }
 // The forms --what parts times: the base with no-allocate loads, then with the product's .cs loads
 // and each other trait on top of them, then all.
-constexpr int kParts[] = {0, kVCs, kVCs | kVParts, kVCs | kVSums, kVCs | kVEpi, kVCs | kVMma, 31};
+constexpr int kParts[] = {
+    0, kVCs, kVCs | kVParts, kVCs | kVSums, kVCs | kVEpi, kVCs | kVMma, kVCs | kVLdg, kVAll};
 template <int I = 0>
 KernelFn kernel_of(int mode, int v = 0) {
   if constexpr (I == sizeof(kParts) / sizeof(kParts[0])) {
@@ -410,7 +416,7 @@ int main(int argc, char** argv) {
     for (long long mb : {8, 32})
       for (int v : kParts)
         measure(mb, 2 * sms, 16, v,
-                v == 31 ? std::vector<int>{kPdl, kNone} : std::vector<int>{kPdl});
+                v == kVAll ? std::vector<int>{kPdl, kNone} : std::vector<int>{kPdl});
   }
   CK(cudaStreamDestroy(s));
   return 0;
