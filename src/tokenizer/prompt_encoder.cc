@@ -42,6 +42,11 @@ StatusOr<std::vector<int32_t>> PromptEncoder::encode_impl(const Json& messages,
                                                           const Json& template_kwargs) const {
   STRATA_ASSIGN_OR_RETURN(std::string text,
                           render_impl(messages, add_generation_prompt, template_kwargs));
+  return encode_rendered(text, max_text_bytes);
+}
+
+StatusOr<std::vector<int32_t>> PromptEncoder::encode_rendered(const std::string& text,
+                                                              size_t max_text_bytes) const {
   if (text.size() > max_text_bytes) {
     return out_of_range(
         "the rendered chat prompt is {} bytes, more than the context can hold ({} bytes)",
@@ -93,12 +98,7 @@ StatusOr<std::vector<int32_t>> PromptEncoder::encode_chat_continuing(
         "continue_final_message: the chat template does not write the final message's content "
         "as sent, so there is no place to continue it from");
   text.resize(at + content.size());
-  if (text.size() > max_text_bytes) {
-    return out_of_range(
-        "the rendered chat prompt is {} bytes, more than the context can hold ({} bytes)",
-        text.size(), max_text_bytes);
-  }
-  return tokenizer_->encode(text, /*allow_special=*/true);
+  return encode_rendered(text, max_text_bytes);
 }
 
 std::vector<int32_t> PromptEncoder::encode_raw(const std::string& text) const {

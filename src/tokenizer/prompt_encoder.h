@@ -66,6 +66,9 @@ class PromptEncoder {
   StatusOr<std::vector<int32_t>> encode_impl(const Json& messages, bool add_generation_prompt,
                                              size_t max_text_bytes,
                                              const Json& template_kwargs) const;
+  // A rendered chat prompt's tokens; OutOfRange past max_text_bytes (before the BPE runs).
+  StatusOr<std::vector<int32_t>> encode_rendered(const std::string& text,
+                                                 size_t max_text_bytes) const;
 
   const Tokenizer* tokenizer_ = nullptr;
   size_t max_token_bytes_ = 1;  // longest vocabulary entry (added tokens included)
