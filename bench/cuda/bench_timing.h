@@ -61,20 +61,10 @@ inline Ceilings measure_ceilings(cudaStream_t stream, int64_t copy_bytes = int64
   };
   // The best of three medians after `fn` has run untimed for at least ~0.2 s (the clocks ramped).
   auto best_ms = [&](auto&& fn, double* spread) {
-    cudaEvent_t a, b;
-    CUDA_CHECK(cudaEventCreate(&a));
-    CUDA_CHECK(cudaEventCreate(&b));
-    for (float warm = 0; warm < 200.0f;) {
-      CUDA_CHECK(cudaEventRecord(a, stream));
-      for (int i = 0; i < reps; ++i) fn();
-      CUDA_CHECK(cudaEventRecord(b, stream));
-      CUDA_CHECK(cudaEventSynchronize(b));
-      float t = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-      warm += t;
-    }
-    CUDA_CHECK(cudaEventDestroy(a));
-    CUDA_CHECK(cudaEventDestroy(b));
+    for (double warm = 0; warm < 200.0;)
+      warm += time_ms(stream, 0, 1, [&] {
+        for (int i = 0; i < reps; ++i) fn();
+      });
     double lo = 1e30, hi = 0;
     for (int round = 0; round < 3; ++round) {
       const double ms = time_ms(stream, 1, reps, fn);

@@ -27,7 +27,6 @@
 // Usage: strata_bench_chain_bench [--what modes|parts] [--kernels 128] [--reps 20]
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +35,7 @@
 #include <vector>
 
 #include "backend/cuda/mma_sync.cuh"
+#include "bench_timing.h"
 
 #define CK(x)                                                                                 \
   do {                                                                                        \
@@ -298,49 +298,7 @@ cudaGraphExec_t capture(const Chain& c, int mode, cudaStream_t s) {
 
 // Median µs of one replay of the graph (reps replays, each timed alone after two warm-ups).
 double time_us(cudaGraphExec_t e, cudaStream_t s, int reps) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int i = 0; i < 2; ++i) CK(cudaGraphLaunch(e, s));
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a, s));
-    CK(cudaGraphLaunch(e, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float t = 0;
-    CK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  std::sort(ms.begin(), ms.end());
-  return 1e3 * ms[ms.size() / 2];
-}
-
-double copy_gbs(cudaStream_t s) {  // D2D copy, read + write, median of 10
-  const size_t bytes = size_t(2) << 30;
-  void *src, *dst;
-  CK(cudaMalloc(&src, bytes));
-  CK(cudaMalloc(&dst, bytes));
-  CK(cudaMemsetAsync(src, 1, bytes, s));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < 11; ++i) {
-    CK(cudaEventRecord(a, s));
-    CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float t = 0;
-    CK(cudaEventElapsedTime(&t, a, b));
-    if (i > 0) ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  CK(cudaFree(src));
-  CK(cudaFree(dst));
-  return 2.0 * double(bytes) / (ms[ms.size() / 2] * 1e-3) / 1e9;
+  return 1e3 * strata::bench::time_ms(s, 2, reps, [&] { CK(cudaGraphLaunch(e, s)); });
 }
 
 }  // namespace
@@ -357,8 +315,8 @@ int main(int argc, char** argv) {
   CK(cudaGetDeviceProperties(&prop, 0));
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  const double gbs = copy_gbs(s);
-  std::printf("device   %s, %d SMs; D2D copy %.0f GB/s\n", prop.name, prop.multiProcessorCount,
+  const double gbs = strata::bench::measure_ceilings(s).copy_gbs;
+  std::printf("device   %s, %d SMs; copy rate %.0f GB/s\n", prop.name, prop.multiProcessorCount,
               gbs);
   // Shared memory a block that leaves room for exactly two blocks an SM (the GEMV's residency).
   const int smem = int(prop.sharedMemPerMultiprocessor / 2) - 2048;
