@@ -13,7 +13,11 @@
 // the main path from the listing (--timeline 2). CUPTI slows the host's graph launches (a
 // 64-launch segment's cudaGraphLaunch took 140-300 us with it on, session 15), so holes at segment
 // boundaries in a traced step can be CUPTI's own; kernel durations and increments inside a
-// segment are the ones to trust.
+// segment are the ones to trust — except across streams: with CUPTI on, a short side-branch
+// kernel can end later than it does untraced, so a side-stream kernel's increment is a lead to
+// check with the plain graph's step time, not a measurement (2026-12-05: the shared experts'
+// down GEMV showed ~12 us a Kimi-K2.5 layer; folded into the combine, the untraced step moved
+// ±0.0%, bench/results/2026-12-05-session34.md).
 //
 // Use: timeline_begin() before the first graph-mode step (CUPTI traces the nodes of graphs
 // instantiated after it), run the steps, timeline_mark() right before the step to analyse (after
