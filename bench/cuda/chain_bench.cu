@@ -17,6 +17,14 @@
 //   --what parts  the register GEMV's traits (kV* below) added one at a time to the product's
 //                 .cs loads, under pdl (session 33 ran an earlier form: traits on the no-allocate
 //                 loads, the mma on one accumulator chain; not rerun since)
+//   --what fused  the same K dependent steps as phases of ONE persistent kernel (a block an SM)
+//                 that meet at a grid barrier, each block's share of the next-but-one phase's
+//                 weights copied into shared memory (TMA) as soon as a buffer frees, so DRAM
+//                 streams through every barrier and x hand-off; against the pdl chain of the
+//                 same weights in the same run. The upper bound of fusing a decode layer's
+//                 launches (session 34's question: the batch-1 steps are chains of ~5 us fixed
+//                 costs, and every single-launch fusion so far paid its round trips back).
+//                 Written in session 34 without a device: compiled, not yet run.
 // as µs a launch, and the same less the weights' time at the measured copy rate.
 // Found (H100, 2026-12-05, bench/results/2026-12-05-session33.md): with the weights loaded as the
 // product loads them (ld.global.cs), pdl is the fastest correct wait at every size (8 MB: 3.78 us
@@ -24,9 +32,10 @@
 // which make pdl ~1 us a launch slower. Counter waits in the product's W4A16 GEMV measured
 // slower too (+0.5 us a launch; the patch beside that log). The wait itself costs ~0.5 us of a
 // GEMV-shaped launch; the rest of the real GEMV's fixed cost is in the kernel.
-// Usage: strata_bench_chain_bench [--what modes|parts] [--kernels 128] [--reps 20]
+// Usage: strata_bench_chain_bench [--what modes|parts|fused] [--kernels 128] [--reps 20]
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/mma_sync.cuh"
 #include "bench_timing.h"
 
@@ -222,6 +232,99 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(Args a) {
   }
 }
 
+// --what fused: K phases in one kernel. Phase i reads x_i (the previous phase's output, 8 KB),
+// streams its weights w[i] (n16 units, block b's share the contiguous [b n16 / grid, (b + 1)
+// n16 / grid)), and writes x_{i+1}; the blocks meet at a grid barrier between phases. A block's
+// first smem_units of each share come from shared memory: two buffers, the share of phase i + 2
+// copied into phase i's buffer once the block is done with it (before the barrier it then waits
+// at); the rest of a share, where it exceeds a buffer, is loaded from global memory after the
+// barrier as the chain kernel loads it.
+struct FusedArgs {
+  const uint4* const* w;  // [phases] weight buffers
+  long long n16;
+  uint4* x;  // two x buffers of kXUnits + 1 units (ping-pong)
+  unsigned* barrier;
+  int phases;
+  int buf_units;  // each shared-memory buffer, 16-byte units
+};
+
+// Every block arrives once; returns when all have. Block 0 adds 2^31 - (blocks - 1), the others
+// 1: the word's top bit flips when the last arrives and its low bits come back to where they
+// were (no reset between barriers; head_gemv_linear.cu's barrier without its timeout: this
+// benchmark's grid is one block an SM, resident at once).
+__device__ __forceinline__ void fused_grid_barrier(unsigned* word) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
+    const unsigned phase = ld_acquire(word) & 0x80000000u;
+    __threadfence();
+    atomicAdd(word, add);
+    while ((ld_acquire(word) & 0x80000000u) == phase) {
+    }
+  }
+  __syncthreads();
+}
+
+__global__ void __launch_bounds__(kThreads, 1) fused_kernel(FusedArgs a) {
+  extern __shared__ __align__(128) uint4 fs[];  // [2][buf_units] weights, then x (kXUnits)
+  __shared__ __align__(8) uint64_t bars[2];
+  uint4* xs = fs + 2 * a.buf_units;
+  const int grid = int(gridDim.x), b = int(blockIdx.x);
+  const long long u0 = b * a.n16 / grid, u1 = (b + 1) * a.n16 / grid, share = u1 - u0;
+  const long long in_smem = share < a.buf_units ? share : a.buf_units;
+  const uint32_t bar0 = uint32_t(__cvta_generic_to_shared(&bars[0]));
+  const uint32_t buf0 = uint32_t(__cvta_generic_to_shared(fs));
+  auto prefetch = [&](int phase) {  // one thread: phase's share into buffer phase % 2
+    if (phase >= a.phases || in_smem == 0) return;
+    const int k = phase % 2;
+    strata::cuda::mbar_arrive_expect_tx(bar0 + 8 * k, uint32_t(in_smem * 16));
+    constexpr long long kChunk = 2048;  // 32 KB a bulk copy
+    for (long long off = 0; off < in_smem; off += kChunk)
+      strata::cuda::bulk_copy_g2s(
+          buf0 + uint32_t((k * a.buf_units + off) * 16), a.w[phase] + u0 + off,
+          uint32_t((in_smem - off < kChunk ? in_smem - off : kChunk) * 16), bar0 + 8 * k);
+  };
+  if (threadIdx.x == 0) {
+    strata::cuda::mbar_init(bar0, 1);
+    strata::cuda::mbar_init(bar0 + 8, 1);
+    strata::cuda::mbar_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    prefetch(0);
+    prefetch(1);
+  }
+  const long long tid = threadIdx.x;
+  for (int i = 0; i < a.phases; ++i) {
+    const int k = i % 2;
+    if (i > 0) fused_grid_barrier(a.barrier);
+    const uint4* x_in = a.x + (i % 2) * (kXUnits + 1);
+    uint4* x_out = a.x + ((i + 1) % 2) * (kXUnits + 1);
+    for (int j = threadIdx.x; j < kXUnits; j += kThreads) xs[j] = __ldcg(x_in + j);
+    __syncthreads();
+    unsigned acc = 0;
+    // The share's rest from global memory first (its loads in flight while the copy lands).
+#pragma unroll 8
+    for (long long u = u0 + in_smem + tid; u < u1; u += kThreads) {
+      const uint4 w = __ldcs(a.w[i] + u), x = xs[u % kXUnits];
+      acc += (w.x ^ x.x) + (w.y ^ x.y) + (w.z ^ x.z) + (w.w ^ x.w);
+    }
+    if (in_smem > 0) strata::cuda::mbar_wait(bar0 + 8 * k, uint32_t((i / 2) % 2));
+    const uint4* wb = fs + k * a.buf_units;
+    for (long long u = tid; u < in_smem; u += kThreads) {
+      const uint4 w = wb[u], x = xs[(u0 + u) % kXUnits];
+      acc += (w.x ^ x.x) + (w.y ^ x.y) + (w.z ^ x.z) + (w.w ^ x.w);
+    }
+    // The output (the next phase's x): every block writes its share.
+    for (long long j = b * kThreads + tid; j < kXUnits; j += (long long)grid * kThreads)
+      x_out[j] = make_uint4(acc, acc + 1, 0, 0);
+    if (acc == 0x9e3779b9u) x_out[kXUnits] = make_uint4(acc, 0, 0, 0);  // keeps the sums live
+    strata::cuda::fence_proxy_async_smem();  // this thread's reads of buffer k before its refill
+    __syncthreads();
+    if (threadIdx.x == 0) prefetch(i + 2);
+  }
+}
+
 using KernelFn = void (*)(Args);
 template <int V>
 KernelFn kernel_of_v(int mode) {
@@ -370,6 +473,50 @@ int main(int argc, char** argv) {
       for (int bps : {2, 1}) measure(mb, bps * sms, 0, kVCs, all);
     measure(8, 2 * sms, 128, kVCs, all);  // with 2 KB / 256 B of output a block
     measure(8, 2 * sms, 16, kVCs, all);
+  } else if (what == "fused") {  // one persistent kernel of K phases against the pdl chain
+    const int buf_units = int((prop.sharedMemPerBlockOptin - kXUnits * 16 - 1024) / 2 / 16);
+    CK(cudaFuncSetAttribute(fused_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            int(2 * buf_units * 16 + kXUnits * 16)));
+    for (long long mb : {2, 8, 13, 32}) {
+      measure(mb, 2 * sms, 0, kVCs, {kPdl});
+      const long long n16 = mb * (1 << 20) / 16;
+      std::vector<uint4*> w(static_cast<size_t>(kernels));
+      for (int i = 0; i < kernels; ++i) {
+        CK(cudaMalloc(&w[size_t(i)], size_t(mb) << 20));
+        CK(cudaMemsetAsync(w[size_t(i)], i & 0xff, size_t(mb) << 20, s));
+      }
+      const uint4** wd = nullptr;
+      CK(cudaMalloc(&wd, sizeof(uint4*) * size_t(kernels)));
+      CK(cudaMemcpy(wd, w.data(), sizeof(uint4*) * size_t(kernels), cudaMemcpyHostToDevice));
+      FusedArgs a{};
+      a.w = wd;
+      a.n16 = n16;
+      a.phases = kernels;
+      a.buf_units = buf_units;
+      CK(cudaMalloc(&a.x, sizeof(uint4) * 2 * (kXUnits + 1)));
+      CK(cudaMemsetAsync(a.x, 0, sizeof(uint4) * 2 * (kXUnits + 1), s));
+      CK(cudaMalloc(&a.barrier, sizeof(unsigned)));
+      CK(cudaMemsetAsync(a.barrier, 0, sizeof(unsigned), s));
+      const size_t smem_bytes = size_t(2 * buf_units * 16 + kXUnits * 16);
+      const double us = 1e3 *
+                        strata::bench::time_ms(s, 2, reps,
+                                               [&] {
+                                                 fused_kernel<<<sms, kThreads, smem_bytes, s>>>(a);
+                                                 CK(cudaGetLastError());
+                                               }) /
+                        kernels;
+      const double stream_us = double(mb << 20) / (gbs * 1e3);
+      const long long share_kb = n16 / sms * 16 / 1024;
+      std::printf(
+          "fused    %2lld MB a phase, %3d blocks, share %4lld KB a block (%lld KB in shared "
+          "memory): %7.2f us a phase (%6.2f beyond the weights at copy rate)\n",
+          mb, sms, share_kb, std::min<long long>(share_kb, buf_units * 16 / 1024), us,
+          us - stream_us);
+      for (uint4* p : w) CK(cudaFree(p));
+      CK(cudaFree(wd));
+      CK(cudaFree(a.x));
+      CK(cudaFree(a.barrier));
+    }
   } else if (what == "parts") {  // the GEMV's traits one at a time, then all, under the PDL wait
     for (long long mb : {8, 32})
       for (int v : kParts)
