@@ -44,17 +44,9 @@
 #include <vector>
 
 #include "backend/cuda/bulk_copy.cuh"
+#include "backend/cuda/grid_sync.cuh"
 #include "backend/cuda/mma_sync.cuh"
 #include "bench_timing.h"
-
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
 
 namespace {
 
@@ -86,12 +78,6 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
   return v;
 }
 __device__ __forceinline__ uint4 ld_cs(const uint4* p) { return __ldcs(p); }
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
 // --what parts: the register GEMV's traits (linear_int4_reg.cu) added to the synthetic kernel one
 // at a time (V, a bit mask), to find what puts the GEMV's fixed cost a launch (~4.8 us on an H100)
 // ~3.8 us above this kernel's with the same loads under the same PDL wait.
@@ -127,7 +113,7 @@ __global__ void __launch_bounds__(kThreads) chain_kernel(Args a) {
   if (MODE == kPdl) asm volatile("griddepcontrol.wait;" ::: "memory");
   if ((MODE == kFlag || MODE == kFlagRel) && a.index > 0) {
     if (threadIdx.x == 0)
-      while (ld_acquire(a.counters + a.index - 1) < unsigned(a.prev_blocks)) {
+      while (strata::cuda::ld_acquire_gpu(a.counters + a.index - 1) < unsigned(a.prev_blocks)) {
       }
     __syncthreads();
   }
@@ -248,23 +234,6 @@ struct FusedArgs {
   int buf_units;  // each shared-memory buffer, 16-byte units
 };
 
-// Every block arrives once; returns when all have. Block 0 adds 2^31 - (blocks - 1), the others
-// 1: the word's top bit flips when the last arrives and its low bits come back to where they
-// were (no reset between barriers; head_gemv_linear.cu's barrier without its timeout: this
-// benchmark's grid is one block an SM, resident at once).
-__device__ __forceinline__ void fused_grid_barrier(unsigned* word) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
-    const unsigned phase = ld_acquire(word) & 0x80000000u;
-    __threadfence();
-    atomicAdd(word, add);
-    while ((ld_acquire(word) & 0x80000000u) == phase) {
-    }
-  }
-  __syncthreads();
-}
-
 __global__ void __launch_bounds__(kThreads, 1) fused_kernel(FusedArgs a) {
   extern __shared__ __align__(128) uint4 fs[];  // [2][buf_units] weights, then x (kXUnits)
   __shared__ __align__(8) uint64_t bars[2];
@@ -297,7 +266,9 @@ __global__ void __launch_bounds__(kThreads, 1) fused_kernel(FusedArgs a) {
   const long long tid = threadIdx.x;
   for (int i = 0; i < a.phases; ++i) {
     const int k = i % 2;
-    if (i > 0) fused_grid_barrier(a.barrier);
+    // The grid is one block an SM with all of its shared memory: resident at once, so the
+    // barrier's timeout (1 s) only catches an SM held by other work, and a wrong run stops.
+    if (i > 0 && !strata::cuda::grid_barrier(a.barrier, 1000000000ull)) __trap();
     const uint4* x_in = a.x + (i % 2) * (kXUnits + 1);
     uint4* x_out = a.x + ((i + 1) % 2) * (kXUnits + 1);
     for (int j = threadIdx.x; j < kXUnits; j += kThreads) xs[j] = __ldcg(x_in + j);
@@ -367,8 +338,8 @@ struct Chain {
 cudaGraphExec_t capture(const Chain& c, int mode, cudaStream_t s) {
   const KernelFn fn = kernel_of(mode, c.v);
   cudaGraph_t g;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  CK(cudaMemsetAsync(c.counters, 0, sizeof(unsigned) * c.kernels, s));
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CUDA_CHECK(cudaMemsetAsync(c.counters, 0, sizeof(unsigned) * c.kernels, s));
   for (int i = 0; i < c.kernels; ++i) {
     Args a{};
     a.w = c.w[size_t(i)];
@@ -390,18 +361,18 @@ cudaGraphExec_t capture(const Chain& c, int mode, cudaStream_t s) {
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = mode == kSerial ? 0 : 1;
-    CK(cudaLaunchKernelEx(&cfg, fn, a));
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, fn, a));
   }
-  CK(cudaStreamEndCapture(s, &g));
+  CUDA_CHECK(cudaStreamEndCapture(s, &g));
   cudaGraphExec_t e;
-  CK(cudaGraphInstantiate(&e, g, 0));
-  CK(cudaGraphDestroy(g));
+  CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
+  CUDA_CHECK(cudaGraphDestroy(g));
   return e;
 }
 
 // Median µs of one replay of the graph (reps replays, each timed alone after two warm-ups).
 double time_us(cudaGraphExec_t e, cudaStream_t s, int reps) {
-  return 1e3 * strata::bench::time_ms(s, 2, reps, [&] { CK(cudaGraphLaunch(e, s)); });
+  return 1e3 * strata::bench::time_ms(s, 2, reps, [&] { CUDA_CHECK(cudaGraphLaunch(e, s)); });
 }
 
 }  // namespace
@@ -415,9 +386,9 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--what")) what = argv[i + 1];
   }
   cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, 0));
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const double gbs = strata::bench::measure_ceilings(s).copy_gbs;
   std::printf("device   %s, %d SMs; copy rate %.0f GB/s\n", prop.name, prop.multiProcessorCount,
               gbs);
@@ -425,7 +396,8 @@ int main(int argc, char** argv) {
   const int smem = int(prop.sharedMemPerMultiprocessor / 2) - 2048;
   for (int m = 0; m < kModes; ++m)
     for (int v : kParts)
-      CK(cudaFuncSetAttribute(kernel_of(m, v), cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      CUDA_CHECK(
+          cudaFuncSetAttribute(kernel_of(m, v), cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   // One chain's launches at each of `modes` (alternating, the second round kept), one line each.
   auto measure = [&](long long mb, int blocks, int out_units, int v, std::vector<int> modes) {
     Chain c;
@@ -438,15 +410,15 @@ int main(int argc, char** argv) {
     for (int i = 0; i < kernels; ++i) {
       uint4* p = nullptr;
       if (mb > 0) {
-        CK(cudaMalloc(&p, size_t(mb) << 20));
-        CK(cudaMemsetAsync(p, i & 0xff, size_t(mb) << 20, s));
+        CUDA_CHECK(cudaMalloc(&p, size_t(mb) << 20));
+        CUDA_CHECK(cudaMemsetAsync(p, i & 0xff, size_t(mb) << 20, s));
       }
       c.w.push_back(p);
     }
-    CK(cudaMalloc(&c.x, sizeof(uint4) * 2 * (kXUnits + 1)));
-    CK(cudaMemsetAsync(c.x, 0, sizeof(uint4) * 2 * (kXUnits + 1), s));
-    CK(cudaMalloc(&c.counters, sizeof(unsigned) * size_t(kernels)));
-    CK(cudaMalloc(&c.out, sizeof(uint4) * size_t(c.blocks) * 128));
+    CUDA_CHECK(cudaMalloc(&c.x, sizeof(uint4) * 2 * (kXUnits + 1)));
+    CUDA_CHECK(cudaMemsetAsync(c.x, 0, sizeof(uint4) * 2 * (kXUnits + 1), s));
+    CUDA_CHECK(cudaMalloc(&c.counters, sizeof(unsigned) * size_t(kernels)));
+    CUDA_CHECK(cudaMalloc(&c.out, sizeof(uint4) * size_t(c.blocks) * 128));
     std::vector<cudaGraphExec_t> exec;
     for (int m : modes) exec.push_back(capture(c, m, s));
     std::vector<double> us(modes.size());
@@ -458,12 +430,12 @@ int main(int argc, char** argv) {
           "chain    %2lld MB a kernel, %3d blocks, out %4d B a block, parts %2d, %-6s: %7.2f us a "
           "launch (%6.2f beyond the weights at copy rate)\n",
           mb, c.blocks, 16 * c.out_units, v, kModeNames[modes[j]], us[j], us[j] - stream_us);
-    for (cudaGraphExec_t e : exec) CK(cudaGraphExecDestroy(e));
+    for (cudaGraphExec_t e : exec) CUDA_CHECK(cudaGraphExecDestroy(e));
     for (uint4* p : c.w)
-      if (p) CK(cudaFree(p));
-    CK(cudaFree(c.x));
-    CK(cudaFree(c.counters));
-    CK(cudaFree(c.out));
+      if (p) CUDA_CHECK(cudaFree(p));
+    CUDA_CHECK(cudaFree(c.x));
+    CUDA_CHECK(cudaFree(c.counters));
+    CUDA_CHECK(cudaFree(c.out));
   };
   const int sms = prop.multiProcessorCount;
   const std::vector<int> all = {kSerial, kPdl, kFlag, kNone, kFlagRel};
@@ -475,34 +447,35 @@ int main(int argc, char** argv) {
     measure(8, 2 * sms, 16, kVCs, all);
   } else if (what == "fused") {  // one persistent kernel of K phases against the pdl chain
     const int buf_units = int((prop.sharedMemPerBlockOptin - kXUnits * 16 - 1024) / 2 / 16);
-    CK(cudaFuncSetAttribute(fused_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            int(2 * buf_units * 16 + kXUnits * 16)));
+    CUDA_CHECK(cudaFuncSetAttribute(fused_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(2 * buf_units * 16 + kXUnits * 16)));
     for (long long mb : {2, 8, 13, 32}) {
       measure(mb, 2 * sms, 0, kVCs, {kPdl});
       const long long n16 = mb * (1 << 20) / 16;
       std::vector<uint4*> w(static_cast<size_t>(kernels));
       for (int i = 0; i < kernels; ++i) {
-        CK(cudaMalloc(&w[size_t(i)], size_t(mb) << 20));
-        CK(cudaMemsetAsync(w[size_t(i)], i & 0xff, size_t(mb) << 20, s));
+        CUDA_CHECK(cudaMalloc(&w[size_t(i)], size_t(mb) << 20));
+        CUDA_CHECK(cudaMemsetAsync(w[size_t(i)], i & 0xff, size_t(mb) << 20, s));
       }
       const uint4** wd = nullptr;
-      CK(cudaMalloc(&wd, sizeof(uint4*) * size_t(kernels)));
-      CK(cudaMemcpy(wd, w.data(), sizeof(uint4*) * size_t(kernels), cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMalloc(&wd, sizeof(uint4*) * size_t(kernels)));
+      CUDA_CHECK(
+          cudaMemcpy(wd, w.data(), sizeof(uint4*) * size_t(kernels), cudaMemcpyHostToDevice));
       FusedArgs a{};
       a.w = wd;
       a.n16 = n16;
       a.phases = kernels;
       a.buf_units = buf_units;
-      CK(cudaMalloc(&a.x, sizeof(uint4) * 2 * (kXUnits + 1)));
-      CK(cudaMemsetAsync(a.x, 0, sizeof(uint4) * 2 * (kXUnits + 1), s));
-      CK(cudaMalloc(&a.barrier, sizeof(unsigned)));
-      CK(cudaMemsetAsync(a.barrier, 0, sizeof(unsigned), s));
+      CUDA_CHECK(cudaMalloc(&a.x, sizeof(uint4) * 2 * (kXUnits + 1)));
+      CUDA_CHECK(cudaMemsetAsync(a.x, 0, sizeof(uint4) * 2 * (kXUnits + 1), s));
+      CUDA_CHECK(cudaMalloc(&a.barrier, sizeof(unsigned)));
+      CUDA_CHECK(cudaMemsetAsync(a.barrier, 0, sizeof(unsigned), s));
       const size_t smem_bytes = size_t(2 * buf_units * 16 + kXUnits * 16);
       const double us = 1e3 *
                         strata::bench::time_ms(s, 2, reps,
                                                [&] {
                                                  fused_kernel<<<sms, kThreads, smem_bytes, s>>>(a);
-                                                 CK(cudaGetLastError());
+                                                 CUDA_CHECK(cudaGetLastError());
                                                }) /
                         kernels;
       const double stream_us = double(mb << 20) / (gbs * 1e3);
@@ -512,10 +485,10 @@ int main(int argc, char** argv) {
           "memory): %7.2f us a phase (%6.2f beyond the weights at copy rate)\n",
           mb, sms, share_kb, std::min<long long>(share_kb, buf_units * 16 / 1024), us,
           us - stream_us);
-      for (uint4* p : w) CK(cudaFree(p));
-      CK(cudaFree(wd));
-      CK(cudaFree(a.x));
-      CK(cudaFree(a.barrier));
+      for (uint4* p : w) CUDA_CHECK(cudaFree(p));
+      CUDA_CHECK(cudaFree(wd));
+      CUDA_CHECK(cudaFree(a.x));
+      CUDA_CHECK(cudaFree(a.barrier));
     }
   } else if (what == "parts") {  // the GEMV's traits one at a time, then all, under the PDL wait
     for (long long mb : {8, 32})
@@ -523,6 +496,6 @@ int main(int argc, char** argv) {
         measure(mb, 2 * sms, 16, v,
                 v == kVAll ? std::vector<int>{kPdl, kNone} : std::vector<int>{kPdl});
   }
-  CK(cudaStreamDestroy(s));
+  CUDA_CHECK(cudaStreamDestroy(s));
   return 0;
 }

@@ -9,6 +9,7 @@
 #include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/grid_sync.cuh"
 #include "backend/cuda/head_gemv_linear.h"
 #include "backend/cuda/linear.h"
 #include "backend/cuda/per_head_gemv.h"
@@ -19,47 +20,6 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int64_t kBarrierBytes = 16;  // the two mbarriers at the front of shared memory
-
-__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
-  return t;
-}
-
-// Every CTA of the grid arrives once; true when all have, their global stores before the barrier
-// then visible to this CTA's loads after it (head_gemv_linear.h: the word's top bit flips when the
-// last CTA arrives). The bit is read before arriving, as it cannot flip before this CTA has (and
-// the launch before this one ended before this kernel's PDL wait returned), so the add is a
-// reduction: no round trip for its old value. False after timeout_ns without the others:
-// the grid is not resident at once (other work holds SMs: another process under MPS, another
-// backend on this GPU), and the CTA makes the outputs itself rather than wait on CTAs that wait
-// for its SM.
-__device__ __forceinline__ bool grid_barrier(unsigned* word, uint64_t timeout_ns) {
-  __shared__ int met;
-  __syncthreads();  // the CTA's stores issued
-  if (threadIdx.x == 0) {
-    const unsigned add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
-    const unsigned phase = ld_acquire_gpu(word) & 0x80000000u;
-    __threadfence();  // the CTA's stores, device-wide, before it counts itself in
-    atomicAdd(word, add);
-    const uint64_t start = global_ns();
-    met = 1;
-    while ((ld_acquire_gpu(word) & 0x80000000u) == phase) {
-      if (global_ns() - start > timeout_ns) {
-        met = 0;
-        break;
-      }
-    }
-  }
-  __syncthreads();
-  return met != 0;
-}
 
 // Output o of the per-head GEMV for M tokens as per_head_gemv.cu sums it (`lanes` lanes of the
 // warp share it; sl: this lane's index among them), w_row its weights (shared or global memory),
