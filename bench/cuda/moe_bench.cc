@@ -688,6 +688,14 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
         std::snprintf(buf, sizeof buf, " | weight-stationary %.1f us %.1f TFLOP/s", us,
                       flops / 3 / (us * 1e-6) / 1e12);
         line += buf;
+        // The product's down again, right after: whether the "experts" line's down time (timed
+        // after the gate_up graphs) and this one differ by the kernel or by when they ran
+        // (session 35, H100: DeepSeek-V3 706.8 there against 628.7 here).
+        const double again = graph_us(s, calls, reps, [&](int i) {
+          experts_gemms(cuda::kMoePrefill, at(i).first, at(i).second, 2);
+        });
+        std::snprintf(buf, sizeof buf, " | product's down again %.1f us", again);
+        line += buf;
       }
       std::printf("sweep %-14s T=%-5d %-14s %s\n", c.name.c_str(), T, "down blocks", line.c_str());
     }

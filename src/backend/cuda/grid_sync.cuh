@@ -51,4 +51,31 @@ __device__ __forceinline__ bool grid_barrier(unsigned* word, uint64_t timeout_ns
   return met != 0;
 }
 
+// grid_barrier for a caller that knows the word's phase bit (read once where the kernel starts,
+// flipped by every barrier since; `phase` is flipped here for the next one): no load of the bit
+// before arriving, and a release fence (acq_rel, not grid_barrier's sequentially consistent
+// __threadfence) before a relaxed add, as CUTLASS's arrive_inc. Same timeout contract.
+__device__ __forceinline__ bool grid_barrier_phase(unsigned* word, unsigned& phase,
+                                                   uint64_t timeout_ns) {
+  __shared__ int met;
+  __syncthreads();  // the CTA's stores issued
+  if (threadIdx.x == 0) {
+    const unsigned add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
+    asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(word),
+                 "r"(add)
+                 : "memory");
+    const uint64_t start = global_ns();
+    met = 1;
+    while ((ld_acquire_gpu(word) & 0x80000000u) == phase) {
+      if (global_ns() - start > timeout_ns) {
+        met = 0;
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  phase ^= 0x80000000u;
+  return met != 0;
+}
+
 }  // namespace strata::cuda
