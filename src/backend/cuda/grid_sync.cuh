@@ -20,10 +20,20 @@ __device__ __forceinline__ uint64_t global_ns() {
   return t;
 }
 
+// Polls `word` until its top bit differs from `phase` (the grid barriers' arrival of the last
+// CTA); false after timeout_ns.
+__device__ __forceinline__ bool wait_phase_flip(const unsigned* word, unsigned phase,
+                                                uint64_t timeout_ns) {
+  const uint64_t start = global_ns();
+  while ((ld_acquire_gpu(word) & 0x80000000u) == phase)
+    if (global_ns() - start > timeout_ns) return false;
+  return true;
+}
+
 // Every CTA of the grid arrives once; true when all have, their global stores before the barrier
 // then visible to this CTA's loads after it: CTA 0 adds 2^31 - (ctas - 1), the others 1, so the
 // word's top bit flips when the last CTA arrives and its low bits return to what they were (no
-// // reset between barriers or launches of any grid size; head_gemv_linear.h). The bit is read
+// reset between barriers or launches of any grid size; head_gemv_linear.h). The bit is read
 // before arriving, as it cannot flip before this CTA has (the word's previous use ended before
 // this one began: a barrier earlier in the kernel, or a launch before this kernel's PDL wait
 // returned), so the add is a reduction: no round trip for its old value. False after timeout_ns
@@ -38,14 +48,7 @@ __device__ __forceinline__ bool grid_barrier(unsigned* word, uint64_t timeout_ns
     const unsigned phase = ld_acquire_gpu(word) & 0x80000000u;
     __threadfence();  // the CTA's stores, device-wide, before it counts itself in
     atomicAdd(word, add);
-    const uint64_t start = global_ns();
-    met = 1;
-    while ((ld_acquire_gpu(word) & 0x80000000u) == phase) {
-      if (global_ns() - start > timeout_ns) {
-        met = 0;
-        break;
-      }
-    }
+    met = wait_phase_flip(word, phase, timeout_ns) ? 1 : 0;
   }
   __syncthreads();
   return met != 0;
@@ -64,14 +67,7 @@ __device__ __forceinline__ bool grid_barrier_phase(unsigned* word, unsigned& pha
     asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(word),
                  "r"(add)
                  : "memory");
-    const uint64_t start = global_ns();
-    met = 1;
-    while ((ld_acquire_gpu(word) & 0x80000000u) == phase) {
-      if (global_ns() - start > timeout_ns) {
-        met = 0;
-        break;
-      }
-    }
+    met = wait_phase_flip(word, phase, timeout_ns) ? 1 : 0;
   }
   __syncthreads();
   phase ^= 0x80000000u;
