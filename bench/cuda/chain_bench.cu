@@ -24,7 +24,13 @@
 //                 same weights in the same run. The upper bound of fusing a decode layer's
 //                 launches (session 34's question: the batch-1 steps are chains of ~5 us fixed
 //                 costs, and every single-launch fusion so far paid its round trips back).
-//                 Written in session 34 without a device: compiled, not yet run.
+//                 Found (H100, 2026-12-05 session 35, bench/results/2026-12-05-session35.md):
+//                 no gain. A phase costs its weights at copy rate + 2.2-2.5 us at every size
+//                 (0 MB: 2.49 us, the pdl chain's launch 2.13), while the pdl chain hides its
+//                 own ~2.1 us from 8 MB up (8 MB: fused 5.4, pdl 3.9 us): the copies ahead did
+//                 not stream through the barriers. Neither issuing them from another warp than
+//                 the barrier's thread nor a barrier with the phase bit tracked and a release
+//                 fence (-0.2 us at 0 MB) changed that.
 // as µs a launch, and the same less the weights' time at the measured copy rate.
 // Found (H100, 2026-12-05, bench/results/2026-12-05-session33.md): with the weights loaded as the
 // product loads them (ld.global.cs), pdl is the fastest correct wait at every size (8 MB: 3.78 us
@@ -232,12 +238,7 @@ struct FusedArgs {
   unsigned* barrier;
   int phases;
   int buf_units;  // each shared-memory buffer, 16-byte units
-  int form;       // kFused* bits
 };
-// --what fused's forms (bits): the prefetch issued by warp 1's first lane instead of the thread
-// that then arrives at the barrier (whether the barrier's fence waits on that thread's copies);
-// grid_barrier_phase (the phase bit tracked, a release fence) instead of grid_barrier.
-constexpr int kFusedCopyWarp1 = 1, kFusedKnownPhase = 2;
 
 __global__ void __launch_bounds__(kThreads, 1) fused_kernel(FusedArgs a) {
   extern __shared__ __align__(128) uint4 fs[];  // [2][buf_units] weights, then x (kXUnits)
@@ -264,22 +265,16 @@ __global__ void __launch_bounds__(kThreads, 1) fused_kernel(FusedArgs a) {
     strata::cuda::mbar_init_fence();
   }
   __syncthreads();
-  const unsigned copier = a.form & kFusedCopyWarp1 ? 32 : 0;
-  if (threadIdx.x == copier) {
+  if (threadIdx.x == 0) {
     prefetch(0);
     prefetch(1);
   }
-  // The previous launch has completed (stream order): the bit is stable.
-  unsigned phase = strata::cuda::ld_acquire_gpu(a.barrier) & 0x80000000u;
   const long long tid = threadIdx.x;
   for (int i = 0; i < a.phases; ++i) {
     const int k = i % 2;
     // The grid is one block an SM with all of its shared memory: resident at once, so the
     // barrier's timeout (1 s) only catches an SM held by other work, and a wrong run stops.
-    if (i > 0 && !(a.form & kFusedKnownPhase
-                       ? strata::cuda::grid_barrier_phase(a.barrier, phase, 1000000000ull)
-                       : strata::cuda::grid_barrier(a.barrier, 1000000000ull)))
-      __trap();
+    if (i > 0 && !strata::cuda::grid_barrier(a.barrier, 1000000000ull)) __trap();
     const uint4* x_in = a.x + (i % 2) * (kXUnits + 1);
     uint4* x_out = a.x + ((i + 1) % 2) * (kXUnits + 1);
     for (int j = threadIdx.x; j < kXUnits; j += kThreads) xs[j] = __ldcg(x_in + j);
@@ -303,7 +298,7 @@ __global__ void __launch_bounds__(kThreads, 1) fused_kernel(FusedArgs a) {
     if (acc == 0x9e3779b9u) x_out[kXUnits] = make_uint4(acc, 0, 0, 0);  // keeps the sums live
     strata::cuda::fence_proxy_async_smem();  // this thread's reads of buffer k before its refill
     __syncthreads();
-    if (threadIdx.x == copier) prefetch(i + 2);
+    if (threadIdx.x == 0) prefetch(i + 2);
   }
 }
 
@@ -460,7 +455,7 @@ int main(int argc, char** argv) {
     const int buf_units = int((prop.sharedMemPerBlockOptin - kXUnits * 16 - 1024) / 2 / 16);
     CUDA_CHECK(cudaFuncSetAttribute(fused_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(2 * buf_units * 16 + kXUnits * 16)));
-    for (long long mb : {0, 2, 8, 13, 32}) {
+    for (long long mb : {0, 2, 8, 13, 32}) {  // 0: the barrier and x's hand-off alone
       measure(mb, 2 * sms, 0, kVCs, {kPdl});
       const long long n16 = mb * (1 << 20) / 16;
       std::vector<uint4*> w(static_cast<size_t>(kernels));
@@ -482,26 +477,20 @@ int main(int argc, char** argv) {
       CUDA_CHECK(cudaMalloc(&a.barrier, sizeof(unsigned)));
       CUDA_CHECK(cudaMemsetAsync(a.barrier, 0, sizeof(unsigned), s));
       const size_t smem_bytes = size_t(2 * buf_units * 16 + kXUnits * 16);
-      for (int form = 0; form < 4; ++form) {
-        a.form = form;
-        const double us =
-            1e3 *
-            strata::bench::time_ms(s, 2, reps,
-                                   [&] {
-                                     fused_kernel<<<sms, kThreads, smem_bytes, s>>>(a);
-                                     CUDA_CHECK(cudaGetLastError());
-                                   }) /
-            kernels;
-        const double stream_us = double(mb << 20) / (gbs * 1e3);
-        const long long share_kb = n16 / sms * 16 / 1024;
-        std::printf(
-            "fused    %2lld MB a phase, %3d blocks, share %4lld KB a block (%lld KB in shared "
-            "memory), form %d (%s, %s): %7.2f us a phase (%6.2f beyond the weights at copy "
-            "rate)\n",
-            mb, sms, share_kb, std::min<long long>(share_kb, buf_units * 16 / 1024), form,
-            form & kFusedCopyWarp1 ? "copies by warp 1" : "copies by thread 0",
-            form & kFusedKnownPhase ? "known phase" : "grid_barrier", us, us - stream_us);
-      }
+      const double us = 1e3 *
+                        strata::bench::time_ms(s, 2, reps,
+                                               [&] {
+                                                 fused_kernel<<<sms, kThreads, smem_bytes, s>>>(a);
+                                                 CUDA_CHECK(cudaGetLastError());
+                                               }) /
+                        kernels;
+      const double stream_us = double(mb << 20) / (gbs * 1e3);
+      const long long share_kb = n16 / sms * 16 / 1024;
+      std::printf(
+          "fused    %2lld MB a phase, %3d blocks, share %4lld KB a block (%lld KB in shared "
+          "memory): %7.2f us a phase (%6.2f beyond the weights at copy rate)\n",
+          mb, sms, share_kb, std::min<long long>(share_kb, buf_units * 16 / 1024), us,
+          us - stream_us);
       for (uint4* p : w)
         if (p) CUDA_CHECK(cudaFree(p));
       CUDA_CHECK(cudaFree(wd));

@@ -688,9 +688,10 @@ void run_config(const Config& c, const std::vector<int>& token_counts, int calls
         std::snprintf(buf, sizeof buf, " | weight-stationary %.1f us %.1f TFLOP/s", us,
                       flops / 3 / (us * 1e-6) / 1e12);
         line += buf;
-        // The product's down again, right after: whether the "experts" line's down time (timed
-        // after the gate_up graphs) and this one differ by the kernel or by when they ran
-        // (session 35, H100: DeepSeek-V3 706.8 there against 628.7 here).
+        // The product's down again, right after (the same launches): how far the clock's state
+        // moves a timing. H100, session 35: Kimi-K2.5 698.0 (weight-stationary) then 767.9 us
+        // for the same kernel; the experts line's down 706.8 against this sweep's 628.7 in
+        // another process (DeepSeek-V3). Read MoE prefill A/Bs only within one sweep.
         const double again = graph_us(s, calls, reps, [&](int i) {
           experts_gemms(cuda::kMoePrefill, at(i).first, at(i).second, 2);
         });

@@ -20,16 +20,6 @@ __device__ __forceinline__ uint64_t global_ns() {
   return t;
 }
 
-// Polls `word` until its top bit differs from `phase` (the grid barriers' arrival of the last
-// CTA); false after timeout_ns.
-__device__ __forceinline__ bool wait_phase_flip(const unsigned* word, unsigned phase,
-                                                uint64_t timeout_ns) {
-  const uint64_t start = global_ns();
-  while ((ld_acquire_gpu(word) & 0x80000000u) == phase)
-    if (global_ns() - start > timeout_ns) return false;
-  return true;
-}
-
 // Every CTA of the grid arrives once; true when all have, their global stores before the barrier
 // then visible to this CTA's loads after it: CTA 0 adds 2^31 - (ctas - 1), the others 1, so the
 // word's top bit flips when the last CTA arrives and its low bits return to what they were (no
@@ -48,29 +38,16 @@ __device__ __forceinline__ bool grid_barrier(unsigned* word, uint64_t timeout_ns
     const unsigned phase = ld_acquire_gpu(word) & 0x80000000u;
     __threadfence();  // the CTA's stores, device-wide, before it counts itself in
     atomicAdd(word, add);
-    met = wait_phase_flip(word, phase, timeout_ns) ? 1 : 0;
+    const uint64_t start = global_ns();
+    met = 1;
+    while ((ld_acquire_gpu(word) & 0x80000000u) == phase) {
+      if (global_ns() - start > timeout_ns) {
+        met = 0;
+        break;
+      }
+    }
   }
   __syncthreads();
-  return met != 0;
-}
-
-// grid_barrier for a caller that knows the word's phase bit (read once where the kernel starts,
-// flipped by every barrier since; `phase` is flipped here for the next one): no load of the bit
-// before arriving, and a release fence (acq_rel, not grid_barrier's sequentially consistent
-// __threadfence) before a relaxed add, as CUTLASS's arrive_inc. Same timeout contract.
-__device__ __forceinline__ bool grid_barrier_phase(unsigned* word, unsigned& phase,
-                                                   uint64_t timeout_ns) {
-  __shared__ int met;
-  __syncthreads();  // the CTA's stores issued
-  if (threadIdx.x == 0) {
-    const unsigned add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
-    asm volatile("fence.acq_rel.gpu;\n\tred.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(word),
-                 "r"(add)
-                 : "memory");
-    met = wait_phase_flip(word, phase, timeout_ns) ? 1 : 0;
-  }
-  __syncthreads();
-  phase ^= 0x80000000u;
   return met != 0;
 }
 
