@@ -187,10 +187,10 @@ inline constexpr Variant kVariants[] = {
      "a q_lora layer's MLA query as the q_b GEMV, W_UK on a side branch and the attention inputs "
      "(mla_query_fusion off)",
      [](cuda::CudaTunables& t) { t.mla_query_fusion = false; }},
-    {"no_uv_oproj",
-     "MLA's W_UV and o_proj as two launches (head_gemv_linear_fusion off; on: one launch with "
-     "o_proj's rows in shared memory before the PDL wait and a grid barrier)",
-     [](cuda::CudaTunables& t) { t.head_gemv_linear_fusion = false; }},
+    {"uv_oproj",
+     "MLA's W_UV and o_proj as one launch with o_proj's rows in shared memory before the PDL "
+     "wait and a grid barrier (head_gemv_linear_fusion on; off, the default: two launches)",
+     [](cuda::CudaTunables& t) { t.head_gemv_linear_fusion = true; }},
     {"mla_chunks1",
      "MLA splits of one 64-key chunk on the default decode kernel "
      "(mla_min_split_chunks 1)",

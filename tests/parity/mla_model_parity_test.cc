@@ -254,10 +254,10 @@ TEST_P(MlaModel, GreedyMatchesTheCpuBackend) {
         // mla_query_parity_test.cc).
         {"graphs + both, the MLA query unfused", true,
          [](cuda::CudaTunables& t) { t.mla_query_fusion = false; }},
-        // W_UV and o_proj as two launches (head_gemv_linear_fusion, on by default: one launch
-        // with a grid barrier; head_gemv_linear_parity_test.cc).
-        {"graphs + both, W_UV and o_proj as two launches", true,
-         [](cuda::CudaTunables& t) { t.head_gemv_linear_fusion = false; }},
+        // W_UV and o_proj as one launch with a grid barrier (head_gemv_linear_fusion, off by
+        // default: two launches; head_gemv_linear_parity_test.cc).
+        {"graphs + both, W_UV and o_proj as one launch", true,
+         [](cuda::CudaTunables& t) { t.head_gemv_linear_fusion = true; }},
         // Decode steps' attention on the mma kernel, not the decode kernel (mla_decode_min_rows).
         {"graphs + both, MLA on the mma kernel", true,
          [](cuda::CudaTunables& t) { t.mla_decode_min_rows = 1 << 20; }},

@@ -94,15 +94,19 @@ struct CudaTunables {
   // With fusion, graph mode: a linear of up to 2 rows right after the per-head GEMV that made its
   // x (MLA's W_UV, then o_proj: arch/mla.cc, arch/deepseek.cc) as one launch whose CTAs copy their
   // o_proj rows into shared memory before the PDL wait and meet at a grid barrier
-  // (head_gemv_linear.h; bitwise the two launches). No env. Default on: a Kimi-K2.5 rank of tp 8
-  // at batch 1, 61 layers projected from 4/8/12 cuts, 4.223 -> 4.189 ms (-0.8%) and 4.174 -> 4.045
-  // (-3.1%) on one H200, within the noise on another (4.457 -> 4.482, 4.296 -> 4.346; its 12-layer
-  // cut 0.991 -> 0.982 ms); batch 2 and Moonlight's batch 1 unchanged (rank_step_bench --variants,
-  // 2026-12-05, bench/results/2026-12-05-session27.md; off: variant no_uv_oproj). Measured there
-  // and removed: the rows copied after the barrier (no gain); weights brought into L2 by the MLA
-  // query's CTAs during the batch-1 attention (Kimi +4.2%, Moonlight +2.6%: they share DRAM with
-  // the attention's own reads); 4-warp blocks for a SwiGLU GEMV of few rows (Kimi +2.0%).
-  bool head_gemv_linear_fusion = true;
+  // (head_gemv_linear.h; bitwise the two launches). No env. Default off: slower in 8 of 10
+  // A/Bs of the two launches against the one (rank_step_bench, 61 layers projected, batch 1; on:
+  // variant uv_oproj). H200s, 2026-12-05 session 27: a Kimi-K2.5 rank of tp 8 4.223 -> 4.189 ms
+  // (-0.8%) and 4.174 -> 4.045 (-3.1%) with it on one machine, 4.457 -> 4.482 and 4.296 -> 4.346
+  // on another, Moonlight unchanged (bench/results/2026-12-05-session27.md). H100s, session 35
+  // (two machines): Kimi +0.3 / +1.1 / 0.0 / +3.1%, Moonlight bf16 +1.8 / +3.0 / +1.6% with it
+  // (bench/results/2026-12-05-session35.md; a barrier with its phase bit loaded early and the
+  // copies issued by warp 1 only brought it to the level of the two launches: the patch beside
+  // that log). Measured and removed: the rows copied after the barrier (no gain); weights
+  // brought into L2 by the MLA query's CTAs during the batch-1 attention (Kimi +4.2%, Moonlight
+  // +2.6%: they share DRAM with the attention's own reads); 4-warp blocks for a SwiGLU GEMV of
+  // few rows (Kimi +2.0%).
+  bool head_gemv_linear_fusion = false;
   // How long (µs) a CTA of that launch waits at its grid barrier before making the per-head
   // outputs itself (head_gemv_linear.h: when the grid is not resident at once). No env. Default
   // 200, ~100 times the barrier's own time; 0 sends the tests through that path.
