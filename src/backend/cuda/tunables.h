@@ -96,10 +96,9 @@ struct CudaTunables {
   // o_proj rows into shared memory before the PDL wait and meet at a grid barrier
   // (head_gemv_linear.h; bitwise the two launches). No env. Default off: against the two
   // launches the one was slower in 8 A/Bs, faster in 2, level in 2 (rank_step_bench, 61 layers
-  // projected, batch 1; on: variant uv_oproj). H200s, 2026-12-05 session 27: a Kimi-K2.5 rank of tp
-  // 8 4.223 -> 4.189 ms
-  // (-0.8%) and 4.174 -> 4.045 (-3.1%) with it on one machine, 4.457 -> 4.482 and 4.296 -> 4.346
-  // on another, Moonlight unchanged (bench/results/2026-12-05-session27.md). H100s, session 35
+  // projected, batch 1; on: variant uv_oproj). H200s, 2026-12-05 session 27: a Kimi-K2.5 rank
+  // of tp 8 4.223 -> 4.189 ms (-0.8%) and 4.174 -> 4.045 (-3.1%) with it on one machine, 4.457
+  // -> 4.482 and 4.296 -> 4.346 on another, Moonlight unchanged (bench/results/2026-12-05-session27.md). H100s, session 35
   // (two machines): Kimi +0.3 / +1.1 / 0.0 / +3.1%, Moonlight bf16 +1.8 / +3.0 / +1.6% with it
   // (bench/results/2026-12-05-session35.md; a barrier with its phase bit loaded early and the
   // copies issued by warp 1 only brought it to the level of the two launches: the patch beside
