@@ -91,21 +91,21 @@ struct CudaTunables {
   // add_rms_norms inside the GEMV, and the post-attention norm inside the MoE router GEMV, ran
   // slower and left the product (norm_prologue.cuh).
   bool gemv_norm_fusion = true;
-  // With fusion, graph mode: a linear of up to 2 rows right after the per-head GEMV that made its
-  // x (MLA's W_UV, then o_proj: arch/mla.cc, arch/deepseek.cc) as one launch whose CTAs copy their
+  // With fusion, graph mode: a linear of up to 2 rows right after the per-head GEMV that made its x
+  // (MLA's W_UV, then o_proj: arch/mla.cc, arch/deepseek.cc) as one launch whose CTAs copy their
   // o_proj rows into shared memory before the PDL wait and meet at a grid barrier
-  // (head_gemv_linear.h; bitwise the two launches). No env. Default off: against the two
-  // launches the one was slower in 8 A/Bs, faster in 2, level in 2 (rank_step_bench, 61 layers
-  // projected, batch 1; on: variant uv_oproj). H200s, 2026-12-05 session 27: a Kimi-K2.5 rank
-  // of tp 8 4.223 -> 4.189 ms (-0.8%) and 4.174 -> 4.045 (-3.1%) with it on one machine, 4.457
-  // -> 4.482 and 4.296 -> 4.346 on another, Moonlight unchanged (bench/results/2026-12-05-session27.md). H100s, session 35
-  // (two machines): Kimi +0.3 / +1.1 / 0.0 / +3.1%, Moonlight bf16 +1.8 / +3.0 / +1.6% with it
+  // (head_gemv_linear.h; bitwise the two launches). No env. Default off: against the two launches
+  // the one was slower in 8 A/Bs, faster in 2, level in 2 (rank_step_bench, 61 layers projected,
+  // batch 1; on: variant uv_oproj). H200s, 2026-12-05 session 27: a Kimi-K2.5 rank of tp 8 4.223 ->
+  // 4.189 ms (-0.8%) and 4.174 -> 4.045 (-3.1%) with it on one machine, 4.457 -> 4.482 and 4.296 ->
+  // 4.346 on another, Moonlight unchanged (bench/results/2026-12-05-session27.md). H100s, session
+  // 35 (two machines): Kimi +0.3 / +1.1 / 0.0 / +3.1%, Moonlight bf16 +1.8 / +3.0 / +1.6% with it
   // (bench/results/2026-12-05-session35.md; a barrier with its phase bit loaded early and the
-  // copies issued by warp 1 only brought it to the level of the two launches: the patch beside
-  // that log). Measured and removed: the rows copied after the barrier (no gain); weights
-  // brought into L2 by the MLA query's CTAs during the batch-1 attention (Kimi +4.2%, Moonlight
-  // +2.6%: they share DRAM with the attention's own reads); 4-warp blocks for a SwiGLU GEMV of
-  // few rows (Kimi +2.0%).
+  // copies issued by warp 1 only brought it to the level of the two launches: the patch beside that
+  // log). Measured and removed: the rows copied after the barrier (no gain); weights brought into
+  // L2 by the MLA query's CTAs during the batch-1 attention (Kimi +4.2%, Moonlight +2.6%: they
+  // share DRAM with the attention's own reads); 4-warp blocks for a SwiGLU GEMV of few rows (Kimi
+  // +2.0%).
   bool head_gemv_linear_fusion = false;
   // How long (µs) a CTA of that launch waits at its grid barrier before making the per-head
   // outputs itself (head_gemv_linear.h: when the grid is not resident at once). No env. Default
