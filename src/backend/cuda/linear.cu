@@ -31,8 +31,9 @@ constexpr int kUnroll = 4;    // independent 16-byte weight loads in flight per 
 // token's GEMVs, lm_head alone 237 -> 255 us; in the decode step +0.2 ms/token), most likely
 // because the prefetches double the requests the L2 serves for the same bytes. prefetch_elems
 // -1: the first batch into registers only, no L2 prefetch (the W4A16 register GEMV's way: its
-// ring before the wait). Off: mixed on an H100 (2026-12-05, one run each: Moonlight and a
-// Kimi-K2.5 rank at batch 1 -0.8 / -1.6%, Llama-3.1-8B bf16 +0.9%; variant gemv_preload_regs).
+// ring before the wait). Off: mixed on H100s (2026-12-05: Moonlight and a Kimi-K2.5 rank at
+// batch 1 -0.8 / -1.6%, Llama-3.1-8B bf16 +0.9% in one run; Kimi -1.1 to +0.4% in four more;
+// variant gemv_preload_regs).
 // The last steps of a row (fewer than kUnroll) load together: MLA's q_b at batch 1 (1,536
 // weights a row, 6 loads a lane) was three dependent round trips, now two (a Kimi-K2.5 rank's
 // q_b 4.58 -> 4.38 us after q_a, timeline, H200, 2026-12-04).

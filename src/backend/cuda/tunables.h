@@ -71,8 +71,9 @@ struct CudaTunables {
   // outside a step: 3.928 ms with 1, 3.847 with up to 4.)
   int gemv_max_ksplit = 1;
   // Leading weights of each row prefetched into L2 before the PDL wait (elements; 0 off; -1: only
-  // the first batch into registers, variant gemv_preload_regs: H100 2026-12-05, one run each,
-  // Moonlight / Kimi rank batch 1 -0.8 / -1.6%, Llama-3.1-8B bf16 +0.9%). No env. Default
+  // the first batch into registers, variant gemv_preload_regs: H100s 2026-12-05, Moonlight /
+  // Kimi rank batch 1 -0.8 / -1.6%, Llama-3.1-8B bf16 +0.9% in one run; Kimi -1.1 to +0.4% in
+  // four more, within their spread). No env. Default
   // off: every GEMV got slower (one token's GEMVs 3.93 -> 4.37 ms, lm_head 237 -> 255 us; decode
   // step +0.2 ms/token; 2026-11-29 night).
   int64_t gemv_prefetch_elems = 0;
