@@ -1,0 +1,63 @@
+#!/bin/bash
+# Benchmarks built on the CPU machine and carried to the GPU machine, so that a device call spends
+# none of the session's device time building (2026-12-06: one call ran moe_bench built here three
+# ways, with ncu, in 51 s; building it there takes minutes). The CPU machine's CUDA (13.0) is the
+# device image's; the binaries need GLIBC <= 2.34 and take libfmt and libspdlog from the carry
+# (lib/), and Debian's libstdc++ (lib2/) only if the image's does not load them. A program linked
+# without the backend through --unresolved-symbols did not load there ("unexpected PLT reloc"):
+# pack the CMake targets as they are.
+#   here:   bash bench/cuda/prebuilt.sh pack NAME [PATCH:]TARGET...
+#           builds each TARGET (e.g. strata_bench_moe_bench) in build-cuda, with PATCH applied for
+#           that build and reverted after (an A/B binary: PATCH_TARGET), strips it and xz's it
+#           into .devcarry/NAME (~11 MB a benchmark; carry it, with the tracked tree under 64 MiB)
+#   device: source bench/cuda/prebuilt.sh unpack NAME
+#           unpacks them into $PB (/tmp/prebuilt) and sets LD_LIBRARY_PATH; returns 1 if ldd
+#           finds the first one's libraries missing (then build there: device_env.sh)
+prebuilt_pack() {
+  local name=$1 dir spec patch target out
+  shift
+  dir=.devcarry/$name
+  rm -rf "$dir" && mkdir -p "$dir/lib" "$dir/lib2"
+  cp -L /lib/x86_64-linux-gnu/libfmt.so.9 /lib/x86_64-linux-gnu/libspdlog.so.1.10 "$dir/lib/"
+  cp -L /lib/x86_64-linux-gnu/libstdc++.so.6 "$dir/lib2/"
+  for spec in "$@"; do
+    patch="" target=$spec out=$spec
+    if [[ $spec == *:* ]]; then
+      patch=${spec%%:*} target=${spec#*:}
+      out=$(basename "$patch" .patch)_$target
+      git apply "$patch" || return 1
+    fi
+    cmake --build build-cuda --target "$target" >/dev/null || { [ -z "$patch" ] || git apply -R "$patch"; return 1; }
+    [ -z "$patch" ] || git apply -R "$patch"
+    strip -o "/tmp/$out" "build-cuda/$target" && xz -T2 -6 -c "/tmp/$out" >"$dir/$out.xz"
+    rm -f "/tmp/$out"
+    echo "$dir/$out.xz: $(du -h "$dir/$out.xz" | cut -f1)"
+  done
+  # The tree's files as the patches left them: rebuild so build-cuda matches the tree again.
+  [ $# -eq 0 ] || cmake --build build-cuda --target "${target}" >/dev/null
+}
+
+prebuilt_unpack() {
+  local dir=$PWD/.devcarry/$1 f first=""
+  export PB=/tmp/prebuilt
+  mkdir -p "$PB"
+  for f in "$dir"/*.xz; do
+    python3 -c "import lzma, sys; open(sys.argv[2], 'wb').write(lzma.open(sys.argv[1]).read())" \
+      "$f" "$PB/$(basename "$f" .xz)"
+    chmod +x "$PB/$(basename "$f" .xz)"
+    [ -n "$first" ] || first=$PB/$(basename "$f" .xz)
+  done
+  export LD_LIBRARY_PATH=$dir/lib:${LD_LIBRARY_PATH:-}
+  # ldd names a missing library or symbol version ("version `GLIBCXX_3.4.30' not found").
+  ldd "$first" 2>&1 | grep -q "not found" || return 0
+  export LD_LIBRARY_PATH=$dir/lib2:$LD_LIBRARY_PATH
+  ldd "$first" 2>&1 | grep -q "not found" || return 0
+  echo "prebuilt: $first does not load here"
+  return 1
+}
+
+case "${1:-}" in
+  pack) shift; prebuilt_pack "$@" ;;
+  unpack) shift; prebuilt_unpack "$@" ;;
+  *) echo "usage: bash bench/cuda/prebuilt.sh pack NAME [PATCH:]TARGET... | source ... unpack NAME" ;;
+esac
