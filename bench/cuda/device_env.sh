@@ -34,12 +34,13 @@ dev_build() {
     { grep -B3 -A12 -E "error|Error" "$OUT/build.log" | head -80; exit 1; }
 }
 
-# One parity run: the parity tests matching FILTER (at most TIMEOUT s), logged to
+# One parity run (BIN: the binaries' folder, default build-dev; bench/cuda/prebuilt.sh's $PB for
+# binaries carried prebuilt): the parity tests matching FILTER (at most TIMEOUT s), logged to
 # $L/parity_NAME.log ($L: the calling script's log folder); a summary line, then the lines of the
 # failures and skips.
 dev_parity() {  # NAME FILTER TIMEOUT
   local t1=$(date +%s) log="$L/parity_$1.log"
-  timeout "$3" ./build-dev/strata_parity_test --gtest_filter="$2" >"$log" 2>&1
+  timeout "$3" "${BIN:-./build-dev}/strata_parity_test" --gtest_filter="$2" >"$log" 2>&1
   echo "parity $1: exit $?, $(( $(date +%s) - t1 )) s; $(grep -c '^\[       OK \]' "$log") ok;" \
     "$(grep -E '^\[  (PASSED|FAILED)  \]' "$log" | tr '\n' ' ')"
   grep -E "^\[  FAILED  \]|^\[  SKIPPED \]|Failure$" -A3 "$log" | head -16

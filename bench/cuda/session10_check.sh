@@ -27,12 +27,14 @@
 # EXTRA_TARGETS: more targets to build (e.g. strata_bench_moe_bench for a command after this one).
 # RANK_EXTRA: more arguments for every rank_step_bench run (e.g. "--timeline 1": the step's
 # kernels as the GPU ran them, kernel_timeline.h; its tables are echoed on stdout).
+# PREBUILT=NAME: run the benchmarks that bench/cuda/prebuilt.sh packed into .devcarry/NAME on
+# the CPU machine (carry it) instead of building here: no device time spent building (the
+# stages' targets above must be in it; STRATA_CARRY then needs only shared/configs).
 # Logs packed into $OUT/session10_check.tgz; the summary on stdout.
 set -u
 source bench/cuda/device_env.sh
 t0=$(date +%s)
 STAGES=${STAGES:-parity moe kimi moonlight offline}
-dev_configure
 # Only the targets the stages run (each is minutes of the device's build).
 targets=()
 for stage in $STAGES; do
@@ -44,7 +46,15 @@ for stage in $STAGES; do
     offline) targets+=(strata_bench_offline_bench) ;;
   esac
 done
-dev_build $(printf '%s\n' "${targets[@]}" | sort -u) ${EXTRA_TARGETS:-}
+if [ -n "${PREBUILT:-}" ]; then
+  source bench/cuda/prebuilt.sh unpack "$PREBUILT" || exit 1
+  BIN=$PB
+  for t in "${targets[@]}"; do [ -x "$BIN/$t" ] || { echo "$PREBUILT lacks $t"; exit 1; }; done
+else
+  dev_configure
+  dev_build $(printf '%s\n' "${targets[@]}" | sort -u) ${EXTRA_TARGETS:-}
+  BIN=./build-dev
+fi
 echo "build: $(( $(date +%s) - t0 )) s"
 L=$OUT/session10_check
 mkdir -p $L
@@ -61,7 +71,7 @@ rank_stage() {  # NAME CONFIG CUTS BATCHES VARIANTS
   local name=$1 config=$2 cuts=($3) batches=$4 variants=$5 logs=() n
   for n in "${cuts[@]}"; do
     python3 bench/cuda/rank_cuts.py cut "$CFG/$config/config.json" $n "$W/${name}_$n"
-    timeout 150 ./build-dev/strata_bench_rank_step_bench --config "$W/${name}_$n/config.json" \
+    timeout 150 $BIN/strata_bench_rank_step_bench --config "$W/${name}_$n/config.json" \
       --tp-size 8 --batches "$batches" --context 4096 --prefill 0 --reps 100 \
       --variants "$variants" ${RANK_EXTRA:-} >"$L/${name}_$n.log" 2>&1
     echo "$name $n layers: exit $?"
@@ -77,7 +87,7 @@ for stage in $STAGES; do
     parity)
       dev_parity suites "${PARITY_FILTER:-MoeParity.*:MoeBackend.*:Int4Parity.*:*MoeModel*:MoeCombineNorm.*:SideBranch.*:MlaAttention.*:MlaBackend.*:Fixtures/MlaModel.*/deepseek*:*QuantModel*-*HouseMla*:*house_mla*:MlaModelLong.*}" 240 ;;
     moe)
-      timeout 200 ./build-dev/strata_bench_moe_bench --what backend --backend-configs kimi \
+      timeout 200 $BIN/strata_bench_moe_bench --what backend --backend-configs kimi \
         --tokens "${MOE_TOKENS:-1,8,32,128}" --variants "${MOE_VARIANTS:-moe_down224}" \
         >"$L/moe.log" 2>&1
       echo "moe: exit $?"
@@ -89,12 +99,12 @@ for stage in $STAGES; do
       rank_stage dsv3 deepseek-v3 "${DSV3_CUTS:-4 8 12}" "${DSV3_BATCHES:-1,32,128}" \
         "${DSV3_VARIANTS:-fp8_bf16x}" ;;
     mla)
-      timeout 150 ./build-dev/strata_bench_mla_bench --what "${MLA_WHAT:-ceilings,merge,acceptance}" \
+      timeout 150 $BIN/strata_bench_mla_bench --what "${MLA_WHAT:-ceilings,merge,acceptance}" \
         >"$L/mla.log" 2>&1
       echo "mla: exit $?"
       grep -E "^ceiling|^mla|^prof" "$L/mla.log" | sed 's/ of latent rows//' | cut -c1-220 ;;
     moonlight)
-      timeout ${MOONLIGHT_TIMEOUT:-150} ./build-dev/strata_bench_rank_step_bench \
+      timeout ${MOONLIGHT_TIMEOUT:-150} $BIN/strata_bench_rank_step_bench \
         --config "$CFG/moonlight-16b-a3b/config.json" --batches 1 --context 768 --prefill 0 \
         --reps 100 --variants "${MOONLIGHT_VARIANTS:-segments64}" ${RANK_EXTRA:-} \
         >"$L/moonlight.log" 2>&1
@@ -105,14 +115,14 @@ for stage in $STAGES; do
       for v in default ${OFFLINE_VARIANTS:-}; do
         arg=""
         [ "$v" = default ] || arg="--variant $v"
-        timeout 200 ./build-dev/strata_bench_offline_bench \
+        timeout 200 $BIN/strata_bench_offline_bench \
           --config "$CFG/moonlight-16b-a3b/config.json" --tokenizer "$C/shared/models/house-llama" \
           --breakdown-batch 0 $arg >"$L/offline_$v.log" 2>&1
         echo "moonlight offline ($v): exit $?"
         grep -E "^variant|^offline|^decode" "$L/offline_$v.log" | cut -c1-220
       done ;;
     llama)
-      timeout 100 ./build-dev/strata_bench_rank_step_bench \
+      timeout 100 $BIN/strata_bench_rank_step_bench \
         --config "$CFG/${LLAMA_CONFIG:-llama-3.1-8b}/config.json" --batches 1 --context 512 \
         --prefill 0 --reps 100 --variants "${LLAMA_VARIANTS:-segments64}" ${RANK_EXTRA:-} \
         >"$L/llama.log" 2>&1
@@ -120,7 +130,7 @@ for stage in $STAGES; do
       grep -E "^decode|^variant" "$L/llama.log" | cut -c1-200
       timeline_tables "$L/llama.log" ;;
     sweep)
-      timeout 200 ./build-dev/strata_bench_moe_bench --what kernels \
+      timeout 200 $BIN/strata_bench_moe_bench --what kernels \
         --configs "${SWEEP_CONFIGS:-moonlight}" --tokens "${SWEEP_TOKENS:-1,2,4,8}" --sweep 1 \
         >"$L/sweep.log" 2>&1
       echo "sweep: exit $?"
