@@ -5,7 +5,10 @@
 # device image's; the binaries need GLIBC <= 2.34 and take libfmt and libspdlog from the carry
 # (lib/), and Debian's libstdc++ (lib2/) only if the image's does not load them. A program linked
 # without the backend through --unresolved-symbols did not load there ("unexpected PLT reloc"):
-# pack the CMake targets as they are.
+# pack the CMake targets as they are (build-cuda: the Release CUDA build). Programs that read
+# ../shared (the parity tests' fixtures, offline_bench's tokenizer) look where it was here,
+# STRATA_SHARED_DIR as compiled: on the device link that path to the carried shared/, or build
+# them there.
 #   here:   bash bench/cuda/prebuilt.sh pack NAME [PATCH:]TARGET...
 #           builds each TARGET (e.g. strata_bench_moe_bench) in build-cuda, with PATCH applied for
 #           that build and reverted after (an A/B binary: PATCH_TARGET), strips it and xz's it
