@@ -23,6 +23,9 @@ prebuilt_pack() {
   rm -rf "$dir" && mkdir -p "$dir/lib" "$dir/lib2"
   cp -L /lib/x86_64-linux-gnu/libfmt.so.9 /lib/x86_64-linux-gnu/libspdlog.so.1.10 "$dir/lib/"
   cp -L /lib/x86_64-linux-gnu/libstdc++.so.6 "$dir/lib2/"
+  # What was packed, for the device log: the commit, whether the tree differed, each binary's patch.
+  echo "packed $(date -u +%FT%TZ) at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src bench || echo ' + uncommitted changes')" \
+    >"$dir/MANIFEST"
   for spec in "$@"; do
     patch="" target=$spec out=$spec
     if [[ $spec == *:* ]]; then
@@ -34,6 +37,7 @@ prebuilt_pack() {
     [ -z "$patch" ] || git apply -R "$patch"
     strip -o "/tmp/$out" "build-cuda/$target" && xz -T2 -6 -c "/tmp/$out" >"$dir/$out.xz"
     rm -f "/tmp/$out"
+    echo "$out: $target${patch:+ with $patch}" >>"$dir/MANIFEST"
     echo "$dir/$out.xz: $(du -h "$dir/$out.xz" | cut -f1)"
   done
   # The tree's files as the patches left them: rebuild so build-cuda matches the tree again.
@@ -50,6 +54,7 @@ prebuilt_unpack() {
     chmod +x "$PB/$(basename "$f" .xz)"
     [ -n "$first" ] || first=$PB/$(basename "$f" .xz)
   done
+  cat "$dir/MANIFEST" 2>/dev/null
   export LD_LIBRARY_PATH=$dir/lib:${LD_LIBRARY_PATH:-}
   # ldd names a missing library or symbol version ("version `GLIBCXX_3.4.30' not found").
   ldd "$first" 2>&1 | grep -q "not found" || return 0
