@@ -40,6 +40,8 @@ namespace {
 using namespace strata::cuda;
 using namespace strata::cuda::moe;
 using attn::make_smem_desc;
+using strata::cuda::int4::lds128;  // (plain `int4::` would also name the CUDA vector type)
+using strata::cuda::int4::lds32;
 
 enum Form : int { kRs = 0, kRsLds, kRsFp8, kRsInt4, kSs, kRsN64, kForms };
 const char* const kFormNames[] = {"rs", "rs_lds", "rs_fp8", "rs_int4", "ss", "rs_n64"};
@@ -69,18 +71,15 @@ __device__ __forceinline__ void make_fragments(uint32_t stage, int warp, uint32_
     TileScale sc{0, 0};
     if constexpr (F == kMoeInt4) {
       const uint32_t at = ss + uint32_t((t % 8) * 64 + (lane / 4) * 4);
-      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(sc.s0) : "r"(at));
-      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(sc.s1) : "r"(at + 32));
+      sc.s0 = lds32(at);
+      sc.s1 = lds32(at + 32);
     } else if constexpr (F == kMoeFp8) {
-      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(sc.s0) : "r"(ss + uint32_t((warp / 4) * 4)));
+      sc.s0 = lds32(ss + uint32_t((warp / 4) * 4));
     }
     const uint32_t w = stage + kXBytes + uint32_t(t * kTileBytes + lane * 16);
 #pragma unroll
     for (int tt = 0; tt < kTiles; ++tt) {
-      uint4 q;
-      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w)
-                   : "r"(w + uint32_t(tt * kMoeTileBytes)));
+      const uint4 q = lds128(w + uint32_t(tt * kMoeTileBytes));
 #pragma unroll
       for (int s = 0; s < kSteps<F>; ++s) fragment<F>(q, sc, s, a[b][tt * kSteps<F> + s]);
     }
@@ -135,7 +134,7 @@ __device__ __forceinline__ void consume(uint32_t smem, int warp, int steps, floa
 #pragma unroll
     for (int i = 0; i < 64; ++i) sum += acc[b][i];
   }
-  if (sum == 12345.0f) out[threadIdx.x] = sum;  // keeps the work; never true on the fill below
+  if (sum == 12345.0f) out[threadIdx.x] = sum;  // keeps the work (an exact 12345 never comes)
 }
 
 template <int Form>
