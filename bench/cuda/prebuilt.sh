@@ -40,26 +40,27 @@ prebuilt_pack() {
     echo "$out: $target${patch:+ with $patch}" >>"$dir/MANIFEST"
     echo "$dir/$out.xz: $(du -h "$dir/$out.xz" | cut -f1)"
   done
-  # The tree's files as the patches left them: rebuild so build-cuda matches the tree again.
+  # The last target rebuilt against the restored tree (the others rebuild when next built).
   [ $# -eq 0 ] || cmake --build build-cuda --target "${target}" >/dev/null
 }
 
 prebuilt_unpack() {
-  local dir=$PWD/.devcarry/$1 f first=""
+  local dir=$PWD/.devcarry/$1 f bin first="" base=${LD_LIBRARY_PATH:-} libs
   export PB=/tmp/prebuilt
   mkdir -p "$PB"
   for f in "$dir"/*.xz; do
+    bin=$PB/$(basename "$f" .xz)
     python3 -c "import lzma, sys; open(sys.argv[2], 'wb').write(lzma.open(sys.argv[1]).read())" \
-      "$f" "$PB/$(basename "$f" .xz)"
-    chmod +x "$PB/$(basename "$f" .xz)"
-    [ -n "$first" ] || first=$PB/$(basename "$f" .xz)
+      "$f" "$bin"
+    chmod +x "$bin"
+    [ -n "$first" ] || first=$bin
   done
   cat "$dir/MANIFEST" 2>/dev/null
-  export LD_LIBRARY_PATH=$dir/lib:${LD_LIBRARY_PATH:-}
   # ldd names a missing library or symbol version ("version `GLIBCXX_3.4.30' not found").
-  ldd "$first" 2>&1 | grep -q "not found" || return 0
-  export LD_LIBRARY_PATH=$dir/lib2:$LD_LIBRARY_PATH
-  ldd "$first" 2>&1 | grep -q "not found" || return 0
+  for libs in "$dir/lib" "$dir/lib2:$dir/lib"; do
+    export LD_LIBRARY_PATH=$libs${base:+:$base}
+    ldd "$first" 2>&1 | grep -q "not found" || return 0
+  done
   echo "prebuilt: $first does not load here"
   return 1
 }
