@@ -19,7 +19,7 @@ gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 X2=$PB/2026-12-06-session36-prepared-gate-up-x2_strata_bench_moe_bench
 run() {  # LABEL STRATA_PIPE_X2
-  STRATA_PIPE_X2=$2 timeout 150 "$X2" --what kernels --configs dsv3,kimi,moonlight \
+  STRATA_PIPE_X2=$2 timeout 100 "$X2" --what kernels --configs dsv3,kimi,moonlight \
     --tokens 8192 --sweep 0 >"$OUT/k_$1.log" 2>&1
   local rc=$?
   echo "[$1 @$(( $(date +%s) - t0 )) s] exit $rc $(grep -E '^ceiling +cuBLAS' "$OUT/k_$1.log" | cut -c10-60)"
