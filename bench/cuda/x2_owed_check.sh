@@ -9,12 +9,14 @@
 #             strata_bench_mla_bench strata_bench_rank_step_bench
 #   device: (carry .devcarry/x2o and .devcarry/cfg) bash bench/cuda/x2_owed_check.sh
 # x2's "regimes agree NMSE" (decode against prefill on the same routed rows) is its first
-# correctness check; the parity suites must pass before it could go in. OWED=0 skips the owed rows.
+# correctness check; the parity suites (PREBUILT=x2ab: the pack of the patched moe_bench and
+# strata_parity_test) must pass before it could go in. OWED=0 skips the owed rows.
 set -u
 OUT=${OUT:-/tmp/strata_out}
 mkdir -p "$OUT"
 t0=$(date +%s)
-source bench/cuda/prebuilt.sh unpack x2o || exit 1
+PREBUILT=${PREBUILT:-x2o}
+source bench/cuda/prebuilt.sh unpack "$PREBUILT" || exit 1
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 X2=$PB/2026-12-06-session36-prepared-gate-up-x2_strata_bench_moe_bench
@@ -31,8 +33,16 @@ run main 0
 run x2 1
 run main2 0
 run x2_again 1
-if [ "${OWED:-1}" = 1 ] && [[ $gpu == *H200* ]]; then
-  STRATA_CARRY=$PWD/.devcarry/cfg PREBUILT=x2o STAGES="kimi moonlight mla" KIMI_CUTS="4 12" \
+# The parity suites of the MoE GEMMs with the cluster form on (where the pack holds the binary).
+PAR=$PB/2026-12-06-session36-prepared-gate-up-x2_strata_parity_test
+if [ -x "$PAR" ]; then
+  STRATA_PIPE_X2=1 timeout 240 "$PAR" --gtest_filter='MoeParity.*:MoeBackend.*' \
+    >"$OUT/parity_x2.log" 2>&1
+  echo "parity (STRATA_PIPE_X2=1): exit $?"
+  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED" "$OUT/parity_x2.log" | head -20
+fi
+if [ "${OWED:-1}" = 1 ] && [[ $gpu == *H200* ]] && [ -x "$PB/strata_bench_rank_step_bench" ]; then
+  STRATA_CARRY=$PWD/.devcarry/cfg PREBUILT=$PREBUILT STAGES="kimi moonlight mla" KIMI_CUTS="4 12" \
     KIMI_BATCHES=1 KIMI_VARIANTS=uv_oproj,segments64 MOONLIGHT_VARIANTS=uv_oproj,segments64 \
     MLA_WHAT=ceilings,acceptance bash bench/cuda/session10_check.sh
 fi
