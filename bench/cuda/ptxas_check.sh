@@ -26,7 +26,10 @@ PY
 )
   [ -n "$cmd" ] || { echo "$f: not in $B/compile_commands.json"; bad=1; continue; }
   cmd=$(sed 's| -o [^ ]*| -o /tmp/ptxas_check.o|' <<<"$cmd")
-  out=$(cd "$B" && eval "$cmd -Xptxas -v" 2>&1)
+  out=$(cd "$B" && eval "$cmd -Xptxas -v" 2>&1) || {
+    # A file that does not compile has no verdict (it once printed "0 serialized" here).
+    echo "$f: does not compile"; grep -m5 "error" <<<"$out"; bad=1; continue
+  }
   pat="wgmma.mma_async instructions are serialized"
   serial=$(grep -c "$pat" <<<"$out")
   spills=$(grep -cE "[1-9][0-9]* bytes spill stores" <<<"$out")
