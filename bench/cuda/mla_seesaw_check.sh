@@ -1,0 +1,37 @@
+#!/bin/bash
+# Issue 22's prepared seesaw form of the 128-head MLA decode (bench/results/
+# 2026-12-06-session37-mla-seesaw.patch, STRATA_MLA_SEESAW=1: the chunks' S alternate between
+# the two warpgroups) against the pipe kernel in one binary, alternated, then its parity suite;
+# first (if the pack holds it) issue 23's lagged-forward cluster form of the MoE gate_up
+# (2026-12-06-session37-gate-up-x2-lag.patch, STRATA_PIPE_X2=3) against main. Binaries packed on
+# the CPU machine, no build here:
+#   here:   S=bench/results/2026-12-06-session37-mla-seesaw.patch
+#           bash bench/cuda/prebuilt.sh pack s37b \
+#             bench/results/2026-12-06-session37-gate-up-x2-lag.patch:strata_bench_moe_bench \
+#             $S:strata_bench_mla_bench $S:strata_parity_test
+#   device: (carry .devcarry/s37b) bash bench/cuda/mla_seesaw_check.sh
+set -u
+OUT=${OUT:-/tmp/strata_out}
+mkdir -p "$OUT"
+t0=$(date +%s)
+PREBUILT=${PREBUILT:-s37b}
+if [ -n "${LAG:-1}" ] && [ "${LAG:-1}" != 0 ]; then
+  PREBUILT=$PREBUILT TAG=2026-12-06-session37-gate-up-x2-lag FORMS="0 3 0 3" PARITY_FORMS="" \
+    OWED=0 bash bench/cuda/x2_owed_check.sh
+fi
+source bench/cuda/prebuilt.sh unpack "$PREBUILT" >/dev/null || exit 1
+TAG=2026-12-06-session37-mla-seesaw
+MLA=$PB/${TAG}_strata_bench_mla_bench
+PAR=$PB/${TAG}_strata_parity_test
+n=0
+for f in ${FORMS:-0 1 0 1}; do
+  STRATA_MLA_SEESAW=$f timeout 120 "$MLA" --what ceilings,acceptance >"$OUT/mla_s${f}_$n.log" 2>&1
+  echo "[mla seesaw=$f @$(( $(date +%s) - t0 )) s] exit $?"
+  grep -E "^ceiling|^mla" "$OUT/mla_s${f}_$n.log" | sed 's/ of latent rows//' | cut -c1-200
+  n=$((n + 1))
+done
+STRATA_MLA_SEESAW=1 timeout 300 "$PAR" --gtest_filter='MlaAttention.*' >"$OUT/parity_seesaw.log" 2>&1
+echo "parity (STRATA_MLA_SEESAW=1): exit $?"
+grep -E "^\[  (PASSED|FAILED) |^\[  FAILED" "$OUT/parity_seesaw.log" | head -20
+echo "wgmma-pipe cases: $(grep -c "wgmma-pipe" "$OUT/parity_seesaw.log")"; grep -E "wgmma-pipe" "$OUT/parity_seesaw.log" | head -3
+echo "total: $(( $(date +%s) - t0 )) s"
