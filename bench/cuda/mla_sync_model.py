@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Model check of the synchronization of the MLA decode kernel (mla_decode.cuh) and the pipelined
-wgmma kernel (mla_attention_wgmma_pipe.cu): each warp is a coroutine that follows the kernel's
+"""Model check of the synchronization of the MLA decode kernel (mla_decode.cuh), the pipelined
+wgmma kernel (mla_attention_wgmma_pipe.cu) and its prepared seesaw form (session 37's patch): each warp is a coroutine that follows the kernel's
 sequence of mbarrier inits / arrivals / parity waits, named-barrier syncs and arrivals, and the
 shared-memory buffers it writes and reads (tagged with the chunk they hold); copies (TMA bulk
 copies, cp.async tracked by mbarriers) land at random later times. A random scheduler runs
@@ -250,6 +250,98 @@ def wgmma_pipe_kernel(sim, nchunks, groups=9):
     sim.run(warps)
 
 
+def wgmma_seesaw_kernel(sim, nchunks, split, one_p_bar=False, groups=9):
+    """The seesaw form (bench/results/2026-12-06-session37-mla-seesaw.patch): warpgroup c % 2 owns
+    chunk c (its S and softmax) and hands P to the other through one buffer; both multiply P·V
+    on their column halves (warpgroup v: groups 4v .. 4v + 3). split: each warpgroup reloads its
+    own groups (0: 0-3 and 8; 1: 4-7) after its P·V, else warpgroup 1 reloads the stage once
+    both are done (empty barriers). one_p_bar: both directions on one named barrier (the form
+    that hung on the device)."""
+    full = [[MBar(4) for _ in range(groups)] for _ in range(2)]  # one arrival a loader warp
+    empty = [MBar(8) for _ in range(2)]
+    qbar = MBar(4)
+    stage = [[None] * groups for _ in range(2)]
+    readers = [[0] * groups for _ in range(2)]
+    pbuf = [None] * 4  # warp w's slots of P and the maxima (thread t128 writes and reads its own)
+    B = 256
+    own = [[0, 1, 2, 3, 8], [4, 5, 6, 7]]
+
+    def p_bar(c):
+        return 1 if one_p_bar else 1 + (c & 1)
+
+    def load(c, gs):
+        s = c & 1
+        for j in gs:
+            assert readers[s][j] == 0, f"refill of stage {s} group {j} while read"
+            stage[s][j] = None
+
+            def land(s=s, j=j):
+                stage[s][j] = c
+                full[s][j].arrive()
+            sim.copy(land)
+
+    def warp(wg, w):
+        vg = range(4 * wg, 4 * wg + 4)
+
+        def read(s, js, c, what):
+            for j in js:
+                assert stage[s][j] == c, f"W{wg}.{w} {what} chunk {c} group {j}: {stage[s][j]}"
+                readers[s][j] += 1
+            yield ("step",)
+            for j in js:
+                readers[s][j] -= 1
+
+        def wait_groups(s, js, c, what):
+            for j in js:
+                yield ("wait", lambda s=s, j=j, par=(c >> 1) & 1: full[s][j].passed(par), None,
+                       f"W{wg}.{w} {what} full {c}")
+
+        def release(x):
+            if split:
+                if x + 2 < nchunks:
+                    yield sim.sync(4 + wg, 128, what=f"W{wg}.{w} own pv {x}")
+                    load(x + 2, own[wg])
+                return
+            empty[x & 1].arrive()
+            if wg == 1 and x + 2 < nchunks:
+                yield ("wait", lambda x=x: empty[x & 1].passed((x >> 1) & 1), None, f"W1 empty {x}")
+                load(x + 2, range(groups))
+
+        if nchunks > 0:
+            if wg == 1:
+                sim.copy(lambda: qbar.arrive())
+            if split or wg == 1:
+                for c in range(min(2, nchunks)):
+                    load(c, own[wg] if split else range(groups))
+            yield ("wait", lambda: qbar.passed(0), None, f"W{wg}.{w} q")
+        for c in range(nchunks):
+            s = c & 1
+            if (c & 1) == wg:
+                yield from wait_groups(s, range(groups), c, "S")
+                yield from read(s, range(groups), c, "S")
+                if c > 0:
+                    yield sim.sync(p_bar(c - 1), B, what=f"W{wg}.{w} P {c - 1}")
+                    assert pbuf[w] == c - 1, f"W{wg}.{w} read P {pbuf[w]} for {c - 1}"
+                yield ("step",)  # the softmax
+                pbuf[w] = c
+                sim.named.arrive(p_bar(c), B, 32)
+                if c > 0:
+                    yield from wait_groups(s ^ 1, vg, c - 1, "PV")
+                    yield from read(s ^ 1, vg, c - 1, "PV")
+                    yield from release(c - 1)
+                yield from read(s, vg, c, "PV")
+                yield from release(c)
+            elif c + 1 == nchunks:
+                yield from wait_groups(s, vg, c, "PV last")
+                yield sim.sync(p_bar(c), B, what=f"W{wg}.{w} P last {c}")
+                assert pbuf[w] == c, f"W{wg}.{w} read P {pbuf[w]} for {c}"
+                yield from read(s, vg, c, "PV last")
+                yield from release(c)
+
+    warps = {f"W{v}.{w}": warp(v, w) for v in range(2) for w in range(4)}
+    sim.run(warps)
+
+
 def main():
     rng = random.Random(3)
     runs = 0
@@ -261,7 +353,21 @@ def main():
         for _ in range(150):
             wgmma_pipe_kernel(Sim(rng), nchunks)
             runs += 1
-    print(f"{runs} random interleavings: no deadlock, no hazard")
+        for split in (False, True):
+            for _ in range(150):
+                wgmma_seesaw_kernel(Sim(rng), nchunks, split)
+                runs += 1
+    # The model must catch the seesaw form that hung on the device (one named barrier for both
+    # directions of the P hand-off): some interleaving of an even chunk count deadlocks.
+    caught = 0
+    for _ in range(200):
+        try:
+            wgmma_seesaw_kernel(Sim(rng), 4, False, one_p_bar=True)
+        except AssertionError:
+            caught += 1
+    assert caught > 0, "the model misses the one-barrier seesaw's deadlock"
+    print(f"{runs} random interleavings: no deadlock, no hazard (the one-barrier seesaw form: "
+          f"{caught} of 200 caught)")
 
 
 if __name__ == "__main__":
