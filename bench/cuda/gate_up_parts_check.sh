@@ -24,15 +24,9 @@ echo "probe: exit $?"
 grep -E "^ceiling|^probe" "$OUT/probe.log"
 PARTS=$PB/2026-12-06-session36-pipe-parts_strata_bench_moe_bench
 X2=$PB/2026-12-06-session36-prepared-gate-up-x2_strata_bench_moe_bench
+source bench/cuda/moe_prefill_ab.sh
 run() {  # LABEL BINARY [STRATA_PIPE_EXP] [STRATA_PIPE_X2]
-  STRATA_PIPE_EXP=${3:-0} STRATA_PIPE_X2=${4:-0} timeout 150 "$2" --what kernels \
-    --configs dsv3,moonlight,kimi \
-    --tokens 8192 --sweep 0 >"$OUT/k_$1.log" 2>&1
-  local rc=$?
-  echo "[$1 @$(( $(date +%s) - t0 )) s] exit $rc $(grep -E '^ceiling +cuBLAS' "$OUT/k_$1.log" | cut -c10-60)"
-  grep -oE "^moe +[a-z0-9-]+ +T=8192 .*regimes agree NMSE \S+" "$OUT/k_$1.log" | sed -E 's/ \|.*\|/:/'
-  grep -E "experts prefill" "$OUT/k_$1.log" | sed -E 's/ +/ /g; s/[0-9]+ GB\/s = [0-9.]+% of copy //' |
-    cut -c1-200
+  STRATA_PIPE_EXP=${3:-0} STRATA_PIPE_X2=${4:-0} moe_prefill_ab "$1" "$2"
 }
 run main "$X2"
 run x_l2 "$PARTS" 2

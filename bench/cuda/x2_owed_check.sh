@@ -28,15 +28,9 @@ X2=$PB/${TAG}_strata_bench_moe_bench
 [ -x "$X2" ] || X2=$PB/2026-12-06-session36-prepared-gate-up-x2_strata_bench_moe_bench
 PAR=$PB/${TAG}_strata_parity_test
 [ -x "$PAR" ] || PAR=$PB/2026-12-06-session36-prepared-gate-up-x2_strata_parity_test
+source bench/cuda/moe_prefill_ab.sh
 run() {  # LABEL STRATA_PIPE_X2
-  STRATA_PIPE_X2=$2 timeout 100 "$X2" --what kernels --configs dsv3,kimi,moonlight \
-    --tokens 8192 --sweep 0 >"$OUT/k_$1.log" 2>&1
-  local rc=$?
-  echo "[$1 @$(( $(date +%s) - t0 )) s] exit $rc $(grep -E '^ceiling +cuBLAS' "$OUT/k_$1.log" | cut -c10-60)"
-  grep -oE "^moe +[a-z0-9-]+ +T=8192 .*regimes agree NMSE \S+" "$OUT/k_$1.log" | sed -E 's/ \|.*\|/:/'
-  grep -E "experts prefill" "$OUT/k_$1.log" | sed -E 's/ +/ /g; s/[0-9]+ GB\/s = [0-9.]+% of copy //' |
-    cut -c1-200
-  return $rc
+  STRATA_PIPE_X2=$2 AB_TIMEOUT=100 moe_prefill_ab "$1" "$X2"
 }
 # The parity suites of the MoE GEMMs with a cluster form on (where the pack holds the binary).
 parity() {  # STRATA_PIPE_X2
