@@ -13,7 +13,8 @@
 #           PREBUILT=NAME bash bench/cuda/x2_owed_check.sh
 # A form's "regimes agree NMSE" (decode against prefill on the same routed rows) is its first
 # correctness check; the parity suites must pass before it could go in. OWED=0 skips the owed
-# rows.
+# rows. Verdict (session 37, bench/results/2026-12-06-session37.md): both forms pass the parity
+# suites and make gate_up 22-71% slower; dropped.
 set -u
 OUT=${OUT:-/tmp/strata_out}
 mkdir -p "$OUT"
