@@ -13,6 +13,8 @@
 # "regimes agree" NMSE, decode against prefill, is the correctness check: as main's, ~1e-6 or
 # 0); main again (the H100's power state moves a process's timings several %: read each against
 # the mains around it). gate_up µs of each on stdout, the logs under $OUT.
+# (Session 37 ran the x2 form in x2_owed_check.sh: +22-39% on gate_up, dropped; the parts runs and
+# the probe with random data have not run yet.)
 set -u
 OUT=${OUT:-/tmp/strata_out}
 mkdir -p "$OUT"

@@ -2,10 +2,8 @@
 # Issue 22's prepared seesaw forms of the 128-head MLA decode (bench/results/
 # 2026-12-06-session37-mla-seesaw.patch, STRATA_MLA_SEESAW=1: the chunks' S alternate between
 # the two warpgroups; 2: each warpgroup also reloads its own column groups) against the pipe
-# kernel in one binary, alternated, then their parity suites; with LAG=1 first issue 23's
-# lagged-forward cluster form of the MoE gate_up (2026-12-06-session37-gate-up-x2-lag.patch,
-# STRATA_PIPE_X2=3; measured +43-51% in session 37's call 3, dropped) against main. Binaries
-# packed on the CPU machine, no build here:
+# kernel in one binary, alternated, then their parity suites. Binaries packed on the CPU machine,
+# no build here:
 #   here:   S=bench/results/2026-12-06-session37-mla-seesaw.patch
 #           bash bench/cuda/prebuilt.sh pack s37c $S:strata_bench_mla_bench $S:strata_parity_test
 #   device: (carry .devcarry/s37c) PREBUILT=s37c bash bench/cuda/mla_seesaw_check.sh
@@ -15,12 +13,7 @@ set -u
 OUT=${OUT:-/tmp/strata_out}
 mkdir -p "$OUT"
 t0=$(date +%s)
-PREBUILT=${PREBUILT:-s37c}
-if [ "${LAG:-0}" = 1 ]; then
-  PREBUILT=$PREBUILT TAG=2026-12-06-session37-gate-up-x2-lag FORMS="0 3 0 3" PARITY_FORMS="" \
-    OWED=0 bash bench/cuda/x2_owed_check.sh
-fi
-source bench/cuda/prebuilt.sh unpack "$PREBUILT" >/dev/null || exit 1
+source bench/cuda/prebuilt.sh unpack "${PREBUILT:-s37c}" >/dev/null || exit 1
 TAG=2026-12-06-session37-mla-seesaw
 MLA=$PB/${TAG}_strata_bench_mla_bench
 PAR=$PB/${TAG}_strata_parity_test

@@ -5,7 +5,8 @@
 # kernel in one binary (alternated: the GPU's power state moves a process's timings by several
 # %), their parity suites, then on an H200 the rows session 36 owes (Kimi rank, Moonlight batch
 # 1, MLA acceptance). Binaries packed on the CPU machine, no build here (session 36's x2 pack:
-# TAG=2026-12-06-session36-prepared-gate-up-x2 FORMS="0 1 0 1" PARITY_FORMS=1):
+# TAG=2026-12-06-session36-prepared-gate-up-x2 FORMS="0 1 0 1" PARITY_FORMS=1; the lagged form:
+# TAG=2026-12-06-session37-gate-up-x2-lag FORMS="0 3 0 3" PARITY_FORMS=""):
 #   here:   P=bench/results/2026-12-06-session37-gate-up-x2-x4.patch
 #           bash bench/cuda/prebuilt.sh pack x4ab $P:strata_bench_moe_bench $P:strata_parity_test
 #           (or x2o: $P:strata_bench_moe_bench strata_bench_mla_bench strata_bench_rank_step_bench)
