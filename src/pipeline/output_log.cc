@@ -41,7 +41,8 @@ Status write_all(int fd, const char* data, size_t size, const std::string& path)
   return Status();
 }
 
-// The key of a record: (dataset, id). Returns false when the line has no usable id.
+}  // namespace
+
 bool record_key(const nlohmann::json& j, const std::string& default_dataset, std::string& dataset,
                 std::string& id) {
   if (!j.is_object() || !j.contains("id")) return false;
@@ -61,8 +62,6 @@ bool record_key(const nlohmann::json& j, const std::string& default_dataset, std
   }
   return true;
 }
-
-}  // namespace
 
 bool ScanResult::contains(const std::string& dataset, const std::string& id) const {
   auto it = keys.find(dataset);

@@ -50,6 +50,12 @@ struct ScanOptions {
   bool keep_records = false;      // fill last_records
 };
 
+// The key of an output record, as the scan and the job key it: its "id" (a string, or an integer
+// as its decimal text) and dataset (meta.dataset, else a top-level "dataset" as failures carry,
+// else `default_dataset`). False when the line is not an object with a usable id.
+bool record_key(const nlohmann::json& j, const std::string& default_dataset, std::string& dataset,
+                std::string& id);
+
 // Reads a results or failures file. A missing file is an empty result (exists = false).
 // A complete line that is not a JSON object with an "id" is corruption nobody can resolve
 // automatically: a data_loss error naming the file and line. Costs one pass over the file.

@@ -10,6 +10,8 @@
 #include <set>
 #include <unordered_map>
 
+#include "pipeline/output_log.h"
+
 namespace strata {
 namespace {
 
@@ -26,27 +28,6 @@ bool looks_like_results(const fs::path& p) {
   const std::string name = p.filename().string();
   return ends_with(name, ".jsonl") && !ends_with(name, ".failures.jsonl") &&
          !ends_with(name, ".partial.jsonl");
-}
-
-// The (dataset, id) of an output line, as the job keys it (output_log.h): meta.dataset, else a
-// top-level "dataset" (failures), else the file's default.
-bool line_key(const nlohmann::json& j, const std::string& default_dataset, std::string& dataset,
-              std::string& id) {
-  if (!j.is_object() || !j.contains("id")) return false;
-  if (j["id"].is_string())
-    id = j["id"].get<std::string>();
-  else if (j["id"].is_number_integer())
-    id = std::to_string(j["id"].get<int64_t>());
-  else
-    return false;
-  dataset = default_dataset;
-  if (auto m = j.find("meta"); m != j.end() && m->is_object()) {
-    if (auto d = m->find("dataset"); d != m->end() && d->is_string())
-      dataset = d->get<std::string>();
-  } else if (auto d = j.find("dataset"); d != j.end() && d->is_string()) {
-    dataset = d->get<std::string>();
-  }
-  return true;
 }
 
 // Calls fn(json) for each complete line; returns whether the file ends in a torn line.
@@ -96,7 +77,7 @@ class Verifier {
     STRATA_ASSIGN_OR_RETURN(f.torn,
                             for_each_line(path, [&](const nlohmann::json& j, int64_t n) -> Status {
                               std::string dataset, id;
-                              if (!line_key(j, stem, dataset, id))
+                              if (!record_key(j, stem, dataset, id))
                                 return data_loss("{} line {}: a record without an \"id\"", path, n);
                               ++f.results;
                               if (Seen* s = find(dataset, id, path))
@@ -109,7 +90,7 @@ class Verifier {
       STRATA_ASSIGN_OR_RETURN(
           bool torn, for_each_line(failures, [&](const nlohmann::json& j, int64_t n) -> Status {
             std::string dataset, id;
-            if (!line_key(j, stem, dataset, id))
+            if (!record_key(j, stem, dataset, id))
               return data_loss("{} line {}: a record without an \"id\"", failures, n);
             ++f.failures;
             if (Seen* s = find(dataset, id, failures)) s->failure_file = index;

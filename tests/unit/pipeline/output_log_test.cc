@@ -38,6 +38,30 @@ class OutputLogTest : public ::testing::Test {
   std::string path_;
 };
 
+// One key rule for the scan, the job and `strata verify`: id as a string or an integer's decimal
+// text; dataset from meta.dataset, else a top-level "dataset" (failures), else the default.
+TEST(RecordKey, IdAndDatasetByTheJobsRule) {
+  std::string dataset, id;
+  using J = nlohmann::json;
+  ASSERT_TRUE(record_key(J{{"id", "q7"}, {"meta", {{"dataset", "m"}}}}, "def", dataset, id));
+  EXPECT_EQ(dataset, "m");
+  EXPECT_EQ(id, "q7");
+  ASSERT_TRUE(record_key(J{{"id", 42}, {"dataset", "f"}}, "def", dataset, id));
+  EXPECT_EQ(dataset, "f");
+  EXPECT_EQ(id, "42");
+  ASSERT_TRUE(record_key(J{{"id", -3}}, "def", dataset, id));
+  EXPECT_EQ(dataset, "def");
+  EXPECT_EQ(id, "-3");
+  // meta wins over a top-level dataset; a meta without one leaves the default.
+  ASSERT_TRUE(
+      record_key(J{{"id", "a"}, {"meta", {{"x", 1}}}, {"dataset", "f"}}, "def", dataset, id));
+  EXPECT_EQ(dataset, "def");
+  EXPECT_FALSE(record_key(J{{"id", 1.5}}, "def", dataset, id));
+  EXPECT_FALSE(record_key(J{{"id", nullptr}}, "def", dataset, id));
+  EXPECT_FALSE(record_key(J{{"text", "no id"}}, "def", dataset, id));
+  EXPECT_FALSE(record_key(J::array({1, 2}), "def", dataset, id));
+}
+
 TEST_F(OutputLogTest, MissingFileIsEmpty) {
   auto s = scan_output(path_);
   ASSERT_TRUE(s.ok()) << s.status().message();
