@@ -52,7 +52,7 @@ TEST(RecordKey, IdAndDatasetByTheJobsRule) {
   ASSERT_TRUE(record_key(J{{"id", -3}}, "def", dataset, id));
   EXPECT_EQ(dataset, "def");
   EXPECT_EQ(id, "-3");
-  // meta wins over a top-level dataset; a meta without one leaves the default.
+  // A meta object decides even without a dataset: the default, not the top-level one.
   ASSERT_TRUE(
       record_key(J{{"id", "a"}, {"meta", {{"x", 1}}}, {"dataset", "f"}}, "def", dataset, id));
   EXPECT_EQ(dataset, "def");
