@@ -252,6 +252,25 @@ double bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch
                             }) /
                     kQueued;
   BENCH_CUDA(cudaGetLastError());
+  if (plan.kernel == cuda::kMlaWgmmaPipe && p.multicast && p.diag == 0 && heads == 128 &&
+      new_tokens == 1) {
+    // The row-tile pairs (multicast copies) against the plain pipelined kernel: the same bits.
+    std::vector<uint16_t> mc(size_t(tokens) * heads * R), ref(mc.size());
+    cuda::launch_mla_attention(p, s);
+    BENCH_CUDA(cudaStreamSynchronize(s));
+    BENCH_CUDA(cudaMemcpy(mc.data(), out.p, mc.size() * 2, cudaMemcpyDeviceToHost));
+    cuda::MlaAttentionParams r = p;
+    r.multicast = 0;
+    cuda::launch_mla_attention(r, s);
+    BENCH_CUDA(cudaStreamSynchronize(s));
+    BENCH_CUDA(cudaMemcpy(ref.data(), out.p, ref.size() * 2, cudaMemcpyDeviceToHost));
+    int64_t differ = 0;
+    for (size_t i = 0; i < mc.size(); ++i) differ += mc[i] != ref[i];
+    std::printf(
+        "pairs    the row-tile pairs' output against the unpaired kernel's: %lld of %zu bf16 "
+        "values differ\n",
+        static_cast<long long>(differ), mc.size());
+  }
   // Causal among the new tokens: token i sees ctx - new_tokens + i + 1 keys.
   double keys = 0;
   for (int i = 0; i < new_tokens; ++i) keys += ctx - new_tokens + i + 1;
@@ -277,6 +296,8 @@ double bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch
   if (plan.diag == 2) std::snprintf(variant + at, sizeof variant - at, " MATH");
   if (plan.diag == 3) std::snprintf(variant + at, sizeof variant - at, " NO-PV-MATH");
   if (plan.diag == 4) std::snprintf(variant + at, sizeof variant - at, " NO-S-MATH");
+  if (plan.kernel == cuda::kMlaWgmmaPipe && !plan.multicast)
+    std::snprintf(variant + at, sizeof variant - at, " no-pairs");
   const double synced_pct = 100.0 * bytes / (ms_synced * 1e-3) / 1e9 / c.copy_gbs;
   std::printf(
       "mla      %-7s %-12s batch %2d x ctx %5d, %4d new, %3d heads, %-24s %2d rows, %3d split(s): "
@@ -516,6 +537,7 @@ int main(int argc, char** argv) {
     bench_case(s, c, bf16, batch, ctx, 1, 128, "decode", cuda::MlaPlanOptions{.wgmma = 1});
     bench_case(s, c, bf16, batch, ctx, 1, 128, "decode", cuda::MlaPlanOptions{.diag = 1});
     bench_case(s, c, bf16, batch, ctx, 1, 128, "decode", cuda::MlaPlanOptions{.diag = 2});
+    bench_case(s, c, bf16, batch, ctx, 1, 128, "decode", cuda::MlaPlanOptions{.multicast = 0});
     bench_case(s, c, bf16, batch, ctx, 1, 128, "decode", cuda::MlaPlanOptions{.wgmma = 0});
     bench_case(s, c, flash, batch, ctx, 1, 128, "decode");
     bench_case(s, c, bf16, batch, ctx, 2, 16, "verify");  // speculative verify: 2 tokens

@@ -243,6 +243,7 @@ struct Case {
   bool trees = false;   // sequences of 2..64 new tokens are draft trees (random parents):
                         // AttentionMetadata::tree_mask
   int fused_merge = 0;  // the decode kernel merges up to this many splits itself (MlaPlanOptions)
+  int multicast = 1;    // the pipelined kernel's row-tile pairs where they apply (MlaPlanOptions)
 };
 
 // Rows the decode kernel copies at once for a plan and page size (mla_decode_layout.cuh
@@ -369,6 +370,7 @@ void run_attention(const Fmt& f, const Case& cs) {
                                  .stages = cs.stages,
                                  .max_splits = cs.max_splits,
                                  .decode_rows = cs.decode_rows,
+                                 .multicast = cs.multicast,
                                  .fused_merge = cs.fused_merge};
   const cuda::MlaPlan plan =
       cuda::plan_mla_attention(c.fmt, n, t_new, H, max_new, max_kv, num_sms(), opt);
@@ -586,6 +588,27 @@ TEST(MlaAttention, DecodeVTile) {
                                 .spread = true});
     run_attention(kFormats[i],
                   {.heads = 16, .page = 8, .seqs = {{4100, 1}}, .cvt = kTile, .spread = true});
+  }
+}
+
+// The pipelined kernel's row-tile pairs (128 heads, one new token a sequence, pages of a multiple
+// of 16: a cluster of 2 CTAs fed by multicast TMA copies, boxes of 16 / 32 / 64 slots) against the
+// CPU twin, with and without them: contexts that end inside a chunk (the rows past the end
+// zeroed in shared memory), a sequence of one key, splits, a graph replay.
+TEST(MlaAttention, RowTilePairs) {
+  for (int mc : {1, 0}) {
+    run_attention(kFormats[0], {.heads = 128,
+                                .page = 16,
+                                .seqs = {{1500, 1}, {40, 1}, {63, 1}, {0, 1}, {127, 1}},
+                                .multicast = mc});
+    run_attention(
+        kFormats[0],
+        {.heads = 128, .page = 64, .seqs = {{700, 1}, {129, 1}}, .splits = 4, .multicast = mc});
+    run_attention(
+        kFormats[0],
+        {.heads = 128, .page = 32, .seqs = {{333, 1}, {64, 1}}, .splits = 3, .multicast = mc});
+    run_attention(kFormats[0],
+                  {.heads = 128, .page = 48, .seqs = {{200, 1}}, .graph = true, .multicast = mc});
   }
 }
 

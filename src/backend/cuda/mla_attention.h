@@ -158,8 +158,11 @@ struct MlaAttentionParams {
                      // the step's new tokens before waiting on the previous kernel. The
                      // caller's promise: that kernel triggers only after its own wait and
                      // writes none of those keys (CudaTunables::mla_early_kv)
+  int multicast;     // the pipelined wgmma kernel: 1 runs a sequence's two row tiles as a cluster
+                     // pair with multicast copies where that applies (the plan's; 0 never)
+  int pad_;
 };
-static_assert(sizeof(MlaAttentionParams) == 14 * 8 + sizeof(MlaRowFormat) + 22 * 4, "no padding");
+static_assert(sizeof(MlaAttentionParams) == 14 * 8 + sizeof(MlaRowFormat) + 24 * 4, "no padding");
 // Where the decode kernel's warps spend their cycles (p.prof, summed over every block's warps):
 // the S warps waiting for a stage's bytes, for the other S warps' row maxima, for the PV warps to
 // free a P buffer, and their whole run; the PV warps waiting for P, for a stage (its bytes, or
@@ -219,6 +222,7 @@ struct MlaPlan {
   int diag = 0;
   int l2_prefetch = 0;
   int row_groups = 1;
+  int multicast = 1;
   int64_t scratch_bytes = 0;  // partial_o then partial_ml, float32; 0: no partials (one split)
   // The decode kernel's split merge in its last block (MlaAttentionParams::merge_counters): the
   // counters it needs (num_seqs · row_tiles); 0: the merge kernel (or no merge).
@@ -244,6 +248,8 @@ struct MlaPlanOptions {
                          // -1: as 0, and 8 too where 16-row blocks, one chunk each, leave SMs idle)
   int min_split_chunks = 1;  // where the plan picks the splits: at least this many chunks a split
                              // where that leaves kMlaSplitsKept splits or more
+  int multicast = 1;  // the pipelined wgmma kernel's row-tile pairs with multicast copies where
+                      // they apply (launch_mla_attention_wgmma_pipe); 0 never
   int fused_merge = 0;       // > 1: the decode kernel merges its splits itself where there are at
                              // most this many (and kMlaFusedMergeMaxSplits), into bf16 output (not
                              // opt.partials); CudaTunables::mla_fused_merge_max_splits

@@ -126,6 +126,7 @@ MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_to
               fmt.row_bytes);
   }
   plan.row_tiles = int((rows + plan.tile_rows - 1) / plan.tile_rows);
+  plan.multicast = opt.multicast;
   const int64_t max_chunks = std::max<int64_t>(1, (max_kv_len + plan.chunk - 1) / plan.chunk);
   int64_t n = opt.splits;
   if (n <= 0) {
@@ -168,6 +169,7 @@ void apply_mla_plan(const MlaPlan& plan, void* scratch, MlaAttentionParams* p,
   p->diag = plan.diag;
   p->l2_prefetch = plan.l2_prefetch;
   p->row_groups = plan.row_groups;
+  p->multicast = plan.multicast;
   p->partial_o = nullptr;
   p->partial_ml = nullptr;
   p->merge_counters = plan.merge_counters > 0 ? merge_counters : nullptr;
