@@ -594,12 +594,13 @@ TEST(MlaAttention, DecodeVTile) {
 // The pipelined kernel's row-tile pairs (128 heads, one new token a sequence, pages of a multiple
 // of 16: a cluster of 2 CTAs fed by multicast TMA copies, boxes of 16 / 32 / 64 slots) against the
 // CPU twin, with and without them: contexts that end inside a chunk (the rows past the end
-// zeroed in shared memory), a sequence of one key, splits, a graph replay.
+// zeroed in shared memory; the batch's last sequence ends a box before its chunk does, where its
+// page table has no entry), a sequence of one key, splits, a graph replay.
 TEST(MlaAttention, RowTilePairs) {
   for (int mc : {1, 0}) {
     run_attention(kFormats[0], {.heads = 128,
                                 .page = 16,
-                                .seqs = {{1500, 1}, {40, 1}, {63, 1}, {0, 1}, {127, 1}},
+                                .seqs = {{1500, 1}, {63, 1}, {0, 1}, {127, 1}, {40, 1}},
                                 .multicast = mc});
     run_attention(
         kFormats[0],

@@ -137,7 +137,10 @@ __device__ __forceinline__ void pipe_body(const MlaAttentionParams& p, const CUt
         const int j0 = rank == 0 ? 0 : kGroups / 2 + 1, j1 = rank == 0 ? kGroups / 2 + 1 : kGroups;
         const uint32_t dst = smem_addr(smem + kKOff + s * kTileBytes);
         for (int b = 0; b < kChunk / box; ++b) {
-          const int slot = w.slot_of(w.begin + c * kChunk + b * box, p.page_size);
+          // A box wholly past the sequence's end copies the chunk's first box again (its page
+          // table has no entry there; the bytes must still arrive, and its rows are zeroed).
+          const int key = w.begin + c * kChunk + b * box;
+          const int slot = w.slot_of(key < w.end ? key : w.begin + c * kChunk, p.page_size);
           for (int j = j0; j < j1; ++j)
             tma_mc_2d(dst + j * kChunk * 128 + b * box * 128, tmap, j * 64, slot,
                       full0 + 8 * (s * kGroups + j), uint16_t(3));
