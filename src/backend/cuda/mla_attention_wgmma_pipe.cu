@@ -66,18 +66,6 @@ __device__ __forceinline__ void tma_mc_2d(uint32_t dst, const CUtensorMap* map, 
       "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar), "h"(mask)
       : "memory");
 }
-__device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_addr) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred p;\nWAITC:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra WAITC;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
 
 // Slots a box: the largest of 64, 32, 16 that divides the page size (0: none, no pairs).
 __host__ __device__ constexpr int mc_box_rows(int page_size) {
