@@ -277,7 +277,7 @@ MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_to
 int mla_mma_smem_bytes(const MlaRowFormat& fmt, int chunk, int stages);
 constexpr int kMlaMaxSmem = 227 * 1024;
 // Fills p.kernel, row_tiles, tile_rows, num_splits, split_len, chunk, stages, cvt, evict_first,
-// diag, l2_prefetch, row_groups and the partial pointers from `plan` and `scratch`
+// diag, l2_prefetch, row_groups, multicast and the partial pointers from `plan` and `scratch`
 // (plan.scratch_bytes bytes, 16-byte aligned; null when none is needed). The kernels leave
 // partials exactly when partial_o is set. merge_counters: plan.merge_counters zeroed int32
 // counters (left zero by every launch), or null: the merge kernel merges the splits.
