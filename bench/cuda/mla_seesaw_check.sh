@@ -10,7 +10,7 @@
 # (Session 37's call 3 ran an earlier form that hung: both directions of its P hand-off on one
 # named barrier; bench/cuda/mla_sync_model.py models the fixed one.)
 # Verdict (session 38, bench/results/2026-12-06-session38.md): both forms pass MlaAttention.* and are
-# slower (+30% / +17%); dropped. The patch applies to c6274a0 (the pipe kernel has since gained
+# slower (+30% / +17%); dropped. The patch applies to b2cb83f (the pipe kernel has since gained
 # the row-tile pairs), so rebuild the pack from that commit to run this again.
 set -u
 OUT=${OUT:-/tmp/strata_out}
