@@ -248,11 +248,11 @@ struct MlaPlanOptions {
                          // -1: as 0, and 8 too where 16-row blocks, one chunk each, leave SMs idle)
   int min_split_chunks = 1;  // where the plan picks the splits: at least this many chunks a split
                              // where that leaves kMlaSplitsKept splits or more
-  int multicast = 1;  // the pipelined wgmma kernel's row-tile pairs with multicast copies where
-                      // they apply (launch_mla_attention_wgmma_pipe); 0 never
-  int fused_merge = 0;       // > 1: the decode kernel merges its splits itself where there are at
-                             // most this many (and kMlaFusedMergeMaxSplits), into bf16 output (not
-                             // opt.partials); CudaTunables::mla_fused_merge_max_splits
+  int multicast = 1;    // the pipelined wgmma kernel's row-tile pairs with multicast copies where
+                        // they apply (launch_mla_attention_wgmma_pipe); 0 never
+  int fused_merge = 0;  // > 1: the decode kernel merges its splits itself where there are at
+                        // most this many (and kMlaFusedMergeMaxSplits), into bf16 output (not
+                        // opt.partials); CudaTunables::mla_fused_merge_max_splits
 };
 // The most splits the decode kernel merges itself: its last block weighs every split of its
 // rows in one pass of its warps (mla_decode_merge.cuh: a lane two splits).
