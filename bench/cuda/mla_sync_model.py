@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Model check of the synchronization of the MLA decode kernel (mla_decode.cuh), the pipelined
-wgmma kernel (mla_attention_wgmma_pipe.cu) and its prepared seesaw form (session 37's patch): each warp is a coroutine that follows the kernel's
-sequence of mbarrier inits / arrivals / parity waits, named-barrier syncs and arrivals, and the
-shared-memory buffers it writes and reads (tagged with the chunk they hold); copies (TMA bulk
-copies, cp.async tracked by mbarriers) land at random later times. A random scheduler runs
+wgmma kernel (mla_attention_wgmma_pipe.cu) unpaired and as row-tile pairs (a cluster of 2 fed by
+multicast copies), and the seesaw form dropped in session 38: each warp is a coroutine that
+follows the kernel's sequence of mbarrier inits / arrivals / parity waits, named-barrier syncs and
+arrivals, cluster barriers, and the shared-memory buffers it writes and reads (tagged with the
+chunk they hold); copies (TMA bulk and tensor copies, cp.async tracked by mbarriers, remote
+mbarrier arrivals) land at random later times. A random scheduler runs
 thousands of interleavings per shape and reports a deadlock (no warp can move, not all done) or a
 hazard (a warp reads a buffer holding another chunk than it expects, or a copy overwrites a buffer
 still in use). Hardware semantics modeled: an mbarrier phase completes when its pending arrivals
@@ -250,6 +252,163 @@ def wgmma_pipe_kernel(sim, nchunks, groups=9):
     sim.run(warps)
 
 
+def wgmma_pairs_kernel(sim, nchunks, boxes=1, tail=False, mutation=None):
+    """The row-tile pairs (mla_attention_wgmma_pipe.cu, MC): two CTAs of a cluster, each the pipe
+    kernel's two warpgroups. Each CTA's loader (warpgroup 1's thread 0) arms its 9 full barriers
+    of a stage (one arrival + the chunk's bytes) and issues its half of the groups (rank 0: 0-4,
+    rank 1: 5-8) as `boxes` copies a group, each multicast: it lands in both CTAs and counts its
+    bytes on the barrier at the same offset in each. Every warp frees a stage on its own CTA's
+    empty barrier and the peer's (16 arrivals a phase); a remote arrival is asynchronous, performed
+    at the latest by the warp's next cluster-barrier arrival (release). tail: the last chunk ends
+    inside it, so warpgroup 0 zeroes its rows past the end (each warp a share) and meets at a
+    named barrier of its 4 warps before any read. Cluster barriers after the barriers' init and
+    before exit. Checks beyond deadlock: a copy or remote arrival reaching a CTA before its
+    barriers exist or after it exited, a copy into a group some warp of that CTA has not freed, a
+    read of a group holding another chunk, of a partly landed group, or of tail rows not zeroed.
+    mutation (forms the model must catch): 'local_empty' (8 local arrivals, no remote: the peer
+    refills a stage this CTA still reads), 'no_exit_sync', 'cta_init_sync' (__syncthreads in
+    place of the first cluster barrier), 'no_tail_bar'."""
+    G = 9
+    halves = [range(0, 5), range(5, 9)]
+    n_empty = 8 if mutation == "local_empty" else 16
+    full = [[[MBar(1) for _ in range(G)] for _ in range(2)] for _ in range(2)]
+    empty = [[MBar(n_empty) for _ in range(2)] for _ in range(2)]
+    qbar = [MBar(4) for _ in range(2)]
+    held = [[[None] * G for _ in range(2)] for _ in range(2)]    # chunk a group holds
+    landed = [[[0] * G for _ in range(2)] for _ in range(2)]     # its boxes landed
+    owed = [[[0] * G for _ in range(2)] for _ in range(2)]       # warps yet to free it
+    zeroed = [0, 0]   # warpgroup-0 warps done zeroing the tail chunk's rows
+    pbuf = [[None] * 4 for _ in range(2)]  # warp w's slots of P (WG1 warp w reads WG0 warp w's)
+    inited, exited = [False, False], [0, 0]
+    unsent = {}  # warp -> its remote arrivals not yet performed
+    B, CL = 256, 512
+
+    def reach(x, what):
+        assert inited[x], f"{what} reached CTA {x} before its barriers exist"
+        assert exited[x] < 8, f"{what} reached CTA {x} after it exited"
+
+    def land(x, s, j, c):
+        reach(x, f"copy of chunk {c}")
+        if held[x][s][j] != c:
+            assert owed[x][s][j] == 0, (f"chunk {c} copied into CTA {x} stage {s} group {j} while "
+                                        f"{owed[x][s][j]} warps still read chunk {held[x][s][j]}")
+            held[x][s][j], landed[x][s][j] = c, 0
+            owed[x][s][j] = 8 if 4 <= j < 8 else 4
+        landed[x][s][j] += 1
+        full[x][s][j].complete_tx(1)
+
+    def load(r, c):
+        s = c & 1
+        for j in range(G):
+            full[r][s][j].arrive(boxes)  # arrive.expect_tx: the chunk's bytes of the group
+        for _ in range(boxes):
+            for j in halves[r]:
+                for x in (0, 1):
+                    sim.copy(lambda x=x, j=j: land(x, s, j, c))
+
+    def read(r, s, js, c, who):
+        for j in js:
+            assert held[r][s][j] == c and landed[r][s][j] == boxes, (
+                f"{who} read chunk {c} in group {j}: it holds {held[r][s][j]} "
+                f"({landed[r][s][j]} of {boxes} boxes)")
+        if tail and c == nchunks - 1:
+            assert zeroed[r] == 4, f"{who} read the tail chunk with {zeroed[r]} of 4 shares zeroed"
+
+    def free_stage(r, s, js, who):
+        for j in js:
+            owed[r][s][j] -= 1
+        empty[r][s].arrive()
+        if mutation != "local_empty":
+            def remote():
+                reach(r ^ 1, f"{who}'s remote arrival")
+                empty[r ^ 1][s].arrive()
+            unsent.setdefault(who, []).append(remote)
+            sim.copy(remote)
+
+    def cluster_sync(who):
+        for cb in unsent.pop(who, []):  # release: the warp's remote arrivals are performed
+            if cb in sim.pending_copies:
+                sim.pending_copies.remove(cb)
+                cb()
+        return sim.sync("cluster", CL, what=f"{who} cluster")
+
+    def wg1_warp(r, w):
+        who = f"C{r}.W1.{w}"
+        if mutation == "cta_init_sync":
+            yield sim.sync((r, 0), B, what=f"{who} init")
+        else:
+            yield cluster_sync(who)
+        if nchunks > 0:
+            sim.copy(lambda: qbar[r].arrive())
+            if w == 0:
+                load(r, 0)
+                if nchunks > 1:
+                    load(r, 1)
+        for c in range(nchunks):
+            s, par = c & 1, (c >> 1) & 1
+            yield sim.sync((r, 1), B, what=f"{who} P {c}")
+            assert pbuf[r][w] == c, f"{who} read P of {pbuf[r][w]} for {c}"
+            sim.named.arrive((r, 2), B, 32)
+            for j in range(4, 8):
+                yield ("wait", lambda s=s, j=j, par=par: full[r][s][j].passed(par), None, f"{who} full {c}")
+            read(r, s, range(4, 8), c, who)
+            yield ("step",)
+            free_stage(r, s, range(4, 8), who)
+            if c + 2 < nchunks:
+                yield ("wait", lambda s=s, par=par: empty[r][s].passed(par), None, f"{who} empty {c}")
+                if w == 0:
+                    load(r, c + 2)
+        yield sim.sync((r, 3), B, what=f"{who} final")
+        if mutation != "no_exit_sync":
+            yield cluster_sync(who)
+        exited[r] += 1
+
+    def wg0_warp(r, w):
+        who = f"C{r}.W0.{w}"
+        yield ("step",)  # the CTAs start at different times
+        if w == 0:
+            inited[r] = True  # thread 0 initializes the barriers, then the cluster barrier
+        if mutation == "cta_init_sync":
+            yield sim.sync((r, 0), B, what=f"{who} init")
+        else:
+            yield cluster_sync(who)
+        if nchunks > 0:
+            yield ("wait", lambda: qbar[r].passed(0), None, f"{who} q")
+        for c in range(nchunks):
+            s, par = c & 1, (c >> 1) & 1
+            if tail and c == nchunks - 1:
+                for j in range(G):
+                    yield ("wait", lambda s=s, j=j, par=par: full[r][s][j].passed(par), None, f"{who} tail full")
+                assert all(held[r][s][j] == c and landed[r][s][j] == boxes for j in range(G))
+                yield ("step",)
+                zeroed[r] += 1
+                if mutation != "no_tail_bar":
+                    yield sim.sync((r, 4), 128, what=f"{who} tail")
+            for j in range(G):
+                yield ("wait", lambda s=s, j=j, par=par: full[r][s][j].passed(par), None, f"{who} full {c}")
+            read(r, s, range(G), c, who)
+            yield ("step",)  # S and the softmax
+            if c > 0:
+                yield sim.sync((r, 2), B, what=f"{who} pfree {c}")
+            pbuf[r][w] = c
+            sim.named.arrive((r, 1), B, 32)
+            read(r, s, range(4), c, who)
+            yield ("step",)  # P·V on columns 0..255
+            free_stage(r, s, range(G), who)
+        if nchunks > 0:
+            yield sim.sync((r, 2), B, what=f"{who} tail pfree")
+        sim.named.arrive((r, 3), B, 32)
+        if mutation != "no_exit_sync":
+            yield cluster_sync(who)
+        exited[r] += 1
+
+    warps = {}
+    for r in range(2):
+        warps.update({f"C{r}.W0.{w}": wg0_warp(r, w) for w in range(4)})
+        warps.update({f"C{r}.W1.{w}": wg1_warp(r, w) for w in range(4)})
+    sim.run(warps)
+
+
 def wgmma_seesaw_kernel(sim, nchunks, split, one_p_bar=False, groups=9):
     """The seesaw form (bench/results/2026-12-06-session37-mla-seesaw.patch): warpgroup c % 2 owns
     chunk c (its S and softmax) and hands P to the other through one buffer; both multiply P·V
@@ -357,6 +516,11 @@ def main():
             for _ in range(150):
                 wgmma_seesaw_kernel(Sim(rng), nchunks, split)
                 runs += 1
+        for boxes in (1, 2, 4):  # pages of 64, 32, 16 slots
+            for tail in ((False, True) if nchunks > 0 else (False,)):
+                for _ in range(50):
+                    wgmma_pairs_kernel(Sim(rng), nchunks, boxes, tail)
+                    runs += 1
     # The model must catch the seesaw form that hung on the device (one named barrier for both
     # directions of the P hand-off): some interleaving of an even chunk count deadlocks.
     caught = 0
@@ -366,8 +530,19 @@ def main():
         except AssertionError:
             caught += 1
     assert caught > 0, "the model misses the one-barrier seesaw's deadlock"
+    # And each broken form of the pairs' synchronization, in some interleaving.
+    broken = {}
+    for mutation in ("local_empty", "no_exit_sync", "cta_init_sync", "no_tail_bar"):
+        broken[mutation] = 0
+        for _ in range(200):
+            try:
+                wgmma_pairs_kernel(Sim(rng), 5, 2, True, mutation)
+            except AssertionError:
+                broken[mutation] += 1
+        assert broken[mutation] > 0, f"the model misses the pairs' {mutation} form"
     print(f"{runs} random interleavings: no deadlock, no hazard (the one-barrier seesaw form: "
-          f"{caught} of 200 caught)")
+          f"{caught} of 200 caught; the pairs' broken forms: "
+          + ", ".join(f"{m} {n} of 200" for m, n in broken.items()) + ")")
 
 
 if __name__ == "__main__":

@@ -58,6 +58,8 @@ constexpr int kBarTail = 4;   // MC: warpgroup 0's zeros of a last chunk's rows 
 // Keys past a sequence's end in its last chunk arrive as whatever the slots hold
 // (TMA does not zero-fill them as cp.async did): warpgroup 0 zeroes those rows before any product
 // reads the chunk, so a masked key's V never meets P = 0 as NaN · 0.
+// The barriers' protocol (both CTAs' arrivals, the cluster barriers, the tail's zeros) is model
+// checked by bench/cuda/mla_sync_model.py (wgmma_pairs_kernel), with the broken forms it catches.
 __device__ __forceinline__ void tma_mc_2d(uint32_t dst, const CUtensorMap* map, int x, int y,
                                           uint32_t bar, uint16_t mask) {
   asm volatile(
