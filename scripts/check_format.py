@@ -22,6 +22,7 @@ import re
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 SOURCES = (".h", ".cc", ".cu", ".cuh")
@@ -117,10 +118,18 @@ def main(argv: list) -> int:
         print(f"check_format: {root}: {detail}", file=sys.stderr)
         return 2
     findings = []
-    for path, spans in sorted(ranges.items()):
+    mode = ["-i"] if fix else ["--dry-run", "--Werror", "--ferror-limit=0"]
+
+    def run(item):
+        path, spans = item
         lines = [f"--lines={a}:{b}" for a, b in spans]
-        mode = ["-i"] if fix else ["--dry-run", "--Werror", "--ferror-limit=0"]
-        r = subprocess.run([exe, "--style=file", *mode, *lines, path], cwd=root, capture_output=True, text=True)
+        return subprocess.run([exe, "--style=file", *mode, *lines, path], cwd=root, capture_output=True, text=True)
+
+    # One clang-format a file, as many at once as there are cores (--all: ~800 files; CI has 2).
+    items = sorted(ranges.items())
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        results = list(pool.map(run, items))
+    for (path, _), r in zip(items, results):
         if fix:
             if r.returncode != 0:
                 print(r.stderr, file=sys.stderr)
