@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Model check of the synchronization of the MLA decode kernel (mla_decode.cuh), the pipelined
 wgmma kernel (mla_attention_wgmma_pipe.cu) unpaired and as row-tile pairs (a cluster of 2 fed by
-multicast copies), and the seesaw form dropped in session 38: each warp is a coroutine that
+multicast copies), the seesaw form dropped in session 38, and the keys-as-M kernel prepared in
+session 39 (its patch): each warp is a coroutine that
 follows the kernel's sequence of mbarrier inits / arrivals / parity waits, named-barrier syncs and
 arrivals, cluster barriers, and the shared-memory buffers it writes and reads (tagged with the
 chunk they hold); copies (TMA bulk and tensor copies, cp.async tracked by mbarriers, remote
@@ -409,6 +410,136 @@ def wgmma_pairs_kernel(sim, nchunks, boxes=1, tail=False, mutation=None):
     sim.run(warps)
 
 
+def wgmma_keys_kernel(sim, nchunks, mutation=None, groups=9):
+    """The keys-as-M kernel (bench/results/2026-12-06-session39-mla-keys-m.patch): the pipe
+    kernel's loads (warpgroup 1, full barriers a column group, empty barriers of all 8 warps), with
+    warpgroup 0 computing S of all groups, its 4 warps' row maxima meeting in a buffer of chunk
+    c % 2 (named barrier 4, 128 threads), P and the factors in one shared tile written by all of
+    warpgroup 0 (after P-free, barrier 2) and read by both warpgroups' P·V (warpgroup 0 after
+    barrier 5 of its 128 threads, warpgroup 1 after P-ready, barrier 1); at the end the rows'
+    sums through the maxima buffer of chunk nchunks % 2 and (m, l) to warpgroup 1 (barrier 3).
+    mutation: 'one_red' (one maxima buffer: safe too, barrier 5 already orders every warp's reads
+    of chunk c's maxima before any write of chunk c + 1's); forms the model must catch:
+    'no_max_bar' (maxima read before all 4 warps wrote them), 'no_p0' (warpgroup 0 reads P before
+    all its warps wrote it), 'no_pfree' (P rewritten while warpgroup 1 reads it)."""
+    full = [[MBar(4) for _ in range(groups)] for _ in range(2)]
+    empty = [MBar(8) for _ in range(2)]
+    qbar = MBar(4)
+    held = [[None] * groups for _ in range(2)]
+    owed = [[0] * groups for _ in range(2)]
+    ptile = [None] * 4            # chunk of each warpgroup-0 warp's share of P (and factors)
+    p_unread = {}                 # chunk -> warps yet to read its P
+    red = [[None] * 4 for _ in range(2)]  # chunk (or 'sum') of each warp's maxima in a buffer
+    red_unread = {}               # (buffer, what) -> warps of warpgroup 0 yet to read it
+    final = [False]
+    B = 256
+
+    def land(s, j, c):
+        if held[s][j] != c:
+            assert owed[s][j] == 0, f"chunk {c} copied into stage {s} group {j} while read"
+            held[s][j], owed[s][j] = c, (8 if 4 <= j < 8 else 4)
+        full[s][j].arrive()
+
+    def load(c):
+        for j in range(groups):
+            sim.copy(lambda s=c & 1, j=j: land(s, j, c))
+
+    def read_groups(s, js, c, who):
+        for j in js:
+            assert held[s][j] == c, f"{who} read chunk {c} in group {j}: {held[s][j]}"
+
+    def free(s, js):
+        for j in js:
+            owed[s][j] -= 1
+        empty[s].arrive()
+
+    def read_p(c, who):
+        assert all(x == c for x in ptile), f"{who} read P of chunk {c}: shares {ptile}"
+        p_unread[c].discard(who)
+
+    def write_p(w, c):
+        for old, left in p_unread.items():
+            assert old >= c or not left, f"P of chunk {c} written while {sorted(left)} read {old}"
+        ptile[w] = c
+        p_unread.setdefault(c, {f"W0.{x}" for x in range(4)} | {f"W1.{x}" for x in range(4)})
+
+    def write_red(w, b, what):
+        key = (b, red[b][w])
+        assert not red_unread.get(key), f"maxima buffer {b} rewritten while {sorted(red_unread[key])} read"
+        red[b][w] = what
+        red_unread.setdefault((b, what), {f"W0.{x}" for x in range(4)})
+
+    def read_red(b, what, who):
+        assert all(x == what for x in red[b]), f"{who} read buffer {b} for {what}: {red[b]}"
+        red_unread[(b, what)].discard(who)
+
+    def wg1_warp(w):
+        who = f"W1.{w}"
+        if nchunks > 0:
+            sim.copy(lambda: qbar.arrive())
+            load(0)  # each warp's copies: one arrival of its on every group's barrier
+            if nchunks > 1:
+                load(1)
+        for c in range(nchunks):
+            s, par = c & 1, (c >> 1) & 1
+            yield sim.sync(1, B, what=f"{who} P {c}")
+            for j in range(4, 8):
+                yield ("wait", lambda s=s, j=j, par=par: full[s][j].passed(par), None, f"{who} full {c}")
+            read_groups(s, range(4, 8), c, who)
+            yield ("step",)  # P·V: reads V and P
+            read_p(c, who)
+            sim.named.arrive(2, B, 32)
+            free(s, range(4, 8))
+            if c + 2 < nchunks:
+                yield ("wait", lambda s=s, par=par: empty[s].passed(par), None, f"{who} empty {c}")
+                load(c + 2)
+        yield sim.sync(3, B, what=f"{who} final")
+        assert final[0], f"{who} read (m, l) before they were written"
+
+    def wg0_warp(w):
+        who = f"W0.{w}"
+        if nchunks > 0:
+            yield ("wait", lambda: qbar.passed(0), None, f"{who} q")
+        for c in range(nchunks):
+            s, par = c & 1, (c >> 1) & 1
+            for j in range(groups):
+                yield ("wait", lambda s=s, j=j, par=par: full[s][j].passed(par), None, f"{who} full {c}")
+            read_groups(s, range(groups), c, who)
+            yield ("step",)  # S
+            b = 0 if mutation == "one_red" else c & 1
+            write_red(w, b, c)
+            if mutation != "no_max_bar":
+                yield sim.sync(4, 128, what=f"{who} max {c}")
+            else:
+                yield ("step",)
+            read_red(b, c, who)
+            yield ("step",)  # the softmax
+            if c > 0 and mutation != "no_pfree":
+                yield sim.sync(2, B, what=f"{who} pfree {c}")
+            write_p(w, c)
+            sim.named.arrive(1, B, 32)
+            if mutation != "no_p0":
+                yield sim.sync(5, 128, what=f"{who} P0 {c}")
+            read_groups(s, range(4), c, who)
+            yield ("step",)  # P·V
+            read_p(c, who)
+            free(s, range(groups))
+        if nchunks > 0 and mutation != "no_pfree":
+            yield sim.sync(2, B, what=f"{who} tail pfree")
+        b = 0 if mutation == "one_red" else nchunks & 1
+        write_red(w, b, "sum")
+        yield sim.sync(4, 128, what=f"{who} sums")
+        read_red(b, "sum", who)
+        if w == 0:
+            final[0] = True
+        yield ("step",)
+        sim.named.arrive(3, B, 32)
+
+    warps = {f"W0.{w}": wg0_warp(w) for w in range(4)}
+    warps.update({f"W1.{w}": wg1_warp(w) for w in range(4)})
+    sim.run(warps)
+
+
 def wgmma_seesaw_kernel(sim, nchunks, split, one_p_bar=False, groups=9):
     """The seesaw form (bench/results/2026-12-06-session37-mla-seesaw.patch): warpgroup c % 2 owns
     chunk c (its S and softmax) and hands P to the other through one buffer; both multiply P·V
@@ -516,6 +647,10 @@ def main():
             for _ in range(150):
                 wgmma_seesaw_kernel(Sim(rng), nchunks, split)
                 runs += 1
+        for mutation in (None, "one_red"):
+            for _ in range(100):
+                wgmma_keys_kernel(Sim(rng), nchunks, mutation)
+                runs += 1
         for boxes in (1, 2, 4):  # pages of 64, 32, 16 slots
             for tail in ((False, True) if nchunks > 0 else (False,)):
                 for _ in range(50):
@@ -540,6 +675,14 @@ def main():
             except AssertionError:
                 broken[mutation] += 1
         assert broken[mutation] > 0, f"the model misses the pairs' {mutation} form"
+    for mutation in ("no_max_bar", "no_p0", "no_pfree"):
+        broken["keys " + mutation] = 0
+        for _ in range(200):
+            try:
+                wgmma_keys_kernel(Sim(rng), 5, mutation)
+            except AssertionError:
+                broken["keys " + mutation] += 1
+        assert broken["keys " + mutation] > 0, f"the model misses the keys kernel's {mutation} form"
     print(f"{runs} random interleavings: no deadlock, no hazard (the one-barrier seesaw form: "
           f"{caught} of 200 caught; the pairs' broken forms: "
           + ", ".join(f"{m} {n} of 200" for m, n in broken.items()) + ")")
