@@ -35,7 +35,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # KV gate on the house model, CaptureEngine (engines capturing every layer) and the house models'
 # CaptureTest (40 s each under ASan) run many model forward passes, up to ~10 minutes each under
 # ASan on 2 cores. Also left out: the speculative samplers' chi-squared tests (200,000 drawn
-# sequences each, 15-27 s apiece under ASan, 106 s in all); the same code runs under the
+# sequences each, 14-27 s apiece under ASan, 106 s in all); the same code runs under the
 # sanitizers in their modules' other tests (SameDrawsGiveThePlainSamplersTokens, TreeVerify.*).
 # Every module keeps its other tests. CI's whole run stays under ~35 minutes.
 ctest --test-dir "$build" -L unit --output-on-failure -j2 --timeout 600 \
