@@ -20,10 +20,7 @@ t0=$(date +%s)
 PREBUILT=${PREBUILT:-s39k}
 source bench/cuda/prebuilt.sh unpack "$PREBUILT" || exit 1
 # The parity binary reads the fixtures where they were on the CPU machine (../shared).
-C=$PWD/.devcarry/fxd
-mkdir -p /work/shared && for d in fixtures configs; do
-  [ -e /work/shared/$d ] || ln -s "$C/shared/$d" /work/shared/$d
-done
+prebuilt_link_shared "$PWD/.devcarry/fxd"
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 T=2026-12-06-session39-mla-keys-m
 timeout 120 "$PB/${T}_strata_parity_test" --gtest_filter='MlaAttention.KeysAsM' >"$OUT/parity.log" 2>&1

@@ -16,6 +16,8 @@
 #   device: source bench/cuda/prebuilt.sh unpack NAME
 #           unpacks them into $PB (/tmp/prebuilt) and sets LD_LIBRARY_PATH; returns 1 if ldd
 #           finds the first one's libraries missing (then build there: device_env.sh)
+#           bash bench/cuda/prebuilt.sh link-shared .devcarry/fxd (or prebuilt_link_shared once
+#           sourced): the carried fixtures and configs where the parity binaries look for them
 prebuilt_pack() {
   local name=$1 dir spec patch target out
   shift
@@ -65,8 +67,17 @@ prebuilt_unpack() {
   return 1
 }
 
+# The carried shared/{fixtures,configs} (a carry dir with shared/ inside, e.g. .devcarry/fxd) at the
+# path the binaries were compiled to read them from (STRATA_SHARED_DIR: /work/main/../shared).
+prebuilt_link_shared() {
+  local d
+  mkdir -p /work/shared
+  for d in fixtures configs; do [ -e /work/shared/$d ] || ln -s "$1/shared/$d" /work/shared/$d; done
+}
+
 case "${1:-}" in
   pack) shift; prebuilt_pack "$@" ;;
   unpack) shift; prebuilt_unpack "$@" ;;
-  *) echo "usage: bash bench/cuda/prebuilt.sh pack NAME [PATCH:]TARGET... | source ... unpack NAME" ;;
+  link-shared) shift; prebuilt_link_shared "$@" ;;
+  *) echo "usage: bash bench/cuda/prebuilt.sh pack NAME [PATCH:]TARGET... | source ... unpack NAME | link-shared CARRY_DIR" ;;
 esac
