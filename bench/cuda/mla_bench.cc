@@ -29,6 +29,9 @@
 // merge     (with --what merge) the decode kernel's own split merge against the merge kernel
 // batch1    (with --what batch1) batch-1 decode (a Kimi-K2.5 rank, Moonlight): profile, loads
 //           alone, math alone, split counts; the mma kernel beside it
+// sgroups   (with --what sgroups) the decode kernel's 16-row blocks with two groups of S warps
+//           (MlaPlanOptions::s_groups) against one, bf16 and fp8_flashmla rows, as the acceptance
+//           rows run (three rounds, alternating), with their wait profiles; the bits compared
 // Usage: strata_bench_mla_bench [--what ceilings,variants,acceptance,scaling,merge,decode,prefill]
 //                               [--batch 64] [--context 4096] [--pages sequential]
 //                               [--fused-merge 2] [--early-kv 0|1]
@@ -116,8 +119,8 @@ struct Layout {
 };
 
 // Where the decode kernel's warps wait (MlaAttentionParams::prof): one more launch with the
-// clock64 sums on, printed as cycles a chunk of one warp (the block's 4 S or 4 PV warps averaged)
-// and as % of that role's whole run.
+// clock64 sums on, printed as cycles a chunk of one warp (the block's 4 PV warps, or its 4 ·
+// s_groups S warps, averaged) and as % of that role's whole run.
 void print_profile(cudaStream_t s, cuda::MlaAttentionParams p, const cuda::MlaPlan& plan,
                    const char* what, const char* layout, int heads) {
   Buf prof(cuda::kMlaDecodeProfSlots * 8);
@@ -130,6 +133,7 @@ void print_profile(cudaStream_t s, cuda::MlaAttentionParams p, const cuda::MlaPl
   const double warps = double(plan.row_tiles) * plan.num_splits * p.num_seqs * 4;
   const double chunks = double(plan.split_len) / plan.chunk;  // a block's (all full here)
   auto per = [&](int k) { return double(v[k]) / warps / chunks; };
+  auto per_s = [&](int k) { return per(k) / plan.s_groups; };
   auto pct = [&](int k, int total) {
     return v[total] ? 100.0 * double(v[k]) / double(v[total]) : 0;
   };
@@ -138,9 +142,9 @@ void print_profile(cudaStream_t s, cuda::MlaAttentionParams p, const cuda::MlaPl
       "= "
       "%2.0f%%, P free %4.0f = %2.0f%%); PV %5.0f (P ready %4.0f = %2.0f%%, stage %4.0f = %2.0f%%, "
       "produce %4.0f = %2.0f%%)\n",
-      what, layout, heads, per(cuda::kProfSTotal), per(cuda::kProfSFull),
-      pct(cuda::kProfSFull, cuda::kProfSTotal), per(cuda::kProfSMax),
-      pct(cuda::kProfSMax, cuda::kProfSTotal), per(cuda::kProfSFree),
+      what, layout, heads, per_s(cuda::kProfSTotal), per_s(cuda::kProfSFull),
+      pct(cuda::kProfSFull, cuda::kProfSTotal), per_s(cuda::kProfSMax),
+      pct(cuda::kProfSMax, cuda::kProfSTotal), per_s(cuda::kProfSFree),
       pct(cuda::kProfSFree, cuda::kProfSTotal), per(cuda::kProfPvTotal), per(cuda::kProfPvReady),
       pct(cuda::kProfPvReady, cuda::kProfPvTotal), per(cuda::kProfPvStage),
       pct(cuda::kProfPvStage, cuda::kProfPvTotal), per(cuda::kProfPvProduce),
@@ -271,6 +275,22 @@ double bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch
         "values differ\n",
         static_cast<long long>(differ), mc.size());
   }
+  if (plan.s_groups == 2 && p.diag == 0) {
+    // Two S groups against one (the same plan otherwise): the same bits.
+    std::vector<uint16_t> two(size_t(tokens) * heads * R), one(two.size());
+    cuda::launch_mla_attention(p, s);
+    BENCH_CUDA(cudaStreamSynchronize(s));
+    BENCH_CUDA(cudaMemcpy(two.data(), out.p, two.size() * 2, cudaMemcpyDeviceToHost));
+    cuda::MlaAttentionParams r = p;
+    r.s_groups = 1;
+    cuda::launch_mla_attention(r, s);
+    BENCH_CUDA(cudaStreamSynchronize(s));
+    BENCH_CUDA(cudaMemcpy(one.data(), out.p, one.size() * 2, cudaMemcpyDeviceToHost));
+    int64_t differ = 0;
+    for (size_t i = 0; i < two.size(); ++i) differ += two[i] != one[i];
+    std::printf("sgroups  two S groups' output against one's: %lld of %zu bf16 values differ\n",
+                static_cast<long long>(differ), two.size());
+  }
   // Causal among the new tokens: token i sees ctx - new_tokens + i + 1 keys.
   double keys = 0;
   for (int i = 0; i < new_tokens; ++i) keys += ctx - new_tokens + i + 1;
@@ -291,6 +311,8 @@ double bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch
                         : plan.row_groups && page % 4 == 0    ? " g4"
                                                               : "");
   if (plan.evict_first) at += std::snprintf(variant + at, sizeof variant - at, " ef");
+  if (plan.kernel == cuda::kMlaDecode && plan.s_groups == 2)
+    at += std::snprintf(variant + at, sizeof variant - at, " sg2");
   if (p.merge_counters) at += std::snprintf(variant + at, sizeof variant - at, " fm");
   if (plan.diag == 1) std::snprintf(variant + at, sizeof variant - at, " LOADS");
   if (plan.diag == 2) std::snprintf(variant + at, sizeof variant - at, " MATH");
@@ -509,6 +531,20 @@ int main(int argc, char** argv) {
     for (int heads : {16, 8, 128})
       for (const Layout* lt : {&bf16, &flash})
         bench_case(s, c, *lt, batch, ctx, 1, heads, "accept", o);
+  }
+  if (what.find("sgroups") != std::string::npos) {  // two S groups against one, 16 heads
+    cuda::MlaPlanOptions o;
+    o.fused_merge = g_fused_merge;
+    for (int round = 0; round < 3; ++round)
+      for (const Layout* lt : {&bf16, &flash})
+        for (int sg : {1, 2}) {
+          o.s_groups = sg;
+          bench_case(s, c, *lt, batch, ctx, 1, 16, sg == 2 ? "sgroup2" : "sgroup1", o, round == 0);
+        }
+    o.s_groups = 2;  // a batch of 128: one split a sequence, no merge
+    bench_case(s, c, bf16, 128, ctx, 1, 16, "sgroup2", o);
+    o.s_groups = 1;
+    bench_case(s, c, bf16, 128, ctx, 1, 16, "sgroup1", o);
   }
   if (what.find("scaling") != std::string::npos) scaling(s, c, bf16);
   if (what.find("merge") != std::string::npos) fused_merge(s, c, bf16, flash);

@@ -160,7 +160,9 @@ struct MlaAttentionParams {
                      // writes none of those keys (CudaTunables::mla_early_kv)
   int multicast;     // the pipelined wgmma kernel: 1 runs a sequence's two row tiles as a cluster
                      // pair with multicast copies where that applies (the plan's; 0 never)
-  int pad_;
+  int s_groups;      // the decode kernel at 16 rows over bf16 rows or e4m3 rows through the V
+                     // tile: 2 splits its S warps into two groups of 8 rows (12 warps a block,
+                     // mla_decode_s_warps.cuh; the same bits); else 1 (the plan's)
 };
 static_assert(sizeof(MlaAttentionParams) == 14 * 8 + sizeof(MlaRowFormat) + 24 * 4, "no padding");
 // Where the decode kernel's warps spend their cycles (p.prof, summed over every block's warps):
@@ -223,6 +225,7 @@ struct MlaPlan {
   int l2_prefetch = 0;
   int row_groups = 1;
   int multicast = 1;
+  int s_groups = 1;
   int64_t scratch_bytes = 0;  // partial_o then partial_ml, float32; 0: no partials (one split)
   // The decode kernel's split merge in its last block (MlaAttentionParams::merge_counters): the
   // counters it needs (num_seqs · row_tiles); 0: the merge kernel (or no merge).
@@ -253,6 +256,8 @@ struct MlaPlanOptions {
   int fused_merge = 0;  // > 1: the decode kernel merges its splits itself where there are at
                         // most this many (and kMlaFusedMergeMaxSplits), into bf16 output (not
                         // opt.partials); CudaTunables::mla_fused_merge_max_splits
+  int s_groups = 1;     // 2: the decode kernel's 16-row blocks with two groups of S warps where
+                     // the rows allow it (MlaAttentionParams::s_groups); CudaTunables::mla_s_groups
 };
 // The most splits the decode kernel merges itself: its last block weighs every split of its
 // rows in one pass of its warps (mla_decode_merge.cuh: a lane two splits).
@@ -277,9 +282,9 @@ MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_to
 int mla_mma_smem_bytes(const MlaRowFormat& fmt, int chunk, int stages);
 constexpr int kMlaMaxSmem = 227 * 1024;
 // Fills p.kernel, row_tiles, tile_rows, num_splits, split_len, chunk, stages, cvt, evict_first,
-// diag, l2_prefetch, row_groups, multicast and the partial pointers from `plan` and `scratch`
-// (plan.scratch_bytes bytes, 16-byte aligned; null when none is needed). The kernels leave
-// partials exactly when partial_o is set. merge_counters: plan.merge_counters zeroed int32
+// diag, l2_prefetch, row_groups, multicast, s_groups and the partial pointers from `plan` and
+// `scratch` (plan.scratch_bytes bytes, 16-byte aligned; null when none is needed). The kernels
+// leave partials exactly when partial_o is set. merge_counters: plan.merge_counters zeroed int32
 // counters (left zero by every launch), or null: the merge kernel merges the splits.
 void apply_mla_plan(const MlaPlan& plan, void* scratch, MlaAttentionParams* p,
                     int32_t* merge_counters = nullptr);

@@ -9,6 +9,7 @@ namespace mla_decode {
 
 void launch_bf16(const MlaAttentionParams& p, cudaStream_t stream) {
   if (p.tile_rows == 8) return launch<1, kBf16, kCvtInt>(p, stream);
+  if (p.s_groups == 2) return launch<2, kBf16, kCvtInt, 2>(p, stream);
   launch<2, kBf16, kCvtInt>(p, stream);
 }
 void launch_e5m2(const MlaAttentionParams& p, cudaStream_t stream) {
@@ -18,6 +19,7 @@ void launch_e5m2(const MlaAttentionParams& p, cudaStream_t stream) {
 void init_bf16_e5m2() {
   set_limit<1, kBf16, kCvtInt>();
   set_limit<2, kBf16, kCvtInt>();
+  set_limit<2, kBf16, kCvtInt, 2>();
   set_limit<1, kE5M2, kCvtInt>();
   set_limit<2, kE5M2, kCvtInt>();
 }

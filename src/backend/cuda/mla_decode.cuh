@@ -62,21 +62,23 @@ inline int smem_bytes(const MlaAttentionParams& p) {
          p.stages * lay.stage_bytes();
 }
 
-// p.prof set (benchmarks): the kernel with the wait profile compiled in.
-template <int NT, int LK, int CVT>
+// p.prof set (benchmarks): the kernel with the wait profile compiled in. SG: groups of S warps
+// (p.s_groups, which the caller matched to SG).
+template <int NT, int LK, int CVT, int SG = 1>
 void launch(const MlaAttentionParams& p, cudaStream_t stream) {
-  const dim3 grid(p.row_tiles, p.num_splits, p.num_seqs);
+  const dim3 grid(p.row_tiles, p.num_splits, p.num_seqs), block(block_threads(SG));
   if (p.prof != nullptr)
-    mla::launch(mla_decode_kernel<NT, LK, CVT, true>, grid, dim3(kThreads), size_t(smem_bytes(p)),
+    mla::launch(mla_decode_kernel<NT, LK, CVT, true, SG>, grid, block, size_t(smem_bytes(p)),
                 stream, p);
   else
-    mla::launch(mla_decode_kernel<NT, LK, CVT, false>, grid, dim3(kThreads), size_t(smem_bytes(p)),
+    mla::launch(mla_decode_kernel<NT, LK, CVT, false, SG>, grid, block, size_t(smem_bytes(p)),
                 stream, p);
   CUDA_LAUNCH_CHECK();
 }
-template <int NT, int LK, int CVT>
+template <int NT, int LK, int CVT, int SG = 1>
 void set_limit() {
-  for (auto* k : {mla_decode_kernel<NT, LK, CVT, false>, mla_decode_kernel<NT, LK, CVT, true>})
+  for (auto* k :
+       {mla_decode_kernel<NT, LK, CVT, false, SG>, mla_decode_kernel<NT, LK, CVT, true, SG>})
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kMlaMaxSmem));
 }
 

@@ -14,9 +14,12 @@ constexpr int kDefaultCvt = kCvtHwS;
 static_assert(int(kCvtTile) == int(kMlaCvtTile) && int(kCvtHwS) == int(kMlaCvtHwS), "MlaCvt");
 
 constexpr int kR = 512, kP = 64;
-constexpr int kChunk = 64;  // keys a stage
-constexpr int kSWarps = 4, kPvWarps = 4;
-constexpr int kThreads = (kSWarps + kPvWarps) * 32;
+constexpr int kChunk = 64;                // keys a stage
+constexpr int kSWarps = 4, kPvWarps = 4;  // S warps a group (SG groups), PV warps
+// A block's threads with SG groups of S warps (MlaAttentionParams::s_groups): at 16 rows, two
+// groups of 4 S warps take 8 rows each (mla_decode_s_warps.cuh says why).
+__host__ __device__ constexpr int block_threads(int sg) { return (sg * kSWarps + kPvWarps) * 32; }
+constexpr int kThreads = block_threads(1);
 constexpr int kMaxRows = 16;
 constexpr int kMaxStages = 6;
 // Shared memory: mbarriers, the row-max exchange, the per-chunk rescale factors, the final row
@@ -58,6 +61,7 @@ constexpr int kBarMax = 1;    // the S warps' row maxima (128 threads)
 constexpr int kBarReady = 2;  // + buffer: P and the rescale factors written (S arrive, PV sync)
 constexpr int kBarFree = 4;   // + buffer: the PV warps are done with them (PV arrive, S sync)
 constexpr int kBarFinal = 6;  // the S warps' row sums and maxima written
+constexpr int kBarMax1 = 7;   // the second S group's row maxima (s_groups 2; 128 threads)
 
 // Bytes between two rows of a stage: the row rounded up to an odd number of 16-byte units (the 8
 // rows of an ldmatrix, and the 4 keys x 2 lanes of a quarter-warp's 16-byte loads, hit distinct

@@ -25,11 +25,12 @@ static_assert(16 + kMaxRows * kMergeWeightsStride * 4 <= kChunk * kR,
               "the merge's weights fit the first stage (rows of 512 bytes or more)");
 
 // Every thread of the block (both roles done with shared memory and their stores), kRows its
-// rows. Blocks other than a tile's last return at once.
-template <int kRows>
+// rows, THREADS the block's threads. Blocks other than a tile's last return at once.
+template <int kRows, int THREADS>
 __device__ __forceinline__ void merge_if_last(const MlaAttentionParams& p, const mla::BlockWork& w,
                                               char* smem) {
-  static_assert(kThreads == 256 && kR == 4 * 128, "a thread a float4 of two rows' 512 columns");
+  static_assert(THREADS % 128 == 0 && kR == 4 * 128, "a thread a float4 of a row's 512 columns");
+  constexpr int kH = THREADS / 128;  // rows at once
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   int* flag = reinterpret_cast<int*>(smem + kStageOff);
   float* wts = reinterpret_cast<float*>(smem + kStageOff + 16);
@@ -46,8 +47,8 @@ __device__ __forceinline__ void merge_if_last(const MlaAttentionParams& p, const
   __threadfence();  // the other splits' partials, counted in before the last arrival
   const int n = p.num_splits, nrows = min(w.rows - w.row0, kRows);
   const int64_t grow0 = int64_t(w.q_row0) + w.row0;
-  // Weights: warp v takes rows v, v + 8; lane i splits i and i + 32.
-  for (int r = warp; r < nrows; r += kThreads / 32) {
+  // Weights: warp v takes rows v, v + THREADS / 32, ...; lane i splits i and i + 32.
+  for (int r = warp; r < nrows; r += THREADS / 32) {
     const float2* ml = reinterpret_cast<const float2*>(p.partial_ml) + (grow0 + r) * n;
     const float2 a = lane < n ? __ldcg(ml + lane) : make_float2(-INFINITY, 0.0f);
     const float2 b = lane + 32 < n ? __ldcg(ml + lane + 32) : make_float2(-INFINITY, 0.0f);
@@ -65,9 +66,10 @@ __device__ __forceinline__ void merge_if_last(const MlaAttentionParams& p, const
     if (lane == 0) wr[kMlaFusedMergeMaxSplits] = total > 0.0f ? p.fmt.latent_scale / total : 0.0f;
   }
   __syncthreads();
-  // Outputs: thread t the float4 at column 4 (t % 128) of rows t / 128, t / 128 + 2, ...; the
-  // splits outermost, so each step has a load of every row in flight.
-  constexpr int kPer = kRows / 2;
+  // Outputs: thread t the float4 at column 4 (t % 128) of rows t / 128, t / 128 + kH, ...; the
+  // splits outermost, so each step has a load of every row in flight. (Each output sums the
+  // splits in order whichever thread holds it: the same bits for any THREADS.)
+  constexpr int kPer = (kRows + kH - 1) / kH;
   const int col = 4 * (tid % 128), h = tid / 128;
   float4 acc[kPer];
 #pragma unroll
@@ -76,7 +78,7 @@ __device__ __forceinline__ void merge_if_last(const MlaAttentionParams& p, const
   for (int i = 0; i < n; ++i) {
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
-      const int r = h + 2 * j;
+      const int r = h + kH * j;
       if (r < nrows) {
         const float wi = wts[r * kMergeWeightsStride + i];
         const float4 v =
@@ -87,7 +89,7 @@ __device__ __forceinline__ void merge_if_last(const MlaAttentionParams& p, const
   }
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
-    const int r = h + 2 * j;
+    const int r = h + kH * j;
     if (r >= nrows) continue;
     const float inv = wts[r * kMergeWeightsStride + kMlaFusedMergeMaxSplits];
     *reinterpret_cast<uint2*>(p.out + (grow0 + r) * kR + col) = make_uint2(

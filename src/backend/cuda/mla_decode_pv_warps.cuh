@@ -7,8 +7,9 @@
 
 namespace strata::cuda::mla_decode {
 
-// PV warp b.warp - kSWarps: output columns [128 pw, 128 pw + 128) (FlashMLA: tile pw).
-template <int NT, int LK, int CVT, bool PROF>
+// PV warp pw = b.warp - SG · kSWarps (after the S groups): output columns [128 pw, 128 pw + 128)
+// (FlashMLA: tile pw) of the block's 8 NT rows.
+template <int NT, int LK, int CVT, bool PROF, int SG = 1>
 __device__ __forceinline__ void pv_warps(const MlaAttentionParams& p, const Block& b,
                                          WaitProfile<PROF>& prof) {
   using K = KindTraits<LK, CVT>;
@@ -24,7 +25,8 @@ __device__ __forceinline__ void pv_warps(const MlaAttentionParams& p, const Bloc
   const int G = b.G, stage_bytes = b.stage_bytes;
   char* const smem = b.smem;
   const uint32_t smem_s = b.smem_s, stage0 = b.stage0;
-  const int pw = warp - kSWarps;
+  const int pw = warp - SG * kSWarps;
+  constexpr int kAll = block_threads(SG);  // the P / final barriers' threads
   // PV warp 0 produces chunk c's rows: single rows, lanes taking keys lane and lane + 32; groups
   // of G = 4 or 8 rows (StageLayout), lane j < 64 / G taking keys G j..G j + G - 1 in one copy.
   // Keys past the block's end copy the first key's row (finite bytes, masked to P = 0), so every
@@ -150,7 +152,7 @@ __device__ __forceinline__ void pv_warps(const MlaAttentionParams& p, const Bloc
   for (int c = 0; c < nchunks; ++c, st = st + 1 == NS ? 0 : st + 1, phase ^= st == 0 ? 1 : 0) {
     const int buf = c & 1;
     uint64_t t0 = prof.tick();
-    mla::named_sync(kBarReady + buf, (kSWarps + kPvWarps) * 32);
+    mla::named_sync(kBarReady + buf, kAll);
     prof.tock(0, t0);
     if constexpr (kVT) {
       // The S warps freed the stage before P was ready: refill it now (two chunks ahead).
@@ -286,7 +288,7 @@ __device__ __forceinline__ void pv_warps(const MlaAttentionParams& p, const Bloc
     }
     __syncwarp();
     if (!kVT && lane == 0) mla::mbar_arrive(smem_s + kEmptyOff + 8 * st);  // done with it
-    mla::named_arrive(kBarFree + buf, (kSWarps + kPvWarps) * 32);
+    mla::named_arrive(kBarFree + buf, kAll);
     if (!kVT && pw == 0 && c + NS < nchunks) {  // refill once every PV warp is done with it
       t0 = prof.tick();
       mla::mbar_wait(smem_s + kEmptyOff + 8 * st, phase);
@@ -301,7 +303,7 @@ __device__ __forceinline__ void pv_warps(const MlaAttentionParams& p, const Bloc
   }
 
   // ---- the output: normalized bf16 (no partials: one split) or the unnormalized partial ----
-  mla::named_sync(kBarFinal, (kSWarps + kPvWarps) * 32);
+  mla::named_sync(kBarFinal, kAll);
   const float* lsum = reinterpret_cast<const float*>(smem + kLsumOff);
   const float* mrow = reinterpret_cast<const float*>(smem + kMOff);
   const float ofac = kConvV * (LK == kFlash ? gscale : 1.0f);

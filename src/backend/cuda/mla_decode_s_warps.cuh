@@ -9,16 +9,32 @@
 
 namespace strata::cuda::mla_decode {
 
-// S warp b.warp: keys [16 warp, 16 warp + 16) of each chunk.
-template <int NT, int LK, int CVT, bool PROF>
+// S warp b.warp of group grp = warp / kSWarps: keys [16 lw, 16 lw + 16) of each chunk (lw = warp
+// % kSWarps), rows [8 NT grp, 8 NT grp + 8 NT) of the block's (NT n-tiles of 8 rows a warp).
+//
+// SG = 2 (MlaAttentionParams::s_groups): a 16-row block's S warps in two groups of 4 with 8 rows
+// each (NT = 1), 12 warps a block. Why: at 16 rows the S warps set the chunk's pace -- the PV warps
+// waited for P in 27% of their samples (ncu, H200, 2026-12-04) while 8-row blocks, half the S
+// work a warp, read 88-91% of copy against 16 rows' 82-86%. Each row's scores, maxima, P and sums
+// are computed as with one group (the same mma chains and the same order of the 4 warps' maxima),
+// so the output keeps its bits; the keys' ldmatrix reads (and fp8 conversions) are done by both
+// groups, the V tile (kVT) written by group 0 only.
+template <int NT, int LK, int CVT, bool PROF, int SG = 1>
 __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block& b,
                                         WaitProfile<PROF>& prof) {
+  static_assert(SG == 1 || (SG == 2 && NT == 1), "two S groups of 8 rows");
   using K = KindTraits<LK, CVT>;
   constexpr bool kFp8 = K::kFp8, kSHw = K::kSHw, kVT = K::kVT, kPairs02 = K::kPairs02;
   constexpr int kLatElem = K::kLatElem, kStages0 = K::kStages0;
   constexpr float kConvS = K::kConvS;
   const mla::BlockWork& w = b.w;
-  const int warp = b.warp, lane = b.lane, g = b.g, q = b.q;
+  const int lane = b.lane, g = b.g, q = b.q;
+  // warp: its index in the group (one group: b.warp, and grp 0 known to the compiler).
+  const int grp = SG == 1 ? 0 : b.warp / kSWarps, warp = SG == 1 ? b.warp : b.warp % kSWarps;
+  const int rb = 8 * NT * grp;             // the group's first row
+  constexpr int kAll = block_threads(SG);  // the P / final barriers' threads
+  const int bar_max = grp == 0 ? kBarMax : kBarMax1;
+  const bool vt_writer = grp == 0;  // kVT: the group that stores the V tile and its scales
   const MlaRowFormat& f = p.fmt;
   const int NS = b.NS, nchunks = b.nchunks;
   const StageLayout& lay = b.lay;
@@ -36,7 +52,7 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
   const uint16_t* qrow[NT];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
-    const int r = 8 * nt + g;
+    const int r = rb + 8 * nt + g;
     qok[nt] = w.row0 + r < w.rows;
     qrow[nt] = p.q + int64_t(w.q_row0 + w.row0 + (qok[nt] ? r : 0)) * p.q_stride;
   }
@@ -105,8 +121,8 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
       const float inv = 1.0f / __shfl_sync(0xffffffffu, qs[nt], 4 * (2 * q + e));
       lat_f[nt][e] = kFp8 ? ls * inv : ls;
       rope_f[nt][e] = rope_f16 ? rs * inv : rs;
-      lim[nt][e] = w.limit(p, w.row0 + 8 * nt + 2 * q + e);
-      tw[nt][e] = w.tree_word_of(p, w.row0 + 8 * nt + 2 * q + e);
+      lim[nt][e] = w.limit(p, w.row0 + rb + 8 * nt + 2 * q + e);
+      tw[nt][e] = w.tree_word_of(p, w.row0 + rb + 8 * nt + 2 * q + e);
     }
   // A chunk below every one of this lane's rows' limits, with no draft tree among them, needs no
   // mask: all but a split's last chunk or two in decode. (The per-element test, tree word
@@ -158,7 +174,7 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
     const uint32_t krow = st_s + lrow;
     // V tile `buf` (and P buffer `buf`) were last read by the PV warps at chunk c - 2.
     t0 = prof.tick();
-    if (kVT && c >= 2) mla::named_sync(kBarFree + buf, (kSWarps + kPvWarps) * 32);
+    if (kVT && c >= 2) mla::named_sync(kBarFree + buf, kAll);
     prof.tock(2, t0);
     char* vt = smem + kStageOff + buf * kVTileBytes + vr0 * kVRowBytes;  // row vr0
     float* vscale = reinterpret_cast<float*>(smem + kVScaleOff + buf * kVScaleBytes);
@@ -207,7 +223,7 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
           key_pairs<kLatElem, kSHw>(r[1], a0[1], a0[3]);
           key_pairs<kLatElem, kSHw>(r[2], a1[0], a1[2]);
           key_pairs<kLatElem, kSHw>(r[3], a1[1], a1[3]);
-          if constexpr (kVT) {  // values 32 j + 4 q.. (a0) and 32 j + 16 + 4 q.. (a1)
+          if (kVT && vt_writer) {  // values 32 j + 4 q.. (a0) and 32 j + 16 + 4 q.. (a1)
             store_v(j, j & 1, 0, a0[0], a0[2]);
             store_v(j, j & 1, 8, a0[1], a0[3]);
             store_v(j, 2 + (j & 1), 0, a1[0], a1[2]);
@@ -223,7 +239,7 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
         if constexpr (LK == kFlash) {
           s0 = *reinterpret_cast<const float*>(st_p + srow0 + kR + 4 * t);
           s1 = *reinterpret_cast<const float*>(st_p + srow1 + kR + 4 * t);
-          if (kVT && q == t) vscale[4 * vr0 + t] = s0, vscale[4 * (vr0 + 8) + t] = s1;
+          if (kVT && vt_writer && q == t) vscale[4 * vr0 + t] = s0, vscale[4 * (vr0 + 8) + t] = s1;
         }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
@@ -305,10 +321,10 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-        if (g == 0) red[(buf * kSWarps + warp) * kMaxRows + 8 * nt + 2 * q + e] = mx;
+        if (g == 0) red[(buf * kSWarps + warp) * kMaxRows + rb + 8 * nt + 2 * q + e] = mx;
       }
     uint64_t t1 = prof.tick();
-    mla::named_sync(kBarMax, kSWarps * 32);
+    mla::named_sync(bar_max, kSWarps * 32);
     prof.tock(1, t1);
     float ref[NT][2], corr[NT][2];
 #pragma unroll
@@ -318,7 +334,7 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
         float mx = m[nt][e];
 #pragma unroll
         for (int v = 0; v < kSWarps; ++v)
-          mx = fmaxf(mx, red[(buf * kSWarps + v) * kMaxRows + 8 * nt + 2 * q + e]);
+          mx = fmaxf(mx, red[(buf * kSWarps + v) * kMaxRows + rb + 8 * nt + 2 * q + e]);
         // A row with no visible key yet keeps -inf: 0 as its reference gives exp2 = 0, not NaN.
         ref[nt][e] = mx == -INFINITY ? 0.0f : mx;
         corr[nt][e] = fast_exp2(m[nt][e] - ref[nt][e]);
@@ -326,7 +342,7 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
       }
     // P buffer `buf` was last read by the PV warps at chunk c - 2.
     t1 = prof.tick();
-    if (!kVT && c >= 2) mla::named_sync(kBarFree + buf, (kSWarps + kPvWarps) * 32);
+    if (!kVT && c >= 2) mla::named_sync(kBarFree + buf, kAll);
     prof.tock(2, t1);
     char* pb = smem + kPOff + buf * kMaxRows * kPStride;
     constexpr float kBoost = kFp8 ? 8.0f : 0.0f;  // f16 P: times 2^8
@@ -339,17 +355,16 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
         for (int h = 0; h < 2; ++h) {
           const uint16_t b = p_bits<kFp8>(fast_exp2(sc[nt][2 * h + e] - ref[nt][e] + kBoost));
           rsum += p_value<kFp8>(b);  // the rounded weights P·V multiplies with
-          *reinterpret_cast<uint16_t*>(pb + (8 * nt + 2 * q + e) * kPStride +
+          *reinterpret_cast<uint16_t*>(pb + (rb + 8 * nt + 2 * q + e) * kPStride +
                                        (16 * warp + g + 8 * h) * 2) = b;
         }
         l[nt][e] = l[nt][e] * corr[nt][e] + rsum;
-        if (warp == 0 && g == 0) corr_s[buf * kMaxRows + 8 * nt + 2 * q + e] = corr[nt][e];
+        if (warp == 0 && g == 0) corr_s[buf * kMaxRows + rb + 8 * nt + 2 * q + e] = corr[nt][e];
       }
-    mla::named_arrive(kBarReady + buf, (kSWarps + kPvWarps) * 32);
+    mla::named_arrive(kBarReady + buf, kAll);
   }
   // The PV warps' last two P-free arrivals, then the row sums and maxima.
-  for (int c = max(0, nchunks - 2); c < nchunks; ++c)
-    mla::named_sync(kBarFree + (c & 1), (kSWarps + kPvWarps) * 32);
+  for (int c = max(0, nchunks - 2); c < nchunks; ++c) mla::named_sync(kBarFree + (c & 1), kAll);
   float* lsum = reinterpret_cast<float*>(smem + kLsumOff);
   float* mrow = reinterpret_cast<float*>(smem + kMOff);
 #pragma unroll
@@ -361,11 +376,11 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
       s += __shfl_xor_sync(0xffffffffu, s, 8);
       s += __shfl_xor_sync(0xffffffffu, s, 16);
       if (g == 0) {
-        lsum[warp * kMaxRows + 8 * nt + 2 * q + e] = s;
-        if (warp == 0) mrow[8 * nt + 2 * q + e] = m[nt][e];
+        lsum[warp * kMaxRows + rb + 8 * nt + 2 * q + e] = s;
+        if (warp == 0) mrow[rb + 8 * nt + 2 * q + e] = m[nt][e];
       }
     }
-  mla::named_arrive(kBarFinal, (kSWarps + kPvWarps) * 32);
+  mla::named_arrive(kBarFinal, kAll);
   prof.flush(p, lane, kProfSFull, kProfSTotal);
 }
 

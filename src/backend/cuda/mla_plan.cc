@@ -112,6 +112,11 @@ MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_to
     plan.l2_prefetch = opt.l2_prefetch < 0 ? kMlaDecodeL2Prefetch
                                            : std::min(opt.l2_prefetch, kMlaDecodeMaxL2Prefetch);
     plan.row_groups = opt.row_groups;
+    // Two S groups: 16-row blocks over bf16 rows, or e4m3 rows through the V tile (the kernel's
+    // other conversions keep one group).
+    const bool groups_ok =
+        fmt.latent_elem == kMlaBf16 || (fmt.latent_elem == kMlaE4M3 && plan.cvt == kMlaCvtTile);
+    plan.s_groups = opt.s_groups == 2 && plan.tile_rows == 16 && groups_ok ? 2 : 1;
   } else {
     plan.kernel = kMlaMma;
     plan.tile_rows = 16;
@@ -170,6 +175,7 @@ void apply_mla_plan(const MlaPlan& plan, void* scratch, MlaAttentionParams* p,
   p->l2_prefetch = plan.l2_prefetch;
   p->row_groups = plan.row_groups;
   p->multicast = plan.multicast;
+  p->s_groups = plan.s_groups;
   p->partial_o = nullptr;
   p->partial_ml = nullptr;
   p->merge_counters = plan.merge_counters > 0 ? merge_counters : nullptr;
