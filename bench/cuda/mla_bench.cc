@@ -30,8 +30,9 @@
 // batch1    (with --what batch1) batch-1 decode (a Kimi-K2.5 rank, Moonlight): profile, loads
 //           alone, math alone, split counts; the mma kernel beside it
 // sgroups   (with --what sgroups) the decode kernel's 16-row blocks with two groups of S warps
-//           (MlaPlanOptions::s_groups) against one, bf16 and fp8_flashmla rows, as the acceptance
-//           rows run (three rounds, alternating), with their wait profiles; the bits compared
+//           (MlaPlanOptions::s_groups: by rows, and over fp8_flashmla by dims) against one, bf16
+//           and fp8_flashmla rows, as the acceptance rows run (three rounds, alternating), with
+//           their wait profiles; the outputs compared
 // Usage: strata_bench_mla_bench [--what ceilings,variants,acceptance,scaling,merge,decode,prefill]
 //                               [--batch 64] [--context 4096] [--pages sequential]
 //                               [--fused-merge 2] [--early-kv 0|1]
@@ -275,8 +276,8 @@ double bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch
         "values differ\n",
         static_cast<long long>(differ), mc.size());
   }
-  if (plan.s_groups == 2 && p.diag == 0) {
-    // Two S groups against one (the same plan otherwise): the same bits.
+  if (plan.s_groups >= 2 && p.diag == 0) {
+    // Two S groups against one (the same plan otherwise): by rows the same bits, by dims close.
     std::vector<uint16_t> two(size_t(tokens) * heads * R), one(two.size());
     cuda::launch_mla_attention(p, s);
     BENCH_CUDA(cudaStreamSynchronize(s));
@@ -287,9 +288,17 @@ double bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch
     BENCH_CUDA(cudaStreamSynchronize(s));
     BENCH_CUDA(cudaMemcpy(one.data(), out.p, one.size() * 2, cudaMemcpyDeviceToHost));
     int64_t differ = 0;
-    for (size_t i = 0; i < two.size(); ++i) differ += two[i] != one[i];
-    std::printf("sgroups  two S groups' output against one's: %lld of %zu bf16 values differ\n",
-                static_cast<long long>(differ), two.size());
+    double num = 0, den = 0;
+    for (size_t i = 0; i < two.size(); ++i) {
+      differ += two[i] != one[i];
+      const double a = bf16_to_f32(two[i]), b = bf16_to_f32(one[i]);
+      num += (a - b) * (a - b);
+      den += b * b;
+    }
+    std::printf(
+        "sgroups  S form %d's output against one group's: %lld of %zu bf16 values differ, NMSE "
+        "%.3g\n",
+        plan.s_groups, static_cast<long long>(differ), two.size(), den > 0 ? num / den : INFINITY);
   }
   // Causal among the new tokens: token i sees ctx - new_tokens + i + 1 keys.
   double keys = 0;
@@ -311,8 +320,8 @@ double bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch
                         : plan.row_groups && page % 4 == 0    ? " g4"
                                                               : "");
   if (plan.evict_first) at += std::snprintf(variant + at, sizeof variant - at, " ef");
-  if (plan.kernel == cuda::kMlaDecode && plan.s_groups == 2)
-    at += std::snprintf(variant + at, sizeof variant - at, " sg2");
+  if (plan.kernel == cuda::kMlaDecode && plan.s_groups >= 2)
+    at += std::snprintf(variant + at, sizeof variant - at, " sg%d", plan.s_groups);
   if (p.merge_counters) at += std::snprintf(variant + at, sizeof variant - at, " fm");
   if (plan.diag == 1) std::snprintf(variant + at, sizeof variant - at, " LOADS");
   if (plan.diag == 2) std::snprintf(variant + at, sizeof variant - at, " MATH");
@@ -535,12 +544,18 @@ int main(int argc, char** argv) {
   if (what.find("sgroups") != std::string::npos) {  // two S groups against one, 16 heads
     cuda::MlaPlanOptions o;
     o.fused_merge = g_fused_merge;
+    const char* names[] = {"", "sgroup1", "sgroup2", "sgroup3"};
     for (int round = 0; round < 3; ++round)
       for (const Layout* lt : {&bf16, &flash})
-        for (int sg : {1, 2}) {
+        for (int sg : {1, 2, 3}) {
+          if (sg == 3 && lt == &bf16) continue;  // by dims: fp8 rows through the V tile only
           o.s_groups = sg;
-          bench_case(s, c, *lt, batch, ctx, 1, 16, sg == 2 ? "sgroup2" : "sgroup1", o, round == 0);
+          bench_case(s, c, *lt, batch, ctx, 1, 16, names[sg], o, round == 0);
         }
+    for (int sg : {1, 3}) {  // fp8_flashmla at a batch of 128 (one split a sequence, no merge)
+      o.s_groups = sg;
+      bench_case(s, c, flash, 128, ctx, 1, 16, names[sg], o);
+    }
     o.s_groups = 2;  // a batch of 128: one split a sequence, no merge
     bench_case(s, c, bf16, 128, ctx, 1, 16, "sgroup2", o);
     o.s_groups = 1;

@@ -160,9 +160,10 @@ struct MlaAttentionParams {
                      // writes none of those keys (CudaTunables::mla_early_kv)
   int multicast;     // the pipelined wgmma kernel: 1 runs a sequence's two row tiles as a cluster
                      // pair with multicast copies where that applies (the plan's; 0 never)
-  int s_groups;      // the decode kernel at 16 rows over bf16 rows or e4m3 rows through the V
-                     // tile: 2 splits its S warps into two groups of 8 rows (12 warps a block,
-                     // mla_decode_s_warps.cuh; the same bits); else 1 (the plan's)
+  int s_groups;      // the decode kernel's S warps at 16 rows (mla_decode_s_warps.cuh; the
+                     // plan's): 1 one group; 2 two groups of 8 rows (12 warps a block; bf16 rows
+                     // or e4m3 rows through the V tile; the same bits); 3 two groups of half the
+                     // dims that trade partial scores (e4m3 rows through the V tile)
 };
 static_assert(sizeof(MlaAttentionParams) == 14 * 8 + sizeof(MlaRowFormat) + 24 * 4, "no padding");
 // Where the decode kernel's warps spend their cycles (p.prof, summed over every block's warps):
@@ -256,8 +257,9 @@ struct MlaPlanOptions {
   int fused_merge = 0;  // > 1: the decode kernel merges its splits itself where there are at
                         // most this many (and kMlaFusedMergeMaxSplits), into bf16 output (not
                         // opt.partials); CudaTunables::mla_fused_merge_max_splits
-  int s_groups = 1;     // 2: the decode kernel's 16-row blocks with two groups of S warps where
-                     // the rows allow it (MlaAttentionParams::s_groups); CudaTunables::mla_s_groups
+  int s_groups = 1;     // 2 / 3: the decode kernel's 16-row blocks with two groups of S warps, by
+                        // rows / by dims, where the format allows it (MlaAttentionParams::s_groups
+                        // says where; 3 falls back to 2); CudaTunables::mla_s_groups
 };
 // The most splits the decode kernel merges itself: its last block weighs every split of its
 // rows in one pass of its warps (mla_decode_merge.cuh: a lane two splits).

@@ -9,7 +9,7 @@ namespace mla_decode {
 
 void launch_bf16(const MlaAttentionParams& p, cudaStream_t stream) {
   if (p.tile_rows == 8) return launch<1, kBf16, kCvtInt>(p, stream);
-  if (p.s_groups == 2) return launch<2, kBf16, kCvtInt, 2>(p, stream);
+  if (p.s_groups == kSRows) return launch<2, kBf16, kCvtInt, kSRows>(p, stream);
   launch<2, kBf16, kCvtInt>(p, stream);
 }
 void launch_e5m2(const MlaAttentionParams& p, cudaStream_t stream) {
@@ -19,7 +19,7 @@ void launch_e5m2(const MlaAttentionParams& p, cudaStream_t stream) {
 void init_bf16_e5m2() {
   set_limit<1, kBf16, kCvtInt>();
   set_limit<2, kBf16, kCvtInt>();
-  set_limit<2, kBf16, kCvtInt, 2>();
+  set_limit<2, kBf16, kCvtInt, kSRows>();
   set_limit<1, kE5M2, kCvtInt>();
   set_limit<2, kE5M2, kCvtInt>();
 }
@@ -55,6 +55,10 @@ void launch_mla_decode(const MlaAttentionParams& p, cudaStream_t stream) {
                 p.stages <= mla_decode_stages(p.fmt, p.cvt),
             "MLA decode kernel: rows of {} bytes (16-byte aligned), chunk {}, {} rows, {} stages",
             p.fmt.row_bytes, p.chunk, p.tile_rows, p.stages);
+  CHECK_MSG(mla_decode::smem_bytes(p) <= kMlaMaxSmem &&
+                (p.s_groups <= 1 || (p.tile_rows == 16 && p.s_groups <= 3)),
+            "MLA decode kernel: S form {} at {} rows, {} bytes of shared memory", p.s_groups,
+            p.tile_rows, mla_decode::smem_bytes(p));
   if (p.fmt.flashmla) return mla_decode::launch_flash(p, stream);
   if (p.fmt.latent_elem == kMlaBf16) return mla_decode::launch_bf16(p, stream);
   if (p.fmt.latent_elem == kMlaE5M2) return mla_decode::launch_e5m2(p, stream);

@@ -55,14 +55,15 @@
 
 namespace strata::cuda::mla_decode {
 
-// Shared memory of the kernel for p's stages, rows and layout.
+// Shared memory of the kernel for p's stages, rows, layout and S form (kSDims: the exchange
+// after the stages).
 inline int smem_bytes(const MlaAttentionParams& p) {
   const StageLayout lay(p.fmt.row_bytes, row_group_log2(p.row_groups, p.page_size));
   return kStageOff + (uses_vtile(p.fmt.latent_elem, p.cvt) ? kVTileAreaBytes : 0) +
-         p.stages * lay.stage_bytes();
+         p.stages * lay.stage_bytes() + (p.s_groups == kSDims ? kXchgBytes : 0);
 }
 
-// p.prof set (benchmarks): the kernel with the wait profile compiled in. SG: groups of S warps
+// p.prof set (benchmarks): the kernel with the wait profile compiled in. SG: the S warps' form
 // (p.s_groups, which the caller matched to SG).
 template <int NT, int LK, int CVT, int SG = 1>
 void launch(const MlaAttentionParams& p, cudaStream_t stream) {

@@ -1,6 +1,6 @@
 // The MLA decode kernel (mla_decode.cuh) over e4m3 and FlashMLA rows: the default e4m3 conversion
-// and the V tile for 8 and 16 rows (16 also with two S groups), the other two (the bench's
-// comparison) for 16 rows.
+// and the V tile for 8 and 16 rows (16 also with two S groups, either form), the other two (the
+// bench's comparison) for 16 rows.
 #include "backend/cuda/mla_decode.cuh"
 
 namespace strata::cuda::mla_decode {
@@ -13,7 +13,8 @@ void launch_kind(const MlaAttentionParams& p, cudaStream_t stream) {
                              : launch<1, LK, kDefaultCvt>(p, stream);
   switch (p.cvt) {
     case kCvtTile:
-      if (p.s_groups == 2) return launch<2, LK, kCvtTile, 2>(p, stream);
+      if (p.s_groups == kSRows) return launch<2, LK, kCvtTile, kSRows>(p, stream);
+      if (p.s_groups == kSDims) return launch<2, LK, kCvtTile, kSDims>(p, stream);
       return launch<2, LK, kCvtTile>(p, stream);
     case kCvtInt:
       return launch<2, LK, kCvtInt>(p, stream);
@@ -28,7 +29,8 @@ void init_kind() {
   set_limit<1, LK, kDefaultCvt>();
   set_limit<1, LK, kCvtTile>();
   set_limit<2, LK, kCvtTile>();
-  set_limit<2, LK, kCvtTile, 2>();
+  set_limit<2, LK, kCvtTile, kSRows>();
+  set_limit<2, LK, kCvtTile, kSDims>();
   set_limit<2, LK, kCvtInt>();
   set_limit<2, LK, kCvtHwS>();
   set_limit<2, LK, kCvtHw>();

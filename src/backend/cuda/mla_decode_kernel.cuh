@@ -11,11 +11,12 @@
 namespace strata::cuda::mla_decode {
 
 // PROF: the wait profile (p.prof, benchmarks) compiled in; the product's kernels (PROF false)
-// carry none of its code. SG: groups of S warps (MlaAttentionParams::s_groups; 2 only at NT = 2,
-// each group then 8 rows: mla_decode_s_warps.cuh).
+// carry none of its code. SG: the S warps' form (SForm, MlaAttentionParams::s_groups; two groups
+// only at NT = 2: mla_decode_s_warps.cuh).
 template <int NT, int LK, int CVT, bool PROF, int SG = 1>
 __global__ void __launch_bounds__(block_threads(SG), 1) mla_decode_kernel(MlaAttentionParams p) {
-  static_assert(SG == 1 || (SG == 2 && NT == 2), "two S groups split 16 rows");
+  static_assert(SG == kSOne || ((SG == kSRows || SG == kSDims) && NT == 2), "two S groups");
+  constexpr int kSW = s_group_count(SG) * kSWarps;  // S warps
   constexpr int kRows = 8 * NT;
   extern __shared__ __align__(128) char smem[];
   // p.early_kv: each role waits itself (its first reads of the previous kernel's output), PV
@@ -49,14 +50,13 @@ __global__ void __launch_bounds__(block_threads(SG), 1) mla_decode_kernel(MlaAtt
     for (int s = 0; s < NS; ++s) {
       mla::mbar_init(smem_s + kFullOff + 8 * s, 1);  // the producer's arrival
       // One arrival per PV warp (V tile: per S warp, of every group).
-      mla::mbar_init(smem_s + kEmptyOff + 8 * s,
-                     KindTraits<LK, CVT>::kVT ? SG * kSWarps : kPvWarps);
+      mla::mbar_init(smem_s + kEmptyOff + 8 * s, KindTraits<LK, CVT>::kVT ? kSW : kPvWarps);
     }
     mla::mbar_init_fence();
   }
   __syncthreads();
-  if (warp < SG * kSWarps)
-    s_warps<NT / SG, LK, CVT, PROF, SG>(p, b, prof);
+  if (warp < kSW)
+    s_warps<SG == kSRows ? 1 : NT, LK, CVT, PROF, SG>(p, b, prof);
   else
     pv_warps<NT, LK, CVT, PROF, SG>(p, b, prof);
   if (p.merge_counters != nullptr) merge_if_last<kRows, block_threads(SG)>(p, w, smem);

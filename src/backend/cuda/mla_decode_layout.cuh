@@ -15,11 +15,16 @@ static_assert(int(kCvtTile) == int(kMlaCvtTile) && int(kCvtHwS) == int(kMlaCvtHw
 
 constexpr int kR = 512, kP = 64;
 constexpr int kChunk = 64;                // keys a stage
-constexpr int kSWarps = 4, kPvWarps = 4;  // S warps a group (SG groups), PV warps
-// A block's threads with SG groups of S warps (MlaAttentionParams::s_groups): at 16 rows, two
-// groups of 4 S warps take 8 rows each (mla_decode_s_warps.cuh says why).
-__host__ __device__ constexpr int block_threads(int sg) { return (sg * kSWarps + kPvWarps) * 32; }
-constexpr int kThreads = block_threads(1);
+constexpr int kSWarps = 4, kPvWarps = 4;  // S warps a group, PV warps
+// The S warps' form SG (MlaAttentionParams::s_groups; mla_decode_s_warps.cuh says why): 1 one
+// group of 4; at 16 rows, two groups of 4 that take 8 rows each (kSRows) or half the latent and
+// rope dims of every row each, then trade their partial scores (kSDims).
+enum SForm : int { kSOne = 1, kSRows = 2, kSDims = 3 };
+__host__ __device__ constexpr int s_group_count(int sg) { return sg == kSOne ? 1 : 2; }
+__host__ __device__ constexpr int block_threads(int sg) {
+  return (s_group_count(sg) * kSWarps + kPvWarps) * 32;
+}
+constexpr int kThreads = block_threads(kSOne);
 constexpr int kMaxRows = 16;
 constexpr int kMaxStages = 6;
 // Shared memory: mbarriers, the row-max exchange, the per-chunk rescale factors, the final row
@@ -61,7 +66,11 @@ constexpr int kBarMax = 1;    // the S warps' row maxima (128 threads)
 constexpr int kBarReady = 2;  // + buffer: P and the rescale factors written (S arrive, PV sync)
 constexpr int kBarFree = 4;   // + buffer: the PV warps are done with them (PV arrive, S sync)
 constexpr int kBarFinal = 6;  // the S warps' row sums and maxima written
-constexpr int kBarMax1 = 7;   // the second S group's row maxima (s_groups 2; 128 threads)
+constexpr int kBarMax1 = 7;   // the second S group's row maxima (two groups; 128 threads)
+constexpr int kBarXchg = 8;   // kSDims: both groups' partial scores written (256 threads)
+// kSDims: the partial scores a group's warp leaves for the other group's rows, after the stages:
+// [2 buffers (chunk parity)][2 groups][kSWarps][32 lanes] float4.
+constexpr int kXchgBytes = 2 * 2 * kSWarps * 32 * 16;
 
 // Bytes between two rows of a stage: the row rounded up to an odd number of 16-byte units (the 8
 // rows of an ldmatrix, and the 4 keys x 2 lanes of a quarter-warp's 16-byte loads, hit distinct

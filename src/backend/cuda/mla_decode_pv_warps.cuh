@@ -7,7 +7,7 @@
 
 namespace strata::cuda::mla_decode {
 
-// PV warp pw = b.warp - SG · kSWarps (after the S groups): output columns [128 pw, 128 pw + 128)
+// PV warp pw = b.warp - (the S warps): output columns [128 pw, 128 pw + 128)
 // (FlashMLA: tile pw) of the block's 8 NT rows.
 template <int NT, int LK, int CVT, bool PROF, int SG = 1>
 __device__ __forceinline__ void pv_warps(const MlaAttentionParams& p, const Block& b,
@@ -25,7 +25,7 @@ __device__ __forceinline__ void pv_warps(const MlaAttentionParams& p, const Bloc
   const int G = b.G, stage_bytes = b.stage_bytes;
   char* const smem = b.smem;
   const uint32_t smem_s = b.smem_s, stage0 = b.stage0;
-  const int pw = warp - SG * kSWarps;
+  const int pw = warp - s_group_count(SG) * kSWarps;
   constexpr int kAll = block_threads(SG);  // the P / final barriers' threads
   // PV warp 0 produces chunk c's rows: single rows, lanes taking keys lane and lane + 32; groups
   // of G = 4 or 8 rows (StageLayout), lane j < 64 / G taking keys G j..G j + G - 1 in one copy.

@@ -9,20 +9,31 @@
 
 namespace strata::cuda::mla_decode {
 
-// S warp b.warp of group grp = warp / kSWarps: keys [16 lw, 16 lw + 16) of each chunk (lw = warp
-// % kSWarps), rows [8 NT grp, 8 NT grp + 8 NT) of the block's (NT n-tiles of 8 rows a warp).
+// S warp b.warp of group grp = b.warp / kSWarps: keys [16 warp, 16 warp + 16) of each chunk (warp
+// = b.warp % kSWarps), scores of NT n-tiles of 8 rows, of which it owns NO (the softmax, P, the
+// sums): rows [rb, rb + 8 NO).
 //
-// SG = 2 (MlaAttentionParams::s_groups): a 16-row block's S warps in two groups of 4 with 8 rows
-// each (NT = 1), 12 warps a block. Why: at 16 rows the S warps set the chunk's pace -- the PV warps
-// waited for P in 27% of their samples (ncu, H200, 2026-12-04) while 8-row blocks, half the S
-// work a warp, read 88-91% of copy against 16 rows' 82-86%. Each row's scores, maxima, P and sums
-// are computed as with one group (the same mma chains and the same order of the 4 warps' maxima),
-// so the output keeps its bits; the keys' ldmatrix reads (and fp8 conversions) are done by both
-// groups, the V tile (kVT) written by group 0 only.
-template <int NT, int LK, int CVT, bool PROF, int SG = 1>
+// Two groups (SG, MlaAttentionParams::s_groups), 12 warps a block, at 16 rows. Why: there the S
+// warps set the chunk's pace -- the PV warps waited for P in 27% of their samples (ncu, H200,
+// 2026-12-04) while 8-row blocks, half the S work a warp, read 88-91% of copy against 16 rows'
+// 82-86%; and over fp8 rows the S warps also convert every value.
+//  - kSRows: each group 8 rows (NT = NO = 1). Every row's scores, maxima, P and sums are computed
+//    as with one group (the same mma chains, the 4 warps' maxima in the same order): the same
+//    bits. Both groups read (and convert) every key; the V tile (kVT) is written by group 0.
+//  - kSDims: each group half of every key's dims -- latent k-steps [16 grp, 16 grp + 16) (FlashMLA:
+//    tiles 2 grp, 2 grp + 1), rope k-steps [2 grp, 2 grp + 2) -- for all 16 rows (NT = 2), so each
+//    value is read and converted once (and written to the V tile by its group); the groups trade
+//    the partial scores of each other's 8 rows through shared memory (kXchgBytes, two buffers)
+//    and each then owns 8 rows (NO = 1). A score is group 0's part + group 1's (other sums than
+//    one group's: not the same bits).
+template <int NT, int LK, int CVT, bool PROF, int SG = kSOne>
 __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block& b,
                                         WaitProfile<PROF>& prof) {
-  static_assert(SG == 1 || (SG == 2 && NT == 1), "two S groups of 8 rows");
+  constexpr bool kDims = SG == kSDims;
+  static_assert(SG == kSOne || (SG == kSRows && NT == 1) || (kDims && NT == 2), "S form");
+  constexpr int NO = kDims ? 1 : NT;  // n-tiles owned
+  // Q k-steps held (latent kQL, then the rope's) and the first global latent / rope k-step.
+  constexpr int kQL = kDims ? kR / 32 : kR / 16, kQS = kQL + (kDims ? kP / 32 : kP / 16);
   using K = KindTraits<LK, CVT>;
   constexpr bool kFp8 = K::kFp8, kSHw = K::kSHw, kVT = K::kVT, kPairs02 = K::kPairs02;
   constexpr int kLatElem = K::kLatElem, kStages0 = K::kStages0;
@@ -30,11 +41,14 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
   const mla::BlockWork& w = b.w;
   const int lane = b.lane, g = b.g, q = b.q;
   // warp: its index in the group (one group: b.warp, and grp 0 known to the compiler).
-  const int grp = SG == 1 ? 0 : b.warp / kSWarps, warp = SG == 1 ? b.warp : b.warp % kSWarps;
-  const int rb = 8 * NT * grp;             // the group's first row
+  const int grp = SG == kSOne ? 0 : b.warp / kSWarps;
+  const int warp = SG == kSOne ? b.warp : b.warp % kSWarps;
+  const int rb = 8 * NO * grp;    // the first row owned
+  const int rq = kDims ? 0 : rb;  // the first row scored
+  const int kl0 = kDims ? kQL * grp : 0, kr0 = kDims ? (kQS - kQL) * grp : 0;
   constexpr int kAll = block_threads(SG);  // the P / final barriers' threads
   const int bar_max = grp == 0 ? kBarMax : kBarMax1;
-  const bool vt_writer = grp == 0;  // kVT: the group that stores the V tile and its scales
+  const bool vt_writer = SG != kSRows || grp == 0;  // kVT: stores V tile values and scales
   const MlaRowFormat& f = p.fmt;
   const int NS = b.NS, nchunks = b.nchunks;
   const StageLayout& lay = b.lay;
@@ -47,12 +61,13 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
     pdl_wait();
     pdl_trigger();
   }
-  // Q of rows 8 nt + g as B fragments: k-steps 0..31 the latent, 32..35 the rope.
+  // Q of rows rq + 8 nt + g as B fragments: global k-steps 0..31 the latent, 32..35 the rope; held:
+  // i < kQL latent k-step kl0 + i, then rope k-step kr0 + i - kQL.
   bool qok[NT];
   const uint16_t* qrow[NT];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
-    const int r = rb + 8 * nt + g;
+    const int r = rq + 8 * nt + g;
     qok[nt] = w.row0 + r < w.rows;
     qrow[nt] = p.q + int64_t(w.q_row0 + w.row0 + (qok[nt] ? r : 0)) * p.q_stride;
   }
@@ -83,7 +98,7 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
     frexpf(amax, &e);
     qs[nt] = amax > 0.0f ? ldexpf(1.0f, min(15 - e, 100)) : 1.0f;  // (finite for tiny rows)
   }
-  uint32_t qf[kR / 16 + kP / 16][NT][2];
+  uint32_t qf[kQS][NT][2];
   // Values d..d+3 of a row as f16 pairs (scaled), paired as key_pairs pairs the keys' values.
   auto f16_pairs = [&](const uint16_t* at, float s, bool pairs02, uint32_t* b) {
     const uint2 v = *reinterpret_cast<const uint2*>(at);
@@ -95,25 +110,27 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-    for (int ks = 0; ks < kR / 16 + kP / 16; ++ks) {
-      qf[ks][nt][0] = qf[ks][nt][1] = 0u;
+    for (int i = 0; i < kQS; ++i) {
+      qf[i][nt][0] = qf[i][nt][1] = 0u;
       if (!qok[nt]) continue;
-      const bool rope = ks >= kR / 16;
+      const bool rope = i >= kQL;
+      const int ks = rope ? kR / 16 + kr0 + i - kQL : kl0 + i;
       const uint16_t* at = qrow[nt] + 16 * ks;
       if ((!rope && !kFp8) || (rope && !rope_f16)) {  // bf16 pairs (2c, 2c+1), (2c+8, 2c+9)
-        qf[ks][nt][0] = *reinterpret_cast<const uint32_t*>(at + 2 * q);
-        qf[ks][nt][1] = *reinterpret_cast<const uint32_t*>(at + 8 + 2 * q);
+        qf[i][nt][0] = *reinterpret_cast<const uint32_t*>(at + 2 * q);
+        qf[i][nt][1] = *reinterpret_cast<const uint32_t*>(at + 8 + 2 * q);
       } else {
-        f16_pairs(at + 4 * q, qs[nt], rope || kPairs02, qf[ks][nt]);
+        f16_pairs(at + 4 * q, qs[nt], rope || kPairs02, qf[i][nt]);
       }
     }
   }
-  // Score factors of this lane's accumulator rows 8 nt + 2q + e (the row's lanes hold its qs).
+  // Score factors of this lane's accumulator rows rq + 8 nt + 2q + e (the row's lanes hold its
+  // qs); the limits and tree words of the rows it owns, rb + 8 nt + 2q + e.
   const float ls = f.latent_scale * p.scale_log2 * kConvS;
   const float rs = f.rope_scale * p.scale_log2 * (rope_elem == kMlaE4M3 ? 256.0f : 1.0f);
   float lat_f[NT][2], rope_f[NT][2];
-  int lim[NT][2];
-  uint64_t tw[NT][2];  // draft trees: the rows' ancestor words
+  int lim[NO][2];
+  uint64_t tw[NO][2];  // draft trees: the rows' ancestor words
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -121,6 +138,11 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
       const float inv = 1.0f / __shfl_sync(0xffffffffu, qs[nt], 4 * (2 * q + e));
       lat_f[nt][e] = kFp8 ? ls * inv : ls;
       rope_f[nt][e] = rope_f16 ? rs * inv : rs;
+    }
+#pragma unroll
+  for (int nt = 0; nt < NO; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
       lim[nt][e] = w.limit(p, w.row0 + rb + 8 * nt + 2 * q + e);
       tw[nt][e] = w.tree_word_of(p, w.row0 + rb + 8 * nt + 2 * q + e);
     }
@@ -131,16 +153,16 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
   int lim_min = lim[0][0];
   bool trees = false;
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
+  for (int nt = 0; nt < NO; ++nt)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       lim_min = min(lim_min, lim[nt][e]);
       trees = trees || tw[nt][e] != 0;
     }
 
-  float m[NT][2], l[NT][2];
+  float m[NO][2], l[NO][2];
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt) m[nt][0] = m[nt][1] = -INFINITY, l[nt][0] = l[nt][1] = 0.0f;
+  for (int nt = 0; nt < NO; ++nt) m[nt][0] = m[nt][1] = -INFINITY, l[nt][0] = l[nt][1] = 0.0f;
   // This warp's tile (t = warp): the lane's ldmatrix row, the rows g and g + 8 of its
   // accumulators (their keys and, FlashMLA, where their scales lie).
   const int lrow = lay.tile_row(warp, (lane & 7) + ((lane >> 3) & 1) * 8) + (lane >> 4) * 16;
@@ -194,12 +216,12 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
     } else if constexpr (!kFp8) {
       float a2[2][NT][4] = {};  // two accumulators: half the dependent-mma chain
 #pragma unroll
-      for (int ks = 0; ks < kR / 16; ++ks) {
+      for (int i = 0; i < kQL; ++i) {
         uint32_t a[4];
-        ldmatrix_x4(a, krow + ks * 32);
+        ldmatrix_x4(a, krow + (kl0 + i) * 32);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
-          mma16816<false>(a2[ks & 1][nt], a, qf[ks][nt][0], qf[ks][nt][1]);
+          mma16816<false>(a2[i & 1][nt], a, qf[i][nt][0], qf[i][nt][1]);
       }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
@@ -208,15 +230,20 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
     } else {
       // 32 bytes a row (two k-steps) per ldmatrix: matrices (keys 0-7 | 8-15) x (bytes 0-15 |
       // 16-31); FlashMLA: each 128-value tile (4 of them) scaled by its key's tile scale.
+      // kSDims: this group's half (FlashMLA: tiles 2 grp, 2 grp + 1; e4m3: ldmatrix 8 grp..).
       constexpr int kTiles = LK == kFlash ? kR / kMlaFlashTile : 1;
       constexpr int kPerTile = (kR / 32) / kTiles;
       constexpr int kChains = LK == kFlash ? 1 : 2;  // FlashMLA: chains of 8 per tile anyway
+      constexpr int kOwnTiles = kDims && kTiles > 1 ? kTiles / 2 : kTiles;
+      constexpr int kOwnPerTile = kDims && kTiles == 1 ? kPerTile / 2 : kPerTile;
 #pragma unroll
-      for (int t = 0; t < kTiles; ++t) {
+      for (int tt = 0; tt < kOwnTiles; ++tt) {
+        const int t = (kDims && kTiles > 1 ? kOwnTiles * grp : 0) + tt;
         float a2[kChains][NT][4] = {};
 #pragma unroll
-        for (int jj = 0; jj < kPerTile; ++jj) {
-          const int j = t * kPerTile + jj;
+        for (int jj = 0; jj < kOwnPerTile; ++jj) {
+          const int j = t * kPerTile + (kDims && kTiles == 1 ? kOwnPerTile * grp : 0) + jj;
+          const int qi = 2 * (tt * kOwnPerTile + jj);  // its first k-step held (2 j - kl0)
           uint32_t r[4], a0[4], a1[4];
           ldmatrix_x4(r, krow + j * 32);
           key_pairs<kLatElem, kSHw>(r[0], a0[0], a0[2]);
@@ -231,8 +258,8 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
           }
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
-            mma16816<true>(a2[0][nt], a0, qf[2 * j][nt][0], qf[2 * j][nt][1]);
-            mma16816<true>(a2[kChains - 1][nt], a1, qf[2 * j + 1][nt][0], qf[2 * j + 1][nt][1]);
+            mma16816<true>(a2[0][nt], a0, qf[qi][nt][0], qf[qi][nt][1]);
+            mma16816<true>(a2[kChains - 1][nt], a1, qf[qi + 1][nt][0], qf[qi + 1][nt][1]);
           }
         }
         float s0 = 1.0f, s1 = 1.0f;  // the tile's rows (keys) g and g + 8
@@ -251,20 +278,21 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
           }
       }
     }
-    // The rope part: bf16 (4 k-steps) or fp8 (2 ldmatrix of 32 bytes), in its own accumulator.
+    // The rope part: bf16 (4 k-steps) or fp8 (2 ldmatrix of 32 bytes), in its own accumulator
+    // (kSDims: the group's half, k-steps kr0, kr0 + 1).
     if (!math) {
     } else if (rope_elem == kMlaBf16) {
 #pragma unroll
-      for (int ks = 0; ks < kP / 16; ++ks) {
+      for (int i = kQL; i < kQS; ++i) {
         uint32_t a[4];
-        ldmatrix_x4(a, krow + rope_off + ks * 32);
+        ldmatrix_x4(a, krow + rope_off + (kr0 + i - kQL) * 32);
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-          mma16816<false>(accr[nt], a, qf[kR / 16 + ks][nt][0], qf[kR / 16 + ks][nt][1]);
+        for (int nt = 0; nt < NT; ++nt) mma16816<false>(accr[nt], a, qf[i][nt][0], qf[i][nt][1]);
       }
     } else {
 #pragma unroll
-      for (int j = 0; j < kP / 32; ++j) {
+      for (int jj = 0; jj < (kQS - kQL) / 2; ++jj) {
+        const int j = kr0 / 2 + jj, k0 = kQL + 2 * jj;
         uint32_t r[4], a0[4], a1[4];
         ldmatrix_x4(r, krow + rope_off + j * 32);
         if (rope_elem == kMlaE4M3) {
@@ -278,7 +306,6 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
           key_pairs<kMlaE5M2, false>(r[2], a1[0], a1[2]);
           key_pairs<kMlaE5M2, false>(r[3], a1[1], a1[3]);
         }
-        const int k0 = kR / 16 + 2 * j;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           mma16816<true>(accr[nt], a0, qf[k0][nt][0], qf[k0][nt][1]);
@@ -295,17 +322,41 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
     // gkey0 or gkey1), query row 2q + (i & 1).
     const int key0 = w.begin + c * kChunk;
     const bool open = !trees && key0 + kChunk <= lim_min;
-    float sc[NT][4];
+    float part[NT][4], sc[NO][4];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int e = i & 1;
-        sc[nt][i] = acc[nt][i] * lat_f[nt][e] + accr[nt][i] * rope_f[nt][e];
+        part[nt][i] = acc[nt][i] * lat_f[nt][e] + accr[nt][i] * rope_f[nt][e];
       }
+    if constexpr (kDims) {
+      // The other group's rows' partial scores out, this group's in (buffer `buf`: the other
+      // group read buffer buf of chunk c - 2 before it reached the trade of chunk c - 1).
+      // (Selects, not part[grp]: a register array indexed at run time would go to local memory.)
+      float4* xchg = reinterpret_cast<float4*>(smem + kStages0 + NS * stage_bytes);
+      const bool g0 = grp == 0;
+      xchg[((buf * 2 + grp) * kSWarps + warp) * 32 + lane] =
+          g0 ? make_float4(part[1][0], part[1][1], part[1][2], part[1][3])
+             : make_float4(part[0][0], part[0][1], part[0][2], part[0][3]);
+      uint64_t tx = prof.tick();
+      mla::named_sync(kBarXchg, 2 * kSWarps * 32);
+      prof.tock(1, tx);
+      const float4 in = xchg[((buf * 2 + 1 - grp) * kSWarps + warp) * 32 + lane];
+      // Group 0's part first, in either group: one sum a score.
+      sc[0][0] = g0 ? part[0][0] + in.x : in.x + part[1][0];
+      sc[0][1] = g0 ? part[0][1] + in.y : in.y + part[1][1];
+      sc[0][2] = g0 ? part[0][2] + in.z : in.z + part[1][2];
+      sc[0][3] = g0 ? part[0][3] + in.w : in.w + part[1][3];
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < NO; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sc[nt][i] = part[nt][i];
+    }
     if (!open) {
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+      for (int nt = 0; nt < NO; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int e = i & 1, key = key0 + (i >> 1 ? gkey1 : gkey0);
@@ -314,7 +365,7 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
     }
     // The warp's row maxima (over its 16 keys: the two halves, then the 8 lanes of a column).
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+    for (int nt = 0; nt < NO; ++nt)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float mx = fmaxf(sc[nt][e], sc[nt][2 + e]);
@@ -326,9 +377,9 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
     uint64_t t1 = prof.tick();
     mla::named_sync(bar_max, kSWarps * 32);
     prof.tock(1, t1);
-    float ref[NT][2], corr[NT][2];
+    float ref[NO][2], corr[NO][2];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+    for (int nt = 0; nt < NO; ++nt)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float mx = m[nt][e];
@@ -347,7 +398,7 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
     char* pb = smem + kPOff + buf * kMaxRows * kPStride;
     constexpr float kBoost = kFp8 ? 8.0f : 0.0f;  // f16 P: times 2^8
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+    for (int nt = 0; nt < NO; ++nt)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float rsum = 0.0f;
@@ -368,7 +419,7 @@ __device__ __forceinline__ void s_warps(const MlaAttentionParams& p, const Block
   float* lsum = reinterpret_cast<float*>(smem + kLsumOff);
   float* mrow = reinterpret_cast<float*>(smem + kMOff);
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
+  for (int nt = 0; nt < NO; ++nt)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       float s = l[nt][e];

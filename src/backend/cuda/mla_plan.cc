@@ -112,11 +112,12 @@ MlaPlan plan_mla_attention(const MlaRowFormat& fmt, int num_seqs, int64_t num_to
     plan.l2_prefetch = opt.l2_prefetch < 0 ? kMlaDecodeL2Prefetch
                                            : std::min(opt.l2_prefetch, kMlaDecodeMaxL2Prefetch);
     plan.row_groups = opt.row_groups;
-    // Two S groups: 16-row blocks over bf16 rows, or e4m3 rows through the V tile (the kernel's
-    // other conversions keep one group).
-    const bool groups_ok =
-        fmt.latent_elem == kMlaBf16 || (fmt.latent_elem == kMlaE4M3 && plan.cvt == kMlaCvtTile);
-    plan.s_groups = opt.s_groups == 2 && plan.tile_rows == 16 && groups_ok ? 2 : 1;
+    // Two S groups at 16 rows: by rows over bf16 rows or e4m3 rows through the V tile (the
+    // kernel's other conversions keep one group); by dims (3) only through the V tile (its
+    // exchange does not fit beside three stages of bf16 rows), bf16 rows then by rows.
+    const bool vtile = fmt.latent_elem == kMlaE4M3 && plan.cvt == kMlaCvtTile;
+    if (opt.s_groups >= 2 && plan.tile_rows == 16 && (vtile || fmt.latent_elem == kMlaBf16))
+      plan.s_groups = opt.s_groups == 3 && vtile ? 3 : 2;
   } else {
     plan.kernel = kMlaMma;
     plan.tile_rows = 16;

@@ -73,7 +73,7 @@ void CudaTunables::check() const {
   CHECK_MSG(mla_decode_rows == -1 || mla_decode_rows == 0 || mla_decode_rows == 8 ||
                 mla_decode_rows == 16,
             "mla_decode_rows {}", mla_decode_rows);
-  CHECK_MSG(mla_s_groups == 1 || mla_s_groups == 2, "mla_s_groups {}", mla_s_groups);
+  CHECK_MSG(mla_s_groups >= 1 && mla_s_groups <= 3, "mla_s_groups {}", mla_s_groups);
   CHECK_MSG(decode_blocks_per_sm >= 1, "decode_blocks_per_sm {}", decode_blocks_per_sm);
   CHECK_MSG(prefill_split_mode >= 0 && prefill_split_mode <= 2, "prefill_split_mode {}",
             prefill_split_mode);

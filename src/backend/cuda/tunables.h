@@ -393,8 +393,9 @@ struct CudaTunables {
   // 2026-12-03). Large batches keep 16-row blocks (each page read once for 16 heads).
   int mla_decode_rows = -1;
   // The MLA decode kernel's 16-row blocks: 2 runs their S warps as two groups of 8 rows (12 warps
-  // a block; mla_decode_s_warps.cuh says why), 1 as one group of 16. The same bits either way.
-  // No env; A/B: variant mla_sgroups2 (rank_step_bench), mla_bench --what sgroups.
+  // a block, the same bits; mla_decode_s_warps.cuh says why), 3 as two groups of half the dims
+  // (fp8 rows through the V tile; elsewhere as 2), 1 as one group of 16. No env; A/B: variants
+  // mla_sgroups2 / mla_sgroups3 (rank_step_bench), mla_bench --what sgroups.
   int mla_s_groups = 1;
   // Decode attention's split-KV target: this many decode blocks per SM. No env. Default 4:
   // 1 or 8 changed batch-1 decode by +-0.02 ms (2026-11-29 night); the 64 x 4,096 kernel alone ran
