@@ -120,8 +120,8 @@ struct Layout {
 };
 
 // Where the decode kernel's warps wait (MlaAttentionParams::prof): one more launch with the
-// clock64 sums on, printed as cycles a chunk of one warp (the block's 4 PV warps, or its 4 ·
-// s_groups S warps, averaged) and as % of that role's whole run.
+// clock64 sums on, printed as cycles a chunk of one warp (the block's 4 PV warps, or its 4 or 8 S
+// warps, averaged) and as % of that role's whole run.
 void print_profile(cudaStream_t s, cuda::MlaAttentionParams p, const cuda::MlaPlan& plan,
                    const char* what, const char* layout, int heads) {
   Buf prof(cuda::kMlaDecodeProfSlots * 8);
@@ -134,7 +134,7 @@ void print_profile(cudaStream_t s, cuda::MlaAttentionParams p, const cuda::MlaPl
   const double warps = double(plan.row_tiles) * plan.num_splits * p.num_seqs * 4;
   const double chunks = double(plan.split_len) / plan.chunk;  // a block's (all full here)
   auto per = [&](int k) { return double(v[k]) / warps / chunks; };
-  auto per_s = [&](int k) { return per(k) / plan.s_groups; };
+  auto per_s = [&](int k) { return per(k) / (plan.s_groups >= 2 ? 2 : 1); };  // two S groups
   auto pct = [&](int k, int total) {
     return v[total] ? 100.0 * double(v[k]) / double(v[total]) : 0;
   };
