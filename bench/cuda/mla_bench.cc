@@ -32,7 +32,7 @@
 // sgroups   (with --what sgroups) the decode kernel's 16-row blocks with two groups of S warps
 //           (MlaPlanOptions::s_groups: by rows, and over fp8_flashmla by dims) against one, bf16
 //           and fp8_flashmla rows, as the acceptance rows run (three rounds, alternating), with
-//           their wait profiles; the outputs compared
+//           their wait profiles; the outputs compared; then each form with L2 prefetch 1 / 2 / 4
 // Usage: strata_bench_mla_bench [--what ceilings,variants,acceptance,scaling,merge,decode,prefill]
 //                               [--batch 64] [--context 4096] [--pages sequential]
 //                               [--fused-merge 2] [--early-kv 0|1]
@@ -560,6 +560,20 @@ int main(int argc, char** argv) {
     bench_case(s, c, bf16, 128, ctx, 1, 16, "sgroup2", o);
     o.s_groups = 1;
     bench_case(s, c, bf16, 128, ctx, 1, 16, "sgroup1", o);
+    // The L2 prefetch distance with each form (the S warps wait for stage bytes: fp8_flashmla
+    // rows have 2 stages beside the V tile, bf16 rows 3).
+    static char pf_names[4][4][16];
+    for (const Layout* lt : {&bf16, &flash})
+      for (int sg : {1, 2, 3}) {
+        if (sg == 3 && lt == &bf16) continue;
+        for (int pf : {1, 2, 4}) {
+          char* name = pf_names[sg][pf == 4 ? 3 : pf];
+          std::snprintf(name, 16, "sg%d-pf%d", sg, pf);
+          o.s_groups = sg;
+          o.l2_prefetch = pf;
+          bench_case(s, c, *lt, batch, ctx, 1, 16, name, o);
+        }
+      }
   }
   if (what.find("scaling") != std::string::npos) scaling(s, c, bf16);
   if (what.find("merge") != std::string::npos) fused_merge(s, c, bf16, flash);

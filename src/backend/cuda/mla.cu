@@ -109,6 +109,7 @@ bool CudaBackend::mla_attention_gpu(const Tensor& q_latent, const KvStorage& kv,
   opt.min_split_chunks = tunables_.mla_min_split_chunks;
   opt.fused_merge = tunables_.mla_fused_merge_max_splits;
   opt.s_groups = tunables_.mla_s_groups;
+  opt.l2_prefetch = tunables_.mla_l2_prefetch;
   if (tokens * heads < tunables_.mla_decode_min_rows) opt.decode = 0;
   if (tunables_.deterministic) {
     opt.wgmma = 0;

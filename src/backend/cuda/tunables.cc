@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "backend/cuda/linear.h"
+#include "backend/cuda/mla_attention.h"
 #include "backend/cuda/per_head_gemv.h"
 #include "core/check.h"
 
@@ -74,6 +75,8 @@ void CudaTunables::check() const {
                 mla_decode_rows == 16,
             "mla_decode_rows {}", mla_decode_rows);
   CHECK_MSG(mla_s_groups >= 1 && mla_s_groups <= 3, "mla_s_groups {}", mla_s_groups);
+  CHECK_MSG(mla_l2_prefetch >= -1 && mla_l2_prefetch <= kMlaDecodeMaxL2Prefetch,
+            "mla_l2_prefetch {}", mla_l2_prefetch);
   CHECK_MSG(decode_blocks_per_sm >= 1, "decode_blocks_per_sm {}", decode_blocks_per_sm);
   CHECK_MSG(prefill_split_mode >= 0 && prefill_split_mode <= 2, "prefill_split_mode {}",
             prefill_split_mode);

@@ -397,6 +397,9 @@ struct CudaTunables {
   // (fp8 rows through the V tile; elsewhere as 2), 1 as one group of 16. No env; A/B: variants
   // mla_sgroups2 / mla_sgroups3 (rank_step_bench), mla_bench --what sgroups.
   int mla_s_groups = 1;
+  // The MLA decode kernel's L2 prefetch distance in chunks (MlaPlanOptions::l2_prefetch); -1: the
+  // plan's default (kMlaDecodeL2Prefetch). No env; A/B: variants mla_pf0 / mla_pf1.
+  int mla_l2_prefetch = -1;
   // Decode attention's split-KV target: this many decode blocks per SM. No env. Default 4:
   // 1 or 8 changed batch-1 decode by +-0.02 ms (2026-11-29 night); the 64 x 4,096 kernel alone ran
   // at 95.1% of copy bandwidth at 2, 92.8-93.1% at 4 and 8 (2026-11-29 evening).
