@@ -152,6 +152,37 @@ void print_profile(cudaStream_t s, cuda::MlaAttentionParams p, const cuda::MlaPl
       pct(cuda::kProfPvProduce, cuda::kProfPvTotal));
 }
 
+// Runs `a`, then `b` (the same inputs and output `out`, another form of the kernel), and compares
+// their n bf16 outputs: values whose bits differ, and the NMSE of b against a over the pairs where
+// both are finite (the benchmark's random FlashMLA rows hold random scale bytes, some not finite).
+struct OutputDiff {
+  int64_t differ = 0, finite = 0;
+  double nmse = 0;
+  size_t n = 0;
+};
+OutputDiff compare_forms(cudaStream_t s, const cuda::MlaAttentionParams& a,
+                         const cuda::MlaAttentionParams& b, const Buf& out, size_t n) {
+  std::vector<uint16_t> va(n), vb(n);
+  for (auto [p, v] : {std::pair{&a, &va}, std::pair{&b, &vb}}) {
+    cuda::launch_mla_attention(*p, s);
+    BENCH_CUDA(cudaStreamSynchronize(s));
+    BENCH_CUDA(cudaMemcpy(v->data(), out.p, n * 2, cudaMemcpyDeviceToHost));
+  }
+  OutputDiff d;
+  d.n = n;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    d.differ += va[i] != vb[i];
+    const double x = bf16_to_f32(va[i]), y = bf16_to_f32(vb[i]);
+    if (!std::isfinite(x) || !std::isfinite(y)) continue;
+    ++d.finite;
+    num += (x - y) * (x - y);
+    den += x * x;
+  }
+  d.nmse = den > 0 ? num / den : 0;
+  return d;
+}
+
 // One layer's latent cache of `batch` sequences × `ctx` tokens (pages of `page` tokens, shuffled),
 // written by the MLA write kernel; then `new_tokens` new tokens a sequence attend over it.
 // Returns the % of copy bandwidth.
@@ -260,45 +291,24 @@ double bench_case(cudaStream_t s, const Ceilings& c, const Layout& lt, int batch
   if (plan.kernel == cuda::kMlaWgmmaPipe && p.multicast && p.diag == 0 && heads == 128 &&
       new_tokens == 1) {
     // The row-tile pairs (multicast copies) against the plain pipelined kernel: the same bits.
-    std::vector<uint16_t> mc(size_t(tokens) * heads * R), ref(mc.size());
-    cuda::launch_mla_attention(p, s);
-    BENCH_CUDA(cudaStreamSynchronize(s));
-    BENCH_CUDA(cudaMemcpy(mc.data(), out.p, mc.size() * 2, cudaMemcpyDeviceToHost));
     cuda::MlaAttentionParams r = p;
     r.multicast = 0;
-    cuda::launch_mla_attention(r, s);
-    BENCH_CUDA(cudaStreamSynchronize(s));
-    BENCH_CUDA(cudaMemcpy(ref.data(), out.p, ref.size() * 2, cudaMemcpyDeviceToHost));
-    int64_t differ = 0;
-    for (size_t i = 0; i < mc.size(); ++i) differ += mc[i] != ref[i];
+    const OutputDiff d = compare_forms(s, p, r, out, size_t(tokens) * heads * R);
     std::printf(
         "pairs    the row-tile pairs' output against the unpaired kernel's: %lld of %zu bf16 "
         "values differ\n",
-        static_cast<long long>(differ), mc.size());
+        static_cast<long long>(d.differ), d.n);
   }
   if (plan.s_groups >= 2 && p.diag == 0) {
     // Two S groups against one (the same plan otherwise): by rows the same bits, by dims close.
-    std::vector<uint16_t> two(size_t(tokens) * heads * R), one(two.size());
-    cuda::launch_mla_attention(p, s);
-    BENCH_CUDA(cudaStreamSynchronize(s));
-    BENCH_CUDA(cudaMemcpy(two.data(), out.p, two.size() * 2, cudaMemcpyDeviceToHost));
     cuda::MlaAttentionParams r = p;
     r.s_groups = 1;
-    cuda::launch_mla_attention(r, s);
-    BENCH_CUDA(cudaStreamSynchronize(s));
-    BENCH_CUDA(cudaMemcpy(one.data(), out.p, one.size() * 2, cudaMemcpyDeviceToHost));
-    int64_t differ = 0;
-    double num = 0, den = 0;
-    for (size_t i = 0; i < two.size(); ++i) {
-      differ += two[i] != one[i];
-      const double a = bf16_to_f32(two[i]), b = bf16_to_f32(one[i]);
-      num += (a - b) * (a - b);
-      den += b * b;
-    }
+    const OutputDiff d = compare_forms(s, p, r, out, size_t(tokens) * heads * R);
     std::printf(
         "sgroups  S form %d's output against one group's: %lld of %zu bf16 values differ, NMSE "
-        "%.3g\n",
-        plan.s_groups, static_cast<long long>(differ), two.size(), den > 0 ? num / den : INFINITY);
+        "%.3g over the %lld finite pairs\n",
+        plan.s_groups, static_cast<long long>(d.differ), d.n, d.nmse,
+        static_cast<long long>(d.finite));
   }
   // Causal among the new tokens: token i sees ctx - new_tokens + i + 1 keys.
   double keys = 0;
