@@ -244,10 +244,10 @@ struct Case {
                         // AttentionMetadata::tree_mask
   int fused_merge = 0;  // the decode kernel merges up to this many splits itself (MlaPlanOptions)
   int multicast = 1;    // the pipelined kernel's row-tile pairs where they apply (MlaPlanOptions)
-  int s_groups = 1;     // 2 / 3: the decode kernel's 16-row blocks with two S groups by rows / by
-                        // dims (MlaPlanOptions); the case then expects the plan to take them (3:
-                        // where the rows go through the V tile, else 2) and the bits of one group
-                        // (3: its output within an NMSE of 1e-5)
+  int s_groups = 0;     // 0: the plan's default S form; 2 / 3: the decode kernel's 16-row blocks
+                        // with two S groups by rows / by dims (MlaPlanOptions), and the case then
+                        // expects the plan to take them (3: where the rows go through the V tile,
+                        // else 2) and the bits of one group (3: its output within an NMSE of 1e-5)
 };
 
 // Rows the decode kernel copies at once for a plan and page size (mla_decode_layout.cuh
@@ -364,19 +364,20 @@ void run_attention(const Fmt& f, const Case& cs) {
   p.page_size = page;
   p.scale_log2 = scale * 1.4426950408889634f;
   p.copy_width = cuda::mla_copy_width(c.gpu->p, c.fmt.row_bytes);
-  const cuda::MlaPlanOptions opt{.wgmma = cs.wgmma,
-                                 .decode = cs.decode,
-                                 .splits = cs.splits,
-                                 .bf16_chunk = cs.bf16_chunk,
-                                 .cvt = cs.cvt,
-                                 .l2_prefetch = cs.l2_prefetch,
-                                 .row_groups = cs.row_groups,
-                                 .stages = cs.stages,
-                                 .max_splits = cs.max_splits,
-                                 .decode_rows = cs.decode_rows,
-                                 .multicast = cs.multicast,
-                                 .fused_merge = cs.fused_merge,
-                                 .s_groups = cs.s_groups};
+  const cuda::MlaPlanOptions opt{
+      .wgmma = cs.wgmma,
+      .decode = cs.decode,
+      .splits = cs.splits,
+      .bf16_chunk = cs.bf16_chunk,
+      .cvt = cs.cvt,
+      .l2_prefetch = cs.l2_prefetch,
+      .row_groups = cs.row_groups,
+      .stages = cs.stages,
+      .max_splits = cs.max_splits,
+      .decode_rows = cs.decode_rows,
+      .multicast = cs.multicast,
+      .fused_merge = cs.fused_merge,
+      .s_groups = cs.s_groups > 0 ? cs.s_groups : cuda::MlaPlanOptions{}.s_groups};
   const cuda::MlaPlan plan =
       cuda::plan_mla_attention(c.fmt, n, t_new, H, max_new, max_kv, num_sms(), opt);
   DevBuf scratch(size_t(plan.scratch_bytes));
@@ -660,7 +661,8 @@ TEST(MlaAttention, DecodeSGroups) {
       run_attention(
           f, {.heads = 2, .page = 8, .seqs = {{200, 8}, {33, 6}}, .trees = true, .s_groups = sg});
     }
-  // Where they do not apply: 8-row blocks, e5m2 rows, e4m3 rows without the V tile.
+  // Where they do not apply: 8-row blocks, several row tiles a sequence, e5m2 rows, e4m3 rows
+  // without the V tile.
   const cuda::MlaRowFormat bf16 =
       cuda::mla_row_format(make_layout(kFormats[0], 512, 64, 64, 64), 1, 1.0f);
   const cuda::MlaRowFormat e5m2 =
@@ -670,8 +672,14 @@ TEST(MlaAttention, DecodeSGroups) {
   EXPECT_EQ(cuda::plan_mla_attention(bf16, 64, 64, 16, 1, 4096, 132, {.s_groups = 2}).s_groups, 2);
   EXPECT_EQ(cuda::plan_mla_attention(bf16, 64, 64, 16, 1, 4096, 132, {.s_groups = 3}).s_groups, 2);
   EXPECT_EQ(cuda::plan_mla_attention(e4m3, 64, 64, 16, 1, 4096, 132, {.s_groups = 3}).s_groups, 3);
-  EXPECT_EQ(cuda::plan_mla_attention(bf16, 64, 64, 16, 1, 4096, 132).s_groups, 1);
+  EXPECT_EQ(cuda::plan_mla_attention(bf16, 64, 64, 16, 1, 4096, 132).s_groups, 2);  // default
+  EXPECT_EQ(cuda::plan_mla_attention(bf16, 64, 64, 16, 1, 4096, 132, {.s_groups = 1}).s_groups, 1);
   EXPECT_EQ(cuda::plan_mla_attention(bf16, 64, 64, 8, 1, 4096, 132, {.s_groups = 2}).s_groups, 1);
+  // More than one row tile a sequence (fp8_flashmla's 128 heads: the decode kernel) keeps one.
+  const cuda::MlaRowFormat flash =
+      cuda::mla_row_format(make_layout(kFormats[7], 512, 64, 64, 64), 1, 1.0f);
+  EXPECT_EQ(cuda::plan_mla_attention(flash, 64, 64, 16, 1, 4096, 132).s_groups, 2);
+  EXPECT_EQ(cuda::plan_mla_attention(flash, 64, 64, 128, 1, 4096, 132).s_groups, 1);
   EXPECT_EQ(cuda::plan_mla_attention(e5m2, 64, 64, 16, 1, 4096, 132, {.s_groups = 2}).s_groups, 1);
   EXPECT_EQ(cuda::plan_mla_attention(e4m3, 64, 64, 16, 1, 4096, 132,
                                      {.cvt = cuda::kMlaCvtHwS, .s_groups = 2})

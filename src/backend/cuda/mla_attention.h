@@ -161,9 +161,10 @@ struct MlaAttentionParams {
   int multicast;     // the pipelined wgmma kernel: 1 runs a sequence's two row tiles as a cluster
                      // pair with multicast copies where that applies (the plan's; 0 never)
   int s_groups;      // the decode kernel's S warps at 16 rows (mla_decode_s_warps.cuh; the
-                     // plan's): 1 one group; 2 two groups of 8 rows (12 warps a block; bf16 rows
-                     // or e4m3 rows through the V tile; the same bits); 3 two groups of half the
-                     // dims that trade partial scores (e4m3 rows through the V tile)
+                     // plan's, where a sequence's rows are one tile): 1 one group; 2 two groups
+                     // of 8 rows (12 warps a block; bf16 rows or e4m3 rows through the V tile; the
+                     // same bits); 3 two groups of half the dims that trade partial scores (e4m3
+                     // rows through the V tile)
 };
 static_assert(sizeof(MlaAttentionParams) == 14 * 8 + sizeof(MlaRowFormat) + 24 * 4, "no padding");
 // Where the decode kernel's warps spend their cycles (p.prof, summed over every block's warps):
@@ -194,14 +195,21 @@ bool mla_decode_supported(const MlaRowFormat& fmt);
 // rows, 2 for e4m3 rows with kMlaCvtTile).
 int mla_decode_stages(const MlaRowFormat& fmt, int cvt = kMlaCvtHwS);
 // How many 64-key chunks ahead of its stage loads the decode kernel prefetches rows into L2 by
-// default. The idea: its shared memory holds 3 stages of bf16 rows and two are under the S and PV
-// warps, so about one stage (74 KB) is in flight an SM; rows prefetched into L2 a few chunks ahead
-// would keep more bytes in flight. Measured on the H200 (2026-12-02, batch 64 x 4,096, `bash
-// bench/cuda/mla_decode_run.sh`): rows copied in groups of 4 alone reached 74.9% / 79.2% of copy
-// (bf16, 16 / 8 heads) and adding the prefetch (distance 2) lowered it to 66.6% / 69.4%, and fp8
-// likewise (39.6% vs 36.5%): off by default, kept as a knob for the benchmark's sweep.
-constexpr int kMlaDecodeL2Prefetch = 0;
+// default (mla_decode_l2_prefetch: bf16 rows kMlaDecodeL2Prefetch, fp8 rows none). The idea: its
+// shared memory holds 3 stages of bf16 rows and two are under the S and PV warps, so about one
+// stage (74 KB) is in flight an SM; rows prefetched into L2 ahead keep more bytes in flight.
+// Measured: on the H200 (2026-12-02, batch 64 x 4,096, `bash bench/cuda/mla_decode_run.sh`, that
+// day's kernel) distance 2 lowered every layout (bf16 16 / 8 heads 74.9 / 79.2 -> 66.6 / 69.4%
+// of copy, fp8 39.6 -> 36.5%). On an H100 (2026-12-06, `mla_bench --what acceptance
+// --l2-prefetch 0|1`, `--what sgroups`) distance 1 took bf16 16 heads from 84.5-88.9 to
+// 89.9-90.4% and 8 heads from 93.3-93.5 to 95.8-96.3%, distance 2 / 4 lost (84.6 / 56.5%), and
+// fp8_flashmla lost at every distance (16 heads 64.4 -> 63.3%, 8 heads 79.5-80.3 -> 78.1-78.3%);
+// in the steps (rank_step_bench variant mla_pf1): a Kimi-K2.5 rank -1.7 / -0.9 / -1.1% at batch
+// 1 / 32 / 128, Moonlight bf16 -0.8 / +0.4 / +0.1% at 1 / 64 / 256.
+constexpr int kMlaDecodeL2Prefetch = 1;
 constexpr int kMlaDecodeMaxL2Prefetch = 8;
+// The decode kernel's default L2 prefetch distance for a row format (see kMlaDecodeL2Prefetch).
+int mla_decode_l2_prefetch(const MlaRowFormat& fmt);
 // Whether the mma kernel copies rows straight into its bf16 tiles (bf16 plain rows) rather than
 // staging and decoding them.
 bool mla_mma_direct(const MlaRowFormat& fmt);
@@ -243,7 +251,7 @@ struct MlaPlanOptions {
   int diag = 0;          // MlaAttentionParams::diag (benchmarks)
   int partials = 0;      // 1: partials and the merge even with one split (DCP's lse_out needs them)
   int l2_prefetch = -1;  // the decode kernel's L2 prefetch distance in chunks (-1: the default,
-                         // kMlaDecodeL2Prefetch; 0: none, the kernel as before it)
+                         // mla_decode_l2_prefetch; 0: none)
   int row_groups = 1;    // the decode kernel: 1 rows copied in groups of 4 where the page size
                          // allows, 2 in groups of 8, 0 one row a copy (the kernel as before)
   int stages = 0;        // the decode kernel's stages (0: as many as fit, mla_decode_stages)
@@ -257,9 +265,9 @@ struct MlaPlanOptions {
   int fused_merge = 0;  // > 1: the decode kernel merges its splits itself where there are at
                         // most this many (and kMlaFusedMergeMaxSplits), into bf16 output (not
                         // opt.partials); CudaTunables::mla_fused_merge_max_splits
-  int s_groups = 1;     // 2 / 3: the decode kernel's 16-row blocks with two groups of S warps, by
+  int s_groups = 2;     // 2 / 3: the decode kernel's 16-row blocks with two groups of S warps, by
                         // rows / by dims, where the format allows it (MlaAttentionParams::s_groups
-                        // says where; 3 falls back to 2); CudaTunables::mla_s_groups
+                        // says where; 3 falls back to 2); 1 one group; CudaTunables::mla_s_groups
 };
 // The most splits the decode kernel merges itself: its last block weighs every split of its
 // rows in one pass of its warps (mla_decode_merge.cuh: a lane two splits).

@@ -394,11 +394,15 @@ struct CudaTunables {
   int mla_decode_rows = -1;
   // The MLA decode kernel's 16-row blocks: 2 runs their S warps as two groups of 8 rows (12 warps
   // a block, the same bits; mla_decode_s_warps.cuh says why), 3 as two groups of half the dims
-  // (fp8 rows through the V tile; elsewhere as 2), 1 as one group of 16. No env; A/B: variants
-  // mla_sgroups2 / mla_sgroups3 (rank_step_bench), mla_bench --what sgroups.
-  int mla_s_groups = 1;
+  // (fp8 rows through the V tile; elsewhere as 2), 1 as one group of 16. No env. Default 2,
+  // measured on H100s (2026-12-06, mla_bench --what sgroups, rank_step_bench variant
+  // mla_sgroups2): fp8_flashmla 16 heads 64.4 -> 68.7% of copy (by dims 69.1%), bf16 level
+  // (86.6-90.0% either way, bandwidth-bound there), Moonlight bf16 steps -0.9 / -0.8% at batch
+  // 64 / 256 (two runs each); batch 1 runs 8-row blocks.
+  int mla_s_groups = 2;
   // The MLA decode kernel's L2 prefetch distance in chunks (MlaPlanOptions::l2_prefetch); -1: the
-  // plan's default (kMlaDecodeL2Prefetch). No env; A/B: variants mla_pf0 / mla_pf1.
+  // plan's default (mla_decode_l2_prefetch: 1 for bf16 rows, 0 for fp8). No env; A/B: variants
+  // mla_pf0 / mla_pf1.
   int mla_l2_prefetch = -1;
   // Decode attention's split-KV target: this many decode blocks per SM. No env. Default 4:
   // 1 or 8 changed batch-1 decode by +-0.02 ms (2026-11-29 night); the 64 x 4,096 kernel alone ran
