@@ -55,8 +55,14 @@ void launch_mla_decode(const MlaAttentionParams& p, cudaStream_t stream) {
                 p.stages <= mla_decode_stages(p.fmt, p.cvt),
             "MLA decode kernel: rows of {} bytes (16-byte aligned), chunk {}, {} rows, {} stages",
             p.fmt.row_bytes, p.chunk, p.tile_rows, p.stages);
-  CHECK_MSG(mla_decode::smem_bytes(p) <= kMlaMaxSmem &&
-                (p.s_groups <= 1 || (p.tile_rows == 16 && p.s_groups <= 3)),
+  // The S forms the kernels are instantiated for (plan_mla_attention picks only these).
+  const bool vtile = mla_decode::uses_vtile(p.fmt.latent_elem, p.cvt);
+  const bool form_ok =
+      p.s_groups <= mla_decode::kSOne ||
+      (p.tile_rows == 16 && ((p.s_groups == mla_decode::kSRows &&
+                              (vtile || (!p.fmt.flashmla && p.fmt.latent_elem == kMlaBf16))) ||
+                             (p.s_groups == mla_decode::kSDims && vtile)));
+  CHECK_MSG(form_ok && mla_decode::smem_bytes(p) <= kMlaMaxSmem,
             "MLA decode kernel: S form {} at {} rows, {} bytes of shared memory", p.s_groups,
             p.tile_rows, mla_decode::smem_bytes(p));
   if (p.fmt.flashmla) return mla_decode::launch_flash(p, stream);
