@@ -4,15 +4,16 @@
 # owed; 16 heads on the line), issue 23's MoE prefill at 8,192 (its verdict moves with the same
 # run's cuBLAS ceiling), issue 24's Kimi-K2.5 rank and Moonlight at batch 1. Each row twice or
 # three times: one process's GPU clock state moves its timings by several %.
-#   here:   bash bench/cuda/prebuilt.sh pack h39 strata_bench_mla_bench \
-#             strata_bench_rank_step_bench strata_bench_moe_bench   (~35 MB; done at 7181c0e)
-#   device: (carry .devcarry/h39 and .devcarry/cfg)  bash bench/cuda/owed_h200_check.sh
+#   here:   bash bench/cuda/prebuilt.sh pack h40 strata_bench_mla_bench \
+#             strata_bench_rank_step_bench strata_bench_moe_bench   (~39 MB; done at 025f610, the
+#             MLA decode's 2026-12-06 defaults; h39: 7181c0e)
+#   device: (carry .devcarry/h40 and .devcarry/cfg)  bash bench/cuda/owed_h200_check.sh
 # On another GPU it runs all the same and says so: the rows' targets are the H200's.
 set -u
 OUT=${OUT:-/tmp/strata_out}
 mkdir -p "$OUT"
 t0=$(date +%s)
-PREBUILT=${PREBUILT:-h39}
+PREBUILT=${PREBUILT:-h40}
 source bench/cuda/prebuilt.sh unpack "$PREBUILT" || exit 1
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
