@@ -572,16 +572,14 @@ int main(int argc, char** argv) {
     bench_case(s, c, bf16, 128, ctx, 1, 16, "sgroup1", o);
     // The L2 prefetch distance with each form (the S warps wait for stage bytes: fp8_flashmla
     // rows have 2 stages beside the V tile, bf16 rows 3).
-    static char pf_names[4][4][16];
     for (const Layout* lt : {&bf16, &flash})
       for (int sg : {1, 2, 3}) {
         if (sg == 3 && lt == &bf16) continue;
         for (int pf : {1, 2, 4}) {
-          char* name = pf_names[sg][pf == 4 ? 3 : pf];
-          std::snprintf(name, 16, "sg%d-pf%d", sg, pf);
+          const std::string name = "sg" + std::to_string(sg) + "-pf" + std::to_string(pf);
           o.s_groups = sg;
           o.l2_prefetch = pf;
-          bench_case(s, c, *lt, batch, ctx, 1, 16, name, o);
+          bench_case(s, c, *lt, batch, ctx, 1, 16, name.c_str(), o);
         }
       }
   }
