@@ -4,30 +4,45 @@
 # owed; 16 heads on the line), issue 23's MoE prefill at 8,192 (its verdict moves with the same
 # run's cuBLAS ceiling), issue 24's Kimi-K2.5 rank and Moonlight at batch 1. Each row twice or
 # three times: one process's GPU clock state moves its timings by several %.
-#   here:   bash bench/cuda/prebuilt.sh pack h40 strata_bench_mla_bench \
-#             strata_bench_rank_step_bench strata_bench_moe_bench   (~39 MB; done at 025f610, the
-#             MLA decode's 2026-12-06 defaults; h39: 7181c0e)
-#   device: (carry .devcarry/h40 and .devcarry/cfg)  bash bench/cuda/owed_h200_check.sh
+#   here:   bash bench/cuda/prebuilt.sh pack h41 strata_bench_mla_bench \
+#             strata_bench_rank_step_bench strata_bench_moe_bench   (~39 MB; the last pack: h41,
+#             session 41; h40 at 025f610)
+#           bash bench/cuda/make_carry.sh bench && cp -r .devcarry/bench .devcarry/cfg
+#   device: (carry .devcarry/h41 and .devcarry/cfg)  bash bench/cuda/owed_h200_check.sh
+#   (MLA_RUNS, STEP_STAGES, MOE_DECODE_VARIANTS, MOE_RUNS below)
 # On another GPU it runs all the same and says so: the rows' targets are the H200's.
 set -u
 OUT=${OUT:-/tmp/strata_out}
 mkdir -p "$OUT"
 t0=$(date +%s)
-PREBUILT=${PREBUILT:-h40}
+PREBUILT=${PREBUILT:-h41}
 source bench/cuda/prebuilt.sh unpack "$PREBUILT" || exit 1
+prebuilt_link_shared "$PWD/.devcarry/cfg"  # moe_bench --what backend reads shared/configs
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 [[ $gpu == *H200* ]] || echo "not an H200 ($gpu): these readings are not the rows' verdicts"
-# 1. MLA: the copy and GEMM ceilings of the process, then issue 22's rows.
-for i in 1 2 3; do
+# 1. MLA: the copy and GEMM ceilings of the process, then issue 22's rows (MLA_RUNS processes).
+for i in $(seq 1 "${MLA_RUNS:-3}"); do
   timeout 90 "$PB/strata_bench_mla_bench" --what ceilings,acceptance >"$OUT/mla_$i.log" 2>&1
   echo "[mla $i @$(( $(date +%s) - t0 )) s] exit $?"
   grep -E "^ceiling|^mla" "$OUT/mla_$i.log" | sed 's/ of latent rows//' | cut -c1-220
 done
-# 2. The MoE experts' GEMMs at 8,192 tokens against the process's cuBLAS rate.
+# 2. Kimi-K2.5 rank (4- and 12-layer cuts projected to 61) and Moonlight at batch 1 (STEP_STAGES;
+# add "llama" with LLAMA_CONFIG=llama-3.1-8b-w4a16 for the W4A16 row), each stage's *_VARIANTS as
+# session10_check.sh takes them (e.g. KIMI_VARIANTS=mla_pf0: an A/B in the same process).
+STRATA_CARRY=$PWD/.devcarry/cfg PREBUILT=$PREBUILT STAGES="${STEP_STAGES:-kimi moonlight}" \
+  KIMI_CUTS="4 12" KIMI_BATCHES=${KIMI_BATCHES:-1} bash bench/cuda/session10_check.sh
+# 2b. With MOE_DECODE_VARIANTS: one Kimi-K2.5 rank's INT4 experts through the backend at 1 / 8 /
+# 32 / 128 tokens, the defaults and those variants in one process, twice.
+if [ -n "${MOE_DECODE_VARIANTS:-}" ]; then
+  for i in 1 2; do
+    timeout 120 "$PB/strata_bench_moe_bench" --what backend --backend-configs kimi \
+      --tokens 1,8,32,128 --variants "$MOE_DECODE_VARIANTS" >"$OUT/moe_decode_$i.log" 2>&1
+    echo "[moe decode $i @$(( $(date +%s) - t0 )) s] exit $?"
+    grep -v "^\s*$" "$OUT/moe_decode_$i.log" | tail -30 | cut -c1-200
+  done
+fi
+# 3. The MoE experts' GEMMs at 8,192 tokens against the process's cuBLAS rate (MOE_RUNS processes).
 source bench/cuda/moe_prefill_ab.sh
-for i in 1 2; do moe_prefill_ab "main_$i" "$PB/strata_bench_moe_bench"; done
-# 3. Kimi-K2.5 rank (4- and 12-layer cuts projected to 61) and Moonlight at batch 1.
-STRATA_CARRY=$PWD/.devcarry/cfg PREBUILT=$PREBUILT STAGES="kimi moonlight" KIMI_CUTS="4 12" \
-  KIMI_BATCHES=1 bash bench/cuda/session10_check.sh
+for i in $(seq 1 "${MOE_RUNS:-2}"); do moe_prefill_ab "main_$i" "$PB/strata_bench_moe_bench"; done
 echo "total: $(( $(date +%s) - t0 )) s"
