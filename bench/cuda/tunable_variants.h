@@ -50,6 +50,10 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.mla_early_kv = false; }},
     {"moe_unrounded", "INT4 experts' weights unrounded before the mma (moe_int4_reg_round off)",
      [](cuda::CudaTunables& t) { t.moe_int4_reg_round = false; }},
+    {"moe_gu_unrounded",
+     "INT4 experts' register-GEMV gate_up unrounded, the flat down and split gate_up still "
+     "rounding (moe_int4_gate_up_round off)",
+     [](cuda::CudaTunables& t) { t.moe_int4_gate_up_round = false; }},
     {"moe_rows1", "INT4 experts' register GEMV: one row tile a k tile (moe_int4_reg_rows 1)",
      [](cuda::CudaTunables& t) { t.moe_int4_reg_rows = 1; }},
     {"moe_split_auto", "INT4 experts: the kernel's blocks per work item (moe_int4_reg_split 0)",

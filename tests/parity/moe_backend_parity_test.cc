@@ -271,6 +271,13 @@ Experts upload_experts(Pair& p, const HostLinearWeight& gu, const HostLinearWeig
   e.gpu.down = p.gpu_->upload_linear(dn, Tensor{});
   return e;
 }
+// A case's random gate_up and down stacks on both backends.
+Experts random_experts(Pair& p, const ExpertCase& c) {
+  const HostLinearWeight gu =
+      parity::random_stack(p.rng(), c.fmt, c.experts, 2 * c.inter, c.hidden);
+  const HostLinearWeight dn = parity::random_stack(p.rng(), c.fmt, c.experts, c.hidden, c.inter);
+  return upload_experts(p, gu, dn);
+}
 
 // out (+ add) of one routing on both backends; returns the NMSE.
 double experts_nmse(Pair& p, const Experts& ex, int64_t tokens, int k, bool with_add,
@@ -302,10 +309,7 @@ double experts_nmse(Pair& p, const Experts& ex, int64_t tokens, int k, bool with
 TEST(MoeBackend, ExpertsMatchCpu) {
   Pair p;
   for (const ExpertCase& c : kExpertCases) {
-    const HostLinearWeight gu =
-        parity::random_stack(p.rng(), c.fmt, c.experts, 2 * c.inter, c.hidden);
-    const HostLinearWeight dn = parity::random_stack(p.rng(), c.fmt, c.experts, c.hidden, c.inter);
-    const Experts ex = upload_experts(p, gu, dn);
+    const Experts ex = random_experts(p, c);
     const char* why = nullptr;
     EXPECT_TRUE(cuda::moe_stack_tiled(ex.gpu.gate_up, &why) &&
                 cuda::moe_stack_tiled(ex.gpu.down, &why))
@@ -343,10 +347,7 @@ TEST(MoeBackend, FlatDownMatchesCpu) {
   for (const ExpertCase& c : cases) {
     const int group = c.fmt == Fmt::kInt4g32 ? 32 : 128;
     ASSERT_TRUE(cuda::int4_flat_down_fits(c.inter, group, 8)) << c.inter << " " << group;
-    const HostLinearWeight gu =
-        parity::random_stack(p.rng(), c.fmt, c.experts, 2 * c.inter, c.hidden);
-    const HostLinearWeight dn = parity::random_stack(p.rng(), c.fmt, c.experts, c.hidden, c.inter);
-    const Experts ex = upload_experts(p, gu, dn);
+    const Experts ex = random_experts(p, c);
     for (bool flat : {true, false}) {
       p.cuda().tune([&](cuda::CudaTunables& t) { t.moe_int4_reg_flat_down = flat; });
       for (int64_t t : {1, 2, 3, 8, 17, 32, 64}) {
@@ -378,10 +379,7 @@ TEST(MoeBackend, WideRowsMatchCpu) {
       {Fmt::kInt4g32, 320, 32, 8, 2},
   };
   for (const ExpertCase& c : cases) {
-    const HostLinearWeight gu =
-        parity::random_stack(p.rng(), c.fmt, c.experts, 2 * c.inter, c.hidden);
-    const HostLinearWeight dn = parity::random_stack(p.rng(), c.fmt, c.experts, c.hidden, c.inter);
-    const Experts ex = upload_experts(p, gu, dn);
+    const Experts ex = random_experts(p, c);
     for (bool others : {false, true}) {  // the split gate_up and flat down off, then on
       p.cuda().tune([&](cuda::CudaTunables& t) {
         t.moe_int4_reg_rows = 4;
@@ -407,6 +405,57 @@ TEST(MoeBackend, WideRowsMatchCpu) {
   EXPECT_EQ(moe_fallbacks(*p.gpu_), 0);
 }
 
+// The INT4 experts' register-GEMV gate_up unrounded (CudaTunables::moe_int4_gate_up_round off)
+// and rounded, with one and four row tiles a k tile, the split gate_up and the flat down rounding
+// as ever, against the CPU twin: planned and by ids, groups 32 and 128, down k 256 / 128 / 96.
+// The rounded forms' bound: unrounded weights are (nibble - 8) · scale exactly where the twin
+// rounds them to bf16 first (2^-9 relative a weight), and measured 1.3e-5 to 2.0e-5 (H100,
+// 2026-12-06) as the rounded ones. And the knob reaches the kernel: at T = 17 (planned in every
+// case) the two forms' outputs differ on the same routing and x.
+TEST(MoeBackend, UnroundedGateUpMatchesCpu) {
+  struct Form {
+    bool round;
+    int rows;
+  };
+  const Form forms[] = {{false, 1}, {false, 4}, {true, 4}};
+  Pair p;
+  const ExpertCase cases[] = {
+      {Fmt::kInt4g32, 512, 256, 64, 8},
+      {Fmt::kInt4g128, 1152, 128, 16, 4},
+      {Fmt::kInt4g32, 384, 96, 16, 6},
+  };
+  for (const ExpertCase& c : cases) {
+    const Experts ex = random_experts(p, c);
+    std::vector<float> outs[2];  // T = 17, unrounded and rounded (rows 4)
+    for (const Form& f : forms) {
+      p.cuda().tune([&](cuda::CudaTunables& t) {
+        t.moe_int4_gate_up_round = f.round;
+        t.moe_int4_reg_rows = f.rows;
+      });
+      for (int64_t t : {1, 3, 8, 17, 32, 64}) {
+        if (cuda::moe_pick_regime(t, c.top_k, c.experts) != cuda::kMoeDecode) continue;
+        const double e = experts_nmse(p, ex, t, c.top_k, t % 2 == 1, nullptr);
+        std::printf("gate_up round %d rows %d %-9s H %4lld I %3lld E %2d k %d T %2lld: nmse %.2e\n",
+                    int(f.round), f.rows, fmt_name(c.fmt), (long long)c.hidden, (long long)c.inter,
+                    c.experts, c.top_k, (long long)t, e);
+        EXPECT_LT(e, kExpertsNmse) << fmt_name(c.fmt) << " H " << c.hidden << " T " << t;
+      }
+      ASSERT_EQ(cuda::moe_pick_regime(17, c.top_k, c.experts), cuda::kMoeDecode);
+      if (f.rows == 4) {
+        p.rng().seed(17);  // the same routing and x for both forms
+        experts_nmse(p, ex, 17, c.top_k, false, &outs[f.round]);
+      }
+    }
+    EXPECT_NE(outs[0], outs[1]) << fmt_name(c.fmt) << " H " << c.hidden;
+  }
+  p.cuda().tune([](cuda::CudaTunables& t) {
+    const cuda::CudaTunables d;
+    t.moe_int4_gate_up_round = d.moe_int4_gate_up_round;
+    t.moe_int4_reg_rows = d.moe_int4_reg_rows;
+  });
+  EXPECT_EQ(moe_fallbacks(*p.gpu_), 0);
+}
+
 // The gate_up projection by ids with each tile pair's k split over a cluster (CudaTunables::
 // moe_int4_split_gate_up, moe_experts_int4_gate_up.cu) against the CPU twin at T = 1 to 8
 // (T · k <= 64): groups 32 and 128, k tiles not a multiple of the warps (hidden 1,152 = 18
@@ -428,10 +477,7 @@ TEST(MoeBackend, SplitGateUpMatchesCpu) {
                           {4, 4, 4, 0},  {8, 2, 4, 0}, {8, 1, 2, 0}, {1, 8, 0, 1},
                           {2, 4, 0, 1},  {8, 1, 0, 1}, {1, 3, 0, 1}, {4, 4, 0, 1}};
   for (const ExpertCase& c : cases) {
-    const HostLinearWeight gu =
-        parity::random_stack(p.rng(), c.fmt, c.experts, 2 * c.inter, c.hidden);
-    const HostLinearWeight dn = parity::random_stack(p.rng(), c.fmt, c.experts, c.hidden, c.inter);
-    const Experts ex = upload_experts(p, gu, dn);
+    const Experts ex = random_experts(p, c);
     for (const Shape& sh : shapes) {
       p.cuda().tune([&](cuda::CudaTunables& t) {
         t.moe_int4_split_gate_up = true;
@@ -509,10 +555,7 @@ TEST(MoeBackend, RefusedShapesRunOnTheTwin) {
   for (const Case& c :
        {Case{Fmt::kBf16, 64, 32, 1100, 2, false}, Case{Fmt::kBf16, 64, 32, 48, 40, true},
         Case{Fmt::kFp8, 128, 128, 40, 36, true}, Case{Fmt::kInt4g32, 64, 64, 40, 33, true}}) {
-    const HostLinearWeight gu =
-        parity::random_stack(p.rng(), c.fmt, c.experts, 2 * c.inter, c.hidden);
-    const HostLinearWeight dn = parity::random_stack(p.rng(), c.fmt, c.experts, c.hidden, c.inter);
-    const Experts ex = upload_experts(p, gu, dn);
+    const Experts ex = random_experts(p, ExpertCase{c.fmt, c.hidden, c.inter, c.experts, c.top_k});
     EXPECT_EQ(cuda::moe_stack_tiled(ex.gpu.gate_up), c.tiled)
         << fmt_name(c.fmt) << " E " << c.experts;
     const double e = experts_nmse(p, ex, 5, c.top_k, true, nullptr);

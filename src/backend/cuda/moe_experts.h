@@ -48,7 +48,9 @@
 // rounded to bf16; fp8: value · scale in float32 rounded to bf16); float32 accumulation; gate and
 // up rounded to bf16 before silu (as linear + silu_mul), act, y and out stored in bf16. FP8
 // decode with x staged in f16 (fp8_f16) keeps w · s unrounded instead: e4m3 values times f16 x
-// summed in float32 per 128-column block, times the block scale (moe_stage_f16.cu).
+// summed in float32 per 128-column block, times the block scale (moe_stage_f16.cu); so does INT4
+// decode's gate_up on the register GEMV (planned, above moe_int4_reg_max_assignments): (128 +
+// nibble) into the mma, −136·Σx and the scale on float32 group sums (int4_gate_up_round 0).
 //
 // Parameter blocks are trivially copyable without padding bytes (the backend records launches by
 // their bytes for CUDA graphs); launchers are asynchronous on `stream`, never allocate, never
@@ -364,6 +366,10 @@ struct MoeExpertsParams {
   int int4_down_combine;           // INT4 at T = 1: down and combine in one launch (CudaTunables::
                                    // moe_int4_down_combine; moe_experts_int4_reg.h)
   int int4_reg_rows;               // CudaTunables::moe_int4_reg_rows
+  // With int4_reg_round: 1 the register GEMV's gate_up rounds its weights too, 0 (as zero-
+  // initialized) it runs unrounded (CudaTunables::moe_int4_gate_up_round).
+  int int4_gate_up_round;
+  int pad0_;
   // Or null: the stream waits on it right before the combine (the join of the side branch that
   // makes `add`: backend/side_branch.h).
   cudaEvent_t join_event;
@@ -390,6 +396,6 @@ static_assert(std::has_unique_object_representations_v<MoeGroupedParams>);
 static_assert(std::has_unique_object_representations_v<MoeStageF16Params>);
 // (A float member rules out has_unique_object_representations: the size says there is no padding.)
 static_assert(std::is_trivially_copyable_v<MoeCombineParams> && sizeof(MoeCombineParams) == 112);
-static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 320);
+static_assert(std::is_trivially_copyable_v<MoeExpertsParams> && sizeof(MoeExpertsParams) == 328);
 
 }  // namespace strata::cuda

@@ -23,10 +23,11 @@ Int4LinearParams expert_params(const MoeExpertsParams& p, const MoeWeights& w, c
   q.k = w.k;
   q.group = w.group;
   q.gemv_unroll = 8;
-  // Weights rounded to bf16 before the mma by default, as every MoE kernel and the CPU twin
-  // dequantize (moe_experts.h numerics); the unrounded variant moved a tiny layer's NMSE from
-  // ~1.5e-5 to 4.3e-5 against the twin (MoeBackend.ExpertsMatchCpu, H 64 I 32 T 2; bound 4e-5).
-  q.gemv_round = p.int4_reg_round;
+  // Weights rounded to bf16 before the mma, as the other MoE kernels and the CPU twin dequantize
+  // (moe_experts.h numerics), unless int4_reg_round is off (every INT4 kernel unrounded: a tiny
+  // layer's NMSE against the twin went from ~1.5e-5 to 4.3e-5, MoeBackend.ExpertsMatchCpu, H 64
+  // I 32 T 2); gate_up's own choice (int4_gate_up_round) is set by the callers below.
+  q.gemv_round = p.int4_reg_round != 0;
   q.gemv_rows = p.int4_reg_rows;
   return q;
 }
@@ -86,6 +87,7 @@ bool launch_moe_int4_reg(const MoeExpertsParams& p, bf16_bits* act, bf16_bits* y
   const int64_t hidden = p.down.n, inter = p.down.k;
   Int4LinearParams gate_up = expert_params(p, p.gate_up, p.x, act, 1);
   gate_up.glu_inter = inter;
+  gate_up.gemv_round = p.int4_reg_round && p.int4_gate_up_round;
   gate_up.gemv_warps = p.int4_reg_gate_up_warps;
   // The ids are written by the kernel just before: the expert is known only after the wait, and
   // the trigger comes after it, so that down may read the ids before its own wait.
@@ -178,6 +180,7 @@ bool launch_moe_int4_reg_planned(const MoeExpertsParams& p, const MoePlan& plan,
   ex.max_tiles = moe_max_tiles(n, p.num_experts, tile_rows);
   Int4LinearParams gate_up = expert_params(p, p.gate_up, p.x, act, tile_rows);
   gate_up.glu_inter = inter;
+  gate_up.gemv_round = p.int4_reg_round && p.int4_gate_up_round;
   gate_up.gemv_warps = p.int4_reg_gate_up_warps;
   gate_up.gemv_trigger = kInt4TriggerAfterWait;  // down reads the plan before its wait
   Int4RegExperts gate_up_ex = ex;

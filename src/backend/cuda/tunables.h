@@ -242,6 +242,20 @@ struct CudaTunables {
   // 32 / 128: 18.64 / 39.90 ms against 22.98 / 45.02. Batch 1 (by ids) is unchanged by both.
   // Unrounded weights and 8-row tiles measured no better (within 1%, or slower).
   bool moe_int4_reg_round = true;
+  // gate_up_round (with round on): whether the register GEMV's gate_up (planned, and by ids where
+  // the split gate_up does not take it) rounds its weights too; false runs that projection
+  // unrounded ((nibble - 8) · scale exactly, the dense W4A16 GEMV's numerics) while the split
+  // gate_up and the flat down keep rounding (round off turns those round-only kernels off: session
+  // 28's moe_unrounded row, +10-13% at T = 8 / 128, measured that). Per 512-byte tile and row the
+  // round mode spends ~68 instructions on the dequantization and mma, unrounded ~52. One Kimi-K2.5
+  // rank's experts unrounded (moe_bench --what backend, H100, 2026-12-06, three processes,
+  // alternating) at T = 32 / 128: -1.9 to -2.5% / -1.7 to -1.8% (T = 1 / 8: +-0.5%); its step (61
+  // layers projected) at batch 32 / 128 15.531 / 36.871 ms against 15.967 / 37.508 (-2.7 /
+  // -1.7%). NMSE against the twin 1.5e-5 to 2.0e-5 (MoeBackend.UnroundedGateUpMatchesCpu), as
+  // rounded. The flat down unrounded measured +0.4 to +0.7% (latency-bound: bench/results/
+  // 2026-12-06-session41-flat-down-unrounded.patch). Default true until the MoE and DeepSeek
+  // fixture suites have run with it off (only MoeBackend.* has). Variant moe_gu_unrounded.
+  bool moe_int4_gate_up_round = true;
   int moe_int4_reg_split = 2;
   // rows: Int4LinearParams::gemv_rows of the experts' register GEMV (1 or 4). Default 4: one
   // Kimi-K2.5 rank's experts (moe_bench --what backend, H200, 2026-12-05, alternating A/B) at
