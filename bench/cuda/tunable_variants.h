@@ -54,6 +54,10 @@ inline constexpr Variant kVariants[] = {
      "INT4 experts' register-GEMV gate_up unrounded, the flat down and split gate_up still "
      "rounding (moe_int4_gate_up_round off)",
      [](cuda::CudaTunables& t) { t.moe_int4_gate_up_round = false; }},
+    {"moe_split_unrounded",
+     "INT4 experts' split gate_up (by ids, few tokens) unrounded at group 32 "
+     "(moe_int4_split_round off)",
+     [](cuda::CudaTunables& t) { t.moe_int4_split_round = false; }},
     {"moe_rows1", "INT4 experts' register GEMV: one row tile a k tile (moe_int4_reg_rows 1)",
      [](cuda::CudaTunables& t) { t.moe_int4_reg_rows = 1; }},
     {"moe_split_auto", "INT4 experts: the kernel's blocks per work item (moe_int4_reg_split 0)",

@@ -405,19 +405,20 @@ TEST(MoeBackend, WideRowsMatchCpu) {
   EXPECT_EQ(moe_fallbacks(*p.gpu_), 0);
 }
 
-// The INT4 experts' register-GEMV gate_up unrounded (CudaTunables::moe_int4_gate_up_round off)
-// and rounded, with one and four row tiles a k tile, the split gate_up and the flat down rounding
-// as ever, against the CPU twin: planned and by ids, groups 32 and 128, down k 256 / 128 / 96.
-// The rounded forms' bound: unrounded weights are (nibble - 8) · scale exactly where the twin
-// rounds them to bf16 first (2^-9 relative a weight), and measured 1.3e-5 to 2.0e-5 (H100,
-// 2026-12-06) as the rounded ones. And the knob reaches the kernel: at T = 17 (planned in every
-// case) the two forms' outputs differ on the same routing and x.
+// The INT4 experts' gate_up unrounded against the CPU twin: the register GEMV's (CudaTunables::
+// moe_int4_gate_up_round off; one and four row tiles a k tile) and the split gate_up's at group 32
+// (moe_int4_split_round off), each beside its rounded form, the flat down rounding as ever;
+// planned and by ids, groups 32 and 128, down k 256 / 128 / 96. The rounded forms' bound:
+// unrounded weights are (nibble - 8) · scale exactly where the twin rounds them to bf16 first
+// (2^-9 relative a weight); the register GEMV's measured 1.3e-5 to 2.0e-5 (H100, 2026-12-06) as
+// the rounded ones. And each knob reaches its kernel: the outputs differ from the rounded ones on
+// the same routing and x, at T = 17 (planned in every case) and at T = 3 (by ids: the split).
 TEST(MoeBackend, UnroundedGateUpMatchesCpu) {
   struct Form {
-    bool round;
+    bool reg_round, split_round;
     int rows;
   };
-  const Form forms[] = {{false, 1}, {false, 4}, {true, 4}};
+  const Form forms[] = {{false, true, 1}, {false, true, 4}, {true, false, 4}, {true, true, 4}};
   Pair p;
   const ExpertCase cases[] = {
       {Fmt::kInt4g32, 512, 256, 64, 8},
@@ -426,31 +427,43 @@ TEST(MoeBackend, UnroundedGateUpMatchesCpu) {
   };
   for (const ExpertCase& c : cases) {
     const Experts ex = random_experts(p, c);
-    std::vector<float> outs[2];  // T = 17, unrounded and rounded (rows 4)
-    for (const Form& f : forms) {
+    std::vector<float> outs[4][2];  // [form][T = 17, T = 3]
+    for (int fi = 0; fi < 4; ++fi) {
+      const Form& f = forms[fi];
       p.cuda().tune([&](cuda::CudaTunables& t) {
-        t.moe_int4_gate_up_round = f.round;
+        t.moe_int4_gate_up_round = f.reg_round;
+        t.moe_int4_split_round = f.split_round;
         t.moe_int4_reg_rows = f.rows;
       });
       for (int64_t t : {1, 3, 8, 17, 32, 64}) {
         if (cuda::moe_pick_regime(t, c.top_k, c.experts) != cuda::kMoeDecode) continue;
         const double e = experts_nmse(p, ex, t, c.top_k, t % 2 == 1, nullptr);
-        std::printf("gate_up round %d rows %d %-9s H %4lld I %3lld E %2d k %d T %2lld: nmse %.2e\n",
-                    int(f.round), f.rows, fmt_name(c.fmt), (long long)c.hidden, (long long)c.inter,
-                    c.experts, c.top_k, (long long)t, e);
+        std::printf(
+            "gate_up round %d split round %d rows %d %-9s H %4lld I %3lld E %2d k %d T %2lld: "
+            "nmse %.2e\n",
+            int(f.reg_round), int(f.split_round), f.rows, fmt_name(c.fmt), (long long)c.hidden,
+            (long long)c.inter, c.experts, c.top_k, (long long)t, e);
         EXPECT_LT(e, kExpertsNmse) << fmt_name(c.fmt) << " H " << c.hidden << " T " << t;
       }
       ASSERT_EQ(cuda::moe_pick_regime(17, c.top_k, c.experts), cuda::kMoeDecode);
-      if (f.rows == 4) {
-        p.rng().seed(17);  // the same routing and x for both forms
-        experts_nmse(p, ex, 17, c.top_k, false, &outs[f.round]);
+      for (int j = 0; j < 2; ++j) {
+        p.rng().seed(17);  // the same routing and x for every form
+        experts_nmse(p, ex, j == 0 ? 17 : 3, c.top_k, false, &outs[fi][j]);
       }
     }
-    EXPECT_NE(outs[0], outs[1]) << fmt_name(c.fmt) << " H " << c.hidden;
+    // Forms 1 (register GEMV unrounded), 2 (split unrounded) against 3 (both rounded).
+    EXPECT_NE(outs[1][0], outs[3][0]) << fmt_name(c.fmt) << " H " << c.hidden;
+    EXPECT_EQ(outs[1][1], outs[3][1]) << fmt_name(c.fmt) << " H " << c.hidden;  // the split's
+    EXPECT_EQ(outs[2][0], outs[3][0]) << fmt_name(c.fmt) << " H " << c.hidden;  // the GEMV's
+    if (c.fmt == Fmt::kInt4g32)
+      EXPECT_NE(outs[2][1], outs[3][1]) << fmt_name(c.fmt) << " H " << c.hidden;
+    else
+      EXPECT_EQ(outs[2][1], outs[3][1]) << fmt_name(c.fmt) << " H " << c.hidden;  // rounds
   }
   p.cuda().tune([](cuda::CudaTunables& t) {
     const cuda::CudaTunables d;
     t.moe_int4_gate_up_round = d.moe_int4_gate_up_round;
+    t.moe_int4_split_round = d.moe_int4_split_round;
     t.moe_int4_reg_rows = d.moe_int4_reg_rows;
   });
   EXPECT_EQ(moe_fallbacks(*p.gpu_), 0);

@@ -115,6 +115,32 @@ __device__ __forceinline__ void mma_tile_round(const uint4& q, uint32_t s0, uint
   }
 }
 
+// The same tile unrounded, group 32 (the split gate_up's knob): k steps 0-1 are one scale group
+// (word s0), 2-3 the other (s1); nx: −136·Σx of each group for the lane's columns (one token in
+// every column); each group's sums start there, take (128 + nibble)·x from the mma, and go to acc
+// (group 0) and acc1 (group 1) times the rows' scales: two chains a tile.
+__device__ __forceinline__ void mma_tile_unrounded_g32(const uint4& q, uint32_t s0, uint32_t s1,
+                                                       float2 nx, const uint32_t* xw, float* acc,
+                                                       float* acc1) {
+  const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
+  float g0[4] = {nx.x, nx.x, nx.x, nx.x}, g1[4] = {nx.y, nx.y, nx.y, nx.y};
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    uint32_t af[4];
+    magic_word(qw[s], af);
+    mma16816(s < 2 ? g0 : g1, af, xw[2 * s], xw[2 * s + 1]);
+  }
+  auto scale = [](uint32_t sw, const float* g, float* a) {  // rows g (low half), g + 8 (high)
+    const float lo = __uint_as_float(sw << 16), hi = __uint_as_float(sw & 0xffff0000u);
+    a[0] = fmaf(lo, g[0], a[0]);
+    a[1] = fmaf(lo, g[1], a[1]);
+    a[2] = fmaf(hi, g[2], a[2]);
+    a[3] = fmaf(hi, g[3], a[3]);
+  };
+  scale(s0, g0, acc);
+  scale(s1, g1, acc1);
+}
+
 // 16 bytes from shared memory (a lane's x fragments of the GEMVs).
 __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   uint4 v;

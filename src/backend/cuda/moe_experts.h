@@ -369,7 +369,9 @@ struct MoeExpertsParams {
   // With int4_reg_round: 1 the register GEMV's gate_up rounds its weights too, 0 (as zero-
   // initialized) it runs unrounded (CudaTunables::moe_int4_gate_up_round).
   int int4_gate_up_round;
-  int pad0_;
+  // 1: the split gate_up rounds its weights (CudaTunables::moe_int4_split_round); 0 (as zero-
+  // initialized): group 32 unrounded.
+  int int4_split_round;
   // Or null: the stream waits on it right before the combine (the join of the side branch that
   // makes `add`: backend/side_branch.h).
   cudaEvent_t join_event;

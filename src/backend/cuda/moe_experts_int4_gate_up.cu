@@ -18,7 +18,10 @@
 //   scale words), refilled as soon as a tile is multiplied; per 512-byte tile the register
 //   GEMV's round mode: (nibble - 8) · scale rounded to bf16, 4 mma.m16n8k16 into two accumulators
 //   (even / odd k steps), x as B fragments from shared memory (the CTA's k range of the
-//   assignment's token row, staged once in the register GEMV's fragment order, m = 1).
+//   assignment's token row, staged once in the register GEMV's fragment order, m = 1). Or, group
+//   32 with p.unrounded (CudaTunables::moe_int4_split_round off; prepared 2026-12-06, not yet
+//   run): (128 + nibble) into the mma, each half tile's sums starting at −136·Σx (made once a CTA
+//   from the staged x) and scaled into acc / acc1 (mma_tile_unrounded_g32).
 // - Partial sums: each warp's 16 gate and 16 up rows into shared memory; the CTA sums its warps
 //   in warp order, then rank 0 of the cluster sums the CTAs' sums in rank order through
 //   distributed shared memory (between two cluster barriers), rounds gate and up to bf16 (an
@@ -99,9 +102,14 @@ __host__ __device__ inline int warp_tiles(int kt, int cluster, int warps) {
 
 // R: k tiles in flight per warp (the register ring). G32: group 32 (two scale words a tile), else
 // one word a tile (the tile's group: group >= 64). TMA: the weights by bulk copies (no ring).
-template <int R, bool G32, bool TMA>
+// kRound: weights rounded to bf16 before the mma; else (group 32 only) mma_tile_unrounded_g32,
+// with x's half-tile sums made once a CTA after its x is staged.
+template <int R, bool G32, bool TMA, bool kRound>
 __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     int4_split_gate_up_kernel(Int4SplitGateUpParams p) {
+  static_assert(kRound || G32, "unrounded tiles are group 32's");
+  // Unrounded: −136·Σx of each half (32 inputs) of the CTA's k tiles.
+  __shared__ float2 xsum[kRound ? 1 : kMaxXBytes / 128];
   __shared__ float red[kMaxWarps][32];  // a warp's sums: gate rows 0..15, then up rows 0..15
   __shared__ float cta_sum[32];
   extern __shared__ __align__(128) char xs_raw[];  // x of the CTA's k tiles, fragment order
@@ -216,6 +224,25 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
     if (tid + u * nt < pieces) store_x(tid + u * nt, xv[u]);
   for (int q = tid + kXBatch * nt; q < pieces; q += nt) store_x(q, __ldg(xsrc + q));
   __syncthreads();
+  if constexpr (!kRound) {  // half h of tile i: words 32 i + 16 h .. + 15 in fragment order
+    for (int i = tid; i < nk; i += nt) {
+      float v[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int w = 0; w < 32; ++w)
+        v[w / 16] +=
+            __uint_as_float(xs[32 * i + w] << 16) + __uint_as_float(xs[32 * i + w] & 0xffff0000u);
+      xsum[i] = make_float2(-136.0f * v[0], -136.0f * v[1]);
+    }
+    __syncthreads();
+  }
+  // One tile's gate or up piece into its accumulators (kt: the tile's k index).
+  auto tile = [&](const uint4& q, uint32_t s0, uint32_t s1, const uint32_t* xw, int kt, float* acc,
+                  float* acc1) {
+    if constexpr (kRound)
+      mma_tile_round(q, s0, s1, xw, acc, acc1);
+    else
+      mma_tile_unrounded_g32(q, s0, s1, xsum[kt - kb0], xw, acc, acc1);
+  };
 
   // ---- the stream ----
   float ag[4] = {0, 0, 0, 0}, ag1[4] = {0, 0, 0, 0}, au[4] = {0, 0, 0, 0}, au1[4] = {0, 0, 0, 0};
@@ -241,8 +268,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
           g0 = g1 = lds32(sg0 + uint32_t(set_of(gbase + kt) - set_of(gbase + ks)) * kScaleSetBytes);
           u0 = u1 = lds32(su0 + uint32_t(set_of(ubase + kt) - set_of(ubase + ks)) * kScaleSetBytes);
         }
-        mma_tile_round(lds128(wg + i * kTileBytes), g0, g1, xw, ag, ag1);
-        mma_tile_round(lds128(wu + i * kTileBytes), u0, u1, xw, au, au1);
+        tile(lds128(wg + i * kTileBytes), g0, g1, xw, kt, ag, ag1);
+        tile(lds128(wu + i * kTileBytes), u0, u1, xw, kt, au, au1);
       }
       // The slot is read (every lane, ordered before lane 0 by the warp barrier, then before the
       // bulk copy's writes by the proxy fence): refill it with batch j + stages.
@@ -261,8 +288,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
         const uint32_t xp = x_lane + uint32_t(kt - kb0) * 128;
         const uint4 xa = lds128(xp), xb = lds128(xp + 64);
         const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-        mma_tile_round(rg[t], sg[2 * t], sg[G32 ? 2 * t + 1 : 2 * t], xw, ag, ag1);
-        mma_tile_round(ru[t], su[2 * t], su[G32 ? 2 * t + 1 : 2 * t], xw, au, au1);
+        tile(rg[t], sg[2 * t], sg[G32 ? 2 * t + 1 : 2 * t], xw, kt, ag, ag1);
+        tile(ru[t], su[2 * t], su[G32 ? 2 * t + 1 : 2 * t], xw, kt, au, au1);
         load(t_c, kt + R);
       }
     });
@@ -303,25 +330,35 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 2)
   cluster_sync();  // rank 0 is done reading: the others' shared memory may go
 }
 
+// unrounded: group 32's unrounded instances (other groups always round).
 template <typename F>
-void with_kernel(int ring, int group, bool tma, F&& f) {
+void with_kernel(int ring, int group, bool tma, bool unrounded, F&& f) {
+  auto g32 = [&](auto r_c, auto tma_c) {
+    constexpr int R = decltype(r_c)::value;
+    constexpr bool T = decltype(tma_c)::value;
+    unrounded ? f(int4_split_gate_up_kernel<R, true, T, false>)
+              : f(int4_split_gate_up_kernel<R, true, T, true>);
+  };
+  using Ring2 = std::integral_constant<int, 2>;
+  using Ring4 = std::integral_constant<int, 4>;
   if (tma)
-    group == 32 ? f(int4_split_gate_up_kernel<2, true, true>)
-                : f(int4_split_gate_up_kernel<2, false, true>);
+    group == 32 ? g32(Ring2{}, std::true_type{})
+                : f(int4_split_gate_up_kernel<2, false, true, true>);
   else if (ring == 2)
-    group == 32 ? f(int4_split_gate_up_kernel<2, true, false>)
-                : f(int4_split_gate_up_kernel<2, false, false>);
+    group == 32 ? g32(Ring2{}, std::false_type{})
+                : f(int4_split_gate_up_kernel<2, false, false, true>);
   else
-    group == 32 ? f(int4_split_gate_up_kernel<4, true, false>)
-                : f(int4_split_gate_up_kernel<4, false, false>);
+    group == 32 ? g32(Ring4{}, std::false_type{})
+                : f(int4_split_gate_up_kernel<4, false, false, true>);
 }
 
 void init_tma_kernels() {
   for (int group : {32, 128})
-    with_kernel(2, group, true, [](auto kernel) {
-      CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTmaSmemMax));
-    });
+    for (bool unrounded : {false, true})
+      with_kernel(2, group, true, unrounded, [](auto kernel) {
+        CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTmaSmemMax));
+      });
 }
 
 }  // namespace
@@ -381,7 +418,7 @@ bool launch_int4_split_gate_up(Int4SplitGateUpParams p, cudaStream_t stream) {
     limits.run(init_tma_kernels);
     smem = size_t(TmaLayout(int(kt), p.cluster, p.warps, p.group, p.tma_tiles, p.tma_stages).total);
   }
-  with_kernel(p.ring, p.group, p.tma != 0, [&](auto kernel) {
+  with_kernel(p.ring, p.group, p.tma != 0, p.unrounded != 0, [&](auto kernel) {
     launch_pdl_cluster(kernel, dim3(unsigned(units * p.cluster)), dim3(unsigned(p.warps * 32)),
                        smem, Launch{stream}, p.cluster, p);
   });

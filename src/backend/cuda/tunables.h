@@ -304,6 +304,10 @@ struct CudaTunables {
   // no_split_tma, split_tma_all): a Kimi rank's batch-1 step -3.0% / -4.8% / -3.2% in three calls;
   // TMA at 2-8 tokens lost to the register ring (the step at batch 2 +2.7%).
   int moe_int4_split_tma = -1;
+  // split_round: whether the split gate_up rounds its weights; false (group 32 only: Kimi-K2.5's)
+  // runs them unrounded as moe_int4_gate_up_round does, x's half-tile sums made once a CTA.
+  // Prepared 2026-12-06 (session 41), not yet run; variant moe_split_unrounded.
+  bool moe_int4_split_round = true;
   // flat_ctas_per_sm: the flat down projection's grid, CTAs of 8 warps an SM (1 or 2; 0: 2).
   int moe_int4_flat_ctas_per_sm = 0;
   // FP8 experts' decode GEMVs against x staged in f16 (moe_stage_f16.cu: one small launch before
