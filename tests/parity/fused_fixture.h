@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "support/golden.h"
 
 namespace strata::parity {
 
@@ -76,15 +77,7 @@ struct Fixture {
   }
 };
 
-inline double nmse(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    num += double(got[i] - want[i]) * (got[i] - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return den > 0 ? num / den : num;
-}
+using testing::nmse;  // support/golden.h
 
 inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;

@@ -199,16 +199,6 @@ TEST(KvFp8, RefusesLayoutsItDoesNotImplement) {
   std::printf("refused: %s | %s\n", f16_rope.message().c_str(), odd.message().c_str());
 }
 
-double nmse(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    num += double(a[i] - b[i]) * (a[i] - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return num / den;
-}
-
 // Fraction of rows with equal argmax; worst near-tie gap of the disagreements (see header).
 double agreement(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab,
                  double* gap) {

@@ -114,16 +114,6 @@ const char* kernel_name(const cuda::MlaPlan& plan) {
   }
 }
 
-double nmse(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    num += double(got[i] - want[i]) * (got[i] - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return num / den;
-}
-
 void run_attention(const Fmt& f, const Case& cs) {
   init_once();
   std::mt19937 rng(uint32_t(cs.heads * 131 + cs.page * 7 + cs.latent + int(cs.seqs.size())));

@@ -20,6 +20,7 @@
 #include "backend/cuda/mla_attention.h"
 #include "core/check.h"
 #include "core/dtype.h"
+#include "support/golden.h"
 #include "tree_masks.h"
 
 namespace strata::testing::mla_parity {
@@ -126,7 +127,7 @@ struct Case {
 // row_group_log2).
 int decode_group_rows(const cuda::MlaPlan& plan, int page);
 const char* kernel_name(const cuda::MlaPlan& plan);
-double nmse(const std::vector<float>& got, const std::vector<float>& want);
+using testing::nmse;  // support/golden.h
 // One case: random rows into both sides' caches and random q; the GPU under the plan the case's
 // options give, against the CPU twin (NMSE < 1e-4), the fused merge's counters left zero; with
 // cs.s_groups the S forms against one group, with cs.graph a graph replay's bits.

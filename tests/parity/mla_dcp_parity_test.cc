@@ -37,6 +37,7 @@
 #include "arch/dcp.h"
 #include "parity/mla_sequences.h"
 #include "parity/op_pair.h"
+#include "support/golden.h"
 
 namespace strata::testing {
 namespace {
@@ -57,16 +58,6 @@ const Format kFormats[] = {
     {"e4m3 + bf16 rope, scale 0.5", DType::kFP8E4M3, DType::kBF16, false, 0.5f, 4e-3},
     {"fp8_flashmla", DType::kFP8E4M3, std::nullopt, true, 1.0f, 1.5e-2},
 };
-
-double nmse(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    num += double(got[i] - want[i]) * (got[i] - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return den > 0 ? num / den : num;
-}
 
 // Sequences on N simulated ranks and one full cache, on both backends. The engine's page holds
 // page · N tokens (the pool's page is `page` on every rank), the same page ids on every rank.

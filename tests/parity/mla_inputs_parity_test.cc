@@ -119,16 +119,6 @@ class OpRun {
   MlaInputsArgs args_;
 };
 
-double nmse(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    num += double(got[i] - want[i]) * (got[i] - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return den > 0 ? num / den : num;
-}
-
 // One case: the fused launch, the separate launches and the CPU on the same inputs.
 void check_case(Pair& p, const Case& c, const MlaFormat& f, bool interleaved, bool norm_f32,
                 int page, const std::vector<int>& fresh) {

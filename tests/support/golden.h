@@ -94,7 +94,8 @@ inline std::vector<double> log_softmax(const float* row, int64_t vocab) {
   return out;
 }
 
-// ‖a − b‖² / ‖b‖² (infinite when a holds a non-finite value).
+// ‖a − b‖² / ‖b‖² (infinite when a holds a non-finite value; ‖a − b‖² itself against an all-zero
+// b, so that zeros match zeros and a bound still limits the error).
 inline double nmse(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;
   for (size_t i = 0; i < b.size(); ++i) {
@@ -102,7 +103,7 @@ inline double nmse(const std::vector<float>& a, const std::vector<float>& b) {
     num += double(a[i] - b[i]) * (a[i] - b[i]);
     den += double(b[i]) * b[i];
   }
-  return num / den;
+  return den > 0 ? num / den : num;
 }
 
 // Fraction of rows whose argmax agrees; `worst_gap` receives, over the rows that disagree, the
