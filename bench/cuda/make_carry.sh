@@ -6,6 +6,7 @@
 #   .devcarry/mla   debs, shared/{configs,data,fixtures}, models/house-mla              (~52 MB)
 #   .devcarry/all   debs, shared/{configs,data,fixtures}, models.tar.xz of both models  (~62 MB)
 #   .devcarry/fx    debs, shared/{configs,data,fixtures}, no model                      (~16 MB)
+#   .devcarry/fxs   fx without data/ and fixtures/house-llama (MoE, DeepSeek suites)     (~9 MB)
 #   .devcarry/bench debs, shared/configs only (benches that make their weights)          (~2 MB)
 #   .devcarry/gen   debs, shared/configs, prompts-explain.jsonl, house-llama's tokenizer  (~3 MB)
 #   .devcarry/mlaslim  debs, shared/configs, fixtures/house-mla, models/house-mla        (~45 MB)
@@ -20,7 +21,7 @@
 #   rm tests/fixtures/hidden_states/*.safetensors tests/fixtures/eagle3/house-llama/model.safetensors \
 #      tests/fixtures/tiny/{deepseek-v3-fp8-block,llama-w4a16}/model.safetensors
 #   ... the device call ...;  git checkout -- tests/fixtures
-# Usage: bash bench/cuda/make_carry.sh [cuda|mla|all|fx|bench|gen|mlaslim|llslim]...   (default: cuda mla all)
+# Usage: bash bench/cuda/make_carry.sh [cuda|mla|all|fx|fxs|bench|gen|mlaslim|llslim]...   (default: cuda mla all)
 set -eu
 S=../shared
 debs() {
@@ -41,6 +42,7 @@ for what in ${@:-cuda mla all}; do
     mla) mkdir -p $d/shared/models && cp -r $S/models/house-mla $d/shared/models/ ;;
     all) (cd $S/models && tar cf - house-llama house-mla) | xz -9 -T2 >$d/shared/models.tar.xz ;;
     fx) ;;
+    fxs) rm -rf $d/shared/data $d/shared/fixtures/house-llama ;;  # beside two prebuilt programs
     mlaslim)
       rm -rf $d/shared/data $d/shared/fixtures/* && cp -r $S/fixtures/house-mla $d/shared/fixtures/
       mkdir -p $d/shared/models && cp -r $S/models/house-mla $d/shared/models/ ;;

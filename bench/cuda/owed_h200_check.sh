@@ -4,20 +4,21 @@
 # owed; 16 heads on the line), issue 23's MoE prefill at 8,192 (its verdict moves with the same
 # run's cuBLAS ceiling), issue 24's Kimi-K2.5 rank and Moonlight at batch 1. Each row twice or
 # three times: one process's GPU clock state moves its timings by several %.
-#   here:   bash bench/cuda/prebuilt.sh pack h41 strata_bench_mla_bench \
-#             strata_bench_rank_step_bench strata_bench_moe_bench   (~39 MB; the last pack: h41,
-#             session 41; h40 at 025f610)
+#   here:   bash bench/cuda/prebuilt.sh pack k42 strata_bench_kit   (~12 MB: the benchmarks as
+#             one program; strata_parity_test beside it for session42_check.sh's parity)
 #           bash bench/cuda/make_carry.sh bench && cp -r .devcarry/bench .devcarry/cfg
-#   device: (carry .devcarry/h41 and .devcarry/cfg)  bash bench/cuda/owed_h200_check.sh
+#   device: (carry .devcarry/k42 and .devcarry/cfg)  bash bench/cuda/owed_h200_check.sh
+#   (CARRY names another carried folder holding shared/configs, e.g. .devcarry/fxs)
 #   (MLA_RUNS, STEP_STAGES, MOE_DECODE_VARIANTS, MOE_RUNS below)
 # On another GPU it runs all the same and says so: the rows' targets are the H200's.
 set -u
 OUT=${OUT:-/tmp/strata_out}
 mkdir -p "$OUT"
 t0=$(date +%s)
-PREBUILT=${PREBUILT:-h41}
+PREBUILT=${PREBUILT:-k42}
+CARRY=${CARRY:-$PWD/.devcarry/cfg}
 source bench/cuda/prebuilt.sh unpack "$PREBUILT" || exit 1
-prebuilt_link_shared "$PWD/.devcarry/cfg"  # moe_bench --what backend reads shared/configs
+prebuilt_link_shared "$CARRY"  # moe_bench --what backend reads shared/configs
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 [[ $gpu == *H200* ]] || echo "not an H200 ($gpu): these readings are not the rows' verdicts"
@@ -30,7 +31,7 @@ done
 # 2. Kimi-K2.5 rank (4- and 12-layer cuts projected to 61) and Moonlight at batch 1 (STEP_STAGES;
 # add "llama" with LLAMA_CONFIG=llama-3.1-8b-w4a16 for the W4A16 row), each stage's *_VARIANTS as
 # session10_check.sh takes them (e.g. KIMI_VARIANTS=mla_pf0: an A/B in the same process).
-STRATA_CARRY=$PWD/.devcarry/cfg PREBUILT=$PREBUILT STAGES="${STEP_STAGES:-kimi moonlight}" \
+STRATA_CARRY=$CARRY PREBUILT=$PREBUILT STAGES="${STEP_STAGES:-kimi moonlight}" \
   KIMI_CUTS="4 12" KIMI_BATCHES=${KIMI_BATCHES:-1} bash bench/cuda/session10_check.sh
 # 2b. With MOE_DECODE_VARIANTS: one Kimi-K2.5 rank's INT4 experts through the backend at 1 / 8 /
 # 32 / 128 tokens, the defaults and those variants in one process, twice.

@@ -12,7 +12,9 @@
 #   here:   bash bench/cuda/prebuilt.sh pack NAME [PATCH:]TARGET...
 #           builds each TARGET (e.g. strata_bench_moe_bench) in build-cuda, with PATCH applied for
 #           that build and reverted after (an A/B binary: PATCH_TARGET), strips it and xz's it
-#           into .devcarry/NAME (~11 MB a benchmark; carry it, with the tracked tree under 64 MiB)
+#           into .devcarry/NAME (~12 MB a benchmark; carry it, with the tracked tree under 64 MiB;
+#           strata_bench_kit holds mla, moe, rank_step and int4_linear benches in ~12 MB, and
+#           unpack links their names to it)
 #   device: source bench/cuda/prebuilt.sh unpack NAME
 #           unpacks them into $PB (/tmp/prebuilt) and sets LD_LIBRARY_PATH; returns 1 if ldd
 #           finds the first one's libraries missing (then build there: device_env.sh)
@@ -57,6 +59,12 @@ prebuilt_unpack() {
     chmod +x "$bin"
     [ -n "$first" ] || first=$bin
   done
+  # strata_bench_kit (bench/cuda/kit/kit_main.cc) answers to its benchmarks' own names.
+  if [ -x "$PB/strata_bench_kit" ]; then
+    for f in mla_bench moe_bench rank_step_bench int4_linear_bench; do
+      [ -e "$PB/strata_bench_$f" ] || ln -s strata_bench_kit "$PB/strata_bench_$f"
+    done
+  fi
   cat "$dir/MANIFEST" 2>/dev/null
   # ldd names a missing library or symbol version ("version `GLIBCXX_3.4.30' not found").
   for libs in "$dir/lib" "$dir/lib2:$dir/lib"; do

@@ -1,0 +1,3 @@
+// moe_bench inside strata_bench_kit (kit_main.cc says why): its source with main renamed.
+#define main strata_kit_moe_bench_main
+#include "cuda/moe_bench.cc"
