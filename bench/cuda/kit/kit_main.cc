@@ -42,8 +42,9 @@ int main(int argc, char** argv) {
   if (const Entry* e = find(argv[0])) return e->run(argc, argv);  // called through a link
   if (argc >= 2)
     if (const Entry* e = find(argv[1])) return e->run(argc - 1, argv + 1);
-  std::fprintf(stderr, "usage: strata_bench_kit NAME [args...] (or a link named strata_bench_NAME);"
-                       " NAME one of:");
+  std::fprintf(stderr,
+               "usage: strata_bench_kit NAME [args...] (or a link named strata_bench_NAME);"
+               " NAME one of:");
   for (const Entry& e : kBenches) std::fprintf(stderr, " %s", e.name);
   std::fprintf(stderr, "\n");
   return 2;
