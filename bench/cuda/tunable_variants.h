@@ -50,10 +50,10 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.mla_early_kv = false; }},
     {"moe_unrounded", "INT4 experts' weights unrounded before the mma (moe_int4_reg_round off)",
      [](cuda::CudaTunables& t) { t.moe_int4_reg_round = false; }},
-    {"moe_gu_unrounded",
-     "INT4 experts' register-GEMV gate_up unrounded, the flat down and split gate_up still "
-     "rounding (moe_int4_gate_up_round off)",
-     [](cuda::CudaTunables& t) { t.moe_int4_gate_up_round = false; }},
+    {"moe_gu_rounded",
+     "INT4 experts' register-GEMV gate_up rounding its weights to bf16 as the flat down and "
+     "split gate_up do (moe_int4_gate_up_round on)",
+     [](cuda::CudaTunables& t) { t.moe_int4_gate_up_round = true; }},
     {"moe_split_unrounded",
      "INT4 experts' split gate_up (by ids, few tokens) unrounded at group 32 "
      "(moe_int4_split_round off)",

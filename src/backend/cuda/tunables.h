@@ -253,9 +253,11 @@ struct CudaTunables {
   // layers projected) at batch 32 / 128 15.531 / 36.871 ms against 15.967 / 37.508 (-2.7 /
   // -1.7%). NMSE against the twin 1.5e-5 to 2.0e-5 (MoeBackend.UnroundedGateUpMatchesCpu), as
   // rounded. The flat down unrounded measured +0.4 to +0.7% (latency-bound: bench/results/
-  // 2026-12-06-session41-flat-down-unrounded.patch). Default true until the MoE and DeepSeek
-  // fixture suites have run with it off (only MoeBackend.* has). Variant moe_gu_unrounded.
-  bool moe_int4_gate_up_round = true;
+  // 2026-12-06-session41-flat-down-unrounded.patch). Default false since session 42: the MoE,
+  // INT4 and DeepSeek fixture suites passed with it (48 / 48, H100), and the rank's step at batch
+  // 1 / 32 / 128 took 4.675 / 15.557 / 36.566 ms against 4.657 / 15.960 / 37.354 rounding
+  // (variant moe_gu_rounded, same process: +0.4 / -2.5 / -2.1%).
+  bool moe_int4_gate_up_round = false;
   int moe_int4_reg_split = 2;
   // rows: Int4LinearParams::gemv_rows of the experts' register GEMV (1 or 4). Default 4: one
   // Kimi-K2.5 rank's experts (moe_bench --what backend, H200, 2026-12-05, alternating A/B) at
@@ -306,7 +308,11 @@ struct CudaTunables {
   int moe_int4_split_tma = -1;
   // split_round: whether the split gate_up rounds its weights; false (group 32 only: Kimi-K2.5's)
   // runs them unrounded as moe_int4_gate_up_round does, x's half-tile sums made once a CTA.
-  // Prepared 2026-12-06 (session 41), not yet run; variant moe_split_unrounded.
+  // Measured on an H100 (2026-12-06, session 42, one Kimi-K2.5 rank's experts, four processes,
+  // alternating; variant moe_split_unrounded): T = 1 (TMA, one wave) -1.4 to -2.6%, T = 2 (the
+  // register ring) +2.4 to +3.0%, T = 4 / 8 within +-0.6%; the step at batch 1 -0.6%. Rounding
+  // stays the default until an H200 reads T = 1 (there the TMA form won; on this H100 the ring
+  // form is as fast at T = 1: variant no_split_tma -1.5 to -1.8%).
   bool moe_int4_split_round = true;
   // flat_ctas_per_sm: the flat down projection's grid, CTAs of 8 warps an SM (1 or 2; 0: 2).
   int moe_int4_flat_ctas_per_sm = 0;
