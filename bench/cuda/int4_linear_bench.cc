@@ -164,7 +164,7 @@ std::vector<uint16_t> reference(cublasHandle_t h, const Weights& w, const Dev& x
 // the backend passes (linear_packed.cc; pdl_early is its tunable, off by default).
 struct GemvKnobs {
   int kernel = 0, warps = 0, stages = 0, chunk = 0, grid = 0, round = 0, preload = 1, early = 0;
-  int unroll = 0, trigger = 0, depth = 0, rows = 0;  // register GEMV
+  int unroll = 0, trigger = 0, depth = 0, rows = 0, x_tma = 0;  // register GEMV
 };
 void apply(const GemvKnobs& k, cuda::Int4LinearParams* p) {
   p->gemv_kernel = k.kernel;
@@ -179,6 +179,7 @@ void apply(const GemvKnobs& k, cuda::Int4LinearParams* p) {
   p->gemv_trigger = k.trigger;
   p->gemv_depth = k.depth;
   p->gemv_rows = k.rows;
+  p->gemv_x_tma = k.x_tma;
 }
 const char* kernel_name(int kernel) {
   return kernel == cuda::kInt4GemvReg ? "reg" : kernel == cuda::kInt4GemvStream ? "stream" : "mma";
@@ -562,18 +563,28 @@ void bench_gemv(const Ceilings& c, cudaStream_t s, cublasHandle_t h, std::vector
 }
 
 // --what token (see the file comment): one decode token's 128 GEMVs at m = 1 as a model runs them,
-// with the backend's knobs (ring 8, two blocks an SM: CudaTunables) and the kernel's defaults,
-// three rounds alternating.
+// with the backend's knobs (ring 8, two blocks an SM, x by one bulk copy up to 32 KB:
+// CudaTunables), those with x loaded by every thread (gemv_x_tma 0) or by bulk copy up to 8 KB
+// only (the shapes of k 4,096, not down's), and the kernel's defaults, three rounds alternating.
 void bench_token(const Ceilings& c, cudaStream_t s) {
+  const cuda::CudaTunables t;
   GemvKnobs backend;
   backend.kernel = cuda::kInt4GemvReg;
-  backend.unroll = 8;
-  backend.grid = 2 * cuda::num_sms();
+  backend.unroll = t.int4_gemv_ring;
+  backend.grid = t.int4_gemv_blocks_per_sm * cuda::num_sms();
+  backend.x_tma = t.int4_gemv_x_tma;
+  GemvKnobs loads = backend, tma8 = backend;
+  loads.x_tma = 0;
+  tma8.x_tma = 8192;
   const GemvKnobs backend_k[5] = {backend, backend, backend, backend, backend}, auto_k[5] = {};
+  const GemvKnobs loads_k[5] = {loads, loads, loads, loads, loads};
+  const GemvKnobs tma8_k[5] = {tma8, tma8, tma8, tma8, tma8};
   TokenWeights tw(s);
   for (int round = 0; round < 3; ++round)
-    for (const auto& [name, knobs] :
-         {std::pair{"backend knobs", backend_k}, {"kernel defaults", auto_k}}) {
+    for (const auto& [name, knobs] : {std::pair{"backend knobs", backend_k},
+                                      {"x loaded by the threads", loads_k},
+                                      {"x by TMA up to 8 KB", tma8_k},
+                                      {"kernel defaults", auto_k}}) {
       const double ms_tok = tw.time_ms_token(s, 1, knobs, true);
       std::printf(
           "token    one decode token's 128 W4A16 GEMVs (%.2f GB), %s, round %d: %.3f ms = "

@@ -58,6 +58,10 @@ inline constexpr Variant kVariants[] = {
      "INT4 experts' split gate_up (by ids, few tokens) unrounded at group 32 "
      "(moe_int4_split_round off)",
      [](cuda::CudaTunables& t) { t.moe_int4_split_round = false; }},
+    {"no_int4_x_tma", "W4A16 GEMV: x loaded by every thread, no bulk copy (int4_gemv_x_tma 0)",
+     [](cuda::CudaTunables& t) { t.int4_gemv_x_tma = 0; }},
+    {"int4_x_tma8", "W4A16 GEMV: x of up to 8 KB by one bulk copy (int4_gemv_x_tma 8192)",
+     [](cuda::CudaTunables& t) { t.int4_gemv_x_tma = 8192; }},
     {"moe_rows1", "INT4 experts' register GEMV: one row tile a k tile (moe_int4_reg_rows 1)",
      [](cuda::CudaTunables& t) { t.moe_int4_reg_rows = 1; }},
     {"moe_split_auto", "INT4 experts: the kernel's blocks per work item (moe_int4_reg_split 0)",

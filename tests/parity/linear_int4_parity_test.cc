@@ -249,7 +249,8 @@ struct RunOpts {
   bool gemm = false;
   int gemv_ksplit = 0, gemm_tokens = 0, gemm_ksplit = 0, preload = 0, pdl_early = 0;
   int gemv_kernel = 0, gemv_warps = 0, gemv_stages = 0, gemv_chunk = 0, gemv_grid = 0,
-      gemv_round = 0, gemv_unroll = 0, gemv_trigger = 0, gemv_depth = 0, gemv_rows = 0;
+      gemv_round = 0, gemv_unroll = 0, gemv_trigger = 0, gemv_depth = 0, gemv_rows = 0,
+      gemv_x_tma = 0;
   // The reference's weights: the unrounded products (the stream GEMV's gemv_round = 0) or the
   // bf16-rounded ones.
   bool exact_ref = false;
@@ -270,6 +271,7 @@ void apply(const RunOpts& o, cuda::Int4LinearParams* p) {
   p->gemv_trigger = o.gemv_trigger;
   p->gemv_depth = o.gemv_depth;
   p->gemv_rows = o.gemv_rows;
+  p->gemv_x_tma = o.gemv_x_tma;
 }
 // o's launch parameters for an [n, k] weight at m rows (no buffers: for the fit queries).
 cuda::Int4LinearParams shape_params(const RunOpts& o, int64_t m, int64_t n, int64_t k, int group,
@@ -579,16 +581,21 @@ TEST(Int4Parity, GemvStreamSwiGlu) {
 // 3 blocks (parts crossing row tiles, many row tiles per block); each trigger point; residency
 // depth 1 and 2; one block (every row tile in it); the rounded-weight variant with each ring
 // size; the preload off; four row tiles a k tile (rows 4: ring 8, unrounded and rounded, one
-// warp, many blocks, parts that cut super-slots, the trigger late).
+// warp, many blocks, parts that cut super-slots, the trigger late); x by one bulk copy (x_tma:
+// the backend's ring 8, rows 4 rounded, the preload off with the trigger late).
+constexpr int kXTma = 1 << 18;  // every shape here
 struct RegKnobs {
-  int warps, unroll, grid, trigger, depth, round, preload, rows = 0;
+  int warps, unroll, grid, trigger, depth, round, preload, rows = 0, x_tma = 0;
 };
 const RegKnobs kRegKnobs[] = {
-    {0, 0, 0, 0, 0, 0, 1},     {1, 16, 0, 0, 0, 0, 1},   {7, 8, 3, 1, 0, 0, 1},
-    {4, 16, 0, 2, 1, 0, 1},    {8, 8, 0, 3, 2, 0, 1},    {3, 16, 1, 0, 0, 0, 1},
-    {0, 8, 0, 0, 0, 1, 1},     {0, 16, 2, 3, 0, 1, 0},   {5, 0, 0, 0, 2, 0, 0},
-    {0, 8, 0, 0, 0, 0, 1, 4},  {7, 8, 3, 1, 0, 1, 1, 4}, {1, 8, 0, 3, 0, 0, 1, 4},
-    {3, 8, 64, 2, 0, 1, 0, 4},
+    {0, 0, 0, 0, 0, 0, 1},           {1, 16, 0, 0, 0, 0, 1},
+    {7, 8, 3, 1, 0, 0, 1},           {4, 16, 0, 2, 1, 0, 1},
+    {8, 8, 0, 3, 2, 0, 1},           {3, 16, 1, 0, 0, 0, 1},
+    {0, 8, 0, 0, 0, 1, 1},           {0, 16, 2, 3, 0, 1, 0},
+    {5, 0, 0, 0, 2, 0, 0},           {0, 8, 0, 0, 0, 0, 1, 4},
+    {7, 8, 3, 1, 0, 1, 1, 4},        {1, 8, 0, 3, 0, 0, 1, 4},
+    {3, 8, 64, 2, 0, 1, 0, 4},       {0, 8, 0, 0, 0, 0, 1, 0, kXTma},
+    {7, 8, 3, 1, 0, 1, 1, 4, kXTma}, {0, 16, 0, 3, 0, 1, 0, 0, kXTma},
 };
 RunOpts reg_opts(const RegKnobs& k) {
   RunOpts o;
@@ -601,6 +608,7 @@ RunOpts reg_opts(const RegKnobs& k) {
   o.gemv_round = k.round;
   o.preload = k.preload;
   o.gemv_rows = k.rows;
+  o.gemv_x_tma = k.x_tma;
   o.exact_ref = k.round == 0;
   return o;
 }
@@ -610,6 +618,8 @@ void expect_rows(const RunOpts& o, int64_t m, int64_t n, int64_t k, int group, i
   EXPECT_EQ(cuda::int4_gemv_reg_rows(shape_params(o, m, n, k, group, inter)),
             o.gemv_rows == 4 && group <= 128 ? 4 : 1)
       << "n " << n << " k " << k << " group " << group;
+  EXPECT_EQ(cuda::int4_gemv_reg_x_tma(shape_params(o, m, n, k, group, inter)), o.gemv_x_tma > 0)
+      << "n " << n << " k " << k << " m " << m;
 }
 
 // Odd shapes (a partial row tile, k % 64 == 32, groups 32 to 256), every m from 1 to 8 on the
@@ -715,6 +725,20 @@ TEST(Int4Parity, GemvChoice) {
   auto forced = params(1, 6144, 4096, 128);
   forced.gemv_kernel = cuda::kInt4GemvStream;
   EXPECT_EQ(cuda::int4_gemv_auto_kernel(forced), cuda::kInt4GemvStream);
+  // x by bulk copy (gemv_x_tma) where its raw rows fit beside the fragments, else loaded as
+  // without it (m 8, k 8,192: 128 KB twice); never into the experts modes.
+  auto tma = params(1, 6144, 4096, 128);
+  tma.gemv_x_tma = 32768;
+  EXPECT_TRUE(cuda::int4_gemv_reg_x_tma(tma));
+  tma = params(8, 4096, 8192, 128);
+  tma.gemv_x_tma = 1 << 20;
+  EXPECT_TRUE(cuda::int4_gemv_reg_fits(tma));
+  EXPECT_FALSE(cuda::int4_gemv_reg_x_tma(tma));
+  tma = params(2, 4096, 8192, 128);
+  tma.gemv_x_tma = 32768;
+  EXPECT_TRUE(cuda::int4_gemv_reg_x_tma(tma));
+  tma.gemv_x_tma = 32767;
+  EXPECT_FALSE(cuda::int4_gemv_reg_x_tma(tma));
   EXPECT_TRUE(cuda::int4_use_gemv(1, 6144, 4096));
   EXPECT_TRUE(cuda::int4_use_gemv(8, 28672, 4096));
   EXPECT_FALSE(cuda::int4_use_gemv(16, 6144, 4096));

@@ -149,6 +149,12 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
                : "r"(addr));
   return v;
 }
+// 8 bytes from shared memory as two floats (a lane's pair of x sums of the register GEMV).
+__device__ __forceinline__ float2 lds64f(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
+}
 // 4 bytes from shared memory (a scale word the split gate_up's TMA path staged).
 __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
   uint32_t v;

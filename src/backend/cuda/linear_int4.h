@@ -148,7 +148,11 @@ struct Int4LinearParams {
   // Register GEMV: row tiles a warp multiplies at each k tile, sharing its x fragments and the
   // position's bookkeeping (0 or 1: one; 4 where instantiated: ring 8, group <= 128; else one).
   int gemv_rows;
-  int gemv_pad_;  // no padding bytes (launches are recorded by their parameter bytes)
+  // Register GEMV, dense: x (m · k · 2 bytes) up to this many bytes arrives in shared memory by
+  // one bulk copy (TMA) issued right after the PDL wait, and is put in fragment order from there;
+  // 0: every thread loads its pieces of x from global memory, behind the weight loads it issued
+  // before the wait (~1.7 us a launch, 2026-12-05-session32.md).
+  int gemv_x_tma;
 };
 constexpr int kInt4GemvStream = 1;
 constexpr int kInt4GemvMma = 2;
@@ -171,6 +175,9 @@ bool int4_gemv_stream_fits(const Int4LinearParams& p);
 // The row tiles a position the register GEMV would run p with (gemv_rows where instantiated,
 // else 1); 0 where it cannot take p.
 int int4_gemv_reg_rows(const Int4LinearParams& p);
+// Whether the register GEMV would stage p's x by one bulk copy (gemv_x_tma, dense, x small
+// enough and 16-byte aligned).
+bool int4_gemv_reg_x_tma(const Int4LinearParams& p);
 // Experts modes of the register GEMV (the MoE decode path, moe_experts.cu): `packed` / `scale`
 // hold a stack of experts' [n, k] matrices (each n rows, the linear_int4 layout of the whole
 // [E · n, k] stack); SwiGLU with glu_inter; no bias; an expert id outside [0, num_experts)

@@ -58,7 +58,9 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/linear_int4.cuh"
+#include "backend/cuda/linear_int4_xstage.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -78,12 +80,6 @@ constexpr int kSmemPerSm = 228 * 1024;        // sm_90: shared memory per SM
 constexpr int kSmemPerBlockReserved = 1024;
 constexpr int kSmemMax = 227 * 1024;
 
-__device__ __forceinline__ float2 lds64f(uint32_t addr) {
-  float2 v;
-  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
-  return v;
-}
-
 // Host-computed layout of one launch (kernel argument; see choose_reg).
 struct Int4RegPlan {
   int kt;                                        // k tiles per row tile
@@ -93,7 +89,8 @@ struct Int4RegPlan {
   int groups;                                    // scale groups per row (k padded to 64)
   int trigger;                                   // kInt4Trigger*
   uint32_t off_xsum, off_part, off_span, bytes;  // x at offset 0
-  uint32_t off_xrow, pad0_;                      // planned experts: the tile's x rows (8 ints)
+  uint32_t off_xrow;       // planned experts: the tile's x rows (8 ints); dense: x_tma's mbarrier
+  uint32_t off_xraw;       // dense, Int4LinearParams::gemv_x_tma: x's rows as one bulk copy; 0 off
   Int4RegExperts experts;  // ids and tiles null: a dense linear (linear_int4.h)
   int64_t expert_tiles;    // experts: tiles of one expert's matrix (row tiles x kt)
   int blocks_per_assignment;
@@ -236,8 +233,23 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     static_for<P>([&](auto t_c) { load(t_c, a + decltype(t_c)::value); });
   };
   if (p.preload) load_first();
+  // x_tma: x's rows land in shared memory by one bulk copy issued right after the wait (the TMA
+  // engine's path, not the load queue that holds the ring's loads: Int4LinearParams::gemv_x_tma).
+  const bool x_tma = pl.off_xraw != 0;  // block-uniform
+  const uint32_t x_bar = smem_addr(smem + pl.off_xrow), x_raw = smem_addr(smem + pl.off_xraw);
+  if (x_tma) {
+    if (tid == 0) {
+      mbar_init(x_bar, 1);
+      mbar_init_fence();
+    }
+    __syncthreads();
+  }
   if (pl.trigger == kInt4TriggerEarly) pdl_trigger();
   pdl_wait();
+  if (x_tma && tid == 0) {
+    mbar_arrive_expect_tx(x_bar, uint32_t(p.m * p.k * 2));
+    bulk_copy_g2s(x_raw, p.x, uint32_t(p.m * p.k * 2), x_bar);
+  }
   if (pl.trigger == kInt4TriggerAfterWait) pdl_trigger();
   if (experts && !pl.experts.ids_early) find_expert();
   if (!valid) return;  // the whole block (its trigger, if any, was issued above)
@@ -253,47 +265,19 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   }
   if (pl.trigger == kInt4TriggerLate && a + P >= b) pdl_trigger();
 
-  // ---- x into shared memory, B-fragment order: word (k tile kt, token t, half h, lane c, jj)
-  // at (kt·m + t)·32 + (h ^ (t & 1))·16 + 4c + jj holds k 64kt + 16s + 2c + 8bb (and +1) with
-  // s = 2h + jj / 2, bb = jj % 2: lane (t, c)'s steps 2h, 2h + 1 as 16 contiguous bytes. With
-  // it, the sums of x per scale group times −136 (the magic's offset), zero for tokens >= m.
+  // ---- x into shared memory in B-fragment order (linear_int4_xstage.cuh; odd tokens' halves
+  // swapped: the 8 lanes of a 16-byte phase, tokens 2j and 2j + 1, hit different banks), and the
+  // sums of x per scale group times −136, zero for tokens >= m.
+  static_assert(kMaxTokens == kXsumTokens);
   {
     uint32_t* xs = reinterpret_cast<uint32_t*>(smem);
     float* xsum = reinterpret_cast<float*>(smem + pl.off_xsum);
-    const int kc = int(p.k / 8), pieces = m * kc, lanes_per_group = p.group / 8;
-    constexpr int kBatch = 4;
-    for (int q0 = tid - lane; q0 < pieces; q0 += kBatch * int(blockDim.x)) {  // warp-uniform
-      uint4 v[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int q = q0 + u * int(blockDim.x) + lane;
-        v[u] = make_uint4(0, 0, 0, 0);
-        if (q < pieces)
-          v[u] = __ldg(
-              reinterpret_cast<const uint4*>(p.x + int64_t(planned ? xrow[q / kc] : q / kc) * p.k) +
-              q % kc);
-      }
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int qw = q0 + u * int(blockDim.x);
-        if (qw >= pieces) break;  // warp-uniform
-        // A group's pieces are lanes_per_group aligned lanes (k % group == 0, group <= 256).
-        const int q = qw + lane, t = q / kc, k0 = (q % kc) * 8;
-        const int kt0 = k0 / kInt4TileK, col = k0 % kInt4TileK, s = col / 16, bb = (col % 16) / 8;
-        float f[8];
-        unpack8(v[u], f);
-        float sum = ((f[0] + f[1]) + (f[2] + f[3])) + ((f[4] + f[5]) + (f[6] + f[7]));
-        for (int o = 1; o < lanes_per_group; o <<= 1) sum += __shfl_xor_sync(~0u, sum, o);
-        if (q < pieces) {
-          uint32_t* dst = xs + (kt0 * m + t) * 32 + ((s / 2) ^ (t & 1)) * 16 + 2 * (s % 2) + bb;
-          dst[0] = v[u].x;
-          dst[4] = v[u].y;
-          dst[8] = v[u].z;
-          dst[12] = v[u].w;
-          if (lane % lanes_per_group == 0) xsum[(k0 >> gshift) * kMaxTokens + t] = -136.0f * sum;
-        }
-      }
-    }
+    if (x_tma) mbar_wait(x_bar, 0);
+    stage_x_fragments<4, true>(xs, xsum, m, p.k, p.group, gshift, [&](int q, int kc) {
+      if (x_tma) return lds128(x_raw + uint32_t(q) * 16u);
+      const int64_t row = planned ? xrow[q / kc] : q / kc;
+      return __ldg(reinterpret_cast<const uint4*>(p.x + row * p.k) + q % kc);
+    });
     // Zeros: x's padded half tile (k % 64 == 32), sums of tokens >= m and of the padded group.
     // Disjoint from the writes above.
     if (p.k % kInt4TileK != 0)
@@ -507,7 +491,16 @@ bool choose_reg(const Int4LinearParams& p, const Int4RegExperts* ex, RegLaunch* 
   off = pl.off_span + uint64_t(r.warps) * 8;
   pl.off_xrow = align16(off);
   off = pl.off_xrow + kMaxTokens * 4;
-  if (off > uint64_t(kSmemMax)) return false;
+  // gemv_x_tma: dense x of up to that many bytes (rows contiguous, 16-byte aligned) by one bulk
+  // copy into its own region (the fragment order is a permutation of 4-byte words: no copy
+  // engine writes it), where the shared memory has room for it.
+  const uint64_t x_bytes = uint64_t(p.m) * uint64_t(p.k) * 2, x_raw = (off + 127) / 128 * 128;
+  if (p.gemv_x_tma < 0 || off > uint64_t(kSmemMax)) return false;
+  if (ex == nullptr && x_bytes <= uint64_t(p.gemv_x_tma) && x_raw + x_bytes <= kSmemMax &&
+      reinterpret_cast<uintptr_t>(p.x) % 16 == 0) {
+    pl.off_xraw = uint32_t(x_raw);
+    off = x_raw + x_bytes;
+  }
   pl.bytes = align16(off);
   // Padding to a residency depth: at most `depth` blocks (this kernel's, its successor's) share
   // an SM. By default none: the registers already allow only two blocks of 8 warps (~128 per
@@ -574,6 +567,11 @@ void init_int4_gemv_reg_kernels() {
 int int4_gemv_reg_rows(const Int4LinearParams& p) {
   RegLaunch r;
   return choose_reg(p, nullptr, &r) ? r.rows : 0;
+}
+
+bool int4_gemv_reg_x_tma(const Int4LinearParams& p) {
+  RegLaunch r;
+  return choose_reg(p, nullptr, &r) && r.pl.off_xraw != 0;
 }
 
 bool int4_gemv_reg_fits(const Int4LinearParams& p, const Int4RegExperts* experts) {

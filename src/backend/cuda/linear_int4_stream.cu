@@ -51,6 +51,7 @@
 
 #include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/linear_int4.cuh"
+#include "backend/cuda/linear_int4_xstage.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -152,46 +153,16 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   if (!p.preload)
     for (int k = 0; k < P && pc.i < b; ++k) issue_next();
 
-  // ---- x into shared memory, B-fragment order: word (k tile kt, token t, half h, lane c, jj)
-  // at ((kt·m + t)·2 + h)·16 + 4c + jj holds k 64kt + 16s + 2c + 8bb (and +1) with s = 2h +
-  // jj / 2, bb = jj % 2: lane (t, c)'s steps 2h, 2h + 1 as 16 contiguous bytes, the four lanes
-  // of a token 64 contiguous bytes (conflict-free), half 1 64 bytes after half 0. With it, the
-  // sums of x per scale group times −136 (the magic's offset), zero for tokens >= m.
+  // ---- x into shared memory in B-fragment order (linear_int4_xstage.cuh; halves in place: the
+  // lanes of a 16-byte phase read one token, conflict-free), half 1 of a lane's words 64 bytes
+  // after half 0, and the sums of x per scale group times −136, zero for tokens >= m.
+  static_assert(kMaxTokens == kXsumTokens);
   {
     uint32_t* xs = reinterpret_cast<uint32_t*>(smem + pl.off_x);
     float* xsum = reinterpret_cast<float*>(smem + pl.off_xsum);
-    const int kc = int(p.k / 8), pieces = m * kc, lanes_per_group = p.group / 8;
-    constexpr int kBatch = 8;
-    for (int q0 = tid - lane; q0 < pieces; q0 += kBatch * int(blockDim.x)) {  // warp-uniform
-      uint4 v[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int q = q0 + u * int(blockDim.x) + lane;
-        v[u] = make_uint4(0, 0, 0, 0);
-        if (q < pieces)
-          v[u] = __ldg(reinterpret_cast<const uint4*>(p.x + int64_t(q / kc) * p.k) + q % kc);
-      }
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int qw = q0 + u * int(blockDim.x);
-        if (qw >= pieces) break;  // warp-uniform
-        // A group's pieces are lanes_per_group aligned lanes (k % group == 0, group <= 256).
-        const int q = qw + lane, t = q / kc, k0 = (q % kc) * 8;
-        const int kt0 = k0 / kInt4TileK, col = k0 % kInt4TileK, s = col / 16, bb = (col % 16) / 8;
-        float f[8];
-        unpack8(v[u], f);
-        float sum = ((f[0] + f[1]) + (f[2] + f[3])) + ((f[4] + f[5]) + (f[6] + f[7]));
-        for (int o = 1; o < lanes_per_group; o <<= 1) sum += __shfl_xor_sync(~0u, sum, o);
-        if (q < pieces) {
-          uint32_t* dst = xs + ((kt0 * m + t) * 2 + s / 2) * 16 + 2 * (s % 2) + bb;
-          dst[0] = v[u].x;
-          dst[4] = v[u].y;
-          dst[8] = v[u].z;
-          dst[12] = v[u].w;
-          if (lane % lanes_per_group == 0) xsum[(k0 >> gshift) * kMaxTokens + t] = -136.0f * sum;
-        }
-      }
-    }
+    stage_x_fragments<8, false>(xs, xsum, m, p.k, p.group, gshift, [&](int q, int kc) {
+      return __ldg(reinterpret_cast<const uint4*>(p.x + int64_t(q / kc) * p.k) + q % kc);
+    });
     // Zeros: x's padded half tile (k % 64 == 32), the zero block, sums of tokens >= m and of
     // the padded group. Disjoint from the writes above.
     if (p.k % kInt4TileK != 0)

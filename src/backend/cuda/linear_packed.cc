@@ -230,6 +230,7 @@ void CudaBackend::linear_packed(const Tensor& x, const LinearWeight& w, const Te
       p.gemv_grid = tunables_.int4_gemv_blocks_per_sm * num_sms_;
       p.gemv_unroll = tunables_.int4_gemv_ring;
       p.gemv_rows = tunables_.int4_gemv_rows;
+      p.gemv_x_tma = tunables_.int4_gemv_x_tma;
       if (glu) p.glu_inter = n / 2;
       return record(glu ? kOpInt4GemvGlu : kOpInt4Gemv, p, run_int4_gemv);
     }

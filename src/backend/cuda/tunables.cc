@@ -44,6 +44,7 @@ void CudaTunables::check() const {
   CHECK_MSG(int4_gemv_ring == 0 || int4_gemv_ring == 8 || int4_gemv_ring == 16, "int4_gemv_ring {}",
             int4_gemv_ring);
   CHECK_MSG(int4_gemv_rows == 1 || int4_gemv_rows == 4, "int4_gemv_rows {}", int4_gemv_rows);
+  CHECK_MSG(int4_gemv_x_tma >= 0, "int4_gemv_x_tma {}", int4_gemv_x_tma);
   CHECK_MSG(moe_int4_reg_rows == 1 || moe_int4_reg_rows == 4, "moe_int4_reg_rows {}",
             moe_int4_reg_rows);
   CHECK_MSG(moe_int4_reg_max_assignments >= 0, "moe_int4_reg_max_assignments {}",
