@@ -216,10 +216,10 @@ struct CudaTunables {
   // after the PDL wait (Int4LinearParams::gemv_x_tma), 0 off. Why: x's loads, issued after the
   // weights' ring, cost ~1.7 of a launch's ~4.9 us fixed cost (H100, 2026-12-05 session 32). No
   // env. Default 32 KB (every 8B shape at m = 1, down's 28 KB included): one 8B token's 128 W4A16
-  // GEMVs (int4_linear_bench --what token, H100, 2026-12-06, two processes, steady rounds) 1.847-
-  // 1.865 ms against 1.887-1.932 loaded by the threads (-2.1 to -3.0%; up to 8 KB only -1.0%),
-  // and Llama-3.1-8B W4A16 batch 1 2.697 ms against 2.776 (-2.8%; 8 KB only: 2.725). Variants
-  // no_int4_x_tma, int4_x_tma8.
+  // GEMVs (int4_linear_bench --what token, H100, 2026-12-06, four processes, steady rounds)
+  // 1.847-1.895 ms against 1.887-1.932 loaded by the threads (-0.6 to -3.0%; up to 8 KB only
+  // -0.5 to -1.1%), and Llama-3.1-8B W4A16 batch 1 (two processes) 2.697 / 2.742 ms against
+  // 2.776 / 2.814 (-2.8 / -2.6%; 8 KB only 2.725 / 2.773). Variants no_int4_x_tma, int4_x_tma8.
   int int4_gemv_x_tma = 32768;
   // MoE decode with INT4 experts: up to this many assignments (tokens x top-k) the experts run
   // as the register GEMV's experts mode, one expert matrix per assignment (linear_int4.h), above
