@@ -56,8 +56,15 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.moe_int4_gate_up_round = true; }},
     {"moe_split_unrounded",
      "INT4 experts' split gate_up (by ids, few tokens) unrounded at group 32 "
-     "(moe_int4_split_round off)",
-     [](cuda::CudaTunables& t) { t.moe_int4_split_round = false; }},
+     "(moe_int4_split_round 0)",
+     [](cuda::CudaTunables& t) { t.moe_int4_split_round = 0; }},
+    {"moe_split_unrounded_tma",
+     "INT4 experts' split gate_up unrounded where its weights come by TMA (one wave: T = 1), "
+     "rounded on the register ring (moe_int4_split_round -1)",
+     [](cuda::CudaTunables& t) { t.moe_int4_split_round = -1; }},
+    {"moe_split_rounded",
+     "INT4 experts' split gate_up rounding its weights (moe_int4_split_round 1)",
+     [](cuda::CudaTunables& t) { t.moe_int4_split_round = 1; }},
     {"no_int4_x_tma", "W4A16 GEMV: x loaded by every thread, no bulk copy (int4_gemv_x_tma 0)",
      [](cuda::CudaTunables& t) { t.int4_gemv_x_tma = 0; }},
     {"int4_x_tma8", "W4A16 GEMV: x of up to 8 KB by one bulk copy (int4_gemv_x_tma 8192)",

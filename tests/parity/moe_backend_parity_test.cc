@@ -413,12 +413,13 @@ TEST(MoeBackend, WideRowsMatchCpu) {
 // (2^-9 relative a weight); the register GEMV's measured 1.3e-5 to 2.0e-5 (H100, 2026-12-06) as
 // the rounded ones. And each knob reaches its kernel: the outputs differ from the rounded ones on
 // the same routing and x, at T = 17 (planned in every case) and at T = 3 (by ids: the split).
+// Form 4: the split unrounded where it runs by TMA (SplitGateUpTmaShapes: where that is).
 TEST(MoeBackend, UnroundedGateUpMatchesCpu) {
   struct Form {
-    bool reg_round, split_round;
-    int rows;
+    bool reg_round;
+    int split_round, rows;
   };
-  const Form forms[] = {{false, true, 1}, {false, true, 4}, {true, false, 4}, {true, true, 4}};
+  const Form forms[] = {{false, 1, 1}, {false, 1, 4}, {true, 0, 4}, {true, 1, 4}, {true, -1, 4}};
   Pair p;
   const ExpertCase cases[] = {
       {Fmt::kInt4g32, 512, 256, 64, 8},
@@ -427,8 +428,8 @@ TEST(MoeBackend, UnroundedGateUpMatchesCpu) {
   };
   for (const ExpertCase& c : cases) {
     const Experts ex = random_experts(p, c);
-    std::vector<float> outs[4][2];  // [form][T = 17, T = 3]
-    for (int fi = 0; fi < 4; ++fi) {
+    std::vector<float> outs[5][2];  // [form][T = 17, T = 3]
+    for (int fi = 0; fi < 5; ++fi) {
       const Form& f = forms[fi];
       p.cuda().tune([&](cuda::CudaTunables& t) {
         t.moe_int4_gate_up_round = f.reg_round;
@@ -441,7 +442,7 @@ TEST(MoeBackend, UnroundedGateUpMatchesCpu) {
         std::printf(
             "gate_up round %d split round %d rows %d %-9s H %4lld I %3lld E %2d k %d T %2lld: "
             "nmse %.2e\n",
-            int(f.reg_round), int(f.split_round), f.rows, fmt_name(c.fmt), (long long)c.hidden,
+            int(f.reg_round), f.split_round, f.rows, fmt_name(c.fmt), (long long)c.hidden,
             (long long)c.inter, c.experts, c.top_k, (long long)t, e);
         EXPECT_LT(e, kExpertsNmse) << fmt_name(c.fmt) << " H " << c.hidden << " T " << t;
       }
@@ -539,7 +540,9 @@ TEST(MoeBackend, SplitGateUpTmaShapes) {
     s.num_experts = 384;
     s.group = 32;
     s.tma = tma;
+    s.unrounded = -1;  // unrounded where by TMA (CudaTunables::moe_int4_split_round -1)
     EXPECT_TRUE(cuda::int4_split_gate_up_shape(&s)) << tokens << " tokens, tma " << tma;
+    EXPECT_EQ(s.unrounded, s.tma) << tokens << " tokens, tma " << tma;
     return s;
   };
   const cuda::Int4SplitGateUpParams one = kimi_rank(1, -1);

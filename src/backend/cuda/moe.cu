@@ -427,7 +427,7 @@ void CudaBackend::moe_experts_add(const Tensor& x, const MoeExpertWeights& exper
   p.int4_reg_planned = tunables_.moe_int4_reg_planned ? 1 : 0;
   p.int4_reg_round = tunables_.moe_int4_reg_round ? 1 : 0;
   p.int4_gate_up_round = tunables_.moe_int4_gate_up_round ? 1 : 0;
-  p.int4_split_round = tunables_.moe_int4_split_round ? 1 : 0;
+  p.int4_split_round = tunables_.moe_int4_split_round;
   p.int4_reg_split = tunables_.moe_int4_reg_split;
   p.int4_reg_rows = tunables_.moe_int4_reg_rows;
   p.int4_reg_tile_rows = tunables_.moe_int4_reg_tile_rows;

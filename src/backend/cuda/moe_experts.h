@@ -370,7 +370,7 @@ struct MoeExpertsParams {
   // initialized) it runs unrounded (CudaTunables::moe_int4_gate_up_round).
   int int4_gate_up_round;
   // 1: the split gate_up rounds its weights (CudaTunables::moe_int4_split_round); 0 (as zero-
-  // initialized): group 32 unrounded.
+  // initialized): group 32 unrounded; -1 unrounded where its weights come by TMA.
   int int4_split_round;
   // Or null: the stream waits on it right before the combine (the join of the side branch that
   // makes `add`: backend/side_branch.h).

@@ -381,7 +381,8 @@ bool int4_split_gate_up_shape(Int4SplitGateUpParams* p) {
   if (p->warps < 1 || p->warps > kMaxWarps || (p->ring != 2 && p->ring != 4) ||
       !(p->cluster == 1 || p->cluster == 2 || p->cluster == 4 || p->cluster == kMaxCluster) ||
       p->cluster > kt || units * p->cluster > (int64_t(1) << 31) - 1 ||
-      x_bytes(int(kt), p->cluster) > kMaxXBytes || p->tma < -1 || p->tma > 1)
+      x_bytes(int(kt), p->cluster) > kMaxXBytes || p->tma < -1 || p->tma > 1 || p->unrounded < -1 ||
+      p->unrounded > 1)
     return false;
   // TMA: batches and stages within the shared memory the grid's residency leaves (one wave of
   // one CTA an SM: the warp's whole stream in two batches where it fits; else two CTAs an SM, the
@@ -400,6 +401,7 @@ bool int4_split_gate_up_shape(Int4SplitGateUpParams* p) {
     ++stages;
   const bool tma_fits = tiles >= 1 && layout(tiles, stages).total <= budget;
   if (p->tma == -1) p->tma = tma_fits && one_wave ? 1 : 0;
+  if (p->unrounded == -1) p->unrounded = p->tma == 1 && tma_fits ? 1 : 0;
   if (p->tma == 1) {
     if (!tma_fits) return false;
     p->tma_tiles = tiles;

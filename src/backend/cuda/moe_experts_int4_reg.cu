@@ -71,7 +71,7 @@ Int4SplitGateUpParams split_gate_up_params(const MoeExpertsParams& p, const bf16
   s.warps = p.int4_split_warps;
   s.ring = p.int4_split_ring;
   s.tma = p.int4_split_tma;
-  s.unrounded = p.int4_split_round ? 0 : 1;
+  s.unrounded = p.int4_split_round == 1 ? 0 : p.int4_split_round == 0 ? 1 : -1;
   return s;
 }
 

@@ -101,7 +101,8 @@ struct Int4SplitGateUpParams {
   int tma_tiles;   // TMA: k tiles a batch (set by int4_split_gate_up_shape)
   int tma_stages;  // TMA: slots a warp's ring (set by int4_split_gate_up_shape)
   int unrounded;  // 1, group 32: (128 + nibble) into the mma, −136·Σx and the scales on float32
-                  // group sums (CudaTunables::moe_int4_split_round off); else rounded to bf16
+                  // group sums (CudaTunables::moe_int4_split_round 0); 0 rounded to bf16; -1 1
+                  // where tma resolves to 1 (set by int4_split_gate_up_shape)
   int pad_;
 };
 static_assert(std::has_unique_object_representations_v<Int4SplitGateUpParams>);

@@ -55,6 +55,8 @@ void CudaTunables::check() const {
             "moe_int4_split_cluster {}", moe_int4_split_cluster);
   CHECK_MSG(moe_int4_split_tma >= -1 && moe_int4_split_tma <= 1, "moe_int4_split_tma {}",
             moe_int4_split_tma);
+  CHECK_MSG(moe_int4_split_round >= -1 && moe_int4_split_round <= 1, "moe_int4_split_round {}",
+            moe_int4_split_round);
   CHECK_MSG(moe_int4_split_warps >= 0 && moe_int4_split_warps <= 8, "moe_int4_split_warps {}",
             moe_int4_split_warps);
   CHECK_MSG(moe_int4_flat_ctas_per_sm >= 0 && moe_int4_flat_ctas_per_sm <= 2,

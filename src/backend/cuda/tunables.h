@@ -315,14 +315,15 @@ struct CudaTunables {
   // no_split_tma, split_tma_all): a Kimi rank's batch-1 step -3.0% / -4.8% / -3.2% in three calls;
   // TMA at 2-8 tokens lost to the register ring (the step at batch 2 +2.7%).
   int moe_int4_split_tma = -1;
-  // split_round: whether the split gate_up rounds its weights; false (group 32 only: Kimi-K2.5's)
-  // runs them unrounded as moe_int4_gate_up_round does, x's half-tile sums made once a CTA.
+  // split_round: whether the split gate_up rounds its weights: 1 always; 0 never (group 32 only:
+  // Kimi-K2.5's), unrounded as moe_int4_gate_up_round does, x's half-tile sums made once a CTA;
+  // -1 unrounded where its weights come by TMA (split_tma), rounded on the register ring.
   // Measured on an H100 (2026-12-06, session 42, one Kimi-K2.5 rank's experts, four processes,
-  // alternating; variant moe_split_unrounded): T = 1 (TMA, one wave) -1.4 to -2.6%, T = 2 (the
-  // register ring) +2.4 to +3.0%, T = 4 / 8 within +-0.6%; the step at batch 1 -0.6%. Rounding
-  // stays the default until an H200 reads T = 1 (there the TMA form won; on this H100 the ring
-  // form is as fast at T = 1: variant no_split_tma -1.5 to -1.8%).
-  bool moe_int4_split_round = true;
+  // alternating; variant moe_split_unrounded, 0): T = 1 (TMA, one wave) -1.4 to -2.6%, T = 2 (the
+  // register ring) +2.4 to +3.0%, T = 4 / 8 within +-0.6%; the step at batch 1 -0.6%. -1 takes
+  // the first without the second (variants moe_split_unrounded_tma, moe_split_rounded). Default
+  // 1 until measured.
+  int moe_int4_split_round = 1;
   // flat_ctas_per_sm: the flat down projection's grid, CTAs of 8 warps an SM (1 or 2; 0: 2).
   int moe_int4_flat_ctas_per_sm = 0;
   // FP8 experts' decode GEMVs against x staged in f16 (moe_stage_f16.cu: one small launch before
