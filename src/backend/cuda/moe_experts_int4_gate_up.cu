@@ -401,7 +401,8 @@ bool int4_split_gate_up_shape(Int4SplitGateUpParams* p) {
     ++stages;
   const bool tma_fits = tiles >= 1 && layout(tiles, stages).total <= budget;
   if (p->tma == -1) p->tma = tma_fits && one_wave ? 1 : 0;
-  if (p->unrounded == -1) p->unrounded = p->tma == 1 && tma_fits ? 1 : 0;
+  // -1: unrounded with TMA (a TMA that cannot fit is refused below).
+  if (p->unrounded == -1) p->unrounded = p->tma == 1 ? 1 : 0;
   if (p->tma == 1) {
     if (!tma_fits) return false;
     p->tma_tiles = tiles;
