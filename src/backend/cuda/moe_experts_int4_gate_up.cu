@@ -19,9 +19,10 @@
 //   GEMV's round mode: (nibble - 8) · scale rounded to bf16, 4 mma.m16n8k16 into two accumulators
 //   (even / odd k steps), x as B fragments from shared memory (the CTA's k range of the
 //   assignment's token row, staged once in the register GEMV's fragment order, m = 1). Or, group
-//   32 with p.unrounded (CudaTunables::moe_int4_split_round off; H100, 2026-12-06: -2% at one
-//   token, +3% at two): (128 + nibble) into the mma, each half tile's sums starting at −136·Σx
-//   (made once a CTA from the staged x) and scaled into acc / acc1 (mma_tile_unrounded_g32).
+//   32 with p.unrounded (CudaTunables::moe_int4_split_round 0, or -1 — the default — where the
+//   weights come by TMA; H100, 2026-12-06: -2% at one token, +3% at two on the ring): (128 +
+//   nibble) into the mma, each half tile's sums starting at −136·Σx (made once a CTA from the
+//   staged x) and scaled into acc / acc1 (mma_tile_unrounded_g32).
 // - Partial sums: each warp's 16 gate and 16 up rows into shared memory; the CTA sums its warps
 //   in warp order, then rank 0 of the cluster sums the CTAs' sums in rank order through
 //   distributed shared memory (between two cluster barriers), rounds gate and up to bf16 (an

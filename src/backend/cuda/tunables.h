@@ -322,8 +322,11 @@ struct CudaTunables {
   // alternating; variant moe_split_unrounded, 0): T = 1 (TMA, one wave) -1.4 to -2.6%, T = 2 (the
   // register ring) +2.4 to +3.0%, T = 4 / 8 within +-0.6%; the step at batch 1 -0.6%. -1 takes
   // the first without the second (variants moe_split_unrounded_tma, moe_split_rounded). Default
-  // 1 until measured.
-  int moe_int4_split_round = 1;
+  // -1 since session 43 (H100, 2026-12-06, three processes, alternating in each: T = 1 the
+  // rounded form +2.2 to +2.5% against it, T = 2 -0.1 to +0.3%, T = 4-128 within +-0.3%; the
+  // always-unrounded form +2.9 to +3.3% at T = 2; a Kimi-K2.5 rank's step batch 1 / 2 4.631 /
+  // 5.499 ms against 4.646 / 5.549 rounded; the MoE, INT4 and DeepSeek suites 39 / 39).
+  int moe_int4_split_round = -1;
   // flat_ctas_per_sm: the flat down projection's grid, CTAs of 8 warps an SM (1 or 2; 0: 2).
   int moe_int4_flat_ctas_per_sm = 0;
   // FP8 experts' decode GEMVs against x staged in f16 (moe_stage_f16.cu: one small launch before
