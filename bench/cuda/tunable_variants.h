@@ -145,6 +145,8 @@ inline constexpr Variant kVariants[] = {
     {"mla_sgroups2",
      "MLA decode kernel's 16-row blocks with two groups of S warps (mla_s_groups 2)",
      [](cuda::CudaTunables& t) { t.mla_s_groups = 2; }},
+    {"mla_sgroups1", "MLA decode kernel's 16-row blocks with one group of S warps (mla_s_groups 1)",
+     [](cuda::CudaTunables& t) { t.mla_s_groups = 1; }},
     {"mla_pf0", "MLA decode kernel without L2 prefetch (mla_l2_prefetch 0)",
      [](cuda::CudaTunables& t) { t.mla_l2_prefetch = 0; }},
     {"mla_pf1", "MLA decode kernel's L2 prefetch one chunk ahead (mla_l2_prefetch 1)",
