@@ -14,6 +14,10 @@ struct Variant {
   void (*apply)(cuda::CudaTunables&);
 };
 inline constexpr Variant kVariants[] = {
+    {"defaults",
+     "no change: a control timed among the variants (the first graph timing of a "
+     "process reads slower at times)",
+     [](cuda::CudaTunables&) {}},
     {"unfused", "CudaTunables::fusion off", [](cuda::CudaTunables& t) { t.fusion = false; }},
     {"cublas_heads", "per-head linears on cuBLAS's batched GEMM (per_head_gemv_max_tokens 0)",
      [](cuda::CudaTunables& t) { t.per_head_gemv_max_tokens = 0; }},
@@ -292,6 +296,8 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.moe_int4_split_tma = 1; }},
     {"no_mla_fused_merge", "MLA splits merged by their own kernel (mla_fused_merge_max_splits 0)",
      [](cuda::CudaTunables& t) { t.mla_fused_merge_max_splits = 0; }},
+    {"no_norm_preload", "RMSNorm's bf16 weights loaded after its PDL wait (norm_weight_preload)",
+     [](cuda::CudaTunables& t) { t.norm_weight_preload = false; }},
     {"session9",
      "session 9's defaults (none of session 10's: gemv_norm, combine_norm, auto 8-row MLA, "
      "2-chunk splits, the flat down projection, side branches above 2 rows)",

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -71,22 +72,44 @@ TEST(CudaParity, LinearSplitK) {
   }
 }
 
+// Every row kernel (the warp, block and 16-byte row kernels, dims to 24,576: one to three
+// 16-byte chunks a thread), with the row kernel's bf16 weights loaded after and before its PDL
+// wait (CudaTunables::norm_weight_preload): within bf16 tolerance of the CPU, and the same bits
+// either way.
 TEST(CudaParity, RmsNormAndResidual) {
   Pair p;
-  for (auto [rows, dim] : {std::pair{7, 64}, {3, 320}, {5, 4096}, {2, 5000}, {40, 16}}) {
+  for (auto [rows, dim] : {std::pair{7, 64},
+                           {3, 320},
+                           {5, 4096},
+                           {2, 5000},
+                           {40, 16},
+                           {3, 7168},
+                           {2, 16384},
+                           {1, 24576}}) {
     auto x = p.make(p.random(int64_t(rows) * dim, 3.0f), {rows, dim});
     auto w = p.make(p.random(dim), {dim});
-    auto out = p.out({rows, dim});
-    p.cpu_->rms_norm(*x.cpu, *w.cpu, 1e-5f, *out.cpu);
-    p.gpu_->rms_norm(*x.gpu, *w.gpu, 1e-5f, *out.gpu);
-    EXPECT_LT(p.nmse(out), 1e-5) << rows << "x" << dim;
+    const auto res0 = p.random(int64_t(rows) * dim, 3.0f);
+    std::vector<float> outs[2], adds[2];
+    for (bool preload : {false, true}) {
+      p.cuda().tune([&](cuda::CudaTunables& t) { t.norm_weight_preload = preload; });
+      const std::string at = std::to_string(rows) + "x" + std::to_string(dim) +
+                             (preload ? " weights before the wait" : "");
+      auto out = p.out({rows, dim});
+      p.cpu_->rms_norm(*x.cpu, *w.cpu, 1e-5f, *out.cpu);
+      p.gpu_->rms_norm(*x.gpu, *w.gpu, 1e-5f, *out.gpu);
+      EXPECT_LT(p.nmse(out), 1e-5) << at;
+      outs[preload] = p.get(*out.gpu, true);
 
-    auto res = p.make(p.random(int64_t(rows) * dim, 3.0f), {rows, dim});
-    auto out2 = p.out({rows, dim});
-    p.cpu_->add_rms_norm(*x.cpu, *res.cpu, *w.cpu, 1e-6f, *out2.cpu);
-    p.gpu_->add_rms_norm(*x.gpu, *res.gpu, *w.gpu, 1e-6f, *out2.gpu);
-    EXPECT_LT(p.nmse(out2), 1e-5) << "add_rms_norm " << rows << "x" << dim;
-    EXPECT_LT(p.nmse(res), 1e-5) << "residual " << rows << "x" << dim;
+      auto res = p.make(res0, {rows, dim});
+      auto out2 = p.out({rows, dim});
+      p.cpu_->add_rms_norm(*x.cpu, *res.cpu, *w.cpu, 1e-6f, *out2.cpu);
+      p.gpu_->add_rms_norm(*x.gpu, *res.gpu, *w.gpu, 1e-6f, *out2.gpu);
+      EXPECT_LT(p.nmse(out2), 1e-5) << "add_rms_norm " << at;
+      EXPECT_LT(p.nmse(res), 1e-5) << "residual " << at;
+      adds[preload] = p.get(*out2.gpu, true);
+    }
+    EXPECT_EQ(outs[0], outs[1]) << rows << "x" << dim;
+    EXPECT_EQ(adds[0], adds[1]) << "add_rms_norm " << rows << "x" << dim;
   }
 }
 

@@ -1,5 +1,6 @@
 // RMSNorm and fused residual-add + RMSNorm: one block per row, float32 sum of squares, the
-// row kept in registers between the two passes (dim <= kThreads · kMaxPerThread).
+// row kept in registers between the two passes (16-byte rows: dim <= 32,768; others:
+// dim <= kThreads · kMaxPerThread).
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
@@ -103,12 +104,23 @@ __global__ void rms_norm_warp_kernel(RmsNormParams p) {
 
 // Rows whose dim is a multiple of 8 (every hidden size): 16-byte loads, one 8-value chunk per
 // thread per pass (up to kChunks passes), values kept in registers between the two passes.
+// p.weight_preload: bf16 weights loaded before the PDL wait, so the output pass does not wait on
+// their load after the row's reduction (a batch-1 step's norms are one block each, on the
+// critical path between two GEMVs).
 template <int kChunks>
 __global__ void __launch_bounds__(1024) rms_norm_vec_kernel(RmsNormParams p) {
+  const int nchunk = p.dim / 8;
+  const bool pre = p.weight_preload && !p.weight_f32;
+  uint4 wraw[kChunks];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int idx = threadIdx.x + c * blockDim.x;
+    wraw[c] = pre && idx < nchunk ? __ldg(static_cast<const uint4*>(p.weight) + idx)
+                                  : make_uint4(0, 0, 0, 0);
+  }
   pdl_enter(p.pdl_early);
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
-  const int nchunk = p.dim / 8;
   const int64_t stride = p.row_stride ? p.row_stride : p.dim;
   const uint4* x = reinterpret_cast<const uint4*>(p.x + row * stride);
   uint4* res = p.residual ? reinterpret_cast<uint4*>(p.residual + row * p.dim) : nullptr;
@@ -138,7 +150,10 @@ __global__ void __launch_bounds__(1024) rms_norm_vec_kernel(RmsNormParams p) {
     const int idx = threadIdx.x + c * blockDim.x;
     if (idx < nchunk) {
       float w[8], o[8];
-      norm_weight8(p.weight, p.weight_f32, idx, w);
+      if (pre)
+        unpack8(wraw[c], w);
+      else
+        norm_weight8(p.weight, p.weight_f32, idx, w);
 #pragma unroll
       for (int e = 0; e < 8; ++e) o[e] = w[e] * (v[c][e] * inv);
       out[idx] = pack8(o);
@@ -159,8 +174,12 @@ RmsNormKernel rms_norm_kernel_for(const RmsNormParams& p) {
 
 void launch_rms_norm(const RmsNormParams& p, const Launch& launch) {
   if (p.rows == 0) return;
-  CHECK_MSG(p.dim <= kThreads * kMaxPerThread, "rms_norm: dim {} too large", p.dim);
   const RmsNormKernel kind = rms_norm_kernel_for(p);
+  // The row kernel takes dims to 32,768 (Llama-3.1-405B's 16,384 among them); the block kernel,
+  // for rows off its 16-byte grid, keeps a row in registers.
+  CHECK_MSG(kind != RmsNormKernel::kBlock || p.dim <= kThreads * kMaxPerThread,
+            "rms_norm: dim {} of rows not 16-byte aligned (or not a multiple of 8): at most {}",
+            p.dim, kThreads * kMaxPerThread);
   if (kind == RmsNormKernel::kVecOnePass || kind == RmsNormKernel::kVecMultiPass) {
     const int nchunk = p.dim / 8;
     const int threads = int(std::min<int64_t>(1024, ceil_div(nchunk, 32) * 32));
@@ -196,6 +215,7 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& weight, float eps, con
   p.dim = int(d);
   p.eps = eps;
   p.pdl_early = tunables_.pdl_early;
+  p.weight_preload = tunables_.norm_weight_preload;
   record(kOpRmsNorm, p, launch_rms_norm);
 }
 
@@ -216,6 +236,7 @@ void CudaBackend::rms_norm_columns(const Tensor& x, const Tensor& weight, float 
   p.dim = int(d);
   p.eps = eps;
   p.pdl_early = tunables_.pdl_early;
+  p.weight_preload = tunables_.norm_weight_preload;
   record(kOpRmsNorm, p, launch_rms_norm);
 }
 
@@ -238,6 +259,7 @@ void CudaBackend::add_rms_norm(const Tensor& x, const Tensor& residual, const Te
   p.dim = int(d);
   p.eps = eps;
   p.pdl_early = tunables_.pdl_early;
+  p.weight_preload = tunables_.norm_weight_preload;
   if (merge_moe_combine_norm(p)) return;  // graph mode: inside the MoE combine just recorded
   record(kOpRmsNorm, p, launch_rms_norm);
 }

@@ -16,6 +16,10 @@ struct RmsNormParams {
   float eps;
   int weight_f32;
   int pdl_early;  // trigger the next kernel before waiting on the previous (common.cuh)
+  // 1: the row kernel (16-byte chunks) loads bf16 weights before its PDL wait: model parameters,
+  // which no kernel writes (CudaTunables::norm_weight_preload)
+  int weight_preload;
+  int pad_;  // 0 (no padding bytes)
 };
 void launch_rms_norm(const RmsNormParams& p, const Launch& launch);
 

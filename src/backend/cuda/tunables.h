@@ -445,6 +445,15 @@ struct CudaTunables {
   // 1 or 8 changed batch-1 decode by +-0.02 ms (2026-11-29 night); the 64 x 4,096 kernel alone ran
   // at 95.1% of copy bandwidth at 2, 92.8-93.1% at 4 and 8 (2026-11-29 evening).
   int decode_blocks_per_sm = 4;
+  // RMSNorm's row kernel loads its bf16 weights before its PDL wait (model parameters: no
+  // kernel writes them), off the critical path after the row's reduction; the same bits
+  // (CudaParity.RmsNormAndResidual). No env. Default on: batch-1 steps, H100, 2026-12-06
+  // session 44, two processes, each against a no-change control timed twice beside it
+  // (rank_step_bench --variants norm_preload,defaults,...): Llama-3.1-8B W4A16 -0.2 / -0.2%,
+  // bf16 -0.6 / -0.5%, Moonlight bf16 -0.5 / -0.5%, a Kimi-K2.5 rank (61 layers projected)
+  // -1.0 / -1.9% (session 43's H200: -0.1% W4A16, -0.8% bf16, -0.6% Moonlight). A/B: variant
+  // no_norm_preload.
+  bool norm_weight_preload = true;
   // When prefill batches take the split-KV kernel (attention_prefill_split.h): 0 never, 1 auto
   // (short chunks over long contexts, see plan_split_prefill), 2 whenever supported (tests). Env
   // STRATA_CUDA_PREFILL_SPLIT=0/1/2. Default 1: 12x / 4.9x / 1.4x over the regular kernels at
