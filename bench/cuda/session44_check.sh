@@ -8,7 +8,8 @@
 #      bits against the plain load);
 #   3. the batch-1 steps whose norms are one block each on the critical path (Llama-3.1-8B
 #      W4A16 and bf16, a Kimi-K2.5 rank, Moonlight), norm_preload against the `defaults` control
-#      twice each in one process, two processes (RUNS).
+#      twice each in one process, two processes (RUNS). (k45 had the preload off by default and
+#      the variant norm_preload; main now has it on, A/B: no_norm_preload.)
 set -u
 OUT=${OUT:-/tmp/strata_out}
 mkdir -p "$OUT"

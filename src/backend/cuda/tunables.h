@@ -370,9 +370,13 @@ struct CudaTunables {
   // (DeepSeek-V3) / 744-749 (Kimi) against 696-706 / 752-759 without, and 704-716 / 773-776 for
   // the form before (n = 16 / 32 / 48 by the tail's rows, which made ptxas serialize the wgmma).
   bool moe_gemm_narrow_tails = true;
-  // The router GEMV's first weight loads before its PDL wait (the same arithmetic). No env.
-  // Off until measured (A/B: variant router_preload).
-  bool moe_router_preload = false;
+  // The router GEMV's first weight loads before its PDL wait (the same arithmetic, the same bits:
+  // MoeParity.RouterLogits). No env. Default on: H100, 2026-12-06 session 44, two processes, each
+  // variant twice beside a no-change control timed twice (rank_step_bench --variants
+  // router_preload,...,defaults): a Kimi-K2.5 rank at batch 1 -0.8 to -1.5% (12-layer cut),
+  // -0.8 to -1.0% (4-layer cut), Moonlight bf16 -0.3 to -0.6% (session 13's A/B without a
+  // control: Kimi -0.9 / -0.2 / -1.7%, left off as within its spread). A/B: no_router_preload.
+  bool moe_router_preload = true;
   // FP8-block linears above the GEMV's rows: false (default) dequantize the weight to bf16 and
   // run the bf16 GEMM (W8A16: the weights exactly as DeepSeek's reference inference dequantizes
   // them, activations untouched); true quantize the activations to e4m3 per 128 values and run
