@@ -1,8 +1,8 @@
 #!/bin/bash
 # Session 44's third call (carry .devcarry/k47 — strata_parity_test and strata_bench_kit at main
 # with the router's and RMSNorm's weights before their PDL waits by default — and .devcarry/fxs):
-#   1. on an H200 first: mla_h200_ab.sh;
-#   2. the router, MoE, norm and DeepSeek-architecture fixture suites with the new defaults;
+#   1. the router, MoE, norm and DeepSeek-architecture fixture suites with the new defaults;
+#   2. on an H200: mla_h200_ab.sh;
 #   3. a Kimi-K2.5 rank and Moonlight at batch 1: no_router_preload and no_norm_preload against a
 #      no-change control, each twice in one process (RUNS processes).
 set -u
@@ -13,13 +13,13 @@ PREBUILT=${PREBUILT:-k47}
 source bench/cuda/prebuilt.sh unpack "$PREBUILT" || exit 1
 prebuilt_link_shared "$PWD/.devcarry/fxs"
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
-if [[ $gpu == *H200* ]]; then
-  OUT=$OUT/mla PREBUILT=$PREBUILT bash bench/cuda/mla_h200_ab.sh 2>&1 | grep -v "NMSE" | cut -c1-200
-fi
 L=$OUT BIN=$PB
 STRATA_CARRY=$PWD/.devcarry/fxs source bench/cuda/device_env.sh  # dev_parity
 dev_parity moe "${PARITY_FILTER:-MoeParity.*:MoeBackend.*:SideBranch.*:MoeCombineNorm.*:MoeDownCombine.*:CudaParity.RmsNorm*:*QuantModel*:Fixtures/MlaModel.*/deepseek*-*HouseMla*:*house_mla*}" \
   ${PARITY_TIMEOUT:-240}
+if [[ $gpu == *H200* ]]; then
+  OUT=$OUT/mla PREBUILT=$PREBUILT bash bench/cuda/mla_h200_ab.sh 2>&1 | grep -v "NMSE" | cut -c1-200
+fi
 V1=no_router_preload,no_norm_preload,defaults
 V=${VARIANTS:-$V1,$V1}
 for i in $(seq 1 "${RUNS:-1}"); do

@@ -374,7 +374,7 @@ struct CudaTunables {
   // MoeParity.RouterLogits). No env. Default on: H100, 2026-12-06 session 44, two processes, each
   // variant twice beside a no-change control timed twice (rank_step_bench --variants
   // router_preload,...,defaults): a Kimi-K2.5 rank at batch 1 -0.8 to -1.5% (12-layer cut),
-  // -0.8 to -1.0% (4-layer cut), Moonlight bf16 -0.3 to -0.6% (session 13's A/B without a
+  // -0.8 to -1.0% (4-layer cut), Moonlight bf16 -0.2 to -0.5% (session 13's A/B without a
   // control: Kimi -0.9 / -0.2 / -1.7%, left off as within its spread). A/B: no_router_preload.
   bool moe_router_preload = true;
   // FP8-block linears above the GEMV's rows: false (default) dequantize the weight to bf16 and
@@ -454,7 +454,7 @@ struct CudaTunables {
   // (CudaParity.RmsNormAndResidual). No env. Default on: batch-1 steps, H100, 2026-12-06
   // session 44, two processes, each against a no-change control timed twice beside it
   // (rank_step_bench --variants norm_preload,defaults,...): Llama-3.1-8B W4A16 -0.2 / -0.2%,
-  // bf16 -0.6 / -0.5%, Moonlight bf16 -0.5 / -0.5%, a Kimi-K2.5 rank (61 layers projected)
+  // bf16 -0.5 / -0.5%, Moonlight bf16 -0.5 / -0.5%, a Kimi-K2.5 rank (61 layers projected)
   // -1.0 / -1.9% (session 43's H200: -0.1% W4A16, -0.8% bf16, -0.6% Moonlight). A/B: variant
   // no_norm_preload.
   bool norm_weight_preload = true;
