@@ -25,7 +25,8 @@
 // acceptance (with --what acceptance) issue 22's decode rows with the product's plans: bf16 and
 //           fp8_flashmla at 16, 8 and 128 heads
 // scaling   (with --what scaling) bf16 decode at other batches, contexts and split counts, loads
-//           alone, pages shuffled and in pool order (what limits the acceptance shape)
+//           alone, pages shuffled and in pool order (what limits the acceptance shape);
+//           fp8split (--what fp8split) the same over fp8_flashmla rows
 // merge     (with --what merge) the decode kernel's own split merge against the merge kernel
 // batch1    (with --what batch1) batch-1 decode (a Kimi-K2.5 rank, Moonlight): profile, loads
 //           alone, math alone, split counts; the mma kernel beside it
@@ -33,7 +34,8 @@
 //           (MlaPlanOptions::s_groups: by rows, and over fp8_flashmla by dims) against one, bf16
 //           and fp8_flashmla rows, as the acceptance rows run (three rounds, alternating), with
 //           their wait profiles; the outputs compared; then each form with L2 prefetch 1 / 2 / 4
-// Usage: strata_bench_mla_bench [--what ceilings,variants,acceptance,scaling,merge,decode,prefill]
+// Usage: strata_bench_mla_bench [--what ceilings,variants,acceptance,scaling,fp8split,merge,
+//                                       decode,prefill]
 //                               [--batch 64] [--context 4096] [--pages sequential]
 //                               [--fused-merge 2] [--early-kv 0|1]
 //                               [--decode-kernel 0] [--wgmma-pipe 0]  (0: never the decode
@@ -418,11 +420,13 @@ void variant_sweep(cudaStream_t s, const Ceilings& c, const Layout& lt, int batc
       lt.name, heads, old_pct, new_pct, old_pct > 0 ? new_pct / old_pct : 0.0, best, best_name);
 }
 
-// Where the bf16 decode rows' % of copy comes from (issue 22's 85%): the acceptance shape against
-// twice the keys a block (batch 128, or context 8,192), the same shape without the split-KV merge
-// (one split: 64 blocks) and with more splits, loads alone, and pages in pool order against
-// shuffled ones (the TLB: each sequence's pages then share 2 MiB mappings).
-void scaling(cudaStream_t s, const Ceilings& c, const Layout& bf16) {
+// Where the decode rows' % of copy comes from (issue 22's 85% over bf16 rows, `scaling`; 80% over
+// fp8_flashmla rows, `fp8split`): the acceptance shape against twice the keys a block (batch 128,
+// or context 8,192), the same shape without the split-KV merge (one split: 64 blocks) and with
+// more splits, loads alone, and pages in pool order against shuffled ones (the TLB: each
+// sequence's pages then share 2 MiB mappings). fp8_flashmla rows read at 79% of copy at batch 128
+// (one split) against 65% at 64 (two), H100, 2026-12-06: ~32 us a call not streaming.
+void scaling(cudaStream_t s, const Ceilings& c, const Layout& rows) {
   struct Shape {
     int batch, ctx;
   };
@@ -432,11 +436,13 @@ void scaling(cudaStream_t s, const Ceilings& c, const Layout& bf16) {
     for (int heads : {16, 8}) {
       for (const Shape sh :
            {Shape{64, 4096}, Shape{128, 4096}, Shape{64, 8192}, Shape{32, 8192}, Shape{256, 1024}})
-        bench_case(s, c, bf16, sh.batch, sh.ctx, 1, heads, what);
+        bench_case(s, c, rows, sh.batch, sh.ctx, 1, heads, what);
       for (int n : {1, 3, 4, 8})
-        bench_case(s, c, bf16, 64, 4096, 1, heads, what, cuda::MlaPlanOptions{.splits = n});
-      bench_case(s, c, bf16, 64, 4096, 1, heads, what, cuda::MlaPlanOptions{.diag = 1}, true);
-      bench_case(s, c, bf16, 128, 4096, 1, heads, what, cuda::MlaPlanOptions{.diag = 1});
+        bench_case(s, c, rows, 64, 4096, 1, heads, what, cuda::MlaPlanOptions{.splits = n});
+      for (int diag : {1, 2}) {  // loads alone, math alone
+        bench_case(s, c, rows, 64, 4096, 1, heads, what, cuda::MlaPlanOptions{.diag = diag}, true);
+        bench_case(s, c, rows, 128, 4096, 1, heads, what, cuda::MlaPlanOptions{.diag = diag});
+      }
     }
   }
   g_shuffle = true;
@@ -584,6 +590,7 @@ int main(int argc, char** argv) {
       }
   }
   if (what.find("scaling") != std::string::npos) scaling(s, c, bf16);
+  if (what.find("fp8split") != std::string::npos) scaling(s, c, flash);
   if (what.find("merge") != std::string::npos) fused_merge(s, c, bf16, flash);
   if (what.find("batch1") != std::string::npos) batch_one(s, c, bf16);
   if (what.find("decode") != std::string::npos) {
