@@ -2,7 +2,7 @@
 # The MLA decode defaults that sessions 40-41 adopted on H100 evidence (the L2 prefetch one chunk
 # ahead over bf16 rows, two S groups at 16 rows), on an H200: session 43's H200 read the decode
 # rows at 74 / 79% of copy (16 / 8 heads) where session 37's H200 read 82.7 / 88.2%. From a
-# prebuilt pack (carry .devcarry/PREBUILT, default k46 — strata_parity_test and strata_bench_kit
+# prebuilt pack (carry .devcarry/PREBUILT, default k48 — strata_parity_test and strata_bench_kit
 # at main, session 44 — and .devcarry/fxs; session 43 packed k44 for it):
 #   1. mla_bench, two processes: the acceptance rows as built and with --l2-prefetch 0, then
 #      --what sgroups (one S group against two, bf16 and fp8_flashmla, L2 prefetch 1 / 2 / 4);
@@ -13,7 +13,7 @@ set -u
 OUT=${OUT:-/tmp/strata_out}
 mkdir -p "$OUT"
 t0=$(date +%s)
-PREBUILT=${PREBUILT:-k46}
+PREBUILT=${PREBUILT:-k48}
 source bench/cuda/prebuilt.sh unpack "$PREBUILT" || exit 1
 prebuilt_link_shared "$PWD/.devcarry/fxs"
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)

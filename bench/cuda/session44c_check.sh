@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 44's third call (carry .devcarry/k47 — strata_parity_test and strata_bench_kit at main
+# Session 44's third call (carry .devcarry/k48 — strata_parity_test and strata_bench_kit at main
 # with the router's and RMSNorm's weights before their PDL waits by default — and .devcarry/fxs):
 #   1. the router, MoE, norm and DeepSeek-architecture fixture suites with the new defaults;
 #   2. on an H200: mla_h200_ab.sh;
@@ -9,7 +9,7 @@ set -u
 OUT=${OUT:-/tmp/strata_out}
 mkdir -p "$OUT"
 t0=$(date +%s)
-PREBUILT=${PREBUILT:-k47}
+PREBUILT=${PREBUILT:-k48}
 source bench/cuda/prebuilt.sh unpack "$PREBUILT" || exit 1
 prebuilt_link_shared "$PWD/.devcarry/fxs"
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
