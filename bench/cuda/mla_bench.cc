@@ -425,7 +425,7 @@ void variant_sweep(cudaStream_t s, const Ceilings& c, const Layout& lt, int batc
 // or context 8,192), the same shape without the split-KV merge (one split: 64 blocks) and with
 // more splits, loads alone, and pages in pool order against shuffled ones (the TLB: each
 // sequence's pages then share 2 MiB mappings). fp8_flashmla rows read at 79% of copy at batch 128
-// (one split) against 65% at 64 (two), H100, 2026-12-06: ~32 us a call not streaming.
+// (one split) against 65% at 64 (two), H100, 2026-12-06: a per-call cost or a per-chunk bound?
 void scaling(cudaStream_t s, const Ceilings& c, const Layout& rows) {
   struct Shape {
     int batch, ctx;

@@ -1,6 +1,7 @@
 #!/bin/bash
 # fp8_flashmla decode rows at batch 64 x 4,096 read 65% of copy on an H100 and 79% at batch 128
-# (session 44): ~32 us of a 88 us call is not streaming. Where it goes: `mla_bench --what
+# (session 44): read linearly ~32 us of a 88 us call would not be streaming, or the S warps bound
+# each chunk (~2.5 us a 64-key chunk). Which: `mla_bench --what
 # ceilings,fp8split` — the acceptance shape against batch 128 / context 8,192 / batch 32 x 8,192 /
 # 256 x 1,024, split counts 1 / 3 / 4 / 8, loads alone and math alone (diag 1 / 2, with the wait
 # profile), pages shuffled and in pool order, 16 and 8 heads — then `--what scaling`, the same over
