@@ -28,12 +28,14 @@ def cut(src, layers, out_dir):
 
 
 def walls(path):
+    """{(batch, name): [ms, ...]}: every timing of the default and of each variant, in log order
+    (a variant listed twice, e.g. beside the no-change control `defaults`, is timed twice)."""
     text, out = open(path).read(), {}
     for b, ms in re.findall(r"^decode   batch (\d+),.*?step ([\d.]+) ms as a CUDA graph", text, re.M):
-        out[(int(b), "default")] = float(ms)
+        out.setdefault((int(b), "default"), []).append(float(ms))
     for b, name, ms in re.findall(r"^variant  batch (\d+), context \d+: (\S+)\s+step ([\d.]+) ms",
                                   text, re.M):
-        out[(int(b), name)] = float(ms)
+        out.setdefault((int(b), name), []).append(float(ms))
     return out
 
 
@@ -52,7 +54,8 @@ def project(logs, layers, to, name):
     for key in sorted(first, key=lambda k: (k[0], k[1] != "default", k[1])):
         if not all(key in w for w in ws):
             continue
-        ys = [w[key] for w in ws]
+        # Each cut's mean timing; with the same count in every cut, also each round's projection.
+        ys = [sum(w[key]) / len(w[key]) for w in ws]
         b0, per_layer = fit(layers, ys)
         cuts = ", ".join(f"{n} layers {y:.3f}" for n, y in zip(layers, ys))
         line = (f"{name} {to}-layer step, batch {key[0]}, {key[1]:20s}: "
@@ -60,6 +63,15 @@ def project(logs, layers, to, name):
         if len(layers) > 2:
             worst = max(abs(y - (b0 + per_layer * n)) for n, y in zip(layers, ys))
             line += f"; largest residual {worst * 1e3:.1f} us"
+        counts = {len(w[key]) for w in ws}
+        if counts != {1}:
+            line += "; mean of " + "/".join(str(len(w[key])) for w in ws) + " timings a cut"
+            if len(counts) == 1:
+                rounds = []
+                for i in range(counts.pop()):
+                    r0, r1 = fit(layers, [w[key][i] for w in ws])
+                    rounds.append(r0 + r1 * to)
+                line += ", rounds " + " / ".join(f"{r:.3f}" for r in rounds)
         print(line + ")")
 
 

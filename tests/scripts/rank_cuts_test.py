@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Tests of bench/cuda/rank_cuts.py's projection on rank_step_bench-shaped logs made here: two cuts
-give the line through them, three the least-squares line and its largest residual, and a log
-count that does not match --layers is refused."""
+give the line through them, three the least-squares line and its largest residual, a form timed
+more than once its mean and each round's line, and a log count that does not match --layers is
+refused."""
 import subprocess
 import sys
 import tempfile
@@ -50,6 +51,21 @@ class ProjectTest(unittest.TestCase):
         self.assertIn("3.160 ms", line)
         self.assertIn("50.0 us/layer", line)
         self.assertIn("largest residual 20.0 us", line)
+
+    def test_a_variant_timed_twice_projects_its_mean_and_each_round(self):
+        # The control `defaults` twice in each cut: 0.30 / 0.34 and 0.50 / 0.54 ms. Means 0.32 and
+        # 0.52: 0.12 + 0.05 n, 61 layers 3.170; round 1 0.10 + 0.05 n = 3.150, round 2 3.190.
+        def twice(a, b):
+            return "".join(f"variant  batch 1, context 4096: defaults     step {ms:.3f} ms as a "
+                           f"CUDA graph (default 0.300: +0.0%)\n" for ms in (a, b))
+        out = self.run_project([log(0.3, 0.3, 1.0) + twice(0.30, 0.34),
+                                log(0.5, 0.5, 2.0) + twice(0.50, 0.54)], "4,8").stdout
+        line = [l for l in out.splitlines() if "batch 1, defaults" in l][0]
+        self.assertIn("3.170 ms (4 layers 0.320, 8 layers 0.520; 50.0 us/layer", line)
+        self.assertIn("mean of 2/2 timings a cut, rounds 3.150 / 3.190", line)
+        # A form timed once keeps its line as before.
+        line = [l for l in out.splitlines() if "batch 1, default " in l][0]
+        self.assertNotIn("mean of", line)
 
     def test_a_log_count_off_the_layers_is_refused(self):
         r = self.run_project([log(0.3, 0.3, 1.0), log(0.5, 0.5, 2.0)], "4,8,12", check=False)
