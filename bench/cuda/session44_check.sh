@@ -8,13 +8,14 @@
 #      bits against the plain load);
 #   3. the batch-1 steps whose norms are one block each on the critical path (Llama-3.1-8B
 #      W4A16 and bf16, a Kimi-K2.5 rank, Moonlight), norm_preload against the `defaults` control
-#      twice each in one process, two processes (RUNS). (k45 had the preload off by default and
-#      the variant norm_preload; main now has it on, A/B: no_norm_preload.)
+#      twice each in one process, two processes (RUNS). (Calls 2-3 ran k45, the preload off by
+#      default, with VARIANTS=norm_preload,defaults,norm_preload,defaults; main has it on, and the
+#      default here is its A/B, no_norm_preload, with PREBUILT=k48.)
 set -u
 OUT=${OUT:-/tmp/strata_out}
 mkdir -p "$OUT"
 t0=$(date +%s)
-PREBUILT=${PREBUILT:-k45}
+PREBUILT=${PREBUILT:-k48}
 source bench/cuda/prebuilt.sh unpack "$PREBUILT" || exit 1
 prebuilt_link_shared "$PWD/.devcarry/fxs"
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
@@ -25,7 +26,7 @@ L=$OUT BIN=$PB
 STRATA_CARRY=$PWD/.devcarry/fxs source bench/cuda/device_env.sh  # dev_parity
 dev_parity norm "${PARITY_FILTER:-CudaParity.RmsNorm*:GemvNorm.*:MoeCombineNorm.*:*QuantModel*}" \
   ${PARITY_TIMEOUT:-200}
-V=${VARIANTS:-norm_preload,defaults,norm_preload,defaults}
+V=${VARIANTS:-no_norm_preload,defaults,no_norm_preload,defaults}
 for i in $(seq 1 "${RUNS:-2}"); do
   for cfg in llama-3.1-8b-w4a16 llama-3.1-8b; do
     OUT=$OUT/$cfg-$i STRATA_CARRY=$PWD/.devcarry/fxs PREBUILT=$PREBUILT STAGES=llama \

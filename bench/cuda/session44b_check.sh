@@ -8,20 +8,21 @@
 #      PDL wait (router_preload; session 13: Kimi -0.9 / -0.2 / -1.7%, "within the control's
 #      2%"), the MLA decode without L2 prefetch and with one S group (mla_pf0, mla_sgroups1;
 #      this session's first H100 read Moonlight -2.1 / -2.3% with them, against a default timed
-#      first), and the norm preload off (no_norm_preload). (main now has the router preload on,
-#      A/B: no_router_preload.)
+#      first), and the norm preload off (no_norm_preload). (Call 4 ran k46 with router_preload
+#      first in the list, the preload off by default then; main has it on, and the list here
+#      starts with its A/B, no_router_preload, with PREBUILT=k48.)
 set -u
 OUT=${OUT:-/tmp/strata_out}
 mkdir -p "$OUT"
 t0=$(date +%s)
-PREBUILT=${PREBUILT:-k46}
+PREBUILT=${PREBUILT:-k48}
 source bench/cuda/prebuilt.sh unpack "$PREBUILT" || exit 1
 prebuilt_link_shared "$PWD/.devcarry/fxs"
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 if [[ $gpu == *H200* ]]; then
   OUT=$OUT/mla PREBUILT=$PREBUILT bash bench/cuda/mla_h200_ab.sh 2>&1 | grep -v "NMSE" | cut -c1-200
 fi
-V1=router_preload,mla_pf0,mla_sgroups1,no_norm_preload,defaults
+V1=no_router_preload,mla_pf0,mla_sgroups1,no_norm_preload,defaults
 V=${VARIANTS:-$V1,$V1}
 for i in $(seq 1 "${RUNS:-2}"); do
   OUT=$OUT/rank-$i STRATA_CARRY=$PWD/.devcarry/fxs PREBUILT=$PREBUILT STAGES="kimi moonlight" \
