@@ -3,8 +3,9 @@
 # with the router's and RMSNorm's weights before their PDL waits by default — and .devcarry/fxs):
 #   1. the router, MoE, norm and DeepSeek-architecture fixture suites with the new defaults;
 #   2. on an H200: mla_h200_ab.sh;
-#   3. a Kimi-K2.5 rank and Moonlight at batch 1: no_router_preload and no_norm_preload against a
-#      no-change control, each twice in one process (RUNS processes).
+#   3. a Kimi-K2.5 rank and Moonlight at batch 1: no_router_preload, no_norm_preload and
+#      mla_inputs_prefetch (the MLA inputs kernel's norm weights into L2 before its wait: Moonlight's
+#      batch-1 path) against a no-change control, each twice in one process (RUNS processes).
 set -u
 OUT=${OUT:-/tmp/strata_out}
 mkdir -p "$OUT"
@@ -20,7 +21,7 @@ dev_parity moe "${PARITY_FILTER:-MoeParity.*:MoeBackend.*:SideBranch.*:MoeCombin
 if [[ $gpu == *H200* ]]; then
   OUT=$OUT/mla PREBUILT=$PREBUILT bash bench/cuda/mla_h200_ab.sh 2>&1 | grep -v "NMSE" | cut -c1-200
 fi
-V1=no_router_preload,no_norm_preload,defaults
+V1=no_router_preload,no_norm_preload,mla_inputs_prefetch,defaults
 V=${VARIANTS:-$V1,$V1}
 for i in $(seq 1 "${RUNS:-1}"); do
   OUT=$OUT/rank-$i STRATA_CARRY=$PWD/.devcarry/fxs PREBUILT=$PREBUILT STAGES="kimi moonlight" \

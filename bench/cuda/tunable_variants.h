@@ -209,6 +209,8 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.gemv_max_ksplit = 4; }},
     {"moe_ids16", "INT4 experts by ids up to 16 assignments (session 10's threshold)",
      [](cuda::CudaTunables& t) { t.moe_int4_reg_max_assignments = 16; }},
+    {"mla_inputs_prefetch", "MLA inputs kernel: the latent norm's weights into L2 before its wait",
+     [](cuda::CudaTunables& t) { t.mla_inputs_norm_prefetch = true; }},
     {"no_router_preload", "the MoE router GEMV's weights loaded after its PDL wait",
      [](cuda::CudaTunables& t) { t.moe_router_preload = false; }},
     {"gemv_prefetch2k",

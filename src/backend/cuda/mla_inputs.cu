@@ -16,6 +16,13 @@ namespace {
 constexpr int kThreads = kMlaInputsThreads;
 
 __global__ void __launch_bounds__(kThreads) mla_inputs_kernel(MlaInputsParams p) {
+  // The norm's weights, read after the row's reduction, into L2 before the wait: at batch 1 this
+  // one block sits on the step's critical path, and the step's weight streams have evicted them.
+  if (p.norm_prefetch) {
+    const int wbytes = p.fmt.latent * (p.norm_f32 ? 4 : 2);
+    for (int b = int(threadIdx.x) * 128; b < wbytes; b += kThreads * 128)
+      prefetch_l2(static_cast<const char*>(p.norm) + b);
+  }
   pdl_enter(p.pdl_early);
   __shared__ __align__(16) uint16_t row_s[kMlaInputsMaxLatent + 2 * kMaxRopeHalf];  // the cache row
   __shared__ float warp_ss[kThreads / 32];
@@ -114,6 +121,7 @@ MlaInputsParams CudaBackend::mla_inputs_params(const Tensor& kv_row, const Tenso
   p.half = half;
   p.interleaved = args.rope.interleaved;
   p.pdl_early = tunables_.pdl_early;
+  p.norm_prefetch = tunables_.mla_inputs_norm_prefetch;
   p.eps = args.eps;
   p.attention_factor = args.rope.attention_factor;
   for (int i = 0; i < half; ++i) p.inv_freq[i] = args.rope.inv_freq[i];

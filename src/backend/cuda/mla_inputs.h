@@ -36,11 +36,15 @@ struct MlaInputsParams {
   int half;      // P / 2 rotated pairs
   int interleaved;
   int pdl_early;
+  // 1: mla_inputs_kernel prefetches the latent norm's weights into L2 before its PDL wait
+  // (parameters, never written by a kernel; CudaTunables::mla_inputs_norm_prefetch)
+  int norm_prefetch;
+  int pad_;  // 0 (no padding bytes)
   float eps;
   float attention_factor;
   float inv_freq[kMaxRopeHalf];
 };
-static_assert(sizeof(MlaInputsParams) == 9 * 8 + sizeof(MlaRowFormat) + 10 * 4 + kMaxRopeHalf * 4,
+static_assert(sizeof(MlaInputsParams) == 9 * 8 + sizeof(MlaRowFormat) + 12 * 4 + kMaxRopeHalf * 4,
               "MlaInputsParams has no padding");
 void launch_mla_inputs(const MlaInputsParams& p, const Launch& launch);
 

@@ -458,6 +458,11 @@ struct CudaTunables {
   // -1.0 / -1.9% (session 43's H200: -0.1% W4A16, -0.8% bf16, -0.6% Moonlight). A/B: variant
   // no_norm_preload.
   bool norm_weight_preload = true;
+  // MLA's attention inputs kernel (mla_inputs.cu: the latent's norm, ropes and cache row; the
+  // batch-1 path of models without q_lora, e.g. Moonlight, and of larger batches) prefetches its
+  // norm weights into L2 before its PDL wait, as the MLA query kernel's cache-row CTAs do. No
+  // env. Off until measured (A/B: variant mla_inputs_prefetch; bench/cuda/session44c_check.sh).
+  bool mla_inputs_norm_prefetch = false;
   // When prefill batches take the split-KV kernel (attention_prefill_split.h): 0 never, 1 auto
   // (short chunks over long contexts, see plan_split_prefill), 2 whenever supported (tests). Env
   // STRATA_CUDA_PREFILL_SPLIT=0/1/2. Default 1: 12x / 4.9x / 1.4x over the regular kernels at
