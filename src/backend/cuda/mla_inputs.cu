@@ -4,6 +4,7 @@
 // kWarp: warp 0, lane l values l + 32j), both ropes over every thread, the finished row staged in
 // shared memory, then every warp encodes a share of it into the token's slot as the latent KV
 // write does (mla_row_encode.cuh: the same bytes whichever warp encodes a value).
+#include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/mla_inputs.cuh"
@@ -18,10 +19,10 @@ constexpr int kThreads = kMlaInputsThreads;
 __global__ void __launch_bounds__(kThreads) mla_inputs_kernel(MlaInputsParams p) {
   // The norm's weights, read after the row's reduction, into L2 before the wait: at batch 1 this
   // one block sits on the step's critical path, and the step's weight streams have evicted them.
-  if (p.norm_prefetch) {
-    const int wbytes = p.fmt.latent * (p.norm_f32 ? 4 : 2);
-    for (int b = int(threadIdx.x) * 128; b < wbytes; b += kThreads * 128)
-      prefetch_l2(static_cast<const char*>(p.norm) + b);
+  // One bulk prefetch (the TMA engine) of the 16-byte multiple the weights fill.
+  if (p.norm_prefetch && threadIdx.x == 0 && uintptr_t(p.norm) % 16 == 0) {
+    const uint32_t wbytes = uint32_t(p.fmt.latent * (p.norm_f32 ? 4 : 2)) & ~15u;
+    if (wbytes > 0) bulk_prefetch_l2(p.norm, wbytes);
   }
   pdl_enter(p.pdl_early);
   __shared__ __align__(16) uint16_t row_s[kMlaInputsMaxLatent + 2 * kMaxRopeHalf];  // the cache row
