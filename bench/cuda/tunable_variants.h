@@ -298,6 +298,10 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.moe_int4_split_tma = 1; }},
     {"no_mla_fused_merge", "MLA splits merged by their own kernel (mla_fused_merge_max_splits 0)",
      [](cuda::CudaTunables& t) { t.mla_fused_merge_max_splits = 0; }},
+    {"no_int4_add_norm",
+     "W4A16: add_rms_norm as its own launch, not split between the GEMVs around it "
+     "(int4_add_norm_fusion)",
+     [](cuda::CudaTunables& t) { t.int4_add_norm_fusion = false; }},
     {"no_norm_preload", "RMSNorm's bf16 weights loaded after its PDL wait (norm_weight_preload)",
      [](cuda::CudaTunables& t) { t.norm_weight_preload = false; }},
     {"session9",

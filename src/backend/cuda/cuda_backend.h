@@ -42,6 +42,7 @@
 #include "backend/cuda/launch.h"
 #include "backend/cuda/linear.h"
 #include "backend/cuda/linear_fp8.h"
+#include "backend/cuda/linear_int4.h"
 #include "backend/cuda/mla_inputs.h"
 #include "backend/cuda/norm.h"
 #include "backend/cuda/ops.h"
@@ -295,6 +296,12 @@ class CudaBackend : public Backend,
   // that wrote np's x, records it again with the add_rms_norm in its combine (moe.cu); false:
   // nothing changed.
   bool merge_moe_combine_norm(const RmsNormParams& np);
+  // int4_norm_fusion.cc, graph mode, int4_add_norm_fusion: an add_rms_norm after the W4A16 GEMV
+  // that made its x becomes that GEMV's residual update and a plain rms_norm (false: nothing
+  // changed); merge_int4_gemv_norm: a W4A16 GEMV takes the rms_norm just recorded that made its x
+  // as its prologue (the caller drops the norm's launch).
+  bool merge_int4_add_norm(const RmsNormParams& np);
+  bool merge_int4_gemv_norm(Int4LinearParams* p) const;
   bool dev_gemv_takes(int64_t m) const {
     return dev_.gemv != nullptr && m >= dev_.gemv_min_rows && m <= dev_.gemv_max_rows;
   }

@@ -404,7 +404,10 @@ void launch_int4_gemv(const Int4LinearParams& p, cudaStream_t stream) {
   CHECK_MSG(p.glu_inter == 0 || (p.n == 2 * p.glu_inter && p.glu_inter % kInt4TileRows == 0),
             "int4 gemv: SwiGLU needs n = 2 · inter and inter % 16 == 0 (n {}, inter {})", p.n,
             p.glu_inter);
-  switch (int4_gemv_auto_kernel(p)) {
+  const int kernel = int4_gemv_auto_kernel(p);
+  CHECK_MSG(kernel == kInt4GemvReg || (p.norm.x == nullptr && p.residual == nullptr),
+            "int4 gemv: a norm prologue or a residual update needs the register GEMV");
+  switch (kernel) {
     case kInt4GemvReg:
       return launch_int4_gemv_reg(p, stream);
     case kInt4GemvStream:

@@ -201,7 +201,12 @@ __device__ __forceinline__ void gemv_epilogue(const Int4LinearParams& p, const P
       const float uv = bf16_to_float(float_to_bf16(slot_sum(r + nu, i, t) + bu));
       p.out[t * p.glu_inter + row] = float_to_bf16(gv / (1.0f + __expf(-gv)) * uv);
     } else if (row < p.n) {
-      p.out[t * p.n + row] = float_to_bf16(slot_sum(r, i, t) + (p.bias ? p.bias[row] : 0.0f));
+      const bf16_bits o = float_to_bf16(slot_sum(r, i, t) + (p.bias ? p.bias[row] : 0.0f));
+      p.out[t * p.n + row] = o;
+      if (p.residual != nullptr) {  // add_rms_norm's update: bf16(x + residual)
+        bf16_bits* res = p.residual + t * p.n + row;
+        *res = float_to_bf16(bf16_to_float(o) + bf16_to_float(*res));
+      }
     }
   }
 }

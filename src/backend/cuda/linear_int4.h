@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "backend/cuda/launch.h"
+#include "backend/cuda/norm.h"
 
 // The layout helpers below run on the host and in kernels.
 #ifdef __CUDACC__
@@ -153,6 +154,14 @@ struct Int4LinearParams {
   // 0: every thread loads its pieces of x from global memory, behind the weight loads it issued
   // before the wait (~1.7 us a launch, 2026-12-05-session32.md).
   int gemv_x_tma;
+  // Register GEMV, dense, m <= 2 (graph mode's merge of the rms_norm that made x:
+  // int4_norm_fusion.cc): every block normalizes norm.x itself (norm_prologue.cuh's order of sums,
+  // launch_rms_norm's bits) instead of reading x, and block 0 stores the normalized rows at x.
+  // norm.x null: none.
+  NormPrologue norm;
+  // Register GEMV, plain: residual [m, n] += out, out rounded to bf16 first (add_rms_norm's
+  // residual update and its bits: graph mode moves it here, int4_norm_fusion.cc). Null: none.
+  bf16_bits* residual;
 };
 constexpr int kInt4GemvStream = 1;
 constexpr int kInt4GemvMma = 2;
@@ -162,9 +171,12 @@ constexpr int kInt4GemvReg = 3;
 constexpr int kInt4TriggerEarly = 1;
 constexpr int kInt4TriggerAfterWait = 2;
 constexpr int kInt4TriggerLate = 3;
-static_assert(std::has_unique_object_representations_v<Int4LinearParams> &&
-                  std::has_unique_object_representations_v<Int4RepackParams> &&
+static_assert(std::has_unique_object_representations_v<Int4RepackParams> &&
                   std::has_unique_object_representations_v<Int4DequantParams>,
+              "no padding bytes: launches are recorded by their parameter bytes");
+// (norm's eps is a float: no unique representation, so the sizes say it instead.)
+static_assert(sizeof(NormPrologue) == 2 * 8 + 2 * 4 &&
+                  sizeof(Int4LinearParams) == 9 * 8 + 18 * 4 + sizeof(NormPrologue) + 8,
               "no padding bytes: launches are recorded by their parameter bytes");
 // Decode: m <= kInt4GemvMaxRows, plain or SwiGLU (the bench compares it with the GEMM up to m =
 // 32).

@@ -2,13 +2,11 @@
 // of linear_int4.cu. Weights go straight from global memory into registers (16-byte ld.global
 // per lane, several k tiles in flight per warp), as the bf16 GEMV (linear.cu) streams its rows.
 //
-// ## Why (measured 2026-12-01, H200, m = 1, % of copy bandwidth)
-// The mma GEMV (linear_int4.cu) and the stream GEMV (linear_int4_stream.cu) reached 27-50% on
-// the 8B shapes: the stream GEMV costs ~4.3 us plus 2.5-2.7 TB/s per launch (qkv 9.1 us,
-// o_proj 7.5, gate_up 28.2), while a qkv's weights take 3.0 us at copy bandwidth. A launch of
-// these sizes has to keep DRAM busy through its own start (PDL wait, x) and end (the last
-// loads' latency, the epilogue, the grid's completion): with ~40-60 KB in flight per SM that is
-// ~1.5-2.5 us of idle memory per launch unless the next launch's weights are already in flight.
+// ## Why (2026-12-01, H200, m = 1): the mma GEMV (linear_int4.cu) and the stream GEMV
+// (linear_int4_stream.cu) read 27-50% of copy bandwidth on the 8B shapes (stream: ~4.3 us plus
+// 2.5-2.7 TB/s a launch; a qkv's weights take 3.0 us at copy). A launch has to keep DRAM busy
+// through its own start (PDL wait, x) and end (the last loads, the epilogue, the grid's end):
+// at ~40-60 KB in flight per SM, ~1.5-2.5 us of idle memory unless the next weights are in flight.
 //
 // ## This kernel
 // - Blocks and warps: one block of W warps (8) per SM; block b owns whole row tiles (SwiGLU:
@@ -46,13 +44,13 @@
 //   row tiles ("super-slots": R consecutive slots of one run, blocks cut in whole super-slots),
 //   so the x fragments, the position's address and bookkeeping serve four tiles, and the ring
 //   holds U / R positions; rows past the block's last row tile load zeros and are never stored.
-//   Measured (H200, 2026-12-05, a Kimi-K2.5 rank, round mode, group 32): the experts at T = 32 /
-//   128 −3.5 / −2.1% (their default, CudaTunables::moe_int4_reg_rows), though ncu counts 108
-//   warp instructions a tile against 110: ~68 are round mode's dequantization and mma. Dense
-//   8B shapes lose (too few blocks of whole super-slots): int4_gemv_rows stays 1.
+//   The experts' default (CudaTunables::moe_int4_reg_rows: T = 32 / 128 −3.5 / −2.1%, H200,
+//   2026-12-05); dense 8B shapes lose (too few blocks of whole super-slots): int4_gemv_rows 1.
 // - Partial sums per (warp, row tile) go to shared memory; after the block's barrier each
 //   output sums its row tile's warps in warp order (deterministic), adds the bias and rounds
 //   once (SwiGLU: gate and up rounded to bf16, then silu(g)·u, as launch_silu_mul).
+// - Graph mode's merges (int4_norm_fusion.cc): the rms_norm that made x run by every block on its
+//   input (Int4LinearParams::norm), add_rms_norm's residual update in the epilogue (residual).
 // Numerics (gemv_round = 0) as the stream GEMV's: the weights unrounded, (nibble − 8) · scale
 // exactly; NMSE ~1.3e-6 against the bf16-rounded weights, below the output's own rounding.
 #include <algorithm>
@@ -61,6 +59,7 @@
 #include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/linear_int4.cuh"
 #include "backend/cuda/linear_int4_xstage.cuh"
+#include "backend/cuda/norm_prologue.cuh"
 
 namespace strata::cuda {
 namespace {
@@ -233,9 +232,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     static_for<P>([&](auto t_c) { load(t_c, a + decltype(t_c)::value); });
   };
   if (p.preload) load_first();
-  // x_tma: x's rows land in shared memory by one bulk copy issued right after the wait (the TMA
-  // engine's path, not the load queue that holds the ring's loads: Int4LinearParams::gemv_x_tma).
-  const bool x_tma = pl.off_xraw != 0;  // block-uniform
+  // x_tma: x by one bulk copy right after the wait (the TMA engine, not the ring's load queue:
+  // Int4LinearParams::gemv_x_tma); x_norm: each block makes x, norm.x's rms_norm, in that region.
+  const bool x_norm = p.norm.x != nullptr, x_tma = pl.off_xraw != 0 && !x_norm;  // block-uniform
   const uint32_t x_bar = smem_addr(smem + pl.off_xrow), x_raw = smem_addr(smem + pl.off_xraw);
   if (x_tma) {
     if (tid == 0) {
@@ -273,20 +272,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     uint32_t* xs = reinterpret_cast<uint32_t*>(smem);
     float* xsum = reinterpret_cast<float*>(smem + pl.off_xsum);
     if (x_tma) mbar_wait(x_bar, 0);
+    if (x_norm) norm_prologue_rows(p.norm, m, p.k, const_cast<bf16_bits*>(p.x), smem + pl.off_xraw);
     stage_x_fragments<4, true>(xs, xsum, m, p.k, p.group, gshift, [&](int q, int kc) {
-      if (x_tma) return lds128(x_raw + uint32_t(q) * 16u);
+      if (x_tma || x_norm) return lds128(x_raw + uint32_t(q) * 16u);
       const int64_t row = planned ? xrow[q / kc] : q / kc;
       return __ldg(reinterpret_cast<const uint4*>(p.x + row * p.k) + q % kc);
     });
-    // Zeros: x's padded half tile (k % 64 == 32), sums of tokens >= m and of the padded group.
-    // Disjoint from the writes above.
-    if (p.k % kInt4TileK != 0)
-      for (int i = tid; i < m * 16; i += int(blockDim.x)) {
-        const int t = i / 16;
-        xs[((KT - 1) * m + t) * 32 + (1 ^ (t & 1)) * 16 + i % 16] = 0;
-      }
-    for (int i = tid; i < pl.groups * kMaxTokens; i += int(blockDim.x))
-      if (i % kMaxTokens >= m || (int64_t(i / kMaxTokens) << gshift) >= p.k) xsum[i] = 0.0f;
+    zero_x_padding(xs, xsum, m, p.k, KT, pl.groups, gshift);
     // Each warp's first and last row-tile slot, for the epilogue.
     if (tid < nw) {
       const int wa = part_start(tid), wb = part_start(tid + 1), jb = (wb - 1) / KT;
@@ -425,6 +417,11 @@ bool choose_reg(const Int4LinearParams& p, const Int4RegExperts* ex, RegLaunch* 
   r.unroll = p.gemv_unroll > 0 ? p.gemv_unroll : kDefaultUnroll;
   r.round = p.gemv_round != 0;
   if (r.warps > kMaxWarps || (r.unroll != 8 && r.unroll != 16)) return false;
+  // int4_norm_fusion.cc's merges: the norm dense, m <= 2, k as norm.h's kVecOnePass; the residual.
+  const bool x_norm = p.norm.x != nullptr;
+  if ((x_norm && (ex != nullptr || p.m > 2 || p.k % 8 != 0 || p.k <= 256 || p.k > 8192)) ||
+      (p.residual != nullptr && (ex != nullptr || p.glu_inter > 0)))
+    return false;
   if (p.group == 32) r.unroll = 8;  // the only ring size of group 32 (for_each_kernel)
   // Row tiles a position: 4 where instantiated (ring 8, whole groups in its 2 positions), else 1.
   if (p.gemv_rows != 0 && p.gemv_rows != 1 && p.gemv_rows != 4) return false;
@@ -496,8 +493,12 @@ bool choose_reg(const Int4LinearParams& p, const Int4RegExperts* ex, RegLaunch* 
   // engine writes it), where the shared memory has room for it.
   const uint64_t x_bytes = uint64_t(p.m) * uint64_t(p.k) * 2, x_raw = (off + 127) / 128 * 128;
   if (p.gemv_x_tma < 0 || off > uint64_t(kSmemMax)) return false;
-  if (ex == nullptr && x_bytes <= uint64_t(p.gemv_x_tma) && x_raw + x_bytes <= kSmemMax &&
-      reinterpret_cast<uintptr_t>(p.x) % 16 == 0) {
+  if (x_norm) {  // the normalized rows, and the norm warps' sums
+    pl.off_xraw = uint32_t(x_raw);
+    off = x_raw + norm_prologue_smem_bytes(int(p.m), p.k);
+    if (off > uint64_t(kSmemMax)) return false;
+  } else if (ex == nullptr && x_bytes <= uint64_t(p.gemv_x_tma) && x_raw + x_bytes <= kSmemMax &&
+             reinterpret_cast<uintptr_t>(p.x) % 16 == 0) {
     pl.off_xraw = uint32_t(x_raw);
     off = x_raw + x_bytes;
   }
@@ -571,7 +572,7 @@ int int4_gemv_reg_rows(const Int4LinearParams& p) {
 
 bool int4_gemv_reg_x_tma(const Int4LinearParams& p) {
   RegLaunch r;
-  return choose_reg(p, nullptr, &r) && r.pl.off_xraw != 0;
+  return choose_reg(p, nullptr, &r) && r.pl.off_xraw != 0 && p.norm.x == nullptr;
 }
 
 bool int4_gemv_reg_fits(const Int4LinearParams& p, const Int4RegExperts* experts) {

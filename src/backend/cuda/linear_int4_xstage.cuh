@@ -59,4 +59,17 @@ __device__ __forceinline__ void stage_x_fragments(uint32_t* xs, float* xsum, int
   }
 }
 
+// The zeros stage_x_fragments leaves to its caller: x's padded half tile (k % 64 == 32) and the
+// sums of tokens >= m and of the padded group. Disjoint from its writes; every thread calls it.
+__device__ __forceinline__ void zero_x_padding(uint32_t* xs, float* xsum, int m, int64_t k, int kt,
+                                               int groups, int gshift) {
+  if (k % kInt4TileK != 0)
+    for (int i = int(threadIdx.x); i < m * 16; i += int(blockDim.x)) {
+      const int t = i / 16;
+      xs[((kt - 1) * m + t) * 32 + (1 ^ (t & 1)) * 16 + i % 16] = 0;
+    }
+  for (int i = int(threadIdx.x); i < groups * kXsumTokens; i += int(blockDim.x))
+    if (i % kXsumTokens >= m || (int64_t(i / kXsumTokens) << gshift) >= k) xsum[i] = 0.0f;
+}
+
 }  // namespace strata::cuda::int4

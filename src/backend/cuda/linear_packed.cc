@@ -232,6 +232,10 @@ void CudaBackend::linear_packed(const Tensor& x, const LinearWeight& w, const Te
       p.gemv_rows = tunables_.int4_gemv_rows;
       p.gemv_x_tma = tunables_.int4_gemv_x_tma;
       if (glu) p.glu_inter = n / 2;
+      if (merge_int4_gemv_norm(&p)) {  // graph mode: the rms_norm that made x as a prologue
+        recorder_.drop_last();
+        return record(kOpInt4GemvNorm, p, run_int4_gemv);
+      }
       return record(glu ? kOpInt4GemvGlu : kOpInt4Gemv, p, run_int4_gemv);
     }
     CHECK(!glu);

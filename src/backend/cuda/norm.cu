@@ -261,6 +261,7 @@ void CudaBackend::add_rms_norm(const Tensor& x, const Tensor& residual, const Te
   p.pdl_early = tunables_.pdl_early;
   p.weight_preload = tunables_.norm_weight_preload;
   if (merge_moe_combine_norm(p)) return;  // graph mode: inside the MoE combine just recorded
+  if (merge_int4_add_norm(p)) return;     // graph mode: the update inside the W4A16 GEMV
   record(kOpRmsNorm, p, launch_rms_norm);
 }
 

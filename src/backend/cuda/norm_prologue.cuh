@@ -80,5 +80,11 @@ __device__ __forceinline__ const bf16_bits* norm_prologue(const NormPrologue& n,
   }
   return xs;
 }
+// The same for m (1 or 2) known at run time only.
+__device__ __forceinline__ const bf16_bits* norm_prologue_rows(const NormPrologue& n, int m,
+                                                               int64_t k, bf16_bits* keep,
+                                                               char* smem) {
+  return m == 1 ? norm_prologue<1>(n, k, keep, smem) : norm_prologue<2>(n, k, keep, smem);
+}
 
 }  // namespace strata::cuda

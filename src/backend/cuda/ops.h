@@ -57,7 +57,9 @@ namespace strata::cuda {
   X(kOpGemvNorm, "gemv_norm") \
   X(kOpCollective, "collective") \
   X(kOpMlaQuery, "mla_query") \
-  X(kOpHeadGemvLinear, "head_gemv_linear")
+  X(kOpHeadGemvLinear, "head_gemv_linear") \
+  X(kOpInt4GemvNorm, "int4_gemv_norm") \
+  X(kOpInt4GemvAdd, "int4_gemv_add")
 // clang-format on
 
 enum Op : int {

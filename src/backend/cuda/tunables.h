@@ -92,6 +92,17 @@ struct CudaTunables {
   // add_rms_norms inside the GEMV, and the post-attention norm inside the MoE router GEMV, ran
   // slower and left the product (norm_prologue.cuh).
   bool gemv_norm_fusion = true;
+  // With fusion, graph mode: an add_rms_norm right after the W4A16 register GEMV that made its x
+  // (a dense layer's o_proj or down) becomes that GEMV's residual update (its epilogue: residual
+  // += out) and a plain rms_norm of the residual, which the next W4A16 GEMV of up to 2 rows on its
+  // output (qkv, gate_up) runs as its prologue; bitwise the three launches (norm_prologue.cc).
+  // One launch fewer a norm on the batch-1 critical path: the Llama-3.1-8B W4A16 step ran 65
+  // single-block add_rms_norms of ~3.6 us (H100 timeline, 2026-12-06 session 43). No env.
+  // Default on: Llama-3.1-8B W4A16 batch 1, H100, 2026-12-07 session 45, seven processes, each
+  // form one to three times beside a no-change control: -0.2 to -1.4% in six, +0.4% in one
+  // (timeline: the norms' 177.6 us of increments go, the GEMVs' prologues add 107; wall -46 us).
+  // Int4AddNorm.* checks the bits. A/B: variant no_int4_add_norm.
+  bool int4_add_norm_fusion = true;
   // With fusion, graph mode: a linear of up to 2 rows right after the per-head GEMV that made its x
   // (MLA's W_UV, then o_proj: arch/mla.cc, arch/deepseek.cc) as one launch whose CTAs copy their
   // o_proj rows into shared memory before the PDL wait and meet at a grid barrier
