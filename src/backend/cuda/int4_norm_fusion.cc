@@ -22,11 +22,6 @@
 #include "backend/cuda/norm.h"
 
 namespace strata::cuda {
-namespace {
-
-void run_gemv(const Int4LinearParams& p, const Launch& l) { launch_int4_gemv(p, l.stream); }
-
-}  // namespace
 
 // When the launch just recorded is a plain W4A16 register GEMV (with or without a norm prologue)
 // whose output is np's x [rows, dim] exactly, and no tensor the update writes overlaps one the
@@ -54,7 +49,7 @@ bool CudaBackend::merge_int4_add_norm(const RmsNormParams& np) {
   g.residual = np.residual;
   if (int4_gemv_auto_kernel(g) != kInt4GemvReg) return false;
   recorder_.drop_last();
-  record(kOpInt4GemvAdd, g, run_gemv);
+  record(kOpInt4GemvAdd, g, run_int4_gemv);
   record(kOpRmsNorm, plain, launch_rms_norm);
   return true;
 }

@@ -181,6 +181,11 @@ static_assert(sizeof(NormPrologue) == 2 * 8 + 2 * 4 &&
 // Decode: m <= kInt4GemvMaxRows, plain or SwiGLU (the bench compares it with the GEMM up to m =
 // 32).
 void launch_int4_gemv(const Int4LinearParams& p, cudaStream_t stream);
+// The graph recorder's form of it (the recorder hands launchers a Launch): linear_packed.cc and
+// int4_norm_fusion.cc record it.
+inline void run_int4_gemv(const Int4LinearParams& p, const Launch& l) {
+  launch_int4_gemv(p, l.stream);
+}
 // Whether launch_int4_gemv can run p (its knobs included) on the stream GEMV / the register
 // GEMV: m <= 8, group <= 256, and their shared memory (x is m·k·2 bytes of it) within 227 KB.
 bool int4_gemv_stream_fits(const Int4LinearParams& p);

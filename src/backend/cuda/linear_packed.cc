@@ -30,7 +30,6 @@ namespace strata::cuda {
 namespace {
 
 // The kernels' launchers take a stream; the recorder hands them a Launch.
-void run_int4_gemv(const Int4LinearParams& p, const Launch& l) { launch_int4_gemv(p, l.stream); }
 void run_int4_gemm(const Int4LinearParams& p, const Launch& l) { launch_int4_gemm(p, l.stream); }
 void run_fp8_gemv(const Fp8GemvParams& p, const Launch& l) { launch_fp8_gemv(p, l.stream); }
 void run_fp8_linear(const Fp8LinearParams& p, const Launch& l) { launch_fp8_linear(p, l.stream); }
