@@ -20,6 +20,8 @@
 #           finds the first one's libraries missing (then build there: device_env.sh)
 #           bash bench/cuda/prebuilt.sh link-shared .devcarry/fxd (or prebuilt_link_shared once
 #           sourced): the carried fixtures and configs where the parity binaries look for them
+#           source bench/cuda/prebuilt.sh; prebuilt_begin NAME [CARRY_DIR]: a session script's
+#           start (OUT, t0, the pack unpacked, the fixtures linked, $gpu)
 prebuilt_pack() {
   local name=$1 dir spec patch target out
   shift
@@ -83,9 +85,23 @@ prebuilt_link_shared() {
   for d in fixtures configs; do [ -e /work/shared/$d ] || ln -s "$1/shared/$d" /work/shared/$d; done
 }
 
+# The common start of a session's device script (source prebuilt.sh, then call it): OUT made,
+# t0 set, the pack NAME unpacked into $PB, the carried fixtures CARRY (a .devcarry dir, optional)
+# linked, and the GPU's name in $gpu and on stdout. Returns 1 where the pack does not load.
+prebuilt_begin() {
+  OUT=${OUT:-/tmp/strata_out}
+  mkdir -p "$OUT"
+  t0=$(date +%s)
+  prebuilt_unpack "$1" || return 1
+  [ -z "${2:-}" ] || prebuilt_link_shared "$2"
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
+  echo "gpu: $gpu"
+}
+
 case "${1:-}" in
   pack) shift; prebuilt_pack "$@" ;;
   unpack) shift; prebuilt_unpack "$@" ;;
   link-shared) shift; prebuilt_link_shared "$@" ;;
+  "") ;;  # sourced for its functions (prebuilt_begin)
   *) echo "usage: bash bench/cuda/prebuilt.sh pack NAME [PATCH:]TARGET... | source ... unpack NAME | link-shared CARRY_DIR" ;;
 esac
