@@ -308,6 +308,19 @@ TEST(CudaParity, DecodeAttention) {
   run_attention({4, 2, 32, 1, {{60, 1}}});
 }
 
+// The decode kernel with its first chunks of old keys copied before its PDL wait
+// (CudaTunables::decode_early_kv): new tokens in a split's first, second and later 64-key chunk,
+// on a chunk's first and last key, one split and several.
+TEST(CudaParity, DecodeAttentionEarlyKv) {
+  const auto early = [](cuda::CudaBackend& be) {
+    be.tune([](cuda::CudaTunables& t) { t.decode_early_kv = true; });
+  };
+  run_attention({32, 8, 128, 16, {{0, 1}, {63, 1}, {64, 1}, {127, 1}, {128, 1}, {299, 1}}}, early);
+  run_attention({32, 8, 128, 16, {{1000, 1}, {4098, 1}, {191, 1}}}, early);
+  run_attention({5, 1, 64, 3, {{7, 1}, {500, 1}}}, early);
+  run_attention({4, 4, 16, 4, {{33, 1}, {2, 1}, {129, 1}}}, early);
+}
+
 // The split-KV prefill mode (CudaTunables::prefill_split_mode): the regular kernels' tests pin
 // 0, the split tests force 2 or auto-select (1).
 std::function<void(cuda::CudaBackend&)> split_mode(int mode) {

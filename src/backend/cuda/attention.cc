@@ -73,6 +73,7 @@ void CudaBackend::paged_attention(const Tensor& q, const KvStorage& kv, int laye
     splits = (bucket + split_len - 1) / split_len;
     p.num_splits = int(splits);
     p.split_len = int(split_len);
+    p.early_kv = tunables_.decode_early_kv && !tunables_.pdl_early ? 1 : 0;
     DeviceTensorPtr work;
     if (splits > 1) {
       const int64_t parts = int64_t(meta.num_seqs) * heads * splits;

@@ -48,7 +48,10 @@ struct AttentionParams {
   int num_tiles;
   int pdl_early;   // decode kernels: trigger the next kernel before waiting on the previous
   int tree_paths;  // prefill: 1 when `tiles` holds path tiles (kTreePathTile)
-  int pad_;        // 0 (no padding bytes)
+  // decode: 1 copies its first chunks of keys older than the step's new token before waiting on
+  // the previous kernel. The caller's promise: that kernel triggers only after its own wait and
+  // writes none of those keys (CudaTunables::decode_early_kv).
+  int early_kv;
 };
 
 // Decode: every sequence has exactly one new token. Grid (splits, kv_heads, seqs); K/V chunks of

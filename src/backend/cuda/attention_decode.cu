@@ -60,12 +60,13 @@ __device__ __forceinline__ uint32_t pack_in(float lo, float hi) {
   }
 }
 
-template <int D, int E>
+// EARLY: p.early_kv (an instance of its own: its registers leave the others' occupancy as it was).
+template <int D, int E, bool EARLY>
 __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
   using T = Tile<D, E>;
   extern __shared__ __align__(16) char smem[];
 
-  pdl_enter(p.pdl_early);
+  if constexpr (!EARLY) pdl_enter(p.pdl_early);  // EARLY: after the first chunks' copies (below)
   const int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int gr = lane / 4, gc = (lane % 4) * 2;
@@ -88,7 +89,29 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
                                      static_cast<const char*>(p.k_cache),
                                      static_cast<const char*>(p.v_cache),
                                      tid};
-  kv.start(nchunks);
+  // EARLY: the first chunks' copies go out before the PDL wait, all but the new token's
+  // row (key len - 1, which the previous kernel writes: zero-filled by the early copy), which
+  // threads tid < 2 kPieces load after the wait (nrow: K pieces, then V) and store over the
+  // zeros once its chunk has landed (iteration cn of the loop). The metadata and the page table
+  // are the step's inputs, staged before its kernels; the other keys are earlier steps'.
+  const int kn = len - 1;
+  const int cn = EARLY && kn >= begin && kn < end && (kn - begin) / kChunk < kStages - 1
+                     ? (kn - begin) / kChunk
+                     : -1;
+  uint4 nrow = make_uint4(0, 0, 0, 0);
+  if constexpr (EARLY) {
+    kv.fill_table(cn >= 0 ? kn : -1);
+    kv.issue_first(nchunks);
+    pdl_wait();
+    pdl_trigger();
+    if (cn >= 0 && tid < 2 * T::kPieces)
+      nrow = __ldcg(reinterpret_cast<const uint4*>(
+          (tid < T::kPieces ? kv.kc : kv.vc) +
+          (int64_t(kv.slot_of(kn)) * kv.kdim + int64_t(kvh) * D) * T::kEb +
+          (tid % T::kPieces) * 16));
+  } else {
+    kv.start(nchunks);
+  }
 
   // Q as the A operand: row gr is query head gr of the group (zero past the group); rows 8..15
   // are always zero.
@@ -120,7 +143,14 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
 
   for (int c = 0; c < nchunks; ++c) {
     cp_async_wait<kStages - 2>();
-    __syncthreads();  // chunk c landed; everyone is done with chunk c - 1's buffers
+    __syncthreads();         // chunk c landed; everyone is done with chunk c - 1's buffers
+    if (EARLY && c == cn) {  // the new token's row over its zeros (block-uniform)
+      if (tid < 2 * T::kPieces)
+        *reinterpret_cast<uint4*>(
+            smem + (c % kStages) * T::kStageBytes + (tid < T::kPieces ? 0 : kChunk * T::kStride) +
+            (kn - begin - c * kChunk) * T::kStride + (tid % T::kPieces) * 16) = nrow;
+      __syncthreads();
+    }
     if (c + kStages - 1 < nchunks) kv.load_chunk(c + kStages - 1);
     attn::cp_async_commit();
     // Page lookup of chunk c + kStages, stored at the end of this iteration (latency hidden).
@@ -286,7 +316,11 @@ __global__ void combine_kernel(AttentionParams p) {
 template <int D, int E>
 void launch_de(const AttentionParams& p, const Launch& launch) {
   const dim3 grid(p.num_splits, p.kv_heads, p.meta.num_seqs);
-  launch_pdl(decode_kernel<D, E>, grid, dim3(kThreads), size_t(Tile<D, E>::kSmemBytes), launch, p);
+  const size_t smem = size_t(Tile<D, E>::kSmemBytes);
+  if (p.early_kv)
+    launch_pdl(decode_kernel<D, E, true>, grid, dim3(kThreads), smem, launch, p);
+  else
+    launch_pdl(decode_kernel<D, E, false>, grid, dim3(kThreads), smem, launch, p);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -300,17 +334,18 @@ void launch_d(const AttentionParams& p, const Launch& launch) {
     launch_de<D, kKvBf16>(p, launch);
 }
 
+template <int D, int E>
+void set_limits_de() {
+  for (auto* k : {decode_kernel<D, E, false>, decode_kernel<D, E, true>})
+    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    Tile<D, E>::kSmemBytes));
+}
+
 template <int D>
 void set_limits_d() {
-  CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<D, kKvBf16>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  Tile<D, kKvBf16>::kSmemBytes));
-  CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<D, kKvE4M3>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  Tile<D, kKvE4M3>::kSmemBytes));
-  CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<D, kKvE5M2>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  Tile<D, kKvE5M2>::kSmemBytes));
+  set_limits_de<D, kKvBf16>();
+  set_limits_de<D, kKvE4M3>();
+  set_limits_de<D, kKvE5M2>();
 }
 
 }  // namespace

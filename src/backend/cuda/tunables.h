@@ -460,6 +460,12 @@ struct CudaTunables {
   // 1 or 8 changed batch-1 decode by +-0.02 ms (2026-11-29 night); the 64 x 4,096 kernel alone ran
   // at 95.1% of copy bandwidth at 2, 92.8-93.1% at 4 and 8 (2026-11-29 evening).
   int decode_blocks_per_sm = 4;
+  // Decode attention copies its first chunks of old keys (before the step's new token: written
+  // by earlier steps) before its PDL wait, so the copies overlap the previous kernel's tail
+  // (qkv_rope or kv_write, which write only the new token's rows), as mla_early_kv does for MLA.
+  // Only with pdl_early off (every kernel then triggers after its own wait). No env. Default off
+  // until measured; A/B: variant decode_early_kv.
+  bool decode_early_kv = false;
   // RMSNorm's row kernel loads its bf16 weights before its PDL wait (model parameters: no
   // kernel writes them), off the critical path after the row's reduction; the same bits
   // (CudaParity.RmsNormAndResidual). No env. Default on: batch-1 steps, H100, 2026-12-06
