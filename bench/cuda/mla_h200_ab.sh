@@ -15,7 +15,8 @@ mkdir -p "$OUT"
 t0=$(date +%s)
 PREBUILT=${PREBUILT:-k48}
 source bench/cuda/prebuilt.sh unpack "$PREBUILT" || exit 1
-prebuilt_link_shared "$PWD/.devcarry/fxs"
+CARRY=${CARRY:-$PWD/.devcarry/fxs}  # shared/configs (and fixtures) carried
+prebuilt_link_shared "$CARRY"
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
 [[ $gpu == *H200* ]] || echo "not an H200 ($gpu)"
@@ -34,7 +35,7 @@ done
 # timing of a process reads slower at times (H100, 2026-12-06 session 44: Moonlight default 2.771,
 # both variants ~2.71 ms after it).
 AB=mla_pf0,mla_sgroups1,mla_pf1,mla_sgroups2,mla_pf0,mla_sgroups1,mla_pf1,mla_sgroups2
-STRATA_CARRY=$PWD/.devcarry/fxs PREBUILT=$PREBUILT STAGES="kimi moonlight" KIMI_CUTS="4 12" \
+STRATA_CARRY=$CARRY PREBUILT=$PREBUILT STAGES="kimi moonlight" KIMI_CUTS="4 12" \
   KIMI_BATCHES=1 KIMI_VARIANTS=$AB MOONLIGHT_VARIANTS=$AB \
   bash bench/cuda/session10_check.sh
 echo "[mla_h200_ab total @$(( $(date +%s) - t0 )) s]"

@@ -86,12 +86,16 @@ struct PagedKvGather {
   // Fills the table for chunks 0 .. kStages-1 and issues chunks 0 .. kStages-2 (a commit group
   // each, empty past nchunks).
   __device__ __forceinline__ void start(int nchunks) const {
-    fill_table(-1);
+    for (int i = tid; i < L::kStages * L::kChunk; i += L::kThreads) {
+      const int j = begin + i;  // chunks 0 .. kStages-1 fill the table's stages in order
+      slots[i] = j < end ? slot_of(j) : -1;
+    }
+    __syncthreads();
     issue_first(nchunks);
   }
-  // start() in two parts, for a kernel that issues them before its PDL wait
-  // (attention_decode.cu's early_kv): the table, with key `skip` (if >= 0: one the previous
-  // kernel writes) at slot -1 (a zero row), then the first kStages - 1 chunks.
+  // start() with key `skip` (one the previous kernel writes) at slot -1, a zero row, for a kernel
+  // that issues it before its PDL wait (attention_decode.cu's EARLY). Not start(skip = -1): that
+  // form changed the split-KV prefill kernel's code (two instances spilled 4 bytes, 2026-12-07).
   __device__ __forceinline__ void fill_table(int skip) const {
     for (int i = tid; i < L::kStages * L::kChunk; i += L::kThreads) {
       const int j = begin + i;  // chunks 0 .. kStages-1 fill the table's stages in order
