@@ -59,10 +59,7 @@ TEST(GemvNorm, GraphModeRunsTheNormInsideTheGemv) {
     };
     const LinearWeight w = weight(c.n);
     const LinearWeight w2 = c.pair_n > 0 ? weight(c.pair_n) : LinearWeight{};
-    auto nv = p.random(c.k, 0.5f);
-    for (float& v : nv) v += 1.0f;
-    auto norm_w = gpu.upload(Tensor::make(nv.data(), DType::kF32, {c.k}),
-                             c.f32_weight ? DType::kF32 : DType::kBF16);
+    auto norm_w = p.norm_weight(c.k, c.f32_weight);
     const int64_t out_n = c.glu ? c.n / 2 : c.n;
     for (int64_t m : {1, 2}) {
       auto x = gpu.alloc(DType::kBF16, {m, c.k});

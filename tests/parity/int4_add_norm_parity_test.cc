@@ -67,10 +67,7 @@ TEST(Int4AddNorm, GraphModeSplitsTheNormBetweenTheGemvs) {
     const LinearWeight w1 = gpu.upload_linear(random_int4(c.hidden, c.k_in, c.group, rng), bias);
     const LinearWeight w2 = gpu.upload_linear(random_int4(c.n2, c.hidden, c.group, rng), Tensor{});
     ASSERT_EQ(w1.format.format, WeightFormat::kInt4Group) << c.name << ": kept packed";
-    auto nv = p.random(c.hidden, 0.5f);
-    for (float& v : nv) v += 1.0f;
-    auto norm_w = gpu.upload(Tensor::make(nv.data(), DType::kF32, {c.hidden}),
-                             c.f32_norm ? DType::kF32 : DType::kBF16);
+    auto norm_w = p.norm_weight(c.hidden, c.f32_norm);
     const int64_t out_n = c.glu ? c.n2 / 2 : c.n2;
     for (int64_t m : {1, 2, 3}) {
       auto a = gpu.alloc(DType::kBF16, {m, c.k_in});

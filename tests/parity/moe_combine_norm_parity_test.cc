@@ -53,10 +53,7 @@ TEST(MoeCombineNorm, GraphModeRunsTheNextNormInsideTheCombine) {
     auto gv = p.random(experts * c.hidden, 0.05f);
     gate.weight =
         gpu.upload(Tensor::make(gv.data(), DType::kF32, {experts, c.hidden}), DType::kBF16);
-    auto nv = p.random(c.hidden, 0.5f);
-    for (float& v : nv) v += 1.0f;
-    auto norm_w = gpu.upload(Tensor::make(nv.data(), DType::kF32, {c.hidden}),
-                             c.f32_norm_weight ? DType::kF32 : DType::kBF16);
+    auto norm_w = p.norm_weight(c.hidden, c.f32_norm_weight);
     for (int64_t t : {1, 2, 9, 40}) {
       auto x = gpu.alloc(DType::kBF16, {t, c.hidden}),
            shared = gpu.alloc(DType::kBF16, {t, c.hidden});

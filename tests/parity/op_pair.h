@@ -110,6 +110,12 @@ class Pair {
     }
     return den > 0 ? num / den : num;
   }
+  // An RMSNorm weight of k values around 1 (1 + N(0, 0.5)) on the GPU only, bf16 or float32.
+  DeviceTensorPtr norm_weight(int64_t k, bool f32) {
+    auto v = random(k, 0.5f);
+    for (float& x : v) x += 1.0f;
+    return gpu_->upload(Tensor::make(v.data(), DType::kF32, {k}), f32 ? DType::kF32 : DType::kBF16);
+  }
   std::mt19937& rng() { return rng_; }
   cuda::CudaBackend& cuda() { return dynamic_cast<cuda::CudaBackend&>(*gpu_); }
 
