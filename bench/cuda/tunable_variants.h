@@ -53,6 +53,10 @@ inline constexpr Variant kVariants[] = {
     {"decode_early_kv",
      "decode attention copies its first chunks of old keys before its PDL wait (decode_early_kv)",
      [](cuda::CudaTunables& t) { t.decode_early_kv = true; }},
+    {"decode_rope_fusion",
+     "decode attention takes the qkv_rope launch before it: rope and KV write in its prologue "
+     "(decode_rope_fusion)",
+     [](cuda::CudaTunables& t) { t.decode_rope_fusion = true; }},
     {"no_mla_early_kv", "MLA decode copies its first stages after its PDL wait (mla_early_kv off)",
      [](cuda::CudaTunables& t) { t.mla_early_kv = false; }},
     {"moe_unrounded", "INT4 experts' weights unrounded before the mma (moe_int4_reg_round off)",

@@ -10,8 +10,10 @@
 
 #include "backend/cuda/attention_prefill_split.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_memory.h"
 #include "backend/cuda/fp8.cuh"
 #include "backend/cuda/kv_write.h"
+#include "backend/cuda/rope.h"
 
 namespace strata::cuda {
 
@@ -19,6 +21,40 @@ void init_attention_kernels() {
   init_decode_attention_kernels();
   init_prefill_attention_kernels();
   init_split_prefill_kernels();
+}
+
+bool CudaBackend::merge_decode_rope(AttentionParams* p) {
+  QkvRopeParams r;
+  if (!tunables_.fusion || !tunables_.decode_rope_fusion || !recorder_.last(kOpQkvRope, &r))
+    return false;
+  const int hd = p->head_dim;
+  const int64_t width = int64_t(p->heads + 2 * p->kv_heads) * hd;
+  const bool shape = (hd == 32 || hd == 64 || hd == 128) && r.head_dim == hd &&
+                     r.heads == p->heads && r.kv_heads == p->kv_heads &&
+                     r.tokens == p->meta.num_tokens && r.tokens == p->meta.num_seqs;
+  const bool same = r.q == p->q && r.cache_k == p->k_cache && r.cache_v == p->v_cache &&
+                    r.positions == p->meta.positions && r.slots == p->meta.slot_mapping &&
+                    r.kv_elem == p->kv_elem;
+  // Neox over the whole head (a lane holds both dims of its pairs), or interleaved.
+  const bool pairs = r.interleaved ? 2 * r.half <= hd : 2 * r.half == hd;
+  // Every block reads the projection's output while some write q and out.
+  const int64_t in_bytes = r.tokens * width * 2, out_bytes = r.tokens * p->heads * hd * 2;
+  if (!shape || !same || !pairs || byte_ranges_overlap(r.qkv, in_bytes, r.q, out_bytes) ||
+      byte_ranges_overlap(r.qkv, in_bytes, p->out, out_bytes))
+    return false;
+  recorder_.drop_last();
+  DecodeRopeFusion& f = p->rope;
+  f.qkv = r.qkv;
+  f.q_out = r.q;
+  f.cache_k = r.cache_k;
+  f.cache_v = r.cache_v;
+  f.attention_factor = r.attention_factor;
+  f.inv_scale_k = r.inv_scale_k;
+  f.inv_scale_v = r.inv_scale_v;
+  f.half = r.half;
+  f.interleaved = r.interleaved;
+  for (int i = 0; i < r.half; ++i) f.inv_freq[i] = r.inv_freq[i];
+  return true;
 }
 
 void CudaBackend::paged_attention(const Tensor& q, const KvStorage& kv, int layer,
@@ -81,6 +117,7 @@ void CudaBackend::paged_attention(const Tensor& q, const KvStorage& kv, int laye
       p.partial_o = static_cast<float*>(work->view().data);
       p.partial_ml = p.partial_o + parts * hd;
     }
+    merge_decode_rope(&p);
     record(kOpDecode, p, launch_decode_attention);
     return;
   }

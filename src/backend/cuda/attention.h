@@ -23,6 +23,28 @@ struct DeviceMeta {
   int pad_;
 };
 
+// Decode: the step's attention inputs made by the decode kernel itself (graph mode merges
+// qkv_rope_kv_write into the decode launch: CudaTunables::decode_rope_fusion). From the QKV
+// projection's output the kernel rotates Q and the new token's K, stores the new K and V rows
+// into the cache and writes q, every value with qkv_rope.cu's bits. Neox pairs over the whole
+// head or interleaved pairs over dims [0, 2 · half); head_dim 32, 64 or 128.
+constexpr int kMaxDecodeRopeHalf = 64;
+struct DecodeRopeFusion {
+  const bf16_bits* qkv;  // [tokens, (heads + 2 · kv_heads) · head_dim]; null: no fusion
+  bf16_bits* q_out;      // [tokens, heads, head_dim]: the rotated Q, as qkv_rope writes it
+  void* cache_k;         // the layer's caches (AttentionParams::k_cache, v_cache), written
+  void* cache_v;
+  float attention_factor;
+  float inv_scale_k;  // 1 / k_scale, as qkv_rope_kv_write computes it
+  float inv_scale_v;
+  int half;  // rotary_dim / 2
+  int interleaved;
+  int reserved_zero;  // no padding bytes: the parameters are a captured graph's signature
+  float inv_freq[kMaxDecodeRopeHalf];
+};
+static_assert(sizeof(DecodeRopeFusion) == 4 * 8 + 6 * 4 + kMaxDecodeRopeHalf * 4,
+              "DecodeRopeFusion has no padding");
+
 struct AttentionParams {
   const bf16_bits* q;   // [tokens, heads, head_dim]
   const void* k_cache;  // [slots, kv_heads · head_dim] of kv_elem
@@ -52,7 +74,11 @@ struct AttentionParams {
   // the previous kernel. The caller's promise: that kernel triggers only after its own wait and
   // writes none of those keys (CudaTunables::decode_early_kv).
   int early_kv;
+  DecodeRopeFusion rope;  // decode: null rope.qkv unless merged
 };
+static_assert(sizeof(AttentionParams) ==
+                  4 * 8 + sizeof(DeviceMeta) + 10 * 4 + 3 * 8 + 4 * 4 + sizeof(DecodeRopeFusion),
+              "AttentionParams has no padding");
 
 // Decode: every sequence has exactly one new token. Grid (splits, kv_heads, seqs); K/V chunks of
 // 64 tokens through a cp.async pipeline in shared memory (attention_decode.cu).

@@ -15,6 +15,7 @@
 #include <cfloat>
 
 #include "backend/cuda/attention.h"
+#include "backend/cuda/attention_decode_rope.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_tile.cuh"
 #include "backend/cuda/common.cuh"
@@ -60,9 +61,14 @@ __device__ __forceinline__ uint32_t pack_in(float lo, float hi) {
   }
 }
 
-// EARLY: p.early_kv (an instance of its own: its registers leave the others' occupancy as it was).
-template <int D, int E, bool EARLY>
+// The kernel's instances (each its own: one's registers leave the others' occupancy as it was):
+// kPlainKv; kEarlyKv (p.early_kv); kRopeKv (p.rope.qkv: Q and the new K/V rows from the QKV
+// projection's output, attention_decode_rope.cuh; with the early copies).
+enum DecodeMode { kPlainKv, kEarlyKv, kRopeKv };
+
+template <int D, int E, int MODE>
 __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
+  constexpr bool EARLY = MODE != kPlainKv, ROPE = MODE == kRopeKv;
   using T = Tile<D, E>;
   extern __shared__ __align__(16) char smem[];
 
@@ -94,8 +100,10 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
   // threads tid < 2 kPieces load after the wait (nrow: K pieces, then V) and store over the
   // zeros once its chunk has landed (iteration cn of the loop). The metadata and the page table
   // are the step's inputs, staged before its kernels; the other keys are earlier steps'.
+  // ROPE: the new row in whichever chunk, made from the projection's output (and stored into
+  // the cache) by those threads; no copy reads its slot.
   const int kn = len - 1;
-  const int cn = EARLY && kn >= begin && kn < end && (kn - begin) / kChunk < kStages - 1
+  const int cn = EARLY && kn >= begin && kn < end && (ROPE || (kn - begin) / kChunk < kStages - 1)
                      ? (kn - begin) / kChunk
                      : -1;
   uint4 nrow = make_uint4(0, 0, 0, 0);
@@ -104,7 +112,9 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
     kv.issue_first(nchunks);
     pdl_wait();
     pdl_trigger();
-    if (cn >= 0 && tid < 2 * T::kPieces)
+    if (ROPE && cn >= 0 && tid < 2 * T::kPieces)
+      nrow = attn::new_kv_piece<D, E>(p, row, kvh, tid % T::kPieces, tid < T::kPieces);
+    else if (cn >= 0 && tid < 2 * T::kPieces)
       nrow = __ldcg(reinterpret_cast<const uint4*>(
           (tid < T::kPieces ? kv.kc : kv.vc) +
           (int64_t(kv.slot_of(kn)) * kv.kdim + int64_t(kvh) * D) * T::kEb +
@@ -116,7 +126,16 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
   // Q as the A operand: row gr is query head gr of the group (zero past the group); rows 8..15
   // are always zero.
   uint32_t qa[D / 16][2];
-  {
+  if constexpr (ROPE) {
+    attn::rotated_q<D>(p, row, kvh * group + gr, gr < group, gc, split == 0, qa);
+    if constexpr (E != kKvBf16)
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          qa[kk][h] = pack_in<E>(__uint_as_float(qa[kk][h] << 16),
+                                 __uint_as_float(qa[kk][h] & 0xffff0000u));
+  } else {
     const bf16_bits* qrow = p.q + (int64_t(row) * p.heads + kvh * group + gr) * D;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -156,7 +175,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
     // Page lookup of chunk c + kStages, stored at the end of this iteration (latency hidden).
     const int jn = begin + (c + kStages) * kChunk + tid;
     int next_slot = -1;
-    if (tid < kChunk && jn < end) next_slot = kv.slot_of(jn);
+    if (tid < kChunk && jn < end && (!ROPE || jn != kn)) next_slot = kv.slot_of(jn);
     const char* kb = smem + (c % kStages) * T::kStageBytes + warp * 16 * T::kStride;
     const char* vb = kb + kChunk * T::kStride;
     const int valid = min(16, end - (begin + c * kChunk + warp * 16));  // may be <= 0
@@ -313,14 +332,24 @@ __global__ void combine_kernel(AttentionParams p) {
   p.out[(int64_t(row) * p.heads + h) * p.head_dim + d] = float_to_bf16(o / sum * p.v_scale);
 }
 
+// The ROPE instance for head sizes 32, 64, 128 (attention_decode_rope.cuh's neox pieces need
+// D / 2 >= 16).
+template <int D>
+constexpr bool kRopeFusable = D >= 32;
+
 template <int D, int E>
 void launch_de(const AttentionParams& p, const Launch& launch) {
   const dim3 grid(p.num_splits, p.kv_heads, p.meta.num_seqs);
   const size_t smem = size_t(Tile<D, E>::kSmemBytes);
-  if (p.early_kv)
-    launch_pdl(decode_kernel<D, E, true>, grid, dim3(kThreads), smem, launch, p);
-  else
-    launch_pdl(decode_kernel<D, E, false>, grid, dim3(kThreads), smem, launch, p);
+  if (p.rope.qkv != nullptr) {
+    CHECK_MSG(kRopeFusable<D>, "decode attention: rope fusion at head_dim {}", D);
+    if constexpr (kRopeFusable<D>)
+      launch_pdl(decode_kernel<D, E, kRopeKv>, grid, dim3(kThreads), smem, launch, p);
+  } else if (p.early_kv) {
+    launch_pdl(decode_kernel<D, E, kEarlyKv>, grid, dim3(kThreads), smem, launch, p);
+  } else {
+    launch_pdl(decode_kernel<D, E, kPlainKv>, grid, dim3(kThreads), smem, launch, p);
+  }
   CUDA_LAUNCH_CHECK();
 }
 
@@ -336,8 +365,12 @@ void launch_d(const AttentionParams& p, const Launch& launch) {
 
 template <int D, int E>
 void set_limits_de() {
-  for (auto* k : {decode_kernel<D, E, false>, decode_kernel<D, E, true>})
+  for (auto* k : {decode_kernel<D, E, kPlainKv>, decode_kernel<D, E, kEarlyKv>})
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    Tile<D, E>::kSmemBytes));
+  if constexpr (kRopeFusable<D>)
+    CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<D, E, kRopeKv>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     Tile<D, E>::kSmemBytes));
 }
 

@@ -302,6 +302,10 @@ class CudaBackend : public Backend,
   // as its prologue (the caller drops the norm's launch).
   bool merge_int4_add_norm(const RmsNormParams& np);
   bool merge_int4_gemv_norm(Int4LinearParams* p) const;
+  // attention.cc, graph mode, decode_rope_fusion: when the launch just recorded is the
+  // qkv_rope_kv_write that made this decode's q and new K/V rows, drops it and *p does its work
+  // (AttentionParams::rope); false: nothing changed.
+  bool merge_decode_rope(AttentionParams* p);
   bool dev_gemv_takes(int64_t m) const {
     return dev_.gemv != nullptr && m >= dev_.gemv_min_rows && m <= dev_.gemv_max_rows;
   }

@@ -466,6 +466,14 @@ struct CudaTunables {
   // Only with pdl_early off (every kernel then triggers after its own wait). No env. Default off
   // until measured; A/B: variant decode_early_kv.
   bool decode_early_kv = false;
+  // Graph mode: a decode attention launch takes the qkv_rope_kv_write just recorded before it
+  // (the same q, caches, positions and slots): the kernel rotates Q and the new token's K from
+  // the QKV projection's output, stores the new K/V rows and writes q itself, with the same bits
+  // (attention_decode_rope.cuh; CudaParity.DecodeRopeFusion), and copies its old keys before its
+  // PDL wait as decode_early_kv does. One launch a layer fewer (qkv_rope: ~3 us a layer of the
+  // batch-1 step, H100, 2026-12-06). No env. Default off until measured; A/B: variant
+  // decode_rope_fusion.
+  bool decode_rope_fusion = false;
   // RMSNorm's row kernel loads its bf16 weights before its PDL wait (model parameters: no
   // kernel writes them), off the critical path after the row's reduction; the same bits
   // (CudaParity.RmsNormAndResidual). No env. Default on: batch-1 steps, H100, 2026-12-06

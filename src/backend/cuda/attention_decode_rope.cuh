@@ -1,0 +1,150 @@
+// The decode kernel's attention inputs when graph mode merged qkv_rope_kv_write into its launch
+// (AttentionParams::rope, CudaTunables::decode_rope_fusion; attention_decode.cu's ROPE instance).
+//
+// Why: at batch 1 a Llama layer's qkv_rope launch (a few dozen blocks, ~3 us on an H100's
+// critical path, 98 us of a 2.8 ms W4A16 step in session 43's timeline) only moves the QKV
+// projection's output: rotate Q and K, store K and V into the cache. The decode kernel loads Q
+// after its PDL wait anyway, and with its early copies of old keys (decode_early_kv) it loads the
+// new token's row after the wait too: both can come from the projection's output instead,
+// rotated on the way, and one launch a layer goes.
+//
+// Bits: every value as qkv_rope.cu makes it — the rotated pair in float32 by rope.cuh's
+// rope_pair_f32, rounded to bf16, then (cache rows) times 1 / scale and converted as
+// store_kv does; so the cache, q and the attention's output are those of the two launches.
+#pragma once
+
+#include "backend/cuda/attention.h"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/fp8.cuh"
+#include "backend/cuda/rope.cuh"
+
+namespace strata::cuda::attn {
+
+__device__ __forceinline__ float bf16_round(float v) { return bf16_to_float(float_to_bf16(v)); }
+
+// Q of query head `head` (row `row` of the projection's output) as the decode kernel's A operand:
+// this lane's bf16 pairs at columns kk·16 + gc + 8h (+ 1), rotated; a lane of a row past the
+// group (!valid) gets zeros. Blocks of split 0 also write the rotated pairs to q_out.
+template <int D>
+__device__ __forceinline__ void rotated_q(const AttentionParams& p, int row, int head, bool valid,
+                                          int gc, bool write, uint32_t (&qa)[D / 16][2]) {
+  const DecodeRopeFusion& r = p.rope;
+  const bf16_bits* src = r.qkv + (int64_t(row) * (p.heads + 2 * p.kv_heads) + head) * D;
+  float x[D / 16][2][2];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t v =
+          valid ? __ldcg(reinterpret_cast<const unsigned int*>(src + kk * 16 + gc + 8 * h)) : 0u;
+      x[kk][h][0] = __uint_as_float(v << 16);
+      x[kk][h][1] = __uint_as_float(v & 0xffff0000u);
+    }
+  const int32_t pos = p.meta.positions[row];
+  if (r.interleaved) {  // pairs (2i, 2i + 1): this lane's two columns
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int c = kk * 16 + gc + 8 * h;
+        if (c < 2 * r.half)
+          rope_pair_f32(x[kk][h][0], x[kk][h][1], pos, r.inv_freq[c / 2], r.attention_factor,
+                        &x[kk][h][0], &x[kk][h][1]);
+      }
+  } else {  // neox over the whole head (the host's condition): dims c and c + D / 2, one lane
+#pragma unroll
+    for (int kk = 0; kk < D / 32; ++kk)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          rope_pair_f32(x[kk][h][e], x[kk + D / 32][h][e], pos,
+                        r.inv_freq[kk * 16 + gc + 8 * h + e], r.attention_factor, &x[kk][h][e],
+                        &x[kk + D / 32][h][e]);
+  }
+  bf16_bits* dst = r.q_out + (int64_t(row) * p.heads + head) * D;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t v = pack2(x[kk][h][0], x[kk][h][1]);
+      qa[kk][h] = valid ? v : 0u;
+      if (write && valid) *reinterpret_cast<uint32_t*>(dst + kk * 16 + gc + 8 * h) = v;
+    }
+}
+
+// One element as the cache stores it (qkv_rope.cu's store_kv): v is a bf16 value.
+template <int E>
+__device__ __forceinline__ uint32_t cache_bits(float v, float inv_scale) {
+  if (inv_scale != 1.0f) v *= inv_scale;
+  if constexpr (E == kKvBf16)
+    return float_to_bf16(v);
+  else if constexpr (E == kKvE4M3)
+    return float_to_e4m3(v);
+  else
+    return float_to_e5m2(v);
+}
+
+// 16-byte piece `piece` of the new token's K (rotated) or V cache row for KV head kvh: made from
+// the projection's output, stored at the token's cache slot, and returned for the kernel's
+// shared-memory copy of the row.
+template <int D, int E>
+__device__ __forceinline__ uint4 new_kv_piece(const AttentionParams& p, int row, int kvh, int piece,
+                                              bool is_k) {
+  constexpr int kN = E == kKvBf16 ? 8 : 16;  // elements of a piece
+  const DecodeRopeFusion& r = p.rope;
+  const int head = p.heads + (is_k ? 0 : p.kv_heads) + kvh;
+  const bf16_bits* src = r.qkv + (int64_t(row) * (p.heads + 2 * p.kv_heads) + head) * D;
+  const int d0 = piece * kN;
+  // Neox K: the partner piece is D / 2 away (whole pieces: D / 2 >= 16 >= kN).
+  const int partner = !is_k || r.interleaved ? d0 : (d0 < D / 2 ? d0 + D / 2 : d0 - D / 2);
+  float own[kN], oth[kN];
+#pragma unroll
+  for (int i = 0; i < kN / 8; ++i) {
+    const uint4 a = __ldcg(reinterpret_cast<const uint4*>(src + d0 + 8 * i));
+    const uint4 b = __ldcg(reinterpret_cast<const uint4*>(src + partner + 8 * i));
+    const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      own[8 * i + 2 * w] = __uint_as_float(aw[w] << 16);
+      own[8 * i + 2 * w + 1] = __uint_as_float(aw[w] & 0xffff0000u);
+      oth[8 * i + 2 * w] = __uint_as_float(bw[w] << 16);
+      oth[8 * i + 2 * w + 1] = __uint_as_float(bw[w] & 0xffff0000u);
+    }
+  }
+  const int32_t pos = p.meta.positions[row];
+  float out[kN];
+#pragma unroll
+  for (int e = 0; e < kN; ++e) {
+    const int d = d0 + e;
+    float r0, r1;
+    if (!is_k || (r.interleaved && d >= 2 * r.half)) {
+      out[e] = own[e];
+    } else if (r.interleaved) {
+      rope_pair_f32(own[e & ~1], own[e | 1], pos, r.inv_freq[d / 2], r.attention_factor, &r0, &r1);
+      out[e] = bf16_round(e % 2 == 0 ? r0 : r1);
+    } else if (d < D / 2) {
+      rope_pair_f32(own[e], oth[e], pos, r.inv_freq[d], r.attention_factor, &r0, &r1);
+      out[e] = bf16_round(r0);
+    } else {
+      rope_pair_f32(oth[e], own[e], pos, r.inv_freq[d - D / 2], r.attention_factor, &r0, &r1);
+      out[e] = bf16_round(r1);
+    }
+  }
+  const float inv_scale = is_k ? r.inv_scale_k : r.inv_scale_v;
+  uint32_t w[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int e = 0; e < kN; ++e) {
+    constexpr int kBits = 32 / (kN / 4);  // bits an element takes in a word
+    w[e / (kN / 4)] |= cache_bits<E>(out[e], inv_scale) << (kBits * (e % (kN / 4)));
+  }
+  const uint4 v = make_uint4(w[0], w[1], w[2], w[3]);
+  constexpr int kEb = E == kKvBf16 ? 2 : 1;
+  const int64_t slot = p.meta.slot_mapping[row];
+  char* cache = static_cast<char*>(is_k ? r.cache_k : r.cache_v);
+  const int64_t at = (slot * p.kv_heads + kvh) * D * kEb + piece * 16;
+  *reinterpret_cast<uint4*>(cache + at) = v;
+  return v;
+}
+
+}  // namespace strata::cuda::attn
