@@ -20,8 +20,6 @@
 
 namespace strata::cuda::attn {
 
-__device__ __forceinline__ float bf16_round(float v) { return bf16_to_float(float_to_bf16(v)); }
-
 // Q of query head `head` (row `row` of the projection's output) as the decode kernel's A operand:
 // this lane's bf16 pairs at columns kk·16 + gc + 8h (+ 1), rotated; a lane of a row past the
 // group (!valid) gets zeros. Blocks of split 0 also write the rotated pairs to q_out.
@@ -101,16 +99,8 @@ __device__ __forceinline__ uint4 new_kv_piece(const AttentionParams& p, int row,
   float own[kN], oth[kN];
 #pragma unroll
   for (int i = 0; i < kN / 8; ++i) {
-    const uint4 a = __ldcg(reinterpret_cast<const uint4*>(src + d0 + 8 * i));
-    const uint4 b = __ldcg(reinterpret_cast<const uint4*>(src + partner + 8 * i));
-    const uint32_t aw[4] = {a.x, a.y, a.z, a.w}, bw[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      own[8 * i + 2 * w] = __uint_as_float(aw[w] << 16);
-      own[8 * i + 2 * w + 1] = __uint_as_float(aw[w] & 0xffff0000u);
-      oth[8 * i + 2 * w] = __uint_as_float(bw[w] << 16);
-      oth[8 * i + 2 * w + 1] = __uint_as_float(bw[w] & 0xffff0000u);
-    }
+    unpack8(__ldcg(reinterpret_cast<const uint4*>(src + d0 + 8 * i)), own + 8 * i);
+    unpack8(__ldcg(reinterpret_cast<const uint4*>(src + partner + 8 * i)), oth + 8 * i);
   }
   const int32_t pos = p.meta.positions[row];
   float out[kN];
@@ -122,13 +112,13 @@ __device__ __forceinline__ uint4 new_kv_piece(const AttentionParams& p, int row,
       out[e] = own[e];
     } else if (r.interleaved) {
       rope_pair_f32(own[e & ~1], own[e | 1], pos, r.inv_freq[d / 2], r.attention_factor, &r0, &r1);
-      out[e] = bf16_round(e % 2 == 0 ? r0 : r1);
+      out[e] = round_bf16(e % 2 == 0 ? r0 : r1);
     } else if (d < D / 2) {
       rope_pair_f32(own[e], oth[e], pos, r.inv_freq[d], r.attention_factor, &r0, &r1);
-      out[e] = bf16_round(r0);
+      out[e] = round_bf16(r0);
     } else {
       rope_pair_f32(oth[e], own[e], pos, r.inv_freq[d - D / 2], r.attention_factor, &r0, &r1);
-      out[e] = bf16_round(r1);
+      out[e] = round_bf16(r1);
     }
   }
   const float inv_scale = is_k ? r.inv_scale_k : r.inv_scale_v;

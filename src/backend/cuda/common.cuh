@@ -19,6 +19,8 @@ __device__ __forceinline__ float bf16_to_float(bf16_bits b) {
 __device__ __forceinline__ bf16_bits float_to_bf16(float f) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(f));
 }
+// f rounded to the nearest bf16, kept as a float.
+__device__ __forceinline__ float round_bf16(float f) { return bf16_to_float(float_to_bf16(f)); }
 // Eight bf16 values in a 16-byte vector, unpacked to floats.
 __device__ __forceinline__ void unpack8(const uint4& v, float* f) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};

@@ -106,6 +106,5 @@ __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, int byt
 }
 
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
-__device__ __forceinline__ float round_bf16(float v) { return bf16_to_float(float_to_bf16(v)); }
 
 }  // namespace strata::cuda::moe

@@ -25,8 +25,6 @@ __device__ __forceinline__ void store_kv(void* base, int64_t i, float v, float i
     static_cast<uint8_t*>(base)[i] = float_to_e5m2(v);
 }
 
-__device__ __forceinline__ float round_bf16(float v) { return bf16_to_float(float_to_bf16(v)); }
-
 // One thread per (token, head of Q | K | V, pair of dims). Q and K heads: pairs below `half` are
 // rotated (neox: dims i and i + half; interleaved: 2i and 2i + 1), the rest are copied two
 // consecutive dims at a time; V heads copy pairs of consecutive dims.
