@@ -11,6 +11,7 @@
 #   .devcarry/gen   debs, shared/configs, prompts-explain.jsonl, house-llama's tokenizer  (~3 MB)
 #   .devcarry/mlaslim  debs, shared/configs, fixtures/house-mla, models/house-mla        (~45 MB)
 #   .devcarry/llslim   debs, shared/configs, models/house-llama                          (~30 MB)
+#   .devcarry/llfx  llslim with fixtures/{tiny,house-llama}: the Llama fixture suites     (~37 MB)
 # The repository's tracked files (~22.5 MB) travel too: with .devcarry/cuda (~44.5 MB) the call
 # is over the limit since 2026-12-04 (refused), with .devcarry/mla or all too (their house-model
 # tests need a slimmer repository, as mlaslim below). Suites that read no house model (MoE, MLA
@@ -21,7 +22,7 @@
 #   rm tests/fixtures/hidden_states/*.safetensors tests/fixtures/eagle3/house-llama/model.safetensors \
 #      tests/fixtures/tiny/{deepseek-v3-fp8-block,llama-w4a16}/model.safetensors
 #   ... the device call ...;  git checkout -- tests/fixtures
-# Usage: bash bench/cuda/make_carry.sh [cuda|mla|all|fx|fxs|bench|gen|mlaslim|llslim]...   (default: cuda mla all)
+# Usage: bash bench/cuda/make_carry.sh [cuda|mla|all|fx|fxs|bench|gen|mlaslim|llslim|llfx]...   (default: cuda mla all)
 set -eu
 S=../shared
 debs() {
@@ -49,6 +50,9 @@ for what in ${@:-cuda mla all}; do
     bench) rm -rf $d/shared/data $d/shared/fixtures ;;
     llslim)  # house-llama's CUDA tests that read no fixture (e.g. *ForwardSample*, CudaSampling.*)
       rm -rf $d/shared/data $d/shared/fixtures
+      mkdir -p $d/shared/models && cp -r $S/models/house-llama $d/shared/models/ ;;
+    llfx)  # the Llama fixture suites (CudaModel*, QuantModel, CudaEagle3) beside a build
+      rm -rf $d/shared/data $d/shared/fixtures/house-mla
       mkdir -p $d/shared/models && cp -r $S/models/house-llama $d/shared/models/ ;;
     gen)  # generate_check.sh: the prompts and a tokenizer, no weights
       rm -rf $d/shared/fixtures && find $d/shared/data -type f ! -name prompts-explain.jsonl -delete

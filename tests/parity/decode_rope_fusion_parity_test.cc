@@ -1,7 +1,7 @@
 // Graph mode's merge of qkv_rope_kv_write into the decode attention launch
-// (CudaTunables::decode_rope_fusion; attention_decode_rope.cuh): the merged launch must leave q,
-// the attention's output and the whole KV cache with the bits of the two launches it replaces —
-// the eager step, whose ops the suite checks against the CPU reference (CudaFusedParity.
+// (CudaTunables::decode_rope_fusion_max_seqs; attention_decode_rope.cuh): the merged launch must
+// leave q, the attention's output and the whole KV cache with the bits of the two launches it
+// replaces — the eager step, whose ops the suite checks against the CPU reference (CudaFusedParity.
 // QkvRopeKvWrite, CudaParity.DecodeAttention) — and must really be one launch fewer.
 #include <gtest/gtest.h>
 
@@ -140,25 +140,34 @@ void run_case(const RopeDecodeCase& c) {
   for (uint64_t seed : {1, 2}) eager.push_back(step(seed));
   for (float x : eager[0]) ASSERT_TRUE(std::isfinite(x)) << c.name << ": eager step not finite";
 
-  int64_t launches[2] = {0, 0};
-  for (bool on : {true, false}) {
-    gpu.tune([&](cuda::CudaTunables& t) { t.decode_rope_fusion = on; });
+  // Modes: 0 unmerged; 1 merged, the old keys copied after the PDL wait (decode_early_kv off);
+  // 2 merged, copied before it.
+  int64_t launches[3] = {0, 0, 0};
+  for (int mode : {2, 1, 0}) {
+    gpu.tune([&](cuda::CudaTunables& t) {
+      t.decode_rope_fusion_max_seqs = mode > 0 ? 1 << 20 : 0;
+      t.decode_early_kv = mode != 1;
+    });
     gpu.set_graph_mode(true);
     const cuda::GraphStats before = gpu.graph_stats();
     for (uint64_t seed : {1, 2, 1}) {
       const auto got = step(seed);
       EXPECT_EQ(0, std::memcmp(got.data(), eager[seed - 1].data(), got.size() * 4))
-          << c.name << " fusion " << on << " seed " << seed;
+          << c.name << " mode " << mode << " seed " << seed;
     }
     const cuda::GraphStats& after = gpu.graph_stats();
     EXPECT_EQ(after.replays - before.replays, 2) << c.name;
-    launches[on] = after.launches - before.launches;
+    launches[mode] = after.launches - before.launches;
     gpu.set_graph_mode(false);
   }
   gpu.set_tunables(defaults);
-  EXPECT_EQ(launches[0] - launches[1], c.merges ? 3 : 0) << c.name << ": launches merged";
-  std::printf("decode rope fusion %-22s %s: eager bits, %lld launches in 3 steps against %lld\n",
-              c.name, dtype_name(c.kv), (long long)launches[1], (long long)launches[0]);
+  for (int mode : {1, 2})
+    EXPECT_EQ(launches[0] - launches[mode], c.merges ? 3 : 0) << c.name << ": launches merged";
+  std::printf(
+      "decode rope fusion %-22s %s: eager bits, %lld / %lld launches in 3 steps (copies "
+      "after / before the wait) against %lld\n",
+      c.name, dtype_name(c.kv), (long long)launches[1], (long long)launches[2],
+      (long long)launches[0]);
 }
 
 TEST(CudaParity, DecodeRopeFusion) {

@@ -301,16 +301,20 @@ TEST(CudaParity, PerHeadLinearDeterministic) {
 }
 
 TEST(CudaParity, DecodeAttention) {
-  // One new token per sequence: the split-KV decode kernel.
-  run_attention({32, 8, 128, 16, {{0, 1}, {16, 1}, {299, 1}, {1000, 1}, {4098, 1}}});
-  run_attention({5, 1, 64, 3, {{7, 1}, {500, 1}}});
-  run_attention({4, 4, 16, 4, {{33, 1}, {2, 1}, {129, 1}}});
-  run_attention({4, 2, 32, 1, {{60, 1}}});
+  // One new token per sequence: the split-KV decode kernel, its old keys copied after its PDL
+  // wait (decode_early_kv off; the default's copies before it: DecodeAttentionEarlyKv).
+  const auto plain = [](cuda::CudaBackend& be) {
+    be.tune([](cuda::CudaTunables& t) { t.decode_early_kv = false; });
+  };
+  run_attention({32, 8, 128, 16, {{0, 1}, {16, 1}, {299, 1}, {1000, 1}, {4098, 1}}}, plain);
+  run_attention({5, 1, 64, 3, {{7, 1}, {500, 1}}}, plain);
+  run_attention({4, 4, 16, 4, {{33, 1}, {2, 1}, {129, 1}}}, plain);
+  run_attention({4, 2, 32, 1, {{60, 1}}}, plain);
 }
 
 // The decode kernel with its first chunks of old keys copied before its PDL wait
-// (CudaTunables::decode_early_kv): new tokens in a split's first, second and later 64-key chunk,
-// on a chunk's first and last key, one split and several.
+// (CudaTunables::decode_early_kv, the default): new tokens in a split's first, second and later
+// 64-key chunk, on a chunk's first and last key, one split and several.
 TEST(CudaParity, DecodeAttentionEarlyKv) {
   const auto early = [](cuda::CudaBackend& be) {
     be.tune([](cuda::CudaTunables& t) { t.decode_early_kv = true; });

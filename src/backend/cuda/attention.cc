@@ -25,7 +25,8 @@ void init_attention_kernels() {
 
 bool CudaBackend::merge_decode_rope(AttentionParams* p) {
   QkvRopeParams r;
-  if (!tunables_.fusion || !tunables_.decode_rope_fusion || !recorder_.last(kOpQkvRope, &r))
+  if (!tunables_.fusion || p->meta.num_seqs > tunables_.decode_rope_fusion_max_seqs ||
+      !recorder_.last(kOpQkvRope, &r))
     return false;
   const int hd = p->head_dim;
   const int64_t width = int64_t(p->heads + 2 * p->kv_heads) * hd;

@@ -24,8 +24,8 @@ struct DeviceMeta {
 };
 
 // Decode: the step's attention inputs made by the decode kernel itself (graph mode merges
-// qkv_rope_kv_write into the decode launch: CudaTunables::decode_rope_fusion). From the QKV
-// projection's output the kernel rotates Q and the new token's K, stores the new K and V rows
+// qkv_rope_kv_write into the decode launch: CudaTunables::decode_rope_fusion_max_seqs). From the
+// QKV projection's output the kernel rotates Q and the new token's K, stores the new K and V rows
 // into the cache and writes q, every value with qkv_rope.cu's bits. Neox pairs over the whole
 // head or interleaved pairs over dims [0, 2 · half); head_dim 32, 64 or 128.
 constexpr int kMaxDecodeRopeHalf = 64;

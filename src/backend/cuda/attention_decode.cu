@@ -101,19 +101,29 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
   // zeros once its chunk has landed (iteration cn of the loop). The metadata and the page table
   // are the step's inputs, staged before its kernels; the other keys are earlier steps'.
   // ROPE: the new row in whichever chunk, made from the projection's output (and stored into
-  // the cache) by those threads; no copy reads its slot.
+  // the cache) by those threads; no copy reads its slot. Its copies go out before the wait only
+  // with p.early_kv: before it the kernel is the QKV projection itself, which streams weights.
   const int kn = len - 1;
   const int cn = EARLY && kn >= begin && kn < end && (ROPE || (kn - begin) / kChunk < kStages - 1)
                      ? (kn - begin) / kChunk
                      : -1;
   uint4 nrow = make_uint4(0, 0, 0, 0);
+  __shared__ float2 rope_cs[ROPE ? kMaxDecodeRopeHalf : 1];  // ROPE: the token's rotations
+  if constexpr (ROPE) {
+    attn::rope_table(p, row, rope_cs);
+    __syncthreads();
+  }
   if constexpr (EARLY) {
+    const bool late = ROPE && !p.early_kv;
+    if (late) pdl_enter(p.pdl_early);
     kv.fill_table(cn >= 0 ? kn : -1);
     kv.issue_first(nchunks);
-    pdl_wait();
-    pdl_trigger();
+    if (!late) {
+      pdl_wait();
+      pdl_trigger();
+    }
     if (ROPE && cn >= 0 && tid < 2 * T::kPieces)
-      nrow = attn::new_kv_piece<D, E>(p, row, kvh, tid % T::kPieces, tid < T::kPieces);
+      nrow = attn::new_kv_piece<D, E>(p, rope_cs, row, kvh, tid % T::kPieces, tid < T::kPieces);
     else if (cn >= 0 && tid < 2 * T::kPieces)
       nrow = __ldcg(reinterpret_cast<const uint4*>(
           (tid < T::kPieces ? kv.kc : kv.vc) +
@@ -127,7 +137,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
   // are always zero.
   uint32_t qa[D / 16][2];
   if constexpr (ROPE) {
-    attn::rotated_q<D>(p, row, kvh * group + gr, gr < group, gc, split == 0, qa);
+    attn::rotated_q<D>(p, rope_cs, row, kvh * group + gr, gr < group, gc, split == 0, qa);
     if constexpr (E != kKvBf16)
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk)

@@ -1,5 +1,6 @@
 // The decode kernel's attention inputs when graph mode merged qkv_rope_kv_write into its launch
-// (AttentionParams::rope, CudaTunables::decode_rope_fusion; attention_decode.cu's ROPE instance).
+// (AttentionParams::rope, CudaTunables::decode_rope_fusion_max_seqs; attention_decode.cu's ROPE
+// instance).
 //
 // Why: at batch 1 a Llama layer's qkv_rope launch (a few dozen blocks, ~3 us on an H100's
 // critical path, 98 us of a 2.8 ms W4A16 step in session 43's timeline) only moves the QKV
@@ -9,8 +10,15 @@
 // rotated on the way, and one launch a layer goes.
 //
 // Bits: every value as qkv_rope.cu makes it — the rotated pair in float32 by rope.cuh's
-// rope_pair_f32, rounded to bf16, then (cache rows) times 1 / scale and converted as
-// store_kv does; so the cache, q and the attention's output are those of the two launches.
+// rope_cos_sin and rope_rotate (its rope_pair_f32), rounded to bf16, then (cache rows) times
+// 1 / scale and converted as store_kv does; so the cache, q and the attention's output are those
+// of the two launches.
+//
+// Code size: each pair's (cos, sin) comes from a table the block makes once (rope_table), never
+// from a sincosf of its own. With sincosf inlined at every pair (16 a lane for Q, 8 for a new
+// row piece, each with its slow path) the ROPE instance was 7,944 SASS instructions against the
+// plain one's 1,664 and its warps spent 61% of their cycles waiting on instruction fetch: 18.4 us
+// alone against 7.4 + 3.9 for decode + qkv_rope (ncu, H100, 2026-12-07 session 48).
 #pragma once
 
 #include "backend/cuda/attention.h"
@@ -20,12 +28,26 @@
 
 namespace strata::cuda::attn {
 
+// cs[i]: (cos, sin) · attention_factor of pair i at the position of the block's token (row), as
+// rope_cos_sin makes them. Made before the PDL wait: the positions are the step's inputs and
+// inv_freq a parameter. The caller syncs the block before reading it.
+__device__ __forceinline__ void rope_table(const AttentionParams& p, int row, float2* cs) {
+  const DecodeRopeFusion& r = p.rope;
+  const int32_t pos = p.meta.positions[row];
+  for (int i = int(threadIdx.x); i < r.half; i += int(blockDim.x)) {
+    float c, s;
+    rope_cos_sin(pos, r.inv_freq[i], r.attention_factor, &c, &s);
+    cs[i] = make_float2(c, s);
+  }
+}
+
 // Q of query head `head` (row `row` of the projection's output) as the decode kernel's A operand:
 // this lane's bf16 pairs at columns kk·16 + gc + 8h (+ 1), rotated; a lane of a row past the
 // group (!valid) gets zeros. Blocks of split 0 also write the rotated pairs to q_out.
 template <int D>
-__device__ __forceinline__ void rotated_q(const AttentionParams& p, int row, int head, bool valid,
-                                          int gc, bool write, uint32_t (&qa)[D / 16][2]) {
+__device__ __forceinline__ void rotated_q(const AttentionParams& p, const float2* cs, int row,
+                                          int head, bool valid, int gc, bool write,
+                                          uint32_t (&qa)[D / 16][2]) {
   const DecodeRopeFusion& r = p.rope;
   const bf16_bits* src = r.qkv + (int64_t(row) * (p.heads + 2 * p.kv_heads) + head) * D;
   float x[D / 16][2][2];
@@ -38,16 +60,16 @@ __device__ __forceinline__ void rotated_q(const AttentionParams& p, int row, int
       x[kk][h][0] = __uint_as_float(v << 16);
       x[kk][h][1] = __uint_as_float(v & 0xffff0000u);
     }
-  const int32_t pos = p.meta.positions[row];
   if (r.interleaved) {  // pairs (2i, 2i + 1): this lane's two columns
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int c = kk * 16 + gc + 8 * h;
-        if (c < 2 * r.half)
-          rope_pair_f32(x[kk][h][0], x[kk][h][1], pos, r.inv_freq[c / 2], r.attention_factor,
-                        &x[kk][h][0], &x[kk][h][1]);
+        if (c < 2 * r.half) {
+          const float2 t = cs[c / 2];
+          rope_rotate(x[kk][h][0], x[kk][h][1], t.x, t.y, &x[kk][h][0], &x[kk][h][1]);
+        }
       }
   } else {  // neox over the whole head (the host's condition): dims c and c + D / 2, one lane
 #pragma unroll
@@ -55,10 +77,11 @@ __device__ __forceinline__ void rotated_q(const AttentionParams& p, int row, int
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int e = 0; e < 2; ++e)
-          rope_pair_f32(x[kk][h][e], x[kk + D / 32][h][e], pos,
-                        r.inv_freq[kk * 16 + gc + 8 * h + e], r.attention_factor, &x[kk][h][e],
-                        &x[kk + D / 32][h][e]);
+        for (int e = 0; e < 2; ++e) {
+          const float2 t = cs[kk * 16 + gc + 8 * h + e];
+          rope_rotate(x[kk][h][e], x[kk + D / 32][h][e], t.x, t.y, &x[kk][h][e],
+                      &x[kk + D / 32][h][e]);
+        }
   }
   bf16_bits* dst = r.q_out + (int64_t(row) * p.heads + head) * D;
 #pragma unroll
@@ -87,8 +110,8 @@ __device__ __forceinline__ uint32_t cache_bits(float v, float inv_scale) {
 // the projection's output, stored at the token's cache slot, and returned for the kernel's
 // shared-memory copy of the row.
 template <int D, int E>
-__device__ __forceinline__ uint4 new_kv_piece(const AttentionParams& p, int row, int kvh, int piece,
-                                              bool is_k) {
+__device__ __forceinline__ uint4 new_kv_piece(const AttentionParams& p, const float2* cs, int row,
+                                              int kvh, int piece, bool is_k) {
   constexpr int kN = E == kKvBf16 ? 8 : 16;  // elements of a piece
   const DecodeRopeFusion& r = p.rope;
   const int head = p.heads + (is_k ? 0 : p.kv_heads) + kvh;
@@ -102,7 +125,6 @@ __device__ __forceinline__ uint4 new_kv_piece(const AttentionParams& p, int row,
     unpack8(__ldcg(reinterpret_cast<const uint4*>(src + d0 + 8 * i)), own + 8 * i);
     unpack8(__ldcg(reinterpret_cast<const uint4*>(src + partner + 8 * i)), oth + 8 * i);
   }
-  const int32_t pos = p.meta.positions[row];
   float out[kN];
 #pragma unroll
   for (int e = 0; e < kN; ++e) {
@@ -111,13 +133,16 @@ __device__ __forceinline__ uint4 new_kv_piece(const AttentionParams& p, int row,
     if (!is_k || (r.interleaved && d >= 2 * r.half)) {
       out[e] = own[e];
     } else if (r.interleaved) {
-      rope_pair_f32(own[e & ~1], own[e | 1], pos, r.inv_freq[d / 2], r.attention_factor, &r0, &r1);
+      const float2 t = cs[d / 2];
+      rope_rotate(own[e & ~1], own[e | 1], t.x, t.y, &r0, &r1);
       out[e] = round_bf16(e % 2 == 0 ? r0 : r1);
     } else if (d < D / 2) {
-      rope_pair_f32(own[e], oth[e], pos, r.inv_freq[d], r.attention_factor, &r0, &r1);
+      const float2 t = cs[d];
+      rope_rotate(own[e], oth[e], t.x, t.y, &r0, &r1);
       out[e] = round_bf16(r0);
     } else {
-      rope_pair_f32(oth[e], own[e], pos, r.inv_freq[d - D / 2], r.attention_factor, &r0, &r1);
+      const float2 t = cs[d - D / 2];
+      rope_rotate(oth[e], own[e], t.x, t.y, &r0, &r1);
       out[e] = round_bf16(r1);
     }
   }

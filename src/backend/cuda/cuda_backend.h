@@ -302,7 +302,7 @@ class CudaBackend : public Backend,
   // as its prologue (the caller drops the norm's launch).
   bool merge_int4_add_norm(const RmsNormParams& np);
   bool merge_int4_gemv_norm(Int4LinearParams* p) const;
-  // attention.cc, graph mode, decode_rope_fusion: when the launch just recorded is the
+  // attention.cc, graph mode, decode_rope_fusion_max_seqs: when the launch just recorded is the
   // qkv_rope_kv_write that made this decode's q and new K/V rows, drops it and *p does its work
   // (AttentionParams::rope); false: nothing changed.
   bool merge_decode_rope(AttentionParams* p);

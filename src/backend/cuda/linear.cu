@@ -84,12 +84,15 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_kernel(GemvParams p) {
     const int64_t pf = p.prefetch_elems < p.k ? p.prefetch_elems : p.k;
     for (int64_t e = int64_t(lane) * 64; e < pf; e += 32 * 64) prefetch_l2(wrow + e);
   }
+  // M = 1 only: at M = 2 the held chunks spilled 8 bytes (ptxas, 2026-12-07).
+  NormHeld held{};
+  if constexpr (NORM && M == 1) held = norm_prologue_preload(p.norm, p.k);
   pdl_wait();
   if (!p.pdl_early) pdl_trigger();
   const bf16_bits* xn = nullptr;  // NORM: the normalized rows (shared memory)
   if constexpr (NORM) {
     extern __shared__ __align__(16) char norm_smem[];
-    xn = norm_prologue<M>(p.norm, p.k, const_cast<bf16_bits*>(p.x), norm_smem);
+    xn = norm_prologue<M>(p.norm, p.k, const_cast<bf16_bits*>(p.x), norm_smem, held);
   }
   auto load_x = [&](int64_t off) {  // x's 8 values at element off
     if constexpr (NORM) return *reinterpret_cast<const uint4*>(xn + off);

@@ -49,8 +49,7 @@
 // - Partial sums per (warp, row tile) go to shared memory; after the block's barrier each
 //   output sums its row tile's warps in warp order (deterministic), adds the bias and rounds
 //   once (SwiGLU: gate and up rounded to bf16, then silu(g)·u, as launch_silu_mul).
-// - Graph mode's merges (int4_norm_fusion.cc): the rms_norm that made x run by every block on its
-//   input (Int4LinearParams::norm), add_rms_norm's residual update in the epilogue (residual).
+// - Graph mode's merges (int4_norm_fusion.cc): Int4LinearParams::norm (prologue) and ::residual.
 // Numerics (gemv_round = 0) as the stream GEMV's: the weights unrounded, (nibble − 8) · scale
 // exactly; NMSE ~1.3e-6 against the bf16-rounded weights, below the output's own rounding.
 #include <algorithm>
@@ -243,6 +242,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     }
     __syncthreads();
   }
+  const NormHeld held = x_norm ? norm_prologue_preload(p.norm, p.k) : NormHeld{};
   if (pl.trigger == kInt4TriggerEarly) pdl_trigger();
   pdl_wait();
   if (x_tma && tid == 0) {
@@ -272,7 +272,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     uint32_t* xs = reinterpret_cast<uint32_t*>(smem);
     float* xsum = reinterpret_cast<float*>(smem + pl.off_xsum);
     if (x_tma) mbar_wait(x_bar, 0);
-    if (x_norm) norm_prologue_rows(p.norm, m, p.k, const_cast<bf16_bits*>(p.x), smem + pl.off_xraw);
+    if (x_norm)
+      norm_prologue_rows(p.norm, m, p.k, const_cast<bf16_bits*>(p.x), smem + pl.off_xraw, held);
     stage_x_fragments<4, true>(xs, xsum, m, p.k, p.group, gshift, [&](int q, int kc) {
       if (x_tma || x_norm) return lds128(x_raw + uint32_t(q) * 16u);
       const int64_t row = planned ? xrow[q / kc] : q / kc;

@@ -28,6 +28,27 @@ inline size_t norm_prologue_smem_bytes(int m, int64_t k) {
   return size_t(m) * size_t(k) * 2 + size_t((k / 8 + 31) / 32) * 4;
 }
 
+// A thread's bf16 norm weights, chunks threadIdx.x + c · blockDim.x (c < 2), loaded before the PDL
+// wait (weights are parameters, never written by a kernel), as rms_norm_vec_kernel's
+// weight_preload: the output pass then waits on no load after the rows' reduction (8 KB a layer,
+// untouched since the previous step: a trip to DRAM on the critical path). `ok` false (f32
+// weights, more chunks a thread, or none preloaded): the output pass reads them itself.
+struct NormHeld {
+  uint4 w[2];
+  bool ok;
+};
+__device__ __forceinline__ NormHeld norm_prologue_preload(const NormPrologue& n, int64_t k) {
+  NormHeld h{};
+  const int nchunk = int(k / 8);
+  h.ok = !n.weight_f32 && nchunk <= 2 * int(blockDim.x);
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    const int i = int(threadIdx.x) + c * int(blockDim.x);
+    if (h.ok && i < nchunk) h.w[c] = __ldg(static_cast<const uint4*>(n.weight) + i);
+  }
+  return h;
+}
+
 // x's 8 values at chunk i of row m.
 __device__ __forceinline__ void norm_input8(const NormPrologue& n, int64_t k, int m, int i,
                                             float* v) {
@@ -38,7 +59,8 @@ __device__ __forceinline__ void norm_input8(const NormPrologue& n, int64_t k, in
 // memory, `smem` of norm_prologue_smem_bytes). `keep` [M, k]: where block 0 stores them.
 template <int M>
 __device__ __forceinline__ const bf16_bits* norm_prologue(const NormPrologue& n, int64_t k,
-                                                          bf16_bits* keep, char* smem) {
+                                                          bf16_bits* keep, char* smem,
+                                                          const NormHeld& held = NormHeld{}) {
   bf16_bits* xs = reinterpret_cast<bf16_bits*>(smem);
   float* warp_ss = reinterpret_cast<float*>(smem + size_t(M) * size_t(k) * 2);
   const int nchunk = int(k / 8), norm_warps = (nchunk + 31) / 32;
@@ -66,10 +88,13 @@ __device__ __forceinline__ const bf16_bits* norm_prologue(const NormPrologue& n,
     const float inv = rsqrtf(total / float(k) + n.eps);
     uint4* dst = reinterpret_cast<uint4*>(xs + int64_t(m) * k);
     uint4* kept = reinterpret_cast<uint4*>(keep + int64_t(m) * k);
-    for (int i = int(threadIdx.x); i < nchunk; i += int(blockDim.x)) {
+    for (int i = int(threadIdx.x), c = 0; i < nchunk; i += int(blockDim.x), ++c) {
       float v[8], w[8], o[8];
       norm_input8(n, k, m, i, v);
-      norm_weight8(n.weight, n.weight_f32, i, w);
+      if (held.ok)
+        unpack8(c == 0 ? held.w[0] : held.w[1], w);  // c < 2 where ok
+      else
+        norm_weight8(n.weight, n.weight_f32, i, w);
 #pragma unroll
       for (int e = 0; e < 8; ++e) o[e] = w[e] * (v[e] * inv);
       const uint4 bits = pack8(o);
@@ -83,8 +108,9 @@ __device__ __forceinline__ const bf16_bits* norm_prologue(const NormPrologue& n,
 // The same for m (1 or 2) known at run time only.
 __device__ __forceinline__ const bf16_bits* norm_prologue_rows(const NormPrologue& n, int m,
                                                                int64_t k, bf16_bits* keep,
-                                                               char* smem) {
-  return m == 1 ? norm_prologue<1>(n, k, keep, smem) : norm_prologue<2>(n, k, keep, smem);
+                                                               char* smem, const NormHeld& held) {
+  return m == 1 ? norm_prologue<1>(n, k, keep, smem, held)
+                : norm_prologue<2>(n, k, keep, smem, held);
 }
 
 }  // namespace strata::cuda

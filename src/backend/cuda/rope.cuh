@@ -13,17 +13,30 @@
 
 namespace strata::cuda {
 
+// The rotation of pair `inv_freq` at `position`: cos and sin of the float32 angle, times
+// attention_factor.
+__device__ __forceinline__ void rope_cos_sin(int32_t position, float inv_freq,
+                                             float attention_factor, float* c, float* s) {
+  const float angle = __fmul_rn(float(position), inv_freq);
+  sincosf(angle, s, c);  // accurate range reduction: positions reach 1e5+ radians
+  *c = __fmul_rn(*c, attention_factor);
+  *s = __fmul_rn(*s, attention_factor);
+}
+
+// (a, b) rotated by (c, s) of rope_cos_sin, in float32 before its rounding.
+__device__ __forceinline__ void rope_rotate(float a, float b, float c, float s, float* r0,
+                                            float* r1) {
+  *r0 = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+  *r1 = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+}
+
 // (a, b) are dims (i, i + half) of a head (neox) or (2i, 2i + 1) (interleaved); the rotated
 // pair in float32, before its rounding.
 __device__ __forceinline__ void rope_pair_f32(float a, float b, int32_t position, float inv_freq,
                                               float attention_factor, float* r0, float* r1) {
-  const float angle = __fmul_rn(float(position), inv_freq);
-  float s, c;
-  sincosf(angle, &s, &c);  // accurate range reduction: positions reach 1e5+ radians
-  c = __fmul_rn(c, attention_factor);
-  s = __fmul_rn(s, attention_factor);
-  *r0 = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-  *r1 = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+  float c, s;
+  rope_cos_sin(position, inv_freq, attention_factor, &c, &s);
+  rope_rotate(a, b, c, s, r0, r1);
 }
 
 // The same pair rounded to bf16.

@@ -463,17 +463,21 @@ struct CudaTunables {
   // Decode attention copies its first chunks of old keys (before the step's new token: written
   // by earlier steps) before its PDL wait, so the copies overlap the previous kernel's tail
   // (qkv_rope or kv_write, which write only the new token's rows), as mla_early_kv does for MLA.
-  // Only with pdl_early off (every kernel then triggers after its own wait). No env. Default off
-  // until measured; A/B: variant decode_early_kv.
-  bool decode_early_kv = false;
-  // Graph mode: a decode attention launch takes the qkv_rope_kv_write just recorded before it
-  // (the same q, caches, positions and slots): the kernel rotates Q and the new token's K from
-  // the QKV projection's output, stores the new K/V rows and writes q itself, with the same bits
-  // (attention_decode_rope.cuh; CudaParity.DecodeRopeFusion), and copies its old keys before its
-  // PDL wait as decode_early_kv does. One launch a layer fewer (qkv_rope: ~3 us a layer of the
-  // batch-1 step, H100, 2026-12-06). No env. Default off until measured; A/B: variant
-  // decode_rope_fusion.
-  bool decode_rope_fusion = false;
+  // Only with pdl_early off (every kernel then triggers after its own wait). No env. Default on:
+  // batch-1 step 2.643 against 2.679 ms Llama-3.1-8B W4A16, 5.341 against 5.355 bf16, three
+  // rounds alike (H100, 2026-12-07 session 48); A/B: variant no_decode_early_kv.
+  bool decode_early_kv = true;
+  // Graph mode: a decode attention launch of at most this many sequences takes the
+  // qkv_rope_kv_write just recorded before it (the same q, caches, positions and slots): the
+  // kernel rotates Q and the new token's K from the QKV projection's output, stores the new K/V
+  // rows and writes q itself, with the same bits (attention_decode_rope.cuh;
+  // CudaParity.DecodeRopeFusion), and copies its old keys before its PDL wait where
+  // decode_early_kv is on. One launch a layer fewer; 0: never. No env. Default 1 (H100,
+  // 2026-12-07 session 48, alternating A/B, two processes): Llama-3.1-8B W4A16 batch 1
+  // 2.605-2.638 against 2.628-2.652 ms, bf16 alike; merged at batch 16 W4A16 5.75-5.78 against
+  // 5.53-5.59 ms, at 64 bf16 7.91-7.93 against 7.83-7.84 (W4A16 8.69 against 8.73). A/B:
+  // variants no_decode_rope_fusion, decode_rope_fusion_all.
+  int decode_rope_fusion_max_seqs = 1;
   // RMSNorm's row kernel loads its bf16 weights before its PDL wait (model parameters: no
   // kernel writes them), off the critical path after the row's reduction; the same bits
   // (CudaParity.RmsNormAndResidual). No env. Default on: batch-1 steps, H100, 2026-12-06
