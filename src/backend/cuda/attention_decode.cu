@@ -108,6 +108,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
                      ? (kn - begin) / kChunk
                      : -1;
   uint4 nrow = make_uint4(0, 0, 0, 0);
+  uint32_t qraw[D / 16][2];                                  // ROPE: Q's pairs before the rotation
   __shared__ float2 rope_cs[ROPE ? kMaxDecodeRopeHalf : 1];  // ROPE: the token's rotations
   if constexpr (ROPE) {
     attn::rope_table(p, row, rope_cs);
@@ -122,13 +123,20 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
       pdl_wait();
       pdl_trigger();
     }
-    if (ROPE && cn >= 0 && tid < 2 * T::kPieces)
-      nrow = attn::new_kv_piece<D, E>(p, rope_cs, row, kvh, tid % T::kPieces, tid < T::kPieces);
-    else if (cn >= 0 && tid < 2 * T::kPieces)
+    if constexpr (ROPE) {  // every load of the projection's output before any store
+      attn::load_q_pairs<D>(p, row, kvh * group + gr, gr < group, gc, qraw);
+      if (cn >= 0 && tid < 2 * T::kPieces) {
+        const int piece = tid % T::kPieces;
+        const bool is_k = tid < T::kPieces;
+        const attn::NewKvInput<E> in = attn::load_new_kv_piece<D, E>(p, row, kvh, piece, is_k);
+        nrow = attn::new_kv_piece<D, E>(p, rope_cs, row, kvh, piece, is_k, in);
+      }
+    } else if (cn >= 0 && tid < 2 * T::kPieces) {
       nrow = __ldcg(reinterpret_cast<const uint4*>(
           (tid < T::kPieces ? kv.kc : kv.vc) +
           (int64_t(kv.slot_of(kn)) * kv.kdim + int64_t(kvh) * D) * T::kEb +
           (tid % T::kPieces) * 16));
+    }
   } else {
     kv.start(nchunks);
   }
@@ -137,7 +145,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
   // are always zero.
   uint32_t qa[D / 16][2];
   if constexpr (ROPE) {
-    attn::rotated_q<D>(p, rope_cs, row, kvh * group + gr, gr < group, gc, split == 0, qa);
+    attn::rotated_q<D>(p, rope_cs, row, kvh * group + gr, gr < group, gc, split == 0, qraw, qa);
     if constexpr (E != kKvBf16)
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk)

@@ -41,24 +41,39 @@ __device__ __forceinline__ void rope_table(const AttentionParams& p, int row, fl
   }
 }
 
-// Q of query head `head` (row `row` of the projection's output) as the decode kernel's A operand:
-// this lane's bf16 pairs at columns kk·16 + gc + 8h (+ 1), rotated; a lane of a row past the
-// group (!valid) gets zeros. Blocks of split 0 also write the rotated pairs to q_out.
+// The loads come first, the stores after (load_q_pairs and load_new_kv_piece before
+// new_kv_piece and rotated_q): a load the compiler cannot prove apart from an earlier store waits
+// for it, and the store for its own load's data — two trips to L2 after the PDL wait, not one.
+
+// Query head `head`'s bf16 pairs at columns kk·16 + gc + 8h (+ 1) of row `row` of the
+// projection's output, as they are (zeros for a lane of a row past the group: !valid).
+template <int D>
+__device__ __forceinline__ void load_q_pairs(const AttentionParams& p, int row, int head,
+                                             bool valid, int gc, uint32_t (&raw)[D / 16][2]) {
+  const bf16_bits* src = p.rope.qkv + (int64_t(row) * (p.heads + 2 * p.kv_heads) + head) * D;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      raw[kk][h] =
+          valid ? __ldcg(reinterpret_cast<const unsigned int*>(src + kk * 16 + gc + 8 * h)) : 0u;
+}
+
+// Those pairs (load_q_pairs) rotated, as the decode kernel's A operand; blocks of split 0 also
+// write them to q_out.
 template <int D>
 __device__ __forceinline__ void rotated_q(const AttentionParams& p, const float2* cs, int row,
                                           int head, bool valid, int gc, bool write,
+                                          const uint32_t (&raw)[D / 16][2],
                                           uint32_t (&qa)[D / 16][2]) {
   const DecodeRopeFusion& r = p.rope;
-  const bf16_bits* src = r.qkv + (int64_t(row) * (p.heads + 2 * p.kv_heads) + head) * D;
   float x[D / 16][2][2];
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const uint32_t v =
-          valid ? __ldcg(reinterpret_cast<const unsigned int*>(src + kk * 16 + gc + 8 * h)) : 0u;
-      x[kk][h][0] = __uint_as_float(v << 16);
-      x[kk][h][1] = __uint_as_float(v & 0xffff0000u);
+      x[kk][h][0] = __uint_as_float(raw[kk][h] << 16);
+      x[kk][h][1] = __uint_as_float(raw[kk][h] & 0xffff0000u);
     }
   if (r.interleaved) {  // pairs (2i, 2i + 1): this lane's two columns
 #pragma unroll
@@ -106,24 +121,48 @@ __device__ __forceinline__ uint32_t cache_bits(float v, float inv_scale) {
     return float_to_e5m2(v);
 }
 
-// 16-byte piece `piece` of the new token's K (rotated) or V cache row for KV head kvh: made from
-// the projection's output, stored at the token's cache slot, and returned for the kernel's
-// shared-memory copy of the row.
+// The projection's bf16 values piece `piece` of the new token's K or V cache row is made from:
+// its own kN columns and (neox K) their partners D / 2 away.
+template <int E>
+struct NewKvInput {
+  static constexpr int kN = E == kKvBf16 ? 8 : 16;  // elements of a piece
+  uint4 own[kN / 8], oth[kN / 8];
+};
 template <int D, int E>
-__device__ __forceinline__ uint4 new_kv_piece(const AttentionParams& p, const float2* cs, int row,
-                                              int kvh, int piece, bool is_k) {
-  constexpr int kN = E == kKvBf16 ? 8 : 16;  // elements of a piece
+__device__ __forceinline__ NewKvInput<E> load_new_kv_piece(const AttentionParams& p, int row,
+                                                           int kvh, int piece, bool is_k) {
+  using In = NewKvInput<E>;
   const DecodeRopeFusion& r = p.rope;
   const int head = p.heads + (is_k ? 0 : p.kv_heads) + kvh;
   const bf16_bits* src = r.qkv + (int64_t(row) * (p.heads + 2 * p.kv_heads) + head) * D;
-  const int d0 = piece * kN;
+  const int d0 = piece * In::kN;
   // Neox K: the partner piece is D / 2 away (whole pieces: D / 2 >= 16 >= kN).
   const int partner = !is_k || r.interleaved ? d0 : (d0 < D / 2 ? d0 + D / 2 : d0 - D / 2);
+  In in;
+#pragma unroll
+  for (int i = 0; i < In::kN / 8; ++i) {
+    in.own[i] = __ldcg(reinterpret_cast<const uint4*>(src + d0 + 8 * i));
+    in.oth[i] =
+        partner == d0 ? in.own[i] : __ldcg(reinterpret_cast<const uint4*>(src + partner + 8 * i));
+  }
+  return in;
+}
+
+// 16-byte piece `piece` of the new token's K (rotated) or V cache row for KV head kvh, from its
+// inputs (load_new_kv_piece): stored at the token's cache slot, and returned for the kernel's
+// shared-memory copy of the row.
+template <int D, int E>
+__device__ __forceinline__ uint4 new_kv_piece(const AttentionParams& p, const float2* cs, int row,
+                                              int kvh, int piece, bool is_k,
+                                              const NewKvInput<E>& in) {
+  constexpr int kN = NewKvInput<E>::kN;
+  const DecodeRopeFusion& r = p.rope;
+  const int d0 = piece * kN;
   float own[kN], oth[kN];
 #pragma unroll
   for (int i = 0; i < kN / 8; ++i) {
-    unpack8(__ldcg(reinterpret_cast<const uint4*>(src + d0 + 8 * i)), own + 8 * i);
-    unpack8(__ldcg(reinterpret_cast<const uint4*>(src + partner + 8 * i)), oth + 8 * i);
+    unpack8(in.own[i], own + 8 * i);
+    unpack8(in.oth[i], oth + 8 * i);
   }
   float out[kN];
 #pragma unroll
