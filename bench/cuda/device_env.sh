@@ -3,8 +3,8 @@
 # loader at them. Sets OUT (log folder), C (the carried folder: debs/ and shared/; .devcarry/cuda
 # unless STRATA_CARRY names another: .devcarry/mla holds house-mla, .devcarry/all both house
 # models packed, see below), P (unpacked deps) and PKG (extra cmake flag naming pkgconf when the
-# image has no pkg-config). Defines dev_configure [cmake flags], dev_build TARGET... and
-# dev_house_prompts FILE.
+# image has no pkg-config). Defines dev_configure [cmake flags], dev_build TARGET..., dev_begin
+# TARGET..., dev_parity and dev_house_prompts FILE.
 OUT=${OUT:-/tmp/strata_out}
 mkdir -p "$OUT"
 C=${STRATA_CARRY:-$PWD/.devcarry/cuda}
@@ -32,6 +32,17 @@ dev_configure() {
 dev_build() {
   cmake --build build-dev -j"$(nproc)" --target "$@" >>"$OUT/build.log" 2>&1 ||
     { grep -B3 -A12 -E "error|Error" "$OUT/build.log" | head -80; exit 1; }
+}
+
+# A session script's start (after sourcing this file): t0, the GPU's name in $gpu and on stdout,
+# the Release build of TARGETS in build-dev.
+dev_begin() {  # TARGET...
+  t0=$(date +%s)
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
+  echo "gpu: $gpu"
+  dev_configure
+  dev_build "$@"
+  echo "[built @$(( $(date +%s) - t0 )) s]"
 }
 
 # One parity run (BIN: the binaries' folder, default build-dev; bench/cuda/prebuilt.sh's $PB for

@@ -13,14 +13,8 @@
 #      and decode_rope_late (why the merged launch read slower in session48_check.sh);
 #   4. Moonlight at batch 1 (its norms: the held weights).
 set -u
-OUT=${OUT:-/tmp/strata_out}
-mkdir -p "$OUT"
-t0=$(date +%s) gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
-echo "gpu: $gpu"
 STRATA_CARRY=$PWD/.devcarry/llfx source bench/cuda/device_env.sh
-dev_configure
-dev_build strata_parity_test strata_bench_kit
-echo "[built @$(( $(date +%s) - t0 )) s]"
+dev_begin strata_parity_test strata_bench_kit
 L=$OUT BIN=./build-dev
 dev_parity ops "CudaParity.DecodeRopeFusion:CudaParity.DecodeAttention*:CudaFusedParity.*:KvFp8.DecodeAttention*:Int4AddNorm.*:GemvNorm.*:CudaParity.RmsNorm*" 240
 grep "^decode rope fusion" "$OUT/parity_ops.log" | cut -c1-150

@@ -6,14 +6,8 @@
 # each kernel's own duration), the merged instance under the variant, the defaults' two beside it:
 # details (speed of light, warp states, launch) and the SASS lines with their stall samples.
 set -u
-OUT=${OUT:-/tmp/strata_out}
-mkdir -p "$OUT"
-t0=$(date +%s)
-echo "gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 STRATA_CARRY=$PWD/.devcarry/bench source bench/cuda/device_env.sh
-dev_configure
-dev_build strata_bench_kit
-echo "[built @$(( $(date +%s) - t0 )) s]"
+dev_begin strata_bench_kit
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 echo "ncu: ${NCU:-not found}"
 RS="./build-dev/strata_bench_kit rank_step_bench --config $C/shared/configs/llama-3.1-8b-w4a16/config.json --batches 1 --context 512 --prefill 0 --reps 3"

@@ -8,14 +8,8 @@
 #      decode_rope_fusion and decode_rope_late, alternating, twice;
 #   3. ncu of the merged instance beside the defaults' decode and qkv_rope (as session48c).
 set -u
-OUT=${OUT:-/tmp/strata_out}
-mkdir -p "$OUT"
-t0=$(date +%s)
-echo "gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 STRATA_CARRY=$PWD/.devcarry/bench source bench/cuda/device_env.sh
-dev_configure
-dev_build strata_parity_test strata_bench_kit
-echo "[built @$(( $(date +%s) - t0 )) s]"
+dev_begin strata_parity_test strata_bench_kit
 L=$OUT BIN=./build-dev
 dev_parity ops "CudaParity.DecodeRopeFusion:CudaParity.DecodeAttention*:CudaFusedParity.*:CudaParity.Rope*" 200
 grep "^decode rope fusion" "$OUT/parity_ops.log" | cut -c1-150

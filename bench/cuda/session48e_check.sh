@@ -10,14 +10,8 @@
 #      beside no_decode_rope_fusion and no_decode_early_kv, alternating, two processes each;
 #      Moonlight at batch 1.
 set -u
-OUT=${OUT:-/tmp/strata_out}
-mkdir -p "$OUT"
-t0=$(date +%s)
-echo "gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 STRATA_CARRY=$PWD/.devcarry/llfx source bench/cuda/device_env.sh
-dev_configure
-dev_build strata_parity_test strata_bench_kit
-echo "[built @$(( $(date +%s) - t0 )) s]"
+dev_begin strata_parity_test strata_bench_kit
 L=$OUT BIN=./build-dev
 dev_parity ops "CudaParity.DecodeRopeFusion:CudaParity.DecodeAttention*:KvFp8.DecodeAttention*:CudaFusedParity.*:CudaParity.Rope*:Int4AddNorm.*:GemvNorm.*:CudaParity.RmsNorm*" 240
 dev_parity models "Fixtures/CudaModel.*:Fixtures/QuantModel.*:CudaModelGreedy.*:CudaModelLong.*:CudaEagle3.*:*house_llama*:PromptLogprobsParity.*:CudaSampling.*" 400

@@ -8,13 +8,8 @@
 # .devcarry/llfx and the tree without tests/fixtures/hidden_states/*.safetensors (restore: git
 # checkout -- tests/fixtures).
 set -u
-OUT=${OUT:-/tmp/strata_out}
-mkdir -p "$OUT"
-t0=$(date +%s)
-echo "gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 STRATA_CARRY=$PWD/.devcarry/llfx source bench/cuda/device_env.sh
-dev_configure
-dev_build strata_parity_test strata_bench_kit
+dev_begin strata_parity_test strata_bench_kit
 mkdir -p /tmp/kits/new /tmp/kits/old && cp build-dev/strata_bench_kit /tmp/kits/new/
 P=bench/results/2026-12-07-session48-combine-unheld.patch
 git apply "$P" && dev_build strata_bench_kit && cp build-dev/strata_bench_kit /tmp/kits/old/

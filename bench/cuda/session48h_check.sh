@@ -5,14 +5,8 @@
 # 1 with and without the merge, alternating, two processes; ncu of the merged instance alone
 # (session48d: 9.15-9.22 us against 7.58 for the plain kernel).
 set -u
-OUT=${OUT:-/tmp/strata_out}
-mkdir -p "$OUT"
-t0=$(date +%s)
-echo "gpu: $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 STRATA_CARRY=$PWD/.devcarry/bench source bench/cuda/device_env.sh
-dev_configure
-dev_build strata_parity_test strata_bench_kit
-echo "[built @$(( $(date +%s) - t0 )) s]"
+dev_begin strata_parity_test strata_bench_kit
 L=$OUT BIN=./build-dev
 dev_parity ops "CudaParity.DecodeRopeFusion:CudaParity.DecodeAttention*" 100
 CFG=$C/shared/configs

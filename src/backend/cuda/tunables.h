@@ -473,10 +473,11 @@ struct CudaTunables {
   // rows and writes q itself, with the same bits (attention_decode_rope.cuh;
   // CudaParity.DecodeRopeFusion), and copies its old keys before its PDL wait where
   // decode_early_kv is on. One launch a layer fewer; 0: never. No env. Default 1 (H100,
-  // 2026-12-07 session 48, alternating A/B, two processes): Llama-3.1-8B W4A16 batch 1
-  // 2.605-2.638 against 2.628-2.652 ms, bf16 alike; merged at batch 16 W4A16 5.75-5.78 against
-  // 5.53-5.59 ms, at 64 bf16 7.91-7.93 against 7.83-7.84 (W4A16 8.69 against 8.73). A/B:
-  // variants no_decode_rope_fusion, decode_rope_fusion_all.
+  // 2026-12-07 session 48, alternating A/B, two processes, the loads before the stores):
+  // Llama-3.1-8B batch 1 W4A16 2.628-2.630 against 2.646-2.648 ms, bf16 5.430-5.431 against
+  // 5.442-5.444; merged at batch 16 W4A16 5.75-5.78 against 5.53-5.59 ms, at 64 bf16 7.91-7.93
+  // against 7.83-7.84 (W4A16 8.69 against 8.73). A/B: variants no_decode_rope_fusion,
+  // decode_rope_fusion_all.
   int decode_rope_fusion_max_seqs = 1;
   // RMSNorm's row kernel loads its bf16 weights before its PDL wait (model parameters: no
   // kernel writes them), off the critical path after the row's reduction; the same bits
