@@ -52,6 +52,12 @@ inline constexpr Variant kVariants[] =
         {"no_narrow_tails",
          "MoE prefill down projection's last tiles at wgmma n 64 (moe_gemm_narrow_tails off)",
          [](cuda::CudaTunables& t) { t.moe_gemm_narrow_tails = false; }},
+        {"decode_split_tokens256", "decode attention splits of at least 256 keys",
+         [](cuda::CudaTunables& t) { t.decode_min_split_tokens = 256; }},
+        {"decode_split_tokens512", "decode attention splits of at least 512 keys",
+         [](cuda::CudaTunables& t) { t.decode_min_split_tokens = 512; }},
+        {"decode_split_tokens1024", "decode attention splits of at least 1,024 keys",
+         [](cuda::CudaTunables& t) { t.decode_min_split_tokens = 1024; }},
         {"no_decode_early_kv",
          "decode attention copies its first chunks of old keys after its PDL wait, merged with "
          "qkv_rope or not (decode_early_kv off)",

@@ -103,8 +103,10 @@ void CudaBackend::paged_attention(const Tensor& q, const KvStorage& kv, int laye
     const int64_t blocks_per_split = int64_t(meta.num_seqs) * kv_heads;
     const int64_t target = int64_t(tunables_.decode_blocks_per_sm) * num_sms_;
     int64_t splits = std::max<int64_t>(1, (target + blocks_per_split - 1) / blocks_per_split);
-    // At least 64 tokens per split: shorter splits cost more in merging than they gain.
-    splits = std::min<int64_t>(splits, std::max<int64_t>(1, bucket / std::max(64, tpi)));
+    // At least decode_min_split_tokens per split: shorter splits cost more in merging than they
+    // gain.
+    const int min_split = std::max(tunables_.decode_min_split_tokens, tpi);
+    splits = std::min<int64_t>(splits, std::max<int64_t>(1, bucket / min_split));
     int64_t split_len = (bucket + splits - 1) / splits;
     split_len = (split_len + tpi - 1) / tpi * tpi;
     splits = (bucket + split_len - 1) / split_len;

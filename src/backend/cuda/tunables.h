@@ -460,6 +460,12 @@ struct CudaTunables {
   // 1 or 8 changed batch-1 decode by +-0.02 ms (2026-11-29 night); the 64 x 4,096 kernel alone ran
   // at 95.1% of copy bandwidth at 2, 92.8-93.1% at 4 and 8 (2026-11-29 evening).
   int decode_blocks_per_sm = 4;
+  // Decode attention's split-KV floor: at least this many keys (of the context's power-of-two
+  // bucket) a split; one split writes the output itself, with no merge launch after it. Why ask:
+  // at batch 1 the merge (combine_kernel) moves a Llama layer's step end by ~1.9 us and each of
+  // 8 splits reads only 64 keys (H100 timeline, 2026-12-07 session 48). No env. Default 64 (the
+  // split rule since 2026-11-29); A/B: variants decode_split_tokens256 / 512 / 1024.
+  int decode_min_split_tokens = 64;
   // Decode attention copies its first chunks of old keys (before the step's new token: written
   // by earlier steps) before its PDL wait, so the copies overlap the previous kernel's tail
   // (qkv_rope or kv_write, which write only the new token's rows), as mla_early_kv does for MLA.
