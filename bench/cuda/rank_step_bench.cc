@@ -48,7 +48,6 @@ namespace strata {
 namespace {
 
 using bench::find_variant;
-using bench::kVariants;
 using bench::Variant;
 
 using Clock = std::chrono::steady_clock;
@@ -82,9 +81,8 @@ bool parse_variants(const std::string& v, std::vector<std::string>* out) {
     const size_t e = std::min(v.find(',', b), v.size());
     out->push_back(v.substr(b, e - b));
     if (!find_variant(out->back())) {
-      std::fprintf(stderr, "rank_step_bench: unknown variant '%s' (", out->back().c_str());
-      for (const Variant& x : kVariants) std::fprintf(stderr, " %s", x.name);
-      std::fprintf(stderr, " )\n");
+      std::fprintf(stderr, "rank_step_bench: unknown variant '%s' (%s )\n", out->back().c_str(),
+                   bench::variant_names().c_str());
       return false;
     }
     b = e + 1;
