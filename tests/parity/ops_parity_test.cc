@@ -325,6 +325,17 @@ TEST(CudaParity, DecodeAttentionEarlyKv) {
   run_attention({4, 4, 16, 4, {{33, 1}, {2, 1}, {129, 1}}}, early);
 }
 
+// Decode splits of at least 1,024 keys (CudaTunables::decode_min_split_tokens; variant
+// decode_split_tokens1024): one block walks a whole context of up to 1,024 keys (16 chunks, the
+// new token's row in a chunk the early copies do not reach) and writes the output itself.
+TEST(CudaParity, DecodeAttentionSplitFloor) {
+  const auto floor1024 = [](cuda::CudaBackend& be) {
+    be.tune([](cuda::CudaTunables& t) { t.decode_min_split_tokens = 1024; });
+  };
+  run_attention({32, 8, 128, 16, {{1000, 1}, {300, 1}, {4098, 1}, {63, 1}}}, floor1024);
+  run_attention({5, 1, 64, 3, {{900, 1}, {7, 1}}}, floor1024);
+}
+
 // The split-KV prefill mode (CudaTunables::prefill_split_mode): the regular kernels' tests pin
 // 0, the split tests force 2 or auto-select (1).
 std::function<void(cuda::CudaBackend&)> split_mode(int mode) {
