@@ -142,31 +142,27 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(AttentionParams p) {
   }
 
   // Q as the A operand: row gr is query head gr of the group (zero past the group); rows 8..15
-  // are always zero.
+  // are always zero. bf16 pairs first (ROPE: rotated from the projection's output), then, for
+  // fp8 caches, widened to the f16 mma's pairs.
   uint32_t qa[D / 16][2];
   if constexpr (ROPE) {
     attn::rotated_q<D>(p, rope_cs, row, kvh * group + gr, gr < group, gc, split == 0, qraw, qa);
-    if constexpr (E != kKvBf16)
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          qa[kk][h] = pack_in<E>(__uint_as_float(qa[kk][h] << 16),
-                                 __uint_as_float(qa[kk][h] & 0xffff0000u));
   } else {
     const bf16_bits* qrow = p.q + (int64_t(row) * p.heads + kvh * group + gr) * D;
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
+    for (int kk = 0; kk < D / 16; ++kk)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        uint32_t v =
+      for (int h = 0; h < 2; ++h)
+        qa[kk][h] =
             gr < group ? *reinterpret_cast<const uint32_t*>(qrow + kk * 16 + gc + 8 * h) : 0u;
-        if constexpr (E != kKvBf16)
-          v = pack_in<E>(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
-        qa[kk][h] = v;
-      }
-    }
   }
+  if constexpr (E != kKvBf16)
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        qa[kk][h] =
+            pack_in<E>(__uint_as_float(qa[kk][h] << 16), __uint_as_float(qa[kk][h] & 0xffff0000u));
   const float qk_scale = p.scale_log2 * p.k_scale;
   // ldmatrix row addresses (bytes) of this lane in a warp's 16-token slice (bf16 caches).
   const uint32_t k_lane =
