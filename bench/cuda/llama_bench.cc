@@ -361,37 +361,38 @@ void bench_decode(cuda::CudaBackend& be, const std::string& config, const Ceilin
     int64_t prefetch;
     int warps;
     bool gpu_sample;
-    int attn_per_sm;  // decode attention's split-KV target (blocks per SM; the default is 4)
+    int attn_per_sm;  // decode attention's split-KV target (blocks per SM); 0: the backend's
+                      // default
   };
   // 0-5 run by default (the defaults first: fused ops, no early trigger, no prefetch); the rest
   // are the launch tunables measured on 2026-11-29 night (all slower; DECODE_MODES=all runs them).
   const Mode modes[] = {
-      {"eager, old path", false, true, false, false, 0, 8, false, 4},
-      {"graphs, no PDL, old path", true, false, false, false, 0, 8, false, 4},
-      {"graphs+PDL, old path (before 2026-11-29 night)", true, true, false, false, 0, 8, false, 4},
-      {"graphs+PDL, fused ops (defaults), host argmax", true, true, true, false, 0, 8, false, 4},
+      {"eager, old path", false, true, false, false, 0, 8, false, 0},
+      {"graphs, no PDL, old path", true, false, false, false, 0, 8, false, 0},
+      {"graphs+PDL, old path (before 2026-11-29 night)", true, true, false, false, 0, 8, false, 0},
+      {"graphs+PDL, fused ops (defaults), host argmax", true, true, true, false, 0, 8, false, 0},
       {"graphs+PDL, fused ops (defaults), GPU greedy (the engine's path)", true, true, true, false,
-       0, 8, true, 4},
-      {"graphs+PDL, old path, GPU greedy", true, true, false, false, 0, 8, true, 4},
-      {"graphs+PDL, fused, early trigger", true, true, true, true, 0, 8, false, 4},
-      {"graphs+PDL, fused, early, prefetch 2K", true, true, true, true, 2048, 8, false, 4},
-      {"graphs+PDL, fused, early, prefetch 4K", true, true, true, true, 4096, 8, false, 4},
-      {"graphs+PDL, fused, early, prefetch 8K", true, true, true, true, 8192, 8, false, 4},
-      {"graphs+PDL, fused, early, prefetch 16K", true, true, true, true, 16384, 8, false, 4},
-      {"graphs+PDL, fused, no early, prefetch 4K", true, true, true, false, 4096, 8, false, 4},
+       0, 8, true, 0},
+      {"graphs+PDL, old path, GPU greedy", true, true, false, false, 0, 8, true, 0},
+      {"graphs+PDL, fused, early trigger", true, true, true, true, 0, 8, false, 0},
+      {"graphs+PDL, fused, early, prefetch 2K", true, true, true, true, 2048, 8, false, 0},
+      {"graphs+PDL, fused, early, prefetch 4K", true, true, true, true, 4096, 8, false, 0},
+      {"graphs+PDL, fused, early, prefetch 8K", true, true, true, true, 8192, 8, false, 0},
+      {"graphs+PDL, fused, early, prefetch 16K", true, true, true, true, 16384, 8, false, 0},
+      {"graphs+PDL, fused, no early, prefetch 4K", true, true, true, false, 4096, 8, false, 0},
       {"graphs+PDL, fused, early, prefetch 4K, 4-warp GEMV", true, true, true, true, 4096, 4, false,
-       4},
+       0},
       {"graphs+PDL, fused, early, prefetch 4K, GPU greedy", true, true, true, true, 4096, 8, true,
-       4},
-      {"eager+PDL, fused, early, prefetch 4K", false, true, true, true, 4096, 8, false, 4},
+       0},
+      {"eager+PDL, fused, early, prefetch 4K", false, true, true, true, 4096, 8, false, 0},
       {"graphs+PDL, fused, early, prefetch 4K, attention split target 1/SM", true, true, true, true,
        4096, 8, false, 1},
       {"graphs+PDL, fused, early, prefetch 4K, attention split target 8/SM", true, true, true, true,
        4096, 8, false, 8},
       {"graphs+PDL, fused, early, prefetch 16K, 4-warp GEMV", true, true, true, true, 16384, 4,
-       false, 4},
+       false, 0},
       {"graphs+PDL, fused, early, prefetch 16K, 4-warp, GPU greedy", true, true, true, true, 16384,
-       4, true, 4},
+       4, true, 0},
   };
   // DECODE_MODES: "all", or indices into modes ("3,4"); unset: 0-5.
   const char* env_modes = std::getenv("DECODE_MODES");
@@ -409,7 +410,7 @@ void bench_decode(cuda::CudaBackend& be, const std::string& config, const Ceilin
       t.pdl_early = mode.early;
       t.gemv_prefetch_elems = mode.prefetch;
       t.gemv_block_warps = mode.warps;
-      t.decode_blocks_per_sm = mode.attn_per_sm;
+      if (mode.attn_per_sm > 0) t.decode_blocks_per_sm = mode.attn_per_sm;
     });
     be.set_graph_mode(graphs);
     Runner r(**m, prompt + steps + 16, 16);

@@ -339,6 +339,19 @@ inline constexpr Variant kDecodeAttentionVariants[] = {
      [](cuda::CudaTunables& t) { t.decode_min_split_tokens = 512; }},
     {"decode_split_tokens1024", "decode attention splits of at least 1,024 keys",
      [](cuda::CudaTunables& t) { t.decode_min_split_tokens = 1024; }},
+    {"decode_bps2", "decode attention's split-KV target two blocks per SM (decode_blocks_per_sm 2)",
+     [](cuda::CudaTunables& t) { t.decode_blocks_per_sm = 2; }},
+    {"decode_bps4",
+     "decode attention's split-KV target four blocks per SM (decode_blocks_per_sm 4)",
+     [](cuda::CudaTunables& t) { t.decode_blocks_per_sm = 4; }},
+    {"decode_no_fill", "decode attention's splits: no second round filled (as before 2026-12-07)",
+     [](cuda::CudaTunables& t) { t.decode_split_fill_second_round = false; }},
+    {"decode_old_splits", "decode attention's split rule before 2026-12-07 (four blocks an SM)",
+     [](cuda::CudaTunables& t) {
+       t.decode_blocks_per_sm = 4;
+       t.decode_large_batch_blocks_per_sm = 4;
+       t.decode_split_fill_second_round = false;
+     }},
 };
 
 inline const Variant* find_variant(const std::string& name) {

@@ -12,9 +12,11 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_backend.h"
 #include "parity/op_pair.h"
 
@@ -334,6 +336,36 @@ TEST(CudaParity, DecodeAttentionSplitFloor) {
   };
   run_attention({32, 8, 128, 16, {{1000, 1}, {300, 1}, {4098, 1}, {63, 1}}}, floor1024);
   run_attention({5, 1, 64, 3, {{900, 1}, {7, 1}}}, floor1024);
+}
+
+// Decode's split counts (plan_decode_splits) on 132 SMs, 64-key iterations: the fewest splits
+// that give every SM a block, a second round filled where the first overflows, four blocks an SM
+// once one split overflows the SMs, the floor of 64 keys a split, the bucket's rounding; and the
+// rule before 2026-12-07 (four blocks an SM at every batch).
+TEST(CudaParity, DecodeSplitPlan) {
+  const auto plan = [](int64_t seqs, int kv_heads, int64_t max_kv, cuda::DecodeSplitRule rule) {
+    const cuda::DecodeSplitPlan p = cuda::plan_decode_splits(seqs, kv_heads, max_kv, 132, 64, rule);
+    return std::pair{p.splits, p.split_len};
+  };
+  const cuda::DecodeSplitRule now;
+  using P = std::pair<int, int>;
+  EXPECT_EQ(plan(1, 8, 512, now), P(8, 64));     // 17 wanted, 512 / 64 at most
+  EXPECT_EQ(plan(1, 8, 100, now), P(4, 64));     // bucket 256
+  EXPECT_EQ(plan(1, 8, 2048, now), P(16, 128));  // 17 -> 121 keys -> 128: 16 splits, 128 blocks
+  EXPECT_EQ(plan(1, 8, 4096, now), P(16, 256));
+  EXPECT_EQ(plan(1, 8, 16384, now), P(16, 1024));
+  EXPECT_EQ(plan(1, 4, 4096, now), P(32, 128));   // 33 -> 125 -> 128 keys
+  EXPECT_EQ(plan(4, 8, 4096, now), P(8, 512));    // 5 (160 blocks) -> two rounds: 8
+  EXPECT_EQ(plan(3, 8, 4096, now), P(11, 384));   // 6 (144 blocks) -> 11 (264)
+  EXPECT_EQ(plan(16, 8, 2048, now), P(2, 1024));  // 256 blocks: already two rounds
+  EXPECT_EQ(plan(17, 8, 2048, now), P(4, 512));   // 136 blocks a split: four an SM, 544
+  EXPECT_EQ(plan(48, 8, 2048, now), P(2, 1024));  // 384 -> 768 blocks
+  EXPECT_EQ(plan(64, 8, 2048, now), P(1, 2048));  // 512 blocks: 90% of four an SM
+  const cuda::DecodeSplitRule old{4, 4, 64, false};
+  EXPECT_EQ(plan(1, 8, 4096, old), P(64, 64));    // 66 wanted, 64 at most
+  EXPECT_EQ(plan(16, 8, 2048, old), P(5, 448));   // 5 -> 410 -> 448 keys
+  EXPECT_EQ(plan(4, 8, 4096, old), P(16, 256));   // 17 -> 241 -> 256 keys: 16
+  EXPECT_EQ(plan(64, 8, 2048, old), P(2, 1024));  // 528 blocks wanted, 512 a split
 }
 
 // The split-KV prefill mode (CudaTunables::prefill_split_mode): the regular kernels' tests pin

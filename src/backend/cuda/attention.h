@@ -86,6 +86,21 @@ bool decode_attention_supported(int head_dim, int group);
 void launch_decode_attention(const AttentionParams& p, const Launch& launch);
 // Tokens one decode block handles per loop iteration (split_len is a multiple of it).
 int decode_tokens_per_iteration(int head_dim);
+// Decode's split-KV: how many splits of how many keys each sequence's context is cut into, for a
+// batch of num_seqs x kv_heads blocks a split. Sized from the power-of-two bucket of max_kv (at
+// least 256), so a captured graph's grid holds while contexts grow inside the bucket.
+struct DecodeSplitPlan {
+  int splits = 1;
+  int split_len = 0;  // keys a split, a multiple of tokens_per_iteration
+};
+struct DecodeSplitRule {
+  int blocks_per_sm = 1;              // CudaTunables::decode_blocks_per_sm
+  int large_batch_blocks_per_sm = 4;  // CudaTunables::decode_large_batch_blocks_per_sm
+  int min_split_tokens = 64;          // CudaTunables::decode_min_split_tokens
+  bool fill_second_round = true;      // CudaTunables::decode_split_fill_second_round
+};
+DecodeSplitPlan plan_decode_splits(int64_t num_seqs, int kv_heads, int64_t max_kv, int num_sms,
+                                   int tokens_per_iteration, const DecodeSplitRule& rule);
 void init_decode_attention_kernels();
 
 // Prefill (any ragged batch, causal, chunked). head_dim 64/128 with a group of at most

@@ -81,6 +81,8 @@ void CudaTunables::check() const {
   CHECK_MSG(mla_l2_prefetch >= -1 && mla_l2_prefetch <= kMlaDecodeMaxL2Prefetch,
             "mla_l2_prefetch {}", mla_l2_prefetch);
   CHECK_MSG(decode_blocks_per_sm >= 1, "decode_blocks_per_sm {}", decode_blocks_per_sm);
+  CHECK_MSG(decode_large_batch_blocks_per_sm >= 1, "decode_large_batch_blocks_per_sm {}",
+            decode_large_batch_blocks_per_sm);
   CHECK_MSG(decode_min_split_tokens >= 1, "decode_min_split_tokens {}", decode_min_split_tokens);
   CHECK_MSG(decode_rope_fusion_max_seqs >= 0, "decode_rope_fusion_max_seqs {}",
             decode_rope_fusion_max_seqs);

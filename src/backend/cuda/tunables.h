@@ -456,10 +456,15 @@ struct CudaTunables {
   // plan's default (mla_decode_l2_prefetch: 1 for bf16 rows, 0 for fp8). No env; A/B: variants
   // mla_pf0 / mla_pf1.
   int mla_l2_prefetch = -1;
-  // Decode attention's split-KV target: this many decode blocks per SM. No env. Default 4:
-  // 1 or 8 changed batch-1 decode by +-0.02 ms (2026-11-29 night); the 64 x 4,096 kernel alone ran
-  // at 95.1% of copy bandwidth at 2, 92.8-93.1% at 4 and 8 (2026-11-29 evening).
-  int decode_blocks_per_sm = 4;
+  // Decode attention's split-KV targets (plan_decode_splits, attention.cc, with the numbers):
+  // batches of at most decode_blocks_per_sm x SMs blocks a split take the fewest splits that
+  // give every SM that many blocks (two rounds where the split length's rounding overflows one,
+  // decode_split_fill_second_round); larger batches at least decode_large_batch_blocks_per_sm
+  // blocks an SM. No env. Defaults 1 and 4 (until 2026-12-07: 4 for every batch, no second
+  // round). A/B: variants decode_bps2 / decode_bps4, decode_no_fill, decode_old_splits.
+  int decode_blocks_per_sm = 1;
+  int decode_large_batch_blocks_per_sm = 4;
+  bool decode_split_fill_second_round = true;
   // Decode attention's split-KV floor: at least this many keys (of the context's power-of-two
   // bucket) a split; one split writes the output itself, with no merge launch after it. Why ask:
   // at batch 1 the merge (combine_kernel) moves a Llama layer's step end by ~1.9 us and each of

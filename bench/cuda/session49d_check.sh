@@ -1,0 +1,36 @@
+#!/bin/bash
+# Session 49, call 4: the decode split rule as committed (plan_decode_splits: the fewest splits
+# that give every SM a block, two rounds filled where one overflows) against the rule before
+# (decode_old_splits: four blocks an SM) and two blocks an SM (decode_bps2), where call 3 left
+# questions: batches whose one split already overflows the SMs (17, 24, 32, 48 sequences), 4 and
+# 8 at 4,096 keys, 16 at 4,096; batch 1 bf16. Carry .devcarry/llfx and the tree without
+# tests/fixtures/hidden_states/*.safetensors; built on the GPU machine. Parity: the decode
+# kernels, DecodeSplitPlan and the Llama fixture suites.
+set -u
+STRATA_CARRY=${STRATA_CARRY:-$PWD/.devcarry/llfx} source bench/cuda/device_env.sh
+dev_begin strata_parity_test strata_bench_kit
+L=$OUT BIN=./build-dev
+dev_parity ops "CudaParity.DecodeAttention*:CudaParity.DecodeSplitPlan:CudaParity.DecodeRopeFusion:KvFp8.DecodeAttention*" 120
+dev_parity models "Fixtures/CudaModel.*:Fixtures/QuantModel.*:CudaModelGreedy.*:CudaModelLong.*:CudaEagle3.*:*house_llama*:PromptLogprobsParity.*" 400
+echo "[parity @$(( $(date +%s) - t0 )) s]"
+CFG=$C/shared/configs
+V=${V:-decode_old_splits,defaults,decode_bps2,defaults}
+step() {  # CONFIG BATCH CONTEXT TAG
+  local log="$OUT/$1_b$2_c$3_$4.log"
+  timeout 200 ./build-dev/strata_bench_kit rank_step_bench --config "$CFG/$1/config.json" \
+    --batches "$2" --context "$3" --prefill 0 --reps 40 --variants "$V" >"$log" 2>&1
+  grep -E "^variant" "$log" | sed "s/^/$1 b$2 c$3 /" | sed -E 's/ as a CUDA graph//; s/: a control.*|; decode.*//' | cut -c1-120
+}
+for i in 1 2; do
+  step llama-3.1-8b-w4a16 17 2048 $i
+  step llama-3.1-8b-w4a16 24 4096 $i
+  step llama-3.1-8b-w4a16 32 2048 $i
+  step llama-3.1-8b-w4a16 48 2048 $i
+  step llama-3.1-8b-w4a16 4 4096 $i
+  step llama-3.1-8b-w4a16 8 4096 $i
+  step llama-3.1-8b-w4a16 16 4096 $i
+  step llama-3.1-8b 1 4096 $i
+  echo "[round $i @$(( $(date +%s) - t0 )) s]"
+done
+echo "[session49d_check total @$(( $(date +%s) - t0 )) s]"
+tar czf /tmp/logs.tgz -C "$OUT" . && mv /tmp/logs.tgz "$OUT/" && find "$OUT" -maxdepth 1 -name "*.log" -delete
