@@ -1,6 +1,7 @@
 #!/bin/bash
-# Session 49, call 2 (its decode_bps1 is now the default rule; the name is gone): decode attention's split-KV target (decode_blocks_per_sm, default 4) against
-# the split floor. Call 1 (session49_check.sh) found splits of >= 256 / 512 / 1,024 keys faster
+# Session 49, call 2: decode attention's split-KV target (decode_blocks_per_sm, then 4) against
+# the split floor (its variant decode_bps1 became the rule's first half; the name is gone).
+# Call 1 (session49_check.sh) found splits of >= 256 / 512 / 1,024 keys faster
 # than the default's 64 wherever the default made more blocks than ~1 an SM (batch 1 at 2,048 /
 # 4,096 keys: −4 / −9%; batch 16 at 2,048: −6.5%), and slower at 512 keys (+3.5 to +11%, fewer
 # blocks than SMs). So the target itself is what to move. Carry .devcarry/bench (configs and debs;
