@@ -4,7 +4,7 @@
 # unless STRATA_CARRY names another: .devcarry/mla holds house-mla, .devcarry/all both house
 # models packed, see below), P (unpacked deps) and PKG (extra cmake flag naming pkgconf when the
 # image has no pkg-config). Defines dev_configure [cmake flags], dev_build TARGET..., dev_begin
-# TARGET..., dev_parity and dev_house_prompts FILE.
+# TARGET..., dev_parity, dev_rank_ab and dev_house_prompts FILE.
 OUT=${OUT:-/tmp/strata_out}
 mkdir -p "$OUT"
 C=${STRATA_CARRY:-$PWD/.devcarry/cuda}
@@ -55,6 +55,17 @@ dev_parity() {  # NAME FILTER TIMEOUT
   echo "parity $1: exit $?, $(( $(date +%s) - t1 )) s; $(grep -c '^\[       OK \]' "$log") ok;" \
     "$(grep -E '^\[  (PASSED|FAILED)  \]' "$log" | tr '\n' ' ')"
   grep -E "^\[  FAILED  \]|^\[  SKIPPED \]|Failure$" -A3 "$log" | head -16
+}
+
+# One rank_step_bench A/B (built by dev_begin strata_bench_kit): decode steps of CONFIG (a folder
+# of $C/shared/configs) at BATCH sequences of CONTEXT keys, the variants in $V alternating in one
+# process, logged to $OUT/CONFIG_bBATCH_cCONTEXT_TAG.log; prints the variant lines, shortened.
+dev_rank_ab() {  # CONFIG BATCH CONTEXT TAG
+  local log="$OUT/$1_b$2_c$3_$4.log"
+  timeout 200 ./build-dev/strata_bench_kit rank_step_bench --config "$C/shared/configs/$1/config.json" \
+    --batches "$2" --context "$3" --prefill 0 --reps 40 --variants "$V" >"$log" 2>&1
+  grep -E "^variant" "$log" | sed "s/^/$1 b$2 c$3 /" |
+    sed -E 's/ as a CUDA graph//; s/: a control.*|; decode.*//' | cut -c1-120
 }
 
 # Twelve chat prompts of growing length (60-1,050 characters of bench/RESULTS.md) as a

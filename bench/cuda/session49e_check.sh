@@ -3,7 +3,8 @@
 # for batches whose split fits the SMs, two where it overflows; 90% of four blocks an SM for
 # larger batches) against the rule before 2026-12-07 (decode_old_splits), at the shapes calls 2-4
 # measured; parity as session49d_check.sh. Carry .devcarry/llfx and the tree without
-# tests/fixtures/hidden_states/*.safetensors; built on the GPU machine.
+# tests/fixtures/hidden_states/*.safetensors; built on the GPU machine. The A/B lines by
+# dev_rank_ab (device_env.sh; call 5 ran the same command inline).
 set -u
 STRATA_CARRY=${STRATA_CARRY:-$PWD/.devcarry/llfx} source bench/cuda/device_env.sh
 dev_begin strata_parity_test strata_bench_kit
@@ -11,18 +12,11 @@ L=$OUT BIN=./build-dev
 dev_parity ops "CudaParity.DecodeAttention*:CudaParity.DecodeSplitPlan:CudaParity.DecodeRopeFusion:KvFp8.DecodeAttention*" 120
 dev_parity models "Fixtures/CudaModel.*:Fixtures/QuantModel.*:CudaModelGreedy.*:CudaModelLong.*:CudaEagle3.*:*house_llama*:PromptLogprobsParity.*" 400
 echo "[parity @$(( $(date +%s) - t0 )) s]"
-CFG=$C/shared/configs
 V=decode_old_splits,defaults
-step() {  # CONFIG BATCH CONTEXT TAG
-  local log="$OUT/$1_b$2_c$3_$4.log"
-  timeout 200 ./build-dev/strata_bench_kit rank_step_bench --config "$CFG/$1/config.json" \
-    --batches "$2" --context "$3" --prefill 0 --reps 40 --variants "$V" >"$log" 2>&1
-  grep -E "^variant" "$log" | sed "s/^/$1 b$2 c$3 /" | sed -E 's/ as a CUDA graph//; s/: a control.*|; decode.*//' | cut -c1-120
-}
 for i in 1 2; do
-  step llama-3.1-8b-w4a16 1 4096 $i
-  step llama-3.1-8b-w4a16 8 4096 $i
-  for b in 16 17 32 48 64; do step llama-3.1-8b-w4a16 $b 2048 $i; done
+  dev_rank_ab llama-3.1-8b-w4a16 1 4096 $i
+  dev_rank_ab llama-3.1-8b-w4a16 8 4096 $i
+  for b in 16 17 32 48 64; do dev_rank_ab llama-3.1-8b-w4a16 $b 2048 $i; done
   echo "[round $i @$(( $(date +%s) - t0 )) s]"
 done
 echo "[session49e_check total @$(( $(date +%s) - t0 )) s]"

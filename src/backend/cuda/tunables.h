@@ -459,9 +459,10 @@ struct CudaTunables {
   // Decode attention's split-KV targets (plan_decode_splits, attention.cc, with the numbers):
   // batches of at most decode_blocks_per_sm x SMs blocks a split take the fewest splits that
   // give every SM that many blocks (two rounds where the split length's rounding overflows one,
-  // decode_split_fill_second_round); larger batches at least decode_large_batch_blocks_per_sm
-  // blocks an SM. No env. Defaults 1 and 4 (until 2026-12-07: 4 for every batch, no second
-  // round). A/B: variants decode_bps2 / decode_bps4, decode_no_fill, decode_old_splits.
+  // decode_split_fill_second_round); larger batches the fewest that give 90% of
+  // decode_large_batch_blocks_per_sm blocks an SM. No env. Defaults 1 and 4 (until 2026-12-07: 4
+  // for every batch, no second round). A/B: variants decode_bps2 / decode_bps4, decode_no_fill,
+  // decode_old_splits.
   int decode_blocks_per_sm = 1;
   int decode_large_batch_blocks_per_sm = 4;
   bool decode_split_fill_second_round = true;
