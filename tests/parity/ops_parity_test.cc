@@ -343,11 +343,11 @@ TEST(CudaParity, DecodeAttentionSplitFloor) {
 // once one split overflows the SMs, the floor of 64 keys a split, the bucket's rounding; and the
 // rule before 2026-12-07 (four blocks an SM at every batch).
 TEST(CudaParity, DecodeSplitPlan) {
-  const auto plan = [](int64_t seqs, int kv_heads, int64_t max_kv, cuda::DecodeSplitRule rule) {
+  const auto plan = [](int64_t seqs, int kv_heads, int64_t max_kv, const cuda::CudaTunables& rule) {
     const cuda::DecodeSplitPlan p = cuda::plan_decode_splits(seqs, kv_heads, max_kv, 132, 64, rule);
     return std::pair{p.splits, p.split_len};
   };
-  const cuda::DecodeSplitRule now;
+  const cuda::CudaTunables now;
   using P = std::pair<int, int>;
   EXPECT_EQ(plan(1, 8, 512, now), P(8, 64));     // 17 wanted, 512 / 64 at most
   EXPECT_EQ(plan(1, 8, 100, now), P(4, 64));     // bucket 256
@@ -361,7 +361,10 @@ TEST(CudaParity, DecodeSplitPlan) {
   EXPECT_EQ(plan(17, 8, 2048, now), P(4, 512));   // 136 blocks a split: four an SM, 544
   EXPECT_EQ(plan(48, 8, 2048, now), P(2, 1024));  // 384 -> 768 blocks
   EXPECT_EQ(plan(64, 8, 2048, now), P(1, 2048));  // 512 blocks: 90% of four an SM
-  const cuda::DecodeSplitRule old{4, 4, 64, false};
+  cuda::CudaTunables old;                         // decode_old_splits
+  old.decode_blocks_per_sm = 4;
+  old.decode_large_batch_blocks_per_sm = 4;
+  old.decode_split_fill_second_round = false;
   EXPECT_EQ(plan(1, 8, 4096, old), P(64, 64));    // 66 wanted, 64 at most
   EXPECT_EQ(plan(16, 8, 2048, old), P(5, 448));   // 5 -> 410 -> 448 keys
   EXPECT_EQ(plan(4, 8, 4096, old), P(16, 256));   // 17 -> 241 -> 256 keys: 16

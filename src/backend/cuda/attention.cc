@@ -23,25 +23,25 @@ void init_attention_kernels() {
   init_split_prefill_kernels();
 }
 
-// Batches whose one split fits one round of SMs (num_seqs x kv_heads <= blocks_per_sm x SMs):
-// the fewest splits that give every SM a block; where those overflow the round (after the split
-// length's rounding), as many as fill two rounds. Larger batches: the fewest splits that give
-// 90% of large_batch_blocks_per_sm blocks an SM (before 2026-12-07: all of four, every batch).
-// Why (H100, Llama-3.1-8B W4A16 steps, 2026-12-07 session 49, against that rule): batch 1 at
-// 2,048 / 4,096 / 16,384 keys -3 / -8 / -8% with 128 blocks (16 splits), bf16 and Qwen2.5-7B at
-// 4,096 -5 / -4%; batch 16 at 2,048 / 4,096 keys -6 / -3% with 2 splits (256 blocks), where 1
-// split (128 blocks) lost +5%; batch 4 at 4,096 keys 5 splits (160 blocks) +1.8%, 8 (256) -0.5%;
-// batch 8 -1.1%; batch 64 at 2,048 one split (512 blocks) -1.7% against two. From 17 to 48
+// Batches whose one split fits one round of SMs (num_seqs x kv_heads <= decode_blocks_per_sm x
+// SMs): the fewest splits that give every SM a block; where those overflow the round (after the
+// split length's rounding), as many as fill two rounds. Larger batches: the fewest splits that
+// give 90% of decode_large_batch_blocks_per_sm blocks an SM (before 2026-12-07: all of four,
+// every batch). Why (H100, Llama-3.1-8B W4A16 steps, 2026-12-07 session 49, against that rule):
+// batch 1 at 2,048 / 4,096 / 16,384 keys -3 / -8 / -8% with 128 blocks (16 splits), bf16 and
+// Qwen2.5-7B at 4,096 -5 / -4%; batch 16 at 2,048 / 4,096 keys -6 / -3% with 2 splits (256 blocks),
+// where 1 split (128 blocks) lost +5%; batch 4 at 4,096 keys 5 splits (160 blocks) +1.8%, 8 (256)
+// -0.5%; batch 8 -1.1%; batch 64 at 2,048 one split (512 blocks) -1.7% against two. From 17 to 48
 // sequences one split a sequence (136-384 blocks of whole contexts) lost +0.6 to +6.7%.
 DecodeSplitPlan plan_decode_splits(int64_t num_seqs, int kv_heads, int64_t max_kv, int num_sms,
-                                   int tokens_per_iteration, const DecodeSplitRule& rule) {
+                                   int tokens_per_iteration, const CudaTunables& rule) {
   int64_t bucket = 256;
   while (bucket < max_kv) bucket *= 2;
   const int64_t per_split = std::max<int64_t>(1, num_seqs * kv_heads);  // blocks a split
-  const int64_t round = int64_t(rule.blocks_per_sm) * num_sms;
+  const int64_t round = int64_t(rule.decode_blocks_per_sm) * num_sms;
   const int64_t tpi = tokens_per_iteration;
   const int64_t max_splits =
-      std::max<int64_t>(1, bucket / std::max<int64_t>(rule.min_split_tokens, tpi));
+      std::max<int64_t>(1, bucket / std::max<int64_t>(rule.decode_min_split_tokens, tpi));
   // Splits of whole iterations: the count after rounding the length up may be smaller.
   auto plan_for = [&](int64_t splits) {
     splits = std::clamp<int64_t>(splits, 1, max_splits);
@@ -49,11 +49,11 @@ DecodeSplitPlan plan_decode_splits(int64_t num_seqs, int kv_heads, int64_t max_k
     return DecodeSplitPlan{int((bucket + len - 1) / len), int(len)};
   };
   if (per_split > round) {  // 90% of the target: 512 blocks on 132 SMs at four, not 1,024
-    const int64_t large = int64_t(rule.large_batch_blocks_per_sm) * num_sms * 9 / 10;
+    const int64_t large = int64_t(rule.decode_large_batch_blocks_per_sm) * num_sms * 9 / 10;
     return plan_for((large + per_split - 1) / per_split);
   }
   DecodeSplitPlan plan = plan_for((round + per_split - 1) / per_split);
-  if (rule.fill_second_round && plan.splits * per_split > round) {
+  if (rule.decode_split_fill_second_round && plan.splits * per_split > round) {
     const DecodeSplitPlan two = plan_for(2 * round / per_split);
     if (two.splits > plan.splits) plan = two;
   }
@@ -132,17 +132,15 @@ void CudaBackend::paged_attention(const Tensor& q, const KvStorage& kv, int laye
   // are masked and add exact zeros), not on the batch, the chunk or the split count.
   if (meta_min_q_ == 1 && meta_max_q_ == 1 && decode_attention_supported(hd, group) &&
       !tunables_.deterministic) {
-    const DecodeSplitPlan split = plan_decode_splits(
-        meta.num_seqs, kv_heads, meta_max_kv_, num_sms_, decode_tokens_per_iteration(hd),
-        {tunables_.decode_blocks_per_sm, tunables_.decode_large_batch_blocks_per_sm,
-         tunables_.decode_min_split_tokens, tunables_.decode_split_fill_second_round});
-    const int64_t splits = split.splits;
+    const DecodeSplitPlan split =
+        plan_decode_splits(meta.num_seqs, kv_heads, meta_max_kv_, num_sms_,
+                           decode_tokens_per_iteration(hd), tunables_);
     p.num_splits = split.splits;
     p.split_len = split.split_len;
     p.early_kv = tunables_.decode_early_kv && !tunables_.pdl_early ? 1 : 0;
     DeviceTensorPtr work;
-    if (splits > 1) {
-      const int64_t parts = int64_t(meta.num_seqs) * heads * splits;
+    if (split.splits > 1) {
+      const int64_t parts = int64_t(meta.num_seqs) * heads * split.splits;
       work = scratch(parts * (hd + 2) * 4);
       p.partial_o = static_cast<float*>(work->view().data);
       p.partial_ml = p.partial_o + parts * hd;

@@ -93,14 +93,11 @@ struct DecodeSplitPlan {
   int splits = 1;
   int split_len = 0;  // keys a split, a multiple of tokens_per_iteration
 };
-struct DecodeSplitRule {
-  int blocks_per_sm = 1;              // CudaTunables::decode_blocks_per_sm
-  int large_batch_blocks_per_sm = 4;  // CudaTunables::decode_large_batch_blocks_per_sm
-  int min_split_tokens = 64;          // CudaTunables::decode_min_split_tokens
-  bool fill_second_round = true;      // CudaTunables::decode_split_fill_second_round
-};
+struct CudaTunables;
+// The rule: decode_blocks_per_sm, decode_large_batch_blocks_per_sm,
+// decode_split_fill_second_round and decode_min_split_tokens (tunables.h).
 DecodeSplitPlan plan_decode_splits(int64_t num_seqs, int kv_heads, int64_t max_kv, int num_sms,
-                                   int tokens_per_iteration, const DecodeSplitRule& rule);
+                                   int tokens_per_iteration, const CudaTunables& rule);
 void init_decode_attention_kernels();
 
 // Prefill (any ragged batch, causal, chunked). head_dim 64/128 with a group of at most
