@@ -1,5 +1,5 @@
 #!/bin/bash
-# Prepared in session 49 for the next device call (not yet run). Carry .devcarry/llfx and the tree
+# Prepared in session 49; ran as session 50's call 1 (H100: bench/results/2026-12-07-session50.md). Carry .devcarry/llfx and the tree
 # without tests/fixtures/hidden_states/*.safetensors (restore: git checkout -- tests/fixtures);
 # built on the GPU machine. Ask for nvidia-h200: every call of sessions 48-49 got an H100.
 #   1. parity: the decode kernels and DecodeSplitPlan;
@@ -18,8 +18,10 @@ for i in 1 2; do
   dev_rank_ab llama-3.1-8b-w4a16 1 4096 $i
   dev_rank_ab llama-3.1-8b-w4a16 16 2048 $i
   dev_rank_ab llama-3.1-8b-w4a16 64 2048 $i
-  dev_rank_ab llama-3.1-8b-w4a16 1 4096 fp8_$i --kv-cache-dtype fp8_e4m3
-  dev_rank_ab llama-3.1-8b-w4a16 16 2048 fp8_$i --kv-cache-dtype fp8_e4m3
+  # fp8 KV: 4 resident decode blocks an SM (56 KB of shared memory) where bf16 has 2; two an SM
+  # beside the rule's one.
+  V=decode_old_splits,decode_bps2,defaults dev_rank_ab llama-3.1-8b-w4a16 1 4096 fp8_$i --kv-cache-dtype fp8_e4m3
+  V=decode_old_splits,decode_bps2,defaults dev_rank_ab llama-3.1-8b-w4a16 16 2048 fp8_$i --kv-cache-dtype fp8_e4m3
   echo "[round $i @$(( $(date +%s) - t0 )) s]"
 done
 if [[ $gpu == *H200* ]]; then
