@@ -32,7 +32,10 @@ void init_attention_kernels() {
 // Qwen2.5-7B at 4,096 -5 / -4%; batch 16 at 2,048 / 4,096 keys -6 / -3% with 2 splits (256 blocks),
 // where 1 split (128 blocks) lost +5%; batch 4 at 4,096 keys 5 splits (160 blocks) +1.8%, 8 (256)
 // -0.5%; batch 8 -1.1%; batch 64 at 2,048 one split (512 blocks) -1.7% against two. From 17 to 48
-// sequences one split a sequence (136-384 blocks of whole contexts) lost +0.6 to +6.7%.
+// sequences one split a sequence (136-384 blocks of whole contexts) lost +0.6 to +6.7%. The same
+// counts hold over fp8_e4m3 KV, whose block allows four resident an SM where bf16's allows two
+// (session 50: batch 1 / 16 -7 / -5% against that rule; two blocks an SM no better): the count
+// follows the SMs, not the blocks resident on each.
 DecodeSplitPlan plan_decode_splits(int64_t num_seqs, int kv_heads, int64_t max_kv, int num_sms,
                                    int tokens_per_iteration, const CudaTunables& rule) {
   int64_t bucket = 256;
