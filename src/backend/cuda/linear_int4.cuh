@@ -82,6 +82,17 @@ __device__ __forceinline__ void magic_word(uint32_t q, uint32_t* a) {
   a[3] = lop3_and_or(q >> 12, kMask, kMagic);
 }
 
+// (nibble − 8) exactly as bf16 pairs: magic_word's (128 + nibble) minus 136 (bf16 0x4308) by one
+// fma.rn.bf16x2 (· 1 − 136) a word; the mma then sums w·x itself (kInt4FormSigned).
+__device__ __forceinline__ void magic_word_signed(uint32_t q, uint32_t* a) {
+  magic_word(q, a);
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n"
+        : "=r"(a[i])
+        : "r"(a[i]), "r"(0x3f803f80u), "r"(0xc308c308u));
+}
+
 // f(integral_constant<int, 0>) .. f(integral_constant<int, N - 1>): compile-time ring slots of
 // the GEMVs (linear_int4_reg.cu, moe_experts_int4_flat.cu).
 template <int N, int I = 0, typename F>

@@ -331,6 +331,7 @@ bool choose_stream(const Int4LinearParams& p, StreamLaunch* out) {
   if (p.m < 1 || p.m > kMaxTokens || p.group > kMaxGroup || !int4_group_supported(p.group) ||
       p.k % p.group != 0)
     return false;
+  if (p.gemv_round != kInt4FormMagic && p.gemv_round != kInt4FormRound) return false;
   StreamLaunch s;
   s.warps = p.gemv_warps > 0 ? p.gemv_warps : 8;
   s.ct = p.gemv_chunk > 0 ? p.gemv_chunk : 4;

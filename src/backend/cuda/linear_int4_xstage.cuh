@@ -20,8 +20,9 @@ constexpr int kXsumTokens = 8;  // xsum's stride a group: one mma n tile of toke
 // xsum[group · 8 + t] = −136 · Σx over the group; tokens >= m and padded tiles are not written
 // here (the caller zeroes them). `piece(q)`: the q-th 16-byte piece of x (token q / (k / 8),
 // piece q % (k / 8)), from global memory or a copy in shared memory. Loads kBatch pieces a thread
-// before it uses them (warp-uniform loop; every thread of the block calls it).
-template <int kBatch, bool kSwapOdd, typename Piece>
+// before it uses them (warp-uniform loop; every thread of the block calls it). kSums false: no
+// xsum (kInt4FormSigned and Round read none).
+template <int kBatch, bool kSwapOdd, bool kSums = true, typename Piece>
 __device__ __forceinline__ void stage_x_fragments(uint32_t* xs, float* xsum, int m, int64_t k,
                                                   int group, int gshift, Piece&& piece) {
   const int tid = int(threadIdx.x), lane = tid % 32;
@@ -41,10 +42,13 @@ __device__ __forceinline__ void stage_x_fragments(uint32_t* xs, float* xsum, int
       // A group's pieces are lanes_per_group aligned lanes (k % group == 0, group <= 256).
       const int q = qw + lane, t = q / kc, k0 = (q % kc) * 8;
       const int kt0 = k0 / kInt4TileK, col = k0 % kInt4TileK, s = col / 16, bb = (col % 16) / 8;
-      float f[8];
-      unpack8(v[u], f);
-      float sum = ((f[0] + f[1]) + (f[2] + f[3])) + ((f[4] + f[5]) + (f[6] + f[7]));
-      for (int o = 1; o < lanes_per_group; o <<= 1) sum += __shfl_xor_sync(~0u, sum, o);
+      float sum = 0.0f;
+      if constexpr (kSums) {
+        float f[8];
+        unpack8(v[u], f);
+        sum = ((f[0] + f[1]) + (f[2] + f[3])) + ((f[4] + f[5]) + (f[6] + f[7]));
+        for (int o = 1; o < lanes_per_group; o <<= 1) sum += __shfl_xor_sync(~0u, sum, o);
+      }
       if (q < pieces) {
         const int row = kSwapOdd ? (kt0 * m + t) * 32 + ((s / 2) ^ (t & 1)) * 16
                                  : ((kt0 * m + t) * 2 + s / 2) * 16;  // the two as they were
@@ -53,7 +57,8 @@ __device__ __forceinline__ void stage_x_fragments(uint32_t* xs, float* xsum, int
         dst[4] = v[u].y;
         dst[8] = v[u].z;
         dst[12] = v[u].w;
-        if (lane % lanes_per_group == 0) xsum[(k0 >> gshift) * kXsumTokens + t] = -136.0f * sum;
+        if (kSums && lane % lanes_per_group == 0)
+          xsum[(k0 >> gshift) * kXsumTokens + t] = -136.0f * sum;
       }
     }
   }
