@@ -57,13 +57,13 @@ dev_parity() {  # NAME FILTER TIMEOUT
   grep -E "^\[  FAILED  \]|^\[  SKIPPED \]|Failure$" -A3 "$log" | head -16
 }
 
-# One rank_step_bench A/B (built by dev_begin strata_bench_kit): decode steps of CONFIG (a folder
+# One rank_step_bench A/B (built by dev_begin strata_bench_kit, or BIN's): decode steps of CONFIG (a folder
 # of $C/shared/configs) at BATCH sequences of CONTEXT keys, the variants in $V alternating in one
 # process, logged to $OUT/CONFIG_bBATCH_cCONTEXT_TAG.log; prints the variant lines, shortened.
 # Further arguments go to rank_step_bench (e.g. --kv-cache-dtype fp8_e4m3).
 dev_rank_ab() {  # CONFIG BATCH CONTEXT TAG [ARG...]
   local log="$OUT/$1_b$2_c$3_$4.log"
-  timeout 200 ./build-dev/strata_bench_kit rank_step_bench --config "$C/shared/configs/$1/config.json" \
+  timeout 200 "${BIN:-./build-dev}/strata_bench_kit" rank_step_bench --config "$C/shared/configs/$1/config.json" \
     --batches "$2" --context "$3" --prefill 0 --reps 40 --variants "$V" "${@:5}" >"$log" 2>&1
   grep -E "^variant" "$log" | sed "s/^/$1 b$2 c$3 $4 /" |
     sed -E 's/ as a CUDA graph//; s/: a control.*|; decode.*//' | cut -c1-120

@@ -565,8 +565,7 @@ void bench_gemv(const Ceilings& c, cudaStream_t s, cublasHandle_t h, std::vector
 // --what token (see the file comment): one decode token's 128 GEMVs at m = 1 as a model runs them,
 // with the backend's knobs (ring 8, two blocks an SM, x by one bulk copy up to 32 KB:
 // CudaTunables), those with x loaded by every thread (gemv_x_tma 0) or by bulk copy up to 8 KB
-// only (the shapes of k 4,096, not down's), the backend's knobs in the signed form (gemv_round
-// kInt4FormSigned: no x group sums) and the kernel's defaults, three rounds alternating.
+// only (the shapes of k 4,096, not down's), and the kernel's defaults, three rounds alternating.
 void bench_token(const Ceilings& c, cudaStream_t s) {
   const cuda::CudaTunables t;
   GemvKnobs backend;
@@ -574,21 +573,17 @@ void bench_token(const Ceilings& c, cudaStream_t s) {
   backend.unroll = t.int4_gemv_ring;
   backend.grid = t.int4_gemv_blocks_per_sm * cuda::num_sms();
   backend.x_tma = t.int4_gemv_x_tma;
-  backend.round = t.int4_gemv_form;
-  GemvKnobs loads = backend, tma8 = backend, signed_form = backend;
+  GemvKnobs loads = backend, tma8 = backend;
   loads.x_tma = 0;
   tma8.x_tma = 8192;
-  signed_form.round = cuda::kInt4FormSigned;
   const GemvKnobs backend_k[5] = {backend, backend, backend, backend, backend}, auto_k[5] = {};
   const GemvKnobs loads_k[5] = {loads, loads, loads, loads, loads};
   const GemvKnobs tma8_k[5] = {tma8, tma8, tma8, tma8, tma8};
-  const GemvKnobs signed_k[5] = {signed_form, signed_form, signed_form, signed_form, signed_form};
   TokenWeights tw(s);
   for (int round = 0; round < 3; ++round)
     for (const auto& [name, knobs] : {std::pair{"backend knobs", backend_k},
                                       {"x loaded by the threads", loads_k},
                                       {"x by TMA up to 8 KB", tma8_k},
-                                      {"signed form (no x sums)", signed_k},
                                       {"kernel defaults", auto_k}}) {
       const double ms_tok = tw.time_ms_token(s, 1, knobs, true);
       std::printf(
@@ -603,15 +598,15 @@ void bench_scan(const Ceilings& c, cudaStream_t s) {
   struct Point {
     double mb, us;
   };
-  std::vector<Point> int4_pts[2], bf16_pts;  // W4A16: the magic form, the signed form
+  std::vector<Point> int4_pts, bf16_pts;
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
       {1024, 4096},  {2048, 4096},  {4096, 4096},  {8192, 4096},
       {16384, 4096}, {32768, 4096}, {65536, 4096}, {4096, 14336}};
   Dev x(size_t(4096 * 4) * 2 * 4), out(size_t(65536) * 2 * 8);
   fill(x.as<void>(), x.bytes(), 7, 1.0f, s);
   for (auto [n, k] : shapes) {
-    Weights w = make_weights(n, k, s, 300);
-    for (int form : {cuda::kInt4FormMagic, cuda::kInt4FormSigned}) {  // the backend's knobs
+    {  // W4A16 with the backend's knobs (linear_packed.cc)
+      Weights w = make_weights(n, k, s, 300);
       const cuda::CudaTunables t;
       const double us = per_call_us(s, w.copies(), true, [&](int i) {
         cuda::Int4LinearParams p = linear_params(w, i, x, out, 1);
@@ -620,13 +615,12 @@ void bench_scan(const Ceilings& c, cudaStream_t s) {
         p.gemv_depth = t.int4_gemv_depth;
         p.gemv_grid = t.int4_gemv_blocks_per_sm * cuda::num_sms();
         p.gemv_unroll = t.int4_gemv_ring;
-        p.gemv_round = form;
         cuda::launch_int4_gemv(p, s);
       });
       const double mb = double(w.bytes()) / 1e6;
-      int4_pts[form == cuda::kInt4FormSigned].push_back({mb, us});
-      std::printf("scan     w4a16%s n %6lld k %5lld: %8.2f MB %8.2f us = %6.1f%% of copy\n",
-                  form == cuda::kInt4FormSigned ? "s" : " ", (long long)n, (long long)k, mb, us,
+      int4_pts.push_back({mb, us});
+      std::printf("scan     w4a16 n %6lld k %5lld: %8.2f MB %8.2f us = %6.1f%% of copy\n",
+                  (long long)n, (long long)k, mb, us,
                   100.0 * mb * 1e6 / (us * 1e-6) / 1e9 / c.copy_gbs);
     }
     {  // bf16, the GEMV's default knobs (CudaTunables)
@@ -672,12 +666,11 @@ void bench_scan(const Ceilings& c, cudaStream_t s) {
     double worst = 0;
     for (const Point& q : pts) worst = std::max(worst, std::fabs(q.us - fixed - slope * q.mb));
     std::printf(
-        "scan     %-12s fit: %.2f us a launch + bytes at %.0f GB/s = %.1f%% of copy "
+        "scan     %-5s fit: %.2f us a launch + bytes at %.0f GB/s = %.1f%% of copy "
         "(largest residual %.2f us)\n",
         name, fixed, gbs, 100.0 * gbs / c.copy_gbs, worst);
   };
-  fit("w4a16", int4_pts[0]);
-  fit("w4a16 signed", int4_pts[1]);
+  fit("w4a16", int4_pts);
   fit("bf16", bf16_pts);
 }
 

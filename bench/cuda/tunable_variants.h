@@ -73,8 +73,6 @@ inline constexpr Variant kVariants[] = {
      [](cuda::CudaTunables& t) { t.int4_gemv_x_tma = 0; }},
     {"int4_x_tma8", "W4A16 GEMV: x of up to 8 KB by one bulk copy (int4_gemv_x_tma 8192)",
      [](cuda::CudaTunables& t) { t.int4_gemv_x_tma = 8192; }},
-    {"int4_signed", "W4A16 GEMV: nibbles as (n - 8) in bf16, no x group sums (int4_gemv_form 2)",
-     [](cuda::CudaTunables& t) { t.int4_gemv_form = 2; }},
     {"moe_rows1", "INT4 experts' register GEMV: one row tile a k tile (moe_int4_reg_rows 1)",
      [](cuda::CudaTunables& t) { t.moe_int4_reg_rows = 1; }},
     {"moe_split_auto", "INT4 experts: the kernel's blocks per work item (moe_int4_reg_split 0)",

@@ -582,32 +582,20 @@ TEST(Int4Parity, GemvStreamSwiGlu) {
 // depth 1 and 2; one block (every row tile in it); the rounded-weight variant with each ring
 // size; the preload off; four row tiles a k tile (rows 4: ring 8, unrounded and rounded, one
 // warp, many blocks, parts that cut super-slots, the trigger late); x by one bulk copy (x_tma:
-// the backend's ring 8, rows 4 rounded, the preload off with the trigger late); the signed form
-// (round 2: the backend's ring 8; rows 4 on 3 blocks; ring 16 by bulk copy, the trigger late).
+// the backend's ring 8, rows 4 rounded, the preload off with the trigger late).
 constexpr int kXTma = 1 << 18;  // every shape here
 struct RegKnobs {
   int warps, unroll, grid, trigger, depth, round, preload, rows = 0, x_tma = 0;
 };
 const RegKnobs kRegKnobs[] = {
-    {0, 0, 0, 0, 0, 0, 1},
-    {1, 16, 0, 0, 0, 0, 1},
-    {7, 8, 3, 1, 0, 0, 1},
-    {4, 16, 0, 2, 1, 0, 1},
-    {8, 8, 0, 3, 2, 0, 1},
-    {3, 16, 1, 0, 0, 0, 1},
-    {0, 8, 0, 0, 0, 1, 1},
-    {0, 16, 2, 3, 0, 1, 0},
-    {5, 0, 0, 0, 2, 0, 0},
-    {0, 8, 0, 0, 0, 0, 1, 4},
-    {7, 8, 3, 1, 0, 1, 1, 4},
-    {1, 8, 0, 3, 0, 0, 1, 4},
-    {3, 8, 64, 2, 0, 1, 0, 4},
-    {0, 8, 0, 0, 0, 0, 1, 0, kXTma},
-    {7, 8, 3, 1, 0, 1, 1, 4, kXTma},
-    {0, 16, 0, 3, 0, 1, 0, 0, kXTma},
-    {0, 8, 0, 0, 0, 2, 1},
-    {7, 8, 3, 1, 0, 2, 1, 4},
-    {0, 16, 0, 3, 0, 2, 0, 0, kXTma},
+    {0, 0, 0, 0, 0, 0, 1},           {1, 16, 0, 0, 0, 0, 1},
+    {7, 8, 3, 1, 0, 0, 1},           {4, 16, 0, 2, 1, 0, 1},
+    {8, 8, 0, 3, 2, 0, 1},           {3, 16, 1, 0, 0, 0, 1},
+    {0, 8, 0, 0, 0, 1, 1},           {0, 16, 2, 3, 0, 1, 0},
+    {5, 0, 0, 0, 2, 0, 0},           {0, 8, 0, 0, 0, 0, 1, 4},
+    {7, 8, 3, 1, 0, 1, 1, 4},        {1, 8, 0, 3, 0, 0, 1, 4},
+    {3, 8, 64, 2, 0, 1, 0, 4},       {0, 8, 0, 0, 0, 0, 1, 0, kXTma},
+    {7, 8, 3, 1, 0, 1, 1, 4, kXTma}, {0, 16, 0, 3, 0, 1, 0, 0, kXTma},
 };
 RunOpts reg_opts(const RegKnobs& k) {
   RunOpts o;
@@ -621,7 +609,7 @@ RunOpts reg_opts(const RegKnobs& k) {
   o.preload = k.preload;
   o.gemv_rows = k.rows;
   o.gemv_x_tma = k.x_tma;
-  o.exact_ref = k.round != cuda::kInt4FormRound;
+  o.exact_ref = k.round == 0;
   return o;
 }
 // The row tiles a position the register GEMV runs o with: knobs asking for 4 get 4 wherever
@@ -665,11 +653,11 @@ TEST(Int4Parity, GemvReg) {
   for (Shape sh : {Shape{6144, 4096, 128}, Shape{4096, 14336, 128}}) {
     Int4Weight w = make_weight(rng, sh, s);
     for (int64_t m : {int64_t(1), sh.k == 4096 ? int64_t(8) : int64_t(7)}) {
-      for (int round : {cuda::kInt4FormMagic, cuda::kInt4FormRound, cuda::kInt4FormSigned}) {
+      for (int round : {0, 1}) {
         RunOpts o;  // the automatic choice, as the backend launches it
         o.preload = 1;
         o.gemv_round = round;
-        o.exact_ref = round != cuda::kInt4FormRound;
+        o.exact_ref = round == 0;
         cuda::Int4LinearParams p{};
         p.m = m;
         p.n = sh.n;

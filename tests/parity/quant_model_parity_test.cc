@@ -30,7 +30,6 @@
 #include "arch/model.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/linear_int4.h"
 #include "model/config.h"
 #include "model/inventory.h"
 #include "model/weights.h"
@@ -195,7 +194,6 @@ struct QuantFixture {
   std::string name, dir;
   double max_nmse;
   bool w8a8 = false;  // the opt-in FP8 W8A8 GEMM (reported, loosely bounded)
-  int int4_form = 0;  // CudaTunables::int4_gemv_form (the decode GEMVs' nibbles: kInt4Form*)
 };
 
 class QuantModel : public ::testing::TestWithParam<QuantFixture> {};
@@ -203,10 +201,7 @@ class QuantModel : public ::testing::TestWithParam<QuantFixture> {};
 TEST_P(QuantModel, LogitsMatchHuggingFace) {
   auto gpu = make_cuda_backend();
   const bool w8a8 = GetParam().w8a8;
-  dynamic_cast<cuda::CudaBackend&>(*gpu).tune([&](cuda::CudaTunables& t) {
-    t.fp8_w8a8 = w8a8;
-    t.int4_gemv_form = GetParam().int4_form;
-  });
+  dynamic_cast<cuda::CudaBackend&>(*gpu).tune([&](cuda::CudaTunables& t) { t.fp8_w8a8 = w8a8; });
   auto m = load_model(GetParam().dir, *gpu);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   Model& model = **m;
@@ -259,8 +254,6 @@ INSTANTIATE_TEST_SUITE_P(
     Fixtures, QuantModel,
     ::testing::Values(
         QuantFixture{"llama_w4a16", STRATA_REPO_FIXTURES_DIR "/tiny/llama-w4a16", 5e-4},
-        QuantFixture{"llama_w4a16_signed", STRATA_REPO_FIXTURES_DIR "/tiny/llama-w4a16", 5e-4,
-                     false, cuda::kInt4FormSigned},
         QuantFixture{"deepseek_v3_fp8_block",
                      STRATA_REPO_FIXTURES_DIR "/tiny/deepseek-v3-fp8-block", kDeepseekNmse},
         QuantFixture{"deepseek_v3_fp8_block_w8a8",

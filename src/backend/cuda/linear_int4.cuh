@@ -83,7 +83,8 @@ __device__ __forceinline__ void magic_word(uint32_t q, uint32_t* a) {
 }
 
 // (nibble − 8) exactly as bf16 pairs: magic_word's (128 + nibble) minus 136 (bf16 0x4308) by one
-// fma.rn.bf16x2 (· 1 − 136) a word; the mma then sums w·x itself (kInt4FormSigned).
+// fma.rn.bf16x2 (· 1 − 136) a word; the mma then sums (nibble − 8)·x itself, with no −136·Σx
+// term to stage beside x (the register GEMV, linear_int4_reg.cu).
 __device__ __forceinline__ void magic_word_signed(uint32_t q, uint32_t* a) {
   magic_word(q, a);
 #pragma unroll

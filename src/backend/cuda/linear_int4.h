@@ -94,13 +94,12 @@ void launch_int4_dequant_bf16(const Int4DequantParams& p, cudaStream_t stream);
 // output's bf16 rounding. Except: the register and stream GEMVs with gemv_round = 0 (their
 // default) use W unrounded, (nibble - 8) · scale exactly, the scale applied per group in float32
 // (linear_int4_reg.cu: NMSE ~1.3e-6 against the rounded weights, below the output's own
-// rounding); gemv_round = 1 (or the mma GEMV) gives the reference's bits; gemv_round = 2
-// (kInt4FormSigned, register GEMV only) the same unrounded products as 0 by another route. k % 32
-// == 0 (a multiple of the group); x, packed and scale 16-byte aligned (x rows then are too); packed
-// and scale as launch_int4_repack wrote them. GEMV only: glu_inter > 0 makes W the fused gate-up
-// projection [2 · glu_inter, k] (gate rows, then up rows; glu_inter % 16 == 0) and out [m,
-// glu_inter] = silu(g) · u with g, u the bf16-rounded rows j and glu_inter + j (bias included), as
-// launch_silu_mul computes them.
+// rounding); gemv_round = 1 (or the mma GEMV) gives the reference's bits. k % 32 == 0 (a multiple
+// of the group); x, packed and scale 16-byte aligned (x rows then are too); packed and scale as
+// launch_int4_repack wrote them. GEMV only: glu_inter > 0 makes W the fused gate-up projection [2 ·
+// glu_inter, k] (gate rows, then up rows; glu_inter % 16 == 0) and out [m, glu_inter] = silu(g) · u
+// with g, u the bf16-rounded rows j and glu_inter + j (bias included), as launch_silu_mul computes
+// them.
 constexpr int kInt4GemvMaxRows = 32;
 struct Int4LinearParams {
   const bf16_bits* x;
@@ -132,7 +131,8 @@ struct Int4LinearParams {
   // GEMV), kInt4GemvStream, kInt4GemvMma or kInt4GemvReg.
   int gemv_kernel;
   // Register and stream GEMV knobs, 0 = default: warps per block (8; register 1..8, stream
-  // 1..16), blocks (the SMs), gemv_round: kInt4Form* below. Stream only: ring stages per warp
+  // 1..16), blocks (the SMs), gemv_round = 1: weights rounded to bf16 before the mma (the
+  // reference's bits, ~15 more instructions per 8 weights). Stream only: ring stages per warp
   // (~64 KB of ring per block, fewer where x is large), tiles per stage (4; 4 or 8).
   int gemv_warps;
   int gemv_stages;
@@ -163,15 +163,6 @@ struct Int4LinearParams {
   // residual update and its bits: graph mode moves it here, int4_norm_fusion.cc). Null: none.
   bf16_bits* residual;
 };
-// gemv_round, how the register GEMV turns nibbles into the mma's bf16 (the stream GEMV: 0 or
-// 1). Magic: (128 + nibble) exactly, two instructions a word, the group's sum of x times −136
-// staged with x and added before the scale. Round: (nibble − 8) · scale rounded to bf16 (the
-// reference's bits, ~15 instructions per 8 weights). Signed: (nibble − 8) exactly, the magic's
-// word minus 136 in one more bf16x2 instruction a word, so x needs no group sums (their staging
-// after the PDL wait: ~0.4 of the launch's ~4.9 us, 2026-12-05-session32.md).
-constexpr int kInt4FormMagic = 0;
-constexpr int kInt4FormRound = 1;
-constexpr int kInt4FormSigned = 2;
 constexpr int kInt4GemvStream = 1;
 constexpr int kInt4GemvMma = 2;
 constexpr int kInt4GemvReg = 3;

@@ -2,9 +2,11 @@
 // of linear_int4.cu. Weights go straight from global memory into registers (16-byte ld.global
 // per lane, several k tiles in flight per warp), as the bf16 GEMV (linear.cu) streams its rows.
 //
-// ## Why (2026-12-01, H200, m = 1): the mma and stream GEMVs read 27-50% of copy bandwidth on the
-// 8B shapes. A launch has to keep DRAM busy through its own start (PDL wait, x) and end (the last
-// loads, the epilogue, the grid's end): ~1.5-2.5 us idle unless the next weights are in flight.
+// ## Why (2026-12-01, H200, m = 1): the mma GEMV (linear_int4.cu) and the stream GEMV
+// (linear_int4_stream.cu) read 27-50% of copy bandwidth on the 8B shapes (stream: ~4.3 us plus
+// 2.5-2.7 TB/s a launch; a qkv's weights take 3.0 us at copy). A launch has to keep DRAM busy
+// through its own start (PDL wait, x) and end (the last loads, the epilogue, the grid's end):
+// at ~40-60 KB in flight per SM, ~1.5-2.5 us of idle memory unless the next weights are in flight.
 //
 // ## This kernel
 // - Blocks and warps: one block of W warps (8) per SM; block b owns whole row tiles (SwiGLU:
@@ -22,20 +24,26 @@
 //   (kInt4TriggerEarly). Its registers (~127 x 256 threads) allow two blocks per SM: the
 //   successor's block becomes resident beside this one and loads its first 64 KB per SM while
 //   this kernel streams; the one after that becomes resident only as this kernel's blocks exit,
-//   so its loads fill the gap between this kernel's last loads and its successor's PDL wait
-//   (trigger point, residency depth, warps and U are knobs).
+//   so its loads fill the gap between this kernel's last loads and its successor's PDL wait.
+//   Trigger point, residency depth (shared-memory padding), warps and U are knobs (the bench
+//   sweeps them).
 // - x (m <= 8 tokens) is copied into shared memory once per block in mma B-fragment order:
 //   lane (t, c) reads its 8 words of a k tile as two 16-byte loads, the two halves of odd
 //   tokens swapped so that the 8 lanes of a 16-byte load phase (tokens 2j, 2j + 1) hit
-//   different banks; lanes of tokens >= m read token 0 (their columns are discarded); with
-//   it (gemv_round 0), −136·Σx per scale group and token.
+//   different banks; lanes of tokens >= m read token 0 (their output columns are discarded).
 // - Per tile and lane: one 16-byte load, 2 x 16-byte shared loads of x, 4 x (3 shifts + 4
-//   lop3) nibbles -> (128 + n) as bf16 pairs (exact), 4 mma.m16n8k16 into two group
-//   accumulators (even / odd k steps: two dependency chains) that start at −136·Σx; at the
-//   group's end acc += scale · (g0 + g1) in float32: ~42 warp instructions per 512-byte tile.
-//   At 85% of the H200's copy an SM takes a tile every ~37 clocks (~1.2 IPC of 4).
-//   gemv_round (kInt4Form*): 1 dequantizes as the mma GEMV (the reference's bits); 2 subtracts
-//   136 from each magic word (one instruction a word): no −136·Σx term.
+//   lop3 + 4 fma.bf16x2) nibbles -> (128 + n) - 136 = n - 8 as bf16 pairs (exact; magic_word_
+//   signed), 4 mma.m16n8k16 into two group accumulators (even / odd k steps: two dependency
+//   chains) from 0; at the group's end acc += scale · (g0 + g1) in float32: ~58 warp
+//   instructions per 512-byte tile. At 85% of the H200's copy bandwidth an SM takes a tile every
+//   ~37 clocks: ~1.6 instructions per clock of the 4 it can issue. Why the subtraction a word
+//   rather than (128 + n) into the mma and −136·Σx per group and token added at the group's
+//   start (the stream GEMV's form, and this kernel's until 2026-12-07): those sums are made with
+//   x after the PDL wait, on every launch's critical path. One 8B token's 128 GEMVs (H100,
+//   int4_linear_bench --what token) 1.810-1.824 ms against 1.902-1.929 (−5%); Llama-3.1-8B W4A16
+//   decode steps (rank_step_bench) −2.8% at batch 1, −12.5% at 4, −8.2% at 8 (session 51).
+//   gemv_round = 1 instead dequantizes as the mma GEMV does ((nibble − 8) · scale rounded to
+//   bf16, 15 instructions per 8 weights): the reference's bits.
 // - Rows (gemv_rows 4, Int4RegPlan via RegLaunch::rows): a stream position is one k tile of R = 4
 //   row tiles ("super-slots": R consecutive slots of one run, blocks cut in whole super-slots),
 //   so the x fragments, the position's address and bookkeeping serve four tiles, and the ring
@@ -46,7 +54,7 @@
 //   output sums its row tile's warps in warp order (deterministic), adds the bias and rounds
 //   once (SwiGLU: gate and up rounded to bf16, then silu(g)·u, as launch_silu_mul).
 // - Graph mode's merges (int4_norm_fusion.cc): Int4LinearParams::norm (prologue) and ::residual.
-// Numerics (gemv_round 0 or 2) as the stream GEMV's: the weights unrounded, (nibble − 8) · scale
+// Numerics (gemv_round = 0) as the stream GEMV's: the weights unrounded, (nibble − 8) · scale
 // exactly; NMSE ~1.3e-6 against the bf16-rounded weights, below the output's own rounding.
 #include <algorithm>
 #include <type_traits>
@@ -76,13 +84,12 @@ constexpr int kSmemMax = 227 * 1024;
 
 // Host-computed layout of one launch (kernel argument; see choose_reg).
 struct Int4RegPlan {
-  int kt;                                        // k tiles per row tile
-  int units;                                     // row tiles, or gate/up pairs (SwiGLU)
-  int inter_tiles;                               // SwiGLU: row tiles of the gate half; 0 plain
-  int slots;                                     // partial-sum row tiles per warp
-  int groups;                                    // scale groups per row (k padded to 64)
-  int trigger;                                   // kInt4Trigger*
-  uint32_t off_xsum, off_part, off_span, bytes;  // x at offset 0
+  int kt;                              // k tiles per row tile
+  int units;                           // row tiles, or gate/up pairs (SwiGLU)
+  int inter_tiles;                     // SwiGLU: row tiles of the gate half; 0 plain
+  int slots;                           // partial-sum row tiles per warp
+  int trigger;                         // kInt4Trigger*
+  uint32_t off_part, off_span, bytes;  // x at offset 0
   uint32_t off_xrow;       // planned experts: the tile's x rows (8 ints); dense: x_tma's mbarrier
   uint32_t off_xraw;       // dense, Int4LinearParams::gemv_x_tma: x's rows as one bulk copy; 0 off
   Int4RegExperts experts;  // ids and tiles null: a dense linear (linear_int4.h)
@@ -94,7 +101,7 @@ struct Int4RegPlan {
 // TPG: k tiles per scale group (group / 64: 1, 2 or 4), 0 for group 32 (two per tile).
 // U: k tiles in flight per warp (the register ring). R: row tiles a warp multiplies at each k
 // tile (a stream position: R tiles sharing the x fragments and the position's bookkeeping).
-template <int U, int TPG, int kForm, int R>
+template <int U, int TPG, bool kRound, int R>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     int4_gemv_reg_kernel(Int4LinearParams p, Int4RegPlan pl) {
   constexpr int kUnit = TPG == 0 ? 1 : TPG;  // positions per part unit (a group's, or one)
@@ -261,22 +268,18 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   if (pl.trigger == kInt4TriggerLate && a + P >= b) pdl_trigger();
 
   // ---- x into shared memory in B-fragment order (linear_int4_xstage.cuh; odd tokens' halves
-  // swapped: the 8 lanes of a 16-byte phase, tokens 2j and 2j + 1, hit different banks), and the
-  // sums of x per scale group times −136, zero for tokens >= m.
-  static_assert(kMaxTokens == kXsumTokens);
+  // swapped: the 8 lanes of a 16-byte phase, tokens 2j and 2j + 1, hit different banks).
   {
     uint32_t* xs = reinterpret_cast<uint32_t*>(smem);
-    float* xsum = reinterpret_cast<float*>(smem + pl.off_xsum);
     if (x_tma) mbar_wait(x_bar, 0);
     if (x_norm)
       norm_prologue_rows(p.norm, m, p.k, const_cast<bf16_bits*>(p.x), smem + pl.off_xraw, held);
-    stage_x_fragments<4, true, kForm == kInt4FormMagic>(
-        xs, xsum, m, p.k, p.group, gshift, [&](int q, int kc) {
-          if (x_tma || x_norm) return lds128(x_raw + uint32_t(q) * 16u);
-          const int64_t row = planned ? xrow[q / kc] : q / kc;
-          return __ldg(reinterpret_cast<const uint4*>(p.x + row * p.k) + q % kc);
-        });
-    zero_x_padding(xs, xsum, m, p.k, KT, pl.groups, gshift);
+    stage_x_fragments<4, true, false>(xs, nullptr, m, p.k, p.group, gshift, [&](int q, int kc) {
+      if (x_tma || x_norm) return lds128(x_raw + uint32_t(q) * 16u);
+      const int64_t row = planned ? xrow[q / kc] : q / kc;
+      return __ldg(reinterpret_cast<const uint4*>(p.x + row * p.k) + q % kc);
+    });
+    zero_x_padding(xs, m, p.k, KT);
     // Each warp's first and last row-tile slot, for the epilogue.
     if (tid < nw) {
       const int wa = part_start(tid), wb = part_start(tid + 1), jb = (wb - 1) / KT;
@@ -293,15 +296,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   if (smem_addr(smem) % 128 != 0) __trap();  // the halves' XOR needs 128-byte blocks
   const uint32_t x_lane = smem_addr(smem) + tok * 128 + c * 16 + (tok & 1) * 64;
   const uint32_t x_kt = m * 128;
-  const uint32_t xsum_lane = smem_addr(smem + pl.off_xsum) + 2 * c * 4;
   float* part = reinterpret_cast<float*>(smem + pl.off_part) + warp * pl.slots * 16 * m;
   // Accumulators per row r of the position: R == 1 two chains (acc: even k steps, acc1: odd),
   // R > 1 one (the R rows are independent chains already).
   constexpr int kChains = R == 1 ? 2 : 1;
   float acc[R][4] = {}, acc1[1][4] = {};  // acc1: R == 1 only
   auto acc_odd = [&](int r) -> float* { return kChains == 2 ? acc1[0] : acc[r]; };
-  // g0 (even k steps) starts a scale group at −136·Σx, g1 (odd steps; R > 1: g0 too) at 0; both
-  // sum (128 + nibble)·x over it, and acc takes their sum times the rows' scales at its end.
+  // g0 (even k steps) and g1 (odd steps; R > 1: g0 too) start a scale group at 0 and sum
+  // (nibble − 8)·x over it; acc takes their sum times the rows' scales at its end.
   float g0[R][4], g1[1][4];
   int cj = KT > 0 ? a / KT : 0;  // the super-slot being multiplied
   const int span0 = slot_of(cj);
@@ -327,7 +329,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     constexpr int t = decltype(t_c)::value;
     const uint4 xa = lds128(xp), xb = lds128(xp ^ 64);
     const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-    if constexpr (kForm == kInt4FormRound) {
+    if constexpr (kRound) {
 #pragma unroll
       for (int r = 0; r < R; ++r)
         mma_tile_round(ring[rslot(t, r)], sc[sci(t, r)], sc[TPG == 0 ? sci(t, r) + 1 : sci(t, r)],
@@ -336,28 +338,19 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
         if (TPG == 0 ? s % 2 == 0 : s == 0 && t % kUnit == 0) {  // a group's first k step
-          const int grp = TPG == 0 ? 2 * kt + s / 2 : (kt * kInt4TileK) >> gshift;
-          const float2 xs = kForm == kInt4FormSigned ? make_float2(0.0f, 0.0f)
-                                                     : lds64f(xsum_lane + grp * kMaxTokens * 4);
 #pragma unroll
-          for (int r = 0; r < R; ++r) {
-            g0[r][0] = xs.x;
-            g0[r][1] = xs.y;
-            g0[r][2] = xs.x;
-            g0[r][3] = xs.y;
+          for (int e = 0; e < 4; ++e) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) g0[r][e] = 0.0f;
+            g1[0][e] = 0.0f;
           }
-#pragma unroll
-          for (int e = 0; e < 4; ++e) g1[0][e] = 0.0f;
         }
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           const uint4& q = ring[rslot(t, r)];
           const uint32_t qs = s == 0 ? q.x : s == 1 ? q.y : s == 2 ? q.z : q.w;
           uint32_t af[4];
-          if constexpr (kForm == kInt4FormSigned)
-            magic_word_signed(qs, af);
-          else
-            magic_word(qs, af);
+          magic_word_signed(qs, af);
           mma16816(kChains == 2 && s % 2 ? g1[0] : g0[r], af, xw[2 * s], xw[2 * s + 1]);
         }
         if (TPG == 0 ? s % 2 == 1 : s == 3 && t % kUnit == kUnit - 1) {  // its last
@@ -401,7 +394,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
 uint32_t align16(uint64_t v) { return uint32_t((v + 15) / 16 * 16); }
 
 struct RegLaunch {
-  int warps, unroll, rows, grid, form;
+  int warps, unroll, rows, grid;
+  bool round;
   uint32_t smem;  // dynamic shared memory requested: pl.bytes, padded for the residency depth
   Int4RegPlan pl;
 };
@@ -416,10 +410,8 @@ bool choose_reg(const Int4LinearParams& p, const Int4RegExperts* ex, RegLaunch* 
   RegLaunch r;
   r.warps = p.gemv_warps > 0 ? p.gemv_warps : kDefaultWarps;
   r.unroll = p.gemv_unroll > 0 ? p.gemv_unroll : kDefaultUnroll;
-  r.form = p.gemv_round;
-  if (r.form < kInt4FormMagic || r.form > kInt4FormSigned || r.warps > kMaxWarps ||
-      (r.unroll != 8 && r.unroll != 16))
-    return false;
+  r.round = p.gemv_round != 0;
+  if (r.warps > kMaxWarps || (r.unroll != 8 && r.unroll != 16)) return false;
   // int4_norm_fusion.cc's merges: the norm dense, m <= 2, k as norm.h's kVecOnePass; the residual.
   const bool x_norm = p.norm.x != nullptr;
   if ((x_norm && (ex != nullptr || p.m > 2 || p.k % 8 != 0 || p.k <= 256 || p.k > 8192)) ||
@@ -474,7 +466,6 @@ bool choose_reg(const Int4LinearParams& p, const Int4RegExperts* ex, RegLaunch* 
   pl.kt = int(int4_k_tiles(p.k));
   pl.units = int(units);
   pl.inter_tiles = glu ? pl.units : 0;
-  pl.groups = int(int4_scale_groups(p.k, p.group));
   pl.trigger = p.gemv_trigger != 0 ? p.gemv_trigger : kInt4TriggerEarly;
   const int64_t tpg = p.group == 32 ? 1 : p.group / kInt4TileK;
   // The longest warp part (part_start in the kernel, in positions of r.rows row tiles) and the
@@ -483,8 +474,6 @@ bool choose_reg(const Int4LinearParams& p, const Int4RegExperts* ex, RegLaunch* 
   const int64_t len = ceil_div(positions / tpg, r.warps) * tpg;
   pl.slots = int(len == 0 ? 1 : ((pl.kt + len - 2) / pl.kt + 1) * r.rows);
   uint64_t off = uint64_t(p.m) * pl.kt * 128;  // x
-  pl.off_xsum = align16(off);
-  off = pl.off_xsum + uint64_t(pl.groups) * kMaxTokens * 4;
   pl.off_part = align16(off);
   off = pl.off_part + uint64_t(r.warps) * pl.slots * 16 * p.m * 4;
   pl.off_span = align16(off);
@@ -521,29 +510,34 @@ bool choose_reg(const Int4LinearParams& p, const Int4RegExperts* ex, RegLaunch* 
 }
 
 // Every instantiation: ring sizes 8 and 16 (8 only for group 32, whose two scale words per
-// tile would spill at 16) x tiles per group (0: group 32, 1, 2, 4) x the three forms (kInt4Form*),
+// tile would spill at 16) x tiles per group (0: group 32, 1, 2, 4) x the rounded-weight variant,
 // each with one row tile a position, and with four (rows 4) for ring 8 up to group 128.
 template <typename F>
-void for_each_kernel(int unroll, int tpg, int form, int rows, F&& f) {
-  auto by_form = [&](auto u_c, auto tpg_c, auto rows_c) {
-    constexpr int U = decltype(u_c)::value, TPG = decltype(tpg_c)::value,
-                  R = decltype(rows_c)::value;
-    form == kInt4FormRound    ? f(int4_gemv_reg_kernel<U, TPG, kInt4FormRound, R>)
-    : form == kInt4FormSigned ? f(int4_gemv_reg_kernel<U, TPG, kInt4FormSigned, R>)
-                              : f(int4_gemv_reg_kernel<U, TPG, kInt4FormMagic, R>);
-  };
-  auto by_rows = [&](auto u_c, auto tpg_c) {
-    if constexpr (decltype(u_c)::value == 8 && decltype(tpg_c)::value <= 2)
-      if (rows == 4) return by_form(u_c, tpg_c, std::integral_constant<int, 4>{});
-    by_form(u_c, tpg_c, std::integral_constant<int, 1>{});
+void for_each_kernel(int unroll, int tpg, bool round, int rows, F&& f) {
+  auto by_round = [&](auto u_c, auto tpg_c) {
+    constexpr int U = decltype(u_c)::value, TPG = decltype(tpg_c)::value;
+    if constexpr (U == 8 && TPG <= 2) {
+      if (rows == 4)
+        return round ? f(int4_gemv_reg_kernel<U, TPG, true, 4>)
+                     : f(int4_gemv_reg_kernel<U, TPG, false, 4>);
+    }
+    round ? f(int4_gemv_reg_kernel<U, TPG, true, 1>) : f(int4_gemv_reg_kernel<U, TPG, false, 1>);
   };
   auto by_tpg = [&](auto u_c) {
-    tpg == 1   ? by_rows(u_c, std::integral_constant<int, 1>{})
-    : tpg == 2 ? by_rows(u_c, std::integral_constant<int, 2>{})
-               : by_rows(u_c, std::integral_constant<int, 4>{});
+    switch (tpg) {
+      case 1:
+        by_round(u_c, std::integral_constant<int, 1>{});
+        break;
+      case 2:
+        by_round(u_c, std::integral_constant<int, 2>{});
+        break;
+      default:
+        by_round(u_c, std::integral_constant<int, 4>{});
+        break;
+    }
   };
   if (tpg == 0)
-    by_rows(std::integral_constant<int, 8>{}, std::integral_constant<int, 0>{});
+    by_round(std::integral_constant<int, 8>{}, std::integral_constant<int, 0>{});
   else if (unroll == 8)
     by_tpg(std::integral_constant<int, 8>{});
   else
@@ -555,9 +549,9 @@ void for_each_kernel(int unroll, int tpg, int form, int rows, F&& f) {
 void init_int4_gemv_reg_kernels() {
   for (int u : {8, 16})
     for (int tpg : {0, 1, 2, 4})
-      for (int form : {kInt4FormMagic, kInt4FormRound, kInt4FormSigned})
+      for (bool round : {false, true})
         for (int rows : {1, 4})
-          for_each_kernel(u, tpg, form, rows, [](auto kernel) {
+          for_each_kernel(u, tpg, round, rows, [](auto kernel) {
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             kSmemMax));
           });
@@ -588,7 +582,7 @@ void launch_int4_gemv_reg(const Int4LinearParams& p, cudaStream_t stream,
   limits.run(init_int4_gemv_reg_kernels);
   const dim3 grid(unsigned(r.grid)), block(unsigned(r.warps * 32));
   const int tpg = p.group == 32 ? 0 : p.group / kInt4TileK;
-  for_each_kernel(r.unroll, tpg, r.form, r.rows, [&](auto kernel) {
+  for_each_kernel(r.unroll, tpg, r.round, r.rows, [&](auto kernel) {
     launch_pdl(kernel, grid, block, r.smem, Launch{stream}, p, r.pl);
   });
   CUDA_LAUNCH_CHECK();

@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   {
     uint32_t* xs = reinterpret_cast<uint32_t*>(smem + pl.off_x);
     float* xsum = reinterpret_cast<float*>(smem + pl.off_xsum);
-    stage_x_fragments<8, false>(xs, xsum, m, p.k, p.group, gshift, [&](int q, int kc) {
+    stage_x_fragments<8, false, true>(xs, xsum, m, p.k, p.group, gshift, [&](int q, int kc) {
       return __ldg(reinterpret_cast<const uint4*>(p.x + int64_t(q / kc) * p.k) + q % kc);
     });
     // Zeros: x's padded half tile (k % 64 == 32), the zero block, sums of tokens >= m and of
@@ -331,7 +331,6 @@ bool choose_stream(const Int4LinearParams& p, StreamLaunch* out) {
   if (p.m < 1 || p.m > kMaxTokens || p.group > kMaxGroup || !int4_group_supported(p.group) ||
       p.k % p.group != 0)
     return false;
-  if (p.gemv_round != kInt4FormMagic && p.gemv_round != kInt4FormRound) return false;
   StreamLaunch s;
   s.warps = p.gemv_warps > 0 ? p.gemv_warps : 8;
   s.ct = p.gemv_chunk > 0 ? p.gemv_chunk : 4;

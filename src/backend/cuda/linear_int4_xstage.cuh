@@ -1,6 +1,7 @@
 // x into shared memory for the INT4 GEMVs (the register GEMV, linear_int4_reg.cu; the stream
-// GEMV, linear_int4_stream.cu): m <= 8 token rows of k bf16 in the mma's B-fragment order, with
-// the sums of x per scale group times −136 (the magic's offset: (128 + nibble) into the mma).
+// GEMV, linear_int4_stream.cu): m <= 8 token rows of k bf16 in the mma's B-fragment order, and
+// for the stream GEMV the sums of x per scale group times −136 (the magic's offset: (128 +
+// nibble) into the mma; the register GEMV subtracts 136 from the weights instead).
 #pragma once
 
 #include <cstdint>
@@ -21,8 +22,8 @@ constexpr int kXsumTokens = 8;  // xsum's stride a group: one mma n tile of toke
 // here (the caller zeroes them). `piece(q)`: the q-th 16-byte piece of x (token q / (k / 8),
 // piece q % (k / 8)), from global memory or a copy in shared memory. Loads kBatch pieces a thread
 // before it uses them (warp-uniform loop; every thread of the block calls it). kSums false: no
-// xsum (kInt4FormSigned and Round read none).
-template <int kBatch, bool kSwapOdd, bool kSums = true, typename Piece>
+// sums (xsum unused).
+template <int kBatch, bool kSwapOdd, bool kSums, typename Piece>
 __device__ __forceinline__ void stage_x_fragments(uint32_t* xs, float* xsum, int m, int64_t k,
                                                   int group, int gshift, Piece&& piece) {
   const int tid = int(threadIdx.x), lane = tid % 32;
@@ -64,17 +65,14 @@ __device__ __forceinline__ void stage_x_fragments(uint32_t* xs, float* xsum, int
   }
 }
 
-// The zeros stage_x_fragments leaves to its caller: x's padded half tile (k % 64 == 32) and the
-// sums of tokens >= m and of the padded group. Disjoint from its writes; every thread calls it.
-__device__ __forceinline__ void zero_x_padding(uint32_t* xs, float* xsum, int m, int64_t k, int kt,
-                                               int groups, int gshift) {
+// The zeros stage_x_fragments leaves to the register GEMV (kSwapOdd's layout): x's padded half
+// tile (k % 64 == 32). Disjoint from its writes; every thread calls it.
+__device__ __forceinline__ void zero_x_padding(uint32_t* xs, int m, int64_t k, int kt) {
   if (k % kInt4TileK != 0)
     for (int i = int(threadIdx.x); i < m * 16; i += int(blockDim.x)) {
       const int t = i / 16;
       xs[((kt - 1) * m + t) * 32 + (1 ^ (t & 1)) * 16 + i % 16] = 0;
     }
-  for (int i = int(threadIdx.x); i < groups * kXsumTokens; i += int(blockDim.x))
-    if (i % kXsumTokens >= m || (int64_t(i / kXsumTokens) << gshift) >= k) xsum[i] = 0.0f;
 }
 
 }  // namespace strata::cuda::int4

@@ -230,7 +230,6 @@ void CudaBackend::linear_packed(const Tensor& x, const LinearWeight& w, const Te
       p.gemv_unroll = tunables_.int4_gemv_ring;
       p.gemv_rows = tunables_.int4_gemv_rows;
       p.gemv_x_tma = tunables_.int4_gemv_x_tma;
-      p.gemv_round = tunables_.int4_gemv_form;
       if (glu) p.glu_inter = n / 2;
       if (merge_int4_gemv_norm(&p)) {  // graph mode: the rms_norm that made x as a prologue
         recorder_.drop_last();

@@ -45,7 +45,6 @@ void CudaTunables::check() const {
             int4_gemv_ring);
   CHECK_MSG(int4_gemv_rows == 1 || int4_gemv_rows == 4, "int4_gemv_rows {}", int4_gemv_rows);
   CHECK_MSG(int4_gemv_x_tma >= 0, "int4_gemv_x_tma {}", int4_gemv_x_tma);
-  CHECK_MSG(int4_gemv_form == 0 || int4_gemv_form == 2, "int4_gemv_form {}", int4_gemv_form);
   CHECK_MSG(moe_int4_reg_rows == 1 || moe_int4_reg_rows == 4, "moe_int4_reg_rows {}",
             moe_int4_reg_rows);
   CHECK_MSG(moe_int4_reg_max_assignments >= 0, "moe_int4_reg_max_assignments {}",

@@ -232,11 +232,6 @@ struct CudaTunables {
   // -0.5 to -1.1%), and Llama-3.1-8B W4A16 batch 1 (two processes) 2.697 / 2.742 ms against
   // 2.776 / 2.814 (-2.8 / -2.6%; 8 KB only 2.725 / 2.773). Variants no_int4_x_tma, int4_x_tma8.
   int int4_gemv_x_tma = 32768;
-  // INT4 register GEMV, dense linears: how nibbles become the mma's bf16
-  // (Int4LinearParams::gemv_round, kInt4Form*: 0 magic with −136·Σx staged beside x, 2 signed:
-  // one more instruction a word, no group sums after the PDL wait). No env. Default 0 until the
-  // device measures 2 (variant int4_signed; 2026-12-07 session 51).
-  int int4_gemv_form = 0;
   // MoE decode with INT4 experts: up to this many assignments (tokens x top-k) the experts run
   // as the register GEMV's experts mode, one expert matrix per assignment (linear_int4.h), above
   // it the grouped MoE GEMV. No env. 0 turns it off (A/B). Default 16: one Kimi-K2.5 rank's
