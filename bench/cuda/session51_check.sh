@@ -1,7 +1,8 @@
 #!/bin/bash
 # Ran as session 51's call 1 (PREBUILT=s51, packed at 071d596; H100: 2026-12-07-session51.md);
 # the form won and replaced the magic one in the next commit (variant int4_signed gone): the
-# script needs 071d596's tree. Session 51's call: the W4A16 register GEMV's signed form (gemv_round = kInt4FormSigned: each
+# script needs 071d596's tree. Session 51's call: the W4A16 register GEMV's signed form
+# (gemv_round = kInt4FormSigned: each
 # magic word minus 136 in one bf16x2 fma, so x is staged without its −136·Σx group sums; tunable
 # int4_gemv_form, variant int4_signed). Carry .devcarry/llfx and the tree without
 # tests/fixtures/hidden_states/*.safetensors (restore: git checkout -- tests/fixtures); or, built
