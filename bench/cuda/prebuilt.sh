@@ -86,14 +86,18 @@ prebuilt_link_shared() {
 }
 
 # The common start of a session's device script (source prebuilt.sh, then call it): OUT made,
-# t0 set, the pack NAME unpacked into $PB, the carried fixtures CARRY (a .devcarry dir, optional)
-# linked, and the GPU's name in $gpu and on stdout. Returns 1 where the pack does not load.
+# t0 set, the pack NAME unpacked into $PB (BIN too), the carried fixtures CARRY (a .devcarry dir,
+# optional) linked, the checkout linked at /work/main where the binaries were built (the parity
+# tests read the repository's fixtures there), and the GPU's name in $gpu and on stdout. Returns
+# 1 where the pack does not load.
 prebuilt_begin() {
   OUT=${OUT:-/tmp/strata_out}
   mkdir -p "$OUT"
   t0=$(date +%s)
   prebuilt_unpack "$1" || return 1
+  BIN=$PB
   [ -z "${2:-}" ] || prebuilt_link_shared "$2"
+  [ -e /work/main ] || ln -s "$PWD" /work/main
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
   echo "gpu: $gpu"
 }

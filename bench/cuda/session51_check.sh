@@ -21,9 +21,6 @@ STRATA_CARRY=${STRATA_CARRY:-$PWD/.devcarry/llfx} source bench/cuda/device_env.s
 if [ -n "${PREBUILT:-}" ]; then
   source bench/cuda/prebuilt.sh
   prebuilt_begin "$PREBUILT" "$C" || exit 1
-  # The parity binary reads the repository's fixtures where it was built (/work/main).
-  [ -e /work/main ] || ln -s "$PWD" /work/main
-  BIN=$PB
 else
   dev_begin strata_parity_test strata_bench_kit
   BIN=./build-dev

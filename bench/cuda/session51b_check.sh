@@ -13,8 +13,7 @@ set -u
 STRATA_CARRY=${STRATA_CARRY:-$PWD/.devcarry/bench} source bench/cuda/device_env.sh
 source bench/cuda/prebuilt.sh
 prebuilt_begin "${PREBUILT:-s51b}" "$C" || exit 1
-[ -e /work/main ] || ln -s "$PWD" /work/main  # the repository's fixtures, where it was built
-BIN=$PB L=$OUT
+L=$OUT
 dev_parity int4 "Int4Parity.*:Int4AddNorm.*:Fixtures/QuantModel.*:MoeParity.*:MoeBackend.*:GemvNorm.*:CudaFused*" 300
 grep -E "^int4 reg 8B|greedy:" "$L/parity_int4.log" | head -16
 timeout 200 "$BIN/strata_bench_kit" int4_linear_bench --what ceilings,scan,token \

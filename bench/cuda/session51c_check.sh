@@ -9,8 +9,7 @@ set -u
 STRATA_CARRY=${STRATA_CARRY:-$PWD/.devcarry/fxs} source bench/cuda/device_env.sh
 source bench/cuda/prebuilt.sh
 prebuilt_begin "${PREBUILT:-s51b}" "$C" || exit 1
-[ -e /work/main ] || ln -s "$PWD" /work/main  # the repository's fixtures, where it was built
-BIN=$PB L=$OUT
+L=$OUT
 if [[ $gpu == *H200* ]]; then
   rows() {  # TAG STAGES
     STRATA_CARRY=$C OUT=$OUT/$1 STAGES=$2 PREBUILT=${PREBUILT:-s51b} LLAMA_CONFIG=llama-3.1-8b-w4a16 \
