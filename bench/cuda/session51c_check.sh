@@ -4,7 +4,8 @@
 # On an H200: the rows owed since session 43, one process each, within the call (session10_check
 # stages llama (W4A16), kimi (4- and 12-layer cuts, batch 1), moonlight, mla; then the Kimi rank
 # again in a second process). On any other GPU: the DeepSeek and MoE fixture suites (the pack's
-# first call had no ../shared/fixtures), then the Llama W4A16 rows again.
+# first call had no ../shared/fixtures), then the Llama W4A16 rows again; with ROWS_ONLY=1
+# nothing.
 set -u
 STRATA_CARRY=${STRATA_CARRY:-$PWD/.devcarry/fxs} source bench/cuda/device_env.sh
 source bench/cuda/prebuilt.sh
@@ -19,6 +20,8 @@ if [[ $gpu == *H200* ]]; then
   }
   rows a "kimi llama moonlight mla"
   rows b "kimi"
+elif [ -n "${ROWS_ONLY:-}" ]; then
+  echo "not an H200: nothing run (ROWS_ONLY)"
 else
   dev_parity fixtures "Fixtures/QuantModel.*:Fixtures/*Deepseek*:*deepseek*:MoeBackend.*" 240
   grep -E "greedy:|nmse" "$L/parity_fixtures.log" | head -20
