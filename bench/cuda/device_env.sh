@@ -57,9 +57,10 @@ dev_parity() {  # NAME FILTER TIMEOUT
   grep -E "^\[  FAILED  \]|^\[  SKIPPED \]|Failure$" -A3 "$log" | head -16
 }
 
-# One rank_step_bench A/B (built by dev_begin strata_bench_kit, or BIN's): decode steps of CONFIG (a folder
-# of $C/shared/configs) at BATCH sequences of CONTEXT keys, the variants in $V alternating in one
-# process, logged to $OUT/CONFIG_bBATCH_cCONTEXT_TAG.log; prints the variant lines, shortened.
+# One rank_step_bench A/B (BIN's strata_bench_kit, default dev_begin's build): decode steps of
+# CONFIG (a folder of $C/shared/configs) at BATCH sequences of CONTEXT keys, the variants in $V
+# alternating in one process, logged to $OUT/CONFIG_bBATCH_cCONTEXT_TAG.log; prints the variant
+# lines, shortened.
 # Further arguments go to rank_step_bench (e.g. --kv-cache-dtype fp8_e4m3).
 dev_rank_ab() {  # CONFIG BATCH CONTEXT TAG [ARG...]
   local log="$OUT/$1_b$2_c$3_$4.log"

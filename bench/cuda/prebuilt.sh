@@ -32,6 +32,9 @@ prebuilt_pack() {
   # What was packed, for the device log: the commit, whether the tree differed, each binary's patch.
   echo "packed $(date -u +%FT%TZ) at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src bench || echo ' + uncommitted changes')" \
     >"$dir/MANIFEST"
+  # The checkout the binaries were built from: the parity tests read the repository's fixtures
+  # there (STRATA_REPO_FIXTURES_DIR as compiled); prebuilt_begin links the device's checkout to it.
+  echo "$PWD" >"$dir/SOURCE_DIR"
   for spec in "$@"; do
     patch="" target=$spec out=$spec
     if [[ $spec == *:* ]]; then
@@ -87,9 +90,9 @@ prebuilt_link_shared() {
 
 # The common start of a session's device script (source prebuilt.sh, then call it): OUT made,
 # t0 set, the pack NAME unpacked into $PB (BIN too), the carried fixtures CARRY (a .devcarry dir,
-# optional) linked, the checkout linked at /work/main where the binaries were built (the parity
-# tests read the repository's fixtures there), and the GPU's name in $gpu and on stdout. Returns
-# 1 where the pack does not load.
+# optional) linked, the checkout linked where the binaries were built (the pack's SOURCE_DIR: the
+# parity tests read the repository's fixtures there), and the GPU's name in $gpu and on stdout.
+# Returns 1 where the pack does not load.
 prebuilt_begin() {
   OUT=${OUT:-/tmp/strata_out}
   mkdir -p "$OUT"
@@ -97,7 +100,9 @@ prebuilt_begin() {
   prebuilt_unpack "$1" || return 1
   BIN=$PB
   [ -z "${2:-}" ] || prebuilt_link_shared "$2"
-  [ -e /work/main ] || ln -s "$PWD" /work/main
+  local src
+  src=$(cat "$PWD/.devcarry/$1/SOURCE_DIR" 2>/dev/null || echo /work/main)
+  [ -e "$src" ] || { mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; }
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
   echo "gpu: $gpu"
 }
