@@ -29,7 +29,7 @@ for i in 1 2 3; do
       log="$OUT/${kit:0:8}_b$1_$i.log"
       timeout 100 "$BIN/$kit" rank_step_bench --config "$C/shared/configs/llama-3.1-8b-w4a16/config.json" \
         --batches "$1" --context "$2" --prefill 0 --reps 40 --variants defaults >"$log" 2>&1
-      echo "$([ "$kit" = strata_bench_kit ] && echo main || echo prefetch) b$1 round $i: $(grep -E '^variant' "$log" | sed -E 's/.*step ([0-9.]+) ms.*default ([0-9.]+).*/\2 \/ \1 ms/')"
+      echo "$([ "$kit" = strata_bench_kit ] && echo main || echo patched) b$1 round $i: $(grep -E '^variant' "$log" | sed -E 's/.*step ([0-9.]+) ms.*default ([0-9.]+).*/\2 \/ \1 ms/')"
     done
   done
 done

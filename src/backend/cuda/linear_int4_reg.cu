@@ -31,6 +31,13 @@
 //   lane (t, c) reads its 8 words of a k tile as two 16-byte loads, the two halves of odd
 //   tokens swapped so that the 8 lanes of a 16-byte load phase (tokens 2j, 2j + 1) hit
 //   different banks; lanes of tokens >= m read token 0 (their output columns are discarded).
+//   Except at m = 1 where x arrives whole in shared memory (the bulk copy, or graph mode's norm
+//   prologue): there each lane reads its fragments from x's row as it lies (kRawX: 8 four-byte
+//   loads a tile instead of 2 sixteen-byte ones, the same wavefronts, conflict-free at one
+//   token), so neither a staging pass nor a barrier stands between x's arrival and the first
+//   mma. One 8B token's 128 GEMVs (H100, int4_linear_bench --what token) 1.612-1.617 ms against
+//   1.762-1.778 (−8.6%: 73.3% of copy); Llama-3.1-8B W4A16 batch-1 steps 2.344-2.377 against
+//   2.507-2.537 ms (−6.5%), batch 8 unchanged (session 52).
 // - Per tile and lane: one 16-byte load, 2 x 16-byte shared loads of x, 4 x (3 shifts + 4
 //   lop3 + 4 fma.bf16x2) nibbles -> (128 + n) - 136 = n - 8 as bf16 pairs (exact; magic_word_
 //   signed), 4 mma.m16n8k16 into two group accumulators (even / odd k steps: two dependency
@@ -61,6 +68,7 @@
 
 #include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/linear_int4.cuh"
+#include "backend/cuda/linear_int4_reg_plan.cuh"
 #include "backend/cuda/linear_int4_xstage.cuh"
 #include "backend/cuda/norm_prologue.cuh"
 
@@ -68,40 +76,15 @@ namespace strata::cuda {
 namespace {
 
 using namespace int4;
-
-// Up to 16 warps a block: the bound caps registers at 128 a thread, as two blocks of 8 warps
-// per SM did (the default stays 8 warps: two blocks resident per SM); 16 for launches of fewer
-// blocks than SMs (MoE decode at a few tokens: gate_up of 8 experts is 128 blocks).
-constexpr int kMaxWarps = 16;
-constexpr int kMaxTokens = 8;   // one mma n tile
-constexpr int kMaxGroup = 256;  // x sums: a group's 16-byte pieces within one warp
-constexpr int kDefaultWarps = 8;
-constexpr int kDefaultUnroll = 16;
-constexpr int64_t kExpertUnitsPerBlock = 32;  // experts modes: row tiles (or SwiGLU pairs) a block
-constexpr int kSmemPerSm = 228 * 1024;        // sm_90: shared memory per SM
-constexpr int kSmemPerBlockReserved = 1024;
-constexpr int kSmemMax = 227 * 1024;
-
-// Host-computed layout of one launch (kernel argument; see choose_reg).
-struct Int4RegPlan {
-  int kt;                              // k tiles per row tile
-  int units;                           // row tiles, or gate/up pairs (SwiGLU)
-  int inter_tiles;                     // SwiGLU: row tiles of the gate half; 0 plain
-  int slots;                           // partial-sum row tiles per warp
-  int trigger;                         // kInt4Trigger*
-  uint32_t off_part, off_span, bytes;  // x at offset 0
-  uint32_t off_xrow;       // planned experts: the tile's x rows (8 ints); dense: x_tma's mbarrier
-  uint32_t off_xraw;       // dense, Int4LinearParams::gemv_x_tma: x's rows as one bulk copy; 0 off
-  Int4RegExperts experts;  // ids and tiles null: a dense linear (linear_int4.h)
-  int64_t expert_tiles;    // experts: tiles of one expert's matrix (row tiles x kt)
-  int blocks_per_assignment;
-  int pad_;
-};
+using namespace int4_reg;
 
 // TPG: k tiles per scale group (group / 64: 1, 2 or 4), 0 for group 32 (two per tile).
 // U: k tiles in flight per warp (the register ring). R: row tiles a warp multiplies at each k
 // tile (a stream position: R tiles sharing the x fragments and the position's bookkeeping).
-template <int U, int TPG, bool kRound, int R>
+// kRawX (m = 1, choose_reg's raw_x): each lane reads its B fragments from x's row as the bulk
+// copy or the norm prologue left it in shared memory (8 four-byte loads a tile), so x is not
+// staged in fragment order and no barrier follows its arrival.
+template <int U, int TPG, bool kRound, int R, bool kRawX = false>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     int4_gemv_reg_kernel(Int4LinearParams p, Int4RegPlan pl) {
   constexpr int kUnit = TPG == 0 ? 1 : TPG;  // positions per part unit (a group's, or one)
@@ -246,6 +229,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     __syncthreads();
   }
   const NormHeld held = x_norm ? norm_prologue_preload(p.norm, p.k) : NormHeld{};
+  // Each warp's first and last row-tile slot, for the epilogue (read after the stream's barrier).
+  if (tid < nw) {
+    const int wa = part_start(tid), wb = part_start(tid + 1), jb = (wb - 1) / KT;
+    reinterpret_cast<int2*>(smem + pl.off_span)[tid] =
+        wb > wa ? make_int2(slot_of(wa / KT), slot_of(jb) + rows_of(jb) - 1) : make_int2(1, 0);
+  }
   if (pl.trigger == kInt4TriggerEarly) pdl_trigger();
   pdl_wait();
   if (x_tma && tid == 0) {
@@ -270,32 +259,29 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   // ---- x into shared memory in B-fragment order (linear_int4_xstage.cuh; odd tokens' halves
   // swapped: the 8 lanes of a 16-byte phase, tokens 2j and 2j + 1, hit different banks).
   {
-    uint32_t* xs = reinterpret_cast<uint32_t*>(smem);
     if (x_tma) mbar_wait(x_bar, 0);
     if (x_norm)
       norm_prologue_rows(p.norm, m, p.k, const_cast<bf16_bits*>(p.x), smem + pl.off_xraw, held);
-    stage_x_fragments<4, true, false>(xs, nullptr, m, p.k, p.group, gshift, [&](int q, int kc) {
-      if (x_tma || x_norm) return lds128(x_raw + uint32_t(q) * 16u);
-      const int64_t row = planned ? xrow[q / kc] : q / kc;
-      return __ldg(reinterpret_cast<const uint4*>(p.x + row * p.k) + q % kc);
-    });
-    zero_x_padding(xs, m, p.k, KT);
-    // Each warp's first and last row-tile slot, for the epilogue.
-    if (tid < nw) {
-      const int wa = part_start(tid), wb = part_start(tid + 1), jb = (wb - 1) / KT;
-      reinterpret_cast<int2*>(smem + pl.off_span)[tid] =
-          wb > wa ? make_int2(slot_of(wa / KT), slot_of(jb) + rows_of(jb) - 1) : make_int2(1, 0);
+    if constexpr (!kRawX) {
+      uint32_t* xs = reinterpret_cast<uint32_t*>(smem);
+      stage_x_fragments<4, true, false>(xs, nullptr, m, p.k, p.group, gshift, [&](int q, int kc) {
+        if (x_tma || x_norm) return lds128(x_raw + uint32_t(q) * 16u);
+        const int64_t row = planned ? xrow[q / kc] : q / kc;
+        return __ldg(reinterpret_cast<const uint4*>(p.x + row * p.k) + q % kc);
+      });
+      zero_x_padding(xs, m, p.k, KT);
+      __syncthreads();
     }
   }
-  __syncthreads();
 
   // ---- the stream ----
   // This lane's x words of k tile 0, half 0 (shared-memory address; half 1 is 64 bytes away in
   // the same 128-byte block: address ^ 64); lanes of tokens >= m read token 0.
   const int tok = g < m ? g : 0;
   if (smem_addr(smem) % 128 != 0) __trap();  // the halves' XOR needs 128-byte blocks
-  const uint32_t x_lane = smem_addr(smem) + tok * 128 + c * 16 + (tok & 1) * 64;
-  const uint32_t x_kt = m * 128;
+  const uint32_t x_lane =
+      kRawX ? x_raw + c * 4 : smem_addr(smem) + tok * 128 + c * 16 + (tok & 1) * 64;
+  const uint32_t x_kt = kRawX ? 128 : m * 128;
   float* part = reinterpret_cast<float*>(smem + pl.off_part) + warp * pl.slots * 16 * m;
   // Accumulators per row r of the position: R == 1 two chains (acc: even k steps, acc1: odd),
   // R > 1 one (the R rows are independent chains already).
@@ -327,8 +313,18 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   // Multiplies ring slots t · R.. (position i, k tile kt), then refills them with position i + P.
   auto step = [&](auto t_c, int i) {
     constexpr int t = decltype(t_c)::value;
-    const uint4 xa = lds128(xp), xb = lds128(xp ^ 64);
-    const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+    uint32_t xw[8];
+    if constexpr (kRawX) {  // step s: k 16s + 2c (bytes 32s + 4c) and k + 8 (16 bytes on)
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        xw[2 * s] = lds32(xp + 32 * s);
+        xw[2 * s + 1] = lds32(xp + 32 * s + 16);
+      }
+    } else {
+      const uint4 xa = lds128(xp), xb = lds128(xp ^ 64);
+      xw[0] = xa.x, xw[1] = xa.y, xw[2] = xa.z, xw[3] = xa.w;
+      xw[4] = xb.x, xw[5] = xb.y, xw[6] = xb.z, xw[7] = xb.w;
+    }
     if constexpr (kRound) {
 #pragma unroll
       for (int r = 0; r < R; ++r)
@@ -391,131 +387,17 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   gemv_epilogue(p, pl, smem, tid, nw, m, glu, u0, nu, ns);
 }
 
-uint32_t align16(uint64_t v) { return uint32_t((v + 15) / 16 * 16); }
-
-struct RegLaunch {
-  int warps, unroll, rows, grid;
-  bool round;
-  uint32_t smem;  // dynamic shared memory requested: pl.bytes, padded for the residency depth
-  Int4RegPlan pl;
-};
-
-// The configuration launch_int4_gemv_reg runs for p (knobs or defaults); false where the kernel
-// cannot take p: m > 8, group > 256, a knob out of range, or x (m·k·2 bytes) and the partial
-// sums over 227 KB of shared memory.
-bool choose_reg(const Int4LinearParams& p, const Int4RegExperts* ex, RegLaunch* out) {
-  if (p.m < 1 || p.m > kMaxTokens || p.group > kMaxGroup || !int4_group_supported(p.group) ||
-      p.k % p.group != 0 || p.k <= 0)
-    return false;
-  RegLaunch r;
-  r.warps = p.gemv_warps > 0 ? p.gemv_warps : kDefaultWarps;
-  r.unroll = p.gemv_unroll > 0 ? p.gemv_unroll : kDefaultUnroll;
-  r.round = p.gemv_round != 0;
-  if (r.warps > kMaxWarps || (r.unroll != 8 && r.unroll != 16)) return false;
-  // int4_norm_fusion.cc's merges: the norm dense, m <= 2, k as norm.h's kVecOnePass; the residual.
-  const bool x_norm = p.norm.x != nullptr;
-  if ((x_norm && (ex != nullptr || p.m > 2 || p.k % 8 != 0 || p.k <= 256 || p.k > 8192)) ||
-      (p.residual != nullptr && (ex != nullptr || p.glu_inter > 0)))
-    return false;
-  if (p.group == 32) r.unroll = 8;  // the only ring size of group 32 (for_each_kernel)
-  // Row tiles a position: 4 where instantiated (ring 8, whole groups in its 2 positions), else 1.
-  if (p.gemv_rows != 0 && p.gemv_rows != 1 && p.gemv_rows != 4) return false;
-  r.rows = p.gemv_rows == 4 && r.unroll == 8 && p.group <= 128 ? 4 : 1;
-  if (p.gemv_trigger < 0 || p.gemv_trigger > kInt4TriggerLate || p.gemv_depth < 0) return false;
-  const int64_t units = p.glu_inter > 0 ? p.glu_inter / kInt4TileRows : int4_row_tiles(p.n);
-  // Blocks over which one matrix's row tiles are split: the grid (dense), or each assignment's
-  // share of two blocks per SM (experts; the registers allow two resident).
-  int split = 0;
-  if (ex == nullptr) {
-    r.grid = int(std::max<int64_t>(
-        1, std::min<int64_t>(ceil_div(units, r.rows), p.gemv_grid > 0 ? p.gemv_grid : num_sms())));
-    split = r.grid;
-  } else {
-    // Work items: assignments (ids, one row each: m = 1) or plan tiles (up to 8 rows: m = 8
-    // sizes the shared memory, each block takes its tile's rows).
-    const bool by_ids = ex->ids != nullptr;
-    const int64_t items = by_ids ? ex->assignments : ex->max_tiles;
-    if (by_ids == (ex->tiles != nullptr) || items < 1 || ex->num_experts < 1 ||
-        (by_ids && p.m != 1) || p.bias != nullptr || (p.glu_inter > 0 && p.n != 2 * p.glu_inter) ||
-        (p.preload && !ex->ids_early) || (by_ids && ex->x_div < 1) ||
-        (!by_ids && (ex->counts == nullptr || ex->offsets == nullptr)))
-      return false;
-    // Two blocks per SM over the items, and at most kExpertUnitsPerBlock row tiles a block (a
-    // block keeps every row tile's partial sums in shared memory until its epilogue: with many
-    // items, a whole down projection per block would leave room for one block per SM).
-    const int64_t target = p.gemv_grid > 0 ? p.gemv_grid : 2 * int64_t(num_sms());
-    const int64_t max_units = ex->max_units > 0 ? ex->max_units : kExpertUnitsPerBlock;
-    split = int(std::clamp<int64_t>(
-        std::max({target / items, ceil_div(units, max_units), int64_t(ex->min_split)}), 1,
-        ceil_div(units, r.rows)));
-    if (int64_t(split) * items > int64_t(1) << 30) return false;
-    r.grid = split * int(items);
-  }
-  // The kernel's tile indices are 32-bit.
-  if (!int4_tile_index_fits(int4_row_tiles(p.n) * int4_k_tiles(p.k),
-                            ex != nullptr ? ex->num_experts : 1))
-    return false;
-  Int4RegPlan& pl = r.pl;
-  pl = Int4RegPlan{};
-  if (ex != nullptr) {
-    pl.experts = *ex;
-    pl.expert_tiles = int4_row_tiles(p.n) * int4_k_tiles(p.k);
-    pl.blocks_per_assignment = split;
-  }
-  const bool glu = p.glu_inter > 0;
-  pl.kt = int(int4_k_tiles(p.k));
-  pl.units = int(units);
-  pl.inter_tiles = glu ? pl.units : 0;
-  pl.trigger = p.gemv_trigger != 0 ? p.gemv_trigger : kInt4TriggerEarly;
-  const int64_t tpg = p.group == 32 ? 1 : p.group / kInt4TileK;
-  // The longest warp part (part_start in the kernel, in positions of r.rows row tiles) and the
-  // row tiles it can touch.
-  const int64_t positions = (glu ? 2 : 1) * ceil_div(ceil_div(pl.units, r.rows), split) * pl.kt;
-  const int64_t len = ceil_div(positions / tpg, r.warps) * tpg;
-  pl.slots = int(len == 0 ? 1 : ((pl.kt + len - 2) / pl.kt + 1) * r.rows);
-  uint64_t off = uint64_t(p.m) * pl.kt * 128;  // x
-  pl.off_part = align16(off);
-  off = pl.off_part + uint64_t(r.warps) * pl.slots * 16 * p.m * 4;
-  pl.off_span = align16(off);
-  off = pl.off_span + uint64_t(r.warps) * 8;
-  pl.off_xrow = align16(off);
-  off = pl.off_xrow + kMaxTokens * 4;
-  // gemv_x_tma: dense x of up to that many bytes (rows contiguous, 16-byte aligned) by one bulk
-  // copy into its own region (the fragment order is a permutation of 4-byte words: no copy
-  // engine writes it), where the shared memory has room for it.
-  const uint64_t x_bytes = uint64_t(p.m) * uint64_t(p.k) * 2, x_raw = (off + 127) / 128 * 128;
-  if (p.gemv_x_tma < 0 || off > uint64_t(kSmemMax)) return false;
-  if (x_norm) {  // the normalized rows, and the norm warps' sums
-    pl.off_xraw = uint32_t(x_raw);
-    off = x_raw + norm_prologue_smem_bytes(int(p.m), p.k);
-    if (off > uint64_t(kSmemMax)) return false;
-  } else if (ex == nullptr && x_bytes <= uint64_t(p.gemv_x_tma) && x_raw + x_bytes <= kSmemMax &&
-             reinterpret_cast<uintptr_t>(p.x) % 16 == 0) {
-    pl.off_xraw = uint32_t(x_raw);
-    off = x_raw + x_bytes;
-  }
-  pl.bytes = align16(off);
-  // Padding to a residency depth: at most `depth` blocks (this kernel's, its successor's) share
-  // an SM. By default none: the registers already allow only two blocks of 8 warps (~128 per
-  // thread), and a large shared-memory request would make the SM's carveout differ from the
-  // kernels around it (an SM changes its carveout only when idle, so a block of the next kernel
-  // could not be placed beside one of the previous).
-  r.smem = pl.bytes;
-  if (p.gemv_depth > 0) {
-    const int pad = std::min(kSmemMax, kSmemPerSm / p.gemv_depth - kSmemPerBlockReserved);
-    r.smem = std::max(pl.bytes, uint32_t(pad) / 128 * 128);
-  }
-  *out = r;
-  return true;
-}
-
 // Every instantiation: ring sizes 8 and 16 (8 only for group 32, whose two scale words per
 // tile would spill at 16) x tiles per group (0: group 32, 1, 2, 4) x the rounded-weight variant,
-// each with one row tile a position, and with four (rows 4) for ring 8 up to group 128.
+// each with one row tile a position, and with four (rows 4) for ring 8 up to group 128; and
+// the raw-x form (m = 1) of ring 8, unrounded, one row tile a position.
 template <typename F>
-void for_each_kernel(int unroll, int tpg, bool round, int rows, F&& f) {
+void for_each_kernel(int unroll, int tpg, bool round, int rows, bool raw_x, F&& f) {
   auto by_round = [&](auto u_c, auto tpg_c) {
     constexpr int U = decltype(u_c)::value, TPG = decltype(tpg_c)::value;
+    if constexpr (U == 8) {
+      if (raw_x && !round && rows == 1) return f(int4_gemv_reg_kernel<U, TPG, false, 1, true>);
+    }
     if constexpr (U == 8 && TPG <= 2) {
       if (rows == 4)
         return round ? f(int4_gemv_reg_kernel<U, TPG, true, 4>)
@@ -551,25 +433,11 @@ void init_int4_gemv_reg_kernels() {
     for (int tpg : {0, 1, 2, 4})
       for (bool round : {false, true})
         for (int rows : {1, 4})
-          for_each_kernel(u, tpg, round, rows, [](auto kernel) {
-            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            kSmemMax));
-          });
-}
-
-int int4_gemv_reg_rows(const Int4LinearParams& p) {
-  RegLaunch r;
-  return choose_reg(p, nullptr, &r) ? r.rows : 0;
-}
-
-bool int4_gemv_reg_x_tma(const Int4LinearParams& p) {
-  RegLaunch r;
-  return choose_reg(p, nullptr, &r) && r.pl.off_xraw != 0 && p.norm.x == nullptr;
-}
-
-bool int4_gemv_reg_fits(const Int4LinearParams& p, const Int4RegExperts* experts) {
-  RegLaunch r;
-  return choose_reg(p, experts, &r);
+          for (bool raw_x : {false, true})
+            for_each_kernel(u, tpg, round, rows, raw_x, [](auto kernel) {
+              CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              kSmemMax));
+            });
 }
 
 void launch_int4_gemv_reg(const Int4LinearParams& p, cudaStream_t stream,
@@ -582,7 +450,7 @@ void launch_int4_gemv_reg(const Int4LinearParams& p, cudaStream_t stream,
   limits.run(init_int4_gemv_reg_kernels);
   const dim3 grid(unsigned(r.grid)), block(unsigned(r.warps * 32));
   const int tpg = p.group == 32 ? 0 : p.group / kInt4TileK;
-  for_each_kernel(r.unroll, tpg, r.round, r.rows, [&](auto kernel) {
+  for_each_kernel(r.unroll, tpg, r.round, r.rows, r.raw_x, [&](auto kernel) {
     launch_pdl(kernel, grid, block, r.smem, Launch{stream}, p, r.pl);
   });
   CUDA_LAUNCH_CHECK();
