@@ -30,7 +30,7 @@ struct Int4RegPlan {
   int inter_tiles;                     // SwiGLU: row tiles of the gate half; 0 plain
   int slots;                           // partial-sum row tiles per warp
   int trigger;                         // kInt4Trigger*
-  uint32_t off_part, off_span, bytes;  // x at offset 0
+  uint32_t off_part, off_span, bytes;  // staged x at offset 0 (left unused by the raw-x form)
   uint32_t off_xrow;       // planned experts: the tile's x rows (8 ints); dense: x_tma's mbarrier
   uint32_t off_xraw;       // dense, Int4LinearParams::gemv_x_tma: x's rows as one bulk copy; 0 off
   Int4RegExperts experts;  // ids and tiles null: a dense linear (linear_int4.h)
