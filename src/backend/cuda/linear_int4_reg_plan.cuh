@@ -15,7 +15,7 @@ namespace strata::cuda::int4_reg {
 // blocks than SMs (MoE decode at a few tokens: gate_up of 8 experts is 128 blocks).
 constexpr int kMaxWarps = 16;
 constexpr int kMaxTokens = 8;   // one mma n tile
-constexpr int kMaxGroup = 256;  // x sums: a group's 16-byte pieces within one warp
+constexpr int kMaxGroup = 256;  // the instantiated k tiles a scale group: 1, 2 or 4 (or group 32)
 constexpr int kDefaultWarps = 8;
 constexpr int kDefaultUnroll = 16;
 constexpr int64_t kExpertUnitsPerBlock = 32;  // experts modes: row tiles (or SwiGLU pairs) a block
