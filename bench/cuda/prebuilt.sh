@@ -107,6 +107,30 @@ prebuilt_begin() {
   echo "gpu: $gpu"
 }
 
+# Seconds left of the call's limit (BUDGET_S, default 575) since prebuilt_begin.
+prebuilt_left() { echo $(( ${BUDGET_S:-575} - $(date +%s) + t0 )); }
+
+# On an H200 only (nothing elsewhere): the rows bench/RESULTS.md judges on an H200 —
+# session10_check's stages ROW_STAGES (default "llama kimi moonlight mla": Llama-3.1-8B W4A16
+# batch 1, the Kimi-K2.5 rank at batch 1 from its 4- and 12-layer cuts, Moonlight batch 1, the
+# MLA acceptance) with the pack PREBUILT and the carry C — leaving RESERVE ($1) seconds of the
+# call. Other session10_check variables (MOONLIGHT_VARIANTS, ...) pass through the environment.
+prebuilt_h200_rows() {
+  [[ $gpu == *H200* ]] || return 0
+  STRATA_CARRY=$C OUT=$OUT/rows STAGES="${ROW_STAGES:-llama kimi moonlight mla}" PREBUILT=$PREBUILT \
+    LLAMA_CONFIG=llama-3.1-8b-w4a16 KIMI_CUTS="4 12" KIMI_BATCHES=1 \
+    timeout $(( $(prebuilt_left) - $1 )) bash bench/cuda/session10_check.sh 2>&1 |
+    grep -vE "NMSE|^\s*$" | cut -c1-220
+  echo "[rows @$(( $(date +%s) - t0 )) s]"
+}
+
+# The end of a session's device script NAME ($1): its total time; the logs into $OUT/logs.tgz.
+prebuilt_end() {
+  echo "[$1 total @$(( $(date +%s) - t0 )) s]"
+  tar czf /tmp/logs.tgz -C "$OUT" . && mv /tmp/logs.tgz "$OUT/" &&
+    find "$OUT" -maxdepth 1 -name "*.log" -delete
+}
+
 case "${1:-}" in
   pack) shift; prebuilt_pack "$@" ;;
   unpack) shift; prebuilt_unpack "$@" ;;
