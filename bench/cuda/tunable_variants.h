@@ -224,11 +224,6 @@ inline constexpr Variant kVariants[] = {
      "a q_lora layer's MLA query as the q_b GEMV, W_UK on a side branch and the attention inputs "
      "(mla_query_fusion off)",
      [](cuda::CudaTunables& t) { t.mla_query_fusion = false; }},
-    {"mla_query_proj",
-     "a layer without q_lora's MLA query as one launch after kv_a's GEMV, q_proj's rows in shared "
-     "memory (mla_query_proj_fusion on; off, the default: the q_proj / kv_a pair, W_UK on a side "
-     "branch and the attention inputs)",
-     [](cuda::CudaTunables& t) { t.mla_query_proj_fusion = true; }},
     {"uv_oproj",
      "MLA's W_UV and o_proj as one launch with o_proj's rows in shared memory before the PDL "
      "wait and a grid barrier (head_gemv_linear_fusion on; off, the default: two launches)",

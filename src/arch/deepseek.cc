@@ -296,14 +296,14 @@ void DeepseekModel::attention_block(int layer, const Tensor& h, const ForwardBat
     be.linear(h, L.kv_a, *kv_row);
     auto qa_norm = be.alloc(act, {t, spec_.mla.q_lora_rank});
     inputs_done = !dcp && be.mla_query({.q_a = *qa,
-                                        .q_a_norm = &L.q_a_norm->view(),
+                                        .q_a_norm = *L.q_a_norm,
                                         .q_a_eps = kLoraNormEps,
                                         .q_b = L.q_b,
                                         .w_uk = *L.absorbed.w_uk,
                                         .kv_row = *kv_row,
                                         .kv_norm = *L.kv_a_norm,
                                         .args = inputs,
-                                        .q_a_normed = &qa_norm->view(),
+                                        .q_a_normed = *qa_norm,
                                         .q = *q,
                                         .q_latent = *q_latent},
                                        kv, layer, batch.attn);
@@ -315,22 +315,8 @@ void DeepseekModel::attention_block(int layer, const Tensor& h, const ForwardBat
     }
     trace(*qa_norm, "q_a_norm", layer);
   } else {
-    // kv_a first: a backend's fused query (q_proj streamed inside it) writes the cache rows from
-    // kv_a's output. Otherwise q_proj right after it (the GEMV pair, as above).
+    be.linear(h, L.q_proj, *q);
     be.linear(h, L.kv_a, *kv_row);
-    inputs_done = !dcp && be.mla_query({.q_a = h,
-                                        .q_a_norm = nullptr,
-                                        .q_a_eps = 0.0f,
-                                        .q_b = L.q_proj,
-                                        .w_uk = *L.absorbed.w_uk,
-                                        .kv_row = *kv_row,
-                                        .kv_norm = *L.kv_a_norm,
-                                        .args = inputs,
-                                        .q_a_normed = nullptr,
-                                        .q = *q,
-                                        .q_latent = *q_latent},
-                                       kv, layer, batch.attn);
-    if (!inputs_done) be.linear(h, L.q_proj, *q);
   }
   auto attn = be.alloc(act, {t, heads, dims_.v_head_dim});
   if (dcp) {

@@ -158,18 +158,17 @@ struct MlaInputsArgs {
   int q_rope_offset = 0;  // the first rotated dim of each q head (qk_nope_head_dim)
 };
 
-// Backend::mla_query: a layer's MLA query from q_a_proj's output on (q_lora layers), or from the
-// layer's normed input (layers without q_lora: q_a_norm and q_a_normed null, q_b = q_proj).
+// Backend::mla_query: a q_lora layer's query (arch/deepseek.cc) from q_a_proj's output on.
 struct MlaQueryOperands {
-  const Tensor& q_a;       // [T, k]: q_a_proj's output (k = q_lora_rank), or h (k = hidden)
-  const Tensor* q_a_norm;  // [q_lora_rank]: q_a_layernorm's weight; null: q = q_b · q_a as is
+  const Tensor& q_a;       // [T, q_lora_rank]: q_a_proj's output
+  const Tensor& q_a_norm;  // [q_lora_rank]: q_a_layernorm's weight
   float q_a_eps;
-  const LinearWeight& q_b;  // [heads · (nope + rope), k]: q_b_proj, or q_proj
+  const LinearWeight& q_b;  // [heads · (nope + rope), q_lora_rank]
   const Tensor& w_uk;       // [heads, R, nope]: W_UK_hᵀ (MlaAbsorbedWeights)
   const Tensor& kv_row;     // mla_attention_inputs' operands
   const Tensor& kv_norm;
   const MlaInputsArgs& args;
-  const Tensor* q_a_normed;  // [T, q_lora_rank]: out, the norm's rows (null with q_a_norm)
+  const Tensor& q_a_normed;  // [T, q_lora_rank]: out, the norm's rows
   const Tensor& q;           // [T, heads, nope + rope]: out, rope applied
   const Tensor& q_latent;    // [T, heads, R + rope]: out, complete
 };
@@ -397,12 +396,12 @@ class Backend {
   virtual void mla_attention_inputs(const Tensor& kv_row, const Tensor& norm, const Tensor& q,
                                     const Tensor& q_latent, const MlaInputsArgs& args,
                                     KvStorage& kv, int layer, const AttentionMetadata& meta);
-  // A layer's MLA query in one op where the backend has one: q_a_normed = rms_norm(q_a) and
-  // q = q_b · q_a_normed (without q_a_norm: q = q_b · q_a), mla_attention_inputs (the cache rows
-  // written, q's rope, q_latent's rope columns) and q_latent's first R columns of each head =
-  // W_UK_hᵀ q_nope (per_head_linear). Returns false, having done nothing, where it has none (the
-  // default, and shapes a backend's fused op does not take): the caller then runs those ops one by
-  // one, whose values a true return gives as well.
+  // A q_lora layer's MLA query in one op where the backend has one: q_a_normed =
+  // rms_norm(q_a), q = q_b · q_a_normed, mla_attention_inputs (the cache rows written, q's
+  // rope, q_latent's rope columns) and q_latent's first R columns of each head = W_UK_hᵀ q_nope
+  // (per_head_linear). Returns false, having done nothing, where it has none (the default, and
+  // shapes a backend's fused op does not take): the caller then runs those ops one by one, whose
+  // values a true return gives as well.
   virtual bool mla_query(const MlaQueryOperands& o, KvStorage& kv, int layer,
                          const AttentionMetadata& meta) {
     (void)o, (void)kv, (void)layer, (void)meta;

@@ -254,10 +254,6 @@ TEST_P(MlaModel, GreedyMatchesTheCpuBackend) {
         // mla_query_parity_test.cc).
         {"graphs + both, the MLA query unfused", true,
          [](cuda::CudaTunables& t) { t.mla_query_fusion = false; }},
-        // A layer without q_lora's query in the same launch's proj form (mla_query_proj_fusion,
-        // off by default; the V2-Lite-style fixture takes it).
-        {"graphs + both, the proj MLA query", true,
-         [](cuda::CudaTunables& t) { t.mla_query_proj_fusion = true; }},
         // W_UV and o_proj as one launch with a grid barrier (head_gemv_linear_fusion, off by
         // default: two launches; head_gemv_linear_parity_test.cc).
         {"graphs + both, W_UV and o_proj as one launch", true,

@@ -1,24 +1,19 @@
-// A layer's MLA query in one launch (Backend::mla_query; the CUDA backend's mla_query.cu,
-// CudaTunables::mla_query_fusion, and mla_query_proj_fusion for layers without q_lora) against
-// the ops it replaces run one by one on the GPU (rms_norm, the q_b linear — or q_proj on h —,
-// per_head_linear with W_UK, mla_attention_inputs: what arch/deepseek.cc runs when mla_query
-// returns false) and against the CPU backend's ops.
+// A q_lora layer's MLA query in one launch (Backend::mla_query; the CUDA backend's
+// mla_query.cu, CudaTunables::mla_query_fusion) against the ops it replaces run one by one on
+// the GPU (rms_norm, the q_b linear, per_head_linear with W_UK, mla_attention_inputs: what
+// arch/deepseek.cc runs when mla_query returns false) and against the CPU backend's ops.
 //
 // What must hold and the bounds:
 //  - bit for bit the separate ops' results: the q_a norm's rows, q (rope applied), q_latent
 //    (latent and rope columns), the cache rows left in kv_row and every byte of the KV storage,
 //    at a Kimi-K2.5 rank's dims (8 heads, q_lora_rank 1,536, 512 + 64, clusters of 8 CTAs), the
 //    tiny fixture's (4 heads, q_lora_rank 48: the one-warp norm, one CTA a head) and house-mla's
-//    (5 heads, 160, 128 + 32); the proj form (no q_lora, q_proj's rows in shared memory) at
-//    Moonlight's dims (16 heads, hidden 2,048, 17 clusters of 8 resident at two CTAs an SM), the
-//    V2-Lite-style fixture's (4 heads, hidden 64) and odd ones (5 heads, hidden 328: a partial
-//    last step); 1 and 2 tokens, neox and interleaved pairs, bf16 and f32 norm weights, bf16,
-//    e4m3 and FlashMLA rows;
+//    (5 heads, 160, 128 + 32), 1 and 2 tokens, neox and interleaved pairs, bf16 and f32 norm
+//    weights, bf16, e4m3 and FlashMLA rows;
 //  - against the CPU backend's ops on the same values (float32): NMSE of q and q_latent < 1e-4
 //    (a few bf16 roundings: ~1e-5);
 //  - the fused call is one launch (mla_query) and the separate one is not (the per-op profile);
-//  - mla_query returns false, having launched nothing, with the tunable off and at 3 tokens (and
-//    the proj form with its own tunable off).
+//  - mla_query returns false, having launched nothing, with the tunable off and at 3 tokens.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,15 +35,11 @@ using parity::profiled;
 
 struct Case {
   const char* name;
-  int heads, q_lora, latent, rope, nope;  // q_lora: q_a's width (the proj form: the hidden size)
-  bool proj;                              // no q_lora: q = q_proj · h, no q_a norm
+  int heads, q_lora, latent, rope, nope;
 };
-const Case kCases[] = {{"kimi-k2.5 rank", 8, 1536, 512, 64, 128, false},
-                       {"tiny fixture", 4, 48, 32, 8, 16, false},
-                       {"house-mla", 5, 160, 128, 32, 64, false},
-                       {"moonlight proj", 16, 2048, 512, 64, 128, true},
-                       {"v2lite fixture proj", 4, 64, 32, 8, 16, true},
-                       {"odd proj", 5, 328, 128, 32, 64, true}};
+const Case kCases[] = {{"kimi-k2.5 rank", 8, 1536, 512, 64, 128},
+                       {"tiny fixture", 4, 48, 32, 8, 16},
+                       {"house-mla", 5, 160, 128, 32, 64}};
 
 // The operands on one backend (the same values on every backend).
 struct Operands {
@@ -107,28 +98,23 @@ class QueryRun {
     kv->set_scales(1, f_.scale, 1.0f);
     return kv;
   }
-  bool fused(Backend& be, const Operands& o, KvStorage& kv, const MlaInputsArgs* args = nullptr,
-             const AttentionMetadata* meta = nullptr) {
+  bool fused(Backend& be, const Operands& o, KvStorage& kv) {
     return be.mla_query({.q_a = *o.q_a,
-                         .q_a_norm = c_.proj ? nullptr : &o.q_a_norm->view(),
+                         .q_a_norm = *o.q_a_norm,
                          .q_a_eps = 1e-6f,
                          .q_b = o.q_b,
                          .w_uk = *o.w_uk,
                          .kv_row = *o.kv_row,
                          .kv_norm = *o.kv_norm,
-                         .args = args ? *args : args_,
-                         .q_a_normed = c_.proj ? nullptr : &o.q_a_normed->view(),
+                         .args = args_,
+                         .q_a_normed = *o.q_a_normed,
                          .q = *o.q,
                          .q_latent = *o.q_latent},
-                        kv, 1, meta ? *meta : meta_);
+                        kv, 1, meta_);
   }
   void separate(Backend& be, const Operands& o, KvStorage& kv) {
-    if (c_.proj) {
-      be.linear(*o.q_a, o.q_b, *o.q);
-    } else {
-      be.rms_norm(*o.q_a, *o.q_a_norm, 1e-6f, *o.q_a_normed);
-      be.linear(*o.q_a_normed, o.q_b, *o.q);
-    }
+    be.rms_norm(*o.q_a, *o.q_a_norm, 1e-6f, *o.q_a_normed);
+    be.linear(*o.q_a_normed, o.q_b, *o.q);
     be.per_head_linear(*o.q, 0, *o.w_uk, *o.q_latent, 0);
     be.mla_attention_inputs(*o.kv_row, *o.kv_norm, *o.q, *o.q_latent, args_, kv, 1, meta_);
   }
@@ -155,15 +141,24 @@ void check_case(Pair& p, const Case& c, const MlaFormat& f, int tokens, bool int
   const Operands cpu = r.upload(*p.cpu_, DType::kF32);
   auto kv_fu = r.alloc_kv(*p.gpu_), kv_sep = r.alloc_kv(*p.gpu_), kv_cpu = r.alloc_kv(*p.cpu_);
 
-  cuda.tune([](cuda::CudaTunables& t) { t.mla_query_fusion = t.mla_query_proj_fusion = true; });
+  cuda.tune([](cuda::CudaTunables& t) { t.mla_query_fusion = true; });
   bool took = false;
   const std::string fused_ops = profiled(cuda, [&] { took = r.fused(cuda, fu, *kv_fu); });
   ASSERT_TRUE(took) << "mla_query did not take these sizes";
-  cuda.tune([](cuda::CudaTunables& t) { t.mla_query_fusion = t.mla_query_proj_fusion = false; });
+  cuda.tune([](cuda::CudaTunables& t) { t.mla_query_fusion = false; });
   const std::string sep_ops = profiled(cuda, [&] { r.separate(cuda, sep, *kv_sep); });
-  const MlaInputsArgs no_args{};
-  const AttentionMetadata no_meta{};
-  EXPECT_FALSE(r.fused(*p.cpu_, cpu, *kv_cpu, &no_args, &no_meta))
+  EXPECT_FALSE(p.cpu_->mla_query({.q_a = *cpu.q_a,
+                                  .q_a_norm = *cpu.q_a_norm,
+                                  .q_a_eps = 1e-6f,
+                                  .q_b = cpu.q_b,
+                                  .w_uk = *cpu.w_uk,
+                                  .kv_row = *cpu.kv_row,
+                                  .kv_norm = *cpu.kv_norm,
+                                  .args = MlaInputsArgs{},
+                                  .q_a_normed = *cpu.q_a_normed,
+                                  .q = *cpu.q,
+                                  .q_latent = *cpu.q_latent},
+                                 *kv_cpu, 1, AttentionMetadata{}))
       << "the Backend default has no fused query";
   r.separate(*p.cpu_, cpu, *kv_cpu);
   EXPECT_NE(fused_ops.find("mla_query"), std::string::npos) << fused_ops;
@@ -171,7 +166,7 @@ void check_case(Pair& p, const Case& c, const MlaFormat& f, int tokens, bool int
   EXPECT_EQ(fused_ops.find("per_head"), std::string::npos) << fused_ops;
   EXPECT_EQ(sep_ops.find("mla_query"), std::string::npos) << sep_ops;
 
-  if (!c.proj) EXPECT_EQ(device_bytes(*fu.q_a_normed), device_bytes(*sep.q_a_normed)) << "q_a norm";
+  EXPECT_EQ(device_bytes(*fu.q_a_normed), device_bytes(*sep.q_a_normed)) << "q_a norm";
   EXPECT_EQ(device_bytes(*fu.q), device_bytes(*sep.q)) << "q";
   EXPECT_EQ(device_bytes(*fu.q_latent), device_bytes(*sep.q_latent)) << "q_latent";
   EXPECT_EQ(device_bytes(*fu.kv_row), device_bytes(*sep.kv_row)) << "kv_row";
@@ -193,14 +188,12 @@ TEST(MlaQuery, FusedEqualsSeparateOps) {
   for (const Case& c : kCases) {
     for (const MlaFormat& f : kMlaFormats) {
       const std::string name = f.name;
-      const bool big = c.heads == 8 || c.heads == 16;  // Kimi's and Moonlight's dims
-      if (name != "bf16" && !(big && (name == "fp8_flashmla" || name == "e4m3 scale 0.37")))
+      const bool kimi = c.heads == 8;
+      if (name != "bf16" && !(kimi && (name == "fp8_flashmla" || name == "e4m3 scale 0.37")))
         continue;
       for (int tokens : {1, 2}) {
-        // Two tokens of Moonlight's proj form: 8 KB more of x a CTA, past two CTAs an SM.
-        if (c.proj && c.heads == 16 && tokens == 2) continue;
         check_case(p, c, f, tokens, true, false);
-        if (name == "bf16") check_case(p, c, f, tokens, false, big && !c.proj);
+        if (name == "bf16") check_case(p, c, f, tokens, false, kimi);
       }
     }
   }
@@ -222,18 +215,6 @@ TEST(MlaQuery, DeclinesWhatItDoesNotTake) {
       EXPECT_EQ(ops.find("mla_query"), std::string::npos) << ops;
     }
   }
-  // The proj form with its own tunable off (the q_lora form's on).
-  QueryRun r(p, kCases[3], kMlaFormats[0], 1, true, false);
-  const Operands o = r.upload(*p.gpu_, DType::kBF16);
-  auto kv = r.alloc_kv(*p.gpu_);
-  cuda.tune([](cuda::CudaTunables& t) {
-    t.mla_query_fusion = true;
-    t.mla_query_proj_fusion = false;
-  });
-  bool took = true;
-  const std::string ops = profiled(cuda, [&] { took = r.fused(cuda, o, *kv); });
-  EXPECT_FALSE(took) << "the proj form with mla_query_proj_fusion off";
-  EXPECT_EQ(ops.find("mla_query"), std::string::npos) << ops;
   cuda.tune([](cuda::CudaTunables& t) { t.mla_query_fusion = false; });
 }
 

@@ -165,8 +165,8 @@ class CudaBackend : public Backend,
   void mla_attention_inputs(const Tensor& kv_row, const Tensor& norm, const Tensor& q,
                             const Tensor& q_latent, const MlaInputsArgs& args, KvStorage& kv,
                             int layer, const AttentionMetadata& meta) override;
-  // mla_query.cu: one launch (CudaTunables::fusion and mla_query_fusion; a bf16 q_b or q_proj,
-  // up to 2 tokens, sizes mla_query_fits takes, every cluster resident at once), else false.
+  // mla_query.cu: one launch (CudaTunables::fusion and mla_query_fusion; a bf16 q_b, up to 2
+  // tokens, sizes mla_query_fits takes, every cluster resident at once), else false.
   bool mla_query(const MlaQueryOperands& o, KvStorage& kv, int layer,
                  const AttentionMetadata& meta) override;
   // mla_dcp.cu: the shard's partials through the MLA kernels (the CPU twin where mla_attention
@@ -400,9 +400,9 @@ class CudaBackend : public Backend,
   void check_new_within_kv() const;
 
   int64_t step_start_ns_ = 0;  // host clock at the step's first op (graph mode's record time)
-  // mla_query.cu: whether the fused MLA query's clusters at a shape (tokens, k, heads, q dims a
-  // head, nope, latent, the proj form) are all resident at once.
-  std::map<std::array<int64_t, 7>, bool> mla_query_one_wave_;
+  // mla_query.cu: whether the fused MLA query's clusters at a shape (tokens, q_lora_rank, heads,
+  // q dims a head, nope, latent) are all resident at once.
+  std::map<std::array<int64_t, 6>, bool> mla_query_one_wave_;
   // head_gemv_linear.cu: whether its grid is resident at once at (tokens, shared-memory bytes),
   // and its grid barrier's word (zeroed at construction; used by that kernel alone, on the main
   // stream).

@@ -2,16 +2,14 @@
 // separate launches). Grid: one cluster of `cluster` CTAs a head, then one cluster for the cache
 // rows. A head's CTA r streams q rows [r · rows_per_cta, +rows_per_cta) of the head (a warp
 // rows_per_cta / 8 whole rows, every load of them issued before the PDL wait: weights are never
-// written by a kernel; into registers, or in the proj form into shared memory by one bulk copy a
-// warp), after the q_a norm of its own (the proj form: h as it is); the rows meet in distributed
-// shared memory; then CTA r ropes its share of the head's rope pairs and folds the head's q_nope
-// into latent columns [r · latent / cluster, +latent / cluster) with the W_UK rows it also loaded
+// written by a kernel), after the q_a norm of its own; the rows meet in distributed shared
+// memory; then CTA r ropes its share of the head's rope pairs and folds the head's q_nope into
+// latent columns [r · latent / cluster, +latent / cluster) with the W_UK rows it also loaded
 // before the wait.
 #include <cuda_runtime.h>
 
 #include <array>
 
-#include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/cluster.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.h"
@@ -29,16 +27,6 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 static_assert(kThreads == kMlaInputsThreads, "the cache rows' cluster runs mla_cache_row");
 constexpr int kMaxRowsPerCta = kWarps * kMlaQueryMaxRowsPerWarp;
-
-// Dynamic shared memory: x's rows (normalized, or h's in the proj form), then in the proj form a
-// warp's mbarrier each and the CTA's q_proj rows (warp w's at [w · rpw, (w + 1) · rpw)).
-__host__ __device__ inline size_t x_smem_bytes(int m, int64_t k) {
-  return (size_t(m) * size_t(k) * 2 + size_t((k / 8 + 31) / 32) * 4 + 15) / 16 * 16;
-}
-__host__ __device__ inline size_t query_smem_bytes(int m, int64_t k, int64_t rows_per_cta,
-                                                   bool proj) {
-  return x_smem_bytes(m, k) + (proj ? kWarps * 8 + size_t(rows_per_cta) * size_t(k) * 2 : 0);
-}
 
 // The q_a norm in the one-warp kernel's order (norm.cu rms_norm_warp_kernel, k <= 256): warp m
 // normalizes row m, lane l holding values l + 32j in order, the xor butterfly. Into xs [M, k]
@@ -120,11 +108,9 @@ __device__ __forceinline__ void norm_vec(const NormPrologue& n, int k, const flo
   __syncthreads();
 }
 
-// PROJ: the proj form (mla_query.h): h's rows as they are, the q rows from shared memory, two
-// CTAs an SM (registers within 128 a thread).
-template <int M, bool PROJ>
-__global__ void __launch_bounds__(kThreads, PROJ ? 2 : 1) mla_query_kernel(MlaQueryParams p) {
-  extern __shared__ __align__(16) char norm_smem[];                // x's rows; PROJ: q_proj rows
+template <int M>
+__global__ void __launch_bounds__(kThreads, 1) mla_query_kernel(MlaQueryParams p) {
+  extern __shared__ __align__(16) char norm_smem[];                // the normalized q_a rows
   __shared__ __align__(16) bf16_bits q_s[M][kMaxRowsPerCta];       // this CTA's q rows
   __shared__ __align__(16) bf16_bits nope_s[M][kMlaQueryMaxNope];  // the head's q_nope
   __shared__ __align__(16) uint16_t row_s[kMlaInputsMaxLatent + 2 * kMaxRopeHalf];
@@ -152,29 +138,13 @@ __global__ void __launch_bounds__(kThreads, PROJ ? 2 : 1) mla_query_kernel(MlaQu
   const int k = p.k, q_stride = p.in.q_stride, rows = p.rows_per_cta;
   const int rpw = rows / kWarps, row0 = rank * rows;
   const bf16_bits* wq = p.q_b + (int64_t(head) * q_stride + row0 + warp * rpw) * k;
-  constexpr int kSteps = PROJ ? kMlaQueryProjMaxSteps : kMlaQueryMaxSteps;
-  constexpr int kRegRows = PROJ ? 1 : kMlaQueryMaxRowsPerWarp, kRegSteps = PROJ ? 1 : kSteps;
-  uint4 wv[kRegRows][kRegSteps];  // the register form's q rows
-  const size_t x_bytes = x_smem_bytes(M, k);
-  const uint32_t bar = smem_addr(norm_smem + x_bytes) + 8 * warp;  // PROJ: this warp's mbarrier
-  const bf16_bits* wq_s =                                          // PROJ: this warp's q_proj rows
-      reinterpret_cast<const bf16_bits*>(norm_smem + x_bytes + kWarps * 8) + warp * rpw * k;
-  if constexpr (PROJ) {
-    // One bulk copy a warp (its rows are contiguous), streamed once: evict first from L2.
-    if (lane == 0) {
-      mbar_init(bar, 1);
-      mbar_init_fence();
-      bulk_copy_into_smem(smem_addr(wq_s), wq, uint32_t(rpw * k * 2), bar, l2_evict_first_policy());
-    }
-    __syncwarp();
-  } else {
+  uint4 wv[kMlaQueryMaxRowsPerWarp][kMlaQueryMaxSteps];
 #pragma unroll
-    for (int j = 0; j < kRegRows; ++j) {
+  for (int j = 0; j < kMlaQueryMaxRowsPerWarp; ++j) {
 #pragma unroll
-      for (int s = 0; s < kRegSteps; ++s) {
-        const int kk = lane * 8 + s * 256;
-        if (j < rpw && kk < k) wv[j][s] = __ldcs(reinterpret_cast<const uint4*>(wq + j * k + kk));
-      }
+    for (int s = 0; s < kMlaQueryMaxSteps; ++s) {
+      const int kk = lane * 8 + s * 256;
+      if (j < rpw && kk < k) wv[j][s] = __ldcs(reinterpret_cast<const uint4*>(wq + j * k + kk));
     }
   }
   const int R = p.in.fmt.latent, P = p.in.fmt.rope, nope = p.nope;
@@ -195,37 +165,27 @@ __global__ void __launch_bounds__(kThreads, PROJ ? 2 : 1) mla_query_kernel(MlaQu
   // The vec norm's weights too (thread i: values [8i, 8i + 8)).
   const int nchunk = k / 8;
   float nw[8];
-  if (!PROJ && p.norm_vec && int(threadIdx.x) < nchunk)
+  if (p.norm_vec && int(threadIdx.x) < nchunk)
     norm_weight8(p.norm.weight, p.norm.weight_f32, threadIdx.x, nw);
   pdl_enter(p.in.pdl_early);
 
-  // q_a's norm (PROJ: h's rows as they are), then this warp's q rows: one warp a row as the
-  // decode GEMV sums it.
+  // q_a's norm, then this warp's q rows: one warp a row as the decode GEMV sums it.
   bf16_bits* xn = reinterpret_cast<bf16_bits*>(norm_smem);
-  if constexpr (PROJ) {
-    for (int i = int(threadIdx.x); i < M * nchunk; i += kThreads)
-      reinterpret_cast<uint4*>(xn)[i] = __ldg(reinterpret_cast<const uint4*>(p.norm.x) + i);
-    __syncthreads();
-    mbar_wait(bar, 0);
-  } else if (p.norm_vec) {
+  if (p.norm_vec)
     norm_vec<M>(p.norm, k, nw, p.q_a_normed, xn, warp_ss);
-  } else {
+  else
     norm_one_warp<M>(p.norm, k, p.q_a_normed, xn);
-  }
 #pragma unroll
   for (int j = 0; j < kMlaQueryMaxRowsPerWarp; ++j) {
     float acc[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[m] = 0;
 #pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
+    for (int s = 0; s < kMlaQueryMaxSteps; ++s) {
       const int kk = lane * 8 + s * 256;
       if (j < rpw && kk < k) {
         float wf[8];
-        if constexpr (PROJ)
-          unpack8(*reinterpret_cast<const uint4*>(wq_s + j * k + kk), wf);
-        else
-          unpack8(wv[j][s], wf);
+        unpack8(wv[j][s], wf);
 #pragma unroll
         for (int m = 0; m < M; ++m) {
           float xf[8];
@@ -337,61 +297,42 @@ HeadSplit head_split(int64_t q_stride, int64_t nope, int64_t latent) {
   return {0, g.lanes};
 }
 
-template <int M, bool PROJ>
+template <int M>
 void launch_m(const MlaQueryParams& p, const Launch& launch) {
   const dim3 grid(unsigned((p.in.heads + 1) * p.cluster));
-  launch_pdl_cluster(mla_query_kernel<M, PROJ>, grid, dim3(kThreads),
-                     query_smem_bytes(M, p.k, p.rows_per_cta, PROJ), launch, p.cluster, p);
+  launch_pdl_cluster(mla_query_kernel<M>, grid, dim3(kThreads), norm_prologue_smem_bytes(M, p.k),
+                     launch, p.cluster, p);
   CUDA_LAUNCH_CHECK();
-}
-
-// The kernel for a shape (tokens 1 or 2, the proj form or not).
-using QueryKernel = void (*)(MlaQueryParams);
-QueryKernel kernel_for(int64_t tokens, bool proj) {
-  if (proj) return tokens == 1 ? mla_query_kernel<1, true> : mla_query_kernel<2, true>;
-  return tokens == 1 ? mla_query_kernel<1, false> : mla_query_kernel<2, false>;
-}
-
-// The proj form's shared memory (~100 KB at Moonlight's dims) is above the default 48 KB limit,
-// and two CTAs an SM need the largest carveout (a hint the driver may otherwise size for one).
-void init_once() {
-  static PerDeviceOnce limits;
-  limits.run([] {
-    for (QueryKernel k : {mla_query_kernel<1, true>, mla_query_kernel<2, true>}) {
-      allow_max_dynamic_smem(k);
-      CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                      int(cudaSharedmemCarveoutMaxShared)));
-    }
-  });
 }
 
 }  // namespace
 
-bool mla_query_fits(const MlaQueryShape& s) {
-  if (s.tokens < 1 || s.tokens > kMlaQueryMaxTokens || s.heads < 1) return false;
-  const int64_t steps = s.proj ? kMlaQueryProjMaxSteps : kMlaQueryMaxSteps;
-  if (s.k < 8 || s.k % 8 != 0 || s.k > steps * 256) return false;
-  if (s.nope < 8 || s.nope % 8 != 0 || s.nope > kMlaQueryMaxNope || s.nope >= s.q_stride)
-    return false;
-  const HeadSplit h = head_split(s.q_stride, s.nope, s.latent);
-  return ceil_div(s.nope, int64_t(h.lanes) * 8) <= kMlaQueryMaxUkPieces && h.cluster > 0;
+bool mla_query_fits(int64_t tokens, int64_t k, int64_t heads, int64_t q_stride, int64_t nope,
+                    int64_t latent) {
+  if (tokens < 1 || tokens > kMlaQueryMaxTokens || heads < 1) return false;
+  if (k < 8 || k % 8 != 0 || k > int64_t(kMlaQueryMaxSteps) * 256) return false;
+  if (nope < 8 || nope % 8 != 0 || nope > kMlaQueryMaxNope || nope >= q_stride) return false;
+  const HeadSplit h = head_split(q_stride, nope, latent);
+  return ceil_div(nope, int64_t(h.lanes) * 8) <= kMlaQueryMaxUkPieces && h.cluster > 0;
 }
 
-int mla_query_active_clusters(const MlaQueryShape& s) {
-  const int cs = head_split(s.q_stride, s.nope, s.latent).cluster;
-  if (s.proj) init_once();
+int mla_query_active_clusters(int64_t tokens, int64_t k, int64_t heads, int64_t q_stride,
+                              int64_t nope, int64_t latent) {
+  const int cs = head_split(q_stride, nope, latent).cluster;
   int active = 0;
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned((s.heads + 1) * cs));
+  cfg.gridDim = dim3(unsigned((heads + 1) * cs));
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = query_smem_bytes(int(s.tokens), s.k, s.q_stride / cs, s.proj);
+  cfg.dynamicSmemBytes = norm_prologue_smem_bytes(int(tokens), k);
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeClusterDimension;
   attr.val.clusterDim.x = unsigned(cs);
   attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
-  const cudaError_t e = cudaOccupancyMaxActiveClusters(&active, kernel_for(s.tokens, s.proj), &cfg);
+  const cudaError_t e = tokens == 1
+                            ? cudaOccupancyMaxActiveClusters(&active, mla_query_kernel<1>, &cfg)
+                            : cudaOccupancyMaxActiveClusters(&active, mla_query_kernel<2>, &cfg);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
@@ -409,12 +350,10 @@ void mla_query_set_split(MlaQueryParams& p) {
 
 void launch_mla_query(const MlaQueryParams& p, const Launch& launch) {
   CHECK(p.in.tokens >= 1 && p.in.tokens <= kMlaQueryMaxTokens && p.cluster > 0);
-  const bool proj = p.norm.weight == nullptr;
-  if (proj) init_once();
   if (p.in.tokens == 1)
-    proj ? launch_m<1, true>(p, launch) : launch_m<1, false>(p, launch);
+    launch_m<1>(p, launch);
   else
-    proj ? launch_m<2, true>(p, launch) : launch_m<2, false>(p, launch);
+    launch_m<2>(p, launch);
 }
 
 // ---- host entry ----
@@ -423,64 +362,58 @@ bool CudaBackend::mla_query(const MlaQueryOperands& o, KvStorage& kv, int layer,
   if (!tunables_.fusion || !tunables_.mla_query_fusion || tunables_.deterministic) return false;
   const LinearWeight& qb = o.q_b;
   if (!qb.is_dense() || qb.bias || qb.stack != 1) return false;
-  const bool proj = o.q_a_norm == nullptr;  // no q_lora: q = q_proj · h
-  if (proj != (o.q_a_normed == nullptr) || (proj && !tunables_.mla_query_proj_fusion)) return false;
   const Tensor& wt = qb.weight->view();
   const Tensor &q_a = o.q_a, &q = o.q;
   if (q_a.rank() != 2 || q.rank() != 3 || wt.rank() != 2 || o.w_uk.rank() != 3) return false;
   const int64_t t = q_a.dim(0), k = q_a.dim(1), heads = q.dim(1), q_stride = q.dim(2);
   const int64_t nope = o.args.q_rope_offset, latent = o.kv_norm.numel();
   const auto aligned = [](const void* a) { return uintptr_t(a) % 16 == 0; };
-  bool shapes = q_a.dtype == DType::kBF16 && wt.dtype == DType::kBF16 &&
-                o.w_uk.dtype == DType::kBF16 && q_a.is_contiguous() && wt.is_contiguous() &&
-                o.w_uk.is_contiguous() && wt.dim(0) == heads * q_stride && wt.dim(1) == k &&
-                o.w_uk.dim(0) == heads && o.w_uk.dim(1) == latent && o.w_uk.dim(2) == nope &&
-                aligned(q_a.data) && aligned(wt.data) && aligned(o.w_uk.data) &&
-                o.args.rope.rotary_dim == q_stride - nope;
-  if (!proj) {
-    const Tensor &norm = *o.q_a_norm, &normed = *o.q_a_normed;
-    shapes = shapes && normed.dtype == DType::kBF16 && normed.is_contiguous() &&
-             normed.numel() == t * k && (norm.dtype == DType::kBF16 || norm.dtype == DType::kF32) &&
-             norm.numel() == k && aligned(normed.data) &&
-             !byte_ranges_overlap(q_a.data, t * k * 2, normed.data, t * k * 2);
-  }
+  const bool shapes = q_a.dtype == DType::kBF16 && wt.dtype == DType::kBF16 &&
+                      o.w_uk.dtype == DType::kBF16 && o.q_a_normed.dtype == DType::kBF16 &&
+                      q_a.is_contiguous() && wt.is_contiguous() && o.w_uk.is_contiguous() &&
+                      o.q_a_normed.is_contiguous() && o.q_a_normed.numel() == t * k &&
+                      (o.q_a_norm.dtype == DType::kBF16 || o.q_a_norm.dtype == DType::kF32) &&
+                      o.q_a_norm.numel() == k && wt.dim(0) == heads * q_stride && wt.dim(1) == k &&
+                      o.w_uk.dim(0) == heads && o.w_uk.dim(1) == latent && o.w_uk.dim(2) == nope &&
+                      aligned(q_a.data) && aligned(wt.data) && aligned(o.w_uk.data) &&
+                      aligned(o.q_a_normed.data) && o.args.rope.rotary_dim == q_stride - nope &&
+                      !byte_ranges_overlap(q_a.data, t * k * 2, o.q_a_normed.data, t * k * 2);
   if (!shapes || !mla_inputs_fusable(o.kv_row, o.kv_norm, q, o.q_latent, o.args, kv, meta))
     return false;
   // The q_a norm in an order the kernel follows (that of the separate norm's kernel).
-  RmsNormKernel norm_kernel = RmsNormKernel::kWarp;
-  if (!proj) {
-    auto np = zeroed<RmsNormParams>();
-    np.x = q_a.ptr<bf16_bits>();
-    np.weight = o.q_a_norm->data;
-    np.out = o.q_a_normed->ptr<bf16_bits>();
-    np.rows = t;
-    np.dim = int(k);
-    norm_kernel = rms_norm_kernel_for(np);
-    if (norm_kernel != RmsNormKernel::kVecOnePass && norm_kernel != RmsNormKernel::kWarp)
-      return false;
-  }
-  const MlaQueryShape shape{t, k, heads, q_stride, nope, latent, proj};
-  if (!mla_query_fits(shape)) return false;
-  // One wave (a second would double the launch's latency): asked of the driver once a shape, as
-  // this runs at every layer's recording.
-  const std::array<int64_t, 7> key{t, k, heads, q_stride, nope, latent, proj};
-  auto wave = mla_query_one_wave_.find(key);
+  auto np = zeroed<RmsNormParams>();
+  np.x = q_a.ptr<bf16_bits>();
+  np.weight = o.q_a_norm.data;
+  np.out = o.q_a_normed.ptr<bf16_bits>();
+  np.rows = t;
+  np.dim = int(k);
+  const RmsNormKernel norm_kernel = rms_norm_kernel_for(np);
+  if (norm_kernel != RmsNormKernel::kVecOnePass && norm_kernel != RmsNormKernel::kWarp)
+    return false;
+  if (!mla_query_fits(t, k, heads, q_stride, nope, latent)) return false;
+  // One wave (a head's CTAs wait on each other): asked of the driver once a shape, as this runs
+  // at every layer's recording.
+  const std::array<int64_t, 6> shape{t, k, heads, q_stride, nope, latent};
+  auto wave = mla_query_one_wave_.find(shape);
   if (wave == mla_query_one_wave_.end())
-    wave = mla_query_one_wave_.emplace(key, mla_query_active_clusters(shape) >= heads + 1).first;
+    wave = mla_query_one_wave_
+               .emplace(shape,
+                        mla_query_active_clusters(t, k, heads, q_stride, nope, latent) >= heads + 1)
+               .first;
   if (!wave->second) return false;
   begin_op();
   auto p = zeroed<MlaQueryParams>();
   p.in = mla_inputs_params(o.kv_row, o.kv_norm, q, o.q_latent, o.args, kv, layer, meta);
   p.norm.x = q_a.ptr<bf16_bits>();
-  p.norm.weight = proj ? nullptr : o.q_a_norm->data;
+  p.norm.weight = o.q_a_norm.data;
   p.norm.eps = o.q_a_eps;
-  p.norm.weight_f32 = !proj && o.q_a_norm->dtype == DType::kF32;
+  p.norm.weight_f32 = o.q_a_norm.dtype == DType::kF32;
   p.q_b = wt.ptr<bf16_bits>();
   p.w_uk = o.w_uk.ptr<bf16_bits>();
-  p.q_a_normed = proj ? nullptr : o.q_a_normed->ptr<bf16_bits>();
+  p.q_a_normed = o.q_a_normed.ptr<bf16_bits>();
   p.k = int(k);
   p.nope = int(nope);
-  p.norm_vec = !proj && norm_kernel == RmsNormKernel::kVecOnePass;
+  p.norm_vec = norm_kernel == RmsNormKernel::kVecOnePass;
   mla_query_set_split(p);
   record(kOpMlaQuery, p, launch_mla_query);
   return true;

@@ -56,12 +56,6 @@ struct CudaTunables {
   // batch 2 5.403 -> 5.290 (-2.1%) (rank_step_bench --variants, H200, 2026-12-04, session 25,
   // bench/results/2026-12-04-session25.md); off: variant no_mla_query.
   bool mla_query_fusion = true;
-  // With mla_query_fusion: a layer without q_lora (Moonlight, DeepSeek-V2-Lite) takes the same
-  // launch in its proj form (mla_query.h: q_proj's rows streamed into shared memory before the
-  // PDL wait, after kv_a's GEMV) instead of the q_proj ‖ kv_a GEMV pair, W_UK on a side branch
-  // beside the attention inputs, and the join. No env. Default off until measured (variant
-  // mla_query_proj; bench/results/2026-12-07-session53.md).
-  bool mla_query_proj_fusion = false;
 
   // ---- decode GEMV (linear.cu) ----
   // Rows up to which a linear takes the GEMV (1..kGemvMaxRows); above, cuBLAS. No env. Default 2:
