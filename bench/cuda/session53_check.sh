@@ -1,9 +1,10 @@
 #!/bin/bash
 # Session 53's call: the proj form of the fused MLA query (Moonlight / DeepSeek-V2-Lite; tunable
-# mla_query_proj_fusion, variant mla_query_proj) and session 52's prepared ring-16 raw-x patch,
-# in one kit packed with that patch applied (`git apply bench/results/2026-12-07-session52-raw-x-
+# mla_query_proj_fusion, variant mla_query_proj: since call 1 bench/results/2026-12-07-session53-
+# mla-query-proj-smem.patch, apply it first) and session 52's prepared ring-16 raw-x patch, in one
+# kit packed with both applied (`git apply bench/results/2026-12-07-session52-raw-x-
 # ring16.patch`, `bash bench/cuda/prebuilt.sh pack s53 strata_bench_kit strata_parity_test`,
-# patch reverted). Carry .devcarry/s53 and .devcarry/fxs, the tree without
+# patches reverted). Carry .devcarry/s53 and .devcarry/fxs, the tree without
 # tests/fixtures/hidden_states/*.safetensors. BUDGET_S: the call's limit in seconds (default 575).
 #   1. Parity: MlaQuery.* (the proj form bitwise against the separate launches at Moonlight's,
 #      the V2-Lite fixture's and odd dims), the DeepSeek fixtures' greedy passes (the V2-Lite-style
