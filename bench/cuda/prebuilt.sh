@@ -21,7 +21,8 @@
 #           bash bench/cuda/prebuilt.sh link-shared .devcarry/fxd (or prebuilt_link_shared once
 #           sourced): the carried fixtures and configs where the parity binaries look for them
 #           source bench/cuda/prebuilt.sh; prebuilt_begin NAME [CARRY_DIR]: a session script's
-#           start (OUT, t0, the pack unpacked, the fixtures linked, $gpu)
+#           start (OUT, t0, the pack unpacked, the fixtures linked, $gpu); then prebuilt_left,
+#           prebuilt_h200_rows RESERVE_S and prebuilt_end NAME (below)
 prebuilt_pack() {
   local name=$1 dir spec patch target out
   shift
@@ -117,9 +118,12 @@ prebuilt_left() { echo $(( ${BUDGET_S:-575} - $(date +%s) + t0 )); }
 # call. Other session10_check variables (MOONLIGHT_VARIANTS, ...) pass through the environment.
 prebuilt_h200_rows() {
   [[ $gpu == *H200* ]] || return 0
+  local limit=$(( $(prebuilt_left) - $1 ))
+  # (timeout 0 would mean no limit at all)
+  [ "$limit" -ge 30 ] || { echo "[rows skipped: ${limit} s left for them]"; return 0; }
   STRATA_CARRY=$C OUT=$OUT/rows STAGES="${ROW_STAGES:-llama kimi moonlight mla}" PREBUILT=$PREBUILT \
     LLAMA_CONFIG=llama-3.1-8b-w4a16 KIMI_CUTS="4 12" KIMI_BATCHES=1 \
-    timeout $(( $(prebuilt_left) - $1 )) bash bench/cuda/session10_check.sh 2>&1 |
+    timeout "$limit" bash bench/cuda/session10_check.sh 2>&1 |
     grep -vE "NMSE|^\s*$" | cut -c1-220
   echo "[rows @$(( $(date +%s) - t0 )) s]"
 }

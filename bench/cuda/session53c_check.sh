@@ -6,13 +6,14 @@
 # form with no carveout hint). Pack: `bash bench/cuda/prebuilt.sh pack s53c strata_bench_kit
 # bench/results/2026-12-07-session53-mla-query-proj-smem.patch:strata_bench_kit
 # bench/results/2026-12-07-session53-mla-query-proj-smem-no-carveout.patch:strata_bench_kit`;
-# carry .devcarry/s53c and .devcarry/fxs, the tree without tests/fixtures/hidden_states/
-# *.safetensors. BUDGET_S: the call's limit (575 s).
+# carry .devcarry/s53c (~41 MiB) and .devcarry/bench (configs and .debs; no fixture is read), the
+# tree without tests/fixtures/hidden_states/*.safetensors (~57 MiB in all; with .devcarry/fxs it
+# would pass 64). BUDGET_S: the call's limit (575 s).
 #   1. On an H200: the rows owed since session 43 (prebuilt_h200_rows, main's kit), leaving 150 s.
 #   2. Each patched kit: Moonlight batch 1, mla_query_proj against its defaults, alternating;
 #      the no-carveout kit's run with both kernel listings (--timeline 2).
 set -u
-STRATA_CARRY=${STRATA_CARRY:-$PWD/.devcarry/fxs} source bench/cuda/device_env.sh
+STRATA_CARRY=${STRATA_CARRY:-$PWD/.devcarry/bench} source bench/cuda/device_env.sh
 source bench/cuda/prebuilt.sh
 PREBUILT=${PREBUILT:-s53c}
 prebuilt_begin "$PREBUILT" "$C" || exit 1
