@@ -111,13 +111,14 @@ prebuilt_begin() {
 # Seconds left of the call's limit (BUDGET_S, default 575) since prebuilt_begin.
 prebuilt_left() { echo $(( ${BUDGET_S:-575} - $(date +%s) + t0 )); }
 
-# On an H200 only (nothing elsewhere): the rows bench/RESULTS.md judges on an H200 —
-# session10_check's stages ROW_STAGES (default "llama kimi moonlight mla": Llama-3.1-8B W4A16
-# batch 1, the Kimi-K2.5 rank at batch 1 from its 4- and 12-layer cuts, Moonlight batch 1, the
-# MLA acceptance) with the pack PREBUILT and the carry C — leaving RESERVE ($1) seconds of the
-# call. Other session10_check variables (MOONLIGHT_VARIANTS, ...) pass through the environment.
+# On an H200 only (elsewhere nothing, unless ROWS_ANY_GPU is set): the rows bench/RESULTS.md
+# judges on an H200 — session10_check's stages ROW_STAGES (default "llama kimi moonlight mla":
+# Llama-3.1-8B W4A16 batch 1, the Kimi-K2.5 rank at batch 1 from its 4- and 12-layer cuts,
+# Moonlight batch 1, the MLA acceptance) with the pack PREBUILT and the carry C — leaving RESERVE
+# ($1) seconds of the call. Other session10_check variables (MOONLIGHT_VARIANTS, ...) pass
+# through the environment.
 prebuilt_h200_rows() {
-  [[ $gpu == *H200* ]] || return 0
+  [[ $gpu == *H200* || -n ${ROWS_ANY_GPU:-} ]] || return 0
   local limit=$(( $(prebuilt_left) - $1 ))
   # (timeout 0 would mean no limit at all)
   [ "$limit" -ge 30 ] || { echo "[rows skipped: ${limit} s left for them]"; return 0; }
